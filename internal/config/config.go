@@ -1,0 +1,486 @@
+// Package config owns the worker's configuration and its execution profiles: the YAML format,
+// defaults and validation with messages that name the field and the fix. It reads no flags and
+// no environment; cmd/worker does that and hands the result here.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// Duration is a duration written as a Go duration string ("90s", "15m").
+type Duration = job.Duration
+
+// Config is the whole worker configuration: host settings plus the execution profiles.
+// Nothing in a job can change it.
+type Config struct {
+	// WorkerID names this worker in job status and logs. Default: the host name.
+	WorkerID string `json:"worker_id,omitempty"`
+	// Concurrency is the number of jobs this worker runs at once. Default: 2.
+	Concurrency int `json:"concurrency,omitempty"`
+	// MetricsAddr is where /metrics, /healthz and /readyz listen. Default: 127.0.0.1:9464.
+	// Empty string after defaults means "off" only when set to "off".
+	MetricsAddr string `json:"metrics_addr,omitempty"`
+	// DrainGrace is how long running jobs may finish after SIGTERM before they are
+	// interrupted and handed back to the queue. Default: 30s.
+	DrainGrace Duration `json:"drain_grace,omitempty"`
+	// SigningKey is the path of an ed25519 private key (PEM) that signs manifests. Optional.
+	SigningKey string `json:"signing_key,omitempty"`
+
+	NATS    NATS    `json:"nats,omitzero"`
+	Store   Store   `json:"store,omitzero"`
+	Sandbox Sandbox `json:"sandbox,omitzero"`
+	Model   Model   `json:"model,omitzero"`
+
+	// Profiles are the execution profiles a job may name.
+	Profiles map[string]Profile `json:"profiles"`
+}
+
+// NATS locates JetStream and names what Boxcar keeps there.
+type NATS struct {
+	// URL of the NATS server(s), comma separated. Default: nats://127.0.0.1:4222.
+	URL string `json:"url,omitempty"`
+	// Stream holding jobs. Default: BOXCAR_JOBS, subject boxcar.jobs.
+	Stream  string `json:"stream,omitempty"`
+	Subject string `json:"subject,omitempty"`
+	// Consumer is the durable pull consumer all workers share. Default: boxcar-workers.
+	Consumer string `json:"consumer,omitempty"`
+	// StatusBucket is the KV bucket of job status. Default: BOXCAR_STATUS.
+	StatusBucket string `json:"status_bucket,omitempty"`
+	// DeadLetterStream keeps jobs that can never run. Default: BOXCAR_DLQ.
+	DeadLetterStream string `json:"dead_letter_stream,omitempty"`
+	// AckWait is how long a delivery may go without an ack or heartbeat. Default: 60s.
+	AckWait Duration `json:"ack_wait,omitempty"`
+	// MaxDeliver bounds deliveries of one job. Default: 5.
+	MaxDeliver int `json:"max_deliver,omitempty"`
+	// MaxAckPending bounds jobs in flight across all workers. Default: 64.
+	MaxAckPending int `json:"max_ack_pending,omitempty"`
+	// DuplicateWindow drops a re-published job id inside it. Default: 1h.
+	DuplicateWindow Duration `json:"duplicate_window,omitempty"`
+	// Replicas of the stream and bucket in a cluster. Default: 1.
+	Replicas int `json:"replicas,omitempty"`
+}
+
+// Store locates object storage.
+type Store struct {
+	// URL is file:///path or s3://bucket[/prefix]. Default (embedded mode): file://<data dir>/store.
+	URL string `json:"url,omitempty"`
+	// Endpoint of an S3-compatible service; empty means AWS.
+	Endpoint string `json:"endpoint,omitempty"`
+	// Region for S3 signing. Default: us-east-1.
+	Region string `json:"region,omitempty"`
+	// PathStyle addresses buckets as a path, as most S3-compatible servers want.
+	PathStyle bool `json:"path_style,omitempty"`
+}
+
+// Sandbox chooses where tools run. Only the host decides this.
+type Sandbox struct {
+	// Backend is "bubblewrap" (default) or "kubernetes".
+	Backend    string     `json:"backend,omitempty"`
+	Bubblewrap Bubblewrap `json:"bubblewrap,omitzero"`
+	Kubernetes Kubernetes `json:"kubernetes,omitzero"`
+}
+
+// Bubblewrap settings for the single-machine backend.
+type Bubblewrap struct {
+	// Path of the bwrap binary. Default: bwrap from PATH.
+	Path string `json:"path,omitempty"`
+	// Root is where per-job workdirs are made. Default: <data dir>/sandboxes.
+	Root string `json:"root,omitempty"`
+}
+
+// Kubernetes settings for the pod backend.
+type Kubernetes struct {
+	// Namespace where sandbox pods run. Default: boxcar-sandboxes.
+	Namespace string `json:"namespace,omitempty"`
+	// Kubeconfig path; empty means in-cluster config.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+}
+
+// Model is the OpenAI-compatible endpoint. The API key never appears here: it comes from
+// OPENAI_API_KEY in the worker's environment.
+type Model struct {
+	// BaseURL of the API. Default: OPENAI_BASE_URL, else https://api.openai.com/v1.
+	BaseURL string `json:"base_url,omitempty"`
+	// RequestTimeout bounds one chat request. Default: 120s.
+	RequestTimeout Duration `json:"request_timeout,omitempty"`
+	// MaxRetries on 429 and 5xx. Default: 3.
+	MaxRetries int `json:"max_retries,omitempty"`
+}
+
+// Profile is one execution profile: model, prompt, sandbox, tools and limits.
+type Profile struct {
+	Description  string      `json:"description,omitempty"`
+	Model        ModelParams `json:"model"`
+	SystemPrompt string      `json:"system_prompt,omitempty"`
+	Sandbox      SandboxSpec `json:"sandbox,omitzero"`
+	Tools        []Tool      `json:"tools"`
+	Limits       Limits      `json:"limits,omitzero"`
+	// Report is the workdir-relative file that holds the report. Default: report.md.
+	Report string `json:"report,omitempty"`
+	// Artifacts is the workdir-relative folder whose files are uploaded. Default: artifacts.
+	Artifacts string `json:"artifacts,omitempty"`
+}
+
+// ModelParams are sent with every chat request of a profile.
+type ModelParams struct {
+	Name                string   `json:"name"`
+	Temperature         *float64 `json:"temperature,omitempty"`
+	TopP                *float64 `json:"top_p,omitempty"`
+	Seed                *int64   `json:"seed,omitempty"`
+	MaxCompletionTokens int64    `json:"max_completion_tokens,omitempty"`
+}
+
+// SandboxSpec bounds one job's sandbox. Quantities use Kubernetes notation ("512Mi", "500m").
+type SandboxSpec struct {
+	// Image is the container image (kubernetes) or a rootfs folder (bubblewrap); empty on
+	// bubblewrap means the host's /usr, read-only.
+	Image string `json:"image,omitempty"`
+	// Workdir inside the sandbox. Default: /work.
+	Workdir string `json:"workdir,omitempty"`
+	// CPU limit in cores. Default: 1.
+	CPU string `json:"cpu,omitempty"`
+	// Memory limit. Default: 512Mi.
+	Memory string `json:"memory,omitempty"`
+	// Disk bounds the workdir. Default: 256Mi.
+	Disk string `json:"disk,omitempty"`
+	// PIDs bounds processes. Default: 128.
+	PIDs int `json:"pids,omitempty"`
+	// RuntimeClass for pods (gVisor, Kata). Optional.
+	RuntimeClass string `json:"runtime_class,omitempty"`
+	// Lifetime after which the sandbox is removed whatever happens. Default: 1h.
+	Lifetime Duration `json:"lifetime,omitempty"`
+}
+
+// Tool kinds a profile can declare.
+const (
+	ToolBuiltin = "builtin" // read_file, list_files, write_file
+	ToolCommand = "command" // a fixed argv template with typed parameters
+	ToolShell   = "shell"   // general commands under an approval policy
+)
+
+// Built-in file tools, confined to the workdir.
+var Builtins = []string{"list_files", "read_file", "write_file"}
+
+// Shell approval policies.
+const (
+	PolicyDeny      = "deny"
+	PolicyAllowlist = "allowlist"
+	PolicyAsk       = "ask"
+)
+
+// Tool is one tool a profile offers the model.
+type Tool struct {
+	Name        string `json:"name"`
+	Kind        string `json:"kind,omitempty"` // default: command when Command is set, else builtin
+	Description string `json:"description,omitempty"`
+	// Command is the argv template of a command tool. An element "{{param}}" is replaced whole by
+	// the parameter's value; nothing goes through a shell.
+	Command []string `json:"command,omitempty"`
+	// Parameters is the JSON Schema of the arguments (an object schema).
+	Parameters map[string]any `json:"parameters,omitempty"`
+	// Timeout overrides the profile's command timeout for this tool.
+	Timeout Duration `json:"timeout,omitempty"`
+	// Policy and Allow govern the shell tool: deny, allowlist (glob patterns over the command
+	// line), or ask (a person approves each command).
+	Policy string   `json:"policy,omitempty"`
+	Allow  []string `json:"allow,omitempty"`
+}
+
+// Limits are the hard caps of a profile.
+type Limits struct {
+	MaxTurns     int   `json:"max_turns,omitempty"`      // model round trips; default 20
+	MaxToolCalls int   `json:"max_tool_calls,omitempty"` // default 30
+	MaxTokens    int64 `json:"max_tokens,omitempty"`     // total tokens from usage; default 200000
+	// CommandTimeout bounds one tool command. Default: 60s.
+	CommandTimeout Duration `json:"command_timeout,omitempty"`
+	// MaxOutputBytes is how much of a tool's output goes back to the model. Default: 16384.
+	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
+	// JobTimeout bounds the whole job. Default: 15m.
+	JobTimeout Duration `json:"job_timeout,omitempty"`
+	// ApprovalTimeout is how long an `ask` command waits for a person. Default: 5m.
+	ApprovalTimeout Duration `json:"approval_timeout,omitempty"`
+	// MaxTranscriptBytes bounds the transcript. Default: 8MiB.
+	MaxTranscriptBytes int64 `json:"max_transcript_bytes,omitempty"`
+}
+
+// Load reads a YAML config file, fills defaults and validates it.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML strictly (unknown keys are errors), fills defaults and validates.
+func Parse(data []byte) (Config, error) {
+	var cfg Config
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+		return Config{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// WithDefaults returns a copy with every unset field at its documented default.
+func (c Config) WithDefaults() Config {
+	if c.WorkerID == "" {
+		c.WorkerID, _ = os.Hostname()
+	}
+	def(&c.Concurrency, 2)
+	def(&c.MetricsAddr, "127.0.0.1:9464")
+	def(&c.DrainGrace, Duration(30*time.Second))
+	n := &c.NATS
+	def(&n.URL, "nats://127.0.0.1:4222")
+	def(&n.Stream, "BOXCAR_JOBS")
+	def(&n.Subject, "boxcar.jobs")
+	def(&n.Consumer, "boxcar-workers")
+	def(&n.StatusBucket, "BOXCAR_STATUS")
+	def(&n.DeadLetterStream, "BOXCAR_DLQ")
+	def(&n.AckWait, Duration(60*time.Second))
+	def(&n.MaxDeliver, 5)
+	def(&n.MaxAckPending, 64)
+	def(&n.DuplicateWindow, Duration(time.Hour))
+	def(&n.Replicas, 1)
+	def(&c.Store.Region, "us-east-1")
+	def(&c.Sandbox.Backend, "bubblewrap")
+	def(&c.Sandbox.Kubernetes.Namespace, "boxcar-sandboxes")
+	def(&c.Model.BaseURL, "https://api.openai.com/v1")
+	def(&c.Model.RequestTimeout, Duration(120*time.Second))
+	def(&c.Model.MaxRetries, 3)
+	profiles := make(map[string]Profile, len(c.Profiles))
+	for name, p := range c.Profiles {
+		profiles[name] = p.WithDefaults()
+	}
+	c.Profiles = profiles
+	return c
+}
+
+// WithDefaults returns a copy of the profile with every unset field at its default.
+func (p Profile) WithDefaults() Profile {
+	s := &p.Sandbox
+	def(&s.Workdir, "/work")
+	def(&s.CPU, "1")
+	def(&s.Memory, "512Mi")
+	def(&s.Disk, "256Mi")
+	def(&s.PIDs, 128)
+	def(&s.Lifetime, Duration(time.Hour))
+	l := &p.Limits
+	def(&l.MaxTurns, 20)
+	def(&l.MaxToolCalls, 30)
+	def(&l.MaxTokens, 200000)
+	def(&l.CommandTimeout, Duration(60*time.Second))
+	def(&l.MaxOutputBytes, 16384)
+	def(&l.JobTimeout, Duration(15*time.Minute))
+	def(&l.ApprovalTimeout, Duration(5*time.Minute))
+	def(&l.MaxTranscriptBytes, 8<<20)
+	def(&p.Report, "report.md")
+	def(&p.Artifacts, "artifacts")
+	tools := make([]Tool, len(p.Tools))
+	for i, t := range p.Tools {
+		if t.Kind == "" {
+			switch {
+			case len(t.Command) > 0:
+				t.Kind = ToolCommand
+			case t.Name == "shell":
+				t.Kind = ToolShell
+			default:
+				t.Kind = ToolBuiltin
+			}
+		}
+		if t.Kind == ToolShell {
+			def(&t.Policy, PolicyDeny)
+		}
+		tools[i] = t
+	}
+	p.Tools = tools
+	return p
+}
+
+var (
+	toolName    = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	placeholder = regexp.MustCompile(`^\{\{([a-zA-Z0-9_]+)\}\}$`)
+)
+
+// Validate reports every problem it finds, each naming the field.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...)))
+	}
+	if c.Concurrency < 1 {
+		bad("concurrency", "must be at least 1")
+	}
+	switch c.Sandbox.Backend {
+	case "bubblewrap", "kubernetes":
+	default:
+		bad("sandbox.backend", "%q is not a backend; use bubblewrap or kubernetes", c.Sandbox.Backend)
+	}
+	if c.NATS.MaxDeliver < 1 || c.NATS.MaxAckPending < 1 || c.NATS.AckWait <= 0 {
+		bad("nats", "max_deliver, max_ack_pending and ack_wait must be positive")
+	}
+	if len(c.Profiles) == 0 {
+		bad("profiles", "none defined; a worker needs at least one profile (see examples/boxcar.yaml)")
+	}
+	names := make([]string, 0, len(c.Profiles))
+	for name := range c.Profiles {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for _, err := range c.Profiles[name].validate("profiles." + name) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p Profile) validate(prefix string) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s.%s: %s", ErrInvalid, prefix, field, fmt.Sprintf(format, args...)))
+	}
+	if p.Model.Name == "" {
+		bad("model.name", "is required (the model the endpoint serves, e.g. gpt-4.1-mini)")
+	}
+	for field, q := range map[string]string{"sandbox.cpu": p.Sandbox.CPU, "sandbox.memory": p.Sandbox.Memory, "sandbox.disk": p.Sandbox.Disk} {
+		if v, err := resource.ParseQuantity(q); err != nil || v.Sign() <= 0 {
+			bad(field, "%q is not a positive quantity such as 500m, 1, 512Mi or 1Gi", q)
+		}
+	}
+	if p.Sandbox.PIDs < 1 {
+		bad("sandbox.pids", "must be at least 1")
+	}
+	if len(p.Sandbox.Workdir) < 2 || p.Sandbox.Workdir[0] != '/' {
+		bad("sandbox.workdir", "%q must be an absolute path other than /", p.Sandbox.Workdir)
+	}
+	if len(p.Tools) == 0 {
+		bad("tools", "none defined; the model needs at least one tool")
+	}
+	seen := map[string]bool{}
+	for i, t := range p.Tools {
+		field := fmt.Sprintf("tools[%d]", i)
+		if !toolName.MatchString(t.Name) {
+			bad(field+".name", "%q must be 1-64 letters, digits, '_' or '-'", t.Name)
+		}
+		if seen[t.Name] {
+			bad(field+".name", "%q is declared twice", t.Name)
+		}
+		seen[t.Name] = true
+		switch t.Kind {
+		case ToolBuiltin:
+			if !isBuiltin(t.Name) {
+				bad(field+".name", "%q is not a built-in tool (%v); give a command to declare a command tool", t.Name, Builtins)
+			}
+		case ToolCommand:
+			if len(t.Command) == 0 {
+				bad(field+".command", "a command tool needs an argv template")
+			}
+			props, _ := t.Parameters["properties"].(map[string]any)
+			for _, arg := range t.Command {
+				if m := placeholder.FindStringSubmatch(arg); m != nil {
+					if _, ok := props[m[1]]; !ok {
+						bad(field+".command", "placeholder %s has no matching entry in parameters.properties", arg)
+					}
+				}
+			}
+		case ToolShell:
+			switch t.Policy {
+			case PolicyDeny, PolicyAsk:
+			case PolicyAllowlist:
+				if len(t.Allow) == 0 {
+					bad(field+".allow", "the allowlist policy needs at least one pattern")
+				}
+			default:
+				bad(field+".policy", "%q is not a policy; use deny, allowlist or ask", t.Policy)
+			}
+		default:
+			bad(field+".kind", "%q is not a tool kind; use builtin, command or shell", t.Kind)
+		}
+	}
+	l := p.Limits
+	if l.MaxTurns < 1 || l.MaxToolCalls < 1 || l.MaxTokens < 1 || l.MaxOutputBytes < 256 || l.CommandTimeout <= 0 || l.JobTimeout <= 0 {
+		bad("limits", "max_turns, max_tool_calls, max_tokens, command_timeout and job_timeout must be positive, max_output_bytes at least 256")
+	}
+	return errs
+}
+
+func isBuiltin(name string) bool {
+	for _, b := range Builtins {
+		if b == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Placeholder returns the parameter name of an argv element "{{name}}", or "" if it is literal.
+func Placeholder(arg string) string {
+	if m := placeholder.FindStringSubmatch(arg); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// Tighten returns the profile's limits narrowed by a job's requested limits; a job can never
+// loosen a limit.
+func (l Limits) Tighten(j *job.Limits) Limits {
+	if j == nil {
+		return l
+	}
+	tighter := func(cur *int, req int) {
+		if req > 0 && req < *cur {
+			*cur = req
+		}
+	}
+	tighter(&l.MaxTurns, j.MaxTurns)
+	tighter(&l.MaxToolCalls, j.MaxToolCalls)
+	if j.MaxTokens > 0 && j.MaxTokens < l.MaxTokens {
+		l.MaxTokens = j.MaxTokens
+	}
+	if j.JobTimeout > 0 && j.JobTimeout < l.JobTimeout {
+		l.JobTimeout = j.JobTimeout
+	}
+	if j.CommandTimeout > 0 && j.CommandTimeout < l.CommandTimeout {
+		l.CommandTimeout = j.CommandTimeout
+	}
+	return l
+}
+
+func def[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// Profile returns the named profile or an error wrapping ErrUnknownProfile that lists the
+// profiles this worker defines.
+func (c Config) Profile(name string) (Profile, error) {
+	if p, ok := c.Profiles[name]; ok {
+		return p, nil
+	}
+	names := make([]string, 0, len(c.Profiles))
+	for n := range c.Profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return Profile{}, fmt.Errorf("%w %q: this worker defines %v", ErrUnknownProfile, name, names)
+}

@@ -1,0 +1,178 @@
+// Package job owns the job message: its type, strict decoding, validation and ids.
+// It knows nothing about queues, sandboxes, models or storage.
+package job
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Version is the job message version this build understands.
+const Version = 1
+
+// MaxMessageBytes bounds an encoded job; inputs travel through the store, never inside it.
+const MaxMessageBytes = 64 << 10
+
+// Job is one unit of work: a task for an agent over a set of input files.
+type Job struct {
+	Version     int               `json:"version"`
+	ID          string            `json:"id"`
+	Profile     string            `json:"profile"`
+	Task        string            `json:"task"`
+	Inputs      []Input           `json:"inputs,omitempty"`
+	Limits      *Limits           `json:"limits,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	SubmittedAt time.Time         `json:"submitted_at"`
+	SubmittedBy string            `json:"submitted_by,omitempty"`
+}
+
+// Input is a file the job works on. URI points into the store; SHA256 and Size are checked
+// when the worker copies it into the sandbox.
+type Input struct {
+	Name   string `json:"name"`
+	URI    string `json:"uri"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Limits may only tighten the profile's limits; zero means "the profile's value".
+type Limits struct {
+	MaxTurns       int      `json:"max_turns,omitempty"`
+	MaxToolCalls   int      `json:"max_tool_calls,omitempty"`
+	MaxTokens      int64    `json:"max_tokens,omitempty"`
+	JobTimeout     Duration `json:"job_timeout,omitempty"`
+	CommandTimeout Duration `json:"command_timeout,omitempty"`
+}
+
+var (
+	idPattern    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{7,63}$`)
+	namePattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	sha256Hex    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	labelPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]{0,62}$`)
+)
+
+// NewID returns a fresh job id: time-ordered, lowercase, safe as a path segment, an object key,
+// a NATS message id and a Kubernetes label value.
+func NewID() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return fmt.Sprintf("%s-%x", time.Now().UTC().Format("20060102t150405"), b)
+}
+
+// ValidID reports whether id is a well-formed job id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// Decode parses and validates one job message. Unknown fields, oversize messages and invalid
+// values are rejected with an error wrapping ErrInvalid.
+func Decode(data []byte) (Job, error) {
+	if len(data) > MaxMessageBytes {
+		return Job{}, fmt.Errorf("%w: message is %d bytes, limit is %d", ErrInvalid, len(data), MaxMessageBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var j Job
+	if err := dec.Decode(&j); err != nil {
+		return Job{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Job{}, fmt.Errorf("%w: trailing data after the job object", ErrInvalid)
+	}
+	if err := j.Validate(); err != nil {
+		return Job{}, err
+	}
+	return j, nil
+}
+
+// Encode returns the job as JSON, checking it first.
+func (j Job) Encode() ([]byte, error) {
+	if err := j.Validate(); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(j)
+	if err != nil {
+		return nil, fmt.Errorf("job: encode: %w", err)
+	}
+	if len(data) > MaxMessageBytes {
+		return nil, fmt.Errorf("%w: message is %d bytes, limit is %d; put large text in an input file", ErrInvalid, len(data), MaxMessageBytes)
+	}
+	return data, nil
+}
+
+// Validate checks every field and names the first one that is wrong.
+func (j Job) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
+	}
+	if j.Version != Version {
+		return bad("version", "got %d, this worker understands %d", j.Version, Version)
+	}
+	if !ValidID(j.ID) {
+		return bad("id", "%q is not a job id (lowercase letters, digits and '-', 8 to 64 characters)", j.ID)
+	}
+	if !namePattern.MatchString(j.Profile) {
+		return bad("profile", "%q is not a profile name", j.Profile)
+	}
+	if strings.TrimSpace(j.Task) == "" {
+		return bad("task", "is empty")
+	}
+	if j.SubmittedAt.IsZero() {
+		return bad("submitted_at", "is missing")
+	}
+	seen := make(map[string]bool, len(j.Inputs))
+	for i, in := range j.Inputs {
+		field := fmt.Sprintf("inputs[%d]", i)
+		switch {
+		case !namePattern.MatchString(in.Name):
+			return bad(field+".name", "%q must be a plain file name (letters, digits, '.', '_', '-')", in.Name)
+		case seen[in.Name]:
+			return bad(field+".name", "%q appears twice", in.Name)
+		case !sha256Hex.MatchString(in.SHA256):
+			return bad(field+".sha256", "%q is not a lowercase hex sha256", in.SHA256)
+		case in.URI == "":
+			return bad(field+".uri", "is empty")
+		case in.Size < 0:
+			return bad(field+".size", "is negative")
+		}
+		seen[in.Name] = true
+	}
+	if l := j.Limits; l != nil {
+		if l.MaxTurns < 0 || l.MaxToolCalls < 0 || l.MaxTokens < 0 || l.JobTimeout < 0 || l.CommandTimeout < 0 {
+			return bad("limits", "values may not be negative")
+		}
+	}
+	for k := range j.Labels {
+		if !labelPattern.MatchString(k) {
+			return bad("labels", "key %q is not a label key", k)
+		}
+	}
+	return nil
+}
+
+// Duration is a time.Duration that reads and writes as a Go duration string ("90s").
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads "90s"-style strings.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"90s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}

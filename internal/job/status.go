@@ -1,0 +1,50 @@
+package job
+
+import "time"
+
+// State is where a job is in its life.
+type State string
+
+// The states a job passes through. Terminal states never change again.
+const (
+	StateQueued          State = "queued"
+	StateRunning         State = "running"
+	StateWaitingApproval State = "waiting_approval"
+	StateInterrupted     State = "interrupted" // the worker stopped; the job will be redelivered
+	StateRetrying        State = "retrying"    // a transient fault; the job will be redelivered
+	StateSucceeded       State = "succeeded"
+	StateCapped          State = "capped"
+	StateFailed          State = "failed"
+	StateRejected        State = "rejected"
+	StateCancelled       State = "cancelled"
+	StateDead            State = "dead"
+)
+
+// Terminal reports whether no further change can happen to a job in this state.
+func (s State) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateCapped, StateFailed, StateRejected, StateCancelled, StateDead:
+		return true
+	}
+	return false
+}
+
+// Status is what the system knows about a job, kept in the status bucket under the job id.
+type Status struct {
+	ID         string    `json:"id"`
+	State      State     `json:"state"`
+	Profile    string    `json:"profile,omitempty"`
+	Attempt    int       `json:"attempt,omitempty"`
+	Worker     string    `json:"worker,omitempty"`
+	Progress   string    `json:"progress,omitempty"`
+	ToolCalls  int       `json:"tool_calls,omitempty"`
+	MaxCalls   int       `json:"max_tool_calls,omitempty"`
+	Cap        string    `json:"cap,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	Report     string    `json:"report,omitempty"`   // store key of the report
+	Manifest   string    `json:"manifest,omitempty"` // store key of the manifest
+	QueuedAt   time.Time `json:"queued_at,omitzero"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+}

@@ -1,0 +1,17 @@
+package sandbox
+
+import "errors"
+
+var (
+	// ErrPathEscape marks a path that is absolute or leaves the workdir (.., symlinks).
+	ErrPathEscape = errors.New("path outside the workdir")
+	// ErrNotFound marks a file that does not exist in the sandbox.
+	ErrNotFound = errors.New("no such file in the sandbox")
+	// ErrTooLarge marks a file larger than the caller allowed.
+	ErrTooLarge = errors.New("file too large")
+	// ErrClosed marks a call on a sandbox that was already closed.
+	ErrClosed = errors.New("sandbox closed")
+	// ErrUnavailable marks a backend that cannot start sandboxes on this host; the message says
+	// what to install or configure.
+	ErrUnavailable = errors.New("sandbox backend unavailable")
+)

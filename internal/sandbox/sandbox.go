@@ -1,0 +1,122 @@
+// Package sandbox owns the isolated places where a job's tools run: the Provider and Sandbox
+// contract and its backends, bubblewrap (one machine) and kubernetes (pods). It enforces
+// containment and resource bounds; it does not decide which commands may run (that is the
+// agent's policy).
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+)
+
+// Spec is what a sandbox is started from: the profile's sandbox spec, which only host
+// configuration sets, and the job it serves.
+type Spec struct {
+	JobID string
+	config.SandboxSpec
+}
+
+// Provider starts sandboxes on one backend.
+type Provider interface {
+	// Start creates a sandbox and returns once commands can run in it.
+	Start(ctx context.Context, spec Spec) (Sandbox, error)
+	// Backend names the backend ("bubblewrap", "kubernetes").
+	Backend() string
+}
+
+// Sandbox is one job's isolated workdir and process space. Paths are relative to the workdir;
+// any path that would leave it fails with ErrPathEscape.
+type Sandbox interface {
+	// Exec runs argv inside the sandbox. A non-zero exit or a timeout is a result, not an error;
+	// an error means the command could not be run or observed at all.
+	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
+	// WriteFile creates or replaces a regular file, creating parent folders.
+	WriteFile(ctx context.Context, name string, data []byte) error
+	// ReadFile reads a regular file of at most maxBytes; larger files fail with ErrTooLarge.
+	ReadFile(ctx context.Context, name string, maxBytes int64) ([]byte, error)
+	// List returns the regular files under dir (recursively), without following symlinks.
+	List(ctx context.Context, dir string) ([]FileInfo, error)
+	// Info describes the sandbox for the provenance manifest.
+	Info() Info
+	// Close removes the sandbox and everything in it. It is safe to call more than once.
+	Close(ctx context.Context) error
+}
+
+// ExecRequest is one command.
+type ExecRequest struct {
+	// Argv is run as is: never through a shell unless argv itself says sh -c.
+	Argv []string
+	// Stdin is fed to the process; nil means empty input.
+	Stdin []byte
+	// Env is the complete environment; nothing from the host leaks in.
+	Env map[string]string
+	// Dir is workdir-relative; empty means the workdir.
+	Dir string
+	// Timeout kills the process and all its children when it passes. Zero means no timeout
+	// beyond ctx.
+	Timeout time.Duration
+	// MaxOutputBytes caps stdout and stderr each; the rest is discarded and flagged. Zero means
+	// DefaultMaxOutputBytes.
+	MaxOutputBytes int
+}
+
+// DefaultMaxOutputBytes caps a stream when a request names no cap.
+const DefaultMaxOutputBytes = 1 << 20
+
+// ExecResult is what a command did.
+type ExecResult struct {
+	ExitCode        int           `json:"exit_code"`
+	Stdout          []byte        `json:"-"`
+	Stderr          []byte        `json:"-"`
+	StdoutTruncated bool          `json:"stdout_truncated"`
+	StderrTruncated bool          `json:"stderr_truncated"`
+	TimedOut        bool          `json:"timed_out"`
+	Duration        time.Duration `json:"duration"`
+}
+
+// FileInfo is one file in a listing.
+type FileInfo struct {
+	Path string      `json:"path"` // workdir-relative, slash separated
+	Size int64       `json:"size"`
+	Mode fs.FileMode `json:"mode"`
+}
+
+// Info describes a running sandbox.
+type Info struct {
+	Backend     string `json:"backend"`
+	ID          string `json:"id"`
+	Image       string `json:"image,omitempty"`
+	ImageDigest string `json:"image_digest,omitempty"`
+	CPU         string `json:"cpu,omitempty"`
+	Memory      string `json:"memory,omitempty"`
+	Disk        string `json:"disk,omitempty"`
+	PIDs        int    `json:"pids,omitempty"`
+	Isolation   string `json:"isolation,omitempty"` // what the backend could enforce, e.g. "rlimits" or "cgroup"
+}
+
+// CleanPath turns a workdir-relative path into its clean form, refusing absolute paths and any
+// path that climbs out of the workdir. "" and "." name the workdir itself.
+func CleanPath(name string) (string, error) {
+	if strings.ContainsRune(name, 0) {
+		return "", fmt.Errorf("%w: %q contains a NUL byte", ErrPathEscape, name)
+	}
+	if path.IsAbs(name) || strings.HasPrefix(name, `\`) {
+		return "", fmt.Errorf("%w: %q is absolute; use a path relative to the workdir", ErrPathEscape, name)
+	}
+	clean := path.Clean("/" + name)[1:]
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("%w: %q climbs out with ..", ErrPathEscape, name)
+		}
+	}
+	if clean == "" {
+		clean = "."
+	}
+	return clean, nil
+}

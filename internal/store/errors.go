@@ -1,0 +1,12 @@
+package store
+
+import "errors"
+
+var (
+	// ErrNotFound marks an object that does not exist.
+	ErrNotFound = errors.New("object not found")
+	// ErrExists marks a create-only put that lost: the object already exists.
+	ErrExists = errors.New("object already exists")
+	// ErrInvalidKey marks a key that is empty, absolute or climbs with "..".
+	ErrInvalidKey = errors.New("invalid object key")
+)

@@ -1,0 +1,55 @@
+// Package store owns object storage for inputs and runs: the Store contract, its backends
+// (file: a local directory; s3: any S3-compatible service) and the run layout. It knows nothing
+// about what the objects mean.
+package store
+
+import (
+	"context"
+	"io"
+	"strings"
+)
+
+// Store keeps objects under slash-separated keys.
+type Store interface {
+	// Put writes an object, replacing any previous one. size may be -1 when unknown.
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	// PutIfAbsent writes an object only if none exists under key; otherwise it fails with
+	// ErrExists and leaves the existing object as it was.
+	PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error
+	// Get opens an object; ErrNotFound when there is none. The caller closes the reader.
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// Stat returns an object's size; ErrNotFound when there is none.
+	Stat(ctx context.Context, key string) (ObjectInfo, error)
+	// List returns the keys under prefix, sorted.
+	List(ctx context.Context, prefix string) ([]string, error)
+	// URL names an object for people and other tools (file:///… or s3://bucket/…).
+	URL(key string) string
+}
+
+// ObjectInfo describes a stored object.
+type ObjectInfo struct {
+	Key  string
+	Size int64
+}
+
+// Run layout: where each job's results live.
+func InputKey(sha256Hex string) string      { return "inputs/sha256/" + sha256Hex }
+func RunPrefix(jobID string) string         { return "runs/" + jobID + "/" }
+func ReportKey(jobID string) string         { return RunPrefix(jobID) + "report.md" }
+func TranscriptKey(jobID string) string     { return RunPrefix(jobID) + "transcript.jsonl" }
+func ManifestKey(jobID string) string       { return RunPrefix(jobID) + "manifest.json" }
+func SignatureKey(jobID string) string      { return RunPrefix(jobID) + "manifest.dsse.json" }
+func ArtifactKey(jobID, name string) string { return RunPrefix(jobID) + "artifacts/" + name }
+
+// ValidKey reports whether key is a clean relative key that cannot climb out of a prefix.
+func ValidKey(key string) bool {
+	if key == "" || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") || strings.ContainsRune(key, 0) {
+		return false
+	}
+	for _, part := range strings.Split(key, "/") {
+		if part == "" || part == "." || part == ".." {
+			return false
+		}
+	}
+	return true
+}
