@@ -94,7 +94,8 @@ type Sandbox struct {
 type Bubblewrap struct {
 	// Path of the bwrap binary. Default: bwrap from PATH.
 	Path string `json:"path,omitempty"`
-	// Root is where per-job workdirs are made. Default: <data dir>/sandboxes.
+	// Root is where per-job workdirs are made; sandbox users must be able to traverse its
+	// parents. Default: $TMPDIR/boxcar-sandboxes.
 	Root string `json:"root,omitempty"`
 }
 
@@ -109,7 +110,7 @@ type Kubernetes struct {
 // Model is the OpenAI-compatible endpoint. The API key never appears here: it comes from
 // OPENAI_API_KEY in the worker's environment.
 type Model struct {
-	// BaseURL of the API. Default: OPENAI_BASE_URL, else https://api.openai.com/v1.
+	// BaseURL of the API. Default: the worker's OPENAI_BASE_URL, else https://api.openai.com/v1.
 	BaseURL string `json:"base_url,omitempty"`
 	// RequestTimeout bounds one chat request. Default: 120s.
 	RequestTimeout Duration `json:"request_timeout,omitempty"`
@@ -262,7 +263,6 @@ func (c Config) WithDefaults() Config {
 	def(&c.Store.Region, "us-east-1")
 	def(&c.Sandbox.Backend, "bubblewrap")
 	def(&c.Sandbox.Kubernetes.Namespace, "boxcar-sandboxes")
-	def(&c.Model.BaseURL, "https://api.openai.com/v1")
 	def(&c.Model.RequestTimeout, Duration(120*time.Second))
 	def(&c.Model.MaxRetries, 3)
 	profiles := make(map[string]Profile, len(c.Profiles))

@@ -14,4 +14,7 @@ var (
 	// ErrUnavailable marks a backend that cannot start sandboxes on this host; the message says
 	// what to install or configure.
 	ErrUnavailable = errors.New("sandbox backend unavailable")
+	// ErrDiskFull marks a workdir over its disk bound (SandboxSpec.Disk). Exec returns it with
+	// the command's result; the job can still run commands that remove files.
+	ErrDiskFull = errors.New("workdir over its disk bound")
 )

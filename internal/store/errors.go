@@ -10,3 +10,7 @@ var (
 	// ErrInvalidKey marks a key that is empty, absolute or climbs with "..".
 	ErrInvalidKey = errors.New("invalid object key")
 )
+
+// ErrInvalidURL marks a store URL that Open cannot use: an unknown scheme, a relative file
+// path, a missing bucket, credentials in the URL.
+var ErrInvalidURL = errors.New("invalid store URL")

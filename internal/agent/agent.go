@@ -1,0 +1,117 @@
+// Package agent owns the loop that lets a model work on one job: chat completions against an
+// OpenAI-compatible endpoint (through openai-go), the tool registry (the built-in file tools,
+// named command tools and the shell under its approval policy), argument validation with JSON
+// Schema, output caps, the run's caps (turns, tool calls, tokens, job timeout) and the
+// transcript. Tools run in a Sandbox the caller started and closes; the agent decides what may
+// run there, the sandbox how it is contained. It knows nothing of queues or storage.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// Sandbox is what the tools need from a sandbox.
+type Sandbox interface {
+	Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error)
+	ReadFile(ctx context.Context, name string, maxBytes int64) ([]byte, error)
+	WriteFile(ctx context.Context, name string, data []byte) error
+	List(ctx context.Context, dir string) ([]sandbox.FileInfo, error)
+}
+
+var _ Sandbox = sandbox.Sandbox(nil)
+
+// DefaultBaseURL is the endpoint used when Config.BaseURL is empty.
+const DefaultBaseURL = "https://api.openai.com/v1"
+
+// Config configures an Agent. New fills every unset field with its default.
+type Config struct {
+	// BaseURL of the OpenAI-compatible API, up to and including the version segment:
+	// "https://api.openai.com/v1", "http://127.0.0.1:8000/v1". Default: DefaultBaseURL.
+	BaseURL string
+	// APIKey is sent as a bearer token; empty sends no Authorization header (local servers).
+	// It is never logged and never written to a transcript.
+	APIKey string
+	// HTTPClient carries the requests. Default: a client of the agent's own with the standard
+	// transport settings and no overall timeout (RequestTimeout bounds each attempt).
+	HTTPClient *http.Client
+	// RequestTimeout bounds one attempt of one chat request. Default: 120s.
+	RequestTimeout time.Duration
+	// MaxRetries is how often a failed attempt is retried: connection errors, 408, 409, 429
+	// and 5xx, honouring Retry-After (up to 2 minutes) or backing off exponentially (0.5s
+	// doubling, at most 8s). 401/403 and other 4xx are never retried. Default: 3; a negative
+	// value means no retries.
+	MaxRetries int
+	// Logger receives the agent's log lines; each carries job_id. Default: discard.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy with every unset field at its documented default.
+func (c Config) WithDefaults() Config {
+	if c.BaseURL == "" {
+		c.BaseURL = DefaultBaseURL
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 120 * time.Second
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%w: BaseURL %q is not an http(s) URL; use e.g. %s or http://127.0.0.1:8000/v1",
+			ErrInvalidConfig, c.BaseURL, DefaultBaseURL)
+	}
+	if c.RequestTimeout < 0 {
+		return fmt.Errorf("%w: RequestTimeout %s is negative; use a positive duration or 0 for the default",
+			ErrInvalidConfig, c.RequestTimeout)
+	}
+	return nil
+}
+
+// Agent runs jobs against one model endpoint. It is safe for concurrent use: each Run has its
+// own state.
+type Agent struct {
+	cfg     Config
+	chat    openai.ChatCompletionService
+	schemas schemaCache
+}
+
+// New returns an Agent for the endpoint cfg names. It does not contact the endpoint.
+func New(cfg Config) (*Agent, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithHTTPClient(cfg.HTTPClient),
+		option.WithMaxRetries(max(cfg.MaxRetries, 0)),
+		option.WithRequestTimeout(cfg.RequestTimeout),
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	// The service, unlike openai.NewClient, reads nothing from the environment: only cmd/*
+	// does that.
+	return &Agent{cfg: cfg, chat: openai.NewChatCompletionService(opts...)}, nil
+}

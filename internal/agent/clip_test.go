@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestClip(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       string
+		max      int
+		wantCut  bool
+		wantHead string
+		wantTail string
+	}{
+		{name: "fits", in: "hello", max: 256, wantCut: false, wantHead: "hello"},
+		{name: "exactly the limit", in: strings.Repeat("a", 256), max: 256, wantCut: false},
+		{name: "one byte over", in: strings.Repeat("a", 257), max: 256, wantCut: true},
+		{name: "head and tail kept", in: "HEAD" + strings.Repeat("x", 10000) + "TAIL", max: 300, wantCut: true, wantHead: "HEAD", wantTail: "TAIL"},
+		{name: "large cut", in: strings.Repeat("y", 5<<20), max: 16384, wantCut: true},
+		{name: "multi-byte characters", in: strings.Repeat("é€😀", 2000), max: 301, wantCut: true},
+		{name: "marker near a power of ten", in: strings.Repeat("z", 10256+26), max: 256, wantCut: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, cut := clip([]byte(tt.in), tt.max)
+			if cut != tt.wantCut {
+				t.Fatalf("cut = %v, want %v", cut, tt.wantCut)
+			}
+			if len(got) > tt.max {
+				t.Errorf("len = %d, over the limit %d", len(got), tt.max)
+			}
+			if !cut {
+				if got != tt.in {
+					t.Errorf("got %q, want the input unchanged", got)
+				}
+				return
+			}
+			if !utf8.ValidString(got) && utf8.ValidString(tt.in) {
+				t.Errorf("the clipped text is not valid UTF-8")
+			}
+			if !strings.HasPrefix(got, tt.wantHead) || !strings.HasSuffix(got, tt.wantTail) {
+				t.Errorf("got %.40q…, want head %q and tail %q", got, tt.wantHead, tt.wantTail)
+			}
+			i := strings.Index(got, "\n…[")
+			j := strings.Index(got, " bytes cut]…\n")
+			if i < 0 || j < i {
+				t.Fatalf("no marker in %.80q", got)
+			}
+			head, tail := got[:i], got[j+len(" bytes cut]…\n"):]
+			if !strings.HasPrefix(tt.in, head) || !strings.HasSuffix(tt.in, tail) {
+				t.Error("head or tail is not the input's")
+			}
+			if n := got[i+len("\n…[") : j]; n != strconv.Itoa(len(tt.in)-len(head)-len(tail)) {
+				t.Errorf("marker says %s bytes cut, really %d", n, len(tt.in)-len(head)-len(tail))
+			}
+			if tt.max >= 256 && len(got) < tt.max-4 {
+				t.Errorf("len = %d: the budget %d is wasted", len(got), tt.max)
+			}
+		})
+	}
+}
+
+func TestNormalizeArgs(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{name: "object", in: `{"a":1}`, want: `{"a":1}`},
+		{name: "empty", in: "", want: "{}"},
+		{name: "blank", in: "  \n", want: "{}"},
+		{name: "null", in: "null", want: "{}"},
+		{name: "double encoded", in: `"{\"a\": 1}"`, want: `{"a": 1}`},
+		{name: "a plain string stays invalid", in: `"hello"`, want: `"hello"`},
+		{name: "garbage stays garbage", in: `{"a":`, want: `{"a":`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := normalizeArgs(tt.in); got != tt.want {
+				t.Errorf("normalizeArgs(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestGlobRegexp(t *testing.T) {
+	tests := []struct {
+		name, pattern, line string
+		want                bool
+	}{
+		{name: "literal", pattern: "git status", line: "git status", want: true},
+		{name: "anchored end", pattern: "git status", line: "git status --porcelain", want: false},
+		{name: "anchored start", pattern: "status", line: "git status", want: false},
+		{name: "star crosses spaces and slashes", pattern: "python3 scripts/*.py *", line: "python3 scripts/a/b.py --x 1", want: true},
+		{name: "question mark", pattern: "ls -?", line: "ls -l", want: true},
+		{name: "regexp characters are literal", pattern: "echo a.b", line: "echo axb", want: false},
+		{name: "escape", pattern: `echo \*`, line: "echo *", want: true},
+		{name: "escaped star is not a wildcard", pattern: `echo \*`, line: "echo x", want: false},
+		{name: "newline inside", pattern: "echo *", line: "echo a\nb", want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			re, err := globRegexp(tt.pattern)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := re.MatchString(tt.line); got != tt.want {
+				t.Errorf("%q matches %q = %v, want %v", tt.pattern, tt.line, got, tt.want)
+			}
+		})
+	}
+}
+
+// BenchmarkClip measures clipping 1 MiB of output to the default 16 KiB against the baseline
+// of copying it into a string, which any caller pays anyway.
+func BenchmarkClip(b *testing.B) {
+	out := []byte(strings.Repeat("0123456789abcdef\n", 1<<20/17))
+	b.Run("baseline-copy", func(b *testing.B) {
+		b.SetBytes(int64(len(out)))
+		for b.Loop() {
+			_ = string(out)
+		}
+	})
+	b.Run("clip-16KiB", func(b *testing.B) {
+		b.SetBytes(int64(len(out)))
+		for b.Loop() {
+			_, _ = clip(out, 16384)
+		}
+	})
+	small := out[:4096]
+	b.Run("fits", func(b *testing.B) {
+		b.SetBytes(int64(len(small)))
+		for b.Loop() {
+			_, _ = clip(small, 16384)
+		}
+	})
+}

@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// captureBytes is how much of each stream the sandbox keeps for one command. The model gets
+// max_output_bytes of it (head and tail); the transcript gets all of it.
+const captureBytes = sandbox.DefaultMaxOutputBytes
+
+// commandResult is the JSON object a command's result is, for the model and the transcript.
+type commandResult struct {
+	ExitCode        int    `json:"exit_code"`
+	TimedOut        bool   `json:"timed_out"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	// Error is set when the command ran but the sandbox reports a problem with it, such as
+	// the workdir passing its disk bound.
+	Error string `json:"error,omitempty"`
+}
+
+// runner is what command tools and the shell share: where and how long commands run. The
+// environment is the sandbox's own (it gives PATH, HOME and LANG; nothing of the host's).
+type runner struct {
+	sb        Sandbox
+	timeout   time.Duration
+	maxOutput int
+}
+
+// exec runs argv and shapes the result. A non-zero exit or a timeout is data for the model;
+// only a command that could not run at all is a failure.
+func (r runner) exec(ctx context.Context, argv []string) result {
+	res, err := r.sb.Exec(ctx, sandbox.ExecRequest{
+		Argv:           argv,
+		Timeout:        r.timeout,
+		MaxOutputBytes: captureBytes,
+	})
+	var problem string
+	switch {
+	case errors.Is(err, sandbox.ErrDiskFull):
+		problem = err.Error() // the command ran: its result still goes to the model
+	case err != nil:
+		return failure("failed: the command could not run: %v", err)
+	}
+	stdout, stdoutCut := clip(res.Stdout, r.maxOutput)
+	stderr, stderrCut := clip(res.Stderr, r.maxOutput)
+	model := commandResult{
+		ExitCode:        res.ExitCode,
+		TimedOut:        res.TimedOut,
+		Stdout:          stdout,
+		Stderr:          stderr,
+		StdoutTruncated: stdoutCut || res.StdoutTruncated,
+		StderrTruncated: stderrCut || res.StderrTruncated,
+		Error:           problem,
+	}
+	full := commandResult{
+		ExitCode:        res.ExitCode,
+		TimedOut:        res.TimedOut,
+		Stdout:          string(res.Stdout),
+		Stderr:          string(res.Stderr),
+		StdoutTruncated: res.StdoutTruncated,
+		StderrTruncated: res.StderrTruncated,
+		Error:           problem,
+	}
+	return result{
+		model:     model,
+		full:      full,
+		exitCode:  res.ExitCode,
+		timedOut:  res.TimedOut,
+		truncated: model.StdoutTruncated || model.StderrTruncated,
+		err:       problem,
+	}
+}
+
+// commandTool is a named command: a fixed argv template whose "{{name}}" elements are
+// replaced whole by the arguments, never through a shell.
+type commandTool struct {
+	runner
+	spec config.Tool
+}
+
+func (t commandTool) Definition() definition {
+	params := t.spec.Parameters
+	if params == nil {
+		params = map[string]any{"type": "object", "properties": map[string]any{}, "additionalProperties": false}
+	}
+	return definition{
+		Name:        t.spec.Name,
+		Description: or(t.spec.Description, "Run the "+t.spec.Name+" command."),
+		Parameters:  params,
+	}
+}
+
+func (t commandTool) Call(ctx context.Context, _ string, raw json.RawMessage) result {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // 3 stays "3", 1e3 stays "1e3": no float formatting
+	var args map[string]any
+	if err := dec.Decode(&args); err != nil {
+		return failure("invalid arguments: %v", err)
+	}
+	argv, err := substitute(t.spec.Command, args)
+	if err != nil {
+		return failure("invalid arguments: %v", err)
+	}
+	return t.exec(ctx, argv)
+}
+
+// substitute fills an argv template. An element "{{name}}" becomes the argument's value as one
+// element, whatever characters it holds; an absent optional argument drops its element.
+func substitute(template []string, args map[string]any) ([]string, error) {
+	argv := make([]string, 0, len(template))
+	for _, el := range template {
+		name := config.Placeholder(el)
+		if name == "" {
+			argv = append(argv, el)
+			continue
+		}
+		v, ok := args[name]
+		if !ok {
+			continue
+		}
+		s, err := argString(v)
+		if err != nil {
+			return nil, fmt.Errorf("parameter %q %w", name, err)
+		}
+		argv = append(argv, s)
+	}
+	return argv, nil
+}
+
+func argString(v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		if strings.ContainsRune(v, 0) {
+			return "", fmt.Errorf("contains a NUL byte")
+		}
+		return v, nil
+	case json.Number:
+		return v.String(), nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	default:
+		return "", fmt.Errorf("must be a string, number or boolean to fill an argv element")
+	}
+}

@@ -1,0 +1,250 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+const (
+	// maxWriteBytes bounds the content of one write_file call.
+	maxWriteBytes = 1 << 20
+	// maxReadBytes bounds the size of a file read_file will open; the model pages through it
+	// with offset and limit, max_output_bytes at a time.
+	maxReadBytes = 8 << 20
+)
+
+// fileTools is what the built-in file tools share: the sandbox and the output cap.
+type fileTools struct {
+	sb        Sandbox
+	maxOutput int
+}
+
+// fsError turns a sandbox error into the message the model sees.
+func fsError(op, name string, err error) result {
+	switch {
+	case errors.Is(err, sandbox.ErrPathEscape):
+		return failure("path %q outside the workdir; use a path relative to the workdir, without ..", name)
+	case errors.Is(err, sandbox.ErrNotFound):
+		return failure("failed: %s %q: no such file", op, name)
+	case errors.Is(err, sandbox.ErrTooLarge):
+		return failure("failed: %s %q: file larger than %d bytes", op, name, maxReadBytes)
+	default:
+		return failure("failed: %s %q: %v", op, name, err)
+	}
+}
+
+// cleanPath validates a model-supplied path; ok is false when res holds the error to return.
+func cleanPath(name string) (clean string, res result, ok bool) {
+	clean, err := sandbox.CleanPath(name)
+	if err != nil {
+		return "", fsError("open", name, err), false
+	}
+	return clean, result{}, true
+}
+
+// listFiles is the list_files tool.
+type listFiles struct {
+	fileTools
+	description string
+}
+
+type listFilesArgs struct {
+	Path string `json:"path"`
+}
+
+type listedFile struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+type listFilesResult struct {
+	Path      string       `json:"path"`
+	Files     []listedFile `json:"files"`
+	Truncated bool         `json:"truncated"`
+}
+
+func (t listFiles) Definition() definition {
+	return definition{
+		Name: "list_files",
+		Description: or(t.description, "List the files under a folder of the working directory "+
+			"(recursively) with their sizes in bytes. Paths are relative to the working directory."),
+		Parameters: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"path": map[string]any{"type": "string", "description": "Folder relative to the working directory; default: the working directory itself."},
+			},
+			"additionalProperties": false,
+		},
+	}
+}
+
+func (t listFiles) Call(ctx context.Context, _ string, raw json.RawMessage) result {
+	var args listFilesArgs
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return failure("invalid arguments: %v", err)
+	}
+	dir, res, ok := cleanPath(args.Path)
+	if !ok {
+		return res
+	}
+	infos, err := t.sb.List(ctx, dir)
+	if err != nil {
+		return fsError("list", dir, err)
+	}
+	out := listFilesResult{Path: dir, Files: []listedFile{}}
+	size := 64
+	for _, fi := range infos {
+		size += len(fi.Path) + 32 // the JSON of one entry, roughly
+		if size > t.maxOutput {
+			out.Truncated = true
+			break
+		}
+		out.Files = append(out.Files, listedFile{Path: fi.Path, Size: fi.Size})
+	}
+	return result{model: out, truncated: out.Truncated}
+}
+
+// readFile is the read_file tool.
+type readFile struct {
+	fileTools
+	description string
+}
+
+type readFileArgs struct {
+	Path   string `json:"path"`
+	Offset int64  `json:"offset"`
+	Limit  int64  `json:"limit"`
+}
+
+type readFileResult struct {
+	Path       string `json:"path"`
+	Size       int64  `json:"size"`
+	Offset     int64  `json:"offset"`
+	Content    string `json:"content"`
+	Truncated  bool   `json:"truncated"`
+	NextOffset int64  `json:"next_offset,omitempty"`
+}
+
+func (t readFile) Definition() definition {
+	return definition{
+		Name: "read_file",
+		Description: or(t.description, fmt.Sprintf("Read a text file of the working directory. "+
+			"At most %d bytes come back per call; when truncated is true, call again with offset "+
+			"set to next_offset. Files larger than %d bytes cannot be read.", t.maxOutput, maxReadBytes)),
+		Parameters: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"path":   map[string]any{"type": "string", "description": "File path relative to the working directory."},
+				"offset": map[string]any{"type": "integer", "minimum": 0, "description": "Byte offset to start at; default 0."},
+				"limit":  map[string]any{"type": "integer", "minimum": 1, "description": fmt.Sprintf("Bytes to return; default and maximum %d.", t.maxOutput)},
+			},
+			"required":             []any{"path"},
+			"additionalProperties": false,
+		},
+	}
+}
+
+func (t readFile) Call(ctx context.Context, _ string, raw json.RawMessage) result {
+	var args readFileArgs
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return failure("invalid arguments: %v", err)
+	}
+	name, res, ok := cleanPath(args.Path)
+	if !ok {
+		return res
+	}
+	if name == "." {
+		return failure("invalid arguments: path names the working directory; use list_files")
+	}
+	data, err := t.sb.ReadFile(ctx, name, maxReadBytes)
+	if err != nil {
+		return fsError("read", name, err)
+	}
+	limit := int64(t.maxOutput)
+	if args.Limit > 0 && args.Limit < limit {
+		limit = args.Limit
+	}
+	size := int64(len(data))
+	start := min(args.Offset, size)
+	end := min(start+limit, size)
+	if end < size {
+		// End on a character boundary so the model does not see a broken character.
+		for e := end; e > start && end-e < utf8.UTFMax; e-- {
+			if utf8.RuneStart(data[e]) {
+				end = e
+				break
+			}
+		}
+	}
+	out := readFileResult{Path: name, Size: size, Offset: start, Content: string(data[start:end]), Truncated: end < size}
+	if out.Truncated {
+		out.NextOffset = end
+	}
+	return result{model: out, truncated: out.Truncated}
+}
+
+// writeFile is the write_file tool.
+type writeFile struct {
+	fileTools
+	description string
+}
+
+type writeFileArgs struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+type writeFileResult struct {
+	Path    string `json:"path"`
+	Written int    `json:"written"`
+}
+
+func (t writeFile) Definition() definition {
+	return definition{
+		Name: "write_file",
+		Description: or(t.description, fmt.Sprintf("Create or replace a text file in the working "+
+			"directory (parent folders are created). Content is at most %d bytes.", maxWriteBytes)),
+		Parameters: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"path":    map[string]any{"type": "string", "description": "File path relative to the working directory."},
+				"content": map[string]any{"type": "string", "description": "The complete new content of the file."},
+			},
+			"required":             []any{"path", "content"},
+			"additionalProperties": false,
+		},
+	}
+}
+
+func (t writeFile) Call(ctx context.Context, _ string, raw json.RawMessage) result {
+	var args writeFileArgs
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return failure("invalid arguments: %v", err)
+	}
+	name, res, ok := cleanPath(args.Path)
+	if !ok {
+		return res
+	}
+	if name == "." {
+		return failure("invalid arguments: path names the working directory, not a file")
+	}
+	if len(args.Content) > maxWriteBytes {
+		return failure("invalid arguments: content is %d bytes, the limit is %d", len(args.Content), maxWriteBytes)
+	}
+	if err := t.sb.WriteFile(ctx, name, []byte(args.Content)); err != nil {
+		return fsError("write", name, err)
+	}
+	return result{model: writeFileResult{Path: name, Written: len(args.Content)}}
+}
+
+func or(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}

@@ -1,0 +1,531 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+)
+
+// Request is one job for the agent.
+type Request struct {
+	JobID string
+	// Profile is the job's execution profile, its limits already tightened by the caller.
+	// Unset fields take the profile defaults.
+	Profile config.Profile
+	Task    string
+	// Inputs are the workdir-relative names of the input files, listed to the model.
+	Inputs  []string
+	Sandbox Sandbox
+	// Approver decides the shell tool's "ask" policy; nil means every such command is denied.
+	Approver Approver
+	// Progress, when set, is called synchronously before every model request and every tool
+	// call; it must be cheap.
+	Progress func(Event)
+}
+
+func (r Request) validate() error {
+	switch {
+	case r.Sandbox == nil:
+		return fmt.Errorf("%w: job %s: no Sandbox", ErrInvalidRequest, r.JobID)
+	case r.Profile.Model.Name == "":
+		return fmt.Errorf("%w: job %s: the profile names no model", ErrInvalidRequest, r.JobID)
+	case strings.TrimSpace(r.Task) == "":
+		return fmt.Errorf("%w: job %s: the task is empty", ErrInvalidRequest, r.JobID)
+	}
+	return nil
+}
+
+// Event kinds.
+const (
+	EventModelRequest = "model_request"
+	EventToolCall     = "tool_call"
+)
+
+// Event reports progress: a model request about to be sent, or a tool call about to run.
+type Event struct {
+	Kind         string
+	Turn         int // the model round trip this event belongs to, from 1
+	ToolCalls    int // tool calls so far, this one included
+	MaxToolCalls int
+	Tool         string // the tool's name, for tool_call events
+}
+
+// Outcome is how a run ended when it ended without an error.
+type Outcome string
+
+// Outcomes.
+const (
+	// OutcomeCompleted: the model answered without calling a tool.
+	OutcomeCompleted Outcome = "completed"
+	// OutcomeCapped: a cap stopped the run; Result.Cap names it.
+	OutcomeCapped Outcome = "capped"
+)
+
+// Caps that end a run with OutcomeCapped.
+const (
+	CapMaxTurns     = "max_turns"
+	CapMaxToolCalls = "max_tool_calls"
+	CapMaxTokens    = "max_tokens"
+	CapJobTimeout   = "job_timeout"
+)
+
+// Result is what a run produced. Run returns it also with an error, holding what was done
+// until then; Outcome is only set when the error is nil.
+type Result struct {
+	Outcome      Outcome
+	Cap          string // when capped: CapMaxTurns, CapMaxToolCalls, CapMaxTokens or CapJobTimeout
+	FinalMessage string // the model's last answer (its refusal when it only refused)
+	Turns        int    // model round trips
+	ToolCalls    []ToolCall
+	Usage        Usage
+	Model        string // as reported by the endpoint
+	ResponseIDs  []string
+	// Transcript is JSONL (see transcript.go), at most Profile.Limits.MaxTranscriptBytes
+	// long, ending with a "truncated" line when it was cut.
+	Transcript []byte
+}
+
+// ToolCall records one tool call that counted against max_tool_calls.
+type ToolCall struct {
+	ID   string
+	Tool string
+	// ArgsSHA256 is the hex SHA-256 of the arguments as run (an empty string becomes "{}").
+	ArgsSHA256 string
+	// ExitCode of the command; 0 for file tools; -1 when nothing ran (Error says why).
+	ExitCode  int
+	TimedOut  bool
+	Truncated bool // output was cut for the model or by the sandbox
+	Error     string
+	Duration  time.Duration
+}
+
+// Usage is the token usage the endpoint reported, summed over the run.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// errJobTimeout is the cause of the job context's end when Profile.Limits.JobTimeout passes.
+var errJobTimeout = errors.New("job timeout")
+
+// Run lets the model work on the request until it answers without calling a tool or a cap
+// stops it. The caps: Limits.MaxTurns model round trips; Limits.MaxToolCalls tool calls (every
+// call counts, invalid ones too; calls beyond the cap are answered "not run" and the run
+// ends); Limits.MaxTokens total tokens, checked before each request; Limits.JobTimeout over
+// the whole run, after which Run returns OutcomeCapped with CapJobTimeout and a nil error.
+// The tool calls of the last permitted response still run.
+//
+// Errors: ErrInvalidRequest before anything ran; ErrModelUnavailable, ErrModelAuth,
+// ErrModelRequest or ErrModelResponse from the endpoint; ctx's error when ctx ends. With an
+// error Run still returns the partial Result, transcript included.
+func (a *Agent) Run(ctx context.Context, req Request) (Result, error) {
+	if err := req.validate(); err != nil {
+		return Result{}, err
+	}
+	p := req.Profile.WithDefaults()
+	tools, err := a.toolset(p, req)
+	if err != nil {
+		return Result{}, err
+	}
+	r := &run{
+		agent: a,
+		req:   req,
+		p:     p,
+		log:   a.cfg.Logger.With("job_id", req.JobID),
+		tools: tools,
+		tr:    &transcript{limit: p.Limits.MaxTranscriptBytes},
+		ids:   map[string]bool{},
+	}
+	jobCtx, cancel := context.WithTimeoutCause(ctx, time.Duration(p.Limits.JobTimeout), errJobTimeout)
+	defer cancel()
+	err = r.loop(jobCtx)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		if cause := context.Cause(ctx); cause != ctx.Err() {
+			err = fmt.Errorf("agent: job %s interrupted: %w: %w", req.JobID, ctx.Err(), cause)
+		} else {
+			err = fmt.Errorf("agent: job %s interrupted: %w", req.JobID, ctx.Err())
+		}
+	case errors.Is(err, errJobTimeout):
+		r.capped(CapJobTimeout)
+		err = nil
+	}
+	r.finish(err)
+	return r.res, err
+}
+
+// toolset builds the registry of the profile's tools for one run.
+func (a *Agent) toolset(p config.Profile, req Request) (*toolset, error) {
+	cmd := runner{
+		sb:        req.Sandbox,
+		timeout:   time.Duration(p.Limits.CommandTimeout),
+		maxOutput: p.Limits.MaxOutputBytes,
+	}
+	files := fileTools{sb: req.Sandbox, maxOutput: p.Limits.MaxOutputBytes}
+	tools := make([]tool, 0, len(p.Tools))
+	for _, t := range p.Tools {
+		switch {
+		case t.Kind == config.ToolBuiltin && t.Name == "list_files":
+			tools = append(tools, listFiles{files, t.Description})
+		case t.Kind == config.ToolBuiltin && t.Name == "read_file":
+			tools = append(tools, readFile{files, t.Description})
+		case t.Kind == config.ToolBuiltin && t.Name == "write_file":
+			tools = append(tools, writeFile{files, t.Description})
+		case t.Kind == config.ToolCommand && len(t.Command) > 0:
+			r := cmd
+			if t.Timeout > 0 {
+				r.timeout = time.Duration(t.Timeout)
+			}
+			tools = append(tools, commandTool{runner: r, spec: t})
+		case t.Kind == config.ToolShell:
+			st, err := newShellTool(cmd, t, req.JobID, req.Approver, time.Duration(p.Limits.ApprovalTimeout))
+			if err != nil {
+				return nil, err
+			}
+			tools = append(tools, st)
+		default:
+			return nil, fmt.Errorf("%w: tool %q of kind %q cannot be built (see config.Tool)", ErrInvalidRequest, t.Name, t.Kind)
+		}
+	}
+	return newToolset(&a.schemas, tools)
+}
+
+// run is the state of one Run.
+type run struct {
+	agent    *Agent
+	req      Request
+	p        config.Profile
+	log      *slog.Logger
+	tools    *toolset
+	tr       *transcript
+	res      Result
+	messages []openai.ChatCompletionMessageParamUnion
+	logged   int             // messages already in the transcript
+	ids      map[string]bool // tool call ids seen, to keep them unique
+}
+
+// call is one tool call of a response, normalised.
+type call struct {
+	id, name, args string
+	custom         bool
+}
+
+func (r *run) loop(ctx context.Context) error {
+	if sp := r.p.SystemPrompt; strings.TrimSpace(sp) != "" {
+		r.messages = append(r.messages, openai.SystemMessage(sp))
+	}
+	r.messages = append(r.messages, openai.UserMessage(taskMessage(r.req.Task, r.req.Inputs)))
+	defs := r.tools.definitions()
+	lim := r.p.Limits
+	for {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		switch {
+		case r.res.Turns >= lim.MaxTurns:
+			r.capped(CapMaxTurns)
+			return nil
+		case r.res.Usage.TotalTokens >= lim.MaxTokens:
+			r.capped(CapMaxTokens)
+			return nil
+		}
+		turn := r.res.Turns + 1
+		msg, err := r.complete(ctx, turn, defs)
+		if err != nil {
+			return err
+		}
+		calls := r.normalize(turn, msg.ToolCalls)
+		r.messages = append(r.messages, assistantMessage(msg.Content, calls))
+		if len(calls) == 0 {
+			// Finish reasons differ between servers ("stop" with tool calls, "tool_calls"
+			// without): the presence of tool calls decides.
+			r.res.Outcome = OutcomeCompleted
+			r.res.FinalMessage = or(msg.Content, msg.Refusal)
+			return nil
+		}
+		for i, c := range calls {
+			if len(r.res.ToolCalls) >= lim.MaxToolCalls {
+				r.skip(turn, calls[i:], fmt.Sprintf("not run: the job reached its cap of %d tool calls", lim.MaxToolCalls))
+				r.capped(CapMaxToolCalls)
+				return nil
+			}
+			r.callTool(ctx, turn, c)
+			if ctx.Err() != nil {
+				r.skip(turn, calls[i+1:], "not run: the job ended")
+				return context.Cause(ctx)
+			}
+		}
+	}
+}
+
+// complete sends the conversation and returns the model's message.
+func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompletionToolUnionParam) (openai.ChatCompletionMessage, error) {
+	m := r.p.Model
+	params := openai.ChatCompletionNewParams{Model: m.Name, Messages: r.messages, Tools: defs}
+	if m.Temperature != nil {
+		params.Temperature = openai.Float(*m.Temperature)
+	}
+	if m.TopP != nil {
+		params.TopP = openai.Float(*m.TopP)
+	}
+	if m.Seed != nil {
+		params.Seed = openai.Int(*m.Seed)
+	}
+	if m.MaxCompletionTokens > 0 {
+		params.MaxCompletionTokens = openai.Int(m.MaxCompletionTokens)
+	}
+	r.logRequest(turn, params)
+	r.progress(Event{Kind: EventModelRequest, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls})
+
+	start := time.Now()
+	resp, err := r.agent.chat.New(ctx, params, option.WithMiddleware(r.logAttempt))
+	if err != nil {
+		if ctx.Err() != nil {
+			return openai.ChatCompletionMessage{}, context.Cause(ctx)
+		}
+		return openai.ChatCompletionMessage{}, modelError(err, r.agent.cfg.APIKey)
+	}
+	r.res.Turns = turn
+	r.res.ResponseIDs = append(r.res.ResponseIDs, resp.ID)
+	if resp.Model != "" {
+		r.res.Model = resp.Model
+	}
+	u := Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, TotalTokens: resp.Usage.TotalTokens}
+	if u.TotalTokens == 0 {
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	}
+	r.res.Usage.PromptTokens += u.PromptTokens
+	r.res.Usage.CompletionTokens += u.CompletionTokens
+	r.res.Usage.TotalTokens += u.TotalTokens
+
+	line := responseLine{Type: "response", Time: now(), Turn: turn, ID: resp.ID, Model: resp.Model, Usage: u, DurationMS: sinceMS(start)}
+	if len(resp.Choices) == 0 {
+		r.tr.add(line)
+		return openai.ChatCompletionMessage{}, fmt.Errorf("agent: chat completion %s: %w: no choices", resp.ID, ErrModelResponse)
+	}
+	choice := resp.Choices[0]
+	line.FinishReason = choice.FinishReason
+	if raw := choice.Message.RawJSON(); json.Valid([]byte(raw)) {
+		line.Message = json.RawMessage(raw)
+	}
+	r.tr.add(line)
+	r.log.Info("model response", "turn", turn, "response_id", resp.ID, "finish_reason", choice.FinishReason,
+		"tool_calls", len(choice.Message.ToolCalls), "total_tokens", u.TotalTokens, "duration_ms", sinceMS(start))
+	return choice.Message, nil
+}
+
+// normalize makes the tool calls of a response usable whatever the server sent: ids that are
+// missing or repeated are replaced by stable ones, arguments that are empty become "{}",
+// arguments sent as an object or as a JSON string holding an object become that object.
+func (r *run) normalize(turn int, tcs []openai.ChatCompletionMessageToolCallUnion) []call {
+	calls := make([]call, 0, len(tcs))
+	for i, tc := range tcs {
+		c := call{id: tc.ID, name: tc.Function.Name, args: normalizeArgs(tc.Function.Arguments)}
+		if tc.Type == "custom" {
+			c.name, c.args, c.custom = tc.Custom.Name, "{}", true
+		}
+		if len(c.name) > 128 {
+			c.name = c.name[:128]
+		}
+		if c.id == "" || r.ids[c.id] {
+			c.id = fmt.Sprintf("call_boxcar_%d_%d", turn, i+1)
+			for r.ids[c.id] {
+				c.id += "_"
+			}
+		}
+		r.ids[c.id] = true
+		calls = append(calls, c)
+	}
+	return calls
+}
+
+func normalizeArgs(s string) string {
+	t := strings.TrimSpace(s)
+	if t == "" || t == "null" {
+		return "{}"
+	}
+	if t[0] == '"' {
+		var inner string
+		if json.Unmarshal([]byte(t), &inner) == nil {
+			if in := strings.TrimSpace(inner); strings.HasPrefix(in, "{") {
+				return in
+			}
+		}
+	}
+	return t
+}
+
+// callTool runs one tool call and appends its tool message.
+func (r *run) callTool(ctx context.Context, turn int, c call) {
+	r.progress(Event{Kind: EventToolCall, Turn: turn, ToolCalls: len(r.res.ToolCalls) + 1, MaxToolCalls: r.p.Limits.MaxToolCalls, Tool: c.name})
+	start := time.Now()
+	var res result
+	if c.custom {
+		res = failure("tool %q not found: only function tool calls are supported", c.name)
+	} else {
+		res = r.tools.call(ctx, c.id, c.name, c.args)
+	}
+	d := time.Since(start)
+	r.answer(turn, c, res, d)
+	sum := sha256.Sum256([]byte(c.args))
+	r.res.ToolCalls = append(r.res.ToolCalls, ToolCall{
+		ID:         c.id,
+		Tool:       c.name,
+		ArgsSHA256: hex.EncodeToString(sum[:]),
+		ExitCode:   res.exitCode,
+		TimedOut:   res.timedOut,
+		Truncated:  res.truncated,
+		Error:      res.err,
+		Duration:   d,
+	})
+	attrs := []any{"turn", turn, "tool", c.name, "call_id", c.id, "exit_code", res.exitCode,
+		"timed_out", res.timedOut, "truncated", res.truncated, "duration_ms", d.Milliseconds()}
+	if res.err != "" {
+		attrs = append(attrs, "tool_error", clipText(res.err, 300))
+	}
+	r.log.Info("tool call", attrs...)
+}
+
+// skip answers calls that will not run, so every call id has its tool message.
+func (r *run) skip(turn int, calls []call, reason string) {
+	for _, c := range calls {
+		r.answer(turn, c, failure("%s", reason), 0)
+	}
+}
+
+// answer appends the tool message of a call and its transcript line.
+func (r *run) answer(turn int, c call, res result, d time.Duration) {
+	content, err := json.Marshal(res.model)
+	if err != nil {
+		content, _ = json.Marshal(errorResult{Error: "failed: result not encodable: " + err.Error()})
+	}
+	r.messages = append(r.messages, openai.ToolMessage(string(content), c.id))
+	full := res.full
+	if full == nil {
+		full = res.model
+	}
+	r.tr.add(toolCallLine{Type: "tool_call", Time: now(), Turn: turn, ID: c.id, Tool: c.name, Args: rawJSON(c.args),
+		Result: full, ExitCode: res.exitCode, DurationMS: d.Milliseconds(), Error: res.err})
+}
+
+func (r *run) capped(cap string) {
+	r.res.Outcome = OutcomeCapped
+	r.res.Cap = cap
+}
+
+func (r *run) progress(e Event) {
+	if r.req.Progress != nil {
+		r.req.Progress(e)
+	}
+}
+
+// logRequest writes the request to the transcript: the parameters and tools once, then only
+// the messages added since the previous request.
+func (r *run) logRequest(turn int, params openai.ChatCompletionNewParams) {
+	line := requestLine{Type: "request", Time: now(), Turn: turn}
+	if turn == 1 {
+		head := params
+		head.Messages = nil
+		if b, err := json.Marshal(head); err == nil {
+			line.Params = b
+		}
+	}
+	for _, m := range r.messages[r.logged:] {
+		if b, err := json.Marshal(m); err == nil {
+			line.Messages = append(line.Messages, b)
+		}
+	}
+	r.logged = len(r.messages)
+	r.tr.add(line)
+	r.log.Debug("model request", "turn", turn, "messages", len(r.messages))
+}
+
+// logAttempt logs each HTTP attempt that failed, retries included; never headers or bodies.
+func (r *run) logAttempt(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	start := time.Now()
+	res, err := next(req)
+	switch {
+	case err != nil && req.Context().Err() == nil:
+		r.log.Warn("model request attempt failed", "error", err, "duration_ms", sinceMS(start))
+	case err == nil && res.StatusCode >= 400:
+		r.log.Warn("model request attempt failed", "status", res.StatusCode, "duration_ms", sinceMS(start))
+	}
+	return res, err
+}
+
+// finish closes the transcript and logs the end of the run.
+func (r *run) finish(err error) {
+	line := finalLine{Type: "final", Time: now(), Outcome: r.res.Outcome, Cap: r.res.Cap, Message: r.res.FinalMessage,
+		Turns: r.res.Turns, ToolCalls: len(r.res.ToolCalls), Usage: r.res.Usage}
+	attrs := []any{"outcome", r.res.Outcome, "turns", r.res.Turns, "tool_calls", len(r.res.ToolCalls),
+		"total_tokens", r.res.Usage.TotalTokens}
+	if r.res.Cap != "" {
+		attrs = append(attrs, "cap", r.res.Cap)
+	}
+	if err != nil {
+		line.Error = err.Error()
+		attrs = append(attrs, "error", err) // returned too; logged here only at debug level
+		r.log.Debug("agent run ended", attrs...)
+	} else {
+		r.log.Info("agent run ended", attrs...)
+	}
+	r.tr.add(line)
+	r.res.Transcript = r.tr.bytes()
+}
+
+// clipText shortens s for a log line.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	t, _ := clip([]byte(s), n)
+	return t
+}
+
+// taskMessage is the first user message: the task and the input files.
+func taskMessage(task string, inputs []string) string {
+	var b strings.Builder
+	b.WriteString(strings.TrimSpace(task))
+	if len(inputs) == 0 {
+		b.WriteString("\n\nThere are no input files.")
+		return b.String()
+	}
+	b.WriteString("\n\nInput files in the working directory:")
+	for _, in := range inputs {
+		b.WriteString("\n- ")
+		b.WriteString(in)
+	}
+	return b.String()
+}
+
+// assistantMessage is the model's message as it goes back in the conversation, with the
+// normalised tool calls so that ids match the tool messages.
+func assistantMessage(content string, calls []call) openai.ChatCompletionMessageParamUnion {
+	var m openai.ChatCompletionAssistantMessageParam
+	if content != "" {
+		m.Content.OfString = openai.String(content)
+	}
+	for _, c := range calls {
+		m.ToolCalls = append(m.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+			OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+				ID:       c.id,
+				Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.name, Arguments: c.args},
+			},
+		})
+	}
+	return openai.ChatCompletionMessageParamUnion{OfAssistant: &m}
+}

@@ -1,0 +1,182 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+)
+
+// Approver asks a person whether a shell command may run (the "ask" policy). Approve blocks
+// until an answer or until ctx ends; the agent bounds ctx by the profile's approval timeout.
+// false, an error or no answer in time all mean denied.
+type Approver interface {
+	Approve(ctx context.Context, req ApprovalRequest) (bool, error)
+}
+
+// ApprovalRequest is one command waiting for a person.
+type ApprovalRequest struct {
+	JobID  string
+	CallID string
+	Argv   []string
+}
+
+// shellTool is general command execution under the profile's policy:
+//
+//   - deny: every command is refused;
+//   - allowlist: a command runs when its command line, argv joined by single spaces, matches
+//     one of the patterns as a whole. In a pattern "*" matches any run of characters (spaces
+//     and "/" included), "?" one character, and "\" makes the next character literal. Write
+//     the program and its fixed leading arguments literally: "git status", "ls *",
+//     "python3 scripts/*.py *";
+//   - ask: the Approver decides each command; without one every command is refused.
+//
+// Commands run as argv, never through a shell. A command given as a string is split on
+// whitespace with no quoting, so the model is told to prefer an array.
+type shellTool struct {
+	runner
+	spec            config.Tool
+	jobID           string
+	approver        Approver
+	approvalTimeout time.Duration
+	allow           []*regexp.Regexp
+}
+
+func newShellTool(r runner, spec config.Tool, jobID string, approver Approver, approvalTimeout time.Duration) (shellTool, error) {
+	t := shellTool{runner: r, spec: spec, jobID: jobID, approver: approver, approvalTimeout: approvalTimeout}
+	for _, p := range spec.Allow {
+		re, err := globRegexp(p)
+		if err != nil {
+			return shellTool{}, fmt.Errorf("%w: tool %q: allow pattern %q: %v", ErrInvalidRequest, spec.Name, p, err)
+		}
+		t.allow = append(t.allow, re)
+	}
+	return t, nil
+}
+
+func (t shellTool) Definition() definition {
+	desc := "Run a command in the sandbox. It runs without a shell: give argv as an array of " +
+		"strings, e.g. [\"ls\", \"-l\"]; a string is split on whitespace with no quoting, pipes, " +
+		"redirection or variables. "
+	switch t.spec.Policy {
+	case config.PolicyAllowlist:
+		desc += "Only command lines matching one of these patterns run (* matches anything): " +
+			strings.Join(t.spec.Allow, " | ") + "."
+	case config.PolicyAsk:
+		desc += "A person approves each command; a command that is not approved is refused."
+	default:
+		desc += "The operator's policy currently refuses every command."
+	}
+	if t.spec.Description != "" {
+		desc = t.spec.Description + " " + desc
+	}
+	return definition{
+		Name:        t.spec.Name,
+		Description: desc,
+		Parameters: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"command": map[string]any{
+					"description": "The command as argv (preferred) or as a whitespace-separated string.",
+					"anyOf": []any{
+						map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "minItems": 1},
+						map[string]any{"type": "string", "minLength": 1},
+					},
+				},
+			},
+			"required":             []any{"command"},
+			"additionalProperties": false,
+		},
+	}
+}
+
+func (t shellTool) Call(ctx context.Context, callID string, raw json.RawMessage) result {
+	var args struct {
+		Command json.RawMessage `json:"command"`
+	}
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return failure("invalid arguments: %v", err)
+	}
+	var argv []string
+	var line string
+	if err := json.Unmarshal(args.Command, &line); err == nil {
+		argv = strings.Fields(line)
+	} else if err := json.Unmarshal(args.Command, &argv); err != nil {
+		return failure("invalid arguments: command must be an array of strings or a string")
+	}
+	if len(argv) == 0 || argv[0] == "" {
+		return failure("invalid arguments: command is empty")
+	}
+	for _, a := range argv {
+		if strings.ContainsRune(a, 0) {
+			return failure("invalid arguments: command contains a NUL byte")
+		}
+	}
+	if refused := t.decide(ctx, callID, argv); refused != "" {
+		return failure("refused: %s", refused)
+	}
+	return t.exec(ctx, argv)
+}
+
+// decide applies the policy; it returns why the command is refused, or "" to run it.
+func (t shellTool) decide(ctx context.Context, callID string, argv []string) string {
+	switch t.spec.Policy {
+	case config.PolicyAllowlist:
+		cmdline := strings.Join(argv, " ")
+		for _, re := range t.allow {
+			if re.MatchString(cmdline) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("%q matches none of the allowed patterns", cmdline)
+	case config.PolicyAsk:
+		if t.approver == nil {
+			return "commands need a person's approval and none can be asked in this run"
+		}
+		actx, cancel := context.WithTimeout(ctx, t.approvalTimeout)
+		defer cancel()
+		ok, err := t.approver.Approve(actx, ApprovalRequest{JobID: t.jobID, CallID: callID, Argv: argv})
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || (err == nil && !ok && actx.Err() != nil):
+			return fmt.Sprintf("no approval within %s", t.approvalTimeout)
+		case err != nil:
+			return fmt.Sprintf("approval failed: %v", err)
+		case !ok:
+			return "a person denied the command"
+		}
+		return ""
+	default:
+		return "the operator's policy for this profile refuses shell commands"
+	}
+}
+
+// globRegexp compiles an allowlist pattern: "*" any run of characters, "?" one character,
+// "\" escapes the next character; everything else is literal and the match is anchored.
+func globRegexp(pattern string) (*regexp.Regexp, error) {
+	var sb strings.Builder
+	sb.WriteString(`(?s)^`)
+	for i := 0; i < len(pattern); i++ {
+		switch c := pattern[i]; c {
+		case '*':
+			sb.WriteString(`.*`)
+		case '?':
+			sb.WriteString(`.`)
+		case '\\':
+			if i+1 < len(pattern) {
+				i++
+				sb.WriteString(regexp.QuoteMeta(pattern[i : i+1]))
+			} else {
+				sb.WriteString(`\\`)
+			}
+		default:
+			sb.WriteString(regexp.QuoteMeta(pattern[i : i+1]))
+		}
+	}
+	sb.WriteString(`$`)
+	return regexp.Compile(sb.String())
+}

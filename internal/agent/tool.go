@@ -1,0 +1,245 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/shared"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Tool results. Every tool call is answered with exactly one JSON object in the content of the
+// tool message whose tool_call_id is the call's id. The shapes are a contract (the demo model
+// in internal/demomodel reads them):
+//
+//	command tools and shell: {"exit_code":0,"timed_out":false,"stdout":"…","stderr":"…",
+//	                          "stdout_truncated":false,"stderr_truncated":false}
+//	                          plus "error" when the command ran but the sandbox reports a
+//	                          problem with it (the workdir over its disk bound)
+//	list_files:              {"path":".","files":[{"path":"sales.csv","size":123}],"truncated":false}
+//	read_file:               {"path":"a.txt","size":9000,"offset":0,"content":"…","truncated":true,"next_offset":8192}
+//	write_file:              {"path":"report.md","written":1234}
+//	any failure:             {"error":"…"}
+//
+// Errors start with a fixed phrase: `tool "x" not found`, `invalid arguments: …`,
+// `path … outside the workdir`, `refused: …` (shell policy), `not run: …` (a cap was reached),
+// `failed: …` (the sandbox could not do it). A stream longer than the profile's
+// max_output_bytes keeps its head and tail around a marker "\n…[N bytes cut]…\n" and sets its
+// *_truncated flag; a flag is also set when the sandbox itself discarded output. Tool output is
+// data: nothing in it changes the loop, the tools or the policy.
+
+// tool is one tool offered to the model.
+type tool interface {
+	// Definition names the tool and describes its arguments as a JSON Schema object.
+	Definition() definition
+	// Call runs the tool with arguments that have already been checked against the schema.
+	Call(ctx context.Context, callID string, args json.RawMessage) result
+}
+
+// definition is what the model is told about a tool.
+type definition struct {
+	Name        string
+	Description string
+	Parameters  map[string]any
+}
+
+// result is what one tool call produced.
+type result struct {
+	model     any // the one JSON object the model sees
+	full      any // the transcript's version with complete output; nil means model
+	exitCode  int // the command's exit code; 0 for file tools; -1 when nothing ran
+	timedOut  bool
+	truncated bool
+	err       string // set when the call failed; also in model as {"error":…}
+}
+
+type errorResult struct {
+	Error string `json:"error"`
+}
+
+// failure is a result that tells the model what went wrong.
+func failure(format string, args ...any) result {
+	msg := fmt.Sprintf(format, args...)
+	return result{model: errorResult{Error: msg}, exitCode: -1, err: msg}
+}
+
+// toolset is the registry of one run: the profile's tools with their compiled schemas.
+type toolset struct {
+	order  []string
+	byName map[string]toolEntry
+}
+
+type toolEntry struct {
+	tool   tool
+	def    definition
+	schema *jsonschema.Schema
+}
+
+func newToolset(cache *schemaCache, tools []tool) (*toolset, error) {
+	ts := &toolset{byName: make(map[string]toolEntry, len(tools))}
+	for _, t := range tools {
+		def := t.Definition()
+		if _, dup := ts.byName[def.Name]; dup {
+			return nil, fmt.Errorf("%w: tool %q is declared twice", ErrInvalidRequest, def.Name)
+		}
+		schema, err := cache.compile(def.Parameters)
+		if err != nil {
+			return nil, fmt.Errorf("%w: tool %q: parameters: %v", ErrInvalidRequest, def.Name, err)
+		}
+		ts.order = append(ts.order, def.Name)
+		ts.byName[def.Name] = toolEntry{tool: t, def: def, schema: schema}
+	}
+	return ts, nil
+}
+
+// definitions returns the tools in the form the chat API takes, in profile order.
+func (ts *toolset) definitions() []openai.ChatCompletionToolUnionParam {
+	defs := make([]openai.ChatCompletionToolUnionParam, 0, len(ts.order))
+	for _, name := range ts.order {
+		d := ts.byName[name].def
+		fn := shared.FunctionDefinitionParam{Name: d.Name, Parameters: d.Parameters}
+		if d.Description != "" {
+			fn.Description = openai.String(d.Description)
+		}
+		defs = append(defs, openai.ChatCompletionFunctionTool(fn))
+	}
+	return defs
+}
+
+// call looks the tool up, checks the arguments against its schema and runs it.
+func (ts *toolset) call(ctx context.Context, callID, name, args string) result {
+	e, ok := ts.byName[name]
+	if !ok {
+		return failure("tool %q not found; the tools are %s", name, strings.Join(ts.order, ", "))
+	}
+	v, err := jsonschema.UnmarshalJSON(strings.NewReader(args))
+	if err != nil {
+		return failure("invalid arguments: not valid JSON: %v", err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return failure("invalid arguments: must be a JSON object")
+	}
+	if err := e.schema.Validate(v); err != nil {
+		return failure("invalid arguments: %s", describeValidation(err))
+	}
+	return e.tool.Call(ctx, callID, json.RawMessage(args))
+}
+
+// describeValidation turns a schema validation error into one line that names each failing
+// location.
+func describeValidation(err error) string {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return err.Error()
+	}
+	var leaves []string
+	var walk func(*jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			leaves = append(leaves, e.Error())
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	const maxLeaves = 5
+	if len(leaves) > maxLeaves {
+		leaves = append(leaves[:maxLeaves], fmt.Sprintf("and %d more", len(leaves)-maxLeaves))
+	}
+	return strings.Join(leaves, "; ")
+}
+
+// schemaCache compiles each distinct parameter schema once and keeps it for later runs. Its
+// size is bounded by the schemas the host's profiles declare.
+type schemaCache struct {
+	mu      sync.Mutex
+	schemas map[string]*jsonschema.Schema
+}
+
+func (c *schemaCache) compile(params map[string]any) (*jsonschema.Schema, error) {
+	if params == nil {
+		params = map[string]any{"type": "object"}
+	}
+	key, err := json.Marshal(params) // map keys are sorted: equal schemas give equal keys
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.schemas[string(key)]; ok {
+		return s, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(key))
+	if err != nil {
+		return nil, err
+	}
+	comp := jsonschema.NewCompiler()
+	comp.UseLoader(noLoader{}) // a schema may not pull in files or URLs
+	const loc = "urn:boxcar:tool-parameters"
+	if err := comp.AddResource(loc, doc); err != nil {
+		return nil, err
+	}
+	s, err := comp.Compile(loc)
+	if err != nil {
+		return nil, err
+	}
+	if c.schemas == nil {
+		c.schemas = map[string]*jsonschema.Schema{}
+	}
+	c.schemas[string(key)] = s
+	return s, nil
+}
+
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("schema reference %s: only references inside the schema are allowed", url)
+}
+
+// clip returns b as a string when it fits in max bytes. A longer b keeps its head and tail
+// around a marker "\n…[N bytes cut]…\n", cut on UTF-8 boundaries, all within max bytes.
+func clip(b []byte, max int) (string, bool) {
+	if len(b) <= max {
+		return string(b), false
+	}
+	// The marker's length depends on N, which depends on the marker's length: iterate to the
+	// fixed point (the digit count only grows, so this ends within a few rounds).
+	cut := len(b) - max
+	for {
+		keep := max - len(cutMarker(cut))
+		if keep <= 0 {
+			return string(b[:max]), true
+		}
+		if next := len(b) - keep; next != cut {
+			cut = next
+			continue
+		}
+		head := keep - keep/2
+		tail := len(b) - keep/2
+		for head > 0 && !utf8.RuneStart(b[head]) {
+			head--
+		}
+		for tail < len(b) && !utf8.RuneStart(b[tail]) {
+			tail++
+		}
+		// Moving to rune boundaries cuts d more bytes and lengthens the marker by at most
+		// one digit, so the total stays within max.
+		var sb strings.Builder
+		sb.Grow(max)
+		sb.Write(b[:head])
+		sb.WriteString(cutMarker(tail - head))
+		sb.Write(b[tail:])
+		return sb.String(), true
+	}
+}
+
+func cutMarker(n int) string { return fmt.Sprintf("\n…[%d bytes cut]…\n", n) }

@@ -1,0 +1,129 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
+
+// The transcript is JSONL, one object per event, each with "type" and "time":
+//
+//	{"type":"request","turn":1,"params":{…},"messages":[…]}  params (model, parameters, tools)
+//	    on the first request only; messages are those added since the previous request
+//	{"type":"response","turn":1,"id":…,"model":…,"finish_reason":…,"usage":{…},"message":{…},"duration_ms":…}
+//	{"type":"tool_call","turn":1,"id":…,"tool":…,"args":…,"result":{…},"exit_code":…,"duration_ms":…,"error":…}
+//	    result holds the complete output as the sandbox returned it, before the model's cap
+//	{"type":"final","outcome":…,"cap":…,"message":…,"turns":…,"tool_calls":…,"usage":{…},"error":…}
+//	{"type":"truncated","limit_bytes":…,"dropped_lines":…,"dropped_bytes":…}
+//
+// It never holds the API key or any HTTP header. When the next line would pass the limit, that
+// line and all later ones are dropped and a last "truncated" line says how much was lost.
+
+// markerReserve is kept free under the limit for the "truncated" line.
+const markerReserve = 256
+
+type transcript struct {
+	limit        int64
+	buf          bytes.Buffer
+	droppedLines int
+	droppedBytes int64
+}
+
+type truncatedLine struct {
+	Type         string `json:"type"`
+	Time         string `json:"time"`
+	LimitBytes   int64  `json:"limit_bytes"`
+	DroppedLines int    `json:"dropped_lines"`
+	DroppedBytes int64  `json:"dropped_bytes"`
+}
+
+// add appends one event. v must marshal to a JSON object.
+func (t *transcript) add(v any) {
+	line, err := json.Marshal(v)
+	if err != nil {
+		line, _ = json.Marshal(map[string]string{"type": "transcript_error", "time": now(), "error": err.Error()})
+	}
+	line = append(line, '\n')
+	if t.droppedLines == 0 && int64(t.buf.Len()+len(line)) <= t.limit-markerReserve {
+		t.buf.Write(line)
+		return
+	}
+	t.droppedLines++
+	t.droppedBytes += int64(len(line))
+}
+
+// bytes returns the transcript, with the truncation line when something was dropped.
+func (t *transcript) bytes() []byte {
+	out := bytes.Clone(t.buf.Bytes())
+	if t.droppedLines == 0 {
+		return out
+	}
+	marker, _ := json.Marshal(truncatedLine{
+		Type:         "truncated",
+		Time:         now(),
+		LimitBytes:   t.limit,
+		DroppedLines: t.droppedLines,
+		DroppedBytes: t.droppedBytes,
+	})
+	return append(append(out, marker...), '\n')
+}
+
+func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
+// Transcript lines.
+
+type requestLine struct {
+	Type     string            `json:"type"`
+	Time     string            `json:"time"`
+	Turn     int               `json:"turn"`
+	Params   json.RawMessage   `json:"params,omitempty"`
+	Messages []json.RawMessage `json:"messages"`
+}
+
+type responseLine struct {
+	Type         string          `json:"type"`
+	Time         string          `json:"time"`
+	Turn         int             `json:"turn"`
+	ID           string          `json:"id"`
+	Model        string          `json:"model"`
+	FinishReason string          `json:"finish_reason"`
+	Usage        Usage           `json:"usage"`
+	Message      json.RawMessage `json:"message,omitempty"`
+	DurationMS   int64           `json:"duration_ms"`
+}
+
+type toolCallLine struct {
+	Type       string `json:"type"`
+	Time       string `json:"time"`
+	Turn       int    `json:"turn"`
+	ID         string `json:"id"`
+	Tool       string `json:"tool"`
+	Args       any    `json:"args"`
+	Result     any    `json:"result"`
+	ExitCode   int    `json:"exit_code"`
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+}
+
+type finalLine struct {
+	Type      string  `json:"type"`
+	Time      string  `json:"time"`
+	Outcome   Outcome `json:"outcome,omitempty"`
+	Cap       string  `json:"cap,omitempty"`
+	Message   string  `json:"message"`
+	Turns     int     `json:"turns"`
+	ToolCalls int     `json:"tool_calls"`
+	Usage     Usage   `json:"usage"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// rawJSON keeps s as JSON when it is valid and as a JSON string otherwise, so a model's
+// malformed arguments are still recorded exactly.
+func rawJSON(s string) any {
+	if json.Valid([]byte(s)) {
+		return json.RawMessage(s)
+	}
+	return s
+}
+
+func sinceMS(start time.Time) int64 { return time.Since(start).Milliseconds() }

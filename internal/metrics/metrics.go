@@ -1,0 +1,142 @@
+// Package metrics owns Boxcar's Prometheus collectors and the HTTP endpoints /metrics, /healthz
+// and /readyz. It records what others report; it makes no decisions.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds every collector the worker exports. Labels carry bounded values only
+// (profile, outcome, tool, backend, cap); never a job id.
+type Metrics struct {
+	Jobs          *prometheus.CounterVec   // profile, outcome
+	JobDuration   *prometheus.HistogramVec // profile, outcome
+	QueueWait     *prometheus.HistogramVec // profile
+	JobsInFlight  prometheus.Gauge
+	SlotsFree     prometheus.Gauge
+	SandboxStart  *prometheus.HistogramVec // backend
+	SandboxClose  *prometheus.HistogramVec // backend
+	SandboxFailed *prometheus.CounterVec   // backend, stage
+	ToolCalls     *prometheus.CounterVec   // profile, tool, outcome
+	ModelTokens   *prometheus.CounterVec   // profile, kind
+	CapHits       *prometheus.CounterVec   // profile, cap
+	Redeliveries  prometheus.Counter
+	DeadLetters   *prometheus.CounterVec // reason
+	StaleAttempts prometheus.Counter
+	UploadedBytes prometheus.Counter
+	registry      *prometheus.Registry
+}
+
+// New registers Boxcar's collectors, plus the Go and process collectors, on a new registry.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	durations := []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600}
+	fast := []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m := &Metrics{
+		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_jobs_total", Help: "Jobs finished, by profile and outcome.",
+		}, []string{"profile", "outcome"}),
+		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "boxcar_job_duration_seconds", Help: "Time from a job's start on a worker to its end.", Buckets: durations,
+		}, []string{"profile", "outcome"}),
+		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "boxcar_job_queue_wait_seconds", Help: "Time a job waited in the queue before a worker started it.", Buckets: durations,
+		}, []string{"profile"}),
+		JobsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "boxcar_jobs_in_flight", Help: "Jobs this worker is running now.",
+		}),
+		SlotsFree: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "boxcar_worker_slots_free", Help: "Job slots this worker has free.",
+		}),
+		SandboxStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "boxcar_sandbox_start_seconds", Help: "Time to start a sandbox.", Buckets: fast,
+		}, []string{"backend"}),
+		SandboxClose: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "boxcar_sandbox_close_seconds", Help: "Time to remove a sandbox.", Buckets: fast,
+		}, []string{"backend"}),
+		SandboxFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_sandbox_failures_total", Help: "Sandbox operations that failed, by backend and stage.",
+		}, []string{"backend", "stage"}),
+		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_tool_calls_total", Help: "Tool calls, by profile, tool and outcome.",
+		}, []string{"profile", "tool", "outcome"}),
+		ModelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_model_tokens_total", Help: "Model tokens used, by profile and kind (prompt, completion).",
+		}, []string{"profile", "kind"}),
+		CapHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_cap_hits_total", Help: "Jobs ended by a cap, by profile and cap.",
+		}, []string{"profile", "cap"}),
+		Redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "boxcar_job_redeliveries_total", Help: "Job deliveries after the first.",
+		}),
+		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_dead_letters_total", Help: "Jobs sent to the dead-letter stream, by reason.",
+		}, []string{"reason"}),
+		StaleAttempts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "boxcar_stale_attempts_total", Help: "Attempts whose result was discarded because another attempt had already committed.",
+		}),
+		UploadedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "boxcar_store_uploaded_bytes_total", Help: "Bytes uploaded to the store.",
+		}),
+		registry: reg,
+	}
+	for _, c := range []prometheus.Collector{m.Jobs, m.JobDuration, m.QueueWait, m.JobsInFlight, m.SlotsFree,
+		m.SandboxStart, m.SandboxClose, m.SandboxFailed, m.ToolCalls, m.ModelTokens, m.CapHits,
+		m.Redeliveries, m.DeadLetters, m.StaleAttempts, m.UploadedBytes} {
+		f(c)
+	}
+	return m
+}
+
+// Registry is where the collectors live, for tests and extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Ready reports whether the worker can take jobs; nil means ready.
+type Ready func(ctx context.Context) error
+
+// Serve listens on addr and serves /metrics, /healthz and /readyz until ctx ends. It returns
+// the bound address through bound (useful with port 0) before serving.
+func (m *Metrics) Serve(ctx context.Context, addr string, ready Ready, log *slog.Logger, bound func(net.Addr)) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen on %s: %w (set metrics_addr in the config, or --metrics-addr)", addr, err)
+	}
+	if bound != nil {
+		bound(ln.Addr())
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics: serve: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,25 @@
+package provenance
+
+import (
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// TestLayoutMatchesStore keeps Verify's copy of the run layout in step with internal/store.
+func TestLayoutMatchesStore(t *testing.T) {
+	const id = "20261202t101500-abcdef012345"
+	tests := []struct{ got, want string }{
+		{runKey(id, manifestName), store.ManifestKey(id)},
+		{runKey(id, signatureName), store.SignatureKey(id)},
+		{runKey(id, "report.md"), store.ReportKey(id)},
+		{runKey(id, "transcript.jsonl"), store.TranscriptKey(id)},
+		{runKey(id, "artifacts/a.csv"), store.ArtifactKey(id, "a.csv")},
+		{inputKey("00ff"), store.InputKey("00ff")},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("provenance uses %s, store uses %s", tt.got, tt.want)
+		}
+	}
+}

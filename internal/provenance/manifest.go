@@ -1,0 +1,462 @@
+// Package provenance owns the record of how a run came about: the manifest (an in-toto
+// Statement v1 with a Boxcar predicate) in a canonical JSON form, its digests, optional
+// ed25519 DSSE signing, and verification of a stored run against it. It does not store
+// anything itself and never reads the environment, so a manifest cannot pick up a secret
+// that nobody put in it.
+package provenance
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "github.com/in-toto/attestation/go/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// PredicateType names the Boxcar predicate inside the in-toto statement.
+const PredicateType = "https://boxcar.dev/provenance/v1"
+
+// Manifest is the Boxcar predicate: everything that went into one run and how it ended.
+// Build fills Profile.Digest when it is empty and reduces Model.EndpointHost to a host.
+type Manifest struct {
+	Job       Job           `json:"job"`
+	Inputs    []Input       `json:"inputs"`
+	Profile   Profile       `json:"profile"`
+	Sandbox   Sandbox       `json:"sandbox"`
+	Model     Model         `json:"model"`
+	ToolCalls []ToolCall    `json:"tool_calls"`
+	Limits    config.Limits `json:"limits"` // the profile's limits after the job tightened them
+	Outcome   Outcome       `json:"outcome"`
+	Timings   Timings       `json:"timings"`
+	Attempt   int           `json:"attempt"` // 1 for the first delivery
+	Worker    Worker        `json:"worker"`
+}
+
+// Job is the job message as submitted, without its inputs' store URIs.
+type Job struct {
+	ID          string            `json:"id"`
+	Profile     string            `json:"profile"`
+	Task        string            `json:"task"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	SubmittedAt time.Time         `json:"submitted_at"`
+	SubmittedBy string            `json:"submitted_by,omitempty"`
+}
+
+// Input is one input file as the worker checked it.
+type Input struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"` // lowercase hex
+	Size   int64  `json:"size"`   // bytes
+}
+
+// Profile is the execution profile the run used, in full, with its digest.
+type Profile struct {
+	Name   string         `json:"name"`
+	Digest string         `json:"digest"` // "sha256:<hex>" of the canonical JSON of Spec; see ProfileDigest
+	Spec   config.Profile `json:"spec"`
+}
+
+// Sandbox describes where the tools ran.
+type Sandbox struct {
+	Backend     string `json:"backend"` // bubblewrap or kubernetes
+	ID          string `json:"id"`
+	Image       string `json:"image,omitempty"`
+	ImageDigest string `json:"image_digest,omitempty"`
+	CPU         string `json:"cpu"`
+	Memory      string `json:"memory"`
+	Disk        string `json:"disk"`
+	PIDs        int    `json:"pids"`
+	Isolation   string `json:"isolation,omitempty"` // e.g. "namespaces, no network" or a runtime class
+}
+
+// Model describes the model endpoint and what it was asked and answered.
+type Model struct {
+	// EndpointHost is the host (and port) of the API, never its path, query or user info.
+	EndpointHost string      `json:"endpoint_host"`
+	Name         string      `json:"name"`
+	Params       ModelParams `json:"params"`
+	ResponseIDs  []string    `json:"response_ids"`
+	Usage        Usage       `json:"usage"`
+}
+
+// ModelParams are the sampling parameters sent with every request.
+type ModelParams struct {
+	Temperature         *float64 `json:"temperature,omitempty"`
+	TopP                *float64 `json:"top_p,omitempty"`
+	Seed                *int64   `json:"seed,omitempty"`
+	MaxCompletionTokens int64    `json:"max_completion_tokens,omitempty"`
+}
+
+// Usage is the token count the endpoint reported, summed over the run.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// ToolCall is one tool call: its arguments only as a digest, its result as flags.
+type ToolCall struct {
+	ID         string `json:"id"`
+	Tool       string `json:"tool"`
+	ArgsSHA256 string `json:"args_sha256"` // lowercase hex of the raw JSON arguments
+	ExitCode   int    `json:"exit_code"`
+	TimedOut   bool   `json:"timed_out"`
+	Truncated  bool   `json:"truncated"`
+	Error      string `json:"error,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// Outcome is how the run ended.
+type Outcome struct {
+	State job.State `json:"state"`
+	Cap   string    `json:"cap,omitempty"` // the limit that stopped a capped run
+	Error string    `json:"error,omitempty"`
+}
+
+// Timings are the run's moments in UTC.
+type Timings struct {
+	QueuedAt   time.Time `json:"queued_at,omitzero"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	DurationMS int64     `json:"duration_ms"` // Build computes it from StartedAt and FinishedAt when zero
+}
+
+// Worker identifies the build that ran the job; see WorkerInfo.
+type Worker struct {
+	ID          string `json:"id"`
+	Version     string `json:"version"`
+	VCSRevision string `json:"vcs_revision,omitempty"`
+	VCSModified bool   `json:"vcs_modified"`
+	GoVersion   string `json:"go_version"`
+}
+
+// Subject is a file the manifest vouches for: its name relative to the run's folder
+// ("report.md", "artifacts/table.csv", "transcript.jsonl"), SHA-256 and size.
+type Subject struct {
+	Name   string
+	SHA256 string // lowercase hex
+	Size   int64  // bytes
+}
+
+// Statement is a parsed manifest.
+type Statement struct {
+	Subjects  []Subject // sorted by name
+	Predicate Manifest
+}
+
+var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Build returns the manifest as an in-toto Statement v1 in canonical JSON: object keys sorted,
+// no insignificant white space, no HTML escaping, times in UTC, subjects sorted by name. The
+// same manifest and subjects always give the same bytes. Errors wrap ErrInvalid.
+func Build(m Manifest, subjects []Subject) ([]byte, error) {
+	m, err := normalize(m)
+	if err != nil {
+		return nil, fmt.Errorf("provenance: build: %w", err)
+	}
+	subjects = slices.Clone(subjects)
+	slices.SortFunc(subjects, func(a, b Subject) int { return strings.Compare(a.Name, b.Name) })
+	if err := checkSubjects(subjects); err != nil {
+		return nil, fmt.Errorf("provenance: build: %w", err)
+	}
+
+	predJSON, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("provenance: build: encode predicate: %w", err)
+	}
+	pred := &structpb.Struct{}
+	if err := protojson.Unmarshal(predJSON, pred); err != nil {
+		return nil, fmt.Errorf("provenance: build: predicate as a struct: %w", err)
+	}
+	st := &v1.Statement{
+		Type:          v1.StatementTypeUri,
+		PredicateType: PredicateType,
+		Predicate:     pred,
+	}
+	for _, s := range subjects {
+		st.Subject = append(st.Subject, &v1.ResourceDescriptor{
+			Name:        s.Name,
+			Digest:      map[string]string{"sha256": s.SHA256},
+			Annotations: &structpb.Struct{Fields: map[string]*structpb.Value{"size": structpb.NewNumberValue(float64(s.Size))}},
+		})
+	}
+	if err := st.Validate(); err != nil {
+		return nil, fmt.Errorf("provenance: build: %w: %w", ErrInvalid, err)
+	}
+	raw, err := protojson.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("provenance: build: encode statement: %w", err)
+	}
+
+	// protojson varies its white space on purpose and holds every number as a double; the
+	// canonical form sorts keys, drops the white space and takes the predicate's numbers
+	// from encoding/json, so an int64 such as a seed keeps all of its digits.
+	var doc map[string]any
+	if err := decodeJSON(raw, &doc); err != nil {
+		return nil, fmt.Errorf("provenance: build: %w", err)
+	}
+	var exact any
+	if err := decodeJSON(predJSON, &exact); err != nil {
+		return nil, fmt.Errorf("provenance: build: %w", err)
+	}
+	doc["predicate"] = exact
+	return encodeCanonical(doc)
+}
+
+// normalize checks a manifest and puts it in the one form Build encodes.
+func normalize(m Manifest) (Manifest, error) {
+	if !job.ValidID(m.Job.ID) {
+		return m, fmt.Errorf("%w: job.id %q is not a job id", ErrInvalid, m.Job.ID)
+	}
+	for i, in := range m.Inputs {
+		if !hexSHA256.MatchString(in.SHA256) || in.Size < 0 {
+			return m, fmt.Errorf("%w: inputs[%d] (%s): sha256 must be 64 lowercase hex digits and size at least 0", ErrInvalid, i, in.Name)
+		}
+	}
+	for i, c := range m.ToolCalls {
+		if c.ArgsSHA256 != "" && !hexSHA256.MatchString(c.ArgsSHA256) {
+			return m, fmt.Errorf("%w: tool_calls[%d].args_sha256 %q is not 64 lowercase hex digits", ErrInvalid, i, c.ArgsSHA256)
+		}
+	}
+	digest, err := ProfileDigest(m.Profile.Spec)
+	if err != nil {
+		return m, err
+	}
+	switch m.Profile.Digest {
+	case "":
+		m.Profile.Digest = digest
+	case digest:
+	default:
+		return m, fmt.Errorf("%w: profile.digest %s does not match the profile, whose digest is %s", ErrInvalid, m.Profile.Digest, digest)
+	}
+	m.Model.EndpointHost = EndpointHost(m.Model.EndpointHost)
+	// null and [] would hash differently for the same run.
+	m.Inputs = nonNil(m.Inputs)
+	m.ToolCalls = nonNil(m.ToolCalls)
+	m.Model.ResponseIDs = nonNil(m.Model.ResponseIDs)
+	if len(m.Job.Labels) == 0 {
+		m.Job.Labels = nil
+	}
+	m.Job.SubmittedAt = m.Job.SubmittedAt.UTC()
+	t := &m.Timings
+	t.QueuedAt, t.StartedAt, t.FinishedAt = t.QueuedAt.UTC(), t.StartedAt.UTC(), t.FinishedAt.UTC()
+	if t.DurationMS == 0 && !t.StartedAt.IsZero() && t.FinishedAt.After(t.StartedAt) {
+		t.DurationMS = t.FinishedAt.Sub(t.StartedAt).Milliseconds()
+	}
+	return m, nil
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// checkSubjects wants at least one subject, sorted, each with a clean relative name, a hex
+// SHA-256 and a size, and no name twice.
+func checkSubjects(subjects []Subject) error {
+	if len(subjects) == 0 {
+		return fmt.Errorf("%w: no subjects; the report at least must be named", ErrInvalid)
+	}
+	for i, s := range subjects {
+		switch {
+		case !validName(s.Name):
+			return fmt.Errorf("%w: subject %q: a name is a clean relative path inside the run's folder", ErrInvalid, s.Name)
+		case !hexSHA256.MatchString(s.SHA256):
+			return fmt.Errorf("%w: subject %s: sha256 %q is not 64 lowercase hex digits", ErrInvalid, s.Name, s.SHA256)
+		case s.Size < 0:
+			return fmt.Errorf("%w: subject %s: size %d is negative", ErrInvalid, s.Name, s.Size)
+		case i > 0 && subjects[i-1].Name == s.Name:
+			return fmt.Errorf("%w: subject %s appears twice", ErrInvalid, s.Name)
+		}
+	}
+	return nil
+}
+
+// validName reports whether name is a relative slash-separated path without empty, "." or
+// ".." parts: it cannot climb out of the run's folder.
+func validName(name string) bool {
+	if name == "" || strings.ContainsRune(name, 0) || strings.Contains(name, `\`) {
+		return false
+	}
+	for part := range strings.SplitSeq(name, "/") {
+		if part == "" || part == "." || part == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// Parse reads a manifest that Build wrote: an in-toto Statement v1 with the Boxcar predicate.
+// Errors wrap ErrInvalid.
+func Parse(data []byte) (Statement, error) {
+	var st v1.Statement
+	if err := protojson.Unmarshal(data, &st); err != nil {
+		return Statement{}, fmt.Errorf("provenance: parse: %w: %v", ErrInvalid, err)
+	}
+	if err := st.Validate(); err != nil {
+		return Statement{}, fmt.Errorf("provenance: parse: %w: %w", ErrInvalid, err)
+	}
+	if st.GetType() != v1.StatementTypeUri {
+		return Statement{}, fmt.Errorf("provenance: parse: %w: statement type %q, want %s", ErrInvalid, st.GetType(), v1.StatementTypeUri)
+	}
+	if st.GetPredicateType() != PredicateType {
+		return Statement{}, fmt.Errorf("provenance: parse: %w: predicate type %q, want %s", ErrInvalid, st.GetPredicateType(), PredicateType)
+	}
+
+	// The typed view reads numbers exactly; protojson has checked the shape already.
+	var doc struct {
+		Subject []struct {
+			Name        string            `json:"name"`
+			Digest      map[string]string `json:"digest"`
+			Annotations struct {
+				Size *int64 `json:"size"`
+			} `json:"annotations"`
+		} `json:"subject"`
+		Predicate json.RawMessage `json:"predicate"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return Statement{}, fmt.Errorf("provenance: parse: %w: %v", ErrInvalid, err)
+	}
+	var out Statement
+	for _, s := range doc.Subject {
+		if s.Annotations.Size == nil {
+			return Statement{}, fmt.Errorf("provenance: parse: %w: subject %s has no size annotation", ErrInvalid, s.Name)
+		}
+		out.Subjects = append(out.Subjects, Subject{Name: s.Name, SHA256: s.Digest["sha256"], Size: *s.Annotations.Size})
+	}
+	slices.SortFunc(out.Subjects, func(a, b Subject) int { return strings.Compare(a.Name, b.Name) })
+	if err := checkSubjects(out.Subjects); err != nil {
+		return Statement{}, fmt.Errorf("provenance: parse: %w", err)
+	}
+	if err := json.Unmarshal(doc.Predicate, &out.Predicate); err != nil {
+		return Statement{}, fmt.Errorf("provenance: parse: %w: predicate: %v", ErrInvalid, err)
+	}
+	if !job.ValidID(out.Predicate.Job.ID) {
+		return Statement{}, fmt.Errorf("provenance: parse: %w: job.id %q is not a job id", ErrInvalid, out.Predicate.Job.ID)
+	}
+	return out, nil
+}
+
+// ProfileDigest returns "sha256:<hex>" of the profile's canonical JSON. Any change to the
+// profile (a tool, a limit, the prompt) changes it; map order and white space do not.
+func ProfileDigest(p config.Profile) (string, error) {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("provenance: profile digest: %w", err)
+	}
+	var v any
+	if err := decodeJSON(data, &v); err != nil {
+		return "", fmt.Errorf("provenance: profile digest: %w", err)
+	}
+	canon, err := encodeCanonical(v)
+	if err != nil {
+		return "", fmt.Errorf("provenance: profile digest: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// Digest reads r to its end and returns the lowercase hex SHA-256 and the byte count.
+func Digest(r io.Reader) (hexSHA256 string, size int64, err error) {
+	h := sha256.New()
+	size, err = io.Copy(h, r)
+	if err != nil {
+		return "", size, fmt.Errorf("provenance: digest: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), size, nil
+}
+
+// EndpointHost reduces a model endpoint to its host and port: "https://user:pass@host:8443/v1?k=x"
+// becomes "host:8443". A bare host stays as it is.
+func EndpointHost(endpoint string) string {
+	s := strings.TrimSpace(endpoint)
+	if s == "" {
+		return ""
+	}
+	if !strings.Contains(s, "://") {
+		s = "//" + s // let url.Parse see an authority
+	}
+	if u, err := url.Parse(s); err == nil && u.Host != "" {
+		return u.Host
+	}
+	// Unparseable: keep what sits between any user info and the first path, query or
+	// fragment character, and nothing else.
+	s = strings.TrimPrefix(s, "//")
+	if i := strings.Index(s, "://"); i >= 0 {
+		s = s[i+3:]
+	}
+	if i := strings.IndexAny(s, "/?#"); i >= 0 {
+		s = s[:i]
+	}
+	if i := strings.LastIndex(s, "@"); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
+
+// WorkerInfo describes the running binary for Manifest.Worker: its module version and the
+// VCS revision Go stamped into it (absent in tests and with -buildvcs=false).
+func WorkerInfo(id string) Worker {
+	w := Worker{ID: id, Version: "(unknown)", GoVersion: runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return w
+	}
+	if bi.Main.Version != "" {
+		w.Version = bi.Main.Version
+	}
+	if bi.GoVersion != "" {
+		w.GoVersion = bi.GoVersion
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			w.VCSRevision = s.Value
+		case "vcs.modified":
+			w.VCSModified = s.Value == "true"
+		}
+	}
+	return w
+}
+
+// decodeJSON reads exactly one JSON value, keeping numbers as written.
+func decodeJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: trailing data after the JSON value", ErrInvalid)
+	}
+	return nil
+}
+
+// encodeCanonical writes v with sorted object keys, no white space and no HTML escaping.
+func encodeCanonical(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

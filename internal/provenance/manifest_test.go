@@ -1,0 +1,371 @@
+package provenance_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+)
+
+func sha(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func build(t *testing.T, m provenance.Manifest, subjects []provenance.Subject) []byte {
+	t.Helper()
+	data, err := provenance.Build(m, subjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestBuildParseRoundTrip(t *testing.T) {
+	minimal := provenance.Manifest{
+		Job:     provenance.Job{ID: jobID, Profile: "p", Task: "t", SubmittedAt: time.Unix(0, 0)},
+		Profile: provenance.Profile{Name: "p", Spec: config.Profile{Model: config.ModelParams{Name: "m"}}},
+		Outcome: provenance.Outcome{State: "failed", Error: "sandbox: start: no bwrap"},
+	}
+	tests := []struct {
+		name     string
+		manifest provenance.Manifest
+		subjects []provenance.Subject
+	}{
+		{"full run", sampleManifest(t), sampleSubjects()},
+		{"minimal failed run", minimal, []provenance.Subject{{Name: "transcript.jsonl", SHA256: sha(""), Size: 0}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := build(t, tt.manifest, tt.subjects)
+			st, err := provenance.Parse(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantSubjects := slices.Clone(tt.subjects)
+			slices.SortFunc(wantSubjects, func(a, b provenance.Subject) int { return strings.Compare(a.Name, b.Name) })
+			if !slices.Equal(st.Subjects, wantSubjects) {
+				t.Errorf("subjects = %+v, want %+v", st.Subjects, wantSubjects)
+			}
+			p := st.Predicate
+			if p.Job.ID != tt.manifest.Job.ID || p.Job.Task != tt.manifest.Job.Task || p.Outcome != tt.manifest.Outcome {
+				t.Errorf("predicate job/outcome = %+v %+v, want %+v %+v", p.Job, p.Outcome, tt.manifest.Job, tt.manifest.Outcome)
+			}
+			if !p.Job.SubmittedAt.Equal(tt.manifest.Job.SubmittedAt) {
+				t.Errorf("submitted_at = %s, want %s", p.Job.SubmittedAt, tt.manifest.Job.SubmittedAt)
+			}
+			if want, _ := provenance.ProfileDigest(tt.manifest.Profile.Spec); p.Profile.Digest != want {
+				t.Errorf("profile.digest = %s, want %s", p.Profile.Digest, want)
+			}
+			if got, _ := provenance.ProfileDigest(p.Profile.Spec); got != p.Profile.Digest {
+				t.Errorf("the parsed profile spec hashes to %s, the manifest records %s", got, p.Profile.Digest)
+			}
+			// What Parse returns builds the very same bytes again.
+			if again := build(t, p, st.Subjects); !bytes.Equal(again, data) {
+				t.Errorf("Build(Parse(m)) differs from m:\n%s\n%s", again, data)
+			}
+		})
+	}
+}
+
+func TestBuildKeepsValuesExact(t *testing.T) {
+	m := sampleManifest(t)
+	st, err := provenance.Parse(build(t, m, sampleSubjects()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := st.Predicate
+	if got := *p.Model.Params.Seed; got != 1<<62+1 {
+		t.Errorf("seed = %d, want %d (all digits of an int64)", got, int64(1<<62+1))
+	}
+	if got := p.Model.EndpointHost; got != "api.example.test" {
+		t.Errorf("endpoint_host = %q, want api.example.test", got)
+	}
+	if got := p.Timings.DurationMS; got != 90_000 {
+		t.Errorf("timings.duration_ms = %d, want 90000 computed from started_at and finished_at", got)
+	}
+	if got := p.Timings.StartedAt.Location(); got != time.UTC {
+		t.Errorf("started_at is in %s, want UTC", got)
+	}
+	if got := p.Limits.MaxTurns; got != 5 {
+		t.Errorf("limits.max_turns = %d, want the tightened 5", got)
+	}
+	if !slices.Equal(p.ToolCalls, m.ToolCalls) {
+		t.Errorf("tool_calls = %+v, want %+v", p.ToolCalls, m.ToolCalls)
+	}
+}
+
+func TestBuildIsCanonical(t *testing.T) {
+	m := sampleManifest(t)
+	base := build(t, m, sampleSubjects())
+
+	// Same run described differently: subjects in another order, times in another zone,
+	// the labels map built again.
+	other := sampleManifest(t)
+	other.Job.SubmittedAt = other.Job.SubmittedAt.In(time.FixedZone("PST", -8*3600))
+	other.Timings.StartedAt = other.Timings.StartedAt.UTC()
+	other.Job.Labels = map[string]string{"env": "test", "team": "finance"}
+	subjects := sampleSubjects()
+	slices.Reverse(subjects)
+	for i := range 20 {
+		if got := build(t, other, subjects); !bytes.Equal(got, base) {
+			t.Fatalf("build %d differs:\n%s\n%s", i, got, base)
+		}
+	}
+
+	// Canonical: compact, keys sorted at every level, no HTML escaping.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, base); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(compact.Bytes(), base) {
+		t.Errorf("output has insignificant white space: %.200s", base)
+	}
+	if !bytes.Contains(base, []byte("per <region> & month")) {
+		t.Errorf("output escapes HTML characters in the task: %.300s", base)
+	}
+	checkSortedKeys(t, base)
+	for _, want := range []string{
+		`{"_type":"https://in-toto.io/Statement/v1","predicate":{`,
+		`"predicateType":"https://boxcar.dev/provenance/v1","subject":[{"annotations":{"size":6},"digest":{"sha256":"` + sha("totals") + `"},"name":"artifacts/totals.csv"}`,
+		`"seed":4611686018427387905`,
+	} {
+		if !bytes.Contains(base, []byte(want)) {
+			t.Errorf("output lacks %s", want)
+		}
+	}
+}
+
+// checkSortedKeys walks the JSON tokens and fails on an object whose keys are out of order.
+func checkSortedKeys(t *testing.T, data []byte) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	type frame struct {
+		object  bool
+		lastKey *string
+		wantKey bool
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		top := len(stack) - 1
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{', '[':
+				if top >= 0 && stack[top].object {
+					stack[top].wantKey = true
+				}
+				stack = append(stack, frame{object: v == '{', wantKey: v == '{'})
+			default:
+				stack = stack[:top]
+			}
+			continue
+		case string:
+			if top >= 0 && stack[top].object && stack[top].wantKey {
+				if last := stack[top].lastKey; last != nil && *last >= v {
+					t.Errorf("key %q follows %q", v, *last)
+				}
+				stack[top].lastKey = &v
+				stack[top].wantKey = false
+				continue
+			}
+		}
+		if top >= 0 && stack[top].object {
+			stack[top].wantKey = true
+		}
+	}
+}
+
+func TestBuildRejects(t *testing.T) {
+	good := sampleManifest(t)
+	tests := []struct {
+		name     string
+		edit     func(m *provenance.Manifest)
+		subjects []provenance.Subject
+	}{
+		{"bad job id", func(m *provenance.Manifest) { m.Job.ID = "../x" }, sampleSubjects()},
+		{"no subjects", nil, nil},
+		{"climbing subject", nil, []provenance.Subject{{Name: "../../inputs/x", SHA256: sha("x"), Size: 1}}},
+		{"absolute subject", nil, []provenance.Subject{{Name: "/etc/passwd", SHA256: sha("x"), Size: 1}}},
+		{"subject without digest", nil, []provenance.Subject{{Name: "report.md", Size: 1}}},
+		{"uppercase digest", nil, []provenance.Subject{{Name: "report.md", SHA256: strings.ToUpper(sha("x")), Size: 1}}},
+		{"negative size", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: -1}}},
+		{"subject twice", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1}, {Name: "report.md", SHA256: sha("y"), Size: 1}}},
+		{"bad input digest", func(m *provenance.Manifest) { m.Inputs[0].SHA256 = "abc" }, sampleSubjects()},
+		{"bad args digest", func(m *provenance.Manifest) { m.ToolCalls[0].ArgsSHA256 = "args" }, sampleSubjects()},
+		{"wrong profile digest", func(m *provenance.Manifest) { m.Profile.Digest = "sha256:" + sha("other") }, sampleSubjects()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := good
+			m.Inputs = slices.Clone(good.Inputs)
+			m.ToolCalls = slices.Clone(good.ToolCalls)
+			if tt.edit != nil {
+				tt.edit(&m)
+			}
+			if _, err := provenance.Build(m, tt.subjects); !errors.Is(err, provenance.ErrInvalid) {
+				t.Errorf("Build error = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	good := string(build(t, sampleManifest(t), sampleSubjects()))
+	tests := []struct {
+		name string
+		data string
+	}{
+		{"not JSON", "manifest"},
+		{"empty object", "{}"},
+		{"trailing data", good + "{}"},
+		{"legacy statement type", strings.Replace(good, "in-toto.io/Statement/v1", "in-toto.io/Statement/v0.1", 1)},
+		{"other predicate type", strings.Replace(good, provenance.PredicateType, "https://slsa.dev/provenance/v1", 1)},
+		{"no size annotation", strings.Replace(good, `"annotations":{"size":6},`, "", 1)},
+		{"climbing subject", strings.Replace(good, `"name":"report.md"`, `"name":"../report.md"`, 1)},
+		{"unknown statement field", strings.Replace(good, `{"_type"`, `{"extra":1,"_type"`, 1)},
+		{"bad job id", strings.Replace(good, `"id":"`+jobID+`"`, `"id":"x"`, 1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.data == good {
+				t.Fatal("the edit did not change the manifest")
+			}
+			if _, err := provenance.Parse([]byte(tt.data)); !errors.Is(err, provenance.ErrInvalid) {
+				t.Errorf("Parse error = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestProfileDigest(t *testing.T) {
+	base := exampleProfile(t)
+	want, err := provenance.ProfileDigest(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^sha256:[0-9a-f]{64}$`).MatchString(want) {
+		t.Fatalf("ProfileDigest = %q, want sha256:<64 hex>", want)
+	}
+	// Stable: the same profile parsed again (new maps, new order) hashes the same.
+	for range 10 {
+		if got, _ := provenance.ProfileDigest(exampleProfile(t)); got != want {
+			t.Fatalf("ProfileDigest of the same profile = %s, then %s", want, got)
+		}
+	}
+	// Sensitive: every change shows.
+	tests := []struct {
+		name string
+		edit func(p *config.Profile)
+	}{
+		{"system prompt", func(p *config.Profile) { p.SystemPrompt += " " }},
+		{"model", func(p *config.Profile) { p.Model.Name = "gpt-4.1" }},
+		{"temperature", func(p *config.Profile) { p.Model.Temperature = ptr(0.1) }},
+		{"seed", func(p *config.Profile) { p.Model.Seed = ptr(int64(7)) }},
+		{"memory", func(p *config.Profile) { p.Sandbox.Memory = "1Gi" }},
+		{"image", func(p *config.Profile) { p.Sandbox.Image = "/srv/rootfs" }},
+		{"limit", func(p *config.Profile) { p.Limits.MaxToolCalls++ }},
+		{"tool argv", func(p *config.Profile) { p.Tools[3].Command[1] = "-E" }},
+		{"tool schema", func(p *config.Profile) {
+			p.Tools[3].Parameters["properties"].(map[string]any)["path"].(map[string]any)["maxLength"] = 201
+		}},
+		{"tool removed", func(p *config.Profile) { p.Tools = p.Tools[:3] }},
+		{"shell policy", func(p *config.Profile) {
+			p.Tools = append(p.Tools, config.Tool{Name: "shell", Kind: config.ToolShell, Policy: config.PolicyAsk})
+		}},
+	}
+	seen := map[string]string{want: "base"}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := exampleProfile(t)
+			tt.edit(&p)
+			got, err := provenance.ProfileDigest(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prev, ok := seen[got]; ok {
+				t.Errorf("digest %s after changing the %s equals the one of %s", got, tt.name, prev)
+			}
+			seen[got] = tt.name
+		})
+	}
+}
+
+func TestDigest(t *testing.T) {
+	tests := []struct {
+		name, data, want string
+	}{
+		{"empty", "", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+		{"abc", "abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, size, err := provenance.Digest(strings.NewReader(tt.data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want || size != int64(len(tt.data)) {
+				t.Errorf("Digest = %s, %d; want %s, %d", got, size, tt.want, len(tt.data))
+			}
+		})
+	}
+}
+
+func TestEndpointHost(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"user info and path", "https://user:pass@host/v1", "host"},
+		{"port and query", "https://api.example.test:8443/v1/?api-key=sk-test-SECRET#frag", "api.example.test:8443"},
+		{"bare host", "api.openai.com", "api.openai.com"},
+		{"bare host with user info", "user:pass@llm.internal:8000/v1", "llm.internal:8000"},
+		{"ipv6", "http://[::1]:11434/v1", "[::1]:11434"},
+		{"empty", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := provenance.EndpointHost(tt.in); got != tt.want {
+				t.Errorf("EndpointHost(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestManifestHoldsNoSecret builds a manifest in a worker whose environment holds the API key
+// and whose endpoint URL carries credentials, and looks for them in the output.
+func TestManifestHoldsNoSecret(t *testing.T) {
+	const secret = "sk-test-SECRET"
+	t.Setenv("OPENAI_API_KEY", secret)
+	t.Setenv("OPENAI_BASE_URL", "https://user:pass@host/v1")
+	m := sampleManifest(t)
+	m.Model.EndpointHost = "https://user:pass@host/v1"
+	m.Worker = provenance.WorkerInfo("worker-1")
+	data := build(t, m, sampleSubjects())
+	for _, leak := range []string{secret, "user:pass", "pass@", "host/v1", "OPENAI_API_KEY", "sk-test-QUERY"} {
+		if bytes.Contains(data, []byte(leak)) {
+			t.Errorf("the manifest contains %q", leak)
+		}
+	}
+	if !bytes.Contains(data, []byte(`"endpoint_host":"host"`)) {
+		t.Errorf("endpoint_host is not the bare host: %.400s", data)
+	}
+}
+
+func TestWorkerInfo(t *testing.T) {
+	w := provenance.WorkerInfo("worker-7")
+	if w.ID != "worker-7" || w.Version == "" || w.GoVersion != runtime.Version() {
+		t.Errorf("WorkerInfo = %+v, want id worker-7, a version and Go %s", w, runtime.Version())
+	}
+}

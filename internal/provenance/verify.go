@@ -1,0 +1,197 @@
+package provenance
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// Getter is the one store method Verify needs. Any store.Store satisfies it.
+type Getter interface {
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+}
+
+// The run layout, as internal/store defines it (a test keeps the two in step).
+func runKey(jobID, name string) string { return "runs/" + jobID + "/" + name }
+func inputKey(sha256Hex string) string { return "inputs/sha256/" + sha256Hex }
+
+const (
+	manifestName  = "manifest.json"
+	signatureName = "manifest.dsse.json"
+)
+
+// maxManifestBytes bounds what Verify reads of a manifest or envelope.
+const maxManifestBytes = 16 << 20
+
+// Check is one thing Verify looked at.
+type Check struct {
+	// Name says what was checked: "manifest", "signature", "subject report.md",
+	// "input data.csv".
+	Name string
+	// OK is true when the check passed. A skipped check is neither passed nor failed.
+	OK      bool
+	Skipped bool
+	// Reason explains the result in a sentence.
+	Reason string
+	// Err is the failure, wrapping one of the package's sentinels; nil when OK or Skipped.
+	Err error
+}
+
+// Report is the result of Verify: every check, in the order made.
+type Report struct {
+	JobID string
+	// Statement is the parsed manifest; zero when it could not be read.
+	Statement Statement
+	// KeyID is the id of the key whose signature verified; empty otherwise.
+	KeyID  string
+	Checks []Check
+}
+
+// OK reports whether the report has checks and none of them failed.
+func (r Report) OK() bool {
+	if len(r.Checks) == 0 {
+		return false
+	}
+	for _, c := range r.Checks {
+		if !c.OK && !c.Skipped {
+			return false
+		}
+	}
+	return true
+}
+
+// Verify checks a stored run against its manifest: the manifest parses and names this job;
+// the envelope's signature verifies with pub and signs exactly the stored manifest (when pub
+// is nil an envelope is not required and not checked); every subject under runs/<jobID>/ and
+// every input under inputs/sha256/ has the recorded SHA-256 and size. It runs every check it
+// can and returns the report with an error joining the failures (ErrMissing, ErrInvalid,
+// ErrUnsigned, ErrBadSignature, ErrDigestMismatch); the error is nil exactly when report.OK().
+func Verify(ctx context.Context, st Getter, jobID string, pub ed25519.PublicKey) (Report, error) {
+	r := Report{JobID: jobID}
+	if !job.ValidID(jobID) {
+		return r, fmt.Errorf("provenance: verify: %w: %q is not a job id", ErrInvalid, jobID)
+	}
+	var errs []error
+	record := func(c Check) {
+		r.Checks = append(r.Checks, c)
+		if c.Err != nil {
+			errs = append(errs, c.Err)
+		}
+	}
+	fail := func(name string, err error) {
+		record(Check{Name: name, Reason: err.Error(), Err: err})
+	}
+	result := func() (Report, error) {
+		if err := errors.Join(errs...); err != nil {
+			return r, fmt.Errorf("provenance: verify %s: %w", jobID, err)
+		}
+		return r, nil
+	}
+
+	manifestKey := runKey(jobID, manifestName)
+	manifest, err := fetch(ctx, st, manifestKey)
+	if err != nil {
+		fail("manifest", err)
+		return result()
+	}
+	stmt, err := Parse(manifest)
+	switch {
+	case err != nil:
+		fail("manifest", fmt.Errorf("%s: %w", manifestKey, err))
+		return result()
+	case stmt.Predicate.Job.ID != jobID:
+		fail("manifest", fmt.Errorf("%s: %w: it records job %s", manifestKey, ErrInvalid, stmt.Predicate.Job.ID))
+		return result()
+	}
+	r.Statement = stmt
+	record(Check{Name: "manifest", OK: true, Reason: fmt.Sprintf("%s is a Boxcar provenance statement for job %s", manifestKey, jobID)})
+
+	r.KeyID = verifySignature(ctx, st, jobID, manifest, pub, record, fail)
+
+	for _, s := range stmt.Subjects {
+		name := "subject " + s.Name
+		if err := checkObject(ctx, st, runKey(jobID, s.Name), s.SHA256, s.Size); err != nil {
+			fail(name, err)
+			continue
+		}
+		record(Check{Name: name, OK: true, Reason: fmt.Sprintf("sha256 %s, %d bytes", s.SHA256, s.Size)})
+	}
+	for _, in := range stmt.Predicate.Inputs {
+		name := "input " + in.Name
+		if err := checkObject(ctx, st, inputKey(in.SHA256), in.SHA256, in.Size); err != nil {
+			fail(name, err)
+			continue
+		}
+		record(Check{Name: name, OK: true, Reason: fmt.Sprintf("sha256 %s, %d bytes", in.SHA256, in.Size)})
+	}
+	return result()
+}
+
+// verifySignature records the signature check and returns the key id that verified, if any.
+func verifySignature(ctx context.Context, st Getter, jobID string, manifest []byte, pub ed25519.PublicKey, record func(Check), fail func(string, error)) string {
+	const name = "signature"
+	sigKey := runKey(jobID, signatureName)
+	envelope, err := fetch(ctx, st, sigKey)
+	switch {
+	case err != nil && pub == nil:
+		record(Check{Name: name, Skipped: true, Reason: fmt.Sprintf("no public key given; %s could not be read either: %v", sigKey, err)})
+		return ""
+	case err != nil:
+		fail(name, fmt.Errorf("%w: a public key was given but %s could not be read: %w", ErrUnsigned, sigKey, err))
+		return ""
+	case pub == nil:
+		record(Check{Name: name, Skipped: true, Reason: fmt.Sprintf("%s is present but no public key was given to check it", sigKey)})
+		return ""
+	}
+	signed, err := VerifyEnvelope(ctx, envelope, pub)
+	if err != nil {
+		fail(name, fmt.Errorf("%s: %w", sigKey, err))
+		return ""
+	}
+	if !bytes.Equal(signed, manifest) {
+		fail(name, fmt.Errorf("%s: %w: it signs a statement other than the stored manifest", sigKey, ErrBadSignature))
+		return ""
+	}
+	keyID := KeyID(pub)
+	record(Check{Name: name, OK: true, Reason: fmt.Sprintf("signed by key %s", keyID)})
+	return keyID
+}
+
+// fetch reads a small object whole.
+func fetch(ctx context.Context, st Getter, key string) ([]byte, error) {
+	rc, err := st.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMissing, key, err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: read: %w", ErrMissing, key, err)
+	}
+	if len(data) > maxManifestBytes {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrInvalid, key, maxManifestBytes)
+	}
+	return data, nil
+}
+
+// checkObject re-hashes a stored object and compares it with the recorded digest and size.
+func checkObject(ctx context.Context, st Getter, key, wantSHA256 string, wantSize int64) error {
+	rc, err := st.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrMissing, key, err)
+	}
+	defer rc.Close()
+	got, size, err := Digest(rc)
+	if err != nil {
+		return fmt.Errorf("%w: %s: read: %w", ErrMissing, key, err)
+	}
+	if got != wantSHA256 || size != wantSize {
+		return fmt.Errorf("%w: %s is sha256 %s, %d bytes; the manifest records %s, %d bytes", ErrDigestMismatch, key, got, size, wantSHA256, wantSize)
+	}
+	return nil
+}

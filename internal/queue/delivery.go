@@ -1,0 +1,123 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Delivery is one delivery of a job message to this worker.
+type Delivery struct {
+	msg jetstream.Msg
+	q   *Queue
+
+	// JobID is the message id the job was published with; it may be empty for a message that
+	// did not come from submit.
+	JobID string
+	// Data is the raw job message.
+	Data []byte
+	// Attempt counts deliveries of this message, starting at 1.
+	Attempt int
+	// Published is when the message entered the stream.
+	Published time.Time
+}
+
+// LastAttempt reports whether the server will not deliver this message again.
+func (d *Delivery) LastAttempt() bool { return d.Attempt >= d.q.cfg.MaxDeliver }
+
+// Ack marks the job done and waits for the server to confirm, so a crash right after cannot
+// bring it back.
+func (d *Delivery) Ack(ctx context.Context) error {
+	if err := d.msg.DoubleAck(ctx); err != nil {
+		return fmt.Errorf("queue: ack job %s: %w", d.JobID, err)
+	}
+	return nil
+}
+
+// Nak hands the job back for redelivery after delay (zero: at once).
+func (d *Delivery) Nak(delay time.Duration) error {
+	var err error
+	if delay > 0 {
+		err = d.msg.NakWithDelay(delay)
+	} else {
+		err = d.msg.Nak()
+	}
+	if err != nil {
+		return fmt.Errorf("queue: nak job %s: %w", d.JobID, err)
+	}
+	return nil
+}
+
+// DeadLetter is what the dead-letter stream keeps about a job that can never run.
+type DeadLetter struct {
+	JobID    string    `json:"job_id"`
+	Reason   string    `json:"reason"`
+	Error    string    `json:"error"`
+	Attempt  int       `json:"attempt"`
+	At       time.Time `json:"at"`
+	Original []byte    `json:"original"` // the job message as delivered
+}
+
+// Term stops all further deliveries and keeps the message, with the reason, in the dead-letter
+// stream. The dead letter is written first: a job is never dropped without a trace.
+func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
+	id := d.JobID
+	if id == "" {
+		id = "unknown"
+	}
+	dl := DeadLetter{JobID: d.JobID, Reason: reason, Attempt: d.Attempt, At: time.Now().UTC(), Original: d.Data}
+	if cause != nil {
+		dl.Error = cause.Error()
+	}
+	data, err := json.Marshal(dl)
+	if err != nil {
+		return fmt.Errorf("queue: encode dead letter: %w", err)
+	}
+	subject := dlqSubject(d.q.cfg, sanitizeToken(id))
+	if _, err := d.q.js.Publish(ctx, subject, data); err != nil {
+		return fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
+	}
+	if err := d.msg.TermWithReason(reason); err != nil {
+		return fmt.Errorf("queue: terminate job %s: %w", d.JobID, err)
+	}
+	return nil
+}
+
+// KeepAlive tells the server the job is still being worked on, every third of AckWait, until
+// the returned stop function is called. Long model calls and tools never cause a redelivery.
+func (d *Delivery) KeepAlive(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(max(d.q.AckWait()/3, 50*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := d.msg.InProgress(); err != nil {
+					d.q.log.WarnContext(ctx, "in-progress heartbeat failed", "job_id", d.JobID, "error", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+// sanitizeToken keeps a subject token to characters NATS allows.
+func sanitizeToken(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '.' || c == '*' || c == '>' || c <= ' ' || c >= 0x7f {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}

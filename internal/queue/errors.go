@@ -1,0 +1,43 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrNotReady marks a client that found no stream or bucket: no worker has set them up.
+	ErrNotReady = errors.New("queue not set up")
+	// ErrUnknownJob marks a job id the status bucket does not know.
+	ErrUnknownJob = errors.New("unknown job")
+	// ErrFinal marks a status change refused because the job already ended.
+	ErrFinal = errors.New("job already ended")
+)
+
+// PermanentError wraps a fault that retrying cannot fix: the job is terminated and
+// dead-lettered.
+type PermanentError struct {
+	Reason string // a short machine-readable reason, e.g. "invalid_job", "unknown_profile"
+	Err    error
+}
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as not worth retrying, with a short reason for the dead letter.
+func Permanent(reason string, err error) error { return &PermanentError{Reason: reason, Err: err} }
+
+// RetryAfterError asks for a redelivery after Delay.
+type RetryAfterError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("%v (retry in %s)", e.Err, e.Delay)
+}
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter asks for the job to be delivered again after d.
+func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Delay: d, Err: err} }

@@ -1,0 +1,194 @@
+// Package queue owns Boxcar's use of NATS JetStream: the job stream and its durable pull
+// consumer, publishing, fetching with ack/nak/term and in-progress heartbeats, the dead-letter
+// stream, and the job status bucket. It knows nothing about sandboxes, models or storage.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// Queue is a handle on the job stream, its consumer and the status bucket.
+type Queue struct {
+	js     jetstream.JetStream
+	cfg    config.NATS
+	cons   jetstream.Consumer // nil for clients that only publish and read status
+	status jetstream.KeyValue
+	log    *slog.Logger
+}
+
+// Connect dials NATS with reconnects on, naming the connection for server-side monitoring.
+func Connect(ctx context.Context, url, name string) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.Timeout(5 * time.Second),
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		opts = append(opts, nats.Timeout(time.Until(dl)))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("queue: connect to NATS at %s: %w (is a worker or nats-server running? start one with `worker --embedded`, or set --nats / NATS_URL)", url, err)
+	}
+	return nc, nil
+}
+
+// New sets up (or updates) everything a worker needs: the job stream, the dead-letter stream,
+// the durable consumer and the status bucket. It is safe to call from every worker at start.
+func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) (*Queue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("queue: jetstream: %w", err)
+	}
+	q := &Queue{js: js, cfg: cfg, log: log}
+	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.Stream,
+		Description: "Boxcar jobs",
+		Subjects:    []string{cfg.Subject},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  time.Duration(cfg.DuplicateWindow),
+		MaxMsgSize:  job.MaxMessageBytes + 4096, // room for headers
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: set up stream %s: %w (if the stream exists with incompatible settings, remove it with `nats stream rm %s` after draining it)", cfg.Stream, err, cfg.Stream)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.DeadLetterStream,
+		Description: "Boxcar jobs that can never run, with the reason",
+		Subjects:    []string{dlqSubject(cfg, "*")},
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      30 * 24 * time.Hour,
+	}); err != nil {
+		return nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
+	}
+	q.cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       cfg.Consumer,
+		Description:   "Boxcar workers",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Duration(cfg.AckWait),
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.MaxAckPending,
+		Replicas:      cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: set up consumer %s: %w", cfg.Consumer, err)
+	}
+	q.status, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.StatusBucket,
+		Description: "Boxcar job status by job id",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: set up status bucket %s: %w", cfg.StatusBucket, err)
+	}
+	return q, nil
+}
+
+// Bind looks up what a worker set up, for clients that publish jobs and read status. It creates
+// nothing, so a client never races a worker's settings.
+func Bind(ctx context.Context, nc *nats.Conn, cfg config.NATS) (*Queue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("queue: jetstream: %w", err)
+	}
+	if _, err := js.Stream(ctx, cfg.Stream); err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("%w: stream %s does not exist on %s; start a worker first (`worker --embedded`)", ErrNotReady, cfg.Stream, nc.ConnectedUrlRedacted())
+		}
+		return nil, fmt.Errorf("queue: look up stream %s: %w", cfg.Stream, err)
+	}
+	kv, err := js.KeyValue(ctx, cfg.StatusBucket)
+	if err != nil {
+		return nil, fmt.Errorf("%w: status bucket %s: %v; start a worker first", ErrNotReady, cfg.StatusBucket, err)
+	}
+	return &Queue{js: js, cfg: cfg, status: kv, log: slog.New(slog.DiscardHandler)}, nil
+}
+
+// Publish sends a job. The job id is the message id, so a second publish of the same id inside
+// the duplicate window is dropped by the server; duplicate reports that case.
+func (q *Queue) Publish(ctx context.Context, j job.Job) (duplicate bool, err error) {
+	data, err := j.Encode()
+	if err != nil {
+		return false, err
+	}
+	now := time.Now().UTC()
+	if _, err := q.status.Create(ctx, j.ID, mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, QueuedAt: now, UpdatedAt: now})); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return false, fmt.Errorf("queue: record job %s as queued: %w", j.ID, err)
+	}
+	ack, err := q.js.Publish(ctx, q.cfg.Subject, data, jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(q.cfg.Stream))
+	if err != nil {
+		return false, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
+	}
+	return ack.Duplicate, nil
+}
+
+// Fetch waits for the next job and returns its delivery. It returns only when a message
+// arrives or ctx ends, so callers fetch only when they have a free slot.
+func (q *Queue) Fetch(ctx context.Context) (*Delivery, error) {
+	if q.cons == nil {
+		return nil, errors.New("queue: fetch on a client handle; use queue.New")
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		// Short pulls keep the request alive across server restarts and leader changes.
+		pullCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		msg, err := q.cons.Next(jetstream.FetchContext(pullCtx))
+		cancel()
+		switch {
+		case err == nil:
+			return q.delivery(msg)
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoHeartbeat):
+			continue
+		default:
+			q.log.WarnContext(ctx, "fetch failed; retrying", "error", err)
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func (q *Queue) delivery(msg jetstream.Msg) (*Delivery, error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return nil, fmt.Errorf("queue: message metadata: %w", err)
+	}
+	return &Delivery{
+		msg:       msg,
+		q:         q,
+		JobID:     msg.Headers().Get(jetstream.MsgIDHeader),
+		Data:      msg.Data(),
+		Attempt:   int(meta.NumDelivered),
+		Published: meta.Timestamp,
+	}, nil
+}
+
+// AckWait is the consumer's ack deadline; heartbeats keep a running job inside it.
+func (q *Queue) AckWait() time.Duration { return time.Duration(q.cfg.AckWait) }
+
+func dlqSubject(cfg config.NATS, jobID string) string {
+	return cfg.DeadLetterStream + "." + jobID
+}

@@ -1,0 +1,283 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type bundle struct {
+	nc  *nats.Conn
+	q   *queue.Queue
+	cfg config.NATS
+}
+
+// setup starts the real nats-server in-process with file storage that fsyncs every write, and
+// a queue with a short AckWait so redelivery is observable.
+func setup(t *testing.T, change ...func(*config.NATS)) bundle {
+	t.Helper()
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir(), SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ctx := context.Background()
+	nc, err := queue.Connect(ctx, ns.ClientURL(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	cfg := config.Config{}.WithDefaults().NATS
+	cfg.AckWait = config.Duration(time.Second)
+	cfg.MaxDeliver = 3
+	for _, c := range change {
+		c(&cfg)
+	}
+	q, err := queue.New(ctx, nc, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{nc: nc, q: q, cfg: cfg}
+}
+
+func newJob(t *testing.T) job.Job {
+	t.Helper()
+	return job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC()}
+}
+
+func fetch(t *testing.T, q *queue.Queue, within time.Duration) *queue.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	d, err := q.Fetch(ctx)
+	if err != nil {
+		t.Fatalf("fetch: %v", err)
+	}
+	return d
+}
+
+func expectEmpty(t *testing.T, q *queue.Queue, for_ time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), for_)
+	defer cancel()
+	if d, err := q.Fetch(ctx); err == nil {
+		t.Fatalf("got a delivery of %s (attempt %d), want none", d.JobID, d.Attempt)
+	}
+}
+
+func TestPublishFetchAck(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	j := newJob(t)
+	if dup, err := b.q.Publish(ctx, j); err != nil || dup {
+		t.Fatalf("publish: dup=%v err=%v", dup, err)
+	}
+	st, err := b.q.Status(ctx, j.ID)
+	if err != nil || st.State != job.StateQueued {
+		t.Fatalf("status after publish = %+v, %v; want queued", st, err)
+	}
+	d := fetch(t, b.q, 5*time.Second)
+	if d.JobID != j.ID || d.Attempt != 1 {
+		t.Fatalf("delivery = %s attempt %d, want %s attempt 1", d.JobID, d.Attempt, j.ID)
+	}
+	got, err := job.Decode(d.Data)
+	if err != nil || got.ID != j.ID {
+		t.Fatalf("decode delivered job: %v", err)
+	}
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expectEmpty(t, b.q, 2*b.q.AckWait())
+}
+
+func TestDuplicatePublishIsDropped(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	j := newJob(t)
+	if _, err := b.q.Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	dup, err := b.q.Publish(ctx, j)
+	if err != nil || !dup {
+		t.Fatalf("second publish: dup=%v err=%v; want a duplicate", dup, err)
+	}
+	d := fetch(t, b.q, 5*time.Second)
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expectEmpty(t, b.q, 500*time.Millisecond)
+}
+
+func TestUnackedJobIsRedelivered(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	j := newJob(t)
+	if _, err := b.q.Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	first := fetch(t, b.q, 5*time.Second)
+	// The worker "dies": no ack, no heartbeat. After AckWait the job comes back.
+	second := fetch(t, b.q, 5*time.Second)
+	if second.JobID != first.JobID || second.Attempt != 2 {
+		t.Fatalf("redelivery = %s attempt %d, want %s attempt 2", second.JobID, second.Attempt, first.JobID)
+	}
+	if err := second.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKeepAliveHoldsTheJobPastAckWait(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.q.Publish(ctx, newJob(t)); err != nil {
+		t.Fatal(err)
+	}
+	d := fetch(t, b.q, 5*time.Second)
+	stop := d.KeepAlive(ctx)
+	expectEmpty(t, b.q, 3*b.q.AckWait())
+	stop()
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNakRedeliversAfterDelay(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.q.Publish(ctx, newJob(t)); err != nil {
+		t.Fatal(err)
+	}
+	d := fetch(t, b.q, 5*time.Second)
+	start := time.Now()
+	if err := d.Nak(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	again := fetch(t, b.q, 5*time.Second)
+	if since := time.Since(start); since < 250*time.Millisecond {
+		t.Errorf("redelivered after %s, want at least the 300ms delay", since)
+	}
+	if again.Attempt != 2 {
+		t.Errorf("attempt = %d, want 2", again.Attempt)
+	}
+	if err := again.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTermKeepsTheJobInTheDeadLetterStream(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	j := newJob(t)
+	if _, err := b.q.Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	d := fetch(t, b.q, 5*time.Second)
+	if err := d.Term(ctx, "unknown_profile", errors.New(`unknown profile "p"`)); err != nil {
+		t.Fatal(err)
+	}
+	expectEmpty(t, b.q, 2*b.q.AckWait())
+
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, b.cfg.DeadLetterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+"."+j.ID)
+	if err != nil {
+		t.Fatalf("no dead letter for %s: %v", j.ID, err)
+	}
+	var dl queue.DeadLetter
+	if err := json.Unmarshal(msg.Data, &dl); err != nil {
+		t.Fatal(err)
+	}
+	if dl.JobID != j.ID || dl.Reason != "unknown_profile" || dl.Attempt != 1 {
+		t.Errorf("dead letter = %+v", dl)
+	}
+	if orig, err := job.Decode(dl.Original); err != nil || orig.ID != j.ID {
+		t.Errorf("dead letter lost the original payload: %v", err)
+	}
+}
+
+func TestStatusUpdatesAndTerminalStatesAreFinal(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	j := newJob(t)
+	if _, err := b.q.Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	watchCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	updates, err := b.q.WatchStatus(watchCtx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []job.State{job.StateRunning, job.StateSucceeded}
+	for _, s := range steps {
+		if _, err := b.q.UpdateStatus(ctx, j.ID, func(st *job.Status) { st.State = s }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A stale attempt may not overwrite the final outcome.
+	_, err = b.q.UpdateStatus(ctx, j.ID, func(st *job.Status) { st.State = job.StateFailed })
+	if !errors.Is(err, queue.ErrFinal) {
+		t.Fatalf("update after success: %v, want ErrFinal", err)
+	}
+	var seen []job.State
+	for st := range updates {
+		if len(seen) == 0 || seen[len(seen)-1] != st.State {
+			seen = append(seen, st.State)
+		}
+	}
+	if last := seen[len(seen)-1]; last != job.StateSucceeded {
+		t.Errorf("watch ended at %v (saw %v), want succeeded", last, seen)
+	}
+	if _, err := b.q.Status(ctx, "nosuchjob-0000"); !errors.Is(err, queue.ErrUnknownJob) {
+		t.Errorf("status of unknown job: %v, want ErrUnknownJob", err)
+	}
+}
+
+func TestBindWithoutWorkerSaysWhatToStart(t *testing.T) {
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ctx := context.Background()
+	nc, err := queue.Connect(ctx, ns.ClientURL(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_, err = queue.Bind(ctx, nc, config.Config{}.WithDefaults().NATS)
+	if !errors.Is(err, queue.ErrNotReady) {
+		t.Fatalf("bind: %v, want ErrNotReady", err)
+	}
+}
+
+func TestSetupIsIdempotent(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	for range 2 {
+		if _, err := queue.New(ctx, b.nc, b.cfg, slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatalf("second set-up: %v", err)
+		}
+	}
+}

@@ -1,0 +1,328 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// Outcome of one attempt, before it is settled with the queue.
+type attempt struct {
+	d        *queue.Delivery
+	job      job.Job
+	profile  config.Profile
+	limits   config.Limits
+	log      *slog.Logger
+	started  time.Time
+	sandbox  sandbox.Info
+	result   agent.Result
+	ranAgent bool
+}
+
+// Handle runs one delivery to its end and settles it with the queue: ack, nak or term. It never
+// returns an error: every outcome is recorded on the job.
+func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
+	a := &attempt{d: d, started: time.Now()}
+	a.log = r.log.With("job_id", d.JobID, "attempt", d.Attempt)
+	if d.Attempt > 1 {
+		r.m.Redeliveries.Inc()
+	}
+	state, err := r.process(ctx, a)
+	r.settle(ctx, a, state, err)
+}
+
+// process runs the job and returns the state it ended in; an error says why it did not succeed
+// and, through queue.Permanent or queue.RetryAfter, whether it may be retried.
+func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
+	j, err := job.Decode(a.d.Data)
+	if err != nil {
+		return job.StateRejected, queue.Permanent("invalid_job", err)
+	}
+	if a.d.JobID != j.ID {
+		return job.StateRejected, queue.Permanent("invalid_job", fmt.Errorf("%w: message id %q does not match job id %q", job.ErrInvalid, a.d.JobID, j.ID))
+	}
+	a.job = j
+	a.profile, err = r.cfg.Worker.Profile(j.Profile)
+	if err != nil {
+		return job.StateRejected, queue.Permanent("unknown_profile", err)
+	}
+	a.limits = a.profile.Limits.Tighten(j.Limits)
+	a.profile.Limits = a.limits
+
+	// A redelivery after a crash between commit and ack must not run the job again.
+	if _, err := r.cfg.Store.Stat(ctx, store.ManifestKey(j.ID)); err == nil {
+		a.log.InfoContext(ctx, "run already committed; acknowledging without running again")
+		return "", errCommitted
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return job.StateRetrying, fmt.Errorf("check for a committed run: %w", err)
+	}
+
+	st, err := r.cfg.Queue.UpdateStatus(ctx, j.ID, func(s *job.Status) {
+		s.State, s.Profile, s.Attempt, s.Worker = job.StateRunning, j.Profile, a.d.Attempt, r.cfg.Worker.WorkerID
+		s.StartedAt, s.Progress, s.Error, s.MaxCalls = a.started.UTC(), "starting sandbox", "", a.limits.MaxToolCalls
+		if s.QueuedAt.IsZero() {
+			s.QueuedAt = j.SubmittedAt
+		}
+	})
+	if errors.Is(err, queue.ErrFinal) {
+		a.log.InfoContext(ctx, "job already ended; dropping this delivery", "state", st.State)
+		return "", errCommitted
+	}
+	if err != nil {
+		return job.StateRetrying, err
+	}
+	r.m.QueueWait.WithLabelValues(j.Profile).Observe(a.started.Sub(a.d.Published).Seconds())
+
+	stopHeartbeat := a.d.KeepAlive(ctx)
+	defer stopHeartbeat()
+
+	sb, err := r.startSandbox(ctx, a)
+	if err != nil {
+		return job.StateRetrying, err
+	}
+	defer r.closeSandbox(ctx, a, sb)
+	r.progress(ctx, a, "copying inputs")
+	if err := r.copyInputs(ctx, a, sb); err != nil {
+		return job.StateFailed, err
+	}
+
+	r.progress(ctx, a, "running agent")
+	inputs := make([]string, len(j.Inputs))
+	for i, in := range j.Inputs {
+		inputs[i] = in.Name
+	}
+	a.ranAgent = true
+	a.result, err = r.cfg.Agent.Run(ctx, agent.Request{
+		JobID:   j.ID,
+		Profile: a.profile,
+		Task:    j.Task,
+		Inputs:  inputs,
+		Sandbox: sb,
+		Progress: func(e agent.Event) {
+			if e.Kind == "tool_call" {
+				r.m.ToolCalls.WithLabelValues(j.Profile, e.Tool, "called").Inc()
+				r.progressCalls(ctx, a, fmt.Sprintf("tool call %d of %d: %s", e.ToolCalls, e.MaxToolCalls, e.Tool), e.ToolCalls)
+			}
+		},
+	})
+	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(a.result.Usage.PromptTokens))
+	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(a.result.Usage.CompletionTokens))
+	state := job.StateSucceeded
+	switch {
+	case ctx.Err() != nil:
+		return job.StateInterrupted, ctx.Err()
+	case errors.Is(err, agent.ErrModelAuth), errors.Is(err, agent.ErrModelRequest):
+		state, err = job.StateFailed, queue.Permanent("model_rejected", err)
+	case err != nil:
+		if !a.d.LastAttempt() {
+			return job.StateRetrying, err
+		}
+		state = job.StateFailed
+	case a.result.Outcome == agent.OutcomeCapped:
+		state = job.StateCapped
+		r.m.CapHits.WithLabelValues(j.Profile, a.result.Cap).Inc()
+	}
+
+	r.progress(ctx, a, "uploading")
+	if cerr := r.commit(ctx, a, sb, state, err); cerr != nil {
+		if errors.Is(cerr, store.ErrExists) {
+			r.m.StaleAttempts.Inc()
+			a.log.WarnContext(ctx, "another attempt committed this job first; discarding this attempt's result")
+			return "", errCommitted
+		}
+		return job.StateRetrying, fmt.Errorf("upload results: %w", cerr)
+	}
+	return state, err
+}
+
+// errCommitted means the job's result already exists: acknowledge and record nothing new.
+var errCommitted = errors.New("run already committed")
+
+func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox, error) {
+	backend := r.cfg.Sandboxes.Backend()
+	start := time.Now()
+	sb, err := r.cfg.Sandboxes.Start(ctx, sandbox.Spec{JobID: a.job.ID, SandboxSpec: a.profile.Sandbox})
+	if err != nil {
+		r.m.SandboxFailed.WithLabelValues(backend, "start").Inc()
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			return nil, queue.RetryAfter(time.Minute, err)
+		}
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	r.m.SandboxStart.WithLabelValues(backend).Observe(time.Since(start).Seconds())
+	a.sandbox = sb.Info()
+	a.log.InfoContext(ctx, "sandbox ready", "backend", backend, "sandbox_id", a.sandbox.ID, "duration_ms", time.Since(start).Milliseconds())
+	return sb, nil
+}
+
+// closeSandbox always runs, on a context that survives shutdown, so no sandbox outlives its job.
+func (r *Runner) closeSandbox(ctx context.Context, a *attempt, sb sandbox.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
+	defer cancel()
+	start := time.Now()
+	backend := r.cfg.Sandboxes.Backend()
+	if err := sb.Close(ctx); err != nil {
+		r.m.SandboxFailed.WithLabelValues(backend, "close").Inc()
+		a.log.ErrorContext(ctx, "close sandbox failed", "error", err)
+		return
+	}
+	r.m.SandboxClose.WithLabelValues(backend).Observe(time.Since(start).Seconds())
+}
+
+// copyInputs moves each input from the store into the workdir, checking size and digest.
+func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox) error {
+	for _, in := range a.job.Inputs {
+		rc, err := r.cfg.Store.Get(ctx, store.InputKey(in.SHA256))
+		if errors.Is(err, store.ErrNotFound) {
+			return queue.Permanent("input_missing", fmt.Errorf("input %s (sha256 %s) is not in the store; submit it again", in.Name, in.SHA256))
+		}
+		if err != nil {
+			return fmt.Errorf("fetch input %s: %w", in.Name, err)
+		}
+		data, err := io.ReadAll(io.LimitReader(rc, in.Size+1))
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("read input %s: %w", in.Name, err)
+		}
+		sum := sha256.Sum256(data)
+		if int64(len(data)) != in.Size || hex.EncodeToString(sum[:]) != in.SHA256 {
+			return queue.Permanent("input_digest_mismatch", fmt.Errorf("input %s does not match its digest or size: the stored object changed", in.Name))
+		}
+		if err := sb.WriteFile(ctx, in.Name, data); err != nil {
+			return fmt.Errorf("copy input %s into the sandbox: %w", in.Name, err)
+		}
+	}
+	return nil
+}
+
+func (r *Runner) progress(ctx context.Context, a *attempt, msg string) {
+	r.progressCalls(ctx, a, msg, -1)
+}
+
+func (r *Runner) progressCalls(ctx context.Context, a *attempt, msg string, calls int) {
+	if _, err := r.cfg.Queue.UpdateStatus(ctx, a.job.ID, func(s *job.Status) {
+		s.Progress = msg
+		if calls >= 0 {
+			s.ToolCalls = calls
+		}
+	}); err != nil && ctx.Err() == nil {
+		a.log.WarnContext(ctx, "record progress failed", "error", err)
+	}
+}
+
+// settle turns the outcome into a queue action and a final status. It runs on a context that
+// survives shutdown so that an interrupted job is handed back at once.
+func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
+	defer cancel()
+	d, log := a.d, a.log
+	profile := a.job.Profile
+	if profile == "" {
+		profile = "unknown"
+	}
+	if errors.Is(err, errCommitted) {
+		if aerr := d.Ack(ctx); aerr != nil {
+			log.ErrorContext(ctx, "ack failed", "error", aerr)
+		}
+		return
+	}
+
+	var perm *queue.PermanentError
+	var retry *queue.RetryAfterError
+	action := "ack"
+	switch {
+	case state == job.StateInterrupted:
+		action = "nak-now"
+	case errors.As(err, &perm):
+		action = "term"
+	case state == job.StateRetrying && d.LastAttempt():
+		state, action = job.StateDead, "term"
+	case state == job.StateRetrying:
+		action = "nak"
+	}
+	if state == job.StateFailed && action == "ack" && err != nil {
+		action = "term" // a failure after the last attempt: keep it in the dead-letter stream
+	}
+
+	now := time.Now().UTC()
+	if job.ValidID(d.JobID) {
+		_, serr := r.cfg.Queue.UpdateStatus(ctx, d.JobID, func(s *job.Status) {
+			s.State, s.Attempt, s.Worker, s.UpdatedAt = state, d.Attempt, r.cfg.Worker.WorkerID, now
+			s.Error, s.Cap = "", a.result.Cap
+			if err != nil {
+				s.Error = err.Error()
+			}
+			if s.Profile == "" {
+				s.Profile = a.job.Profile
+			}
+			if state.Terminal() {
+				s.FinishedAt, s.Progress = now, ""
+			}
+			if state == job.StateSucceeded || state == job.StateCapped || (state == job.StateFailed && a.ranAgent) {
+				s.Report, s.Manifest = r.cfg.Store.URL(store.ReportKey(d.JobID)), r.cfg.Store.URL(store.ManifestKey(d.JobID))
+			}
+		})
+		if serr != nil && !errors.Is(serr, queue.ErrFinal) {
+			log.ErrorContext(ctx, "record outcome failed", "error", serr)
+		}
+	}
+
+	logAttrs := []any{"state", string(state), "duration_ms", time.Since(a.started).Milliseconds()}
+	if err != nil {
+		logAttrs = append(logAttrs, "error", err.Error())
+	}
+	var qerr error
+	switch action {
+	case "ack":
+		qerr = d.Ack(ctx)
+	case "nak-now":
+		qerr = d.Nak(0)
+	case "nak":
+		delay := backoff(d.Attempt)
+		if errors.As(err, &retry) {
+			delay = retry.Delay
+		}
+		logAttrs = append(logAttrs, "retry_in", delay.String())
+		qerr = d.Nak(delay)
+	case "term":
+		reason := "failed"
+		if perm != nil {
+			reason = perm.Reason
+		} else if state == job.StateDead {
+			reason = "max_deliveries"
+		}
+		logAttrs = append(logAttrs, "reason", reason)
+		r.m.DeadLetters.WithLabelValues(reason).Inc()
+		qerr = d.Term(ctx, reason, err)
+	}
+	if qerr != nil {
+		log.ErrorContext(ctx, "settle with the queue failed", "action", action, "error", qerr)
+	}
+	if state.Terminal() {
+		r.m.Jobs.WithLabelValues(profile, string(state)).Inc()
+		r.m.JobDuration.WithLabelValues(profile, string(state)).Observe(time.Since(a.started).Seconds())
+	}
+	level := slog.LevelInfo
+	if err != nil {
+		level = slog.LevelWarn
+	}
+	log.Log(ctx, level, "job "+action, logAttrs...)
+}
+
+// backoff grows with each attempt: 5s, 10s, 20s … capped at 5 minutes.
+func backoff(attempt int) time.Duration {
+	d := 5 * time.Second << min(max(attempt-1, 0), 6)
+	return min(d, 5*time.Minute)
+}

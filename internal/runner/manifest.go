@@ -1,0 +1,63 @@
+package runner
+
+import (
+	"context"
+	"crypto/ed25519"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+)
+
+// manifest records what produced this run: input, profile, sandbox, model calls, tool calls,
+// outcome and the worker's build. It never holds a secret: the API key is not in anything it
+// is built from.
+func (r *Runner) manifest(a *attempt, outs []output, state job.State, runErr error) ([]byte, error) {
+	j, p, res := a.job, a.profile, a.result
+	m := provenance.Manifest{
+		Job:     provenance.Job{ID: j.ID, Profile: j.Profile, Task: j.Task, Labels: j.Labels, SubmittedAt: j.SubmittedAt, SubmittedBy: j.SubmittedBy},
+		Profile: provenance.Profile{Name: j.Profile, Spec: p},
+		Sandbox: provenance.Sandbox{
+			Backend: a.sandbox.Backend, ID: a.sandbox.ID, Image: a.sandbox.Image, ImageDigest: a.sandbox.ImageDigest,
+			CPU: a.sandbox.CPU, Memory: a.sandbox.Memory, Disk: a.sandbox.Disk, PIDs: a.sandbox.PIDs, Isolation: a.sandbox.Isolation,
+		},
+		Model: provenance.Model{
+			EndpointHost: provenance.EndpointHost(r.cfg.ModelEndpoint),
+			Name:         p.Model.Name,
+			Params: provenance.ModelParams{
+				Temperature: p.Model.Temperature, TopP: p.Model.TopP, Seed: p.Model.Seed, MaxCompletionTokens: p.Model.MaxCompletionTokens,
+			},
+			ResponseIDs: res.ResponseIDs,
+			Usage:       provenance.Usage(res.Usage),
+		},
+		Limits:  a.limits,
+		Outcome: provenance.Outcome{State: state, Cap: res.Cap},
+		Timings: provenance.Timings{QueuedAt: a.d.Published, StartedAt: a.started, FinishedAt: time.Now()},
+		Attempt: a.d.Attempt,
+		Worker:  provenance.WorkerInfo(r.cfg.Worker.WorkerID),
+	}
+	if res.Model != "" {
+		m.Model.Name = res.Model
+	}
+	if runErr != nil {
+		m.Outcome.Error = runErr.Error()
+	}
+	for _, in := range j.Inputs {
+		m.Inputs = append(m.Inputs, provenance.Input{Name: in.Name, SHA256: in.SHA256, Size: in.Size})
+	}
+	for _, c := range res.ToolCalls {
+		m.ToolCalls = append(m.ToolCalls, provenance.ToolCall{
+			ID: c.ID, Tool: c.Tool, ArgsSHA256: c.ArgsSHA256, ExitCode: c.ExitCode, TimedOut: c.TimedOut,
+			Truncated: c.Truncated, Error: c.Error, DurationMS: c.Duration.Milliseconds(),
+		})
+	}
+	subjects := make([]provenance.Subject, len(outs))
+	for i, o := range outs {
+		subjects[i] = provenance.Subject{Name: o.name, SHA256: o.digest(), Size: int64(len(o.data))}
+	}
+	return provenance.Build(m, subjects)
+}
+
+func signManifest(ctx context.Context, manifest []byte, key ed25519.PrivateKey) ([]byte, error) {
+	return provenance.Sign(ctx, manifest, key)
+}

@@ -1,0 +1,152 @@
+// Package runner owns one worker's slots and the flow of one job end to end: fetch, validate,
+// sandbox, inputs, agent loop, outputs, upload with the manifest last, cleanup, ack. It decides
+// what a job's outcome means for the queue; the parts it drives decide nothing about each other.
+package runner
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// Queue is what the runner needs from the job queue.
+type Queue interface {
+	Fetch(ctx context.Context) (*queue.Delivery, error)
+	UpdateStatus(ctx context.Context, id string, change func(*job.Status)) (job.Status, error)
+}
+
+// Agent runs the model loop of one job.
+type Agent interface {
+	Run(ctx context.Context, req agent.Request) (agent.Result, error)
+}
+
+// Config wires a runner. Every field without a default is required.
+type Config struct {
+	// Worker is the validated worker configuration with its profiles.
+	Worker config.Config
+	Queue  Queue
+	// Sandboxes starts the sandbox of each job; the backend comes from host configuration only.
+	Sandboxes sandbox.Provider
+	Store     store.Store
+	Agent     Agent
+	Metrics   *metrics.Metrics
+	// ModelEndpoint is the base URL of the model API, recorded (host only) in manifests.
+	ModelEndpoint string
+	// SigningKey signs manifests when set.
+	SigningKey ed25519.PrivateKey
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// CleanupTimeout bounds closing a sandbox and the final queue and status calls, which run
+	// even after shutdown has begun. Default: 30s.
+	CleanupTimeout time.Duration
+}
+
+// Runner runs jobs from the queue, at most Worker.Concurrency at once.
+type Runner struct {
+	cfg Config
+	log *slog.Logger
+	m   *metrics.Metrics
+
+	mu       sync.Mutex
+	draining bool
+}
+
+// New checks the wiring and fills defaults.
+func New(cfg Config) (*Runner, error) {
+	switch {
+	case cfg.Queue == nil, cfg.Sandboxes == nil, cfg.Store == nil, cfg.Agent == nil:
+		return nil, errors.New("runner: Queue, Sandboxes, Store and Agent are required")
+	case cfg.Worker.Concurrency < 1:
+		return nil, errors.New("runner: Worker.Concurrency must be at least 1")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	if cfg.CleanupTimeout <= 0 {
+		cfg.CleanupTimeout = 30 * time.Second
+	}
+	return &Runner{cfg: cfg, log: cfg.Logger, m: cfg.Metrics}, nil
+}
+
+// Draining reports whether the runner has stopped taking jobs.
+func (r *Runner) Draining() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.draining
+}
+
+// Run fetches and runs jobs until ctx ends. Then it stops fetching and lets running jobs finish
+// within Worker.DrainGrace; jobs still running after that are interrupted and handed back to
+// the queue at once, so another worker can take them.
+func (r *Runner) Run(ctx context.Context) error {
+	slots := r.cfg.Worker.Concurrency
+	free := make(chan struct{}, slots)
+	for range slots {
+		free <- struct{}{}
+	}
+	r.m.SlotsFree.Set(float64(slots))
+
+	// Jobs run on their own context so that a shutdown signal lets them finish their work
+	// within the grace period instead of cutting them off mid-upload.
+	jobCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopJobs()
+	var wg sync.WaitGroup
+
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			continue
+		case <-free:
+		}
+		d, err := r.cfg.Queue.Fetch(ctx)
+		if err != nil {
+			free <- struct{}{}
+			if ctx.Err() == nil {
+				r.log.ErrorContext(ctx, "fetch failed", "error", err)
+			}
+			continue
+		}
+		r.m.SlotsFree.Dec()
+		r.m.JobsInFlight.Inc()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				r.m.JobsInFlight.Dec()
+				r.m.SlotsFree.Inc()
+				free <- struct{}{}
+			}()
+			r.Handle(jobCtx, d)
+		}()
+	}
+
+	r.mu.Lock()
+	r.draining = true
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	grace := time.Duration(r.cfg.Worker.DrainGrace)
+	r.log.Info("draining", "grace", grace.String())
+	select {
+	case <-done:
+	case <-time.After(grace):
+		r.log.Warn("drain grace passed; interrupting running jobs")
+		stopJobs()
+		<-done
+	}
+	return nil
+}

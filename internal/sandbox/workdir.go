@@ -1,0 +1,308 @@
+package sandbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// resolveInside keeps a lookup beneath the workdir: the kernel refuses absolute symlinks, ".."
+// that climbs out, and /proc magic links, whatever the sandbox has put in the folder meanwhile.
+// This is checked during the lookup itself (openat2), so there is no window between a check and
+// the use in which a sandboxed process could swap a folder for a symlink.
+const resolveInside = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
+
+// workdir is the host side of a sandbox's writable folder. The worker reads and writes it while
+// sandboxed processes may be changing it, so every path is resolved with openat2 relative to a
+// handle on the folder, never as a host path string.
+type workdir struct {
+	fd *os.File // O_PATH handle on the folder
+	// uid and gid own what the worker creates, so the sandbox can change it later; -1 leaves
+	// the worker as owner (the worker is then the sandbox's user anyway).
+	uid, gid int
+}
+
+func openWorkdir(dir string, uid, gid int) (*workdir, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open workdir %s: %w", dir, err)
+	}
+	w := &workdir{fd: os.NewFile(uintptr(fd), dir), uid: uid, gid: gid}
+	// openat2 arrived in Linux 5.6; without it nothing here can be confined safely.
+	probe, err := w.openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0, resolveInside)
+	if err != nil {
+		w.fd.Close()
+		if errors.Is(err, unix.ENOSYS) {
+			return nil, fmt.Errorf("openat2 is missing (Linux 5.6 or later is needed to confine file access to the workdir): %w", ErrUnavailable)
+		}
+		return nil, fmt.Errorf("open workdir %s: %w", dir, err)
+	}
+	unix.Close(probe)
+	return w, nil
+}
+
+func (w *workdir) close() error { return w.fd.Close() }
+
+// openat wraps openat2, retrying the EAGAIN the kernel returns when a rename races a
+// RESOLVE_BENEATH lookup.
+func (w *workdir) openat(dirfd int, name string, flags int, mode uint32, resolve uint64) (int, error) {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolve}
+	for range 16 {
+		fd, err := unix.Openat2(dirfd, name, &how)
+		if err != unix.EAGAIN && err != unix.EINTR {
+			return fd, err
+		}
+	}
+	return -1, unix.EAGAIN
+}
+
+// pathError turns a lookup failure into the package's sentinels.
+func pathError(op, name string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+		return fmt.Errorf("sandbox: %s %s: %w", op, name, ErrNotFound)
+	case errors.Is(err, unix.EXDEV):
+		return fmt.Errorf("sandbox: %s %s: a symlink or .. leads out of the workdir: %w", op, name, ErrPathEscape)
+	case errors.Is(err, unix.ELOOP):
+		return fmt.Errorf("sandbox: %s %s: symlink loop or /proc magic link: %w", op, name, ErrPathEscape)
+	}
+	return fmt.Errorf("sandbox: %s %s: %w", op, name, err)
+}
+
+// readFile reads a regular file of at most maxBytes. It opens without blocking so that a FIFO
+// planted under the expected name cannot hang the worker, then insists on a regular file.
+func (w *workdir) readFile(name string, maxBytes int64) ([]byte, error) {
+	fd, err := w.openat(int(w.fd.Fd()), name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0, resolveInside)
+	if err != nil {
+		return nil, pathError("read", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, pathError("read", name, err)
+	}
+	if err := regular(st.Mode); err != nil {
+		return nil, fmt.Errorf("sandbox: read %s: %w", name, err)
+	}
+	if st.Size > maxBytes {
+		return nil, fmt.Errorf("sandbox: read %s: %d bytes, more than the %d allowed: %w", name, st.Size, maxBytes, ErrTooLarge)
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		return nil, pathError("read", name, err)
+	}
+	// The file may grow between fstat and read: read one byte past the cap to notice.
+	limit := maxBytes
+	if limit < math.MaxInt64 {
+		limit++
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit))
+	if err != nil {
+		return nil, pathError("read", name, err)
+	}
+	if int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("sandbox: read %s: more than the %d bytes allowed: %w", name, maxBytes, ErrTooLarge)
+	}
+	return data, nil
+}
+
+func regular(mode uint32) error {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return nil
+	case unix.S_IFDIR:
+		return errors.New("is a folder, not a file")
+	default:
+		return errors.New("is not a regular file")
+	}
+}
+
+// writeFile replaces name with a new regular file holding data. It writes a temporary file
+// next to it and renames it into place, so a symlink, FIFO or hard link already at name is
+// replaced rather than written through. limit bounds the workdir's total usage (0: none).
+func (w *workdir) writeFile(name string, data []byte, limit int64) error {
+	dir, base := path.Split(name)
+	dfd, err := w.mkdirAll(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if limit > 0 {
+		used, err := w.usage()
+		if err != nil {
+			return fmt.Errorf("sandbox: write %s: measure workdir: %w", name, err)
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			used -= st.Blocks * 512
+		}
+		if need := used + roundBlock(int64(len(data))); need > limit {
+			return fmt.Errorf("sandbox: write %s: the workdir would hold %d bytes, over its %d-byte disk bound; remove files first: %w", name, need, limit, ErrDiskFull)
+		}
+	}
+	var suffix [8]byte
+	_, _ = rand.Read(suffix[:])
+	tmp := ".boxcar-write-" + hex.EncodeToString(suffix[:])
+	fd, err := w.openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o644, resolveInside)
+	if err != nil {
+		return pathError("write", name, err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, err = f.Write(data)
+	if err == nil && w.uid >= 0 {
+		err = unix.Fchown(fd, w.uid, w.gid)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(dfd, tmp, dfd, base)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dfd, tmp, 0)
+		if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("sandbox: write %s: a folder has that name; choose another name", name)
+		}
+		return pathError("write", name, err)
+	}
+	return nil
+}
+
+func roundBlock(n int64) int64 { return (n + 4095) &^ 4095 }
+
+// mkdirAll makes the folder rel and its parents, each created by a single-component mkdirat in
+// a folder already resolved beneath the workdir, and returns a handle on it.
+func (w *workdir) mkdirAll(rel string) (int, error) {
+	root := int(w.fd.Fd())
+	cur, err := w.openat(root, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0, resolveInside)
+	if err != nil {
+		return -1, pathError("write", rel, err)
+	}
+	if rel == "" || rel == "." {
+		return cur, nil
+	}
+	parts := strings.Split(rel, "/")
+	for i, part := range parts {
+		made := unix.Mkdirat(cur, part, 0o755) == nil
+		next, err := w.openat(root, strings.Join(parts[:i+1], "/"), unix.O_RDONLY|unix.O_DIRECTORY, 0, resolveInside)
+		unix.Close(cur)
+		if err != nil {
+			return -1, pathError("write", rel, err)
+		}
+		cur = next
+		if made && w.uid >= 0 {
+			if err := unix.Fchown(cur, w.uid, w.gid); err != nil {
+				unix.Close(cur)
+				return -1, pathError("write", rel, err)
+			}
+		}
+	}
+	return cur, nil
+}
+
+// list returns the regular files under dir, paths relative to the workdir, sorted.
+func (w *workdir) list(dir string) ([]FileInfo, error) {
+	fd, err := w.openat(int(w.fd.Fd()), dir, unix.O_RDONLY|unix.O_DIRECTORY, 0, resolveInside)
+	if err != nil {
+		if errors.Is(err, unix.ENOTDIR) {
+			return nil, fmt.Errorf("sandbox: list %s: not a folder; use read_file for a file", dir)
+		}
+		return nil, pathError("list", dir, err)
+	}
+	defer unix.Close(fd)
+	var files []FileInfo
+	err = walk(fd, func(rel string, st *unix.Stat_t) {
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			files = append(files, FileInfo{Path: path.Join(dir, rel), Size: st.Size, Mode: fs.FileMode(st.Mode & 0o777)})
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: list %s: %w", dir, err)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	return files, nil
+}
+
+// usage is the disk space the workdir takes, as du counts it (allocated blocks).
+func (w *workdir) usage() (int64, error) {
+	var total int64
+	err := walk(int(w.fd.Fd()), func(_ string, st *unix.Stat_t) { total += st.Blocks * 512 })
+	return total, err
+}
+
+// walk visits everything beneath the folder base without following any symlink: each folder is
+// reopened from base with RESOLVE_NO_SYMLINKS, so a folder swapped for a symlink mid-walk is
+// skipped instead of followed, and only one folder handle is open at a time however deep the
+// tree is.
+func walk(base int, visit func(rel string, st *unix.Stat_t)) error {
+	queue := []string{"."}
+	for len(queue) > 0 {
+		dir := queue[0]
+		queue = queue[1:]
+		fd, err := unix.Openat2(base, dir, &unix.OpenHow{
+			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			if dir != "." && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EAGAIN)) {
+				continue // changed under us by a running command: it is no longer a folder here
+			}
+			return fmt.Errorf("open %s: %w", dir, err)
+		}
+		f := os.NewFile(uintptr(fd), dir)
+		names, err := f.Readdirnames(-1)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("read folder %s: %w", dir, err)
+		}
+		for _, name := range names {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				continue // removed meanwhile
+			}
+			rel := path.Join(dir, name)
+			visit(rel, &st)
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				queue = append(queue, rel)
+			}
+		}
+		f.Close()
+	}
+	return nil
+}
+
+// removeTree removes a sandbox's host folder. A job may leave folders without write
+// permission; root ignores that, anyone else first has to give the permission back.
+func removeTree(dir string) error {
+	err := os.RemoveAll(dir)
+	if err == nil || os.Geteuid() == 0 {
+		return err
+	}
+	_ = fsWalkChmod(dir)
+	return os.RemoveAll(dir)
+}
+
+func fsWalkChmod(dir string) error {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	_ = unix.Fchmodat(fd, ".", 0o700, 0)
+	return walk(fd, func(rel string, st *unix.Stat_t) {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			// Nothing runs in the sandbox any more, so the folder cannot have been swapped.
+			_ = unix.Fchmodat(fd, rel, 0o700, 0)
+		}
+	})
+}

@@ -1,0 +1,304 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// tempPrefix starts the names of the file backend's temporary files. They live next to the
+// object they become, List never shows them, and keys may not use the prefix.
+const tempPrefix = ".boxcar-tmp-"
+
+// File is the file backend: each object is a regular file under one local directory, written
+// to a temporary file, synced and then renamed (Put) or hard-linked (PutIfAbsent) into place,
+// so a reader never sees a partial object. All access goes through an os.Root, so neither a
+// key nor a symbolic link can reach outside the directory.
+//
+// A key cannot be both an object and a folder of other objects ("a" and "a/b"), which S3
+// allows; the run layout never does that.
+type File struct {
+	dir  string
+	root *os.Root
+}
+
+var _ Store = (*File)(nil)
+
+// NewFile opens the store kept in dir, creating the directory if it is missing. Close releases
+// the directory handle.
+func NewFile(dir string) (*File, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: file %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o750); err != nil {
+		return nil, fmt.Errorf("store: file %s: %w", abs, err)
+	}
+	root, err := os.OpenRoot(abs)
+	if err != nil {
+		return nil, fmt.Errorf("store: file %s: %w", abs, err)
+	}
+	return &File{dir: abs, root: root}, nil
+}
+
+// Close releases the directory handle. The store cannot be used afterwards.
+func (f *File) Close() error { return f.root.Close() }
+
+// Put writes an object, replacing any previous one atomically. When size is not -1 the body
+// must hold exactly size bytes, otherwise nothing is written.
+func (f *File) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := f.put(ctx, key, r, size, false); err != nil {
+		return fmt.Errorf("store: put %s: %w", key, err)
+	}
+	return nil
+}
+
+// PutIfAbsent writes an object only if none exists under key, otherwise it returns an error
+// wrapping ErrExists and leaves the existing object alone. Of concurrent writers exactly one
+// wins.
+func (f *File) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := f.put(ctx, key, r, size, true); err != nil {
+		return fmt.Errorf("store: put-if-absent %s: %w", key, err)
+	}
+	return nil
+}
+
+func (f *File) put(ctx context.Context, key string, r io.Reader, size int64, ifAbsent bool) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if size < -1 {
+		return fmt.Errorf("size %d: must be -1 (unknown) or at least 0", size)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dir := path.Dir(key)
+	if err := f.root.MkdirAll(dir, 0o750); err != nil {
+		return notFolder(err)
+	}
+	tmp := path.Join(dir, tempPrefix+randomHex())
+	w, err := f.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if w != nil {
+			w.Close()
+		}
+		// After a rename there is nothing left to remove; after a link or a failure the
+		// temporary name goes. A leftover is harmless: List never shows it.
+		_ = f.root.Remove(tmp)
+	}()
+	if err := copyBody(ctx, w, r, size); err != nil {
+		return err
+	}
+	if err := w.Sync(); err != nil {
+		return err
+	}
+	closeErr := w.Close()
+	w = nil
+	if closeErr != nil {
+		return closeErr
+	}
+	if ifAbsent {
+		// link(2) fails with EEXIST atomically when the name is taken, and the object appears
+		// whole: its data was synced before it got the name.
+		if err := f.root.Link(tmp, key); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				if info, statErr := f.root.Lstat(key); statErr == nil && info.IsDir() {
+					return fmt.Errorf("%s is a folder of other objects", key)
+				}
+				return ErrExists
+			}
+			return err
+		}
+	} else if err := f.root.Rename(tmp, key); err != nil {
+		return err
+	}
+	return f.syncDir(dir)
+}
+
+// copyBody copies r to w, stopping when ctx is done, and checks the length against size
+// unless size is -1.
+func copyBody(ctx context.Context, w io.Writer, r io.Reader, size int64) error {
+	src := io.Reader(ctxReader{ctx: ctx, r: r})
+	if size >= 0 {
+		// Read one byte past size to notice a body that is too long.
+		src = io.LimitReader(src, size+1)
+	}
+	n, err := io.Copy(w, src)
+	if err != nil {
+		return err
+	}
+	if size >= 0 && n != size {
+		return sizeMismatch(n, size)
+	}
+	return nil
+}
+
+func sizeMismatch(n, size int64) error {
+	if n > size {
+		return fmt.Errorf("body is longer than the declared size %d", size)
+	}
+	return fmt.Errorf("body has %d bytes, the declared size is %d", n, size)
+}
+
+// syncDir makes a new name in dir durable.
+func (f *File) syncDir(dir string) error {
+	d, err := f.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Get opens an object; the error wraps ErrNotFound when there is none.
+func (f *File) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := checkKey(key); err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", key, err)
+	}
+	r, err := f.root.Open(key)
+	if err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", key, notFound(err))
+	}
+	info, err := r.Stat()
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("store: get %s: %w", key, err)
+	}
+	if !info.Mode().IsRegular() {
+		r.Close()
+		return nil, fmt.Errorf("store: get %s: %w", key, ErrNotFound)
+	}
+	return r, nil
+}
+
+// Stat returns an object's size; the error wraps ErrNotFound when there is none.
+func (f *File) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+	if err := checkKey(key); err != nil {
+		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", key, err)
+	}
+	info, err := f.root.Stat(key)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", key, notFound(err))
+	}
+	if !info.Mode().IsRegular() {
+		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", key, ErrNotFound)
+	}
+	return ObjectInfo{Key: key, Size: info.Size()}, nil
+}
+
+// List returns the keys that start with prefix, sorted. prefix is "" (everything), a folder
+// ("runs/x/") or the start of a key ("runs/x/rep").
+func (f *File) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := checkPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
+	}
+	start := "."
+	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+		start = prefix[:i]
+	}
+	keys := []string{}
+	err := fs.WalkDir(f.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == start && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
+				return fs.SkipAll // nothing under this prefix
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if strings.HasPrefix(d.Name(), tempPrefix) || !d.Type().IsRegular() {
+			return nil
+		}
+		if strings.HasPrefix(p, prefix) {
+			keys = append(keys, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
+	}
+	// A walk visits each folder in order, but "a/b" comes before "a-c" there and after it
+	// as a string.
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// URL returns file://<dir>/<key>.
+func (f *File) URL(key string) string { return "file://" + f.dir + "/" + key }
+
+// checkKey returns an error wrapping ErrInvalidKey unless key is valid for this backend.
+func checkKey(key string) error {
+	if !ValidKey(key) {
+		return fmt.Errorf("%w %q", ErrInvalidKey, key)
+	}
+	for part := range strings.SplitSeq(key, "/") {
+		if strings.HasPrefix(part, tempPrefix) {
+			return fmt.Errorf("%w %q: names starting with %s are reserved", ErrInvalidKey, key, tempPrefix)
+		}
+	}
+	return nil
+}
+
+// checkPrefix accepts "" and any prefix that is a valid key, with or without a trailing slash.
+func checkPrefix(prefix string) error {
+	if prefix == "" || ValidKey(strings.TrimSuffix(prefix, "/")) {
+		return nil
+	}
+	return fmt.Errorf("%w: prefix %q", ErrInvalidKey, prefix)
+}
+
+// notFound turns "no such file" and "a parent is a file" into ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// notFolder explains the one layout a file system cannot hold and S3 can.
+func notFolder(err error) error {
+	if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("a parent of the key is an object, not a folder: %w", err)
+	}
+	return err
+}
+
+func randomHex() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
+	return hex.EncodeToString(b[:])
+}
+
+// ctxReader stops a copy once its context is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

@@ -1,0 +1,390 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+)
+
+const (
+	// DefaultPartSize is the multipart part size when Options.PartSize is zero.
+	DefaultPartSize = 16 << 20
+	// minPartSize is S3's lower bound for every part but the last.
+	minPartSize = 5 << 20
+	// maxParts is S3's upper bound on the parts of one upload.
+	maxParts = 10000
+	// abortTimeout bounds the clean-up of a failed multipart upload.
+	abortTimeout = 30 * time.Second
+)
+
+// bucketName is the shape of an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-'.
+var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+// S3 is the s3 backend: objects live in one bucket of any S3-compatible service, under an
+// optional key prefix. Every upload carries a SHA-256 checksum that the server verifies;
+// bodies larger than one part go up as a multipart upload, one part in memory at a time.
+// PutIfAbsent is a conditional write (If-None-Match: *), which AWS S3 and versitygw
+// evaluate atomically.
+type S3 struct {
+	client   *s3.Client
+	bucket   string
+	prefix   string // "" or "a/b/" with a trailing slash
+	partSize int64
+	log      *slog.Logger
+	// idle is the transport this store made and Close releases; nil when the caller gave the
+	// HTTP client.
+	idle *http.Transport
+	bufs sync.Pool // *[]byte of partSize
+}
+
+var _ Store = (*S3)(nil)
+
+// NewS3 returns the store for bucket, with every key under prefix ("" for the whole bucket).
+// Credentials come from the AWS SDK's standard chain. It sends no request; the first
+// operation shows whether the bucket can be reached.
+func NewS3(ctx context.Context, bucket, prefix string, opts Options) (*S3, error) {
+	if !bucketName.MatchString(bucket) {
+		return nil, fmt.Errorf("store: s3 bucket %q: %w: a bucket name is 3-63 lowercase letters, digits, '.' and '-'", bucket, ErrInvalidURL)
+	}
+	prefix = strings.Trim(prefix, "/")
+	if prefix != "" && !ValidKey(prefix) {
+		return nil, fmt.Errorf("store: s3 prefix %q: %w: a prefix is slash-separated names without \"..\" or empty parts", prefix, ErrInvalidURL)
+	}
+	if prefix != "" {
+		prefix += "/"
+	}
+	partSize := opts.PartSize
+	if partSize == 0 {
+		partSize = DefaultPartSize
+	}
+	if partSize < minPartSize {
+		return nil, fmt.Errorf("store: s3: part size %d is below S3's minimum of %d bytes (5 MiB)", partSize, minPartSize)
+	}
+	maxAttempts := opts.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = 3
+	}
+	if maxAttempts < 1 {
+		return nil, fmt.Errorf("store: s3: max attempts %d: must be at least 1", maxAttempts)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+
+	s := &S3{bucket: bucket, prefix: prefix, partSize: partSize, log: log}
+	loadOpts := []func(*config.LoadOptions) error{
+		config.WithDefaultRegion("us-east-1"),
+		config.WithRetryMaxAttempts(maxAttempts),
+	}
+	if opts.Region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(opts.Region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("store: s3 %s: load AWS config: %w", bucket, err)
+	}
+	s.client = s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if opts.Endpoint != "" {
+			o.BaseEndpoint = aws.String(opts.Endpoint)
+		}
+		o.UsePathStyle = opts.PathStyle
+		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenSupported
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenSupported
+		// The SDK skips validating multipart (composite) checksums on Get and would log a
+		// warning for each; the parts were verified on the way in.
+		o.DisableLogOutputChecksumValidationSkipped = true
+		switch b, ok := o.HTTPClient.(*awshttp.BuildableClient); {
+		case opts.HTTPClient != nil:
+			o.HTTPClient = opts.HTTPClient
+		case ok:
+			// The SDK's client is configured by now (AWS_CA_BUNDLE, dial timeouts) but hides
+			// its transport; a copy of that transport that this store owns lets Close
+			// release the idle connections.
+			s.idle = b.GetTransport()
+			o.HTTPClient = &http.Client{
+				Transport: s.idle,
+				Timeout:   b.GetTimeout(),
+				// S3 answers with error documents the SDK reads; never follow a redirect.
+				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+			}
+		}
+	})
+	s.bufs.New = func() any {
+		b := make([]byte, s.partSize)
+		return &b
+	}
+	return s, nil
+}
+
+// Close releases idle connections of the HTTP client the store made itself.
+func (s *S3) Close() error {
+	if s.idle != nil {
+		s.idle.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Put writes an object, replacing any previous one. When size is not -1 the body must hold
+// exactly size bytes, otherwise nothing is written.
+func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := s.put(ctx, key, r, size, false); err != nil {
+		return fmt.Errorf("store: put %s: %w", s.URL(key), err)
+	}
+	return nil
+}
+
+// PutIfAbsent writes an object only if none exists under key, otherwise it returns an error
+// wrapping ErrExists and leaves the existing object alone. The server decides, atomically,
+// when the upload completes.
+func (s *S3) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := s.put(ctx, key, r, size, true); err != nil {
+		return fmt.Errorf("store: put-if-absent %s: %w", s.URL(key), err)
+	}
+	return nil
+}
+
+func (s *S3) put(ctx context.Context, key string, r io.Reader, size int64, ifAbsent bool) error {
+	if !ValidKey(key) {
+		return fmt.Errorf("%w %q", ErrInvalidKey, key)
+	}
+	if size < -1 {
+		return fmt.Errorf("size %d: must be -1 (unknown) or at least 0", size)
+	}
+	var ifNoneMatch *string
+	if ifAbsent {
+		ifNoneMatch = aws.String("*")
+	}
+	br := bufio.NewReader(ctxReader{ctx: ctx, r: r})
+
+	// A known small body gets a buffer of its size; anything else borrows a part buffer.
+	var buf []byte
+	if size >= 0 && size < s.partSize {
+		buf = make([]byte, size)
+	} else {
+		p := s.bufs.Get().(*[]byte)
+		defer s.bufs.Put(p)
+		buf = *p
+	}
+	n, more, err := readPart(br, buf)
+	if err != nil {
+		return err
+	}
+	if !more {
+		if size >= 0 && int64(n) != size {
+			return sizeMismatch(int64(n), size)
+		}
+		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+			Bucket:            &s.bucket,
+			Key:               aws.String(s.prefix + key),
+			Body:              bytes.NewReader(buf[:n]),
+			ContentLength:     aws.Int64(int64(n)),
+			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+			IfNoneMatch:       ifNoneMatch,
+		})
+		return translate(err)
+	}
+	if size >= 0 && size < s.partSize {
+		return sizeMismatch(size+1, size) // the exact-size buffer filled and more followed
+	}
+	return s.putMultipart(ctx, key, br, buf, n, size, ifNoneMatch)
+}
+
+// putMultipart uploads a body whose first part is already in buf[:n], one part at a time.
+func (s *S3) putMultipart(ctx context.Context, key string, br *bufio.Reader, buf []byte, n int, size int64, ifNoneMatch *string) (err error) {
+	full := aws.String(s.prefix + key)
+	created, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+		Bucket:            &s.bucket,
+		Key:               full,
+		ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+	})
+	if err != nil {
+		return fmt.Errorf("create multipart upload: %w", translate(err))
+	}
+	uploadID := created.UploadId
+	defer func() {
+		if err == nil {
+			return
+		}
+		// The upload is abandoned, whatever ctx says now; parts left behind cost storage.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+		defer cancel()
+		if _, abortErr := s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{
+			Bucket: &s.bucket, Key: full, UploadId: uploadID,
+		}); abortErr != nil {
+			s.log.Warn("store: abort multipart upload failed; the bucket may keep its parts until a lifecycle rule removes them",
+				"url", s.URL(key), "upload_id", aws.ToString(uploadID), "error", abortErr)
+		}
+	}()
+
+	var parts []types.CompletedPart
+	var total int64
+	more := true // the caller saw more after the first part
+	for number := int32(1); n > 0; number++ {
+		if number > maxParts {
+			return fmt.Errorf("body is larger than %d parts of %d bytes; raise the part size", maxParts, s.partSize)
+		}
+		total += int64(n)
+		if size >= 0 && total > size {
+			return sizeMismatch(total, size)
+		}
+		out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+			Bucket:            &s.bucket,
+			Key:               full,
+			UploadId:          uploadID,
+			PartNumber:        aws.Int32(number),
+			Body:              bytes.NewReader(buf[:n]),
+			ContentLength:     aws.Int64(int64(n)),
+			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+		})
+		if err != nil {
+			return fmt.Errorf("upload part %d: %w", number, translate(err))
+		}
+		parts = append(parts, types.CompletedPart{
+			ETag:           out.ETag,
+			PartNumber:     aws.Int32(number),
+			ChecksumSHA256: out.ChecksumSHA256,
+		})
+		if !more {
+			break
+		}
+		if n, more, err = readPart(br, buf); err != nil {
+			return err
+		}
+	}
+	if size >= 0 && total != size {
+		return sizeMismatch(total, size)
+	}
+	_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket:          &s.bucket,
+		Key:             full,
+		UploadId:        uploadID,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+		IfNoneMatch:     ifNoneMatch,
+	})
+	if err != nil {
+		return fmt.Errorf("complete multipart upload: %w", translate(err))
+	}
+	return nil
+}
+
+// readPart fills buf from br. more reports whether the body goes on after buf[:n].
+func readPart(br *bufio.Reader, buf []byte) (n int, more bool, err error) {
+	n, err = io.ReadFull(br, buf)
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return n, false, nil
+	case err != nil:
+		return n, false, err
+	}
+	if _, err := br.Peek(1); err != nil {
+		if errors.Is(err, io.EOF) {
+			return n, false, nil
+		}
+		return n, false, err
+	}
+	return n, true, nil
+}
+
+// Get opens an object; the error wraps ErrNotFound when there is none.
+func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if !ValidKey(key) {
+		return nil, fmt.Errorf("store: get %q: %w", key, ErrInvalidKey)
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
+		Bucket:       &s.bucket,
+		Key:          aws.String(s.prefix + key),
+		ChecksumMode: types.ChecksumModeEnabled,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", s.URL(key), translate(err))
+	}
+	return out.Body, nil
+}
+
+// Stat returns an object's size; the error wraps ErrNotFound when there is none.
+func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+	if !ValidKey(key) {
+		return ObjectInfo{}, fmt.Errorf("store: stat %q: %w", key, ErrInvalidKey)
+	}
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{
+		Bucket: &s.bucket,
+		Key:    aws.String(s.prefix + key),
+	})
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", s.URL(key), translate(err))
+	}
+	return ObjectInfo{Key: key, Size: aws.ToInt64(out.ContentLength)}, nil
+}
+
+// List returns the keys that start with prefix, sorted, following every page.
+func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := checkPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
+	}
+	keys := []string{}
+	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
+		Bucket: &s.bucket,
+		Prefix: aws.String(s.prefix + prefix),
+	})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("store: list %s: %w", s.URL(prefix), translate(err))
+		}
+		for _, obj := range page.Contents {
+			k := strings.TrimPrefix(aws.ToString(obj.Key), s.prefix)
+			// Keys written by other tools may not be valid here ("a//b", a trailing "/"
+			// folder marker); Get could not open them, so List does not offer them.
+			if ValidKey(k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	slices.Sort(keys) // S3 sorts by UTF-8 bytes already; not every compatible server does
+	return keys, nil
+}
+
+// URL returns s3://bucket/prefix/key.
+func (s *S3) URL(key string) string { return "s3://" + s.bucket + "/" + s.prefix + key }
+
+// translate maps S3's answers to the package's sentinels, keeping the vendor error for
+// everything else.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "NoSuchKey", "NotFound":
+			return ErrNotFound
+		case "PreconditionFailed", "ConditionalRequestConflict":
+			// A concurrent conditional write to the same key is also an "exists": the
+			// other writer is about to win.
+			return ErrExists
+		}
+	}
+	var resp *awshttp.ResponseError
+	if errors.As(err, &resp) && resp.HTTPStatusCode() == http.StatusPreconditionFailed {
+		return ErrExists
+	}
+	return err
+}

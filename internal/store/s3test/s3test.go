@@ -1,0 +1,272 @@
+// Package s3test runs a real S3 server for tests: a versitygw process with its posix backend
+// in a temporary directory, listening on a free loopback port. It owns nothing else; tests of
+// any package that talks S3 can use it.
+package s3test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"go/build"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// InstallCommand installs the versitygw this harness expects.
+const InstallCommand = "GOFLAGS=-mod=mod go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+
+// Region is the region the server signs for.
+const Region = "us-east-1"
+
+// startTimeout bounds how long a server may take to answer its health check.
+const startTimeout = 30 * time.Second
+
+// Server is one running versitygw.
+type Server struct {
+	// Endpoint is the server's base URL, http://127.0.0.1:<port>.
+	Endpoint string
+	// AccessKey and SecretKey are the root user's credentials.
+	AccessKey string
+	SecretKey string
+	// Dir is the posix backend's root; each folder in it is a bucket.
+	Dir string
+
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the process has been waited for
+	logf   *os.File
+	t      testing.TB
+}
+
+// Binary returns the path of versitygw: from PATH, else from GOBIN or a GOPATH's bin folder,
+// as the environment or `go env` sets them.
+func Binary() (string, error) {
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p, nil
+	}
+	var candidates []string
+	if gobin := os.Getenv("GOBIN"); gobin != "" {
+		candidates = append(candidates, filepath.Join(gobin, "versitygw"))
+	}
+	gopaths := filepath.SplitList(build.Default.GOPATH)
+	// `go env` also knows settings written with `go env -w`.
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		if len(lines) == 2 {
+			if lines[0] != "" {
+				candidates = append(candidates, filepath.Join(lines[0], "versitygw"))
+			}
+			gopaths = append(gopaths, filepath.SplitList(lines[1])...)
+		}
+	}
+	for _, gopath := range gopaths {
+		candidates = append(candidates, filepath.Join(gopath, "bin", "versitygw"))
+	}
+	var checked []string
+	for _, c := range candidates {
+		if slices.Contains(checked, c) {
+			continue
+		}
+		checked = append(checked, c)
+		if info, err := os.Stat(c); err == nil && info.Mode().IsRegular() && info.Mode()&0o111 != 0 {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("versitygw is not on PATH nor in %v; install it with:\n\t%s\n(or run scripts/install-versitygw.sh)", checked, InstallCommand)
+}
+
+// Start runs a fresh versitygw for the test and stops it in t.Cleanup. The test fails, naming
+// the install command, when versitygw is not installed.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{AccessKey: "boxcar-test-" + randomHex(4), SecretKey: randomHex(20), Dir: data, t: t}
+	// A port picked here can be taken by someone else before versitygw binds it; try again
+	// with another one when the process dies at once.
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		lastErr = s.start(bin, filepath.Join(dir, fmt.Sprintf("versitygw-%d.log", attempt)))
+		if lastErr == nil {
+			t.Cleanup(func() {
+				s.Stop()
+				if t.Failed() {
+					s.dumpLog()
+				}
+			})
+			return s
+		}
+	}
+	t.Fatalf("s3test: versitygw did not start: %v", lastErr)
+	return nil
+}
+
+func (s *Server) start(bin, logPath string) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin,
+		"--access", s.AccessKey,
+		"--secret", s.SecretKey,
+		"--region", Region,
+		"--port", addr,
+		"--health", "/health",
+		"--keep-alive",
+		"--quiet",
+		"posix", s.Dir)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	// Keep credentials for the root user out of the child's inherited environment.
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID=", "ROOT_SECRET_ACCESS_KEY=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test binary
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited, s.logf = cmd, exited, logf
+	s.Endpoint = "http://" + addr
+	if err := s.waitReady(); err != nil {
+		s.Stop()
+		log, _ := os.ReadFile(logPath)
+		return fmt.Errorf("%w\n%s", err, log)
+	}
+	return nil
+}
+
+// waitReady polls the health endpoint until it answers 200, the process exits or time runs out.
+func (s *Server) waitReady() error {
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(startTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := client.Get(s.Endpoint + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("versitygw exited: %v", s.cmd.ProcessState)
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("versitygw did not answer %s/health within %s (last error: %v)", s.Endpoint, startTimeout, err)
+		}
+	}
+}
+
+// Stop ends the server and waits for it; the port is closed when Stop returns. Stopping
+// twice is fine.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	select {
+	case <-s.exited:
+	default:
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(5 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+	}
+	s.logf.Close()
+}
+
+func (s *Server) dumpLog() {
+	if s.logf == nil {
+		return
+	}
+	if log, err := os.ReadFile(s.logf.Name()); err == nil && len(log) > 0 {
+		s.t.Logf("versitygw log:\n%s", log)
+	}
+}
+
+// CreateBucket makes a new, empty bucket with a unique name and returns the name. The posix
+// backend's bucket is a folder, so this needs no client.
+func (s *Server) CreateBucket(t testing.TB) string {
+	t.Helper()
+	name := "boxcar-" + randomHex(6)
+	if err := os.Mkdir(filepath.Join(s.Dir, name), 0o750); err != nil {
+		t.Fatalf("s3test: create bucket: %v", err)
+	}
+	return name
+}
+
+// Env sets the AWS SDK's environment for this server's root user for the rest of the test,
+// and keeps the SDK away from the machine's shared config files and instance metadata.
+func (s *Server) Env(t testing.TB) {
+	t.Helper()
+	t.Setenv("AWS_ACCESS_KEY_ID", s.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s.SecretKey)
+	t.Setenv("AWS_REGION", Region)
+	IsolateEnv(t)
+}
+
+// IsolateEnv keeps the AWS SDK away from the machine's shared config files, profiles and
+// instance metadata for the rest of the test.
+func IsolateEnv(t testing.TB) {
+	t.Helper()
+	none := filepath.Join(t.TempDir(), "none")
+	t.Setenv("AWS_CONFIG_FILE", none)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", none)
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+// ClosedPort returns a loopback address where nothing listens.
+func ClosedPort(t testing.TB) string {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

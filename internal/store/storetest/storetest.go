@@ -1,0 +1,389 @@
+// Package storetest is the conformance suite every store backend passes: round trips,
+// overwrites, create-only puts and their races, not-found and invalid keys, sorted listing,
+// bodies of unknown size and a 64 MiB object. It owns no backend.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// LargeSize is the size of the large-object case: several parts of a multipart upload.
+const LargeSize = 64 << 20
+
+// Run runs the suite. newStore returns a fresh, empty store for one subtest; it registers its
+// own clean-up with t.Cleanup.
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, s store.Store)
+	}{
+		{"RoundTripBinary", testRoundTripBinary},
+		{"EmptyObject", testEmptyObject},
+		{"Overwrite", testOverwrite},
+		{"PutIfAbsent", testPutIfAbsent},
+		{"PutIfAbsentRace", testPutIfAbsentRace},
+		{"NotFound", testNotFound},
+		{"InvalidKeys", testInvalidKeys},
+		{"List", testList},
+		{"UnknownSize", testUnknownSize},
+		{"SizeMismatch", testSizeMismatch},
+		{"CanceledContext", testCanceledContext},
+		{"Large", testLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore(t)) })
+	}
+}
+
+func testRoundTripBinary(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	data := make([]byte, 256*3+17)
+	for i := range data {
+		data[i] = byte(i) // every byte value, NUL and 0xff included
+	}
+	key := "runs/round-trip/artifacts/data.bin"
+	if err := s.Put(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, key); !bytes.Equal(got, data) {
+		t.Errorf("Get(%s) returned %d bytes that differ from the %d put", key, len(got), len(data))
+	}
+	info, err := s.Stat(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Key != key || info.Size != int64(len(data)) {
+		t.Errorf("Stat(%s) = %+v, want key %s size %d", key, info, key, len(data))
+	}
+	if u := s.URL(key); !strings.HasSuffix(u, "/"+key) || !strings.Contains(u, "://") {
+		t.Errorf("URL(%s) = %q, want a URL ending in the key", key, u)
+	}
+}
+
+func testEmptyObject(t *testing.T, s store.Store) {
+	key := "empty"
+	if err := s.Put(t.Context(), key, strings.NewReader(""), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, key); len(got) != 0 {
+		t.Errorf("Get(%s) = %d bytes, want 0", key, len(got))
+	}
+	info, err := s.Stat(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size != 0 {
+		t.Errorf("Stat(%s).Size = %d, want 0", key, info.Size)
+	}
+}
+
+func testOverwrite(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	key := "runs/overwrite/report.md"
+	first, second := "the first, longer version of the report", "second"
+	for _, body := range []string{first, second} {
+		if err := s.Put(ctx, key, strings.NewReader(body), int64(len(body))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := string(get(t, s, key)); got != second {
+		t.Errorf("after overwrite Get(%s) = %q, want %q", key, got, second)
+	}
+	info, err := s.Stat(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size != int64(len(second)) {
+		t.Errorf("after overwrite Stat(%s).Size = %d, want %d", key, info.Size, len(second))
+	}
+}
+
+func testPutIfAbsent(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	key := "runs/once/manifest.json"
+	original := `{"winner":true}`
+	if err := s.PutIfAbsent(ctx, key, strings.NewReader(original), int64(len(original))); err != nil {
+		t.Fatalf("first PutIfAbsent: %v", err)
+	}
+	loser := `{"winner":false,"longer":true}`
+	err := s.PutIfAbsent(ctx, key, strings.NewReader(loser), int64(len(loser)))
+	if !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second PutIfAbsent error = %v, want ErrExists", err)
+	}
+	err = s.PutIfAbsent(ctx, key, strings.NewReader(loser), -1)
+	if !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second PutIfAbsent of unknown size error = %v, want ErrExists", err)
+	}
+	if got := string(get(t, s, key)); got != original {
+		t.Errorf("after the losing PutIfAbsent Get(%s) = %q, want the original %q", key, got, original)
+	}
+	if keys := list(t, s, "runs/once/"); !slices.Equal(keys, []string{key}) {
+		t.Errorf("List after the losing PutIfAbsent = %q, want only %s (no temporary objects)", keys, key)
+	}
+}
+
+func testPutIfAbsentRace(t *testing.T, s store.Store) {
+	const writers = 8
+	ctx := t.Context()
+	key := "runs/race/manifest.json"
+	bodies := make([]string, writers)
+	errs := make([]error, writers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range writers {
+		bodies[i] = fmt.Sprintf("writer %d %s", i, strings.Repeat("x", 1000*i))
+		wg.Go(func() {
+			<-start
+			errs[i] = s.PutIfAbsent(ctx, key, strings.NewReader(bodies[i]), int64(len(bodies[i])))
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Errorf("writers %d and %d both won", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, store.ErrExists):
+			t.Errorf("writer %d: error = %v, want nil or ErrExists", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no writer won: %v", errs)
+	}
+	if got := string(get(t, s, key)); got != bodies[winner] {
+		t.Errorf("Get(%s) = %.40q…, want the winner's (writer %d) body", key, got, winner)
+	}
+}
+
+func testNotFound(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	if err := s.Put(ctx, "runs/present/report.md", strings.NewReader("x"), 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{
+		"runs/absent/report.md",
+		"runs/present",             // a folder of objects is not an object
+		"runs/present/report.md/x", // under an object
+	} {
+		if r, err := s.Get(ctx, key); !errors.Is(err, store.ErrNotFound) {
+			if err == nil {
+				r.Close()
+			}
+			t.Errorf("Get(%s) error = %v, want ErrNotFound", key, err)
+		}
+		if _, err := s.Stat(ctx, key); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Stat(%s) error = %v, want ErrNotFound", key, err)
+		}
+	}
+}
+
+func testInvalidKeys(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	for _, key := range []string{"", "/etc/passwd", "..", "../escape", "a/../../escape", "a//b", "a/", "./a", "a/./b", "nul\x00byte"} {
+		if err := s.Put(ctx, key, strings.NewReader("x"), 1); !errors.Is(err, store.ErrInvalidKey) {
+			t.Errorf("Put(%q) error = %v, want ErrInvalidKey", key, err)
+		}
+		if err := s.PutIfAbsent(ctx, key, strings.NewReader("x"), 1); !errors.Is(err, store.ErrInvalidKey) {
+			t.Errorf("PutIfAbsent(%q) error = %v, want ErrInvalidKey", key, err)
+		}
+		if r, err := s.Get(ctx, key); !errors.Is(err, store.ErrInvalidKey) {
+			if err == nil {
+				r.Close()
+			}
+			t.Errorf("Get(%q) error = %v, want ErrInvalidKey", key, err)
+		}
+		if _, err := s.Stat(ctx, key); !errors.Is(err, store.ErrInvalidKey) {
+			t.Errorf("Stat(%q) error = %v, want ErrInvalidKey", key, err)
+		}
+	}
+	for _, prefix := range []string{"/", "../", "a/../", "a//"} {
+		if _, err := s.List(ctx, prefix); !errors.Is(err, store.ErrInvalidKey) {
+			t.Errorf("List(%q) error = %v, want ErrInvalidKey", prefix, err)
+		}
+	}
+	if keys := list(t, s, ""); len(keys) != 0 {
+		t.Errorf("after rejected puts the store holds %q, want nothing", keys)
+	}
+}
+
+func testList(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	keys := []string{
+		"runs/b/report.md",
+		"runs/a/report.md",
+		"runs/a/artifacts/z.csv",
+		"runs/a/artifacts/a.csv",
+		"runs/a-c/report.md", // sorts before "runs/a/" as a string
+		"runs/ab",
+		"inputs/sha256/00ff",
+	}
+	for _, k := range keys {
+		if err := s.Put(ctx, k, strings.NewReader(k), int64(len(k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name   string
+		prefix string
+		want   []string
+	}{
+		{"everything", "", []string{"inputs/sha256/00ff", "runs/a-c/report.md", "runs/a/artifacts/a.csv", "runs/a/artifacts/z.csv", "runs/a/report.md", "runs/ab", "runs/b/report.md"}},
+		{"folder", "runs/a/", []string{"runs/a/artifacts/a.csv", "runs/a/artifacts/z.csv", "runs/a/report.md"}},
+		{"partial name", "runs/a", []string{"runs/a-c/report.md", "runs/a/artifacts/a.csv", "runs/a/artifacts/z.csv", "runs/a/report.md", "runs/ab"}},
+		{"partial file name", "runs/a/rep", []string{"runs/a/report.md"}},
+		{"one object", "runs/ab", []string{"runs/ab"}},
+		{"nothing", "runs/zzz/", nil},
+		{"under an object", "runs/ab/", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := list(t, s, tt.prefix)
+			if len(got) == 0 && len(tt.want) == 0 {
+				return
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("List(%q) = %q, want %q", tt.prefix, got, tt.want)
+			}
+		})
+	}
+}
+
+func testUnknownSize(t *testing.T, s store.Store) {
+	// Sizes around S3's part sizes: nothing, tiny, just over the default 16 MiB part, and
+	// exactly two parts of the smallest part size S3 allows (5 MiB).
+	for _, size := range []int64{0, 1000, 16<<20 + 1, 10 << 20} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			key := fmt.Sprintf("unknown/%d.bin", size)
+			want := putRandom(t, s, key, size, -1)
+			checkDigest(t, s, key, size, want)
+		})
+	}
+}
+
+func testSizeMismatch(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	tests := []struct {
+		name string
+		body string
+		size int64
+	}{
+		{"short body", "12345", 10},
+		{"long body", "1234567890", 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "mismatch/" + strings.ReplaceAll(tt.name, " ", "-")
+			if err := s.Put(ctx, key, strings.NewReader(tt.body), tt.size); err == nil {
+				t.Errorf("Put of %d bytes declared as %d succeeded, want an error", len(tt.body), tt.size)
+			}
+			if err := s.PutIfAbsent(ctx, key, strings.NewReader(tt.body), tt.size); err == nil {
+				t.Errorf("PutIfAbsent of %d bytes declared as %d succeeded, want an error", len(tt.body), tt.size)
+			}
+			if _, err := s.Stat(ctx, key); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("after the failed puts Stat(%s) error = %v, want ErrNotFound", key, err)
+			}
+		})
+	}
+}
+
+func testCanceledContext(t *testing.T, s store.Store) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	key := "canceled"
+	if err := s.Put(ctx, key, strings.NewReader("x"), 1); !errors.Is(err, context.Canceled) {
+		t.Errorf("Put with a canceled context: error = %v, want context.Canceled", err)
+	}
+	if _, err := s.Stat(t.Context(), key); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("after a canceled Put Stat(%s) error = %v, want ErrNotFound", key, err)
+	}
+}
+
+func testLarge(t *testing.T, s store.Store) {
+	key := "runs/large/artifacts/large.bin"
+	want := putRandom(t, s, key, LargeSize, LargeSize)
+	checkDigest(t, s, key, LargeSize, want)
+}
+
+// putRandom puts size pseudo-random bytes under key, declaring declared as the size, and
+// returns their SHA-256.
+func putRandom(t *testing.T, s store.Store, key string, size, declared int64) []byte {
+	t.Helper()
+	h := sha256.New()
+	src := io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{byte(size), byte(size >> 8), byte(size >> 16)}), size), h)
+	// onlyReader hides any WriterTo or Seeker, so the store sees a plain stream.
+	if err := s.Put(t.Context(), key, onlyReader{src}, declared); err != nil {
+		t.Fatal(err)
+	}
+	return h.Sum(nil)
+}
+
+// checkDigest reads key back and compares its length and SHA-256.
+func checkDigest(t *testing.T, s store.Store, key string, size int64, want []byte) {
+	t.Helper()
+	r, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var h hash.Hash = sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	if n != size {
+		t.Errorf("Get(%s) returned %d bytes, want %d", key, n, size)
+	}
+	if got := h.Sum(nil); !bytes.Equal(got, want) {
+		t.Errorf("Get(%s) sha256 = %x, want %x", key, got, want)
+	}
+	info, err := s.Stat(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size != size {
+		t.Errorf("Stat(%s).Size = %d, want %d", key, info.Size, size)
+	}
+}
+
+func get(t *testing.T, s store.Store, key string) []byte {
+	t.Helper()
+	r, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	return data
+}
+
+func list(t *testing.T, s store.Store, prefix string) []string {
+	t.Helper()
+	keys, err := s.List(t.Context(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }

@@ -1,0 +1,92 @@
+package submitcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// maxManifestBytes bounds a manifest read from the store.
+const maxManifestBytes = 16 << 20
+
+func (e *env) manifest(ctx context.Context, args []string) error {
+	fs := e.flags("manifest")
+	rest, err := e.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 || !job.ValidID(rest[0]) {
+		return errors.New("manifest: give one JOB_ID")
+	}
+	id := rest[0]
+	st, err := e.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	rc, err := st.Get(ctx, store.ManifestKey(id))
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("manifest: job %s has no committed run in %s (see `submit status %s`)", id, st.URL(""), id)
+	}
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes))
+	if err != nil {
+		return fmt.Errorf("manifest: read: %w", err)
+	}
+	if e.output == "json" {
+		_, err := fmt.Fprintln(e.stdout, string(data))
+		return err
+	}
+	stmt, err := provenance.Parse(data)
+	if err != nil {
+		return err
+	}
+	m := stmt.Predicate
+	w := e.stdout
+	fmt.Fprintf(w, "job:       %s (profile %s, attempt %d)\n", m.Job.ID, m.Job.Profile, m.Attempt)
+	fmt.Fprintf(w, "outcome:   %s", m.Outcome.State)
+	if m.Outcome.Cap != "" {
+		fmt.Fprintf(w, " (cap %s)", m.Outcome.Cap)
+	}
+	if m.Outcome.Error != "" {
+		fmt.Fprintf(w, ": %s", m.Outcome.Error)
+	}
+	fmt.Fprintf(w, "\nduration:  %s\n", (time.Duration(m.Timings.DurationMS) * time.Millisecond).String())
+	for _, in := range m.Inputs {
+		fmt.Fprintf(w, "input:     %s  sha256:%s  %d bytes\n", in.Name, in.SHA256, in.Size)
+	}
+	fmt.Fprintf(w, "profile:   %s  %s\n", m.Profile.Name, m.Profile.Digest)
+	fmt.Fprintf(w, "sandbox:   %s %s (cpu %s, memory %s, disk %s, pids %d; %s)\n", m.Sandbox.Backend, m.Sandbox.ID, m.Sandbox.CPU, m.Sandbox.Memory, m.Sandbox.Disk, m.Sandbox.PIDs, m.Sandbox.Isolation)
+	fmt.Fprintf(w, "model:     %s at %s, %d responses, %d tokens (%d prompt, %d completion)\n", m.Model.Name, m.Model.EndpointHost,
+		len(m.Model.ResponseIDs), m.Model.Usage.TotalTokens, m.Model.Usage.PromptTokens, m.Model.Usage.CompletionTokens)
+	for i, c := range m.ToolCalls {
+		fmt.Fprintf(w, "tool %2d:   %-12s exit %d  %4d ms", i+1, c.Tool, c.ExitCode, c.DurationMS)
+		if c.TimedOut {
+			fmt.Fprint(w, "  timed out")
+		}
+		if c.Truncated {
+			fmt.Fprint(w, "  truncated")
+		}
+		if c.Error != "" {
+			fmt.Fprintf(w, "  error: %s", c.Error)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, s := range stmt.Subjects {
+		fmt.Fprintf(w, "subject:   %s  sha256:%s  %d bytes\n", s.Name, s.SHA256, s.Size)
+	}
+	fmt.Fprintf(w, "worker:    %s, boxcar %s", m.Worker.ID, m.Worker.Version)
+	if m.Worker.VCSRevision != "" {
+		fmt.Fprintf(w, " (%s)", m.Worker.VCSRevision)
+	}
+	fmt.Fprintf(w, ", %s\n", m.Worker.GoVersion)
+	return nil
+}

@@ -1,0 +1,263 @@
+// Package workercmd is the worker command: flags, config file, environment and wiring of the
+// parts into a running worker. cmd/worker adds only signal handling and the exit code.
+package workercmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/boxcar-run/boxcar/examples"
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+const usage = `usage: worker [flags]
+
+Runs Boxcar jobs from NATS JetStream.
+
+  worker --embedded                 one machine: NATS in-process on 127.0.0.1:4222, file store and
+                                    bubblewrap sandboxes under the data dir, example profiles
+  worker --config boxcar.yaml       connect to NATS (NATS_URL) and the store of the config
+
+Environment: OPENAI_API_KEY, OPENAI_BASE_URL (the model), NATS_URL, BOXCAR_STORE, BOXCAR_HOME.
+
+Flags:
+`
+
+// options are the worker's command-line settings.
+type options struct {
+	embedded    bool
+	configPath  string
+	dataDir     string
+	natsListen  string
+	metricsAddr string
+	logLevel    string
+}
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	var o options
+	fs.BoolVar(&o.embedded, "embedded", false, "run NATS in-process and use the file store under the data dir")
+	fs.StringVar(&o.configPath, "config", "", "worker config file (YAML) with the execution profiles; default with --embedded: the example profiles")
+	fs.StringVar(&o.dataDir, "data-dir", "", "data dir for --embedded (default $BOXCAR_HOME, else ~/.boxcar)")
+	fs.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "address of the embedded NATS server (port 0: any free port)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address for /metrics, /healthz and /readyz (default from the config, 127.0.0.1:9464; \"off\" disables)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q (see worker --help)", fs.Arg(0))
+	}
+	if o.dataDir == "" {
+		o.dataDir = getenv("BOXCAR_HOME")
+	}
+	if o.dataDir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return o, fmt.Errorf("no --data-dir, no BOXCAR_HOME and no home directory: %w", err)
+		}
+		o.dataDir = filepath.Join(home, ".boxcar")
+	}
+	return o, nil
+}
+
+// Run is the whole worker; main only adds signals and the exit code. Tests call it directly.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, getenv, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := loadConfig(o, getenv)
+	if err != nil {
+		return err
+	}
+	if o.embedded {
+		if err := os.MkdirAll(o.dataDir, 0o700); err != nil {
+			return fmt.Errorf("create data dir: %w", err)
+		}
+		host, port, err := splitListen(o.natsListen)
+		if err != nil {
+			return err
+		}
+		ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Host: host, Port: port, StoreDir: filepath.Join(o.dataDir, "nats")})
+		if err != nil {
+			return err
+		}
+		defer ns.Shutdown()
+		cfg.NATS.URL = ns.ClientURL()
+		cfg.Store = config.Store{URL: "file://" + filepath.Join(o.dataDir, "store")}
+		cfg.Sandbox.Backend = "bubblewrap"
+		log.Info("embedded NATS listening", "url", cfg.NATS.URL, "data_dir", o.dataDir)
+	}
+	if o.metricsAddr != "" {
+		cfg.MetricsAddr = o.metricsAddr
+	}
+	if cfg.Sandbox.Bubblewrap.Root == "" {
+		// Sandboxes run as their own unprivileged users, which must be able to reach their
+		// workdirs: the system temp folder is traversable, a home folder often is not.
+		cfg.Sandbox.Bubblewrap.Root = filepath.Join(os.TempDir(), "boxcar-sandboxes")
+	}
+
+	nc, err := queue.Connect(ctx, cfg.NATS.URL, "boxcar-worker "+cfg.WorkerID)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	q, err := queue.New(ctx, nc, cfg.NATS, log)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region, PathStyle: cfg.Store.PathStyle, Logger: log})
+	if err != nil {
+		return err
+	}
+	sandboxes, err := newProvider(cfg, log)
+	if err != nil {
+		return err
+	}
+	modelURL := modelBaseURL(cfg, getenv)
+	ag, err := agent.New(agent.Config{
+		BaseURL:        modelURL,
+		APIKey:         getenv("OPENAI_API_KEY"),
+		RequestTimeout: cfg.Model.RequestTimeout.Std(),
+		MaxRetries:     cfg.Model.MaxRetries,
+		Logger:         log,
+	})
+	if err != nil {
+		return err
+	}
+	m := metrics.New()
+	r, err := runner.New(runner.Config{
+		Worker:        cfg,
+		Queue:         q,
+		Sandboxes:     sandboxes,
+		Store:         st,
+		Agent:         ag,
+		Metrics:       m,
+		ModelEndpoint: modelURL,
+		Logger:        log,
+	})
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	if cfg.MetricsAddr != "off" {
+		ready := func(ctx context.Context) error {
+			if r.Draining() {
+				return errors.New("draining")
+			}
+			if !nc.IsConnected() {
+				return errors.New("not connected to NATS")
+			}
+			return nil
+		}
+		g.Go(func() error {
+			return m.Serve(gctx, cfg.MetricsAddr, ready, log, func(a net.Addr) {
+				log.Info("metrics listening", "addr", a.String())
+			})
+		})
+	}
+	g.Go(func() error { return r.Run(gctx) })
+	log.Info("worker ready", "worker_id", cfg.WorkerID, "concurrency", cfg.Concurrency, "sandbox", sandboxes.Backend(),
+		"store", st.URL(""), "nats", cfg.NATS.URL, "model", modelURL, "profiles", len(cfg.Profiles))
+	fmt.Fprintf(stdout, "worker ready: nats %s, store %s\n", cfg.NATS.URL, st.URL(""))
+	err = g.Wait()
+	log.Info("worker stopped")
+	return err
+}
+
+func loadConfig(o options, getenv func(string) string) (config.Config, error) {
+	var (
+		cfg config.Config
+		err error
+	)
+	switch {
+	case o.configPath != "":
+		cfg, err = config.Load(o.configPath)
+	case o.embedded:
+		cfg, err = config.Parse(examples.Config)
+	default:
+		return cfg, errors.New("no --config: give a config file, or run `worker --embedded` to use the example profiles")
+	}
+	if err != nil {
+		return cfg, err
+	}
+	if !o.embedded {
+		if v := getenv("NATS_URL"); v != "" {
+			cfg.NATS.URL = v
+		}
+		if v := getenv("BOXCAR_STORE"); v != "" {
+			cfg.Store.URL = v
+		}
+		if cfg.Store.URL == "" {
+			return cfg, errors.New("no store: set store.url in the config (s3://bucket or file:///path) or BOXCAR_STORE")
+		}
+	}
+	return cfg, nil
+}
+
+func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) {
+	switch cfg.Sandbox.Backend {
+	case "bubblewrap":
+		return sandbox.NewBubblewrap(sandbox.BubblewrapConfig{
+			BwrapPath: cfg.Sandbox.Bubblewrap.Path,
+			Root:      cfg.Sandbox.Bubblewrap.Root,
+			Logger:    log,
+		})
+	default:
+		return nil, fmt.Errorf("sandbox backend %q is not available in this build", cfg.Sandbox.Backend)
+	}
+}
+
+func modelBaseURL(cfg config.Config, getenv func(string) string) string {
+	if cfg.Model.BaseURL != "" {
+		return cfg.Model.BaseURL
+	}
+	if v := getenv("OPENAI_BASE_URL"); v != "" {
+		return v
+	}
+	return "https://api.openai.com/v1"
+}
+
+func splitListen(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("--nats-listen %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("--nats-listen %q: bad port", addr)
+	}
+	if port == 0 {
+		port = -1 // nats-server's "any free port"
+	}
+	return host, port, nil
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what Boxcar needs on a Debian machine, or stops with the exact command to run.
+#   deps.sh runtime   bubblewrap and python3 (the example profile's tool runs python3)
+#   deps.sh test      runtime deps plus versitygw (S3 server) and prometheus (promtool, server)
+set -euo pipefail
+mode=${1:-runtime}
+
+apt_updated=
+need_apt() { # need_apt COMMAND PACKAGE
+	command -v "$1" >/dev/null 2>&1 && return 0
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "missing $1: run  sudo apt-get install -y $2" >&2
+		exit 1
+	fi
+	if [[ -z $apt_updated ]]; then
+		echo "deps: apt-get update" >&2
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+		apt_updated=1
+	fi
+	echo "deps: apt-get install -y $2" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+}
+
+need_apt bwrap bubblewrap
+# The sandbox sees the host's /usr read-only: python3 must be the system one.
+if [[ ! -x /usr/bin/python3 ]]; then
+	need_apt /usr/bin/python3 python3
+fi
+
+if [[ $mode == test ]]; then
+	# prometheus comes with the operations tests
+	gobin=$(go env GOPATH)/bin
+	if ! command -v versitygw >/dev/null 2>&1 && [[ ! -x $gobin/versitygw ]]; then
+		echo "deps: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (about 2 minutes)" >&2
+		GOFLAGS=-mod=mod go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+	fi
+fi

@@ -1,0 +1,255 @@
+// Package e2e drives the worker and submit commands end to end through their Run functions:
+// the real embedded nats-server, real bubblewrap sandboxes, the file store, and the real
+// openai-go client talking to the scripted demo model (the only stand-in).
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/demomodel"
+	"github.com/boxcar-run/boxcar/internal/submitcmd"
+	"github.com/boxcar-run/boxcar/internal/workercmd"
+)
+
+// syncBuffer is a bytes.Buffer that a command can write while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// worker is a running embedded worker.
+type worker struct {
+	dataDir string
+	natsURL string
+	log     *syncBuffer
+}
+
+// startWorker runs `worker --embedded` in-process against a model at modelURL, and stops it when
+// the test ends.
+func startWorker(t *testing.T, modelURL string, extraArgs ...string) *worker {
+	t.Helper()
+	w := &worker{dataDir: t.TempDir(), log: &syncBuffer{}}
+	env := map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": "sk-e2e-secret-never-logged"}
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	args := append([]string{"--embedded", "--data-dir", w.dataDir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, extraArgs...)
+	go func() {
+		defer close(done)
+		runErr = workercmd.Run(ctx, args, mapEnv(env), out, w.log)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+			if runErr != nil && !t.Failed() {
+				t.Errorf("worker stopped with %v", runErr)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("worker did not stop within 60s")
+		}
+		if t.Failed() {
+			t.Logf("worker log:\n%s", w.log.String())
+		}
+	})
+	ready := regexp.MustCompile(`worker ready: nats (\S+),`)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := ready.FindStringSubmatch(out.String()); m != nil {
+			w.natsURL = m[1]
+			return w
+		}
+		select {
+		case <-done:
+			t.Fatalf("worker exited before it was ready: %v\n%s", runErr, w.log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("worker not ready within 30s:\n%s", w.log.String())
+	return nil
+}
+
+func mapEnv(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// submit runs the submit command against w and returns its stdout, stderr and error.
+func (w *worker) submit(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	env := mapEnv(map[string]string{"NATS_URL": w.natsURL, "BOXCAR_HOME": w.dataDir})
+	err := submitcmd.Run(ctx, args, env, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+func demoModel(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(demomodel.Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1"
+}
+
+func lastJSON(t *testing.T, stdout string) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	var v map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &v); err != nil {
+		t.Fatalf("last line of stdout is not JSON: %v\n%s", err, stdout)
+	}
+	return v
+}
+
+func exitCode(err error) int {
+	var e *submitcmd.ExitError
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func TestCSVJobEndToEnd(t *testing.T) {
+	w := startWorker(t, demoModel(t))
+	stdout, stderr, err := w.submit(t, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
+		"--input", "../../examples/sales.csv", "--wait", "--output", "json")
+	if err != nil {
+		t.Fatalf("submit run: %v\nstderr:\n%s", err, stderr)
+	}
+	res := lastJSON(t, stdout)
+	if res["state"] != "succeeded" {
+		t.Fatalf("state = %v, want succeeded: %v", res["state"], res)
+	}
+	id, _ := res["id"].(string)
+	run := filepath.Join(w.dataDir, "store", "runs", id)
+	report, err := os.ReadFile(filepath.Join(run, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 92 units in examples/sales.csv, computed by csv_stats inside the sandbox.
+	if !strings.Contains(string(report), "| units | 12 | 92.00 |") {
+		t.Errorf("report lacks the units figure computed by the tool:\n%s", report)
+	}
+	if want := "file://" + filepath.Join(run, "report.md"); res["report"] != want {
+		t.Errorf("report location = %v, want %s", res["report"], want)
+	}
+	for _, name := range []string{"transcript.jsonl", "manifest.json"} {
+		if _, err := os.Stat(filepath.Join(run, name)); err != nil {
+			t.Errorf("store lacks runs/%s/%s: %v", id, name, err)
+		}
+	}
+	if !strings.Contains(stderr, "tool call") {
+		t.Errorf("--wait showed no progress:\n%s", stderr)
+	}
+
+	statusOut, _, err := w.submit(t, "status", id, "--output", "json")
+	if err != nil {
+		t.Fatalf("submit status: %v", err)
+	}
+	if st := lastJSON(t, statusOut); st["state"] != "succeeded" || st["attempt"] != float64(1) {
+		t.Errorf("status = %v", st)
+	}
+
+	out := t.TempDir()
+	if _, stderr, err := w.submit(t, "get", id, "--out", out); err != nil {
+		t.Fatalf("submit get: %v\n%s", err, stderr)
+	}
+	got, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil || !bytes.Equal(got, report) {
+		t.Errorf("submit get report = %q, %v; want the stored report", got, err)
+	}
+	for _, f := range []string{filepath.Join(run, "transcript.jsonl"), filepath.Join(run, "manifest.json")} {
+		data, _ := os.ReadFile(f)
+		if bytes.Contains(data, []byte("sk-e2e-secret")) {
+			t.Errorf("%s contains the API key", f)
+		}
+	}
+	if strings.Contains(w.log.String(), "sk-e2e-secret") {
+		t.Error("worker log contains the API key")
+	}
+}
+
+func TestSubmitErrors(t *testing.T) {
+	w := startWorker(t, demoModel(t))
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := free.Addr().String()
+	free.Close()
+
+	tests := []struct {
+		name     string
+		args     []string
+		nats     string
+		wantCode int
+		wantMsg  string
+	}{
+		{
+			name:     "unknown profile",
+			args:     []string{"run", "--profile", "no-such-profile", "--task", "x", "--wait"},
+			wantCode: 4,
+			wantMsg:  `unknown profile "no-such-profile"`,
+		},
+		{
+			name:     "missing input file",
+			args:     []string{"run", "--profile", "csv-analyst", "--task", "x", "--input", "does-not-exist.csv", "--wait"},
+			wantCode: 1,
+			wantMsg:  "does-not-exist.csv",
+		},
+		{
+			name:     "worker not running",
+			args:     []string{"run", "--profile", "csv-analyst", "--task", "x", "--wait"},
+			nats:     "nats://" + deadAddr,
+			wantCode: 1,
+			wantMsg:  "is a worker or nats-server running",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := tt.args
+			if tt.nats != "" {
+				args = append(args, "--nats", tt.nats)
+			}
+			start := time.Now()
+			stdout, stderr, err := w.submit(t, args...)
+			if code := exitCode(err); code != tt.wantCode {
+				t.Fatalf("exit code = %d (%v), want %d\nstdout: %s\nstderr: %s", code, err, tt.wantCode, stdout, stderr)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("error %q does not say %q", err, tt.wantMsg)
+			}
+			if d := time.Since(start); d > 20*time.Second {
+				t.Errorf("took %s; a clear error should come quickly", d)
+			}
+		})
+	}
+}
