@@ -65,5 +65,8 @@ echo
 echo "== manifest summary (runs/$id/manifest.json)"
 "$bin/submit" manifest --store "file://$data/store" "$id"
 echo
+echo "== verification (signed with the worker's key in $data/keys)"
+"$bin/submit" verify --store "file://$data/store" "$id"
+echo
 echo "== store holds:"
 (cd "$data/store" && find "runs/$id" -type f | sort)

@@ -52,7 +52,9 @@ func (r runner) exec(ctx context.Context, argv []string) result {
 	case errors.Is(err, sandbox.ErrDiskFull):
 		problem = err.Error() // the command ran: its result still goes to the model
 	case err != nil:
-		return failure("failed: the command could not run: %v", err)
+		res := failure("failed: the command could not run: %v", err)
+		res.argv = argv
+		return res
 	}
 	stdout, stdoutCut := clip(res.Stdout, r.maxOutput)
 	stderr, stderrCut := clip(res.Stderr, r.maxOutput)
@@ -75,12 +77,17 @@ func (r runner) exec(ctx context.Context, argv []string) result {
 		Error:           problem,
 	}
 	return result{
-		model:     model,
-		full:      full,
-		exitCode:  res.ExitCode,
-		timedOut:  res.TimedOut,
-		truncated: model.StdoutTruncated || model.StderrTruncated,
-		err:       problem,
+		model:        model,
+		full:         full,
+		exitCode:     res.ExitCode,
+		timedOut:     res.TimedOut,
+		truncated:    model.StdoutTruncated || model.StderrTruncated,
+		err:          problem,
+		argv:         argv,
+		ran:          true,
+		execDuration: res.Duration,
+		stdout:       digestOf(res.Stdout),
+		stderr:       digestOf(res.Stderr),
 	}
 }
 

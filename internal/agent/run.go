@@ -30,6 +30,9 @@ type Request struct {
 	Sandbox Sandbox
 	// Approver decides the shell tool's "ask" policy; nil means every such command is denied.
 	Approver Approver
+	// Spent is what earlier attempts of the same job already used; it counts against the caps
+	// of this run, so a job that is delivered again never gets a fresh budget.
+	Spent Budget
 	// Progress, when set, is called synchronously before every model request and every tool
 	// call; it must be cheap.
 	Progress func(Event)
@@ -56,10 +59,28 @@ const (
 // Event reports progress: a model request about to be sent, or a tool call about to run.
 type Event struct {
 	Kind         string
-	Turn         int // the model round trip this event belongs to, from 1
-	ToolCalls    int // tool calls so far, this one included
+	Turn         int // the model round trip of this run the event belongs to, from 1
+	ToolCalls    int // tool calls of this run so far, this one included
 	MaxToolCalls int
 	Tool         string // the tool's name, for tool_call events
+	// Spent is the job's budget used so far, earlier attempts (Request.Spent) included and
+	// counting the request or call this event announces: callers that record it lose nothing
+	// when the process dies during that request or call.
+	Spent Budget
+}
+
+// Budget is what a job has used of its caps. A turn counts once its request is sent, a tool
+// call once it is answered or started (invalid calls count; calls answered "not run" do
+// not), tokens once the endpoint reports them.
+type Budget struct {
+	Turns     int   `json:"turns"`
+	ToolCalls int   `json:"tool_calls"`
+	Tokens    int64 `json:"tokens"`
+}
+
+// Add returns the sum of two budgets.
+func (b Budget) Add(o Budget) Budget {
+	return Budget{Turns: b.Turns + o.Turns, ToolCalls: b.ToolCalls + o.ToolCalls, Tokens: b.Tokens + o.Tokens}
 }
 
 // Outcome is how a run ended when it ended without an error.
@@ -87,11 +108,14 @@ type Result struct {
 	Outcome      Outcome
 	Cap          string // when capped: CapMaxTurns, CapMaxToolCalls, CapMaxTokens or CapJobTimeout
 	FinalMessage string // the model's last answer (its refusal when it only refused)
-	Turns        int    // model round trips
+	Turns        int    // model round trips of this run that got an answer
 	ToolCalls    []ToolCall
 	Usage        Usage
 	Model        string // as reported by the endpoint
 	ResponseIDs  []string
+	// Spent is the job's budget used at the end of this run: Request.Spent plus this run's
+	// turns (a request sent but not answered included), tool calls and tokens.
+	Spent Budget
 	// Transcript is JSONL (see transcript.go), at most Profile.Limits.MaxTranscriptBytes
 	// long, ending with a "truncated" line when it was cut.
 	Transcript []byte
@@ -126,7 +150,8 @@ var errJobTimeout = errors.New("job timeout")
 // call counts, invalid ones too; calls beyond the cap are answered "not run" and the run
 // ends); Limits.MaxTokens total tokens, checked before each request; Limits.JobTimeout over
 // the whole run, after which Run returns OutcomeCapped with CapJobTimeout and a nil error.
-// The tool calls of the last permitted response still run.
+// The first three count Request.Spent too. The tool calls of the last permitted response
+// still run, up to the tool call cap: never one call more.
 //
 // Errors: ErrInvalidRequest before anything ran; ErrModelUnavailable, ErrModelAuth,
 // ErrModelRequest or ErrModelResponse from the endpoint; ctx's error when ctx ends. With an
@@ -152,6 +177,7 @@ func (a *Agent) Run(ctx context.Context, req Request) (Result, error) {
 	jobCtx, cancel := context.WithTimeoutCause(ctx, time.Duration(p.Limits.JobTimeout), errJobTimeout)
 	defer cancel()
 	err = r.loop(jobCtx)
+	r.res.Spent = req.Spent.Add(r.used)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -216,7 +242,11 @@ type run struct {
 	messages []openai.ChatCompletionMessageParamUnion
 	logged   int             // messages already in the transcript
 	ids      map[string]bool // tool call ids seen, to keep them unique
+	used     Budget          // what this run has used (see Budget)
 }
+
+// spent is the job's budget used so far: earlier attempts plus this run.
+func (r *run) spent() Budget { return r.req.Spent.Add(r.used) }
 
 // call is one tool call of a response, normalised.
 type call struct {
@@ -235,11 +265,11 @@ func (r *run) loop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		switch {
-		case r.res.Turns >= lim.MaxTurns:
+		switch spent := r.spent(); {
+		case spent.Turns >= lim.MaxTurns:
 			r.capped(CapMaxTurns)
 			return nil
-		case r.res.Usage.TotalTokens >= lim.MaxTokens:
+		case spent.Tokens >= lim.MaxTokens:
 			r.capped(CapMaxTokens)
 			return nil
 		}
@@ -258,8 +288,12 @@ func (r *run) loop(ctx context.Context) error {
 			return nil
 		}
 		for i, c := range calls {
-			if len(r.res.ToolCalls) >= lim.MaxToolCalls {
-				r.skip(turn, calls[i:], fmt.Sprintf("not run: the job reached its cap of %d tool calls", lim.MaxToolCalls))
+			if r.spent().ToolCalls >= lim.MaxToolCalls {
+				reason := fmt.Sprintf("not run: the job reached its cap of %d tool calls", lim.MaxToolCalls)
+				if n := r.req.Spent.ToolCalls; n > 0 {
+					reason += fmt.Sprintf(" (%d of them in earlier attempts)", n)
+				}
+				r.skip(turn, calls[i:], reason)
 				r.capped(CapMaxToolCalls)
 				return nil
 			}
@@ -289,7 +323,8 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 		params.MaxCompletionTokens = openai.Int(m.MaxCompletionTokens)
 	}
 	r.logRequest(turn, params)
-	r.progress(Event{Kind: EventModelRequest, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls})
+	r.used.Turns = turn
+	r.progress(Event{Kind: EventModelRequest, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls, Spent: r.spent()})
 
 	start := time.Now()
 	resp, err := r.agent.chat.New(ctx, params, option.WithMiddleware(r.logAttempt))
@@ -311,6 +346,7 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 	r.res.Usage.PromptTokens += u.PromptTokens
 	r.res.Usage.CompletionTokens += u.CompletionTokens
 	r.res.Usage.TotalTokens += u.TotalTokens
+	r.used.Tokens = r.res.Usage.TotalTokens
 
 	line := responseLine{Type: "response", Time: now(), Turn: turn, ID: resp.ID, Model: resp.Model, Usage: u, DurationMS: sinceMS(start)}
 	if len(resp.Choices) == 0 {
@@ -371,7 +407,8 @@ func normalizeArgs(s string) string {
 
 // callTool runs one tool call and appends its tool message.
 func (r *run) callTool(ctx context.Context, turn int, c call) {
-	r.progress(Event{Kind: EventToolCall, Turn: turn, ToolCalls: len(r.res.ToolCalls) + 1, MaxToolCalls: r.p.Limits.MaxToolCalls, Tool: c.name})
+	r.used.ToolCalls = len(r.res.ToolCalls) + 1
+	r.progress(Event{Kind: EventToolCall, Turn: turn, ToolCalls: len(r.res.ToolCalls) + 1, MaxToolCalls: r.p.Limits.MaxToolCalls, Tool: c.name, Spent: r.spent()})
 	start := time.Now()
 	var res result
 	if c.custom {
@@ -418,8 +455,17 @@ func (r *run) answer(turn int, c call, res result, d time.Duration) {
 	if full == nil {
 		full = res.model
 	}
-	r.tr.add(toolCallLine{Type: "tool_call", Time: now(), Turn: turn, ID: c.id, Tool: c.name, Args: rawJSON(c.args),
-		Result: full, ExitCode: res.exitCode, DurationMS: d.Milliseconds(), Error: res.err})
+	line := toolCallLine{Type: "tool_call", Time: now(), Turn: turn, ID: c.id, Tool: c.name, Args: rawJSON(c.args),
+		Argv: res.argv, Result: full, ExitCode: res.exitCode, TimedOut: res.timedOut, Truncated: res.truncated,
+		DurationMS: d.Milliseconds(), Error: res.err}
+	if res.ran {
+		line.ExecMS = new(res.execDuration.Milliseconds())
+		line.Stdout, line.Stderr = &res.stdout, &res.stderr
+	}
+	if res.approvalWait > 0 {
+		line.ApprovalMS = new(res.approvalWait.Milliseconds())
+	}
+	r.tr.add(line)
 }
 
 func (r *run) capped(cap string) {
@@ -470,7 +516,7 @@ func (r *run) logAttempt(req *http.Request, next option.MiddlewareNext) (*http.R
 // finish closes the transcript and logs the end of the run.
 func (r *run) finish(err error) {
 	line := finalLine{Type: "final", Time: now(), Outcome: r.res.Outcome, Cap: r.res.Cap, Message: r.res.FinalMessage,
-		Turns: r.res.Turns, ToolCalls: len(r.res.ToolCalls), Usage: r.res.Usage}
+		Turns: r.res.Turns, ToolCalls: len(r.res.ToolCalls), Usage: r.res.Usage, Spent: r.res.Spent}
 	attrs := []any{"outcome", r.res.Outcome, "turns", r.res.Turns, "tool_calls", len(r.res.ToolCalls),
 		"total_tokens", r.res.Usage.TotalTokens}
 	if r.res.Cap != "" {

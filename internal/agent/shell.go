@@ -14,9 +14,23 @@ import (
 
 // Approver asks a person whether a shell command may run (the "ask" policy). Approve blocks
 // until an answer or until ctx ends; the agent bounds ctx by the profile's approval timeout.
-// false, an error or no answer in time all mean denied.
+// false, an error or no answer in time all mean denied. A *DeniedError carries the person's
+// reason to the model.
 type Approver interface {
 	Approve(ctx context.Context, req ApprovalRequest) (bool, error)
+}
+
+// DeniedError is what an Approver returns when a person refused a command and said why. The
+// model is told the reason, as data.
+type DeniedError struct {
+	Reason string
+}
+
+func (e *DeniedError) Error() string {
+	if e.Reason == "" {
+		return "a person denied the command"
+	}
+	return "a person denied the command: " + e.Reason
 }
 
 // ApprovalRequest is one command waiting for a person.
@@ -117,10 +131,21 @@ func (t shellTool) Call(ctx context.Context, callID string, raw json.RawMessage)
 			return failure("invalid arguments: command contains a NUL byte")
 		}
 	}
-	if refused := t.decide(ctx, callID, argv); refused != "" {
-		return failure("refused: %s", refused)
+	start := time.Now()
+	refused := t.decide(ctx, callID, argv)
+	var wait time.Duration
+	if t.spec.Policy == config.PolicyAsk && t.approver != nil {
+		wait = time.Since(start)
 	}
-	return t.exec(ctx, argv)
+	var res result
+	if refused != "" {
+		res = failure("refused: %s", refused)
+		res.argv = argv
+	} else {
+		res = t.exec(ctx, argv)
+	}
+	res.approvalWait = wait
+	return res
 }
 
 // decide applies the policy; it returns why the command is refused, or "" to run it.
@@ -141,7 +166,10 @@ func (t shellTool) decide(ctx context.Context, callID string, argv []string) str
 		actx, cancel := context.WithTimeout(ctx, t.approvalTimeout)
 		defer cancel()
 		ok, err := t.approver.Approve(actx, ApprovalRequest{JobID: t.jobID, CallID: callID, Argv: argv})
+		var denied *DeniedError
 		switch {
+		case errors.As(err, &denied):
+			return denied.Error()
 		case errors.Is(err, context.DeadlineExceeded) || (err == nil && !ok && actx.Err() != nil):
 			return fmt.Sprintf("no approval within %s", t.approvalTimeout)
 		case err != nil:

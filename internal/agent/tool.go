@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
@@ -58,15 +59,28 @@ type result struct {
 	timedOut  bool
 	truncated bool
 	err       string // set when the call failed; also in model as {"error":…}
+
+	// For the transcript: the argv of a command tool or the shell, run or refused; and, when
+	// the command ran, its run time and the digests of its streams as the sandbox captured
+	// them.
+	argv           []string
+	ran            bool
+	execDuration   time.Duration
+	stdout, stderr streamDigest
+	approvalWait   time.Duration // shell "ask": time spent waiting for a person
 }
 
 type errorResult struct {
 	Error string `json:"error"`
 }
 
+// maxErrorBytes bounds the error message of a failed call. Messages quote what the model
+// sent (a path, a command line), which may be megabytes long: head and tail are kept.
+const maxErrorBytes = 1024
+
 // failure is a result that tells the model what went wrong.
 func failure(format string, args ...any) result {
-	msg := fmt.Sprintf(format, args...)
+	msg, _ := clip([]byte(fmt.Sprintf(format, args...)), maxErrorBytes)
 	return result{model: errorResult{Error: msg}, exitCode: -1, err: msg}
 }
 

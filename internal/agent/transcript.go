@@ -2,6 +2,8 @@ package agent
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 )
@@ -11,9 +13,17 @@ import (
 //	{"type":"request","turn":1,"params":{…},"messages":[…]}  params (model, parameters, tools)
 //	    on the first request only; messages are those added since the previous request
 //	{"type":"response","turn":1,"id":…,"model":…,"finish_reason":…,"usage":{…},"message":{…},"duration_ms":…}
-//	{"type":"tool_call","turn":1,"id":…,"tool":…,"args":…,"result":{…},"exit_code":…,"duration_ms":…,"error":…}
-//	    result holds the complete output as the sandbox returned it, before the model's cap
-//	{"type":"final","outcome":…,"cap":…,"message":…,"turns":…,"tool_calls":…,"usage":{…},"error":…}
+//	{"type":"tool_call","turn":1,"id":…,"tool":…,"args":…,"argv":[…],"result":{…},"exit_code":…,
+//	    "timed_out":…,"truncated":…,"duration_ms":…,"approval_ms":…,"exec_ms":…,
+//	    "stdout":{"bytes":…,"sha256":…},"stderr":{…},"error":…}
+//	    result holds the complete output as the sandbox returned it, before the model's cap.
+//	    argv is the command as run or as refused (command tools and shell); exec_ms (the
+//	    command's run time as the sandbox measured it) and the stdout/stderr digests (SHA-256
+//	    of each stream as the sandbox captured it) are there when a command ran; duration_ms
+//	    is the whole call, approval_ms the part spent waiting for a person (shell, "ask")
+//	{"type":"final","outcome":…,"cap":…,"message":…,"turns":…,"tool_calls":…,"usage":{…},
+//	    "spent":{"turns":…,"tool_calls":…,"tokens":…},"error":…}
+//	    spent is the job's budget used, earlier attempts included
 //	{"type":"truncated","limit_bytes":…,"dropped_lines":…,"dropped_bytes":…}
 //
 // It never holds the API key or any HTTP header. When the next line would pass the limit, that
@@ -93,16 +103,34 @@ type responseLine struct {
 }
 
 type toolCallLine struct {
-	Type       string `json:"type"`
-	Time       string `json:"time"`
-	Turn       int    `json:"turn"`
-	ID         string `json:"id"`
-	Tool       string `json:"tool"`
-	Args       any    `json:"args"`
-	Result     any    `json:"result"`
-	ExitCode   int    `json:"exit_code"`
-	DurationMS int64  `json:"duration_ms"`
-	Error      string `json:"error,omitempty"`
+	Type       string        `json:"type"`
+	Time       string        `json:"time"`
+	Turn       int           `json:"turn"`
+	ID         string        `json:"id"`
+	Tool       string        `json:"tool"`
+	Args       any           `json:"args"`
+	Argv       []string      `json:"argv,omitempty"`
+	Result     any           `json:"result"`
+	ExitCode   int           `json:"exit_code"`
+	TimedOut   bool          `json:"timed_out"`
+	Truncated  bool          `json:"truncated"`
+	DurationMS int64         `json:"duration_ms"`
+	ApprovalMS *int64        `json:"approval_ms,omitempty"`
+	ExecMS     *int64        `json:"exec_ms,omitempty"`
+	Stdout     *streamDigest `json:"stdout,omitempty"`
+	Stderr     *streamDigest `json:"stderr,omitempty"`
+	Error      string        `json:"error,omitempty"`
+}
+
+// streamDigest identifies one output stream of a command as the sandbox captured it.
+type streamDigest struct {
+	Bytes  int    `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+func digestOf(b []byte) streamDigest {
+	sum := sha256.Sum256(b)
+	return streamDigest{Bytes: len(b), SHA256: hex.EncodeToString(sum[:])}
 }
 
 type finalLine struct {
@@ -114,6 +142,7 @@ type finalLine struct {
 	Turns     int     `json:"turns"`
 	ToolCalls int     `json:"tool_calls"`
 	Usage     Usage   `json:"usage"`
+	Spent     Budget  `json:"spent"`
 	Error     string  `json:"error,omitempty"`
 }
 

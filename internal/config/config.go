@@ -58,6 +58,9 @@ type NATS struct {
 	StatusBucket string `json:"status_bucket,omitempty"`
 	// DeadLetterStream keeps jobs that can never run. Default: BOXCAR_DLQ.
 	DeadLetterStream string `json:"dead_letter_stream,omitempty"`
+	// ApprovalsBucket is the KV bucket of shell commands waiting for a person (the "ask"
+	// policy) and their answers, keyed <job id>.<call id>. Default: BOXCAR_APPROVALS.
+	ApprovalsBucket string `json:"approvals_bucket,omitempty"`
 	// AckWait is how long a delivery may go without an ack or heartbeat. Default: 60s.
 	AckWait Duration `json:"ack_wait,omitempty"`
 	// MaxDeliver bounds deliveries of one job. Default: 5.
@@ -66,6 +69,9 @@ type NATS struct {
 	MaxAckPending int `json:"max_ack_pending,omitempty"`
 	// DuplicateWindow drops a re-published job id inside it. Default: 1h.
 	DuplicateWindow Duration `json:"duplicate_window,omitempty"`
+	// RetryBackoff is the delay before the second delivery of a job that failed transiently;
+	// it doubles with each attempt, up to 5m. Default: 5s.
+	RetryBackoff Duration `json:"retry_backoff,omitempty"`
 	// Replicas of the stream and bucket in a cluster. Default: 1.
 	Replicas int `json:"replicas,omitempty"`
 }
@@ -255,10 +261,12 @@ func (c Config) WithDefaults() Config {
 	def(&n.Consumer, "boxcar-workers")
 	def(&n.StatusBucket, "BOXCAR_STATUS")
 	def(&n.DeadLetterStream, "BOXCAR_DLQ")
+	def(&n.ApprovalsBucket, "BOXCAR_APPROVALS")
 	def(&n.AckWait, Duration(60*time.Second))
 	def(&n.MaxDeliver, 5)
 	def(&n.MaxAckPending, 64)
 	def(&n.DuplicateWindow, Duration(time.Hour))
+	def(&n.RetryBackoff, Duration(5*time.Second))
 	def(&n.Replicas, 1)
 	def(&c.Store.Region, "us-east-1")
 	def(&c.Sandbox.Backend, "bubblewrap")

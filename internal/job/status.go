@@ -31,20 +31,41 @@ func (s State) Terminal() bool {
 
 // Status is what the system knows about a job, kept in the status bucket under the job id.
 type Status struct {
-	ID         string    `json:"id"`
-	State      State     `json:"state"`
-	Profile    string    `json:"profile,omitempty"`
-	Attempt    int       `json:"attempt,omitempty"`
-	Worker     string    `json:"worker,omitempty"`
-	Progress   string    `json:"progress,omitempty"`
-	ToolCalls  int       `json:"tool_calls,omitempty"`
-	MaxCalls   int       `json:"max_tool_calls,omitempty"`
-	Cap        string    `json:"cap,omitempty"`
-	Error      string    `json:"error,omitempty"`
-	Report     string    `json:"report,omitempty"`   // store key of the report
-	Manifest   string    `json:"manifest,omitempty"` // store key of the manifest
-	QueuedAt   time.Time `json:"queued_at,omitzero"`
-	StartedAt  time.Time `json:"started_at,omitzero"`
-	FinishedAt time.Time `json:"finished_at,omitzero"`
-	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+	ID        string `json:"id"`
+	State     State  `json:"state"`
+	Profile   string `json:"profile,omitempty"`
+	Attempt   int    `json:"attempt,omitempty"`
+	Worker    string `json:"worker,omitempty"`
+	Progress  string `json:"progress,omitempty"`
+	ToolCalls int    `json:"tool_calls,omitempty"`
+	MaxCalls  int    `json:"max_tool_calls,omitempty"`
+	Cap       string `json:"cap,omitempty"`
+	Error     string `json:"error,omitempty"`
+	// SpentTurns, SpentToolCalls and SpentTokens are what all attempts of the job have used of
+	// its caps so far, recorded with every progress update; a redelivered attempt starts from
+	// them, never from zero.
+	SpentTurns     int   `json:"spent_turns,omitempty"`
+	SpentToolCalls int   `json:"spent_tool_calls,omitempty"`
+	SpentTokens    int64 `json:"spent_tokens,omitempty"`
+	// CancelRequested asks the worker running the job to stop it; see RequestCancel.
+	CancelRequested bool      `json:"cancel_requested,omitempty"`
+	Report          string    `json:"report,omitempty"`   // store key of the report
+	Manifest        string    `json:"manifest,omitempty"` // store key of the manifest
+	QueuedAt        time.Time `json:"queued_at,omitzero"`
+	StartedAt       time.Time `json:"started_at,omitzero"`
+	FinishedAt      time.Time `json:"finished_at,omitzero"`
+	UpdatedAt       time.Time `json:"updated_at,omitzero"`
+}
+
+// RequestCancel is the status change behind `submit cancel`: a job that has not started is
+// cancelled at once (no worker will start it); a running one is asked to stop.
+func RequestCancel(s *Status) {
+	switch s.State {
+	case "", StateQueued, StateRetrying, StateInterrupted:
+		now := time.Now().UTC()
+		s.State, s.FinishedAt, s.Progress = StateCancelled, now, ""
+		s.Error = "cancelled before it started"
+	default:
+		s.CancelRequested = true
+	}
 }

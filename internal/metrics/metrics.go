@@ -1,5 +1,8 @@
 // Package metrics owns Boxcar's Prometheus collectors and the HTTP endpoints /metrics, /healthz
 // and /readyz. It records what others report; it makes no decisions.
+//
+// Names follow boxcar_<thing>_<unit> and labels carry bounded values only (profile, outcome,
+// tool, backend, cap, kind, reason, stage); never a job id.
 package metrics
 
 import (
@@ -16,43 +19,51 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Metrics holds every collector the worker exports. Labels carry bounded values only
-// (profile, outcome, tool, backend, cap); never a job id.
+// Metrics holds every collector the worker exports.
 type Metrics struct {
-	Jobs          *prometheus.CounterVec   // profile, outcome
+	Jobs          *prometheus.CounterVec   // profile, outcome (the job's final state)
 	JobDuration   *prometheus.HistogramVec // profile, outcome
 	QueueWait     *prometheus.HistogramVec // profile
 	JobsInFlight  prometheus.Gauge
 	SlotsFree     prometheus.Gauge
 	SandboxStart  *prometheus.HistogramVec // backend
+	SandboxExec   *prometheus.HistogramVec // backend
 	SandboxClose  *prometheus.HistogramVec // backend
-	SandboxFailed *prometheus.CounterVec   // backend, stage
-	ToolCalls     *prometheus.CounterVec   // profile, tool, outcome
-	ModelTokens   *prometheus.CounterVec   // profile, kind
-	CapHits       *prometheus.CounterVec   // profile, cap
-	Redeliveries  prometheus.Counter
-	DeadLetters   *prometheus.CounterVec // reason
-	StaleAttempts prometheus.Counter
-	UploadedBytes prometheus.Counter
-	registry      *prometheus.Registry
+	SandboxFailed *prometheus.CounterVec   // backend, stage (start, close)
+	ToolCalls     *prometheus.CounterVec   // profile, tool, outcome (see ToolOutcome)
+	// ModelRequests and ModelRequestDuration count and time every HTTP attempt to the model
+	// endpoint, retries included; ModelTransport records them.
+	ModelRequests        *prometheus.CounterVec   // outcome (see ModelTransport)
+	ModelRequestDuration *prometheus.HistogramVec // outcome
+	ModelTokens          *prometheus.CounterVec   // profile, kind (prompt, completion)
+	CapHits              *prometheus.CounterVec   // profile, cap
+	Redeliveries         prometheus.Counter
+	DeadLetters          *prometheus.CounterVec // reason
+	StaleAttempts        prometheus.Counter
+	UploadedBytes        prometheus.Counter
+	registry             *prometheus.Registry
 }
+
+// Bucket layouts, in seconds.
+var (
+	jobBuckets   = []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600}
+	fastBuckets  = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	execBuckets  = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	modelBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120}
+)
 
 // New registers Boxcar's collectors, plus the Go and process collectors, on a new registry.
 func New() *Metrics {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	f := func(c prometheus.Collector) { reg.MustRegister(c) }
-	durations := []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600}
-	fast := []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 	m := &Metrics{
 		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "boxcar_jobs_total", Help: "Jobs finished, by profile and outcome.",
+			Name: "boxcar_jobs_total", Help: "Jobs that reached a final state, by profile and outcome (the state).",
 		}, []string{"profile", "outcome"}),
 		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "boxcar_job_duration_seconds", Help: "Time from a job's start on a worker to its end.", Buckets: durations,
+			Name: "boxcar_job_duration_seconds", Help: "Time from a job's start on a worker to its final state.", Buckets: jobBuckets,
 		}, []string{"profile", "outcome"}),
 		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "boxcar_job_queue_wait_seconds", Help: "Time a job waited in the queue before a worker started it.", Buckets: durations,
+			Name: "boxcar_job_queue_wait_seconds", Help: "Time a job waited in the queue before a worker started it.", Buckets: jobBuckets,
 		}, []string{"profile"}),
 		JobsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "boxcar_jobs_in_flight", Help: "Jobs this worker is running now.",
@@ -61,10 +72,13 @@ func New() *Metrics {
 			Name: "boxcar_worker_slots_free", Help: "Job slots this worker has free.",
 		}),
 		SandboxStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "boxcar_sandbox_start_seconds", Help: "Time to start a sandbox.", Buckets: fast,
+			Name: "boxcar_sandbox_start_seconds", Help: "Time to start a sandbox, by backend.", Buckets: fastBuckets,
+		}, []string{"backend"}),
+		SandboxExec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "boxcar_sandbox_exec_seconds", Help: "Time of one command run in a sandbox, by backend.", Buckets: execBuckets,
 		}, []string{"backend"}),
 		SandboxClose: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "boxcar_sandbox_close_seconds", Help: "Time to remove a sandbox.", Buckets: fast,
+			Name: "boxcar_sandbox_close_seconds", Help: "Time to remove a sandbox, by backend.", Buckets: fastBuckets,
 		}, []string{"backend"}),
 		SandboxFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_sandbox_failures_total", Help: "Sandbox operations that failed, by backend and stage.",
@@ -72,6 +86,12 @@ func New() *Metrics {
 		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_tool_calls_total", Help: "Tool calls, by profile, tool and outcome.",
 		}, []string{"profile", "tool", "outcome"}),
+		ModelRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_model_requests_total", Help: "HTTP requests to the model endpoint, retries included, by outcome.",
+		}, []string{"outcome"}),
+		ModelRequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "boxcar_model_request_duration_seconds", Help: "Time of one HTTP request to the model endpoint until its body is read, by outcome.", Buckets: modelBuckets,
+		}, []string{"outcome"}),
 		ModelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_model_tokens_total", Help: "Model tokens used, by profile and kind (prompt, completion).",
 		}, []string{"profile", "kind"}),
@@ -92,35 +112,33 @@ func New() *Metrics {
 		}),
 		registry: reg,
 	}
-	for _, c := range []prometheus.Collector{m.Jobs, m.JobDuration, m.QueueWait, m.JobsInFlight, m.SlotsFree,
-		m.SandboxStart, m.SandboxClose, m.SandboxFailed, m.ToolCalls, m.ModelTokens, m.CapHits,
-		m.Redeliveries, m.DeadLetters, m.StaleAttempts, m.UploadedBytes} {
-		f(c)
-	}
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.Jobs, m.JobDuration, m.QueueWait, m.JobsInFlight, m.SlotsFree,
+		m.SandboxStart, m.SandboxExec, m.SandboxClose, m.SandboxFailed, m.ToolCalls,
+		m.ModelRequests, m.ModelRequestDuration, m.ModelTokens, m.CapHits,
+		m.Redeliveries, m.DeadLetters, m.StaleAttempts, m.UploadedBytes,
+	)
 	return m
 }
 
 // Registry is where the collectors live, for tests and extra collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
-// Ready reports whether the worker can take jobs; nil means ready.
-type Ready func(ctx context.Context) error
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
 
 // Serve listens on addr and serves /metrics, /healthz and /readyz until ctx ends. It returns
-// the bound address through bound (useful with port 0) before serving.
+// the bound address through bound (useful with port 0) before serving. /healthz answers as
+// long as the process serves HTTP; /readyz answers 200 only when ready returns nil.
 func (m *Metrics) Serve(ctx context.Context, addr string, ready Ready, log *slog.Logger, bound func(net.Addr)) error {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry}))
+	mux.Handle("/metrics", m.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := ready(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	mux.Handle("/readyz", readyHandler(ready, log))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics: listen on %s: %w (set metrics_addr in the config, or --metrics-addr)", addr, err)
@@ -129,13 +147,20 @@ func (m *Metrics) Serve(ctx context.Context, addr string, ready Ready, log *slog
 		bound(ln.Addr())
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err = srv.Serve(ln)
+	stop()
+	<-stopped
+	if !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("metrics: serve: %w", err)
 	}
 	return nil

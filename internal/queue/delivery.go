@@ -87,15 +87,19 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 	return nil
 }
 
-// KeepAlive tells the server the job is still being worked on, every third of AckWait, until
-// the returned stop function is called. Long model calls and tools never cause a redelivery.
-func (d *Delivery) KeepAlive(ctx context.Context) (stop func()) {
+// KeepAlive tells the server the job is still being worked on, every interval (zero: a third
+// of AckWait), until the returned stop function is called. Long model calls and tools never
+// cause a redelivery.
+func (d *Delivery) KeepAlive(ctx context.Context, interval time.Duration) (stop func()) {
+	if interval <= 0 {
+		interval = d.q.AckWait() / 3
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(max(d.q.AckWait()/3, 50*time.Millisecond))
+		t := time.NewTicker(max(interval, 50*time.Millisecond))
 		defer t.Stop()
 		for {
 			select {

@@ -13,6 +13,13 @@ var (
 	ErrUnknownJob = errors.New("unknown job")
 	// ErrFinal marks a status change refused because the job already ended.
 	ErrFinal = errors.New("job already ended")
+	// ErrUnknownApproval marks a job and call id with no approval request.
+	ErrUnknownApproval = errors.New("no such approval request")
+	// ErrAlreadyDecided marks an answer to an approval request that was already answered.
+	ErrAlreadyDecided = errors.New("approval request already answered")
+	// ErrApprovalExpired marks an answer that came after the request's approval timeout: the
+	// command was denied for want of an answer.
+	ErrApprovalExpired = errors.New("approval request expired")
 )
 
 // PermanentError wraps a fault that retrying cannot fix: the job is terminated and

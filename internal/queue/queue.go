@@ -23,7 +23,9 @@ type Queue struct {
 	cfg    config.NATS
 	cons   jetstream.Consumer // nil for clients that only publish and read status
 	status jetstream.KeyValue
-	log    *slog.Logger
+	// approvals is set by New; client handles look the bucket up when they use it (approvals.go).
+	approvals jetstream.KeyValue
+	log       *slog.Logger
 }
 
 // Connect dials NATS with reconnects on, naming the connection for server-side monitoring.
@@ -97,6 +99,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) 
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: set up status bucket %s: %w", cfg.StatusBucket, err)
+	}
+	if q.approvals, err = setUpApprovals(ctx, js, cfg); err != nil {
+		return nil, err
 	}
 	return q, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,17 +32,8 @@ type bundle struct {
 // a queue with a short AckWait so redelivery is observable.
 func setup(t *testing.T, change ...func(*config.NATS)) bundle {
 	t.Helper()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir(), SyncAlways: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc := connect(t, true)
 	ctx := context.Background()
-	nc, err := queue.Connect(ctx, ns.ClientURL(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
 	cfg := config.Config{}.WithDefaults().NATS
 	cfg.AckWait = config.Duration(time.Second)
 	cfg.MaxDeliver = 3
@@ -53,6 +45,22 @@ func setup(t *testing.T, change ...func(*config.NATS)) bundle {
 		t.Fatal(err)
 	}
 	return bundle{nc: nc, q: q, cfg: cfg}
+}
+
+// connect starts the real nats-server in-process on file storage and connects to it.
+func connect(t *testing.T, syncAlways bool) *nats.Conn {
+	t.Helper()
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir(), SyncAlways: syncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := queue.Connect(context.Background(), ns.ClientURL(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 func newJob(t *testing.T) job.Job {
@@ -148,7 +156,7 @@ func TestKeepAliveHoldsTheJobPastAckWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := fetch(t, b.q, 5*time.Second)
-	stop := d.KeepAlive(ctx)
+	stop := d.KeepAlive(ctx, 0)
 	expectEmpty(t, b.q, 3*b.q.AckWait())
 	stop()
 	if err := d.Ack(ctx); err != nil {
@@ -255,18 +263,9 @@ func TestStatusUpdatesAndTerminalStatesAreFinal(t *testing.T) {
 }
 
 func TestBindWithoutWorkerSaysWhatToStart(t *testing.T) {
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc := connect(t, false)
 	ctx := context.Background()
-	nc, err := queue.Connect(ctx, ns.ClientURL(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_, err = queue.Bind(ctx, nc, config.Config{}.WithDefaults().NATS)
+	_, err := queue.Bind(ctx, nc, config.Config{}.WithDefaults().NATS)
 	if !errors.Is(err, queue.ErrNotReady) {
 		t.Fatalf("bind: %v, want ErrNotReady", err)
 	}
@@ -279,5 +278,26 @@ func TestSetupIsIdempotent(t *testing.T) {
 		if _, err := queue.New(ctx, b.nc, b.cfg, slog.New(slog.DiscardHandler)); err != nil {
 			t.Fatalf("second set-up: %v", err)
 		}
+	}
+}
+
+func TestIncompatibleStreamIsRefusedWithAFix(t *testing.T) {
+	nc := connect(t, false)
+	ctx := context.Background()
+	cfg := config.Config{}.WithDefaults().NATS
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An older or foreign set-up with limits retention: a work queue cannot take its place.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: []string{cfg.Subject}, Retention: jetstream.LimitsPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = queue.New(ctx, nc, cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Fatal("set-up over an incompatible stream succeeded")
+	}
+	if !strings.Contains(err.Error(), "nats stream rm "+cfg.Stream) {
+		t.Errorf("error %q does not say how to fix it", err)
 	}
 }

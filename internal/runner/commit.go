@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -41,6 +40,11 @@ func (r *Runner) commit(ctx context.Context, a *attempt, sb sandbox.Sandbox, sta
 	if err != nil {
 		return err
 	}
+	// A newer attempt means this one's ack deadline passed and another worker took the job:
+	// uploading now could overwrite the files that attempt commits.
+	if err := r.checkLease(ctx, a); err != nil {
+		return err
+	}
 	outs = append(outs, output{name: "transcript.jsonl", data: a.result.Transcript})
 	for _, o := range outs {
 		if err := r.cfg.Store.Put(ctx, store.RunPrefix(a.job.ID)+o.name, bytes.NewReader(o.data), int64(len(o.data))); err != nil {
@@ -48,18 +52,24 @@ func (r *Runner) commit(ctx context.Context, a *attempt, sb sandbox.Sandbox, sta
 		}
 		r.m.UploadedBytes.Add(float64(len(o.data)))
 	}
+	if err := r.checkLease(ctx, a); err != nil {
+		return err
+	}
 	manifest, err := r.manifest(a, outs, state, runErr)
 	if err != nil {
 		return err
 	}
+	// Sign before committing, so that a run is never committed by a worker that cannot sign it.
+	var env []byte
+	if r.cfg.SigningKey != nil {
+		if env, err = signManifest(ctx, manifest, r.cfg.SigningKey); err != nil {
+			return fmt.Errorf("sign manifest: %w", err)
+		}
+	}
 	if err := r.cfg.Store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest))); err != nil {
 		return err
 	}
-	if r.cfg.SigningKey != nil {
-		env, err := signManifest(ctx, manifest, r.cfg.SigningKey)
-		if err != nil {
-			return fmt.Errorf("sign manifest: %w", err)
-		}
+	if env != nil {
 		if err := r.cfg.Store.Put(ctx, store.SignatureKey(a.job.ID), bytes.NewReader(env), int64(len(env))); err != nil {
 			return fmt.Errorf("upload manifest signature: %w", err)
 		}
@@ -81,27 +91,25 @@ func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox) ([
 	}
 	outs = append(outs, output{name: "report.md", data: report})
 
-	files, err := sb.List(ctx, a.profile.Artifacts)
-	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		return nil, fmt.Errorf("list artifacts: %w", err)
+	artifacts, err := r.collectArtifacts(ctx, a, sb)
+	if err != nil {
+		return nil, err
 	}
-	var total int64
-	for i, f := range files {
-		if i == maxArtifacts {
-			a.log.WarnContext(ctx, "artifact count cap reached; the rest are not uploaded", "kept", maxArtifacts, "found", len(files))
-			break
-		}
-		if f.Size > maxArtifactBytes || total+f.Size > maxArtifactTotal {
-			a.log.WarnContext(ctx, "artifact too large; not uploaded", "artifact", f.Path, "size", f.Size)
-			continue
-		}
-		data, err := sb.ReadFile(ctx, f.Path, maxArtifactBytes)
-		if err != nil {
-			return nil, fmt.Errorf("read artifact %s: %w", f.Path, err)
-		}
-		total += int64(len(data))
-		rel := strings.TrimPrefix(f.Path, strings.TrimSuffix(a.profile.Artifacts, "/")+"/")
-		outs = append(outs, output{name: "artifacts/" + rel, data: data})
+	return append(outs, artifacts...), nil
+}
+
+// checkLease fails with store.ErrExists when a later attempt of the job has started or the run
+// is already committed.
+func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
+	st, err := r.cfg.Queue.Status(ctx, a.job.ID)
+	if err != nil {
+		return fmt.Errorf("check the job is still ours: %w", err)
 	}
-	return outs, nil
+	if st.Attempt > a.d.Attempt {
+		return fmt.Errorf("%w: attempt %d started after this attempt (%d)", store.ErrExists, st.Attempt, a.d.Attempt)
+	}
+	if _, err := r.cfg.Store.Stat(ctx, store.ManifestKey(a.job.ID)); err == nil {
+		return fmt.Errorf("%w: run already committed", store.ErrExists)
+	}
+	return nil
 }

@@ -20,15 +20,15 @@ import (
 
 // Outcome of one attempt, before it is settled with the queue.
 type attempt struct {
-	d        *queue.Delivery
-	job      job.Job
-	profile  config.Profile
-	limits   config.Limits
-	log      *slog.Logger
-	started  time.Time
-	sandbox  sandbox.Info
-	result   agent.Result
-	ranAgent bool
+	d         *queue.Delivery
+	job       job.Job
+	profile   config.Profile
+	limits    config.Limits
+	log       *slog.Logger
+	started   time.Time
+	sandbox   sandbox.Info
+	result    agent.Result
+	committed bool // the run's manifest was written by this attempt
 }
 
 // Handle runs one delivery to its end and settles it with the queue: ack, nak or term. It never
@@ -39,8 +39,45 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 	if d.Attempt > 1 {
 		r.m.Redeliveries.Inc()
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopWatch := r.watchCancel(ctx, d.JobID, cancel)
 	state, err := r.process(ctx, a)
+	stopWatch()
+	if !errors.Is(err, errCommitted) && state != job.StateCancelled {
+		switch context.Cause(ctx) {
+		case errCancelled:
+			state, err = job.StateCancelled, errCancelled
+		case errShutdown:
+			state, err = job.StateInterrupted, errShutdown
+		}
+	}
 	r.settle(ctx, a, state, err)
+}
+
+// watchCancel cancels the job's context when someone asks for the job to be cancelled.
+func (r *Runner) watchCancel(ctx context.Context, id string, cancel context.CancelCauseFunc) (stop func()) {
+	if !job.ValidID(id) {
+		return func() {}
+	}
+	ctx, stopCtx := context.WithCancel(ctx)
+	updates, err := r.cfg.Queue.WatchStatus(ctx, id)
+	if err != nil {
+		r.log.WarnContext(ctx, "cannot watch for cancellation", "job_id", id, "error", err)
+		stopCtx()
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for st := range updates {
+			if st.CancelRequested || st.State == job.StateCancelled {
+				cancel(errCancelled)
+				return
+			}
+		}
+	}()
+	return func() { stopCtx(); <-done }
 }
 
 // process runs the job and returns the state it ended in; an error says why it did not succeed
@@ -85,7 +122,7 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 	}
 	r.m.QueueWait.WithLabelValues(j.Profile).Observe(a.started.Sub(a.d.Published).Seconds())
 
-	stopHeartbeat := a.d.KeepAlive(ctx)
+	stopHeartbeat := a.d.KeepAlive(ctx, r.cfg.HeartbeatInterval)
 	defer stopHeartbeat()
 
 	sb, err := r.startSandbox(ctx, a)
@@ -103,40 +140,48 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 	for i, in := range j.Inputs {
 		inputs[i] = in.Name
 	}
-	a.ranAgent = true
+	spent := r.newBudget(a, st)
 	a.result, err = r.cfg.Agent.Run(ctx, agent.Request{
-		JobID:   j.ID,
-		Profile: a.profile,
-		Task:    j.Task,
-		Inputs:  inputs,
-		Sandbox: sb,
+		JobID:    j.ID,
+		Profile:  a.profile,
+		Task:     j.Task,
+		Inputs:   inputs,
+		Sandbox:  r.timed(sb),
+		Approver: r.approver(a),
+		Spent:    spent.base,
 		Progress: func(e agent.Event) {
-			if e.Kind == "tool_call" {
-				r.m.ToolCalls.WithLabelValues(j.Profile, e.Tool, "called").Inc()
-				r.progressCalls(ctx, a, fmt.Sprintf("tool call %d of %d: %s", e.ToolCalls, e.MaxToolCalls, e.Tool), e.ToolCalls)
-			}
+			spent.progress(ctx, e)
 		},
 	})
+	spent.finish(ctx, a.result.Spent)
 	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(a.result.Usage.PromptTokens))
 	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(a.result.Usage.CompletionTokens))
+	r.recordToolCalls(a)
 	state := job.StateSucceeded
+	commitCtx := ctx
 	switch {
+	case context.Cause(ctx) == errCancelled:
+		// Keep what the job produced until it was stopped.
+		state, err = job.StateCancelled, errCancelled
+		var cancel context.CancelFunc
+		commitCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
+		defer cancel()
 	case ctx.Err() != nil:
-		return job.StateInterrupted, ctx.Err()
+		return job.StateInterrupted, context.Cause(ctx)
 	case errors.Is(err, agent.ErrModelAuth), errors.Is(err, agent.ErrModelRequest):
 		state, err = job.StateFailed, queue.Permanent("model_rejected", err)
 	case err != nil:
 		if !a.d.LastAttempt() {
 			return job.StateRetrying, err
 		}
-		state = job.StateFailed
+		state = job.StateDead // keep the transcript of the last try, then dead-letter it
 	case a.result.Outcome == agent.OutcomeCapped:
 		state = job.StateCapped
 		r.m.CapHits.WithLabelValues(j.Profile, a.result.Cap).Inc()
 	}
 
-	r.progress(ctx, a, "uploading")
-	if cerr := r.commit(ctx, a, sb, state, err); cerr != nil {
+	r.progress(commitCtx, a, "uploading")
+	if cerr := r.commit(commitCtx, a, sb, state, err); cerr != nil {
 		if errors.Is(cerr, store.ErrExists) {
 			r.m.StaleAttempts.Inc()
 			a.log.WarnContext(ctx, "another attempt committed this job first; discarding this attempt's result")
@@ -144,6 +189,7 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 		}
 		return job.StateRetrying, fmt.Errorf("upload results: %w", cerr)
 	}
+	a.committed = true
 	return state, err
 }
 
@@ -251,9 +297,8 @@ func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err er
 		state, action = job.StateDead, "term"
 	case state == job.StateRetrying:
 		action = "nak"
-	}
-	if state == job.StateFailed && action == "ack" && err != nil {
-		action = "term" // a failure after the last attempt: keep it in the dead-letter stream
+	case state == job.StateDead, state == job.StateFailed && err != nil:
+		action = "term"
 	}
 
 	now := time.Now().UTC()
@@ -270,7 +315,7 @@ func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err er
 			if state.Terminal() {
 				s.FinishedAt, s.Progress = now, ""
 			}
-			if state == job.StateSucceeded || state == job.StateCapped || (state == job.StateFailed && a.ranAgent) {
+			if a.committed {
 				s.Report, s.Manifest = r.cfg.Store.URL(store.ReportKey(d.JobID)), r.cfg.Store.URL(store.ManifestKey(d.JobID))
 			}
 		})
@@ -290,7 +335,7 @@ func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err er
 	case "nak-now":
 		qerr = d.Nak(0)
 	case "nak":
-		delay := backoff(d.Attempt)
+		delay := backoff(time.Duration(r.cfg.Worker.NATS.RetryBackoff), d.Attempt)
 		if errors.As(err, &retry) {
 			delay = retry.Delay
 		}
@@ -321,8 +366,7 @@ func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err er
 	log.Log(ctx, level, "job "+action, logAttrs...)
 }
 
-// backoff grows with each attempt: 5s, 10s, 20s … capped at 5 minutes.
-func backoff(attempt int) time.Duration {
-	d := 5 * time.Second << min(max(attempt-1, 0), 6)
-	return min(d, 5*time.Minute)
+// backoff grows with each attempt from base: base, 2×base, 4×base … capped at 5 minutes.
+func backoff(base time.Duration, attempt int) time.Duration {
+	return min(base<<min(max(attempt-1, 0), 10), 5*time.Minute)
 }

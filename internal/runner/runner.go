@@ -23,7 +23,9 @@ import (
 // Queue is what the runner needs from the job queue.
 type Queue interface {
 	Fetch(ctx context.Context) (*queue.Delivery, error)
+	Status(ctx context.Context, id string) (job.Status, error)
 	UpdateStatus(ctx context.Context, id string, change func(*job.Status)) (job.Status, error)
+	WatchStatus(ctx context.Context, id string) (<-chan job.Status, error)
 }
 
 // Agent runs the model loop of one job.
@@ -41,6 +43,9 @@ type Config struct {
 	Store     store.Store
 	Agent     Agent
 	Metrics   *metrics.Metrics
+	// Approvals carries the shell tool's "ask" approvals to a person and back (the queue
+	// implements it). Optional: without it every command that needs approval is refused.
+	Approvals Approvals
 	// ModelEndpoint is the base URL of the model API, recorded (host only) in manifests.
 	ModelEndpoint string
 	// SigningKey signs manifests when set.
@@ -50,7 +55,16 @@ type Config struct {
 	// CleanupTimeout bounds closing a sandbox and the final queue and status calls, which run
 	// even after shutdown has begun. Default: 30s.
 	CleanupTimeout time.Duration
+	// HeartbeatInterval is how often a running job tells the queue it is alive. Default: a
+	// third of the consumer's AckWait.
+	HeartbeatInterval time.Duration
 }
+
+// Causes of a job's context ending early.
+var (
+	errShutdown  = errors.New("worker shutting down")
+	errCancelled = errors.New("cancelled by request")
+)
 
 // Runner runs jobs from the queue, at most Worker.Concurrency at once.
 type Runner struct {
@@ -102,8 +116,8 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	// Jobs run on their own context so that a shutdown signal lets them finish their work
 	// within the grace period instead of cutting them off mid-upload.
-	jobCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopJobs()
+	jobCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopJobs(nil)
 	var wg sync.WaitGroup
 
 	for ctx.Err() == nil {
@@ -145,7 +159,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	case <-done:
 	case <-time.After(grace):
 		r.log.Warn("drain grace passed; interrupting running jobs")
-		stopJobs()
+		stopJobs(errShutdown)
 		<-done
 	}
 	return nil

@@ -123,7 +123,7 @@ type BubblewrapProvider struct {
 	bwrap, prlimit string
 	root           string
 	log            *slog.Logger
-	// root is true when the worker runs as root and so gives each sandbox a host uid of its
+	// asRoot is true when the worker runs as root and so gives each sandbox a host uid of its
 	// own from [firstUID, firstUID+uids).
 	asRoot         bool
 	firstUID, uids int

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -218,6 +217,9 @@ func statusJSON(st job.Status) map[string]any {
 			out[k] = t
 		}
 	}
+	if st.SpentTurns > 0 || st.SpentToolCalls > 0 || st.SpentTokens > 0 {
+		out["spent"] = map[string]any{"turns": st.SpentTurns, "tool_calls": st.SpentToolCalls, "tokens": st.SpentTokens}
+	}
 	return out
 }
 
@@ -257,6 +259,9 @@ func (e *env) status(ctx context.Context, args []string) error {
 			fmt.Fprintf(e.stdout, "%-9s %s\n", t.name+":", t.at.Local().Format(time.RFC3339))
 		}
 	}
+	if st.SpentTurns > 0 || st.SpentToolCalls > 0 || st.SpentTokens > 0 {
+		fmt.Fprintf(e.stdout, "spent:    %d turns, %d tool calls, %d tokens (all attempts)\n", st.SpentTurns, st.SpentToolCalls, st.SpentTokens)
+	}
 	if st.Cap != "" {
 		fmt.Fprintf(e.stdout, "cap:      %s\n", st.Cap)
 	}
@@ -288,60 +293,4 @@ func (e *env) watch(ctx context.Context, args []string) error {
 		return err
 	}
 	return e.follow(ctx, q, rest[0], *timeout)
-}
-
-func (e *env) get(ctx context.Context, args []string) error {
-	fs := e.flags("get")
-	out := fs.String("out", "", "directory to download the run into (required)")
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 1 || *out == "" {
-		return errors.New("get: give one JOB_ID and --out DIR")
-	}
-	id := rest[0]
-	if !job.ValidID(id) {
-		return fmt.Errorf("get: %q is not a job id", id)
-	}
-	st, err := e.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	keys, err := st.List(ctx, store.RunPrefix(id))
-	if err != nil {
-		return err
-	}
-	if len(keys) == 0 {
-		return fmt.Errorf("get: no results for job %s in %s (is it finished? see `submit status %s`)", id, st.URL(""), id)
-	}
-	for _, key := range keys {
-		rel := strings.TrimPrefix(key, store.RunPrefix(id))
-		dst := filepath.Join(*out, filepath.FromSlash(path.Clean(rel)))
-		if err := download(ctx, st, key, dst); err != nil {
-			return err
-		}
-		fmt.Fprintln(e.stdout, dst)
-	}
-	return nil
-}
-
-func download(ctx context.Context, st store.Store, key, dst string) error {
-	rc, err := st.Get(ctx, key)
-	if err != nil {
-		return fmt.Errorf("get %s: %w", key, err)
-	}
-	defer rc.Close()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, rc); err != nil {
-		f.Close()
-		return fmt.Errorf("download %s: %w", key, err)
-	}
-	return f.Close()
 }

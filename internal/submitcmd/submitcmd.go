@@ -27,15 +27,25 @@ Commands:
   run     --profile NAME --task TEXT [--input FILE]... [--wait] [--output text|json]
   status  JOB_ID [--output text|json]
   watch   JOB_ID [--output text|json]
-  get     JOB_ID --out DIR
+  get     JOB_ID --out DIR                downloads the run, checking every file against the manifest
   manifest JOB_ID [--output text|json]   what produced the run: inputs, profile, model, tools
+  approvals [JOB_ID] [--output text|json] shell commands waiting for a person (policy "ask")
+  approve JOB_ID CALL_ID                 lets the command run; each request is answered once
+  deny    JOB_ID CALL_ID [--reason TEXT] refuses it; the model is told the reason. No answer
+                                         within the profile's approval_timeout means denied
+  verify  JOB_ID [--public-key FILE] [--require-signature] [--output text|json]
+                                         checks the run against its manifest and the manifest's
+                                         signature (default key: $BOXCAR_HOME/keys/signing.pub)
+  keygen  --out DIR                      writes a new signing key pair (signing.key, signing.pub)
 
-Common flags (every command): --nats URL (NATS_URL, default nats://127.0.0.1:4222),
+Common flags (every command but keygen): --nats URL (NATS_URL, default nats://127.0.0.1:4222),
 --store URL (BOXCAR_STORE, default file://$BOXCAR_HOME/store, BOXCAR_HOME default ~/.boxcar),
 --s3-endpoint URL (BOXCAR_S3_ENDPOINT) for S3-compatible services.
 
 Exit codes of run --wait and watch: 0 succeeded, 1 error or bad usage, 2 failed, 3 capped, 4 rejected,
 5 cancelled, 6 dead (retries exhausted), 7 gave up waiting.
+Exit codes of verify and get: 0 verified, 1 error (store unreachable, bad usage), 8 verification
+failed (a file changed or missing, a bad signature, no valid manifest).
 `
 
 // ExitError carries a process exit code out of Run, with the message to print (may be empty).
@@ -90,6 +100,18 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return e.get(ctx, rest)
 	case "manifest":
 		return e.manifest(ctx, rest)
+	case "cancel":
+		return e.cancel(ctx, rest)
+	case "approvals":
+		return e.approvals(ctx, rest)
+	case "approve":
+		return e.decide(ctx, "approve", queue.DecisionApproved, rest)
+	case "deny":
+		return e.decide(ctx, "deny", queue.DecisionDenied, rest)
+	case "verify":
+		return e.verify(ctx, rest)
+	case "keygen":
+		return e.keygen(rest)
 	default:
 		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 	}

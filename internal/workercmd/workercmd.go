@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,6 +34,7 @@ Runs Boxcar jobs from NATS JetStream.
   worker --embedded                 one machine: NATS in-process on 127.0.0.1:4222, file store and
                                     bubblewrap sandboxes under the data dir, example profiles
   worker --config boxcar.yaml       connect to NATS (NATS_URL) and the store of the config
+  worker keygen --out DIR           write a new manifest signing key pair (signing.key, signing.pub)
 
 Environment: OPENAI_API_KEY, OPENAI_BASE_URL (the model), NATS_URL, BOXCAR_STORE, BOXCAR_HOME.
 
@@ -47,6 +49,7 @@ type options struct {
 	natsListen  string
 	metricsAddr string
 	logLevel    string
+	signingKey  string
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -60,6 +63,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "address of the embedded NATS server (port 0: any free port)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address for /metrics, /healthz and /readyz (default from the config, 127.0.0.1:9464; \"off\" disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&o.signingKey, "signing-key", "", "ed25519 private key (PEM) that signs manifests (default: the config's signing_key; with --embedded, <data dir>/keys/signing.key, created on first start)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -81,6 +85,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 
 // Run is the whole worker; main only adds signals and the exit code. Tests call it directly.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "keygen" {
+		return keygen(args[1:], stdout, stderr)
+	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -142,10 +149,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	m := metrics.New()
 	modelURL := modelBaseURL(cfg, getenv)
 	ag, err := agent.New(agent.Config{
 		BaseURL:        modelURL,
 		APIKey:         getenv("OPENAI_API_KEY"),
+		HTTPClient:     &http.Client{Transport: m.ModelTransport(http.DefaultTransport.(*http.Transport).Clone())},
 		RequestTimeout: cfg.Model.RequestTimeout.Std(),
 		MaxRetries:     cfg.Model.MaxRetries,
 		Logger:         log,
@@ -153,15 +162,20 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	m := metrics.New()
+	signer, err := signingKey(o, cfg, log)
+	if err != nil {
+		return err
+	}
 	r, err := runner.New(runner.Config{
 		Worker:        cfg,
 		Queue:         q,
+		Approvals:     q,
 		Sandboxes:     sandboxes,
 		Store:         st,
 		Agent:         ag,
 		Metrics:       m,
 		ModelEndpoint: modelURL,
+		SigningKey:    signer,
 		Logger:        log,
 	})
 	if err != nil {
@@ -170,15 +184,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.MetricsAddr != "off" {
-		ready := func(ctx context.Context) error {
-			if r.Draining() {
-				return errors.New("draining")
-			}
-			if !nc.IsConnected() {
-				return errors.New("not connected to NATS")
-			}
-			return nil
-		}
+		ready := readiness(r, nc, st, sandboxes)
+		m.WatchQueue(gctx, q.ConsumerLag)
 		g.Go(func() error {
 			return m.Serve(gctx, cfg.MetricsAddr, ready, log, func(a net.Addr) {
 				log.Info("metrics listening", "addr", a.String())
@@ -186,6 +193,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		})
 	}
 	g.Go(func() error { return r.Run(gctx) })
+	g.Go(func() error {
+		return q.HandleMaxDeliveries(gctx, nc, func(dl queue.DeadLetter) {
+			m.DeadLetters.WithLabelValues(dl.Reason).Inc()
+			log.Warn("job dead-lettered after its last delivery", "job_id", dl.JobID, "attempt", dl.Attempt, "error", dl.Error)
+		})
+	})
 	log.Info("worker ready", "worker_id", cfg.WorkerID, "concurrency", cfg.Concurrency, "sandbox", sandboxes.Backend(),
 		"store", st.URL(""), "nats", cfg.NATS.URL, "model", modelURL, "profiles", len(cfg.Profiles))
 	fmt.Fprintf(stdout, "worker ready: nats %s, store %s\n", cfg.NATS.URL, st.URL(""))

@@ -1,0 +1,247 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+)
+
+// TestCapsExactlyAtTheLimit runs each cap right at its boundary: a cap of N allows exactly N
+// (turns, tool calls executed, tokens before the next request), never one more, and a run
+// that stops on its own exactly at the cap is completed, not capped.
+func TestCapsExactlyAtTheLimit(t *testing.T) {
+	emit := func(id string) call { return call{id, "emit", `{"text":"` + id + `"}`} }
+	tests := []struct {
+		name      string
+		limits    func(*config.Limits)
+		spent     agent.Budget
+		replies   []reply
+		wantCap   string // "" means completed
+		wantExecs []string
+		wantReqs  int
+		wantSpent agent.Budget
+		wantSkip  string // the start of the answer to calls that did not run
+	}{
+		{
+			name:      "max_tool_calls 3 across two responses runs exactly 3",
+			limits:    func(l *config.Limits) { l.MaxToolCalls = 3 },
+			replies:   []reply{toolCalls(100, emit("a"), emit("b")), toolCalls(100, emit("c"), emit("d"))},
+			wantCap:   agent.CapMaxToolCalls,
+			wantExecs: []string{"a", "b", "c"},
+			wantReqs:  2,
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 3, Tokens: 200},
+			wantSkip:  "not run: the job reached its cap of 3 tool calls",
+		},
+		{
+			name:      "max_tool_calls 3 reached then the model stops: completed",
+			limits:    func(l *config.Limits) { l.MaxToolCalls = 3 },
+			replies:   []reply{toolCalls(100, emit("a"), emit("b"), emit("c")), final("done")},
+			wantExecs: []string{"a", "b", "c"},
+			wantReqs:  2,
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 3, Tokens: 150},
+		},
+		{
+			name:      "max_tool_calls 3 reached then one more call: capped",
+			limits:    func(l *config.Limits) { l.MaxToolCalls = 3 },
+			replies:   []reply{toolCalls(100, emit("a"), emit("b"), emit("c")), toolCalls(100, emit("d"))},
+			wantCap:   agent.CapMaxToolCalls,
+			wantExecs: []string{"a", "b", "c"},
+			wantReqs:  2,
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 3, Tokens: 200},
+			wantSkip:  "not run",
+		},
+		{
+			name:      "max_tool_calls 1: an invalid call uses it up",
+			limits:    func(l *config.Limits) { l.MaxToolCalls = 1 },
+			replies:   []reply{toolCalls(100, call{"x", "nope", `{}`}, emit("a"))},
+			wantCap:   agent.CapMaxToolCalls,
+			wantReqs:  1,
+			wantSpent: agent.Budget{Turns: 1, ToolCalls: 1, Tokens: 100},
+			wantSkip:  "not run",
+		},
+		{
+			name:      "max_turns 3 sends exactly 3 requests",
+			limits:    func(l *config.Limits) { l.MaxTurns = 3 },
+			replies:   []reply{toolCalls(100, emit("a")), toolCalls(100, emit("b")), toolCalls(100, emit("c"))},
+			wantCap:   agent.CapMaxTurns,
+			wantExecs: []string{"a", "b", "c"},
+			wantReqs:  3,
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 3, Tokens: 300},
+		},
+		{
+			name:      "max_turns 3 with the answer on the third: completed",
+			limits:    func(l *config.Limits) { l.MaxTurns = 3 },
+			replies:   []reply{toolCalls(100, emit("a")), toolCalls(100, emit("b")), final("done")},
+			wantExecs: []string{"a", "b"},
+			wantReqs:  3,
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 2, Tokens: 250},
+		},
+		{
+			name:      "max_tokens 1000 reached exactly: no further request",
+			limits:    func(l *config.Limits) { l.MaxTokens = 1000 },
+			replies:   []reply{toolCalls(500, emit("a")), toolCalls(500, emit("b"))},
+			wantCap:   agent.CapMaxTokens,
+			wantExecs: []string{"a", "b"},
+			wantReqs:  2,
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 2, Tokens: 1000},
+		},
+		{
+			name:      "max_tokens 1000 with 999 used: one more request",
+			limits:    func(l *config.Limits) { l.MaxTokens = 1000 },
+			replies:   []reply{toolCalls(499, emit("a")), toolCalls(500, emit("b")), final("done")},
+			wantExecs: []string{"a", "b"},
+			wantReqs:  3,
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 2, Tokens: 1049},
+		},
+		// Budgets spent by earlier attempts of the job count against the caps.
+		{
+			name:      "earlier attempts made 2 of 3 tool calls",
+			limits:    func(l *config.Limits) { l.MaxToolCalls = 3 },
+			spent:     agent.Budget{Turns: 2, ToolCalls: 2, Tokens: 300},
+			replies:   []reply{toolCalls(100, emit("a"), emit("b"))},
+			wantCap:   agent.CapMaxToolCalls,
+			wantExecs: []string{"a"},
+			wantReqs:  1,
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 3, Tokens: 400},
+			wantSkip:  "not run: the job reached its cap of 3 tool calls (2 of them in earlier attempts)",
+		},
+		{
+			name:      "earlier attempts used every turn",
+			limits:    func(l *config.Limits) { l.MaxTurns = 3 },
+			spent:     agent.Budget{Turns: 3, ToolCalls: 1, Tokens: 300},
+			wantCap:   agent.CapMaxTurns,
+			wantReqs:  0,
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 1, Tokens: 300},
+		},
+		{
+			name:      "earlier attempts used 2 of 3 turns",
+			limits:    func(l *config.Limits) { l.MaxTurns = 3 },
+			spent:     agent.Budget{Turns: 2},
+			replies:   []reply{toolCalls(100, emit("a"))},
+			wantCap:   agent.CapMaxTurns,
+			wantExecs: []string{"a"},
+			wantReqs:  1,
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 1, Tokens: 100},
+		},
+		{
+			name:      "earlier attempts used 900 of 1000 tokens",
+			limits:    func(l *config.Limits) { l.MaxTokens = 1000 },
+			spent:     agent.Budget{Turns: 1, Tokens: 900},
+			replies:   []reply{toolCalls(100, emit("a"))},
+			wantCap:   agent.CapMaxTokens,
+			wantExecs: []string{"a"},
+			wantReqs:  1,
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 1000},
+		},
+		{
+			name:      "earlier attempts used every token",
+			limits:    func(l *config.Limits) { l.MaxTokens = 1000 },
+			spent:     agent.Budget{Turns: 1, Tokens: 1000},
+			wantCap:   agent.CapMaxTokens,
+			wantReqs:  0,
+			wantSpent: agent.Budget{Turns: 1, Tokens: 1000},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newScript(t, tt.replies...)
+			p := csvProfile(t, emitTool)
+			tt.limits(&p.Limits)
+			sb := newFakeSandbox(nil)
+			req := request(p, sb)
+			req.Spent = tt.spent
+			res, err := newAgent(t, s).Run(context.Background(), req)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			wantOutcome := agent.OutcomeCompleted
+			if tt.wantCap != "" {
+				wantOutcome = agent.OutcomeCapped
+			}
+			if res.Outcome != wantOutcome || res.Cap != tt.wantCap {
+				t.Errorf("outcome %q cap %q, want %q cap %q", res.Outcome, res.Cap, wantOutcome, tt.wantCap)
+			}
+			var execs []string
+			for _, argv := range sb.argvs() {
+				execs = append(execs, argv[1])
+			}
+			if !reflect.DeepEqual(execs, tt.wantExecs) {
+				t.Errorf("executed %q, want exactly %q", execs, tt.wantExecs)
+			}
+			if n := len(s.requests()); n != tt.wantReqs {
+				t.Errorf("requests = %d, want %d", n, tt.wantReqs)
+			}
+			if res.Spent != tt.wantSpent {
+				t.Errorf("spent = %+v, want %+v", res.Spent, tt.wantSpent)
+			}
+			var skipped []string
+			lines := transcriptLines(t, res.Transcript)
+			for _, l := range lines {
+				if msg, _ := l["error"].(string); l["type"] == "tool_call" && strings.HasPrefix(msg, "not run") {
+					skipped = append(skipped, msg)
+				}
+			}
+			switch {
+			case tt.wantSkip == "" && len(skipped) > 0:
+				t.Errorf("calls answered %q, want every call run", skipped)
+			case tt.wantSkip != "" && (len(skipped) == 0 || !strings.HasPrefix(skipped[0], tt.wantSkip)):
+				t.Errorf("skipped calls answered %q, want %q", skipped, tt.wantSkip)
+			}
+			last := lines[len(lines)-1]
+			want := map[string]any{"turns": float64(tt.wantSpent.Turns), "tool_calls": float64(tt.wantSpent.ToolCalls), "tokens": float64(tt.wantSpent.Tokens)}
+			if !reflect.DeepEqual(last["spent"], want) {
+				t.Errorf("final transcript line spent = %v, want %v", last["spent"], want)
+			}
+		})
+	}
+}
+
+// TestProgressCarriesTheSpentBudget checks that every event counts what it announces, so a
+// caller that records events loses nothing when the process dies in the middle of a step.
+func TestProgressCarriesTheSpentBudget(t *testing.T) {
+	s := newScript(t,
+		toolCalls(100, call{"a", "emit", `{"text":"a"}`}, call{"b", "emit", `{"text":"b"}`}),
+		final("done"))
+	req := request(csvProfile(t, emitTool), newFakeSandbox(nil))
+	req.Spent = agent.Budget{Turns: 1, ToolCalls: 4, Tokens: 1000}
+	var got []string
+	req.Progress = func(e agent.Event) {
+		got = append(got, fmt.Sprintf("%s turn=%d calls=%d spent=%d/%d/%d", e.Kind, e.Turn, e.ToolCalls, e.Spent.Turns, e.Spent.ToolCalls, e.Spent.Tokens))
+	}
+	res, err := newAgent(t, s).Run(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	want := []string{
+		"model_request turn=1 calls=0 spent=2/4/1000", // the request about to be sent counts
+		"tool_call turn=1 calls=1 spent=2/5/1100",     // so does the call about to run
+		"tool_call turn=1 calls=2 spent=2/6/1100",
+		"model_request turn=2 calls=2 spent=3/6/1100",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if wantSpent := (agent.Budget{Turns: 3, ToolCalls: 6, Tokens: 1150}); res.Spent != wantSpent {
+		t.Errorf("spent = %+v, want %+v", res.Spent, wantSpent)
+	}
+}
+
+// TestSpentCountsAnUnansweredRequest: a request that was sent counts as a turn even when the
+// endpoint never answers it, so a redelivered job cannot gain turns by failing.
+func TestSpentCountsAnUnansweredRequest(t *testing.T) {
+	fast := map[string]string{"retry-after-ms": "1"}
+	s := newScript(t, toolCalls(100, call{"a", "emit", `{"text":"a"}`}),
+		apiError(503, "", "overloaded", fast), apiError(503, "", "overloaded", fast), apiError(503, "", "overloaded", fast))
+	res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t, emitTool), newFakeSandbox(nil)))
+	if err == nil {
+		t.Fatal("Run succeeded, want the endpoint's error")
+	}
+	if want := (agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 100}); res.Spent != want || res.Turns != 1 {
+		t.Errorf("spent %+v turns %d, want %+v and 1 answered turn", res.Spent, res.Turns, want)
+	}
+}

@@ -1,0 +1,189 @@
+package job_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+const validSHA = "3b1db9b00b1e55df2519e5bacf13a2c3add9a92e88242af06aa9797eb7a903f0"
+
+func valid() map[string]any {
+	return map[string]any{
+		"version":      1,
+		"id":           "20261202t103908-0e9a4db02bea",
+		"profile":      "csv-analyst",
+		"task":         "analyse",
+		"submitted_at": "2026-12-02T10:39:08Z",
+		"inputs": []any{map[string]any{
+			"name": "sales.csv", "uri": "file:///x/inputs/sha256/" + validSHA, "sha256": validSHA, "size": 411,
+		}},
+	}
+}
+
+func encode(t *testing.T, m map[string]any) []byte {
+	t.Helper()
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func with(change func(m map[string]any)) func(t *testing.T) []byte {
+	return func(t *testing.T) []byte {
+		m := valid()
+		change(m)
+		return encode(t, m)
+	}
+}
+
+func input(change func(in map[string]any)) func(m map[string]any) {
+	return func(m map[string]any) {
+		in := m["inputs"].([]any)[0].(map[string]any)
+		change(in)
+	}
+}
+
+func raw(s string) func(t *testing.T) []byte { return func(*testing.T) []byte { return []byte(s) } }
+
+func TestDecodeValid(t *testing.T) {
+	j, err := job.Decode(encode(t, valid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.ID != "20261202t103908-0e9a4db02bea" || j.Inputs[0].Size != 411 || !j.SubmittedAt.Equal(time.Date(2026, 12, 2, 10, 39, 8, 0, time.UTC)) {
+		t.Errorf("decoded %+v", j)
+	}
+	again, err := j.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := job.Decode(again); err != nil {
+		t.Errorf("re-encoded job does not decode: %v", err)
+	}
+}
+
+// TestDecodeRejects lists malformed messages and what the operator reads about each: the
+// rejection names the part of the message that is wrong.
+func TestDecodeRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		msg  func(t *testing.T) []byte
+		says string
+	}{
+		{"empty", raw(""), "EOF"},
+		{"not json", raw("{not json"), "invalid character"},
+		{"array", raw("[]"), "cannot unmarshal array"},
+		{"string", raw(`"job"`), "cannot unmarshal string"},
+		{"null", raw("null"), "version"},
+		{"trailing data", raw(string(mustJSON(valid())) + " {}"), "trailing data"},
+		{"unknown field", with(func(m map[string]any) { m["priority"] = 9 }), `unknown field "priority"`},
+		{"unknown input field", with(input(func(in map[string]any) { in["path"] = "/etc/passwd" })), `unknown field "path"`},
+		{"unknown limits field", with(func(m map[string]any) { m["limits"] = map[string]any{"sandbox": "host"} }), `unknown field "sandbox"`},
+		{"version missing", with(func(m map[string]any) { delete(m, "version") }), "version"},
+		{"version 2", with(func(m map[string]any) { m["version"] = 2 }), "version: got 2"},
+		{"version string", with(func(m map[string]any) { m["version"] = "1" }), "version"},
+		{"id missing", with(func(m map[string]any) { delete(m, "id") }), "id:"},
+		{"id with slash", with(func(m map[string]any) { m["id"] = "../../etc/passwd" }), "id:"},
+		{"id with dot dot", with(func(m map[string]any) { m["id"] = "abcdefgh-.." }), "id:"},
+		{"id uppercase", with(func(m map[string]any) { m["id"] = "ABCDEFGH-1234" }), "id:"},
+		{"id too short", with(func(m map[string]any) { m["id"] = "abc" }), "id:"},
+		{"id too long", with(func(m map[string]any) { m["id"] = strings.Repeat("a", 65) }), "id:"},
+		{"id with NUL", with(func(m map[string]any) { m["id"] = "abcdefgh\x00x" }), "id:"},
+		{"id with NATS wildcard", with(func(m map[string]any) { m["id"] = "abcdefgh.>" }), "id:"},
+		{"profile missing", with(func(m map[string]any) { delete(m, "profile") }), "profile:"},
+		{"profile with path", with(func(m map[string]any) { m["profile"] = "../other" }), "profile:"},
+		{"task missing", with(func(m map[string]any) { delete(m, "task") }), "task: is empty"},
+		{"task blank", with(func(m map[string]any) { m["task"] = " \n\t" }), "task: is empty"},
+		{"task number", with(func(m map[string]any) { m["task"] = 7 }), "task"},
+		{"submitted_at missing", with(func(m map[string]any) { delete(m, "submitted_at") }), "submitted_at"},
+		{"submitted_at garbage", with(func(m map[string]any) { m["submitted_at"] = "yesterday" }), "parsing time"},
+		{"input name with slash", with(input(func(in map[string]any) { in["name"] = "../x.csv" })), "inputs[0].name"},
+		{"input name absolute", with(input(func(in map[string]any) { in["name"] = "/etc/passwd" })), "inputs[0].name"},
+		{"input name empty", with(input(func(in map[string]any) { in["name"] = "" })), "inputs[0].name"},
+		{"input name hidden", with(input(func(in map[string]any) { in["name"] = ".bashrc" })), "inputs[0].name"},
+		{"input sha short", with(input(func(in map[string]any) { in["sha256"] = "abc" })), "inputs[0].sha256"},
+		{"input sha uppercase", with(input(func(in map[string]any) { in["sha256"] = strings.ToUpper(validSHA) })), "inputs[0].sha256"},
+		{"input uri empty", with(input(func(in map[string]any) { in["uri"] = "" })), "inputs[0].uri"},
+		{"input size negative", with(input(func(in map[string]any) { in["size"] = -1 })), "inputs[0].size"},
+		{"input size fraction", with(input(func(in map[string]any) { in["size"] = 1.5 })), "size"},
+		{"inputs twice", with(func(m map[string]any) {
+			in := m["inputs"].([]any)[0]
+			m["inputs"] = []any{in, in}
+		}), "appears twice"},
+		{"negative limit", with(func(m map[string]any) { m["limits"] = map[string]any{"max_turns": -1} }), "limits"},
+		{"limit duration garbage", with(func(m map[string]any) { m["limits"] = map[string]any{"job_timeout": "forever"} }), "duration"},
+		{"label key bad", with(func(m map[string]any) { m["labels"] = map[string]any{"Bad Key": "v"} }), "labels"},
+		{"oversize", with(func(m map[string]any) { m["task"] = strings.Repeat("x", job.MaxMessageBytes) }), "limit is 65536"},
+	}
+	if len(tests) < 30 {
+		t.Fatalf("only %d malformed messages; keep at least 30", len(tests))
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := job.Decode(tt.msg(t))
+			if !errors.Is(err, job.ErrInvalid) {
+				t.Fatalf("Decode error = %v, want one wrapping ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), tt.says) {
+				t.Errorf("the operator reads %q; it should say %q", err, tt.says)
+			}
+		})
+	}
+}
+
+func mustJSON(v any) []byte {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+func TestNewIDIsValidAndUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := job.NewID()
+		if !job.ValidID(id) {
+			t.Fatalf("NewID() = %q is not a valid id", id)
+		}
+		if seen[id] {
+			t.Fatalf("NewID() repeated %q", id)
+		}
+		seen[id] = true
+	}
+}
+
+// FuzzDecode: no input panics, and whatever Decode accepts re-encodes to a message that decodes
+// to the same job.
+func FuzzDecode(f *testing.F) {
+	f.Add(mustJSON(valid()))
+	f.Add([]byte(`{"version":1}`))
+	f.Add([]byte(`{"version":1,"id":"abcdefgh","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z","limits":{"job_timeout":"1s"}}`))
+	f.Add([]byte("[]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		j, err := job.Decode(data)
+		if err != nil {
+			if !errors.Is(err, job.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		again, err := j.Encode()
+		if err != nil {
+			t.Fatalf("accepted job does not encode: %v", err)
+		}
+		j2, err := job.Decode(again)
+		if err != nil {
+			t.Fatalf("re-encoded job does not decode: %v", err)
+		}
+		if j2.ID != j.ID || j2.Task != j.Task || len(j2.Inputs) != len(j.Inputs) {
+			t.Fatalf("round trip changed the job: %+v vs %+v", j, j2)
+		}
+	})
+}

@@ -1,0 +1,101 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Outcomes of one request to the model endpoint, the values of boxcar_model_requests_total's
+// outcome label.
+const (
+	ModelOK          = "ok"           // 2xx
+	ModelRateLimited = "rate_limited" // 429
+	ModelClientError = "client_error" // other 4xx (bad request, authentication)
+	ModelServerError = "server_error" // 5xx and anything else unexpected
+	ModelTimeout     = "timeout"      // no answer in time
+	ModelError       = "error"        // no answer at all: connection refused, reset, cancelled
+)
+
+// ModelTransport wraps next (nil: http.DefaultTransport) so that every request through it,
+// each retry of the OpenAI client included, is counted by outcome and timed until its body
+// has been read or closed. Give it to the agent as its HTTP client's transport.
+func (m *Metrics) ModelTransport(next http.RoundTripper) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return &modelTransport{next: next, m: m}
+}
+
+type modelTransport struct {
+	next http.RoundTripper
+	m    *Metrics
+}
+
+func (t *modelTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		t.observe(errorOutcome(err), start)
+		return resp, err
+	}
+	outcome := statusOutcome(resp.StatusCode)
+	if resp.Body == nil || resp.Body == http.NoBody {
+		t.observe(outcome, start)
+		return resp, nil
+	}
+	resp.Body = &observedBody{ReadCloser: resp.Body, done: func() { t.observe(outcome, start) }}
+	return resp, nil
+}
+
+func (t *modelTransport) observe(outcome string, start time.Time) {
+	t.m.ModelRequests.WithLabelValues(outcome).Inc()
+	t.m.ModelRequestDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+}
+
+func statusOutcome(code int) string {
+	switch {
+	case code >= 200 && code < 300:
+		return ModelOK
+	case code == http.StatusTooManyRequests:
+		return ModelRateLimited
+	case code == http.StatusRequestTimeout:
+		return ModelTimeout
+	case code >= 400 && code < 500:
+		return ModelClientError
+	}
+	return ModelServerError
+}
+
+func errorOutcome(err error) string {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return ModelTimeout
+	}
+	return ModelError
+}
+
+// observedBody calls done once, when the body is exhausted, fails or is closed.
+type observedBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *observedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.once.Do(b.done)
+	}
+	return n, err
+}
+
+func (b *observedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.done)
+	return err
+}

@@ -1,0 +1,331 @@
+package queue
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// The approvals transport carries the shell tool's "ask" policy. A worker that meets a command
+// needing a person's approval puts an Approval in the approvals bucket under
+// "<job id>.<call key>" and watches that key. `submit approvals` lists the pending ones;
+// `submit approve` and `submit deny` answer with a compare-and-set update, so a request is
+// answered once. When the worker stops waiting (the approval timeout passed, or the job
+// ended) it marks the request expired, so a late answer is refused instead of being lost
+// without a word. No answer means denied.
+
+const (
+	// approvalsTTL is how long the bucket keeps a request and its answer, for `submit
+	// approvals` and audits; the job's transcript keeps the outcome for good.
+	approvalsTTL = 7 * 24 * time.Hour
+	// maxApprovalArgvBytes bounds the command of one request.
+	maxApprovalArgvBytes = 64 << 10
+	// Expirer is the DecidedBy of requests the worker stopped waiting for.
+	Expirer = "boxcar"
+)
+
+// Decision is the answer to an approval request.
+type Decision string
+
+// Decisions. Only DecisionApproved lets the command run.
+const (
+	DecisionApproved Decision = "approved"
+	DecisionDenied   Decision = "denied"
+	// DecisionExpired: nobody answered before the worker stopped waiting; the command was denied.
+	DecisionExpired Decision = "expired"
+)
+
+// Approval is one shell command waiting for a person's answer, or answered.
+type Approval struct {
+	JobID       string    `json:"job_id"`
+	CallID      string    `json:"call_id"`
+	Argv        []string  `json:"argv"`
+	Attempt     int       `json:"attempt,omitempty"`
+	Worker      string    `json:"worker,omitempty"`
+	RequestedAt time.Time `json:"requested_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	Decision    Decision  `json:"decision,omitempty"`
+	DecidedBy   string    `json:"decided_by,omitempty"`
+	DecidedAt   time.Time `json:"decided_at,omitzero"`
+	Reason      string    `json:"reason,omitempty"`
+}
+
+// Pending reports whether the request still waits for an answer at now.
+func (a Approval) Pending(now time.Time) bool {
+	return a.Decision == "" && now.Before(a.ExpiresAt)
+}
+
+func setUpApprovals(ctx context.Context, js jetstream.JetStream, cfg config.NATS) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.ApprovalsBucket,
+		Description: "Boxcar shell commands waiting for a person, and the answers",
+		History:     1,
+		TTL:         approvalsTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: set up approvals bucket %s: %w", cfg.ApprovalsBucket, err)
+	}
+	return kv, nil
+}
+
+// approvalsBucket returns the bucket New set up, or looks it up for a client handle.
+func (q *Queue) approvalsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	if q.approvals != nil {
+		return q.approvals, nil
+	}
+	kv, err := q.js.KeyValue(ctx, q.cfg.ApprovalsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: approvals bucket %s does not exist; start a worker of this version first", ErrNotReady, q.cfg.ApprovalsBucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: approvals bucket %s: %w", q.cfg.ApprovalsBucket, err)
+	}
+	return kv, nil
+}
+
+// callToken is a call id that can be a key token as it is; others are hashed.
+var callToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// approvalKey is "<job id>.<call id>", the call id replaced by "=" and a digest when it holds
+// characters a key cannot ("=" never starts a plain call id, so the two cannot collide).
+func approvalKey(jobID, callID string) (string, error) {
+	if !job.ValidID(jobID) {
+		return "", fmt.Errorf("%w: %q is not a job id", ErrUnknownApproval, jobID)
+	}
+	if callID == "" {
+		return "", fmt.Errorf("%w: the call id is empty", ErrUnknownApproval)
+	}
+	if callToken.MatchString(callID) {
+		return jobID + "." + callID, nil
+	}
+	sum := sha256.Sum256([]byte(callID))
+	return jobID + ".=" + hex.EncodeToString(sum[:16]), nil
+}
+
+// RequestApproval records a command waiting for a person and returns what the bucket holds
+// for it. When a person already approved or denied the same command for the same job and call
+// id (a redelivered job asking again), that answer is returned and nothing is written; any
+// other earlier request under the key is replaced.
+func (q *Queue) RequestApproval(ctx context.Context, a Approval) (Approval, error) {
+	key, err := approvalKey(a.JobID, a.CallID)
+	if err != nil {
+		return Approval{}, err
+	}
+	size := 0
+	for _, arg := range a.Argv {
+		size += len(arg) + 1
+	}
+	switch {
+	case len(a.Argv) == 0:
+		return Approval{}, errors.New("queue: request approval: the command is empty")
+	case size > maxApprovalArgvBytes:
+		return Approval{}, fmt.Errorf("queue: request approval: the command is %d bytes, more than the %d a person can be asked about", size, maxApprovalArgvBytes)
+	case !a.ExpiresAt.After(a.RequestedAt):
+		return Approval{}, errors.New("queue: request approval: ExpiresAt must be after RequestedAt")
+	}
+	a.Decision, a.DecidedBy, a.DecidedAt, a.Reason = "", "", time.Time{}, ""
+	kv, err := q.approvalsBucket(ctx)
+	if err != nil {
+		return Approval{}, err
+	}
+	for range 10 {
+		_, err := kv.Create(ctx, key, mustJSON(a))
+		if err == nil {
+			return a, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
+		}
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
+		}
+		if old, err := decodeApproval(e.Value()); err == nil && slices.Equal(old.Argv, a.Argv) &&
+			(old.Decision == DecisionApproved || old.Decision == DecisionDenied) {
+			return old, nil
+		}
+		_, err = kv.Update(ctx, key, mustJSON(a), e.Revision())
+		if err == nil {
+			return a, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+			return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
+		}
+	}
+	return Approval{}, fmt.Errorf("queue: request approval %s: too much contention", key)
+}
+
+// WaitApproval waits until the request is answered (approved, denied or expired) and returns
+// it. It returns ctx's error when ctx ends first.
+func (q *Queue) WaitApproval(ctx context.Context, jobID, callID string) (Approval, error) {
+	key, err := approvalKey(jobID, callID)
+	if err != nil {
+		return Approval{}, err
+	}
+	kv, err := q.approvalsBucket(ctx)
+	if err != nil {
+		return Approval{}, err
+	}
+	w, err := kv.Watch(ctx, key)
+	if err != nil {
+		return Approval{}, fmt.Errorf("queue: watch approval %s: %w", key, err)
+	}
+	defer w.Stop() //nolint:errcheck // nothing to do about it
+	for {
+		select {
+		case <-ctx.Done():
+			return Approval{}, ctx.Err()
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok && ctx.Err() != nil:
+				return Approval{}, ctx.Err()
+			case !ok:
+				return Approval{}, fmt.Errorf("queue: watch approval %s: the watch ended", key)
+			case e == nil || e.Operation() != jetstream.KeyValuePut:
+				continue // nil marks the end of the initial value
+			}
+			if a, err := decodeApproval(e.Value()); err == nil && a.Decision != "" {
+				return a, nil
+			}
+		}
+	}
+}
+
+// ExpireApproval marks a request nobody answered as expired, with the reason, and returns what
+// the bucket holds: the expired request, or the answer a person gave just before.
+func (q *Queue) ExpireApproval(ctx context.Context, jobID, callID, reason string) (Approval, error) {
+	return q.updateApproval(ctx, jobID, callID, func(a *Approval, now time.Time) (bool, error) {
+		if a.Decision != "" {
+			return false, nil
+		}
+		a.Decision, a.DecidedBy, a.DecidedAt, a.Reason = DecisionExpired, Expirer, now, reason
+		return true, nil
+	})
+}
+
+// DecideApproval answers a pending request, once: d is DecisionApproved or DecisionDenied, by
+// names the person, reason is optional. It fails with ErrUnknownApproval, ErrAlreadyDecided
+// or ErrApprovalExpired, each error saying what the request holds.
+func (q *Queue) DecideApproval(ctx context.Context, jobID, callID string, d Decision, by, reason string) (Approval, error) {
+	if d != DecisionApproved && d != DecisionDenied {
+		return Approval{}, fmt.Errorf("queue: decide approval: %q is not approved or denied", d)
+	}
+	return q.updateApproval(ctx, jobID, callID, func(a *Approval, now time.Time) (bool, error) {
+		switch {
+		case a.Decision == DecisionExpired:
+			return false, fmt.Errorf("%w: call %s of job %s expired at %s (%s); the command was denied",
+				ErrApprovalExpired, a.CallID, a.JobID, a.DecidedAt.Format(time.RFC3339), a.Reason)
+		case a.Decision != "":
+			return false, fmt.Errorf("%w: call %s of job %s was already %s by %s at %s",
+				ErrAlreadyDecided, a.CallID, a.JobID, a.Decision, a.DecidedBy, a.DecidedAt.Format(time.RFC3339))
+		case !now.Before(a.ExpiresAt):
+			return false, fmt.Errorf("%w: call %s of job %s expired at %s; the command was denied",
+				ErrApprovalExpired, a.CallID, a.JobID, a.ExpiresAt.Format(time.RFC3339))
+		}
+		a.Decision, a.DecidedBy, a.DecidedAt, a.Reason = d, by, now, reason
+		return true, nil
+	})
+}
+
+// updateApproval applies change with compare-and-set, retrying on a concurrent writer. change
+// reports whether it changed anything; if not, nothing is written.
+func (q *Queue) updateApproval(ctx context.Context, jobID, callID string, change func(*Approval, time.Time) (bool, error)) (Approval, error) {
+	key, err := approvalKey(jobID, callID)
+	if err != nil {
+		return Approval{}, err
+	}
+	kv, err := q.approvalsBucket(ctx)
+	if err != nil {
+		return Approval{}, err
+	}
+	for range 10 {
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return Approval{}, fmt.Errorf("%w: call %s of job %s (see `submit approvals`)", ErrUnknownApproval, callID, jobID)
+		}
+		if err != nil {
+			return Approval{}, fmt.Errorf("queue: approval %s: %w", key, err)
+		}
+		a, err := decodeApproval(e.Value())
+		if err != nil {
+			return Approval{}, err
+		}
+		changed, err := change(&a, time.Now().UTC())
+		if err != nil || !changed {
+			return a, err
+		}
+		_, err = kv.Update(ctx, key, mustJSON(a), e.Revision())
+		if err == nil {
+			return a, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+			return Approval{}, fmt.Errorf("queue: update approval %s: %w", key, err)
+		}
+	}
+	return Approval{}, fmt.Errorf("queue: update approval %s: too much contention", key)
+}
+
+// PendingApprovals returns the requests still waiting for an answer, oldest first; with a job
+// id, only that job's.
+func (q *Queue) PendingApprovals(ctx context.Context, jobID string) ([]Approval, error) {
+	filter := ">"
+	if jobID != "" {
+		if !job.ValidID(jobID) {
+			return nil, fmt.Errorf("%w: %q is not a job id", ErrUnknownJob, jobID)
+		}
+		filter = jobID + ".*"
+	}
+	kv, err := q.approvalsBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("queue: list approvals: %w", err)
+	}
+	defer w.Stop() //nolint:errcheck // nothing to do about it
+	now := time.Now().UTC()
+	var out []Approval
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("queue: list approvals: the watch ended")
+			}
+			if e == nil { // all current values seen
+				sort.Slice(out, func(i, j int) bool { return out[i].RequestedAt.Before(out[j].RequestedAt) })
+				return out, nil
+			}
+			if a, err := decodeApproval(e.Value()); err == nil && a.Pending(now) {
+				out = append(out, a)
+			}
+		}
+	}
+}
+
+func decodeApproval(data []byte) (Approval, error) {
+	var a Approval
+	if err := json.Unmarshal(data, &a); err != nil {
+		return Approval{}, fmt.Errorf("queue: decode approval: %w", err)
+	}
+	return a, nil
+}

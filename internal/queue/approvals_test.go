@@ -1,0 +1,236 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+func pendingApproval(jobID, callID string, argv []string, timeout time.Duration) queue.Approval {
+	now := time.Now().UTC()
+	return queue.Approval{JobID: jobID, CallID: callID, Argv: argv, Attempt: 1, Worker: "w1", RequestedAt: now, ExpiresAt: now.Add(timeout)}
+}
+
+func TestApprovalAnsweredOnce(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		decision queue.Decision
+		reason   string
+	}{
+		{name: "approve", decision: queue.DecisionApproved},
+		{name: "deny", decision: queue.DecisionDenied, reason: "not on a Friday"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, callID := newJob(t).ID, "call_"+tt.name
+			argv := []string{"make", "deploy", "--env", "prod"}
+			got, err := b.q.RequestApproval(ctx, pendingApproval(id, callID, argv, time.Minute))
+			if err != nil {
+				t.Fatalf("RequestApproval: %v", err)
+			}
+			if got.Decision != "" || !reflect.DeepEqual(got.Argv, argv) {
+				t.Fatalf("request = %+v, want it pending with the argv", got)
+			}
+			pending, err := b.q.PendingApprovals(ctx, id)
+			if err != nil || len(pending) != 1 || pending[0].CallID != callID {
+				t.Fatalf("pending = %+v, %v; want the one request", pending, err)
+			}
+
+			// The worker waits; a client answers through its own handle.
+			waited := make(chan queue.Approval, 1)
+			waitErr := make(chan error, 1)
+			go func() {
+				a, err := b.q.WaitApproval(ctx, id, callID)
+				waited <- a
+				waitErr <- err
+			}()
+			client, err := queue.Bind(ctx, b.nc, b.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer, err := client.DecideApproval(ctx, id, callID, tt.decision, "alice@host", tt.reason)
+			if err != nil {
+				t.Fatalf("DecideApproval: %v", err)
+			}
+			if answer.Decision != tt.decision || answer.DecidedBy != "alice@host" || answer.Reason != tt.reason || answer.DecidedAt.IsZero() {
+				t.Errorf("answer = %+v", answer)
+			}
+			select {
+			case a := <-waited:
+				if err := <-waitErr; err != nil || a.Decision != tt.decision || a.Reason != tt.reason {
+					t.Errorf("WaitApproval = %+v, %v; want %s", a, err, tt.decision)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("WaitApproval did not return after the answer")
+			}
+
+			// A second answer, either way, is refused and names the first.
+			for _, d := range []queue.Decision{queue.DecisionApproved, queue.DecisionDenied} {
+				_, err := client.DecideApproval(ctx, id, callID, d, "bob@host", "")
+				if !errors.Is(err, queue.ErrAlreadyDecided) || !strings.Contains(err.Error(), "alice@host") {
+					t.Errorf("second answer %s: %v, want ErrAlreadyDecided naming alice@host", d, err)
+				}
+			}
+			// The worker's expiry comes too late to change it.
+			if a, err := b.q.ExpireApproval(ctx, id, callID, "no answer within 1m0s"); err != nil || a.Decision != tt.decision {
+				t.Errorf("ExpireApproval after the answer = %+v, %v; want the answer kept", a, err)
+			}
+			if pending, err := client.PendingApprovals(ctx, id); err != nil || len(pending) != 0 {
+				t.Errorf("pending after the answer = %+v, %v; want none", pending, err)
+			}
+			// The same command asked again (a redelivered job) gets the answer without asking.
+			again, err := b.q.RequestApproval(ctx, pendingApproval(id, callID, argv, time.Minute))
+			if err != nil || again.Decision != tt.decision || again.DecidedBy != "alice@host" {
+				t.Errorf("asking again = %+v, %v; want the earlier answer", again, err)
+			}
+			// Another command under the same call id is a new request.
+			other, err := b.q.RequestApproval(ctx, pendingApproval(id, callID, []string{"make", "clean"}, time.Minute))
+			if err != nil || other.Decision != "" {
+				t.Errorf("another command = %+v, %v; want a new pending request", other, err)
+			}
+		})
+	}
+}
+
+func TestApprovalExpiry(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	id := newJob(t).ID
+
+	t.Run("worker gives up", func(t *testing.T) {
+		if _, err := b.q.RequestApproval(ctx, pendingApproval(id, "c1", []string{"ls"}, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if _, err := b.q.WaitApproval(wctx, id, "c1"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitApproval = %v, want DeadlineExceeded", err)
+		}
+		a, err := b.q.ExpireApproval(ctx, id, "c1", "no answer within 100ms")
+		if err != nil || a.Decision != queue.DecisionExpired || a.DecidedBy != queue.Expirer {
+			t.Fatalf("ExpireApproval = %+v, %v", a, err)
+		}
+		_, err = b.q.DecideApproval(ctx, id, "c1", queue.DecisionApproved, "alice", "")
+		if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "no answer within 100ms") {
+			t.Errorf("late answer: %v, want ErrApprovalExpired with the reason", err)
+		}
+	})
+
+	t.Run("deadline passed before the worker noticed", func(t *testing.T) {
+		a := pendingApproval(id, "c2", []string{"ls"}, time.Minute)
+		a.RequestedAt, a.ExpiresAt = a.RequestedAt.Add(-2*time.Minute), a.RequestedAt.Add(-time.Minute)
+		if _, err := b.q.RequestApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if pending, err := b.q.PendingApprovals(ctx, ""); err != nil || len(pending) != 0 {
+			t.Errorf("pending = %+v, %v; want the expired request left out", pending, err)
+		}
+		if _, err := b.q.DecideApproval(ctx, id, "c2", queue.DecisionApproved, "alice", ""); !errors.Is(err, queue.ErrApprovalExpired) {
+			t.Errorf("answer after expires_at: %v, want ErrApprovalExpired", err)
+		}
+	})
+
+	t.Run("an expired request asked again is asked anew", func(t *testing.T) {
+		a, err := b.q.RequestApproval(ctx, pendingApproval(id, "c1", []string{"ls"}, time.Minute))
+		if err != nil || a.Decision != "" {
+			t.Fatalf("RequestApproval = %+v, %v; want pending again", a, err)
+		}
+		if _, err := b.q.DecideApproval(ctx, id, "c1", queue.DecisionApproved, "alice", ""); err != nil {
+			t.Errorf("answer to the new request: %v", err)
+		}
+	})
+}
+
+func TestApprovalRequests(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	j1, j2 := newJob(t).ID, newJob(t).ID
+
+	// A call id that cannot be a key token as it is still works, under its own name.
+	odd := "call:9f/ä b?*>"
+	for _, a := range []queue.Approval{
+		pendingApproval(j1, "call_a", []string{"ls", "-l"}, time.Minute),
+		pendingApproval(j2, odd, []string{"make"}, time.Minute),
+		pendingApproval(j1, "call_b", []string{"make", "test"}, time.Minute),
+	} {
+		if _, err := b.q.RequestApproval(ctx, a); err != nil {
+			t.Fatalf("RequestApproval %s: %v", a.CallID, err)
+		}
+	}
+	var all []string
+	pending, err := b.q.PendingApprovals(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range pending {
+		all = append(all, a.CallID)
+	}
+	if want := []string{"call_a", odd, "call_b"}; !reflect.DeepEqual(all, want) {
+		t.Errorf("pending = %q, want %q oldest first", all, want)
+	}
+	if one, err := b.q.PendingApprovals(ctx, j2); err != nil || len(one) != 1 || one[0].CallID != odd {
+		t.Errorf("pending of %s = %+v, %v", j2, one, err)
+	}
+	if a, err := b.q.DecideApproval(ctx, j2, odd, queue.DecisionDenied, "alice", ""); err != nil || a.CallID != odd {
+		t.Errorf("answer under the odd call id = %+v, %v", a, err)
+	}
+
+	tests := []struct {
+		name    string
+		decide  func() error
+		wantErr error
+	}{
+		{name: "unknown call", decide: func() error {
+			_, err := b.q.DecideApproval(ctx, j1, "call_nope", queue.DecisionApproved, "alice", "")
+			return err
+		}, wantErr: queue.ErrUnknownApproval},
+		{name: "not a job id", decide: func() error {
+			_, err := b.q.DecideApproval(ctx, "../../x", "call_a", queue.DecisionApproved, "alice", "")
+			return err
+		}, wantErr: queue.ErrUnknownApproval},
+		{name: "not a decision", decide: func() error {
+			_, err := b.q.DecideApproval(ctx, j1, "call_a", queue.DecisionExpired, "alice", "")
+			return err
+		}},
+		{name: "command too long to ask about", decide: func() error {
+			_, err := b.q.RequestApproval(ctx, pendingApproval(j1, "call_c", []string{strings.Repeat("x", 100<<10)}, time.Minute))
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.decide()
+			if err == nil || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {
+				t.Errorf("error = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+
+	// Two people answering at once: exactly one answer counts.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, d := range []queue.Decision{queue.DecisionApproved, queue.DecisionDenied} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = b.q.DecideApproval(ctx, j1, "call_b", d, "person", "")
+		}()
+	}
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) {
+		t.Errorf("concurrent answers: %v and %v; want exactly one to succeed", errs[0], errs[1])
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, queue.ErrAlreadyDecided) {
+			t.Errorf("the losing answer: %v, want ErrAlreadyDecided", err)
+		}
+	}
+}

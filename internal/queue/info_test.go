@@ -1,0 +1,48 @@
+package queue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+func TestConsumerLag(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	lag := func(t *testing.T, wantPending, wantAckPending uint64) {
+		t.Helper()
+		pending, ackPending, err := b.q.ConsumerLag(ctx)
+		if err != nil {
+			t.Fatalf("ConsumerLag: %v", err)
+		}
+		if pending != wantPending || ackPending != wantAckPending {
+			t.Errorf("ConsumerLag = (%d, %d), want (%d, %d)", pending, ackPending, wantPending, wantAckPending)
+		}
+	}
+	lag(t, 0, 0)
+	for range 3 {
+		if _, err := b.q.Publish(ctx, newJob(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lag(t, 3, 0)
+	d := fetch(t, b.q, 5*time.Second)
+	lag(t, 2, 1)
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lag(t, 2, 0)
+}
+
+func TestConsumerLagOnClientHandle(t *testing.T) {
+	b := setup(t)
+	client, err := queue.Bind(context.Background(), b.nc, b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := client.ConsumerLag(context.Background()); err == nil {
+		t.Error("ConsumerLag on a client handle succeeded, want an error")
+	}
+}

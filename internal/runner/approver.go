@@ -1,0 +1,139 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// Approvals is the transport of the shell tool's "ask" approvals.
+type Approvals interface {
+	RequestApproval(ctx context.Context, a queue.Approval) (queue.Approval, error)
+	WaitApproval(ctx context.Context, jobID, callID string) (queue.Approval, error)
+	ExpireApproval(ctx context.Context, jobID, callID, reason string) (queue.Approval, error)
+}
+
+var _ Approvals = (*queue.Queue)(nil)
+
+// approver asks a person, through the approvals transport, whether a shell command of one
+// attempt may run. While it waits, the job is waiting_approval and its delivery stays alive
+// through the attempt's heartbeats; the agent bounds the wait by the profile's approval
+// timeout. No answer means denied, and the request is then marked expired so that a late
+// answer is refused.
+type approver struct {
+	r *Runner
+	a *attempt
+}
+
+var _ agent.Approver = (*approver)(nil)
+
+// approver returns the Approver of an attempt: nil, which refuses every "ask" command, when
+// the runner has no approvals transport.
+func (r *Runner) approver(a *attempt) agent.Approver {
+	if r.cfg.Approvals == nil {
+		return nil
+	}
+	return &approver{r: r, a: a}
+}
+
+func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (bool, error) {
+	approvals := p.r.cfg.Approvals
+	log := p.a.log.With("call_id", req.CallID)
+	now := time.Now().UTC()
+	expires := now.Add(time.Duration(p.a.limits.ApprovalTimeout))
+	if dl, ok := ctx.Deadline(); ok && dl.Before(expires) {
+		expires = dl.UTC()
+	}
+	asked, err := approvals.RequestApproval(ctx, queue.Approval{
+		JobID: req.JobID, CallID: req.CallID, Argv: req.Argv, Attempt: p.a.d.Attempt,
+		Worker: p.r.cfg.Worker.WorkerID, RequestedAt: now, ExpiresAt: expires,
+	})
+	if err != nil {
+		return false, err
+	}
+	if asked.Decision != "" {
+		// An earlier attempt of the job asked about this very command.
+		log.InfoContext(ctx, "approval answered before", "decision", asked.Decision, "decided_by", asked.DecidedBy)
+		return answer(asked)
+	}
+	log.InfoContext(ctx, "waiting for approval", "expires_at", expires)
+	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, expires))
+
+	// Whatever happens, leave the job running again, also when the wait ended with the job.
+	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.r.cfg.CleanupTimeout)
+	defer cancel()
+	got, err := approvals.WaitApproval(ctx, req.JobID, req.CallID)
+	if err != nil {
+		reason := "no answer within " + roughly(expires.Sub(now))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			reason = "the job stopped waiting: " + err.Error()
+		}
+		final, xerr := approvals.ExpireApproval(cleanup, req.JobID, req.CallID, reason)
+		if xerr != nil || final.Decision == queue.DecisionExpired {
+			if xerr != nil {
+				log.WarnContext(ctx, "mark approval expired failed", "error", xerr)
+			}
+			log.InfoContext(ctx, "no approval", "reason", reason)
+			p.setState(cleanup, job.StateRunning, "no approval for call "+req.CallID+": "+reason)
+			return false, err
+		}
+		got = final // a person answered just before the worker gave up
+	}
+	log.InfoContext(ctx, "approval answered", "decision", got.Decision, "decided_by", got.DecidedBy,
+		"wait_ms", time.Since(now).Milliseconds())
+	p.setState(cleanup, job.StateRunning, fmt.Sprintf("call %s %s by %s", req.CallID, got.Decision, got.DecidedBy))
+	return answer(got)
+}
+
+// answer turns a decision into what the agent expects of an Approver.
+func answer(a queue.Approval) (bool, error) {
+	switch a.Decision {
+	case queue.DecisionApproved:
+		return true, nil
+	case queue.DecisionDenied:
+		return false, &agent.DeniedError{Reason: a.Reason}
+	default:
+		return false, nil
+	}
+}
+
+// setState moves the job between running and waiting_approval. A failure is logged only: the
+// request is in the approvals bucket either way.
+func (p *approver) setState(ctx context.Context, state job.State, msg string) {
+	_, err := p.r.cfg.Queue.UpdateStatus(ctx, p.a.job.ID, func(s *job.Status) {
+		if s.State == job.StateRunning || s.State == job.StateWaitingApproval {
+			s.State = state
+		}
+		s.Progress = msg
+	})
+	if err != nil && !errors.Is(err, queue.ErrFinal) && ctx.Err() == nil {
+		p.a.log.WarnContext(ctx, "record approval state failed", "state", string(state), "error", err)
+	}
+}
+
+// waitingMessage is the progress line of a job waiting for a person: the command, unambiguous,
+// and how to answer.
+func waitingMessage(req agent.ApprovalRequest, expires time.Time) string {
+	argv, _ := json.Marshal(req.Argv)
+	cmd := string(argv)
+	if len(cmd) > 200 {
+		cmd = strings.ToValidUTF8(cmd[:200], "") + "…"
+	}
+	return fmt.Sprintf("waiting until %s for approval of call %s: %s; answer with `submit approve %s %s` or `submit deny %s %s`",
+		expires.Format(time.RFC3339), req.CallID, cmd, req.JobID, req.CallID, req.JobID, req.CallID)
+}
+
+// roughly rounds d for people: to the second, below a second to the millisecond.
+func roughly(d time.Duration) string {
+	if d >= time.Second {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Millisecond).String()
+}

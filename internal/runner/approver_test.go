@@ -1,0 +1,190 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/runner"
+)
+
+// withApprovals gives the runner the queue as its approvals transport.
+func withApprovals(c *runner.Config) { c.Approvals = c.Queue.(*queue.Queue) }
+
+// approval is what one Approve call returned.
+type approval struct {
+	ok  bool
+	err error
+}
+
+// askingAgent asks once for ["make", "test"] under call id "call_1", its wait bounded by wait
+// as the real agent bounds it by the profile's approval timeout, and reports the answer.
+func askingAgent(wait time.Duration, answers chan<- approval) agentFunc {
+	return func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		if req.Approver == nil {
+			answers <- approval{err: errors.New("no Approver in the request")}
+			return agent.Result{}, errors.New("no approver")
+		}
+		actx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		ok, err := req.Approver.Approve(actx, agent.ApprovalRequest{JobID: req.JobID, CallID: "call_1", Argv: []string{"make", "test"}})
+		answers <- approval{ok, err}
+		if ctx.Err() != nil {
+			return agent.Result{}, ctx.Err()
+		}
+		return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done", Transcript: []byte("{}\n")}, nil
+	}
+}
+
+// waitPending waits until the job's request is in the approvals bucket and the job shows it.
+func (b *bundle) waitPending(id string) queue.Approval {
+	b.t.Helper()
+	var got []queue.Approval
+	waitFor(b.t, 10*time.Second, "the approval request", func() bool {
+		var err error
+		got, err = b.q.PendingApprovals(context.Background(), id)
+		return err == nil && len(got) == 1
+	})
+	waitFor(b.t, 5*time.Second, "waiting_approval", func() bool {
+		st, err := b.q.Status(context.Background(), id)
+		return err == nil && st.State == job.StateWaitingApproval && strings.Contains(st.Progress, "submit approve "+id+" call_1")
+	})
+	return got[0]
+}
+
+func TestApproverAsksAPerson(t *testing.T) {
+	b := setup(t)
+	answers := make(chan approval, 1)
+	b.worker(askingAgent(time.Minute, answers), withApprovals)
+	ctx := context.Background()
+
+	t.Run("approved", func(t *testing.T) {
+		j := b.submit("p")
+		p := b.waitPending(j.ID)
+		if p.Attempt != 1 || p.Worker != b.cfg.WorkerID || len(p.Argv) != 2 {
+			t.Errorf("request = %+v", p)
+		}
+		if _, err := b.q.DecideApproval(ctx, j.ID, "call_1", queue.DecisionApproved, "alice", ""); err != nil {
+			t.Fatal(err)
+		}
+		if a := <-answers; !a.ok || a.err != nil {
+			t.Errorf("Approve = %v, %v; want true", a.ok, a.err)
+		}
+		if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateSucceeded {
+			t.Errorf("final state %s, want succeeded", st.State)
+		}
+	})
+
+	t.Run("denied with a reason", func(t *testing.T) {
+		j := b.submit("p")
+		b.waitPending(j.ID)
+		if _, err := b.q.DecideApproval(ctx, j.ID, "call_1", queue.DecisionDenied, "alice", "use make check"); err != nil {
+			t.Fatal(err)
+		}
+		a := <-answers
+		var denied *agent.DeniedError
+		if a.ok || !errors.As(a.err, &denied) || denied.Reason != "use make check" {
+			t.Errorf("Approve = %v, %v; want a DeniedError with the reason", a.ok, a.err)
+		}
+		if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateSucceeded {
+			t.Errorf("final state %s, want succeeded", st.State)
+		}
+	})
+
+	t.Run("cancelled while waiting", func(t *testing.T) {
+		j := b.submit("p")
+		b.waitPending(j.ID)
+		if _, err := b.q.UpdateStatus(ctx, j.ID, job.RequestCancel); err != nil {
+			t.Fatal(err)
+		}
+		if a := <-answers; a.ok || !errors.Is(a.err, context.Canceled) {
+			t.Errorf("Approve = %v, %v; want false and context.Canceled", a.ok, a.err)
+		}
+		if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateCancelled {
+			t.Errorf("final state %s, want cancelled", st.State)
+		}
+		_, err := b.q.DecideApproval(ctx, j.ID, "call_1", queue.DecisionApproved, "alice", "")
+		if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "the job stopped waiting") {
+			t.Errorf("answer after the job ended: %v, want ErrApprovalExpired", err)
+		}
+	})
+}
+
+func TestApproverNoAnswerMeansDenied(t *testing.T) {
+	b := setup(t)
+	answers := make(chan approval, 1)
+	b.worker(askingAgent(300*time.Millisecond, answers), withApprovals)
+	j := b.submit("p")
+	a := <-answers
+	if a.ok || !errors.Is(a.err, context.DeadlineExceeded) {
+		t.Errorf("Approve = %v, %v; want false and DeadlineExceeded", a.ok, a.err)
+	}
+	if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateSucceeded {
+		t.Errorf("final state %s, want succeeded", st.State)
+	}
+	_, err := b.q.DecideApproval(context.Background(), j.ID, "call_1", queue.DecisionApproved, "alice", "")
+	if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "no answer within 300ms") {
+		t.Errorf("late answer: %v, want ErrApprovalExpired saying why", err)
+	}
+}
+
+func TestApproverWithoutTransportRefuses(t *testing.T) {
+	b := setup(t)
+	got := make(chan agent.Approver, 1)
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		got <- req.Approver
+		return agent.Result{Outcome: agent.OutcomeCompleted, Transcript: []byte("{}\n")}, nil
+	}))
+	b.submit("p")
+	if a := <-got; a != nil {
+		t.Errorf("Approver = %v, want nil (every ask command refused) without an approvals transport", a)
+	}
+}
+
+// TestSpentBudgetSurvivesAKilledWorker: what an attempt spent is in the job's status as soon
+// as the agent reports it, so the next attempt, after the first worker died mid-run, starts
+// from it; what that attempt spends adds to it.
+func TestSpentBudgetSurvivesAKilledWorker(t *testing.T) {
+	b := setup(t)
+	started := make(chan struct{}, 1)
+	first := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		if req.Spent != (agent.Budget{}) {
+			t.Errorf("first attempt starts with %+v spent, want nothing", req.Spent)
+		}
+		req.Progress(agent.Event{Kind: agent.EventModelRequest, Turn: 1, MaxToolCalls: 30, Spent: agent.Budget{Turns: 1}})
+		req.Progress(agent.Event{Kind: agent.EventToolCall, Turn: 1, ToolCalls: 1, MaxToolCalls: 30, Tool: "read_file", Spent: agent.Budget{Turns: 1, ToolCalls: 1, Tokens: 100}})
+		req.Progress(agent.Event{Kind: agent.EventModelRequest, Turn: 2, ToolCalls: 1, MaxToolCalls: 30, Spent: agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 100}})
+		started <- struct{}{}
+		<-ctx.Done()
+		return agent.Result{}, ctx.Err()
+	})
+	dying := b.worker(first)
+	j := b.submit("p")
+	<-started
+	st, err := b.q.Status(context.Background(), j.ID)
+	if err != nil || st.SpentTurns != 2 || st.SpentToolCalls != 1 || st.SpentTokens != 100 || st.Progress != "model turn 2 of 20" {
+		t.Errorf("status mid-run = %+v, %v; want 2 turns, 1 tool call, 100 tokens spent", st, err)
+	}
+	dying.nc.Close() // killed: it can neither ack nor record anything more
+	dying.stop()
+
+	seen := make(chan agent.Budget, 1)
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		seen <- req.Spent
+		res, err := writeReport(ctx, req)
+		res.Spent = req.Spent.Add(agent.Budget{Turns: 1, ToolCalls: 1, Tokens: 50})
+		return res, err
+	}))
+	st = b.waitFinal(j.ID, 20*time.Second)
+	if got := <-seen; got != (agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 100}) {
+		t.Errorf("second attempt starts with %+v spent, want the first attempt's", got)
+	}
+	if st.State != job.StateSucceeded || st.Attempt != 2 || st.SpentTurns != 3 || st.SpentToolCalls != 2 || st.SpentTokens != 150 {
+		t.Errorf("final status = %+v, want succeeded in attempt 2 with 3 turns, 2 tool calls, 150 tokens spent", st)
+	}
+}

@@ -1,0 +1,261 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// memSandbox is a workdir of named sizes: ReadFile returns zeroed data of the size (which costs
+// no memory until touched), so the caps can be tested at their real values.
+type memSandbox struct {
+	sandbox.Sandbox // the methods collect does not use panic
+	files           map[string]int64
+	readErr         map[string]error // what ReadFile of a name returns instead
+	listErr         error
+}
+
+func (s *memSandbox) List(ctx context.Context, dir string) ([]sandbox.FileInfo, error) {
+	if s.listErr != nil {
+		return nil, s.listErr
+	}
+	var out []sandbox.FileInfo
+	for name, size := range s.files {
+		if strings.HasPrefix(name, dir+"/") {
+			out = append(out, sandbox.FileInfo{Path: name, Size: size, Mode: 0o644})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+func (s *memSandbox) ReadFile(ctx context.Context, name string, maxBytes int64) ([]byte, error) {
+	if err := s.readErr[name]; err != nil {
+		return nil, err
+	}
+	size, ok := s.files[name]
+	if !ok {
+		return nil, fmt.Errorf("read %s: %w", name, sandbox.ErrNotFound)
+	}
+	if size > maxBytes {
+		return nil, fmt.Errorf("read %s: %w", name, sandbox.ErrTooLarge)
+	}
+	return make([]byte, size), nil
+}
+
+func testAttempt(artifacts string) *attempt {
+	return &attempt{profile: config.Profile{Report: "report.md", Artifacts: artifacts}, log: slog.New(slog.DiscardHandler)}
+}
+
+func names(outs []output) []string {
+	var n []string
+	for _, o := range outs {
+		n = append(n, o.name)
+	}
+	return n
+}
+
+func TestCollectArtifacts(t *testing.T) {
+	many := map[string]int64{}
+	for i := range maxArtifacts + 6 {
+		many[fmt.Sprintf("artifacts/f%03d.txt", i)] = 1
+	}
+	var firstMany []string
+	for i := range maxArtifacts {
+		firstMany = append(firstMany, fmt.Sprintf("artifacts/f%03d.txt", i))
+	}
+	boom := errors.New("exec: connection reset")
+
+	tests := []struct {
+		name      string
+		artifacts string
+		sb        *memSandbox
+		want      []string
+		wantErr   error
+	}{
+		{
+			name:      "nested files keep their path",
+			artifacts: "artifacts",
+			sb:        &memSandbox{files: map[string]int64{"artifacts/a.csv": 3, "artifacts/sub/b.txt": 0, "report.md": 5, "other/c": 1}},
+			want:      []string{"artifacts/a.csv", "artifacts/sub/b.txt"},
+		},
+		{
+			name:      "folder written unclean in the profile",
+			artifacts: "./artifacts/",
+			sb:        &memSandbox{files: map[string]int64{"artifacts/a.csv": 3}},
+			want:      []string{"artifacts/a.csv"},
+		},
+		{
+			name:      "no artifact folder",
+			artifacts: "artifacts",
+			sb:        &memSandbox{files: map[string]int64{"report.md": 5}, listErr: fmt.Errorf("list: %w", sandbox.ErrNotFound)},
+		},
+		{
+			name:      "artifact folder is a link out of the workdir",
+			artifacts: "artifacts",
+			sb:        &memSandbox{listErr: fmt.Errorf("list: %w", sandbox.ErrPathEscape)},
+		},
+		{
+			name:      "artifact folder is a file",
+			artifacts: "artifacts",
+			sb:        &memSandbox{files: map[string]int64{"artifacts": 10}, listErr: errors.New("sandbox: list artifacts: not a folder")},
+		},
+		{
+			name:      "listing fails",
+			artifacts: "artifacts",
+			sb:        &memSandbox{listErr: boom},
+			wantErr:   boom,
+		},
+		{
+			name:      "count cap",
+			artifacts: "artifacts",
+			sb:        &memSandbox{files: many},
+			want:      firstMany,
+		},
+		{
+			name:      "size cap per file",
+			artifacts: "artifacts",
+			sb:        &memSandbox{files: map[string]int64{"artifacts/big": maxArtifactBytes + 1, "artifacts/edge": maxArtifactBytes, "artifacts/small": 1}},
+			want:      []string{"artifacts/edge", "artifacts/small"},
+		},
+		{
+			name:      "size cap in total",
+			artifacts: "artifacts",
+			sb: &memSandbox{files: map[string]int64{
+				"artifacts/1": maxArtifactBytes, "artifacts/2": maxArtifactBytes, "artifacts/3": maxArtifactBytes,
+				"artifacts/4": maxArtifactBytes, "artifacts/5": maxArtifactBytes, "artifacts/6": 1, "artifacts/7": 0,
+			}},
+			want: []string{"artifacts/1", "artifacts/2", "artifacts/3", "artifacts/4", "artifacts/7"},
+		},
+		{
+			name:      "names the store or the manifest cannot hold",
+			artifacts: "artifacts",
+			sb: &memSandbox{files: map[string]int64{
+				`artifacts/back\slash`: 1, "artifacts/new\nline": 1, "artifacts/.boxcar-tmp-x": 1,
+				"artifacts/bad\xffutf8": 1, "artifacts/" + strings.Repeat("n", maxArtifactName): 1, "artifacts/ok.txt": 1,
+			}},
+			want: []string{"artifacts/ok.txt"},
+		},
+		{
+			name:      "file changed while being collected",
+			artifacts: "artifacts",
+			sb: &memSandbox{
+				files: map[string]int64{"artifacts/gone": 1, "artifacts/grew": 1, "artifacts/link": 1, "artifacts/ok": 1},
+				readErr: map[string]error{
+					"artifacts/gone": sandbox.ErrNotFound, "artifacts/grew": sandbox.ErrTooLarge, "artifacts/link": sandbox.ErrPathEscape,
+				},
+			},
+			want: []string{"artifacts/ok"},
+		},
+		{
+			name:      "reading fails",
+			artifacts: "artifacts",
+			sb:        &memSandbox{files: map[string]int64{"artifacts/a": 1}, readErr: map[string]error{"artifacts/a": boom}},
+			wantErr:   boom,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			outs, err := (&Runner{}).collectArtifacts(t.Context(), testAttempt(tt.artifacts), tt.sb)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if got := names(outs); !slices.Equal(got, tt.want) {
+				t.Errorf("artifacts = %q, want %q", got, tt.want)
+			}
+			var total int64
+			for _, o := range outs {
+				total += int64(len(o.data))
+			}
+			if total > maxArtifactTotal {
+				t.Errorf("collected %d bytes, more than the %d allowed", total, int64(maxArtifactTotal))
+			}
+		})
+	}
+}
+
+// TestCollectArtifactsSkipsSymlinks runs a real bubblewrap sandbox whose artifact folder holds
+// symbolic links to a host file, to a folder, to an input and to a file in the folder itself:
+// only the regular files are taken, and no link is followed.
+func TestCollectArtifactsSkipsSymlinks(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := sandbox.NewBubblewrap(sandbox.BubblewrapConfig{Root: root})
+	if err != nil {
+		t.Fatalf("NewBubblewrap: %v", err)
+	}
+	ctx := t.Context()
+	sb, err := p.Start(ctx, sandbox.Spec{JobID: "artifacts-test", SandboxSpec: config.Profile{}.WithDefaults().Sandbox})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sb.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	for name, data := range map[string]string{"input.csv": "secret,input\n", "artifacts/table.csv": "a,b\n1,2\n", "artifacts/sub/notes.txt": "notes\n"} {
+		if err := sb.WriteFile(ctx, name, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := [][2]string{
+		{"/etc/passwd", "artifacts/passwd"},
+		{"/etc", "artifacts/etc"},
+		{"../input.csv", "artifacts/input-link.csv"},
+		{"table.csv", "artifacts/table-link.csv"},
+		{"../../../../../../etc/hostname", "artifacts/sub/hostname"},
+	}
+	for _, l := range links {
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"ln", "-s", l[0], l[1]}, Timeout: 30 * time.Second})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("ln -s %s %s: %v, exit %d: %s", l[0], l[1], err, res.ExitCode, res.Stderr)
+		}
+	}
+
+	outs, err := (&Runner{}).collectArtifacts(ctx, testAttempt("artifacts"), sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"artifacts/sub/notes.txt", "artifacts/table.csv"}
+	if got := names(outs); !slices.Equal(got, want) {
+		t.Errorf("artifacts = %q, want the regular files %q only", got, want)
+	}
+	for _, o := range outs {
+		if strings.Contains(string(o.data), "root:") || strings.Contains(string(o.data), "secret,input") {
+			t.Errorf("%s holds the content of a link's target", o.name)
+		}
+	}
+
+	// The artifact folder itself a link out of the workdir: nothing is taken, and the run
+	// does not fail.
+	if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"ln", "-s", "/etc", "out"}, Timeout: 30 * time.Second}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("ln -s /etc out: %v, %s", err, res.Stderr)
+	}
+	outs, err = (&Runner{}).collectArtifacts(ctx, testAttempt("out"), sb)
+	if err != nil || len(outs) != 0 {
+		t.Errorf("artifact folder linked to /etc: %q, %v; want nothing and no error", names(outs), err)
+	}
+	// Nor when the model made the artifact folder a file.
+	outs, err = (&Runner{}).collectArtifacts(ctx, testAttempt("input.csv"), sb)
+	if err != nil || len(outs) != 0 {
+		t.Errorf("artifact folder is a file: %q, %v; want nothing and no error", names(outs), err)
+	}
+}

@@ -1,0 +1,78 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// budget keeps a job's spent budget (turns, tool calls, tokens) in its status: what earlier
+// attempts used, read when this attempt started, plus what this attempt adds. It is written
+// with every progress event of the agent, and each event counts the request or call it
+// announces, so a worker that dies in the middle of a run still leaves its spending behind:
+// the next attempt starts from it, never from zero.
+//
+// Writes add what is new since the last write (under the status bucket's compare-and-set), so
+// two attempts that overlap, a stale one and its successor, both count.
+type budget struct {
+	r        *Runner
+	a        *attempt
+	base     agent.Budget // spent by earlier attempts when this one started
+	recorded agent.Budget // spent as far as this attempt has written it
+}
+
+func (r *Runner) newBudget(a *attempt, st job.Status) *budget {
+	base := agent.Budget{Turns: st.SpentTurns, ToolCalls: st.SpentToolCalls, Tokens: st.SpentTokens}
+	return &budget{r: r, a: a, base: base, recorded: base}
+}
+
+// progress records one agent event: the progress line `submit watch` shows, and the spent
+// budget. The agent calls it synchronously, so it needs no lock.
+func (b *budget) progress(ctx context.Context, e agent.Event) {
+	msg := fmt.Sprintf("model turn %d of %d", e.Spent.Turns, b.a.limits.MaxTurns)
+	if e.Kind == agent.EventToolCall {
+		msg = fmt.Sprintf("tool call %d of %d: %s", e.Spent.ToolCalls, e.MaxToolCalls, e.Tool)
+	}
+	b.record(ctx, e.Spent, msg)
+}
+
+// finish records what the run spent in the end (the tokens of its last answer, typically). It
+// runs on a context that survives the job's end: an interrupted attempt must leave its
+// spending behind.
+func (b *budget) finish(ctx context.Context, spent agent.Budget) {
+	if r := b.recorded; spent.Turns <= r.Turns && spent.ToolCalls <= r.ToolCalls && spent.Tokens <= r.Tokens {
+		return // nothing new
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.r.cfg.CleanupTimeout)
+	defer cancel()
+	b.record(ctx, spent, "")
+}
+
+func (b *budget) record(ctx context.Context, spent agent.Budget, msg string) {
+	add := agent.Budget{
+		Turns:     max(spent.Turns-b.recorded.Turns, 0),
+		ToolCalls: max(spent.ToolCalls-b.recorded.ToolCalls, 0),
+		Tokens:    max(spent.Tokens-b.recorded.Tokens, 0),
+	}
+	_, err := b.r.cfg.Queue.UpdateStatus(ctx, b.a.job.ID, func(s *job.Status) {
+		s.SpentTurns += add.Turns
+		s.SpentToolCalls += add.ToolCalls
+		s.SpentTokens += add.Tokens
+		s.ToolCalls = s.SpentToolCalls
+		if msg != "" {
+			s.Progress = msg
+		}
+	})
+	switch {
+	case err == nil:
+		b.recorded = spent
+	case errors.Is(err, queue.ErrFinal), ctx.Err() != nil:
+	default:
+		// The next write adds what this one could not.
+		b.a.log.WarnContext(ctx, "record progress failed", "error", err)
+	}
+}

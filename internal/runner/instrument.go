@@ -1,0 +1,44 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// timedSandbox times every command the agent's tools run, for boxcar_sandbox_exec_seconds.
+type timedSandbox struct {
+	sandbox.Sandbox
+	exec prometheus.Observer
+}
+
+func (r *Runner) timed(sb sandbox.Sandbox) sandbox.Sandbox {
+	return timedSandbox{Sandbox: sb, exec: r.m.SandboxExec.WithLabelValues(r.cfg.Sandboxes.Backend())}
+}
+
+func (s timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	start := time.Now()
+	res, err := s.Sandbox.Exec(ctx, req)
+	s.exec.Observe(time.Since(start).Seconds())
+	return res, err
+}
+
+// recordToolCalls counts the attempt's tool calls by tool and outcome. A name the profile does
+// not declare (a model inventing tools) counts as "unknown", so the label stays bounded.
+func (r *Runner) recordToolCalls(a *attempt) {
+	declared := make(map[string]bool, len(a.profile.Tools))
+	for _, t := range a.profile.Tools {
+		declared[t.Name] = true
+	}
+	for _, c := range a.result.ToolCalls {
+		tool := c.Tool
+		if !declared[tool] {
+			tool = "unknown"
+		}
+		r.m.ToolCalls.WithLabelValues(a.job.Profile, tool, metrics.ToolOutcome(c.ExitCode, c.TimedOut, c.Error)).Inc()
+	}
+}

@@ -1,0 +1,651 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// fakeSandbox is an in-memory workdir; the runner only moves files through it.
+type fakeSandbox struct {
+	p      *fakeProvider
+	mu     sync.Mutex
+	files  map[string][]byte
+	closed bool
+}
+
+func (s *fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	return sandbox.ExecResult{}, errors.New("fake sandbox runs no commands")
+}
+
+func (s *fakeSandbox) WriteFile(ctx context.Context, name string, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.files[name] = append([]byte(nil), data...)
+	return nil
+}
+
+func (s *fakeSandbox) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	data, ok := s.files[name]
+	if !ok {
+		return nil, sandbox.ErrNotFound
+	}
+	return data, nil
+}
+
+func (s *fakeSandbox) List(ctx context.Context, dir string) ([]sandbox.FileInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []sandbox.FileInfo
+	for name, data := range s.files {
+		if strings.HasPrefix(name, dir+"/") {
+			out = append(out, sandbox.FileInfo{Path: name, Size: int64(len(data)), Mode: 0o644})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+func (s *fakeSandbox) Info() sandbox.Info { return sandbox.Info{Backend: "fake", ID: "fake"} }
+
+func (s *fakeSandbox) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.p.open.Add(-1)
+	}
+	return nil
+}
+
+// fakeProvider counts the sandboxes it started and how many are still open.
+type fakeProvider struct {
+	started atomic.Int64
+	open    atomic.Int64
+}
+
+func (p *fakeProvider) Backend() string { return "fake" }
+
+func (p *fakeProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	p.started.Add(1)
+	p.open.Add(1)
+	return &fakeSandbox{p: p, files: map[string][]byte{}}, nil
+}
+
+// agentFunc lets each test script the agent.
+type agentFunc func(ctx context.Context, req agent.Request) (agent.Result, error)
+
+func (f agentFunc) Run(ctx context.Context, req agent.Request) (agent.Result, error) {
+	return f(ctx, req)
+}
+
+// writeReport is an agent that writes a report naming the input sizes and succeeds.
+func writeReport(ctx context.Context, req agent.Request) (agent.Result, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# report for %s\n", req.JobID)
+	for _, in := range req.Inputs {
+		data, err := req.Sandbox.ReadFile(ctx, in, 1<<20)
+		if err != nil {
+			return agent.Result{}, err
+		}
+		fmt.Fprintf(&b, "%s: %d bytes\n", in, len(data))
+	}
+	if err := req.Sandbox.WriteFile(ctx, "report.md", []byte(b.String())); err != nil {
+		return agent.Result{}, err
+	}
+	if err := req.Sandbox.WriteFile(ctx, "artifacts/table.csv", []byte("a,b\n1,2\n")); err != nil {
+		return agent.Result{}, err
+	}
+	return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done", Transcript: []byte("{}\n")}, nil
+}
+
+type bundle struct {
+	t        *testing.T
+	srv      *server.Server
+	storeDir string
+	url      string
+	cfg      config.Config
+	store    store.Store
+	q        *queue.Queue
+	nc       *nats.Conn
+}
+
+var profiles = `
+concurrency: 2
+drain_grace: 1s
+nats:
+  ack_wait: 1s
+  max_deliver: 3
+  retry_backoff: 200ms
+profiles:
+  p:
+    model: {name: m}
+    tools: [{name: read_file}]
+`
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	b := &bundle{t: t, storeDir: t.TempDir()}
+	b.start(-1)
+	cfg, err := config.Parse([]byte(profiles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cfg = cfg
+	b.nc, b.q = b.connect()
+	st, err := store.NewFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.store = st
+	return b
+}
+
+func (b *bundle) start(port int) {
+	b.t.Helper()
+	srv, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: port, StoreDir: b.storeDir, SyncAlways: true})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.srv = srv
+	b.url = srv.ClientURL()
+	b.t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+}
+
+func (b *bundle) connect() (*nats.Conn, *queue.Queue) {
+	b.t.Helper()
+	ctx := context.Background()
+	nc, err := queue.Connect(ctx, b.url, "test")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(nc.Close)
+	q, err := queue.New(ctx, nc, b.cfg.NATS, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return nc, q
+}
+
+// worker is one runner with its own connection, so a test can kill it.
+type worker struct {
+	r      *runner.Runner
+	m      *metrics.Metrics
+	nc     *nats.Conn
+	p      *fakeProvider
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (b *bundle) worker(a runner.Agent, opts ...func(*runner.Config)) *worker {
+	b.t.Helper()
+	nc, q := b.connect()
+	w := &worker{m: metrics.New(), nc: nc, p: &fakeProvider{}, done: make(chan struct{})}
+	cfg := runner.Config{Worker: b.cfg, Queue: q, Sandboxes: w.p, Store: b.store, Agent: a, Metrics: w.m,
+		ModelEndpoint: "http://127.0.0.1:1/v1", Logger: slog.New(slog.DiscardHandler), CleanupTimeout: 5 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := runner.New(cfg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	w.r = r
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	go func() {
+		defer close(w.done)
+		_ = r.Run(ctx)
+	}()
+	b.t.Cleanup(w.stop)
+	return w
+}
+
+func (w *worker) stop() {
+	w.cancel()
+	<-w.done
+}
+
+func (b *bundle) putInput(data []byte) job.Input {
+	b.t.Helper()
+	sum, size, err := provenance.Digest(strings.NewReader(string(data)))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if err := b.store.PutIfAbsent(context.Background(), store.InputKey(sum), strings.NewReader(string(data)), size); err != nil && !errors.Is(err, store.ErrExists) {
+		b.t.Fatal(err)
+	}
+	return job.Input{Name: "in.csv", URI: b.store.URL(store.InputKey(sum)), SHA256: sum, Size: size}
+}
+
+func (b *bundle) submit(profile string) job.Job {
+	b.t.Helper()
+	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: profile, Task: "t", SubmittedAt: time.Now().UTC(),
+		Inputs: []job.Input{b.putInput([]byte("a,b\n1,2\n"))}}
+	if _, err := b.q.Publish(context.Background(), j); err != nil {
+		b.t.Fatal(err)
+	}
+	return j
+}
+
+// waitState waits until the job reaches a terminal state and returns its status.
+func (b *bundle) waitFinal(id string, within time.Duration) job.Status {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	updates, err := b.q.WatchStatus(ctx, id)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var last job.Status
+	for st := range updates {
+		last = st
+	}
+	if !last.State.Terminal() {
+		b.t.Fatalf("job %s did not end within %s; last status %+v", id, within, last)
+	}
+	return last
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *bundle) deadLetters() []queue.DeadLetter {
+	b.t.Helper()
+	ctx := context.Background()
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, b.cfg.NATS.DeadLetterStream)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var out []queue.DeadLetter
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		var dl queue.DeadLetter
+		if err := json.Unmarshal(m.Data, &dl); err != nil {
+			b.t.Fatal(err)
+		}
+		out = append(out, dl)
+	}
+	return out
+}
+
+func (b *bundle) manifest(id string) provenance.Statement {
+	b.t.Helper()
+	rc, err := b.store.Get(context.Background(), store.ManifestKey(id))
+	if err != nil {
+		b.t.Fatalf("manifest of %s: %v", id, err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	st, err := provenance.Parse(data)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return st
+}
+
+func TestJobSucceedsAndCommitsItsRun(t *testing.T) {
+	b := setup(t)
+	w := b.worker(agentFunc(writeReport))
+	j := b.submit("p")
+	st := b.waitFinal(j.ID, 10*time.Second)
+	if st.State != job.StateSucceeded || st.Attempt != 1 {
+		t.Fatalf("status = %+v, want succeeded on attempt 1", st)
+	}
+	m := b.manifest(j.ID)
+	var names []string
+	for _, s := range m.Subjects {
+		names = append(names, s.Name)
+	}
+	if got, want := strings.Join(names, ","), "artifacts/table.csv,report.md,transcript.jsonl"; got != want {
+		t.Errorf("manifest subjects = %s, want %s", got, want)
+	}
+	if m.Predicate.Inputs[0].SHA256 != j.Inputs[0].SHA256 || m.Predicate.Outcome.State != job.StateSucceeded {
+		t.Errorf("manifest predicate = %+v", m.Predicate)
+	}
+	waitFor(t, 5*time.Second, "sandbox closed", func() bool { return w.p.open.Load() == 0 })
+	waitFor(t, 5*time.Second, "boxcar_jobs_total{succeeded} = 1", func() bool {
+		return testutil.ToFloat64(w.m.Jobs.WithLabelValues("p", "succeeded")) == 1
+	})
+}
+
+func TestPoisonMessagesAreRejectedWithoutASandbox(t *testing.T) {
+	b := setup(t)
+	w := b.worker(agentFunc(writeReport))
+	ctx := context.Background()
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		id     string
+		data   string
+		reason string
+	}{
+		{name: "not json", id: "poison-000001", data: "{not json", reason: "invalid_job"},
+		{name: "unknown field", id: "poison-000002", data: `{"version":1,"id":"poison-000002","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z","evil":1}`, reason: "invalid_job"},
+		{name: "id mismatch", id: "poison-000003", data: `{"version":1,"id":"poison-999999","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`, reason: "invalid_job"},
+		{name: "unknown profile", id: "poison-000004", data: `{"version":1,"id":"poison-000004","profile":"nope","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`, reason: "unknown_profile"},
+	}
+	for _, tt := range tests {
+		if _, err := js.Publish(ctx, b.cfg.NATS.Subject, []byte(tt.data), jetstream.WithMsgID(tt.id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "dead letters", func() bool { return len(b.deadLetters()) == len(tests) })
+	got := map[string]queue.DeadLetter{}
+	for _, dl := range b.deadLetters() {
+		got[dl.JobID] = dl
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dl := got[tt.id]
+			if dl.Reason != tt.reason || dl.Attempt != 1 || string(dl.Original) != tt.data {
+				t.Errorf("dead letter = %+v, want reason %s on attempt 1 with the payload", dl, tt.reason)
+			}
+			st, err := b.q.Status(ctx, tt.id)
+			if err != nil || st.State != job.StateRejected || st.Error == "" {
+				t.Errorf("status = %+v, %v; want rejected with the reason", st, err)
+			}
+		})
+	}
+	if n := w.p.started.Load(); n != 0 {
+		t.Errorf("%d sandboxes started for poison messages, want 0", n)
+	}
+	// The worker keeps running.
+	j := b.submit("p")
+	if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateSucceeded {
+		t.Errorf("job after poison = %+v", st)
+	}
+}
+
+func TestTransientFailuresEndInTheDeadLetterStreamAfterMaxDeliver(t *testing.T) {
+	b := setup(t)
+	var (
+		mu    sync.Mutex
+		times []time.Time
+	)
+	failing := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		return agent.Result{}, fmt.Errorf("%w: 503 from the model", agent.ErrModelUnavailable)
+	})
+	b.worker(failing)
+	j := b.submit("p")
+	st := b.waitFinal(j.ID, 20*time.Second)
+	if st.State != job.StateDead || st.Attempt != b.cfg.NATS.MaxDeliver {
+		t.Fatalf("status = %+v, want dead after %d attempts", st, b.cfg.NATS.MaxDeliver)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(times) != b.cfg.NATS.MaxDeliver {
+		t.Fatalf("agent ran %d times, want exactly %d", len(times), b.cfg.NATS.MaxDeliver)
+	}
+	base := time.Duration(b.cfg.NATS.RetryBackoff)
+	for i := 1; i < len(times); i++ {
+		if gap, want := times[i].Sub(times[i-1]), base<<(i-1); gap < want {
+			t.Errorf("attempt %d came %s after the previous one, want at least %s of backoff", i+1, gap, want)
+		}
+	}
+	dls := b.deadLetters()
+	if len(dls) != 1 || dls[0].JobID != j.ID || dls[0].Attempt != b.cfg.NATS.MaxDeliver || !strings.Contains(dls[0].Error, "503") {
+		t.Errorf("dead letters = %+v, want one for %s with the last error", dls, j.ID)
+	}
+}
+
+func TestKilledWorkerJobIsRedeliveredAndCompletesOnce(t *testing.T) {
+	b := setup(t)
+	started := make(chan struct{}, 1)
+	hang := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return agent.Result{}, ctx.Err()
+	})
+	dying := b.worker(hang)
+	j := b.submit("p")
+	<-started
+	// Kill the worker: its connection goes away mid-run, so it can neither ack nor nak.
+	dying.nc.Close()
+	dying.stop()
+
+	w := b.worker(agentFunc(writeReport))
+	st := b.waitFinal(j.ID, 20*time.Second)
+	if st.State != job.StateSucceeded || st.Attempt != 2 {
+		t.Fatalf("status = %+v, want succeeded on attempt 2", st)
+	}
+	keys, err := b.store.List(context.Background(), store.RunPrefix(j.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests := 0
+	for _, k := range keys {
+		if path.Base(k) == "manifest.json" {
+			manifests++
+		}
+	}
+	if manifests != 1 {
+		t.Errorf("%d manifests, want exactly 1", manifests)
+	}
+	waitFor(t, 5*time.Second, "second worker counts one job", func() bool {
+		return testutil.ToFloat64(w.m.Jobs.WithLabelValues("p", "succeeded")) == 1
+	})
+	if dying.p.open.Load() != 0 {
+		t.Errorf("the killed worker left %d sandboxes open", dying.p.open.Load())
+	}
+}
+
+func TestRacingAttemptsCommitOneManifest(t *testing.T) {
+	b := setup(t)
+	release := make(chan struct{})
+	var firstRuns atomic.Int64
+	slow := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		firstRuns.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return agent.Result{}, ctx.Err()
+		}
+		if err := req.Sandbox.WriteFile(ctx, "report.md", []byte("stale report")); err != nil {
+			return agent.Result{}, err
+		}
+		return agent.Result{Outcome: agent.OutcomeCompleted}, nil
+	})
+	// No heartbeats: the first worker's ack deadline passes while it is still working.
+	stale := b.worker(slow, func(c *runner.Config) { c.HeartbeatInterval = time.Hour; c.Worker.Concurrency = 1 })
+	j := b.submit("p")
+	waitFor(t, 5*time.Second, "first attempt running", func() bool { return firstRuns.Load() == 1 })
+	winner := b.worker(agentFunc(writeReport))
+	st := b.waitFinal(j.ID, 20*time.Second)
+	if st.State != job.StateSucceeded || st.Attempt != 2 {
+		t.Fatalf("status = %+v, want succeeded on attempt 2", st)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "stale attempt recorded", func() bool {
+		return testutil.ToFloat64(stale.m.StaleAttempts) == 1
+	})
+	rc, err := b.store.Get(context.Background(), store.ReportKey(j.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, _ := io.ReadAll(rc)
+	rc.Close()
+	if strings.Contains(string(report), "stale") {
+		t.Errorf("the stale attempt overwrote the committed report: %q", report)
+	}
+	if m := b.manifest(j.ID); m.Predicate.Attempt != 2 {
+		t.Errorf("manifest attempt = %d, want the winner's 2", m.Predicate.Attempt)
+	}
+	waitFor(t, 5*time.Second, "winner counts one job", func() bool {
+		return testutil.ToFloat64(winner.m.Jobs.WithLabelValues("p", "succeeded")) == 1
+	})
+}
+
+func TestNATSRestartDuringARunLosesNothing(t *testing.T) {
+	b := setup(t)
+	proceed := make(chan struct{})
+	started := make(chan struct{}, 1)
+	a := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		started <- struct{}{}
+		<-proceed
+		return writeReport(ctx, req)
+	})
+	b.worker(a)
+	j := b.submit("p")
+	<-started
+	port := b.srv.Addr().(*net.TCPAddr).Port
+	b.srv.Shutdown()
+	b.srv.WaitForShutdown()
+	b.start(port)
+	close(proceed)
+	st := b.waitFinal(j.ID, 30*time.Second)
+	if st.State != job.StateSucceeded {
+		t.Fatalf("status after restart = %+v, want succeeded", st)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	a := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		if err := req.Sandbox.WriteFile(ctx, "report.md", []byte("partial")); err != nil {
+			return agent.Result{}, err
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		return agent.Result{Transcript: []byte("{}\n")}, ctx.Err()
+	})
+
+	t.Run("queued job never starts", func(t *testing.T) {
+		j := b.submit("p")
+		if _, err := b.q.UpdateStatus(ctx, j.ID, job.RequestCancel); err != nil {
+			t.Fatal(err)
+		}
+		w := b.worker(a)
+		waitFor(t, 10*time.Second, "message consumed", func() bool {
+			js, _ := jetstream.New(b.nc)
+			c, err := js.Consumer(ctx, b.cfg.NATS.Stream, b.cfg.NATS.Consumer)
+			if err != nil {
+				return false
+			}
+			info, err := c.Info(ctx)
+			return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+		})
+		if n := w.p.started.Load(); n != 0 {
+			t.Errorf("a cancelled job started %d sandboxes", n)
+		}
+		if st, _ := b.q.Status(ctx, j.ID); st.State != job.StateCancelled {
+			t.Errorf("state = %s, want cancelled", st.State)
+		}
+		w.stop()
+	})
+
+	t.Run("running job stops within seconds", func(t *testing.T) {
+		w := b.worker(a)
+		j := b.submit("p")
+		<-started
+		asked := time.Now()
+		if _, err := b.q.UpdateStatus(ctx, j.ID, job.RequestCancel); err != nil {
+			t.Fatal(err)
+		}
+		st := b.waitFinal(j.ID, 10*time.Second)
+		if st.State != job.StateCancelled {
+			t.Fatalf("state = %s, want cancelled", st.State)
+		}
+		if d := time.Since(asked); d > 5*time.Second {
+			t.Errorf("took %s to stop", d)
+		}
+		waitFor(t, 5*time.Second, "sandbox removed", func() bool { return w.p.open.Load() == 0 })
+		if m := b.manifest(j.ID); m.Predicate.Outcome.State != job.StateCancelled {
+			t.Errorf("manifest outcome = %s, want cancelled", m.Predicate.Outcome.State)
+		}
+	})
+}
+
+func TestShutdownInterruptsAndHandsTheJobBackAtOnce(t *testing.T) {
+	b := setup(t)
+	b.cfg.NATS.AckWait = config.Duration(30 * time.Second) // redelivery must not wait for this
+	started := make(chan struct{}, 1)
+	hang := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return agent.Result{}, ctx.Err()
+	})
+	first := b.worker(hang)
+	j := b.submit("p")
+	<-started
+	first.stop() // drain_grace is 1s, then the job is interrupted
+	if st, _ := b.q.Status(context.Background(), j.ID); st.State != job.StateInterrupted {
+		t.Errorf("state after shutdown = %s, want interrupted", st.State)
+	}
+	if first.p.open.Load() != 0 {
+		t.Errorf("shutdown left %d sandboxes open", first.p.open.Load())
+	}
+	start := time.Now()
+	b.worker(agentFunc(writeReport))
+	st := b.waitFinal(j.ID, 10*time.Second)
+	if st.State != job.StateSucceeded || st.Attempt != 2 {
+		t.Fatalf("status = %+v, want succeeded on attempt 2", st)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("redelivery took %s; an interrupted job must be handed back at once", d)
+	}
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

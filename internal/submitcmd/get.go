@@ -1,0 +1,189 @@
+package submitcmd
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// get downloads a committed run: every file the manifest names, each checked against its
+// SHA-256 and size on the way (a file that does not match is not kept), then the manifest and
+// its signature. Objects under the run's folder that the manifest does not name are reported
+// and not downloaded.
+func (e *env) get(ctx context.Context, args []string) error {
+	fs := e.flags("get")
+	out := fs.String("out", "", "directory to download the run into (required)")
+	rest, err := e.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 || *out == "" {
+		return errors.New("get: give one JOB_ID and --out DIR")
+	}
+	id := rest[0]
+	if !job.ValidID(id) {
+		return fmt.Errorf("get: %q is not a job id", id)
+	}
+	st, err := e.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeStore(st)
+
+	manifest, err := readObject(ctx, st, store.ManifestKey(id), maxManifestBytes)
+	if errors.Is(err, store.ErrNotFound) {
+		keys, lerr := st.List(ctx, store.RunPrefix(id))
+		if lerr == nil && len(keys) > 0 {
+			return fmt.Errorf("get: job %s has no manifest in %s: the run is not committed (still uploading, or it ended before it could commit); nothing downloaded", id, st.URL(""))
+		}
+		return fmt.Errorf("get: no results for job %s in %s (is it finished? see `submit status %s`)", id, st.URL(""), id)
+	}
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	stmt, err := provenance.Parse(manifest)
+	if err == nil && stmt.Predicate.Job.ID != id {
+		err = fmt.Errorf("%w: it records job %s", provenance.ErrInvalid, stmt.Predicate.Job.ID)
+	}
+	if err != nil {
+		return &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: manifest.json cannot be trusted: %v; nothing downloaded", id, err)}
+	}
+
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	// Every write goes through the root, so no name and no symlink already in DIR can lead
+	// a file outside it.
+	root, err := os.OpenRoot(*out)
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	defer root.Close()
+
+	var bad []string
+	for _, s := range stmt.Subjects {
+		err := downloadChecked(ctx, st, root, store.RunPrefix(id)+s.Name, s)
+		switch {
+		case err == nil:
+			fmt.Fprintln(e.stdout, filepath.Join(*out, filepath.FromSlash(s.Name)))
+		case errors.Is(err, provenance.ErrDigestMismatch), errors.Is(err, store.ErrNotFound):
+			fmt.Fprintf(e.stderr, "FAIL %s: %v\n", s.Name, err)
+			bad = append(bad, s.Name)
+		default:
+			return fmt.Errorf("get: %w", err)
+		}
+	}
+	if err := writeFile(root, "manifest.json", manifest); err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	fmt.Fprintln(e.stdout, filepath.Join(*out, "manifest.json"))
+	env, err := readObject(ctx, st, store.SignatureKey(id), maxManifestBytes)
+	switch {
+	case err == nil:
+		if err := writeFile(root, "manifest.dsse.json", env); err != nil {
+			return fmt.Errorf("get: %w", err)
+		}
+		fmt.Fprintln(e.stdout, filepath.Join(*out, "manifest.dsse.json"))
+	case !errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("get: %w", err)
+	}
+
+	unlisted, err := unlistedObjects(ctx, st, id, stmt)
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	for _, u := range unlisted {
+		fmt.Fprintf(e.stderr, "not downloaded: %s is not named by the manifest; nothing vouches for it\n", u)
+	}
+	if len(bad) > 0 {
+		return &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: %d of %d files do not match the manifest and were not kept: %s",
+			id, len(bad), len(stmt.Subjects), strings.Join(bad, ", "))}
+	}
+	fmt.Fprintf(e.stderr, "checked %d files against the manifest's sha256 digests; `submit verify %s` also checks the signature and the inputs\n", len(stmt.Subjects), id)
+	return nil
+}
+
+// readObject reads a small object whole; larger than max is an error.
+func readObject(ctx context.Context, st store.Store, key string, max int64) ([]byte, error) {
+	rc, err := st.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", key, max)
+	}
+	return data, nil
+}
+
+// downloadChecked streams one object into a temporary file under root while hashing it, and
+// moves it to its name only when its SHA-256 and size are the ones the manifest records.
+func downloadChecked(ctx context.Context, st store.Store, root *os.Root, key string, want provenance.Subject) error {
+	rc, err := st.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	name := filepath.FromSlash(want.Name)
+	if dir := path.Dir(want.Name); dir != "." {
+		if err := root.MkdirAll(filepath.FromSlash(dir), 0o755); err != nil {
+			return err
+		}
+	}
+	tmp := name + ".boxcar-part-" + randomSuffix()
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	defer root.Remove(tmp) // gone already after the rename
+	h := sha256.New()
+	// One byte past the recorded size is enough to tell a longer object.
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(rc, want.Size+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("download %s: %w", key, err)
+	}
+	if n > want.Size {
+		return fmt.Errorf("%w: %s is longer than the %d bytes the manifest records", provenance.ErrDigestMismatch, key, want.Size)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want.SHA256 || n != want.Size {
+		return fmt.Errorf("%w: %s is sha256 %s, %d bytes; the manifest records %s, %d bytes", provenance.ErrDigestMismatch, key, got, n, want.SHA256, want.Size)
+	}
+	return root.Rename(tmp, name)
+}
+
+func writeFile(root *os.Root, name string, data []byte) error {
+	tmp := name + ".boxcar-part-" + randomSuffix()
+	if err := root.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	if err := root.Rename(tmp, name); err != nil {
+		root.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,55 @@
+package workercmd
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// sandboxChecker is a provider that can tell whether it could start a sandbox now (the cluster
+// answers, the runtime is there). Providers without it are usable once constructed.
+type sandboxChecker interface {
+	Check(ctx context.Context) error
+}
+
+// readyProbeKey is an input key that never exists: looking it up proves the store answers and
+// the worker may read inputs, without writing anything.
+var readyProbeKey = store.InputKey(strings.Repeat("0", 64))
+
+// readiness is what /readyz reports: not draining, connected to NATS, the store reachable and
+// the sandbox provider usable. The cheap local checks come first.
+func readiness(r *runner.Runner, nc *nats.Conn, st store.Store, sandboxes sandbox.Provider) metrics.Ready {
+	return metrics.AllReady(
+		metrics.Check{Name: "worker", Func: func(context.Context) error {
+			if r.Draining() {
+				return errors.New("draining")
+			}
+			return nil
+		}},
+		metrics.Check{Name: "nats", Func: func(context.Context) error {
+			if !nc.IsConnected() {
+				return errors.New("not connected (" + nc.Status().String() + ")")
+			}
+			return nil
+		}},
+		metrics.Check{Name: "store", Func: func(ctx context.Context) error {
+			if _, err := st.Stat(ctx, readyProbeKey); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			return nil
+		}},
+		metrics.Check{Name: "sandbox " + sandboxes.Backend(), Func: func(ctx context.Context) error {
+			if c, ok := sandboxes.(sandboxChecker); ok {
+				return c.Check(ctx)
+			}
+			return nil
+		}},
+	)
+}

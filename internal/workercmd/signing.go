@@ -1,0 +1,93 @@
+package workercmd
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+)
+
+// keysDir is where the embedded worker keeps its signing key pair, under the data dir.
+const keysDir = "keys"
+
+// signingKey returns the key that signs every manifest: the file --signing-key names, else the
+// config's signing_key, else, in embedded mode, the pair kept in <data dir>/keys, created on the
+// first start. Without any of these (a worker with --config and no key) manifests go unsigned,
+// and the worker says so once.
+func signingKey(o options, cfg config.Config, log *slog.Logger) (ed25519.PrivateKey, error) {
+	path, source := o.signingKey, "--signing-key"
+	if path == "" {
+		path, source = cfg.SigningKey, "signing_key"
+	}
+	if path != "" {
+		key, err := provenance.ReadPrivateKeyFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w (make a key pair with `worker keygen --out DIR`)", source, err)
+		}
+		// Group bits are allowed: a Kubernetes Secret volume reaches a non-root worker through
+		// its fsGroup (defaultMode 0440).
+		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o007 != 0 {
+			log.Warn("every user of this machine can read the signing key file; make it mode 0600 (0440 with an fsGroup for a Secret volume)",
+				"path", path, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
+		}
+		log.Info("manifests are signed", "key_id", provenance.KeyID(key.Public().(ed25519.PublicKey)), "key_source", source, "path", path)
+		return key, nil
+	}
+	if !o.embedded {
+		log.Warn("manifests are not signed: no --signing-key and no signing_key in the config; `submit verify` can check digests only")
+		return nil, nil
+	}
+	dir := filepath.Join(o.dataDir, keysDir)
+	key, kp, created, err := provenance.LoadOrCreateKeyPair(dir)
+	if err != nil {
+		return nil, fmt.Errorf("signing key in the data dir: %w", err)
+	}
+	if created {
+		log.Info("created a signing key pair for manifests", "key_id", kp.KeyID, "private_key", kp.PrivatePath, "public_key", kp.PublicPath)
+	}
+	log.Info("manifests are signed", "key_id", kp.KeyID, "key_source", "data dir", "public_key", kp.PublicPath)
+	return key, nil
+}
+
+const keygenUsage = `usage: worker keygen --out DIR
+
+Writes a new ed25519 key pair for signing manifests: DIR/signing.key (private, mode 0600; give it
+to workers with --signing-key or signing_key, in a cluster as a mounted Secret) and
+DIR/signing.pub (public; give it to whoever verifies, submit verify --public-key). Existing
+files are never replaced.
+
+Flags:
+`
+
+// keygen is `worker keygen`.
+func keygen(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("worker keygen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, keygenUsage); fs.PrintDefaults() }
+	out := fs.String("out", "", "folder to write signing.key and signing.pub into (required; created 0700 if missing)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("keygen: unexpected argument %q (see worker keygen --help)", fs.Arg(0))
+	}
+	if *out == "" {
+		return errors.New("keygen: --out DIR is required")
+	}
+	kp, err := provenance.WriteKeyPair(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "private key: %s\npublic key:  %s\nkey id:      %s\n", kp.PrivatePath, kp.PublicPath, kp.KeyID)
+	return nil
+}

@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// shellCallID is the id the scripted shell model gives its one tool call.
+const shellCallID = "call_ask_1"
+
+// shellModel is a scripted OpenAI-compatible endpoint for the shell-ask profiles of
+// testdata/approvals.yaml. It reads the command from the task's line `RUN: ["argv", …]`, calls
+// the shell tool with it, and answers with the tool result it got back, verbatim. It keeps no
+// state: the step is the number of assistant messages in the request.
+func shellModel(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Model    string `json:"model"`
+			Messages []struct {
+				Role    string `json:"role"`
+				Content any    `json:"content"`
+			} `json:"messages"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var argv json.RawMessage
+		var result string
+		step := 0
+		for _, m := range req.Messages {
+			text, _ := m.Content.(string)
+			switch m.Role {
+			case "user":
+				for _, line := range strings.Split(text, "\n") {
+					if cmd, ok := strings.CutPrefix(line, "RUN: "); ok {
+						argv = json.RawMessage(cmd)
+					}
+				}
+			case "assistant":
+				step++
+			case "tool":
+				result = text
+			}
+		}
+		message := map[string]any{"role": "assistant", "content": "The shell answered: " + result}
+		finish := "stop"
+		if step == 0 {
+			args, _ := json.Marshal(map[string]any{"command": argv})
+			message = map[string]any{"role": "assistant", "content": nil, "tool_calls": []map[string]any{{
+				"id": shellCallID, "type": "function", "function": map[string]any{"name": "shell", "arguments": string(args)},
+			}}}
+			finish = "tool_calls"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"id": fmt.Sprintf("chatcmpl-shell-%d", step+1), "object": "chat.completion", "created": 1764633600, "model": req.Model,
+			"choices": []map[string]any{{"index": 0, "message": message, "finish_reason": finish, "logprobs": nil}},
+			"usage":   map[string]any{"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
+		})
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1"
+}
+
+// submitShellJob submits a job whose task names argv, and returns its id.
+func submitShellJob(t *testing.T, w *worker, profile string, argv ...string) string {
+	t.Helper()
+	cmd, _ := json.Marshal(argv)
+	stdout, stderr, err := w.submit(t, "run", "--profile", profile, "--task", "Run this.\nRUN: "+string(cmd), "--output", "json")
+	if err != nil {
+		t.Fatalf("submit run: %v\n%s", err, stderr)
+	}
+	return lastJSON(t, stdout)["id"].(string)
+}
+
+// pendingApproval is one entry of `submit approvals --output json`.
+type pendingApproval struct {
+	JobID       string    `json:"job_id"`
+	CallID      string    `json:"call_id"`
+	Argv        []string  `json:"argv"`
+	RequestedAt time.Time `json:"requested_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
+// waitForApproval polls `submit approvals JOB_ID` until the job's request shows up.
+func waitForApproval(t *testing.T, w *worker, id string) pendingApproval {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		stdout, stderr, err := w.submit(t, "approvals", id, "--output", "json")
+		if err != nil {
+			t.Fatalf("submit approvals: %v\n%s", err, stderr)
+		}
+		var list struct {
+			Approvals []pendingApproval `json:"approvals"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &list); err != nil {
+			t.Fatalf("submit approvals --output json: %v\n%s", err, stdout)
+		}
+		if len(list.Approvals) > 0 {
+			return list.Approvals[0]
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("job %s asked for no approval within 60s", id)
+	return pendingApproval{}
+}
+
+// finish follows a job to its end and returns the final status.
+func finish(t *testing.T, w *worker, id string) map[string]any {
+	t.Helper()
+	stdout, stderr, err := w.submit(t, "watch", id, "--output", "json", "--timeout", "2m")
+	if code := exitCode(err); code != 0 {
+		t.Fatalf("watch: exit %d, %v\n%s", code, err, stderr)
+	}
+	return lastJSON(t, stdout)
+}
+
+// shellLine returns the transcript line of the shell call and the report of a run.
+func shellLine(t *testing.T, w *worker, id string) (map[string]any, string) {
+	t.Helper()
+	run := filepath.Join(w.dataDir, "store", "runs", id)
+	report, err := os.ReadFile(filepath.Join(run, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	transcript, err := os.ReadFile(filepath.Join(run, "transcript.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range bytes.Split(bytes.TrimSpace(transcript), []byte("\n")) {
+		var v map[string]any
+		if err := json.Unmarshal(l, &v); err != nil {
+			t.Fatalf("transcript line: %v", err)
+		}
+		if v["type"] == "tool_call" && v["tool"] == "shell" {
+			return v, string(report)
+		}
+	}
+	t.Fatalf("the transcript of %s has no shell call:\n%s", id, transcript)
+	return nil, ""
+}
+
+// TestApprovals runs the "ask" policy end to end: the worker publishes the command and waits,
+// a person answers with submit, and the answer decides whether the command runs in the sandbox.
+func TestApprovals(t *testing.T) {
+	w := startWorker(t, shellModel(t), "--config", "testdata/approvals.yaml")
+
+	t.Run("approve", func(t *testing.T) {
+		id := submitShellJob(t, w, "shell-ask", "echo", "hello from the sandbox")
+		p := waitForApproval(t, w, id)
+		if p.CallID != shellCallID || !reflect.DeepEqual(p.Argv, []string{"echo", "hello from the sandbox"}) {
+			t.Fatalf("pending request = %+v", p)
+		}
+		if left := time.Until(p.ExpiresAt); left < 50*time.Second || left > 61*time.Second {
+			t.Errorf("the request expires in %s, want the profile's 60s", left)
+		}
+		stdout, _, err := w.submit(t, "status", id, "--output", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := lastJSON(t, stdout); st["state"] != "waiting_approval" || !strings.Contains(fmt.Sprint(st["progress"]), "submit approve "+id+" "+shellCallID) {
+			t.Errorf("status while waiting = %v, want waiting_approval saying how to answer", st)
+		}
+		text, _, err := w.submit(t, "approvals")
+		if err != nil || !strings.Contains(text, id) || !strings.Contains(text, `["echo","hello from the sandbox"]`) {
+			t.Errorf("submit approvals = %q, %v; want the job and the command", text, err)
+		}
+
+		// Wait past the consumer's ack_wait (2s): only the heartbeats keep the job this worker's.
+		time.Sleep(time.Until(p.RequestedAt.Add(3 * time.Second)))
+		stdout, stderr, err := w.submit(t, "approve", id, shellCallID)
+		if err != nil {
+			t.Fatalf("approve: %v\n%s", err, stderr)
+		}
+		if !strings.Contains(stdout, "approved call "+shellCallID+" of job "+id) {
+			t.Errorf("approve said %q", stdout)
+		}
+		for _, again := range [][]string{{"approve", id, shellCallID}, {"deny", id, shellCallID}} {
+			_, _, err := w.submit(t, again...)
+			if exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "already approved by") {
+				t.Errorf("%s after the answer: %v, want a refusal naming the first answer", again[0], err)
+			}
+		}
+
+		st := finish(t, w, id)
+		if st["state"] != "succeeded" || st["attempt"] != 1.0 {
+			t.Errorf("final status = %v, want succeeded in attempt 1 (no redelivery while waiting)", st)
+		}
+		line, report := shellLine(t, w, id)
+		if !strings.Contains(report, `hello from the sandbox\n`) || !strings.Contains(report, `"exit_code":0`) {
+			t.Errorf("report = %q, want the command's output", report)
+		}
+		if wait, _ := line["approval_ms"].(float64); line["exit_code"] != 0.0 || wait < 2500 || line["exec_ms"] == nil {
+			t.Errorf("transcript shell line = %v, want exit 0, approval_ms ≥ 2500 and exec_ms", line)
+		}
+	})
+
+	t.Run("deny", func(t *testing.T) {
+		id := submitShellJob(t, w, "shell-ask", "touch", "denied.txt")
+		waitForApproval(t, w, id)
+		_, stderr, err := w.submit(t, "deny", id, shellCallID, "--reason", "not on a Friday")
+		if err != nil {
+			t.Fatalf("deny: %v\n%s", err, stderr)
+		}
+		if _, _, err := w.submit(t, "approve", id, shellCallID); !strings.Contains(fmt.Sprint(err), "already denied by") {
+			t.Errorf("approve after deny: %v, want a refusal", err)
+		}
+		if st := finish(t, w, id); st["state"] != "succeeded" {
+			t.Errorf("final status = %v, want succeeded: a refusal is data for the model", st)
+		}
+		line, report := shellLine(t, w, id)
+		const want = "refused: a person denied the command: not on a Friday"
+		if line["error"] != want || line["exec_ms"] != nil || !strings.Contains(report, want) {
+			t.Errorf("transcript shell line %v, report %q; want %q and nothing run", line, report, want)
+		}
+	})
+
+	t.Run("no answer in time", func(t *testing.T) {
+		id := submitShellJob(t, w, "shell-ask-short", "echo", "too late")
+		st := finish(t, w, id)
+		if st["state"] != "succeeded" {
+			t.Errorf("final status = %v, want succeeded", st)
+		}
+		line, report := shellLine(t, w, id)
+		const want = "refused: no approval within 1s"
+		if line["error"] != want || line["exec_ms"] != nil || !strings.Contains(report, want) {
+			t.Errorf("transcript shell line %v, report %q; want %q and nothing run", line, report, want)
+		}
+		_, _, err := w.submit(t, "approve", id, shellCallID)
+		if exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "expired") || !strings.Contains(fmt.Sprint(err), "no answer within 1s") {
+			t.Errorf("approve after expiry: %v, want a refusal saying it expired", err)
+		}
+		if stdout, _, err := w.submit(t, "approvals", id); err != nil || !strings.Contains(stdout, "no commands are waiting") {
+			t.Errorf("approvals after expiry = %q, %v; want none", stdout, err)
+		}
+	})
+
+	t.Run("unknown request", func(t *testing.T) {
+		_, _, err := w.submit(t, "approve", "20261202t101500-0a1b2c3d4e5f", "call_nope")
+		if exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "no such approval request") {
+			t.Errorf("approve of nothing: %v", err)
+		}
+		if _, _, err := w.submit(t, "deny", "20261202t101500-0a1b2c3d4e5f"); exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "JOB_ID and CALL_ID") {
+			t.Errorf("deny without a call id: %v", err)
+		}
+	})
+}
