@@ -34,6 +34,8 @@ type attempt struct {
 // Handle runs one delivery to its end and settles it with the queue: ack, nak or term. It never
 // returns an error: every outcome is recorded on the job.
 func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
+	r.hold(d.JobID, 1)
+	defer r.hold(d.JobID, -1)
 	a := &attempt{d: d, started: time.Now()}
 	a.log = r.log.With("job_id", d.JobID, "attempt", d.Attempt)
 	if d.Attempt > 1 {

@@ -74,6 +74,7 @@ type Runner struct {
 
 	mu       sync.Mutex
 	draining bool
+	running  map[string]int // job id → attempts of it running here
 }
 
 // New checks the wiring and fills defaults.
@@ -93,7 +94,7 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.CleanupTimeout <= 0 {
 		cfg.CleanupTimeout = 30 * time.Second
 	}
-	return &Runner{cfg: cfg, log: cfg.Logger, m: cfg.Metrics}, nil
+	return &Runner{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, running: map[string]int{}}, nil
 }
 
 // Draining reports whether the runner has stopped taking jobs.
@@ -101,6 +102,23 @@ func (r *Runner) Draining() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.draining
+}
+
+// Holds reports whether a job is running on this runner now; the sandbox reaper spares its
+// sandbox.
+func (r *Runner) Holds(jobID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running[jobID] > 0
+}
+
+func (r *Runner) hold(jobID string, delta int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.running[jobID] += delta
+	if r.running[jobID] <= 0 {
+		delete(r.running, jobID)
+	}
 }
 
 // Run fetches and runs jobs until ctx ends. Then it stops fetching and lets running jobs finish

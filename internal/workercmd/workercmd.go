@@ -14,8 +14,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/boxcar-run/boxcar/examples"
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -193,6 +197,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		})
 	}
 	g.Go(func() error { return r.Run(gctx) })
+	if kp, ok := sandboxes.(*sandbox.KubernetesProvider); ok {
+		// Pods left by this worker's earlier life (a crash, a kill) are removed at start and
+		// then every minute, unless the job is running here.
+		g.Go(func() error { return kp.RunReaper(gctx, time.Minute, r.Holds) })
+	}
 	g.Go(func() error {
 		return q.HandleMaxDeliveries(gctx, nc, func(dl queue.DeadLetter) {
 			m.DeadLetters.WithLabelValues(dl.Reason).Inc()
@@ -245,9 +254,41 @@ func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) 
 			Root:      cfg.Sandbox.Bubblewrap.Root,
 			Logger:    log,
 		})
+	case "kubernetes":
+		restCfg, err := kubeConfig(cfg.Sandbox.Kubernetes.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		client, err := kubernetes.NewForConfig(restCfg)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes client: %w", err)
+		}
+		return sandbox.NewKubernetes(sandbox.KubernetesConfig{
+			Client:     client,
+			RESTConfig: restCfg,
+			Namespace:  cfg.Sandbox.Kubernetes.Namespace,
+			WorkerID:   cfg.WorkerID,
+			Logger:     log,
+		})
 	default:
 		return nil, fmt.Errorf("sandbox backend %q is not available in this build", cfg.Sandbox.Backend)
 	}
+}
+
+// kubeConfig is the in-cluster config, or the kubeconfig file the config names.
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: not in a cluster (%w); set sandbox.kubernetes.kubeconfig", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: kubeconfig %s: %w", path, err)
+	}
+	return c, nil
 }
 
 func modelBaseURL(cfg config.Config, getenv func(string) string) string {
