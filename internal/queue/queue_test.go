@@ -30,7 +30,7 @@ type bundle struct {
 
 // setup starts the real nats-server in-process with file storage that fsyncs every write, and
 // a queue with a short AckWait so redelivery is observable.
-func setup(t *testing.T, change ...func(*config.NATS)) bundle {
+func setup(t testing.TB, change ...func(*config.NATS)) bundle {
 	t.Helper()
 	nc := connect(t, true)
 	ctx := context.Background()
@@ -48,7 +48,7 @@ func setup(t *testing.T, change ...func(*config.NATS)) bundle {
 }
 
 // connect starts the real nats-server in-process on file storage and connects to it.
-func connect(t *testing.T, syncAlways bool) *nats.Conn {
+func connect(t testing.TB, syncAlways bool) *nats.Conn {
 	t.Helper()
 	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir(), SyncAlways: syncAlways})
 	if err != nil {
