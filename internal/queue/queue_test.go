@@ -172,7 +172,7 @@ func TestNakRedeliversAfterDelay(t *testing.T) {
 	}
 	d := fetch(t, b.q, 5*time.Second)
 	start := time.Now()
-	if err := d.Nak(300 * time.Millisecond); err != nil {
+	if err := d.Nak(ctx, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	again := fetch(t, b.q, 5*time.Second)

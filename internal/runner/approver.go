@@ -130,10 +130,10 @@ func waitingMessage(req agent.ApprovalRequest, expires time.Time) string {
 		expires.Format(time.RFC3339), req.CallID, cmd, req.JobID, req.CallID, req.JobID, req.CallID)
 }
 
-// roughly rounds d for people: to the second, below a second to the millisecond.
+// roughly rounds d for people: to the second, below a second to 10ms.
 func roughly(d time.Duration) string {
 	if d >= time.Second {
 		return d.Round(time.Second).String()
 	}
-	return d.Round(time.Millisecond).String()
+	return d.Round(10 * time.Millisecond).String()
 }

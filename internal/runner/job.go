@@ -18,7 +18,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
-// Outcome of one attempt, before it is settled with the queue.
+// attempt is one delivery of a job as the runner works on it.
 type attempt struct {
 	d         *queue.Delivery
 	job       job.Job
@@ -134,7 +134,11 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 	defer r.closeSandbox(ctx, a, sb)
 	r.progress(ctx, a, "copying inputs")
 	if err := r.copyInputs(ctx, a, sb); err != nil {
-		return job.StateFailed, err
+		var perm *queue.PermanentError
+		if errors.As(err, &perm) {
+			return job.StateFailed, err
+		}
+		return job.StateRetrying, err
 	}
 
 	r.progress(ctx, a, "running agent")
@@ -172,6 +176,8 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 		return job.StateInterrupted, context.Cause(ctx)
 	case errors.Is(err, agent.ErrModelAuth), errors.Is(err, agent.ErrModelRequest):
 		state, err = job.StateFailed, queue.Permanent("model_rejected", err)
+	case errors.Is(err, agent.ErrInvalidRequest):
+		state, err = job.StateFailed, queue.Permanent("invalid_profile", err)
 	case err != nil:
 		if !a.d.LastAttempt() {
 			return job.StateRetrying, err
@@ -276,8 +282,10 @@ func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err er
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 	defer cancel()
 	d, log := a.d, a.log
+	// The metrics label: a name the worker does not define comes from whoever submitted the
+	// job, so it must not become a label value.
 	profile := a.job.Profile
-	if profile == "" {
+	if _, ok := r.cfg.Worker.Profiles[profile]; !ok {
 		profile = "unknown"
 	}
 	if errors.Is(err, errCommitted) {
@@ -335,14 +343,14 @@ func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err er
 	case "ack":
 		qerr = d.Ack(ctx)
 	case "nak-now":
-		qerr = d.Nak(0)
+		qerr = d.Nak(ctx, 0)
 	case "nak":
 		delay := backoff(time.Duration(r.cfg.Worker.NATS.RetryBackoff), d.Attempt)
 		if errors.As(err, &retry) {
 			delay = retry.Delay
 		}
 		logAttrs = append(logAttrs, "retry_in", delay.String())
-		qerr = d.Nak(delay)
+		qerr = d.Nak(ctx, delay)
 	case "term":
 		reason := "failed"
 		if perm != nil {
