@@ -28,7 +28,8 @@ if [[ ! -x /usr/bin/python3 ]]; then
 fi
 
 if [[ $mode == test ]]; then
-	# prometheus comes with the operations tests
+	# promtool checks the worker's metrics and the chart's alerts; the e2e tests start prometheus
+	need_apt promtool prometheus
 	gobin=$(go env GOPATH)/bin
 	if ! command -v versitygw >/dev/null 2>&1 && [[ ! -x $gobin/versitygw ]]; then
 		echo "deps: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (about 2 minutes)" >&2

@@ -143,7 +143,7 @@ var profiles = `
 concurrency: 2
 drain_grace: 1s
 nats:
-  ack_wait: 1s
+  ack_wait: 2s # heartbeats every 667ms keep a busy machine from redelivering
   max_deliver: 3
   retry_backoff: 200ms
 profiles:

@@ -187,26 +187,30 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	// The endpoints outlive the drain: /healthz keeps the kubelet from killing a draining
+	// worker, /readyz says it is draining, and /metrics shows the last jobs finish.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopServing()
 	if cfg.MetricsAddr != "off" {
 		ready := readiness(r, nc, st, sandboxes)
-		m.WatchQueue(gctx, q.ConsumerLag)
+		m.WatchQueue(serveCtx, q.ConsumerLag)
 		g.Go(func() error {
-			return m.Serve(gctx, cfg.MetricsAddr, ready, log, func(a net.Addr) {
+			return m.Serve(serveCtx, cfg.MetricsAddr, ready, log, func(a net.Addr) {
 				log.Info("metrics listening", "addr", a.String())
 			})
 		})
 	}
-	g.Go(func() error { return r.Run(gctx) })
+	g.Go(func() error {
+		defer stopServing()
+		return r.Run(gctx)
+	})
 	if kp, ok := sandboxes.(*sandbox.KubernetesProvider); ok {
 		// Pods left by this worker's earlier life (a crash, a kill) are removed at start and
 		// then every minute, unless the job is running here.
 		g.Go(func() error { return kp.RunReaper(gctx, time.Minute, r.Holds) })
 	}
 	g.Go(func() error {
-		return q.HandleMaxDeliveries(gctx, nc, func(dl queue.DeadLetter) {
-			m.DeadLetters.WithLabelValues(dl.Reason).Inc()
-			log.Warn("job dead-lettered after its last delivery", "job_id", dl.JobID, "attempt", dl.Attempt, "error", dl.Error)
-		})
+		return q.HandleMaxDeliveries(gctx, nc, r.RecordExhausted)
 	})
 	log.Info("worker ready", "worker_id", cfg.WorkerID, "concurrency", cfg.Concurrency, "sandbox", sandboxes.Backend(),
 		"store", st.URL(""), "nats", cfg.NATS.URL, "model", modelURL, "profiles", len(cfg.Profiles))

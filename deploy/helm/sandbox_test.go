@@ -1,0 +1,387 @@
+package helm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	// The WebSocket server logs every connection the client closes; that is how each exec ends.
+	klog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
+}
+
+// permission is one thing RBAC authorizes: a verb on a resource (with its subresource) in a
+// namespace.
+type permission struct {
+	Namespace, Resource, Verb string
+}
+
+func (p permission) String() string { return p.Verb + " " + p.Resource + " in " + p.Namespace }
+
+// backendRun is what the kubernetes sandbox backend did while it was driven through a
+// sandbox's whole life: the permissions its API calls need, and the pods it created.
+type backendRun struct {
+	permissions map[permission]bool
+	pods        []*corev1.Pod
+}
+
+// apiServer plays the API server's pods/exec endpoint: it speaks the WebSocket remotecommand
+// protocol (v5.channel.k8s.io, as a real API server and kubelet do) and runs each command on
+// this host, and it records every request so the test can see what the backend asked for.
+type apiServer struct {
+	mu       sync.Mutex
+	requests []*http.Request
+}
+
+func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.requests = append(s.requests, r.Clone(context.Background()))
+	s.mu.Unlock()
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	// /api/v1/namespaces/NS/pods/NAME/exec
+	if len(parts) != 7 || parts[4] != "pods" || parts[6] != "exec" || !wsstream.IsWebSocketRequest(r) {
+		http.Error(w, "this test server only serves pods/exec over WebSocket", http.StatusNotFound)
+		return
+	}
+	q := r.URL.Query()
+	argv := q["command"]
+	conn := wsstream.NewConn(map[string]wsstream.ChannelProtocolConfig{
+		"v5.channel.k8s.io": {Binary: true, Channels: []wsstream.ChannelType{
+			wsstream.ReadChannel, wsstream.WriteChannel, wsstream.WriteChannel, wsstream.WriteChannel, wsstream.IgnoreChannel,
+		}},
+	})
+	conn.SetIdleTimeout(time.Minute)
+	_, streams, err := conn.Open(w, r)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	status := metav1.Status{Status: metav1.StatusSuccess}
+	if len(argv) == 0 {
+		status = metav1.Status{Status: metav1.StatusFailure, Message: "no command"}
+	} else {
+		cmd := exec.CommandContext(r.Context(), argv[0], argv[1:]...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		cmd.Dir = "/"
+		if q.Get("stdin") == "true" {
+			cmd.Stdin = streams[0]
+		}
+		cmd.Stdout, cmd.Stderr = streams[1], streams[2]
+		cmd.WaitDelay = 200 * time.Millisecond
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			code := ee.ExitCode()
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
+			status = metav1.Status{
+				Status: metav1.StatusFailure, Reason: "NonZeroExitCode",
+				Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: "ExitCode", Message: strconv.Itoa(code)}}},
+			}
+		case err != nil:
+			status = metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}
+		}
+	}
+	data, _ := json.Marshal(status)
+	streams[3].Write(data)
+}
+
+// permissions maps the recorded HTTP requests to what the API server authorizes them as: a
+// connect request is "get" for GET and "create" for POST; since Kubernetes 1.35 (KEP-4006, the
+// AuthorizePodWebsocketUpgradeCreatePermission gate, on by default) a WebSocket upgrade of
+// pods/exec, attach or portforward must also be allowed "create".
+func (s *apiServer) permissions(t *testing.T) []permission {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []permission
+	for _, r := range s.requests {
+		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		if len(parts) != 7 || parts[0] != "api" || parts[2] != "namespaces" {
+			t.Errorf("unexpected request %s %s", r.Method, r.URL.Path)
+			continue
+		}
+		p := permission{Namespace: parts[3], Resource: parts[4] + "/" + parts[6]}
+		switch r.Method {
+		case http.MethodGet:
+			out = append(out, permission{p.Namespace, p.Resource, "get"})
+			if wsstream.IsWebSocketRequest(r) && slices.Contains([]string{"exec", "attach", "portforward"}, parts[6]) {
+				out = append(out, permission{p.Namespace, p.Resource, "create"})
+			}
+		case http.MethodPost:
+			out = append(out, permission{p.Namespace, p.Resource, "create"})
+		default:
+			t.Errorf("unexpected request %s %s", r.Method, r.URL.Path)
+		}
+	}
+	return out
+}
+
+// client is the fake clientset for the typed API, which records every call as an action,
+// with a real REST client for pods/exec, which streams and so goes over HTTP. Whether the
+// backend builds its exec requests from Client.CoreV1().RESTClient() or from RESTConfig, they
+// reach the apiServer.
+type client struct {
+	*fake.Clientset
+	rest rest.Interface
+}
+
+func (c client) CoreV1() typedcorev1.CoreV1Interface { return coreV1{c.Clientset.CoreV1(), c.rest} }
+
+type coreV1 struct {
+	typedcorev1.CoreV1Interface
+	rest rest.Interface
+}
+
+func (c coreV1) RESTClient() rest.Interface { return c.rest }
+
+var _ kubernetes.Interface = client{}
+
+// fakeKubelet marks each new pod Running, through the tracker so that it records no action of
+// its own: only the backend's calls are recorded.
+func fakeKubelet(t *testing.T, cs *fake.Clientset, namespace string) {
+	t.Helper()
+	gvr := corev1.SchemeGroupVersion.WithResource("pods")
+	w, err := cs.Tracker().Watch(gvr, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { w.Stop(); <-done })
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type != watch.Added {
+				continue
+			}
+			pod = pod.DeepCopy()
+			pod.Status = corev1.PodStatus{
+				Phase: corev1.PodRunning,
+				ContainerStatuses: []corev1.ContainerStatus{{
+					Name: pod.Spec.Containers[0].Name, Ready: true,
+					State:   corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+					ImageID: "docker.io/library/busybox@sha256:0123456789abcdef",
+				}},
+			}
+			if err := cs.Tracker().Update(gvr, pod, namespace); err != nil {
+				t.Errorf("fake kubelet: %v", err)
+			}
+		}
+	}()
+}
+
+// driveBackend runs the kubernetes sandbox backend through everything a worker does with it:
+// start, commands (with a timeout that kills), file transfers, close, a second close, and the
+// reaper deleting a pod whose job is gone. It returns the permissions all that needed.
+func driveBackend(t *testing.T, namespace string) backendRun {
+	t.Helper()
+	api := &apiServer{}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	restConfig := &rest.Config{Host: srv.URL}
+	real, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset()
+	fakeKubelet(t, cs, namespace)
+	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
+		Client: client{Clientset: cs, rest: real.CoreV1().RESTClient()}, RESTConfig: restConfig,
+		Namespace: namespace, Image: "busybox:1.37", WorkerID: "worker-0", StartTimeout: 20 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	if c, ok := any(p).(interface{ Check(context.Context) error }); ok {
+		if err := c.Check(ctx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+	}
+	start := func(job string) sandbox.Sandbox {
+		t.Helper()
+		// The commands run on this host: the workdir is a host folder.
+		spec := config.Profile{}.WithDefaults().Sandbox
+		spec.Workdir = t.TempDir()
+		sb, err := p.Start(ctx, sandbox.Spec{JobID: job, SandboxSpec: spec})
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		return sb
+	}
+	sb := start("job-1")
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "cat; echo err >&2; exit 3"}, Stdin: []byte("in\n")})
+	if err != nil || res.ExitCode != 3 || string(res.Stdout) != "in\n" || string(res.Stderr) != "err\n" {
+		t.Fatalf("Exec = %+v (stdout %q, stderr %q), %v; want exit 3 with the streams apart", res, res.Stdout, res.Stderr, err)
+	}
+	res, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "30"}, Timeout: 200 * time.Millisecond})
+	if err != nil || !res.TimedOut {
+		t.Fatalf("Exec with a timeout = %+v, %v; want timed out", res, err)
+	}
+	if err := sb.WriteFile(ctx, "out/report.md", []byte("# done\n")); err != nil {
+		t.Fatalf("WriteFile: %v", err)
+	}
+	if data, err := sb.ReadFile(ctx, "out/report.md", 1<<10); err != nil || string(data) != "# done\n" {
+		t.Fatalf("ReadFile = %q, %v", data, err)
+	}
+	if files, err := sb.List(ctx, "out"); err != nil || len(files) != 1 {
+		t.Fatalf("List = %v, %v", files, err)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+
+	start("job-2") // its worker "crashes": only the reaper removes it
+	held := func(string) bool { return false }
+	if n, err := p.Reap(ctx, held, 0); err != nil || n != 1 {
+		t.Fatalf("Reap = %d, %v; want the orphaned pod deleted", n, err)
+	}
+
+	run := backendRun{permissions: map[permission]bool{}}
+	for _, a := range cs.Actions() {
+		resource := a.GetResource().Resource
+		if sub := a.GetSubresource(); sub != "" {
+			resource += "/" + sub
+		}
+		if a.GetResource().Group != "" {
+			t.Errorf("unexpected API group %s in %s", a.GetResource().Group, a.GetVerb())
+		}
+		run.permissions[permission{Namespace: a.GetNamespace(), Resource: resource, Verb: rbacVerb(a.GetVerb())}] = true
+		if c, ok := a.(k8stesting.CreateAction); ok {
+			if pod, ok := c.GetObject().(*corev1.Pod); ok {
+				run.pods = append(run.pods, pod)
+			}
+		}
+	}
+	for _, perm := range api.permissions(t) {
+		run.permissions[perm] = true
+	}
+	if len(run.pods) != 2 {
+		t.Fatalf("backend created %d pods, want 2", len(run.pods))
+	}
+	return run
+}
+
+// rbacVerb turns a fake clientset action verb into the RBAC verb that authorizes it.
+func rbacVerb(v string) string {
+	if v == "delete-collection" {
+		return "deletecollection"
+	}
+	return v
+}
+
+// TestRoleMatchesBackend: the chart's Role grants exactly what the kubernetes sandbox backend
+// needs, as found by driving the backend, not from a copied list. A call the backend adds
+// without the chart fails here; so does a verb the chart grants that the backend never uses.
+func TestRoleMatchesBackend(t *testing.T) {
+	r := render(t, nil)
+	cfg := workerConfig(t, r)
+	ns := cfg.Sandbox.Kubernetes.Namespace
+	run := driveBackend(t, ns)
+
+	role := one[*rbacv1.Role](t, r, "")
+	granted := map[permission]bool{}
+	for _, rule := range role.Rules {
+		if len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 {
+			t.Errorf("rule %+v: the backend names pods it creates itself; grant by resource", rule)
+		}
+		for _, g := range rule.APIGroups {
+			if g != "" {
+				t.Errorf("rule grants API group %q; the backend uses only the core group", g)
+			}
+		}
+		for _, res := range rule.Resources {
+			for _, v := range rule.Verbs {
+				if v == "*" || res == "*" {
+					t.Errorf("rule %+v uses a wildcard", rule)
+				}
+				granted[permission{Namespace: role.Namespace, Resource: res, Verb: v}] = true
+			}
+		}
+	}
+	for p := range run.permissions {
+		if !granted[p] {
+			t.Errorf("the backend needs %s; the Role does not grant it", p)
+		}
+	}
+	for p := range granted {
+		if !run.permissions[p] {
+			t.Errorf("the Role grants %s; the backend never uses it", p)
+		}
+	}
+	if t.Failed() {
+		t.Logf("the backend needs: %v", sortedPermissions(run.permissions))
+	}
+}
+
+func sortedPermissions(m map[permission]bool) []string {
+	var out []string
+	for p := range m {
+		out = append(out, p.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestNetworkPolicySelectsSandboxPods: the deny-all policy selects every pod the backend
+// creates, by the labels the backend puts on them.
+func TestNetworkPolicySelectsSandboxPods(t *testing.T) {
+	r := render(t, nil)
+	cfg := workerConfig(t, r)
+	run := driveBackend(t, cfg.Sandbox.Kubernetes.Namespace)
+	np := all[*networkingv1.NetworkPolicy](r)
+	if len(np) != 1 {
+		t.Fatalf("%d NetworkPolicies, want 1", len(np))
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&np[0].Spec.PodSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range run.pods {
+		if pod.Namespace != "" && pod.Namespace != np[0].Namespace {
+			t.Errorf("sandbox pod %s in %s, the policy in %s", pod.Name, pod.Namespace, np[0].Namespace)
+		}
+		if !sel.Matches(labels.Set(pod.Labels)) {
+			t.Errorf("NetworkPolicy %s (selector %s) does not select sandbox pod %s with labels %v", np[0].Name, sel, pod.Name, pod.Labels)
+		}
+	}
+}
