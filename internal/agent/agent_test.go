@@ -485,6 +485,20 @@ func TestRetryAfterThenSuccess(t *testing.T) {
 	}
 }
 
+func TestServerErrorThenSuccess(t *testing.T) {
+	s := newScript(t, apiError(500, "", "The server had an error while processing your request.", map[string]string{"Retry-After": "0"}), final("done"))
+	res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Outcome != agent.OutcomeCompleted || res.FinalMessage != "done" {
+		t.Errorf("outcome %q final %q, want completed with the answer after the retry", res.Outcome, res.FinalMessage)
+	}
+	if reqs := s.requests(); len(reqs) != 2 {
+		t.Fatalf("requests = %d, want the failed one and its retry", len(reqs))
+	}
+}
+
 func TestUnreachableEndpoint(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
