@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/demomodel"
+	"github.com/boxcar-run/boxcar/internal/workercmd"
+)
+
+// TestReadyzWhileDraining: after SIGTERM (here: the worker's context ending) a worker that
+// still runs a job answers /readyz 503 "draining" and /healthz 200, so that a kubelet neither
+// sends it work nor kills it, until the job has finished.
+func TestReadyzWhileDraining(t *testing.T) {
+	// A model that holds its first answer until the test lets it go.
+	release := make(chan struct{})
+	asked := make(chan struct{})
+	var once sync.Once
+	demo := demomodel.Handler()
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first := false
+		once.Do(func() { first = true; close(asked) })
+		if first {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		demo.ServeHTTP(w, r)
+	}))
+	t.Cleanup(model.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+
+	metricsAddr := freeAddr(t)
+	w := &worker{dataDir: t.TempDir(), log: &syncBuffer{}}
+	out := &syncBuffer{}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	env := mapEnv(map[string]string{"OPENAI_BASE_URL": model.URL + "/v1"})
+	go func() {
+		done <- workercmd.Run(ctx, []string{"--embedded", "--data-dir", w.dataDir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", metricsAddr}, env, out, w.log)
+	}()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Error("worker did not stop within 60s")
+		}
+		if t.Failed() {
+			t.Logf("worker log:\n%s", w.log.String())
+		}
+	})
+	ready := regexp.MustCompile(`worker ready: nats (\S+),`)
+	for deadline := time.Now().Add(30 * time.Second); w.natsURL == ""; time.Sleep(20 * time.Millisecond) {
+		if m := ready.FindStringSubmatch(out.String()); m != nil {
+			w.natsURL = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker not ready within 30s:\n%s", w.log.String())
+		}
+	}
+	base := "http://" + metricsAddr
+
+	stdout, stderr, err := w.submit(t, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
+		"--input", "../../examples/sales.csv", "--output", "json")
+	if err != nil {
+		t.Fatalf("submit run: %v\n%s", err, stderr)
+	}
+	id, _ := lastJSON(t, stdout)["id"].(string)
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job never reached the model")
+	}
+	if code, body := httpGet(t, base+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz while running a job = %d %s, want 200", code, body)
+	}
+
+	stop() // SIGTERM
+	var code int
+	var body []byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if code, body = httpGet(t, base+"/readyz"); code == http.StatusServiceUnavailable {
+			break
+		}
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "draining") {
+		t.Fatalf("/readyz while draining = %d %q, want 503 draining", code, body)
+	}
+	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while draining = %d %s, want 200", code, body)
+	}
+
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("worker: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker did not finish its job and stop")
+	}
+	done <- nil // for the cleanup
+	if !strings.Contains(w.log.String(), `"job_id":"`+id+`","attempt":1,"state":"succeeded"`) {
+		t.Errorf("job %s did not succeed during the drain:\n%s", id, w.log.String())
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Error("/healthz still answers after the worker stopped")
+	}
+}
