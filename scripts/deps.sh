@@ -28,6 +28,7 @@ if [[ ! -x /usr/bin/python3 ]]; then
 fi
 
 if [[ $mode == test ]]; then
+	need_apt busybox busybox-static # the kubernetes backend's shell wrappers run in a busybox image in tests
 	# promtool checks the worker's metrics and the chart's alerts; the e2e tests start prometheus
 	need_apt promtool prometheus
 	gobin=$(go env GOPATH)/bin

@@ -102,7 +102,12 @@ const (
 const (
 	openFilesLimit = 1024 // RLIMIT_NOFILE per process
 	defaultPATH    = "/usr/local/bin:/usr/bin:/bin"
-	diskPoll       = time.Second      // how often a running command's workdir is measured
+	// A running command's workdir is measured every diskPollMin, or diskPollFactor times as
+	// long as a measurement takes when the tree is large, but at least every diskPollMax. What
+	// a command can write beyond the bound is what it writes in one interval.
+	diskPollMin    = 25 * time.Millisecond
+	diskPollMax    = time.Second
+	diskPollFactor = 20               // measuring takes at most 1/20 of a core
 	waitDelay      = 5 * time.Second  // after a kill, how long output pipes may stay open
 	cleanupGrace   = 30 * time.Second // bound on cleanup after the lifetime passes
 	probeTimeout   = 10 * time.Second // bound on the bwrap probes at construction
@@ -190,6 +195,11 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	p.hostLayout = hostLayout()
 	if !cfg.DisableCgroups {
 		p.cgroups = findCgroups()
+	}
+	if n, err := p.removeLeftovers(); err != nil {
+		p.log.Warn("could not remove everything sandboxes of a stopped worker left", "removed", n, "error", err)
+	} else if n > 0 {
+		p.log.Warn("removed sandboxes left by a worker that stopped", "removed", n)
 	}
 	p.log.Info("bubblewrap sandboxes ready", "bwrap", bwrap, "root", p.root, "cgroup_version", p.cgroups.version,
 		"cgroup_controllers", strings.Join(p.cgroups.controllers(), ","), "per_sandbox_uid", p.asRoot)
@@ -355,8 +365,14 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	}
 
 	id := "boxcar-" + safeID(spec.JobID) + "-" + randomHex(4)
+	// The lock comes first and goes last: whatever exists of the sandbox, a lock file says
+	// whose it is (leftovers.go).
+	lock, err := lockSandbox(p.root, id)
+	if err != nil {
+		return nil, err
+	}
 	s := &bubblewrapSandbox{
-		p: p, id: id, hostDir: filepath.Join(p.root, id), workdir: workdir, disk: lim.disk, uid: -1,
+		p: p, id: id, hostDir: filepath.Join(p.root, id), lock: lock, workdir: workdir, disk: lim.disk, uid: -1,
 		log:     p.log.With("sandbox_id", id, "job_id", spec.JobID),
 		running: map[uint64]context.CancelCauseFunc{}, idle: make(chan struct{}),
 	}
@@ -404,6 +420,9 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 			s.log.Warn("cgroup limit not in force; rlimits still apply", "error", err)
 		}
 		s.cg, inForce = cg, cg.controllers
+		if err := s.lock.record(cg.dirs); err != nil {
+			return err
+		}
 	}
 
 	// rlimits hold for bwrap and everything it starts. RLIMIT_NPROC counts the processes of
@@ -486,7 +505,7 @@ func (s *bubblewrapSandbox) isolation(cgroups []string, lim limits) string {
 		names[i] = r.name
 	}
 	fmt.Fprintf(&b, "; rlimits=%s", strings.Join(names, ","))
-	fmt.Fprintf(&b, "; disk=rlimit-fsize+workdir-usage-check(every %s during exec, after exec and write)", diskPoll)
+	fmt.Fprintf(&b, "; disk=rlimit-fsize+workdir-usage-check(every %s-%s during exec, after exec and write)", diskPollMin, diskPollMax)
 	if s.p.tmpSize {
 		fmt.Fprintf(&b, "; tmp=tmpfs(%d bytes)", lim.disk)
 	} else {
@@ -603,8 +622,9 @@ type rlimit struct {
 type bubblewrapSandbox struct {
 	p       *BubblewrapProvider
 	id      string
-	hostDir string // the workdir on the host; removed on Close
-	workdir string // the workdir's path inside the sandbox
+	hostDir string       // the workdir on the host; removed on Close
+	lock    *sandboxLock // held while any of the sandbox's host state exists
+	workdir string       // the workdir's path inside the sandbox
 	wd      *workdir
 	disk    int64
 	uid     int                 // the sandbox's host uid; -1 when the worker is not root
@@ -699,6 +719,13 @@ func (s *bubblewrapSandbox) cleanup(stop <-chan struct{}) error {
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("sandbox: close %s: %w", s.id, errors.Join(errs...))
+	}
+	if s.lock != nil {
+		if err := s.lock.release(); err != nil {
+			// Unlocked, it is removed at the next start of a worker on this Root.
+			s.log.Warn("sandbox lock file left behind", "error", err)
+		}
+		s.lock = nil
 	}
 	if s.uid >= 0 {
 		// Only now: nothing of the sandbox is left to share the uid with its next owner.
@@ -844,6 +871,13 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
 	}
 	defer inv.close()
+	// Over its bound already, the workdir may shrink (a command that removes files) but not
+	// grow.
+	diskLimit := s.disk
+	if used, err := s.wd.usage(); err == nil && used > diskLimit {
+		diskLimit = used
+	}
+	oomBefore, oomKnown := s.oomKills()
 
 	stdout := &cappedBuffer{max: maxOut}
 	stderr := &cappedBuffer{max: maxOut}
@@ -875,7 +909,8 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		// The command could not be bounded, or bwrap died early: it must not run.
 		cancel(err)
 		_ = cmd.Wait()
-		return ExecResult{}, fmt.Errorf("sandbox: exec %s: could not start the sandbox: %v (%s)", name, err, firstLine(stderr.buf, nil))
+		errOut, _ := stderr.take()
+		return ExecResult{}, fmt.Errorf("sandbox: exec %s: could not start the sandbox: %v (%s)", name, err, firstLine(errOut, nil))
 	}
 	// Otherwise a kill (timeout, ctx, Close) interrupted the set-up: reported below as usual.
 
@@ -883,17 +918,15 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	watchStop := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		s.watchDisk(watchStop, cancel)
+		s.watchDisk(watchStop, cancel, diskLimit)
 	}()
 	waitErr := cmd.Wait()
 	close(watchStop)
 	<-watchDone
 
-	res := ExecResult{
-		Stdout: stdout.buf, Stderr: stderr.buf,
-		StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated,
-		Duration: time.Since(start),
-	}
+	res := ExecResult{Duration: time.Since(start)}
+	res.Stdout, res.StdoutTruncated = stdout.take()
+	res.Stderr, res.StderrTruncated = stderr.take()
 	if cmd.ProcessState == nil {
 		return res, fmt.Errorf("sandbox: exec %s: %w", name, waitErr)
 	}
@@ -902,6 +935,9 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		res.ExitCode = 128 + int(ws.Signal())
 	} else {
 		res.ExitCode = ws.ExitStatus()
+	}
+	if oomAfter, ok := s.oomKills(); oomKnown && ok && oomAfter > oomBefore {
+		s.noteOOM(&res, maxOut)
 	}
 
 	if killed.Load() {
@@ -972,21 +1008,46 @@ func (s *bubblewrapSandbox) launcherFailure(res *ExecResult, req ExecRequest) er
 	return nil
 }
 
-// watchDisk kills the command when the workdir grows past its disk bound. RLIMIT_FSIZE stops
-// any single file at the bound; this stops many files adding up, within one poll interval.
-func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelCauseFunc) {
-	t := time.NewTicker(diskPoll)
+// oomKills is how many times the kernel has killed a process of the sandbox for want of
+// memory, where a memory cgroup counts it.
+func (s *bubblewrapSandbox) oomKills() (int64, bool) {
+	if s.cg == nil || !slices.Contains(s.cg.controllers, ctlMemory) {
+		return 0, false
+	}
+	return s.cg.oomKills()
+}
+
+// noteOOM tells the command's reader why a process died with SIGKILL: the kernel's OOM killer
+// says nothing on the command's stderr. The note stays within the output cap.
+func (s *bubblewrapSandbox) noteOOM(res *ExecResult, maxOut int) {
+	note := fmt.Sprintf("boxcar sandbox: the kernel killed a process of the sandbox: it ran out of memory (limit %s)\n", s.info.Memory)
+	if len(note) > maxOut {
+		return
+	}
+	if keep := maxOut - len(note); len(res.Stderr) > keep {
+		res.Stderr, res.StderrTruncated = res.Stderr[:keep], true
+	}
+	res.Stderr = append(slices.Clip(res.Stderr), note...)
+}
+
+// watchDisk kills the command when the workdir grows past limit. RLIMIT_FSIZE stops any single
+// file at the bound; this stops many files adding up, within one poll interval.
+func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelCauseFunc, limit int64) {
+	t := time.NewTimer(diskPollMin)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-			if used, err := s.wd.usage(); err == nil && used > s.disk {
-				kill(errExecDisk)
-				return
-			}
 		}
+		begin := time.Now()
+		used, err := s.wd.usage()
+		if err == nil && used > limit {
+			kill(errExecDisk)
+			return
+		}
+		t.Reset(min(max(diskPollFactor*time.Since(begin), diskPollMin), diskPollMax))
 	}
 }
 

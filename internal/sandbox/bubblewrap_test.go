@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
+	"k8s.io/klog/v2"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -22,7 +23,16 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	if root := os.Getenv(crashWorkerEnv); root != "" {
+		crashWorker(root)
+		return
+	}
+	// client-go logs, through klog, each exec stream whose ctx ended it; these tests end many
+	// on purpose.
+	klog.SetLogger(logr.Discard())
+	// client-go's WebSocket heartbeat notices that its connection closed only at its next
+	// tick, up to 5 s after an exec stream ended by its ctx.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("k8s.io/client-go/tools/remotecommand.(*heartbeat).start"))
 }
 
 // newBubblewrap makes a provider over a fresh root. A host without bubblewrap fails the test with
@@ -173,174 +183,6 @@ func TestExecRejectsBadRequests(t *testing.T) {
 	}
 }
 
-// TestContainment runs break-out attempts from inside the sandbox.
-func TestContainment(t *testing.T) {
-	p := newBubblewrap(t)
-	sb := start(t, p, config.SandboxSpec{})
-
-	t.Run("no network", func(t *testing.T) {
-		// Listeners on the host's loopback and on a host abstract unix socket must be out of
-		// reach. bwrap brings up a private lo in the sandbox's network namespace, so loopback
-		// connects are refused there (nothing listens on it) rather than unreachable; every
-		// other address is unreachable: there is no other interface and no route.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		abstract := "@boxcar-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		uln, err := net.Listen("unix", abstract)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { uln.Close() })
-		port := ln.Addr().(*net.TCPAddr).Port
-		// 192.0.2.1 is TEST-NET-1: not routed anywhere, so nothing leaves even if this failed.
-		out := py(t, sb, fmt.Sprintf(`
-import socket
-targets = [
-    ("loopback4", socket.AF_INET, ("127.0.0.1", %d)),
-    ("loopback6", socket.AF_INET6, ("::1", %d)),
-    ("remote", socket.AF_INET, ("192.0.2.1", 80)),
-    ("abstract", socket.AF_UNIX, "\0%s"),
-]
-for name, fam, addr in targets:
-    s = socket.socket(fam, socket.SOCK_STREAM)
-    s.settimeout(5)
-    try:
-        s.connect(addr)
-        print(name, "CONNECTED")
-    except OSError as e:
-        print(name, e.strerror)
-print("ifaces", [n for _, n in socket.if_nameindex()])
-print("routes", len(open("/proc/net/route").read().splitlines()) - 1)
-`, port, port, abstract[1:]))
-		if strings.Contains(out, "CONNECTED") {
-			t.Fatalf("a connection left the sandbox:\n%s", out)
-		}
-		for _, want := range []string{"loopback4 Connection refused", "loopback6 Connection refused", "remote Network is unreachable", "abstract Connection refused", "ifaces ['lo']", "routes 0"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("want %q, got:\n%s", want, out)
-			}
-		}
-	})
-
-	t.Run("no host home or secrets in the filesystem", func(t *testing.T) {
-		out := py(t, sb, `
-import os
-for p in ["/root", "/home", "/etc/shadow", "/etc/gshadow", "/etc/ssh", "/var", "/sys", "/run", "/mnt", "/opt", "/srv"]:
-    print(p, os.path.exists(p))
-print("etc", sorted(os.listdir("/etc")))
-print("root", sorted(os.listdir("/")))
-`)
-		if strings.Contains(out, "True") {
-			t.Errorf("host paths visible inside:\n%s", out)
-		}
-		want := "etc ['alternatives', 'group', 'hosts', 'ld.so.cache', 'nsswitch.conf', 'passwd']"
-		if !strings.Contains(out, want) {
-			t.Errorf("want /etc to hold only the synthesised files (%s), got:\n%s", want, out)
-		}
-	})
-
-	t.Run("no capabilities, not root", func(t *testing.T) {
-		out := py(t, sb, `
-import os
-print("uid", os.getuid(), os.geteuid(), os.getgid())
-for line in open("/proc/self/status"):
-    if line.startswith("Cap"):
-        print(line.strip().replace("\t", " "))
-print("nnp", [l.split()[1] for l in open("/proc/self/status") if l.startswith("NoNewPrivs")])
-`)
-		for _, want := range []string{"uid 1000 1000 1000", "CapInh: 0000000000000000", "CapPrm: 0000000000000000", "CapEff: 0000000000000000", "CapBnd: 0000000000000000", "CapAmb: 0000000000000000"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("want %q, got:\n%s", want, out)
-			}
-		}
-	})
-
-	t.Run("host devices not owned", func(t *testing.T) {
-		// Were the sandbox host root (even mapped), it would own /dev/null and could chmod the
-		// host's node. Unmapped owners show as the overflow id 65534.
-		res := run(t, sb, "stat", "-c", "%u", "/dev/null", "/usr/bin/sh")
-		if got := strings.Fields(string(res.Stdout)); len(got) != 2 || got[0] == "1000" || got[1] == "1000" {
-			t.Errorf("owners of /dev/null and /usr/bin/sh inside = %q, want neither to be the sandbox user 1000", got)
-		}
-	})
-
-	t.Run("pid namespace", func(t *testing.T) {
-		hostInit, err := os.ReadFile("/proc/1/cmdline")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := py(t, sb, `
-import os
-pids = [p for p in os.listdir("/proc") if p.isdigit()]
-print("count", len(pids))
-print("init", open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode())
-`)
-		var count int
-		var init string
-		fmt.Sscanf(out, "count %d\ninit %s", &count, &init)
-		if count < 1 || count > 4 {
-			t.Errorf("the sandbox sees %d processes, want only its own few:\n%s", count, out)
-		}
-		if want := string(bytes.Split(hostInit, []byte{0})[0]); init == want && !strings.Contains(init, "bwrap") {
-			t.Errorf("/proc/1 inside is the host's init %q", init)
-		}
-		if !strings.HasSuffix(init, "bwrap") {
-			t.Errorf("/proc/1 inside is %q, want bwrap's reaper", init)
-		}
-	})
-
-	t.Run("secret env var", func(t *testing.T) {
-		// Parent test is not parallel, so t.Setenv is allowed here.
-		secret := "boxcar-secret-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		t.Setenv("BOXCAR_TEST_SECRET", secret)
-		res := run(t, sb, "sh", "-c", "env; cat /proc/1/environ /proc/self/environ | tr '\\0' '\\n'")
-		if bytes.Contains(res.Stdout, []byte(secret)) || bytes.Contains(res.Stdout, []byte("BOXCAR_TEST_SECRET")) {
-			t.Errorf("the worker's environment leaked in:\n%s", res.Stdout)
-		}
-		for _, want := range []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8"} {
-			if !bytes.Contains(res.Stdout, []byte(want)) {
-				t.Errorf("env lacks %s:\n%s", want, res.Stdout)
-			}
-		}
-	})
-
-	t.Run("read-only root", func(t *testing.T) {
-		out := py(t, sb, `
-import os
-for p in ["/x", "/usr/x", "/etc/x", "/bin/x", "/etc/passwd", "/proc/sys/kernel/hostname", "/work/ok", "/tmp/ok"]:
-    try:
-        with open(p, "a") as f:
-            f.write("x")
-        print(p, "WRITABLE")
-    except OSError as e:
-        print(p, "refused", e.strerror)
-`)
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			writable := strings.HasSuffix(line, "WRITABLE")
-			shouldBe := strings.HasPrefix(line, "/work/") || strings.HasPrefix(line, "/tmp/")
-			if writable != shouldBe {
-				t.Errorf("%s (want writable only under /work and /tmp)", line)
-			}
-		}
-	})
-
-	t.Run("no nested user namespaces", func(t *testing.T) {
-		res := run(t, sb, "unshare", "--user", "--map-root-user", "true")
-		if res.ExitCode == 0 {
-			t.Errorf("unshare --user succeeded inside the sandbox; nested user namespaces widen the kernel's attack surface")
-		}
-	})
-
-	t.Run("host name hidden", func(t *testing.T) {
-		if got := strings.TrimSpace(string(run(t, sb, "cat", "/proc/sys/kernel/hostname").Stdout)); got != "boxcar" {
-			t.Errorf("hostname inside = %q, want boxcar", got)
-		}
-	})
-}
-
 // TestResourceLimits checks the bounds with cgroups (where the host has them) and with
 // rlimits alone, since production hosts vary.
 func TestResourceLimits(t *testing.T) {
@@ -434,8 +276,10 @@ print(n)
 				if !errors.Is(err, sandbox.ErrDiskFull) {
 					t.Errorf("two 5MB files under an 8Mi bound: err = %v, want ErrDiskFull", err)
 				}
-				if res.ExitCode != 0 {
-					t.Errorf("the result comes back with the error: exit %d, want 0", res.ExitCode)
+				// The result comes back with the error: the command either finished before the
+				// watcher measured the workdir, or the watcher stopped it as it crossed the bound.
+				if (res.ExitCode != 0 && res.ExitCode != 137) || res.Duration <= 0 {
+					t.Errorf("the result comes back with the error: exit %d, duration %v; want exit 0 or 137", res.ExitCode, res.Duration)
 				}
 				if err := sb.WriteFile(t.Context(), "c.bin", make([]byte, 1<<20)); !errors.Is(err, sandbox.ErrDiskFull) {
 					t.Errorf("WriteFile over the bound: err = %v, want ErrDiskFull", err)

@@ -287,6 +287,26 @@ func writeLimit(version int, controller, dir string, lim cgroupLimits) error {
 	return write("pids.max", strconv.Itoa(lim.pids))
 }
 
+// oomKills reads how many times the kernel has killed a process of the cgroup for want of
+// memory (memory.events in v2, memory.oom_control in v1; Linux 4.13 or later).
+func (c *cgroup) oomKills() (int64, bool) {
+	for _, dir := range c.dirs {
+		for _, file := range []string{"memory.events", "memory.oom_control"} {
+			data, err := os.ReadFile(filepath.Join(dir, file))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(data), "\n") {
+				if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+					n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					return n, err == nil
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
 // add moves a process into the cgroup. It is called before the process forks, so all its
 // descendants are born inside.
 func (c *cgroup) add(pid int) error {

@@ -7,6 +7,9 @@ var (
 	ErrPathEscape = errors.New("path outside the workdir")
 	// ErrNotFound marks a file that does not exist in the sandbox.
 	ErrNotFound = errors.New("no such file in the sandbox")
+	// ErrNotDir marks a List of a path that exists but is not a folder (a regular file, a
+	// symlink to one, a device...); read it with ReadFile instead.
+	ErrNotDir = errors.New("not a folder")
 	// ErrTooLarge marks a file larger than the caller allowed.
 	ErrTooLarge = errors.New("file too large")
 	// ErrClosed marks a call on a sandbox that was already closed.

@@ -23,13 +23,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 )
@@ -63,8 +64,8 @@ type PodExecutor interface {
 type KubernetesConfig struct {
 	// Client talks to the API server. Required.
 	Client kubernetes.Interface
-	// RESTConfig opens pods/exec streams (the typed client cannot stream). Required unless
-	// Executor is set.
+	// RESTConfig opens pods/exec streams (the typed client cannot stream): the exec URL, the
+	// TLS settings and the credentials all come from it. Required unless Executor is set.
 	RESTConfig *rest.Config
 	// Executor runs commands in pods. Default: pods/exec over WebSocket, falling back to SPDY
 	// when the server cannot upgrade.
@@ -155,7 +156,11 @@ func NewKubernetes(cfg KubernetesConfig) (*KubernetesProvider, error) {
 	}
 	p := &KubernetesProvider{cfg: cfg, exec: cfg.Executor, log: cfg.Logger}
 	if p.exec == nil {
-		p.exec = &streamExecutor{client: cfg.Client, config: cfg.RESTConfig}
+		core, err := corev1client.NewForConfig(rest.CopyConfig(cfg.RESTConfig))
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: kubernetes: RESTConfig: %w", err)
+		}
+		p.exec = &streamExecutor{rest: core.RESTClient(), config: cfg.RESTConfig}
 	}
 	return p, nil
 }
@@ -344,17 +349,19 @@ var failFast = map[string]bool{
 
 // podState says whether the pod runs, cannot run (err), or may still get there.
 func podState(pod *corev1.Pod) (running bool, err error) {
+	// The container says more than the pod: a pod whose container could not start is only
+	// "Failed", with no reason of its own.
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && failFast[w.Reason] {
+			return false, fmt.Errorf("container %s cannot start: %s: %s%s", cs.Name, w.Reason, w.Message, imageHint(w.Message))
+		}
+		if t := cs.State.Terminated; t != nil {
+			return false, fmt.Errorf("container %s exited (%s, code %d): %s%s", cs.Name, t.Reason, t.ExitCode, t.Message, imageHint(t.Message))
+		}
+	}
 	switch pod.Status.Phase {
 	case corev1.PodFailed, corev1.PodSucceeded:
 		return false, fmt.Errorf("pod ended (%s) before it was used: %s %s", pod.Status.Phase, pod.Status.Reason, pod.Status.Message)
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if w := cs.State.Waiting; w != nil && failFast[w.Reason] {
-			return false, fmt.Errorf("container %s cannot start: %s: %s", cs.Name, w.Reason, w.Message)
-		}
-		if t := cs.State.Terminated; t != nil {
-			return false, fmt.Errorf("container %s exited (%s, code %d): %s", cs.Name, t.Reason, t.ExitCode, t.Message)
-		}
 	}
 	if pod.DeletionTimestamp != nil {
 		return false, errors.New("pod is being deleted")
@@ -368,6 +375,15 @@ func podState(pod *corev1.Pod) (running bool, err error) {
 		}
 	}
 	return false, nil
+}
+
+// imageHint adds advice when the runtime could not find the container's program: the sandbox
+// container runs sh.
+func imageHint(msg string) string {
+	if missingShell(msg) {
+		return " (the sandbox container runs sh: use an image with a POSIX sh on its PATH)"
+	}
+	return ""
 }
 
 // pending explains why a pod still waits, for the error when the wait gives up.
@@ -498,7 +514,8 @@ func (p *KubernetesProvider) RunReaper(ctx context.Context, interval time.Durati
 }
 
 // kubernetesSandbox is one pod. Commands and file transfers run through exec, each wrapped in a
-// small POSIX sh script, so the image needs sh and the usual busybox or coreutils tools.
+// small POSIX sh script, so the image needs sh and the usual busybox or coreutils tools (env,
+// grep with -z, readlink -f, stat, find, cat, mv).
 type kubernetesSandbox struct {
 	p       *KubernetesProvider
 	name    string
@@ -610,20 +627,26 @@ k
 exit "$rc"
 `
 
-// killFunc kills every process whose environment holds BOXCAR_EXEC=$m, until none is left. One
-// grep reads all environments; the nonce is random, so a substring match is exact enough.
+// killFunc kills every process whose environment holds BOXCAR_EXEC=$m, until none is left.
+// grep reads each environment as NUL-separated records (-z, which GNU, busybox and toybox grep
+// have): busybox grep without it stops reading a line at the first NUL, and so would find the
+// variable only where it comes first, while a shell re-orders the environment of what it
+// executes. The processes found are all stopped, then all killed: killed one by one, a parent
+// could act on the death of its child (sleep 1; echo late) before its own turn came.
 const killFunc = `k() {
 	i=0
 	while [ "$i" -lt 20 ]; do
-		n=0
-		for f in $(grep -l -F -e "BOXCAR_EXEC=$m" /proc/[0-9]*/environ 2>/dev/null); do
-			p=${f#/proc/}
-			kill -9 "${p%/environ}" 2>/dev/null && n=$((n+1))
+		p=
+		for f in $(grep -l -s -z -x -F "BOXCAR_EXEC=$m" /proc/[0-9]*/environ); do
+			f=${f#/proc/}
+			p="$p ${f%/environ}"
 		done
-		[ "$n" = 0 ] && return
+		[ -z "$p" ] && return
+		kill -STOP $p
+		kill -9 $p
 		i=$((i+1))
 	done
-}`
+} 2>/dev/null`
 
 // killScript kills a command's tree from outside, when its stream could not be ended in time.
 const killScript = `m=$1
@@ -631,8 +654,10 @@ const killScript = `m=$1
 k`
 
 // fileScript moves files through exec, confined to the workdir: every path is resolved inside
-// the pod (symlinks included) and refused unless it stays beneath the workdir. It reports
-// failures as "boxcar-<nonce>: <reason>" on stderr with exit code 125.
+// the pod (symlinks included) and refused unless it stays beneath the workdir; no folder is made
+// before the deepest existing one on the way is known to be inside, and a symlink where a file
+// is written is replaced, not written through (mv would move the file into a folder it names).
+// It reports failures as "boxcar-<nonce>: <reason>" on stderr with exit code 125.
 //
 // Arguments: operation (read, write, list), nonce, workdir, workdir-relative path, [max bytes].
 const fileScript = `op=$1 m=$2 w=$3 f=$4
@@ -653,6 +678,10 @@ read)
 	exec cat -- "$r";;
 write)
 	d=$(dirname -- "$p")
+	a=$d
+	while [ ! -e "$a" ] && [ ! -L "$a" ]; do a=$(dirname -- "$a"); done
+	ra=$(readlink -f -- "$a" 2>/dev/null) || fail escape
+	inside "$ra" || fail escape
 	mkdir -p -- "$d" 2>/dev/null
 	rd=$(cd -- "$d" 2>/dev/null && pwd -P) || fail notfound
 	inside "$rd" || fail escape
@@ -660,10 +689,15 @@ write)
 	[ -d "$rd/$b" ] && [ ! -L "$rd/$b" ] && fail isdir
 	tmp=$rd/.boxcar-write-$m
 	cat > "$tmp" || { rm -f -- "$tmp"; fail ioerror; }
+	[ -L "$rd/$b" ] && rm -f -- "$rd/$b"
 	mv -f -- "$tmp" "$rd/$b" || { rm -f -- "$tmp"; fail ioerror; };;
 list)
-	[ -d "$p" ] || { [ -e "$p" ] && fail notdir; fail notfound; }
-	r=$(cd -- "$p" && pwd -P) || fail notfound
+	[ -e "$p" ] || [ -L "$p" ] || fail notfound
+	r=$(readlink -f -- "$p" 2>/dev/null) || fail escape
+	inside "$r" || fail escape
+	[ -e "$r" ] || fail notfound
+	[ -d "$r" ] || fail notdir
+	r=$(cd -- "$r" && pwd -P) || fail notfound
 	inside "$r" || fail escape
 	printf '%s\0' "$r"
 	find "$r/" -type f -exec sh -c 'for x do printf "%s %s\0%s\0" "$(stat -c %s -- "$x")" "$(stat -c %a -- "$x")" "$x"; done' sh {} +;;
@@ -730,11 +764,9 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	stdin := bytes.NewReader(req.Stdin)
 	start := time.Now()
 	code, err := s.run(streamCtx, argv, stdin, stdout, stderr)
-	res := ExecResult{
-		ExitCode: code, Stdout: stdout.buf, Stderr: stderr.buf,
-		StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated,
-		Duration: time.Since(start),
-	}
+	res := ExecResult{ExitCode: code, Duration: time.Since(start)}
+	res.Stdout, res.StdoutTruncated = stdout.take()
+	res.Stderr, res.StderrTruncated = stderr.take()
 	if streamCtx.Err() != nil {
 		// Closing the stream does not stop the command: kill its tree inside the pod.
 		s.kill(ctx, nonce)
@@ -747,7 +779,7 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		}
 	}
 	if err != nil {
-		return ExecResult{}, fmt.Errorf("sandbox: exec %s in pod %s (the image needs a POSIX sh): %w", name, s.name, err)
+		return ExecResult{}, s.execFailure("exec "+name, err)
 	}
 	if code == 125 && bytes.HasPrefix(res.Stderr, []byte("boxcar-"+nonce+": notfound")) {
 		return ExecResult{}, fmt.Errorf("sandbox: exec %s: dir %s: %w", name, dir, ErrNotFound)
@@ -756,6 +788,25 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		res.TimedOut = true
 	}
 	return res, nil
+}
+
+// execFailure explains an exec that ended without an exit code. A runtime that cannot start
+// the program it was asked to exec answers with an internal-error status, not exit code 126 or
+// 127 (KUBERNETES-NOTES pitfall 8). The backend always execs sh, which starts the command
+// itself (a command that is missing is sh's exit code 127, a result), so this means the image
+// has no usable sh.
+func (s *kubernetesSandbox) execFailure(op string, err error) error {
+	if msg := err.Error(); strings.Contains(strings.ToLower(msg), "internal error") && missingShell(msg) {
+		return fmt.Errorf("sandbox: %s in pod %s: the container runtime could not start sh, which runs every command and file transfer; use an image with a POSIX sh on its PATH (busybox or a distribution base): %w: %w",
+			op, s.name, ErrUnavailable, err)
+	}
+	return fmt.Errorf("sandbox: %s in pod %s: %w", op, s.name, err)
+}
+
+// missingShell recognises the runtimes' words for a program that is not in the image.
+func missingShell(msg string) bool {
+	msg = strings.ToLower(msg)
+	return strings.Contains(msg, "executable file not found") || strings.Contains(msg, "no such file or directory")
 }
 
 // seconds formats a timeout for sleep(1), which busybox and coreutils take fractional.
@@ -787,13 +838,14 @@ func (s *kubernetesSandbox) file(ctx context.Context, op, name string, stdin io.
 	code, err := s.run(ctx, argv, stdin, stdout, stderr)
 	switch {
 	case err != nil:
-		return fmt.Errorf("sandbox: %s %s in pod %s: %w", op, name, s.name, err)
+		return s.execFailure(op+" "+name, err)
 	case code == 0:
 		return nil
 	}
-	reason, ok := bytes.CutPrefix(bytes.TrimSpace(stderr.buf), []byte("boxcar-"+nonce+": "))
+	errOut, _ := stderr.take()
+	reason, ok := bytes.CutPrefix(bytes.TrimSpace(errOut), []byte("boxcar-"+nonce+": "))
 	if code != 125 || !ok {
-		return fmt.Errorf("sandbox: %s %s: exit %d: %s", op, name, code, firstLine(stderr.buf, nil))
+		return fmt.Errorf("sandbox: %s %s: exit %d: %s", op, name, code, firstLine(errOut, nil))
 	}
 	switch string(reason) {
 	case "notfound":
@@ -805,7 +857,7 @@ func (s *kubernetesSandbox) file(ctx context.Context, op, name string, stdin io.
 	case "isdir":
 		return fmt.Errorf("sandbox: %s %s: is a folder, not a file", op, name)
 	case "notdir":
-		return fmt.Errorf("sandbox: %s %s: not a folder; use read_file for a file", op, name)
+		return fmt.Errorf("sandbox: %s %s: read a file with ReadFile: %w", op, name, ErrNotDir)
 	case "notregular":
 		return fmt.Errorf("sandbox: %s %s: is not a regular file", op, name)
 	}
@@ -835,14 +887,19 @@ func (s *kubernetesSandbox) ReadFile(ctx context.Context, name string, maxBytes 
 	if err := s.file(ctx, "read", clean, nil, out, strconv.FormatInt(maxBytes, 10)); err != nil {
 		return nil, err
 	}
-	if int64(len(out.buf)) > maxBytes || out.truncated {
+	data, truncated := out.take()
+	if int64(len(data)) > maxBytes || truncated {
 		return nil, fmt.Errorf("sandbox: read %s: more than the %d bytes allowed: %w", clean, maxBytes, ErrTooLarge)
 	}
-	if out.buf == nil {
+	if data == nil {
 		return []byte{}, nil
 	}
-	return out.buf, nil
+	return data, nil
 }
+
+// maxListing bounds the answer of a List from a pod: a workdir of millions of files must not
+// exhaust the worker's memory.
+const maxListing = 64 << 20
 
 // List returns the regular files under dir, recursively, without following symlinks.
 func (s *kubernetesSandbox) List(ctx context.Context, dir string) ([]FileInfo, error) {
@@ -850,12 +907,16 @@ func (s *kubernetesSandbox) List(ctx context.Context, dir string) ([]FileInfo, e
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: list: %w", err)
 	}
-	var out bytes.Buffer
-	if err := s.file(ctx, "list", clean, nil, &out); err != nil {
+	out := &cappedBuffer{max: maxListing}
+	if err := s.file(ctx, "list", clean, nil, out); err != nil {
 		return nil, err
 	}
+	listing, truncated := out.take()
+	if truncated {
+		return nil, fmt.Errorf("sandbox: list %s: the listing is over %d bytes; list a subfolder: %w", clean, maxListing, ErrTooLarge)
+	}
 	// Records: the resolved folder, then "size mode", path pairs; all NUL-terminated.
-	fields := strings.Split(out.String(), "\x00")
+	fields := strings.Split(string(listing), "\x00")
 	if len(fields) < 2 {
 		return nil, fmt.Errorf("sandbox: list %s: unexpected answer from the pod", clean)
 	}
@@ -874,16 +935,24 @@ func (s *kubernetesSandbox) List(ctx context.Context, dir string) ([]FileInfo, e
 	return files, nil
 }
 
-// streamExecutor runs commands through the pods/exec subresource: WebSocket first, SPDY when
-// the server cannot upgrade to it (older servers, some proxies). Falling back on any other
-// error would run a command twice.
+// streamExecutor runs commands through the pods/exec subresource: WebSocket
+// (v5.channel.k8s.io, which can close stdin) first, SPDY when the server cannot upgrade to it
+// (API servers before 1.30, some proxies). Falling back on any other error would run a
+// command twice.
 type streamExecutor struct {
-	client kubernetes.Interface
-	config *rest.Config
+	rest   rest.Interface // builds the exec URL
+	config *rest.Config   // dials it
+}
+
+// shouldFallBack is KUBERNETES-NOTES pitfall 9. The types are k8s.io/streaming's: client-go's
+// WebSocket executor returns its UpgradeFailureError, which the deprecated copy in
+// k8s.io/apimachinery/pkg/util/httpstream does not match.
+func shouldFallBack(err error) bool {
+	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 }
 
 func (e *streamExecutor) Exec(ctx context.Context, namespace, pod string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	req := e.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
+	req := e.rest.Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: containerName, Command: argv,
 			Stdin: stdin != nil, Stdout: true, Stderr: true,
@@ -896,9 +965,7 @@ func (e *streamExecutor) Exec(ctx context.Context, namespace, pod string, argv [
 	if err != nil {
 		return fmt.Errorf("spdy executor: %w", err)
 	}
-	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, shouldFallBack)
 	if err != nil {
 		return err
 	}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,49 +13,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	utilexec "k8s.io/client-go/util/exec"
 	psaapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
-	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 const testNamespace = "boxcar-sandboxes"
 
-// localExecutor runs the commands meant for a pod on this host instead. It is enough to exercise
-// the shell wrappers the backend sends (timeouts, environment, file transfer and confinement)
-// with the workdir a host folder; like a pods/exec stream, cancelling it ends the stream but
-// not the command.
-//
-// bin, when set, is a folder of busybox applets that the wrappers run with instead of the host's
-// tools, as in a busybox image.
-type localExecutor struct{ bin string }
+// noExec stands in for pods/exec in tests that only start and delete pods. Commands and file
+// transfers go through the real client against a real server in kubernetes_exec_test.go.
+type noExec struct{}
 
-func (e localExecutor) Exec(ctx context.Context, _, _ string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	if e.bin != "" {
-		cmd.Path = filepath.Join(e.bin, argv[0])
-		cmd.Env = []string{"PATH=" + e.bin}
-	}
-	cmd.Dir = "/"
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	cmd.WaitDelay = 200 * time.Millisecond // the command's children may hold the pipes
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code := ee.ExitCode()
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			code = 128 + int(ws.Signal())
-		}
-		return utilexec.CodeExitError{Err: err, Code: code}
-	}
-	return err
+func (noExec) Exec(context.Context, string, string, []string, io.Reader, io.Writer, io.Writer) error {
+	return errors.New("this test has no kubelet to exec in")
 }
 
 // fakeKubelet plays the kubelet against a fake clientset: each new sandbox pod gets the status
@@ -121,7 +90,7 @@ func waiting(reason string) corev1.PodStatus {
 
 func newKubernetes(t testing.TB, client *fake.Clientset, edit ...func(*sandbox.KubernetesConfig)) *sandbox.KubernetesProvider {
 	t.Helper()
-	cfg := sandbox.KubernetesConfig{Client: client, Executor: localExecutor{}, Image: "busybox:1.37", StartTimeout: 10 * time.Second, WorkerID: "w1"}
+	cfg := sandbox.KubernetesConfig{Client: client, Executor: noExec{}, Image: "busybox:1.37", StartTimeout: 10 * time.Second, WorkerID: "w1"}
 	for _, e := range edit {
 		e(&cfg)
 	}
@@ -130,43 +99,6 @@ func newKubernetes(t testing.TB, client *fake.Clientset, edit ...func(*sandbox.K
 		t.Fatalf("NewKubernetes: %v", err)
 	}
 	return p
-}
-
-// hostWorkdir starts each sandbox with a fresh host folder as its workdir, for localExecutor.
-type hostWorkdir struct {
-	*sandbox.KubernetesProvider
-	t testing.TB
-}
-
-func (h hostWorkdir) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	spec.Workdir = h.t.TempDir()
-	return h.KubernetesProvider.Start(ctx, spec)
-}
-
-func TestKubernetesConformance(t *testing.T) {
-	sandboxtest.Run(t, func(t *testing.T) sandbox.Provider {
-		client := fake.NewClientset()
-		fakeKubelet(t, client, nil)
-		return hostWorkdir{newKubernetes(t, client), t}
-	})
-}
-
-// TestKubernetesConformanceBusybox runs the wrappers with busybox's sh and tools, as in the
-// minimal images sandbox pods often use.
-func TestKubernetesConformanceBusybox(t *testing.T) {
-	busybox, err := exec.LookPath("busybox")
-	if err != nil {
-		t.Skip("busybox is not installed (apt-get install -y busybox-static); the wrappers are tested with the host's sh only")
-	}
-	bin := t.TempDir()
-	if out, err := exec.Command(busybox, "--install", "-s", bin).CombinedOutput(); err != nil {
-		t.Fatalf("busybox --install: %v\n%s", err, out)
-	}
-	sandboxtest.Run(t, func(t *testing.T) sandbox.Provider {
-		client := fake.NewClientset()
-		fakeKubelet(t, client, nil)
-		return hostWorkdir{newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.Executor = localExecutor{bin: bin} }), t}
-	})
 }
 
 func TestKubernetesPodSpec(t *testing.T) {
@@ -181,14 +113,8 @@ func TestKubernetesPodSpec(t *testing.T) {
 	}
 	pod := pods.Items[0]
 
-	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range eval.EvaluatePod(psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}, &pod.ObjectMeta, &pod.Spec) {
-		if !r.Allowed {
-			t.Errorf("Pod Security Standard restricted: %s (%s)", r.ForbiddenReason, r.ForbiddenDetail)
-		}
+	for _, refusal := range restrictedRefusals(t, &pod) {
+		t.Errorf("Pod Security Standard restricted: %s", refusal)
 	}
 
 	spec, c := pod.Spec, pod.Spec.Containers[0]
@@ -235,6 +161,89 @@ func TestKubernetesPodSpec(t *testing.T) {
 	info := sb.Info()
 	if info.Backend != "kubernetes" || info.ID != pod.Name || info.ImageDigest != "sha256:0123456789abcdef" || !strings.Contains(info.Isolation, "pss=restricted") {
 		t.Errorf("Info() = %+v", info)
+	}
+}
+
+// restricted is the Pod Security Standard the sandbox pods meet, at the Kubernetes minor
+// version of client-go and pod-security-admission (v0.37 → 1.37).
+var restricted = psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.MajorMinorVersion(1, 37)}
+
+// restrictedRefusals evaluates a pod against restricted and returns why it is refused, if it is.
+func restrictedRefusals(t *testing.T, pod *corev1.Pod) []string {
+	t.Helper()
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refusals []string
+	for _, r := range eval.EvaluatePod(restricted, &pod.ObjectMeta, &pod.Spec) {
+		if !r.Allowed {
+			refusals = append(refusals, r.ForbiddenReason+" ("+r.ForbiddenDetail+")")
+		}
+	}
+	return refusals
+}
+
+// TestKubernetesPodSpecRestrictedRefusesPrivileged shows that the evaluator the pod spec passes
+// has teeth: the same pod, loosened in any one of the ways restricted forbids, is refused.
+func TestKubernetesPodSpecRestrictedRefusesPrivileged(t *testing.T) {
+	client := fake.NewClientset()
+	fakeKubelet(t, client, nil)
+	start(t, newKubernetes(t, client), config.SandboxSpec{})
+	pods, err := client.CoreV1().Pods(testNamespace).List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("want one pod, got %d (%v)", len(pods.Items), err)
+	}
+	sandboxPod := pods.Items[0]
+	if refusals := restrictedRefusals(t, &sandboxPod); len(refusals) > 0 {
+		t.Fatalf("the sandbox pod itself is refused: %v", refusals)
+	}
+	yes, no, root := true, false, int64(0)
+	tests := []struct {
+		name   string
+		loosen func(*corev1.Pod)
+	}{
+		{name: "privileged", loosen: func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Privileged = &yes
+			p.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = &yes
+			p.Spec.Containers[0].SecurityContext.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"ALL"}}
+			p.Spec.SecurityContext.RunAsNonRoot, p.Spec.Containers[0].SecurityContext.RunAsNonRoot = &no, &no
+			p.Spec.SecurityContext.RunAsUser = &root
+			p.Spec.HostNetwork, p.Spec.HostPID = true, true
+		}},
+		{name: "privileged container only", loosen: func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.Privileged = &yes }},
+		{name: "privilege escalation", loosen: func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = &yes }},
+		{name: "a capability added", loosen: func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
+		}},
+		{name: "capabilities not dropped", loosen: func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.Capabilities = nil }},
+		{name: "runs as root", loosen: func(p *corev1.Pod) {
+			p.Spec.SecurityContext.RunAsNonRoot, p.Spec.Containers[0].SecurityContext.RunAsNonRoot = nil, nil
+			p.Spec.SecurityContext.RunAsUser = &root
+		}},
+		{name: "seccomp unconfined", loosen: func(p *corev1.Pod) {
+			p.Spec.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+			p.Spec.Containers[0].SecurityContext.SeccompProfile = nil
+		}},
+		{name: "host network", loosen: func(p *corev1.Pod) { p.Spec.HostNetwork = true }},
+		{name: "host pid", loosen: func(p *corev1.Pod) { p.Spec.HostPID = true }},
+		{name: "host path volume", loosen: func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		}},
+		{name: "host port", loosen: func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := sandboxPod.DeepCopy()
+			tt.loosen(pod)
+			refusals := restrictedRefusals(t, pod)
+			if len(refusals) == 0 {
+				t.Errorf("restricted allows the loosened pod; the evaluator would not catch this in the sandbox spec")
+			}
+			t.Logf("refused: %v", refusals)
+		})
 	}
 }
 
@@ -314,7 +323,7 @@ func TestKubernetesCloseDeletesPod(t *testing.T) {
 	client := fake.NewClientset()
 	fakeKubelet(t, client, nil)
 	p := newKubernetes(t, client)
-	sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "close", SandboxSpec: config.SandboxSpec{Workdir: t.TempDir()}})
+	sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "close"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,10 +377,10 @@ func TestNewKubernetesValidates(t *testing.T) {
 		name string
 		cfg  sandbox.KubernetesConfig
 	}{
-		{name: "no client", cfg: sandbox.KubernetesConfig{Executor: localExecutor{}}},
+		{name: "no client", cfg: sandbox.KubernetesConfig{Executor: noExec{}}},
 		{name: "no rest config", cfg: sandbox.KubernetesConfig{Client: fake.NewClientset()}},
-		{name: "bad tmp size", cfg: sandbox.KubernetesConfig{Client: fake.NewClientset(), Executor: localExecutor{}, TmpSize: "x"}},
-		{name: "root", cfg: sandbox.KubernetesConfig{Client: fake.NewClientset(), Executor: localExecutor{}, UID: -1}},
+		{name: "bad tmp size", cfg: sandbox.KubernetesConfig{Client: fake.NewClientset(), Executor: noExec{}, TmpSize: "x"}},
+		{name: "root", cfg: sandbox.KubernetesConfig{Client: fake.NewClientset(), Executor: noExec{}, UID: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

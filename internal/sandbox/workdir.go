@@ -69,6 +69,8 @@ func (w *workdir) openat(dirfd int, name string, flags int, mode uint32, resolve
 // pathError turns a lookup failure into the package's sentinels.
 func pathError(op, name string, err error) error {
 	switch {
+	case errors.Is(err, ErrNotDir):
+		return fmt.Errorf("sandbox: %s %s: read a file with ReadFile: %w", op, name, ErrNotDir)
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
 		return fmt.Errorf("sandbox: %s %s: %w", op, name, ErrNotFound)
 	case errors.Is(err, unix.EXDEV):
@@ -213,10 +215,12 @@ func (w *workdir) mkdirAll(rel string) (int, error) {
 // list returns the regular files under dir, paths relative to the workdir, sorted.
 func (w *workdir) list(dir string) ([]FileInfo, error) {
 	fd, err := w.openat(int(w.fd.Fd()), dir, unix.O_RDONLY|unix.O_DIRECTORY, 0, resolveInside)
+	if errors.Is(err, unix.ENOTDIR) {
+		// Either dir itself is no folder, or a folder on the way to it is not (then dir
+		// does not exist). Only the first is ErrNotDir.
+		err = w.notDir(dir)
+	}
 	if err != nil {
-		if errors.Is(err, unix.ENOTDIR) {
-			return nil, fmt.Errorf("sandbox: list %s: not a folder; use read_file for a file", dir)
-		}
 		return nil, pathError("list", dir, err)
 	}
 	defer unix.Close(fd)
@@ -231,6 +235,24 @@ func (w *workdir) list(dir string) ([]FileInfo, error) {
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
 	return files, nil
+}
+
+// notDir says why dir, which cannot be opened as a folder, is not one: ErrNotDir when it
+// resolves (inside the workdir) to something else, else the lookup's own failure.
+func (w *workdir) notDir(dir string) error {
+	fd, err := w.openat(int(w.fd.Fd()), dir, unix.O_PATH, 0, resolveInside)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return unix.EAGAIN // swapped for a folder meanwhile; the caller may list again
+	}
+	return ErrNotDir
 }
 
 // usage is the disk space the workdir takes, as du counts it (allocated blocks).

@@ -1,7 +1,8 @@
 // Package sandboxtest is the conformance suite every sandbox backend passes: exit codes, stdin,
 // stdout/stderr separation, output caps, timeouts that kill the whole process tree, binary-safe
-// file round trips, path confinement, listing, concurrency and idempotent Close. It uses only
-// commands a minimal image has (sh, cat, echo, sleep, ln, head), with busybox-compatible flags.
+// file round trips, path confinement, listing (ErrNotDir for a file), concurrency and
+// idempotent Close. It uses only commands a minimal image has (sh, cat, echo, sleep, ln, head),
+// with busybox-compatible flags.
 package sandboxtest
 
 import (
@@ -317,6 +318,25 @@ func testFileRoundTrip(t *testing.T, p sandbox.Provider) {
 		}
 		Sh(t, sb, "test \"$(cat inside.txt)\" = replaced && echo again >> inside.txt && mkdir -p a/b/c/d")
 	})
+	t.Run("symlink at the name is replaced", func(t *testing.T) {
+		// Writing through the link would put the file in the folder it names, which may lie
+		// outside the workdir; the link itself is replaced, as rename(2) replaces it.
+		Sh(t, sb, "mkdir -p linkdir && ln -s linkdir tolinkdir && ln -s /tmp totmp && ln -s missing-target dangling")
+		for _, name := range []string{"tolinkdir", "totmp", "dangling"} {
+			if err := sb.WriteFile(ctx, name, []byte("replaced "+name)); err != nil {
+				t.Fatalf("WriteFile %s: %v", name, err)
+			}
+			if got, err := sb.ReadFile(ctx, name, 100); err != nil || string(got) != "replaced "+name {
+				t.Errorf("ReadFile %s = %q, %v; want the file just written", name, got, err)
+			}
+		}
+		if files, err := sb.List(ctx, "linkdir"); err != nil || len(files) != 0 {
+			t.Errorf("List linkdir = %v, %v; want it empty: nothing was written through the link", files, err)
+		}
+		if _, err := sb.ReadFile(ctx, "missing-target", 100); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("ReadFile missing-target: err = %v; want ErrNotFound: nothing was written through the link", err)
+		}
+	})
 	t.Run("overwrite shorter", func(t *testing.T) {
 		if err := sb.WriteFile(ctx, "bytes.bin", []byte("short")); err != nil {
 			t.Fatal(err)
@@ -447,8 +467,22 @@ func testList(t *testing.T, p sandbox.Provider) {
 			}
 		})
 	}
-	if _, err := sb.List(ctx, "missing"); !errors.Is(err, sandbox.ErrNotFound) {
-		t.Errorf("List of a missing folder: err = %v, want ErrNotFound", err)
+	errs := []struct {
+		name, dir string
+		want      error
+	}{
+		{name: "missing", dir: "missing", want: sandbox.ErrNotFound},
+		{name: "a file", dir: "a.txt", want: sandbox.ErrNotDir},
+		{name: "a symlink to a file", dir: "link.txt", want: sandbox.ErrNotDir},
+		{name: "below a file", dir: "a.txt/below", want: sandbox.ErrNotFound},
+		{name: "below a missing folder", dir: "missing/below", want: sandbox.ErrNotFound},
+	}
+	for _, tt := range errs {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := sb.List(ctx, tt.dir); !errors.Is(err, tt.want) {
+				t.Errorf("List(%q): err = %v, want %v", tt.dir, err, tt.want)
+			}
+		})
 	}
 }
 

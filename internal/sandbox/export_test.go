@@ -1,0 +1,22 @@
+package sandbox
+
+import "slices"
+
+// HostState is what a bubblewrap sandbox holds on the host, for tests of the external test
+// package to check that it is all gone afterwards.
+type HostState struct {
+	Dir     string   // the workdir's host folder
+	Lock    string   // the lock file
+	Cgroups []string // the cgroup folders
+	UID     int      // the host uid the sandbox runs as; -1 when the worker is not root
+}
+
+// BubblewrapHostState describes a bubblewrap sandbox that has not been closed yet.
+func BubblewrapHostState(sb Sandbox) HostState {
+	b := sb.(*bubblewrapSandbox)
+	st := HostState{Dir: b.hostDir, Lock: b.hostDir + lockSuffix, UID: b.uid}
+	if b.cg != nil {
+		st.Cgroups = slices.Clone(b.cg.dirs)
+	}
+	return st
+}

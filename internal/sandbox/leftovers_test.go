@@ -1,0 +1,191 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// crashWorkerEnv makes the test binary act as a worker that crashes: see crashWorker.
+const crashWorkerEnv = "BOXCAR_TEST_CRASH_WORKER_ROOT"
+
+// crashWorker is a worker process (the test binary, started by TestBubblewrapRemovesCrashLeftovers):
+// it starts a sandbox over root with a command running in it, prints the sandbox's host state
+// as JSON and waits to be killed.
+func crashWorker(root string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "crash worker:", err)
+		os.Exit(2)
+	}
+	p, err := sandbox.NewBubblewrap(sandbox.BubblewrapConfig{Root: root})
+	if err != nil {
+		fail(err)
+	}
+	ctx := context.Background()
+	sb, err := p.Start(ctx, sandbox.Spec{JobID: "crashed-job"})
+	if err != nil {
+		fail(err)
+	}
+	if err := sb.WriteFile(ctx, "in/work.txt", []byte("half done")); err != nil {
+		fail(err)
+	}
+	go func() {
+		_, _ = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo > running; chmod 0500 in; sleep 1000"}})
+	}()
+	for {
+		if _, err := sb.ReadFile(ctx, "running", 10); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(sandbox.BubblewrapHostState(sb)); err != nil {
+		fail(err)
+	}
+	select {} // until killed
+}
+
+// startCrashWorker runs crashWorker in a process of its own, kills it once its sandbox runs, and
+// returns what the sandbox left.
+func startCrashWorker(t *testing.T, root string) sandbox.HostState {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), crashWorkerEnv+"="+root)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var st sandbox.HostState
+	if err := json.NewDecoder(bufio.NewReader(out)).Decode(&st); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("crash worker: %v", err)
+	}
+	// The crash: no Close, no deferred cleanup.
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	return st
+}
+
+// TestBubblewrapRemovesCrashLeftovers kills a worker while its sandbox runs a command, and checks
+// that the next worker on the same Root removes what it left (workdir, cgroups, lock file, and
+// a process still in the cgroup), and nothing else: not a live sandbox of another worker, not
+// folders or files that are not Boxcar's, not what a damaged lock file names.
+func TestBubblewrapRemovesCrashLeftovers(t *testing.T) {
+	root := searchableTempDir(t)
+
+	live := start(t, newBubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root }), config.SandboxSpec{})
+	liveState := sandbox.BubblewrapHostState(live)
+
+	left := startCrashWorker(t, root)
+	for _, path := range append([]string{left.Dir, left.Lock}, left.Cgroups...) {
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("the crash left no %s (%v); the test shows nothing", path, err)
+		}
+	}
+	// A process that outlived its worker, in the sandbox's cgroups.
+	survivor := exec.Command("sleep", "1000")
+	if err := survivor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	survived := make(chan error, 1)
+	go func() { survived <- survivor.Wait() }()
+	t.Cleanup(func() { _ = survivor.Process.Kill() })
+	for _, dir := range left.Cgroups {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(survivor.Process.Pid)), 0); err != nil {
+			t.Fatalf("move a survivor into %s: %v", dir, err)
+		}
+	}
+
+	// Things that are not a dead worker's sandbox.
+	victim := t.TempDir()
+	if err := os.WriteFile(filepath.Join(victim, "keep"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	foreign := map[string]string{ // none of these may be removed
+		"notes.txt":                   "file",
+		"boxcar-no-lock-0123abcd":     "dir",  // Boxcar's naming, but no lock file says whose
+		"boxcar-not-a-dir-0123abcd":   "file", // a file where a dead sandbox's workdir would be
+		"boxcar-other.lock":           "file", // a lock file not of Boxcar's naming
+		"boxcar-linked-0123abcd.lock": "symlink",
+	}
+	dead := map[string]string{ // lock files of dead workers' sandboxes, with nothing else left
+		"boxcar-not-a-dir-0123abcd.lock": "",
+		// A damaged one, naming what is not a cgroup of its sandbox.
+		"boxcar-damaged-0123abcd.lock": "cgroup " + victim + "\ncgroup /\ncgroup ../../etc\ncgroup /sys/fs/cgroup\n",
+	}
+	for name, kind := range foreign {
+		path := filepath.Join(root, name)
+		var err error
+		switch kind {
+		case "file":
+			err = os.WriteFile(path, []byte("not Boxcar's"), 0o600)
+		case "dir":
+			if err = os.Mkdir(path, 0o700); err == nil {
+				err = os.WriteFile(filepath.Join(path, "keep"), nil, 0o600)
+			}
+		case "symlink":
+			err = os.Symlink(filepath.Join(victim, "keep"), path)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, content := range dead {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The next worker starts.
+	newBubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root })
+
+	for _, path := range append([]string{left.Dir, left.Lock}, left.Cgroups...) {
+		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there after the next start (%v)", path, err)
+		}
+	}
+	select {
+	case <-survived:
+	case <-time.After(5 * time.Second):
+		t.Errorf("the process left in the sandbox's cgroups still runs")
+	}
+	for name := range foreign {
+		if _, err := os.Lstat(filepath.Join(root, name)); err != nil {
+			t.Errorf("%s was removed, but it is not a dead worker's sandbox: %v", name, err)
+		}
+	}
+	for name := range dead {
+		if _, err := os.Lstat(filepath.Join(root, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the dead sandbox's lock file %s is still there (%v)", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(victim, "keep")); err != nil {
+		t.Errorf("a file a damaged lock file points at was removed: %v", err)
+	}
+	for _, path := range append([]string{liveState.Dir, liveState.Lock}, liveState.Cgroups...) {
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("the live sandbox of another worker lost %s: %v", path, err)
+		}
+	}
+	if res := run(t, live, "sh", "-c", "echo still here"); string(res.Stdout) != "still here\n" {
+		t.Errorf("the live sandbox no longer works: %+v", res)
+	}
+}
