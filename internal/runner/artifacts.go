@@ -45,7 +45,7 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 	case errors.Is(err, sandbox.ErrPathEscape):
 		a.log.WarnContext(ctx, "the artifact folder is a link out of the workdir; no artifacts uploaded", "artifacts", dir)
 		return nil, nil
-	case ctx.Err() == nil && isFile(ctx, sb, dir):
+	case errors.Is(err, sandbox.ErrNotDir):
 		a.log.WarnContext(ctx, "the artifact folder is a file; no artifacts uploaded", "artifacts", dir)
 		return nil, nil
 	default:
@@ -93,12 +93,6 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 		outs = append(outs, output{name: name, data: data})
 	}
 	return outs, nil
-}
-
-// isFile reports whether name is a regular file in the sandbox (reading none of it).
-func isFile(ctx context.Context, sb sandbox.Sandbox, name string) bool {
-	_, err := sb.ReadFile(ctx, name, 0)
-	return err == nil || errors.Is(err, sandbox.ErrTooLarge)
 }
 
 // artifactName reports whether name can be a store key and a manifest subject: valid UTF-8

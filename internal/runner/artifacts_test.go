@@ -109,7 +109,7 @@ func TestCollectArtifacts(t *testing.T) {
 		{
 			name:      "artifact folder is a file",
 			artifacts: "artifacts",
-			sb:        &memSandbox{files: map[string]int64{"artifacts": 10}, listErr: errors.New("sandbox: list artifacts: not a folder")},
+			sb:        &memSandbox{files: map[string]int64{"artifacts": 10}, listErr: fmt.Errorf("sandbox: list artifacts: %w", sandbox.ErrNotDir)},
 		},
 		{
 			name:      "listing fails",

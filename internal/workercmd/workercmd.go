@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/boxcar-run/boxcar/examples"
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -259,6 +260,8 @@ func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) 
 			Logger:    log,
 		})
 	case "kubernetes":
+		// client-go logs through klog; keep its lines in the worker's JSON log.
+		klog.SetSlogLogger(log)
 		restCfg, err := kubeConfig(cfg.Sandbox.Kubernetes.Kubeconfig)
 		if err != nil {
 			return nil, err
