@@ -7,14 +7,18 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
 // Bounds on what a job can leave behind.
 const (
+	maxManifestBytes = 16 << 20
 	maxReportBytes   = 4 << 20
 	maxArtifacts     = 64
 	maxArtifactBytes = 64 << 20
@@ -112,4 +116,54 @@ func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
 		return fmt.Errorf("%w: run already committed", store.ErrExists)
 	}
 	return nil
+}
+
+// adoptCommitted finishes what the attempt that committed the run may not have: the manifest's
+// signature (it stopped between the two) and the job's final status (it stopped before the ack).
+func (r *Runner) adoptCommitted(ctx context.Context, jobID string) error {
+	rc, err := r.cfg.Store.Get(ctx, store.ManifestKey(jobID))
+	if err != nil {
+		return err
+	}
+	manifest, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes))
+	rc.Close()
+	if err != nil {
+		return err
+	}
+	if err := r.signCommitted(ctx, jobID, manifest); err != nil {
+		return fmt.Errorf("sign the committed manifest: %w", err)
+	}
+	stmt, err := provenance.Parse(manifest)
+	if err != nil {
+		return fmt.Errorf("read the committed manifest: %w", err)
+	}
+	out := stmt.Predicate.Outcome
+	_, err = r.cfg.Queue.UpdateStatus(ctx, jobID, func(s *job.Status) {
+		s.State, s.Cap, s.Error, s.Progress = out.State, out.Cap, out.Error, ""
+		s.Report, s.Manifest = r.cfg.Store.URL(store.ReportKey(jobID)), r.cfg.Store.URL(store.ManifestKey(jobID))
+		s.FinishedAt = stmt.Predicate.Timings.FinishedAt
+	})
+	if errors.Is(err, queue.ErrFinal) {
+		return nil
+	}
+	return err
+}
+
+// signCommitted signs a committed manifest that has no envelope yet.
+func (r *Runner) signCommitted(ctx context.Context, jobID string, manifest []byte) error {
+	if r.cfg.SigningKey == nil {
+		return nil
+	}
+	if _, err := r.cfg.Store.Stat(ctx, store.SignatureKey(jobID)); !errors.Is(err, store.ErrNotFound) {
+		return err // signed already, or the store cannot tell
+	}
+	env, err := signManifest(ctx, manifest, r.cfg.SigningKey)
+	if err != nil {
+		return err
+	}
+	err = r.cfg.Store.PutIfAbsent(ctx, store.SignatureKey(jobID), bytes.NewReader(env), int64(len(env)))
+	if errors.Is(err, store.ErrExists) {
+		return nil
+	}
+	return err
 }

@@ -103,6 +103,9 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 	// A redelivery after a crash between commit and ack must not run the job again.
 	if _, err := r.cfg.Store.Stat(ctx, store.ManifestKey(j.ID)); err == nil {
 		a.log.InfoContext(ctx, "run already committed; acknowledging without running again")
+		if err := r.adoptCommitted(ctx, j.ID); err != nil {
+			return job.StateRetrying, err
+		}
 		return "", errCommitted
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return job.StateRetrying, fmt.Errorf("check for a committed run: %w", err)

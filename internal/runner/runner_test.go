@@ -649,3 +649,51 @@ func TestShutdownInterruptsAndHandsTheJobBackAtOnce(t *testing.T) {
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
+
+// sigFailStore loses the first upload of every manifest signature, as a store fault or a crash
+// between the manifest and its signature would.
+type sigFailStore struct {
+	store.Store
+	failed atomic.Bool
+}
+
+func (s *sigFailStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if path.Base(key) == "manifest.dsse.json" && !s.failed.Swap(true) {
+		return errors.New("store: connection reset")
+	}
+	return s.Store.Put(ctx, key, r, size)
+}
+
+func TestRedeliveryOfAnUnsignedCommittedRunSignsIt(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	privPEM, pubPEM := provenance.GenerateKey()
+	priv, err := provenance.LoadPrivateKey(privPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := provenance.LoadPublicKey(pubPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		ran.Add(1)
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) {
+		c.SigningKey = priv
+		c.Store = &sigFailStore{Store: b.store}
+	})
+	j := b.submit("p")
+	st := b.waitFinal(j.ID, 15*time.Second)
+	if st.State != job.StateSucceeded {
+		t.Fatalf("status = %+v, want succeeded", st)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Errorf("the job ran %d times, want once: the redelivery only signs", n)
+	}
+	report, err := provenance.Verify(ctx, b.store, j.ID, pub)
+	if err != nil || !report.OK() {
+		t.Errorf("verify: %v %+v", err, report.Checks)
+	}
+}
