@@ -271,7 +271,7 @@ func driveBackend(t *testing.T, namespace string) backendRun {
 	}
 
 	start("job-2") // its worker "crashes": only the reaper removes it
-	held := func(string) bool { return false }
+	held := func(string, string) bool { return false }
 	if n, err := p.Reap(ctx, held, 0); err != nil || n != 1 {
 		t.Fatalf("Reap = %d, %v; want the orphaned pod deleted", n, err)
 	}

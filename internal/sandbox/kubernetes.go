@@ -471,11 +471,12 @@ func (p *KubernetesProvider) deletePod(ctx context.Context, log *slog.Logger, na
 	return nil
 }
 
-// Reap deletes this worker's sandbox pods whose job is no longer held (held reports false) and
-// that are older than minAge, which covers a pod between its creation and its registration
-// with the caller. It returns how many it deleted.
-func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID string) bool, minAge time.Duration) (int, error) {
-	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: managedBy, LabelComponent: componentValue, LabelWorker: p.cfg.WorkerID})
+// Reap deletes the sandbox pods in the namespace, whichever worker started them, whose job is
+// no longer held: held(jobID, worker) reports whether the worker named on the pod still runs
+// that job. Pods younger than minAge are spared, which covers a pod between its creation and
+// its registration with its worker. It returns how many it deleted.
+func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID, worker string) bool, minAge time.Duration) (int, error) {
+	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: managedBy, LabelComponent: componentValue})
 	list, err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
 		return 0, fmt.Errorf("sandbox: reap: list pods in %s: %w", p.cfg.Namespace, err)
@@ -483,10 +484,11 @@ func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID string) b
 	var n int
 	var errs []error
 	for _, pod := range list.Items {
-		if pod.DeletionTimestamp != nil || time.Since(pod.CreationTimestamp.Time) < minAge || held(pod.Annotations[annotationJob]) {
+		jobID, worker := pod.Annotations[annotationJob], pod.Labels[LabelWorker]
+		if pod.DeletionTimestamp != nil || time.Since(pod.CreationTimestamp.Time) < minAge || held(jobID, worker) {
 			continue
 		}
-		log := p.log.With("sandbox_id", pod.Name, "job_id", pod.Annotations[annotationJob])
+		log := p.log.With("sandbox_id", pod.Name, "job_id", jobID, "sandbox_worker", worker)
 		if err := p.deletePod(ctx, log, pod.Name); err != nil {
 			errs = append(errs, err)
 			continue
@@ -498,7 +500,7 @@ func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID string) b
 }
 
 // RunReaper calls Reap every interval until ctx ends; the caller owns the goroutine it runs in.
-func (p *KubernetesProvider) RunReaper(ctx context.Context, interval time.Duration, held func(jobID string) bool) error {
+func (p *KubernetesProvider) RunReaper(ctx context.Context, interval time.Duration, held func(jobID, worker string) bool) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

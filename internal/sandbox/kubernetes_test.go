@@ -354,14 +354,16 @@ func TestKubernetesReap(t *testing.T) {
 		pod("other-worker", "job-gone", "w2", old),
 	)
 	p := newKubernetes(t, client)
-	n, err := p.Reap(t.Context(), func(job string) bool { return job == "job-held" }, time.Minute)
-	if err != nil || n != 1 {
-		t.Fatalf("Reap = %d, %v; want 1 pod removed", n, err)
+	// w1's job-held is still running there; w2 runs nothing.
+	held := func(job, worker string) bool { return job == "job-held" && worker == "w1" }
+	n, err := p.Reap(t.Context(), held, time.Minute)
+	if err != nil || n != 2 {
+		t.Fatalf("Reap = %d, %v; want 2 pods removed", n, err)
 	}
 	for _, tt := range []struct {
 		name string
 		kept bool
-	}{{"held", true}, {"orphan", false}, {"young", true}, {"other-worker", true}} {
+	}{{"held", true}, {"orphan", false}, {"young", true}, {"other-worker", false}} {
 		_, err := client.CoreV1().Pods(testNamespace).Get(t.Context(), tt.name, metav1.GetOptions{})
 		if kept := err == nil; kept != tt.kept {
 			t.Errorf("pod %s kept = %v, want %v (%v)", tt.name, kept, tt.kept, err)

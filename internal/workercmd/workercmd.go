@@ -206,9 +206,19 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return r.Run(gctx)
 	})
 	if kp, ok := sandboxes.(*sandbox.KubernetesProvider); ok {
-		// Pods left by this worker's earlier life (a crash, a kill) are removed at start and
-		// then every minute, unless the job is running here.
-		g.Go(func() error { return kp.RunReaper(gctx, time.Minute, r.Holds) })
+		// Sandbox pods whose job no live worker holds (their worker crashed or was replaced,
+		// the job ended or moved on) are removed at start and then every minute.
+		held := func(jobID, worker string) bool {
+			if worker == cfg.WorkerID {
+				return r.Holds(jobID)
+			}
+			st, err := q.Status(gctx, jobID)
+			if err != nil {
+				return !errors.Is(err, queue.ErrUnknownJob) // when in doubt, spare it
+			}
+			return !st.State.Terminal() && st.Worker == worker
+		}
+		g.Go(func() error { return kp.RunReaper(gctx, time.Minute, held) })
 	}
 	g.Go(func() error {
 		return q.HandleMaxDeliveries(gctx, nc, r.RecordExhausted)
