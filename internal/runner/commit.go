@@ -90,6 +90,8 @@ func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox) ([
 	case err == nil:
 	case errors.Is(err, sandbox.ErrNotFound):
 		report = []byte(a.result.FinalMessage)
+	case errors.Is(err, sandbox.ErrTooLarge):
+		return nil, queue.Permanent("report_too_large", fmt.Errorf("report %s is larger than %d bytes; write a shorter report and put large output in %s/", a.profile.Report, maxReportBytes, a.profile.Artifacts))
 	default:
 		return nil, fmt.Errorf("read report %s: %w", a.profile.Report, err)
 	}

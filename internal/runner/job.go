@@ -198,6 +198,10 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 			a.log.WarnContext(ctx, "another attempt committed this job first; discarding this attempt's result")
 			return "", errCommitted
 		}
+		var perm *queue.PermanentError
+		if errors.As(cerr, &perm) {
+			return job.StateFailed, cerr
+		}
 		return job.StateRetrying, fmt.Errorf("upload results: %w", cerr)
 	}
 	a.committed = true

@@ -59,6 +59,9 @@ func (s *fakeSandbox) ReadFile(ctx context.Context, name string, max int64) ([]b
 	if !ok {
 		return nil, sandbox.ErrNotFound
 	}
+	if int64(len(data)) > max {
+		return nil, sandbox.ErrTooLarge
+	}
 	return data, nil
 }
 
@@ -695,5 +698,25 @@ func TestRedeliveryOfAnUnsignedCommittedRunSignsIt(t *testing.T) {
 	report, err := provenance.Verify(ctx, b.store, j.ID, pub)
 	if err != nil || !report.OK() {
 		t.Errorf("verify: %v %+v", err, report.Checks)
+	}
+}
+
+func TestOversizeReportFailsAtOnceWithAClearError(t *testing.T) {
+	b := setup(t)
+	var ran atomic.Int64
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		ran.Add(1)
+		return agent.Result{Outcome: agent.OutcomeCompleted}, req.Sandbox.WriteFile(ctx, "report.md", make([]byte, 5<<20))
+	}))
+	j := b.submit("p")
+	st := b.waitFinal(j.ID, 10*time.Second)
+	if st.State != job.StateFailed || !strings.Contains(st.Error, "larger than") {
+		t.Fatalf("status = %+v, want failed saying the report is too large", st)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Errorf("the job ran %d times, want once: a report that is too large does not get smaller", n)
+	}
+	if dls := b.deadLetters(); len(dls) != 1 || dls[0].Reason != "report_too_large" {
+		t.Errorf("dead letters = %+v, want one with reason report_too_large", dls)
 	}
 }
