@@ -29,6 +29,7 @@ fi
 
 if [[ $mode == test ]]; then
 	need_apt busybox busybox-static # the kubernetes backend's shell wrappers run in a busybox image in tests
+	need_apt ip iproute2 # the containment tests read interfaces and routes from inside with ip
 	# promtool checks the worker's metrics and the chart's alerts; the e2e tests start prometheus
 	need_apt promtool prometheus
 	gobin=$(go env GOPATH)/bin
