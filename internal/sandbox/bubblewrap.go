@@ -373,8 +373,8 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	}
 	s := &bubblewrapSandbox{
 		p: p, id: id, hostDir: filepath.Join(p.root, id), lock: lock, workdir: workdir, disk: lim.disk, uid: -1,
-		log:     p.log.With("sandbox_id", id, "job_id", spec.JobID),
-		running: map[uint64]context.CancelCauseFunc{}, idle: make(chan struct{}),
+		log:   p.log.With("sandbox_id", id, "job_id", spec.JobID),
+		calls: newCalls(),
 	}
 	if err := s.setup(spec, lim, rootfs); err != nil {
 		s.shutdown(fmt.Errorf("sandbox %s: failed to start: %w", id, ErrClosed))
@@ -638,57 +638,11 @@ type bubblewrapSandbox struct {
 	log     *slog.Logger
 	expiry  *time.Timer
 
-	mu      sync.Mutex
-	closed  error // why the sandbox no longer takes calls; wraps ErrClosed
-	running map[uint64]context.CancelCauseFunc
-	nextID  uint64
-	busy    int           // calls in flight
-	idle    chan struct{} // closed once closed and no call is in flight
+	*calls
 
 	closeMu sync.Mutex // serialises cleanup between Close and the lifetime timer
 	cleaned bool
 	wdShut  bool
-}
-
-// begin registers a call; cancel, when given, is how Close stops it.
-func (s *bubblewrapSandbox) begin(cancel context.CancelCauseFunc) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed != nil {
-		return 0, s.closed
-	}
-	s.nextID++
-	s.busy++
-	if cancel != nil {
-		s.running[s.nextID] = cancel
-	}
-	return s.nextID, nil
-}
-
-func (s *bubblewrapSandbox) end(id uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.running, id)
-	s.busy--
-	if s.closed != nil && s.busy == 0 {
-		close(s.idle)
-	}
-}
-
-// shutdown refuses new calls and kills running commands.
-func (s *bubblewrapSandbox) shutdown(reason error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed != nil {
-		return
-	}
-	s.closed = reason
-	for _, cancel := range s.running {
-		cancel(reason)
-	}
-	if s.busy == 0 {
-		close(s.idle)
-	}
 }
 
 // cleanup removes the cgroup and the host folder once no call is in flight, and frees the host

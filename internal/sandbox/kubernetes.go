@@ -192,7 +192,7 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	}
 	s := &kubernetesSandbox{
 		p: p, name: created.Name, workdir: spec.Workdir, log: log,
-		running: map[uint64]context.CancelCauseFunc{}, idle: make(chan struct{}),
+		calls: newCalls(),
 		info: Info{
 			Backend: p.Backend(), ID: created.Name, Image: spec.Image,
 			CPU: spec.CPU, Memory: spec.Memory, Disk: spec.Disk, PIDs: spec.PIDs,
@@ -525,54 +525,15 @@ type kubernetesSandbox struct {
 	info    Info
 	log     *slog.Logger
 
-	mu      sync.Mutex
-	closed  error
-	running map[uint64]context.CancelCauseFunc
-	nextID  uint64
-	busy    int
-	idle    chan struct{}
+	*calls
 
 	closeMu sync.Mutex
 	deleted bool
 }
 
-func (s *kubernetesSandbox) begin(cancel context.CancelCauseFunc) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed != nil {
-		return 0, s.closed
-	}
-	s.nextID++
-	s.busy++
-	if cancel != nil {
-		s.running[s.nextID] = cancel
-	}
-	return s.nextID, nil
-}
-
-func (s *kubernetesSandbox) end(id uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.running, id)
-	s.busy--
-	if s.closed != nil && s.busy == 0 {
-		close(s.idle)
-	}
-}
-
 // Close stops running commands and deletes the pod. It is idempotent.
 func (s *kubernetesSandbox) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed == nil {
-		s.closed = fmt.Errorf("sandbox %s: %w", s.name, ErrClosed)
-		for _, cancel := range s.running {
-			cancel(s.closed)
-		}
-		if s.busy == 0 {
-			close(s.idle)
-		}
-	}
-	s.mu.Unlock()
+	s.shutdown(fmt.Errorf("sandbox %s: %w", s.name, ErrClosed))
 
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
