@@ -444,6 +444,8 @@ func TestTransientFailuresEndInTheDeadLetterStreamAfterMaxDeliver(t *testing.T) 
 			t.Errorf("attempt %d came %s after the previous one, want at least %s of backoff", i+1, gap, want)
 		}
 	}
+	// The status is recorded before the message is terminated and dead-lettered.
+	waitFor(t, 5*time.Second, "the dead letter", func() bool { return len(b.deadLetters()) > 0 })
 	dls := b.deadLetters()
 	if len(dls) != 1 || dls[0].JobID != j.ID || dls[0].Attempt != b.cfg.NATS.MaxDeliver || !strings.Contains(dls[0].Error, "503") {
 		t.Errorf("dead letters = %+v, want one for %s with the last error", dls, j.ID)
@@ -716,6 +718,7 @@ func TestOversizeReportFailsAtOnceWithAClearError(t *testing.T) {
 	if n := ran.Load(); n != 1 {
 		t.Errorf("the job ran %d times, want once: a report that is too large does not get smaller", n)
 	}
+	waitFor(t, 5*time.Second, "the dead letter", func() bool { return len(b.deadLetters()) > 0 })
 	if dls := b.deadLetters(); len(dls) != 1 || dls[0].Reason != "report_too_large" {
 		t.Errorf("dead letters = %+v, want one with reason report_too_large", dls)
 	}
