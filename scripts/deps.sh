@@ -32,9 +32,5 @@ if [[ $mode == test ]]; then
 	need_apt ip iproute2 # the containment tests read interfaces and routes from inside with ip
 	# promtool checks the worker's metrics and the chart's alerts; the e2e tests start prometheus
 	need_apt promtool prometheus
-	gobin=$(go env GOPATH)/bin
-	if ! command -v versitygw >/dev/null 2>&1 && [[ ! -x $gobin/versitygw ]]; then
-		echo "deps: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (about 2 minutes)" >&2
-		GOFLAGS=-mod=mod go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
-	fi
+	"$(dirname "$0")/install-versitygw.sh" >&2
 fi
