@@ -787,18 +787,11 @@ var (
 // When the workdir ends up over its disk bound, Exec returns the result together with an
 // error wrapping ErrDiskFull.
 func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
-	if err := validateExec(req); err != nil {
+	dir, maxOut, err := checkExec(req)
+	if err != nil {
 		return ExecResult{}, err
 	}
 	name := req.Argv[0]
-	dir, err := CleanPath(req.Dir)
-	if err != nil {
-		return ExecResult{}, fmt.Errorf("sandbox: exec %s: dir: %w", name, err)
-	}
-	maxOut := req.MaxOutputBytes
-	if maxOut == 0 {
-		maxOut = DefaultMaxOutputBytes
-	}
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -1003,30 +996,6 @@ func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelC
 		}
 		t.Reset(min(max(diskPollFactor*time.Since(begin), diskPollMin), diskPollMax))
 	}
-}
-
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// validateExec refuses requests that cannot be passed to bwrap faithfully. bwrap reads its
-// options NUL-separated from --args, so a NUL inside a value would smuggle in options.
-func validateExec(req ExecRequest) error {
-	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return errors.New("sandbox: exec: empty argv; name a program")
-	}
-	for _, a := range req.Argv {
-		if strings.ContainsRune(a, 0) {
-			return fmt.Errorf("sandbox: exec %s: an argument contains a NUL byte", req.Argv[0])
-		}
-	}
-	for k, v := range req.Env {
-		if !envName.MatchString(k) || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("sandbox: exec %s: environment variable %q: names are letters, digits and _, and values hold no NUL byte", req.Argv[0], k)
-		}
-	}
-	if req.Timeout < 0 || req.MaxOutputBytes < 0 {
-		return fmt.Errorf("sandbox: exec %s: Timeout and MaxOutputBytes must not be negative", req.Argv[0])
-	}
-	return nil
 }
 
 // options are this Exec's bwrap options: the sandbox's, then the environment and the folder.

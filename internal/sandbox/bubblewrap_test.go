@@ -341,7 +341,17 @@ func TestTimeoutLeavesNoHostProcess(t *testing.T) {
 	}
 }
 
+// hostProcesses lists the host's processes whose command line holds marker (bwrap itself
+// aside), as "pid:cmdline".
 func hostProcesses(t *testing.T, marker string) []string {
+	t.Helper()
+	return hostProcessesWhere(t, func(pid string, cmdline []byte) bool {
+		return bytes.Contains(cmdline, []byte(marker)) && !bytes.Contains(cmdline, []byte("bwrap"))
+	})
+}
+
+// hostProcessesWhere lists the host's processes that match, as "pid:cmdline".
+func hostProcessesWhere(t *testing.T, match func(pid string, cmdline []byte) bool) []string {
 	t.Helper()
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
@@ -353,7 +363,7 @@ func hostProcesses(t *testing.T, marker string) []string {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil || !bytes.Contains(cmdline, []byte(marker)) || bytes.Contains(cmdline, []byte("bwrap")) {
+		if err != nil || !match(d.Name(), cmdline) {
 			continue
 		}
 		found = append(found, d.Name()+":"+string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))

@@ -37,27 +37,18 @@ var boundModes = []struct {
 // hostProcessesOf lists the host's processes running as uid, as "pid:cmdline".
 func hostProcessesOf(t *testing.T, uid int) []string {
 	t.Helper()
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found []string
-	for _, d := range dirs {
-		if _, err := strconv.Atoi(d.Name()); err != nil {
-			continue
-		}
-		status, err := os.ReadFile(filepath.Join("/proc", d.Name(), "status"))
+	return hostProcessesWhere(t, func(pid string, _ []byte) bool {
+		status, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
 		if err != nil {
-			continue
+			return false
 		}
 		for _, line := range strings.Split(string(status), "\n") {
 			if ids, ok := strings.CutPrefix(line, "Uid:"); ok && slices.Contains(strings.Fields(ids), strconv.Itoa(uid)) {
-				cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-				found = append(found, d.Name()+":"+string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+				return true
 			}
 		}
-	}
-	return found
+		return false
+	})
 }
 
 // expectHostForks checks that the host can still start a process promptly.

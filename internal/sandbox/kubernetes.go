@@ -682,21 +682,14 @@ func (s *kubernetesSandbox) run(ctx context.Context, argv []string, stdin io.Rea
 
 // Exec runs argv in the pod through the exec wrapper.
 func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
-	if err := validateExec(req); err != nil {
+	dir, maxOut, err := checkExec(req)
+	if err != nil {
 		return ExecResult{}, err
 	}
 	name := req.Argv[0]
 	if strings.Contains(name, "=") {
 		// env would take it for a variable.
 		return ExecResult{}, fmt.Errorf("sandbox: exec %s: a program name must not contain '='", name)
-	}
-	dir, err := CleanPath(req.Dir)
-	if err != nil {
-		return ExecResult{}, fmt.Errorf("sandbox: exec %s: dir: %w", name, err)
-	}
-	maxOut := req.MaxOutputBytes
-	if maxOut == 0 {
-		maxOut = DefaultMaxOutputBytes
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -6,9 +6,11 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"strings"
 	"time"
 
@@ -119,4 +121,37 @@ func CleanPath(name string) (string, error) {
 		clean = "."
 	}
 	return clean, nil
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// checkExec refuses requests no backend can pass on faithfully (a NUL byte would end an
+// argument early in bwrap's NUL-separated options and in a pod's argv alike) and returns the
+// clean workdir-relative folder and the output cap the request means.
+func checkExec(req ExecRequest) (dir string, maxOut int, err error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return "", 0, errors.New("sandbox: exec: empty argv; name a program")
+	}
+	name := req.Argv[0]
+	for _, a := range req.Argv {
+		if strings.ContainsRune(a, 0) {
+			return "", 0, fmt.Errorf("sandbox: exec %s: an argument contains a NUL byte", name)
+		}
+	}
+	for k, v := range req.Env {
+		if !envName.MatchString(k) || strings.ContainsRune(v, 0) {
+			return "", 0, fmt.Errorf("sandbox: exec %s: environment variable %q: names are letters, digits and _, and values hold no NUL byte", name, k)
+		}
+	}
+	if req.Timeout < 0 || req.MaxOutputBytes < 0 {
+		return "", 0, fmt.Errorf("sandbox: exec %s: Timeout and MaxOutputBytes must not be negative", name)
+	}
+	if dir, err = CleanPath(req.Dir); err != nil {
+		return "", 0, fmt.Errorf("sandbox: exec %s: dir: %w", name, err)
+	}
+	maxOut = req.MaxOutputBytes
+	if maxOut == 0 {
+		maxOut = DefaultMaxOutputBytes
+	}
+	return dir, maxOut, nil
 }
