@@ -46,6 +46,9 @@ func Connect(ctx context.Context, url, name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// statusHistory is how many revisions of a job's status the bucket keeps.
+const statusHistory = 16
+
 // New sets up (or updates) everything a worker needs: the job stream, the dead-letter stream,
 // the durable consumer and the status bucket. It is safe to call from every worker at start.
 func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) (*Queue, error) {
@@ -93,9 +96,12 @@ func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) 
 	q.status, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      cfg.StatusBucket,
 		Description: "Boxcar job status by job id",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+		// A watcher reads revisions after they are written; with history 1 a revision that is
+		// replaced within a millisecond (a quick tool call between two model turns) is gone
+		// before it is delivered, and `submit watch` skips that step.
+		History:  statusHistory,
+		Storage:  jetstream.FileStorage,
+		Replicas: cfg.Replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: set up status bucket %s: %w", cfg.StatusBucket, err)

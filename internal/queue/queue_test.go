@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -259,6 +260,53 @@ func TestStatusUpdatesAndTerminalStatesAreFinal(t *testing.T) {
 	}
 	if _, err := b.q.Status(ctx, "nosuchjob-0000"); !errors.Is(err, queue.ErrUnknownJob) {
 		t.Errorf("status of unknown job: %v, want ErrUnknownJob", err)
+	}
+}
+
+// A watcher must see every progress step, even steps that follow each other within a
+// millisecond (a file tool call between two model turns): `submit watch` shows each one.
+func TestWatchSeesEveryRapidUpdate(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	j := newJob(t)
+	if _, err := b.q.Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	watchCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	updates, err := b.q.WatchStatus(watchCtx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const steps = 200
+	writer := make(chan struct{})
+	defer func() { <-writer }()
+	go func() {
+		defer close(writer)
+		for i := 1; i <= steps; i++ {
+			if _, err := b.q.UpdateStatus(ctx, j.ID, func(st *job.Status) {
+				st.State, st.Progress = job.StateRunning, fmt.Sprintf("step %d", i)
+			}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if _, err := b.q.UpdateStatus(ctx, j.ID, func(st *job.Status) { st.State, st.Progress = job.StateSucceeded, "" }); err != nil {
+			t.Error(err)
+		}
+	}()
+	next := 1
+	for st := range updates {
+		if st.State != job.StateRunning {
+			continue
+		}
+		if want := fmt.Sprintf("step %d", next); st.Progress != want {
+			t.Fatalf("watch showed %q after step %d; want %q (a step was lost)", st.Progress, next-1, want)
+		}
+		next++
+	}
+	if next != steps+1 {
+		t.Errorf("watch ended after step %d of %d", next-1, steps)
 	}
 }
 
