@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 export PATH := $(shell $(GO) env GOPATH)/bin:$(PATH)
 
-.PHONY: all build demo test test-short lint deps deps-test bench clean
+.PHONY: all build demo test test-short lint deps deps-test bench clean image test-cluster
 
 all: build
 
@@ -42,6 +42,25 @@ lint:
 
 bench: deps-test
 	$(GO) test -run '^$$' -bench . -benchtime 200x -count 3 ./internal/...
+
+## image: the worker's release image (FROM scratch, static binaries, uid 65532), no registry needed
+IMAGE ?= ghcr.io/boxcar-run/boxcar:$(VERSION)
+image:
+	@test -s /etc/ssl/certs/ca-certificates.crt || { echo "image: no /etc/ssl/certs/ca-certificates.crt; run  apt-get install -y ca-certificates" >&2; exit 1; }
+	@rm -rf $(BIN)/image && mkdir -p $(BIN)/image
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image/ ./cmd/worker ./cmd/submit
+	cp /etc/ssl/certs/ca-certificates.crt $(BIN)/image/
+	@printf 'root:x:0:0:root:/root:/sbin/nologin\nboxcar:x:65532:65532:boxcar:/tmp:/sbin/nologin\n' >$(BIN)/image/passwd
+	@printf 'root:x:0:\nboxcar:x:65532:\n' >$(BIN)/image/group
+	@scripts/docker.sh
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	@docker image inspect $(IMAGE) --format 'image: {{index .RepoTags 0}} {{.Size}} bytes, user {{.Config.User}}, entrypoint {{.Config.Entrypoint}}'
+
+## test-cluster: the Kubernetes backend on a real single-node cluster; needs root. Builds
+## Kubernetes once into BOXCAR_CLUSTER_CACHE (default ~/.cache/boxcar-cluster), ~12 min cold.
+test-cluster:
+	@test/cluster/build.sh
+	cd test/cluster && $(GO) test -count=1 -timeout 40m ./...
 
 clean:
 	rm -rf $(BIN)

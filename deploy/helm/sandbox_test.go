@@ -17,11 +17,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -219,6 +221,13 @@ func driveBackend(t *testing.T, namespace string) backendRun {
 	}
 	cs := fake.NewClientset()
 	fakeKubelet(t, cs, namespace)
+	// The fake clientset cannot store access reviews; the real API server answers them from
+	// RBAC, and the chart's Role grants everything, so the fake answers "allowed".
+	cs.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview).DeepCopy()
+		r.Status.Allowed = true
+		return true, r, nil
+	})
 	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
 		Client: client{Clientset: cs, rest: real.CoreV1().RESTClient()}, RESTConfig: restConfig,
 		Namespace: namespace, Image: "busybox:1.37", WorkerID: "worker-0", StartTimeout: 20 * time.Second,
@@ -278,6 +287,9 @@ func driveBackend(t *testing.T, namespace string) backendRun {
 
 	run := backendRun{permissions: map[permission]bool{}}
 	for _, a := range cs.Actions() {
+		if a.GetResource().Resource == "selfsubjectaccessreviews" {
+			continue // every authenticated user may ask what it may do (system:basic-user); no Role needed
+		}
 		resource := a.GetResource().Resource
 		if sub := a.GetSubresource(); sub != "" {
 			resource += "/" + sub

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -662,44 +663,71 @@ func TestPromptInjectionIsData(t *testing.T) {
 }
 
 // approver answers from a function.
-type approver func(context.Context, agent.ApprovalRequest) (bool, error)
+type approver func(context.Context, agent.ApprovalRequest) (agent.Answer, error)
 
-func (f approver) Approve(ctx context.Context, r agent.ApprovalRequest) (bool, error) {
+func (f approver) Approve(ctx context.Context, r agent.ApprovalRequest) (agent.Answer, error) {
 	return f(ctx, r)
 }
 
 func TestShellPolicy(t *testing.T) {
 	var asked []agent.ApprovalRequest
-	yes := approver(func(_ context.Context, r agent.ApprovalRequest) (bool, error) {
+	decidedAt := time.Date(2026, 12, 2, 10, 16, 0, 0, time.UTC)
+	yes := approver(func(_ context.Context, r agent.ApprovalRequest) (agent.Answer, error) {
 		asked = append(asked, r)
-		return true, nil
+		return agent.Answer{Approved: true, By: "alice@host", At: decidedAt}, nil
 	})
-	no := approver(func(context.Context, agent.ApprovalRequest) (bool, error) { return false, nil })
-	broken := approver(func(context.Context, agent.ApprovalRequest) (bool, error) { return false, errors.New("queue down") })
-	silent := approver(func(ctx context.Context, _ agent.ApprovalRequest) (bool, error) {
+	no := approver(func(context.Context, agent.ApprovalRequest) (agent.Answer, error) {
+		return agent.Answer{By: "bob@host", At: decidedAt, Reason: "not today"}, nil
+	})
+	broken := approver(func(context.Context, agent.ApprovalRequest) (agent.Answer, error) {
+		return agent.Answer{}, errors.New("queue down")
+	})
+	silent := approver(func(ctx context.Context, _ agent.ApprovalRequest) (agent.Answer, error) {
 		<-ctx.Done()
-		return false, ctx.Err()
+		return agent.Answer{}, ctx.Err()
 	})
+	// Decided by the approvals transport, which marks the request expired when it gives up.
+	expired := approver(func(ctx context.Context, _ agent.ApprovalRequest) (agent.Answer, error) {
+		return agent.Answer{At: decidedAt}, fmt.Errorf("approval expired: %w", context.DeadlineExceeded)
+	})
+	// policy is how the record names a decision made by the profile alone.
+	policy := func(p string, d agent.Decision) *agent.Approval { return &agent.Approval{Policy: p, Decision: d} }
 	tests := []struct {
-		name     string
-		policy   string
-		allow    []string
-		approver agent.Approver
-		args     string
-		wantArgv []string // nil: refused
+		name         string
+		policy       string
+		allow        []string
+		approver     agent.Approver
+		args         string
+		wantArgv     []string // nil: refused
+		wantApproval *agent.Approval
+		waitEnded    bool // the agent stamps At itself, when the wait ended: checked for being set
 	}{
-		{name: "deny", policy: config.PolicyDeny, args: `{"command": ["ls", "-l"]}`},
-		{name: "allowlist match", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["ls", "-l"]}`, wantArgv: []string{"ls", "-l"}},
-		{name: "allowlist star crosses slashes", policy: config.PolicyAllowlist, allow: []string{"cat *"}, args: `{"command": ["cat", "data/sub/file.txt"]}`, wantArgv: []string{"cat", "data/sub/file.txt"}},
-		{name: "allowlist string form split on whitespace", policy: config.PolicyAllowlist, allow: []string{"git status"}, args: `{"command": "git   status"}`, wantArgv: []string{"git", "status"}},
-		{name: "allowlist mismatch", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["rm", "-rf", "/"]}`},
-		{name: "allowlist is anchored", policy: config.PolicyAllowlist, allow: []string{"ls"}, args: `{"command": ["ls", "-R", "/"]}`},
-		{name: "allowlist no prefix trick", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["lsblk"]}`},
-		{name: "ask approved", policy: config.PolicyAsk, approver: yes, args: `{"command": ["make", "test"]}`, wantArgv: []string{"make", "test"}},
-		{name: "ask denied", policy: config.PolicyAsk, approver: no, args: `{"command": ["make", "test"]}`},
-		{name: "ask without an approver", policy: config.PolicyAsk, args: `{"command": ["make", "test"]}`},
-		{name: "ask with a failing approver", policy: config.PolicyAsk, approver: broken, args: `{"command": ["make", "test"]}`},
-		{name: "ask unanswered in time", policy: config.PolicyAsk, approver: silent, args: `{"command": ["make", "test"]}`},
+		{name: "deny", policy: config.PolicyDeny, args: `{"command": ["ls", "-l"]}`,
+			wantApproval: policy(config.PolicyDeny, agent.DecisionDenied)},
+		{name: "allowlist match", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["ls", "-l"]}`, wantArgv: []string{"ls", "-l"},
+			wantApproval: policy(config.PolicyAllowlist, agent.DecisionApproved)},
+		{name: "allowlist star crosses slashes", policy: config.PolicyAllowlist, allow: []string{"cat *"}, args: `{"command": ["cat", "data/sub/file.txt"]}`, wantArgv: []string{"cat", "data/sub/file.txt"},
+			wantApproval: policy(config.PolicyAllowlist, agent.DecisionApproved)},
+		{name: "allowlist string form split on whitespace", policy: config.PolicyAllowlist, allow: []string{"git status"}, args: `{"command": "git   status"}`, wantArgv: []string{"git", "status"},
+			wantApproval: policy(config.PolicyAllowlist, agent.DecisionApproved)},
+		{name: "allowlist mismatch", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["rm", "-rf", "/"]}`,
+			wantApproval: policy(config.PolicyAllowlist, agent.DecisionDenied)},
+		{name: "allowlist is anchored", policy: config.PolicyAllowlist, allow: []string{"ls"}, args: `{"command": ["ls", "-R", "/"]}`,
+			wantApproval: policy(config.PolicyAllowlist, agent.DecisionDenied)},
+		{name: "allowlist no prefix trick", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["lsblk"]}`,
+			wantApproval: policy(config.PolicyAllowlist, agent.DecisionDenied)},
+		{name: "ask approved", policy: config.PolicyAsk, approver: yes, args: `{"command": ["make", "test"]}`, wantArgv: []string{"make", "test"},
+			wantApproval: &agent.Approval{Policy: config.PolicyAsk, Decision: agent.DecisionApproved, By: "alice@host", At: decidedAt}},
+		{name: "ask denied", policy: config.PolicyAsk, approver: no, args: `{"command": ["make", "test"]}`,
+			wantApproval: &agent.Approval{Policy: config.PolicyAsk, Decision: agent.DecisionDenied, By: "bob@host", At: decidedAt}},
+		{name: "ask without an approver", policy: config.PolicyAsk, args: `{"command": ["make", "test"]}`,
+			wantApproval: policy(config.PolicyAsk, agent.DecisionDenied)},
+		{name: "ask with a failing approver", policy: config.PolicyAsk, approver: broken, args: `{"command": ["make", "test"]}`,
+			wantApproval: &agent.Approval{Policy: config.PolicyAsk, Decision: agent.DecisionDenied}, waitEnded: true},
+		{name: "ask unanswered in time", policy: config.PolicyAsk, approver: silent, args: `{"command": ["make", "test"]}`,
+			wantApproval: &agent.Approval{Policy: config.PolicyAsk, Decision: agent.DecisionTimedOut}, waitEnded: true},
+		{name: "ask expired by the transport", policy: config.PolicyAsk, approver: expired, args: `{"command": ["make", "test"]}`,
+			wantApproval: &agent.Approval{Policy: config.PolicyAsk, Decision: agent.DecisionTimedOut, At: decidedAt}},
 		{name: "empty command", policy: config.PolicyAllowlist, allow: []string{"*"}, args: `{"command": []}`},
 	}
 	for _, tt := range tests {
@@ -715,19 +743,31 @@ func TestShellPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
+			got := res.ToolCalls[0].Approval
+			if got != nil && tt.waitEnded {
+				if got.At.IsZero() {
+					t.Errorf("approval.At is zero, want when the wait ended")
+				}
+				c := *got
+				c.At = time.Time{}
+				got = &c
+			}
+			if !reflect.DeepEqual(got, tt.wantApproval) {
+				t.Errorf("approval = %+v, want %+v", got, tt.wantApproval)
+			}
 			argvs := sb.argvs()
-			got := lastToolResult(t, s.requests()[1])
+			result := lastToolResult(t, s.requests()[1])
 			if tt.wantArgv == nil {
-				if msg, _ := got["error"].(string); len(argvs) != 0 || msg == "" {
-					t.Errorf("execs %q, result %v; want nothing run and an error", argvs, got)
+				if msg, _ := result["error"].(string); len(argvs) != 0 || msg == "" {
+					t.Errorf("execs %q, result %v; want nothing run and an error", argvs, result)
 				}
 				return
 			}
 			if len(argvs) != 1 || !reflect.DeepEqual(argvs[0], tt.wantArgv) {
 				t.Errorf("execs = %q, want %q", argvs, tt.wantArgv)
 			}
-			if _, ok := got["exit_code"]; !ok || res.ToolCalls[0].Error != "" {
-				t.Errorf("result %v, want a command result", got)
+			if _, ok := result["exit_code"]; !ok || res.ToolCalls[0].Error != "" {
+				t.Errorf("result %v, want a command result", result)
 			}
 			if tt.policy == config.PolicyAsk {
 				want := []agent.ApprovalRequest{{JobID: req.JobID, CallID: "sh1", Argv: tt.wantArgv}}

@@ -133,6 +133,9 @@ type ToolCall struct {
 	Truncated bool // output was cut for the model or by the sandbox
 	Error     string
 	Duration  time.Duration
+	// Approval is how the shell policy decided the command; nil for other tools and for shell
+	// calls refused before the policy (invalid arguments).
+	Approval *Approval
 }
 
 // Usage is the token usage the endpoint reported, summed over the run.
@@ -428,6 +431,7 @@ func (r *run) callTool(ctx context.Context, turn int, c call) {
 		Truncated:  res.truncated,
 		Error:      res.err,
 		Duration:   d,
+		Approval:   res.approval,
 	})
 	attrs := []any{"turn", turn, "tool", c.name, "call_id", c.id, "exit_code", res.exitCode,
 		"timed_out", res.timedOut, "truncated", res.truncated, "duration_ms", d.Milliseconds()}

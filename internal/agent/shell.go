@@ -14,23 +14,22 @@ import (
 
 // Approver asks a person whether a shell command may run (the "ask" policy). Approve blocks
 // until an answer or until ctx ends; the agent bounds ctx by the profile's approval timeout.
-// false, an error or no answer in time all mean denied. A *DeniedError carries the person's
-// reason to the model.
+// An answer that does not approve, an error or no answer in time all mean denied; an error
+// wrapping context.DeadlineExceeded means nobody answered in time.
 type Approver interface {
-	Approve(ctx context.Context, req ApprovalRequest) (bool, error)
+	Approve(ctx context.Context, req ApprovalRequest) (Answer, error)
 }
 
-// DeniedError is what an Approver returns when a person refused a command and said why. The
-// model is told the reason, as data.
-type DeniedError struct {
+// Answer is a person's answer to an ApprovalRequest.
+type Answer struct {
+	Approved bool
+	// By names who answered and At when, as the approvals transport recorded them; the run's
+	// record keeps both, so that a reader can tell who let a command through. At may also be
+	// set, By not, with an error: when the wait for an answer ended.
+	By string
+	At time.Time
+	// Reason is why a person denied the command; the model is told it, as data.
 	Reason string
-}
-
-func (e *DeniedError) Error() string {
-	if e.Reason == "" {
-		return "a person denied the command"
-	}
-	return "a person denied the command: " + e.Reason
 }
 
 // ApprovalRequest is one command waiting for a person.
@@ -38,6 +37,26 @@ type ApprovalRequest struct {
 	JobID  string
 	CallID string
 	Argv   []string
+}
+
+// Decision is how a shell command was decided.
+type Decision string
+
+// Decisions. Only DecisionApproved lets the command run.
+const (
+	DecisionApproved Decision = "approved"
+	DecisionDenied   Decision = "denied"
+	// DecisionTimedOut: under "ask", nobody answered within the approval timeout.
+	DecisionTimedOut Decision = "timed_out"
+)
+
+// Approval is how the shell policy decided one command: by the profile's policy alone (deny,
+// allowlist) or by a person (ask), and then who and when.
+type Approval struct {
+	Policy   string // config.PolicyDeny, PolicyAllowlist or PolicyAsk
+	Decision Decision
+	By       string    // the person who answered under "ask"; empty otherwise
+	At       time.Time // when the person answered or the wait ended ("ask"); zero otherwise
 }
 
 // shellTool is general command execution under the profile's policy:
@@ -132,7 +151,7 @@ func (t shellTool) Call(ctx context.Context, callID string, raw json.RawMessage)
 		}
 	}
 	start := time.Now()
-	refused := t.decide(ctx, callID, argv)
+	refused, approval := t.decide(ctx, callID, argv)
 	var wait time.Duration
 	if t.spec.Policy == config.PolicyAsk && t.approver != nil {
 		wait = time.Since(start)
@@ -145,42 +164,59 @@ func (t shellTool) Call(ctx context.Context, callID string, raw json.RawMessage)
 		res = t.exec(ctx, argv)
 	}
 	res.approvalWait = wait
+	res.approval = &approval
 	return res
 }
 
-// decide applies the policy; it returns why the command is refused, or "" to run it.
-func (t shellTool) decide(ctx context.Context, callID string, argv []string) string {
+// decide applies the policy; it returns why the command is refused, or "" to run it, and how
+// it was decided.
+func (t shellTool) decide(ctx context.Context, callID string, argv []string) (string, Approval) {
 	switch t.spec.Policy {
 	case config.PolicyAllowlist:
+		policy := Approval{Policy: config.PolicyAllowlist, Decision: DecisionApproved}
 		cmdline := strings.Join(argv, " ")
 		for _, re := range t.allow {
 			if re.MatchString(cmdline) {
-				return ""
+				return "", policy
 			}
 		}
-		return fmt.Sprintf("%q matches none of the allowed patterns", cmdline)
+		policy.Decision = DecisionDenied
+		return fmt.Sprintf("%q matches none of the allowed patterns", cmdline), policy
 	case config.PolicyAsk:
-		if t.approver == nil {
-			return "commands need a person's approval and none can be asked in this run"
-		}
-		actx, cancel := context.WithTimeout(ctx, t.approvalTimeout)
-		defer cancel()
-		ok, err := t.approver.Approve(actx, ApprovalRequest{JobID: t.jobID, CallID: callID, Argv: argv})
-		var denied *DeniedError
-		switch {
-		case errors.As(err, &denied):
-			return denied.Error()
-		case errors.Is(err, context.DeadlineExceeded) || (err == nil && !ok && actx.Err() != nil):
-			return fmt.Sprintf("no approval within %s", t.approvalTimeout)
-		case err != nil:
-			return fmt.Sprintf("approval failed: %v", err)
-		case !ok:
-			return "a person denied the command"
-		}
-		return ""
+		return t.ask(ctx, callID, argv)
 	default:
-		return "the operator's policy for this profile refuses shell commands"
+		return "the operator's policy for this profile refuses shell commands", Approval{Policy: config.PolicyDeny, Decision: DecisionDenied}
 	}
+}
+
+// ask lets the Approver decide, within the approval timeout.
+func (t shellTool) ask(ctx context.Context, callID string, argv []string) (string, Approval) {
+	denied := Approval{Policy: config.PolicyAsk, Decision: DecisionDenied}
+	if t.approver == nil {
+		return "commands need a person's approval and none can be asked in this run", denied
+	}
+	actx, cancel := context.WithTimeout(ctx, t.approvalTimeout)
+	defer cancel()
+	ans, err := t.approver.Approve(actx, ApprovalRequest{JobID: t.jobID, CallID: callID, Argv: argv})
+	decided := Approval{Policy: config.PolicyAsk, Decision: DecisionDenied, By: ans.By, At: ans.At}
+	if decided.At.IsZero() {
+		decided.At = time.Now()
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || (err == nil && !ans.Approved && ans.By == "" && actx.Err() != nil):
+		// Nobody answered: a name on the record would claim otherwise.
+		decided.Decision, decided.By = DecisionTimedOut, ""
+		return fmt.Sprintf("no approval within %s", t.approvalTimeout), decided
+	case err != nil:
+		decided.By = ""
+		return fmt.Sprintf("approval failed: %v", err), decided
+	case !ans.Approved && ans.Reason != "":
+		return "a person denied the command: " + ans.Reason, decided
+	case !ans.Approved:
+		return "a person denied the command", decided
+	}
+	decided.Decision = DecisionApproved
+	return "", decided
 }
 
 // globRegexp compiles an allowlist pattern: "*" any run of characters, "?" one character,

@@ -68,6 +68,7 @@ type result struct {
 	execDuration   time.Duration
 	stdout, stderr streamDigest
 	approvalWait   time.Duration // shell "ask": time spent waiting for a person
+	approval       *Approval     // shell: how the policy decided the command
 }
 
 type errorResult struct {

@@ -26,9 +26,9 @@ func TestTranscriptToolLines(t *testing.T) {
 			call{"c5", "shell", `{"command": ["rm", "-rf", "/"]}`},
 		),
 		final("ok"))
-	yes := approver(func(_ context.Context, r agent.ApprovalRequest) (bool, error) {
+	yes := approver(func(_ context.Context, r agent.ApprovalRequest) (agent.Answer, error) {
 		time.Sleep(20 * time.Millisecond) // a person takes a moment
-		return r.Argv[0] == "make", nil
+		return agent.Answer{Approved: r.Argv[0] == "make", By: "alice"}, nil
 	})
 	p := csvProfile(t, printTool, emitTool, config.Tool{Name: "shell", Kind: config.ToolShell, Policy: config.PolicyAsk})
 	p.Limits.MaxOutputBytes = 1000

@@ -62,8 +62,15 @@ func sampleManifest(t *testing.T) provenance.Manifest {
 		ToolCalls: []provenance.ToolCall{
 			{ID: "call_1", Tool: "csv_stats", ArgsSHA256: sha(`{"path":"sales.csv"}`), ExitCode: 0, DurationMS: 42},
 			{ID: "call_2", Tool: "write_file", ArgsSHA256: sha(`{"path":"report.md"}`), ExitCode: 1, Truncated: true, Error: "disk full", DurationMS: 3},
+			{ID: "call_3", Tool: "shell", ArgsSHA256: sha(`{"command":["make","test"]}`), ExitCode: 0, DurationMS: 61_000,
+				Approval: provenance.Approval{Policy: provenance.PolicyAsk, Decision: provenance.DecisionApproved, DecidedBy: "bob@ops-1",
+					DecidedAt: time.Date(2026, 12, 2, 11, 16, 2, 250_000_000, paris)}},
 		},
-		Limits:  p.Limits.Tighten(&job.Limits{MaxTurns: 5}),
+		Limits: p.Limits.Tighten(&job.Limits{MaxTurns: 5}),
+		Spent: provenance.Spent{
+			ThisAttempt: provenance.Budget{Turns: 2, ToolCalls: 3, Tokens: 1500},
+			AllAttempts: provenance.Budget{Turns: 4, ToolCalls: 5, Tokens: 2500},
+		},
 		Outcome: provenance.Outcome{State: job.StateSucceeded},
 		Timings: provenance.Timings{
 			QueuedAt:   time.Date(2026, 12, 2, 10, 15, 0, 100_000_000, time.UTC),

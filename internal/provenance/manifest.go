@@ -42,6 +42,7 @@ type Manifest struct {
 	Model     Model         `json:"model"`
 	ToolCalls []ToolCall    `json:"tool_calls"`
 	Limits    config.Limits `json:"limits"` // the profile's limits after the job tightened them
+	Spent     Spent         `json:"spent"`
 	Outcome   Outcome       `json:"outcome"`
 	Timings   Timings       `json:"timings"`
 	Attempt   int           `json:"attempt"` // 1 for the first delivery
@@ -120,13 +121,64 @@ type ToolCall struct {
 	Truncated  bool   `json:"truncated"`
 	Error      string `json:"error,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
+	// Approval is how the shell policy decided the command; absent for other tools and for
+	// shell calls that never reached the policy (invalid arguments).
+	Approval Approval `json:"approval,omitzero"`
+}
+
+// Shell policies, as Approval.Policy records them (the profile's tool policy).
+const (
+	PolicyDeny      = "deny"
+	PolicyAllowlist = "allowlist"
+	PolicyAsk       = "ask"
+)
+
+// Decisions, as Approval.Decision records them. Only DecisionApproved means the command ran.
+const (
+	DecisionApproved = "approved"
+	DecisionDenied   = "denied"
+	// DecisionTimedOut: nobody answered within the approval timeout, so the command was
+	// refused (policy "ask" only).
+	DecisionTimedOut = "timed_out"
+)
+
+// Approval records who or what let a shell command run or refused it, so that a reader can
+// tell the commands a person let through (Policy ask, Decision approved, DecidedBy set) from
+// those the profile's policy decided (Policy allowlist or deny, no DecidedBy).
+type Approval struct {
+	Policy   string `json:"policy"`   // PolicyDeny, PolicyAllowlist or PolicyAsk
+	Decision string `json:"decision"` // DecisionApproved, DecisionDenied or DecisionTimedOut
+	// DecidedBy is the person who answered under "ask", as `submit approve`/`deny` recorded
+	// them (user@host); empty for policy decisions, timeouts and refusals without a person.
+	DecidedBy string `json:"decided_by,omitempty"`
+	// DecidedAt is when the person answered or the wait for one ended (UTC); zero for policy
+	// decisions, which take no time worth recording.
+	DecidedAt time.Time `json:"decided_at,omitzero"`
+}
+
+// Spent is what the job used of its caps (turns, tool calls, tokens): by this attempt, and by
+// all attempts so far this one included. Caps count all attempts, so a run capped early in
+// a redelivered attempt is explained by AllAttempts.
+type Spent struct {
+	ThisAttempt Budget `json:"this_attempt"`
+	AllAttempts Budget `json:"all_attempts"`
+}
+
+// Budget is an amount of the caps: model turns (requests sent), tool calls and tokens.
+type Budget struct {
+	Turns     int   `json:"turns"`
+	ToolCalls int   `json:"tool_calls"`
+	Tokens    int64 `json:"tokens"`
 }
 
 // Outcome is how the run ended.
 type Outcome struct {
 	State job.State `json:"state"`
 	Cap   string    `json:"cap,omitempty"` // the limit that stopped a capped run
-	Error string    `json:"error,omitempty"`
+	// Reason is the short machine-readable reason of a failed or dead run, the one its dead
+	// letter carries: "report_too_large", "model_rejected", "max_deliveries" …
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Timings are the run's moments in UTC.
@@ -229,10 +281,15 @@ func normalize(m Manifest) (Manifest, error) {
 			return m, fmt.Errorf("%w: inputs[%d] (%s): sha256 must be 64 lowercase hex digits and size at least 0", ErrInvalid, i, in.Name)
 		}
 	}
+	m.ToolCalls = slices.Clone(m.ToolCalls) // the UTC times below must not change the caller's
 	for i, c := range m.ToolCalls {
 		if c.ArgsSHA256 != "" && !hexSHA256.MatchString(c.ArgsSHA256) {
 			return m, fmt.Errorf("%w: tool_calls[%d].args_sha256 %q is not 64 lowercase hex digits", ErrInvalid, i, c.ArgsSHA256)
 		}
+		if err := checkApproval(c.Approval); err != nil {
+			return m, fmt.Errorf("%w: tool_calls[%d].approval: %w", ErrInvalid, i, err)
+		}
+		m.ToolCalls[i].Approval.DecidedAt = c.Approval.DecidedAt.UTC()
 	}
 	digest, err := ProfileDigest(m.Profile.Spec)
 	if err != nil {
@@ -262,6 +319,32 @@ func normalize(m Manifest) (Manifest, error) {
 	return m, nil
 }
 
+// checkApproval wants a known policy and decision, and a person only under "ask": a manifest
+// must not claim that someone approved what the policy decided.
+func checkApproval(a Approval) error {
+	if a == (Approval{}) {
+		return nil
+	}
+	switch a.Policy {
+	case PolicyDeny, PolicyAllowlist, PolicyAsk:
+	default:
+		return fmt.Errorf("policy %q is not deny, allowlist or ask", a.Policy)
+	}
+	switch a.Decision {
+	case DecisionApproved, DecisionDenied:
+	case DecisionTimedOut:
+		if a.Policy != PolicyAsk {
+			return fmt.Errorf("decision timed_out under policy %s: only ask waits for a person", a.Policy)
+		}
+	default:
+		return fmt.Errorf("decision %q is not approved, denied or timed_out", a.Decision)
+	}
+	if a.DecidedBy != "" && a.Policy != PolicyAsk {
+		return fmt.Errorf("decided_by %q under policy %s: only ask has a person decide", a.DecidedBy, a.Policy)
+	}
+	return nil
+}
+
 func nonNil[T any](s []T) []T {
 	if s == nil {
 		return []T{}
@@ -273,7 +356,7 @@ func nonNil[T any](s []T) []T {
 // SHA-256 and a size, and no name twice.
 func checkSubjects(subjects []Subject) error {
 	if len(subjects) == 0 {
-		return fmt.Errorf("%w: no subjects; the report at least must be named", ErrInvalid)
+		return fmt.Errorf("%w: no subjects; the transcript at least must be named", ErrInvalid)
 	}
 	for i, s := range subjects {
 		switch {

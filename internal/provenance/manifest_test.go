@@ -44,6 +44,10 @@ func TestBuildParseRoundTrip(t *testing.T) {
 	}{
 		{"full run", sampleManifest(t), sampleSubjects()},
 		{"minimal failed run", minimal, []provenance.Subject{{Name: "transcript.jsonl", SHA256: sha(""), Size: 0}}},
+		{"failed run without a report", withoutReport(t), []provenance.Subject{
+			{Name: "transcript.jsonl", SHA256: sha("transcript"), Size: 10},
+			{Name: "artifacts/totals.csv", SHA256: sha("totals"), Size: 6},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,6 +82,14 @@ func TestBuildParseRoundTrip(t *testing.T) {
 	}
 }
 
+// withoutReport is the sample run failed because its report was too large to keep.
+func withoutReport(t *testing.T) provenance.Manifest {
+	t.Helper()
+	m := sampleManifest(t)
+	m.Outcome = provenance.Outcome{State: "failed", Reason: "report_too_large", Error: "report report.md is larger than 4194304 bytes"}
+	return m
+}
+
 func TestBuildKeepsValuesExact(t *testing.T) {
 	m := sampleManifest(t)
 	st, err := provenance.Parse(build(t, m, sampleSubjects()))
@@ -100,8 +112,53 @@ func TestBuildKeepsValuesExact(t *testing.T) {
 	if got := p.Limits.MaxTurns; got != 5 {
 		t.Errorf("limits.max_turns = %d, want the tightened 5", got)
 	}
+	if got := p.ToolCalls[2].Approval.DecidedAt; got.Location() != time.UTC || !got.Equal(m.ToolCalls[2].Approval.DecidedAt) {
+		t.Errorf("approval.decided_at = %s, want %s in UTC", got, m.ToolCalls[2].Approval.DecidedAt)
+	}
+	for i := range m.ToolCalls {
+		m.ToolCalls[i].Approval.DecidedAt = m.ToolCalls[i].Approval.DecidedAt.UTC()
+	}
 	if !slices.Equal(p.ToolCalls, m.ToolCalls) {
 		t.Errorf("tool_calls = %+v, want %+v", p.ToolCalls, m.ToolCalls)
+	}
+	if p.Spent != m.Spent {
+		t.Errorf("spent = %+v, want %+v", p.Spent, m.Spent)
+	}
+}
+
+// TestBuildRecordsDecisionsAndSpending pins the JSON of the fields a reader relies on to tell
+// who let a shell command through and what earlier attempts spent.
+func TestBuildRecordsDecisionsAndSpending(t *testing.T) {
+	m := sampleManifest(t)
+	m.ToolCalls = append(m.ToolCalls,
+		provenance.ToolCall{ID: "call_4", Tool: "shell", ArgsSHA256: sha("4"), ExitCode: -1, Error: "refused: no approval within 5m0s",
+			Approval: provenance.Approval{Policy: provenance.PolicyAsk, Decision: provenance.DecisionTimedOut, DecidedAt: time.Date(2026, 12, 2, 10, 21, 0, 0, time.UTC)}},
+		provenance.ToolCall{ID: "call_5", Tool: "shell", ArgsSHA256: sha("5"),
+			Approval: provenance.Approval{Policy: provenance.PolicyAllowlist, Decision: provenance.DecisionApproved}},
+		provenance.ToolCall{ID: "call_6", Tool: "shell", ArgsSHA256: sha("6"), ExitCode: -1, Error: "refused: the operator's policy for this profile refuses shell commands",
+			Approval: provenance.Approval{Policy: provenance.PolicyDeny, Decision: provenance.DecisionDenied}},
+	)
+	data := string(build(t, m, sampleSubjects()))
+	tests := []struct {
+		name string
+		want string
+	}{
+		{name: "a tool without a policy has no approval", want: `"error":"disk full","exit_code":1,"id":"call_2",`},
+		{name: "a person approved, in UTC", want: `"approval":{"decided_at":"2026-12-02T10:16:02.25Z","decided_by":"bob@ops-1","decision":"approved","policy":"ask"},"args_sha256"`},
+		{name: "nobody answered", want: `"approval":{"decided_at":"2026-12-02T10:21:00Z","decision":"timed_out","policy":"ask"},`},
+		{name: "the allowlist let it through", want: `"approval":{"decision":"approved","policy":"allowlist"},`},
+		{name: "the policy refused it", want: `"approval":{"decision":"denied","policy":"deny"},`},
+		{name: "spent", want: `"spent":{"all_attempts":{"tokens":2500,"tool_calls":5,"turns":4},"this_attempt":{"tokens":1500,"tool_calls":3,"turns":2}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !strings.Contains(data, tt.want) {
+				t.Errorf("manifest lacks %s:\n%s", tt.want, data)
+			}
+		})
+	}
+	if n := strings.Count(data, `"approval":`); n != 4 {
+		t.Errorf("%d approvals in the manifest, want one per shell call (4)", n)
 	}
 }
 
@@ -207,6 +264,14 @@ func TestBuildRejects(t *testing.T) {
 		{"subject twice", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1}, {Name: "report.md", SHA256: sha("y"), Size: 1}}},
 		{"bad input digest", func(m *provenance.Manifest) { m.Inputs[0].SHA256 = "abc" }, sampleSubjects()},
 		{"bad args digest", func(m *provenance.Manifest) { m.ToolCalls[0].ArgsSHA256 = "args" }, sampleSubjects()},
+		{"unknown approval policy", func(m *provenance.Manifest) { m.ToolCalls[2].Approval.Policy = "maybe" }, sampleSubjects()},
+		{"unknown approval decision", func(m *provenance.Manifest) { m.ToolCalls[2].Approval.Decision = "ok" }, sampleSubjects()},
+		{"a person named for a policy decision", func(m *provenance.Manifest) {
+			m.ToolCalls[2].Approval.Policy = provenance.PolicyAllowlist
+		}, sampleSubjects()},
+		{"a policy that timed out", func(m *provenance.Manifest) {
+			m.ToolCalls[2].Approval = provenance.Approval{Policy: provenance.PolicyDeny, Decision: provenance.DecisionTimedOut}
+		}, sampleSubjects()},
 		{"wrong profile digest", func(m *provenance.Manifest) { m.Profile.Digest = "sha256:" + sha("other") }, sampleSubjects()},
 	}
 	for _, tt := range tests {

@@ -43,7 +43,7 @@ func (r *Runner) approver(a *attempt) agent.Approver {
 	return &approver{r: r, a: a}
 }
 
-func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (bool, error) {
+func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agent.Answer, error) {
 	approvals := p.r.cfg.Approvals
 	log := p.a.log.With("call_id", req.CallID)
 	now := time.Now().UTC()
@@ -56,7 +56,7 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (bool
 		Worker: p.r.cfg.Worker.WorkerID, RequestedAt: now, ExpiresAt: expires,
 	})
 	if err != nil {
-		return false, err
+		return agent.Answer{}, err
 	}
 	if asked.Decision != "" {
 		// An earlier attempt of the job asked about this very command.
@@ -82,7 +82,7 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (bool
 			}
 			log.InfoContext(ctx, "no approval", "reason", reason)
 			p.setState(cleanup, job.StateRunning, "no approval for call "+req.CallID+": "+reason)
-			return false, err
+			return agent.Answer{At: final.DecidedAt}, err
 		}
 		got = final // a person answered just before the worker gave up
 	}
@@ -92,15 +92,18 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (bool
 	return answer(got)
 }
 
-// answer turns a decision into what the agent expects of an Approver.
-func answer(a queue.Approval) (bool, error) {
+// answer turns a decision into what the agent expects of an Approver: who decided and when go
+// with it into the run's manifest.
+func answer(a queue.Approval) (agent.Answer, error) {
 	switch a.Decision {
 	case queue.DecisionApproved:
-		return true, nil
+		return agent.Answer{Approved: true, By: a.DecidedBy, At: a.DecidedAt}, nil
 	case queue.DecisionDenied:
-		return false, &agent.DeniedError{Reason: a.Reason}
+		return agent.Answer{By: a.DecidedBy, At: a.DecidedAt, Reason: a.Reason}, nil
 	default:
-		return false, nil
+		// Expired by another attempt of the job (one whose lease passed) while this one
+		// waited: nobody answered in time.
+		return agent.Answer{At: a.DecidedAt}, fmt.Errorf("approval of call %s %s: %s: %w", a.CallID, a.Decision, a.Reason, context.DeadlineExceeded)
 	}
 }
 

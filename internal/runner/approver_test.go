@@ -18,7 +18,7 @@ func withApprovals(c *runner.Config) { c.Approvals = c.Queue.(*queue.Queue) }
 
 // approval is what one Approve call returned.
 type approval struct {
-	ok  bool
+	agent.Answer
 	err error
 }
 
@@ -32,8 +32,8 @@ func askingAgent(wait time.Duration, answers chan<- approval) agentFunc {
 		}
 		actx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
-		ok, err := req.Approver.Approve(actx, agent.ApprovalRequest{JobID: req.JobID, CallID: "call_1", Argv: []string{"make", "test"}})
-		answers <- approval{ok, err}
+		ans, err := req.Approver.Approve(actx, agent.ApprovalRequest{JobID: req.JobID, CallID: "call_1", Argv: []string{"make", "test"}})
+		answers <- approval{ans, err}
 		if ctx.Err() != nil {
 			return agent.Result{}, ctx.Err()
 		}
@@ -69,11 +69,13 @@ func TestApproverAsksAPerson(t *testing.T) {
 		if p.Attempt != 1 || p.Worker != b.cfg.WorkerID || len(p.Argv) != 2 {
 			t.Errorf("request = %+v", p)
 		}
-		if _, err := b.q.DecideApproval(ctx, j.ID, "call_1", queue.DecisionApproved, "alice", ""); err != nil {
+		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", queue.DecisionApproved, "alice", "")
+		if err != nil {
 			t.Fatal(err)
 		}
-		if a := <-answers; !a.ok || a.err != nil {
-			t.Errorf("Approve = %v, %v; want true", a.ok, a.err)
+		// Who answered and when go with the answer, for the manifest.
+		if a := <-answers; !a.Approved || a.err != nil || a.By != "alice" || !a.At.Equal(decided.DecidedAt) {
+			t.Errorf("Approve = %+v, %v; want approved by alice at %s", a.Answer, a.err, decided.DecidedAt)
 		}
 		if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateSucceeded {
 			t.Errorf("final state %s, want succeeded", st.State)
@@ -83,13 +85,13 @@ func TestApproverAsksAPerson(t *testing.T) {
 	t.Run("denied with a reason", func(t *testing.T) {
 		j := b.submit("p")
 		b.waitPending(j.ID)
-		if _, err := b.q.DecideApproval(ctx, j.ID, "call_1", queue.DecisionDenied, "alice", "use make check"); err != nil {
+		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", queue.DecisionDenied, "alice", "use make check")
+		if err != nil {
 			t.Fatal(err)
 		}
-		a := <-answers
-		var denied *agent.DeniedError
-		if a.ok || !errors.As(a.err, &denied) || denied.Reason != "use make check" {
-			t.Errorf("Approve = %v, %v; want a DeniedError with the reason", a.ok, a.err)
+		want := agent.Answer{By: "alice", At: decided.DecidedAt, Reason: "use make check"}
+		if a := <-answers; a.err != nil || a.Approved || a.By != want.By || !a.At.Equal(want.At) || a.Reason != want.Reason {
+			t.Errorf("Approve = %+v, %v; want %+v", a.Answer, a.err, want)
 		}
 		if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateSucceeded {
 			t.Errorf("final state %s, want succeeded", st.State)
@@ -102,8 +104,8 @@ func TestApproverAsksAPerson(t *testing.T) {
 		if _, err := b.q.UpdateStatus(ctx, j.ID, job.RequestCancel); err != nil {
 			t.Fatal(err)
 		}
-		if a := <-answers; a.ok || !errors.Is(a.err, context.Canceled) {
-			t.Errorf("Approve = %v, %v; want false and context.Canceled", a.ok, a.err)
+		if a := <-answers; a.Approved || a.By != "" || !errors.Is(a.err, context.Canceled) {
+			t.Errorf("Approve = %+v, %v; want no approval, nobody, and context.Canceled", a.Answer, a.err)
 		}
 		if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateCancelled {
 			t.Errorf("final state %s, want cancelled", st.State)
@@ -121,8 +123,9 @@ func TestApproverNoAnswerMeansDenied(t *testing.T) {
 	b.worker(askingAgent(300*time.Millisecond, answers), withApprovals)
 	j := b.submit("p")
 	a := <-answers
-	if a.ok || !errors.Is(a.err, context.DeadlineExceeded) {
-		t.Errorf("Approve = %v, %v; want false and DeadlineExceeded", a.ok, a.err)
+	// The answer says when the worker gave up, and that nobody answered.
+	if a.Approved || a.By != "" || a.At.IsZero() || !errors.Is(a.err, context.DeadlineExceeded) {
+		t.Errorf("Approve = %+v, %v; want no approval, nobody, the time it expired, and DeadlineExceeded", a.Answer, a.err)
 	}
 	if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateSucceeded {
 		t.Errorf("final state %s, want succeeded", st.State)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
@@ -39,11 +40,7 @@ func (o output) digest() string {
 // commit uploads the run: artifacts, transcript and report first, then the manifest with a
 // create-only put. The manifest is the commit marker: once it exists the run is final, and a
 // stale attempt that comes second gets store.ErrExists.
-func (r *Runner) commit(ctx context.Context, a *attempt, sb sandbox.Sandbox, state job.State, runErr error) error {
-	outs, err := r.collect(ctx, a, sb)
-	if err != nil {
-		return err
-	}
+func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, state job.State, runErr error) error {
 	// A newer attempt means this one's ack deadline passed and another worker took the job:
 	// uploading now could overwrite the files that attempt commits.
 	if err := r.checkLease(ctx, a); err != nil {
@@ -73,6 +70,7 @@ func (r *Runner) commit(ctx context.Context, a *attempt, sb sandbox.Sandbox, sta
 	if err := r.cfg.Store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest))); err != nil {
 		return err
 	}
+	a.report = slices.ContainsFunc(outs, func(o output) bool { return o.name == reportName })
 	if env != nil {
 		if err := r.cfg.Store.Put(ctx, store.SignatureKey(a.job.ID), bytes.NewReader(env), int64(len(env))); err != nil {
 			return fmt.Errorf("upload manifest signature: %w", err)
@@ -81,27 +79,33 @@ func (r *Runner) commit(ctx context.Context, a *attempt, sb sandbox.Sandbox, sta
 	return nil
 }
 
+// reportName is the report's name in the run's folder and among the manifest's subjects.
+const reportName = "report.md"
+
 // collect reads the report and the artifacts out of the sandbox. Without a report file, the
-// model's final answer is the report.
-func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox) ([]output, error) {
-	var outs []output
+// model's final answer is the report. A report that is too large is left out rather than
+// failing the upload: the run is still committed, with its transcript and artifacts, so that a
+// user can see what happened; dropped then says why there is no report (a permanent error
+// with reason report_too_large). err is a failure of the sandbox, worth retrying.
+func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox) (outs []output, dropped, err error) {
 	report, err := sb.ReadFile(ctx, a.profile.Report, maxReportBytes)
 	switch {
 	case err == nil:
+		outs = append(outs, output{name: reportName, data: report})
 	case errors.Is(err, sandbox.ErrNotFound):
-		report = []byte(a.result.FinalMessage)
+		outs = append(outs, output{name: reportName, data: []byte(a.result.FinalMessage)})
 	case errors.Is(err, sandbox.ErrTooLarge):
-		return nil, queue.Permanent("report_too_large", fmt.Errorf("report %s is larger than %d bytes; write a shorter report and put large output in %s/", a.profile.Report, maxReportBytes, a.profile.Artifacts))
+		dropped = queue.Permanent("report_too_large", fmt.Errorf("report %s is larger than %d bytes and was not uploaded; write a shorter report and put large output in %s/", a.profile.Report, maxReportBytes, a.profile.Artifacts))
+		a.log.WarnContext(ctx, "report too large; committing the run without it", "report", a.profile.Report, "max_bytes", maxReportBytes)
 	default:
-		return nil, fmt.Errorf("read report %s: %w", a.profile.Report, err)
+		return nil, nil, fmt.Errorf("read report %s: %w", a.profile.Report, err)
 	}
-	outs = append(outs, output{name: "report.md", data: report})
 
 	artifacts, err := r.collectArtifacts(ctx, a, sb)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return append(outs, artifacts...), nil
+	return append(outs, artifacts...), dropped, nil
 }
 
 // checkLease fails with store.ErrExists when a later attempt of the job has started or the run
@@ -142,7 +146,10 @@ func (r *Runner) adoptCommitted(ctx context.Context, jobID string) error {
 	out := stmt.Predicate.Outcome
 	_, err = r.cfg.Queue.UpdateStatus(ctx, jobID, func(s *job.Status) {
 		s.State, s.Cap, s.Error, s.Progress = out.State, out.Cap, out.Error, ""
-		s.Report, s.Manifest = r.cfg.Store.URL(store.ReportKey(jobID)), r.cfg.Store.URL(store.ManifestKey(jobID))
+		s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(jobID))
+		if slices.ContainsFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == reportName }) {
+			s.Report = r.cfg.Store.URL(store.ReportKey(jobID))
+		}
 		s.FinishedAt = stmt.Predicate.Timings.FinishedAt
 	})
 	if errors.Is(err, queue.ErrFinal) {

@@ -28,7 +28,9 @@ type attempt struct {
 	started   time.Time
 	sandbox   sandbox.Info
 	result    agent.Result
-	committed bool // the run's manifest was written by this attempt
+	earlier   agent.Budget // what earlier attempts had spent when this one started
+	committed bool         // the run's manifest was written by this attempt
+	report    bool         // the committed run has a report (one too large is left out)
 }
 
 // Handle runs one delivery to its end and settles it with the queue: ack, nak or term. It never
@@ -150,6 +152,7 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 		inputs[i] = in.Name
 	}
 	spent := r.newBudget(a, st)
+	a.earlier = spent.base
 	a.result, err = r.cfg.Agent.Run(ctx, agent.Request{
 		JobID:    j.ID,
 		Profile:  a.profile,
@@ -192,7 +195,12 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 	}
 
 	r.progress(commitCtx, a, "uploading")
-	if cerr := r.commit(commitCtx, a, sb, state, err); cerr != nil {
+	outs, dropped, cerr := r.collect(commitCtx, a, sb)
+	if cerr == nil {
+		state, err = withDroppedReport(state, err, dropped)
+		cerr = r.commit(commitCtx, a, outs, state, err)
+	}
+	if cerr != nil {
 		if errors.Is(cerr, store.ErrExists) {
 			r.m.StaleAttempts.Inc()
 			a.log.WarnContext(ctx, "another attempt committed this job first; discarding this attempt's result")
@@ -206,6 +214,17 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 	}
 	a.committed = true
 	return state, err
+}
+
+// withDroppedReport decides the outcome of a run whose report had to be left out (dropped is
+// nil when it was not). A run that would have succeeded or been capped fails with that error,
+// as nothing else went wrong and the report is what a user asked for; a run that already
+// failed, died or was cancelled keeps its own cause, which came first.
+func withDroppedReport(state job.State, err, dropped error) (job.State, error) {
+	if dropped == nil || (state != job.StateSucceeded && state != job.StateCapped) {
+		return state, err
+	}
+	return job.StateFailed, dropped
 }
 
 // errCommitted means the job's result already exists: acknowledge and record nothing new.
@@ -333,7 +352,10 @@ func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err er
 				s.FinishedAt, s.Progress = now, ""
 			}
 			if a.committed {
-				s.Report, s.Manifest = r.cfg.Store.URL(store.ReportKey(d.JobID)), r.cfg.Store.URL(store.ManifestKey(d.JobID))
+				s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(d.JobID))
+				if a.report {
+					s.Report = r.cfg.Store.URL(store.ReportKey(d.JobID))
+				}
 			}
 		})
 		if serr != nil && !errors.Is(serr, queue.ErrFinal) {
@@ -359,12 +381,7 @@ func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err er
 		logAttrs = append(logAttrs, "retry_in", delay.String())
 		qerr = d.Nak(ctx, delay)
 	case "term":
-		reason := "failed"
-		if perm != nil {
-			reason = perm.Reason
-		} else if state == job.StateDead {
-			reason = "max_deliveries"
-		}
+		reason := failureReason(state, err)
 		logAttrs = append(logAttrs, "reason", reason)
 		r.m.DeadLetters.WithLabelValues(reason).Inc()
 		qerr = d.Term(ctx, reason, err)
@@ -381,6 +398,19 @@ func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err er
 		level = slog.LevelWarn
 	}
 	log.Log(ctx, level, "job "+action, logAttrs...)
+}
+
+// failureReason is the short machine-readable reason of a job that ends in the dead letter
+// stream: the dead letter and the manifest's outcome both carry it.
+func failureReason(state job.State, err error) string {
+	var perm *queue.PermanentError
+	switch {
+	case errors.As(err, &perm):
+		return perm.Reason
+	case state == job.StateDead:
+		return "max_deliveries"
+	}
+	return "failed"
 }
 
 // backoff grows with each attempt from base: base, 2×base, 4×base … capped at 5 minutes.

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 )
@@ -31,6 +32,7 @@ func (r *Runner) manifest(a *attempt, outs []output, state job.State, runErr err
 			Usage:       provenance.Usage(res.Usage),
 		},
 		Limits:  a.limits,
+		Spent:   spent(a),
 		Outcome: provenance.Outcome{State: state, Cap: res.Cap},
 		Timings: provenance.Timings{QueuedAt: a.d.Published, StartedAt: a.started, FinishedAt: time.Now()},
 		Attempt: a.d.Attempt,
@@ -42,13 +44,16 @@ func (r *Runner) manifest(a *attempt, outs []output, state job.State, runErr err
 	if runErr != nil {
 		m.Outcome.Error = runErr.Error()
 	}
+	if state == job.StateFailed || state == job.StateDead {
+		m.Outcome.Reason = failureReason(state, runErr)
+	}
 	for _, in := range j.Inputs {
 		m.Inputs = append(m.Inputs, provenance.Input{Name: in.Name, SHA256: in.SHA256, Size: in.Size})
 	}
 	for _, c := range res.ToolCalls {
 		m.ToolCalls = append(m.ToolCalls, provenance.ToolCall{
 			ID: c.ID, Tool: c.Tool, ArgsSHA256: c.ArgsSHA256, ExitCode: c.ExitCode, TimedOut: c.TimedOut,
-			Truncated: c.Truncated, Error: c.Error, DurationMS: c.Duration.Milliseconds(),
+			Truncated: c.Truncated, Error: c.Error, DurationMS: c.Duration.Milliseconds(), Approval: approval(c.Approval),
 		})
 	}
 	subjects := make([]provenance.Subject, len(outs))
@@ -56,6 +61,34 @@ func (r *Runner) manifest(a *attempt, outs []output, state job.State, runErr err
 		subjects[i] = provenance.Subject{Name: o.name, SHA256: o.digest(), Size: int64(len(o.data))}
 	}
 	return provenance.Build(m, subjects)
+}
+
+// spent is what this attempt and all attempts of the job used of its caps. The agent counts
+// from what earlier attempts spent (Result.Spent includes them), except when it stopped before
+// counting anything: then this attempt spent nothing.
+func spent(a *attempt) provenance.Spent {
+	all, before := a.result.Spent, a.earlier
+	this := provenance.Budget{
+		Turns:     max(all.Turns-before.Turns, 0),
+		ToolCalls: max(all.ToolCalls-before.ToolCalls, 0),
+		Tokens:    max(all.Tokens-before.Tokens, 0),
+	}
+	return provenance.Spent{
+		ThisAttempt: this,
+		AllAttempts: provenance.Budget{
+			Turns:     before.Turns + this.Turns,
+			ToolCalls: before.ToolCalls + this.ToolCalls,
+			Tokens:    before.Tokens + this.Tokens,
+		},
+	}
+}
+
+// approval is the manifest's record of how the shell policy decided a call.
+func approval(a *agent.Approval) provenance.Approval {
+	if a == nil {
+		return provenance.Approval{}
+	}
+	return provenance.Approval{Policy: a.Policy, Decision: string(a.Decision), DecidedBy: a.By, DecidedAt: a.At}
 }
 
 func signManifest(ctx context.Context, manifest []byte, key ed25519.PrivateKey) ([]byte, error) {

@@ -252,7 +252,13 @@ func (b *bundle) putInput(data []byte) job.Input {
 
 func (b *bundle) submit(profile string) job.Job {
 	b.t.Helper()
-	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: profile, Task: "t", SubmittedAt: time.Now().UTC(),
+	return b.submitTask(profile, "t")
+}
+
+// submitTask submits a job with the given task, which a scripted agent may read.
+func (b *bundle) submitTask(profile, task string) job.Job {
+	b.t.Helper()
+	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: profile, Task: task, SubmittedAt: time.Now().UTC(),
 		Inputs: []job.Input{b.putInput([]byte("a,b\n1,2\n"))}}
 	if _, err := b.q.Publish(context.Background(), j); err != nil {
 		b.t.Fatal(err)
@@ -703,23 +709,88 @@ func TestRedeliveryOfAnUnsignedCommittedRunSignsIt(t *testing.T) {
 	}
 }
 
-func TestOversizeReportFailsAtOnceWithAClearError(t *testing.T) {
-	b := setup(t)
-	var ran atomic.Int64
-	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
-		ran.Add(1)
-		return agent.Result{Outcome: agent.OutcomeCompleted}, req.Sandbox.WriteFile(ctx, "report.md", make([]byte, 5<<20))
-	}))
-	j := b.submit("p")
-	st := b.waitFinal(j.ID, 10*time.Second)
-	if st.State != job.StateFailed || !strings.Contains(st.Error, "larger than") {
-		t.Fatalf("status = %+v, want failed saying the report is too large", st)
+// TestOversizeReportFailsButKeepsTheRun: a report over the limit is not uploaded, and the run
+// is still committed without it, transcript and artifacts included, so a user can see what
+// happened. A run that would have succeeded or been capped fails with report_too_large, at
+// once; one that failed for another reason first keeps that reason.
+func TestOversizeReportFailsButKeepsTheRun(t *testing.T) {
+	tests := []struct {
+		name       string
+		end        func(res agent.Result) (agent.Result, error) // how the agent ends, after writing
+		wantReason string
+		wantError  string
+	}{
+		{
+			name:       "completed",
+			end:        func(res agent.Result) (agent.Result, error) { return res, nil },
+			wantReason: "report_too_large", wantError: "larger than",
+		},
+		{
+			name: "capped",
+			end: func(res agent.Result) (agent.Result, error) {
+				res.Outcome, res.Cap = agent.OutcomeCapped, agent.CapMaxToolCalls
+				return res, nil
+			},
+			wantReason: "report_too_large", wantError: "larger than",
+		},
+		{
+			name: "failed first",
+			end: func(res agent.Result) (agent.Result, error) {
+				res.Outcome = ""
+				return res, fmt.Errorf("%w: 401 invalid key", agent.ErrModelAuth)
+			},
+			wantReason: "model_rejected", wantError: "401 invalid key",
+		},
 	}
-	if n := ran.Load(); n != 1 {
-		t.Errorf("the job ran %d times, want once: a report that is too large does not get smaller", n)
-	}
-	waitFor(t, 5*time.Second, "the dead letter", func() bool { return len(b.deadLetters()) > 0 })
-	if dls := b.deadLetters(); len(dls) != 1 || dls[0].Reason != "report_too_large" {
-		t.Errorf("dead letters = %+v, want one with reason report_too_large", dls)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := setup(t)
+			ctx := context.Background()
+			var ran atomic.Int64
+			b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+				ran.Add(1)
+				if err := req.Sandbox.WriteFile(ctx, "report.md", make([]byte, 5<<20)); err != nil {
+					return agent.Result{}, err
+				}
+				if err := req.Sandbox.WriteFile(ctx, "artifacts/table.csv", []byte("a,b\n1,2\n")); err != nil {
+					return agent.Result{}, err
+				}
+				return tt.end(agent.Result{Outcome: agent.OutcomeCompleted, Transcript: []byte(`{"type":"final"}` + "\n")})
+			}))
+			j := b.submit("p")
+			st := b.waitFinal(j.ID, 10*time.Second)
+			if st.State != job.StateFailed || !strings.Contains(st.Error, tt.wantError) {
+				t.Fatalf("status = %+v, want failed saying %q", st, tt.wantError)
+			}
+			// Committed: a manifest to read, no report to point at.
+			if st.Manifest != b.store.URL(store.ManifestKey(j.ID)) || st.Report != "" {
+				t.Errorf("status manifest %q, report %q; want the manifest's URL and no report", st.Manifest, st.Report)
+			}
+			if n := ran.Load(); n != 1 {
+				t.Errorf("the job ran %d times, want once: a report that is too large does not get smaller", n)
+			}
+			m := b.manifest(j.ID)
+			var names []string
+			for _, s := range m.Subjects {
+				names = append(names, s.Name)
+			}
+			if got, want := strings.Join(names, ","), "artifacts/table.csv,transcript.jsonl"; got != want {
+				t.Errorf("manifest subjects = %s, want %s (no report)", got, want)
+			}
+			out := m.Predicate.Outcome
+			if out.State != job.StateFailed || out.Reason != tt.wantReason || !strings.Contains(out.Error, tt.wantError) {
+				t.Errorf("manifest outcome = %+v, want failed with reason %s", out, tt.wantReason)
+			}
+			if _, err := b.store.Stat(ctx, store.ReportKey(j.ID)); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("report in the store: %v, want none", err)
+			}
+			if report, err := provenance.Verify(ctx, b.store, j.ID, nil); err != nil || !report.OK() {
+				t.Errorf("verify: %v %+v", err, report.Checks)
+			}
+			waitFor(t, 5*time.Second, "the dead letter", func() bool { return len(b.deadLetters()) > 0 })
+			if dls := b.deadLetters(); len(dls) != 1 || dls[0].Reason != tt.wantReason {
+				t.Errorf("dead letters = %+v, want one with reason %s", dls, tt.wantReason)
+			}
+		})
 	}
 }

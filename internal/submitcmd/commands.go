@@ -199,8 +199,13 @@ func (e *env) showFinal(st job.Status) {
 	if st.Error != "" {
 		fmt.Fprintf(e.stdout, "error: %s\n", st.Error)
 	}
+	// A failed run can be committed without a report (one too large to keep): its manifest
+	// still says what happened.
 	if st.Report != "" {
-		fmt.Fprintf(e.stdout, "report: %s\nmanifest: %s\n", st.Report, st.Manifest)
+		fmt.Fprintf(e.stdout, "report: %s\n", st.Report)
+	}
+	if st.Manifest != "" {
+		fmt.Fprintf(e.stdout, "manifest: %s\n", st.Manifest)
 	}
 }
 
@@ -269,7 +274,10 @@ func (e *env) status(ctx context.Context, args []string) error {
 		fmt.Fprintf(e.stdout, "error:    %s\n", st.Error)
 	}
 	if st.Report != "" {
-		fmt.Fprintf(e.stdout, "report:   %s\nmanifest: %s\n", st.Report, st.Manifest)
+		fmt.Fprintf(e.stdout, "report:   %s\n", st.Report)
+	}
+	if st.Manifest != "" {
+		fmt.Fprintf(e.stdout, "manifest: %s\n", st.Manifest)
 	}
 	return nil
 }

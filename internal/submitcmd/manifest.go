@@ -56,10 +56,16 @@ func (e *env) manifest(ctx context.Context, args []string) error {
 	if m.Outcome.Cap != "" {
 		fmt.Fprintf(w, " (cap %s)", m.Outcome.Cap)
 	}
+	if m.Outcome.Reason != "" {
+		fmt.Fprintf(w, " (%s)", m.Outcome.Reason)
+	}
 	if m.Outcome.Error != "" {
 		fmt.Fprintf(w, ": %s", m.Outcome.Error)
 	}
 	fmt.Fprintf(w, "\nduration:  %s\n", (time.Duration(m.Timings.DurationMS) * time.Millisecond).String())
+	this, all := m.Spent.ThisAttempt, m.Spent.AllAttempts
+	fmt.Fprintf(w, "spent:     %d turns, %d tool calls, %d tokens in attempt %d; %d turns, %d tool calls, %d tokens in all attempts\n",
+		this.Turns, this.ToolCalls, this.Tokens, m.Attempt, all.Turns, all.ToolCalls, all.Tokens)
 	for _, in := range m.Inputs {
 		fmt.Fprintf(w, "input:     %s  sha256:%s  %d bytes\n", in.Name, in.SHA256, in.Size)
 	}
@@ -74,6 +80,16 @@ func (e *env) manifest(ctx context.Context, args []string) error {
 		}
 		if c.Truncated {
 			fmt.Fprint(w, "  truncated")
+		}
+		if a := c.Approval; a.Policy != "" {
+			fmt.Fprintf(w, "  %s (policy %s", a.Decision, a.Policy)
+			if a.DecidedBy != "" {
+				fmt.Fprintf(w, ", by %s", a.DecidedBy)
+			}
+			if !a.DecidedAt.IsZero() {
+				fmt.Fprintf(w, ", at %s", a.DecidedAt.Format(time.RFC3339))
+			}
+			fmt.Fprint(w, ")")
 		}
 		if c.Error != "" {
 			fmt.Fprintf(w, "  error: %s", c.Error)

@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/user"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/boxcar-run/boxcar/internal/provenance"
 )
 
 // shellCallID is the id the scripted shell model gives its one tool call.
@@ -152,6 +155,31 @@ func shellLine(t *testing.T, w *worker, id string) (map[string]any, string) {
 	return nil, ""
 }
 
+// person is who `submit approve` and `submit deny` say answered when this test runs them:
+// user@host.
+func person(t *testing.T) string {
+	t.Helper()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Username + "@" + h
+}
+
+// shellApproval returns the manifest's record of how the run's one shell call was decided.
+func shellApproval(t *testing.T, w *worker, id string) provenance.Approval {
+	t.Helper()
+	calls := storedManifest(t, w, id).Predicate.ToolCalls
+	if len(calls) != 1 || calls[0].Tool != "shell" || calls[0].ID != shellCallID {
+		t.Fatalf("manifest tool calls = %+v, want the one shell call", calls)
+	}
+	return calls[0].Approval
+}
+
 // TestApprovals runs the "ask" policy end to end: the worker publishes the command and waits,
 // a person answers with submit, and the answer decides whether the command runs in the sandbox.
 func TestApprovals(t *testing.T) {
@@ -205,11 +233,16 @@ func TestApprovals(t *testing.T) {
 		if wait, _ := line["approval_ms"].(float64); line["exit_code"] != 0.0 || wait < 2500 || line["exec_ms"] == nil {
 			t.Errorf("transcript shell line = %v, want exit 0, approval_ms ≥ 2500 and exec_ms", line)
 		}
+		// The manifest says a person let the command through, who, and when (after the wait).
+		a := shellApproval(t, w, id)
+		if a.Policy != "ask" || a.Decision != "approved" || a.DecidedBy != person(t) || a.DecidedAt.Sub(p.RequestedAt) < 3*time.Second {
+			t.Errorf("manifest approval = %+v, want ask, approved by %s at least 3s after %s", a, person(t), p.RequestedAt)
+		}
 	})
 
 	t.Run("deny", func(t *testing.T) {
 		id := submitShellJob(t, w, "shell-ask", "touch", "denied.txt")
-		waitForApproval(t, w, id)
+		p := waitForApproval(t, w, id)
 		_, stderr, err := w.submit(t, "deny", id, shellCallID, "--reason", "not on a Friday")
 		if err != nil {
 			t.Fatalf("deny: %v\n%s", err, stderr)
@@ -225,6 +258,9 @@ func TestApprovals(t *testing.T) {
 		if line["error"] != want || line["exec_ms"] != nil || !strings.Contains(report, want) {
 			t.Errorf("transcript shell line %v, report %q; want %q and nothing run", line, report, want)
 		}
+		if a := shellApproval(t, w, id); a.Policy != "ask" || a.Decision != "denied" || a.DecidedBy != person(t) || a.DecidedAt.Before(p.RequestedAt) {
+			t.Errorf("manifest approval = %+v, want ask, denied by %s after %s", a, person(t), p.RequestedAt)
+		}
 	})
 
 	t.Run("no answer in time", func(t *testing.T) {
@@ -237,6 +273,10 @@ func TestApprovals(t *testing.T) {
 		const want = "refused: no approval within 1s"
 		if line["error"] != want || line["exec_ms"] != nil || !strings.Contains(report, want) {
 			t.Errorf("transcript shell line %v, report %q; want %q and nothing run", line, report, want)
+		}
+		// Nobody is named: the worker gave up waiting.
+		if a := shellApproval(t, w, id); a.Policy != "ask" || a.Decision != "timed_out" || a.DecidedBy != "" || a.DecidedAt.IsZero() {
+			t.Errorf("manifest approval = %+v, want ask, timed_out, nobody, and when", a)
 		}
 		_, _, err := w.submit(t, "approve", id, shellCallID)
 		if exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "expired") || !strings.Contains(fmt.Sprint(err), "no answer within 1s") {

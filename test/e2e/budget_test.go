@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
@@ -181,6 +182,21 @@ func TestBudgetSurvivesRedelivery(t *testing.T) {
 	text, _, err := w2.submit(t, "status", id)
 	if err != nil || !strings.Contains(text, "spent:    5 turns, 3 tool calls, 400 tokens (all attempts)") {
 		t.Errorf("submit status = %q, %v; want the spent budget", text, err)
+	}
+
+	// The manifest alone explains the cap: this attempt made one call, all attempts three.
+	pred := storedManifest(t, w2, id).Predicate
+	want := provenance.Spent{
+		ThisAttempt: provenance.Budget{Turns: 2, ToolCalls: 1, Tokens: 200},
+		AllAttempts: provenance.Budget{Turns: 5, ToolCalls: 3, Tokens: 400},
+	}
+	if pred.Spent != want || pred.Attempt != 2 || pred.Outcome.Cap != "max_tool_calls" || pred.Limits.MaxToolCalls != 3 {
+		t.Errorf("manifest spent %+v in attempt %d, cap %q of %d tool calls; want %+v in attempt 2, capped at max_tool_calls 3",
+			pred.Spent, pred.Attempt, pred.Outcome.Cap, pred.Limits.MaxToolCalls, want)
+	}
+	text, _, err = w2.submit(t, "manifest", id)
+	if err != nil || !strings.Contains(text, "spent:     2 turns, 1 tool calls, 200 tokens in attempt 2; 5 turns, 3 tool calls, 400 tokens in all attempts") {
+		t.Errorf("submit manifest = %q, %v; want both budgets", text, err)
 	}
 
 	// The second attempt's transcript: one call ran, the next was refused by the cap.

@@ -1,0 +1,78 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+func TestKubernetesCheck(t *testing.T) {
+	tests := []struct {
+		name     string
+		listErr  error
+		deny     string // "verb resource/subresource" the access review refuses
+		wantErr  string // empty: Check succeeds
+		wantNoAR bool   // no access review is asked
+	}{
+		{name: "allowed"},
+		{name: "cannot list", listErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", nil), wantErr: "list pods in namespace " + testNamespace, wantNoAR: true},
+		{name: "no exec", deny: "create pods/exec", wantErr: "may not create pods/exec in namespace " + testNamespace},
+		{name: "no create", deny: "create pods/", wantErr: "may not create pods in namespace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return tt.listErr != nil, nil, tt.listErr
+			})
+			var reviews []string
+			client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+				ra := r.Spec.ResourceAttributes
+				key := ra.Verb + " " + ra.Resource + "/" + ra.Subresource
+				reviews = append(reviews, key+" in "+ra.Namespace)
+				r = r.DeepCopy()
+				r.Status.Allowed = key != tt.deny
+				if !r.Status.Allowed {
+					r.Status.Reason = "no RBAC rule"
+				}
+				return true, r, nil
+			})
+			p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{Client: client, Executor: noExec{}, Namespace: testNamespace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = p.Check(context.Background())
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Check: %v, want nil", err)
+			case tt.wantErr != "" && !errors.Is(err, sandbox.ErrUnavailable):
+				t.Fatalf("Check: %v, want ErrUnavailable", err)
+			case tt.wantErr != "" && !strings.Contains(err.Error(), tt.wantErr):
+				// The message is what an operator reads on /readyz: it must name the fix.
+				t.Fatalf("Check: %v, want it to say %q", err, tt.wantErr)
+			}
+			if tt.wantNoAR && len(reviews) > 0 {
+				t.Errorf("access reviews %v asked after the list failed", reviews)
+			}
+			if !tt.wantNoAR && len(reviews) != 3 {
+				t.Errorf("access reviews = %v, want create pods, create pods/exec, delete pods", reviews)
+			}
+			for _, r := range reviews {
+				if !strings.HasSuffix(r, " in "+testNamespace) {
+					t.Errorf("access review %q is not about namespace %s", r, testNamespace)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,793 @@
+package e2e
+
+// Container tests, through testcontainers-go against a local Docker engine (scripts/docker.sh):
+// the worker's release image as the chart runs it, and a store that goes away under a running
+// worker. Every container runs on the host network (or none), with a read-only root and no
+// capabilities; images are built here from local files, never pulled.
+
+import (
+	"bytes"
+	"context"
+	"debug/buildinfo"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/boxcar-run/boxcar/examples"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/demomodel"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/store/s3test"
+	"github.com/boxcar-run/boxcar/internal/submitcmd"
+	"github.com/boxcar-run/boxcar/internal/workercmd"
+)
+
+// Where the chart mounts the worker's config; the container tests mount theirs there too.
+const (
+	chartConfigPath     = "/etc/boxcar/config/boxcar.yaml"
+	containerKubeconfig = "/etc/boxcar/kube/config"
+	imageUser           = "65532:65532"
+	workerDrainGrace    = 5 * time.Second
+)
+
+// TestReleaseImage builds the worker's release image from the repository's Dockerfile, as
+// `make image` does, and runs it the way the Helm chart does: the config mounted at
+// /etc/boxcar/config, host networking, a read-only root, no capabilities, uid 65532.
+func TestReleaseImage(t *testing.T) {
+	p := newDocker(t)
+	version := "v0.0.0-e2e." + randomSuffix(3)
+	contextDir := stageReleaseImage(t, version)
+	start := time.Now()
+	image := buildImage(t, p, contextDir, "boxcar-e2e-worker", map[string]string{"VERSION": version})
+	buildTime := time.Since(start)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := p.Client().ImageInspect(ctx, image)
+	if err != nil {
+		t.Fatalf("inspect %s: %v", image, err)
+	}
+	t.Logf("image %s: built in %s, %.1f MB", image, buildTime.Round(time.Millisecond), float64(info.Size)/1e6)
+	if got := info.Config.User; got != imageUser {
+		t.Errorf("image user = %q, want %q (the chart's runAsUser and runAsGroup)", got, imageUser)
+	}
+	if got, want := info.Config.Entrypoint, []string{"/usr/local/bin/worker"}; !slices.Equal(got, want) {
+		t.Errorf("image entrypoint = %q, want %q (the chart passes only flags)", got, want)
+	}
+	if got := info.Config.Labels["org.opencontainers.image.version"]; got != version {
+		t.Errorf("image version label = %q, want %q", got, version)
+	}
+
+	t.Run("binary", func(t *testing.T) {
+		// `worker --help` runs in the image and exits 0.
+		c := runContainer(t, p, hostContainer{image: image, cmd: []string{"--help"}, start: true})
+		st := waitExit(t, c, 30*time.Second)
+		logs := containerLogs(t, c)
+		if st.ExitCode != 0 || !strings.Contains(logs, "usage: worker [flags]") {
+			t.Errorf("worker --help: exit %d, output:\n%s\nwant exit 0 and the usage", st.ExitCode, logs)
+		}
+		// The worker has no --version flag (and cmd/worker no main.version for the Makefile's
+		// -X to set), and -trimpath keeps -ldflags out of the build info: the release's version
+		// is the image label checked above. The binary must be the static, trimmed build.
+		bin := copyFromContainer(t, c, "/usr/local/bin/worker")
+		if err := checkStatic(bin); err != nil {
+			t.Error(err)
+		}
+		bi, err := buildinfo.ReadFile(bin)
+		if err != nil {
+			t.Fatalf("build info of the image's worker: %v", err)
+		}
+		settings := map[string]string{}
+		for _, s := range bi.Settings {
+			settings[s.Key] = s.Value
+		}
+		if settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" {
+			t.Errorf("worker built with CGO_ENABLED=%q -trimpath=%q, want 0 and true", settings["CGO_ENABLED"], settings["-trimpath"])
+		}
+		t.Logf("image's worker: %s %s, %s, vcs.revision %q", bi.Path, bi.Main.Version, bi.GoVersion, settings["vcs.revision"])
+		if bi.Path != "github.com/boxcar-run/boxcar/cmd/worker" {
+			t.Errorf("image's worker is %s", bi.Path)
+		}
+
+		hostCA, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []struct {
+			path string
+			want func([]byte) bool
+			what string
+		}{
+			{"/etc/ssl/certs/ca-certificates.crt", func(b []byte) bool { return bytes.Equal(b, hostCA) }, "the host's CA bundle"},
+			{"/etc/passwd", func(b []byte) bool { return bytes.Contains(b, []byte("\nboxcar:x:65532:65532:")) }, "user boxcar with uid and gid 65532"},
+			{"/etc/group", func(b []byte) bool { return bytes.Contains(b, []byte("\nboxcar:x:65532:")) }, "group boxcar with gid 65532"},
+		} {
+			data, err := os.ReadFile(copyFromContainer(t, c, f.path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.want(data) {
+				t.Errorf("image's %s is not %s:\n%.300s", f.path, f.what, data)
+			}
+		}
+	})
+
+	ns := startNATS(t)
+	s3 := s3test.Start(t)
+	bucket := s3.CreateBucket(t)
+	deadAPI := freeAddr(t)   // the Kubernetes API server that is not there
+	deadModel := freeAddr(t) // no model is ever reached: jobs never get a sandbox
+	env := map[string]string{
+		"AWS_ACCESS_KEY_ID":     s3.AccessKey,
+		"AWS_SECRET_ACCESS_KEY": s3.SecretKey,
+		"AWS_REGION":            s3test.Region,
+		"OPENAI_API_KEY":        e2eAPIKey,
+	}
+	workerConfig := func(t *testing.T, metricsAddr, kubeconfig string) string {
+		path := filepath.Join(t.TempDir(), "boxcar.yaml")
+		writeText(t, path, fmt.Sprintf(`concurrency: 1
+metrics_addr: %s
+drain_grace: %s
+nats:
+  url: %s
+  retry_backoff: 1s
+store:
+  url: s3://%s
+  endpoint: %s
+  region: %s
+  path_style: true
+sandbox:
+  backend: kubernetes
+  kubernetes: {namespace: boxcar-sandboxes, kubeconfig: %q}
+model:
+  base_url: http://%s/v1
+profiles:
+  file-summary:
+    model: {name: gpt-4.1-mini}
+    system_prompt: Summarise the input files.
+    sandbox: {image: busybox:1.37}
+    tools:
+      - name: list_files
+`, metricsAddr, workerDrainGrace, ns.ClientURL(), bucket, s3.Endpoint, s3test.Region, kubeconfig, deadModel))
+		return path
+	}
+	submitEnv := map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint}
+	s3.Env(t) // for submit, which runs in this process
+
+	t.Run("no cluster", func(t *testing.T) {
+		// Kubernetes sandboxes, and neither an in-cluster service account nor a kubeconfig:
+		// the worker stops at start with the fix, before it serves anything.
+		metricsAddr := freeAddr(t)
+		c := runContainer(t, p, hostContainer{
+			image: image, env: env, start: true,
+			cmd:   []string{"--config=" + chartConfigPath, "--log-level=info"},
+			binds: []string{workerConfig(t, metricsAddr, "") + ":" + chartConfigPath + ":ro"},
+		})
+		st := waitExit(t, c, 60*time.Second)
+		logs := containerLogs(t, c)
+		want := "worker: kubernetes: not in a cluster (unable to load in-cluster configuration, KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be defined); set sandbox.kubernetes.kubeconfig"
+		if st.ExitCode != 1 || lastLine(logs) != want {
+			t.Errorf("worker without a cluster: exit %d, last line %q\nwant exit 1 and %q\nlog:\n%s", st.ExitCode, lastLine(logs), want, logs)
+		}
+		assertNoSecrets(t, "worker log", logs, s3.SecretKey, e2eAPIKey)
+	})
+
+	t.Run("cluster unreachable", func(t *testing.T) {
+		metricsAddr := freeAddr(t)
+		kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+		writeText(t, kubeconfig, fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: gone, cluster: {server: "https://%s"}}]
+users: [{name: gone, user: {}}]
+contexts: [{name: gone, context: {cluster: gone, user: gone}}]
+current-context: gone
+`, deadAPI))
+		started := time.Now()
+		c := runContainer(t, p, hostContainer{
+			image: image, env: env, start: true,
+			cmd: []string{"--config=" + chartConfigPath, "--log-level=info"},
+			binds: []string{
+				workerConfig(t, metricsAddr, containerKubeconfig) + ":" + chartConfigPath + ":ro",
+				kubeconfig + ":" + containerKubeconfig + ":ro",
+			},
+		})
+		base := "http://" + metricsAddr
+		waitHTTP(t, base+"/healthz", http.StatusOK, 60*time.Second, stillRunning(c))
+		t.Logf("worker container answered /healthz %s after start", time.Since(started).Round(time.Millisecond))
+
+		// The process runs as 65532, without capabilities, unable to gain privileges.
+		inspect, err := c.Inspect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		status := procStatus(t, inspect.State.Pid)
+		for key, want := range map[string]string{
+			"Uid": "65532\t65532\t65532\t65532", "Gid": "65532\t65532\t65532\t65532",
+			"CapEff": "0000000000000000", "CapPrm": "0000000000000000", "CapBnd": "0000000000000000",
+			"NoNewPrivs": "1",
+		} {
+			if status[key] != want {
+				t.Errorf("worker process %s = %q, want %q", key, status[key], want)
+			}
+		}
+		if !inspect.HostConfig.ReadonlyRootfs || inspect.HostConfig.NetworkMode != "host" {
+			t.Errorf("container: read-only root %v, network %q; want true, host", inspect.HostConfig.ReadonlyRootfs, inspect.HostConfig.NetworkMode)
+		}
+
+		// /readyz says the sandbox backend is unusable, and what to check.
+		wantReady := regexp.MustCompile(`^not ready: sandbox kubernetes: .*\(check the kubeconfig and the worker's Role\).*https://` + regexp.QuoteMeta(deadAPI) + `/.*: connect: connection refused\n$`)
+		if code, body := httpGet(t, base+"/readyz"); code != http.StatusServiceUnavailable || !wantReady.Match(body) {
+			t.Errorf("/readyz of a worker that cannot reach its cluster = %d %q\nwant 503 matching %s", code, body, wantReady)
+		}
+
+		// A poison job is fetched although no sandbox could start: it needs none. It is
+		// rejected and dead-lettered with its reason.
+		out, err := submitWith(t, submitEnv, "run", "--profile", "no-such-profile", "--task", "x", "--output", "json")
+		if err != nil {
+			t.Fatalf("submit: %v\n%s", err, out)
+		}
+		poison := lastJSON(t, out)["id"].(string)
+		dl := waitDeadLetter(t, ns.ClientURL(), poison, 30*time.Second)
+		if dl.Reason != "unknown_profile" || !strings.Contains(dl.Error, `unknown profile "no-such-profile"`) || dl.Attempt != 1 {
+			t.Errorf("dead letter = reason %q, error %q, attempt %d; want unknown_profile, the profile named, attempt 1", dl.Reason, dl.Error, dl.Attempt)
+		}
+		if st := jobStatus(t, submitEnv, poison); st["state"] != "rejected" || !strings.Contains(fmt.Sprint(st["error"]), `unknown profile "no-such-profile"`) {
+			t.Errorf("status of the poison job = %v, want rejected with the profile named", st)
+		}
+
+		// A good job cannot get a sandbox: its status says which API server did not answer,
+		// and it waits for a retry instead of failing for good.
+		out, err = submitWith(t, submitEnv, "run", "--profile", "file-summary", "--task", "x", "--output", "json")
+		if err != nil {
+			t.Fatalf("submit: %v\n%s", err, out)
+		}
+		good := lastJSON(t, out)["id"].(string)
+		wantErr := regexp.MustCompile(`^start sandbox: sandbox: start pod for job ` + good + ` in namespace boxcar-sandboxes: .*https://` + regexp.QuoteMeta(deadAPI) + `/.*connect: connection refused`)
+		st := waitStatus(t, submitEnv, good, 30*time.Second, func(st map[string]any) bool { return st["state"] == "retrying" })
+		if !wantErr.MatchString(fmt.Sprint(st["error"])) {
+			t.Errorf("status of a job without a sandbox = %v\nwant error matching %s", st, wantErr)
+		}
+
+		// docker stop sends SIGTERM: the worker drains and exits 0 within its grace.
+		stopStart := time.Now()
+		timeout := 30 * time.Second
+		if err := c.Stop(context.Background(), &timeout); err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Since(stopStart)
+		final := waitExit(t, c, 10*time.Second)
+		logs := containerLogs(t, c)
+		t.Logf("docker stop took %s", stopped.Round(time.Millisecond))
+		if final.ExitCode != 0 || final.OOMKilled || stopped > workerDrainGrace+5*time.Second {
+			t.Errorf("after docker stop: exit %d (OOM killed %v) after %s; want exit 0 within the drain grace (%s)\n%s", final.ExitCode, final.OOMKilled, stopped, workerDrainGrace, logs)
+		}
+		if !strings.Contains(logs, "worker: stopping: finishing running jobs") || !strings.Contains(logs, `"msg":"worker stopped"`) {
+			t.Errorf("the worker's log does not show a drain on SIGTERM:\n%s", logs)
+		}
+		assertNoSecrets(t, "worker log", logs, s3.SecretKey, e2eAPIKey)
+	})
+}
+
+// TestStoreOutageWithContainers runs the S3 store (versitygw, static, in a FROM scratch image
+// built here) in a container on the host network and takes it away under a worker that runs
+// in-process with bubblewrap sandboxes.
+func TestStoreOutageWithContainers(t *testing.T) {
+	p := newDocker(t)
+	gw := staticVersitygw(t)
+	dir := t.TempDir()
+	copyInto(t, gw, filepath.Join(dir, "versitygw"))
+	writeText(t, filepath.Join(dir, "Dockerfile"), "FROM scratch\nCOPY versitygw /versitygw\nUSER 65532:65532\nENTRYPOINT [\"/versitygw\"]\n")
+	image := buildImage(t, p, dir, "boxcar-e2e-versitygw", nil)
+
+	t.Run("stopped during a job", func(t *testing.T) {
+		began := time.Now()
+		st := startStoreContainer(t, p, image)
+		model := newGatedModel(t)
+		w := startS3Worker(t, st, model.url)
+
+		input := filepath.Join(t.TempDir(), "sales.csv")
+		writeText(t, input, string(examples.SalesCSV))
+		out, err := submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv", "--input", input, "--output", "json")
+		if err != nil {
+			t.Fatalf("submit: %v\n%s", err, out)
+		}
+		id := lastJSON(t, out)["id"].(string)
+
+		// Every status the job goes through, as `submit watch` sees them: attempt 1's error is
+		// overwritten by attempt 2's soon after.
+		history := watchStatus(t, w.natsURL, id)
+
+		// The job holds its sandbox and waits for the model: take the store away now.
+		select {
+		case <-model.asked:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the job never reached the model\n%s", w.log.String())
+		}
+		st.stop(t)
+		close(model.release)
+
+		// Uploading fails; the status says exactly what failed, and the job waits for a retry.
+		wantErr := regexp.MustCompile(`^upload results: upload (\S+): store: put s3://` + st.bucket + `/runs/` + id + `/(\S+): .*dial tcp ` + regexp.QuoteMeta(st.addr) + `: connect: connection refused`)
+		failed := history.waitFor(t, 60*time.Second, func(s job.Status) bool {
+			return s.State == job.StateRetrying && s.Attempt == 1
+		})
+		if m := wantErr.FindStringSubmatch(failed.Error); m == nil || m[1] != m[2] {
+			t.Errorf("status after the store went away = %+v\nwant error matching %s", failed, wantErr)
+		}
+		t.Logf("attempt 1, store stopped: %s: %s", failed.State, failed.Error)
+		if dl, ok := deadLetter(t, w.natsURL, id); ok {
+			t.Errorf("a transient store fault dead-lettered the job: %+v", dl)
+		}
+
+		st.start(t)
+		done := waitStatus(t, w.submitEnv, id, 90*time.Second, func(s map[string]any) bool {
+			state, _ := s["state"].(string)
+			return state != "retrying" && state != "running" && state != "queued"
+		})
+		if done["state"] != "succeeded" || done["attempt"].(float64) < 2 {
+			t.Fatalf("after the store came back: %v, want succeeded on attempt 2 or later\n%s", done, w.log.String())
+		}
+		t.Logf("store back: %s on attempt %v", done["state"], done["attempt"])
+		// Exactly once: one committed run, one success in the log, no dead letter.
+		runDir := filepath.Join(st.dataDir, st.bucket, "runs", id)
+		manifests, _ := filepath.Glob(filepath.Join(runDir, "manifest*.json"))
+		if len(manifests) != 1 {
+			t.Errorf("run folder holds manifests %v, want exactly manifest.json", manifests)
+		}
+		var stmt struct {
+			Predicate struct {
+				Attempt int `json:"attempt"`
+				Outcome struct {
+					State string `json:"state"`
+				} `json:"outcome"`
+			} `json:"predicate"`
+		}
+		data, err := os.ReadFile(filepath.Join(runDir, "manifest.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &stmt); err != nil {
+			t.Fatal(err)
+		}
+		if stmt.Predicate.Attempt != int(done["attempt"].(float64)) || stmt.Predicate.Outcome.State != "succeeded" {
+			t.Errorf("manifest: attempt %d, outcome %q; want attempt %v, succeeded", stmt.Predicate.Attempt, stmt.Predicate.Outcome.State, done["attempt"])
+		}
+		if n := strings.Count(w.log.String(), `"job_id":"`+id+`"`); n == 0 {
+			t.Errorf("worker log never names job %s", id)
+		}
+		if n := countSucceeded(w.log.String(), id); n != 1 {
+			t.Errorf("worker log shows %d successful settles of job %s, want 1\n%s", n, id, w.log.String())
+		}
+		if _, ok := deadLetter(t, w.natsURL, id); ok {
+			t.Errorf("job %s has a dead letter although it succeeded", id)
+		}
+		if out, err := submitWith(t, w.submitEnv, "get", id, "--out", t.TempDir()); err != nil {
+			t.Errorf("submit get after the outage: %v\n%s", err, out)
+		}
+		assertNoSecrets(t, "worker log", w.log.String(), st.secretKey, e2eAPIKey)
+		t.Logf("store outage during a job: %s in all", time.Since(began).Round(time.Millisecond))
+	})
+
+	t.Run("dead from the start", func(t *testing.T) {
+		began := time.Now()
+		st := startStoreContainer(t, p, image)
+		st.stop(t)
+		w := startS3Worker(t, st, demoModel(t))
+
+		// /readyz says what is wrong.
+		body := waitHTTP(t, "http://"+w.metricsAddr+"/readyz", http.StatusServiceUnavailable, 30*time.Second, nil)
+		wantReady := regexp.MustCompile(`^not ready: store: store: stat s3://` + st.bucket + `/inputs/sha256/0{64}: .*dial tcp ` + regexp.QuoteMeta(st.addr) + `: connect: connection refused`)
+		if !wantReady.MatchString(body) {
+			t.Errorf("/readyz with the store down = %q\nwant it to match %s", body, wantReady)
+		}
+
+		// A job (no inputs: submit cannot upload any) is not lost: it waits for the store.
+		out, err := submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise", "--output", "json")
+		if err != nil {
+			t.Fatalf("submit: %v\n%s", err, out)
+		}
+		id := lastJSON(t, out)["id"].(string)
+		s := waitStatus(t, w.submitEnv, id, 30*time.Second, func(s map[string]any) bool { return s["state"] == "retrying" })
+		wantErr := regexp.MustCompile(`^check for a committed run: store: stat s3://` + st.bucket + `/runs/` + id + `/manifest.json: .*connect: connection refused`)
+		if !wantErr.MatchString(fmt.Sprint(s["error"])) {
+			t.Errorf("status with the store down = %v\nwant error matching %s", s, wantErr)
+		}
+		if dl, ok := deadLetter(t, w.natsURL, id); ok {
+			t.Errorf("a job that only waits for the store was dead-lettered: %+v", dl)
+		}
+		t.Logf("store dead from the start: %s in all", time.Since(began).Round(time.Millisecond))
+	})
+}
+
+// storeContainer is versitygw in a container on the host network, with its data in a host
+// folder that outlives stops.
+type storeContainer struct {
+	c         *testcontainers.DockerContainer
+	addr      string // 127.0.0.1:port
+	endpoint  string
+	dataDir   string
+	bucket    string
+	accessKey string
+	secretKey string
+}
+
+func startStoreContainer(t *testing.T, p *testcontainers.DockerProvider, image string) *storeContainer {
+	t.Helper()
+	s := &storeContainer{dataDir: t.TempDir(), bucket: "boxcar-" + randomSuffix(6), accessKey: "boxcar-test-" + randomSuffix(4), secretKey: randomSuffix(20)}
+	// The container runs as 65532 and writes the posix backend's folders (a bucket is a folder).
+	for _, d := range []string{s.dataDir, filepath.Join(s.dataDir, s.bucket)} {
+		if err := os.MkdirAll(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.addr = freeAddr(t)
+	s.endpoint = "http://" + s.addr
+	// As root the store runs as the image's 65532; otherwise as the caller, who must be able to
+	// remove what it wrote when the test's folders are cleaned up.
+	user := ""
+	if os.Getuid() != 0 {
+		user = fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())
+	}
+	s.c = runContainer(t, p, hostContainer{
+		image: image,
+		user:  user,
+		// Credentials through the environment: not in the command line, a log or a layer.
+		env:   map[string]string{"ROOT_ACCESS_KEY_ID": s.accessKey, "ROOT_SECRET_ACCESS_KEY": s.secretKey},
+		cmd:   []string{"--port", s.addr, "--region", s3test.Region, "--health", "/health", "--keep-alive", "--quiet", "posix", "/data"},
+		binds: []string{s.dataDir + ":/data"},
+		start: true,
+	})
+	waitHTTP(t, s.endpoint+"/health", http.StatusOK, 30*time.Second, stillRunning(s.c))
+	return s
+}
+
+// stop is `docker stop`: versitygw gets SIGTERM and its port closes.
+func (s *storeContainer) stop(t *testing.T) {
+	t.Helper()
+	timeout := 10 * time.Second
+	if err := s.c.Stop(context.Background(), &timeout); err != nil {
+		t.Fatalf("stop the store: %v", err)
+	}
+}
+
+// start is `docker start` of the stopped container: same port, same data.
+func (s *storeContainer) start(t *testing.T) {
+	t.Helper()
+	if err := s.c.Start(context.Background()); err != nil {
+		t.Fatalf("start the store again: %v\n%s", err, containerLogs(t, s.c))
+	}
+	waitHTTP(t, s.endpoint+"/health", http.StatusOK, 30*time.Second, stillRunning(s.c))
+}
+
+// s3Worker is a worker running in-process through workercmd.Run against a store container.
+type s3Worker struct {
+	natsURL     string
+	metricsAddr string
+	submitEnv   map[string]string
+	log         *syncBuffer
+}
+
+// startS3Worker runs the worker with the example csv-analyst profile, bubblewrap sandboxes,
+// its own embedded NATS and the store container, until the test ends.
+func startS3Worker(t *testing.T, st *storeContainer, modelURL string) *s3Worker {
+	t.Helper()
+	ns := startNATS(t)
+	w := &s3Worker{natsURL: ns.ClientURL(), log: &syncBuffer{}}
+	w.metricsAddr = freeAddr(t)
+	cfg := filepath.Join(t.TempDir(), "boxcar.yaml")
+	// The example profiles, plus this worker's NATS, store and timings. Retries come quickly
+	// so the test sees the second attempt soon after the store returns.
+	writeText(t, cfg, string(examples.Config)+fmt.Sprintf(`
+drain_grace: %s
+nats:
+  url: %s
+  retry_backoff: 1s
+  max_deliver: 20
+store:
+  url: s3://%s
+  endpoint: %s
+  region: %s
+  path_style: true
+sandbox:
+  backend: bubblewrap
+`, workerDrainGrace, w.natsURL, st.bucket, st.endpoint, s3test.Region))
+	// The AWS SDK reads credentials from the process environment, for the worker and submit.
+	t.Setenv("AWS_ACCESS_KEY_ID", st.accessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", st.secretKey)
+	t.Setenv("AWS_REGION", s3test.Region)
+	s3test.IsolateEnv(t)
+	w.submitEnv = map[string]string{"NATS_URL": w.natsURL, "BOXCAR_STORE": "s3://" + st.bucket, "BOXCAR_S3_ENDPOINT": st.endpoint}
+
+	env := mapEnv(map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": e2eAPIKey})
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- workercmd.Run(ctx, []string{"--config", cfg, "--metrics-addr", w.metricsAddr}, env, out, w.log)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !t.Failed() {
+				t.Errorf("worker stopped with %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("worker did not stop within 60s")
+		}
+		if t.Failed() {
+			t.Logf("worker log:\n%s", w.log.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "worker ready:") {
+		select {
+		case err := <-done:
+			t.Fatalf("worker exited before it was ready: %v\n%s", err, w.log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker not ready within 30s:\n%s", w.log.String())
+		}
+	}
+	return w
+}
+
+// gatedModel is the demo model holding its first answer until release is closed: the job sits
+// in its sandbox, before any upload, for as long as the test needs.
+type gatedModel struct {
+	url     string
+	asked   chan struct{} // closed at the first request
+	release chan struct{}
+}
+
+func newGatedModel(t *testing.T) *gatedModel {
+	t.Helper()
+	m := &gatedModel{asked: make(chan struct{}), release: make(chan struct{})}
+	var once sync.Once
+	demo := demomodel.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(m.asked) })
+		select {
+		case <-m.release:
+		case <-r.Context().Done():
+			return
+		}
+		demo.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-m.release:
+		default:
+			close(m.release)
+		}
+	})
+	m.url = srv.URL + "/v1"
+	return m
+}
+
+// statusHistory records every status a job goes through.
+type statusHistory struct {
+	mu   sync.Mutex
+	seen []job.Status
+}
+
+// watchStatus follows the job's status in the status bucket from now until it ends or the test
+// does.
+func watchStatus(t *testing.T, natsURL, id string) *statusHistory {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	nc, err := queue.Connect(ctx, natsURL, "boxcar-e2e-watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := queue.Bind(ctx, nc, config.Config{}.WithDefaults().NATS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	updates, err := q.WatchStatus(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &statusHistory{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for st := range updates {
+			h.mu.Lock()
+			h.seen = append(h.seen, st)
+			h.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; nc.Close() })
+	return h
+}
+
+// waitFor returns the first recorded status for which ok holds, waiting for it up to within.
+func (h *statusHistory) waitFor(t *testing.T, within time.Duration, ok func(job.Status) bool) job.Status {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		h.mu.Lock()
+		seen := slices.Clone(h.seen)
+		h.mu.Unlock()
+		for _, st := range seen {
+			if ok(st) {
+				return st
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no such status within %s; seen: %+v", within, seen)
+		}
+	}
+}
+
+// startNATS runs the real nats-server in-process on a free loopback port.
+func startNATS(t *testing.T) *server.Server {
+	t.Helper()
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+// jobStatus is `submit status ID --output json`.
+func jobStatus(t *testing.T, env map[string]string, id string) map[string]any {
+	t.Helper()
+	out, err := submitWith(t, env, "status", id, "--output", "json")
+	if err != nil {
+		t.Fatalf("submit status %s: %v\n%s", id, err, out)
+	}
+	return lastJSON(t, out)
+}
+
+// waitStatus polls `submit status` until ok holds, and returns that status.
+func waitStatus(t *testing.T, env map[string]string, id string, within time.Duration, ok func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last map[string]any
+	for {
+		var stdout, stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := submitcmd.Run(ctx, []string{"status", id, "--output", "json"}, mapEnv(env), &stdout, &stderr)
+		cancel()
+		if err == nil {
+			last = lastJSON(t, stdout.String())
+			if ok(last) {
+				return last
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: condition not reached within %s; last status %v (%v %s)", id, within, last, err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// deadLetter reads the job's dead letter from the BOXCAR_DLQ stream, if there is one.
+func deadLetter(t *testing.T, natsURL, id string) (queue.DeadLetter, bool) {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, "BOXCAR_DLQ")
+	if err != nil {
+		t.Fatalf("dead-letter stream: %v", err)
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, "BOXCAR_DLQ."+id)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return queue.DeadLetter{}, false
+	}
+	if err != nil {
+		t.Fatalf("read dead letter of %s: %v", id, err)
+	}
+	var dl queue.DeadLetter
+	if err := json.Unmarshal(msg.Data, &dl); err != nil {
+		t.Fatalf("decode dead letter of %s: %v", id, err)
+	}
+	return dl, true
+}
+
+func waitDeadLetter(t *testing.T, natsURL, id string, within time.Duration) queue.DeadLetter {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		if dl, ok := deadLetter(t, natsURL, id); ok {
+			return dl
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no dead letter for job %s within %s", id, within)
+		}
+	}
+}
+
+// countSucceeded counts the worker's log lines that settle job id as succeeded.
+func countSucceeded(log, id string) int {
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"job_id":"`+id+`"`) && strings.Contains(line, `"state":"succeeded"`) {
+			n++
+		}
+	}
+	return n
+}
+
+// copyFromContainer copies one file out of a container (running or not) into a temp folder.
+func copyFromContainer(t *testing.T, c *testcontainers.DockerContainer, path string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rc, err := c.CopyFileFromContainer(ctx, path)
+	if err != nil {
+		t.Fatalf("copy %s out of the container: %v", path, err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(out, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// procStatus reads /proc/<pid>/status of a container's process, as the host sees it.
+func procStatus(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatalf("read the worker process's status: %v", err)
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	return fields
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+func assertNoSecrets(t *testing.T, what, text string, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if s != "" && strings.Contains(text, s) {
+			t.Errorf("%s contains a secret (%d characters starting %q)", what, len(s), s[:4])
+		}
+	}
+}
