@@ -3,7 +3,10 @@ SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION)
+# The version goes into every manifest (worker.version) and `--version`; -buildvcs=auto stamps
+# the VCS revision even where GOFLAGS turns it off, and skips it outside a git checkout.
+LDFLAGS := -X github.com/boxcar-run/boxcar/internal/provenance.releaseVersion=$(VERSION)
+BUILDFLAGS := -trimpath -buildvcs=auto
 export PATH := $(shell $(GO) env GOPATH)/bin:$(PATH)
 
 .PHONY: all build demo test test-short lint deps deps-test bench clean image test-cluster
@@ -12,7 +15,7 @@ all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/worker ./cmd/submit ./cmd/demo-model
+	$(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/worker ./cmd/submit ./cmd/demo-model
 
 ## deps: what a job needs at run time (bubblewrap, python3 for the example profile)
 deps:
@@ -48,7 +51,7 @@ IMAGE ?= ghcr.io/boxcar-run/boxcar:$(VERSION)
 image:
 	@test -s /etc/ssl/certs/ca-certificates.crt || { echo "image: no /etc/ssl/certs/ca-certificates.crt; run  apt-get install -y ca-certificates" >&2; exit 1; }
 	@rm -rf $(BIN)/image && mkdir -p $(BIN)/image
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image/ ./cmd/worker ./cmd/submit
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image/ ./cmd/worker ./cmd/submit
 	cp /etc/ssl/certs/ca-certificates.crt $(BIN)/image/
 	@printf 'root:x:0:0:root:/root:/sbin/nologin\nboxcar:x:65532:65532:boxcar:/tmp:/sbin/nologin\n' >$(BIN)/image/passwd
 	@printf 'root:x:0:\nboxcar:x:65532:\n' >$(BIN)/image/group

@@ -495,16 +495,37 @@ func EndpointHost(endpoint string) string {
 	return s
 }
 
-// WorkerInfo describes the running binary for Manifest.Worker: its module version and the
-// VCS revision Go stamped into it (absent in tests and with -buildvcs=false).
+// String is the build as `--version` prints it: "v1.2.0 (rev 0123abc, modified) go1.26.8".
+func (w Worker) String() string {
+	s := w.Version
+	if w.VCSRevision != "" {
+		rev := w.VCSRevision[:min(len(w.VCSRevision), 12)]
+		if w.VCSModified {
+			rev += ", modified"
+		}
+		s += " (rev " + rev + ")"
+	}
+	return s + " " + w.GoVersion
+}
+
+// releaseVersion is the version a release build names (`make build` sets it with
+// -ldflags -X to `git describe`); Go's own module version of a local build is "(devel)".
+var releaseVersion string
+
+// WorkerInfo describes the running binary for Manifest.Worker: its release version (else its
+// module version) and the VCS revision Go stamped into it (absent in tests and with
+// -buildvcs=false).
 func WorkerInfo(id string) Worker {
 	w := Worker{ID: id, Version: "(unknown)", GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
+	switch {
+	case releaseVersion != "":
+		w.Version = releaseVersion
+	case ok && bi.Main.Version != "":
+		w.Version = bi.Main.Version
+	}
 	if !ok {
 		return w
-	}
-	if bi.Main.Version != "" {
-		w.Version = bi.Main.Version
 	}
 	if bi.GoVersion != "" {
 		w.GoVersion = bi.GoVersion

@@ -434,3 +434,22 @@ func TestWorkerInfo(t *testing.T) {
 		t.Errorf("WorkerInfo = %+v, want id worker-7, a version and Go %s", w, runtime.Version())
 	}
 }
+
+func TestWorkerString(t *testing.T) {
+	tests := []struct {
+		name string
+		w    provenance.Worker
+		want string
+	}{
+		{"release", provenance.Worker{Version: "v1.2.0", VCSRevision: "0123456789abcdef0123", GoVersion: "go1.26.8"}, "v1.2.0 (rev 0123456789ab) go1.26.8"},
+		{"modified tree", provenance.Worker{Version: "v1.2.0-dirty", VCSRevision: "0123456789abcdef0123", VCSModified: true, GoVersion: "go1.26.8"}, "v1.2.0-dirty (rev 0123456789ab, modified) go1.26.8"},
+		{"no vcs stamp", provenance.Worker{Version: "(devel)", GoVersion: "go1.26.8"}, "(devel) go1.26.8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.w.String(); got != tt.want {
+				t.Errorf("String() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

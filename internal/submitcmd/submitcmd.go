@@ -17,6 +17,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
@@ -37,6 +38,7 @@ Commands:
                                          checks the run against its manifest and the manifest's
                                          signature (default key: $BOXCAR_HOME/keys/signing.pub)
   keygen  --out DIR                      writes a new signing key pair (signing.key, signing.pub)
+  version                                the build: version, VCS revision, Go version
 
 Common flags (every command but keygen): --nats URL (NATS_URL, default nats://127.0.0.1:4222),
 --store URL (BOXCAR_STORE, default file://$BOXCAR_HOME/store, BOXCAR_HOME default ~/.boxcar),
@@ -112,6 +114,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return e.verify(ctx, rest)
 	case "keygen":
 		return e.keygen(rest)
+	case "version", "--version", "-version":
+		_, err := fmt.Fprintln(stdout, "submit", provenance.WorkerInfo("").String())
+		return err
 	default:
 		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 	}

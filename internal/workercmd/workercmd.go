@@ -26,6 +26,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -40,6 +41,7 @@ Runs Boxcar jobs from NATS JetStream.
                                     bubblewrap sandboxes under the data dir, example profiles
   worker --config boxcar.yaml       connect to NATS (NATS_URL) and the store of the config
   worker keygen --out DIR           write a new manifest signing key pair (signing.key, signing.pub)
+  worker version                    the build: version, VCS revision, Go version
 
 Environment: OPENAI_API_KEY, OPENAI_BASE_URL (the model), NATS_URL, BOXCAR_STORE, BOXCAR_HOME.
 
@@ -92,6 +94,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "keygen" {
 		return keygen(args[1:], stdout, stderr)
+	}
+	if len(args) == 1 && (args[0] == "version" || args[0] == "--version" || args[0] == "-version") {
+		_, err := fmt.Fprintln(stdout, "worker", provenance.WorkerInfo("").String())
+		return err
 	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {

@@ -83,9 +83,16 @@ func TestReleaseImage(t *testing.T) {
 		if st.ExitCode != 0 || !strings.Contains(logs, "usage: worker [flags]") {
 			t.Errorf("worker --help: exit %d, output:\n%s\nwant exit 0 and the usage", st.ExitCode, logs)
 		}
-		// The worker has no --version flag (and cmd/worker no main.version for the Makefile's
-		// -X to set), and -trimpath keeps -ldflags out of the build info: the release's version
-		// is the image label checked above. The binary must be the static, trimmed build.
+		// `worker version` names the release the image was built as: the manifests it
+		// writes carry the same version.
+		vc := runContainer(t, p, hostContainer{image: image, cmd: []string{"version"}, start: true})
+		if st := waitExit(t, vc, 30*time.Second); st.ExitCode != 0 {
+			t.Errorf("worker version: exit %d", st.ExitCode)
+		}
+		if logs := containerLogs(t, vc); !strings.HasPrefix(logs, "worker "+version+" ") {
+			t.Errorf("worker version printed %q, want it to start with %q", logs, "worker "+version+" ")
+		}
+		// The binary must be the static, trimmed build.
 		bin := copyFromContainer(t, c, "/usr/local/bin/worker")
 		if err := checkStatic(bin); err != nil {
 			t.Error(err)

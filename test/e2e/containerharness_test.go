@@ -242,7 +242,7 @@ func waitHTTP(t *testing.T, url string, want int, within time.Duration, alive fu
 // DWARF (smaller image; stack traces still work), the version stamped in. CGO_ENABLED=0 comes
 // from the environment.
 func releaseBuildFlags(version string) []string {
-	return []string{"build", "-trimpath", "-ldflags", "-s -w -X main.version=" + version}
+	return []string{"build", "-trimpath", "-buildvcs=auto", "-ldflags", "-s -w -X github.com/boxcar-run/boxcar/internal/provenance.releaseVersion=" + version}
 }
 
 // stageReleaseImage lays out the build context of the repository's Dockerfile the way
