@@ -146,7 +146,7 @@ func (e *env) follow(ctx context.Context, q *queue.Queue, id string, timeout tim
 	}
 	var last job.Status
 	for st := range updates {
-		if st.State != last.State || st.Progress != last.Progress {
+		if st.State != last.State || st.Progress != last.Progress || st.Error != last.Error {
 			e.showProgress(st)
 		}
 		last = st
@@ -186,6 +186,11 @@ func (e *env) showProgress(st job.Status) {
 	}
 	if st.Progress != "" {
 		line += ": " + st.Progress
+	}
+	// A job waiting for its next attempt shows why the last one failed: otherwise a watcher
+	// sees "retrying" and nothing to act on (a dead store, a wrong key).
+	if (st.State == job.StateRetrying || st.State == job.StateInterrupted) && st.Error != "" {
+		line += ": " + st.Error
 	}
 	fmt.Fprintf(e.stderr, "%s  %s\n", time.Now().Format("15:04:05"), line)
 }

@@ -416,6 +416,11 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		if !wantErr.MatchString(fmt.Sprint(s["error"])) {
 			t.Errorf("status with the store down = %v\nwant error matching %s", s, wantErr)
 		}
+		// `submit watch` shows why the job is waiting, not only that it is.
+		out, err = submitWith(t, w.submitEnv, "watch", id, "--timeout", "2s")
+		if code := exitCode(err); code != 7 || !strings.Contains(out, "retrying: check for a committed run: store: stat") {
+			t.Errorf("watch of a job waiting for the store exited %d (%v):\n%s\nwant exit 7 (gave up) and the store error on the retrying line", code, err, out)
+		}
 		if dl, ok := deadLetter(t, w.natsURL, id); ok {
 			t.Errorf("a job that only waits for the store was dead-lettered: %+v", dl)
 		}
