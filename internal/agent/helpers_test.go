@@ -112,10 +112,12 @@ func (s *script) requests() []received {
 
 func (s *script) baseURL() string { return s.srv.URL + "/v1" }
 
-// newAgent returns an agent speaking to s through the real openai-go client.
+// newAgent returns an agent speaking to s through the real openai-go client. The request
+// timeout is generous: a request that carries a 10 MB tool result back takes seconds under the
+// race detector on a loaded machine, and no test here is about that timeout.
 func newAgent(t *testing.T, s *script, mods ...func(*agent.Config)) *agent.Agent {
 	t.Helper()
-	cfg := agent.Config{BaseURL: s.baseURL(), APIKey: testKey, HTTPClient: s.srv.Client(), MaxRetries: 2, RequestTimeout: 10 * time.Second}
+	cfg := agent.Config{BaseURL: s.baseURL(), APIKey: testKey, HTTPClient: s.srv.Client(), MaxRetries: 2, RequestTimeout: time.Minute}
 	for _, m := range mods {
 		m(&cfg)
 	}
