@@ -35,6 +35,7 @@ test: deps-test
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) test -race -count=1 -timeout 30m ./...
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/job
+	@$(MAKE) --no-print-directory test-cluster
 
 test-short:
 	$(GO) test -short -count=1 ./...
@@ -63,7 +64,7 @@ image:
 ## Kubernetes once into BOXCAR_CLUSTER_CACHE (default ~/.cache/boxcar-cluster), ~12 min cold.
 test-cluster:
 	@test/cluster/build.sh
-	cd test/cluster && $(GO) test -count=1 -timeout 40m ./...
+	cd test/cluster && $(GO) vet ./... && $(GO) test -count=1 -timeout 40m ./...
 
 clean:
 	rm -rf $(BIN)

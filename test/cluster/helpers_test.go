@@ -1,0 +1,134 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/test/cluster"
+)
+
+// sandboxNamespace creates a namespace for sandbox pods that enforces the "restricted" Pod
+// Security Standard, waits for its default ServiceAccount (admission needs it even for pods
+// that mount no token), and deletes it when the test ends.
+func sandboxNamespace(t *testing.T) string {
+	t.Helper()
+	ctx := t.Context()
+	name := "sb-" + strings.Trim(dnsName(strings.ToLower(t.Name())), "-")
+	if len(name) > 50 {
+		name = strings.TrimRight(name[:50], "-")
+	}
+	name = fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%100000)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce":         "restricted",
+		"pod-security.kubernetes.io/enforce-version": "latest",
+	}}}
+	if _, err := kube.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := kube.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete namespace %s: %v", name, err)
+		}
+	})
+	eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
+		_, err := kube.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	return name
+}
+
+func dnsName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
+}
+
+// newProvider is the real Kubernetes backend on the test cluster: real client-go, pods/exec
+// over WebSocket with the SPDY fallback, the sandbox image imported on the node.
+func newProvider(t *testing.T, namespace, worker string) *sandbox.KubernetesProvider {
+	t.Helper()
+	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
+		Client:          kube.Client,
+		RESTConfig:      kube.RESTConfig,
+		Namespace:       namespace,
+		Image:           cluster.SandboxImage,
+		ImagePullPolicy: corev1.PullNever,
+		WorkerID:        worker,
+		StartTimeout:    2 * time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("NewKubernetes: %v", err)
+	}
+	return p
+}
+
+// sandboxPods lists the Boxcar sandbox pods in a namespace.
+func sandboxPods(ctx context.Context, namespace string) ([]corev1.Pod, error) {
+	sel := labels.SelectorFromSet(labels.Set{sandbox.LabelManagedBy: "boxcar", sandbox.LabelComponent: "sandbox"})
+	list, err := kube.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// noSandboxLeft waits until the namespace has no sandbox pod in the API and no container on
+// the node: a pod deleted with no grace period leaves the API at once, its containers later.
+func noSandboxLeft(t *testing.T, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	eventually(t, time.Minute, "no sandbox pod or container left in "+ns, func() error {
+		pods, err := sandboxPods(ctx, ns)
+		if err != nil {
+			return err
+		}
+		if len(pods) > 0 {
+			return fmt.Errorf("%d sandbox pods left, first %s", len(pods), pods[0].Name)
+		}
+		ids, err := kube.RunningContainers(ctx, ns, "")
+		if err != nil {
+			return err
+		}
+		if len(ids) > 0 {
+			return fmt.Errorf("%d containers still running on the node: %v", len(ids), ids)
+		}
+		return nil
+	})
+}
+
+// eventually polls cond until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("waiting for %s: %v", what, t.Context().Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/demomodel"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/submitcmd"
+	"github.com/boxcar-run/boxcar/internal/workercmd"
+	"github.com/boxcar-run/boxcar/test/cluster"
+)
+
+// TestJobEndToEnd runs one whole Boxcar job on the cluster: the worker through its Run
+// function with the Kubernetes backend, NATS embedded in this process, the file store, the
+// scripted demo model, and the job submitted through the submit command's Run.
+func TestJobEndToEnd(t *testing.T) {
+	ns := sandboxNamespace(t)
+	dir := t.TempDir()
+	ctx := t.Context()
+
+	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: filepath.Join(dir, "nats")})
+	if err != nil {
+		t.Fatalf("embedded NATS: %v", err)
+	}
+	t.Cleanup(nats.Shutdown)
+	model := httptest.NewServer(demomodel.Handler())
+	t.Cleanup(model.Close)
+
+	tmpl, err := os.ReadFile("testdata/worker.yaml.tmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "worker.yaml")
+	cfg := strings.NewReplacer("{{KUBECONFIG}}", kube.Kubeconfig, "{{NAMESPACE}}", ns, "{{IMAGE}}", cluster.SandboxImage).Replace(string(tmpl))
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	storeURL := "file://" + filepath.Join(dir, "store")
+	env := map[string]string{
+		"NATS_URL": nats.ClientURL(), "BOXCAR_STORE": storeURL,
+		"OPENAI_BASE_URL": model.URL + "/v1", "OPENAI_API_KEY": "sk-cluster-secret-never-logged",
+	}
+	metricsAddr := startWorker(t, cfgPath, env)
+
+	t.Run("ready", func(t *testing.T) {
+		// /readyz includes the backend's Check: the worker may list pods and create pods and
+		// pods/exec in its namespace on the real API server.
+		code, body := httpGet(t, "http://"+metricsAddr+"/readyz")
+		if code != http.StatusOK {
+			t.Fatalf("/readyz = %d %q, want 200", code, body)
+		}
+	})
+
+	start := time.Now()
+	var stdout, stderr bytes.Buffer
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	err = submitcmd.Run(sctx, []string{"run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
+		"--input", "../../examples/sales.csv", "--wait", "--output", "json"},
+		func(k string) string { return env[k] }, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("submit run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("job done in %s", time.Since(start).Round(time.Millisecond))
+	var res map[string]any
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatalf("last line of submit's stdout is not JSON: %v\n%s", err, stdout.String())
+	}
+	if res["state"] != "succeeded" {
+		t.Fatalf("job state = %v, want succeeded: %v\n%s", res["state"], res, stderr.String())
+	}
+	id, _ := res["id"].(string)
+	run := filepath.Join(dir, "store", "runs", id)
+
+	report, err := os.ReadFile(filepath.Join(run, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 92 units over 12 rows of examples/sales.csv, summed by busybox awk in the pod.
+	if !strings.Contains(string(report), "| units | 12 | 92.00 |") {
+		t.Errorf("report lacks the units figure the tool computed in the pod:\n%s", report)
+	}
+
+	data, err := os.ReadFile(filepath.Join(run, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmt, err := provenance.Parse(data)
+	if err != nil {
+		t.Fatalf("parse manifest: %v", err)
+	}
+	sb := stmt.Predicate.Sandbox
+	if sb.Backend != "kubernetes" || sb.Image != cluster.SandboxImage || !strings.HasPrefix(sb.ID, "boxcar-") {
+		t.Errorf("manifest sandbox = %+v, want backend kubernetes, image %s and the pod's name", sb, cluster.SandboxImage)
+	}
+	if !strings.HasPrefix(sb.ImageDigest, "sha256:") {
+		t.Errorf("manifest image digest = %q, want the image id containerd reported", sb.ImageDigest)
+	}
+
+	noSandboxLeft(t, ns)
+}
+
+// startWorker runs the worker command in-process until the test ends and returns the address
+// of its metrics endpoint.
+func startWorker(t *testing.T, cfgPath string, env map[string]string) string {
+	t.Helper()
+	out, log := &syncBuffer{}, &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- workercmd.Run(ctx, []string{"--config", cfgPath, "--metrics-addr", "127.0.0.1:0"},
+			func(k string) string { return env[k] }, out, log)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("worker stopped with %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("worker did not stop within 60s")
+		}
+		if t.Failed() {
+			t.Logf("worker log:\n%s", log.String())
+		}
+		if strings.Contains(log.String(), "sk-cluster-secret") {
+			t.Error("worker log contains the API key")
+		}
+	})
+	addr := regexp.MustCompile(`"msg":"metrics listening","addr":"([^"]+)"`)
+	var m []string
+	eventually(t, 60*time.Second, "the worker to be ready", func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("worker exited before it was ready: %v\n%s", err, log.String())
+		default:
+		}
+		m = addr.FindStringSubmatch(log.String())
+		if m == nil || !strings.Contains(out.String(), "worker ready") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	return m[1]
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// syncBuffer is a bytes.Buffer that a command writes while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
