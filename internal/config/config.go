@@ -111,6 +111,9 @@ type Kubernetes struct {
 	Namespace string `json:"namespace,omitempty"`
 	// Kubeconfig path; empty means in-cluster config.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// ImagePullPolicy of sandbox pods: Always, IfNotPresent or Never (nodes without a registry,
+	// images preloaded). Default: IfNotPresent.
+	ImagePullPolicy string `json:"image_pull_policy,omitempty"`
 }
 
 // Model is the OpenAI-compatible endpoint. The API key never appears here: it comes from
@@ -340,6 +343,11 @@ func (c Config) Validate() error {
 	case "bubblewrap", "kubernetes":
 	default:
 		bad("sandbox.backend", "%q is not a backend; use bubblewrap or kubernetes", c.Sandbox.Backend)
+	}
+	switch c.Sandbox.Kubernetes.ImagePullPolicy {
+	case "", "Always", "IfNotPresent", "Never":
+	default:
+		bad("sandbox.kubernetes.image_pull_policy", "%q is not a pull policy; use Always, IfNotPresent or Never", c.Sandbox.Kubernetes.ImagePullPolicy)
 	}
 	if c.NATS.MaxDeliver < 1 || c.NATS.MaxAckPending < 1 || c.NATS.AckWait <= 0 {
 		bad("nats", "max_deliver, max_ack_pending and ack_wait must be positive")

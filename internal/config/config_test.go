@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/examples"
@@ -25,5 +26,43 @@ func TestExampleConfigParses(t *testing.T) {
 	}
 	if _, err := cfg.Profile("nope"); !errors.Is(err, config.ErrUnknownProfile) {
 		t.Errorf("unknown profile error = %v, want ErrUnknownProfile", err)
+	}
+}
+
+// TestInvalidConfigNamesTheField: each mistake an operator can make in the worker config is
+// refused with the field it is in, so the message says where to look.
+func TestInvalidConfigNamesTheField(t *testing.T) {
+	const profile = "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}]\n"
+	tests := []struct {
+		name      string
+		yaml      string
+		wantField string
+	}{
+		{"unknown backend", "sandbox: {backend: docker}\n" + profile, "sandbox.backend"},
+		{"pull policy", "sandbox: {backend: kubernetes, kubernetes: {image_pull_policy: sometimes}}\n" + profile, "sandbox.kubernetes.image_pull_policy"},
+		{"no concurrency", "concurrency: -1\n" + profile, "concurrency"},
+		{"no profiles", "concurrency: 1\n", "profiles"},
+		{"no model", "profiles:\n  p:\n    tools: [{name: read_file}]\n", "profiles.p.model.name"},
+		{"no tools", "profiles:\n  p:\n    model: {name: m}\n", "profiles.p.tools"},
+		{"bad memory", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}]\n    sandbox: {memory: lots}\n", "profiles.p.sandbox.memory"},
+		{"relative workdir", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}]\n    sandbox: {workdir: work}\n", "profiles.p.sandbox.workdir"},
+		{"not a builtin", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: rm_rf}]\n", "profiles.p.tools[0].name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(tt.yaml))
+			if !errors.Is(err, config.ErrInvalid) {
+				t.Fatalf("Parse: %v, want ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), tt.wantField+":") {
+				t.Errorf("Parse: %v\nwant the field %s named", err, tt.wantField)
+			}
+		})
+	}
+	for _, policy := range []string{"Always", "IfNotPresent", "Never"} {
+		yaml := "sandbox: {backend: kubernetes, kubernetes: {image_pull_policy: " + policy + "}}\n" + profile
+		if _, err := config.Parse([]byte(yaml)); err != nil {
+			t.Errorf("image_pull_policy %s: %v", policy, err)
+		}
 	}
 }

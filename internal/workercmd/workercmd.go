@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -130,8 +131,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		defer ns.Shutdown()
 		cfg.NATS.URL = ns.ClientURL()
+		// The sandbox stays the config's (bubblewrap by default): one machine can still run
+		// its jobs in pods of a cluster it reaches.
 		cfg.Store = config.Store{URL: "file://" + filepath.Join(o.dataDir, "store")}
-		cfg.Sandbox.Backend = "bubblewrap"
 		log.Info("embedded NATS listening", "url", cfg.NATS.URL, "data_dir", o.dataDir)
 	}
 	if o.metricsAddr != "" {
@@ -287,11 +289,12 @@ func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) 
 			return nil, fmt.Errorf("kubernetes client: %w", err)
 		}
 		return sandbox.NewKubernetes(sandbox.KubernetesConfig{
-			Client:     client,
-			RESTConfig: restCfg,
-			Namespace:  cfg.Sandbox.Kubernetes.Namespace,
-			WorkerID:   cfg.WorkerID,
-			Logger:     log,
+			Client:          client,
+			RESTConfig:      restCfg,
+			Namespace:       cfg.Sandbox.Kubernetes.Namespace,
+			ImagePullPolicy: corev1.PullPolicy(cfg.Sandbox.Kubernetes.ImagePullPolicy),
+			WorkerID:        cfg.WorkerID,
+			Logger:          log,
 		})
 	default:
 		return nil, fmt.Errorf("sandbox backend %q is not available in this build", cfg.Sandbox.Backend)
