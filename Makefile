@@ -64,6 +64,7 @@ image:
 ## Kubernetes once into BOXCAR_CLUSTER_CACHE (default ~/.cache/boxcar-cluster), ~12 min cold.
 test-cluster:
 	@test/cluster/build.sh
+	@scripts/docker.sh
 	cd test/cluster && $(GO) vet ./... && $(GO) test -count=1 -timeout 40m ./...
 
 clean:

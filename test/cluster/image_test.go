@@ -1,0 +1,235 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/boxcar-run/boxcar/internal/demomodel"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/submitcmd"
+	"github.com/boxcar-run/boxcar/test/cluster"
+)
+
+// Where the chart mounts the worker's config and where this test mounts the kubeconfig and the
+// store; the image's user, which is the chart's runAsUser and runAsGroup.
+const (
+	imageConfigPath     = "/etc/boxcar/config/boxcar.yaml"
+	imageKubeconfigPath = "/etc/boxcar/kube/config"
+	imageStorePath      = "/var/lib/boxcar/store"
+	imageUID            = 65532
+	imageUser           = "65532:65532"
+)
+
+// TestReleaseImageRunsAJobOnTheCluster builds the worker's release image from the repository's
+// Dockerfile, as `make image` does, runs it the way the chart does (host network, read-only
+// root, no capabilities, uid 65532, config mounted read-only), and has it run one job in a
+// sandbox pod of the test cluster: NATS embedded in this process, a file store in a host
+// folder mounted into the container, the scripted demo model, the job submitted through the
+// submit command's Run.
+func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
+	started := time.Now()
+	p := newDocker(t)
+	version := "v0.0.0-cluster." + randomHex(3)
+	image := buildImage(t, p, stageReleaseImage(t, version), "boxcar-cluster-worker", map[string]string{"VERSION": version})
+	t.Logf("image %s built in %s", image, time.Since(started).Round(time.Millisecond))
+
+	// `worker version` in the image names the release it was built as.
+	vc := runContainer(t, p, hostContainer{image: image, cmd: []string{"version"}, user: imageUser})
+	if st := containerExited(t, vc, 30*time.Second); st.ExitCode != 0 || !strings.HasPrefix(containerLogs(t, vc), "worker "+version+" ") {
+		t.Fatalf("worker version: exit %d, output %q; want exit 0 and %q first", st.ExitCode, containerLogs(t, vc), "worker "+version+" ")
+	}
+
+	ns := sandboxNamespace(t)
+	dir := t.TempDir()
+	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{Host: "127.0.0.1", Port: -1, StoreDir: filepath.Join(dir, "nats")})
+	if err != nil {
+		t.Fatalf("embedded NATS: %v", err)
+	}
+	t.Cleanup(func() { nats.Shutdown(); nats.WaitForShutdown() })
+
+	// The marker secret goes to the container as OPENAI_API_KEY; the model sees it as the
+	// bearer token (so it did reach the worker), and nothing the worker writes may hold it.
+	const secret = "sk-image-marker-secret-never-written"
+	var sawKey atomic.Bool
+	demo := demomodel.Handler()
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer "+secret {
+			sawKey.Store(true)
+		}
+		demo.ServeHTTP(w, r)
+	}))
+	t.Cleanup(model.Close)
+
+	// The worker's files, readable by uid 65532 only. The kubeconfig is the cluster's admin one
+	// with its certificates inlined, since their host paths are not in the container.
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	kcfg, err := clientcmd.LoadFromFile(kube.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clientcmdapi.FlattenConfig(kcfg); err != nil {
+		t.Fatalf("inline the kubeconfig's certificates: %v", err)
+	}
+	if err := clientcmd.WriteToFile(*kcfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := os.ReadFile("testdata/worker.yaml.tmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	workerConfig := filepath.Join(dir, "boxcar.yaml")
+	writeFile(t, workerConfig, "drain_grace: 10s\n"+strings.NewReplacer("{{KUBECONFIG}}", imageKubeconfigPath,
+		"{{NAMESPACE}}", ns, "{{IMAGE}}", cluster.SandboxImage).Replace(string(tmpl)), 0o400)
+	for _, f := range []string{kubeconfig, workerConfig} {
+		if err := os.Chmod(f, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(f, imageUID, imageUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The store folder belongs to 65532 and is setgid, as a volume with the chart's fsGroup:
+	// what submit writes there as root (the inputs) gets group 65532, which the worker reads.
+	storeDir := filepath.Join(dir, "store")
+	if err := os.Mkdir(storeDir, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(storeDir, imageUID, imageUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(storeDir, 0o770|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+
+	c := runContainer(t, p, hostContainer{
+		image: image, user: imageUser,
+		cmd: []string{"--config=" + imageConfigPath, "--metrics-addr=127.0.0.1:0", "--log-level=info"},
+		env: map[string]string{
+			"NATS_URL": nats.ClientURL(), "BOXCAR_STORE": "file://" + imageStorePath,
+			"OPENAI_BASE_URL": model.URL + "/v1", "OPENAI_API_KEY": secret,
+		},
+		binds: []string{
+			workerConfig + ":" + imageConfigPath + ":ro",
+			kubeconfig + ":" + imageKubeconfigPath + ":ro",
+			storeDir + ":" + imageStorePath,
+		},
+	})
+	stopped := false
+	t.Cleanup(func() {
+		if t.Failed() && !stopped {
+			t.Logf("worker container log:\n%s", containerLogs(t, c))
+		}
+	})
+
+	// Ready: the worker says so, and /readyz (which includes the backend's check against the
+	// real API server) answers 200 before any job is submitted.
+	addrRE := regexp.MustCompile(`"msg":"metrics listening","addr":"([^"]+)"`)
+	var metricsAddr string
+	eventually(t, 60*time.Second, "the worker container to be ready", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if st, err := c.State(ctx); err == nil && !st.Running {
+			t.Fatalf("worker container exited with %d before it was ready:\n%s", st.ExitCode, containerLogs(t, c))
+		}
+		logs := containerLogs(t, c)
+		m := addrRE.FindStringSubmatch(logs)
+		if m == nil || !strings.Contains(logs, "worker ready") {
+			return errors.New("not yet")
+		}
+		metricsAddr = m[1]
+		return nil
+	})
+	if code, body := httpGet(t, "http://"+metricsAddr+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz = %d %q, want 200", code, body)
+	}
+	t.Logf("worker container ready after %s", time.Since(started).Round(time.Millisecond))
+
+	jobStart := time.Now()
+	submitEnv := map[string]string{"NATS_URL": nats.ClientURL(), "BOXCAR_STORE": "file://" + storeDir}
+	var stdout, stderr bytes.Buffer
+	sctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	err = submitcmd.Run(sctx, []string{"run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
+		"--input", "../../examples/sales.csv", "--wait", "--output", "json"},
+		func(k string) string { return submitEnv[k] }, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("submit run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("job done in %s", time.Since(jobStart).Round(time.Millisecond))
+	var res map[string]any
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatalf("last line of submit's stdout is not JSON: %v\n%s", err, stdout.String())
+	}
+	if res["state"] != "succeeded" {
+		t.Fatalf("job state = %v, want succeeded: %v\n%s", res["state"], res, stderr.String())
+	}
+	id, _ := res["id"].(string)
+	run := filepath.Join(storeDir, "runs", id)
+
+	report := readFile(t, filepath.Join(run, "report.md"))
+	// 92 units over 12 rows of examples/sales.csv, summed by busybox awk in the sandbox pod.
+	if !strings.Contains(report, "| units | 12 | 92.00 |") {
+		t.Errorf("report lacks the units figure the tool computed in the pod:\n%s", report)
+	}
+	manifest := readFile(t, filepath.Join(run, "manifest.json"))
+	stmt, err := provenance.Parse([]byte(manifest))
+	if err != nil {
+		t.Fatalf("parse manifest: %v", err)
+	}
+	if sb := stmt.Predicate.Sandbox; sb.Backend != "kubernetes" || sb.Image != cluster.SandboxImage || !strings.HasPrefix(sb.ImageDigest, "sha256:") {
+		t.Errorf("manifest sandbox = %+v, want backend kubernetes, image %s and its digest", sb, cluster.SandboxImage)
+	}
+	if w := stmt.Predicate.Worker; w.Version != version {
+		t.Errorf("manifest worker.version = %q, want %q, the version the image was built with", w.Version, version)
+	}
+	if !sawKey.Load() {
+		t.Error("the model never saw the OPENAI_API_KEY given to the container")
+	}
+	transcript := readFile(t, filepath.Join(run, "transcript.jsonl"))
+	noSandboxLeft(t, ns)
+
+	// docker stop sends SIGTERM: the idle worker drains and exits 0.
+	timeout := 30 * time.Second
+	if err := c.Stop(context.Background(), &timeout); err != nil {
+		t.Fatalf("docker stop: %v", err)
+	}
+	stopped = true
+	final := containerExited(t, c, 10*time.Second)
+	logs := containerLogs(t, c)
+	if final.ExitCode != 0 || final.OOMKilled || !strings.Contains(logs, `"msg":"worker stopped"`) {
+		t.Errorf("after docker stop: exit %d (OOM killed %v); want exit 0 after the worker stopped\n%s", final.ExitCode, final.OOMKilled, logs)
+	}
+	for what, text := range map[string]string{"container log": logs, "manifest": manifest, "transcript": transcript} {
+		for i, line := range strings.Split(text, "\n") {
+			if strings.Contains(line, secret) {
+				t.Errorf("%s line %d contains the OPENAI_API_KEY marker", what, i+1)
+			}
+		}
+	}
+	t.Logf("image built, worker ready, job run and container stopped in %s", time.Since(started).Round(time.Millisecond))
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
