@@ -1,8 +1,12 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/test/cluster"
 )
 
@@ -131,4 +137,51 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// runSalesJob submits the csv-analyst profile's job on examples/sales.csv through the submit
+// command's Run with env, waits for it to succeed and checks that its report holds the figure
+// the tool computed in the sandbox pod. It returns the job's run folder in the file store at
+// storeDir and the job's parsed manifest.
+func runSalesJob(t *testing.T, env map[string]string, storeDir string) (string, provenance.Statement) {
+	t.Helper()
+	start := time.Now()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	err := submitcmd.Run(ctx, []string{"run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
+		"--input", "../../examples/sales.csv", "--wait", "--output", "json"},
+		func(k string) string { return env[k] }, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("submit run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("job done in %s", time.Since(start).Round(time.Millisecond))
+	var res map[string]any
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatalf("last line of submit's stdout is not JSON: %v\n%s", err, stdout.String())
+	}
+	if res["state"] != "succeeded" {
+		t.Fatalf("job state = %v, want succeeded: %v\n%s", res["state"], res, stderr.String())
+	}
+	id, _ := res["id"].(string)
+	run := filepath.Join(storeDir, "runs", id)
+
+	report, err := os.ReadFile(filepath.Join(run, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 92 units over 12 rows of examples/sales.csv, summed by busybox awk in the sandbox pod.
+	if !strings.Contains(string(report), "| units | 12 | 92.00 |") {
+		t.Errorf("report lacks the units figure the tool computed in the pod:\n%s", report)
+	}
+	manifest, err := os.ReadFile(filepath.Join(run, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmt, err := provenance.Parse(manifest)
+	if err != nil {
+		t.Fatalf("parse manifest: %v", err)
+	}
+	return run, stmt
 }

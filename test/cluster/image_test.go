@@ -1,9 +1,7 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -19,10 +17,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
-	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
-	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/containers"
 )
 
 // Where the chart mounts the worker's config and where this test mounts the kubeconfig and the
@@ -43,15 +40,15 @@ const (
 // submit command's Run.
 func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 	started := time.Now()
-	p := newDocker(t)
-	version := "v0.0.0-cluster." + randomHex(3)
-	image := buildImage(t, p, stageReleaseImage(t, version), "boxcar-cluster-worker", map[string]string{"VERSION": version})
+	p := containers.NewDocker(t)
+	version := "v0.0.0-cluster." + containers.RandomHex(3)
+	image := containers.BuildImage(t, p, containers.StageReleaseImage(t, version), "boxcar-cluster-worker", map[string]string{"VERSION": version})
 	t.Logf("image %s built in %s", image, time.Since(started).Round(time.Millisecond))
 
 	// `worker version` in the image names the release it was built as.
-	vc := runContainer(t, p, hostContainer{image: image, cmd: []string{"version"}, user: imageUser})
-	if st := containerExited(t, vc, 30*time.Second); st.ExitCode != 0 || !strings.HasPrefix(containerLogs(t, vc), "worker "+version+" ") {
-		t.Fatalf("worker version: exit %d, output %q; want exit 0 and %q first", st.ExitCode, containerLogs(t, vc), "worker "+version+" ")
+	vc := containers.Run(t, p, containers.Spec{Image: image, Cmd: []string{"version"}, User: imageUser})
+	if st := containers.WaitExit(t, vc, 30*time.Second); st.ExitCode != 0 || !strings.HasPrefix(containers.Logs(t, vc), "worker "+version+" ") {
+		t.Fatalf("worker version: exit %d, output %q; want exit 0 and %q first", st.ExitCode, containers.Logs(t, vc), "worker "+version+" ")
 	}
 
 	ns := sandboxNamespace(t)
@@ -93,8 +90,11 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	workerConfig := filepath.Join(dir, "boxcar.yaml")
-	writeFile(t, workerConfig, "drain_grace: 10s\n"+strings.NewReplacer("{{KUBECONFIG}}", imageKubeconfigPath,
-		"{{NAMESPACE}}", ns, "{{IMAGE}}", cluster.SandboxImage).Replace(string(tmpl)), 0o400)
+	cfg := "drain_grace: 10s\n" + strings.NewReplacer("{{KUBECONFIG}}", imageKubeconfigPath,
+		"{{NAMESPACE}}", ns, "{{IMAGE}}", cluster.SandboxImage).Replace(string(tmpl))
+	if err := os.WriteFile(workerConfig, []byte(cfg), 0o400); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{kubeconfig, workerConfig} {
 		if err := os.Chmod(f, 0o400); err != nil {
 			t.Fatal(err)
@@ -116,14 +116,14 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := runContainer(t, p, hostContainer{
-		image: image, user: imageUser,
-		cmd: []string{"--config=" + imageConfigPath, "--metrics-addr=127.0.0.1:0", "--log-level=info"},
-		env: map[string]string{
+	c := containers.Run(t, p, containers.Spec{
+		Image: image, User: imageUser,
+		Cmd: []string{"--config=" + imageConfigPath, "--metrics-addr=127.0.0.1:0", "--log-level=info"},
+		Env: map[string]string{
 			"NATS_URL": nats.ClientURL(), "BOXCAR_STORE": "file://" + imageStorePath,
 			"OPENAI_BASE_URL": model.URL + "/v1", "OPENAI_API_KEY": secret,
 		},
-		binds: []string{
+		Binds: []string{
 			workerConfig + ":" + imageConfigPath + ":ro",
 			kubeconfig + ":" + imageKubeconfigPath + ":ro",
 			storeDir + ":" + imageStorePath,
@@ -132,7 +132,7 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 	stopped := false
 	t.Cleanup(func() {
 		if t.Failed() && !stopped {
-			t.Logf("worker container log:\n%s", containerLogs(t, c))
+			t.Logf("worker container log:\n%s", containers.Logs(t, c))
 		}
 	})
 
@@ -144,9 +144,9 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if st, err := c.State(ctx); err == nil && !st.Running {
-			t.Fatalf("worker container exited with %d before it was ready:\n%s", st.ExitCode, containerLogs(t, c))
+			t.Fatalf("worker container exited with %d before it was ready:\n%s", st.ExitCode, containers.Logs(t, c))
 		}
-		logs := containerLogs(t, c)
+		logs := containers.Logs(t, c)
 		m := addrRE.FindStringSubmatch(logs)
 		if m == nil || !strings.Contains(logs, "worker ready") {
 			return errors.New("not yet")
@@ -159,39 +159,9 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 	}
 	t.Logf("worker container ready after %s", time.Since(started).Round(time.Millisecond))
 
-	jobStart := time.Now()
 	submitEnv := map[string]string{"NATS_URL": nats.ClientURL(), "BOXCAR_STORE": "file://" + storeDir}
-	var stdout, stderr bytes.Buffer
-	sctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	err = submitcmd.Run(sctx, []string{"run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
-		"--input", "../../examples/sales.csv", "--wait", "--output", "json"},
-		func(k string) string { return submitEnv[k] }, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("submit run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	t.Logf("job done in %s", time.Since(jobStart).Round(time.Millisecond))
-	var res map[string]any
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
-		t.Fatalf("last line of submit's stdout is not JSON: %v\n%s", err, stdout.String())
-	}
-	if res["state"] != "succeeded" {
-		t.Fatalf("job state = %v, want succeeded: %v\n%s", res["state"], res, stderr.String())
-	}
-	id, _ := res["id"].(string)
-	run := filepath.Join(storeDir, "runs", id)
-
-	report := readFile(t, filepath.Join(run, "report.md"))
-	// 92 units over 12 rows of examples/sales.csv, summed by busybox awk in the sandbox pod.
-	if !strings.Contains(report, "| units | 12 | 92.00 |") {
-		t.Errorf("report lacks the units figure the tool computed in the pod:\n%s", report)
-	}
+	run, stmt := runSalesJob(t, submitEnv, storeDir)
 	manifest := readFile(t, filepath.Join(run, "manifest.json"))
-	stmt, err := provenance.Parse([]byte(manifest))
-	if err != nil {
-		t.Fatalf("parse manifest: %v", err)
-	}
 	if sb := stmt.Predicate.Sandbox; sb.Backend != "kubernetes" || sb.Image != cluster.SandboxImage || !strings.HasPrefix(sb.ImageDigest, "sha256:") {
 		t.Errorf("manifest sandbox = %+v, want backend kubernetes, image %s and its digest", sb, cluster.SandboxImage)
 	}
@@ -210,8 +180,8 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 		t.Fatalf("docker stop: %v", err)
 	}
 	stopped = true
-	final := containerExited(t, c, 10*time.Second)
-	logs := containerLogs(t, c)
+	final := containers.WaitExit(t, c, 10*time.Second)
+	logs := containers.Logs(t, c)
 	if final.ExitCode != 0 || final.OOMKilled || !strings.Contains(logs, `"msg":"worker stopped"`) {
 		t.Errorf("after docker stop: exit %d (OOM killed %v); want exit 0 after the worker stopped\n%s", final.ExitCode, final.OOMKilled, logs)
 	}

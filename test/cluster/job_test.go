@@ -3,7 +3,6 @@ package cluster_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -17,9 +16,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
-	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
-	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 	"github.com/boxcar-run/boxcar/test/cluster"
 )
@@ -30,7 +27,6 @@ import (
 func TestJobEndToEnd(t *testing.T) {
 	ns := sandboxNamespace(t)
 	dir := t.TempDir()
-	ctx := t.Context()
 
 	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: filepath.Join(dir, "nats")})
 	if err != nil {
@@ -65,45 +61,7 @@ func TestJobEndToEnd(t *testing.T) {
 		}
 	})
 
-	start := time.Now()
-	var stdout, stderr bytes.Buffer
-	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	err = submitcmd.Run(sctx, []string{"run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
-		"--input", "../../examples/sales.csv", "--wait", "--output", "json"},
-		func(k string) string { return env[k] }, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("submit run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	t.Logf("job done in %s", time.Since(start).Round(time.Millisecond))
-	var res map[string]any
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
-		t.Fatalf("last line of submit's stdout is not JSON: %v\n%s", err, stdout.String())
-	}
-	if res["state"] != "succeeded" {
-		t.Fatalf("job state = %v, want succeeded: %v\n%s", res["state"], res, stderr.String())
-	}
-	id, _ := res["id"].(string)
-	run := filepath.Join(dir, "store", "runs", id)
-
-	report, err := os.ReadFile(filepath.Join(run, "report.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 92 units over 12 rows of examples/sales.csv, summed by busybox awk in the pod.
-	if !strings.Contains(string(report), "| units | 12 | 92.00 |") {
-		t.Errorf("report lacks the units figure the tool computed in the pod:\n%s", report)
-	}
-
-	data, err := os.ReadFile(filepath.Join(run, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmt, err := provenance.Parse(data)
-	if err != nil {
-		t.Fatalf("parse manifest: %v", err)
-	}
+	_, stmt := runSalesJob(t, env, filepath.Join(dir, "store"))
 	sb := stmt.Predicate.Sandbox
 	if sb.Backend != "kubernetes" || sb.Image != cluster.SandboxImage || !strings.HasPrefix(sb.ID, "boxcar-") {
 		t.Errorf("manifest sandbox = %+v, want backend kubernetes, image %s and the pod's name", sb, cluster.SandboxImage)

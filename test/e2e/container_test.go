@@ -37,6 +37,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
+	"github.com/boxcar-run/boxcar/test/containers"
 )
 
 // Where the chart mounts the worker's config; the container tests mount theirs there too.
@@ -51,11 +52,11 @@ const (
 // `make image` does, and runs it the way the Helm chart does: the config mounted at
 // /etc/boxcar/config, host networking, a read-only root, no capabilities, uid 65532.
 func TestReleaseImage(t *testing.T) {
-	p := newDocker(t)
-	version := "v0.0.0-e2e." + randomSuffix(3)
-	contextDir := stageReleaseImage(t, version)
+	p := containers.NewDocker(t)
+	version := "v0.0.0-e2e." + containers.RandomHex(3)
+	contextDir := containers.StageReleaseImage(t, version)
 	start := time.Now()
-	image := buildImage(t, p, contextDir, "boxcar-e2e-worker", map[string]string{"VERSION": version})
+	image := containers.BuildImage(t, p, contextDir, "boxcar-e2e-worker", map[string]string{"VERSION": version})
 	buildTime := time.Since(start)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -77,19 +78,19 @@ func TestReleaseImage(t *testing.T) {
 
 	t.Run("binary", func(t *testing.T) {
 		// `worker --help` runs in the image and exits 0.
-		c := runContainer(t, p, hostContainer{image: image, cmd: []string{"--help"}, start: true})
-		st := waitExit(t, c, 30*time.Second)
-		logs := containerLogs(t, c)
+		c := containers.Run(t, p, containers.Spec{Image: image, Cmd: []string{"--help"}})
+		st := containers.WaitExit(t, c, 30*time.Second)
+		logs := containers.Logs(t, c)
 		if st.ExitCode != 0 || !strings.Contains(logs, "usage: worker [flags]") {
 			t.Errorf("worker --help: exit %d, output:\n%s\nwant exit 0 and the usage", st.ExitCode, logs)
 		}
 		// `worker version` names the release the image was built as: the manifests it
 		// writes carry the same version.
-		vc := runContainer(t, p, hostContainer{image: image, cmd: []string{"version"}, start: true})
-		if st := waitExit(t, vc, 30*time.Second); st.ExitCode != 0 {
+		vc := containers.Run(t, p, containers.Spec{Image: image, Cmd: []string{"version"}})
+		if st := containers.WaitExit(t, vc, 30*time.Second); st.ExitCode != 0 {
 			t.Errorf("worker version: exit %d", st.ExitCode)
 		}
-		if logs := containerLogs(t, vc); !strings.HasPrefix(logs, "worker "+version+" ") {
+		if logs := containers.Logs(t, vc); !strings.HasPrefix(logs, "worker "+version+" ") {
 			t.Errorf("worker version printed %q, want it to start with %q", logs, "worker "+version+" ")
 		}
 		// The binary must be the static, trimmed build.
@@ -182,13 +183,13 @@ profiles:
 		// Kubernetes sandboxes, and neither an in-cluster service account nor a kubeconfig:
 		// the worker stops at start with the fix, before it serves anything.
 		metricsAddr := freeAddr(t)
-		c := runContainer(t, p, hostContainer{
-			image: image, env: env, start: true,
-			cmd:   []string{"--config=" + chartConfigPath, "--log-level=info"},
-			binds: []string{workerConfig(t, metricsAddr, "") + ":" + chartConfigPath + ":ro"},
+		c := containers.Run(t, p, containers.Spec{
+			Image: image, Env: env,
+			Cmd:   []string{"--config=" + chartConfigPath, "--log-level=info"},
+			Binds: []string{workerConfig(t, metricsAddr, "") + ":" + chartConfigPath + ":ro"},
 		})
-		st := waitExit(t, c, 60*time.Second)
-		logs := containerLogs(t, c)
+		st := containers.WaitExit(t, c, 60*time.Second)
+		logs := containers.Logs(t, c)
 		want := "worker: kubernetes: not in a cluster (unable to load in-cluster configuration, KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be defined); set sandbox.kubernetes.kubeconfig"
 		if st.ExitCode != 1 || lastLine(logs) != want {
 			t.Errorf("worker without a cluster: exit %d, last line %q\nwant exit 1 and %q\nlog:\n%s", st.ExitCode, lastLine(logs), want, logs)
@@ -207,10 +208,10 @@ contexts: [{name: gone, context: {cluster: gone, user: gone}}]
 current-context: gone
 `, deadAPI))
 		started := time.Now()
-		c := runContainer(t, p, hostContainer{
-			image: image, env: env, start: true,
-			cmd: []string{"--config=" + chartConfigPath, "--log-level=info"},
-			binds: []string{
+		c := containers.Run(t, p, containers.Spec{
+			Image: image, Env: env,
+			Cmd: []string{"--config=" + chartConfigPath, "--log-level=info"},
+			Binds: []string{
 				workerConfig(t, metricsAddr, containerKubeconfig) + ":" + chartConfigPath + ":ro",
 				kubeconfig + ":" + containerKubeconfig + ":ro",
 			},
@@ -279,8 +280,8 @@ current-context: gone
 			t.Fatal(err)
 		}
 		stopped := time.Since(stopStart)
-		final := waitExit(t, c, 10*time.Second)
-		logs := containerLogs(t, c)
+		final := containers.WaitExit(t, c, 10*time.Second)
+		logs := containers.Logs(t, c)
 		t.Logf("docker stop took %s", stopped.Round(time.Millisecond))
 		if final.ExitCode != 0 || final.OOMKilled || stopped > workerDrainGrace+5*time.Second {
 			t.Errorf("after docker stop: exit %d (OOM killed %v) after %s; want exit 0 within the drain grace (%s)\n%s", final.ExitCode, final.OOMKilled, stopped, workerDrainGrace, logs)
@@ -296,12 +297,12 @@ current-context: gone
 // built here) in a container on the host network and takes it away under a worker that runs
 // in-process with bubblewrap sandboxes.
 func TestStoreOutageWithContainers(t *testing.T) {
-	p := newDocker(t)
+	p := containers.NewDocker(t)
 	gw := staticVersitygw(t)
 	dir := t.TempDir()
 	copyInto(t, gw, filepath.Join(dir, "versitygw"))
 	writeText(t, filepath.Join(dir, "Dockerfile"), "FROM scratch\nCOPY versitygw /versitygw\nUSER 65532:65532\nENTRYPOINT [\"/versitygw\"]\n")
-	image := buildImage(t, p, dir, "boxcar-e2e-versitygw", nil)
+	image := containers.BuildImage(t, p, dir, "boxcar-e2e-versitygw", nil)
 
 	t.Run("stopped during a job", func(t *testing.T) {
 		began := time.Now()
@@ -442,7 +443,7 @@ type storeContainer struct {
 
 func startStoreContainer(t *testing.T, p *testcontainers.DockerProvider, image string) *storeContainer {
 	t.Helper()
-	s := &storeContainer{dataDir: t.TempDir(), bucket: "boxcar-" + randomSuffix(6), accessKey: "boxcar-test-" + randomSuffix(4), secretKey: randomSuffix(20)}
+	s := &storeContainer{dataDir: t.TempDir(), bucket: "boxcar-" + containers.RandomHex(6), accessKey: "boxcar-test-" + containers.RandomHex(4), secretKey: containers.RandomHex(20)}
 	// The container runs as 65532 and writes the posix backend's folders (a bucket is a folder).
 	for _, d := range []string{s.dataDir, filepath.Join(s.dataDir, s.bucket)} {
 		if err := os.MkdirAll(d, 0o777); err != nil {
@@ -460,14 +461,13 @@ func startStoreContainer(t *testing.T, p *testcontainers.DockerProvider, image s
 	if os.Getuid() != 0 {
 		user = fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())
 	}
-	s.c = runContainer(t, p, hostContainer{
-		image: image,
-		user:  user,
+	s.c = containers.Run(t, p, containers.Spec{
+		Image: image,
+		User:  user,
 		// Credentials through the environment: not in the command line, a log or a layer.
-		env:   map[string]string{"ROOT_ACCESS_KEY_ID": s.accessKey, "ROOT_SECRET_ACCESS_KEY": s.secretKey},
-		cmd:   []string{"--port", s.addr, "--region", s3test.Region, "--health", "/health", "--keep-alive", "--quiet", "posix", "/data"},
-		binds: []string{s.dataDir + ":/data"},
-		start: true,
+		Env:   map[string]string{"ROOT_ACCESS_KEY_ID": s.accessKey, "ROOT_SECRET_ACCESS_KEY": s.secretKey},
+		Cmd:   []string{"--port", s.addr, "--region", s3test.Region, "--health", "/health", "--keep-alive", "--quiet", "posix", "/data"},
+		Binds: []string{s.dataDir + ":/data"},
 	})
 	waitHTTP(t, s.endpoint+"/health", http.StatusOK, 30*time.Second, stillRunning(s.c))
 	return s
@@ -486,7 +486,7 @@ func (s *storeContainer) stop(t *testing.T) {
 func (s *storeContainer) start(t *testing.T) {
 	t.Helper()
 	if err := s.c.Start(context.Background()); err != nil {
-		t.Fatalf("start the store again: %v\n%s", err, containerLogs(t, s.c))
+		t.Fatalf("start the store again: %v\n%s", err, containers.Logs(t, s.c))
 	}
 	waitHTTP(t, s.endpoint+"/health", http.StatusOK, 30*time.Second, stillRunning(s.c))
 }
