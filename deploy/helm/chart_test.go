@@ -275,6 +275,22 @@ logLevel: debug
 `},
 }
 
+// TestSandboxPullPolicyReachesTheWorker: a cluster whose nodes have no registry sets the
+// sandbox pods' pull policy in the values, and the worker's config carries it.
+func TestSandboxPullPolicyReachesTheWorker(t *testing.T) {
+	for _, policy := range []string{"", "Never", "Always"} {
+		vals := ""
+		want := "IfNotPresent"
+		if policy != "" {
+			vals, want = "sandboxes: {imagePullPolicy: "+policy+"}", policy
+		}
+		cfg := workerConfig(t, render(t, values(t, vals)))
+		if got := cfg.Sandbox.Kubernetes.ImagePullPolicy; got != want {
+			t.Errorf("values %q: worker config image_pull_policy = %q, want %q", vals, got, want)
+		}
+	}
+}
+
 func TestChartRenders(t *testing.T) {
 	for _, f := range features {
 		t.Run(f.name, func(t *testing.T) {
@@ -689,6 +705,7 @@ func TestValuesSchemaRejects(t *testing.T) {
 		{name: "misspelt top-level key", values: "replica: 3"},
 		{name: "keda flag not a boolean", values: "keda: {enabled: 'yes'}"},
 		{name: "sandbox namespace not a DNS label", values: "sandboxes: {namespace: Boxcar_Sandboxes}"},
+		{name: "unknown sandbox pull policy", values: "sandboxes: {imagePullPolicy: Sometimes}"},
 		{name: "config sets the sandbox backend", values: "config: {sandbox: {backend: bubblewrap}}"},
 		{name: "config sets metrics_addr", values: "config: {metrics_addr: '127.0.0.1:9464'}"},
 		{name: "config sets one worker id for every pod", values: "config: {worker_id: w1}"},

@@ -46,7 +46,7 @@ app.kubernetes.io/component: sandbox
 {{- $chart := dict
   "metrics_addr" (printf ":%d" (int .Values.metrics.port))
   "drain_grace" (printf "%ds" (int .Values.drainGraceSeconds))
-  "sandbox" (dict "backend" "kubernetes" "kubernetes" (dict "namespace" .Values.sandboxes.namespace))
+  "sandbox" (dict "backend" "kubernetes" "kubernetes" (dict "namespace" .Values.sandboxes.namespace "image_pull_policy" .Values.sandboxes.imagePullPolicy))
 -}}
 {{- toYaml (merge $chart (deepCopy .Values.config)) -}}
 {{- end -}}
