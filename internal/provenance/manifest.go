@@ -126,13 +126,6 @@ type ToolCall struct {
 	Approval Approval `json:"approval,omitzero"`
 }
 
-// Shell policies, as Approval.Policy records them (the profile's tool policy).
-const (
-	PolicyDeny      = "deny"
-	PolicyAllowlist = "allowlist"
-	PolicyAsk       = "ask"
-)
-
 // Decisions, as Approval.Decision records them. Only DecisionApproved means the command ran.
 const (
 	DecisionApproved = "approved"
@@ -146,7 +139,7 @@ const (
 // tell the commands a person let through (Policy ask, Decision approved, DecidedBy set) from
 // those the profile's policy decided (Policy allowlist or deny, no DecidedBy).
 type Approval struct {
-	Policy   string `json:"policy"`   // PolicyDeny, PolicyAllowlist or PolicyAsk
+	Policy   string `json:"policy"`   // the profile's: config.PolicyDeny, PolicyAllowlist or PolicyAsk
 	Decision string `json:"decision"` // DecisionApproved, DecisionDenied or DecisionTimedOut
 	// DecidedBy is the person who answered under "ask", as `submit approve`/`deny` recorded
 	// them (user@host); empty for policy decisions, timeouts and refusals without a person.
@@ -326,20 +319,20 @@ func checkApproval(a Approval) error {
 		return nil
 	}
 	switch a.Policy {
-	case PolicyDeny, PolicyAllowlist, PolicyAsk:
+	case config.PolicyDeny, config.PolicyAllowlist, config.PolicyAsk:
 	default:
 		return fmt.Errorf("policy %q is not deny, allowlist or ask", a.Policy)
 	}
 	switch a.Decision {
 	case DecisionApproved, DecisionDenied:
 	case DecisionTimedOut:
-		if a.Policy != PolicyAsk {
+		if a.Policy != config.PolicyAsk {
 			return fmt.Errorf("decision timed_out under policy %s: only ask waits for a person", a.Policy)
 		}
 	default:
 		return fmt.Errorf("decision %q is not approved, denied or timed_out", a.Decision)
 	}
-	if a.DecidedBy != "" && a.Policy != PolicyAsk {
+	if a.DecidedBy != "" && a.Policy != config.PolicyAsk {
 		return fmt.Errorf("decided_by %q under policy %s: only ask has a person decide", a.DecidedBy, a.Policy)
 	}
 	return nil
