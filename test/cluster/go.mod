@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/boxcar-run/boxcar v0.0.0-00010101000000-000000000000
+	github.com/moby/sys/mountinfo v0.7.2
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
 	golang.org/x/sys v0.49.0

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -160,22 +160,13 @@ func killUsers(stateDir string) {
 
 // unmountUnder detaches every mount at or below dir, deepest first.
 func unmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return fmt.Errorf("cluster: read mounts: %w", err)
 	}
-	defer f.Close()
-	var points []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			points = append(points, mp)
-		}
+	points := make([]string, len(mounts))
+	for i, m := range mounts {
+		points[i] = m.Mountpoint
 	}
 	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
 	var errs []error
@@ -185,25 +176,6 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// unescapeMount undoes the octal escapes of /proc/self/mountinfo (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // removeKubepods removes the kubepods cgroup trees the kubelet made, leaves first.
