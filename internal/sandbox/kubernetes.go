@@ -748,7 +748,7 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 
 // execFailure explains an exec that ended without an exit code. A runtime that cannot start
 // the program it was asked to exec answers with an internal-error status, not exit code 126 or
-// 127 (KUBERNETES-NOTES pitfall 8). The backend always execs sh, which starts the command
+// 127 (docs/test-cluster.md, pitfall 8). The backend always execs sh, which starts the command
 // itself (a command that is missing is sh's exit code 127, a result), so this means the image
 // has no usable sh.
 func (s *kubernetesSandbox) execFailure(op string, err error) error {
@@ -900,7 +900,7 @@ type streamExecutor struct {
 	config *rest.Config   // dials it
 }
 
-// shouldFallBack is KUBERNETES-NOTES pitfall 9. The types are k8s.io/streaming's: client-go's
+// shouldFallBack is docs/test-cluster.md pitfall 9. The types are k8s.io/streaming's: client-go's
 // WebSocket executor returns its UpgradeFailureError, which the deprecated copy in
 // k8s.io/apimachinery/pkg/util/httpstream does not match.
 func shouldFallBack(err error) bool {

@@ -198,7 +198,7 @@ func TestKubernetesExecFallsBackToSPDY(t *testing.T) {
 	}
 }
 
-// TestKubernetesExecNoSecondRun is KUBERNETES-NOTES pitfall 9: only a failed upgrade may send
+// TestKubernetesExecNoSecondRun is docs/test-cluster.md pitfall 9: only a failed upgrade may send
 // a command to SPDY. A command that ran over WebSocket, whatever its end, must not run again.
 func TestKubernetesExecNoSecondRun(t *testing.T) {
 	rt := newPodRuntime(t)
@@ -255,7 +255,7 @@ func TestKubernetesExecFakeServerSpeaksV4(t *testing.T) {
 	}
 }
 
-// TestKubernetesExecMissingBinary is KUBERNETES-NOTES pitfall 8: a runtime answers the exec of
+// TestKubernetesExecMissingBinary is docs/test-cluster.md pitfall 8: a runtime answers the exec of
 // a program the image lacks with an internal-error status, not exit code 127.
 func TestKubernetesExecMissingBinary(t *testing.T) {
 	rt := newPodRuntime(t)

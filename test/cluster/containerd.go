@@ -11,7 +11,7 @@ import (
 
 // containerdConfig is a containerd 1.6 configuration that shares nothing with another
 // containerd on the machine: its own root, state, sockets, runc root and CNI folders.
-// Pitfalls 1 and 7 of KUBERNETES-NOTES.md are the CRI settings.
+// Pitfalls 1 and 7 of docs/test-cluster.md are the CRI settings.
 const containerdConfig = `version = 2
 root = "{{STATE}}/containerd/root"
 state = "{{STATE}}/containerd/state"

@@ -12,7 +12,7 @@ import (
 )
 
 // NodeName is the node's name and the address the API server dials the kubelet by
-// (KUBERNETES-NOTES pitfall 3: the kubelet refuses --node-ip=127.0.0.1).
+// (docs/test-cluster.md, pitfall 3: the kubelet refuses --node-ip=127.0.0.1).
 const NodeName = "localhost"
 
 // kubeletConfig follows pitfalls 3 to 5: cgroup v1 allowed, cgroupfs, no swap check, no

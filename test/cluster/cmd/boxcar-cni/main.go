@@ -1,5 +1,5 @@
 // Command boxcar-cni is the test cluster's CNI plugin. containerd 1.6 needs an address on a
-// pod's eth0 (KUBERNETES-NOTES pitfall 2) and this kernel has no dummy links, so the plugin
+// pod's eth0 (docs/test-cluster.md, pitfall 2) and this kernel has no dummy links, so the plugin
 // makes a veth pair that lives entirely inside the pod's network namespace, gives eth0 one
 // address from the configured subnet (RFC 2544 space, never routed) as a /32 and adds no
 // route, and turns IPv6 off on both ends. Nothing is created on the host: a pod reaches
