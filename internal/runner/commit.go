@@ -39,8 +39,8 @@ func (o output) digest() string {
 
 // commit uploads the run: artifacts, transcript and report first, then the manifest with a
 // create-only put. The manifest is the commit marker: once it exists the run is final, and a
-// stale attempt that comes second gets store.ErrExists.
-func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, state job.State, runErr error) error {
+// stale attempt that comes second gets errLeaseLost.
+func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcome) error {
 	// A newer attempt means this one's ack deadline passed and another worker took the job:
 	// uploading now could overwrite the files that attempt commits.
 	if err := r.checkLease(ctx, a); err != nil {
@@ -56,7 +56,7 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, state jo
 	if err := r.checkLease(ctx, a); err != nil {
 		return err
 	}
-	manifest, err := r.manifest(a, outs, state, runErr)
+	manifest, err := r.manifest(a, outs, decide(o, a.d.LastAttempt()), o.err)
 	if err != nil {
 		return err
 	}
@@ -68,6 +68,9 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, state jo
 		}
 	}
 	if err := r.cfg.Store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest))); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return fmt.Errorf("%w: another attempt committed the run first", errLeaseLost)
+		}
 		return err
 	}
 	a.report = slices.ContainsFunc(outs, func(o output) bool { return o.name == reportName })
@@ -108,7 +111,7 @@ func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox) (o
 	return append(outs, artifacts...), dropped, nil
 }
 
-// checkLease fails with store.ErrExists when a later attempt of the job has started or the run
+// checkLease fails with errLeaseLost when a later attempt of the job has started or the run
 // is already committed.
 func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
 	st, err := r.cfg.Queue.Status(ctx, a.job.ID)
@@ -116,10 +119,10 @@ func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
 		return fmt.Errorf("check the job is still ours: %w", err)
 	}
 	if st.Attempt > a.d.Attempt {
-		return fmt.Errorf("%w: attempt %d started after this attempt (%d)", store.ErrExists, st.Attempt, a.d.Attempt)
+		return fmt.Errorf("%w: attempt %d started after this attempt (%d)", errLeaseLost, st.Attempt, a.d.Attempt)
 	}
 	if _, err := r.cfg.Store.Stat(ctx, store.ManifestKey(a.job.ID)); err == nil {
-		return fmt.Errorf("%w: run already committed", store.ErrExists)
+		return fmt.Errorf("%w: the run is already committed", errLeaseLost)
 	}
 	return nil
 }

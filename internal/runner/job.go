@@ -46,17 +46,17 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stopWatch := r.watchCancel(ctx, d.JobID, cancel)
-	state, err := r.process(ctx, a)
+	o := r.process(ctx, a)
 	stopWatch()
-	if !errors.Is(err, errCommitted) && state != job.StateCancelled {
+	if !o.committed && o.end != endDone && o.end != endLeaseLost && o.end != endCancelled {
 		switch context.Cause(ctx) {
 		case errCancelled:
-			state, err = job.StateCancelled, errCancelled
+			o = outcome{end: endCancelled, err: errCancelled}
 		case errShutdown:
-			state, err = job.StateInterrupted, errShutdown
+			o = outcome{end: endInterrupted, err: errShutdown}
 		}
 	}
-	r.settle(ctx, a, state, err)
+	r.settle(ctx, a, o)
 }
 
 // watchCancel cancels the job's context when someone asks for the job to be cancelled.
@@ -84,20 +84,19 @@ func (r *Runner) watchCancel(ctx context.Context, id string, cancel context.Canc
 	return func() { stopCtx(); <-done }
 }
 
-// process runs the job and returns the state it ended in; an error says why it did not succeed
-// and, through queue.Permanent or queue.RetryAfter, whether it may be retried.
-func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
+// process runs the job and returns how this attempt ended.
+func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	j, err := job.Decode(a.d.Data)
 	if err != nil {
-		return job.StateRejected, queue.Permanent("invalid_job", err)
+		return outcome{end: endRejected, err: queue.Permanent("invalid_job", err)}
 	}
 	if a.d.JobID != j.ID {
-		return job.StateRejected, queue.Permanent("invalid_job", fmt.Errorf("%w: message id %q does not match job id %q", job.ErrInvalid, a.d.JobID, j.ID))
+		return outcome{end: endRejected, err: queue.Permanent("invalid_job", fmt.Errorf("%w: message id %q does not match job id %q", job.ErrInvalid, a.d.JobID, j.ID))}
 	}
 	a.job = j
 	a.profile, err = r.cfg.Worker.Profile(j.Profile)
 	if err != nil {
-		return job.StateRejected, queue.Permanent("unknown_profile", err)
+		return outcome{end: endRejected, err: queue.Permanent("unknown_profile", err)}
 	}
 	a.limits = a.profile.Limits.Tighten(j.Limits)
 	a.profile.Limits = a.limits
@@ -106,11 +105,11 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 	if _, err := r.cfg.Store.Stat(ctx, store.ManifestKey(j.ID)); err == nil {
 		a.log.InfoContext(ctx, "run already committed; acknowledging without running again")
 		if err := r.adoptCommitted(ctx, j.ID); err != nil {
-			return job.StateRetrying, err
+			return outcome{end: endTransient, err: err}
 		}
-		return "", errCommitted
+		return outcome{end: endDone}
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return job.StateRetrying, fmt.Errorf("check for a committed run: %w", err)
+		return outcome{end: endTransient, err: fmt.Errorf("check for a committed run: %w", err)}
 	}
 
 	st, err := r.cfg.Queue.UpdateStatus(ctx, j.ID, func(s *job.Status) {
@@ -122,10 +121,10 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 	})
 	if errors.Is(err, queue.ErrFinal) {
 		a.log.InfoContext(ctx, "job already ended; dropping this delivery", "state", st.State)
-		return "", errCommitted
+		return outcome{end: endDone}
 	}
 	if err != nil {
-		return job.StateRetrying, err
+		return outcome{end: endTransient, err: err}
 	}
 	r.m.QueueWait.WithLabelValues(j.Profile).Observe(a.started.Sub(a.d.Published).Seconds())
 
@@ -134,16 +133,12 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 
 	sb, err := r.startSandbox(ctx, a)
 	if err != nil {
-		return job.StateRetrying, err
+		return outcome{end: endTransient, err: err}
 	}
 	defer r.closeSandbox(ctx, a, sb)
 	r.progress(ctx, a, "copying inputs")
 	if err := r.copyInputs(ctx, a, sb); err != nil {
-		var perm *queue.PermanentError
-		if errors.As(err, &perm) {
-			return job.StateFailed, err
-		}
-		return job.StateRetrying, err
+		return fault(err)
 	}
 
 	r.progress(ctx, a, "running agent")
@@ -169,66 +164,52 @@ func (r *Runner) process(ctx context.Context, a *attempt) (job.State, error) {
 	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(a.result.Usage.PromptTokens))
 	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(a.result.Usage.CompletionTokens))
 	r.recordToolCalls(a)
-	state := job.StateSucceeded
+	o := outcome{end: endSucceeded}
 	commitCtx := ctx
 	switch {
 	case context.Cause(ctx) == errCancelled:
 		// Keep what the job produced until it was stopped.
-		state, err = job.StateCancelled, errCancelled
+		o = outcome{end: endCancelled, err: errCancelled}
 		var cancel context.CancelFunc
 		commitCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 		defer cancel()
 	case ctx.Err() != nil:
-		return job.StateInterrupted, context.Cause(ctx)
+		return outcome{end: endInterrupted, err: context.Cause(ctx)}
 	case errors.Is(err, agent.ErrModelAuth), errors.Is(err, agent.ErrModelRequest):
-		state, err = job.StateFailed, queue.Permanent("model_rejected", err)
+		o = outcome{end: endFailed, err: queue.Permanent("model_rejected", err)}
 	case errors.Is(err, agent.ErrInvalidRequest):
-		state, err = job.StateFailed, queue.Permanent("invalid_profile", err)
+		o = outcome{end: endFailed, err: queue.Permanent("invalid_profile", err)}
 	case err != nil:
-		if !a.d.LastAttempt() {
-			return job.StateRetrying, err
-		}
-		state = job.StateDead // keep the transcript of the last try, then dead-letter it
+		o = outcome{end: endTransient, err: err}
 	case a.result.Outcome == agent.OutcomeCapped:
-		state = job.StateCapped
-		r.m.CapHits.WithLabelValues(j.Profile, a.result.Cap).Inc()
+		o = outcome{end: endCapped, cap: a.result.Cap}
+	}
+	// Only a run that ends here is committed: one that will be retried keeps nothing, and the
+	// last try of one that keeps failing leaves its transcript behind.
+	if !decide(o, a.d.LastAttempt()).state.Terminal() {
+		return o
 	}
 
 	r.progress(commitCtx, a, "uploading")
 	outs, dropped, cerr := r.collect(commitCtx, a, sb)
 	if cerr == nil {
-		state, err = withDroppedReport(state, err, dropped)
-		cerr = r.commit(commitCtx, a, outs, state, err)
+		o = o.withDroppedReport(dropped)
+		cerr = r.commit(commitCtx, a, outs, o)
 	}
-	if cerr != nil {
-		if errors.Is(cerr, store.ErrExists) {
-			r.m.StaleAttempts.Inc()
-			a.log.WarnContext(ctx, "another attempt committed this job first; discarding this attempt's result")
-			return "", errCommitted
-		}
+	switch {
+	case errors.Is(cerr, errLeaseLost):
+		a.log.WarnContext(ctx, "another attempt took this job over; discarding this attempt's result", "error", cerr)
+		return outcome{end: endLeaseLost, err: cerr}
+	case cerr != nil:
 		var perm *queue.PermanentError
 		if errors.As(cerr, &perm) {
-			return job.StateFailed, cerr
+			return outcome{end: endFailed, err: cerr}
 		}
-		return job.StateRetrying, fmt.Errorf("upload results: %w", cerr)
+		return outcome{end: endTransient, err: fmt.Errorf("upload results: %w", cerr)}
 	}
-	a.committed = true
-	return state, err
+	o.committed = true
+	return o
 }
-
-// withDroppedReport decides the outcome of a run whose report had to be left out (dropped is
-// nil when it was not). A run that would have succeeded or been capped fails with that error,
-// as nothing else went wrong and the report is what a user asked for; a run that already
-// failed, died or was cancelled keeps its own cause, which came first.
-func withDroppedReport(state job.State, err, dropped error) (job.State, error) {
-	if dropped == nil || (state != job.StateSucceeded && state != job.StateCapped) {
-		return state, err
-	}
-	return job.StateFailed, dropped
-}
-
-// errCommitted means the job's result already exists: acknowledge and record nothing new.
-var errCommitted = errors.New("run already committed")
 
 func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox, error) {
 	backend := r.cfg.Sandboxes.Backend()
@@ -302,56 +283,35 @@ func (r *Runner) progressCalls(ctx context.Context, a *attempt, msg string, call
 	}
 }
 
-// settle turns the outcome into a queue action and a final status. It runs on a context that
-// survives shutdown so that an interrupted job is handed back at once.
-func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err error) {
+// settle acts on the outcome: the status, the queue and the metrics, as decide says. It runs
+// on a context that survives shutdown so that an interrupted job is handed back at once.
+func (r *Runner) settle(ctx context.Context, a *attempt, o outcome) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 	defer cancel()
 	d, log := a.d, a.log
+	dec := decide(o, d.LastAttempt())
 	// The metrics label: a name the worker does not define comes from whoever submitted the
 	// job, so it must not become a label value.
 	profile := a.job.Profile
 	if _, ok := r.cfg.Worker.Profiles[profile]; !ok {
 		profile = "unknown"
 	}
-	if errors.Is(err, errCommitted) {
-		if aerr := d.Ack(ctx); aerr != nil {
-			log.ErrorContext(ctx, "ack failed", "error", aerr)
-		}
-		return
-	}
-
-	var perm *queue.PermanentError
-	var retry *queue.RetryAfterError
-	action := "ack"
-	switch {
-	case state == job.StateInterrupted:
-		action = "nak-now"
-	case errors.As(err, &perm):
-		action = "term"
-	case state == job.StateRetrying && d.LastAttempt():
-		state, action = job.StateDead, "term"
-	case state == job.StateRetrying:
-		action = "nak"
-	case state == job.StateDead, state == job.StateFailed && err != nil:
-		action = "term"
-	}
 
 	now := time.Now().UTC()
-	if job.ValidID(d.JobID) {
+	if dec.state != "" && job.ValidID(d.JobID) {
 		_, serr := r.cfg.Queue.UpdateStatus(ctx, d.JobID, func(s *job.Status) {
-			s.State, s.Attempt, s.Worker, s.UpdatedAt = state, d.Attempt, r.cfg.Worker.WorkerID, now
+			s.State, s.Attempt, s.Worker, s.UpdatedAt = dec.state, d.Attempt, r.cfg.Worker.WorkerID, now
 			s.Error, s.Cap = "", a.result.Cap
-			if err != nil {
-				s.Error = err.Error()
+			if o.err != nil {
+				s.Error = o.err.Error()
 			}
 			if s.Profile == "" {
 				s.Profile = a.job.Profile
 			}
-			if state.Terminal() {
+			if dec.state.Terminal() {
 				s.FinishedAt, s.Progress = now, ""
 			}
-			if a.committed {
+			if o.committed {
 				s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(d.JobID))
 				if a.report {
 					s.Report = r.cfg.Store.URL(store.ReportKey(d.JobID))
@@ -363,54 +323,50 @@ func (r *Runner) settle(ctx context.Context, a *attempt, state job.State, err er
 		}
 	}
 
-	logAttrs := []any{"state", string(state), "duration_ms", time.Since(a.started).Milliseconds()}
-	if err != nil {
-		logAttrs = append(logAttrs, "error", err.Error())
+	logAttrs := []any{"outcome", o.end.String(), "duration_ms", time.Since(a.started).Milliseconds()}
+	if dec.state != "" {
+		logAttrs = append(logAttrs, "state", string(dec.state))
+	}
+	if o.err != nil {
+		logAttrs = append(logAttrs, "error", o.err.Error())
 	}
 	var qerr error
-	switch action {
-	case "ack":
+	switch dec.action {
+	case ackJob:
 		qerr = d.Ack(ctx)
-	case "nak-now":
+	case nakNow:
 		qerr = d.Nak(ctx, 0)
-	case "nak":
+	case nakLater:
 		delay := backoff(time.Duration(r.cfg.Worker.NATS.RetryBackoff), d.Attempt)
-		if errors.As(err, &retry) {
+		var retry *queue.RetryAfterError
+		if errors.As(o.err, &retry) {
 			delay = retry.Delay
 		}
 		logAttrs = append(logAttrs, "retry_in", delay.String())
 		qerr = d.Nak(ctx, delay)
-	case "term":
-		reason := failureReason(state, err)
-		logAttrs = append(logAttrs, "reason", reason)
-		r.m.DeadLetters.WithLabelValues(reason).Inc()
-		qerr = d.Term(ctx, reason, err)
+	case termJob:
+		logAttrs = append(logAttrs, "reason", dec.reason)
+		r.m.DeadLetters.WithLabelValues(dec.reason).Inc()
+		qerr = d.Term(ctx, dec.reason, o.err)
 	}
 	if qerr != nil {
-		log.ErrorContext(ctx, "settle with the queue failed", "action", action, "error", qerr)
+		log.ErrorContext(ctx, "settle with the queue failed", "action", dec.action.String(), "error", qerr)
 	}
-	if state.Terminal() {
-		r.m.Jobs.WithLabelValues(profile, string(state)).Inc()
-		r.m.JobDuration.WithLabelValues(profile, string(state)).Observe(time.Since(a.started).Seconds())
+	if dec.state.Terminal() {
+		r.m.Jobs.WithLabelValues(profile, string(dec.state)).Inc()
+		r.m.JobDuration.WithLabelValues(profile, string(dec.state)).Observe(time.Since(a.started).Seconds())
+	}
+	if dec.capHit != "" {
+		r.m.CapHits.WithLabelValues(profile, dec.capHit).Inc()
+	}
+	if dec.stale {
+		r.m.StaleAttempts.Inc()
 	}
 	level := slog.LevelInfo
-	if err != nil {
+	if o.err != nil {
 		level = slog.LevelWarn
 	}
-	log.Log(ctx, level, "job "+action, logAttrs...)
-}
-
-// failureReason is the short machine-readable reason of a job that ends in the dead letter
-// stream: the dead letter and the manifest's outcome both carry it.
-func failureReason(state job.State, err error) string {
-	var perm *queue.PermanentError
-	switch {
-	case errors.As(err, &perm):
-		return perm.Reason
-	case state == job.StateDead:
-		return "max_deliveries"
-	}
-	return "failed"
+	log.Log(ctx, level, "job "+dec.action.String(), logAttrs...)
 }
 
 // backoff grows with each attempt from base: base, 2×base, 4×base … capped at 5 minutes.

@@ -13,7 +13,7 @@ import (
 // manifest records what produced this run: input, profile, sandbox, model calls, tool calls,
 // outcome and the worker's build. It never holds a secret: the API key is not in anything it
 // is built from.
-func (r *Runner) manifest(a *attempt, outs []output, state job.State, runErr error) ([]byte, error) {
+func (r *Runner) manifest(a *attempt, outs []output, dec decision, runErr error) ([]byte, error) {
 	j, p, res := a.job, a.profile, a.result
 	m := provenance.Manifest{
 		Job:     provenance.Job{ID: j.ID, Profile: j.Profile, Task: j.Task, Labels: j.Labels, SubmittedAt: j.SubmittedAt, SubmittedBy: j.SubmittedBy},
@@ -33,7 +33,7 @@ func (r *Runner) manifest(a *attempt, outs []output, state job.State, runErr err
 		},
 		Limits:  a.limits,
 		Spent:   spent(a),
-		Outcome: provenance.Outcome{State: state, Cap: res.Cap},
+		Outcome: provenance.Outcome{State: dec.state, Cap: res.Cap},
 		Timings: provenance.Timings{QueuedAt: a.d.Published, StartedAt: a.started, FinishedAt: time.Now()},
 		Attempt: a.d.Attempt,
 		Worker:  provenance.WorkerInfo(r.cfg.Worker.WorkerID),
@@ -44,8 +44,8 @@ func (r *Runner) manifest(a *attempt, outs []output, state job.State, runErr err
 	if runErr != nil {
 		m.Outcome.Error = runErr.Error()
 	}
-	if state == job.StateFailed || state == job.StateDead {
-		m.Outcome.Reason = failureReason(state, runErr)
+	if dec.state == job.StateFailed || dec.state == job.StateDead {
+		m.Outcome.Reason = dec.reason
 	}
 	for _, in := range j.Inputs {
 		m.Inputs = append(m.Inputs, provenance.Input{Name: in.Name, SHA256: in.SHA256, Size: in.Size})

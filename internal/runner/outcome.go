@@ -1,0 +1,155 @@
+package runner
+
+import (
+	"errors"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// ending is how one attempt of a job ended, as far as the queue and the status care.
+type ending int
+
+const (
+	// endSucceeded: the agent finished the task.
+	endSucceeded ending = iota + 1
+	// endCapped: a cap (outcome.cap) stopped the agent.
+	endCapped
+	// endFailed: a fault of the job that retrying cannot fix (bad input, a model that refuses
+	// the request, a report too large); outcome.err is a queue.Permanent with the reason.
+	endFailed
+	// endRejected: the message is not a job this worker can run (not a job, an id that does
+	// not match, an unknown profile); outcome.err is a queue.Permanent with the reason.
+	endRejected
+	// endTransient: a fault worth retrying (store, NATS, sandbox, model unavailable).
+	endTransient
+	// endCancelled: someone asked for the job to be cancelled.
+	endCancelled
+	// endInterrupted: the worker is shutting down; the job goes back to the queue at once.
+	endInterrupted
+	// endDone: the job had already ended (another attempt committed it, or its status is
+	// final); this delivery has nothing to add.
+	endDone
+	// endLeaseLost: a later attempt took the job over while this one worked (its ack
+	// deadline passed); this attempt's result is discarded.
+	endLeaseLost
+)
+
+var endingNames = map[ending]string{
+	endSucceeded: "succeeded", endCapped: "capped", endFailed: "failed", endRejected: "rejected",
+	endTransient: "transient", endCancelled: "cancelled", endInterrupted: "interrupted",
+	endDone: "done", endLeaseLost: "lease_lost",
+}
+
+func (e ending) String() string { return endingNames[e] }
+
+// outcome is what one attempt produced: how it ended and why.
+type outcome struct {
+	end ending
+	// err says why the attempt did not succeed; a queue.Permanent carries the dead letter's
+	// reason and a queue.RetryAfter the delay before the next delivery.
+	err error
+	// cap names the limit that stopped a capped run (agent.Cap*).
+	cap string
+	// committed: this attempt wrote the run's manifest, so the status points at the run.
+	committed bool
+}
+
+// fault classifies an error of the attempt: a queue.Permanent fails the job, anything else is
+// worth retrying.
+func fault(err error) outcome {
+	var perm *queue.PermanentError
+	if errors.As(err, &perm) {
+		return outcome{end: endFailed, err: err}
+	}
+	return outcome{end: endTransient, err: err}
+}
+
+// withDroppedReport is the outcome of a run whose report had to be left out (dropped is nil
+// when it was not). A run that would have succeeded or been capped fails with that error, as
+// nothing else went wrong and the report is what a user asked for; a run that already failed,
+// died or was cancelled keeps its own cause, which came first.
+func (o outcome) withDroppedReport(dropped error) outcome {
+	if dropped == nil || (o.end != endSucceeded && o.end != endCapped) {
+		return o
+	}
+	return outcome{end: endFailed, err: dropped, cap: o.cap}
+}
+
+// queueAction is what the runner tells the queue about a delivery.
+type queueAction int
+
+const (
+	// ackJob: the job is done; never deliver it again.
+	ackJob queueAction = iota + 1
+	// nakNow: hand the job back for another worker at once.
+	nakNow
+	// nakLater: deliver the job again after a backoff (or the queue.RetryAfter delay).
+	nakLater
+	// termJob: stop all deliveries and keep the job in the dead-letter stream.
+	termJob
+)
+
+var actionNames = map[queueAction]string{ackJob: "ack", nakNow: "nak-now", nakLater: "nak", termJob: "term"}
+
+func (a queueAction) String() string { return actionNames[a] }
+
+// decision is everything an outcome means: for the queue, the status and the metrics.
+type decision struct {
+	action queueAction
+	// state is the status to record; empty records nothing (the job ended elsewhere). A
+	// terminal state is also the outcome a committed manifest records, and is counted in
+	// boxcar_jobs_total.
+	state job.State
+	// reason is the machine-readable reason a dead letter and a failed or dead manifest carry.
+	reason string
+	// capHit names the cap to count in boxcar_cap_hits_total; empty counts nothing.
+	capHit string
+	// stale counts boxcar_stale_attempts_total.
+	stale bool
+}
+
+// decide maps an attempt's outcome, and whether the queue will deliver the job again after
+// this delivery (last is true when it will not), to what happens next. It is the only place
+// where a job's fate is decided.
+func decide(o outcome, last bool) decision {
+	switch o.end {
+	case endSucceeded:
+		return decision{action: ackJob, state: job.StateSucceeded}
+	case endCapped:
+		return decision{action: ackJob, state: job.StateCapped, capHit: o.cap}
+	case endFailed:
+		return decision{action: termJob, state: job.StateFailed, reason: permanentReason(o.err, "failed")}
+	case endRejected:
+		return decision{action: termJob, state: job.StateRejected, reason: permanentReason(o.err, "rejected")}
+	case endTransient:
+		if last {
+			return decision{action: termJob, state: job.StateDead, reason: "max_deliveries"}
+		}
+		return decision{action: nakLater, state: job.StateRetrying}
+	case endCancelled:
+		return decision{action: ackJob, state: job.StateCancelled}
+	case endInterrupted:
+		// Even on the last delivery: the queue decides what an exhausted job becomes.
+		return decision{action: nakNow, state: job.StateInterrupted}
+	case endLeaseLost:
+		return decision{action: ackJob, stale: true}
+	case endDone:
+		return decision{action: ackJob}
+	}
+	// An outcome nobody built: keep the job, and say so in its status.
+	return decision{action: nakLater, state: job.StateRetrying}
+}
+
+// permanentReason is the reason a queue.Permanent error carries, else def.
+func permanentReason(err error, def string) string {
+	var perm *queue.PermanentError
+	if errors.As(err, &perm) && perm.Reason != "" {
+		return perm.Reason
+	}
+	return def
+}
+
+// errLeaseLost means a later attempt of the job started, or committed the run, while this one
+// worked: this attempt must not write anything more.
+var errLeaseLost = errors.New("lease lost: a later attempt of the job took it over")

@@ -1,0 +1,109 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// TestDecide is the whole table of a job's fate: every ending, on a delivery that the queue
+// will repeat and on the last one.
+func TestDecide(t *testing.T) {
+	perm := queue.Permanent("input_missing", errors.New("input gone"))
+	transient := errors.New("store: connection refused")
+	tests := []struct {
+		name string
+		o    outcome
+		last bool
+		want decision
+	}{
+		{"succeeded", outcome{end: endSucceeded}, false, decision{action: ackJob, state: job.StateSucceeded}},
+		{"succeeded, last", outcome{end: endSucceeded}, true, decision{action: ackJob, state: job.StateSucceeded}},
+		{"capped", outcome{end: endCapped, cap: "max_turns"}, false, decision{action: ackJob, state: job.StateCapped, capHit: "max_turns"}},
+		{"capped, last", outcome{end: endCapped, cap: "max_turns"}, true, decision{action: ackJob, state: job.StateCapped, capHit: "max_turns"}},
+		{"failed", outcome{end: endFailed, err: perm}, false, decision{action: termJob, state: job.StateFailed, reason: "input_missing"}},
+		{"failed, last", outcome{end: endFailed, err: perm}, true, decision{action: termJob, state: job.StateFailed, reason: "input_missing"}},
+		{"failed without a reason", outcome{end: endFailed, err: transient}, false, decision{action: termJob, state: job.StateFailed, reason: "failed"}},
+		{"rejected", outcome{end: endRejected, err: queue.Permanent("invalid_job", transient)}, false, decision{action: termJob, state: job.StateRejected, reason: "invalid_job"}},
+		{"rejected, last", outcome{end: endRejected, err: queue.Permanent("unknown_profile", transient)}, true, decision{action: termJob, state: job.StateRejected, reason: "unknown_profile"}},
+		{"transient", outcome{end: endTransient, err: transient}, false, decision{action: nakLater, state: job.StateRetrying}},
+		{"transient, last", outcome{end: endTransient, err: transient}, true, decision{action: termJob, state: job.StateDead, reason: "max_deliveries"}},
+		{"transient with a delay", outcome{end: endTransient, err: queue.RetryAfter(time.Minute, transient)}, false, decision{action: nakLater, state: job.StateRetrying}},
+		{"transient with a delay, last", outcome{end: endTransient, err: queue.RetryAfter(time.Minute, transient)}, true, decision{action: termJob, state: job.StateDead, reason: "max_deliveries"}},
+		{"cancelled", outcome{end: endCancelled, err: errCancelled}, false, decision{action: ackJob, state: job.StateCancelled}},
+		{"cancelled, last", outcome{end: endCancelled, err: errCancelled}, true, decision{action: ackJob, state: job.StateCancelled}},
+		{"interrupted", outcome{end: endInterrupted, err: errShutdown}, false, decision{action: nakNow, state: job.StateInterrupted}},
+		{"interrupted, last", outcome{end: endInterrupted, err: errShutdown}, true, decision{action: nakNow, state: job.StateInterrupted}},
+		{"done elsewhere", outcome{end: endDone}, false, decision{action: ackJob}},
+		{"done elsewhere, last", outcome{end: endDone}, true, decision{action: ackJob}},
+		{"lease lost", outcome{end: endLeaseLost, err: errLeaseLost}, false, decision{action: ackJob, stale: true}},
+		{"lease lost, last", outcome{end: endLeaseLost, err: errLeaseLost}, true, decision{action: ackJob, stale: true}},
+	}
+	covered := map[ending]map[bool]bool{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := decide(tt.o, tt.last); got != tt.want {
+				t.Errorf("decide(%s, last=%t) = %+v, want %+v", tt.o.end, tt.last, got, tt.want)
+			}
+		})
+		if covered[tt.o.end] == nil {
+			covered[tt.o.end] = map[bool]bool{}
+		}
+		covered[tt.o.end][tt.last] = true
+	}
+	for e := range endingNames {
+		if !covered[e][false] || !covered[e][true] {
+			t.Errorf("ending %s is not covered on both a repeated and the last delivery", e)
+		}
+	}
+}
+
+// TestDecideCommitsExactlyTheTerminalEndings: a run is committed when decide gives a terminal
+// state, so only the last try of a failing job keeps its transcript, and nothing that will be
+// retried or that ended elsewhere writes a manifest.
+func TestDecideCommitsExactlyTheTerminalEndings(t *testing.T) {
+	for e := range endingNames {
+		for _, last := range []bool{false, true} {
+			d := decide(outcome{end: e, err: errors.New("x")}, last)
+			want := e == endSucceeded || e == endCapped || e == endFailed || e == endRejected || e == endCancelled || (e == endTransient && last)
+			if got := d.state.Terminal(); got != want {
+				t.Errorf("%s, last=%t: terminal state %q, want terminal=%t", e, last, d.state, want)
+			}
+			if (d.action == termJob) != (d.reason != "") {
+				t.Errorf("%s, last=%t: action %s with reason %q; a dead letter always has a reason", e, last, d.action, d.reason)
+			}
+		}
+	}
+}
+
+func TestWithDroppedReport(t *testing.T) {
+	dropped := queue.Permanent("report_too_large", errors.New("too large"))
+	cause := queue.Permanent("model_rejected", errors.New("401"))
+	tests := []struct {
+		name string
+		o    outcome
+		want ending
+		err  error
+	}{
+		{"succeeded fails", outcome{end: endSucceeded}, endFailed, dropped},
+		{"capped fails", outcome{end: endCapped, cap: "max_turns"}, endFailed, dropped},
+		{"failed keeps its cause", outcome{end: endFailed, err: cause}, endFailed, cause},
+		{"dead keeps its cause", outcome{end: endTransient, err: cause}, endTransient, cause},
+		{"cancelled stays cancelled", outcome{end: endCancelled, err: errCancelled}, endCancelled, errCancelled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.o.withDroppedReport(dropped)
+			if got.end != tt.want || !errors.Is(got.err, tt.err) {
+				t.Errorf("withDroppedReport = %s (%v), want %s (%v)", got.end, got.err, tt.want, tt.err)
+			}
+			if same := tt.o.withDroppedReport(nil); fmt.Sprint(same) != fmt.Sprint(tt.o) {
+				t.Errorf("without a dropped report the outcome changed: %+v", same)
+			}
+		})
+	}
+}
