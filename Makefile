@@ -44,8 +44,9 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
+## bench: Boxcar against its primitives, side by side (docs/performance.md); raw output in bin/bench.txt
 bench: deps-test
-	$(GO) test -run '^$$' -bench . -benchtime 200x -count 3 ./internal/...
+	@GO=$(GO) scripts/bench.sh
 
 ## image: the worker's release image (FROM scratch, static binaries, uid 65532), no registry needed
 IMAGE ?= ghcr.io/boxcar-run/boxcar:$(VERSION)

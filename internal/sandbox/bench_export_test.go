@@ -1,0 +1,34 @@
+package sandbox
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"syscall"
+)
+
+// BareBwrap is the bwrap command a bubblewrap sandbox's Exec runs for argv, made bare: the
+// sandbox's own options (namespaces, mounts, /etc files, environment, and whatever the
+// provider adds later), passed on the command line, with the descriptors they name and the
+// sandbox's host uid, but without prlimit, the cgroup, the options pipe or any bookkeeping.
+// The workdir is bound from hostDir instead of the sandbox's folder. It is the baseline of
+// BenchmarkBubblewrapLifecycle, read from the provider so the two keep the same flags. done
+// closes the descriptors once the command has started.
+func BareBwrap(sb Sandbox, hostDir string, argv []string) (cmd *exec.Cmd, done func(), err error) {
+	s := sb.(*bubblewrapSandbox)
+	inv, err := s.prepare()
+	if err != nil {
+		return nil, nil, err
+	}
+	inv.argsWrite.Close() // bwrap reads no --args here: its options are on the command line
+	var args []string
+	for _, a := range bytes.Split(bytes.TrimSuffix(s.options(ExecRequest{Argv: argv}, s.workdir), []byte{0}), []byte{0}) {
+		args = append(args, strings.ReplaceAll(string(a), s.hostDir, hostDir))
+	}
+	cmd = exec.Command(s.p.bwrap, append(append(args, "--"), argv...)...)
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.ExtraFiles = inv.child // the same descriptor numbers the options name
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	return cmd, inv.closeChildEnds, nil
+}

@@ -1,0 +1,93 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// BenchmarkBubblewrapLifecycle is row 2: a sandbox's whole life through the provider (Start,
+// Exec `true`, Close) against a bare bwrap process with the same namespaces, mounts and options
+// (read from a sandbox of the same provider) over a folder made and removed around it. The two
+// alternate, one of each per iteration. What Boxcar adds: the lock file, the cgroup and moving
+// bwrap into it, prlimit, the options pipe, the disk watch and the cleanup checks.
+func BenchmarkBubblewrapLifecycle(b *testing.B) {
+	p := newBubblewrap(b)
+	ctx := context.Background()
+	spec := sandbox.Spec{JobID: "bench", SandboxSpec: config.SandboxSpec{}}
+	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second}
+	template := start(b, p, spec.SandboxSpec) // whose options the bare process copies
+	uid := sandbox.BubblewrapHostState(template).UID
+	bareRoot := searchableTempDir(b)
+
+	boxcar := func() time.Duration {
+		begin := time.Now()
+		sb, err := p.Start(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := sb.Exec(ctx, req)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec true: %v, exit %d, stderr %q", err, res.ExitCode, res.Stderr)
+		}
+		if err := sb.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(begin)
+	}
+	bare := func() time.Duration {
+		begin := time.Now()
+		dir, err := os.MkdirTemp(bareRoot, "bare-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if uid >= 0 {
+			if err := os.Chown(dir, uid, uid); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cmd, done, err := sandbox.BareBwrap(template, dir, req.Argv)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err = cmd.Start()
+		done()
+		if err == nil {
+			err = cmd.Wait()
+		}
+		if err != nil {
+			b.Fatalf("bare bwrap: %v: %s", err, stderr.Bytes())
+		}
+		if err := os.RemoveAll(filepath.Clean(dir)); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(begin)
+	}
+	boxcar()
+	bare()
+	var tBoxcar, tBare []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		tBoxcar, tBare = append(tBoxcar, boxcar()), append(tBare, bare())
+	}
+	b.StopTimer()
+	x, y := median(tBoxcar), median(tBare)
+	b.ReportMetric(float64(x)/1e6, "boxcar-ms/op")
+	b.ReportMetric(float64(y)/1e6, "bare-ms/op")
+	b.ReportMetric(float64(x)/float64(y), "x-of-bare")
+}
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

@@ -1,0 +1,293 @@
+// Package bench_test measures what Boxcar costs over the primitives it is built on. Every
+// benchmark runs Boxcar and its baseline side by side in the same run, interleaved so that a
+// busy machine slows both alike, and reports the ratio with b.ReportMetric. scripts/benchtable
+// turns the output of `make bench` into one table.
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// rig is one embedded nats-server (file storage as `worker --embedded` runs it: no fsync per
+// write) with Boxcar's stream, consumer and buckets set up from cfg.
+type rig struct {
+	cfg  config.Config
+	srv  *server.Server
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	q    *queue.Queue
+	cons jetstream.Consumer // the same durable consumer the queue fetches from
+}
+
+func newRig(b *testing.B, yaml string) *rig {
+	b.Helper()
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	ctx := context.Background()
+	nc, err := queue.Connect(ctx, srv.ClientURL(), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	q, err := queue.New(ctx, nc, cfg.NATS, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, cfg.NATS.Stream, cfg.NATS.Consumer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &rig{cfg: cfg, srv: srv, nc: nc, js: js, q: q, cons: cons}
+}
+
+func newJob(profile string) job.Job {
+	return job.Job{Version: job.Version, ID: job.NewID(), Profile: profile, Task: "benchmark", SubmittedAt: time.Now().UTC()}
+}
+
+// publish submits n jobs as `submit` does (queued status, then the message) and returns them.
+func (r *rig) publish(b *testing.B, profile string, n int) {
+	b.Helper()
+	for range n {
+		if _, err := r.q.Publish(context.Background(), newJob(profile)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// publishRaw puts n job messages on the stream with their ids and nothing else.
+func (r *rig) publishRaw(b *testing.B, profile string, n int) {
+	b.Helper()
+	for range n {
+		j := newJob(profile)
+		data, err := j.Encode()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.js.Publish(context.Background(), r.cfg.NATS.Subject, data, jetstream.WithMsgID(j.ID)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// rawNext is the primitive fetch: the next message of the shared consumer.
+func (r *rig) rawNext(b *testing.B) jetstream.Msg {
+	b.Helper()
+	msg, err := r.cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+	if err != nil {
+		b.Fatalf("raw fetch: %v", err)
+	}
+	return msg
+}
+
+// discardJSON is the worker's JSON log handler writing nowhere: log lines are formatted as in
+// production and their cost is counted.
+func discardJSON() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard, nil)) }
+
+// searchableDir is a folder other users may pass through: sandboxes run as host uids of their own.
+func searchableDir(b *testing.B) string {
+	b.Helper()
+	dir := b.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// memStore is a store that keeps nothing: the queue-layer benchmark leaves storage out.
+type memStore struct{}
+
+var _ store.Store = memStore{}
+
+func (memStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
+
+func (memStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
+
+func (memStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	return nil, store.ErrNotFound
+}
+
+func (memStore) Stat(ctx context.Context, key string) (store.ObjectInfo, error) {
+	return store.ObjectInfo{}, store.ErrNotFound
+}
+
+func (memStore) List(ctx context.Context, prefix string) ([]string, error) { return nil, nil }
+func (memStore) URL(key string) string                                     { return "mem://" + key }
+
+// nopSandbox runs nothing and holds no files.
+type nopSandbox struct{}
+
+var _ sandbox.Sandbox = nopSandbox{}
+
+func (nopSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	return sandbox.ExecResult{}, nil
+}
+func (nopSandbox) WriteFile(ctx context.Context, name string, data []byte) error { return nil }
+func (nopSandbox) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
+	return nil, sandbox.ErrNotFound
+}
+func (nopSandbox) List(ctx context.Context, dir string) ([]sandbox.FileInfo, error) {
+	return nil, nil
+}
+func (nopSandbox) Info() sandbox.Info              { return sandbox.Info{Backend: "nop", ID: "nop"} }
+func (nopSandbox) Close(ctx context.Context) error { return nil }
+
+type nopProvider struct{}
+
+func (nopProvider) Backend() string { return "nop" }
+func (nopProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	return nopSandbox{}, nil
+}
+
+// call is one tool call the scripted model makes.
+type call struct {
+	name string
+	args map[string]any
+}
+
+// scriptedModel is a zero-latency OpenAI-compatible chat endpoint. Turn n of a job (n counted
+// from the assistant messages already in the request) answers with the tool calls script[n];
+// after the script it gives the final answer. It keeps the request bodies of the last job, so a
+// baseline can send the very same bytes. hold, when set, is waited on before every answer.
+type scriptedModel struct {
+	script [][]call
+	hold   func(r *http.Request)
+
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func (m *scriptedModel) start(b *testing.B) string {
+	b.Helper()
+	srv := httptest.NewServer(m)
+	b.Cleanup(srv.Close)
+	return srv.URL + "/v1"
+}
+
+func (m *scriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req struct {
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	turn := 0
+	for _, msg := range req.Messages {
+		if msg.Role == "assistant" {
+			turn++
+		}
+	}
+	m.mu.Lock()
+	if turn == 0 {
+		m.bodies = m.bodies[:0]
+	}
+	m.bodies = append(m.bodies, body)
+	m.mu.Unlock()
+	if m.hold != nil {
+		m.hold(r)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(m.answer(turn))
+}
+
+// lastBodies are the request bodies of the last job, in order.
+func (m *scriptedModel) lastBodies() [][]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.bodies)
+}
+
+func (m *scriptedModel) answer(turn int) []byte {
+	msg := map[string]any{"role": "assistant", "content": "Done: the report is in report.md.", "refusal": nil}
+	finish := "stop"
+	if turn < len(m.script) {
+		var calls []map[string]any
+		for i, c := range m.script[turn] {
+			args, _ := json.Marshal(c.args)
+			calls = append(calls, map[string]any{
+				"id": fmt.Sprintf("call_%d_%d", turn, i), "type": "function",
+				"function": map[string]any{"name": c.name, "arguments": string(args)},
+			})
+		}
+		msg = map[string]any{"role": "assistant", "content": nil, "refusal": nil, "tool_calls": calls}
+		finish = "tool_calls"
+	}
+	out, _ := json.Marshal(map[string]any{
+		"id": fmt.Sprintf("chatcmpl-bench-%d", turn), "object": "chat.completion", "created": 1764668403,
+		"model":   "bench-model",
+		"choices": []any{map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": finish}},
+		"usage":   map[string]any{"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+	})
+	return out
+}
+
+// durations is a set of timings with the statistics the benchmarks report.
+type durations []time.Duration
+
+func (d durations) quantile(q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(int(q*float64(len(s))), len(s)-1)]
+}
+
+func (d durations) sum() time.Duration {
+	var t time.Duration
+	for _, x := range d {
+		t += x
+	}
+	return t
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
