@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
@@ -53,6 +54,10 @@ type Config struct {
 	MaxRetries int
 	// Logger receives the agent's log lines; each carries job_id. Default: discard.
 	Logger *slog.Logger
+	// Profiles are the execution profiles whose tools New checks and compiles once, so that a
+	// mistake in one stops the worker at start; a Request names one by ProfileName. Optional:
+	// a Request without ProfileName brings its tools in Profile and has them compiled per run.
+	Profiles map[string]config.Profile
 }
 
 // WithDefaults returns a copy with every unset field at its documented default.
@@ -91,17 +96,26 @@ func (c Config) validate() error {
 // Agent runs jobs against one model endpoint. It is safe for concurrent use: each Run has its
 // own state.
 type Agent struct {
-	cfg     Config
-	chat    openai.ChatCompletionService
-	schemas schemaCache
+	cfg      Config
+	chat     openai.ChatCompletionService
+	schemas  schemaCache
+	profiles map[string]*compiledTools // Config.Profiles' tools, by profile name
 }
 
-// New returns an Agent for the endpoint cfg names. It does not contact the endpoint.
+// New returns an Agent for the endpoint cfg names, with the tools of cfg.Profiles compiled. It
+// does not contact the endpoint. A profile whose tools are not usable makes it fail with
+// ErrInvalidConfig, each problem naming the profile, the tool and the field.
 func New(cfg Config) (*Agent, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	a := &Agent{cfg: cfg}
+	profiles, err := compileProfiles(&a.schemas, cfg.Profiles)
+	if err != nil {
+		return nil, err
+	}
+	a.profiles = profiles
 	opts := []option.RequestOption{
 		option.WithBaseURL(cfg.BaseURL),
 		option.WithHTTPClient(cfg.HTTPClient),
@@ -113,5 +127,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	// The service, unlike openai.NewClient, reads nothing from the environment: only cmd/*
 	// does that.
-	return &Agent{cfg: cfg, chat: openai.NewChatCompletionService(opts...)}, nil
+	a.chat = openai.NewChatCompletionService(opts...)
+	return a, nil
 }

@@ -129,7 +129,7 @@ func (t commandTool) Call(ctx context.Context, _ string, raw json.RawMessage) re
 func substitute(template []string, args map[string]any) ([]string, error) {
 	argv := make([]string, 0, len(template))
 	for _, el := range template {
-		name := config.Placeholder(el)
+		name := placeholderName(el)
 		if name == "" {
 			argv = append(argv, el)
 			continue

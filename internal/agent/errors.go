@@ -23,10 +23,12 @@ var (
 	// ErrModelResponse marks an answer that is not a usable chat completion (no choices). It is
 	// treated like any other error by callers that only know the three above (transient).
 	ErrModelResponse = errors.New("model endpoint sent an unusable response")
-	// ErrInvalidRequest marks a Run request that cannot start: no sandbox, no model name, or a
-	// tool whose parameter schema does not compile. It is permanent.
+	// ErrInvalidRequest marks a Run request that cannot start: no sandbox, no model name, a
+	// profile name New was not given, or (for a request that brings its own tools) a tool
+	// declaration its kind refuses. It is permanent.
 	ErrInvalidRequest = errors.New("invalid agent request")
-	// ErrInvalidConfig marks a Config that New cannot use.
+	// ErrInvalidConfig marks a Config that New cannot use, a profile's tool declarations
+	// included.
 	ErrInvalidConfig = errors.New("invalid agent config")
 )
 

@@ -21,6 +21,9 @@ import (
 // Request is one job for the agent.
 type Request struct {
 	JobID string
+	// ProfileName names the job's profile among Config.Profiles, whose tools New compiled;
+	// Profile.Tools is then not read. Empty: the tools are Profile.Tools, compiled for this run.
+	ProfileName string
 	// Profile is the job's execution profile, its limits already tightened by the caller.
 	// Unset fields take the profile defaults.
 	Profile config.Profile
@@ -197,40 +200,25 @@ func (a *Agent) Run(ctx context.Context, req Request) (Result, error) {
 	return r.res, err
 }
 
-// toolset builds the registry of the profile's tools for one run.
+// toolset binds the profile's tools to the run: those New compiled for req.ProfileName, or
+// req.Profile's own, compiled now, when no name is given.
 func (a *Agent) toolset(p config.Profile, req Request) (*toolset, error) {
-	cmd := runner{
-		sb:        req.Sandbox,
-		timeout:   time.Duration(p.Limits.CommandTimeout),
-		maxOutput: p.Limits.MaxOutputBytes,
-	}
-	files := fileTools{sb: req.Sandbox, maxOutput: p.Limits.MaxOutputBytes}
-	tools := make([]tool, 0, len(p.Tools))
-	for _, t := range p.Tools {
-		switch {
-		case t.Kind == config.ToolBuiltin && t.Name == "list_files":
-			tools = append(tools, listFiles{files, t.Description})
-		case t.Kind == config.ToolBuiltin && t.Name == "read_file":
-			tools = append(tools, readFile{files, t.Description})
-		case t.Kind == config.ToolBuiltin && t.Name == "write_file":
-			tools = append(tools, writeFile{files, t.Description})
-		case t.Kind == config.ToolCommand && len(t.Command) > 0:
-			r := cmd
-			if t.Timeout > 0 {
-				r.timeout = time.Duration(t.Timeout)
+	ct, ok := a.profiles[req.ProfileName]
+	switch {
+	case req.ProfileName == "":
+		var problems []toolProblem
+		ct, problems = compileTools(&a.schemas, p.Tools)
+		if len(problems) > 0 {
+			errs := make([]error, len(problems))
+			for i, pr := range problems {
+				errs[i] = fmt.Errorf("%w: job %s: tools[%d].%s (tool %q): %s", ErrInvalidRequest, req.JobID, pr.index, pr.field, pr.tool, pr.msg)
 			}
-			tools = append(tools, commandTool{runner: r, spec: t})
-		case t.Kind == config.ToolShell:
-			st, err := newShellTool(cmd, t, req.JobID, req.Approver, time.Duration(p.Limits.ApprovalTimeout))
-			if err != nil {
-				return nil, err
-			}
-			tools = append(tools, st)
-		default:
-			return nil, fmt.Errorf("%w: tool %q of kind %q cannot be built (see config.Tool)", ErrInvalidRequest, t.Name, t.Kind)
+			return nil, errors.Join(errs...)
 		}
+	case !ok:
+		return nil, fmt.Errorf("%w: job %s: profile %q is not one this agent was configured with", ErrInvalidRequest, req.JobID, req.ProfileName)
 	}
-	return newToolset(&a.schemas, tools)
+	return ct.bind(runEnv{sb: req.Sandbox, limits: p.Limits, jobID: req.JobID, approver: req.Approver}), nil
 }
 
 // run is the state of one Run.

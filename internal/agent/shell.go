@@ -80,18 +80,6 @@ type shellTool struct {
 	allow           []*regexp.Regexp
 }
 
-func newShellTool(r runner, spec config.Tool, jobID string, approver Approver, approvalTimeout time.Duration) (shellTool, error) {
-	t := shellTool{runner: r, spec: spec, jobID: jobID, approver: approver, approvalTimeout: approvalTimeout}
-	for _, p := range spec.Allow {
-		re, err := globRegexp(p)
-		if err != nil {
-			return shellTool{}, fmt.Errorf("%w: tool %q: allow pattern %q: %v", ErrInvalidRequest, spec.Name, p, err)
-		}
-		t.allow = append(t.allow, re)
-	}
-	return t, nil
-}
-
 func (t shellTool) Definition() definition {
 	desc := "Run a command in the sandbox. It runs without a shell: give argv as an array of " +
 		"strings, e.g. [\"ls\", \"-l\"]; a string is split on whitespace with no quoting, pipes, " +

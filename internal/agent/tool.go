@@ -85,7 +85,7 @@ func failure(format string, args ...any) result {
 	return result{model: errorResult{Error: msg}, exitCode: -1, err: msg}
 }
 
-// toolset is the registry of one run: the profile's tools with their compiled schemas.
+// toolset is the registry of one run: the profile's compiled tools bound to the run's sandbox.
 type toolset struct {
 	order  []string
 	byName map[string]toolEntry
@@ -95,23 +95,6 @@ type toolEntry struct {
 	tool   tool
 	def    definition
 	schema *jsonschema.Schema
-}
-
-func newToolset(cache *schemaCache, tools []tool) (*toolset, error) {
-	ts := &toolset{byName: make(map[string]toolEntry, len(tools))}
-	for _, t := range tools {
-		def := t.Definition()
-		if _, dup := ts.byName[def.Name]; dup {
-			return nil, fmt.Errorf("%w: tool %q is declared twice", ErrInvalidRequest, def.Name)
-		}
-		schema, err := cache.compile(def.Parameters)
-		if err != nil {
-			return nil, fmt.Errorf("%w: tool %q: parameters: %v", ErrInvalidRequest, def.Name, err)
-		}
-		ts.order = append(ts.order, def.Name)
-		ts.byName[def.Name] = toolEntry{tool: t, def: def, schema: schema}
-	}
-	return ts, nil
 }
 
 // definitions returns the tools in the form the chat API takes, in profile order.

@@ -171,15 +171,13 @@ type SandboxSpec struct {
 	Lifetime Duration `json:"lifetime,omitempty"`
 }
 
-// Tool kinds a profile can declare.
+// Tool kinds a profile can declare. The agent owns what each kind means and checks its
+// declarations (internal/agent's toolKinds); a worker refuses to start with a profile it rejects.
 const (
 	ToolBuiltin = "builtin" // read_file, list_files, write_file
 	ToolCommand = "command" // a fixed argv template with typed parameters
 	ToolShell   = "shell"   // general commands under an approval policy
 )
-
-// Built-in file tools, confined to the workdir.
-var Builtins = []string{"list_files", "read_file", "write_file"}
 
 // Shell approval policies.
 const (
@@ -191,7 +189,7 @@ const (
 // Tool is one tool a profile offers the model.
 type Tool struct {
 	Name        string `json:"name"`
-	Kind        string `json:"kind,omitempty"` // default: command when Command is set, else builtin
+	Kind        string `json:"kind,omitempty"` // default: command when Command is set, shell when named shell, else builtin
 	Description string `json:"description,omitempty"`
 	// Command is the argv template of a command tool. An element "{{param}}" is replaced whole by
 	// the parameter's value; nothing goes through a shell.
@@ -325,10 +323,7 @@ func (p Profile) WithDefaults() Profile {
 	return p
 }
 
-var (
-	toolName    = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-	placeholder = regexp.MustCompile(`^\{\{([a-zA-Z0-9_]+)\}\}$`)
-)
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 // Validate reports every problem it finds, each naming the field.
 func (c Config) Validate() error {
@@ -400,59 +395,16 @@ func (p Profile) validate(prefix string) []error {
 			bad(field+".name", "%q is declared twice", t.Name)
 		}
 		seen[t.Name] = true
-		switch t.Kind {
-		case ToolBuiltin:
-			if !isBuiltin(t.Name) {
-				bad(field+".name", "%q is not a built-in tool (%v); give a command to declare a command tool", t.Name, Builtins)
-			}
-		case ToolCommand:
-			if len(t.Command) == 0 {
-				bad(field+".command", "a command tool needs an argv template")
-			}
-			props, _ := t.Parameters["properties"].(map[string]any)
-			for _, arg := range t.Command {
-				if m := placeholder.FindStringSubmatch(arg); m != nil {
-					if _, ok := props[m[1]]; !ok {
-						bad(field+".command", "placeholder %s has no matching entry in parameters.properties", arg)
-					}
-				}
-			}
-		case ToolShell:
-			switch t.Policy {
-			case PolicyDeny, PolicyAsk:
-			case PolicyAllowlist:
-				if len(t.Allow) == 0 {
-					bad(field+".allow", "the allowlist policy needs at least one pattern")
-				}
-			default:
-				bad(field+".policy", "%q is not a policy; use deny, allowlist or ask", t.Policy)
-			}
-		default:
-			bad(field+".kind", "%q is not a tool kind; use builtin, command or shell", t.Kind)
+		if t.Kind == "" {
+			bad(field+".kind", "is empty")
 		}
+		// Each kind checks the rest of its declaration: see internal/agent's toolKinds.
 	}
 	l := p.Limits
 	if l.MaxTurns < 1 || l.MaxToolCalls < 1 || l.MaxTokens < 1 || l.MaxOutputBytes < 256 || l.CommandTimeout <= 0 || l.JobTimeout <= 0 {
 		bad("limits", "max_turns, max_tool_calls, max_tokens, command_timeout and job_timeout must be positive, max_output_bytes at least 256")
 	}
 	return errs
-}
-
-func isBuiltin(name string) bool {
-	for _, b := range Builtins {
-		if b == name {
-			return true
-		}
-	}
-	return false
-}
-
-// Placeholder returns the parameter name of an argv element "{{name}}", or "" if it is literal.
-func Placeholder(arg string) string {
-	if m := placeholder.FindStringSubmatch(arg); m != nil {
-		return m[1]
-	}
-	return ""
 }
 
 // Tighten returns the profile's limits narrowed by a job's requested limits; a job can never

@@ -46,7 +46,8 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"no tools", "profiles:\n  p:\n    model: {name: m}\n", "profiles.p.tools"},
 		{"bad memory", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}]\n    sandbox: {memory: lots}\n", "profiles.p.sandbox.memory"},
 		{"relative workdir", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}]\n    sandbox: {workdir: work}\n", "profiles.p.sandbox.workdir"},
-		{"not a builtin", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: rm_rf}]\n", "profiles.p.tools[0].name"},
+		{"bad tool name", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: 'rm -rf'}]\n", "profiles.p.tools[0].name"},
+		{"tool twice", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}, {name: read_file}]\n", "profiles.p.tools[1].name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -149,13 +149,14 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	spent := r.newBudget(a, st)
 	a.earlier = spent.base
 	a.result, err = r.cfg.Agent.Run(ctx, agent.Request{
-		JobID:    j.ID,
-		Profile:  a.profile,
-		Task:     j.Task,
-		Inputs:   inputs,
-		Sandbox:  r.timed(sb),
-		Approver: r.approver(a),
-		Spent:    spent.base,
+		JobID:       j.ID,
+		ProfileName: j.Profile,
+		Profile:     a.profile,
+		Task:        j.Task,
+		Inputs:      inputs,
+		Sandbox:     r.timed(sb),
+		Approver:    r.approver(a),
+		Spent:       spent.base,
 		Progress: func(e agent.Event) {
 			spent.progress(ctx, e)
 		},

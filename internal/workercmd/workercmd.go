@@ -171,6 +171,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		RequestTimeout: cfg.Model.RequestTimeout.Std(),
 		MaxRetries:     cfg.Model.MaxRetries,
 		Logger:         log,
+		Profiles:       cfg.Profiles, // compiled now: a bad profile stops the worker here
 	})
 	if err != nil {
 		return err
