@@ -3,10 +3,11 @@ package submitcmd
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
@@ -14,20 +15,55 @@ import (
 // maxReasonBytes bounds the reason of a denial; the model reads it.
 const maxReasonBytes = 1000
 
+func (e *env) approvalsCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "approvals [JOB_ID]",
+		Short: `shell commands waiting for a person (policy "ask"), oldest first`,
+		Args:  args(0, 1, "approvals: give at most one JOB_ID"),
+		RunE: func(c *cobra.Command, a []string) error {
+			jobID := ""
+			if len(a) == 1 {
+				jobID = a[0]
+			}
+			return e.approvals(c.Context(), jobID)
+		},
+	}
+	e.common(c, true)
+	return c
+}
+
+func (e *env) approveCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "approve JOB_ID CALL_ID",
+		Short: "let a waiting command run; each request is answered once",
+		Args:  args(2, 2, "approve: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
+		RunE: func(c *cobra.Command, a []string) error {
+			return e.decide(c.Context(), "approve", queue.DecisionApproved, a[0], a[1], "")
+		},
+	}
+	e.common(c, true)
+	return c
+}
+
+func (e *env) denyCmd() *cobra.Command {
+	var reason string
+	c := &cobra.Command{
+		Use:   "deny JOB_ID CALL_ID",
+		Short: "refuse a waiting command; the model is told the reason",
+		Long: `Refuses a waiting command; the model is told the reason. No answer within the profile's
+approval_timeout means denied.`,
+		Args: args(2, 2, "deny: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
+		RunE: func(c *cobra.Command, a []string) error {
+			return e.decide(c.Context(), "deny", queue.DecisionDenied, a[0], a[1], reason)
+		},
+	}
+	c.Flags().StringVar(&reason, "reason", "", "why the command is refused; the model is told (`TEXT`)")
+	e.common(c, true)
+	return c
+}
+
 // approvals lists the shell commands waiting for a person, oldest first.
-func (e *env) approvals(ctx context.Context, args []string) error {
-	fs := e.flags("approvals")
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) > 1 {
-		return errors.New("approvals: give at most one JOB_ID")
-	}
-	jobID := ""
-	if len(rest) == 1 {
-		jobID = rest[0]
-	}
+func (e *env) approvals(ctx context.Context, jobID string) error {
 	nc, q, err := e.connect(ctx)
 	if err != nil {
 		return err
@@ -37,7 +73,7 @@ func (e *env) approvals(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("approvals: %w", err)
 	}
-	if e.output == "json" {
+	if e.json() {
 		if pending == nil {
 			pending = []queue.Approval{}
 		}
@@ -63,19 +99,7 @@ func (e *env) approvals(ctx context.Context, args []string) error {
 
 // decide answers one approval request. A request is answered once: a second answer, or one
 // after the request expired, fails with a message that says what happened instead.
-func (e *env) decide(ctx context.Context, name string, d queue.Decision, args []string) error {
-	fs := e.flags(name)
-	var reason string
-	if d == queue.DecisionDenied {
-		fs.StringVar(&reason, "reason", "", "why the command is refused; the model is told")
-	}
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 2 {
-		return fmt.Errorf("%s: give JOB_ID and CALL_ID (`submit approvals` lists them)", name)
-	}
+func (e *env) decide(ctx context.Context, name string, d queue.Decision, jobID, callID, reason string) error {
 	if len(reason) > maxReasonBytes {
 		return fmt.Errorf("%s: --reason is %d bytes; keep it under %d", name, len(reason), maxReasonBytes)
 	}
@@ -84,11 +108,11 @@ func (e *env) decide(ctx context.Context, name string, d queue.Decision, args []
 		return err
 	}
 	defer nc.Close()
-	a, err := q.DecideApproval(ctx, rest[0], rest[1], d, submitter(), reason)
+	a, err := q.DecideApproval(ctx, jobID, callID, d, submitter(), reason)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if e.output == "json" {
+	if e.json() {
 		return e.printJSON(a)
 	}
 	argv, _ := json.Marshal(a.Argv)

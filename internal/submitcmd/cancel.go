@@ -5,22 +5,26 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/spf13/cobra"
+
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
+func (e *env) cancelCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "cancel JOB_ID",
+		Short: "stop a job: a queued one never starts, a running one is stopped by its worker",
+		Args:  args(1, 1, "cancel: give one JOB_ID"),
+		RunE:  func(c *cobra.Command, a []string) error { return e.cancel(c.Context(), a[0]) },
+	}
+	e.common(c, true)
+	return c
+}
+
 // cancel stops a job: a queued one never starts; a running one is stopped by its worker within
 // seconds, its sandbox removed and what it produced kept as a cancelled run.
-func (e *env) cancel(ctx context.Context, args []string) error {
-	fs := e.flags("cancel")
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 1 {
-		return errors.New("cancel: give one JOB_ID")
-	}
-	id := rest[0]
+func (e *env) cancel(ctx context.Context, id string) error {
 	nc, q, err := e.connect(ctx)
 	if err != nil {
 		return err
@@ -36,7 +40,7 @@ func (e *env) cancel(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if e.output == "json" {
+	if e.json() {
 		return e.printJSON(statusJSON(st))
 	}
 	if st.State == job.StateCancelled {

@@ -13,26 +13,41 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
+func (e *env) getCmd() *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:   "get JOB_ID",
+		Short: "download the run, checking every file against the manifest",
+		Long: `Downloads what the manifest names, checking each file's SHA-256 and size on the way: a file that
+does not match is not kept and fails the command naming it (exit 8); objects the manifest does
+not name are reported and not downloaded.`,
+		Args: args(1, 1, "get: give one JOB_ID and --out DIR"),
+		RunE: func(c *cobra.Command, a []string) error {
+			if out == "" {
+				return errors.New("get: give one JOB_ID and --out DIR")
+			}
+			return e.get(c.Context(), a[0], out)
+		},
+	}
+	c.Flags().StringVar(&out, "out", "", "directory to download the run into (`DIR`, required)")
+	markRequired(c, "out")
+	_ = c.MarkFlagDirname("out")
+	e.common(c, false)
+	return c
+}
+
 // get downloads a committed run: every file the manifest names, each checked against its
 // SHA-256 and size on the way (a file that does not match is not kept), then the manifest and
 // its signature. Objects under the run's folder that the manifest does not name are reported
 // and not downloaded.
-func (e *env) get(ctx context.Context, args []string) error {
-	fs := e.flags("get")
-	out := fs.String("out", "", "directory to download the run into (required)")
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 1 || *out == "" {
-		return errors.New("get: give one JOB_ID and --out DIR")
-	}
-	id := rest[0]
+func (e *env) get(ctx context.Context, id, out string) error {
 	if !job.ValidID(id) {
 		return fmt.Errorf("get: %q is not a job id", id)
 	}
@@ -42,7 +57,7 @@ func (e *env) get(ctx context.Context, args []string) error {
 	}
 	defer closeStore(st)
 
-	manifest, err := readObject(ctx, st, store.ManifestKey(id), maxManifestBytes)
+	manifest, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
 	if errors.Is(err, store.ErrNotFound) {
 		keys, lerr := st.List(ctx, store.RunPrefix(id))
 		if lerr == nil && len(keys) > 0 {
@@ -61,12 +76,12 @@ func (e *env) get(ctx context.Context, args []string) error {
 		return &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: manifest.json cannot be trusted: %v; nothing downloaded", id, err)}
 	}
 
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
 	// Every write goes through the root, so no name and no symlink already in DIR can lead
 	// a file outside it.
-	root, err := os.OpenRoot(*out)
+	root, err := os.OpenRoot(out)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
@@ -74,10 +89,10 @@ func (e *env) get(ctx context.Context, args []string) error {
 
 	var bad []string
 	for _, s := range stmt.Subjects {
-		err := downloadChecked(ctx, st, root, store.RunPrefix(id)+s.Name, s)
+		err := downloadChecked(ctx, st, root, provenance.SubjectKey(id, s), s)
 		switch {
 		case err == nil:
-			fmt.Fprintln(e.stdout, filepath.Join(*out, filepath.FromSlash(s.Name)))
+			fmt.Fprintln(e.stdout, filepath.Join(out, filepath.FromSlash(s.Name)))
 		case errors.Is(err, provenance.ErrDigestMismatch), errors.Is(err, store.ErrNotFound):
 			fmt.Fprintf(e.stderr, "FAIL %s: %v\n", s.Name, err)
 			bad = append(bad, s.Name)
@@ -88,19 +103,19 @@ func (e *env) get(ctx context.Context, args []string) error {
 	if err := writeFile(root, "manifest.json", manifest); err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
-	fmt.Fprintln(e.stdout, filepath.Join(*out, "manifest.json"))
-	env, err := readObject(ctx, st, store.SignatureKey(id), maxManifestBytes)
+	fmt.Fprintln(e.stdout, filepath.Join(out, "manifest.json"))
+	env, err := readObject(ctx, st, provenance.SignatureKey(id), maxManifestBytes)
 	switch {
 	case err == nil:
 		if err := writeFile(root, "manifest.dsse.json", env); err != nil {
 			return fmt.Errorf("get: %w", err)
 		}
-		fmt.Fprintln(e.stdout, filepath.Join(*out, "manifest.dsse.json"))
+		fmt.Fprintln(e.stdout, filepath.Join(out, "manifest.dsse.json"))
 	case !errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("get: %w", err)
 	}
 
-	unlisted, err := unlistedObjects(ctx, st, id, stmt)
+	unlisted, err := provenance.Unlisted(ctx, st, id, stmt)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -15,21 +17,28 @@ import (
 // maxManifestBytes bounds a manifest read from the store.
 const maxManifestBytes = 16 << 20
 
-func (e *env) manifest(ctx context.Context, args []string) error {
-	fs := e.flags("manifest")
-	rest, err := e.parse(fs, args)
-	if err != nil {
-		return err
+func (e *env) manifestCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "manifest JOB_ID",
+		Short: "what produced the run: inputs, profile, model, tools",
+		Long:  "Prints the run's manifest; with --output json, the manifest exactly as stored.",
+		Args:  args(1, 1, "manifest: give one JOB_ID"),
+		RunE:  func(c *cobra.Command, a []string) error { return e.manifest(c.Context(), a[0]) },
 	}
-	if len(rest) != 1 || !job.ValidID(rest[0]) {
+	e.common(c, true)
+	return c
+}
+
+func (e *env) manifest(ctx context.Context, id string) error {
+	if !job.ValidID(id) {
 		return errors.New("manifest: give one JOB_ID")
 	}
-	id := rest[0]
 	st, err := e.openStore(ctx)
 	if err != nil {
 		return err
 	}
-	rc, err := st.Get(ctx, store.ManifestKey(id))
+	defer closeStore(st)
+	rc, err := st.Get(ctx, provenance.ManifestKey(id))
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("manifest: job %s has no committed run in %s (see `submit status %s`)", id, st.URL(""), id)
 	}
@@ -41,7 +50,7 @@ func (e *env) manifest(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("manifest: read: %w", err)
 	}
-	if e.output == "json" {
+	if e.json() {
 		_, err := fmt.Fprintln(e.stdout, string(data))
 		return err
 	}

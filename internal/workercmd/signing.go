@@ -84,10 +84,7 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	if *out == "" {
 		return errors.New("keygen: --out DIR is required")
 	}
-	kp, err := provenance.WriteKeyPair(*out)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "private key: %s\npublic key:  %s\nkey id:      %s\n", kp.PrivatePath, kp.PublicPath, kp.KeyID)
-	return nil
+	// The same as `submit keygen`: one implementation, in provenance.
+	_, err := provenance.Keygen(*out, stdout)
+	return err
 }

@@ -1,0 +1,164 @@
+package provenance
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// Signature states of a Verdict.
+const (
+	SignatureVerified   = "verified"
+	SignatureFailed     = "failed"
+	SignatureNotChecked = "not_checked"
+)
+
+// Results of a VerdictCheck.
+const (
+	ResultOK      = "ok"
+	ResultFail    = "fail"
+	ResultSkipped = "skipped"
+)
+
+// Policy says what a verdict demands beyond the checks themselves.
+type Policy struct {
+	// RequireSignature fails a run whose signature could not be checked (no public key).
+	RequireSignature bool
+}
+
+// VerdictCheck is one check of a Report as the verdict judged it, stable for scripts.
+type VerdictCheck struct {
+	File   string `json:"file"`   // what was checked: manifest.json, manifest.dsse.json, report.md, input sales.csv …
+	Key    string `json:"key"`    // the object's key in the store
+	Check  string `json:"check"`  // the Report's name for the check: "manifest", "subject report.md", "input sales.csv"
+	Result string `json:"result"` // ResultOK, ResultFail or ResultSkipped
+	Reason string `json:"reason"`
+	// SignatureRequired marks a signature check failed only because Policy.RequireSignature
+	// demanded a key that was not given.
+	SignatureRequired bool `json:"-"`
+
+	Err error `json:"-"`
+}
+
+// Verdict is the decision on one run: Verified is true exactly when there were checks, none
+// failed and every object could be read.
+type Verdict struct {
+	ID        string         `json:"id"`
+	Verified  bool           `json:"verified"`
+	Signature string         `json:"signature"` // SignatureVerified, SignatureFailed or SignatureNotChecked
+	KeyID     string         `json:"key_id,omitempty"`
+	Checks    []VerdictCheck `json:"checks"`
+	// Failed names the files whose check failed; Unreadable those the store could not serve
+	// for another reason than their absence: they prove nothing either way, so the run is
+	// not verified, but nothing was found wrong.
+	Failed     []string `json:"-"`
+	Unreadable []string `json:"-"`
+}
+
+// Decide judges a Report under a policy. It is the one place that says what verifies.
+func Decide(r Report, p Policy) Verdict {
+	v := Verdict{ID: r.JobID, Signature: SignatureNotChecked, KeyID: r.KeyID}
+	for _, c := range r.Checks {
+		file, key := CheckObject(c.Name, r.JobID, r.Statement)
+		vc := VerdictCheck{File: file, Key: key, Check: c.Name, Reason: c.Reason, Err: c.Err}
+		switch {
+		case c.OK:
+			vc.Result = ResultOK
+		case c.Skipped:
+			vc.Result = ResultSkipped
+		default:
+			vc.Result = ResultFail
+		}
+		if c.Name == "signature" {
+			switch {
+			case c.OK:
+				v.Signature = SignatureVerified
+			case c.Skipped && p.RequireSignature:
+				vc.Result = ResultFail
+				vc.Reason = "not checked: no public key, and a signature is required"
+				vc.SignatureRequired = true
+				vc.Err = ErrUnsigned
+				v.Signature = SignatureFailed
+			case c.Skipped:
+			default:
+				v.Signature = SignatureFailed
+			}
+		}
+		v.Checks = append(v.Checks, vc)
+	}
+	for _, c := range v.Checks {
+		if c.Result != ResultFail {
+			continue
+		}
+		if errors.Is(c.Err, ErrMissing) && !errors.Is(c.Err, store.ErrNotFound) {
+			v.Unreadable = append(v.Unreadable, c.File)
+			continue
+		}
+		v.Failed = append(v.Failed, c.File)
+	}
+	v.Verified = len(v.Checks) > 0 && len(v.Failed) == 0 && len(v.Unreadable) == 0
+	return v
+}
+
+// CheckObject names what a check of Verify looked at, for people ("report.md",
+// "input sales.csv"), and the store key of that object.
+func CheckObject(name, jobID string, stmt Statement) (file, key string) {
+	switch {
+	case name == "manifest":
+		return manifestName, ManifestKey(jobID)
+	case name == "signature":
+		return signatureName, SignatureKey(jobID)
+	case strings.HasPrefix(name, "subject "):
+		file = strings.TrimPrefix(name, "subject ")
+		for _, s := range stmt.Subjects {
+			if s.Name == file {
+				return file, SubjectKey(jobID, s)
+			}
+		}
+		return file, runKey(jobID, file)
+	case strings.HasPrefix(name, "input "):
+		in := strings.TrimPrefix(name, "input ")
+		for _, i := range stmt.Predicate.Inputs {
+			if i.Name == in {
+				return name, inputKey(i.SHA256)
+			}
+		}
+	}
+	return name, ""
+}
+
+// ManifestKey and SignatureKey are where a run's manifest and its envelope are stored.
+func ManifestKey(jobID string) string  { return runKey(jobID, manifestName) }
+func SignatureKey(jobID string) string { return runKey(jobID, signatureName) }
+
+// SubjectKey is where the object a subject describes is stored. Readers of a run (get,
+// verify) resolve every subject through it, so the layout is decided here and in the store.
+func SubjectKey(jobID string, s Subject) string { return runKey(jobID, s.Name) }
+
+// Lister is the store method Unlisted needs. Any store.Store satisfies it.
+type Lister interface {
+	List(ctx context.Context, prefix string) ([]string, error)
+}
+
+// Unlisted returns the objects under the run's folder that the manifest does not name, other
+// than the manifest and its signature, relative to the folder: nothing vouches for them.
+func Unlisted(ctx context.Context, st Lister, jobID string, stmt Statement) ([]string, error) {
+	prefix := runKey(jobID, "")
+	keys, err := st.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	named := map[string]bool{ManifestKey(jobID): true, SignatureKey(jobID): true}
+	for _, s := range stmt.Subjects {
+		named[SubjectKey(jobID, s)] = true
+	}
+	var out []string
+	for _, k := range keys {
+		if !named[k] {
+			out = append(out, strings.TrimPrefix(k, prefix))
+		}
+	}
+	return out, nil
+}

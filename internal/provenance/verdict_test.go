@@ -1,0 +1,71 @@
+package provenance
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+func TestDecide(t *testing.T) {
+	const id = "20261202t101500-abcdef012345"
+	stmt := Statement{
+		Subjects:  []Subject{{Name: "report.md", SHA256: "aa", Size: 1}},
+		Predicate: Manifest{Inputs: []Input{{Name: "sales.csv", SHA256: "bb", Size: 2}}},
+	}
+	ok := func(name string) Check { return Check{Name: name, OK: true} }
+	manifest, signature, report, input := ok("manifest"), ok("signature"), ok("subject report.md"), ok("input sales.csv")
+	skippedSig := Check{Name: "signature", Skipped: true, Reason: "no public key given"}
+	badSig := Check{Name: "signature", Err: ErrBadSignature}
+	changed := Check{Name: "subject report.md", Err: fmt.Errorf("%w: report.md", ErrDigestMismatch)}
+	gone := Check{Name: "subject report.md", Err: fmt.Errorf("%w: %w", ErrMissing, store.ErrNotFound)}
+	unreachable := Check{Name: "input sales.csv", Err: fmt.Errorf("%w: %w", ErrMissing, errors.New("connection refused"))}
+	noManifest := Check{Name: "manifest", Err: fmt.Errorf("%w: %w", ErrMissing, store.ErrNotFound)}
+
+	tests := []struct {
+		name       string
+		checks     []Check
+		require    bool
+		verified   bool
+		signature  string
+		failed     []string
+		unreadable []string
+	}{
+		{"all good", []Check{manifest, signature, report, input}, false, true, SignatureVerified, nil, nil},
+		{"no key", []Check{manifest, skippedSig, report, input}, false, true, SignatureNotChecked, nil, nil},
+		{"no key, required", []Check{manifest, skippedSig, report, input}, true, false, SignatureFailed, []string{"manifest.dsse.json"}, nil},
+		{"bad signature", []Check{manifest, badSig, report, input}, false, false, SignatureFailed, []string{"manifest.dsse.json"}, nil},
+		{"changed file", []Check{manifest, signature, changed, input}, false, false, SignatureVerified, []string{"report.md"}, nil},
+		{"missing file", []Check{manifest, signature, gone, input}, false, false, SignatureVerified, []string{"report.md"}, nil},
+		{"store unreachable", []Check{manifest, signature, report, unreachable}, false, false, SignatureVerified, nil, []string{"input sales.csv"}},
+		{"no manifest", []Check{noManifest}, false, false, SignatureNotChecked, []string{"manifest.json"}, nil},
+		{"no checks", nil, false, false, SignatureNotChecked, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Decide(Report{JobID: id, Statement: stmt, Checks: tt.checks}, Policy{RequireSignature: tt.require})
+			if v.Verified != tt.verified || v.Signature != tt.signature || !slices.Equal(v.Failed, tt.failed) || !slices.Equal(v.Unreadable, tt.unreadable) {
+				t.Errorf("Decide = verified %v, signature %s, failed %v, unreadable %v; want %v, %s, %v, %v",
+					v.Verified, v.Signature, v.Failed, v.Unreadable, tt.verified, tt.signature, tt.failed, tt.unreadable)
+			}
+		})
+	}
+}
+
+func TestCheckObject(t *testing.T) {
+	const id = "20261202t101500-abcdef012345"
+	stmt := Statement{Predicate: Manifest{Inputs: []Input{{Name: "sales.csv", SHA256: "bb"}}}}
+	tests := []struct{ check, file, key string }{
+		{"manifest", "manifest.json", store.ManifestKey(id)},
+		{"signature", "manifest.dsse.json", store.SignatureKey(id)},
+		{"subject artifacts/a.csv", "artifacts/a.csv", store.ArtifactKey(id, "a.csv")},
+		{"input sales.csv", "input sales.csv", store.InputKey("bb")},
+	}
+	for _, tt := range tests {
+		if file, key := CheckObject(tt.check, id, stmt); file != tt.file || key != tt.key {
+			t.Errorf("CheckObject(%q) = %s, %s; want %s, %s", tt.check, file, key, tt.file, tt.key)
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package submitcmd
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+func lastJSON(t *testing.T, stdout string) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	var v map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &v); err != nil {
+		t.Fatalf("last line of stdout is not JSON: %v\n%s", err, stdout)
+	}
+	return v
+}
+
+// submitJob runs `submit run` without --wait and returns the job id it printed.
+func (te *testEnv) submitJob(t *testing.T, args ...string) string {
+	t.Helper()
+	stdout, stderr, err := te.submit(t, append([]string{"run", "--profile", "csv-analyst", "--task", "Summarise"}, args...)...)
+	if err != nil {
+		t.Fatalf("submit run: %v\n%s", err, stderr)
+	}
+	id := strings.TrimSpace(stdout)
+	if !job.ValidID(id) {
+		t.Fatalf("submit run printed %q, want a job id", stdout)
+	}
+	return id
+}
+
+// jobMessages counts the messages on the job stream.
+func (te *testEnv) jobMessages(t *testing.T) int {
+	t.Helper()
+	s, err := te.js.Stream(t.Context(), "BOXCAR_JOBS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.State.Msgs)
+}
+
+func TestRun(t *testing.T) {
+	te := newTestEnv(t)
+	input := filepath.Join(t.TempDir(), "sales.csv")
+	if err := os.WriteFile(input, []byte("region,total\nnorth,3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := te.submitJob(t, "--input", input, "--label", "team=finance")
+
+	// The input is in the store under its digest, and the status says queued.
+	sum := sha256.Sum256([]byte("region,total\nnorth,3\n"))
+	if _, err := te.st.Stat(t.Context(), store.InputKey(hex.EncodeToString(sum[:]))); err != nil {
+		t.Errorf("input not in the store: %v", err)
+	}
+	stdout, _, err := te.submit(t, "status", id)
+	if err != nil || !strings.Contains(stdout, "state:    queued") || !strings.Contains(stdout, "profile:  csv-analyst") {
+		t.Errorf("status = %v\n%s", err, stdout)
+	}
+	stdout, _, err = te.submit(t, "status", id, "--output", "json")
+	if st := lastJSON(t, stdout); err != nil || st["id"] != id || st["state"] != "queued" {
+		t.Errorf("status --output json = %v, %v", st, err)
+	}
+	if n := te.jobMessages(t); n != 1 {
+		t.Errorf("job stream holds %d messages, want 1", n)
+	}
+
+	stdout, _, err = te.submit(t, "run", "--profile", "csv-analyst", "--task", "t", "--output", "json")
+	if st := lastJSON(t, stdout); err != nil || st["state"] != "queued" || !job.ValidID(st["id"].(string)) {
+		t.Errorf("run --output json = %v, %v", st, err)
+	}
+
+	// Nobody runs it: --wait gives up with exit 7 and says why.
+	_, stderr, err := te.submit(t, "run", "--profile", "csv-analyst", "--task", "t", "--wait", "--timeout", "300ms")
+	if exitCode(err) != exitGaveUp || !strings.Contains(message(err), "no worker has started it") || !strings.Contains(stderr, "submitted job") {
+		t.Errorf("run --wait with no worker: exit %d, %q\n%s", exitCode(err), message(err), stderr)
+	}
+	if _, _, err := te.submit(t, "status", "20261202t101500-abcdef012345"); exitCode(err) != 1 || !strings.Contains(message(err), "20261202t101500-abcdef012345") {
+		t.Errorf("status of an unknown job: %v", err)
+	}
+}
+
+// TestWatchExitCodes: how a job ended is the exit code of watch, and the last line says so.
+func TestWatchExitCodes(t *testing.T) {
+	te := newTestEnv(t)
+	tests := []struct {
+		state  job.State
+		cap    string
+		code   int
+		stdout string
+	}{
+		{job.StateSucceeded, "", 0, "succeeded"},
+		{job.StateFailed, "", exitFailed, "failed"},
+		{job.StateCapped, "max_turns", exitCapped, "capped (cap reached: max_turns)"},
+		{job.StateRejected, "", exitRejected, "rejected"},
+		{job.StateCancelled, "", exitCancelled, "cancelled"},
+		{job.StateDead, "", exitDead, "dead"},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.state), func(t *testing.T) {
+			id := te.submitJob(t)
+			if _, err := te.q.UpdateStatus(t.Context(), id, func(st *job.Status) {
+				st.State, st.Cap, st.Error = tt.state, tt.cap, ""
+			}); err != nil {
+				t.Fatal(err)
+			}
+			stdout, _, err := te.submit(t, "watch", id)
+			if exitCode(err) != tt.code || !strings.Contains(stdout, "job "+id+" "+tt.stdout) {
+				t.Errorf("watch: exit %d (%v), want %d\n%s", exitCode(err), err, tt.code, stdout)
+			}
+			stdout, _, err = te.submit(t, "watch", id, "--output", "json")
+			if st := lastJSON(t, stdout); exitCode(err) != tt.code || st["state"] != string(tt.state) {
+				t.Errorf("watch --output json: exit %d, %v", exitCode(err), st)
+			}
+		})
+	}
+	// A job that ends while it is watched.
+	id := te.submitJob(t)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // let the watch start; either order must work
+		_, _ = te.q.UpdateStatus(context.Background(), id, func(st *job.Status) { st.State, st.Worker, st.Attempt = job.StateRunning, "w1", 1 })
+		_, _ = te.q.UpdateStatus(context.Background(), id, func(st *job.Status) { st.State = job.StateSucceeded })
+	}()
+	stdout, stderr, err := te.submit(t, "watch", id)
+	if err != nil || !strings.Contains(stdout, "succeeded") {
+		t.Errorf("watch of a job that ends: %v\n%s\n%s", err, stdout, stderr)
+	}
+	if _, _, err := te.submit(t, "watch", "20261202t101500-abcdef012345"); exitCode(err) != 1 {
+		t.Errorf("watch of an unknown job: %v", err)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	te := newTestEnv(t)
+	id := te.submitJob(t)
+	stdout, _, err := te.submit(t, "cancel", id)
+	if err != nil || !strings.Contains(stdout, "job "+id+" cancelled before it started") {
+		t.Errorf("cancel a queued job: %v\n%s", err, stdout)
+	}
+	if _, _, err := te.submit(t, "cancel", id); exitCode(err) != 1 || !strings.Contains(message(err), "already ended: cancelled") {
+		t.Errorf("cancel twice: %v", err)
+	}
+	running := te.submitJob(t)
+	if _, err := te.q.UpdateStatus(t.Context(), running, func(st *job.Status) { st.State = job.StateRunning }); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _, err = te.submit(t, "cancel", running, "--output", "json")
+	if st := lastJSON(t, stdout); err != nil || st["id"] != running {
+		t.Errorf("cancel a running job: %v, %v", err, st)
+	}
+	if _, _, err := te.submit(t, "cancel", "20261202t101500-abcdef012345"); exitCode(err) != 1 {
+		t.Errorf("cancel an unknown job: %v", err)
+	}
+}
+
+func TestApprovals(t *testing.T) {
+	te := newTestEnv(t)
+	stdout, _, err := te.submit(t, "approvals")
+	if err != nil || !strings.Contains(stdout, "no commands are waiting") {
+		t.Errorf("approvals with none: %v\n%s", err, stdout)
+	}
+	stdout, _, err = te.submit(t, "approvals", "--output", "json")
+	if err != nil || strings.TrimSpace(stdout) != `{"approvals":[]}` {
+		t.Errorf("approvals --output json with none: %v\n%s", err, stdout)
+	}
+	id := te.submitJob(t)
+	now := time.Now()
+	for _, call := range []string{"call_1", "call_2"} {
+		if _, err := te.q.RequestApproval(t.Context(), queue.Approval{JobID: id, CallID: call, Argv: []string{"make", "test"}, RequestedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout, _, err = te.submit(t, "approvals", id)
+	if err != nil || !strings.Contains(stdout, id) || !strings.Contains(stdout, `["make","test"]`) || strings.Count(stdout, "call_") != 2 {
+		t.Errorf("approvals: %v\n%s", err, stdout)
+	}
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"approve", id, "call_1"}, 0, "approved call call_1 of job " + id},
+		{[]string{"approve", id, "call_1"}, 1, "already"},
+		{[]string{"deny", id, "call_1", "--reason", "no"}, 1, "already"},
+		{[]string{"deny", id, "call_2", "--reason", "not today"}, 0, "denied call call_2"},
+		{[]string{"approve", id, "call_9"}, 1, "call_9"},
+	}
+	for _, tt := range tests {
+		stdout, _, err := te.submit(t, tt.args...)
+		if exitCode(err) != tt.code || !strings.Contains(stdout+message(err), tt.want) {
+			t.Errorf("submit %s: exit %d, %q\n%s; want exit %d and %q", strings.Join(tt.args, " "), exitCode(err), message(err), stdout, tt.code, tt.want)
+		}
+	}
+}

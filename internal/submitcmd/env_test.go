@@ -1,0 +1,119 @@
+package submitcmd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// testEnv is a real embedded nats-server set up as a worker sets it up, a file store and a
+// BOXCAR_HOME, which is all submit talks to.
+type testEnv struct {
+	ns       *server.Server
+	natsURL  string
+	q        *queue.Queue
+	home     string
+	storeDir string
+	st       store.Store
+	js       jetstream.JetStream
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	te := &testEnv{ns: ns, natsURL: ns.ClientURL(), home: t.TempDir()}
+	te.q = te.setUpQueue(t)
+	te.storeDir = filepath.Join(te.home, "store")
+	st, err := store.Open(t.Context(), "file://"+te.storeDir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	te.st = st
+	return te
+}
+
+// setUpQueue creates the streams and buckets, as a worker does at start.
+func (te *testEnv) setUpQueue(t *testing.T) *queue.Queue {
+	t.Helper()
+	nc, err := queue.Connect(t.Context(), te.natsURL, "submitcmd-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if te.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Config{}.WithDefaults().NATS
+	cfg.URL = te.natsURL
+	q, err := queue.New(t.Context(), nc, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func (te *testEnv) getenv(k string) string {
+	return map[string]string{"NATS_URL": te.natsURL, "BOXCAR_HOME": te.home}[k]
+}
+
+// submit runs the command against te and returns stdout, stderr and the error.
+func (te *testEnv) submit(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := Run(ctx, args, te.getenv, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+// noEnv runs a command that must not need NATS or a store.
+func noEnv(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	home := t.TempDir()
+	err := Run(t.Context(), args, func(k string) string {
+		// Nothing listens on port 1: a command that connects fails, and says so.
+		return map[string]string{"BOXCAR_HOME": home, "NATS_URL": "nats://127.0.0.1:1"}[k]
+	}, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+// exitCode is the process exit code cmd/submit gives err.
+func exitCode(err error) int {
+	var e *ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e):
+		return e.Code
+	default:
+		return 1
+	}
+}
+
+// message is what cmd/submit prints for err.
+func message(err error) string {
+	var e *ExitError
+	if errors.As(err, &e) {
+		return e.Msg
+	}
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

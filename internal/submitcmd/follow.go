@@ -1,0 +1,189 @@
+package submitcmd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+func (e *env) statusCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "status JOB_ID",
+		Short: "a job's state, attempts, progress, spending and results",
+		Args:  args(1, 1, "status: give one JOB_ID"),
+		RunE:  func(c *cobra.Command, a []string) error { return e.status(c.Context(), a[0]) },
+	}
+	e.common(c, true)
+	return c
+}
+
+func (e *env) watchCmd() *cobra.Command {
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "watch JOB_ID",
+		Short: "follow a job until it ends; the exit code says how it ended",
+		Args:  args(1, 1, "watch: give one JOB_ID"),
+		RunE: func(c *cobra.Command, a []string) error {
+			nc, q, err := e.connect(c.Context())
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if _, err := q.Status(c.Context(), a[0]); err != nil {
+				return err
+			}
+			return e.follow(c.Context(), q, a[0], timeout)
+		},
+	}
+	c.Flags().DurationVar(&timeout, "timeout", 24*time.Hour, "give up waiting after this long (`DURATION`)")
+	e.common(c, true)
+	return c
+}
+
+// follow shows a job's progress until it ends, then prints where its results are.
+func (e *env) follow(ctx context.Context, q *queue.Queue, id string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	updates, err := q.WatchStatus(ctx, id)
+	if err != nil {
+		return err
+	}
+	var last job.Status
+	for st := range updates {
+		if st.State != last.State || st.Progress != last.Progress || st.Error != last.Error {
+			e.showProgress(st)
+		}
+		last = st
+	}
+	if !last.State.Terminal() {
+		msg := fmt.Sprintf("gave up waiting for job %s after %s; it is %s", id, timeout, orUnknown(last.State))
+		if last.State == job.StateQueued {
+			msg += "; no worker has started it (is a worker running and does it read this NATS server?)"
+		}
+		msg += fmt.Sprintf("; follow it later with `submit watch %s`", id)
+		if e.json() {
+			_ = e.printJSON(statusJSON(last))
+		}
+		return &ExitError{Code: exitGaveUp, Msg: msg}
+	}
+	if e.json() {
+		if err := e.printJSON(statusJSON(last)); err != nil {
+			return err
+		}
+	} else {
+		e.showFinal(last)
+	}
+	return finalExit(last)
+}
+
+func orUnknown(s job.State) string {
+	if s == "" {
+		return "unknown"
+	}
+	return string(s)
+}
+
+func (e *env) showProgress(st job.Status) {
+	line := string(st.State)
+	if st.State == job.StateRunning {
+		line = fmt.Sprintf("running (attempt %d on %s)", st.Attempt, st.Worker)
+	}
+	if st.Progress != "" {
+		line += ": " + st.Progress
+	}
+	// A job waiting for its next attempt shows why the last one failed: otherwise a watcher
+	// sees "retrying" and nothing to act on (a dead store, a wrong key).
+	if (st.State == job.StateRetrying || st.State == job.StateInterrupted) && st.Error != "" {
+		line += ": " + st.Error
+	}
+	fmt.Fprintf(e.stderr, "%s  %s\n", time.Now().Format("15:04:05"), line)
+}
+
+func (e *env) showFinal(st job.Status) {
+	fmt.Fprintf(e.stdout, "job %s %s", st.ID, st.State)
+	if st.Cap != "" {
+		fmt.Fprintf(e.stdout, " (cap reached: %s)", st.Cap)
+	}
+	fmt.Fprintln(e.stdout)
+	if st.Error != "" {
+		fmt.Fprintf(e.stdout, "error: %s\n", st.Error)
+	}
+	// A failed run can be committed without a report (one too large to keep): its manifest
+	// still says what happened.
+	if st.Report != "" {
+		fmt.Fprintf(e.stdout, "report: %s\n", st.Report)
+	}
+	if st.Manifest != "" {
+		fmt.Fprintf(e.stdout, "manifest: %s\n", st.Manifest)
+	}
+}
+
+// statusJSON is the machine-readable form of a status, stable for scripts.
+func statusJSON(st job.Status) map[string]any {
+	out := map[string]any{"id": st.ID, "state": orUnknown(st.State), "attempt": st.Attempt}
+	for k, v := range map[string]string{"report": st.Report, "manifest": st.Manifest, "error": st.Error, "cap": st.Cap, "worker": st.Worker, "progress": st.Progress} {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	for k, t := range map[string]time.Time{"queued_at": st.QueuedAt, "started_at": st.StartedAt, "finished_at": st.FinishedAt} {
+		if !t.IsZero() {
+			out[k] = t
+		}
+	}
+	if st.SpentTurns > 0 || st.SpentToolCalls > 0 || st.SpentTokens > 0 {
+		out["spent"] = map[string]any{"turns": st.SpentTurns, "tool_calls": st.SpentToolCalls, "tokens": st.SpentTokens}
+	}
+	return out
+}
+
+func (e *env) status(ctx context.Context, id string) error {
+	nc, q, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	st, err := q.Status(ctx, id)
+	if err != nil {
+		return err
+	}
+	if e.json() {
+		return e.printJSON(statusJSON(st))
+	}
+	fmt.Fprintf(e.stdout, "job:      %s\nstate:    %s\nprofile:  %s\nattempts: %d\n", st.ID, st.State, st.Profile, st.Attempt)
+	if st.Worker != "" {
+		fmt.Fprintf(e.stdout, "worker:   %s\n", st.Worker)
+	}
+	if st.Progress != "" {
+		fmt.Fprintf(e.stdout, "progress: %s\n", st.Progress)
+	}
+	for _, t := range []struct {
+		name string
+		at   time.Time
+	}{{"queued", st.QueuedAt}, {"started", st.StartedAt}, {"finished", st.FinishedAt}} {
+		if !t.at.IsZero() {
+			fmt.Fprintf(e.stdout, "%-9s %s\n", t.name+":", t.at.Local().Format(time.RFC3339))
+		}
+	}
+	if st.SpentTurns > 0 || st.SpentToolCalls > 0 || st.SpentTokens > 0 {
+		fmt.Fprintf(e.stdout, "spent:    %d turns, %d tool calls, %d tokens (all attempts)\n", st.SpentTurns, st.SpentToolCalls, st.SpentTokens)
+	}
+	if st.Cap != "" {
+		fmt.Fprintf(e.stdout, "cap:      %s\n", st.Cap)
+	}
+	if st.Error != "" {
+		fmt.Fprintf(e.stdout, "error:    %s\n", st.Error)
+	}
+	if st.Report != "" {
+		fmt.Fprintf(e.stdout, "report:   %s\n", st.Report)
+	}
+	if st.Manifest != "" {
+		fmt.Fprintf(e.stdout, "manifest: %s\n", st.Manifest)
+	}
+	return nil
+}

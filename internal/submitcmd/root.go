@@ -1,0 +1,251 @@
+package submitcmd
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/boxcar-run/boxcar/internal/provenance"
+)
+
+// commonFlag marks the flags every command that reaches NATS or the store shares; the synopsis
+// leaves them to the "Common flags" paragraph, all but --output.
+const commonFlag = "boxcar/common"
+
+// requiredFlag marks a flag the synopsis shows without brackets. The command checks it itself,
+// with its own message (cobra's required-flag check would replace it).
+const requiredFlag = "boxcar/required"
+
+func markRequired(c *cobra.Command, names ...string) {
+	for _, n := range names {
+		_ = c.Flags().SetAnnotation(n, requiredFlag, []string{"true"})
+	}
+}
+
+// newRoot builds the command tree bound to e. Every Run builds a fresh one, so flag values never
+// leak from one call into the next.
+func newRoot(e *env) *cobra.Command {
+	// Commands in the order they are added: the order a user meets them, not the alphabet's.
+	cobra.EnableCommandSorting = false
+	root := &cobra.Command{
+		Use:   "submit",
+		Short: "hand jobs to Boxcar and follow them",
+		// No arguments: the usage, and exit 1, as a script that forgot the command expects.
+		RunE: func(c *cobra.Command, _ []string) error {
+			c.SetOut(e.stdout)
+			if err := c.Help(); err != nil {
+				return err
+			}
+			return &ExitError{Code: 1}
+		},
+		Version:           provenance.WorkerInfo("").String(),
+		SilenceErrors:     true, // cmd/submit prints the error once, with the exit code it carries
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetVersionTemplate("submit {{.Version}}\n")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%s: %w (see `%s --help`)", c.Name(), err, c.CommandPath())
+	})
+	root.AddCommand(
+		e.runCmd(), e.statusCmd(), e.watchCmd(), e.getCmd(), e.cancelCmd(), e.manifestCmd(),
+		e.verifyCmd(), e.keygenCmd(), e.versionCmd(),
+		e.approvalsCmd(), e.approveCmd(), e.denyCmd(),
+		completionCmd(root),
+	)
+	defaultHelp := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		if c != root {
+			defaultHelp(c, args)
+			return
+		}
+		fmt.Fprint(c.OutOrStdout(), rootHelp(root))
+	})
+	return root
+}
+
+// rootHelp is `submit --help`: the synopsis (the same text the docs carry), what each command
+// does, the flags they share and the exit codes.
+func rootHelp(root *cobra.Command) string {
+	var b strings.Builder
+	b.WriteString("submit hands jobs to Boxcar and follows them.\n\nUsage:\n")
+	for _, line := range strings.Split(strings.TrimSuffix(Synopsis(root), "\n"), "\n") {
+		b.WriteString("  " + line + "\n")
+	}
+	b.WriteString("\nCommands:\n")
+	for _, c := range root.Commands() {
+		if c.IsAvailableCommand() {
+			fmt.Fprintf(&b, "  %-10s %s\n", c.Name(), c.Short)
+		}
+	}
+	b.WriteString(`
+Common flags (every command that reaches NATS or the store):
+  --nats URL          NATS_URL, default nats://127.0.0.1:4222
+  --store URL         BOXCAR_STORE, file:///path or s3://bucket[/prefix], default file://$BOXCAR_HOME/store
+                      (BOXCAR_HOME default ~/.boxcar)
+  --s3-endpoint URL   BOXCAR_S3_ENDPOINT, for S3-compatible services
+  --output FORMAT     text or json
+
+Exit codes of run --wait and watch: 0 succeeded, 1 error or bad usage, 2 failed, 3 capped,
+4 rejected, 5 cancelled, 6 dead (retries exhausted), 7 gave up waiting.
+Exit codes of verify and get: 0 verified, 1 error (store unreachable, bad usage), 8 verification
+failed (a file changed or missing, a bad signature, no valid manifest).
+
+Run 'submit COMMAND --help' for a command's flags.
+`)
+	return b.String()
+}
+
+// Synopsis is one line per command, generated from the command tree: its arguments, then its
+// flags (required ones bare, optional ones in brackets, repeatable ones followed by "...").
+// The docs' usage block is this text; a test fails when the two drift.
+func Synopsis(root *cobra.Command) string {
+	width := 0
+	for _, c := range root.Commands() {
+		if c.IsAvailableCommand() {
+			width = max(width, len(c.Name()))
+		}
+	}
+	var b strings.Builder
+	for _, c := range root.Commands() {
+		if !c.IsAvailableCommand() {
+			continue
+		}
+		line := "submit " + fmt.Sprintf("%-*s", width, c.Name())
+		if _, args, ok := strings.Cut(c.Use, " "); ok {
+			line += " " + args
+		}
+		var flags []string
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden || f.Name == "help" {
+				return
+			}
+			if _, common := f.Annotations[commonFlag]; common && f.Name != "output" {
+				return
+			}
+			flags = append(flags, flagSynopsis(f))
+		})
+		if len(flags) > 0 {
+			line += " " + strings.Join(flags, " ")
+		}
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+	}
+	return b.String()
+}
+
+func flagSynopsis(f *pflag.Flag) string {
+	s := "--" + f.Name
+	if name, _ := pflag.UnquoteUsage(f); f.Value.Type() != "bool" {
+		s += " " + name
+	}
+	if _, required := f.Annotations[requiredFlag]; required {
+		return s
+	}
+	s = "[" + s + "]"
+	if strings.HasSuffix(f.Value.Type(), "Array") || strings.HasSuffix(f.Value.Type(), "Slice") {
+		s += "..."
+	}
+	return s
+}
+
+// common adds the shared flags to c, bound to e. Commands that print something a script may
+// read take --output too.
+func (e *env) common(c *cobra.Command, output bool) {
+	fs := c.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&e.natsURL, "nats", "", "NATS `URL` (default $NATS_URL, else nats://127.0.0.1:4222)")
+	fs.StringVar(&e.storeURL, "store", "", "store `URL`: file:///path or s3://bucket[/prefix] (default $BOXCAR_STORE, else file://$BOXCAR_HOME/store)")
+	fs.StringVar(&e.s3Endpoint, "s3-endpoint", "", "endpoint `URL` of an S3-compatible service (default $BOXCAR_S3_ENDPOINT)")
+	names := []string{"nats", "store", "s3-endpoint"}
+	if output {
+		fs.StringVar(&e.output, "output", "text", "output format: `text|json`")
+		names = append(names, "output")
+		_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	}
+	for _, n := range names {
+		_ = fs.SetAnnotation(n, commonFlag, []string{"true"})
+	}
+	c.PreRunE = func(c *cobra.Command, _ []string) error {
+		if e.output != "" && e.output != "text" && e.output != "json" {
+			return fmt.Errorf("--output %q: use text or json", e.output)
+		}
+		return nil
+	}
+}
+
+// args checks the number of positional arguments, failing with msg (the command's own words,
+// e.g. "status: give one JOB_ID").
+func args(min, max int, msg string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, a []string) error {
+		if len(a) < min || len(a) > max {
+			return fmt.Errorf("%s", msg)
+		}
+		return nil
+	}
+}
+
+func (e *env) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "the build: version, VCS revision, Go version",
+		Args:  args(0, 0, "version: takes no arguments"),
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintln(e.stdout, "submit", provenance.WorkerInfo("").String())
+			return err
+		},
+	}
+}
+
+func (e *env) keygenCmd() *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:   "keygen",
+		Short: "write a new manifest signing key pair (signing.key, signing.pub)",
+		Long: `Writes a new ed25519 key pair for signing manifests: DIR/signing.key (private, mode 0600; give it
+to workers with --signing-key or signing_key, in a cluster as a mounted Secret) and
+DIR/signing.pub (public; give it to whoever verifies, submit verify --public-key). Existing
+files are never replaced. worker keygen does the same.`,
+		Args: args(0, 0, "keygen: takes no arguments; give the folder with --out DIR"),
+		RunE: func(*cobra.Command, []string) error {
+			if out == "" {
+				return fmt.Errorf("keygen: --out DIR is required")
+			}
+			_, err := provenance.Keygen(out, e.stdout)
+			return err
+		},
+	}
+	c.Flags().StringVar(&out, "out", "", "folder to write signing.key (mode 0600) and signing.pub into (required; created 0700 if missing) (`DIR`)")
+	markRequired(c, "out")
+	_ = c.MarkFlagDirname("out")
+	return c
+}
+
+// completionCmd writes a shell completion script; cobra generates it from the command tree.
+func completionCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "completion bash|zsh|fish",
+		Short: "print a shell completion script",
+		Long: `Prints a completion script for the shell. For example:
+  bash:  source <(submit completion bash)
+  zsh:   submit completion zsh > "${fpath[1]}/_submit"
+  fish:  submit completion fish > ~/.config/fish/completions/submit.fish`,
+		ValidArgs: []string{"bash", "zsh", "fish"},
+		Args:      args(1, 1, "completion: give one shell: bash, zsh or fish"),
+		RunE: func(c *cobra.Command, a []string) error {
+			w := c.OutOrStdout()
+			switch a[0] {
+			case "bash":
+				return root.GenBashCompletionV2(w, true)
+			case "zsh":
+				return root.GenZshCompletion(w)
+			case "fish":
+				return root.GenFishCompletion(w, true)
+			}
+			return fmt.Errorf("completion: %q is not a shell this supports; use bash, zsh or fish", a[0])
+		},
+	}
+}

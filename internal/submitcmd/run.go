@@ -1,0 +1,154 @@
+package submitcmd
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// maxInputBytes bounds one input file; larger data belongs in the store, not a batch job.
+const maxInputBytes = 256 << 20
+
+// runFlags are the flags of `submit run`.
+type runFlags struct {
+	profile, task string
+	inputs        []string
+	labels        []string
+	wait          bool
+	timeout       time.Duration
+}
+
+func (e *env) runCmd() *cobra.Command {
+	var f runFlags
+	c := &cobra.Command{
+		Use:   "run",
+		Short: "submit a job; with --wait, follow it until it ends",
+		Long: `Submits one job: every --input is uploaded to the store by its SHA-256, then the job is published.
+Without --wait it prints the job id (with --output json: {"id":…,"state":"queued"}); with --wait
+it follows the job and the exit code says how it ended.`,
+		Args: args(0, 0, "run: takes no arguments; give the task with --task TEXT"),
+		RunE: func(c *cobra.Command, _ []string) error { return e.run(c.Context(), f) },
+	}
+	fs := c.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&f.profile, "profile", "", "execution profile the worker defines (`NAME`, required)")
+	fs.StringVar(&f.task, "task", "", "what the agent should do (`TEXT`, required)")
+	fs.StringArrayVar(&f.inputs, "input", nil, "input `FILE` (repeatable)")
+	fs.StringArrayVar(&f.labels, "label", nil, "label `k=v` (repeatable)")
+	fs.BoolVar(&f.wait, "wait", false, "follow the job until it ends; the exit code says how it ended")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "with --wait: give up waiting after this long (`DURATION`)")
+	markRequired(c, "profile", "task")
+	_ = c.MarkFlagFilename("input")
+	e.common(c, true)
+	return c
+}
+
+func (e *env) run(ctx context.Context, f runFlags) error {
+	if f.profile == "" || strings.TrimSpace(f.task) == "" {
+		return errors.New("run: --profile and --task are required")
+	}
+	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: f.profile, Task: f.task, SubmittedAt: time.Now().UTC(), SubmittedBy: submitter()}
+	if len(f.labels) > 0 {
+		j.Labels = map[string]string{}
+		for _, l := range f.labels {
+			k, v, ok := strings.Cut(l, "=")
+			if !ok {
+				return fmt.Errorf("run: --label %q: use key=value", l)
+			}
+			j.Labels[k] = v
+		}
+	}
+	// Read every input before touching NATS or the store, so a typo costs nothing.
+	contents := make([][]byte, len(f.inputs))
+	for i, name := range f.inputs {
+		data, err := readInput(name)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(data)
+		contents[i] = data
+		j.Inputs = append(j.Inputs, job.Input{Name: filepath.Base(name), SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))})
+	}
+
+	nc, q, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	st, err := e.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeStore(st)
+	for i := range j.Inputs {
+		in := &j.Inputs[i]
+		key := store.InputKey(in.SHA256)
+		in.URI = st.URL(key)
+		err := st.PutIfAbsent(ctx, key, bytes.NewReader(contents[i]), in.Size)
+		if err != nil && !errors.Is(err, store.ErrExists) {
+			return fmt.Errorf("run: upload input %s: %w", in.Name, err)
+		}
+	}
+	if err := j.Validate(); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	dup, err := q.Publish(ctx, j)
+	if err != nil {
+		return err
+	}
+	if dup {
+		fmt.Fprintf(e.stderr, "job %s was already submitted; following the earlier one\n", j.ID)
+	}
+	if !f.wait {
+		if e.json() {
+			return e.printJSON(map[string]any{"id": j.ID, "state": job.StateQueued})
+		}
+		fmt.Fprintf(e.stdout, "%s\n", j.ID)
+		return nil
+	}
+	fmt.Fprintf(e.stderr, "submitted job %s (profile %s)\n", j.ID, j.Profile)
+	return e.follow(ctx, q, j.ID, f.timeout)
+}
+
+func readInput(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("run: input %s: %w", name, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("run: input %s: %w", name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("run: input %s is not a regular file", name)
+	}
+	if fi.Size() > maxInputBytes {
+		return nil, fmt.Errorf("run: input %s is %d bytes; the limit is %d", name, fi.Size(), maxInputBytes)
+	}
+	return io.ReadAll(f)
+}
+
+func submitter() string {
+	if u, err := user.Current(); err == nil {
+		if h, err := os.Hostname(); err == nil {
+			return u.Username + "@" + h
+		}
+		return u.Username
+	}
+	return ""
+}
