@@ -146,14 +146,18 @@ func (r *Runner) adoptCommitted(ctx context.Context, jobID string) error {
 	if err != nil {
 		return fmt.Errorf("read the committed manifest: %w", err)
 	}
-	out := stmt.Predicate.Outcome
+	// The status tells what is committed: the attempt, worker and times that produced the
+	// manifest, not those of this delivery or of one that failed before it.
+	m := stmt.Predicate
+	out := m.Outcome
 	_, err = r.cfg.Queue.UpdateStatus(ctx, jobID, func(s *job.Status) {
 		s.State, s.Cap, s.Error, s.Progress = out.State, out.Cap, out.Error, ""
+		s.Attempt, s.Worker = m.Attempt, m.Worker.ID
+		s.StartedAt, s.FinishedAt = m.Timings.StartedAt, m.Timings.FinishedAt
 		s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(jobID))
 		if slices.ContainsFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == reportName }) {
 			s.Report = r.cfg.Store.URL(store.ReportKey(jobID))
 		}
-		s.FinishedAt = stmt.Predicate.Timings.FinishedAt
 	})
 	if errors.Is(err, queue.ErrFinal) {
 		return nil

@@ -20,17 +20,17 @@ import (
 
 // attempt is one delivery of a job as the runner works on it.
 type attempt struct {
-	d         *queue.Delivery
-	job       job.Job
-	profile   config.Profile
-	limits    config.Limits
-	log       *slog.Logger
-	started   time.Time
-	sandbox   sandbox.Info
-	result    agent.Result
-	earlier   agent.Budget // what earlier attempts had spent when this one started
-	committed bool         // the run's manifest was written by this attempt
-	report    bool         // the committed run has a report (one too large is left out)
+	d       *queue.Delivery
+	job     job.Job
+	profile config.Profile
+	limits  config.Limits
+	log     *slog.Logger
+	started time.Time
+	sandbox sandbox.Info
+	result  agent.Result
+	earlier agent.Budget // what earlier attempts had spent when this one started
+	began   bool         // the status names this attempt as running: it did work
+	report  bool         // the committed run has a report (one too large is left out)
 }
 
 // Handle runs one delivery to its end and settles it with the queue: ack, nak or term. It never
@@ -126,6 +126,7 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	if err != nil {
 		return outcome{end: endTransient, err: err}
 	}
+	a.began = true
 	r.m.QueueWait.WithLabelValues(j.Profile).Observe(a.started.Sub(a.d.Published).Seconds())
 
 	stopHeartbeat := a.d.KeepAlive(ctx, r.cfg.HeartbeatInterval)
@@ -301,8 +302,12 @@ func (r *Runner) settle(ctx context.Context, a *attempt, o outcome) {
 	now := time.Now().UTC()
 	if dec.state != "" && job.ValidID(d.JobID) {
 		_, serr := r.cfg.Queue.UpdateStatus(ctx, d.JobID, func(s *job.Status) {
-			s.State, s.Attempt, s.Worker, s.UpdatedAt = dec.state, d.Attempt, r.cfg.Worker.WorkerID, now
-			s.Error, s.Cap = "", a.result.Cap
+			s.State, s.UpdatedAt, s.Error, s.Cap = dec.state, now, "", a.result.Cap
+			// A delivery that did no work (it could not even tell whether the run is
+			// committed) leaves the attempt and worker to the one that did.
+			if a.began || s.Attempt == 0 {
+				s.Attempt, s.Worker = d.Attempt, r.cfg.Worker.WorkerID
+			}
 			if o.err != nil {
 				s.Error = o.err.Error()
 			}

@@ -2,348 +2,28 @@ package runner_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"path"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
-	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
-	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
-
-// fakeSandbox is an in-memory workdir; the runner only moves files through it.
-type fakeSandbox struct {
-	p      *fakeProvider
-	mu     sync.Mutex
-	files  map[string][]byte
-	closed bool
-}
-
-func (s *fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	return sandbox.ExecResult{}, errors.New("fake sandbox runs no commands")
-}
-
-func (s *fakeSandbox) WriteFile(ctx context.Context, name string, data []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.files[name] = append([]byte(nil), data...)
-	return nil
-}
-
-func (s *fakeSandbox) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	data, ok := s.files[name]
-	if !ok {
-		return nil, sandbox.ErrNotFound
-	}
-	if int64(len(data)) > max {
-		return nil, sandbox.ErrTooLarge
-	}
-	return data, nil
-}
-
-func (s *fakeSandbox) List(ctx context.Context, dir string) ([]sandbox.FileInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []sandbox.FileInfo
-	for name, data := range s.files {
-		if strings.HasPrefix(name, dir+"/") {
-			out = append(out, sandbox.FileInfo{Path: name, Size: int64(len(data)), Mode: 0o644})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out, nil
-}
-
-func (s *fakeSandbox) Info() sandbox.Info { return sandbox.Info{Backend: "fake", ID: "fake"} }
-
-func (s *fakeSandbox) Close(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		s.p.open.Add(-1)
-	}
-	return nil
-}
-
-// fakeProvider counts the sandboxes it started and how many are still open.
-type fakeProvider struct {
-	started atomic.Int64
-	open    atomic.Int64
-}
-
-func (p *fakeProvider) Backend() string { return "fake" }
-
-func (p *fakeProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	p.started.Add(1)
-	p.open.Add(1)
-	return &fakeSandbox{p: p, files: map[string][]byte{}}, nil
-}
-
-// agentFunc lets each test script the agent.
-type agentFunc func(ctx context.Context, req agent.Request) (agent.Result, error)
-
-func (f agentFunc) Run(ctx context.Context, req agent.Request) (agent.Result, error) {
-	return f(ctx, req)
-}
-
-// writeReport is an agent that writes a report naming the input sizes and succeeds.
-func writeReport(ctx context.Context, req agent.Request) (agent.Result, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# report for %s\n", req.JobID)
-	for _, in := range req.Inputs {
-		data, err := req.Sandbox.ReadFile(ctx, in, 1<<20)
-		if err != nil {
-			return agent.Result{}, err
-		}
-		fmt.Fprintf(&b, "%s: %d bytes\n", in, len(data))
-	}
-	if err := req.Sandbox.WriteFile(ctx, "report.md", []byte(b.String())); err != nil {
-		return agent.Result{}, err
-	}
-	if err := req.Sandbox.WriteFile(ctx, "artifacts/table.csv", []byte("a,b\n1,2\n")); err != nil {
-		return agent.Result{}, err
-	}
-	return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done", Transcript: []byte("{}\n")}, nil
-}
-
-type bundle struct {
-	t        *testing.T
-	srv      *server.Server
-	storeDir string
-	url      string
-	cfg      config.Config
-	store    store.Store
-	q        *queue.Queue
-	nc       *nats.Conn
-}
-
-var profiles = `
-concurrency: 2
-drain_grace: 1s
-nats:
-  ack_wait: 2s # heartbeats every 667ms keep a busy machine from redelivering
-  max_deliver: 3
-  retry_backoff: 200ms
-profiles:
-  p:
-    model: {name: m}
-    tools: [{name: read_file}]
-`
-
-func setup(t *testing.T) *bundle {
-	t.Helper()
-	b := &bundle{t: t, storeDir: t.TempDir()}
-	b.start(-1)
-	cfg, err := config.Parse([]byte(profiles))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.cfg = cfg
-	b.nc, b.q = b.connect()
-	st, err := store.NewFile(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.store = st
-	return b
-}
-
-func (b *bundle) start(port int) {
-	b.t.Helper()
-	srv, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: port, StoreDir: b.storeDir, SyncAlways: true})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.srv = srv
-	b.url = srv.ClientURL()
-	b.t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-}
-
-func (b *bundle) connect() (*nats.Conn, *queue.Queue) {
-	b.t.Helper()
-	ctx := context.Background()
-	nc, err := queue.Connect(ctx, b.url, "test")
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.t.Cleanup(nc.Close)
-	q, err := queue.New(ctx, nc, b.cfg.NATS, slog.New(slog.DiscardHandler))
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return nc, q
-}
-
-// worker is one runner with its own connection, so a test can kill it.
-type worker struct {
-	r      *runner.Runner
-	m      *metrics.Metrics
-	nc     *nats.Conn
-	p      *fakeProvider
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (b *bundle) worker(a runner.Agent, opts ...func(*runner.Config)) *worker {
-	b.t.Helper()
-	nc, q := b.connect()
-	w := &worker{m: metrics.New(), nc: nc, p: &fakeProvider{}, done: make(chan struct{})}
-	cfg := runner.Config{Worker: b.cfg, Queue: q, Sandboxes: w.p, Store: b.store, Agent: a, Metrics: w.m,
-		ModelEndpoint: "http://127.0.0.1:1/v1", Logger: slog.New(slog.DiscardHandler), CleanupTimeout: 5 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	r, err := runner.New(cfg)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	w.r = r
-	ctx, cancel := context.WithCancel(context.Background())
-	w.cancel = cancel
-	go func() {
-		defer close(w.done)
-		_ = r.Run(ctx)
-	}()
-	b.t.Cleanup(w.stop)
-	return w
-}
-
-func (w *worker) stop() {
-	w.cancel()
-	<-w.done
-}
-
-func (b *bundle) putInput(data []byte) job.Input {
-	b.t.Helper()
-	sum, size, err := provenance.Digest(strings.NewReader(string(data)))
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if err := b.store.PutIfAbsent(context.Background(), store.InputKey(sum), strings.NewReader(string(data)), size); err != nil && !errors.Is(err, store.ErrExists) {
-		b.t.Fatal(err)
-	}
-	return job.Input{Name: "in.csv", URI: b.store.URL(store.InputKey(sum)), SHA256: sum, Size: size}
-}
-
-func (b *bundle) submit(profile string) job.Job {
-	b.t.Helper()
-	return b.submitTask(profile, "t")
-}
-
-// submitTask submits a job with the given task, which a scripted agent may read.
-func (b *bundle) submitTask(profile, task string) job.Job {
-	b.t.Helper()
-	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: profile, Task: task, SubmittedAt: time.Now().UTC(),
-		Inputs: []job.Input{b.putInput([]byte("a,b\n1,2\n"))}}
-	if _, err := b.q.Publish(context.Background(), j); err != nil {
-		b.t.Fatal(err)
-	}
-	return j
-}
-
-// waitState waits until the job reaches a terminal state and returns its status.
-func (b *bundle) waitFinal(id string, within time.Duration) job.Status {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	updates, err := b.q.WatchStatus(ctx, id)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	var last job.Status
-	for st := range updates {
-		last = st
-	}
-	if !last.State.Terminal() {
-		b.t.Fatalf("job %s did not end within %s; last status %+v", id, within, last)
-	}
-	return last
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (b *bundle) deadLetters() []queue.DeadLetter {
-	b.t.Helper()
-	ctx := context.Background()
-	js, err := jetstream.New(b.nc)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, b.cfg.NATS.DeadLetterStream)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	var out []queue.DeadLetter
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			continue
-		}
-		var dl queue.DeadLetter
-		if err := json.Unmarshal(m.Data, &dl); err != nil {
-			b.t.Fatal(err)
-		}
-		out = append(out, dl)
-	}
-	return out
-}
-
-func (b *bundle) manifest(id string) provenance.Statement {
-	b.t.Helper()
-	rc, err := b.store.Get(context.Background(), store.ManifestKey(id))
-	if err != nil {
-		b.t.Fatalf("manifest of %s: %v", id, err)
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	st, err := provenance.Parse(data)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return st
-}
 
 func TestJobSucceedsAndCommitsItsRun(t *testing.T) {
 	b := setup(t)
@@ -655,10 +335,6 @@ func TestShutdownInterruptsAndHandsTheJobBackAtOnce(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("redelivery took %s; an interrupted job must be handed back at once", d)
 	}
-}
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
 }
 
 // sigFailStore loses the first upload of every manifest signature, as a store fault or a crash

@@ -1,0 +1,113 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"path"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// hookStore stands in for crashes and outages at exact points of a run: each hook, when set,
+// runs before (or after) the store call it names, and an error it returns is the call's.
+type hookStore struct {
+	store.Store
+	mu          sync.Mutex
+	stat        func(key string) error
+	put         func(key string) error // Put and PutIfAbsent, before the write
+	afterCreate func(key string)       // after a PutIfAbsent that wrote
+}
+
+func (s *hookStore) hook(f func(string) error, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(key)
+}
+
+func (s *hookStore) Stat(ctx context.Context, key string) (store.ObjectInfo, error) {
+	if err := s.hook(s.stat, key); err != nil {
+		return store.ObjectInfo{}, err
+	}
+	return s.Store.Stat(ctx, key)
+}
+
+func (s *hookStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := s.hook(s.put, key); err != nil {
+		return err
+	}
+	return s.Store.Put(ctx, key, r, size)
+}
+
+func (s *hookStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := s.hook(s.put, key); err != nil {
+		return err
+	}
+	if err := s.Store.PutIfAbsent(ctx, key, r, size); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	after := s.afterCreate
+	s.mu.Unlock()
+	if after != nil {
+		after(key)
+	}
+	return nil
+}
+
+var errStoreDown = errors.New("store: dial tcp 127.0.0.1:9: connect: connection refused")
+
+// TestStatusAfterAdoptionIsTheCommittedRuns (issue 10 item 2): a worker dies after committing
+// and before settling; the next delivery fails at once (the store is down); the one after
+// adopts the committed run. The final status names the attempt, worker and times of the
+// manifest, not those of the deliveries that did no work.
+func TestStatusAfterAdoptionIsTheCommittedRuns(t *testing.T) {
+	b := setup(t)
+	var first *worker
+	committed := make(chan struct{})
+	dies := &hookStore{Store: b.store, afterCreate: func(key string) {
+		if path.Base(key) == "manifest.json" {
+			first.nc.Close() // killed between the commit and the ack
+			close(committed)
+		}
+	}}
+	first = b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.Store, c.Worker.WorkerID = dies, "worker-a"
+	})
+	j := b.submit("p")
+	<-committed
+
+	var once sync.Once
+	down := &hookStore{Store: b.store}
+	down.stat = func(key string) error {
+		err := error(nil)
+		once.Do(func() { err = errStoreDown }) // the store is down for the first look only
+		return err
+	}
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		t.Errorf("the committed job ran again")
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) { c.Store, c.Worker.WorkerID = down, "worker-b" })
+
+	st := b.waitFinal(j.ID, 30*time.Second)
+	m := b.manifest(j.ID).Predicate
+	if st.State != job.StateSucceeded || st.Attempt != m.Attempt || st.Worker != m.Worker.ID || m.Worker.ID != "worker-a" {
+		t.Errorf("status: %s, attempt %d by %q; manifest: attempt %d by %q; want the status to name the manifest's",
+			st.State, st.Attempt, st.Worker, m.Attempt, m.Worker.ID)
+	}
+	if !st.StartedAt.Equal(m.Timings.StartedAt) || !st.FinishedAt.Equal(m.Timings.FinishedAt) {
+		t.Errorf("status started %s, finished %s; manifest %s, %s", st.StartedAt, st.FinishedAt, m.Timings.StartedAt, m.Timings.FinishedAt)
+	}
+	if st.Manifest != b.store.URL(store.ManifestKey(j.ID)) || st.Report == "" {
+		t.Errorf("status points at manifest %q, report %q", st.Manifest, st.Report)
+	}
+}
