@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,7 +66,9 @@ type Event struct {
 	Turn         int // the model round trip of this run the event belongs to, from 1
 	ToolCalls    int // tool calls of this run so far, this one included
 	MaxToolCalls int
-	Tool         string // the tool's name, for tool_call events
+	// Tool is the name of the tool called, for tool_call events: one the profile declares, or
+	// UnknownTool. What the model sent in its place is only in the transcript.
+	Tool string
 	// Spent is the job's budget used so far, earlier attempts (Request.Spent) included and
 	// counting the request or call this event announces: callers that record it lose nothing
 	// when the process dies during that request or call.
@@ -124,9 +127,16 @@ type Result struct {
 	Transcript []byte
 }
 
+// UnknownTool stands for a tool name the model sent that the profile does not declare, in
+// progress events, tool call records, log lines and, through them, metrics labels and job
+// status: model output may hold anything, terminal escapes included, and a label set must
+// stay bounded. The transcript keeps the name as sent, as JSON data.
+const UnknownTool = "unknown"
+
 // ToolCall records one tool call that counted against max_tool_calls.
 type ToolCall struct {
-	ID   string
+	ID string
+	// Tool is the declared tool called, or UnknownTool.
 	Tool string
 	// ArgsSHA256 is the hex SHA-256 of the arguments as run (an empty string becomes "{}").
 	ArgsSHA256 string
@@ -399,7 +409,8 @@ func normalizeArgs(s string) string {
 // callTool runs one tool call and appends its tool message.
 func (r *run) callTool(ctx context.Context, turn int, c call) {
 	r.used.ToolCalls = len(r.res.ToolCalls) + 1
-	r.progress(Event{Kind: EventToolCall, Turn: turn, ToolCalls: len(r.res.ToolCalls) + 1, MaxToolCalls: r.p.Limits.MaxToolCalls, Tool: c.name, Spent: r.spent()})
+	name := r.tools.declared(c.name)
+	r.progress(Event{Kind: EventToolCall, Turn: turn, ToolCalls: len(r.res.ToolCalls) + 1, MaxToolCalls: r.p.Limits.MaxToolCalls, Tool: name, Spent: r.spent()})
 	start := time.Now()
 	var res result
 	if c.custom {
@@ -412,7 +423,7 @@ func (r *run) callTool(ctx context.Context, turn int, c call) {
 	sum := sha256.Sum256([]byte(c.args))
 	r.res.ToolCalls = append(r.res.ToolCalls, ToolCall{
 		ID:         c.id,
-		Tool:       c.name,
+		Tool:       name,
 		ArgsSHA256: hex.EncodeToString(sum[:]),
 		ExitCode:   res.exitCode,
 		TimedOut:   res.timedOut,
@@ -421,8 +432,11 @@ func (r *run) callTool(ctx context.Context, turn int, c call) {
 		Duration:   d,
 		Approval:   res.approval,
 	})
-	attrs := []any{"turn", turn, "tool", c.name, "call_id", c.id, "exit_code", res.exitCode,
+	attrs := []any{"turn", turn, "tool", name, "call_id", c.id, "exit_code", res.exitCode,
 		"timed_out", res.timedOut, "truncated", res.truncated, "duration_ms", d.Milliseconds()}
+	if name != c.name {
+		attrs = append(attrs, "requested_tool", clipText(strconv.QuoteToASCII(c.name), 300))
+	}
 	if res.err != "" {
 		attrs = append(attrs, "tool_error", clipText(res.err, 300))
 	}

@@ -111,6 +111,14 @@ func (ts *toolset) definitions() []openai.ChatCompletionToolUnionParam {
 	return defs
 }
 
+// declared returns name when the profile declares a tool of that name, else UnknownTool.
+func (ts *toolset) declared(name string) string {
+	if _, ok := ts.byName[name]; ok {
+		return name
+	}
+	return UnknownTool
+}
+
 // call looks the tool up, checks the arguments against its schema and runs it.
 func (ts *toolset) call(ctx context.Context, callID, name, args string) result {
 	e, ok := ts.byName[name]

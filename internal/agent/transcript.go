@@ -5,7 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // The transcript is JSONL, one object per event, each with "type" and "time":
@@ -64,6 +68,7 @@ func (t *transcript) add(v any) {
 	if err != nil {
 		line, _ = json.Marshal(map[string]string{"type": "transcript_error", "time": now(), "error": err.Error()})
 	}
+	line = escapeInvisible(line)
 	if lineLimit := max(t.limit/4, minLineLimit); int64(len(line)) > lineLimit {
 		line = shrinkLine(line, lineLimit)
 	}
@@ -90,6 +95,34 @@ func (t *transcript) bytes() []byte {
 		DroppedBytes: t.droppedBytes,
 	})
 	return append(append(out, marker...), '\n')
+}
+
+// escapeInvisible writes the control and format characters that JSON lets through as they are
+// (C1 controls, bidirectional overrides, zero-width characters: json.Marshal escapes only
+// those below U+0020) as \u escapes, so that a transcript shown in a terminal displays what the
+// model sent instead of letting it reorder or hide text. Such runes can only stand inside JSON
+// strings, where the escape means the same rune.
+func escapeInvisible(line []byte) []byte {
+	if !bytes.ContainsFunc(line, invisible) {
+		return line
+	}
+	out := make([]byte, 0, len(line)+32)
+	for len(line) > 0 {
+		r, n := utf8.DecodeRune(line)
+		if !invisible(r) {
+			out = append(out, line[:n]...)
+		} else {
+			for _, u := range utf16.Encode([]rune{r}) {
+				out = fmt.Appendf(out, `\u%04x`, u)
+			}
+		}
+		line = line[n:]
+	}
+	return out
+}
+
+func invisible(r rune) bool {
+	return r >= 0x80 && (unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029')
 }
 
 func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
