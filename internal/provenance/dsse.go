@@ -2,15 +2,14 @@ package provenance
 
 import (
 	"context"
-	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
@@ -72,7 +71,9 @@ func LoadPublicKey(pemBytes []byte) (ed25519.PublicKey, error) {
 	return pub, nil
 }
 
-// KeyID names a public key in envelopes: the lowercase hex SHA-256 of its PKIX DER encoding.
+// KeyID names a public key for people: the lowercase hex SHA-256 of its PKIX DER encoding,
+// the same as `openssl pkey -pubin -outform DER < signing.pub | sha256sum`. Envelopes written
+// before 2026-12 carry it as their signature's keyid; newer ones carry no keyid (see Sign).
 func KeyID(pub ed25519.PublicKey) string {
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
@@ -83,20 +84,36 @@ func KeyID(pub ed25519.PublicKey) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// envelope is a DSSE envelope as Boxcar writes it. The keyid is left out: DSSE makes it an
+// optional, unauthenticated hint, and the verifiers people use each derive their own from the
+// key (go-securesystemslib and in-toto-golang a hash of the key's securesystemslib form,
+// sigstore-go and cosign an SSH fingerprint) and skip a signature whose keyid differs, so no
+// single id is accepted by all of them, but a missing one is.
+type envelope struct {
+	PayloadType string      `json:"payloadType"`
+	Payload     string      `json:"payload"`
+	Signatures  []signature `json:"signatures"`
+}
+
+type signature struct {
+	KeyID string `json:"keyid,omitempty"`
+	Sig   string `json:"sig"`
+}
+
 // Sign wraps a statement in a DSSE envelope signed with key and returns the envelope's JSON.
 func Sign(ctx context.Context, statement []byte, key ed25519.PrivateKey) ([]byte, error) {
 	if len(key) != ed25519.PrivateKeySize {
 		return nil, fmt.Errorf("provenance: sign: %w: not an ed25519 private key", ErrInvalid)
 	}
-	signer, err := dsse.NewEnvelopeSigner(newEd25519(key.Public().(ed25519.PublicKey), key))
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("provenance: sign: %w", err)
 	}
-	env, err := signer.SignPayload(ctx, PayloadType, statement)
-	if err != nil {
-		return nil, fmt.Errorf("provenance: sign: %w", err)
-	}
-	data, err := json.Marshal(env)
+	sig := ed25519.Sign(key, dsse.PAE(PayloadType, statement))
+	data, err := json.Marshal(envelope{
+		PayloadType: PayloadType,
+		Payload:     base64.StdEncoding.EncodeToString(statement),
+		Signatures:  []signature{{Sig: base64.StdEncoding.EncodeToString(sig)}},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("provenance: sign: %w", err)
 	}
@@ -104,11 +121,16 @@ func Sign(ctx context.Context, statement []byte, key ed25519.PrivateKey) ([]byte
 }
 
 // VerifyEnvelope checks a DSSE envelope's payload type and its signature by pub, and returns
-// the signed statement. A bad envelope wraps ErrInvalid; a signature that does not verify, or
-// none by pub, wraps ErrBadSignature.
+// the signed statement. A signature's keyid is not consulted: it is an unauthenticated hint,
+// and envelopes carry Boxcar's KeyID (older runs), none (newer runs) or another tool's id.
+// A bad envelope wraps ErrInvalid; a signature that does not verify, or none by pub, wraps
+// ErrBadSignature.
 func VerifyEnvelope(ctx context.Context, envelope []byte, pub ed25519.PublicKey) ([]byte, error) {
 	if len(pub) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("provenance: verify envelope: %w: not an ed25519 public key", ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("provenance: verify envelope: %w", err)
 	}
 	var env dsse.Envelope
 	if err := json.Unmarshal(envelope, &env); err != nil {
@@ -117,51 +139,28 @@ func VerifyEnvelope(ctx context.Context, envelope []byte, pub ed25519.PublicKey)
 	if env.PayloadType != PayloadType {
 		return nil, fmt.Errorf("provenance: verify envelope: %w: payload type %q, want %s", ErrInvalid, env.PayloadType, PayloadType)
 	}
-	verifier, err := dsse.NewEnvelopeVerifier(newEd25519(pub, nil))
+	statement, err := env.DecodeB64Payload()
 	if err != nil {
-		return nil, fmt.Errorf("provenance: verify envelope: %w", err)
+		return nil, fmt.Errorf("provenance: verify envelope: %w: payload: %v", ErrInvalid, err)
 	}
-	_, statement, err := verifier.VerifyAndDecode(ctx, &env)
-	if err != nil {
-		if errors.Is(err, dsse.ErrNoSignature) {
-			return nil, fmt.Errorf("provenance: verify envelope: %w: the envelope has no signature", ErrBadSignature)
+	if len(env.Signatures) == 0 {
+		return nil, fmt.Errorf("provenance: verify envelope: %w: the envelope has no signature", ErrBadSignature)
+	}
+	pae := dsse.PAE(env.PayloadType, statement)
+	for _, s := range env.Signatures {
+		if sig, ok := decodeBase64(s.Sig); ok && ed25519.Verify(pub, pae, sig) {
+			return statement, nil
 		}
-		return nil, fmt.Errorf("provenance: verify envelope: %w: no valid signature by key %s: %v", ErrBadSignature, KeyID(pub), err)
 	}
-	return statement, nil
+	return nil, fmt.Errorf("provenance: verify envelope: %w: none of its %d signatures is by key %s", ErrBadSignature, len(env.Signatures), KeyID(pub))
 }
 
-// ed25519SV is a dsse.SignerVerifier over one ed25519 key; priv is nil when it only verifies.
-type ed25519SV struct {
-	pub   ed25519.PublicKey
-	priv  ed25519.PrivateKey
-	keyID string
-}
-
-var _ dsse.SignerVerifier = (*ed25519SV)(nil)
-
-func newEd25519(pub ed25519.PublicKey, priv ed25519.PrivateKey) *ed25519SV {
-	return &ed25519SV{pub: pub, priv: priv, keyID: KeyID(pub)}
-}
-
-// Sign signs the DSSE pre-authentication encoding of the payload.
-func (k *ed25519SV) Sign(_ context.Context, data []byte) ([]byte, error) {
-	if k.priv == nil {
-		return nil, errors.New("no private key")
+// decodeBase64 reads standard or URL-safe base64, padded or not, as DSSE allows.
+func decodeBase64(s string) ([]byte, bool) {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil {
+			return b, true
+		}
 	}
-	return ed25519.Sign(k.priv, data), nil
+	return nil, false
 }
-
-// Verify checks a signature over the DSSE pre-authentication encoding.
-func (k *ed25519SV) Verify(_ context.Context, data, sig []byte) error {
-	if !ed25519.Verify(k.pub, data, sig) {
-		return ErrBadSignature
-	}
-	return nil
-}
-
-// KeyID returns the key's id; see KeyID.
-func (k *ed25519SV) KeyID() (string, error) { return k.keyID, nil }
-
-// Public returns the public key.
-func (k *ed25519SV) Public() crypto.PublicKey { return k.pub }

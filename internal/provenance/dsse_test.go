@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/provenance"
@@ -60,8 +62,9 @@ func TestSignVerify(t *testing.T) {
 	if err := json.Unmarshal(env, &e); err != nil {
 		t.Fatal(err)
 	}
-	if e.PayloadType != provenance.PayloadType || len(e.Signatures) != 1 || e.Signatures[0].KeyID != provenance.KeyID(pub) {
-		t.Errorf("envelope = %s, want payload type %s and one signature by key %s", env, provenance.PayloadType, provenance.KeyID(pub))
+	// No keyid: each verifier derives its own, and skips a signature that names another.
+	if e.PayloadType != provenance.PayloadType || len(e.Signatures) != 1 || e.Signatures[0].KeyID != "" || bytes.Contains(env, []byte(`"keyid"`)) {
+		t.Errorf("envelope = %.200s…, want payload type %s and one signature without a keyid", env, provenance.PayloadType)
 	}
 	got, err := provenance.VerifyEnvelope(t.Context(), env, pub)
 	if err != nil {
@@ -110,7 +113,11 @@ func TestVerifyEnvelopeRejects(t *testing.T) {
 		}), pub, provenance.ErrBadSignature},
 		{"no signature", edit(func(e *envelope) { e.Signatures = e.Signatures[:0] }), pub, provenance.ErrBadSignature},
 		{"other key", good, otherPub, provenance.ErrBadSignature},
-		{"other key id", edit(func(e *envelope) { e.Signatures[0].KeyID = provenance.KeyID(otherPub) }), pub, provenance.ErrBadSignature},
+		{"signature in URL-safe base64 by another key", edit(func(e *envelope) {
+			sig, _ := base64.StdEncoding.DecodeString(e.Signatures[0].Sig)
+			sig[len(sig)-1] ^= 1
+			e.Signatures[0].Sig = base64.RawURLEncoding.EncodeToString(sig)
+		}), pub, provenance.ErrBadSignature},
 		{"other payload type", edit(func(e *envelope) { e.PayloadType = "application/json" }), pub, provenance.ErrInvalid},
 		{"not JSON", []byte("not json"), pub, provenance.ErrInvalid},
 		{"no key", good, nil, provenance.ErrInvalid},
@@ -125,6 +132,69 @@ func TestVerifyEnvelopeRejects(t *testing.T) {
 				t.Errorf("VerifyEnvelope returned a statement with an error")
 			}
 		})
+	}
+}
+
+// TestVerifyEnvelopeKeyIDIsAHint: whatever keyid a signature carries (Boxcar's own, as runs
+// before 2026-12 have it, another tool's, another key's or none), the signature decides.
+func TestVerifyEnvelopeKeyIDIsAHint(t *testing.T) {
+	priv, pub := keys(t)
+	_, otherPub := keys(t)
+	statement := build(t, sampleManifest(t), sampleSubjects())
+	good := sign(t, statement, priv)
+	for name, keyID := range map[string]string{
+		"boxcar":    provenance.KeyID(pub),
+		"sslib":     sslibKeyID(t, pub),
+		"ssh":       sshKeyID(t, pub),
+		"other key": provenance.KeyID(otherPub),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var e envelope
+			if err := json.Unmarshal(good, &e); err != nil {
+				t.Fatal(err)
+			}
+			e.Signatures[0].KeyID = keyID
+			// A second, bad signature first: the good one still counts.
+			e.Signatures = append([]struct {
+				KeyID string `json:"keyid"`
+				Sig   string `json:"sig"`
+			}{{KeyID: keyID, Sig: base64.StdEncoding.EncodeToString(make([]byte, ed25519.SignatureSize))}}, e.Signatures...)
+			env, err := json.Marshal(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := provenance.VerifyEnvelope(t.Context(), env, pub)
+			if err != nil || !bytes.Equal(got, statement) {
+				t.Errorf("VerifyEnvelope = %.40q…, %v; want the statement", got, err)
+			}
+		})
+	}
+}
+
+// TestVerifyOldEnvelope: a run signed before envelopes dropped the keyid (testdata/v1-keyid,
+// written by that version) still verifies.
+func TestVerifyOldEnvelope(t *testing.T) {
+	read := func(name string) []byte {
+		data, err := os.ReadFile(filepath.Join("testdata", "v1-keyid", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	pub, err := provenance.LoadPublicKey(read("signing.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := read("manifest.dsse.json")
+	if !bytes.Contains(env, []byte(`"keyid":"`+provenance.KeyID(pub)+`"`)) {
+		t.Fatalf("the fixture does not carry the old keyid scheme:\n%.300s", env)
+	}
+	got, err := provenance.VerifyEnvelope(t.Context(), env, pub)
+	if err != nil || !bytes.Equal(got, read("manifest.json")) {
+		t.Errorf("VerifyEnvelope of an old envelope = %.40q…, %v; want its manifest", got, err)
+	}
+	if _, err := provenance.Parse(got); err != nil {
+		t.Errorf("Parse of an old manifest: %v", err)
 	}
 }
 

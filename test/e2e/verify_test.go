@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/provenance/interop"
 	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
@@ -309,6 +310,42 @@ func TestVerifyRun(t *testing.T) {
 		v := lastJSON(t, stdout)
 		if v["verified"] != true || v["signature"] != "verified" || v["key_id"] == "" {
 			t.Errorf("verify json = %v", v)
+		}
+	})
+
+	// The stored envelope as it is, with other projects' verifiers and the public key file.
+	t.Run("other verifiers accept the run", func(t *testing.T) {
+		env, err := os.ReadFile(filepath.Join(run, "manifest.dsse.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest, err := os.ReadFile(filepath.Join(run, "manifest.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubPath := filepath.Join(w.dataDir, "keys", "signing.pub")
+		pubPEM, err := os.ReadFile(pubPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, verify := range map[string]func(context.Context, []byte, []byte) ([]byte, error){
+			"go-securesystemslib": interop.SSLib,
+			"in-toto-golang":      interop.InToto,
+		} {
+			if payload, err := verify(t.Context(), env, pubPEM); err != nil || !bytes.Equal(payload, manifest) {
+				t.Errorf("%s: %v; or its payload is not the stored manifest", name, err)
+			}
+		}
+		pub, err := provenance.ReadPublicKeyFile(pubPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle, err := provenance.Bundle(t.Context(), env, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := interop.Sigstore(bundle, pub, sha256Hex([]byte(artifactReport))); err != nil {
+			t.Errorf("sigstore-go rejects the run's bundle for report.md: %v", err)
 		}
 	})
 
