@@ -1,16 +1,14 @@
 // Package provenance owns the record of how a run came about: the manifest (an in-toto
-// Statement v1 with a Boxcar predicate) in a canonical JSON form, its digests, optional
+// Statement v1 with a Boxcar predicate) in RFC 8785 canonical JSON, its digests, optional
 // ed25519 DSSE signing, and verification of a stored run against it. It does not store
 // anything itself and never reads the environment, so a manifest cannot pick up a secret
 // that nobody put in it.
 package provenance
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -207,9 +205,10 @@ type Statement struct {
 
 var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// Build returns the manifest as an in-toto Statement v1 in canonical JSON: object keys sorted,
-// no insignificant white space, no HTML escaping, times in UTC, subjects sorted by name. The
-// same manifest and subjects always give the same bytes. Errors wrap ErrInvalid.
+// Build returns the manifest as an in-toto Statement v1 in the JSON Canonicalization Scheme
+// (RFC 8785; see encodeCanonical): a verifier that canonicalises gets the same bytes back.
+// Times are in UTC and subjects sorted by name, so the same manifest and subjects always give
+// the same bytes. Errors wrap ErrInvalid.
 func Build(m Manifest, subjects []Subject) ([]byte, error) {
 	m, err := normalize(m)
 	if err != nil {
@@ -532,28 +531,4 @@ func WorkerInfo(id string) Worker {
 		}
 	}
 	return w
-}
-
-// decodeJSON reads exactly one JSON value, keeping numbers as written.
-func decodeJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: trailing data after the JSON value", ErrInvalid)
-	}
-	return nil
-}
-
-// encodeCanonical writes v with sorted object keys, no white space and no HTML escaping.
-func encodeCanonical(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

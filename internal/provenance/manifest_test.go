@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gowebpki/jcs"
+
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 )
@@ -200,6 +202,36 @@ func TestBuildIsCanonical(t *testing.T) {
 		if !bytes.Contains(base, []byte(want)) {
 			t.Errorf("output lacks %s", want)
 		}
+	}
+}
+
+// TestBuildIsJCS: the manifest is in RFC 8785 canonical form, as gowebpki/jcs computes it,
+// also for a task and labels that encoding/json would escape or sort otherwise.
+func TestBuildIsJCS(t *testing.T) {
+	m := sampleManifest(t)
+	m.Job.Task = "Line\u2028separator, paragraph\u2029separator, tab\t, bell\a, \"quoted\" \\ <b>&</b> caf\u00e9 \U0001F600"
+	m.Job.Labels = map[string]string{"\uff61": "halfwidth", "\U0001F600": "emoji", "team": "finance"}
+	m.Model.Params.Seed = ptr(int64(42)) // JCS has no form for an integer beyond 2^53
+	m.Model.Params.Temperature = ptr(0.7)
+	m.Model.Params.TopP = ptr(1e-7)
+	manifest := build(t, m, sampleSubjects())
+	want, err := jcs.Transform(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(manifest, want) {
+		i := 0
+		for i < len(manifest) && i < len(want) && manifest[i] == want[i] {
+			i++
+		}
+		t.Errorf("the manifest is not JCS; first difference at byte %d:\n got …%.80s\nwant …%.80s", i, manifest[max(i-20, 0):], want[max(i-20, 0):])
+	}
+	if !bytes.Contains(manifest, []byte("Line\u2028separator")) {
+		t.Errorf("U+2028 is not written as itself: %.400s", manifest)
+	}
+	st, err := provenance.Parse(manifest)
+	if err != nil || st.Predicate.Job.Task != m.Job.Task {
+		t.Errorf("Parse: task %q, %v; want it back unchanged", st.Predicate.Job.Task, err)
 	}
 }
 
