@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 // BOXCAR_HOME, which is all submit talks to.
 type testEnv struct {
 	ns       *server.Server
+	natsDir  string // JetStream's files, kept across restart
 	natsURL  string
 	q        *queue.Queue
 	home     string
@@ -31,12 +33,13 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
+	natsDir := t.TempDir()
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: natsDir, SyncAlways: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ns.Shutdown)
-	te := &testEnv{ns: ns, natsURL: ns.ClientURL(), home: t.TempDir()}
+	te := &testEnv{ns: ns, natsDir: natsDir, natsURL: ns.ClientURL(), home: t.TempDir()}
+	t.Cleanup(func() { te.ns.Shutdown() })
 	te.q = te.setUpQueue(t)
 	te.storeDir = filepath.Join(te.home, "store")
 	st, err := store.Open(t.Context(), "file://"+te.storeDir, store.Options{})
@@ -65,6 +68,32 @@ func (te *testEnv) setUpQueue(t *testing.T) *queue.Queue {
 		t.Fatal(err)
 	}
 	return q
+}
+
+// restart stops nats-server and starts it again on the same port and files, as an operator's
+// restart does; clients reconnect by themselves.
+func (te *testEnv) restart(t *testing.T) {
+	t.Helper()
+	port := te.ns.Addr().(*net.TCPAddr).Port
+	te.ns.Shutdown()
+	te.ns.WaitForShutdown()
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: port, StoreDir: te.natsDir, SyncAlways: true})
+	if err != nil {
+		t.Fatalf("restart nats-server on port %d: %v", port, err)
+	}
+	te.ns = ns
+}
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (te *testEnv) getenv(k string) string {

@@ -91,7 +91,8 @@ Common flags (every command that reaches NATS or the store):
   --output FORMAT     text or json
 
 Exit codes of run --wait and watch: 0 succeeded, 1 error or bad usage, 2 failed, 3 capped,
-4 rejected, 5 cancelled, 6 dead (retries exhausted), 7 gave up waiting.
+4 rejected, 5 cancelled, 6 dead (retries exhausted), 7 gave up waiting; of run also 9: the
+server never confirmed the submission (the job id is printed; resubmit it with --id).
 Exit codes of verify and get: 0 verified, 1 error (store unreachable, bad usage), 8 verification
 failed (a file changed or missing, a bad signature, no valid manifest).
 

@@ -26,6 +26,7 @@ const maxInputBytes = 256 << 20
 // runFlags are the flags of `submit run`.
 type runFlags struct {
 	profile, task string
+	id            string
 	inputs        []string
 	labels        []string
 	wait          bool
@@ -51,6 +52,7 @@ it follows the job and the exit code says how it ended.`,
 	fs.StringArrayVar(&f.labels, "label", nil, "label `k=v` (repeatable)")
 	fs.BoolVar(&f.wait, "wait", false, "follow the job until it ends; the exit code says how it ended")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "with --wait: give up waiting after this long (`DURATION`)")
+	fs.StringVar(&f.id, "id", "", "the job's `ID` instead of a new one: submitting the same id again inside the duplicate window (1h by default) is dropped, so a script's retry never runs a job twice")
 	markRequired(c, "profile", "task")
 	_ = c.MarkFlagFilename("input")
 	e.common(c, true)
@@ -61,7 +63,14 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 	if f.profile == "" || strings.TrimSpace(f.task) == "" {
 		return errors.New("run: --profile and --task are required")
 	}
-	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: f.profile, Task: f.task, SubmittedAt: time.Now().UTC(), SubmittedBy: submitter()}
+	id := f.id
+	switch {
+	case id == "":
+		id = job.NewID()
+	case !job.ValidID(id):
+		return fmt.Errorf("run: --id %q is not a job id: use 8 to 64 lowercase letters, digits and '-', starting with a letter or digit", id)
+	}
+	j := job.Job{Version: job.Version, ID: id, Profile: f.profile, Task: f.task, SubmittedAt: time.Now().UTC(), SubmittedBy: submitter()}
 	if len(f.labels) > 0 {
 		j.Labels = map[string]string{}
 		for _, l := range f.labels {
@@ -106,11 +115,25 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 	if err := j.Validate(); err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	dup, err := q.Publish(ctx, j)
+	policy := e.publish
+	if window, err := q.DuplicateWindow(ctx); err == nil {
+		policy = policy.within(window)
+	}
+	dup, retried, err := policy.publish(ctx, q, j)
+	if errors.Is(err, errUnknownOutcome) {
+		// The id is the one thing a script needs to find out, or to retry safely.
+		if e.json() {
+			_ = e.printJSON(map[string]any{"id": j.ID, "state": "unknown"})
+		} else {
+			fmt.Fprintln(e.stdout, j.ID)
+		}
+		return &ExitError{Code: exitUnknown, Msg: fmt.Sprintf("job %s: %v; it may be queued: look with `submit status %s`, or submit it again with `--id %s` (dropped if the first one arrived)", j.ID, err, j.ID, j.ID)}
+	}
 	if err != nil {
 		return err
 	}
-	if dup {
+	// A duplicate on a retry is this command's own earlier attempt, whose ack was lost.
+	if dup && !retried {
 		fmt.Fprintf(e.stderr, "job %s was already submitted; following the earlier one\n", j.ID)
 	}
 	if !f.wait {

@@ -57,7 +57,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "-version" {
 		args = append([]string{"version"}, args[1:]...)
 	}
-	e := &env{getenv: getenv, stdout: stdout, stderr: stderr}
+	return run(ctx, &env{getenv: getenv, stdout: stdout, stderr: stderr, publish: defaultPublishPolicy}, args)
+}
+
+// run executes args against e; tests use it to shorten e's retry policy.
+func run(ctx context.Context, e *env, args []string) error {
 	root := newRoot(e)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
@@ -72,6 +76,7 @@ type env struct {
 	storeURL   string
 	s3Endpoint string
 	output     string
+	publish    publishPolicy
 }
 
 func (e *env) json() bool { return e.output == "json" }
