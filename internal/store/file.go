@@ -188,7 +188,8 @@ func (f *File) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return r, nil
 }
 
-// Stat returns an object's size; the error wraps ErrNotFound when there is none.
+// Stat returns an object's size and content type; the error wraps ErrNotFound when there is
+// none.
 func (f *File) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	if err := checkKey(key); err != nil {
 		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", key, err)
@@ -203,7 +204,9 @@ func (f *File) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	if !info.Mode().IsRegular() {
 		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", key, ErrNotFound)
 	}
-	return ObjectInfo{Key: key, Size: info.Size()}, nil
+	// A plain file has no metadata: its content type is derived from the key, as the s3
+	// backend stores it.
+	return ObjectInfo{Key: key, Size: info.Size(), ContentType: ContentType(key)}, nil
 }
 
 // List returns the keys that start with prefix, sorted. prefix is "" (everything), a folder

@@ -41,7 +41,7 @@ var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 // optional key prefix. Every upload carries a SHA-256 checksum that the server verifies;
 // bodies larger than one part go up as a multipart upload, one part in memory at a time.
 // PutIfAbsent is a conditional write (If-None-Match: *), which AWS S3 and versitygw
-// evaluate atomically.
+// evaluate atomically. Every object carries the Content-Type ContentType derives from its key.
 type S3 struct {
 	client   *s3.Client
 	bucket   string
@@ -197,6 +197,7 @@ func (s *S3) put(ctx context.Context, key string, r io.Reader, size int64, ifAbs
 			Body:              bytes.NewReader(buf[:n]),
 			ContentLength:     aws.Int64(int64(n)),
 			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+			ContentType:       aws.String(ContentType(key)),
 			IfNoneMatch:       ifNoneMatch,
 		})
 		return translate(err)
@@ -214,6 +215,7 @@ func (s *S3) putMultipart(ctx context.Context, key string, br *bufio.Reader, buf
 		Bucket:            &s.bucket,
 		Key:               full,
 		ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+		ContentType:       aws.String(ContentType(key)),
 	})
 	if err != nil {
 		return fmt.Errorf("create multipart upload: %w", translate(err))
@@ -319,7 +321,8 @@ func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return out.Body, nil
 }
 
-// Stat returns an object's size; the error wraps ErrNotFound when there is none.
+// Stat returns an object's size and the content type the server keeps (set from ContentType
+// on every put); the error wraps ErrNotFound when there is none.
 func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	if !ValidKey(key) {
 		return ObjectInfo{}, fmt.Errorf("store: stat %q: %w", key, ErrInvalidKey)
@@ -331,7 +334,7 @@ func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", s.URL(key), translate(err))
 	}
-	return ObjectInfo{Key: key, Size: aws.ToInt64(out.ContentLength)}, nil
+	return ObjectInfo{Key: key, Size: aws.ToInt64(out.ContentLength), ContentType: aws.ToString(out.ContentType)}, nil
 }
 
 // List returns the keys that start with prefix, sorted, following every page.

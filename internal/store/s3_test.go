@@ -138,6 +138,46 @@ func TestS3ChecksumsAndAbandonedUploads(t *testing.T) {
 	}
 }
 
+// TestS3ContentTypes puts an object of every kind and reads its Content-Type back with a
+// plain HEAD (what `aws s3api head-object` shows and a browser is served), not through the
+// store.
+func TestS3ContentTypes(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Env(t)
+	checkHeadContentTypes(t, newS3(t, srv, srv.CreateBucket(t), "tenant", store.Options{PartSize: 5 << 20}), rawClient(srv))
+}
+
+func checkHeadContentTypes(t *testing.T, s *store.S3, raw *s3.Client) {
+	t.Helper()
+	ctx := t.Context()
+	bucket, prefix, _ := strings.Cut(strings.TrimPrefix(s.URL(""), "s3://"), "/")
+	for _, key := range storetest.ContentTypeKeys() {
+		if err := s.PutIfAbsent(ctx, key, strings.NewReader("x"), 1); err != nil {
+			t.Fatal(err)
+		}
+		head, err := raw.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String(prefix + key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := aws.ToString(head.ContentType), store.ContentType(key); got != want {
+			t.Errorf("HEAD %s: Content-Type %q, want %q", key, got, want)
+		}
+	}
+	// A multipart upload too (the smallest part size, one byte more).
+	key := store.ReportKey("20261202t101500-000000000001")
+	body := bytes.Repeat([]byte("# report\n"), (5<<20)/9+1)
+	if err := s.Put(ctx, key, bytes.NewReader(body), -1); err != nil {
+		t.Fatal(err)
+	}
+	head, err := raw.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String(prefix + key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := aws.ToString(head.ContentType); got != "text/markdown; charset=utf-8" {
+		t.Errorf("HEAD %s (multipart): Content-Type %q, want text/markdown; charset=utf-8", key, got)
+	}
+}
+
 // TestS3DeadStore checks that an unreachable store fails fast and says why.
 func TestS3DeadStore(t *testing.T) {
 	srv := s3test.Start(t)

@@ -18,7 +18,7 @@ type Store interface {
 	PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error
 	// Get opens an object; ErrNotFound when there is none. The caller closes the reader.
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
-	// Stat returns an object's size; ErrNotFound when there is none.
+	// Stat returns an object's size and content type; ErrNotFound when there is none.
 	Stat(ctx context.Context, key string) (ObjectInfo, error)
 	// List returns the keys under prefix, sorted.
 	List(ctx context.Context, prefix string) ([]string, error)
@@ -30,6 +30,8 @@ type Store interface {
 type ObjectInfo struct {
 	Key  string
 	Size int64
+	// ContentType is the media type the object is served with; see ContentType.
+	ContentType string
 }
 
 // Run layout: where each job's results live.

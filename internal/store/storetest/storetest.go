@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SizeMismatch", testSizeMismatch},
 		{"CanceledContext", testCanceledContext},
 		{"Large", testLarge},
+		{"ContentTypes", testContentTypes},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore(t)) })
@@ -315,9 +316,46 @@ func testCanceledContext(t *testing.T, s store.Store) {
 }
 
 func testLarge(t *testing.T, s store.Store) {
-	key := "runs/large/artifacts/large.bin"
+	key := "runs/large/artifacts/large.csv"
 	want := putRandom(t, s, key, LargeSize, LargeSize)
 	checkDigest(t, s, key, LargeSize, want)
+	// A multipart upload carries the content type too.
+	checkContentType(t, s, key)
+}
+
+// ContentTypeKeys are keys of every kind in the run layout, for content-type checks.
+func ContentTypeKeys() []string {
+	const id = "20261202t101500-abcdef012345"
+	return []string{
+		store.ReportKey(id), store.TranscriptKey(id), store.ManifestKey(id), store.SignatureKey(id),
+		store.ArtifactKey(id, "table.csv"), store.ArtifactKey(id, "page.html"), store.ArtifactKey(id, "chart.png"),
+		store.ArtifactKey(id, "Makefile"), store.InputKey(strings.Repeat("0f", 32)),
+	}
+}
+
+func testContentTypes(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	for i, key := range ContentTypeKeys() {
+		put := s.Put
+		if i%2 == 1 {
+			put = s.PutIfAbsent
+		}
+		if err := put(ctx, key, strings.NewReader(key), -1); err != nil {
+			t.Fatal(err)
+		}
+		checkContentType(t, s, key)
+	}
+}
+
+func checkContentType(t *testing.T, s store.Store, key string) {
+	t.Helper()
+	info, err := s.Stat(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := store.ContentType(key); info.ContentType != want {
+		t.Errorf("Stat(%s).ContentType = %q, want %q", key, info.ContentType, want)
+	}
 }
 
 // putRandom puts size pseudo-random bytes under key, declaring declared as the size, and
