@@ -1,0 +1,171 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/test/cluster"
+)
+
+const benchPods = 20
+
+// BenchmarkPodStart is row 7 of make bench: sandbox Start through the Kubernetes backend
+// (create, watch until Running, ready for exec) against bare client-go doing create, watch
+// until the container runs, on the very pod spec the backend made (read back from the API
+// server, so the two stay alike). 20 pods of each per iteration, alternating; the p50 and p95
+// of start are reported. Each pod is deleted and gone before the next starts; the delete is
+// not timed.
+func BenchmarkPodStart(b *testing.B) {
+	ctx := context.Background()
+	ns := benchNamespace(b)
+	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
+		Client: kube.Client, RESTConfig: kube.RESTConfig, Namespace: ns,
+		Image: cluster.SandboxImage, ImagePullPolicy: corev1.PullNever,
+		WorkerID: "bench", StartTimeout: 2 * time.Minute,
+	})
+	if err != nil {
+		b.Fatalf("NewKubernetes: %v", err)
+	}
+	pods := kube.Client.CoreV1().Pods(ns)
+	gone := func(name string) {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			_, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("pod %s not gone within 2m: %v", name, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	var template *corev1.Pod
+	boxcar := func(i int) time.Duration {
+		begin := time.Now()
+		sb, err := p.Start(ctx, sandbox.Spec{JobID: fmt.Sprintf("bench-%d", i)})
+		if err != nil {
+			b.Fatalf("Start: %v", err)
+		}
+		elapsed := time.Since(begin)
+		name := sb.Info().ID
+		if template == nil {
+			pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			template = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels, Annotations: pod.Annotations}, Spec: *pod.Spec.DeepCopy()}
+			template.Spec.NodeName = ""
+		}
+		if err := sb.Close(ctx); err != nil {
+			b.Fatalf("Close: %v", err)
+		}
+		gone(name)
+		return elapsed
+	}
+	bare := func(i int) time.Duration {
+		pod := template.DeepCopy()
+		pod.Name = fmt.Sprintf("bare-%d-%d", time.Now().UnixNano()%1000000, i)
+		begin := time.Now()
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			w.Stop()
+			b.Fatalf("create: %v", err)
+		}
+		timeout := time.After(2 * time.Minute)
+	wait:
+		for {
+			select {
+			case ev, open := <-w.ResultChan():
+				if !open || ev.Type == watch.Error {
+					w.Stop()
+					b.Fatalf("watch of %s ended", pod.Name)
+				}
+				if got, ok := ev.Object.(*corev1.Pod); ok && got.Status.Phase == corev1.PodRunning &&
+					slices.ContainsFunc(got.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.State.Running != nil }) {
+					break wait
+				}
+			case <-timeout:
+				w.Stop()
+				b.Fatalf("pod %s not running within 2m", pod.Name)
+			}
+		}
+		elapsed := time.Since(begin)
+		w.Stop()
+		var now int64
+		if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &now}); err != nil {
+			b.Fatalf("delete: %v", err)
+		}
+		gone(pod.Name)
+		return elapsed
+	}
+
+	boxcar(-1) // warm up and take the template
+	bare(-1)
+	var tBoxcar, tBare []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		for i := range benchPods {
+			tBoxcar, tBare = append(tBoxcar, boxcar(i)), append(tBare, bare(i))
+		}
+	}
+	b.StopTimer()
+	q := func(d []time.Duration, f float64) time.Duration {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return s[min(int(f*float64(len(s))), len(s)-1)]
+	}
+	for _, f := range []struct {
+		name string
+		q    float64
+	}{{"p50", 0.5}, {"p95", 0.95}} {
+		x, y := q(tBoxcar, f.q), q(tBare, f.q)
+		b.ReportMetric(float64(x)/1e6, "boxcar-"+f.name+"-ms")
+		b.ReportMetric(float64(y)/1e6, "bare-"+f.name+"-ms")
+		b.ReportMetric(float64(x)/float64(y), "x-of-bare-"+f.name)
+	}
+}
+
+// benchNamespace is a namespace of its own under Pod Security "restricted", removed afterwards.
+func benchNamespace(b *testing.B) string {
+	b.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("sb-bench-%d", time.Now().UnixNano()%100000)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce":         "restricted",
+		"pod-security.kubernetes.io/enforce-version": "latest",
+	}}}
+	if _, err := kube.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		b.Fatalf("create namespace %s: %v", name, err)
+	}
+	b.Cleanup(func() {
+		if err := kube.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			b.Errorf("delete namespace %s: %v", name, err)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := kube.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return name
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no default ServiceAccount in %s within 30s: %v", name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
