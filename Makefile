@@ -43,6 +43,7 @@ test-short:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	@scripts/shellcheck.sh
 
 ## bench: Boxcar against its primitives, side by side (docs/performance.md); raw output in bin/bench.txt
 bench: deps-test

@@ -29,7 +29,8 @@ if [[ -z ${OPENAI_API_KEY:-} && -z ${OPENAI_BASE_URL:-} ]]; then
 	"$bin/demo-model" --addr 127.0.0.1:0 --addr-file "$data/model-url" >"$data/demo-model.log" 2>&1 &
 	pids+=($!)
 	wait_for_line "$data/demo-model.log" "http://" "the demo model"
-	export OPENAI_BASE_URL=$(cat "$data/model-url")
+	OPENAI_BASE_URL=$(cat "$data/model-url")
+	export OPENAI_BASE_URL
 	echo "== model: scripted demo model, not an LLM ($OPENAI_BASE_URL)"
 	echo "   set OPENAI_API_KEY (and OPENAI_BASE_URL for other endpoints) to use a real model"
 else

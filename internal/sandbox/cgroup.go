@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -14,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // Cgroup controllers a sandbox uses.
@@ -50,7 +50,7 @@ func (h cgroupHost) controllers() []string {
 // cgroup delegates those controllers to its children. Probing makes and removes a child cgroup,
 // which is the only reliable test of write access.
 func findCgroups() cgroupHost {
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	v1, v2Mount, v2Root, err := cgroupMounts()
 	if err != nil {
 		return cgroupHost{}
 	}
@@ -58,7 +58,6 @@ func findCgroups() cgroupHost {
 	if err != nil {
 		return cgroupHost{}
 	}
-	v1, v2Mount, v2Root := parseCgroupMounts(mounts)
 	v1Paths, v2Path := parseProcCgroup(own)
 
 	h := cgroupHost{version: 1, parent: map[string]string{}}
@@ -101,54 +100,28 @@ func findCgroups() cgroupHost {
 
 type cgroupMount struct{ root, mountpoint string }
 
-// parseCgroupMounts reads /proc/self/mountinfo: v1 controller → mount, and the v2 mount.
-func parseCgroupMounts(mountinfo []byte) (v1 map[string]cgroupMount, v2Mount, v2Root string) {
+// cgroupMounts reads the mount table: v1 controller → mount, and the v2 mount.
+func cgroupMounts() (v1 map[string]cgroupMount, v2Mount, v2Root string, err error) {
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
+	if err != nil {
+		return nil, "", "", err
+	}
 	v1 = map[string]cgroupMount{}
-	sc := bufio.NewScanner(bytes.NewReader(mountinfo))
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 3 {
-			continue
-		}
-		root, mountpoint := unescapeMount(f[3]), unescapeMount(f[4])
-		switch g[0] {
+	for _, m := range mounts {
+		switch m.FSType {
 		case "cgroup":
-			for _, opt := range strings.Split(g[2], ",") {
+			for _, opt := range strings.Split(m.VFSOptions, ",") {
 				if _, seen := v1[opt]; !seen {
-					v1[opt] = cgroupMount{root: root, mountpoint: mountpoint}
+					v1[opt] = cgroupMount{root: m.Root, mountpoint: m.Mountpoint}
 				}
 			}
 		case "cgroup2":
 			if v2Mount == "" {
-				v2Mount, v2Root = mountpoint, root
+				v2Mount, v2Root = m.Mountpoint, m.Root
 			}
 		}
 	}
-	return v1, v2Mount, v2Root
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return v1, v2Mount, v2Root, nil
 }
 
 // parseProcCgroup reads /proc/self/cgroup: v1 controller → path, and the v2 path.

@@ -304,27 +304,23 @@ func walk(base int, visit func(rel string, st *unix.Stat_t)) error {
 }
 
 // removeTree removes a sandbox's host folder. A job may leave folders without write
-// permission; root ignores that, anyone else first has to give the permission back.
+// permission; root ignores that, anyone else first has to give the permission back. Nothing
+// runs in the sandbox any more, but the pass still goes through an os.Root so that no symlink
+// the job left can send a chmod outside the folder.
 func removeTree(dir string) error {
 	err := os.RemoveAll(dir)
 	if err == nil || os.Geteuid() == 0 {
 		return err
 	}
-	_ = fsWalkChmod(dir)
-	return os.RemoveAll(dir)
-}
-
-func fsWalkChmod(dir string) error {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
+	if r, err := os.OpenRoot(dir); err == nil {
+		_ = r.Chmod(".", 0o700)
+		_ = fs.WalkDir(r.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = r.Chmod(name, 0o700) // before WalkDir reads it
+			}
+			return nil
+		})
+		r.Close()
 	}
-	defer unix.Close(fd)
-	_ = unix.Fchmodat(fd, ".", 0o700, 0)
-	return walk(fd, func(rel string, st *unix.Stat_t) {
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			// Nothing runs in the sandbox any more, so the folder cannot have been swapped.
-			_ = unix.Fchmodat(fd, rel, 0o700, 0)
-		}
-	})
+	return os.RemoveAll(dir)
 }

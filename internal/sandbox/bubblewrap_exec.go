@@ -1,0 +1,339 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Causes of a command's end that the result reports.
+var (
+	errExecTimeout = errors.New("command timed out")
+	errExecDisk    = errors.New("workdir over its disk bound")
+)
+
+// Exec runs argv in a fresh bwrap invocation over the shared workdir.
+//
+// The process chain is prlimit (sets the rlimits on itself) → bwrap → bwrap's pid 1 → argv.
+// bwrap reads its options from a pipe, and so waits before cloning anything until the worker
+// has moved it into the sandbox's cgroup: the command and all it forks are bounded from their
+// first instruction, with no process of the worker's left in between.
+//
+// When the workdir ends up over its disk bound, Exec returns the result together with an
+// error wrapping ErrDiskFull.
+func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	dir, maxOut, err := checkExec(req)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	name := req.Argv[0]
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	id, err := s.begin(cancel)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
+	}
+	defer s.end(id)
+	if req.Timeout > 0 {
+		var stop context.CancelFunc
+		runCtx, stop = context.WithTimeoutCause(runCtx, req.Timeout, errExecTimeout)
+		defer stop()
+	}
+	if dir != "." {
+		fd, err := s.wd.openat(int(s.wd.fd.Fd()), dir, unix.O_PATH|unix.O_DIRECTORY, 0, resolveInside)
+		if err != nil {
+			return ExecResult{}, pathError("exec "+name+": dir", dir, err)
+		}
+		unix.Close(fd)
+	}
+
+	inv, err := s.prepare()
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
+	}
+	defer inv.close()
+	// Over its bound already, the workdir may shrink (a command that removes files) but not
+	// grow.
+	diskLimit := s.disk
+	if used, err := s.wd.usage(); err == nil && used > diskLimit {
+		diskLimit = used
+	}
+	oomBefore, oomKnown := s.oomKills()
+
+	stdout := &cappedBuffer{max: maxOut}
+	stderr := &cappedBuffer{max: maxOut}
+	cmd := exec.CommandContext(runCtx, s.wrapper[0], append(s.wrapper[1:len(s.wrapper):len(s.wrapper)], req.Argv...)...)
+	cmd.Env = []string{} // nothing of the worker's environment reaches even bwrap
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if req.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+	}
+	cmd.ExtraFiles = inv.child
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	var killed atomic.Bool
+	// bwrap's child is pid 1 of the command's pid namespace and dies with bwrap
+	// (--die-with-parent); when pid 1 dies the kernel kills everything else in the namespace.
+	// So killing bwrap's process group ends the whole tree, however it forked or detached.
+	cmd.Cancel = func() error {
+		killed.Store(true)
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = waitDelay
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return ExecResult{}, fmt.Errorf("sandbox: exec %s: start %s: %w", name, s.wrapper[0], err)
+	}
+	inv.closeChildEnds()
+	if err := s.release(inv, cmd.Process.Pid, s.options(req, path.Join(s.workdir, dir))); err != nil && runCtx.Err() == nil {
+		// The command could not be bounded, or bwrap died early: it must not run.
+		cancel(err)
+		_ = cmd.Wait()
+		errOut, _ := stderr.take()
+		return ExecResult{}, fmt.Errorf("sandbox: exec %s: could not start the sandbox: %v (%s)", name, err, firstLine(errOut, nil))
+	}
+	// Otherwise a kill (timeout, ctx, Close) interrupted the set-up: reported below as usual.
+
+	watchDone := make(chan struct{})
+	watchStop := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		s.watchDisk(watchStop, cancel, diskLimit)
+	}()
+	waitErr := cmd.Wait()
+	close(watchStop)
+	<-watchDone
+
+	res := ExecResult{Duration: time.Since(start)}
+	res.Stdout, res.StdoutTruncated = stdout.take()
+	res.Stderr, res.StderrTruncated = stderr.take()
+	if cmd.ProcessState == nil {
+		return res, fmt.Errorf("sandbox: exec %s: %w", name, waitErr)
+	}
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		res.ExitCode = 128 + int(ws.Signal())
+	} else {
+		res.ExitCode = ws.ExitStatus()
+	}
+	if oomAfter, ok := s.oomKills(); oomKnown && ok && oomAfter > oomBefore {
+		s.noteOOM(&res, maxOut)
+	}
+
+	if killed.Load() {
+		switch cause := context.Cause(runCtx); {
+		case errors.Is(cause, errExecTimeout):
+			res.TimedOut = true
+		case errors.Is(cause, errExecDisk):
+			return res, s.diskError(name)
+		default:
+			return res, stopError(ctx, name, cause)
+		}
+	} else if err := s.launcherFailure(&res, req); err != nil {
+		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
+	}
+	s.log.Debug("exec", "argv0", name, "exit_code", res.ExitCode, "timed_out", res.TimedOut,
+		"duration_ms", res.Duration.Milliseconds())
+	if used, err := s.wd.usage(); err == nil && used > s.disk {
+		return res, s.diskError(name)
+	}
+	return res, nil
+}
+
+// stopError reports a command killed because the caller's ctx ended or the sandbox closed.
+func stopError(ctx context.Context, name string, cause error) error {
+	if err := ctx.Err(); err != nil {
+		cause = err
+	}
+	return fmt.Errorf("sandbox: exec %s: killed: %w", name, cause)
+}
+
+func (s *bubblewrapSandbox) diskError(name string) error {
+	used, _ := s.wd.usage()
+	return fmt.Errorf("sandbox: exec %s: the workdir holds %d bytes, over its %d-byte disk bound; remove files: %w", name, used, s.disk, ErrDiskFull)
+}
+
+// launcherFailure tells prlimit's and bwrap's own errors apart from the command's exit status
+// 1. A command that cannot be executed becomes the shell's 127 (not found) or 126 (not
+// executable), as a result; any other complaint of theirs means the sandbox could not be set
+// up, which is an error.
+func (s *bubblewrapSandbox) launcherFailure(res *ExecResult, req ExecRequest) error {
+	line, _, _ := bytes.Cut(res.Stderr, []byte("\n"))
+	switch {
+	case res.ExitCode == 0:
+		return nil
+	case bytes.HasPrefix(line, []byte("prlimit: ")):
+		return fmt.Errorf("could not set the sandbox's rlimits: %s", line)
+	case res.ExitCode != 1 || !bytes.HasPrefix(line, []byte("bwrap: ")):
+		return nil
+	}
+	msg := strings.TrimPrefix(string(line), "bwrap: ")
+	rest, ok := strings.CutPrefix(msg, "execvp ")
+	if !ok {
+		return fmt.Errorf("bubblewrap could not set up the sandbox: %s", msg)
+	}
+	reason := rest[strings.LastIndex(rest, ": ")+2:]
+	res.ExitCode = 126
+	text := fmt.Sprintf("boxcar sandbox: %s: cannot execute: %s\n", req.Argv[0], reason)
+	if strings.EqualFold(reason, syscall.ENOENT.Error()) {
+		res.ExitCode = 127
+		pathEnv := defaultPATH
+		if v, ok := req.Env["PATH"]; ok {
+			pathEnv = v
+		}
+		text = fmt.Sprintf("boxcar sandbox: %s: command not found (PATH=%s)\n", req.Argv[0], pathEnv)
+	}
+	res.Stderr = []byte(text)
+	res.StderrTruncated = false
+	return nil
+}
+
+// oomKills is how many times the kernel has killed a process of the sandbox for want of
+// memory, where a memory cgroup counts it.
+func (s *bubblewrapSandbox) oomKills() (int64, bool) {
+	if s.cg == nil || !slices.Contains(s.cg.controllers, ctlMemory) {
+		return 0, false
+	}
+	return s.cg.oomKills()
+}
+
+// noteOOM tells the command's reader why a process died with SIGKILL: the kernel's OOM killer
+// says nothing on the command's stderr. The note stays within the output cap.
+func (s *bubblewrapSandbox) noteOOM(res *ExecResult, maxOut int) {
+	note := fmt.Sprintf("boxcar sandbox: the kernel killed a process of the sandbox: it ran out of memory (limit %s)\n", s.info.Memory)
+	if len(note) > maxOut {
+		return
+	}
+	if keep := maxOut - len(note); len(res.Stderr) > keep {
+		res.Stderr, res.StderrTruncated = res.Stderr[:keep], true
+	}
+	res.Stderr = append(slices.Clip(res.Stderr), note...)
+}
+
+// watchDisk kills the command when the workdir grows past limit. RLIMIT_FSIZE stops any single
+// file at the bound; this stops many files adding up, within one poll interval.
+func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelCauseFunc, limit int64) {
+	t := time.NewTimer(diskPollMin)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		begin := time.Now()
+		used, err := s.wd.usage()
+		if err == nil && used > limit {
+			kill(errExecDisk)
+			return
+		}
+		t.Reset(min(max(diskPollFactor*time.Since(begin), diskPollMin), diskPollMax))
+	}
+}
+
+// options are this Exec's bwrap options: the sandbox's, then the environment and the folder.
+func (s *bubblewrapSandbox) options(req ExecRequest, chdir string) []byte {
+	env := map[string]string{"PATH": defaultPATH, "HOME": s.workdir, "LANG": "C.UTF-8"}
+	maps.Copy(env, req.Env)
+	var b bytes.Buffer
+	add := func(args ...string) {
+		for _, a := range args {
+			b.WriteString(a)
+			b.WriteByte(0)
+		}
+	}
+	add(s.args...)
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		add("--setenv", k, env[k])
+	}
+	add("--chdir", chdir)
+	return b.Bytes()
+}
+
+// invocation holds the descriptors of one bwrap run: child are passed to it (from fd 3 on);
+// argsWrite is the worker's end of the options pipe.
+type invocation struct {
+	child     []*os.File
+	argsWrite *os.File
+}
+
+func (s *bubblewrapSandbox) prepare() (*invocation, error) {
+	argsRead, argsWrite, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	inv := &invocation{child: []*os.File{argsRead}, argsWrite: argsWrite}
+	for _, f := range s.etc {
+		mf, err := memfile(path.Base(f.name), f.content)
+		if err != nil {
+			inv.close()
+			return nil, err
+		}
+		inv.child = append(inv.child, mf)
+	}
+	return inv, nil
+}
+
+// closeChildEnds drops the worker's copies of what bwrap now holds.
+func (inv *invocation) closeChildEnds() {
+	for i, f := range inv.child {
+		if f != nil {
+			f.Close()
+		}
+		inv.child[i] = nil
+	}
+}
+
+func (inv *invocation) close() {
+	inv.closeChildEnds()
+	inv.argsWrite.Close()
+}
+
+// release moves the waiting bwrap into the sandbox's cgroup and hands it its options. bwrap
+// clones nothing before it has read them all, so every process of the sandbox is born inside.
+func (s *bubblewrapSandbox) release(inv *invocation, pid int, options []byte) error {
+	if s.cg != nil {
+		if err := s.cg.add(pid); err != nil {
+			return err
+		}
+	}
+	if _, err := inv.argsWrite.Write(options); err != nil {
+		return fmt.Errorf("hand bwrap its options: %w", err)
+	}
+	if err := inv.argsWrite.Close(); err != nil {
+		return fmt.Errorf("hand bwrap its options: %w", err)
+	}
+	return nil
+}
+
+func memfile(name, content string) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	return f, nil
+}

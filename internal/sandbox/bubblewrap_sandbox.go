@@ -1,0 +1,165 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// bubblewrapSandbox is one job's sandbox: a host folder bound at the workdir, a host uid, a
+// cgroup, and the command line every Exec starts from.
+type bubblewrapSandbox struct {
+	p       *BubblewrapProvider
+	id      string
+	hostDir string       // the workdir on the host; removed on Close
+	lock    *sandboxLock // held while any of the sandbox's host state exists
+	workdir string       // the workdir's path inside the sandbox
+	wd      *workdir
+	disk    int64
+	uid     int                 // the sandbox's host uid; -1 when the worker is not root
+	cred    *syscall.Credential // switches to uid; nil when the worker is not root
+	wrapper []string            // prlimit with the rlimits, then bwrap --args
+	args    []string            // bwrap options shared by every Exec
+	etc     []etcFile           // synthesised /etc files, passed from fdEtc on
+	cg      *cgroup
+	rlimits []rlimit
+	info    Info
+	log     *slog.Logger
+	expiry  *time.Timer
+
+	*calls
+
+	closeMu sync.Mutex // serialises cleanup between Close and the lifetime timer
+	cleaned bool
+	wdShut  bool
+}
+
+// cleanup removes the cgroup and the host folder once no call is in flight, and frees the host
+// uid. stop (nil: never) abandons the wait; a later Close tries again.
+func (s *bubblewrapSandbox) cleanup(stop <-chan struct{}) error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.cleaned {
+		return nil
+	}
+	select {
+	case <-s.idle:
+	case <-stop:
+		return fmt.Errorf("sandbox: close %s: commands still running; call Close again", s.id)
+	}
+	var errs []error
+	if s.cg != nil {
+		if err := s.cg.remove(stop); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.wd != nil && !s.wdShut {
+		s.wdShut = true
+		_ = s.wd.close()
+	}
+	if err := removeTree(s.hostDir); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("sandbox: close %s: %w", s.id, errors.Join(errs...))
+	}
+	if s.lock != nil {
+		if err := s.lock.release(); err != nil {
+			// Unlocked, it is removed at the next start of a worker on this Root.
+			s.log.Warn("sandbox lock file left behind", "error", err)
+		}
+		s.lock = nil
+	}
+	if s.uid >= 0 {
+		// Only now: nothing of the sandbox is left to share the uid with its next owner.
+		s.p.freeUID(s.uid)
+	}
+	s.cleaned = true
+	return nil
+}
+
+// expire ends the sandbox when its lifetime passes, whatever the job is doing.
+func (s *bubblewrapSandbox) expire() {
+	s.shutdown(fmt.Errorf("sandbox %s: its lifetime passed: %w", s.id, ErrClosed))
+	stop := make(chan struct{})
+	t := time.AfterFunc(cleanupGrace, func() { close(stop) })
+	defer t.Stop()
+	if err := s.cleanup(stop); err != nil {
+		s.log.Error("sandbox cleanup after lifetime", "error", err)
+		return
+	}
+	s.log.Warn("sandbox removed: lifetime passed")
+}
+
+// Close kills every command still running, removes the cgroup and the workdir. It is
+// idempotent; if ctx ends before the cleanup is done, a later Close finishes it.
+func (s *bubblewrapSandbox) Close(ctx context.Context) error {
+	s.expiry.Stop()
+	s.shutdown(fmt.Errorf("sandbox %s: %w", s.id, ErrClosed))
+	if err := s.cleanup(ctx.Done()); err != nil {
+		return err
+	}
+	s.log.Info("sandbox closed")
+	return nil
+}
+
+// Info describes the sandbox.
+func (s *bubblewrapSandbox) Info() Info { return s.info }
+
+// WriteFile creates or replaces a regular file in the workdir, creating parent folders.
+func (s *bubblewrapSandbox) WriteFile(ctx context.Context, name string, data []byte) error {
+	clean, err := CleanPath(name)
+	if err != nil {
+		return fmt.Errorf("sandbox: write: %w", err)
+	}
+	if clean == "." {
+		return fmt.Errorf("sandbox: write %q: names the workdir itself; name a file: %w", name, ErrPathEscape)
+	}
+	id, err := s.begin(nil)
+	if err != nil {
+		return fmt.Errorf("sandbox: write %s: %w", clean, err)
+	}
+	defer s.end(id)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sandbox: write %s: %w", clean, err)
+	}
+	return s.wd.writeFile(clean, data, s.disk)
+}
+
+// ReadFile reads a regular file of at most maxBytes from the workdir.
+func (s *bubblewrapSandbox) ReadFile(ctx context.Context, name string, maxBytes int64) ([]byte, error) {
+	clean, err := CleanPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: read: %w", err)
+	}
+	id, err := s.begin(nil)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: read %s: %w", clean, err)
+	}
+	defer s.end(id)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox: read %s: %w", clean, err)
+	}
+	return s.wd.readFile(clean, maxBytes)
+}
+
+// List returns the regular files under dir, recursively, without following symlinks.
+func (s *bubblewrapSandbox) List(ctx context.Context, dir string) ([]FileInfo, error) {
+	clean, err := CleanPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: list: %w", err)
+	}
+	id, err := s.begin(nil)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: list %s: %w", clean, err)
+	}
+	defer s.end(id)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox: list %s: %w", clean, err)
+	}
+	return s.wd.list(clean)
+}

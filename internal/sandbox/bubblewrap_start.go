@@ -1,0 +1,227 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Start makes the sandbox's folder and cgroup and returns at once: each Exec is its own bwrap
+// invocation sharing the workdir, so there is nothing to boot.
+func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox: start: %w", err)
+	}
+	spec.SandboxSpec = config.Profile{Sandbox: spec.SandboxSpec}.WithDefaults().Sandbox
+	lim, err := parseLimits(spec.SandboxSpec)
+	if err != nil {
+		return nil, err
+	}
+	workdir := path.Clean(spec.Workdir)
+	if err := checkWorkdir(workdir); err != nil {
+		return nil, err
+	}
+	rootfs := p.hostLayout
+	if spec.Image != "" {
+		if rootfs, err = imageLayout(spec.Image, workdir); err != nil {
+			return nil, err
+		}
+	}
+
+	id := "boxcar-" + safeID(spec.JobID) + "-" + randomHex(4)
+	// The lock comes first and goes last: whatever exists of the sandbox, a lock file says
+	// whose it is (leftovers.go).
+	lock, err := lockSandbox(p.root, id)
+	if err != nil {
+		return nil, err
+	}
+	s := &bubblewrapSandbox{
+		p: p, id: id, hostDir: filepath.Join(p.root, id), lock: lock, workdir: workdir, disk: lim.disk, uid: -1,
+		log:   p.log.With("sandbox_id", id, "job_id", spec.JobID),
+		calls: newCalls(),
+	}
+	if err := s.setup(spec, lim, rootfs); err != nil {
+		s.shutdown(fmt.Errorf("sandbox %s: failed to start: %w", id, ErrClosed))
+		if cerr := s.cleanup(nil); cerr != nil {
+			s.log.Warn("sandbox cleanup after failed start", "error", cerr)
+		}
+		return nil, err
+	}
+	s.expiry = time.AfterFunc(time.Duration(spec.Lifetime), s.expire)
+	s.log.Info("sandbox started", "backend", p.Backend(), "isolation", s.info.Isolation)
+	return s, nil
+}
+
+func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error {
+	p := s.p
+	owner := -1
+	if p.asRoot {
+		uid, err := p.allocUID()
+		if err != nil {
+			return err
+		}
+		s.uid, owner = uid, uid
+		s.cred = credential(uid)
+	}
+	if err := os.Mkdir(s.hostDir, 0o700); err != nil {
+		return fmt.Errorf("sandbox: start: make %s: %w", s.hostDir, err)
+	}
+	if owner >= 0 {
+		if err := os.Chown(s.hostDir, owner, owner); err != nil {
+			return fmt.Errorf("sandbox: start: give %s to uid %d: %w", s.hostDir, owner, err)
+		}
+	}
+	wd, err := openWorkdir(s.hostDir, owner, owner)
+	if err != nil {
+		return fmt.Errorf("sandbox: start: %w", err)
+	}
+	s.wd = wd
+
+	var inForce []string
+	if len(p.cgroups.controllers()) > 0 {
+		cg, errs := p.cgroups.newCgroup(s.id, cgroupLimits{memory: lim.memory, pids: spec.PIDs, cpuMilli: lim.cpuMilli})
+		for _, err := range errs {
+			s.log.Warn("cgroup limit not in force; rlimits still apply", "error", err)
+		}
+		s.cg, inForce = cg, cg.controllers
+		if err := s.lock.record(cg.dirs); err != nil {
+			return err
+		}
+	}
+
+	// rlimits hold for bwrap and everything it starts. RLIMIT_NPROC counts the processes of
+	// one host uid, which is the sandbox's own when the worker is root: then it bounds the
+	// whole sandbox, every Exec together. Otherwise the uid is the worker's, whose own threads
+	// would count, so it is left to the pids cgroup.
+	s.rlimits = []rlimit{
+		{"fsize", unix.RLIMIT_FSIZE, uint64(lim.disk)},
+		{"nofile", unix.RLIMIT_NOFILE, openFilesLimit},
+		{"cpu", unix.RLIMIT_CPU, lim.cpuSeconds},
+		{"core", unix.RLIMIT_CORE, 0},
+	}
+	if p.asRoot {
+		s.rlimits = append([]rlimit{{"nproc", unix.RLIMIT_NPROC, uint64(spec.PIDs)}}, s.rlimits...)
+	}
+	if !slices.Contains(inForce, ctlMemory) {
+		// Address space is a crude stand-in for memory: it counts reservations as well as
+		// use, so runtimes that reserve large ranges (Go, the JVM, V8) need generous limits.
+		// It is used only where no memory cgroup can measure the real thing.
+		s.rlimits = append(s.rlimits, rlimit{"as", unix.RLIMIT_AS, uint64(lim.memory)})
+	}
+	s.wrapper = []string{s.p.prlimit}
+	for _, r := range s.rlimits {
+		v := min(r.value, p.hardLimits[r.resource])
+		s.wrapper = append(s.wrapper, fmt.Sprintf("--%s=%d:%d", r.name, v, v))
+	}
+	s.wrapper = append(s.wrapper, "--", s.p.bwrap, "--args", strconv.Itoa(fdArgs), "--")
+
+	args := []string{
+		"--unshare-all", "--unshare-user", "--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
+		"--hostname", hostname, "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+	}
+	if p.disableUserns {
+		args = append(args, "--disable-userns")
+	}
+	args = append(args, rootfs...)
+	if spec.Image == "" {
+		s.etc = etcFiles(s.workdir)
+		for i, f := range s.etc {
+			args = append(args, "--ro-bind-data", strconv.Itoa(fdEtc+i), f.name)
+		}
+	}
+	args = append(args, "--proc", "/proc", "--dev", "/dev")
+	if p.tmpSize {
+		args = append(args, "--size", strconv.FormatInt(lim.disk, 10))
+	}
+	args = append(args, "--tmpfs", "/tmp",
+		"--bind", s.hostDir, s.workdir,
+		"--remount-ro", "/",
+		"--clearenv")
+	s.args = args
+
+	s.info = Info{
+		Backend: p.Backend(), ID: s.id, Image: spec.Image,
+		CPU: spec.CPU, Memory: spec.Memory, Disk: spec.Disk, PIDs: spec.PIDs,
+		Isolation: s.isolation(inForce, lim),
+	}
+	return nil
+}
+
+// isolation says what this sandbox enforces, for the manifest.
+func (s *bubblewrapSandbox) isolation(cgroups []string, lim limits) string {
+	var b strings.Builder
+	b.WriteString("namespaces=user,mount,pid,ipc,uts,net,cgroup; network=none; capabilities=none; root=read-only")
+	if s.uid >= 0 {
+		fmt.Fprintf(&b, "; host_uid=%d(own)", s.uid)
+	} else {
+		b.WriteString("; host_uid=worker's")
+	}
+	if s.p.disableUserns {
+		b.WriteString("; nested_userns=off")
+	}
+	if len(cgroups) > 0 {
+		fmt.Fprintf(&b, "; cgroup-v%d=%s", s.p.cgroups.version, strings.Join(cgroups, ","))
+	} else {
+		b.WriteString("; cgroup=none")
+	}
+	names := make([]string, len(s.rlimits))
+	for i, r := range s.rlimits {
+		names[i] = r.name
+	}
+	fmt.Fprintf(&b, "; rlimits=%s", strings.Join(names, ","))
+	fmt.Fprintf(&b, "; disk=rlimit-fsize+workdir-usage-check(every %s-%s during exec, after exec and write)", diskPollMin, diskPollMax)
+	if s.p.tmpSize {
+		fmt.Fprintf(&b, "; tmp=tmpfs(%d bytes)", lim.disk)
+	} else {
+		b.WriteString("; tmp=tmpfs(unbounded: bwrap lacks --size)")
+	}
+	return b.String()
+}
+
+// limits are the spec's quantities in the units the kernel takes.
+type limits struct {
+	memory, disk int64 // bytes
+	cpuMilli     int64 // thousandths of a core
+	cpuSeconds   uint64
+}
+
+func parseLimits(spec config.SandboxSpec) (limits, error) {
+	var l limits
+	for _, q := range []struct {
+		field, value string
+		set          func(resource.Quantity)
+	}{
+		{"memory", spec.Memory, func(q resource.Quantity) { l.memory = q.Value() }},
+		{"disk", spec.Disk, func(q resource.Quantity) { l.disk = q.Value() }},
+		{"cpu", spec.CPU, func(q resource.Quantity) { l.cpuMilli = q.MilliValue() }},
+	} {
+		v, err := resource.ParseQuantity(q.value)
+		if err != nil || v.Sign() <= 0 {
+			return limits{}, fmt.Errorf("sandbox: start: sandbox.%s %q is not a positive quantity such as 500m, 1, 512Mi or 1Gi", q.field, q.value)
+		}
+		q.set(v)
+	}
+	if spec.PIDs < 1 {
+		return limits{}, fmt.Errorf("sandbox: start: sandbox.pids %d must be at least 1", spec.PIDs)
+	}
+	// No process can use more CPU time than the sandbox's cores over its whole lifetime;
+	// where no cpu cgroup throttles, this at least ends a runaway loop.
+	l.cpuSeconds = uint64(max(1, (l.cpuMilli*int64(time.Duration(spec.Lifetime).Seconds())+999)/1000))
+	return l, nil
+}
+
+type rlimit struct {
+	name     string // prlimit's option name
+	resource int
+	value    uint64
+}

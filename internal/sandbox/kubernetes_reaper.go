@@ -1,0 +1,73 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// deletePod removes a pod at once, on a context that outlives the caller's: it must happen on
+// every path, during shutdown too.
+func (p *KubernetesProvider) deletePod(ctx context.Context, log *slog.Logger, name string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	var now int64
+	policy := metav1.DeletePropagationBackground
+	err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &now, PropagationPolicy: &policy})
+	if err != nil && !apierrors.IsNotFound(err) {
+		log.Error("delete sandbox pod", "error", err)
+		return fmt.Errorf("sandbox: delete pod %s: %w", name, err)
+	}
+	return nil
+}
+
+// Reap deletes the sandbox pods in the namespace, whichever worker started them, whose job is
+// no longer held: held(jobID, worker) reports whether the worker named on the pod still runs
+// that job. Pods younger than minAge are spared, which covers a pod between its creation and
+// its registration with its worker. It returns how many it deleted.
+func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID, worker string) bool, minAge time.Duration) (int, error) {
+	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: managedBy, LabelComponent: componentValue})
+	list, err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: reap: list pods in %s: %w", p.cfg.Namespace, err)
+	}
+	var n int
+	var errs []error
+	for _, pod := range list.Items {
+		jobID, worker := pod.Annotations[annotationJob], pod.Labels[LabelWorker]
+		if pod.DeletionTimestamp != nil || time.Since(pod.CreationTimestamp.Time) < minAge || held(jobID, worker) {
+			continue
+		}
+		log := p.log.With("sandbox_id", pod.Name, "job_id", jobID, "sandbox_worker", worker)
+		if err := p.deletePod(ctx, log, pod.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		log.Warn("reaped sandbox pod of a job no longer held")
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// RunReaper calls Reap every interval until ctx ends; the caller owns the goroutine it runs in.
+func (p *KubernetesProvider) RunReaper(ctx context.Context, interval time.Duration, held func(jobID, worker string) bool) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := p.Reap(ctx, held, interval); err != nil && ctx.Err() == nil {
+			p.log.Warn("reap sandbox pods", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

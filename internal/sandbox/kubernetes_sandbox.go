@@ -1,0 +1,169 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// kubernetesSandbox is one pod. Commands and file transfers run through exec, each wrapped in a
+// small POSIX sh script, so the image needs sh and the usual busybox or coreutils tools (env,
+// grep with -z, readlink -f, stat, find, cat, mv).
+type kubernetesSandbox struct {
+	p       *KubernetesProvider
+	name    string
+	workdir string
+	info    Info
+	log     *slog.Logger
+
+	*calls
+
+	closeMu sync.Mutex
+	deleted bool
+}
+
+// Close stops running commands and deletes the pod. It is idempotent.
+func (s *kubernetesSandbox) Close(ctx context.Context) error {
+	s.shutdown(fmt.Errorf("sandbox %s: %w", s.name, ErrClosed))
+
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.deleted {
+		return nil
+	}
+	// Running commands are being killed inside the pod; deleting it ends them in any case,
+	// so wait only briefly.
+	select {
+	case <-s.idle:
+	case <-ctx.Done():
+	case <-time.After(killGrace):
+	}
+	if err := s.p.deletePod(ctx, s.log, s.name); err != nil {
+		return err
+	}
+	s.deleted = true
+	s.log.Info("sandbox closed")
+	return nil
+}
+
+// Info describes the sandbox.
+func (s *kubernetesSandbox) Info() Info { return s.info }
+
+// file runs fileScript; a failure the script reports becomes the matching sentinel.
+func (s *kubernetesSandbox) file(ctx context.Context, op, name string, stdin io.Reader, stdout io.Writer, extra ...string) error {
+	id, err := s.begin(nil)
+	if err != nil {
+		return fmt.Errorf("sandbox: %s %s: %w", op, name, err)
+	}
+	defer s.end(id)
+	nonce := randomHex(8)
+	stderr := &cappedBuffer{max: 4096}
+	argv := append([]string{"sh", "-c", fileScript, "boxcar-file", op, nonce, s.workdir, name}, extra...)
+	code, err := s.run(ctx, argv, stdin, stdout, stderr)
+	switch {
+	case err != nil:
+		return s.execFailure(op+" "+name, err)
+	case code == 0:
+		return nil
+	}
+	errOut, _ := stderr.take()
+	reason, ok := bytes.CutPrefix(bytes.TrimSpace(errOut), []byte("boxcar-"+nonce+": "))
+	if code != 125 || !ok {
+		return fmt.Errorf("sandbox: %s %s: exit %d: %s", op, name, code, firstLine(errOut, nil))
+	}
+	switch string(reason) {
+	case "notfound":
+		return fmt.Errorf("sandbox: %s %s: %w", op, name, ErrNotFound)
+	case "escape":
+		return fmt.Errorf("sandbox: %s %s: a symlink leads out of the workdir: %w", op, name, ErrPathEscape)
+	case "toolarge":
+		return fmt.Errorf("sandbox: %s %s: more than the %s bytes allowed: %w", op, name, extra[0], ErrTooLarge)
+	case "isdir":
+		return fmt.Errorf("sandbox: %s %s: is a folder, not a file", op, name)
+	case "notdir":
+		return fmt.Errorf("sandbox: %s %s: read a file with ReadFile: %w", op, name, ErrNotDir)
+	case "notregular":
+		return fmt.Errorf("sandbox: %s %s: is not a regular file", op, name)
+	}
+	return fmt.Errorf("sandbox: %s %s: %s", op, name, reason)
+}
+
+// WriteFile creates or replaces a regular file in the workdir, creating parent folders.
+func (s *kubernetesSandbox) WriteFile(ctx context.Context, name string, data []byte) error {
+	clean, err := CleanPath(name)
+	if err != nil {
+		return fmt.Errorf("sandbox: write: %w", err)
+	}
+	if clean == "." {
+		return fmt.Errorf("sandbox: write %q: names the workdir itself; name a file: %w", name, ErrPathEscape)
+	}
+	return s.file(ctx, "write", clean, bytes.NewReader(data), io.Discard)
+}
+
+// ReadFile reads a regular file of at most maxBytes from the workdir.
+func (s *kubernetesSandbox) ReadFile(ctx context.Context, name string, maxBytes int64) ([]byte, error) {
+	clean, err := CleanPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: read: %w", err)
+	}
+	// One byte past the cap shows a file that grew after the pod measured it.
+	out := &cappedBuffer{max: int(max(min(maxBytes, 1<<31-2)+1, 0))}
+	if err := s.file(ctx, "read", clean, nil, out, strconv.FormatInt(maxBytes, 10)); err != nil {
+		return nil, err
+	}
+	data, truncated := out.take()
+	if int64(len(data)) > maxBytes || truncated {
+		return nil, fmt.Errorf("sandbox: read %s: more than the %d bytes allowed: %w", clean, maxBytes, ErrTooLarge)
+	}
+	if data == nil {
+		return []byte{}, nil
+	}
+	return data, nil
+}
+
+// maxListing bounds the answer of a List from a pod: a workdir of millions of files must not
+// exhaust the worker's memory.
+const maxListing = 64 << 20
+
+// List returns the regular files under dir, recursively, without following symlinks.
+func (s *kubernetesSandbox) List(ctx context.Context, dir string) ([]FileInfo, error) {
+	clean, err := CleanPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: list: %w", err)
+	}
+	out := &cappedBuffer{max: maxListing}
+	if err := s.file(ctx, "list", clean, nil, out); err != nil {
+		return nil, err
+	}
+	listing, truncated := out.take()
+	if truncated {
+		return nil, fmt.Errorf("sandbox: list %s: the listing is over %d bytes; list a subfolder: %w", clean, maxListing, ErrTooLarge)
+	}
+	// Records: the resolved folder, then "size mode", path pairs; all NUL-terminated.
+	fields := strings.Split(string(listing), "\x00")
+	if len(fields) < 2 {
+		return nil, fmt.Errorf("sandbox: list %s: unexpected answer from the pod", clean)
+	}
+	base, fields := fields[0], fields[1:len(fields)-1]
+	var files []FileInfo
+	for i := 0; i+1 < len(fields); i += 2 {
+		var size int64
+		var mode uint32
+		if _, err := fmt.Sscanf(fields[i], "%d %o", &size, &mode); err != nil {
+			return nil, fmt.Errorf("sandbox: list %s: unexpected record %q", clean, fields[i])
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(fields[i+1], base), "/")
+		files = append(files, FileInfo{Path: path.Join(clean, rel), Size: size, Mode: fs.FileMode(mode & 0o777)})
+	}
+	slices.SortFunc(files, func(a, b FileInfo) int { return strings.Compare(a.Path, b.Path) })
+	return files, nil
+}

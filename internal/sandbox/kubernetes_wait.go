@@ -1,0 +1,138 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// failFast are the container waiting reasons that will not resolve by waiting.
+var failFast = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true,
+	"CrashLoopBackOff": true,
+}
+
+// podState says whether the pod runs, cannot run (err), or may still get there.
+func podState(pod *corev1.Pod) (running bool, err error) {
+	// The container says more than the pod: a pod whose container could not start is only
+	// "Failed", with no reason of its own.
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && failFast[w.Reason] {
+			return false, fmt.Errorf("container %s cannot start: %s: %s%s", cs.Name, w.Reason, w.Message, imageHint(w.Message))
+		}
+		if t := cs.State.Terminated; t != nil {
+			return false, fmt.Errorf("container %s exited (%s, code %d): %s%s", cs.Name, t.Reason, t.ExitCode, t.Message, imageHint(t.Message))
+		}
+	}
+	switch pod.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		return false, fmt.Errorf("pod ended (%s) before it was used: %s %s", pod.Status.Phase, pod.Status.Reason, pod.Status.Message)
+	}
+	if pod.DeletionTimestamp != nil {
+		return false, errors.New("pod is being deleted")
+	}
+	if pod.Status.Phase != corev1.PodRunning {
+		return false, nil
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerName && cs.State.Running != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// imageHint adds advice when the runtime could not find the container's program: the sandbox
+// container runs sh.
+func imageHint(msg string) string {
+	if missingShell(msg) {
+		return " (the sandbox container runs sh: use an image with a POSIX sh on its PATH)"
+	}
+	return ""
+}
+
+// pending explains why a pod still waits, for the error when the wait gives up.
+func pending(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Status == corev1.ConditionFalse && c.Message != "" {
+			return fmt.Sprintf("%s: %s: %s", c.Type, c.Reason, c.Message)
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			return fmt.Sprintf("container %s waiting: %s %s", cs.Name, w.Reason, w.Message)
+		}
+	}
+	return "phase " + string(pod.Status.Phase)
+}
+
+// waitRunning watches the pod until it runs, fails, or ctx (bounded by StartTimeout) ends.
+// client-go's UntilWithSync lists, then watches from the list's version, and re-lists when a
+// watch breaks or its version expires, so no change of the pod's is missed.
+func (p *KubernetesProvider) waitRunning(ctx context.Context, name string) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
+	defer cancel()
+	pods := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace)
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	// The wrapper tells the informer whether the client can stream the initial list (a fake
+	// clientset cannot), so that it lists instead of waiting for a stream that never comes.
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			return pods.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			return pods.Watch(ctx, opts)
+		},
+	}, p.cfg.Client)
+	last := &corev1.Pod{}
+	var running *corev1.Pod
+	check := func(pod *corev1.Pod) (bool, error) {
+		last = pod
+		ok, err := podState(pod)
+		if ok {
+			running = pod
+		}
+		return ok, err
+	}
+	errDeleted := errors.New("pod was deleted while starting")
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{},
+		func(store cache.Store) (bool, error) {
+			obj, exists, err := store.GetByKey(p.cfg.Namespace + "/" + name)
+			if err != nil || !exists {
+				return false, errDeleted
+			}
+			return check(obj.(*corev1.Pod))
+		},
+		func(ev watch.Event) (bool, error) {
+			pod, isPod := ev.Object.(*corev1.Pod)
+			switch {
+			case !isPod || pod.Name != name:
+				return false, nil // a server that ignores the field selector
+			case ev.Type == watch.Deleted:
+				return false, errDeleted
+			}
+			return check(pod)
+		})
+	switch {
+	case running != nil:
+		return running, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("not running after waiting (%s): %w", pending(last), ctx.Err())
+	case err == nil:
+		err = errors.New("the watch ended before the pod ran")
+	}
+	return nil, err
+}
