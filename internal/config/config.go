@@ -86,6 +86,10 @@ type Store struct {
 	Region string `json:"region,omitempty"`
 	// PathStyle addresses buckets as a path, as most S3-compatible servers want.
 	PathStyle bool `json:"path_style,omitempty"`
+	// AllowUnsafeOverwrite runs the worker on an S3-compatible server that ignores
+	// If-None-Match, which it otherwise refuses: create-only puts then overwrite, and a stale
+	// attempt can replace a committed run. Default: false.
+	AllowUnsafeOverwrite bool `json:"allow_unsafe_overwrite,omitempty"`
 }
 
 // Sandbox chooses where tools run. Only the host decides this.

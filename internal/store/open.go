@@ -32,6 +32,10 @@ type Options struct {
 	// throttling, 5xx and connection errors with jittered exponential backoff. Default: 3.
 	// S3 only.
 	MaxAttempts int
+	// AllowUnsafeOverwrite lets the s3 store run on a server that ignores If-None-Match, which
+	// Probe otherwise refuses: create-only puts then overwrite, and a stale attempt can
+	// replace a committed run. The config's store.allow_unsafe_overwrite. S3 only.
+	AllowUnsafeOverwrite bool
 	// PartSize is the size of one part of a multipart upload, in bytes; bodies up to this size
 	// go in one PutObject. At least 5 MiB. Default: 16 MiB. It bounds the memory one upload
 	// holds. S3 only.
@@ -41,8 +45,8 @@ type Options struct {
 // Open returns the store rawURL names: file:///abs/path for a local directory (created if
 // missing) or s3://bucket[/prefix] for a bucket of an S3-compatible service, with credentials
 // from the AWS SDK's standard chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, shared files,
-// web identity, instance roles). Both backends also implement io.Closer; close the store when
-// done with it. Errors about the URL wrap ErrInvalidURL.
+// web identity, instance roles). Close the store when done with it. Errors about the URL wrap
+// ErrInvalidURL.
 func Open(ctx context.Context, rawURL string, opts Options) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {

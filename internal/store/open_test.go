@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"errors"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,7 +50,7 @@ func TestOpen(t *testing.T) {
 				}
 				return
 			}
-			defer st.(io.Closer).Close()
+			defer st.Close()
 			if got := st.URL("k"); got != tt.wantURL {
 				t.Errorf("URL(k) = %q, want %q", got, tt.wantURL)
 			}

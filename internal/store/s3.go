@@ -52,6 +52,16 @@ type S3 struct {
 	// HTTP client.
 	idle *http.Transport
 	bufs sync.Pool // *[]byte of partSize
+	// allowUnsafe lets a server that ignores If-None-Match pass Probe; see
+	// Options.AllowUnsafeOverwrite.
+	allowUnsafe bool
+	probe       struct {
+		sync.Mutex
+		at        time.Time // of the last proof, zero before the first
+		err       error     // its result
+		multipart bool      // the multipart completion was proven too
+		warned    bool      // the unsafe server was logged
+	}
 }
 
 var _ Store = (*S3)(nil)
@@ -89,7 +99,7 @@ func NewS3(ctx context.Context, bucket, prefix string, opts Options) (*S3, error
 		log = slog.New(slog.DiscardHandler)
 	}
 
-	s := &S3{bucket: bucket, prefix: prefix, partSize: partSize, log: log}
+	s := &S3{bucket: bucket, prefix: prefix, partSize: partSize, log: log, allowUnsafe: opts.AllowUnsafeOverwrite}
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithDefaultRegion("us-east-1"),
 		config.WithRetryMaxAttempts(maxAttempts),
@@ -153,8 +163,15 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error
 
 // PutIfAbsent writes an object only if none exists under key, otherwise it returns an error
 // wrapping ErrExists and leaves the existing object alone. The server decides, atomically,
-// when the upload completes.
+// when the upload completes. It refuses (ErrUnsafeServer) to write on a server that Probe
+// found not to honour that, so a create-only put is never silently an overwrite.
 func (s *S3) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	if !ValidKey(key) {
+		return fmt.Errorf("store: put-if-absent %q: %w", key, ErrInvalidKey)
+	}
+	if err := s.Probe(ctx); err != nil {
+		return fmt.Errorf("store: put-if-absent %s: %w", s.URL(key), err)
+	}
 	if err := s.put(ctx, key, r, size, true); err != nil {
 		return fmt.Errorf("store: put-if-absent %s: %w", s.URL(key), err)
 	}
@@ -356,7 +373,8 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 			k := strings.TrimPrefix(aws.ToString(obj.Key), s.prefix)
 			// Keys written by other tools may not be valid here ("a//b", a trailing "/"
 			// folder marker); Get could not open them, so List does not offer them.
-			if ValidKey(k) {
+			// The probe object is the store's own, not one of the caller's.
+			if ValidKey(k) && k != ProbeKey {
 				keys = append(keys, k)
 			}
 		}

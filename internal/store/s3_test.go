@@ -64,7 +64,7 @@ func TestS3Open(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.(*store.S3).Close()
+	defer st.Close()
 	key := store.ManifestKey("20261202t101500-abcdef012345")
 	if err := st.PutIfAbsent(t.Context(), key, strings.NewReader("{}"), 2); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,9 @@ type Store interface {
 	List(ctx context.Context, prefix string) ([]string, error)
 	// URL names an object for people and other tools (file:///… or s3://bucket/…).
 	URL(key string) string
+	// Close releases what the store holds (a directory handle, idle connections). The store
+	// cannot be used afterwards.
+	Close() error
 }
 
 // ObjectInfo describes a stored object.

@@ -141,12 +141,8 @@ func (e *env) home() (string, error) {
 	return filepath.Join(h, ".boxcar"), nil
 }
 
-// closeStore releases a store that holds resources (both backends do).
-func closeStore(st store.Store) {
-	if c, ok := st.(io.Closer); ok {
-		_ = c.Close()
-	}
-}
+// closeStore releases the store; a read-only command has nothing to lose if it fails.
+func closeStore(st store.Store) { _ = st.Close() }
 
 // printJSON writes v as one line of JSON.
 func (e *env) printJSON(v any) error {

@@ -43,7 +43,9 @@ func readiness(r *runner.Runner, nc *nats.Conn, st store.Store, sandboxes sandbo
 			if _, err := st.Stat(ctx, readyProbeKey); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
-			return nil
+			// Keeps proving that the server refuses a second create-only put (one refused
+			// PUT a minute at most).
+			return store.Probe(ctx, st)
 		}},
 		metrics.Check{Name: "sandbox " + sandboxes.Backend(), Func: func(ctx context.Context) error {
 			if c, ok := sandboxes.(sandboxChecker); ok {

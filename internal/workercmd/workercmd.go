@@ -154,8 +154,15 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region, PathStyle: cfg.Store.PathStyle, Logger: log})
+	st, err := store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region,
+		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite, Logger: log})
 	if err != nil {
+		return err
+	}
+	defer st.Close()
+	// A server that would let a stale attempt overwrite a committed run stops the worker here;
+	// one that cannot be reached yet is readiness's to report.
+	if err := store.Probe(ctx, st); errors.Is(err, store.ErrUnsafeServer) {
 		return err
 	}
 	sandboxes, err := newProvider(cfg, log)

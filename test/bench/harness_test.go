@@ -153,6 +153,7 @@ func (memStore) Stat(ctx context.Context, key string) (store.ObjectInfo, error) 
 
 func (memStore) List(ctx context.Context, prefix string) ([]string, error) { return nil, nil }
 func (memStore) URL(key string) string                                     { return "mem://" + key }
+func (memStore) Close() error                                              { return nil }
 
 // nopSandbox runs nothing and holds no files.
 type nopSandbox struct{}

@@ -1,0 +1,137 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+)
+
+// ErrUnsafeServer marks an S3-compatible server that accepted a second create-only put to the
+// same key: it ignores If-None-Match, so a committed run could be overwritten by a stale attempt.
+var ErrUnsafeServer = errors.New("the S3 server does not refuse a second create-only put (it ignores If-None-Match: *)")
+
+// ProbeKey is the one object the s3 store writes for itself (under its prefix); List does not
+// show it. Its presence is what each later probe's create-only put must be refused on.
+const ProbeKey = ".boxcar/create-only-probe.txt"
+
+// probeBody says what the object is to whoever finds it in the bucket.
+var probeBody = []byte("Boxcar's workers write this object create-only (If-None-Match: *) to prove that the server\n" +
+	"refuses a second create-only write to the same key. Leave it; it is never read.\n")
+
+// probeInterval is how long a proof holds: within it PutIfAbsent and readiness checks reuse it.
+const probeInterval = time.Minute
+
+// Probe proves that the store's server refuses a second create-only put, which committing a
+// run relies on. Backends that need no proof (the file store's link(2) is atomic) return nil.
+// It fails with an error wrapping ErrUnsafeServer on a server that does not, unless the store
+// was opened with Options.AllowUnsafeOverwrite; any other error means the store could not be
+// reached. Call it when a worker starts and from its readiness check: it is cheap, since a
+// proof holds for a minute and re-proving costs one refused PUT.
+func Probe(ctx context.Context, st Store) error {
+	if p, ok := st.(interface{ Probe(context.Context) error }); ok {
+		return p.Probe(ctx)
+	}
+	return nil
+}
+
+// Probe proves that the server refuses a second create-only put, both as PutObject and as the
+// completion of a multipart upload; see the package function Probe. The first proof of a store
+// writes ProbeKey if it is missing and tries both kinds of put on it; later ones within the
+// store's life try one PutObject.
+func (s *S3) Probe(ctx context.Context) error {
+	s.probe.Lock()
+	defer s.probe.Unlock()
+	if !s.probe.at.IsZero() && time.Since(s.probe.at) < probeInterval {
+		return s.probe.err
+	}
+	err := s.prove(ctx, !s.probe.multipart)
+	switch {
+	case err == nil:
+		s.probe.multipart = true
+	case errors.Is(err, ErrUnsafeServer) && s.allowUnsafe:
+		if !s.probe.warned {
+			s.log.Warn("store: the S3 server does not honour create-only writes; store.allow_unsafe_overwrite lets the worker run anyway, and a stale attempt can overwrite a committed run",
+				"url", s.URL(ProbeKey), "error", err)
+			s.probe.warned = true
+		}
+		err = nil
+	case errors.Is(err, ErrUnsafeServer):
+		err = fmt.Errorf("store: %s: %w; committed runs could be overwritten by a stale attempt. Use a server that honours conditional writes (as AWS S3 and versitygw do), or set store.allow_unsafe_overwrite: true to run anyway", s.URL(""), err)
+	default:
+		// Not reached, not refused: no proof either way, and nothing to keep.
+		return fmt.Errorf("store: prove create-only puts on %s: %w", s.URL(ProbeKey), err)
+	}
+	s.probe.at, s.probe.err = time.Now(), err
+	return err
+}
+
+// prove runs the puts of one proof; multipart adds the multipart completion.
+func (s *S3) prove(ctx context.Context, multipart bool) error {
+	// Create the probe object unless it is there; a refusal here already proves the point.
+	created := false
+	switch err := s.put(ctx, ProbeKey, bytes.NewReader(probeBody), int64(len(probeBody)), true); {
+	case err == nil:
+		created = true
+	case !errors.Is(err, ErrExists):
+		return err
+	}
+	if created {
+		switch err := s.put(ctx, ProbeKey, bytes.NewReader(probeBody), int64(len(probeBody)), true); {
+		case err == nil:
+			return fmt.Errorf("%w: PutObject to %s succeeded although the object exists", ErrUnsafeServer, ProbeKey)
+		case !errors.Is(err, ErrExists):
+			return err
+		}
+	}
+	if multipart {
+		return s.proveMultipart(ctx)
+	}
+	return nil
+}
+
+// proveMultipart completes a one-part upload to the existing probe object with If-None-Match
+// and wants it refused; the upload is aborted either way.
+func (s *S3) proveMultipart(ctx context.Context) (err error) {
+	full := aws.String(s.prefix + ProbeKey)
+	created, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+		Bucket: &s.bucket, Key: full, ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+		ContentType: aws.String(ContentType(ProbeKey)),
+	})
+	if err != nil {
+		return translate(err)
+	}
+	defer func() {
+		// A refused completion leaves the upload open; it holds one tiny part.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+		defer cancel()
+		_, _ = s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: full, UploadId: created.UploadId})
+	}()
+	part, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+		Bucket: &s.bucket, Key: full, UploadId: created.UploadId, PartNumber: aws.Int32(1),
+		Body: bytes.NewReader(probeBody), ContentLength: aws.Int64(int64(len(probeBody))),
+		ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+	})
+	if err != nil {
+		return translate(err)
+	}
+	_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket: &s.bucket, Key: full, UploadId: created.UploadId, IfNoneMatch: aws.String("*"),
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{
+			ETag: part.ETag, PartNumber: aws.Int32(1), ChecksumSHA256: part.ChecksumSHA256,
+		}}},
+	})
+	switch err = translate(err); {
+	case err == nil:
+		return fmt.Errorf("%w: CompleteMultipartUpload to %s succeeded although the object exists", ErrUnsafeServer, ProbeKey)
+	case errors.Is(err, ErrExists):
+		return nil
+	default:
+		return err
+	}
+}
