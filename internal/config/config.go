@@ -107,6 +107,11 @@ type Bubblewrap struct {
 	// Root is where per-job workdirs are made; sandbox users must be able to traverse its
 	// parents. Default: $TMPDIR/boxcar-sandboxes.
 	Root string `json:"root,omitempty"`
+	// DiskBestEffort accepts workdir disk bounds the kernel does not enforce, where the worker
+	// cannot mount a tmpfs for each workdir (it is not root, or may not mount): the bound is then
+	// measured by walking the workdir, which misses files unlinked while open. Default: false,
+	// and such a worker refuses to start.
+	DiskBestEffort bool `json:"disk_best_effort,omitempty"`
 }
 
 // Kubernetes settings for the pod backend.

@@ -47,6 +47,15 @@ type BubblewrapConfig struct {
 	// DisableCgroups bounds sandboxes with rlimits only, even where a writable cgroup hierarchy
 	// exists. Default: false (cgroups where the host allows them).
 	DisableCgroups bool
+	// DiskBestEffort lets the worker run where the kernel cannot bound a workdir's disk use:
+	// that takes a tmpfs of the workdir's own, which only a worker that is root in the host's
+	// mount namespace can mount. Without one, the bound is measured by walking the workdir,
+	// which cannot see files unlinked while still open, so a job can exceed it. Default: false,
+	// and then NewBubblewrap fails on such a host, since every profile has a disk bound.
+	DiskBestEffort bool
+
+	// noDiskMount walks the workdir even where a tmpfs could be mounted (benchmarks' baseline).
+	noDiskMount bool
 }
 
 // WithDefaults returns a copy with every unset field at its documented default.
@@ -127,6 +136,8 @@ type BubblewrapProvider struct {
 	// stops nested user namespaces.
 	tmpSize, disableUserns bool
 	hostLayout             []string // bwrap options for the host's read-only /usr, /bin, /lib...
+	// diskMount is true when each workdir gets a tmpfs of its own (bubblewrap_disk.go).
+	diskMount bool
 
 	mu    sync.Mutex
 	inUse map[int]bool // host uids of live sandboxes
@@ -182,6 +193,9 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 			firstLine(out, err), ErrUnavailable)
 	}
 	p.hostLayout = hostLayout()
+	if err := p.findDiskBound(cfg); err != nil {
+		return nil, err
+	}
 	if !cfg.DisableCgroups {
 		p.cgroups = findCgroups()
 	}
@@ -191,7 +205,7 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 		p.log.Warn("removed sandboxes left by a worker that stopped", "removed", n)
 	}
 	p.log.Info("bubblewrap sandboxes ready", "bwrap", bwrap, "root", p.root, "cgroup_version", p.cgroups.version,
-		"cgroup_controllers", strings.Join(p.cgroups.controllers(), ","), "per_sandbox_uid", p.asRoot)
+		"cgroup_controllers", strings.Join(p.cgroups.controllers(), ","), "per_sandbox_uid", p.asRoot, "disk_bound", p.diskBoundName())
 	return p, nil
 }
 
@@ -292,3 +306,42 @@ func (p *BubblewrapProvider) freeUID(uid int) {
 
 // Backend names the backend.
 func (p *BubblewrapProvider) Backend() string { return "bubblewrap" }
+
+// findDiskBound decides how workdirs are bounded: by a tmpfs of their own where the worker may
+// mount one, else by a walk if the operator accepts best effort, else not at all.
+func (p *BubblewrapProvider) findDiskBound(cfg BubblewrapConfig) error {
+	var why error
+	switch {
+	case cfg.noDiskMount:
+		why = errors.New("turned off")
+	case !p.asRoot:
+		why = errors.New("the worker is not root, and only root may mount a tmpfs for each workdir")
+	default:
+		why = probeDiskMount(p.root)
+	}
+	if why == nil {
+		p.diskMount = true
+		return nil
+	}
+	if !cfg.DiskBestEffort {
+		return fmt.Errorf("sandbox: bubblewrap: the kernel cannot bound workdir disk use here (%v): run the worker as root with the right to mount (CAP_SYS_ADMIN), or set sandbox.bubblewrap.disk_best_effort: true to accept a bound that files unlinked while open can exceed: %w", why, ErrUnavailable)
+	}
+	p.log.Warn("workdir disk bounds are best effort: the kernel cannot enforce them here, and files unlinked while open escape them", "reason", why.Error())
+	return nil
+}
+
+func (p *BubblewrapProvider) diskBoundName() string {
+	if p.diskMount {
+		return "tmpfs"
+	}
+	return "best-effort"
+}
+
+// workdirMemory is what a workdir's files may add to the sandbox's memory: tmpfs pages are
+// charged to the memory cgroup of whoever writes them.
+func (p *BubblewrapProvider) workdirMemory(b diskBound) int64 {
+	if !p.diskMount {
+		return 0
+	}
+	return b.ceiling().bytes
+}

@@ -69,8 +69,8 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	// Over its bound already, the workdir may shrink (a command that removes files) but not
 	// grow.
 	diskLimit := s.disk
-	if used, err := s.wd.usage(); err == nil && used > diskLimit {
-		diskLimit = used
+	if used, err := s.wd.usage(); err == nil {
+		diskLimit = diskLimit.grow(used)
 	}
 	oomBefore, oomKnown := s.oomKills()
 
@@ -149,7 +149,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	}
 	s.log.Debug("exec", "argv0", name, "exit_code", res.ExitCode, "timed_out", res.TimedOut,
 		"duration_ms", res.Duration.Milliseconds())
-	if used, err := s.wd.usage(); err == nil && used > s.disk {
+	if used, err := s.wd.usage(); err != nil || used.over(s.disk) {
 		return res, s.diskError(name)
 	}
 	return res, nil
@@ -164,8 +164,12 @@ func stopError(ctx context.Context, name string, cause error) error {
 }
 
 func (s *bubblewrapSandbox) diskError(name string) error {
-	used, _ := s.wd.usage()
-	return fmt.Errorf("sandbox: exec %s: the workdir holds %d bytes, over its %d-byte disk bound; remove files: %w", name, used, s.disk, ErrDiskFull)
+	used, err := s.wd.usage()
+	if err != nil {
+		return fmt.Errorf("sandbox: exec %s: cannot measure the workdir (%v), so it counts as over its disk bound; remove files: %w", name, err, ErrDiskFull)
+	}
+	return fmt.Errorf("sandbox: exec %s: the workdir holds %d bytes in %d files and folders, over its bound of %d bytes and %d inodes; remove files: %w",
+		name, used.bytes, used.inodes, s.disk.bytes, s.disk.inodes, ErrDiskFull)
 }
 
 // launcherFailure tells prlimit's and bwrap's own errors apart from the command's exit status
@@ -227,7 +231,7 @@ func (s *bubblewrapSandbox) noteOOM(res *ExecResult, maxOut int) {
 
 // watchDisk kills the command when the workdir grows past limit. RLIMIT_FSIZE stops any single
 // file at the bound; this stops many files adding up, within one poll interval.
-func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelCauseFunc, limit int64) {
+func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelCauseFunc, limit diskBound) {
 	t := time.NewTimer(diskPollMin)
 	defer t.Stop()
 	for {
@@ -238,7 +242,7 @@ func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelC
 		}
 		begin := time.Now()
 		used, err := s.wd.usage()
-		if err == nil && used > limit {
+		if err != nil || used.over(limit) {
 			kill(errExecDisk)
 			return
 		}

@@ -19,7 +19,7 @@ type bubblewrapSandbox struct {
 	lock    *sandboxLock // held while any of the sandbox's host state exists
 	workdir string       // the workdir's path inside the sandbox
 	wd      *workdir
-	disk    int64
+	disk    diskBound
 	uid     int                 // the sandbox's host uid; -1 when the worker is not root
 	cred    *syscall.Credential // switches to uid; nil when the worker is not root
 	wrapper []string            // prlimit with the rlimits, then bwrap --args
@@ -61,7 +61,9 @@ func (s *bubblewrapSandbox) cleanup(stop <-chan struct{}) error {
 		s.wdShut = true
 		_ = s.wd.close()
 	}
-	if err := removeTree(s.hostDir); err != nil {
+	if err := unmountWorkdir(s.hostDir); err != nil {
+		errs = append(errs, err)
+	} else if err := removeTree(s.hostDir); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

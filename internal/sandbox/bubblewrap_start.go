@@ -46,7 +46,7 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 		return nil, err
 	}
 	s := &bubblewrapSandbox{
-		p: p, id: id, hostDir: filepath.Join(p.root, id), lock: lock, workdir: workdir, disk: lim.disk, uid: -1,
+		p: p, id: id, hostDir: filepath.Join(p.root, id), lock: lock, workdir: workdir, disk: newDiskBound(lim.disk), uid: -1,
 		log:   p.log.With("sandbox_id", id, "job_id", spec.JobID),
 		calls: newCalls(),
 	}
@@ -76,12 +76,16 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 	if err := os.Mkdir(s.hostDir, 0o700); err != nil {
 		return fmt.Errorf("sandbox: start: make %s: %w", s.hostDir, err)
 	}
-	if owner >= 0 {
+	if p.diskMount {
+		if err := mountWorkdir(s.hostDir, s.disk, owner); err != nil {
+			return err
+		}
+	} else if owner >= 0 {
 		if err := os.Chown(s.hostDir, owner, owner); err != nil {
 			return fmt.Errorf("sandbox: start: give %s to uid %d: %w", s.hostDir, owner, err)
 		}
 	}
-	wd, err := openWorkdir(s.hostDir, owner, owner)
+	wd, err := openWorkdir(s.hostDir, owner, owner, p.diskMount)
 	if err != nil {
 		return fmt.Errorf("sandbox: start: %w", err)
 	}
@@ -89,7 +93,7 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 
 	var inForce []string
 	if len(p.cgroups.controllers()) > 0 {
-		cg, errs := p.cgroups.newCgroup(s.id, cgroupLimits{memory: lim.memory, pids: spec.PIDs, cpuMilli: lim.cpuMilli})
+		cg, errs := p.cgroups.newCgroup(s.id, cgroupLimits{memory: lim.memory + p.workdirMemory(s.disk), pids: spec.PIDs, cpuMilli: lim.cpuMilli})
 		for _, err := range errs {
 			s.log.Warn("cgroup limit not in force; rlimits still apply", "error", err)
 		}
@@ -179,7 +183,13 @@ func (s *bubblewrapSandbox) isolation(cgroups []string, lim limits) string {
 		names[i] = r.name
 	}
 	fmt.Fprintf(&b, "; rlimits=%s", strings.Join(names, ","))
-	fmt.Fprintf(&b, "; disk=rlimit-fsize+workdir-usage-check(every %s-%s during exec, after exec and write)", diskPollMin, diskPollMax)
+	if s.p.diskMount {
+		c := s.disk.ceiling()
+		fmt.Fprintf(&b, "; disk=tmpfs(size=%d,nr_inodes=%d)+bound(%d bytes,%d inodes; statfs every %s-%s during exec, after exec and write)",
+			c.bytes, c.inodes, s.disk.bytes, s.disk.inodes, diskPollMin, diskPollMax)
+	} else {
+		fmt.Fprintf(&b, "; disk=best-effort(rlimit-fsize+workdir walk every %s-%s during exec, after exec and write; misses unlinked open files)", diskPollMin, diskPollMax)
+	}
 	if s.p.tmpSize {
 		fmt.Fprintf(&b, "; tmp=tmpfs(%d bytes)", lim.disk)
 	} else {

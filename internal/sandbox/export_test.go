@@ -20,3 +20,16 @@ func BubblewrapHostState(sb Sandbox) HostState {
 	}
 	return st
 }
+
+// WithoutDiskMount makes a provider walk workdirs instead of mounting a tmpfs for each: the
+// baseline of benchmarks and of tests that show what the walk misses.
+func WithoutDiskMount(c *BubblewrapConfig) {
+	c.noDiskMount = true
+	c.DiskBestEffort = true
+}
+
+// WithoutDiskMountStrict is as if no tmpfs could be mounted, without accepting best effort.
+func (c BubblewrapConfig) WithoutDiskMountStrict() BubblewrapConfig {
+	c.noDiskMount = true
+	return c
+}

@@ -163,7 +163,9 @@ func (p *BubblewrapProvider) removeLeftover(id string) (bool, error) {
 	t.Stop()
 	dir := filepath.Join(p.root, id)
 	if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
-		if err := removeTree(dir); err != nil {
+		if err := unmountWorkdir(dir); err != nil {
+			errs = append(errs, err)
+		} else if err := removeTree(dir); err != nil {
 			errs = append(errs, err)
 		}
 	}

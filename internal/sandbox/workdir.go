@@ -30,14 +30,17 @@ type workdir struct {
 	// uid and gid own what the worker creates, so the sandbox can change it later; -1 leaves
 	// the worker as owner (the worker is then the sandbox's user anyway).
 	uid, gid int
+	// ownFS is true when the folder is a filesystem of its own (bubblewrap_disk.go), whose use
+	// statfs reads; otherwise usage walks the tree.
+	ownFS bool
 }
 
-func openWorkdir(dir string, uid, gid int) (*workdir, error) {
+func openWorkdir(dir string, uid, gid int, ownFS bool) (*workdir, error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open workdir %s: %w", dir, err)
 	}
-	w := &workdir{fd: os.NewFile(uintptr(fd), dir), uid: uid, gid: gid}
+	w := &workdir{fd: os.NewFile(uintptr(fd), dir), uid: uid, gid: gid, ownFS: ownFS}
 	// openat2 arrived in Linux 5.6; without it nothing here can be confined safely.
 	probe, err := w.openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0, resolveInside)
 	if err != nil {
@@ -131,25 +134,29 @@ func regular(mode uint32) error {
 
 // writeFile replaces name with a new regular file holding data. It writes a temporary file
 // next to it and renames it into place, so a symlink, FIFO or hard link already at name is
-// replaced rather than written through. limit bounds the workdir's total usage (0: none).
-func (w *workdir) writeFile(name string, data []byte, limit int64) error {
+// replaced rather than written through. bound bounds the workdir's total usage (zero: none).
+func (w *workdir) writeFile(name string, data []byte, bound diskBound) error {
 	dir, base := path.Split(name)
 	dfd, err := w.mkdirAll(strings.TrimSuffix(dir, "/"))
 	if err != nil {
 		return err
 	}
 	defer unix.Close(dfd)
-	if limit > 0 {
+	if bound.bytes > 0 {
 		used, err := w.usage()
 		if err != nil {
-			return fmt.Errorf("sandbox: write %s: measure workdir: %w", name, err)
+			// A workdir that cannot be measured counts as full.
+			return fmt.Errorf("sandbox: write %s: cannot measure the workdir (%v), so it counts as over its disk bound; remove files first: %w", name, err, ErrDiskFull)
 		}
 		var st unix.Stat_t
 		if unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			used -= st.Blocks * 512
+			used.bytes -= st.Blocks * 512
+			used.inodes--
 		}
-		if need := used + roundBlock(int64(len(data))); need > limit {
-			return fmt.Errorf("sandbox: write %s: the workdir would hold %d bytes, over its %d-byte disk bound; remove files first: %w", name, need, limit, ErrDiskFull)
+		need := diskUse{bytes: used.bytes + roundBlock(int64(len(data))), inodes: used.inodes + 1}
+		if need.over(bound) {
+			return fmt.Errorf("sandbox: write %s: the workdir would hold %d bytes in %d files and folders, over its bound of %d bytes and %d inodes; remove files first: %w",
+				name, need.bytes, need.inodes, bound.bytes, bound.inodes, ErrDiskFull)
 		}
 	}
 	var suffix [8]byte
@@ -255,11 +262,20 @@ func (w *workdir) notDir(dir string) error {
 	return ErrNotDir
 }
 
-// usage is the disk space the workdir takes, as du counts it (allocated blocks).
-func (w *workdir) usage() (int64, error) {
-	var total int64
-	err := walk(int(w.fd.Fd()), func(_ string, st *unix.Stat_t) { total += st.Blocks * 512 })
-	return total, err
+// usage is the disk space the workdir takes, as du counts it (allocated blocks), and the
+// inodes it uses. On a filesystem of its own, statfs says; otherwise the tree is walked, which
+// cannot see files unlinked while open and fails on a tree nested past PATH_MAX: callers count
+// a failure as over the bound.
+func (w *workdir) usage() (diskUse, error) {
+	if w.ownFS {
+		return statfsUse(int(w.fd.Fd()))
+	}
+	u := diskUse{inodes: 1}
+	err := walk(int(w.fd.Fd()), func(_ string, st *unix.Stat_t) {
+		u.bytes += st.Blocks * 512
+		u.inodes++
+	})
+	return u, err
 }
 
 // walk visits everything beneath the folder base without following any symlink: each folder is

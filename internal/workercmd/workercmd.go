@@ -281,9 +281,10 @@ func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) 
 	switch cfg.Sandbox.Backend {
 	case "bubblewrap":
 		return sandbox.NewBubblewrap(sandbox.BubblewrapConfig{
-			BwrapPath: cfg.Sandbox.Bubblewrap.Path,
-			Root:      cfg.Sandbox.Bubblewrap.Root,
-			Logger:    log,
+			BwrapPath:      cfg.Sandbox.Bubblewrap.Path,
+			Root:           cfg.Sandbox.Bubblewrap.Root,
+			DiskBestEffort: cfg.Sandbox.Bubblewrap.DiskBestEffort,
+			Logger:         log,
 		})
 	case "kubernetes":
 		// client-go logs through klog; keep its lines in the worker's JSON log.
