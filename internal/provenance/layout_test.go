@@ -16,6 +16,8 @@ func TestLayoutMatchesStore(t *testing.T) {
 		{runKey(id, "transcript.jsonl"), store.TranscriptKey(id)},
 		{runKey(id, "artifacts/a.csv"), store.ArtifactKey(id, "a.csv")},
 		{inputKey("00ff"), store.InputKey("00ff")},
+		{SubjectKey(id, Subject{Name: "report.md"}), store.ReportKey(id)},
+		{SubjectKey(id, Subject{Name: "report.md", Path: "attempts/2-0a1b2c3d/report.md"}), store.AttemptPrefix(id, "2-0a1b2c3d") + "report.md"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

@@ -195,6 +195,11 @@ type Subject struct {
 	Name   string
 	SHA256 string // lowercase hex
 	Size   int64  // bytes
+	// Path is where the object is stored, relative to the run's folder, when that is not Name:
+	// each attempt writes its own folder ("attempts/2-1a2b3c4d/report.md"), so no other
+	// attempt can replace what this manifest names. Empty for runs committed before attempt
+	// folders. It is the subject's "path" annotation; SubjectKey resolves it.
+	Path string
 }
 
 // Statement is a parsed manifest.
@@ -237,7 +242,7 @@ func Build(m Manifest, subjects []Subject) ([]byte, error) {
 		st.Subject = append(st.Subject, &v1.ResourceDescriptor{
 			Name:        s.Name,
 			Digest:      map[string]string{"sha256": s.SHA256},
-			Annotations: &structpb.Struct{Fields: map[string]*structpb.Value{"size": structpb.NewNumberValue(float64(s.Size))}},
+			Annotations: annotations(s),
 		})
 	}
 	if err := st.Validate(); err != nil {
@@ -344,6 +349,15 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
+// annotations are a subject's size and, when it is stored elsewhere than its name, its path.
+func annotations(s Subject) *structpb.Struct {
+	f := map[string]*structpb.Value{"size": structpb.NewNumberValue(float64(s.Size))}
+	if s.Path != "" {
+		f["path"] = structpb.NewStringValue(s.Path)
+	}
+	return &structpb.Struct{Fields: f}
+}
+
 // checkSubjects wants at least one subject, sorted, each with a clean relative name, a hex
 // SHA-256 and a size, and no name twice.
 func checkSubjects(subjects []Subject) error {
@@ -358,6 +372,8 @@ func checkSubjects(subjects []Subject) error {
 			return fmt.Errorf("%w: subject %s: sha256 %q is not 64 lowercase hex digits", ErrInvalid, s.Name, s.SHA256)
 		case s.Size < 0:
 			return fmt.Errorf("%w: subject %s: size %d is negative", ErrInvalid, s.Name, s.Size)
+		case s.Path != "" && !validName(s.Path):
+			return fmt.Errorf("%w: subject %s: path %q: a path is a clean relative path inside the run's folder", ErrInvalid, s.Name, s.Path)
 		case i > 0 && subjects[i-1].Name == s.Name:
 			return fmt.Errorf("%w: subject %s appears twice", ErrInvalid, s.Name)
 		}
@@ -403,6 +419,7 @@ func Parse(data []byte) (Statement, error) {
 			Digest      map[string]string `json:"digest"`
 			Annotations struct {
 				Size *int64 `json:"size"`
+				Path string `json:"path"`
 			} `json:"annotations"`
 		} `json:"subject"`
 		Predicate json.RawMessage `json:"predicate"`
@@ -415,7 +432,7 @@ func Parse(data []byte) (Statement, error) {
 		if s.Annotations.Size == nil {
 			return Statement{}, fmt.Errorf("provenance: parse: %w: subject %s has no size annotation", ErrInvalid, s.Name)
 		}
-		out.Subjects = append(out.Subjects, Subject{Name: s.Name, SHA256: s.Digest["sha256"], Size: *s.Annotations.Size})
+		out.Subjects = append(out.Subjects, Subject{Name: s.Name, SHA256: s.Digest["sha256"], Size: *s.Annotations.Size, Path: s.Annotations.Path})
 	}
 	slices.SortFunc(out.Subjects, func(a, b Subject) int { return strings.Compare(a.Name, b.Name) })
 	if err := checkSubjects(out.Subjects); err != nil {

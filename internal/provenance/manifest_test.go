@@ -46,6 +46,10 @@ func TestBuildParseRoundTrip(t *testing.T) {
 	}{
 		{"full run", sampleManifest(t), sampleSubjects()},
 		{"minimal failed run", minimal, []provenance.Subject{{Name: "transcript.jsonl", SHA256: sha(""), Size: 0}}},
+		{"run in an attempt folder", sampleManifest(t), []provenance.Subject{
+			{Name: "report.md", SHA256: sha("report"), Size: 6, Path: "attempts/2-0a1b2c3d/report.md"},
+			{Name: "transcript.jsonl", SHA256: sha("transcript"), Size: 10, Path: "attempts/2-0a1b2c3d/transcript.jsonl"},
+		}},
 		{"failed run without a report", withoutReport(t), []provenance.Subject{
 			{Name: "transcript.jsonl", SHA256: sha("transcript"), Size: 10},
 			{Name: "artifacts/totals.csv", SHA256: sha("totals"), Size: 6},
@@ -293,6 +297,8 @@ func TestBuildRejects(t *testing.T) {
 		{"subject without digest", nil, []provenance.Subject{{Name: "report.md", Size: 1}}},
 		{"uppercase digest", nil, []provenance.Subject{{Name: "report.md", SHA256: strings.ToUpper(sha("x")), Size: 1}}},
 		{"negative size", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: -1}}},
+		{"climbing path", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1, Path: "attempts/../../other/report.md"}}},
+		{"absolute path", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1, Path: "/etc/passwd"}}},
 		{"subject twice", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1}, {Name: "report.md", SHA256: sha("y"), Size: 1}}},
 		{"bad input digest", func(m *provenance.Manifest) { m.Inputs[0].SHA256 = "abc" }, sampleSubjects()},
 		{"bad args digest", func(m *provenance.Manifest) { m.ToolCalls[0].ArgsSHA256 = "args" }, sampleSubjects()},

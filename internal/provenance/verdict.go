@@ -133,9 +133,16 @@ func CheckObject(name, jobID string, stmt Statement) (file, key string) {
 func ManifestKey(jobID string) string  { return runKey(jobID, manifestName) }
 func SignatureKey(jobID string) string { return runKey(jobID, signatureName) }
 
-// SubjectKey is where the object a subject describes is stored. Readers of a run (get,
-// verify) resolve every subject through it, so the layout is decided here and in the store.
-func SubjectKey(jobID string, s Subject) string { return runKey(jobID, s.Name) }
+// SubjectKey is where the object a subject describes is stored: its Path inside the run's
+// folder (the attempt folder of the attempt that committed), or its Name for runs committed
+// before attempt folders. Readers of a run (get, verify) resolve every subject through it, so
+// the layout is decided here and in the store.
+func SubjectKey(jobID string, s Subject) string {
+	if s.Path != "" {
+		return runKey(jobID, s.Path)
+	}
+	return runKey(jobID, s.Name)
+}
 
 // Lister is the store method Unlisted needs. Any store.Store satisfies it.
 type Lister interface {

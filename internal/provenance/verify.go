@@ -115,7 +115,7 @@ func Verify(ctx context.Context, st Getter, jobID string, pub ed25519.PublicKey)
 
 	for _, s := range stmt.Subjects {
 		name := "subject " + s.Name
-		if err := checkObject(ctx, st, runKey(jobID, s.Name), s.SHA256, s.Size); err != nil {
+		if err := checkObject(ctx, st, SubjectKey(jobID, s), s.SHA256, s.Size); err != nil {
 			fail(name, err)
 			continue
 		}

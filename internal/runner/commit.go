@@ -75,7 +75,8 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcom
 	}
 	a.report = slices.ContainsFunc(outs, func(o output) bool { return o.name == reportName })
 	if env != nil {
-		if err := r.cfg.Store.Put(ctx, store.SignatureKey(a.job.ID), bytes.NewReader(env), int64(len(env))); err != nil {
+		// Create-only like the manifest: a signature, once there, is never replaced.
+		if err := r.cfg.Store.PutIfAbsent(ctx, store.SignatureKey(a.job.ID), bytes.NewReader(env), int64(len(env))); err != nil && !errors.Is(err, store.ErrExists) {
 			return fmt.Errorf("upload manifest signature: %w", err)
 		}
 	}

@@ -344,11 +344,11 @@ type sigFailStore struct {
 	failed atomic.Bool
 }
 
-func (s *sigFailStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+func (s *sigFailStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
 	if path.Base(key) == "manifest.dsse.json" && !s.failed.Swap(true) {
 		return errors.New("store: connection reset")
 	}
-	return s.Store.Put(ctx, key, r, size)
+	return s.Store.PutIfAbsent(ctx, key, r, size)
 }
 
 func TestRedeliveryOfAnUnsignedCommittedRunSignsIt(t *testing.T) {

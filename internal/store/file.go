@@ -209,6 +209,30 @@ func (f *File) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	return ObjectInfo{Key: key, Size: info.Size(), ContentType: ContentType(key)}, nil
 }
 
+// Delete removes an object; there being none is not an error. Folders it leaves empty stay:
+// List does not show them, and a later Put reuses them.
+func (f *File) Delete(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return fmt.Errorf("store: delete %s: %w", key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: delete %s: %w", key, err)
+	}
+	info, err := f.root.Lstat(key)
+	switch {
+	case errors.Is(notFound(err), ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("store: delete %s: %w", key, err)
+	case !info.Mode().IsRegular():
+		return nil // not an object: a folder of other objects
+	}
+	if err := f.root.Remove(key); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("store: delete %s: %w", key, err)
+	}
+	return nil
+}
+
 // List returns the keys that start with prefix, sorted. prefix is "" (everything), a folder
 // ("runs/x/") or the start of a key ("runs/x/rep").
 func (f *File) List(ctx context.Context, prefix string) ([]string, error) {

@@ -354,6 +354,23 @@ func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	return ObjectInfo{Key: key, Size: aws.ToInt64(out.ContentLength), ContentType: aws.ToString(out.ContentType)}, nil
 }
 
+// Delete removes an object; there being none is not an error (S3 answers both the same).
+func (s *S3) Delete(ctx context.Context, key string) error {
+	if !ValidKey(key) {
+		return fmt.Errorf("store: delete %q: %w", key, ErrInvalidKey)
+	}
+	if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{
+		Bucket: &s.bucket,
+		Key:    aws.String(s.prefix + key),
+	}); err != nil {
+		if errors.Is(translate(err), ErrNotFound) {
+			return nil
+		}
+		return fmt.Errorf("store: delete %s: %w", s.URL(key), translate(err))
+	}
+	return nil
+}
+
 // List returns the keys that start with prefix, sorted, following every page.
 func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := checkPrefix(prefix); err != nil {

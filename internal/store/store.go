@@ -20,6 +20,8 @@ type Store interface {
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
 	// Stat returns an object's size and content type; ErrNotFound when there is none.
 	Stat(ctx context.Context, key string) (ObjectInfo, error)
+	// Delete removes an object; there being none is not an error.
+	Delete(ctx context.Context, key string) error
 	// List returns the keys under prefix, sorted.
 	List(ctx context.Context, prefix string) ([]string, error)
 	// URL names an object for people and other tools (file:///… or s3://bucket/…).
@@ -45,6 +47,13 @@ func TranscriptKey(jobID string) string     { return RunPrefix(jobID) + "transcr
 func ManifestKey(jobID string) string       { return RunPrefix(jobID) + "manifest.json" }
 func SignatureKey(jobID string) string      { return RunPrefix(jobID) + "manifest.dsse.json" }
 func ArtifactKey(jobID, name string) string { return RunPrefix(jobID) + "artifacts/" + name }
+
+// AttemptPrefix is the folder of one attempt's objects (report, transcript, artifacts) inside
+// the run's folder. Each attempt writes only its own folder, create-only, and the committed
+// manifest names the objects of the attempt that committed; see provenance.SubjectKey.
+func AttemptPrefix(jobID, attempt string) string {
+	return RunPrefix(jobID) + "attempts/" + attempt + "/"
+}
 
 // ValidKey reports whether key is a clean relative key that cannot climb out of a prefix.
 func ValidKey(key string) bool {

@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"NotFound", testNotFound},
 		{"InvalidKeys", testInvalidKeys},
 		{"List", testList},
+		{"Delete", testDelete},
 		{"UnknownSize", testUnknownSize},
 		{"SizeMismatch", testSizeMismatch},
 		{"CanceledContext", testCanceledContext},
@@ -425,3 +426,39 @@ func list(t *testing.T, s store.Store, prefix string) []string {
 type onlyReader struct{ r io.Reader }
 
 func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+// testDelete: a deleted object is gone from Get, Stat and List, its neighbours stay, and
+// deleting what is not there succeeds (cleanup after a crash may run twice).
+func testDelete(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	for _, key := range []string{"runs/j/attempts/1-a/report.md", "runs/j/attempts/1-a/artifacts/x.csv", "runs/j/manifest.json"} {
+		if err := s.Put(ctx, key, strings.NewReader(key), int64(len(key))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range []string{"runs/j/attempts/1-a/report.md", "runs/j/attempts/1-a/artifacts/x.csv"} {
+		if err := s.Delete(ctx, key); err != nil {
+			t.Fatalf("Delete(%s): %v", key, err)
+		}
+		if _, err := s.Stat(ctx, key); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Stat(%s) after Delete: %v, want ErrNotFound", key, err)
+		}
+		if err := s.Delete(ctx, key); err != nil {
+			t.Errorf("second Delete(%s): %v, want nil", key, err)
+		}
+	}
+	keys, err := s.List(ctx, "runs/j/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(keys, []string{"runs/j/manifest.json"}) {
+		t.Errorf("List after Delete = %v, want only the manifest", keys)
+	}
+	// The key is free again, also for a create-only put.
+	if err := s.PutIfAbsent(ctx, "runs/j/attempts/1-a/report.md", strings.NewReader("again"), 5); err != nil {
+		t.Errorf("PutIfAbsent after Delete: %v", err)
+	}
+	if err := s.Delete(ctx, "../escape"); !errors.Is(err, store.ErrInvalidKey) {
+		t.Errorf("Delete(../escape) = %v, want ErrInvalidKey", err)
+	}
+}
