@@ -17,6 +17,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 func TestRunHappyPath(t *testing.T) {
@@ -691,7 +692,7 @@ func TestShellPolicy(t *testing.T) {
 		return agent.Answer{At: decidedAt}, fmt.Errorf("approval expired: %w", context.DeadlineExceeded)
 	})
 	// policy is how the record names a decision made by the profile alone.
-	policy := func(p string, d agent.Decision) *agent.Approval { return &agent.Approval{Policy: p, Decision: d} }
+	policy := func(p string, d job.Decision) *job.Approval { return &job.Approval{Policy: p, Decision: d} }
 	tests := []struct {
 		name         string
 		policy       string
@@ -699,35 +700,35 @@ func TestShellPolicy(t *testing.T) {
 		approver     agent.Approver
 		args         string
 		wantArgv     []string // nil: refused
-		wantApproval *agent.Approval
+		wantApproval *job.Approval
 		waitEnded    bool // the agent stamps At itself, when the wait ended: checked for being set
 	}{
 		{name: "deny", policy: config.PolicyDeny, args: `{"command": ["ls", "-l"]}`,
-			wantApproval: policy(config.PolicyDeny, agent.DecisionDenied)},
+			wantApproval: policy(config.PolicyDeny, job.DecisionDenied)},
 		{name: "allowlist match", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["ls", "-l"]}`, wantArgv: []string{"ls", "-l"},
-			wantApproval: policy(config.PolicyAllowlist, agent.DecisionApproved)},
+			wantApproval: policy(config.PolicyAllowlist, job.DecisionApproved)},
 		{name: "allowlist star crosses slashes", policy: config.PolicyAllowlist, allow: []string{"cat *"}, args: `{"command": ["cat", "data/sub/file.txt"]}`, wantArgv: []string{"cat", "data/sub/file.txt"},
-			wantApproval: policy(config.PolicyAllowlist, agent.DecisionApproved)},
+			wantApproval: policy(config.PolicyAllowlist, job.DecisionApproved)},
 		{name: "allowlist string form split on whitespace", policy: config.PolicyAllowlist, allow: []string{"git status"}, args: `{"command": "git   status"}`, wantArgv: []string{"git", "status"},
-			wantApproval: policy(config.PolicyAllowlist, agent.DecisionApproved)},
+			wantApproval: policy(config.PolicyAllowlist, job.DecisionApproved)},
 		{name: "allowlist mismatch", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["rm", "-rf", "/"]}`,
-			wantApproval: policy(config.PolicyAllowlist, agent.DecisionDenied)},
+			wantApproval: policy(config.PolicyAllowlist, job.DecisionDenied)},
 		{name: "allowlist is anchored", policy: config.PolicyAllowlist, allow: []string{"ls"}, args: `{"command": ["ls", "-R", "/"]}`,
-			wantApproval: policy(config.PolicyAllowlist, agent.DecisionDenied)},
+			wantApproval: policy(config.PolicyAllowlist, job.DecisionDenied)},
 		{name: "allowlist no prefix trick", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["lsblk"]}`,
-			wantApproval: policy(config.PolicyAllowlist, agent.DecisionDenied)},
+			wantApproval: policy(config.PolicyAllowlist, job.DecisionDenied)},
 		{name: "ask approved", policy: config.PolicyAsk, approver: yes, args: `{"command": ["make", "test"]}`, wantArgv: []string{"make", "test"},
-			wantApproval: &agent.Approval{Policy: config.PolicyAsk, Decision: agent.DecisionApproved, By: "alice@host", At: decidedAt}},
+			wantApproval: &job.Approval{Policy: config.PolicyAsk, Decision: job.DecisionApproved, DecidedBy: "alice@host", DecidedAt: decidedAt}},
 		{name: "ask denied", policy: config.PolicyAsk, approver: no, args: `{"command": ["make", "test"]}`,
-			wantApproval: &agent.Approval{Policy: config.PolicyAsk, Decision: agent.DecisionDenied, By: "bob@host", At: decidedAt}},
+			wantApproval: &job.Approval{Policy: config.PolicyAsk, Decision: job.DecisionDenied, DecidedBy: "bob@host", DecidedAt: decidedAt}},
 		{name: "ask without an approver", policy: config.PolicyAsk, args: `{"command": ["make", "test"]}`,
-			wantApproval: policy(config.PolicyAsk, agent.DecisionDenied)},
+			wantApproval: policy(config.PolicyAsk, job.DecisionDenied)},
 		{name: "ask with a failing approver", policy: config.PolicyAsk, approver: broken, args: `{"command": ["make", "test"]}`,
-			wantApproval: &agent.Approval{Policy: config.PolicyAsk, Decision: agent.DecisionDenied}, waitEnded: true},
+			wantApproval: &job.Approval{Policy: config.PolicyAsk, Decision: job.DecisionDenied}, waitEnded: true},
 		{name: "ask unanswered in time", policy: config.PolicyAsk, approver: silent, args: `{"command": ["make", "test"]}`,
-			wantApproval: &agent.Approval{Policy: config.PolicyAsk, Decision: agent.DecisionTimedOut}, waitEnded: true},
+			wantApproval: &job.Approval{Policy: config.PolicyAsk, Decision: job.DecisionTimedOut}, waitEnded: true},
 		{name: "ask expired by the transport", policy: config.PolicyAsk, approver: expired, args: `{"command": ["make", "test"]}`,
-			wantApproval: &agent.Approval{Policy: config.PolicyAsk, Decision: agent.DecisionTimedOut, At: decidedAt}},
+			wantApproval: &job.Approval{Policy: config.PolicyAsk, Decision: job.DecisionTimedOut, DecidedAt: decidedAt}},
 		{name: "empty command", policy: config.PolicyAllowlist, allow: []string{"*"}, args: `{"command": []}`},
 	}
 	for _, tt := range tests {
@@ -745,11 +746,11 @@ func TestShellPolicy(t *testing.T) {
 			}
 			got := res.ToolCalls[0].Approval
 			if got != nil && tt.waitEnded {
-				if got.At.IsZero() {
+				if got.DecidedAt.IsZero() {
 					t.Errorf("approval.At is zero, want when the wait ended")
 				}
 				c := *got
-				c.At = time.Time{}
+				c.DecidedAt = time.Time{}
 				got = &c
 			}
 			if !reflect.DeepEqual(got, tt.wantApproval) {

@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // Request is one job for the agent.
@@ -148,7 +149,7 @@ type ToolCall struct {
 	Duration  time.Duration
 	// Approval is how the shell policy decided the command; nil for other tools and for shell
 	// calls refused before the policy (invalid arguments).
-	Approval *Approval
+	Approval *job.Approval
 }
 
 // Usage is the token usage the endpoint reported, summed over the run.

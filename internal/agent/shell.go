@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // Approver asks a person whether a shell command may run (the "ask" policy). Approve blocks
@@ -37,26 +38,6 @@ type ApprovalRequest struct {
 	JobID  string
 	CallID string
 	Argv   []string
-}
-
-// Decision is how a shell command was decided.
-type Decision string
-
-// Decisions. Only DecisionApproved lets the command run.
-const (
-	DecisionApproved Decision = "approved"
-	DecisionDenied   Decision = "denied"
-	// DecisionTimedOut: under "ask", nobody answered within the approval timeout.
-	DecisionTimedOut Decision = "timed_out"
-)
-
-// Approval is how the shell policy decided one command: by the profile's policy alone (deny,
-// allowlist) or by a person (ask), and then who and when.
-type Approval struct {
-	Policy   string // config.PolicyDeny, PolicyAllowlist or PolicyAsk
-	Decision Decision
-	By       string    // the person who answered under "ask"; empty otherwise
-	At       time.Time // when the person answered or the wait ended ("ask"); zero otherwise
 }
 
 // shellTool is general command execution under the profile's policy:
@@ -158,52 +139,52 @@ func (t shellTool) Call(ctx context.Context, callID string, raw json.RawMessage)
 
 // decide applies the policy; it returns why the command is refused, or "" to run it, and how
 // it was decided.
-func (t shellTool) decide(ctx context.Context, callID string, argv []string) (string, Approval) {
+func (t shellTool) decide(ctx context.Context, callID string, argv []string) (string, job.Approval) {
 	switch t.spec.Policy {
 	case config.PolicyAllowlist:
-		policy := Approval{Policy: config.PolicyAllowlist, Decision: DecisionApproved}
+		policy := job.Approval{Policy: config.PolicyAllowlist, Decision: job.DecisionApproved}
 		cmdline := strings.Join(argv, " ")
 		for _, re := range t.allow {
 			if re.MatchString(cmdline) {
 				return "", policy
 			}
 		}
-		policy.Decision = DecisionDenied
+		policy.Decision = job.DecisionDenied
 		return fmt.Sprintf("%q matches none of the allowed patterns", cmdline), policy
 	case config.PolicyAsk:
 		return t.ask(ctx, callID, argv)
 	default:
-		return "the operator's policy for this profile refuses shell commands", Approval{Policy: config.PolicyDeny, Decision: DecisionDenied}
+		return "the operator's policy for this profile refuses shell commands", job.Approval{Policy: config.PolicyDeny, Decision: job.DecisionDenied}
 	}
 }
 
 // ask lets the Approver decide, within the approval timeout.
-func (t shellTool) ask(ctx context.Context, callID string, argv []string) (string, Approval) {
-	denied := Approval{Policy: config.PolicyAsk, Decision: DecisionDenied}
+func (t shellTool) ask(ctx context.Context, callID string, argv []string) (string, job.Approval) {
+	denied := job.Approval{Policy: config.PolicyAsk, Decision: job.DecisionDenied}
 	if t.approver == nil {
 		return "commands need a person's approval and none can be asked in this run", denied
 	}
 	actx, cancel := context.WithTimeout(ctx, t.approvalTimeout)
 	defer cancel()
 	ans, err := t.approver.Approve(actx, ApprovalRequest{JobID: t.jobID, CallID: callID, Argv: argv})
-	decided := Approval{Policy: config.PolicyAsk, Decision: DecisionDenied, By: ans.By, At: ans.At}
-	if decided.At.IsZero() {
-		decided.At = time.Now()
+	decided := job.Approval{Policy: config.PolicyAsk, Decision: job.DecisionDenied, DecidedBy: ans.By, DecidedAt: ans.At}
+	if decided.DecidedAt.IsZero() {
+		decided.DecidedAt = time.Now()
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || (err == nil && !ans.Approved && ans.By == "" && actx.Err() != nil):
 		// Nobody answered: a name on the record would claim otherwise.
-		decided.Decision, decided.By = DecisionTimedOut, ""
+		decided.Decision, decided.DecidedBy = job.DecisionTimedOut, ""
 		return fmt.Sprintf("no approval within %s", t.approvalTimeout), decided
 	case err != nil:
-		decided.By = ""
+		decided.DecidedBy = ""
 		return fmt.Sprintf("approval failed: %v", err), decided
 	case !ans.Approved && ans.Reason != "":
 		return "a person denied the command: " + ans.Reason, decided
 	case !ans.Approved:
 		return "a person denied the command", decided
 	}
-	decided.Decision = DecisionApproved
+	decided.Decision = job.DecisionApproved
 	return "", decided
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // Tool results. Every tool call is answered with exactly one JSON object in the content of the
@@ -68,7 +70,7 @@ type result struct {
 	execDuration   time.Duration
 	stdout, stderr streamDigest
 	approvalWait   time.Duration // shell "ask": time spent waiting for a person
-	approval       *Approval     // shell: how the policy decided the command
+	approval       *job.Approval // shell: how the policy decided the command
 }
 
 type errorResult struct {

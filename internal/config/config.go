@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"time"
@@ -280,6 +281,9 @@ func (c Config) WithDefaults() Config {
 	def(&n.Replicas, 1)
 	def(&c.Store.Region, "us-east-1")
 	def(&c.Sandbox.Backend, "bubblewrap")
+	// Sandboxes run as their own unprivileged users, which must be able to reach their
+	// workdirs: the system temp folder is traversable, a home folder often is not.
+	def(&c.Sandbox.Bubblewrap.Root, filepath.Join(os.TempDir(), "boxcar-sandboxes"))
 	def(&c.Sandbox.Kubernetes.Namespace, "boxcar-sandboxes")
 	def(&c.Model.RequestTimeout, Duration(120*time.Second))
 	def(&c.Model.MaxRetries, 3)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -55,71 +56,66 @@ var (
 // New registers Boxcar's collectors, plus the Go and process collectors, on a new registry.
 func New() *Metrics {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Each collector is declared and registered in one place: promauto registers it as it is made.
+	f := promauto.With(reg)
 	m := &Metrics{
-		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Jobs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_jobs_total", Help: "Jobs that reached a final state, by profile and outcome (the state).",
 		}, []string{"profile", "outcome"}),
-		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		JobDuration: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "boxcar_job_duration_seconds", Help: "Time from a job's start on a worker to its final state.", Buckets: jobBuckets,
 		}, []string{"profile", "outcome"}),
-		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		QueueWait: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "boxcar_job_queue_wait_seconds", Help: "Time a job waited in the queue before a worker started it.", Buckets: jobBuckets,
 		}, []string{"profile"}),
-		JobsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+		JobsInFlight: f.NewGauge(prometheus.GaugeOpts{
 			Name: "boxcar_jobs_in_flight", Help: "Jobs this worker is running now.",
 		}),
-		SlotsFree: prometheus.NewGauge(prometheus.GaugeOpts{
+		SlotsFree: f.NewGauge(prometheus.GaugeOpts{
 			Name: "boxcar_worker_slots_free", Help: "Job slots this worker has free.",
 		}),
-		SandboxStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		SandboxStart: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "boxcar_sandbox_start_seconds", Help: "Time to start a sandbox, by backend.", Buckets: fastBuckets,
 		}, []string{"backend"}),
-		SandboxExec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		SandboxExec: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "boxcar_sandbox_exec_seconds", Help: "Time of one command run in a sandbox, by backend.", Buckets: execBuckets,
 		}, []string{"backend"}),
-		SandboxClose: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		SandboxClose: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "boxcar_sandbox_close_seconds", Help: "Time to remove a sandbox, by backend.", Buckets: fastBuckets,
 		}, []string{"backend"}),
-		SandboxFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		SandboxFailed: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_sandbox_failures_total", Help: "Sandbox operations that failed, by backend and stage.",
 		}, []string{"backend", "stage"}),
-		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+		ToolCalls: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_tool_calls_total", Help: "Tool calls, by profile, tool and outcome.",
 		}, []string{"profile", "tool", "outcome"}),
-		ModelRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		ModelRequests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_model_requests_total", Help: "HTTP requests to the model endpoint, retries included, by outcome.",
 		}, []string{"outcome"}),
-		ModelRequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		ModelRequestDuration: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "boxcar_model_request_duration_seconds", Help: "Time of one HTTP request to the model endpoint until its body is read, by outcome.", Buckets: modelBuckets,
 		}, []string{"outcome"}),
-		ModelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+		ModelTokens: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_model_tokens_total", Help: "Model tokens used, by profile and kind (prompt, completion).",
 		}, []string{"profile", "kind"}),
-		CapHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+		CapHits: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_cap_hits_total", Help: "Jobs ended by a cap, by profile and cap.",
 		}, []string{"profile", "cap"}),
-		Redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
+		Redeliveries: f.NewCounter(prometheus.CounterOpts{
 			Name: "boxcar_job_redeliveries_total", Help: "Job deliveries after the first.",
 		}),
-		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+		DeadLetters: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_dead_letters_total", Help: "Jobs sent to the dead-letter stream, by reason.",
 		}, []string{"reason"}),
-		StaleAttempts: prometheus.NewCounter(prometheus.CounterOpts{
+		StaleAttempts: f.NewCounter(prometheus.CounterOpts{
 			Name: "boxcar_stale_attempts_total", Help: "Attempts whose result was discarded because another attempt had already committed.",
 		}),
-		UploadedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+		UploadedBytes: f.NewCounter(prometheus.CounterOpts{
 			Name: "boxcar_store_uploaded_bytes_total", Help: "Bytes uploaded to the store.",
 		}),
 		registry: reg,
 	}
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.Jobs, m.JobDuration, m.QueueWait, m.JobsInFlight, m.SlotsFree,
-		m.SandboxStart, m.SandboxExec, m.SandboxClose, m.SandboxFailed, m.ToolCalls,
-		m.ModelRequests, m.ModelRequestDuration, m.ModelTokens, m.CapHits,
-		m.Redeliveries, m.DeadLetters, m.StaleAttempts, m.UploadedBytes,
-	)
 	return m
 }
 

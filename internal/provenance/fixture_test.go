@@ -63,7 +63,7 @@ func sampleManifest(t *testing.T) provenance.Manifest {
 			{ID: "call_1", Tool: "csv_stats", ArgsSHA256: sha(`{"path":"sales.csv"}`), ExitCode: 0, DurationMS: 42},
 			{ID: "call_2", Tool: "write_file", ArgsSHA256: sha(`{"path":"report.md"}`), ExitCode: 1, Truncated: true, Error: "disk full", DurationMS: 3},
 			{ID: "call_3", Tool: "shell", ArgsSHA256: sha(`{"command":["make","test"]}`), ExitCode: 0, DurationMS: 61_000,
-				Approval: provenance.Approval{Policy: config.PolicyAsk, Decision: provenance.DecisionApproved, DecidedBy: "bob@ops-1",
+				Approval: provenance.Approval{Policy: config.PolicyAsk, Decision: job.DecisionApproved, DecidedBy: "bob@ops-1",
 					DecidedAt: time.Date(2026, 12, 2, 11, 16, 2, 250_000_000, paris)}},
 		},
 		Limits: p.Limits.Tighten(&job.Limits{MaxTurns: 5}),

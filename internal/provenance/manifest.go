@@ -124,28 +124,8 @@ type ToolCall struct {
 	Approval Approval `json:"approval,omitzero"`
 }
 
-// Decisions, as Approval.Decision records them. Only DecisionApproved means the command ran.
-const (
-	DecisionApproved = "approved"
-	DecisionDenied   = "denied"
-	// DecisionTimedOut: nobody answered within the approval timeout, so the command was
-	// refused (policy "ask" only).
-	DecisionTimedOut = "timed_out"
-)
-
-// Approval records who or what let a shell command run or refused it, so that a reader can
-// tell the commands a person let through (Policy ask, Decision approved, DecidedBy set) from
-// those the profile's policy decided (Policy allowlist or deny, no DecidedBy).
-type Approval struct {
-	Policy   string `json:"policy"`   // the profile's: config.PolicyDeny, PolicyAllowlist or PolicyAsk
-	Decision string `json:"decision"` // DecisionApproved, DecisionDenied or DecisionTimedOut
-	// DecidedBy is the person who answered under "ask", as `submit approve`/`deny` recorded
-	// them (user@host); empty for policy decisions, timeouts and refusals without a person.
-	DecidedBy string `json:"decided_by,omitempty"`
-	// DecidedAt is when the person answered or the wait for one ended (UTC); zero for policy
-	// decisions, which take no time worth recording.
-	DecidedAt time.Time `json:"decided_at,omitzero"`
-}
+// Approval is how one shell command was decided, as the manifest records it.
+type Approval = job.Approval
 
 // Spent is what the job used of its caps (turns, tool calls, tokens): by this attempt, and by
 // all attempts so far this one included. Caps count all attempts, so a run capped early in
@@ -328,8 +308,8 @@ func checkApproval(a Approval) error {
 		return fmt.Errorf("policy %q is not deny, allowlist or ask", a.Policy)
 	}
 	switch a.Decision {
-	case DecisionApproved, DecisionDenied:
-	case DecisionTimedOut:
+	case job.DecisionApproved, job.DecisionDenied:
+	case job.DecisionTimedOut:
 		if a.Policy != config.PolicyAsk {
 			return fmt.Errorf("decision timed_out under policy %s: only ask waits for a person", a.Policy)
 		}

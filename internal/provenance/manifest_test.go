@@ -16,6 +16,7 @@ import (
 	"github.com/gowebpki/jcs"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 )
 
@@ -138,11 +139,11 @@ func TestBuildRecordsDecisionsAndSpending(t *testing.T) {
 	m := sampleManifest(t)
 	m.ToolCalls = append(m.ToolCalls,
 		provenance.ToolCall{ID: "call_4", Tool: "shell", ArgsSHA256: sha("4"), ExitCode: -1, Error: "refused: no approval within 5m0s",
-			Approval: provenance.Approval{Policy: config.PolicyAsk, Decision: provenance.DecisionTimedOut, DecidedAt: time.Date(2026, 12, 2, 10, 21, 0, 0, time.UTC)}},
+			Approval: provenance.Approval{Policy: config.PolicyAsk, Decision: job.DecisionTimedOut, DecidedAt: time.Date(2026, 12, 2, 10, 21, 0, 0, time.UTC)}},
 		provenance.ToolCall{ID: "call_5", Tool: "shell", ArgsSHA256: sha("5"),
-			Approval: provenance.Approval{Policy: config.PolicyAllowlist, Decision: provenance.DecisionApproved}},
+			Approval: provenance.Approval{Policy: config.PolicyAllowlist, Decision: job.DecisionApproved}},
 		provenance.ToolCall{ID: "call_6", Tool: "shell", ArgsSHA256: sha("6"), ExitCode: -1, Error: "refused: the operator's policy for this profile refuses shell commands",
-			Approval: provenance.Approval{Policy: config.PolicyDeny, Decision: provenance.DecisionDenied}},
+			Approval: provenance.Approval{Policy: config.PolicyDeny, Decision: job.DecisionDenied}},
 	)
 	data := string(build(t, m, sampleSubjects()))
 	tests := []struct {
@@ -308,7 +309,7 @@ func TestBuildRejects(t *testing.T) {
 			m.ToolCalls[2].Approval.Policy = config.PolicyAllowlist
 		}, sampleSubjects()},
 		{"a policy that timed out", func(m *provenance.Manifest) {
-			m.ToolCalls[2].Approval = provenance.Approval{Policy: config.PolicyDeny, Decision: provenance.DecisionTimedOut}
+			m.ToolCalls[2].Approval = provenance.Approval{Policy: config.PolicyDeny, Decision: job.DecisionTimedOut}
 		}, sampleSubjects()},
 		{"wrong profile digest", func(m *provenance.Manifest) { m.Profile.Digest = "sha256:" + sha("other") }, sampleSubjects()},
 	}

@@ -36,30 +36,19 @@ const (
 	Expirer = "boxcar"
 )
 
-// Decision is the answer to an approval request.
-type Decision string
-
-// Decisions. Only DecisionApproved lets the command run.
-const (
-	DecisionApproved Decision = "approved"
-	DecisionDenied   Decision = "denied"
-	// DecisionExpired: nobody answered before the worker stopped waiting; the command was denied.
-	DecisionExpired Decision = "expired"
-)
-
 // Approval is one shell command waiting for a person's answer, or answered.
 type Approval struct {
-	JobID       string    `json:"job_id"`
-	CallID      string    `json:"call_id"`
-	Argv        []string  `json:"argv"`
-	Attempt     int       `json:"attempt,omitempty"`
-	Worker      string    `json:"worker,omitempty"`
-	RequestedAt time.Time `json:"requested_at"`
-	ExpiresAt   time.Time `json:"expires_at"`
-	Decision    Decision  `json:"decision,omitempty"`
-	DecidedBy   string    `json:"decided_by,omitempty"`
-	DecidedAt   time.Time `json:"decided_at,omitzero"`
-	Reason      string    `json:"reason,omitempty"`
+	JobID       string       `json:"job_id"`
+	CallID      string       `json:"call_id"`
+	Argv        []string     `json:"argv"`
+	Attempt     int          `json:"attempt,omitempty"`
+	Worker      string       `json:"worker,omitempty"`
+	RequestedAt time.Time    `json:"requested_at"`
+	ExpiresAt   time.Time    `json:"expires_at"`
+	Decision    job.Decision `json:"decision,omitempty"`
+	DecidedBy   string       `json:"decided_by,omitempty"`
+	DecidedAt   time.Time    `json:"decided_at,omitzero"`
+	Reason      string       `json:"reason,omitempty"`
 }
 
 // Pending reports whether the request still waits for an answer at now.
@@ -158,7 +147,7 @@ func (q *Queue) RequestApproval(ctx context.Context, a Approval) (Approval, erro
 			return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
 		}
 		if old, err := decodeApproval(e.Value()); err == nil && slices.Equal(old.Argv, a.Argv) &&
-			(old.Decision == DecisionApproved || old.Decision == DecisionDenied) {
+			(old.Decision == job.DecisionApproved || old.Decision == job.DecisionDenied) {
 			return old, nil
 		}
 		_, err = kv.Update(ctx, key, mustJSON(a), e.Revision())
@@ -215,21 +204,21 @@ func (q *Queue) ExpireApproval(ctx context.Context, jobID, callID, reason string
 		if a.Decision != "" {
 			return false, nil
 		}
-		a.Decision, a.DecidedBy, a.DecidedAt, a.Reason = DecisionExpired, Expirer, now, reason
+		a.Decision, a.DecidedBy, a.DecidedAt, a.Reason = job.DecisionExpired, Expirer, now, reason
 		return true, nil
 	})
 }
 
-// DecideApproval answers a pending request, once: d is DecisionApproved or DecisionDenied, by
+// DecideApproval answers a pending request, once: d is job.DecisionApproved or job.DecisionDenied, by
 // names the person, reason is optional. It fails with ErrUnknownApproval, ErrAlreadyDecided
 // or ErrApprovalExpired, each error saying what the request holds.
-func (q *Queue) DecideApproval(ctx context.Context, jobID, callID string, d Decision, by, reason string) (Approval, error) {
-	if d != DecisionApproved && d != DecisionDenied {
+func (q *Queue) DecideApproval(ctx context.Context, jobID, callID string, d job.Decision, by, reason string) (Approval, error) {
+	if d != job.DecisionApproved && d != job.DecisionDenied {
 		return Approval{}, fmt.Errorf("queue: decide approval: %q is not approved or denied", d)
 	}
 	return q.updateApproval(ctx, jobID, callID, func(a *Approval, now time.Time) (bool, error) {
 		switch {
-		case a.Decision == DecisionExpired:
+		case a.Decision == job.DecisionExpired:
 			return false, fmt.Errorf("%w: call %s of job %s expired at %s (%s); the command was denied",
 				ErrApprovalExpired, a.CallID, a.JobID, a.DecidedAt.Format(time.RFC3339), a.Reason)
 		case a.Decision != "":

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
@@ -22,11 +23,11 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name     string
-		decision queue.Decision
+		decision job.Decision
 		reason   string
 	}{
-		{name: "approve", decision: queue.DecisionApproved},
-		{name: "deny", decision: queue.DecisionDenied, reason: "not on a Friday"},
+		{name: "approve", decision: job.DecisionApproved},
+		{name: "deny", decision: job.DecisionDenied, reason: "not on a Friday"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,7 +74,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 			}
 
 			// A second answer, either way, is refused and names the first.
-			for _, d := range []queue.Decision{queue.DecisionApproved, queue.DecisionDenied} {
+			for _, d := range []job.Decision{job.DecisionApproved, job.DecisionDenied} {
 				_, err := client.DecideApproval(ctx, id, callID, d, "bob@host", "")
 				if !errors.Is(err, queue.ErrAlreadyDecided) || !strings.Contains(err.Error(), "alice@host") {
 					t.Errorf("second answer %s: %v, want ErrAlreadyDecided naming alice@host", d, err)
@@ -115,10 +116,10 @@ func TestApprovalExpiry(t *testing.T) {
 			t.Fatalf("WaitApproval = %v, want DeadlineExceeded", err)
 		}
 		a, err := b.q.ExpireApproval(ctx, id, "c1", "no answer within 100ms")
-		if err != nil || a.Decision != queue.DecisionExpired || a.DecidedBy != queue.Expirer {
+		if err != nil || a.Decision != job.DecisionExpired || a.DecidedBy != queue.Expirer {
 			t.Fatalf("ExpireApproval = %+v, %v", a, err)
 		}
-		_, err = b.q.DecideApproval(ctx, id, "c1", queue.DecisionApproved, "alice", "")
+		_, err = b.q.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", "")
 		if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "no answer within 100ms") {
 			t.Errorf("late answer: %v, want ErrApprovalExpired with the reason", err)
 		}
@@ -133,7 +134,7 @@ func TestApprovalExpiry(t *testing.T) {
 		if pending, err := b.q.PendingApprovals(ctx, ""); err != nil || len(pending) != 0 {
 			t.Errorf("pending = %+v, %v; want the expired request left out", pending, err)
 		}
-		if _, err := b.q.DecideApproval(ctx, id, "c2", queue.DecisionApproved, "alice", ""); !errors.Is(err, queue.ErrApprovalExpired) {
+		if _, err := b.q.DecideApproval(ctx, id, "c2", job.DecisionApproved, "alice", ""); !errors.Is(err, queue.ErrApprovalExpired) {
 			t.Errorf("answer after expires_at: %v, want ErrApprovalExpired", err)
 		}
 	})
@@ -143,7 +144,7 @@ func TestApprovalExpiry(t *testing.T) {
 		if err != nil || a.Decision != "" {
 			t.Fatalf("RequestApproval = %+v, %v; want pending again", a, err)
 		}
-		if _, err := b.q.DecideApproval(ctx, id, "c1", queue.DecisionApproved, "alice", ""); err != nil {
+		if _, err := b.q.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", ""); err != nil {
 			t.Errorf("answer to the new request: %v", err)
 		}
 	})
@@ -179,7 +180,7 @@ func TestApprovalRequests(t *testing.T) {
 	if one, err := b.q.PendingApprovals(ctx, j2); err != nil || len(one) != 1 || one[0].CallID != odd {
 		t.Errorf("pending of %s = %+v, %v", j2, one, err)
 	}
-	if a, err := b.q.DecideApproval(ctx, j2, odd, queue.DecisionDenied, "alice", ""); err != nil || a.CallID != odd {
+	if a, err := b.q.DecideApproval(ctx, j2, odd, job.DecisionDenied, "alice", ""); err != nil || a.CallID != odd {
 		t.Errorf("answer under the odd call id = %+v, %v", a, err)
 	}
 
@@ -189,15 +190,15 @@ func TestApprovalRequests(t *testing.T) {
 		wantErr error
 	}{
 		{name: "unknown call", decide: func() error {
-			_, err := b.q.DecideApproval(ctx, j1, "call_nope", queue.DecisionApproved, "alice", "")
+			_, err := b.q.DecideApproval(ctx, j1, "call_nope", job.DecisionApproved, "alice", "")
 			return err
 		}, wantErr: queue.ErrUnknownApproval},
 		{name: "not a job id", decide: func() error {
-			_, err := b.q.DecideApproval(ctx, "../../x", "call_a", queue.DecisionApproved, "alice", "")
+			_, err := b.q.DecideApproval(ctx, "../../x", "call_a", job.DecisionApproved, "alice", "")
 			return err
 		}, wantErr: queue.ErrUnknownApproval},
 		{name: "not a decision", decide: func() error {
-			_, err := b.q.DecideApproval(ctx, j1, "call_a", queue.DecisionExpired, "alice", "")
+			_, err := b.q.DecideApproval(ctx, j1, "call_a", job.DecisionExpired, "alice", "")
 			return err
 		}},
 		{name: "command too long to ask about", decide: func() error {
@@ -217,7 +218,7 @@ func TestApprovalRequests(t *testing.T) {
 	// Two people answering at once: exactly one answer counts.
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
-	for i, d := range []queue.Decision{queue.DecisionApproved, queue.DecisionDenied} {
+	for i, d := range []job.Decision{job.DecisionApproved, job.DecisionDenied} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

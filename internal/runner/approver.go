@@ -76,7 +76,7 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 			reason = "the job stopped waiting: " + err.Error()
 		}
 		final, xerr := approvals.ExpireApproval(cleanup, req.JobID, req.CallID, reason)
-		if xerr != nil || final.Decision == queue.DecisionExpired {
+		if xerr != nil || final.Decision == job.DecisionExpired {
 			if xerr != nil {
 				log.WarnContext(ctx, "mark approval expired failed", "error", xerr)
 			}
@@ -96,9 +96,9 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 // with it into the run's manifest.
 func answer(a queue.Approval) (agent.Answer, error) {
 	switch a.Decision {
-	case queue.DecisionApproved:
+	case job.DecisionApproved:
 		return agent.Answer{Approved: true, By: a.DecidedBy, At: a.DecidedAt}, nil
-	case queue.DecisionDenied:
+	case job.DecisionDenied:
 		return agent.Answer{By: a.DecidedBy, At: a.DecidedAt, Reason: a.Reason}, nil
 	default:
 		// Expired by another attempt of the job (one whose lease passed) while this one

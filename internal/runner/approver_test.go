@@ -69,7 +69,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 		if p.Attempt != 1 || p.Worker != b.cfg.WorkerID || len(p.Argv) != 2 {
 			t.Errorf("request = %+v", p)
 		}
-		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", queue.DecisionApproved, "alice", "")
+		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionApproved, "alice", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 	t.Run("denied with a reason", func(t *testing.T) {
 		j := b.submit("p")
 		b.waitPending(j.ID)
-		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", queue.DecisionDenied, "alice", "use make check")
+		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionDenied, "alice", "use make check")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 		if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateCancelled {
 			t.Errorf("final state %s, want cancelled", st.State)
 		}
-		_, err := b.q.DecideApproval(ctx, j.ID, "call_1", queue.DecisionApproved, "alice", "")
+		_, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionApproved, "alice", "")
 		if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "the job stopped waiting") {
 			t.Errorf("answer after the job ended: %v, want ErrApprovalExpired", err)
 		}
@@ -130,7 +130,7 @@ func TestApproverNoAnswerMeansDenied(t *testing.T) {
 	if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateSucceeded {
 		t.Errorf("final state %s, want succeeded", st.State)
 	}
-	_, err := b.q.DecideApproval(context.Background(), j.ID, "call_1", queue.DecisionApproved, "alice", "")
+	_, err := b.q.DecideApproval(context.Background(), j.ID, "call_1", job.DecisionApproved, "alice", "")
 	if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "no answer within") {
 		t.Errorf("late answer: %v, want ErrApprovalExpired saying why", err)
 	}

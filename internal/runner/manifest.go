@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"time"
 
-	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 )
@@ -84,11 +83,11 @@ func spent(a *attempt) provenance.Spent {
 }
 
 // approval is the manifest's record of how the shell policy decided a call.
-func approval(a *agent.Approval) provenance.Approval {
+func approval(a *job.Approval) job.Approval {
 	if a == nil {
-		return provenance.Approval{}
+		return job.Approval{}
 	}
-	return provenance.Approval{Policy: a.Policy, Decision: string(a.Decision), DecidedBy: a.By, DecidedAt: a.At}
+	return *a
 }
 
 func signManifest(ctx context.Context, manifest []byte, key ed25519.PrivateKey) ([]byte, error) {

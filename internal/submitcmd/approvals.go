@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
@@ -38,7 +39,7 @@ func (e *env) approveCmd() *cobra.Command {
 		Short: "let a waiting command run; each request is answered once",
 		Args:  args(2, 2, "approve: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
-			return e.decide(c.Context(), "approve", queue.DecisionApproved, a[0], a[1], "")
+			return e.decide(c.Context(), "approve", job.DecisionApproved, a[0], a[1], "")
 		},
 	}
 	e.common(c, true)
@@ -54,7 +55,7 @@ func (e *env) denyCmd() *cobra.Command {
 approval_timeout means denied.`,
 		Args: args(2, 2, "deny: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
-			return e.decide(c.Context(), "deny", queue.DecisionDenied, a[0], a[1], reason)
+			return e.decide(c.Context(), "deny", job.DecisionDenied, a[0], a[1], reason)
 		},
 	}
 	c.Flags().StringVar(&reason, "reason", "", "why the command is refused; the model is told (`TEXT`)")
@@ -99,7 +100,7 @@ func (e *env) approvals(ctx context.Context, jobID string) error {
 
 // decide answers one approval request. A request is answered once: a second answer, or one
 // after the request expired, fails with a message that says what happened instead.
-func (e *env) decide(ctx context.Context, name string, d queue.Decision, jobID, callID, reason string) error {
+func (e *env) decide(ctx context.Context, name string, d job.Decision, jobID, callID, reason string) error {
 	if len(reason) > maxReasonBytes {
 		return fmt.Errorf("%s: --reason is %d bytes; keep it under %d", name, len(reason), maxReasonBytes)
 	}

@@ -139,11 +139,6 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.metricsAddr != "" {
 		cfg.MetricsAddr = o.metricsAddr
 	}
-	if cfg.Sandbox.Bubblewrap.Root == "" {
-		// Sandboxes run as their own unprivileged users, which must be able to reach their
-		// workdirs: the system temp folder is traversable, a home folder often is not.
-		cfg.Sandbox.Bubblewrap.Root = filepath.Join(os.TempDir(), "boxcar-sandboxes")
-	}
 
 	nc, err := queue.Connect(ctx, cfg.NATS.URL, "boxcar-worker "+cfg.WorkerID)
 	if err != nil {
