@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Boxcar needs on a Debian machine, or stops with the exact command to run.
 #   deps.sh runtime   bubblewrap and python3 (the example profile's tool runs python3)
-#   deps.sh test      runtime deps plus versitygw (S3 server), prometheus (promtool, server) and a
+#   deps.sh test      runtime deps plus versitygw and SeaweedFS (S3 servers), prometheus (promtool, server) and a
 #                     Docker engine for the container tests (scripts/docker.sh)
 set -euo pipefail
 mode=${1:-runtime}
@@ -34,6 +34,9 @@ if [[ $mode == test ]]; then
 	# promtool checks the worker's metrics and the chart's alerts; the e2e tests start prometheus
 	need_apt promtool prometheus
 	"$(dirname "$0")/install-versitygw.sh" >&2
+	# The second S3 implementation the store's conformance tests run against (about 11 min to
+	# build on a cold cache, nothing once built: the version is checked)
+	"$(dirname "$0")/install-seaweedfs.sh" >&2
 	# The container tests (test/e2e/container_test.go) need an engine: docker.sh installs
 	# docker.io and starts dockerd off the network (--bridge=none, no iptables) when none answers.
 	"$(dirname "$0")/docker.sh"

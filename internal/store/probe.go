@@ -62,7 +62,7 @@ func (s *S3) Probe(ctx context.Context) error {
 		}
 		err = nil
 	case errors.Is(err, ErrUnsafeServer):
-		err = fmt.Errorf("store: %s: %w; committed runs could be overwritten by a stale attempt. Use a server that honours conditional writes (as AWS S3 and versitygw do), or set store.allow_unsafe_overwrite: true to run anyway", s.URL(""), err)
+		err = fmt.Errorf("store: %s: %w; committed runs could be overwritten by a stale attempt. Use a server that honours conditional writes (as AWS S3, versitygw and SeaweedFS do), or set store.allow_unsafe_overwrite: true to run anyway", s.URL(""), err)
 	default:
 		// Not reached, not refused: no proof either way, and nothing to keep.
 		return fmt.Errorf("store: prove create-only puts on %s: %w", s.URL(ProbeKey), err)

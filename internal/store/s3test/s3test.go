@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // InstallCommand installs the versitygw this harness expects.
@@ -40,21 +42,31 @@ type Server struct {
 	// Dir is the posix backend's root; each folder in it is a bucket.
 	Dir string
 
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when the process has been waited for
-	logf   *os.File
-	t      testing.TB
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the process has been waited for
+	logf    *os.File
+	t       testing.TB
+	seaweed bool // a SeaweedFS server, whose buckets are made through its S3 API
 }
 
 // Binary returns the path of versitygw: from PATH, else from GOBIN or a GOPATH's bin folder,
 // as the environment or `go env` sets them.
 func Binary() (string, error) {
-	if p, err := exec.LookPath("versitygw"); err == nil {
+	p, err := findBinary("versitygw")
+	if err != nil {
+		return "", fmt.Errorf("%w; install it with:\n\t%s\n(or run scripts/install-versitygw.sh)", err, InstallCommand)
+	}
+	return p, nil
+}
+
+// findBinary looks for name on PATH, else in GOBIN or a GOPATH's bin folder.
+func findBinary(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
 	var candidates []string
 	if gobin := os.Getenv("GOBIN"); gobin != "" {
-		candidates = append(candidates, filepath.Join(gobin, "versitygw"))
+		candidates = append(candidates, filepath.Join(gobin, name))
 	}
 	gopaths := filepath.SplitList(build.Default.GOPATH)
 	// `go env` also knows settings written with `go env -w`.
@@ -62,13 +74,13 @@ func Binary() (string, error) {
 		lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
 		if len(lines) == 2 {
 			if lines[0] != "" {
-				candidates = append(candidates, filepath.Join(lines[0], "versitygw"))
+				candidates = append(candidates, filepath.Join(lines[0], name))
 			}
 			gopaths = append(gopaths, filepath.SplitList(lines[1])...)
 		}
 	}
 	for _, gopath := range gopaths {
-		candidates = append(candidates, filepath.Join(gopath, "bin", "versitygw"))
+		candidates = append(candidates, filepath.Join(gopath, "bin", name))
 	}
 	var checked []string
 	for _, c := range candidates {
@@ -80,7 +92,7 @@ func Binary() (string, error) {
 			return c, nil
 		}
 	}
-	return "", fmt.Errorf("versitygw is not on PATH nor in %v; install it with:\n\t%s\n(or run scripts/install-versitygw.sh)", checked, InstallCommand)
+	return "", fmt.Errorf("%s is not on PATH nor in %v", name, checked)
 }
 
 // Start runs a fresh versitygw for the test and stops it in t.Cleanup. The test fails, naming
@@ -209,7 +221,7 @@ func (s *Server) dumpLog() {
 		return
 	}
 	if log, err := os.ReadFile(s.logf.Name()); err == nil && len(log) > 0 {
-		s.t.Logf("versitygw log:\n%s", log)
+		s.t.Logf("%s log:\n%s", filepath.Base(s.cmd.Path), log)
 	}
 }
 
@@ -218,6 +230,12 @@ func (s *Server) dumpLog() {
 func (s *Server) CreateBucket(t testing.TB) string {
 	t.Helper()
 	name := "boxcar-" + randomHex(6)
+	if s.seaweed {
+		if _, err := s.client().CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: &name}); err != nil {
+			t.Fatalf("s3test: create bucket: %v", err)
+		}
+		return name
+	}
 	if err := os.Mkdir(filepath.Join(s.Dir, name), 0o750); err != nil {
 		t.Fatalf("s3test: create bucket: %v", err)
 	}
