@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,10 +33,14 @@ type testEnv struct {
 	js       jetstream.JetStream
 }
 
-func newTestEnv(t *testing.T) *testEnv {
+func newTestEnv(t testing.TB) *testEnv { return newTestEnvSync(t, true) }
+
+// newTestEnvSync starts the server with fsync on every write (tests that restart it) or with
+// nats-server's default interval (benchmarks, as deployed).
+func newTestEnvSync(t testing.TB, syncAlways bool) *testEnv {
 	t.Helper()
 	natsDir := t.TempDir()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: natsDir, SyncAlways: true})
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: natsDir, SyncAlways: syncAlways})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +57,7 @@ func newTestEnv(t *testing.T) *testEnv {
 }
 
 // setUpQueue creates the streams and buckets, as a worker does at start.
-func (te *testEnv) setUpQueue(t *testing.T) *queue.Queue {
+func (te *testEnv) setUpQueue(t testing.TB) *queue.Queue {
 	t.Helper()
 	nc, err := queue.Connect(t.Context(), te.natsURL, "submitcmd-test")
 	if err != nil {
@@ -146,3 +152,29 @@ func message(err error) string {
 	}
 	return err.Error()
 }
+
+// countingStore counts the bytes put into a store.
+type countingStore struct {
+	store.Store
+	sent atomic.Int64
+}
+
+func (c *countingStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	return c.Store.Put(ctx, key, c.count(r), size)
+}
+
+func (c *countingStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	return c.Store.PutIfAbsent(ctx, key, c.count(r), size)
+}
+
+func (c *countingStore) count(r io.Reader) io.Reader {
+	return readerFunc(func(p []byte) (int, error) {
+		n, err := r.Read(p)
+		c.sent.Add(int64(n))
+		return n, err
+	})
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

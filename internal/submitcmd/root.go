@@ -18,6 +18,10 @@ const commonFlag = "boxcar/common"
 // with its own message (cobra's required-flag check would replace it).
 const requiredFlag = "boxcar/required"
 
+// altSynopsis on a command is a second synopsis line (its flags after the name); on a flag it
+// keeps the flag out of the first line.
+const altSynopsis = "boxcar/alt-synopsis"
+
 func markRequired(c *cobra.Command, names ...string) {
 	for _, n := range names {
 		_ = c.Flags().SetAnnotation(n, requiredFlag, []string{"true"})
@@ -128,12 +132,18 @@ func Synopsis(root *cobra.Command) string {
 			if _, common := f.Annotations[commonFlag]; common && f.Name != "output" {
 				return
 			}
+			if _, alt := f.Annotations[altSynopsis]; alt {
+				return
+			}
 			flags = append(flags, flagSynopsis(f))
 		})
 		if len(flags) > 0 {
 			line += " " + strings.Join(flags, " ")
 		}
 		b.WriteString(strings.TrimRight(line, " ") + "\n")
+		if alt, ok := c.Annotations[altSynopsis]; ok {
+			b.WriteString("submit " + fmt.Sprintf("%-*s", width, c.Name()) + " " + alt + "\n")
+		}
 	}
 	return b.String()
 }

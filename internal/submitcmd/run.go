@@ -1,32 +1,24 @@
 package submitcmd
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/boxcar-run/boxcar/internal/job"
-	"github.com/boxcar-run/boxcar/internal/store"
 )
-
-// maxInputBytes bounds one input file; larger data belongs in the store, not a batch job.
-const maxInputBytes = 256 << 20
 
 // runFlags are the flags of `submit run`.
 type runFlags struct {
 	profile, task string
 	id            string
+	jobs          string
 	inputs        []string
 	labels        []string
 	wait          bool
@@ -53,13 +45,22 @@ it follows the job and the exit code says how it ended.`,
 	fs.BoolVar(&f.wait, "wait", false, "follow the job until it ends; the exit code says how it ended")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "with --wait: give up waiting after this long (`DURATION`)")
 	fs.StringVar(&f.id, "id", "", "the job's `ID` instead of a new one: submitting the same id again inside the duplicate window (1h by default) is dropped, so a script's retry never runs a job twice")
+	fs.StringVar(&f.jobs, "jobs", "", "submit every job of `FILE` (JSON Lines: profile, task, inputs, labels, id; - for stdin) instead of one")
 	markRequired(c, "profile", "task")
+	_ = fs.SetAnnotation("jobs", altSynopsis, []string{"true"})
+	c.Annotations = map[string]string{altSynopsis: "--jobs FILE [--wait] [--timeout DURATION]"}
 	_ = c.MarkFlagFilename("input")
 	e.common(c, true)
 	return c
 }
 
 func (e *env) run(ctx context.Context, f runFlags) error {
+	if f.jobs != "" {
+		if f.profile != "" || f.task != "" || len(f.inputs) > 0 || len(f.labels) > 0 || f.id != "" {
+			return errors.New("run: --jobs takes every job from the file; leave out --profile, --task, --input, --label and --id")
+		}
+		return e.runJobs(ctx, f)
+	}
 	if f.profile == "" || strings.TrimSpace(f.task) == "" {
 		return errors.New("run: --profile and --task are required")
 	}
@@ -81,16 +82,11 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 			j.Labels[k] = v
 		}
 	}
-	// Read every input before touching NATS or the store, so a typo costs nothing.
-	contents := make([][]byte, len(f.inputs))
-	for i, name := range f.inputs {
-		data, err := readInput(name)
-		if err != nil {
+	// Check every input before touching NATS or the store, so a typo costs nothing.
+	for _, name := range f.inputs {
+		if err := checkInput(name); err != nil {
 			return err
 		}
-		sum := sha256.Sum256(data)
-		contents[i] = data
-		j.Inputs = append(j.Inputs, job.Input{Name: filepath.Base(name), SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))})
 	}
 
 	nc, q, err := e.connect(ctx)
@@ -103,14 +99,12 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 		return err
 	}
 	defer closeStore(st)
-	for i := range j.Inputs {
-		in := &j.Inputs[i]
-		key := store.InputKey(in.SHA256)
-		in.URI = st.URL(key)
-		err := st.PutIfAbsent(ctx, key, bytes.NewReader(contents[i]), in.Size)
-		if err != nil && !errors.Is(err, store.ErrExists) {
-			return fmt.Errorf("run: upload input %s: %w", in.Name, err)
-		}
+	inputs, err := uploadInputs(ctx, st, f.inputs)
+	if err != nil {
+		return err
+	}
+	for _, name := range f.inputs {
+		j.Inputs = append(j.Inputs, inputs[name])
 	}
 	if err := j.Validate(); err != nil {
 		return fmt.Errorf("run: %w", err)
@@ -145,25 +139,6 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 	}
 	fmt.Fprintf(e.stderr, "submitted job %s (profile %s)\n", j.ID, j.Profile)
 	return e.follow(ctx, q, j.ID, f.timeout)
-}
-
-func readInput(name string) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, fmt.Errorf("run: input %s: %w", name, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("run: input %s: %w", name, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("run: input %s is not a regular file", name)
-	}
-	if fi.Size() > maxInputBytes {
-		return nil, fmt.Errorf("run: input %s is %d bytes; the limit is %d", name, fi.Size(), maxInputBytes)
-	}
-	return io.ReadAll(f)
 }
 
 func submitter() string {

@@ -70,6 +70,7 @@ func run(ctx context.Context, e *env, args []string) error {
 // env is what every command shares: where NATS and the store are, and the output streams.
 type env struct {
 	getenv     func(string) string
+	stdin      io.Reader // for --jobs -; os.Stdin when nil
 	stdout     io.Writer
 	stderr     io.Writer
 	natsURL    string

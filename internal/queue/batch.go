@@ -1,0 +1,136 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// PendingPublish is a job published without waiting for the server; Wait gives the outcome.
+type PendingPublish struct {
+	id     string
+	status jetstream.PubAckFuture
+	job    jetstream.PubAckFuture
+}
+
+// PublishAsync sends a job's queued status and the job itself without waiting for the server's
+// acks, so a client that submits many jobs keeps the connection full instead of paying a round
+// trip per job. The semantics are Publish's: the status is created only if none exists, the
+// job id is the message id the server deduplicates by. The caller bounds how many it leaves
+// pending and calls Wait on each.
+func (q *Queue) PublishAsync(j job.Job) (*PendingPublish, error) {
+	data, err := j.Encode()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	// What KeyValue.Create sends: a put that the server refuses when the key has a value.
+	st, err := q.js.PublishMsgAsync(&nats.Msg{
+		Subject: "$KV." + q.cfg.StatusBucket + "." + j.ID,
+		Data:    mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, QueuedAt: now, UpdatedAt: now}),
+	}, jetstream.WithExpectLastSequencePerSubject(0))
+	if err != nil {
+		return nil, fmt.Errorf("queue: record job %s as queued: %w", j.ID, err)
+	}
+	jf, err := q.js.PublishMsgAsync(&nats.Msg{Subject: q.cfg.Subject, Data: data}, jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(q.cfg.Stream))
+	if err != nil {
+		return nil, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
+	}
+	return &PendingPublish{id: j.ID, status: st, job: jf}, nil
+}
+
+// Wait returns the outcome of the publish: duplicate when the server already had the job id.
+func (p *PendingPublish) Wait(ctx context.Context) (duplicate bool, err error) {
+	select {
+	case <-p.status.Ok():
+	case err := <-p.status.Err():
+		var api *jetstream.APIError
+		// A status already there is a worker's or an earlier submission's: keep it.
+		if !errors.As(err, &api) || api.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+			return false, fmt.Errorf("queue: record job %s as queued: %w", p.id, err)
+		}
+	case <-ctx.Done():
+		return false, fmt.Errorf("queue: record job %s as queued: %w", p.id, ctx.Err())
+	}
+	select {
+	case ack := <-p.job.Ok():
+		return ack.Duplicate, nil
+	case err := <-p.job.Err():
+		return false, fmt.Errorf("queue: publish job %s: %w", p.id, err)
+	case <-ctx.Done():
+		return false, fmt.Errorf("queue: publish job %s: %w", p.id, ctx.Err())
+	}
+}
+
+// WatchStatuses streams the status of every job in ids: each one's current value first, then
+// every change, until ctx ends or all of them reached a terminal state.
+func (q *Queue) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Status, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	// One watcher on the whole bucket, started before the current values are read, so no
+	// change between the two is missed; other jobs' updates are skipped here.
+	w, err := q.status.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, fmt.Errorf("queue: watch the status bucket: %w", err)
+	}
+	out := make(chan job.Status)
+	go func() {
+		defer close(out)
+		defer w.Stop()
+		open := len(want)
+		send := func(st job.Status) bool {
+			if !want[st.ID] {
+				return true
+			}
+			select {
+			case out <- st:
+			case <-ctx.Done():
+				return false
+			}
+			if st.State.Terminal() {
+				delete(want, st.ID)
+				open--
+			}
+			return open > 0
+		}
+		for _, id := range ids {
+			st, err := q.Status(ctx, id)
+			if err != nil {
+				continue // not there yet: its first update comes through the watcher
+			}
+			if !send(st) {
+				return
+			}
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				st, err := decodeStatus(e.Value())
+				if err != nil {
+					continue
+				}
+				st.ID = e.Key()
+				if !send(st) {
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}

@@ -1,0 +1,299 @@
+package submitcmd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// maxInFlight bounds the jobs published and not yet acknowledged by the server.
+const maxInFlight = 256
+
+// maxJobLine bounds one line of a jobs file: a job message is at most job.MaxMessageBytes.
+const maxJobLine = 2 * job.MaxMessageBytes
+
+// jobLine is one line of a jobs file (JSON Lines).
+type jobLine struct {
+	Profile string            `json:"profile"`
+	Task    string            `json:"task"`
+	Inputs  []string          `json:"inputs,omitempty"` // file paths, relative to the current folder
+	Labels  map[string]string `json:"labels,omitempty"`
+	ID      string            `json:"id,omitempty"` // optional, as --id
+}
+
+// batchJob is a line made into a job, with where it came from.
+type batchJob struct {
+	line   int
+	paths  []string
+	job    job.Job
+	result map[string]any // the line printed for it
+}
+
+// readJobs parses a whole jobs file before anything is sent: a bad line fails the command,
+// naming the line, and nothing is submitted.
+func readJobs(r io.Reader, name string) ([]*batchJob, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxJobLine)
+	var (
+		jobs []*batchJob
+		ids  = map[string]int{}
+		by   = submitter()
+		now  = time.Now().UTC()
+	)
+	for n := 1; sc.Scan(); n++ {
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("run: --jobs %s line %d: %s; nothing was submitted", name, n, fmt.Sprintf(format, args...))
+		}
+		dec := json.NewDecoder(bytes.NewReader(text))
+		dec.DisallowUnknownFields()
+		var l jobLine
+		if err := dec.Decode(&l); err != nil {
+			return nil, bad("%v (each line is one JSON object: profile, task, inputs, labels, id)", err)
+		}
+		if dec.More() {
+			return nil, bad("more than one JSON value")
+		}
+		if l.Profile == "" || strings.TrimSpace(l.Task) == "" {
+			return nil, bad("profile and task are required")
+		}
+		id := l.ID
+		switch {
+		case id == "":
+			id = job.NewID()
+		case !job.ValidID(id):
+			return nil, bad("id %q is not a job id", id)
+		}
+		if first, ok := ids[id]; ok {
+			return nil, bad("id %s is also on line %d", id, first)
+		}
+		ids[id] = n
+		for _, p := range l.Inputs {
+			if err := checkInput(p); err != nil {
+				return nil, bad("%v", err)
+			}
+		}
+		j := job.Job{Version: job.Version, ID: id, Profile: l.Profile, Task: l.Task, Labels: l.Labels, SubmittedAt: now, SubmittedBy: by}
+		// Checked now with stand-in inputs, so a bad profile name or label fails before any upload.
+		check := j
+		for _, p := range l.Inputs {
+			check.Inputs = append(check.Inputs, job.Input{Name: filepath.Base(p), URI: "check", SHA256: strings.Repeat("0", 64)})
+		}
+		if err := check.Validate(); err != nil {
+			return nil, bad("%v", err)
+		}
+		jobs = append(jobs, &batchJob{line: n, paths: l.Inputs, job: j})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("run: --jobs %s: %w; nothing was submitted", name, err)
+	}
+	if len(jobs) == 0 {
+		return nil, fmt.Errorf("run: --jobs %s holds no jobs", name)
+	}
+	return jobs, nil
+}
+
+// runJobs is `submit run --jobs FILE`: every input uploaded once per digest, every job
+// published with at most maxInFlight unacknowledged, one JSON line per job on stdout.
+func (e *env) runJobs(ctx context.Context, f runFlags) error {
+	in, name := io.Reader(os.Stdin), "stdin"
+	if e.stdin != nil {
+		in = e.stdin
+	}
+	if f.jobs != "-" {
+		file, err := os.Open(f.jobs)
+		if err != nil {
+			return fmt.Errorf("run: --jobs: %w", err)
+		}
+		defer file.Close()
+		in, name = file, f.jobs
+	}
+	jobs, err := readJobs(in, name)
+	if err != nil {
+		return err
+	}
+
+	nc, q, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	var paths []string
+	for _, bj := range jobs {
+		paths = append(paths, bj.paths...)
+	}
+	if len(paths) > 0 {
+		st, err := e.openStore(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeStore(st)
+		inputs, err := uploadInputs(ctx, st, paths)
+		if err != nil {
+			return err
+		}
+		for _, bj := range jobs {
+			for _, p := range bj.paths {
+				bj.job.Inputs = append(bj.job.Inputs, inputs[p])
+			}
+		}
+	}
+
+	policy := e.publish
+	if window, err := q.DuplicateWindow(ctx); err == nil {
+		policy = policy.within(window)
+	}
+	code := e.publishAll(ctx, q, policy, jobs)
+	if f.wait && ctx.Err() == nil {
+		code = max(code, e.followAll(ctx, q, jobs, f.timeout))
+	}
+	switch code {
+	case 0:
+		return nil
+	case exitUnknown:
+		return &ExitError{Code: code, Msg: "the server did not confirm some submissions (state \"unknown\"); submit those lines again with their \"id\": the server drops any that arrived"}
+	case 1:
+		return &ExitError{Code: 1, Msg: "some jobs were not submitted (state \"error\"); see their lines"}
+	default:
+		return &ExitError{Code: code, Msg: "not every job succeeded; see the lines on stdout"}
+	}
+}
+
+// publishAll publishes every job asynchronously, in order, and prints each job's line as its
+// ack comes back. A job whose async publish failed is published again the one-by-one way, with
+// its retries. It returns the exit code: 0, 1 (some not submitted) or exitUnknown.
+func (e *env) publishAll(ctx context.Context, q *queue.Queue, policy publishPolicy, jobs []*batchJob) int {
+	type pending struct {
+		bj  *batchJob
+		p   *queue.PendingPublish
+		err error
+	}
+	inflight := make(chan pending, maxInFlight)
+	go func() {
+		defer close(inflight)
+		for _, bj := range jobs {
+			if ctx.Err() != nil {
+				return
+			}
+			p, err := q.PublishAsync(bj.job)
+			inflight <- pending{bj, p, err}
+		}
+	}()
+	code := 0
+	for pd := range inflight {
+		bj, err := pd.bj, pd.err
+		dup := false
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, policy.attempt)
+			dup, err = pd.p.Wait(actx)
+			cancel()
+		}
+		if err != nil && !permanent(err) && ctx.Err() == nil {
+			dup, _, err = policy.publish(ctx, q, bj.job)
+		}
+		res := map[string]any{"line": bj.line, "id": bj.job.ID, "state": job.StateQueued}
+		switch {
+		case errors.Is(err, errUnknownOutcome):
+			res["state"], res["error"] = "unknown", clean(err.Error())
+			code = max(code, exitUnknown)
+		case err != nil:
+			res["state"], res["error"] = "error", clean(err.Error())
+			code = max(code, 1)
+		case dup:
+			res["duplicate"] = true
+		}
+		bj.result = res
+		if err := e.printJSON(res); err != nil {
+			code = max(code, 1)
+		}
+	}
+	return code
+}
+
+// followAll follows every submitted job with one progress line, then prints each job's final
+// status as a JSON line. The exit code is the highest of the jobs' (7 for those still running
+// at the timeout).
+func (e *env) followAll(ctx context.Context, q *queue.Queue, jobs []*batchJob, timeout time.Duration) int {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var ids []string
+	for _, bj := range jobs {
+		if bj.result["state"] == job.StateQueued {
+			ids = append(ids, bj.job.ID)
+		}
+	}
+	last := make(map[string]job.Status, len(ids))
+	if len(ids) > 0 {
+		updates, err := q.WatchStatuses(ctx, ids)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "submit: %v\n", err)
+			return 1
+		}
+		var shown string
+		var shownAt time.Time
+		for st := range updates {
+			last[st.ID] = st
+			if line := progressLine(ids, last); line != shown && time.Since(shownAt) >= time.Second {
+				fmt.Fprintf(e.stderr, "%s  %s\n", time.Now().Format("15:04:05"), line)
+				shown, shownAt = line, time.Now()
+			}
+		}
+		if line := progressLine(ids, last); line != shown {
+			fmt.Fprintf(e.stderr, "%s  %s\n", time.Now().Format("15:04:05"), line)
+		}
+	}
+	code := 0
+	for _, bj := range jobs {
+		st, ok := last[bj.job.ID]
+		if bj.result["state"] != job.StateQueued {
+			continue // already reported as not submitted
+		}
+		if !ok {
+			st = job.Status{ID: bj.job.ID}
+		}
+		out := statusJSON(st)
+		out["line"] = bj.line
+		_ = e.printJSON(out)
+		c, known := exitCodes[st.State]
+		if !known || !st.State.Terminal() {
+			c = exitGaveUp
+		}
+		code = max(code, c)
+	}
+	return code
+}
+
+// progressLine counts the jobs by state, in the order a job goes through them.
+func progressLine(ids []string, last map[string]job.Status) string {
+	order := []job.State{job.StateQueued, job.StateRunning, job.StateWaitingApproval, job.StateRetrying, job.StateInterrupted,
+		job.StateSucceeded, job.StateCapped, job.StateFailed, job.StateRejected, job.StateCancelled, job.StateDead}
+	counts := map[job.State]int{}
+	for _, id := range ids {
+		st := last[id].State
+		if st == "" {
+			st = job.StateQueued
+		}
+		counts[st]++
+	}
+	var parts []string
+	for _, s := range order {
+		if counts[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	return fmt.Sprintf("%d jobs: %s", len(ids), strings.Join(parts, ", "))
+}
