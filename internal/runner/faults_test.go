@@ -13,6 +13,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // hookStore stands in for crashes and outages at exact points of a run: each hook, when set,
@@ -109,5 +110,33 @@ func TestStatusAfterAdoptionIsTheCommittedRuns(t *testing.T) {
 	}
 	if st.Manifest != b.store.URL(store.ManifestKey(j.ID)) || st.Report == "" {
 		t.Errorf("status points at manifest %q, report %q", st.Manifest, st.Report)
+	}
+}
+
+// TestRejectedWithoutAUsableMessageIDStillHasAStatus (issue 12): a message published without
+// the Nats-Msg-Id header, or with an uppercase one, is rejected and still gets a status under
+// the id in its JSON, so `submit status` explains why.
+func TestRejectedWithoutAUsableMessageIDStillHasAStatus(t *testing.T) {
+	b := setup(t)
+	b.worker(agentFunc(writeReport))
+	ctx := context.Background()
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := func(id string) []byte {
+		return []byte(`{"version":1,"id":"` + id + `","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`)
+	}
+	if _, err := js.Publish(ctx, b.cfg.NATS.Subject, body("noheader-000001")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, b.cfg.NATS.Subject, body("upper-000002"), jetstream.WithMsgID("UPPER-000002")); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"noheader-000001", "upper-000002"} {
+		waitFor(t, 10*time.Second, "a status for "+id, func() bool {
+			st, err := b.q.Status(ctx, id)
+			return err == nil && st.State == job.StateRejected && st.Error != ""
+		})
 	}
 }

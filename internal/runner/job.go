@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -300,8 +301,8 @@ func (r *Runner) settle(ctx context.Context, a *attempt, o outcome) {
 	}
 
 	now := time.Now().UTC()
-	if dec.state != "" && job.ValidID(d.JobID) {
-		_, serr := r.cfg.Queue.UpdateStatus(ctx, d.JobID, func(s *job.Status) {
+	if id := r.statusID(ctx, a); dec.state != "" && id != "" {
+		_, serr := r.cfg.Queue.UpdateStatus(ctx, id, func(s *job.Status) {
 			s.State, s.UpdatedAt, s.Error, s.Cap = dec.state, now, "", a.result.Cap
 			// A delivery that did no work (it could not even tell whether the run is
 			// committed) leaves the attempt and worker to the one that did.
@@ -373,6 +374,27 @@ func (r *Runner) settle(ctx context.Context, a *attempt, o outcome) {
 		level = slog.LevelWarn
 	}
 	log.Log(ctx, level, "job "+dec.action.String(), logAttrs...)
+}
+
+// statusID is the id under which a delivery's outcome is recorded: the message id (the
+// Nats-Msg-Id header), or, for a message published without a usable one (no header, an
+// uppercase id), the id in its JSON, so that `submit status` can say why it was rejected.
+// The JSON id is used only when no status exists under it yet: a message cannot overwrite
+// another job's status by naming its id. Empty when the message names no job id at all.
+func (r *Runner) statusID(ctx context.Context, a *attempt) string {
+	if job.ValidID(a.d.JobID) {
+		return a.d.JobID
+	}
+	var named struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(a.d.Data, &named) != nil || !job.ValidID(named.ID) {
+		return ""
+	}
+	if _, err := r.cfg.Queue.Status(ctx, named.ID); !errors.Is(err, queue.ErrUnknownJob) {
+		return ""
+	}
+	return named.ID
 }
 
 // backoff grows with each attempt from base: base, 2×base, 4×base … capped at 5 minutes.
