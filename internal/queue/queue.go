@@ -26,6 +26,7 @@ type Queue struct {
 	// approvals is set by New; client handles look the bucket up when they use it (approvals.go).
 	approvals jetstream.KeyValue
 	log       *slog.Logger
+	written   statusCache // the statuses this handle wrote last (status.go)
 }
 
 // Connect dials NATS with reconnects on, naming the connection for server-side monitoring.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,23 +31,28 @@ func (q *Queue) Status(ctx context.Context, id string) (job.Status, error) {
 // UpdateStatus applies change to a job's status with compare-and-set, retrying on a concurrent
 // writer, and returns the status written. A terminal status is never changed again, so a stale
 // attempt cannot overwrite a final outcome.
+//
+// The first try starts from the status this handle wrote last for the job, when it has one: a
+// worker writes a running job's status a dozen times (progress, spending, outcome), and so each
+// write is one round trip, not a read and a write. If anyone else wrote in between, the
+// compare-and-set fails and the next try reads the current value, as every try did before.
 func (q *Queue) UpdateStatus(ctx context.Context, id string, change func(*job.Status)) (job.Status, error) {
-	for range 10 {
-		var (
-			st  job.Status
-			rev uint64
-		)
-		e, err := q.status.Get(ctx, id)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			st = job.Status{ID: id}
-		case err != nil:
-			return job.Status{}, fmt.Errorf("queue: status of %s: %w", id, err)
-		default:
-			if st, err = decodeStatus(e.Value()); err != nil {
-				return job.Status{}, err
+	for try := range 10 {
+		st, rev, known := q.written.get(id)
+		if try > 0 || !known {
+			st, rev = job.Status{}, 0
+			e, err := q.status.Get(ctx, id)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				st = job.Status{ID: id}
+			case err != nil:
+				return job.Status{}, fmt.Errorf("queue: status of %s: %w", id, err)
+			default:
+				if st, err = decodeStatus(e.Value()); err != nil {
+					return job.Status{}, err
+				}
+				rev = e.Revision()
 			}
-			rev = e.Revision()
 		}
 		if st.State.Terminal() {
 			return st, fmt.Errorf("%w: job %s is already %s", ErrFinal, id, st.State)
@@ -54,19 +60,63 @@ func (q *Queue) UpdateStatus(ctx context.Context, id string, change func(*job.St
 		change(&st)
 		st.ID = id
 		st.UpdatedAt = time.Now().UTC()
+		var err error
 		if rev == 0 {
-			_, err = q.status.Create(ctx, id, mustJSON(st))
+			rev, err = q.status.Create(ctx, id, mustJSON(st))
 		} else {
-			_, err = q.status.Update(ctx, id, mustJSON(st), rev)
+			rev, err = q.status.Update(ctx, id, mustJSON(st), rev)
 		}
 		if err == nil {
+			q.written.put(id, st, rev)
 			return st, nil
 		}
+		q.written.drop(id)
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
 			return job.Status{}, fmt.Errorf("queue: update status of %s: %w", id, err)
 		}
 	}
 	return job.Status{}, fmt.Errorf("queue: update status of %s: too much contention", id)
+}
+
+// statusCache holds the status a handle wrote last for each job, with its revision, until
+// the job ends. It only ever saves a read: a stale entry makes the compare-and-set fail.
+type statusCache struct {
+	mu sync.Mutex
+	m  map[string]writtenStatus
+}
+
+type writtenStatus struct {
+	st  job.Status
+	rev uint64
+}
+
+// maxWritten bounds the cache: jobs handed back unfinished (a worker stopping) leave entries.
+const maxWritten = 4096
+
+func (c *statusCache) get(id string) (job.Status, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.m[id]
+	return w.st, w.rev, ok
+}
+
+func (c *statusCache) put(id string, st job.Status, rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.State.Terminal() {
+		delete(c.m, id) // never written again
+		return
+	}
+	if c.m == nil || len(c.m) >= maxWritten {
+		c.m = map[string]writtenStatus{}
+	}
+	c.m[id] = writtenStatus{st: st, rev: rev}
+}
+
+func (c *statusCache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
 }
 
 // WatchStatus streams a job's status: the current value first, then every change, until ctx
