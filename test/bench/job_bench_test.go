@@ -61,7 +61,7 @@ func BenchmarkJobOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	ag, err := agent.New(agent.Config{BaseURL: modelURL, MaxRetries: -1, Logger: discardJSON()})
+	ag, err := agent.New(agent.Config{BaseURL: modelURL, MaxRetries: -1, Logger: discardJSON(), Profiles: rg.cfg.Profiles})
 	if err != nil {
 		b.Fatal(err)
 	}
