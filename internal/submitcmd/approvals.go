@@ -89,7 +89,7 @@ func (e *env) approvals(ctx context.Context, jobID string) error {
 	now := time.Now()
 	for _, a := range pending {
 		argv, _ := json.Marshal(a.Argv) // unambiguous: one JSON string per argument
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.JobID, a.CallID, a.ExpiresAt.Sub(now).Round(time.Second), argv)
+		printf(tw, "%s\t%s\t%s\t%s\n", a.JobID, a.CallID, a.ExpiresAt.Sub(now).Round(time.Second), argv)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -117,6 +117,6 @@ func (e *env) decide(ctx context.Context, name string, d job.Decision, jobID, ca
 		return e.printJSON(a)
 	}
 	argv, _ := json.Marshal(a.Argv)
-	fmt.Fprintf(e.stdout, "%s call %s of job %s: %s\n", a.Decision, a.CallID, a.JobID, argv)
+	printf(e.stdout, "%s call %s of job %s: %s\n", a.Decision, a.CallID, a.JobID, argv)
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 // server, measured in the same run. ratio_to_raw is submit's rate over raw's; the target is at
 // least 0.5, and at least 200 jobs/s. ratio_to_raw_job_msgs compares with the job messages
 // alone: the status record is a second message per job, so that ratio stays near 0.5 at best.
+// One op is one file of 1000 jobs.
 func BenchmarkSubmitJobs(b *testing.B) {
 	te := newTestEnvSync(b, false)
 	dir := b.TempDir()
@@ -29,7 +30,9 @@ func BenchmarkSubmitJobs(b *testing.B) {
 	if err := os.WriteFile(input, []byte("region,total\nnorth,3\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	n := b.N
+	// One op is a file of jobsPerOp jobs, so even -benchtime 1x measures a real batch.
+	const jobsPerOp = 1000
+	n := jobsPerOp * b.N
 	var jobsFile strings.Builder
 	for i := range n {
 		fmt.Fprintf(&jobsFile, `{"profile":"csv-analyst","task":"Summarise sales.csv, job %d","inputs":[%q],"labels":{"batch":"bench"}}`+"\n", i, input)

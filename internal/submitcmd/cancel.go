@@ -44,9 +44,9 @@ func (e *env) cancel(ctx context.Context, id string) error {
 		return e.printJSON(statusJSON(st))
 	}
 	if st.State == job.StateCancelled {
-		fmt.Fprintf(e.stdout, "job %s cancelled before it started\n", id)
+		printf(e.stdout, "job %s cancelled before it started\n", id)
 	} else {
-		fmt.Fprintf(e.stdout, "job %s is %s; its worker will stop it (follow with `submit watch %s`)\n", id, st.State, id)
+		printf(e.stdout, "job %s is %s; its worker will stop it (follow with `submit watch %s`)\n", id, st.State, id)
 	}
 	return nil
 }

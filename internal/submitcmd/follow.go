@@ -101,25 +101,25 @@ func (e *env) showProgress(st job.Status) {
 	if (st.State == job.StateRetrying || st.State == job.StateInterrupted) && st.Error != "" {
 		line += ": " + st.Error
 	}
-	fmt.Fprintf(e.stderr, "%s  %s\n", time.Now().Format("15:04:05"), line)
+	printf(e.stderr, "%s  %s\n", time.Now().Format("15:04:05"), line)
 }
 
 func (e *env) showFinal(st job.Status) {
-	fmt.Fprintf(e.stdout, "job %s %s", st.ID, st.State)
+	printf(e.stdout, "job %s %s", st.ID, st.State)
 	if st.Cap != "" {
-		fmt.Fprintf(e.stdout, " (cap reached: %s)", st.Cap)
+		printf(e.stdout, " (cap reached: %s)", st.Cap)
 	}
 	fmt.Fprintln(e.stdout)
 	if st.Error != "" {
-		fmt.Fprintf(e.stdout, "error: %s\n", st.Error)
+		printf(e.stdout, "error: %s\n", st.Error)
 	}
 	// A failed run can be committed without a report (one too large to keep): its manifest
 	// still says what happened.
 	if st.Report != "" {
-		fmt.Fprintf(e.stdout, "report: %s\n", st.Report)
+		printf(e.stdout, "report: %s\n", st.Report)
 	}
 	if st.Manifest != "" {
-		fmt.Fprintf(e.stdout, "manifest: %s\n", st.Manifest)
+		printf(e.stdout, "manifest: %s\n", st.Manifest)
 	}
 }
 
@@ -155,35 +155,35 @@ func (e *env) status(ctx context.Context, id string) error {
 	if e.json() {
 		return e.printJSON(statusJSON(st))
 	}
-	fmt.Fprintf(e.stdout, "job:      %s\nstate:    %s\nprofile:  %s\nattempts: %d\n", st.ID, st.State, st.Profile, st.Attempt)
+	printf(e.stdout, "job:      %s\nstate:    %s\nprofile:  %s\nattempts: %d\n", st.ID, st.State, st.Profile, st.Attempt)
 	if st.Worker != "" {
-		fmt.Fprintf(e.stdout, "worker:   %s\n", st.Worker)
+		printf(e.stdout, "worker:   %s\n", st.Worker)
 	}
 	if st.Progress != "" {
-		fmt.Fprintf(e.stdout, "progress: %s\n", st.Progress)
+		printf(e.stdout, "progress: %s\n", st.Progress)
 	}
 	for _, t := range []struct {
 		name string
 		at   time.Time
 	}{{"queued", st.QueuedAt}, {"started", st.StartedAt}, {"finished", st.FinishedAt}} {
 		if !t.at.IsZero() {
-			fmt.Fprintf(e.stdout, "%-9s %s\n", t.name+":", t.at.Local().Format(time.RFC3339))
+			printf(e.stdout, "%-9s %s\n", t.name+":", t.at.Local().Format(time.RFC3339))
 		}
 	}
 	if st.SpentTurns > 0 || st.SpentToolCalls > 0 || st.SpentTokens > 0 {
-		fmt.Fprintf(e.stdout, "spent:    %d turns, %d tool calls, %d tokens (all attempts)\n", st.SpentTurns, st.SpentToolCalls, st.SpentTokens)
+		printf(e.stdout, "spent:    %d turns, %d tool calls, %d tokens (all attempts)\n", st.SpentTurns, st.SpentToolCalls, st.SpentTokens)
 	}
 	if st.Cap != "" {
-		fmt.Fprintf(e.stdout, "cap:      %s\n", st.Cap)
+		printf(e.stdout, "cap:      %s\n", st.Cap)
 	}
 	if st.Error != "" {
-		fmt.Fprintf(e.stdout, "error:    %s\n", st.Error)
+		printf(e.stdout, "error:    %s\n", st.Error)
 	}
 	if st.Report != "" {
-		fmt.Fprintf(e.stdout, "report:   %s\n", st.Report)
+		printf(e.stdout, "report:   %s\n", st.Report)
 	}
 	if st.Manifest != "" {
-		fmt.Fprintf(e.stdout, "manifest: %s\n", st.Manifest)
+		printf(e.stdout, "manifest: %s\n", st.Manifest)
 	}
 	return nil
 }

@@ -92,9 +92,9 @@ func (e *env) get(ctx context.Context, id, out string) error {
 		err := downloadChecked(ctx, st, root, provenance.SubjectKey(id, s), s)
 		switch {
 		case err == nil:
-			fmt.Fprintln(e.stdout, filepath.Join(out, filepath.FromSlash(s.Name)))
+			printf(e.stdout, "%s\n", filepath.Join(out, filepath.FromSlash(s.Name)))
 		case errors.Is(err, provenance.ErrDigestMismatch), errors.Is(err, store.ErrNotFound):
-			fmt.Fprintf(e.stderr, "FAIL %s: %v\n", s.Name, err)
+			printf(e.stderr, "FAIL %s: %v\n", s.Name, err)
 			bad = append(bad, s.Name)
 		default:
 			return fmt.Errorf("get: %w", err)
@@ -120,13 +120,13 @@ func (e *env) get(ctx context.Context, id, out string) error {
 		return fmt.Errorf("get: %w", err)
 	}
 	for _, u := range unlisted {
-		fmt.Fprintf(e.stderr, "not downloaded: %s is not named by the manifest; nothing vouches for it\n", u)
+		printf(e.stderr, "not downloaded: %s is not named by the manifest; nothing vouches for it\n", u)
 	}
 	if len(bad) > 0 {
 		return &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: %d of %d files do not match the manifest and were not kept: %s",
 			id, len(bad), len(stmt.Subjects), strings.Join(bad, ", "))}
 	}
-	fmt.Fprintf(e.stderr, "checked %d files against the manifest's sha256 digests; `submit verify %s` also checks the signature and the inputs\n", len(stmt.Subjects), id)
+	printf(e.stderr, "checked %d files against the manifest's sha256 digests; `submit verify %s` also checks the signature and the inputs\n", len(stmt.Subjects), id)
 	return nil
 }
 

@@ -51,7 +51,8 @@ func (e *env) manifest(ctx context.Context, id string) error {
 		return fmt.Errorf("manifest: read: %w", err)
 	}
 	if e.json() {
-		_, err := fmt.Fprintln(e.stdout, string(data))
+		// Exactly the stored bytes, the ones the signature covers: for a verifier, not a terminal.
+		_, err := fmt.Fprintln(e.raw, string(data))
 		return err
 	}
 	stmt, err := provenance.Parse(data)
@@ -60,30 +61,30 @@ func (e *env) manifest(ctx context.Context, id string) error {
 	}
 	m := stmt.Predicate
 	w := e.stdout
-	fmt.Fprintf(w, "job:       %s (profile %s, attempt %d)\n", m.Job.ID, m.Job.Profile, m.Attempt)
-	fmt.Fprintf(w, "outcome:   %s", m.Outcome.State)
+	printf(w, "job:       %s (profile %s, attempt %d)\n", m.Job.ID, m.Job.Profile, m.Attempt)
+	printf(w, "outcome:   %s", m.Outcome.State)
 	if m.Outcome.Cap != "" {
-		fmt.Fprintf(w, " (cap %s)", m.Outcome.Cap)
+		printf(w, " (cap %s)", m.Outcome.Cap)
 	}
 	if m.Outcome.Reason != "" {
-		fmt.Fprintf(w, " (%s)", m.Outcome.Reason)
+		printf(w, " (%s)", m.Outcome.Reason)
 	}
 	if m.Outcome.Error != "" {
-		fmt.Fprintf(w, ": %s", m.Outcome.Error)
+		printf(w, ": %s", m.Outcome.Error)
 	}
-	fmt.Fprintf(w, "\nduration:  %s\n", (time.Duration(m.Timings.DurationMS) * time.Millisecond).String())
+	printf(w, "\nduration:  %s\n", (time.Duration(m.Timings.DurationMS) * time.Millisecond).String())
 	this, all := m.Spent.ThisAttempt, m.Spent.AllAttempts
-	fmt.Fprintf(w, "spent:     %d turns, %d tool calls, %d tokens in attempt %d; %d turns, %d tool calls, %d tokens in all attempts\n",
+	printf(w, "spent:     %d turns, %d tool calls, %d tokens in attempt %d; %d turns, %d tool calls, %d tokens in all attempts\n",
 		this.Turns, this.ToolCalls, this.Tokens, m.Attempt, all.Turns, all.ToolCalls, all.Tokens)
 	for _, in := range m.Inputs {
-		fmt.Fprintf(w, "input:     %s  sha256:%s  %d bytes\n", in.Name, in.SHA256, in.Size)
+		printf(w, "input:     %s  sha256:%s  %d bytes\n", in.Name, in.SHA256, in.Size)
 	}
-	fmt.Fprintf(w, "profile:   %s  %s\n", m.Profile.Name, m.Profile.Digest)
-	fmt.Fprintf(w, "sandbox:   %s %s (cpu %s, memory %s, disk %s, pids %d; %s)\n", m.Sandbox.Backend, m.Sandbox.ID, m.Sandbox.CPU, m.Sandbox.Memory, m.Sandbox.Disk, m.Sandbox.PIDs, m.Sandbox.Isolation)
-	fmt.Fprintf(w, "model:     %s at %s, %d responses, %d tokens (%d prompt, %d completion)\n", m.Model.Name, m.Model.EndpointHost,
+	printf(w, "profile:   %s  %s\n", m.Profile.Name, m.Profile.Digest)
+	printf(w, "sandbox:   %s %s (cpu %s, memory %s, disk %s, pids %d; %s)\n", m.Sandbox.Backend, m.Sandbox.ID, m.Sandbox.CPU, m.Sandbox.Memory, m.Sandbox.Disk, m.Sandbox.PIDs, m.Sandbox.Isolation)
+	printf(w, "model:     %s at %s, %d responses, %d tokens (%d prompt, %d completion)\n", m.Model.Name, m.Model.EndpointHost,
 		len(m.Model.ResponseIDs), m.Model.Usage.TotalTokens, m.Model.Usage.PromptTokens, m.Model.Usage.CompletionTokens)
 	for i, c := range m.ToolCalls {
-		fmt.Fprintf(w, "tool %2d:   %-12s exit %d  %4d ms", i+1, c.Tool, c.ExitCode, c.DurationMS)
+		printf(w, "tool %2d:   %-12s exit %d  %4d ms", i+1, c.Tool, c.ExitCode, c.DurationMS)
 		if c.TimedOut {
 			fmt.Fprint(w, "  timed out")
 		}
@@ -91,27 +92,27 @@ func (e *env) manifest(ctx context.Context, id string) error {
 			fmt.Fprint(w, "  truncated")
 		}
 		if a := c.Approval; a.Policy != "" {
-			fmt.Fprintf(w, "  %s (policy %s", a.Decision, a.Policy)
+			printf(w, "  %s (policy %s", a.Decision, a.Policy)
 			if a.DecidedBy != "" {
-				fmt.Fprintf(w, ", by %s", a.DecidedBy)
+				printf(w, ", by %s", a.DecidedBy)
 			}
 			if !a.DecidedAt.IsZero() {
-				fmt.Fprintf(w, ", at %s", a.DecidedAt.Format(time.RFC3339))
+				printf(w, ", at %s", a.DecidedAt.Format(time.RFC3339))
 			}
 			fmt.Fprint(w, ")")
 		}
 		if c.Error != "" {
-			fmt.Fprintf(w, "  error: %s", c.Error)
+			printf(w, "  error: %s", c.Error)
 		}
 		fmt.Fprintln(w)
 	}
 	for _, s := range stmt.Subjects {
-		fmt.Fprintf(w, "subject:   %s  sha256:%s  %d bytes\n", s.Name, s.SHA256, s.Size)
+		printf(w, "subject:   %s  sha256:%s  %d bytes\n", s.Name, s.SHA256, s.Size)
 	}
-	fmt.Fprintf(w, "worker:    %s, boxcar %s", m.Worker.ID, m.Worker.Version)
+	printf(w, "worker:    %s, boxcar %s", m.Worker.ID, m.Worker.Version)
 	if m.Worker.VCSRevision != "" {
-		fmt.Fprintf(w, " (%s)", m.Worker.VCSRevision)
+		printf(w, " (%s)", m.Worker.VCSRevision)
 	}
-	fmt.Fprintf(w, ", %s\n", m.Worker.GoVersion)
+	printf(w, ", %s\n", m.Worker.GoVersion)
 	return nil
 }

@@ -2,6 +2,7 @@ package submitcmd
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -59,7 +60,7 @@ func newRoot(e *env) *cobra.Command {
 		e.runCmd(), e.statusCmd(), e.watchCmd(), e.getCmd(), e.cancelCmd(), e.manifestCmd(),
 		e.verifyCmd(), e.keygenCmd(), e.versionCmd(),
 		e.approvalsCmd(), e.approveCmd(), e.denyCmd(),
-		completionCmd(root),
+		completionCmd(root, func() io.Writer { return e.raw }),
 	)
 	defaultHelp := root.HelpFunc()
 	root.SetHelpFunc(func(c *cobra.Command, args []string) {
@@ -236,7 +237,7 @@ files are never replaced. worker keygen does the same.`,
 }
 
 // completionCmd writes a shell completion script; cobra generates it from the command tree.
-func completionCmd(root *cobra.Command) *cobra.Command {
+func completionCmd(root *cobra.Command, raw func() io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "completion bash|zsh|fish",
 		Short: "print a shell completion script",
@@ -247,7 +248,7 @@ func completionCmd(root *cobra.Command) *cobra.Command {
 		ValidArgs: []string{"bash", "zsh", "fish"},
 		Args:      args(1, 1, "completion: give one shell: bash, zsh or fish"),
 		RunE: func(c *cobra.Command, a []string) error {
-			w := c.OutOrStdout()
+			w := raw() // a script, byte for byte
 			switch a[0] {
 			case "bash":
 				return root.GenBashCompletionV2(w, true)

@@ -24,7 +24,7 @@ func hexSum(data []byte) string {
 
 // commitRun stores a committed run as a worker would: input, report, transcript, manifest and,
 // when signed, its envelope signed with the key in $BOXCAR_HOME/keys.
-func (te *testEnv) commitRun(t *testing.T, signed bool) string {
+func (te *testEnv) commitRun(t *testing.T, signed bool, change ...func(*provenance.Manifest)) string {
 	t.Helper()
 	ctx := t.Context()
 	id := job.NewID()
@@ -60,6 +60,9 @@ func (te *testEnv) commitRun(t *testing.T, signed bool) string {
 		ToolCalls: []provenance.ToolCall{{ID: "call_1", Tool: "csv_stats", ExitCode: 0, DurationMS: 3}},
 		Attempt:   1,
 		Worker:    provenance.WorkerInfo("worker-1"),
+	}
+	for _, c := range change {
+		c(&m)
 	}
 	manifest, err := provenance.Build(m, subjects)
 	if err != nil {

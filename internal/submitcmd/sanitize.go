@@ -2,6 +2,8 @@ package submitcmd
 
 import (
 	"fmt"
+	"io"
+	"reflect"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -10,8 +12,8 @@ import (
 // clean makes text that came from a job or a model (tool names, errors, progress, labels, ids
 // read from the store) safe to print on a terminal: control characters (C0, C1, DEL, so every
 // escape sequence), Unicode format characters (Cf: bidi overrides such as U+202E, zero-width
-// characters), line and paragraph separators and invalid UTF-8 are written as Go escapes
-// (\x1b, \u202e, \n). Nothing else changes, so ordinary text reads as it was written.
+// characters), line and paragraph separators are written as \u escapes (\u001b, \u202e; \n,
+// \r, \t for those three), invalid UTF-8 as \xNN. Nothing else changes, so ordinary text reads as it was written.
 func clean(s string) string {
 	if !needsCleaning(s) {
 		return s
@@ -28,8 +30,6 @@ func clean(s string) string {
 			b.WriteString(`\r`)
 		case r == '\t':
 			b.WriteString(`\t`)
-		case unsafeRune(r) && r < 0x100:
-			fmt.Fprintf(&b, `\x%02x`, r)
 		case unsafeRune(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
@@ -53,4 +53,57 @@ func needsCleaning(s string) bool {
 
 func unsafeRune(r rune) bool {
 	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// safeWriter is every stream submit prints to: whatever a job or a model put in a status, a
+// manifest or an object name, no control or format character reaches the terminal. It writes
+// newlines and tabs as they are (submit's own layout) and escapes everything else clean does,
+// which keeps JSON output valid: an escape like \u202e inside a JSON string means the same
+// character. Text fields that come from a job are also passed through clean, so a newline in
+// them cannot start a line of its own.
+type safeWriter struct {
+	w    io.Writer
+	part []byte // the start of a UTF-8 sequence split across two writes
+}
+
+func (s *safeWriter) Write(p []byte) (int, error) {
+	data := p
+	if len(s.part) > 0 {
+		data = append(s.part, p...)
+		s.part = nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1 && !utf8.FullRune(data[i:]):
+			s.part = append([]byte(nil), data[i:]...)
+			i = len(data)
+			continue
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, data[i])
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case unsafeRune(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.Write(data[i : i+size])
+		}
+		i += size
+	}
+	if _, err := io.WriteString(s.w, b.String()); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// printf is fmt.Fprintf with every string argument passed through clean: the format is
+// submit's, the arguments may come from a job.
+func printf(w io.Writer, format string, args ...any) {
+	for i, a := range args {
+		if v := reflect.ValueOf(a); v.IsValid() && v.Kind() == reflect.String {
+			args[i] = clean(v.String())
+		}
+	}
+	fmt.Fprintf(w, format, args...)
 }

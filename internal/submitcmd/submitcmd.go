@@ -6,6 +6,7 @@ package submitcmd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -62,17 +63,34 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // run executes args against e; tests use it to shorten e's retry policy.
 func run(ctx context.Context, e *env, args []string) error {
+	e.raw = e.stdout
+	e.stdout, e.stderr = &safeWriter{w: e.stdout}, &safeWriter{w: e.stderr}
 	root := newRoot(e)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
+}
+
+// ExitCode is how cmd/submit ends for err: the exit code and the message to print (empty for
+// none), with every control and format character escaped, since a message can quote a job.
+func ExitCode(err error) (code int, msg string) {
+	var exit *ExitError
+	switch {
+	case err == nil:
+		return 0, ""
+	case errors.As(err, &exit):
+		return exit.Code, clean(exit.Msg)
+	default:
+		return 1, clean(err.Error())
+	}
 }
 
 // env is what every command shares: where NATS and the store are, and the output streams.
 type env struct {
 	getenv     func(string) string
 	stdin      io.Reader // for --jobs -; os.Stdin when nil
-	stdout     io.Writer
-	stderr     io.Writer
+	stdout     io.Writer // a safeWriter once run starts
+	stderr     io.Writer // a safeWriter once run starts
+	raw        io.Writer // stdout as given, for output that must stay byte for byte
 	natsURL    string
 	storeURL   string
 	s3Endpoint string

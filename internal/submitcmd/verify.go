@@ -106,10 +106,10 @@ func (e *env) verify(ctx context.Context, id, pubPath string, require bool) erro
 
 func (e *env) printVerdict(v verifyOutput, where string) {
 	w := e.stdout
-	fmt.Fprintf(w, "job %s in %s\n", v.ID, where)
+	printf(w, "job %s in %s\n", v.ID, where)
 	switch {
 	case v.PublicKey != "":
-		fmt.Fprintf(w, "public key %s\n", v.PublicKey)
+		printf(w, "public key %s\n", v.PublicKey)
 	default:
 		fmt.Fprintln(w, "no public key: the signature is not checked")
 	}
@@ -120,21 +120,21 @@ func (e *env) printVerdict(v verifyOutput, where string) {
 	var failed []string
 	for _, c := range v.Checks {
 		mark := map[string]string{provenance.ResultOK: "ok", provenance.ResultFail: "FAIL", provenance.ResultSkipped: "skip"}[c.Result]
-		fmt.Fprintf(w, "  %-4s  %-*s  %s\n", mark, width, c.File, c.Reason)
+		printf(w, "  %-4s  %-*s  %s\n", mark, width, c.File, c.Reason)
 		if c.Result == provenance.ResultFail {
 			failed = append(failed, c.File)
 		}
 	}
 	for _, u := range v.Unlisted {
-		fmt.Fprintf(w, "  note  %-*s  not named by the manifest: nothing vouches for it\n", width, u)
+		printf(w, "  note  %-*s  not named by the manifest: nothing vouches for it\n", width, u)
 	}
 	switch {
 	case len(failed) > 0:
-		fmt.Fprintf(w, "NOT VERIFIED: %d of %d checks failed: %s\n", len(failed), len(v.Checks), strings.Join(failed, ", "))
+		printf(w, "NOT VERIFIED: %d of %d checks failed: %s\n", len(failed), len(v.Checks), strings.Join(failed, ", "))
 	case !v.Verified:
 		fmt.Fprintln(w, "NOT VERIFIED")
 	case v.Signature == provenance.SignatureVerified:
-		fmt.Fprintf(w, "verified: every file matches the manifest, and the manifest is signed by key %s\n", v.KeyID)
+		printf(w, "verified: every file matches the manifest, and the manifest is signed by key %s\n", v.KeyID)
 	default:
 		fmt.Fprintln(w, "digests verified: every file matches the manifest; the SIGNATURE WAS NOT CHECKED, so the manifest itself is not proven")
 	}
