@@ -56,6 +56,8 @@ type BubblewrapConfig struct {
 
 	// noDiskMount walks the workdir even where a tmpfs could be mounted (benchmarks' baseline).
 	noDiskMount bool
+	// noSeccomp runs sandboxes without the seccomp filter (benchmarks' baseline).
+	noSeccomp bool
 }
 
 // WithDefaults returns a copy with every unset field at its documented default.
@@ -138,6 +140,7 @@ type BubblewrapProvider struct {
 	hostLayout             []string // bwrap options for the host's read-only /usr, /bin, /lib...
 	// diskMount is true when each workdir gets a tmpfs of its own (bubblewrap_disk.go).
 	diskMount bool
+	seccomp   *seccompFilter // nil: none (only with noSeccomp)
 
 	mu    sync.Mutex
 	inUse map[int]bool // host uids of live sandboxes
@@ -182,6 +185,14 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 		}
 	}
 	p.tmpSize = bytes.Contains(help, []byte("--size"))
+	if !cfg.noSeccomp {
+		if !bytes.Contains(help, []byte("--seccomp")) {
+			return nil, fmt.Errorf("sandbox: bubblewrap: %s lacks --seccomp; install a current one with `apt-get install -y bubblewrap`: %w", bwrap, ErrUnavailable)
+		}
+		if p.seccomp, err = buildSeccomp(); err != nil {
+			return nil, fmt.Errorf("sandbox: bubblewrap: %w: %w", err, ErrUnavailable)
+		}
+	}
 	p.disableUserns = bytes.Contains(help, []byte("--disable-userns"))
 
 	var cred *syscall.Credential

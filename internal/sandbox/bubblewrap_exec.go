@@ -290,6 +290,14 @@ func (s *bubblewrapSandbox) prepare() (*invocation, error) {
 		}
 		inv.child = append(inv.child, mf)
 	}
+	if s.p.seccomp != nil {
+		mf, err := memfile("seccomp", string(s.p.seccomp.program))
+		if err != nil {
+			inv.close()
+			return nil, err
+		}
+		inv.child = append(inv.child, mf)
+	}
 	return inv, nil
 }
 

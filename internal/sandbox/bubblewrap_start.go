@@ -143,6 +143,10 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 			args = append(args, "--ro-bind-data", strconv.Itoa(fdEtc+i), f.name)
 		}
 	}
+	if p.seccomp != nil {
+		// After the /etc files in the descriptors each Exec passes (prepare).
+		args = append(args, "--seccomp", strconv.Itoa(fdEtc+len(s.etc)))
+	}
 	args = append(args, "--proc", "/proc", "--dev", "/dev")
 	if p.tmpSize {
 		args = append(args, "--size", strconv.FormatInt(lim.disk, 10))
@@ -158,6 +162,9 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 		CPU: spec.CPU, Memory: spec.Memory, Disk: spec.Disk, PIDs: spec.PIDs,
 		Isolation: s.isolation(inForce, lim),
 	}
+	if p.seccomp != nil {
+		s.info.Seccomp, s.info.SeccompDigest = seccompName, p.seccomp.digest
+	}
 	return nil
 }
 
@@ -172,6 +179,11 @@ func (s *bubblewrapSandbox) isolation(cgroups []string, lim limits) string {
 	}
 	if s.p.disableUserns {
 		b.WriteString("; nested_userns=off")
+	}
+	if s.p.seccomp != nil {
+		fmt.Fprintf(&b, "; seccomp=%s(%s)", seccompName, s.p.seccomp.digest)
+	} else {
+		b.WriteString("; seccomp=none")
 	}
 	if len(cgroups) > 0 {
 		fmt.Fprintf(&b, "; cgroup-v%d=%s", s.p.cgroups.version, strings.Join(cgroups, ","))

@@ -126,9 +126,10 @@ func TestEscapeDiskBoundRefusedWithoutMechanism(t *testing.T) {
 	t.Log(err)
 }
 
-// BenchmarkDiskBoundLifecycle is a sandbox's start, one `true` and its close with the workdir
-// on a tmpfs of its own against the walked workdir it replaces, alternating in the same run.
-func BenchmarkDiskBoundLifecycle(b *testing.B) {
+// BenchmarkHardenedLifecycle is a sandbox's start, one `true` and its close as hardened for
+// issue 11 (the workdir on a tmpfs of its own, the seccomp filter) against the walked workdir
+// and no filter it replaces, alternating in the same run.
+func BenchmarkHardenedLifecycle(b *testing.B) {
 	ctx := context.Background()
 	spec := sandbox.Spec{JobID: "bench", SandboxSpec: bombSpec}
 	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second}
@@ -146,7 +147,7 @@ func BenchmarkDiskBoundLifecycle(b *testing.B) {
 		}
 		return time.Since(begin)
 	}
-	mounted, walked := newBubblewrap(b), newBubblewrap(b, sandbox.WithoutDiskMount)
+	mounted, walked := newBubblewrap(b), newBubblewrap(b, sandbox.WithoutDiskMount, sandbox.WithoutSeccomp)
 	lifecycle(mounted)
 	lifecycle(walked)
 	var tMounted, tWalked []time.Duration
@@ -156,7 +157,7 @@ func BenchmarkDiskBoundLifecycle(b *testing.B) {
 	}
 	b.StopTimer()
 	x, y := median(tMounted), median(tWalked)
-	b.ReportMetric(float64(x)/1e6, "tmpfs-ms/op")
-	b.ReportMetric(float64(y)/1e6, "walk-ms/op")
-	b.ReportMetric(float64(x)/float64(y), "x-of-walk")
+	b.ReportMetric(float64(x)/1e6, "hardened-ms/op")
+	b.ReportMetric(float64(y)/1e6, "before-ms/op")
+	b.ReportMetric(float64(x)/float64(y), "x-of-before")
 }

@@ -33,3 +33,7 @@ func (c BubblewrapConfig) WithoutDiskMountStrict() BubblewrapConfig {
 	c.noDiskMount = true
 	return c
 }
+
+// WithoutSeccomp runs sandboxes without the seccomp filter: the baseline of benchmarks and of
+// tests that show what the filter stops.
+func WithoutSeccomp(c *BubblewrapConfig) { c.noSeccomp = true }

@@ -100,6 +100,11 @@ type Info struct {
 	Disk        string `json:"disk,omitempty"`
 	PIDs        int    `json:"pids,omitempty"`
 	Isolation   string `json:"isolation,omitempty"` // what the backend could enforce, e.g. "rlimits" or "cgroup"
+	// Seccomp names the syscall filter the sandbox's processes run under, and SeccompDigest is
+	// the sha256 of the filter program as loaded; empty where the backend sets none of its own
+	// (a pod's RuntimeDefault profile is the runtime's, named in Isolation).
+	Seccomp       string `json:"seccomp,omitempty"`
+	SeccompDigest string `json:"seccomp_digest,omitempty"`
 }
 
 // CleanPath turns a workdir-relative path into its clean form, refusing absolute paths and any
