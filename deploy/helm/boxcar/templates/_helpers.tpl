@@ -59,3 +59,56 @@ namespace="{{ .Release.Namespace }}",service="{{ include "boxcar.fullname" . }}-
 {{- define "boxcar.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
+
+{{/*
+The checks values.schema.json has no words for: one value against another, and the two worker
+config rules JSON Schema cannot state (internal/config.Schema says which). Each failure names
+the value to change.
+*/}}
+{{- define "boxcar.checks" -}}
+{{- with .Values.keda }}
+{{- if gt (int64 .minReplicaCount) (int64 .maxReplicaCount) }}
+{{- fail (printf "keda.minReplicaCount (%v) is above keda.maxReplicaCount (%v)" .minReplicaCount .maxReplicaCount) }}
+{{- end }}
+{{- end }}
+{{- with .Values.autoscaling }}
+{{- if gt (int64 .minReplicas) (int64 .maxReplicas) }}
+{{- fail (printf "autoscaling.minReplicas (%v) is above autoscaling.maxReplicas (%v)" .minReplicas .maxReplicas) }}
+{{- end }}
+{{- end }}
+{{- with .Values.metrics.serviceMonitor }}
+{{- if gt (include "boxcar.milliseconds" .scrapeTimeout | int64) (include "boxcar.milliseconds" .interval | int64) }}
+{{- fail (printf "metrics.serviceMonitor.scrapeTimeout (%s) is longer than metrics.serviceMonitor.interval (%s); Prometheus refuses that" .scrapeTimeout .interval) }}
+{{- end }}
+{{- end }}
+{{- range $name, $p := .Values.config.profiles }}
+{{- $seen := dict }}
+{{- range $i, $t := $p.tools }}
+{{- $tool := toString $t.name }}
+{{- if hasKey $seen $tool }}
+{{- fail (printf "config.profiles.%s.tools[%d].name: %q is declared twice" $name $i $tool) }}
+{{- end }}
+{{- $_ := set $seen $tool true }}
+{{- $props := dig "parameters" "properties" dict $t }}
+{{- range $t.command }}
+{{- $arg := toString . }}
+{{- if regexMatch "^\\{\\{[a-zA-Z0-9_]+\\}\\}$" $arg }}
+{{- if not (hasKey $props (trimSuffix "}}" (trimPrefix "{{" $arg))) }}
+{{- fail (printf "config.profiles.%s.tools[%d].command: placeholder %s has no matching entry in parameters.properties" $name $i $arg) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* A Prometheus duration ("1m30s", "500ms") in milliseconds. */}}
+{{- define "boxcar.milliseconds" -}}
+{{- $unit := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 -}}
+{{- $total := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" (toString .) -1 -}}
+{{- $n := regexFind "^[0-9]+" . -}}
+{{- $total = add $total (mul (int64 $n) (get $unit (trimPrefix $n .))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}

@@ -1,0 +1,145 @@
+package helm
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	kubefake "helm.sh/helm/v4/pkg/kube/fake"
+	"helm.sh/helm/v4/pkg/storage"
+	"helm.sh/helm/v4/pkg/storage/driver"
+	"helm.sh/helm/v4/pkg/strvals"
+)
+
+// install runs `helm install --dry-run=client` through the Helm v4 SDK: the schema check and
+// every template, as a user's install runs them, with values from a file and --set flags.
+func install(t *testing.T, file string, sets ...string) error {
+	t.Helper()
+	vals := values(t, file)
+	for _, s := range sets {
+		if err := strvals.ParseInto(s, vals); err != nil {
+			t.Fatalf("--set %s: %v", s, err)
+		}
+	}
+	cfg := &action.Configuration{
+		Releases:     storage.Init(driver.NewMemory()),
+		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
+		Capabilities: common.DefaultCapabilities,
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace = releaseName, releaseNamespace
+	in.DryRunStrategy = action.DryRunClient
+	_, err := in.Run(loadChart(t), vals)
+	return err
+}
+
+// TestInstallRefusesBadValues: each mistake is refused by `helm install` itself, before any
+// pod crash-loops, with a message naming the value to fix. The worker config cases are the
+// ones the worker refuses at start (internal/config's schema test holds the two together).
+func TestInstallRefusesBadValues(t *testing.T) {
+	const tools = "config: {profiles: {file-summary: {tools: "
+	tests := []struct {
+		name   string
+		values string
+		set    []string
+		// want are substrings of the error: the value's path and what is wrong.
+		want []string
+	}{
+		{name: "misspelt nats key", values: "config: {nats: {strem: X}}", want: []string{"/config/nats", "strem"}},
+		{name: "path_style not a boolean", values: "config: {store: {path_style: 'yes'}}", want: []string{"/config/store/path_style"}},
+		{name: "ack_wait not a duration", values: "config: {nats: {ack_wait: banana}}", want: []string{"/config/nats/ack_wait"}},
+		{name: "max_deliver negative", values: "config: {nats: {max_deliver: -1}}", want: []string{"/config/nats/max_deliver"}},
+		{name: "max_deliver negative by --set", set: []string{"config.nats.max_deliver=-1"}, want: []string{"/config/nats/max_deliver"}},
+		{name: "unknown profile field", values: "config: {profiles: {file-summary: {timeout: 5m}}}", want: []string{"/config/profiles/file-summary", "timeout"}},
+		{name: "profile without a model name", values: "config: {profiles: {extra: {tools: [{name: read_file}]}}}", want: []string{"/config/profiles/extra", "model"}},
+		{name: "cpu zero", values: "config: {profiles: {file-summary: {sandbox: {cpu: '0'}}}}", want: []string{"/config/profiles/file-summary/sandbox/cpu"}},
+		{name: "memory not a quantity", values: "config: {profiles: {file-summary: {sandbox: {memory: lots}}}}", want: []string{"/config/profiles/file-summary/sandbox/memory"}},
+		{name: "relative workdir", values: "config: {profiles: {file-summary: {sandbox: {workdir: work}}}}", want: []string{"/config/profiles/file-summary/sandbox/workdir"}},
+		{name: "tool declared twice", values: tools + "[{name: read_file}, {name: read_file}]}}}", want: []string{"config.profiles.file-summary.tools[1].name", "declared twice"}},
+		{name: "placeholder without parameter", values: tools + "[{name: echo, command: [echo, '{{msg}}']}]}}}", want: []string{"config.profiles.file-summary.tools[0].command", "{{msg}}"}},
+		{name: "no profiles", values: "config: {profiles: {file-summary: null}}", want: []string{"/config/profiles"}},
+		{name: "store not s3 or file", values: "config: {store: {url: 'ftp://x'}}", want: []string{"/config/store/url"}},
+		{name: "config sets the sandbox backend", values: "config: {sandbox: {backend: bubblewrap}}", want: []string{"/config", "sandbox"}},
+		{name: "config sets metrics_addr", values: "config: {metrics_addr: '127.0.0.1:9464'}", want: []string{"/config", "metrics_addr"}},
+		{name: "config sets one worker id for every pod", values: "config: {worker_id: w1}", want: []string{"/config", "worker_id"}},
+		{name: "keda min above max", values: "keda: {minReplicaCount: 5, maxReplicaCount: 2}", want: []string{"keda.minReplicaCount", "keda.maxReplicaCount"}},
+		{name: "keda min above max by --set", set: []string{"keda.minReplicaCount=11"}, want: []string{"keda.minReplicaCount"}},
+		{name: "hpa min above max", values: "autoscaling: {minReplicas: 4, maxReplicas: 3}", want: []string{"autoscaling.minReplicas"}},
+		{name: "monitoring endpoint with a scheme", values: "keda: {natsServerMonitoringEndpoint: 'http://nats-headless.nats:8222'}", want: []string{"/keda/natsServerMonitoringEndpoint"}},
+		{name: "monitoring endpoint with a path", values: "keda: {natsServerMonitoringEndpoint: 'nats:8222/jsz'}", want: []string{"/keda/natsServerMonitoringEndpoint"}},
+		{name: "scrape timeout longer than interval", values: "metrics: {serviceMonitor: {interval: 30s, scrapeTimeout: 1m}}", want: []string{"metrics.serviceMonitor.scrapeTimeout", "interval"}},
+		{name: "scrape timeout longer than a mixed interval", values: "metrics: {serviceMonitor: {interval: 1m30s, scrapeTimeout: 2m}}", want: []string{"scrapeTimeout"}},
+		{name: "failure ratio above 1", values: "metrics: {prometheusRule: {jobFailureRatio: 5}}", want: []string{"/metrics/prometheusRule/jobFailureRatio"}},
+		{name: "failure ratio above 1 by --set", set: []string{"metrics.prometheusRule.jobFailureRatio=1.5"}, want: []string{"/metrics/prometheusRule/jobFailureRatio"}},
+		{name: "replicas not a number", values: "replicas: two", want: []string{"/replicas"}},
+		{name: "unknown pull policy", values: "image: {pullPolicy: Sometimes}", want: []string{"/image/pullPolicy"}},
+		{name: "misspelt top-level key", values: "replica: 3", want: []string{"replica"}},
+		{name: "keda flag not a boolean", values: "keda: {enabled: 'yes'}", want: []string{"/keda/enabled"}},
+		{name: "sandbox namespace not a DNS label", values: "sandboxes: {namespace: Boxcar_Sandboxes}", want: []string{"/sandboxes/namespace"}},
+		{name: "unknown sandbox pull policy", values: "sandboxes: {imagePullPolicy: Sometimes}", want: []string{"/sandboxes/imagePullPolicy"}},
+		{name: "API key secret without a name", values: "openai: {apiKeySecret: {name: ''}}", want: []string{"/openai/apiKeySecret/name"}},
+		{name: "drain grace zero", values: "drainGraceSeconds: 0", want: []string{"/drainGraceSeconds"}},
+		{name: "limits memory not a quantity", values: "resources: {limits: {memory: lots}}", want: []string{"/resources/limits/memory"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := install(t, tt.values, tt.set...)
+			if err == nil {
+				t.Fatalf("helm install accepts values %q --set %v, want them refused", tt.values, tt.set)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("helm install: %v\nwant the message to name %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestInstallAccepts: the defaults, each feature, and what a user writes on the command line.
+func TestInstallAccepts(t *testing.T) {
+	tests := []struct {
+		name   string
+		values string
+		set    []string
+	}{
+		{name: "failure ratio by --set", set: []string{"metrics.prometheusRule.enabled=true", "metrics.prometheusRule.jobFailureRatio=0.3", "metrics.prometheusRule.sandboxStartFailureRatio=1"}},
+		{name: "replica bounds by --set", set: []string{"keda.enabled=true", "keda.minReplicaCount=3", "keda.maxReplicaCount=3"}},
+		{name: "quantity as a number by --set", set: []string{"config.profiles.file-summary.sandbox.cpu=2"}},
+		{name: "scrape timeout equal to interval", values: "metrics: {serviceMonitor: {enabled: true, interval: 1m, scrapeTimeout: 60s}}"},
+		{name: "command tool with its parameter", values: "config: {profiles: {file-summary: {tools: [{name: read_file}, {name: echo, command: [echo, '{{msg}}'], parameters: {type: object, properties: {msg: {type: string}}}}]}}}"},
+	}
+	for _, f := range features {
+		tests = append(tests, struct {
+			name   string
+			values string
+			set    []string
+		}{name: f.name, values: f.values})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := install(t, tt.values, tt.set...); err != nil {
+				t.Errorf("helm install refuses values %q --set %v: %v", tt.values, tt.set, err)
+			}
+		})
+	}
+}
+
+// TestLintStrict is `helm lint --strict` for the defaults and each feature.
+func TestLintStrict(t *testing.T) {
+	for _, f := range features {
+		t.Run(f.name, func(t *testing.T) {
+			l := action.NewLint()
+			l.Strict, l.Namespace = true, releaseNamespace
+			res := l.Run([]string{chartDir}, values(t, f.values))
+			for _, m := range res.Messages {
+				t.Logf("helm lint: %s", m)
+			}
+			for _, err := range res.Errors {
+				t.Errorf("helm lint --strict: %v", err)
+			}
+		})
+	}
+}

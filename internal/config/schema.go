@@ -1,0 +1,69 @@
+package config
+
+import (
+	"reflect"
+
+	"github.com/boxcar-run/boxcar/internal/schemagen"
+)
+
+// Schema is the JSON Schema of the worker config file, generated from the Config type; the
+// rules below restate Validate for the tools that read a schema (the Helm chart's
+// values.schema.json, editors). A field written as its zero value takes its default, so a
+// rule says "at least 0" where Validate says "at least 1" after defaults. Two checks have no
+// JSON Schema form: a tool name declared twice, and a "{{param}}" without its parameter; the
+// chart repeats them in its templates. schema_test.go holds the schema to Validate.
+func Schema() (schemagen.Schema, error) {
+	return schemagen.Generate(Config{}, SchemaOptions())
+}
+
+// SchemaOptions are the types and rules Schema uses, for a caller that narrows the schema
+// (the chart omits the fields it sets itself).
+func SchemaOptions() schemagen.Options {
+	nonNegative := schemagen.Schema{"minimum": 0}
+	quantity := schemagen.Schema{
+		// YAML may write a quantity as a number; the pattern holds a string, the minimum a number.
+		"type":             []any{"string", "number"},
+		"pattern":          positiveQuantity,
+		"exclusiveMinimum": 0,
+		"description":      "A positive Kubernetes quantity such as 500m, 1, 512Mi or 1Gi; empty means the default.",
+	}
+	duration := schemagen.Schema{"pattern": nonNegativeDuration}
+	return schemagen.Options{
+		YAMLScalars: true,
+		Types: map[reflect.Type]schemagen.Schema{
+			reflect.TypeFor[Duration](): {"type": "string", "pattern": anyDuration, "description": "A Go duration such as 90s, 15m or 1h30m."},
+		},
+		Rules: map[string]schemagen.Schema{
+			"concurrency":                          nonNegative,
+			"sandbox.backend":                      {"enum": []any{"", "bubblewrap", "kubernetes"}},
+			"sandbox.kubernetes.image_pull_policy": {"enum": []any{"", "Always", "IfNotPresent", "Never"}},
+			"nats.ack_wait":                        duration,
+			"nats.max_deliver":                     nonNegative,
+			"nats.max_ack_pending":                 nonNegative,
+			"profiles":                             {"minProperties": 1},
+			"profiles.*.model.name":                {"minLength": 1, "description": "The model the endpoint serves, e.g. gpt-4.1-mini."},
+			"profiles.*.sandbox.cpu":               quantity,
+			"profiles.*.sandbox.memory":            quantity,
+			"profiles.*.sandbox.disk":              quantity,
+			"profiles.*.sandbox.pids":              nonNegative,
+			"profiles.*.sandbox.workdir":           {"pattern": `^(/[\s\S]+)?$`, "description": "An absolute path other than /."},
+			"profiles.*.tools":                     {"minItems": 1},
+			"profiles.*.tools[].name":              {"pattern": toolName.String()},
+			"profiles.*.limits.max_turns":          nonNegative,
+			"profiles.*.limits.max_tool_calls":     nonNegative,
+			"profiles.*.limits.max_tokens":         nonNegative,
+			"profiles.*.limits.max_output_bytes":   {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": 256}}, "description": "At least 256; 0 means the default."},
+			"profiles.*.limits.command_timeout":    duration,
+			"profiles.*.limits.job_timeout":        duration,
+		},
+	}
+}
+
+const (
+	// anyDuration is what time.ParseDuration reads.
+	anyDuration = `^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// nonNegativeDuration: zero takes the default, a negative one is refused.
+	nonNegativeDuration = `^\+?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// positiveQuantity is a resource.Quantity above zero, or empty for the default.
+	positiveQuantity = `^(\+?([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)([numkMGTPE]|[KMGTPE]i|[eE][+-]?[0-9]+)?)?$`
+)

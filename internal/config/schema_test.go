@@ -1,0 +1,152 @@
+package config_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"sigs.k8s.io/yaml"
+
+	"github.com/boxcar-run/boxcar/examples"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/schemagen"
+)
+
+// compile turns a generated schema into a validator the way Helm does (santhosh-tekuri v6).
+func compile(t *testing.T, s schemagen.Schema) *jsonschema.Schema {
+	t.Helper()
+	data, err := schemagen.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("file:///worker-config.schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Compile("file:///worker-config.schema.json")
+	if err != nil {
+		t.Fatalf("the generated schema does not compile: %v", err)
+	}
+	return v
+}
+
+// validate checks a YAML config against the schema as a tool reading the YAML would.
+func validate(v *jsonschema.Schema, doc string) error {
+	js, err := yaml.YAMLToJSON([]byte(doc))
+	if err != nil {
+		return err
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(js))
+	if err != nil {
+		return err
+	}
+	return v.Validate(inst)
+}
+
+// profile is a valid config whose one profile "p" has extra YAML (indented 4) added, or its
+// tools replaced when extra starts with "tools:".
+func profile(extra string) string {
+	tools := "    tools: [{name: read_file}]\n"
+	if strings.HasPrefix(extra, "tools:") {
+		tools = ""
+	}
+	if extra != "" {
+		extra = "    " + strings.ReplaceAll(strings.TrimRight(extra, "\n"), "\n", "\n    ") + "\n"
+	}
+	return "profiles:\n  p:\n    model: {name: m}\n" + tools + extra
+}
+
+// TestSchemaAgreesWithValidate: the generated schema and the worker's own Parse accept and
+// refuse the same configs, so a tool that checks the schema (helm install) refuses what the
+// worker would refuse at start. The two checks JSON Schema cannot say are listed as such, and
+// the chart's templates repeat them (deploy/helm).
+func TestSchemaAgreesWithValidate(t *testing.T) {
+	s, err := config.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := compile(t, s)
+	tests := []struct {
+		name string
+		yaml string
+		// schemaCannot marks a mistake Parse refuses that has no JSON Schema form.
+		schemaCannot bool
+	}{
+		// Accepted by both.
+		{name: "example config", yaml: string(examples.Config)},
+		{name: "minimal", yaml: profile("")},
+		{name: "zero values take defaults", yaml: "concurrency: 0\nnats: {max_deliver: 0, ack_wait: 0s}\n" + profile("sandbox: {pids: 0, cpu: '', workdir: ''}\nlimits: {max_output_bytes: 0, job_timeout: '0'}")},
+		{name: "quantities", yaml: profile("sandbox: {cpu: 500m, memory: 1.5Gi, disk: '1e9'}")},
+		{name: "fractional cpu", yaml: profile("sandbox: {cpu: '0.25'}")},
+		{name: "quantities as numbers", yaml: profile("sandbox: {cpu: 2, memory: 1e9}")},
+		{name: "a number where a string goes", yaml: "store: {region: 1}\n" + profile("system_prompt: true")},
+		{name: "durations", yaml: "nats: {ack_wait: 1m30s, retry_backoff: 250ms}\n" + profile("limits: {job_timeout: 1h, command_timeout: 1.5s}")},
+		{name: "command tool", yaml: profile("tools:\n  - name: stats\n    command: [awk, -f, x.awk, '{{path}}']\n    parameters: {type: object, properties: {path: {type: string}}}")},
+		{name: "shell allowlist", yaml: profile("tools:\n  - {name: shell, policy: allowlist, allow: ['ls *']}")},
+		{name: "shell by name", yaml: profile("tools:\n  - {name: shell}")},
+		{name: "shell ask", yaml: profile("tools:\n  - {name: sh, kind: shell, policy: ask}")},
+		{name: "kubernetes backend", yaml: "sandbox: {backend: kubernetes, kubernetes: {image_pull_policy: Never}}\n" + profile("")},
+		{name: "max_output_bytes 256", yaml: profile("limits: {max_output_bytes: 256}")},
+		{name: "nullable model params", yaml: "profiles:\n  p:\n    model: {name: m, temperature: null, seed: 7}\n    tools: [{name: read_file}]\n"},
+
+		// Refused by both.
+		{name: "misspelt key", yaml: "nats: {strem: X}\n" + profile("")},
+		{name: "unknown top-level key", yaml: "concurency: 2\n" + profile("")},
+		{name: "unknown profile field", yaml: profile("timeout: 5m")},
+		{name: "path_style not a boolean", yaml: "store: {path_style: 'yes'}\n" + profile("")},
+		{name: "ack_wait not a duration", yaml: "nats: {ack_wait: banana}\n" + profile("")},
+		{name: "ack_wait a number", yaml: "nats: {ack_wait: 60}\n" + profile("")},
+		{name: "ack_wait negative", yaml: "nats: {ack_wait: -5s}\n" + profile("")},
+		{name: "max_deliver negative", yaml: "nats: {max_deliver: -1}\n" + profile("")},
+		{name: "max_ack_pending negative", yaml: "nats: {max_ack_pending: -3}\n" + profile("")},
+		{name: "concurrency negative", yaml: "concurrency: -1\n" + profile("")},
+		{name: "concurrency fractional", yaml: "concurrency: 1.5\n" + profile("")},
+		{name: "unknown backend", yaml: "sandbox: {backend: docker}\n" + profile("")},
+		{name: "unknown pull policy", yaml: "sandbox: {kubernetes: {image_pull_policy: sometimes}}\n" + profile("")},
+		{name: "no profiles", yaml: "concurrency: 1\n"},
+		{name: "empty profiles", yaml: "profiles: {}\n"},
+		{name: "no model", yaml: "profiles:\n  p:\n    tools: [{name: read_file}]\n"},
+		{name: "empty model name", yaml: "profiles:\n  p:\n    model: {name: ''}\n    tools: [{name: read_file}]\n"},
+		{name: "no tools", yaml: "profiles:\n  p:\n    model: {name: m}\n"},
+		{name: "empty tools", yaml: profile("tools: []")},
+		{name: "memory not a quantity", yaml: profile("sandbox: {memory: lots}")},
+		{name: "cpu zero", yaml: profile("sandbox: {cpu: '0'}")},
+		{name: "cpu negative", yaml: profile("sandbox: {cpu: '-1'}")},
+		{name: "cpu zero as a number", yaml: profile("sandbox: {cpu: 0}")},
+		{name: "disk zero with suffix", yaml: profile("sandbox: {disk: 0Mi}")},
+		{name: "pids negative", yaml: profile("sandbox: {pids: -1}")},
+		{name: "relative workdir", yaml: profile("sandbox: {workdir: work}")},
+		{name: "root workdir", yaml: profile("sandbox: {workdir: /}")},
+		{name: "lifetime not a duration", yaml: profile("sandbox: {lifetime: forever}")},
+		{name: "tool name with a space", yaml: profile("tools: [{name: 'read file'}]")},
+		{name: "max_turns negative", yaml: profile("limits: {max_turns: -1}")},
+		{name: "max_output_bytes too small", yaml: profile("limits: {max_output_bytes: 100}")},
+		{name: "job_timeout negative", yaml: profile("limits: {job_timeout: -1m}")},
+		{name: "temperature a string", yaml: "profiles:\n  p:\n    model: {name: m, temperature: warm}\n    tools: [{name: read_file}]\n"},
+
+		// Refused by Parse only: no JSON Schema form.
+		{name: "tool declared twice", yaml: profile("tools: [{name: read_file}, {name: read_file}]"), schemaCannot: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, perr := config.Parse([]byte(tt.yaml))
+			serr := validate(v, tt.yaml)
+			switch {
+			case tt.schemaCannot:
+				if perr == nil {
+					t.Errorf("Parse accepts it, want it refused:\n%s", tt.yaml)
+				}
+				if serr != nil {
+					t.Errorf("the schema now refuses it (%v): move the case up", serr)
+				}
+			case (perr == nil) != (serr == nil):
+				t.Errorf("Parse and the schema disagree:\nParse:  %v\nschema: %v\n%s", perr, serr, tt.yaml)
+			}
+		})
+	}
+}
