@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -116,10 +117,24 @@ func TestReadyzWhileDraining(t *testing.T) {
 		t.Fatal("the worker did not finish its job and stop")
 	}
 	done <- nil // for the cleanup
-	if !strings.Contains(w.log.String(), `"job_id":"`+id+`","attempt":1,"state":"succeeded"`) {
+	if !loggedState(w.log.String(), id, "succeeded") {
 		t.Errorf("job %s did not succeed during the drain:\n%s", id, w.log.String())
 	}
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Error("/healthz still answers after the worker stopped")
 	}
+}
+
+// loggedState reports whether the worker's JSON log has a line settling job id in state.
+func loggedState(log, id, state string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		var rec struct {
+			JobID string `json:"job_id"`
+			State string `json:"state"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.JobID == id && rec.State == state {
+			return true
+		}
+	}
+	return false
 }
