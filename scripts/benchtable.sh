@@ -10,7 +10,7 @@ rows='1|queue layer: jobs/s fetch->run->ack vs raw fetch+double-ack|BenchmarkQue
 3|per-job overhead: whole runner vs the same primitive calls|BenchmarkJobOverhead|x-of-raw<=1.1,overhead-ms/job<=5
 4|memory: worker RSS per in-flight job; a 64 MiB artifact job|BenchmarkWorkerMemory|MiB/job-at-1<=2,MiB/job-at-50<=2,artifact-MiB<=8
 5|failover: SIGKILL->redelivery; SIGTERM->handover|BenchmarkFailover|sigkill-excess-ms<=1000,sigterm-ms<=1000
-6|submission: submit run --jobs FILE vs raw publishes|BenchmarkSubmitJobs|x-of-raw>=0.5,boxcar-jobs/s>=200
+6|submission: submit run --jobs FILE vs raw publishes|BenchmarkSubmitJobs|ratio_to_raw>=0.5,jobs/s>=200
 7|cluster pod start: Boxcar Start vs bare client-go|BenchmarkPodStart|x-of-bare-p50<=1.1'
 awk -v rows="$rows" '
 function med(a, n,   i, j, t, s) {
