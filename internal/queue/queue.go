@@ -157,6 +157,7 @@ func (q *Queue) Fetch(ctx context.Context) (*Delivery, error) {
 	if q.cons == nil {
 		return nil, errors.New("queue: fetch on a client handle; use queue.New")
 	}
+	failing := false // a failure was logged: say once when fetching works again
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -165,15 +166,25 @@ func (q *Queue) Fetch(ctx context.Context) (*Delivery, error) {
 		pullCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		msg, err := q.cons.Next(jetstream.FetchContext(pullCtx))
 		cancel()
+		if failing && (err == nil || isPullTimeout(err)) {
+			failing = false
+			q.log.InfoContext(ctx, "fetching jobs again")
+		}
 		switch {
 		case err == nil:
 			return q.delivery(msg)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoHeartbeat):
+		case isPullTimeout(err):
 			continue
 		default:
-			q.log.WarnContext(ctx, "fetch failed; retrying", "error", err)
+			// Once per outage, not once a second: the connection's own log says more.
+			if !failing {
+				failing = true
+				q.log.WarnContext(ctx, "fetch failed; retrying every second", "error", err)
+			} else {
+				q.log.DebugContext(ctx, "fetch failed again", "error", err)
+			}
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -181,6 +192,11 @@ func (q *Queue) Fetch(ctx context.Context) (*Delivery, error) {
 			}
 		}
 	}
+}
+
+// isPullTimeout reports a pull that ended with nothing to deliver, which is no failure.
+func isPullTimeout(err error) bool {
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoHeartbeat)
 }
 
 func (q *Queue) delivery(msg jetstream.Msg) (*Delivery, error) {

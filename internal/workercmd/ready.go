@@ -5,9 +5,8 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -25,7 +24,7 @@ var readyProbeKey = store.InputKey(strings.Repeat("0", 64))
 
 // readiness is what /readyz reports: not draining, connected to NATS, the store reachable and
 // the sandbox provider usable. The cheap local checks come first.
-func readiness(r *runner.Runner, nc *nats.Conn, st store.Store, sandboxes sandbox.Provider) metrics.Ready {
+func readiness(r *runner.Runner, link *queue.Link, st store.Store, sandboxes sandbox.Provider) metrics.Ready {
 	return metrics.AllReady(
 		metrics.Check{Name: "worker", Func: func(context.Context) error {
 			if r.Draining() {
@@ -33,20 +32,8 @@ func readiness(r *runner.Runner, nc *nats.Conn, st store.Store, sandboxes sandbo
 			}
 			return nil
 		}},
-		metrics.Check{Name: "nats", Func: func(context.Context) error {
-			if !nc.IsConnected() {
-				return errors.New("not connected (" + nc.Status().String() + ")")
-			}
-			return nil
-		}},
-		metrics.Check{Name: "store", Func: func(ctx context.Context) error {
-			if _, err := st.Stat(ctx, readyProbeKey); err != nil && !errors.Is(err, store.ErrNotFound) {
-				return err
-			}
-			// Keeps proving that the server refuses a second create-only put (one refused
-			// PUT a minute at most).
-			return store.Probe(ctx, st)
-		}},
+		metrics.Check{Name: "nats", Func: func(context.Context) error { return link.Err() }},
+		metrics.Check{Name: "store", Func: func(ctx context.Context) error { return storeReady(ctx, st) }},
 		metrics.Check{Name: "sandbox " + sandboxes.Backend(), Func: func(ctx context.Context) error {
 			if c, ok := sandboxes.(sandboxChecker); ok {
 				return c.Check(ctx)

@@ -140,26 +140,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.MetricsAddr = o.metricsAddr
 	}
 
-	nc, err := queue.Connect(ctx, cfg.NATS.URL, "boxcar-worker "+cfg.WorkerID)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	q, err := queue.New(ctx, nc, cfg.NATS, log)
-	if err != nil {
-		return err
-	}
-	st, err := store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region,
-		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	// A server that would let a stale attempt overwrite a committed run stops the worker here;
-	// one that cannot be reached yet is readiness's to report.
-	if err := store.Probe(ctx, st); errors.Is(err, store.ErrUnsafeServer) {
-		return err
-	}
+	// What can be checked without NATS or the store comes first: a bad setting stops the
+	// worker at once, not after a wait.
 	sandboxes, err := newProvider(cfg, log)
 	if err != nil {
 		return err
@@ -182,6 +164,49 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	st, err := store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region,
+		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	link, err := queue.Dial(cfg.NATS.URL, "boxcar-worker "+cfg.WorkerID, log)
+	if err != nil {
+		return err
+	}
+	defer link.Close()
+
+	g, gctx := errgroup.WithContext(ctx)
+	// The endpoints come up before the worker waits for anything, so /readyz says what it
+	// waits for. They outlive the drain: /healthz keeps the kubelet from killing a draining
+	// worker, /readyz says it is draining, and /metrics shows the last jobs finish.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopServing()
+	boot := &starting{link: link}
+	if cfg.MetricsAddr != "off" {
+		g.Go(func() error {
+			return m.Serve(serveCtx, cfg.MetricsAddr, boot.ready, log, func(a net.Addr) {
+				log.Info("metrics listening", "addr", a.String())
+			})
+		})
+	}
+	// A NATS or store that does not answer yet is waited for, not a reason to exit: a
+	// rollout that restarts NATS must not turn into crash loops.
+	q, err := awaitQueue(gctx, log, boot, cfg.NATS)
+	if err == nil {
+		err = awaitStore(gctx, log, boot, st)
+	}
+	if err != nil {
+		stopServing()
+		if serr := g.Wait(); serr != nil {
+			return serr
+		}
+		if ctx.Err() != nil {
+			log.Info("worker stopped before it was ready")
+			return nil
+		}
+		return err
+	}
 	r, err := runner.New(runner.Config{
 		Worker:        cfg,
 		Queue:         q,
@@ -195,23 +220,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Logger:        log,
 	})
 	if err != nil {
+		stopServing()
+		_ = g.Wait()
 		return err
 	}
-
-	g, gctx := errgroup.WithContext(ctx)
-	// The endpoints outlive the drain: /healthz keeps the kubelet from killing a draining
-	// worker, /readyz says it is draining, and /metrics shows the last jobs finish.
-	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(gctx))
-	defer stopServing()
-	if cfg.MetricsAddr != "off" {
-		ready := readiness(r, nc, st, sandboxes)
-		m.WatchQueue(serveCtx, q.ConsumerLag)
-		g.Go(func() error {
-			return m.Serve(serveCtx, cfg.MetricsAddr, ready, log, func(a net.Addr) {
-				log.Info("metrics listening", "addr", a.String())
-			})
-		})
-	}
+	m.WatchQueue(serveCtx, q.ConsumerLag)
+	boot.set(nil, readiness(r, link, st, sandboxes))
 	g.Go(func() error {
 		defer stopServing()
 		return r.Run(gctx)
@@ -232,7 +246,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		g.Go(func() error { return kp.RunReaper(gctx, time.Minute, held) })
 	}
 	g.Go(func() error {
-		return q.HandleMaxDeliveries(gctx, nc, r.RecordExhausted)
+		return q.HandleMaxDeliveries(gctx, link.Conn(), r.RecordExhausted)
 	})
 	log.Info("worker ready", "worker_id", cfg.WorkerID, "concurrency", cfg.Concurrency, "sandbox", sandboxes.Backend(),
 		"store", st.URL(""), "nats", cfg.NATS.URL, "model", modelURL, "profiles", len(cfg.Profiles))

@@ -1,0 +1,121 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Link is a worker's connection to NATS. Unlike Connect it never gives up: when no server
+// answers at start it keeps dialling in the background, after losing the server it redials
+// with backoff, and it logs once each time the connection goes down or comes back (each retry
+// only at debug level), so a NATS restart during a rollout is a wait, not a crash loop.
+type Link struct {
+	nc  *nats.Conn
+	url string
+	log *slog.Logger
+
+	mu      sync.Mutex
+	down    bool  // a failure was logged and no connection has been made since
+	closing bool  // Close was called: losing the connection is no news
+	lastErr error // why the last dial failed
+}
+
+// maxRedialDelay bounds the wait between two rounds of dialling every server.
+const maxRedialDelay = 5 * time.Second
+
+// redialDelay grows from 250ms, doubling with each round of dialling, up to maxRedialDelay.
+func redialDelay(round int) time.Duration {
+	return min(250*time.Millisecond<<min(max(round-1, 0), 5), maxRedialDelay)
+}
+
+// Dial returns a link to NATS at once, connected or not. It fails only on a URL it cannot use.
+func Dial(url, name string, log *slog.Logger) (*Link, error) {
+	l := &Link{url: url, log: log}
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(redialDelay),
+		nats.Timeout(5*time.Second),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { l.failed(err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { l.lost(err) }),
+		nats.ConnectHandler(func(*nats.Conn) { l.connected() }),
+		nats.ReconnectHandler(func(*nats.Conn) { l.connected() }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("queue: NATS at %s: %w (check --nats, NATS_URL or nats.url in the config)", url, err)
+	}
+	l.mu.Lock()
+	l.nc = nc
+	l.mu.Unlock()
+	return l, nil
+}
+
+// Conn is the connection; it is usable at once, and requests wait while it is down.
+func (l *Link) Conn() *nats.Conn { return l.nc }
+
+// Close closes the connection.
+func (l *Link) Close() {
+	l.mu.Lock()
+	l.closing = true
+	l.mu.Unlock()
+	l.nc.Close()
+}
+
+// Err is nil while the link is connected, else why not: what /readyz shows.
+func (l *Link) Err() error {
+	if l.nc.IsConnected() {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	msg := fmt.Sprintf("not connected to %s (%s)", l.url, l.nc.Status())
+	if l.lastErr != nil {
+		return fmt.Errorf("%s: %w", msg, l.lastErr)
+	}
+	return errors.New(msg)
+}
+
+func (l *Link) failed(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// "No servers available" sums up a round of dials; keep the dial's own error, which says
+	// what is wrong (refused, no route, TLS).
+	if !errors.Is(err, nats.ErrNoServers) || l.lastErr == nil {
+		l.lastErr = err
+	}
+	if l.down {
+		l.log.Debug("NATS still not reachable; dialling again", "url", l.url, "error", err)
+		return
+	}
+	l.down = true
+	l.log.Warn("NATS not reachable; waiting for it (retrying with backoff, up to every "+maxRedialDelay.String()+")", "url", l.url, "error", err)
+}
+
+func (l *Link) lost(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.lastErr = err
+	}
+	if l.down || l.closing {
+		return // already said so, or closed on purpose
+	}
+	l.down = true
+	l.log.Warn("lost the connection to NATS; reconnecting", "url", l.url, "error", err)
+}
+
+func (l *Link) connected() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastErr = nil
+	if l.down {
+		l.log.Info("connected to NATS", "url", l.url)
+	}
+	l.down = false
+}

@@ -1,0 +1,140 @@
+package workercmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// starting is the worker's readiness before it takes jobs: what it is waiting for, until the
+// full checks take over.
+type starting struct {
+	link *queue.Link
+
+	mu   sync.Mutex
+	why  error         // what the worker waits for now
+	full metrics.Ready // the checks of a running worker, once it runs
+}
+
+func (s *starting) set(why error, full metrics.Ready) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.why, s.full = why, full
+}
+
+// ready is what /readyz reports from the first moment: NATS first, as the link knows at once
+// whether it is connected, then what the start-up waits for, then the full checks.
+func (s *starting) ready(ctx context.Context) error {
+	if err := s.link.Err(); err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	s.mu.Lock()
+	why, full := s.why, s.full
+	s.mu.Unlock()
+	switch {
+	case full != nil:
+		return full(ctx)
+	case why != nil:
+		return why
+	}
+	return errors.New("starting")
+}
+
+// tryTimeout bounds one try of a dependency during start-up.
+const tryTimeout = 10 * time.Second
+
+// await runs try until it succeeds, pausing with backoff between tries, and meanwhile says on
+// /readyz what it waits for. It logs once when the wait begins and once when it ends (each
+// retry only at debug level, and nothing while NATS is down, which the link logs itself). An
+// error fatal says no retry can fix ends the wait, as does ctx.
+func await(ctx context.Context, log *slog.Logger, s *starting, what string, try func(context.Context) error, fatal func(error) bool) error {
+	waiting := false
+	for round := 1; ; round++ {
+		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
+		err := try(tctx)
+		cancel()
+		switch {
+		case err == nil:
+			s.set(nil, nil)
+			if waiting {
+				log.Info(what+" answers; done waiting", "tries", round)
+			}
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case fatal(err):
+			return err
+		}
+		err = fmt.Errorf("%s: %w", what, err)
+		s.set(err, nil)
+		switch {
+		case s.link.Err() != nil:
+			// NATS is down: the link logs that, and /readyz names it first.
+		case waiting:
+			log.Debug("still waiting for "+what, "error", err)
+		default:
+			waiting = true
+			log.Warn("waiting for "+what+" (retrying with backoff; /readyz says why)", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(retryDelay(round)):
+		}
+	}
+}
+
+// retryDelay grows from 250ms, doubling each round, up to 5s.
+func retryDelay(round int) time.Duration {
+	return min(250*time.Millisecond<<min(round-1, 5), 5*time.Second)
+}
+
+// awaitQueue waits until NATS answers and the job stream, consumer and buckets are set up.
+// While the link is down it only waits for it (the link logs that); an error JetStream answers
+// with, other than "temporarily unavailable", is a setting no retry fixes and stops the worker.
+func awaitQueue(ctx context.Context, log *slog.Logger, s *starting, cfg config.NATS) (*queue.Queue, error) {
+	var q *queue.Queue
+	err := await(ctx, log, s, "the job stream", func(ctx context.Context) error {
+		for s.link.Err() != nil {
+			select {
+			case <-ctx.Done():
+				return s.link.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		var err error
+		q, err = queue.New(ctx, s.link.Conn(), cfg, log)
+		return err
+	}, func(err error) bool {
+		var api *jetstream.APIError
+		return errors.As(err, &api) && api.Code != 503
+	})
+	return q, err
+}
+
+// awaitStore waits until the store answers; a server that would let a stale attempt overwrite
+// a committed run stops the worker.
+func awaitStore(ctx context.Context, log *slog.Logger, s *starting, st store.Store) error {
+	return await(ctx, log, s, "store", func(ctx context.Context) error {
+		return storeReady(ctx, st)
+	}, func(err error) bool { return errors.Is(err, store.ErrUnsafeServer) })
+}
+
+// storeReady proves the store answers, that the worker may read inputs, and that the server
+// refuses a second create-only put (one refused PUT a minute at most), writing nothing else.
+func storeReady(ctx context.Context, st store.Store) error {
+	if _, err := st.Stat(ctx, readyProbeKey); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return store.Probe(ctx, st)
+}
