@@ -67,7 +67,7 @@ type configWorker struct {
 	metricsAddr string
 	submitEnv   map[string]string
 	log, out    *syncBuffer
-	done        chan error
+	exit
 }
 
 func startConfigWorker(t *testing.T, natsURL, modelURL string) *configWorker {
@@ -83,7 +83,7 @@ store:
 sandbox:
   backend: bubblewrap
 `, workerDrainGrace, natsURL, storeDir))
-	w := &configWorker{metricsAddr: freeAddr(t), log: &syncBuffer{}, out: &syncBuffer{}, done: make(chan error, 1),
+	w := &configWorker{metricsAddr: freeAddr(t), log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit(),
 		submitEnv: map[string]string{"NATS_URL": natsURL, "BOXCAR_STORE": "file://" + storeDir}}
 	env := mapEnv(map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": e2eAPIKey})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -107,11 +107,16 @@ sandbox:
 	return w
 }
 
+// exit carries a worker's Run error once it returns.
+type exit struct{ done chan error }
+
+func newExit() exit { return exit{done: make(chan error, 1)} }
+
 // alive fails once the worker has exited.
-func (w *configWorker) alive() error {
+func (e exit) alive() error {
 	select {
-	case err := <-w.done:
-		w.done <- err
+	case err := <-e.done:
+		e.done <- err
 		return fmt.Errorf("the worker exited: %v", err)
 	default:
 		return nil
