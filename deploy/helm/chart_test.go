@@ -652,8 +652,17 @@ func checkScaling(t *testing.T, r *rendered, cfg config.Config) {
 			t.Errorf("lagThreshold %q, want a positive number", md["lagThreshold"])
 		}
 		if so.Spec.MinReplicaCount == nil || so.Spec.MaxReplicaCount == nil || *so.Spec.MaxReplicaCount < max(*so.Spec.MinReplicaCount, 1) {
-			t.Errorf("ScaledObject replicas %v..%v", so.Spec.MinReplicaCount, so.Spec.MaxReplicaCount)
+			t.Fatalf("ScaledObject replicas %v..%v", so.Spec.MinReplicaCount, so.Spec.MaxReplicaCount)
 		}
+		// With the workers at zero and the scaler failing, only a fallback brings one back.
+		// KEDA takes a fallback only for an AverageValue trigger, the default.
+		if fb := so.Spec.Fallback; fb == nil || fb.Replicas < 1 || fb.Replicas > *so.Spec.MaxReplicaCount || fb.FailureThreshold < 1 {
+			t.Errorf("ScaledObject fallback %+v, want 1..%d replicas after at least one failure", fb, *so.Spec.MaxReplicaCount)
+		}
+		if mt := so.Spec.Triggers[0].MetricType; mt != "" && mt != "AverageValue" {
+			t.Errorf("trigger metricType %s: KEDA ignores the fallback unless it is AverageValue", mt)
+		}
+		checkNATSNamespaces(t, cfg.NATS.URL, md["natsServerMonitoringEndpoint"])
 	}
 }
 

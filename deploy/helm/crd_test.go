@@ -23,13 +23,19 @@ type scaledObject struct {
 		CooldownPeriod  *int32 `json:"cooldownPeriod,omitempty"`
 		MinReplicaCount *int32 `json:"minReplicaCount,omitempty"`
 		MaxReplicaCount *int32 `json:"maxReplicaCount,omitempty"`
-		Advanced        *struct {
+		Fallback        *struct {
+			FailureThreshold int32  `json:"failureThreshold"`
+			Replicas         int32  `json:"replicas"`
+			Behavior         string `json:"behavior,omitempty"`
+		} `json:"fallback,omitempty"`
+		Advanced *struct {
 			HorizontalPodAutoscalerConfig *struct {
 				Behavior *autoscalingv2.HorizontalPodAutoscalerBehavior `json:"behavior,omitempty"`
 			} `json:"horizontalPodAutoscalerConfig,omitempty"`
 		} `json:"advanced,omitempty"`
 		Triggers []struct {
-			Type string `json:"type"`
+			Type       string `json:"type"`
+			MetricType string `json:"metricType,omitempty"`
 			// Metadata values are strings in KEDA's schema; a number fails to decode here too.
 			Metadata map[string]string `json:"metadata"`
 		} `json:"triggers"`

@@ -88,7 +88,7 @@ func promtool(t *testing.T) string {
 	return p
 }
 
-var wantAlerts = []string{"BoxcarDeadLetters", "BoxcarJobFailureRatio", "BoxcarNoProgress", "BoxcarSandboxStartFailures"}
+var wantAlerts = []string{"BoxcarDeadLetters", "BoxcarJobFailureRatio", "BoxcarNoProgress", "BoxcarNoWorkers", "BoxcarSandboxStartFailures"}
 
 // checkRules holds the PrometheusRule to the alerts the issue names, to metrics the worker
 // exports, and to what promtool accepts.
@@ -152,6 +152,14 @@ func TestAlertRules(t *testing.T) {
 	rules := writeRules(t, pr[0], false)
 	// The labels a ServiceMonitor scrape of the release's metrics Service carries.
 	const sel = `namespace="boxcar",service="boxcar-metrics",pod="boxcar-abc"`
+	// The workers' consumer as the NATS chart's exporter (-prefix=nats -jsz=all) reports it from
+	// the consumer's leader and a follower, and the Deployment as kube-state-metrics does.
+	const (
+		consumer = `account="$G",stream_name="BOXCAR_JOBS",consumer_name="boxcar-workers",namespace="nats",service="nats-headless"`
+		leader   = consumer + `,server_name="nats-0",pod="nats-0",is_consumer_leader="true"`
+		follower = consumer + `,server_name="nats-1",pod="nats-1",is_consumer_leader="false"`
+		workers  = `kube_deployment_status_replicas_available{namespace="boxcar",deployment="boxcar",job="kube-state-metrics"}`
+	)
 	tests := `
 rule_files: [` + rules + `]
 evaluation_interval: 1m
@@ -220,6 +228,57 @@ tests:
       - {series: 'boxcar_queue_pending_jobs{` + sel + `}', values: '0x90'}
     alert_rule_test:
       - {eval_time: 45m, alertname: BoxcarNoProgress, exp_alerts: []}
+
+  - name: jobs wait and no worker is available
+    interval: 1m
+    input_series:
+      - {series: 'nats_consumer_num_pending{` + leader + `}', values: '0 0 5x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '0x32'}
+      - {series: '` + workers + `', values: '0x32'}
+    alert_rule_test:
+      - {eval_time: 4m, alertname: BoxcarNoWorkers, exp_alerts: []}
+      - eval_time: 10m
+        alertname: BoxcarNoWorkers
+        exp_alerts: [{exp_labels: {severity: critical}}]
+  - name: jobs delivered to workers that are gone
+    interval: 1m
+    input_series:
+      - {series: 'nats_consumer_num_pending{` + leader + `}', values: '0x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '2x30'}
+      - {series: '` + workers + `', values: '0x30'}
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: BoxcarNoWorkers
+        exp_alerts: [{exp_labels: {severity: critical}}]
+  - name: jobs wait and workers run
+    interval: 1m
+    input_series:
+      - {series: 'nats_consumer_num_pending{` + leader + `}', values: '40x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '4x30'}
+      - {series: '` + workers + `', values: '0 0 1 2x27'}
+    alert_rule_test:
+      - {eval_time: 20m, alertname: BoxcarNoWorkers, exp_alerts: []}
+  - name: no workers and nothing waits; a follower's stale count is not the queue
+    interval: 1m
+    input_series:
+      - {series: 'nats_consumer_num_pending{` + leader + `}', values: '0x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '0x30'}
+      - {series: 'nats_consumer_num_pending{` + follower + `}', values: '7x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + follower + `}', values: '0x30'}
+      - {series: '` + workers + `', values: '0x30'}
+    alert_rule_test:
+      - {eval_time: 20m, alertname: BoxcarNoWorkers, exp_alerts: []}
+  - name: another stream, another release's deployment
+    interval: 1m
+    input_series:
+      - {series: 'nats_consumer_num_pending{account="$G",stream_name="OTHER",consumer_name="boxcar-workers",is_consumer_leader="true"}', values: '9x30'}
+      - {series: 'nats_consumer_num_ack_pending{account="$G",stream_name="OTHER",consumer_name="boxcar-workers",is_consumer_leader="true"}', values: '0x30'}
+      - {series: 'nats_consumer_num_pending{` + leader + `}', values: '0x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '0x30'}
+      - {series: 'kube_deployment_status_replicas_available{namespace="other",deployment="boxcar"}', values: '0x30'}
+      - {series: '` + workers + `', values: '2x30'}
+    alert_rule_test:
+      - {eval_time: 20m, alertname: BoxcarNoWorkers, exp_alerts: []}
 
   - name: sandbox starts failing
     interval: 1m

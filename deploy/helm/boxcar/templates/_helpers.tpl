@@ -41,12 +41,36 @@ app.kubernetes.io/managed-by: boxcar
 app.kubernetes.io/component: sandbox
 {{- end -}}
 
+{{/* The DNS domain of natsServer's namespace: <namespace>.svc.<clusterDomain>. */}}
+{{- define "boxcar.natsDomain" -}}
+{{- printf "%s.svc.%s" (.Values.natsServer.namespace | default .Release.Namespace) .Values.natsServer.clusterDomain -}}
+{{- end -}}
+
+{{/* The workers' NATS URL: config.nats.url, or natsServer's client Service. */}}
+{{- define "boxcar.natsURL" -}}
+{{- with .Values.natsServer -}}
+{{- dig "nats" "url" "" $.Values.config | default (printf "nats://%s.%s:%d" .service (include "boxcar.natsDomain" $) (int .port)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Where KEDA reads the lag: keda.natsServerMonitoringEndpoint, or natsServer's headless Service,
+the one of the NATS chart that exposes the monitoring port (and whose pods' names KEDA prefixes
+to find a clustered consumer's leader).
+*/}}
+{{- define "boxcar.natsMonitoringEndpoint" -}}
+{{- with .Values.natsServer -}}
+{{- $.Values.keda.natsServerMonitoringEndpoint | default (printf "%s.%s:%d" (.headlessService | default (printf "%s-headless" .service)) (include "boxcar.natsDomain" $) (int .monitorPort)) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The worker configuration: the operator's config plus what the chart decides. */}}
 {{- define "boxcar.workerConfig" -}}
 {{- $chart := dict
   "metrics_addr" (printf ":%d" (int .Values.metrics.port))
   "drain_grace" (printf "%ds" (int .Values.drainGraceSeconds))
   "sandbox" (dict "backend" "kubernetes" "kubernetes" (dict "namespace" .Values.sandboxes.namespace "image_pull_policy" .Values.sandboxes.imagePullPolicy))
+  "nats" (dict "url" (include "boxcar.natsURL" .))
 -}}
 {{- toYaml (merge $chart (deepCopy .Values.config)) -}}
 {{- end -}}
@@ -69,6 +93,11 @@ the value to change.
 {{- with .Values.keda }}
 {{- if gt (int64 .minReplicaCount) (int64 .maxReplicaCount) }}
 {{- fail (printf "keda.minReplicaCount (%v) is above keda.maxReplicaCount (%v)" .minReplicaCount .maxReplicaCount) }}
+{{- end }}
+{{- end }}
+{{- with .Values.keda }}
+{{- if gt (int64 .fallback.replicas) (int64 .maxReplicaCount) }}
+{{- fail (printf "keda.fallback.replicas (%v) is above keda.maxReplicaCount (%v)" .fallback.replicas .maxReplicaCount) }}
 {{- end }}
 {{- end }}
 {{- with .Values.autoscaling }}
