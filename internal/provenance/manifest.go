@@ -42,6 +42,7 @@ type Manifest struct {
 	Limits    config.Limits `json:"limits"` // the profile's limits after the job tightened them
 	Spent     Spent         `json:"spent"`
 	Outcome   Outcome       `json:"outcome"`
+	Collected Collected     `json:"collected,omitzero"`
 	Timings   Timings       `json:"timings"`
 	Attempt   int           `json:"attempt"` // 1 for the first delivery
 	Worker    Worker        `json:"worker"`
@@ -82,6 +83,11 @@ type Sandbox struct {
 	Disk        string `json:"disk"`
 	PIDs        int    `json:"pids"`
 	Isolation   string `json:"isolation,omitempty"` // e.g. "namespaces, no network" or a runtime class
+	// Seccomp names the syscall filter the sandbox's processes ran under and SeccompDigest is
+	// the sha256 of the program as loaded; absent where the backend loads none of its own (a
+	// pod runs under its runtime's default, which Isolation names).
+	Seccomp       string `json:"seccomp,omitempty"`
+	SeccompDigest string `json:"seccomp_digest,omitempty"`
 }
 
 // Model describes the model endpoint and what it was asked and answered.
@@ -150,6 +156,33 @@ type Outcome struct {
 	// letter carries: "report_too_large", "model_rejected", "max_deliveries" …
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
+}
+
+// Collected says where the run's report came from when that was not the job's report file,
+// and what of the artifact folder was left out; zero when everything was taken as the job
+// left it. Whatever the job left in its workdir, the run is committed: a report file that is
+// not a regular file inside the workdir, or a folder that cannot be read, is recorded here.
+type Collected struct {
+	// Report is what report.md holds when it is not the job's report file: "final_message"
+	// (the model's last answer), "summary" (the worker's account of a run that did not
+	// succeed, followed by whatever the job wrote), "none" (no report.md).
+	Report string `json:"report,omitempty"`
+	// ReportReason says why: "report_missing", "report_unreadable" (a symlink leading out, a
+	// FIFO, a socket, a folder, a loop...), "report_too_large"; ReportError is the detail.
+	ReportReason string `json:"report_reason,omitempty"`
+	ReportError  string `json:"report_error,omitempty"`
+	// Skipped names the files and folders of the artifact folder that were left out, at most
+	// 64 of them; SkippedMore counts the rest.
+	Skipped     []Skipped `json:"skipped,omitempty"`
+	SkippedMore int       `json:"skipped_more,omitempty"`
+}
+
+// Skipped is one file or folder of the artifact folder left out of the run.
+type Skipped struct {
+	Path string `json:"path"`
+	// Reason: "too_large", "bad_name", "count_cap", "unreadable" or "changed".
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // Timings are the run's moments in UTC.

@@ -26,10 +26,10 @@ const reservedPrefix = ".boxcar-tmp-"
 // Only regular files are taken: the sandbox lists without following symlinks, so a link (to a
 // host file, an input, another folder) is neither listed nor uploaded. At most maxArtifacts
 // files are taken, each of at most maxArtifactBytes and together at most maxArtifactTotal, in
-// name order. What the job did wrong (a file too large, a name the store cannot hold, a file
-// changed into a link while being read, an artifact folder that is a file or a link) leaves
-// that file out with a warning and never fails the run; only a failure of the sandbox itself
-// does, so the job is retried.
+// name order. Whatever the job did (a file too large, a name the store cannot hold, a file
+// changed into a link while being read, a folder nested past PATH_MAX or unreadable, an
+// artifact folder that is a file or a link) leaves that file or folder out, named in the
+// manifest (a.skip), and never fails the run. err is only ever the context's.
 func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sandbox) ([]output, error) {
 	dir, err := sandbox.CleanPath(a.profile.Artifacts)
 	if err != nil {
@@ -38,18 +38,31 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 		return nil, nil
 	}
 	files, err := sb.List(ctx, dir)
+	var incomplete *sandbox.IncompleteError
 	switch {
 	case err == nil:
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("list artifacts %s: %w", dir, err)
 	case errors.Is(err, sandbox.ErrNotFound):
 		return nil, nil
+	case errors.As(err, &incomplete):
+		for _, s := range incomplete.Skipped {
+			a.skip(s.Path, "unreadable", s.Reason)
+		}
+		a.collected.SkippedMore += incomplete.More
+		a.log.WarnContext(ctx, "folders of the artifact folder cannot be read; they are left out", "artifacts", dir, "error", err)
 	case errors.Is(err, sandbox.ErrPathEscape):
+		a.skip(dir, "unreadable", "a link out of the workdir")
 		a.log.WarnContext(ctx, "the artifact folder is a link out of the workdir; no artifacts uploaded", "artifacts", dir)
 		return nil, nil
 	case errors.Is(err, sandbox.ErrNotDir):
+		a.skip(dir, "unreadable", "not a folder")
 		a.log.WarnContext(ctx, "the artifact folder is a file; no artifacts uploaded", "artifacts", dir)
 		return nil, nil
 	default:
-		return nil, fmt.Errorf("list artifacts %s: %w", dir, err)
+		a.skip(dir, "unreadable", err.Error())
+		a.log.WarnContext(ctx, "the artifact folder cannot be listed; no artifacts uploaded", "artifacts", dir, "error", err)
+		return nil, nil
 	}
 
 	prefix := dir + "/"
@@ -64,16 +77,21 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 		if len(outs) == maxArtifacts {
 			a.log.WarnContext(ctx, "artifact count cap reached; the rest are not uploaded",
 				"kept", maxArtifacts, "found", len(files), "first_left_out", f.Path, "left_out", len(files)-i)
+			for _, rest := range files[i:] {
+				a.skip(rest.Path, "count_cap", fmt.Sprintf("more than %d artifacts", maxArtifacts))
+			}
 			break
 		}
 		rel, ok := strings.CutPrefix(f.Path, prefix)
 		name := "artifacts/" + rel
 		if !ok || !artifactName(name) {
+			a.skip(sandbox.ShortPath(f.Path, maxNamedPath), "bad_name", "not a name the store and the manifest can hold")
 			a.log.WarnContext(ctx, "artifact name cannot be stored; not uploaded", "artifact", f.Path)
 			continue
 		}
 		budget := min(maxArtifactBytes, maxArtifactTotal-total)
 		if f.Size > budget {
+			a.skip(f.Path, "too_large", fmt.Sprintf("%d bytes; at most %d each and %d together", f.Size, maxArtifactBytes, maxArtifactTotal))
 			a.log.WarnContext(ctx, "artifact too large; not uploaded", "artifact", f.Path, "size_bytes", f.Size,
 				"max_artifact_bytes", maxArtifactBytes, "max_total_bytes", maxArtifactTotal, "total_bytes", total)
 			continue
@@ -83,11 +101,12 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 		data, err := sb.ReadFile(ctx, f.Path, budget)
 		switch {
 		case err == nil:
-		case errors.Is(err, sandbox.ErrTooLarge), errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrPathEscape):
-			a.log.WarnContext(ctx, "artifact changed while being collected; not uploaded", "artifact", f.Path, "error", err)
-			continue
-		default:
+		case ctx.Err() != nil:
 			return nil, fmt.Errorf("read artifact %s: %w", f.Path, err)
+		default:
+			a.skip(f.Path, "changed", err.Error())
+			a.log.WarnContext(ctx, "artifact changed while being collected or cannot be read; not uploaded", "artifact", f.Path, "error", err)
+			continue
 		}
 		total += int64(len(data))
 		outs = append(outs, output{name: name, data: data})
@@ -95,14 +114,21 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 	return outs, nil
 }
 
+// maxNamedPath bounds a left-out name as the manifest records it.
+const maxNamedPath = 256
+
 // artifactName reports whether name can be a store key and a manifest subject: valid UTF-8
-// without control characters or backslashes, a clean relative key, not too long, and no part
+// without control or format characters or backslashes, a clean relative key, not too long, and no part
 // the file store reserves.
 func artifactName(name string) bool {
 	if len(name) > maxArtifactName || !utf8.ValidString(name) || strings.ContainsRune(name, '\\') || !store.ValidKey(name) {
 		return false
 	}
-	if strings.ContainsFunc(name, unicode.IsControl) {
+	// Format characters (an RTL override, zero-width characters) make a name display as
+	// another one; line separators break the lines it is printed on.
+	if strings.ContainsFunc(name, func(r rune) bool {
+		return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+	}) {
 		return false
 	}
 	for part := range strings.SplitSeq(name, "/") {

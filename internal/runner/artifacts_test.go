@@ -27,7 +27,8 @@ type memSandbox struct {
 }
 
 func (s *memSandbox) List(ctx context.Context, dir string) ([]sandbox.FileInfo, error) {
-	if s.listErr != nil {
+	var incomplete *sandbox.IncompleteError
+	if s.listErr != nil && !errors.As(s.listErr, &incomplete) {
 		return nil, s.listErr
 	}
 	var out []sandbox.FileInfo
@@ -37,7 +38,7 @@ func (s *memSandbox) List(ctx context.Context, dir string) ([]sandbox.FileInfo, 
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out, nil
+	return out, s.listErr
 }
 
 func (s *memSandbox) ReadFile(ctx context.Context, name string, maxBytes int64) ([]byte, error) {
@@ -52,6 +53,24 @@ func (s *memSandbox) ReadFile(ctx context.Context, name string, maxBytes int64) 
 		return nil, fmt.Errorf("read %s: %w", name, sandbox.ErrTooLarge)
 	}
 	return make([]byte, size), nil
+}
+
+// BubblewrapForTest is a real bubblewrap provider under a root of the test's, for this
+// package's tests and runner_test's.
+func BubblewrapForTest(t *testing.T) *sandbox.BubblewrapProvider {
+	t.Helper()
+	root := t.TempDir()
+	// Sandboxes run as uids of their own, which must be able to reach their folder.
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := sandbox.NewBubblewrap(sandbox.BubblewrapConfig{Root: root})
+	if err != nil {
+		t.Fatalf("NewBubblewrap: %v", err)
+	}
+	return p
 }
 
 func testAttempt(artifacts string) *attempt {
@@ -82,7 +101,7 @@ func TestCollectArtifacts(t *testing.T) {
 		artifacts string
 		sb        *memSandbox
 		want      []string
-		wantErr   error
+		skipped   []string // path:reason of what the manifest names as left out
 	}{
 		{
 			name:      "nested files keep their path",
@@ -105,29 +124,42 @@ func TestCollectArtifacts(t *testing.T) {
 			name:      "artifact folder is a link out of the workdir",
 			artifacts: "artifacts",
 			sb:        &memSandbox{listErr: fmt.Errorf("list: %w", sandbox.ErrPathEscape)},
+			skipped:   []string{"artifacts:unreadable"},
 		},
 		{
 			name:      "artifact folder is a file",
 			artifacts: "artifacts",
 			sb:        &memSandbox{files: map[string]int64{"artifacts": 10}, listErr: fmt.Errorf("sandbox: list artifacts: %w", sandbox.ErrNotDir)},
+			skipped:   []string{"artifacts:unreadable"},
 		},
 		{
 			name:      "listing fails",
 			artifacts: "artifacts",
 			sb:        &memSandbox{listErr: boom},
-			wantErr:   boom,
+			skipped:   []string{"artifacts:unreadable"},
+		},
+		{
+			name:      "folders that cannot be read",
+			artifacts: "artifacts",
+			sb: &memSandbox{files: map[string]int64{"artifacts/a": 1}, listErr: &sandbox.IncompleteError{Dir: "artifacts",
+				Skipped: []sandbox.Skipped{{Path: "artifacts/deep/d/d", Reason: "nested past PATH_MAX"}}, More: 2}},
+			want:    []string{"artifacts/a"},
+			skipped: []string{"artifacts/deep/d/d:unreadable", "+2"},
 		},
 		{
 			name:      "count cap",
 			artifacts: "artifacts",
 			sb:        &memSandbox{files: many},
 			want:      firstMany,
+			skipped: []string{"artifacts/f064.txt:count_cap", "artifacts/f065.txt:count_cap", "artifacts/f066.txt:count_cap",
+				"artifacts/f067.txt:count_cap", "artifacts/f068.txt:count_cap", "artifacts/f069.txt:count_cap"},
 		},
 		{
 			name:      "size cap per file",
 			artifacts: "artifacts",
 			sb:        &memSandbox{files: map[string]int64{"artifacts/big": maxArtifactBytes + 1, "artifacts/edge": maxArtifactBytes, "artifacts/small": 1}},
 			want:      []string{"artifacts/edge", "artifacts/small"},
+			skipped:   []string{"artifacts/big:too_large"},
 		},
 		{
 			name:      "size cap in total",
@@ -136,7 +168,8 @@ func TestCollectArtifacts(t *testing.T) {
 				"artifacts/1": maxArtifactBytes, "artifacts/2": maxArtifactBytes, "artifacts/3": maxArtifactBytes,
 				"artifacts/4": maxArtifactBytes, "artifacts/5": maxArtifactBytes, "artifacts/6": 1, "artifacts/7": 0,
 			}},
-			want: []string{"artifacts/1", "artifacts/2", "artifacts/3", "artifacts/4", "artifacts/7"},
+			want:    []string{"artifacts/1", "artifacts/2", "artifacts/3", "artifacts/4", "artifacts/7"},
+			skipped: []string{"artifacts/5:too_large", "artifacts/6:too_large"},
 		},
 		{
 			name:      "names the store or the manifest cannot hold",
@@ -144,8 +177,14 @@ func TestCollectArtifacts(t *testing.T) {
 			sb: &memSandbox{files: map[string]int64{
 				`artifacts/back\slash`: 1, "artifacts/new\nline": 1, "artifacts/.boxcar-tmp-x": 1,
 				"artifacts/bad\xffutf8": 1, "artifacts/" + strings.Repeat("n", maxArtifactName): 1, "artifacts/ok.txt": 1,
+				// Format characters: an RTL override shows "rtl\u202etxt.exe" as "rtlexe.txt"; a
+				// zero-width space makes two names look the same; a line separator breaks a line.
+				"artifacts/rtl\u202etxt.exe": 1, "artifacts/zero\u200bwidth": 1, "artifacts/line\u2028sep": 1, "artifacts/bom\ufeff": 1,
 			}},
 			want: []string{"artifacts/ok.txt"},
+			skipped: []string{"artifacts/.boxcar-tmp-x:bad_name", "artifacts/back\\slash:bad_name", "artifacts/bad\xffutf8:bad_name",
+				"artifacts/bom\ufeff:bad_name", "artifacts/line\u2028sep:bad_name", "artifacts/new\nline:bad_name",
+				sandbox.ShortPath("artifacts/"+strings.Repeat("n", maxArtifactName), maxNamedPath) + ":bad_name", "artifacts/rtl\u202etxt.exe:bad_name", "artifacts/zero\u200bwidth:bad_name"},
 		},
 		{
 			name:      "file changed while being collected",
@@ -156,23 +195,35 @@ func TestCollectArtifacts(t *testing.T) {
 					"artifacts/gone": sandbox.ErrNotFound, "artifacts/grew": sandbox.ErrTooLarge, "artifacts/link": sandbox.ErrPathEscape,
 				},
 			},
-			want: []string{"artifacts/ok"},
+			want:    []string{"artifacts/ok"},
+			skipped: []string{"artifacts/gone:changed", "artifacts/grew:changed", "artifacts/link:changed"},
 		},
 		{
 			name:      "reading fails",
 			artifacts: "artifacts",
 			sb:        &memSandbox{files: map[string]int64{"artifacts/a": 1}, readErr: map[string]error{"artifacts/a": boom}},
-			wantErr:   boom,
+			skipped:   []string{"artifacts/a:changed"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			outs, err := (&Runner{}).collectArtifacts(t.Context(), testAttempt(tt.artifacts), tt.sb)
-			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			a := testAttempt(tt.artifacts)
+			outs, err := (&Runner{}).collectArtifacts(t.Context(), a, tt.sb)
+			if err != nil {
+				t.Fatalf("err = %v; nothing the job left may fail the collection", err)
 			}
 			if got := names(outs); !slices.Equal(got, tt.want) {
 				t.Errorf("artifacts = %q, want %q", got, tt.want)
+			}
+			var skipped []string
+			for _, s := range a.collected.Skipped {
+				skipped = append(skipped, s.Path+":"+s.Reason)
+			}
+			if a.collected.SkippedMore > 0 {
+				skipped = append(skipped, fmt.Sprintf("+%d", a.collected.SkippedMore))
+			}
+			if !slices.Equal(skipped, tt.skipped) {
+				t.Errorf("left out = %q, want %q", skipped, tt.skipped)
 			}
 			var total int64
 			for _, o := range outs {
@@ -189,16 +240,7 @@ func TestCollectArtifacts(t *testing.T) {
 // symbolic links to a host file, to a folder, to an input and to a file in the folder itself:
 // only the regular files are taken, and no link is followed.
 func TestCollectArtifactsSkipsSymlinks(t *testing.T) {
-	root := t.TempDir()
-	for _, d := range []string{filepath.Dir(root), root} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p, err := sandbox.NewBubblewrap(sandbox.BubblewrapConfig{Root: root})
-	if err != nil {
-		t.Fatalf("NewBubblewrap: %v", err)
-	}
+	p := BubblewrapForTest(t)
 	ctx := t.Context()
 	sb, err := p.Start(ctx, sandbox.Spec{JobID: "artifacts-test", SandboxSpec: config.Profile{}.WithDefaults().Sandbox})
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
-	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
@@ -85,32 +84,6 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcom
 
 // reportName is the report's name in the run's folder and among the manifest's subjects.
 const reportName = "report.md"
-
-// collect reads the report and the artifacts out of the sandbox. Without a report file, the
-// model's final answer is the report. A report that is too large is left out rather than
-// failing the upload: the run is still committed, with its transcript and artifacts, so that a
-// user can see what happened; dropped then says why there is no report (a permanent error
-// with reason report_too_large). err is a failure of the sandbox, worth retrying.
-func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox) (outs []output, dropped, err error) {
-	report, err := sb.ReadFile(ctx, a.profile.Report, maxReportBytes)
-	switch {
-	case err == nil:
-		outs = append(outs, output{name: reportName, data: report})
-	case errors.Is(err, sandbox.ErrNotFound):
-		outs = append(outs, output{name: reportName, data: []byte(a.result.FinalMessage)})
-	case errors.Is(err, sandbox.ErrTooLarge):
-		dropped = queue.Permanent("report_too_large", fmt.Errorf("report %s is larger than %d bytes and was not uploaded; write a shorter report and put large output in %s/", a.profile.Report, maxReportBytes, a.profile.Artifacts))
-		a.log.WarnContext(ctx, "report too large; committing the run without it", "report", a.profile.Report, "max_bytes", maxReportBytes)
-	default:
-		return nil, nil, fmt.Errorf("read report %s: %w", a.profile.Report, err)
-	}
-
-	artifacts, err := r.collectArtifacts(ctx, a, sb)
-	if err != nil {
-		return nil, nil, err
-	}
-	return append(outs, artifacts...), dropped, nil
-}
 
 // checkLease fails with errLeaseLost when a later attempt of the job has started or the run
 // is already committed.

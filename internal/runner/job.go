@@ -14,6 +14,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -32,6 +33,8 @@ type attempt struct {
 	earlier agent.Budget // what earlier attempts had spent when this one started
 	began   bool         // the status names this attempt as running: it did work
 	report  bool         // the committed run has a report (one too large is left out)
+	// collected is what collect could not take as the job left it, for the manifest.
+	collected provenance.Collected
 }
 
 // Handle runs one delivery to its end and settles it with the queue: ack, nak or term. It never
@@ -194,9 +197,8 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	}
 
 	r.progress(commitCtx, a, "uploading")
-	outs, dropped, cerr := r.collect(commitCtx, a, sb)
+	outs, o, cerr := r.collect(commitCtx, a, sb, o)
 	if cerr == nil {
-		o = o.withDroppedReport(dropped)
 		cerr = r.commit(commitCtx, a, outs, o)
 	}
 	switch {

@@ -20,7 +20,9 @@ func (r *Runner) manifest(a *attempt, outs []output, dec decision, runErr error)
 		Sandbox: provenance.Sandbox{
 			Backend: a.sandbox.Backend, ID: a.sandbox.ID, Image: a.sandbox.Image, ImageDigest: a.sandbox.ImageDigest,
 			CPU: a.sandbox.CPU, Memory: a.sandbox.Memory, Disk: a.sandbox.Disk, PIDs: a.sandbox.PIDs, Isolation: a.sandbox.Isolation,
+			Seccomp: a.sandbox.Seccomp, SeccompDigest: a.sandbox.SeccompDigest,
 		},
+		Collected: a.collected,
 		Model: provenance.Model{
 			EndpointHost: provenance.EndpointHost(r.cfg.ModelEndpoint),
 			Name:         p.Model.Name,

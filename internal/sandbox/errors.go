@@ -1,6 +1,11 @@
 package sandbox
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
 
 var (
 	// ErrPathEscape marks a path that is absolute or leaves the workdir (.., symlinks).
@@ -21,3 +26,64 @@ var (
 	// the command's result; the job can still run commands that remove files.
 	ErrDiskFull = errors.New("workdir over its disk bound")
 )
+
+// ErrIncomplete marks a List that left out folders it could not read (nested past PATH_MAX, no
+// permission); List returns it, as an *IncompleteError naming them, with the other files.
+var ErrIncomplete = errors.New("listing incomplete")
+
+// maxSkipped bounds how many unreadable folders an IncompleteError names: a job can make any
+// number of them.
+const maxSkipped = 16
+
+// IncompleteError names the folders a List left out and why.
+type IncompleteError struct {
+	Dir     string
+	Skipped []Skipped // the first maxSkipped
+	More    int       // how many more were left out
+}
+
+// Skipped is one folder a List left out.
+type Skipped struct {
+	Path   string // workdir-relative; a path too long to hold is cut and ends in "…"
+	Reason string
+}
+
+func (e *IncompleteError) Error() string {
+	parts := make([]string, len(e.Skipped))
+	for i, s := range e.Skipped {
+		parts[i] = s.Path + " (" + s.Reason + ")"
+	}
+	more := ""
+	if e.More > 0 {
+		more = fmt.Sprintf(" and %d more", e.More)
+	}
+	return fmt.Sprintf("sandbox: list %s: left out what could not be read: %s%s", e.Dir, strings.Join(parts, ", "), more)
+}
+
+func (e *IncompleteError) Unwrap() error { return ErrIncomplete }
+
+// add records one more folder left out.
+func (e *IncompleteError) add(path, reason string) {
+	if len(e.Skipped) == maxSkipped {
+		e.More++
+		return
+	}
+	e.Skipped = append(e.Skipped, Skipped{Path: ShortPath(path, maxSkippedPath), Reason: reason})
+}
+
+// maxSkippedPath bounds a skipped path as named: a folder nested past PATH_MAX has a name of
+// many kilobytes.
+const maxSkippedPath = 256
+
+// ShortPath cuts p to at most max bytes, on a rune boundary, ending it in "…" when cut: for
+// naming in a log line or a manifest a path a job made as long as it liked.
+func ShortPath(p string, max int) string {
+	if len(p) <= max {
+		return p
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(p[cut]) {
+		cut--
+	}
+	return p[:cut] + "…"
+}

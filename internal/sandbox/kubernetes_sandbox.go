@@ -155,15 +155,25 @@ func (s *kubernetesSandbox) List(ctx context.Context, dir string) ([]FileInfo, e
 	}
 	base, fields := fields[0], fields[1:len(fields)-1]
 	var files []FileInfo
+	incomplete := &IncompleteError{Dir: clean}
 	for i := 0; i+1 < len(fields); i += 2 {
+		if fields[i] == "!" {
+			incomplete.add(clean, fields[i+1])
+			continue
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(fields[i+1], base), "/")
 		var size int64
 		var mode uint32
 		if _, err := fmt.Sscanf(fields[i], "%d %o", &size, &mode); err != nil {
-			return nil, fmt.Errorf("sandbox: list %s: unexpected record %q", clean, fields[i])
+			// stat failed: the path is too long, or the file went away meanwhile.
+			incomplete.add(path.Join(clean, rel), "cannot stat")
+			continue
 		}
-		rel := strings.TrimPrefix(strings.TrimPrefix(fields[i+1], base), "/")
 		files = append(files, FileInfo{Path: path.Join(clean, rel), Size: size, Mode: fs.FileMode(mode & 0o777)})
 	}
 	slices.SortFunc(files, func(a, b FileInfo) int { return strings.Compare(a.Path, b.Path) })
+	if len(incomplete.Skipped) > 0 {
+		return files, incomplete
+	}
 	return files, nil
 }

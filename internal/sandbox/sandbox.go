@@ -43,6 +43,8 @@ type Sandbox interface {
 	// ReadFile reads a regular file of at most maxBytes; larger files fail with ErrTooLarge.
 	ReadFile(ctx context.Context, name string, maxBytes int64) ([]byte, error)
 	// List returns the regular files under dir (recursively), without following symlinks.
+	// Folders beneath dir that cannot be read (nested past PATH_MAX, no permission) are left
+	// out: then List returns the other files together with an *IncompleteError naming them.
 	List(ctx context.Context, dir string) ([]FileInfo, error)
 	// Info describes the sandbox for the provenance manifest.
 	Info() Info

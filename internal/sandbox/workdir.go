@@ -232,16 +232,41 @@ func (w *workdir) list(dir string) ([]FileInfo, error) {
 	}
 	defer unix.Close(fd)
 	var files []FileInfo
+	incomplete := &IncompleteError{Dir: dir}
 	err = walk(fd, func(rel string, st *unix.Stat_t) {
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			files = append(files, FileInfo{Path: path.Join(dir, rel), Size: st.Size, Mode: fs.FileMode(st.Mode & 0o777)})
 		}
+	}, func(rel string, err error) {
+		incomplete.add(path.Join(dir, rel), unreadableReason(err))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: list %s: %w", dir, err)
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	if len(incomplete.Skipped) > 0 {
+		return files, incomplete
+	}
 	return files, nil
+}
+
+// unreadableReason says in a few words why a folder could not be read.
+func unreadableReason(err error) string {
+	switch {
+	case errors.Is(err, unix.ENAMETOOLONG):
+		return "nested past PATH_MAX"
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return "no permission"
+	}
+	return unix.ErrnoName(errno(err))
+}
+
+func errno(err error) unix.Errno {
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return 0
 }
 
 // notDir says why dir, which cannot be opened as a folder, is not one: ErrNotDir when it
@@ -274,15 +299,16 @@ func (w *workdir) usage() (diskUse, error) {
 	err := walk(int(w.fd.Fd()), func(_ string, st *unix.Stat_t) {
 		u.bytes += st.Blocks * 512
 		u.inodes++
-	})
+	}, nil)
 	return u, err
 }
 
 // walk visits everything beneath the folder base without following any symlink: each folder is
 // reopened from base with RESOLVE_NO_SYMLINKS, so a folder swapped for a symlink mid-walk is
 // skipped instead of followed, and only one folder handle is open at a time however deep the
-// tree is.
-func walk(base int, visit func(rel string, st *unix.Stat_t)) error {
+// tree is. A folder beneath base that cannot be read (nested past PATH_MAX, no permission)
+// fails the walk when skip is nil; otherwise skip is told and the walk goes on without it.
+func walk(base int, visit func(rel string, st *unix.Stat_t), skip func(rel string, err error)) error {
 	queue := []string{"."}
 	for len(queue) > 0 {
 		dir := queue[0]
@@ -295,12 +321,20 @@ func walk(base int, visit func(rel string, st *unix.Stat_t)) error {
 			if dir != "." && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EAGAIN)) {
 				continue // changed under us by a running command: it is no longer a folder here
 			}
+			if dir != "." && skip != nil {
+				skip(dir, err)
+				continue
+			}
 			return fmt.Errorf("open %s: %w", dir, err)
 		}
 		f := os.NewFile(uintptr(fd), dir)
 		names, err := f.Readdirnames(-1)
 		if err != nil {
 			f.Close()
+			if dir != "." && skip != nil {
+				skip(dir, err)
+				continue
+			}
 			return fmt.Errorf("read folder %s: %w", dir, err)
 		}
 		for _, name := range names {

@@ -1,6 +1,7 @@
 package submitcmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,6 +82,10 @@ func (e *env) manifest(ctx context.Context, id string) error {
 	}
 	printf(w, "profile:   %s  %s\n", m.Profile.Name, m.Profile.Digest)
 	printf(w, "sandbox:   %s %s (cpu %s, memory %s, disk %s, pids %d; %s)\n", m.Sandbox.Backend, m.Sandbox.ID, m.Sandbox.CPU, m.Sandbox.Memory, m.Sandbox.Disk, m.Sandbox.PIDs, m.Sandbox.Isolation)
+	if m.Sandbox.Seccomp != "" {
+		printf(w, "seccomp:   %s  %s\n", m.Sandbox.Seccomp, m.Sandbox.SeccompDigest)
+	}
+	printCollected(w, m.Collected)
 	printf(w, "model:     %s at %s, %d responses, %d tokens (%d prompt, %d completion)\n", m.Model.Name, m.Model.EndpointHost,
 		len(m.Model.ResponseIDs), m.Model.Usage.TotalTokens, m.Model.Usage.PromptTokens, m.Model.Usage.CompletionTokens)
 	for i, c := range m.ToolCalls {
@@ -115,4 +120,26 @@ func (e *env) manifest(ctx context.Context, id string) error {
 	}
 	printf(w, ", %s\n", m.Worker.GoVersion)
 	return nil
+}
+
+// printCollected says where report.md came from when not from the job's report file, and what
+// of the artifact folder was left out.
+func printCollected(w io.Writer, c provenance.Collected) {
+	if c.Report != "" || c.ReportReason != "" {
+		printf(w, "report:    from %s", cmp.Or(c.Report, "the job's report file"))
+		if c.ReportReason != "" {
+			printf(w, " (%s: %s)", c.ReportReason, c.ReportError)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, s := range c.Skipped {
+		printf(w, "left out:  %s  %s", s.Path, s.Reason)
+		if s.Detail != "" {
+			printf(w, " (%s)", s.Detail)
+		}
+		fmt.Fprintln(w)
+	}
+	if c.SkippedMore > 0 {
+		printf(w, "left out:  %d more\n", c.SkippedMore)
+	}
 }

@@ -72,7 +72,8 @@ func TestOversizeReportKeepsTheRun(t *testing.T) {
 		t.Errorf("verify said:\n%s\nwant the transcript checked and no report", stdout)
 	}
 	stdout, _, err = w.submit(t, "manifest", id)
-	if err != nil || !strings.Contains(stdout, "outcome:   failed (report_too_large)") || !strings.Contains(stdout, "approved (policy allowlist)") {
-		t.Errorf("submit manifest = %q, %v; want the reason and the policy's decision", stdout, err)
+	if err != nil || !strings.Contains(stdout, "outcome:   failed (report_too_large)") || !strings.Contains(stdout, "approved (policy allowlist)") ||
+		!strings.Contains(stdout, "seccomp:   boxcar-") {
+		t.Errorf("submit manifest = %q, %v; want the reason, the policy's decision and the seccomp filter", stdout, err)
 	}
 }

@@ -40,5 +40,7 @@ list)
 	r=$(cd -- "$r" && pwd -P) || fail notfound
 	inside "$r" || fail escape
 	printf '%s\0' "$r"
-	find "$r/" -type f -exec sh -c 'for x do printf "%s %s\0%s\0" "$(stat -c %s -- "$x")" "$(stat -c %a -- "$x")" "$x"; done' sh {} +;;
+	# A folder find cannot read ends the listing with a "!" record: the files found still count.
+	find "$r/" -type f -exec sh -c 'for x do printf "%s %s\0%s\0" "$(stat -c %s -- "$x")" "$(stat -c %a -- "$x")" "$x"; done' sh {} + 2>/dev/null ||
+		printf '!\0%s\0' "find could not read every folder";;
 esac

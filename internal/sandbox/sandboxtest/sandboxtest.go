@@ -25,10 +25,7 @@ import (
 // Run runs the suite against the backend that newProvider makes. newProvider is called once per
 // subtest and should fail the test (not skip it) when the backend is unavailable.
 func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, p sandbox.Provider)
-	}{
+	tests := []suiteTest{
 		{"ExitCodes", testExitCodes},
 		{"Stdin", testStdin},
 		{"StdoutStderr", testStdoutStderr},
@@ -45,12 +42,17 @@ func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
 		{"ConcurrentExec", testConcurrentExec},
 		{"Info", testInfo},
 	}
-	for _, tt := range tests {
+	for _, tt := range append(tests, hostileShapes...) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			tt.fn(t, newProvider(t))
 		})
 	}
+}
+
+type suiteTest struct {
+	name string
+	fn   func(t *testing.T, p sandbox.Provider)
 }
 
 // Start starts a sandbox for the test and closes it when the test ends.

@@ -1,0 +1,96 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// What report.md holds when it is not the job's report file (provenance.Collected.Report).
+const (
+	fromFinalMessage = "final_message"
+	fromSummary      = "summary"
+	fromNothing      = "none"
+)
+
+// collect reads the report and the artifacts out of the sandbox and returns the run's files
+// and its outcome, which a report too large to keep turns into a failure (report_too_large).
+//
+// Nothing the job left in its workdir fails the run: a report file that is missing or is not
+// a regular file inside the workdir (a symlink leading out, a FIFO, a socket, a folder, a
+// loop) gives way to the model's final message, recorded as report_unreadable; an artifact or
+// folder that cannot be read is left out and named. A run that did not succeed gets the
+// worker's account of it at the head of report.md (summaryReport). What collect took and
+// what not goes to a.collected, for the manifest. err is only ever the context's: a worker
+// shutting down does not commit half a collection.
+func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox, o outcome) ([]output, outcome, error) {
+	a.collected = provenance.Collected{}
+	body, from, err := r.readReport(ctx, a, sb)
+	if err != nil {
+		return nil, o, err
+	}
+	if from == fromNothing {
+		o = o.withDroppedReport(queue.Permanent("report_too_large", fmt.Errorf("report %s is larger than %d bytes and was not uploaded; write a shorter report and put large output in %s/", a.profile.Report, maxReportBytes, a.profile.Artifacts)))
+	}
+
+	artifacts, err := r.collectArtifacts(ctx, a, sb)
+	if err != nil {
+		return nil, o, err
+	}
+
+	var outs []output
+	state := decide(o, a.d.LastAttempt()).state
+	switch {
+	case from == fromNothing:
+	case state != job.StateSucceeded || len(body) == 0:
+		outs = append(outs, output{name: reportName, data: summaryReport(a, state, o, body, from)})
+		from = fromSummary
+	default:
+		outs = append(outs, output{name: reportName, data: body})
+	}
+	if from != "" {
+		a.collected.Report = from
+	}
+	return append(outs, artifacts...), o, nil
+}
+
+// readReport reads the profile's report file; without a usable one the report is the model's
+// final message (from says so). from is fromNothing when the file is too large to keep.
+func (r *Runner) readReport(ctx context.Context, a *attempt, sb sandbox.Sandbox) (body []byte, from string, err error) {
+	report, err := sb.ReadFile(ctx, a.profile.Report, maxReportBytes)
+	switch {
+	case err == nil:
+		return report, "", nil
+	case ctx.Err() != nil:
+		return nil, "", fmt.Errorf("read report %s: %w", a.profile.Report, err)
+	case errors.Is(err, sandbox.ErrNotFound):
+		return []byte(a.result.FinalMessage), fromFinalMessage, nil
+	case errors.Is(err, sandbox.ErrTooLarge):
+		a.collected.ReportReason, a.collected.ReportError = "report_too_large", err.Error()
+		a.log.WarnContext(ctx, "report too large; committing the run without it", "report", a.profile.Report, "max_bytes", maxReportBytes)
+		return nil, fromNothing, nil
+	}
+	a.collected.ReportReason, a.collected.ReportError = "report_unreadable", err.Error()
+	a.log.WarnContext(ctx, "report file is not a regular file inside the workdir; the model's final message is the report",
+		"report", a.profile.Report, "error", err)
+	return []byte(a.result.FinalMessage), fromFinalMessage, nil
+}
+
+// maxSkippedNamed bounds how many left-out files and folders the manifest names: a job can
+// make any number of them.
+const maxSkippedNamed = 64
+
+// skip records a file or folder of the artifact folder that is not uploaded.
+func (a *attempt) skip(path, reason, detail string) {
+	c := &a.collected
+	if len(c.Skipped) == maxSkippedNamed {
+		c.SkippedMore++
+		return
+	}
+	c.Skipped = append(c.Skipped, provenance.Skipped{Path: path, Reason: reason, Detail: detail})
+}

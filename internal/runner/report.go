@@ -1,0 +1,133 @@
+package runner
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// summaryReport is report.md of a run that did not succeed (or succeeded without writing
+// anything): what ended it, what it did, and that the transcript holds the rest, then
+// whatever the job wrote. A user who opens only the report learns that the run is incomplete
+// and why; it is never a silent empty file. from is where body came from ("" for the job's
+// report file, fromFinalMessage for the model's last answer).
+func summaryReport(a *attempt, state job.State, o outcome, body []byte, from string) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Job %s: %s\n\n", a.job.ID, state)
+	b.WriteString(headline(a, state, o))
+	b.WriteString("\n\n")
+	b.WriteString(whatWasDone(a))
+	b.WriteString("\n\nThe transcript (transcript.jsonl, beside this report) holds every model turn and tool result; " +
+		"the manifest (manifest.json) records the caps, the calls and the digests of every file.\n")
+	if c := a.collected; c.ReportReason == "report_unreadable" {
+		fmt.Fprintf(&b, "\nThe job's report file %s could not be read (%s).\n", a.profile.Report, c.ReportError)
+	}
+	if n := len(a.collected.Skipped) + a.collected.SkippedMore; n > 0 {
+		fmt.Fprintf(&b, "\n%d artifact files or folders were left out; the manifest's collected.skipped names them.\n", n)
+	}
+
+	source := "the job's report file " + a.profile.Report
+	if from == fromFinalMessage {
+		source = "the model's final message"
+	}
+	fmt.Fprintf(&b, "\n## What the job wrote (%s)\n\n", source)
+	if len(body) == 0 {
+		fmt.Fprintf(&b, "Nothing: the job wrote no %s and the model gave no final message.\n", a.profile.Report)
+	} else {
+		b.Write(body)
+		if body[len(body)-1] != '\n' {
+			b.WriteByte('\n')
+		}
+	}
+	return []byte(b.String())
+}
+
+// headline says in one sentence how the run ended.
+func headline(a *attempt, state job.State, o outcome) string {
+	cause := ""
+	if o.err != nil {
+		cause = ": " + o.err.Error()
+	}
+	switch state {
+	case job.StateCapped:
+		return fmt.Sprintf("The run was stopped by a cap before the agent finished: %s.", capSentence(a, o.cap))
+	case job.StateCancelled:
+		return "The job was cancelled while it ran; this is what it had done until then."
+	case job.StateFailed:
+		return fmt.Sprintf("The run failed (%s)%s.", permanentReason(o.err, "failed"), cause)
+	case job.StateDead:
+		return fmt.Sprintf("The job ran out of deliveries after attempt %d; its last attempt ended%s.", a.d.Attempt, cause)
+	case job.StateSucceeded:
+		return "The agent finished, but left no report: no report file and an empty final message."
+	}
+	return fmt.Sprintf("The run ended %s%s.", state, cause)
+}
+
+// capSentence names the cap that stopped a run and its value.
+func capSentence(a *attempt, c string) string {
+	l := a.limits
+	switch c {
+	case agent.CapMaxTurns:
+		return fmt.Sprintf("max_turns, %d model turns over all attempts", l.MaxTurns)
+	case agent.CapMaxToolCalls:
+		return fmt.Sprintf("max_tool_calls, %d tool calls over all attempts", l.MaxToolCalls)
+	case agent.CapMaxTokens:
+		return fmt.Sprintf("max_tokens, %d tokens over all attempts", l.MaxTokens)
+	case agent.CapJobTimeout:
+		return fmt.Sprintf("job_timeout, %s", time.Duration(l.JobTimeout))
+	}
+	return c
+}
+
+// whatWasDone sums up the budget spent and the tool calls of this attempt.
+func whatWasDone(a *attempt) string {
+	s := spent(a)
+	var b strings.Builder
+	fmt.Fprintf(&b, "What was done: %d model turns, %d tool calls and %d tokens", s.AllAttempts.Turns, s.AllAttempts.ToolCalls, s.AllAttempts.Tokens)
+	if s.AllAttempts != s.ThisAttempt {
+		fmt.Fprintf(&b, " over all attempts (%d, %d and %d in this one)", s.ThisAttempt.Turns, s.ThisAttempt.ToolCalls, s.ThisAttempt.Tokens)
+	}
+	b.WriteString(".")
+	if len(a.result.ToolCalls) == 0 {
+		return b.String()
+	}
+	type tally struct{ calls, failed, timedOut int }
+	byTool := map[string]*tally{}
+	for _, c := range a.result.ToolCalls {
+		t := byTool[c.Tool]
+		if t == nil {
+			t = &tally{}
+			byTool[c.Tool] = t
+		}
+		t.calls++
+		switch {
+		case c.TimedOut:
+			t.timedOut++
+		case c.ExitCode != 0 || c.Error != "":
+			t.failed++
+		}
+	}
+	tools := make([]string, 0, len(byTool))
+	for name := range byTool {
+		tools = append(tools, name)
+	}
+	slices.Sort(tools)
+	b.WriteString(" Tool calls of this attempt:")
+	for i, name := range tools {
+		t := byTool[name]
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(&b, "%s %s ×%d", sep, name, t.calls)
+		if t.failed > 0 || t.timedOut > 0 {
+			fmt.Fprintf(&b, " (%d failed, %d timed out)", t.failed, t.timedOut)
+		}
+	}
+	b.WriteString(".")
+	return b.String()
+}
