@@ -60,8 +60,10 @@ if [[ $rc -ne 0 || -z $id ]]; then
 	exit 1
 fi
 echo
-echo "== report (runs/$id/report.md)"
-cat "$data/store/runs/$id/report.md"
+# The report is where the committed manifest says (the attempt's folder); get follows it.
+"$bin/submit" get --store "file://$data/store" "$id" --out "$data/result" >/dev/null
+echo "== report (submit get $id)"
+cat "$data/result/report.md"
 echo
 echo "== manifest summary (runs/$id/manifest.json)"
 "$bin/submit" manifest --store "file://$data/store" "$id"

@@ -12,11 +12,9 @@ func TestLayoutMatchesStore(t *testing.T) {
 	tests := []struct{ got, want string }{
 		{runKey(id, manifestName), store.ManifestKey(id)},
 		{runKey(id, signatureName), store.SignatureKey(id)},
-		{runKey(id, "report.md"), store.ReportKey(id)},
-		{runKey(id, "transcript.jsonl"), store.TranscriptKey(id)},
-		{runKey(id, "artifacts/a.csv"), store.ArtifactKey(id, "a.csv")},
+		{runKey(id, ""), store.RunPrefix(id)},
 		{inputKey("00ff"), store.InputKey("00ff")},
-		{SubjectKey(id, Subject{Name: "report.md"}), store.ReportKey(id)},
+		{SubjectKey(id, Subject{Name: "report.md"}), store.RunPrefix(id) + "report.md"}, // before attempt folders
 		{SubjectKey(id, Subject{Name: "report.md", Path: "attempts/2-0a1b2c3d/report.md"}), store.AttemptPrefix(id, "2-0a1b2c3d") + "report.md"},
 	}
 	for _, tt := range tests {

@@ -60,7 +60,7 @@ func TestCheckObject(t *testing.T) {
 	tests := []struct{ check, file, key string }{
 		{"manifest", "manifest.json", store.ManifestKey(id)},
 		{"signature", "manifest.dsse.json", store.SignatureKey(id)},
-		{"subject artifacts/a.csv", "artifacts/a.csv", store.ArtifactKey(id, "a.csv")},
+		{"subject artifacts/a.csv", "artifacts/a.csv", store.RunPrefix(id) + "artifacts/a.csv"},
 		{"input sales.csv", "input sales.csv", store.InputKey("bb")},
 	}
 	for _, tt := range tests {

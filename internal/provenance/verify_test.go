@@ -82,7 +82,9 @@ func TestVerify(t *testing.T) {
 		{name: "wrong key", signed: true, usePub: true, wrong: true, wantErr: []error{provenance.ErrBadSignature}, failed: []string{"signature"}},
 		{
 			name: "tampered report", signed: true, usePub: true,
-			tamper:  func(t *testing.T, r *run) { r.put(t, store.ReportKey(jobID), "# Sales\nTotals per region, forged.\n") },
+			tamper: func(t *testing.T, r *run) {
+				r.put(t, store.RunPrefix(jobID)+"report.md", "# Sales\nTotals per region, forged.\n")
+			},
 			wantErr: []error{provenance.ErrDigestMismatch}, failed: []string{"subject report.md"},
 		},
 		{
@@ -93,7 +95,7 @@ func TestVerify(t *testing.T) {
 		{
 			name: "truncated artifact",
 			tamper: func(t *testing.T, r *run) {
-				r.put(t, store.ArtifactKey(jobID, "totals.csv"), "region,total\n")
+				r.put(t, store.RunPrefix(jobID)+"artifacts/totals.csv", "region,total\n")
 			},
 			wantErr: []error{provenance.ErrDigestMismatch}, failed: []string{"subject artifacts/totals.csv"}, skipped: []string{"signature"},
 		},
@@ -102,7 +104,7 @@ func TestVerify(t *testing.T) {
 			tamper: func(t *testing.T, r *run) {
 				// A forger rewrites the manifest to match a forged report but cannot re-sign it.
 				forged := "# forged\n"
-				r.put(t, store.ReportKey(jobID), forged)
+				r.put(t, store.RunPrefix(jobID)+"report.md", forged)
 				r.put(t, store.ManifestKey(jobID), string(bytes.Replace(r.manifest, []byte(sha(runFiles["report.md"])), []byte(sha(forged)), 1)))
 			},
 			wantErr: []error{provenance.ErrBadSignature}, failed: []string{"signature", "subject report.md"},

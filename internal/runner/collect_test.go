@@ -2,7 +2,6 @@ package runner_test
 
 import (
 	"context"
-	"io"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,7 +13,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
-	"github.com/boxcar-run/boxcar/internal/store"
 )
 
 // withBubblewrap runs the worker's sandboxes in real bubblewrap.
@@ -114,7 +112,7 @@ func TestHostileWorkdirNeverLosesTheRun(t *testing.T) {
 			if n := ran.Load(); n != 1 {
 				t.Errorf("the job ran %d times, want once", n)
 			}
-			if got := b.object(store.ReportKey(j.ID)); got != tt.wantReport {
+			if got := string(b.runFile(j.ID, "report.md")); got != tt.wantReport {
 				t.Errorf("report.md = %q, want %q", got, tt.wantReport)
 			}
 			m := b.manifest(j.ID)
@@ -159,19 +157,4 @@ func TestHostileWorkdirNeverLosesTheRun(t *testing.T) {
 			}
 		})
 	}
-}
-
-// object reads a stored object as text.
-func (b *bundle) object(key string) string {
-	b.t.Helper()
-	rc, err := b.store.Get(context.Background(), key)
-	if err != nil {
-		b.t.Fatalf("get %s: %v", key, err)
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return string(data)
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -25,7 +26,7 @@ const (
 	maxArtifactTotal = 256 << 20
 )
 
-// output is one file the run leaves in the store, named relative to runs/<id>/.
+// output is one file the run leaves in the store, named relative to the attempt's folder.
 type output struct {
 	name string
 	data []byte
@@ -36,26 +37,42 @@ func (o output) digest() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// commit uploads the run: artifacts, transcript and report first, then the manifest with a
-// create-only put. The manifest is the commit marker: once it exists the run is final, and a
-// stale attempt that comes second gets errLeaseLost.
-func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcome) error {
+// commit uploads the run into the attempt's own folder, every object create-only, then the
+// manifest, which names those objects with their digests, with a create-only put. The manifest
+// is the commit marker: once it exists the run is final, and a stale attempt that comes second
+// gets errLeaseLost. Since no attempt writes outside its own folder, and the manifest names only
+// the folder of the attempt that committed, nothing a later or stale attempt writes can change
+// a committed run. A folder left by an attempt that lost is removed, as far as this worker
+// can; see docs/lifecycle.md for what a crash leaves.
+func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcome) (err error) {
 	// A newer attempt means this one's ack deadline passed and another worker took the job:
-	// uploading now could overwrite the files that attempt commits.
+	// uploading now would only leave objects nothing names.
 	if err := r.checkLease(ctx, a); err != nil {
 		return err
 	}
+	folder, err := attemptFolder(a.d.Attempt)
+	if err != nil {
+		return err
+	}
 	outs = append(outs, output{name: "transcript.jsonl", data: a.result.Transcript})
+	var written []string
+	defer func() {
+		if err != nil {
+			r.discard(ctx, a, written)
+		}
+	}()
 	for _, o := range outs {
-		if err := r.cfg.Store.Put(ctx, store.RunPrefix(a.job.ID)+o.name, bytes.NewReader(o.data), int64(len(o.data))); err != nil {
+		key := store.AttemptPrefix(a.job.ID, folder) + o.name
+		if err := r.cfg.Store.PutIfAbsent(ctx, key, bytes.NewReader(o.data), int64(len(o.data))); err != nil {
 			return fmt.Errorf("upload %s: %w", o.name, err)
 		}
+		written = append(written, key)
 		r.m.UploadedBytes.Add(float64(len(o.data)))
 	}
 	if err := r.checkLease(ctx, a); err != nil {
 		return err
 	}
-	manifest, err := r.manifest(a, outs, decide(o, a.d.LastAttempt()), o.err)
+	manifest, err := r.manifest(a, folder, outs, decide(o, a.d.LastAttempt()), o.err)
 	if err != nil {
 		return err
 	}
@@ -72,7 +89,10 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcom
 		}
 		return err
 	}
-	a.report = slices.ContainsFunc(outs, func(o output) bool { return o.name == reportName })
+	written = nil // named by the committed manifest: never removed
+	if slices.ContainsFunc(outs, func(o output) bool { return o.name == reportName }) {
+		a.reportKey = store.AttemptPrefix(a.job.ID, folder) + reportName
+	}
 	if env != nil {
 		// Create-only like the manifest: a signature, once there, is never replaced.
 		if err := r.cfg.Store.PutIfAbsent(ctx, store.SignatureKey(a.job.ID), bytes.NewReader(env), int64(len(env))); err != nil && !errors.Is(err, store.ErrExists) {
@@ -80,6 +100,29 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcom
 		}
 	}
 	return nil
+}
+
+// attemptFolder names the folder of one attempt's objects: its delivery number, for people,
+// and a random part, so that two attempts never share a folder even when the server counts
+// deliveries again from 1 (a stream restored from a backup, a consumer created anew).
+func attemptFolder(attempt int) (string, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("name the attempt folder: %w", err)
+	}
+	return fmt.Sprintf("%d-%s", attempt, hex.EncodeToString(b[:])), nil
+}
+
+// discard removes the objects an attempt wrote and no manifest names. It is best effort:
+// what it cannot remove stays unnamed, which `submit verify` lists as such.
+func (r *Runner) discard(ctx context.Context, a *attempt, keys []string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
+	defer cancel()
+	for _, k := range keys {
+		if err := r.cfg.Store.Delete(ctx, k); err != nil {
+			a.log.WarnContext(ctx, "remove an object of an attempt that did not commit", "url", r.cfg.Store.URL(k), "error", err)
+		}
+	}
 }
 
 // reportName is the report's name in the run's folder and among the manifest's subjects.
@@ -129,8 +172,8 @@ func (r *Runner) adoptCommitted(ctx context.Context, jobID string) error {
 		s.Attempt, s.Worker = m.Attempt, m.Worker.ID
 		s.StartedAt, s.FinishedAt = m.Timings.StartedAt, m.Timings.FinishedAt
 		s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(jobID))
-		if slices.ContainsFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == reportName }) {
-			s.Report = r.cfg.Store.URL(store.ReportKey(jobID))
+		if i := slices.IndexFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == reportName }); i >= 0 {
+			s.Report = r.cfg.Store.URL(provenance.SubjectKey(jobID, stmt.Subjects[i]))
 		}
 	})
 	if errors.Is(err, queue.ErrFinal) {

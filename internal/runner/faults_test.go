@@ -5,15 +5,18 @@ import (
 	"errors"
 	"io"
 	"path"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // hookStore stands in for crashes and outages at exact points of a run: each hook, when set,
@@ -138,5 +141,73 @@ func TestRejectedWithoutAUsableMessageIDStillHasAStatus(t *testing.T) {
 			st, err := b.q.Status(ctx, id)
 			return err == nil && st.State == job.StateRejected && st.Error != ""
 		})
+	}
+}
+
+// TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone (issue 10 item 7): a worker paused
+// in the middle of its upload past the ack deadline (a GC stall, a frozen VM, SIGSTOP) resumes
+// after the next attempt committed. What it writes then must not change any object the
+// committed manifest names: the run still verifies and keeps the winner's report.
+func TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	var j job.Job
+	committed := func() bool {
+		_, err := b.store.Stat(ctx, store.ManifestKey(j.ID))
+		return err == nil
+	}
+	var paused sync.Once
+	pausing := &hookStore{Store: b.store}
+	pausing.put = func(key string) error {
+		// The first upload of the stale attempt stops here until the other attempt committed.
+		paused.Do(func() { waitFor(t, 30*time.Second, "the next attempt's commit", committed) })
+		return nil
+	}
+	staleReport := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		if err := req.Sandbox.WriteFile(ctx, "report.md", []byte("stale report\n")); err != nil {
+			return agent.Result{}, err
+		}
+		return agent.Result{Outcome: agent.OutcomeCompleted, Transcript: []byte(`{"stale":true}` + "\n")}, nil
+	})
+	// No heartbeats: the paused worker's ack deadline passes while it waits in the upload.
+	stale := b.worker(staleReport, func(c *runner.Config) {
+		c.Store, c.HeartbeatInterval, c.Worker.Concurrency = pausing, time.Hour, 1
+	})
+	j = b.submit("p")
+	waitFor(t, 10*time.Second, "the first attempt's upload", func() bool {
+		st, err := b.q.Status(ctx, j.ID)
+		return err == nil && st.Progress == "uploading"
+	})
+	b.worker(agentFunc(writeReport))
+	st := b.waitFinal(j.ID, 30*time.Second)
+	if st.State != job.StateSucceeded || st.Attempt != 2 {
+		t.Fatalf("status = %+v, want succeeded on attempt 2", st)
+	}
+	waitFor(t, 30*time.Second, "the stale attempt to end", func() bool {
+		return testutil.ToFloat64(stale.m.StaleAttempts) == 1
+	})
+
+	report, err := provenance.Verify(ctx, b.store, j.ID, nil)
+	if err != nil {
+		t.Errorf("the committed run no longer verifies after the stale attempt resumed: %v", err)
+	}
+	for _, s := range report.Statement.Subjects {
+		rc, err := b.store.Get(ctx, provenance.SubjectKey(j.ID, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(rc)
+		rc.Close()
+		if strings.Contains(string(data), "stale") {
+			t.Errorf("%s of the committed run holds the stale attempt's content: %q", s.Name, data)
+		}
+	}
+	if m := report.Statement.Predicate; m.Attempt != 2 {
+		t.Errorf("manifest attempt = %d, want the winner's 2", m.Attempt)
+	}
+	// The stale attempt removed what it wrote: only the committed attempt's folder is left.
+	unlisted, err := provenance.Unlisted(ctx, b.store, j.ID, report.Statement)
+	if err != nil || len(unlisted) != 0 {
+		t.Errorf("objects the manifest does not name: %q, %v; want none", unlisted, err)
 	}
 }

@@ -342,6 +342,28 @@ func (b *bundle) manifest(id string) provenance.Statement {
 	return st
 }
 
+// runFile reads the object the committed manifest names name, wherever the run keeps it.
+func (b *bundle) runFile(id, name string) []byte {
+	b.t.Helper()
+	for _, s := range b.manifest(id).Subjects {
+		if s.Name != name {
+			continue
+		}
+		rc, err := b.store.Get(context.Background(), provenance.SubjectKey(id, s))
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		defer rc.Close()
+		data, err := io.ReadAll(rc)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		return data
+	}
+	b.t.Fatalf("the manifest of %s names no %s", id, name)
+	return nil
+}
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }

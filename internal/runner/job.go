@@ -32,7 +32,9 @@ type attempt struct {
 	result  agent.Result
 	earlier agent.Budget // what earlier attempts had spent when this one started
 	began   bool         // the status names this attempt as running: it did work
-	report  bool         // the committed run has a report (one too large is left out)
+	// reportKey is the committed report's key; empty when the run committed none (one too
+	// large is left out).
+	reportKey string
 	// collected is what collect could not take as the job left it, for the manifest.
 	collected provenance.Collected
 }
@@ -322,8 +324,8 @@ func (r *Runner) settle(ctx context.Context, a *attempt, o outcome) {
 			}
 			if o.committed {
 				s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(d.JobID))
-				if a.report {
-					s.Report = r.cfg.Store.URL(store.ReportKey(d.JobID))
+				if a.reportKey != "" {
+					s.Report = r.cfg.Store.URL(a.reportKey)
 				}
 			}
 		})

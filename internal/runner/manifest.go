@@ -3,16 +3,18 @@ package runner
 import (
 	"context"
 	"crypto/ed25519"
+	"strings"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/store"
 )
 
 // manifest records what produced this run: input, profile, sandbox, model calls, tool calls,
 // outcome and the worker's build. It never holds a secret: the API key is not in anything it
-// is built from.
-func (r *Runner) manifest(a *attempt, outs []output, dec decision, runErr error) ([]byte, error) {
+// is built from. Its subjects name the objects in the attempt's folder.
+func (r *Runner) manifest(a *attempt, folder string, outs []output, dec decision, runErr error) ([]byte, error) {
 	j, p, res := a.job, a.profile, a.result
 	m := provenance.Manifest{
 		Job:     provenance.Job{ID: j.ID, Profile: j.Profile, Task: j.Task, Labels: j.Labels, SubmittedAt: j.SubmittedAt, SubmittedBy: j.SubmittedBy},
@@ -57,9 +59,10 @@ func (r *Runner) manifest(a *attempt, outs []output, dec decision, runErr error)
 			Truncated: c.Truncated, Error: c.Error, DurationMS: c.Duration.Milliseconds(), Approval: approval(c.Approval),
 		})
 	}
+	inRun := strings.TrimPrefix(store.AttemptPrefix(j.ID, folder), store.RunPrefix(j.ID))
 	subjects := make([]provenance.Subject, len(outs))
 	for i, o := range outs {
-		subjects[i] = provenance.Subject{Name: o.name, SHA256: o.digest(), Size: int64(len(o.data))}
+		subjects[i] = provenance.Subject{Name: o.name, SHA256: o.digest(), Size: int64(len(o.data)), Path: inRun + o.name}
 	}
 	return provenance.Build(m, subjects)
 }

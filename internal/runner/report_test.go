@@ -9,7 +9,6 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
-	"github.com/boxcar-run/boxcar/internal/store"
 )
 
 // TestUnfinishedRunsHaveAReportThatSaysSo: a run that ends capped, failed, cancelled or dead
@@ -106,7 +105,7 @@ func TestUnfinishedRunsHaveAReportThatSaysSo(t *testing.T) {
 			if st.State != tt.state || st.Report == "" {
 				t.Fatalf("status = %+v, want %s with a report", st, tt.state)
 			}
-			report := b.object(store.ReportKey(j.ID))
+			report := string(b.runFile(j.ID, "report.md"))
 			rest := report
 			for _, w := range tt.want {
 				i := strings.Index(rest, w)

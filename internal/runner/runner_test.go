@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -208,13 +209,7 @@ func TestRacingAttemptsCommitOneManifest(t *testing.T) {
 	waitFor(t, 10*time.Second, "stale attempt recorded", func() bool {
 		return testutil.ToFloat64(stale.m.StaleAttempts) == 1
 	})
-	rc, err := b.store.Get(context.Background(), store.ReportKey(j.ID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	report, _ := io.ReadAll(rc)
-	rc.Close()
-	if strings.Contains(string(report), "stale") {
+	if report := b.runFile(j.ID, "report.md"); strings.Contains(string(report), "stale") {
 		t.Errorf("the stale attempt overwrote the committed report: %q", report)
 	}
 	if m := b.manifest(j.ID); m.Predicate.Attempt != 2 {
@@ -457,8 +452,8 @@ func TestOversizeReportFailsButKeepsTheRun(t *testing.T) {
 			if out.State != job.StateFailed || out.Reason != tt.wantReason || !strings.Contains(out.Error, tt.wantError) {
 				t.Errorf("manifest outcome = %+v, want failed with reason %s", out, tt.wantReason)
 			}
-			if _, err := b.store.Stat(ctx, store.ReportKey(j.ID)); !errors.Is(err, store.ErrNotFound) {
-				t.Errorf("report in the store: %v, want none", err)
+			if keys, err := b.store.List(ctx, store.RunPrefix(j.ID)); err != nil || slices.ContainsFunc(keys, func(k string) bool { return path.Base(k) == "report.md" }) {
+				t.Errorf("run objects %q, %v; want no report", keys, err)
 			}
 			if report, err := provenance.Verify(ctx, b.store, j.ID, nil); err != nil || !report.OK() {
 				t.Errorf("verify: %v %+v", err, report.Checks)

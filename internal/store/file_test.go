@@ -33,7 +33,7 @@ func TestFileLayoutAndURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	key := store.ReportKey("20261202t101500-abcdef012345")
+	key := store.AttemptPrefix("20261202t101500-abcdef012345", "1-0a1b2c3d") + "report.md"
 	if err := f.Put(t.Context(), key, strings.NewReader("# report"), -1); err != nil {
 		t.Fatal(err)
 	}

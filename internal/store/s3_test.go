@@ -164,7 +164,7 @@ func checkHeadContentTypes(t *testing.T, s *store.S3, raw *s3.Client) {
 		}
 	}
 	// A multipart upload too (the smallest part size, one byte more).
-	key := store.ReportKey("20261202t101500-000000000001")
+	key := store.AttemptPrefix("20261202t101500-000000000001", "1-0a1b2c3d") + "report.md"
 	body := bytes.Repeat([]byte("# report\n"), (5<<20)/9+1)
 	if err := s.Put(ctx, key, bytes.NewReader(body), -1); err != nil {
 		t.Fatal(err)

@@ -39,18 +39,19 @@ type ObjectInfo struct {
 	ContentType string
 }
 
-// Run layout: where each job's results live.
-func InputKey(sha256Hex string) string      { return "inputs/sha256/" + sha256Hex }
-func RunPrefix(jobID string) string         { return "runs/" + jobID + "/" }
-func ReportKey(jobID string) string         { return RunPrefix(jobID) + "report.md" }
-func TranscriptKey(jobID string) string     { return RunPrefix(jobID) + "transcript.jsonl" }
-func ManifestKey(jobID string) string       { return RunPrefix(jobID) + "manifest.json" }
-func SignatureKey(jobID string) string      { return RunPrefix(jobID) + "manifest.dsse.json" }
-func ArtifactKey(jobID, name string) string { return RunPrefix(jobID) + "artifacts/" + name }
+// Run layout: where each job's results live. The run's folder holds the manifest and its
+// signature; the report, transcript and artifacts are in attempt folders, and only the
+// manifest says which one is the run's (see AttemptPrefix).
+func InputKey(sha256Hex string) string { return "inputs/sha256/" + sha256Hex }
+func RunPrefix(jobID string) string    { return "runs/" + jobID + "/" }
+func ManifestKey(jobID string) string  { return RunPrefix(jobID) + "manifest.json" }
+func SignatureKey(jobID string) string { return RunPrefix(jobID) + "manifest.dsse.json" }
 
-// AttemptPrefix is the folder of one attempt's objects (report, transcript, artifacts) inside
-// the run's folder. Each attempt writes only its own folder, create-only, and the committed
-// manifest names the objects of the attempt that committed; see provenance.SubjectKey.
+// AttemptPrefix is the folder of one attempt's objects (report.md, transcript.jsonl,
+// artifacts/…) inside the run's folder, attempt being "<delivery>-<random>". Each attempt
+// writes only its own folder, create-only, and the committed manifest names the objects of
+// the attempt that committed, so no other attempt can change them; see provenance.SubjectKey.
+// Runs committed before attempt folders keep those objects in the run's folder itself.
 func AttemptPrefix(jobID, attempt string) string {
 	return RunPrefix(jobID) + "attempts/" + attempt + "/"
 }

@@ -17,6 +17,9 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
+// testAttempt is the attempt folder of the runs these tests commit, as a worker names one.
+const testAttempt = "1-0a1b2c3d"
+
 func hexSum(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
@@ -46,7 +49,7 @@ func (te *testEnv) commitRun(t *testing.T, signed bool, change ...func(*provenan
 	put(store.InputKey(hexSum(input)), input)
 	var subjects []provenance.Subject
 	for name, data := range files {
-		s := provenance.Subject{Name: name, SHA256: hexSum(data), Size: int64(len(data))}
+		s := provenance.Subject{Name: name, SHA256: hexSum(data), Size: int64(len(data)), Path: "attempts/" + testAttempt + "/" + name}
 		put(provenance.SubjectKey(id, s), data)
 		subjects = append(subjects, s)
 	}
@@ -94,11 +97,11 @@ func TestVerify(t *testing.T) {
 	signed := te.commitRun(t, true)
 	unsigned := te.commitRun(t, false)
 	tampered := te.commitRun(t, true)
-	if err := te.st.Put(t.Context(), store.ReportKey(tampered), strings.NewReader("# Totals\nnorth: 4\n"), -1); err != nil {
+	if err := te.st.Put(t.Context(), store.AttemptPrefix(tampered, testAttempt)+"report.md", strings.NewReader("# Totals\nnorth: 4\n"), -1); err != nil {
 		t.Fatal(err)
 	}
 	extra := te.commitRun(t, true)
-	if err := te.st.Put(t.Context(), store.ArtifactKey(extra, "planted.sh"), strings.NewReader("rm -rf /"), -1); err != nil {
+	if err := te.st.Put(t.Context(), store.RunPrefix(extra)+"artifacts/planted.sh", strings.NewReader("rm -rf /"), -1); err != nil {
 		t.Fatal(err)
 	}
 	noKeyHome := t.TempDir()
@@ -158,7 +161,7 @@ func TestGet(t *testing.T) {
 		t.Errorf("report.md = %q", data)
 	}
 
-	if err := te.st.Put(t.Context(), store.ReportKey(id), strings.NewReader("forged"), -1); err != nil {
+	if err := te.st.Put(t.Context(), store.AttemptPrefix(id, testAttempt)+"report.md", strings.NewReader("forged"), -1); err != nil {
 		t.Fatal(err)
 	}
 	out2 := t.TempDir()
@@ -174,7 +177,7 @@ func TestGet(t *testing.T) {
 	if _, _, err := te.submit(t, "get", missing, "--out", t.TempDir()); exitCode(err) != 1 || !strings.Contains(message(err), "no results for job "+missing) {
 		t.Errorf("get of a job without results: %v", err)
 	}
-	if err := te.st.Put(t.Context(), store.ReportKey(missing), strings.NewReader("x"), -1); err != nil {
+	if err := te.st.Put(t.Context(), store.AttemptPrefix(missing, testAttempt)+"report.md", strings.NewReader("x"), -1); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := te.submit(t, "get", missing, "--out", t.TempDir()); exitCode(err) != 1 || !strings.Contains(message(err), "not committed") {

@@ -142,8 +142,10 @@ func BenchmarkJobOverhead(b *testing.B) {
 		for _, o := range []struct {
 			key  string
 			data []byte
-		}{{store.ReportKey(id), report}, {store.TranscriptKey(id), transcript.Bytes()}} {
-			if err := st.Put(ctx, o.key, bytes.NewReader(o.data), int64(len(o.data))); err != nil {
+		}{{"report.md", report}, {"transcript.jsonl", transcript.Bytes()}} {
+			// As the runner commits: create-only, in the attempt's own folder.
+			key := store.AttemptPrefix(id, "1-00000000") + o.key
+			if err := st.PutIfAbsent(ctx, key, bytes.NewReader(o.data), int64(len(o.data))); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -166,15 +166,6 @@ func runSalesJob(t *testing.T, env map[string]string, storeDir string) (string, 
 	}
 	id, _ := res["id"].(string)
 	run := filepath.Join(storeDir, "runs", id)
-
-	report, err := os.ReadFile(filepath.Join(run, "report.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 92 units over 12 rows of examples/sales.csv, summed by busybox awk in the sandbox pod.
-	if !strings.Contains(string(report), "| units | 12 | 92.00 |") {
-		t.Errorf("report lacks the units figure the tool computed in the pod:\n%s", report)
-	}
 	manifest, err := os.ReadFile(filepath.Join(run, "manifest.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -183,5 +174,26 @@ func runSalesJob(t *testing.T, env map[string]string, storeDir string) (string, 
 	if err != nil {
 		t.Fatalf("parse manifest: %v", err)
 	}
+	report, err := os.ReadFile(runFile(t, storeDir, stmt, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 92 units over 12 rows of examples/sales.csv, summed by busybox awk in the sandbox pod.
+	if !strings.Contains(string(report), "| units | 12 | 92.00 |") {
+		t.Errorf("report lacks the units figure the tool computed in the pod:\n%s", report)
+	}
 	return run, stmt
+}
+
+// runFile is where the file store at storeDir keeps the run's file name, as its manifest
+// names it (in the folder of the attempt that committed), the way get and verify find it.
+func runFile(t *testing.T, storeDir string, stmt provenance.Statement, name string) string {
+	t.Helper()
+	for _, s := range stmt.Subjects {
+		if s.Name == name {
+			return filepath.Join(storeDir, filepath.FromSlash(provenance.SubjectKey(stmt.Predicate.Job.ID, s)))
+		}
+	}
+	t.Fatalf("the manifest of %s names no %s", stmt.Predicate.Job.ID, name)
+	return ""
 }

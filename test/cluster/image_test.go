@@ -171,7 +171,7 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 	if !sawKey.Load() {
 		t.Error("the model never saw the OPENAI_API_KEY given to the container")
 	}
-	transcript := readFile(t, filepath.Join(run, "transcript.jsonl"))
+	transcript := readFile(t, runFile(t, storeDir, stmt, "transcript.jsonl"))
 	noSandboxLeft(t, ns)
 
 	// docker stop sends SIGTERM: the idle worker drains and exits 0.

@@ -133,7 +133,7 @@ func finish(t *testing.T, w *worker, id string) map[string]any {
 // shellLine returns the transcript line of the shell call and the report of a run.
 func shellLine(t *testing.T, w *worker, id string) (map[string]any, string) {
 	t.Helper()
-	run := filepath.Join(w.dataDir, "store", "runs", id)
+	run := committedFolder(t, filepath.Join(w.dataDir, "store"), id)
 	report, err := os.ReadFile(filepath.Join(run, "report.md"))
 	if err != nil {
 		t.Fatal(err)

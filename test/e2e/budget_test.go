@@ -200,7 +200,7 @@ func TestBudgetSurvivesRedelivery(t *testing.T) {
 	}
 
 	// The second attempt's transcript: one call ran, the next was refused by the cap.
-	transcript, err := os.ReadFile(filepath.Join(dataDir, "store", "runs", id, "transcript.jsonl"))
+	transcript, err := os.ReadFile(filepath.Join(committedFolder(t, filepath.Join(dataDir, "store"), id), "transcript.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

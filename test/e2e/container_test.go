@@ -332,7 +332,7 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		close(model.release)
 
 		// Uploading fails; the status says exactly what failed, and the job waits for a retry.
-		wantErr := regexp.MustCompile(`^upload results: upload (\S+): store: put s3://` + st.bucket + `/runs/` + id + `/(\S+): .*dial tcp ` + regexp.QuoteMeta(st.addr) + `: connect: connection refused`)
+		wantErr := regexp.MustCompile(`^upload results: upload (\S+): store: put-if-absent s3://` + st.bucket + `/runs/` + id + `/attempts/1-[0-9a-f]{8}/(\S+): .*dial tcp ` + regexp.QuoteMeta(st.addr) + `: connect: connection refused`)
 		failed := history.waitFor(t, 60*time.Second, func(s job.Status) bool {
 			return s.State == job.StateRetrying && s.Attempt == 1
 		})

@@ -150,7 +150,8 @@ func TestCSVJobEndToEnd(t *testing.T) {
 	}
 	id, _ := res["id"].(string)
 	run := filepath.Join(w.dataDir, "store", "runs", id)
-	report, err := os.ReadFile(filepath.Join(run, "report.md"))
+	files := committedFolder(t, filepath.Join(w.dataDir, "store"), id)
+	report, err := os.ReadFile(filepath.Join(files, "report.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,13 +159,11 @@ func TestCSVJobEndToEnd(t *testing.T) {
 	if !strings.Contains(string(report), "| units | 12 | 92.00 |") {
 		t.Errorf("report lacks the units figure computed by the tool:\n%s", report)
 	}
-	if want := "file://" + filepath.Join(run, "report.md"); res["report"] != want {
+	if want := "file://" + filepath.Join(files, "report.md"); res["report"] != want {
 		t.Errorf("report location = %v, want %s", res["report"], want)
 	}
-	for _, name := range []string{"transcript.jsonl", "manifest.json"} {
-		if _, err := os.Stat(filepath.Join(run, name)); err != nil {
-			t.Errorf("store lacks runs/%s/%s: %v", id, name, err)
-		}
+	if _, err := os.Stat(filepath.Join(files, "transcript.jsonl")); err != nil {
+		t.Errorf("store lacks the transcript of %s: %v", id, err)
 	}
 	if !strings.Contains(stderr, "tool call") {
 		t.Errorf("--wait showed no progress:\n%s", stderr)
@@ -186,7 +185,7 @@ func TestCSVJobEndToEnd(t *testing.T) {
 	if err != nil || !bytes.Equal(got, report) {
 		t.Errorf("submit get report = %q, %v; want the stored report", got, err)
 	}
-	for _, f := range []string{filepath.Join(run, "transcript.jsonl"), filepath.Join(run, "manifest.json")} {
+	for _, f := range []string{filepath.Join(files, "transcript.jsonl"), filepath.Join(run, "manifest.json")} {
 		data, _ := os.ReadFile(f)
 		if bytes.Contains(data, []byte("sk-e2e-secret")) {
 			t.Errorf("%s contains the API key", f)

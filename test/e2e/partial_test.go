@@ -46,7 +46,7 @@ func TestOversizeReportKeepsTheRun(t *testing.T) {
 		pred.ToolCalls[0].Approval.DecidedBy != "" || pred.ToolCalls[0].ExitCode != 0 {
 		t.Errorf("manifest tool calls = %+v, want one shell call the allowlist approved, exit 0", pred.ToolCalls)
 	}
-	if _, err := os.Stat(filepath.Join(run, "report.md")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(committedFolder(t, filepath.Join(w.dataDir, "store"), id), "report.md")); !os.IsNotExist(err) {
 		t.Errorf("report.md in the store: %v, want none", err)
 	}
 

@@ -174,7 +174,13 @@ func runArtifactJob(t *testing.T, w *worker, m *artifactModel) string {
 // storedManifest parses the manifest of run id in w's file store.
 func storedManifest(t *testing.T, w *worker, id string) provenance.Statement {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(w.dataDir, "store", "runs", id, "manifest.json"))
+	return manifestIn(t, filepath.Join(w.dataDir, "store"), id)
+}
+
+// manifestIn parses the manifest of run id in the file store at storeDir.
+func manifestIn(t *testing.T, storeDir, id string) provenance.Statement {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(storeDir, "runs", id, "manifest.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +189,21 @@ func storedManifest(t *testing.T, w *worker, id string) provenance.Statement {
 		t.Fatal(err)
 	}
 	return stmt
+}
+
+// committedFolder is where the file store at storeDir keeps the files of run id's committed
+// attempt, as its manifest names them (runs/<id>/attempts/<n>-<random>/), the way get and
+// verify find them.
+func committedFolder(t *testing.T, storeDir, id string) string {
+	t.Helper()
+	for _, s := range manifestIn(t, storeDir, id).Subjects {
+		if s.Name == "transcript.jsonl" {
+			key := strings.TrimSuffix(provenance.SubjectKey(id, s), s.Name)
+			return filepath.Join(storeDir, filepath.FromSlash(key))
+		}
+	}
+	t.Fatalf("the manifest of %s names no transcript", id)
+	return ""
 }
 
 func subjectNames(stmt provenance.Statement) []string {
@@ -243,6 +264,7 @@ func TestVerifyRun(t *testing.T) {
 	id := runArtifactJob(t, w, m)
 	storeDir := filepath.Join(w.dataDir, "store")
 	run := filepath.Join(storeDir, "runs", id)
+	files := committedFolder(t, storeDir, id)
 
 	t.Run("signed by default", func(t *testing.T) {
 		key := filepath.Join(w.dataDir, "keys", "signing.key")
@@ -268,14 +290,14 @@ func TestVerifyRun(t *testing.T) {
 			t.Errorf("manifest subjects = %q, want %q", got, want)
 		}
 		for name, content := range artifactFiles {
-			if got, err := os.ReadFile(filepath.Join(run, name)); err != nil || string(got) != content {
+			if got, err := os.ReadFile(filepath.Join(files, name)); err != nil || string(got) != content {
 				t.Errorf("stored %s = %q, %v; want %q", name, got, err, content)
 			}
 		}
 		var stored []string
-		filepath.WalkDir(filepath.Join(run, "artifacts"), func(p string, d fs.DirEntry, err error) error {
+		filepath.WalkDir(filepath.Join(files, "artifacts"), func(p string, d fs.DirEntry, err error) error {
 			if err == nil && !d.IsDir() {
-				rel, _ := filepath.Rel(run, p)
+				rel, _ := filepath.Rel(files, p)
 				stored = append(stored, filepath.ToSlash(rel))
 			}
 			return nil
@@ -386,11 +408,11 @@ func TestVerifyRun(t *testing.T) {
 		wantFail string
 		getFails string
 	}{
-		{name: "modified report", path: filepath.Join(run, "report.md"), change: replace("92 units", "93 units"),
+		{name: "modified report", path: filepath.Join(files, "report.md"), change: replace("92 units", "93 units"),
 			wantFail: "report.md", getFails: "report.md"},
-		{name: "modified artifact", path: filepath.Join(run, artifactTable), change: replace("north,40", "north,41"),
+		{name: "modified artifact", path: filepath.Join(files, artifactTable), change: replace("north,40", "north,41"),
 			wantFail: artifactTable, getFails: artifactTable},
-		{name: "removed artifact", path: filepath.Join(run, artifactSummary), change: remove,
+		{name: "removed artifact", path: filepath.Join(files, artifactSummary), change: remove,
 			wantFail: artifactSummary, getFails: artifactSummary},
 		{name: "modified manifest", path: filepath.Join(run, "manifest.json"), change: replace(`"state":"succeeded"`, `"state":"failed"`),
 			wantFail: "manifest.dsse.json"},
@@ -440,7 +462,7 @@ func TestVerifyRun(t *testing.T) {
 			}
 		}
 		forged := strings.Replace(artifactReport, "92 units", "99 units", 1)
-		tamper(t, filepath.Join(run, "report.md"), replace(artifactReport, forged))
+		tamper(t, filepath.Join(files, "report.md"), replace(artifactReport, forged))
 		tamper(t, filepath.Join(run, "manifest.json"), replace(oldSum, sha256Hex([]byte(forged))))
 		stdout, _, err := w.submit(t, "verify", id)
 		if code := exitCode(err); code != 8 || !failLine("manifest.dsse.json").MatchString(stdout) {
@@ -451,19 +473,21 @@ func TestVerifyRun(t *testing.T) {
 		}
 	})
 
+	// Planted beside the committed files, in the committed attempt's own folder.
 	t.Run("extra object is reported", func(t *testing.T) {
-		extra := filepath.Join(run, "artifacts", "planted.sh")
+		extra := filepath.Join(files, "artifacts", "planted.sh")
 		if err := os.WriteFile(extra, []byte("echo planted\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.Remove(extra) })
+		rel, _ := filepath.Rel(run, extra)
 		stdout, _, err := w.submit(t, "verify", id)
-		if err != nil || !regexp.MustCompile(`(?m)^\s+note\s+artifacts/planted\.sh\s+not named by the manifest`).MatchString(stdout) {
+		if err != nil || !regexp.MustCompile(`(?m)^\s+note\s+`+regexp.QuoteMeta(rel)+`\s+not named by the manifest`).MatchString(stdout) {
 			t.Errorf("verify: %v; want success with a note on the planted file:\n%s", err, stdout)
 		}
 		out := t.TempDir()
 		_, stderr, err := w.submit(t, "get", id, "--out", out)
-		if err != nil || !strings.Contains(stderr, "not downloaded: artifacts/planted.sh") {
+		if err != nil || !strings.Contains(stderr, "not downloaded: "+rel) {
 			t.Errorf("get: %v; want success reporting the planted file:\n%s", err, stderr)
 		}
 		if _, err := os.Stat(filepath.Join(out, "artifacts", "planted.sh")); err == nil {

@@ -327,10 +327,11 @@ func testLarge(t *testing.T, s store.Store) {
 // ContentTypeKeys are keys of every kind in the run layout, for content-type checks.
 func ContentTypeKeys() []string {
 	const id = "20261202t101500-abcdef012345"
+	attempt := store.AttemptPrefix(id, "1-0a1b2c3d")
 	return []string{
-		store.ReportKey(id), store.TranscriptKey(id), store.ManifestKey(id), store.SignatureKey(id),
-		store.ArtifactKey(id, "table.csv"), store.ArtifactKey(id, "page.html"), store.ArtifactKey(id, "chart.png"),
-		store.ArtifactKey(id, "Makefile"), store.InputKey(strings.Repeat("0f", 32)),
+		attempt + "report.md", attempt + "transcript.jsonl", store.ManifestKey(id), store.SignatureKey(id),
+		attempt + "artifacts/table.csv", attempt + "artifacts/page.html", attempt + "artifacts/chart.png",
+		attempt + "artifacts/Makefile", store.InputKey(strings.Repeat("0f", 32)),
 	}
 }
 
