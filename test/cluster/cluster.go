@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -30,15 +31,18 @@ const (
 	SandboxImage = "boxcar.test/sandbox:1"
 	// PauseImage is the pod sandbox image containerd uses.
 	PauseImage = "boxcar.test/pause:1"
-	// PodCIDR is where pod addresses come from: RFC 2544 benchmark space, never routed.
+	// PodCIDR is where pod addresses come from: RFC 2544 benchmark space, never routed off
+	// the node namespace (BridgeCIDR and IsolatedCIDR split it).
 	PodCIDR = "198.18.0.0/16"
-	// ServiceCIDR holds service addresses; nothing routes them either.
+	// ServiceCIDR holds service addresses, which kube-proxy's rules in the node namespace
+	// translate to pod addresses.
 	ServiceCIDR = "198.19.0.0/24"
 )
 
 // Config says where the cluster's parts are and where its state goes.
 type Config struct {
-	// BinDir holds kube-apiserver, kubelet, kube-scheduler and kube-controller-manager.
+	// BinDir holds kube-apiserver, kubelet, kube-scheduler, kube-controller-manager and
+	// kube-proxy.
 	// Default: $BOXCAR_CLUSTER_CACHE/v1.37.2/bin, else ~/.cache/boxcar-cluster/v1.37.2/bin.
 	BinDir string
 	// HelperDir holds boxcar-cni and pause, built from this module's cmd folder. Required.
@@ -90,6 +94,7 @@ type Cluster struct {
 	procs []*process // in start order; stopped in reverse
 	saved sysctls
 
+	relays     []net.Listener // between the host's and the node's namespaces
 	etcdURL    string
 	client     kubernetes.Interface
 	containerd string // containerd's socket
@@ -137,9 +142,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		{"etcd", c.startEtcd},
 		{"apiserver", c.startAPIServer},
 		{"controllers", c.startControllers},
+		{"node network", c.startNodeNetwork},
 		{"containerd", c.startContainerd},
 		{"images", c.importImages},
 		{"kubelet", c.startKubelet},
+		{"services", c.createClusterServices},
+		{"kube-proxy", c.startKubeProxy},
+		{"coredns", c.startCoreDNS},
 		{"ready", c.waitReady},
 	}
 	for _, s := range steps {
@@ -171,17 +180,22 @@ func (c *Cluster) start(name, bin string, args []string, env ...string) (*proces
 // checkParts fails with the command that installs or builds what is missing.
 func checkParts(cfg Config) error {
 	var missing []string
-	for _, b := range []string{"kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager"} {
+	for _, b := range []string{"kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager", "kube-proxy"} {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			missing = append(missing, b)
 		}
+	}
+	if _, err := os.Stat(coreDNSBin()); err != nil {
+		missing = append(missing, coreDNSBin())
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("cluster: %v not in %s: run test/cluster/build.sh (or make test-cluster): %w", missing, cfg.BinDir, errMissingTool)
 	}
 	debs := map[string]string{
 		"/usr/bin/containerd": "containerd", "/usr/bin/ctr": "containerd", "/usr/bin/etcd": "etcd-server",
-		"/usr/lib/cni/loopback": "containernetworking-plugins", "/bin/busybox": "busybox-static",
+		"/usr/lib/cni/loopback": "containernetworking-plugins", "/usr/lib/cni/bridge": "containernetworking-plugins",
+		"/usr/lib/cni/host-local": "containernetworking-plugins", "/bin/busybox": "busybox-static",
+		"/usr/sbin/iptables-restore": "iptables", "/usr/bin/nsenter": "util-linux",
 	}
 	var pkgs []string
 	for file, pkg := range debs {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -52,14 +53,37 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     max_conf_num = 1
 `
 
-// cniConfig is the pod network: one address per pod, no route (cmd/boxcar-cni). containerd
-// adds loopback itself.
-const cniConfig = `{
-  "cniVersion": "1.0.0",
-  "name": "boxcar-test",
-  "plugins": [{"type": "boxcar-cni", "subnet": "` + PodCIDR + `"}]
+// cniConfig is the pod network (cmd/boxcar-cni): sandbox pods, which the chart's deny-all
+// NetworkPolicy selects by these labels, get an address and no route; every other pod goes on
+// the node namespace's bridge with a route to the bridge's subnet and one to the Services
+// through NodeIP, and no default route. containerd (in the node namespace) adds loopback
+// itself.
+func (c *Cluster) cniConfig(cert, key string) ([]byte, error) {
+	bridge := map[string]any{
+		"type": "bridge", "bridge": bridgeName,
+		// NodeIP is set on the bridge at bring-up; the plugin neither sets it nor adds a
+		// default route (isGateway), and masquerades nothing (ipMasq).
+		"isGateway": false, "ipMasq": false, "hairpinMode": true,
+		"ipam": map[string]any{
+			"type":    "host-local",
+			"dataDir": c.path("cni", "ipam"),
+			"ranges":  [][]map[string]string{{{"subnet": BridgeCIDR, "rangeStart": "198.18.0.16", "gateway": NodeIP}}},
+			"routes":  []map[string]string{{"dst": ServiceCIDR, "gw": NodeIP}},
+		},
+	}
+	return json.MarshalIndent(map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "boxcar-test",
+		"plugins": []map[string]any{{
+			"type":           "boxcar-cni",
+			"isolatedSubnet": IsolatedCIDR,
+			"isolate":        map[string]string{"app.kubernetes.io/managed-by": "boxcar", "app.kubernetes.io/component": "sandbox"},
+			"binDir":         c.path("cni", "bin"),
+			"api":            map[string]string{"server": nodeAPIServer, "ca": c.pki.path(caCertFile), "cert": cert, "key": key},
+			"bridge":         bridge,
+		}},
+	}, "", "  ")
 }
-`
 
 func (c *Cluster) startContainerd(ctx context.Context) error {
 	runc, err := lookRunc()
@@ -74,12 +98,23 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	for name, src := range map[string]string{
 		"boxcar-cni": filepath.Join(c.cfg.HelperDir, "boxcar-cni"),
 		"loopback":   "/usr/lib/cni/loopback",
+		"bridge":     "/usr/lib/cni/bridge",
+		"host-local": "/usr/lib/cni/host-local",
 	} {
 		if err := os.Symlink(src, c.path("cni/bin", name)); err != nil {
 			return fmt.Errorf("cluster: cni plugin %s: %w", name, err)
 		}
 	}
-	if err := os.WriteFile(c.path("cni/conf", "10-boxcar.conflist"), []byte(cniConfig), 0o644); err != nil {
+	// The plugin looks pods up as the node: the Node authorizer lets it read pods bound here.
+	cert, key, err := c.pki.issue("cni", "system:node:"+NodeName, []string{"system:nodes"}, false)
+	if err != nil {
+		return err
+	}
+	cniConfig, err := c.cniConfig(cert, key)
+	if err != nil {
+		return fmt.Errorf("cluster: cni config: %w", err)
+	}
+	if err := os.WriteFile(c.path("cni/conf", "10-boxcar.conflist"), cniConfig, 0o644); err != nil {
 		return fmt.Errorf("cluster: cni config: %w", err)
 	}
 	cfg := strings.NewReplacer("{{STATE}}", c.cfg.StateDir, "{{RUNC}}", runc).Replace(containerdConfig)
@@ -88,7 +123,8 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		return fmt.Errorf("cluster: containerd config: %w", err)
 	}
 	c.containerd = c.path("containerd", "containerd.sock")
-	p, err := c.start("containerd", "/usr/bin/containerd", []string{"--config", cfgPath, "--log-level", "warn"})
+	bin, args := c.inNode("/usr/bin/containerd", "--config", cfgPath, "--log-level", "warn")
+	p, err := c.start("containerd", bin, args)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+	"github.com/boxcar-run/boxcar/test/cluster"
 )
 
 // TestContainment looks at a sandbox pod from inside: the network it has, the credentials it
@@ -60,8 +62,8 @@ func TestContainment(t *testing.T) {
 				t.Errorf("pod has address %s; the CNI gave only %s", a, pod.Status.PodIP)
 			}
 		}
-		if !strings.HasPrefix(pod.Status.PodIP, "198.18.") {
-			t.Errorf("pod IP = %q, want one in 198.18.0.0/15", pod.Status.PodIP)
+		if _, isolated, _ := net.ParseCIDR(cluster.IsolatedCIDR); !isolated.Contains(net.ParseIP(pod.Status.PodIP)) {
+			t.Errorf("pod IP = %q, want one in %s, the sandbox pods' range", pod.Status.PodIP, cluster.IsolatedCIDR)
 		}
 	})
 	t.Run("host loopback unreachable", func(t *testing.T) {
@@ -73,6 +75,13 @@ func TestContainment(t *testing.T) {
 		res := sandboxtest.Exec(t, sb, sandbox.ExecRequest{Argv: []string{"nc", "-w", "2", "127.0.0.1", u.Port()}, Timeout: 20 * time.Second})
 		if res.ExitCode == 0 || !bytes.Contains(res.Stderr, []byte("refused")) {
 			t.Errorf("nc 127.0.0.1:%s from the pod: exit %d, stderr %q; want connection refused", u.Port(), res.ExitCode, res.Stderr)
+		}
+	})
+	t.Run("cluster DNS and Services unreachable", func(t *testing.T) {
+		// Other pods have CoreDNS and the Services; a sandbox pod has no route to either.
+		res := sandboxtest.Exec(t, sb, sandbox.ExecRequest{Argv: []string{"nc", "-w", "2", cluster.DNSServiceIP, "53"}, Timeout: 20 * time.Second})
+		if res.ExitCode == 0 || !bytes.Contains(res.Stderr, []byte("unreachable")) {
+			t.Errorf("nc %s 53 from the pod: exit %d, stderr %q; want network unreachable", cluster.DNSServiceIP, res.ExitCode, res.Stderr)
 		}
 	})
 	t.Run("no service-account token", func(t *testing.T) {

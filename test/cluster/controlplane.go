@@ -130,12 +130,17 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 
 // kubeconfig writes a kubeconfig for a client certificate of cn in groups.
 func (c *Cluster) kubeconfig(name, cn string, groups []string) (string, error) {
+	return c.kubeconfigAt(c.APIServer, name, cn, groups)
+}
+
+// kubeconfigAt is kubeconfig for a client that reaches the API server at server.
+func (c *Cluster) kubeconfigAt(server, name, cn string, groups []string) (string, error) {
 	cert, key, err := c.pki.issue(name, cn, groups, false)
 	if err != nil {
 		return "", err
 	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["boxcar-test"] = &clientcmdapi.Cluster{Server: c.APIServer, CertificateAuthority: c.pki.path(caCertFile)}
+	cfg.Clusters["boxcar-test"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: c.pki.path(caCertFile)}
 	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificate: cert, ClientKey: key}
 	cfg.Contexts["boxcar-test"] = &clientcmdapi.Context{Cluster: "boxcar-test", AuthInfo: name}
 	cfg.CurrentContext = "boxcar-test"

@@ -27,16 +27,29 @@ import (
 // that mount no token), and deletes it when the test ends.
 func sandboxNamespace(t *testing.T) string {
 	t.Helper()
+	return testNamespace(t, "sb-", map[string]string{
+		"pod-security.kubernetes.io/enforce":         "restricted",
+		"pod-security.kubernetes.io/enforce-version": "latest",
+	})
+}
+
+// appNamespace is a namespace for ordinary (non-sandbox) pods, deleted when the test ends.
+func appNamespace(t *testing.T) string {
+	t.Helper()
+	return testNamespace(t, "app-", nil)
+}
+
+// testNamespace creates a namespace named after the test with labels, waits for its default
+// ServiceAccount and deletes it when the test ends.
+func testNamespace(t *testing.T, prefix string, labels map[string]string) string {
+	t.Helper()
 	ctx := t.Context()
-	name := "sb-" + strings.Trim(dnsName(strings.ToLower(t.Name())), "-")
+	name := prefix + strings.Trim(dnsName(strings.ToLower(t.Name())), "-")
 	if len(name) > 50 {
 		name = strings.TrimRight(name[:50], "-")
 	}
 	name = fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%100000)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		"pod-security.kubernetes.io/enforce":         "restricted",
-		"pod-security.kubernetes.io/enforce-version": "latest",
-	}}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	if _, err := kube.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", name, err)
 	}

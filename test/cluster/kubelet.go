@@ -16,7 +16,7 @@ import (
 const NodeName = "localhost"
 
 // kubeletConfig follows pitfalls 3 to 5: cgroup v1 allowed, cgroupfs, no swap check, no
-// iptables chains, no resolv.conf for pods. Image garbage collection is off so that the
+// iptables chains, no resolv.conf for pods (ClusterFirst pods get CoreDNS behind kube-dns). Image garbage collection is off so that the
 // imported images, which cannot be pulled again, stay; eviction thresholds are low so that a
 // busy test machine does not evict the test pods.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
@@ -43,6 +43,8 @@ failCgroupV1: false
 failSwapOn: false
 makeIPTablesUtilChains: false
 resolvConf: ""
+clusterDNS: ["` + DNSServiceIP + `"]
+clusterDomain: ` + ClusterDomain + `
 podLogsDir: {{STATE}}/pod-logs
 volumePluginDir: {{STATE}}/kubelet-plugins
 imageGCHighThresholdPercent: 100
@@ -71,7 +73,7 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kc, err := c.kubeconfig("kubelet", "system:node:"+NodeName, []string{"system:nodes"})
+	kc, err := c.kubeconfigAt(nodeAPIServer, "kubelet", "system:node:"+NodeName, []string{"system:nodes"})
 	if err != nil {
 		return err
 	}
@@ -89,14 +91,19 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return fmt.Errorf("cluster: kubelet config: %w", err)
 	}
-	_, err = c.start("kubelet", filepath.Join(c.cfg.BinDir, "kubelet"), []string{
-		"--config=" + cfgPath,
-		"--kubeconfig=" + kc,
-		"--hostname-override=" + NodeName,
-		"--root-dir=" + c.path("kubelet"),
-		"--cert-dir=" + c.path("kubelet", "pki"),
-	})
-	return err
+	// In the node namespace the kubelet takes NodeIP, the bridge's address, as its node IP.
+	bin, args := c.inNode(filepath.Join(c.cfg.BinDir, "kubelet"),
+		"--config="+cfgPath,
+		"--kubeconfig="+kc,
+		"--hostname-override="+NodeName,
+		"--node-ip="+NodeIP,
+		"--root-dir="+c.path("kubelet"),
+		"--cert-dir="+c.path("kubelet", "pki"),
+	)
+	if _, err := c.start("kubelet", bin, args); err != nil {
+		return err
+	}
+	return c.relayToNode(ports[0])
 }
 
 // waitReady waits for what a test pod needs: the node Ready and schedulable, and the default

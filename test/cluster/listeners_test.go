@@ -9,14 +9,23 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/boxcar-run/boxcar/test/cluster"
 )
 
 // TestListenersLoopbackOnly checks the rule that every server of the cluster listens on
 // 127.0.0.1: it finds the cluster's processes (their command lines name its state folder),
-// their sockets, and every TCP socket of theirs that listens.
+// their sockets, and every TCP socket of theirs that listens. In the node namespace (kube-proxy,
+// CoreDNS, the API server relay) a server may also listen on the node's own address, which
+// only the cluster's pods can reach.
 func TestListenersLoopbackOnly(t *testing.T) {
 	state := filepath.Dir(kube.Kubeconfig)
-	inodes := map[string]string{} // socket inode -> process
+	hostNetns, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	netnsPid := map[string]string{} // network namespace -> a pid in it, whose /proc/PID/net shows it
+	inodes := map[string]string{}   // socket inode -> process
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +41,9 @@ func TestListenersLoopbackOnly(t *testing.T) {
 		}
 		name := filepath.Base(strings.SplitN(string(cmdline), "\x00", 2)[0])
 		procs[name] = true
+		if ns, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "net")); err == nil {
+			netnsPid[ns] = e.Name()
+		}
 		fds, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
 		for _, fd := range fds {
 			link, _ := os.Readlink(filepath.Join("/proc", e.Name(), "fd", fd.Name()))
@@ -40,14 +52,30 @@ func TestListenersLoopbackOnly(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet"} {
+	for _, want := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kube-proxy", "coredns"} {
 		if !procs[want] {
 			t.Errorf("found no %s process naming %s; found %v", want, state, procs)
 		}
 	}
+	if len(netnsPid) != 2 {
+		t.Errorf("the cluster's processes are in %d network namespaces, want 2 (the host's and the node's)", len(netnsPid))
+	}
 	listening := 0
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		f, err := os.Open(table)
+	for ns, pid := range netnsPid {
+		listening += checkListeners(t, pid, ns == hostNetns, inodes)
+	}
+	if listening == 0 {
+		t.Error("found no listening socket of the cluster; the check sees nothing")
+	}
+	t.Logf("%d listening sockets of %d cluster processes, all on loopback or the node address", listening, len(procs))
+}
+
+// checkListeners checks the listening TCP sockets of inodes in the network namespace of pid.
+func checkListeners(t *testing.T, pid string, host bool, inodes map[string]string) int {
+	t.Helper()
+	listening := 0
+	for _, table := range []string{"tcp", "tcp6"} {
+		f, err := os.Open(filepath.Join("/proc", pid, "net", table))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,16 +91,19 @@ func TestListenersLoopbackOnly(t *testing.T) {
 				continue
 			}
 			listening++
-			if ip := procNetIP(fields[1]); !ip.IsLoopback() {
-				t.Errorf("%s listens on %s, want 127.0.0.1 only", owner, ip)
+			ip := procNetIP(fields[1])
+			switch {
+			case ip.IsLoopback():
+			case !host && ip.String() == cluster.NodeIP:
+			case host:
+				t.Errorf("%s listens on %s in the host's namespace, want 127.0.0.1 only", owner, ip)
+			default:
+				t.Errorf("%s listens on %s in the node namespace, want 127.0.0.1 or %s only", owner, ip, cluster.NodeIP)
 			}
 		}
 		f.Close()
 	}
-	if listening == 0 {
-		t.Error("found no listening socket of the cluster; the check sees nothing")
-	}
-	t.Logf("%d listening sockets of %d cluster processes, all on loopback", listening, len(procs))
+	return listening
 }
 
 // procNetIP decodes the address of "ADDR:PORT" in /proc/net/tcp{,6}: 32-bit words in host

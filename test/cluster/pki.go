@@ -82,7 +82,8 @@ func newPKI(dir string) (*pki, error) {
 func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
 
 // issue writes name.crt and name.key: a client certificate for cn in groups, and a serving
-// certificate for 127.0.0.1 and localhost when serving is set.
+// certificate for 127.0.0.1 and localhost when serving is set, which also names the API
+// server's addresses and names for pods (the kubernetes Service, the relay at NodeIP).
 func (p *pki) issue(name, cn string, groups []string, serving bool) (certPath, keyPath string, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -102,8 +103,8 @@ func (p *pki) issue(name, cn string, groups []string, serving bool) (certPath, k
 	}
 	if serving {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		tmpl.DNSNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP(NodeIP), net.ParseIP(KubernetesServiceIP)}
+		tmpl.DNSNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + ClusterDomain}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
 	if err != nil {

@@ -71,6 +71,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	for _, p := range slices.Backward(c.procs) {
 		p.stop(10 * time.Second)
 	}
+	for _, l := range c.relays {
+		l.Close()
+	}
 	c.log.Info("cluster: processes stopped")
 	err := Cleanup(c.cfg.StateDir, c.saved)
 	c.log.Info("cluster: torn down", "error", err)

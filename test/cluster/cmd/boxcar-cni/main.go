@@ -1,21 +1,38 @@
-// Command boxcar-cni is the test cluster's CNI plugin. containerd 1.6 needs an address on a
-// pod's eth0 (docs/test-cluster.md, pitfall 2) and this kernel has no dummy links, so the plugin
-// makes a veth pair that lives entirely inside the pod's network namespace, gives eth0 one
-// address from the configured subnet (RFC 2544 space, never routed) as a /32 and adds no
-// route, and turns IPv6 off on both ends. Nothing is created on the host: a pod reaches
-// nothing but its own loopback.
+// Command boxcar-cni is the test cluster's CNI plugin. It gives each pod one of two networks:
+//
+//   - Sandbox pods (the labels in "isolate", the pods the chart's deny-all NetworkPolicy
+//     selects) get a network with no route at all. containerd 1.6 needs an address on a pod's
+//     eth0 (docs/test-cluster.md, pitfall 2) and this kernel has no dummy links, so the plugin
+//     makes a veth pair that lives entirely inside the pod's network namespace, gives eth0 one
+//     address from isolatedSubnet (RFC 2544 space, never routed) as a /32, adds no route and
+//     turns IPv6 off on both ends: such a pod reaches nothing but its own loopback.
+//   - Every other pod goes on the bridge: the plugin runs the standard bridge plugin (config in
+//     "bridge", host-local IPAM). containerd runs in the cluster's node network namespace, and
+//     so do its plugins: the bridge and the pods' veth ends exist there, not on the host.
+//
+// It asks the API server for the pod's labels, as the node; a pod it cannot look up gets no
+// network (ADD fails, and the kubelet tries again).
 package main
 
 import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -25,9 +42,20 @@ import (
 const peerName = "boxcar0"
 
 type netConf struct {
-	CNIVersion string `json:"cniVersion"`
-	Name       string `json:"name"`
-	Subnet     string `json:"subnet"`
+	CNIVersion     string            `json:"cniVersion"`
+	Name           string            `json:"name"`
+	IsolatedSubnet string            `json:"isolatedSubnet"`
+	Isolate        map[string]string `json:"isolate"`
+	BinDir         string            `json:"binDir"`
+	API            apiConf           `json:"api"`
+	Bridge         json.RawMessage   `json:"bridge"`
+}
+
+type apiConf struct {
+	Server string `json:"server"`
+	CA     string `json:"ca"`
+	Cert   string `json:"cert"`
+	Key    string `json:"key"`
 }
 
 func main() {
@@ -44,10 +72,9 @@ func run(command string, stdin io.Reader, stdout io.Writer) error {
 		return json.NewEncoder(stdout).Encode(map[string]any{
 			"cniVersion": "1.0.0", "supportedVersions": []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0"},
 		})
-	case "DEL", "CHECK", "GC", "STATUS":
-		// The pair lives and dies with the pod's namespace: nothing to undo or check.
+	case "CHECK", "GC", "STATUS":
 		return nil
-	case "ADD":
+	case "ADD", "DEL":
 	default:
 		return fmt.Errorf("unknown CNI_COMMAND %q", command)
 	}
@@ -55,7 +82,19 @@ func run(command string, stdin io.Reader, stdout io.Writer) error {
 	if err := json.NewDecoder(stdin).Decode(&conf); err != nil {
 		return fmt.Errorf("read network config: %w", err)
 	}
-	ip, err := addressFor(conf.Subnet, os.Getenv("CNI_CONTAINERID"))
+	if command == "DEL" {
+		// The bridge plugin's DEL releases the address and is a no-op for a pod it never saw;
+		// an isolated pod's pair dies with its namespace.
+		return delegate(conf, stdout)
+	}
+	isolated, err := isolate(conf)
+	if err != nil {
+		return err
+	}
+	if !isolated {
+		return delegate(conf, stdout)
+	}
+	ip, err := addressFor(conf.IsolatedSubnet, os.Getenv("CNI_CONTAINERID"))
 	if err != nil {
 		return err
 	}
@@ -72,12 +111,105 @@ func run(command string, stdin io.Reader, stdout io.Writer) error {
 	})
 }
 
+// isolate reports whether the pod in CNI_ARGS carries every label of conf.Isolate.
+func isolate(conf netConf) (bool, error) {
+	args := map[string]string{}
+	for _, kv := range strings.Split(os.Getenv("CNI_ARGS"), ";") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			args[k] = v
+		}
+	}
+	ns, name := args["K8S_POD_NAMESPACE"], args["K8S_POD_NAME"]
+	if ns == "" || name == "" {
+		return false, errors.New("CNI_ARGS names no K8S_POD_NAMESPACE and K8S_POD_NAME: cannot tell a sandbox pod from another")
+	}
+	labels, err := podLabels(conf.API, ns, name)
+	if err != nil {
+		return false, err
+	}
+	for k, v := range conf.Isolate {
+		if labels[k] != v {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func podLabels(api apiConf, ns, name string) (map[string]string, error) {
+	ca, err := os.ReadFile(api.CA)
+	if err != nil {
+		return nil, fmt.Errorf("read API CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	cert, err := tls.LoadX509KeyPair(api.Cert, api.Key)
+	if err != nil {
+		return nil, fmt.Errorf("read API client certificate: %w", err)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	u := api.Server + "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(name)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("look up pod %s/%s: %w", ns, name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("look up pod %s/%s: %s: %s", ns, name, resp.Status, body)
+	}
+	var pod struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&pod); err != nil {
+		return nil, fmt.Errorf("decode pod %s/%s: %w", ns, name, err)
+	}
+	return pod.Metadata.Labels, nil
+}
+
+// delegate runs the bridge plugin with conf.Bridge, under this plugin's network name and
+// version, and hands its answer on as it is.
+func delegate(conf netConf, stdout io.Writer) error {
+	var bridge map[string]any
+	if err := json.Unmarshal(conf.Bridge, &bridge); err != nil {
+		return fmt.Errorf("bridge config: %w", err)
+	}
+	bridge["cniVersion"], bridge["name"] = conf.CNIVersion, conf.Name
+	input, err := json.Marshal(bridge)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(filepath.Join(conf.BinDir, "bridge"))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(input), &out, os.Stderr
+	runErr := cmd.Run()
+	if runErr != nil {
+		// The bridge plugin's stdout is its CNI error; hand it on as it is.
+		if out.Len() > 0 {
+			stdout.Write(out.Bytes())
+			os.Exit(1)
+		}
+		return fmt.Errorf("bridge plugin: %w", runErr)
+	}
+	_, err = stdout.Write(out.Bytes())
+	return err
+}
+
 // addressFor picks an address in subnet from the container id. Two pods may collide; nothing
-// routes between pods, so a collision is harmless.
+// routes between isolated pods, so a collision is harmless.
 func addressFor(subnet, id string) (net.IP, error) {
 	_, n, err := net.ParseCIDR(subnet)
 	if err != nil || n.IP.To4() == nil {
-		return nil, fmt.Errorf("subnet %q: want an IPv4 CIDR such as 198.18.0.0/16", subnet)
+		return nil, fmt.Errorf("subnet %q: want an IPv4 CIDR such as 198.18.128.0/17", subnet)
 	}
 	ones, _ := n.Mask.Size()
 	h := fnv.New32a()
