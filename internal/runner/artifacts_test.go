@@ -15,6 +15,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 // memSandbox is a workdir of named sizes: ReadFile returns zeroed data of the size (which costs
@@ -242,17 +243,7 @@ func TestCollectArtifacts(t *testing.T) {
 func TestCollectArtifactsSkipsSymlinks(t *testing.T) {
 	p := BubblewrapForTest(t)
 	ctx := t.Context()
-	sb, err := p.Start(ctx, sandbox.Spec{JobID: "artifacts-test", SandboxSpec: config.Profile{}.WithDefaults().Sandbox})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := sb.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
 	for name, data := range map[string]string{"input.csv": "secret,input\n", "artifacts/table.csv": "a,b\n1,2\n", "artifacts/sub/notes.txt": "notes\n"} {
 		if err := sb.WriteFile(ctx, name, []byte(data)); err != nil {
 			t.Fatal(err)

@@ -68,18 +68,7 @@ func withoutCgroups(c *sandbox.BubblewrapConfig) { c.DisableCgroups = true }
 // start starts a sandbox with spec (unset fields at the profile defaults) and closes it at the end.
 func start(t testing.TB, p sandbox.Provider, spec config.SandboxSpec) sandbox.Sandbox {
 	t.Helper()
-	sb, err := p.Start(context.Background(), sandbox.Spec{JobID: "test", SandboxSpec: spec})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := sb.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return sb
+	return sandboxtest.StartSpec(t, p, spec)
 }
 
 func run(t *testing.T, sb sandbox.Sandbox, argv ...string) sandbox.ExecResult {

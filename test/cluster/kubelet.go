@@ -54,6 +54,7 @@ evictionHard:
   nodefs.available: 1%
   nodefs.inodesFree: 1%
   imagefs.available: 1%
+podPidsLimit: ` + podPIDsLimit + `
 serializeImagePulls: false
 syncFrequency: 10s
 fileCheckFrequency: 10s
@@ -137,3 +138,10 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		return err == nil, err
 	})
 }
+
+// PodPIDsLimit is the kubelet's podPidsLimit: Kubernetes has no per-pod process bound in the
+// pod spec, so this node-wide one is what bounds a sandbox pod's processes (a fork bomb).
+const (
+	PodPIDsLimit = 64
+	podPIDsLimit = "64" // PodPIDsLimit as kubeletConfig writes it
+)

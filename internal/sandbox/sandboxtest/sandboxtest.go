@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
@@ -58,20 +59,7 @@ type suiteTest struct {
 // Start starts a sandbox for the test and closes it when the test ends.
 func Start(t *testing.T, p sandbox.Provider) sandbox.Sandbox {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	sb, err := p.Start(ctx, sandbox.Spec{JobID: "conformance-" + strings.ReplaceAll(t.Name(), "/", "-")})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := sb.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return sb
+	return StartSpec(t, p, config.SandboxSpec{})
 }
 
 // Exec runs a request that must not fail as an operation.
