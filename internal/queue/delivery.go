@@ -24,6 +24,8 @@ type Delivery struct {
 	Attempt int
 	// Published is when the message entered the stream.
 	Published time.Time
+	// Seq is the message's sequence in the stream, what a publisher's ack reports.
+	Seq uint64
 }
 
 // LastAttempt reports whether the server will not deliver this message again.

@@ -211,6 +211,7 @@ func (q *Queue) delivery(msg jetstream.Msg) (*Delivery, error) {
 		Data:      msg.Data(),
 		Attempt:   int(meta.NumDelivered),
 		Published: meta.Timestamp,
+		Seq:       meta.Sequence.Stream,
 	}, nil
 }
 

@@ -97,7 +97,7 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 		return outcome{end: endRejected, err: queue.Permanent("invalid_job", err)}
 	}
 	if a.d.JobID != j.ID {
-		return outcome{end: endRejected, err: queue.Permanent("invalid_job", fmt.Errorf("%w: message id %q does not match job id %q", job.ErrInvalid, a.d.JobID, j.ID))}
+		return outcome{end: endRejected, err: queue.Permanent("invalid_job", idMismatch(a.d.JobID, j.ID))}
 	}
 	a.job = j
 	a.profile, err = r.cfg.Worker.Profile(j.Profile)
@@ -384,7 +384,8 @@ func (r *Runner) settle(ctx context.Context, a *attempt, o outcome) {
 // Nats-Msg-Id header), or, for a message published without a usable one (no header, an
 // uppercase id), the id in its JSON, so that `submit status` can say why it was rejected.
 // The JSON id is used only when no status exists under it yet: a message cannot overwrite
-// another job's status by naming its id. Empty when the message names no job id at all.
+// another job's status by naming its id. A message with neither is recorded under its stream
+// sequence, seqStatusID, which the publisher's ack reported.
 func (r *Runner) statusID(ctx context.Context, a *attempt) string {
 	if job.ValidID(a.d.JobID) {
 		return a.d.JobID
@@ -392,13 +393,28 @@ func (r *Runner) statusID(ctx context.Context, a *attempt) string {
 	var named struct {
 		ID string `json:"id"`
 	}
-	if json.Unmarshal(a.d.Data, &named) != nil || !job.ValidID(named.ID) {
+	if json.Unmarshal(a.d.Data, &named) == nil && job.ValidID(named.ID) {
+		if _, err := r.cfg.Queue.Status(ctx, named.ID); errors.Is(err, queue.ErrUnknownJob) {
+			return named.ID
+		}
+	}
+	if a.d.Seq == 0 {
 		return ""
 	}
-	if _, err := r.cfg.Queue.Status(ctx, named.ID); !errors.Is(err, queue.ErrUnknownJob) {
-		return ""
+	return seqStatusID(a.d.Seq)
+}
+
+// seqStatusID is the status id of a rejected message that names no usable job id: its
+// sequence in the jobs stream, e.g. stream-seq-42.
+func seqStatusID(seq uint64) string { return fmt.Sprintf("stream-seq-%d", seq) }
+
+// idMismatch says precisely how a message's Nats-Msg-Id header fails its JSON id, and how to
+// publish it instead.
+func idMismatch(header, id string) error {
+	if header == "" {
+		return fmt.Errorf("%w: the message has no Nats-Msg-Id header; publish it with the header Nats-Msg-Id: %s, the id in its JSON (submit does)", job.ErrInvalid, id)
 	}
-	return named.ID
+	return fmt.Errorf("%w: its Nats-Msg-Id header %q is not its JSON id %q; the two must be equal, byte for byte", job.ErrInvalid, header, id)
 }
 
 // backoff grows with each attempt from base: base, 2×base, 4×base … capped at 5 minutes.
