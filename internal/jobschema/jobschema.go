@@ -38,11 +38,12 @@ func Schema() (schemagen.Schema, error) {
 			"task":         {"pattern": `\S`, "description": "What the agent is asked to do; not blank."},
 			"submitted_at": {"description": "RFC 3339 time the job was submitted."},
 			// encoding/json leaves a missing size at 0, which is valid.
-			"inputs[]":              {"required": []any{"name", "uri", "sha256"}},
-			"inputs[].name":         {"pattern": namePattern, "description": "A plain file name, unique among the inputs; the file's name in the sandbox."},
-			"inputs[].uri":          {"minLength": 1, "description": "Where the worker reads the file: an s3:// or file:// URI in the workers' store."},
+			"inputs[]":      {"required": []any{"name", "uri", "sha256"}},
+			"inputs[].name": {"pattern": namePattern, "description": "A plain file name, unique among the inputs; the file's name in the sandbox."},
+			"inputs[].uri": {"minLength": 1, "description": "The file's URL in the workers' store, as submit writes it (s3://BUCKET/PREFIX/inputs/sha256/SHA256). " +
+				"Recorded, not read: the worker reads the object inputs/sha256/SHA256 under its store."},
 			"inputs[].sha256":       {"pattern": sha256Hex, "description": "Lowercase hex SHA-256 of the file; checked when it is copied in."},
-			"inputs[].size":         nonNegative,
+			"inputs[].size":         {"minimum": 0, "description": "The file's size in bytes; checked when it is copied in, so give it for any file that is not empty."},
 			"limits":                {"description": "Limits that may only tighten the profile's; 0 or absent means the profile's value."},
 			"limits.max_turns":      nonNegative,
 			"limits.max_tool_calls": nonNegative,
