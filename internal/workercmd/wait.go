@@ -59,6 +59,7 @@ const tryTimeout = 10 * time.Second
 // error fatal says no retry can fix ends the wait, as does ctx.
 func await(ctx context.Context, log *slog.Logger, s *starting, what string, try func(context.Context) error, fatal func(error) bool) error {
 	waiting := false
+	s.set(fmt.Errorf("%s: not checked yet", what), nil)
 	for round := 1; ; round++ {
 		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
 		err := try(tctx)
