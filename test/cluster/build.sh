@@ -89,7 +89,21 @@ build_coredns() {
   log "built coredns $COREDNS_VERSION in $((SECONDS - start))s into $out"
 }
 
+# nats-server, static, for the NATS image the tests run as a StatefulSet: the version Boxcar's
+# own go.mod names, built from that module.
+build_nats_server() {
+  local out="$CACHE/images/nats-server" want
+  want="$(cd "$HERE/../.." && go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)"
+  if [ -x "$out" ] && "$out" --version 2>/dev/null | grep -qF "$want"; then log "nats-server $want cached in $out"; return 0; fi
+  local start=$SECONDS
+  mkdir -p "$(dirname "$out")"
+  (cd "$HERE/../.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/nats-io/nats-server/v2)
+  mv "$out.tmp" "$out"
+  log "built nats-server $want in $((SECONDS - start))s into $out"
+}
+
 mkdir -p "$CACHE"
 install_debs
 build_kubernetes
 build_coredns
+build_nats_server

@@ -43,12 +43,23 @@ func appNamespace(t *testing.T) string {
 // ServiceAccount and deletes it when the test ends.
 func testNamespace(t *testing.T, prefix string, labels map[string]string) string {
 	t.Helper()
-	ctx := t.Context()
 	name := prefix + strings.Trim(dnsName(strings.ToLower(t.Name())), "-")
 	if len(name) > 50 {
 		name = strings.TrimRight(name[:50], "-")
 	}
-	name = fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%100000)
+	return createNamespace(t, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%100000), labels)
+}
+
+// testNamespaceNamed is testNamespace for a namespace whose name is given, as the official
+// layouts of other charts name theirs.
+func testNamespaceNamed(t *testing.T, name string) string {
+	t.Helper()
+	return createNamespace(t, name, nil)
+}
+
+func createNamespace(t *testing.T, name string, labels map[string]string) string {
+	t.Helper()
+	ctx := t.Context()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	if _, err := kube.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", name, err)

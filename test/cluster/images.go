@@ -46,7 +46,7 @@ func (c *Cluster) importImages(ctx context.Context) error {
 	}
 	for _, img := range images {
 		archive := c.path("images", strings.NewReplacer("/", "_", ":", "_").Replace(img.ref)+".tar")
-		if err := writeDockerArchive(archive, img.ref, img.cmd, img.files); err != nil {
+		if err := writeDockerArchive(archive, img.ref, nil, img.cmd, img.files); err != nil {
 			return err
 		}
 		if out, err := c.ctr(ctx, "images", "import", archive); err != nil {
@@ -92,7 +92,7 @@ func busyboxFiles() ([]file, error) {
 }
 
 // writeDockerArchive writes the `docker save` format: one layer, its config and a manifest.
-func writeDockerArchive(path, ref string, cmd []string, files []file) error {
+func writeDockerArchive(path, ref string, entrypoint, cmd []string, files []file) error {
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
 	epoch := time.Unix(0, 0)
@@ -123,8 +123,9 @@ func writeDockerArchive(path, ref string, cmd []string, files []file) error {
 		"os":           "linux",
 		"created":      epoch.UTC().Format(time.RFC3339),
 		"config": map[string]any{
-			"Env": []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
-			"Cmd": cmd,
+			"Env":        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
+			"Entrypoint": entrypoint,
+			"Cmd":        cmd,
 		},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + diffID}},
 	})
@@ -163,4 +164,33 @@ func writeDockerArchive(path, ref string, cmd []string, files []file) error {
 		return fmt.Errorf("cluster: image %s: %w", ref, err)
 	}
 	return f.Close()
+}
+
+// ImportImage makes an image of static programs, bins mapping a path in the image to a
+// program on the host, with cmd as its command and a writable /tmp, and imports it into the
+// node's containerd: tests run their own servers as pods without a registry. Like a release
+// image, it has an entrypoint, so a pod's args are the program's arguments.
+func (h *Handle) ImportImage(ctx context.Context, ref string, bins map[string]string, entrypoint []string) error {
+	files := []file{{name: "tmp", mode: 0o1777, isDir: true}}
+	for name, src := range bins {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return fmt.Errorf("cluster: image %s: %w", ref, err)
+		}
+		files = append(files, file{name: strings.TrimPrefix(name, "/"), mode: 0o755, data: data})
+	}
+	dir, err := os.MkdirTemp("", "boxcar-cluster-image-")
+	if err != nil {
+		return fmt.Errorf("cluster: image %s: %w", ref, err)
+	}
+	defer os.RemoveAll(dir)
+	archive := filepath.Join(dir, "image.tar")
+	if err := writeDockerArchive(archive, ref, entrypoint, nil, files); err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "/usr/bin/ctr", "--address", h.Containerd, "--namespace", "k8s.io", "images", "import", archive).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cluster: ctr images import %s: %w: %s", ref, err, out)
+	}
+	return nil
 }
