@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/jobschema"
 	"github.com/boxcar-run/boxcar/internal/schemagen"
@@ -50,7 +51,7 @@ func main() {
 // generate returns every file's new contents; values.schema.json is read from root and only
 // its properties.config replaced.
 func generate(root string) (map[string][]byte, error) {
-	worker, err := config.Schema()
+	worker, err := schemagen.Generate(config.Config{}, workerOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -90,10 +91,18 @@ func generate(root string) (map[string][]byte, error) {
 	return out, nil
 }
 
+// workerOptions are config's schema rules plus the tool kinds' from the agent's registry,
+// which config cannot import: everything the worker checks at start.
+func workerOptions() schemagen.Options {
+	o := config.SchemaOptions()
+	o.Rules["profiles.*.tools[]"] = agent.ToolSchema()
+	return o
+}
+
 // chartConfigSchema is the worker config as the chart's values take it: without the fields
 // the chart sets, and with an object store the pods can reach.
 func chartConfigSchema() (schemagen.Schema, error) {
-	o := config.SchemaOptions()
+	o := workerOptions()
 	o.Omit = chartSets
 	o.Rules["store"] = schemagen.Schema{"required": []any{"url"}}
 	o.Rules["store.url"] = schemagen.Schema{"pattern": "^(s3|file)://", "description": "s3://bucket[/prefix], or file:///path on a volume every worker mounts."}

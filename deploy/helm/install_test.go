@@ -57,6 +57,12 @@ func TestInstallRefusesBadValues(t *testing.T) {
 		{name: "cpu zero", values: "config: {profiles: {file-summary: {sandbox: {cpu: '0'}}}}", want: []string{"/config/profiles/file-summary/sandbox/cpu"}},
 		{name: "memory not a quantity", values: "config: {profiles: {file-summary: {sandbox: {memory: lots}}}}", want: []string{"/config/profiles/file-summary/sandbox/memory"}},
 		{name: "relative workdir", values: "config: {profiles: {file-summary: {sandbox: {workdir: work}}}}", want: []string{"/config/profiles/file-summary/sandbox/workdir"}},
+		{name: "unknown tool kind", values: tools + "[{name: fetch, kind: http}]}}}", want: []string{"/config/profiles/file-summary/tools/0/kind"}},
+		{name: "unknown built-in tool", values: tools + "[{name: delete_file}]}}}", want: []string{"/config/profiles/file-summary/tools/0/name"}},
+		{name: "built-in tool with a timeout", values: tools + "[{name: read_file, timeout: 5s}]}}}", want: []string{"/config/profiles/file-summary/tools/0/timeout"}},
+		{name: "command tool with an allowlist", values: tools + "[{name: wc, command: [wc], allow: ['wc *']}]}}}", want: []string{"/config/profiles/file-summary/tools/0/allow"}},
+		{name: "shell allowlist without patterns", values: tools + "[{name: shell, policy: allowlist}]}}}", want: []string{"/config/profiles/file-summary/tools/0", "allow"}},
+		{name: "shell policy unknown", values: tools + "[{name: shell, policy: sometimes}]}}}", want: []string{"/config/profiles/file-summary/tools/0/policy"}},
 		{name: "tool declared twice", values: tools + "[{name: read_file}, {name: read_file}]}}}", want: []string{"config.profiles.file-summary.tools[1].name", "declared twice"}},
 		{name: "placeholder without parameter", values: tools + "[{name: echo, command: [echo, '{{msg}}']}]}}}", want: []string{"config.profiles.file-summary.tools[0].command", "{{msg}}"}},
 		{name: "no profiles", values: "config: {profiles: {file-summary: null}}", want: []string{"/config/profiles"}},
@@ -120,6 +126,7 @@ func TestInstallAccepts(t *testing.T) {
 		{name: "fallback off", values: "keda: {enabled: true, fallback: {replicas: 0}}"},
 		{name: "NATS named by --set", set: []string{"keda.enabled=true", "natsServer.namespace=", "natsServer.service=msg"}},
 		{name: "scrape timeout equal to interval", values: "metrics: {serviceMonitor: {enabled: true, interval: 1m, scrapeTimeout: 60s}}"},
+		{name: "shell tool by name", values: "config: {profiles: {file-summary: {tools: [{name: read_file}, {name: shell, policy: allowlist, allow: ['ls *']}]}}}"},
 		{name: "command tool with its parameter", values: "config: {profiles: {file-summary: {tools: [{name: read_file}, {name: echo, command: [echo, '{{msg}}'], parameters: {type: object, properties: {msg: {type: string}}}}]}}}"},
 	}
 	for _, f := range features {

@@ -14,6 +14,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/schemagen"
 )
 
 // toolKinds is the registry of the tool kinds a profile can declare (config.Tool.Kind). Adding
@@ -21,9 +22,9 @@ import (
 // fields of a declaration the kind reads and checks them, so a mistake in a profile stops the
 // worker at start instead of failing every job that uses it.
 var toolKinds = map[string]toolKind{
-	config.ToolBuiltin: {fields: []string{"description"}, compile: compileBuiltin},
-	config.ToolCommand: {fields: []string{"description", "command", "parameters", "timeout"}, compile: compileCommand},
-	config.ToolShell:   {fields: []string{"description", "policy", "allow", "timeout"}, compile: compileShell},
+	config.ToolBuiltin: {fields: []string{"description"}, compile: compileBuiltin, schema: builtinSchema()},
+	config.ToolCommand: {fields: []string{"description", "command", "parameters", "timeout"}, compile: compileCommand, schema: commandSchema()},
+	config.ToolShell:   {fields: []string{"description", "policy", "allow", "timeout"}, compile: compileShell, schema: shellSchema()},
 }
 
 // toolKind turns one declaration into a maker of the tool.
@@ -35,6 +36,9 @@ type toolKind struct {
 	// compile checks the declaration and returns the maker of its tool. It reports each
 	// problem through bad, naming the field relative to the tool ("command[0]", "allow[1]").
 	compile func(t config.Tool, bad problemFunc) maker
+	// schema states, as JSON Schema, what compile checks that a schema can say (ToolSchema
+	// adds fields): helm install then refuses the declaration, not the worker's start.
+	schema schemagen.Schema
 }
 
 // problemFunc records a problem with a field of a tool declaration.

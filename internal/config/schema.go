@@ -6,18 +6,14 @@ import (
 	"github.com/boxcar-run/boxcar/internal/schemagen"
 )
 
-// Schema is the JSON Schema of the worker config file, generated from the Config type; the
-// rules below restate Validate for the tools that read a schema (the Helm chart's
-// values.schema.json, editors). A field written as its zero value takes its default, so a
-// rule says "at least 0" where Validate says "at least 1" after defaults. Two checks have no
-// JSON Schema form: a tool name declared twice, and a "{{param}}" without its parameter; the
-// chart repeats them in its templates. schema_test.go holds the schema to Validate.
-func Schema() (schemagen.Schema, error) {
-	return schemagen.Generate(Config{}, SchemaOptions())
-}
-
-// SchemaOptions are the types and rules Schema uses, for a caller that narrows the schema
-// (the chart omits the fields it sets itself).
+// SchemaOptions are the types and rules of the worker config's JSON Schema, generated from the
+// Config type with schemagen: the rules restate Validate for the tools that read a schema (the
+// Helm chart's values.schema.json, editors). A field written as its zero value takes its
+// default, so a rule says "at least 0" where Validate says "at least 1" after defaults. What a
+// tool kind requires is the agent's to add (agent.ToolSchema, which cmd/schemagen puts at
+// "profiles.*.tools[]"). Two checks have no JSON Schema form: a tool name declared twice, and
+// a "{{param}}" without its parameter; the chart repeats them in its templates.
+// schema_test.go holds the schema to Validate.
 func SchemaOptions() schemagen.Options {
 	nonNegative := schemagen.Schema{"minimum": 0}
 	quantity := schemagen.Schema{

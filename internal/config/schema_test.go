@@ -1,52 +1,14 @@
 package config_test
 
 import (
-	"bytes"
 	"strings"
 	"testing"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"sigs.k8s.io/yaml"
 
 	"github.com/boxcar-run/boxcar/examples"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/schemagen"
+	"github.com/boxcar-run/boxcar/internal/schemagen/schematest"
 )
-
-// compile turns a generated schema into a validator the way Helm does (santhosh-tekuri v6).
-func compile(t *testing.T, s schemagen.Schema) *jsonschema.Schema {
-	t.Helper()
-	data, err := schemagen.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource("file:///worker-config.schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	v, err := c.Compile("file:///worker-config.schema.json")
-	if err != nil {
-		t.Fatalf("the generated schema does not compile: %v", err)
-	}
-	return v
-}
-
-// validate checks a YAML config against the schema as a tool reading the YAML would.
-func validate(v *jsonschema.Schema, doc string) error {
-	js, err := yaml.YAMLToJSON([]byte(doc))
-	if err != nil {
-		return err
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(js))
-	if err != nil {
-		return err
-	}
-	return v.Validate(inst)
-}
 
 // profile is a valid config whose one profile "p" has extra YAML (indented 4) added, or its
 // tools replaced when extra starts with "tools:".
@@ -66,11 +28,11 @@ func profile(extra string) string {
 // worker would refuse at start. The two checks JSON Schema cannot say are listed as such, and
 // the chart's templates repeat them (deploy/helm).
 func TestSchemaAgreesWithValidate(t *testing.T) {
-	s, err := config.Schema()
+	s, err := schemagen.Generate(config.Config{}, config.SchemaOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := compile(t, s)
+	v := schematest.Compile(t, s)
 	tests := []struct {
 		name string
 		yaml string
@@ -135,7 +97,7 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, perr := config.Parse([]byte(tt.yaml))
-			serr := validate(v, tt.yaml)
+			serr := schematest.ValidateYAML(v, []byte(tt.yaml))
 			switch {
 			case tt.schemaCannot:
 				if perr == nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/jobschema"
-	"github.com/boxcar-run/boxcar/internal/schemagen"
+	"github.com/boxcar-run/boxcar/internal/schemagen/schematest"
 )
 
 func compile(t *testing.T) *jsonschema.Schema {
@@ -20,23 +20,7 @@ func compile(t *testing.T) *jsonschema.Schema {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := schemagen.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource("file:///job.schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	v, err := c.Compile("file:///job.schema.json")
-	if err != nil {
-		t.Fatalf("the job schema does not compile: %v", err)
-	}
-	return v
+	return schematest.Compile(t, s)
 }
 
 // edit returns the example message with its JSON changed by f.
