@@ -107,8 +107,16 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	a.limits = a.profile.Limits.Tighten(j.Limits)
 	a.profile.Limits = a.limits
 
+	// From here on the delivery is kept alive, also while the attempt waits for the store or
+	// NATS (awaitAnswer).
+	stopHeartbeat := a.d.KeepAlive(ctx, r.cfg.HeartbeatInterval)
+	defer stopHeartbeat()
+
 	// A redelivery after a crash between commit and ack must not run the job again.
-	if _, err := r.cfg.Store.Stat(ctx, store.ManifestKey(j.ID)); err == nil {
+	_, err = awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
+		return r.cfg.Store.Stat(ctx, store.ManifestKey(j.ID))
+	})
+	if err == nil {
 		a.log.InfoContext(ctx, "run already committed; acknowledging without running again")
 		if err := r.adoptCommitted(ctx, j.ID); err != nil {
 			return outcome{end: endTransient, err: err}
@@ -118,12 +126,14 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 		return outcome{end: endTransient, err: fmt.Errorf("check for a committed run: %w", err)}
 	}
 
-	st, err := r.cfg.Queue.UpdateStatus(ctx, j.ID, func(s *job.Status) {
-		s.State, s.Profile, s.Attempt, s.Worker = job.StateRunning, j.Profile, a.d.Attempt, r.cfg.Worker.WorkerID
-		s.StartedAt, s.Progress, s.Error, s.MaxCalls = a.started.UTC(), "starting sandbox", "", a.limits.MaxToolCalls
-		if s.QueuedAt.IsZero() {
-			s.QueuedAt = j.SubmittedAt
-		}
+	st, err := awaitAnswer(ctx, r, a, "NATS", natsAnswered, func(ctx context.Context) (job.Status, error) {
+		return r.cfg.Queue.UpdateStatus(ctx, j.ID, func(s *job.Status) {
+			s.State, s.Profile, s.Attempt, s.Worker = job.StateRunning, j.Profile, a.d.Attempt, r.cfg.Worker.WorkerID
+			s.StartedAt, s.Progress, s.Error, s.MaxCalls = a.started.UTC(), "starting sandbox", "", a.limits.MaxToolCalls
+			if s.QueuedAt.IsZero() {
+				s.QueuedAt = j.SubmittedAt
+			}
+		})
 	})
 	if errors.Is(err, queue.ErrFinal) {
 		a.log.InfoContext(ctx, "job already ended; dropping this delivery", "state", st.State)
@@ -134,9 +144,6 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	}
 	a.began = true
 	r.m.QueueWait.WithLabelValues(j.Profile).Observe(a.started.Sub(a.d.Published).Seconds())
-
-	stopHeartbeat := a.d.KeepAlive(ctx, r.cfg.HeartbeatInterval)
-	defer stopHeartbeat()
 
 	sb, err := r.startSandbox(ctx, a)
 	if err != nil {
@@ -252,7 +259,9 @@ func (r *Runner) closeSandbox(ctx context.Context, a *attempt, sb sandbox.Sandbo
 // copyInputs moves each input from the store into the workdir, checking size and digest.
 func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox) error {
 	for _, in := range a.job.Inputs {
-		rc, err := r.cfg.Store.Get(ctx, store.InputKey(in.SHA256))
+		rc, err := awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (io.ReadCloser, error) {
+			return r.cfg.Store.Get(ctx, store.InputKey(in.SHA256))
+		})
 		if errors.Is(err, store.ErrNotFound) {
 			return queue.Permanent("input_missing", fmt.Errorf("input %s (sha256 %s) is not in the store; submit it again", in.Name, in.SHA256))
 		}

@@ -12,9 +12,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/examples"
+	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
@@ -73,18 +77,17 @@ type configWorker struct {
 func startConfigWorker(t *testing.T, natsURL, modelURL string) *configWorker {
 	t.Helper()
 	storeDir := t.TempDir()
+	return startWorkerWith(t, modelURL, fmt.Sprintf("nats:\n  url: %s\nstore:\n  url: file://%s\n", natsURL, storeDir),
+		map[string]string{"NATS_URL": natsURL, "BOXCAR_STORE": "file://" + storeDir})
+}
+
+// startWorkerWith runs the worker with the example profiles, bubblewrap sandboxes and the
+// nats and store sections given, until the test ends; submitEnv is how submit reaches them.
+func startWorkerWith(t *testing.T, modelURL, sections string, submitEnv map[string]string) *configWorker {
+	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "boxcar.yaml")
-	writeText(t, cfg, string(examples.Config)+fmt.Sprintf(`
-drain_grace: %s
-nats:
-  url: %s
-store:
-  url: file://%s
-sandbox:
-  backend: bubblewrap
-`, workerDrainGrace, natsURL, storeDir))
-	w := &configWorker{metricsAddr: freeAddr(t), log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit(),
-		submitEnv: map[string]string{"NATS_URL": natsURL, "BOXCAR_STORE": "file://" + storeDir}}
+	writeText(t, cfg, string(examples.Config)+fmt.Sprintf("\ndrain_grace: %s\nsandbox:\n  backend: bubblewrap\n", workerDrainGrace)+sections)
+	w := &configWorker{metricsAddr: freeAddr(t), log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit(), submitEnv: submitEnv}
 	env := mapEnv(map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": e2eAPIKey})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -209,4 +212,72 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 	waitHTTP(t, readyz, 200, 30*time.Second, w.alive)
 	w.waitLog(t, regexp.MustCompile(`"msg":"connected to NATS"`), 2, 30*time.Second)
 	w.runJob(t)
+}
+
+// TestStoreOutageKeepsTheDelivery: a job delivered while the store is down waits for it
+// inside its attempt, its delivery kept alive past AckWait by in-progress acks, instead of
+// being handed back at once and spending a delivery. With max_deliver 1 a delivery spent is
+// a dead job; here the job succeeds on its first and only attempt once the store is back.
+func TestStoreOutageKeepsTheDelivery(t *testing.T) {
+	s3 := s3test.Start(t)
+	bucket := s3.CreateBucket(t)
+	s3.Env(t)
+	ns := startNATS(t)
+	const ackWait = 2 * time.Second
+	w := startWorkerWith(t, demoModel(t), fmt.Sprintf("nats:\n  url: %s\n  ack_wait: %s\n  max_deliver: 1\nstore:\n  url: s3://%s\n  endpoint: %s\n  region: %s\n  path_style: true\n",
+		ns.ClientURL(), ackWait, bucket, s3.Endpoint, s3test.Region),
+		map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint})
+	w.waitLog(t, regexp.MustCompile(`"msg":"worker ready"`), 1, 60*time.Second)
+
+	s3.Stop()
+	// No inputs: submit cannot upload any while the store is down.
+	out, err := submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise", "--output", "json")
+	if err != nil {
+		t.Fatalf("submit: %v\n%s", err, out)
+	}
+	id := lastJSON(t, out)["id"].(string)
+	s := waitStatus(t, w.submitEnv, id, 30*time.Second, func(s map[string]any) bool { return s["error"] != nil })
+	if e, _ := s["error"].(string); s["state"] != "queued" || !strings.HasPrefix(e, "waiting for the store: store: stat s3://"+bucket+"/runs/"+id+"/manifest.json") {
+		t.Errorf("status while the job waits for the store = %v, want queued with the store error", s)
+	}
+	w.waitLog(t, regexp.MustCompile(`"msg":"waiting for the store before the job can start; the delivery is kept","job_id":"`+id+`"`), 1, 30*time.Second)
+
+	// The outage outlasts AckWait three times over: the delivery is kept, never redelivered.
+	js, err := jetstream.New(natsConn(t, ns.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(3 * ackWait); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		info, err := js.Consumer(t.Context(), "BOXCAR_JOBS", "boxcar-workers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci := info.CachedInfo(); ci.NumRedelivered > 0 || ci.NumAckPending != 1 {
+			t.Fatalf("while the job waits for the store: %d redelivered, %d ack pending; want 0 and 1", ci.NumRedelivered, ci.NumAckPending)
+		}
+	}
+
+	s3.Restart(t)
+	done := waitStatus(t, w.submitEnv, id, 90*time.Second, func(s map[string]any) bool {
+		return job.State(fmt.Sprint(s["state"])).Terminal()
+	})
+	if done["state"] != "succeeded" || done["attempt"] != float64(1) {
+		t.Errorf("after the store came back: %v, want succeeded on attempt 1", done)
+	}
+	if dl, ok := deadLetter(t, ns.ClientURL(), id); ok {
+		t.Errorf("a job that only waited for the store was dead-lettered: %+v", dl)
+	}
+	if n := w.count(regexp.MustCompile(`"msg":"the store answers; the job goes on","job_id":"` + id + `"`)); n != 1 {
+		t.Errorf("worker logged the end of the wait %d times, want 1", n)
+	}
+}
+
+func natsConn(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

@@ -128,12 +128,25 @@ func Start(t testing.TB) *Server {
 	return nil
 }
 
+// Restart starts a stopped server again on the same address and data, as an operator
+// restarts one; the test fails if it cannot.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	addr := strings.TrimPrefix(s.Endpoint, "http://")
+	if err := s.startOn(s.cmd.Path, s.logf.Name()+".restarted", addr); err != nil {
+		t.Fatalf("s3test: restart versitygw on %s: %v", addr, err)
+	}
+}
+
 func (s *Server) start(bin, logPath string) error {
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	return s.startOn(bin, logPath, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}
+
+func (s *Server) startOn(bin, logPath, addr string) error {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return err

@@ -1,0 +1,66 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// awaitAnswer runs call until the dependency it talks to (the store, NATS) answers, which
+// answered tells from call's error, and returns call's last result. An outage seen before the
+// attempt did any work is not the job's fault: handing the delivery back would spend one of
+// its max_deliver deliveries, so the attempt waits instead, while its in-progress acks keep
+// the delivery. The wait ends when ctx ends (a shutdown hands the job back at once) or after
+// the job's own timeout, so a job never holds a slot waiting longer than it could have run;
+// then it is retried as any transient fault is. A wait is logged when it begins and ends.
+func awaitAnswer[T any](ctx context.Context, r *Runner, a *attempt, what string, answered func(error) bool, call func(context.Context) (T, error)) (T, error) {
+	giveUp := time.Now().Add(time.Duration(a.limits.JobTimeout))
+	var began time.Time
+	for round := 1; ; round++ {
+		v, err := call(ctx)
+		if answered(err) {
+			if !began.IsZero() {
+				a.log.InfoContext(ctx, what+" answers; the job goes on", "waited_ms", time.Since(began).Milliseconds())
+			}
+			return v, err
+		}
+		if ctx.Err() != nil || time.Now().After(giveUp) {
+			return v, err
+		}
+		if began.IsZero() {
+			began = time.Now()
+			a.log.WarnContext(ctx, "waiting for "+what+" before the job can start; the delivery is kept", "error", err, "give_up_after", time.Duration(a.limits.JobTimeout).String())
+			r.noteWait(ctx, a, what, err)
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(awaitDelay(round)):
+		}
+	}
+}
+
+// storeAnswered: the store answered, found or not.
+func storeAnswered(err error) bool { return err == nil || errors.Is(err, store.ErrNotFound) }
+
+// natsAnswered: the status bucket took the write, or said the job already ended.
+func natsAnswered(err error) bool { return err == nil || errors.Is(err, queue.ErrFinal) }
+
+// awaitDelay grows from 250ms, doubling each round, up to 5s.
+func awaitDelay(round int) time.Duration {
+	return min(250*time.Millisecond<<min(round-1, 5), 5*time.Second)
+}
+
+// noteWait says in the job's status what it waits for, when NATS takes the write: `submit
+// status` then shows why a job is not running yet.
+func (r *Runner) noteWait(ctx context.Context, a *attempt, what string, err error) {
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, _ = r.cfg.Queue.UpdateStatus(wctx, a.job.ID, func(s *job.Status) {
+		s.Error = "waiting for " + what + ": " + err.Error()
+	})
+}
