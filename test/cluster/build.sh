@@ -102,8 +102,17 @@ build_nats_server() {
   log "built nats-server $want in $((SECONDS - start))s into $out"
 }
 
+# The scripted model (cmd/demo-model), static, for the model image: rebuilt every run (a few
+# seconds with Boxcar's build cache), so it is always this checkout's.
+build_demo_model() {
+  mkdir -p "$CACHE/images"
+  (cd "$HERE/../.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$CACHE/images/demo-model.tmp" ./cmd/demo-model)
+  mv "$CACHE/images/demo-model.tmp" "$CACHE/images/demo-model"
+}
+
 mkdir -p "$CACHE"
 install_debs
 build_kubernetes
 build_coredns
 build_nats_server
+build_demo_model

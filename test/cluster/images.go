@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -171,14 +172,23 @@ func writeDockerArchive(path, ref string, entrypoint, cmd []string, files []file
 // node's containerd: tests run their own servers as pods without a registry. Like a release
 // image, it has an entrypoint, so a pod's args are the program's arguments.
 func (h *Handle) ImportImage(ctx context.Context, ref string, bins map[string]string, entrypoint []string) error {
-	files := []file{{name: "tmp", mode: 0o1777, isDir: true}}
+	// Folders first, parents before children (sorted names do that), then the programs.
+	var dirs, files []file
+	seen := map[string]bool{}
 	for name, src := range bins {
 		data, err := os.ReadFile(src)
 		if err != nil {
 			return fmt.Errorf("cluster: image %s: %w", ref, err)
 		}
-		files = append(files, file{name: strings.TrimPrefix(name, "/"), mode: 0o755, data: data})
+		name = strings.TrimPrefix(name, "/")
+		for d := filepath.Dir(name); d != "." && !seen[d]; d = filepath.Dir(d) {
+			seen[d] = true
+			dirs = append(dirs, file{name: d, mode: 0o755, isDir: true})
+		}
+		files = append(files, file{name: name, mode: 0o755, data: data})
 	}
+	slices.SortFunc(dirs, func(a, b file) int { return strings.Compare(a.name, b.name) })
+	files = append(append([]file{{name: "tmp", mode: 0o1777, isDir: true}}, dirs...), files...)
 	dir, err := os.MkdirTemp("", "boxcar-cluster-image-")
 	if err != nil {
 		return fmt.Errorf("cluster: image %s: %w", ref, err)

@@ -105,28 +105,7 @@ func installNATS(t *testing.T) string {
 	})
 
 	ns := testNamespaceNamed(t, "nats")
-	manifest, err := os.ReadFile("testdata/nats.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest = bytes.ReplaceAll(manifest, []byte("{{IMAGE}}"), []byte(image))
-	manifest = bytes.ReplaceAll(manifest, []byte("{{STORAGE_CLASS}}"), []byte(class.Name))
-	for _, obj := range decodeAll(t, manifest) {
-		var err error
-		switch o := obj.(type) {
-		case *corev1.ConfigMap:
-			_, err = kube.Client.CoreV1().ConfigMaps(ns).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.Service:
-			_, err = kube.Client.CoreV1().Services(ns).Create(ctx, o, metav1.CreateOptions{})
-		case *appsv1.StatefulSet:
-			_, err = kube.Client.AppsV1().StatefulSets(ns).Create(ctx, o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("testdata/nats.yaml: no case for %T", obj)
-		}
-		if err != nil {
-			t.Fatalf("create %T: %v", obj, err)
-		}
-	}
+	applyManifest(t, ns, "testdata/nats.yaml", "{{IMAGE}}", image, "{{STORAGE_CLASS}}", class.Name)
 	eventually(t, 3*time.Minute, "StatefulSet nats Ready", func() error {
 		ss, err := kube.Client.AppsV1().StatefulSets(ns).Get(ctx, "nats", metav1.GetOptions{})
 		if err != nil {
@@ -142,6 +121,36 @@ func installNATS(t *testing.T) string {
 		return fmt.Errorf("0 of 1 replicas ready; nats-0: phase %s, containers %+v", pod.Status.Phase, pod.Status.ContainerStatuses)
 	})
 	return store
+}
+
+// applyManifest creates the objects of a testdata manifest in ns, with each placeholder
+// (old, new pairs) replaced.
+func applyManifest(t *testing.T, ns, path string, replace ...string) {
+	t.Helper()
+	ctx := t.Context()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.NewReplacer(replace...).Replace(string(data))
+	for _, obj := range decodeAll(t, []byte(manifest)) {
+		var err error
+		switch o := obj.(type) {
+		case *corev1.ConfigMap:
+			_, err = kube.Client.CoreV1().ConfigMaps(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Service:
+			_, err = kube.Client.CoreV1().Services(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.StatefulSet:
+			_, err = kube.Client.AppsV1().StatefulSets(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.Deployment:
+			_, err = kube.Client.AppsV1().Deployments(ns).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("%s: no case for %T", path, obj)
+		}
+		if err != nil {
+			t.Fatalf("%s: create %T: %v", path, obj, err)
+		}
+	}
 }
 
 // decodeAll decodes a multi-document YAML manifest into typed objects.

@@ -1,0 +1,104 @@
+package cluster_test
+
+import (
+	"crypto/rand"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/boxcar-run/boxcar/internal/demomodel"
+	"github.com/boxcar-run/boxcar/internal/store/s3test"
+	"github.com/boxcar-run/boxcar/test/cluster"
+)
+
+// TestStoreAndModelPods runs versitygw and the scripted model as pods from images made here
+// (testdata/store-and-model.yaml) and reaches both by Service name from another pod, as a
+// worker pod would: the S3 endpoint is up and refuses an unsigned request, and the model
+// lists its model.
+func TestStoreAndModelPods(t *testing.T) {
+	ctx := t.Context()
+	gw, err := s3test.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwFiles, err := withSharedLibraries("/versitygw", gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := map[string]map[string]string{
+		"boxcar.test/versitygw:1": gwFiles,
+		"boxcar.test/model:1":     {"/demo-model": filepath.Join(cluster.CacheDir(), "images", "demo-model")},
+	}
+	for ref, files := range images {
+		entry := "/versitygw"
+		if ref == "boxcar.test/model:1" {
+			entry = "/demo-model"
+		}
+		if err := kube.ImportImage(ctx, ref, files, []string{entry}); err != nil {
+			t.Fatalf("%v (run test/cluster/build.sh)", err)
+		}
+	}
+
+	ns := appNamespace(t)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boxcar-s3"}, StringData: map[string]string{
+		"AWS_ACCESS_KEY_ID": "boxcar-test", "AWS_SECRET_ACCESS_KEY": rand.Text(),
+	}}
+	if _, err := kube.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	applyManifest(t, ns, "testdata/store-and-model.yaml",
+		"{{VERSITYGW_IMAGE}}", "boxcar.test/versitygw:1", "{{MODEL_IMAGE}}", "boxcar.test/model:1")
+	for _, name := range []string{"versitygw", "model"} {
+		eventually(t, 2*time.Minute, "Deployment "+name+" available", func() error {
+			d, err := kube.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if d.Status.AvailableReplicas != 1 {
+				return fmt.Errorf("%d of 1 available", d.Status.AvailableReplicas)
+			}
+			return nil
+		})
+	}
+
+	out := runPod(t, ns, "client", `
+		`+retry(`timeout 5 wget -q -O- http://versitygw:7070/health`)+`
+		echo; echo S3-HEALTHY
+		timeout 5 wget -q -O- http://versitygw:7070/ 2>&1 || true
+		`+retry(`timeout 5 wget -q -O- http://model:8080/v1/models`))
+	for _, want := range []string{"S3-HEALTHY", "403", `"id":"` + demomodel.ModelID + `"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the client pod's output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// withSharedLibraries maps name in an image to bin on the host, plus the shared libraries
+// and loader bin needs at the paths the host has them (none for a static binary): a
+// go-installed versitygw links against libc when a C compiler was around.
+func withSharedLibraries(name, bin string) (map[string]string, error) {
+	files := map[string]string{name: bin}
+	out, err := exec.Command("ldd", bin).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "not a dynamic executable") {
+			return files, nil
+		}
+		return nil, fmt.Errorf("ldd %s: %v: %s", bin, err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			files[f[2]] = f[2]
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			files[f[0]] = f[0]
+		}
+	}
+	return files, nil
+}
