@@ -114,10 +114,15 @@ func TestHostileManifestIsInert(t *testing.T) {
 		m.ToolCalls[0].Error = evil
 		m.Outcome.Error = evil
 		m.Job.Labels = map[string]string{"team": evil}
+		m.Collected = provenance.Collected{Report: "final_message", ReportReason: "report_unreadable", ReportError: evil,
+			Skipped: []provenance.Skipped{{Path: "artifacts/" + evil, Reason: "bad_name", Detail: evil}}}
 	})
 	for _, args := range [][]string{{"manifest", id}, {"verify", id}, {"verify", id, "--output", "json"}, {"get", id, "--out", t.TempDir()}} {
 		stdout, stderr, err := te.submit(t, args...)
 		_, msg := ExitCode(err)
 		assertInert(t, strings.Join(args[:1], " "), stdout+stderr+msg, id)
+		if args[0] == "manifest" && (!strings.Contains(stdout, "report:    from final_message (report_unreadable: ") || !strings.Contains(stdout, "left out:  artifacts/")) {
+			t.Errorf("manifest does not say where the report came from and what was left out:\n%s", stdout)
+		}
 	}
 }
