@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/boxcar-run/boxcar/internal/provenance.releaseVersion=$(
 BUILDFLAGS := -trimpath -buildvcs=auto
 export PATH := $(shell $(GO) env GOPATH)/bin:$(PATH)
 
-.PHONY: all build demo test test-short lint deps deps-test bench clean image test-cluster
+.PHONY: all build demo test lint deps deps-test bench clean image test-cluster
 
 all: build
 
@@ -29,16 +29,14 @@ deps-test:
 demo: deps build
 	@scripts/demo.sh
 
-## test: the full suite CI runs, against real servers
+## test: the full suite CI runs, against real servers: the fast tier (plain `go test ./...`) and
+## the tests behind the integration build tag (bubblewrap, versitygw, promtool, Docker, root)
 test: deps-test
-	$(GO) vet ./...
+	$(GO) vet -tags integration ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -tags integration -race -count=1 -timeout 30m ./...
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/job
 	@$(MAKE) --no-print-directory test-cluster
-
-test-short:
-	$(GO) test -short -count=1 ./...
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }

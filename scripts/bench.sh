@@ -15,7 +15,7 @@ run() {
 	local dir=$1 pkg=$2 re=$3 benchtime=$4
 	shift 4
 	echo "bench: $re in $pkg (-benchtime $benchtime -count $COUNT)" >&2
-	if ! (cd "$dir" && "$@" "$GO" test -run '^$' -bench "$re" -benchtime "$benchtime" -count "$COUNT" -timeout 40m "$pkg") 2>&1 | tee -a "$OUT" >&2; then
+	if ! (cd "$dir" && "$@" "$GO" test -tags integration -run '^$' -bench "$re" -benchtime "$benchtime" -count "$COUNT" -timeout 40m "$pkg") 2>&1 | tee -a "$OUT" >&2; then
 		echo "bench: $re failed" | tee -a "$OUT" >&2
 	fi
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 package sandbox_test
 
 import (
@@ -13,27 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"go.uber.org/goleak"
-	"k8s.io/klog/v2"
-
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
-
-func TestMain(m *testing.M) {
-	if root := os.Getenv(crashWorkerEnv); root != "" {
-		crashWorker(root)
-		return
-	}
-	// client-go logs, through klog, each exec stream whose ctx ended it; these tests end many
-	// on purpose.
-	klog.SetLogger(logr.Discard())
-	// client-go's WebSocket heartbeat notices that its connection closed only at its next
-	// tick, up to 5 s after an exec stream ended by its ctx.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("k8s.io/client-go/tools/remotecommand.(*heartbeat).start"))
-}
 
 // newBubblewrap makes a provider over a fresh root. A host without bubblewrap fails the test with
 // the error's advice (`apt-get install -y bubblewrap`): containment must not go untested quietly.
@@ -64,12 +49,6 @@ func searchableTempDir(t testing.TB) string {
 }
 
 func withoutCgroups(c *sandbox.BubblewrapConfig) { c.DisableCgroups = true }
-
-// start starts a sandbox with spec (unset fields at the profile defaults) and closes it at the end.
-func start(t testing.TB, p sandbox.Provider, spec config.SandboxSpec) sandbox.Sandbox {
-	t.Helper()
-	return sandboxtest.StartSpec(t, p, spec)
-}
 
 func run(t *testing.T, sb sandbox.Sandbox, argv ...string) sandbox.ExecResult {
 	t.Helper()

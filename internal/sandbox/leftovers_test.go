@@ -1,3 +1,5 @@
+//go:build integration
+
 package sandbox_test
 
 import (
@@ -20,6 +22,14 @@ import (
 
 // crashWorkerEnv makes the test binary act as a worker that crashes: see crashWorker.
 const crashWorkerEnv = "BOXCAR_TEST_CRASH_WORKER_ROOT"
+
+// The re-executed test binary becomes the crashing worker before TestMain runs any test.
+func init() {
+	if root := os.Getenv(crashWorkerEnv); root != "" {
+		crashWorker(root)
+		os.Exit(0)
+	}
+}
 
 // crashWorker is a worker process (the test binary, started by TestBubblewrapRemovesCrashLeftovers):
 // it starts a sandbox over root with a command running in it, prints the sandbox's host state

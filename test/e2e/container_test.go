@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 // Container tests, through testcontainers-go against a local Docker engine (scripts/docker.sh):

@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 // What only the container tests need beyond test/containers (the shared harness that builds

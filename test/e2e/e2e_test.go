@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package e2e drives the worker and submit commands end to end through their Run functions:
 // the real embedded nats-server, real bubblewrap sandboxes, the file store, and the real
 // openai-go client talking to the scripted demo model (the only stand-in).

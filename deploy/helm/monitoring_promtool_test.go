@@ -1,0 +1,215 @@
+//go:build integration
+
+package helm
+
+// What runs promtool (the integration tier): promtool's own check of the rendered rules, and
+// its rule unit tests. The fast tier renders and checks the same rules without it.
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// promtool finds promtool, or fails with how to install it.
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool not found (it checks the alert rules): apt-get install -y prometheus")
+	}
+	return p
+}
+
+// promtoolCheckRules runs `promtool check rules` on a rule file.
+func promtoolCheckRules(t *testing.T, file string) {
+	t.Helper()
+	out, err := exec.Command(promtool(t), "check", "rules", file).CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+// TestAlertRules runs promtool's rule unit tests on the rendered alerts: each fires on the
+// series that should fire it, and stays quiet otherwise.
+func TestAlertRules(t *testing.T) {
+	r := render(t, values(t, "metrics: {prometheusRule: {enabled: true}}"))
+	pr := all[*prometheusRule](r)
+	if len(pr) != 1 {
+		t.Fatalf("%d PrometheusRules, want 1", len(pr))
+	}
+	rules := writeRules(t, pr[0], false)
+	// The labels a ServiceMonitor scrape of the release's metrics Service carries.
+	const sel = `namespace="boxcar",service="boxcar-metrics",pod="boxcar-abc"`
+	// The workers' consumer as the NATS chart's exporter (-prefix=nats -jsz=all) reports it from
+	// the consumer's leader and a follower, and the Deployment as kube-state-metrics does.
+	const (
+		consumer = `account="$G",stream_name="BOXCAR_JOBS",consumer_name="boxcar-workers",namespace="nats",service="nats-headless"`
+		leader   = consumer + `,server_name="nats-0",pod="nats-0",is_consumer_leader="true"`
+		follower = consumer + `,server_name="nats-1",pod="nats-1",is_consumer_leader="false"`
+		workers  = `kube_deployment_status_replicas_available{namespace="boxcar",deployment="boxcar",job="kube-state-metrics"}`
+	)
+	tests := `
+rule_files: [` + rules + `]
+evaluation_interval: 1m
+tests:
+  - name: dead letters
+    interval: 1m
+    input_series:
+      - series: 'boxcar_dead_letters_total{` + sel + `,reason="input_missing"}'
+        values: '0 0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1'
+    alert_rule_test:
+      - {eval_time: 2m, alertname: BoxcarDeadLetters, exp_alerts: []}
+      - eval_time: 5m
+        alertname: BoxcarDeadLetters
+        exp_alerts: [{exp_labels: {severity: warning}}]
+      - {eval_time: 30m, alertname: BoxcarDeadLetters, exp_alerts: []}
+
+  - name: job failure ratio
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_jobs_total{` + sel + `,profile="p",outcome="succeeded"}', values: '0+1x60'}
+      - {series: 'boxcar_jobs_total{` + sel + `,profile="p",outcome="failed"}', values: '0+1x60'}
+      - {series: 'boxcar_jobs_total{` + sel + `,profile="q",outcome="succeeded"}', values: '0+10x60'}
+    alert_rule_test:
+      - eval_time: 50m
+        alertname: BoxcarJobFailureRatio
+        exp_alerts: []
+  - name: job failure ratio high
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_jobs_total{` + sel + `,profile="p",outcome="succeeded"}', values: '0+1x60'}
+      - {series: 'boxcar_jobs_total{` + sel + `,profile="p",outcome="dead"}', values: '0+1x60'}
+    alert_rule_test:
+      - {eval_time: 10m, alertname: BoxcarJobFailureRatio, exp_alerts: []}
+      - eval_time: 50m
+        alertname: BoxcarJobFailureRatio
+        exp_alerts: [{exp_labels: {severity: warning}}]
+
+  - name: backlog with no job finishing
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_queue_pending_jobs{` + sel + `}', values: '5x90'}
+      - {series: 'boxcar_jobs_total{` + sel + `,profile="p",outcome="succeeded"}', values: '3x90'}
+    alert_rule_test:
+      - {eval_time: 5m, alertname: BoxcarNoProgress, exp_alerts: []}
+      - eval_time: 45m
+        alertname: BoxcarNoProgress
+        exp_alerts: [{exp_labels: {severity: critical}}]
+  - name: backlog and no job has ever finished
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_queue_pending_jobs{` + sel + `}', values: '5x90'}
+    alert_rule_test:
+      - eval_time: 45m
+        alertname: BoxcarNoProgress
+        exp_alerts: [{exp_labels: {severity: critical}}]
+  - name: backlog being worked off
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_queue_pending_jobs{` + sel + `}', values: '50-1x50'}
+      - {series: 'boxcar_jobs_total{` + sel + `,profile="p",outcome="succeeded"}', values: '0+1x50'}
+    alert_rule_test:
+      - {eval_time: 45m, alertname: BoxcarNoProgress, exp_alerts: []}
+  - name: no backlog
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_queue_pending_jobs{` + sel + `}', values: '0x90'}
+    alert_rule_test:
+      - {eval_time: 45m, alertname: BoxcarNoProgress, exp_alerts: []}
+
+  - name: jobs wait and no worker is available
+    interval: 1m
+    input_series:
+      - {series: 'nats_consumer_num_pending{` + leader + `}', values: '0 0 5x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '0x32'}
+      - {series: '` + workers + `', values: '0x32'}
+    alert_rule_test:
+      - {eval_time: 4m, alertname: BoxcarNoWorkers, exp_alerts: []}
+      - eval_time: 10m
+        alertname: BoxcarNoWorkers
+        exp_alerts: [{exp_labels: {severity: critical}}]
+  - name: jobs delivered to workers that are gone
+    interval: 1m
+    input_series:
+      - {series: 'nats_consumer_num_pending{` + leader + `}', values: '0x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '2x30'}
+      - {series: '` + workers + `', values: '0x30'}
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: BoxcarNoWorkers
+        exp_alerts: [{exp_labels: {severity: critical}}]
+  - name: jobs wait and workers run
+    interval: 1m
+    input_series:
+      - {series: 'nats_consumer_num_pending{` + leader + `}', values: '40x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '4x30'}
+      - {series: '` + workers + `', values: '0 0 1 2x27'}
+    alert_rule_test:
+      - {eval_time: 20m, alertname: BoxcarNoWorkers, exp_alerts: []}
+  - name: no workers and nothing waits; a follower's stale count is not the queue
+    interval: 1m
+    input_series:
+      - {series: 'nats_consumer_num_pending{` + leader + `}', values: '0x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '0x30'}
+      - {series: 'nats_consumer_num_pending{` + follower + `}', values: '7x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + follower + `}', values: '0x30'}
+      - {series: '` + workers + `', values: '0x30'}
+    alert_rule_test:
+      - {eval_time: 20m, alertname: BoxcarNoWorkers, exp_alerts: []}
+  - name: another stream, another release's deployment
+    interval: 1m
+    input_series:
+      - {series: 'nats_consumer_num_pending{account="$G",stream_name="OTHER",consumer_name="boxcar-workers",is_consumer_leader="true"}', values: '9x30'}
+      - {series: 'nats_consumer_num_ack_pending{account="$G",stream_name="OTHER",consumer_name="boxcar-workers",is_consumer_leader="true"}', values: '0x30'}
+      - {series: 'nats_consumer_num_pending{` + leader + `}', values: '0x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '0x30'}
+      - {series: 'kube_deployment_status_replicas_available{namespace="other",deployment="boxcar"}', values: '0x30'}
+      - {series: '` + workers + `', values: '2x30'}
+    alert_rule_test:
+      - {eval_time: 20m, alertname: BoxcarNoWorkers, exp_alerts: []}
+
+  - name: sandbox starts failing
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_sandbox_failures_total{` + sel + `,backend="kubernetes",stage="start"}', values: '0+1x60'}
+      - {series: 'boxcar_sandbox_start_seconds_count{` + sel + `,backend="kubernetes"}', values: '0+1x60'}
+    alert_rule_test:
+      - eval_time: 30m
+        alertname: BoxcarSandboxStartFailures
+        exp_alerts: [{exp_labels: {severity: warning}}]
+  - name: every sandbox start fails
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_sandbox_failures_total{` + sel + `,backend="kubernetes",stage="start"}', values: '0+1x60'}
+    alert_rule_test:
+      - eval_time: 30m
+        alertname: BoxcarSandboxStartFailures
+        exp_alerts: [{exp_labels: {severity: warning}}]
+  - name: sandbox starts fine, closes fail
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_sandbox_failures_total{` + sel + `,backend="kubernetes",stage="close"}', values: '0+1x60'}
+      - {series: 'boxcar_sandbox_start_seconds_count{` + sel + `,backend="kubernetes"}', values: '0+5x60'}
+    alert_rule_test:
+      - {eval_time: 30m, alertname: BoxcarSandboxStartFailures, exp_alerts: []}
+
+  - name: another release's workers are not this release's
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_queue_pending_jobs{namespace="other",service="boxcar-metrics"}', values: '5x90'}
+      - {series: 'boxcar_dead_letters_total{namespace="other",service="boxcar-metrics",reason="x"}', values: '0 0 1 1 1 1'}
+    alert_rule_test:
+      - {eval_time: 45m, alertname: BoxcarNoProgress, exp_alerts: []}
+      - {eval_time: 4m, alertname: BoxcarDeadLetters, exp_alerts: []}
+`
+	file := filepath.Join(t.TempDir(), "boxcar-rules-test.yaml")
+	if err := os.WriteFile(file, []byte(tests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(promtool(t), "test", "rules", file).CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool test rules: %v\n%s", err, out)
+	}
+}

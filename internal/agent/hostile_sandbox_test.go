@@ -1,0 +1,148 @@
+//go:build integration
+
+package agent_test
+
+// The hostile-input cases that need a real bubblewrap sandbox (the integration tier).
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// TestHostileSymlinksRealSandbox plants symlinks out of the workdir in a real bubblewrap
+// sandbox (as a command the model ran earlier could) and has the model go through them with
+// the file tools. The worker resolves every path beneath the workdir, so each is refused, the
+// host file behind them is never read or written, and a command given the link runs inside
+// the sandbox, where the host path does not exist.
+func TestHostileSymlinksRealSandbox(t *testing.T) {
+	hostDir := t.TempDir()
+	secret := "boxcar-host-secret-" + time.Now().Format("150405.000000000")
+	secretPath := filepath.Join(hostDir, "secret.txt")
+	if err := os.WriteFile(secretPath, []byte(secret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := realSandbox(t)
+	ctx := context.Background()
+	plant := [][]string{
+		{"ln", "-s", secretPath, "abs_secret"},
+		{"ln", "-s", strings.Repeat("../", 12) + strings.TrimPrefix(secretPath, "/"), "rel_secret"},
+		{"ln", "-s", "/", "rootdir"},
+		{"ln", "-s", hostDir, "hostdir"},
+		{"ln", "-s", "/etc/passwd", "passwd"},
+		{"ln", "-s", "/proc/self/root", "proc_root"},
+		{"ln", "-s", "loop", "loop"},
+		{"mkdir", "sub"},
+		{"ln", "-s", "../..", "sub/up"},
+	}
+	for _, argv := range plant {
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: argv, Timeout: 30 * time.Second})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("plant %q: exit %d, %v: %s", argv, res.ExitCode, err, res.Stderr)
+		}
+	}
+
+	calls := []struct {
+		call
+		wantPrefix string // of the result's error; "" means the call succeeds
+	}{
+		{call{"s1", "read_file", `{"path": "abs_secret"}`}, `path "abs_secret" outside the workdir`},
+		{call{"s2", "read_file", `{"path": "rel_secret"}`}, `path "rel_secret" outside the workdir`},
+		{call{"s3", "read_file", `{"path": "rootdir/etc/passwd"}`}, `path "rootdir/etc/passwd" outside the workdir`},
+		{call{"s4", "read_file", `{"path": "hostdir/secret.txt"}`}, `path "hostdir/secret.txt" outside the workdir`},
+		{call{"s5", "read_file", `{"path": "passwd"}`}, `path "passwd" outside the workdir`},
+		{call{"s6", "read_file", `{"path": "proc_root/etc/passwd"}`}, `path "proc_root/etc/passwd" outside the workdir`},
+		{call{"s7", "read_file", `{"path": "loop"}`}, `path "loop" outside the workdir`},
+		{call{"s8", "read_file", `{"path": "sub/up/etc/passwd"}`}, `path "sub/up/etc/passwd" outside the workdir`},
+		{call{"s9", "list_files", `{"path": "hostdir"}`}, `path "hostdir" outside the workdir`},
+		{call{"s10", "list_files", `{"path": "rootdir"}`}, `path "rootdir" outside the workdir`},
+		{call{"s11", "write_file", `{"path": "hostdir/pwned.txt", "content": "pwned"}`}, `path "hostdir/pwned.txt" outside the workdir`},
+		{call{"s12", "write_file", `{"path": "sub/up/pwned.txt", "content": "pwned"}`}, `path "sub/up/pwned.txt" outside the workdir`},
+		// The link is in the workdir; the host file behind it is not. cat follows it inside the
+		// sandbox, where that host path does not exist.
+		{call{"s13", "cat_file", `{"path": "abs_secret"}`}, ""},
+		// Writing to a link's name replaces the link in the workdir; the host file is untouched.
+		{call{"s14", "write_file", `{"path": "abs_secret", "content": "replaced"}`}, ""},
+	}
+	var scripted []call
+	for _, c := range calls {
+		scripted = append(scripted, c.call)
+	}
+	s := newScript(t, toolCalls(100, scripted...), final("done"))
+	p := csvProfile(t, catTool)
+	p.Limits.MaxToolCalls = len(calls)
+	res, err := newAgent(t, s).Run(ctx, request(p, sb))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	_, results := toolResults(t, s.requests()[1])
+	if len(results) != len(calls) {
+		t.Fatalf("%d tool results, want %d", len(results), len(calls))
+	}
+	for i, c := range calls {
+		msg, _ := results[i]["error"].(string)
+		switch {
+		case c.wantPrefix != "" && !strings.HasPrefix(msg, c.wantPrefix):
+			t.Errorf("%s %s: the model saw %v, want an error starting %q", c.name, c.args, results[i], c.wantPrefix)
+		case c.wantPrefix == "" && msg != "":
+			t.Errorf("%s %s: failed with %q", c.name, c.args, msg)
+		}
+	}
+	if code := results[12]["exit_code"]; code == 0.0 {
+		t.Errorf("cat of the planted link succeeded inside the sandbox: %v", results[12])
+	}
+	if data, err := os.ReadFile(secretPath); err != nil || string(data) != secret {
+		t.Errorf("the host file behind the links is %q, %v; want it unchanged", data, err)
+	}
+	if entries, _ := os.ReadDir(hostDir); len(entries) != 1 {
+		t.Errorf("the host folder holds %d entries, want only secret.txt", len(entries))
+	}
+	for i, r := range s.requests() {
+		if strings.Contains(string(r.raw), secret) {
+			t.Errorf("request %d to the model holds the host secret", i+1)
+		}
+	}
+	if strings.Contains(string(res.Transcript), secret) {
+		t.Error("the transcript holds the host secret")
+	}
+	if got, err := sb.ReadFile(ctx, "abs_secret", 100); err != nil || string(got) != "replaced" {
+		t.Errorf("abs_secret in the workdir = %q, %v; want the regular file write_file made", got, err)
+	}
+}
+
+// realSandbox starts a bubblewrap sandbox whose root is under the system temp folder, and
+// closes it when the test ends. A host without bubblewrap fails the test with the advice the
+// provider gives: containment must not go untested quietly.
+func realSandbox(t *testing.T) sandbox.Sandbox {
+	t.Helper()
+	root := t.TempDir()
+	// Sandboxes run as host uids of their own, which must pass through (not list) the root's
+	// parents to reach their workdirs.
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := sandbox.NewBubblewrap(sandbox.BubblewrapConfig{Root: root})
+	if err != nil {
+		t.Fatalf("NewBubblewrap: %v", err)
+	}
+	sb, err := p.Start(context.Background(), sandbox.Spec{JobID: "hostile", SandboxSpec: config.Profile{}.WithDefaults().Sandbox})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sb.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return sb
+}

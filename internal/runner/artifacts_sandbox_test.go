@@ -1,0 +1,92 @@
+//go:build integration
+
+package runner
+
+// The artifact cases that need a real bubblewrap sandbox (the integration tier).
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+)
+
+// BubblewrapForTest is a real bubblewrap provider under a root of the test's, for this
+// package's tests and runner_test's.
+func BubblewrapForTest(t *testing.T) *sandbox.BubblewrapProvider {
+	t.Helper()
+	root := t.TempDir()
+	// Sandboxes run as uids of their own, which must be able to reach their folder.
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := sandbox.NewBubblewrap(sandbox.BubblewrapConfig{Root: root})
+	if err != nil {
+		t.Fatalf("NewBubblewrap: %v", err)
+	}
+	return p
+}
+
+// TestCollectArtifactsSkipsSymlinks runs a real bubblewrap sandbox whose artifact folder holds
+// symbolic links to a host file, to a folder, to an input and to a file in the folder itself:
+// only the regular files are taken, and no link is followed.
+func TestCollectArtifactsSkipsSymlinks(t *testing.T) {
+	p := BubblewrapForTest(t)
+	ctx := t.Context()
+	sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
+	for name, data := range map[string]string{"input.csv": "secret,input\n", "artifacts/table.csv": "a,b\n1,2\n", "artifacts/sub/notes.txt": "notes\n"} {
+		if err := sb.WriteFile(ctx, name, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := [][2]string{
+		{"/etc/passwd", "artifacts/passwd"},
+		{"/etc", "artifacts/etc"},
+		{"../input.csv", "artifacts/input-link.csv"},
+		{"table.csv", "artifacts/table-link.csv"},
+		{"../../../../../../etc/hostname", "artifacts/sub/hostname"},
+	}
+	for _, l := range links {
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"ln", "-s", l[0], l[1]}, Timeout: 30 * time.Second})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("ln -s %s %s: %v, exit %d: %s", l[0], l[1], err, res.ExitCode, res.Stderr)
+		}
+	}
+
+	outs, err := (&Runner{}).collectArtifacts(ctx, testAttempt("artifacts"), sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"artifacts/sub/notes.txt", "artifacts/table.csv"}
+	if got := names(outs); !slices.Equal(got, want) {
+		t.Errorf("artifacts = %q, want the regular files %q only", got, want)
+	}
+	for _, o := range outs {
+		if strings.Contains(string(o.data), "root:") || strings.Contains(string(o.data), "secret,input") {
+			t.Errorf("%s holds the content of a link's target", o.name)
+		}
+	}
+
+	// The artifact folder itself a link out of the workdir: nothing is taken, and the run
+	// does not fail.
+	if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"ln", "-s", "/etc", "out"}, Timeout: 30 * time.Second}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("ln -s /etc out: %v, %s", err, res.Stderr)
+	}
+	outs, err = (&Runner{}).collectArtifacts(ctx, testAttempt("out"), sb)
+	if err != nil || len(outs) != 0 {
+		t.Errorf("artifact folder linked to /etc: %q, %v; want nothing and no error", names(outs), err)
+	}
+	// Nor when the model made the artifact folder a file.
+	outs, err = (&Runner{}).collectArtifacts(ctx, testAttempt("input.csv"), sb)
+	if err != nil || len(outs) != 0 {
+		t.Errorf("artifact folder is a file: %q, %v; want nothing and no error", names(outs), err)
+	}
+}
