@@ -136,7 +136,7 @@ func TestKubernetesPodSpec(t *testing.T) {
 		{"ephemeral storage limit", !c.Resources.Limits.StorageEphemeral().IsZero()},
 		{"no env from secrets", len(c.EnvFrom) == 0 && !strings.Contains(pod.String(), "secretKeyRef")},
 		{"deny-all policy label", pod.Labels["app.kubernetes.io/component"] == "sandbox"},
-		{"job label", pod.Labels["boxcar.run/job-id"] == "test" && pod.Annotations["boxcar.run/job-id"] == "test"},
+		{"job label", pod.Labels["boxcar.run/job-id"] == "test-"+t.Name() && pod.Annotations["boxcar.run/job-id"] == "test-"+t.Name()},
 		{"worker label", pod.Labels["boxcar.run/worker"] == "w1"},
 	}
 	for _, check := range checks {
