@@ -75,6 +75,17 @@ type NATS struct {
 	RetryBackoff Duration `json:"retry_backoff,omitempty"`
 	// Replicas of the stream and bucket in a cluster. Default: 1.
 	Replicas int `json:"replicas,omitempty"`
+	// StatusTTL is how long a job's status is kept after its last change: for a job that
+	// ended, after it ended. Default: 168h (7 days).
+	StatusTTL Duration `json:"status_ttl,omitempty"`
+	// JobMaxMsgs and JobMaxBytes bound the job stream; a submission past either is refused,
+	// never a queued job dropped. Defaults: 100000 jobs, 1 GiB.
+	JobMaxMsgs  int64 `json:"job_max_msgs,omitempty"`
+	JobMaxBytes int64 `json:"job_max_bytes,omitempty"`
+	// DeadLetterMaxAge and DeadLetterMaxBytes bound the dead-letter stream; past them the
+	// oldest dead letters go. Defaults: 720h (30 days), 1 GiB.
+	DeadLetterMaxAge   Duration `json:"dead_letter_max_age,omitempty"`
+	DeadLetterMaxBytes int64    `json:"dead_letter_max_bytes,omitempty"`
 }
 
 // Store locates object storage.
@@ -279,6 +290,11 @@ func (c Config) WithDefaults() Config {
 	def(&n.DuplicateWindow, Duration(time.Hour))
 	def(&n.RetryBackoff, Duration(5*time.Second))
 	def(&n.Replicas, 1)
+	def(&n.StatusTTL, Duration(7*24*time.Hour))
+	def(&n.JobMaxMsgs, 100_000)
+	def(&n.JobMaxBytes, 1<<30)
+	def(&n.DeadLetterMaxAge, Duration(30*24*time.Hour))
+	def(&n.DeadLetterMaxBytes, 1<<30)
 	def(&c.Store.Region, "us-east-1")
 	def(&c.Sandbox.Backend, "bubblewrap")
 	// Sandboxes run as their own unprivileged users, which must be able to reach their
@@ -359,6 +375,9 @@ func (c Config) Validate() error {
 	}
 	if c.NATS.MaxDeliver < 1 || c.NATS.MaxAckPending < 1 || c.NATS.AckWait <= 0 {
 		bad("nats", "max_deliver, max_ack_pending and ack_wait must be positive")
+	}
+	if n := c.NATS; n.StatusTTL <= 0 || n.JobMaxMsgs < 1 || n.JobMaxBytes < 1 || n.DeadLetterMaxAge <= 0 || n.DeadLetterMaxBytes < 1 {
+		bad("nats", "status_ttl, job_max_msgs, job_max_bytes, dead_letter_max_age and dead_letter_max_bytes must be positive")
 	}
 	if len(c.Profiles) == 0 {
 		bad("profiles", "none defined; a worker needs at least one profile (see examples/boxcar.yaml)")

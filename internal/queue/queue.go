@@ -58,7 +58,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) 
 		return nil, fmt.Errorf("queue: jetstream: %w", err)
 	}
 	q := &Queue{js: js, cfg: cfg, log: log}
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	jobs := jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "Boxcar jobs",
 		Subjects:    []string{cfg.Subject},
@@ -67,19 +67,34 @@ func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) 
 		Replicas:    cfg.Replicas,
 		Duplicates:  time.Duration(cfg.DuplicateWindow),
 		MaxMsgSize:  job.MaxMessageBytes + 4096, // room for headers
-		Discard:     jetstream.DiscardOld,
-	})
+		MaxMsgs:     orUnlimited(cfg.JobMaxMsgs),
+		MaxBytes:    orUnlimited(cfg.JobMaxBytes),
+		// A full queue refuses the submission, which submit reports; it never drops a job
+		// that was accepted.
+		Discard: jetstream.DiscardNew,
+	}
+	// What workers before the retention settings set, to tell their values from an operator's.
+	jobsBefore := jobs
+	jobsBefore.MaxMsgs, jobsBefore.MaxBytes, jobsBefore.Discard = -1, -1, jetstream.DiscardOld
+	stream, err := ensureStream(ctx, js, jobs, jobsBefore, log)
 	if err != nil {
 		return nil, fmt.Errorf("queue: set up stream %s: %w (if the stream exists with incompatible settings, remove it with `nats stream rm %s` after draining it)", cfg.Stream, err, cfg.Stream)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	dead := jetstream.StreamConfig{
 		Name:        cfg.DeadLetterStream,
 		Description: "Boxcar jobs that can never run, with the reason",
 		Subjects:    []string{dlqSubject(cfg, "*")},
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
-		MaxAge:      30 * 24 * time.Hour,
-	}); err != nil {
+		MaxAge:      time.Duration(cfg.DeadLetterMaxAge),
+		MaxBytes:    orUnlimited(cfg.DeadLetterMaxBytes),
+		MaxMsgs:     -1,
+		Duplicates:  2 * time.Minute, // the server's default, written out to compare with
+		Discard:     jetstream.DiscardOld,
+	}
+	deadBefore := dead
+	deadBefore.MaxAge, deadBefore.MaxBytes = 30*24*time.Hour, -1
+	if _, err := ensureStream(ctx, js, dead, deadBefore, log); err != nil {
 		return nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
 	}
 	q.cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
@@ -94,17 +109,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("queue: set up consumer %s: %w", cfg.Consumer, err)
 	}
-	q.status, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      cfg.StatusBucket,
-		Description: "Boxcar job status by job id",
-		// A watcher reads revisions after they are written; with history 1 a revision that is
-		// replaced within a millisecond (a quick tool call between two model turns) is gone
-		// before it is delivered, and `submit watch` skips that step.
-		History:  statusHistory,
-		Storage:  jetstream.FileStorage,
-		Replicas: cfg.Replicas,
-	})
-	if err != nil {
+	if q.status, err = setUpStatus(ctx, js, cfg, log); err != nil {
 		return nil, fmt.Errorf("queue: set up status bucket %s: %w", cfg.StatusBucket, err)
 	}
 	if q.approvals, err = setUpApprovals(ctx, js, cfg); err != nil {
@@ -141,11 +146,18 @@ func (q *Queue) Publish(ctx context.Context, j job.Job) (duplicate bool, err err
 		return false, err
 	}
 	now := time.Now().UTC()
-	if _, err := q.status.Create(ctx, j.ID, mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, QueuedAt: now, UpdatedAt: now})); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	rev, err := q.status.Create(ctx, j.ID, mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, QueuedAt: now, UpdatedAt: now}))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return false, fmt.Errorf("queue: record job %s as queued: %w", j.ID, err)
 	}
 	ack, err := q.js.Publish(ctx, q.cfg.Subject, data, jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(q.cfg.Stream))
 	if err != nil {
+		var refused *jetstream.APIError
+		if rev > 0 && errors.As(err, &refused) {
+			// The stream refused the job (full: job_max_msgs or job_max_bytes): it was never
+			// queued, so neither is its status.
+			_ = q.status.Delete(ctx, j.ID, jetstream.LastRevision(rev))
+		}
 		return false, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
 	}
 	return ack.Duplicate, nil

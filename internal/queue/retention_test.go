@@ -1,0 +1,180 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+func streamConfig(t *testing.T, js jetstream.JetStream, name string) jetstream.StreamConfig {
+	t.Helper()
+	s, err := js.Stream(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().Config
+}
+
+// edit changes a stream as `nats stream edit` does: the current config with one change.
+func edit(t *testing.T, js jetstream.JetStream, name string, change func(*jetstream.StreamConfig)) {
+	t.Helper()
+	c := streamConfig(t, js, name)
+	change(&c)
+	if _, err := js.UpdateStream(context.Background(), c); err != nil {
+		t.Fatalf("edit stream %s: %v", name, err)
+	}
+}
+
+// TestOperatorStreamEditsAreKept: limits an operator sets with `nats stream edit` survive the
+// next worker start, which says in its log that it keeps them.
+func TestOperatorStreamEditsAreKept(t *testing.T) {
+	b := setup(t)
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(t, js, b.cfg.Stream, func(c *jetstream.StreamConfig) { c.MaxMsgs = 500 })
+	edit(t, js, b.cfg.DeadLetterStream, func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
+
+	var log bytes.Buffer
+	if _, err := queue.New(context.Background(), b.nc, b.cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamConfig(t, js, b.cfg.Stream).MaxMsgs; got != 500 {
+		t.Errorf("after a worker start the job stream's max_msgs = %d, want the operator's 500", got)
+	}
+	if got := streamConfig(t, js, b.cfg.DeadLetterStream).MaxAge; got != time.Hour {
+		t.Errorf("after a worker start the dead-letter stream's max_age = %s, want the operator's 1h", got)
+	}
+	for _, want := range []string{"stream=" + b.cfg.Stream + " setting=max_msgs value=500", "stream=" + b.cfg.DeadLetterStream + " setting=max_age value=1h0m0s"} {
+		if !strings.Contains(log.String(), "keeping a stream limit an operator changed") || !strings.Contains(log.String(), want) {
+			t.Errorf("worker log does not say it keeps %q:\n%s", want, log.String())
+		}
+	}
+}
+
+// TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits: a stream that a worker without
+// retention settings made, then edited by an operator, keeps the edit; what that worker set is
+// replaced by the new defaults.
+func TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits(t *testing.T) {
+	nc := connect(t, false)
+	ctx := context.Background()
+	cfg := config.Config{}.WithDefaults().NATS
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As such a worker made it, with the operator's max_bytes.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Description: "Boxcar jobs", Subjects: []string{cfg.Subject},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: time.Duration(cfg.DuplicateWindow),
+		MaxMsgSize: job.MaxMessageBytes + 4096, Discard: jetstream.DiscardOld, MaxBytes: 5 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.New(ctx, nc, cfg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	c := streamConfig(t, js, cfg.Stream)
+	if c.MaxBytes != 5<<20 || c.MaxMsgs != cfg.JobMaxMsgs || c.Discard != jetstream.DiscardNew {
+		t.Errorf("job stream: max_bytes %d, max_msgs %d, discard %s; want the operator's %d, the default %d, new", c.MaxBytes, c.MaxMsgs, c.Discard, 5<<20, cfg.JobMaxMsgs)
+	}
+}
+
+// TestRetentionLimitsFollowTheConfig: the defaults bound every stream and the status bucket,
+// and a changed config is applied to what no operator edited.
+func TestRetentionLimitsFollowTheConfig(t *testing.T) {
+	b := setup(t)
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := streamConfig(t, js, b.cfg.Stream)
+	if jobs.MaxMsgs != 100_000 || jobs.MaxBytes != 1<<30 || jobs.Discard != jetstream.DiscardNew {
+		t.Errorf("job stream: max_msgs %d, max_bytes %d, discard %s; want 100000, 1 GiB, new", jobs.MaxMsgs, jobs.MaxBytes, jobs.Discard)
+	}
+	dead := streamConfig(t, js, b.cfg.DeadLetterStream)
+	if dead.MaxAge != 30*24*time.Hour || dead.MaxBytes != 1<<30 {
+		t.Errorf("dead-letter stream: max_age %s, max_bytes %d; want 720h, 1 GiB", dead.MaxAge, dead.MaxBytes)
+	}
+	if ttl := streamConfig(t, js, "KV_"+b.cfg.StatusBucket).MaxAge; ttl != 7*24*time.Hour {
+		t.Errorf("status bucket expiry = %s, want 168h", ttl)
+	}
+
+	cfg := b.cfg
+	cfg.JobMaxBytes, cfg.DeadLetterMaxAge, cfg.StatusTTL = 64<<20, config.Duration(48*time.Hour), config.Duration(24*time.Hour)
+	var log bytes.Buffer
+	if _, err := queue.New(context.Background(), b.nc, cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamConfig(t, js, b.cfg.Stream).MaxBytes; got != 64<<20 {
+		t.Errorf("job stream max_bytes after a config change = %d, want %d", got, 64<<20)
+	}
+	if got := streamConfig(t, js, b.cfg.DeadLetterStream).MaxAge; got != 48*time.Hour {
+		t.Errorf("dead-letter max_age after a config change = %s, want 48h", got)
+	}
+	if got := streamConfig(t, js, "KV_"+b.cfg.StatusBucket).MaxAge; got != 24*time.Hour {
+		t.Errorf("status expiry after a config change = %s, want 24h", got)
+	}
+	if strings.Contains(log.String(), "keeping") {
+		t.Errorf("a config change was taken for an operator's edit:\n%s", log.String())
+	}
+}
+
+// TestStatusExpiresAfterTheJobEnds: status_ttl after a job's last status change, its status is
+// gone.
+func TestStatusExpiresAfterTheJobEnds(t *testing.T) {
+	b := setup(t, func(c *config.NATS) { c.StatusTTL = config.Duration(time.Second) })
+	ctx := context.Background()
+	j := newJob(t)
+	if _, err := b.q.Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.q.UpdateStatus(ctx, j.ID, func(s *job.Status) { s.State = job.StateSucceeded }); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := b.q.Status(ctx, j.ID)
+		if errors.Is(err, queue.ErrUnknownJob) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of a job that ended is still there 30s later (status_ttl 1s): %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestFullJobStreamRefusesTheSubmission: past job_max_msgs a publish is refused, and the jobs
+// already queued stay.
+func TestFullJobStreamRefusesTheSubmission(t *testing.T) {
+	b := setup(t, func(c *config.NATS) { c.JobMaxMsgs = 2 })
+	ctx := context.Background()
+	for i := range 3 {
+		j := newJob(t)
+		_, err := b.q.Publish(ctx, j)
+		if i < 2 && err != nil {
+			t.Fatalf("publish %d: %v", i+1, err)
+		}
+		if i == 2 {
+			if err == nil || !strings.Contains(err.Error(), "maximum messages") {
+				t.Fatalf("publish past job_max_msgs: %v, want the server's refusal", err)
+			}
+			if st, err := b.q.Status(ctx, j.ID); !errors.Is(err, queue.ErrUnknownJob) {
+				t.Errorf("status of the refused job = %+v, %v; want none", st, err)
+			}
+		}
+	}
+	for range 2 {
+		fetch(t, b.q, 10*time.Second).Ack(ctx)
+	}
+}

@@ -1,0 +1,140 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"reflect"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+)
+
+// limit is a stream setting the worker takes from its config and an operator may change with
+// `nats stream edit`.
+type limit struct {
+	name string
+	get  func(*jetstream.StreamConfig) string
+	set  func(dst, src *jetstream.StreamConfig)
+}
+
+var limits = []limit{
+	{"max_msgs", func(c *jetstream.StreamConfig) string { return fmt.Sprint(c.MaxMsgs) }, func(d, s *jetstream.StreamConfig) { d.MaxMsgs = s.MaxMsgs }},
+	{"max_bytes", func(c *jetstream.StreamConfig) string { return fmt.Sprint(c.MaxBytes) }, func(d, s *jetstream.StreamConfig) { d.MaxBytes = s.MaxBytes }},
+	{"max_age", func(c *jetstream.StreamConfig) string { return c.MaxAge.String() }, func(d, s *jetstream.StreamConfig) { d.MaxAge = s.MaxAge }},
+	{"discard", func(c *jetstream.StreamConfig) string { return c.Discard.String() }, func(d, s *jetstream.StreamConfig) { d.Discard = s.Discard }},
+	{"duplicate_window", func(c *jetstream.StreamConfig) string { return c.Duplicates.String() }, func(d, s *jetstream.StreamConfig) { d.Duplicates = s.Duplicates }},
+}
+
+// setMeta is the stream metadata key under which the worker records the value it set last.
+func setMeta(name string) string { return "boxcar.set." + name }
+
+// ensureStream creates the stream when it is missing. When it exists, the worker changes a
+// limit only while it still holds the value the worker set last (recorded in the stream's
+// metadata), so a limit an operator edited with `nats stream edit` is kept, and said so in
+// the log, rather than reverted at the next start. earlier is what workers that recorded
+// nothing set: a stream they made is treated as if they had recorded it. Every other field
+// (subjects, retention, size of a message) is the worker's and always set.
+func ensureStream(ctx context.Context, js jetstream.JetStream, want, earlier jetstream.StreamConfig, log *slog.Logger) (jetstream.Stream, error) {
+	record := map[string]string{}
+	for _, l := range limits {
+		record[setMeta(l.name)] = l.get(&want)
+	}
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		created := want
+		created.Metadata = record
+		s, err = js.CreateStream(ctx, created)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return s, err
+		}
+		s, err = js.Stream(ctx, want.Name) // another worker made it first
+	}
+	if err != nil {
+		return nil, err
+	}
+	cur := s.CachedInfo().Config
+	next := cur
+	next.Description, next.Subjects, next.Retention, next.MaxMsgSize, next.Replicas = want.Description, want.Subjects, want.Retention, want.MaxMsgSize, want.Replicas
+	next.Metadata = maps.Clone(cur.Metadata)
+	if next.Metadata == nil {
+		next.Metadata = map[string]string{}
+	}
+	for _, l := range limits {
+		last, ok := cur.Metadata[setMeta(l.name)]
+		if !ok {
+			last = l.get(&earlier)
+		}
+		switch now := l.get(&cur); {
+		case now == last:
+			l.set(&next, &want)
+			next.Metadata[setMeta(l.name)] = l.get(&want)
+		case now != l.get(&want):
+			log.Warn("keeping a stream limit an operator changed; the config's value is not applied (to apply it, set the stream back to the value boxcar set last)",
+				"stream", want.Name, "setting", l.name, "value", now, "config", l.get(&want), "boxcar_set_last", last)
+		}
+	}
+	if reflect.DeepEqual(next, cur) {
+		return s, nil
+	}
+	return js.UpdateStream(ctx, next)
+}
+
+// orUnlimited is a limit as the server holds it: -1 for none (a config without defaults).
+func orUnlimited(v int64) int64 {
+	if v <= 0 {
+		return -1
+	}
+	return v
+}
+
+// statusStream is the stream behind the status bucket.
+func statusStream(bucket string) string { return "KV_" + bucket }
+
+// ensureStatusTTL sets the status bucket's expiry the way ensureStream sets a stream's limits:
+// an expiry an operator changed on the bucket's stream is kept.
+func ensureStatusTTL(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration, log *slog.Logger) error {
+	s, err := js.Stream(ctx, statusStream(bucket))
+	if err != nil {
+		return err
+	}
+	// Only the expiry is the worker's: every other limit stays as the bucket has it.
+	want := s.CachedInfo().Config
+	earlier := want
+	want.MaxAge, earlier.MaxAge = ttl, 0
+	_, err = ensureStream(ctx, js, want, earlier, log)
+	return err
+}
+
+// setUpStatus creates the status bucket when it is missing, else binds it and sets its expiry.
+func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, log *slog.Logger) (jetstream.KeyValue, error) {
+	ttl := time.Duration(cfg.StatusTTL)
+	kv, err := js.KeyValue(ctx, cfg.StatusBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      cfg.StatusBucket,
+			Description: "Boxcar job status by job id",
+			// A watcher reads revisions after they are written; with history 1 a revision
+			// that is replaced within a millisecond (a quick tool call between two model
+			// turns) is gone before it is delivered, and `submit watch` skips that step.
+			History: statusHistory,
+			// A status expires ttl after its last write: for a job that ended, after it ended.
+			TTL:      ttl,
+			Storage:  jetstream.FileStorage,
+			Replicas: cfg.Replicas,
+			Metadata: map[string]string{setMeta("max_age"): ttl.String()},
+		})
+		if !errors.Is(err, jetstream.ErrBucketExists) {
+			return kv, err
+		}
+		kv, err = js.KeyValue(ctx, cfg.StatusBucket) // another worker made it first
+	}
+	if err != nil {
+		return nil, err
+	}
+	return kv, ensureStatusTTL(ctx, js, cfg.StatusBucket, ttl, log)
+}
