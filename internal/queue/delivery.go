@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -28,8 +29,15 @@ type Delivery struct {
 	Seq uint64
 }
 
-// LastAttempt reports whether the server will not deliver this message again.
+// LastAttempt reports whether this is the last delivery that may run the job: the max_deliver'th
+// or, when that one died, one of the deliveries after it.
 func (d *Delivery) LastAttempt() bool { return d.Attempt >= d.q.cfg.MaxDeliver }
+
+// Exhausted reports whether the job used up its max_deliver deliveries before this one: the
+// last one ended without settling (its worker died, or stalled past AckWait). This delivery
+// must not run the job but end it: with the committed run, or as dead. The server delivers
+// such a message again until a worker settles it, so the end does not hang on any one worker.
+func (d *Delivery) Exhausted() bool { return d.Attempt > d.q.cfg.MaxDeliver }
 
 // Ack marks the job done and waits for the server to confirm, so a crash right after cannot
 // bring it back.
@@ -71,7 +79,9 @@ type DeadLetter struct {
 }
 
 // Term stops all further deliveries and keeps the message, with the reason, in the dead-letter
-// stream. The dead letter is written first: a job is never dropped without a trace.
+// stream. The dead letter is written first: a job is never dropped without a trace. A job has
+// at most one dead letter: a delivery that finds one already (its worker died between the
+// dead letter and the term) only terminates the message.
 func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 	id := d.JobID
 	if id == "" {
@@ -86,8 +96,14 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 		return fmt.Errorf("queue: encode dead letter: %w", err)
 	}
 	subject := dlqSubject(d.q.cfg, sanitizeToken(id))
-	if _, err := d.q.js.Publish(ctx, subject, data); err != nil {
+	has, err := d.q.hasDeadLetter(ctx, subject)
+	if err != nil {
 		return fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
+	}
+	if !has || d.JobID == "" {
+		if _, err := d.q.js.Publish(ctx, subject, data); err != nil {
+			return fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
+		}
 	}
 	if err := d.msg.TermWithReason(reason); err != nil {
 		return fmt.Errorf("queue: terminate job %s: %w", d.JobID, err)
@@ -132,4 +148,21 @@ func sanitizeToken(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// hasDeadLetter reports whether the dead-letter stream holds a letter on subject.
+func (q *Queue) hasDeadLetter(ctx context.Context, subject string) (bool, error) {
+	stream, err := q.js.Stream(ctx, q.cfg.DeadLetterStream)
+	if err != nil {
+		return false, err
+	}
+	_, err = stream.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	default:
+		return false, err
+	}
 }

@@ -98,11 +98,15 @@ func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) 
 		return nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
 	}
 	q.cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       cfg.Consumer,
-		Description:   "Boxcar workers",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       time.Duration(cfg.AckWait),
-		MaxDeliver:    cfg.MaxDeliver,
+		Durable:     cfg.Consumer,
+		Description: "Boxcar workers",
+		AckPolicy:   jetstream.AckExplicitPolicy,
+		AckWait:     time.Duration(cfg.AckWait),
+		// Unbounded on the server: the worker decides from the delivery count (see
+		// Delivery.Exhausted), so a job whose last delivery died is delivered once more and
+		// dead-lettered by whoever gets it, even when every worker was down at the time. The
+		// server's own max-deliveries end is an at-most-once advisory that nothing stores.
+		MaxDeliver:    -1,
 		MaxAckPending: cfg.MaxAckPending,
 		Replicas:      cfg.Replicas,
 	})

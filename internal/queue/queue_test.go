@@ -350,34 +350,30 @@ func TestIncompatibleStreamIsRefusedWithAFix(t *testing.T) {
 	}
 }
 
-func TestJobWhoseLastWorkerDiedIsDeadLettered(t *testing.T) {
+// TestJobWhoseLastWorkerDiedIsDeliveredOnceMore (issue 10 item 1): when the worker holding a
+// job's last delivery dies, the server delivers it again, marked exhausted, instead of ending it
+// with an advisory nobody may hear; the worker that gets it ends the job.
+func TestJobWhoseLastWorkerDiedIsDeliveredOnceMore(t *testing.T) {
 	b := setup(t, func(c *config.NATS) { c.MaxDeliver = 2 })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.q.HandleMaxDeliveries(ctx, b.nc, nil) }()
-	defer func() { cancel(); <-done }()
-
+	ctx := context.Background()
 	j := newJob(t)
 	if _, err := b.q.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.q.UpdateStatus(ctx, j.ID, func(s *job.Status) { s.Error = "model endpoint unavailable" }); err != nil {
+	// Two deliveries, and the worker holding each one dies without a word.
+	for i := 0; i < 2; i++ {
+		if d := fetch(t, b.q, 5*time.Second); d.Exhausted() {
+			t.Fatalf("delivery %d is marked exhausted, want only those after max_deliver", d.Attempt)
+		}
+	}
+	// No worker was listening meanwhile; the next one to ask gets the job once more.
+	d := fetch(t, b.q, 10*time.Second)
+	if d.JobID != j.ID || d.Attempt != 3 || !d.Exhausted() || !d.LastAttempt() {
+		t.Fatalf("delivery %s attempt %d, exhausted %v; want %s, attempt 3, exhausted", d.JobID, d.Attempt, d.Exhausted(), j.ID)
+	}
+	if err := d.Term(ctx, "max_deliveries", errors.New("gave up")); err != nil {
 		t.Fatal(err)
 	}
-	// Two deliveries, and the worker holding each one dies without a word.
-	fetch(t, b.q, 5*time.Second)
-	fetch(t, b.q, 5*time.Second)
-	// Another worker waits for work: the server notices the exhausted message when it looks
-	// for one to hand out.
-	waiting := make(chan struct{})
-	go func() {
-		defer close(waiting)
-		if d, err := b.q.Fetch(ctx); err == nil {
-			t.Errorf("an exhausted job was delivered again (attempt %d)", d.Attempt)
-		}
-	}()
-	defer func() { cancel(); <-waiting }()
-
 	js, err := jetstream.New(b.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -386,33 +382,7 @@ func TestJobWhoseLastWorkerDiedIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var msg *jetstream.RawStreamMsg
-	deadline := time.Now().Add(10 * time.Second)
-	for msg == nil && time.Now().Before(deadline) {
-		msg, _ = dlq.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+"."+j.ID)
-		time.Sleep(20 * time.Millisecond)
-	}
-	if msg == nil {
-		t.Fatal("no dead letter after the last delivery's ack deadline passed")
-	}
-	var dl queue.DeadLetter
-	if err := json.Unmarshal(msg.Data, &dl); err != nil {
-		t.Fatal(err)
-	}
-	if dl.Reason != "max_deliveries" || dl.Attempt != 2 || dl.Error != "model endpoint unavailable" {
-		t.Errorf("dead letter = %+v, want max_deliveries after 2 with the last error", dl)
-	}
-	if orig, err := job.Decode(dl.Original); err != nil || orig.ID != j.ID {
-		t.Errorf("dead letter lost the payload: %v", err)
-	}
-	if st, err := b.q.Status(ctx, j.ID); err != nil || st.State != job.StateDead {
-		t.Errorf("status = %+v, %v; want dead", st, err)
-	}
-	jobs, err := js.Stream(ctx, b.cfg.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info, err := jobs.Info(ctx); err != nil || info.State.Msgs != 0 {
-		t.Errorf("job stream still holds %d messages (%v), want 0", info.State.Msgs, err)
+	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Errorf("dead-letter stream holds %d letters (%v), want 1", info.State.Msgs, err)
 	}
 }

@@ -132,7 +132,7 @@ const reportName = "report.md"
 // is already committed.
 func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
 	st, err := r.cfg.Queue.Status(ctx, a.job.ID)
-	if err != nil {
+	if err != nil && !errors.Is(err, queue.ErrUnknownJob) {
 		return fmt.Errorf("check the job is still ours: %w", err)
 	}
 	if st.Attempt > a.d.Attempt {
@@ -146,22 +146,22 @@ func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
 
 // adoptCommitted finishes what the attempt that committed the run may not have: the manifest's
 // signature (it stopped between the two) and the job's final status (it stopped before the ack).
-func (r *Runner) adoptCommitted(ctx context.Context, jobID string) error {
+func (r *Runner) adoptCommitted(ctx context.Context, jobID string) (provenance.Outcome, error) {
 	rc, err := r.cfg.Store.Get(ctx, store.ManifestKey(jobID))
 	if err != nil {
-		return err
+		return provenance.Outcome{}, err
 	}
 	manifest, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes))
 	rc.Close()
 	if err != nil {
-		return err
+		return provenance.Outcome{}, err
 	}
 	if err := r.signCommitted(ctx, jobID, manifest); err != nil {
-		return fmt.Errorf("sign the committed manifest: %w", err)
+		return provenance.Outcome{}, fmt.Errorf("sign the committed manifest: %w", err)
 	}
 	stmt, err := provenance.Parse(manifest)
 	if err != nil {
-		return fmt.Errorf("read the committed manifest: %w", err)
+		return provenance.Outcome{}, fmt.Errorf("read the committed manifest: %w", err)
 	}
 	// The status tells what is committed: the attempt, worker and times that produced the
 	// manifest, not those of this delivery or of one that failed before it.
@@ -177,9 +177,9 @@ func (r *Runner) adoptCommitted(ctx context.Context, jobID string) error {
 		}
 	})
 	if errors.Is(err, queue.ErrFinal) {
-		return nil
+		err = nil
 	}
-	return err
+	return out, err
 }
 
 // signCommitted signs a committed manifest that has no envelope yet.

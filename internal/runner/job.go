@@ -62,6 +62,10 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 			o = outcome{end: endInterrupted, err: errShutdown}
 		}
 	}
+	// A job that dies here with no run committed must still win the arbiter; see end.go.
+	if decide(o, d.LastAttempt()).state == job.StateDead && !o.committed && a.job.ID != "" {
+		o = r.commitDead(ctx, a, o)
+	}
 	r.settle(ctx, a, o)
 }
 
@@ -112,16 +116,16 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	stopHeartbeat := a.d.KeepAlive(ctx, r.cfg.HeartbeatInterval)
 	defer stopHeartbeat()
 
+	if a.d.Exhausted() {
+		return r.exhausted(ctx, a)
+	}
 	// A redelivery after a crash between commit and ack must not run the job again.
 	_, err = awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
 		return r.cfg.Store.Stat(ctx, store.ManifestKey(j.ID))
 	})
 	if err == nil {
 		a.log.InfoContext(ctx, "run already committed; acknowledging without running again")
-		if err := r.adoptCommitted(ctx, j.ID); err != nil {
-			return outcome{end: endTransient, err: err}
-		}
-		return outcome{end: endDone}
+		return r.endCommitted(ctx, a)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return outcome{end: endTransient, err: fmt.Errorf("check for a committed run: %w", err)}
 	}

@@ -33,12 +33,19 @@ const (
 	// endLeaseLost: a later attempt took the job over while this one worked (its ack
 	// deadline passed); this attempt's result is discarded.
 	endLeaseLost
+	// endDeadLetter: the job's end is committed as failed or dead (by another attempt, or by
+	// this delivery of an exhausted job); this delivery makes sure its one dead letter exists.
+	// outcome.err is a queue.Permanent with the reason.
+	endDeadLetter
+	// endUndecided: the job's end cannot be decided now (the store did not answer whether a
+	// run is committed); deliver it again later, recording nothing.
+	endUndecided
 )
 
 var endingNames = map[ending]string{
 	endSucceeded: "succeeded", endCapped: "capped", endFailed: "failed", endRejected: "rejected",
 	endTransient: "transient", endCancelled: "cancelled", endInterrupted: "interrupted",
-	endDone: "done", endLeaseLost: "lease_lost",
+	endDone: "done", endLeaseLost: "lease_lost", endDeadLetter: "dead_letter", endUndecided: "undecided",
 }
 
 func (e ending) String() string { return endingNames[e] }
@@ -136,6 +143,11 @@ func decide(o outcome, last bool) decision {
 		return decision{action: ackJob, stale: true}
 	case endDone:
 		return decision{action: ackJob}
+	case endDeadLetter:
+		// The status already says so: it follows the committed manifest.
+		return decision{action: termJob, reason: permanentReason(o.err, "max_deliveries")}
+	case endUndecided:
+		return decision{action: nakLater}
 	}
 	// An outcome nobody built: keep the job, and say so in its status.
 	return decision{action: nakLater, state: job.StateRetrying}

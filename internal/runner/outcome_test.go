@@ -42,6 +42,10 @@ func TestDecide(t *testing.T) {
 		{"done elsewhere, last", outcome{end: endDone}, true, decision{action: ackJob}},
 		{"lease lost", outcome{end: endLeaseLost, err: errLeaseLost}, false, decision{action: ackJob, stale: true}},
 		{"lease lost, last", outcome{end: endLeaseLost, err: errLeaseLost}, true, decision{action: ackJob, stale: true}},
+		{"committed as failed", outcome{end: endDeadLetter, err: perm}, false, decision{action: termJob, reason: "input_missing"}},
+		{"committed as dead, last", outcome{end: endDeadLetter, err: queue.Permanent("max_deliveries", transient)}, true, decision{action: termJob, reason: "max_deliveries"}},
+		{"undecided", outcome{end: endUndecided, err: transient}, false, decision{action: nakLater}},
+		{"undecided, last", outcome{end: endUndecided, err: transient}, true, decision{action: nakLater}},
 	}
 	covered := map[ending]map[bool]bool{}
 	for _, tt := range tests {

@@ -182,17 +182,3 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	return nil
 }
-
-// RecordExhausted counts a job that the queue dead-lettered after its last worker died: it
-// ended as dead, although no runner settled it.
-func (r *Runner) RecordExhausted(dl queue.DeadLetter) {
-	profile := "unknown"
-	if j, err := job.Decode(dl.Original); err == nil {
-		if _, err := r.cfg.Worker.Profile(j.Profile); err == nil {
-			profile = j.Profile
-		}
-	}
-	r.m.DeadLetters.WithLabelValues(dl.Reason).Inc()
-	r.m.Jobs.WithLabelValues(profile, string(job.StateDead)).Inc()
-	r.log.Warn("job dead-lettered after its last delivery", "job_id", dl.JobID, "attempt", dl.Attempt, "error", dl.Error)
-}

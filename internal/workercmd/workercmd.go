@@ -245,9 +245,6 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		g.Go(func() error { return kp.RunReaper(gctx, time.Minute, held) })
 	}
-	g.Go(func() error {
-		return q.HandleMaxDeliveries(gctx, link.Conn(), r.RecordExhausted)
-	})
 	log.Info("worker ready", "worker_id", cfg.WorkerID, "concurrency", cfg.Concurrency, "sandbox", sandboxes.Backend(),
 		"store", st.URL(""), "nats", cfg.NATS.URL, "model", modelURL, "profiles", len(cfg.Profiles))
 	fmt.Fprintf(stdout, "worker ready: nats %s, store %s\n", cfg.NATS.URL, st.URL(""))

@@ -1,0 +1,142 @@
+package runner_test
+
+import (
+	"context"
+	"path"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// oneDelivery makes every job's first delivery its last.
+func oneDelivery(b *bundle) {
+	b.cfg.NATS.MaxDeliver = 1
+	b.nc, b.q = b.connect()
+}
+
+// checkEnd checks the one end a job must have, from the final state: its status, its dead
+// letters, the committed manifest (every job that ran or died has one) and the job stream.
+func (b *bundle) checkEnd(id string, state job.State, deadLetters int) {
+	b.t.Helper()
+	ctx := context.Background()
+	st := b.waitFinal(id, 30*time.Second)
+	m := b.manifest(id)
+	if st.State != state || m.Predicate.Outcome.State != state {
+		b.t.Errorf("status %s, manifest %s; want both %s", st.State, m.Predicate.Outcome.State, state)
+	}
+	if st.Attempt != m.Predicate.Attempt || st.Worker != m.Predicate.Worker.ID {
+		b.t.Errorf("status names attempt %d by %q, the manifest attempt %d by %q", st.Attempt, st.Worker, m.Predicate.Attempt, m.Predicate.Worker.ID)
+	}
+	if _, err := provenance.Verify(ctx, b.store, id, nil); err != nil {
+		b.t.Errorf("verify: %v", err)
+	}
+	waitFor(b.t, 10*time.Second, "the job stream to be empty", func() bool {
+		js, _ := jetstream.New(b.nc)
+		s, err := js.Stream(ctx, b.cfg.NATS.Stream)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	})
+	var n int
+	for _, dl := range b.deadLetters() {
+		if dl.JobID == id {
+			n++
+			if dl.Reason != "max_deliveries" {
+				b.t.Errorf("dead letter reason %q, want max_deliveries", dl.Reason)
+			}
+		}
+	}
+	if n != deadLetters {
+		b.t.Errorf("%d dead letters, want %d", n, deadLetters)
+	}
+}
+
+// TestJobWhoseLastDeliveryDiedWhileNoWorkerRanIsDeadLettered (issue 10 item 1): every worker
+// is down when the job's last delivery times out. The next worker to start ends it as dead,
+// once; the job is not left running for ever.
+func TestJobWhoseLastDeliveryDiedWhileNoWorkerRanIsDeadLettered(t *testing.T) {
+	b := setup(t)
+	oneDelivery(b)
+	started := make(chan struct{})
+	var once sync.Once
+	w := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		once.Do(func() { close(started) })
+		<-ctx.Done()
+		return agent.Result{}, ctx.Err()
+	}))
+	j := b.submit("p")
+	<-started
+	w.nc.Close() // killed: no ack, no nak, no word
+	w.stop()
+	// Nobody runs while the ack deadline of the last delivery passes.
+	deadline := time.Now().Add(b.cfg.NATS.AckWait.Std() + time.Second)
+	waitFor(t, time.Minute, "the last delivery's ack deadline", func() bool { return time.Now().After(deadline) })
+
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		t.Errorf("an exhausted job ran again")
+		return writeReport(ctx, req)
+	}))
+	b.checkEnd(j.ID, job.StateDead, 1)
+}
+
+// TestCommittedLastDeliveryWhoseWorkerDiedIsNotDeadLettered (issue 10 item 1): the last
+// delivery commits, and its worker dies before the ack. The job ends as committed, with no
+// dead letter.
+func TestCommittedLastDeliveryWhoseWorkerDiedIsNotDeadLettered(t *testing.T) {
+	b := setup(t)
+	oneDelivery(b)
+	var first *worker
+	dies := &hookStore{Store: b.store, afterCreate: func(key string) {
+		if path.Base(key) == "manifest.json" {
+			first.nc.Close() // killed between the commit and the ack
+		}
+	}}
+	first = b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = dies })
+	j := b.submit("p")
+	waitFor(t, 10*time.Second, "the commit", func() bool {
+		_, err := b.store.Stat(context.Background(), store.ManifestKey(j.ID))
+		return err == nil
+	})
+	b.worker(agentFunc(writeReport))
+	b.checkEnd(j.ID, job.StateSucceeded, 0)
+}
+
+// TestStaleLastDeliveryCannotCommitAfterTheJobDied (issue 10 item 1): the last delivery's
+// worker stalls in its upload past AckWait; the job is ended as dead meanwhile; then the stalled
+// worker resumes. The job keeps its one end: dead, one dead letter, and the manifest says so.
+func TestStaleLastDeliveryCannotCommitAfterTheJobDied(t *testing.T) {
+	b := setup(t)
+	oneDelivery(b)
+	var paused sync.Once
+	uploading := make(chan struct{})
+	stalls := &hookStore{Store: b.store}
+	stalls.put = func(key string) error {
+		paused.Do(func() {
+			close(uploading)
+			waitFor(t, 30*time.Second, "the job's dead letter", func() bool { return len(b.deadLetters()) > 0 })
+		})
+		return nil
+	}
+	stale := b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.Store, c.HeartbeatInterval, c.Worker.Concurrency = stalls, time.Hour, 1
+	})
+	j := b.submit("p")
+	<-uploading
+	b.worker(agentFunc(writeReport))
+	b.checkEnd(j.ID, job.StateDead, 1)
+	waitFor(t, 30*time.Second, "the stalled attempt to end", func() bool {
+		return testutil.ToFloat64(stale.m.StaleAttempts) == 1
+	})
+	b.checkEnd(j.ID, job.StateDead, 1)
+}
