@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -243,5 +244,100 @@ func TestSpentCountsAnUnansweredRequest(t *testing.T) {
 	}
 	if want := (agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 100}); res.Spent != want || res.Turns != 1 {
 		t.Errorf("spent %+v turns %d, want %+v and 1 answered turn", res.Spent, res.Turns, want)
+	}
+}
+
+func TestCaps(t *testing.T) {
+	list := func(id string, tokens int64) reply { return toolCalls(tokens, call{id, "list_files", `{}`}) }
+	tests := []struct {
+		name      string
+		limits    func(*config.Limits)
+		tools     []config.Tool
+		replies   []reply
+		wantCap   string
+		wantTurns int
+		wantCalls int
+		wantReqs  int
+	}{
+		{
+			name:    "max_turns",
+			limits:  func(l *config.Limits) { l.MaxTurns = 2 },
+			replies: []reply{list("c1", 100), list("c2", 100)},
+			wantCap: agent.CapMaxTurns, wantTurns: 2, wantCalls: 2, wantReqs: 2,
+		},
+		{
+			name:   "max_tool_calls hit inside a response",
+			limits: func(l *config.Limits) { l.MaxToolCalls = 2 },
+			replies: []reply{toolCalls(100,
+				call{"c1", "list_files", `{}`}, call{"c2", "nope", `{}`}, call{"c3", "list_files", `{}`})},
+			wantCap: agent.CapMaxToolCalls, wantTurns: 1, wantCalls: 2, wantReqs: 1,
+		},
+		{
+			name:    "max_tokens",
+			limits:  func(l *config.Limits) { l.MaxTokens = 1000 },
+			replies: []reply{list("c1", 600), list("c2", 600)},
+			wantCap: agent.CapMaxTokens, wantTurns: 2, wantCalls: 2, wantReqs: 2,
+		},
+		{
+			name:    "job_timeout during a tool call",
+			limits:  func(l *config.Limits) { l.JobTimeout = config.Duration(300 * time.Millisecond) },
+			tools:   []config.Tool{slowTool},
+			replies: []reply{toolCalls(100, call{"c1", "slow", `{}`}, call{"c2", "list_files", `{}`})},
+			wantCap: agent.CapJobTimeout, wantTurns: 1, wantCalls: 1, wantReqs: 1,
+		},
+		{
+			name:    "job_timeout while the model thinks",
+			limits:  func(l *config.Limits) { l.JobTimeout = config.Duration(300 * time.Millisecond) },
+			replies: []reply{list("c1", 100), {hang: true}},
+			wantCap: agent.CapJobTimeout, wantTurns: 1, wantCalls: 1, wantReqs: 2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newScript(t, tt.replies...)
+			p := csvProfile(t, tt.tools...)
+			tt.limits(&p.Limits)
+			sb := newFakeSandbox(map[string]string{"sales.csv": salesCSV})
+			res, err := newAgent(t, s).Run(context.Background(), request(p, sb))
+			if err != nil {
+				t.Fatalf("Run: %v, want a capped result and no error", err)
+			}
+			if res.Outcome != agent.OutcomeCapped || res.Cap != tt.wantCap {
+				t.Errorf("outcome = %q cap %q, want capped %q", res.Outcome, res.Cap, tt.wantCap)
+			}
+			if res.Turns != tt.wantTurns || len(res.ToolCalls) != tt.wantCalls || len(s.requests()) != tt.wantReqs {
+				t.Errorf("turns %d, tool calls %d, requests %d; want %d, %d, %d",
+					res.Turns, len(res.ToolCalls), len(s.requests()), tt.wantTurns, tt.wantCalls, tt.wantReqs)
+			}
+			lines := transcriptLines(t, res.Transcript)
+			last := lines[len(lines)-1]
+			if last["type"] != "final" || last["outcome"] != "capped" || last["cap"] != tt.wantCap {
+				t.Errorf("last transcript line = %v, want final capped %s", last, tt.wantCap)
+			}
+		})
+	}
+}
+
+func TestCapMaxToolCallsAnswersEveryCall(t *testing.T) {
+	s := newScript(t, toolCalls(100, call{"c1", "list_files", `{}`}, call{"c2", "list_files", `{}`}, call{"c3", "list_files", `{}`}))
+	p := csvProfile(t)
+	p.Limits.MaxToolCalls = 1
+	res, err := newAgent(t, s).Run(context.Background(), request(p, newFakeSandbox(nil)))
+	if err != nil || res.Cap != agent.CapMaxToolCalls {
+		t.Fatalf("Run = cap %q, %v; want max_tool_calls", res.Cap, err)
+	}
+	var calls []map[string]any
+	for _, l := range transcriptLines(t, res.Transcript) {
+		if l["type"] == "tool_call" {
+			calls = append(calls, l)
+		}
+	}
+	if len(calls) != 3 {
+		t.Fatalf("transcript tool_call lines = %d, want 3 (one per call id)", len(calls))
+	}
+	for _, c := range calls[1:] {
+		if msg, _ := c["error"].(string); !strings.HasPrefix(msg, "not run") {
+			t.Errorf("call %v: error = %q, want not run", c["id"], msg)
+		}
 	}
 }

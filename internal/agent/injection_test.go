@@ -252,3 +252,33 @@ func TestPromptInjectionPolicyHolds(t *testing.T) {
 		})
 	}
 }
+
+func TestPromptInjectionIsData(t *testing.T) {
+	s := newScript(t, toolCalls(100, call{"c1", "inject", `{}`}), final("ok"))
+	p := csvProfile(t, injectTool)
+	sb := newFakeSandbox(nil)
+	res, err := newAgent(t, s).Run(context.Background(), request(p, sb))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	reqs := s.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("requests = %d, want 2", len(reqs))
+	}
+	first, second := messages(t, reqs[0]), messages(t, reqs[1])
+	if jsonText(t, second[0]) != jsonText(t, first[0]) || second[0]["role"] != "system" {
+		t.Error("the system prompt changed after the tool output")
+	}
+	if jsonText(t, reqs[1].body["tools"]) != jsonText(t, reqs[0].body["tools"]) {
+		t.Error("the tools changed after the tool output")
+	}
+	if len(second) != 4 {
+		t.Errorf("second request has %d messages, want system, user, assistant, tool", len(second))
+	}
+	if got := lastToolResult(t, reqs[1]); got["stdout"] != injection {
+		t.Errorf("tool result stdout = %q, want the output verbatim as data", got["stdout"])
+	}
+	if len(sb.argvs()) != 1 || res.Outcome != agent.OutcomeCompleted || len(res.ToolCalls) != 1 {
+		t.Errorf("execs %d, outcome %q, tool calls %d; want 1, completed, 1", len(sb.argvs()), res.Outcome, len(res.ToolCalls))
+	}
+}

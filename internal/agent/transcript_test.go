@@ -108,3 +108,27 @@ func TestTranscriptToolLines(t *testing.T) {
 		})
 	}
 }
+
+func TestTranscriptBounded(t *testing.T) {
+	s := newScript(t,
+		toolCalls(100, call{"c1", "print", `{"n": 5000}`}),
+		toolCalls(100, call{"c2", "print", `{"n": 5000}`}),
+		final("ok"))
+	p := csvProfile(t, printTool)
+	p.Limits.MaxTranscriptBytes = 8192
+	res, err := newAgent(t, s).Run(context.Background(), request(p, newFakeSandbox(nil)))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(res.Transcript) > 8192 {
+		t.Errorf("transcript is %d bytes, limit 8192", len(res.Transcript))
+	}
+	lines := transcriptLines(t, res.Transcript)
+	last := lines[len(lines)-1]
+	if last["type"] != "truncated" || last["dropped_lines"].(float64) < 1 {
+		t.Errorf("last line = %v, want the truncation marker", last)
+	}
+	if res.Outcome != agent.OutcomeCompleted {
+		t.Errorf("outcome = %q: a full transcript must not change the run", res.Outcome)
+	}
+}

@@ -1,0 +1,158 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+)
+
+func TestModelErrors(t *testing.T) {
+	fast := map[string]string{"retry-after-ms": "10"}
+	tests := []struct {
+		name     string
+		replies  []reply
+		wantErr  error
+		wantReqs int
+	}{
+		{name: "401 is permanent and not retried", replies: []reply{apiError(401, "invalid_api_key", "Incorrect API key provided: "+testKey, nil)}, wantErr: agent.ErrModelAuth, wantReqs: 1},
+		{name: "403 is permanent and not retried", replies: []reply{apiError(403, "", "Project does not have access", nil)}, wantErr: agent.ErrModelAuth, wantReqs: 1},
+		{name: "404 unknown model", replies: []reply{apiError(404, "model_not_found", "The model `gpt-nope` does not exist", nil)}, wantErr: agent.ErrModelRequest, wantReqs: 1},
+		{name: "400 bad request", replies: []reply{apiError(400, "", "Invalid schema for function 'csv_stats'", nil)}, wantErr: agent.ErrModelRequest, wantReqs: 1},
+		{name: "422 unprocessable", replies: []reply{apiError(422, "", "unprocessable", nil)}, wantErr: agent.ErrModelRequest, wantReqs: 1},
+		{name: "500s until the retries run out", replies: []reply{apiError(500, "", "boom", fast), apiError(502, "", "bad gateway", fast), apiError(503, "", "overloaded", fast)}, wantErr: agent.ErrModelUnavailable, wantReqs: 3},
+		{name: "429s until the retries run out", replies: []reply{apiError(429, "rate_limit_exceeded", "slow down", fast), apiError(429, "", "slow down", fast), apiError(429, "", "slow down", fast)}, wantErr: agent.ErrModelUnavailable, wantReqs: 3},
+		{name: "no choices", replies: []reply{{body: `{"id":"chatcmpl-x","object":"chat.completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":0,"total_tokens":1}}`}}, wantErr: agent.ErrModelResponse, wantReqs: 1},
+	}
+	sentinels := []error{agent.ErrModelAuth, agent.ErrModelRequest, agent.ErrModelUnavailable, agent.ErrModelResponse}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newScript(t, tt.replies...)
+			res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
+			for _, sentinel := range sentinels {
+				if got, want := errors.Is(err, sentinel), sentinel == tt.wantErr; got != want {
+					t.Errorf("errors.Is(%v, %v) = %v, want %v", err, sentinel, got, want)
+				}
+			}
+			if n := len(s.requests()); n != tt.wantReqs {
+				t.Errorf("requests = %d, want %d", n, tt.wantReqs)
+			}
+			if strings.Contains(err.Error(), testKey) {
+				t.Error("the error holds the API key")
+			}
+			if res.Outcome != "" {
+				t.Errorf("outcome = %q, want none with an error", res.Outcome)
+			}
+			lines := transcriptLines(t, res.Transcript)
+			if last := lines[len(lines)-1]; last["type"] != "final" || last["error"] == nil {
+				t.Errorf("last transcript line = %v, want final with the error", last)
+			}
+		})
+	}
+}
+
+func TestRetryAfterThenSuccess(t *testing.T) {
+	s := newScript(t, apiError(429, "rate_limit_exceeded", "Rate limit reached", map[string]string{"Retry-After": "1"}), final("done"))
+	res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Outcome != agent.OutcomeCompleted || res.Turns != 1 {
+		t.Errorf("outcome %q turns %d, want completed after 1 turn", res.Outcome, res.Turns)
+	}
+	reqs := s.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("requests = %d, want 2", len(reqs))
+	}
+	if wait := reqs[1].at.Sub(reqs[0].at); wait < 900*time.Millisecond {
+		t.Errorf("retried after %s, want Retry-After's 1s honoured", wait)
+	}
+	if jsonText(t, reqs[0].body) != jsonText(t, reqs[1].body) {
+		t.Error("the retry sent a different body")
+	}
+}
+
+func TestServerErrorThenSuccess(t *testing.T) {
+	s := newScript(t, apiError(500, "", "The server had an error while processing your request.", map[string]string{"Retry-After": "0"}), final("done"))
+	res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Outcome != agent.OutcomeCompleted || res.FinalMessage != "done" {
+		t.Errorf("outcome %q final %q, want completed with the answer after the retry", res.Outcome, res.FinalMessage)
+	}
+	if reqs := s.requests(); len(reqs) != 2 {
+		t.Fatalf("requests = %d, want the failed one and its retry", len(reqs))
+	}
+}
+
+func TestUnreachableEndpoint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	a, err := agent.New(agent.Config{BaseURL: "http://" + addr + "/v1", APIKey: testKey, MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = a.Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
+	if !errors.Is(err, agent.ErrModelUnavailable) {
+		t.Fatalf("Run error = %v, want ErrModelUnavailable", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %s to give up on a closed port", d)
+	}
+}
+
+func TestParentCancel(t *testing.T) {
+	s := newScript(t, toolCalls(100, call{"c1", "list_files", `{}`}), reply{hang: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := request(csvProfile(t), newFakeSandbox(map[string]string{"sales.csv": salesCSV}))
+	req.Progress = func(e agent.Event) {
+		if e.Kind == agent.EventModelRequest && e.Turn == 2 {
+			go func() { <-s.arrived; <-s.arrived; cancel() }() // once the second request is in
+		}
+	}
+	res, err := newAgent(t, s).Run(ctx, req)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run error = %v, want context.Canceled", err)
+	}
+	if res.Turns != 1 || len(res.ToolCalls) != 1 || res.Outcome != "" {
+		t.Errorf("partial result: turns %d, tool calls %d, outcome %q; want 1, 1, none", res.Turns, len(res.ToolCalls), res.Outcome)
+	}
+	if len(res.Transcript) == 0 {
+		t.Error("no transcript with the partial result")
+	}
+}
+
+func TestSecretsStayOut(t *testing.T) {
+	s := newScript(t, toolCalls(100, call{"c1", "csv_stats", `{"path":"sales.csv"}`}), apiError(401, "invalid_api_key", "Incorrect API key provided: "+testKey, nil))
+	var logs syncBuffer
+	a := newAgent(t, s, func(c *agent.Config) { c.Logger = jsonLogger(&logs) })
+	res, err := a.Run(context.Background(), request(csvProfile(t), newFakeSandbox(map[string]string{"sales.csv": salesCSV})))
+	if !errors.Is(err, agent.ErrModelAuth) {
+		t.Fatalf("Run error = %v, want ErrModelAuth", err)
+	}
+	if s.requests()[0].auth != "Bearer "+testKey {
+		t.Fatal("the key was not sent, so this test proves nothing")
+	}
+	for name, text := range map[string]string{"transcript": string(res.Transcript), "log": logs.String(), "error": err.Error()} {
+		if strings.Contains(text, testKey) {
+			t.Errorf("the %s holds the API key", name)
+		}
+		if strings.Contains(strings.ToLower(text), "authorization") {
+			t.Errorf("the %s mentions the Authorization header", name)
+		}
+	}
+	if strings.Contains(logs.String(), "unit_price") {
+		t.Error("the log holds tool output")
+	}
+}
