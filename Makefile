@@ -38,9 +38,14 @@ test: deps-test
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/job
 	@$(MAKE) --no-print-directory test-cluster
 
+GOLANGCI_LINT_VERSION := v2.15.0
+
+## lint: gofmt, go vet, golangci-lint (.golangci.yml; with and without the integration tag), shellcheck
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GO) vet -tags integration ./...
+	@scripts/golangci-lint.sh $(GOLANGCI_LINT_VERSION)
 	@scripts/shellcheck.sh
 
 ## bench: Boxcar against its primitives, side by side (docs/performance.md); raw output in bin/bench.txt
