@@ -118,7 +118,7 @@ func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	data, _ := json.Marshal(status)
-	streams[3].Write(data)
+	_, _ = streams[3].Write(data)
 }
 
 // permissions maps the recorded HTTP requests to what the API server authorizes them as: a

@@ -34,7 +34,7 @@ func TestModelErrors(t *testing.T) {
 			s := newScript(t, tt.replies...)
 			res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
 			for _, sentinel := range sentinels {
-				if got, want := errors.Is(err, sentinel), sentinel == tt.wantErr; got != want {
+				if got, want := errors.Is(err, sentinel), errors.Is(tt.wantErr, sentinel); got != want {
 					t.Errorf("errors.Is(%v, %v) = %v, want %v", err, sentinel, got, want)
 				}
 			}

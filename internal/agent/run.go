@@ -198,7 +198,7 @@ func (a *Agent) Run(ctx context.Context, req Request) (Result, error) {
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
-		if cause := context.Cause(ctx); cause != ctx.Err() {
+		if cause := context.Cause(ctx); cause != ctx.Err() { //nolint:errorlint // identity: Cause returns ctx.Err() itself when no cause was given
 			err = fmt.Errorf("agent: job %s interrupted: %w: %w", req.JobID, ctx.Err(), cause)
 		} else {
 			err = fmt.Errorf("agent: job %s interrupted: %w", req.JobID, ctx.Err())

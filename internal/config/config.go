@@ -388,9 +388,7 @@ func (c Config) Validate() error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		for _, err := range c.Profiles[name].validate("profiles." + name) {
-			errs = append(errs, err)
-		}
+		errs = append(errs, c.Profiles[name].validate("profiles."+name)...)
 	}
 	return errors.Join(errs...)
 }

@@ -135,7 +135,7 @@ func (m *Metrics) Serve(ctx context.Context, addr string, ready Ready, log *slog
 	mux.Handle("/metrics", m.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.Handle("/readyz", readyHandler(ready, log))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics: listen on %s: %w (set metrics_addr in the config, or --metrics-addr)", addr, err)
 	}

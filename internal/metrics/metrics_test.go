@@ -39,15 +39,15 @@ func TestModelTransport(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/ok":
-			w.Write([]byte(`{"id":"x"}`))
+			_, _ = w.Write([]byte(`{"id":"x"}`))
 		case "/slow-body":
 			w.WriteHeader(http.StatusOK)
 			w.(http.Flusher).Flush()
 			<-release
-			w.Write([]byte("done"))
+			_, _ = w.Write([]byte("done"))
 		case "/hang":
 			// The server notices a client going away only once the body is read.
-			io.Copy(io.Discard, r.Body)
+			_, _ = io.Copy(io.Discard, r.Body)
 			<-r.Context().Done()
 		case "/429":
 			http.Error(w, "slow down", http.StatusTooManyRequests)
@@ -100,7 +100,7 @@ func TestModelTransport(t *testing.T) {
 				t.Fatal(err)
 			}
 			if resp, err := client.Do(req); err == nil {
-				io.Copy(io.Discard, resp.Body)
+				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 			}
 			if got := testutil.ToFloat64(m.ModelRequests.WithLabelValues(tt.want)); got != 1 {

@@ -108,7 +108,9 @@ func TestVerifyEnvelopeRejects(t *testing.T) {
 		}), pub, provenance.ErrBadSignature},
 		{"signature of another payload", edit(func(e *envelope) {
 			var other envelope
-			json.Unmarshal(sign(t, tampered, priv), &other)
+			if err := json.Unmarshal(sign(t, tampered, priv), &other); err != nil {
+				t.Fatal(err)
+			}
 			e.Signatures[0].Sig = other.Signatures[0].Sig
 		}), pub, provenance.ErrBadSignature},
 		{"no signature", edit(func(e *envelope) { e.Signatures = e.Signatures[:0] }), pub, provenance.ErrBadSignature},

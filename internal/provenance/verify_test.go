@@ -112,7 +112,7 @@ func TestVerify(t *testing.T) {
 		{
 			name: "manifest of another job", signed: true, usePub: true,
 			tamper: func(t *testing.T, r *run) {
-				other := strings.Replace(string(r.manifest), jobID, "20261202t101500-000000000000", -1)
+				other := strings.ReplaceAll(string(r.manifest), jobID, "20261202t101500-000000000000")
 				r.put(t, store.ManifestKey(jobID), other)
 			},
 			wantErr: []error{provenance.ErrInvalid}, failed: []string{"manifest"},

@@ -84,7 +84,7 @@ func (q *Queue) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Sta
 	out := make(chan job.Status)
 	go func() {
 		defer close(out)
-		defer w.Stop()
+		defer func() { _ = w.Stop() }()
 		open := len(want)
 		send := func(st job.Status) bool {
 			if !want[st.ID] {

@@ -41,7 +41,7 @@ func BenchmarkCoreRequest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	defer func() { _ = sub.Unsubscribe() }()
 	payload := []byte(`{"version":1}`)
 	b.ResetTimer()
 	for range b.N {

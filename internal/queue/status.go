@@ -129,7 +129,7 @@ func (q *Queue) WatchStatus(ctx context.Context, id string) (<-chan job.Status, 
 	out := make(chan job.Status)
 	go func() {
 		defer close(out)
-		defer w.Stop()
+		defer func() { _ = w.Stop() }()
 		for {
 			select {
 			case <-ctx.Done():

@@ -27,18 +27,11 @@ func (s timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbo
 	return res, err
 }
 
-// recordToolCalls counts the attempt's tool calls by tool and outcome. A name the profile does
-// not declare (a model inventing tools) counts as "unknown", so the label stays bounded.
+// recordToolCalls counts the attempt's tool calls by tool and outcome. The agent already records
+// a name the profile does not declare (a model inventing tools) as agent.UnknownTool, so the
+// label stays bounded.
 func (r *Runner) recordToolCalls(a *attempt) {
-	declared := make(map[string]bool, len(a.profile.Tools))
-	for _, t := range a.profile.Tools {
-		declared[t.Name] = true
-	}
 	for _, c := range a.result.ToolCalls {
-		tool := c.Tool
-		if !declared[tool] {
-			tool = "unknown"
-		}
-		r.m.ToolCalls.WithLabelValues(a.job.Profile, tool, metrics.ToolOutcome(c.ExitCode, c.TimedOut, c.Error)).Inc()
+		r.m.ToolCalls.WithLabelValues(a.job.Profile, c.Tool, metrics.ToolOutcome(c.ExitCode, c.TimedOut, c.Error)).Inc()
 	}
 }

@@ -55,10 +55,10 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 	o := r.process(ctx, a)
 	stopWatch()
 	if !o.committed && o.end != endDone && o.end != endLeaseLost && o.end != endCancelled {
-		switch context.Cause(ctx) {
-		case errCancelled:
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, errCancelled):
 			o = outcome{end: endCancelled, err: errCancelled}
-		case errShutdown:
+		case errors.Is(cause, errShutdown):
 			o = outcome{end: endInterrupted, err: errShutdown}
 		}
 	}
@@ -186,7 +186,7 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	o := outcome{end: endSucceeded}
 	commitCtx := ctx
 	switch {
-	case context.Cause(ctx) == errCancelled:
+	case errors.Is(context.Cause(ctx), errCancelled):
 		// Keep what the job produced until it was stopped.
 		o = outcome{end: endCancelled, err: errCancelled}
 		var cancel context.CancelFunc

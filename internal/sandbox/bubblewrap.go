@@ -263,7 +263,7 @@ func credential(uid int) *syscall.Credential {
 
 // probe runs a program once with a time bound; the constructor has no context to bound it with.
 func (p *BubblewrapProvider) probe(cred *syscall.Credential, name string, args ...string) ([]byte, error) {
-	cmd := exec.Command(name, args...)
+	cmd := exec.Command(name, args...) //nolint:noctx // bounded by probeTimeout below, see above
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}

@@ -104,7 +104,7 @@ func (c KubernetesConfig) WithDefaults() KubernetesConfig {
 func (c KubernetesConfig) validate() error {
 	var errs []error
 	if c.Client == nil {
-		errs = append(errs, errors.New("Client is required: build one with kubernetes.NewForConfig"))
+		errs = append(errs, errors.New("the client is required: build one with kubernetes.NewForConfig"))
 	}
 	if c.Executor == nil && c.RESTConfig == nil {
 		errs = append(errs, errors.New("RESTConfig is required for pods/exec: use rest.InClusterConfig() or clientcmd.BuildConfigFromFlags(\"\", kubeconfig)"))
@@ -170,7 +170,7 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	log := p.log.With("sandbox_id", created.Name, "job_id", spec.JobID)
 	running, err := p.waitRunning(ctx, created.Name)
 	if err != nil {
-		p.deletePod(ctx, log, created.Name)
+		_ = p.deletePod(ctx, log, created.Name) // logged there; the wait error is the one to report
 		return nil, fmt.Errorf("sandbox: start pod %s: %w", created.Name, err)
 	}
 	s := &kubernetesSandbox{

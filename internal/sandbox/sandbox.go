@@ -121,7 +121,7 @@ func CleanPath(name string) (string, error) {
 	clean := path.Clean("/" + name)[1:]
 	for _, part := range strings.Split(name, "/") {
 		if part == ".." {
-			return "", fmt.Errorf("%w: %q climbs out with ..", ErrPathEscape, name)
+			return "", fmt.Errorf("%w: %q climbs out with \"..\"", ErrPathEscape, name)
 		}
 	}
 	if clean == "" {

@@ -13,7 +13,7 @@ import (
 // docsUsageBlock returns the fenced block under the "submit" heading of docs/cli.md.
 func docsUsageBlock(t *testing.T) (file, block string) {
 	t.Helper()
-	heading := regexp.MustCompile("^#{2,3} submit\\s*$")
+	heading := regexp.MustCompile(`^#{2,3} submit\s*$`)
 	for _, name := range []string{"docs/cli.md"} {
 		path := filepath.Join("..", "..", name)
 		data, err := os.ReadFile(path)

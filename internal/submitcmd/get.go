@@ -166,7 +166,7 @@ func downloadChecked(ctx context.Context, st store.Store, root *os.Root, key str
 	if err != nil {
 		return err
 	}
-	defer root.Remove(tmp) // gone already after the rename
+	defer func() { _ = root.Remove(tmp) }() // gone already after the rename
 	h := sha256.New()
 	// One byte past the recorded size is enough to tell a longer object.
 	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(rc, want.Size+1))
@@ -191,7 +191,7 @@ func writeFile(root *os.Root, name string, data []byte) error {
 		return err
 	}
 	if err := root.Rename(tmp, name); err != nil {
-		root.Remove(tmp)
+		_ = root.Remove(tmp)
 		return err
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -69,7 +70,7 @@ type safeWriter struct {
 func (s *safeWriter) Write(p []byte) (int, error) {
 	data := p
 	if len(s.part) > 0 {
-		data = append(s.part, p...)
+		data = slices.Concat(s.part, p)
 		s.part = nil
 	}
 	var b strings.Builder

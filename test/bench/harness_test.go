@@ -284,12 +284,4 @@ func (d durations) quantile(q float64) time.Duration {
 	return s[min(int(q*float64(len(s))), len(s)-1)]
 }
 
-func (d durations) sum() time.Duration {
-	var t time.Duration
-	for _, x := range d {
-		t += x
-	}
-	return t
-}
-
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -295,9 +294,4 @@ func (r *rig) publishIDs(b *testing.B, profile string, n int) []string {
 		ids = append(ids, j.ID)
 	}
 	return ids
-}
-
-func workerLog(w *workerProc) string {
-	data, _ := os.ReadFile(w.log)
-	return string(bytes.TrimSpace(data))
 }

@@ -122,7 +122,8 @@ func TestReadyzWhileDraining(t *testing.T) {
 	if !loggedState(w.log.String(), id, "succeeded") {
 		t.Errorf("job %s did not succeed during the drain:\n%s", id, w.log.String())
 	}
-	if _, err := http.Get(base + "/healthz"); err == nil {
+	if resp, err := http.Get(base + "/healthz"); err == nil {
+		resp.Body.Close()
 		t.Error("/healthz still answers after the worker stopped")
 	}
 }

@@ -177,11 +177,11 @@ scrape_configs:
 	exited := make(chan error, 1)
 	go func() { exited <- prom.Wait() }()
 	t.Cleanup(func() {
-		prom.Process.Signal(syscall.SIGTERM)
+		_ = prom.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
-			prom.Process.Kill()
+			_ = prom.Process.Kill()
 			<-exited
 		}
 		if t.Failed() {

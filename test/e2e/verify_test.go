@@ -297,7 +297,7 @@ func TestVerifyRun(t *testing.T) {
 			}
 		}
 		var stored []string
-		filepath.WalkDir(filepath.Join(files, "artifacts"), func(p string, d fs.DirEntry, err error) error {
+		_ = filepath.WalkDir(filepath.Join(files, "artifacts"), func(p string, d fs.DirEntry, err error) error {
 			if err == nil && !d.IsDir() {
 				rel, _ := filepath.Rel(files, p)
 				stored = append(stored, filepath.ToSlash(rel))

@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -381,7 +380,7 @@ func checkDigest(t *testing.T, s store.Store, key string, size int64, want []byt
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var h hash.Hash = sha256.New()
+	h := sha256.New()
 	n, err := io.Copy(h, r)
 	if err != nil {
 		t.Fatalf("read %s: %v", key, err)
