@@ -4,62 +4,16 @@ package store_test
 
 import (
 	"errors"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 )
 
-// lenientProxy stands in front of a real S3 server and plays one that ignores If-None-Match:
-// it answers a conditional request of the kind ignore names with success itself, as such a
-// server would after overwriting. Everything else goes through. It counts requests.
-type lenientProxy struct {
-	url      string
-	requests atomic.Int64
-}
-
-const (
-	ignoreNothing  = ""
-	ignorePut      = "PutObject"
-	ignoreComplete = "CompleteMultipartUpload"
-)
-
-func newLenientProxy(t *testing.T, srv *s3test.Server, ignore string) *lenientProxy {
+func newProxied(t *testing.T, p *s3test.LenientProxy, bucket string, opts store.Options) *store.S3 {
 	t.Helper()
-	target, err := url.Parse(srv.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &lenientProxy{}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.requests.Add(1)
-		conditional := r.Header.Get("If-None-Match") == "*"
-		switch {
-		case conditional && ignore == ignorePut && r.Method == http.MethodPut && !r.URL.Query().Has("uploadId"):
-			w.Header().Set("ETag", `"0123456789abcdef0123456789abcdef"`)
-			w.WriteHeader(http.StatusOK)
-		case conditional && ignore == ignoreComplete && r.Method == http.MethodPost && r.URL.Query().Has("uploadId"):
-			w.Header().Set("Content-Type", "application/xml")
-			_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Key>k</Key><ETag>"0123456789abcdef0123456789abcdef-1"</ETag></CompleteMultipartUploadResult>`))
-		default:
-			rp.ServeHTTP(w, r)
-		}
-	}))
-	t.Cleanup(h.Close)
-	p.url = h.URL
-	return p
-}
-
-func newProxied(t *testing.T, p *lenientProxy, bucket string, opts store.Options) *store.S3 {
-	t.Helper()
-	opts.Endpoint, opts.PathStyle = p.url, true
+	opts.Endpoint, opts.PathStyle = p.URL, true
 	s, err := store.NewS3(t.Context(), bucket, "boxcar", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -75,18 +29,18 @@ func TestS3Probe(t *testing.T) {
 	manifest := store.ManifestKey("20261202t101500-abcdef012345")
 
 	t.Run("honest server", func(t *testing.T) {
-		p := newLenientProxy(t, srv, ignoreNothing)
+		p := s3test.NewLenientProxy(t, srv, s3test.IgnoreNothing)
 		bucket := srv.CreateBucket(t)
 		s := newProxied(t, p, bucket, store.Options{})
 		if err := store.Probe(ctx, s); err != nil {
 			t.Fatalf("Probe on versitygw: %v", err)
 		}
 		// The proof holds for a while: readiness may call Probe on every check.
-		before := p.requests.Load()
+		before := p.Requests.Load()
 		if err := store.Probe(ctx, s); err != nil {
 			t.Fatal(err)
 		}
-		if n := p.requests.Load() - before; n != 0 {
+		if n := p.Requests.Load() - before; n != 0 {
 			t.Errorf("a second Probe at once sent %d requests, want 0", n)
 		}
 		// Another store on the same bucket finds the probe object and proves it refused.
@@ -104,9 +58,9 @@ func TestS3Probe(t *testing.T) {
 		}
 	})
 
-	for _, ignore := range []string{ignorePut, ignoreComplete} {
+	for _, ignore := range []string{s3test.IgnorePut, s3test.IgnoreComplete} {
 		t.Run("ignores If-None-Match on "+ignore, func(t *testing.T) {
-			p := newLenientProxy(t, srv, ignore)
+			p := s3test.NewLenientProxy(t, srv, ignore)
 			bucket := srv.CreateBucket(t)
 			s := newProxied(t, p, bucket, store.Options{})
 			err := store.Probe(ctx, s)
