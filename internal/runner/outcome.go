@@ -137,7 +137,7 @@ func decide(o outcome, last bool) decision {
 	case endCancelled:
 		return decision{action: ackJob, state: job.StateCancelled}
 	case endInterrupted:
-		// Even on the last delivery: the queue decides what an exhausted job becomes.
+		// Even on the last delivery: the delivery after it ends the job (see exhausted).
 		return decision{action: nakNow, state: job.StateInterrupted}
 	case endLeaseLost:
 		return decision{action: ackJob, stale: true}
