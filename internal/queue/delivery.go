@@ -125,13 +125,22 @@ func (d *Delivery) KeepAlive(ctx context.Context, interval time.Duration) (stop 
 		defer wg.Done()
 		t := time.NewTicker(max(interval, 50*time.Millisecond))
 		defer t.Stop()
+		failing := false // logged once per outage, not at every beat
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := d.msg.InProgress(); err != nil {
-					d.q.log.WarnContext(ctx, "in-progress heartbeat failed", "job_id", d.JobID, "error", err)
+				err := d.msg.InProgress()
+				switch {
+				case err != nil && !failing:
+					failing = true
+					d.q.log.WarnContext(ctx, "in-progress heartbeat failed; still trying", "job_id", d.JobID, "error", err)
+				case err != nil:
+					d.q.log.DebugContext(ctx, "in-progress heartbeat failed again", "job_id", d.JobID, "error", err)
+				case failing:
+					failing = false
+					d.q.log.InfoContext(ctx, "in-progress heartbeats go through again", "job_id", d.JobID)
 				}
 			}
 		}

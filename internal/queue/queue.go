@@ -58,6 +58,14 @@ func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) 
 		return nil, fmt.Errorf("queue: jetstream: %w", err)
 	}
 	q := &Queue{js: js, cfg: cfg, log: log}
+	if q.cons, q.status, q.approvals, err = declare(ctx, js, cfg, log); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// declare creates or updates the streams, the consumer and the buckets.
+func declare(ctx context.Context, js jetstream.JetStream, cfg config.NATS, log *slog.Logger) (cons jetstream.Consumer, status, approvals jetstream.KeyValue, err error) {
 	jobs := jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "Boxcar jobs",
@@ -78,7 +86,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) 
 	jobsBefore.MaxMsgs, jobsBefore.MaxBytes, jobsBefore.Discard = -1, -1, jetstream.DiscardOld
 	stream, err := ensureStream(ctx, js, jobs, jobsBefore, log)
 	if err != nil {
-		return nil, fmt.Errorf("queue: set up stream %s: %w (if the stream exists with incompatible settings, remove it with `nats stream rm %s` after draining it)", cfg.Stream, err, cfg.Stream)
+		return nil, nil, nil, fmt.Errorf("queue: set up stream %s: %w (if the stream exists with incompatible settings, remove it with `nats stream rm %s` after draining it)", cfg.Stream, err, cfg.Stream)
 	}
 	dead := jetstream.StreamConfig{
 		Name:        cfg.DeadLetterStream,
@@ -95,9 +103,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) 
 	deadBefore := dead
 	deadBefore.MaxAge, deadBefore.MaxBytes = 30*24*time.Hour, -1
 	if _, err := ensureStream(ctx, js, dead, deadBefore, log); err != nil {
-		return nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
+		return nil, nil, nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
 	}
-	q.cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:     cfg.Consumer,
 		Description: "Boxcar workers",
 		AckPolicy:   jetstream.AckExplicitPolicy,
@@ -111,15 +119,15 @@ func New(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) 
 		Replicas:      cfg.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: set up consumer %s: %w", cfg.Consumer, err)
+		return nil, nil, nil, fmt.Errorf("queue: set up consumer %s: %w", cfg.Consumer, err)
 	}
-	if q.status, err = setUpStatus(ctx, js, cfg, log); err != nil {
-		return nil, fmt.Errorf("queue: set up status bucket %s: %w", cfg.StatusBucket, err)
+	if status, err = setUpStatus(ctx, js, cfg, log); err != nil {
+		return nil, nil, nil, fmt.Errorf("queue: set up status bucket %s: %w", cfg.StatusBucket, err)
 	}
-	if q.approvals, err = setUpApprovals(ctx, js, cfg); err != nil {
-		return nil, err
+	if approvals, err = setUpApprovals(ctx, js, cfg); err != nil {
+		return nil, nil, nil, err
 	}
-	return q, nil
+	return cons, status, approvals, nil
 }
 
 // Bind looks up what a worker set up, for clients that publish jobs and read status. It creates
@@ -192,8 +200,10 @@ func (q *Queue) Fetch(ctx context.Context) (*Delivery, error) {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case isPullTimeout(err):
+			q.redeclareIfGone(ctx)
 			continue
 		default:
+			q.redeclareIfGone(ctx)
 			// Once per outage, not once a second: the connection's own log says more.
 			if !failing {
 				failing = true
@@ -208,6 +218,23 @@ func (q *Queue) Fetch(ctx context.Context) (*Delivery, error) {
 			}
 		}
 	}
+}
+
+// redeclareIfGone sets the streams, consumer and buckets up again when the job stream or its
+// consumer is gone: NATS came back without its data (a server whose storage was lost, or an
+// operator who removed them). The handles this queue holds go on working on the new ones, as
+// they are found by name.
+func (q *Queue) redeclareIfGone(ctx context.Context) {
+	_, err := q.js.Consumer(ctx, q.cfg.Stream, q.cfg.Consumer)
+	if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return
+	}
+	q.log.WarnContext(ctx, "the job stream or its consumer is gone from NATS; setting them up again", "stream", q.cfg.Stream, "consumer", q.cfg.Consumer, "error", err)
+	if _, _, _, err := declare(ctx, q.js, q.cfg, q.log); err != nil {
+		q.log.ErrorContext(ctx, "set up the job stream again failed; trying at the next fetch", "error", err)
+		return
+	}
+	q.log.InfoContext(ctx, "job stream and consumer set up again")
 }
 
 // isPullTimeout reports a pull that ended with nothing to deliver, which is no failure.

@@ -143,13 +143,17 @@ func (w *configWorker) waitLog(t *testing.T, re *regexp.Regexp, n int, within ti
 	}
 }
 
+func (w *configWorker) submitJob(t *testing.T) (string, error) {
+	return submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
+		"--input", "../../examples/sales.csv", "--wait", "--timeout", "90s", "--output", "json")
+}
+
 func (w *configWorker) count(re *regexp.Regexp) int { return len(re.FindAllString(w.log.String(), -1)) }
 
 // runJob submits a csv-analyst job and waits for it to succeed.
 func (w *configWorker) runJob(t *testing.T) {
 	t.Helper()
-	out, err := submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
-		"--input", "../../examples/sales.csv", "--wait", "--timeout", "90s", "--output", "json")
+	out, err := w.submitJob(t)
 	if err != nil {
 		t.Fatalf("submit run --wait: %v\n%s", err, out)
 	}
@@ -214,6 +218,25 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 	waitHTTP(t, readyz, 200, 30*time.Second, w.alive)
 	w.waitLog(t, regexp.MustCompile(`"msg":"connected to NATS"`), 2, 30*time.Second)
 	w.runJob(t)
+
+	// NATS back without its data (its storage lost): the worker sets the stream up again.
+	n.stop()
+	n.dir = t.TempDir()
+	n.up(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, err := w.submitJob(t)
+		if err == nil {
+			if res := lastJSON(t, out); res["state"] != "succeeded" {
+				t.Fatalf("job on the NATS that lost its data ended %v, want succeeded", res)
+			}
+			break
+		}
+		if !strings.Contains(err.Error()+out, "start a worker first") || time.Now().After(deadline) {
+			t.Fatalf("submit to a NATS that lost its data, with a worker connected: %v\n%s", err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // TestStoreOutageKeepsTheDelivery: a job delivered while the store is down waits for it
