@@ -39,11 +39,15 @@ func (r *Runner) commitDead(ctx context.Context, a *attempt, o outcome) outcome 
 		}
 		a.result.Transcript = append(line, '\n')
 	}
-	if err := r.commit(ctx, a, nil, o); err != nil && !errors.Is(err, errLeaseLost) {
+	err := r.commit(ctx, a, nil, o)
+	if err != nil && !errors.Is(err, errLeaseLost) {
 		// Not decided: dead-lettering now could race a stale attempt that commits later.
 		return outcome{end: endUndecided, err: fmt.Errorf("record the job as dead: %w", err)}
 	}
-	return r.endCommitted(ctx, a)
+	end := r.endCommitted(ctx, a)
+	// Only the delivery that won the arbiter counts the death.
+	end.committed = err == nil && end.end == endDeadLetter
+	return end
 }
 
 // endCommitted ends the job as its committed manifest says: the status follows the manifest,

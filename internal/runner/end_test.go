@@ -83,11 +83,15 @@ func TestJobWhoseLastDeliveryDiedWhileNoWorkerRanIsDeadLettered(t *testing.T) {
 	deadline := time.Now().Add(b.cfg.NATS.AckWait.Std() + time.Second)
 	waitFor(t, time.Minute, "the last delivery's ack deadline", func() bool { return time.Now().After(deadline) })
 
-	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+	next := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		t.Errorf("an exhausted job ran again")
 		return writeReport(ctx, req)
 	}))
 	b.checkEnd(j.ID, job.StateDead, 1)
+	// An operator's dashboard counts the death once, on the worker that ended the job.
+	waitFor(t, 10*time.Second, "boxcar_jobs_total{dead} = 1", func() bool {
+		return testutil.ToFloat64(next.m.Jobs.WithLabelValues("p", "dead")) == 1
+	})
 }
 
 // TestCommittedLastDeliveryWhoseWorkerDiedIsNotDeadLettered (issue 10 item 1): the last

@@ -376,9 +376,9 @@ func (r *Runner) settle(ctx context.Context, a *attempt, o outcome) {
 	if qerr != nil {
 		log.ErrorContext(ctx, "settle with the queue failed", "action", dec.action.String(), "error", qerr)
 	}
-	if dec.state.Terminal() {
-		r.m.Jobs.WithLabelValues(profile, string(dec.state)).Inc()
-		r.m.JobDuration.WithLabelValues(profile, string(dec.state)).Observe(time.Since(a.started).Seconds())
+	if state := dec.counted(); state != "" {
+		r.m.Jobs.WithLabelValues(profile, string(state)).Inc()
+		r.m.JobDuration.WithLabelValues(profile, string(state)).Observe(time.Since(a.started).Seconds())
 	}
 	if dec.capHit != "" {
 		r.m.CapHits.WithLabelValues(profile, dec.capHit).Inc()

@@ -114,6 +114,17 @@ type decision struct {
 	capHit string
 	// stale counts boxcar_stale_attempts_total.
 	stale bool
+	// ended is the terminal state of a job this delivery ended by committing its manifest
+	// while the status follows that manifest (state is empty): counted like state.
+	ended job.State
+}
+
+// counted is the terminal state this delivery counts in boxcar_jobs_total, or "".
+func (d decision) counted() job.State {
+	if d.state.Terminal() {
+		return d.state
+	}
+	return d.ended
 }
 
 // decide maps an attempt's outcome, and whether the queue will deliver the job again after
@@ -145,7 +156,11 @@ func decide(o outcome, last bool) decision {
 		return decision{action: ackJob}
 	case endDeadLetter:
 		// The status already says so: it follows the committed manifest.
-		return decision{action: termJob, reason: permanentReason(o.err, "max_deliveries")}
+		d := decision{action: termJob, reason: permanentReason(o.err, "max_deliveries")}
+		if o.committed {
+			d.ended = job.StateDead
+		}
+		return d
 	case endUndecided:
 		return decision{action: nakLater}
 	}

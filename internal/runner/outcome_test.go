@@ -44,6 +44,8 @@ func TestDecide(t *testing.T) {
 		{"lease lost, last", outcome{end: endLeaseLost, err: errLeaseLost}, true, decision{action: ackJob, stale: true}},
 		{"committed as failed", outcome{end: endDeadLetter, err: perm}, false, decision{action: termJob, reason: "input_missing"}},
 		{"committed as dead, last", outcome{end: endDeadLetter, err: queue.Permanent("max_deliveries", transient)}, true, decision{action: termJob, reason: "max_deliveries"}},
+		{"committed as dead here", outcome{end: endDeadLetter, err: queue.Permanent("max_deliveries", transient), committed: true}, false, decision{action: termJob, reason: "max_deliveries", ended: job.StateDead}},
+		{"committed as dead here, last", outcome{end: endDeadLetter, err: queue.Permanent("max_deliveries", transient), committed: true}, true, decision{action: termJob, reason: "max_deliveries", ended: job.StateDead}},
 		{"undecided", outcome{end: endUndecided, err: transient}, false, decision{action: nakLater}},
 		{"undecided, last", outcome{end: endUndecided, err: transient}, true, decision{action: nakLater}},
 	}
