@@ -31,7 +31,7 @@ demo: deps build
 
 ## test: the full suite CI runs, against real servers: the fast tier (plain `go test ./...`) and
 ## the tests behind the integration build tag (bubblewrap, versitygw, promtool, Docker, root)
-test: deps-test
+test: deps-test image
 	$(GO) vet -tags integration ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) test -tags integration -race -count=1 -timeout 30m ./...
@@ -64,10 +64,11 @@ image:
 	@scripts/docker.sh
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 	@docker image inspect $(IMAGE) --format 'image: {{index .RepoTags 0}} {{.Size}} bytes, user {{.Config.User}}, entrypoint {{.Config.Entrypoint}}'
+	@echo '$(IMAGE) $(VERSION)' >$(BIN)/image.ref # what the container tests run; they build nothing
 
 ## test-cluster: the Kubernetes backend on a real single-node cluster; needs root. Builds
 ## Kubernetes once into BOXCAR_CLUSTER_CACHE (default ~/.cache/boxcar-cluster), ~12 min cold.
-test-cluster:
+test-cluster: image
 	@test/cluster/build.sh
 	@scripts/docker.sh
 	cd test/cluster && $(GO) vet ./... && $(GO) test -count=1 -timeout 40m ./...

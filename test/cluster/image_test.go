@@ -32,8 +32,8 @@ const (
 	imageUser           = "65532:65532"
 )
 
-// TestReleaseImageRunsAJobOnTheCluster builds the worker's release image from the repository's
-// Dockerfile, as `make image` does, runs it the way the chart does (host network, read-only
+// TestReleaseImageRunsAJobOnTheCluster takes the worker's release image `make image` built from the
+// repository's Dockerfile, runs it the way the chart does (host network, read-only
 // root, no capabilities, uid 65532, config mounted read-only), and has it run one job in a
 // sandbox pod of the test cluster: NATS embedded in this process, a file store in a host
 // folder mounted into the container, the scripted demo model, the job submitted through the
@@ -41,9 +41,7 @@ const (
 func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 	started := time.Now()
 	p := containers.NewDocker(t)
-	version := "v0.0.0-cluster." + containers.RandomHex(3)
-	image := containers.BuildImage(t, p, containers.StageReleaseImage(t, version), "boxcar-cluster-worker", map[string]string{"VERSION": version})
-	t.Logf("image %s built in %s", image, time.Since(started).Round(time.Millisecond))
+	image, version := containers.ReleaseImage(t, p)
 
 	// `worker version` in the image names the release it was built as.
 	vc := containers.Run(t, p, containers.Spec{Image: image, Cmd: []string{"version"}, User: imageUser})
@@ -192,7 +190,7 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("image built, worker ready, job run and container stopped in %s", time.Since(started).Round(time.Millisecond))
+	t.Logf("worker ready, job run and container stopped in %s", time.Since(started).Round(time.Millisecond))
 }
 
 func readFile(t *testing.T, path string) string {

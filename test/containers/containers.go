@@ -1,10 +1,11 @@
-// Package containers is test support for building and running Boxcar's release image, and any
-// other container a test needs, with testcontainers-go: a Docker engine reached on this
+// Package containers is test support for running Boxcar's release image, and building and
+// running any other container a test needs, with testcontainers-go: a Docker engine reached on this
 // machine, images built from a local context without any registry, containers on the host's
 // network with a read-only root and no capabilities. Nothing here pulls an image or starts
 // testcontainers' Ryuk reaper (which would need a pull); every container and image is removed
 // when the test that made it ends.
 //
+// The release image itself comes from `make image` (ReleaseImage); no test compiles anything.
 // It is used by test/e2e and test/cluster; it is an ordinary package so that both (the second
 // is a module of its own) can import it.
 package containers
@@ -18,9 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -205,69 +204,36 @@ func WaitExit(t testing.TB, c *testcontainers.DockerContainer, within time.Durat
 	}
 }
 
-// releaseBuildFlags are those of the Makefile's `image` target: trimmed paths, no symbol table or
-// DWARF (smaller image; stack traces still work), the version stamped in. CGO_ENABLED=0 comes
-// from the environment.
-func releaseBuildFlags(version string) []string {
-	return []string{"build", "-trimpath", "-buildvcs=auto", "-ldflags", "-s -w -X " + mainModule + "/internal/provenance.releaseVersion=" + version}
-}
+// imageRef is where `make image` records the image it built and the version stamped into it,
+// relative to the repository's root.
+const imageRef = "bin/image.ref"
 
-// StageReleaseImage lays out the build context of the repository's Dockerfile the way
-// `make image` does: the Dockerfile and .dockerignore, and under bin/image the static worker and
-// submit built with the Makefile's flags and version stamped in, the host's CA bundle and the
-// passwd and group files with user 65532. It returns the context folder, for BuildImage with
-// the build argument VERSION.
-func StageReleaseImage(t testing.TB, version string) string {
+// ReleaseImage returns the worker's release image that `make image` built from this checkout
+// (`make test` and `make test-cluster` run it first) and the version stamped into it. The image
+// is built there, once, not here: compiling the static binaries inside a test would put a
+// compile under the test's time limit. A missing or removed image fails the test with the make
+// command.
+func ReleaseImage(t testing.TB, p *testcontainers.DockerProvider) (image, version string) {
 	t.Helper()
-	const caBundle = "/etc/ssl/certs/ca-certificates.crt"
-	if _, err := os.Stat(caBundle); err != nil {
-		t.Fatalf("the image needs the host's CA bundle: %v; install it with: apt-get install -y ca-certificates", err)
-	}
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	stage := filepath.Join(dir, "bin", "image")
-	if err := os.MkdirAll(stage, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for to, from := range map[string]string{
-		filepath.Join(dir, "Dockerfile"):            filepath.Join(root, "Dockerfile"),
-		filepath.Join(dir, ".dockerignore"):         filepath.Join(root, ".dockerignore"),
-		filepath.Join(stage, "ca-certificates.crt"): caBundle,
-	} {
-		if err := copyFile(from, to); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for to, content := range map[string]string{
-		filepath.Join(stage, "passwd"): "root:x:0:0:root:/root:/sbin/nologin\nboxcar:x:65532:65532:boxcar:/tmp:/sbin/nologin\n",
-		filepath.Join(stage, "group"):  "root:x:0:\nboxcar:x:65532:\n",
-	} {
-		if err := os.WriteFile(to, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	start := time.Now()
-	args := append(releaseBuildFlags(version), "-o", stage+"/", "./cmd/worker", "./cmd/submit")
-	GoCommand(t, root, []string{"CGO_ENABLED=0", "GOPROXY=off"}, args...)
-	t.Logf("built static worker and submit in %s", time.Since(start).Round(time.Millisecond))
-	return dir
-}
-
-// copyFile copies the file from to the file to, with its permissions.
-func copyFile(from, to string) error {
-	data, err := os.ReadFile(from)
+	data, err := os.ReadFile(filepath.Join(root, imageRef))
 	if err != nil {
-		return err
+		t.Fatalf("no release image recorded (%v); build it first, from %s:\n\tmake image", err, root)
 	}
-	fi, err := os.Stat(from)
-	if err != nil {
-		return err
+	fields := strings.Fields(string(data))
+	if len(fields) != 2 {
+		t.Fatalf("%s holds %q, want \"IMAGE VERSION\"; rebuild it, from %s:\n\tmake image", imageRef, data, root)
 	}
-	return os.WriteFile(to, data, fi.Mode().Perm())
+	image, version = fields[0], fields[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := p.Client().ImageInspect(ctx, image); err != nil {
+		t.Fatalf("the release image %s that %s names is not in the Docker engine (%v); rebuild it, from %s:\n\tmake image", image, imageRef, err, root)
+	}
+	return image, version
 }
 
 // repoRoot is the repository's root: the nearest folder, from the working directory up, whose
@@ -292,28 +258,6 @@ func repoRoot() (string, error) {
 			return "", fmt.Errorf("no go.mod of module %s in %s or a folder above it", mainModule, wd)
 		}
 	}
-}
-
-// GoCommand runs the go command in dir with extra environment, failing the test with its output.
-func GoCommand(t testing.TB, dir string, env []string, args ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, GoBinary(), args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
-// GoBinary is the go command of the toolchain running the tests.
-func GoBinary() string {
-	p := filepath.Join(runtime.GOROOT(), "bin", "go") //nolint:staticcheck // the toolchain that built this test binary is the one running it
-	if _, err := os.Stat(p); err == nil {
-		return p
-	}
-	return "go"
 }
 
 // RandomHex returns n random bytes in hex: names and tags that do not collide between runs.

@@ -15,8 +15,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +22,6 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
-	"github.com/boxcar-run/boxcar/test/containers"
 )
 
 // waitHTTP polls url until it answers with want, for up to within; it returns the last body.
@@ -76,10 +73,9 @@ func checkStatic(path string) error {
 	return nil
 }
 
-// staticVersitygw returns a statically linked versitygw of the version s3test expects: the
-// go-installed one when it is static, else one go-installed with CGO_ENABLED=0 into the user's
-// cache folder, where later runs find it (go install links versitygw against libc when a C
-// compiler is around; the module comes from the cache the first install filled).
+// staticVersitygw returns the installed versitygw, of the version s3test expects, which must be
+// statically linked to run in a FROM scratch image. scripts/install-versitygw.sh (`make
+// deps-test`) installs it so, once per version; a test never compiles it.
 func staticVersitygw(t *testing.T) string {
 	t.Helper()
 	installed, err := s3test.Binary()
@@ -91,52 +87,10 @@ func staticVersitygw(t *testing.T) string {
 	if err := checkVersitygw(installed, module, want); err != nil {
 		t.Fatalf("%v; install it with:\n\t%s", err, s3test.InstallCommand)
 	}
-	err = checkStatic(installed)
-	if err == nil {
-		return installed
+	if err := checkStatic(installed); err != nil {
+		t.Fatalf("%v; reinstall it with:\n\t%s", err, s3test.InstallCommand)
 	}
-	cache, cerr := os.UserCacheDir()
-	if cerr != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "boxcar-e2e", "versitygw-"+want+"-static")
-	bin := filepath.Join(dir, "versitygw")
-	if checkVersitygw(bin, module, want) == nil && checkStatic(bin) == nil {
-		return bin
-	}
-	t.Logf("the installed versitygw is not static (%v); building a static one into %s", err, dir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Into a fresh folder first, then renamed: a concurrent run never sees half a binary.
-	gobin, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(gobin)
-	start := time.Now()
-	// The module cache the first install filled serves as the proxy: a test never reaches
-	// outside the machine.
-	containers.GoCommand(t, gobin, []string{"CGO_ENABLED=0", "GOBIN=" + gobin, "GOFLAGS=-mod=mod", "GOPROXY=" + localModuleProxy(t), "GOSUMDB=off"},
-		"install", "-trimpath", module+"/cmd/versitygw@"+want)
-	if err := checkStatic(filepath.Join(gobin, "versitygw")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(filepath.Join(gobin, "versitygw"), bin); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("built a static versitygw %s in %s", want, time.Since(start).Round(time.Millisecond))
-	return bin
-}
-
-// localModuleProxy is a GOPROXY that serves only what the module cache holds.
-func localModuleProxy(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command(containers.GoBinary(), "env", "GOMODCACHE").Output()
-	if err != nil {
-		t.Fatalf("go env GOMODCACHE: %v", err)
-	}
-	return "file://" + filepath.Join(strings.TrimSpace(string(out)), "cache", "download")
+	return installed
 }
 
 // checkVersitygw checks that bin is versitygw built from module@version.

@@ -24,7 +24,7 @@ import (
 )
 
 // InstallCommand installs the versitygw this harness expects.
-const InstallCommand = "GOFLAGS=-mod=mod go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+const InstallCommand = "CGO_ENABLED=0 GOFLAGS=-mod=mod go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
 
 // Region is the region the server signs for.
 const Region = "us-east-1"
