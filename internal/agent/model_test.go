@@ -3,12 +3,12 @@ package agent_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
 func TestModelErrors(t *testing.T) {
@@ -91,13 +91,7 @@ func TestServerErrorThenSuccess(t *testing.T) {
 }
 
 func TestUnreachableEndpoint(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	a, err := agent.New(agent.Config{BaseURL: "http://" + addr + "/v1", APIKey: testKey, MaxRetries: 1})
+	a, err := agent.New(agent.Config{BaseURL: "http://" + testnet.ClosedAddr(t) + "/v1", APIKey: testKey, MaxRetries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

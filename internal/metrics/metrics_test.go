@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
 func TestMain(m *testing.M) {
@@ -65,12 +66,7 @@ func TestModelTransport(t *testing.T) {
 			close(release)
 		}
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "http://" + ln.Addr().String()
-	ln.Close()
+	refused := "http://" + testnet.ClosedAddr(t)
 
 	tests := []struct {
 		name    string

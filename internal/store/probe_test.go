@@ -9,6 +9,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
+	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
 func newProxied(t *testing.T, p *s3test.LenientProxy, bucket string, opts store.Options) *store.S3 {
@@ -92,7 +93,7 @@ func TestS3Probe(t *testing.T) {
 	}
 
 	t.Run("unreachable", func(t *testing.T) {
-		s, err := store.NewS3(ctx, "boxcar-none", "", store.Options{Endpoint: "http://" + s3test.ClosedPort(t), PathStyle: true, MaxAttempts: 1})
+		s, err := store.NewS3(ctx, "boxcar-none", "", store.Options{Endpoint: "http://" + testnet.ClosedAddr(t), PathStyle: true, MaxAttempts: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/internal/store/storetest"
+	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
 // newS3 returns a store on srv's bucket under prefix, closed at the end of the test.
@@ -190,7 +191,7 @@ func TestS3DeadStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	never, err := store.NewS3(t.Context(), bucket, "", store.Options{Endpoint: "http://" + s3test.ClosedPort(t), PathStyle: true})
+	never, err := store.NewS3(t.Context(), bucket, "", store.Options{Endpoint: "http://" + testnet.ClosedAddr(t), PathStyle: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/internal/submitcmd"
+	"github.com/boxcar-run/boxcar/internal/testnet"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 	"github.com/boxcar-run/boxcar/test/containers"
 )
@@ -138,8 +139,8 @@ func TestReleaseImage(t *testing.T) {
 	ns := startNATS(t)
 	s3 := s3test.Start(t)
 	bucket := s3.CreateBucket(t)
-	deadAPI := freeAddr(t)   // the Kubernetes API server that is not there
-	deadModel := freeAddr(t) // no model is ever reached: jobs never get a sandbox
+	deadAPI := testnet.ClosedAddr(t)   // the Kubernetes API server that is not there
+	deadModel := testnet.ClosedAddr(t) // no model is ever reached: jobs never get a sandbox
 	env := map[string]string{
 		"AWS_ACCESS_KEY_ID":     s3.AccessKey,
 		"AWS_SECRET_ACCESS_KEY": s3.SecretKey,

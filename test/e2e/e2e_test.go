@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/submitcmd"
+	"github.com/boxcar-run/boxcar/internal/testnet"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
@@ -200,12 +200,7 @@ func TestCSVJobEndToEnd(t *testing.T) {
 
 func TestSubmitErrors(t *testing.T) {
 	w := startWorker(t, demoModel(t))
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := free.Addr().String()
-	free.Close()
+	deadAddr := testnet.ClosedAddr(t)
 
 	tests := []struct {
 		name     string

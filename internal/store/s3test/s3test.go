@@ -1,26 +1,27 @@
 // Package s3test runs a real S3 server for tests: a versitygw process with its posix backend
-// in a temporary directory, listening on a free loopback port. It owns nothing else; tests of
-// any package that talks S3 can use it.
+// in a temporary directory, on a loopback port it binds itself and the harness reads back. It
+// owns nothing else; tests of any package that talks S3 can use it.
 package s3test
 
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"go/build"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
 // InstallCommand installs the versitygw this harness expects.
@@ -109,23 +110,22 @@ func Start(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	s := &Server{AccessKey: "boxcar-test-" + randomHex(4), SecretKey: randomHex(20), Dir: data, t: t}
-	// A port picked here can be taken by someone else before versitygw binds it; try again
-	// with another one when the process dies at once.
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		lastErr = s.start(bin, filepath.Join(dir, fmt.Sprintf("versitygw-%d.log", attempt)))
-		if lastErr == nil {
-			t.Cleanup(func() {
-				s.Stop()
-				if t.Failed() {
-					s.dumpLog()
-				}
-			})
-			return s
-		}
+	// versitygw binds port 0 and the port the kernel chose is read back.
+	if err := s.startOn(bin, filepath.Join(dir, "versitygw.log"), "127.0.0.1:0"); err != nil {
+		t.Fatalf("s3test: versitygw did not start: %v", err)
 	}
-	t.Fatalf("s3test: versitygw did not start: %v", lastErr)
-	return nil
+	s.cleanup(t)
+	return s
+}
+
+// cleanup stops the server when the test ends, and shows its log when the test failed.
+func (s *Server) cleanup(t testing.TB) {
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			s.dumpLog()
+		}
+	})
 }
 
 // Restart starts a stopped server again on the same address and data, as an operator
@@ -136,14 +136,6 @@ func (s *Server) Restart(t testing.TB) {
 	if err := s.startOn(s.cmd.Path, s.logf.Name()+".restarted", addr); err != nil {
 		t.Fatalf("s3test: restart versitygw on %s: %v", addr, err)
 	}
-}
-
-func (s *Server) start(bin, logPath string) error {
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	return s.startOn(bin, logPath, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 }
 
 func (s *Server) startOn(bin, logPath, addr string) error {
@@ -175,7 +167,10 @@ func (s *Server) startOn(bin, logPath, addr string) error {
 		close(exited)
 	}()
 	s.cmd, s.exited, s.logf = cmd, exited, logf
-	s.Endpoint = "http://" + addr
+	s.Endpoint = ""
+	if !strings.HasSuffix(addr, ":0") {
+		s.Endpoint = "http://" + addr
+	}
 	if err := s.waitReady(); err != nil {
 		s.Stop()
 		log, _ := os.ReadFile(logPath)
@@ -184,18 +179,30 @@ func (s *Server) startOn(bin, logPath, addr string) error {
 	return nil
 }
 
-// waitReady polls the health endpoint until it answers 200, the process exits or time runs out.
+// waitReady reads back the address the process bound when it was given port 0, then polls the
+// health endpoint until it answers 200, the process exits or time runs out.
 func (s *Server) waitReady() error {
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	deadline := time.Now().Add(startTimeout)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		resp, err := client.Get(s.Endpoint + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+		var err error
+		if s.Endpoint == "" {
+			var addr string
+			if addr, err = testnet.ListeningAddr(s.cmd.Process.Pid); addr != "" {
+				s.Endpoint = "http://" + addr
+			} else if err == nil {
+				err = errors.New("not listening yet")
+			}
+		}
+		if s.Endpoint != "" {
+			var resp *http.Response
+			if resp, err = client.Get(s.Endpoint + "/health"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return nil
+				}
 			}
 		}
 		select {
@@ -275,25 +282,6 @@ func IsolateEnv(t testing.TB) {
 	t.Setenv("AWS_PROFILE", "")
 	t.Setenv("AWS_SESSION_TOKEN", "")
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-}
-
-// ClosedPort returns a loopback address where nothing listens.
-func ClosedPort(t testing.TB) string {
-	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func randomHex(n int) string {

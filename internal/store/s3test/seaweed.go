@@ -48,22 +48,29 @@ func StartSeaweed(t testing.TB) *Server {
 	if err := os.WriteFile(confPath, conf, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// weed binds fixed ports it is given; one taken meanwhile makes it exit, and another set is tried.
+	// weed's parts find each other on the ports they are given, so it cannot take port 0 and
+	// report back: a port taken between freePort and weed's bind makes it exit, and another set
+	// is tried.
 	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := range 3 {
 		lastErr = s.startSeaweed(bin, confPath, filepath.Join(dir, fmt.Sprintf("weed-%d.log", attempt)))
 		if lastErr == nil {
-			t.Cleanup(func() {
-				s.Stop()
-				if t.Failed() {
-					s.dumpLog()
-				}
-			})
+			s.cleanup(t)
 			return s
 		}
 	}
 	t.Fatalf("s3test: weed did not start: %v", lastErr)
 	return nil
+}
+
+// freePort returns a loopback port nothing listens on right now; only weed needs this.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *Server) startSeaweed(bin, confPath, logPath string) error {
