@@ -175,6 +175,8 @@ func TestFullJobStreamRefusesTheSubmission(t *testing.T) {
 		}
 	}
 	for range 2 {
-		fetch(t, b.q, 10*time.Second).Ack(ctx)
+		if err := fetch(t, b.q, 10*time.Second).Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
