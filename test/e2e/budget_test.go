@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -121,21 +120,12 @@ func startWorkerIn(t *testing.T, dataDir, modelURL string, extraArgs ...string) 
 		})
 	}
 	t.Cleanup(stop)
-	ready := regexp.MustCompile(`worker ready: nats (\S+),`)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := ready.FindStringSubmatch(out.String()); m != nil {
-			w.natsURL = m[1]
-			return w, stop
-		}
-		select {
-		case <-done:
-			t.Fatalf("worker exited before it was ready: %v\n%s", runErr, w.log.String())
-		case <-time.After(20 * time.Millisecond):
-		}
+	nats, ok := logged(t, w.log, "worker ready", "nats", done)
+	if !ok {
+		t.Fatalf("worker exited before it was ready: %v\n%s", runErr, w.log.String())
 	}
-	t.Fatalf("worker not ready within 30s:\n%s", w.log.String())
-	return nil, nil
+	w.natsURL = nats
+	return w, stop
 }
 
 // TestBudgetSurvivesRedelivery interrupts a job half way (its worker shuts down while the

@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -79,21 +78,38 @@ func startWorker(t *testing.T, modelURL string, extraArgs ...string) *worker {
 			t.Logf("worker log:\n%s", w.log.String())
 		}
 	})
-	ready := regexp.MustCompile(`worker ready: nats (\S+),`)
+	nats, ok := logged(t, w.log, "worker ready", "nats", done)
+	if !ok {
+		t.Fatalf("worker exited before it was ready: %v\n%s", runErr, w.log.String())
+	}
+	w.natsURL = nats
+	return w
+}
+
+// logged waits for the worker's first JSON log record with message msg and returns its string
+// field key: readiness and bound addresses are read from the structured log, not from text
+// written for people. It returns false when exited closes first (nil: never).
+func logged(t *testing.T, log *syncBuffer, msg, key string, exited <-chan struct{}) (string, bool) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := ready.FindStringSubmatch(out.String()); m != nil {
-			w.natsURL = m[1]
-			return w
+	for {
+		for line := range strings.SplitSeq(log.String(), "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+				if v, ok := rec[key].(string); ok {
+					return v, true
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker logged no %q with %s within 30s:\n%s", msg, key, log.String())
 		}
 		select {
-		case <-done:
-			t.Fatalf("worker exited before it was ready: %v\n%s", runErr, w.log.String())
+		case <-exited:
+			return "", false
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	t.Fatalf("worker not ready within 30s:\n%s", w.log.String())
-	return nil
 }
 
 func mapEnv(m map[string]string) func(string) string {

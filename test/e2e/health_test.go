@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -47,7 +46,6 @@ func TestReadyzWhileDraining(t *testing.T) {
 		}
 	})
 
-	metricsAddr := freeAddr(t)
 	w := &worker{dataDir: t.TempDir(), log: &syncBuffer{}}
 	out := &syncBuffer{}
 	ctx, stop := context.WithCancel(context.Background())
@@ -55,7 +53,7 @@ func TestReadyzWhileDraining(t *testing.T) {
 	done := make(chan error, 1)
 	env := mapEnv(map[string]string{"OPENAI_BASE_URL": model.URL + "/v1"})
 	go func() {
-		done <- workercmd.Run(ctx, []string{"--embedded", "--data-dir", w.dataDir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", metricsAddr}, env, out, w.log)
+		done <- workercmd.Run(ctx, []string{"--embedded", "--data-dir", w.dataDir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, env, out, w.log)
 	}()
 	t.Cleanup(func() {
 		stop()
@@ -68,15 +66,8 @@ func TestReadyzWhileDraining(t *testing.T) {
 			t.Logf("worker log:\n%s", w.log.String())
 		}
 	})
-	ready := regexp.MustCompile(`worker ready: nats (\S+),`)
-	for deadline := time.Now().Add(30 * time.Second); w.natsURL == ""; time.Sleep(20 * time.Millisecond) {
-		if m := ready.FindStringSubmatch(out.String()); m != nil {
-			w.natsURL = m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker not ready within 30s:\n%s", w.log.String())
-		}
-	}
+	w.natsURL, _ = logged(t, w.log, "worker ready", "nats", nil)
+	metricsAddr, _ := logged(t, w.log, "metrics listening", "addr", nil)
 	base := "http://" + metricsAddr
 
 	stdout, stderr, err := w.submit(t, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",

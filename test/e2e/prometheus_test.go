@@ -68,8 +68,8 @@ func TestPrometheus(t *testing.T) {
 	promtool := need(t, "promtool", "prometheus")
 	prometheus := need(t, "prometheus", "prometheus")
 
-	metricsAddr := freeAddr(t)
-	w := startWorker(t, demoModel(t), "--metrics-addr", metricsAddr)
+	w := startWorker(t, demoModel(t))
+	metricsAddr, _ := logged(t, w.log, "metrics listening", "addr", nil)
 	base := "http://" + metricsAddr
 
 	const jobs = 2
