@@ -90,9 +90,7 @@ func (q *Queue) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Sta
 			if !want[st.ID] {
 				return true
 			}
-			select {
-			case out <- st:
-			case <-ctx.Done():
+			if !deliver(ctx, out, st) {
 				return false
 			}
 			if st.State.Terminal() {
@@ -110,27 +108,7 @@ func (q *Queue) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Sta
 				return
 			}
 		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil || e.Operation() != jetstream.KeyValuePut {
-					continue
-				}
-				st, err := decodeStatus(e.Value())
-				if err != nil {
-					continue
-				}
-				st.ID = e.Key()
-				if !send(st) {
-					return
-				}
-			}
-		}
+		follow(ctx, w, send)
 	}()
 	return out, nil
 }

@@ -130,33 +130,46 @@ func (q *Queue) WatchStatus(ctx context.Context, id string) (<-chan job.Status, 
 	go func() {
 		defer close(out)
 		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil || e.Operation() != jetstream.KeyValuePut {
-					continue // nil marks the end of the initial values
-				}
-				st, err := decodeStatus(e.Value())
-				if err != nil {
-					continue
-				}
-				select {
-				case out <- st:
-				case <-ctx.Done():
-					return
-				}
-				if st.State.Terminal() {
-					return
-				}
-			}
-		}
+		follow(ctx, w, func(st job.Status) bool { return deliver(ctx, out, st) && !st.State.Terminal() })
 	}()
 	return out, nil
+}
+
+// follow hands each status the watcher puts to send, until send returns false, ctx ends or the
+// watcher stops. Deletes, the marker after the initial values and records that do not decode
+// are skipped.
+func follow(ctx context.Context, w jetstream.KeyWatcher, send func(job.Status) bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			st, err := decodeStatus(e.Value())
+			if err != nil {
+				continue
+			}
+			st.ID = e.Key()
+			if !send(st) {
+				return
+			}
+		}
+	}
+}
+
+// deliver sends st on out, or reports false when ctx ends first.
+func deliver(ctx context.Context, out chan<- job.Status, st job.Status) bool {
+	select {
+	case out <- st:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func decodeStatus(data []byte) (job.Status, error) {
