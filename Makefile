@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/boxcar-run/boxcar/internal/provenance.releaseVersion=$(
 BUILDFLAGS := -trimpath -buildvcs=auto
 export PATH := $(shell $(GO) env GOPATH)/bin:$(PATH)
 
-.PHONY: all build demo test lint deps deps-test bench clean image test-cluster
+.PHONY: all build demo test test-faults lint deps deps-test bench clean image test-cluster
 
 all: build
 
@@ -37,6 +37,12 @@ test: deps-test image
 	$(GO) test -tags integration -race -count=1 -timeout 30m ./...
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/job
 	@$(MAKE) --no-print-directory test-cluster
+
+## test-faults: the fault-injection run (docs/testing.md): external nats-server and versitygw, two
+## workers, 200 jobs while workers, NATS and the store are killed, paused and restarted
+test-faults: deps-test build
+	@scripts/install-nats-server.sh
+	$(GO) run ./test/faults --bin $(BIN)
 
 GOLANGCI_LINT_VERSION := v2.15.0
 

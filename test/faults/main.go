@@ -1,0 +1,659 @@
+// Command faults is Boxcar's own fault-injection test (`make test-faults`). It runs a real
+// nats-server (file storage, sync_interval always), a real versitygw, the scripted model and
+// two worker processes with bubblewrap sandboxes; submits jobs with bin/submit while it kills,
+// pauses and restarts them; drains; and checks from the final state that every job ended
+// exactly once. It prints one line and exits 1 when an invariant does not hold:
+//
+//	faults: N jobs, F faults, committed C, dead D, lost 0, duplicates 0, orphans 0, redelivered R
+//
+// Usage: go run ./test/faults [--bin DIR] [--jobs N] [--keep]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/examples"
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// The run's settings: short enough that redeliveries and exhausted jobs happen within minutes.
+const (
+	ackWait     = 5 * time.Second
+	maxDeliver  = 3
+	concurrency = 3
+	bucket      = "boxcar-faults"
+	accessKey   = "faultsaccess"
+	secretKey   = "faultssecret1234"
+	drainWithin = 4 * time.Minute
+	submitWave  = 5
+	submitEvery = 2 * time.Second
+)
+
+func main() {
+	bin := flag.String("bin", "bin", "folder with worker, submit and demo-model")
+	jobs := flag.Int("jobs", 200, "jobs to submit")
+	keep := flag.Bool("keep", false, "keep the temporary folder (logs, store, NATS data)")
+	flag.Parse()
+	h, err := newHarness(*bin, *keep)
+	if err == nil {
+		err = h.run(*jobs)
+	}
+	if h != nil {
+		h.close()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		os.Exit(1)
+	}
+}
+
+type harness struct {
+	bin, dir, natsURL, s3Endpoint, modelURL string
+	keep                                    bool
+	nats, gw, model                         *proc
+	workers                                 [2]*proc
+	faults                                  int
+}
+
+func newHarness(bin string, keep bool) (*harness, error) {
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "boxcar-faults-")
+	if err != nil {
+		return nil, err
+	}
+	// Sandboxes run as unprivileged users that must reach their workdirs under dir.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
+	}
+	h := &harness{bin: abs, dir: dir, keep: keep}
+	if err := h.startAll(); err != nil {
+		return h, err
+	}
+	return h, nil
+}
+
+func (h *harness) close() {
+	for _, p := range []*proc{h.workers[0], h.workers[1], h.model, h.gw, h.nats} {
+		p.stop()
+	}
+	if h.keep {
+		fmt.Fprintln(os.Stderr, "faults: kept", h.dir)
+		return
+	}
+	_ = os.RemoveAll(h.dir)
+}
+
+func (h *harness) startAll() error {
+	natsPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	h.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	natsConf := filepath.Join(h.dir, "nats.conf")
+	conf := fmt.Sprintf("listen: 127.0.0.1:%d\nserver_name: faults\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n", natsPort, filepath.Join(h.dir, "nats"))
+	if err := os.WriteFile(natsConf, []byte(conf), 0o600); err != nil {
+		return err
+	}
+	natsBin, err := lookBin("nats-server")
+	if err != nil {
+		return err
+	}
+	h.nats = &proc{name: "nats-server", path: natsBin, args: []string{"-c", natsConf}, log: filepath.Join(h.dir, "nats.log")}
+	if err := h.startNATS(); err != nil {
+		return err
+	}
+
+	gwPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	gwDir := filepath.Join(h.dir, "s3")
+	if err := os.MkdirAll(filepath.Join(gwDir, bucket), 0o700); err != nil {
+		return err
+	}
+	gwBin, err := lookBin("versitygw")
+	if err != nil {
+		return err
+	}
+	h.s3Endpoint = fmt.Sprintf("http://127.0.0.1:%d", gwPort)
+	h.gw = &proc{name: "versitygw", path: gwBin, log: filepath.Join(h.dir, "versitygw.log"),
+		args: []string{"--access", accessKey, "--secret", secretKey, "--region", "us-east-1",
+			"--port", fmt.Sprintf("127.0.0.1:%d", gwPort), "--health", "/health", "--keep-alive", "--quiet", "posix", gwDir},
+		env: []string{"ROOT_ACCESS_KEY_ID=", "ROOT_SECRET_ACCESS_KEY="}}
+	if err := h.startGW(); err != nil {
+		return err
+	}
+
+	urlFile := filepath.Join(h.dir, "model-url")
+	h.model = &proc{name: "demo-model", path: filepath.Join(h.bin, "demo-model"), args: []string{"--addr", "127.0.0.1:0", "--addr-file", urlFile}, log: filepath.Join(h.dir, "model.log")}
+	if err := h.model.start(); err != nil {
+		return err
+	}
+	if err := poll(30*time.Second, "the demo model's address file", func() bool {
+		b, err := os.ReadFile(urlFile)
+		h.modelURL = strings.TrimSpace(string(b))
+		return err == nil && h.modelURL != ""
+	}); err != nil {
+		return err
+	}
+
+	for i := range h.workers {
+		cfg := filepath.Join(h.dir, fmt.Sprintf("worker%d.yaml", i))
+		sections := fmt.Sprintf("\nworker_id: faults-w%d\nconcurrency: %d\ndrain_grace: 5s\n"+
+			"nats:\n  url: %s\n  ack_wait: %s\n  max_deliver: %d\n  retry_backoff: 1s\n"+
+			"store:\n  url: s3://%s\n  endpoint: %s\n  path_style: true\n"+
+			"sandbox:\n  backend: bubblewrap\n  bubblewrap:\n    root: %s\n",
+			i, concurrency, h.natsURL, ackWait, maxDeliver, bucket, h.s3Endpoint, h.sandboxRoot())
+		text := strings.Replace(string(examples.Config), "concurrency: 2\n", "", 1) + sections
+		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+			return err
+		}
+		h.workers[i] = &proc{name: fmt.Sprintf("worker %d", i), path: filepath.Join(h.bin, "worker"),
+			args: []string{"--config", cfg, "--metrics-addr", "127.0.0.1:0", "--log-level", "debug"},
+			log:  filepath.Join(h.dir, fmt.Sprintf("worker%d.log", i)),
+			env:  append(h.s3Env(), "OPENAI_BASE_URL="+h.modelURL, "OPENAI_API_KEY=faults-not-a-key")}
+		if err := h.workers[i].start(); err != nil {
+			return err
+		}
+	}
+	return h.alive()
+}
+
+// alive fails, with the end of its log, when a worker has exited on its own.
+func (h *harness) alive() error {
+	for _, w := range h.workers {
+		select {
+		case <-w.done:
+			b, _ := os.ReadFile(w.log)
+			return fmt.Errorf("%s exited: %s", w.name, lastLines(b, 5))
+		default:
+		}
+	}
+	return nil
+}
+
+func (h *harness) sandboxRoot() string { return filepath.Join(h.dir, "sandboxes") }
+
+func (h *harness) s3Env() []string {
+	return []string{"AWS_ACCESS_KEY_ID=" + accessKey, "AWS_SECRET_ACCESS_KEY=" + secretKey, "AWS_REGION=us-east-1",
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}
+}
+
+func (h *harness) startNATS() error {
+	if err := h.nats.start(); err != nil {
+		return err
+	}
+	return poll(30*time.Second, "nats-server", func() bool {
+		nc, err := nats.Connect(h.natsURL, nats.Timeout(time.Second))
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = js.AccountInfo(ctx)
+		return err == nil
+	})
+}
+
+func (h *harness) startGW() error {
+	if err := h.gw.start(); err != nil {
+		return err
+	}
+	return poll(30*time.Second, "versitygw", func() bool {
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.s3Endpoint, "http://"), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+// submit runs bin/submit with NATS and the store of this run.
+func (h *harness) submit(args ...string) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(h.bin, "submit"), args...)
+	cmd.Env = append(os.Environ(), h.s3Env()...)
+	cmd.Env = append(cmd.Env, "NATS_URL="+h.natsURL, "BOXCAR_STORE=s3://"+bucket, "BOXCAR_S3_ENDPOINT="+h.s3Endpoint)
+	cmd.Dir = h.repoDir()
+	return cmd.CombinedOutput()
+}
+
+func (h *harness) repoDir() string { return filepath.Dir(h.bin) }
+
+func (h *harness) run(n int) error {
+	ids := make([]string, n)
+	stamp := time.Now().UTC().Format("150405")
+	for i := range ids {
+		ids[i] = fmt.Sprintf("faults-%s-%04d", stamp, i)
+	}
+	// submit needs the job stream, which a worker sets up when it starts.
+	if err := poll(60*time.Second, "a worker to set up the job stream", func() bool {
+		nc, js, err := h.connect()
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers")
+		return err == nil || h.alive() != nil
+	}); err != nil {
+		return err
+	}
+	if err := h.alive(); err != nil {
+		return err
+	}
+	start := time.Now()
+	// Jobs go in waves over the whole fault schedule, so every fault finds jobs in flight.
+	submitted := make(chan error, 1)
+	go func() { submitted <- h.submitWaves(ids, submitEvery) }()
+	if err := h.inject(submitted); err != nil {
+		return err
+	}
+	if err := h.drain(ids); err != nil {
+		fmt.Fprintln(os.Stderr, "faults: drain:", err)
+	}
+	// Stop the workers as an operator would, then look for sandboxes they left behind.
+	for _, w := range h.workers {
+		w.stop()
+	}
+	res, err := h.check(ids)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("faults: %d jobs, %d faults, committed %d, dead %d, lost %d, duplicates %d, orphans %d, redelivered %d\n",
+		n, h.faults, res.committed, res.dead, res.lost, res.duplicates, res.orphans, res.redelivered)
+	fmt.Fprintf(os.Stderr, "faults: wall time %s\n", time.Since(start).Round(time.Second))
+	if res.lost+res.duplicates+res.orphans+res.verifyFailed+res.stuck > 0 {
+		return fmt.Errorf("invariants do not hold (%d verify failures, %d left in the consumer); see the lines above, logs in %s", res.verifyFailed, res.stuck, h.dir)
+	}
+	return nil
+}
+
+// inject runs the fault schedule. Worker kills go on every few seconds throughout; the other
+// faults come once each, in an order that leaves room for jobs to run between them.
+func (h *harness) inject(submitted <-chan error) error {
+	step := func(what string, f func() error) error {
+		h.faults++
+		fmt.Fprintf(os.Stderr, "faults: %s\n", what)
+		return f()
+	}
+	killWorker := func(i int) error {
+		return step(fmt.Sprintf("SIGKILL worker %d and restart it", i), func() error {
+			h.workers[i].kill()
+			time.Sleep(time.Second)
+			return h.workers[i].start()
+		})
+	}
+	pause := func(d time.Duration) { time.Sleep(d) }
+	for i := range 4 {
+		pause(4 * time.Second)
+		if err := killWorker(i % 2); err != nil {
+			return err
+		}
+	}
+	if err := step("kill -9 nats-server and restart it", func() error {
+		h.nats.kill()
+		time.Sleep(2 * time.Second)
+		return h.startNATS()
+	}); err != nil {
+		return err
+	}
+	pause(4 * time.Second)
+	if err := step("stop versitygw for 10s", func() error {
+		h.gw.stop()
+		time.Sleep(10 * time.Second)
+		return h.startGW()
+	}); err != nil {
+		return err
+	}
+	pause(3 * time.Second)
+	if err := step("SIGSTOP worker 1 past AckWait, then SIGCONT", func() error {
+		h.workers[1].signal(syscall.SIGSTOP)
+		time.Sleep(ackWait + 4*time.Second)
+		h.workers[1].signal(syscall.SIGCONT)
+		return nil
+	}); err != nil {
+		return err
+	}
+	for i := range 4 {
+		pause(3 * time.Second)
+		if err := killWorker(i % 2); err != nil {
+			return err
+		}
+	}
+	if err := step("kill -9 nats-server and restart it", func() error {
+		h.nats.kill()
+		time.Sleep(2 * time.Second)
+		return h.startNATS()
+	}); err != nil {
+		return err
+	}
+	pause(4 * time.Second)
+	// Every worker down for longer than AckWait: deliveries in flight, last ones included,
+	// time out while nobody is there to see it.
+	if err := step("SIGKILL every worker past AckWait, then restart them", func() error {
+		for _, w := range h.workers {
+			w.kill()
+		}
+		time.Sleep(2*ackWait + 2*time.Second)
+		for _, w := range h.workers {
+			if err := w.start(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return <-submitted
+}
+
+// submitWaves submits ids with `submit run --jobs` in waves of submitWave, one every every.
+func (h *harness) submitWaves(ids []string, every time.Duration) error {
+	for w := 0; w*submitWave < len(ids); w++ {
+		var lines strings.Builder
+		for i := w * submitWave; i < min(len(ids), (w+1)*submitWave); i++ {
+			fmt.Fprintf(&lines, `{"id":%q,"profile":"csv-analyst","task":"Summarise sales.csv (job %d)","inputs":["examples/sales.csv"]}`+"\n", ids[i], i)
+		}
+		file := filepath.Join(h.dir, fmt.Sprintf("jobs-%03d.jsonl", w))
+		if err := os.WriteFile(file, []byte(lines.String()), 0o600); err != nil {
+			return err
+		}
+		// A wave sent across a NATS restart may not know its outcome; sending it again with
+		// the same ids is what a script does, and the duplicate window drops what arrived.
+		var out []byte
+		err := poll(60*time.Second, "wave "+file+" to be submitted", func() bool {
+			var err error
+			out, err = h.submit("run", "--jobs", file)
+			return err == nil
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, lastLines(out, 5))
+		}
+		time.Sleep(every)
+	}
+	return nil
+}
+
+// drain waits until every job's status is final.
+func (h *harness) drain(ids []string) error {
+	var left []string
+	err := poll(drainWithin, "every job to end", func() bool {
+		st, err := h.statuses()
+		if err != nil {
+			return false
+		}
+		left = left[:0]
+		for _, id := range ids {
+			if s, ok := st[id]; !ok || !s.State.Terminal() {
+				left = append(left, id)
+			}
+		}
+		return len(left) == 0
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %d jobs not final, e.g. %v", err, len(left), left[:min(5, len(left))])
+	}
+	return nil
+}
+
+func (h *harness) connect() (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(h.natsURL, nats.Timeout(2*time.Second))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+func (h *harness) statuses() (map[string]job.Status, error) {
+	nc, js, err := h.connect()
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, "BOXCAR_STATUS")
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]job.Status{}
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var s job.Status
+		if json.Unmarshal(e.Value(), &s) == nil {
+			out[k] = s
+		}
+	}
+	return out, nil
+}
+
+type result struct {
+	committed, dead, lost, duplicates, orphans, redelivered, verifyFailed, stuck int
+}
+
+// check reads the final state: consumer, status bucket, dead-letter stream, store, processes.
+func (h *harness) check(ids []string) (result, error) {
+	var r result
+	st, err := h.statuses()
+	if err != nil {
+		return r, fmt.Errorf("read the status bucket: %w", err)
+	}
+	nc, js, err := h.connect()
+	if err != nil {
+		return r, err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	cons, err := js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers")
+	if err != nil {
+		return r, fmt.Errorf("read the consumer: %w", err)
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		return r, fmt.Errorf("read the consumer: %w", err)
+	}
+	if ci.NumPending+uint64(ci.NumAckPending) > 0 {
+		r.stuck = int(ci.NumPending) + ci.NumAckPending
+		fmt.Fprintf(os.Stderr, "faults: consumer: %d pending, %d waiting for an ack after the drain\n", ci.NumPending, ci.NumAckPending)
+	}
+
+	dlq, err := js.Stream(ctx, "BOXCAR_DLQ")
+	if err != nil {
+		return r, fmt.Errorf("read the dead-letter stream: %w", err)
+	}
+	di, err := dlq.Info(ctx, jetstream.WithSubjectFilter("BOXCAR_DLQ.>"))
+	if err != nil {
+		return r, fmt.Errorf("read the dead-letter stream: %w", err)
+	}
+	letters := di.State.Subjects
+
+	runs := filepath.Join(h.dir, "s3", bucket, "runs")
+	for _, id := range ids {
+		_, mErr := os.Stat(filepath.Join(runs, id, "manifest.json"))
+		manifest := mErr == nil
+		dead := int(letters["BOXCAR_DLQ."+id])
+		s := st[id]
+		if s.Attempt > 1 {
+			r.redelivered++
+		}
+		switch {
+		case manifest && dead > 0:
+			r.duplicates++
+			fmt.Fprintf(os.Stderr, "faults: DUPLICATE %s: a manifest and %d dead letter(s); status %s attempt %d worker %s: %s\n", id, dead, s.State, s.Attempt, s.Worker, s.Error)
+		case dead > 1:
+			r.duplicates++
+			fmt.Fprintf(os.Stderr, "faults: DUPLICATE %s: %d dead letters; status %s\n", id, dead, s.State)
+		case !manifest && dead == 0:
+			r.lost++
+			fmt.Fprintf(os.Stderr, "faults: LOST %s: no manifest, no dead letter; status %s attempt %d worker %s: %s\n", id, s.State, s.Attempt, s.Worker, s.Error)
+		case manifest:
+			r.committed++
+			if out, err := h.submit("verify", id); err != nil {
+				r.verifyFailed++
+				fmt.Fprintf(os.Stderr, "faults: VERIFY %s: %v: %s\n", id, err, lastLines(out, 5))
+			}
+			if s.State != job.StateSucceeded && s.State != job.StateCapped && s.State != job.StateFailed {
+				fmt.Fprintf(os.Stderr, "faults: STATUS %s: committed but status says %s\n", id, s.State)
+				r.lost++
+			}
+		default:
+			r.dead++
+			if s.State != job.StateDead && s.State != job.StateRejected {
+				fmt.Fprintf(os.Stderr, "faults: STATUS %s: dead-lettered but status says %s\n", id, s.State)
+				r.lost++
+			}
+		}
+	}
+	r.orphans = h.orphans()
+	return r, nil
+}
+
+// orphans counts bwrap processes still running in this run's sandbox root after every
+// worker stopped.
+func (h *harness) orphans() int {
+	n := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), h.sandboxRoot()) {
+			continue
+		}
+		if strings.HasSuffix(strings.SplitN(string(b), "\x00", 2)[0], "bwrap") {
+			n++
+			fmt.Fprintf(os.Stderr, "faults: ORPHAN %s: %q\n", filepath.Dir(p), strings.ReplaceAll(string(b), "\x00", " ")[:min(200, len(b))])
+		}
+	}
+	return n
+}
+
+// proc is one external process the harness starts, kills and starts again.
+type proc struct {
+	name, path, log string
+	args, env       []string
+	cmd             *exec.Cmd
+	done            chan struct{}
+}
+
+func (p *proc) start() error {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	p.cmd, p.done = cmd, done
+	return nil
+}
+
+func (p *proc) signal(s syscall.Signal) {
+	if p != nil && p.cmd != nil {
+		_ = p.cmd.Process.Signal(s)
+	}
+}
+
+func (p *proc) kill() {
+	if p == nil || p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// stop asks the process to end and waits for it, killing it after a grace period.
+func (p *proc) stop() {
+	if p == nil || p.cmd == nil {
+		return
+	}
+	p.signal(syscall.SIGCONT)
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		p.kill()
+	}
+}
+
+func poll(within time.Duration, what string, ok func() bool) error {
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waited %s for %s", within, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// lookBin finds a server binary on PATH or in GOPATH/bin, where `go install` puts it.
+func lookBin(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	out, err := exec.Command("go", "env", "GOPATH").Output()
+	if err == nil {
+		p := filepath.Join(strings.Split(strings.TrimSpace(string(out)), ":")[0], "bin", name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New(name + " not found on PATH or in GOPATH/bin; run  make test-faults, which installs it")
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
