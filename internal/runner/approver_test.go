@@ -58,6 +58,7 @@ func (b *bundle) waitPending(id string) queue.Approval {
 }
 
 func TestApproverAsksAPerson(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	answers := make(chan approval, 1)
 	b.worker(askingAgent(time.Minute, answers), withApprovals)
@@ -118,6 +119,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 }
 
 func TestApproverNoAnswerMeansDenied(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	answers := make(chan approval, 1)
 	b.worker(askingAgent(300*time.Millisecond, answers), withApprovals)
@@ -137,6 +139,7 @@ func TestApproverNoAnswerMeansDenied(t *testing.T) {
 }
 
 func TestApproverWithoutTransportRefuses(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	got := make(chan agent.Approver, 1)
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
@@ -153,6 +156,7 @@ func TestApproverWithoutTransportRefuses(t *testing.T) {
 // as the agent reports it, so the next attempt, after the first worker died mid-run, starts
 // from it; what that attempt spends adds to it.
 func TestSpentBudgetSurvivesAKilledWorker(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	started := make(chan struct{}, 1)
 	first := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {

@@ -16,6 +16,7 @@ import (
 // attempt spent and what all attempts spent, so a cap hit early in it is explained by the
 // manifest alone.
 func TestManifestRecordsWhatEachAttemptSpent(t *testing.T) {
+	t.Parallel()
 	first := agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 100}
 	tests := []struct {
 		name      string

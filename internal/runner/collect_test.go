@@ -58,6 +58,7 @@ open("deep.txt", "w").write("deep")'`
 // the model's final message, recorded as report_unreadable; a folder that cannot be read is
 // left out and named.
 func TestHostileWorkdirNeverLosesTheRun(t *testing.T) {
+	t.Parallel()
 	const final = "the model's final answer"
 	tests := []struct {
 		name       string

@@ -66,6 +66,7 @@ func (b *bundle) checkEnd(id string, state job.State, deadLetters int) {
 // is down when the job's last delivery times out. The next worker to start ends it as dead,
 // once; the job is not left running for ever.
 func TestJobWhoseLastDeliveryDiedWhileNoWorkerRanIsDeadLettered(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	oneDelivery(b)
 	started := make(chan struct{})
@@ -98,6 +99,7 @@ func TestJobWhoseLastDeliveryDiedWhileNoWorkerRanIsDeadLettered(t *testing.T) {
 // delivery commits, and its worker dies before the ack. The job ends as committed, with no
 // dead letter.
 func TestCommittedLastDeliveryWhoseWorkerDiedIsNotDeadLettered(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	oneDelivery(b)
 	var first *worker
@@ -120,6 +122,7 @@ func TestCommittedLastDeliveryWhoseWorkerDiedIsNotDeadLettered(t *testing.T) {
 // worker stalls in its upload past AckWait; the job is ended as dead meanwhile; then the stalled
 // worker resumes. The job keeps its one end: dead, one dead letter, and the manifest says so.
 func TestStaleLastDeliveryCannotCommitAfterTheJobDied(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	oneDelivery(b)
 	var paused sync.Once

@@ -75,6 +75,7 @@ var errStoreDown = errors.New("store: dial tcp 127.0.0.1:9: connect: connection 
 // adopts the committed run. The final status names the attempt, worker and times of the
 // manifest, not those of the deliveries that did no work.
 func TestStatusAfterAdoptionIsTheCommittedRuns(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	var first *worker
 	committed := make(chan struct{})
@@ -120,6 +121,7 @@ func TestStatusAfterAdoptionIsTheCommittedRuns(t *testing.T) {
 // the Nats-Msg-Id header, or with an uppercase one, is rejected and still gets a status under
 // the id in its JSON, so `submit status` explains why.
 func TestRejectedWithoutAUsableMessageIDStillHasAStatus(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.worker(agentFunc(writeReport))
 	ctx := context.Background()
@@ -149,6 +151,7 @@ func TestRejectedWithoutAUsableMessageIDStillHasAStatus(t *testing.T) {
 // after the next attempt committed. What it writes then must not change any object the
 // committed manifest names: the run still verifies and keeps the winner's report.
 func TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	var j job.Job

@@ -17,6 +17,7 @@ import (
 // or taken, under its stream sequence (stream-seq-N, the sequence the publisher's ack
 // reports), and the status's error says what to fix.
 func TestRejectedMessageStatusSaysWhy(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.worker(agentFunc(writeReport))
 	ctx := context.Background()

@@ -17,6 +17,7 @@ import (
 // has a report.md that says how it ended, what was done, which cap, and that the transcript
 // holds the rest, followed by what the job wrote; never a silent empty file.
 func TestUnfinishedRunsHaveAReportThatSaysSo(t *testing.T) {
+	t.Parallel()
 	calls := []agent.ToolCall{{ID: "c1", Tool: "read_file"}, {ID: "c2", Tool: "read_file", ExitCode: -1, Error: "no such file"}}
 	tests := []struct {
 		name   string

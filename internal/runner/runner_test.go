@@ -27,6 +27,7 @@ import (
 )
 
 func TestJobSucceedsAndCommitsItsRun(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	w := b.worker(agentFunc(writeReport))
 	j := b.submit("p")
@@ -52,6 +53,7 @@ func TestJobSucceedsAndCommitsItsRun(t *testing.T) {
 }
 
 func TestPoisonMessagesAreRejectedWithoutASandbox(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	w := b.worker(agentFunc(writeReport))
 	ctx := context.Background()
@@ -103,6 +105,7 @@ func TestPoisonMessagesAreRejectedWithoutASandbox(t *testing.T) {
 }
 
 func TestTransientFailuresEndInTheDeadLetterStreamAfterMaxDeliver(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	var (
 		mu    sync.Mutex
@@ -140,6 +143,7 @@ func TestTransientFailuresEndInTheDeadLetterStreamAfterMaxDeliver(t *testing.T) 
 }
 
 func TestKilledWorkerJobIsRedeliveredAndCompletesOnce(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	started := make(chan struct{}, 1)
 	hang := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
@@ -181,6 +185,7 @@ func TestKilledWorkerJobIsRedeliveredAndCompletesOnce(t *testing.T) {
 }
 
 func TestRacingAttemptsCommitOneManifest(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	release := make(chan struct{})
 	var firstRuns atomic.Int64
@@ -221,6 +226,7 @@ func TestRacingAttemptsCommitOneManifest(t *testing.T) {
 }
 
 func TestNATSRestartDuringARunLosesNothing(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	proceed := make(chan struct{})
 	started := make(chan struct{}, 1)
@@ -244,6 +250,7 @@ func TestNATSRestartDuringARunLosesNothing(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	started := make(chan struct{}, 1)
@@ -303,6 +310,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestShutdownInterruptsAndHandsTheJobBackAtOnce(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.cfg.NATS.AckWait = config.Duration(30 * time.Second) // redelivery must not wait for this
 	started := make(chan struct{}, 1)
@@ -347,6 +355,7 @@ func (s *sigFailStore) PutIfAbsent(ctx context.Context, key string, r io.Reader,
 }
 
 func TestRedeliveryOfAnUnsignedCommittedRunSignsIt(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	privPEM, pubPEM := provenance.GenerateKey()
@@ -385,6 +394,7 @@ func TestRedeliveryOfAnUnsignedCommittedRunSignsIt(t *testing.T) {
 // happened. A run that would have succeeded or been capped fails with report_too_large, at
 // once; one that failed for another reason first keeps that reason.
 func TestOversizeReportFailsButKeepsTheRun(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		end        func(res agent.Result) (agent.Result, error) // how the agent ends, after writing
