@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
 // need finds a command the test runs, or fails with how to install it.
@@ -151,7 +153,6 @@ func TestPrometheus(t *testing.T) {
 
 	// A real Prometheus server scraping the worker.
 	dir := t.TempDir()
-	promAddr := freeAddr(t)
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -168,7 +169,7 @@ scrape_configs:
 	prom := exec.Command(prometheus,
 		"--config.file="+cfgFile,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+promAddr,
+		"--web.listen-address=127.0.0.1:0", // the port it bound is read back below
 	)
 	prom.Stdout, prom.Stderr = promLog, promLog
 	if err := prom.Start(); err != nil {
@@ -190,13 +191,21 @@ scrape_configs:
 	})
 
 	query := `sum(boxcar_jobs_total{job="boxcar",outcome="succeeded"})`
-	var last string
+	var last, promAddr string
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
 			t.Fatalf("prometheus exited: %v\n%s", err, promLog.String())
 		case <-time.After(250 * time.Millisecond):
+		}
+		if promAddr == "" {
+			addr, err := testnet.ListeningAddr(prom.Process.Pid)
+			if addr == "" {
+				last = fmt.Sprintf("prometheus not listening yet (%v)", err)
+				continue
+			}
+			promAddr = addr
 		}
 		v, err := promQuery(promAddr, query)
 		if err != nil {
