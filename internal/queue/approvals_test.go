@@ -19,6 +19,7 @@ func pendingApproval(jobID, callID string, argv []string, timeout time.Duration)
 }
 
 func TestApprovalAnsweredOnce(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	tests := []struct {
@@ -102,6 +103,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 }
 
 func TestApprovalExpiry(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	id := newJob(t).ID
@@ -151,6 +153,7 @@ func TestApprovalExpiry(t *testing.T) {
 }
 
 func TestApprovalRequests(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	j1, j2 := newJob(t).ID, newJob(t).ID

@@ -10,6 +10,7 @@ import (
 )
 
 func TestConsumerLag(t *testing.T) {
+	t.Parallel()
 	// An AckWait no busy machine outlasts: a redelivery would change the counts.
 	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(time.Hour) })
 	ctx := context.Background()
@@ -39,6 +40,7 @@ func TestConsumerLag(t *testing.T) {
 }
 
 func TestConsumerLagOnClientHandle(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	client, err := queue.Bind(context.Background(), b.nc, b.cfg)
 	if err != nil {

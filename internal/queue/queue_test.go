@@ -90,6 +90,7 @@ func expectEmpty(t *testing.T, q *queue.Queue, for_ time.Duration) {
 }
 
 func TestPublishFetchAck(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
@@ -115,6 +116,7 @@ func TestPublishFetchAck(t *testing.T) {
 }
 
 func TestDuplicatePublishIsDropped(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
@@ -133,6 +135,7 @@ func TestDuplicatePublishIsDropped(t *testing.T) {
 }
 
 func TestUnackedJobIsRedelivered(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
@@ -151,6 +154,7 @@ func TestUnackedJobIsRedelivered(t *testing.T) {
 }
 
 func TestKeepAliveHoldsTheJobPastAckWait(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	if _, err := b.q.Publish(ctx, newJob(t)); err != nil {
@@ -166,6 +170,7 @@ func TestKeepAliveHoldsTheJobPastAckWait(t *testing.T) {
 }
 
 func TestNakRedeliversAfterDelay(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	if _, err := b.q.Publish(ctx, newJob(t)); err != nil {
@@ -189,6 +194,7 @@ func TestNakRedeliversAfterDelay(t *testing.T) {
 }
 
 func TestTermKeepsTheJobInTheDeadLetterStream(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
@@ -226,6 +232,7 @@ func TestTermKeepsTheJobInTheDeadLetterStream(t *testing.T) {
 }
 
 func TestStatusUpdatesAndTerminalStatesAreFinal(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
@@ -266,6 +273,7 @@ func TestStatusUpdatesAndTerminalStatesAreFinal(t *testing.T) {
 // A watcher must see every progress step, even steps that follow each other within a
 // millisecond (a file tool call between two model turns): `submit watch` shows each one.
 func TestWatchSeesEveryRapidUpdate(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
@@ -311,6 +319,7 @@ func TestWatchSeesEveryRapidUpdate(t *testing.T) {
 }
 
 func TestBindWithoutWorkerSaysWhatToStart(t *testing.T) {
+	t.Parallel()
 	nc := connect(t, false)
 	ctx := context.Background()
 	_, err := queue.Bind(ctx, nc, config.Config{}.WithDefaults().NATS)
@@ -320,6 +329,7 @@ func TestBindWithoutWorkerSaysWhatToStart(t *testing.T) {
 }
 
 func TestSetupIsIdempotent(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	for range 2 {
@@ -330,6 +340,7 @@ func TestSetupIsIdempotent(t *testing.T) {
 }
 
 func TestIncompatibleStreamIsRefusedWithAFix(t *testing.T) {
+	t.Parallel()
 	nc := connect(t, false)
 	ctx := context.Background()
 	cfg := config.Config{}.WithDefaults().NATS
@@ -354,6 +365,7 @@ func TestIncompatibleStreamIsRefusedWithAFix(t *testing.T) {
 // job's last delivery dies, the server delivers it again, marked exhausted, instead of ending it
 // with an advisory nobody may hear; the worker that gets it ends the job.
 func TestJobWhoseLastWorkerDiedIsDeliveredOnceMore(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *config.NATS) { c.MaxDeliver = 2 })
 	ctx := context.Background()
 	j := newJob(t)

@@ -38,6 +38,7 @@ func edit(t *testing.T, js jetstream.JetStream, name string, change func(*jetstr
 // TestOperatorStreamEditsAreKept: limits an operator sets with `nats stream edit` survive the
 // next worker start, which says in its log that it keeps them.
 func TestOperatorStreamEditsAreKept(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	js, err := jetstream.New(b.nc)
 	if err != nil {
@@ -67,6 +68,7 @@ func TestOperatorStreamEditsAreKept(t *testing.T) {
 // retention settings made, then edited by an operator, keeps the edit; what that worker set is
 // replaced by the new defaults.
 func TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits(t *testing.T) {
+	t.Parallel()
 	nc := connect(t, false)
 	ctx := context.Background()
 	cfg := config.Config{}.WithDefaults().NATS
@@ -92,6 +94,7 @@ func TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits(t *testing.T) {
 // TestRetentionLimitsFollowTheConfig: the defaults bound every stream and the status bucket,
 // and a changed config is applied to what no operator edited.
 func TestRetentionLimitsFollowTheConfig(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	js, err := jetstream.New(b.nc)
 	if err != nil {
@@ -132,6 +135,7 @@ func TestRetentionLimitsFollowTheConfig(t *testing.T) {
 // TestStatusExpiresAfterTheJobEnds: status_ttl after a job's last status change, its status is
 // gone.
 func TestStatusExpiresAfterTheJobEnds(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *config.NATS) { c.StatusTTL = config.Duration(time.Second) })
 	ctx := context.Background()
 	j := newJob(t)
@@ -157,6 +161,7 @@ func TestStatusExpiresAfterTheJobEnds(t *testing.T) {
 // TestFullJobStreamRefusesTheSubmission: past job_max_msgs a publish is refused, and the jobs
 // already queued stay.
 func TestFullJobStreamRefusesTheSubmission(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *config.NATS) { c.JobMaxMsgs = 2 })
 	ctx := context.Background()
 	for i := range 3 {

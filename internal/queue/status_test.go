@@ -13,6 +13,7 @@ import (
 // anyone else in between (a cancel request, a second worker, a final outcome) must still be
 // seen, never overwritten.
 func TestStatusWritesByOthersAreNeverLost(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	other, err := queue.Bind(ctx, b.nc, b.cfg)
