@@ -219,7 +219,7 @@ func TestRunUnknownOutcome(t *testing.T) {
 	for _, output := range []string{"text", "json"} {
 		t.Run(output, func(t *testing.T) {
 			proxy.arm()
-			stdout, _, err := te.submitVia(t, publishPolicy{attempt: 200 * time.Millisecond, budget: time.Second}, proxy.url(),
+			stdout, _, err := te.submitVia(t, publishPolicy{attempt: 500 * time.Millisecond, budget: 3 * time.Second}, proxy.url(),
 				"run", "--profile", "csv-analyst", "--task", "Summarise", "--output", output)
 			proxy.reset()
 			if exitCode(err) != exitUnknown || !strings.Contains(message(err), "did not confirm") || !strings.Contains(message(err), "--id") {
