@@ -15,7 +15,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +46,8 @@ const (
 	drainWithin = 4 * time.Minute
 	submitWave  = 5
 	submitEvery = 2 * time.Second
+	exhaustJobs = 6
+	modelDelay  = 500 * time.Millisecond
 )
 
 func main() {
@@ -67,6 +74,7 @@ type harness struct {
 	nats, gw, model                         *proc
 	workers                                 [2]*proc
 	faults                                  int
+	lastIDs                                 []string
 }
 
 func newHarness(bin string, keep bool) (*harness, error) {
@@ -154,6 +162,12 @@ func (h *harness) startAll() error {
 		return err
 	}
 
+	// Each model answer takes modelDelay, so a job runs for a few seconds, as a real one does,
+	// and a kill or a pause finds it mid-run rather than between jobs.
+	proxyURL, err := delayProxy(h.modelURL, modelDelay)
+	if err != nil {
+		return err
+	}
 	for i := range h.workers {
 		cfg := filepath.Join(h.dir, fmt.Sprintf("worker%d.yaml", i))
 		sections := fmt.Sprintf("\nworker_id: faults-w%d\nconcurrency: %d\ndrain_grace: 5s\n"+
@@ -168,7 +182,7 @@ func (h *harness) startAll() error {
 		h.workers[i] = &proc{name: fmt.Sprintf("worker %d", i), path: filepath.Join(h.bin, "worker"),
 			args: []string{"--config", cfg, "--metrics-addr", "127.0.0.1:0", "--log-level", "debug"},
 			log:  filepath.Join(h.dir, fmt.Sprintf("worker%d.log", i)),
-			env:  append(h.s3Env(), "OPENAI_BASE_URL="+h.modelURL, "OPENAI_API_KEY=faults-not-a-key")}
+			env:  append(h.s3Env(), "OPENAI_BASE_URL="+proxyURL, "OPENAI_API_KEY=faults-not-a-key")}
 		if err := h.workers[i].start(); err != nil {
 			return err
 		}
@@ -187,6 +201,30 @@ func (h *harness) alive() error {
 		}
 	}
 	return nil
+}
+
+// delayProxy serves target (the model's base URL) on loopback, each request delayed by d.
+func delayProxy(target string, d time.Duration) (string, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: u.Scheme, Host: u.Host})
+	rp.ErrorLog = log.New(io.Discard, "", 0) // a killed worker's request is not news
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String() + u.Path, nil
 }
 
 func (h *harness) sandboxRoot() string { return filepath.Join(h.dir, "sandboxes") }
@@ -271,6 +309,7 @@ func (h *harness) run(n int) error {
 	if err := h.inject(submitted); err != nil {
 		return err
 	}
+	ids = append(ids, h.lastIDs...)
 	if err := h.drain(ids); err != nil {
 		fmt.Fprintln(os.Stderr, "faults: drain:", err)
 	}
@@ -283,7 +322,7 @@ func (h *harness) run(n int) error {
 		return err
 	}
 	fmt.Printf("faults: %d jobs, %d faults, committed %d, dead %d, lost %d, duplicates %d, orphans %d, redelivered %d\n",
-		n, h.faults, res.committed, res.dead, res.lost, res.duplicates, res.orphans, res.redelivered)
+		len(ids), h.faults, res.committed, res.dead, res.lost, res.duplicates, res.orphans, res.redelivered)
 	fmt.Fprintf(os.Stderr, "faults: wall time %s\n", time.Since(start).Round(time.Second))
 	if res.lost+res.duplicates+res.orphans+res.verifyFailed+res.stuck > 0 {
 		return fmt.Errorf("invariants do not hold (%d verify failures, %d left in the consumer); see the lines above, logs in %s", res.verifyFailed, res.stuck, h.dir)
@@ -351,23 +390,62 @@ func (h *harness) inject(submitted <-chan error) error {
 		return err
 	}
 	pause(4 * time.Second)
-	// Every worker down for longer than AckWait: deliveries in flight, last ones included,
-	// time out while nobody is there to see it.
-	if err := step("SIGKILL every worker past AckWait, then restart them", func() error {
-		for _, w := range h.workers {
-			w.kill()
-		}
-		time.Sleep(2*ackWait + 2*time.Second)
-		for _, w := range h.workers {
-			if err := w.start(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
+	if err := <-submitted; err != nil {
 		return err
 	}
-	return <-submitted
+	return h.exhaust(step)
+}
+
+// exhaust kills both workers each time the last jobs submitted run again, max_deliver times,
+// and keeps every worker down past AckWait after the last: their last delivery times out
+// while nobody is there to see it, and a worker that starts later must dead-letter them.
+func (h *harness) exhaust(step func(string, func() error) error) error {
+	ids := make([]string, exhaustJobs)
+	stamp := time.Now().UTC().Format("150405")
+	for i := range ids {
+		ids[i] = fmt.Sprintf("faults-last-%s-%02d", stamp, i)
+	}
+	h.lastIDs = ids
+	if err := h.submitWaves(ids, 0); err != nil {
+		return err
+	}
+	for attempt := 1; attempt <= maxDeliver; attempt++ {
+		// Wait for some of them to run attempt n; a short job may end first, which is fine.
+		_ = poll(90*time.Second, fmt.Sprintf("the last jobs to run attempt %d", attempt), func() bool {
+			st, err := h.statuses(ids...)
+			if err != nil {
+				return false
+			}
+			running := 0
+			for _, id := range ids {
+				if s := st[id]; s.State == job.StateRunning && s.Attempt >= attempt {
+					running++
+				}
+			}
+			return running >= 2
+		})
+		what := fmt.Sprintf("SIGKILL every worker during attempt %d of the last jobs", attempt)
+		down := time.Second
+		if attempt == maxDeliver {
+			what += ", down past AckWait"
+			down = 2*ackWait + 2*time.Second
+		}
+		if err := step(what, func() error {
+			for _, w := range h.workers {
+				w.kill()
+			}
+			time.Sleep(down)
+			for _, w := range h.workers {
+				if err := w.start(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // submitWaves submits ids with `submit run --jobs` in waves of submitWave, one every every.
@@ -377,7 +455,7 @@ func (h *harness) submitWaves(ids []string, every time.Duration) error {
 		for i := w * submitWave; i < min(len(ids), (w+1)*submitWave); i++ {
 			fmt.Fprintf(&lines, `{"id":%q,"profile":"csv-analyst","task":"Summarise sales.csv (job %d)","inputs":["examples/sales.csv"]}`+"\n", ids[i], i)
 		}
-		file := filepath.Join(h.dir, fmt.Sprintf("jobs-%03d.jsonl", w))
+		file := filepath.Join(h.dir, "jobs-"+ids[w*submitWave]+".jsonl")
 		if err := os.WriteFile(file, []byte(lines.String()), 0o600); err != nil {
 			return err
 		}
@@ -432,7 +510,8 @@ func (h *harness) connect() (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
-func (h *harness) statuses() (map[string]job.Status, error) {
+// statuses reads the status of ids, or of every job when none are given.
+func (h *harness) statuses(ids ...string) (map[string]job.Status, error) {
 	nc, js, err := h.connect()
 	if err != nil {
 		return nil, err
@@ -444,12 +523,17 @@ func (h *harness) statuses() (map[string]job.Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, err
+	if len(ids) == 0 {
+		keys, err := kv.ListKeys(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for k := range keys.Keys() {
+			ids = append(ids, k)
+		}
 	}
 	out := map[string]job.Status{}
-	for k := range keys.Keys() {
+	for _, k := range ids {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
 			continue
@@ -506,12 +590,18 @@ func (h *harness) check(ids []string) (result, error) {
 
 	runs := filepath.Join(h.dir, "s3", bucket, "runs")
 	for _, id := range ids {
-		_, mErr := os.Stat(filepath.Join(runs, id, "manifest.json"))
-		manifest := mErr == nil
+		// A dead job's manifest records the death (the manifest key is the one arbiter a
+		// commit and a death both race for), so only a manifest of another outcome commits.
+		outcome, manifest := manifestState(filepath.Join(runs, id, "manifest.json"))
+		deadManifest := manifest && outcome == job.StateDead
+		manifest = manifest && !deadManifest
 		dead := int(letters["BOXCAR_DLQ."+id])
 		s := st[id]
 		if s.Attempt > 1 {
 			r.redelivered++
+		}
+		if deadManifest && dead == 0 {
+			fmt.Fprintf(os.Stderr, "faults: LOST %s: a dead manifest and no dead letter; status %s\n", id, s.State)
 		}
 		switch {
 		case manifest && dead > 0:
@@ -543,6 +633,25 @@ func (h *harness) check(ids []string) (result, error) {
 	}
 	r.orphans = h.orphans()
 	return r, nil
+}
+
+// manifestState reads the outcome a committed manifest records; ok is false when none exists.
+func manifestState(path string) (state job.State, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	var m struct {
+		Predicate struct {
+			Outcome struct {
+				State job.State `json:"state"`
+			} `json:"outcome"`
+		} `json:"predicate"`
+	}
+	if json.Unmarshal(b, &m) != nil {
+		return "unreadable", true
+	}
+	return m.Predicate.Outcome.State, true
 }
 
 // orphans counts bwrap processes still running in this run's sandbox root after every
