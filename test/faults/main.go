@@ -33,6 +33,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/examples"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
 // The run's settings: short enough that redeliveries and exhausted jobs happen within minutes.
@@ -109,14 +110,14 @@ func (h *harness) close() {
 }
 
 func (h *harness) startAll() error {
-	natsPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	h.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	// Each server binds port 0 first and the address is read back; a restart binds that
+	// address again, as an operator's restarted server keeps its address.
 	natsConf := filepath.Join(h.dir, "nats.conf")
-	conf := fmt.Sprintf("listen: 127.0.0.1:%d\nserver_name: faults\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n", natsPort, filepath.Join(h.dir, "nats"))
-	if err := os.WriteFile(natsConf, []byte(conf), 0o600); err != nil {
+	writeConf := func(addr string) error {
+		conf := fmt.Sprintf("listen: %s\nserver_name: faults\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n", addr, filepath.Join(h.dir, "nats"))
+		return os.WriteFile(natsConf, []byte(conf), 0o600)
+	}
+	if err := writeConf("127.0.0.1:-1"); err != nil {
 		return err
 	}
 	natsBin, err := lookBin("nats-server")
@@ -124,14 +125,21 @@ func (h *harness) startAll() error {
 		return err
 	}
 	h.nats = &proc{name: "nats-server", path: natsBin, args: []string{"-c", natsConf}, log: filepath.Join(h.dir, "nats.log")}
-	if err := h.startNATS(); err != nil {
+	if err := h.nats.start(); err != nil {
 		return err
 	}
-
-	gwPort, err := freePort()
+	natsAddr, err := listeningAddr(h.nats)
 	if err != nil {
 		return err
 	}
+	h.natsURL = "nats://" + natsAddr
+	if err := writeConf(natsAddr); err != nil {
+		return err
+	}
+	if err := h.waitNATS(); err != nil {
+		return err
+	}
+
 	gwDir := filepath.Join(h.dir, "s3")
 	if err := os.MkdirAll(filepath.Join(gwDir, bucket), 0o700); err != nil {
 		return err
@@ -140,12 +148,20 @@ func (h *harness) startAll() error {
 	if err != nil {
 		return err
 	}
-	h.s3Endpoint = fmt.Sprintf("http://127.0.0.1:%d", gwPort)
 	h.gw = &proc{name: "versitygw", path: gwBin, log: filepath.Join(h.dir, "versitygw.log"),
 		args: []string{"--access", accessKey, "--secret", secretKey, "--region", "us-east-1",
-			"--port", fmt.Sprintf("127.0.0.1:%d", gwPort), "--health", "/health", "--keep-alive", "--quiet", "posix", gwDir},
+			"--port", "127.0.0.1:0", "--health", "/health", "--keep-alive", "--quiet", "posix", gwDir},
 		env: []string{"ROOT_ACCESS_KEY_ID=", "ROOT_SECRET_ACCESS_KEY="}}
-	if err := h.startGW(); err != nil {
+	if err := h.gw.start(); err != nil {
+		return err
+	}
+	gwAddr, err := listeningAddr(h.gw)
+	if err != nil {
+		return err
+	}
+	h.s3Endpoint = "http://" + gwAddr
+	h.gw.args[7] = gwAddr
+	if err := h.waitGW(); err != nil {
 		return err
 	}
 
@@ -238,6 +254,10 @@ func (h *harness) startNATS() error {
 	if err := h.nats.start(); err != nil {
 		return err
 	}
+	return h.waitNATS()
+}
+
+func (h *harness) waitNATS() error {
 	return poll(30*time.Second, "nats-server", func() bool {
 		nc, err := nats.Connect(h.natsURL, nats.Timeout(time.Second))
 		if err != nil {
@@ -259,6 +279,10 @@ func (h *harness) startGW() error {
 	if err := h.gw.start(); err != nil {
 		return err
 	}
+	return h.waitGW()
+}
+
+func (h *harness) waitGW() error {
 	return poll(30*time.Second, "versitygw", func() bool {
 		c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.s3Endpoint, "http://"), time.Second)
 		if err == nil {
@@ -604,7 +628,7 @@ func (h *harness) check(ids []string) (result, error) {
 			fmt.Fprintf(os.Stderr, "faults: LOST %s: a dead manifest and no dead letter; status %s\n", id, s.State)
 		}
 		switch {
-		case manifest && dead > 0:
+		case manifest && dead > 0 && outcome != job.StateFailed: // a failed run keeps its letter
 			r.duplicates++
 			fmt.Fprintf(os.Stderr, "faults: DUPLICATE %s: a manifest and %d dead letter(s); status %s attempt %d worker %s: %s\n", id, dead, s.State, s.Attempt, s.Worker, s.Error)
 		case dead > 1:
@@ -738,13 +762,18 @@ func poll(within time.Duration, what string, ok func() bool) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// listeningAddr waits for p to listen and returns the address, read from /proc.
+func listeningAddr(p *proc) (string, error) {
+	var addr string
+	var err error
+	werr := poll(30*time.Second, p.name+" to listen", func() bool {
+		addr, err = testnet.ListeningAddr(p.cmd.Process.Pid)
+		return addr != "" || err != nil
+	})
 	if err != nil {
-		return 0, err
+		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return addr, werr
 }
 
 // lookBin finds a server binary on PATH or in GOPATH/bin, where `go install` puts it.
