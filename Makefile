@@ -42,7 +42,7 @@ test: deps-test image
 ## workers, 200 jobs while workers, NATS and the store are killed, paused and restarted
 test-faults: deps-test build
 	@scripts/install-nats-server.sh
-	$(GO) run ./test/faults --bin $(BIN)
+	$(GO) run -tags faults ./test/faults --bin $(BIN)
 
 GOLANGCI_LINT_VERSION := v2.15.0
 

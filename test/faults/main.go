@@ -1,3 +1,5 @@
+//go:build faults
+
 // Command faults is Boxcar's own fault-injection test (`make test-faults`). It runs a real
 // nats-server (file storage, sync_interval always), a real versitygw, the scripted model and
 // two worker processes with bubblewrap sandboxes; submits jobs with bin/submit while it kills,
