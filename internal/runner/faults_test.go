@@ -214,3 +214,46 @@ func TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone(t *testing.T) {
 		t.Errorf("objects the manifest does not name: %q, %v; want none", unlisted, err)
 	}
 }
+
+// TestStaleAttemptLeavesTheNextDeliveryAlone: a worker paused in its upload past the ack
+// deadline resumes while the next attempt is being retried after a failed upload. The stale
+// attempt must not ack: the server acks the message, not the delivery, and the job would never
+// be delivered again. It runs once more and succeeds.
+func TestStaleAttemptLeavesTheNextDeliveryAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var j job.Job
+	retrying := func() bool {
+		st, err := b.q.Status(ctx, j.ID)
+		return err == nil && st.State == job.StateRetrying && st.Attempt == 2
+	}
+	var paused sync.Once
+	pausing := &hookStore{Store: b.store}
+	pausing.put = func(key string) error {
+		paused.Do(func() { waitFor(t, 30*time.Second, "the next attempt's failed upload", retrying) })
+		return nil
+	}
+	stale := b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.Store, c.HeartbeatInterval, c.Worker.Concurrency = pausing, time.Hour, 1
+	})
+	j = b.submit("p")
+	waitFor(t, 10*time.Second, "the first attempt's upload", func() bool {
+		st, err := b.q.Status(ctx, j.ID)
+		return err == nil && st.Progress == "uploading"
+	})
+	var failed sync.Once
+	failing := &hookStore{Store: b.store}
+	failing.put = func(key string) error {
+		err := error(nil)
+		failed.Do(func() { err = errors.New("store: connection refused") })
+		return err
+	}
+	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = failing })
+	waitFor(t, 30*time.Second, "the stale attempt to end", func() bool {
+		return testutil.ToFloat64(stale.m.StaleAttempts) == 1
+	})
+	if st := b.waitFinal(j.ID, 30*time.Second); st.State != job.StateSucceeded || st.Attempt < 3 {
+		t.Fatalf("status = %+v, want succeeded on a third attempt", st)
+	}
+}

@@ -95,9 +95,12 @@ const (
 	nakLater
 	// termJob: stop all deliveries and keep the job in the dead-letter stream.
 	termJob
+	// leaveJob: tell the queue nothing. A later delivery of the job is in flight and owns its
+	// end; the server acks a message, not a delivery, so acking this one would end that one too.
+	leaveJob
 )
 
-var actionNames = map[queueAction]string{ackJob: "ack", nakNow: "nak-now", nakLater: "nak", termJob: "term"}
+var actionNames = map[queueAction]string{ackJob: "ack", nakNow: "nak-now", nakLater: "nak", termJob: "term", leaveJob: "leave"}
 
 func (a queueAction) String() string { return actionNames[a] }
 
@@ -151,7 +154,8 @@ func decide(o outcome, last bool) decision {
 		// Even on the last delivery: the delivery after it ends the job (see exhausted).
 		return decision{action: nakNow, state: job.StateInterrupted}
 	case endLeaseLost:
-		return decision{action: ackJob, stale: true}
+		// If the run is committed instead, its next delivery finds the manifest and acks.
+		return decision{action: leaveJob, stale: true}
 	case endDone:
 		return decision{action: ackJob}
 	case endDeadLetter:

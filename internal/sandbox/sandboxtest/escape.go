@@ -268,12 +268,14 @@ func testForkBomb(t *testing.T, p sandbox.Provider, host Host) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		res, err := attack(t, sb, mark, `f() { f | f & }; f; sleep 100`, 5*time.Second, 4096)
+		// exec, not a fork: once the bomb fills the bound, a forked sleep would fail and end
+		// the whole attempt before a busy host had sampled it.
+		res, err := attack(t, sb, mark, `f() { f | f & }; f; exec sleep 100`, 10*time.Second, 4096)
 		if err != nil || (!res.TimedOut && res.ExitCode == 0) {
 			t.Errorf("fork bomb: err %v, exit %d; want it stopped by the timeout or the process bound", err, res.ExitCode)
 		}
 	}()
-	waitFor(t, 10*time.Second, "the bomb to start", func() bool { return len(hostProcs(mark)) > 1 })
+	waitFor(t, 30*time.Second, "the bomb to start", func() bool { return len(hostProcs(mark)) > 1 })
 	expectHostForks(t)
 	<-done
 	peak := s.end()[0]
