@@ -378,6 +378,10 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		if n := strings.Count(w.log.String(), `"job_id":"`+id+`"`); n == 0 {
 			t.Errorf("worker log never names job %s", id)
 		}
+		// The status is written before the settle's log line: wait for that line.
+		for deadline := time.Now().Add(30 * time.Second); countSucceeded(w.log.String(), id) == 0 && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
 		if n := countSucceeded(w.log.String(), id); n != 1 {
 			t.Errorf("worker log shows %d successful settles of job %s, want 1\n%s", n, id, w.log.String())
 		}
