@@ -39,7 +39,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/internal/testnet"
-	"github.com/boxcar-run/boxcar/internal/workercmd"
 	"github.com/boxcar-run/boxcar/test/containers"
 )
 
@@ -501,11 +500,8 @@ func (s *storeContainer) start(t *testing.T) {
 
 // s3Worker is a worker running in-process through workercmd.Run against a store container.
 type s3Worker struct {
-	natsURL     string
-	metricsAddr string
-	submitEnv   map[string]string
-	log, out    *syncBuffer
-	exit
+	natsURL string
+	configWorker
 }
 
 // startS3Worker runs the worker with the example csv-analyst profile, bubblewrap sandboxes,
@@ -531,7 +527,7 @@ func startS3Worker(t *testing.T, st *storeContainer, modelURL string) *s3Worker 
 func launchS3Worker(t *testing.T, st *storeContainer, modelURL string) *s3Worker {
 	t.Helper()
 	ns := startNATS(t)
-	w := &s3Worker{natsURL: ns.ClientURL(), log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit()}
+	w := &s3Worker{natsURL: ns.ClientURL(), configWorker: configWorker{log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit()}}
 	w.metricsAddr = freeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "boxcar.yaml")
 	// The example profiles, plus this worker's NATS, store and timings. Retries come quickly
@@ -557,25 +553,7 @@ sandbox:
 	s3test.IsolateEnv(t)
 	w.submitEnv = map[string]string{"NATS_URL": w.natsURL, "BOXCAR_STORE": "s3://" + st.bucket, "BOXCAR_S3_ENDPOINT": st.endpoint}
 
-	env := mapEnv(map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": e2eAPIKey})
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		w.done <- workercmd.Run(ctx, []string{"--config", cfg, "--metrics-addr", w.metricsAddr}, env, w.out, w.log)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-w.done:
-			if err != nil && !t.Failed() {
-				t.Errorf("worker stopped with %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("worker did not stop within 60s")
-		}
-		if t.Failed() {
-			t.Logf("worker log:\n%s", w.log.String())
-		}
-	})
+	w.run(t, cfg, modelURL)
 	return w
 }
 

@@ -90,10 +90,18 @@ func startWorkerWith(t *testing.T, modelURL, sections string, submitEnv map[stri
 	cfg := filepath.Join(t.TempDir(), "boxcar.yaml")
 	writeText(t, cfg, string(examples.Config)+fmt.Sprintf("\ndrain_grace: %s\nsandbox:\n  backend: bubblewrap\n", workerDrainGrace)+sections)
 	w := &configWorker{metricsAddr: freeAddr(t), log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit(), submitEnv: submitEnv}
+	w.run(t, cfg, modelURL, "--log-level", "debug")
+	return w
+}
+
+// run runs the worker on config file cfg against modelURL until the test ends, and logs what
+// it wrote when the test failed.
+func (w *configWorker) run(t *testing.T, cfg, modelURL string, args ...string) {
+	t.Helper()
 	env := mapEnv(map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": e2eAPIKey})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		w.done <- workercmd.Run(ctx, []string{"--config", cfg, "--metrics-addr", w.metricsAddr, "--log-level", "debug"}, env, w.out, w.log)
+		w.done <- workercmd.Run(ctx, append([]string{"--config", cfg, "--metrics-addr", w.metricsAddr}, args...), env, w.out, w.log)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -109,7 +117,6 @@ func startWorkerWith(t *testing.T, modelURL, sections string, submitEnv map[stri
 			t.Logf("worker log:\n%s", w.log.String())
 		}
 	})
-	return w
 }
 
 // exit carries a worker's Run error once it returns.
