@@ -111,6 +111,10 @@ build_demo_model() {
 }
 
 mkdir -p "$CACHE"
+# One build at a time: two checkouts on one machine share the cache, and a half-written
+# binary must never be taken for a cached one.
+exec 9>"$CACHE/.build.lock"
+flock 9
 install_debs
 build_kubernetes
 build_coredns
