@@ -80,8 +80,10 @@ type DeadLetter struct {
 
 // Term stops all further deliveries and keeps the message, with the reason, in the dead-letter
 // stream. The dead letter is written first: a job is never dropped without a trace. A job has
-// at most one dead letter: a delivery that finds one already (its worker died between the
-// dead letter and the term) only terminates the message.
+// at most one dead letter: it is published only if its subject holds none (the server checks,
+// so two deliveries ending the job at once cannot both write one), and a delivery that finds
+// one already (its worker died between the dead letter and the term, or another delivery
+// ended the job) only terminates the message.
 func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 	id := d.JobID
 	if id == "" {
@@ -96,14 +98,13 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 		return fmt.Errorf("queue: encode dead letter: %w", err)
 	}
 	subject := dlqSubject(d.q.cfg, sanitizeToken(id))
-	has, err := d.q.hasDeadLetter(ctx, subject)
-	if err != nil {
-		return fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
+	// Messages without an id share one subject: each keeps its own letter.
+	var once []jetstream.PublishOpt
+	if d.JobID != "" {
+		once = append(once, jetstream.WithExpectLastSequencePerSubject(0))
 	}
-	if !has || d.JobID == "" {
-		if _, err := d.q.js.Publish(ctx, subject, data); err != nil {
-			return fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
-		}
+	if _, err := d.q.js.Publish(ctx, subject, data, once...); err != nil && !isWrongLastSequence(err) {
+		return fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
 	}
 	if err := d.msg.TermWithReason(reason); err != nil {
 		return fmt.Errorf("queue: terminate job %s: %w", d.JobID, err)
@@ -159,19 +160,9 @@ func sanitizeToken(s string) string {
 	return string(b)
 }
 
-// hasDeadLetter reports whether the dead-letter stream holds a letter on subject.
-func (q *Queue) hasDeadLetter(ctx context.Context, subject string) (bool, error) {
-	stream, err := q.js.Stream(ctx, q.cfg.DeadLetterStream)
-	if err != nil {
-		return false, err
-	}
-	_, err = stream.GetLastMsgForSubject(ctx, subject)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	default:
-		return false, err
-	}
+// isWrongLastSequence reports the server's refusal of a publish whose subject already holds a
+// message though the publish expected none.
+func isWrongLastSequence(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

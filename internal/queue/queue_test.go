@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -396,5 +399,64 @@ func TestJobWhoseLastWorkerDiedIsDeliveredOnceMore(t *testing.T) {
 	}
 	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 1 {
 		t.Errorf("dead-letter stream holds %d letters (%v), want 1", info.State.Msgs, err)
+	}
+}
+
+// TestTwoDeliveriesEndingAJobAtOnceLeaveOneDeadLetter: a stale delivery and the one after it
+// (the first's ack deadline passed) terminating the same job at the same moment leave one
+// dead letter, not two: the server refuses the second, as the first is on the subject.
+func TestTwoDeliveriesEndingAJobAtOnceLeaveOneDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const jobs = 10
+	ids := map[string]bool{}
+	for range jobs {
+		j := newJob(t)
+		ids[j.ID] = true
+		if _, err := b.q.Publish(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every job delivered twice: the first deliveries are left to time out.
+	held := map[string][]*queue.Delivery{}
+	for len(held) < jobs || slices.ContainsFunc(slices.Collect(maps.Values(held)), func(ds []*queue.Delivery) bool { return len(ds) < 2 }) {
+		d := fetch(t, b.q, 10*time.Second)
+		held[d.JobID] = append(held[d.JobID], d)
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, ds := range held {
+		for _, d := range ds[:2] {
+			wg.Go(func() {
+				<-start
+				if err := d.Term(ctx, "input_missing", errors.New("gone")); err != nil {
+					t.Errorf("term delivery %d of %s: %v", d.Attempt, d.JobID, err)
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, b.cfg.DeadLetterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(b.cfg.DeadLetterStream+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for subject, n := range info.State.Subjects {
+		if n != 1 {
+			t.Errorf("%s holds %d dead letters, want 1", subject, n)
+		}
+	}
+	if len(info.State.Subjects) != jobs {
+		t.Errorf("%d jobs have dead letters, want %d", len(info.State.Subjects), jobs)
 	}
 }
