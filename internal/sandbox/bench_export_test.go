@@ -12,7 +12,7 @@ import (
 // BareBwrap is the bwrap command a bubblewrap sandbox's Exec runs for argv, made bare: the
 // sandbox's own options (namespaces, mounts, /etc files, environment, and whatever the
 // provider adds later), passed on the command line, with the descriptors they name and the
-// sandbox's host uid, but without prlimit, the cgroup, the options pipe or any bookkeeping.
+// sandbox's host uid, but without the rlimits, the cgroup, the options pipe or any bookkeeping.
 // The workdir is bound from hostDir instead of the sandbox's folder. It is the baseline of
 // BenchmarkBubblewrapLifecycle, read from the provider so the two keep the same flags. done
 // closes the descriptors once the command has started.

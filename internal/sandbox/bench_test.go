@@ -18,8 +18,9 @@ import (
 // BenchmarkBubblewrapLifecycle is row 2: a sandbox's whole life through the provider (Start,
 // Exec `true`, Close) against a bare bwrap process with the same namespaces, mounts and options
 // (read from a sandbox of the same provider) over a folder made and removed around it. The two
-// alternate, one of each per iteration. What Boxcar adds: the lock file, the cgroup and moving
-// bwrap into it, prlimit, the options pipe, the disk watch and the cleanup checks.
+// alternate, one of each per iteration. What Boxcar adds: the lock file, the workdir's tmpfs,
+// the cgroup and moving bwrap into it, the rlimits set on bwrap, the options pipe, the disk
+// watch and the cleanup checks.
 func BenchmarkBubblewrapLifecycle(b *testing.B) {
 	p := newBubblewrap(b)
 	ctx := context.Background()

@@ -41,9 +41,6 @@ type BubblewrapConfig struct {
 	// that bubblewrap binds into /dev. When the worker is not root, sandboxed processes run as
 	// the worker's user and these are ignored.
 	FirstUID, UIDs int
-	// PrlimitPath is util-linux prlimit, which sets the rlimits on itself and then executes
-	// bwrap, so that they hold before anything in the sandbox runs. Default: "prlimit" from PATH.
-	PrlimitPath string
 	// DisableCgroups bounds sandboxes with rlimits only, even where a writable cgroup hierarchy
 	// exists. Default: false (cgroups where the host allows them).
 	DisableCgroups bool
@@ -73,9 +70,6 @@ func (c BubblewrapConfig) WithDefaults() BubblewrapConfig {
 	}
 	if c.UIDs == 0 {
 		c.UIDs = 1_000_000
-	}
-	if c.PrlimitPath == "" {
-		c.PrlimitPath = "prlimit"
 	}
 	return c
 }
@@ -125,9 +119,9 @@ const (
 
 // BubblewrapProvider starts sandboxes with bubblewrap on this machine.
 type BubblewrapProvider struct {
-	bwrap, prlimit string
-	root           string
-	log            *slog.Logger
+	bwrap string
+	root  string
+	log   *slog.Logger
 	// asRoot is true when the worker runs as root and so gives each sandbox a host uid of its
 	// own from [firstUID, firstUID+uids).
 	asRoot         bool
@@ -147,7 +141,7 @@ type BubblewrapProvider struct {
 }
 
 // NewBubblewrap checks that bubblewrap can make sandboxes here and finds the resource controls
-// the machine offers. A missing bwrap or prlimit, or a kernel that refuses unprivileged user
+// the machine offers. A missing bwrap, or a kernel that refuses unprivileged user
 // namespaces, fails with ErrUnavailable.
 func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	cfg = cfg.WithDefaults()
@@ -158,12 +152,8 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: bubblewrap: %s not found; install it with `apt-get install -y bubblewrap`: %w", cfg.BwrapPath, ErrUnavailable)
 	}
-	prlimit, err := exec.LookPath(cfg.PrlimitPath)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: bubblewrap: %s not found (it sets the sandbox's rlimits); install it with `apt-get install -y util-linux`: %w", cfg.PrlimitPath, ErrUnavailable)
-	}
 	p := &BubblewrapProvider{
-		bwrap: bwrap, prlimit: prlimit, log: cfg.Logger,
+		bwrap: bwrap, log: cfg.Logger,
 		asRoot: os.Geteuid() == 0, firstUID: cfg.FirstUID, uids: cfg.UIDs,
 		inUse: map[int]bool{}, hardLimits: map[int]uint64{},
 	}

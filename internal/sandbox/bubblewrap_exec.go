@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -27,10 +29,10 @@ var (
 
 // Exec runs argv in a fresh bwrap invocation over the shared workdir.
 //
-// The process chain is prlimit (sets the rlimits on itself) → bwrap → bwrap's pid 1 → argv.
-// bwrap reads its options from a pipe, and so waits before cloning anything until the worker
-// has moved it into the sandbox's cgroup: the command and all it forks are bounded from their
-// first instruction, with no process of the worker's left in between.
+// The process chain is bwrap → bwrap's pid 1 → argv. bwrap reads its options from a pipe, and
+// so waits before cloning anything until the worker has set its rlimits (prlimit(2) on its
+// pid) and moved it into the sandbox's cgroup: the command and all it forks are bounded from
+// their first instruction, with no process of the worker's left in between.
 //
 // When the workdir ends up over its disk bound, Exec returns the result together with an
 // error wrapping ErrDiskFull.
@@ -76,7 +78,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 
 	stdout := &cappedBuffer{max: maxOut}
 	stderr := &cappedBuffer{max: maxOut}
-	cmd := exec.CommandContext(runCtx, s.wrapper[0], append(s.wrapper[1:len(s.wrapper):len(s.wrapper)], req.Argv...)...)
+	cmd := exec.CommandContext(runCtx, s.p.bwrap, append([]string{"--args", strconv.Itoa(fdArgs), "--"}, req.Argv...)...)
 	cmd.Env = []string{} // nothing of the worker's environment reaches even bwrap
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -97,7 +99,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return ExecResult{}, fmt.Errorf("sandbox: exec %s: start %s: %w", name, s.wrapper[0], err)
+		return ExecResult{}, fmt.Errorf("sandbox: exec %s: start %s: %w", name, s.p.bwrap, err)
 	}
 	inv.closeChildEnds()
 	if err := s.release(inv, cmd.Process.Pid, s.options(req, path.Join(s.workdir, dir))); err != nil && runCtx.Err() == nil {
@@ -172,17 +174,15 @@ func (s *bubblewrapSandbox) diskError(name string) error {
 		name, used.bytes, used.inodes, s.disk.bytes, s.disk.inodes, ErrDiskFull)
 }
 
-// launcherFailure tells prlimit's and bwrap's own errors apart from the command's exit status
-// 1. A command that cannot be executed becomes the shell's 127 (not found) or 126 (not
-// executable), as a result; any other complaint of theirs means the sandbox could not be set
-// up, which is an error.
+// launcherFailure tells bwrap's own errors apart from the command's exit status 1. A command
+// that cannot be executed becomes the shell's 127 (not found) or 126 (not executable), as a
+// result; any other complaint of bwrap's means the sandbox could not be set up, which is an
+// error.
 func (s *bubblewrapSandbox) launcherFailure(res *ExecResult, req ExecRequest) error {
 	line, _, _ := bytes.Cut(res.Stderr, []byte("\n"))
 	switch {
 	case res.ExitCode == 0:
 		return nil
-	case bytes.HasPrefix(line, []byte("prlimit: ")):
-		return fmt.Errorf("could not set the sandbox's rlimits: %s", line)
 	case res.ExitCode != 1 || !bytes.HasPrefix(line, []byte("bwrap: ")):
 		return nil
 	}
@@ -316,9 +316,13 @@ func (inv *invocation) close() {
 	inv.argsWrite.Close()
 }
 
-// release moves the waiting bwrap into the sandbox's cgroup and hands it its options. bwrap
-// clones nothing before it has read them all, so every process of the sandbox is born inside.
+// release sets the waiting bwrap's rlimits, moves it into the sandbox's cgroup and hands it its
+// options. bwrap clones nothing before it has read them all, so every process of the sandbox
+// is born bounded and inside.
 func (s *bubblewrapSandbox) release(inv *invocation, pid int, options []byte) error {
+	if err := s.setRlimits(pid); err != nil {
+		return err
+	}
 	if s.cg != nil {
 		if err := s.cg.add(pid); err != nil {
 			return err
@@ -348,4 +352,57 @@ func memfile(name, content string) (*os.File, error) {
 		return nil, fmt.Errorf("memfd: %w", err)
 	}
 	return f, nil
+}
+
+// setRlimits sets the sandbox's rlimits on bwrap, a process of the sandbox's host uid, with
+// prlimit(2): that saves the exec of a prlimit(1) that would set them on itself and then
+// execute bwrap. The kernel lets a process set another's rlimits when it holds
+// CAP_SYS_RESOURCE, which a root worker in a container often lacks, or when its real uid and
+// gid are the target's. So a root worker takes on the sandbox's uid and gid as its real ids
+// for the call, on one locked thread of its own (Linux credentials are per thread), keeping
+// uid and gid 0 as effective and saved ids and so every capability, and then takes its own
+// back. The thread is visible to no process of the sandbox's uid: those all run in pid
+// namespaces of their own.
+func (s *bubblewrapSandbox) setRlimits(pid int) error {
+	if s.cred == nil { // the worker is not root: bwrap runs as the worker's own uid
+		return prlimits(pid, s.rlimits)
+	}
+	uid, gid := uintptr(s.cred.Uid), uintptr(s.cred.Gid)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Not unlocked on failure: a goroutine that ends locked takes its thread with it,
+		// so no other goroutine runs with the sandbox's ids.
+		ruid, rgid := uintptr(unix.Getuid()), uintptr(unix.Getgid())
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, gid, ^uintptr(0), ^uintptr(0)); e != 0 {
+			done <- fmt.Errorf("set rlimits: take gid %d as real gid: %w", gid, e)
+			return
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uid, ^uintptr(0), ^uintptr(0)); e != 0 {
+			done <- fmt.Errorf("set rlimits: take uid %d as real uid: %w", uid, e)
+			return
+		}
+		err := prlimits(pid, s.rlimits)
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ruid, ^uintptr(0), ^uintptr(0)); e != 0 {
+			done <- fmt.Errorf("set rlimits: take back real uid %d: %w", ruid, e)
+			return
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, rgid, ^uintptr(0), ^uintptr(0)); e != 0 {
+			done <- fmt.Errorf("set rlimits: take back real gid %d: %w", rgid, e)
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- err
+	}()
+	return <-done
+}
+
+func prlimits(pid int, rlimits []rlimit) error {
+	for _, r := range rlimits {
+		lim := unix.Rlimit{Cur: r.value, Max: r.value}
+		if err := unix.Prlimit(pid, r.resource, &lim, nil); err != nil {
+			return fmt.Errorf("set RLIMIT_%s of bwrap (pid %d) to %d: %w", strings.ToUpper(r.name), pid, r.value, err)
+		}
+	}
+	return nil
 }

@@ -22,11 +22,10 @@ type bubblewrapSandbox struct {
 	disk    diskBound
 	uid     int                 // the sandbox's host uid; -1 when the worker is not root
 	cred    *syscall.Credential // switches to uid; nil when the worker is not root
-	wrapper []string            // prlimit with the rlimits, then bwrap --args
 	args    []string            // bwrap options shared by every Exec
 	etc     []etcFile           // synthesised /etc files, passed from fdEtc on
 	cg      *cgroup
-	rlimits []rlimit
+	rlimits []rlimit // set on each Exec's bwrap before it reads its options
 	info    Info
 	log     *slog.Logger
 	expiry  *time.Timer

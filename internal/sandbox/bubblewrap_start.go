@@ -122,12 +122,9 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 		// It is used only where no memory cgroup can measure the real thing.
 		s.rlimits = append(s.rlimits, rlimit{"as", unix.RLIMIT_AS, uint64(lim.memory)})
 	}
-	s.wrapper = []string{s.p.prlimit}
-	for _, r := range s.rlimits {
-		v := min(r.value, p.hardLimits[r.resource])
-		s.wrapper = append(s.wrapper, fmt.Sprintf("--%s=%d:%d", r.name, v, v))
+	for i, r := range s.rlimits {
+		s.rlimits[i].value = min(r.value, p.hardLimits[r.resource])
 	}
-	s.wrapper = append(s.wrapper, "--", s.p.bwrap, "--args", strconv.Itoa(fdArgs), "--")
 
 	args := []string{
 		"--unshare-all", "--unshare-user", "--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
@@ -243,7 +240,7 @@ func parseLimits(spec config.SandboxSpec) (limits, error) {
 }
 
 type rlimit struct {
-	name     string // prlimit's option name
+	name     string // as the manifest's isolation names it
 	resource int
 	value    uint64
 }

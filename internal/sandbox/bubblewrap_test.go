@@ -212,6 +212,38 @@ print(n)
 				}
 			})
 
+			t.Run("rlimits as the command sees them", func(t *testing.T) {
+				// The worker sets them on bwrap before it forks anything: the command itself
+				// must hold them, soft and hard alike.
+				limits := string(run(t, sb, "cat", "/proc/self/limits").Stdout)
+				want := map[string]string{
+					"Max file size":      "8388608 8388608",
+					"Max open files":     "1024 1024",
+					"Max core file size": "0 0",
+					"Max cpu time":       "3600 3600", // 1 core for the default 1 h lifetime
+					"Max address space":  "134217728 134217728",
+					"Max processes":      "32 32",
+				}
+				iso := sb.Info().Isolation
+				if strings.Contains(iso, "memory") {
+					delete(want, "Max address space") // the memory cgroup bounds memory instead
+				}
+				if !strings.Contains(iso, "nproc") {
+					delete(want, "Max processes") // the worker is not root: the pids cgroup bounds them
+				}
+				for name, values := range want {
+					var got string
+					for _, line := range strings.Split(limits, "\n") {
+						if rest, ok := strings.CutPrefix(line, name); ok {
+							got = strings.Join(strings.Fields(rest)[:2], " ")
+						}
+					}
+					if got != values {
+						t.Errorf("%s inside the sandbox: %q, want %q (soft hard)\n%s", name, got, values, limits)
+					}
+				}
+			})
+
 			t.Run("file size", func(t *testing.T) {
 				res := run(t, sb, "sh", "-c", "head -c 16777216 /dev/zero > big.bin")
 				t.Logf("16MiB file: exit %d, stderr %q", res.ExitCode, lastLine(res.Stderr))

@@ -26,6 +26,12 @@ const (
 // cpuPeriod is the CFS period quotas are expressed in, in microseconds.
 const cpuPeriod = 100_000
 
+// The bounds of the waits between attempts to remove a sandbox's cgroup.
+const (
+	removeRetryMin = 250 * time.Microsecond
+	removeRetryMax = 10 * time.Millisecond
+)
+
 // cgroupHost says where this worker may make cgroups: for each controller, the folder of the
 // worker's own cgroup in a writable hierarchy. Sandboxes become children of the worker's cgroup,
 // so whatever bounds the worker (a container, a systemd unit) bounds them too.
@@ -292,10 +298,12 @@ func (c *cgroup) add(pid int) error {
 }
 
 // remove kills whatever is left in the cgroup and removes its folders, waiting until the kernel
-// lets go of them (rmdir fails with EBUSY while a dying process is still accounted).
+// lets go of them (rmdir fails with EBUSY while a dying process is still accounted). Right
+// after a command that is bwrap's pid 1 finishing its exit (bwrap exits on the status pid 1
+// sends, before pid 1 is gone), usually over by the first retry: so the waits start short and
+// grow to removeRetryMax.
 func (c *cgroup) remove(stop <-chan struct{}) error {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
+	wait := removeRetryMin
 	for {
 		var left []string
 		for _, dir := range c.dirs {
@@ -316,7 +324,8 @@ func (c *cgroup) remove(stop <-chan struct{}) error {
 		select {
 		case <-stop:
 			return fmt.Errorf("cgroups %s still busy", strings.Join(left, ", "))
-		case <-tick.C:
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, removeRetryMax)
 	}
 }
