@@ -105,6 +105,12 @@ func declare(ctx context.Context, js jetstream.JetStream, cfg config.NATS, log *
 	if _, err := ensureStream(ctx, js, dead, deadBefore, log); err != nil {
 		return nil, nil, nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
 	}
+	var before *jetstream.ConsumerConfig
+	if c, err := stream.Consumer(ctx, cfg.Consumer); err == nil {
+		before = &c.CachedInfo().Config
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, nil, nil, fmt.Errorf("queue: look up consumer %s: %w", cfg.Consumer, err)
+	}
 	cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:     cfg.Consumer,
 		Description: "Boxcar workers",
@@ -119,7 +125,12 @@ func declare(ctx context.Context, js jetstream.JetStream, cfg config.NATS, log *
 		Replicas:      cfg.Replicas,
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("queue: set up consumer %s: %w", cfg.Consumer, err)
+		return nil, nil, nil, fmt.Errorf("queue: set up consumer %s: %w (if it cannot be updated, remove it with `nats consumer rm %s %s` while no worker runs; jobs stay in the stream)", cfg.Consumer, err, cfg.Stream, cfg.Consumer)
+	}
+	if before != nil && before.MaxDeliver > 0 {
+		if err := redeliverDropped(ctx, js, stream, cons, before.MaxDeliver, log); err != nil {
+			return nil, nil, nil, fmt.Errorf("queue: consumer %s: deliver again the jobs its old max_deliver of %d dropped: %w", cfg.Consumer, before.MaxDeliver, err)
+		}
 	}
 	if status, err = setUpStatus(ctx, js, cfg, log); err != nil {
 		return nil, nil, nil, fmt.Errorf("queue: set up status bucket %s: %w", cfg.StatusBucket, err)
@@ -128,6 +139,39 @@ func declare(ctx context.Context, js jetstream.JetStream, cfg config.NATS, log *
 		return nil, nil, nil, err
 	}
 	return cons, status, approvals, nil
+}
+
+// redeliverDropped repairs a consumer that an older Boxcar created with a finite MaxDeliver,
+// now unbounded. The server stopped delivering each job that reached that count, and an
+// update does not bring those back: they sit in the work-queue stream, which holds only jobs
+// no one has settled, but no delivery will ever come. When the stream holds more jobs than the
+// consumer has pending or in flight, the consumer is reset to the stream's first job, so that
+// every job in it is delivered again, counting from 1; a job in flight on another worker is
+// then delivered twice, which the run's create-only manifest makes harmless (one commits, the
+// other finds it committed or loses the commit).
+func redeliverDropped(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, cons jetstream.Consumer, old int, log *slog.Logger) error {
+	// The stream first: a job settled between the two reads makes the count too high, which
+	// costs a reset, never too low, which would leave a job behind.
+	sinfo, err := stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	cinfo, err := cons.Info(ctx)
+	if err != nil {
+		return err
+	}
+	live := cinfo.NumPending + uint64(cinfo.NumAckPending)
+	log.Warn("the job consumer had a finite max_deliver, set by an older Boxcar; it is now unbounded, and the worker counts deliveries itself",
+		"consumer", cinfo.Name, "old_max_deliver", old)
+	if sinfo.State.Msgs <= live {
+		return nil
+	}
+	if _, err := js.ResetConsumerToSequence(ctx, sinfo.Config.Name, cinfo.Name, sinfo.State.FirstSeq); err != nil {
+		return err
+	}
+	log.Warn("jobs the old max_deliver had dropped are delivered again, from their first delivery; jobs in flight may be delivered a second time",
+		"consumer", cinfo.Name, "dropped", sinfo.State.Msgs-live, "jobs", sinfo.State.Msgs)
+	return nil
 }
 
 // Bind looks up what a worker set up, for clients that publish jobs and read status. It creates

@@ -1,0 +1,125 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// TestConsumerOfAnOlderBoxcar: a worker that starts on a consumer an older Boxcar created, with
+// a finite max_deliver the server used to drop jobs silently, makes it unbounded, says so, and
+// delivers again the jobs the old setting had already dropped.
+func TestConsumerOfAnOlderBoxcar(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, false)
+	ctx := context.Background()
+	cfg := config.Config{}.WithDefaults().NATS
+	cfg.AckWait = config.Duration(time.Second)
+	cfg.MaxDeliver = 2
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream and consumer as such a worker made them.
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Description: "Boxcar jobs", Subjects: []string{cfg.Subject},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: time.Duration(cfg.DuplicateWindow),
+		MaxMsgSize: job.MaxMessageBytes + 4096, MaxMsgs: -1, MaxBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: cfg.Consumer, Description: "Boxcar workers",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: cfg.MaxDeliver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func() job.Job {
+		j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC()}
+		data, err := j.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, cfg.Subject, data, jetstream.WithMsgID(j.ID)); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	// One job's two deliveries die; the server then drops it, though it stays in the stream.
+	dropped := publish()
+	for i := range 2 {
+		m, err := old.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("delivery %d of the old consumer: %v", i+1, err)
+		}
+		if id := m.Headers().Get(jetstream.MsgIDHeader); id != dropped.ID {
+			t.Fatalf("delivery of %s, want %s", id, dropped.ID)
+		}
+	}
+	// The server drops it when it would deliver it again, to a pull that waits.
+	for deadline := time.Now().Add(time.Minute); ; {
+		if m, err := old.Next(jetstream.FetchMaxWait(time.Second)); err == nil {
+			t.Fatalf("the old consumer delivered %s again, past its max_deliver", m.Headers().Get(jetstream.MsgIDHeader))
+		}
+		info, err := old.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			break // past its last AckWait: dropped, never delivered again
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old consumer never dropped the job: %d in flight, %d pending", info.NumAckPending, info.NumPending)
+		}
+	}
+	waiting := publish() // not delivered yet
+
+	var log bytes.Buffer
+	q, err := queue.New(ctx, nc, cfg, slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.CachedInfo().Config.MaxDeliver; got != -1 {
+		t.Errorf("after a worker start the consumer's max_deliver = %d, want -1 (unbounded)", got)
+	}
+	for _, want := range []string{"old_max_deliver=2", "dropped=1"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("worker log does not say %q:\n%s", want, log.String())
+		}
+	}
+	got := map[string]int{}
+	for range 2 {
+		d := fetch(t, q, 10*time.Second)
+		got[d.JobID] = d.Attempt
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := got[dropped.ID]; !ok {
+		t.Errorf("the job the old max_deliver dropped was not delivered again; got %v", got)
+	}
+	if _, ok := got[waiting.ID]; !ok {
+		t.Errorf("the waiting job was not delivered; got %v", got)
+	}
+
+	// The next start finds the consumer as it wants it and resets nothing.
+	log.Reset()
+	if _, err := queue.New(ctx, nc, cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(log.String(), "max_deliver") {
+		t.Errorf("a second start touched the consumer again:\n%s", log.String())
+	}
+	expectEmpty(t, q, 2*time.Second)
+}
