@@ -102,6 +102,10 @@ type Store struct {
 	// If-None-Match, which it otherwise refuses: create-only puts then overwrite, and a stale
 	// attempt can replace a committed run. Default: false.
 	AllowUnsafeOverwrite bool `json:"allow_unsafe_overwrite,omitempty"`
+	// ProbeInterval is how often an s3 store proves again, from /readyz and before a
+	// create-only put, that the server still refuses a second create-only put: a server that
+	// stops doing so is refused within this long. Default: 1m.
+	ProbeInterval Duration `json:"probe_interval,omitempty"`
 }
 
 // Sandbox chooses where tools run. Only the host decides this.
@@ -296,6 +300,7 @@ func (c Config) WithDefaults() Config {
 	def(&n.DeadLetterMaxAge, Duration(30*24*time.Hour))
 	def(&n.DeadLetterMaxBytes, 1<<30)
 	def(&c.Store.Region, "us-east-1")
+	def(&c.Store.ProbeInterval, Duration(time.Minute))
 	def(&c.Sandbox.Backend, "bubblewrap")
 	// Sandboxes run as their own unprivileged users, which must be able to reach their
 	// workdirs: the system temp folder is traversable, a home folder often is not.
@@ -378,6 +383,9 @@ func (c Config) Validate() error {
 	}
 	if n := c.NATS; n.StatusTTL <= 0 || n.JobMaxMsgs < 1 || n.JobMaxBytes < 1 || n.DeadLetterMaxAge <= 0 || n.DeadLetterMaxBytes < 1 {
 		bad("nats", "status_ttl, job_max_msgs, job_max_bytes, dead_letter_max_age and dead_letter_max_bytes must be positive")
+	}
+	if c.Store.ProbeInterval < 0 {
+		bad("store.probe_interval", "must be positive")
 	}
 	if len(c.Profiles) == 0 {
 		bad("profiles", "none defined; a worker needs at least one profile (see examples/boxcar.yaml)")

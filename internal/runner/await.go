@@ -18,6 +18,12 @@ import (
 // the job's own timeout, so a job never holds a slot waiting longer than it could have run;
 // then it is retried as any transient fault is. A wait is logged when it begins and ends.
 func awaitAnswer[T any](ctx context.Context, r *Runner, a *attempt, what string, answered func(error) bool, call func(context.Context) (T, error)) (T, error) {
+	return awaitAnswerTo(ctx, r, a, what, "before the job can start", answered, call)
+}
+
+// awaitAnswerTo is awaitAnswer for a wait that the log describes as before something else
+// (before the run can be committed).
+func awaitAnswerTo[T any](ctx context.Context, r *Runner, a *attempt, what, before string, answered func(error) bool, call func(context.Context) (T, error)) (T, error) {
 	giveUp := time.Now().Add(time.Duration(a.limits.JobTimeout))
 	var began time.Time
 	for round := 1; ; round++ {
@@ -33,7 +39,7 @@ func awaitAnswer[T any](ctx context.Context, r *Runner, a *attempt, what string,
 		}
 		if began.IsZero() {
 			began = time.Now()
-			a.log.WarnContext(ctx, "waiting for "+what+" before the job can start; the delivery is kept", "error", err, "give_up_after", time.Duration(a.limits.JobTimeout).String())
+			a.log.WarnContext(ctx, "waiting for "+what+" "+before+"; the delivery is kept", "error", err, "give_up_after", time.Duration(a.limits.JobTimeout).String())
 			r.noteWait(ctx, a, what, err)
 		}
 		select {
@@ -44,8 +50,13 @@ func awaitAnswer[T any](ctx context.Context, r *Runner, a *attempt, what string,
 	}
 }
 
-// storeAnswered: the store answered, found or not.
+// storeAnswered: the store answered, found or not. A store whose server no longer refuses a
+// second create-only put (store.ErrUnsafeServer) is waited for like one that is down: no
+// attempt could commit on it.
 func storeAnswered(err error) bool { return err == nil || errors.Is(err, store.ErrNotFound) }
+
+// storeSafe: the store did not refuse for want of a server that refuses overwrites.
+func storeSafe(err error) bool { return !errors.Is(err, store.ErrUnsafeServer) }
 
 // natsAnswered: the status bucket took the write, or said the job already ended.
 func natsAnswered(err error) bool { return err == nil || errors.Is(err, queue.ErrFinal) }

@@ -102,6 +102,19 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcom
 	return nil
 }
 
+// commitWhenSafe commits the run, and when the store refuses because its server stopped
+// refusing a second create-only put (the proof the store repeats failed: store.ErrUnsafeServer)
+// waits, keeping the delivery, until the proof passes again and commits then. Nothing was
+// written: the store refuses every create-only put meanwhile. Handing the job back would
+// spend a delivery, and no other attempt could commit either. The wait is bounded as
+// awaitAnswer's, after which the error is the attempt's.
+func (r *Runner) commitWhenSafe(ctx context.Context, a *attempt, outs []output, o outcome) error {
+	_, err := awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeSafe, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, r.commit(ctx, a, outs, o)
+	})
+	return err
+}
+
 // attemptFolder names the folder of one attempt's objects: its delivery number, for people,
 // and a random part, so that two attempts never share a folder even when the server counts
 // deliveries again from 1 (a stream restored from a backup, a consumer created anew).

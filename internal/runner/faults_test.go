@@ -257,3 +257,52 @@ func TestStaleAttemptLeavesTheNextDeliveryAlone(t *testing.T) {
 		t.Fatalf("status = %+v, want succeeded on a third attempt", st)
 	}
 }
+
+// TestCommitWaitsForAStoreThatRefusesOverwritesAgain (issue 10): a store whose server stopped
+// refusing a second create-only put while a job ran refuses the commit (store.ErrUnsafeServer);
+// the attempt waits, its delivery kept, and commits once the server refuses overwrites again.
+// It neither hands the job back (spending a delivery, running the agent again) nor writes.
+func TestCommitWaitsForAStoreThatRefusesOverwritesAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	refused, safe := 0, false
+	unsafe := &hookStore{Store: b.store, put: func(key string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if safe || !strings.Contains(key, "/attempts/") && !strings.HasSuffix(key, "manifest.json") {
+			return nil
+		}
+		refused++
+		return store.ErrUnsafeServer
+	}}
+	var runs sync.Map
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		n, _ := runs.LoadOrStore(req.JobID, new(int))
+		*n.(*int)++
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) { c.Store = unsafe })
+	j := b.submit("p")
+	waitFor(t, 30*time.Second, "the commit to be refused three times", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return refused >= 3
+	})
+	if keys, err := b.store.List(context.Background(), store.RunPrefix(j.ID)); err != nil || len(keys) != 0 {
+		t.Errorf("while the store overwrites the run holds %q (%v), want nothing", keys, err)
+	}
+	mu.Lock()
+	safe = true
+	mu.Unlock()
+
+	st := b.waitFinal(j.ID, 30*time.Second)
+	if st.State != job.StateSucceeded || st.Attempt != 1 {
+		t.Errorf("status %s on attempt %d, want succeeded on attempt 1", st.State, st.Attempt)
+	}
+	if n, _ := runs.Load(j.ID); *n.(*int) != 1 {
+		t.Errorf("the agent ran %d times, want once", *n.(*int))
+	}
+	if got := string(b.runFile(j.ID, "report.md")); !strings.HasPrefix(got, "# report for "+j.ID) {
+		t.Errorf("committed report = %q", got)
+	}
+}

@@ -62,9 +62,12 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 			o = outcome{end: endInterrupted, err: errShutdown}
 		}
 	}
-	// A job that dies here with no run committed must still win the arbiter; see end.go.
-	if decide(o, d.LastAttempt()).state == job.StateDead && !o.committed && a.job.ID != "" {
-		o = r.commitDead(ctx, a, o)
+	// A job that ends here with no run committed must still win the arbiter; see end.go.
+	if decide(o, d.LastAttempt()).state.Terminal() && !o.committed && job.ValidID(d.JobID) {
+		if a.job.ID == "" {
+			a.job.ID = d.JobID // a message rejected before it was read as a job
+		}
+		o = r.commitEnd(ctx, a, o)
 	}
 	r.settle(ctx, a, o)
 }
@@ -121,6 +124,11 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	}
 	// A redelivery after a crash between commit and ack must not run the job again.
 	_, err = awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
+		// No work starts on a server that stopped refusing a second create-only put: its
+		// result could not be committed.
+		if err := store.Probe(ctx, r.cfg.Store); err != nil {
+			return store.ObjectInfo{}, err
+		}
 		return r.cfg.Store.Stat(ctx, store.ManifestKey(j.ID))
 	})
 	if err == nil {
@@ -139,6 +147,11 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 			}
 		})
 	})
+	if errors.Is(err, queue.ErrFinal) && st.State == job.StateCancelled {
+		// Cancelled while it waited (submit cancel ends a job that is not running): that end
+		// is committed like any other, so that no stale attempt can commit another.
+		return outcome{end: endCancelled, err: errCancelled}
+	}
 	if errors.Is(err, queue.ErrFinal) {
 		a.log.InfoContext(ctx, "job already ended; dropping this delivery", "state", st.State)
 		return outcome{end: endDone}
@@ -212,7 +225,7 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	r.progress(commitCtx, a, "uploading")
 	outs, o, cerr := r.collect(commitCtx, a, sb, o)
 	if cerr == nil {
-		cerr = r.commit(commitCtx, a, outs, o)
+		cerr = r.commitWhenSafe(commitCtx, a, outs, o)
 	}
 	switch {
 	case errors.Is(cerr, errLeaseLost):

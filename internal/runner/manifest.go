@@ -47,7 +47,7 @@ func (r *Runner) manifest(a *attempt, folder string, outs []output, dec decision
 	if runErr != nil {
 		m.Outcome.Error = runErr.Error()
 	}
-	if dec.state == job.StateFailed || dec.state == job.StateDead {
+	if dec.state == job.StateFailed || dec.state == job.StateDead || dec.state == job.StateRejected {
 		m.Outcome.Reason = dec.reason
 	}
 	for _, in := range j.Inputs {

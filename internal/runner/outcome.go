@@ -33,8 +33,8 @@ const (
 	// endLeaseLost: a later attempt took the job over while this one worked (its ack
 	// deadline passed); this attempt's result is discarded.
 	endLeaseLost
-	// endDeadLetter: the job's end is committed as failed or dead (by another attempt, or by
-	// this delivery of an exhausted job); this delivery makes sure its one dead letter exists.
+	// endDeadLetter: the job's end is committed as failed, rejected or dead (by another
+	// attempt, or by this delivery); this delivery makes sure its one dead letter exists.
 	// outcome.err is a queue.Permanent with the reason.
 	endDeadLetter
 	// endUndecided: the job's end cannot be decided now (the store did not answer whether a
@@ -60,6 +60,9 @@ type outcome struct {
 	cap string
 	// committed: this attempt wrote the run's manifest, so the status points at the run.
 	committed bool
+	// state is what the committed manifest records, for endDone and endDeadLetter of a job
+	// whose end this delivery committed (committed is set): counted in boxcar_jobs_total.
+	state job.State
 }
 
 // fault classifies an error of the attempt: a queue.Permanent fails the job, anything else is
@@ -157,12 +160,16 @@ func decide(o outcome, last bool) decision {
 		// If the run is committed instead, its next delivery finds the manifest and acks.
 		return decision{action: leaveJob, stale: true}
 	case endDone:
-		return decision{action: ackJob}
+		d := decision{action: ackJob}
+		if o.committed {
+			d.ended = o.state
+		}
+		return d
 	case endDeadLetter:
 		// The status already says so: it follows the committed manifest.
 		d := decision{action: termJob, reason: permanentReason(o.err, "max_deliveries")}
 		if o.committed {
-			d.ended = job.StateDead
+			d.ended = o.state
 		}
 		return d
 	case endUndecided:

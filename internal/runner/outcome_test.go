@@ -44,8 +44,10 @@ func TestDecide(t *testing.T) {
 		{"lease lost, last", outcome{end: endLeaseLost, err: errLeaseLost}, true, decision{action: leaveJob, stale: true}},
 		{"committed as failed", outcome{end: endDeadLetter, err: perm}, false, decision{action: termJob, reason: "input_missing"}},
 		{"committed as dead, last", outcome{end: endDeadLetter, err: queue.Permanent("max_deliveries", transient)}, true, decision{action: termJob, reason: "max_deliveries"}},
-		{"committed as dead here", outcome{end: endDeadLetter, err: queue.Permanent("max_deliveries", transient), committed: true}, false, decision{action: termJob, reason: "max_deliveries", ended: job.StateDead}},
-		{"committed as dead here, last", outcome{end: endDeadLetter, err: queue.Permanent("max_deliveries", transient), committed: true}, true, decision{action: termJob, reason: "max_deliveries", ended: job.StateDead}},
+		{"committed as dead here", outcome{end: endDeadLetter, err: queue.Permanent("max_deliveries", transient), committed: true, state: job.StateDead}, false, decision{action: termJob, reason: "max_deliveries", ended: job.StateDead}},
+		{"committed as dead here, last", outcome{end: endDeadLetter, err: queue.Permanent("max_deliveries", transient), committed: true, state: job.StateDead}, true, decision{action: termJob, reason: "max_deliveries", ended: job.StateDead}},
+		{"rejected, committed here", outcome{end: endDeadLetter, err: queue.Permanent("unknown_profile", transient), committed: true, state: job.StateRejected}, false, decision{action: termJob, reason: "unknown_profile", ended: job.StateRejected}},
+		{"cancelled before it ran, committed here", outcome{end: endDone, committed: true, state: job.StateCancelled}, true, decision{action: ackJob, ended: job.StateCancelled}},
 		{"undecided", outcome{end: endUndecided, err: transient}, false, decision{action: nakLater}},
 		{"undecided, last", outcome{end: endUndecided, err: transient}, true, decision{action: nakLater}},
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Options tune how Open and NewS3 reach a store. The zero value is ready to use; fields that
@@ -36,6 +37,11 @@ type Options struct {
 	// Probe otherwise refuses: create-only puts then overwrite, and a stale attempt can
 	// replace a committed run. The config's store.allow_unsafe_overwrite. S3 only.
 	AllowUnsafeOverwrite bool
+	// ProbeInterval is how long a proof that the server refuses a second create-only put
+	// holds (see Probe): within it PutIfAbsent and readiness reuse it, and after it the next
+	// one proves it again, so a server that stops honouring If-None-Match is refused within
+	// this long. Default: 1 minute. S3 only.
+	ProbeInterval time.Duration
 	// PartSize is the size of one part of a multipart upload, in bytes; bodies up to this size
 	// go in one PutObject. At least 5 MiB. Default: 16 MiB. It bounds the memory one upload
 	// holds. S3 only.

@@ -24,15 +24,15 @@ const ProbeKey = ".boxcar/create-only-probe.txt"
 var probeBody = []byte("Boxcar's workers write this object create-only (If-None-Match: *) to prove that the server\n" +
 	"refuses a second create-only write to the same key. Leave it; it is never read.\n")
 
-// probeInterval is how long a proof holds: within it PutIfAbsent and readiness checks reuse it.
-const probeInterval = time.Minute
+// defaultProbeInterval is how long a proof holds unless Options.ProbeInterval says otherwise.
+const defaultProbeInterval = time.Minute
 
 // Probe proves that the store's server refuses a second create-only put, which committing a
 // run relies on. Backends that need no proof (the file store's link(2) is atomic) return nil.
 // It fails with an error wrapping ErrUnsafeServer on a server that does not, unless the store
 // was opened with Options.AllowUnsafeOverwrite; any other error means the store could not be
 // reached. Call it when a worker starts and from its readiness check: it is cheap, since a
-// proof holds for a minute and re-proving costs one refused PUT.
+// proof holds for Options.ProbeInterval (a minute) and re-proving costs one refused PUT.
 func Probe(ctx context.Context, st Store) error {
 	if p, ok := st.(interface{ Probe(context.Context) error }); ok {
 		return p.Probe(ctx)
@@ -47,7 +47,7 @@ func Probe(ctx context.Context, st Store) error {
 func (s *S3) Probe(ctx context.Context) error {
 	s.probe.Lock()
 	defer s.probe.Unlock()
-	if !s.probe.at.IsZero() && time.Since(s.probe.at) < probeInterval {
+	if !s.probe.at.IsZero() && time.Since(s.probe.at) < s.probeInterval {
 		return s.probe.err
 	}
 	err := s.prove(ctx, !s.probe.multipart)

@@ -54,8 +54,9 @@ type S3 struct {
 	bufs sync.Pool // *[]byte of partSize
 	// allowUnsafe lets a server that ignores If-None-Match pass Probe; see
 	// Options.AllowUnsafeOverwrite.
-	allowUnsafe bool
-	probe       struct {
+	allowUnsafe   bool
+	probeInterval time.Duration
+	probe         struct {
 		sync.Mutex
 		at        time.Time // of the last proof, zero before the first
 		err       error     // its result
@@ -99,7 +100,11 @@ func NewS3(ctx context.Context, bucket, prefix string, opts Options) (*S3, error
 		log = slog.New(slog.DiscardHandler)
 	}
 
-	s := &S3{bucket: bucket, prefix: prefix, partSize: partSize, log: log, allowUnsafe: opts.AllowUnsafeOverwrite}
+	probeInterval := opts.ProbeInterval
+	if probeInterval <= 0 {
+		probeInterval = defaultProbeInterval
+	}
+	s := &S3{bucket: bucket, prefix: prefix, partSize: partSize, log: log, allowUnsafe: opts.AllowUnsafeOverwrite, probeInterval: probeInterval}
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithDefaultRegion("us-east-1"),
 		config.WithRetryMaxAttempts(maxAttempts),

@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/examples"
+	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
@@ -54,5 +57,62 @@ func TestWorkerRefusesAStoreThatOverwrites(t *testing.T) {
 	w.waitLog(t, regexp.MustCompile(`"msg":"worker ready"`), 1, 60*time.Second)
 	if n := w.count(regexp.MustCompile(`"level":"WARN","msg":"store: the S3 server does not honour create-only writes`)); n != 1 {
 		t.Errorf("the worker warned %d times about the unsafe server, want once:\n%s", n, w.log.String())
+	}
+}
+
+// TestStoreThatStopsRefusingOverwrites: a server that honoured If-None-Match when the worker
+// started and stops later (reconfigured, or replaced behind the same address) is found by the
+// proof the worker repeats every store.probe_interval: /readyz goes not ready, naming what the
+// server does and the setting, and a job delivered meanwhile waits, its delivery kept, and
+// commits nothing until the server refuses overwrites again. With max_deliver 1, a delivery
+// spent would be a dead job.
+func TestStoreThatStopsRefusingOverwrites(t *testing.T) {
+	s3 := s3test.Start(t)
+	bucket := s3.CreateBucket(t)
+	s3.Env(t)
+	proxy := s3test.NewLenientProxy(t, s3, s3test.IgnoreNothing)
+	ns := startNATS(t)
+	w := startWorkerWith(t, demoModel(t), fmt.Sprintf("nats:\n  url: %s\n  ack_wait: 2s\n  max_deliver: 1\nstore:\n  url: s3://%s\n  endpoint: %s\n  region: %s\n  path_style: true\n  probe_interval: 200ms\n",
+		ns.ClientURL(), bucket, proxy.URL, s3test.Region),
+		map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint})
+	w.waitLog(t, regexp.MustCompile(`"msg":"worker ready"`), 1, 60*time.Second)
+	readyz := "http://" + w.metricsAddr + "/readyz"
+	waitHTTP(t, readyz, 200, 30*time.Second, w.alive)
+
+	proxy.Ignore(s3test.IgnorePut)
+	body := waitReadyz(t, readyz, regexp.MustCompile(`^not ready: store: .*If-None-Match`), 30*time.Second, w.alive)
+	if !strings.Contains(body, "store.allow_unsafe_overwrite") {
+		t.Errorf("/readyz on a server that stopped refusing overwrites = %q, want it to name store.allow_unsafe_overwrite", body)
+	}
+
+	// submit talks to versitygw itself: only the worker's store is behind the proxy.
+	out, err := submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
+		"--input", "../../examples/sales.csv", "--output", "json")
+	if err != nil {
+		t.Fatalf("submit: %v\n%s", err, out)
+	}
+	id := lastJSON(t, out)["id"].(string)
+	s := waitStatus(t, w.submitEnv, id, 30*time.Second, func(s map[string]any) bool { return s["error"] != nil })
+	if e, _ := s["error"].(string); job.State(fmt.Sprint(s["state"])).Terminal() || !strings.HasPrefix(e, "waiting for the store: ") || !strings.Contains(e, "If-None-Match") {
+		t.Errorf("status of a job delivered while the store overwrites = %v, want it waiting, with the store's error", s)
+	}
+	w.waitLog(t, regexp.MustCompile(`"msg":"waiting for the store before the job can start; the delivery is kept","job_id":"`+id+`"`), 1, 30*time.Second)
+	// Past AckWait twice over, nothing of the run is in the bucket (versitygw keeps objects as
+	// files) and the delivery is the first.
+	time.Sleep(4 * time.Second)
+	if _, err := os.Stat(filepath.Join(s3.Dir, bucket, "runs", id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the worker wrote under runs/%s on a server that overwrites: %v", id, err)
+	}
+
+	proxy.Ignore(s3test.IgnoreNothing)
+	waitHTTP(t, readyz, 200, 30*time.Second, w.alive)
+	done := waitStatus(t, w.submitEnv, id, 90*time.Second, func(s map[string]any) bool {
+		return job.State(fmt.Sprint(s["state"])).Terminal()
+	})
+	if done["state"] != "succeeded" || done["attempt"] != float64(1) {
+		t.Errorf("after the server refused overwrites again: %v, want succeeded on attempt 1", done)
+	}
+	if dl, ok := deadLetter(t, ns.ClientURL(), id); ok {
+		t.Errorf("a job that waited for a safe store was dead-lettered: %+v", dl)
 	}
 }
