@@ -30,11 +30,13 @@ demo: deps build
 	@scripts/demo.sh
 
 ## test: the full suite CI runs, against real servers: the fast tier (plain `go test ./...`) and
-## the tests behind the integration build tag (bubblewrap, versitygw, promtool, Docker, root)
+## the tests behind the integration build tag (bubblewrap, versitygw, promtool, Docker, root).
+## Every benchmark also runs once (-benchtime 1x, in the same test binaries, so nothing more is
+## built): a smoke test that keeps make bench working; its figures mean nothing under -race.
 test: deps-test image
 	$(GO) vet -tags integration ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	$(GO) test -tags integration -race -count=1 -timeout 30m ./...
+	$(GO) test -tags integration -race -count=1 -timeout 30m -bench . -benchtime 1x ./...
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/job
 	@$(MAKE) --no-print-directory test-cluster
 
