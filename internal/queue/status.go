@@ -135,6 +135,45 @@ func (q *Queue) WatchStatus(ctx context.Context, id string) (<-chan job.Status, 
 	return out, nil
 }
 
+// WatchChanges streams the status changes made from now on to the jobs keep accepts, until ctx
+// ends or the watch breaks (the channel closes; watch again, and read what changed in
+// between). One watch serves any number of jobs: a worker follows all the jobs it runs with
+// one consumer instead of making and removing one per job. keep sees the key before the value
+// is decoded, so another worker's jobs cost this one little more than their delivery.
+func (q *Queue) WatchChanges(ctx context.Context, keep func(id string) bool) (<-chan job.Status, error) {
+	w, err := q.status.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("queue: watch the status bucket: %w", err)
+	}
+	out := make(chan job.Status)
+	go func() {
+		defer close(out)
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut || !keep(e.Key()) {
+					continue
+				}
+				st, err := decodeStatus(e.Value())
+				if err != nil {
+					continue
+				}
+				st.ID = e.Key()
+				if !deliver(ctx, out, st) {
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
 // follow hands each status the watcher puts to send, until send returns false, ctx ends or the
 // watcher stops. Deletes, the marker after the initial values and records that do not decode
 // are skipped.

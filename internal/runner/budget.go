@@ -40,19 +40,20 @@ func (b *budget) progress(ctx context.Context, e agent.Event) {
 	b.record(ctx, e.Spent, msg)
 }
 
-// finish records what the run spent in the end (the tokens of its last answer, typically). It
-// runs on a context that survives the job's end: an interrupted attempt must leave its
-// spending behind.
-func (b *budget) finish(ctx context.Context, spent agent.Budget) {
+// finish records what the run spent in the end (the tokens of its last answer, typically),
+// with msg as the progress line when msg is set, and reports whether it wrote. It runs on a
+// context that survives the job's end: an interrupted attempt must leave its spending behind.
+func (b *budget) finish(ctx context.Context, spent agent.Budget, msg string) bool {
 	if r := b.recorded; spent.Turns <= r.Turns && spent.ToolCalls <= r.ToolCalls && spent.Tokens <= r.Tokens {
-		return // nothing new
+		return false // nothing new
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.r.cfg.CleanupTimeout)
 	defer cancel()
-	b.record(ctx, spent, "")
+	return b.record(ctx, spent, msg)
 }
 
-func (b *budget) record(ctx context.Context, spent agent.Budget, msg string) {
+// record writes spent and msg (when set) to the job's status and reports whether it did.
+func (b *budget) record(ctx context.Context, spent agent.Budget, msg string) bool {
 	add := agent.Budget{
 		Turns:     max(spent.Turns-b.recorded.Turns, 0),
 		ToolCalls: max(spent.ToolCalls-b.recorded.ToolCalls, 0),
@@ -70,9 +71,11 @@ func (b *budget) record(ctx context.Context, spent agent.Budget, msg string) {
 	switch {
 	case err == nil:
 		b.recorded = spent
+		return true
 	case errors.Is(err, queue.ErrFinal), ctx.Err() != nil:
 	default:
 		// The next write adds what this one could not.
 		b.a.log.WarnContext(ctx, "record progress failed", "error", err)
 	}
+	return false
 }

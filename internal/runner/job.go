@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -27,6 +28,7 @@ type attempt struct {
 	profile config.Profile
 	limits  config.Limits
 	log     *slog.Logger
+	cancel  context.CancelCauseFunc // ends the attempt's context
 	started time.Time
 	sandbox sandbox.Info
 	result  agent.Result
@@ -51,9 +53,10 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stopWatch := r.watchCancel(ctx, d.JobID, cancel)
+	a.cancel = cancel
+	unwatch := r.cancels.add(d.JobID, cancel)
 	o := r.process(ctx, a)
-	stopWatch()
+	unwatch()
 	if !o.committed && o.end != endDone && o.end != endLeaseLost && o.end != endCancelled {
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, errCancelled):
@@ -70,31 +73,6 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 		o = r.commitEnd(ctx, a, o)
 	}
 	r.settle(ctx, a, o)
-}
-
-// watchCancel cancels the job's context when someone asks for the job to be cancelled.
-func (r *Runner) watchCancel(ctx context.Context, id string, cancel context.CancelCauseFunc) (stop func()) {
-	if !job.ValidID(id) {
-		return func() {}
-	}
-	ctx, stopCtx := context.WithCancel(ctx)
-	updates, err := r.cfg.Queue.WatchStatus(ctx, id)
-	if err != nil {
-		r.log.WarnContext(ctx, "cannot watch for cancellation", "job_id", id, "error", err)
-		stopCtx()
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for st := range updates {
-			if st.CancelRequested || st.State == job.StateCancelled {
-				cancel(errCancelled)
-				return
-			}
-		}
-	}()
-	return func() { stopCtx(); <-done }
 }
 
 // process runs the job and returns how this attempt ended.
@@ -160,6 +138,12 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 		return outcome{end: endTransient, err: err}
 	}
 	a.began = true
+	// A cancel requested before this write is in what it read (one after it comes through
+	// the worker's watch, cancel.go): asked before this attempt began, it never starts.
+	if st.CancelRequested {
+		a.cancel(errCancelled)
+		return outcome{end: endCancelled, err: errCancelled}
+	}
 	r.m.QueueWait.WithLabelValues(j.Profile).Observe(a.started.Sub(a.d.Published).Seconds())
 
 	sb, err := r.startSandbox(ctx, a)
@@ -167,12 +151,13 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 		return outcome{end: endTransient, err: err}
 	}
 	defer r.closeSandbox(ctx, a, sb)
-	r.progress(ctx, a, "copying inputs")
-	if err := r.copyInputs(ctx, a, sb); err != nil {
+	copied := r.progressIfSlow(ctx, a, "copying inputs")
+	err = r.copyInputs(ctx, a, sb)
+	copied()
+	if err != nil {
 		return fault(err)
 	}
 
-	r.progress(ctx, a, "running agent")
 	inputs := make([]string, len(j.Inputs))
 	for i, in := range j.Inputs {
 		inputs[i] = in.Name
@@ -192,7 +177,6 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 			spent.progress(ctx, e)
 		},
 	})
-	spent.finish(ctx, a.result.Spent)
 	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(a.result.Usage.PromptTokens))
 	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(a.result.Usage.CompletionTokens))
 	r.recordToolCalls(a)
@@ -206,7 +190,7 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 		commitCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 		defer cancel()
 	case ctx.Err() != nil:
-		return outcome{end: endInterrupted, err: context.Cause(ctx)}
+		o = outcome{end: endInterrupted, err: context.Cause(ctx)}
 	case errors.Is(err, agent.ErrModelAuth), errors.Is(err, agent.ErrModelRequest):
 		o = outcome{end: endFailed, err: queue.Permanent("model_rejected", err)}
 	case errors.Is(err, agent.ErrInvalidRequest):
@@ -218,15 +202,26 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	}
 	// Only a run that ends here is committed: one that will be retried keeps nothing, and the
 	// last try of one that keeps failing leaves its transcript behind.
-	if !decide(o, a.d.LastAttempt()).state.Terminal() {
+	commits := decide(o, a.d.LastAttempt()).state.Terminal()
+	msg := ""
+	if commits {
+		msg = "uploading"
+	}
+	// The spending of the run's end goes with the progress line of what comes next: one write.
+	said := spent.finish(ctx, a.result.Spent, msg)
+	if !commits {
 		return o
 	}
 
-	r.progress(commitCtx, a, "uploading")
+	uploaded := func() {}
+	if !said {
+		uploaded = r.progressIfSlow(commitCtx, a, msg)
+	}
 	outs, o, cerr := r.collect(commitCtx, a, sb, o)
 	if cerr == nil {
 		cerr = r.commitWhenSafe(commitCtx, a, outs, o)
 	}
+	uploaded()
 	switch {
 	case errors.Is(cerr, errLeaseLost):
 		a.log.WarnContext(ctx, "another attempt took this job over; discarding this attempt's result", "error", cerr)
@@ -302,17 +297,31 @@ func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox)
 }
 
 func (r *Runner) progress(ctx context.Context, a *attempt, msg string) {
-	r.progressCalls(ctx, a, msg, -1)
+	if _, err := r.cfg.Queue.UpdateStatus(ctx, a.job.ID, func(s *job.Status) { s.Progress = msg }); err != nil && ctx.Err() == nil {
+		a.log.WarnContext(ctx, "record progress failed", "error", err)
+	}
 }
 
-func (r *Runner) progressCalls(ctx context.Context, a *attempt, msg string, calls int) {
-	if _, err := r.cfg.Queue.UpdateStatus(ctx, a.job.ID, func(s *job.Status) {
-		s.Progress = msg
-		if calls >= 0 {
-			s.ToolCalls = calls
+// progressDelay is how long a step runs before its progress line is written: one that ends
+// sooner (no inputs to copy, a few small files to upload) would be shown for an instant, at the
+// cost of a status write on every job.
+const progressDelay = 250 * time.Millisecond
+
+// progressIfSlow writes msg as the job's progress if the step it names is still running after
+// progressDelay. The returned done ends the step; it waits for a write in flight, so that it
+// never races the attempt's next one.
+func (r *Runner) progressIfSlow(ctx context.Context, a *attempt, msg string) (done func()) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	t := time.AfterFunc(progressDelay, func() {
+		defer wg.Done()
+		r.progress(ctx, a, msg)
+	})
+	return func() {
+		if t.Stop() {
+			wg.Done()
 		}
-	}); err != nil && ctx.Err() == nil {
-		a.log.WarnContext(ctx, "record progress failed", "error", err)
+		wg.Wait()
 	}
 }
 

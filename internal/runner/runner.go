@@ -25,7 +25,7 @@ type Queue interface {
 	Fetch(ctx context.Context) (*queue.Delivery, error)
 	Status(ctx context.Context, id string) (job.Status, error)
 	UpdateStatus(ctx context.Context, id string, change func(*job.Status)) (job.Status, error)
-	WatchStatus(ctx context.Context, id string) (<-chan job.Status, error)
+	WatchChanges(ctx context.Context, keep func(id string) bool) (<-chan job.Status, error)
 }
 
 // Agent runs the model loop of one job.
@@ -68,9 +68,10 @@ var (
 
 // Runner runs jobs from the queue, at most Worker.Concurrency at once.
 type Runner struct {
-	cfg Config
-	log *slog.Logger
-	m   *metrics.Metrics
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics.Metrics
+	cancels *cancelWatch
 
 	mu       sync.Mutex
 	draining bool
@@ -94,7 +95,7 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.CleanupTimeout <= 0 {
 		cfg.CleanupTimeout = 30 * time.Second
 	}
-	return &Runner{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, running: map[string]int{}}, nil
+	return &Runner{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, cancels: newCancelWatch(cfg.Queue, cfg.Logger), running: map[string]int{}}, nil
 }
 
 // Draining reports whether the runner has stopped taking jobs.
@@ -169,6 +170,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.draining = true
 	r.mu.Unlock()
+	defer r.cancels.close()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	grace := time.Duration(r.cfg.Worker.DrainGrace)
