@@ -38,17 +38,13 @@ func BenchmarkPodStart(b *testing.B) {
 	}
 	pods := kube.Client.CoreV1().Pods(ns)
 	gone := func(name string) {
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
+		eventually(b, 2*time.Minute, "pod "+name+" gone", func() error {
 			_, err := pods.Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("pod %s not gone within 2m: %v", name, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return fmt.Errorf("pod %s still there (%v)", name, err)
+		})
 	}
 
 	var template *corev1.Pod
@@ -157,15 +153,9 @@ func benchNamespace(b *testing.B) string {
 			b.Errorf("delete namespace %s: %v", name, err)
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually(b, 60*time.Second, "the default ServiceAccount in "+name, func() error {
 		_, err := kube.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			return name
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("no default ServiceAccount in %s within 30s: %v", name, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
+	return name
 }

@@ -142,7 +142,7 @@ func TestContainment(t *testing.T) {
 		if err == nil {
 			t.Fatal("Exec with an expiring ctx returned no error")
 		}
-		eventually(t, 10*time.Second, "the command's processes to go", func() error {
+		eventually(t, time.Minute, "the command's processes to go", func() error {
 			if pids := hostProcesses("sleep\x00" + mark + "\x00"); len(pids) > 0 {
 				return &leftError{pids}
 			}

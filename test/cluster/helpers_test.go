@@ -71,7 +71,7 @@ func createNamespace(t *testing.T, name string, labels map[string]string) string
 			t.Errorf("delete namespace %s: %v", name, err)
 		}
 	})
-	eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
+	eventually(t, time.Minute, "default ServiceAccount in "+name, func() error {
 		_, err := kube.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
@@ -143,23 +143,18 @@ func noSandboxLeft(t *testing.T, ns string) {
 	})
 }
 
-// eventually polls cond until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+// eventually is cluster.WaitFor for a test: it polls cond until it returns nil, and fails the
+// test with cond's last error once timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	err := cluster.WaitFor(ctx, what, func(context.Context) (bool, error) {
 		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("waiting for %s: %v", what, t.Context().Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

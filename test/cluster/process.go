@@ -113,8 +113,15 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// waitFor polls cond until it returns true, an error, or ctx ends; every failed poll is
-// checked against the processes, so a crashed component ends the wait at once with its log.
+// WaitFor polls cond until it returns true or ctx ends, and then returns an error naming what
+// it waited for and the last error cond returned. It is the one poll loop of the cluster and
+// its tests.
+func WaitFor(ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) error {
+	return waitFor(ctx, what, nil, cond)
+}
+
+// waitFor is WaitFor that also checks the processes after every failed poll, so a crashed
+// component ends the wait at once with its log.
 func waitFor(ctx context.Context, what string, procs []*process, cond func(ctx context.Context) (bool, error)) error {
 	var last error
 	for {

@@ -44,7 +44,7 @@ func TestReaper(t *testing.T) {
 			return jobID == "held-job"
 		})
 	}()
-	eventually(t, 30*time.Second, "the orphan pod to be deleted", func() error {
+	eventually(t, time.Minute, "the orphan pod to be deleted", func() error {
 		if !reaped(ctx, ns, orphan.Info().ID) {
 			return errors.New("orphan pod still there")
 		}
@@ -52,7 +52,7 @@ func TestReaper(t *testing.T) {
 	})
 	// Pods younger than the interval are not yet asked about: wait for a round that weighed
 	// the held pod, then stop the reaper.
-	eventually(t, 30*time.Second, "the reaper to ask about the held job", func() error {
+	eventually(t, time.Minute, "the reaper to ask about the held job", func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if !slices.Contains(asked, "reaper-test/held-job") {

@@ -101,8 +101,8 @@ type pendingApproval struct {
 // waitForApproval polls `submit approvals JOB_ID` until the job's request shows up.
 func waitForApproval(t *testing.T, w *worker, id string) pendingApproval {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	var p pendingApproval
+	eventually(t, 60*time.Second, "job "+id+" asks for an approval", func() (bool, string) {
 		stdout, stderr, err := w.submit(t, "approvals", id, "--output", "json")
 		if err != nil {
 			t.Fatalf("submit approvals: %v\n%s", err, stderr)
@@ -113,13 +113,13 @@ func waitForApproval(t *testing.T, w *worker, id string) pendingApproval {
 		if err := json.Unmarshal([]byte(stdout), &list); err != nil {
 			t.Fatalf("submit approvals --output json: %v\n%s", err, stdout)
 		}
-		if len(list.Approvals) > 0 {
-			return list.Approvals[0]
+		if len(list.Approvals) == 0 {
+			return false, stdout
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("job %s asked for no approval within 60s", id)
-	return pendingApproval{}
+		p = list.Approvals[0]
+		return true, ""
+	})
+	return p
 }
 
 // finish follows a job to its end and returns the final status.

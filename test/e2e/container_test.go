@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -146,10 +147,11 @@ func TestReleaseImage(t *testing.T) {
 		"AWS_REGION":            s3test.Region,
 		"OPENAI_API_KEY":        e2eAPIKey,
 	}
-	workerConfig := func(t *testing.T, metricsAddr, kubeconfig string) string {
+	// The worker binds port 0 for its endpoints and logs the address it got.
+	workerConfig := func(t *testing.T, kubeconfig string) string {
 		path := filepath.Join(t.TempDir(), "boxcar.yaml")
 		writeText(t, path, fmt.Sprintf(`concurrency: 1
-metrics_addr: %s
+metrics_addr: 127.0.0.1:0
 drain_grace: %s
 nats:
   url: %s
@@ -171,7 +173,7 @@ profiles:
     sandbox: {image: busybox:1.37}
     tools:
       - name: list_files
-`, metricsAddr, workerDrainGrace, ns.ClientURL(), bucket, s3.Endpoint, s3test.Region, kubeconfig, deadModel))
+`, workerDrainGrace, ns.ClientURL(), bucket, s3.Endpoint, s3test.Region, kubeconfig, deadModel))
 		return path
 	}
 	submitEnv := map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint}
@@ -180,11 +182,10 @@ profiles:
 	t.Run("no cluster", func(t *testing.T) {
 		// Kubernetes sandboxes, and neither an in-cluster service account nor a kubeconfig:
 		// the worker stops at start with the fix, before it serves anything.
-		metricsAddr := freeAddr(t)
 		c := containers.Run(t, p, containers.Spec{
 			Image: image, Env: env,
 			Cmd:   []string{"--config=" + chartConfigPath, "--log-level=info"},
-			Binds: []string{workerConfig(t, metricsAddr, "") + ":" + chartConfigPath + ":ro"},
+			Binds: []string{workerConfig(t, "") + ":" + chartConfigPath + ":ro"},
 		})
 		st := containers.WaitExit(t, c, 60*time.Second)
 		logs := containers.Logs(t, c)
@@ -196,7 +197,6 @@ profiles:
 	})
 
 	t.Run("cluster unreachable", func(t *testing.T) {
-		metricsAddr := freeAddr(t)
 		kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 		writeText(t, kubeconfig, fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -210,9 +210,19 @@ current-context: gone
 			Image: image, Env: env,
 			Cmd: []string{"--config=" + chartConfigPath, "--log-level=info"},
 			Binds: []string{
-				workerConfig(t, metricsAddr, containerKubeconfig) + ":" + chartConfigPath + ":ro",
+				workerConfig(t, containerKubeconfig) + ":" + chartConfigPath + ":ro",
 				kubeconfig + ":" + containerKubeconfig + ":ro",
 			},
+		})
+		var metricsAddr string
+		eventually(t, 60*time.Second, "the worker container logs its metrics address", func() (bool, string) {
+			if err := stillRunning(c)(); err != nil {
+				t.Fatal(err)
+			}
+			logs := containers.Logs(t, c)
+			var ok bool
+			metricsAddr, ok = logRecord(logs, "metrics listening", "addr")
+			return ok, logs
 		})
 		base := "http://" + metricsAddr
 		waitHTTP(t, base+"/healthz", http.StatusOK, 60*time.Second, stillRunning(c))
@@ -378,9 +388,9 @@ func TestStoreOutageWithContainers(t *testing.T) {
 			t.Errorf("worker log never names job %s", id)
 		}
 		// The status is written before the settle's log line: wait for that line.
-		for deadline := time.Now().Add(30 * time.Second); countSucceeded(w.log.String(), id) == 0 && time.Now().Before(deadline); {
-			time.Sleep(50 * time.Millisecond)
-		}
+		eventually(t, 30*time.Second, "the worker logs the settle of job "+id, func() (bool, string) {
+			return countSucceeded(w.log.String(), id) > 0, "no settle line"
+		})
 		if n := countSucceeded(w.log.String(), id); n != 1 {
 			t.Errorf("worker log shows %d successful settles of job %s, want 1\n%s", n, id, w.log.String())
 		}
@@ -401,7 +411,7 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		w := launchS3Worker(t, st, demoModel(t))
 
 		// The worker waits for the store rather than take jobs it cannot run; /readyz says why.
-		waitReadyz(t, "http://"+w.metricsAddr+"/readyz", regexp.MustCompile(`^not ready: store: store: stat s3://`+st.bucket+`/inputs/sha256/0{64}: .*dial tcp `+regexp.QuoteMeta(st.addr)+`: connect: connection refused`), 30*time.Second, w.alive)
+		waitReadyz(t, w.metricsURL(t)+"/readyz", regexp.MustCompile(`^not ready: store: store: stat s3://`+st.bucket+`/inputs/sha256/0{64}: .*dial tcp `+regexp.QuoteMeta(st.addr)+`: connect: connection refused`), 30*time.Second, w.alive)
 
 		// A job (no inputs: submit cannot upload any) waits in the queue, not in a worker, and
 		// spends none of its deliveries.
@@ -418,7 +428,7 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		}
 
 		st.start(t)
-		waitHTTP(t, "http://"+w.metricsAddr+"/readyz", http.StatusOK, 60*time.Second, w.alive)
+		waitHTTP(t, w.metricsURL(t)+"/readyz", http.StatusOK, 60*time.Second, w.alive)
 		done := waitStatus(t, w.submitEnv, id, 90*time.Second, func(s map[string]any) bool {
 			state, _ := s["state"].(string)
 			return state != "retrying" && state != "running" && state != "queued"
@@ -460,7 +470,7 @@ func startStoreContainer(t *testing.T, p *testcontainers.DockerProvider, image s
 			t.Fatal(err)
 		}
 	}
-	s.addr = freeAddr(t)
+	s.addr = restartableAddr(t)
 	s.endpoint = "http://" + s.addr
 	// As root the store runs as the image's 65532; otherwise as the caller, who must be able to
 	// remove what it wrote when the test's folders are cleaned up.
@@ -478,6 +488,20 @@ func startStoreContainer(t *testing.T, p *testcontainers.DockerProvider, image s
 	})
 	waitHTTP(t, s.endpoint+"/health", http.StatusOK, 30*time.Second, stillRunning(s.c))
 	return s
+}
+
+// restartableAddr is a loopback address for the store container, which must come back on the
+// same port after `docker stop` and `docker start` as an operator's store does (the worker's
+// config names it, and its errors while the store is down name it too). docker start reuses
+// the command line, so port 0 would move the store; this is the one port the tests pick.
+func restartableAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // stop is `docker stop`: versitygw gets SIGTERM and its port closes.
@@ -510,16 +534,7 @@ type s3Worker struct {
 func startS3Worker(t *testing.T, st *storeContainer, modelURL string) *s3Worker {
 	t.Helper()
 	w := launchS3Worker(t, st, modelURL)
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(w.out.String(), "worker ready:") {
-		if err := w.alive(); err != nil {
-			t.Fatalf("worker exited before it was ready: %v\n%s", err, w.log.String())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker not ready within 30s:\n%s", w.log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	w.waitLog(t, workerReady, 1, 60*time.Second)
 	return w
 }
 
@@ -528,7 +543,6 @@ func launchS3Worker(t *testing.T, st *storeContainer, modelURL string) *s3Worker
 	t.Helper()
 	ns := startNATS(t)
 	w := &s3Worker{natsURL: ns.ClientURL(), configWorker: configWorker{log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit()}}
-	w.metricsAddr = freeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "boxcar.yaml")
 	// The example profiles, plus this worker's NATS, store and timings. Retries come quickly
 	// so the test sees the second attempt soon after the store returns.
@@ -631,19 +645,20 @@ func watchStatus(t *testing.T, natsURL, id string) *statusHistory {
 // waitFor returns the first recorded status for which ok holds, waiting for it up to within.
 func (h *statusHistory) waitFor(t *testing.T, within time.Duration, ok func(job.Status) bool) job.Status {
 	t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+	var found job.Status
+	eventually(t, within, "the job reaches the status wanted", func() (bool, string) {
 		h.mu.Lock()
 		seen := slices.Clone(h.seen)
 		h.mu.Unlock()
 		for _, st := range seen {
 			if ok(st) {
-				return st
+				found = st
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no such status within %s; seen: %+v", within, seen)
-		}
-	}
+		return false, fmt.Sprintf("seen %+v", seen)
+	})
+	return found
 }
 
 // startNATS runs the real nats-server in-process on a free loopback port.
@@ -670,24 +685,19 @@ func jobStatus(t *testing.T, env map[string]string, id string) map[string]any {
 // waitStatus polls `submit status` until ok holds, and returns that status.
 func waitStatus(t *testing.T, env map[string]string, id string, within time.Duration, ok func(map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	var last map[string]any
-	for {
+	eventually(t, within, "job "+id+" reaches the status wanted", func() (bool, string) {
 		var stdout, stderr bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := submitcmd.Run(ctx, []string{"status", id, "--output", "json"}, mapEnv(env), &stdout, &stderr)
 		cancel()
-		if err == nil {
-			last = lastJSON(t, stdout.String())
-			if ok(last) {
-				return last
-			}
+		if err != nil {
+			return false, fmt.Sprintf("status %v (submit status: %v %s)", last, err, stderr.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: condition not reached within %s; last status %v (%v %s)", id, within, last, err, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		last = lastJSON(t, stdout.String())
+		return ok(last), fmt.Sprintf("status %v", last)
+	})
+	return last
 }
 
 // deadLetter reads the job's dead letter from the BOXCAR_DLQ stream, if there is one.
@@ -724,14 +734,13 @@ func deadLetter(t *testing.T, natsURL, id string) (queue.DeadLetter, bool) {
 
 func waitDeadLetter(t *testing.T, natsURL, id string, within time.Duration) queue.DeadLetter {
 	t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
-		if dl, ok := deadLetter(t, natsURL, id); ok {
-			return dl
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no dead letter for job %s within %s", id, within)
-		}
-	}
+	var dl queue.DeadLetter
+	eventually(t, within, "a dead letter for job "+id, func() (bool, string) {
+		var ok bool
+		dl, ok = deadLetter(t, natsURL, id)
+		return ok, "none in BOXCAR_DLQ"
+	})
+	return dl
 }
 
 // countSucceeded counts the worker's log lines that settle job id as succeeded.

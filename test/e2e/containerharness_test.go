@@ -28,30 +28,28 @@ import (
 func waitHTTP(t *testing.T, url string, want int, within time.Duration, alive func() error) string {
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second}
-	deadline := time.Now().Add(within)
 	var last string
-	for {
-		resp, err := client.Get(url)
-		if err == nil {
+	eventually(t, within, fmt.Sprintf("%s answers %d", url, want), func() (bool, string) {
+		var state string
+		if resp, err := client.Get(url); err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
 			if resp.StatusCode == want {
-				return string(body)
+				last = string(body)
+				return true, ""
 			}
+			state = fmt.Sprintf("%d %s", resp.StatusCode, body)
 		} else {
-			last = err.Error()
+			state = err.Error()
 		}
 		if alive != nil {
 			if err := alive(); err != nil {
 				t.Fatalf("waiting for %s to answer %d: %v", url, want, err)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer %d within %s; last: %s", url, want, within, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, state
+	})
+	return last
 }
 
 // checkStatic fails unless path is a statically linked ELF executable: a FROM scratch image has

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -91,25 +92,35 @@ func startWorker(t *testing.T, modelURL string, extraArgs ...string) *worker {
 // written for people. It returns false when exited closes first (nil: never).
 func logged(t *testing.T, log *syncBuffer, msg, key string, exited <-chan struct{}) (string, bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		for line := range strings.SplitSeq(log.String(), "\n") {
-			var rec map[string]any
-			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
-				if v, ok := rec[key].(string); ok {
-					return v, true
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the worker logged no %q with %s within 30s:\n%s", msg, key, log.String())
+	var v string
+	gone := false
+	eventually(t, 60*time.Second, fmt.Sprintf("the worker logs %q with %s", msg, key), func() (bool, string) {
+		var ok bool
+		if v, ok = logRecord(log.String(), msg, key); ok {
+			return true, ""
 		}
 		select {
 		case <-exited:
-			return "", false
-		case <-time.After(20 * time.Millisecond):
+			gone = true
+			return true, ""
+		default:
+			return false, "log:\n" + log.String()
+		}
+	})
+	return v, !gone
+}
+
+// logRecord returns string field key of the first JSON log record in log with message msg.
+func logRecord(log, msg, key string) (string, bool) {
+	for line := range strings.SplitSeq(log, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+			if v, ok := rec[key].(string); ok {
+				return v, true
+			}
 		}
 	}
+	return "", false
 }
 
 func mapEnv(m map[string]string) func(string) string {

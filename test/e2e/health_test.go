@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -86,16 +87,10 @@ func TestReadyzWhileDraining(t *testing.T) {
 	}
 
 	stop() // SIGTERM
-	var code int
-	var body []byte
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if code, body = httpGet(t, base+"/readyz"); code == http.StatusServiceUnavailable {
-			break
-		}
-	}
-	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "draining") {
-		t.Fatalf("/readyz while draining = %d %q, want 503 draining", code, body)
-	}
+	eventually(t, 30*time.Second, "/readyz answers 503 draining", func() (bool, string) {
+		code, body := httpGet(t, base+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(string(body), "draining"), fmt.Sprintf("%d %q", code, body)
+	})
 	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while draining = %d %s, want 200", code, body)
 	}

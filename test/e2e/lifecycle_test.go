@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -63,20 +64,14 @@ func TestWatchShowsProgressUntilTheEnd(t *testing.T) {
 func TestCancelARunningJob(t *testing.T) {
 	w := startWorker(t, slowModel(t, 2*time.Second))
 	id := submitNoWait(t, w)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually(t, 60*time.Second, "job "+id+" runs", func() (bool, string) {
 		out, _, err := w.submit(t, "status", id, "--output", "json")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st := lastJSON(t, out); st["state"] == "running" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job never started running")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		st := lastJSON(t, out)
+		return st["state"] == "running", fmt.Sprint(st)
+	})
 	asked := time.Now()
 	if _, stderr, err := w.submit(t, "cancel", id); err != nil {
 		t.Fatalf("cancel: %v\n%s", err, stderr)

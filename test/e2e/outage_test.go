@@ -70,10 +70,17 @@ func (n *natsOnPort) stop() {
 // configWorker runs the worker with the example profiles on a file store, the given NATS and
 // log level debug, until the test ends; it does not wait for the worker to be ready.
 type configWorker struct {
-	metricsAddr string
-	submitEnv   map[string]string
-	log, out    *syncBuffer
+	submitEnv map[string]string
+	log, out  *syncBuffer
 	exit
+}
+
+// metricsURL is the base URL of the worker's /metrics, /healthz and /readyz. The worker binds
+// port 0 and logs the address it got, before it waits for NATS or the store.
+func (w *configWorker) metricsURL(t *testing.T) string {
+	t.Helper()
+	addr, _ := logged(t, w.log, "metrics listening", "addr", nil)
+	return "http://" + addr
 }
 
 func startConfigWorker(t *testing.T, natsURL, modelURL string) *configWorker {
@@ -89,7 +96,7 @@ func startWorkerWith(t *testing.T, modelURL, sections string, submitEnv map[stri
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "boxcar.yaml")
 	writeText(t, cfg, string(examples.Config)+fmt.Sprintf("\ndrain_grace: %s\nsandbox:\n  backend: bubblewrap\n", workerDrainGrace)+sections)
-	w := &configWorker{metricsAddr: freeAddr(t), log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit(), submitEnv: submitEnv}
+	w := &configWorker{log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit(), submitEnv: submitEnv}
 	w.run(t, cfg, modelURL, "--log-level", "debug")
 	return w
 }
@@ -101,7 +108,7 @@ func (w *configWorker) run(t *testing.T, cfg, modelURL string, args ...string) {
 	env := mapEnv(map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": e2eAPIKey})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		w.done <- workercmd.Run(ctx, append([]string{"--config", cfg, "--metrics-addr", w.metricsAddr}, args...), env, w.out, w.log)
+		w.done <- workercmd.Run(ctx, append([]string{"--config", cfg, "--metrics-addr", "127.0.0.1:0"}, args...), env, w.out, w.log)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -138,17 +145,17 @@ func (e exit) alive() error {
 // waitLog polls the worker's log until it holds at least n lines matching re.
 func (w *configWorker) waitLog(t *testing.T, re *regexp.Regexp, n int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for len(re.FindAllString(w.log.String(), -1)) < n {
+	eventually(t, within, fmt.Sprintf("%d lines matching %s in the worker log", n, re), func() (bool, string) {
 		if err := w.alive(); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker log holds %d lines matching %s within %s, want %d", len(re.FindAllString(w.log.String(), -1)), re, within, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		got := w.count(re)
+		return got >= n, fmt.Sprintf("%d lines", got)
+	})
 }
+
+// workerReady matches the worker's JSON log record that it serves jobs.
+var workerReady = regexp.MustCompile(`"msg":"worker ready"`)
 
 func (w *configWorker) submitJob(t *testing.T) (string, error) {
 	return submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
@@ -172,17 +179,12 @@ func (w *configWorker) runJob(t *testing.T) {
 // waitReadyz polls url until it answers 503 with a body that matches want, and returns it.
 func waitReadyz(t *testing.T, url string, want *regexp.Regexp, within time.Duration, alive func() error) string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		body := waitHTTP(t, url, 503, within, alive)
-		if want.MatchString(body) {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s answered %q, want it to match %s", url, body, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var body string
+	eventually(t, within, fmt.Sprintf("%s answers 503 matching %s", url, want), func() (bool, string) {
+		body = waitHTTP(t, url, 503, within, alive)
+		return want.MatchString(body), body
+	})
+	return body
 }
 
 // TestWorkerWaitsForNATS: a worker whose NATS is not there yet waits for it instead of
@@ -191,7 +193,7 @@ func waitReadyz(t *testing.T, url string, want *regexp.Regexp, within time.Durat
 func TestWorkerWaitsForNATS(t *testing.T) {
 	n := newNATSPort(t)
 	w := startConfigWorker(t, n.url, demoModel(t))
-	readyz := "http://" + w.metricsAddr + "/readyz"
+	readyz := w.metricsURL(t) + "/readyz"
 
 	// Dialling goes on (debug lines), the wait is logged once, /readyz says why.
 	retries := regexp.MustCompile(`"msg":"NATS still not reachable; dialling again"`)
@@ -230,20 +232,19 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 	n.stop()
 	n.dir = t.TempDir()
 	n.up(t)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	eventually(t, 60*time.Second, "a job on the NATS that lost its data", func() (bool, string) {
 		out, err := w.submitJob(t)
 		if err == nil {
 			if res := lastJSON(t, out); res["state"] != "succeeded" {
 				t.Fatalf("job on the NATS that lost its data ended %v, want succeeded", res)
 			}
-			break
+			return true, ""
 		}
-		if !strings.Contains(err.Error()+out, "start a worker first") || time.Now().After(deadline) {
+		if !strings.Contains(err.Error()+out, "start a worker first") {
 			t.Fatalf("submit to a NATS that lost its data, with a worker connected: %v\n%s", err, out)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%v\n%s", err, out)
+	})
 }
 
 // TestStoreOutageKeepsTheDelivery: a job delivered while the store is down waits for it
@@ -259,7 +260,7 @@ func TestStoreOutageKeepsTheDelivery(t *testing.T) {
 	w := startWorkerWith(t, demoModel(t), fmt.Sprintf("nats:\n  url: %s\n  ack_wait: %s\n  max_deliver: 1\nstore:\n  url: s3://%s\n  endpoint: %s\n  region: %s\n  path_style: true\n",
 		ns.ClientURL(), ackWait, bucket, s3.Endpoint, s3test.Region),
 		map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint})
-	w.waitLog(t, regexp.MustCompile(`"msg":"worker ready"`), 1, 60*time.Second)
+	w.waitLog(t, workerReady, 1, 60*time.Second)
 
 	s3.Stop()
 	// No inputs: submit cannot upload any while the store is down.

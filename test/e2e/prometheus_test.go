@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -31,17 +30,6 @@ func need(t *testing.T, command, pkg string) string {
 		t.Fatalf("%s not found: apt-get install -y %s", command, pkg)
 	}
 	return p
-}
-
-// freeAddr returns a loopback address with a port nothing listens on right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func httpGet(t *testing.T, u string) (int, []byte) {
@@ -117,26 +105,20 @@ func TestPrometheus(t *testing.T) {
 	// `submit --wait` returns once the job's status is final; the worker settles with the queue
 	// and frees the slot just after.
 	var scrape []byte
-	var missing []string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	eventually(t, 60*time.Second, "the scrape shows both jobs settled", func() (bool, string) {
 		var code int
 		code, scrape = httpGet(t, base+"/metrics")
 		if code != http.StatusOK {
 			t.Fatalf("/metrics = %d", code)
 		}
-		missing = missing[:0]
+		var missing []string
 		for _, w := range want {
 			if !bytes.Contains(scrape, []byte("\n"+w)) {
 				missing = append(missing, w)
 			}
 		}
-		if len(missing) == 0 {
-			break
-		}
-	}
-	for _, m := range missing {
-		t.Errorf("the scrape lacks %q", m)
-	}
+		return len(missing) == 0, fmt.Sprintf("the scrape lacks %q", missing)
+	})
 	// Logged once the address is bound, before the first scrape can succeed.
 	if !strings.Contains(w.log.String(), `"msg":"metrics listening","addr":"`+metricsAddr+`"`) {
 		t.Errorf("the worker did not log its metrics address %s", metricsAddr)
@@ -191,33 +173,26 @@ scrape_configs:
 	})
 
 	query := `sum(boxcar_jobs_total{job="boxcar",outcome="succeeded"})`
-	var last, promAddr string
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	var promAddr string
+	eventually(t, 120*time.Second, fmt.Sprintf("Prometheus answers %s = %d", query, jobs), func() (bool, string) {
 		select {
 		case err := <-exited:
 			t.Fatalf("prometheus exited: %v\n%s", err, promLog.String())
-		case <-time.After(250 * time.Millisecond):
+		default:
 		}
 		if promAddr == "" {
 			addr, err := testnet.ListeningAddr(prom.Process.Pid)
 			if addr == "" {
-				last = fmt.Sprintf("prometheus not listening yet (%v)", err)
-				continue
+				return false, fmt.Sprintf("prometheus not listening yet (%v)", err)
 			}
 			promAddr = addr
 		}
 		v, err := promQuery(promAddr, query)
 		if err != nil {
-			last = err.Error()
-			continue
+			return false, err.Error()
 		}
-		last = v
-		if v == fmt.Sprint(jobs) {
-			return
-		}
-	}
-	t.Fatalf("Prometheus answered %s = %s, want %d", query, last, jobs)
+		return v == fmt.Sprint(jobs), v
+	})
 }
 
 // promQuery runs an instant query against Prometheus's HTTP API and returns the single value.

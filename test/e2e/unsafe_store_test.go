@@ -39,7 +39,7 @@ func TestWorkerRefusesAStoreThatOverwrites(t *testing.T) {
 	defer cancel()
 	log := &syncBuffer{}
 	env := mapEnv(map[string]string{"OPENAI_BASE_URL": demoModel(t), "OPENAI_API_KEY": e2eAPIKey})
-	err := workercmd.Run(ctx, []string{"--config", cfg, "--metrics-addr", freeAddr(t)}, env, &syncBuffer{}, log)
+	err := workercmd.Run(ctx, []string{"--config", cfg, "--metrics-addr", "127.0.0.1:0"}, env, &syncBuffer{}, log)
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("worker on a server that ignores If-None-Match: %v; want it to refuse to start\n%s", err, log.String())
 	}
@@ -54,7 +54,7 @@ func TestWorkerRefusesAStoreThatOverwrites(t *testing.T) {
 
 	w := startWorkerWith(t, demoModel(t), sections("  allow_unsafe_overwrite: true\n"),
 		map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint})
-	w.waitLog(t, regexp.MustCompile(`"msg":"worker ready"`), 1, 60*time.Second)
+	w.waitLog(t, workerReady, 1, 60*time.Second)
 	if n := w.count(regexp.MustCompile(`"level":"WARN","msg":"store: the S3 server does not honour create-only writes`)); n != 1 {
 		t.Errorf("the worker warned %d times about the unsafe server, want once:\n%s", n, w.log.String())
 	}
