@@ -14,6 +14,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 // TestHostileSymlinksRealSandbox plants symlinks out of the workdir in a real bubblewrap
@@ -28,7 +29,7 @@ func TestHostileSymlinksRealSandbox(t *testing.T) {
 	if err := os.WriteFile(secretPath, []byte(secret), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb := realSandbox(t)
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	ctx := context.Background()
 	plant := [][]string{
 		{"ln", "-s", secretPath, "abs_secret"},
@@ -114,35 +115,4 @@ func TestHostileSymlinksRealSandbox(t *testing.T) {
 	if got, err := sb.ReadFile(ctx, "abs_secret", 100); err != nil || string(got) != "replaced" {
 		t.Errorf("abs_secret in the workdir = %q, %v; want the regular file write_file made", got, err)
 	}
-}
-
-// realSandbox starts a bubblewrap sandbox whose root is under the system temp folder, and
-// closes it when the test ends. A host without bubblewrap fails the test with the advice the
-// provider gives: containment must not go untested quietly.
-func realSandbox(t *testing.T) sandbox.Sandbox {
-	t.Helper()
-	root := t.TempDir()
-	// Sandboxes run as host uids of their own, which must pass through (not list) the root's
-	// parents to reach their workdirs.
-	for _, d := range []string{filepath.Dir(root), root} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p, err := sandbox.NewBubblewrap(sandbox.BubblewrapConfig{Root: root})
-	if err != nil {
-		t.Fatalf("NewBubblewrap: %v", err)
-	}
-	sb, err := p.Start(context.Background(), sandbox.Spec{JobID: "hostile", SandboxSpec: config.Profile{}.WithDefaults().Sandbox})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := sb.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return sb
 }

@@ -5,8 +5,6 @@ package runner
 // The artifact cases that need a real bubblewrap sandbox (the integration tier).
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,29 +15,11 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
-// BubblewrapForTest is a real bubblewrap provider under a root of the test's, for this
-// package's tests and runner_test's.
-func BubblewrapForTest(t *testing.T) *sandbox.BubblewrapProvider {
-	t.Helper()
-	root := t.TempDir()
-	// Sandboxes run as uids of their own, which must be able to reach their folder.
-	for _, d := range []string{filepath.Dir(root), root} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p, err := sandbox.NewBubblewrap(sandbox.BubblewrapConfig{Root: root})
-	if err != nil {
-		t.Fatalf("NewBubblewrap: %v", err)
-	}
-	return p
-}
-
 // TestCollectArtifactsSkipsSymlinks runs a real bubblewrap sandbox whose artifact folder holds
 // symbolic links to a host file, to a folder, to an input and to a file in the folder itself:
 // only the regular files are taken, and no link is followed.
 func TestCollectArtifactsSkipsSymlinks(t *testing.T) {
-	p := BubblewrapForTest(t)
+	p := sandboxtest.Bubblewrap(t)
 	ctx := t.Context()
 	sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
 	for name, data := range map[string]string{"input.csv": "secret,input\n", "artifacts/table.csv": "a,b\n1,2\n", "artifacts/sub/notes.txt": "notes\n"} {

@@ -15,11 +15,12 @@ import (
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 // withBubblewrap runs the worker's sandboxes in real bubblewrap.
 func withBubblewrap(t *testing.T) func(*runner.Config) {
-	p := runner.BubblewrapForTest(t)
+	p := sandboxtest.Bubblewrap(t)
 	return func(c *runner.Config) { c.Sandboxes = p }
 }
 

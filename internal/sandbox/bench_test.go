@@ -13,6 +13,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 // BenchmarkBubblewrapLifecycle is row 2: a sandbox's whole life through the provider (Start,
@@ -22,13 +23,13 @@ import (
 // the cgroup and moving bwrap into it, the rlimits set on bwrap, the options pipe, the disk
 // watch and the cleanup checks.
 func BenchmarkBubblewrapLifecycle(b *testing.B) {
-	p := newBubblewrap(b)
+	p := sandboxtest.Bubblewrap(b)
 	ctx := context.Background()
 	spec := sandbox.Spec{JobID: "bench", SandboxSpec: config.SandboxSpec{}}
 	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second}
-	template := start(b, p, spec.SandboxSpec) // whose options the bare process copies
+	template := sandboxtest.StartSpec(b, p, spec.SandboxSpec) // whose options the bare process copies
 	uid := sandbox.BubblewrapHostState(template).UID
-	bareRoot := searchableTempDir(b)
+	bareRoot := sandboxtest.SearchableTempDir(b)
 
 	boxcar := func() time.Duration {
 		begin := time.Now()

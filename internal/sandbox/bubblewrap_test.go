@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,34 +20,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
-
-// newBubblewrap makes a provider over a fresh root. A host without bubblewrap fails the test with
-// the error's advice (`apt-get install -y bubblewrap`): containment must not go untested quietly.
-func newBubblewrap(t testing.TB, edit ...func(*sandbox.BubblewrapConfig)) *sandbox.BubblewrapProvider {
-	t.Helper()
-	cfg := sandbox.BubblewrapConfig{Root: searchableTempDir(t)}
-	for _, e := range edit {
-		e(&cfg)
-	}
-	p, err := sandbox.NewBubblewrap(cfg)
-	if err != nil {
-		t.Fatalf("NewBubblewrap: %v", err)
-	}
-	return p
-}
-
-// searchableTempDir is a temporary folder that other users may pass through (not list):
-// sandboxes run as host uids of their own, and bwrap, running as them, resolves paths below it.
-func searchableTempDir(t testing.TB) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 func withoutCgroups(c *sandbox.BubblewrapConfig) { c.DisableCgroups = true }
 
@@ -70,11 +43,11 @@ func py(t *testing.T, sb sandbox.Sandbox, script string) string {
 }
 
 func TestBubblewrapConformance(t *testing.T) {
-	sandboxtest.Run(t, func(t *testing.T) sandbox.Provider { return newBubblewrap(t) })
+	sandboxtest.Run(t, func(t *testing.T) sandbox.Provider { return sandboxtest.Bubblewrap(t) })
 }
 
 func TestBubblewrapConformanceWithoutCgroups(t *testing.T) {
-	sandboxtest.Run(t, func(t *testing.T) sandbox.Provider { return newBubblewrap(t, withoutCgroups) })
+	sandboxtest.Run(t, func(t *testing.T) sandbox.Provider { return sandboxtest.Bubblewrap(t, withoutCgroups) })
 }
 
 func TestNewBubblewrapErrors(t *testing.T) {
@@ -106,7 +79,7 @@ func TestNewBubblewrapErrors(t *testing.T) {
 }
 
 func TestStartRejectsBadSpecs(t *testing.T) {
-	p := newBubblewrap(t)
+	p := sandboxtest.Bubblewrap(t)
 	tests := []struct {
 		name string
 		spec config.SandboxSpec
@@ -131,7 +104,7 @@ func TestStartRejectsBadSpecs(t *testing.T) {
 }
 
 func TestExecRejectsBadRequests(t *testing.T) {
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	tests := []struct {
 		name string
 		req  sandbox.ExecRequest
@@ -164,8 +137,8 @@ func TestResourceLimits(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			p := newBubblewrap(t, mode.edit)
-			sb := start(t, p, config.SandboxSpec{Memory: "128Mi", PIDs: 32, Disk: "8Mi"})
+			p := sandboxtest.Bubblewrap(t, mode.edit)
+			sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{Memory: "128Mi", PIDs: 32, Disk: "8Mi"})
 			t.Logf("isolation: %s", sb.Info().Isolation)
 
 			t.Run("memory", func(t *testing.T) {
@@ -319,7 +292,7 @@ func lastLine(b []byte) string {
 // TestTimeoutLeavesNoHostProcess looks for the command's descendants in the host's process
 // table, including one that detached into its own session with its output closed.
 func TestTimeoutLeavesNoHostProcess(t *testing.T) {
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	marker := fmt.Sprintf("100.%d", time.Now().UnixNano()%1_000_000_000)
 	script := fmt.Sprintf("setsid sleep %s </dev/null >/dev/null 2>&1 & sleep %s & sleep %s & wait", marker, marker, marker)
 	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", script}, Timeout: 300 * time.Millisecond})
@@ -373,9 +346,9 @@ func hostProcessesWhere(t *testing.T, match func(pid string, cmdline []byte) boo
 }
 
 func TestLifetime(t *testing.T) {
-	root := searchableTempDir(t)
-	p := newBubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root })
-	sb := start(t, p, config.SandboxSpec{Lifetime: config.Duration(time.Second)})
+	root := sandboxtest.SearchableTempDir(t)
+	p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root })
+	sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{Lifetime: config.Duration(time.Second)})
 	start := time.Now()
 	_, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sleep", "30"}})
 	if !errors.Is(err, sandbox.ErrClosed) {
@@ -402,7 +375,7 @@ func TestLifetime(t *testing.T) {
 
 // TestImageRootfs runs a static program from a rootfs folder named as the image.
 func TestImageRootfs(t *testing.T) {
-	image := searchableTempDir(t)
+	image := sandboxtest.SearchableTempDir(t)
 	for _, dir := range []string{"bin", "etc"} {
 		if err := os.Mkdir(filepath.Join(image, dir), 0o755); err != nil {
 			t.Fatal(err)
@@ -411,38 +384,29 @@ func TestImageRootfs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(image, "etc", "image-marker"), []byte("from the image"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src := filepath.Join(t.TempDir(), "main.go")
-	prog := `package main
-
-import ("fmt"; "os")
-
-func main() {
-	entries, _ := os.ReadDir("/")
-	for _, e := range entries { fmt.Print(e.Name(), " ") }
-	b, err := os.ReadFile("/etc/image-marker")
-	fmt.Println("|", string(b), err)
-	if err := os.WriteFile("/etc/x", nil, 0o644); err == nil { fmt.Println("IMAGE WRITABLE") }
-}
-`
-	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+	// A static busybox is the image's only program: it runs without the host's libraries, so
+	// it shows what the sandbox's / holds.
+	bb, _ := staticBusybox(t)
+	data, err := os.ReadFile(bb)
+	if err != nil {
 		t.Fatal(err)
 	}
-	build := exec.Command("go", "build", "-o", filepath.Join(image, "bin", "probe"), src)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the probe: %v\n%s", err, out)
+	if err := os.WriteFile(filepath.Join(image, "bin", "busybox"), data, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Chmod(image, 0o755); err != nil { // the sandbox's host user reads the image
 		t.Fatal(err)
 	}
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{Image: image})
-	res := run(t, sb, "/bin/probe")
-	out := string(res.Stdout)
-	if res.ExitCode != 0 || !strings.Contains(out, "| from the image <nil>") {
-		t.Fatalf("probe: exit %d, stdout %q, stderr %q", res.ExitCode, out, res.Stderr)
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{Image: image})
+	res := run(t, sb, "/bin/busybox", "ls", "-a", "/")
+	if got := strings.Fields(string(res.Stdout)); res.ExitCode != 0 || !slices.Equal(got, []string{".", "..", "bin", "dev", "etc", "proc", "tmp", "work"}) {
+		t.Errorf("ls / in the sandbox: exit %d, %q (stderr %q); want the image's bin and etc beside the sandbox's own dev, proc, tmp and work", res.ExitCode, res.Stdout, res.Stderr)
 	}
-	if strings.Contains(out, "usr") || strings.Contains(out, "IMAGE WRITABLE") {
-		t.Errorf("want only the image, read-only, at /: %q", out)
+	if res := run(t, sb, "/bin/busybox", "cat", "/etc/image-marker"); res.ExitCode != 0 || string(res.Stdout) != "from the image" {
+		t.Errorf("cat /etc/image-marker: exit %d, %q (stderr %q); want the image's file", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if res := run(t, sb, "/bin/busybox", "touch", "/etc/x"); res.ExitCode == 0 {
+		t.Errorf("touch /etc/x succeeded: the image must be read-only")
 	}
 	if info := sb.Info(); info.Image != image {
 		t.Errorf("Info().Image = %q, want %q", info.Image, image)
@@ -465,7 +429,7 @@ func TestIsolationReport(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			info := start(t, newBubblewrap(t, tt.edit), config.SandboxSpec{}).Info()
+			info := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, tt.edit), config.SandboxSpec{}).Info()
 			for _, want := range tt.want {
 				if !strings.Contains(info.Isolation, want) {
 					t.Errorf("Isolation %q lacks %q", info.Isolation, want)
@@ -479,7 +443,7 @@ func TestIsolationReport(t *testing.T) {
 }
 
 func BenchmarkExecTrue(b *testing.B) {
-	sb := start(b, newBubblewrap(b), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(b, sandboxtest.Bubblewrap(b), config.SandboxSpec{})
 	ctx := context.Background()
 	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second}
 	for b.Loop() {

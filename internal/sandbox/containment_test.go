@@ -20,6 +20,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 // The containment suite: each test is one attempt to break out of a bubblewrap sandbox, or to
@@ -93,7 +94,7 @@ func expectHostUnharmed(t *testing.T, st sandbox.HostState) {
 // them from inside: the sandbox's loopback is its own, with nothing listening.
 func TestContainmentHostLoopbackUnreachable(t *testing.T) {
 	t.Parallel()
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	var accepted atomic.Int32
 	listen := func(network, addr string) net.Listener {
 		ln, err := net.Listen(network, addr)
@@ -151,7 +152,7 @@ for name, fam, addr in `+targets+`:
 // loopback and nothing else, and no route anywhere else.
 func TestContainmentNoInterfacesNoRoutes(t *testing.T) {
 	t.Parallel()
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	read := func(name string) string { return string(run(t, sb, "cat", name).Stdout) }
 
 	var ifaces []string
@@ -205,7 +206,7 @@ func TestContainmentNoInterfacesNoRoutes(t *testing.T) {
 // TestContainmentNoHostHome looks for the host's homes and secrets from inside.
 func TestContainmentNoHostHome(t *testing.T) {
 	t.Parallel()
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	paths := []string{"/root", "/home", "/etc/shadow", "/etc/gshadow", "/etc/ssh", "/var", "/sys", "/run", "/mnt", "/opt", "/srv"}
 	if home, err := os.UserHomeDir(); err == nil {
 		paths = append(paths, home)
@@ -238,7 +239,7 @@ func TestContainmentNoHostHome(t *testing.T) {
 func TestContainmentNoWorkerEnvironment(t *testing.T) {
 	secret := "boxcar-secret-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	t.Setenv("BOXCAR_TEST_SECRET", secret)
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	script := fmt.Sprintf(`env; for f in /proc/[0-9]*/environ /proc/1/environ /proc/self/environ /proc/%d/environ; do echo "== $f"; tr '\0' '\n' < "$f"; done 2>&1`, os.Getpid())
 	res := run(t, sb, "sh", "-c", script)
 	if bytes.Contains(res.Stdout, []byte(secret)) || bytes.Contains(res.Stdout, []byte("BOXCAR_TEST_SECRET")) {
@@ -257,7 +258,7 @@ func TestContainmentNoWorkerEnvironment(t *testing.T) {
 // TestContainmentNoCapabilities checks the command is not root and holds no capability.
 func TestContainmentNoCapabilities(t *testing.T) {
 	t.Parallel()
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	out := py(t, sb, `
 import os
 print("uid", os.getuid(), os.geteuid(), os.getgid())
@@ -276,7 +277,7 @@ for line in open("/proc/self/status"):
 // (were it host root, even mapped, it could chmod them).
 func TestContainmentHostDevicesNotOwned(t *testing.T) {
 	t.Parallel()
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	res := run(t, sb, "stat", "-c", "%u", "/dev/null", "/usr/bin/sh")
 	if got := strings.Fields(string(res.Stdout)); len(got) != 2 || got[0] == "1000" || got[1] == "1000" {
 		t.Errorf("owners of /dev/null and /usr/bin/sh inside = %q, want neither to be the sandbox user 1000", got)
@@ -286,7 +287,7 @@ func TestContainmentHostDevicesNotOwned(t *testing.T) {
 // TestContainmentOwnProcesses checks the sandbox sees its own few processes, not the host's.
 func TestContainmentOwnProcesses(t *testing.T) {
 	t.Parallel()
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	out := py(t, sb, `
 import os
 pids = [p for p in os.listdir("/proc") if p.isdigit()]
@@ -307,7 +308,7 @@ print("init", open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode())
 // TestContainmentReadOnlyRoot tries to write outside the workdir and /tmp.
 func TestContainmentReadOnlyRoot(t *testing.T) {
 	t.Parallel()
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	out := py(t, sb, `
 for p in ["/x", "/usr/x", "/etc/x", "/bin/x", "/etc/passwd", "/proc/sys/kernel/hostname", "/work/ok", "/tmp/ok"]:
     try:
@@ -329,7 +330,7 @@ for p in ["/x", "/usr/x", "/etc/x", "/bin/x", "/etc/passwd", "/proc/sys/kernel/h
 // TestContainmentNoNestedUserNamespaces: they widen the kernel's attack surface.
 func TestContainmentNoNestedUserNamespaces(t *testing.T) {
 	t.Parallel()
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	if res := run(t, sb, "unshare", "--user", "--map-root-user", "true"); res.ExitCode == 0 {
 		t.Errorf("unshare --user succeeded inside the sandbox")
 	}
@@ -338,7 +339,7 @@ func TestContainmentNoNestedUserNamespaces(t *testing.T) {
 // TestContainmentHostNameHidden checks the sandbox has a host name of its own.
 func TestContainmentHostNameHidden(t *testing.T) {
 	t.Parallel()
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	if got := strings.TrimSpace(string(run(t, sb, "cat", "/proc/sys/kernel/hostname").Stdout)); got != "boxcar" {
 		t.Errorf("hostname inside = %q, want boxcar", got)
 	}
@@ -374,7 +375,7 @@ func TestContainmentForkBomb(t *testing.T) {
 	for _, mode := range boundModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			sb := start(t, newBubblewrap(t, mode.edit), bombSpec)
+			sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, mode.edit), bombSpec)
 			if iso := sb.Info().Isolation; !strings.Contains(iso, "nproc") && !strings.Contains(iso, "pids") {
 				t.Skipf("no process bound is in force here, so a fork bomb would hit the host (the worker is not root and has no pids cgroup): %s", iso)
 			}
@@ -405,7 +406,7 @@ func TestContainmentMemoryBomb(t *testing.T) {
 	for _, mode := range boundModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			sb := start(t, newBubblewrap(t, mode.edit), bombSpec)
+			sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, mode.edit), bombSpec)
 			st := sandbox.BubblewrapHostState(sb)
 			res, err := runBomb(t, sb, `exec python3 -c 'b = []
 while True: b.append(b"x" * (1 << 20))'`, 20*time.Second)
@@ -436,7 +437,7 @@ func TestContainmentDiskFill(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(mode.name+"/"+tt.name, func(t *testing.T) {
 				t.Parallel()
-				sb := start(t, newBubblewrap(t, mode.edit), bombSpec)
+				sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, mode.edit), bombSpec)
 				st := sandbox.BubblewrapHostState(sb)
 				_, err := runBomb(t, sb, tt.script, 20*time.Second)
 				if !errors.Is(err, sandbox.ErrDiskFull) {
@@ -461,7 +462,7 @@ func TestContainmentDiskFill(t *testing.T) {
 	}
 	t.Run("tmp", func(t *testing.T) {
 		t.Parallel()
-		sb := start(t, newBubblewrap(t), bombSpec)
+		sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), bombSpec)
 		res, err := runBomb(t, sb, `i=0; while head -c 1048576 /dev/zero > /tmp/f$i; do i=$((i+1)); done; echo "stopped at $i" >&2; exit 1`, 20*time.Second)
 		if err != nil || res.ExitCode == 0 || !bytes.Contains(res.Stderr, []byte("stopped at")) {
 			t.Errorf("/tmp fill: err %v, exit %d, stderr %q; want the writes refused", err, res.ExitCode, res.Stderr)
@@ -476,7 +477,7 @@ func TestContainmentCPUSpin(t *testing.T) {
 	for _, mode := range boundModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			sb := start(t, newBubblewrap(t, mode.edit), bombSpec)
+			sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, mode.edit), bombSpec)
 			st := sandbox.BubblewrapHostState(sb)
 			done := make(chan struct{})
 			go func() {
@@ -499,7 +500,7 @@ func TestContainmentCPUSpin(t *testing.T) {
 // it is left on the host: no process, no workdir, no lock file, no cgroup.
 func TestContainmentGoneAfterClose(t *testing.T) {
 	t.Parallel()
-	p := newBubblewrap(t)
+	p := sandboxtest.Bubblewrap(t)
 	sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "gone"})
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 // bound, so the spec's bound is the host's.
 func TestEscapeSuite(t *testing.T) {
 	t.Parallel()
-	sandboxtest.RunEscape(t, newBubblewrap(t), sandboxtest.Host{
+	sandboxtest.RunEscape(t, sandboxtest.Bubblewrap(t), sandboxtest.Host{
 		WorkdirUse: func(sb sandbox.Sandbox) (int64, int64, error) {
 			var st unix.Statfs_t
 			if err := unix.Statfs(sandbox.BubblewrapHostState(sb).Dir, &st); err != nil {
@@ -36,7 +36,7 @@ func TestEscapeSuite(t *testing.T) {
 // has not accepted best effort, the provider refuses to start (every profile has a disk bound).
 func TestEscapeDiskBoundRefusedWithoutMechanism(t *testing.T) {
 	t.Parallel()
-	_, err := sandbox.NewBubblewrap(sandbox.BubblewrapConfig{Root: searchableTempDir(t)}.WithoutDiskMountStrict())
+	_, err := sandbox.NewBubblewrap(sandbox.BubblewrapConfig{Root: sandboxtest.SearchableTempDir(t)}.WithoutDiskMountStrict())
 	if !errors.Is(err, sandbox.ErrUnavailable) {
 		t.Fatalf("NewBubblewrap without a disk mechanism: err = %v, want ErrUnavailable naming disk_best_effort", err)
 	}
@@ -64,7 +64,7 @@ func BenchmarkHardenedLifecycle(b *testing.B) {
 		}
 		return time.Since(begin)
 	}
-	mounted, walked := newBubblewrap(b), newBubblewrap(b, sandbox.WithoutDiskMount, sandbox.WithoutSeccomp)
+	mounted, walked := sandboxtest.Bubblewrap(b), sandboxtest.Bubblewrap(b, sandbox.WithoutDiskMount, sandbox.WithoutSeccomp)
 	lifecycle(mounted)
 	lifecycle(walked)
 	var tMounted, tWalked []time.Duration

@@ -86,7 +86,7 @@ func exitCause(st metav1.Status) string {
 // metav1.Status on 3.
 func TestKubernetesExecWebSocket(t *testing.T) {
 	rt := newPodRuntime(t)
-	sb := start(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
 	tests := []struct {
 		name                 string
 		argv                 []string
@@ -137,7 +137,7 @@ func TestKubernetesExecWebSocket(t *testing.T) {
 // each way and checks it byte for byte.
 func TestKubernetesExecLargeTransfers(t *testing.T) {
 	rt := newPodRuntime(t)
-	sb := start(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
 	data := make([]byte, 3<<20+17)
 	if _, err := rand.Read(data); err != nil {
 		t.Fatal(err)
@@ -176,7 +176,7 @@ func TestKubernetesExecFallsBackToSPDY(t *testing.T) {
 			t.Parallel()
 			rt := newPodRuntime(t)
 			rt.setFaults(tt.faults)
-			sb := start(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
+			sb := sandboxtest.StartSpec(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
 			argv := []string{"sh", "-c", "cat; echo err >&2; exit 3"}
 			res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: argv, Stdin: []byte("over spdy"), Timeout: 30 * time.Second})
 			if err != nil {
@@ -205,7 +205,7 @@ func TestKubernetesExecFallsBackToSPDY(t *testing.T) {
 func TestKubernetesExecNoSecondRun(t *testing.T) {
 	rt := newPodRuntime(t)
 	p := rt.provider(t, imageBusybox)
-	sb := start(t, p, config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
 
 	res := run(t, sb, "sh", "-c", "exit 3")
 	if res.ExitCode != 3 {
@@ -235,7 +235,7 @@ func TestKubernetesExecNoSecondRun(t *testing.T) {
 // its end; a v4-only server sends it to SPDY, as TestKubernetesExecFallsBackToSPDY shows.)
 func TestKubernetesExecFakeServerSpeaksV4(t *testing.T) {
 	rt := newPodRuntime(t)
-	sb := start(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
 	argv := []string{"sh", "-c", "echo out; echo err >&2; exit 3"}
 	q := url.Values{"container": {"sandbox"}, "stdout": {"true"}, "stderr": {"true"}, "command": argv}
 	target := rt.srv.URL + "/api/v1/namespaces/" + testNamespace + "/pods/" + sb.Info().ID + "/exec?" + q.Encode()
@@ -266,14 +266,14 @@ func TestKubernetesExecMissingBinary(t *testing.T) {
 	t.Run("missing command is exit code 127", func(t *testing.T) {
 		// The backend execs sh, which starts the command: the runtime never sees the missing
 		// name, and the result says what happened.
-		sb := start(t, p, config.SandboxSpec{})
+		sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
 		res := run(t, sb, "boxcar-no-such-command", "arg")
 		if res.ExitCode != 127 || !bytes.Contains(res.Stderr, []byte("boxcar-no-such-command")) {
 			t.Errorf("Exec = exit %d, stderr %q; want 127 and a message naming the command", res.ExitCode, res.Stderr)
 		}
 	})
 	t.Run("runtime cannot start sh", func(t *testing.T) {
-		sb := start(t, p, config.SandboxSpec{})
+		sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
 		rt.setFaults(func(f *runtimeFaults) {
 			f.execFault = func(argv []string) error {
 				return fmt.Errorf("failed to exec in container: failed to start exec: OCI runtime exec failed: exec failed: unable to start container process: exec: %q: executable file not found in $PATH: unknown", argv[0])
@@ -339,7 +339,7 @@ func TestKubernetesExecKillsTreeInPod(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sb := start(t, p, config.SandboxSpec{})
+			sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
 			marker := fmt.Sprintf("%d%d", time.Now().UnixNano()%1_000_000, i)
 			argv := []string{"sh", "-c", fmt.Sprintf(script, marker, marker, marker, marker)}
 			begin := time.Now()
@@ -383,7 +383,7 @@ func TestKubernetesExecAuthenticates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb := start(t, p, config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
 	if _, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "Unauthorized") {
 		t.Errorf("Exec with a wrong token: err = %v, want Unauthorized", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 const testNamespace = "boxcar-sandboxes"
@@ -105,7 +106,7 @@ func TestKubernetesPodSpec(t *testing.T) {
 	client := fake.NewClientset()
 	fakeKubelet(t, client, nil)
 	p := newKubernetes(t, client)
-	sb := start(t, p, config.SandboxSpec{Image: "registry.example/tools:1", CPU: "500m", Memory: "256Mi", Disk: "1Gi", RuntimeClass: "gvisor", Lifetime: config.Duration(20 * time.Minute)})
+	sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{Image: "registry.example/tools:1", CPU: "500m", Memory: "256Mi", Disk: "1Gi", RuntimeClass: "gvisor", Lifetime: config.Duration(20 * time.Minute)})
 
 	pods, err := client.CoreV1().Pods(testNamespace).List(t.Context(), metav1.ListOptions{})
 	if err != nil || len(pods.Items) != 1 {
@@ -189,7 +190,7 @@ func restrictedRefusals(t *testing.T, pod *corev1.Pod) []string {
 func TestKubernetesPodSpecRestrictedRefusesPrivileged(t *testing.T) {
 	client := fake.NewClientset()
 	fakeKubelet(t, client, nil)
-	start(t, newKubernetes(t, client), config.SandboxSpec{})
+	sandboxtest.StartSpec(t, newKubernetes(t, client), config.SandboxSpec{})
 	pods, err := client.CoreV1().Pods(testNamespace).List(t.Context(), metav1.ListOptions{})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("want one pod, got %d (%v)", len(pods.Items), err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 // crashWorkerEnv makes the test binary act as a worker that crashes: see crashWorker.
@@ -99,9 +100,9 @@ func startCrashWorker(t *testing.T, root string) sandbox.HostState {
 // a process still in the cgroup), and nothing else: not a live sandbox of another worker, not
 // folders or files that are not Boxcar's, not what a damaged lock file names.
 func TestBubblewrapRemovesCrashLeftovers(t *testing.T) {
-	root := searchableTempDir(t)
+	root := sandboxtest.SearchableTempDir(t)
 
-	live := start(t, newBubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root }), config.SandboxSpec{})
+	live := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root }), config.SandboxSpec{})
 	liveState := sandbox.BubblewrapHostState(live)
 
 	left := startCrashWorker(t, root)
@@ -165,7 +166,7 @@ func TestBubblewrapRemovesCrashLeftovers(t *testing.T) {
 	}
 
 	// The next worker starts.
-	newBubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root })
+	sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root })
 
 	for _, path := range append([]string{left.Dir, left.Lock}, left.Cgroups...) {
 		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {

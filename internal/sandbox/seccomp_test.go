@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 // TestEscapeSeccomp is issue 11 items 4 and 7 and the rest of the filter, each attack tried
@@ -33,7 +34,7 @@ func TestEscapeSeccomp(t *testing.T) {
 	t.Cleanup(func() { _, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, key, unix.KEY_SPEC_SESSION_KEYRING, 0, 0) })
 	before := sessionKeys(t)
 
-	sb := start(t, newBubblewrap(t), config.SandboxSpec{})
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	py := func(code string) string {
 		t.Helper()
 		res := run(t, sb, "python3", "-c", "import ctypes, os, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"+code)
