@@ -110,6 +110,16 @@ build_demo_model() {
   mv "$CACHE/images/demo-model.tmp" "$CACHE/images/demo-model"
 }
 
+# The cluster's own programs (cmd/boxcar-cni, cmd/pause, cmd/clusterd), static, into this
+# checkout's bin/cluster-helpers, where cluster.Launch runs them: rebuilt every run, which Go's
+# build cache makes a link step, so they are always this checkout's.
+build_helpers() {
+  local out="$HERE/../../bin/cluster-helpers"
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  (cd "$HERE" && CGO_ENABLED=0 go build -trimpath -o "$out.tmp/" ./cmd/boxcar-cni ./cmd/pause ./cmd/clusterd)
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
 mkdir -p "$CACHE"
 # One build at a time: two checkouts on one machine share the cache, and a half-written
 # binary must never be taken for a cached one.
@@ -120,3 +130,4 @@ build_kubernetes
 build_coredns
 build_nats_server
 build_demo_model
+build_helpers

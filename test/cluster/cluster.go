@@ -211,7 +211,7 @@ func checkParts(cfg Config) error {
 	}
 	for _, h := range []string{"boxcar-cni", "pause"} {
 		if _, err := os.Stat(filepath.Join(cfg.HelperDir, h)); err != nil {
-			return fmt.Errorf("cluster: helper %s not in %s: build it with go build ./cmd/%s: %w", h, cfg.HelperDir, h, errMissingTool)
+			return fmt.Errorf("cluster: helper %s not in %s: run test/cluster/build.sh, which builds it: %w", h, cfg.HelperDir, errMissingTool)
 		}
 	}
 	return nil

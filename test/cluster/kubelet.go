@@ -66,7 +66,9 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 	if err := c.saveSysctls(); err != nil {
 		return err
 	}
-	ports, err := freePorts(2)
+	// The API server dials the kubelet's port on the host's 127.0.0.1, where a relay to the
+	// node namespace listens: the relay binds port 0 and the kubelet serves on the port it got.
+	port, err := c.relayToNode()
 	if err != nil {
 		return err
 	}
@@ -84,7 +86,7 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 		}
 	}
 	cfg := strings.NewReplacer(
-		"{{PORT}}", itoa(ports[0]), "{{HEALTHZ}}", itoa(ports[1]),
+		"{{PORT}}", itoa(port), "{{HEALTHZ}}", itoa(kubeletHealthz),
 		"{{CERT}}", cert, "{{KEY}}", key, "{{CA}}", c.pki.path(caCertFile),
 		"{{SOCK}}", c.containerd, "{{STATE}}", c.cfg.StateDir,
 	).Replace(kubeletConfig)
@@ -101,10 +103,8 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 		"--root-dir="+c.path("kubelet"),
 		"--cert-dir="+c.path("kubelet", "pki"),
 	)
-	if _, err := c.start("kubelet", bin, args); err != nil {
-		return err
-	}
-	return c.relayToNode(ports[0])
+	_, err = c.start("kubelet", bin, args)
+	return err
 }
 
 // waitReady waits for what a test pod needs: the node Ready and schedulable, and the default

@@ -40,35 +40,25 @@ type Handle struct {
 	// keep it.
 	LogDir string
 
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	helpers string
-	done    chan error
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	done  chan error
 }
 
-// Launch builds the helper programs, starts clusterd and waits until the cluster is up. It
-// needs root (containerd, the kubelet and the mounts they make) and the parts build.sh
-// provides.
+// Launch starts clusterd and waits until the cluster is up. It needs root (containerd, the
+// kubelet and the mounts they make) and the parts build.sh provides, the cluster's own
+// programs among them: a test compiles nothing.
 func Launch(ctx context.Context, logger *slog.Logger) (*Handle, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("cluster: the test cluster runs containerd and a kubelet and needs root: run `sudo make test-cluster`")
 	}
-	if _, err := exec.LookPath("go"); err != nil {
-		return nil, fmt.Errorf("cluster: go is needed to build the helpers: %w", err)
+	helpers, err := helperDir()
+	if err != nil {
+		return nil, err
 	}
 	h := &Handle{done: make(chan error, 1)}
-	var err error
-	if h.helpers, err = os.MkdirTemp("", "boxcar-cluster-helpers-"); err != nil {
-		return nil, fmt.Errorf("cluster: helper folder: %w", err)
-	}
 	if h.LogDir, err = os.MkdirTemp("", "boxcar-cluster-logs-"); err != nil {
-		os.RemoveAll(h.helpers)
 		return nil, fmt.Errorf("cluster: log folder: %w", err)
-	}
-	if err := buildHelpers(ctx, h.helpers); err != nil {
-		os.RemoveAll(h.helpers)
-		os.RemoveAll(h.LogDir)
-		return nil, err
 	}
 	state := filepath.Join(stateBase(), "run-"+strconv.Itoa(os.Getpid()))
 	logf, err := os.Create(filepath.Join(h.LogDir, "clusterd.log"))
@@ -76,7 +66,7 @@ func Launch(ctx context.Context, logger *slog.Logger) (*Handle, error) {
 		return nil, fmt.Errorf("cluster: clusterd log: %w", err)
 	}
 	defer logf.Close()
-	h.cmd = exec.Command(filepath.Join(h.helpers, "clusterd"), "-state", state, "-helpers", h.helpers, "-logs", h.LogDir)
+	h.cmd = exec.Command(filepath.Join(helpers, "clusterd"), "-state", state, "-helpers", helpers, "-logs", h.LogDir)
 	h.cmd.Stderr = logf
 	// Its own process group: an interrupt at the terminal reaches the test binary, whose
 	// exit then closes clusterd's stdin.
@@ -106,7 +96,6 @@ func Launch(ctx context.Context, logger *slog.Logger) (*Handle, error) {
 		if !ok {
 			err := <-h.done
 			h.done <- err
-			os.RemoveAll(h.helpers)
 			return nil, fmt.Errorf("cluster: clusterd failed (%v); logs in %s; clusterd.log ends with:\n%s", err, h.LogDir, tail(logf.Name(), 4000))
 		}
 		if err := json.Unmarshal([]byte(line), &h.Ready); err != nil {
@@ -144,7 +133,6 @@ func (h *Handle) Close(ctx context.Context, keepLogs bool) error {
 		err = fmt.Errorf("cluster: teardown: %w; clusterd.log ends with:\n%s", err, tail(filepath.Join(h.LogDir, "clusterd.log"), 4000))
 		keepLogs = true
 	}
-	os.RemoveAll(h.helpers)
 	if !keepLogs {
 		os.RemoveAll(h.LogDir)
 	}
@@ -192,17 +180,18 @@ func (h *Handle) RunningContainers(ctx context.Context, namespace, pod string) (
 	return out, nil
 }
 
-// buildHelpers builds the CNI plugin, the pause program and clusterd from this module.
-func buildHelpers(ctx context.Context, dir string) error {
+// helperDir is the checkout's bin/cluster-helpers, where build.sh puts boxcar-cni, pause and
+// clusterd.
+func helperDir() (string, error) {
 	_, self, _, ok := runtime.Caller(0)
 	if !ok {
-		return errors.New("cluster: cannot find the module folder to build the helpers")
+		return "", errors.New("cluster: cannot find the module folder, whose checkout holds the helpers")
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/boxcar-cni", "./cmd/pause", "./cmd/clusterd")
-	cmd.Dir = filepath.Dir(self)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("cluster: build helpers in %s: %w\n%s", cmd.Dir, err, strings.TrimSpace(string(out)))
+	dir := filepath.Join(filepath.Dir(self), "..", "..", "bin", "cluster-helpers")
+	for _, name := range []string{"boxcar-cni", "pause", "clusterd"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return "", fmt.Errorf("cluster: helper %s is not built; run test/cluster/build.sh (make test-cluster does): %w", name, err)
+		}
 	}
-	return nil
+	return dir, nil
 }

@@ -37,7 +37,7 @@ func run(m *testing.M) int {
 	fmt.Fprintf(os.Stderr, "test cluster up in %s (in clusterd: %s; kubeconfig %s)\n",
 		time.Since(start).Round(time.Millisecond), kube.Timings["total"].Round(time.Millisecond), kube.Kubeconfig)
 	record("cluster up (clusterd, from built binaries): %s", kube.Timings["total"].Round(time.Millisecond))
-	record("cluster up (TestMain, with building the helpers): %s", time.Since(start).Round(time.Millisecond))
+	record("cluster up (TestMain): %s", time.Since(start).Round(time.Millisecond))
 	code := m.Run()
 	record("tests: %s", time.Since(start).Round(time.Millisecond))
 	stop := time.Now()

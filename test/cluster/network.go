@@ -62,17 +62,21 @@ func (c *Cluster) startNodeNetwork(ctx context.Context) error {
 	return nil
 }
 
-// relayToNode listens on the host's 127.0.0.1:port and relays to the same port on the node
-// namespace's 127.0.0.1, where the kubelet serves.
-func (c *Cluster) relayToNode(port int) error {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", itoa(port)))
+// relayToNode listens on a port of the host's 127.0.0.1 that the kernel picks, relays to the
+// same port on the node namespace's 127.0.0.1, where the kubelet is to serve, and returns the
+// port. In the node namespace the other servers listen on fixed ports below the kernel's
+// ephemeral range; only containerd's stream server takes a port 0 there, the same number by a
+// chance of about one in 28,000, which shows as a kubelet that exits at start.
+func (c *Cluster) relayToNode() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return fmt.Errorf("cluster: relay to the node's port %d: %w", port, err)
+		return 0, fmt.Errorf("cluster: relay to the node's kubelet: %w", err)
 	}
 	c.relays = append(c.relays, l)
+	port := l.Addr().(*net.TCPAddr).Port
 	addr := net.JoinHostPort("127.0.0.1", itoa(port))
 	go relay(l, func() (net.Conn, error) { return c.dialNode(context.Background(), "tcp", addr) })
-	return nil
+	return port, nil
 }
 
 // inNewNetns makes a network namespace pinned at path, runs setup in it and opens the relay

@@ -91,9 +91,10 @@ func tail(path string, n int64) string {
 	return string(buf)
 }
 
-// freePorts reserves n distinct free TCP ports on 127.0.0.1. They are released before the
-// components bind them; a clash with another program in between is possible but rare, and
-// shows as a component that exits at start.
+// freePorts reserves n distinct free TCP ports on 127.0.0.1 for etcd and kube-apiserver, the
+// two parts on the host's loopback that cannot take port 0 (the API server's --secure-port 0
+// turns serving off). They are released before the components bind them; a clash with another
+// program in between is possible but rare, and shows as a component that exits at start.
 func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {

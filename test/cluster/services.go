@@ -25,6 +25,7 @@ const (
 	proxyMetricsPort = 10249
 	dnsHealthPort    = 8080
 	dnsReadyPort     = 8181
+	kubeletHealthz   = 10248
 )
 
 // kubeProxyConfig runs kube-proxy in iptables mode in the node namespace. It leaves the
