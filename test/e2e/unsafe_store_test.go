@@ -75,8 +75,8 @@ func TestStoreThatStopsRefusingOverwrites(t *testing.T) {
 	w := startWorkerWith(t, demoModel(t), fmt.Sprintf("nats:\n  url: %s\n  ack_wait: 2s\n  max_deliver: 1\nstore:\n  url: s3://%s\n  endpoint: %s\n  region: %s\n  path_style: true\n  probe_interval: 200ms\n",
 		ns.ClientURL(), bucket, proxy.URL, s3test.Region),
 		map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint})
-	w.waitLog(t, regexp.MustCompile(`"msg":"worker ready"`), 1, 60*time.Second)
-	readyz := "http://" + w.metricsAddr + "/readyz"
+	w.waitLog(t, workerReady, 1, 60*time.Second)
+	readyz := w.metricsURL(t) + "/readyz"
 	waitHTTP(t, readyz, 200, 30*time.Second, w.alive)
 
 	proxy.Ignore(s3test.IgnorePut)
