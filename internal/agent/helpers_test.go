@@ -286,7 +286,7 @@ func csvProfile(t *testing.T, extra ...config.Tool) config.Profile {
 		t.Fatal(err)
 	}
 	p.Tools = append(p.Tools, extra...)
-	return p
+	return p.WithDefaults() // as config.Load leaves it, the extra tools included
 }
 
 // emitTool echoes its parameters: argv ["echo", "{{text}}", "{{n}}", "{{flag}}"].

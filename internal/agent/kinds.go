@@ -262,7 +262,11 @@ func compileProfiles(cache *schemaCache, profiles map[string]config.Profile) (ma
 	out := make(map[string]*compiledTools, len(profiles))
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(profiles)) {
-		ct, problems := compileTools(cache, profiles[name].WithDefaults().Tools)
+		if err := profiles[name].Complete(); err != nil {
+			errs = append(errs, fmt.Errorf("%w: profiles.%s: %w", ErrInvalidConfig, name, err))
+			continue
+		}
+		ct, problems := compileTools(cache, profiles[name].Tools)
 		for _, p := range problems {
 			errs = append(errs, fmt.Errorf("%w: profiles.%s.tools[%d].%s (tool %q): %s", ErrInvalidConfig, name, p.index, p.field, p.tool, p.msg))
 		}

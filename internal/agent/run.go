@@ -27,7 +27,7 @@ type Request struct {
 	// Profile.Tools is then not read. Empty: the tools are Profile.Tools, compiled for this run.
 	ProfileName string
 	// Profile is the job's execution profile, its limits already tightened by the caller.
-	// Unset fields take the profile defaults.
+	// Complete (config.Profile.Complete), as config.Load returns it: Run fills in no default.
 	Profile config.Profile
 	Task    string
 	// Inputs are the workdir-relative names of the input files, listed to the model.
@@ -51,6 +51,9 @@ func (r Request) validate() error {
 		return fmt.Errorf("%w: job %s: the profile names no model", ErrInvalidRequest, r.JobID)
 	case strings.TrimSpace(r.Task) == "":
 		return fmt.Errorf("%w: job %s: the task is empty", ErrInvalidRequest, r.JobID)
+	}
+	if err := r.Profile.Complete(); err != nil {
+		return fmt.Errorf("%w: job %s: %w", ErrInvalidRequest, r.JobID, err)
 	}
 	return nil
 }
@@ -177,7 +180,7 @@ func (a *Agent) Run(ctx context.Context, req Request) (Result, error) {
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
-	p := req.Profile.WithDefaults()
+	p := req.Profile
 	tools, err := a.toolset(p, req)
 	if err != nil {
 		return Result{}, err

@@ -7,3 +7,7 @@ var ErrInvalid = errors.New("invalid config")
 
 // ErrUnknownProfile marks a job that names a profile this worker does not define.
 var ErrUnknownProfile = errors.New("unknown profile")
+
+// ErrIncomplete marks a profile with fields left unset where a default belongs: the agent and
+// the sandbox backends take a profile as Load returns it and fill in nothing themselves.
+var ErrIncomplete = errors.New("incomplete profile")

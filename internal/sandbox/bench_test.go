@@ -25,7 +25,7 @@ import (
 func BenchmarkBubblewrapLifecycle(b *testing.B) {
 	p := sandboxtest.Bubblewrap(b)
 	ctx := context.Background()
-	spec := sandbox.Spec{JobID: "bench", SandboxSpec: config.SandboxSpec{}}
+	spec := sandboxtest.Spec("bench", config.SandboxSpec{})
 	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second}
 	template := sandboxtest.StartSpec(b, p, spec.SandboxSpec) // whose options the bare process copies
 	uid := sandbox.BubblewrapHostState(template).UID

@@ -22,7 +22,9 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox: start: %w", err)
 	}
-	spec.SandboxSpec = config.Profile{Sandbox: spec.SandboxSpec}.WithDefaults().Sandbox
+	if err := spec.SandboxSpec.Complete(); err != nil {
+		return nil, fmt.Errorf("sandbox: start: %w", err)
+	}
 	lim, err := parseLimits(spec.SandboxSpec)
 	if err != nil {
 		return nil, err

@@ -94,7 +94,7 @@ func TestStartRejectsBadSpecs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "bad", SandboxSpec: tt.spec})
+			sb, err := p.Start(t.Context(), sandboxtest.Spec("bad", tt.spec))
 			if err == nil {
 				_ = sb.Close(context.Background())
 				t.Fatalf("Start succeeded, want an error")

@@ -501,7 +501,7 @@ func TestContainmentCPUSpin(t *testing.T) {
 func TestContainmentGoneAfterClose(t *testing.T) {
 	t.Parallel()
 	p := sandboxtest.Bubblewrap(t)
-	sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "gone"})
+	sb, err := p.Start(t.Context(), sandboxtest.Spec("gone", config.SandboxSpec{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestEscapeDiskBoundRefusedWithoutMechanism(t *testing.T) {
 // and no filter it replaces, alternating in the same run.
 func BenchmarkHardenedLifecycle(b *testing.B) {
 	ctx := context.Background()
-	spec := sandbox.Spec{JobID: "bench", SandboxSpec: sandboxtest.EscapeSpec}
+	spec := sandboxtest.Spec("bench", sandboxtest.EscapeSpec)
 	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second}
 	lifecycle := func(p sandbox.Provider) time.Duration {
 		begin := time.Now()

@@ -14,8 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-
-	"github.com/boxcar-run/boxcar/internal/config"
 )
 
 var (
@@ -154,7 +152,9 @@ func (p *KubernetesProvider) Backend() string { return "kubernetes" }
 // Start creates the pod and waits, through a watch, until it runs. Whatever goes wrong, the
 // pod is deleted before Start returns an error.
 func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, error) {
-	spec.SandboxSpec = config.Profile{Sandbox: spec.SandboxSpec}.WithDefaults().Sandbox
+	if err := spec.SandboxSpec.Complete(); err != nil {
+		return nil, fmt.Errorf("sandbox: start: %w", err)
+	}
 	if spec.Image == "" {
 		spec.Image = p.cfg.Image
 	}

@@ -300,7 +300,7 @@ func TestKubernetesExecMissingBinary(t *testing.T) {
 	})
 	t.Run("image without sh fails at start", func(t *testing.T) {
 		start := time.Now()
-		_, err := rt.provider(t, imageNoShell).Start(t.Context(), sandbox.Spec{JobID: "no-shell"})
+		_, err := rt.provider(t, imageNoShell).Start(t.Context(), sandboxtest.Spec("no-shell", config.SandboxSpec{}))
 		if err == nil || !strings.Contains(err.Error(), "StartError") || !strings.Contains(err.Error(), "POSIX sh") {
 			t.Fatalf("Start: err = %v; want the StartError and advice about the image's sh", err)
 		}

@@ -269,7 +269,7 @@ func TestKubernetesStartFailsFastAndDeletes(t *testing.T) {
 			fakeKubelet(t, client, func(*corev1.Pod) *corev1.PodStatus { return &tt.status })
 			p := newKubernetes(t, client)
 			start := time.Now()
-			_, err := p.Start(t.Context(), sandbox.Spec{JobID: "fail"})
+			_, err := p.Start(t.Context(), sandboxtest.Spec("fail", config.SandboxSpec{}))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Start: err = %v, want one naming %s", err, tt.want)
 			}
@@ -291,7 +291,7 @@ func TestKubernetesStartTimesOutAndDeletes(t *testing.T) {
 	p := newKubernetes(t, client)
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	_, err := p.Start(ctx, sandbox.Spec{JobID: "pending"})
+	_, err := p.Start(ctx, sandboxtest.Spec("pending", config.SandboxSpec{}))
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "insufficient memory") {
 		t.Fatalf("Start: err = %v, want DeadlineExceeded naming why the pod waits", err)
 	}
@@ -312,19 +312,28 @@ func TestKubernetesStartRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := p.Start(t.Context(), sandbox.Spec{JobID: "bad", SandboxSpec: tt.spec}); err == nil {
+			if _, err := p.Start(t.Context(), sandboxtest.Spec("bad", tt.spec)); err == nil {
 				t.Fatal("Start succeeded, want an error")
 			}
 			expectNoPods(t, client)
 		})
 	}
+	// The backend fills in no default: a spec not through config.Load is refused, naming what
+	// is unset.
+	t.Run("incomplete spec", func(t *testing.T) {
+		_, err := p.Start(t.Context(), sandbox.Spec{JobID: "raw", SandboxSpec: config.SandboxSpec{Image: "x"}})
+		if !errors.Is(err, config.ErrIncomplete) || !strings.Contains(err.Error(), "sandbox.workdir") {
+			t.Fatalf("Start of a spec without defaults = %v, want ErrIncomplete naming sandbox.workdir", err)
+		}
+		expectNoPods(t, client)
+	})
 }
 
 func TestKubernetesCloseDeletesPod(t *testing.T) {
 	client := fake.NewClientset()
 	fakeKubelet(t, client, nil)
 	p := newKubernetes(t, client)
-	sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "close"})
+	sb, err := p.Start(t.Context(), sandboxtest.Spec("close", config.SandboxSpec{}))
 	if err != nil {
 		t.Fatal(err)
 	}

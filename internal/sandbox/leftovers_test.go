@@ -45,7 +45,7 @@ func crashWorker(root string) {
 		fail(err)
 	}
 	ctx := context.Background()
-	sb, err := p.Start(ctx, sandbox.Spec{JobID: "crashed-job"})
+	sb, err := p.Start(ctx, sandboxtest.Spec("crashed-job", config.SandboxSpec{}))
 	if err != nil {
 		fail(err)
 	}

@@ -18,7 +18,8 @@ import (
 )
 
 // Spec is what a sandbox is started from: the profile's sandbox spec, which only host
-// configuration sets, and the job it serves.
+// configuration sets, and the job it serves. The spec must be complete
+// (config.SandboxSpec.Complete), as config.Load returns it: backends fill in no default.
 type Spec struct {
 	JobID string
 	config.SandboxSpec

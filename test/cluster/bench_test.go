@@ -13,7 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 	"github.com/boxcar-run/boxcar/test/cluster"
 )
 
@@ -50,7 +52,7 @@ func BenchmarkPodStart(b *testing.B) {
 	var template *corev1.Pod
 	boxcar := func(i int) time.Duration {
 		begin := time.Now()
-		sb, err := p.Start(ctx, sandbox.Spec{JobID: fmt.Sprintf("bench-%d", i)})
+		sb, err := p.Start(ctx, sandboxtest.Spec(fmt.Sprintf("bench-%d", i), config.SandboxSpec{}))
 		if err != nil {
 			b.Fatalf("Start: %v", err)
 		}

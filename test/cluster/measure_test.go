@@ -12,7 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 // figures are the timings TestMain prints after the run.
@@ -37,7 +39,7 @@ func TestFigures(t *testing.T) {
 	var execs []time.Duration
 	for i := range 3 {
 		begin := time.Now()
-		sb, err := p.Start(ctx, sandbox.Spec{JobID: fmt.Sprintf("figures-%d", i)})
+		sb, err := p.Start(ctx, sandboxtest.Spec(fmt.Sprintf("figures-%d", i), config.SandboxSpec{}))
 		if err != nil {
 			t.Fatalf("Start: %v", err)
 		}

@@ -9,7 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 	"github.com/boxcar-run/boxcar/test/cluster"
 )
 
@@ -28,7 +29,7 @@ func TestPodSecurityRestricted(t *testing.T) {
 
 	t.Run("boxcar pod admitted", func(t *testing.T) {
 		p := newProvider(t, ns, "psa")
-		sb, err := p.Start(ctx, sandbox.Spec{JobID: "psa-admitted"})
+		sb, err := p.Start(ctx, sandboxtest.Spec("psa-admitted", config.SandboxSpec{}))
 		if err != nil {
 			t.Fatalf("Start in a restricted namespace: %v", err)
 		}

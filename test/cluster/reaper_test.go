@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
@@ -22,7 +23,7 @@ func TestReaper(t *testing.T) {
 	ctx := t.Context()
 	p := newProvider(t, ns, "reaper-test")
 	start := func(job string) sandbox.Sandbox {
-		sb, err := p.Start(ctx, sandbox.Spec{JobID: job})
+		sb, err := p.Start(ctx, sandboxtest.Spec(job, config.SandboxSpec{}))
 		if err != nil {
 			t.Fatalf("Start %s: %v", job, err)
 		}

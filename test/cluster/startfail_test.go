@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/config"
-	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 	"github.com/boxcar-run/boxcar/test/cluster"
 )
 
@@ -32,7 +32,7 @@ func TestStartFailures(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			start := time.Now()
-			sb, err := p.Start(ctx, sandbox.Spec{JobID: "startfail", SandboxSpec: config.SandboxSpec{Image: tt.image, CPU: "100m"}})
+			sb, err := p.Start(ctx, sandboxtest.Spec("startfail", config.SandboxSpec{Image: tt.image, CPU: "100m"}))
 			if err == nil {
 				sb.Close(context.WithoutCancel(ctx))
 				t.Fatal("Start succeeded, want an error")

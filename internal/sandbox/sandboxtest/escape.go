@@ -75,7 +75,7 @@ func StartSpec(t testing.TB, p sandbox.Provider, spec config.SandboxSpec) sandbo
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	sb, err := p.Start(ctx, sandbox.Spec{JobID: "test-" + strings.ReplaceAll(t.Name(), "/", "-"), SandboxSpec: spec})
+	sb, err := p.Start(ctx, Spec("test-"+strings.ReplaceAll(t.Name(), "/", "-"), spec))
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -87,6 +87,12 @@ func StartSpec(t testing.TB, p sandbox.Provider, spec config.SandboxSpec) sandbo
 		}
 	})
 	return sb
+}
+
+// Spec is the start spec of job id with s's unset fields at the profile defaults, as
+// config.Load fills them: backends take complete specs only.
+func Spec(id string, s config.SandboxSpec) sandbox.Spec {
+	return sandbox.Spec{JobID: id, SandboxSpec: config.Profile{Sandbox: s}.WithDefaults().Sandbox}
 }
 
 func startEscape(t *testing.T, p sandbox.Provider) sandbox.Sandbox {
