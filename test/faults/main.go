@@ -35,6 +35,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/examples"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
@@ -76,8 +77,15 @@ type harness struct {
 	keep                                    bool
 	nats, gw, model                         *proc
 	workers                                 [2]*proc
-	faults                                  int
-	lastIDs                                 []string
+	// proxy stands between worker 1 and versitygw, to pause that worker mid-upload.
+	proxy   *storeProxy
+	faults  int
+	lastIDs []string
+	// paused are the uploads worker 1 was stopped in while another attempt committed.
+	paused []upload
+	// lastDelivery are the jobs on their last delivery when every worker was killed and
+	// kept down past AckWait.
+	lastDelivery []string
 }
 
 func newHarness(bin string, keep bool) (*harness, error) {
@@ -166,6 +174,9 @@ func (h *harness) startAll() error {
 	if err := h.waitGW(); err != nil {
 		return err
 	}
+	if h.proxy, err = newStoreProxy(h.s3Endpoint); err != nil {
+		return err
+	}
 
 	urlFile := filepath.Join(h.dir, "model-url")
 	h.model = &proc{name: "demo-model", path: filepath.Join(h.bin, "demo-model"), args: []string{"--addr", "127.0.0.1:0", "--addr-file", urlFile}, log: filepath.Join(h.dir, "model.log")}
@@ -188,11 +199,15 @@ func (h *harness) startAll() error {
 	}
 	for i := range h.workers {
 		cfg := filepath.Join(h.dir, fmt.Sprintf("worker%d.yaml", i))
+		endpoint := h.s3Endpoint
+		if i == 1 {
+			endpoint = h.proxy.url
+		}
 		sections := fmt.Sprintf("\nworker_id: faults-w%d\nconcurrency: %d\ndrain_grace: 5s\n"+
 			"nats:\n  url: %s\n  ack_wait: %s\n  max_deliver: %d\n  retry_backoff: 1s\n"+
 			"store:\n  url: s3://%s\n  endpoint: %s\n  path_style: true\n"+
 			"sandbox:\n  backend: bubblewrap\n  bubblewrap:\n    root: %s\n",
-			i, concurrency, h.natsURL, ackWait, maxDeliver, bucket, h.s3Endpoint, h.sandboxRoot())
+			i, concurrency, h.natsURL, ackWait, maxDeliver, bucket, endpoint, h.sandboxRoot())
 		text := strings.Replace(string(examples.Config), "concurrency: 2\n", "", 1) + sections
 		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 			return err
@@ -350,8 +365,8 @@ func (h *harness) run(n int) error {
 	fmt.Printf("faults: %d jobs, %d faults, committed %d, dead %d, lost %d, duplicates %d, orphans %d, redelivered %d\n",
 		len(ids), h.faults, res.committed, res.dead, res.lost, res.duplicates, res.orphans, res.redelivered)
 	fmt.Fprintf(os.Stderr, "faults: wall time %s\n", time.Since(start).Round(time.Second))
-	if res.lost+res.duplicates+res.orphans+res.verifyFailed+res.stuck > 0 {
-		return fmt.Errorf("invariants do not hold (%d verify failures, %d left in the consumer); see the lines above, logs in %s", res.verifyFailed, res.stuck, h.dir)
+	if res.lost+res.duplicates+res.orphans+res.verifyFailed+res.stuck+res.wrong > 0 {
+		return fmt.Errorf("invariants do not hold (%d verify failures, %d left in the consumer, %d other); see the lines above, logs in %s", res.verifyFailed, res.stuck, res.wrong, h.dir)
 	}
 	return nil
 }
@@ -394,12 +409,7 @@ func (h *harness) inject(submitted <-chan error) error {
 		return err
 	}
 	pause(3 * time.Second)
-	if err := step("SIGSTOP worker 1 past AckWait, then SIGCONT", func() error {
-		h.workers[1].signal(syscall.SIGSTOP)
-		time.Sleep(ackWait + 4*time.Second)
-		h.workers[1].signal(syscall.SIGCONT)
-		return nil
-	}); err != nil {
+	if err := step("SIGSTOP worker 1 mid-upload past AckWait while another attempt commits, then SIGCONT", h.pauseMidUpload); err != nil {
 		return err
 	}
 	for i := range 4 {
@@ -460,6 +470,9 @@ func (h *harness) exhaust(step func(string, func() error) error) error {
 			for _, w := range h.workers {
 				w.kill()
 			}
+			if attempt == maxDeliver {
+				return h.downPastLastDelivery(ids, down)
+			}
 			time.Sleep(down)
 			for _, w := range h.workers {
 				if err := w.start(); err != nil {
@@ -472,6 +485,93 @@ func (h *harness) exhaust(step func(string, func() error) error) error {
 		}
 	}
 	return nil
+}
+
+// downPastLastDelivery runs with every worker just killed: it notes the jobs whose last
+// delivery died with them, keeps the workers down for down, past that delivery's ack
+// deadline, and starts them again.
+func (h *harness) downPastLastDelivery(ids []string, down time.Duration) error {
+	st, err := h.statuses(ids...)
+	if err != nil {
+		return fmt.Errorf("read which jobs were on their last delivery: %w", err)
+	}
+	for _, id := range ids {
+		if s := st[id]; s.State == job.StateRunning && s.Attempt == maxDeliver {
+			h.lastDelivery = append(h.lastDelivery, id)
+		}
+	}
+	if len(h.lastDelivery) == 0 {
+		return errors.New("no job was on its last delivery when every worker was killed: the fault missed its aim")
+	}
+	fmt.Fprintf(os.Stderr, "faults: every worker down while the last delivery of %s times out\n", strings.Join(h.lastDelivery, ", "))
+	time.Sleep(down)
+	for _, w := range h.workers {
+		if err := w.start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pauseMidUpload stops worker 1 while it uploads a run's object (the proxy holds the upload),
+// keeps it stopped past AckWait until another attempt has committed the job, and lets it go
+// on: its attempt is stale, and what it writes must not change the committed run.
+func (h *harness) pauseMidUpload() error {
+	caught := h.proxy.arm()
+	defer h.proxy.letGo()
+	var up upload
+	select {
+	case up = <-caught:
+	case <-time.After(2 * time.Minute):
+		return errors.New("worker 1 began no upload in 2 minutes: the pause cannot be aimed")
+	}
+	w := h.workers[1]
+	w.signal(syscall.SIGSTOP)
+	h.proxy.letGo() // the object is written; the answer waits for the stopped worker
+	fmt.Fprintf(os.Stderr, "faults: worker 1 stopped while uploading %s\n", up)
+	err := poll(3*time.Minute, "another attempt to commit "+up.jobID, func() bool {
+		m, ok, err := h.manifest(up.jobID)
+		if !ok || err != nil || m.Predicate.Attempt == up.attempt {
+			return false
+		}
+		st, err := h.statuses(up.jobID)
+		return err == nil && st[up.jobID].State.Terminal()
+	})
+	w.signal(syscall.SIGCONT)
+	h.paused = append(h.paused, up)
+	return err
+}
+
+// manifest reads a job's committed manifest from versitygw's folder; ok is false when there
+// is none.
+func (h *harness) manifest(id string) (st provenance.Statement, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(h.runsDir(), id, "manifest.json"))
+	if err != nil {
+		return provenance.Statement{}, false, nil
+	}
+	st, err = provenance.Parse(b)
+	return st, true, err
+}
+
+func (h *harness) runsDir() string { return filepath.Join(h.dir, "s3", bucket, "runs") }
+
+// logged reports whether worker i logged msg for the job's attempt.
+func (h *harness) logged(i int, msg, jobID string, attempt int) bool {
+	b, err := os.ReadFile(h.workers[i].log)
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		var rec struct {
+			Msg     string `json:"msg"`
+			JobID   string `json:"job_id"`
+			Attempt int    `json:"attempt"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg && rec.JobID == jobID && rec.Attempt == attempt {
+			return true
+		}
+	}
+	return false
 }
 
 // submitWaves submits ids with `submit run --jobs` in waves of submitWave, one every every.
@@ -574,6 +674,10 @@ func (h *harness) statuses(ids ...string) (map[string]job.Status, error) {
 
 type result struct {
 	committed, dead, lost, duplicates, orphans, redelivered, verifyFailed, stuck int
+	// wrong counts broken invariants the line does not name: a status that names another
+	// attempt or worker than the manifest, a stale attempt's object in a committed run, a
+	// fault that missed its aim.
+	wrong int
 }
 
 // check reads the final state: consumer, status bucket, dead-letter stream, store, processes.
@@ -614,11 +718,15 @@ func (h *harness) check(ids []string) (result, error) {
 	}
 	letters := di.State.Subjects
 
-	runs := filepath.Join(h.dir, "s3", bucket, "runs")
 	for _, id := range ids {
 		// A dead job's manifest records the death (the manifest key is the one arbiter a
 		// commit and a death both race for), so only a manifest of another outcome commits.
-		outcome, manifest := manifestState(filepath.Join(runs, id, "manifest.json"))
+		m, manifest, merr := h.manifest(id)
+		outcome := m.Predicate.Outcome.State
+		if merr != nil {
+			r.wrong++
+			fmt.Fprintf(os.Stderr, "faults: MANIFEST %s: %v\n", id, merr)
+		}
 		deadManifest := manifest && outcome == job.StateDead
 		manifest = manifest && !deadManifest
 		dead := int(letters["BOXCAR_DLQ."+id])
@@ -656,28 +764,64 @@ func (h *harness) check(ids []string) (result, error) {
 				r.lost++
 			}
 		}
+		// The status is derived from what is committed: it names the manifest's outcome,
+		// attempt and worker, whichever delivery ended the job.
+		if manifest && merr == nil && (s.State != outcome || s.Attempt != m.Predicate.Attempt || s.Worker != m.Predicate.Worker.ID) {
+			r.wrong++
+			fmt.Fprintf(os.Stderr, "faults: STATUS %s: status says %s, attempt %d by %q; the manifest %s, attempt %d by %q\n",
+				id, s.State, s.Attempt, s.Worker, outcome, m.Predicate.Attempt, m.Predicate.Worker.ID)
+		}
 	}
+	r.wrong += h.checkAims()
 	r.orphans = h.orphans()
 	return r, nil
 }
 
-// manifestState reads the outcome a committed manifest records; ok is false when none exists.
-func manifestState(path string) (state job.State, ok bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", false
+// checkAims checks that the aimed faults happened as aimed and left the end the README
+// promises; it returns how many did not.
+func (h *harness) checkAims() int {
+	wrong := 0
+	fail := func(format string, args ...any) {
+		wrong++
+		fmt.Fprintf(os.Stderr, "faults: "+format+"\n", args...)
 	}
-	var m struct {
-		Predicate struct {
-			Outcome struct {
-				State job.State `json:"state"`
-			} `json:"outcome"`
-		} `json:"predicate"`
+	// A job whose last delivery died with every worker is ended by the next worker to start:
+	// an exhausted delivery (beyond max_deliver) records it dead. One that committed just
+	// before the kill ends as committed instead; at least one must have died.
+	exhausted := 0
+	for _, id := range h.lastDelivery {
+		if m, ok, err := h.manifest(id); ok && err == nil && m.Predicate.Attempt > maxDeliver && m.Predicate.Outcome.State == job.StateDead {
+			exhausted++
+		}
 	}
-	if json.Unmarshal(b, &m) != nil {
-		return "unreadable", true
+	if exhausted == 0 {
+		fail("AIM no job whose last delivery died with every worker was ended by a later delivery: %v", h.lastDelivery)
 	}
-	return m.Predicate.Outcome.State, true
+	for _, up := range h.paused {
+		m, ok, err := h.manifest(up.jobID)
+		if !ok || err != nil {
+			fail("PAUSE %s: no readable committed manifest: %v", up, err)
+			continue
+		}
+		if m.Predicate.Attempt == up.attempt {
+			fail("PAUSE %s: the paused attempt's run was committed", up)
+		}
+		for _, sub := range m.Subjects {
+			if strings.Contains(provenance.SubjectKey(up.jobID, sub), "/attempts/"+up.folder+"/") {
+				fail("PAUSE %s: the committed run names %s of the paused attempt", up, sub.Name)
+			}
+		}
+		if out, err := h.submit("verify", up.jobID); err != nil {
+			fail("PAUSE %s: submit verify: %v: %s", up, err, lastLines(out, 5))
+		}
+		if !h.logged(1, "another attempt took this job over; discarding this attempt's result", up.jobID, up.attempt) {
+			fail("PAUSE %s: worker 1 never resumed the paused attempt to be refused", up)
+		}
+		left, _ := filepath.Glob(filepath.Join(h.runsDir(), up.jobID, "attempts", up.folder, "*"))
+		fmt.Fprintf(os.Stderr, "faults: paused attempt %s resumed and was refused; committed attempt %d by %s; %d of its objects left\n",
+			up, m.Predicate.Attempt, m.Predicate.Worker.ID, len(left))
+	}
+	return wrong
 }
 
 // orphans counts bwrap processes still running in this run's sandbox root after every

@@ -1,0 +1,119 @@
+//go:build faults
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// upload is one object an attempt began to upload: the job, the attempt's delivery number and
+// its folder under runs/ID/attempts/.
+type upload struct {
+	jobID, folder string
+	attempt       int
+}
+
+// storeProxy stands between one worker and versitygw. It passes every request on, except that,
+// when armed, it holds the first upload of a run's object until released: the worker is then
+// in the middle of an upload, which is where the harness pauses it.
+type storeProxy struct {
+	url string
+
+	mu      sync.Mutex
+	caught  chan upload   // non-nil while armed
+	release chan struct{} // closed to let the held upload through
+}
+
+func newStoreProxy(target string) (*storeProxy, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &storeProxy{url: "http://" + ln.Addr().String()}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	// With the server down the worker must see what it would without the proxy: a connection
+	// that fails, not a 502 answer.
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, herr := hj.Hijack(); herr == nil {
+				c.Close()
+				return
+			}
+		}
+		w.WriteHeader(http.StatusBadGateway)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if up, ok := runUpload(r); ok {
+			p.hold(up)
+		}
+		rp.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	return p, nil
+}
+
+// arm makes the proxy hold the next upload of a run's object; the channel reports it.
+func (p *storeProxy) arm() <-chan upload {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.caught, p.release = make(chan upload, 1), make(chan struct{})
+	return p.caught
+}
+
+// letGo lets the held upload (if any) through and disarms the proxy.
+func (p *storeProxy) letGo() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.release != nil {
+		close(p.release)
+	}
+	p.caught, p.release = nil, nil
+}
+
+func (p *storeProxy) hold(up upload) {
+	p.mu.Lock()
+	caught, release := p.caught, p.release
+	p.caught = nil // one upload only
+	p.mu.Unlock()
+	if caught == nil {
+		return
+	}
+	caught <- up
+	<-release
+}
+
+// runUpload tells whether r puts an object of an attempt's folder, path style:
+// /BUCKET/runs/ID/attempts/N-RANDOM/NAME.
+func runUpload(r *http.Request) (upload, bool) {
+	if r.Method != http.MethodPut || r.URL.Query().Has("uploadId") { // a run's objects are small: one PUT each
+		return upload{}, false
+	}
+	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 6)
+	if len(parts) < 6 || parts[1] != "runs" || parts[3] != "attempts" {
+		return upload{}, false
+	}
+	n, _, _ := strings.Cut(parts[4], "-")
+	attempt, err := strconv.Atoi(n)
+	if err != nil {
+		return upload{}, false
+	}
+	return upload{jobID: parts[2], folder: parts[4], attempt: attempt}, true
+}
+
+func (u upload) String() string {
+	return fmt.Sprintf("%s attempt %d (%s)", u.jobID, u.attempt, u.folder)
+}
