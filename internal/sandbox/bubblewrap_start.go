@@ -22,7 +22,7 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox: start: %w", err)
 	}
-	if err := spec.SandboxSpec.Complete(); err != nil {
+	if err := spec.Complete(); err != nil {
 		return nil, fmt.Errorf("sandbox: start: %w", err)
 	}
 	lim, err := parseLimits(spec.SandboxSpec)

@@ -152,7 +152,7 @@ func (p *KubernetesProvider) Backend() string { return "kubernetes" }
 // Start creates the pod and waits, through a watch, until it runs. Whatever goes wrong, the
 // pod is deleted before Start returns an error.
 func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, error) {
-	if err := spec.SandboxSpec.Complete(); err != nil {
+	if err := spec.Complete(); err != nil {
 		return nil, fmt.Errorf("sandbox: start: %w", err)
 	}
 	if spec.Image == "" {
