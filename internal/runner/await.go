@@ -11,12 +11,13 @@ import (
 )
 
 // awaitAnswer runs call until the dependency it talks to (the store, NATS) answers, which
-// answered tells from call's error, and returns call's last result. An outage seen before the
-// attempt did any work is not the job's fault: handing the delivery back would spend one of
-// its max_deliver deliveries, so the attempt waits instead, while its in-progress acks keep
-// the delivery. The wait ends when ctx ends (a shutdown hands the job back at once) or after
-// the job's own timeout, so a job never holds a slot waiting longer than it could have run;
-// then it is retried as any transient fault is. A wait is logged when it begins and ends.
+// answered tells from call's error, and returns call's last result. An outage is not the
+// job's fault: handing the delivery back would spend one of its max_deliver deliveries (before
+// the attempt did any work) or throw the work away (while it commits), so the attempt waits
+// instead, while its in-progress acks keep the delivery. The wait ends when ctx ends (a
+// shutdown hands the job back at once) or after the job's own timeout, so a job never holds a
+// slot waiting longer than it could have run; then it is retried as any transient fault is. A
+// wait is logged when it begins and ends.
 func awaitAnswer[T any](ctx context.Context, r *Runner, a *attempt, what string, answered func(error) bool, call func(context.Context) (T, error)) (T, error) {
 	return awaitAnswerTo(ctx, r, a, what, "before the job can start", answered, call)
 }
@@ -57,6 +58,9 @@ func storeAnswered(err error) bool { return err == nil || errors.Is(err, store.E
 
 // storeSafe: the store did not refuse for want of a server that refuses overwrites.
 func storeSafe(err error) bool { return !errors.Is(err, store.ErrUnsafeServer) }
+
+// statusAnswered: the status bucket answered a read, found or not.
+func statusAnswered(err error) bool { return err == nil || errors.Is(err, queue.ErrUnknownJob) }
 
 // natsAnswered: the status bucket took the write, or said the job already ended.
 func natsAnswered(err error) bool { return err == nil || errors.Is(err, queue.ErrFinal) }

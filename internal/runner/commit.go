@@ -143,24 +143,40 @@ const reportName = "report.md"
 
 // checkLease fails with errLeaseLost when a later attempt of the job has started or the run
 // is already committed.
+// It waits out an outage of NATS or the store (awaitAnswer): the attempt has done its work by
+// now, and failing it for a blip would throw that work away, or, on the last delivery,
+// dead-letter a job that ran.
 func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
-	st, err := r.cfg.Queue.Status(ctx, a.job.ID)
+	st, err := awaitAnswerTo(ctx, r, a, "NATS", "before the run can be committed", statusAnswered, func(ctx context.Context) (job.Status, error) {
+		return r.cfg.Queue.Status(ctx, a.job.ID)
+	})
 	if err != nil && !errors.Is(err, queue.ErrUnknownJob) {
 		return fmt.Errorf("check the job is still ours: %w", err)
 	}
 	if st.Attempt > a.d.Attempt {
 		return fmt.Errorf("%w: attempt %d started after this attempt (%d)", errLeaseLost, st.Attempt, a.d.Attempt)
 	}
-	if _, err := r.cfg.Store.Stat(ctx, store.ManifestKey(a.job.ID)); err == nil {
+	_, err = awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
+		return r.cfg.Store.Stat(ctx, store.ManifestKey(a.job.ID))
+	})
+	switch {
+	case err == nil:
 		return fmt.Errorf("%w: the run is already committed", errLeaseLost)
+	case !errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("check whether the run is committed: %w", err)
 	}
 	return nil
 }
 
 // adoptCommitted finishes what the attempt that committed the run may not have: the manifest's
 // signature (it stopped between the two) and the job's final status (it stopped before the ack).
-func (r *Runner) adoptCommitted(ctx context.Context, jobID string) (provenance.Outcome, error) {
-	rc, err := r.cfg.Store.Get(ctx, store.ManifestKey(jobID))
+// Like checkLease it waits out an outage: a delivery that gave up here would be handed back
+// and spend a delivery of a job that is already done.
+func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Outcome, error) {
+	jobID := a.job.ID
+	rc, err := awaitAnswerTo(ctx, r, a, "the store", "before the job can end", storeAnswered, func(ctx context.Context) (io.ReadCloser, error) {
+		return r.cfg.Store.Get(ctx, store.ManifestKey(jobID))
+	})
 	if err != nil {
 		return provenance.Outcome{}, err
 	}
@@ -180,14 +196,16 @@ func (r *Runner) adoptCommitted(ctx context.Context, jobID string) (provenance.O
 	// manifest, not those of this delivery or of one that failed before it.
 	m := stmt.Predicate
 	out := m.Outcome
-	_, err = r.cfg.Queue.UpdateStatus(ctx, jobID, func(s *job.Status) {
-		s.State, s.Cap, s.Error, s.Progress = out.State, out.Cap, out.Error, ""
-		s.Attempt, s.Worker = m.Attempt, m.Worker.ID
-		s.StartedAt, s.FinishedAt = m.Timings.StartedAt, m.Timings.FinishedAt
-		s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(jobID))
-		if i := slices.IndexFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == reportName }); i >= 0 {
-			s.Report = r.cfg.Store.URL(provenance.SubjectKey(jobID, stmt.Subjects[i]))
-		}
+	_, err = awaitAnswerTo(ctx, r, a, "NATS", "before the job can end", natsAnswered, func(ctx context.Context) (job.Status, error) {
+		return r.cfg.Queue.UpdateStatus(ctx, jobID, func(s *job.Status) {
+			s.State, s.Cap, s.Error, s.Progress = out.State, out.Cap, out.Error, ""
+			s.Attempt, s.Worker = m.Attempt, m.Worker.ID
+			s.StartedAt, s.FinishedAt = m.Timings.StartedAt, m.Timings.FinishedAt
+			s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(jobID))
+			if i := slices.IndexFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == reportName }); i >= 0 {
+				s.Report = r.cfg.Store.URL(provenance.SubjectKey(jobID, stmt.Subjects[i]))
+			}
+		})
 	})
 	if errors.Is(err, queue.ErrFinal) {
 		err = nil

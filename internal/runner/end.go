@@ -26,7 +26,10 @@ import (
 // past AckWait and may still commit. This delivery never runs the job.
 func (r *Runner) exhausted(ctx context.Context, a *attempt) outcome {
 	cause := fmt.Sprintf("no worker finished the job in %d deliveries", r.cfg.Worker.NATS.MaxDeliver)
-	if st, err := r.cfg.Queue.Status(ctx, a.job.ID); err == nil && st.Error != "" {
+	st, err := awaitAnswerTo(ctx, r, a, "NATS", "before the job can end", statusAnswered, func(ctx context.Context) (job.Status, error) {
+		return r.cfg.Queue.Status(ctx, a.job.ID)
+	})
+	if err == nil && st.Error != "" {
 		cause += "; the last error: " + st.Error
 	}
 	a.log.WarnContext(ctx, "job exhausted its deliveries; ending it", "max_deliver", r.cfg.Worker.NATS.MaxDeliver)
@@ -70,7 +73,7 @@ func (r *Runner) commitEnd(ctx context.Context, a *attempt, o outcome) outcome {
 // and a failed, rejected or dead run gets its dead letter (once: its committer may have died
 // before).
 func (r *Runner) endCommitted(ctx context.Context, a *attempt) outcome {
-	out, err := r.adoptCommitted(ctx, a.job.ID)
+	out, err := r.adoptCommitted(ctx, a)
 	if err != nil {
 		return outcome{end: endUndecided, err: err}
 	}

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/runner"
@@ -304,5 +307,41 @@ func TestCommitWaitsForAStoreThatRefusesOverwritesAgain(t *testing.T) {
 	}
 	if got := string(b.runFile(j.ID, "report.md")); !strings.HasPrefix(got, "# report for "+j.ID) {
 		t.Errorf("committed report = %q", got)
+	}
+}
+
+// TestNATSOutageWhileCommittingKeepsTheRun: NATS goes away while the last delivery uploads
+// its run, between the two looks at the job's status that tell the attempt it still owns the
+// job, and comes back seconds later. The attempt waits for it and commits: the job succeeds on
+// that delivery, with no second run and no dead letter for work that was done.
+func TestNATSOutageWhileCommittingKeepsTheRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.NATS.AckWait = config.Duration(time.Minute) // the outage must not redeliver the job
+	oneDelivery(b)
+	uploading, down := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stops := &hookStore{Store: b.store, put: func(key string) error {
+		once.Do(func() { close(uploading); <-down })
+		return nil
+	}}
+	var runs atomic.Int32
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		runs.Add(1)
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) { c.Store = stops })
+	j := b.submit("p")
+	<-uploading
+	port := b.srv.Addr().(*net.TCPAddr).Port
+	b.srv.Shutdown()
+	b.srv.WaitForShutdown()
+	close(down)
+	// Longer than a JetStream request waits for its answer (5 s), so a look at the status that
+	// does not wait for NATS fails.
+	time.Sleep(7 * time.Second)
+	b.start(port)
+	b.checkEnd(j.ID, job.StateSucceeded, 0)
+	if st := b.waitFinal(j.ID, 30*time.Second); st.Attempt != 1 || runs.Load() != 1 {
+		t.Errorf("succeeded on attempt %d after %d runs; want the first and only run committed", st.Attempt, runs.Load())
 	}
 }
