@@ -325,8 +325,7 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		}
 		id := lastJSON(t, out)["id"].(string)
 
-		// Every status the job goes through, as `submit watch` sees them: attempt 1's error is
-		// overwritten by attempt 2's soon after.
+		// Every status the job goes through, as `submit watch` sees them.
 		history := watchStatus(t, w.natsURL, id)
 
 		// The job holds its sandbox and waits for the model: take the store away now.
@@ -338,15 +337,16 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		st.stop(t)
 		close(model.release)
 
-		// Uploading fails; the status says exactly what failed, and the job waits for a retry.
-		wantErr := regexp.MustCompile(`^upload results: upload (\S+): store: put-if-absent s3://` + st.bucket + `/runs/` + id + `/attempts/1-[0-9a-f]{8}/(\S+): .*dial tcp ` + regexp.QuoteMeta(st.addr) + `: connect: connection refused`)
-		failed := history.waitFor(t, 60*time.Second, func(s job.Status) bool {
-			return s.State == job.StateRetrying && s.Attempt == 1
+		// The attempt has done its work: before it uploads, it waits for the store instead of
+		// throwing the work away, and the status says exactly what it waits for.
+		wantErr := regexp.MustCompile(`^waiting for the store: store: stat s3://` + st.bucket + `/runs/` + id + `/manifest\.json: .*dial tcp ` + regexp.QuoteMeta(st.addr) + `: connect: connection refused`)
+		waiting := history.waitFor(t, 60*time.Second, func(s job.Status) bool {
+			return strings.HasPrefix(s.Error, "waiting for the store")
 		})
-		if m := wantErr.FindStringSubmatch(failed.Error); m == nil || m[1] != m[2] {
-			t.Errorf("status after the store went away = %+v\nwant error matching %s", failed, wantErr)
+		if waiting.State != job.StateRunning || waiting.Attempt != 1 || !wantErr.MatchString(waiting.Error) {
+			t.Errorf("status after the store went away = %+v\nwant running, attempt 1, error matching %s", waiting, wantErr)
 		}
-		t.Logf("attempt 1, store stopped: %s: %s", failed.State, failed.Error)
+		t.Logf("attempt 1, store stopped: %s: %s", waiting.State, waiting.Error)
 		if dl, ok := deadLetter(t, w.natsURL, id); ok {
 			t.Errorf("a transient store fault dead-lettered the job: %+v", dl)
 		}
@@ -356,8 +356,9 @@ func TestStoreOutageWithContainers(t *testing.T) {
 			state, _ := s["state"].(string)
 			return state != "retrying" && state != "running" && state != "queued"
 		})
-		if done["state"] != "succeeded" || done["attempt"].(float64) < 2 {
-			t.Fatalf("after the store came back: %v, want succeeded on attempt 2 or later\n%s", done, w.log.String())
+		// The delivery was kept through the outage: the first attempt commits, none is spent.
+		if done["state"] != "succeeded" || done["attempt"].(float64) != 1 {
+			t.Fatalf("after the store came back: %v, want succeeded on attempt 1\n%s", done, w.log.String())
 		}
 		t.Logf("store back: %s on attempt %v", done["state"], done["attempt"])
 		// Exactly once: one committed run, one success in the log, no dead letter.
