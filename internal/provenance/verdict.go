@@ -146,14 +146,14 @@ func SubjectKey(jobID string, s Subject) string {
 
 // Lister is the store method Unlisted needs. Any store.Store satisfies it.
 type Lister interface {
-	List(ctx context.Context, prefix string) ([]string, error)
+	List(ctx context.Context, prefix string) ([]store.ObjectInfo, error)
 }
 
 // Unlisted returns the objects under the run's folder that the manifest does not name, other
 // than the manifest and its signature, relative to the folder: nothing vouches for them.
 func Unlisted(ctx context.Context, st Lister, jobID string, stmt Statement) ([]string, error) {
 	prefix := runKey(jobID, "")
-	keys, err := st.List(ctx, prefix)
+	objects, err := st.List(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -162,9 +162,9 @@ func Unlisted(ctx context.Context, st Lister, jobID string, stmt Statement) ([]s
 		named[SubjectKey(jobID, s)] = true
 	}
 	var out []string
-	for _, k := range keys {
-		if !named[k] {
-			out = append(out, strings.TrimPrefix(k, prefix))
+	for _, o := range objects {
+		if !named[o.Key] {
+			out = append(out, strings.TrimPrefix(o.Key, prefix))
 		}
 	}
 	return out, nil

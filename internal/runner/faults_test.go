@@ -292,7 +292,7 @@ func TestCommitWaitsForAStoreThatRefusesOverwritesAgain(t *testing.T) {
 		return refused >= 3
 	})
 	if keys, err := b.store.List(context.Background(), store.RunPrefix(j.ID)); err != nil || len(keys) != 0 {
-		t.Errorf("while the store overwrites the run holds %q (%v), want nothing", keys, err)
+		t.Errorf("while the store overwrites the run holds %+v (%v), want nothing", keys, err)
 	}
 	mu.Lock()
 	safe = true

@@ -169,7 +169,7 @@ func TestKilledWorkerJobIsRedeliveredAndCompletesOnce(t *testing.T) {
 	}
 	manifests := 0
 	for _, k := range keys {
-		if path.Base(k) == "manifest.json" {
+		if path.Base(k.Key) == "manifest.json" {
 			manifests++
 		}
 	}
@@ -462,8 +462,8 @@ func TestOversizeReportFailsButKeepsTheRun(t *testing.T) {
 			if out.State != job.StateFailed || out.Reason != tt.wantReason || !strings.Contains(out.Error, tt.wantError) {
 				t.Errorf("manifest outcome = %+v, want failed with reason %s", out, tt.wantReason)
 			}
-			if keys, err := b.store.List(ctx, store.RunPrefix(j.ID)); err != nil || slices.ContainsFunc(keys, func(k string) bool { return path.Base(k) == "report.md" }) {
-				t.Errorf("run objects %q, %v; want no report", keys, err)
+			if keys, err := b.store.List(ctx, store.RunPrefix(j.ID)); err != nil || slices.ContainsFunc(keys, func(k store.ObjectInfo) bool { return path.Base(k.Key) == "report.md" }) {
+				t.Errorf("run objects %+v, %v; want no report", keys, err)
 			}
 			if report, err := provenance.Verify(ctx, b.store, j.ID, nil); err != nil || !report.OK() {
 				t.Errorf("verify: %v %+v", err, report.Checks)

@@ -188,8 +188,8 @@ func (f *File) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return r, nil
 }
 
-// Stat returns an object's size and content type; the error wraps ErrNotFound when there is
-// none.
+// Stat returns an object's size, content type and modification time; the error wraps
+// ErrNotFound when there is none.
 func (f *File) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	if err := checkKey(key); err != nil {
 		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", key, err)
@@ -206,7 +206,7 @@ func (f *File) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	}
 	// A plain file has no metadata: its content type is derived from the key, as the s3
 	// backend stores it.
-	return ObjectInfo{Key: key, Size: info.Size(), ContentType: ContentType(key)}, nil
+	return ObjectInfo{Key: key, Size: info.Size(), ContentType: ContentType(key), ModTime: info.ModTime()}, nil
 }
 
 // Delete removes an object; there being none is not an error. Folders it leaves empty stay:
@@ -233,9 +233,9 @@ func (f *File) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// List returns the keys that start with prefix, sorted. prefix is "" (everything), a folder
-// ("runs/x/") or the start of a key ("runs/x/rep").
-func (f *File) List(ctx context.Context, prefix string) ([]string, error) {
+// List returns the objects whose keys start with prefix, sorted by key, with their size and
+// mtime. prefix is "" (everything), a folder ("runs/x/") or the start of a key ("runs/x/rep").
+func (f *File) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 	if err := checkPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
 	}
@@ -243,7 +243,7 @@ func (f *File) List(ctx context.Context, prefix string) ([]string, error) {
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		start = prefix[:i]
 	}
-	keys := []string{}
+	objects := []ObjectInfo{}
 	err := fs.WalkDir(f.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == start && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
@@ -257,9 +257,17 @@ func (f *File) List(ctx context.Context, prefix string) ([]string, error) {
 		if strings.HasPrefix(d.Name(), tempPrefix) || !d.Type().IsRegular() {
 			return nil
 		}
-		if strings.HasPrefix(p, prefix) {
-			keys = append(keys, p)
+		if !strings.HasPrefix(p, prefix) {
+			return nil
 		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // deleted since the folder was read
+		}
+		if err != nil {
+			return err
+		}
+		objects = append(objects, ObjectInfo{Key: p, Size: info.Size(), ModTime: info.ModTime()})
 		return nil
 	})
 	if err != nil {
@@ -267,8 +275,8 @@ func (f *File) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	// A walk visits each folder in order, but "a/b" comes before "a-c" there and after it
 	// as a string.
-	slices.Sort(keys)
-	return keys, nil
+	slices.SortFunc(objects, func(a, b ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	return objects, nil
 }
 
 // URL returns file://<dir>/<key>.

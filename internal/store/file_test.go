@@ -98,8 +98,8 @@ func TestFileSymlinkEscape(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range keys {
-		if strings.Contains(k, "secret") {
-			t.Errorf("List shows %s from outside the store", k)
+		if strings.Contains(k.Key, "secret") {
+			t.Errorf("List shows %s from outside the store", k.Key)
 		}
 	}
 }
@@ -149,7 +149,7 @@ func TestFileReadersNeverSeePartialObjects(t *testing.T) {
 				t.Errorf("during the put Stat error = %v, want ErrNotFound", err)
 			}
 			if keys, err := f.List(ctx, ""); err != nil || len(keys) > 1 {
-				t.Errorf("during the put List = %q, %v; want no temporary objects", keys, err)
+				t.Errorf("during the put List = %+v, %v; want no temporary objects", keys, err)
 			}
 			if _, err := pw.Write([]byte(rest)); err != nil {
 				t.Fatal(err)

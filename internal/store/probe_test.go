@@ -51,8 +51,8 @@ func TestS3Probe(t *testing.T) {
 		if err := s.PutIfAbsent(ctx, manifest, strings.NewReader("{}"), 2); err != nil {
 			t.Fatal(err)
 		}
-		if keys, err := s.List(ctx, ""); err != nil || len(keys) != 1 || keys[0] != manifest {
-			t.Errorf("List = %q, %v; want the manifest only, not the store's probe object", keys, err)
+		if keys, err := s.List(ctx, ""); err != nil || len(keys) != 1 || keys[0].Key != manifest {
+			t.Errorf("List = %+v, %v; want the manifest only, not the store's probe object", keys, err)
 		}
 		if info, err := s.Stat(ctx, store.ProbeKey); err != nil || info.ContentType != "text/plain; charset=utf-8" {
 			t.Errorf("Stat(%s) = %+v, %v; want the probe object, as text", store.ProbeKey, info, err)

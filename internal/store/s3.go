@@ -343,8 +343,8 @@ func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return out.Body, nil
 }
 
-// Stat returns an object's size and the content type the server keeps (set from ContentType
-// on every put); the error wraps ErrNotFound when there is none.
+// Stat returns an object's size, the content type the server keeps (set from ContentType on
+// every put) and its LastModified; the error wraps ErrNotFound when there is none.
 func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	if !ValidKey(key) {
 		return ObjectInfo{}, fmt.Errorf("store: stat %q: %w", key, ErrInvalidKey)
@@ -356,7 +356,7 @@ func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", s.URL(key), translate(err))
 	}
-	return ObjectInfo{Key: key, Size: aws.ToInt64(out.ContentLength), ContentType: aws.ToString(out.ContentType)}, nil
+	return ObjectInfo{Key: key, Size: aws.ToInt64(out.ContentLength), ContentType: aws.ToString(out.ContentType), ModTime: aws.ToTime(out.LastModified)}, nil
 }
 
 // Delete removes an object; there being none is not an error (S3 answers both the same).
@@ -376,12 +376,13 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// List returns the keys that start with prefix, sorted, following every page.
-func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
+// List returns the objects whose keys start with prefix, sorted by key, with the size and
+// LastModified the listing gives, following every page.
+func (s *S3) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 	if err := checkPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
 	}
-	keys := []string{}
+	objects := []ObjectInfo{}
 	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
 		Bucket: &s.bucket,
 		Prefix: aws.String(s.prefix + prefix),
@@ -397,12 +398,13 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 			// folder marker); Get could not open them, so List does not offer them.
 			// The probe object is the store's own, not one of the caller's.
 			if ValidKey(k) && k != ProbeKey {
-				keys = append(keys, k)
+				objects = append(objects, ObjectInfo{Key: k, Size: aws.ToInt64(obj.Size), ModTime: aws.ToTime(obj.LastModified)})
 			}
 		}
 	}
-	slices.Sort(keys) // S3 sorts by UTF-8 bytes already; not every compatible server does
-	return keys, nil
+	// S3 sorts by UTF-8 bytes already; not every compatible server does.
+	slices.SortFunc(objects, func(a, b ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	return objects, nil
 }
 
 // URL returns s3://bucket/prefix/key.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"time"
 )
 
 // Store keeps objects under slash-separated keys.
@@ -18,12 +19,14 @@ type Store interface {
 	PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error
 	// Get opens an object; ErrNotFound when there is none. The caller closes the reader.
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
-	// Stat returns an object's size and content type; ErrNotFound when there is none.
+	// Stat returns an object's size, content type and modification time; ErrNotFound when
+	// there is none.
 	Stat(ctx context.Context, key string) (ObjectInfo, error)
 	// Delete removes an object; there being none is not an error.
 	Delete(ctx context.Context, key string) error
-	// List returns the keys under prefix, sorted.
-	List(ctx context.Context, prefix string) ([]string, error)
+	// List returns the objects under prefix, sorted by key, with their size and modification
+	// time (not their content type: S3 lists none, Stat gives it).
+	List(ctx context.Context, prefix string) ([]ObjectInfo, error)
 	// URL names an object for people and other tools (file:///… or s3://bucket/…).
 	URL(key string) string
 	// Close releases what the store holds (a directory handle, idle connections). The store
@@ -35,8 +38,12 @@ type Store interface {
 type ObjectInfo struct {
 	Key  string
 	Size int64
-	// ContentType is the media type the object is served with; see ContentType.
+	// ContentType is the media type the object is served with; see ContentType. Stat fills it,
+	// List does not.
 	ContentType string
+	// ModTime is when the object was last written: the file's mtime, S3's LastModified (whole
+	// seconds on most servers). `submit gc` tells old leftovers from live attempts by it.
+	ModTime time.Time
 }
 
 // Run layout: where each job's results live. The run's folder holds the manifest and its

@@ -78,7 +78,7 @@ func TestRunJobs(t *testing.T) {
 	}
 	keys, err := te.st.List(t.Context(), "inputs/")
 	if err != nil || len(keys) != 2 {
-		t.Errorf("store holds inputs %v (%v); want the two distinct contents once each", keys, err)
+		t.Errorf("store holds inputs %+v (%v); want the two distinct contents once each", keys, err)
 	}
 	st, err := te.q.Status(t.Context(), ids[1])
 	if err != nil || st.State != job.StateQueued || st.Profile != "csv-analyst" {

@@ -59,8 +59,8 @@ func (e *env) get(ctx context.Context, id, out string) error {
 
 	manifest, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
 	if errors.Is(err, store.ErrNotFound) {
-		keys, lerr := st.List(ctx, store.RunPrefix(id))
-		if lerr == nil && len(keys) > 0 {
+		objects, lerr := st.List(ctx, store.RunPrefix(id))
+		if lerr == nil && len(objects) > 0 {
 			return fmt.Errorf("get: job %s has no manifest in %s: the run is not committed (still uploading, or it ended before it could commit); nothing downloaded", id, st.URL(""))
 		}
 		return fmt.Errorf("get: no results for job %s in %s (is it finished? see `submit status %s`)", id, st.URL(""), id)

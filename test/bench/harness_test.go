@@ -151,10 +151,12 @@ func (memStore) Stat(ctx context.Context, key string) (store.ObjectInfo, error) 
 	return store.ObjectInfo{}, store.ErrNotFound
 }
 
-func (memStore) Delete(ctx context.Context, key string) error              { return nil }
-func (memStore) List(ctx context.Context, prefix string) ([]string, error) { return nil, nil }
-func (memStore) URL(key string) string                                     { return "mem://" + key }
-func (memStore) Close() error                                              { return nil }
+func (memStore) Delete(ctx context.Context, key string) error { return nil }
+func (memStore) List(ctx context.Context, prefix string) ([]store.ObjectInfo, error) {
+	return nil, nil
+}
+func (memStore) URL(key string) string { return "mem://" + key }
+func (memStore) Close() error          { return nil }
 
 // nopSandbox runs nothing and holds no files.
 type nopSandbox struct{}
