@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ConsumerLag reports, from the server's view of the workers' durable consumer, how many jobs
@@ -18,4 +19,15 @@ func (q *Queue) ConsumerLag(ctx context.Context) (pending, ackPending uint64, er
 		return 0, 0, fmt.Errorf("queue: look up consumer %s: %w", q.cfg.Consumer, err)
 	}
 	return info.NumPending, uint64(max(info.NumAckPending, 0)), nil
+}
+
+// ConsumerAckWait is the ack deadline of the workers' durable consumer as the server has it. A
+// client handle's own configuration holds only the defaults, which a worker's config may have
+// changed.
+func (q *Queue) ConsumerAckWait(ctx context.Context) (time.Duration, error) {
+	cons, err := q.js.Consumer(ctx, q.cfg.Stream, q.cfg.Consumer)
+	if err != nil {
+		return 0, fmt.Errorf("queue: look up consumer %s: %w", q.cfg.Consumer, err)
+	}
+	return cons.CachedInfo().Config.AckWait, nil
 }

@@ -59,3 +59,16 @@ func TestConsumerLagOnClientHandle(t *testing.T) {
 		t.Error("ConsumerLag on a client handle succeeded, want an error")
 	}
 }
+
+// A client handle knows only the default ack_wait; ConsumerAckWait reads the worker's.
+func TestConsumerAckWaitIsTheServers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(7 * time.Minute) })
+	client, err := queue.Bind(t.Context(), b.nc, config.Config{}.WithDefaults().NATS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := client.ConsumerAckWait(t.Context()); err != nil || got != 7*time.Minute {
+		t.Errorf("ConsumerAckWait = %v, %v; want the worker's 7m", got, err)
+	}
+}

@@ -51,7 +51,7 @@ func TestUsageMatchesDocs(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	commands := []string{"run", "status", "watch", "get", "cancel", "manifest", "verify", "keygen", "version", "approvals", "approve", "deny", "completion"}
+	commands := []string{"run", "status", "watch", "get", "cancel", "manifest", "verify", "keygen", "version", "approvals", "approve", "deny", "gc", "completion"}
 	tests := []struct {
 		args     []string
 		code     int
@@ -172,6 +172,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"approve", "a", "b", "--reason", "no"}, "unknown flag: --reason"},
 		{[]string{"deny"}, "deny: give JOB_ID and CALL_ID"},
 		{[]string{"deny", "a", "b", "--reason", strings.Repeat("x", 1001)}, "deny: --reason is 1001 bytes; keep it under 1000"},
+		{[]string{"gc", "x"}, "gc: takes no arguments"},
+		{[]string{"gc", "--older-than", "0s"}, "gc: --older-than 0s: give a duration longer than the workers' job_timeout plus ack_wait"},
+		{[]string{"gc", "--older-than", "a day"}, `invalid argument "a day" for "--older-than"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -185,7 +188,7 @@ func TestUsageErrors(t *testing.T) {
 
 // TestNoServer: a command that needs NATS says what to start.
 func TestNoServer(t *testing.T) {
-	for _, args := range [][]string{{"status", "20261202t101500-abcdef012345"}, {"run", "--profile", "p", "--task", "t"}, {"approvals"}} {
+	for _, args := range [][]string{{"status", "20261202t101500-abcdef012345"}, {"run", "--profile", "p", "--task", "t"}, {"approvals"}, {"gc"}} {
 		_, _, err := noEnv(t, args...)
 		if exitCode(err) != 1 || !strings.Contains(message(err), "worker --embedded") {
 			t.Errorf("submit %s without NATS: %v; want exit 1 saying how to start a worker", args[0], err)

@@ -59,7 +59,7 @@ func newRoot(e *env) *cobra.Command {
 	root.AddCommand(
 		e.runCmd(), e.statusCmd(), e.watchCmd(), e.getCmd(), e.cancelCmd(), e.manifestCmd(),
 		e.verifyCmd(), e.keygenCmd(), e.versionCmd(),
-		e.approvalsCmd(), e.approveCmd(), e.denyCmd(),
+		e.approvalsCmd(), e.approveCmd(), e.denyCmd(), e.gcCmd(),
 		completionCmd(root, func() io.Writer { return e.raw }),
 	)
 	defaultHelp := root.HelpFunc()
