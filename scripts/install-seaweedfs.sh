@@ -17,6 +17,13 @@ fi
 # is kept beside it.
 stamp="$gobin/.weed.version"
 
+mkdir -p "$gobin"
+# One install at a time: two checkouts on one machine share GOBIN, and the second must neither
+# write weed.tmp beside the first nor take a half-installed weed for a finished one. It checks
+# the stamp once it holds the lock, so it finds what the first installed.
+exec 9>"$gobin/.weed.lock"
+flock 9
+
 if [[ -x "$gobin/weed" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
 	echo "weed $version already installed at $gobin/weed; nothing to do"
 	exit 0
@@ -29,7 +36,6 @@ if [[ -z "$dir" || ! -d "$dir/weed" ]]; then
 	echo "install-seaweedfs: go mod download $module@$version gave no source folder" >&2
 	exit 1
 fi
-mkdir -p "$gobin"
 (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath -o "$gobin/weed.tmp" ./weed)
 mv "$gobin/weed.tmp" "$gobin/weed"
 echo "$version" >"$stamp"
