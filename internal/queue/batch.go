@@ -76,7 +76,7 @@ func (q *Queue) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Sta
 		want[id] = true
 	}
 	// One watcher on the whole bucket, started before the current values are read, so no
-	// change between the two is missed; other jobs' updates are skipped here.
+	// change between the two is missed; other jobs' updates are skipped by their key.
 	w, err := q.status.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
 		return nil, fmt.Errorf("queue: watch the status bucket: %w", err)
@@ -108,7 +108,7 @@ func (q *Queue) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Sta
 				return
 			}
 		}
-		follow(ctx, w, send)
+		follow(ctx, w, func(id string) bool { return want[id] }, send)
 	}()
 	return out, nil
 }

@@ -130,7 +130,7 @@ func (q *Queue) WatchStatus(ctx context.Context, id string) (<-chan job.Status, 
 	go func() {
 		defer close(out)
 		defer func() { _ = w.Stop() }()
-		follow(ctx, w, func(st job.Status) bool { return deliver(ctx, out, st) && !st.State.Terminal() })
+		follow(ctx, w, nil, func(st job.Status) bool { return deliver(ctx, out, st) && !st.State.Terminal() })
 	}()
 	return out, nil
 }
@@ -149,35 +149,16 @@ func (q *Queue) WatchChanges(ctx context.Context, keep func(id string) bool) (<-
 	go func() {
 		defer close(out)
 		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil || e.Operation() != jetstream.KeyValuePut || !keep(e.Key()) {
-					continue
-				}
-				st, err := decodeStatus(e.Value())
-				if err != nil {
-					continue
-				}
-				st.ID = e.Key()
-				if !deliver(ctx, out, st) {
-					return
-				}
-			}
-		}
+		follow(ctx, w, keep, func(st job.Status) bool { return deliver(ctx, out, st) })
 	}()
 	return out, nil
 }
 
 // follow hands each status the watcher puts to send, until send returns false, ctx ends or the
-// watcher stops. Deletes, the marker after the initial values and records that do not decode
-// are skipped.
-func follow(ctx context.Context, w jetstream.KeyWatcher, send func(job.Status) bool) {
+// watcher stops. Deletes, the marker after the initial values, records that do not decode and
+// the keys keep refuses (looked at before the value is decoded; nil keeps every key) are
+// skipped.
+func follow(ctx context.Context, w jetstream.KeyWatcher, keep func(id string) bool, send func(job.Status) bool) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -186,7 +167,7 @@ func follow(ctx context.Context, w jetstream.KeyWatcher, send func(job.Status) b
 			if !ok {
 				return
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+			if e == nil || e.Operation() != jetstream.KeyValuePut || (keep != nil && !keep(e.Key())) {
 				continue
 			}
 			st, err := decodeStatus(e.Value())
