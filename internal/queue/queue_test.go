@@ -28,7 +28,8 @@ func TestMain(m *testing.M) {
 
 type bundle struct {
 	nc  *nats.Conn
-	q   *queue.Queue
+	js  jetstream.JetStream
+	q   *queue.Queue // nil from olderSetup until the test starts a worker
 	cfg config.NATS
 }
 
@@ -48,7 +49,34 @@ func setup(t testing.TB, change ...func(*config.NATS)) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bundle{nc: nc, q: q, cfg: cfg}
+	return bundle{nc: nc, js: jetStream(t, nc), q: q, cfg: cfg}
+}
+
+// olderSetup starts the real nats-server with the job stream already there as an older (or a
+// foreign) Boxcar made it: the settings Boxcar's job stream had before it recorded its limits,
+// with change applied. No worker has started; the test starts one with queue.New.
+func olderSetup(t testing.TB, cfg config.NATS, change func(*jetstream.StreamConfig)) (bundle, jetstream.Stream) {
+	t.Helper()
+	nc := connect(t, false)
+	js := jetStream(t, nc)
+	sc := jetstream.StreamConfig{Name: cfg.Stream, Description: "Boxcar jobs", Subjects: []string{cfg.Subject},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: time.Duration(cfg.DuplicateWindow),
+		MaxMsgSize: job.MaxMessageBytes + 4096}
+	change(&sc)
+	stream, err := js.CreateStream(context.Background(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{nc: nc, js: js, cfg: cfg}, stream
+}
+
+func jetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // connect starts the real nats-server in-process on file storage and connects to it.
@@ -210,11 +238,7 @@ func TestTermKeepsTheJobInTheDeadLetterStream(t *testing.T) {
 	}
 	expectEmpty(t, b.q, 2*b.q.AckWait())
 
-	js, err := jetstream.New(b.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, b.cfg.DeadLetterStream)
+	stream, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,18 +368,10 @@ func TestSetupIsIdempotent(t *testing.T) {
 
 func TestIncompatibleStreamIsRefusedWithAFix(t *testing.T) {
 	t.Parallel()
-	nc := connect(t, false)
-	ctx := context.Background()
 	cfg := config.Config{}.WithDefaults().NATS
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// An older or foreign set-up with limits retention: a work queue cannot take its place.
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: []string{cfg.Subject}, Retention: jetstream.LimitsPolicy}); err != nil {
-		t.Fatal(err)
-	}
-	_, err = queue.New(ctx, nc, cfg, slog.New(slog.DiscardHandler))
+	b, _ := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.Retention = jetstream.LimitsPolicy })
+	_, err := queue.New(context.Background(), b.nc, cfg, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("set-up over an incompatible stream succeeded")
 	}
@@ -389,11 +405,7 @@ func TestJobWhoseLastWorkerDiedIsDeliveredOnceMore(t *testing.T) {
 	if err := d.Term(ctx, "max_deliveries", errors.New("gave up")); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(b.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dlq, err := js.Stream(ctx, b.cfg.DeadLetterStream)
+	dlq, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,11 +451,7 @@ func TestTwoDeliveriesEndingAJobAtOnceLeaveOneDeadLetter(t *testing.T) {
 	close(start)
 	wg.Wait()
 
-	js, err := jetstream.New(b.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, b.cfg.DeadLetterStream)
+	stream, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,21 +40,17 @@ func edit(t *testing.T, js jetstream.JetStream, name string, change func(*jetstr
 func TestOperatorStreamEditsAreKept(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	js, err := jetstream.New(b.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	edit(t, js, b.cfg.Stream, func(c *jetstream.StreamConfig) { c.MaxMsgs = 500 })
-	edit(t, js, b.cfg.DeadLetterStream, func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
+	edit(t, b.js, b.cfg.Stream, func(c *jetstream.StreamConfig) { c.MaxMsgs = 500 })
+	edit(t, b.js, b.cfg.DeadLetterStream, func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
 
 	var log bytes.Buffer
 	if _, err := queue.New(context.Background(), b.nc, b.cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
 		t.Fatal(err)
 	}
-	if got := streamConfig(t, js, b.cfg.Stream).MaxMsgs; got != 500 {
+	if got := streamConfig(t, b.js, b.cfg.Stream).MaxMsgs; got != 500 {
 		t.Errorf("after a worker start the job stream's max_msgs = %d, want the operator's 500", got)
 	}
-	if got := streamConfig(t, js, b.cfg.DeadLetterStream).MaxAge; got != time.Hour {
+	if got := streamConfig(t, b.js, b.cfg.DeadLetterStream).MaxAge; got != time.Hour {
 		t.Errorf("after a worker start the dead-letter stream's max_age = %s, want the operator's 1h", got)
 	}
 	for _, want := range []string{"stream=" + b.cfg.Stream + " setting=max_msgs value=500", "stream=" + b.cfg.DeadLetterStream + " setting=max_age value=1h0m0s"} {
@@ -69,23 +65,13 @@ func TestOperatorStreamEditsAreKept(t *testing.T) {
 // replaced by the new defaults.
 func TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits(t *testing.T) {
 	t.Parallel()
-	nc := connect(t, false)
-	ctx := context.Background()
 	cfg := config.Config{}.WithDefaults().NATS
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// As such a worker made it, with the operator's max_bytes.
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Description: "Boxcar jobs", Subjects: []string{cfg.Subject},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: time.Duration(cfg.DuplicateWindow),
-		MaxMsgSize: job.MaxMessageBytes + 4096, Discard: jetstream.DiscardOld, MaxBytes: 5 << 20}); err != nil {
+	b, _ := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.Discard, c.MaxBytes = jetstream.DiscardOld, 5<<20 })
+	if _, err := queue.New(context.Background(), b.nc, cfg, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.New(ctx, nc, cfg, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
-	c := streamConfig(t, js, cfg.Stream)
+	c := streamConfig(t, b.js, cfg.Stream)
 	if c.MaxBytes != 5<<20 || c.MaxMsgs != cfg.JobMaxMsgs || c.Discard != jetstream.DiscardNew {
 		t.Errorf("job stream: max_bytes %d, max_msgs %d, discard %s; want the operator's %d, the default %d, new", c.MaxBytes, c.MaxMsgs, c.Discard, 5<<20, cfg.JobMaxMsgs)
 	}
@@ -96,19 +82,15 @@ func TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits(t *testing.T) {
 func TestRetentionLimitsFollowTheConfig(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	js, err := jetstream.New(b.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs := streamConfig(t, js, b.cfg.Stream)
+	jobs := streamConfig(t, b.js, b.cfg.Stream)
 	if jobs.MaxMsgs != 100_000 || jobs.MaxBytes != 1<<30 || jobs.Discard != jetstream.DiscardNew {
 		t.Errorf("job stream: max_msgs %d, max_bytes %d, discard %s; want 100000, 1 GiB, new", jobs.MaxMsgs, jobs.MaxBytes, jobs.Discard)
 	}
-	dead := streamConfig(t, js, b.cfg.DeadLetterStream)
+	dead := streamConfig(t, b.js, b.cfg.DeadLetterStream)
 	if dead.MaxAge != 30*24*time.Hour || dead.MaxBytes != 1<<30 {
 		t.Errorf("dead-letter stream: max_age %s, max_bytes %d; want 720h, 1 GiB", dead.MaxAge, dead.MaxBytes)
 	}
-	if ttl := streamConfig(t, js, "KV_"+b.cfg.StatusBucket).MaxAge; ttl != 7*24*time.Hour {
+	if ttl := streamConfig(t, b.js, "KV_"+b.cfg.StatusBucket).MaxAge; ttl != 7*24*time.Hour {
 		t.Errorf("status bucket expiry = %s, want 168h", ttl)
 	}
 
@@ -118,13 +100,13 @@ func TestRetentionLimitsFollowTheConfig(t *testing.T) {
 	if _, err := queue.New(context.Background(), b.nc, cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
 		t.Fatal(err)
 	}
-	if got := streamConfig(t, js, b.cfg.Stream).MaxBytes; got != 64<<20 {
+	if got := streamConfig(t, b.js, b.cfg.Stream).MaxBytes; got != 64<<20 {
 		t.Errorf("job stream max_bytes after a config change = %d, want %d", got, 64<<20)
 	}
-	if got := streamConfig(t, js, b.cfg.DeadLetterStream).MaxAge; got != 48*time.Hour {
+	if got := streamConfig(t, b.js, b.cfg.DeadLetterStream).MaxAge; got != 48*time.Hour {
 		t.Errorf("dead-letter max_age after a config change = %s, want 48h", got)
 	}
-	if got := streamConfig(t, js, "KV_"+b.cfg.StatusBucket).MaxAge; got != 24*time.Hour {
+	if got := streamConfig(t, b.js, "KV_"+b.cfg.StatusBucket).MaxAge; got != 24*time.Hour {
 		t.Errorf("status expiry after a config change = %s, want 24h", got)
 	}
 	if strings.Contains(log.String(), "keeping") {

@@ -20,22 +20,13 @@ import (
 // delivers again the jobs the old setting had already dropped.
 func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 	t.Parallel()
-	nc := connect(t, false)
 	ctx := context.Background()
 	cfg := config.Config{}.WithDefaults().NATS
 	cfg.AckWait = config.Duration(time.Second)
 	cfg.MaxDeliver = 2
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The stream and consumer as such a worker made them.
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Description: "Boxcar jobs", Subjects: []string{cfg.Subject},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: time.Duration(cfg.DuplicateWindow),
-		MaxMsgSize: job.MaxMessageBytes + 4096, MaxMsgs: -1, MaxBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, stream := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.MaxMsgs, c.MaxBytes = -1, -1 })
+	nc, js := b.nc, b.js
 	old, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: cfg.Consumer, Description: "Boxcar workers",
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: cfg.MaxDeliver})
 	if err != nil {
