@@ -158,27 +158,18 @@ func TestApproverWithoutTransportRefuses(t *testing.T) {
 func TestSpentBudgetSurvivesAKilledWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	started := make(chan struct{}, 1)
-	first := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+	j, _ := b.killedMidRun(func(req agent.Request) {
 		if req.Spent != (agent.Budget{}) {
 			t.Errorf("first attempt starts with %+v spent, want nothing", req.Spent)
 		}
 		req.Progress(agent.Event{Kind: agent.EventModelRequest, Turn: 1, MaxToolCalls: 30, Spent: agent.Budget{Turns: 1}})
 		req.Progress(agent.Event{Kind: agent.EventToolCall, Turn: 1, ToolCalls: 1, MaxToolCalls: 30, Tool: "read_file", Spent: agent.Budget{Turns: 1, ToolCalls: 1, Tokens: 100}})
 		req.Progress(agent.Event{Kind: agent.EventModelRequest, Turn: 2, ToolCalls: 1, MaxToolCalls: 30, Spent: agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 100}})
-		started <- struct{}{}
-		<-ctx.Done()
-		return agent.Result{}, ctx.Err()
+		st, err := b.q.Status(context.Background(), req.JobID)
+		if err != nil || st.SpentTurns != 2 || st.SpentToolCalls != 1 || st.SpentTokens != 100 || st.Progress != "model turn 2 of 20" {
+			t.Errorf("status mid-run = %+v, %v; want 2 turns, 1 tool call, 100 tokens spent", st, err)
+		}
 	})
-	dying := b.worker(first)
-	j := b.submit("p")
-	<-started
-	st, err := b.q.Status(context.Background(), j.ID)
-	if err != nil || st.SpentTurns != 2 || st.SpentToolCalls != 1 || st.SpentTokens != 100 || st.Progress != "model turn 2 of 20" {
-		t.Errorf("status mid-run = %+v, %v; want 2 turns, 1 tool call, 100 tokens spent", st, err)
-	}
-	dying.nc.Close() // killed: it can neither ack nor record anything more
-	dying.stop()
 
 	seen := make(chan agent.Budget, 1)
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
@@ -187,7 +178,7 @@ func TestSpentBudgetSurvivesAKilledWorker(t *testing.T) {
 		res.Spent = req.Spent.Add(agent.Budget{Turns: 1, ToolCalls: 1, Tokens: 50})
 		return res, err
 	}))
-	st = b.waitFinal(j.ID, 20*time.Second)
+	st := b.waitFinal(j.ID, 20*time.Second)
 	if got := <-seen; got != (agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 100}) {
 		t.Errorf("second attempt starts with %+v spent, want the first attempt's", got)
 	}

@@ -52,18 +52,10 @@ func TestManifestRecordsWhatEachAttemptSpent(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := setup(t)
-			started := make(chan struct{}, 1)
-			dying := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+			j, _ := b.killedMidRun(func(req agent.Request) {
 				req.Progress(agent.Event{Kind: agent.EventModelRequest, Turn: 1, MaxToolCalls: 30, Spent: agent.Budget{Turns: 1}})
 				req.Progress(agent.Event{Kind: agent.EventToolCall, Turn: 1, ToolCalls: 1, MaxToolCalls: 30, Tool: "read_file", Spent: first})
-				started <- struct{}{}
-				<-ctx.Done()
-				return agent.Result{}, ctx.Err()
-			}))
-			j := b.submit("p")
-			<-started
-			dying.nc.Close() // killed: it can neither ack nor record anything more
-			dying.stop()
+			})
 
 			b.worker(tt.second)
 			st := b.waitFinal(j.ID, 20*time.Second)

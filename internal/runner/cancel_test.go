@@ -67,16 +67,7 @@ func TestCancelAskedWhileNoWorkerRanTheJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	started := make(chan struct{}, 1)
-	dying := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
-		started <- struct{}{}
-		<-ctx.Done()
-		return agent.Result{}, ctx.Err()
-	}))
-	j := b.submit("p")
-	<-started
-	dying.nc.Close() // killed: it can neither ack nor record anything more
-	dying.stop()
+	j, _ := b.killedMidRun(nil)
 	st, err := b.q.UpdateStatus(ctx, j.ID, job.RequestCancel)
 	if err != nil || !st.CancelRequested {
 		t.Fatalf("cancel of the running job: %+v, %v; want a cancel request", st, err)

@@ -263,6 +263,28 @@ func (b *bundle) submitTask(profile, task string) job.Job {
 	return j
 }
 
+// killedMidRun submits a job to a new worker whose agent calls run (when not nil) and then
+// hangs, and kills that worker once run has returned: its connection closes mid-run, so it can
+// neither ack, nak nor record anything more, and the job waits for its redelivery. It returns
+// the job and the killed worker.
+func (b *bundle) killedMidRun(run func(req agent.Request)) (job.Job, *worker) {
+	b.t.Helper()
+	started := make(chan struct{}, 1)
+	dying := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		if run != nil {
+			run(req)
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		return agent.Result{}, ctx.Err()
+	}))
+	j := b.submit("p")
+	<-started
+	dying.nc.Close()
+	dying.stop()
+	return j, dying
+}
+
 // waitState waits until the job reaches a terminal state and returns its status.
 func (b *bundle) waitFinal(id string, within time.Duration) job.Status {
 	b.t.Helper()

@@ -145,18 +145,7 @@ func TestTransientFailuresEndInTheDeadLetterStreamAfterMaxDeliver(t *testing.T) 
 func TestKilledWorkerJobIsRedeliveredAndCompletesOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	started := make(chan struct{}, 1)
-	hang := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
-		started <- struct{}{}
-		<-ctx.Done()
-		return agent.Result{}, ctx.Err()
-	})
-	dying := b.worker(hang)
-	j := b.submit("p")
-	<-started
-	// Kill the worker: its connection goes away mid-run, so it can neither ack nor nak.
-	dying.nc.Close()
-	dying.stop()
+	j, dying := b.killedMidRun(nil)
 
 	w := b.worker(agentFunc(writeReport))
 	st := b.waitFinal(j.ID, 20*time.Second)
