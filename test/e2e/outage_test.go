@@ -276,19 +276,7 @@ func TestStoreOutageKeepsTheDelivery(t *testing.T) {
 	w.waitLog(t, regexp.MustCompile(`"msg":"waiting for the store before the job can start; the delivery is kept","job_id":"`+id+`"`), 1, 30*time.Second)
 
 	// The outage outlasts AckWait three times over: the delivery is kept, never redelivered.
-	js, err := jetstream.New(natsConn(t, ns.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for end := time.Now().Add(3 * ackWait); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		info, err := js.Consumer(t.Context(), "BOXCAR_JOBS", "boxcar-workers")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ci := info.CachedInfo(); ci.NumRedelivered > 0 || ci.NumAckPending != 1 {
-			t.Fatalf("while the job waits for the store: %d redelivered, %d ack pending; want 0 and 1", ci.NumRedelivered, ci.NumAckPending)
-		}
-	}
+	waitDeliveryKept(t, ns.ClientURL(), 3*ackWait)
 
 	s3.Restart(t)
 	done := waitStatus(t, w.submitEnv, id, 90*time.Second, func(s map[string]any) bool {
@@ -303,6 +291,34 @@ func TestStoreOutageKeepsTheDelivery(t *testing.T) {
 	if n := w.count(regexp.MustCompile(`"msg":"the store answers; the job goes on","job_id":"` + id + `"`)); n != 1 {
 		t.Errorf("worker logged the end of the wait %d times, want 1", n)
 	}
+}
+
+// waitDeliveryKept waits until the server has seen the one delivery in flight kept alive for
+// longer than span: in-progress acks move its last activity on while it stays the first
+// delivery. It fails at once when the job was delivered again or is no longer in flight, a
+// delivery spent.
+func waitDeliveryKept(t *testing.T, natsURL string, span time.Duration) {
+	t.Helper()
+	js, err := jetstream.New(natsConn(t, natsURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first time.Time
+	eventually(t, span+time.Minute, fmt.Sprintf("the delivery kept alive past %s", span), func() (bool, string) {
+		c, err := js.Consumer(t.Context(), "BOXCAR_JOBS", "boxcar-workers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci := c.CachedInfo()
+		if ci.NumRedelivered > 0 || ci.NumAckPending != 1 || ci.Delivered.Last == nil {
+			t.Fatalf("while the job waits: %d redelivered, %d ack pending; want 0 and 1", ci.NumRedelivered, ci.NumAckPending)
+		}
+		if first.IsZero() {
+			first = *ci.Delivered.Last
+		}
+		kept := ci.Delivered.Last.Sub(first)
+		return kept > span, fmt.Sprintf("kept alive for %s", kept)
+	})
 }
 
 func natsConn(t *testing.T, url string) *nats.Conn {

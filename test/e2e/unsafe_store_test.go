@@ -72,8 +72,9 @@ func TestStoreThatStopsRefusingOverwrites(t *testing.T) {
 	s3.Env(t)
 	proxy := s3test.NewLenientProxy(t, s3, s3test.IgnoreNothing)
 	ns := startNATS(t)
-	w := startWorkerWith(t, demoModel(t), fmt.Sprintf("nats:\n  url: %s\n  ack_wait: 2s\n  max_deliver: 1\nstore:\n  url: s3://%s\n  endpoint: %s\n  region: %s\n  path_style: true\n  probe_interval: 200ms\n",
-		ns.ClientURL(), bucket, proxy.URL, s3test.Region),
+	const ackWait = 2 * time.Second
+	w := startWorkerWith(t, demoModel(t), fmt.Sprintf("nats:\n  url: %s\n  ack_wait: %s\n  max_deliver: 1\nstore:\n  url: s3://%s\n  endpoint: %s\n  region: %s\n  path_style: true\n  probe_interval: 200ms\n",
+		ns.ClientURL(), ackWait, bucket, proxy.URL, s3test.Region),
 		map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint})
 	w.waitLog(t, workerReady, 1, 60*time.Second)
 	readyz := w.metricsURL(t) + "/readyz"
@@ -97,9 +98,9 @@ func TestStoreThatStopsRefusingOverwrites(t *testing.T) {
 		t.Errorf("status of a job delivered while the store overwrites = %v, want it waiting, with the store's error", s)
 	}
 	w.waitLog(t, regexp.MustCompile(`"msg":"waiting for the store before the job can start; the delivery is kept","job_id":"`+id+`"`), 1, 30*time.Second)
-	// Past AckWait twice over, nothing of the run is in the bucket (versitygw keeps objects as
-	// files) and the delivery is the first.
-	time.Sleep(4 * time.Second)
+	// Once the server has seen the delivery kept past AckWait twice over, still the first,
+	// nothing of the run is in the bucket (versitygw keeps objects as files).
+	waitDeliveryKept(t, ns.ClientURL(), 2*ackWait)
 	if _, err := os.Stat(filepath.Join(s3.Dir, bucket, "runs", id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the worker wrote under runs/%s on a server that overwrites: %v", id, err)
 	}
