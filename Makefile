@@ -76,10 +76,11 @@ image:
 
 ## test-cluster: the Kubernetes backend on a real single-node cluster; needs root. Builds
 ## Kubernetes once into BOXCAR_CLUSTER_CACHE (default ~/.cache/boxcar-cluster), ~12 min cold.
+## One cluster per machine: runs wait on /tmp/boxcar-cluster.lock.
 test-cluster: image
 	@test/cluster/build.sh
 	@scripts/docker.sh
-	cd test/cluster && $(GO) vet ./... && $(GO) test -count=1 -timeout 40m ./...
+	cd test/cluster && $(GO) vet ./... && flock /tmp/boxcar-cluster.lock $(GO) test -count=1 -timeout 40m ./...
 
 clean:
 	rm -rf $(BIN)
