@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // bubblewrapSandbox is one job's sandbox: a host folder bound at the workdir, a host uid, a
@@ -146,6 +150,44 @@ func (s *bubblewrapSandbox) ReadFile(ctx context.Context, name string, maxBytes 
 		return nil, fmt.Errorf("sandbox: read %s: %w", clean, err)
 	}
 	return s.wd.readFile(clean, maxBytes)
+}
+
+// Open opens a regular file of at most maxBytes in the workdir as a stream, following no
+// symlink: the lookup refuses one anywhere on the path (RESOLVE_NO_SYMLINKS), inside the
+// workdir or not.
+func (s *bubblewrapSandbox) Open(ctx context.Context, name string, maxBytes int64) (io.ReadCloser, error) {
+	clean, err := CleanPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: open: %w", err)
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	id, err := s.begin(cancel)
+	if err != nil {
+		cancel(nil)
+		return nil, fmt.Errorf("sandbox: open %s: %w", clean, err)
+	}
+	var (
+		f *os.File
+		r io.Reader
+	)
+	if err = rctx.Err(); err != nil {
+		err = fmt.Errorf("sandbox: open %s: %w", clean, err)
+	} else {
+		f, r, err = s.wd.open("open", clean, maxBytes, resolveInside|unix.RESOLVE_NO_SYMLINKS)
+	}
+	if err != nil {
+		cancel(nil)
+		s.end(id)
+		return nil, err
+	}
+	// A read in flight when the sandbox shuts down or ctx ends fails at once.
+	stop := context.AfterFunc(rctx, func() { f.Close() })
+	return &streamReader{r: r, ctx: rctx, name: clean, release: func() {
+		stop()
+		f.Close()
+		cancel(nil)
+		s.end(id)
+	}}, nil
 }
 
 // List returns the regular files under dir, recursively, without following symlinks.

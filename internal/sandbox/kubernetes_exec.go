@@ -67,7 +67,9 @@ var (
 // before the deepest existing one on the way is known to be inside, and a symlink where a file
 // is written is replaced, not written through (mv would move the file into a folder it names).
 // It reports failures as "boxcar-<nonce>: <reason>" on stderr with exit code 125. Arguments:
-// operation (read, write, list), nonce, workdir, workdir-relative path, [max bytes].
+// operation (read, open, write, list), nonce, workdir, workdir-relative path, [max bytes]. open
+// is read that takes no symlink on the path at all (Open); both check everything before cat
+// writes the first byte.
 var (
 	execScript = killFunc + execBody
 	killScript = killFunc + killBody

@@ -58,13 +58,18 @@ func (s *kubernetesSandbox) Close(ctx context.Context) error {
 // Info describes the sandbox.
 func (s *kubernetesSandbox) Info() Info { return s.info }
 
-// file runs fileScript; a failure the script reports becomes the matching sentinel.
+// file runs fileScript as a call on the sandbox; see fileRun.
 func (s *kubernetesSandbox) file(ctx context.Context, op, name string, stdin io.Reader, stdout io.Writer, extra ...string) error {
 	id, err := s.begin(nil)
 	if err != nil {
 		return fmt.Errorf("sandbox: %s %s: %w", op, name, err)
 	}
 	defer s.end(id)
+	return s.fileRun(ctx, op, name, stdin, stdout, extra...)
+}
+
+// fileRun runs fileScript; a failure the script reports becomes the matching sentinel.
+func (s *kubernetesSandbox) fileRun(ctx context.Context, op, name string, stdin io.Reader, stdout io.Writer, extra ...string) error {
 	nonce := randomHex(8)
 	stderr := &cappedBuffer{max: 4096}
 	argv := append([]string{"sh", "-c", fileScript, "boxcar-file", op, nonce, s.workdir, name}, extra...)
@@ -84,6 +89,9 @@ func (s *kubernetesSandbox) file(ctx context.Context, op, name string, stdin io.
 	case "notfound":
 		return fmt.Errorf("sandbox: %s %s: %w", op, name, ErrNotFound)
 	case "escape":
+		if op == "open" {
+			return fmt.Errorf("sandbox: open %s: a symlink is on the way and open follows none: %w", name, ErrPathEscape)
+		}
 		return fmt.Errorf("sandbox: %s %s: a symlink leads out of the workdir: %w", op, name, ErrPathEscape)
 	case "toolarge":
 		return fmt.Errorf("sandbox: %s %s: more than the %s bytes allowed: %w", op, name, extra[0], ErrTooLarge)
@@ -115,19 +123,70 @@ func (s *kubernetesSandbox) ReadFile(ctx context.Context, name string, maxBytes 
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: read: %w", err)
 	}
-	// One byte past the cap shows a file that grew after the pod measured it.
-	out := &cappedBuffer{max: int(max(min(maxBytes, 1<<31-2)+1, 0))}
-	if err := s.file(ctx, "read", clean, nil, out, strconv.FormatInt(maxBytes, 10)); err != nil {
+	rc, err := s.open(ctx, "read", clean, maxBytes)
+	if err != nil {
 		return nil, err
 	}
-	data, truncated := out.take()
-	if int64(len(data)) > maxBytes || truncated {
-		return nil, fmt.Errorf("sandbox: read %s: more than the %d bytes allowed: %w", clean, maxBytes, ErrTooLarge)
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+// Open streams a regular file of at most maxBytes from the workdir, following no symlink.
+func (s *kubernetesSandbox) Open(ctx context.Context, name string, maxBytes int64) (io.ReadCloser, error) {
+	clean, err := CleanPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: open: %w", err)
 	}
-	if data == nil {
-		return []byte{}, nil
+	return s.open(ctx, "open", clean, maxBytes)
+}
+
+// open runs fileScript's op, read (ReadFile) or open (Open), whose checks all pass before cat
+// starts, with its stdout piped to the reader it returns. It returns once the file's first
+// bytes arrive or the script ends: a file the script refuses fails here, not on the first
+// Read. The call stays in flight until the reader is closed.
+func (s *kubernetesSandbox) open(ctx context.Context, op, clean string, maxBytes int64) (io.ReadCloser, error) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	id, err := s.begin(cancel)
+	if err != nil {
+		cancel(nil)
+		return nil, fmt.Errorf("sandbox: %s %s: %w", op, clean, err)
 	}
-	return data, nil
+	pr, pw := io.Pipe()
+	first := &firstWrite{w: pw, arrived: make(chan struct{})}
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		runErr = s.fileRun(rctx, op, clean, nil, first, strconv.FormatInt(maxBytes, 10))
+		pw.CloseWithError(runErr) // nil: the reader sees EOF after the last byte
+	}()
+	release := func() {
+		pr.Close() // a write still in flight fails, and the stream with it
+		cancel(nil)
+		<-done
+		s.end(id)
+	}
+	select {
+	case <-first.arrived:
+	case <-done:
+		if runErr != nil {
+			release()
+			return nil, runErr
+		}
+	}
+	return &streamReader{r: &cappedReader{r: pr, left: maxBytes, op: op, name: clean, max: maxBytes}, ctx: rctx, name: clean, release: release}, nil
+}
+
+// firstWrite passes writes on to w and says when the first one comes.
+type firstWrite struct {
+	w       io.Writer
+	arrived chan struct{}
+	once    sync.Once
+}
+
+func (f *firstWrite) Write(p []byte) (int, error) {
+	f.once.Do(func() { close(f.arrived) })
+	return f.w.Write(p)
 }
 
 // maxListing bounds the answer of a List from a pod: a workdir of millions of files must not

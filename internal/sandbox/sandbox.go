@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path"
 	"regexp"
@@ -42,7 +43,17 @@ type Sandbox interface {
 	// WriteFile creates or replaces a regular file, creating parent folders.
 	WriteFile(ctx context.Context, name string, data []byte) error
 	// ReadFile reads a regular file of at most maxBytes; larger files fail with ErrTooLarge.
+	// It follows symlinks that stay inside the workdir.
 	ReadFile(ctx context.Context, name string, maxBytes int64) ([]byte, error)
+	// Open opens a regular file of at most maxBytes for reading as a stream, for files too
+	// large to hold in memory. It follows no symlink at all, not even one that stays inside
+	// the workdir: a path with a link on it fails with ErrPathEscape (List follows none either,
+	// so a path it listed has none, unless the job changed it since). Otherwise its answers are
+	// ReadFile's: ErrNotFound, an error for what is no regular file, ErrTooLarge for a file
+	// over maxBytes, and a Read fails with ErrTooLarge once a file that grew passes maxBytes.
+	// ctx bounds the reads too, and so does the sandbox: once it is closing, reads fail. The
+	// caller closes the reader.
+	Open(ctx context.Context, name string, maxBytes int64) (io.ReadCloser, error)
 	// List returns the regular files under dir (recursively), without following symlinks.
 	// Folders beneath dir that cannot be read (nested past PATH_MAX, no permission) are left
 	// out: then List returns the other files together with an *IncompleteError naming them.

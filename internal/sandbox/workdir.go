@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"os"
 	"path"
 	"sort"
@@ -84,39 +83,53 @@ func pathError(op, name string, err error) error {
 	return fmt.Errorf("sandbox: %s %s: %w", op, name, err)
 }
 
-// readFile reads a regular file of at most maxBytes. It opens without blocking so that a FIFO
-// planted under the expected name cannot hang the worker, then insists on a regular file.
-func (w *workdir) readFile(name string, maxBytes int64) ([]byte, error) {
-	fd, err := w.openat(int(w.fd.Fd()), name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0, resolveInside)
+// open opens a regular file of at most maxBytes for reading, resolved as resolve says
+// (resolveInside, or with RESOLVE_NO_SYMLINKS too for Open). It opens without blocking so that
+// a FIFO planted under the expected name cannot hang the worker, then insists on a regular
+// file. Reads through the returned reader fail with ErrTooLarge past maxBytes: the file may
+// grow after the fstat here.
+func (w *workdir) open(op, name string, maxBytes int64, resolve uint64) (*os.File, io.Reader, error) {
+	fd, err := w.openat(int(w.fd.Fd()), name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0, resolve)
 	if err != nil {
-		return nil, pathError("read", name, err)
+		if errors.Is(err, unix.ELOOP) && resolve&unix.RESOLVE_NO_SYMLINKS != 0 {
+			return nil, nil, fmt.Errorf("sandbox: %s %s: a symlink is on the way and %s follows none: %w", op, name, op, ErrPathEscape)
+		}
+		return nil, nil, pathError(op, name, err)
 	}
 	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, pathError("read", name, err)
+		f.Close()
+		return nil, nil, pathError(op, name, err)
 	}
 	if err := regular(st.Mode); err != nil {
-		return nil, fmt.Errorf("sandbox: read %s: %w", name, err)
+		f.Close()
+		return nil, nil, fmt.Errorf("sandbox: %s %s: %w", op, name, err)
 	}
 	if st.Size > maxBytes {
-		return nil, fmt.Errorf("sandbox: read %s: %d bytes, more than the %d allowed: %w", name, st.Size, maxBytes, ErrTooLarge)
+		f.Close()
+		return nil, nil, fmt.Errorf("sandbox: %s %s: %d bytes, more than the %d allowed: %w", op, name, st.Size, maxBytes, ErrTooLarge)
 	}
 	if err := unix.SetNonblock(fd, false); err != nil {
-		return nil, pathError("read", name, err)
+		f.Close()
+		return nil, nil, pathError(op, name, err)
 	}
-	// The file may grow between fstat and read: read one byte past the cap to notice.
-	limit := maxBytes
-	if limit < math.MaxInt64 {
-		limit++
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit))
+	return f, &cappedReader{r: f, left: maxBytes, op: op, name: name, max: maxBytes}, nil
+}
+
+// readFile reads a regular file of at most maxBytes, following symlinks that stay inside.
+func (w *workdir) readFile(name string, maxBytes int64) ([]byte, error) {
+	f, r, err := w.open("read", name, maxBytes, resolveInside)
 	if err != nil {
-		return nil, pathError("read", name, err)
+		return nil, err
 	}
-	if int64(len(data)) > maxBytes {
-		return nil, fmt.Errorf("sandbox: read %s: more than the %d bytes allowed: %w", name, maxBytes, ErrTooLarge)
+	defer f.Close()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return nil, err
+		}
+		return nil, pathError("read", name, err)
 	}
 	return data, nil
 }

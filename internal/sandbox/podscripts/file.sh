@@ -6,13 +6,15 @@ W=$(cd -- "$w" 2>/dev/null && pwd -P) || fail notfound
 p=$W/$f
 inside() { case "$1/" in "$W"/*) return 0;; esac; return 1; }
 case $op in
-read)
+read|open)
 	[ -e "$p" ] || [ -L "$p" ] || fail notfound
 	r=$(readlink -f -- "$p" 2>/dev/null) || fail escape
 	inside "$r" || fail escape
 	[ -e "$r" ] || fail notfound
 	[ -d "$r" ] && fail isdir
 	[ -f "$r" ] || fail notregular
+	# open takes no link at all, not even one inside: the path must resolve to itself.
+	if [ "$op" = open ] && [ "$r" != "$p" ]; then fail escape; fi
 	s=$(wc -c < "$r") || fail notfound
 	[ "$s" -le "$5" ] || fail toolarge
 	exec cat -- "$r";;

@@ -1,7 +1,7 @@
 // Package sandboxtest is the conformance suite every sandbox backend passes: exit codes, stdin,
 // stdout/stderr separation, output caps, timeouts that kill the whole process tree, binary-safe
-// file round trips, path confinement, listing (ErrNotDir for a file), concurrency and
-// idempotent Close. It uses only commands a minimal image has (sh, cat, echo, sleep, ln, head),
+// file round trips, path confinement, streaming reads (Open: caps, no symlink followed),
+// listing (ErrNotDir for a file), concurrency and idempotent Close. It uses only commands a minimal image has (sh, cat, echo, sleep, ln, head),
 // with busybox-compatible flags.
 package sandboxtest
 
@@ -43,6 +43,7 @@ func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
 		{"ConcurrentExec", testConcurrentExec},
 		{"Info", testInfo},
 	}
+	tests = append(tests, openCases...)
 	for _, tt := range append(tests, hostileShapes...) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
