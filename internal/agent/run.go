@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -41,6 +43,10 @@ type Request struct {
 	// Progress, when set, is called synchronously before every model request and every tool
 	// call; it must be cheap.
 	Progress func(Event)
+	// Transcript, when set, receives the transcript as the run goes, line by line, instead of
+	// Result.Transcript: a caller that spools it to a file keeps it out of memory. After a
+	// write fails nothing more is written; the writer is the one to say why.
+	Transcript io.Writer
 }
 
 func (r Request) validate() error {
@@ -127,7 +133,8 @@ type Result struct {
 	// turns (a request sent but not answered included), tool calls and tokens.
 	Spent Budget
 	// Transcript is JSONL (see transcript.go), at most Profile.Limits.MaxTranscriptBytes
-	// long, ending with a "truncated" line when it was cut.
+	// long, ending with a "truncated" line when it was cut; nil when Request.Transcript took
+	// it.
 	Transcript []byte
 }
 
@@ -191,8 +198,13 @@ func (a *Agent) Run(ctx context.Context, req Request) (Result, error) {
 		p:     p,
 		log:   a.cfg.Logger.With("job_id", req.JobID),
 		tools: tools,
-		tr:    &transcript{limit: p.Limits.MaxTranscriptBytes},
+		tr:    &transcript{limit: p.Limits.MaxTranscriptBytes, w: req.Transcript},
 		ids:   map[string]bool{},
+	}
+	var inMemory *bytes.Buffer
+	if req.Transcript == nil {
+		inMemory = &bytes.Buffer{}
+		r.tr.w = inMemory
 	}
 	jobCtx, cancel := context.WithTimeoutCause(ctx, time.Duration(p.Limits.JobTimeout), errJobTimeout)
 	defer cancel()
@@ -211,6 +223,9 @@ func (a *Agent) Run(ctx context.Context, req Request) (Result, error) {
 		err = nil
 	}
 	r.finish(err)
+	if inMemory != nil {
+		r.res.Transcript = inMemory.Bytes()
+	}
 	return r.res, err
 }
 
@@ -540,7 +555,7 @@ func (r *run) finish(err error) {
 		r.log.Info("agent run ended", attrs...)
 	}
 	r.tr.add(line)
-	r.res.Transcript = r.tr.bytes()
+	r.tr.end()
 }
 
 // clipText shortens s for a log line.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 	"unicode"
 	"unicode/utf16"
@@ -47,9 +48,14 @@ const (
 	shrinkString = 4 << 10
 )
 
+// transcript writes the lines to w as the run goes, so that the caller can keep them out of
+// memory (Request.Transcript). A write that fails drops that line and every later one: the
+// caller's writer knows why.
 type transcript struct {
 	limit        int64
-	buf          bytes.Buffer
+	w            io.Writer
+	written      int64
+	failed       bool
 	droppedLines int
 	droppedBytes int64
 }
@@ -73,19 +79,27 @@ func (t *transcript) add(v any) {
 		line = shrinkLine(line, lineLimit)
 	}
 	line = append(line, '\n')
-	if t.droppedLines == 0 && int64(t.buf.Len()+len(line)) <= t.limit-markerReserve {
-		t.buf.Write(line)
+	if t.droppedLines == 0 && t.written+int64(len(line)) <= t.limit-markerReserve && t.write(line) {
 		return
 	}
 	t.droppedLines++
 	t.droppedBytes += int64(len(line))
 }
 
-// bytes returns the transcript, with the truncation line when something was dropped.
-func (t *transcript) bytes() []byte {
-	out := bytes.Clone(t.buf.Bytes())
+func (t *transcript) write(line []byte) bool {
+	if t.failed {
+		return false
+	}
+	n, err := t.w.Write(line)
+	t.written += int64(n)
+	t.failed = err != nil
+	return err == nil
+}
+
+// end writes the truncation line when something was dropped.
+func (t *transcript) end() {
 	if t.droppedLines == 0 {
-		return out
+		return
 	}
 	marker, _ := json.Marshal(truncatedLine{
 		Type:         "truncated",
@@ -94,7 +108,7 @@ func (t *transcript) bytes() []byte {
 		DroppedLines: t.droppedLines,
 		DroppedBytes: t.droppedBytes,
 	})
-	return append(append(out, marker...), '\n')
+	t.write(append(marker, '\n'))
 }
 
 // escapeInvisible writes the control and format characters that JSON lets through as they are

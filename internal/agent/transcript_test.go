@@ -1,9 +1,11 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -130,5 +132,58 @@ func TestTranscriptBounded(t *testing.T) {
 	}
 	if res.Outcome != agent.OutcomeCompleted {
 		t.Errorf("outcome = %q: a full transcript must not change the run", res.Outcome)
+	}
+}
+
+// failAfter is a transcript writer that takes n writes and then fails every write.
+type failAfter struct {
+	bytes.Buffer
+	n, writes int
+}
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	f.writes++
+	if f.writes > f.n {
+		return 0, errors.New("disk full")
+	}
+	return f.Buffer.Write(p)
+}
+
+// TestTranscriptToWriter: with Request.Transcript the lines go to the writer as the run goes,
+// the truncation marker included, and Result.Transcript stays empty; a writer that fails gets
+// nothing more (no line cut in two) and the run is not changed by it.
+func TestTranscriptToWriter(t *testing.T) {
+	s := newScript(t,
+		toolCalls(100, call{"c1", "print", `{"n": 5000}`}),
+		toolCalls(100, call{"c2", "print", `{"n": 5000}`}),
+		final("ok"))
+	p := csvProfile(t, printTool)
+	p.Limits.MaxTranscriptBytes = 8192
+	var spool bytes.Buffer
+	req := request(p, newFakeSandbox(nil))
+	req.Transcript = &spool
+	res, err := newAgent(t, s).Run(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Transcript != nil {
+		t.Errorf("Result.Transcript holds %d bytes; with a writer it must stay empty", len(res.Transcript))
+	}
+	lines := transcriptLines(t, spool.Bytes())
+	if spool.Len() > 8192 || lines[0]["type"] != "request" || lines[len(lines)-1]["type"] != "truncated" {
+		t.Errorf("writer got %d bytes, %d lines from %v to %v; want the bounded transcript with its marker",
+			spool.Len(), len(lines), lines[0]["type"], lines[len(lines)-1]["type"])
+	}
+
+	s = newScript(t, toolCalls(100, call{"c1", "print", `{"n": 50}`}), final("ok"))
+	broken := &failAfter{n: 2}
+	req = request(csvProfile(t, printTool), newFakeSandbox(nil))
+	req.Transcript = broken
+	res, err = newAgent(t, s).Run(context.Background(), req)
+	if err != nil || res.Outcome != agent.OutcomeCompleted {
+		t.Fatalf("Run with a failing transcript writer = %q, %v; want it completed", res.Outcome, err)
+	}
+	if lines := transcriptLines(t, broken.Bytes()); len(lines) != 2 || broken.writes != 3 {
+		t.Errorf("the failing writer got %d lines and %d writes; want the 2 it took and no write after the one that failed", len(lines), broken.writes)
 	}
 }

@@ -37,7 +37,7 @@ func askingAgent(wait time.Duration, answers chan<- approval) agentFunc {
 		if ctx.Err() != nil {
 			return agent.Result{}, ctx.Err()
 		}
-		return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done", Transcript: []byte("{}\n")}, nil
+		return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done"}, nil
 	}
 }
 
@@ -144,7 +144,7 @@ func TestApproverWithoutTransportRefuses(t *testing.T) {
 	got := make(chan agent.Approver, 1)
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		got <- req.Approver
-		return agent.Result{Outcome: agent.OutcomeCompleted, Transcript: []byte("{}\n")}, nil
+		return agent.Result{Outcome: agent.OutcomeCompleted}, nil
 	}))
 	b.submit("p")
 	if a := <-got; a != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -20,16 +21,20 @@ const maxArtifactName = 512
 // named could not be stored.
 const reservedPrefix = ".boxcar-tmp-"
 
-// collectArtifacts reads the files the job left in the profile's artifact folder, to be stored
-// as artifacts/<path inside the folder> and named in the manifest.
+// collectArtifacts lists the files the job left in the profile's artifact folder, to be
+// stored as artifacts/<path inside the folder> and named in the manifest. It reads none of
+// them: the commit streams each from the sandbox to the store (sandbox.Open), so no artifact
+// is ever held in the worker's memory.
 //
-// Only regular files are taken: the sandbox lists without following symlinks, so a link (to a
-// host file, an input, another folder) is neither listed nor uploaded. At most maxArtifacts
-// files are taken, each of at most maxArtifactBytes and together at most maxArtifactTotal, in
-// name order. Whatever the job did (a file too large, a name the store cannot hold, a file
-// changed into a link while being read, a folder nested past PATH_MAX or unreadable, an
-// artifact folder that is a file or a link) leaves that file or folder out, named in the
-// manifest (a.skip), and never fails the run. err is only ever the context's.
+// Only regular files are taken: the sandbox lists without following symlinks, and Open
+// follows none either, so a link (to a host file, an input, another folder) is neither listed
+// nor uploaded, and neither is a file changed into one after the listing. At most
+// maxArtifacts files are taken, each of at most maxArtifactBytes and together at most
+// maxArtifactTotal, in name order. Whatever the job did (a file too large, a name the store
+// cannot hold, a folder nested past PATH_MAX or unreadable, an artifact folder that is a file
+// or a link, and at the upload a file that changed or became a link) leaves that file or
+// folder out, named in the manifest (a.skip), and never fails the run. err is only ever the
+// context's.
 func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sandbox) ([]output, error) {
 	dir, err := sandbox.CleanPath(a.profile.Artifacts)
 	if err != nil {
@@ -96,20 +101,14 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 				"max_artifact_bytes", maxArtifactBytes, "max_total_bytes", maxArtifactTotal, "total_bytes", total)
 			continue
 		}
-		// The budget bounds the read too, so a file that grew since it was listed cannot
-		// push past the caps.
-		data, err := sb.ReadFile(ctx, f.Path, budget)
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("read artifact %s: %w", f.Path, err)
-		default:
-			a.skip(f.Path, "changed", err.Error())
-			a.log.WarnContext(ctx, "artifact changed while being collected or cannot be read; not uploaded", "artifact", f.Path, "error", err)
-			continue
-		}
-		total += int64(len(data))
-		outs = append(outs, output{name: name, data: data})
+		// Read as listed: the listed size bounds the read, so a file that grew since it was
+		// listed cannot push past the caps, and the upload (commit) leaves out one that
+		// changed.
+		path, size := f.Path, f.Size
+		total += size
+		outs = append(outs, output{name: name, size: size, path: path, open: func(ctx context.Context) (io.ReadCloser, error) {
+			return sb.Open(ctx, path, size)
+		}})
 	}
 	return outs, nil
 }

@@ -5,6 +5,8 @@ package runner
 // The artifact cases that need a real bubblewrap sandbox (the integration tier).
 
 import (
+	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -50,8 +52,30 @@ func TestCollectArtifactsSkipsSymlinks(t *testing.T) {
 		t.Errorf("artifacts = %q, want the regular files %q only", got, want)
 	}
 	for _, o := range outs {
-		if strings.Contains(string(o.data), "root:") || strings.Contains(string(o.data), "secret,input") {
-			t.Errorf("%s holds the content of a link's target", o.name)
+		rc, err := o.open(ctx)
+		if err != nil {
+			t.Fatalf("open %s: %v", o.name, err)
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || strings.Contains(string(data), "root:") || strings.Contains(string(data), "secret,input") {
+			t.Errorf("%s: %q, %v; want the file's own bytes, never a link's target", o.name, data, err)
+		}
+	}
+	// A listed file changed into a link to another file inside (the input) is not followed
+	// when it is read for the upload.
+	if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "rm artifacts/table.csv && ln -s ../input.csv artifacts/table.csv"}, Timeout: 30 * time.Second}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("swap table.csv for a link: %v, %s", err, res.Stderr)
+	}
+	for _, o := range outs {
+		if o.name != "artifacts/table.csv" {
+			continue
+		}
+		if rc, err := o.open(ctx); !errors.Is(err, sandbox.ErrPathEscape) {
+			if rc != nil {
+				rc.Close()
+			}
+			t.Errorf("open %s after it became a link: err = %v, want ErrPathEscape", o.name, err)
 		}
 	}
 

@@ -48,10 +48,10 @@ func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox, o 
 	switch {
 	case from == fromNothing:
 	case state != job.StateSucceeded || len(body) == 0:
-		outs = append(outs, output{name: reportName, data: summaryReport(a, state, o, body, from)})
+		outs = append(outs, memOutput(reportName, summaryReport(a, state, o, body, from)))
 		from = fromSummary
 	default:
-		outs = append(outs, output{name: reportName, data: body})
+		outs = append(outs, memOutput(reportName, body))
 	}
 	if from != "" {
 		a.collected.Report = from
@@ -86,8 +86,9 @@ func (r *Runner) readReport(ctx context.Context, a *attempt, sb sandbox.Sandbox)
 const maxSkippedNamed = 64
 
 // skip records a file or folder of the artifact folder that is not uploaded.
-func (a *attempt) skip(path, reason, detail string) {
-	c := &a.collected
+func (a *attempt) skip(path, reason, detail string) { skip(&a.collected, path, reason, detail) }
+
+func skip(c *provenance.Collected, path, reason, detail string) {
 	if len(c.Skipped) == maxSkippedNamed {
 		c.SkippedMore++
 		return

@@ -36,7 +36,7 @@ func shellAgent(script, finalMessage string, ran *atomic.Int64) agentFunc {
 		if res.ExitCode != 0 {
 			return agent.Result{}, &scriptError{stderr: string(res.Stderr)}
 		}
-		return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: finalMessage, Transcript: []byte(`{"type":"final"}` + "\n")}, nil
+		return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: finalMessage}, nil
 	}
 }
 

@@ -26,15 +26,91 @@ const (
 	maxArtifactTotal = 256 << 20
 )
 
-// output is one file the run leaves in the store, named relative to the attempt's folder.
+// output is one file the run leaves in the store, named relative to the attempt's folder. It
+// is never held whole: open streams it from where it is (the sandbox, the transcript's spool,
+// memory for the report) on each try of the commit, and the upload hashes it on the way.
 type output struct {
 	name string
-	data []byte
+	size int64
+	open func(ctx context.Context) (io.ReadCloser, error)
+	// path is the file's path in the workdir for an artifact the job left, "" otherwise. An
+	// artifact that cannot be read as it was listed (it changed, it became a link, the
+	// sandbox is gone) is left out and named in the manifest instead of failing the commit.
+	path string
 }
 
-func (o output) digest() string {
-	sum := sha256.Sum256(o.data)
-	return hex.EncodeToString(sum[:])
+// memOutput is an output held in memory: the report, a transcript of one line.
+func memOutput(name string, data []byte) output {
+	return output{name: name, size: int64(len(data)), open: func(context.Context) (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	}}
+}
+
+// stored is an output as the store took it, for the manifest's subjects.
+type stored struct {
+	name   string
+	sha256 string
+	size   int64
+}
+
+// sourceError is an output that could not be read as it was when the run was collected; the
+// store kept nothing of it (a put whose body fails or is not of its declared size writes
+// nothing).
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
+
+// sourceReader passes an output's bytes to the store and fails, remembering why, when the
+// source fails or holds other than the size it was collected with.
+type sourceReader struct {
+	r    io.Reader
+	want int64
+	n    int64
+	err  error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	s.n += int64(n)
+	switch {
+	case s.n > s.want:
+		n -= int(s.n - s.want)
+		s.n = s.want
+		err = fmt.Errorf("more than the %d bytes it had when collected: it changed while being uploaded", s.want)
+	case err == nil:
+		return n, nil
+	case errors.Is(err, io.EOF) && s.n == s.want:
+		return n, err
+	case errors.Is(err, io.EOF):
+		err = fmt.Errorf("%d bytes, %d when collected: it changed while being uploaded", s.n, s.want)
+	}
+	s.err = err
+	return n, err
+}
+
+// upload streams out into key, create-only, and returns its digest, that of exactly the bytes
+// the store took. Nothing of it is held in memory but the store's own buffer (one S3 part).
+func (r *Runner) upload(ctx context.Context, key string, out output) (stored, error) {
+	rc, err := out.open(ctx)
+	if err != nil {
+		return stored{}, &sourceError{err}
+	}
+	defer rc.Close()
+	h := sha256.New()
+	src := &sourceReader{r: io.TeeReader(rc, h), want: out.size}
+	if err := r.cfg.Store.PutIfAbsent(ctx, key, src, out.size); err != nil {
+		if src.err != nil {
+			return stored{}, &sourceError{src.err}
+		}
+		return stored{}, err
+	}
+	if src.n != out.size {
+		// The store took a body of another length than declared: its digest would not be
+		// the object's.
+		return stored{}, fmt.Errorf("the store took %d bytes of %d", src.n, out.size)
+	}
+	return stored{name: out.name, sha256: hex.EncodeToString(h.Sum(nil)), size: out.size}, nil
 }
 
 // commit uploads the run into the attempt's own folder, every object create-only, then the
@@ -54,25 +130,41 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcom
 	if err != nil {
 		return err
 	}
-	outs = append(outs, output{name: "transcript.jsonl", data: a.result.Transcript})
-	var written []string
+	outs = append(outs, a.transcript)
+	// Each try of the commit starts from what collect found: an artifact left out because it
+	// changed during an earlier try is named once, and only if it fails again.
+	collected := a.collected
+	collected.Skipped = slices.Clone(collected.Skipped)
+	var (
+		written []string
+		subs    []stored
+	)
 	defer func() {
 		if err != nil {
 			r.discard(ctx, a, written)
 		}
 	}()
-	for _, o := range outs {
-		key := store.AttemptPrefix(a.job.ID, folder) + o.name
-		if err := r.cfg.Store.PutIfAbsent(ctx, key, bytes.NewReader(o.data), int64(len(o.data))); err != nil {
-			return fmt.Errorf("upload %s: %w", o.name, err)
+	for _, out := range outs {
+		key := store.AttemptPrefix(a.job.ID, folder) + out.name
+		got, err := r.upload(ctx, key, out)
+		var source *sourceError
+		switch {
+		case err == nil:
+		case out.path != "" && errors.As(err, &source) && ctx.Err() == nil:
+			skip(&collected, out.path, "changed", err.Error())
+			a.log.WarnContext(ctx, "artifact changed while being uploaded or cannot be read; not uploaded", "artifact", out.path, "error", err)
+			continue
+		default:
+			return fmt.Errorf("upload %s: %w", out.name, err)
 		}
 		written = append(written, key)
-		r.m.UploadedBytes.Add(float64(len(o.data)))
+		subs = append(subs, got)
+		r.m.UploadedBytes.Add(float64(got.size))
 	}
 	if err := r.checkLease(ctx, a); err != nil {
 		return err
 	}
-	manifest, err := r.manifest(a, folder, outs, decide(o, a.d.LastAttempt()), o.err)
+	manifest, err := r.manifest(a, folder, subs, collected, decide(o, a.d.LastAttempt()), o.err)
 	if err != nil {
 		return err
 	}
@@ -90,7 +182,7 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcom
 		return err
 	}
 	written = nil // named by the committed manifest: never removed
-	if slices.ContainsFunc(outs, func(o output) bool { return o.name == reportName }) {
+	if slices.ContainsFunc(subs, func(s stored) bool { return s.name == reportName }) {
 		a.reportKey = store.AttemptPrefix(a.job.ID, folder) + reportName
 	}
 	if env != nil {
@@ -138,8 +230,12 @@ func (r *Runner) discard(ctx context.Context, a *attempt, keys []string) {
 	}
 }
 
-// reportName is the report's name in the run's folder and among the manifest's subjects.
-const reportName = "report.md"
+// The names of the report and the transcript in the run's folder and among the manifest's
+// subjects.
+const (
+	reportName     = "report.md"
+	transcriptName = "transcript.jsonl"
+)
 
 // checkLease fails with errLeaseLost when a later attempt of the job has started or the run
 // is already committed.

@@ -47,7 +47,7 @@ func (r *Runner) commitEnd(ctx context.Context, a *attempt, o outcome) outcome {
 		defer cancel()
 	}
 	dec := decide(o, a.d.LastAttempt())
-	if len(a.result.Transcript) == 0 {
+	if a.transcript.size == 0 {
 		cause := ""
 		if o.err != nil {
 			cause = o.err.Error()
@@ -56,7 +56,7 @@ func (r *Runner) commitEnd(ctx context.Context, a *attempt, o outcome) outcome {
 		if err != nil {
 			return outcome{end: endUndecided, err: err}
 		}
-		a.result.Transcript = append(line, '\n')
+		a.transcript = memOutput(transcriptName, append(line, '\n'))
 	}
 	err := r.commitWhenSafe(ctx, a, nil, o)
 	if err != nil && !errors.Is(err, errLeaseLost) {

@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,6 +63,17 @@ func (s *fakeSandbox) ReadFile(ctx context.Context, name string, max int64) ([]b
 	return data, nil
 }
 
+func (s *fakeSandbox) Open(ctx context.Context, name string, max int64) (io.ReadCloser, error) {
+	data, err := s.ReadFile(ctx, name, max)
+	if err != nil {
+		return nil, err
+	}
+	if s.p.reads != nil {
+		return io.NopCloser(s.p.reads(name, data)), nil
+	}
+	return io.NopCloser(bytes.NewReader(data)), nil
+}
+
 func (s *fakeSandbox) List(ctx context.Context, dir string) ([]sandbox.FileInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -91,6 +103,8 @@ func (s *fakeSandbox) Close(ctx context.Context) error {
 type fakeProvider struct {
 	started atomic.Int64
 	open    atomic.Int64
+	// reads, when set, is what Open of a file streams instead of its bytes.
+	reads func(name string, data []byte) io.Reader
 }
 
 func (p *fakeProvider) Backend() string { return "fake" }
@@ -125,7 +139,7 @@ func writeReport(ctx context.Context, req agent.Request) (agent.Result, error) {
 	if err := req.Sandbox.WriteFile(ctx, "artifacts/table.csv", []byte("a,b\n1,2\n")); err != nil {
 		return agent.Result{}, err
 	}
-	return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done", Transcript: []byte("{}\n")}, nil
+	return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done"}, nil
 }
 
 type bundle struct {

@@ -39,6 +39,10 @@ type attempt struct {
 	reportKey string
 	// collected is what collect could not take as the job left it, for the manifest.
 	collected provenance.Collected
+	// spool holds the transcript while the agent writes it; transcript is what the commit
+	// uploads: the spool's, or the line commitEnd writes for a job that ends without one.
+	spool      *spool
+	transcript output
 }
 
 // Handle runs one delivery to its end and settles it with the queue: ack, nak or term. It never
@@ -54,6 +58,11 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.cancel = cancel
+	defer func() {
+		if a.spool != nil {
+			a.spool.close()
+		}
+	}()
 	unwatch := r.cancels.add(d.JobID, cancel)
 	o := r.process(ctx, a)
 	unwatch()
@@ -146,6 +155,9 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 	}
 	r.m.QueueWait.WithLabelValues(j.Profile).Observe(a.started.Sub(a.d.Published).Seconds())
 
+	if a.spool, err = r.newSpool(); err != nil {
+		return outcome{end: endTransient, err: err}
+	}
 	sb, err := r.startSandbox(ctx, a)
 	if err != nil {
 		return outcome{end: endTransient, err: err}
@@ -176,7 +188,9 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 		Progress: func(e agent.Event) {
 			spent.progress(ctx, e)
 		},
+		Transcript: a.spool,
 	})
+	a.transcript = a.spool.output()
 	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(a.result.Usage.PromptTokens))
 	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(a.result.Usage.CompletionTokens))
 	r.recordToolCalls(a)

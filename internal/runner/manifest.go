@@ -14,7 +14,7 @@ import (
 // manifest records what produced this run: input, profile, sandbox, model calls, tool calls,
 // outcome and the worker's build. It never holds a secret: the API key is not in anything it
 // is built from. Its subjects name the objects in the attempt's folder.
-func (r *Runner) manifest(a *attempt, folder string, outs []output, dec decision, runErr error) ([]byte, error) {
+func (r *Runner) manifest(a *attempt, folder string, subs []stored, collected provenance.Collected, dec decision, runErr error) ([]byte, error) {
 	j, p, res := a.job, a.profile, a.result
 	m := provenance.Manifest{
 		Job:     provenance.Job{ID: j.ID, Profile: j.Profile, Task: j.Task, Labels: j.Labels, SubmittedAt: j.SubmittedAt, SubmittedBy: j.SubmittedBy},
@@ -24,7 +24,7 @@ func (r *Runner) manifest(a *attempt, folder string, outs []output, dec decision
 			CPU: a.sandbox.CPU, Memory: a.sandbox.Memory, Disk: a.sandbox.Disk, PIDs: a.sandbox.PIDs, Isolation: a.sandbox.Isolation,
 			Seccomp: a.sandbox.Seccomp, SeccompDigest: a.sandbox.SeccompDigest,
 		},
-		Collected: a.collected,
+		Collected: collected,
 		Model: provenance.Model{
 			EndpointHost: provenance.EndpointHost(r.cfg.ModelEndpoint),
 			Name:         p.Model.Name,
@@ -60,9 +60,9 @@ func (r *Runner) manifest(a *attempt, folder string, outs []output, dec decision
 		})
 	}
 	inRun := strings.TrimPrefix(store.AttemptPrefix(j.ID, folder), store.RunPrefix(j.ID))
-	subjects := make([]provenance.Subject, len(outs))
-	for i, o := range outs {
-		subjects[i] = provenance.Subject{Name: o.name, SHA256: o.digest(), Size: int64(len(o.data)), Path: inRun + o.name}
+	subjects := make([]provenance.Subject, len(subs))
+	for i, s := range subs {
+		subjects[i] = provenance.Subject{Name: s.name, SHA256: s.sha256, Size: s.size, Path: inRun + s.name}
 	}
 	return provenance.Build(m, subjects)
 }

@@ -31,7 +31,7 @@ func TestUnfinishedRunsHaveAReportThatSaysSo(t *testing.T) {
 			agent: func(chan<- struct{}) agentFunc {
 				return func(ctx context.Context, req agent.Request) (agent.Result, error) {
 					return agent.Result{Outcome: agent.OutcomeCapped, Cap: agent.CapMaxToolCalls, ToolCalls: calls,
-						Spent: agent.Budget{Turns: 3, ToolCalls: 2, Tokens: 900}, Transcript: []byte("{}\n")}, nil
+						Spent: agent.Budget{Turns: 3, ToolCalls: 2, Tokens: 900}}, nil
 				}
 			},
 			state: job.StateCapped,
@@ -45,7 +45,7 @@ func TestUnfinishedRunsHaveAReportThatSaysSo(t *testing.T) {
 					if err := req.Sandbox.WriteFile(ctx, "report.md", []byte("## half done\n")); err != nil {
 						return agent.Result{}, err
 					}
-					return agent.Result{Outcome: agent.OutcomeCapped, Cap: agent.CapMaxTurns, Spent: agent.Budget{Turns: 20}, Transcript: []byte("{}\n")}, nil
+					return agent.Result{Outcome: agent.OutcomeCapped, Cap: agent.CapMaxTurns, Spent: agent.Budget{Turns: 20}}, nil
 				}
 			},
 			state: job.StateCapped,
@@ -55,7 +55,7 @@ func TestUnfinishedRunsHaveAReportThatSaysSo(t *testing.T) {
 			name: "failed",
 			agent: func(chan<- struct{}) agentFunc {
 				return func(ctx context.Context, req agent.Request) (agent.Result, error) {
-					return agent.Result{FinalMessage: "I could not", Transcript: []byte("{}\n")}, fmt.Errorf("%w: 401 invalid key", agent.ErrModelAuth)
+					return agent.Result{FinalMessage: "I could not"}, fmt.Errorf("%w: 401 invalid key", agent.ErrModelAuth)
 				}
 			},
 			state: job.StateFailed,
@@ -65,7 +65,7 @@ func TestUnfinishedRunsHaveAReportThatSaysSo(t *testing.T) {
 			name: "dead after every delivery failed",
 			agent: func(chan<- struct{}) agentFunc {
 				return func(ctx context.Context, req agent.Request) (agent.Result, error) {
-					return agent.Result{Spent: agent.Budget{Turns: 1}, Transcript: []byte("{}\n")}, fmt.Errorf("%w: 503 from the model", agent.ErrModelUnavailable)
+					return agent.Result{Spent: agent.Budget{Turns: 1}}, fmt.Errorf("%w: 503 from the model", agent.ErrModelUnavailable)
 				}
 			},
 			state: job.StateDead,
@@ -80,7 +80,7 @@ func TestUnfinishedRunsHaveAReportThatSaysSo(t *testing.T) {
 					}
 					started <- struct{}{}
 					<-ctx.Done()
-					return agent.Result{Transcript: []byte("{}\n")}, ctx.Err()
+					return agent.Result{}, ctx.Err()
 				}
 			},
 			cancel: true,

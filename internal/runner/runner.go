@@ -28,7 +28,8 @@ type Queue interface {
 	WatchChanges(ctx context.Context, keep func(id string) bool) (<-chan job.Status, error)
 }
 
-// Agent runs the model loop of one job.
+// Agent runs the model loop of one job. It writes the transcript to req.Transcript, which
+// the runner uploads; Result.Transcript is not read.
 type Agent interface {
 	Run(ctx context.Context, req agent.Request) (agent.Result, error)
 }
@@ -58,6 +59,9 @@ type Config struct {
 	// HeartbeatInterval is how often a running job tells the queue it is alive. Default: a
 	// third of the consumer's AckWait.
 	HeartbeatInterval time.Duration
+	// TempDir is where each running job's transcript is spooled (unlinked: nothing stays
+	// there). Default: os.TempDir().
+	TempDir string
 }
 
 // Causes of a job's context ending early.

@@ -249,7 +249,7 @@ func TestCancel(t *testing.T) {
 		}
 		started <- struct{}{}
 		<-ctx.Done()
-		return agent.Result{Transcript: []byte("{}\n")}, ctx.Err()
+		return agent.Result{}, ctx.Err()
 	})
 
 	t.Run("queued job never starts", func(t *testing.T) {
@@ -425,7 +425,7 @@ func TestOversizeReportFailsButKeepsTheRun(t *testing.T) {
 				if err := req.Sandbox.WriteFile(ctx, "artifacts/table.csv", []byte("a,b\n1,2\n")); err != nil {
 					return agent.Result{}, err
 				}
-				return tt.end(agent.Result{Outcome: agent.OutcomeCompleted, Transcript: []byte(`{"type":"final"}` + "\n")})
+				return tt.end(agent.Result{Outcome: agent.OutcomeCompleted})
 			}))
 			j := b.submit("p")
 			st := b.waitFinal(j.ID, 10*time.Second)

@@ -170,6 +170,9 @@ func (nopSandbox) WriteFile(ctx context.Context, name string, data []byte) error
 func (nopSandbox) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
 	return nil, sandbox.ErrNotFound
 }
+func (nopSandbox) Open(ctx context.Context, name string, max int64) (io.ReadCloser, error) {
+	return nil, sandbox.ErrNotFound
+}
 func (nopSandbox) List(ctx context.Context, dir string) ([]sandbox.FileInfo, error) {
 	return nil, nil
 }

@@ -22,7 +22,7 @@ profiles:
 type nopAgent struct{}
 
 func (nopAgent) Run(ctx context.Context, req agent.Request) (agent.Result, error) {
-	return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done", Turns: 1, Transcript: []byte("{}\n")}, nil
+	return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done", Turns: 1}, nil
 }
 
 // BenchmarkQueueLayer is row 1: jobs per second through Boxcar's fetch → run → ack, with a
