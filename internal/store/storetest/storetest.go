@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every store backend passes: round trips,
 // overwrites, create-only puts and their races, not-found and invalid keys, sorted listing,
-// bodies of unknown size and a 64 MiB object, sizes and modification times in listings. It owns no backend.
+// bodies of unknown size, bodies that fail midway and a 64 MiB object, sizes and modification
+// times in listings. It owns no backend.
 package storetest
 
 import (
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -42,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Delete", testDelete},
 		{"UnknownSize", testUnknownSize},
 		{"SizeMismatch", testSizeMismatch},
+		{"FailingBody", testFailingBody},
 		{"CanceledContext", testCanceledContext},
 		{"Large", testLarge},
 		{"ContentTypes", testContentTypes},
@@ -338,6 +341,38 @@ func testSizeMismatch(t *testing.T, s store.Store) {
 			}
 			if _, err := s.Stat(ctx, key); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("after the failed puts Stat(%s) error = %v, want ErrNotFound", key, err)
+			}
+		})
+	}
+}
+
+// testFailingBody: a create-only put whose body fails midway (a stream from a sandbox that
+// broke off), within the first part or after it, fails with the body's error and leaves
+// nothing under the key, so that the key can still be created whole.
+func testFailingBody(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	broken := errors.New("the stream broke off")
+	for _, tt := range []struct {
+		name         string
+		size, failAt int64
+	}{
+		{"in the first part", 1000, 400},
+		{"after the first part", 20 << 20, 17 << 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "failing/" + strings.ReplaceAll(tt.name, " ", "-")
+			body := io.MultiReader(io.LimitReader(rand.NewChaCha8([32]byte{1}), tt.failAt), iotest.ErrReader(broken))
+			if err := s.PutIfAbsent(ctx, key, onlyReader{body}, tt.size); !errors.Is(err, broken) {
+				t.Errorf("PutIfAbsent with a body failing after %d of %d bytes: error = %v, want the body's", tt.failAt, tt.size, err)
+			}
+			if _, err := s.Stat(ctx, key); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("after the failed put Stat(%s) error = %v, want ErrNotFound", key, err)
+			}
+			if objs, err := s.List(ctx, "failing/"); err != nil || slices.ContainsFunc(objs, func(o store.ObjectInfo) bool { return o.Key == key }) {
+				t.Errorf("List after the failed put = %v, %v; want no %s", objs, err, key)
+			}
+			if err := s.PutIfAbsent(ctx, key, strings.NewReader("whole"), 5); err != nil {
+				t.Errorf("PutIfAbsent after the failed one: %v, want the key still free", err)
 			}
 		})
 	}
