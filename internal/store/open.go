@@ -43,7 +43,7 @@ type Options struct {
 	// this long. Default: 1 minute. S3 only.
 	ProbeInterval time.Duration
 	// PartSize is the size of one part of a multipart upload, in bytes; bodies up to this size
-	// go in one PutObject. At least 5 MiB. Default: 16 MiB. It bounds the memory one upload
+	// go in one PutObject. At least 5 MiB. Default: 5 MiB. It bounds the memory one upload
 	// holds. S3 only.
 	PartSize int64
 }

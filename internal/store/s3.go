@@ -24,8 +24,11 @@ import (
 )
 
 const (
-	// DefaultPartSize is the multipart part size when Options.PartSize is zero.
-	DefaultPartSize = 16 << 20
+	// DefaultPartSize is the multipart part size when Options.PartSize is zero: S3's minimum,
+	// because a part is what one upload holds in memory (an artifact of 64 MiB should cost the
+	// worker a few MiB, not 16), and 10,000 parts of it still carry 48 GiB, far past the
+	// artifact cap.
+	DefaultPartSize = minPartSize
 	// minPartSize is S3's lower bound for every part but the last.
 	minPartSize = 5 << 20
 	// maxParts is S3's upper bound on the parts of one upload.
