@@ -60,7 +60,8 @@ lint:
 bench: deps-test
 	@GO=$(GO) scripts/bench.sh
 
-## image: the worker's release image (FROM scratch, static binaries, uid 65532), no registry needed
+## image: the worker's release image (FROM scratch, static binaries, uid 65532), no registry needed;
+## also saved as bin/image.tar for the test cluster
 IMAGE ?= ghcr.io/boxcar-run/boxcar:$(VERSION)
 image:
 	@test -s /etc/ssl/certs/ca-certificates.crt || { echo "image: no /etc/ssl/certs/ca-certificates.crt; run  apt-get install -y ca-certificates" >&2; exit 1; }
@@ -72,6 +73,8 @@ image:
 	@scripts/docker.sh
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 	@docker image inspect $(IMAGE) --format 'image: {{index .RepoTags 0}} {{.Size}} bytes, user {{.Config.User}}, entrypoint {{.Config.Entrypoint}}'
+	@# The test cluster imports the archive into its containerd: a pod runs the image, no registry.
+	docker save -o $(BIN)/image.tar $(IMAGE)
 	@echo '$(IMAGE) $(VERSION)' >$(BIN)/image.ref # what the container tests run; they build nothing
 
 ## test-cluster: the Kubernetes backend on a real single-node cluster; needs root. Builds

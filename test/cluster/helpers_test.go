@@ -61,7 +61,17 @@ func createNamespace(t *testing.T, name string, labels map[string]string) string
 	t.Helper()
 	ctx := t.Context()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	if _, err := kube.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+	var err error
+	// A name that tests share (testNamespaceNamed) may still be the previous test's
+	// namespace, terminating: its deletion waits for its pods' grace periods.
+	eventually(t, 2*time.Minute, "namespace "+name+" created", func() error {
+		_, err = kube.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatalf("create namespace %s: %v", name, err)
 	}
 	t.Cleanup(func() {

@@ -198,9 +198,16 @@ func (h *Handle) ImportImage(ctx context.Context, ref string, bins map[string]st
 	if err := writeDockerArchive(archive, ref, entrypoint, nil, files); err != nil {
 		return err
 	}
+	return h.ImportArchive(ctx, archive)
+}
+
+// ImportArchive imports a `docker save` archive (docker save -o FILE IMAGE) into the node's
+// containerd, under the names the archive gives its images: a pod with imagePullPolicy Never
+// or IfNotPresent then runs it as if pulled.
+func (h *Handle) ImportArchive(ctx context.Context, archive string) error {
 	out, err := exec.CommandContext(ctx, "/usr/bin/ctr", "--address", h.Containerd, "--namespace", "k8s.io", "images", "import", archive).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("cluster: ctr images import %s: %w: %s", ref, err, out)
+		return fmt.Errorf("cluster: ctr images import %s: %w: %s", archive, err, out)
 	}
 	return nil
 }

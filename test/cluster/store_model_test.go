@@ -22,50 +22,8 @@ import (
 // worker pod would: the S3 endpoint is up and refuses an unsigned request, and the model
 // lists its model.
 func TestStoreAndModelPods(t *testing.T) {
-	ctx := t.Context()
-	gw, err := s3test.Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gwFiles, err := withSharedLibraries("/versitygw", gw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	images := map[string]map[string]string{
-		"boxcar.test/versitygw:1": gwFiles,
-		"boxcar.test/model:1":     {"/demo-model": filepath.Join(cluster.CacheDir(), "images", "demo-model")},
-	}
-	for ref, files := range images {
-		entry := "/versitygw"
-		if ref == "boxcar.test/model:1" {
-			entry = "/demo-model"
-		}
-		if err := kube.ImportImage(ctx, ref, files, []string{entry}); err != nil {
-			t.Fatalf("%v (run test/cluster/build.sh)", err)
-		}
-	}
-
 	ns := appNamespace(t)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boxcar-s3"}, StringData: map[string]string{
-		"AWS_ACCESS_KEY_ID": "boxcar-test", "AWS_SECRET_ACCESS_KEY": rand.Text(),
-	}}
-	if _, err := kube.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	applyManifest(t, ns, "testdata/store-and-model.yaml",
-		"{{VERSITYGW_IMAGE}}", "boxcar.test/versitygw:1", "{{MODEL_IMAGE}}", "boxcar.test/model:1")
-	for _, name := range []string{"versitygw", "model"} {
-		eventually(t, 2*time.Minute, "Deployment "+name+" available", func() error {
-			d, err := kube.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if d.Status.AvailableReplicas != 1 {
-				return fmt.Errorf("%d of 1 available", d.Status.AvailableReplicas)
-			}
-			return nil
-		})
-	}
+	installStoreAndModel(t, ns)
 
 	out := runPod(t, ns, "client", `
 		`+retry(`timeout 5 wget -q -O- http://versitygw:7070/health`)+`
@@ -78,6 +36,64 @@ func TestStoreAndModelPods(t *testing.T) {
 		}
 	}
 }
+
+// installStoreAndModel imports the versitygw and scripted model images and runs both in ns
+// from testdata/store-and-model.yaml, as Deployments behind the Services versitygw (:7070)
+// and model (:8080), and waits until both are available. versitygw's root credentials are
+// the Secret boxcar-s3 it makes in ns (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY: the keys the
+// chart's s3.credentialsSecret expects); it returns them.
+func installStoreAndModel(t *testing.T, ns string) (accessKey, secretKey string) {
+	t.Helper()
+	ctx := t.Context()
+	gw, err := s3test.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwFiles, err := withSharedLibraries("/versitygw", gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := []struct {
+		ref, entry string
+		files      map[string]string
+	}{
+		{storeImage, "/versitygw", gwFiles},
+		{modelImage, "/demo-model", map[string]string{"/demo-model": filepath.Join(cluster.CacheDir(), "images", "demo-model")}},
+	}
+	for _, img := range images {
+		if err := kube.ImportImage(ctx, img.ref, img.files, []string{img.entry}); err != nil {
+			t.Fatalf("%v (run test/cluster/build.sh)", err)
+		}
+	}
+
+	accessKey, secretKey = "boxcar-test", rand.Text()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boxcar-s3"}, StringData: map[string]string{
+		"AWS_ACCESS_KEY_ID": accessKey, "AWS_SECRET_ACCESS_KEY": secretKey,
+	}}
+	if _, err := kube.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	applyManifest(t, ns, "testdata/store-and-model.yaml", "{{VERSITYGW_IMAGE}}", storeImage, "{{MODEL_IMAGE}}", modelImage)
+	for _, name := range []string{"versitygw", "model"} {
+		eventually(t, 2*time.Minute, "Deployment "+name+" available", func() error {
+			d, err := kube.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if d.Status.AvailableReplicas != 1 {
+				return fmt.Errorf("%d of 1 available", d.Status.AvailableReplicas)
+			}
+			return nil
+		})
+	}
+	return accessKey, secretKey
+}
+
+// The images of installStoreAndModel, made from binaries on the host.
+const (
+	storeImage = "boxcar.test/versitygw:1"
+	modelImage = "boxcar.test/model:1"
+)
 
 // withSharedLibraries maps name in an image to bin on the host, plus the shared libraries
 // and loader bin needs at the paths the host has them (none for a static binary): a
