@@ -89,7 +89,7 @@ func installNATS(t *testing.T) string {
 		ObjectMeta: metav1.ObjectMeta{Name: class.Name + "-nats-js"},
 		Spec: corev1.PersistentVolumeSpec{
 			StorageClassName:              class.Name,
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: store, Type: &hostPath}},
