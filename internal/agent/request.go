@@ -1,0 +1,160 @@
+package agent
+
+// What a run takes (Request), reports while it goes (Event) and gives back (Result, Budget).
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// Request is one job for the agent.
+type Request struct {
+	JobID string
+	// ProfileName names the job's profile among Config.Profiles, whose tools New compiled;
+	// Profile.Tools is then not read. Empty: the tools are Profile.Tools, compiled for this run.
+	ProfileName string
+	// Profile is the job's execution profile, its limits already tightened by the caller.
+	// Complete (config.Profile.Complete), as config.Load returns it: Run fills in no default.
+	Profile config.Profile
+	Task    string
+	// Inputs are the workdir-relative names of the input files, listed to the model.
+	Inputs  []string
+	Sandbox Sandbox
+	// Approver decides the shell tool's "ask" policy; nil means every such command is denied.
+	Approver Approver
+	// Spent is what earlier attempts of the same job already used; it counts against the caps
+	// of this run, so a job that is delivered again never gets a fresh budget.
+	Spent Budget
+	// Progress, when set, is called synchronously before every model request and every tool
+	// call; it must be cheap.
+	Progress func(Event)
+	// Transcript, when set, receives the transcript as the run goes, line by line, instead of
+	// Result.Transcript: a caller that spools it to a file keeps it out of memory. After a
+	// write fails nothing more is written; the writer is the one to say why.
+	Transcript io.Writer
+}
+
+func (r Request) validate() error {
+	switch {
+	case r.Sandbox == nil:
+		return fmt.Errorf("%w: job %s: no Sandbox", ErrInvalidRequest, r.JobID)
+	case r.Profile.Model.Name == "":
+		return fmt.Errorf("%w: job %s: the profile names no model", ErrInvalidRequest, r.JobID)
+	case strings.TrimSpace(r.Task) == "":
+		return fmt.Errorf("%w: job %s: the task is empty", ErrInvalidRequest, r.JobID)
+	}
+	if err := r.Profile.Complete(); err != nil {
+		return fmt.Errorf("%w: job %s: %w", ErrInvalidRequest, r.JobID, err)
+	}
+	return nil
+}
+
+// Event kinds.
+const (
+	EventModelRequest = "model_request"
+	EventToolCall     = "tool_call"
+)
+
+// Event reports progress: a model request about to be sent, or a tool call about to run.
+type Event struct {
+	Kind         string
+	Turn         int // the model round trip of this run the event belongs to, from 1
+	ToolCalls    int // tool calls of this run so far, this one included
+	MaxToolCalls int
+	// Tool is the name of the tool called, for tool_call events: one the profile declares, or
+	// UnknownTool. What the model sent in its place is only in the transcript.
+	Tool string
+	// Spent is the job's budget used so far, earlier attempts (Request.Spent) included and
+	// counting the request or call this event announces: callers that record it lose nothing
+	// when the process dies during that request or call.
+	Spent Budget
+}
+
+// Budget is what a job has used of its caps. A turn counts once its request is sent, a tool
+// call once it is answered or started (invalid calls count; calls answered "not run" do
+// not), tokens once the endpoint reports them.
+type Budget struct {
+	Turns     int   `json:"turns"`
+	ToolCalls int   `json:"tool_calls"`
+	Tokens    int64 `json:"tokens"`
+}
+
+// Add returns the sum of two budgets.
+func (b Budget) Add(o Budget) Budget {
+	return Budget{Turns: b.Turns + o.Turns, ToolCalls: b.ToolCalls + o.ToolCalls, Tokens: b.Tokens + o.Tokens}
+}
+
+// Outcome is how a run ended when it ended without an error.
+type Outcome string
+
+// Outcomes.
+const (
+	// OutcomeCompleted: the model answered without calling a tool.
+	OutcomeCompleted Outcome = "completed"
+	// OutcomeCapped: a cap stopped the run; Result.Cap names it.
+	OutcomeCapped Outcome = "capped"
+)
+
+// Caps that end a run with OutcomeCapped.
+const (
+	CapMaxTurns     = "max_turns"
+	CapMaxToolCalls = "max_tool_calls"
+	CapMaxTokens    = "max_tokens"
+	CapJobTimeout   = "job_timeout"
+)
+
+// Result is what a run produced. Run returns it also with an error, holding what was done
+// until then; Outcome is only set when the error is nil.
+type Result struct {
+	Outcome      Outcome
+	Cap          string // when capped: CapMaxTurns, CapMaxToolCalls, CapMaxTokens or CapJobTimeout
+	FinalMessage string // the model's last answer (its refusal when it only refused)
+	Turns        int    // model round trips of this run that got an answer
+	ToolCalls    []ToolCall
+	Usage        Usage
+	Model        string // as reported by the endpoint
+	ResponseIDs  []string
+	// Spent is the job's budget used at the end of this run: Request.Spent plus this run's
+	// turns (a request sent but not answered included), tool calls and tokens.
+	Spent Budget
+	// Transcript is JSONL (see transcript.go), at most Profile.Limits.MaxTranscriptBytes
+	// long, ending with a "truncated" line when it was cut; nil when Request.Transcript took
+	// it.
+	Transcript []byte
+}
+
+// UnknownTool stands for a tool name the model sent that the profile does not declare, in
+// progress events, tool call records, log lines and, through them, metrics labels and job
+// status: model output may hold anything, terminal escapes included, and a label set must
+// stay bounded. The transcript keeps the name as sent, as JSON data.
+const UnknownTool = "unknown"
+
+// ToolCall records one tool call that counted against max_tool_calls.
+type ToolCall struct {
+	ID string
+	// Tool is the declared tool called, or UnknownTool.
+	Tool string
+	// ArgsSHA256 is the hex SHA-256 of the arguments as run (an empty string becomes "{}").
+	ArgsSHA256 string
+	// ExitCode of the command; 0 for file tools; -1 when nothing ran (Error says why).
+	ExitCode  int
+	TimedOut  bool
+	Truncated bool // output was cut for the model or by the sandbox
+	Error     string
+	Duration  time.Duration
+	// Approval is how the shell policy decided the command; nil for other tools and for shell
+	// calls refused before the policy (invalid arguments).
+	Approval *job.Approval
+}
+
+// Usage is the token usage the endpoint reported, summed over the run.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
