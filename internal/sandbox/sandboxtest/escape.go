@@ -114,12 +114,20 @@ func attack(t *testing.T, sb sandbox.Sandbox, mark, script string, timeout time.
 	t.Helper()
 	begin := time.Now()
 	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", script}, Env: markEnv(mark), Timeout: timeout, MaxOutputBytes: maxOut})
-	if took := time.Since(begin); took > timeout+10*time.Second {
-		t.Errorf("Exec returned after %v, want within the %v timeout + 10s", took, timeout)
+	// The promise is that an attack cannot hold Exec much past its timeout, not how fast the
+	// kill is: when the kill inside a Kubernetes pod loses the race with a fork bomb on a busy
+	// host, the backend gives up the stream 10 s after the timeout and kills from outside,
+	// which may take 10 s more (killGrace).
+	if took := time.Since(begin); took > timeout+attackSlack {
+		t.Errorf("Exec returned after %v, want within the %v timeout + %v", took, timeout, attackSlack)
 	}
 	t.Logf("exit %d, timed out %v, err %v, %d bytes of stdout (truncated %v)", res.ExitCode, res.TimedOut, err, len(res.Stdout), res.StdoutTruncated)
 	return res, err
 }
+
+// attackSlack is how long an attack may hold Exec past its timeout: both of the Kubernetes
+// backend's kill graces, and some room for a loaded host.
+const attackSlack = 25 * time.Second
 
 func markEnv(mark string) map[string]string { return map[string]string{"BOXCAR_ESCAPE": mark} }
 
@@ -289,7 +297,7 @@ func testForkBomb(t *testing.T, p sandbox.Provider, host Host) {
 	if peak > int64(host.PIDs) {
 		t.Errorf("the host held %d of the bomb's processes at once, over the bound of %d", peak, host.PIDs)
 	}
-	expectNoneLeft(t, mark, 15*time.Second)
+	expectNoneLeft(t, mark, 30*time.Second)
 }
 
 // testMemoryBomb grows a string without end: the host sees its processes hold at most the
