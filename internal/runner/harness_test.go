@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -401,5 +402,14 @@ func (b *bundle) runFile(id, name string) []byte {
 }
 
 func TestMain(m *testing.M) {
+	// The runner tests spend their time waiting on NATS, the store and ack deadlines, not on
+	// the CPU: -parallel's default (GOMAXPROCS, two on a CI machine) would queue them behind
+	// each other. An explicit -parallel is kept.
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "8")
+	}
 	goleak.VerifyTestMain(m)
 }
