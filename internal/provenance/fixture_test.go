@@ -13,7 +13,7 @@ import (
 const jobID = "20261202t101500-abcdef012345"
 
 // exampleProfile is the csv-analyst profile of examples/boxcar.yaml, with its defaults.
-func exampleProfile(t *testing.T) config.Profile {
+func exampleProfile(t testing.TB) config.Profile {
 	t.Helper()
 	cfg, err := config.Parse(examples.Config)
 	if err != nil {
@@ -29,7 +29,7 @@ func exampleProfile(t *testing.T) config.Profile {
 func ptr[T any](v T) *T { return &v }
 
 // sampleManifest is a finished run of the example profile, as the runner would describe it.
-func sampleManifest(t *testing.T) provenance.Manifest {
+func sampleManifest(t testing.TB) provenance.Manifest {
 	t.Helper()
 	p := exampleProfile(t)
 	paris := time.FixedZone("CET", 3600)

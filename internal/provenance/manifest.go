@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -238,47 +239,38 @@ func Build(m Manifest, subjects []Subject) ([]byte, error) {
 		return nil, fmt.Errorf("provenance: build: %w", err)
 	}
 
-	predJSON, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("provenance: build: encode predicate: %w", err)
-	}
-	pred := &structpb.Struct{}
-	if err := protojson.Unmarshal(predJSON, pred); err != nil {
-		return nil, fmt.Errorf("provenance: build: predicate as a struct: %w", err)
-	}
-	st := &v1.Statement{
-		Type:          v1.StatementTypeUri,
-		PredicateType: PredicateType,
-		Predicate:     pred,
-	}
-	for _, s := range subjects {
-		st.Subject = append(st.Subject, &v1.ResourceDescriptor{
-			Name:        s.Name,
-			Digest:      map[string]string{"sha256": s.SHA256},
-			Annotations: annotations(s),
-		})
+	// in-toto's own rules on the statement's shape; the predicate is checked by being typed.
+	st := &v1.Statement{Type: v1.StatementTypeUri, PredicateType: PredicateType, Predicate: &structpb.Struct{}}
+	subjectDocs := make([]any, len(subjects))
+	for i, s := range subjects {
+		st.Subject = append(st.Subject, &v1.ResourceDescriptor{Name: s.Name, Digest: map[string]string{"sha256": s.SHA256}})
+		ann := map[string]any{"size": json.Number(strconv.FormatInt(s.Size, 10))}
+		if s.Path != "" {
+			ann["path"] = s.Path
+		}
+		subjectDocs[i] = map[string]any{"name": s.Name, "digest": map[string]any{"sha256": s.SHA256}, "annotations": ann}
 	}
 	if err := st.Validate(); err != nil {
 		return nil, fmt.Errorf("provenance: build: %w: %w", ErrInvalid, err)
 	}
-	raw, err := protojson.Marshal(st)
-	if err != nil {
-		return nil, fmt.Errorf("provenance: build: encode statement: %w", err)
-	}
 
-	// protojson varies its white space on purpose and holds every number as a double; the
-	// canonical form sorts keys, drops the white space and takes the predicate's numbers
-	// from encoding/json, so an int64 such as a seed keeps all of its digits.
-	var doc map[string]any
-	if err := decodeJSON(raw, &doc); err != nil {
+	// The statement's fields as protojson names them, the predicate's numbers as encoding/json
+	// writes them, so that an int64 such as a seed keeps all of its digits; the canonical form
+	// sorts keys and drops the white space.
+	predJSON, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("provenance: build: encode predicate: %w", err)
+	}
+	var pred any
+	if err := decodeJSON(predJSON, &pred); err != nil {
 		return nil, fmt.Errorf("provenance: build: %w", err)
 	}
-	var exact any
-	if err := decodeJSON(predJSON, &exact); err != nil {
-		return nil, fmt.Errorf("provenance: build: %w", err)
-	}
-	doc["predicate"] = exact
-	return encodeCanonical(doc)
+	return encodeCanonical(map[string]any{
+		"_type":         v1.StatementTypeUri,
+		"subject":       subjectDocs,
+		"predicateType": PredicateType,
+		"predicate":     pred,
+	})
 }
 
 // normalize checks a manifest and puts it in the one form Build encodes.
@@ -360,15 +352,6 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
-}
-
-// annotations are a subject's size and, when it is stored elsewhere than its name, its path.
-func annotations(s Subject) *structpb.Struct {
-	f := map[string]*structpb.Value{"size": structpb.NewNumberValue(float64(s.Size))}
-	if s.Path != "" {
-		f["path"] = structpb.NewStringValue(s.Path)
-	}
-	return &structpb.Struct{Fields: f}
 }
 
 // checkSubjects wants at least one subject, sorted, each with a clean relative name, a hex

@@ -492,3 +492,14 @@ func TestWorkerString(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkBuild is the manifest every committed run writes, on the worker's per-job path.
+func BenchmarkBuild(b *testing.B) {
+	m, subjects := sampleManifest(b), sampleSubjects()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := provenance.Build(m, subjects); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
