@@ -261,9 +261,22 @@ func Build(m Manifest, subjects []Subject) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("provenance: build: encode predicate: %w", err)
 	}
-	var pred any
+	var pred map[string]any
 	if err := decodeJSON(predJSON, &pred); err != nil {
 		return nil, fmt.Errorf("provenance: build: %w", err)
+	}
+	// The profile's digest from the spec as the predicate holds it: the same canonical JSON
+	// as ProfileDigest's, without encoding the profile a second time.
+	profile, _ := pred["profile"].(map[string]any)
+	digest, err := canonicalDigest(profile["spec"])
+	if err != nil {
+		return nil, fmt.Errorf("provenance: build: profile digest: %w", err)
+	}
+	switch m.Profile.Digest {
+	case "", digest:
+		profile["digest"] = digest
+	default:
+		return nil, fmt.Errorf("provenance: build: %w: profile.digest %s does not match the profile, whose digest is %s", ErrInvalid, m.Profile.Digest, digest)
 	}
 	return encodeCanonical(map[string]any{
 		"_type":         v1.StatementTypeUri,
@@ -292,17 +305,6 @@ func normalize(m Manifest) (Manifest, error) {
 			return m, fmt.Errorf("%w: tool_calls[%d].approval: %w", ErrInvalid, i, err)
 		}
 		m.ToolCalls[i].Approval.DecidedAt = c.Approval.DecidedAt.UTC()
-	}
-	digest, err := ProfileDigest(m.Profile.Spec)
-	if err != nil {
-		return m, err
-	}
-	switch m.Profile.Digest {
-	case "":
-		m.Profile.Digest = digest
-	case digest:
-	default:
-		return m, fmt.Errorf("%w: profile.digest %s does not match the profile, whose digest is %s", ErrInvalid, m.Profile.Digest, digest)
 	}
 	m.Model.EndpointHost = EndpointHost(m.Model.EndpointHost)
 	// null and [] would hash differently for the same run.
@@ -454,9 +456,18 @@ func ProfileDigest(p config.Profile) (string, error) {
 	if err := decodeJSON(data, &v); err != nil {
 		return "", fmt.Errorf("provenance: profile digest: %w", err)
 	}
-	canon, err := encodeCanonical(v)
+	digest, err := canonicalDigest(v)
 	if err != nil {
 		return "", fmt.Errorf("provenance: profile digest: %w", err)
+	}
+	return digest, nil
+}
+
+// canonicalDigest is "sha256:<hex>" of v (as decodeJSON reads it) in canonical JSON.
+func canonicalDigest(v any) (string, error) {
+	canon, err := encodeCanonical(v)
+	if err != nil {
+		return "", err
 	}
 	sum := sha256.Sum256(canon)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
