@@ -23,8 +23,8 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 )
 
-// killGrace is how long a command may outlive its timeout before the worker kills it from
-// outside, and how long that kill may take.
+// killGrace is how long a command's stream may outlive its timeout before the worker gives it
+// up, and how long a kill from outside may take.
 const killGrace = 10 * time.Second
 
 // The scripts that run inside the pod, in podscripts/ so that shellcheck sees them (make lint).
@@ -117,10 +117,12 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	argv = append(argv, req.Argv...)
 
 	streamCtx := runCtx
+	var outside *outsideKill
 	if req.Timeout > 0 {
 		var stop context.CancelFunc
 		streamCtx, stop = context.WithTimeoutCause(runCtx, req.Timeout+killGrace, errExecTimeout)
 		defer stop()
+		outside = s.killAfter(ctx, req.Timeout+outsideKillDelay, nonce)
 	}
 	stdout := &cappedBuffer{max: maxOut}
 	stderr := &cappedBuffer{max: maxOut}
@@ -128,12 +130,16 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	stdin := bytes.NewReader(req.Stdin)
 	start := time.Now()
 	code, err := s.run(streamCtx, argv, stdin, stdout, stderr)
+	killed := outside.stop()
 	res := ExecResult{ExitCode: code, Duration: time.Since(start)}
 	res.Stdout, res.StdoutTruncated = stdout.take()
 	res.Stderr, res.StderrTruncated = stderr.take()
 	if streamCtx.Err() != nil {
-		// Closing the stream does not stop the command: kill its tree inside the pod.
-		s.kill(ctx, nonce)
+		// Closing the stream does not stop the command: kill its tree inside the pod, unless
+		// the outside kill has just spent its grace on it.
+		if !killed {
+			s.kill(ctx, nonce)
+		}
 		switch cause := context.Cause(streamCtx); {
 		case errors.Is(cause, errExecTimeout):
 			res.ExitCode, res.TimedOut = 137, true
@@ -179,6 +185,37 @@ func seconds(d time.Duration) string {
 		return "0"
 	}
 	return strconv.FormatFloat(d.Seconds(), 'f', 3, 64)
+}
+
+// outsideKillDelay is how long after its timeout a command whose stream has not ended is
+// killed from outside, while the stream still waits: the wrapper's own kill at the timeout can
+// find no process to run it when a fork bomb fills the pod's process bound, and a kill started
+// only when the stream is given up would hold Exec for two kill graces past the timeout.
+const outsideKillDelay = 2 * time.Second
+
+// outsideKill is a kill of one command's tree, due at a time unless stopped first.
+type outsideKill struct {
+	t    *time.Timer
+	done chan struct{}
+}
+
+func (s *kubernetesSandbox) killAfter(ctx context.Context, d time.Duration, nonce string) *outsideKill {
+	k := &outsideKill{done: make(chan struct{})}
+	k.t = time.AfterFunc(d, func() {
+		defer close(k.done)
+		s.kill(ctx, nonce)
+	})
+	return k
+}
+
+// stop cancels the kill if it is not due yet, else waits for it to end, and reports whether
+// it ran. A nil kill did not.
+func (k *outsideKill) stop() bool {
+	if k == nil || k.t.Stop() {
+		return false
+	}
+	<-k.done
+	return true
 }
 
 func (s *kubernetesSandbox) kill(ctx context.Context, nonce string) {

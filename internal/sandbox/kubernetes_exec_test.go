@@ -391,3 +391,47 @@ func TestKubernetesExecAuthenticates(t *testing.T) {
 		t.Errorf("the server ran %d execs for a client with a wrong token", n)
 	}
 }
+
+// TestKubernetesExecKillsFromOutsideWhileTheStreamWaits: a command that outlives the wrapper's
+// own kill at its timeout (a fork bomb that fills the pod's process bound leaves that kill no
+// process to run) is killed from outside soon after, not only once the stream is given up a
+// kill grace later, which held Exec for two kill graces past the timeout.
+func TestKubernetesExecKillsFromOutsideWhileTheStreamWaits(t *testing.T) {
+	rt := newPodRuntime(t)
+	sb := sandboxtest.StartSpec(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
+	// The wrapper runs without its timeout: its own kill never comes.
+	rt.setFaults(func(f *runtimeFaults) {
+		f.execArgv = func(argv []string) []string {
+			if len(argv) > 4 && argv[3] == "boxcar-exec" {
+				argv[4] = "0"
+			}
+			return argv
+		}
+	})
+	const timeout = 500 * time.Millisecond
+	begin := time.Now()
+	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sleep", "100"}, Timeout: timeout})
+	took := time.Since(begin)
+	if err != nil || !res.TimedOut || res.ExitCode != 137 {
+		t.Fatalf("Exec: err %v, timed out %v, exit %d; want timed out, exit 137", err, res.TimedOut, res.ExitCode)
+	}
+	// The stream is given up at the timeout + 10 s; the outside kill is due 2 s after the timeout.
+	if took >= timeout+10*time.Second {
+		t.Errorf("Exec returned after %v: the command was killed only when its stream was given up", took)
+	}
+	// The server records an exec once its status is sent: the last one may come after Exec.
+	kills := func() (n int) {
+		for _, rec := range rt.records() {
+			if len(rec.Argv) > 3 && rec.Argv[3] == "boxcar-kill" {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(5 * time.Second); kills() == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := kills(); n != 1 {
+		t.Errorf("%d kills from outside, want 1", n)
+	}
+}

@@ -193,7 +193,7 @@ func (rt *podRuntime) serveWebSocket(w http.ResponseWriter, r *http.Request, pod
 	if wantStdin {
 		in = stdinRead
 	}
-	st, _ := pod.exec(rt.nsenter, argv, in, channelWriter{send, remotecommand.StreamStdOut}, channelWriter{send, remotecommand.StreamStdErr}, faults.execFault)
+	st, _ := pod.exec(rt.nsenter, faults.run(argv), in, channelWriter{send, remotecommand.StreamStdOut}, channelWriter{send, remotecommand.StreamStdErr}, faults.execFault)
 	stdinRead.Close()
 	rec.Status = st
 	status, _ := json.Marshal(st)
@@ -266,7 +266,7 @@ func (rt *podRuntime) serveSPDY(w http.ResponseWriter, r *http.Request, pod *fak
 	}
 	out := dropOnError{streams[corev1.StreamTypeStdout]}
 	errOut := dropOnError{streams[corev1.StreamTypeStderr]}
-	rec.Status, rec.StdinClosed = pod.exec(rt.nsenter, argv, in, out, errOut, faults.execFault)
+	rec.Status, rec.StdinClosed = pod.exec(rt.nsenter, faults.run(argv), in, out, errOut, faults.execFault)
 	status, _ := json.Marshal(rec.Status)
 	_, _ = streams[corev1.StreamTypeError].Write(status)
 	for _, s := range streams {

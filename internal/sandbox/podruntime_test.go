@@ -81,6 +81,16 @@ type runtimeFaults struct {
 	wsProtocols []string
 	// execFault, when it returns an error, is a runtime failure to start the exec.
 	execFault func(argv []string) error
+	// execArgv, when set, changes what the pod runs; the record keeps what was asked.
+	execArgv func(argv []string) []string
+}
+
+// run is the argv the pod runs for one asked for.
+func (f runtimeFaults) run(argv []string) []string {
+	if f.execArgv == nil {
+		return argv
+	}
+	return f.execArgv(slices.Clone(argv))
 }
 
 // execRecord is what the server saw of one exec request.
