@@ -15,11 +15,11 @@ need_apt() { # need_apt COMMAND PACKAGE
 	fi
 	if [[ -z $apt_updated ]]; then
 		echo "deps: apt-get update" >&2
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+		"$(dirname "$0")/apt-get.sh" update -qq >/dev/null
 		apt_updated=1
 	fi
 	echo "deps: apt-get install -y $2" >&2
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+	"$(dirname "$0")/apt-get.sh" install -y -qq "$2" >/dev/null
 }
 
 need_apt bwrap bubblewrap

@@ -55,7 +55,8 @@ if ! command -v "$docker_cli" >/dev/null 2>&1 || ! command -v dockerd >/dev/null
 	fi
 	export DEBIAN_FRONTEND=noninteractive
 	status=0
-	{ apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends docker.io >/dev/null; } || status=$?
+	apt="$(dirname "$0")/apt-get.sh"
+	{ "$apt" update -qq >/dev/null && "$apt" install -y -qq --no-install-recommends docker.io >/dev/null; } || status=$?
 	[[ -n $own_policy ]] && rm -f "$policy"
 	if [[ $status -ne 0 ]]; then
 		say "apt-get install docker.io failed (exit $status); run it by hand to see why:"

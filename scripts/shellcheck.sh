@@ -10,8 +10,8 @@ if ! command -v shellcheck >/dev/null 2>&1; then
 		exit 1
 	fi
 	echo "lint: apt-get install -y shellcheck" >&2
-	DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null
+	scripts/apt-get.sh update -qq >/dev/null
+	scripts/apt-get.sh install -y -qq shellcheck >/dev/null
 fi
 mapfile -t files < <(git ls-files '*.sh')
 shellcheck "${files[@]}"

@@ -39,8 +39,8 @@ install_debs() {
     exit 1
   fi
   log "installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  "$HERE/../../scripts/apt-get.sh" update -qq
+  "$HERE/../../scripts/apt-get.sh" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 build_kubernetes() {
