@@ -27,7 +27,7 @@ func (h *Handle) PortForward(ctx context.Context, namespace, pod string, port in
 	url := h.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("portforward").URL()
 	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, url)
 	ready := make(chan struct{})
-	errOut := &syncBuffer{}
+	errOut := &SyncBuffer{}
 	fw, err := portforward.NewOnAddressesWithContext(ctx, dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, ready, io.Discard, errOut)
 	if err != nil {
 		return "", fmt.Errorf("cluster: port-forward to %s/%s: %w", namespace, pod, err)
@@ -50,19 +50,21 @@ func (h *Handle) PortForward(ctx context.Context, namespace, pod string, port in
 	return "127.0.0.1:" + strconv.Itoa(int(ports[0].Local)), nil
 }
 
-// syncBuffer is the port-forwarder's error output, written from its connection goroutines.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that goroutines write while another reads it: the
+// port-forwarder's error output, written from its connection goroutines, and the output of the
+// worker the tests run in-process.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
