@@ -238,6 +238,23 @@ func (h *harness) alive() error {
 
 // delayProxy serves target (the model's base URL) on loopback, each request delayed by d.
 func delayProxy(target string, d time.Duration) (string, error) {
+	return reverseProxy(target, func(rp *httputil.ReverseProxy) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+			rp.ServeHTTP(w, r)
+		})
+	})
+}
+
+// reverseProxy serves target's host on a port of 127.0.0.1 the kernel picks and returns the
+// proxy's URL, with target's path. handler gets the reverse proxy before anything is served, to
+// adjust it and to return what serves each request (passing it on to the proxy or not). Both
+// proxies of the harness are made here, so they listen and log alike.
+func reverseProxy(target string, handler func(*httputil.ReverseProxy) http.Handler) (string, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return "", err
@@ -248,14 +265,7 @@ func delayProxy(target string, d time.Duration) (string, error) {
 	}
 	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: u.Scheme, Host: u.Host})
 	rp.ErrorLog = log.New(io.Discard, "", 0) // a killed worker's request is not news
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-time.After(d):
-		case <-r.Context().Done():
-			return
-		}
-		rp.ServeHTTP(w, r)
-	})}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: handler(rp)}
 	go func() { _ = srv.Serve(ln) }()
 	return "http://" + ln.Addr().String() + u.Path, nil
 }

@@ -4,12 +4,8 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"log"
-	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,35 +30,30 @@ type storeProxy struct {
 }
 
 func newStoreProxy(target string) (*storeProxy, error) {
-	u, err := url.Parse(target)
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &storeProxy{url: "http://" + ln.Addr().String()}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.ErrorLog = log.New(io.Discard, "", 0)
-	// With the server down the worker must see what it would without the proxy: a connection
-	// that fails, not a 502 answer.
-	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		if hj, ok := w.(http.Hijacker); ok {
-			if c, _, herr := hj.Hijack(); herr == nil {
-				c.Close()
-				return
+	p := &storeProxy{}
+	var err error
+	p.url, err = reverseProxy(target, func(rp *httputil.ReverseProxy) http.Handler {
+		// With the server down the worker must see what it would without the proxy: a
+		// connection that fails, not a 502 answer.
+		rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, herr := hj.Hijack(); herr == nil {
+					c.Close()
+					return
+				}
 			}
+			w.WriteHeader(http.StatusBadGateway)
 		}
-		w.WriteHeader(http.StatusBadGateway)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if up, ok := runUpload(r); ok {
+				p.hold(up)
+			}
+			rp.ServeHTTP(w, r)
+		})
+	})
+	if err != nil {
+		return nil, err
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if up, ok := runUpload(r); ok {
-			p.hold(up)
-		}
-		rp.ServeHTTP(w, r)
-	})}
-	go func() { _ = srv.Serve(ln) }()
 	return p, nil
 }
 
