@@ -111,27 +111,56 @@ func TestTranscriptToolLines(t *testing.T) {
 	}
 }
 
+// TestTranscriptBounded: the transcript keeps to MaxTranscriptBytes and ends with the
+// truncation marker, whether the run keeps it in Result.Transcript or, with Request.Transcript,
+// writes its lines to the writer as it goes (and Result.Transcript stays empty); a full
+// transcript does not change the run.
 func TestTranscriptBounded(t *testing.T) {
-	s := newScript(t,
-		toolCalls(100, call{"c1", "print", `{"n": 5000}`}),
-		toolCalls(100, call{"c2", "print", `{"n": 5000}`}),
-		final("ok"))
-	p := csvProfile(t, printTool)
-	p.Limits.MaxTranscriptBytes = 8192
-	res, err := newAgent(t, s).Run(context.Background(), request(p, newFakeSandbox(nil)))
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if len(res.Transcript) > 8192 {
-		t.Errorf("transcript is %d bytes, limit 8192", len(res.Transcript))
-	}
-	lines := transcriptLines(t, res.Transcript)
-	last := lines[len(lines)-1]
-	if last["type"] != "truncated" || last["dropped_lines"].(float64) < 1 {
-		t.Errorf("last line = %v, want the truncation marker", last)
-	}
-	if res.Outcome != agent.OutcomeCompleted {
-		t.Errorf("outcome = %q: a full transcript must not change the run", res.Outcome)
+	for _, tt := range []struct {
+		name     string
+		toWriter bool
+	}{
+		{name: "in the result"},
+		{name: "to a writer", toWriter: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newScript(t,
+				toolCalls(100, call{"c1", "print", `{"n": 5000}`}),
+				toolCalls(100, call{"c2", "print", `{"n": 5000}`}),
+				final("ok"))
+			p := csvProfile(t, printTool)
+			p.Limits.MaxTranscriptBytes = 8192
+			req := request(p, newFakeSandbox(nil))
+			var spool bytes.Buffer
+			if tt.toWriter {
+				req.Transcript = &spool
+			}
+			res, err := newAgent(t, s).Run(context.Background(), req)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			transcript := res.Transcript
+			if tt.toWriter {
+				if res.Transcript != nil {
+					t.Errorf("Result.Transcript holds %d bytes; with a writer it must stay empty", len(res.Transcript))
+				}
+				transcript = spool.Bytes()
+			}
+			if len(transcript) > 8192 {
+				t.Errorf("transcript is %d bytes, limit 8192", len(transcript))
+			}
+			lines := transcriptLines(t, transcript)
+			if first := lines[0]; first["type"] != "request" {
+				t.Errorf("first line = %v, want the request", first)
+			}
+			last := lines[len(lines)-1]
+			if dropped, _ := last["dropped_lines"].(float64); last["type"] != "truncated" || dropped < 1 {
+				t.Errorf("last line = %v, want the truncation marker", last)
+			}
+			if res.Outcome != agent.OutcomeCompleted {
+				t.Errorf("outcome = %q: a full transcript must not change the run", res.Outcome)
+			}
+		})
 	}
 }
 
@@ -149,37 +178,14 @@ func (f *failAfter) Write(p []byte) (int, error) {
 	return f.Buffer.Write(p)
 }
 
-// TestTranscriptToWriter: with Request.Transcript the lines go to the writer as the run goes,
-// the truncation marker included, and Result.Transcript stays empty; a writer that fails gets
-// nothing more (no line cut in two) and the run is not changed by it.
-func TestTranscriptToWriter(t *testing.T) {
-	s := newScript(t,
-		toolCalls(100, call{"c1", "print", `{"n": 5000}`}),
-		toolCalls(100, call{"c2", "print", `{"n": 5000}`}),
-		final("ok"))
-	p := csvProfile(t, printTool)
-	p.Limits.MaxTranscriptBytes = 8192
-	var spool bytes.Buffer
-	req := request(p, newFakeSandbox(nil))
-	req.Transcript = &spool
-	res, err := newAgent(t, s).Run(context.Background(), req)
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if res.Transcript != nil {
-		t.Errorf("Result.Transcript holds %d bytes; with a writer it must stay empty", len(res.Transcript))
-	}
-	lines := transcriptLines(t, spool.Bytes())
-	if spool.Len() > 8192 || lines[0]["type"] != "request" || lines[len(lines)-1]["type"] != "truncated" {
-		t.Errorf("writer got %d bytes, %d lines from %v to %v; want the bounded transcript with its marker",
-			spool.Len(), len(lines), lines[0]["type"], lines[len(lines)-1]["type"])
-	}
-
-	s = newScript(t, toolCalls(100, call{"c1", "print", `{"n": 50}`}), final("ok"))
+// TestTranscriptWriterFails: a transcript writer that fails gets nothing more (no line cut in
+// two) and the run is not changed by it.
+func TestTranscriptWriterFails(t *testing.T) {
+	s := newScript(t, toolCalls(100, call{"c1", "print", `{"n": 50}`}), final("ok"))
 	broken := &failAfter{n: 2}
-	req = request(csvProfile(t, printTool), newFakeSandbox(nil))
+	req := request(csvProfile(t, printTool), newFakeSandbox(nil))
 	req.Transcript = broken
-	res, err = newAgent(t, s).Run(context.Background(), req)
+	res, err := newAgent(t, s).Run(context.Background(), req)
 	if err != nil || res.Outcome != agent.OutcomeCompleted {
 		t.Fatalf("Run with a failing transcript writer = %q, %v; want it completed", res.Outcome, err)
 	}
