@@ -48,7 +48,11 @@ func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox, o 
 	switch {
 	case from == fromNothing:
 	case state != job.StateSucceeded || len(body) == 0:
-		outs = append(outs, memOutput(reportName, summaryReport(a, state, o, body, from)))
+		// Made at the commit, which may leave out more artifacts than collect did.
+		bodyFrom := from
+		outs = append(outs, output{name: reportName, render: func(c provenance.Collected) []byte {
+			return summaryReport(a, c, state, o, body, bodyFrom)
+		}})
 		from = fromSummary
 	default:
 		outs = append(outs, memOutput(reportName, body))

@@ -37,6 +37,10 @@ type output struct {
 	// artifact that cannot be read as it was listed (it changed, it became a link, the
 	// sandbox is gone) is left out and named in the manifest instead of failing the commit.
 	path string
+	// render, when set, makes the output's bytes at the commit from what the commit leaves
+	// out, after every other output of the run was uploaded (open and size are unset): the
+	// worker's summary report counts the artifacts left out at the upload too.
+	render func(provenance.Collected) []byte
 }
 
 // memOutput is an output held in memory: the report, a transcript of one line.
@@ -144,7 +148,19 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcom
 			r.discard(ctx, a, written)
 		}
 	}()
+	// What is rendered goes last, once every artifact has been uploaded or left out.
+	var first, last []output
 	for _, out := range outs {
+		if out.render != nil {
+			last = append(last, out)
+		} else {
+			first = append(first, out)
+		}
+	}
+	for _, out := range append(first, last...) {
+		if out.render != nil {
+			out = memOutput(out.name, out.render(collected))
+		}
 		key := store.AttemptPrefix(a.job.ID, folder) + out.name
 		got, err := r.upload(ctx, key, out)
 		var source *sourceError

@@ -8,14 +8,16 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 )
 
 // summaryReport is report.md of a run that did not succeed (or succeeded without writing
 // anything): what ended it, what it did, and that the transcript holds the rest, then
 // whatever the job wrote. A user who opens only the report learns that the run is incomplete
 // and why; it is never a silent empty file. from is where body came from ("" for the job's
-// report file, fromFinalMessage for the model's last answer).
-func summaryReport(a *attempt, state job.State, o outcome, body []byte, from string) []byte {
+// report file, fromFinalMessage for the model's last answer). c is what the commit collected:
+// what collect left out and what the upload left out since.
+func summaryReport(a *attempt, c provenance.Collected, state job.State, o outcome, body []byte, from string) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Job %s: %s\n\n", a.job.ID, state)
 	b.WriteString(headline(a, state, o))
@@ -23,10 +25,10 @@ func summaryReport(a *attempt, state job.State, o outcome, body []byte, from str
 	b.WriteString(whatWasDone(a))
 	b.WriteString("\n\nThe transcript (transcript.jsonl, beside this report) holds every model turn and tool result; " +
 		"the manifest (manifest.json) records the caps, the calls and the digests of every file.\n")
-	if c := a.collected; c.ReportReason == "report_unreadable" {
+	if c.ReportReason == "report_unreadable" {
 		fmt.Fprintf(&b, "\nThe job's report file %s could not be read (%s).\n", a.profile.Report, c.ReportError)
 	}
-	if n := len(a.collected.Skipped) + a.collected.SkippedMore; n > 0 {
+	if n := len(c.Skipped) + c.SkippedMore; n > 0 {
 		fmt.Fprintf(&b, "\n%d artifact files or folders were left out; the manifest's collected.skipped names them.\n", n)
 	}
 

@@ -139,3 +139,51 @@ func TestUploadStreamsAndLeavesOutChangedArtifacts(t *testing.T) {
 		t.Errorf("temporary folder holds %v (%v), want nothing: the spool is unlinked", left, err)
 	}
 }
+
+// TestSummaryCountsArtifactsLeftOutAtUpload: the worker's summary report says how many
+// artifacts were left out as the manifest names them, those the upload leaves out (one that
+// changed after it was listed) as well as those left out when the artifacts were listed (a
+// name the store cannot hold), on every try of the commit.
+func TestSummaryCountsArtifactsLeftOutAtUpload(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := &fakeProvider{reads: func(name string, data []byte) io.Reader {
+		if name == "artifacts/shrinks.bin" {
+			return bytes.NewReader(data[:5])
+		}
+		return bytes.NewReader(data)
+	}}
+	a := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		for _, name := range []string{"artifacts/ok.csv", "artifacts/shrinks.bin", "artifacts/.boxcar-tmp-x"} {
+			if err := req.Sandbox.WriteFile(ctx, name, []byte("0123456789")); err != nil {
+				return agent.Result{}, err
+			}
+		}
+		// Capped, so report.md is the worker's summary.
+		return agent.Result{Outcome: agent.OutcomeCapped, Cap: agent.CapMaxTurns}, nil
+	})
+	st := &unsafeOnce{Store: b.store}
+	b.worker(a, func(c *runner.Config) { c.Sandboxes, c.Store = p, st })
+	j := b.submit("p")
+	if s := b.waitFinal(j.ID, time.Minute); s.State != job.StateCapped {
+		t.Fatalf("status = %+v, want capped", s)
+	}
+	if !st.refused.Load() {
+		t.Fatal("the first manifest put was not refused; the commit was tried once")
+	}
+	m := b.manifest(j.ID)
+	var skipped []string
+	for _, s := range m.Predicate.Collected.Skipped {
+		skipped = append(skipped, s.Path+":"+s.Reason)
+	}
+	if want := []string{"artifacts/.boxcar-tmp-x:bad_name", "artifacts/shrinks.bin:changed"}; !slices.Equal(skipped, want) || m.Predicate.Collected.SkippedMore != 0 {
+		t.Fatalf("left out = %q and %d more, want %q", skipped, m.Predicate.Collected.SkippedMore, want)
+	}
+	report := string(b.runFile(j.ID, "report.md"))
+	if want := "\n2 artifact files or folders were left out;"; !strings.Contains(report, want) {
+		t.Errorf("report.md does not say %q, as many as the manifest names:\n%s", want, report)
+	}
+	if r, err := provenance.Verify(t.Context(), b.store, j.ID, nil); err != nil || !r.OK() {
+		t.Errorf("verify: %v %+v", err, r.Checks)
+	}
+}
