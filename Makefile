@@ -48,7 +48,8 @@ test-faults: deps-test build
 
 GOLANGCI_LINT_VERSION := v2.15.0
 
-## lint: gofmt, go vet, golangci-lint (.golangci.yml; with and without the integration tag), shellcheck
+## lint: gofmt, go vet, golangci-lint (.golangci.yml; with and without the integration tag, and the
+## test cluster's module test/cluster), shellcheck
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...

@@ -127,7 +127,8 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	c = &Cluster{cfg: cfg, log: cfg.Logger, Timings: map[string]time.Duration{}}
 	defer func() {
 		if err != nil {
-			c.Stop(context.WithoutCancel(ctx))
+			// What the teardown could not undo is left on the machine: the caller hears of it.
+			err = errors.Join(err, c.Stop(context.WithoutCancel(ctx)))
 			c = nil
 		}
 	}()

@@ -89,7 +89,7 @@ func (c *Cluster) inNewNetns(path string, setup func() error) (net.Listener, err
 	}
 	done := make(chan result, 1)
 	go func() {
-		runtime.LockOSThread()
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
 		l, err := func() (net.Listener, error) {
 			host, err := netns.Get()
 			if err != nil {
@@ -101,7 +101,8 @@ func (c *Cluster) inNewNetns(path string, setup func() error) (net.Listener, err
 				return nil, fmt.Errorf("cluster: new netns: %w", err)
 			}
 			defer node.Close()
-			defer netns.Set(host)
+			// A failed restore leaves the thread in the node namespace; it ends with the goroutine.
+			defer func() { _ = netns.Set(host) }()
 			self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
 			if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
 				return nil, fmt.Errorf("cluster: pin netns at %s: %w", path, err)
@@ -211,7 +212,7 @@ func (c *Cluster) dialNode(ctx context.Context, network, addr string) (net.Conn,
 			if err := netns.Set(node); err != nil {
 				return nil, err
 			}
-			defer netns.Set(host)
+			defer func() { _ = netns.Set(host) }() // as in inNewNetns: the thread ends anyway
 			var d net.Dialer
 			return d.DialContext(ctx, network, addr)
 		}()
