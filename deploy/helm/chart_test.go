@@ -265,6 +265,7 @@ var features = []struct {
 	{name: "signing key", values: "signingKey: {secret: boxcar-signing}"},
 	{name: "fixed replicas", values: "autoscaling: {enabled: false}\nreplicas: 3"},
 	{name: "workload identity, namespace managed elsewhere", values: "s3: {credentialsSecret: {name: ''}}\nsandboxes: {createNamespace: false, networkPolicy: {enabled: false}}"},
+	{name: "many jobs with long transcripts", values: "config: {concurrency: 16, profiles: {file-summary: {limits: {max_transcript_bytes: 50000000}}}}"},
 	{name: "everything", values: `
 keda: {enabled: true}
 metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}}
@@ -484,6 +485,7 @@ func checkDeployment(t *testing.T, r *rendered, cfg config.Config) {
 			t.Errorf("mount of unknown volume %s", m.Name)
 		}
 	}
+	checkTmp(t, env, mounts, cfg)
 	checkWorkerFlags(t, c.Args)
 	flags := map[string]string{}
 	for _, a := range c.Args {
@@ -517,6 +519,31 @@ func checkDeployment(t *testing.T, r *rendered, cfg config.Config) {
 	scaled := lookup(r.values, "keda.enabled") == true || lookup(r.values, "autoscaling.enabled") == true
 	if scaled != (d.Spec.Replicas == nil) {
 		t.Errorf("replicas %v with an autoscaler: %v", d.Spec.Replicas, scaled)
+	}
+}
+
+// checkTmp: the worker's temporary folder (TMPDIR, else /tmp) is an emptyDir large
+// enough for a transcript spool of each job it runs at once, at its profile's
+// max_transcript_bytes (internal/runner/spool.go): past its sizeLimit the kubelet evicts the
+// worker and every job it runs.
+func checkTmp(t *testing.T, env map[string]corev1.EnvVar, mounts map[string]corev1.Volume, cfg config.Config) {
+	t.Helper()
+	tmp := "/tmp"
+	if e, ok := env["TMPDIR"]; ok {
+		tmp = e.Value
+	}
+	v, ok := mounts[tmp]
+	if !ok || v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil {
+		t.Fatalf("the worker's temporary folder %s is not an emptyDir with a size limit: %+v", tmp, v)
+	}
+	var largest int64
+	for _, p := range cfg.Profiles {
+		largest = max(largest, p.Limits.MaxTranscriptBytes)
+	}
+	need := int64(cfg.Concurrency) * largest
+	if got := v.EmptyDir.SizeLimit.Value(); got < need {
+		t.Errorf("%s sizeLimit %s (%d bytes) holds less than %d transcripts of %d bytes (concurrency × max_transcript_bytes, %d bytes)",
+			tmp, v.EmptyDir.SizeLimit, got, cfg.Concurrency, largest, need)
 	}
 }
 

@@ -75,6 +75,24 @@ to find a clustered consumer's leader).
 {{- toYaml (merge $chart (deepCopy .Values.config)) -}}
 {{- end -}}
 
+{{/*
+The size limit of the worker's /tmp (TMPDIR): each running job spools its transcript there
+(internal/runner/spool.go), at most its profile's max_transcript_bytes (the worker's default
+8 MiB), and nothing else goes there: artifacts stream from the sandbox to the store. So it holds
+config.concurrency (default 2) transcripts of the largest limit, in whole MiB, and 16Mi more
+for the file system's blocks. The kubelet evicts a pod whose emptyDir outgrows its limit, which
+would end every job of the worker, not only the one that spools the most.
+*/}}
+{{- define "boxcar.tmpSizeLimit" -}}
+{{- $mib := 1048576 -}}
+{{- $largest := 0 -}}
+{{- range $name, $p := .Values.config.profiles -}}
+{{- $largest = max $largest (dig "limits" "max_transcript_bytes" 0 $p | default 8388608 | int64) -}}
+{{- end -}}
+{{- $concurrency := .Values.config.concurrency | default 2 | int64 -}}
+{{- printf "%dMi" (add 16 (mul $concurrency (div (add $largest (sub $mib 1)) $mib))) -}}
+{{- end -}}
+
 {{/* Selector that scopes alert and dashboard queries to this release's workers. */}}
 {{- define "boxcar.promSelector" -}}
 namespace="{{ .Release.Namespace }}",service="{{ include "boxcar.fullname" . }}-metrics"
