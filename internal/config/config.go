@@ -139,6 +139,12 @@ type Kubernetes struct {
 	// ImagePullPolicy of sandbox pods: Always, IfNotPresent or Never (nodes without a registry,
 	// images preloaded). Default: IfNotPresent.
 	ImagePullPolicy string `json:"image_pull_policy,omitempty"`
+	// Instance labels sandbox pods (boxcar.run/instance) and limits the reaper to pods with the
+	// same label, so that deployments sharing a namespace never reap each other's pods. Every
+	// worker of one deployment sets the same value (the Helm chart: the release). A label value:
+	// letters, digits, -_. and at most 63. Default: empty, no label; the reaper then takes only
+	// pods without one.
+	Instance string `json:"instance,omitempty"`
 }
 
 // Model is the OpenAI-compatible endpoint. The API key never appears here: it comes from
@@ -359,6 +365,9 @@ func (p Profile) WithDefaults() Profile {
 
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
+// labelValue is a Kubernetes label value, empty or at most 63 characters.
+var labelValue = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$`)
+
 // Validate reports every problem it finds, each naming the field.
 func (c Config) Validate() error {
 	var errs []error
@@ -377,6 +386,9 @@ func (c Config) Validate() error {
 	case "", "Always", "IfNotPresent", "Never":
 	default:
 		bad("sandbox.kubernetes.image_pull_policy", "%q is not a pull policy; use Always, IfNotPresent or Never", c.Sandbox.Kubernetes.ImagePullPolicy)
+	}
+	if !labelValue.MatchString(c.Sandbox.Kubernetes.Instance) {
+		bad("sandbox.kubernetes.instance", "%q is not a label value: letters, digits, -_. between two letters or digits, at most 63", c.Sandbox.Kubernetes.Instance)
 	}
 	if c.NATS.MaxDeliver < 1 || c.NATS.MaxAckPending < 1 || c.NATS.AckWait <= 0 {
 		bad("nats", "max_deliver, max_ack_pending and ack_wait must be positive")

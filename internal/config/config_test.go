@@ -40,6 +40,7 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 	}{
 		{"unknown backend", "sandbox: {backend: docker}\n" + profile, "sandbox.backend"},
 		{"pull policy", "sandbox: {backend: kubernetes, kubernetes: {image_pull_policy: sometimes}}\n" + profile, "sandbox.kubernetes.image_pull_policy"},
+		{"instance not a label value", "sandbox: {backend: kubernetes, kubernetes: {instance: 'boxcar/prod'}}\n" + profile, "sandbox.kubernetes.instance"},
 		{"no concurrency", "concurrency: -1\n" + profile, "concurrency"},
 		{"no profiles", "concurrency: 1\n", "profiles"},
 		{"no model", "profiles:\n  p:\n    tools: [{name: read_file}]\n", "profiles.p.model.name"},

@@ -33,6 +33,7 @@ func SchemaOptions() schemagen.Options {
 			"concurrency":                          nonNegative,
 			"sandbox.backend":                      {"enum": []any{"", "bubblewrap", "kubernetes"}},
 			"sandbox.kubernetes.image_pull_policy": {"enum": []any{"", "Always", "IfNotPresent", "Never"}},
+			"sandbox.kubernetes.instance":          {"pattern": labelValue.String()},
 			"nats.ack_wait":                        duration,
 			"nats.max_deliver":                     nonNegative,
 			"nats.max_ack_pending":                 nonNegative,

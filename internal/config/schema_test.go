@@ -53,7 +53,7 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "shell allowlist", yaml: profile("tools:\n  - {name: shell, policy: allowlist, allow: ['ls *']}")},
 		{name: "shell by name", yaml: profile("tools:\n  - {name: shell}")},
 		{name: "shell ask", yaml: profile("tools:\n  - {name: sh, kind: shell, policy: ask}")},
-		{name: "kubernetes backend", yaml: "sandbox: {backend: kubernetes, kubernetes: {image_pull_policy: Never}}\n" + profile("")},
+		{name: "kubernetes backend", yaml: "sandbox: {backend: kubernetes, kubernetes: {image_pull_policy: Never, instance: boxcar.prod}}\n" + profile("")},
 		{name: "max_output_bytes 256", yaml: profile("limits: {max_output_bytes: 256}")},
 		{name: "nullable model params", yaml: "profiles:\n  p:\n    model: {name: m, temperature: null, seed: 7}\n    tools: [{name: read_file}]\n"},
 
@@ -74,6 +74,7 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "concurrency fractional", yaml: "concurrency: 1.5\n" + profile("")},
 		{name: "unknown backend", yaml: "sandbox: {backend: docker}\n" + profile("")},
 		{name: "unknown pull policy", yaml: "sandbox: {kubernetes: {image_pull_policy: sometimes}}\n" + profile("")},
+		{name: "instance not a label value", yaml: "sandbox: {kubernetes: {instance: -prod}}\n" + profile("")},
 		{name: "no profiles", yaml: "concurrency: 1\n"},
 		{name: "empty profiles", yaml: "profiles: {}\n"},
 		{name: "no model", yaml: "profiles:\n  p:\n    tools: [{name: read_file}]\n"},

@@ -27,6 +27,9 @@ const (
 	LabelComponent = "app.kubernetes.io/component"
 	LabelJobID     = "boxcar.run/job-id" // the job id made label-safe; the annotation holds it whole
 	LabelWorker    = "boxcar.run/worker"
+	// LabelInstance names the deployment of workers that started the pod (Instance); absent
+	// when Instance is empty.
+	LabelInstance = "boxcar.run/instance"
 
 	managedBy      = "boxcar"
 	componentValue = "sandbox"
@@ -59,6 +62,12 @@ type KubernetesConfig struct {
 	ImagePullPolicy corev1.PullPolicy
 	// WorkerID labels the pods this worker starts. Default: "boxcar".
 	WorkerID string
+	// Instance labels the pods this worker starts (LabelInstance) and scopes Reap to pods with
+	// the same label: every worker of one deployment shares it, and deployments that share a
+	// namespace each have their own, so none reaps another's pods (their jobs are held in
+	// another queue, which this worker cannot see). Empty (the default): no label, and Reap
+	// takes only pods without one.
+	Instance string
 	// UID and GID the container runs as. Default: 1000. Never 0: pods run as non-root.
 	UID, GID int64
 	// TmpSize bounds the container's /tmp (an emptyDir; the root filesystem is read-only).
@@ -115,6 +124,9 @@ func (c KubernetesConfig) validate() error {
 	}
 	if validLabel(c.WorkerID) != c.WorkerID {
 		errs = append(errs, fmt.Errorf("WorkerID %q must be a valid label value (letters, digits, -_. ; at most 63)", c.WorkerID))
+	}
+	if validLabel(c.Instance) != c.Instance {
+		errs = append(errs, fmt.Errorf("Instance %q must be a valid label value (letters, digits, -_. ; at most 63): set sandbox.kubernetes.instance to one", c.Instance))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sandbox: kubernetes: %w", err)

@@ -144,5 +144,8 @@ func (p *KubernetesProvider) podFor(spec Spec) (*corev1.Pod, error) {
 	if spec.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = &spec.RuntimeClass
 	}
+	if p.cfg.Instance != "" {
+		pod.Labels[LabelInstance] = p.cfg.Instance
+	}
 	return pod, nil
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 )
 
 // deletePod removes a pod at once, on a context that outlives the caller's: it must happen on
@@ -28,13 +29,27 @@ func (p *KubernetesProvider) deletePod(ctx context.Context, log *slog.Logger, na
 	return nil
 }
 
-// Reap deletes the sandbox pods in the namespace, whichever worker started them, whose job is
+// ownPods selects the sandbox pods of this deployment of workers: those with its Instance label,
+// or, without an Instance, those with no such label.
+func (p *KubernetesProvider) ownPods() labels.Selector {
+	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: managedBy, LabelComponent: componentValue})
+	op, values := selection.Equals, []string{p.cfg.Instance}
+	if p.cfg.Instance == "" {
+		op, values = selection.DoesNotExist, nil
+	}
+	req, err := labels.NewRequirement(LabelInstance, op, values)
+	if err != nil {
+		panic(err) // validate checked Instance
+	}
+	return sel.Add(*req)
+}
+
+// Reap deletes the sandbox pods of this deployment (ownPods), whichever worker started them, whose job is
 // no longer held: held(jobID, worker) reports whether the worker named on the pod still runs
 // that job. Pods younger than minAge are spared, which covers a pod between its creation and
 // its registration with its worker. It returns how many it deleted.
 func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID, worker string) bool, minAge time.Duration) (int, error) {
-	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: managedBy, LabelComponent: componentValue})
-	list, err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	list, err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: p.ownPods().String()})
 	if err != nil {
 		return 0, fmt.Errorf("sandbox: reap: list pods in %s: %w", p.cfg.Namespace, err)
 	}

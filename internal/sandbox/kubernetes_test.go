@@ -384,6 +384,42 @@ func TestKubernetesReap(t *testing.T) {
 	}
 }
 
+// TestKubernetesReapOwnInstance: two deployments of workers (two Helm releases) share a sandbox
+// namespace, each with its own queue: neither can see the other's jobs as held, so each reaps
+// only the pods its own Instance labelled; a worker without an Instance takes only unlabelled
+// pods.
+func TestKubernetesReapOwnInstance(t *testing.T) {
+	client := fake.NewClientset()
+	fakeKubelet(t, client, nil)
+	providers := map[string]*sandbox.KubernetesProvider{}
+	for _, instance := range []string{"team-a.boxcar", "team-b.boxcar", ""} {
+		providers[instance] = newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.Instance = instance })
+	}
+	pods := map[string]string{} // pod name -> instance that started it
+	for instance, p := range providers {
+		sb, err := p.Start(t.Context(), sandboxtest.Spec("job-"+instance, config.SandboxSpec{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods[sb.Info().ID] = instance
+	}
+	reaped := map[string]bool{}
+	for _, instance := range []string{"team-a.boxcar", "", "team-b.boxcar"} {
+		// No job is held: every pod this instance may see is an orphan to it.
+		n, err := providers[instance].Reap(t.Context(), func(string, string) bool { return false }, 0)
+		if err != nil || n != 1 {
+			t.Fatalf("instance %q: Reap = %d, %v; want its own pod alone removed", instance, n, err)
+		}
+		reaped[instance] = true
+		for name, owner := range pods {
+			_, err := client.CoreV1().Pods(testNamespace).Get(t.Context(), name, metav1.GetOptions{})
+			if gone := apierrors.IsNotFound(err); gone != reaped[owner] {
+				t.Errorf("after instance %q reaped: pod %s of instance %q gone = %v, want %v (%v)", instance, name, owner, gone, reaped[owner], err)
+			}
+		}
+	}
+}
+
 func TestNewKubernetesValidates(t *testing.T) {
 	tests := []struct {
 		name string

@@ -310,6 +310,7 @@ func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) 
 			Namespace:       cfg.Sandbox.Kubernetes.Namespace,
 			ImagePullPolicy: corev1.PullPolicy(cfg.Sandbox.Kubernetes.ImagePullPolicy),
 			WorkerID:        cfg.WorkerID,
+			Instance:        cfg.Sandbox.Kubernetes.Instance,
 			Logger:          log,
 		})
 	default:
