@@ -28,7 +28,7 @@ const (
 )
 
 // chartSets are the worker config fields the chart writes itself (worker_id is each pod's
-// name, signing_key comes from signingKey): values that set them are refused.
+// name, signing_key comes from signing): values that set them are refused.
 var chartSets = []string{"worker_id", "metrics_addr", "drain_grace", "signing_key", "sandbox"}
 
 func main() {

@@ -56,6 +56,8 @@ const (
 var kinds = map[schema.GroupVersionKind]bool{
 	{Version: "v1", Kind: "ConfigMap"}:                                       true,
 	{Version: "v1", Kind: "Namespace"}:                                       true,
+	{Version: "v1", Kind: "ResourceQuota"}:                                   true,
+	{Version: "v1", Kind: "Secret"}:                                          true,
 	{Version: "v1", Kind: "Service"}:                                         true,
 	{Version: "v1", Kind: "ServiceAccount"}:                                  true,
 	{Group: "apps", Version: "v1", Kind: "Deployment"}:                       true,
@@ -104,24 +106,56 @@ func values(t *testing.T, doc string) map[string]any {
 	return v
 }
 
-// renderValues checks vals against the chart's schema and coalesces them with the defaults.
-func renderValues(ch *chart.Chart, vals map[string]any) (common.Values, error) {
+// renderValues checks vals against the chart's schema and coalesces them with the defaults,
+// for release name in namespace ns.
+func renderValues(ch *chart.Chart, name, ns string, vals map[string]any) (common.Values, error) {
 	return chartutil.ToRenderValues(ch, vals,
-		common.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true},
+		common.ReleaseOptions{Name: name, Namespace: ns, Revision: 1, IsInstall: true},
 		common.DefaultCapabilities)
+}
+
+// testSigningSecret is the Secret every test install signs with unless its values say
+// otherwise: the chart refuses to install without a key (TestSigningFailsClosed).
+const testSigningSecret = "boxcar-signing"
+
+// withSigningKey gives vals a signing key when they say nothing of signing.
+func withSigningKey(vals map[string]any) map[string]any {
+	if vals == nil {
+		vals = map[string]any{}
+	}
+	if _, ok := vals["signing"]; !ok {
+		vals["signing"] = map[string]any{"existingSecret": testSigningSecret}
+	}
+	return vals
 }
 
 // render renders the chart as `helm install` would and decodes every object strictly.
 func render(t *testing.T, vals map[string]any) *rendered {
 	t.Helper()
-	ch := loadChart(t)
-	top, err := renderValues(ch, vals)
+	r, err := tryRender(t, withSigningKey(vals))
 	if err != nil {
-		t.Fatalf("values: %v", err)
+		t.Fatal(err)
+	}
+	return r
+}
+
+// tryRender renders vals as they are, returning the chart's refusal as an error.
+func tryRender(t *testing.T, vals map[string]any) (*rendered, error) {
+	t.Helper()
+	return tryRenderRelease(t, releaseName, releaseNamespace, vals)
+}
+
+// tryRenderRelease renders vals for release name in namespace ns.
+func tryRenderRelease(t *testing.T, name, ns string, vals map[string]any) (*rendered, error) {
+	t.Helper()
+	ch := loadChart(t)
+	top, err := renderValues(ch, name, ns, vals)
+	if err != nil {
+		return nil, fmt.Errorf("values: %w", err)
 	}
 	files, err := engine.Render(ch, top)
 	if err != nil {
-		t.Fatalf("render: %v", err)
+		return nil, fmt.Errorf("render: %w", err)
 	}
 	r := &rendered{values: top["Values"].(common.Values)}
 	for _, name := range slices.Sorted(maps.Keys(files)) {
@@ -140,7 +174,7 @@ func render(t *testing.T, vals map[string]any) *rendered {
 			r.objects = append(r.objects, decode(t, name, doc))
 		}
 	}
-	return r
+	return r, nil
 }
 
 func stripComments(doc string) string {
@@ -262,7 +296,12 @@ var features = []struct {
 	{name: "service monitor", values: "metrics: {serviceMonitor: {enabled: true, labels: {release: prom}}}"},
 	{name: "prometheus rule", values: "metrics: {prometheusRule: {enabled: true}}"},
 	{name: "grafana dashboard", values: "grafana: {dashboard: {enabled: true}}"},
-	{name: "signing key", values: "signingKey: {secret: boxcar-signing}"},
+	{name: "signing key from a Secret", values: "signing: {existingSecret: my-key}"},
+	{name: "signing key in values", values: "signing: {privateKey: " + testPrivateKey + "}"},
+	{name: "unsigned", values: "signing: {enabled: false}"},
+	{name: "NATS credentials", values: "natsServer: {credentialsSecret: {name: boxcar-nats, key: worker.creds}}"},
+	{name: "no worker network policy, no quota", values: "networkPolicy: {enabled: false}\nsandboxes: {resourceQuota: {enabled: false}}"},
+	{name: "overrides", values: overrides},
 	{name: "fixed replicas", values: "autoscaling: {enabled: false}\nreplicas: 3"},
 	{name: "workload identity, namespace managed elsewhere", values: "s3: {credentialsSecret: {name: ''}}\nsandboxes: {createNamespace: false, networkPolicy: {enabled: false}}"},
 	{name: "many jobs with long transcripts", values: "config: {concurrency: 16, profiles: {file-summary: {limits: {max_transcript_bytes: 50000000}}}}"},
@@ -270,7 +309,8 @@ var features = []struct {
 keda: {enabled: true}
 metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}}
 grafana: {dashboard: {enabled: true}}
-signingKey: {secret: boxcar-signing, key: ed25519.pem}
+signing: {existingSecret: boxcar-signing, key: ed25519.pem}
+natsServer: {credentialsSecret: {name: boxcar-nats}}
 logLevel: debug
 `},
 }
@@ -305,7 +345,9 @@ func TestChartRenders(t *testing.T) {
 				"ConfigMap": 1, "Deployment": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1,
 				"Service": 1, "PodDisruptionBudget": 1,
 				"Namespace":               b2i(enabled("sandboxes.createNamespace")),
-				"NetworkPolicy":           b2i(enabled("sandboxes.networkPolicy.enabled")),
+				"NetworkPolicy":           b2i(enabled("sandboxes.networkPolicy.enabled")) + b2i(enabled("networkPolicy.enabled")),
+				"ResourceQuota":           b2i(enabled("sandboxes.resourceQuota.enabled")),
+				"Secret":                  b2i(enabled("signing.enabled") && lookup(v, "signing.privateKey") != ""),
 				"HorizontalPodAutoscaler": b2i(enabled("autoscaling.enabled") && !keda),
 				"ScaledObject":            b2i(keda),
 				"ServiceMonitor":          b2i(enabled("metrics.serviceMonitor.enabled")),
@@ -334,6 +376,7 @@ func TestChartRenders(t *testing.T) {
 			checkDeployment(t, r, cfg)
 			checkRBAC(t, r, cfg)
 			checkSandboxNamespace(t, r, cfg)
+			checkWorkerNetworkPolicy(t, r, cfg)
 			checkService(t, r)
 			checkScaling(t, r, cfg)
 			checkMonitoring(t, r)
@@ -495,17 +538,23 @@ func checkDeployment(t *testing.T, r *rendered, cfg config.Config) {
 	if v := mounts[dir(flags["config"])]; v.ConfigMap == nil || v.ConfigMap.Name != fullname {
 		t.Errorf("--config=%s is not in the mounted ConfigMap %s", flags["config"], fullname)
 	}
-	secret, _ := lookup(r.values, "signingKey.secret").(string)
+	signed, _ := lookup(r.values, "signing.enabled").(bool)
+	secret, _ := lookup(r.values, "signing.existingSecret").(string)
+	if secret == "" {
+		secret = fullname + "-signing"
+	}
 	key, hasKey := flags["signing-key"]
 	switch {
-	case secret == "" && hasKey:
-		t.Errorf("--signing-key=%s without signingKey.secret", key)
-	case secret != "":
+	case !signed && hasKey:
+		t.Errorf("--signing-key=%s with signing.enabled false", key)
+	case signed && !hasKey:
+		t.Errorf("signing.enabled and no --signing-key: %q", c.Args)
+	case signed:
 		v := mounts[dir(key)]
 		if v.Secret == nil || v.Secret.SecretName != secret {
 			t.Fatalf("--signing-key=%q is not in a volume of Secret %s", key, secret)
 		}
-		wantKey, _ := lookup(r.values, "signingKey.key").(string)
+		wantKey, _ := lookup(r.values, "signing.key").(string)
 		if len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != wantKey || dir(key)+"/"+v.Secret.Items[0].Path != key {
 			t.Errorf("signing key volume items %+v, want key %s at %s", v.Secret.Items, wantKey, key)
 		}
@@ -514,6 +563,8 @@ func checkDeployment(t *testing.T, r *rendered, cfg config.Config) {
 			t.Errorf("signing key mode %v with fsGroup %v, want group-readable only", m, pod.Spec.SecurityContext.FSGroup)
 		}
 	}
+
+	checkNATSCredentials(t, r, env, mounts)
 
 	// Replicas belong to the autoscaler when there is one.
 	scaled := lookup(r.values, "keda.enabled") == true || lookup(r.values, "autoscaling.enabled") == true
@@ -599,13 +650,18 @@ func checkSandboxNamespace(t *testing.T, r *rendered, cfg config.Config) {
 		if n.Name != ns {
 			t.Errorf("Namespace %s, want only the sandbox namespace %s", n.Name, ns)
 		}
-		if n.Labels[psaapi.EnforceLevelLabel] != string(psaapi.LevelRestricted) {
-			t.Errorf("Namespace %s labels %v, want %s=restricted", n.Name, n.Labels, psaapi.EnforceLevelLabel)
+		for _, label := range []string{psaapi.EnforceLevelLabel, psaapi.AuditLevelLabel, psaapi.WarnLevelLabel} {
+			if n.Labels[label] != string(psaapi.LevelRestricted) {
+				t.Errorf("Namespace %s labels %v, want %s=restricted", n.Name, n.Labels, label)
+			}
 		}
+	}
+	if ns == releaseNamespace {
+		t.Errorf("sandbox namespace %s is the release's", ns)
 	}
 	for _, np := range all[*networkingv1.NetworkPolicy](r) {
 		if np.Namespace != ns {
-			t.Errorf("NetworkPolicy in %s, want the sandbox namespace %s", np.Namespace, ns)
+			continue // the workers' own: checkWorkerNetworkPolicy
 		}
 		types := slices.Sorted(slices.Values(np.Spec.PolicyTypes))
 		if !slices.Equal(types, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress, networkingv1.PolicyTypeIngress}) {
@@ -614,14 +670,14 @@ func checkSandboxNamespace(t *testing.T, r *rendered, cfg config.Config) {
 		if len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 {
 			t.Errorf("NetworkPolicy allows traffic: ingress %v, egress %v", np.Spec.Ingress, np.Spec.Egress)
 		}
-		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
-		if err != nil || sel.Empty() {
-			t.Errorf("NetworkPolicy selector %v (%v): it must select sandbox pods, not the whole namespace", np.Spec.PodSelector, err)
+		// Every pod of the namespace, not only those labelled as sandboxes.
+		if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || !sel.Empty() {
+			t.Errorf("NetworkPolicy %s selector %v (%v): it must select the whole sandbox namespace", np.Name, np.Spec.PodSelector, err)
 		}
-		// The worker's own pods are never cut off.
-		d := one[*appsv1.Deployment](t, r, fullname)
-		if sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-			t.Errorf("NetworkPolicy selects the worker pods %v", d.Spec.Template.Labels)
+	}
+	for _, q := range all[*corev1.ResourceQuota](r) {
+		if q.Namespace != ns || q.Spec.Hard.Pods().IsZero() {
+			t.Errorf("ResourceQuota %s in %s bounds pods to %v; want it in %s with a pod count", q.Name, q.Namespace, q.Spec.Hard.Pods(), ns)
 		}
 	}
 }

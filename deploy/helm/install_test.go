@@ -15,6 +15,7 @@ import (
 
 // install runs `helm install --dry-run=client` through the Helm v4 SDK: the schema check and
 // every template, as a user's install runs them, with values from a file and --set flags.
+// A test gives the chart a signing key unless its values say something of signing.
 func install(t *testing.T, file string, sets ...string) error {
 	t.Helper()
 	vals := values(t, file)
@@ -23,6 +24,12 @@ func install(t *testing.T, file string, sets ...string) error {
 			t.Fatalf("--set %s: %v", s, err)
 		}
 	}
+	return installValues(t, withSigningKey(vals))
+}
+
+// installValues runs the install with vals as they are.
+func installValues(t *testing.T, vals map[string]any) error {
+	t.Helper()
 	cfg := &action.Configuration{
 		Releases:     storage.Init(driver.NewMemory()),
 		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
@@ -46,6 +53,8 @@ func TestInstallRefusesBadValues(t *testing.T) {
 		set    []string
 		// want are substrings of the error: the value's path and what is wrong.
 		want []string
+		// secret must not be in the error.
+		secret string
 	}{
 		{name: "misspelt nats key", values: "config: {nats: {strem: X}}", want: []string{"/config/nats", "strem"}},
 		{name: "path_style not a boolean", values: "config: {store: {path_style: 'yes'}}", want: []string{"/config/store/path_style"}},
@@ -97,6 +106,25 @@ func TestInstallRefusesBadValues(t *testing.T) {
 		{name: "API key secret without a name", values: "openai: {apiKeySecret: {name: ''}}", want: []string{"/openai/apiKeySecret/name"}},
 		{name: "drain grace zero", values: "drainGraceSeconds: 0", want: []string{"/drainGraceSeconds"}},
 		{name: "limits memory not a quantity", values: "resources: {limits: {memory: lots}}", want: []string{"/resources/limits/memory"}},
+		{name: "sandbox namespace is the release's", values: "sandboxes: {namespace: boxcar}", want: []string{"sandboxes.namespace", "the release's own namespace"}},
+		{name: "sandbox namespace is the release's by --set", set: []string{"sandboxes.namespace=boxcar", "sandboxes.createNamespace=false"}, want: []string{"sandboxes.namespace"}},
+		{name: "password in the NATS URL", values: "config: {nats: {url: 'nats://worker:hunter2-marker@nats.nats:4222'}}", want: []string{"config.nats.url", "natsServer.credentialsSecret"}, secret: "hunter2-marker"},
+		{name: "token in the NATS URL", set: []string{"config.nats.url=nats://s3cr3t-token-marker@nats:4222"}, want: []string{"config.nats.url"}, secret: "s3cr3t-token-marker"},
+		{name: "NATS credentials Secret without a key", values: "natsServer: {credentialsSecret: {name: nats-creds, key: ''}}", want: []string{"/natsServer/credentialsSecret/key"}},
+		{name: "signing on without a key", values: "signing: {enabled: true}", want: []string{"submit keygen", "signing.existingSecret", "signing.enabled=false"}},
+		{name: "signing key twice", values: "signing: {existingSecret: k, privateKey: \"-----BEGIN PRIVATE KEY-----\\nx\"}", want: []string{"signing.existingSecret", "signing.privateKey"}},
+		{name: "signing key not PEM", values: "signing: {privateKey: ed25519-seed-marker}", want: []string{"signing.privateKey", "PEM"}, secret: "ed25519-seed-marker"},
+		{name: "misspelt securityContext key", values: "securityContext: {runAsRoot: true}", want: []string{"/securityContext", "runAsRoot"}},
+		{name: "podSecurityContext user not a number", values: "podSecurityContext: {runAsUser: root}", want: []string{"/podSecurityContext/runAsUser"}},
+		{name: "seccomp profile type unknown", values: "podSecurityContext: {seccompProfile: {type: Default}}", want: []string{"/podSecurityContext/seccompProfile/type"}},
+		{name: "extra env without a name", values: "extraEnv: [{value: x}]", want: []string{"/extraEnv/0", "name"}},
+		{name: "extra env misspelt", values: "extraEnv: [{name: A, valueform: {secretKeyRef: {name: s, key: k}}}]", want: []string{"/extraEnv/0", "valueform"}},
+		{name: "extra volume mount relative", values: "extraVolumeMounts: [{name: ca, mountPath: etc/ca}]", want: []string{"/extraVolumeMounts/0/mountPath"}},
+		{name: "extra volume without a name", values: "extraVolumes: [{emptyDir: {}}]", want: []string{"/extraVolumes/0", "name"}},
+		{name: "quota not a quantity", values: "sandboxes: {resourceQuota: {hard: {pods: many}}}", want: []string{"/sandboxes/resourceQuota/hard/pods"}},
+		{name: "network policy peer misspelt", values: "networkPolicy: {store: {to: [{ipblock: {cidr: 10.0.0.0/8}}]}}", want: []string{"/networkPolicy/store/to/0", "ipblock"}},
+		{name: "API server port out of range", values: "networkPolicy: {apiServer: {ports: [64430000]}}", want: []string{"/networkPolicy/apiServer/ports/0"}},
+		{name: "runbook URL not a URL", values: "metrics: {prometheusRule: {runbookBaseURL: docs/operations.md}}", want: []string{"/metrics/prometheusRule/runbookBaseURL"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,6 +136,9 @@ func TestInstallRefusesBadValues(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("helm install: %v\nwant the message to name %q", err, w)
 				}
+			}
+			if tt.secret != "" && strings.Contains(err.Error(), tt.secret) {
+				t.Errorf("helm install's refusal repeats the secret %q: %v", tt.secret, err)
 			}
 		})
 	}
@@ -127,7 +158,11 @@ func TestInstallAccepts(t *testing.T) {
 		{name: "NATS named by --set", set: []string{"keda.enabled=true", "natsServer.namespace=", "natsServer.service=msg"}},
 		{name: "scrape timeout equal to interval", values: "metrics: {serviceMonitor: {enabled: true, interval: 1m, scrapeTimeout: 60s}}"},
 		{name: "shell tool by name", values: "config: {profiles: {file-summary: {tools: [{name: read_file}, {name: shell, policy: allowlist, allow: ['ls *']}]}}}"},
-		{name: "command tool with its parameter", values: "config: {profiles: {file-summary: {tools: [{name: read_file}, {name: echo, command: [echo, '{{msg}}'], parameters: {type: object, properties: {msg: {type: string}}}}]}}}"},
+		{name: "unsigned by --set", set: []string{"signing.enabled=false"}},
+		{name: "overrides by --set", set: []string{"podSecurityContext.runAsUser=10001", "securityContext.readOnlyRootFilesystem=true", "extraEnv[0].name=HTTP_PROXY", "extraEnv[0].value=http://proxy:3128"}},
+		{name: "quota by --set", set: []string{"sandboxes.resourceQuota.hard.pods=100", "sandboxes.resourceQuota.hard.limits\\.cpu=64"}},
+		{name: "NATS URL without credentials", values: "config: {nats: {url: 'tls://nats.nats:4222'}}"},
+				{name: "command tool with its parameter", values: "config: {profiles: {file-summary: {tools: [{name: read_file}, {name: echo, command: [echo, '{{msg}}'], parameters: {type: object, properties: {msg: {type: string}}}}]}}}"},
 	}
 	for _, f := range features {
 		tests = append(tests, struct {
@@ -151,7 +186,7 @@ func TestLintStrict(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			l := action.NewLint()
 			l.Strict, l.Namespace = true, releaseNamespace
-			res := l.Run([]string{chartDir}, values(t, f.values))
+			res := l.Run([]string{chartDir}, withSigningKey(values(t, f.values)))
 			for _, m := range res.Messages {
 				t.Logf("helm lint: %s", m)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -209,8 +210,9 @@ func fakeKubelet(t *testing.T, cs *fake.Clientset, namespace string) {
 // driveBackend runs the kubernetes sandbox backend through everything a worker does with it:
 // start, commands (with a timeout that kills), file transfers, close, a second close, and the
 // reaper deleting a pod whose job is gone. It returns the permissions all that needed.
-func driveBackend(t *testing.T, namespace string) backendRun {
+func driveBackend(t *testing.T, k config.Kubernetes) backendRun {
 	t.Helper()
+	namespace := k.Namespace
 	api := &apiServer{}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -230,7 +232,7 @@ func driveBackend(t *testing.T, namespace string) backendRun {
 	})
 	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
 		Client: client{Clientset: cs, rest: real.CoreV1().RESTClient()}, RESTConfig: restConfig,
-		Namespace: namespace, Image: "busybox:1.37", WorkerID: "worker-0", StartTimeout: 20 * time.Second,
+		Namespace: namespace, Instance: k.Instance, Image: "busybox:1.37", WorkerID: "worker-0", StartTimeout: 20 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -313,6 +315,13 @@ func driveBackend(t *testing.T, namespace string) backendRun {
 	return run
 }
 
+// noExec is a PodExecutor for tests that run no command.
+type noExec struct{}
+
+func (noExec) Exec(context.Context, string, string, []string, io.Reader, io.Writer, io.Writer) error {
+	return errors.New("this test runs no command")
+}
+
 // rbacVerb turns a fake clientset action verb into the RBAC verb that authorizes it.
 func rbacVerb(v string) string {
 	if v == "delete-collection" {
@@ -327,8 +336,7 @@ func rbacVerb(v string) string {
 func TestRoleMatchesBackend(t *testing.T) {
 	r := render(t, nil)
 	cfg := workerConfig(t, r)
-	ns := cfg.Sandbox.Kubernetes.Namespace
-	run := driveBackend(t, ns)
+	run := driveBackend(t, cfg.Sandbox.Kubernetes)
 
 	role := one[*rbacv1.Role](t, r, "")
 	granted := map[permission]bool{}
@@ -375,14 +383,16 @@ func sortedPermissions(m map[permission]bool) []string {
 }
 
 // TestNetworkPolicySelectsSandboxPods: the deny-all policy selects every pod the backend
-// creates, by the labels the backend puts on them.
+// creates.
 func TestNetworkPolicySelectsSandboxPods(t *testing.T) {
 	r := render(t, nil)
 	cfg := workerConfig(t, r)
-	run := driveBackend(t, cfg.Sandbox.Kubernetes.Namespace)
-	np := all[*networkingv1.NetworkPolicy](r)
+	run := driveBackend(t, cfg.Sandbox.Kubernetes)
+	np := slices.DeleteFunc(all[*networkingv1.NetworkPolicy](r), func(p *networkingv1.NetworkPolicy) bool {
+		return p.Namespace != cfg.Sandbox.Kubernetes.Namespace
+	})
 	if len(np) != 1 {
-		t.Fatalf("%d NetworkPolicies, want 1", len(np))
+		t.Fatalf("%d NetworkPolicies in the sandbox namespace, want 1", len(np))
 	}
 	sel, err := metav1.LabelSelectorAsSelector(&np[0].Spec.PodSelector)
 	if err != nil {

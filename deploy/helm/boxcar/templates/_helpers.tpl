@@ -69,7 +69,7 @@ to find a clustered consumer's leader).
 {{- $chart := dict
   "metrics_addr" (printf ":%d" (int .Values.metrics.port))
   "drain_grace" (printf "%ds" (int .Values.drainGraceSeconds))
-  "sandbox" (dict "backend" "kubernetes" "kubernetes" (dict "namespace" .Values.sandboxes.namespace "image_pull_policy" .Values.sandboxes.imagePullPolicy))
+  "sandbox" (dict "backend" "kubernetes" "kubernetes" (dict "namespace" .Values.sandboxes.namespace "image_pull_policy" .Values.sandboxes.imagePullPolicy "instance" (include "boxcar.instance" .)))
   "nats" (dict "url" (include "boxcar.natsURL" .))
 -}}
 {{- toYaml (merge $chart (deepCopy .Values.config)) -}}
@@ -93,6 +93,31 @@ would end every job of the worker, not only the one that spools the most.
 {{- printf "%dMi" (add 16 (mul $concurrency (div (add $largest (sub $mib 1)) $mib))) -}}
 {{- end -}}
 
+{{/*
+The release as one label value, <namespace>.<release>, for sandbox.kubernetes.instance: sandbox
+pods carry it and each release's workers reap only pods that do, so releases sharing a sandbox
+namespace never reap each other's. Past 63 characters, a prefix and a digest of the whole.
+*/}}
+{{- define "boxcar.instance" -}}
+{{- $v := printf "%s.%s" .Release.Namespace .Release.Name -}}
+{{- if gt (len $v) 63 -}}
+{{- $v = printf "%s-%s" ($v | trunc 54 | trimSuffix "-" | trimSuffix ".") ($v | sha256sum | trunc 8) -}}
+{{- end -}}
+{{- $v -}}
+{{- end -}}
+
+{{/* The port of an http(s) or nats URL: its own, else its scheme's. */}}
+{{- define "boxcar.urlPort" -}}
+{{- $u := urlParse . -}}
+{{- $port := regexFind ":[0-9]+$" $u.host | trimPrefix ":" -}}
+{{- $port | default (get (dict "http" "80" "https" "443" "nats" "4222" "tls" "4222") $u.scheme) | default "443" -}}
+{{- end -}}
+
+{{/* The Secret that holds the manifest signing key: signing.existingSecret, or the chart's own. */}}
+{{- define "boxcar.signingSecret" -}}
+{{- .Values.signing.existingSecret | default (printf "%s-signing" (include "boxcar.fullname" .)) -}}
+{{- end -}}
+
 {{/* Selector that scopes alert and dashboard queries to this release's workers. */}}
 {{- define "boxcar.promSelector" -}}
 namespace="{{ .Release.Namespace }}",service="{{ include "boxcar.fullname" . }}-metrics"
@@ -108,6 +133,25 @@ config rules JSON Schema cannot state (internal/config.Schema says which). Each 
 the value to change.
 */}}
 {{- define "boxcar.checks" -}}
+{{- if eq .Values.sandboxes.namespace .Release.Namespace }}
+{{- fail (printf "sandboxes.namespace is %q, the release's own namespace: sandbox pods run untrusted commands and must not share a namespace with the workers and their Secrets (the API key, S3 and signing keys); set sandboxes.namespace to another, e.g. %s-sandboxes" .Values.sandboxes.namespace .Release.Namespace) }}
+{{- end }}
+{{- with .Values.signing }}
+{{- if and .enabled (not .existingSecret) (not .privateKey) }}
+{{- fail "signing.enabled is true and no key is given: manifests are signed by default. Make a key with `submit keygen --out keys`, then `kubectl -n <namespace> create secret generic boxcar-signing --from-file=signing.key=keys/signing.key` and set signing.existingSecret=boxcar-signing (keep keys/signing.pub for `submit verify`); or set signing.enabled=false to run unsigned" }}
+{{- end }}
+{{- if and .privateKey (not (regexMatch "^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\n" .privateKey)) }}
+{{- fail "signing.privateKey is not a PEM private key (its first line should be -----BEGIN PRIVATE KEY-----, as `submit keygen` writes it); its value is not shown here" }}
+{{- end }}
+{{- if and .existingSecret .privateKey }}
+{{- fail "signing.existingSecret and signing.privateKey are both set: name a Secret that holds the key, or give the key for the chart's own Secret, not both" }}
+{{- end }}
+{{- end }}
+{{- with (urlParse (include "boxcar.natsURL" .)) }}
+{{- if .userinfo }}
+{{- fail "the NATS URL (config.nats.url) holds credentials, which would sit in a ConfigMap: put them in a Secret and set natsServer.credentialsSecret.name (a .creds file, mounted and named by NATS_CREDS)" }}
+{{- end }}
+{{- end }}
 {{- with .Values.keda }}
 {{- if gt (int64 .minReplicaCount) (int64 .maxReplicaCount) }}
 {{- fail (printf "keda.minReplicaCount (%v) is above keda.maxReplicaCount (%v)" .minReplicaCount .maxReplicaCount) }}

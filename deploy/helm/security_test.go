@@ -1,0 +1,305 @@
+package helm
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/yaml"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// testPrivateKeyPEM is a real ed25519 signing key, as `submit keygen` writes it; testPrivateKey
+// is the same as a YAML scalar for values.
+var (
+	testPrivateKeyPEM = newPrivateKeyPEM()
+	testPrivateKey    = strconv.Quote(testPrivateKeyPEM)
+)
+
+func newPrivateKeyPEM() string {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		panic(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+}
+
+// overrides are the pod and container settings a platform team adds (issue 27).
+const overrides = `
+podSecurityContext: {runAsUser: 10001, runAsGroup: 10001, fsGroup: 10001}
+securityContext: {capabilities: {drop: [ALL]}}
+extraEnv:
+  - {name: HTTPS_PROXY, value: "http://proxy.corp.example:3128"}
+  - {name: CORP_TOKEN, valueFrom: {secretKeyRef: {name: corp, key: token}}}
+extraVolumes:
+  - {name: corp-ca, configMap: {name: corp-ca}}
+extraVolumeMounts:
+  - {name: corp-ca, mountPath: /etc/ssl/corp, readOnly: true}
+`
+
+// TestOverridesReachThePod: extraEnv, extraVolumes, extraVolumeMounts and the security
+// contexts land in the worker pod, merged onto the chart's own settings, which keep the pod
+// "restricted" (checkDeployment, through TestChartRenders' "overrides").
+func TestOverridesReachThePod(t *testing.T) {
+	r := render(t, values(t, overrides))
+	pod := one[*appsv1.Deployment](t, r, fullname).Spec.Template.Spec
+	c := pod.Containers[0]
+	if sc := pod.SecurityContext; sc.RunAsUser == nil || *sc.RunAsUser != 10001 || sc.FSGroup == nil || *sc.FSGroup != 10001 ||
+		sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.SeccompProfile == nil {
+		t.Errorf("pod securityContext %+v, want runAsUser and fsGroup 10001 over the chart's non-root, seccomp defaults", sc)
+	}
+	if sc := c.SecurityContext; sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("container securityContext %+v lost the chart's defaults", sc)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if env["HTTPS_PROXY"].Value != "http://proxy.corp.example:3128" || env["CORP_TOKEN"].ValueFrom == nil || env["OPENAI_API_KEY"].ValueFrom == nil {
+		t.Errorf("env %+v, want the chart's and the extra variables", c.Env)
+	}
+	if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "corp-ca" && v.ConfigMap != nil }) ||
+		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "corp-ca" && m.MountPath == "/etc/ssl/corp" }) {
+		t.Errorf("volumes %+v, mounts %+v: want corp-ca mounted at /etc/ssl/corp", pod.Volumes, c.VolumeMounts)
+	}
+}
+
+// TestSigningFailsClosed (issue 23): the chart signs by default; with no key and no explicit
+// signing.enabled=false it refuses to install, saying how to make one.
+func TestSigningFailsClosed(t *testing.T) {
+	err := installValues(t, map[string]any{})
+	if err == nil {
+		t.Fatal("helm install with the default values succeeded; want it refused: signing is on and no key is given")
+	}
+	for _, want := range []string{"submit keygen", "kubectl", "signing.existingSecret", "signing.enabled=false"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
+	r := render(t, values(t, "signing: {privateKey: "+testPrivateKey+"}"))
+	s := one[*corev1.Secret](t, r, fullname+"-signing")
+	if string(s.Data["signing.key"]) != testPrivateKeyPEM {
+		t.Errorf("the chart's signing Secret holds %q, want the key from the values", s.Data["signing.key"])
+	}
+}
+
+// TestSecretsNeverInConfigMaps (issue 23): with every secret the chart takes set, no ConfigMap,
+// no literal env value, no annotation and not NOTES.txt holds one; the scan finds the key
+// where it belongs, in the Secret, so it would find it elsewhere.
+func TestSecretsNeverInConfigMaps(t *testing.T) {
+	r := render(t, values(t, `
+signing: {privateKey: `+testPrivateKey+`}
+natsServer: {credentialsSecret: {name: boxcar-nats}}
+metrics: {prometheusRule: {enabled: true}}
+grafana: {dashboard: {enabled: true}}
+keda: {enabled: true}
+`))
+	// The PEM's body, which is what a leak would show even if re-wrapped.
+	secrets := []string{strings.Join(strings.Split(testPrivateKeyPEM, "\n")[1:2], "")}
+	inSecret := 0
+	for _, o := range r.objects {
+		doc, err := yaml.Marshal(o.Obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range secrets {
+			switch {
+			case o.GVK.Kind == "Secret":
+				if strings.Contains(string(o.Obj.(*corev1.Secret).Data["signing.key"]), s) {
+					inSecret++
+				}
+			case strings.Contains(string(doc), s):
+				t.Errorf("%s %s (%s) holds a secret value", o.GVK.Kind, o.Name, o.Template)
+			}
+		}
+	}
+	for _, s := range secrets {
+		if strings.Contains(r.notes, s) {
+			t.Error("NOTES.txt holds a secret value")
+		}
+	}
+	if inSecret != len(secrets) {
+		t.Fatalf("found %d of %d secrets in the Secret: the scan does not see them", inSecret, len(secrets))
+	}
+}
+
+// checkNATSCredentials: with natsServer.credentialsSecret, NATS_CREDS names a file in a
+// mounted volume of that Secret; without it, nothing names one.
+func checkNATSCredentials(t *testing.T, r *rendered, env map[string]corev1.EnvVar, mounts map[string]corev1.Volume) {
+	t.Helper()
+	name, _ := lookup(r.values, "natsServer.credentialsSecret.name").(string)
+	e, ok := env["NATS_CREDS"]
+	if name == "" {
+		if ok {
+			t.Errorf("NATS_CREDS=%q without natsServer.credentialsSecret", e.Value)
+		}
+		return
+	}
+	key, _ := lookup(r.values, "natsServer.credentialsSecret.key").(string)
+	v := mounts[path.Dir(e.Value)]
+	if !ok || e.ValueFrom != nil || v.Secret == nil || v.Secret.SecretName != name ||
+		len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != key || v.Secret.Items[0].Path != path.Base(e.Value) {
+		t.Errorf("NATS_CREDS %+v in volume %+v, want a file of key %s of Secret %s", e, v, key, name)
+	}
+	if m := v.Secret.DefaultMode; m == nil || *m&0o007 != 0 {
+		t.Errorf("NATS credentials mode %v, want none for others", m)
+	}
+}
+
+// checkWorkerNetworkPolicy: the workers' NetworkPolicy selects the worker pods, lets in only
+// their metrics port, and lets out what the worker's config needs: DNS, NATS, the store, the
+// model and the API server, on their ports.
+func checkWorkerNetworkPolicy(t *testing.T, r *rendered, cfg config.Config) {
+	t.Helper()
+	var np *networkingv1.NetworkPolicy
+	for _, p := range all[*networkingv1.NetworkPolicy](r) {
+		if p.Namespace == releaseNamespace {
+			np = p
+		}
+	}
+	if on, _ := lookup(r.values, "networkPolicy.enabled").(bool); !on {
+		if np != nil {
+			t.Errorf("NetworkPolicy %s with networkPolicy.enabled false", np.Name)
+		}
+		return
+	}
+	if np == nil {
+		t.Fatal("no NetworkPolicy for the workers")
+	}
+	d := one[*appsv1.Deployment](t, r, fullname)
+	if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || sel.Empty() || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("worker NetworkPolicy selector %v does not select the worker pods %v", np.Spec.PodSelector, d.Spec.Template.Labels)
+	}
+	if len(np.Spec.PolicyTypes) != 2 || len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.String() != metricsPort(t, cfg) {
+		t.Errorf("worker NetworkPolicy types %v, ingress %+v; want both types and only the metrics port %s in", np.Spec.PolicyTypes, np.Spec.Ingress, metricsPort(t, cfg))
+	}
+	allowed := map[string]bool{}
+	for _, rule := range np.Spec.Egress {
+		for _, p := range rule.Ports {
+			allowed[string(*p.Protocol)+"/"+p.Port.String()] = true
+		}
+	}
+	model, _ := lookup(r.values, "openai.baseURL").(string)
+	store := cfg.Store.Endpoint
+	if store == "" {
+		store = "https://s3.amazonaws.com"
+	}
+	need := map[string]string{
+		"DNS": "UDP/53", "NATS": "TCP/" + urlPort(t, cfg.NATS.URL), "the store": "TCP/" + urlPort(t, store),
+		"the model": "TCP/" + urlPort(t, model), "the API server": "TCP/443",
+	}
+	for what, port := range need {
+		if !allowed[port] {
+			t.Errorf("the workers cannot reach %s on %s: egress %v", what, port, allowed)
+		}
+	}
+}
+
+func metricsPort(t *testing.T, cfg config.Config) string {
+	t.Helper()
+	_, port, ok := strings.Cut(cfg.MetricsAddr, ":")
+	if !ok {
+		t.Fatalf("metrics_addr %q", cfg.MetricsAddr)
+	}
+	return port
+}
+
+// urlPort is a URL's port, or its scheme's.
+func urlPort(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("%q: %v", raw, err)
+	}
+	if p := u.Port(); p != "" {
+		return p
+	}
+	return map[string]string{"http": "80", "https": "443", "nats": "4222", "tls": "4222"}[u.Scheme]
+}
+
+// TestWorkerNetworkPolicyFollowsEndpoints: the egress ports move with the endpoints the config
+// names (checkWorkerNetworkPolicy reads them from the worker's own config).
+func TestWorkerNetworkPolicyFollowsEndpoints(t *testing.T) {
+	for _, vals := range []string{
+		"",
+		"config: {store: {endpoint: 'http://versitygw.boxcar.svc:7070'}, nats: {url: 'nats://queue.msg:14222'}}\nopenai: {baseURL: 'http://model.boxcar.svc:8080/v1'}",
+		"natsServer: {port: 4333}\nopenai: {baseURL: 'https://llm.corp.example/v1'}",
+	} {
+		r := render(t, values(t, vals))
+		checkWorkerNetworkPolicy(t, r, workerConfig(t, r))
+	}
+}
+
+// TestReleasesReapOnlyTheirOwn (issue 23): two releases share a sandbox namespace (same release
+// name, two namespaces), each with its own queue. Each release's workers, configured as the
+// chart configures them, reap only their own release's orphaned sandbox pods. A release whose
+// <namespace>.<release> passes 63 characters still gets a label value of its own.
+func TestReleasesReapOnlyTheirOwn(t *testing.T) {
+	long := strings.Repeat("n", 63)
+	releases := []string{"boxcar", "team-b", long}
+	client := fake.NewClientset()
+	const sandboxes = "shared-sandboxes"
+	fakeKubelet(t, client, sandboxes)
+	providers := map[string]*sandbox.KubernetesProvider{}
+	instances := map[string]bool{}
+	pods := map[string]string{} // pod -> the release namespace that started it
+	for _, ns := range releases {
+		r, err := tryRenderRelease(t, releaseName, ns, withSigningKey(values(t, "sandboxes: {namespace: "+sandboxes+"}")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := workerConfig(t, r).Sandbox.Kubernetes
+		if k.Instance == "" || instances[k.Instance] {
+			t.Fatalf("release in %s: instance %q, want one of its own", ns, k.Instance)
+		}
+		instances[k.Instance] = true
+		p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
+			Client: client, Executor: noExec{}, Namespace: k.Namespace, Instance: k.Instance,
+			Image: "busybox:1.37", StartTimeout: 20 * time.Second,
+		})
+		if err != nil {
+			t.Fatalf("release in %s: the backend refuses the chart's config: %v", ns, err)
+		}
+		providers[ns] = p
+		spec := config.Profile{}.WithDefaults().Sandbox
+		sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "job-" + ns[:6], SandboxSpec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods[sb.Info().ID] = ns
+	}
+	reaped := map[string]bool{}
+	for _, ns := range releases {
+		// This release's queue holds no job: every pod it can see is an orphan to it.
+		if n, err := providers[ns].Reap(t.Context(), func(string, string) bool { return false }, 0); err != nil || n != 1 {
+			t.Fatalf("release in %s: Reap = %d, %v; want its own pod alone removed", ns, n, err)
+		}
+		reaped[ns] = true
+		for name, owner := range pods {
+			_, err := client.CoreV1().Pods(sandboxes).Get(t.Context(), name, metav1.GetOptions{})
+			if gone := err != nil; gone != reaped[owner] {
+				t.Errorf("after the release in %s reaped: pod %s of the release in %s gone = %v (%v)", ns, name, owner, gone, err)
+			}
+		}
+	}
+}
