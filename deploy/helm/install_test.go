@@ -162,7 +162,7 @@ func TestInstallAccepts(t *testing.T) {
 		{name: "overrides by --set", set: []string{"podSecurityContext.runAsUser=10001", "securityContext.readOnlyRootFilesystem=true", "extraEnv[0].name=HTTP_PROXY", "extraEnv[0].value=http://proxy:3128"}},
 		{name: "quota by --set", set: []string{"sandboxes.resourceQuota.hard.pods=100", "sandboxes.resourceQuota.hard.limits\\.cpu=64"}},
 		{name: "NATS URL without credentials", values: "config: {nats: {url: 'tls://nats.nats:4222'}}"},
-				{name: "command tool with its parameter", values: "config: {profiles: {file-summary: {tools: [{name: read_file}, {name: echo, command: [echo, '{{msg}}'], parameters: {type: object, properties: {msg: {type: string}}}}]}}}"},
+		{name: "command tool with its parameter", values: "config: {profiles: {file-summary: {tools: [{name: read_file}, {name: echo, command: [echo, '{{msg}}'], parameters: {type: object, properties: {msg: {type: string}}}}]}}}"},
 	}
 	for _, f := range features {
 		tests = append(tests, struct {

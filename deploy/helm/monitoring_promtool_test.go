@@ -59,12 +59,58 @@ tests:
     input_series:
       - series: 'boxcar_dead_letters_total{` + sel + `,reason="input_missing"}'
         values: '0 0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1'
+      - series: 'boxcar_jobs_total{` + sel + `,profile="p",outcome="failed"}'
+        values: '0 0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1'
     alert_rule_test:
       - {eval_time: 2m, alertname: BoxcarDeadLetters, exp_alerts: []}
       - eval_time: 5m
         alertname: BoxcarDeadLetters
         exp_alerts: [{exp_labels: {severity: warning}}]
       - {eval_time: 30m, alertname: BoxcarDeadLetters, exp_alerts: []}
+  - name: a job died after its last delivery
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_dead_letters_total{` + sel + `,reason="max_deliveries"}', values: '0 0 0 1x20'}
+      - {series: 'boxcar_jobs_total{` + sel + `,profile="p",outcome="dead"}', values: '0 0 0 1x20'}
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: BoxcarDeadLetters
+        exp_alerts: [{exp_labels: {severity: warning}}]
+  - name: rejected jobs are the submitters' mistakes, not dead letters to alert on
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_dead_letters_total{` + sel + `,reason="unknown_profile"}', values: '0 0 0 1 2 3 4 5 6 7 8 9 10x10'}
+      - {series: 'boxcar_dead_letters_total{` + sel + `,reason="invalid_job"}', values: '0 0 0 2 4 6x15'}
+      - {series: 'boxcar_jobs_total{` + sel + `,profile="unknown",outcome="rejected"}', values: '0 0 0 3 6 9 10 11 12 13 14 15 16x10'}
+      - {series: 'boxcar_jobs_total{` + sel + `,profile="p",outcome="succeeded"}', values: '0+1x20'}
+    alert_rule_test:
+      - {eval_time: 5m, alertname: BoxcarDeadLetters, exp_alerts: []}
+      - {eval_time: 10m, alertname: BoxcarDeadLetters, exp_alerts: []}
+
+  # boxcar_model_up: 1 while a worker reaches the model, 0 while its circuit is open.
+  - name: the model is down for every worker
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_model_up{` + sel + `}', values: '1 1 0x20'}
+      - {series: 'boxcar_model_up{namespace="boxcar",service="boxcar-metrics",pod="boxcar-def"}', values: '1 1 0x20'}
+    alert_rule_test:
+      - {eval_time: 4m, alertname: BoxcarModelDown, exp_alerts: []}
+      - eval_time: 10m
+        alertname: BoxcarModelDown
+        exp_alerts: [{exp_labels: {severity: critical}}]
+  - name: one worker still reaches the model
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_model_up{` + sel + `}', values: '1 1 0x20'}
+      - {series: 'boxcar_model_up{namespace="boxcar",service="boxcar-metrics",pod="boxcar-def"}', values: '1x22'}
+    alert_rule_test:
+      - {eval_time: 10m, alertname: BoxcarModelDown, exp_alerts: []}
+  - name: the model comes back within the window
+    interval: 1m
+    input_series:
+      - {series: 'boxcar_model_up{` + sel + `}', values: '1 0 0 0 1x20'}
+    alert_rule_test:
+      - {eval_time: 10m, alertname: BoxcarModelDown, exp_alerts: []}
 
   - name: job failure ratio
     interval: 1m
@@ -200,9 +246,12 @@ tests:
     input_series:
       - {series: 'boxcar_queue_pending_jobs{namespace="other",service="boxcar-metrics"}', values: '5x90'}
       - {series: 'boxcar_dead_letters_total{namespace="other",service="boxcar-metrics",reason="x"}', values: '0 0 1 1 1 1'}
+      - {series: 'boxcar_jobs_total{namespace="other",service="boxcar-metrics",profile="p",outcome="dead"}', values: '0 0 1 1 1 1'}
+      - {series: 'boxcar_model_up{namespace="other",service="boxcar-metrics"}', values: '0x30'}
     alert_rule_test:
       - {eval_time: 45m, alertname: BoxcarNoProgress, exp_alerts: []}
       - {eval_time: 4m, alertname: BoxcarDeadLetters, exp_alerts: []}
+      - {eval_time: 20m, alertname: BoxcarModelDown, exp_alerts: []}
 `
 	file := filepath.Join(t.TempDir(), "boxcar-rules-test.yaml")
 	if err := os.WriteFile(file, []byte(tests), 0o644); err != nil {
