@@ -119,6 +119,7 @@ func TestInstallRefusesBadValues(t *testing.T) {
 		{name: "seccomp profile type unknown", values: "podSecurityContext: {seccompProfile: {type: Default}}", want: []string{"/podSecurityContext/seccompProfile/type"}},
 		{name: "extra env without a name", values: "extraEnv: [{value: x}]", want: []string{"/extraEnv/0", "name"}},
 		{name: "extra env misspelt", values: "extraEnv: [{name: A, valueform: {secretKeyRef: {name: s, key: k}}}]", want: []string{"/extraEnv/0", "valueform"}},
+		{name: "extra env sets the API key", values: "extraEnv: [{name: OPENAI_API_KEY, value: sk-extra-marker}]", want: []string{"extraEnv[0].name", "OPENAI_API_KEY"}, secret: "sk-extra-marker"},
 		{name: "extra volume mount relative", values: "extraVolumeMounts: [{name: ca, mountPath: etc/ca}]", want: []string{"/extraVolumeMounts/0/mountPath"}},
 		{name: "extra volume without a name", values: "extraVolumes: [{emptyDir: {}}]", want: []string{"/extraVolumes/0", "name"}},
 		{name: "quota not a quantity", values: "sandboxes: {resourceQuota: {hard: {pods: many}}}", want: []string{"/sandboxes/resourceQuota/hard/pods"}},

@@ -147,6 +147,11 @@ the value to change.
 {{- fail "signing.existingSecret and signing.privateKey are both set: name a Secret that holds the key, or give the key for the chart's own Secret, not both" }}
 {{- end }}
 {{- end }}
+{{- range $i, $e := .Values.extraEnv }}
+{{- if has $e.name (list "OPENAI_BASE_URL" "OPENAI_API_KEY" "AWS_ACCESS_KEY_ID" "AWS_SECRET_ACCESS_KEY" "NATS_CREDS") }}
+{{- fail (printf "extraEnv[%d].name: %s is the chart's to set (from openai, s3 and natsServer.credentialsSecret); a second one would silently win or lose" $i $e.name) }}
+{{- end }}
+{{- end }}
 {{- with (urlParse (include "boxcar.natsURL" .)) }}
 {{- if .userinfo }}
 {{- fail "the NATS URL (config.nats.url) holds credentials, which would sit in a ConfigMap: put them in a Secret and set natsServer.credentialsSecret.name (a .creds file, mounted and named by NATS_CREDS)" }}
