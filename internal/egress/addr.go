@@ -1,0 +1,194 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+)
+
+// rangeRule is one row of the built-in address table.
+type rangeRule struct {
+	prefix netip.Prefix
+	hard   bool // never lifted by Config.AllowedCIDRs
+	what   string
+}
+
+// builtinRanges are denied whatever the allowlist says. Hard rows reach the host itself or its
+// neighbours (loopback, link-local and cloud metadata, multicast); soft rows are networks an
+// operator may open with AllowedCIDRs (a private mirror; the tests' 198.18.0.0/15).
+var builtinRanges = func() []rangeRule {
+	rows := []struct {
+		cidr string
+		hard bool
+		what string
+	}{
+		{"0.0.0.0/8", true, "this network (RFC 1122)"},
+		{"127.0.0.0/8", true, "loopback"},
+		{"169.254.0.0/16", true, "link-local and cloud metadata"},
+		{"224.0.0.0/4", true, "multicast"},
+		{"255.255.255.255/32", true, "broadcast"},
+		{"::/128", true, "unspecified"},
+		{"::1/128", true, "loopback"},
+		{"fe80::/10", true, "link-local"},
+		{"ff00::/8", true, "multicast"},
+		{"fd00:ec2::254/128", true, "cloud metadata (AWS IPv6)"},
+		{"10.0.0.0/8", false, "private (RFC 1918)"},
+		{"172.16.0.0/12", false, "private (RFC 1918)"},
+		{"192.168.0.0/16", false, "private (RFC 1918)"},
+		{"100.64.0.0/10", false, "shared address space (CGNAT, RFC 6598)"},
+		{"192.0.0.0/24", false, "IETF protocol assignments"},
+		{"192.0.2.0/24", false, "documentation (TEST-NET-1)"},
+		{"198.51.100.0/24", false, "documentation (TEST-NET-2)"},
+		{"203.0.113.0/24", false, "documentation (TEST-NET-3)"},
+		{"198.18.0.0/15", false, "benchmarking (RFC 2544)"},
+		{"192.88.99.0/24", false, "6to4 relay anycast"},
+		{"240.0.0.0/4", false, "reserved"},
+		{"::/96", false, "IPv4-compatible IPv6"},
+		{"100::/64", false, "discard-only"},
+		{"64:ff9b::/96", false, "NAT64"},
+		{"64:ff9b:1::/48", false, "local NAT64"},
+		{"2001::/23", false, "IETF protocol assignments (Teredo, benchmarking, ORCHID)"},
+		{"2001:db8::/32", false, "documentation"},
+		{"3fff::/20", false, "documentation"},
+		{"2002::/16", false, "6to4"},
+		{"fc00::/7", false, "unique local"},
+		{"fec0::/10", false, "site-local"},
+	}
+	out := make([]rangeRule, len(rows))
+	for i, r := range rows {
+		out[i] = rangeRule{prefix: netip.MustParsePrefix(r.cidr), hard: r.hard, what: r.what}
+	}
+	return out
+}()
+
+// addrFilter decides whether an address may be dialled.
+type addrFilter struct {
+	denied    []netip.Prefix // Config.DeniedCIDRs
+	allowed   []netip.Prefix // Config.AllowedCIDRs
+	hostAddrs map[netip.Addr]bool
+	endpoints map[netip.AddrPort]bool
+	epNames   map[string]bool // "name:port" of worker endpoints given by name
+}
+
+func newAddrFilter(cfg Config) (*addrFilter, error) {
+	f := &addrFilter{denied: cfg.DeniedCIDRs, allowed: cfg.AllowedCIDRs,
+		hostAddrs: map[netip.Addr]bool{}, endpoints: map[netip.AddrPort]bool{}, epNames: map[string]bool{}}
+	for _, a := range cfg.HostAddrs {
+		f.hostAddrs[a.Unmap().WithZone("")] = true
+	}
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("egress: list the host's addresses: %w", err)
+	}
+	for _, ia := range ifaddrs {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil {
+			f.hostAddrs[p.Addr().Unmap().WithZone("")] = true
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Limits.DialTimeout)
+	defer cancel()
+	for _, ep := range cfg.WorkerEndpoints {
+		if err := f.addEndpoint(ctx, cfg.Resolver, ep); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// addEndpoint denies a worker endpoint by name and by every address the name has now.
+func (f *addrFilter) addEndpoint(ctx context.Context, r Resolver, ep string) error {
+	hs, ps, _ := net.SplitHostPort(ep) // validated by Config.validate
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < 1 || port > 65535 {
+		return fmt.Errorf("%w: worker endpoint %q: bad port", ErrInvalidConfig, ep)
+	}
+	h, err := parseHost(hs)
+	if err != nil {
+		return fmt.Errorf("%w: worker endpoint %q: %w", ErrInvalidConfig, ep, err)
+	}
+	if h.isIP() {
+		f.endpoints[netip.AddrPortFrom(h.addr, uint16(port))] = true
+		return nil
+	}
+	f.epNames[net.JoinHostPort(h.name, ps)] = true
+	addrs, err := r.LookupNetIP(ctx, "ip", h.name)
+	if err != nil {
+		// The name stays denied; its addresses are denied again at dial time when they fall
+		// in a built-in range (they usually do: the worker's endpoints are internal).
+		return nil
+	}
+	for _, a := range addrs {
+		f.endpoints[netip.AddrPortFrom(a.Unmap().WithZone(""), uint16(port))] = true
+	}
+	return nil
+}
+
+// checkName refuses a worker endpoint asked for by name.
+func (f *addrFilter) checkName(h host, port int) (Reason, string) {
+	if !h.isIP() && f.epNames[net.JoinHostPort(h.name, strconv.Itoa(port))] {
+		return ReasonWorkerEndpoint, "the worker's own endpoint"
+	}
+	return "", ""
+}
+
+// check returns "" when a may be dialled on port, or the reason and a short detail.
+func (f *addrFilter) check(a netip.Addr, port int) (Reason, string) {
+	a = a.Unmap().WithZone("")
+	if f.endpoints[netip.AddrPortFrom(a, uint16(port))] {
+		return ReasonWorkerEndpoint, "the worker's own endpoint"
+	}
+	if f.hostAddrs[a] {
+		return ReasonDeniedAddress, "an address of this host"
+	}
+	for _, p := range f.denied {
+		if p.Contains(a) {
+			return ReasonDeniedAddress, "in a denied CIDR of the worker's config"
+		}
+	}
+	for _, r := range builtinRanges {
+		if r.prefix.Contains(a) && (r.hard || !f.lifted(a)) {
+			return ReasonDeniedAddress, r.what
+		}
+	}
+	for _, v4 := range embeddedIPv4(a) {
+		if reason, detail := f.check(v4, port); reason != "" {
+			return reason, "embeds " + v4.String() + ": " + detail
+		}
+	}
+	return "", ""
+}
+
+func (f *addrFilter) lifted(a netip.Addr) bool {
+	for _, p := range f.allowed {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// embeddedIPv4 returns the IPv4 addresses an IPv6 address carries in the forms that reach them:
+// IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002:AABB:CCDD::)
+// and Teredo (2001:0::/32: server, and the client XOR 0xffffffff).
+func embeddedIPv4(a netip.Addr) []netip.Addr {
+	if !a.Is6() {
+		return nil
+	}
+	b := a.As16()
+	last := netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	switch {
+	case netip.MustParsePrefix("::/96").Contains(a), netip.MustParsePrefix("64:ff9b::/96").Contains(a),
+		netip.MustParsePrefix("64:ff9b:1::/48").Contains(a):
+		return []netip.Addr{last}
+	case b[0] == 0x20 && b[1] == 0x02:
+		return []netip.Addr{netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})}
+	case b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0:
+		return []netip.Addr{
+			netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}),
+			netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}),
+		}
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package egress
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Reason says why a decision went the way it did. The set is closed (bounded metric labels).
+type Reason string
+
+// Reasons. Allowed decisions carry ReasonAllowed or ReasonIntercepted.
+const (
+	ReasonAllowed        Reason = "allowed"         // forwarded or tunnelled as is
+	ReasonIntercepted    Reason = "intercepted"     // TLS terminated for a secret-bound host
+	ReasonNotAllowed     Reason = "not_allowed"     // no allow entry matches the host and port
+	ReasonDeniedAddress  Reason = "denied_address"  // a resolved or literal address is in a denied range
+	ReasonWorkerEndpoint Reason = "worker_endpoint" // the worker's own NATS, store or model endpoint
+	ReasonResolve        Reason = "resolve_failed"  // the name did not resolve
+	ReasonDial           Reason = "dial_failed"     // the checked address did not answer
+	ReasonUpstreamTLS    Reason = "upstream_tls"    // the upstream's certificate did not verify
+	ReasonBadRequest     Reason = "bad_request"     // unparseable request, target or host
+	ReasonSmuggling      Reason = "smuggling"       // CL+TE, duplicate lengths, bare LF, folding...
+	ReasonHostMismatch   Reason = "host_mismatch"   // Host header differs from the target
+	ReasonSNIMismatch    Reason = "sni_mismatch"    // ClientHello SNI differs from the CONNECT host
+	ReasonNotTLS         Reason = "not_tls"         // a CONNECT tunnel that does not start with a ClientHello
+	ReasonHeaderTooLarge Reason = "header_too_large"
+	ReasonHeaderTimeout  Reason = "header_timeout" // the client was too slow to send its header
+	ReasonTunnelCap      Reason = "tunnel_cap"
+	ReasonRequestCap     Reason = "request_cap"
+	ReasonByteCap        Reason = "byte_cap"
+	ReasonMethod         Reason = "method" // a method the proxy does not forward (e.g. TRACE)
+)
+
+// Decision is one allowed or denied request, for the transcript. It never holds a secret's
+// value; for a denied request Host is what the client asked for, normalised.
+type Decision struct {
+	Time     time.Time     `json:"time"`
+	Allowed  bool          `json:"allowed"`
+	Reason   Reason        `json:"reason"`
+	Method   string        `json:"method,omitempty"` // CONNECT, GET, ...
+	Host     string        `json:"host,omitempty"`
+	Port     int           `json:"port,omitempty"`
+	Addr     string        `json:"addr,omitempty"`   // the checked address dialled, "ip:port"
+	Status   int           `json:"status,omitempty"` // the upstream's HTTP status, when the proxy saw it
+	BytesOut int64         `json:"bytes_out"`        // client to upstream
+	BytesIn  int64         `json:"bytes_in"`         // upstream to client
+	Duration time.Duration `json:"duration_ns"`
+	Secrets  []string      `json:"secrets,omitempty"` // env names of secrets substituted
+	Detail   string        `json:"detail,omitempty"`  // a short human explanation
+}
+
+// Summary is the job's egress, for the signed manifest.
+type Summary struct {
+	Requests int64         `json:"requests"`
+	Denied   int64         `json:"denied"`
+	BytesOut int64         `json:"bytes_out"`
+	BytesIn  int64         `json:"bytes_in"`
+	Hosts    []HostSummary `json:"hosts"`                  // allowed hosts, sorted by name
+	Secrets  []string      `json:"secrets_used,omitempty"` // env names, sorted
+}
+
+// HostSummary is the traffic to one allowed host.
+type HostSummary struct {
+	Host     string `json:"host"`
+	Requests int64  `json:"requests"`
+	BytesOut int64  `json:"bytes_out"`
+	BytesIn  int64  `json:"bytes_in"`
+}
+
+// ledger accumulates decisions into a Summary.
+type ledger struct {
+	mu      sync.Mutex
+	sum     Summary
+	hosts   map[string]*HostSummary
+	secrets map[string]bool
+}
+
+func (l *ledger) add(d Decision) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hosts == nil {
+		l.hosts, l.secrets = map[string]*HostSummary{}, map[string]bool{}
+	}
+	l.sum.Requests++
+	l.sum.BytesOut += d.BytesOut
+	l.sum.BytesIn += d.BytesIn
+	if !d.Allowed {
+		l.sum.Denied++
+		return
+	}
+	h := l.hosts[d.Host]
+	if h == nil {
+		h = &HostSummary{Host: d.Host}
+		l.hosts[d.Host] = h
+	}
+	h.Requests++
+	h.BytesOut += d.BytesOut
+	h.BytesIn += d.BytesIn
+	for _, s := range d.Secrets {
+		l.secrets[s] = true
+	}
+}
+
+func (l *ledger) summary() Summary {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sum
+	s.Hosts = make([]HostSummary, 0, len(l.hosts))
+	for _, h := range l.hosts {
+		s.Hosts = append(s.Hosts, *h)
+	}
+	sort.Slice(s.Hosts, func(i, j int) bool { return s.Hosts[i].Host < s.Hosts[j].Host })
+	for n := range l.secrets {
+		s.Secrets = append(s.Secrets, n)
+	}
+	sort.Strings(s.Secrets)
+	return s
+}

@@ -1,0 +1,110 @@
+package egress
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"sync"
+	"time"
+)
+
+// authority is a per-job CA: an ECDSA P-256 key made at New that lives only in this process,
+// a short validity, and name constraints that limit it to the secret-bound hosts (the only ones
+// it signs leaves for), so a copy of it in the sandbox vouches for nothing else. Leaves are
+// cached per name.
+type authority struct {
+	cert     *x509.Certificate
+	key      *ecdsa.PrivateKey
+	pem      []byte
+	validity time.Duration
+
+	mu     sync.Mutex
+	leaves map[string]*tls.Certificate
+}
+
+func newAuthority(validity time.Duration, names []string, addrs []net.IP) (*authority, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("egress: CA key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          randomSerial(),
+		Subject:               pkix.Name{CommonName: "Boxcar egress per-job CA", Organization: []string{"Boxcar"}},
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+		// With no bound host the CA signs nothing; ".invalid" (RFC 6761) keeps it unusable.
+		PermittedDNSDomainsCritical: true,
+		PermittedDNSDomains:         append([]string{"invalid"}, names...),
+	}
+	for _, ip := range addrs {
+		bits := 8 * len(ip)
+		tmpl.PermittedIPRanges = append(tmpl.PermittedIPRanges, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("egress: CA certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("egress: CA certificate: %w", err)
+	}
+	return &authority{
+		cert: cert, key: key, validity: validity,
+		pem:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		leaves: map[string]*tls.Certificate{},
+	}, nil
+}
+
+// leaf returns the cached leaf for name (a DNS name or an IP literal), signing it on first use.
+func (a *authority) leaf(name string) (*tls.Certificate, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.leaves[name]; ok {
+		return c, nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("egress: leaf key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: randomSerial(),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     a.cert.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if ip := net.ParseIP(name); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	} else {
+		tmpl.DNSNames = []string{name}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
+	if err != nil {
+		return nil, fmt.Errorf("egress: leaf for %s: %w", name, err)
+	}
+	c := &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: nil}
+	a.leaves[name] = c
+	return c, nil
+}
+
+func randomSerial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(fmt.Sprintf("egress: crypto/rand failed: %v", err)) // crypto/rand does not fail on Linux
+	}
+	return n
+}

@@ -1,0 +1,188 @@
+package egress
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Policy is what one job may reach, built by the caller from the job's profile. It is plain
+// data; New validates it.
+type Policy struct {
+	// Allow lists the hosts the job may reach: "host" (any port), "host:port", "*.suffix"
+	// (every name under suffix, not suffix itself) or "*.suffix:port". An IP literal entry
+	// allows that address only (in any spelling); a name entry never matches an IP literal.
+	// Empty means nothing is allowed.
+	Allow []string
+	// Secrets are the credentials the proxy injects. The sandbox sees a placeholder of the
+	// same shape; the real value is sent only on TLS to the secret's Hosts.
+	Secrets []Secret
+}
+
+// Secret is one credential bound to hosts.
+type Secret struct {
+	// Env is the name of the sandbox variable that holds the placeholder, e.g. EXAMPLE_TOKEN.
+	Env string
+	// Value is the real value. It never leaves the proxy except in request headers sent on TLS
+	// to Hosts, and never appears in an error, a decision, a log line or a metric.
+	Value string
+	// Hosts are the names (exact, or "*.suffix") the value is substituted for. Each must also
+	// be allowed by Policy.Allow.
+	Hosts []string
+}
+
+// rule is one parsed allow entry.
+type rule struct {
+	name     string     // exact name, or the suffix for a wildcard (without "*.")
+	wildcard bool       // "*.suffix": matches names strictly under suffix
+	addr     netip.Addr // set for an IP literal entry
+	port     int        // 0 = any port
+}
+
+var (
+	labelRE  = regexp.MustCompile(`^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$`)
+	envNameR = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// parseRule parses one allow entry.
+func parseRule(entry string) (rule, error) {
+	hostPart, port, err := splitEntry(entry)
+	if err != nil {
+		return rule{}, err
+	}
+	r := rule{port: port}
+	if strings.HasPrefix(hostPart, "*.") {
+		r.wildcard = true
+		hostPart = hostPart[2:]
+	}
+	h, err := parseHost(hostPart)
+	if err != nil {
+		return rule{}, err
+	}
+	if h.isIP() {
+		if r.wildcard {
+			return rule{}, fmt.Errorf("%q: a wildcard needs a name, not an address", entry)
+		}
+		r.addr = h.addr
+		return r, nil
+	}
+	if r.wildcard && !strings.Contains(h.name, ".") {
+		return rule{}, fmt.Errorf("%q: a wildcard needs at least two labels after \"*.\" (e.g. *.example.com)", entry)
+	}
+	r.name = h.name
+	return r, nil
+}
+
+// splitEntry splits "host[:port]" where host may be "[v6]".
+func splitEntry(entry string) (string, int, error) {
+	e := strings.TrimSpace(entry)
+	if e == "" {
+		return "", 0, fmt.Errorf("empty allow entry")
+	}
+	if strings.HasPrefix(e, "[") {
+		end := strings.Index(e, "]")
+		if end < 0 {
+			return "", 0, fmt.Errorf("%q: unclosed '['", entry)
+		}
+		rest := e[end+1:]
+		if rest == "" {
+			return e, 0, nil
+		}
+		if !strings.HasPrefix(rest, ":") {
+			return "", 0, fmt.Errorf("%q: expected ':port' after ']'", entry)
+		}
+		p, err := parsePort(rest[1:])
+		return e, p, err
+	}
+	if strings.Count(e, ":") > 1 { // a bare IPv6 literal
+		return e, 0, nil
+	}
+	host, portStr, found := strings.Cut(e, ":")
+	if !found {
+		return e, 0, nil
+	}
+	p, err := parsePort(portStr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: %w", entry, err)
+	}
+	return host, p, nil
+}
+
+func parsePort(s string) (int, error) {
+	p, err := strconv.Atoi(s)
+	if err != nil || p < 1 || p > 65535 || s[0] == '0' || s[0] == '+' {
+		return 0, fmt.Errorf("port %q is not a number in 1-65535", s)
+	}
+	return p, nil
+}
+
+// match reports whether the rule allows host h on port.
+func (r rule) match(h host, port int) bool {
+	if r.port != 0 && r.port != port {
+		return false
+	}
+	if r.addr.IsValid() || h.isIP() {
+		return r.addr.IsValid() && h.isIP() && r.addr == h.addr
+	}
+	if r.wildcard {
+		return strings.HasSuffix(h.name, "."+r.name)
+	}
+	return h.name == r.name
+}
+
+// compiledPolicy is a validated Policy.
+type compiledPolicy struct {
+	allow   []rule
+	secrets []*secret
+}
+
+// compilePolicy validates the policy and generates a placeholder per secret.
+func compilePolicy(p Policy) (*compiledPolicy, error) {
+	cp := &compiledPolicy{}
+	for _, e := range p.Allow {
+		r, err := parseRule(e)
+		if err != nil {
+			return nil, fmt.Errorf("%w: allow: %w", ErrInvalidPolicy, err)
+		}
+		cp.allow = append(cp.allow, r)
+	}
+	seen := map[string]bool{}
+	for i, s := range p.Secrets {
+		sec, err := compileSecret(s, cp.allow)
+		if err != nil {
+			return nil, fmt.Errorf("%w: secrets[%d]: %w", ErrInvalidPolicy, i, err)
+		}
+		if seen[sec.env] {
+			return nil, fmt.Errorf("%w: secrets[%d]: env %s is bound twice; give each secret its own variable", ErrInvalidPolicy, i, sec.env)
+		}
+		seen[sec.env] = true
+		cp.secrets = append(cp.secrets, sec)
+	}
+	return cp, nil
+}
+
+// allowed reports whether any rule allows host h on port.
+func (cp *compiledPolicy) allowed(h host, port int) bool {
+	for _, r := range cp.allow {
+		if r.match(h, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// boundSecrets returns the secrets bound to host h on port.
+func (cp *compiledPolicy) boundSecrets(h host, port int) []*secret {
+	var out []*secret
+	for _, s := range cp.secrets {
+		for _, r := range s.hosts {
+			if r.match(h, port) {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,139 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy is one job's egress proxy. Make one per sandbox with New and serve it on a listener only
+// that sandbox can reach.
+type Proxy struct {
+	cfg     Config
+	policy  *compiledPolicy
+	filter  *addrFilter
+	ca      *authority
+	roots   *x509.CertPool // host roots plus Config.UpstreamCAPEM, for terminated upstreams
+	ledger  ledger
+	tunnels atomic.Int64 // open CONNECT tunnels and forward connections
+	reqs    atomic.Int64 // requests so far (Limits.MaxRequests)
+	bytes   atomic.Int64 // bytes so far, both ways (Limits.MaxBytes)
+	wg      sync.WaitGroup
+}
+
+// New checks cfg and policy, generates the job's CA and one placeholder per secret. The error
+// wraps ErrInvalidConfig or ErrInvalidPolicy and names the field at fault; it never contains a
+// secret's value.
+func New(cfg Config, policy Policy) (*Proxy, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	cp, err := compilePolicy(policy)
+	if err != nil {
+		return nil, err
+	}
+	filter, err := newAddrFilter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	names, addrs := boundNames(cp)
+	ca, err := newAuthority(cfg.CAValidity, names, addrs)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if len(cfg.UpstreamCAPEM) > 0 && !roots.AppendCertsFromPEM(cfg.UpstreamCAPEM) {
+		return nil, fmt.Errorf("%w: upstream CA: no PEM certificate found; give a PEM file", ErrInvalidConfig)
+	}
+	return &Proxy{cfg: cfg, policy: cp, filter: filter, ca: ca, roots: roots}, nil
+}
+
+// boundNames lists the names and addresses secrets are bound to, for the CA's constraints.
+func boundNames(cp *compiledPolicy) ([]string, []net.IP) {
+	var names []string
+	var addrs []net.IP
+	for _, s := range cp.secrets {
+		for _, r := range s.hosts {
+			if r.addr.IsValid() {
+				addrs = append(addrs, r.addr.AsSlice())
+			} else {
+				names = append(names, r.name)
+			}
+		}
+	}
+	return names, addrs
+}
+
+// CACertPEM returns the job's CA certificate (PEM). The sandbox's clients must trust it, next to
+// the usual roots, for the hosts secrets are bound to; its key never leaves the proxy.
+func (p *Proxy) CACertPEM() []byte { return append([]byte(nil), p.ca.pem...) }
+
+// Summary returns the egress so far: requests, denials, bytes, and per allowed host.
+func (p *Proxy) Summary() Summary { return p.ledger.summary() }
+
+// Serve accepts connections on ln until ctx ends or ln fails, then closes ln and every open
+// connection, waits for their goroutines and returns nil (ctx ended) or the accept error.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var conns sync.Map
+	stop := context.AfterFunc(ctx, func() {
+		ln.Close()
+		conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
+	})
+	defer stop()
+	var err error
+	for {
+		c, aerr := ln.Accept()
+		if aerr != nil {
+			if ctx.Err() == nil {
+				err = fmt.Errorf("egress: accept: %w", aerr)
+			}
+			break
+		}
+		conns.Store(c, nil)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer conns.Delete(c)
+			defer c.Close()
+			p.serveConn(ctx, c)
+		}()
+	}
+	cancel()
+	p.wg.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// decide settles a decision: ledger, metrics, log line and callback.
+func (p *Proxy) decide(d Decision) {
+	if d.Time.IsZero() {
+		d.Time = time.Now()
+	}
+	p.ledger.add(d)
+	p.cfg.Metrics.record(d)
+	p.cfg.Logger.Debug("egress", "allowed", d.Allowed, "reason", d.Reason, "method", d.Method,
+		"host", d.Host, "port", d.Port, "addr", d.Addr, "bytes_out", d.BytesOut, "bytes_in", d.BytesIn,
+		"duration_ms", d.Duration.Milliseconds())
+	if p.cfg.OnDecision != nil {
+		p.cfg.OnDecision(d)
+	}
+}
+
+// upstreamTLS is the client config for a terminated upstream named serverName.
+func (p *Proxy) upstreamTLS(serverName string) *tls.Config {
+	return &tls.Config{ServerName: serverName, RootCAs: p.roots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+}
