@@ -29,7 +29,8 @@ const (
 	ReasonTunnelCap      Reason = "tunnel_cap"
 	ReasonRequestCap     Reason = "request_cap"
 	ReasonByteCap        Reason = "byte_cap"
-	ReasonMethod         Reason = "method" // a method the proxy does not forward (e.g. TRACE)
+	ReasonMethod         Reason = "method"     // a method the proxy does not forward (e.g. TRACE)
+	ReasonClientTLS      Reason = "client_tls" // the sandbox's client did not finish TLS with the job CA
 )
 
 // Decision is one allowed or denied request, for the transcript. It never holds a secret's

@@ -1,0 +1,167 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+)
+
+// connect handles a CONNECT: check the target, answer 200, read the ClientHello and check its
+// SNI, then either splice to the checked address or, for a secret-bound host, terminate TLS.
+func (p *Proxy) connect(ctx context.Context, c *idleConn, br *bufio.Reader, hd *head, req *http.Request) {
+	d := Decision{Time: time.Now(), Method: http.MethodConnect}
+	h, port, addr, v := p.checkConnect(ctx, hd, req, &d)
+	if v != nil {
+		p.refuseConn(c, d, v)
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	hello, sni, v := p.readClientHello(c, br)
+	if v == nil {
+		v = checkSNI(sni, h)
+	}
+	if v != nil {
+		p.refuseConn(io.Discard, d, v) // the client speaks TLS now: it sees the connection close
+		return
+	}
+	client := prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(hello), br)}
+	if secrets := p.policy.boundSecrets(h, port); len(secrets) > 0 {
+		d.Reason = ReasonIntercepted
+		p.intercept(ctx, c, client, h, port, addr, secrets, d)
+		return
+	}
+	d.Reason = ReasonAllowed
+	p.splice(ctx, client, addr, d)
+}
+
+// checkConnect checks a CONNECT's authority, Host field, the request cap and the target.
+func (p *Proxy) checkConnect(ctx context.Context, hd *head, req *http.Request, d *Decision) (host, int, netip.AddrPort, *verdict) {
+	h, port, err := splitHostPort(req.RequestURI, 0)
+	if err != nil {
+		return host{}, 0, netip.AddrPort{}, refuse(ReasonBadRequest, "CONNECT needs host:port")
+	}
+	d.Host, d.Port = h.String(), port
+	if v := sameHost(hd.host, h, port, port); v != nil {
+		return host{}, 0, netip.AddrPort{}, v
+	}
+	if v := p.countRequest(); v != nil {
+		return host{}, 0, netip.AddrPort{}, v
+	}
+	addr, v := p.checkTarget(ctx, h, port)
+	d.Addr = addr.String()
+	return h, port, addr, v
+}
+
+// errHelloRead stops the handshake used to parse a ClientHello once it has been read.
+var errHelloRead = errors.New("egress: ClientHello read")
+
+// readClientHello reads the client's first TLS flight with crypto/tls's own parser (a
+// handshake that stops at GetConfigForClient) and returns every byte read, to replay.
+func (p *Proxy) readClientHello(c *idleConn, br *bufio.Reader) ([]byte, string, *verdict) {
+	c.hard = time.Now().Add(p.cfg.Limits.HeaderTimeout)
+	defer func() { c.hard = time.Time{} }()
+	first, err := br.Peek(1)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, "", refuse(ReasonHeaderTimeout, "no ClientHello in time")
+		}
+		return nil, "", refuse(ReasonNotTLS, "tunnel closed before a ClientHello")
+	}
+	if first[0] != 0x16 { // a TLS handshake record
+		return nil, "", refuse(ReasonNotTLS, "the tunnel does not start with a TLS ClientHello")
+	}
+	rec := &recordingConn{Conn: c, r: br}
+	var sni string
+	err = tls.Server(rec, &tls.Config{GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		sni = hi.ServerName
+		return nil, errHelloRead
+	}}).Handshake()
+	switch {
+	case errors.Is(err, errHelloRead):
+		return rec.buf.Bytes(), sni, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, "", refuse(ReasonHeaderTimeout, "ClientHello not complete in time")
+	}
+	return nil, "", refuse(ReasonNotTLS, "not a TLS ClientHello")
+}
+
+// recordingConn reads from r, keeps what it read, and swallows writes (the alert a stopped
+// handshake sends).
+type recordingConn struct {
+	net.Conn
+	r   io.Reader
+	buf bytes.Buffer
+}
+
+func (c *recordingConn) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.buf.Write(b[:n])
+	return n, err
+}
+
+func (c *recordingConn) Write(b []byte) (int, error) { return len(b), nil }
+
+// checkSNI refuses a ClientHello for another host than the CONNECT's. A name needs its SNI;
+// an address target has none (clients do not send IP literals as SNI).
+func checkSNI(sni string, h host) *verdict {
+	if sni == "" && h.isIP() {
+		return nil
+	}
+	if sni == "" {
+		return refuse(ReasonSNIMismatch, "the ClientHello names no host")
+	}
+	sh, err := parseHost(sni)
+	if err != nil || sh != h {
+		return refuse(ReasonSNIMismatch, "the ClientHello names another host than the CONNECT")
+	}
+	return nil
+}
+
+// splice passes the tunnel through to the checked address, both ways, until both sides end.
+func (p *Proxy) splice(ctx context.Context, client net.Conn, addr netip.AddrPort, d Decision) {
+	up, v := p.dial(ctx, addr)
+	if v != nil {
+		p.refuseConn(io.Discard, d, v)
+		return
+	}
+	defer up.Close()
+	stop := context.AfterFunc(ctx, func() { up.Close() })
+	defer stop()
+	p.cfg.Metrics.tunnel("splice")
+	out := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
+	in := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
+	iup := &idleConn{Conn: up, idle: p.cfg.Limits.IdleTimeout}
+	var wg sync.WaitGroup
+	var errOut, errIn error
+	wg.Go(func() { errOut = pipe(iup, client, out) })
+	errIn = pipe(client, iup, in)
+	wg.Wait()
+	d.Allowed, d.BytesOut, d.BytesIn, d.Duration = true, out.n.Load(), in.n.Load(), time.Since(d.Time)
+	if errors.Is(errOut, errByteCap) || errors.Is(errIn, errByteCap) {
+		d.Allowed, d.Reason, d.Detail = false, ReasonByteCap, "cut at the job's byte cap"
+	}
+	p.decide(d)
+}
+
+// pipe copies src to dst, then half-closes dst; on error it closes both.
+func pipe(dst, src net.Conn, m *meter) error {
+	_, err := io.Copy(meteredWriter{dst, m}, src)
+	if err != nil {
+		_ = dst.Close()
+		_ = src.Close()
+		return err
+	}
+	closeWrite(dst)
+	return nil
+}

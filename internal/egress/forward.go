@@ -1,0 +1,161 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+)
+
+// forward handles one plain-HTTP request in absolute form ("GET http://host/path"). It reports
+// whether the client connection may carry another request.
+func (p *Proxy) forward(ctx context.Context, c net.Conn, hd *head, req *http.Request, start time.Time) bool {
+	d := Decision{Time: start, Method: req.Method}
+	up, v := p.openPlain(ctx, hd, req, &d)
+	if v != nil {
+		p.refuseConn(c, d, v)
+		return false
+	}
+	defer up.Close()
+	stop := context.AfterFunc(ctx, func() { up.Close() })
+	defer stop()
+	d.Reason = ReasonAllowed
+	iup := &idleConn{Conn: up, idle: p.cfg.Limits.IdleTimeout}
+	return p.roundTrip(c, iup, bufio.NewReader(iup), req, &d)
+}
+
+// openPlain checks a forwarded request and dials its checked address.
+func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *Decision) (net.Conn, *verdict) {
+	h, port, v := plainTarget(hd, req)
+	if v != nil {
+		return nil, v
+	}
+	d.Host, d.Port = h.String(), port
+	if v := p.countRequest(); v != nil {
+		return nil, v
+	}
+	addr, v := p.checkTarget(ctx, h, port)
+	if v != nil {
+		return nil, v
+	}
+	d.Addr = addr.String()
+	return p.dial(ctx, addr)
+}
+
+// plainTarget checks a forwarded request's target and Host field.
+func plainTarget(hd *head, req *http.Request) (host, int, *verdict) {
+	if v := checkMethod(req.Method); v != nil {
+		return host{}, 0, v
+	}
+	if req.URL.Scheme != "http" || req.URL.Host == "" {
+		return host{}, 0, refuse(ReasonBadRequest, "a proxied request needs an absolute http:// target; https goes through CONNECT")
+	}
+	h, port, err := splitHostPort(req.URL.Host, 80)
+	if err != nil {
+		return host{}, 0, refuse(ReasonBadRequest, "target host is not a name or an address")
+	}
+	if v := sameHost(hd.host, h, port, 80); v != nil {
+		return host{}, 0, v
+	}
+	return h, port, nil
+}
+
+// sameHost refuses a Host field that names another host or port than the target.
+func sameHost(field string, h host, port, defaultPort int) *verdict {
+	if field == "" {
+		return nil
+	}
+	fh, fp, err := splitHostPort(field, defaultPort)
+	if err != nil || fh != h || fp != port {
+		return refuse(ReasonHostMismatch, "the Host field names another host than the target")
+	}
+	return nil
+}
+
+func checkMethod(m string) *verdict {
+	switch m {
+	case http.MethodConnect, http.MethodTrace, "TRACK":
+		return refuse(ReasonMethod, m+" is not forwarded")
+	}
+	return nil
+}
+
+// hopHeaders are the hop-by-hop fields a proxy must not pass on (RFC 9110 7.6.1), and the
+// Upgrade the proxy does not carry.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func stripHop(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for _, name := range strings.Split(f, ",") {
+			h.Del(textproto.TrimString(name))
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
+
+// roundTrip sends req on the upstream connection, streams the response back to the client and
+// settles the decision. It reports whether both sides may carry another request.
+func (p *Proxy) roundTrip(client io.Writer, up io.Writer, ubr *bufio.Reader, req *http.Request, d *Decision) bool {
+	out := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
+	in := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
+	keep := !req.Close
+	stripHop(req.Header)
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		// Answer it here: the body is then sent whole, and the client waits for nothing.
+		req.Header.Del("Expect")
+		_, _ = io.WriteString(client, "HTTP/1.1 100 Continue\r\n\r\n")
+	}
+	req.Close = false
+	err := req.Write(meteredWriter{up, out})
+	var resp *http.Response
+	if err == nil {
+		resp, err = readResponse(ubr, req)
+	}
+	if err == nil {
+		keep = keep && !resp.Close
+		stripHop(resp.Header)
+		resp.Close = !keep
+		d.Status = resp.StatusCode
+		err = resp.Write(meteredWriter{client, in})
+		resp.Body.Close()
+	}
+	d.BytesOut, d.BytesIn, d.Duration = out.n.Load(), in.n.Load(), time.Since(d.Time)
+	d.Allowed = true
+	switch {
+	case errors.Is(err, errByteCap):
+		d.Allowed, d.Reason, d.Detail = false, ReasonByteCap, "cut at the job's byte cap"
+	case err != nil && resp == nil:
+		d.Detail = "upstream failed before a response"
+		if d.BytesIn == 0 {
+			writeRefusal(client, refuse(ReasonDial, d.Detail))
+		}
+	}
+	p.decide(*d)
+	return keep && err == nil
+}
+
+// readResponse reads the final response, skipping interim 1xx ones (100-continue was answered).
+func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	for {
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			if resp.StatusCode == http.StatusSwitchingProtocols {
+				resp.Body.Close()
+				return nil, errors.New("egress: upstream switched protocols, which the proxy does not carry")
+			}
+			return resp, nil
+		}
+		resp.Body.Close()
+	}
+}

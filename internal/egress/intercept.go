@@ -1,0 +1,155 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// tunnel is a terminated CONNECT to a secret-bound host.
+type tunnel struct {
+	h       host
+	port    int
+	addr    netip.AddrPort
+	secrets []*secret
+	client  *tls.Conn
+	ic      *idleConn
+	up      net.Conn // verified TLS to addr, dialled on the first request
+	ubr     *bufio.Reader
+}
+
+// intercept terminates the client's TLS with a leaf from the job's CA, then forwards each
+// request inside on TLS verified against the host's roots, swapping placeholders in headers.
+func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h host, port int, addr netip.AddrPort, secrets []*secret, d Decision) {
+	leaf, err := p.ca.leaf(h.String())
+	if err != nil {
+		p.refuseConn(io.Discard, d, refuse(ReasonClientTLS, "no leaf certificate"))
+		return
+	}
+	tc := tls.Server(client, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	ic.hard = time.Now().Add(p.cfg.Limits.HeaderTimeout)
+	err = tc.HandshakeContext(ctx)
+	ic.hard = time.Time{}
+	if err != nil {
+		p.refuseConn(io.Discard, d, refuse(ReasonClientTLS, "TLS with the sandbox failed; does it trust the job CA?"))
+		return
+	}
+	p.cfg.Metrics.tunnel("intercept")
+	d.Allowed, d.Duration = true, time.Since(d.Time)
+	p.decide(d) // the tunnel itself; each request inside is a decision of its own
+	t := &tunnel{h: h, port: port, addr: addr, secrets: secrets, client: tc, ic: ic}
+	defer t.close()
+	stop := context.AfterFunc(ctx, t.close)
+	defer stop()
+	tbr := bufio.NewReaderSize(tc, p.cfg.Limits.MaxHeaderBytes+1)
+	for {
+		hd, req, v, err := p.readRequest(ic, tbr)
+		start := time.Now()
+		if err == errClientDone && v == nil {
+			return
+		}
+		if v != nil {
+			p.refuseConn(tc, Decision{Time: start, Host: h.String(), Port: port}, v)
+			return
+		}
+		if !p.interceptOne(ctx, t, hd, req, start) {
+			return
+		}
+	}
+}
+
+func (t *tunnel) close() {
+	if t.up != nil {
+		t.up.Close()
+	}
+	t.client.Close()
+}
+
+// interceptOne checks one request inside a terminated tunnel, swaps placeholders and forwards
+// it. It reports whether the tunnel may carry another.
+func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http.Request, start time.Time) bool {
+	d := Decision{Time: start, Method: req.Method, Host: t.h.String(), Port: t.port, Addr: t.addr.String(), Reason: ReasonIntercepted}
+	v := checkMethod(req.Method)
+	if v == nil && req.URL.Host != "" {
+		v = sameHost(req.URL.Host, t.h, t.port, 443)
+	}
+	if v == nil {
+		v = sameHost(hd.host, t.h, t.port, 443)
+	}
+	if v == nil {
+		v = p.countRequest()
+	}
+	if v == nil && t.up == nil {
+		v = p.dialTLS(ctx, t)
+	}
+	if v != nil {
+		p.refuseConn(t.client, d, v)
+		return false
+	}
+	d.Secrets = swapSecrets(req.Header, t.secrets)
+	return p.roundTrip(t.client, t.up, t.ubr, req, &d)
+}
+
+// dialTLS opens the tunnel's upstream: the checked address, TLS verified for the host.
+func (p *Proxy) dialTLS(ctx context.Context, t *tunnel) *verdict {
+	raw, v := p.dial(ctx, t.addr)
+	if v != nil {
+		return v
+	}
+	up := tls.Client(&idleConn{Conn: raw, idle: p.cfg.Limits.IdleTimeout}, p.upstreamTLS(t.h.String()))
+	hctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.DialTimeout)
+	defer cancel()
+	if err := up.HandshakeContext(hctx); err != nil {
+		raw.Close()
+		return refuse(ReasonUpstreamTLS, "the upstream's certificate did not verify for "+t.h.String())
+	}
+	t.up, t.ubr = up, bufio.NewReader(up)
+	return nil
+}
+
+// swapSecrets replaces each bound secret's placeholder with its value in every header field,
+// inside Basic credentials too, and returns the names of the secrets it used.
+func swapSecrets(h http.Header, secrets []*secret) []string {
+	used := map[string]bool{}
+	for k, vals := range h {
+		for i, v := range vals {
+			vals[i] = swapValue(v, secrets, used)
+		}
+		h[k] = vals
+	}
+	var names []string
+	for _, s := range secrets {
+		if used[s.env] {
+			names = append(names, s.env)
+		}
+	}
+	return names
+}
+
+func swapValue(v string, secrets []*secret, used map[string]bool) string {
+	if scheme, cred, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Basic") {
+		if raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil {
+			if swapped := swapPlain(string(raw), secrets, used); swapped != string(raw) {
+				return scheme + " " + base64.StdEncoding.EncodeToString([]byte(swapped))
+			}
+		}
+	}
+	return swapPlain(v, secrets, used)
+}
+
+func swapPlain(v string, secrets []*secret, used map[string]bool) string {
+	for _, s := range secrets {
+		if strings.Contains(v, s.placeholder) {
+			v = strings.ReplaceAll(v, s.placeholder, s.value)
+			used[s.env] = true
+		}
+	}
+	return v
+}

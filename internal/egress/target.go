@@ -1,0 +1,62 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+)
+
+// verdict is a refusal: a reason and a short detail (never a secret).
+type verdict struct {
+	reason Reason
+	detail string
+}
+
+func refuse(r Reason, detail string) *verdict { return &verdict{r, detail} }
+
+// checkTarget decides a host and port: the worker's endpoints by name, the allowlist, then
+// one resolution whose every address must pass the address table. It returns the address to
+// dial: the one checked, never a name.
+func (p *Proxy) checkTarget(ctx context.Context, h host, port int) (netip.AddrPort, *verdict) {
+	if r, d := p.filter.checkName(h, port); r != "" {
+		return netip.AddrPort{}, refuse(r, d)
+	}
+	if !p.policy.allowed(h, port) {
+		what := "no allow entry matches " + h.String() + ":" + strconv.Itoa(port)
+		if h.isIP() {
+			what = "an IP literal matches only an allow entry for that address"
+		}
+		return netip.AddrPort{}, refuse(ReasonNotAllowed, what)
+	}
+	addrs := []netip.Addr{h.addr}
+	if !h.isIP() {
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.DialTimeout)
+		defer cancel()
+		var err error
+		addrs, err = p.cfg.Resolver.LookupNetIP(rctx, "ip", h.name)
+		if err != nil || len(addrs) == 0 {
+			return netip.AddrPort{}, refuse(ReasonResolve, fmt.Sprintf("%s did not resolve", h.name))
+		}
+	}
+	// Every address must pass: a name that resolves to a public and a private address is a
+	// rebinding attempt, whichever a client would pick.
+	for _, a := range addrs {
+		if r, d := p.filter.check(a, port); r != "" {
+			return netip.AddrPort{}, refuse(r, h.String()+" resolves to a denied address ("+d+")")
+		}
+	}
+	return netip.AddrPortFrom(addrs[0].Unmap().WithZone(""), uint16(port)), nil
+}
+
+// dial connects to a checked address.
+func (p *Proxy) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, *verdict) {
+	dctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.DialTimeout)
+	defer cancel()
+	c, err := p.cfg.Dialer.DialContext(dctx, "tcp", ap.String())
+	if err != nil {
+		return nil, refuse(ReasonDial, "upstream did not answer")
+	}
+	return c, nil
+}
