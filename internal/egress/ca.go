@@ -74,6 +74,16 @@ func (a *authority) leaf(name string) (*tls.Certificate, error) {
 	if c, ok := a.leaves[name]; ok {
 		return c, nil
 	}
+	c, err := a.leafFor([]string{name})
+	if err != nil {
+		return nil, err
+	}
+	a.leaves[name] = c
+	return c, nil
+}
+
+// leafFor signs a new leaf for names.
+func (a *authority) leafFor(names []string) (*tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("egress: leaf key: %w", err)
@@ -81,24 +91,24 @@ func (a *authority) leaf(name string) (*tls.Certificate, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: randomSerial(),
-		Subject:      pkix.Name{CommonName: name},
+		Subject:      pkix.Name{CommonName: names[0]},
 		NotBefore:    now.Add(-time.Minute),
 		NotAfter:     a.cert.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	if ip := net.ParseIP(name); ip != nil {
-		tmpl.IPAddresses = []net.IP{ip}
-	} else {
-		tmpl.DNSNames = []string{name}
+	for _, name := range names {
+		if ip := net.ParseIP(name); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, name)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
 	if err != nil {
-		return nil, fmt.Errorf("egress: leaf for %s: %w", name, err)
+		return nil, fmt.Errorf("egress: leaf for %s: %w", names[0], err)
 	}
-	c := &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: nil}
-	a.leaves[name] = c
-	return c, nil
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 func randomSerial() *big.Int {

@@ -116,7 +116,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: limits must not be negative (0 takes the default)", ErrInvalidConfig)
 	case l.HeaderTimeout < 0, l.DialTimeout < 0, l.IdleTimeout < 0, c.CAValidity < 0:
 		return fmt.Errorf("%w: timeouts must not be negative (0 takes the default)", ErrInvalidConfig)
-	case l.MaxHeaderBytes < 1024:
+	case l.MaxHeaderBytes != 0 && l.MaxHeaderBytes < 1024:
 		return fmt.Errorf("%w: limits.max_header_bytes %d is below 1024; real clients send more", ErrInvalidConfig, l.MaxHeaderBytes)
 	}
 	for _, ep := range c.WorkerEndpoints {

@@ -68,7 +68,12 @@ func (p *Proxy) readHead(c *idleConn, br *bufio.Reader) (*head, Reason, string, 
 		case err != nil:
 			return nil, ReasonBadRequest, "connection ended inside the request header", errClientDone
 		}
-		n = max(br.Buffered(), n) + 1
+		// Search what is buffered already before waiting for one more byte.
+		if b := br.Buffered(); b > len(buf) {
+			n = b
+		} else {
+			n = len(buf) + 1
+		}
 	}
 }
 

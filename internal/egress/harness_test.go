@@ -1,0 +1,351 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The tests' network: names resolve (stubResolver) to 198.18.0.0/15 addresses, which the
+// stubDialer maps to httptest servers on 127.0.0.1. What the proxy dials is what it checked,
+// and no packet leaves loopback.
+const (
+	realToken = "sk-live-REALvalue0123456789abcdefXYZ" // the secret's real value
+	apiAddr   = "198.18.0.10"                          // api.example.com: the bound host
+	pkgAddr   = "198.18.0.11"                          // pkg.example.com: allowed, no secret
+	filesAddr = "198.18.0.12"                          // *.files.example.com
+	plainAddr = "198.18.0.13"                          // plain.example.com
+	hostAddr  = "198.18.0.99"                          // an address of "this host"
+)
+
+// stubResolver answers from a table; a name with several answers gives them in turn (rebinding).
+type stubResolver struct {
+	mu    sync.Mutex
+	names map[string][][]netip.Addr
+	calls map[string]int
+}
+
+func (r *stubResolver) LookupNetIP(_ context.Context, _, name string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	answers, ok := r.names[name]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
+	}
+	i := min(r.calls[name], len(answers)-1)
+	r.calls[name]++
+	return answers[i], nil
+}
+
+// stubDialer maps checked addresses to loopback servers and records every address asked for.
+type stubDialer struct {
+	mu     sync.Mutex
+	routes map[string]string // "198.18.x.y:port" -> "127.0.0.1:port"
+	dialed []string
+}
+
+func (d *stubDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	d.dialed = append(d.dialed, addr)
+	to, ok := d.routes[addr]
+	d.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("stub dialer: no route to %s", addr)
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, to)
+}
+
+func (d *stubDialer) seen() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.dialed...)
+}
+
+// upstream records the requests a test server got.
+type upstream struct {
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	u.mu.Lock()
+	u.reqs = append(u.reqs, r)
+	u.mu.Unlock()
+	fmt.Fprintf(w, "hello from %s, %d bytes in", r.Host, len(body))
+}
+
+func (u *upstream) last(t *testing.T) *http.Request {
+	t.Helper()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.reqs) == 0 {
+		t.Fatal("the upstream got no request")
+	}
+	return u.reqs[len(u.reqs)-1]
+}
+
+func (u *upstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.reqs)
+}
+
+// harness is one proxy with its upstreams, resolver, dialer and everything it reported.
+type harness struct {
+	proxy     *Proxy
+	sock      string
+	resolver  *stubResolver
+	dialer    *stubDialer
+	tlsUp     *upstream // api, pkg and files over TLS
+	plainUp   *upstream // plain HTTP on every name
+	upCA      *x509.CertPool
+	upCAPEM   []byte
+	reg       *prometheus.Registry
+	logs      *bytes.Buffer
+	mu        sync.Mutex
+	decisions []Decision
+}
+
+func (h *harness) record(d Decision) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.decisions = append(h.decisions, d)
+}
+
+func (h *harness) last(t *testing.T) Decision {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.decisions) == 0 {
+		t.Fatal("no decision recorded")
+	}
+	return h.decisions[len(h.decisions)-1]
+}
+
+func (h *harness) all() []Decision {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Decision(nil), h.decisions...)
+}
+
+func testPolicy() Policy {
+	return Policy{
+		Allow: []string{"api.example.com", "pkg.example.com:443", "*.files.example.com", "plain.example.com:80", "127.0.0.1"},
+		Secrets: []Secret{
+			{Env: "EXAMPLE_TOKEN", Value: realToken, Hosts: []string{"api.example.com"}},
+		},
+	}
+}
+
+// setup starts the upstreams and a proxy on a unix socket; tweak adjusts the config.
+func setup(t *testing.T, tweak func(*Config)) *harness {
+	t.Helper()
+	caPEM, ca, leaf := testUpstreamCert(t, "api.example.com", "pkg.example.com", "*.files.example.com")
+	h := &harness{tlsUp: &upstream{}, plainUp: &upstream{}, upCA: ca, upCAPEM: caPEM, reg: prometheus.NewRegistry(), logs: &bytes.Buffer{}}
+	tlsSrv := httptest.NewUnstartedServer(h.tlsUp)
+	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
+	tlsSrv.StartTLS()
+	t.Cleanup(tlsSrv.Close)
+	plainSrv := httptest.NewServer(h.plainUp)
+	t.Cleanup(plainSrv.Close)
+	tlsHost, plainHost := tlsSrv.Listener.Addr().String(), plainSrv.Listener.Addr().String()
+	h.dialer = &stubDialer{routes: map[string]string{}}
+	for _, a := range []string{apiAddr, pkgAddr, filesAddr, plainAddr} {
+		h.dialer.routes[a+":443"] = tlsHost
+		h.dialer.routes[a+":80"] = plainHost
+	}
+	h.resolver = &stubResolver{names: testNames(), calls: map[string]int{}}
+	cfg := Config{
+		Resolver: h.resolver, Dialer: h.dialer, UpstreamCAPEM: caPEM,
+		AllowedCIDRs:    []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
+		WorkerEndpoints: []string{"nats.files.example.com:4222", filesAddr + ":9000"},
+		HostAddrs:       []netip.Addr{netip.MustParseAddr(hostAddr)},
+		Metrics:         NewMetrics(h.reg),
+		Logger:          slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		OnDecision:      h.record,
+		Limits:          Limits{HeaderTimeout: 2 * time.Second, MaxTunnels: 8},
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	p, err := New(cfg, testPolicy())
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	h.proxy = p
+	h.sock = filepath.Join(t.TempDir(), "egress.sock")
+	ln, err := net.Listen("unix", h.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return h
+}
+
+func testNames() map[string][][]netip.Addr {
+	one := func(s ...string) [][]netip.Addr {
+		var as []netip.Addr
+		for _, a := range s {
+			as = append(as, netip.MustParseAddr(a))
+		}
+		return [][]netip.Addr{as}
+	}
+	n := map[string][][]netip.Addr{
+		"api.example.com":        one(apiAddr),
+		"pkg.example.com":        one(pkgAddr),
+		"a.files.example.com":    one(filesAddr),
+		"plain.example.com":      one(plainAddr),
+		"other.example.com":      one(pkgAddr),
+		"nats.files.example.com": one(filesAddr),
+		"rebind.files.example.com": {
+			{netip.MustParseAddr(filesAddr)}, {netip.MustParseAddr("127.0.0.1")},
+		},
+	}
+	for name, addr := range deniedNames {
+		n[name] = one(strings.Split(addr, ",")...)
+	}
+	return n
+}
+
+// deniedNames are allowed names (under *.files.example.com) that resolve to denied addresses.
+var deniedNames = map[string]string{
+	"lo.files.example.com":         "127.0.0.1",
+	"lo8.files.example.com":        "127.8.9.10",
+	"lo6.files.example.com":        "::1",
+	"meta.files.example.com":       "169.254.169.254",
+	"meta6.files.example.com":      "fd00:ec2::254",
+	"mapped.files.example.com":     "::ffff:127.0.0.1",
+	"compat.files.example.com":     "::127.0.0.1",
+	"nat64.files.example.com":      "64:ff9b::a9fe:a9fe",
+	"sixtofour.files.example.com":  "2002:7f00:1::1",
+	"teredo.files.example.com":     "2001:0:4136:e378:8000:63bf:80ff:fffe",
+	"private.files.example.com":    "10.0.0.1",
+	"private172.files.example.com": "172.16.5.4",
+	"private192.files.example.com": "192.168.1.1",
+	"cgnat.files.example.com":      "100.64.0.1",
+	"doc.files.example.com":        "192.0.2.1",
+	"mcast.files.example.com":      "224.0.0.1",
+	"bcast.files.example.com":      "255.255.255.255",
+	"zero.files.example.com":       "0.0.0.0",
+	"ula.files.example.com":        "fc00::1",
+	"ll6.files.example.com":        "fe80::1",
+	"self.files.example.com":       hostAddr,
+	"mixed.files.example.com":      filesAddr + ",127.0.0.1",
+}
+
+// testUpstreamCert makes a CA and a leaf for names, as the upstreams' own PKI.
+func testUpstreamCert(t *testing.T, names ...string) ([]byte, *x509.CertPool, tls.Certificate) {
+	t.Helper()
+	a2, err := newAuthority(time.Hour, []string{"example.com"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := a2.leafFor(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(a2.pem)
+	return a2.pem, pool, *leaf
+}
+
+// dialProxy opens a connection to the proxy's socket.
+func (h *harness) dialProxy(t *testing.T) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", h.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// raw sends payload on a new connection and returns the proxy's answer.
+func (h *harness) raw(t *testing.T, payload string) *http.Response {
+	t.Helper()
+	c := h.dialProxy(t)
+	if _, err := io.WriteString(c, payload); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the proxy's answer: %v", err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// client is an HTTP client that uses the proxy, trusting the upstreams' CA and the job CA.
+func (h *harness) client(t *testing.T) *http.Client {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(h.upCAPEM)
+	roots.AppendCertsFromPEM(h.proxy.CACertPEM())
+	tr := &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy.invalid:3128"}),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", h.sock)
+		},
+		TLSClientConfig:   &tls.Config{RootCAs: roots},
+		DisableKeepAlives: true,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+func (h *harness) placeholder(t *testing.T) string {
+	t.Helper()
+	for _, kv := range h.proxy.Env("127.0.0.1:3128", "") {
+		if v, ok := strings.CutPrefix(kv, "EXAMPLE_TOKEN="); ok {
+			return v
+		}
+	}
+	t.Fatal("no placeholder for EXAMPLE_TOKEN in Env")
+	return ""
+}
+
+// waitDecision waits for a decision matching cond: a spliced tunnel is decided when it ends,
+// after the client has its response.
+func (h *harness) waitDecision(t *testing.T, what string, cond func(Decision) bool) Decision {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, d := range h.all() {
+			if cond(d) {
+				return d
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for a decision: %s; have %+v", what, h.all())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
