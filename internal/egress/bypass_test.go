@@ -1,0 +1,232 @@
+package egress
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// bypass is one attempt to get past the proxy. Raw rows send bytes and read the refusal; run
+// rows drive a connection themselves. Every row must end in a denied decision with want, and
+// the stub dialer must have been asked for nothing.
+type bypass struct {
+	name  string
+	raw   string
+	run   func(t *testing.T, h *harness)
+	tweak func(*Config)
+	want  Reason
+}
+
+func connectReq(authority string) string {
+	return "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n"
+}
+
+func getReq(url, hostField string, extra ...string) string {
+	return "GET " + url + " HTTP/1.1\r\nHost: " + hostField + "\r\n" + strings.Join(extra, "") + "\r\n"
+}
+
+func postPlain(fields string) string {
+	return "POST http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n" + fields + "\r\nhello"
+}
+
+func bypassRows() []bypass {
+	rows := []bypass{
+		// IP literals: normalised, so the allow entry "127.0.0.1" matches every spelling of it
+		// and the address table still refuses; no name rule ever matches an address.
+		{name: "CONNECT dotted loopback", raw: connectReq("127.0.0.1:443"), want: ReasonDeniedAddress},
+		{name: "CONNECT decimal loopback", raw: connectReq("2130706433:443"), want: ReasonDeniedAddress},
+		{name: "CONNECT octal loopback", raw: connectReq("0177.0.0.1:443"), want: ReasonDeniedAddress},
+		{name: "CONNECT hex-dotted loopback", raw: connectReq("0x7f.0.0.1:443"), want: ReasonDeniedAddress},
+		{name: "CONNECT hex loopback", raw: connectReq("0x7f000001:443"), want: ReasonDeniedAddress},
+		{name: "CONNECT octal whole loopback", raw: connectReq("017700000001:443"), want: ReasonDeniedAddress},
+		{name: "CONNECT short loopback", raw: connectReq("127.1:443"), want: ReasonDeniedAddress},
+		{name: "CONNECT trailing-dot loopback", raw: connectReq("127.0.0.1.:443"), want: ReasonDeniedAddress},
+		{name: "CONNECT IPv4-mapped loopback", raw: connectReq("[::ffff:127.0.0.1]:443"), want: ReasonDeniedAddress},
+		{name: "CONNECT IPv6 loopback", raw: connectReq("[::1]:443"), want: ReasonNotAllowed},
+		{name: "CONNECT long IPv6 loopback", raw: connectReq("[0:0:0:0:0:0:0:1]:443"), want: ReasonNotAllowed},
+		{name: "CONNECT metadata", raw: connectReq("169.254.169.254:80"), want: ReasonNotAllowed},
+		{name: "CONNECT IPv6 metadata", raw: connectReq("[fd00:ec2::254]:80"), want: ReasonNotAllowed},
+		{name: "CONNECT an allowed name's address", raw: connectReq(apiAddr + ":443"), want: ReasonNotAllowed},
+		{name: "CONNECT an allowed name's address, decimal", raw: connectReq("3323068426:443"), want: ReasonNotAllowed},
+		{name: "CONNECT an allowed name's address, hex", raw: connectReq("0xc6.0x12.0.0xa:443"), want: ReasonNotAllowed},
+		{name: "GET decimal loopback", raw: getReq("http://2130706433/", "2130706433"), want: ReasonDeniedAddress},
+		{name: "GET percent-encoded loopback", raw: getReq("http://%31%32%37.0.0.1/", "127.0.0.1"), want: ReasonBadRequest},
+		{name: "GET metadata", raw: getReq("http://169.254.169.254/latest/meta-data/", "169.254.169.254"), want: ReasonNotAllowed},
+		{name: "GET localhost", raw: getReq("http://localhost/", "localhost"), want: ReasonNotAllowed},
+		{name: "CONNECT localhost", raw: connectReq("localhost:443"), want: ReasonNotAllowed},
+		// The worker's own endpoints, by name and by the address a name resolves to.
+		{name: "CONNECT the NATS endpoint by name", raw: connectReq("nats.files.example.com:4222"), want: ReasonWorkerEndpoint},
+		{name: "CONNECT the store endpoint's address by an allowed name", raw: connectReq("a.files.example.com:9000"), want: ReasonWorkerEndpoint},
+		// Names and ports outside the allowlist.
+		{name: "CONNECT an allowed name on another port", raw: connectReq("pkg.example.com:8443"), want: ReasonNotAllowed},
+		{name: "CONNECT a wildcard's apex", raw: connectReq("files.example.com:443"), want: ReasonNotAllowed},
+		{name: "CONNECT an allowed name as a prefix", raw: connectReq("api.example.com.evil.test:443"), want: ReasonNotAllowed},
+		{name: "CONNECT a lookalike suffix", raw: connectReq("evilfiles.example.com:443"), want: ReasonNotAllowed},
+		{name: "GET an allowed name on another port", raw: getReq("http://plain.example.com:8080/", "plain.example.com:8080"), want: ReasonNotAllowed},
+		{name: "CONNECT a name that does not resolve", raw: connectReq("nx.files.example.com:443"), want: ReasonResolve},
+		// Host fields that disagree with the target.
+		{name: "GET Host differs from target", raw: getReq("http://plain.example.com/", "lo.files.example.com"), want: ReasonHostMismatch},
+		{name: "GET Host port differs from target", raw: getReq("http://plain.example.com/", "plain.example.com:81"), want: ReasonHostMismatch},
+		{name: "CONNECT Host differs from target", raw: "CONNECT a.files.example.com:443 HTTP/1.1\r\nHost: lo.files.example.com:443\r\n\r\n", want: ReasonHostMismatch},
+		// Request smuggling shapes.
+		{name: "CL then TE", raw: postPlain("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"), want: ReasonSmuggling},
+		{name: "TE then CL", raw: postPlain("Transfer-Encoding: chunked\r\nContent-Length: 5\r\n"), want: ReasonSmuggling},
+		{name: "two different CL", raw: postPlain("Content-Length: 5\r\nContent-Length: 6\r\n"), want: ReasonSmuggling},
+		{name: "two equal CL", raw: postPlain("Content-Length: 5\r\nContent-Length: 5\r\n"), want: ReasonSmuggling},
+		{name: "TE xchunked", raw: postPlain("Transfer-Encoding: xchunked\r\n"), want: ReasonSmuggling},
+		{name: "TE chunked, identity", raw: postPlain("Transfer-Encoding: chunked, identity\r\n"), want: ReasonSmuggling},
+		{name: "space before colon", raw: postPlain("Transfer-Encoding : chunked\r\n"), want: ReasonSmuggling},
+		{name: "folded TE", raw: postPlain("X-A: b\r\n Transfer-Encoding: chunked\r\n"), want: ReasonSmuggling},
+		{name: "bare LF", raw: postPlain("X-A: b\nTransfer-Encoding: chunked\r\n"), want: ReasonSmuggling},
+		{name: "CL with a sign", raw: postPlain("Content-Length: +5\r\n"), want: ReasonSmuggling},
+		{name: "CL in hex", raw: postPlain("Content-Length: 0x5\r\n"), want: ReasonSmuggling},
+		{name: "two Host fields", raw: getReq("http://plain.example.com/", "plain.example.com", "Host: lo.files.example.com\r\n"), want: ReasonSmuggling},
+		{name: "TE on HTTP/1.0", raw: "POST http://plain.example.com/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", want: ReasonSmuggling},
+		{name: "NUL in a value", raw: getReq("http://plain.example.com/", "plain.example.com", "X-A: a\x00b\r\n"), want: ReasonSmuggling},
+		// Malformed and unsupported.
+		{name: "origin-form to the proxy", raw: getReq("/", "plain.example.com"), want: ReasonBadRequest},
+		{name: "https absolute-form", raw: getReq("https://api.example.com/", "api.example.com"), want: ReasonBadRequest},
+		{name: "TRACE", raw: "TRACE http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n\r\n", want: ReasonMethod},
+		{name: "garbage request line", raw: "HELLO\r\n\r\n", want: ReasonBadRequest},
+		{name: "CONNECT without a port", raw: connectReq("a.files.example.com"), want: ReasonBadRequest},
+		{name: "oversize header", raw: getReq("http://plain.example.com/", "plain.example.com", "X-Big: "+strings.Repeat("a", 64<<10)+"\r\n"), want: ReasonHeaderTooLarge},
+		{name: "slow client", run: slowHeader, tweak: shortHeaderTimeout, want: ReasonHeaderTimeout},
+		{name: "no ClientHello after CONNECT", run: silentTunnel, tweak: shortHeaderTimeout, want: ReasonHeaderTimeout},
+		{name: "SNI differs from the CONNECT host", run: tlsThrough("a.files.example.com:443", "other.example.com"), want: ReasonSNIMismatch},
+		{name: "SNI of a denied name", run: tlsThrough("a.files.example.com:443", "lo.files.example.com"), want: ReasonSNIMismatch},
+		{name: "no SNI for a name", run: tlsThrough("a.files.example.com:443", ""), want: ReasonSNIMismatch},
+		{name: "SSH through a tunnel", run: plainThrough("a.files.example.com:443", "SSH-2.0-OpenSSH_9.6\r\n"), want: ReasonNotTLS},
+		{name: "plain HTTP through a tunnel", run: plainThrough("a.files.example.com:443", getReq("/", "a.files.example.com")), want: ReasonNotTLS},
+		{name: "terminated: absolute-URI for another host", run: inside(getReq("https://other.example.com/", "api.example.com")), want: ReasonHostMismatch},
+		{name: "terminated: Host of another host", run: inside(getReq("/", "other.example.com")), want: ReasonHostMismatch},
+		{name: "terminated: CL and TE", run: inside("POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), want: ReasonSmuggling},
+		{name: "terminated: CONNECT inside", run: inside(connectReq("pkg.example.com:443")), want: ReasonMethod},
+		{name: "more tunnels than the cap", run: overTunnelCap, tweak: func(c *Config) { c.Limits.MaxTunnels = 2 }, want: ReasonTunnelCap},
+	}
+	for name := range deniedNames {
+		rows = append(rows, bypass{name: "CONNECT " + name, raw: connectReq(name + ":443"), want: ReasonDeniedAddress})
+	}
+	return rows
+}
+
+func TestBypass(t *testing.T) {
+	rows := bypassRows()
+	if len(rows) < 40 {
+		t.Fatalf("%d bypass rows, want at least 40", len(rows))
+	}
+	for _, tt := range rows {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, tt.tweak)
+			if tt.raw != "" {
+				resp := h.raw(t, tt.raw)
+				if got := Reason(resp.Header.Get("X-Boxcar-Egress")); got != tt.want || resp.StatusCode < 400 {
+					t.Fatalf("answer %d %q, want a refusal for %s", resp.StatusCode, got, tt.want)
+				}
+			} else {
+				tt.run(t, h)
+			}
+			d := h.waitDecision(t, "the refusal", func(d Decision) bool { return !d.Allowed })
+			if d.Reason != tt.want {
+				t.Errorf("decision %+v, want %s", d, tt.want)
+			}
+			if got := h.dialer.seen(); len(got) != 0 {
+				t.Errorf("the proxy dialled %v", got)
+			}
+			if n := h.tlsUp.count() + h.plainUp.count(); n != 0 {
+				t.Errorf("the upstreams got %d requests", n)
+			}
+		})
+	}
+}
+
+func shortHeaderTimeout(c *Config) { c.Limits.HeaderTimeout = 200 * time.Millisecond }
+
+// slowHeader sends half a header and waits for the proxy to give up.
+func slowHeader(t *testing.T, h *harness) {
+	c := h.dialProxy(t)
+	io.WriteString(c, "GET http://plain.example.com/ HTTP/1.1\r\nHost: plain.exa")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("want 408, got %v, %v", resp, err)
+	}
+}
+
+// connectOK opens a tunnel and reads the proxy's 200.
+func (h *harness) connectOK(t *testing.T, authority string) net.Conn {
+	t.Helper()
+	c := h.dialProxy(t)
+	io.WriteString(c, connectReq(authority))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT %s: %v, %v", authority, resp, err)
+	}
+	if br.Buffered() != 0 {
+		t.Fatal("bytes after the 200")
+	}
+	return c
+}
+
+// silentTunnel opens a tunnel and sends nothing; the proxy must close it.
+func silentTunnel(t *testing.T, h *harness) {
+	c := h.connectOK(t, "a.files.example.com:443")
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("want the tunnel closed, got %v", err)
+	}
+}
+
+// tlsThrough opens a tunnel to authority and starts TLS with serverName as SNI.
+func tlsThrough(authority, serverName string) func(*testing.T, *harness) {
+	return func(t *testing.T, h *harness) {
+		c := h.connectOK(t, authority)
+		tc := tls.Client(c, &tls.Config{ServerName: serverName, InsecureSkipVerify: serverName == ""})
+		if err := tc.Handshake(); err == nil {
+			t.Fatal("the handshake went through")
+		}
+	}
+}
+
+// plainThrough opens a tunnel and sends something that is not TLS.
+func plainThrough(authority, payload string) func(*testing.T, *harness) {
+	return func(t *testing.T, h *harness) {
+		c := h.connectOK(t, authority)
+		io.WriteString(c, payload)
+		if b, _ := io.ReadAll(c); len(b) != 0 {
+			t.Fatalf("got %q back", b)
+		}
+	}
+}
+
+// inside opens a terminated tunnel to the bound host and sends payload in it.
+func inside(payload string) func(*testing.T, *harness) {
+	return func(t *testing.T, h *harness) {
+		c := h.connectOK(t, "api.example.com:443")
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(h.proxy.CACertPEM())
+		tc := tls.Client(c, &tls.Config{ServerName: "api.example.com", RootCAs: roots})
+		if _, err := io.WriteString(tc, payload); err != nil {
+			t.Fatalf("TLS with the job CA: %v", err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil || resp.StatusCode < 400 {
+			t.Fatalf("want a refusal, got %v, %v", resp, err)
+		}
+	}
+}
+
+// overTunnelCap holds two tunnels open and asks for a third.
+func overTunnelCap(t *testing.T, h *harness) {
+	h.connectOK(t, "a.files.example.com:443")
+	h.connectOK(t, "pkg.example.com:443")
+	resp := h.raw(t, connectReq("a.files.example.com:443"))
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third tunnel: %d, want 429", resp.StatusCode)
+	}
+}
+
