@@ -229,4 +229,3 @@ func overTunnelCap(t *testing.T, h *harness) {
 		t.Fatalf("third tunnel: %d, want 429", resp.StatusCode)
 	}
 }
-

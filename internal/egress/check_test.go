@@ -1,0 +1,209 @@
+package egress
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestRebinding: a name that resolves to an allowed address, then to loopback, is resolved
+// once per request, and the address checked is the one dialled.
+func TestRebinding(t *testing.T) {
+	h := setup(t, nil)
+	if status, _ := get(t, h, "https://rebind.files.example.com/", "x"); status != http.StatusOK {
+		t.Fatalf("first request: %d", status)
+	}
+	h.waitDecision(t, "the first tunnel", func(d Decision) bool { return d.Allowed && d.Addr == filesAddr+":443" })
+	if h.resolver.calls["rebind.files.example.com"] != 1 {
+		t.Fatalf("resolved %d times for one request", h.resolver.calls["rebind.files.example.com"])
+	}
+	req, _ := http.NewRequest(http.MethodGet, "https://rebind.files.example.com/", nil)
+	if _, err := h.client(t).Do(req); err == nil {
+		t.Fatal("the rebound name went through")
+	}
+	d := h.waitDecision(t, "the refusal", func(d Decision) bool { return !d.Allowed })
+	if d.Reason != ReasonDeniedAddress {
+		t.Fatalf("decision %+v", d)
+	}
+	if got := h.dialer.seen(); !slices.Equal(got, []string{filesAddr + ":443"}) {
+		t.Fatalf("dialled %v, want only the checked %s:443", got, filesAddr)
+	}
+}
+
+func TestCaps(t *testing.T) {
+	tests := []struct {
+		name  string
+		tweak func(*Config)
+		want  Reason
+	}{
+		{"request cap", func(c *Config) { c.Limits.MaxRequests = 1 }, ReasonRequestCap},
+		{"byte cap", func(c *Config) { c.Limits.MaxBytes = 300 }, ReasonByteCap},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, tt.tweak)
+			for range 3 {
+				req, _ := http.NewRequest(http.MethodGet, "http://plain.example.com/", nil)
+				if resp, err := h.client(t).Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+			if d := h.waitDecision(t, "a refusal", func(d Decision) bool { return !d.Allowed }); d.Reason != tt.want {
+				t.Fatalf("decision %+v, want %s", d, tt.want)
+			}
+		})
+	}
+}
+
+func TestSummaryAndMetrics(t *testing.T) {
+	h := setup(t, nil)
+	ph := h.placeholder(t)
+	get(t, h, "https://api.example.com/a", ph)
+	get(t, h, "http://plain.example.com/b", ph)
+	h.raw(t, connectReq("lo.files.example.com:443"))
+	h.waitDecision(t, "three", func(Decision) bool { return len(h.all()) >= 4 })
+	s := h.proxy.Summary()
+	if s.Denied != 1 || s.Requests != 4 || len(s.Hosts) != 2 || s.Hosts[0].Host != "api.example.com" || s.Hosts[0].Requests != 2 ||
+		s.Hosts[1].Host != "plain.example.com" || s.Hosts[1].BytesIn == 0 || !slices.Equal(s.Secrets, []string{"EXAMPLE_TOKEN"}) {
+		t.Fatalf("summary %+v", s)
+	}
+	if n := testutil.ToFloat64(h.proxy.cfg.Metrics.Decisions.WithLabelValues("denied", string(ReasonDeniedAddress))); n != 1 {
+		t.Fatalf("denied decisions %v", n)
+	}
+	if text := gatherText(t, h); strings.Contains(text, "files.example.com") || strings.Contains(text, "api.example.com") {
+		t.Fatal("a host name is in the metrics")
+	}
+}
+
+func TestParseHost(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"Example.COM.", "example.com"},
+		{"127.0.0.1", "127.0.0.1"},
+		{"2130706433", "127.0.0.1"},
+		{"0177.0.0.01", "127.0.0.1"},
+		{"0x7F.1", "127.0.0.1"},
+		{"0x7f000001", "127.0.0.1"},
+		{"127.1", "127.0.0.1"},
+		{"127.0.1", "127.0.0.1"},
+		{"0", "0.0.0.0"},
+		{"[::ffff:7f00:1]", "127.0.0.1"},
+		{"[::FFFF:127.0.0.1]", "127.0.0.1"},
+		{"[0::1]", "::1"},
+		{"::1", "::1"},
+		{"a_b.example.com", "a_b.example.com"},
+		{"1.2.3.0x", "1.2.3.0"}, // WHATWG reads a bare 0x as 0
+	}
+	for _, tt := range tests {
+		h, err := parseHost(tt.in)
+		if err != nil || h.String() != tt.want {
+			t.Errorf("parseHost(%q) = %q, %v; want %q", tt.in, h.String(), err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "256.0.0.1", "1.2.3.4.5", "example.123", "[fe80::1%eth0]", "a b.com", "ex%61mple.com", "-a.com", "xn--.com\x00", "09.1.1.1", "[::1"} {
+		if h, err := parseHost(bad); err == nil {
+			t.Errorf("parseHost(%q) = %q, want an error", bad, h.String())
+		}
+	}
+}
+
+func TestAddrFilter(t *testing.T) {
+	f, err := newAddrFilter(Config{
+		AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("64:ff9b::/96")},
+		DeniedCIDRs:  []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")},
+		Resolver:     &stubResolver{}, Limits: Limits{DialTimeout: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		addr string
+		ok   bool
+	}{
+		{"198.18.0.1", true},          // lifted by AllowedCIDRs
+		{"198.19.0.1", false},         // DeniedCIDRs win
+		{"127.0.0.1", false},          // loopback is never lifted
+		{"169.254.169.254", false},    // metadata
+		{"fd00:ec2::254", false},      // metadata, IPv6
+		{"10.1.2.3", false},           // private, not lifted
+		{"100.100.100.100", false},    // CGNAT
+		{"203.0.113.9", false},        // documentation
+		{"240.0.0.1", false},          // reserved
+		{"64:ff9b::c612:1", true},     // NAT64 lifted, embeds 198.18.0.1
+		{"64:ff9b::7f00:1", false},    // NAT64 lifted, but embeds loopback
+		{"64:ff9b::a9fe:a9fe", false}, // embeds metadata
+		{"2002:c612:1::", false},      // 6to4, not lifted
+		{"::ffff:169.254.169.254", false},
+		{"8.8.8.8", true},
+		{"2606:4700::1111", true},
+	}
+	for _, tt := range tests {
+		r, _ := f.check(netip.MustParseAddr(tt.addr), 443)
+		if (r == "") != tt.ok {
+			t.Errorf("check(%s) = %q, want ok=%v", tt.addr, r, tt.ok)
+		}
+	}
+}
+
+func TestPolicyErrors(t *testing.T) {
+	good := Secret{Env: "T", Value: realToken, Hosts: []string{"a.example.com"}}
+	tests := []struct {
+		name   string
+		policy Policy
+	}{
+		{"empty entry", Policy{Allow: []string{""}}},
+		{"bad port", Policy{Allow: []string{"a.example.com:0"}}},
+		{"port out of range", Policy{Allow: []string{"a.example.com:70000"}}},
+		{"bare wildcard", Policy{Allow: []string{"*.com"}}},
+		{"wildcard address", Policy{Allow: []string{"*.1.2.3.4"}}},
+		{"bad name", Policy{Allow: []string{"a/b"}}},
+		{"secret host not allowed", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "T", Value: realToken, Hosts: []string{"b.example.com"}}}}},
+		{"secret with no host", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "T", Value: realToken}}}},
+		{"secret env not a name", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "1T", Value: realToken, Hosts: []string{"a.example.com"}}}}},
+		{"secret too short", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "T", Value: "abc", Hosts: []string{"a.example.com"}}}}},
+		{"secret env twice", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{good, good}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(Config{}, tt.policy)
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Fatalf("New: %v, want ErrInvalidPolicy", err)
+			}
+			if strings.Contains(err.Error(), realToken) {
+				t.Fatal("the error holds the value")
+			}
+		})
+	}
+}
+
+// TestCAConstraints: the job CA vouches only for the secret-bound hosts.
+func TestCAConstraints(t *testing.T) {
+	h := setup(t, nil)
+	block, _ := pem.Decode(h.proxy.CACertPEM())
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	for name, ok := range map[string]bool{"api.example.com": true, "pkg.example.com": false, "evil.test": false} {
+		leaf, err := h.proxy.ca.leaf(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, _ := x509.ParseCertificate(leaf.Certificate[0])
+		_, err = cert.Verify(x509.VerifyOptions{DNSName: name, Roots: roots})
+		if (err == nil) != ok {
+			t.Errorf("leaf for %s verifies: %v, want %v", name, err, ok)
+		}
+	}
+	if ca.PublicKeyAlgorithm != x509.ECDSA || ca.NotAfter.Sub(ca.NotBefore) > 25*60*60*1e9 {
+		t.Errorf("CA: %v, valid %v", ca.PublicKeyAlgorithm, ca.NotAfter.Sub(ca.NotBefore))
+	}
+}

