@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench: runs the seven side-by-side benchmarks of docs/performance.md (BENCH_COUNT times
+# make bench: runs the side-by-side benchmarks of docs/performance.md (BENCH_COUNT times
 # each, default 3), keeps the raw `go test -bench` output in bin/bench.txt (benchstat reads it)
 # and prints one table of them (scripts/benchtable.sh). BENCH_CLUSTER=0 leaves out row 7.
 set -euo pipefail
@@ -25,6 +25,7 @@ run . ./internal/sandbox '^BenchmarkBubblewrapLifecycle$' 30x
 run . ./test/bench '^BenchmarkJobOverhead$' 30x
 run . ./test/bench '^BenchmarkWorkerMemory$' 1x
 run . ./test/bench '^BenchmarkFailover$' 3x
+run . ./internal/egress '^Benchmark(ProxyHTTPS|CAAndFirstLeaf)$' 200x
 if grep -qs 'func BenchmarkSubmitJobs' internal/submitcmd/*_test.go; then
 	run . ./internal/submitcmd '^BenchmarkSubmitJobs$' 1x
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# benchtable.sh FILE: one table of the seven rows of docs/performance.md from `go test -bench`
+# benchtable.sh FILE: one table of the rows of docs/performance.md from `go test -bench`
 # output. Each figure is the median of the runs in FILE with its range [min-max]; a row whose
 # benchmark is not in FILE says so: no figure is ever made up.
 set -euo pipefail
@@ -11,7 +11,10 @@ rows='1|queue layer: jobs/s fetch->run->ack vs raw fetch+double-ack|BenchmarkQue
 4|memory: worker RSS per in-flight job; a 64 MiB artifact job|BenchmarkWorkerMemory|MiB/job-at-1<=2,MiB/job-at-50<=2,artifact-MiB<=8
 5|failover: SIGKILL->redelivery; SIGTERM->handover|BenchmarkFailover|sigkill-excess-ms<=1000,sigterm-ms<=1000
 6|submission: submit run --jobs FILE vs raw publishes|BenchmarkSubmitJobs|ratio_to_raw>=0.5,jobs/s>=200
-7|cluster pod start: Boxcar Start vs bare client-go|BenchmarkPodStart|x-of-bare-p50<=1.1'
+7|cluster pod start: Boxcar Start vs bare client-go|BenchmarkPodStart|x-of-bare-p50<=1.1
+8|egress: HTTPS GET through the proxy (tunnel) vs direct|BenchmarkProxyHTTPS/splice|overhead-p50-ms<=2,overhead-p99-ms<=10
+9|egress: HTTPS GET with a secret injected (TLS terminated) vs direct|BenchmarkProxyHTTPS/intercept|overhead-p50-ms<=2,overhead-p99-ms<=10
+10|egress: per-job CA plus first leaf|BenchmarkCAAndFirstLeaf|ms/ca+leaf<=5'
 awk -v rows="$rows" '
 function med(a, n,   i, j, t, s) {
 	for (i = 1; i <= n; i++) s[i] = a[i]

@@ -157,7 +157,7 @@ func testPolicy() Policy {
 }
 
 // setup starts the upstreams and a proxy on a unix socket; tweak adjusts the config.
-func setup(t *testing.T, tweak func(*Config)) *harness {
+func setup(t testing.TB, tweak func(*Config)) *harness {
 	t.Helper()
 	caPEM, ca, leaf := testUpstreamCert(t, "api.example.com", "pkg.example.com", "*.files.example.com")
 	h := &harness{tlsUp: &upstream{}, plainUp: &upstream{}, upCA: ca, upCAPEM: caPEM, reg: prometheus.NewRegistry(), logs: &bytes.Buffer{}}
@@ -261,7 +261,7 @@ var deniedNames = map[string]string{
 }
 
 // testUpstreamCert makes a CA and a leaf for names, as the upstreams' own PKI.
-func testUpstreamCert(t *testing.T, names ...string) ([]byte, *x509.CertPool, tls.Certificate) {
+func testUpstreamCert(t testing.TB, names ...string) ([]byte, *x509.CertPool, tls.Certificate) {
 	t.Helper()
 	a2, err := newAuthority(time.Hour, []string{"example.com"}, nil)
 	if err != nil {
@@ -303,7 +303,7 @@ func (h *harness) raw(t *testing.T, payload string) *http.Response {
 }
 
 // client is an HTTP client that uses the proxy, trusting the upstreams' CA and the job CA.
-func (h *harness) client(t *testing.T) *http.Client {
+func (h *harness) client(t testing.TB) *http.Client {
 	t.Helper()
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(h.upCAPEM)
@@ -321,7 +321,7 @@ func (h *harness) client(t *testing.T) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-func (h *harness) placeholder(t *testing.T) string {
+func (h *harness) placeholder(t testing.TB) string {
 	t.Helper()
 	for _, kv := range h.proxy.Env("127.0.0.1:3128", "") {
 		if v, ok := strings.CutPrefix(kv, "EXAMPLE_TOKEN="); ok {
