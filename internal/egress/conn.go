@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -42,7 +43,7 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	for {
 		hd, req, v, err := p.readRequest(conn, br)
 		start := time.Now()
-		if err == errClientDone && v == nil {
+		if errors.Is(err, errClientDone) && v == nil {
 			return
 		}
 		if v != nil {

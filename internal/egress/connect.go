@@ -27,7 +27,7 @@ func (p *Proxy) connect(ctx context.Context, c *idleConn, br *bufio.Reader, hd *
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	hello, sni, v := p.readClientHello(c, br)
+	hello, sni, v := p.readClientHello(ctx, c, br)
 	if v == nil {
 		v = checkSNI(sni, h)
 	}
@@ -68,7 +68,7 @@ var errHelloRead = errors.New("egress: ClientHello read")
 
 // readClientHello reads the client's first TLS flight with crypto/tls's own parser (a
 // handshake that stops at GetConfigForClient) and returns every byte read, to replay.
-func (p *Proxy) readClientHello(c *idleConn, br *bufio.Reader) ([]byte, string, *verdict) {
+func (p *Proxy) readClientHello(ctx context.Context, c *idleConn, br *bufio.Reader) ([]byte, string, *verdict) {
 	c.hard = time.Now().Add(p.cfg.Limits.HeaderTimeout)
 	defer func() { c.hard = time.Time{} }()
 	first, err := br.Peek(1)
@@ -86,7 +86,7 @@ func (p *Proxy) readClientHello(c *idleConn, br *bufio.Reader) ([]byte, string, 
 	err = tls.Server(rec, &tls.Config{GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
 		sni = hi.ServerName
 		return nil, errHelloRead
-	}}).Handshake()
+	}}).HandshakeContext(ctx)
 	switch {
 	case errors.Is(err, errHelloRead):
 		return rec.buf.Bytes(), sni, nil

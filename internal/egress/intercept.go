@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/base64"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -21,7 +23,8 @@ type tunnel struct {
 	secrets []*secret
 	client  *tls.Conn
 	ic      *idleConn
-	up      net.Conn // verified TLS to addr, dialled on the first request
+	mu      sync.Mutex // guards up against close from the job's end
+	up      net.Conn   // verified TLS to addr, dialled on the first request
 	ubr     *bufio.Reader
 }
 
@@ -52,7 +55,7 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 	for {
 		hd, req, v, err := p.readRequest(ic, tbr)
 		start := time.Now()
-		if err == errClientDone && v == nil {
+		if errors.Is(err, errClientDone) && v == nil {
 			return
 		}
 		if v != nil {
@@ -66,6 +69,8 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 }
 
 func (t *tunnel) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.up != nil {
 		t.up.Close()
 	}
@@ -110,6 +115,8 @@ func (p *Proxy) dialTLS(ctx context.Context, t *tunnel) *verdict {
 		raw.Close()
 		return refuse(ReasonUpstreamTLS, "the upstream's certificate did not verify for "+t.h.String())
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.up, t.ubr = up, bufio.NewReader(up)
 	return nil
 }
