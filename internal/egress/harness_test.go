@@ -121,6 +121,7 @@ type harness struct {
 	upCAPEM   []byte
 	reg       *prometheus.Registry
 	logs      *bytes.Buffer
+	stop      func() error // ends Serve and returns its error
 	mu        sync.Mutex
 	decisions []Decision
 }
@@ -200,9 +201,14 @@ func setup(t testing.TB, tweak func(*Config)) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Serve(ctx, ln) }()
+	var once sync.Once
+	var serveErr error
+	h.stop = func() error {
+		once.Do(func() { cancel(); serveErr = <-done })
+		return serveErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := h.stop(); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})

@@ -1,0 +1,83 @@
+package egress
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestBodies: request bodies (known length, chunked, with Expect: 100-continue) arrive whole
+// through a forwarded request and a terminated tunnel.
+func TestBodies(t *testing.T) {
+	const size = 300 << 10
+	for _, url := range []string{"http://plain.example.com/up", "https://api.example.com/up"} {
+		for _, shape := range []string{"length", "chunked", "expect"} {
+			t.Run(url+" "+shape, func(t *testing.T) {
+				h := setup(t, nil)
+				var body io.Reader = bytes.NewReader(bytes.Repeat([]byte("x"), size))
+				if shape == "chunked" {
+					body = io.MultiReader(body) // hides the length: the client sends chunks
+				}
+				req, _ := http.NewRequest(http.MethodPost, url, body)
+				if shape == "expect" {
+					req.Header.Set("Expect", "100-continue")
+				}
+				resp, err := h.client(t).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				got, _ := io.ReadAll(resp.Body)
+				if want := fmt.Sprintf("%d bytes in", size); !strings.HasSuffix(string(got), want) {
+					t.Fatalf("upstream answered %q, want %q", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestTunnelKeepAlive: requests on one terminated tunnel share one upstream connection, and
+// each is a decision of its own.
+func TestTunnelKeepAlive(t *testing.T) {
+	h := setup(t, nil)
+	c := h.client(t)
+	c.Transport.(*http.Transport).DisableKeepAlives = false
+	for i := range 3 {
+		resp, err := c.Get(fmt.Sprintf("https://api.example.com/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	inner := 0
+	for _, d := range h.all() {
+		if d.Method == http.MethodGet && d.Reason == ReasonIntercepted {
+			inner++
+		}
+	}
+	if n := len(h.dialer.seen()); inner != 3 || n != 1 {
+		t.Fatalf("%d requests decided, %d upstream dials; want 3 and 1", inner, n)
+	}
+}
+
+// TestServeStops: ending the context closes open tunnels and connections, and Serve returns.
+func TestServeStops(t *testing.T) {
+	h := setup(t, nil)
+	tunnel := h.connectOK(t, "pkg.example.com:443")
+	idle := h.dialProxy(t)
+	if err := h.stop(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	for _, c := range []io.Reader{tunnel, idle} {
+		// ReadAll returns once the proxy closed it: EOF, or a reset when bytes were unread.
+		if _, err := io.ReadAll(c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("want the connection closed, got %v", err)
+		}
+	}
+}
