@@ -168,10 +168,11 @@ func TestPolicyErrors(t *testing.T) {
 		{"secret env not a name", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "1T", Value: realToken, Hosts: []string{"a.example.com"}}}}},
 		{"secret too short", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "T", Value: "abc", Hosts: []string{"a.example.com"}}}}},
 		{"secret env twice", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{good, good}}},
+		{"secret host is the wildcard's apex", Policy{Allow: []string{"*.example.com"}, Secrets: []Secret{{Env: "T", Value: realToken, Hosts: []string{"example.com"}}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(Config{}, tt.policy)
+			_, err := New(Config{Resolver: &stubResolver{}}, tt.policy)
 			if !errors.Is(err, ErrInvalidPolicy) {
 				t.Fatalf("New: %v, want ErrInvalidPolicy", err)
 			}
@@ -179,6 +180,18 @@ func TestPolicyErrors(t *testing.T) {
 				t.Fatal("the error holds the value")
 			}
 		})
+	}
+}
+
+func TestPolicyAccepts(t *testing.T) {
+	for _, p := range []Policy{
+		{Allow: []string{"a.example.com:443"}, Secrets: []Secret{{Env: "T", Value: realToken, Hosts: []string{"a.example.com"}}}},
+		{Allow: []string{"*.example.com"}, Secrets: []Secret{{Env: "T", Value: realToken, Hosts: []string{"a.b.example.com", "*.c.example.com"}}}},
+		{Allow: []string{"198.18.0.1", "[2001:db8::1]:443", "::1"}},
+	} {
+		if _, err := New(Config{Resolver: &stubResolver{}}, p); err != nil {
+			t.Errorf("New(%+v): %v", p.Allow, err)
+		}
 	}
 }
 

@@ -94,7 +94,7 @@ func splitEntry(entry string) (string, int, error) {
 			return "", 0, fmt.Errorf("%q: expected ':port' after ']'", entry)
 		}
 		p, err := parsePort(rest[1:])
-		return e, p, err
+		return e[:end+1], p, err
 	}
 	if strings.Count(e, ":") > 1 { // a bare IPv6 literal
 		return e, 0, nil

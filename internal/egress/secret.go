@@ -49,12 +49,10 @@ func compileSecret(s Secret, allow []rule) (*secret, error) {
 	return sec, nil
 }
 
-// ruleCovered reports whether a secret's host rule lies within some allow rule.
+// ruleCovered reports whether a secret's host rule names hosts some allow rule names. Ports are
+// not compared: a secret is only ever swapped on a connection the allowlist let through.
 func ruleCovered(r rule, allow []rule) bool {
 	for _, a := range allow {
-		if a.port != 0 && a.port != r.port {
-			continue
-		}
 		switch {
 		case r.addr.IsValid():
 			if a.addr == r.addr {
