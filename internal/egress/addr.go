@@ -169,6 +169,13 @@ func (f *addrFilter) lifted(a netip.Addr) bool {
 	return false
 }
 
+// The IPv6 ranges whose last 32 bits are an IPv4 address.
+var (
+	compatPrefix  = netip.MustParsePrefix("::/96")
+	nat64Prefix   = netip.MustParsePrefix("64:ff9b::/96")
+	nat64LocalPfx = netip.MustParsePrefix("64:ff9b:1::/48")
+)
+
 // embeddedIPv4 returns the IPv4 addresses an IPv6 address carries in the forms that reach them:
 // IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002:AABB:CCDD::)
 // and Teredo (2001:0::/32: server, and the client XOR 0xffffffff).
@@ -179,8 +186,7 @@ func embeddedIPv4(a netip.Addr) []netip.Addr {
 	b := a.As16()
 	last := netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
 	switch {
-	case netip.MustParsePrefix("::/96").Contains(a), netip.MustParsePrefix("64:ff9b::/96").Contains(a),
-		netip.MustParsePrefix("64:ff9b:1::/48").Contains(a):
+	case compatPrefix.Contains(a), nat64Prefix.Contains(a), nat64LocalPfx.Contains(a):
 		return []netip.Addr{last}
 	case b[0] == 0x20 && b[1] == 0x02:
 		return []netip.Addr{netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})}
