@@ -17,7 +17,7 @@
 //	ln, _ := net.Listen("unix", sockPath)         // one per sandbox
 //	go p.Serve(ctx, ln)                           // returns when ctx ends or ln closes
 //	env := p.Env("127.0.0.1:3128", "/etc/boxcar/egress-ca.pem") // HTTP(S)_PROXY, placeholders, CA vars
-//	os.WriteFile(caInSandbox, p.CACertPEM(), 0o644)
+//	os.WriteFile(caInSandbox, append(hostRoots, p.CACertPEM()...), 0o644) // the bundle at caPath
 //	...
 //	s := p.Summary()                              // hosts, requests and bytes per host, secrets used
 //
