@@ -81,3 +81,37 @@ func TestServeStops(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamPooled: new sandbox connections to the bound host reuse the proxy's verified
+// upstream connection, so each pays one TLS handshake, not two.
+func TestUpstreamPooled(t *testing.T) {
+	h := setup(t, nil)
+	for range 3 {
+		if status, _ := get(t, h, "https://api.example.com/", h.placeholder(t)); status != http.StatusOK {
+			t.Fatalf("status %d", status)
+		}
+	}
+	if n := len(h.dialer.seen()); n != 1 {
+		t.Fatalf("%d upstream dials for 3 connections, want 1", n)
+	}
+}
+
+// TestUpstreamNotVerified: an upstream whose certificate does not verify gets no request, so
+// no secret.
+func TestUpstreamNotVerified(t *testing.T) {
+	otherCA, _, _ := testUpstreamCert(t, "api.example.com")
+	h := setup(t, func(c *Config) { c.UpstreamCAPEM = otherCA })
+	req, _ := http.NewRequest(http.MethodGet, "https://api.example.com/", nil)
+	req.Header.Set("Authorization", "Bearer "+h.placeholder(t))
+	resp, err := h.client(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || Reason(resp.Header.Get("X-Boxcar-Egress")) != ReasonUpstreamTLS {
+		t.Fatalf("answer %d %s, want 502 upstream_tls", resp.StatusCode, resp.Header.Get("X-Boxcar-Egress"))
+	}
+	if n := h.tlsUp.count(); n != 0 {
+		t.Fatalf("the unverified upstream got %d requests", n)
+	}
+}

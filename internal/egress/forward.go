@@ -127,19 +127,22 @@ func (p *Proxy) roundTrip(client io.Writer, up io.Writer, ubr *bufio.Reader, req
 		err = resp.Write(meteredWriter{client, in})
 		resp.Body.Close()
 	}
+	if err != nil && resp == nil {
+		d.Detail = "upstream failed before a response"
+		writeRefusal(client, refuse(ReasonDial, d.Detail))
+	}
+	return p.settle(d, out, in, err) && keep
+}
+
+// settle records a forwarded request's decision once its response is through (or failed).
+func (p *Proxy) settle(d *Decision, out, in *meter, err error) bool {
 	d.BytesOut, d.BytesIn, d.Duration = out.n.Load(), in.n.Load(), time.Since(d.Time)
 	d.Allowed = true
-	switch {
-	case errors.Is(err, errByteCap):
+	if errors.Is(err, errByteCap) {
 		d.Allowed, d.Reason, d.Detail = false, ReasonByteCap, "cut at the job's byte cap"
-	case err != nil && resp == nil:
-		d.Detail = "upstream failed before a response"
-		if d.BytesIn == 0 {
-			writeRefusal(client, refuse(ReasonDial, d.Detail))
-		}
 	}
 	p.decide(*d)
-	return keep && err == nil
+	return err == nil
 }
 
 // readResponse reads the final response, skipping interim 1xx ones (100-continue was answered).

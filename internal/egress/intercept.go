@@ -10,8 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -22,10 +22,11 @@ type tunnel struct {
 	addr    netip.AddrPort
 	secrets []*secret
 	client  *tls.Conn
-	ic      *idleConn
-	mu      sync.Mutex // guards up against close from the job's end
-	up      net.Conn   // verified TLS to addr, dialled on the first request
-	ubr     *bufio.Reader
+}
+
+// authority is the tunnel's host:port, as a URL's host.
+func (t *tunnel) authority() string {
+	return net.JoinHostPort(t.h.String(), strconv.Itoa(t.port))
 }
 
 // intercept terminates the client's TLS with a leaf from the job's CA, then forwards each
@@ -47,9 +48,9 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 	p.cfg.Metrics.tunnel("intercept")
 	d.Allowed, d.Duration = true, time.Since(d.Time)
 	p.decide(d) // the tunnel itself; each request inside is a decision of its own
-	t := &tunnel{h: h, port: port, addr: addr, secrets: secrets, client: tc, ic: ic}
-	defer t.close()
-	stop := context.AfterFunc(ctx, t.close)
+	t := &tunnel{h: h, port: port, addr: addr, secrets: secrets, client: tc}
+	defer tc.Close()
+	stop := context.AfterFunc(ctx, func() { tc.Close() })
 	defer stop()
 	tbr := bufio.NewReaderSize(tc, p.cfg.Limits.MaxHeaderBytes+1)
 	for {
@@ -68,15 +69,6 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 	}
 }
 
-func (t *tunnel) close() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.up != nil {
-		t.up.Close()
-	}
-	t.client.Close()
-}
-
 // interceptOne checks one request inside a terminated tunnel, swaps placeholders and forwards
 // it. It reports whether the tunnel may carry another.
 func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http.Request, start time.Time) bool {
@@ -91,34 +83,40 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 	if v == nil {
 		v = p.countRequest()
 	}
-	if v == nil && t.up == nil {
-		v = p.dialTLS(ctx, t)
-	}
 	if v != nil {
 		p.refuseConn(t.client, d, v)
 		return false
 	}
 	d.Secrets = swapSecrets(req.Header, t.secrets)
-	return p.roundTrip(t.client, t.up, t.ubr, req, &d)
+	return p.relay(ctx, t, req, &d)
 }
 
-// dialTLS opens the tunnel's upstream: the checked address, TLS verified for the host.
-func (p *Proxy) dialTLS(ctx context.Context, t *tunnel) *verdict {
-	raw, v := p.dial(ctx, t.addr)
-	if v != nil {
-		return v
+// relay sends one request upstream through the Transport and streams the answer back.
+func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, d *Decision) bool {
+	out := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
+	in := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
+	keep := !req.Close
+	stripHop(req.Header)
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		req.Header.Del("Expect")
+		_, _ = io.WriteString(t.client, "HTTP/1.1 100 Continue\r\n\r\n")
 	}
-	up := tls.Client(&idleConn{Conn: raw, idle: p.cfg.Limits.IdleTimeout}, p.upstreamTLS(t.h.String()))
-	hctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.DialTimeout)
-	defer cancel()
-	if err := up.HandshakeContext(hctx); err != nil {
-		raw.Close()
-		return refuse(ReasonUpstreamTLS, "the upstream's certificate did not verify for "+t.h.String())
+	resp, err := p.transport.RoundTrip(outbound(ctx, t, req, out))
+	if err != nil {
+		v := refuse(ReasonDial, "upstream failed before a response")
+		if errors.Is(err, errUpstreamTLS) {
+			v = refuse(ReasonUpstreamTLS, "the upstream's certificate did not verify for "+t.h.String())
+		}
+		d.BytesOut = out.n.Load()
+		p.refuseConn(t.client, *d, v)
+		return false
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.up, t.ubr = up, bufio.NewReader(up)
-	return nil
+	stripHop(resp.Header)
+	resp.Close = !keep
+	d.Status = resp.StatusCode
+	err = resp.Write(meteredWriter{t.client, in})
+	resp.Body.Close()
+	return p.settle(d, out, in, err) && keep
 }
 
 // swapSecrets replaces each bound secret's placeholder with its value in every header field,

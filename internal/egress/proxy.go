@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,16 +16,17 @@ import (
 // Proxy is one job's egress proxy. Make one per sandbox with New and serve it on a listener only
 // that sandbox can reach.
 type Proxy struct {
-	cfg     Config
-	policy  *compiledPolicy
-	filter  *addrFilter
-	ca      *authority
-	roots   *x509.CertPool // host roots plus Config.UpstreamCAPEM, for terminated upstreams
-	ledger  ledger
-	tunnels atomic.Int64 // open CONNECT tunnels and forward connections
-	reqs    atomic.Int64 // requests so far (Limits.MaxRequests)
-	bytes   atomic.Int64 // bytes so far, both ways (Limits.MaxBytes)
-	wg      sync.WaitGroup
+	cfg       Config
+	policy    *compiledPolicy
+	filter    *addrFilter
+	ca        *authority
+	roots     *x509.CertPool  // host roots plus Config.UpstreamCAPEM, for terminated upstreams
+	transport *http.Transport // the upstream side of terminated tunnels (upstream.go)
+	ledger    ledger
+	tunnels   atomic.Int64 // open CONNECT tunnels and forward connections
+	reqs      atomic.Int64 // requests so far (Limits.MaxRequests)
+	bytes     atomic.Int64 // bytes so far, both ways (Limits.MaxBytes)
+	wg        sync.WaitGroup
 }
 
 // New checks cfg and policy, generates the job's CA and one placeholder per secret. The error
@@ -55,7 +57,9 @@ func New(cfg Config, policy Policy) (*Proxy, error) {
 	if len(cfg.UpstreamCAPEM) > 0 && !roots.AppendCertsFromPEM(cfg.UpstreamCAPEM) {
 		return nil, fmt.Errorf("%w: upstream CA: no PEM certificate found; give a PEM file", ErrInvalidConfig)
 	}
-	return &Proxy{cfg: cfg, policy: cp, filter: filter, ca: ca, roots: roots}, nil
+	p := &Proxy{cfg: cfg, policy: cp, filter: filter, ca: ca, roots: roots}
+	p.transport = p.newTransport()
+	return p, nil
 }
 
 // boundNames lists the names and addresses secrets are bound to, for the CA's constraints.
@@ -112,6 +116,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	cancel()
 	p.wg.Wait()
+	p.transport.CloseIdleConnections()
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}

@@ -1,0 +1,95 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// The upstream side of terminated tunnels is one http.Transport per Proxy: connections to a
+// secret-bound host are kept alive across the sandbox's connections (pip, git and curl open a new
+// one per file), so a request pays one TLS handshake, the sandbox's with the proxy, rather than
+// two; the Transport also drops pooled connections the server has closed before reusing them.
+
+// tunnelKey carries a request's tunnel, and so its checked address, to dialChecked.
+type tunnelKey struct{}
+
+// errUpstreamTLS marks an upstream whose certificate did not verify.
+var errUpstreamTLS = errors.New("egress: upstream TLS")
+
+func (p *Proxy) newTransport() *http.Transport {
+	return &http.Transport{
+		DialTLSContext:         p.dialChecked,
+		DisableCompression:     true, // pass the body as the upstream sent it
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        90 * time.Second,
+		ResponseHeaderTimeout:  p.cfg.Limits.IdleTimeout,
+		MaxResponseHeaderBytes: 1 << 20,
+		// HTTP/1.1 only: a non-nil empty map turns HTTP/2 off.
+		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}
+}
+
+// dialChecked opens a connection for the Transport: the tunnel's checked address, TLS verified
+// for the tunnel's host against the host's roots and Config.UpstreamCAPEM.
+func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) {
+	t, ok := ctx.Value(tunnelKey{}).(*tunnel)
+	if !ok {
+		return nil, errors.New("egress: a request without a checked address")
+	}
+	raw, v := p.dial(ctx, t.addr)
+	if v != nil {
+		return nil, fmt.Errorf("egress: dial %s: %s", t.addr, v.detail)
+	}
+	up := tls.Client(&idleConn{Conn: raw, idle: p.cfg.Limits.IdleTimeout}, p.upstreamTLS(t.h.String()))
+	hctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.DialTimeout)
+	defer cancel()
+	if err := up.HandshakeContext(hctx); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("%w: %s: %v", errUpstreamTLS, t.h, err)
+	}
+	return up, nil
+}
+
+// outbound is the request sent upstream for one request read inside a tunnel: same method,
+// path, Host and (swapped) header fields, the body streamed from the sandbox through in.
+func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter) *http.Request {
+	o := req.Clone(context.WithValue(ctx, tunnelKey{}, t))
+	o.URL.Scheme, o.URL.Host, o.RequestURI = "https", t.authority(), ""
+	o.Host = req.Host
+	o.Close = false
+	if _, ok := o.Header["User-Agent"]; !ok {
+		o.Header["User-Agent"] = nil // the Transport adds its own otherwise
+	}
+	o.Body = meteredBody{req.Body, out}
+	var hdr countingWriter
+	_ = o.Header.Write(&hdr)
+	_ = out.add(len(o.Method) + len(o.URL.RequestURI()) + len(o.Host) + 20 + int(hdr))
+	return o
+}
+
+// meteredBody counts a request body as the Transport reads it.
+type meteredBody struct {
+	io.ReadCloser
+	m *meter
+}
+
+func (b meteredBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if cerr := b.m.add(n); cerr != nil && err == nil {
+		err = cerr
+	}
+	return n, err
+}
+
+type countingWriter int
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	*c += countingWriter(len(p))
+	return len(p), nil
+}
