@@ -66,7 +66,11 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter) *ht
 	if _, ok := o.Header["User-Agent"]; !ok {
 		o.Header["User-Agent"] = nil // the Transport adds its own otherwise
 	}
-	o.Body = meteredBody{req.Body, out}
+	if req.ContentLength != 0 || len(req.TransferEncoding) > 0 {
+		o.Body = meteredBody{req.Body, out}
+	} else {
+		o.Body = http.NoBody // an unknown body would make the Transport probe it
+	}
 	var hdr countingWriter
 	_ = o.Header.Write(&hdr)
 	_ = out.add(len(o.Method) + len(o.URL.RequestURI()) + len(o.Host) + 20 + int(hdr))
