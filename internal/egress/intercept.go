@@ -104,8 +104,11 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, d *Deci
 	resp, err := p.transport.RoundTrip(outbound(ctx, t, req, out))
 	if err != nil {
 		v := refuse(ReasonDial, "upstream failed before a response")
-		if errors.Is(err, errUpstreamTLS) {
+		switch {
+		case errors.Is(err, errUpstreamTLS):
 			v = refuse(ReasonUpstreamTLS, "the upstream's certificate did not verify for "+t.h.String())
+		case errors.Is(err, errByteCap):
+			v = refuse(ReasonByteCap, "the job's byte cap is reached")
 		}
 		d.BytesOut = out.n.Load()
 		p.refuseConn(t.client, *d, v)
