@@ -4,8 +4,8 @@ import "errors"
 
 // Sentinel errors, for errors.Is.
 var (
-	// ErrInvalidPolicy: the Policy cannot be used as given (a bad allow entry or secret).
+	// ErrInvalidPolicy means the Policy cannot be used as given (a bad allow entry or secret).
 	ErrInvalidPolicy = errors.New("egress: invalid policy")
-	// ErrInvalidConfig: the Config cannot be used as given.
+	// ErrInvalidConfig means the Config cannot be used as given.
 	ErrInvalidConfig = errors.New("egress: invalid config")
 )
