@@ -25,7 +25,8 @@ func TestRebinding(t *testing.T) {
 		t.Fatalf("resolved %d times for one request", h.resolver.calls["rebind.files.example.com"])
 	}
 	req, _ := http.NewRequest(http.MethodGet, "https://rebind.files.example.com/", nil)
-	if _, err := h.client(t).Do(req); err == nil {
+	if resp, err := h.client(t).Do(req); err == nil {
+		resp.Body.Close()
 		t.Fatal("the rebound name went through")
 	}
 	d := h.waitDecision(t, "the refusal", func(d Decision) bool { return !d.Allowed })

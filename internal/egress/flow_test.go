@@ -52,7 +52,9 @@ func TestTunnelKeepAlive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatal(err)
+		}
 		resp.Body.Close()
 	}
 	inner := 0

@@ -132,16 +132,6 @@ func (h *harness) record(d Decision) {
 	h.decisions = append(h.decisions, d)
 }
 
-func (h *harness) last(t *testing.T) Decision {
-	t.Helper()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.decisions) == 0 {
-		t.Fatal("no decision recorded")
-	}
-	return h.decisions[len(h.decisions)-1]
-}
-
 func (h *harness) all() []Decision {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -293,8 +283,9 @@ func (h *harness) dialProxy(t *testing.T) net.Conn {
 	return c
 }
 
-// raw sends payload on a new connection and returns the proxy's answer.
-func (h *harness) raw(t *testing.T, payload string) *http.Response {
+// raw sends payload on a new connection and returns the proxy's answer: its status and the
+// reason in X-Boxcar-Egress.
+func (h *harness) raw(t *testing.T, payload string) (int, Reason) {
 	t.Helper()
 	c := h.dialProxy(t)
 	// A refusal can come before the proxy reads everything (the tunnel cap): the answer is
@@ -305,7 +296,7 @@ func (h *harness) raw(t *testing.T, payload string) *http.Response {
 		t.Fatalf("reading the proxy's answer: %v", err)
 	}
 	resp.Body.Close()
-	return resp
+	return resp.StatusCode, Reason(resp.Header.Get("X-Boxcar-Egress"))
 }
 
 // client is an HTTP client that uses the proxy, trusting the upstreams' CA and the job CA.

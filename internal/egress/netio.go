@@ -54,12 +54,12 @@ func (c *idleConn) Read(b []byte) (int, error) {
 	if !c.hard.IsZero() && c.hard.Before(d) {
 		d = c.hard
 	}
-	_ = c.Conn.SetReadDeadline(d)
+	_ = c.SetReadDeadline(d)
 	return c.Conn.Read(b)
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
-	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	_ = c.SetWriteDeadline(time.Now().Add(c.idle))
 	return c.Conn.Write(b)
 }
 

