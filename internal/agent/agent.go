@@ -31,6 +31,16 @@ type Sandbox interface {
 
 var _ Sandbox = sandbox.Sandbox(nil)
 
+// Gate holds model requests while the endpoint is down; internal/modelgate's Gate is one.
+type Gate interface {
+	// Transport wraps next: every attempt through it is recorded, and refused while the
+	// endpoint is down.
+	Transport(next http.RoundTripper) http.RoundTripper
+	// Wait returns at once while the endpoint is up, else when it is up again or ctx ends
+	// (then with context.Cause(ctx)).
+	Wait(ctx context.Context) error
+}
+
 // DefaultBaseURL is the endpoint used when Config.BaseURL is empty.
 const DefaultBaseURL = "https://api.openai.com/v1"
 
@@ -54,6 +64,12 @@ type Config struct {
 	MaxRetries int
 	// Logger receives the agent's log lines; each carries job_id. Default: discard.
 	Logger *slog.Logger
+	// Gate, when set, is the endpoint's circuit breaker: New puts its Transport inside
+	// HTTPClient's, so it sees every attempt, and a turn whose request found the endpoint
+	// unavailable waits on it (Gate.Wait) and is sent again, within the job's timeout,
+	// instead of ending the run with ErrModelUnavailable. Optional: without it such a run
+	// ends at once, as the caller then retries it.
+	Gate Gate
 	// Profiles are the execution profiles whose tools New checks and compiles once, so that a
 	// mistake in one stops the worker at start; a Request names one by ProfileName. Optional:
 	// a Request without ProfileName brings its tools in Profile and has them compiled per run.
@@ -116,9 +132,15 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.profiles = profiles
+	client := cfg.HTTPClient
+	if cfg.Gate != nil {
+		gated := *client
+		gated.Transport = cfg.Gate.Transport(client.Transport)
+		client = &gated
+	}
 	opts := []option.RequestOption{
 		option.WithBaseURL(cfg.BaseURL),
-		option.WithHTTPClient(cfg.HTTPClient),
+		option.WithHTTPClient(client),
 		option.WithMaxRetries(max(cfg.MaxRetries, 0)),
 		option.WithRequestTimeout(cfg.RequestTimeout),
 	}

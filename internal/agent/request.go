@@ -75,7 +75,8 @@ type Event struct {
 	Spent Budget
 }
 
-// Budget is what a job has used of its caps. A turn counts once its request is sent, a tool
+// Budget is what a job has used of its caps. A turn counts once its request is sent (one that
+// found the endpoint unavailable, with no answer or a 408, 409, 429 or 5xx, does not), a tool
 // call once it is answered or started (invalid calls count; calls answered "not run" do
 // not), tokens once the endpoint reports them.
 type Budget struct {
@@ -120,7 +121,8 @@ type Result struct {
 	Model        string // as reported by the endpoint
 	ResponseIDs  []string
 	// Spent is the job's budget used at the end of this run: Request.Spent plus this run's
-	// turns (a request sent but not answered included), tool calls and tokens.
+	// turns (a request still out when ctx ended included; one the endpoint was unavailable
+	// for not), tool calls and tokens.
 	Spent Budget
 	// Transcript is JSONL (see transcript.go), at most Profile.Limits.MaxTranscriptBytes
 	// long, ending with a "truncated" line when it was cut; nil when Request.Transcript took

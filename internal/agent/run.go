@@ -194,16 +194,9 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 		params.MaxCompletionTokens = openai.Int(m.MaxCompletionTokens)
 	}
 	r.logRequest(turn, params)
-	r.used.Turns = turn
-	r.progress(Event{Kind: EventModelRequest, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls, Spent: r.spent()})
-
-	start := time.Now()
-	resp, err := r.agent.chat.New(ctx, params, option.WithMiddleware(r.logAttempt))
+	resp, start, err := r.send(ctx, turn, params)
 	if err != nil {
-		if ctx.Err() != nil {
-			return openai.ChatCompletionMessage{}, context.Cause(ctx)
-		}
-		return openai.ChatCompletionMessage{}, modelError(err, r.agent.cfg.APIKey)
+		return openai.ChatCompletionMessage{}, err
 	}
 	r.res.Turns = turn
 	r.res.ResponseIDs = append(r.res.ResponseIDs, resp.ID)

@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+// send sends one turn's request and returns the endpoint's answer. A request that found the
+// endpoint unavailable (no response, 408, 409, 429 or 5xx after the client's retries) is not
+// a turn: the endpoint did no work for it. With a Gate the turn then waits until the endpoint
+// is up again and is sent anew, so an outage spends nothing of the job's budget; the wait ends
+// with the job's timeout (ErrModelUnavailable: the job was not at fault, its caller may try it
+// again) or with ctx. start is when the answered request was sent.
+func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNewParams) (resp *openai.ChatCompletion, start time.Time, err error) {
+	gate := r.agent.cfg.Gate
+	for held := false; ; held = true {
+		if gate != nil {
+			if err := r.awaitModel(ctx, gate, turn, held); err != nil {
+				return nil, start, err
+			}
+		}
+		// The turn counts from here on: a process that dies while the request is out may
+		// have had it answered (and billed), and the progress event records that.
+		r.used.Turns = turn
+		r.progress(Event{Kind: EventModelRequest, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls, Spent: r.spent()})
+		start = time.Now()
+		resp, err = r.agent.chat.New(ctx, params, option.WithMiddleware(r.logAttempt))
+		switch {
+		case err == nil:
+			return resp, start, nil
+		case ctx.Err() != nil:
+			return nil, start, context.Cause(ctx)
+		}
+		err = modelError(err, r.agent.cfg.APIKey)
+		if !errors.Is(err, ErrModelUnavailable) {
+			return nil, start, err
+		}
+		r.used.Turns = turn - 1
+		if gate == nil {
+			return nil, start, err
+		}
+		r.log.Warn("model endpoint unavailable; the turn waits for it and is not counted", "turn", turn, "error", err)
+	}
+}
+
+// awaitModel waits on the gate before a turn's request; held says the turn was refused before.
+func (r *run) awaitModel(ctx context.Context, gate Gate, turn int, held bool) error {
+	start := time.Now()
+	err := gate.Wait(ctx)
+	switch {
+	case err == nil:
+		if held {
+			r.log.Info("model endpoint up again; sending the turn again", "turn", turn, "waited_ms", sinceMS(start))
+		}
+		return nil
+	case errors.Is(context.Cause(ctx), errJobTimeout):
+		// The job's timeout passed while the endpoint was down: that is no cap the job hit.
+		return fmt.Errorf("agent: job %s turn %d: %w: still down at the job timeout (waited %s)",
+			r.req.JobID, turn, ErrModelUnavailable, time.Since(start).Round(time.Second))
+	}
+	return err
+}

@@ -1,0 +1,138 @@
+package modelgate
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is the breaker's state.
+type State int
+
+// States of the breaker.
+const (
+	// Closed: the endpoint answers; requests pass.
+	Closed State = iota
+	// Open: the endpoint stopped answering; requests are refused until the next probe.
+	Open
+	// HalfOpen: one probe is on its way; requests are still refused.
+	HalfOpen
+)
+
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half-open"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// answer is what one request to the endpoint came back with, as the breaker sees it.
+type answer struct {
+	// failed: no response at all, or 408, 409, 429 or 5xx: what the agent calls the endpoint
+	// being unavailable.
+	failed bool
+	// retryAfter is the delay the endpoint asked for (Retry-After), zero when it named none.
+	retryAfter time.Duration
+	// why says what failed in a few words ("HTTP 503", "no response"), for /readyz and logs.
+	why string
+}
+
+// breaker is the state machine, apart from time and locks so that its transitions are a
+// table test: record takes the answer of a request, probeDue and probed the half-open probe.
+type breaker struct {
+	threshold  int
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	maxWait    time.Duration // the longest Retry-After honoured
+
+	state State
+	// failures is the run of failed requests since the last answer.
+	failures int
+	// level is the number of failed probes since the endpoint last answered a request: the
+	// next probe waits minBackoff << level. A probe that succeeds does not reset it, so an
+	// endpoint that answers probes but fails every request is probed less and less often.
+	level int
+	// probeAt is when an open breaker probes next.
+	probeAt time.Time
+	// downSince is when the breaker opened; why the last failure.
+	downSince time.Time
+	why       string
+}
+
+// record takes the answer of a request that passed the breaker and reports whether the state
+// changed. Requests that were in flight when it opened may still answer: an answer closes it
+// (the endpoint works), a failure changes nothing.
+func (b *breaker) record(now time.Time, a answer) bool {
+	if !a.failed {
+		b.failures, b.level = 0, 0
+		return b.close()
+	}
+	b.why = a.why
+	if b.state != Closed {
+		// Only a Retry-After moves the probe: the backoff was set when the breaker opened.
+		if at := now.Add(min(a.retryAfter, b.maxWait)); at.After(b.probeAt) {
+			b.probeAt = at
+		}
+		return false
+	}
+	b.failures++
+	if b.failures < b.threshold {
+		return false
+	}
+	b.state, b.downSince = Open, now
+	b.probeAt = b.next(now, a.retryAfter)
+	return true
+}
+
+// probeDue turns an open breaker whose probe time has come half-open and reports whether the
+// caller is to send the probe.
+func (b *breaker) probeDue(now time.Time) bool {
+	if b.state != Open || now.Before(b.probeAt) {
+		return false
+	}
+	b.state = HalfOpen
+	return true
+}
+
+// probed takes the probe's answer and reports whether the state changed. A probe that ended
+// without an answer because its caller gave up (gaveUp) leaves the breaker open with the
+// probe due at once, for the next caller.
+func (b *breaker) probed(now time.Time, a answer, gaveUp bool) bool {
+	if b.state != HalfOpen {
+		return false
+	}
+	switch {
+	case gaveUp:
+		b.state = Open
+		return false
+	case !a.failed:
+		b.failures = 0
+		return b.close()
+	}
+	b.state, b.why = Open, a.why
+	b.level++
+	b.probeAt = b.next(now, a.retryAfter)
+	return false
+}
+
+// next is when to probe after a failure at now: after the backoff of the current level or
+// the endpoint's Retry-After (up to maxWait), whichever is later.
+func (b *breaker) next(now time.Time, retryAfter time.Duration) time.Time {
+	return now.Add(max(b.backoff(), min(retryAfter, b.maxWait)))
+}
+
+func (b *breaker) backoff() time.Duration {
+	return min(b.minBackoff<<min(b.level, 20), b.maxBackoff)
+}
+
+func (b *breaker) close() bool {
+	if b.state == Closed {
+		return false
+	}
+	b.state = Closed
+	return true
+}

@@ -1,0 +1,119 @@
+package modelgate
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// step is one event the breaker sees, at an offset from the test's start.
+type step struct {
+	at    time.Duration
+	event string // "ok", "fail", "probe" (is one due?), "probe ok", "probe fail", "probe gave up"
+	// retryAfter is what a failure asks for.
+	retryAfter time.Duration
+}
+
+func TestBreakerTransitions(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		name  string
+		steps []step
+		// want is the state after the last step; probeIn when the next probe is due from the
+		// last step's time (checked when the breaker is open); changes the steps that
+		// changed the state, by index.
+		want    State
+		probeIn time.Duration
+		changes []int
+	}{
+		{name: "answers keep it closed", steps: []step{{0, "ok", 0}, {s, "ok", 0}}, want: Closed},
+		{name: "failures below the threshold keep it closed",
+			steps: []step{{0, "fail", 0}, {s, "fail", 0}}, want: Closed},
+		{name: "an answer resets the run of failures",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "ok", 0}, {0, "fail", 0}, {0, "fail", 0}}, want: Closed},
+		{name: "threshold failures in a row open it",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {2 * s, "fail", 0}}, want: Open, probeIn: s, changes: []int{2}},
+		{name: "no probe before its time",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {s / 2, "probe", 0}}, want: Open, probeIn: s / 2, changes: []int{2}},
+		{name: "a probe is due after the backoff and makes it half-open",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {s, "probe", 0}}, want: HalfOpen, changes: []int{2}},
+		{name: "an answered probe closes it",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {s, "probe", 0}, {s, "probe ok", 0}}, want: Closed, changes: []int{2, 4}},
+		{name: "a failed probe reopens it with the backoff doubled",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {s, "probe", 0}, {s, "probe fail", 0}}, want: Open, probeIn: 2 * s, changes: []int{2}},
+		{name: "the backoff doubles up to its maximum",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0},
+				{s, "probe", 0}, {s, "probe fail", 0}, {3 * s, "probe", 0}, {3 * s, "probe fail", 0},
+				{7 * s, "probe", 0}, {7 * s, "probe fail", 0}, {15 * s, "probe", 0}, {15 * s, "probe fail", 0}},
+			want: Open, probeIn: 10 * s, changes: []int{2}},
+		{name: "Retry-After of a 429 that opens it delays the first probe",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 20 * s}}, want: Open, probeIn: 20 * s, changes: []int{2}},
+		{name: "Retry-After longer than the maximum is cut to it",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", time.Hour}}, want: Open, probeIn: time.Minute, changes: []int{2}},
+		{name: "Retry-After of a failed probe delays the next",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {s, "probe", 0}, {s, "probe fail", 30 * s}},
+			want:  Open, probeIn: 30 * s, changes: []int{2}},
+		{name: "Retry-After of a request in flight when it opened moves the probe later",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {0, "fail", 5 * s}}, want: Open, probeIn: 5 * s, changes: []int{2}},
+		{name: "a request in flight when it opened that fails does not move the probe",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {s / 2, "fail", 0}}, want: Open, probeIn: s / 2, changes: []int{2}},
+		{name: "a request in flight when it opened that is answered closes it",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {0, "ok", 0}}, want: Closed, changes: []int{2, 3}},
+		{name: "a probe whose caller gave up leaves the next one due at once",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {s, "probe", 0}, {s, "probe gave up", 0}}, want: Open, probeIn: 0, changes: []int{2}},
+		{name: "an answered probe keeps the backoff: an endpoint that fails again is probed later",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {s, "probe", 0}, {s, "probe fail", 0},
+				{3 * s, "probe", 0}, {3 * s, "probe ok", 0}, {3 * s, "fail", 0}, {3 * s, "fail", 0}, {3 * s, "fail", 0}},
+			want: Open, probeIn: 2 * s, changes: []int{2, 6, 9}},
+		{name: "an answered request resets the backoff",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {s, "probe", 0}, {s, "probe fail", 0},
+				{3 * s, "probe", 0}, {3 * s, "probe ok", 0}, {3 * s, "ok", 0}, {3 * s, "fail", 0}, {3 * s, "fail", 0}, {3 * s, "fail", 0}},
+			want: Open, probeIn: s, changes: []int{2, 6, 10}},
+		{name: "a probe answer while closed changes nothing",
+			steps: []step{{0, "probe ok", 0}, {0, "probe fail", 0}}, want: Closed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &breaker{threshold: 3, minBackoff: time.Second, maxBackoff: 10 * time.Second, maxWait: time.Minute}
+			start := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+			var changes []int
+			var last time.Time
+			for i, st := range tt.steps {
+				now := start.Add(st.at)
+				last = now
+				fail := answer{failed: true, why: "HTTP 503", retryAfter: st.retryAfter}
+				var changed bool
+				switch st.event {
+				case "ok":
+					changed = b.record(now, answer{})
+				case "fail":
+					changed = b.record(now, fail)
+				case "probe":
+					b.probeDue(now) // half-open is no change callers hear of
+				case "probe ok":
+					changed = b.probed(now, answer{}, false)
+				case "probe fail":
+					changed = b.probed(now, fail, false)
+				case "probe gave up":
+					changed = b.probed(now, answer{}, true)
+				default:
+					t.Fatalf("step %d: unknown event %q", i, st.event)
+				}
+				if changed {
+					changes = append(changes, i)
+				}
+			}
+			if b.state != tt.want {
+				t.Errorf("state %s, want %s", b.state, tt.want)
+			}
+			if tt.want == Open {
+				if got := max(b.probeAt.Sub(last), 0); got != tt.probeIn {
+					t.Errorf("next probe in %s, want %s", got, tt.probeIn)
+				}
+			}
+			if !slices.Equal(changes, tt.changes) {
+				t.Errorf("changes at steps %v, want %v", changes, tt.changes)
+			}
+		})
+	}
+}

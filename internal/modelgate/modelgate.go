@@ -1,0 +1,233 @@
+// Package modelgate owns the model endpoint's circuit breaker: it watches every HTTP request
+// to the endpoint (Transport), opens when the endpoint stops answering (no response, or 408,
+// 409, 429, 5xx, several times in a row), refuses requests while open, probes with backoff
+// (honouring Retry-After) and closes when a probe is answered. Callers wait on it (Wait): the
+// agent before it sends a turn again, the runner before it fetches a job. It knows nothing of
+// jobs, queues or metrics; OnChange tells whoever cares.
+package modelgate
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Config configures a Gate. New fills every unset field with its default.
+type Config struct {
+	// Threshold is how many requests in a row must fail before the breaker opens. Default: 3
+	// (with the agent's default of 3 retries, one chat request that fails every attempt).
+	Threshold int
+	// MinBackoff is the wait before the first probe after the breaker opens; each failed probe
+	// doubles it, up to MaxBackoff. Defaults: 1s and 30s.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	// MaxRetryAfter bounds the Retry-After (or retry-after-ms) an answer may ask for; the next
+	// probe waits for it when it is longer than the backoff. Default: 5m.
+	MaxRetryAfter time.Duration
+	// ProbeTimeout bounds one probe. Default: 10s.
+	ProbeTimeout time.Duration
+	// Probe sends one cheap request to the endpoint (GET /models, say) and returns its
+	// response, whose body the gate closes. Any answer but 408, 409, 429 or 5xx closes the
+	// breaker: a 401 or 404 still says the endpoint is up. Required.
+	Probe func(ctx context.Context) (*http.Response, error)
+	// OnChange is called with false when the breaker opens and true when it closes, in order,
+	// with the gate's lock held: it must be quick (set a gauge). Optional.
+	OnChange func(up bool)
+	// Logger receives a line when the breaker opens and when it closes. Default: discard.
+	Logger *slog.Logger
+	// now is the clock; tests set it.
+	now func() time.Time
+}
+
+// WithDefaults returns a copy with every unset field at its documented default.
+func (c Config) WithDefaults() Config {
+	if c.Threshold == 0 {
+		c.Threshold = 3
+	}
+	if c.MinBackoff == 0 {
+		c.MinBackoff = time.Second
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 30 * time.Second
+	}
+	if c.MaxRetryAfter == 0 {
+		c.MaxRetryAfter = 5 * time.Minute
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Probe == nil:
+		return fmt.Errorf("%w: Probe is required: a function that sends one cheap request to the endpoint", ErrInvalidConfig)
+	case c.Threshold < 1:
+		return fmt.Errorf("%w: Threshold %d: use 1 or more", ErrInvalidConfig, c.Threshold)
+	case c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
+		return fmt.Errorf("%w: MinBackoff %s, MaxBackoff %s: use 0 < MinBackoff <= MaxBackoff", ErrInvalidConfig, c.MinBackoff, c.MaxBackoff)
+	case c.MaxRetryAfter < 0 || c.ProbeTimeout < 0:
+		return fmt.Errorf("%w: MaxRetryAfter and ProbeTimeout must not be negative", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Gate is the circuit breaker of one model endpoint. It is safe for concurrent use.
+type Gate struct {
+	cfg Config
+
+	mu sync.Mutex
+	b  breaker
+	// changed is closed and replaced at every state change and after every probe: waiters
+	// look again.
+	changed chan struct{}
+	probing bool // a caller of Wait is sending the probe
+}
+
+// New returns a closed Gate.
+func New(cfg Config) (*Gate, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Gate{cfg: cfg, changed: make(chan struct{}), b: breaker{
+		threshold: cfg.Threshold, minBackoff: cfg.MinBackoff, maxBackoff: cfg.MaxBackoff, maxWait: cfg.MaxRetryAfter,
+	}}, nil
+}
+
+// State is the breaker's state now.
+func (g *Gate) State() State {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.b.state
+}
+
+// Up reports whether requests pass: the breaker is closed.
+func (g *Gate) Up() bool { return g.State() == Closed }
+
+// Err is nil while the breaker is closed; otherwise it says since when the endpoint is down,
+// why, and when it is probed next (for /readyz). It holds no URL and no header.
+func (g *Gate) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b := g.b
+	switch b.state {
+	case Closed:
+		return nil
+	case HalfOpen:
+		return fmt.Errorf("model endpoint down since %s (%s); probing it now", b.downSince.UTC().Format(time.RFC3339), b.why)
+	}
+	return fmt.Errorf("model endpoint down since %s (%s); next probe in %s", b.downSince.UTC().Format(time.RFC3339),
+		b.why, max(b.probeAt.Sub(g.cfg.now()), 0).Round(time.Second))
+}
+
+// Wait returns nil at once while the breaker is closed, even when ctx has ended. While it is open, it waits until it
+// closes, sending the probe itself when one is due and no other caller is sending it. It
+// returns context.Cause(ctx) when ctx ends first.
+func (g *Gate) Wait(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		if g.b.state == Closed {
+			g.mu.Unlock()
+			return nil
+		}
+		if ctx.Err() != nil {
+			g.mu.Unlock()
+			return context.Cause(ctx)
+		}
+		changed := g.changed
+		probe := !g.probing && g.b.probeDue(g.cfg.now())
+		wait := g.b.probeAt.Sub(g.cfg.now())
+		if probe || g.probing {
+			wait = -1 // no timer: the probe's end wakes the waiters
+		}
+		g.probing = g.probing || probe
+		g.mu.Unlock()
+
+		if probe {
+			g.probe(ctx)
+			continue
+		}
+		if err := sleep(ctx, changed, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits until changed is closed, d passes (never when d < 0) or ctx ends.
+func sleep(ctx context.Context, changed <-chan struct{}, d time.Duration) error {
+	var timer <-chan time.Time
+	if d >= 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-changed:
+	case <-timer:
+	}
+	return nil
+}
+
+// probe sends the probe and records its answer.
+func (g *Gate) probe(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, g.cfg.ProbeTimeout)
+	defer cancel()
+	resp, err := g.cfg.Probe(pctx)
+	a := classify(pctx, resp, err)
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.probing = false
+	gaveUp := ctx.Err() != nil
+	if g.b.probed(g.cfg.now(), a, gaveUp) {
+		g.changedTo(true)
+	} else if !gaveUp {
+		g.cfg.Logger.Debug("model endpoint probe failed", "error", a.why, "next_probe_in", g.b.probeAt.Sub(g.cfg.now()).Round(time.Millisecond).String())
+	}
+	g.wake()
+}
+
+// observe records the answer of a request that passed the gate.
+func (g *Gate) observe(a answer) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.b.record(g.cfg.now(), a) {
+		g.changedTo(g.b.state == Closed)
+		g.wake()
+	}
+}
+
+// changedTo logs and reports a change of the breaker; the lock is held.
+func (g *Gate) changedTo(up bool) {
+	now := g.cfg.now()
+	if up {
+		g.cfg.Logger.Info("model endpoint answers again; releasing held requests", "down_ms", now.Sub(g.b.downSince).Milliseconds())
+	} else {
+		g.cfg.Logger.Warn("model endpoint down; holding model requests and new jobs until a probe is answered",
+			"error", g.b.why, "failures", g.b.failures, "next_probe_in", g.b.probeAt.Sub(now).Round(time.Millisecond).String())
+	}
+	if g.cfg.OnChange != nil {
+		g.cfg.OnChange(up)
+	}
+}
+
+// wake lets every waiter look at the state again; the lock is held.
+func (g *Gate) wake() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+}

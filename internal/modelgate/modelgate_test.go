@@ -1,0 +1,275 @@
+package modelgate_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/boxcar-run/boxcar/internal/modelgate"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// endpoint is a model endpoint whose answer a test sets: every request gets status (200 when
+// zero) with the headers in header.
+type endpoint struct {
+	srv    *httptest.Server
+	status atomic.Int64
+	mu     sync.Mutex
+	header http.Header
+	hits   atomic.Int64 // requests other than probes
+	probes chan time.Time
+}
+
+func newEndpoint(t *testing.T) *endpoint {
+	e := &endpoint{header: http.Header{}, probes: make(chan time.Time, 100)}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			select {
+			case e.probes <- time.Now():
+			default: // a test that reads none
+			}
+		} else {
+			e.hits.Add(1)
+		}
+		e.mu.Lock()
+		for k, v := range e.header {
+			w.Header()[k] = v
+		}
+		e.mu.Unlock()
+		if s := e.status.Load(); s != 0 {
+			w.WriteHeader(int(s))
+		}
+		io.WriteString(w, "{}")
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *endpoint) probe(ctx context.Context) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/v1/models", nil)
+	if err != nil {
+		return nil, err
+	}
+	return e.srv.Client().Do(req)
+}
+
+// setup returns a gate on e and a client whose requests pass it; ups records OnChange.
+func setup(t *testing.T, e *endpoint, cfg modelgate.Config) (*modelgate.Gate, *http.Client, *changes) {
+	t.Helper()
+	ch := &changes{}
+	cfg.Probe = e.probe
+	cfg.OnChange = ch.add
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff, cfg.MaxBackoff = 10*time.Millisecond, 40*time.Millisecond
+	}
+	g, err := modelgate.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, &http.Client{Transport: g.Transport(e.srv.Client().Transport)}, ch
+}
+
+type changes struct {
+	mu  sync.Mutex
+	ups []bool
+}
+
+func (c *changes) add(up bool) { c.mu.Lock(); c.ups = append(c.ups, up); c.mu.Unlock() }
+
+func (c *changes) get() []bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]bool(nil), c.ups...)
+}
+
+func post(c *http.Client, url string) error {
+	resp, err := c.Post(url+"/v1/chat/completions", "application/json", nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+func TestGateHoldsRequestsWhileTheEndpointFailsAndReleasesThemWhenItAnswers(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+	}{
+		{name: "5xx", status: http.StatusServiceUnavailable},
+		{name: "429", status: http.StatusTooManyRequests},
+		{name: "408", status: http.StatusRequestTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEndpoint(t)
+			g, c, ch := setup(t, e, modelgate.Config{Threshold: 3})
+			e.status.Store(int64(tt.status))
+			for i := range 3 {
+				if !g.Up() {
+					t.Fatalf("open after %d failures, want 3", i)
+				}
+				if err := post(c, e.srv.URL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if g.Up() || g.Err() == nil {
+				t.Fatalf("still up after 3 failures: state %s, err %v", g.State(), g.Err())
+			}
+			// While open, a request is refused without reaching the endpoint.
+			before := e.hits.Load()
+			if err := post(c, e.srv.URL); !errors.Is(err, modelgate.ErrOpen) {
+				t.Fatalf("request while open: %v, want ErrOpen", err)
+			}
+			if n := e.hits.Load() - before; n != 0 {
+				t.Fatalf("%d requests reached the endpoint while open", n)
+			}
+			// Waiters wait through failed probes and go on once one is answered.
+			done := make(chan error, 1)
+			go func() { done <- g.Wait(context.Background()) }()
+			<-e.probes
+			<-e.probes // two probes failed: the waiter is still waiting
+			select {
+			case err := <-done:
+				t.Fatalf("Wait returned %v while the endpoint failed", err)
+			default:
+			}
+			e.status.Store(0)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if !g.Up() || g.Err() != nil {
+				t.Fatalf("after an answered probe: state %s, err %v", g.State(), g.Err())
+			}
+			if err := post(c, e.srv.URL); err != nil {
+				t.Fatal(err)
+			}
+			if got := ch.get(); len(got) != 2 || got[0] || !got[1] {
+				t.Errorf("OnChange calls %v, want [false true]", got)
+			}
+		})
+	}
+}
+
+func TestGateOpensWhenTheEndpointIsUnreachable(t *testing.T) {
+	e := newEndpoint(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	g, c, _ := setup(t, e, modelgate.Config{Threshold: 2})
+	for range 2 {
+		if err := post(c, dead); err == nil {
+			t.Fatal("a request to a closed port succeeded")
+		}
+	}
+	if g.Up() {
+		t.Fatal("still up after 2 refused connections")
+	}
+	if err := g.Err(); err == nil {
+		t.Fatal("Err is nil while open")
+	}
+	// The probe goes to e, which answers: the gate closes.
+	if err := g.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestGateHonoursRetryAfter(t *testing.T) {
+	e := newEndpoint(t)
+	e.header.Set("Retry-After", "1")
+	e.status.Store(http.StatusTooManyRequests)
+	g, c, _ := setup(t, e, modelgate.Config{Threshold: 1})
+	if err := post(c, e.srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	opened := time.Now()
+	if g.Up() {
+		t.Fatal("a 429 at threshold 1 left it up")
+	}
+	e.status.Store(0)
+	if err := g.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The backoff is 10ms; the endpoint asked for a second.
+	if probed := <-e.probes; probed.Sub(opened) < time.Second {
+		t.Errorf("probed %s after a 429 with Retry-After: 1", probed.Sub(opened))
+	}
+}
+
+func TestGateIgnoresRequestsTheCallerCancelled(t *testing.T) {
+	e := newEndpoint(t)
+	hold := make(chan struct{})
+	defer close(hold)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+	}))
+	defer slow.Close()
+	g, c, _ := setup(t, e, modelgate.Config{Threshold: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, slow.URL, nil)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Do(req)
+		errc <- err
+	}()
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if err := <-errc; err == nil {
+		t.Fatal("a cancelled request succeeded")
+	}
+	if !g.Up() {
+		t.Fatalf("a request its caller cancelled opened the gate: %v", g.Err())
+	}
+}
+
+func TestGateWaitEndsWithItsContext(t *testing.T) {
+	e := newEndpoint(t)
+	e.status.Store(http.StatusBadGateway)
+	g, c, _ := setup(t, e, modelgate.Config{Threshold: 1})
+	if err := post(c, e.srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("job timeout")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	go func() { <-e.probes; cancel(cause) }()
+	if err := g.Wait(ctx); !errors.Is(err, cause) {
+		t.Fatalf("Wait: %v, want the context's cause", err)
+	}
+	if g.Up() {
+		t.Fatal("up after a wait that ended")
+	}
+}
+
+func TestNewRefusesABadConfig(t *testing.T) {
+	probe := func(context.Context) (*http.Response, error) { return nil, errors.New("x") }
+	tests := []struct {
+		name string
+		cfg  modelgate.Config
+	}{
+		{name: "no probe", cfg: modelgate.Config{}},
+		{name: "negative threshold", cfg: modelgate.Config{Probe: probe, Threshold: -1}},
+		{name: "backoff upside down", cfg: modelgate.Config{Probe: probe, MinBackoff: time.Minute, MaxBackoff: time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := modelgate.New(tt.cfg); !errors.Is(err, modelgate.ErrInvalidConfig) {
+				t.Fatalf("New: %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,80 @@
+package modelgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Transport wraps next (nil: http.DefaultTransport): every request through it is refused with
+// ErrOpen while the breaker is not closed, and every answer is recorded. Give it to the agent's
+// HTTP client, inside any retries, so that each attempt counts.
+func (g *Gate) Transport(next http.RoundTripper) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return &transport{g: g, next: next}
+}
+
+type transport struct {
+	g    *Gate
+	next http.RoundTripper
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !t.g.Up() {
+		if req.Body != nil {
+			req.Body.Close() // a RoundTripper closes the body, even on error
+		}
+		return nil, ErrOpen
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err != nil && errors.Is(req.Context().Err(), context.Canceled) {
+		return resp, err // the caller gave up (a cancelled job, a shutdown): no news of the endpoint
+	}
+	t.g.observe(classify(req.Context(), resp, err))
+	return resp, err
+}
+
+// classify turns the result of one request into an answer. A request that got no response
+// (refused, reset, timed out) or one of the statuses the OpenAI client retries (408, 409,
+// 429, 5xx) is a failure, as the agent counts ErrModelUnavailable; anything else, 4xx
+// included, proves the endpoint answers.
+func classify(ctx context.Context, resp *http.Response, err error) answer {
+	if err != nil {
+		if ctx.Err() != nil {
+			return answer{failed: true, why: "no response in time"}
+		}
+		var ue *url.Error // the probe's client wraps it; the URL is not news
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return answer{failed: true, why: "no response: " + err.Error()}
+	}
+	switch code := resp.StatusCode; {
+	case code == http.StatusRequestTimeout, code == http.StatusConflict,
+		code == http.StatusTooManyRequests, code >= 500:
+		return answer{failed: true, why: fmt.Sprintf("HTTP %d", code), retryAfter: retryAfter(resp.Header, time.Now())}
+	}
+	return answer{}
+}
+
+// retryAfter reads the delay an answer asks for: retry-after-ms (OpenAI's), or Retry-After
+// in seconds or as an HTTP date. Zero when there is none or it does not parse.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms > 0 {
+		return time.Duration(ms * float64(time.Millisecond))
+	}
+	v := h.Get("Retry-After")
+	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
