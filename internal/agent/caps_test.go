@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -232,17 +233,18 @@ func TestProgressCarriesTheSpentBudget(t *testing.T) {
 	}
 }
 
-// TestSpentCountsAnUnansweredRequest: a request that was sent counts as a turn even when the
-// endpoint never answers it, so a redelivered job cannot gain turns by failing.
-func TestSpentCountsAnUnansweredRequest(t *testing.T) {
+// TestSpentLeavesOutARequestTheEndpointWasUnavailableFor: a request that got no answer (here
+// 503 after every retry) is no turn: the endpoint did no work for it, and a job must not lose
+// turns to an outage.
+func TestSpentLeavesOutARequestTheEndpointWasUnavailableFor(t *testing.T) {
 	fast := map[string]string{"retry-after-ms": "1"}
 	s := newScript(t, toolCalls(100, call{"a", "emit", `{"text":"a"}`}),
 		apiError(503, "", "overloaded", fast), apiError(503, "", "overloaded", fast), apiError(503, "", "overloaded", fast))
 	res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t, emitTool), newFakeSandbox(nil)))
-	if err == nil {
-		t.Fatal("Run succeeded, want the endpoint's error")
+	if !errors.Is(err, agent.ErrModelUnavailable) {
+		t.Fatalf("Run: %v, want ErrModelUnavailable", err)
 	}
-	if want := (agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 100}); res.Spent != want || res.Turns != 1 {
+	if want := (agent.Budget{Turns: 1, ToolCalls: 1, Tokens: 100}); res.Spent != want || res.Turns != 1 {
 		t.Errorf("spent %+v turns %d, want %+v and 1 answered turn", res.Spent, res.Turns, want)
 	}
 }
