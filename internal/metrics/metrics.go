@@ -37,6 +37,9 @@ type Metrics struct {
 	ModelRequests        *prometheus.CounterVec   // outcome (see ModelTransport)
 	ModelRequestDuration *prometheus.HistogramVec // outcome
 	ModelTokens          *prometheus.CounterVec   // profile, kind (prompt, completion)
+	// ModelUp is 1 while the model endpoint's circuit breaker lets requests pass, 0 while it
+	// holds them (internal/modelgate); SetModelUp sets it.
+	ModelUp prometheus.Gauge
 	CapHits              *prometheus.CounterVec   // profile, cap
 	Redeliveries         prometheus.Counter
 	DeadLetters          *prometheus.CounterVec // reason
@@ -99,6 +102,9 @@ func New() *Metrics {
 		ModelTokens: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_model_tokens_total", Help: "Model tokens used, by profile and kind (prompt, completion).",
 		}, []string{"profile", "kind"}),
+		ModelUp: f.NewGauge(prometheus.GaugeOpts{
+			Name: "boxcar_model_up", Help: "1 while the model endpoint answers, 0 while its circuit breaker holds model requests and new jobs.",
+		}),
 		CapHits: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_cap_hits_total", Help: "Jobs ended by a cap, by profile and cap.",
 		}, []string{"profile", "cap"}),
@@ -116,7 +122,17 @@ func New() *Metrics {
 		}),
 		registry: reg,
 	}
+	m.ModelUp.Set(1)
 	return m
+}
+
+// SetModelUp sets boxcar_model_up; give it to the model gate as its OnChange.
+func (m *Metrics) SetModelUp(up bool) {
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.ModelUp.Set(v)
 }
 
 // Registry is where the collectors live, for tests and extra collectors.

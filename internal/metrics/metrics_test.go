@@ -312,3 +312,24 @@ func TestServeListenError(t *testing.T) {
 		t.Fatal("Serve on a taken address succeeded")
 	}
 }
+
+func TestModelUp(t *testing.T) {
+	m := metrics.New()
+	tests := []struct {
+		name string
+		set  func()
+		want float64
+	}{
+		{name: "up from the start", set: func() {}, want: 1},
+		{name: "down", set: func() { m.SetModelUp(false) }, want: 0},
+		{name: "up again", set: func() { m.SetModelUp(true) }, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.set()
+			if got := testutil.ToFloat64(m.ModelUp); got != tt.want {
+				t.Errorf("boxcar_model_up = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

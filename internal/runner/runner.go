@@ -47,6 +47,8 @@ type Config struct {
 	// Approvals carries the shell tool's "ask" approvals to a person and back (the queue
 	// implements it). Optional: without it every command that needs approval is refused.
 	Approvals Approvals
+	// ModelGate, when set, holds the fetch loop while the model endpoint is down (modelwait.go).
+	ModelGate ModelGate
 	// ModelEndpoint is the base URL of the model API, recorded (host only) in manifests.
 	ModelEndpoint string
 	// SigningKey signs manifests when set.
@@ -149,6 +151,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			continue
 		case <-free:
 		}
+		r.awaitModel(ctx)
 		d, err := r.cfg.Queue.Fetch(ctx)
 		if err != nil {
 			free <- struct{}{}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/modelgate"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -22,9 +23,10 @@ type sandboxChecker interface {
 // the worker may read inputs, without writing anything.
 var readyProbeKey = store.InputKey(strings.Repeat("0", 64))
 
-// readiness is what /readyz reports: not draining, connected to NATS, the store reachable and
-// the sandbox provider usable. The cheap local checks come first.
-func readiness(r *runner.Runner, link *queue.Link, st store.Store, sandboxes sandbox.Provider) metrics.Ready {
+// readiness is what /readyz reports: not draining, connected to NATS, the model endpoint up
+// (its circuit breaker closed), the store reachable and the sandbox provider usable. The
+// cheap local checks come first.
+func readiness(r *runner.Runner, link *queue.Link, st store.Store, sandboxes sandbox.Provider, model *modelgate.Gate) metrics.Ready {
 	return metrics.AllReady(
 		metrics.Check{Name: "worker", Func: func(context.Context) error {
 			if r.Draining() {
@@ -33,6 +35,7 @@ func readiness(r *runner.Runner, link *queue.Link, st store.Store, sandboxes san
 			return nil
 		}},
 		metrics.Check{Name: "nats", Func: func(context.Context) error { return link.Err() }},
+		metrics.Check{Name: "model", Func: func(context.Context) error { return model.Err() }},
 		metrics.Check{Name: "store", Func: func(ctx context.Context) error { return storeReady(ctx, st) }},
 		metrics.Check{Name: "sandbox " + sandboxes.Backend(), Func: func(ctx context.Context) error {
 			if c, ok := sandboxes.(sandboxChecker); ok {

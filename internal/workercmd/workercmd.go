@@ -148,12 +148,17 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	m := metrics.New()
 	modelURL := modelBaseURL(cfg, getenv)
+	gate, err := newModelGate(modelURL, getenv("OPENAI_API_KEY"), m, log)
+	if err != nil {
+		return err
+	}
 	ag, err := agent.New(agent.Config{
 		BaseURL:        modelURL,
 		APIKey:         getenv("OPENAI_API_KEY"),
 		HTTPClient:     &http.Client{Transport: m.ModelTransport(http.DefaultTransport.(*http.Transport).Clone())},
 		RequestTimeout: cfg.Model.RequestTimeout.Std(),
 		MaxRetries:     cfg.Model.MaxRetries,
+		Gate:           gate,
 		Logger:         log,
 		Profiles:       cfg.Profiles, // compiled now: a bad profile stops the worker here
 	})
@@ -217,6 +222,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Agent:         ag,
 		Metrics:       m,
 		ModelEndpoint: modelURL,
+		ModelGate:     gate,
 		SigningKey:    signer,
 		Logger:        log,
 	})
@@ -226,7 +232,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	m.WatchQueue(serveCtx, q.ConsumerLag)
-	boot.set(nil, readiness(r, link, st, sandboxes))
+	boot.set(nil, readiness(r, link, st, sandboxes, gate))
 	g.Go(func() error {
 		defer stopServing()
 		return r.Run(gctx)

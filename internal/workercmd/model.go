@@ -1,0 +1,34 @@
+package workercmd
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/modelgate"
+)
+
+// newModelGate is the model endpoint's circuit breaker: it sets boxcar_model_up, and probes
+// with GET <base URL>/models, which every OpenAI-compatible server serves, with the API key so
+// that the probe meets what a chat request meets. Probes go around the metrics transport:
+// boxcar_model_requests_total counts the jobs' requests only.
+func newModelGate(baseURL, apiKey string, m *metrics.Metrics, log *slog.Logger) (*modelgate.Gate, error) {
+	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	url := strings.TrimRight(baseURL, "/") + "/models"
+	return modelgate.New(modelgate.Config{
+		Probe: func(ctx context.Context) (*http.Response, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return nil, err
+			}
+			if apiKey != "" {
+				req.Header.Set("Authorization", "Bearer "+apiKey)
+			}
+			return client.Do(req)
+		},
+		OnChange: m.SetModelUp,
+		Logger:   log,
+	})
+}
