@@ -3,8 +3,8 @@
 // Command faults is Boxcar's own fault-injection test (`make test-faults`). It runs a real
 // nats-server (file storage, sync_interval always), a real versitygw, the scripted model and
 // two worker processes with bubblewrap sandboxes; submits jobs with bin/submit while it kills,
-// pauses and restarts them; drains; and checks from the final state that every job ended
-// exactly once. It prints one line and exits 1 when an invariant does not hold:
+// pauses and restarts them; drains; stops the model for a while with jobs queued and running
+// (model.go); and checks from the final state that every job ended exactly once. It prints one line and exits 1 when an invariant does not hold:
 //
 //	faults: N jobs, F faults, committed C, dead D, lost 0, duplicates 0, orphans 0, redelivered R
 //
@@ -364,6 +364,12 @@ func (h *harness) run(n int) error {
 	if err := h.drain(ids); err != nil {
 		fmt.Fprintln(os.Stderr, "faults: drain:", err)
 	}
+	outage, outageWrong, err := h.modelOutage()
+	ids = append(ids, outage...)
+	if err != nil {
+		outageWrong++
+		fmt.Fprintln(os.Stderr, "faults: model outage:", err)
+	}
 	// Stop the workers as an operator would, then look for sandboxes they left behind.
 	for _, w := range h.workers {
 		w.stop()
@@ -372,6 +378,7 @@ func (h *harness) run(n int) error {
 	if err != nil {
 		return err
 	}
+	res.wrong += outageWrong
 	fmt.Printf("faults: %d jobs, %d faults, committed %d, dead %d, lost %d, duplicates %d, orphans %d, redelivered %d\n",
 		len(ids), h.faults, res.committed, res.dead, res.lost, res.duplicates, res.orphans, res.redelivered)
 	fmt.Fprintf(os.Stderr, "faults: wall time %s\n", time.Since(start).Round(time.Second))
