@@ -23,12 +23,12 @@ import (
 // minute is 12 AckWaits and past a dozen times the retries of a job (1s, 2s backoff).
 const (
 	outageJobs   = 20
-	modelOutage  = time.Minute
+	outageFor    = time.Minute
 	outageRunFor = 4 // jobs running when the model stops
 )
 
 // modelOutage stops the model while outageJobs are queued and some run, keeps it down for
-// modelOutage, and starts it again on its address. It returns the ids of the jobs it
+// outageFor, and starts it again on its address. It returns the ids of the jobs it
 // submitted, and checks them once they end: none dead, every one committed at its first
 // delivery with the turns a job spends without an outage, and boxcar_model_up read 0 on both
 // workers meanwhile. The failures it counts are returned in wrong.
@@ -70,11 +70,11 @@ func (h *harness) modelOutage() (ids []string, wrong int, err error) {
 		return ids, 0, err
 	}
 	h.faults++
-	fmt.Fprintf(os.Stderr, "faults: stop the model for %s with %d jobs queued or running\n", modelOutage, outageJobs)
+	fmt.Fprintf(os.Stderr, "faults: stop the model for %s with %d jobs queued or running\n", outageFor, outageJobs)
 	h.model.kill()
 	stopped := time.Now()
-	down, readyz := h.watchModelDown(stopped.Add(modelOutage))
-	time.Sleep(time.Until(stopped.Add(modelOutage)))
+	down, readyz := h.watchModelDown(stopped.Add(outageFor))
+	time.Sleep(time.Until(stopped.Add(outageFor)))
 	if err := h.restartModel(); err != nil {
 		return ids, 0, err
 	}
@@ -135,7 +135,7 @@ func (h *harness) checkOutage(ids []string, turns int, down, readyz [2]bool) int
 		}
 	}
 	fmt.Fprintf(os.Stderr, "faults: model outage %s: %d jobs, %d committed at their first delivery, %d turns (%d without the outage: %d), model_up 0 on workers %v\n",
-		modelOutage, len(ids), committed, spent, len(ids), len(ids)*turns, down)
+		outageFor, len(ids), committed, spent, len(ids), len(ids)*turns, down)
 	return wrong
 }
 
