@@ -37,15 +37,16 @@ type Metrics struct {
 	ModelRequests        *prometheus.CounterVec   // outcome (see ModelTransport)
 	ModelRequestDuration *prometheus.HistogramVec // outcome
 	ModelTokens          *prometheus.CounterVec   // profile, kind (prompt, completion)
-	// ModelUp is 1 while the model endpoint's circuit breaker lets requests pass, 0 while it
-	// holds them (internal/modelgate); SetModelUp sets it.
-	ModelUp prometheus.Gauge
 	CapHits              *prometheus.CounterVec   // profile, cap
 	Redeliveries         prometheus.Counter
 	DeadLetters          *prometheus.CounterVec // reason
 	StaleAttempts        prometheus.Counter
 	UploadedBytes        prometheus.Counter
 	registry             *prometheus.Registry
+
+	// ModelUp is 1 while the model endpoint's circuit breaker lets requests pass, 0 while it
+	// holds them (internal/modelgate); SetModelUp sets it.
+	ModelUp prometheus.Gauge
 }
 
 // Bucket layouts, in seconds.
