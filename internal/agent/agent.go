@@ -36,6 +36,9 @@ type Gate interface {
 	// Transport wraps next: every attempt through it is recorded, and refused while the
 	// endpoint is down.
 	Transport(next http.RoundTripper) http.RoundTripper
+	// Up reports whether requests pass: false once failures persist, until a probe is
+	// answered.
+	Up() bool
 	// Wait returns at once while the endpoint is up, else when it is up again or ctx ends
 	// (then with context.Cause(ctx)).
 	Wait(ctx context.Context) error
@@ -64,11 +67,12 @@ type Config struct {
 	MaxRetries int
 	// Logger receives the agent's log lines; each carries job_id. Default: discard.
 	Logger *slog.Logger
-	// Gate, when set, is the endpoint's circuit breaker: New puts its Transport inside
-	// HTTPClient's, so it sees every attempt, and a turn whose request found the endpoint
-	// unavailable waits on it (Gate.Wait) and is sent again, within the job's timeout,
-	// instead of ending the run with ErrModelUnavailable. Optional: without it such a run
-	// ends at once, as the caller then retries it.
+	// Gate, when set, is the endpoint's circuit breaker: New wraps HTTPClient's transport in
+	// the gate's, so it sees every attempt, and a turn whose request found the endpoint
+	// unavailable while the gate holds requests (it opened: the failures persist) waits on it
+	// and is sent again, within the job's timeout, instead of ending the run with
+	// ErrModelUnavailable. Optional: without it, or when the gate is still open to requests,
+	// such a run ends at once, as the caller then retries it.
 	Gate Gate
 	// Profiles are the execution profiles whose tools New checks and compiles once, so that a
 	// mistake in one stops the worker at start; a Request names one by ProfileName. Optional:

@@ -12,10 +12,12 @@ import (
 
 // send sends one turn's request and returns the endpoint's answer. A request that found the
 // endpoint unavailable (no response, 408, 409, 429 or 5xx after the client's retries) is not
-// a turn: the endpoint did no work for it. With a Gate the turn then waits until the endpoint
-// is up again and is sent anew, so an outage spends nothing of the job's budget; the wait ends
-// with the job's timeout (ErrModelUnavailable: the job was not at fault, its caller may try it
-// again) or with ctx. start is when the answered request was sent.
+// a turn: the endpoint did no work for it. When the Gate has opened (the failures persist) the
+// turn then waits until the endpoint is up again and is sent anew, so an outage spends nothing
+// of the job's budget; the wait ends with the job's timeout (ErrModelUnavailable: the job was
+// not at fault, its caller may try it again) or with ctx. A failure the gate let pass, one
+// that does not persist or one no attempt reached the gate with, ends the run as without a
+// gate. start is when the answered request was sent.
 func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNewParams) (resp *openai.ChatCompletion, start time.Time, err error) {
 	gate := r.agent.cfg.Gate
 	for held := false; ; held = true {
@@ -41,7 +43,7 @@ func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNe
 			return nil, start, err
 		}
 		r.used.Turns = turn - 1
-		if gate == nil {
+		if gate == nil || gate.Up() {
 			return nil, start, err
 		}
 		r.log.Warn("model endpoint unavailable; the turn waits for it and is not counted", "turn", turn, "error", err)

@@ -122,3 +122,22 @@ func TestModelGateWaitEndsWithTheCaller(t *testing.T) {
 		t.Fatalf("Run: %v, want the caller's cause", err)
 	}
 }
+
+// TestFailureTheModelGateLetsPassEndsTheRun: a request that failed while the gate still lets
+// requests pass (fewer failures than its threshold) ends the run as without a gate: the gate
+// is for an outage, not a reason to send a turn again and again.
+func TestFailureTheModelGateLetsPassEndsTheRun(t *testing.T) {
+	fast := map[string]string{"retry-after-ms": "1"}
+	s := newScript(t, apiError(503, "", "overloaded", fast), apiError(503, "", "overloaded", fast), apiError(503, "", "overloaded", fast))
+	g, err := modelgate.New(modelgate.Config{Threshold: 10, Probe: (&outage{}).probe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newAgent(t, s, func(c *agent.Config) { c.Gate = g }).Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
+	if !errors.Is(err, agent.ErrModelUnavailable) {
+		t.Fatalf("Run: %v, want ErrModelUnavailable", err)
+	}
+	if n := len(s.requests()); n != 3 {
+		t.Errorf("%d requests, want the 3 attempts of one", n)
+	}
+}
