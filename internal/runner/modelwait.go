@@ -16,7 +16,9 @@ type ModelGate interface {
 
 // awaitModel holds the fetch loop while the model endpoint is down: a job fetched now could
 // only wait in its slot, and each of the jobs left in the queue keeps its deliveries for when
-// the endpoint is back. Jobs in flight wait in the agent, their deliveries kept alive.
+// the endpoint is back. Jobs in flight wait in the agent, their deliveries kept alive. A fetch
+// already waiting when the breaker opened is left to end: cancelling a pull can lose a message
+// already on its way, which would then wait out AckWait and spend a delivery.
 func (r *Runner) awaitModel(ctx context.Context) {
 	g := r.cfg.ModelGate
 	if g == nil || g.Up() {
