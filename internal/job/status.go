@@ -31,16 +31,18 @@ func (s State) Terminal() bool {
 
 // Status is what the system knows about a job, kept in the status bucket under the job id.
 type Status struct {
-	ID        string `json:"id"`
-	State     State  `json:"state"`
-	Profile   string `json:"profile,omitempty"`
-	Attempt   int    `json:"attempt,omitempty"`
-	Worker    string `json:"worker,omitempty"`
-	Progress  string `json:"progress,omitempty"`
-	ToolCalls int    `json:"tool_calls,omitempty"`
-	MaxCalls  int    `json:"max_tool_calls,omitempty"`
-	Cap       string `json:"cap,omitempty"`
-	Error     string `json:"error,omitempty"`
+	ID      string `json:"id"`
+	State   State  `json:"state"`
+	Profile string `json:"profile,omitempty"`
+	// Labels are the job's, copied when it is queued, so `submit list --label` needs no store.
+	Labels    map[string]string `json:"labels,omitempty"`
+	Attempt   int               `json:"attempt,omitempty"`
+	Worker    string            `json:"worker,omitempty"`
+	Progress  string            `json:"progress,omitempty"`
+	ToolCalls int               `json:"tool_calls,omitempty"`
+	MaxCalls  int               `json:"max_tool_calls,omitempty"`
+	Cap       string            `json:"cap,omitempty"`
+	Error     string            `json:"error,omitempty"`
 	// SpentTurns, SpentToolCalls and SpentTokens are what all attempts of the job have used of
 	// its caps so far, recorded with every progress update; a redelivered attempt starts from
 	// them, never from zero.

@@ -33,7 +33,7 @@ func (q *Queue) PublishAsync(j job.Job) (*PendingPublish, error) {
 	// What KeyValue.Create sends: a put that the server refuses when the key has a value.
 	st, err := q.js.PublishMsgAsync(&nats.Msg{
 		Subject: "$KV." + q.cfg.StatusBucket + "." + j.ID,
-		Data:    mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, QueuedAt: now, UpdatedAt: now}),
+		Data:    mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, Labels: j.Labels, QueuedAt: now, UpdatedAt: now}),
 	}, jetstream.WithExpectLastSequencePerSubject(0))
 	if err != nil {
 		return nil, fmt.Errorf("queue: record job %s as queued: %w", j.ID, err)

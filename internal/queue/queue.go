@@ -202,7 +202,7 @@ func (q *Queue) Publish(ctx context.Context, j job.Job) (duplicate bool, err err
 		return false, err
 	}
 	now := time.Now().UTC()
-	rev, err := q.status.Create(ctx, j.ID, mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, QueuedAt: now, UpdatedAt: now}))
+	rev, err := q.status.Create(ctx, j.ID, mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, Labels: j.Labels, QueuedAt: now, UpdatedAt: now}))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return false, fmt.Errorf("queue: record job %s as queued: %w", j.ID, err)
 	}

@@ -232,6 +232,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	m.WatchQueue(serveCtx, q.ConsumerLag)
+	g.Go(func() error { return q.AdvertiseProfiles(gctx, cfg.WorkerID, cfg.Profiles) }) // for `submit profiles` and run's check
 	boot.set(nil, readiness(r, link, st, sandboxes, gate))
 	g.Go(func() error {
 		defer stopServing()

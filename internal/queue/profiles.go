@@ -1,0 +1,137 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+)
+
+// ProfilesBucket is the key-value bucket where each live worker keeps the names and
+// descriptions of the profiles it defines, under its worker id. An entry expires profilesTTL
+// after the worker's last refresh, so a worker that died drops out by itself.
+const ProfilesBucket = "BOXCAR_PROFILES"
+
+// profilesTTL and profilesRefresh: a worker writes its entry every profilesRefresh; three
+// missed refreshes and the entry is gone.
+const (
+	profilesTTL     = 90 * time.Second
+	profilesRefresh = 30 * time.Second
+)
+
+// ErrNoProfiles marks a client that found no live worker's profiles (no bucket, or no entry):
+// whether a profile exists cannot be told.
+var ErrNoProfiles = errors.New("no live worker has published its profiles")
+
+// ProfileInfo is what a client learns of one profile: its name and the config's description.
+type ProfileInfo struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+// WorkerProfiles is one worker's entry in ProfilesBucket.
+type WorkerProfiles struct {
+	Worker    string        `json:"worker"`
+	Profiles  []ProfileInfo `json:"profiles"`
+	UpdatedAt time.Time     `json:"updated_at"`
+}
+
+// AdvertiseProfiles keeps this worker's profiles in ProfilesBucket until ctx ends, then
+// removes its entry. A failed write is tried again at the next refresh: clients only lose the
+// check, never a job. It returns nil when ctx ends.
+func (q *Queue) AdvertiseProfiles(ctx context.Context, worker string, profiles map[string]config.Profile) error {
+	entry := WorkerProfiles{Worker: worker}
+	for name, p := range profiles {
+		entry.Profiles = append(entry.Profiles, ProfileInfo{Name: name, Description: p.Description})
+	}
+	sort.Slice(entry.Profiles, func(i, j int) bool { return entry.Profiles[i].Name < entry.Profiles[j].Name })
+	key := profilesKey(worker)
+	var kv jetstream.KeyValue
+	tick := time.NewTicker(profilesRefresh)
+	defer tick.Stop()
+	for {
+		var err error
+		if kv == nil {
+			kv, err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket: ProfilesBucket, Description: "Boxcar: the profiles each live worker defines",
+				TTL: profilesTTL, History: 1, Storage: jetstream.MemoryStorage, Replicas: q.cfg.Replicas,
+			})
+		}
+		if err == nil {
+			entry.UpdatedAt = time.Now().UTC()
+			_, err = kv.Put(ctx, key, mustJSON(entry))
+		}
+		if err != nil && ctx.Err() == nil {
+			kv = nil
+			q.log.DebugContext(ctx, "publishing the worker's profiles failed; trying again", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			if kv != nil {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				_ = kv.Delete(dctx, key)
+				cancel()
+			}
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// profilesKey makes a worker id a valid key: anything but letters, digits, '-' and '_'
+// becomes '_'.
+func profilesKey(worker string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '_'
+	}, worker)
+}
+
+// LiveProfiles returns every live worker's entry, by worker id. It needs NATS only, not the
+// store. ErrNoProfiles when there is none.
+func (q *Queue) LiveProfiles(ctx context.Context) ([]WorkerProfiles, error) {
+	kv, err := q.js.KeyValue(ctx, ProfilesBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, ErrNoProfiles
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: look up bucket %s: %w", ProfilesBucket, err)
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("queue: read bucket %s: %w", ProfilesBucket, err)
+	}
+	defer w.Stop() //nolint:errcheck // nothing to do about it
+	var out []WorkerProfiles
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("queue: read bucket %s: %w", ProfilesBucket, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("queue: read bucket %s: the watch ended", ProfilesBucket)
+			}
+			if e == nil {
+				if len(out) == 0 {
+					return nil, ErrNoProfiles
+				}
+				sort.Slice(out, func(i, j int) bool { return out[i].Worker < out[j].Worker })
+				return out, nil
+			}
+			var wp WorkerProfiles
+			if json.Unmarshal(e.Value(), &wp) == nil {
+				out = append(out, wp)
+			}
+		}
+	}
+}
