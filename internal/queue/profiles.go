@@ -30,10 +30,15 @@ const (
 // whether a profile exists cannot be told.
 var ErrNoProfiles = errors.New("no live worker has published its profiles")
 
-// ProfileInfo is what a client learns of one profile: its name and the config's description.
+// ProfileInfo is what a client learns of one profile: its name, the config's description and
+// the caps a watcher shows progress against.
 type ProfileInfo struct {
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
+	Name         string        `json:"name"`
+	Description  string        `json:"description,omitempty"`
+	MaxTurns     int           `json:"max_turns,omitempty"`
+	MaxToolCalls int           `json:"max_tool_calls,omitempty"`
+	MaxTokens    int64         `json:"max_tokens,omitempty"`
+	JobTimeout   time.Duration `json:"job_timeout,omitempty"`
 }
 
 // WorkerProfiles is one worker's entry in ProfilesBucket.
@@ -49,7 +54,8 @@ type WorkerProfiles struct {
 func (q *Queue) AdvertiseProfiles(ctx context.Context, worker string, profiles map[string]config.Profile) error {
 	entry := WorkerProfiles{Worker: worker}
 	for name, p := range profiles {
-		entry.Profiles = append(entry.Profiles, ProfileInfo{Name: name, Description: p.Description})
+		entry.Profiles = append(entry.Profiles, ProfileInfo{Name: name, Description: p.Description,
+			MaxTurns: p.Limits.MaxTurns, MaxToolCalls: p.Limits.MaxToolCalls, MaxTokens: p.Limits.MaxTokens, JobTimeout: time.Duration(p.Limits.JobTimeout)})
 	}
 	sort.Slice(entry.Profiles, func(i, j int) bool { return entry.Profiles[i].Name < entry.Profiles[j].Name })
 	key := profilesKey(worker)

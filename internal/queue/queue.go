@@ -188,8 +188,12 @@ func Bind(ctx context.Context, nc *nats.Conn, cfg config.NATS) (*Queue, error) {
 		return nil, fmt.Errorf("queue: look up stream %s: %w", cfg.Stream, err)
 	}
 	kv, err := js.KeyValue(ctx, cfg.StatusBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: status bucket %s does not exist on %s; start a worker first (`worker --embedded`)", ErrNotReady, cfg.StatusBucket, nc.ConnectedUrlRedacted())
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: status bucket %s: %v; start a worker first", ErrNotReady, cfg.StatusBucket, err)
+		// A timeout is no proof the bucket is missing: a leader election answers nothing.
+		return nil, fmt.Errorf("queue: look up status bucket %s: %w", cfg.StatusBucket, err)
 	}
 	return &Queue{js: js, cfg: cfg, status: kv, log: slog.New(slog.DiscardHandler)}, nil
 }

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/job"
@@ -39,7 +40,7 @@ func TestStatusWritesByOthersAreNeverLost(t *testing.T) {
 	if !st.CancelRequested || st.Progress != "turn 1" || st.ToolCalls != 3 {
 		t.Fatalf("after a write by another handle: %+v; want the cancel request, progress and tool calls kept", st)
 	}
-	if got, err := b.q.Status(ctx, j.ID); err != nil || got != st {
+	if got, err := b.q.Status(ctx, j.ID); err != nil || !reflect.DeepEqual(got, st) {
 		t.Fatalf("stored %+v (%v), want %+v", got, err, st)
 	}
 

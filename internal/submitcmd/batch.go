@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -132,6 +134,13 @@ func (e *env) runJobs(ctx context.Context, f runFlags) error {
 		return err
 	}
 	defer nc.Close()
+	profiles := map[string]bool{}
+	for _, bj := range jobs {
+		profiles[bj.job.Profile] = true
+	}
+	if err := e.checkProfile(ctx, q, slices.Sorted(maps.Keys(profiles))...); err != nil {
+		return err
+	}
 	var paths []string
 	for _, bj := range jobs {
 		paths = append(paths, bj.paths...)
@@ -142,7 +151,7 @@ func (e *env) runJobs(ctx context.Context, f runFlags) error {
 			return err
 		}
 		defer closeStore(st)
-		inputs, err := uploadInputs(ctx, st, paths)
+		inputs, err := e.upload(ctx, st, paths)
 		if err != nil {
 			return err
 		}
@@ -153,11 +162,7 @@ func (e *env) runJobs(ctx context.Context, f runFlags) error {
 		}
 	}
 
-	policy := e.publish
-	if window, err := q.DuplicateWindow(ctx); err == nil {
-		policy = policy.within(window)
-	}
-	code := e.publishAll(ctx, q, policy, jobs)
+	code := e.publishAll(ctx, q, e.policy(ctx, q), jobs)
 	if f.wait && ctx.Err() == nil {
 		code = max(code, e.followAll(ctx, q, jobs, f.timeout))
 	}

@@ -39,7 +39,7 @@ not name are reported and not downloaded.`,
 	c.Flags().StringVar(&out, "out", "", "directory to download the run into (`DIR`, required)")
 	markRequired(c, "out")
 	_ = c.MarkFlagDirname("out")
-	e.common(c, false)
+	e.common(c, true)
 	return c
 }
 
@@ -87,12 +87,19 @@ func (e *env) get(ctx context.Context, id, out string) error {
 	}
 	defer root.Close()
 
-	var bad []string
+	var bad, files []string
+	// Each file kept is a line on stdout, or with --output json a name in one object at the end.
+	kept := func(name string) {
+		files = append(files, filepath.Join(out, name))
+		if !e.json() {
+			printf(e.stdout, "%s\n", filepath.Join(out, name))
+		}
+	}
 	for _, s := range stmt.Subjects {
 		err := downloadChecked(ctx, st, root, provenance.SubjectKey(id, s), s)
 		switch {
 		case err == nil:
-			printf(e.stdout, "%s\n", filepath.Join(out, filepath.FromSlash(s.Name)))
+			kept(filepath.FromSlash(s.Name))
 		case errors.Is(err, provenance.ErrDigestMismatch), errors.Is(err, store.ErrNotFound):
 			printf(e.stderr, "FAIL %s: %v\n", s.Name, err)
 			bad = append(bad, s.Name)
@@ -103,14 +110,14 @@ func (e *env) get(ctx context.Context, id, out string) error {
 	if err := writeFile(root, "manifest.json", manifest); err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
-	fmt.Fprintln(e.stdout, filepath.Join(out, "manifest.json"))
+	kept("manifest.json")
 	env, err := readObject(ctx, st, provenance.SignatureKey(id), maxManifestBytes)
 	switch {
 	case err == nil:
 		if err := writeFile(root, "manifest.dsse.json", env); err != nil {
 			return fmt.Errorf("get: %w", err)
 		}
-		fmt.Fprintln(e.stdout, filepath.Join(out, "manifest.dsse.json"))
+		kept("manifest.dsse.json")
 	case !errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("get: %w", err)
 	}
@@ -121,6 +128,11 @@ func (e *env) get(ctx context.Context, id, out string) error {
 	}
 	for _, u := range unlisted {
 		printf(e.stderr, "not downloaded: %s is not named by the manifest; nothing vouches for it\n", u)
+	}
+	if e.json() {
+		if err := e.printJSON(map[string]any{"id": id, "out": out, "files": files, "failed": bad, "unlisted": unlisted}); err != nil {
+			return err
+		}
 	}
 	if len(bad) > 0 {
 		return &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: %d of %d files do not match the manifest and were not kept: %s",

@@ -88,7 +88,7 @@ func uploadInputs(ctx context.Context, st store.Store, paths []string) (map[stri
 		g.Go(func() error {
 			data, err := readInput(p)
 			if err != nil {
-				return err
+				return localInputError{err}
 			}
 			sum := sha256.Sum256(data)
 			in := job.Input{Name: filepath.Base(p), SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}

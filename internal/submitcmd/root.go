@@ -54,14 +54,17 @@ func newRoot(e *env) *cobra.Command {
 	root.SetErr(e.stderr)
 	root.SetVersionTemplate("submit {{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return fmt.Errorf("%s: %w (see `%s --help`)", c.Name(), err, c.CommandPath())
+		return fmt.Errorf("%w: %s: %w (see `%s --help`)", errUsage, c.Name(), err, c.CommandPath())
 	})
+	root.Args = func(_ *cobra.Command, a []string) error { return unknownCommand(root, a) }
 	root.AddCommand(
-		e.runCmd(), e.statusCmd(), e.watchCmd(), e.getCmd(), e.cancelCmd(), e.manifestCmd(),
+		e.runCmd(), e.statusCmd(), e.watchCmd(), e.listCmd(), e.logsCmd(), e.profilesCmd(),
+		e.getCmd(), e.cancelCmd(), e.manifestCmd(),
 		e.verifyCmd(), e.keygenCmd(), e.versionCmd(),
 		e.approvalsCmd(), e.approveCmd(), e.denyCmd(), e.gcCmd(),
 		completionCmd(root, func() io.Writer { return e.raw }),
 	)
+	e.completeArgs(root)
 	defaultHelp := root.HelpFunc()
 	root.SetHelpFunc(func(c *cobra.Command, args []string) {
 		if c != root {
@@ -174,18 +177,11 @@ func (e *env) common(c *cobra.Command, output bool) {
 	fs.StringVar(&e.s3Endpoint, "s3-endpoint", "", "endpoint `URL` of an S3-compatible service (default $BOXCAR_S3_ENDPOINT)")
 	names := []string{"nats", "store", "s3-endpoint"}
 	if output {
-		fs.StringVar(&e.output, "output", "text", "output format: `text|json`")
+		e.outputFlag(c)
 		names = append(names, "output")
-		_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	}
 	for _, n := range names {
 		_ = fs.SetAnnotation(n, commonFlag, []string{"true"})
-	}
-	c.PreRunE = func(c *cobra.Command, _ []string) error {
-		if e.output != "" && e.output != "text" && e.output != "json" {
-			return fmt.Errorf("--output %q: use text or json", e.output)
-		}
-		return nil
 	}
 }
 
@@ -194,22 +190,28 @@ func (e *env) common(c *cobra.Command, output bool) {
 func args(min, max int, msg string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, a []string) error {
 		if len(a) < min || len(a) > max {
-			return fmt.Errorf("%s", msg)
+			return usageError("%s", msg)
 		}
 		return nil
 	}
 }
 
 func (e *env) versionCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:   "version",
 		Short: "the build: version, VCS revision, Go version",
 		Args:  args(0, 0, "version: takes no arguments"),
 		RunE: func(*cobra.Command, []string) error {
-			_, err := fmt.Fprintln(e.stdout, "submit", provenance.WorkerInfo("").String())
+			w := provenance.WorkerInfo("")
+			if e.json() {
+				return e.printJSON(map[string]any{"version": w.Version, "vcs_revision": w.VCSRevision, "vcs_modified": w.VCSModified, "go_version": w.GoVersion})
+			}
+			_, err := fmt.Fprintln(e.stdout, "submit", w.String())
 			return err
 		},
 	}
+	e.outputFlag(c)
+	return c
 }
 
 func (e *env) keygenCmd() *cobra.Command {
@@ -224,7 +226,14 @@ files are never replaced. worker keygen does the same.`,
 		Args: args(0, 0, "keygen: takes no arguments; give the folder with --out DIR"),
 		RunE: func(*cobra.Command, []string) error {
 			if out == "" {
-				return fmt.Errorf("keygen: --out DIR is required")
+				return usageError("keygen: --out DIR is required")
+			}
+			if e.json() {
+				kp, err := provenance.WriteKeyPair(out)
+				if err != nil {
+					return err
+				}
+				return e.printJSON(map[string]any{"private_key": kp.PrivatePath, "public_key": kp.PublicPath, "key_id": kp.KeyID})
 			}
 			_, err := provenance.Keygen(out, e.stdout)
 			return err
@@ -233,6 +242,7 @@ files are never replaced. worker keygen does the same.`,
 	c.Flags().StringVar(&out, "out", "", "folder to write signing.key (mode 0600) and signing.pub into (required; created 0700 if missing) (`DIR`)")
 	markRequired(c, "out")
 	_ = c.MarkFlagDirname("out")
+	e.outputFlag(c)
 	return c
 }
 

@@ -43,18 +43,20 @@ it follows the job and the exit code says how it ended.`,
 	fs.StringArrayVar(&f.inputs, "input", nil, "input `FILE` (repeatable)")
 	fs.StringArrayVar(&f.labels, "label", nil, "label `k=v` (repeatable)")
 	fs.BoolVar(&f.wait, "wait", false, "follow the job until it ends; the exit code says how it ended")
-	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "with --wait: give up waiting after this long (`DURATION`)")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "how long to wait for NATS and the store to answer (a leader election, a short outage) and, with --wait, for the job to end (`DURATION`)")
 	fs.StringVar(&f.id, "id", "", "the job's `ID` instead of a new one: submitting the same id again inside the duplicate window (1h by default) is dropped, so a script's retry never runs a job twice")
 	fs.StringVar(&f.jobs, "jobs", "", "submit every job of `FILE` (JSON Lines: profile, task, inputs, labels, id; - for stdin) instead of one")
 	markRequired(c, "profile", "task")
 	_ = fs.SetAnnotation("jobs", altSynopsis, []string{"true"})
 	c.Annotations = map[string]string{altSynopsis: "--jobs FILE [--wait] [--timeout DURATION]"}
 	_ = c.MarkFlagFilename("input")
+	_ = c.RegisterFlagCompletionFunc("profile", e.completeProfiles)
 	e.common(c, true)
 	return c
 }
 
 func (e *env) run(ctx context.Context, f runFlags) error {
+	e.patience = f.timeout
 	if f.jobs != "" {
 		if f.profile != "" || f.task != "" || len(f.inputs) > 0 || len(f.labels) > 0 || f.id != "" {
 			return errors.New("run: --jobs takes every job from the file; leave out --profile, --task, --input, --label and --id")
@@ -94,12 +96,15 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 		return err
 	}
 	defer nc.Close()
+	if err := e.checkProfile(ctx, q, j.Profile); err != nil {
+		return err
+	}
 	st, err := e.openStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeStore(st)
-	inputs, err := uploadInputs(ctx, st, f.inputs)
+	inputs, err := e.upload(ctx, st, f.inputs)
 	if err != nil {
 		return err
 	}
@@ -109,11 +114,7 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 	if err := j.Validate(); err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	policy := e.publish
-	if window, err := q.DuplicateWindow(ctx); err == nil {
-		policy = policy.within(window)
-	}
-	dup, retried, err := policy.publish(ctx, q, j)
+	dup, retried, err := e.policy(ctx, q).publish(ctx, q, j)
 	if errors.Is(err, errUnknownOutcome) {
 		// The id is the one thing a script needs to find out, or to retry safely.
 		if e.json() {

@@ -25,6 +25,7 @@ import (
 type ExitError struct {
 	Code int
 	Msg  string
+	Kind string // the error code for --output json when the exit code alone does not say it
 }
 
 func (e *ExitError) Error() string { return fmt.Sprintf("exit %d: %s", e.Code, e.Msg) }
@@ -38,6 +39,8 @@ const (
 	exitDead         = 6
 	exitGaveUp       = 7
 	exitVerifyFailed = 8
+	// exitInterrupted is the shell's code for a command ended by SIGINT (128+2).
+	exitInterrupted = 130
 )
 
 // exitCodes maps terminal states to the documented exit codes.
@@ -58,16 +61,27 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "-version" {
 		args = append([]string{"version"}, args[1:]...)
 	}
-	return run(ctx, &env{getenv: getenv, stdout: stdout, stderr: stderr, publish: defaultPublishPolicy}, args)
+	return run(ctx, &env{getenv: getenv, stdout: stdout, stderr: stderr, publish: defaultPublishPolicy, patience: defaultPatience}, args)
 }
 
 // run executes args against e; tests use it to shorten e's retry policy.
 func run(ctx context.Context, e *env, args []string) error {
-	e.raw = e.stdout
+	e.raw, e.rawErr = e.stdout, e.stderr
+	if e.patience == 0 {
+		e.patience = defaultPatience
+	}
 	e.stdout, e.stderr = &safeWriter{w: e.stdout}, &safeWriter{w: e.stderr}
 	root := newRoot(e)
 	root.SetArgs(args)
-	return root.ExecuteContext(ctx)
+	err := root.ExecuteContext(ctx)
+	var exit *ExitError
+	if err != nil && ctx.Err() != nil && (!errors.As(err, &exit) || exit.Code != exitInterrupted) {
+		err = &ExitError{Code: exitInterrupted, Msg: fmt.Sprintf("interrupted: %v", err)}
+	}
+	if err != nil && (e.json() || wantsJSON(args)) {
+		return writeJSONError(e.stderr, err)
+	}
+	return err
 }
 
 // ExitCode is how cmd/submit ends for err: the exit code and the message to print (empty for
@@ -96,6 +110,8 @@ type env struct {
 	s3Endpoint string
 	output     string
 	publish    publishPolicy
+	patience   time.Duration // how long NATS or the store may take to answer; see retry.go
+	rawErr     io.Writer     // stderr as given, to tell a terminal
 }
 
 func (e *env) json() bool { return e.output == "json" }
@@ -121,7 +137,7 @@ func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Queue, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	q, err := queue.Bind(cctx, nc, cfg)
+	q, err := e.bind(ctx, nc, cfg)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

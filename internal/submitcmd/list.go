@@ -1,0 +1,155 @@
+package submitcmd
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// listFlags are the filters and the page of `submit list`.
+type listFlags struct {
+	states  []string
+	profile string
+	since   time.Duration
+	labels  []string
+	limit   int
+	before  string
+}
+
+func (e *env) listCmd() *cobra.Command {
+	var f listFlags
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "the jobs NATS knows, newest first, with filters",
+		Long: `Lists the jobs in the status bucket (a job's status is kept for status_ttl after it ends),
+newest first, --limit at a time: the last line says how to get the next page (--before ID;
+with --output json the object's "next"). Filters combine: every --label must match.`,
+		Args: args(0, 0, "list: takes no arguments; filter with --state, --profile, --since, --label"),
+		RunE: func(c *cobra.Command, _ []string) error { return e.list(c.Context(), f) },
+	}
+	fs := c.Flags()
+	fs.SortFlags = false
+	fs.StringSliceVar(&f.states, "state", nil, "only jobs in this `STATE` (repeatable or comma-separated: queued, running, succeeded, …)")
+	fs.StringVar(&f.profile, "profile", "", "only jobs of this profile (`NAME`)")
+	fs.DurationVar(&f.since, "since", 0, "only jobs queued within this long (`DURATION`, e.g. 2h)")
+	fs.StringArrayVar(&f.labels, "label", nil, "only jobs with this label `k=v` (repeatable)")
+	fs.IntVar(&f.limit, "limit", 50, "at most this many jobs (`N`)")
+	fs.StringVar(&f.before, "before", "", "the page after this job (`ID`, from the previous page)")
+	_ = c.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(stateNames(), cobra.ShellCompDirectiveNoFileComp))
+	_ = c.RegisterFlagCompletionFunc("profile", e.completeProfiles)
+	_ = c.RegisterFlagCompletionFunc("before", e.completeJobIDs)
+	e.common(c, true)
+	return c
+}
+
+func stateNames() []string {
+	return []string{"queued", "running", "waiting_approval", "interrupted", "retrying", "succeeded", "capped", "failed", "rejected", "cancelled", "dead"}
+}
+
+// filter turns the flags into the test a job's status must pass.
+func (f listFlags) filter(now time.Time) (func(job.Status) bool, error) {
+	labels := map[string]string{}
+	for _, l := range f.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			return nil, usageError("list: --label %q: use key=value", l)
+		}
+		labels[k] = v
+	}
+	for _, s := range f.states {
+		if !slices.Contains(stateNames(), s) {
+			return nil, usageError("list: --state %q is not a state; use one of %s", s, strings.Join(stateNames(), ", "))
+		}
+	}
+	if f.limit < 1 {
+		return nil, usageError("list: --limit %d: give at least 1", f.limit)
+	}
+	return func(st job.Status) bool {
+		switch {
+		case len(f.states) > 0 && !slices.Contains(f.states, string(st.State)),
+			f.profile != "" && st.Profile != f.profile,
+			f.since > 0 && st.QueuedAt.Before(now.Add(-f.since)):
+			return false
+		}
+		for k, v := range labels {
+			if got, ok := st.Labels[k]; !ok || got != v {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
+
+func (e *env) list(ctx context.Context, f listFlags) error {
+	keep, err := f.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	nc, q, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	all, err := q.ListStatuses(ctx, keep)
+	if err != nil {
+		return err
+	}
+	page, next, err := pageOf(all, f.before, f.limit)
+	if err != nil {
+		return err
+	}
+	if e.json() {
+		jobs := make([]map[string]any, 0, len(page))
+		for _, st := range page {
+			j := statusJSON(st)
+			j["profile"] = st.Profile
+			if len(st.Labels) > 0 {
+				j["labels"] = st.Labels
+			}
+			jobs = append(jobs, j)
+		}
+		out := map[string]any{"jobs": jobs}
+		if next != "" {
+			out["next"] = next
+		}
+		return e.printJSON(out)
+	}
+	if len(page) == 0 {
+		fmt.Fprintln(e.stderr, "no jobs match")
+		return nil
+	}
+	printf(e.stdout, "%-34s %-16s %-16s %-8s %s\n", "ID", "STATE", "PROFILE", "ATTEMPT", "QUEUED")
+	for _, st := range page {
+		queued := "-"
+		if !st.QueuedAt.IsZero() {
+			queued = st.QueuedAt.Local().Format(time.DateTime)
+		}
+		printf(e.stdout, "%-34s %-16s %-16s %-8d %s\n", st.ID, st.State, st.Profile, st.Attempt, queued)
+	}
+	if next != "" {
+		printf(e.stderr, "more: submit list --before %s (with the same filters)\n", next)
+	}
+	return nil
+}
+
+// pageOf returns up to limit jobs after the one with id before (from the start when empty),
+// and the id to continue from when more follow.
+func pageOf(all []job.Status, before string, limit int) ([]job.Status, string, error) {
+	if before != "" {
+		i := slices.IndexFunc(all, func(st job.Status) bool { return st.ID == before })
+		if i < 0 {
+			return nil, "", usageError("list: --before %s: no such job among those listed (expired, or other filters)", before)
+		}
+		all = all[i+1:]
+	}
+	if len(all) <= limit {
+		return all, "", nil
+	}
+	return all[:limit], all[limit-1].ID, nil
+}

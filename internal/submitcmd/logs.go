@@ -1,0 +1,294 @@
+package submitcmd
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// maxTranscriptLine bounds one transcript line read back; the worker shrinks longer ones.
+const maxTranscriptLine = 32 << 20
+
+// maxShown bounds a model message or result shown in text; the transcript has all of it.
+const maxShown = 400
+
+func (e *env) logsCmd() *cobra.Command {
+	var follow bool
+	c := &cobra.Command{
+		Use:   "logs JOB_ID",
+		Short: "a run's steps, turns, tool calls and approvals, readable",
+		Long: `Prints what a job did: its status steps (from NATS, the last 16 kept), then, once its run is
+committed, every model turn and tool call of the stored transcript, with exit codes, timeouts
+and approval waits. --follow shows the steps as they happen and the transcript when the job ends.
+With --output json each line is one event: {"source":"status",…} or {"source":"transcript","event":{…}}.`,
+		Args: args(1, 1, "logs: give one JOB_ID"),
+		RunE: func(c *cobra.Command, a []string) error { return e.logs(c.Context(), a[0], follow) },
+	}
+	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the job until it ends")
+	e.common(c, true)
+	return c
+}
+
+func (e *env) logs(ctx context.Context, id string, follow bool) error {
+	nc, q, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	history, err := q.StatusHistory(ctx, id)
+	if err != nil {
+		return err
+	}
+	var last job.Status
+	for _, st := range history {
+		e.logStep(last, st)
+		last = st
+	}
+	if follow && !last.State.Terminal() {
+		if last, err = e.followSteps(ctx, q, id, last); err != nil {
+			return err
+		}
+	}
+	if !last.State.Terminal() {
+		fmt.Fprintf(e.stderr, "job %s is %s; the transcript is stored when the run commits (follow with `submit logs %s --follow`)\n", id, orUnknown(last.State), id)
+		return nil
+	}
+	return e.logTranscript(ctx, id)
+}
+
+// followSteps prints each status change from last on until the job ends or ctx does.
+func (e *env) followSteps(ctx context.Context, q *queue.Queue, id string, last job.Status) (job.Status, error) {
+	updates, err := q.WatchStatus(ctx, id)
+	if err != nil {
+		return last, err
+	}
+	for st := range updates {
+		e.logStep(last, st)
+		last = st
+	}
+	if err := ctx.Err(); err != nil {
+		return last, &ExitError{Code: exitInterrupted, Msg: fmt.Sprintf("stopped following; job %s keeps running", id)}
+	}
+	return last, nil
+}
+
+// logStep prints st when it says something prev did not.
+func (e *env) logStep(prev, st job.Status) {
+	if st.State == prev.State && st.Progress == prev.Progress && st.Error == prev.Error && st.Attempt == prev.Attempt {
+		return
+	}
+	if e.json() {
+		out := statusJSON(st)
+		out["source"], out["at"] = "status", st.UpdatedAt
+		_ = e.printJSON(out)
+		return
+	}
+	line := string(st.State)
+	if st.Attempt > 0 && (st.State == job.StateRunning || st.Attempt != prev.Attempt) {
+		line += fmt.Sprintf(" (attempt %d", st.Attempt)
+		if st.Worker != "" {
+			line += " on " + st.Worker
+		}
+		line += ")"
+	}
+	for _, s := range []string{st.Progress, st.Cap, st.Error} {
+		if s != "" {
+			line += ": " + s
+		}
+	}
+	printf(e.stdout, "%s  %s\n", st.UpdatedAt.Local().Format(time.TimeOnly), line)
+}
+
+// logTranscript streams the committed run's transcript, one readable line per event.
+func (e *env) logTranscript(ctx context.Context, id string) error {
+	st, err := e.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeStore(st)
+	data, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
+	if errors.Is(err, store.ErrNotFound) {
+		fmt.Fprintf(e.stderr, "job %s has no committed run in %s: no transcript to show\n", id, st.URL(""))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("logs: %w", err)
+	}
+	stmt, err := provenance.Parse(data)
+	if err != nil {
+		return fmt.Errorf("logs: job %s: %w", id, err)
+	}
+	i := slices.IndexFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == "transcript.jsonl" })
+	if i < 0 {
+		fmt.Fprintf(e.stderr, "job %s: the run's manifest names no transcript\n", id)
+		return nil
+	}
+	rc, err := st.Get(ctx, provenance.SubjectKey(id, stmt.Subjects[i]))
+	if err != nil {
+		return fmt.Errorf("logs: job %s: transcript: %w", id, err)
+	}
+	defer rc.Close()
+	return e.renderTranscript(rc)
+}
+
+// renderTranscript prints each line of a transcript; a line it cannot read is said, not fatal.
+func (e *env) renderTranscript(r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxTranscriptLine)
+	for sc.Scan() {
+		var ev map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			printf(e.stdout, "(a transcript line that is not JSON: %v)\n", err)
+			continue
+		}
+		if e.json() {
+			_ = e.printJSON(map[string]any{"source": "transcript", "event": ev})
+			continue
+		}
+		printf(e.stdout, "%s\n", describeEvent(ev))
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("logs: read transcript: %w", err)
+	}
+	return nil
+}
+
+// eventViews says how each kind of transcript event reads; a kind not listed (a newer worker's,
+// such as egress decisions) is shown by its type and fields.
+var eventViews = map[string]func(ev map[string]any) string{
+	"request": func(ev map[string]any) string {
+		msgs, _ := ev["messages"].([]any)
+		return fmt.Sprintf("turn %v: request to the model (%d new messages)", num(ev["turn"]), len(msgs))
+	},
+	"response":  describeResponse,
+	"tool_call": describeToolCall,
+	"final": func(ev map[string]any) string {
+		s := fmt.Sprintf("end: %s after %v turns, %v tool calls", str(ev["outcome"]), num(ev["turns"]), num(ev["tool_calls"]))
+		if c := str(ev["cap"]); c != "" {
+			s += " (cap " + c + ")"
+		}
+		if u, ok := ev["usage"].(map[string]any); ok {
+			s += fmt.Sprintf(", %v tokens", num(u["total_tokens"]))
+		}
+		if msg := str(ev["error"]); msg != "" {
+			s += "; error: " + msg
+		}
+		return s + clip(str(ev["message"]), "\n  ")
+	},
+	"truncated": func(ev map[string]any) string {
+		return fmt.Sprintf("transcript truncated at %v bytes: %v later lines dropped", num(ev["limit_bytes"]), num(ev["dropped_lines"]))
+	},
+}
+
+func describeEvent(ev map[string]any) string {
+	kind := str(ev["type"])
+	if view, ok := eventViews[kind]; ok {
+		return view(ev)
+	}
+	rest := map[string]any{}
+	for k, v := range ev {
+		if k != "type" && k != "time" {
+			rest[k] = v
+		}
+	}
+	data, _ := json.Marshal(rest)
+	return fmt.Sprintf("[%s] %s", orDash(kind), clip(string(data), ""))
+}
+
+func describeResponse(ev map[string]any) string {
+	s := fmt.Sprintf("turn %v: model answered (%s", num(ev["turn"]), orDash(str(ev["finish_reason"])))
+	if u, ok := ev["usage"].(map[string]any); ok {
+		s += fmt.Sprintf(", %v tokens", num(u["total_tokens"]))
+	}
+	s += fmt.Sprintf(", %v ms)", num(ev["duration_ms"]))
+	msg, _ := ev["message"].(map[string]any)
+	var calls []string
+	if tc, ok := msg["tool_calls"].([]any); ok {
+		for _, c := range tc {
+			fn, _ := c.(map[string]any)["function"].(map[string]any)
+			calls = append(calls, str(fn["name"]))
+		}
+	}
+	if len(calls) > 0 {
+		s += " calls " + strings.Join(calls, ", ")
+	}
+	return s + clip(str(msg["content"]), "\n  ")
+}
+
+func describeToolCall(ev map[string]any) string {
+	s := fmt.Sprintf("  tool %s", str(ev["tool"]))
+	if argv, ok := ev["argv"].([]any); ok && len(argv) > 0 {
+		data, _ := json.Marshal(argv)
+		s += " " + clip(string(data), "")
+	}
+	switch {
+	case ev["timed_out"] == true:
+		s += ": timed out"
+	case str(ev["error"]) != "":
+		s += ": " + clip(str(ev["error"]), "")
+	default:
+		s += fmt.Sprintf(": exit %v", num(ev["exit_code"]))
+	}
+	s += fmt.Sprintf(" (%v ms", num(ev["duration_ms"]))
+	if ms, ok := ev["approval_ms"]; ok {
+		s += fmt.Sprintf(", %v ms waiting for approval", num(ms))
+	}
+	if a, ok := ev["approval"].(map[string]any); ok {
+		s += ", " + str(a["decision"])
+		if by := str(a["decided_by"]); by != "" {
+			s += " by " + by
+		}
+	}
+	if ev["truncated"] == true {
+		s += ", output cut for the model"
+	}
+	return s + ")"
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// num shows a JSON number as an integer when it is one.
+func num(v any) any {
+	if f, ok := v.(float64); ok && f == float64(int64(f)) {
+		return int64(f)
+	}
+	if v == nil {
+		return 0
+	}
+	return v
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// clip shortens s to maxShown runes and puts it after lead; empty stays empty.
+func clip(s, lead string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ""
+	}
+	if r := []rune(s); len(r) > maxShown {
+		s = string(r[:maxShown]) + fmt.Sprintf("… (%d more characters in transcript.jsonl)", len(r)-maxShown)
+	}
+	return lead + strings.ReplaceAll(s, "\n", lead)
+}
