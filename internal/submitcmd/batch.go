@@ -248,18 +248,7 @@ func (e *env) followAll(ctx context.Context, q *queue.Queue, jobs []*batchJob, t
 			fmt.Fprintf(e.stderr, "submit: %v\n", err)
 			return 1
 		}
-		var shown string
-		var shownAt time.Time
-		for st := range updates {
-			last[st.ID] = st
-			if line := progressLine(ids, last); line != shown && time.Since(shownAt) >= time.Second {
-				fmt.Fprintf(e.stderr, "%s  %s\n", time.Now().Format("15:04:05"), line)
-				shown, shownAt = line, time.Now()
-			}
-		}
-		if line := progressLine(ids, last); line != shown {
-			fmt.Fprintf(e.stderr, "%s  %s\n", time.Now().Format("15:04:05"), line)
-		}
+		e.countStates(ids, updates, last)
 	}
 	code := 0
 	for _, bj := range jobs {
@@ -301,4 +290,32 @@ func progressLine(ids []string, last map[string]job.Status) string {
 		}
 	}
 	return fmt.Sprintf("%d jobs: %s", len(ids), strings.Join(parts, ", "))
+}
+
+// countStates keeps last up to date from updates and shows the progress line: at most once a
+// second, and within a second of each change, also when no further change comes to show it.
+func (e *env) countStates(ids []string, updates <-chan job.Status, last map[string]job.Status) {
+	var shown string
+	var shownAt time.Time
+	show := func(force bool) {
+		if line := progressLine(ids, last); line != shown && (force || time.Since(shownAt) >= time.Second) {
+			fmt.Fprintf(e.stderr, "%s  %s\n", time.Now().Format("15:04:05"), line)
+			shown, shownAt = line, time.Now()
+		}
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case st, ok := <-updates:
+			if !ok {
+				show(true)
+				return
+			}
+			last[st.ID] = st
+			show(false)
+		case <-tick.C:
+			show(false)
+		}
+	}
 }

@@ -154,7 +154,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"get", "20261202t101500-abcdef012345"}, "get: give one JOB_ID and --out DIR"},
 		{[]string{"get", "--out", dir}, "get: give one JOB_ID and --out DIR"},
 		{[]string{"get", "../etc", "--out", dir}, `get: "../etc" is not a job id`},
-		{[]string{"get", "x", "--out", dir, "--output", "json"}, "unknown flag: --output"},
+		{[]string{"get", "x", "--out", dir, "--output", "xml"}, `--output "xml"`},
 		{[]string{"cancel"}, "cancel: give one JOB_ID"},
 		{[]string{"cancel", "a", "b"}, "cancel: give one JOB_ID"},
 		{[]string{"manifest"}, "manifest: give one JOB_ID"},

@@ -2,6 +2,7 @@ package submitcmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,7 +38,7 @@ func (e *env) watchCmd() *cobra.Command {
 			if _, err := q.Status(c.Context(), a[0]); err != nil {
 				return err
 			}
-			return e.follow(c.Context(), q, a[0], timeout)
+			return e.follow(c.Context(), q, a[0], timeout, true)
 		},
 	}
 	c.Flags().DurationVar(&timeout, "timeout", 24*time.Hour, "give up waiting after this long (`DURATION`)")
@@ -45,40 +46,63 @@ func (e *env) watchCmd() *cobra.Command {
 	return c
 }
 
-// follow shows a job's progress until it ends, then prints where its results are.
-func (e *env) follow(ctx context.Context, q *queue.Queue, id string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+// follow shows a job's progress until it ends, then prints where its results are. stream
+// (watch) makes --output json one event per line, the final status last.
+func (e *env) follow(ctx context.Context, q *queue.Queue, id string, timeout time.Duration, stream bool) error {
+	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	updates, err := q.WatchStatus(ctx, id)
+	updates, err := q.WatchStatus(tctx, id)
 	if err != nil {
 		return err
 	}
-	var last job.Status
-	for st := range updates {
-		if st.State != last.State || st.Progress != last.Progress || st.Error != last.Error {
-			e.showProgress(st)
-		}
-		last = st
+	view := e.newView(ctx, q, stream)
+	last := e.await(tctx, updates, view)
+	view.done()
+	if errors.Is(ctx.Err(), context.Canceled) { // Ctrl-C
+		return &ExitError{Code: exitInterrupted, Msg: fmt.Sprintf("stopped watching; job %s keeps running (it is %s): watch it again with `submit watch %s`, stop it with `submit cancel %s`",
+			id, orUnknown(last.State), id, id)}
 	}
+	jsonDone := stream && e.json() // every status is already a line
 	if !last.State.Terminal() {
 		msg := fmt.Sprintf("gave up waiting for job %s after %s; it is %s", id, timeout, orUnknown(last.State))
 		if last.State == job.StateQueued {
 			msg += "; no worker has started it (is a worker running and does it read this NATS server?)"
 		}
 		msg += fmt.Sprintf("; follow it later with `submit watch %s`", id)
-		if e.json() {
+		if e.json() && !jsonDone {
 			_ = e.printJSON(statusJSON(last))
 		}
 		return &ExitError{Code: exitGaveUp, Msg: msg}
 	}
-	if e.json() {
+	switch {
+	case jsonDone:
+	case e.json():
 		if err := e.printJSON(statusJSON(last)); err != nil {
 			return err
 		}
-	} else {
+	default:
 		e.showFinal(last)
 	}
 	return finalExit(last)
+}
+
+// await hands every status to view until the updates end, and ticks it every second.
+func (e *env) await(ctx context.Context, updates <-chan job.Status, view progressView) job.Status {
+	var last job.Status
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case st, ok := <-updates:
+			if !ok {
+				return last
+			}
+			view.update(ctx, st)
+			last = st
+		case <-tick.C:
+			view.tick()
+		}
+	}
 }
 
 func orUnknown(s job.State) string {

@@ -79,7 +79,7 @@ func (e *env) followSteps(ctx context.Context, q *queue.Queue, id string, last j
 		e.logStep(last, st)
 		last = st
 	}
-	if err := ctx.Err(); err != nil {
+	if errors.Is(ctx.Err(), context.Canceled) {
 		return last, &ExitError{Code: exitInterrupted, Msg: fmt.Sprintf("stopped following; job %s keeps running", id)}
 	}
 	return last, nil

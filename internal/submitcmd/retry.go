@@ -108,16 +108,14 @@ func transientUpload(err error) bool {
 	return !errors.As(err, &local) && transientStore(err)
 }
 
-// policy is the publish policy within the stream's duplicate window and this command's
-// patience, so every retry is recognised as the same job.
+// policy is the publish policy within the stream's duplicate window, so every retry is
+// recognised as the same job.
 func (e *env) policy(ctx context.Context, q *queue.Queue) publishPolicy {
 	p := e.publish
-	window, err := q.DuplicateWindow(ctx)
-	if err != nil {
-		return p // the window is unknown: keep the short budget
+	if window, err := q.DuplicateWindow(ctx); err == nil {
+		p = p.within(window)
 	}
-	p.budget = max(p.budget, e.patience)
-	return p.within(window)
+	return p
 }
 
 // localInputError is an input file that cannot be read as it is: no wait changes that.

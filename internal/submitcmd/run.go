@@ -139,7 +139,7 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 		return nil
 	}
 	fmt.Fprintf(e.stderr, "submitted job %s (profile %s)\n", j.ID, j.Profile)
-	return e.follow(ctx, q, j.ID, f.timeout)
+	return e.follow(ctx, q, j.ID, f.timeout, false)
 }
 
 func submitter() string {

@@ -75,7 +75,7 @@ func run(ctx context.Context, e *env, args []string) error {
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	var exit *ExitError
-	if err != nil && ctx.Err() != nil && (!errors.As(err, &exit) || exit.Code != exitInterrupted) {
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) && (!errors.As(err, &exit) || exit.Code != exitInterrupted) {
 		err = &ExitError{Code: exitInterrupted, Msg: fmt.Sprintf("interrupted: %v", err)}
 	}
 	if err != nil && (e.json() || wantsJSON(args)) {
