@@ -52,6 +52,9 @@ func (e *env) follow(ctx context.Context, q *queue.Queue, id string, timeout tim
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	updates, err := q.WatchStatus(tctx, id)
+	if err != nil && tctx.Err() != nil && ctx.Err() == nil {
+		return &ExitError{Code: exitGaveUp, Msg: fmt.Sprintf("gave up waiting for job %s after %s, before the watch started", id, timeout)}
+	}
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func (e *env) get(ctx context.Context, id, out string) error {
 	}
 	defer root.Close()
 
-	var bad, files []string
+	bad, files := []string{}, []string{}
 	// Each file kept is a line on stdout, or with --output json a name in one object at the end.
 	kept := func(name string) {
 		files = append(files, filepath.Join(out, name))
@@ -130,7 +130,7 @@ func (e *env) get(ctx context.Context, id, out string) error {
 		printf(e.stderr, "not downloaded: %s is not named by the manifest; nothing vouches for it\n", u)
 	}
 	if e.json() {
-		if err := e.printJSON(map[string]any{"id": id, "out": out, "files": files, "failed": bad, "unlisted": unlisted}); err != nil {
+		if err := e.printJSON(map[string]any{"id": id, "out": out, "files": files, "failed": bad, "unlisted": append([]string{}, unlisted...)}); err != nil {
 			return err
 		}
 	}

@@ -219,11 +219,19 @@ func TestRunUnknownOutcome(t *testing.T) {
 	for _, output := range []string{"text", "json"} {
 		t.Run(output, func(t *testing.T) {
 			proxy.arm()
-			stdout, _, err := te.submitVia(t, publishPolicy{attempt: 500 * time.Millisecond, budget: 3 * time.Second}, proxy.url(),
+			stdout, errOut, err := te.submitVia(t, publishPolicy{attempt: 500 * time.Millisecond, budget: 3 * time.Second}, proxy.url(),
 				"run", "--profile", "csv-analyst", "--task", "Summarise", "--output", output)
 			proxy.reset()
-			if exitCode(err) != exitUnknown || !strings.Contains(message(err), "did not confirm") || !strings.Contains(message(err), "--id") {
-				t.Fatalf("exit %d, %q; want exit %d saying the outcome is unknown", exitCode(err), message(err), exitUnknown)
+			msg := message(err)
+			if output == "json" { // the error is a JSON object on stderr
+				e := jsonError(t, errOut)
+				msg = e.Message
+				if e.Code != codeUnknownOutcome {
+					t.Errorf("error code %q, want %s", e.Code, codeUnknownOutcome)
+				}
+			}
+			if exitCode(err) != exitUnknown || !strings.Contains(msg, "did not confirm") || !strings.Contains(msg, "--id") {
+				t.Fatalf("exit %d, %q; want exit %d saying the outcome is unknown", exitCode(err), msg, exitUnknown)
 			}
 			id := strings.TrimSpace(stdout)
 			if output == "json" {
@@ -233,8 +241,8 @@ func TestRunUnknownOutcome(t *testing.T) {
 				}
 				id, _ = st["id"].(string)
 			}
-			if !strings.Contains(message(err), id) {
-				t.Errorf("message %q does not name the printed id %q", message(err), id)
+			if !strings.Contains(msg, id) {
+				t.Errorf("message %q does not name the printed id %q", msg, id)
 			}
 			// It did arrive: submitting again with the id is dropped.
 			stdout, stderr, err := te.submit(t, "run", "--profile", "csv-analyst", "--task", "Summarise", "--id", id)

@@ -1,0 +1,378 @@
+package submitcmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/examples"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// setState moves a job's status on, as a worker would.
+func (te *testEnv) setState(t *testing.T, id string, change func(*job.Status)) {
+	t.Helper()
+	if _, err := te.q.UpdateStatus(t.Context(), id, change); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// advertise publishes the example config's profiles as a live worker does, until the test ends.
+func (te *testEnv) advertise(t *testing.T) {
+	t.Helper()
+	cfg, err := config.Parse(examples.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = te.q.AdvertiseProfiles(ctx, "worker-1", cfg.Profiles)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the worker's profiles", func() bool {
+		_, err := te.q.LiveProfiles(t.Context())
+		return err == nil
+	})
+}
+
+func TestList(t *testing.T) {
+	te := newTestEnv(t)
+	a := te.submitJob(t, "--label", "team=data")
+	b := te.submitJob(t, "--label", "team=ops")
+	c := te.submitJob(t, "--label", "team=data")
+	te.setState(t, a, func(s *job.Status) { s.State = job.StateSucceeded })
+	te.setState(t, b, func(s *job.Status) { s.State, s.Attempt = job.StateRunning, 1 })
+
+	ids := func(stdout string) []string {
+		var out struct {
+			Jobs []struct{ ID string } `json:"jobs"`
+			Next string                `json:"next"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+			t.Fatalf("list -o json: %v\n%s", err, stdout)
+		}
+		var got []string
+		for _, j := range out.Jobs {
+			got = append(got, j.ID)
+		}
+		if out.Next != "" {
+			got = append(got, "next="+out.Next)
+		}
+		return got
+	}
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"all, newest first", nil, []string{c, b, a}},
+		{"state", []string{"--state", "succeeded,running"}, []string{b, a}},
+		{"label", []string{"--label", "team=data"}, []string{c, a}},
+		{"profile", []string{"--profile", "other"}, nil},
+		{"since", []string{"--since", "1h"}, []string{c, b, a}},
+		{"first page", []string{"--limit", "2"}, []string{c, b, "next=" + b}},
+		{"second page", []string{"--limit", "2", "--before", b}, []string{a}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, err := te.submit(t, append([]string{"list", "-o", "json"}, tt.args...)...)
+			if err != nil {
+				t.Fatalf("list: %v\n%s", err, stderr)
+			}
+			if got := ids(stdout); strings.Join(got, " ") != strings.Join(tt.want, " ") {
+				t.Errorf("list %v = %v, want %v", tt.args, got, tt.want)
+			}
+		})
+	}
+	stdout, _, err := te.submit(t, "list", "--state", "running")
+	if err != nil || !strings.Contains(stdout, b) || strings.Contains(stdout, a) || !strings.Contains(stdout, "running") {
+		t.Errorf("list --state running: %v\n%s", err, stdout)
+	}
+	if _, _, err := te.submit(t, "list", "--state", "sleeping"); exitCode(err) != 1 || !strings.Contains(message(err), "not a state") {
+		t.Errorf("list --state sleeping: %v; want a usage error", err)
+	}
+}
+
+func TestLogs(t *testing.T) {
+	te := newTestEnv(t)
+	id := te.commitRun(t, false)
+	transcript, err := os.ReadFile(filepath.Join("testdata", "transcript.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := provenance.SubjectKey(id, provenance.Subject{Name: "transcript.jsonl", Path: "attempts/" + testAttempt + "/transcript.jsonl"})
+	if err := te.st.Put(t.Context(), key, bytes.NewReader(transcript), int64(len(transcript))); err != nil {
+		t.Fatal(err)
+	}
+	te.setState(t, id, func(s *job.Status) { s.State, s.Attempt, s.Worker, s.Progress = job.StateRunning, 1, "worker-1", "starting sandbox" })
+	te.setState(t, id, func(s *job.Status) { s.Progress = "tool call 1 of 30: csv_stats" })
+	te.setState(t, id, func(s *job.Status) { s.State, s.Progress, s.Manifest = job.StateSucceeded, "", provenance.ManifestKey(id) })
+
+	stdout, stderr, err := te.submit(t, "logs", id)
+	if err != nil {
+		t.Fatalf("logs: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{
+		"running (attempt 1 on worker-1): starting sandbox",
+		"tool call 1 of 30: csv_stats",
+		"turn 1: model answered (tool_calls, 120 tokens, 812 ms) calls csv_stats, shell",
+		"Looking at the data.",
+		`tool csv_stats ["csv_stats","sales.csv"]: exit 0 (31 ms)`,
+		`tool shell ["sleep","100"]: timed out (30000 ms, 4200 ms waiting for approval, approved by ana@desk)`,
+		`[egress] {"decision":"denied","host":"pypi.org"}`,
+		"end: succeeded after 2 turns, 2 tool calls, 300 tokens",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("logs does not show %q:\n%s", want, stdout)
+		}
+	}
+	stdout, _, err = te.submit(t, "logs", id, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := jsonLines(t, stdout)
+	if n := len(events); n != 3+6 || events[n-1]["source"] != "transcript" || events[0]["source"] != "status" {
+		t.Errorf("logs -o json: %d events, want 3 status steps then 6 transcript events:\n%s", n, stdout)
+	}
+
+	// A running job: --follow shows the steps as they come and the transcript at the end.
+	run := te.submitJob(t)
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(t.Context(), []string{"logs", run, "--follow"}, te.getenv, &out, &bytes.Buffer{})
+	}()
+	waitFor(t, "logs --follow to show the queued job", func() bool { return strings.Contains(out.String(), "queued") })
+	te.setState(t, run, func(s *job.Status) { s.State, s.Attempt, s.Progress = job.StateRunning, 1, "turn 1" })
+	te.setState(t, run, func(s *job.Status) { s.State, s.Progress = job.StateFailed, "" })
+	if err := <-done; err != nil || !strings.Contains(out.String(), "turn 1") || !strings.Contains(out.String(), "failed") {
+		t.Errorf("logs --follow: %v\n%s", err, out.String())
+	}
+}
+
+func TestProfilesAndUnknownProfile(t *testing.T) {
+	te := newTestEnv(t)
+	input := writeTestFile(t, t.TempDir(), "sales.csv", "region,total\n")
+
+	// No worker has published its profiles: run cannot check, says so, and submits.
+	stdout, stderr, err := te.submit(t, "run", "--profile", "nope", "--task", "t", "--input", input)
+	if err != nil || !strings.Contains(stderr, "could not check the profile") || !job.ValidID(strings.TrimSpace(stdout)) {
+		t.Fatalf("run without published profiles: %v, %q; want it submitted with a warning", err, stderr)
+	}
+	if _, _, err := te.submit(t, "profiles"); exitCode(err) != 1 || !strings.Contains(message(err), "no live worker") {
+		t.Errorf("profiles without workers: %v", err)
+	}
+
+	te.advertise(t)
+	stdout, _, err = te.submit(t, "profiles", "-o", "json")
+	if err != nil || !strings.Contains(stdout, `"name":"csv-analyst"`) || !strings.Contains(stdout, `"workers":["worker-1"]`) {
+		t.Errorf("profiles -o json: %v\n%s", err, stdout)
+	}
+	stdout, _, err = te.submit(t, "profiles")
+	if err != nil || !strings.Contains(stdout, "csv-analyst") {
+		t.Errorf("profiles: %v\n%s", err, stdout)
+	}
+
+	// An unknown profile is refused before anything reaches the store or the stream.
+	for _, dir := range []string{"inputs"} {
+		_ = os.RemoveAll(filepath.Join(te.storeDir, dir))
+	}
+	before := te.jobMessages(t)
+	other := writeTestFile(t, t.TempDir(), "other.csv", "a,b\n")
+	_, stderr, err = te.submit(t, "run", "--profile", "nope", "--task", "t", "--input", other, "-o", "json")
+	var e struct {
+		Code     string `json:"code"`
+		ExitCode int    `json:"exit_code"`
+		Message  string `json:"message"`
+	}
+	if jerr := json.Unmarshal([]byte(stderr), &e); jerr != nil || exitCode(err) != exitRejected || e.Code != codeUnknownProfile || !strings.Contains(e.Message, "csv-analyst") {
+		t.Errorf("run --profile nope: exit %d, stderr %q; want exit 4 and code unknown_profile naming the profiles there are", exitCode(err), stderr)
+	}
+	if keys := listKeys(t, te.st, "inputs/"); len(keys) != 0 || te.jobMessages(t) != before {
+		t.Errorf("an unknown profile still uploaded %v or queued a job", keys)
+	}
+	if _, _, err := te.submit(t, "run", "--jobs", writeTestFile(t, t.TempDir(), "jobs.jsonl", `{"profile":"csv-analyst","task":"a"}`+"\n"+`{"profile":"nope","task":"b"}`+"\n")); exitCode(err) != exitRejected {
+		t.Errorf("run --jobs with an unknown profile: %v; want exit 4 before anything is submitted", err)
+	}
+	if te.jobMessages(t) != before {
+		t.Error("run --jobs with an unknown profile queued jobs")
+	}
+}
+
+func TestCompleteJobIDsAndProfiles(t *testing.T) {
+	te := newTestEnv(t)
+	te.advertise(t)
+	id := te.submitJob(t)
+	for _, args := range [][]string{{"__complete", "status", ""}, {"__complete", "logs", id[:4]}, {"__complete", "approve", ""}} {
+		stdout, _, err := te.submit(t, args...)
+		// ":4" is cobra's "no file completion": a job id is never a file name.
+		if err != nil || !strings.Contains(stdout, id+"\tqueued csv-analyst") || !strings.HasSuffix(strings.TrimSpace(stdout), ":4") {
+			t.Errorf("%v: %v\n%s", args, err, stdout)
+		}
+	}
+	stdout, _, err := te.submit(t, "__complete", "approve", id, "")
+	if err != nil || strings.Contains(stdout, id) || !strings.HasSuffix(strings.TrimSpace(stdout), ":4") {
+		t.Errorf("approve's second argument (a call id) offers job ids or files: %v\n%s", err, stdout)
+	}
+	stdout, _, err = te.submit(t, "__complete", "run", "--profile", "")
+	if err != nil || !strings.Contains(stdout, "csv-analyst\t") {
+		t.Errorf("completing run --profile: %v\n%s", err, stdout)
+	}
+}
+
+func TestJSONEverywhere(t *testing.T) {
+	te := newTestEnv(t)
+	dir := t.TempDir()
+	for _, args := range [][]string{{"version", "-o", "json"}, {"keygen", "--out", filepath.Join(dir, "keys"), "-o", "json"}} {
+		stdout, _, err := te.submit(t, args...)
+		var v map[string]any
+		if err != nil || json.Unmarshal([]byte(stdout), &v) != nil || len(v) == 0 {
+			t.Errorf("%v: %v; stdout %q is not one JSON object", args, err, stdout)
+		}
+	}
+	id := te.commitRun(t, false)
+	stdout, _, err := te.submit(t, "get", id, "--out", filepath.Join(dir, "run"), "-o", "json")
+	if v := lastJSON(t, stdout); err != nil || v["id"] != id || len(v["files"].([]any)) != 3 {
+		t.Errorf("get -o json: %v\n%s", err, stdout)
+	}
+
+	tests := []struct {
+		name string
+		args []string
+		code string
+		exit int
+	}{
+		{"unknown command", []string{"statu", "-o", "json"}, codeUsage, 1},
+		{"unknown flag", []string{"status", "--nope", "--output=json"}, codeUsage, 1},
+		{"argument count", []string{"status", "-o", "json"}, codeUsage, 1},
+		{"unknown job", []string{"status", "20261202t101500-abcdef012345", "-o", "json"}, codeUnknownJob, 1},
+		{"no run", []string{"get", "20261202t101500-abcdef012345", "--out", dir, "-o", "json"}, codeError, 1},
+		{"gave up", []string{"watch", te.submitJob(t), "--timeout", "10ms", "-o", "json"}, codeTimeout, exitGaveUp},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, err := te.submit(t, tt.args...)
+			e := jsonError(t, stderr)
+			if e.Code != tt.code || e.ExitCode != tt.exit || exitCode(err) != tt.exit || e.Message == "" || message(err) != "" {
+				t.Errorf("error %+v, exit %d, message for main %q; want code %s, exit %d, printed once", e, exitCode(err), message(err), tt.code, tt.exit)
+			}
+		})
+	}
+}
+
+func TestDidYouMean(t *testing.T) {
+	_, _, err := noEnv(t, "statu", "x")
+	if msg := message(err); exitCode(err) != 1 || !strings.Contains(msg, `did you mean "status"?`) || strings.Contains(msg, `\n`) || strings.Contains(msg, "\n") {
+		t.Errorf("unknown command: %q; want one line suggesting status", msg)
+	}
+}
+
+// TestRunRidesOutJetStreamOutage: JetStream stops answering (as during a leader election),
+// then the server is restarted; run waits, says for what, and queues the job once.
+func TestRunRidesOutJetStreamOutage(t *testing.T) {
+	te := newTestEnv(t)
+	jsCfg := te.ns.JetStreamConfig()
+	if err := te.ns.DisableJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	var stdout bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(t.Context(), []string{"run", "--profile", "csv-analyst", "--task", "t", "--timeout", "2m"}, te.getenv, &stdout, &stderr)
+	}()
+	waitFor(t, "run to say it waits for JetStream", func() bool { return strings.Contains(stderr.String(), "waiting for NATS JetStream") })
+	if err := te.ns.EnableJetStream(jsCfg); err != nil {
+		t.Fatal(err)
+	}
+	te.restart(t)
+	if err := <-done; err != nil {
+		t.Fatalf("run across a JetStream outage: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "answered after") || te.jobMessages(t) != 1 || !job.ValidID(strings.TrimSpace(stdout.String())) {
+		t.Errorf("run: stdout %q, stderr %q, %d jobs queued; want one, and what it waited for", stdout.String(), stderr.String(), te.jobMessages(t))
+	}
+}
+
+// TestStartAWorkerOnlyWhenMissing: "start a worker first" when the stream is really not there.
+func TestStartAWorkerOnlyWhenMissing(t *testing.T) {
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	getenv := func(k string) string { return map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_HOME": t.TempDir()}[k] }
+	var stderr bytes.Buffer
+	err = Run(t.Context(), []string{"status", "20261202t101500-abcdef012345"}, getenv, &bytes.Buffer{}, &stderr)
+	if exitCode(err) != 1 || !strings.Contains(message(err), "start a worker first") || strings.Contains(stderr.String(), "waiting") {
+		t.Errorf("no stream: %v, %q; want at once: start a worker first", err, stderr.String())
+	}
+}
+
+func TestBatchProgressLineWithinASecond(t *testing.T) {
+	te := newTestEnv(t)
+	file := writeTestFile(t, t.TempDir(), "jobs.jsonl", `{"profile":"csv-analyst","task":"a"}`+"\n"+`{"profile":"csv-analyst","task":"b"}`+"\n")
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(t.Context(), []string{"run", "--jobs", file, "--wait"}, te.getenv, &stdout, &stderr)
+	}()
+	waitFor(t, "the first progress line", func() bool { return strings.Contains(stderr.String(), "2 jobs: 2 queued") })
+	lines := jsonLines(t, stdout.String())
+	a, b := lines[0]["id"].(string), lines[1]["id"].(string)
+	// Two changes in quick succession, then none: the line must still catch up.
+	te.setState(t, a, func(s *job.Status) { s.State = job.StateSucceeded })
+	te.setState(t, b, func(s *job.Status) { s.State = job.StateRunning })
+	waitFor(t, "the progress line to show both changes", func() bool { return strings.Contains(stderr.String(), "2 jobs: 1 running, 1 succeeded") })
+	te.setState(t, b, func(s *job.Status) { s.State = job.StateSucceeded })
+	if err := <-done; err != nil {
+		t.Fatalf("run --jobs --wait: %v\n%s", err, stderr.String())
+	}
+}
+
+// cliError is an error as --output json prints it on stderr.
+type cliError struct {
+	Code     string `json:"code"`
+	Message  string `json:"message"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// jsonError reads the JSON object an error is on stderr with --output json: its last line,
+// after any warnings, and the only JSON line.
+func jsonError(t *testing.T, stderr string) cliError {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	var e cliError
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &e); err != nil || strings.Count(stderr, "{") != 1 {
+		t.Fatalf("the last line of stderr is not the one JSON object: %v\n%s", err, stderr)
+	}
+	return e
+}
+
+// syncBuffer is a buffer a command writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
