@@ -114,9 +114,13 @@ func TestLogs(t *testing.T) {
 	if err := te.st.Put(t.Context(), key, bytes.NewReader(transcript), int64(len(transcript))); err != nil {
 		t.Fatal(err)
 	}
-	te.setState(t, id, func(s *job.Status) { s.State, s.Attempt, s.Worker, s.Progress = job.StateRunning, 1, "worker-1", "starting sandbox" })
+	te.setState(t, id, func(s *job.Status) {
+		s.State, s.Attempt, s.Worker, s.Progress = job.StateRunning, 1, "worker-1", "starting sandbox"
+	})
 	te.setState(t, id, func(s *job.Status) { s.Progress = "tool call 1 of 30: csv_stats" })
-	te.setState(t, id, func(s *job.Status) { s.State, s.Progress, s.Manifest = job.StateSucceeded, "", provenance.ManifestKey(id) })
+	te.setState(t, id, func(s *job.Status) {
+		s.State, s.Progress, s.Manifest = job.StateSucceeded, "", provenance.ManifestKey(id)
+	})
 
 	stdout, stderr, err := te.submit(t, "logs", id)
 	if err != nil {
@@ -311,7 +315,9 @@ func TestStartAWorkerOnlyWhenMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ns.Shutdown)
-	getenv := func(k string) string { return map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_HOME": t.TempDir()}[k] }
+	getenv := func(k string) string {
+		return map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_HOME": t.TempDir()}[k]
+	}
 	var stderr bytes.Buffer
 	err = Run(t.Context(), []string{"status", "20261202t101500-abcdef012345"}, getenv, &bytes.Buffer{}, &stderr)
 	if exitCode(err) != 1 || !strings.Contains(message(err), "start a worker first") || strings.Contains(stderr.String(), "waiting") {
@@ -375,4 +381,40 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestWatchJSONStream: watch -o json is one JSON event per status change, the final one last;
+// in a pipe (not a terminal) progress stays line-based.
+func TestWatchJSONStream(t *testing.T) {
+	te := newTestEnv(t)
+	id := te.submitJob(t)
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- Run(t.Context(), []string{"watch", id, "-o", "json"}, te.getenv, &stdout, &stderr) }()
+	waitFor(t, "the queued event", func() bool { return strings.Contains(stdout.String(), `"state":"queued"`) })
+	te.setState(t, id, func(s *job.Status) { s.State, s.Attempt = job.StateRunning, 1 })
+	waitFor(t, "the running event", func() bool { return strings.Contains(stdout.String(), `"state":"running"`) })
+	te.setState(t, id, func(s *job.Status) { s.State = job.StateSucceeded })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for _, ev := range jsonLines(t, stdout.String()) {
+		states = append(states, ev["state"].(string))
+	}
+	if strings.Join(states, " ") != "queued running succeeded" || stderr.String() != "" {
+		t.Errorf("watch -o json: states %v, stderr %q; want one event per change, nothing else", states, stderr.String())
+	}
+
+	// Interrupted (as by Ctrl-C): exit 130, and the job is left as it is.
+	other := te.submitJob(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var errOut syncBuffer
+	go func() { done <- Run(ctx, []string{"watch", other}, te.getenv, &bytes.Buffer{}, &errOut) }()
+	waitFor(t, "the progress line", func() bool { return strings.Contains(errOut.String(), "queued") })
+	cancel()
+	err := <-done
+	if exitCode(err) != exitInterrupted || !strings.Contains(message(err), "keeps running") || strings.Contains(message(err), "after") {
+		t.Errorf("watch interrupted: exit %d, %q; want 130 saying the job keeps running", exitCode(err), message(err))
+	}
 }
