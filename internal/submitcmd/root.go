@@ -96,11 +96,13 @@ Common flags (every command that reaches NATS or the store):
   --store URL         BOXCAR_STORE, file:///path or s3://bucket[/prefix], default file://$BOXCAR_HOME/store
                       (BOXCAR_HOME default ~/.boxcar)
   --s3-endpoint URL   BOXCAR_S3_ENDPOINT, for S3-compatible services
-  --output FORMAT     text or json
+  --output, -o FORMAT text or json; with json an error is one JSON object on stderr with a
+                      stable "code" (see docs/cli.md)
 
 Exit codes of run --wait and watch: 0 succeeded, 1 error or bad usage, 2 failed, 3 capped,
-4 rejected, 5 cancelled, 6 dead (retries exhausted), 7 gave up waiting; of run also 9: the
-server never confirmed the submission (the job id is printed; resubmit it with --id).
+4 rejected (also run --profile that no live worker defines), 5 cancelled, 6 dead (retries
+exhausted), 7 gave up waiting, 130 interrupted (Ctrl-C; the job keeps running); of run also 9:
+the server never confirmed the submission (the job id is printed; resubmit it with --id).
 Exit codes of verify and get: 0 verified, 1 error (store unreachable, bad usage), 8 verification
 failed (a file changed or missing, a bad signature, no valid manifest).
 
