@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/creack/pty"
@@ -37,9 +38,14 @@ func TestWatchOnATerminal(t *testing.T) {
 		_, _ = io.Copy(&screen, tty) // ends with EIO once the command exits
 	}()
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	var ended atomic.Bool
+	go func() {
+		err := cmd.Wait()
+		ended.Store(true)
+		exited <- err
+	}()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
+		if !ended.Load() {
 			_ = cmd.Process.Kill()
 		}
 	})
@@ -56,7 +62,7 @@ func TestWatchOnATerminal(t *testing.T) {
 		if redrawn.MatchString(screen.String()) {
 			return true
 		}
-		if cmd.ProcessState != nil {
+		if ended.Load() {
 			t.Fatalf("watch ended: %q", screen.String())
 		}
 		return false

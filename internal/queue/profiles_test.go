@@ -1,0 +1,52 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// TestAdvertiseProfiles: a worker's profiles are readable by a client that binds only, and
+// gone as soon as the worker stops.
+func TestAdvertiseProfiles(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	client, err := queue.Bind(context.Background(), b.nc, b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.LiveProfiles(t.Context()); !errors.Is(err, queue.ErrNoProfiles) {
+		t.Fatalf("before any worker: %v, want ErrNoProfiles", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	profiles := map[string]config.Profile{
+		"b": {Description: "the second"},
+		"a": {Description: "the first", Limits: config.Limits{MaxTurns: 7, MaxToolCalls: 9, MaxTokens: 1000}},
+	}
+	go func() { done <- b.q.AdvertiseProfiles(ctx, "host 1/worker", profiles) }()
+	var got []queue.WorkerProfiles
+	deadline := time.Now().Add(time.Minute)
+	for got, err = client.LiveProfiles(t.Context()); err != nil; got, err = client.LiveProfiles(t.Context()) {
+		if !errors.Is(err, queue.ErrNoProfiles) || time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("live profiles: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	want := []queue.ProfileInfo{{Name: "a", Description: "the first", MaxTurns: 7, MaxToolCalls: 9, MaxTokens: 1000}, {Name: "b", Description: "the second"}}
+	if len(got) != 1 || got[0].Worker != "host 1/worker" || len(got[0].Profiles) != 2 || got[0].Profiles[0] != want[0] || got[0].Profiles[1] != want[1] {
+		t.Errorf("live profiles = %+v, want worker %q with %+v", got, "host 1/worker", want)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("advertise: %v", err)
+	}
+	if _, err := client.LiveProfiles(t.Context()); !errors.Is(err, queue.ErrNoProfiles) {
+		t.Errorf("after the worker stopped: %v, want ErrNoProfiles", err)
+	}
+}
