@@ -267,8 +267,9 @@ func TestJSONEverywhere(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, err := te.submit(t, tt.args...)
 			e := jsonError(t, stderr)
-			if e.Code != tt.code || e.ExitCode != tt.exit || exitCode(err) != tt.exit || e.Message == "" || message(err) != "" {
-				t.Errorf("error %+v, exit %d, message for main %q; want code %s, exit %d, printed once", e, exitCode(err), message(err), tt.code, tt.exit)
+			code, forMain := ExitCode(err)
+			if e.Code != tt.code || e.ExitCode != tt.exit || code != tt.exit || e.Message == "" || forMain != "" {
+				t.Errorf("error %+v, exit %d, message for main %q; want code %s, exit %d, printed once", e, code, forMain, tt.code, tt.exit)
 			}
 		})
 	}

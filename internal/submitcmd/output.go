@@ -83,16 +83,17 @@ func ErrorCode(err error) string {
 	return codeError
 }
 
-// writeJSONError writes err as one JSON object on w and returns the error for main with the
-// exit code and no message, so it is not printed a second time.
+// writeJSONError writes err as one JSON object on w and returns it marked as shown, so main
+// does not print it a second time; the message stays in the error for callers of Run.
 func writeJSONError(w io.Writer, err error) error {
 	code, msg := ExitCode(err)
 	if code == 0 {
 		return nil
 	}
-	data, _ := json.Marshal(map[string]any{"code": ErrorCode(err), "message": msg, "exit_code": code})
+	kind := ErrorCode(err)
+	data, _ := json.Marshal(map[string]any{"code": kind, "message": msg, "exit_code": code})
 	fmt.Fprintln(w, string(data))
-	return &ExitError{Code: code}
+	return &ExitError{Code: code, Msg: msg, Kind: kind, Shown: true}
 }
 
 // wantsJSON reports --output json (or -o json) among args, for errors that came before the

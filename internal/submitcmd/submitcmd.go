@@ -26,6 +26,8 @@ type ExitError struct {
 	Code int
 	Msg  string
 	Kind string // the error code for --output json when the exit code alone does not say it
+	// Shown: the error is already on stderr (as JSON, --output json); main prints nothing.
+	Shown bool
 }
 
 func (e *ExitError) Error() string { return fmt.Sprintf("exit %d: %s", e.Code, e.Msg) }
@@ -91,6 +93,8 @@ func ExitCode(err error) (code int, msg string) {
 	switch {
 	case err == nil:
 		return 0, ""
+	case errors.As(err, &exit) && exit.Shown:
+		return exit.Code, ""
 	case errors.As(err, &exit):
 		return exit.Code, clean(exit.Msg)
 	default:
