@@ -108,7 +108,7 @@ func (e *env) checkProfile(ctx context.Context, q *queue.Queue, names ...string)
 			known = append(known, p.Name)
 		}
 		return &ExitError{Code: exitRejected, Kind: codeUnknownProfile, Msg: fmt.Sprintf(
-			"run: no live worker defines profile %q; they define %s (see `submit profiles`); nothing was uploaded or submitted",
+			"run: unknown profile %q: no live worker defines it; they define %s (see `submit profiles`); nothing was uploaded or submitted",
 			name, strings.Join(known, ", "))}
 	}
 	return nil
