@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
@@ -25,8 +26,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "worker: second signal: stopping at once")
 		os.Exit(130)
 	}()
-	if err := workercmd.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(1)
-	}
+	code, msg := cli.ExitCode(workercmd.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	cli.PrintError(os.Stderr, "worker", msg)
+	os.Exit(code)
 }

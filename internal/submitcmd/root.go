@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 )
 
@@ -29,11 +30,17 @@ func markRequired(c *cobra.Command, names ...string) {
 	}
 }
 
+// NewCommand builds submit's command tree, as Run does, for what is generated from it (the
+// flag tables of docs/cli.md).
+func NewCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+	return newRoot(&env{getenv: getenv, stdout: stdout, stderr: stderr, raw: stdout, publish: defaultPublishPolicy})
+}
+
 // newRoot builds the command tree bound to e. Every Run builds a fresh one, so flag values never
 // leak from one call into the next.
 func newRoot(e *env) *cobra.Command {
 	// Commands in the order they are added: the order a user meets them, not the alphabet's.
-	cobra.EnableCommandSorting = false
+	cli.KeepCommandOrder()
 	root := &cobra.Command{
 		Use:   "submit",
 		Short: "hand jobs to Boxcar and follow them",

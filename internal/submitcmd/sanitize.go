@@ -6,55 +6,14 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/boxcar-run/boxcar/internal/cli"
 )
 
 // clean makes text that came from a job or a model (tool names, errors, progress, labels, ids
-// read from the store) safe to print on a terminal: control characters (C0, C1, DEL, so every
-// escape sequence), Unicode format characters (Cf: bidi overrides such as U+202E, zero-width
-// characters), line and paragraph separators are written as \u escapes (\u001b, \u202e; \n,
-// \r, \t for those three), invalid UTF-8 as \xNN. Nothing else changes, so ordinary text reads as it was written.
-func clean(s string) string {
-	if !needsCleaning(s) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case unsafeRune(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
-		i += size
-	}
-	return b.String()
-}
-
-func needsCleaning(s string) bool {
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if (r == utf8.RuneError && size == 1) || unsafeRune(r) {
-			return true
-		}
-		i += size
-	}
-	return false
-}
-
-func unsafeRune(r rune) bool {
-	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
-}
+// read from the store) safe to print on a terminal; see cli.Escape.
+func clean(s string) string { return cli.Escape(s) }
 
 // safeWriter is every stream submit prints to: whatever a job or a model put in a status, a
 // manifest or an object name, no control or format character reaches the terminal. It writes
@@ -85,7 +44,7 @@ func (s *safeWriter) Write(p []byte) (int, error) {
 			fmt.Fprintf(&b, `\x%02x`, data[i])
 		case r == '\n' || r == '\t':
 			b.WriteRune(r)
-		case unsafeRune(r):
+		case cli.Unsafe(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.Write(data[i : i+size])

@@ -2,10 +2,7 @@ package workercmd
 
 import (
 	"crypto/ed25519"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -54,37 +51,4 @@ func signingKey(o options, cfg config.Config, log *slog.Logger) (ed25519.Private
 	}
 	log.Info("manifests are signed", "key_id", kp.KeyID, "key_source", "data dir", "public_key", kp.PublicPath)
 	return key, nil
-}
-
-const keygenUsage = `usage: worker keygen --out DIR
-
-Writes a new ed25519 key pair for signing manifests: DIR/signing.key (private, mode 0600; give it
-to workers with --signing-key or signing_key, in a cluster as a mounted Secret) and
-DIR/signing.pub (public; give it to whoever verifies, submit verify --public-key). Existing
-files are never replaced.
-
-Flags:
-`
-
-// keygen is `worker keygen`.
-func keygen(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("worker keygen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, keygenUsage); fs.PrintDefaults() }
-	out := fs.String("out", "", "folder to write signing.key and signing.pub into (required; created 0700 if missing)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("keygen: unexpected argument %q (see worker keygen --help)", fs.Arg(0))
-	}
-	if *out == "" {
-		return errors.New("keygen: --out DIR is required")
-	}
-	// The same as `submit keygen`: one implementation, in provenance.
-	_, err := provenance.Keygen(*out, stdout)
-	return err
 }

@@ -1,11 +1,11 @@
-// Package workercmd is the worker command: flags, config file, environment and wiring of the
-// parts into a running worker. cmd/worker adds only signal handling and the exit code.
+// Package workercmd is the worker command: its command tree (command.go) and flags (flags.go),
+// config file, environment and wiring of the parts into a running worker. cmd/worker adds only
+// signal handling and the exit code.
 package workercmd
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,86 +27,14 @@ import (
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/metrics"
-	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
-const usage = `usage: worker [flags]
-
-Runs Boxcar jobs from NATS JetStream.
-
-  worker --embedded                 one machine: NATS in-process on 127.0.0.1:4222, file store and
-                                    bubblewrap sandboxes under the data dir, example profiles
-  worker --config boxcar.yaml       connect to NATS (NATS_URL) and the store of the config
-  worker keygen --out DIR           write a new manifest signing key pair (signing.key, signing.pub)
-  worker version                    the build: version, VCS revision, Go version
-
-Environment: OPENAI_API_KEY, OPENAI_BASE_URL (the model), NATS_URL, BOXCAR_STORE, BOXCAR_HOME.
-
-Flags:
-`
-
-// options are the worker's command-line settings.
-type options struct {
-	embedded    bool
-	configPath  string
-	dataDir     string
-	natsListen  string
-	metricsAddr string
-	logLevel    string
-	signingKey  string
-}
-
-func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	var o options
-	fs.BoolVar(&o.embedded, "embedded", false, "run NATS in-process and use the file store under the data dir")
-	fs.StringVar(&o.configPath, "config", "", "worker config file (YAML) with the execution profiles; default with --embedded: the example profiles")
-	fs.StringVar(&o.dataDir, "data-dir", "", "data dir for --embedded (default $BOXCAR_HOME, else ~/.boxcar)")
-	fs.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "address of the embedded NATS server (port 0: any free port)")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address for /metrics, /healthz and /readyz (default from the config, 127.0.0.1:9464; \"off\" disables)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&o.signingKey, "signing-key", "", "ed25519 private key (PEM) that signs manifests (default: the config's signing_key; with --embedded, <data dir>/keys/signing.key, created on first start)")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q (see worker --help)", fs.Arg(0))
-	}
-	if o.dataDir == "" {
-		o.dataDir = getenv("BOXCAR_HOME")
-	}
-	if o.dataDir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return o, fmt.Errorf("no --data-dir, no BOXCAR_HOME and no home directory: %w", err)
-		}
-		o.dataDir = filepath.Join(home, ".boxcar")
-	}
-	return o, nil
-}
-
-// Run is the whole worker; main only adds signals and the exit code. Tests call it directly.
-func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "keygen" {
-		return keygen(args[1:], stdout, stderr)
-	}
-	if len(args) == 1 && (args[0] == "version" || args[0] == "--version" || args[0] == "-version") {
-		_, err := fmt.Fprintln(stdout, "worker", provenance.WorkerInfo("").String())
-		return err
-	}
-	o, err := parseFlags(args, getenv, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
+// run is the worker itself, with its flags parsed.
+func run(ctx context.Context, o options, getenv func(string) string, stdout, stderr io.Writer) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)

@@ -1,0 +1,37 @@
+package workercmd
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/cli"
+	"github.com/boxcar-run/boxcar/internal/config"
+)
+
+// checkConfigCmd is `worker check-config FILE`: the checks a worker makes of its config at
+// start (the file, its keys and types, the values, every profile's tools), without NATS, the
+// store or a sandbox. Exit 0 when a worker would accept the file, 1 with every problem found.
+func checkConfigCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "check-config FILE",
+		Short: "check a config file as a starting worker would, without NATS or the store",
+		Long: `Checks a worker config file as a starting worker does: YAML syntax, unknown keys, value types,
+values and every profile's tools. Each problem is one line, file:line:col key.path: message.
+Exit 0 when the file is usable, 1 otherwise. Nothing is started and nothing is reached.`,
+		Args: cli.Args(1, 1, "check-config: give one config FILE"),
+		RunE: func(_ *cobra.Command, a []string) error {
+			cfg, err := config.Load(a[0])
+			if err == nil {
+				err = agent.CheckProfiles(cfg.Profiles)
+			}
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(stdout, "%s: ok, %d profiles\n", a[0], len(cfg.Profiles))
+			return err
+		},
+	}
+}
