@@ -268,7 +268,9 @@ func compileProfiles(cache *schemaCache, profiles map[string]config.Profile) (ma
 		}
 		ct, problems := compileTools(cache, profiles[name].Tools)
 		for _, p := range problems {
-			errs = append(errs, fmt.Errorf("%w: profiles.%s.tools[%d].%s (tool %q): %s", ErrInvalidConfig, name, p.index, p.field, p.tool, p.msg))
+			// A FieldError, so that the worker and check-config can name the line in the file.
+			errs = append(errs, &config.FieldError{Err: ErrInvalidConfig,
+				Path: fmt.Sprintf("profiles.%s.tools[%d].%s", name, p.index, p.field), Msg: fmt.Sprintf("tool %q: %s", p.tool, p.msg)})
 		}
 		out[name] = ct
 	}

@@ -19,7 +19,7 @@ func TestBadProfileStopsNew(t *testing.T) {
 	tests := []struct {
 		name      string
 		tool      string // one YAML flow mapping, the second tool of profile p
-		wantField string // as named in the error: profiles.p.tools[1].<field> (tool "<name>")
+		wantField string // as named in the error: profiles.p.tools[1].<field>: tool "<name>"
 		wantTool  string
 	}{
 		{"not a builtin", `{name: rm_rf}`, "name", "rm_rf"},
@@ -51,7 +51,7 @@ func TestBadProfileStopsNew(t *testing.T) {
 			if !errors.Is(err, agent.ErrInvalidConfig) {
 				t.Fatalf("New: %v, want ErrInvalidConfig", err)
 			}
-			want := `profiles.p.tools[1].` + tt.wantField + ` (tool "` + tt.wantTool + `"): `
+			want := `profiles.p.tools[1].` + tt.wantField + `: tool "` + tt.wantTool + `": `
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("New: %v\nwant it to name %s", err, want)
 			}
@@ -81,7 +81,7 @@ profiles:
 		t.Fatal(err)
 	}
 	_, err = agent.New(agent.Config{Profiles: cfg.Profiles})
-	for _, want := range []string{`profiles.a.tools[0].name (tool "read_fil")`, `profiles.a.tools[1].policy (tool "shell")`, `profiles.b.tools[0].command[1] (tool "x")`} {
+	for _, want := range []string{`profiles.a.tools[0].name: tool "read_fil"`, `profiles.a.tools[1].policy: tool "shell"`, `profiles.b.tools[0].command[1]: tool "x"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New: %v\nwant it to name %s", err, want)
 		}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/yaml"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 )
@@ -252,30 +251,44 @@ type Limits struct {
 	MaxTranscriptBytes int64 `json:"max_transcript_bytes,omitempty"`
 }
 
-// Load reads a YAML config file, fills defaults and validates it.
+// Load reads a YAML config file, fills defaults and validates it. Each problem is a FieldError
+// that names the file, the line and column, and the key path (see LoadSource).
 func Load(path string) (Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
-	}
-	cfg, err := Parse(data)
-	if err != nil {
-		return Config{}, fmt.Errorf("config %s: %w", path, err)
-	}
-	return cfg, nil
+	cfg, _, err := LoadSource(path)
+	return cfg, err
 }
 
-// Parse decodes YAML strictly (unknown keys are errors), fills defaults and validates.
+// LoadSource is Load that also returns where each key of the file is, for errors that later
+// checks find (Source.Place).
+func LoadSource(path string) (Config, *Source, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, nil, fmt.Errorf("config: %w", err)
+	}
+	return ParseSource(path, data)
+}
+
+// Parse decodes YAML as YAML 1.2 reads it, strictly: an unknown key, a value of the wrong type
+// or a second document is an error that names the line, the column and the key path, every one
+// found reported at once. Then it fills defaults and validates.
 func Parse(data []byte) (Config, error) {
+	cfg, _, err := ParseSource("", data)
+	return cfg, err
+}
+
+// ParseSource is Parse of the contents of file (the name its errors give), returning where each
+// key is too.
+func ParseSource(file string, data []byte) (Config, *Source, error) {
 	var cfg Config
-	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-		return Config{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	src, err := decodeYAML(file, data, &cfg)
+	if err != nil {
+		return Config{}, src, err
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		return Config{}, src, src.Place(err)
 	}
-	return cfg, nil
+	return cfg, src, nil
 }
 
 // WithDefaults returns a copy with every unset field at its documented default.
@@ -368,11 +381,11 @@ var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // labelValue is a Kubernetes label value, empty or at most 63 characters.
 var labelValue = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$`)
 
-// Validate reports every problem it finds, each naming the field.
+// Validate reports every problem it finds, each a FieldError naming the field.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...)))
+		errs = append(errs, &FieldError{Path: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	if c.Concurrency < 1 {
 		bad("concurrency", "must be at least 1")
@@ -416,7 +429,7 @@ func (c Config) Validate() error {
 func (p Profile) validate(prefix string) []error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s.%s: %s", ErrInvalid, prefix, field, fmt.Sprintf(format, args...)))
+		errs = append(errs, &FieldError{Path: prefix + "." + field, Msg: fmt.Sprintf(format, args...)})
 	}
 	if p.Model.Name == "" {
 		bad("model.name", "is required (the model the endpoint serves, e.g. gpt-4.1-mini)")

@@ -29,7 +29,7 @@ type Options struct {
 	Rules map[string]Schema
 	// Omit drops properties by path, as if the type had no such field.
 	Omit []string
-	// YAMLScalars describes YAML read by sigs.k8s.io/yaml, which turns a number or boolean
+	// YAMLScalars describes YAML as config.Parse reads it, which turns a number or boolean
 	// into a string where the field is a string: such a field takes all three, unless a rule
 	// constrains its text (pattern, enum, const, length), where a number is a mistake.
 	YAMLScalars bool

@@ -23,15 +23,43 @@ values and every profile's tools. Each problem is one line, file:line:col key.pa
 Exit 0 when the file is usable, 1 otherwise. Nothing is started and nothing is reached.`,
 		Args: cli.Args(1, 1, "check-config: give one config FILE"),
 		RunE: func(_ *cobra.Command, a []string) error {
-			cfg, err := config.Load(a[0])
+			cfg, src, err := config.LoadSource(a[0])
 			if err == nil {
-				err = agent.CheckProfiles(cfg.Profiles)
+				err = src.Place(agent.CheckProfiles(cfg.Profiles))
 			}
 			if err != nil {
-				return err
+				return checkFailed(stdout, a[0], err)
 			}
 			_, err = fmt.Fprintf(stdout, "%s: ok, %d profiles\n", a[0], len(cfg.Profiles))
 			return err
 		},
 	}
+}
+
+// checkFailed prints each problem of err on its own line, escaped (a message can quote the
+// file), and fails with their count.
+func checkFailed(stdout io.Writer, file string, err error) error {
+	problems := leaves(err)
+	for _, p := range problems {
+		if _, werr := fmt.Fprintln(stdout, cli.Escape(p.Error())); werr != nil {
+			return werr
+		}
+	}
+	noun := "problems"
+	if len(problems) == 1 {
+		noun = "problem"
+	}
+	return &cli.ExitError{Code: 1, Msg: fmt.Sprintf("%s: %d %s", file, len(problems), noun)}
+}
+
+// leaves are the errors a joined error holds, each on its own.
+func leaves(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, leaves(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }

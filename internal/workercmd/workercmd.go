@@ -41,7 +41,7 @@ func run(ctx context.Context, o options, getenv func(string) string, stdout, std
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	cfg, err := loadConfig(o, getenv)
+	cfg, src, err := loadConfig(o, getenv)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func run(ctx context.Context, o options, getenv func(string) string, stdout, std
 		Profiles:       cfg.Profiles, // compiled now: a bad profile stops the worker here
 	})
 	if err != nil {
-		return err
+		return src.Place(err)
 	}
 	signer, err := signingKey(o, cfg, log)
 	if err != nil {
@@ -189,21 +189,24 @@ func run(ctx context.Context, o options, getenv func(string) string, stdout, std
 	return err
 }
 
-func loadConfig(o options, getenv func(string) string) (config.Config, error) {
+// loadConfig reads the config the flags name (the example profiles with --embedded and no
+// --config) and applies the environment; the Source places later errors in the file.
+func loadConfig(o options, getenv func(string) string) (config.Config, *config.Source, error) {
 	var (
 		cfg config.Config
+		src *config.Source
 		err error
 	)
 	switch {
 	case o.configPath != "":
-		cfg, err = config.Load(o.configPath)
+		cfg, src, err = config.LoadSource(o.configPath)
 	case o.embedded:
-		cfg, err = config.Parse(examples.Config)
+		cfg, src, err = config.ParseSource("examples/boxcar.yaml (built in)", examples.Config)
 	default:
-		return cfg, errors.New("no --config: give a config file, or run `worker --embedded` to use the example profiles")
+		return cfg, nil, errors.New("no --config: give a config file, or run `worker --embedded` to use the example profiles")
 	}
 	if err != nil {
-		return cfg, err
+		return cfg, src, err
 	}
 	if !o.embedded {
 		if v := getenv("NATS_URL"); v != "" {
@@ -213,10 +216,10 @@ func loadConfig(o options, getenv func(string) string) (config.Config, error) {
 			cfg.Store.URL = v
 		}
 		if cfg.Store.URL == "" {
-			return cfg, errors.New("no store: set store.url in the config (s3://bucket or file:///path) or BOXCAR_STORE")
+			return cfg, src, errors.New("no store: set store.url in the config (s3://bucket or file:///path) or BOXCAR_STORE")
 		}
 	}
-	return cfg, nil
+	return cfg, src, nil
 }
 
 func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) {
