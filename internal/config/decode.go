@@ -42,9 +42,11 @@ func decodeYAML(file string, data []byte, v any) (*Source, error) {
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return src, src.syntaxError(err)
 	}
+	d := &decoder{src: src}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return src, &FieldError{File: file, Line: max(extra.Line, 1), Column: extra.Column, Msg: "a second YAML document (after ---); a config file holds one"}
+		d.errs = append(d.errs, &FieldError{File: file, Line: max(extra.Line, 1), Column: extra.Column,
+			Msg: "a second YAML document (after ---); a config file holds one"})
 	}
 	root := &doc
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
@@ -53,21 +55,35 @@ func decodeYAML(file string, data []byte, v any) (*Source, error) {
 	if root.Kind == 0 { // an empty file: nothing set
 		root = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: 1, Column: 1}
 	}
-	d := &decoder{src: src}
 	d.decode(root, reflect.ValueOf(v).Elem(), "")
+	slices.SortStableFunc(d.errs, func(a, b error) int { return cmp.Compare(line(a), line(b)) })
 	return src, errors.Join(d.errs...)
 }
 
 var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
+// parserProblems are the problems of yaml's parser (parserc.go), as opposed to its scanner: it
+// gives their line counted from 0 (the start of the enclosing block or flow collection), where
+// the scanner's count from 1.
+var parserProblems = map[string]bool{
+	"did not find expected ',' or ']'": true, "did not find expected ',' or '}'": true,
+	"did not find expected '-' indicator": true, "did not find expected <document start>": true,
+	"did not find expected key": true, "did not find expected node content": true,
+	"found incompatible YAML document": true, "found duplicate %YAML directive": true,
+	"found duplicate %TAG directive": true,
+}
+
 func (s *Source) syntaxError(err error) error {
-	msg := err.Error()
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 1
-	if m := syntaxLine.FindStringSubmatch(msg); m != nil {
+	if m := syntaxLine.FindStringSubmatch(err.Error()); m != nil {
 		line, _ = strconv.Atoi(m[1])
-		msg = msg[len(m[0]):]
+		msg = err.Error()[len(m[0]):]
+		if parserProblems[msg] {
+			line++
+		}
 	}
-	return &FieldError{File: s.file, Line: line, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
+	return &FieldError{File: s.file, Line: line, Msg: "YAML syntax: " + msg}
 }
 
 // Place gives every FieldError in err that has no place yet the line and column of its key

@@ -30,7 +30,7 @@ Exit 0 when the file is usable, 1 otherwise. Nothing is started and nothing is r
 			if err != nil {
 				return checkFailed(stdout, a[0], err)
 			}
-			_, err = fmt.Fprintf(stdout, "%s: ok, %d profiles\n", a[0], len(cfg.Profiles))
+			_, err = fmt.Fprintf(stdout, "%s: ok, %s\n", a[0], count(len(cfg.Profiles), "profile"))
 			return err
 		},
 	}
@@ -45,11 +45,14 @@ func checkFailed(stdout io.Writer, file string, err error) error {
 			return werr
 		}
 	}
-	noun := "problems"
-	if len(problems) == 1 {
-		noun = "problem"
+	return &cli.ExitError{Code: 1, Msg: fmt.Sprintf("%s: %s", file, count(len(problems), "problem"))}
+}
+
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
 	}
-	return &cli.ExitError{Code: 1, Msg: fmt.Sprintf("%s: %d %s", file, len(problems), noun)}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // leaves are the errors a joined error holds, each on its own.
