@@ -30,16 +30,16 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // version and completion. Each call builds a fresh tree, so flag values never leak from one
 // run into the next. docs/cli.md's flag table is generated from it.
 func NewCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
-	var o options
+	o := Options{Getenv: getenv, Stdout: stdout, Stderr: stderr}
 	root := cli.NewRoot("worker", "run Boxcar jobs from NATS JetStream", stdout, stderr)
 	root.Args = cobra.NoArgs
 	bindFlags(root.Flags(), &o)
 	root.RunE = func(c *cobra.Command, _ []string) error {
-		o, err := o.withDefaults(getenv)
+		w, err := Start(c.Context(), o)
 		if err != nil {
 			return err
 		}
-		return run(c.Context(), o, getenv, stdout, stderr)
+		return w.Wait()
 	}
 	root.AddCommand(
 		checkConfigCmd(stdout),

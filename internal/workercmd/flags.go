@@ -2,6 +2,7 @@ package workercmd
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,41 +10,82 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// options are the worker's command-line settings. Every flag of the worker command is defined
-// in bindFlags, and nowhere else.
-type options struct {
-	embedded    bool
-	configPath  string
-	dataDir     string
-	natsListen  string
-	metricsAddr string
-	logLevel    string
-	signingKey  string
+// Options are the worker's settings: one field per flag (bindFlags defines the flags, and
+// nothing else does), the environment and where it writes.
+type Options struct {
+	Embedded    bool   // --embedded
+	ConfigPath  string // --config
+	DataDir     string // --data-dir; default $BOXCAR_HOME, else ~/.boxcar
+	NATSListen  string // --nats-listen; default 127.0.0.1:4222, port 0 any free port
+	MetricsAddr string // --metrics-addr; default the config's metrics_addr
+	LogLevel    string // --log-level; default info
+	SigningKey  string // --signing-key
+	ReadyFile   string // --ready-file
+
+	// Getenv reads the environment (OPENAI_API_KEY, NATS_URL, BOXCAR_STORE, BOXCAR_HOME, …);
+	// nil reads nothing.
+	Getenv func(string) string
+	// Stdout gets the one "worker ready" line written for people, Stderr the JSON log; nil
+	// discards.
+	Stdout, Stderr io.Writer
 }
 
 // bindFlags adds the worker's flags to fs, in the order `worker --help` lists them.
-func bindFlags(fs *pflag.FlagSet, o *options) {
+func bindFlags(fs *pflag.FlagSet, o *Options) {
 	fs.SortFlags = false
-	fs.BoolVar(&o.embedded, "embedded", false, "run NATS in-process and use the file store under the data dir")
-	fs.StringVar(&o.configPath, "config", "", "worker config `FILE` (YAML) with the execution profiles; default with --embedded: the example profiles")
-	fs.StringVar(&o.dataDir, "data-dir", "", "data `DIR` for --embedded (default $BOXCAR_HOME, else ~/.boxcar)")
-	fs.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "`ADDR` of the embedded NATS server (port 0: any free port)")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "`ADDR` for /metrics, /healthz and /readyz (default from the config, 127.0.0.1:9464; \"off\" disables)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn, error")
-	fs.StringVar(&o.signingKey, "signing-key", "", "ed25519 private key `FILE` (PEM) that signs manifests (default: the config's signing_key; with --embedded, <data dir>/keys/signing.key, created on first start)")
+	fs.BoolVar(&o.Embedded, "embedded", false, "run NATS in-process and use the file store under the data dir")
+	fs.StringVar(&o.ConfigPath, "config", "", "worker config `FILE` (YAML) with the execution profiles; default with --embedded: the example profiles")
+	fs.StringVar(&o.DataDir, "data-dir", "", "data `DIR` for --embedded (default $BOXCAR_HOME, else ~/.boxcar)")
+	fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "`ADDR` of the embedded NATS server (port 0: any free port)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "`ADDR` for /metrics, /healthz and /readyz (default from the config, 127.0.0.1:9464; \"off\" disables)")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "log `LEVEL`: debug, info, warn, error")
+	fs.StringVar(&o.SigningKey, "signing-key", "", "ed25519 private key `FILE` (PEM) that signs manifests (default: the config's signing_key; with --embedded, <data dir>/keys/signing.key, created on first start)")
+	fs.StringVar(&o.ReadyFile, "ready-file", "", "`FILE` written atomically once the worker takes jobs: JSON with its addresses (nats, metrics, store), for a parent process to wait on; removed when it stops")
 }
 
-// withDefaults fills what the flags leave to the environment: the data dir.
-func (o options) withDefaults(getenv func(string) string) (options, error) {
-	if o.dataDir == "" {
-		o.dataDir = getenv("BOXCAR_HOME")
+// ParseOptions reads the worker's flags from args, for callers of Start that hold a command
+// line (tests, a supervisor); Getenv, Stdout and Stderr are left to the caller.
+func ParseOptions(args []string) (Options, error) {
+	var o Options
+	fs := pflag.NewFlagSet("worker", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	bindFlags(fs, &o)
+	if err := fs.Parse(longDashes(args, fs)); err != nil {
+		return o, fmt.Errorf("worker: %w", err)
 	}
-	if o.dataDir == "" {
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("worker: unexpected argument %q", fs.Arg(0))
+	}
+	return o, nil
+}
+
+// withDefaults fills what the flags leave unset: the data dir from the environment, the log
+// level, the streams.
+func (o Options) withDefaults() (Options, error) {
+	if o.Getenv == nil {
+		o.Getenv = func(string) string { return "" }
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	if o.NATSListen == "" {
+		o.NATSListen = "127.0.0.1:4222"
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	if o.DataDir == "" {
+		o.DataDir = o.Getenv("BOXCAR_HOME")
+	}
+	if o.DataDir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
 			return o, fmt.Errorf("no --data-dir, no BOXCAR_HOME and no home directory: %w", err)
 		}
-		o.dataDir = filepath.Join(home, ".boxcar")
+		o.DataDir = filepath.Join(home, ".boxcar")
 	}
 	return o, nil
 }

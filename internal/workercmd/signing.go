@@ -18,8 +18,8 @@ const keysDir = "keys"
 // config's signing_key, else, in embedded mode, the pair kept in <data dir>/keys, created on the
 // first start. Without any of these (a worker with --config and no key) manifests go unsigned,
 // and the worker says so once.
-func signingKey(o options, cfg config.Config, log *slog.Logger) (ed25519.PrivateKey, error) {
-	path, source := o.signingKey, "--signing-key"
+func signingKey(o Options, cfg config.Config, log *slog.Logger) (ed25519.PrivateKey, error) {
+	path, source := o.SigningKey, "--signing-key"
 	if path == "" {
 		path, source = cfg.SigningKey, "signing_key"
 	}
@@ -37,11 +37,11 @@ func signingKey(o options, cfg config.Config, log *slog.Logger) (ed25519.Private
 		log.Info("manifests are signed", "key_id", provenance.KeyID(key.Public().(ed25519.PublicKey)), "key_source", source, "path", path)
 		return key, nil
 	}
-	if !o.embedded {
+	if !o.Embedded {
 		log.Warn("manifests are not signed: no --signing-key and no signing_key in the config; `submit verify` can check digests only")
 		return nil, nil
 	}
-	dir := filepath.Join(o.dataDir, keysDir)
+	dir := filepath.Join(o.DataDir, keysDir)
 	key, kp, created, err := provenance.LoadOrCreateKeyPair(dir)
 	if err != nil {
 		return nil, fmt.Errorf("signing key in the data dir: %w", err)

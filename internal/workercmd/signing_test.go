@@ -53,7 +53,7 @@ func TestSigningKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			o := options{embedded: tt.embedded, dataDir: t.TempDir(), signingKey: tt.flag}
+			o := Options{Embedded: tt.embedded, DataDir: t.TempDir(), SigningKey: tt.flag}
 			key, err := signingKey(o, config.Config{SigningKey: tt.config}, slog.New(slog.NewJSONHandler(&logs, nil)))
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, want error: %v", err, tt.wantErr)
@@ -61,7 +61,7 @@ func TestSigningKey(t *testing.T) {
 			if tt.wantErr {
 				return
 			}
-			own := filepath.Join(o.dataDir, keysDir, provenance.PublicKeyFile)
+			own := filepath.Join(o.DataDir, keysDir, provenance.PublicKeyFile)
 			_, statErr := os.Stat(own)
 			if tt.wantOwn != (statErr == nil) {
 				t.Fatalf("own key pair exists: %v, want %v", statErr == nil, tt.wantOwn)

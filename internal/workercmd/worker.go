@@ -1,0 +1,327 @@
+package workercmd
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/modelgate"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// Worker is a started worker. Ready closes once it takes jobs; Stop begins its drain; Wait
+// returns once it has stopped. Readiness is this value, not a log line to look for.
+type Worker struct {
+	ready chan struct{}
+	done  chan struct{}
+	stop  context.CancelFunc
+	err   error // set before done closes
+
+	mu    sync.Mutex
+	addrs Addrs
+}
+
+// Addrs are where a started worker can be reached. They are complete once Ready has closed;
+// --ready-file holds them as JSON.
+type Addrs struct {
+	// NATS is the URL the worker uses: with --embedded, its own server's (--nats-listen port 0
+	// picks a free port).
+	NATS string `json:"nats"`
+	// Metrics is the host:port of /metrics, /healthz and /readyz; empty when off.
+	Metrics string `json:"metrics,omitempty"`
+	// Store is the store's URL.
+	Store string `json:"store"`
+}
+
+// Ready closes once the worker takes jobs: NATS and the store answer, the runner runs and the
+// metrics endpoint listens. It never closes for a worker that stops first (see Done).
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+// Done closes once the worker has stopped, ready or not; Wait then returns at once.
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// Addrs are the worker's addresses: complete once Ready has closed.
+func (w *Worker) Addrs() Addrs {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.addrs
+}
+
+// Stop begins the drain, as SIGTERM does: no new jobs, running ones finish within drain_grace.
+// It does not wait: Wait does.
+func (w *Worker) Stop() { w.stop() }
+
+// Wait blocks until the worker has stopped and returns why: nil after Stop or the end of the
+// context Start was given, else the error that stopped it.
+func (w *Worker) Wait() error {
+	<-w.done
+	return w.err
+}
+
+// parts are what a worker is made of, opened by Start before anything waits.
+type parts struct {
+	cfg       config.Config
+	log       *slog.Logger
+	nats      *server.Server // the embedded NATS server; nil unless --embedded
+	link      *queue.Link
+	store     store.Store
+	sandboxes sandbox.Provider
+	agent     *agent.Agent
+	metrics   *metrics.Metrics
+	modelURL  string
+	gate      *modelgate.Gate // the model endpoint's circuit breaker
+	signer    ed25519.PrivateKey
+}
+
+// close releases what Start opened, the last opened first.
+func (p *parts) close() {
+	if p.link != nil {
+		p.link.Close()
+	}
+	if p.store != nil {
+		_ = p.store.Close()
+	}
+	if p.nats != nil {
+		p.nats.Shutdown()
+	}
+}
+
+// Start checks the settings and opens the worker's parts, failing at once on anything no wait
+// can fix (a bad config, flag or profile, an unusable sandbox backend, an unreadable key), then
+// runs the worker until ctx ends or Stop is called: it waits for NATS and the store as long as
+// they take, saying why on /readyz, and closes Ready once it takes jobs.
+func Start(ctx context.Context, o Options) (*Worker, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(o.Stderr, &slog.HandlerOptions{Level: level}))
+	p, err := open(ctx, o, log)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &Worker{ready: make(chan struct{}), done: make(chan struct{}), stop: cancel}
+	go func() {
+		defer close(w.done)
+		defer cancel()
+		defer p.close()
+		w.err = w.run(ctx, o, p)
+	}()
+	return w, nil
+}
+
+// open reads the config and opens the parts; what can be checked without NATS or the store
+// comes first, so a bad setting stops the worker at once, not after a wait.
+func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error) {
+	cfg, src, err := loadConfig(o, o.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	p := &parts{log: log, metrics: metrics.New()}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if o.Embedded {
+		if err := startEmbedded(o, &cfg, p); err != nil {
+			return nil, err
+		}
+	}
+	if o.MetricsAddr != "" {
+		cfg.MetricsAddr = o.MetricsAddr
+	}
+	p.cfg = cfg
+	if p.sandboxes, err = newProvider(cfg, log); err != nil {
+		return nil, err
+	}
+	p.modelURL = modelBaseURL(cfg, o.Getenv)
+	if p.gate, err = newModelGate(p.modelURL, o.Getenv("OPENAI_API_KEY"), p.metrics, log); err != nil {
+		return nil, err
+	}
+	p.agent, err = agent.New(agent.Config{
+		BaseURL:        p.modelURL,
+		APIKey:         o.Getenv("OPENAI_API_KEY"),
+		HTTPClient:     &http.Client{Transport: p.metrics.ModelTransport(http.DefaultTransport.(*http.Transport).Clone())},
+		RequestTimeout: cfg.Model.RequestTimeout.Std(),
+		MaxRetries:     cfg.Model.MaxRetries,
+		Gate:           p.gate,
+		Logger:         log,
+		Profiles:       cfg.Profiles, // compiled now: a bad profile stops the worker here
+	})
+	if err != nil {
+		return nil, src.Place(err)
+	}
+	if p.signer, err = signingKey(o, cfg, log); err != nil {
+		return nil, err
+	}
+	p.store, err = store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region,
+		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite,
+		ProbeInterval: time.Duration(cfg.Store.ProbeInterval), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if p.link, err = queue.Dial(cfg.NATS.URL, "boxcar-worker "+cfg.WorkerID, log); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// startEmbedded starts NATS in-process and points cfg at it and at the file store under the
+// data dir. The sandbox stays the config's (bubblewrap by default): one machine can still run
+// its jobs in pods of a cluster it reaches.
+func startEmbedded(o Options, cfg *config.Config, p *parts) error {
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	host, port, err := splitListen(o.NATSListen)
+	if err != nil {
+		return err
+	}
+	if p.nats, err = queue.StartEmbedded(queue.EmbeddedOptions{Host: host, Port: port, StoreDir: filepath.Join(o.DataDir, "nats")}); err != nil {
+		return err
+	}
+	cfg.NATS.URL = p.nats.ClientURL()
+	cfg.Store = config.Store{URL: "file://" + filepath.Join(o.DataDir, "store")}
+	p.log.Info("embedded NATS listening", "url", cfg.NATS.URL, "data_dir", o.DataDir)
+	return nil
+}
+
+// run serves the endpoints, waits for NATS and the store, then runs jobs until ctx ends.
+func (w *Worker) run(ctx context.Context, o Options, p *parts) error {
+	cfg, log := p.cfg, p.log
+	g, gctx := errgroup.WithContext(ctx)
+	// The endpoints come up before the worker waits for anything, so /readyz says what it
+	// waits for. They outlive the drain: /healthz keeps the kubelet from killing a draining
+	// worker, /readyz says it is draining, and /metrics shows the last jobs finish.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopServing()
+	boot := &starting{link: p.link}
+	metricsAddr := make(chan string, 1)
+	if cfg.MetricsAddr != "off" {
+		g.Go(func() error {
+			return p.metrics.Serve(serveCtx, cfg.MetricsAddr, boot.ready, log, func(a net.Addr) {
+				log.Info("metrics listening", "addr", a.String())
+				metricsAddr <- a.String()
+			})
+		})
+	} else {
+		metricsAddr <- ""
+	}
+	r, q, err := startRunner(gctx, p, boot)
+	if err != nil {
+		stopServing()
+		if serr := g.Wait(); serr != nil {
+			return serr
+		}
+		if ctx.Err() != nil {
+			log.Info("worker stopped before it was ready")
+			return nil
+		}
+		return err
+	}
+	p.metrics.WatchQueue(serveCtx, q.ConsumerLag)
+	boot.set(nil, readiness(r, p.link, p.store, p.sandboxes, p.gate))
+	g.Go(func() error {
+		defer stopServing()
+		return r.Run(gctx)
+	})
+	if kp, ok := p.sandboxes.(*sandbox.KubernetesProvider); ok {
+		g.Go(func() error { return kp.RunReaper(gctx, time.Minute, heldBy(gctx, cfg.WorkerID, r, q)) })
+	}
+	select {
+	case addr := <-metricsAddr:
+		w.announce(o, p, addr)
+	case <-gctx.Done(): // the endpoint failed, or the worker stops before it listened
+	}
+	err = g.Wait()
+	if o.ReadyFile != "" {
+		_ = os.Remove(o.ReadyFile) // a stopped worker is not ready
+	}
+	log.Info("worker stopped")
+	return err
+}
+
+// startRunner waits until NATS and the store answer, then builds the runner. A NATS or store
+// that does not answer yet is waited for, not a reason to exit: a rollout that restarts NATS
+// must not turn into crash loops.
+func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner, *queue.Queue, error) {
+	q, err := awaitQueue(ctx, p.log, boot, p.cfg.NATS)
+	if err == nil {
+		err = awaitStore(ctx, p.log, boot, p.store)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := runner.New(runner.Config{
+		Worker:        p.cfg,
+		Queue:         q,
+		Approvals:     q,
+		Sandboxes:     p.sandboxes,
+		Store:         p.store,
+		Agent:         p.agent,
+		Metrics:       p.metrics,
+		ModelEndpoint: p.modelURL,
+		ModelGate:     p.gate,
+		SigningKey:    p.signer,
+		Logger:        p.log,
+	})
+	return r, q, err
+}
+
+// heldBy tells the pod reaper whether a live worker holds a job: sandbox pods whose job no
+// live worker holds (their worker crashed or was replaced, the job ended or moved on) are
+// removed at start and then every minute.
+func heldBy(ctx context.Context, self string, r *runner.Runner, q *queue.Queue) func(jobID, worker string) bool {
+	return func(jobID, worker string) bool {
+		if worker == self {
+			return r.Holds(jobID)
+		}
+		st, err := q.Status(ctx, jobID)
+		if err != nil {
+			return !errors.Is(err, queue.ErrUnknownJob) // when in doubt, spare it
+		}
+		return !st.State.Terminal() && st.Worker == worker
+	}
+}
+
+// announce records the addresses, says the worker is ready (the log, the line on stdout, the
+// ready file) and closes Ready.
+func (w *Worker) announce(o Options, p *parts, metricsAddr string) {
+	cfg := p.cfg
+	addrs := Addrs{NATS: cfg.NATS.URL, Metrics: metricsAddr, Store: p.store.URL("")}
+	w.mu.Lock()
+	w.addrs = addrs
+	w.mu.Unlock()
+	p.log.Info("worker ready", "worker_id", cfg.WorkerID, "concurrency", cfg.Concurrency, "sandbox", p.sandboxes.Backend(),
+		"store", addrs.Store, "nats", addrs.NATS, "model", p.modelURL, "profiles", len(cfg.Profiles))
+	fmt.Fprintf(o.Stdout, "worker ready: nats %s, store %s\n", addrs.NATS, addrs.Store)
+	if o.ReadyFile != "" {
+		if err := writeReadyFile(o.ReadyFile, addrs); err != nil {
+			p.log.Error("could not write the ready file; a parent process waiting on it will not see the worker ready", "path", o.ReadyFile, "error", err)
+		}
+	}
+	close(w.ready)
+}

@@ -1,0 +1,119 @@
+package workercmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// readyTimeout bounds a wait for an embedded worker to start on a busy CI machine: it is no
+// statement about speed.
+const readyTimeout = 2 * time.Minute
+
+// TestStartReadyStopWait: Start returns a worker whose Ready closes once it takes jobs, with
+// the addresses a test or a parent process needs (no log line to look for), the same addresses
+// in the ready file; Stop drains it, Wait returns nil, the ready file is gone.
+func TestStartReadyStopWait(t *testing.T) {
+	dir := t.TempDir()
+	readyFile := filepath.Join(dir, "ready.json")
+	w, err := Start(t.Context(), Options{Embedded: true, DataDir: dir, NATSListen: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
+		ReadyFile: readyFile, Getenv: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(); _ = w.Wait() })
+	select {
+	case <-w.Ready():
+	case <-w.Done():
+		t.Fatalf("the worker stopped before it was ready: %v", w.Wait())
+	case <-time.After(readyTimeout):
+		t.Fatal("the worker was not ready within", readyTimeout)
+	}
+	addrs := w.Addrs()
+	if !strings.HasPrefix(addrs.NATS, "nats://127.0.0.1:") || addrs.NATS == "nats://127.0.0.1:4222" || addrs.Metrics == "" || !strings.HasPrefix(addrs.Store, "file://"+filepath.Join(dir, "store")) {
+		t.Errorf("Addrs = %+v, want the embedded server on a free port, the metrics address and the file store", addrs)
+	}
+	nc, err := nats.Connect(addrs.NATS)
+	if err != nil {
+		t.Fatalf("connect to the embedded NATS at %s: %v", addrs.NATS, err)
+	}
+	nc.Close()
+	resp, err := http.Get("http://" + addrs.Metrics + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz of a ready worker: %s", resp.Status)
+	}
+	data, err := os.ReadFile(readyFile)
+	if err != nil {
+		t.Fatalf("ready file: %v", err)
+	}
+	var inFile Addrs
+	if err := json.Unmarshal(data, &inFile); err != nil || inFile != addrs {
+		t.Errorf("ready file %s = %+v (%v), want %+v", data, inFile, err, addrs)
+	}
+	w.Stop()
+	if err := w.Wait(); err != nil {
+		t.Errorf("Wait after Stop: %v", err)
+	}
+	if _, err := os.Stat(readyFile); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ready file after the worker stopped: %v, want it removed", err)
+	}
+}
+
+// TestStartFailsAtOnce: a setting no wait can fix is Start's error, before anything runs.
+func TestStartFailsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "boxcar.yaml")
+	if err := os.WriteFile(bad, []byte("concurency: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"bad config", Options{ConfigPath: bad, DataDir: dir}, bad + ":1:1 concurency: unknown key"},
+		{"no config", Options{DataDir: dir}, "no --config"},
+		{"log level", Options{Embedded: true, DataDir: dir, LogLevel: "loud"}, "--log-level"},
+		{"listen address", Options{Embedded: true, DataDir: dir, NATSListen: "127.0.0.1"}, "--nats-listen"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), readyTimeout)
+			defer cancel()
+			w, err := Start(ctx, tt.o)
+			if err == nil {
+				w.Stop()
+				t.Fatalf("Start: %+v, want an error with %q (Wait: %v)", w, tt.want, w.Wait())
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Start: %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	o, err := ParseOptions([]string{"--embedded", "-config", "x.yaml", "--ready-file=r.json", "--nats-listen", "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Embedded || o.ConfigPath != "x.yaml" || o.ReadyFile != "r.json" || o.NATSListen != "127.0.0.1:0" || o.LogLevel != "info" {
+		t.Errorf("ParseOptions = %+v", o)
+	}
+	if _, err := ParseOptions([]string{"--frob"}); err == nil {
+		t.Error("ParseOptions accepts an unknown flag")
+	}
+}
