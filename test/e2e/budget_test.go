@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/provenance"
-	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
 // budgetModel is a scripted endpoint for the budget profile of testdata/budget.yaml: it calls
@@ -93,39 +91,8 @@ func startWorkerIn(t *testing.T, dataDir, modelURL string, extraArgs ...string) 
 	t.Helper()
 	w = &worker{dataDir: dataDir, log: &syncBuffer{}}
 	env := map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": e2eAPIKey}
-	out := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	var runErr error
-	args := append([]string{"--embedded", "--data-dir", dataDir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "off"}, extraArgs...)
-	go func() {
-		defer close(done)
-		runErr = workercmd.Run(ctx, args, mapEnv(env), out, w.log)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case <-done:
-				if runErr != nil {
-					t.Errorf("worker stopped with %v", runErr)
-				}
-			case <-time.After(60 * time.Second):
-				t.Errorf("worker did not stop within 60s")
-			}
-			if t.Failed() {
-				t.Logf("worker log:\n%s", w.log.String())
-			}
-		})
-	}
-	t.Cleanup(stop)
-	nats, ok := logged(t, w.log, "worker ready", "nats", done)
-	if !ok {
-		t.Fatalf("worker exited before it was ready: %v\n%s", runErr, w.log.String())
-	}
-	w.natsURL = nats
-	return w, stop
+	wk := w.start(t, env, append([]string{"--metrics-addr", "off"}, extraArgs...))
+	return w, func() { w.stop(t, wk) }
 }
 
 // TestBudgetSurvivesRedelivery interrupts a job half way (its worker shuts down while the

@@ -45,9 +45,11 @@ func (b *syncBuffer) String() string {
 
 // worker is a running embedded worker.
 type worker struct {
-	dataDir string
-	natsURL string
-	log     *syncBuffer
+	dataDir     string
+	natsURL     string
+	metricsAddr string // empty with --metrics-addr off
+	log         *syncBuffer
+	stopOnce    sync.Once
 }
 
 // startWorker runs `worker --embedded` in-process against a model at modelURL, and stops it when
@@ -56,21 +58,45 @@ func startWorker(t *testing.T, modelURL string, extraArgs ...string) *worker {
 	t.Helper()
 	w := &worker{dataDir: t.TempDir(), log: &syncBuffer{}}
 	env := map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": "sk-e2e-secret-never-logged"}
-	out := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	var runErr error
-	args := append([]string{"--embedded", "--data-dir", w.dataDir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, extraArgs...)
-	go func() {
-		defer close(done)
-		runErr = workercmd.Run(ctx, args, mapEnv(env), out, w.log)
-	}()
-	t.Cleanup(func() {
-		cancel()
+	w.start(t, env, append([]string{"--metrics-addr", "127.0.0.1:0"}, extraArgs...))
+	return w
+}
+
+// start runs `worker --embedded` on w's data dir with args through workercmd.Start, stops it
+// when the test ends, and waits until it is ready: readiness and addresses come from the
+// Worker, not from its log.
+func (w *worker) start(t *testing.T, env map[string]string, args []string) *workercmd.Worker {
+	t.Helper()
+	o, err := workercmd.ParseOptions(append([]string{"--embedded", "--data-dir", w.dataDir, "--nats-listen", "127.0.0.1:0"}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Getenv, o.Stdout, o.Stderr = mapEnv(env), &syncBuffer{}, w.log
+	wk, err := workercmd.Start(context.Background(), o)
+	if err != nil {
+		t.Fatalf("start the worker: %v\n%s", err, w.log.String())
+	}
+	t.Cleanup(func() { w.stop(t, wk) })
+	select {
+	case <-wk.Ready():
+	case <-wk.Done():
+		t.Fatalf("worker exited before it was ready: %v\n%s", wk.Wait(), w.log.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("worker not ready within 60s\n%s", w.log.String())
+	}
+	w.natsURL, w.metricsAddr = wk.Addrs().NATS, wk.Addrs().Metrics
+	return wk
+}
+
+// stop drains wk, as SIGTERM does, and checks that it stops cleanly within a minute; once,
+// however often it is called.
+func (w *worker) stop(t *testing.T, wk *workercmd.Worker) {
+	w.stopOnce.Do(func() {
+		wk.Stop()
 		select {
-		case <-done:
-			if runErr != nil && !t.Failed() {
-				t.Errorf("worker stopped with %v", runErr)
+		case <-wk.Done():
+			if err := wk.Wait(); err != nil && !t.Failed() {
+				t.Errorf("worker stopped with %v", err)
 			}
 		case <-time.After(60 * time.Second):
 			t.Errorf("worker did not stop within 60s")
@@ -79,12 +105,6 @@ func startWorker(t *testing.T, modelURL string, extraArgs ...string) *worker {
 			t.Logf("worker log:\n%s", w.log.String())
 		}
 	})
-	nats, ok := logged(t, w.log, "worker ready", "nats", done)
-	if !ok {
-		t.Fatalf("worker exited before it was ready: %v\n%s", runErr, w.log.String())
-	}
-	w.natsURL = nats
-	return w
 }
 
 // logged waits for the worker's first JSON log record with message msg and returns its string

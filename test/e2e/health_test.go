@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
-	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
 // TestReadyzWhileDraining: after SIGTERM (here: the worker's context ending) a worker that
@@ -48,28 +46,8 @@ func TestReadyzWhileDraining(t *testing.T) {
 	})
 
 	w := &worker{dataDir: t.TempDir(), log: &syncBuffer{}}
-	out := &syncBuffer{}
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	done := make(chan error, 1)
-	env := mapEnv(map[string]string{"OPENAI_BASE_URL": model.URL + "/v1"})
-	go func() {
-		done <- workercmd.Run(ctx, []string{"--embedded", "--data-dir", w.dataDir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, env, out, w.log)
-	}()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			t.Error("worker did not stop within 60s")
-		}
-		if t.Failed() {
-			t.Logf("worker log:\n%s", w.log.String())
-		}
-	})
-	w.natsURL, _ = logged(t, w.log, "worker ready", "nats", nil)
-	metricsAddr, _ := logged(t, w.log, "metrics listening", "addr", nil)
-	base := "http://" + metricsAddr
+	wk := w.start(t, map[string]string{"OPENAI_BASE_URL": model.URL + "/v1"}, []string{"--metrics-addr", "127.0.0.1:0"})
+	base := "http://" + w.metricsAddr
 
 	stdout, stderr, err := w.submit(t, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
 		"--input", "../../examples/sales.csv", "--output", "json")
@@ -86,7 +64,7 @@ func TestReadyzWhileDraining(t *testing.T) {
 		t.Fatalf("/readyz while running a job = %d %s, want 200", code, body)
 	}
 
-	stop() // SIGTERM
+	wk.Stop() // SIGTERM
 	eventually(t, 30*time.Second, "/readyz answers 503 draining", func() (bool, string) {
 		code, body := httpGet(t, base+"/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(string(body), "draining"), fmt.Sprintf("%d %q", code, body)
@@ -97,14 +75,13 @@ func TestReadyzWhileDraining(t *testing.T) {
 
 	close(release)
 	select {
-	case err := <-done:
-		if err != nil {
+	case <-wk.Done():
+		if err := wk.Wait(); err != nil {
 			t.Fatalf("worker: %v", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the worker did not finish its job and stop")
 	}
-	done <- nil // for the cleanup
 	if !loggedState(w.log.String(), id, "succeeded") {
 		t.Errorf("job %s did not succeed during the drain:\n%s", id, w.log.String())
 	}

@@ -59,8 +59,7 @@ func TestPrometheus(t *testing.T) {
 	prometheus := need(t, "prometheus", "prometheus")
 
 	w := startWorker(t, demoModel(t))
-	metricsAddr, _ := logged(t, w.log, "metrics listening", "addr", nil)
-	base := "http://" + metricsAddr
+	base := "http://" + w.metricsAddr
 
 	const jobs = 2
 	for i := range jobs {
@@ -120,8 +119,8 @@ func TestPrometheus(t *testing.T) {
 		return len(missing) == 0, fmt.Sprintf("the scrape lacks %q", missing)
 	})
 	// Logged once the address is bound, before the first scrape can succeed.
-	if !strings.Contains(w.log.String(), `"msg":"metrics listening","addr":"`+metricsAddr+`"`) {
-		t.Errorf("the worker did not log its metrics address %s", metricsAddr)
+	if !strings.Contains(w.log.String(), `"msg":"metrics listening","addr":"`+w.metricsAddr+`"`) {
+		t.Errorf("the worker did not log its metrics address %s", w.metricsAddr)
 	}
 	if regexp.MustCompile(`job_id=`).Match(scrape) {
 		t.Error("a metric carries a job_id label")
@@ -142,7 +141,7 @@ scrape_configs:
   - job_name: boxcar
     static_configs:
       - targets: [%q]
-`, metricsAddr)
+`, w.metricsAddr)
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
