@@ -13,8 +13,9 @@ import (
 )
 
 // commonFlag marks the flags every command that reaches NATS or the store shares; the synopsis
-// leaves them to the "Common flags" paragraph, all but --output.
-const commonFlag = "boxcar/common"
+// leaves them to the "Common flags" paragraph, all but --output, and the docs' tables list them
+// once.
+const commonFlag = cli.CommonFlag
 
 // requiredFlag marks a flag the synopsis shows without brackets. The command checks it itself,
 // with its own message (cobra's required-flag check would replace it).

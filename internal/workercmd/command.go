@@ -107,7 +107,7 @@ files are never replaced.`,
 			return err
 		},
 	}
-	c.Flags().StringVar(&out, "out", "", "folder to write signing.key (mode 0600) and signing.pub into (required; created 0700 if missing) (`DIR`)")
+	c.Flags().StringVar(&out, "out", "", "`DIR` to write signing.key (mode 0600) and signing.pub into (required; created 0700 if missing)")
 	_ = c.MarkFlagDirname("out")
 	return c
 }
