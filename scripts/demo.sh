@@ -15,13 +15,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_for_line() { # wait_for_line FILE PATTERN WHAT
+wait_for_line() { # wait_for_line FILE PATTERN WHAT [LOG]
 	for _ in $(seq 1 300); do
 		if grep -q "$2" "$1" 2>/dev/null; then return 0; fi
 		sleep 0.1
 	done
 	echo "demo: $3 did not start; its log:" >&2
-	cat "$1" >&2 || true
+	cat "${4:-$1}" >&2 || true
 	exit 1
 }
 
@@ -37,11 +37,12 @@ else
 	echo "== model: ${OPENAI_BASE_URL:-https://api.openai.com/v1}"
 fi
 
+# The worker writes its addresses to the ready file once it takes jobs.
 "$bin/worker" --embedded --data-dir "$data" --nats-listen 127.0.0.1:0 --metrics-addr 127.0.0.1:0 \
-	>"$data/worker.out" 2>"$data/worker.log" &
+	--ready-file "$data/worker.ready" >"$data/worker.out" 2>"$data/worker.log" &
 pids+=($!)
-wait_for_line "$data/worker.out" "worker ready" "the worker"
-nats_url=$(sed -n 's/^worker ready: nats \([^,]*\),.*/\1/p' "$data/worker.out")
+wait_for_line "$data/worker.ready" '"nats"' "the worker" "$data/worker.log"
+nats_url=$(sed -n 's/.*"nats":"\([^"]*\)".*/\1/p' "$data/worker.ready")
 echo "== worker: embedded NATS at $nats_url, data dir $data"
 
 echo "== submitting the csv-analyst job on examples/sales.csv"
