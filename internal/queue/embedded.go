@@ -16,6 +16,8 @@ type EmbeddedOptions struct {
 	StoreDir string
 	// SyncAlways fsyncs every write, for tests that prove nothing is lost.
 	SyncAlways bool
+	// Token, when set, is the token every client must present (ConnOptions.Token).
+	Token string
 }
 
 // StartEmbedded starts the real nats-server in this process with JetStream on file storage and
@@ -25,14 +27,15 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, error) {
 		opts.Host = "127.0.0.1"
 	}
 	sopts := &server.Options{
-		ServerName: "boxcar-embedded",
-		Host:       opts.Host,
-		Port:       opts.Port,
-		JetStream:  true,
-		StoreDir:   opts.StoreDir,
-		NoSigs:     true,
-		NoLog:      true,
-		MaxPayload: 1 << 20,
+		ServerName:    "boxcar-embedded",
+		Host:          opts.Host,
+		Port:          opts.Port,
+		JetStream:     true,
+		StoreDir:      opts.StoreDir,
+		NoSigs:        true,
+		NoLog:         true,
+		MaxPayload:    1 << 20,
+		Authorization: opts.Token,
 	}
 	if opts.SyncAlways {
 		sopts.SyncAlways = true

@@ -16,7 +16,7 @@ import (
 // only at debug level), so a NATS restart during a rollout is a wait, not a crash loop.
 type Link struct {
 	nc  *nats.Conn
-	url string
+	url string // redacted: it goes into logs and /readyz
 	log *slog.Logger
 
 	mu      sync.Mutex
@@ -33,22 +33,24 @@ func redialDelay(round int) time.Duration {
 	return min(250*time.Millisecond<<min(max(round-1, 0), 5), maxRedialDelay)
 }
 
-// Dial returns a link to NATS at once, connected or not. It fails only on a URL it cannot use.
-func Dial(url, name string, log *slog.Logger) (*Link, error) {
-	l := &Link{url: url, log: log}
-	nc, err := nats.Connect(url,
-		nats.Name(name),
+// Dial returns a link to NATS at once, connected or not. It fails only on options it cannot
+// use (a bad URL, two ways to log in, a file that cannot be read).
+func Dial(o ConnOptions, log *slog.Logger) (*Link, error) {
+	l := &Link{url: RedactURL(o.URL), log: log}
+	opts, err := o.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(o.URL, append(opts,
 		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(redialDelay),
-		nats.Timeout(5*time.Second),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { l.failed(err) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { l.lost(err) }),
 		nats.ConnectHandler(func(*nats.Conn) { l.connected() }),
 		nats.ReconnectHandler(func(*nats.Conn) { l.connected() }),
-	)
+	)...)
 	if err != nil {
-		return nil, fmt.Errorf("queue: NATS at %s: %w (check --nats, NATS_URL or nats.url in the config)", url, err)
+		return nil, fmt.Errorf("queue: NATS at %s: %w (check NATS_URL or nats.url in the config)", l.url, err)
 	}
 	l.mu.Lock()
 	l.nc = nc

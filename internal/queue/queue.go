@@ -29,24 +29,6 @@ type Queue struct {
 	written   statusCache // the statuses this handle wrote last (status.go)
 }
 
-// Connect dials NATS with reconnects on, naming the connection for server-side monitoring.
-func Connect(ctx context.Context, url, name string) (*nats.Conn, error) {
-	opts := []nats.Option{
-		nats.Name(name),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		nats.Timeout(5 * time.Second),
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		opts = append(opts, nats.Timeout(time.Until(dl)))
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("queue: connect to NATS at %s: %w (is a worker or nats-server running? start one with `worker --embedded`, or set --nats / NATS_URL)", url, err)
-	}
-	return nc, nil
-}
-
 // statusHistory is how many revisions of a job's status the bucket keeps.
 const statusHistory = 16
 

@@ -87,7 +87,7 @@ func connect(t testing.TB, syncAlways bool) *nats.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := queue.Connect(context.Background(), ns.ClientURL(), "test")
+	nc, err := queue.Connect(context.Background(), queue.ConnOptions{URL: ns.ClientURL(), Name: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,7 +199,7 @@ func (b *bundle) start(port int) {
 func (b *bundle) connect() (*nats.Conn, *queue.Queue) {
 	b.t.Helper()
 	ctx := context.Background()
-	nc, err := queue.Connect(ctx, b.url, "test")
+	nc, err := queue.Connect(ctx, queue.ConnOptions{URL: b.url, Name: "test"})
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func newTestEnvSync(t testing.TB, syncAlways bool) *testEnv {
 // setUpQueue creates the streams and buckets, as a worker does at start.
 func (te *testEnv) setUpQueue(t testing.TB) *queue.Queue {
 	t.Helper()
-	nc, err := queue.Connect(t.Context(), te.natsURL, "submitcmd-test")
+	nc, err := queue.Connect(t.Context(), queue.ConnOptions{URL: te.natsURL, Name: "submitcmd-test"})
 	if err != nil {
 		t.Fatal(err)
 	}

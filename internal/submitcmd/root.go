@@ -104,6 +104,14 @@ Common flags (every command that reaches NATS or the store):
   --store URL         BOXCAR_STORE, file:///path or s3://bucket[/prefix], default file://$BOXCAR_HOME/store
                       (BOXCAR_HOME default ~/.boxcar)
   --s3-endpoint URL   BOXCAR_S3_ENDPOINT, for S3-compatible services
+  --s3-ca FILE        BOXCAR_S3_CA, CAs of the S3 endpoint's certificate (PEM)
+  --nats-creds FILE   NATS_CREDS, a .creds file (user JWT and nkey seed)
+  --nats-nkey FILE    NATS_NKEY, an nkey seed file
+  --nats-user NAME    NATS_USER, with --nats-password-file FILE, NATS_PASSWORD_FILE or NATS_PASSWORD
+  --nats-token-file FILE  NATS_TOKEN_FILE or NATS_TOKEN; default on this machine: the embedded
+                      worker's token in $BOXCAR_HOME/nats.token
+  --nats-ca FILE      NATS_CA, CAs of the NATS server's certificate (PEM)
+  --nats-cert FILE, --nats-key FILE  NATS_CERT, NATS_KEY: a client certificate (mTLS)
   --output, -o FORMAT text or json; with json an error is one JSON object on stderr with a
                       stable "code" (see docs/cli.md)
 
@@ -185,7 +193,9 @@ func (e *env) common(c *cobra.Command, output bool) {
 	fs.StringVar(&e.natsURL, "nats", "", "NATS `URL` (default $NATS_URL, else nats://127.0.0.1:4222)")
 	fs.StringVar(&e.storeURL, "store", "", "store `URL`: file:///path or s3://bucket[/prefix] (default $BOXCAR_STORE, else file://$BOXCAR_HOME/store)")
 	fs.StringVar(&e.s3Endpoint, "s3-endpoint", "", "endpoint `URL` of an S3-compatible service (default $BOXCAR_S3_ENDPOINT)")
-	names := []string{"nats", "store", "s3-endpoint"}
+	fs.StringVar(&e.s3CA, "s3-ca", "", "PEM `FILE` of the CAs that sign the S3 endpoint's certificate (default $BOXCAR_S3_CA)")
+	e.natsAuth.Bind(fs)
+	names := append([]string{"nats", "store", "s3-endpoint", "s3-ca"}, e.natsAuth.Names()...)
 	if output {
 		e.outputFlag(c)
 		names = append(names, "output")

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/connflags"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -112,6 +114,8 @@ type env struct {
 	natsURL    string
 	storeURL   string
 	s3Endpoint string
+	s3CA       string
+	natsAuth   connflags.NATS // credentials and TLS for NATS (connflags)
 	output     string
 	publish    publishPolicy
 	patience   time.Duration // how long NATS or the store may take to answer; see retry.go
@@ -135,9 +139,13 @@ func (e *env) natsConfig() config.NATS {
 // says what to start.
 func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Queue, error) {
 	cfg := e.natsConfig()
+	opts, err := e.connOptions(cfg.URL)
+	if err != nil {
+		return nil, nil, err
+	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	nc, err := queue.Connect(cctx, cfg.URL, "boxcar-submit")
+	nc, err := queue.Connect(cctx, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -165,7 +173,33 @@ func (e *env) openStore(ctx context.Context) (store.Store, error) {
 	if endpoint == "" {
 		endpoint = e.getenv("BOXCAR_S3_ENDPOINT")
 	}
-	return store.Open(ctx, u, store.Options{Endpoint: endpoint, PathStyle: endpoint != ""})
+	opts := store.Options{Endpoint: endpoint, PathStyle: endpoint != ""}
+	ca := e.s3CA
+	if ca == "" {
+		ca = e.getenv("BOXCAR_S3_CA")
+	}
+	if ca != "" {
+		t, err := connflags.Transport(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--s3-ca: %w", err)
+		}
+		opts.HTTPClient = &http.Client{Transport: t}
+	}
+	return store.Open(ctx, u, opts)
+}
+
+// connOptions are the NATS connection options of the flags and environment; with none, the
+// embedded worker's token from BOXCAR_HOME when the server is on this machine.
+func (e *env) connOptions(url string) (queue.ConnOptions, error) {
+	opts, err := e.natsAuth.Options(url, "boxcar-submit", e.getenv)
+	if err != nil {
+		return opts, err
+	}
+	home, err := e.home()
+	if err != nil {
+		return opts, nil // no home, no embedded worker's token
+	}
+	return connflags.WithEmbeddedToken(opts, home)
 }
 
 // home is $BOXCAR_HOME, else ~/.boxcar.

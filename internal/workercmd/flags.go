@@ -13,14 +13,15 @@ import (
 // Options are the worker's settings: one field per flag (bindFlags defines the flags, and
 // nothing else does), the environment and where it writes.
 type Options struct {
-	Embedded    bool   // --embedded
-	ConfigPath  string // --config
-	DataDir     string // --data-dir; default $BOXCAR_HOME, else ~/.boxcar
-	NATSListen  string // --nats-listen; default 127.0.0.1:4222, port 0 any free port
-	MetricsAddr string // --metrics-addr; default the config's metrics_addr
-	LogLevel    string // --log-level; default info
-	SigningKey  string // --signing-key
-	ReadyFile   string // --ready-file
+	Embedded    bool      // --embedded
+	ConfigPath  string    // --config
+	DataDir     string    // --data-dir; default $BOXCAR_HOME, else ~/.boxcar
+	NATSListen  string    // --nats-listen; default 127.0.0.1:4222, port 0 any free port
+	MetricsAddr string    // --metrics-addr; default the config's metrics_addr
+	LogLevel    string    // --log-level; default info
+	SigningKey  string    // --signing-key
+	ReadyFile   string    // --ready-file
+	conn        connFlags // --nats-creds … --model-ca (conn.go)
 
 	// Getenv reads the environment (OPENAI_API_KEY, NATS_URL, BOXCAR_STORE, BOXCAR_HOME, …);
 	// nil reads nothing.
@@ -40,6 +41,7 @@ func bindFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "`ADDR` for /metrics, /healthz and /readyz (default from the config, 127.0.0.1:9464; \"off\" disables)")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log `LEVEL`: debug, info, warn, error")
 	fs.StringVar(&o.SigningKey, "signing-key", "", "ed25519 private key `FILE` (PEM) that signs manifests (default: the config's signing_key; with --embedded, <data dir>/keys/signing.key, created on first start)")
+	bindConnFlags(fs, &o.conn)
 	fs.StringVar(&o.ReadyFile, "ready-file", "", "`FILE` written atomically once the worker takes jobs: JSON with its addresses (nats, metrics, store), for a parent process to wait on; removed when it stops")
 }
 

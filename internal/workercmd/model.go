@@ -12,10 +12,11 @@ import (
 
 // newModelGate is the model endpoint's circuit breaker: it sets boxcar_model_up, and probes
 // with GET <base URL>/models, which every OpenAI-compatible server serves, with the API key so
-// that the probe meets what a chat request meets. Probes go around the metrics transport:
+// that the probe meets what a chat request meets. Probes use the jobs' transport (a private CA
+// included) but go around the metrics transport:
 // boxcar_model_requests_total counts the jobs' requests only.
-func newModelGate(baseURL, apiKey string, m *metrics.Metrics, log *slog.Logger) (*modelgate.Gate, error) {
-	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+func newModelGate(baseURL, apiKey string, transport *http.Transport, m *metrics.Metrics, log *slog.Logger) (*modelgate.Gate, error) {
+	client := &http.Client{Transport: transport} // the jobs' transport (its CA), not their metrics
 	url := strings.TrimRight(baseURL, "/") + "/models"
 	return modelgate.New(modelgate.Config{
 		Probe: func(ctx context.Context) (*http.Response, error) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/connflags"
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/modelgate"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -80,6 +81,8 @@ type parts struct {
 	cfg       config.Config
 	log       *slog.Logger
 	nats      *server.Server // the embedded NATS server; nil unless --embedded
+	unlock    func()         // releases the embedded worker's data dir; nil unless --embedded
+	natsOpts  queue.ConnOptions
 	link      *queue.Link
 	store     store.Store
 	sandboxes sandbox.Provider
@@ -100,6 +103,9 @@ func (p *parts) close() {
 	}
 	if p.nats != nil {
 		p.nats.Shutdown()
+	}
+	if p.unlock != nil {
+		p.unlock()
 	}
 }
 
@@ -145,6 +151,9 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 			p.close()
 		}
 	}()
+	if p.natsOpts, err = o.conn.nats.Options(cfg.NATS.URL, "boxcar-worker "+cfg.WorkerID, o.Getenv); err != nil {
+		return nil, err
+	}
 	if o.Embedded {
 		if err := startEmbedded(o, &cfg, p); err != nil {
 			return nil, err
@@ -158,13 +167,21 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 		return nil, err
 	}
 	p.modelURL = modelBaseURL(cfg, o.Getenv)
-	if p.gate, err = newModelGate(p.modelURL, o.Getenv("OPENAI_API_KEY"), p.metrics, log); err != nil {
+	modelTransport, err := httpClient(o.conn.modelCA, "BOXCAR_MODEL_CA", o.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("--model-ca: %w", err)
+	}
+	if modelTransport == nil {
+		modelTransport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	connflags.WarnPlaintextKey(log, p.modelURL, o.Getenv("OPENAI_API_KEY"))
+	if p.gate, err = newModelGate(p.modelURL, o.Getenv("OPENAI_API_KEY"), modelTransport.Clone(), p.metrics, log); err != nil {
 		return nil, err
 	}
 	p.agent, err = agent.New(agent.Config{
 		BaseURL:        p.modelURL,
 		APIKey:         o.Getenv("OPENAI_API_KEY"),
-		HTTPClient:     &http.Client{Transport: p.metrics.ModelTransport(http.DefaultTransport.(*http.Transport).Clone())},
+		HTTPClient:     &http.Client{Transport: p.metrics.ModelTransport(modelTransport)},
 		RequestTimeout: cfg.Model.RequestTimeout.Std(),
 		MaxRetries:     cfg.Model.MaxRetries,
 		Gate:           p.gate,
@@ -177,21 +194,30 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 	if p.signer, err = signingKey(o, cfg, log); err != nil {
 		return nil, err
 	}
-	p.store, err = store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region,
+	s3Transport, err := httpClient(o.conn.s3CA, "BOXCAR_S3_CA", o.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("--s3-ca: %w", err)
+	}
+	var s3Client *http.Client
+	if s3Transport != nil {
+		s3Client = &http.Client{Transport: s3Transport}
+	}
+	p.store, err = store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region, HTTPClient: s3Client,
 		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite,
 		ProbeInterval: time.Duration(cfg.Store.ProbeInterval), Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	if p.link, err = queue.Dial(cfg.NATS.URL, "boxcar-worker "+cfg.WorkerID, log); err != nil {
+	if p.link, err = queue.Dial(p.natsOpts, log); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// startEmbedded starts NATS in-process and points cfg at it and at the file store under the
-// data dir. The sandbox stays the config's (bubblewrap by default): one machine can still run
-// its jobs in pods of a cluster it reaches.
+// startEmbedded locks the data dir, starts NATS in-process with its token, and points cfg and
+// the connection options at it and cfg at the file store under the data dir. The sandbox stays
+// the config's (bubblewrap by default): one machine can still run its jobs in pods of a
+// cluster it reaches.
 func startEmbedded(o Options, cfg *config.Config, p *parts) error {
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
@@ -200,12 +226,21 @@ func startEmbedded(o Options, cfg *config.Config, p *parts) error {
 	if err != nil {
 		return err
 	}
-	if p.nats, err = queue.StartEmbedded(queue.EmbeddedOptions{Host: host, Port: port, StoreDir: filepath.Join(o.DataDir, "nats")}); err != nil {
+	if p.unlock, err = lockDataDir(o.DataDir); err != nil {
+		return err
+	}
+	tok, err := embeddedToken(o.DataDir, host, p.natsOpts)
+	if err != nil {
+		return err
+	}
+	if p.nats, err = queue.StartEmbedded(queue.EmbeddedOptions{Host: host, Port: port, StoreDir: filepath.Join(o.DataDir, "nats"), Token: tok}); err != nil {
 		return err
 	}
 	cfg.NATS.URL = p.nats.ClientURL()
+	p.natsOpts.URL, p.natsOpts.Token = cfg.NATS.URL, tok
 	cfg.Store = config.Store{URL: "file://" + filepath.Join(o.DataDir, "store")}
-	p.log.Info("embedded NATS listening", "url", cfg.NATS.URL, "data_dir", o.DataDir)
+	p.log.Info("embedded NATS listening", "url", cfg.NATS.URL, "data_dir", o.DataDir,
+		"token_file", filepath.Join(o.DataDir, connflags.EmbeddedTokenFile))
 	return nil
 }
 
@@ -311,12 +346,12 @@ func heldBy(ctx context.Context, self string, r *runner.Runner, q *queue.Queue) 
 // ready file) and closes Ready.
 func (w *Worker) announce(o Options, p *parts, metricsAddr string) {
 	cfg := p.cfg
-	addrs := Addrs{NATS: cfg.NATS.URL, Metrics: metricsAddr, Store: p.store.URL("")}
+	addrs := Addrs{NATS: queue.RedactURL(cfg.NATS.URL), Metrics: metricsAddr, Store: p.store.URL("")}
 	w.mu.Lock()
 	w.addrs = addrs
 	w.mu.Unlock()
 	p.log.Info("worker ready", "worker_id", cfg.WorkerID, "concurrency", cfg.Concurrency, "sandbox", p.sandboxes.Backend(),
-		"store", addrs.Store, "nats", addrs.NATS, "model", p.modelURL, "profiles", len(cfg.Profiles))
+		"store", addrs.Store, "nats", addrs.NATS, "nats_auth", p.natsOpts.Auth(), "model", redactHTTP(p.modelURL), "profiles", len(cfg.Profiles))
 	fmt.Fprintf(o.Stdout, "worker ready: nats %s, store %s\n", addrs.NATS, addrs.Store)
 	if o.ReadyFile != "" {
 		if err := writeReadyFile(o.ReadyFile, addrs); err != nil {

@@ -43,7 +43,7 @@ func BenchmarkFailover(b *testing.B) {
 	// until the rig's own fetch gets it.
 	rawHandover := func(leave func(jetstream.Msg, func())) time.Duration {
 		rg.publishRaw(b, "p", 1)
-		nc, err := queue.Connect(ctx, rg.srv.ClientURL(), "bench-raw")
+		nc, err := queue.Connect(ctx, queue.ConnOptions{URL: rg.srv.ClientURL(), Name: "bench-raw"})
 		if err != nil {
 			b.Fatal(err)
 		}

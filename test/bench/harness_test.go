@@ -53,7 +53,7 @@ func newRig(b *testing.B, yaml string) *rig {
 	}
 	b.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	ctx := context.Background()
-	nc, err := queue.Connect(ctx, srv.ClientURL(), "bench")
+	nc, err := queue.Connect(ctx, queue.ConnOptions{URL: srv.ClientURL(), Name: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -617,7 +617,7 @@ type statusHistory struct {
 func watchStatus(t *testing.T, natsURL, id string) *statusHistory {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	nc, err := queue.Connect(ctx, natsURL, "boxcar-e2e-watch")
+	nc, err := queue.Connect(ctx, queue.ConnOptions{URL: natsURL, Name: "boxcar-e2e-watch"})
 	if err != nil {
 		t.Fatal(err)
 	}
