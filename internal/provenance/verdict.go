@@ -24,8 +24,10 @@ const (
 
 // Policy says what a verdict demands beyond the checks themselves.
 type Policy struct {
-	// RequireSignature fails a run whose signature could not be checked (no public key).
-	RequireSignature bool
+	// AllowUnsigned accepts a run whose signature could not be checked (no key to check it
+	// with, or no envelope and no key). By default such a run fails: verification fails
+	// closed. A signature that is present and checked must verify either way.
+	AllowUnsigned bool
 }
 
 // VerdictCheck is one check of a Report as the verdict judged it, stable for scripts.
@@ -35,8 +37,8 @@ type VerdictCheck struct {
 	Check  string `json:"check"`  // the Report's name for the check: "manifest", "subject report.md", "input sales.csv"
 	Result string `json:"result"` // ResultOK, ResultFail or ResultSkipped
 	Reason string `json:"reason"`
-	// SignatureRequired marks a signature check failed only because Policy.RequireSignature
-	// demanded a key that was not given.
+	// SignatureRequired marks a signature check failed only because no key was given and
+	// Policy.AllowUnsigned was not set.
 	SignatureRequired bool `json:"-"`
 
 	Err error `json:"-"`
@@ -49,6 +51,7 @@ type Verdict struct {
 	Verified  bool           `json:"verified"`
 	Signature string         `json:"signature"` // SignatureVerified, SignatureFailed or SignatureNotChecked
 	KeyID     string         `json:"key_id,omitempty"`
+	KeyName   string         `json:"key_name,omitempty"` // the signer's name in the keyring
 	Checks    []VerdictCheck `json:"checks"`
 	// Failed names the files whose check failed; Unreadable those the store could not serve
 	// for another reason than their absence: they prove nothing either way, so the run is
@@ -59,7 +62,7 @@ type Verdict struct {
 
 // Decide judges a Report under a policy. It is the one place that says what verifies.
 func Decide(r Report, p Policy) Verdict {
-	v := Verdict{ID: r.JobID, Signature: SignatureNotChecked, KeyID: r.KeyID}
+	v := Verdict{ID: r.JobID, Signature: SignatureNotChecked, KeyID: r.KeyID, KeyName: r.KeyName}
 	for _, c := range r.Checks {
 		file, key := CheckObject(c.Name, r.JobID, r.Statement)
 		vc := VerdictCheck{File: file, Key: key, Check: c.Name, Reason: c.Reason, Err: c.Err}
@@ -75,7 +78,7 @@ func Decide(r Report, p Policy) Verdict {
 			switch {
 			case c.OK:
 				v.Signature = SignatureVerified
-			case c.Skipped && p.RequireSignature:
+			case c.Skipped && !p.AllowUnsigned:
 				vc.Result = ResultFail
 				vc.Reason = "not checked: no public key, and a signature is required"
 				vc.SignatureRequired = true

@@ -27,15 +27,16 @@ func TestDecide(t *testing.T) {
 	tests := []struct {
 		name       string
 		checks     []Check
-		require    bool
+		allow      bool // Policy.AllowUnsigned
 		verified   bool
 		signature  string
 		failed     []string
 		unreadable []string
 	}{
 		{"all good", []Check{manifest, signature, report, input}, false, true, SignatureVerified, nil, nil},
-		{"no key", []Check{manifest, skippedSig, report, input}, false, true, SignatureNotChecked, nil, nil},
-		{"no key, required", []Check{manifest, skippedSig, report, input}, true, false, SignatureFailed, []string{"manifest.dsse.json"}, nil},
+		{"no key, unsigned allowed", []Check{manifest, skippedSig, report, input}, true, true, SignatureNotChecked, nil, nil},
+		{"no key fails closed", []Check{manifest, skippedSig, report, input}, false, false, SignatureFailed, []string{"manifest.dsse.json"}, nil},
+		{"no key, changed file, unsigned allowed", []Check{manifest, skippedSig, changed, input}, true, false, SignatureNotChecked, []string{"report.md"}, nil},
 		{"bad signature", []Check{manifest, badSig, report, input}, false, false, SignatureFailed, []string{"manifest.dsse.json"}, nil},
 		{"changed file", []Check{manifest, signature, changed, input}, false, false, SignatureVerified, []string{"report.md"}, nil},
 		{"missing file", []Check{manifest, signature, gone, input}, false, false, SignatureVerified, []string{"report.md"}, nil},
@@ -45,7 +46,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := Decide(Report{JobID: id, Statement: stmt, Checks: tt.checks}, Policy{RequireSignature: tt.require})
+			v := Decide(Report{JobID: id, Statement: stmt, Checks: tt.checks}, Policy{AllowUnsigned: tt.allow})
 			if v.Verified != tt.verified || v.Signature != tt.signature || !slices.Equal(v.Failed, tt.failed) || !slices.Equal(v.Unreadable, tt.unreadable) {
 				t.Errorf("Decide = verified %v, signature %s, failed %v, unreadable %v; want %v, %s, %v, %v",
 					v.Verified, v.Signature, v.Failed, v.Unreadable, tt.verified, tt.signature, tt.failed, tt.unreadable)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 )
@@ -47,8 +48,10 @@ type Report struct {
 	JobID string
 	// Statement is the parsed manifest; zero when it could not be read.
 	Statement Statement
-	// KeyID is the id of the key whose signature verified; empty otherwise.
-	KeyID  string
+	// KeyID is the id of the key whose signature verified, KeyName its name in the keyring;
+	// empty otherwise.
+	KeyID   string
+	KeyName string
 	Checks []Check
 }
 
@@ -72,6 +75,14 @@ func (r Report) OK() bool {
 // can and returns the report with an error joining the failures (ErrMissing, ErrInvalid,
 // ErrUnsigned, ErrBadSignature, ErrDigestMismatch); the error is nil exactly when report.OK().
 func Verify(ctx context.Context, st Getter, jobID string, pub ed25519.PublicKey) (Report, error) {
+	return VerifyKeyring(ctx, st, jobID, SingleKey("public-key", pub))
+}
+
+// VerifyKeyring is Verify with a set of trusted keys: the signature must be by one of them, made
+// while that key was valid. The time of signing is the run's finished_at, which the signature
+// covers; a run signed before a rotation verifies with the retired key's entry. An empty ring
+// checks no signature, as Verify with a nil key.
+func VerifyKeyring(ctx context.Context, st Getter, jobID string, ring Keyring) (Report, error) {
 	r := Report{JobID: jobID}
 	if !job.ValidID(jobID) {
 		return r, fmt.Errorf("provenance: verify: %w: %q is not a job id", ErrInvalid, jobID)
@@ -111,7 +122,7 @@ func Verify(ctx context.Context, st Getter, jobID string, pub ed25519.PublicKey)
 	r.Statement = stmt
 	record(Check{Name: "manifest", OK: true, Reason: fmt.Sprintf("%s is a Boxcar provenance statement for job %s", manifestKey, jobID)})
 
-	r.KeyID = verifySignature(ctx, st, jobID, manifest, pub, record, fail)
+	r.KeyID, r.KeyName = verifySignature(ctx, st, jobID, manifest, stmt.Predicate.Timings.FinishedAt, ring, record, fail)
 
 	for _, s := range stmt.Subjects {
 		name := "subject " + s.Name
@@ -132,34 +143,42 @@ func Verify(ctx context.Context, st Getter, jobID string, pub ed25519.PublicKey)
 	return result()
 }
 
-// verifySignature records the signature check and returns the key id that verified, if any.
-func verifySignature(ctx context.Context, st Getter, jobID string, manifest []byte, pub ed25519.PublicKey, record func(Check), fail func(string, error)) string {
-	const name = "signature"
+// verifySignature records the signature check and returns the id and name of the key that
+// verified, if any.
+func verifySignature(ctx context.Context, st Getter, jobID string, manifest []byte, signedAt time.Time, ring Keyring, record func(Check), fail func(string, error)) (keyID, name string) {
+	const check = "signature"
 	sigKey := runKey(jobID, signatureName)
 	envelope, err := fetch(ctx, st, sigKey)
 	switch {
-	case err != nil && pub == nil:
-		record(Check{Name: name, Skipped: true, Reason: fmt.Sprintf("no public key given; %s could not be read either: %v", sigKey, err)})
-		return ""
+	case err != nil && len(ring) == 0:
+		record(Check{Name: check, Skipped: true, Reason: fmt.Sprintf("no public key given; %s could not be read either: %v", sigKey, err)})
+		return "", ""
 	case err != nil:
-		fail(name, fmt.Errorf("%w: a public key was given but %s could not be read: %w", ErrUnsigned, sigKey, err))
-		return ""
-	case pub == nil:
-		record(Check{Name: name, Skipped: true, Reason: fmt.Sprintf("%s is present but no public key was given to check it", sigKey)})
-		return ""
+		fail(check, fmt.Errorf("%w: a public key was given but %s could not be read: %w", ErrUnsigned, sigKey, err))
+		return "", ""
+	case len(ring) == 0:
+		record(Check{Name: check, Skipped: true, Reason: fmt.Sprintf("%s is present but no public key was given to check it", sigKey)})
+		return "", ""
 	}
-	signed, err := VerifyEnvelope(ctx, envelope, pub)
+	var signed []byte
+	key, err := ring.Match(signedAt, func(pub ed25519.PublicKey) bool {
+		s, verr := VerifyEnvelope(ctx, envelope, pub)
+		if verr == nil {
+			signed = s
+		}
+		return verr == nil
+	})
 	if err != nil {
-		fail(name, fmt.Errorf("%s: %w", sigKey, err))
-		return ""
+		fail(check, fmt.Errorf("%s: %w", sigKey, err))
+		return "", ""
 	}
 	if !bytes.Equal(signed, manifest) {
-		fail(name, fmt.Errorf("%s: %w: it signs a statement other than the stored manifest", sigKey, ErrBadSignature))
-		return ""
+		fail(check, fmt.Errorf("%s: %w: it signs a statement other than the stored manifest", sigKey, ErrBadSignature))
+		return "", ""
 	}
-	keyID := KeyID(pub)
-	record(Check{Name: name, OK: true, Reason: fmt.Sprintf("signed by key %s", keyID)})
-	return keyID
+	keyID = KeyID(key.Key)
+	record(Check{Name: check, OK: true, Reason: fmt.Sprintf("signed by key %s (%s)", key.Name, keyID)})
+	return keyID, key.Name
 }
 
 // fetch reads a small object whole.

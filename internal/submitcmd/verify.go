@@ -28,54 +28,86 @@ type verifyOutput struct {
 
 func (e *env) verifyCmd() *cobra.Command {
 	var (
-		pubPath string
-		require bool
+		pubPath       string
+		keyringPath   string
+		require       bool
+		allowUnsigned bool
 	)
 	c := &cobra.Command{
 		Use:   "verify JOB_ID",
 		Short: "check the run against its manifest and the manifest's signature",
 		Long: `Checks that the manifest is Boxcar provenance for this job, that the envelope's signature covers
 the stored manifest, and re-hashes every subject and input. Exit 0: verified; 8: a check failed;
-1: the store could not be read, so nothing was decided. Default key:
-$BOXCAR_HOME/keys/signing.pub, the embedded worker's.`,
+1: the store could not be read, so nothing was decided. It fails closed: a run with no
+signature, or with no key to check it, fails unless --allow-unsigned. Keys: --keyring FILE
+(names, public keys and the dates each was in use, so runs signed before a rotation verify),
+else --public-key FILE, else $BOXCAR_HOME/keys/signing.pub, the embedded worker's.`,
 		Args: args(1, 1, "verify: give one JOB_ID"),
-		RunE: func(c *cobra.Command, a []string) error { return e.verify(c.Context(), a[0], pubPath, require) },
+		RunE: func(c *cobra.Command, a []string) error {
+			if keyringPath == "" {
+				keyringPath = e.getenv("BOXCAR_KEYRING")
+			}
+			return e.verify(c.Context(), a[0], verifyKeys{pubPath: pubPath, keyringPath: keyringPath}, allowUnsigned)
+		},
 	}
 	c.Flags().StringVar(&pubPath, "public-key", "", "ed25519 public key (PEM) of the worker that signs (default: $BOXCAR_HOME/keys/signing.pub, the embedded worker's, when it exists) (`FILE`)")
-	c.Flags().BoolVar(&require, "require-signature", false, "fail when no public key is available to check the signature")
+	c.Flags().StringVar(&keyringPath, "keyring", "", "keyring (YAML) of the signers' public keys with their validity dates (default $BOXCAR_KEYRING; see docs/security.md) (`FILE`)")
+	c.Flags().BoolVar(&allowUnsigned, "allow-unsigned", false, "accept a run whose signature cannot be checked (none, or no key); its files are still checked")
+	c.Flags().BoolVar(&require, "require-signature", false, "the default; kept for scripts")
+	_ = c.Flags().MarkHidden("require-signature")
 	_ = c.MarkFlagFilename("public-key", "pub", "pem")
 	e.common(c, true)
 	return c
 }
 
-func (e *env) verify(ctx context.Context, id, pubPath string, require bool) error {
+// verifyKeys are where verify's trusted keys come from.
+type verifyKeys struct{ pubPath, keyringPath string }
+
+// ring returns the trusted keys and the file they came from ("" for none).
+func (e *env) ring(k verifyKeys) (provenance.Keyring, string, error) {
+	if k.keyringPath != "" {
+		if k.pubPath != "" {
+			return nil, "", errors.New("give --keyring or --public-key, not both")
+		}
+		ring, err := provenance.LoadKeyring(k.keyringPath)
+		if err != nil {
+			return nil, "", fmt.Errorf("--keyring: %w", err)
+		}
+		return ring, k.keyringPath, nil
+	}
+	pub, file, err := e.publicKey(k.pubPath)
+	return provenance.SingleKey(file, pub), file, err
+}
+
+func (e *env) verify(ctx context.Context, id string, keys verifyKeys, allowUnsigned bool) error {
 	if !job.ValidID(id) {
 		return errors.New("verify: give one JOB_ID")
 	}
-	pub, keyFile, err := e.publicKey(pubPath)
+	ring, keyFile, err := e.ring(keys)
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
+	pubPath := keys.pubPath + keys.keyringPath
 	st, err := e.openStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeStore(st)
 
-	report, _ := provenance.Verify(ctx, st, id, pub)
+	report, _ := provenance.VerifyKeyring(ctx, st, id, ring)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	v := verifyOutput{Verdict: provenance.Decide(report, provenance.Policy{RequireSignature: require}), PublicKey: keyFile}
+	v := verifyOutput{Verdict: provenance.Decide(report, provenance.Policy{AllowUnsigned: allowUnsigned}), PublicKey: keyFile}
 	// The verdict's reasons are provenance's; the flags to change them are this command's.
 	for i := range v.Checks {
 		c := &v.Checks[i]
 		switch {
 		case c.Check != "signature":
 		case c.SignatureRequired:
-			c.Reason += "; --require-signature demands one (give --public-key FILE)"
+			c.Reason += " (give --keyring FILE or --public-key FILE; --allow-unsigned accepts the run on its digests alone)"
 		case c.Result == provenance.ResultSkipped:
-			c.Reason = "NOT CHECKED: " + c.Reason + "; give --public-key FILE to check it"
+			c.Reason = "NOT CHECKED: " + c.Reason + "; give --keyring FILE or --public-key FILE to check it"
 		case c.Result == provenance.ResultFail && pubPath == "" && keyFile != "":
 			c.Reason += fmt.Sprintf(" (the public key is %s, the embedded worker's; give the signer's key with --public-key)", keyFile)
 		}
@@ -134,7 +166,7 @@ func (e *env) printVerdict(v verifyOutput, where string) {
 	case !v.Verified:
 		fmt.Fprintln(w, "NOT VERIFIED")
 	case v.Signature == provenance.SignatureVerified:
-		printf(w, "verified: every file matches the manifest, and the manifest is signed by key %s\n", v.KeyID)
+		printf(w, "verified: every file matches the manifest, and the manifest is signed by key %s (%s)\n", v.KeyName, v.KeyID)
 	default:
 		fmt.Fprintln(w, "digests verified: every file matches the manifest; the SIGNATURE WAS NOT CHECKED, so the manifest itself is not proven")
 	}

@@ -1,0 +1,138 @@
+package provenance
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// TrustedKey is one public key a verifier trusts, for the time it was in use. A signature made
+// outside [NotBefore, NotAfter) does not count: a key retired by a rotation still verifies what
+// it signed before, and nothing it signs after.
+type TrustedKey struct {
+	// Name says whose key it is ("ci-2026", "alice"); a verified approval records it as
+	// decided_by.
+	Name string
+	Key  ed25519.PublicKey
+	// NotBefore and NotAfter bound when the key signed; zero means unbounded.
+	NotBefore, NotAfter time.Time
+}
+
+// ValidAt reports whether the key was in use at t.
+func (k TrustedKey) ValidAt(t time.Time) bool {
+	return (k.NotBefore.IsZero() || !t.Before(k.NotBefore)) && (k.NotAfter.IsZero() || t.Before(k.NotAfter))
+}
+
+// Keyring is a set of trusted keys, by name.
+type Keyring []TrustedKey
+
+// SingleKey is a keyring of one key with no validity bounds: what --public-key gives.
+func SingleKey(name string, pub ed25519.PublicKey) Keyring {
+	if pub == nil {
+		return nil
+	}
+	return Keyring{{Name: name, Key: pub}}
+}
+
+// keyringFile is a keyring file as written: YAML or JSON.
+//
+//	keys:
+//	  - name: signer-2026
+//	    public_key_file: signer-2026.pub   # relative to the keyring file, or
+//	    public_key: |                      # the PEM itself
+//	      -----BEGIN PUBLIC KEY-----
+//	      ...
+//	    not_before: 2026-01-01T00:00:00Z
+//	    not_after: 2027-01-01T00:00:00Z
+type keyringFile struct {
+	Keys []struct {
+		Name          string    `json:"name"`
+		PublicKey     string    `json:"public_key,omitempty"`
+		PublicKeyFile string    `json:"public_key_file,omitempty"`
+		NotBefore     time.Time `json:"not_before,omitzero"`
+		NotAfter      time.Time `json:"not_after,omitzero"`
+	} `json:"keys"`
+}
+
+// LoadKeyring reads a keyring file. Every key needs a unique name and exactly one of
+// public_key and public_key_file; errors name the entry and the fix.
+func LoadKeyring(path string) (Keyring, error) {
+	data, err := readKeyFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f keyringFile
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return nil, fmt.Errorf("provenance: keyring %s: %w", path, err)
+	}
+	if len(f.Keys) == 0 {
+		return nil, fmt.Errorf("provenance: keyring %s: %w: no keys", path, ErrInvalid)
+	}
+	var ring Keyring
+	seen := map[string]bool{}
+	for i, e := range f.Keys {
+		where := fmt.Sprintf("provenance: keyring %s: keys[%d]", path, i)
+		switch {
+		case e.Name == "" || strings.ContainsAny(e.Name, " \t\n"):
+			return nil, fmt.Errorf("%s: %w: give each key a name without spaces", where, ErrInvalid)
+		case seen[e.Name]:
+			return nil, fmt.Errorf("%s: %w: name %q is used twice", where, ErrInvalid, e.Name)
+		case (e.PublicKey == "") == (e.PublicKeyFile == ""):
+			return nil, fmt.Errorf("%s (%s): %w: give exactly one of public_key and public_key_file", where, e.Name, ErrInvalid)
+		case !e.NotAfter.IsZero() && !e.NotAfter.After(e.NotBefore):
+			return nil, fmt.Errorf("%s (%s): %w: not_after must come after not_before", where, e.Name, ErrInvalid)
+		}
+		seen[e.Name] = true
+		pem := []byte(e.PublicKey)
+		if e.PublicKeyFile != "" {
+			file := e.PublicKeyFile
+			if !filepath.IsAbs(file) {
+				file = filepath.Join(filepath.Dir(path), file)
+			}
+			if pem, err = readKeyFile(file); err != nil {
+				return nil, fmt.Errorf("%s (%s): %w", where, e.Name, err)
+			}
+		}
+		pub, err := LoadPublicKey(pem)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", where, e.Name, err)
+		}
+		ring = append(ring, TrustedKey{Name: e.Name, Key: pub, NotBefore: e.NotBefore.UTC(), NotAfter: e.NotAfter.UTC()})
+	}
+	return ring, nil
+}
+
+// ErrKeyNotValid marks a signature by a trusted key made outside the key's validity dates.
+var ErrKeyNotValid = errors.New("signed outside the key's validity dates")
+
+// Match returns the key of the ring that verify accepts and that was valid at signedAt. A
+// signature by a key of the ring made outside its dates wraps ErrKeyNotValid; one by no key
+// of the ring wraps ErrBadSignature.
+func (r Keyring) Match(signedAt time.Time, verify func(ed25519.PublicKey) bool) (TrustedKey, error) {
+	var outside []string
+	for _, k := range r {
+		if !verify(k.Key) {
+			continue
+		}
+		if k.ValidAt(signedAt) {
+			return k, nil
+		}
+		outside = append(outside, fmt.Sprintf("%s (valid %s to %s)", k.Name, dateOr(k.NotBefore, "any time"), dateOr(k.NotAfter, "any time")))
+	}
+	if len(outside) > 0 {
+		return TrustedKey{}, fmt.Errorf("%w: signed at %s by %s", ErrKeyNotValid, signedAt.UTC().Format(time.RFC3339), strings.Join(outside, ", "))
+	}
+	return TrustedKey{}, fmt.Errorf("%w: by none of the %d trusted keys", ErrBadSignature, len(r))
+}
+
+func dateOr(t time.Time, zero string) string {
+	if t.IsZero() {
+		return zero
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,114 @@
+package provenance_test
+
+import (
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/provenance"
+)
+
+// The sample run finished at 2026-12-02T10:16:30Z.
+func TestVerifyKeyringRotation(t *testing.T) {
+	r := setup(t, true)
+	_, other := keys(t)
+	dir := t.TempDir()
+	writePub(t, filepath.Join(dir, "old.pub"), r.pub)
+	writePub(t, filepath.Join(dir, "new.pub"), other)
+	tests := []struct {
+		name     string
+		keyring  string
+		signed   bool
+		wantName string
+		wantErr  error
+	}{
+		{name: "signed before the rotation", signed: true, wantName: "old", keyring: `
+keys:
+  - {name: old, public_key_file: old.pub, not_before: "2026-01-01T00:00:00Z", not_after: "2026-12-02T12:00:00Z"}
+  - {name: new, public_key_file: new.pub, not_before: "2026-12-02T12:00:00Z"}`},
+		{name: "signed after the key was retired", signed: true, wantErr: provenance.ErrKeyNotValid, keyring: `
+keys:
+  - {name: old, public_key_file: old.pub, not_after: "2026-12-02T10:00:00Z"}
+  - {name: new, public_key_file: new.pub, not_before: "2026-12-02T10:00:00Z"}`},
+		{name: "signed before the key was in use", signed: true, wantErr: provenance.ErrKeyNotValid, keyring: `
+keys:
+  - {name: old, public_key_file: old.pub, not_before: "2026-12-03T00:00:00Z"}`},
+		{name: "signer not in the keyring", signed: true, wantErr: provenance.ErrBadSignature, keyring: `
+keys:
+  - {name: new, public_key_file: new.pub}`},
+		{name: "unsigned run", wantErr: provenance.ErrUnsigned, keyring: `
+keys:
+  - {name: old, public_key_file: old.pub}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-")+".yaml")
+			if err := os.WriteFile(path, []byte(tt.keyring), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ring, err := provenance.LoadKeyring(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := r
+			if !tt.signed {
+				run = setup(t, false)
+				writePub(t, filepath.Join(dir, "old.pub"), run.pub)
+				if ring, err = provenance.LoadKeyring(path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			report, err := provenance.VerifyKeyring(t.Context(), run.store, jobID, ring)
+			switch {
+			case tt.wantErr == nil && err != nil:
+				t.Fatalf("verify: %v", err)
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr):
+				t.Fatalf("verify: %v; want %v", err, tt.wantErr)
+			case report.KeyName != tt.wantName:
+				t.Errorf("signed by %q, want %q", report.KeyName, tt.wantName)
+			}
+		})
+	}
+}
+
+func TestLoadKeyringRefuses(t *testing.T) {
+	_, pub := keys(t)
+	dir := t.TempDir()
+	writePub(t, filepath.Join(dir, "k.pub"), pub)
+	for name, text := range map[string]string{
+		"no keys":         "keys: []",
+		"no name":         "keys: [{public_key_file: k.pub}]",
+		"twice the name":  "keys: [{name: a, public_key_file: k.pub}, {name: a, public_key_file: k.pub}]",
+		"no key":          "keys: [{name: a}]",
+		"both keys":       "keys: [{name: a, public_key_file: k.pub, public_key: x}]",
+		"dates backwards": `keys: [{name: a, public_key_file: k.pub, not_before: "2026-02-01T00:00:00Z", not_after: "2026-01-01T00:00:00Z"}]`,
+		"unknown field":   "keys: [{name: a, public_key_file: k.pub, expires: soon}]",
+		"missing file":    "keys: [{name: a, public_key_file: none.pub}]",
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, "ring.yaml")
+			if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := provenance.LoadKeyring(path); err == nil {
+				t.Fatal("loaded; want an error")
+			}
+		})
+	}
+}
+
+func writePub(t *testing.T, path string, pub ed25519.PublicKey) {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
