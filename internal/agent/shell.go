@@ -31,6 +31,9 @@ type Answer struct {
 	At time.Time
 	// Reason is why a person denied the command; the model is told it, as data.
 	Reason string
+	// Refused says why an answer came that could not be trusted (unsigned, forged, for
+	// another command or request, too late): the command does not run.
+	Refused string
 }
 
 // ApprovalRequest is one command waiting for a person.
@@ -172,6 +175,9 @@ func (t shellTool) ask(ctx context.Context, callID string, argv []string) (strin
 		decided.DecidedAt = time.Now()
 	}
 	switch {
+	case ans.Refused != "":
+		decided.Decision, decided.DecidedBy, decided.Refused = job.DecisionRefused, "", ans.Refused
+		return "an answer came that could not be trusted, so the command was refused: " + ans.Refused, decided
 	case errors.Is(err, context.DeadlineExceeded) || (err == nil && !ans.Approved && ans.By == "" && actx.Err() != nil):
 		// Nobody answered: a name on the record would claim otherwise.
 		decided.Decision, decided.DecidedBy = job.DecisionTimedOut, ""

@@ -35,6 +35,10 @@ type Config struct {
 	DrainGrace Duration `json:"drain_grace,omitempty"`
 	// SigningKey is the path of an ed25519 private key (PEM) that signs manifests. Optional.
 	SigningKey string `json:"signing_key,omitempty"`
+	// ApproverKeyring is the path of a keyring (YAML: names, public keys, validity dates; see
+	// docs/security.md) of the approvers whose signed answers let an "ask" command run.
+	// Without it every answer is refused. Default with --embedded: the data dir's approver key.
+	ApproverKeyring string `json:"approver_keyring,omitempty"`
 
 	NATS    NATS    `json:"nats,omitzero"`
 	Store   Store   `json:"store,omitzero"`

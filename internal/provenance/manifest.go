@@ -336,12 +336,12 @@ func checkApproval(a Approval) error {
 	}
 	switch a.Decision {
 	case job.DecisionApproved, job.DecisionDenied:
-	case job.DecisionTimedOut:
+	case job.DecisionTimedOut, job.DecisionRefused:
 		if a.Policy != config.PolicyAsk {
-			return fmt.Errorf("decision timed_out under policy %s: only ask waits for a person", a.Policy)
+			return fmt.Errorf("decision %s under policy %s: only ask waits for a person", a.Decision, a.Policy)
 		}
 	default:
-		return fmt.Errorf("decision %q is not approved, denied or timed_out", a.Decision)
+		return fmt.Errorf("decision %q is not approved, denied, timed_out or refused", a.Decision)
 	}
 	if a.DecidedBy != "" && a.Policy != config.PolicyAsk {
 		return fmt.Errorf("decided_by %q under policy %s: only ask has a person decide", a.DecidedBy, a.Policy)

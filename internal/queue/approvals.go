@@ -49,6 +49,13 @@ type Approval struct {
 	DecidedBy   string       `json:"decided_by,omitempty"`
 	DecidedAt   time.Time    `json:"decided_at,omitzero"`
 	Reason      string       `json:"reason,omitempty"`
+	// Signed is the approver's signed decision (internal/approvalsig): the worker trusts an
+	// answer only through it, never through Decision and DecidedBy, which any writer of the
+	// bucket can set.
+	Signed string `json:"signed,omitempty"`
+	// Revision is the bucket's revision of the entry as read (not stored): what a signed
+	// decision binds the answer to.
+	Revision uint64 `json:"-"`
 }
 
 // Pending reports whether the request still waits for an answer at now.
@@ -126,14 +133,15 @@ func (q *Queue) RequestApproval(ctx context.Context, a Approval) (Approval, erro
 	case !a.ExpiresAt.After(a.RequestedAt):
 		return Approval{}, errors.New("queue: request approval: ExpiresAt must be after RequestedAt")
 	}
-	a.Decision, a.DecidedBy, a.DecidedAt, a.Reason = "", "", time.Time{}, ""
+	a.Decision, a.DecidedBy, a.DecidedAt, a.Reason, a.Signed = "", "", time.Time{}, "", ""
 	kv, err := q.approvalsBucket(ctx)
 	if err != nil {
 		return Approval{}, err
 	}
 	for range 10 {
-		_, err := kv.Create(ctx, key, mustJSON(a))
+		rev, err := kv.Create(ctx, key, mustJSON(a))
 		if err == nil {
+			a.Revision = rev
 			return a, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -148,10 +156,12 @@ func (q *Queue) RequestApproval(ctx context.Context, a Approval) (Approval, erro
 		}
 		if old, err := decodeApproval(e.Value()); err == nil && slices.Equal(old.Argv, a.Argv) &&
 			(old.Decision == job.DecisionApproved || old.Decision == job.DecisionDenied) {
+			old.Revision = e.Revision()
 			return old, nil
 		}
-		_, err = kv.Update(ctx, key, mustJSON(a), e.Revision())
+		rev, err = kv.Update(ctx, key, mustJSON(a), e.Revision())
 		if err == nil {
+			a.Revision = rev
 			return a, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
@@ -191,6 +201,7 @@ func (q *Queue) WaitApproval(ctx context.Context, jobID, callID string) (Approva
 				continue // nil marks the end of the initial value
 			}
 			if a, err := decodeApproval(e.Value()); err == nil && a.Decision != "" {
+				a.Revision = e.Revision()
 				return a, nil
 			}
 		}
@@ -209,10 +220,16 @@ func (q *Queue) ExpireApproval(ctx context.Context, jobID, callID, reason string
 	})
 }
 
+// Signer signs an answer: it gets the request with the decision filled in and its Revision
+// that of the request answered, and returns the signed decision (internal/approvalsig).
+type Signer func(Approval) (string, error)
+
 // DecideApproval answers a pending request, once: d is job.DecisionApproved or job.DecisionDenied, by
-// names the person, reason is optional. It fails with ErrUnknownApproval, ErrAlreadyDecided
-// or ErrApprovalExpired, each error saying what the request holds.
-func (q *Queue) DecideApproval(ctx context.Context, jobID, callID string, d job.Decision, by, reason string) (Approval, error) {
+// names the person as they claim (the worker records the name of the key that signed), reason
+// is optional, sign signs the answer (nil leaves it unsigned, which a worker refuses). It fails
+// with ErrUnknownApproval, ErrAlreadyDecided or ErrApprovalExpired, each error saying what the
+// request holds.
+func (q *Queue) DecideApproval(ctx context.Context, jobID, callID string, d job.Decision, by, reason string, sign Signer) (Approval, error) {
 	if d != job.DecisionApproved && d != job.DecisionDenied {
 		return Approval{}, fmt.Errorf("queue: decide approval: %q is not approved or denied", d)
 	}
@@ -229,6 +246,13 @@ func (q *Queue) DecideApproval(ctx context.Context, jobID, callID string, d job.
 				ErrApprovalExpired, a.CallID, a.JobID, a.ExpiresAt.Format(time.RFC3339))
 		}
 		a.Decision, a.DecidedBy, a.DecidedAt, a.Reason = d, by, now, reason
+		if sign != nil {
+			signed, err := sign(*a)
+			if err != nil {
+				return false, fmt.Errorf("queue: sign the answer: %w", err)
+			}
+			a.Signed = signed
+		}
 		return true, nil
 	})
 }
@@ -256,6 +280,7 @@ func (q *Queue) updateApproval(ctx context.Context, jobID, callID string, change
 		if err != nil {
 			return Approval{}, err
 		}
+		a.Revision = e.Revision()
 		changed, err := change(&a, time.Now().UTC())
 		if err != nil || !changed {
 			return a, err
@@ -305,6 +330,7 @@ func (q *Queue) PendingApprovals(ctx context.Context, jobID string) ([]Approval,
 				return out, nil
 			}
 			if a, err := decodeApproval(e.Value()); err == nil && a.Pending(now) {
+				a.Revision = e.Revision()
 				out = append(out, a)
 			}
 		}

@@ -58,7 +58,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			answer, err := client.DecideApproval(ctx, id, callID, tt.decision, "alice@host", tt.reason)
+			answer, err := client.DecideApproval(ctx, id, callID, tt.decision, "alice@host", tt.reason, nil)
 			if err != nil {
 				t.Fatalf("DecideApproval: %v", err)
 			}
@@ -76,7 +76,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 
 			// A second answer, either way, is refused and names the first.
 			for _, d := range []job.Decision{job.DecisionApproved, job.DecisionDenied} {
-				_, err := client.DecideApproval(ctx, id, callID, d, "bob@host", "")
+				_, err := client.DecideApproval(ctx, id, callID, d, "bob@host", "", nil)
 				if !errors.Is(err, queue.ErrAlreadyDecided) || !strings.Contains(err.Error(), "alice@host") {
 					t.Errorf("second answer %s: %v, want ErrAlreadyDecided naming alice@host", d, err)
 				}
@@ -121,7 +121,7 @@ func TestApprovalExpiry(t *testing.T) {
 		if err != nil || a.Decision != job.DecisionExpired || a.DecidedBy != queue.Expirer {
 			t.Fatalf("ExpireApproval = %+v, %v", a, err)
 		}
-		_, err = b.q.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", "")
+		_, err = b.q.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", "", nil)
 		if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "no answer within 100ms") {
 			t.Errorf("late answer: %v, want ErrApprovalExpired with the reason", err)
 		}
@@ -136,7 +136,7 @@ func TestApprovalExpiry(t *testing.T) {
 		if pending, err := b.q.PendingApprovals(ctx, ""); err != nil || len(pending) != 0 {
 			t.Errorf("pending = %+v, %v; want the expired request left out", pending, err)
 		}
-		if _, err := b.q.DecideApproval(ctx, id, "c2", job.DecisionApproved, "alice", ""); !errors.Is(err, queue.ErrApprovalExpired) {
+		if _, err := b.q.DecideApproval(ctx, id, "c2", job.DecisionApproved, "alice", "", nil); !errors.Is(err, queue.ErrApprovalExpired) {
 			t.Errorf("answer after expires_at: %v, want ErrApprovalExpired", err)
 		}
 	})
@@ -146,7 +146,7 @@ func TestApprovalExpiry(t *testing.T) {
 		if err != nil || a.Decision != "" {
 			t.Fatalf("RequestApproval = %+v, %v; want pending again", a, err)
 		}
-		if _, err := b.q.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", ""); err != nil {
+		if _, err := b.q.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", "", nil); err != nil {
 			t.Errorf("answer to the new request: %v", err)
 		}
 	})
@@ -183,7 +183,7 @@ func TestApprovalRequests(t *testing.T) {
 	if one, err := b.q.PendingApprovals(ctx, j2); err != nil || len(one) != 1 || one[0].CallID != odd {
 		t.Errorf("pending of %s = %+v, %v", j2, one, err)
 	}
-	if a, err := b.q.DecideApproval(ctx, j2, odd, job.DecisionDenied, "alice", ""); err != nil || a.CallID != odd {
+	if a, err := b.q.DecideApproval(ctx, j2, odd, job.DecisionDenied, "alice", "", nil); err != nil || a.CallID != odd {
 		t.Errorf("answer under the odd call id = %+v, %v", a, err)
 	}
 
@@ -193,15 +193,15 @@ func TestApprovalRequests(t *testing.T) {
 		wantErr error
 	}{
 		{name: "unknown call", decide: func() error {
-			_, err := b.q.DecideApproval(ctx, j1, "call_nope", job.DecisionApproved, "alice", "")
+			_, err := b.q.DecideApproval(ctx, j1, "call_nope", job.DecisionApproved, "alice", "", nil)
 			return err
 		}, wantErr: queue.ErrUnknownApproval},
 		{name: "not a job id", decide: func() error {
-			_, err := b.q.DecideApproval(ctx, "../../x", "call_a", job.DecisionApproved, "alice", "")
+			_, err := b.q.DecideApproval(ctx, "../../x", "call_a", job.DecisionApproved, "alice", "", nil)
 			return err
 		}, wantErr: queue.ErrUnknownApproval},
 		{name: "not a decision", decide: func() error {
-			_, err := b.q.DecideApproval(ctx, j1, "call_a", job.DecisionExpired, "alice", "")
+			_, err := b.q.DecideApproval(ctx, j1, "call_a", job.DecisionExpired, "alice", "", nil)
 			return err
 		}},
 		{name: "command too long to ask about", decide: func() error {
@@ -225,7 +225,7 @@ func TestApprovalRequests(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = b.q.DecideApproval(ctx, j1, "call_b", d, "person", "")
+			_, errs[i] = b.q.DecideApproval(ctx, j1, "call_b", d, "person", "", nil)
 		}()
 	}
 	wg.Wait()

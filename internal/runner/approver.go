@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/approvalsig"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
@@ -59,9 +60,10 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 		return agent.Answer{}, err
 	}
 	if asked.Decision != "" {
-		// An earlier attempt of the job asked about this very command.
-		log.InfoContext(ctx, "approval answered before", "decision", asked.Decision, "decided_by", asked.DecidedBy)
-		return answer(asked)
+		// An earlier attempt of the job asked about this very command: its answer stands if
+		// it is signed for this job, call and command (any revision: the earlier request's).
+		log.InfoContext(ctx, "approval answered before", "decision", asked.Decision)
+		return p.trusted(ctx, asked, approvalsig.Request{JobID: req.JobID, CallID: req.CallID, Argv: req.Argv})
 	}
 	log.InfoContext(ctx, "waiting for approval", "expires_at", expires)
 	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, expires))
@@ -86,10 +88,32 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 		}
 		got = final // a person answered just before the worker gave up
 	}
-	log.InfoContext(ctx, "approval answered", "decision", got.Decision, "decided_by", got.DecidedBy,
-		"wait_ms", time.Since(now).Milliseconds())
-	p.setState(cleanup, job.StateRunning, fmt.Sprintf("call %s %s by %s", req.CallID, got.Decision, got.DecidedBy))
-	return answer(got)
+	log.InfoContext(ctx, "approval answered", "decision", got.Decision, "wait_ms", time.Since(now).Milliseconds())
+	ans, err := p.trusted(cleanup, got, approvalsig.Request{JobID: req.JobID, CallID: req.CallID, Argv: req.Argv, Revision: asked.Revision, ExpiresAt: asked.ExpiresAt})
+	switch {
+	case ans.Refused != "":
+		p.setState(cleanup, job.StateRunning, fmt.Sprintf("call %s: answer refused: %s", req.CallID, ans.Refused))
+	case err == nil:
+		p.setState(cleanup, job.StateRunning, fmt.Sprintf("call %s %s by %s", req.CallID, got.Decision, ans.By))
+	}
+	return ans, err
+}
+
+// trusted turns an answer from the bucket into the agent's, through its signature only: the
+// decision, the reason and who decided are what the trusted key signed, never what the entry
+// claims. An answer expired by the worker needs no signature; it lets nothing run.
+func (p *approver) trusted(ctx context.Context, a queue.Approval, req approvalsig.Request) (agent.Answer, error) {
+	if a.Decision == job.DecisionExpired {
+		return answer(a)
+	}
+	s, key, err := approvalsig.Check(a.Signed, req, p.r.cfg.ApproverKeys)
+	if err != nil {
+		p.a.log.WarnContext(ctx, "approval answer refused; the command does not run", "call_id", req.CallID, "error", err,
+			"claimed_decided_by", a.DecidedBy)
+		return agent.Answer{Refused: err.Error(), At: time.Now().UTC()}, nil
+	}
+	a.Decision, a.Reason, a.DecidedAt, a.DecidedBy = s.Decision, s.Reason, s.DecidedAt, key.Name
+	return answer(a)
 }
 
 // answer turns a decision into what the agent expects of an Approver: who decided and when go

@@ -2,19 +2,37 @@ package runner_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/approvalsig"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 )
 
-// withApprovals gives the runner the queue as its approvals transport.
-func withApprovals(c *runner.Config) { c.Approvals = c.Queue.(*queue.Queue) }
+// alice is the approver the test workers trust; her answers are signed with aliceKey.
+var aliceKey, alicePub = func() (ed25519.PrivateKey, ed25519.PublicKey) {
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		panic(err)
+	}
+	return priv, pub
+}()
+
+// asAlice signs answers with alice's key.
+var asAlice = approvalsig.Signer(aliceKey)
+
+// withApprovals gives the runner the queue as its approvals transport, trusting alice.
+func withApprovals(c *runner.Config) {
+	c.Approvals = c.Queue.(*queue.Queue)
+	c.ApproverKeys = provenance.SingleKey("alice", alicePub)
+}
 
 // approval is what one Approve call returned.
 type approval struct {
@@ -70,7 +88,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 		if p.Attempt != 1 || p.Worker != b.cfg.WorkerID || len(p.Argv) != 2 {
 			t.Errorf("request = %+v", p)
 		}
-		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionApproved, "alice", "")
+		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionApproved, "mallory-claims", "", asAlice)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +104,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 	t.Run("denied with a reason", func(t *testing.T) {
 		j := b.submit("p")
 		b.waitPending(j.ID)
-		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionDenied, "alice", "use make check")
+		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionDenied, "alice", "use make check", asAlice)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +129,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 		if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateCancelled {
 			t.Errorf("final state %s, want cancelled", st.State)
 		}
-		_, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionApproved, "alice", "")
+		_, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionApproved, "alice", "", asAlice)
 		if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "the job stopped waiting") {
 			t.Errorf("answer after the job ended: %v, want ErrApprovalExpired", err)
 		}
@@ -132,7 +150,7 @@ func TestApproverNoAnswerMeansDenied(t *testing.T) {
 	if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateSucceeded {
 		t.Errorf("final state %s, want succeeded", st.State)
 	}
-	_, err := b.q.DecideApproval(context.Background(), j.ID, "call_1", job.DecisionApproved, "alice", "")
+	_, err := b.q.DecideApproval(context.Background(), j.ID, "call_1", job.DecisionApproved, "alice", "", asAlice)
 	if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "no answer within") {
 		t.Errorf("late answer: %v, want ErrApprovalExpired saying why", err)
 	}

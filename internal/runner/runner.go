@@ -15,6 +15,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -51,6 +52,10 @@ type Config struct {
 	ModelGate ModelGate
 	// ModelEndpoint is the base URL of the model API, recorded (host only) in manifests.
 	ModelEndpoint string
+	// ApproverKeys are the keys whose signed answers to approval requests the runner trusts
+	// (internal/approvalsig); an answer signed by none of them is refused, so with no keys every
+	// "ask" command is refused once answered.
+	ApproverKeys provenance.Keyring
 	// SigningKey signs manifests when set.
 	SigningKey ed25519.PrivateKey
 	// Logger defaults to slog.Default().

@@ -2,14 +2,18 @@ package submitcmd
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/approvalsig"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
@@ -34,20 +38,53 @@ func (e *env) approvalsCmd() *cobra.Command {
 }
 
 func (e *env) approveCmd() *cobra.Command {
+	var key string
 	c := &cobra.Command{
 		Use:   "approve JOB_ID CALL_ID",
 		Short: "let a waiting command run; each request is answered once",
-		Args:  args(2, 2, "approve: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
+		Long: `Lets a waiting command run. The answer is signed with your approver key (--key FILE,
+$BOXCAR_APPROVER_KEY, else the embedded worker's $BOXCAR_HOME/keys/approver/signing.key) and
+bound to the exact command and request; the worker runs the command only when the key is in
+its approver keyring.`,
+		Args: args(2, 2, "approve: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
-			return e.decide(c.Context(), "approve", job.DecisionApproved, a[0], a[1], "")
+			return e.decide(c.Context(), "approve", job.DecisionApproved, a[0], a[1], "", key)
 		},
 	}
+	approverKeyFlag(c, &key)
 	e.common(c, true)
 	return c
 }
 
+// approverKeyFlag adds --key, the approver's private key that signs an answer.
+func approverKeyFlag(c *cobra.Command, key *string) {
+	c.Flags().StringVar(key, "key", "", "approver's ed25519 private key (PEM) that signs the answer (default $BOXCAR_APPROVER_KEY, else $BOXCAR_HOME/keys/approver/signing.key) (`FILE`)")
+	_ = c.MarkFlagFilename("key", "key", "pem")
+}
+
+// approverKey reads the key that signs answers: flag, else $BOXCAR_APPROVER_KEY, else the
+// embedded worker's approver key under BOXCAR_HOME.
+func (e *env) approverKey(flag string) (ed25519.PrivateKey, error) {
+	path := flag
+	if path == "" {
+		path = e.getenv("BOXCAR_APPROVER_KEY")
+	}
+	if path == "" {
+		home, err := e.home()
+		if err != nil {
+			return nil, fmt.Errorf("no --key and no home directory: %w", err)
+		}
+		path = filepath.Join(home, "keys", "approver", provenance.PrivateKeyFile)
+	}
+	key, err := provenance.ReadPrivateKeyFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("approver key: %w (give your key with --key FILE; make one with `submit keygen --out DIR` and add its public key to the worker's approver keyring)", err)
+	}
+	return key, nil
+}
+
 func (e *env) denyCmd() *cobra.Command {
-	var reason string
+	var reason, key string
 	c := &cobra.Command{
 		Use:   "deny JOB_ID CALL_ID",
 		Short: "refuse a waiting command; the model is told the reason",
@@ -55,10 +92,11 @@ func (e *env) denyCmd() *cobra.Command {
 approval_timeout means denied.`,
 		Args: args(2, 2, "deny: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
-			return e.decide(c.Context(), "deny", job.DecisionDenied, a[0], a[1], reason)
+			return e.decide(c.Context(), "deny", job.DecisionDenied, a[0], a[1], reason, key)
 		},
 	}
 	c.Flags().StringVar(&reason, "reason", "", "why the command is refused; the model is told (`TEXT`)")
+	approverKeyFlag(c, &key)
 	e.common(c, true)
 	return c
 }
@@ -100,16 +138,20 @@ func (e *env) approvals(ctx context.Context, jobID string) error {
 
 // decide answers one approval request. A request is answered once: a second answer, or one
 // after the request expired, fails with a message that says what happened instead.
-func (e *env) decide(ctx context.Context, name string, d job.Decision, jobID, callID, reason string) error {
+func (e *env) decide(ctx context.Context, name string, d job.Decision, jobID, callID, reason, keyFile string) error {
 	if len(reason) > maxReasonBytes {
 		return fmt.Errorf("%s: --reason is %d bytes; keep it under %d", name, len(reason), maxReasonBytes)
+	}
+	key, err := e.approverKey(keyFile)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	nc, q, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	a, err := q.DecideApproval(ctx, jobID, callID, d, submitter(), reason)
+	a, err := q.DecideApproval(ctx, jobID, callID, d, submitter(), reason, approvalsig.Signer(key))
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

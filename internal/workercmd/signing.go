@@ -52,3 +52,33 @@ func signingKey(o Options, cfg config.Config, log *slog.Logger) (ed25519.Private
 	log.Info("manifests are signed", "key_id", kp.KeyID, "key_source", "data dir", "public_key", kp.PublicPath)
 	return key, nil
 }
+
+// approverKeys are the keys whose signed answers to approval requests the worker trusts: the
+// config's approver_keyring, else, in embedded mode, the key pair in <data dir>/keys/approver
+// (created on first start, named "local"), which a local `submit approve` signs with.
+func approverKeys(o Options, cfg config.Config, log *slog.Logger) (provenance.Keyring, error) {
+	if cfg.ApproverKeyring != "" {
+		ring, err := provenance.LoadKeyring(cfg.ApproverKeyring)
+		if err != nil {
+			return nil, fmt.Errorf("approver_keyring: %w", err)
+		}
+		names := make([]string, len(ring))
+		for i, k := range ring {
+			names[i] = k.Name
+		}
+		log.Info("approvals are trusted when signed by a key of the keyring", "path", cfg.ApproverKeyring, "approvers", names)
+		return ring, nil
+	}
+	if !o.Embedded {
+		log.Warn("no approver_keyring in the config: every answer to an \"ask\" command is refused")
+		return nil, nil
+	}
+	key, kp, created, err := provenance.LoadOrCreateKeyPair(filepath.Join(o.DataDir, keysDir, "approver"))
+	if err != nil {
+		return nil, fmt.Errorf("approver key in the data dir: %w", err)
+	}
+	if created {
+		log.Info("created an approver key pair; `submit approve` on this machine signs with it", "private_key", kp.PrivatePath)
+	}
+	return provenance.SingleKey("local", key.Public().(ed25519.PublicKey)), nil
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/connflags"
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/modelgate"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -91,6 +92,7 @@ type parts struct {
 	modelURL  string
 	gate      *modelgate.Gate // the model endpoint's circuit breaker
 	signer    ed25519.PrivateKey
+	approvers provenance.Keyring
 }
 
 // close releases what Start opened, the last opened first.
@@ -192,6 +194,9 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 		return nil, src.Place(err)
 	}
 	if p.signer, err = signingKey(o, cfg, log); err != nil {
+		return nil, err
+	}
+	if p.approvers, err = approverKeys(o, cfg, log); err != nil {
 		return nil, err
 	}
 	s3Transport, err := httpClient(o.conn.s3CA, "BOXCAR_S3_CA", o.Getenv)
@@ -321,6 +326,7 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 		ModelEndpoint: p.modelURL,
 		ModelGate:     p.gate,
 		SigningKey:    p.signer,
+		ApproverKeys:  p.approvers,
 		Logger:        p.log,
 	})
 	return r, q, err
