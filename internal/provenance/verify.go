@@ -52,7 +52,7 @@ type Report struct {
 	// empty otherwise.
 	KeyID   string
 	KeyName string
-	Checks []Check
+	Checks  []Check
 }
 
 // OK reports whether the report has checks and none of them failed.

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
@@ -53,6 +54,10 @@ func newTestEnvSync(t testing.TB, syncAlways bool) *testEnv {
 		t.Fatal(err)
 	}
 	te.st = st
+	// The approver key an embedded worker would keep, which submit approve signs with.
+	if _, _, _, err := provenance.LoadOrCreateKeyPair(filepath.Join(te.home, "keys", "approver")); err != nil {
+		t.Fatal(err)
+	}
 	return te
 }
 

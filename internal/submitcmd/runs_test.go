@@ -100,6 +100,10 @@ func TestVerify(t *testing.T) {
 	if err := te.st.Put(t.Context(), store.AttemptPrefix(tampered, testAttempt)+"report.md", strings.NewReader("# Totals\nnorth: 4\n"), -1); err != nil {
 		t.Fatal(err)
 	}
+	tamperedUnsigned := te.commitRun(t, false)
+	if err := te.st.Put(t.Context(), store.AttemptPrefix(tamperedUnsigned, testAttempt)+"report.md", strings.NewReader("# Totals\nnorth: 4\n"), -1); err != nil {
+		t.Fatal(err)
+	}
 	extra := te.commitRun(t, true)
 	if err := te.st.Put(t.Context(), store.RunPrefix(extra)+"artifacts/planted.sh", strings.NewReader("rm -rf /"), -1); err != nil {
 		t.Fatal(err)
@@ -115,8 +119,12 @@ func TestVerify(t *testing.T) {
 		{"signed", []string{signed}, "", 0, []string{"verified: every file matches the manifest, and the manifest is signed by key", "ok    report.md", "input sales.csv"}},
 		{"signed json", []string{signed, "--output", "json"}, "", 0, []string{`"verified":true`, `"signature":"verified"`, `"public_key":"` + filepath.Join(te.home, "keys", "signing.pub")}},
 		{"unsigned with a key", []string{unsigned}, "", exitVerifyFailed, []string{"FAIL  manifest.dsse.json", "NOT VERIFIED"}},
-		{"no key", []string{signed}, noKeyHome, 0, []string{"no public key", "SIGNATURE WAS NOT CHECKED", "give --public-key FILE to check it"}},
-		{"no key, signature required", []string{signed, "--require-signature"}, noKeyHome, exitVerifyFailed, []string{"FAIL  manifest.dsse.json", "--require-signature demands one"}},
+		{"no key, unsigned allowed", []string{signed, "--allow-unsigned"}, noKeyHome, 0, []string{"no public key", "SIGNATURE WAS NOT CHECKED", "give --keyring FILE or --public-key FILE to check it"}},
+		{"no key fails closed", []string{signed}, noKeyHome, exitVerifyFailed, []string{"FAIL  manifest.dsse.json", "--allow-unsigned accepts"}},
+		{"unsigned, no key", []string{unsigned}, noKeyHome, exitVerifyFailed, []string{"FAIL  manifest.dsse.json"}},
+		{"unsigned, unsigned allowed", []string{unsigned, "--allow-unsigned"}, noKeyHome, 0, []string{"SIGNATURE WAS NOT CHECKED"}},
+		{"unsigned and tampered", []string{tamperedUnsigned}, noKeyHome, exitVerifyFailed, []string{"FAIL  manifest.dsse.json", "FAIL  report.md"}},
+		{"unsigned and tampered, unsigned allowed", []string{tamperedUnsigned, "--allow-unsigned"}, noKeyHome, exitVerifyFailed, []string{"FAIL  report.md"}},
 		{"explicit key", []string{signed, "--public-key", filepath.Join(te.home, "keys", "signing.pub")}, noKeyHome, 0, []string{"signed by key"}},
 		{"tampered", []string{tampered}, "", exitVerifyFailed, []string{"FAIL  report.md", "digest mismatch"}},
 		{"unlisted", []string{extra, "--output", "json"}, "", 0, []string{`"unlisted":["artifacts/planted.sh"]`}},

@@ -1,0 +1,63 @@
+package approvalsig_test
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/approvalsig"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+)
+
+func TestCheck(t *testing.T) {
+	_, alice, _ := ed25519.GenerateKey(nil)
+	_, mallory, _ := ed25519.GenerateKey(nil)
+	now := time.Now().UTC()
+	ring := provenance.Keyring{{Name: "alice", Key: alice.Public().(ed25519.PublicKey), NotBefore: now.Add(-time.Hour)}}
+	req := approvalsig.Request{JobID: job.NewID(), CallID: "call_1", Argv: []string{"make", "test"}, Revision: 7, ExpiresAt: now.Add(time.Minute)}
+	good := approvalsig.Statement{JobID: req.JobID, CallID: "call_1", ArgvSHA256: approvalsig.ArgvDigest(req.Argv), RequestRevision: 7,
+		Decision: job.DecisionApproved, DecidedAt: now, ExpiresAt: req.ExpiresAt}
+	tests := []struct {
+		name   string
+		change func(*approvalsig.Statement)
+		key    ed25519.PrivateKey
+		raw    string // sent as it is instead of a signed statement
+		want   error
+	}{
+		{name: "good", key: alice},
+		{name: "unsigned", raw: "", want: approvalsig.ErrUnsigned},
+		{name: "not an envelope", raw: `{"decision":"approved"}`, want: approvalsig.ErrBadSignature},
+		{name: "wrong key", key: mallory, want: approvalsig.ErrBadSignature},
+		{name: "replayed revision", key: alice, change: func(s *approvalsig.Statement) { s.RequestRevision = 6 }, want: approvalsig.ErrMismatch},
+		{name: "other argv", key: alice, change: func(s *approvalsig.Statement) { s.ArgvSHA256 = approvalsig.ArgvDigest([]string{"make", "test "}) }, want: approvalsig.ErrMismatch},
+		{name: "other job", key: alice, change: func(s *approvalsig.Statement) { s.JobID = job.NewID() }, want: approvalsig.ErrMismatch},
+		{name: "other call", key: alice, change: func(s *approvalsig.Statement) { s.CallID = "call_2" }, want: approvalsig.ErrMismatch},
+		{name: "unknown decision", key: alice, change: func(s *approvalsig.Statement) { s.Decision = job.DecisionExpired }, want: approvalsig.ErrMismatch},
+		{name: "after expiry", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = s.ExpiresAt.Add(time.Second) }, want: approvalsig.ErrExpired},
+		{name: "before the key was valid", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-2 * time.Hour) }, want: approvalsig.ErrExpired},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			signed := tt.raw
+			if tt.key != nil {
+				s := good
+				if tt.change != nil {
+					tt.change(&s)
+				}
+				var err error
+				if signed, err = approvalsig.Sign(s, tt.key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, key, err := approvalsig.Check(signed, req, ring)
+			switch {
+			case tt.want == nil && (err != nil || key.Name != "alice"):
+				t.Fatalf("Check = %q, %v; want alice", key.Name, err)
+			case tt.want != nil && !errors.Is(err, tt.want):
+				t.Fatalf("Check: %v; want %v", err, tt.want)
+			}
+		})
+	}
+}
