@@ -43,7 +43,9 @@ func TestSecretsStayOut(t *testing.T) {
 		{name: "password in NATS_URL", server: natsauthtest.Server{Users: map[string]string{"ann": password}, JetStream: true},
 			env: func(u string) map[string]string { return map[string]string{"NATS_URL": withPassword(u)} }},
 		{name: "token file", server: natsauthtest.Server{Token: token, JetStream: true},
-			env: func(u string) map[string]string { return map[string]string{"NATS_URL": u, "NATS_TOKEN_FILE": tokenFile} }},
+			env: func(u string) map[string]string {
+				return map[string]string{"NATS_URL": u, "NATS_TOKEN_FILE": tokenFile}
+			}},
 		{name: "creds over mTLS", server: natsauthtest.Server{Operator: &op, TLS: &certs, VerifyClients: true, JetStream: true},
 			env: func(u string) map[string]string {
 				return map[string]string{"NATS_URL": strings.Replace(u, "nats://", "tls://", 1), "NATS_CREDS": op.CredsFile,
