@@ -93,9 +93,10 @@ func NKeyUser(t testing.TB) (pub, seedFile string) {
 
 // Operator is an operator, one account with JetStream and one user of it, in JWT mode.
 type Operator struct {
-	claims     *jwt.OperatorClaims
-	accountPub string
-	accountJWT string
+	claims               *jwt.OperatorClaims
+	accountPub           string
+	accountJWT           string
+	systemPub, systemJWT string // the system account, which JetStream in JWT mode needs
 	// CredsFile is the user's .creds file: its JWT and nkey seed.
 	CredsFile string
 	// Seed is the user's seed, for tests that look for it where it must not be.
@@ -119,6 +120,12 @@ func NewOperator(t testing.TB) Operator {
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
 	ajwt := must(ac.Encode(okp))
 
+	skp := must(nkeys.CreateAccount())
+	spub := must(skp.PublicKey())
+	sc := jwt.NewAccountClaims(spub)
+	sc.Name = "SYS"
+	sjwt := must(sc.Encode(okp))
+
 	ukp := must(nkeys.CreateUser())
 	upub := must(ukp.PublicKey())
 	uc := jwt.NewUserClaims(upub)
@@ -128,7 +135,7 @@ func NewOperator(t testing.TB) Operator {
 	creds := must(jwt.FormatUserConfig(ujwt, seed))
 	path := filepath.Join(t.TempDir(), "worker.creds")
 	write(t, path, creds)
-	return Operator{claims: oclaims, accountPub: apub, accountJWT: ajwt, CredsFile: path, Seed: string(seed)}
+	return Operator{claims: oclaims, accountPub: apub, accountJWT: ajwt, systemPub: spub, systemJWT: sjwt, CredsFile: path, Seed: string(seed)}
 }
 
 // Server says how to secure the server Start runs; the zero value is an open server.
@@ -167,6 +174,10 @@ func Start(t testing.TB, s Server) *server.Server {
 		if err := res.Store(op.accountPub, op.accountJWT); err != nil {
 			t.Fatal(err)
 		}
+		if err := res.Store(op.systemPub, op.systemJWT); err != nil {
+			t.Fatal(err)
+		}
+		opts.SystemAccount = op.systemPub
 	}
 	if s.TLS != nil {
 		opts.TLSConfig = tlsConfig(t, *s.TLS, s.VerifyClients)
