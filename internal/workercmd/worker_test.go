@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/boxcar-run/boxcar/internal/connflags"
 )
 
 // readyTimeout bounds a wait for an embedded worker to start on a busy CI machine: it is no
@@ -42,9 +44,18 @@ func TestStartReadyStopWait(t *testing.T) {
 	if !strings.HasPrefix(addrs.NATS, "nats://127.0.0.1:") || addrs.NATS == "nats://127.0.0.1:4222" || addrs.Metrics == "" || !strings.HasPrefix(addrs.Store, "file://"+filepath.Join(dir, "store")) {
 		t.Errorf("Addrs = %+v, want the embedded server on a free port, the metrics address and the file store", addrs)
 	}
-	nc, err := nats.Connect(addrs.NATS)
+	// The embedded NATS wants the token it wrote to the data dir, mode 0600.
+	if nc, err := nats.Connect(addrs.NATS); err == nil {
+		nc.Close()
+		t.Error("the embedded NATS let a client in without its token")
+	}
+	tok, err := connflags.ReadSecretFile(filepath.Join(dir, connflags.EmbeddedTokenFile))
 	if err != nil {
-		t.Fatalf("connect to the embedded NATS at %s: %v", addrs.NATS, err)
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(addrs.NATS, nats.Token(tok))
+	if err != nil {
+		t.Fatalf("connect to the embedded NATS at %s with its token: %v", addrs.NATS, err)
 	}
 	nc.Close()
 	resp, err := http.Get("http://" + addrs.Metrics + "/readyz")
