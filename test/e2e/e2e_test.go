@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/connflags"
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/internal/testnet"
@@ -84,7 +85,7 @@ func (w *worker) start(t *testing.T, env map[string]string, args []string) *work
 	case <-time.After(60 * time.Second):
 		t.Fatalf("worker not ready within 60s\n%s", w.log.String())
 	}
-	w.natsURL, w.metricsAddr = wk.Addrs().NATS, wk.Addrs().Metrics
+	w.natsURL, w.metricsAddr = tokenURL(t, wk.Addrs().NATS, w.dataDir), wk.Addrs().Metrics
 	return wk
 }
 
@@ -141,6 +142,17 @@ func logRecord(log, msg, key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// tokenURL is the embedded worker's NATS URL with the token it keeps in its data dir, for the
+// raw NATS clients of the tests (submit finds the token itself through BOXCAR_HOME).
+func tokenURL(t *testing.T, natsURL, dataDir string) string {
+	t.Helper()
+	tok, err := connflags.ReadSecretFile(filepath.Join(dataDir, connflags.EmbeddedTokenFile))
+	if err != nil {
+		t.Fatalf("the embedded worker's NATS token: %v", err)
+	}
+	return strings.Replace(natsURL, "://", "://"+tok+"@", 1)
 }
 
 func mapEnv(m map[string]string) func(string) string {
