@@ -511,17 +511,18 @@ func TestVerifyRun(t *testing.T) {
 		if stdout, _, err := w.submit(t, "verify", id, "--public-key", filepath.Join(w.dataDir, "keys", "signing.pub")); err != nil {
 			t.Errorf("verify with the worker's key: %v\n%s", err, stdout)
 		}
-		// No key at all: the digests are checked and the verdict says the signature was not.
+		// No key at all: verify fails closed; --allow-unsigned checks the digests and says the
+		// signature was not checked.
 		noKey := func(args ...string) (string, error) {
 			return submitWith(t, map[string]string{"BOXCAR_HOME": t.TempDir(), "BOXCAR_STORE": "file://" + storeDir}, args...)
 		}
-		stdout, err = noKey("verify", id)
+		stdout, err = noKey("verify", id, "--allow-unsigned")
 		if err != nil || !strings.Contains(stdout, "SIGNATURE WAS NOT CHECKED") || !regexp.MustCompile(`(?m)^\s+skip\s+manifest\.dsse\.json`).MatchString(stdout) {
-			t.Errorf("verify without a key: %v; want success saying the signature was not checked\n%s", err, stdout)
+			t.Errorf("verify --allow-unsigned without a key: %v; want success saying the signature was not checked\n%s", err, stdout)
 		}
-		stdout, err = noKey("verify", id, "--require-signature")
+		stdout, err = noKey("verify", id)
 		if code := exitCode(err); code != 8 || !failLine("manifest.dsse.json").MatchString(stdout) {
-			t.Errorf("verify --require-signature without a key: exit %d, %v; want 8\n%s", code, err, stdout)
+			t.Errorf("verify without a key: exit %d, %v; want 8 (fails closed)\n%s", code, err, stdout)
 		}
 	})
 }
@@ -552,16 +553,19 @@ func TestSigningKeyFlag(t *testing.T) {
 	m := newArtifactModel(t)
 	w := startWorker(t, m.url, "--config", "testdata/provenance.yaml", "--signing-key", filepath.Join(keys, "signing.key"))
 	id := runArtifactJob(t, w, m)
-	if _, err := os.Stat(filepath.Join(w.dataDir, "keys")); err == nil {
-		t.Error("the worker made a key of its own although --signing-key was given")
+	if _, err := os.Stat(filepath.Join(w.dataDir, "keys", "signing.key")); err == nil {
+		t.Error("the worker made a signing key of its own although --signing-key was given")
 	}
 	stdout, _, err := w.submit(t, "verify", id, "--public-key", filepath.Join(keys, "signing.pub"))
 	if err != nil || !strings.Contains(stdout, "and the manifest is signed by key") {
 		t.Errorf("verify with the keygen key: %v\n%s", err, stdout)
 	}
-	stdout, _, err = w.submit(t, "verify", id)
+	stdout, _, err = w.submit(t, "verify", id, "--allow-unsigned")
 	if err != nil || !strings.Contains(stdout, "SIGNATURE WAS NOT CHECKED") {
-		t.Errorf("verify without the key: %v; want digests verified and the signature not checked\n%s", err, stdout)
+		t.Errorf("verify --allow-unsigned without the key: %v; want digests verified and the signature not checked\n%s", err, stdout)
+	}
+	if _, _, err = w.submit(t, "verify", id); exitCode(err) != 8 {
+		t.Errorf("verify without the key: %v; want exit 8 (fails closed)", err)
 	}
 }
 
