@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
@@ -33,9 +34,9 @@ const reservedPrefix = ".boxcar-tmp-"
 // maxArtifactTotal, in name order. Whatever the job did (a file too large, a name the store
 // cannot hold, a folder nested past PATH_MAX or unreadable, an artifact folder that is a file
 // or a link, and at the upload a file that changed or became a link) leaves that file or
-// folder out, named in the manifest (a.skip), and never fails the run. err is only ever the
+// folder out, named in c for the manifest (skip), and never fails the run. err is only ever the
 // context's.
-func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sandbox) ([]output, error) {
+func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sandbox, c *provenance.Collected) ([]output, error) {
 	dir, err := sandbox.CleanPath(a.profile.Artifacts)
 	if err != nil {
 		a.log.WarnContext(ctx, "the profile's artifact folder is not a path inside the workdir; no artifacts uploaded",
@@ -52,20 +53,20 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 		return nil, nil
 	case errors.As(err, &incomplete):
 		for _, s := range incomplete.Skipped {
-			a.skip(s.Path, "unreadable", s.Reason)
+			skip(c, s.Path, "unreadable", s.Reason)
 		}
-		a.collected.SkippedMore += incomplete.More
+		c.SkippedMore += incomplete.More
 		a.log.WarnContext(ctx, "folders of the artifact folder cannot be read; they are left out", "artifacts", dir, "error", err)
 	case errors.Is(err, sandbox.ErrPathEscape):
-		a.skip(dir, "unreadable", "a link out of the workdir")
+		skip(c, dir, "unreadable", "a link out of the workdir")
 		a.log.WarnContext(ctx, "the artifact folder is a link out of the workdir; no artifacts uploaded", "artifacts", dir)
 		return nil, nil
 	case errors.Is(err, sandbox.ErrNotDir):
-		a.skip(dir, "unreadable", "not a folder")
+		skip(c, dir, "unreadable", "not a folder")
 		a.log.WarnContext(ctx, "the artifact folder is a file; no artifacts uploaded", "artifacts", dir)
 		return nil, nil
 	default:
-		a.skip(dir, "unreadable", err.Error())
+		skip(c, dir, "unreadable", err.Error())
 		a.log.WarnContext(ctx, "the artifact folder cannot be listed; no artifacts uploaded", "artifacts", dir, "error", err)
 		return nil, nil
 	}
@@ -83,20 +84,20 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 			a.log.WarnContext(ctx, "artifact count cap reached; the rest are not uploaded",
 				"kept", maxArtifacts, "found", len(files), "first_left_out", f.Path, "left_out", len(files)-i)
 			for _, rest := range files[i:] {
-				a.skip(rest.Path, "count_cap", fmt.Sprintf("more than %d artifacts", maxArtifacts))
+				skip(c, rest.Path, "count_cap", fmt.Sprintf("more than %d artifacts", maxArtifacts))
 			}
 			break
 		}
 		rel, ok := strings.CutPrefix(f.Path, prefix)
 		name := "artifacts/" + rel
 		if !ok || !artifactName(name) {
-			a.skip(sandbox.ShortPath(f.Path, maxNamedPath), "bad_name", "not a name the store and the manifest can hold")
+			skip(c, sandbox.ShortPath(f.Path, maxNamedPath), "bad_name", "not a name the store and the manifest can hold")
 			a.log.WarnContext(ctx, "artifact name cannot be stored; not uploaded", "artifact", f.Path)
 			continue
 		}
 		budget := min(maxArtifactBytes, maxArtifactTotal-total)
 		if f.Size > budget {
-			a.skip(f.Path, "too_large", fmt.Sprintf("%d bytes; at most %d each and %d together", f.Size, maxArtifactBytes, maxArtifactTotal))
+			skip(c, f.Path, "too_large", fmt.Sprintf("%d bytes; at most %d each and %d together", f.Size, maxArtifactBytes, maxArtifactTotal))
 			a.log.WarnContext(ctx, "artifact too large; not uploaded", "artifact", f.Path, "size_bytes", f.Size,
 				"max_artifact_bytes", maxArtifactBytes, "max_total_bytes", maxArtifactTotal, "total_bytes", total)
 			continue

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
@@ -43,7 +44,7 @@ func TestCollectArtifactsSkipsSymlinks(t *testing.T) {
 		}
 	}
 
-	outs, err := (&Runner{}).collectArtifacts(ctx, testAttempt("artifacts"), sb)
+	outs, err := (&Runner{}).collectArtifacts(ctx, testAttempt("artifacts"), sb, &provenance.Collected{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +85,12 @@ func TestCollectArtifactsSkipsSymlinks(t *testing.T) {
 	if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"ln", "-s", "/etc", "out"}, Timeout: 30 * time.Second}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("ln -s /etc out: %v, %s", err, res.Stderr)
 	}
-	outs, err = (&Runner{}).collectArtifacts(ctx, testAttempt("out"), sb)
+	outs, err = (&Runner{}).collectArtifacts(ctx, testAttempt("out"), sb, &provenance.Collected{})
 	if err != nil || len(outs) != 0 {
 		t.Errorf("artifact folder linked to /etc: %q, %v; want nothing and no error", names(outs), err)
 	}
 	// Nor when the model made the artifact folder a file.
-	outs, err = (&Runner{}).collectArtifacts(ctx, testAttempt("input.csv"), sb)
+	outs, err = (&Runner{}).collectArtifacts(ctx, testAttempt("input.csv"), sb, &provenance.Collected{})
 	if err != nil || len(outs) != 0 {
 		t.Errorf("artifact folder is a file: %q, %v; want nothing and no error", names(outs), err)
 	}

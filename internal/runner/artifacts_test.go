@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
@@ -202,7 +203,8 @@ func TestCollectArtifacts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := testAttempt(tt.artifacts)
-			outs, err := (&Runner{}).collectArtifacts(t.Context(), a, tt.sb)
+			var c provenance.Collected
+			outs, err := (&Runner{}).collectArtifacts(t.Context(), a, tt.sb, &c)
 			if err != nil {
 				t.Fatalf("err = %v; nothing the job left may fail the collection", err)
 			}
@@ -210,11 +212,11 @@ func TestCollectArtifacts(t *testing.T) {
 				t.Errorf("artifacts = %q, want %q", got, tt.want)
 			}
 			var skipped []string
-			for _, s := range a.collected.Skipped {
+			for _, s := range c.Skipped {
 				skipped = append(skipped, s.Path+":"+s.Reason)
 			}
-			if a.collected.SkippedMore > 0 {
-				skipped = append(skipped, fmt.Sprintf("+%d", a.collected.SkippedMore))
+			if c.SkippedMore > 0 {
+				skipped = append(skipped, fmt.Sprintf("+%d", c.SkippedMore))
 			}
 			if !slices.Equal(skipped, tt.skipped) {
 				t.Errorf("left out = %q, want %q", skipped, tt.skipped)

@@ -15,17 +15,30 @@ import (
 // job's fault: handing the delivery back would spend one of its max_deliver deliveries (before
 // the attempt did any work) or throw the work away (while it commits), so the attempt waits
 // instead, while its in-progress acks keep the delivery. The wait ends when ctx ends (a
-// shutdown hands the job back at once) or after the job's own timeout, so a job never holds a
-// slot waiting longer than it could have run; then it is retried as any transient fault is. A
-// wait is logged when it begins and ends.
+// shutdown hands the job back at once) or at the attempt's deadline, then it is retried as
+// any transient fault is. A wait is logged when it begins and ends.
+//
+// Every wait of an attempt gives up at the same deadline (attempt.deadline: started plus twice
+// job_timeout), however many there are, so an attempt holds its slot at most twice its
+// job_timeout: the waits before the job starts give up job_timeout earlier, so that the run
+// keeps its whole job_timeout, and the waits after it share what is left.
 func awaitAnswer[T any](ctx context.Context, r *Runner, a *attempt, what string, answered func(error) bool, call func(context.Context) (T, error)) (T, error) {
-	return awaitAnswerTo(ctx, r, a, what, "before the job can start", answered, call)
+	return awaitUntil(ctx, r, a, a.startBy(), what, "before the job can start", answered, call)
 }
 
 // awaitAnswerTo is awaitAnswer for a wait that the log describes as before something else
-// (before the run can be committed).
+// (before the run can be committed), after the run: it gives up at the attempt's deadline.
 func awaitAnswerTo[T any](ctx context.Context, r *Runner, a *attempt, what, before string, answered func(error) bool, call func(context.Context) (T, error)) (T, error) {
-	giveUp := time.Now().Add(time.Duration(a.limits.JobTimeout))
+	return awaitUntil(ctx, r, a, a.deadline, what, before, answered, call)
+}
+
+// startBy is when the waits before the run give up: the latest start that leaves the run its
+// whole job_timeout before the attempt's deadline.
+func (a *attempt) startBy() time.Time {
+	return a.deadline.Add(-time.Duration(a.limits.JobTimeout))
+}
+
+func awaitUntil[T any](ctx context.Context, r *Runner, a *attempt, giveUp time.Time, what, before string, answered func(error) bool, call func(context.Context) (T, error)) (T, error) {
 	var began time.Time
 	for round := 1; ; round++ {
 		v, err := call(ctx)
@@ -35,18 +48,18 @@ func awaitAnswerTo[T any](ctx context.Context, r *Runner, a *attempt, what, befo
 			}
 			return v, err
 		}
-		if ctx.Err() != nil || time.Now().After(giveUp) {
+		if ctx.Err() != nil || !time.Now().Before(giveUp) {
 			return v, err
 		}
 		if began.IsZero() {
 			began = time.Now()
-			a.log.WarnContext(ctx, "waiting for "+what+" "+before+"; the delivery is kept", "error", err, "give_up_after", time.Duration(a.limits.JobTimeout).String())
+			a.log.WarnContext(ctx, "waiting for "+what+" "+before+"; the delivery is kept", "error", err, "give_up_after", time.Until(giveUp).Round(time.Millisecond).String())
 			r.noteWait(ctx, a, what, err)
 		}
 		select {
 		case <-ctx.Done():
 			return v, err
-		case <-time.After(awaitDelay(round)):
+		case <-time.After(min(awaitDelay(round), time.Until(giveUp))):
 		}
 	}
 }

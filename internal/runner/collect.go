@@ -18,6 +18,14 @@ const (
 	fromNothing      = "none"
 )
 
+// collection is what collect took out of the sandbox: the run's files, what it left out, and
+// the run's outcome, which a report too large to keep turns into a failure.
+type collection struct {
+	outs      []output
+	collected provenance.Collected
+	outcome   outcome
+}
+
 // collect reads the report and the artifacts out of the sandbox and returns the run's files
 // and its outcome, which a report too large to keep turns into a failure (report_too_large).
 //
@@ -26,21 +34,21 @@ const (
 // loop) gives way to the model's final message, recorded as report_unreadable; an artifact or
 // folder that cannot be read is left out and named. A run that did not succeed gets the
 // worker's account of it at the head of report.md (summaryReport). What collect took and
-// what not goes to a.collected, for the manifest. err is only ever the context's: a worker
-// shutting down does not commit half a collection.
-func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox, o outcome) ([]output, outcome, error) {
-	a.collected = provenance.Collected{}
-	body, from, err := r.readReport(ctx, a, sb)
+// what not goes to the collection's collected, for the manifest. err is only ever the
+// context's: a worker shutting down does not commit half a collection.
+func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox, run ran, o outcome) (collection, error) {
+	var c provenance.Collected
+	body, from, err := r.readReport(ctx, a, sb, run.result.FinalMessage, &c)
 	if err != nil {
-		return nil, o, err
+		return collection{}, err
 	}
 	if from == fromNothing {
 		o = o.withDroppedReport(queue.Permanent("report_too_large", fmt.Errorf("report %s is larger than %d bytes and was not uploaded; write a shorter report and put large output in %s/", a.profile.Report, maxReportBytes, a.profile.Artifacts)))
 	}
 
-	artifacts, err := r.collectArtifacts(ctx, a, sb)
+	artifacts, err := r.collectArtifacts(ctx, a, sb, &c)
 	if err != nil {
-		return nil, o, err
+		return collection{}, err
 	}
 
 	var outs []output
@@ -50,22 +58,23 @@ func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox, o 
 	case state != job.StateSucceeded || len(body) == 0:
 		// Made at the commit, which may leave out more artifacts than collect did.
 		bodyFrom := from
-		outs = append(outs, output{name: reportName, render: func(c provenance.Collected) []byte {
-			return summaryReport(a, c, state, o, body, bodyFrom)
+		outs = append(outs, output{name: reportName, render: func(cc provenance.Collected) []byte {
+			return summaryReport(a, run, cc, state, o, body, bodyFrom)
 		}})
 		from = fromSummary
 	default:
 		outs = append(outs, memOutput(reportName, body))
 	}
 	if from != "" {
-		a.collected.Report = from
+		c.Report = from
 	}
-	return append(outs, artifacts...), o, nil
+	return collection{outs: append(outs, artifacts...), collected: c, outcome: o}, nil
 }
 
 // readReport reads the profile's report file; without a usable one the report is the model's
-// final message (from says so). from is fromNothing when the file is too large to keep.
-func (r *Runner) readReport(ctx context.Context, a *attempt, sb sandbox.Sandbox) (body []byte, from string, err error) {
+// final message (from says so). from is fromNothing when the file is too large to keep. Why
+// the file was not used goes to c.
+func (r *Runner) readReport(ctx context.Context, a *attempt, sb sandbox.Sandbox, final string, c *provenance.Collected) (body []byte, from string, err error) {
 	report, err := sb.ReadFile(ctx, a.profile.Report, maxReportBytes)
 	switch {
 	case err == nil:
@@ -73,16 +82,16 @@ func (r *Runner) readReport(ctx context.Context, a *attempt, sb sandbox.Sandbox)
 	case ctx.Err() != nil:
 		return nil, "", fmt.Errorf("read report %s: %w", a.profile.Report, err)
 	case errors.Is(err, sandbox.ErrNotFound):
-		return []byte(a.result.FinalMessage), fromFinalMessage, nil
+		return []byte(final), fromFinalMessage, nil
 	case errors.Is(err, sandbox.ErrTooLarge):
-		a.collected.ReportReason, a.collected.ReportError = "report_too_large", err.Error()
+		c.ReportReason, c.ReportError = "report_too_large", err.Error()
 		a.log.WarnContext(ctx, "report too large; committing the run without it", "report", a.profile.Report, "max_bytes", maxReportBytes)
 		return nil, fromNothing, nil
 	}
-	a.collected.ReportReason, a.collected.ReportError = "report_unreadable", err.Error()
+	c.ReportReason, c.ReportError = "report_unreadable", err.Error()
 	a.log.WarnContext(ctx, "report file is not a regular file inside the workdir; the model's final message is the report",
 		"report", a.profile.Report, "error", err)
-	return []byte(a.result.FinalMessage), fromFinalMessage, nil
+	return []byte(final), fromFinalMessage, nil
 }
 
 // maxSkippedNamed bounds how many left-out files and folders the manifest names: a job can
@@ -90,8 +99,6 @@ func (r *Runner) readReport(ctx context.Context, a *attempt, sb sandbox.Sandbox)
 const maxSkippedNamed = 64
 
 // skip records a file or folder of the artifact folder that is not uploaded.
-func (a *attempt) skip(path, reason, detail string) { skip(&a.collected, path, reason, detail) }
-
 func skip(c *provenance.Collected, path, reason, detail string) {
 	if len(c.Skipped) == maxSkippedNamed {
 		c.SkippedMore++

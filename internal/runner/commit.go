@@ -124,20 +124,22 @@ func (r *Runner) upload(ctx context.Context, key string, out output) (stored, er
 // the folder of the attempt that committed, nothing a later or stale attempt writes can change
 // a committed run. A folder left by an attempt that lost is removed, as far as this worker
 // can; see docs/lifecycle.md for what a crash leaves.
-func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcome) (err error) {
+//
+// It returns the committed report's key, "" when the run committed none.
+func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output, c provenance.Collected, o outcome) (reportKey string, err error) {
 	// A newer attempt means this one's ack deadline passed and another worker took the job:
 	// uploading now would only leave objects nothing names.
 	if err := r.checkLease(ctx, a); err != nil {
-		return err
+		return "", err
 	}
 	folder, err := attemptFolder(a.d.Attempt)
 	if err != nil {
-		return err
+		return "", err
 	}
-	outs = append(outs, a.transcript)
+	outs = append(outs, run.transcript)
 	// Each try of the commit starts from what collect found: an artifact left out because it
 	// changed during an earlier try is named once, and only if it fails again.
-	collected := a.collected
+	collected := c
 	collected.Skipped = slices.Clone(collected.Skipped)
 	var (
 		written []string
@@ -171,43 +173,43 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcom
 			a.log.WarnContext(ctx, "artifact changed while being uploaded or cannot be read; not uploaded", "artifact", out.path, "error", err)
 			continue
 		default:
-			return fmt.Errorf("upload %s: %w", out.name, err)
+			return "", fmt.Errorf("upload %s: %w", out.name, err)
 		}
 		written = append(written, key)
 		subs = append(subs, got)
 		r.m.UploadedBytes.Add(float64(got.size))
 	}
 	if err := r.checkLease(ctx, a); err != nil {
-		return err
+		return "", err
 	}
-	manifest, err := r.manifest(a, folder, subs, collected, decide(o, a.d.LastAttempt()), o.err)
+	manifest, err := r.manifest(a, run, folder, subs, collected, decide(o, a.d.LastAttempt()), o.err)
 	if err != nil {
-		return err
+		return "", err
 	}
 	// Sign before committing, so that a run is never committed by a worker that cannot sign it.
 	var env []byte
 	if r.cfg.SigningKey != nil {
 		if env, err = signManifest(ctx, manifest, r.cfg.SigningKey); err != nil {
-			return fmt.Errorf("sign manifest: %w", err)
+			return "", fmt.Errorf("sign manifest: %w", err)
 		}
 	}
 	if err := r.cfg.Store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest))); err != nil {
 		if errors.Is(err, store.ErrExists) {
-			return fmt.Errorf("%w: another attempt committed the run first", errLeaseLost)
+			return "", fmt.Errorf("%w: another attempt committed the run first", errLeaseLost)
 		}
-		return err
+		return "", err
 	}
 	written = nil // named by the committed manifest: never removed
 	if slices.ContainsFunc(subs, func(s stored) bool { return s.name == reportName }) {
-		a.reportKey = store.AttemptPrefix(a.job.ID, folder) + reportName
+		reportKey = store.AttemptPrefix(a.job.ID, folder) + reportName
 	}
 	if env != nil {
 		// Create-only like the manifest: a signature, once there, is never replaced.
 		if err := r.cfg.Store.PutIfAbsent(ctx, store.SignatureKey(a.job.ID), bytes.NewReader(env), int64(len(env))); err != nil && !errors.Is(err, store.ErrExists) {
-			return fmt.Errorf("upload manifest signature: %w", err)
+			return reportKey, fmt.Errorf("upload manifest signature: %w", err)
 		}
 	}
-	return nil
+	return reportKey, nil
 }
 
 // commitWhenSafe commits the run, and when the store refuses because its server stopped
@@ -216,11 +218,10 @@ func (r *Runner) commit(ctx context.Context, a *attempt, outs []output, o outcom
 // written: the store refuses every create-only put meanwhile. Handing the job back would
 // spend a delivery, and no other attempt could commit either. The wait is bounded as
 // awaitAnswer's, after which the error is the attempt's.
-func (r *Runner) commitWhenSafe(ctx context.Context, a *attempt, outs []output, o outcome) error {
-	_, err := awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeSafe, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, r.commit(ctx, a, outs, o)
+func (r *Runner) commitWhenSafe(ctx context.Context, a *attempt, run ran, outs []output, c provenance.Collected, o outcome) (reportKey string, err error) {
+	return awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeSafe, func(ctx context.Context) (string, error) {
+		return r.commit(ctx, a, run, outs, c, o)
 	})
-	return err
 }
 
 // attemptFolder names the folder of one attempt's objects: its delivery number, for people,

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/job"
-	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
 // A job ends exactly once: with one committed manifest, and for a failed, rejected or dead
@@ -22,63 +21,69 @@ import (
 // its header to be its JSON id and a valid one (see process), so each delivery ends it the
 // same way, and the dead letter is written once (queue.Delivery.Term).
 
-// exhausted ends a job whose last delivery ended without settling: its worker died, or stalled
-// past AckWait and may still commit. This delivery never runs the job.
-func (r *Runner) exhausted(ctx context.Context, a *attempt) outcome {
-	cause := fmt.Sprintf("no worker finished the job in %d deliveries", r.cfg.Worker.NATS.MaxDeliver)
+// exhausted is the claim of a job whose last delivery ended without settling: its worker
+// died, or stalled past AckWait and may still commit. This delivery never runs the job; the
+// error it returns ends it as dead (Handle commits that end).
+func (r *Runner) exhausted(ctx context.Context, a *attempt) error {
+	cause := fmt.Errorf("%w in %d deliveries", errExhausted, r.cfg.Worker.NATS.MaxDeliver)
 	st, err := awaitAnswerTo(ctx, r, a, "NATS", "before the job can end", statusAnswered, func(ctx context.Context) (job.Status, error) {
 		return r.cfg.Queue.Status(ctx, a.job.ID)
 	})
 	if err == nil && st.Error != "" {
-		cause += "; the last error: " + st.Error
+		cause = fmt.Errorf("%w; the last error: %s", cause, st.Error)
 	}
 	a.log.WarnContext(ctx, "job exhausted its deliveries; ending it", "max_deliver", r.cfg.Worker.NATS.MaxDeliver)
-	return r.commitEnd(ctx, a, outcome{end: endTransient, err: errors.New(cause)})
+	return cause
 }
 
-// commitEnd wins the arbiter for a job that ends here without a run (o's decision on this
-// delivery is terminal and nothing was committed), or finds the run that won it first. Its
-// manifest names one transcript line that says how and why the job ended. It runs on a context
-// that survives a cancelled job's, which is what a cancelled end commits.
-func (r *Runner) commitEnd(ctx context.Context, a *attempt, o outcome) outcome {
+// commitEnd wins the arbiter for a job that ends here without a run committed (e's decision
+// on this delivery is terminal and nothing was committed), or finds the run that won it first.
+// Its manifest names the run's transcript, or one line that says how and why the job ended. It
+// runs on a context that survives a cancelled job's, which is what a cancelled end commits.
+func (r *Runner) commitEnd(ctx context.Context, a *attempt, e ended) ended {
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 		defer cancel()
 	}
-	dec := decide(o, a.d.LastAttempt())
-	if a.transcript.size == 0 {
+	dec := decide(e.outcome, a.d.LastAttempt())
+	if e.run.transcript.size == 0 {
 		cause := ""
-		if o.err != nil {
-			cause = o.err.Error()
+		if e.err != nil {
+			cause = e.err.Error()
 		}
 		line, err := json.Marshal(map[string]any{"type": string(dec.state), "reason": dec.reason, "error": cause, "at": time.Now().UTC()})
 		if err != nil {
-			return outcome{end: endUndecided, err: err}
+			e.outcome = classify(stageEnd, err, nil)
+			return e
 		}
-		a.transcript = memOutput(transcriptName, append(line, '\n'))
+		e.run.transcript = memOutput(transcriptName, append(line, '\n'))
 	}
-	err := r.commitWhenSafe(ctx, a, nil, o)
+	_, err := r.commitWhenSafe(ctx, a, e.run, nil, e.collected, e.outcome)
 	if err != nil && !errors.Is(err, errLeaseLost) {
 		// Not decided: ending the job now could race a stale attempt that commits later.
-		return outcome{end: endUndecided, err: fmt.Errorf("record the job as %s: %w", dec.state, err)}
+		e.outcome = classify(stageEnd, fmt.Errorf("record the job as %s: %w", dec.state, err), nil)
+		return e
 	}
-	end := r.endCommitted(ctx, a)
+	e.outcome = r.endCommitted(ctx, a, nil)
 	// Only the delivery that won the arbiter counts the end.
-	end.committed = err == nil && (end.end == endDeadLetter || end.end == endDone)
-	return end
+	e.committed = err == nil && (e.end == endDeadLetter || e.end == endDone)
+	return e
 }
 
-// endCommitted ends the job as its committed manifest says: the status follows the manifest,
-// and a failed, rejected or dead run gets its dead letter (once: its committer may have died
-// before).
-func (r *Runner) endCommitted(ctx context.Context, a *attempt) outcome {
+// endCommitted ends the job as its committed manifest says (see adopt); cause is the
+// attempt's context's, nil where the end runs on a context of its own.
+func (r *Runner) endCommitted(ctx context.Context, a *attempt, cause error) outcome {
+	return classify(stageEnd, r.adopt(ctx, a), cause)
+}
+
+// adopt returns the end the job's committed manifest records, as a committedError, once the
+// status follows it: classify makes a failed, rejected or dead run's dead letter of it (once:
+// its committer may have died before). Any other error leaves the end undecided.
+func (r *Runner) adopt(ctx context.Context, a *attempt) error {
 	out, err := r.adoptCommitted(ctx, a)
 	if err != nil {
-		return outcome{end: endUndecided, err: err}
+		return fmt.Errorf("%w: %w", errUndecided, err)
 	}
-	if out.State == job.StateFailed || out.State == job.StateDead || out.State == job.StateRejected {
-		return outcome{end: endDeadLetter, err: queue.Permanent(out.Reason, errors.New(out.Error)), state: out.State}
-	}
-	return outcome{end: endDone, state: out.State}
+	return &committedError{out: out}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
@@ -30,8 +31,8 @@ func (s timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbo
 // recordToolCalls counts the attempt's tool calls by tool and outcome. The agent already records
 // a name the profile does not declare (a model inventing tools) as agent.UnknownTool, so the
 // label stays bounded.
-func (r *Runner) recordToolCalls(a *attempt) {
-	for _, c := range a.result.ToolCalls {
+func (r *Runner) recordToolCalls(a *attempt, res agent.Result) {
+	for _, c := range res.ToolCalls {
 		r.m.ToolCalls.WithLabelValues(a.job.Profile, c.Tool, metrics.ToolOutcome(c.ExitCode, c.TimedOut, c.Error)).Inc()
 	}
 }

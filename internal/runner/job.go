@@ -21,7 +21,9 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
-// attempt is one delivery of a job as the runner works on it.
+// attempt is one delivery of a job as the runner works on it: what admit read, fixed from
+// then on. What the stages produce they return (ran, collection, ended); nothing else is
+// kept here.
 type attempt struct {
 	d       *queue.Delivery
 	job     job.Job
@@ -30,19 +32,30 @@ type attempt struct {
 	log     *slog.Logger
 	cancel  context.CancelCauseFunc // ends the attempt's context
 	started time.Time
+	// deadline is when every wait of the attempt gives up (awaitAnswer), set by admit:
+	// the run's job_timeout, and as long again for all its waits together.
+	deadline time.Time
+}
+
+// ran is what the run stage produced, for collect and the commit.
+type ran struct {
 	sandbox sandbox.Info
 	result  agent.Result
 	earlier agent.Budget // what earlier attempts had spent when this one started
-	began   bool         // the status names this attempt as running: it did work
-	// reportKey is the committed report's key; empty when the run committed none (one too
-	// large is left out).
-	reportKey string
+	// transcript is what the commit uploads: the spool's, or the line commitEnd writes for a
+	// job that ends without one.
+	transcript output
+}
+
+// ended is how an attempt ended and what settle and commitEnd need of it.
+type ended struct {
+	outcome
+	run ran // zero when no agent ran
 	// collected is what collect could not take as the job left it, for the manifest.
 	collected provenance.Collected
-	// spool holds the transcript while the agent writes it; transcript is what the commit
-	// uploads: the spool's, or the line commitEnd writes for a job that ends without one.
-	spool      *spool
-	transcript output
+	began     bool // the status names this attempt as running: it did work
+	// reportKey is the committed report's key; empty when the run committed none.
+	reportKey string
 }
 
 // Handle runs one delivery to its end and settles it with the queue: ack, nak or term. It never
@@ -58,73 +71,111 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.cancel = cancel
+	// The transcript's spool outlives process: a run that could not commit leaves it to
+	// commitEnd.
+	var sp *spool
 	defer func() {
-		if a.spool != nil {
-			a.spool.close()
+		if sp != nil {
+			sp.close()
 		}
 	}()
 	unwatch := r.cancels.add(d.JobID, cancel)
-	o := r.process(ctx, a)
+	e := r.process(ctx, a, &sp)
 	unwatch()
-	if !o.committed && o.end != endDone && o.end != endLeaseLost && o.end != endCancelled {
-		switch cause := context.Cause(ctx); {
-		case errors.Is(cause, errCancelled):
-			o = outcome{end: endCancelled, err: errCancelled}
-		case errors.Is(cause, errShutdown):
-			o = outcome{end: endInterrupted, err: errShutdown}
-		}
-	}
 	// A job that ends here with no run committed must still win the arbiter; see end.go.
-	if decide(o, d.LastAttempt()).state.Terminal() && !o.committed && job.ValidID(d.JobID) {
+	if decide(e.outcome, d.LastAttempt()).state.Terminal() && !e.committed && job.ValidID(d.JobID) {
 		if a.job.ID == "" {
 			a.job.ID = d.JobID // a message rejected before it was read as a job
 		}
-		o = r.commitEnd(ctx, a, o)
+		e = r.commitEnd(ctx, a, e)
 	}
-	r.settle(ctx, a, o)
+	r.settle(ctx, a, e)
 }
 
-// process runs the job and returns how this attempt ended.
-func (r *Runner) process(ctx context.Context, a *attempt) outcome {
-	j, err := job.Decode(a.d.Data)
-	if err != nil {
-		return outcome{end: endRejected, err: queue.Permanent("invalid_job", err)}
+// process runs the attempt's stages in order and returns how it ended. Each stage returns
+// its product and an error; classify alone turns an error into an ending.
+func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
+	if err := r.admit(a); err != nil {
+		return ended{outcome: classify(stageAdmit, err, nil)}
 	}
-	if a.d.JobID != j.ID {
-		return outcome{end: endRejected, err: queue.Permanent("invalid_job", idMismatch(a.d.JobID, j.ID))}
-	}
-	a.job = j
-	a.profile, err = r.cfg.Worker.Profile(j.Profile)
-	if err != nil {
-		return outcome{end: endRejected, err: queue.Permanent("unknown_profile", err)}
-	}
-	a.limits = a.profile.Limits.Tighten(j.Limits)
-	a.profile.Limits = a.limits
-
 	// From here on the delivery is kept alive, also while the attempt waits for the store or
 	// NATS (awaitAnswer).
 	stopHeartbeat := a.d.KeepAlive(ctx, r.cfg.HeartbeatInterval)
 	defer stopHeartbeat()
 
+	st, err := r.claim(ctx, a)
+	began := st.State == job.StateRunning
+	if err != nil {
+		return ended{outcome: classify(stageClaim, err, context.Cause(ctx)), began: began}
+	}
+	sb, err := r.prepare(ctx, a)
+	if err != nil {
+		return ended{outcome: classify(stagePrepare, err, context.Cause(ctx)), began: began}
+	}
+	defer r.closeSandbox(ctx, a, sb)
+	if *sp, err = r.newSpool(); err != nil {
+		return ended{outcome: classify(stageRun, err, context.Cause(ctx)), began: began}
+	}
+	run, spent, err := r.run(ctx, a, sb, st, *sp)
+	e := ended{outcome: classify(stageRun, err, context.Cause(ctx)), run: run, began: began}
+	// Only a run that ends here is committed: one that will be retried keeps nothing, and the
+	// last try of one that keeps failing leaves its transcript behind.
+	commits := decide(e.outcome, a.d.LastAttempt()).state.Terminal()
+	msg := ""
+	if commits {
+		msg = "uploading"
+	}
+	// The spending of the run's end goes with the progress line of what comes next: one write.
+	said := spent.finish(ctx, run.result.Spent, msg)
+	if !commits {
+		return e
+	}
+	return r.commitRun(ctx, a, sb, e, said)
+}
+
+// admit reads the delivery as a job of a profile this worker defines, with its limits.
+func (r *Runner) admit(a *attempt) error {
+	j, err := job.Decode(a.d.Data)
+	if err != nil {
+		return err
+	}
+	if a.d.JobID != j.ID {
+		return idMismatch(a.d.JobID, j.ID)
+	}
+	a.job = j
+	if a.profile, err = r.cfg.Worker.Profile(j.Profile); err != nil {
+		return err
+	}
+	a.limits = a.profile.Limits.Tighten(j.Limits)
+	a.profile.Limits = a.limits
+	a.deadline = a.started.Add(2 * time.Duration(a.limits.JobTimeout))
+	return nil
+}
+
+// claim makes sure the job is this attempt's to run: not exhausted, not committed, not ended
+// or cancelled, and records it as running. It returns the status it wrote, or, when the
+// write found the job ended, the status it found.
+func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 	if a.d.Exhausted() {
-		return r.exhausted(ctx, a)
+		return job.Status{}, r.exhausted(ctx, a)
 	}
 	// A redelivery after a crash between commit and ack must not run the job again.
-	_, err = awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
+	_, err := awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
 		// No work starts on a server that stopped refusing a second create-only put: its
 		// result could not be committed.
 		if err := store.Probe(ctx, r.cfg.Store); err != nil {
 			return store.ObjectInfo{}, err
 		}
-		return r.cfg.Store.Stat(ctx, store.ManifestKey(j.ID))
+		return r.cfg.Store.Stat(ctx, store.ManifestKey(a.job.ID))
 	})
 	if err == nil {
 		a.log.InfoContext(ctx, "run already committed; acknowledging without running again")
-		return r.endCommitted(ctx, a)
+		return job.Status{}, r.adopt(ctx, a)
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return outcome{end: endTransient, err: fmt.Errorf("check for a committed run: %w", err)}
+		return job.Status{}, fmt.Errorf("check for a committed run: %w", err)
 	}
 
+	j := a.job
 	st, err := awaitAnswer(ctx, r, a, "NATS", natsAnswered, func(ctx context.Context) (job.Status, error) {
 		return r.cfg.Queue.UpdateStatus(ctx, j.ID, func(s *job.Status) {
 			s.State, s.Profile, s.Attempt, s.Worker = job.StateRunning, j.Profile, a.d.Attempt, r.cfg.Worker.WorkerID
@@ -134,49 +185,58 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 			}
 		})
 	})
-	if errors.Is(err, queue.ErrFinal) && st.State == job.StateCancelled {
+	switch {
+	case errors.Is(err, queue.ErrFinal) && st.State == job.StateCancelled:
 		// Cancelled while it waited (submit cancel ends a job that is not running): that end
 		// is committed like any other, so that no stale attempt can commit another.
-		return outcome{end: endCancelled, err: errCancelled}
-	}
-	if errors.Is(err, queue.ErrFinal) {
+		return st, errCancelled
+	case errors.Is(err, queue.ErrFinal):
 		a.log.InfoContext(ctx, "job already ended; dropping this delivery", "state", st.State)
-		return outcome{end: endDone}
-	}
-	if err != nil {
-		return outcome{end: endTransient, err: err}
-	}
-	a.began = true
-	// A cancel requested before this write is in what it read (one after it comes through
-	// the worker's watch, cancel.go): asked before this attempt began, it never starts.
-	if st.CancelRequested {
+		return st, errJobEnded
+	case err != nil:
+		return job.Status{}, err
+	case st.CancelRequested:
+		// A cancel requested before this write is in what it read (one after it comes
+		// through the worker's watch, cancel.go): asked before this attempt began, it never
+		// starts.
 		a.cancel(errCancelled)
-		return outcome{end: endCancelled, err: errCancelled}
+		return st, errCancelled
 	}
 	r.m.QueueWait.WithLabelValues(j.Profile).Observe(a.started.Sub(a.d.Published).Seconds())
+	return st, nil
+}
 
-	if a.spool, err = r.newSpool(); err != nil {
-		return outcome{end: endTransient, err: err}
+// prepare starts the sandbox and copies the inputs into it. The caller closes the sandbox
+// when prepare returns one; on an error it closed it already.
+func (r *Runner) prepare(ctx context.Context, a *attempt) (sandbox.Sandbox, error) {
+	if err := r.checkInputs(a); err != nil {
+		return nil, err
 	}
 	sb, err := r.startSandbox(ctx, a)
 	if err != nil {
-		return outcome{end: endTransient, err: err}
+		return nil, err
 	}
-	defer r.closeSandbox(ctx, a, sb)
 	copied := r.progressIfSlow(ctx, a, "copying inputs")
 	err = r.copyInputs(ctx, a, sb)
 	copied()
 	if err != nil {
-		return fault(err)
+		r.closeSandbox(ctx, a, sb)
+		return nil, err
 	}
+	return sb, nil
+}
 
+// run is the agent loop over the prepared sandbox, its transcript spooled to sp. It returns
+// what the run produced, the budget it kept in the status (for its last write), and the
+// agent's error, or a capError for a run a cap stopped.
+func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, st job.Status, sp *spool) (ran, *budget, error) {
+	j := a.job
 	inputs := make([]string, len(j.Inputs))
 	for i, in := range j.Inputs {
 		inputs[i] = in.Name
 	}
 	spent := r.newBudget(a, st)
-	a.earlier = spent.base
-	a.result, err = r.cfg.Agent.Run(ctx, agent.Request{
+	res, err := r.cfg.Agent.Run(ctx, agent.Request{
 		JobID:       j.ID,
 		ProfileName: j.Profile,
 		Profile:     a.profile,
@@ -188,67 +248,49 @@ func (r *Runner) process(ctx context.Context, a *attempt) outcome {
 		Progress: func(e agent.Event) {
 			spent.progress(ctx, e)
 		},
-		Transcript: a.spool,
+		Transcript: sp,
 	})
-	a.transcript = a.spool.output()
-	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(a.result.Usage.PromptTokens))
-	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(a.result.Usage.CompletionTokens))
-	r.recordToolCalls(a)
-	o := outcome{end: endSucceeded}
-	commitCtx := ctx
-	switch {
-	case errors.Is(context.Cause(ctx), errCancelled):
-		// Keep what the job produced until it was stopped.
-		o = outcome{end: endCancelled, err: errCancelled}
-		var cancel context.CancelFunc
-		commitCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
-		defer cancel()
-	case ctx.Err() != nil:
-		o = outcome{end: endInterrupted, err: context.Cause(ctx)}
-	case errors.Is(err, agent.ErrModelAuth), errors.Is(err, agent.ErrModelRequest):
-		o = outcome{end: endFailed, err: queue.Permanent("model_rejected", err)}
-	case errors.Is(err, agent.ErrInvalidRequest):
-		o = outcome{end: endFailed, err: queue.Permanent("invalid_profile", err)}
-	case err != nil:
-		o = outcome{end: endTransient, err: err}
-	case a.result.Outcome == agent.OutcomeCapped:
-		o = outcome{end: endCapped, cap: a.result.Cap}
+	run := ran{sandbox: sb.Info(), result: res, earlier: spent.base, transcript: sp.output()}
+	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(res.Usage.PromptTokens))
+	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(res.Usage.CompletionTokens))
+	r.recordToolCalls(a, res)
+	if err == nil && res.Outcome == agent.OutcomeCapped {
+		err = &capError{cap: res.Cap}
 	}
-	// Only a run that ends here is committed: one that will be retried keeps nothing, and the
-	// last try of one that keeps failing leaves its transcript behind.
-	commits := decide(o, a.d.LastAttempt()).state.Terminal()
-	msg := ""
-	if commits {
-		msg = "uploading"
-	}
-	// The spending of the run's end goes with the progress line of what comes next: one write.
-	said := spent.finish(ctx, a.result.Spent, msg)
-	if !commits {
-		return o
-	}
+	return run, spent, err
+}
 
+// commitRun collects what the run left and commits it. A cancelled run keeps what it produced
+// until it was stopped: its commit runs on a context that survives the cancel.
+func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, e ended, said bool) ended {
+	cause := context.Cause(ctx)
+	if e.end == endCancelled {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
+		defer cancel()
+	}
 	uploaded := func() {}
 	if !said {
-		uploaded = r.progressIfSlow(commitCtx, a, msg)
+		uploaded = r.progressIfSlow(ctx, a, "uploading")
 	}
-	outs, o, cerr := r.collect(commitCtx, a, sb, o)
-	if cerr == nil {
-		cerr = r.commitWhenSafe(commitCtx, a, outs, o)
+	defer uploaded()
+	c, err := r.collect(ctx, a, sb, e.run, e.outcome)
+	if err != nil {
+		e.outcome = classify(stageCollect, err, cause)
+		return e
 	}
-	uploaded()
-	switch {
-	case errors.Is(cerr, errLeaseLost):
-		a.log.WarnContext(ctx, "another attempt took this job over; discarding this attempt's result", "error", cerr)
-		return outcome{end: endLeaseLost, err: cerr}
-	case cerr != nil:
-		var perm *queue.PermanentError
-		if errors.As(cerr, &perm) {
-			return outcome{end: endFailed, err: cerr}
+	e.collected = c.collected
+	key, err := r.commitWhenSafe(ctx, a, e.run, c.outs, c.collected, c.outcome)
+	if err != nil {
+		if errors.Is(err, errLeaseLost) {
+			a.log.WarnContext(ctx, "another attempt took this job over; discarding this attempt's result", "error", err)
 		}
-		return outcome{end: endTransient, err: fmt.Errorf("upload results: %w", cerr)}
+		e.outcome = classify(stageCommit, fmt.Errorf("upload results: %w", err), cause)
+		return e
 	}
-	o.committed = true
-	return o
+	e.outcome, e.reportKey = c.outcome, key
+	e.committed = true
+	return e
 }
 
 func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox, error) {
@@ -257,14 +299,10 @@ func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox,
 	sb, err := r.cfg.Sandboxes.Start(ctx, sandbox.Spec{JobID: a.job.ID, SandboxSpec: a.profile.Sandbox})
 	if err != nil {
 		r.m.SandboxFailed.WithLabelValues(backend, "start").Inc()
-		if errors.Is(err, sandbox.ErrUnavailable) {
-			return nil, queue.RetryAfter(time.Minute, err)
-		}
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
 	r.m.SandboxStart.WithLabelValues(backend).Observe(time.Since(start).Seconds())
-	a.sandbox = sb.Info()
-	a.log.InfoContext(ctx, "sandbox ready", "backend", backend, "sandbox_id", a.sandbox.ID, "duration_ms", time.Since(start).Milliseconds())
+	a.log.InfoContext(ctx, "sandbox ready", "backend", backend, "sandbox_id", sb.Info().ID, "duration_ms", time.Since(start).Milliseconds())
 	return sb, nil
 }
 
@@ -289,7 +327,7 @@ func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox)
 			return r.cfg.Store.Get(ctx, store.InputKey(in.SHA256))
 		})
 		if errors.Is(err, store.ErrNotFound) {
-			return queue.Permanent("input_missing", fmt.Errorf("input %s (sha256 %s) is not in the store; submit it again", in.Name, in.SHA256))
+			return fmt.Errorf("input %s (sha256 %s) is not in the store; submit it again: %w", in.Name, in.SHA256, err)
 		}
 		if err != nil {
 			return fmt.Errorf("fetch input %s: %w", in.Name, err)
@@ -301,7 +339,7 @@ func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox)
 		}
 		sum := sha256.Sum256(data)
 		if int64(len(data)) != in.Size || hex.EncodeToString(sum[:]) != in.SHA256 {
-			return queue.Permanent("input_digest_mismatch", fmt.Errorf("input %s does not match its digest or size: the stored object changed", in.Name))
+			return fmt.Errorf("input %s: %w: the stored object changed", in.Name, errInputMismatch)
 		}
 		if err := sb.WriteFile(ctx, in.Name, data); err != nil {
 			return fmt.Errorf("copy input %s into the sandbox: %w", in.Name, err)
@@ -337,96 +375,6 @@ func (r *Runner) progressIfSlow(ctx context.Context, a *attempt, msg string) (do
 		}
 		wg.Wait()
 	}
-}
-
-// settle acts on the outcome: the status, the queue and the metrics, as decide says. It runs
-// on a context that survives shutdown so that an interrupted job is handed back at once.
-func (r *Runner) settle(ctx context.Context, a *attempt, o outcome) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
-	defer cancel()
-	d, log := a.d, a.log
-	dec := decide(o, d.LastAttempt())
-	// The metrics label: a name the worker does not define comes from whoever submitted the
-	// job, so it must not become a label value.
-	profile := a.job.Profile
-	if _, ok := r.cfg.Worker.Profiles[profile]; !ok {
-		profile = "unknown"
-	}
-
-	now := time.Now().UTC()
-	if id := r.statusID(ctx, a); dec.state != "" && id != "" {
-		_, serr := r.cfg.Queue.UpdateStatus(ctx, id, func(s *job.Status) {
-			s.State, s.UpdatedAt, s.Error, s.Cap = dec.state, now, "", a.result.Cap
-			// A delivery that did no work (it could not even tell whether the run is
-			// committed) leaves the attempt and worker to the one that did.
-			if a.began || s.Attempt == 0 {
-				s.Attempt, s.Worker = d.Attempt, r.cfg.Worker.WorkerID
-			}
-			if o.err != nil {
-				s.Error = o.err.Error()
-			}
-			if s.Profile == "" {
-				s.Profile = a.job.Profile
-			}
-			if dec.state.Terminal() {
-				s.FinishedAt, s.Progress = now, ""
-			}
-			if o.committed {
-				s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(d.JobID))
-				if a.reportKey != "" {
-					s.Report = r.cfg.Store.URL(a.reportKey)
-				}
-			}
-		})
-		if serr != nil && !errors.Is(serr, queue.ErrFinal) {
-			log.ErrorContext(ctx, "record outcome failed", "error", serr)
-		}
-	}
-
-	logAttrs := []any{"outcome", o.end.String(), "duration_ms", time.Since(a.started).Milliseconds()}
-	if dec.state != "" {
-		logAttrs = append(logAttrs, "state", string(dec.state))
-	}
-	if o.err != nil {
-		logAttrs = append(logAttrs, "error", o.err.Error())
-	}
-	var qerr error
-	switch dec.action {
-	case ackJob:
-		qerr = d.Ack(ctx)
-	case nakNow:
-		qerr = d.Nak(ctx, 0)
-	case nakLater:
-		delay := backoff(time.Duration(r.cfg.Worker.NATS.RetryBackoff), d.Attempt)
-		var retry *queue.RetryAfterError
-		if errors.As(o.err, &retry) {
-			delay = retry.Delay
-		}
-		logAttrs = append(logAttrs, "retry_in", delay.String())
-		qerr = d.Nak(ctx, delay)
-	case termJob:
-		logAttrs = append(logAttrs, "reason", dec.reason)
-		r.m.DeadLetters.WithLabelValues(dec.reason).Inc()
-		qerr = d.Term(ctx, dec.reason, o.err)
-	}
-	if qerr != nil {
-		log.ErrorContext(ctx, "settle with the queue failed", "action", dec.action.String(), "error", qerr)
-	}
-	if state := dec.counted(); state != "" {
-		r.m.Jobs.WithLabelValues(profile, string(state)).Inc()
-		r.m.JobDuration.WithLabelValues(profile, string(state)).Observe(time.Since(a.started).Seconds())
-	}
-	if dec.capHit != "" {
-		r.m.CapHits.WithLabelValues(profile, dec.capHit).Inc()
-	}
-	if dec.stale {
-		r.m.StaleAttempts.Inc()
-	}
-	level := slog.LevelInfo
-	if o.err != nil {
-		level = slog.LevelWarn
-	}
-	log.Log(ctx, level, "job "+dec.action.String(), logAttrs...)
 }
 
 // statusID is the id under which a delivery's outcome is recorded: the message id (the
@@ -469,4 +417,9 @@ func idMismatch(header, id string) error {
 // backoff grows with each attempt from base: base, 2×base, 4×base … capped at 5 minutes.
 func backoff(base time.Duration, attempt int) time.Duration {
 	return min(base<<min(max(attempt-1, 0), 10), 5*time.Minute)
+}
+
+// checkInputs refuses, before any sandbox starts, inputs that the profile cannot take.
+func (r *Runner) checkInputs(a *attempt) error {
+	return nil
 }

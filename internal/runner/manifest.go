@@ -14,15 +14,15 @@ import (
 // manifest records what produced this run: input, profile, sandbox, model calls, tool calls,
 // outcome and the worker's build. It never holds a secret: the API key is not in anything it
 // is built from. Its subjects name the objects in the attempt's folder.
-func (r *Runner) manifest(a *attempt, folder string, subs []stored, collected provenance.Collected, dec decision, runErr error) ([]byte, error) {
-	j, p, res := a.job, a.profile, a.result
+func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, collected provenance.Collected, dec decision, runErr error) ([]byte, error) {
+	j, p, res, sb := a.job, a.profile, run.result, run.sandbox
 	m := provenance.Manifest{
 		Job:     provenance.Job{ID: j.ID, Profile: j.Profile, Task: j.Task, Labels: j.Labels, SubmittedAt: j.SubmittedAt, SubmittedBy: j.SubmittedBy},
 		Profile: provenance.Profile{Name: j.Profile, Spec: p},
 		Sandbox: provenance.Sandbox{
-			Backend: a.sandbox.Backend, ID: a.sandbox.ID, Image: a.sandbox.Image, ImageDigest: a.sandbox.ImageDigest,
-			CPU: a.sandbox.CPU, Memory: a.sandbox.Memory, Disk: a.sandbox.Disk, PIDs: a.sandbox.PIDs, Isolation: a.sandbox.Isolation,
-			Seccomp: a.sandbox.Seccomp, SeccompDigest: a.sandbox.SeccompDigest,
+			Backend: sb.Backend, ID: sb.ID, Image: sb.Image, ImageDigest: sb.ImageDigest,
+			CPU: sb.CPU, Memory: sb.Memory, Disk: sb.Disk, PIDs: sb.PIDs, Isolation: sb.Isolation,
+			Seccomp: sb.Seccomp, SeccompDigest: sb.SeccompDigest,
 		},
 		Collected: collected,
 		Model: provenance.Model{
@@ -35,7 +35,7 @@ func (r *Runner) manifest(a *attempt, folder string, subs []stored, collected pr
 			Usage:       provenance.Usage(res.Usage),
 		},
 		Limits:  a.limits,
-		Spent:   spent(a),
+		Spent:   spent(run),
 		Outcome: provenance.Outcome{State: dec.state, Cap: res.Cap},
 		Timings: provenance.Timings{QueuedAt: a.d.Published, StartedAt: a.started, FinishedAt: time.Now()},
 		Attempt: a.d.Attempt,
@@ -70,8 +70,8 @@ func (r *Runner) manifest(a *attempt, folder string, subs []stored, collected pr
 // spent is what this attempt and all attempts of the job used of its caps. The agent counts
 // from what earlier attempts spent (Result.Spent includes them), except when it stopped before
 // counting anything: then this attempt spent nothing.
-func spent(a *attempt) provenance.Spent {
-	all, before := a.result.Spent, a.earlier
+func spent(run ran) provenance.Spent {
+	all, before := run.result.Spent, run.earlier
 	this := provenance.Budget{
 		Turns:     max(all.Turns-before.Turns, 0),
 		ToolCalls: max(all.ToolCalls-before.ToolCalls, 0),

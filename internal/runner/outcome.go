@@ -65,16 +65,6 @@ type outcome struct {
 	state job.State
 }
 
-// fault classifies an error of the attempt: a queue.Permanent fails the job, anything else is
-// worth retrying.
-func fault(err error) outcome {
-	var perm *queue.PermanentError
-	if errors.As(err, &perm) {
-		return outcome{end: endFailed, err: err}
-	}
-	return outcome{end: endTransient, err: err}
-}
-
 // withDroppedReport is the outcome of a run whose report had to be left out (dropped is nil
 // when it was not). A run that would have succeeded or been capped fails with that error, as
 // nothing else went wrong and the report is what a user asked for; a run that already failed,

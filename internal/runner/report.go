@@ -17,12 +17,12 @@ import (
 // and why; it is never a silent empty file. from is where body came from ("" for the job's
 // report file, fromFinalMessage for the model's last answer). c is what the commit collected:
 // what collect left out and what the upload left out since.
-func summaryReport(a *attempt, c provenance.Collected, state job.State, o outcome, body []byte, from string) []byte {
+func summaryReport(a *attempt, run ran, c provenance.Collected, state job.State, o outcome, body []byte, from string) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Job %s: %s\n\n", a.job.ID, state)
 	b.WriteString(headline(a, state, o))
 	b.WriteString("\n\n")
-	b.WriteString(whatWasDone(a))
+	b.WriteString(whatWasDone(run))
 	b.WriteString("\n\nThe transcript (transcript.jsonl, beside this report) holds every model turn and tool result; " +
 		"the manifest (manifest.json) records the caps, the calls and the digests of every file.\n")
 	if c.ReportReason == "report_unreadable" {
@@ -86,20 +86,20 @@ func capSentence(a *attempt, c string) string {
 }
 
 // whatWasDone sums up the budget spent and the tool calls of this attempt.
-func whatWasDone(a *attempt) string {
-	s := spent(a)
+func whatWasDone(run ran) string {
+	s := spent(run)
 	var b strings.Builder
 	fmt.Fprintf(&b, "What was done: %d model turns, %d tool calls and %d tokens", s.AllAttempts.Turns, s.AllAttempts.ToolCalls, s.AllAttempts.Tokens)
 	if s.AllAttempts != s.ThisAttempt {
 		fmt.Fprintf(&b, " over all attempts (%d, %d and %d in this one)", s.ThisAttempt.Turns, s.ThisAttempt.ToolCalls, s.ThisAttempt.Tokens)
 	}
 	b.WriteString(".")
-	if len(a.result.ToolCalls) == 0 {
+	if len(run.result.ToolCalls) == 0 {
 		return b.String()
 	}
 	type tally struct{ calls, failed, timedOut int }
 	byTool := map[string]*tally{}
-	for _, c := range a.result.ToolCalls {
+	for _, c := range run.result.ToolCalls {
 		t := byTool[c.Tool]
 		if t == nil {
 			t = &tally{}

@@ -1,0 +1,227 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// stage is one step of an attempt (process). The same error means different things in
+// different stages: a missing object is "not committed yet" while claiming, and a lost input
+// while preparing.
+type stage int
+
+const (
+	// stageAdmit reads the message as a job of a profile this worker defines.
+	stageAdmit stage = iota + 1
+	// stageClaim checks that no run is committed and records the job as running.
+	stageClaim
+	// stagePrepare starts the sandbox and streams the inputs into it.
+	stagePrepare
+	// stageRun is the agent loop.
+	stageRun
+	// stageCollect reads the report and lists the artifacts.
+	stageCollect
+	// stageCommit uploads the run and commits its manifest.
+	stageCommit
+	// stageEnd ends a job as its committed manifest says (commitEnd, endCommitted).
+	stageEnd
+)
+
+var stageNames = map[stage]string{
+	stageAdmit: "admit", stageClaim: "claim", stagePrepare: "prepare", stageRun: "run",
+	stageCollect: "collect", stageCommit: "commit", stageEnd: "end",
+}
+
+func (s stage) String() string { return stageNames[s] }
+
+// Errors the stages return for classify to turn into an ending.
+var (
+	// errJobEnded: the job's status is already final; this delivery has nothing to add.
+	errJobEnded = errors.New("job already ended")
+	// errExhausted: the job used up its deliveries before this one (queue.Delivery.Exhausted).
+	errExhausted = errors.New("no worker finished the job")
+	// errUndecided: the job's end cannot be decided now (its committed manifest could not be
+	// read, or its end could not be committed).
+	errUndecided = errors.New("end undecided")
+	// errInputTooLarge: the inputs do not fit the profile's max_input_bytes.
+	errInputTooLarge = errors.New("input too large for the profile")
+	// errInputMismatch: an input is not the bytes its digest and size name.
+	errInputMismatch = errors.New("input does not match its digest or size")
+)
+
+// capError is a run a cap stopped (agent.OutcomeCapped): not a fault, but an end of its own.
+type capError struct{ cap string }
+
+func (e *capError) Error() string { return "stopped by the cap " + e.cap }
+
+// committedError is a job whose run is committed (by this delivery or another): it ends as the
+// manifest says.
+type committedError struct{ out provenance.Outcome }
+
+func (e *committedError) Error() string {
+	return fmt.Sprintf("the job is committed as %s", e.out.State)
+}
+
+// failed reports whether the committed end is one with a dead letter.
+func (e *committedError) failed() bool {
+	s := e.out.State
+	return s == job.StateFailed || s == job.StateDead || s == job.StateRejected
+}
+
+// failureMode is one row of the table classify reads: where it applies, what it matches and
+// what ending it gives.
+type failureMode struct {
+	name string
+	// in lists the stages the row applies to; empty: every stage.
+	in []stage
+	// when matches the stage's error and the cause of the attempt's context (nil while it
+	// runs).
+	when func(err, cause error) bool
+	end  ending
+	// reason, for endFailed and endRejected, is the dead letter's reason (queue.Permanent).
+	reason string
+	// retryAfter, for endTransient, is the delay before the next delivery (queue.RetryAfter).
+	retryAfter time.Duration
+	// build makes the outcome when the row needs more than end, reason and retryAfter.
+	build func(err, cause error) outcome
+}
+
+// failureModes is every way an attempt's stage can end, first match wins. A new failure mode
+// is a new row.
+var failureModes = []failureMode{
+	// Ends decided elsewhere come first: whatever else happened, this attempt must not act.
+	{name: "lease lost", when: errIs(errLeaseLost), end: endLeaseLost},
+	{name: "job ended elsewhere", in: []stage{stageClaim}, when: errIs(errJobEnded), end: endDone,
+		build: func(error, error) outcome { return outcome{end: endDone} }},
+	{name: "committed", in: []stage{stageClaim, stageEnd}, when: committed(false), build: committedOutcome},
+	{name: "cancelled before it started", in: []stage{stageClaim}, when: errIs(errCancelled), end: endCancelled},
+
+	// The attempt's context ended: a cancel or a shutdown, whatever the stage was doing.
+	{name: "cancelled", when: causeIs(errCancelled), build: causeOutcome(endCancelled)},
+	{name: "interrupted", when: anyCause, build: causeOutcome(endInterrupted)},
+
+	{name: "committed with a dead letter", in: []stage{stageClaim, stageEnd}, when: committed(true), build: committedOutcome},
+	// An end that cannot be decided now is tried again by a later delivery, recording nothing.
+	{name: "end undecided", when: errIs(errUndecided), end: endUndecided},
+	{name: "end failed", in: []stage{stageEnd}, when: anyErr, end: endUndecided},
+	{name: "capped", in: []stage{stageRun}, when: isCap, build: func(err, _ error) outcome {
+		var c *capError
+		errors.As(err, &c)
+		return outcome{end: endCapped, cap: c.cap}
+	}},
+	{name: "exhausted", in: []stage{stageClaim}, when: errIs(errExhausted), end: endTransient},
+
+	// Permanent faults of the job: retrying cannot fix them.
+	{name: "invalid job", in: []stage{stageAdmit}, when: errIs(job.ErrInvalid), end: endRejected, reason: "invalid_job"},
+	{name: "unknown profile", in: []stage{stageAdmit}, when: errIs(config.ErrUnknownProfile), end: endRejected, reason: "unknown_profile"},
+	{name: "input too large", in: []stage{stagePrepare}, when: errIs(errInputTooLarge), end: endFailed, reason: "input_too_large"},
+	{name: "inputs fill the workdir", in: []stage{stagePrepare}, when: errIs(sandbox.ErrDiskFull), end: endFailed, reason: "input_too_large"},
+	{name: "input missing", in: []stage{stagePrepare}, when: errIs(store.ErrNotFound), end: endFailed, reason: "input_missing"},
+	{name: "input digest mismatch", in: []stage{stagePrepare}, when: errIs(errInputMismatch), end: endFailed, reason: "input_digest_mismatch"},
+	{name: "model refused credentials", in: []stage{stageRun}, when: errIs(agent.ErrModelAuth), end: endFailed, reason: "model_rejected"},
+	{name: "model rejected the request", in: []stage{stageRun}, when: errIs(agent.ErrModelRequest), end: endFailed, reason: "model_rejected"},
+	{name: "profile the agent refuses", in: []stage{stageRun}, when: errIs(agent.ErrInvalidRequest), end: endFailed, reason: "invalid_profile"},
+	{name: "permanent, unread", in: []stage{stageAdmit}, when: isPermanent, end: endRejected},
+	{name: "permanent", when: isPermanent, end: endFailed},
+
+	// Transient faults: another delivery may succeed.
+	{name: "sandbox backend unavailable", in: []stage{stagePrepare}, when: errIs(sandbox.ErrUnavailable), end: endTransient, retryAfter: time.Minute},
+	{name: "finished", when: noErr, end: endSucceeded},
+	{name: "transient", when: anyErr, end: endTransient},
+}
+
+// classify turns how a stage of an attempt ended, its error and the cause of the attempt's
+// context (nil while the context lives), into the attempt's outcome. It is the only place
+// where an error becomes an ending; decide then says what the ending means.
+func classify(s stage, err, cause error) outcome {
+	return match(s, err, cause).outcome(err, cause)
+}
+
+// match is the first row of failureModes that applies.
+func match(s stage, err, cause error) failureMode {
+	for _, m := range failureModes {
+		if m.applies(s) && m.when(err, cause) {
+			return m
+		}
+	}
+	// Unreachable: the last two rows match any error and none.
+	return failureMode{name: "unmatched", end: endTransient}
+}
+
+func (m failureMode) applies(s stage) bool {
+	if len(m.in) == 0 {
+		return true
+	}
+	for _, in := range m.in {
+		if in == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (m failureMode) outcome(err, cause error) outcome {
+	if m.build != nil {
+		return m.build(err, cause)
+	}
+	switch {
+	case err == nil:
+	case m.reason != "":
+		err = queue.Permanent(m.reason, err)
+	case m.retryAfter > 0:
+		err = queue.RetryAfter(m.retryAfter, err)
+	}
+	return outcome{end: m.end, err: err}
+}
+
+func errIs(target error) func(err, cause error) bool {
+	return func(err, _ error) bool { return errors.Is(err, target) }
+}
+
+func causeIs(target error) func(err, cause error) bool {
+	return func(_, cause error) bool { return errors.Is(cause, target) }
+}
+
+func anyCause(_, cause error) bool { return cause != nil }
+func anyErr(err, _ error) bool     { return err != nil }
+func noErr(err, _ error) bool      { return err == nil }
+
+func isCap(err, _ error) bool {
+	var c *capError
+	return errors.As(err, &c)
+}
+
+func isPermanent(err, _ error) bool {
+	var perm *queue.PermanentError
+	return errors.As(err, &perm)
+}
+
+// committed matches a committedError whose end has a dead letter (deadLetter) or not.
+func committed(deadLetter bool) func(err, cause error) bool {
+	return func(err, _ error) bool {
+		var c *committedError
+		return errors.As(err, &c) && c.failed() == deadLetter
+	}
+}
+
+func committedOutcome(err, _ error) outcome {
+	var c *committedError
+	errors.As(err, &c)
+	if c.failed() {
+		return outcome{end: endDeadLetter, err: queue.Permanent(c.out.Reason, errors.New(c.out.Error)), state: c.out.State}
+	}
+	return outcome{end: endDone, state: c.out.State}
+}
+
+func causeOutcome(end ending) func(err, cause error) outcome {
+	return func(_, cause error) outcome { return outcome{end: end, err: cause} }
+}

@@ -1,0 +1,150 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// want is an ending with the dead letter's reason ("" for none) and the delay a transient
+// ending asks for (0 for the backoff).
+type want struct {
+	end    ending
+	reason string
+	delay  time.Duration
+}
+
+var allStages = []stage{stageAdmit, stageClaim, stagePrepare, stageRun, stageCollect, stageCommit, stageEnd}
+
+// TestClassify is the whole table of how a stage's error becomes an ending: every error class
+// in every stage. A case names the stages where the class means something of its own (at);
+// in every other stage it gets other.
+func TestClassify(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("stage said: %w", err) }
+	transient := want{end: endTransient}
+	tests := []struct {
+		name       string
+		err, cause error
+		at         map[stage]want
+		other      want
+	}{
+		{name: "no error", other: want{end: endSucceeded}},
+		{name: "network error", err: errors.New("dial tcp 127.0.0.1:4222: connection refused"),
+			at: map[stage]want{stageEnd: {end: endUndecided}}, other: transient},
+		{name: "lease lost", err: wrap(errLeaseLost), other: want{end: endLeaseLost}},
+		{name: "lease lost while cancelled", err: wrap(errLeaseLost), cause: errCancelled, other: want{end: endLeaseLost}},
+		{name: "job ended elsewhere", err: errJobEnded,
+			at: map[stage]want{stageClaim: {end: endDone}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "committed as succeeded", err: &committedError{out: provenance.Outcome{State: job.StateSucceeded}},
+			at: map[stage]want{stageClaim: {end: endDone}, stageEnd: {end: endDone}}, other: transient},
+		{name: "committed as succeeded during shutdown", err: &committedError{out: provenance.Outcome{State: job.StateSucceeded}}, cause: errShutdown,
+			at: map[stage]want{stageClaim: {end: endDone}, stageEnd: {end: endDone}}, other: want{end: endInterrupted}},
+		{name: "committed as failed", err: &committedError{out: provenance.Outcome{State: job.StateFailed, Reason: "input_missing"}},
+			at: map[stage]want{stageClaim: {end: endDeadLetter, reason: "input_missing"}, stageEnd: {end: endDeadLetter, reason: "input_missing"}}, other: transient},
+		{name: "committed as dead during shutdown", err: &committedError{out: provenance.Outcome{State: job.StateDead, Reason: "max_deliveries"}}, cause: errShutdown,
+			other: want{end: endInterrupted}},
+		{name: "cancelled before it started", err: errCancelled,
+			at: map[stage]want{stageClaim: {end: endCancelled}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "cancelled while it ran", err: errors.New("context canceled"), cause: errCancelled, other: want{end: endCancelled}},
+		{name: "cancelled, no error", cause: errCancelled, other: want{end: endCancelled}},
+		{name: "shutdown", err: errors.New("context canceled"), cause: errShutdown, other: want{end: endInterrupted}},
+		{name: "shutdown, no error", cause: errShutdown, other: want{end: endInterrupted}},
+		{name: "capped", err: &capError{cap: agent.CapMaxTurns},
+			at: map[stage]want{stageRun: {end: endCapped}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "exhausted", err: wrap(errExhausted),
+			at: map[stage]want{stageEnd: {end: endUndecided}}, other: transient},
+		{name: "invalid job", err: wrap(job.ErrInvalid),
+			at: map[stage]want{stageAdmit: {end: endRejected, reason: "invalid_job"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "unknown profile", err: wrap(config.ErrUnknownProfile),
+			at: map[stage]want{stageAdmit: {end: endRejected, reason: "unknown_profile"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "input too large", err: wrap(errInputTooLarge),
+			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_too_large"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "workdir full", err: wrap(sandbox.ErrDiskFull),
+			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_too_large"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "not in the store", err: wrap(store.ErrNotFound),
+			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_missing"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "input changed", err: wrap(errInputMismatch),
+			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_digest_mismatch"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "model refuses the key", err: wrap(agent.ErrModelAuth),
+			at: map[stage]want{stageRun: {end: endFailed, reason: "model_rejected"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "model rejects the request", err: wrap(agent.ErrModelRequest),
+			at: map[stage]want{stageRun: {end: endFailed, reason: "model_rejected"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "model unavailable", err: wrap(agent.ErrModelUnavailable),
+			at: map[stage]want{stageEnd: {end: endUndecided}}, other: transient},
+		{name: "agent refuses the profile", err: wrap(agent.ErrInvalidRequest),
+			at: map[stage]want{stageRun: {end: endFailed, reason: "invalid_profile"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "permanent with its reason", err: wrap(queue.Permanent("report_too_large", errors.New("too large"))),
+			at: map[stage]want{stageAdmit: {end: endRejected, reason: "report_too_large"}, stageEnd: {end: endUndecided}}, other: want{end: endFailed, reason: "report_too_large"}},
+		{name: "sandbox backend unavailable", err: wrap(sandbox.ErrUnavailable),
+			at: map[stage]want{stagePrepare: {end: endTransient, delay: time.Minute}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "retry after", err: queue.RetryAfter(time.Second, errors.New("slow down")),
+			at: map[stage]want{stageEnd: {end: endUndecided, delay: time.Second}}, other: want{end: endTransient, delay: time.Second}},
+		{name: "end undecided", err: wrap(errUndecided), other: want{end: endUndecided}},
+		{name: "end undecided during shutdown", err: wrap(errUndecided), cause: errShutdown, other: want{end: endInterrupted}},
+	}
+	rows := map[string]bool{}
+	for _, tt := range tests {
+		for _, s := range allStages {
+			w, ok := tt.at[s]
+			if !ok {
+				w = tt.other
+			}
+			t.Run(tt.name+"/"+s.String(), func(t *testing.T) {
+				rows[match(s, tt.err, tt.cause).name] = true
+				o := classify(s, tt.err, tt.cause)
+				if o.end != w.end {
+					t.Fatalf("classify(%s, %v, cause %v) = %s, want %s", s, tt.err, tt.cause, o.end, w.end)
+				}
+				var perm *queue.PermanentError
+				switch {
+				case w.reason != "" && (!errors.As(o.err, &perm) || perm.Reason != w.reason):
+					t.Errorf("reason = %+v, want %q", o.err, w.reason)
+				case w.reason == "" && o.end != endDeadLetter && o.end != endUndecided && errors.As(o.err, &perm):
+					t.Errorf("a %s ending carries the permanent reason %q", o.end, perm.Reason)
+				}
+				var retry *queue.RetryAfterError
+				if got := time.Duration(0); errors.As(o.err, &retry) {
+					got = retry.Delay
+					if got != w.delay {
+						t.Errorf("retry after %s, want %s", got, w.delay)
+					}
+				} else if w.delay != 0 {
+					t.Errorf("no delay, want %s", w.delay)
+				}
+				if o.end == endCapped && o.cap != agent.CapMaxTurns {
+					t.Errorf("capped at %q, want %q", o.cap, agent.CapMaxTurns)
+				}
+				if tt.err != nil && o.err == nil && o.end != endDone && o.end != endCapped {
+					t.Errorf("the ending %s lost the error %v", o.end, tt.err)
+				}
+			})
+		}
+	}
+	for _, m := range failureModes {
+		if !rows[m.name] {
+			t.Errorf("row %q of failureModes is not exercised by any case", m.name)
+		}
+	}
+}
+
+// TestClassifyEveryStage: classify knows every stage, and every ending it gives is one
+// decide knows.
+func TestClassifyEveryStage(t *testing.T) {
+	if len(allStages) != len(stageNames) {
+		t.Fatalf("the test covers %d stages, the runner has %d", len(allStages), len(stageNames))
+	}
+	for _, m := range failureModes {
+		if m.build == nil && endingNames[m.end] == "" {
+			t.Errorf("row %q gives an ending decide does not know", m.name)
+		}
+	}
+}
