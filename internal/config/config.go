@@ -253,6 +253,10 @@ type Limits struct {
 	ApprovalTimeout Duration `json:"approval_timeout,omitempty"`
 	// MaxTranscriptBytes bounds the transcript. Default: 8MiB.
 	MaxTranscriptBytes int64 `json:"max_transcript_bytes,omitempty"`
+	// MaxInputBytes bounds a job's inputs together, in bytes: a job that declares more fails
+	// at its first attempt as input_too_large, before its sandbox starts. Default: the
+	// workdir's size (sandbox.disk).
+	MaxInputBytes int64 `json:"max_input_bytes,omitempty"`
 }
 
 // Load reads a YAML config file, fills defaults and validates it. Each problem is a FieldError
@@ -357,6 +361,9 @@ func (p Profile) WithDefaults() Profile {
 	def(&l.JobTimeout, Duration(15*time.Minute))
 	def(&l.ApprovalTimeout, Duration(5*time.Minute))
 	def(&l.MaxTranscriptBytes, 8<<20)
+	if q, err := resource.ParseQuantity(s.Disk); err == nil {
+		def(&l.MaxInputBytes, q.Value())
+	}
 	def(&p.Report, "report.md")
 	def(&p.Artifacts, "artifacts")
 	tools := make([]Tool, len(p.Tools))
@@ -470,6 +477,9 @@ func (p Profile) validate(prefix string) []error {
 	l := p.Limits
 	if l.MaxTurns < 1 || l.MaxToolCalls < 1 || l.MaxTokens < 1 || l.MaxOutputBytes < 256 || l.CommandTimeout <= 0 || l.JobTimeout <= 0 {
 		bad("limits", "max_turns, max_tool_calls, max_tokens, command_timeout and job_timeout must be positive, max_output_bytes at least 256")
+	}
+	if l.MaxInputBytes < 0 {
+		bad("limits.max_input_bytes", "must not be negative; leave it unset for the workdir's size (sandbox.disk)")
 	}
 	return errs
 }

@@ -51,6 +51,20 @@ func (s *fakeSandbox) WriteFile(ctx context.Context, name string, data []byte) e
 	return nil
 }
 
+// WriteFrom keeps the file in memory like WriteFile: the fake's files are small.
+func (s *fakeSandbox) WriteFrom(ctx context.Context, name string, r io.Reader, size int64) error {
+	data, err := io.ReadAll(io.LimitReader(r, size+1))
+	switch {
+	case err != nil:
+		return err
+	case int64(len(data)) > size:
+		return sandbox.ErrTooLarge
+	case int64(len(data)) < size:
+		return io.ErrUnexpectedEOF
+	}
+	return s.WriteFile(ctx, name, data)
+}
+
 func (s *fakeSandbox) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

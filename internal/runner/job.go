@@ -2,12 +2,9 @@ package runner
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -320,34 +317,6 @@ func (r *Runner) closeSandbox(ctx context.Context, a *attempt, sb sandbox.Sandbo
 	r.m.SandboxClose.WithLabelValues(backend).Observe(time.Since(start).Seconds())
 }
 
-// copyInputs moves each input from the store into the workdir, checking size and digest.
-func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox) error {
-	for _, in := range a.job.Inputs {
-		rc, err := awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (io.ReadCloser, error) {
-			return r.cfg.Store.Get(ctx, store.InputKey(in.SHA256))
-		})
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("input %s (sha256 %s) is not in the store; submit it again: %w", in.Name, in.SHA256, err)
-		}
-		if err != nil {
-			return fmt.Errorf("fetch input %s: %w", in.Name, err)
-		}
-		data, err := io.ReadAll(io.LimitReader(rc, in.Size+1))
-		rc.Close()
-		if err != nil {
-			return fmt.Errorf("read input %s: %w", in.Name, err)
-		}
-		sum := sha256.Sum256(data)
-		if int64(len(data)) != in.Size || hex.EncodeToString(sum[:]) != in.SHA256 {
-			return fmt.Errorf("input %s: %w: the stored object changed", in.Name, errInputMismatch)
-		}
-		if err := sb.WriteFile(ctx, in.Name, data); err != nil {
-			return fmt.Errorf("copy input %s into the sandbox: %w", in.Name, err)
-		}
-	}
-	return nil
-}
-
 func (r *Runner) progress(ctx context.Context, a *attempt, msg string) {
 	if _, err := r.cfg.Queue.UpdateStatus(ctx, a.job.ID, func(s *job.Status) { s.Progress = msg }); err != nil && ctx.Err() == nil {
 		a.log.WarnContext(ctx, "record progress failed", "error", err)
@@ -417,9 +386,4 @@ func idMismatch(header, id string) error {
 // backoff grows with each attempt from base: base, 2×base, 4×base … capped at 5 minutes.
 func backoff(base time.Duration, attempt int) time.Duration {
 	return min(base<<min(max(attempt-1, 0), 10), 5*time.Minute)
-}
-
-// checkInputs refuses, before any sandbox starts, inputs that the profile cannot take.
-func (r *Runner) checkInputs(a *attempt) error {
-	return nil
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -117,6 +118,12 @@ func (s *bubblewrapSandbox) Info() Info { return s.info }
 
 // WriteFile creates or replaces a regular file in the workdir, creating parent folders.
 func (s *bubblewrapSandbox) WriteFile(ctx context.Context, name string, data []byte) error {
+	return s.WriteFrom(ctx, name, bytes.NewReader(data), int64(len(data)))
+}
+
+// WriteFrom creates or replaces a regular file in the workdir with exactly size bytes of r.
+// The file is renamed into place only once all of them are written.
+func (s *bubblewrapSandbox) WriteFrom(ctx context.Context, name string, r io.Reader, size int64) error {
 	clean, err := CleanPath(name)
 	if err != nil {
 		return fmt.Errorf("sandbox: write: %w", err)
@@ -132,7 +139,20 @@ func (s *bubblewrapSandbox) WriteFile(ctx context.Context, name string, data []b
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sandbox: write %s: %w", clean, err)
 	}
-	return s.wd.writeFile(clean, data, s.disk)
+	return s.wd.writeFrom(clean, &ctxReader{ctx: ctx, r: r}, size, s.disk)
+}
+
+// ctxReader stops a long copy once ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // ReadFile reads a regular file of at most maxBytes from the workdir.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -115,6 +116,60 @@ func (s *kubernetesSandbox) WriteFile(ctx context.Context, name string, data []b
 		return fmt.Errorf("sandbox: write %q: names the workdir itself; name a file: %w", name, ErrPathEscape)
 	}
 	return s.file(ctx, "write", clean, bytes.NewReader(data), io.Discard)
+}
+
+// WriteFrom creates or replaces a regular file in the workdir with exactly size bytes of r,
+// streamed to the pod's stdin.
+func (s *kubernetesSandbox) WriteFrom(ctx context.Context, name string, r io.Reader, size int64) error {
+	clean, err := CleanPath(name)
+	if err != nil {
+		return fmt.Errorf("sandbox: write: %w", err)
+	}
+	if clean == "." {
+		return fmt.Errorf("sandbox: write %q: names the workdir itself; name a file: %w", name, ErrPathEscape)
+	}
+	// The stream may end the command normally whatever the reader said: its verdict is
+	// checked here.
+	src := &exactReader{r: r, left: size}
+	err = s.file(ctx, "write", clean, src, io.Discard)
+	if src.err != nil {
+		return fmt.Errorf("sandbox: write %s: %w", clean, src.err)
+	}
+	return err
+}
+
+// exactReader passes on exactly the bytes it was told of and remembers why it failed when the
+// source fails, ends early or holds more.
+type exactReader struct {
+	r    io.Reader
+	left int64
+	err  error
+}
+
+func (e *exactReader) Read(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	if e.left == 0 {
+		var one [1]byte
+		if n, _ := io.ReadFull(e.r, one[:]); n > 0 {
+			e.err = fmt.Errorf("the source holds more than it said: %w", ErrTooLarge)
+			return 0, e.err
+		}
+		return 0, io.EOF
+	}
+	n, err := e.r.Read(p[:min(int64(len(p)), e.left)])
+	e.left -= int64(n)
+	switch {
+	case errors.Is(err, io.EOF) && e.left > 0:
+		e.err = fmt.Errorf("the source ended %d bytes early: %w", e.left, io.ErrUnexpectedEOF)
+	case err != nil && !errors.Is(err, io.EOF):
+		e.err = err
+	}
+	if e.err != nil {
+		return n, e.err
+	}
+	return n, nil
 }
 
 // ReadFile reads a regular file of at most maxBytes from the workdir.

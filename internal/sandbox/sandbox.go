@@ -42,6 +42,10 @@ type Sandbox interface {
 	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 	// WriteFile creates or replaces a regular file, creating parent folders.
 	WriteFile(ctx context.Context, name string, data []byte) error
+	// WriteFrom is WriteFile of exactly size bytes streamed from r, never held whole in
+	// memory: for files as large as the workdir. A reader that fails, ends before size bytes
+	// or holds more (ErrTooLarge) fails the write; what the file then holds is unspecified.
+	WriteFrom(ctx context.Context, name string, r io.Reader, size int64) error
 	// ReadFile reads a regular file of at most maxBytes; larger files fail with ErrTooLarge.
 	// It follows symlinks that stay inside the workdir.
 	ReadFile(ctx context.Context, name string, maxBytes int64) ([]byte, error)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -79,6 +80,8 @@ func pathError(op, name string, err error) error {
 		return fmt.Errorf("sandbox: %s %s: a symlink or .. leads out of the workdir: %w", op, name, ErrPathEscape)
 	case errors.Is(err, unix.ELOOP):
 		return fmt.Errorf("sandbox: %s %s: symlink loop or /proc magic link: %w", op, name, ErrPathEscape)
+	case errors.Is(err, unix.EDQUOT), errors.Is(err, unix.ENOSPC):
+		return fmt.Errorf("sandbox: %s %s: %v: %w", op, name, err, ErrDiskFull)
 	}
 	return fmt.Errorf("sandbox: %s %s: %w", op, name, err)
 }
@@ -149,6 +152,12 @@ func regular(mode uint32) error {
 // next to it and renames it into place, so a symlink, FIFO or hard link already at name is
 // replaced rather than written through. bound bounds the workdir's total usage (zero: none).
 func (w *workdir) writeFile(name string, data []byte, bound diskBound) error {
+	return w.writeFrom(name, bytes.NewReader(data), int64(len(data)), bound)
+}
+
+// writeFrom is writeFile of exactly size bytes streamed from r: a reader that fails, ends
+// early or holds more fails the write, and the file is not put in place.
+func (w *workdir) writeFrom(name string, r io.Reader, size int64, bound diskBound) error {
 	dir, base := path.Split(name)
 	dfd, err := w.mkdirAll(strings.TrimSuffix(dir, "/"))
 	if err != nil {
@@ -166,7 +175,7 @@ func (w *workdir) writeFile(name string, data []byte, bound diskBound) error {
 			used.bytes -= st.Blocks * 512
 			used.inodes--
 		}
-		need := diskUse{bytes: used.bytes + roundBlock(int64(len(data))), inodes: used.inodes + 1}
+		need := diskUse{bytes: used.bytes + roundBlock(size), inodes: used.inodes + 1}
 		if need.over(bound) {
 			return fmt.Errorf("sandbox: write %s: the workdir would hold %d bytes in %d files and folders, over its bound of %d bytes and %d inodes; remove files first: %w",
 				name, need.bytes, need.inodes, bound.bytes, bound.inodes, ErrDiskFull)
@@ -180,7 +189,7 @@ func (w *workdir) writeFile(name string, data []byte, bound diskBound) error {
 		return pathError("write", name, err)
 	}
 	f := os.NewFile(uintptr(fd), tmp)
-	_, err = f.Write(data)
+	err = copyExactly(f, r, size)
 	if err == nil && w.uid >= 0 {
 		err = unix.Fchown(fd, w.uid, w.gid)
 	}
@@ -196,6 +205,25 @@ func (w *workdir) writeFile(name string, data []byte, bound diskBound) error {
 			return fmt.Errorf("sandbox: write %s: a folder has that name; choose another name", name)
 		}
 		return pathError("write", name, err)
+	}
+	return nil
+}
+
+// copyExactly copies exactly size bytes of r to f, failing when r fails, ends early or holds
+// more.
+func copyExactly(f io.Writer, r io.Reader, size int64) error {
+	n, err := io.Copy(f, io.LimitReader(r, size))
+	switch {
+	case err != nil:
+		return err
+	case n < size:
+		return fmt.Errorf("the source ended after %d of its %d bytes: %w", n, size, io.ErrUnexpectedEOF)
+	}
+	var one [1]byte
+	if m, err := io.ReadFull(r, one[:]); m > 0 {
+		return fmt.Errorf("the source holds more than its %d bytes: %w", size, ErrTooLarge)
+	} else if err != nil && !errors.Is(err, io.EOF) {
+		return err
 	}
 	return nil
 }

@@ -167,6 +167,10 @@ func (nopSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	return sandbox.ExecResult{}, nil
 }
 func (nopSandbox) WriteFile(ctx context.Context, name string, data []byte) error { return nil }
+func (nopSandbox) WriteFrom(ctx context.Context, name string, r io.Reader, size int64) error {
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
 func (nopSandbox) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
 	return nil, sandbox.ErrNotFound
 }
