@@ -24,6 +24,7 @@ run . ./test/bench '^BenchmarkQueueLayer$' 200x
 run . ./internal/sandbox '^BenchmarkBubblewrapLifecycle$' 30x
 run . ./test/bench '^BenchmarkJobOverhead$' 30x
 run . ./test/bench '^BenchmarkWorkerMemory$' 1x
+run . ./test/bench '^BenchmarkWorkerInputMemory$' 1x
 run . ./test/bench '^BenchmarkFailover$' 3x
 run . ./internal/egress '^Benchmark(ProxyHTTPS|CAAndFirstLeaf)$' 200x
 if grep -qs 'func BenchmarkSubmitJobs' internal/submitcmd/*_test.go; then
