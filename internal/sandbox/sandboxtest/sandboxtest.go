@@ -44,6 +44,7 @@ func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
 		{"Info", testInfo},
 	}
 	tests = append(tests, openCases...)
+	tests = append(tests, writeCases...)
 	for _, tt := range append(tests, hostileShapes...) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
