@@ -84,7 +84,10 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 		if a.job.ID == "" {
 			a.job.ID = d.JobID // a message rejected before it was read as a job
 		}
+		// Kept alive while it commits: the end may wait for the store (awaitAnswer).
+		stopHeartbeat := d.KeepAlive(ctx, r.cfg.HeartbeatInterval)
 		e = r.commitEnd(ctx, a, e)
+		stopHeartbeat()
 	}
 	r.settle(ctx, a, e)
 }
