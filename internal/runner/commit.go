@@ -141,43 +141,15 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 	// changed during an earlier try is named once, and only if it fails again.
 	collected := c
 	collected.Skipped = slices.Clone(collected.Skipped)
-	var (
-		written []string
-		subs    []stored
-	)
+	var written []string
 	defer func() {
 		if err != nil {
 			r.discard(ctx, a, written)
 		}
 	}()
-	// What is rendered goes last, once every artifact has been uploaded or left out.
-	var first, last []output
-	for _, out := range outs {
-		if out.render != nil {
-			last = append(last, out)
-		} else {
-			first = append(first, out)
-		}
-	}
-	for _, out := range append(first, last...) {
-		if out.render != nil {
-			out = memOutput(out.name, out.render(collected))
-		}
-		key := store.AttemptPrefix(a.job.ID, folder) + out.name
-		got, err := r.upload(ctx, key, out)
-		var source *sourceError
-		switch {
-		case err == nil:
-		case out.path != "" && errors.As(err, &source) && ctx.Err() == nil:
-			skip(&collected, out.path, "changed", err.Error())
-			a.log.WarnContext(ctx, "artifact changed while being uploaded or cannot be read; not uploaded", "artifact", out.path, "error", err)
-			continue
-		default:
-			return "", fmt.Errorf("upload %s: %w", out.name, err)
-		}
-		written = append(written, key)
-		subs = append(subs, got)
-		r.m.UploadedBytes.Add(float64(got.size))
+	subs, err := r.uploadAll(ctx, a, folder, outs, &collected, &written)
+	if err != nil {
+		return "", err
 	}
 	if err := r.checkLease(ctx, a); err != nil {
 		return "", err
@@ -210,6 +182,43 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 		}
 	}
 	return reportKey, nil
+}
+
+// uploadAll uploads the run's outputs into the attempt's folder and returns what the store
+// took, adding each key to written as it is. What is rendered goes last, once every artifact
+// has been uploaded or left out; an artifact that does not read as it was listed is left out
+// and named in collected.
+func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs []output, collected *provenance.Collected, written *[]string) ([]stored, error) {
+	var first, last []output
+	for _, out := range outs {
+		if out.render != nil {
+			last = append(last, out)
+		} else {
+			first = append(first, out)
+		}
+	}
+	var subs []stored
+	for _, out := range append(first, last...) {
+		if out.render != nil {
+			out = memOutput(out.name, out.render(*collected))
+		}
+		key := store.AttemptPrefix(a.job.ID, folder) + out.name
+		got, err := r.upload(ctx, key, out)
+		var source *sourceError
+		switch {
+		case err == nil:
+		case out.path != "" && errors.As(err, &source) && ctx.Err() == nil:
+			skip(collected, out.path, "changed", err.Error())
+			a.log.WarnContext(ctx, "artifact changed while being uploaded or cannot be read; not uploaded", "artifact", out.path, "error", err)
+			continue
+		default:
+			return nil, fmt.Errorf("upload %s: %w", out.name, err)
+		}
+		*written = append(*written, key)
+		subs = append(subs, got)
+		r.m.UploadedBytes.Add(float64(got.size))
+	}
+	return subs, nil
 }
 
 // commitWhenSafe commits the run, and when the store refuses because its server stopped
