@@ -44,6 +44,8 @@ type Config struct {
 	Store   Store   `json:"store,omitzero"`
 	Sandbox Sandbox `json:"sandbox,omitzero"`
 	Model   Model   `json:"model,omitzero"`
+	// Egress configures the proxy through which profiles with a network reach the outside.
+	Egress Egress `json:"egress,omitzero"`
 
 	// Profiles are the execution profiles a job may name.
 	Profiles map[string]Profile `json:"profiles"`
@@ -173,6 +175,11 @@ type Profile struct {
 	Report string `json:"report,omitempty"`
 	// Artifacts is the workdir-relative folder whose files are uploaded. Default: artifacts.
 	Artifacts string `json:"artifacts,omitempty"`
+	// Network lets the sandbox's commands reach the hosts it allows, through the worker's
+	// egress proxy. Default: none, and the sandbox has no network at all.
+	Network *Network `json:"network,omitempty"`
+	// Secrets are credentials the proxy adds for allowed hosts; the sandbox sees placeholders.
+	Secrets []Secret `json:"secrets,omitempty"`
 }
 
 // ModelParams are sent with every chat request of a profile.
@@ -420,6 +427,7 @@ func (c Config) Validate() error {
 	if n := c.NATS; n.StatusTTL <= 0 || n.JobMaxMsgs < 1 || n.JobMaxBytes < 1 || n.DeadLetterMaxAge <= 0 || n.DeadLetterMaxBytes < 1 {
 		bad("nats", "status_ttl, job_max_msgs, job_max_bytes, dead_letter_max_age and dead_letter_max_bytes must be positive")
 	}
+	errs = append(errs, c.Egress.validate()...)
 	if c.Store.ProbeInterval < 0 {
 		bad("store.probe_interval", "must be positive")
 	}
@@ -474,6 +482,11 @@ func (p Profile) validate(prefix string) []error {
 		}
 		// Each kind checks the rest of its declaration: see internal/agent's toolKinds.
 	}
+	field := func(f string) string { return prefix + "." + f }
+	if p.Network != nil {
+		errs = append(errs, p.Network.validate(field)...)
+	}
+	errs = append(errs, validateSecrets(p.Network, p.Secrets, field)...)
 	l := p.Limits
 	if l.MaxTurns < 1 || l.MaxToolCalls < 1 || l.MaxTokens < 1 || l.MaxOutputBytes < 256 || l.CommandTimeout <= 0 || l.JobTimeout <= 0 {
 		bad("limits", "max_turns, max_tool_calls, max_tokens, command_timeout and job_timeout must be positive, max_output_bytes at least 256")

@@ -11,3 +11,7 @@ var ErrUnknownProfile = errors.New("unknown profile")
 // ErrIncomplete marks a profile with fields left unset where a default belongs: the agent and
 // the sandbox backends take a profile as Load returns it and fill in nothing themselves.
 var ErrIncomplete = errors.New("incomplete profile")
+
+// ErrSecretUnavailable marks a profile secret whose source cannot be read now (a variable not
+// set, a file missing or empty).
+var ErrSecretUnavailable = errors.New("secret unavailable")
