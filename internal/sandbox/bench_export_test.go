@@ -24,7 +24,7 @@ func BareBwrap(sb Sandbox, hostDir string, argv []string) (cmd *exec.Cmd, done f
 	}
 	inv.argsWrite.Close() // bwrap reads no --args here: its options are on the command line
 	var args []string
-	for _, a := range bytes.Split(bytes.TrimSuffix(s.options(ExecRequest{Argv: argv}, s.workdir), []byte{0}), []byte{0}) {
+	for _, a := range bytes.Split(bytes.TrimSuffix(s.options(ExecRequest{Argv: argv}, s.workdir, false), []byte{0}), []byte{0}) {
 		args = append(args, strings.ReplaceAll(string(a), s.hostDir, hostDir))
 	}
 	cmd = exec.Command(s.p.bwrap, append(append(args, "--"), argv...)...)

@@ -50,6 +50,10 @@ type BubblewrapConfig struct {
 	// which cannot see files unlinked while still open, so a job can exceed it. Default: false,
 	// and then NewBubblewrap fails on such a host, since every profile has a disk bound.
 	DiskBestEffort bool
+	// BridgePath is the egress bridge, the binary run in front of each command of a sandbox
+	// with egress (bridge.go); it must call RunBridge first thing. Default: this process's own
+	// executable.
+	BridgePath string
 
 	// noDiskMount walks the workdir even where a tmpfs could be mounted (benchmarks' baseline).
 	noDiskMount bool
@@ -70,6 +74,9 @@ func (c BubblewrapConfig) WithDefaults() BubblewrapConfig {
 	}
 	if c.UIDs == 0 {
 		c.UIDs = 1_000_000
+	}
+	if c.BridgePath == "" {
+		c.BridgePath, _ = os.Executable()
 	}
 	return c
 }
@@ -136,6 +143,13 @@ type BubblewrapProvider struct {
 	diskMount bool
 	seccomp   *seccompFilter // nil: none (only with noSeccomp)
 
+	// The egress bridge, copied under root at the first AttachEgress (bubblewrap_egress.go).
+	bridgeBin     string
+	bridgeOnce    sync.Once
+	bridgeCopy    string
+	bridgeDynamic bool
+	bridgeErr     error
+
 	mu    sync.Mutex
 	inUse map[int]bool // host uids of live sandboxes
 }
@@ -154,7 +168,7 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	}
 	p := &BubblewrapProvider{
 		bwrap: bwrap, log: cfg.Logger,
-		asRoot: os.Geteuid() == 0, firstUID: cfg.FirstUID, uids: cfg.UIDs,
+		asRoot: os.Geteuid() == 0, firstUID: cfg.FirstUID, uids: cfg.UIDs, bridgeBin: cfg.BridgePath,
 		inUse: map[int]bool{}, hardLimits: map[int]uint64{},
 	}
 	if p.root, err = prepareRoot(cfg.Root, p.asRoot); err != nil {

@@ -63,6 +63,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		unix.Close(fd)
 	}
 
+	bridge := s.egressOn.Load() // read once: the descriptors, options and argv must agree
 	inv, err := s.prepare()
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
@@ -78,7 +79,11 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 
 	stdout := &cappedBuffer{max: maxOut}
 	stderr := &cappedBuffer{max: maxOut}
-	cmd := exec.CommandContext(runCtx, s.p.bwrap, append([]string{"--args", strconv.Itoa(fdArgs), "--"}, req.Argv...)...)
+	argv := req.Argv
+	if bridge {
+		argv = bridgeArgv(argv)
+	}
+	cmd := exec.CommandContext(runCtx, s.p.bwrap, append([]string{"--args", strconv.Itoa(fdArgs), "--"}, argv...)...)
 	cmd.Env = []string{} // nothing of the worker's environment reaches even bwrap
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -102,7 +107,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		return ExecResult{}, fmt.Errorf("sandbox: exec %s: start %s: %w", name, s.p.bwrap, err)
 	}
 	inv.closeChildEnds()
-	if err := s.release(inv, cmd.Process.Pid, s.options(req, path.Join(s.workdir, dir))); err != nil && runCtx.Err() == nil {
+	if err := s.release(inv, cmd.Process.Pid, s.options(req, path.Join(s.workdir, dir), bridge)); err != nil && runCtx.Err() == nil {
 		// The command could not be bounded, or bwrap died early: it must not run.
 		cancel(err)
 		_ = cmd.Wait()
@@ -250,8 +255,9 @@ func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelC
 	}
 }
 
-// options are this Exec's bwrap options: the sandbox's, then the environment and the folder.
-func (s *bubblewrapSandbox) options(req ExecRequest, chdir string) []byte {
+// options are this Exec's bwrap options: the sandbox's, the bridge binary when egress is
+// attached, then the environment and the folder.
+func (s *bubblewrapSandbox) options(req ExecRequest, chdir string, bridge bool) []byte {
 	env := map[string]string{"PATH": defaultPATH, "HOME": s.workdir, "LANG": "C.UTF-8"}
 	maps.Copy(env, req.Env)
 	var b bytes.Buffer
@@ -262,6 +268,10 @@ func (s *bubblewrapSandbox) options(req ExecRequest, chdir string) []byte {
 		}
 	}
 	add(s.args...)
+	if bridge {
+		add("--ro-bind", s.p.bridgeCopy, bridgePath)
+	}
+	add("--remount-ro", "/", "--clearenv")
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		add("--setenv", k, env[k])
 	}

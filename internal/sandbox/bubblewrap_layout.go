@@ -48,7 +48,7 @@ func etcFiles(workdir string) []etcFile {
 type etcFile struct{ name, content string }
 
 // reservedDirs are where the sandbox's own mounts go; a workdir there would hide them.
-var reservedDirs = []string{"/proc", "/dev", "/tmp", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+var reservedDirs = []string{"/proc", "/dev", "/tmp", "/run", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 
 func checkWorkdir(dir string) error {
 	if !path.IsAbs(dir) || dir == "/" {
@@ -78,7 +78,7 @@ func imageLayout(image, workdir string) ([]string, error) {
 	for _, e := range entries {
 		dest := "/" + e.Name()
 		switch dest {
-		case "/proc", "/dev", "/tmp", "/sys":
+		case "/proc", "/dev", "/tmp", "/run", "/sys": // /run holds the egress folder
 			continue
 		case top:
 			if top != workdir {

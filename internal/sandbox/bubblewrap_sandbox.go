@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,20 +21,25 @@ import (
 type bubblewrapSandbox struct {
 	p       *BubblewrapProvider
 	id      string
-	hostDir string       // the workdir on the host; removed on Close
-	lock    *sandboxLock // held while any of the sandbox's host state exists
-	workdir string       // the workdir's path inside the sandbox
-	wd      *workdir
-	disk    diskBound
-	uid     int                 // the sandbox's host uid; -1 when the worker is not root
-	cred    *syscall.Credential // switches to uid; nil when the worker is not root
-	args    []string            // bwrap options shared by every Exec
-	etc     []etcFile           // synthesised /etc files, passed from fdEtc on
-	cg      *cgroup
-	rlimits []rlimit // set on each Exec's bwrap before it reads its options
-	info    Info
-	log     *slog.Logger
-	expiry  *time.Timer
+	hostDir string // the workdir on the host; removed on Close
+	// egressDir is bound read-only at egressMount; egressOn says AttachEgress filled it.
+	egressDir string
+	egressMu  sync.Mutex // guards info against AttachEgress
+	egressOn  atomic.Bool
+	image     string
+	lock      *sandboxLock // held while any of the sandbox's host state exists
+	workdir   string       // the workdir's path inside the sandbox
+	wd        *workdir
+	disk      diskBound
+	uid       int                 // the sandbox's host uid; -1 when the worker is not root
+	cred      *syscall.Credential // switches to uid; nil when the worker is not root
+	args      []string            // bwrap options shared by every Exec
+	etc       []etcFile           // synthesised /etc files, passed from fdEtc on
+	cg        *cgroup
+	rlimits   []rlimit // set on each Exec's bwrap before it reads its options
+	info      Info
+	log       *slog.Logger
+	expiry    *time.Timer
 
 	*calls
 
@@ -68,6 +74,9 @@ func (s *bubblewrapSandbox) cleanup(stop <-chan struct{}) error {
 	if err := unmountWorkdir(s.hostDir); err != nil {
 		errs = append(errs, err)
 	} else if err := removeTree(s.hostDir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(s.egressDir); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
@@ -114,7 +123,11 @@ func (s *bubblewrapSandbox) Close(ctx context.Context) error {
 }
 
 // Info describes the sandbox.
-func (s *bubblewrapSandbox) Info() Info { return s.info }
+func (s *bubblewrapSandbox) Info() Info {
+	s.egressMu.Lock()
+	defer s.egressMu.Unlock()
+	return s.info
+}
 
 // WriteFile creates or replaces a regular file in the workdir, creating parent folders.
 func (s *bubblewrapSandbox) WriteFile(ctx context.Context, name string, data []byte) error {

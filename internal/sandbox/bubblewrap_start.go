@@ -48,7 +48,7 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 		return nil, err
 	}
 	s := &bubblewrapSandbox{
-		p: p, id: id, hostDir: filepath.Join(p.root, id), lock: lock, workdir: workdir, disk: newDiskBound(lim.disk), uid: -1,
+		p: p, id: id, hostDir: filepath.Join(p.root, id), egressDir: filepath.Join(p.root, id+egressSuffix), image: spec.Image, lock: lock, workdir: workdir, disk: newDiskBound(lim.disk), uid: -1,
 		log:   p.log.With("sandbox_id", id, "job_id", spec.JobID),
 		calls: newCalls(),
 	}
@@ -85,6 +85,14 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 	} else if owner >= 0 {
 		if err := os.Chown(s.hostDir, owner, owner); err != nil {
 			return fmt.Errorf("sandbox: start: give %s to uid %d: %w", s.hostDir, owner, err)
+		}
+	}
+	if err := os.Mkdir(s.egressDir, 0o700); err != nil {
+		return fmt.Errorf("sandbox: start: make %s: %w", s.egressDir, err)
+	}
+	if owner >= 0 {
+		if err := os.Chown(s.egressDir, owner, owner); err != nil {
+			return fmt.Errorf("sandbox: start: give %s to uid %d: %w", s.egressDir, owner, err)
 		}
 	}
 	wd, err := openWorkdir(s.hostDir, owner, owner, p.diskMount)
@@ -150,10 +158,11 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 	if p.tmpSize {
 		args = append(args, "--size", strconv.FormatInt(lim.disk, 10))
 	}
+	// The egress folder is there from the start, empty until AttachEgress; the root is made
+	// read-only after each Exec's own binds (options).
 	args = append(args, "--tmpfs", "/tmp",
 		"--bind", s.hostDir, s.workdir,
-		"--remount-ro", "/",
-		"--clearenv")
+		"--ro-bind", s.egressDir, egressMount)
 	s.args = args
 
 	s.info = Info{

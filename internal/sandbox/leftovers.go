@@ -169,6 +169,9 @@ func (p *BubblewrapProvider) removeLeftover(id string) (bool, error) {
 			errs = append(errs, err)
 		}
 	}
+	if err := os.RemoveAll(dir + egressSuffix); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		if err := l.release(); err != nil {
 			errs = append(errs, err)
