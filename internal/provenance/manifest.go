@@ -47,6 +47,28 @@ type Manifest struct {
 	Timings   Timings       `json:"timings"`
 	Attempt   int           `json:"attempt"` // 1 for the first delivery
 	Worker    Worker        `json:"worker"`
+	// Egress is the job's network traffic through the worker's proxy; absent for a profile
+	// without a network.
+	Egress *Egress `json:"egress,omitempty"`
+}
+
+// Egress summarises what a job's sandbox reached through the egress proxy. It names the
+// secrets used, never their values.
+type Egress struct {
+	Requests    int64        `json:"requests"`
+	Denied      int64        `json:"denied"`
+	BytesOut    int64        `json:"bytes_out"`
+	BytesIn     int64        `json:"bytes_in"`
+	Hosts       []EgressHost `json:"hosts"`
+	SecretsUsed []string     `json:"secrets_used,omitempty"`
+}
+
+// EgressHost is the traffic to one allowed host.
+type EgressHost struct {
+	Host     string `json:"host"`
+	Requests int64  `json:"requests"`
+	BytesOut int64  `json:"bytes_out"`
+	BytesIn  int64  `json:"bytes_in"`
 }
 
 // Job is the job message as submitted, without its inputs' store URIs.

@@ -42,6 +42,7 @@ type ran struct {
 	// transcript is what the commit uploads: the spool's, or the line commitEnd writes for a
 	// job that ends without one.
 	transcript output
+	egress     *provenance.Egress // what the job's network carried; nil without one
 }
 
 // ended is how an attempt ended and what settle and commitEnd need of it.
@@ -113,10 +114,15 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 		return ended{outcome: classify(stagePrepare, err, context.Cause(ctx)), began: began}
 	}
 	defer r.closeSandbox(ctx, a, sb)
+	je, err := r.startEgress(ctx, a, sb)
+	if err != nil {
+		return ended{outcome: classify(stagePrepare, err, context.Cause(ctx)), began: began}
+	}
+	defer je.close()
 	if *sp, err = r.newSpool(); err != nil {
 		return ended{outcome: classify(stageRun, err, context.Cause(ctx)), began: began}
 	}
-	run, spent, err := r.run(ctx, a, sb, st, *sp)
+	run, spent, err := r.run(ctx, a, sb, je, st, *sp)
 	e := ended{outcome: classify(stageRun, err, context.Cause(ctx)), run: run, began: began}
 	// Only a run that ends here is committed: one that will be retried keeps nothing, and the
 	// last try of one that keeps failing leaves its transcript behind.
@@ -226,10 +232,11 @@ func (r *Runner) prepare(ctx context.Context, a *attempt) (sandbox.Sandbox, erro
 	return sb, nil
 }
 
-// run is the agent loop over the prepared sandbox, its transcript spooled to sp. It returns
-// what the run produced, the budget it kept in the status (for its last write), and the
-// agent's error, or a capError for a run a cap stopped.
-func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, st job.Status, sp *spool) (ran, *budget, error) {
+// run is the agent loop over the prepared sandbox, its transcript spooled to sp, and the
+// job's network through je (nil without one). It returns what the run produced, the budget it
+// kept in the status (for its last write), and the agent's error, or a capError for a run a
+// cap stopped.
+func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, je *jobEgress, st job.Status, sp *spool) (ran, *budget, error) {
 	j := a.job
 	inputs := make([]string, len(j.Inputs))
 	for i, in := range j.Inputs {
@@ -242,7 +249,7 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, st job
 		Profile:     a.profile,
 		Task:        j.Task,
 		Inputs:      inputs,
-		Sandbox:     r.timed(sb),
+		Sandbox:     r.timed(je.wrap(sb)),
 		Approver:    r.approver(a),
 		Spent:       spent.base,
 		Progress: func(e agent.Event) {
@@ -250,7 +257,8 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, st job
 		},
 		Transcript: sp,
 	})
-	run := ran{sandbox: sb.Info(), result: res, earlier: spent.base, transcript: sp.output()}
+	egressSeen := je.end(a.log, sp) // its lines go into the transcript before it is taken
+	run := ran{sandbox: sb.Info(), result: res, earlier: spent.base, transcript: sp.output(), egress: egressSeen}
 	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(res.Usage.PromptTokens))
 	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(res.Usage.CompletionTokens))
 	r.recordToolCalls(a, res)

@@ -40,6 +40,7 @@ func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, col
 		Timings: provenance.Timings{QueuedAt: a.d.Published, StartedAt: a.started, FinishedAt: time.Now()},
 		Attempt: a.d.Attempt,
 		Worker:  provenance.WorkerInfo(r.cfg.Worker.WorkerID),
+		Egress:  run.egress,
 	}
 	if res.Model != "" {
 		m.Model.Name = res.Model

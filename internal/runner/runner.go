@@ -13,6 +13,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/egress"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/provenance"
@@ -66,6 +67,12 @@ type Config struct {
 	// HeartbeatInterval is how often a running job tells the queue it is alive. Default: a
 	// third of the consumer's AckWait.
 	HeartbeatInterval time.Duration
+	// Egress is the worker-level setting of each networked job's proxy (its Metrics made once
+	// per worker); OnDecision and Logger are the runner's to set.
+	Egress egress.Config
+	// LookupEnv reads the worker's environment for profile secrets "from: env:NAME"
+	// (os.LookupEnv). Default: none set.
+	LookupEnv func(string) (string, bool)
 	// TempDir is where each running job's transcript is spooled (unlinked: nothing stays
 	// there). Default: os.TempDir().
 	TempDir string

@@ -19,6 +19,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/connflags"
+	"github.com/boxcar-run/boxcar/internal/egress"
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/modelgate"
 	"github.com/boxcar-run/boxcar/internal/provenance"
@@ -92,6 +93,8 @@ type parts struct {
 	modelURL  string
 	gate      *modelgate.Gate // the model endpoint's circuit breaker
 	signer    ed25519.PrivateKey
+	egress    egress.Config               // each networked job's proxy, worker-level
+	lookupEnv func(string) (string, bool) // profile secrets "from: env:NAME"
 	approvers provenance.Keyring
 }
 
@@ -194,6 +197,10 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 		return nil, src.Place(err)
 	}
 	if p.signer, err = signingKey(o, cfg, log); err != nil {
+		return nil, err
+	}
+	p.lookupEnv = func(k string) (string, bool) { v := o.Getenv(k); return v, v != "" }
+	if p.egress, err = egressConfig(cfg, p.modelURL, p.lookupEnv, p.metrics.Registry()); err != nil {
 		return nil, err
 	}
 	if p.approvers, err = approverKeys(o, cfg, log); err != nil {
@@ -328,6 +335,8 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 		SigningKey:    p.signer,
 		ApproverKeys:  p.approvers,
 		Logger:        p.log,
+		Egress:        p.egress,
+		LookupEnv:     p.lookupEnv,
 	})
 	return r, q, err
 }

@@ -1,0 +1,208 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/egress"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// maxDecisionLines bounds the egress decisions one attempt writes to the transcript; the rest
+// are counted in its egress_summary line (and all are in the manifest's summary).
+const maxDecisionLines = 1000
+
+// hostRoots are the host's CA bundles, the first found of them: a networked sandbox's
+// commands trust them, with the job's CA, through SSL_CERT_FILE and the like.
+var hostRoots = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"}
+
+// jobEgress is one attempt's network: the proxy serving the sandbox's egress listener, the
+// environment each command gets, and the decisions for the transcript.
+type jobEgress struct {
+	proxy *egress.Proxy
+	env   map[string]string
+	stop  func() // ends Serve and waits for it; safe to call twice
+
+	mu        sync.Mutex
+	decisions []egress.Decision
+	dropped   int
+}
+
+// startEgress gives the sandbox its job's proxy when the profile has a network; without one
+// the sandbox keeps none. A backend that cannot carry egress fails the job for good: no other
+// worker of this configuration can run it either.
+func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox) (*jobEgress, error) {
+	if a.profile.Network == nil {
+		return nil, nil
+	}
+	eg, ok := sb.(sandbox.Egress)
+	if !ok {
+		return nil, queue.Permanent("invalid_profile", fmt.Errorf("profile %s has a network, but the %s backend gives sandboxes none; run it on bubblewrap", a.job.Profile, r.cfg.Sandboxes.Backend()))
+	}
+	policy, err := r.egressPolicy(a.profile)
+	if err != nil {
+		return nil, queue.RetryAfter(time.Minute, err)
+	}
+	je := &jobEgress{}
+	cfg := r.cfg.Egress
+	cfg.OnDecision = je.record
+	cfg.Logger = a.log
+	p, err := egress.New(cfg, policy)
+	if err != nil {
+		return nil, queue.Permanent("invalid_profile", fmt.Errorf("egress of profile %s: %w", a.job.Profile, err))
+	}
+	ln, err := eg.AttachEgress(ctx, caBundle(p.CACertPEM(), cfg.UpstreamCAPEM))
+	if err != nil {
+		return nil, fmt.Errorf("attach egress: %w", err)
+	}
+	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.Serve(serveCtx, ln); err != nil {
+			a.log.WarnContext(serveCtx, "egress proxy stopped", "error", err)
+		}
+	}()
+	je.proxy, je.stop = p, sync.OnceFunc(func() { cancel(); <-done })
+	je.env = map[string]string{}
+	for _, kv := range p.Env(sandbox.EgressAddr, sandbox.EgressCAFile) {
+		k, v, _ := strings.Cut(kv, "=")
+		je.env[k] = v
+	}
+	return je, nil
+}
+
+// egressPolicy reads the profile's secrets now, so that a rotated value is used by the next
+// job; a value that cannot be read is retried later, on this worker or another.
+func (r *Runner) egressPolicy(p config.Profile) (egress.Policy, error) {
+	policy := egress.Policy{Allow: p.Network.Allow}
+	lookup := r.cfg.LookupEnv
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	for _, s := range p.Secrets {
+		v, err := config.ReadSecret(s.From, lookup)
+		if err != nil {
+			return egress.Policy{}, fmt.Errorf("secret %s: %w", s.Env, err)
+		}
+		policy.Secrets = append(policy.Secrets, egress.Secret{Env: s.Env, Value: v, Hosts: s.Hosts})
+	}
+	return policy, nil
+}
+
+// caBundle is what the sandbox's TLS clients trust: the job's CA, the host's roots and the
+// operator's upstream roots (for tunnels the proxy passes through untouched, the client checks
+// the upstream itself).
+func caBundle(jobCA, upstream []byte) []byte {
+	bundle := append([]byte(nil), jobCA...)
+	for _, name := range hostRoots {
+		if data, err := os.ReadFile(name); err == nil {
+			bundle = append(append(bundle, '\n'), data...)
+			break
+		}
+	}
+	if len(upstream) > 0 {
+		bundle = append(append(bundle, '\n'), upstream...)
+	}
+	return bundle
+}
+
+// close stops the proxy on any way out of the attempt (endEgress may not have run).
+func (je *jobEgress) close() {
+	if je != nil {
+		je.stop()
+	}
+}
+
+func (je *jobEgress) record(d egress.Decision) {
+	je.mu.Lock()
+	defer je.mu.Unlock()
+	if len(je.decisions) >= maxDecisionLines {
+		je.dropped++
+		return
+	}
+	je.decisions = append(je.decisions, d)
+}
+
+// wrap gives every command of sb the proxy's environment; without egress, sb as it is.
+func (je *jobEgress) wrap(sb sandbox.Sandbox) sandbox.Sandbox {
+	if je == nil {
+		return sb
+	}
+	return egressEnv{Sandbox: sb, env: je.env}
+}
+
+// egressEnv sets the proxy's variables on each command, over any of the request's own.
+type egressEnv struct {
+	sandbox.Sandbox
+	env map[string]string
+}
+
+func (s egressEnv) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	env := maps.Clone(req.Env)
+	if env == nil {
+		env = make(map[string]string, len(s.env))
+	}
+	maps.Copy(env, s.env)
+	req.Env = env
+	return s.Sandbox.Exec(ctx, req)
+}
+
+// end stops the proxy, appends its decisions to the transcript sp, as data: one "egress"
+// line each, then one "egress_summary" line, and returns the summary for the manifest (nil
+// without egress).
+func (je *jobEgress) end(log *slog.Logger, sp *spool) *provenance.Egress {
+	if je == nil {
+		return nil
+	}
+	je.stop()
+	je.mu.Lock()
+	defer je.mu.Unlock()
+	var errs []error
+	for _, d := range je.decisions {
+		errs = append(errs, writeLine(sp, struct {
+			Type string `json:"type"`
+			egress.Decision
+		}{"egress", d}))
+	}
+	errs = append(errs, writeLine(sp, struct {
+		Type string `json:"type"`
+		Time string `json:"time"`
+		egress.Summary
+		DroppedLines int `json:"dropped_lines,omitempty"`
+	}{"egress_summary", time.Now().UTC().Format(time.RFC3339Nano), je.proxy.Summary(), je.dropped}))
+	if err := errors.Join(errs...); err != nil {
+		log.Warn("egress decisions not all in the transcript", "error", err)
+	}
+	return je.manifest()
+}
+
+func writeLine(s *spool, v any) error {
+	line, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = s.Write(append(line, '\n'))
+	return err
+}
+
+// manifest is the summary of what the job's network carried, for the manifest.
+func (je *jobEgress) manifest() *provenance.Egress {
+	s := je.proxy.Summary()
+	m := &provenance.Egress{Requests: s.Requests, Denied: s.Denied, BytesOut: s.BytesOut, BytesIn: s.BytesIn, SecretsUsed: s.Secrets}
+	for _, h := range s.Hosts {
+		m.Hosts = append(m.Hosts, provenance.EgressHost{Host: h.Host, Requests: h.Requests, BytesOut: h.BytesOut, BytesIn: h.BytesIn})
+	}
+	return m
+}

@@ -1,0 +1,83 @@
+package workercmd
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/egress"
+)
+
+// egressConfig is the worker-level setting of every networked job's proxy: the config's egress
+// section, the worker's own endpoints (never reachable through a proxy) and the metrics. It
+// also reads each profile's secrets once, so that one that cannot be read stops the worker at
+// start instead of failing its jobs later.
+func egressConfig(cfg config.Config, modelURL string, lookupEnv func(string) (string, bool), reg prometheus.Registerer) (egress.Config, error) {
+	e := cfg.Egress
+	ec := egress.Config{
+		ResolverAddr: e.Resolver,
+		Limits: egress.Limits{
+			MaxRequests: e.Limits.MaxRequests, MaxBytes: e.Limits.MaxBytes, MaxTunnels: e.Limits.MaxTunnels,
+			MaxHeaderBytes: e.Limits.MaxHeaderBytes, HeaderTimeout: time.Duration(e.Limits.HeaderTimeout),
+			DialTimeout: time.Duration(e.Limits.DialTimeout), IdleTimeout: time.Duration(e.Limits.IdleTimeout),
+		},
+		WorkerEndpoints: workerEndpoints(cfg, modelURL),
+		Metrics:         egress.NewMetrics(reg),
+	}
+	if e.UpstreamCA != "" {
+		pem, err := os.ReadFile(e.UpstreamCA)
+		if err != nil {
+			return egress.Config{}, fmt.Errorf("egress.upstream_ca: %w", err)
+		}
+		ec.UpstreamCAPEM = pem
+	}
+	for _, c := range e.DeniedCIDRs {
+		ec.DeniedCIDRs = append(ec.DeniedCIDRs, netip.MustParsePrefix(c)) // config.Validate checked them
+	}
+	for _, c := range e.AllowedCIDRs {
+		ec.AllowedCIDRs = append(ec.AllowedCIDRs, netip.MustParsePrefix(c))
+	}
+	names := make([]string, 0, len(cfg.Profiles))
+	for name := range cfg.Profiles {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for _, s := range cfg.Profiles[name].Secrets {
+			if _, err := config.ReadSecret(s.From, lookupEnv); err != nil {
+				return egress.Config{}, fmt.Errorf("profiles.%s: secret %s: %w", name, s.Env, err)
+			}
+		}
+	}
+	return ec, nil
+}
+
+// workerEndpoints are the host:port of NATS, the store and the model, as the worker reaches them.
+func workerEndpoints(cfg config.Config, modelURL string) []string {
+	var out []string
+	add := func(raw, defaultPort string) {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || u.Hostname() == "" {
+			return
+		}
+		port := u.Port()
+		if port == "" {
+			port = defaultPort
+		}
+		out = append(out, net.JoinHostPort(u.Hostname(), port))
+	}
+	for _, n := range strings.Split(cfg.NATS.URL, ",") {
+		add(n, "4222")
+	}
+	add(cfg.Store.Endpoint, "443")
+	add(modelURL, "443")
+	return out
+}
