@@ -17,9 +17,10 @@ import (
 
 var _ Egress = (*bubblewrapSandbox)(nil)
 
-// egressSuffix names the host folder beside a sandbox's workdir that is bound read-only at
-// egressMount in every Exec from the start: it holds the proxy's socket and CA once egress is
-// attached, and is empty until then.
+// egressSuffix names the host folder beside a sandbox's workdir that holds the proxy's socket
+// and CA. It is made when the sandbox starts, so that egress can be attached to a sandbox
+// started before its job was known, and bound read-only at egressMount in each Exec once it
+// is attached: before that a sandbox's mounts are what they were without egress.
 const egressSuffix = ".egress"
 
 // networkIsolation is what the manifest's isolation says once egress is attached.

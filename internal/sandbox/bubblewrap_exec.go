@@ -269,7 +269,7 @@ func (s *bubblewrapSandbox) options(req ExecRequest, chdir string, bridge bool) 
 	}
 	add(s.args...)
 	if bridge {
-		add("--ro-bind", s.p.bridgeCopy, bridgePath)
+		add("--ro-bind", s.egressDir, egressMount, "--ro-bind", s.p.bridgeCopy, bridgePath)
 	}
 	add("--remount-ro", "/", "--clearenv")
 	for _, k := range slices.Sorted(maps.Keys(env)) {

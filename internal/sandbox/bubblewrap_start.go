@@ -158,11 +158,9 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 	if p.tmpSize {
 		args = append(args, "--size", strconv.FormatInt(lim.disk, 10))
 	}
-	// The egress folder is there from the start, empty until AttachEgress; the root is made
-	// read-only after each Exec's own binds (options).
+	// The root is made read-only after each Exec's own binds (options).
 	args = append(args, "--tmpfs", "/tmp",
-		"--bind", s.hostDir, s.workdir,
-		"--ro-bind", s.egressDir, egressMount)
+		"--bind", s.hostDir, s.workdir)
 	s.args = args
 
 	s.info = Info{
