@@ -78,3 +78,8 @@ func TestBubblewrapEgress(t *testing.T) {
 		t.Errorf("cat of stdin through the bridge: %q, %v", res.Stdout, err)
 	}
 }
+
+// TestBubblewrapEgressConformance runs the egress conformance suite against bubblewrap.
+func TestBubblewrapEgressConformance(t *testing.T) {
+	sandboxtest.RunEgress(t, sandboxtest.Bubblewrap(t))
+}
