@@ -1,0 +1,270 @@
+package runner_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/egress"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+const egressProfiles = `
+concurrency: 1
+nats: {ack_wait: 2s, max_deliver: 3, retry_backoff: 200ms}
+profiles:
+  p:
+    model: {name: m}
+    tools: [{name: read_file}]
+  net:
+    model: {name: m}
+    tools: [{name: read_file}]
+    network: {allow: [api.boxcar.test]}
+    secrets: [{env: API_TOKEN, from: 'env:BOXCAR_TEST_API_TOKEN', hosts: [api.boxcar.test]}]
+`
+
+// egressSandbox is a fake sandbox with egress: its commands are one HTTPS request, made with
+// the command's environment through the listener AttachEgress returned.
+type egressSandbox struct {
+	*fakeSandbox
+	mu  sync.Mutex
+	ln  net.Listener
+	ca  []byte
+	env map[string]string
+}
+
+func (s *egressSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ln, s.ca = ln, caPEM
+	return ln, nil
+}
+
+func (s *egressSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	s.mu.Lock()
+	s.env = req.Env
+	addr, ca := s.ln.Addr().String(), s.ca
+	s.mu.Unlock()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	proxy := &url.URL{Scheme: "http", Host: addr} // where the sandbox's 127.0.0.1:3128 leads
+	client := &http.Client{Transport: &http.Transport{
+		Proxy:           http.ProxyURL(proxy),
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+	}}
+	hreq, _ := http.NewRequestWithContext(ctx, http.MethodGet, req.Argv[0], nil)
+	hreq.Header.Set("Authorization", "Bearer "+req.Env["API_TOKEN"])
+	resp, err := client.Do(hreq)
+	if err != nil {
+		return sandbox.ExecResult{ExitCode: 1, Stderr: []byte(err.Error())}, nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return sandbox.ExecResult{Stdout: body}, nil
+}
+
+type egressProvider struct {
+	fakeProvider
+	last *egressSandbox
+}
+
+func (p *egressProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, _ := p.fakeProvider.Start(ctx, spec)
+	p.last = &egressSandbox{fakeSandbox: sb.(*fakeSandbox)}
+	return p.last, nil
+}
+
+// stubResolver answers the test's names; anything else does not resolve.
+type stubResolver map[string]netip.Addr
+
+func (r stubResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := r[host]; ok {
+		return []netip.Addr{a}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// toServer dials the test's loopback server whatever checked address the proxy asks for, so
+// that no packet leaves loopback.
+type toServer string
+
+func (s toServer) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, network, string(s))
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]byte(nil), b.b.Bytes()...)
+}
+
+// selfSigned is a certificate for name that is its own root.
+func selfSigned(t *testing.T, name string) (tls.Certificate, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestEgressWiring: a job of a profile with a network gets its proxy: the command's
+// environment names the proxy and a placeholder, the upstream gets the real value over TLS,
+// the transcript holds the decision and the manifest the summary, and neither they, the
+// report, the logs nor the metrics hold the real value.
+func TestEgressWiring(t *testing.T) {
+	const secret = "real-api-token-0123456789abcdef"
+	var seen []string
+	var mu sync.Mutex
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		_, _ = w.Write([]byte("answer"))
+	}))
+	cert, upCA := selfSigned(t, "api.boxcar.test")
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+
+	b := setup(t)
+	cfg, err := config.Parse([]byte(egressProfiles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cfg = cfg
+	var logs syncBuffer
+	p := &egressProvider{}
+	w := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		res, err := req.Sandbox.Exec(ctx, sandbox.ExecRequest{Argv: []string{"https://api.boxcar.test/v1"}})
+		if err != nil || string(res.Stdout) != "answer" {
+			return agent.Result{}, errors.New("the request through the proxy failed: " + string(res.Stderr))
+		}
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) {
+		c.Sandboxes = p
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.LookupEnv = func(k string) (string, bool) { return secret, k == "BOXCAR_TEST_API_TOKEN" }
+		c.Egress = egress.Config{
+			Resolver:      stubResolver{"api.boxcar.test": netip.MustParseAddr("198.18.0.10")},
+			Dialer:        toServer(up.Listener.Addr().String()),
+			AllowedCIDRs:  []netip.Prefix{netip.MustParsePrefix("198.18.0.10/32")},
+			UpstreamCAPEM: upCA,
+		}
+	})
+	j := b.submit("net")
+	if st := b.waitFinal(j.ID, time.Minute); st.State != job.StateSucceeded {
+		t.Fatalf("job ended %s: %s", st.State, st.Error)
+	}
+	env := p.last.env
+	if env["HTTPS_PROXY"] != "http://"+sandbox.EgressAddr || env["API_TOKEN"] == "" || env["API_TOKEN"] == secret || env["SSL_CERT_FILE"] != sandbox.EgressCAFile {
+		t.Errorf("the command's environment names no proxy, CA or placeholder (HTTPS_PROXY %q, SSL_CERT_FILE %q, API_TOKEN is the real value: %v)",
+			env["HTTPS_PROXY"], env["SSL_CERT_FILE"], env["API_TOKEN"] == secret)
+	}
+	mu.Lock()
+	if len(seen) != 1 || seen[0] != "Bearer "+secret {
+		t.Errorf("the upstream saw %d requests, the first with the real value: %v", len(seen), len(seen) == 1 && seen[0] == "Bearer "+secret)
+	}
+	mu.Unlock()
+
+	m := b.manifest(j.ID).Predicate.Egress
+	if m == nil || len(m.Hosts) != 1 || m.Hosts[0].Host != "api.boxcar.test" || m.Hosts[0].Requests != 2 || len(m.SecretsUsed) != 1 || m.SecretsUsed[0] != "API_TOKEN" {
+		t.Errorf("manifest egress %+v; want two requests to api.boxcar.test (the CONNECT and the GET inside the terminated tunnel) using API_TOKEN", m)
+	}
+	transcript := b.runFile(j.ID, "transcript.jsonl")
+	if !bytes.Contains(transcript, []byte(`"type":"egress"`)) || !bytes.Contains(transcript, []byte(`"type":"egress_summary"`)) {
+		t.Errorf("the transcript holds no egress decision and summary:\n%s", transcript)
+	}
+	var metricsText bytes.Buffer
+	mfs, _ := w.m.Registry().Gather()
+	for _, mf := range mfs {
+		metricsText.WriteString(mf.String())
+	}
+	for name, data := range map[string][]byte{
+		"transcript": transcript, "report": b.runFile(j.ID, "report.md"), "manifest": mustJSON(t, b.manifest(j.ID)),
+		"logs": logs.Bytes(), "metrics": metricsText.Bytes(),
+	} {
+		if bytes.Contains(data, []byte(secret)) {
+			t.Errorf("the %s holds the real secret", name)
+		}
+	}
+}
+
+// TestEgressNeedsABackendWithIt: a profile with a network on a backend that gives sandboxes
+// none fails at once, for good, saying so.
+func TestEgressNeedsABackendWithIt(t *testing.T) {
+	b := setup(t)
+	cfg, err := config.Parse([]byte(egressProfiles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cfg = cfg
+	b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.LookupEnv = func(string) (string, bool) { return "x", true }
+	})
+	j := b.submit("net")
+	st := b.waitFinal(j.ID, time.Minute)
+	if st.State != job.StateFailed || st.Attempt != 1 || !strings.Contains(st.Error, "gives sandboxes none") {
+		t.Errorf("job ended %s at attempt %d: %q; want failed at the first, naming the backend", st.State, st.Attempt, st.Error)
+	}
+}
