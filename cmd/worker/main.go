@@ -11,13 +11,10 @@ import (
 	"syscall"
 
 	"github.com/boxcar-run/boxcar/internal/cli"
-	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
 func main() {
-	// In a sandbox with egress this binary is the egress bridge in front of each command.
-	sandbox.RunBridge()
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

@@ -95,3 +95,49 @@ func median(d []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkBubblewrapEgressLifecycle is row 11: a sandbox's life with networking on (Start,
+// AttachEgress, Exec `true` behind the egress bridge, Close) against the same with networking
+// off, alternating, one of each per iteration. What egress adds: the socket and CA in the
+// egress folder, two more binds and the bridge (a Go process that listens and starts the
+// command) in front of every command. The proxy itself is rows 8-10.
+func BenchmarkBubblewrapEgressLifecycle(b *testing.B) {
+	p := sandboxtest.Bubblewrap(b)
+	ctx := context.Background()
+	spec := sandboxtest.Spec("bench", config.SandboxSpec{})
+	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second}
+	life := func(network bool) time.Duration {
+		begin := time.Now()
+		sb, err := p.Start(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if network {
+			ln, err := sb.(sandbox.Egress).AttachEgress(ctx, []byte("ca"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+		}
+		res, err := sb.Exec(ctx, req)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec true: %v, exit %d, stderr %q", err, res.ExitCode, res.Stderr)
+		}
+		if err := sb.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(begin)
+	}
+	life(true) // places the bridge binary once
+	life(false)
+	var on, off []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		on, off = append(on, life(true)), append(off, life(false))
+	}
+	b.StopTimer()
+	x, y := median(on), median(off)
+	b.ReportMetric(float64(x)/1e6, "network-ms/op")
+	b.ReportMetric(float64(y)/1e6, "none-ms/op")
+	b.ReportMetric(float64(x)/float64(y), "x-of-none")
+}

@@ -51,8 +51,8 @@ type BubblewrapConfig struct {
 	// and then NewBubblewrap fails on such a host, since every profile has a disk bound.
 	DiskBestEffort bool
 	// BridgePath is the egress bridge, the binary run in front of each command of a sandbox
-	// with egress (bridge.go); it must call RunBridge first thing. Default: this process's own
-	// executable.
+	// with egress (package bridge, which every binary linking this package holds). Default:
+	// this process's own executable.
 	BridgePath string
 
 	// noDiskMount walks the workdir even where a tmpfs could be mounted (benchmarks' baseline).

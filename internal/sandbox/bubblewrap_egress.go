@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox/bridge"
 )
 
 var _ Egress = (*bubblewrapSandbox)(nil)
@@ -27,7 +29,7 @@ const egressSuffix = ".egress"
 const networkIsolation = "network=loopback+egress(" + EgressAddr + " bridged to the worker's proxy socket)"
 
 // AttachEgress puts the proxy's socket and CA in the sandbox's egress folder. From the next
-// Exec on, the egress bridge runs in front of each command (bridge.go).
+// Exec on, the egress bridge (package bridge) runs in front of each command.
 func (s *bubblewrapSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net.Listener, error) {
 	id, err := s.begin(nil)
 	if err != nil {
@@ -169,5 +171,5 @@ func copyExecutable(src *os.File, dst string) error {
 
 // bridgeArgv is argv run behind the egress bridge.
 func bridgeArgv(argv []string) []string {
-	return append([]string{bridgePath, bridgeArg}, argv...)
+	return append([]string{bridge.Path, bridge.Arg}, argv...)
 }

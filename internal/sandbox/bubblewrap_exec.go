@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox/bridge"
 )
 
 // Causes of a command's end that the result reports.
@@ -63,7 +65,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		unix.Close(fd)
 	}
 
-	bridge := s.egressOn.Load() // read once: the descriptors, options and argv must agree
+	bridged := s.egressOn.Load() // read once: the descriptors, options and argv must agree
 	inv, err := s.prepare()
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
@@ -80,7 +82,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	stdout := &cappedBuffer{max: maxOut}
 	stderr := &cappedBuffer{max: maxOut}
 	argv := req.Argv
-	if bridge {
+	if bridged {
 		argv = bridgeArgv(argv)
 	}
 	cmd := exec.CommandContext(runCtx, s.p.bwrap, append([]string{"--args", strconv.Itoa(fdArgs), "--"}, argv...)...)
@@ -107,7 +109,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		return ExecResult{}, fmt.Errorf("sandbox: exec %s: start %s: %w", name, s.p.bwrap, err)
 	}
 	inv.closeChildEnds()
-	if err := s.release(inv, cmd.Process.Pid, s.options(req, path.Join(s.workdir, dir), bridge)); err != nil && runCtx.Err() == nil {
+	if err := s.release(inv, cmd.Process.Pid, s.options(req, path.Join(s.workdir, dir), bridged)); err != nil && runCtx.Err() == nil {
 		// The command could not be bounded, or bwrap died early: it must not run.
 		cancel(err)
 		_ = cmd.Wait()
@@ -257,7 +259,7 @@ func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelC
 
 // options are this Exec's bwrap options: the sandbox's, the bridge binary when egress is
 // attached, then the environment and the folder.
-func (s *bubblewrapSandbox) options(req ExecRequest, chdir string, bridge bool) []byte {
+func (s *bubblewrapSandbox) options(req ExecRequest, chdir string, bridged bool) []byte {
 	env := map[string]string{"PATH": defaultPATH, "HOME": s.workdir, "LANG": "C.UTF-8"}
 	maps.Copy(env, req.Env)
 	var b bytes.Buffer
@@ -268,8 +270,8 @@ func (s *bubblewrapSandbox) options(req ExecRequest, chdir string, bridge bool) 
 		}
 	}
 	add(s.args...)
-	if bridge {
-		add("--ro-bind", s.egressDir, egressMount, "--ro-bind", s.p.bridgeCopy, bridgePath)
+	if bridged {
+		add("--ro-bind", s.egressDir, egressMount, "--ro-bind", s.p.bridgeCopy, bridge.Path)
 	}
 	add("--remount-ro", "/", "--clearenv")
 	for _, k := range slices.Sorted(maps.Keys(env)) {

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"net"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox/bridge"
 )
 
 // Inside every sandbox with egress, commands reach the worker's proxy at EgressAddr, and find
@@ -10,7 +12,7 @@ import (
 // the same on every backend, so the environment a command gets (HTTP_PROXY and the rest) does
 // not depend on where it runs.
 const (
-	EgressAddr   = "127.0.0.1:3128"
+	EgressAddr   = bridge.ListenAddr
 	EgressCAFile = egressMount + "/ca.pem"
 	egressMount  = "/run/boxcar/egress"
 )

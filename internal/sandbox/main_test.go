@@ -3,15 +3,12 @@ package sandbox_test
 import (
 	"testing"
 
-	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	"k8s.io/klog/v2"
 )
 
 func TestMain(m *testing.M) {
-	// This test binary is the egress bridge of the sandboxes it starts (bridge.go).
-	sandbox.RunBridge()
 	// client-go logs, through klog, each exec stream whose ctx ended it; these tests end many
 	// on purpose.
 	klog.SetLogger(logr.Discard())
