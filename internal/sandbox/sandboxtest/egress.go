@@ -268,37 +268,74 @@ func (s *egressSuite) testBypass(t *testing.T) {
 			}
 		}
 	}
-	for _, tt := range []struct {
+	epPort := s.endpoint[strings.LastIndex(s.endpoint, ":")+1:]
+	mapped := fmt.Sprintf("::ffff:%x:%x", uint16(ip32>>16), uint16(ip32))
+	tests := []struct {
 		name, script string
 		edit         func(map[string]string)
+		want         string // when set, the output must say it (the proxy's refusal, counted)
 	}{
-		{"direct TCP to the namespace", curl + "--noproxy '*' http://" + dotted + ":8080/", nil},
-		{"direct TCP from python", `python3 -c "import socket; socket.create_connection(('` + dotted + `', 8080), timeout=10)"`, nil},
-		{"direct TCP to the host's end", curl + "--noproxy '*' http://" + host + "/", nil},
-		{"UDP to the namespace's DNS port", `python3 -c "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('` + dotted + `', 53))"`, nil},
-		{"DNS lookup of the allowed host", "getent hosts " + indexHost, nil},
-		{"proxy variables unset", curl + "https://" + indexHost + "/hello", unset},
-		{"dotted IP literal", curl + "http://" + dotted + ":8080/", nil},
-		{"dotted IP literal on an allowed port", curl + "https://" + dotted + "/hello", nil},
-		{"decimal IP literal", curl + "http://" + strconv.FormatUint(uint64(ip32), 10) + ":8080/", nil},
-		{"octal IP literal", curl + "http://" + octal + ":8080/", nil},
-		{"hex IP literal", curl + "http://" + hexa + ":8080/", nil},
-		{"IPv4-mapped IPv6 literal", curl + "-g http://[::ffff:" + dotted + "]:8080/", nil},
-		{"tunnel to an IP literal", curl + "-p http://" + dotted + ":22/", nil},
-		{"tunnel to the worker's endpoint", curl + "-p http://" + s.endpoint + "/", nil},
-		{"forward to the worker's endpoint", curl + "http://" + s.endpoint + "/", nil},
-		{"name resolving to loopback", curl + "http://loop.boxcar.test:" + s.endpoint[strings.LastIndex(s.endpoint, ":")+1:] + "/", nil},
-		{"name resolving to the host's own address", curl + "http://own.boxcar.test:" + strconv.Itoa(s.hostPort) + "/", nil},
-		{"allowed host on a port not allowed", curl + "https://" + otherHost + ":8080/", nil},
-		{"host not allowed", curl + "https://example.com/", nil},
-		{"Host differs from the target", curl + "-H 'Host: " + dotted + ":8080' http://" + indexHost + "/hello", nil},
-		{"SNI differs from the CONNECT host", curl + "--connect-to " + otherHost + ":443:" + dotted + ":22 -p https://" + otherHost + "/", nil},
+		{"direct TCP to the namespace", curl + "--noproxy '*' http://" + dotted + ":8080/", nil, ""},
+		{"direct TCP from python", `python3 -c "import socket; socket.create_connection(('` + dotted + `', 8080), timeout=10)"`, nil, ""},
+		{"direct TCP to the host's end", curl + "--noproxy '*' http://" + host + "/", nil, ""},
+		{"UDP to the namespace's DNS port", `python3 -c "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('` + dotted + `', 53))"`, nil, ""},
+		{"DNS lookup of the allowed host", "getent hosts " + indexHost, nil, ""},
+		{"proxy variables unset", curl + "https://" + indexHost + "/hello", unset, ""},
+		{"dotted IP literal", curl + "http://" + dotted + ":8080/", nil, ""},
+		{"dotted IP literal on an allowed port", curl + "https://" + dotted + "/hello", nil, ""},
+		{"decimal IP literal", curl + "http://" + strconv.FormatUint(uint64(ip32), 10) + ":8080/", nil, ""},
+		{"octal IP literal", curl + "http://" + octal + ":8080/", nil, ""},
+		{"hex IP literal", curl + "http://" + hexa + ":8080/", nil, ""},
+		{"IPv4-mapped IPv6 literal", curl + "-g http://[::ffff:" + dotted + "]:8080/", nil, ""},
+		{"tunnel to an IP literal", curl + "-p http://" + dotted + ":22/", nil, ""},
+		{"tunnel to the worker's endpoint", curl + "-p http://" + s.endpoint + "/", nil, ""},
+		{"forward to the worker's endpoint", curl + "http://" + s.endpoint + "/", nil, ""},
+		{"name resolving to loopback", curl + "http://loop.boxcar.test:" + s.endpoint[strings.LastIndex(s.endpoint, ":")+1:] + "/", nil, ""},
+		{"name resolving to the host's own address", curl + "http://own.boxcar.test:" + strconv.Itoa(s.hostPort) + "/", nil, ""},
+		{"allowed host on a port not allowed", curl + "https://" + otherHost + ":8080/", nil, ""},
+		{"host not allowed", curl + "https://example.com/", nil, ""},
+		{"Host differs from the target", curl + "-H 'Host: " + dotted + ":8080' http://" + indexHost + "/hello", nil, ""},
+		{"SNI differs from the CONNECT host", curl + "--connect-to " + otherHost + ":443:" + dotted + ":22 -p https://" + otherHost + "/", nil, ""},
 		{"raw CONNECT on the proxy socket", `python3 -c "
 import socket
 s = socket.socket(socket.AF_UNIX); s.connect('` + "/run/boxcar/egress/proxy.sock" + `')
 s.sendall(b'CONNECT ` + dotted + `:8080 HTTP/1.1\r\nHost: ` + dotted + `:8080\r\n\r\n')
-print(s.recv(100).decode().split('\r\n')[0])"`, nil},
-	} {
+print(s.recv(100).decode().split('\r\n')[0])"`, nil, ""},
+		{"direct TCP to the worker's endpoint port", `python3 -c "import socket; socket.create_connection(('127.0.0.1', ` + epPort + `), timeout=10)"`, nil, ""},
+		{"direct TCP to an IPv4-mapped literal", curl + "--noproxy '*' -g http://[::ffff:" + dotted + "]:8080/", nil, ""},
+		{"IPv4-mapped literal in hex", curl + "-g http://[" + mapped + "]:8080/", nil, ""},
+		{"NAT64 literal", curl + "-g http://[64:ff9b::" + dotted + "]:8080/", nil, ""},
+		{"IPv4-compatible literal", curl + "-g http://[::" + dotted + "]:8080/", nil, ""},
+		{"userinfo naming the allowed host", curl + "http://" + indexHost + "@" + dotted + ":8080/", nil, ""},
+		{"allowed name on a port of the other host not allowed", curl + "-p http://" + otherHost + ":22/", nil, ""},
+		{"tunnel to the proxy's own address", curl + "-p http://" + sandbox.EgressAddr + "/", nil, ""},
+		{"IP literal target with the allowed Host", curl + "-H 'Host: " + indexHost + "' http://" + dotted + ":8080/", nil, ""},
+		{"CL and TE smuggling a second request", rawProxy(`POST http://` + indexHost + `/hello HTTP/1.1\r\nHost: ` + indexHost + `\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET http://` + dotted + `:8080/ HTTP/1.1\r\nHost: ` + dotted + `:8080\r\n\r\n`), nil, ""},
+		{"oversize header", rawProxy(`GET http://` + indexHost + `/hello HTTP/1.1\r\nHost: ` + indexHost + `\r\nX-Big: ' + 'a' * 70000 + '\r\n\r\n`), nil, ""},
+		{"slow client", `python3 -c "
+import socket, time
+s = socket.create_connection(('127.0.0.1', 3128))
+s.sendall(b'GET http://` + dotted + `:8080/ HTTP/1.1\r\n')
+time.sleep(7)
+try:
+    s.sendall(b'Host: ` + dotted + `:8080\r\n\r\n'); print(s.recv(100).decode().split('\r\n')[0])
+except OSError as e:
+    print('closed', e)"`, nil, ""},
+		{"more tunnels than the cap", `python3 -c "
+import socket
+conns, refused = [], 0
+for i in range(12):
+    s = socket.create_connection(('127.0.0.1', 3128)); conns.append(s)
+    s.sendall(b'CONNECT ` + otherHost + `:443 HTTP/1.1\r\nHost: ` + otherHost + `:443\r\n\r\n')
+for s in conns:
+    try:
+        line = s.recv(100).decode().split('\r\n')[0]
+    except OSError:
+        line = ''
+    refused += ' 200 ' not in line + ' '
+print('capped' if refused >= 4 else 'refused=%d' % refused)"`, nil, "capped"},
+	}
+	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var res sandbox.ExecResult
 			if tt.edit != nil {
@@ -307,11 +344,28 @@ print(s.recv(100).decode().split('\r\n')[0])"`, nil},
 				res = s.sh(t, tt.script)
 			}
 			out := string(res.Stdout)
-			if strings.Contains(out, "hello from") || strings.Contains(out, " 200 ") {
+			t.Logf("exit %d, stdout %q", res.ExitCode, strings.TrimSpace(out))
+			switch {
+			case tt.want != "" && !strings.Contains(out, tt.want):
+				t.Errorf("exit %d, stdout %q, want %q; stderr %s", res.ExitCode, out, tt.want, res.Stderr)
+			case tt.want == "" && (strings.Contains(out, "hello from") || strings.Contains(out, " 200 ")):
 				t.Errorf("got through: exit %d, stdout %q", res.ExitCode, out)
 			}
 		})
 	}
+}
+
+// rawProxy is a script that sends request (a Python string body) to the proxy as is and
+// prints the first line of the answer.
+func rawProxy(request string) string {
+	return `python3 -c "
+import socket
+s = socket.create_connection(('127.0.0.1', 3128), timeout=20)
+s.sendall(('` + request + `').encode())
+try:
+    print(s.recv(200).decode(errors='replace').split('\r\n')[0])
+except OSError as e:
+    print('closed', e)"`
 }
 
 // testNoSecret scans what the sandbox can see (its environment, every /proc/*/environ, its
