@@ -229,7 +229,7 @@ func checkSource(from string) error {
 			return fmt.Errorf("%q: file: takes an absolute path", from)
 		}
 	default:
-		return fmt.Errorf("%q: the source must start with env: or file:", from)
+		return fmt.Errorf("%q: name the source as env:NAME or file:/absolute/path", from)
 	}
 	return nil
 }

@@ -51,7 +51,7 @@ func (s *bubblewrapSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net
 	if err := writeOwned(filepath.Join(s.egressDir, "ca.pem"), caPEM, 0o644, owner); err != nil {
 		return nil, fmt.Errorf("sandbox: attach egress: write the CA: %w", err)
 	}
-	ln, err := listenOwned(s.egressDir, "proxy.sock", owner)
+	ln, err := listenOwned(ctx, s.egressDir, "proxy.sock", owner)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: attach egress: %w", err)
 	}
@@ -74,21 +74,23 @@ func writeOwned(name string, data []byte, mode os.FileMode, owner int) error {
 // listenOwned listens on a unix socket dir/name that only owner (the sandbox's uid) may
 // connect to. It binds through /proc/self/fd, so a long Root cannot push the path past the
 // 108 bytes a socket address holds.
-func listenOwned(dir, name string, owner int) (net.Listener, error) {
+func listenOwned(ctx context.Context, dir, name string, owner int) (net.Listener, error) {
 	d, err := os.Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
 	short := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + name
-	ln, err := net.Listen("unix", short)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "unix", short)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", filepath.Join(dir, name), err)
 	}
 	// The folder goes with the sandbox; the short path stops meaning anything once d closes.
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	full := filepath.Join(dir, name)
-	if err := os.Chmod(full, 0o600); err == nil && owner >= 0 {
+	err = os.Chmod(full, 0o600)
+	if err == nil && owner >= 0 {
 		err = os.Chown(full, owner, owner)
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"net"
@@ -45,14 +46,15 @@ func NewNetns(t testing.TB) *Netns {
 	host, peer := "bxh"+fmt.Sprintf("%x", b), "bxn"+fmt.Sprintf("%x", b)
 	run := func(args ...string) {
 		t.Helper()
-		if out, err := exec.Command(ip, args...).CombinedOutput(); err != nil {
+		if out, err := exec.CommandContext(context.Background(), ip, args...).CombinedOutput(); err != nil {
 			t.Fatalf("testnet: ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
 	run("netns", "add", n.Name)
-	t.Cleanup(func() { _ = exec.Command(ip, "netns", "del", n.Name).Run() })
+	// Cleanups run after the test's context has ended.
+	t.Cleanup(func() { _ = exec.CommandContext(context.Background(), ip, "netns", "del", n.Name).Run() })
 	run("link", "add", host, "type", "veth", "peer", "name", peer, "netns", n.Name)
-	t.Cleanup(func() { _ = exec.Command(ip, "link", "del", host).Run() })
+	t.Cleanup(func() { _ = exec.CommandContext(context.Background(), ip, "link", "del", host).Run() })
 	run("addr", "add", n.HostAddr.String()+"/30", "dev", host)
 	run("link", "set", host, "up")
 	run("-n", n.Name, "addr", "add", n.Addr.String()+"/30", "dev", peer)
@@ -70,10 +72,11 @@ func (n *Netns) Listen(t testing.TB, network string, port int) any {
 	var ln any
 	err := n.inside(func() error {
 		var err error
+		var lc net.ListenConfig
 		if network == "udp" {
-			ln, err = net.ListenPacket("udp", addr)
+			ln, err = lc.ListenPacket(context.Background(), "udp", addr)
 		} else {
-			ln, err = net.Listen("tcp", addr)
+			ln, err = lc.Listen(context.Background(), "tcp", addr)
 		}
 		return err
 	})

@@ -13,6 +13,7 @@
 package bridge
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -39,7 +40,10 @@ func init() {
 
 // run listens on ListenAddr, runs argv and returns its exit status as bwrap would report it.
 func run(argv []string, socket string) int {
-	ln, err := net.Listen("tcp", ListenAddr)
+	// The bridge lives as long as its command: nothing cancels it but the command's end.
+	ctx := context.Background()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", ListenAddr)
 	if err != nil {
 		// "bwrap: " marks a failure of the sandbox itself, not of the command (the sandbox
 		// package's launcherFailure).
@@ -47,7 +51,7 @@ func run(argv []string, socket string) int {
 		return 1
 	}
 	go serve(ln, socket)
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
 		// Said as bwrap says it, so that the command is still "not found" (127) or "not
@@ -81,7 +85,8 @@ func serve(ln net.Listener, socket string) {
 // on, so that a client that ends its request with a shutdown still gets the answer; once the
 // proxy has said all it will, both ends close.
 func carry(c net.Conn, socket string) {
-	up, err := net.Dial("unix", socket)
+	var d net.Dialer
+	up, err := d.DialContext(context.Background(), "unix", socket)
 	if err != nil {
 		c.Close() // the proxy is gone: the client sees the connection close
 		return
