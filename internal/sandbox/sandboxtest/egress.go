@@ -255,32 +255,58 @@ func (s *egressSuite) testSecrets(t *testing.T) {
 // testBypass: every way around the proxy fails. Whether it did is judged by the canaries at
 // the end; a command that printed an upstream's answer fails here already.
 func (s *egressSuite) testBypass(t *testing.T) {
+	for _, tt := range s.bypasses() {
+		t.Run(tt.name, func(t *testing.T) {
+			var res sandbox.ExecResult
+			if tt.edit != nil {
+				res = s.sh(t, tt.script, tt.edit)
+			} else {
+				res = s.sh(t, tt.script)
+			}
+			out := string(res.Stdout)
+			t.Logf("exit %d, stdout %q", res.ExitCode, strings.TrimSpace(out))
+			switch {
+			case tt.want != "" && !strings.Contains(out, tt.want):
+				t.Errorf("exit %d, stdout %q, want %q; stderr %s", res.ExitCode, out, tt.want, res.Stderr)
+			case tt.want == "" && (strings.Contains(out, "hello from") || strings.Contains(out, " 200 ")):
+				t.Errorf("got through: exit %d, stdout %q", res.ExitCode, out)
+			}
+		})
+	}
+}
+
+// bypass is one way around the proxy a command tries.
+type bypass struct {
+	name, script string
+	edit         func(map[string]string) // changes the command's environment
+	want         string                  // when set, the output must say it (the proxy's refusal, counted)
+}
+
+func unsetProxy(env map[string]string) {
+	for k := range env {
+		if strings.HasSuffix(strings.ToLower(k), "_proxy") {
+			delete(env, k)
+		}
+	}
+}
+
+// bypasses are the attempts, as data (a table, not code).
+func (s *egressSuite) bypasses() []bypass {
 	a4 := s.ns.Addr.As4()
 	dotted, ip32 := s.ns.Addr.String(), uint32(a4[0])<<24|uint32(a4[1])<<16|uint32(a4[2])<<8|uint32(a4[3])
 	octal := fmt.Sprintf("0%o.0%o.0%o.0%o", a4[0], a4[1], a4[2], a4[3])
 	hexa := fmt.Sprintf("0x%x", ip32)
 	host := net.JoinHostPort(s.ns.HostAddr.String(), strconv.Itoa(s.hostPort))
 	curl := "curl -sS --max-time 15 "
-	unset := func(env map[string]string) {
-		for k := range env {
-			if strings.HasSuffix(strings.ToLower(k), "_proxy") {
-				delete(env, k)
-			}
-		}
-	}
 	epPort := s.endpoint[strings.LastIndex(s.endpoint, ":")+1:]
 	mapped := fmt.Sprintf("::ffff:%x:%x", uint16(ip32>>16), uint16(ip32))
-	tests := []struct {
-		name, script string
-		edit         func(map[string]string)
-		want         string // when set, the output must say it (the proxy's refusal, counted)
-	}{
+	return []bypass{
 		{"direct TCP to the namespace", curl + "--noproxy '*' http://" + dotted + ":8080/", nil, ""},
 		{"direct TCP from python", `python3 -c "import socket; socket.create_connection(('` + dotted + `', 8080), timeout=10)"`, nil, ""},
 		{"direct TCP to the host's end", curl + "--noproxy '*' http://" + host + "/", nil, ""},
 		{"UDP to the namespace's DNS port", `python3 -c "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('` + dotted + `', 53))"`, nil, ""},
 		{"DNS lookup of the allowed host", "getent hosts " + indexHost, nil, ""},
-		{"proxy variables unset", curl + "https://" + indexHost + "/hello", unset, ""},
+		{"proxy variables unset", curl + "https://" + indexHost + "/hello", unsetProxy, ""},
 		{"dotted IP literal", curl + "http://" + dotted + ":8080/", nil, ""},
 		{"dotted IP literal on an allowed port", curl + "https://" + dotted + "/hello", nil, ""},
 		{"decimal IP literal", curl + "http://" + strconv.FormatUint(uint64(ip32), 10) + ":8080/", nil, ""},
@@ -334,24 +360,6 @@ for s in conns:
         line = ''
     refused += ' 200 ' not in line + ' '
 print('capped' if refused >= 4 else 'refused=%d' % refused)"`, nil, "capped"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var res sandbox.ExecResult
-			if tt.edit != nil {
-				res = s.sh(t, tt.script, tt.edit)
-			} else {
-				res = s.sh(t, tt.script)
-			}
-			out := string(res.Stdout)
-			t.Logf("exit %d, stdout %q", res.ExitCode, strings.TrimSpace(out))
-			switch {
-			case tt.want != "" && !strings.Contains(out, tt.want):
-				t.Errorf("exit %d, stdout %q, want %q; stderr %s", res.ExitCode, out, tt.want, res.Stderr)
-			case tt.want == "" && (strings.Contains(out, "hello from") || strings.Contains(out, " 200 ")):
-				t.Errorf("got through: exit %d, stdout %q", res.ExitCode, out)
-			}
-		})
 	}
 }
 
