@@ -235,19 +235,33 @@ func TestEgressWiring(t *testing.T) {
 	if !bytes.Contains(transcript, []byte(`"type":"egress"`)) || !bytes.Contains(transcript, []byte(`"type":"egress_summary"`)) {
 		t.Errorf("the transcript holds no egress decision and summary:\n%s", transcript)
 	}
-	var metricsText bytes.Buffer
-	mfs, _ := w.m.Registry().Gather()
-	for _, mf := range mfs {
-		metricsText.WriteString(mf.String())
-	}
-	for name, data := range map[string][]byte{
+	noSecretIn(t, secret, map[string][]byte{
 		"transcript": transcript, "report": b.runFile(j.ID, "report.md"), "manifest": mustJSON(t, b.manifest(j.ID)),
-		"logs": logs.Bytes(), "metrics": metricsText.Bytes(),
-	} {
+		"logs": logs.Bytes(), "metrics": gathered(t, w),
+	})
+}
+
+func noSecretIn(t *testing.T, secret string, places map[string][]byte) {
+	t.Helper()
+	for name, data := range places {
 		if bytes.Contains(data, []byte(secret)) {
 			t.Errorf("the %s holds the real secret", name)
 		}
 	}
+}
+
+// gathered is the worker's metrics as text.
+func gathered(t *testing.T, w *worker) []byte {
+	t.Helper()
+	mfs, err := w.m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, mf := range mfs {
+		b.WriteString(mf.String())
+	}
+	return b.Bytes()
 }
 
 // TestEgressNeedsABackendWithIt: a profile with a network on a backend that gives sandboxes
