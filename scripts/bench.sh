@@ -27,6 +27,7 @@ run . ./test/bench '^BenchmarkWorkerMemory$' 1x
 run . ./test/bench '^BenchmarkWorkerInputMemory$' 1x
 run . ./test/bench '^BenchmarkFailover$' 3x
 run . ./internal/egress '^Benchmark(ProxyHTTPS|CAAndFirstLeaf)$' 200x
+run . ./internal/sandbox '^BenchmarkBubblewrapEgressLifecycle$' 20x
 if grep -qs 'func BenchmarkSubmitJobs' internal/submitcmd/*_test.go; then
 	run . ./internal/submitcmd '^BenchmarkSubmitJobs$' 1x
 fi

@@ -96,7 +96,7 @@ func median(d []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// BenchmarkBubblewrapEgressLifecycle is row 11: a sandbox's life with networking on (Start,
+// BenchmarkBubblewrapEgressLifecycle is row 12: a sandbox's life with networking on (Start,
 // AttachEgress, Exec `true` behind the egress bridge, Close) against the same with networking
 // off, alternating, one of each per iteration. What egress adds: the socket and CA in the
 // egress folder, two more binds and the bridge (a Go process that listens and starts the
