@@ -8,7 +8,13 @@
 //
 //	faults: N jobs, F faults, committed C, dead D, lost 0, duplicates 0, orphans 0, redelivered R
 //
-// Usage: go run ./test/faults [--bin DIR] [--jobs N] [--keep]
+// With --cluster the run is against a 3-node JetStream cluster instead (streams and buckets at
+// replicas 3): jobs go in one `submit run` each while the nodes are killed one at a time, and
+// the run also fails when a submission did (cluster.go):
+//
+//	faults cluster: N submissions, failed 0, leader elections E, node kills K, committed C, dead D, lost 0, duplicates 0, orphans 0, redelivered R
+//
+// Usage: go run ./test/faults [--bin DIR] [--jobs N] [--cluster] [--keep]
 package main
 
 import (
@@ -58,9 +64,13 @@ func main() {
 	bin := flag.String("bin", "bin", "folder with worker, submit and demo-model")
 	jobs := flag.Int("jobs", 200, "jobs to submit")
 	keep := flag.Bool("keep", false, "keep the temporary folder (logs, store, NATS data)")
+	cluster := flag.Bool("cluster", false, "run on a 3-node JetStream cluster, killing one node at a time")
 	flag.Parse()
-	h, err := newHarness(*bin, *keep)
-	if err == nil {
+	h, err := newHarness(*bin, *keep, *cluster)
+	switch {
+	case err == nil && *cluster:
+		err = h.runCluster(*jobs)
+	case err == nil:
 		err = h.run(*jobs)
 	}
 	if h != nil {
@@ -76,7 +86,9 @@ type harness struct {
 	bin, dir, natsURL, s3Endpoint, modelURL string
 	keep                                    bool
 	nats, gw, model                         *proc
-	workers                                 [2]*proc
+	// cluster is the 3-node NATS cluster of a --cluster run, in place of nats.
+	cluster *natsCluster
+	workers [2]*proc
 	// proxy stands between worker 1 and versitygw, to pause that worker mid-upload.
 	proxy   *storeProxy
 	faults  int
@@ -88,7 +100,7 @@ type harness struct {
 	lastDelivery []string
 }
 
-func newHarness(bin string, keep bool) (*harness, error) {
+func newHarness(bin string, keep, cluster bool) (*harness, error) {
 	abs, err := filepath.Abs(bin)
 	if err != nil {
 		return nil, err
@@ -102,6 +114,9 @@ func newHarness(bin string, keep bool) (*harness, error) {
 		return nil, err
 	}
 	h := &harness{bin: abs, dir: dir, keep: keep}
+	if cluster {
+		h.cluster = &natsCluster{dir: filepath.Join(dir, "cluster")}
+	}
 	if err := h.startAll(); err != nil {
 		return h, err
 	}
@@ -112,6 +127,7 @@ func (h *harness) close() {
 	for _, p := range []*proc{h.workers[0], h.workers[1], h.model, h.gw, h.nats} {
 		p.stop()
 	}
+	h.cluster.stop()
 	if h.keep {
 		fmt.Fprintln(os.Stderr, "faults: kept", h.dir)
 		return
@@ -120,6 +136,17 @@ func (h *harness) close() {
 }
 
 func (h *harness) startAll() error {
+	start := h.startSingleNATS
+	if h.cluster != nil {
+		start = h.startCluster
+	}
+	if err := start(); err != nil {
+		return err
+	}
+	return h.startRest()
+}
+
+func (h *harness) startSingleNATS() error {
 	// Each server binds port 0 first and the address is read back; a restart binds that
 	// address again, as an operator's restarted server keeps its address.
 	natsConf := filepath.Join(h.dir, "nats.conf")
@@ -146,10 +173,11 @@ func (h *harness) startAll() error {
 	if err := writeConf(natsAddr); err != nil {
 		return err
 	}
-	if err := h.waitNATS(); err != nil {
-		return err
-	}
+	return h.waitNATS()
+}
 
+// startRest starts versitygw, the model and the workers, once NATS is up.
+func (h *harness) startRest() error {
 	gwDir := filepath.Join(h.dir, "s3")
 	if err := os.MkdirAll(filepath.Join(gwDir, bucket), 0o700); err != nil {
 		return err
@@ -204,10 +232,10 @@ func (h *harness) startAll() error {
 			endpoint = h.proxy.url
 		}
 		sections := fmt.Sprintf("\nworker_id: faults-w%d\nconcurrency: %d\ndrain_grace: 5s\n"+
-			"nats:\n  url: %s\n  ack_wait: %s\n  max_deliver: %d\n  retry_backoff: 1s\n"+
+			"nats:\n  url: %s\n  ack_wait: %s\n  max_deliver: %d\n  retry_backoff: 1s\n  replicas: %d\n"+
 			"store:\n  url: s3://%s\n  endpoint: %s\n  path_style: true\n"+
 			"sandbox:\n  backend: bubblewrap\n  bubblewrap:\n    root: %s\n",
-			i, concurrency, h.natsURL, ackWait, maxDeliver, bucket, endpoint, h.sandboxRoot())
+			i, concurrency, h.natsURL, ackWait, maxDeliver, h.replicas(), bucket, endpoint, h.sandboxRoot())
 		text := strings.Replace(string(examples.Config), "concurrency: 2\n", "", 1) + sections
 		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 			return err
@@ -331,12 +359,39 @@ func (h *harness) submit(args ...string) ([]byte, error) {
 func (h *harness) repoDir() string { return filepath.Dir(h.bin) }
 
 func (h *harness) run(n int) error {
+	ids := jobIDs("faults", n)
+	if err := h.waitStream(); err != nil {
+		return err
+	}
+	start := time.Now()
+	// Jobs go in waves over the whole fault schedule, so every fault finds jobs in flight.
+	submitted := make(chan error, 1)
+	go func() { submitted <- h.submitWaves(ids, submitEvery) }()
+	if err := h.inject(submitted); err != nil {
+		return err
+	}
+	ids, res, err := h.finish(append(ids, h.lastIDs...))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("faults: %d jobs, %d faults, committed %d, dead %d, lost %d, duplicates %d, orphans %d, redelivered %d\n",
+		len(ids), h.faults, res.committed, res.dead, res.lost, res.duplicates, res.orphans, res.redelivered)
+	fmt.Fprintf(os.Stderr, "faults: wall time %s\n", time.Since(start).Round(time.Second))
+	return h.verdict(res)
+}
+
+// jobIDs names n jobs of this run.
+func jobIDs(prefix string, n int) []string {
 	ids := make([]string, n)
 	stamp := time.Now().UTC().Format("150405")
 	for i := range ids {
-		ids[i] = fmt.Sprintf("faults-%s-%04d", stamp, i)
+		ids[i] = fmt.Sprintf("%s-%s-%04d", prefix, stamp, i)
 	}
-	// submit needs the job stream, which a worker sets up when it starts.
+	return ids
+}
+
+// waitStream waits for a worker to set up the job stream, which submit needs.
+func (h *harness) waitStream() error {
 	if err := poll(60*time.Second, "a worker to set up the job stream", func() bool {
 		nc, js, err := h.connect()
 		if err != nil {
@@ -350,38 +405,35 @@ func (h *harness) run(n int) error {
 	}); err != nil {
 		return err
 	}
-	if err := h.alive(); err != nil {
-		return err
-	}
-	start := time.Now()
-	// Jobs go in waves over the whole fault schedule, so every fault finds jobs in flight.
-	submitted := make(chan error, 1)
-	go func() { submitted <- h.submitWaves(ids, submitEvery) }()
-	if err := h.inject(submitted); err != nil {
-		return err
-	}
-	ids = append(ids, h.lastIDs...)
+	return h.alive()
+}
+
+// finish drains, stops the model for a while (the single-server run only), stops the workers
+// and checks the final state of ids and the outage's jobs; it returns the ids it checked.
+func (h *harness) finish(ids []string) ([]string, result, error) {
 	if err := h.drain(ids); err != nil {
 		fmt.Fprintln(os.Stderr, "faults: drain:", err)
 	}
-	outage, outageWrong, err := h.modelOutage()
-	ids = append(ids, outage...)
-	if err != nil {
-		outageWrong++
-		fmt.Fprintln(os.Stderr, "faults: model outage:", err)
+	outageWrong := 0
+	if h.cluster == nil {
+		outage, wrong, err := h.modelOutage()
+		ids, outageWrong = append(ids, outage...), wrong
+		if err != nil {
+			outageWrong++
+			fmt.Fprintln(os.Stderr, "faults: model outage:", err)
+		}
 	}
 	// Stop the workers as an operator would, then look for sandboxes they left behind.
 	for _, w := range h.workers {
 		w.stop()
 	}
 	res, err := h.check(ids)
-	if err != nil {
-		return err
-	}
 	res.wrong += outageWrong
-	fmt.Printf("faults: %d jobs, %d faults, committed %d, dead %d, lost %d, duplicates %d, orphans %d, redelivered %d\n",
-		len(ids), h.faults, res.committed, res.dead, res.lost, res.duplicates, res.orphans, res.redelivered)
-	fmt.Fprintf(os.Stderr, "faults: wall time %s\n", time.Since(start).Round(time.Second))
+	return ids, res, err
+}
+
+// verdict fails the run when an invariant of the final state does not hold.
+func (h *harness) verdict(res result) error {
 	if res.lost+res.duplicates+res.orphans+res.verifyFailed+res.stuck+res.wrong > 0 {
 		return fmt.Errorf("invariants do not hold (%d verify failures, %d left in the consumer, %d other); see the lines above, logs in %s", res.verifyFailed, res.stuck, res.wrong, h.dir)
 	}
@@ -789,7 +841,9 @@ func (h *harness) check(ids []string) (result, error) {
 				id, s.State, s.Attempt, s.Worker, outcome, m.Predicate.Attempt, m.Predicate.Worker.ID)
 		}
 	}
-	r.wrong += h.checkAims()
+	if h.cluster == nil { // the aimed faults are those of the single-server schedule
+		r.wrong += h.checkAims()
+	}
 	r.orphans = h.orphans()
 	return r, nil
 }
