@@ -40,11 +40,13 @@ test: deps-test image
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/job
 	@$(MAKE) --no-print-directory test-cluster
 
-## test-faults: the fault-injection run (docs/testing.md): external nats-server and versitygw, two
-## workers, 200 jobs while workers, NATS and the store are killed, paused and restarted
+## test-faults: the fault-injection runs (docs/testing.md): external nats-server and versitygw, two
+## workers, 200 jobs while workers, NATS and the store are killed, paused and restarted; then a
+## 3-node JetStream cluster whose nodes are killed one at a time under 200 `submit run`s
 test-faults: deps-test build
 	@scripts/install-nats-server.sh
 	$(GO) run -tags faults ./test/faults --bin $(BIN)
+	$(GO) run -tags faults ./test/faults --bin $(BIN) --cluster
 
 GOLANGCI_LINT_VERSION := v2.15.0
 

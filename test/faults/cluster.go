@@ -180,7 +180,8 @@ func (h *harness) runCluster(n int) error {
 		return err
 	}
 	<-done
-	_, res, err := h.finish(h.checkable(ids, subs))
+	checked, stranded := h.checkable(ids, subs)
+	_, res, err := h.finish(checked)
 	if err != nil {
 		return err
 	}
@@ -193,8 +194,8 @@ func (h *harness) runCluster(n int) error {
 	for _, m := range msgs {
 		fmt.Fprintf(os.Stderr, "faults: SUBMIT FAILED %d× %s\n", subs.failed[m], m)
 	}
-	fmt.Printf("faults cluster: %d submissions, failed %d, leader elections %d, node kills %d, committed %d, dead %d, lost %d, duplicates %d, orphans %d, redelivered %d\n",
-		subs.sent, failed, elections.Load(), kills, res.committed, res.dead, res.lost, res.duplicates, res.orphans, res.redelivered)
+	fmt.Printf("faults cluster: %d submissions, failed %d (%d left queued), leader elections %d, node kills %d, committed %d, dead %d, lost %d, duplicates %d, orphans %d, redelivered %d\n",
+		subs.sent, failed, stranded, elections.Load(), kills, res.committed, res.dead, res.lost, res.duplicates, res.orphans, res.redelivered)
 	fmt.Fprintf(os.Stderr, "faults: wall time %s\n", time.Since(start).Round(time.Second))
 	if elections.Load() == 0 {
 		res.wrong++
@@ -237,19 +238,33 @@ func (h *harness) submitEach(ids []string, subs *submissions) {
 }
 
 // checkable is the jobs whose final state is checked: every submission that succeeded, and
-// those that failed but reached the stream all the same.
-func (h *harness) checkable(ids []string, subs *submissions) []string {
+// those that failed but whose job reached the stream all the same, which have run once the
+// others have. stranded counts failed ones whose status says queued with no job behind it.
+func (h *harness) checkable(ids []string, subs *submissions) (checked []string, stranded int) {
+	for _, id := range ids {
+		if !subs.failedID[id] {
+			checked = append(checked, id)
+		}
+	}
+	if len(subs.failedID) == 0 || h.drain(checked) != nil {
+		return checked, 0 // finish drains again and reports what is not final
+	}
 	st, err := h.statuses()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faults: read the statuses of failed submissions:", err)
 	}
-	var out []string
 	for _, id := range ids {
-		if _, ok := st[id]; ok || !subs.failedID[id] {
-			out = append(out, id)
+		s, found := st[id]
+		switch {
+		case !subs.failedID[id] || !found:
+		case s.State.Terminal():
+			checked = append(checked, id)
+		default:
+			stranded++
+			fmt.Fprintf(os.Stderr, "faults: STRANDED %s: its submission failed and its status says %s\n", id, s.State)
 		}
 	}
-	return out
+	return checked, stranded
 }
 
 // killNodes kills one node at a time, SIGKILL, the leader of each aimed stream in turn, keeps
