@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/job"
@@ -36,8 +37,13 @@ func (q *Queue) Status(ctx context.Context, id string) (job.Status, error) {
 // worker writes a running job's status a dozen times (progress, spending, outcome), and so each
 // write is one round trip, not a read and a write. If anyone else wrote in between, the
 // compare-and-set fails and the next try reads the current value, as every try did before.
+//
+// A bucket with no leader (a node of a cluster went down and its replicas are electing one)
+// answers nobody for a few seconds; the write waits that out, up to leaderWait, rather than
+// leave a job's final status unwritten while its run is committed and its message acked.
 func (q *Queue) UpdateStatus(ctx context.Context, id string, change func(*job.Status)) (job.Status, error) {
-	for try := range 10 {
+	election := leaderless{until: time.Now().Add(leaderWait), pause: 100 * time.Millisecond}
+	for try := 0; try < 10; try++ {
 		st, rev, known := q.written.get(id)
 		if try > 0 || !known {
 			st, rev = job.Status{}, 0
@@ -45,6 +51,9 @@ func (q *Queue) UpdateStatus(ctx context.Context, id string, change func(*job.St
 			switch {
 			case errors.Is(err, jetstream.ErrKeyNotFound):
 				st = job.Status{ID: id}
+			case election.wait(ctx, err):
+				try--
+				continue
 			case err != nil:
 				return job.Status{}, fmt.Errorf("queue: status of %s: %w", id, err)
 			default:
@@ -71,11 +80,43 @@ func (q *Queue) UpdateStatus(ctx context.Context, id string, change func(*job.St
 			return st, nil
 		}
 		q.written.drop(id)
+		if election.wait(ctx, err) {
+			try--
+			continue
+		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
 			return job.Status{}, fmt.Errorf("queue: update status of %s: %w", id, err)
 		}
 	}
 	return job.Status{}, fmt.Errorf("queue: update status of %s: too much contention", id)
+}
+
+// leaderWait bounds how long a status write waits for its bucket to elect a leader: an
+// election takes seconds, and a worker on a busy machine may see it take ten times as long.
+const leaderWait = 30 * time.Second
+
+// leaderless waits out a bucket that answers nobody while it elects a leader.
+type leaderless struct {
+	until time.Time
+	pause time.Duration
+}
+
+// wait reports whether err says nobody answered (no leader, or the request timed out waiting
+// for one) and, if so and time is left, sleeps before the next try.
+func (l *leaderless) wait(ctx context.Context, err error) bool {
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
+		return false
+	}
+	if time.Now().Add(l.pause).After(l.until) {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(l.pause):
+	}
+	l.pause = min(2*l.pause, 2*time.Second)
+	return true
 }
 
 // statusCache holds the status a handle wrote last for each job, with its revision, until

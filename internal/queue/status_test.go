@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -50,5 +51,53 @@ func TestStatusWritesByOthersAreNeverLost(t *testing.T) {
 	}
 	if got, _ := b.q.Status(ctx, j.ID); got.State != job.StateCancelled {
 		t.Fatalf("state %s, want cancelled kept", got.State)
+	}
+}
+
+// A status bucket that answers nobody for a while (its replicas electing a leader after a node
+// of a cluster went down; here the bucket's stream is gone until the write has tried it) does
+// not lose a job's status: the write waits and lands once the bucket answers again.
+func TestStatusWriteWaitsOutABucketWithNoLeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := newJob(t)
+	if _, err := b.q.Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.q.UpdateStatus(ctx, j.ID, func(s *job.Status) { s.State = job.StateRunning }); err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := b.js.Stream(ctx, "KV_"+b.cfg.StatusBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bucket.CachedInfo().Config
+	if err := b.js.DeleteStream(ctx, sc.Name); err != nil {
+		t.Fatal(err)
+	}
+	sent := b.nc.Stats().OutMsgs
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.q.UpdateStatus(ctx, j.ID, func(s *job.Status) { s.State = job.StateSucceeded })
+		done <- err
+	}()
+	// The write (nats.go tries a publish that nobody answers three times) and a read after it
+	// met nobody.
+	for b.nc.Stats().OutMsgs < sent+4 {
+		select {
+		case err := <-done:
+			t.Fatalf("the write ended while the bucket answered nobody: %v; want it to wait", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, err := b.js.CreateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the write after the bucket came back: %v", err)
+	}
+	if st, err := b.q.Status(ctx, j.ID); err != nil || st.State != job.StateSucceeded {
+		t.Fatalf("status %+v (%v), want succeeded", st, err)
 	}
 }
