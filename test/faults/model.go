@@ -17,13 +17,13 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 )
 
-// The model outage, scaled to this run: the 3 minutes against a worker with the
-// defaults (AckWait 30s, max_deliver 5) is 6 AckWaits and well past the ~90 s in which a worker
-// without the breaker dead-lettered every job; here AckWait is 5s and max_deliver 3, so a
-// minute is 12 AckWaits and past a dozen times the retries of a job (1s, 2s backoff).
+// The model outage: 3 minutes, well past the ~90 s in which a worker without the breaker
+// dead-lettered every job; here AckWait is 5s and max_deliver 3, so it is 36 AckWaits and many
+// times the retries of a job (1s, 2s backoff), and within csv-analyst's job_timeout of 5m, which
+// bounds how long a held job waits.
 const (
 	outageJobs   = 20
-	outageFor    = time.Minute
+	outageFor    = 3 * time.Minute
 	outageRunFor = 4 // jobs running when the model stops
 )
 
