@@ -31,7 +31,15 @@ type Job struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	SubmittedAt time.Time         `json:"submitted_at"`
 	SubmittedBy string            `json:"submitted_by,omitempty"`
+	// Tenant is who the job belongs to. The worker overwrites it from the subject the message
+	// came on (the tenant the server let the submitter publish as), so a value in the payload
+	// is a claim, never an identity. Empty means DefaultTenant.
+	Tenant string `json:"tenant,omitempty"`
 }
+
+// DefaultTenant is the tenant of a worker without a tenants: section, of embedded mode, and of
+// a job that names none.
+const DefaultTenant = "default"
 
 // Input is a file the job works on. URI points into the store; SHA256 and Size are checked
 // when the worker copies it into the sandbox.
@@ -56,7 +64,23 @@ var (
 	namePattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	sha256Hex    = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	labelPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]{0,62}$`)
+	// tenantPattern makes a tenant name a NATS subject token, a path segment and a label value.
+	tenantPattern = regexp.MustCompile(TenantPattern)
 )
+
+// TenantPattern is the rule a tenant name follows, for schemas and config validation.
+const TenantPattern = `^[a-z0-9][a-z0-9-]{0,31}$`
+
+// ValidTenant reports whether name is a well-formed tenant name.
+func ValidTenant(name string) bool { return tenantPattern.MatchString(name) }
+
+// TenantOrDefault returns the job's tenant, DefaultTenant when it names none.
+func (j Job) TenantOrDefault() string {
+	if j.Tenant == "" {
+		return DefaultTenant
+	}
+	return j.Tenant
+}
 
 // NewID returns a fresh job id: time-ordered, lowercase, safe as a path segment, an object key,
 // a NATS message id and a Kubernetes label value.
@@ -120,6 +144,9 @@ func (j Job) Validate() error {
 	}
 	if !namePattern.MatchString(j.Profile) {
 		return bad("profile", "%q is not a profile name", j.Profile)
+	}
+	if j.Tenant != "" && !ValidTenant(j.Tenant) {
+		return bad("tenant", "%q is not a tenant name (lowercase letters, digits and '-', 1 to 32 characters)", j.Tenant)
 	}
 	if strings.TrimSpace(j.Task) == "" {
 		return bad("task", "is empty")

@@ -98,6 +98,11 @@ func TestDecodeRejects(t *testing.T) {
 		{"id with NATS wildcard", with(func(m map[string]any) { m["id"] = "abcdefgh.>" }), "id:"},
 		{"profile missing", with(func(m map[string]any) { delete(m, "profile") }), "profile:"},
 		{"profile with path", with(func(m map[string]any) { m["profile"] = "../other" }), "profile:"},
+		{"tenant uppercase", with(func(m map[string]any) { m["tenant"] = "Team-A" }), "tenant:"},
+		{"tenant with dot", with(func(m map[string]any) { m["tenant"] = "team.a" }), "tenant:"},
+		{"tenant wildcard", with(func(m map[string]any) { m["tenant"] = "*" }), "tenant:"},
+		{"tenant too long", with(func(m map[string]any) { m["tenant"] = strings.Repeat("a", 33) }), "tenant:"},
+		{"tenant with slash", with(func(m map[string]any) { m["tenant"] = "../b" }), "tenant:"},
 		{"task missing", with(func(m map[string]any) { delete(m, "task") }), "task: is empty"},
 		{"task blank", with(func(m map[string]any) { m["task"] = " \n\t" }), "task: is empty"},
 		{"task number", with(func(m map[string]any) { m["task"] = 7 }), "task"},
@@ -143,6 +148,37 @@ func mustJSON(v any) []byte {
 		panic(err)
 	}
 	return data
+}
+
+// TestTenant: a job without a tenant belongs to the default tenant; a well-formed one decodes
+// and round-trips.
+func TestTenant(t *testing.T) {
+	tests := []struct {
+		name   string
+		tenant any
+		want   string
+	}{
+		{name: "none", tenant: nil, want: job.DefaultTenant},
+		{name: "empty", tenant: "", want: job.DefaultTenant},
+		{name: "one character", tenant: "a", want: "a"},
+		{name: "with a dash", tenant: "team-a", want: "team-a"},
+		{name: "32 characters", tenant: strings.Repeat("t", 32), want: strings.Repeat("t", 32)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := valid()
+			if tt.tenant != nil {
+				m["tenant"] = tt.tenant
+			}
+			j, err := job.Decode(encode(t, m))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := j.TenantOrDefault(); got != tt.want {
+				t.Errorf("TenantOrDefault() = %q, want %q", got, tt.want)
+			}
+		})
+	}
 }
 
 func TestNewIDIsValidAndUnique(t *testing.T) {

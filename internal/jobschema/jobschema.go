@@ -34,7 +34,9 @@ func Schema() (schemagen.Schema, error) {
 			"version": {"const": job.Version},
 			"id": {"pattern": idPattern, "description": "Lowercase letters, digits and '-', 8 to 64 characters, starting with a letter or digit. " +
 				"The message's Nats-Msg-Id header must carry the same id."},
-			"profile":      {"pattern": namePattern, "description": "An execution profile the workers define."},
+			"profile": {"pattern": namePattern, "description": "An execution profile the workers define."},
+			"tenant": {"pattern": job.TenantPattern, "description": "The tenant the job belongs to. Informational: the worker takes the tenant " +
+				"from the subject the message was published on (boxcar.jobs.TENANT.ID) and overwrites this field."},
 			"task":         {"pattern": `\S`, "description": "What the agent is asked to do; not blank."},
 			"submitted_at": {"description": "RFC 3339 time the job was submitted."},
 			// encoding/json leaves a missing size at 0, which is valid.

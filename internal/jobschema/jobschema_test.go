@@ -68,6 +68,10 @@ func TestSchemaAgreesWithDecode(t *testing.T) {
 		}},
 		{name: "input without size", change: func(m map[string]any) { delete(m["inputs"].([]any)[0].(map[string]any), "size") }},
 		{name: "null limits", change: set("limits", nil)},
+		{name: "a tenant", change: set("tenant", "team-a")},
+		{name: "tenant uppercase", change: set("tenant", "Team-A")},
+		{name: "tenant with a dot", change: set("tenant", "team.a")},
+		{name: "tenant too long", change: set("tenant", strings.Repeat("t", 33))},
 		{name: "time with offset and fraction", change: set("submitted_at", "2026-12-02T11:39:08.25+01:00")},
 
 		{name: "version 2", change: set("version", 2)},
