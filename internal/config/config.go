@@ -49,6 +49,9 @@ type Config struct {
 
 	// Profiles are the execution profiles a job may name.
 	Profiles map[string]Profile `json:"profiles"`
+	// Tenants are who may submit jobs and what each may run and spend (tenant.go). Default:
+	// one tenant, default, granted every profile.
+	Tenants map[string]Tenant `json:"tenants,omitempty"`
 }
 
 // NATS locates JetStream and names what Boxcar keeps there.
@@ -347,6 +350,14 @@ func (c Config) WithDefaults() Config {
 		profiles[name] = p.WithDefaults()
 	}
 	c.Profiles = profiles
+	if c.Tenants != nil {
+		tenants := make(map[string]Tenant, len(c.Tenants))
+		for name, t := range c.Tenants {
+			def(&t.MaxConcurrent, c.NATS.MaxAckPending)
+			tenants[name] = t
+		}
+		c.Tenants = tenants
+	}
 	return c
 }
 
@@ -442,6 +453,7 @@ func (c Config) Validate() error {
 	for _, name := range names {
 		errs = append(errs, c.Profiles[name].validate("profiles."+name)...)
 	}
+	errs = append(errs, c.validateTenants()...)
 	return errors.Join(errs...)
 }
 

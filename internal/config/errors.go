@@ -15,3 +15,9 @@ var ErrIncomplete = errors.New("incomplete profile")
 // ErrSecretUnavailable marks a profile secret whose source cannot be read now (a variable not
 // set, a file missing or empty).
 var ErrSecretUnavailable = errors.New("secret unavailable")
+
+// ErrUnknownTenant marks a job of a tenant this worker does not serve.
+var ErrUnknownTenant = errors.New("unknown tenant")
+
+// ErrProfileNotGranted marks a job whose profile is not granted to its tenant.
+var ErrProfileNotGranted = errors.New("profile not granted")

@@ -3,6 +3,8 @@ package config
 import (
 	"reflect"
 
+	"github.com/boxcar-run/boxcar/internal/job"
+
 	"github.com/boxcar-run/boxcar/internal/schemagen"
 )
 
@@ -11,8 +13,9 @@ import (
 // Helm chart's values.schema.json, editors). A field written as its zero value takes its
 // default, so a rule says "at least 0" where Validate says "at least 1" after defaults. What a
 // tool kind requires is the agent's to add (agent.ToolSchema, which cmd/schemagen puts at
-// "profiles.*.tools[]"). Two checks have no JSON Schema form: a tool name declared twice, and
-// a "{{param}}" without its parameter; the chart repeats them in its templates.
+// "profiles.*.tools[]"). Four checks have no JSON Schema form: a tool name declared twice, a
+// "{{param}}" without its parameter (the chart repeats these two in its templates), a tenant
+// granted a profile the config does not define, and two tenants sharing a bucket.
 // schema_test.go holds the schema to Validate.
 func SchemaOptions() schemagen.Options {
 	nonNegative := schemagen.Schema{"minimum": 0}
@@ -57,6 +60,11 @@ func SchemaOptions() schemagen.Options {
 			"profiles.*.limits.max_output_bytes":   {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": 256}}, "description": "At least 256; 0 means the default."},
 			"profiles.*.limits.command_timeout":    duration,
 			"profiles.*.limits.job_timeout":        duration,
+			"tenants":                              {"propertyNames": schemagen.Schema{"pattern": job.TenantPattern}},
+			"tenants.*.profiles":                   {"minItems": 1, "description": "The profiles granted to the tenant; each one the config defines."},
+			"tenants.*.max_concurrent":             nonNegative,
+			"tenants.*.daily_tokens":               nonNegative,
+			"tenants.*.bucket":                     {"pattern": `^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$`},
 		},
 	}
 }

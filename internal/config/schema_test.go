@@ -55,6 +55,8 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "shell ask", yaml: profile("tools:\n  - {name: sh, kind: shell, policy: ask}")},
 		{name: "kubernetes backend", yaml: "sandbox: {backend: kubernetes, kubernetes: {image_pull_policy: Never, instance: boxcar.prod}}\n" + profile("")},
 		{name: "max_output_bytes 256", yaml: profile("limits: {max_output_bytes: 256}")},
+		{name: "tenants", yaml: profile("") + "tenants:\n  team-a: {profiles: [p], max_concurrent: 4, daily_tokens: 2000000}\n  b: {profiles: [p], max_concurrent: 0, bucket: ''}\n"},
+		{name: "tenant with a bucket", yaml: "store: {url: s3://x}\n" + profile("") + "tenants:\n  a: {profiles: [p], bucket: boxcar-a}\n"},
 		{name: "nullable model params", yaml: "profiles:\n  p:\n    model: {name: m, temperature: null, seed: 7}\n    tools: [{name: read_file}]\n"},
 
 		// Refused by both.
@@ -96,7 +98,17 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "job_timeout negative", yaml: profile("limits: {job_timeout: -1m}")},
 		{name: "temperature a string", yaml: "profiles:\n  p:\n    model: {name: m, temperature: warm}\n    tools: [{name: read_file}]\n"},
 
+		{name: "tenant name uppercase", yaml: profile("") + "tenants:\n  A: {profiles: [p]}\n"},
+		{name: "tenant grants nothing", yaml: profile("") + "tenants:\n  a: {profiles: []}\n"},
+		{name: "tenant without profiles", yaml: profile("") + "tenants:\n  a: {daily_tokens: 5}\n"},
+		{name: "tenant daily_tokens negative", yaml: profile("") + "tenants:\n  a: {profiles: [p], daily_tokens: -5}\n"},
+		{name: "tenant max_concurrent negative", yaml: profile("") + "tenants:\n  a: {profiles: [p], max_concurrent: -1}\n"},
+		{name: "tenant bucket not a name", yaml: profile("") + "tenants:\n  a: {profiles: [p], bucket: A_B}\n"},
+		{name: "tenant unknown key", yaml: profile("") + "tenants:\n  a: {profiles: [p], quota: 5}\n"},
+
 		// Refused by Parse only: no JSON Schema form.
+		{name: "tenant granted an undefined profile", yaml: profile("") + "tenants:\n  a: {profiles: [nope]}\n", schemaCannot: true},
+		{name: "two tenants, one bucket", yaml: "store: {url: s3://x}\n" + profile("") + "tenants:\n  a: {profiles: [p], bucket: bb-1}\n  b: {profiles: [p], bucket: bb-1}\n", schemaCannot: true},
 		{name: "tool declared twice", yaml: profile("tools: [{name: read_file}, {name: read_file}]"), schemaCannot: true},
 	}
 	for _, tt := range tests {

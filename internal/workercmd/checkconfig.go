@@ -3,6 +3,10 @@ package workercmd
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -30,10 +34,39 @@ Exit 0 when the file is usable, 1 otherwise. Nothing is started and nothing is r
 			if err != nil {
 				return checkFailed(stdout, a[0], err)
 			}
-			_, err = fmt.Fprintf(stdout, "%s: ok, %s\n", a[0], count(len(cfg.Profiles), "profile"))
-			return err
+			if _, err = fmt.Fprintf(stdout, "%s: ok, %s\n", a[0], count(len(cfg.Profiles), "profile")); err != nil {
+				return err
+			}
+			return printTenants(stdout, cfg)
 		},
 	}
+}
+
+// printTenants prints what each tenant may run and spend, and where its objects go, one line
+// each: what an operator checks before handing out identities.
+func printTenants(w io.Writer, cfg config.Config) error {
+	all := cfg.TenantsOrDefault()
+	names := slices.Sorted(maps.Keys(all))
+	for _, name := range names {
+		t := all[name]
+		label := name
+		if len(cfg.Tenants) == 0 {
+			label += " (no tenants: section; every profile)"
+		}
+		tokens := "unlimited"
+		if t.DailyTokens > 0 {
+			tokens = strconv.FormatInt(t.DailyTokens, 10)
+		}
+		where := "store prefix tenants/" + name + "/"
+		if t.Bucket != "" {
+			where = "bucket " + t.Bucket
+		}
+		if _, err := fmt.Fprintf(w, "  tenant %s: profiles %s; max_concurrent %d; daily_tokens %s; %s\n",
+			label, strings.Join(t.Profiles, ", "), t.MaxConcurrent, tokens, where); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkFailed prints each problem of err on its own line, escaped (a message can quote the

@@ -1,0 +1,145 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// Tenant is what one tenant may run and spend. The tenant itself is the token of the NATS
+// subjects its submitter may publish on (boxcar.jobs.TENANT.*): the server enforces who that
+// is, the worker only reads it from the subject.
+type Tenant struct {
+	// Profiles are the profiles granted to the tenant: a job naming another is rejected at its
+	// first attempt (profile_not_granted). At least one.
+	Profiles []string `json:"profiles"`
+	// MaxConcurrent bounds the tenant's jobs running at once across the fleet (its consumer's
+	// max_ack_pending). Default: nats.max_ack_pending.
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	// DailyTokens bounds the model tokens the tenant's jobs spend per UTC day, checked before
+	// each model request; a job that finds it spent ends capped (budget_exhausted). 0 means
+	// unlimited. Default: 0.
+	DailyTokens int64 `json:"daily_tokens,omitempty"`
+	// Bucket is an S3 bucket of the tenant's own, where its inputs and runs go instead of under
+	// tenants/TENANT/ in store.url's bucket, so that S3 permissions can keep tenants apart.
+	// Needs an s3:// store.url. Default: none.
+	Bucket string `json:"bucket,omitempty"`
+}
+
+// Granted reports whether the tenant may run the profile.
+func (t Tenant) Granted(profile string) bool { return slices.Contains(t.Profiles, profile) }
+
+// TenantsOrDefault returns the tenants this worker serves: the tenants: section, or, without one, the
+// single tenant job.DefaultTenant granted every profile (a worker before tenants).
+func (c Config) TenantsOrDefault() map[string]Tenant {
+	if len(c.Tenants) > 0 {
+		return c.Tenants
+	}
+	names := make([]string, 0, len(c.Profiles))
+	for name := range c.Profiles {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return map[string]Tenant{job.DefaultTenant: {Profiles: names, MaxConcurrent: c.NATS.MaxAckPending}}
+}
+
+// Tenant returns the named tenant, or an error wrapping ErrUnknownTenant that lists the tenants
+// this worker serves.
+func (c Config) Tenant(name string) (Tenant, error) {
+	all := c.TenantsOrDefault()
+	if t, ok := all[name]; ok {
+		return t, nil
+	}
+	names := make([]string, 0, len(all))
+	for n := range all {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return Tenant{}, fmt.Errorf("%w %q: this worker serves %s", ErrUnknownTenant, name, strings.Join(names, ", "))
+}
+
+// Grant returns the tenant and profile of a job, or an error wrapping ErrUnknownTenant,
+// ErrUnknownProfile or ErrProfileNotGranted.
+func (c Config) Grant(tenant, profile string) (Tenant, Profile, error) {
+	t, err := c.Tenant(tenant)
+	if err != nil {
+		return Tenant{}, Profile{}, err
+	}
+	p, err := c.Profile(profile)
+	if err != nil {
+		return Tenant{}, Profile{}, err
+	}
+	if !t.Granted(profile) {
+		return Tenant{}, Profile{}, fmt.Errorf("%w: tenant %q may run %s, not %q (tenants.%s.profiles in the worker config)",
+			ErrProfileNotGranted, tenant, strings.Join(t.Profiles, ", "), profile, tenant)
+	}
+	return t, p, nil
+}
+
+// bucketName is an S3 bucket name.
+var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+func (c Config) validateTenants() []error {
+	var errs []error
+	names := make([]string, 0, len(c.Tenants))
+	for name := range c.Tenants {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	profiles := make([]string, 0, len(c.Profiles))
+	for name := range c.Profiles {
+		profiles = append(profiles, name)
+	}
+	buckets := map[string]string{}
+	for _, name := range names {
+		t := c.Tenants[name]
+		field := "tenants." + name
+		bad := func(f, format string, args ...any) {
+			errs = append(errs, &FieldError{Path: field + f, Msg: fmt.Sprintf(format, args...)})
+		}
+		if !job.ValidTenant(name) {
+			bad("", "%q is not a tenant name: lowercase letters, digits and '-', 1 to 32, starting with a letter or digit", name)
+		}
+		if len(t.Profiles) == 0 {
+			bad(".profiles", "grants nothing; list the profiles the tenant may run")
+		}
+		for i, p := range t.Profiles {
+			if _, ok := c.Profiles[p]; !ok {
+				bad(fmt.Sprintf(".profiles[%d]", i), "%q is not a profile of this config%s", p, suggest(p, profiles))
+			}
+		}
+		if t.MaxConcurrent < 0 {
+			bad(".max_concurrent", "must not be negative; leave it unset for nats.max_ack_pending")
+		}
+		if t.DailyTokens < 0 {
+			bad(".daily_tokens", "must not be negative; 0 or unset is unlimited")
+		}
+		errs = append(errs, c.validateBucket(name, t.Bucket, buckets)...)
+	}
+	return errs
+}
+
+func (c Config) validateBucket(tenant, bucket string, seen map[string]string) []error {
+	if bucket == "" {
+		return nil
+	}
+	field := "tenants." + tenant + ".bucket"
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, &FieldError{Path: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case !bucketName.MatchString(bucket):
+		bad("%q is not an S3 bucket name (3 to 63 of a-z, 0-9, '.', '-')", bucket)
+	case c.Store.URL != "" && !strings.HasPrefix(c.Store.URL, "s3://"):
+		bad("needs an s3:// store.url; the store is %s", strings.SplitN(c.Store.URL, ":", 2)[0])
+	case seen[bucket] != "":
+		bad("%q is tenant %s's bucket too; each tenant needs its own", bucket, seen[bucket])
+	}
+	seen[bucket] = tenant
+	return errs
+}
