@@ -63,8 +63,8 @@ func (a Approval) Pending(now time.Time) bool {
 	return a.Decision == "" && now.Before(a.ExpiresAt)
 }
 
-func setUpApprovals(ctx context.Context, js jetstream.JetStream, cfg config.NATS) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+func setUpApprovals(ctx context.Context, js jetstream.JetStream, cfg config.NATS) error {
+	_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      cfg.ApprovalsBucket,
 		Description: "Boxcar shell commands waiting for a person, and the answers",
 		History:     1,
@@ -73,24 +73,9 @@ func setUpApprovals(ctx context.Context, js jetstream.JetStream, cfg config.NATS
 		Replicas:    cfg.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: set up approvals bucket %s: %w", cfg.ApprovalsBucket, err)
+		return fmt.Errorf("queue: set up approvals bucket %s: %w", cfg.ApprovalsBucket, err)
 	}
-	return kv, nil
-}
-
-// approvalsBucket returns the bucket New set up, or looks it up for a client handle.
-func (q *Queue) approvalsBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	if q.approvals != nil {
-		return q.approvals, nil
-	}
-	kv, err := q.js.KeyValue(ctx, q.cfg.ApprovalsBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("%w: approvals bucket %s does not exist; start a worker of this version first", ErrNotReady, q.cfg.ApprovalsBucket)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("queue: approvals bucket %s: %w", q.cfg.ApprovalsBucket, err)
-	}
-	return kv, nil
+	return nil
 }
 
 // callToken is a call id that can be a key token as it is; others are hashed.
@@ -116,7 +101,7 @@ func approvalKey(jobID, callID string) (string, error) {
 // for it. When a person already approved or denied the same command for the same job and call
 // id (a redelivered job asking again), that answer is returned and nothing is written; any
 // other earlier request under the key is replaced.
-func (q *Queue) RequestApproval(ctx context.Context, a Approval) (Approval, error) {
+func (c *Consumer) RequestApproval(ctx context.Context, a Approval) (Approval, error) {
 	key, err := approvalKey(a.JobID, a.CallID)
 	if err != nil {
 		return Approval{}, err
@@ -134,55 +119,28 @@ func (q *Queue) RequestApproval(ctx context.Context, a Approval) (Approval, erro
 		return Approval{}, errors.New("queue: request approval: ExpiresAt must be after RequestedAt")
 	}
 	a.Decision, a.DecidedBy, a.DecidedAt, a.Reason, a.Signed = "", "", time.Time{}, "", ""
-	kv, err := q.approvalsBucket(ctx)
+	got, rev, err := update(ctx, c.approvals, key, guess[Approval]{}, func(old *Approval, rev uint64) (bool, error) {
+		if rev > 0 && slices.Equal(old.Argv, a.Argv) && (old.Decision == job.DecisionApproved || old.Decision == job.DecisionDenied) {
+			return false, nil // answered already: keep the answer
+		}
+		*old = a
+		return true, nil
+	})
 	if err != nil {
-		return Approval{}, err
+		return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
 	}
-	for range 10 {
-		rev, err := kv.Create(ctx, key, mustJSON(a))
-		if err == nil {
-			a.Revision = rev
-			return a, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
-		}
-		e, err := kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // removed meanwhile
-		}
-		if err != nil {
-			return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
-		}
-		if old, err := decodeApproval(e.Value()); err == nil && slices.Equal(old.Argv, a.Argv) &&
-			(old.Decision == job.DecisionApproved || old.Decision == job.DecisionDenied) {
-			old.Revision = e.Revision()
-			return old, nil
-		}
-		rev, err = kv.Update(ctx, key, mustJSON(a), e.Revision())
-		if err == nil {
-			a.Revision = rev
-			return a, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
-			return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
-		}
-	}
-	return Approval{}, fmt.Errorf("queue: request approval %s: too much contention", key)
+	got.Revision = rev
+	return got, nil
 }
 
 // WaitApproval waits until the request is answered (approved, denied or expired) and returns
 // it. It returns ctx's error when ctx ends first.
-func (q *Queue) WaitApproval(ctx context.Context, jobID, callID string) (Approval, error) {
+func (c *Consumer) WaitApproval(ctx context.Context, jobID, callID string) (Approval, error) {
 	key, err := approvalKey(jobID, callID)
 	if err != nil {
 		return Approval{}, err
 	}
-	kv, err := q.approvalsBucket(ctx)
-	if err != nil {
-		return Approval{}, err
-	}
-	w, err := kv.Watch(ctx, key)
+	w, err := c.approvals.Watch(ctx, key)
 	if err != nil {
 		return Approval{}, fmt.Errorf("queue: watch approval %s: %w", key, err)
 	}
@@ -210,8 +168,8 @@ func (q *Queue) WaitApproval(ctx context.Context, jobID, callID string) (Approva
 
 // ExpireApproval marks a request nobody answered as expired, with the reason, and returns what
 // the bucket holds: the expired request, or the answer a person gave just before.
-func (q *Queue) ExpireApproval(ctx context.Context, jobID, callID, reason string) (Approval, error) {
-	return q.updateApproval(ctx, jobID, callID, func(a *Approval, now time.Time) (bool, error) {
+func (c *Consumer) ExpireApproval(ctx context.Context, jobID, callID, reason string) (Approval, error) {
+	return updateApproval(ctx, c.approvals, jobID, callID, func(a *Approval, now time.Time) (bool, error) {
 		if a.Decision != "" {
 			return false, nil
 		}
@@ -229,11 +187,15 @@ type Signer func(Approval) (string, error)
 // is optional, sign signs the answer (nil leaves it unsigned, which a worker refuses). It fails
 // with ErrUnknownApproval, ErrAlreadyDecided or ErrApprovalExpired, each error saying what the
 // request holds.
-func (q *Queue) DecideApproval(ctx context.Context, jobID, callID string, d job.Decision, by, reason string, sign Signer) (Approval, error) {
+func (c *Client) DecideApproval(ctx context.Context, jobID, callID string, d job.Decision, by, reason string, sign Signer) (Approval, error) {
 	if d != job.DecisionApproved && d != job.DecisionDenied {
 		return Approval{}, fmt.Errorf("queue: decide approval: %q is not approved or denied", d)
 	}
-	return q.updateApproval(ctx, jobID, callID, func(a *Approval, now time.Time) (bool, error) {
+	kv, err := c.approvalsBucket(ctx)
+	if err != nil {
+		return Approval{}, err
+	}
+	return updateApproval(ctx, kv, jobID, callID, func(a *Approval, now time.Time) (bool, error) {
 		switch {
 		case a.Decision == job.DecisionExpired:
 			return false, fmt.Errorf("%w: call %s of job %s expired at %s (%s); the command was denied",
@@ -257,48 +219,35 @@ func (q *Queue) DecideApproval(ctx context.Context, jobID, callID string, d job.
 	})
 }
 
-// updateApproval applies change with compare-and-set, retrying on a concurrent writer. change
-// reports whether it changed anything; if not, nothing is written.
-func (q *Queue) updateApproval(ctx context.Context, jobID, callID string, change func(*Approval, time.Time) (bool, error)) (Approval, error) {
+// updateApproval applies change to a request that exists with compare-and-set, retrying on a
+// concurrent writer. change reports whether it changed anything; if not, nothing is written.
+func updateApproval(ctx context.Context, kv jetstream.KeyValue, jobID, callID string, change func(*Approval, time.Time) (bool, error)) (Approval, error) {
 	key, err := approvalKey(jobID, callID)
 	if err != nil {
 		return Approval{}, err
 	}
-	kv, err := q.approvalsBucket(ctx)
+	a, rev, err := update(ctx, kv, key, guess[Approval]{}, func(a *Approval, rev uint64) (bool, error) {
+		if rev == 0 {
+			return false, fmt.Errorf("%w: call %s of job %s (see `submit approvals`)", ErrUnknownApproval, callID, jobID)
+		}
+		a.Revision = rev
+		return change(a, time.Now().UTC())
+	})
 	if err != nil {
-		return Approval{}, err
+		return a, err
 	}
-	for range 10 {
-		e, err := kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return Approval{}, fmt.Errorf("%w: call %s of job %s (see `submit approvals`)", ErrUnknownApproval, callID, jobID)
-		}
-		if err != nil {
-			return Approval{}, fmt.Errorf("queue: approval %s: %w", key, err)
-		}
-		a, err := decodeApproval(e.Value())
-		if err != nil {
-			return Approval{}, err
-		}
-		a.Revision = e.Revision()
-		changed, err := change(&a, time.Now().UTC())
-		if err != nil || !changed {
-			return a, err
-		}
-		_, err = kv.Update(ctx, key, mustJSON(a), e.Revision())
-		if err == nil {
-			return a, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
-			return Approval{}, fmt.Errorf("queue: update approval %s: %w", key, err)
-		}
-	}
-	return Approval{}, fmt.Errorf("queue: update approval %s: too much contention", key)
+	a.Revision = rev
+	return a, nil
+}
+
+// approvalsBucket looks the approvals bucket up for a client.
+func (c *Client) approvalsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	return bucket(ctx, c.js, c.cfg.ApprovalsBucket, "approvals")
 }
 
 // PendingApprovals returns the requests still waiting for an answer, oldest first; with a job
 // id, only that job's.
-func (q *Queue) PendingApprovals(ctx context.Context, jobID string) ([]Approval, error) {
+func (c *Client) PendingApprovals(ctx context.Context, jobID string) ([]Approval, error) {
 	filter := ">"
 	if jobID != "" {
 		if !job.ValidID(jobID) {
@@ -306,7 +255,7 @@ func (q *Queue) PendingApprovals(ctx context.Context, jobID string) ([]Approval,
 		}
 		filter = jobID + ".*"
 	}
-	kv, err := q.approvalsBucket(ctx)
+	kv, err := c.approvalsBucket(ctx)
 	if err != nil {
 		return nil, err
 	}

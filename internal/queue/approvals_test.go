@@ -34,14 +34,14 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			id, callID := newJob(t).ID, "call_"+tt.name
 			argv := []string{"make", "deploy", "--env", "prod"}
-			got, err := b.q.RequestApproval(ctx, pendingApproval(id, callID, argv, time.Minute))
+			got, err := b.w.RequestApproval(ctx, pendingApproval(id, callID, argv, time.Minute))
 			if err != nil {
 				t.Fatalf("RequestApproval: %v", err)
 			}
 			if got.Decision != "" || !reflect.DeepEqual(got.Argv, argv) {
 				t.Fatalf("request = %+v, want it pending with the argv", got)
 			}
-			pending, err := b.q.PendingApprovals(ctx, id)
+			pending, err := b.c.PendingApprovals(ctx, id)
 			if err != nil || len(pending) != 1 || pending[0].CallID != callID {
 				t.Fatalf("pending = %+v, %v; want the one request", pending, err)
 			}
@@ -50,13 +50,13 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 			waited := make(chan queue.Approval, 1)
 			waitErr := make(chan error, 1)
 			go func() {
-				a, err := b.q.WaitApproval(ctx, id, callID)
+				a, err := b.w.WaitApproval(ctx, id, callID)
 				waited <- a
 				waitErr <- err
 			}()
-			client, err := queue.Bind(ctx, b.nc, b.cfg)
+			client, err := queue.NewClient(ctx, b.nc, b.cfg, "default")
 			if err != nil {
-				t.Fatal(err)
+				t.Fatal(err, "default")
 			}
 			answer, err := client.DecideApproval(ctx, id, callID, tt.decision, "alice@host", tt.reason, nil)
 			if err != nil {
@@ -82,19 +82,19 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 				}
 			}
 			// The worker's expiry comes too late to change it.
-			if a, err := b.q.ExpireApproval(ctx, id, callID, "no answer within 1m0s"); err != nil || a.Decision != tt.decision {
+			if a, err := b.w.ExpireApproval(ctx, id, callID, "no answer within 1m0s"); err != nil || a.Decision != tt.decision {
 				t.Errorf("ExpireApproval after the answer = %+v, %v; want the answer kept", a, err)
 			}
 			if pending, err := client.PendingApprovals(ctx, id); err != nil || len(pending) != 0 {
 				t.Errorf("pending after the answer = %+v, %v; want none", pending, err)
 			}
 			// The same command asked again (a redelivered job) gets the answer without asking.
-			again, err := b.q.RequestApproval(ctx, pendingApproval(id, callID, argv, time.Minute))
+			again, err := b.w.RequestApproval(ctx, pendingApproval(id, callID, argv, time.Minute))
 			if err != nil || again.Decision != tt.decision || again.DecidedBy != "alice@host" {
 				t.Errorf("asking again = %+v, %v; want the earlier answer", again, err)
 			}
 			// Another command under the same call id is a new request.
-			other, err := b.q.RequestApproval(ctx, pendingApproval(id, callID, []string{"make", "clean"}, time.Minute))
+			other, err := b.w.RequestApproval(ctx, pendingApproval(id, callID, []string{"make", "clean"}, time.Minute))
 			if err != nil || other.Decision != "" {
 				t.Errorf("another command = %+v, %v; want a new pending request", other, err)
 			}
@@ -109,19 +109,19 @@ func TestApprovalExpiry(t *testing.T) {
 	id := newJob(t).ID
 
 	t.Run("worker gives up", func(t *testing.T) {
-		if _, err := b.q.RequestApproval(ctx, pendingApproval(id, "c1", []string{"ls"}, time.Minute)); err != nil {
+		if _, err := b.w.RequestApproval(ctx, pendingApproval(id, "c1", []string{"ls"}, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
-		if _, err := b.q.WaitApproval(wctx, id, "c1"); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := b.w.WaitApproval(wctx, id, "c1"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("WaitApproval = %v, want DeadlineExceeded", err)
 		}
-		a, err := b.q.ExpireApproval(ctx, id, "c1", "no answer within 100ms")
+		a, err := b.w.ExpireApproval(ctx, id, "c1", "no answer within 100ms")
 		if err != nil || a.Decision != job.DecisionExpired || a.DecidedBy != queue.Expirer {
 			t.Fatalf("ExpireApproval = %+v, %v", a, err)
 		}
-		_, err = b.q.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", "", nil)
+		_, err = b.c.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", "", nil)
 		if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "no answer within 100ms") {
 			t.Errorf("late answer: %v, want ErrApprovalExpired with the reason", err)
 		}
@@ -130,23 +130,23 @@ func TestApprovalExpiry(t *testing.T) {
 	t.Run("deadline passed before the worker noticed", func(t *testing.T) {
 		a := pendingApproval(id, "c2", []string{"ls"}, time.Minute)
 		a.RequestedAt, a.ExpiresAt = a.RequestedAt.Add(-2*time.Minute), a.RequestedAt.Add(-time.Minute)
-		if _, err := b.q.RequestApproval(ctx, a); err != nil {
+		if _, err := b.w.RequestApproval(ctx, a); err != nil {
 			t.Fatal(err)
 		}
-		if pending, err := b.q.PendingApprovals(ctx, ""); err != nil || len(pending) != 0 {
+		if pending, err := b.c.PendingApprovals(ctx, ""); err != nil || len(pending) != 0 {
 			t.Errorf("pending = %+v, %v; want the expired request left out", pending, err)
 		}
-		if _, err := b.q.DecideApproval(ctx, id, "c2", job.DecisionApproved, "alice", "", nil); !errors.Is(err, queue.ErrApprovalExpired) {
+		if _, err := b.c.DecideApproval(ctx, id, "c2", job.DecisionApproved, "alice", "", nil); !errors.Is(err, queue.ErrApprovalExpired) {
 			t.Errorf("answer after expires_at: %v, want ErrApprovalExpired", err)
 		}
 	})
 
 	t.Run("an expired request asked again is asked anew", func(t *testing.T) {
-		a, err := b.q.RequestApproval(ctx, pendingApproval(id, "c1", []string{"ls"}, time.Minute))
+		a, err := b.w.RequestApproval(ctx, pendingApproval(id, "c1", []string{"ls"}, time.Minute))
 		if err != nil || a.Decision != "" {
 			t.Fatalf("RequestApproval = %+v, %v; want pending again", a, err)
 		}
-		if _, err := b.q.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", "", nil); err != nil {
+		if _, err := b.c.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", "", nil); err != nil {
 			t.Errorf("answer to the new request: %v", err)
 		}
 	})
@@ -165,12 +165,12 @@ func TestApprovalRequests(t *testing.T) {
 		pendingApproval(j2, odd, []string{"make"}, time.Minute),
 		pendingApproval(j1, "call_b", []string{"make", "test"}, time.Minute),
 	} {
-		if _, err := b.q.RequestApproval(ctx, a); err != nil {
+		if _, err := b.w.RequestApproval(ctx, a); err != nil {
 			t.Fatalf("RequestApproval %s: %v", a.CallID, err)
 		}
 	}
 	var all []string
-	pending, err := b.q.PendingApprovals(ctx, "")
+	pending, err := b.c.PendingApprovals(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +180,10 @@ func TestApprovalRequests(t *testing.T) {
 	if want := []string{"call_a", odd, "call_b"}; !reflect.DeepEqual(all, want) {
 		t.Errorf("pending = %q, want %q oldest first", all, want)
 	}
-	if one, err := b.q.PendingApprovals(ctx, j2); err != nil || len(one) != 1 || one[0].CallID != odd {
+	if one, err := b.c.PendingApprovals(ctx, j2); err != nil || len(one) != 1 || one[0].CallID != odd {
 		t.Errorf("pending of %s = %+v, %v", j2, one, err)
 	}
-	if a, err := b.q.DecideApproval(ctx, j2, odd, job.DecisionDenied, "alice", "", nil); err != nil || a.CallID != odd {
+	if a, err := b.c.DecideApproval(ctx, j2, odd, job.DecisionDenied, "alice", "", nil); err != nil || a.CallID != odd {
 		t.Errorf("answer under the odd call id = %+v, %v", a, err)
 	}
 
@@ -193,19 +193,19 @@ func TestApprovalRequests(t *testing.T) {
 		wantErr error
 	}{
 		{name: "unknown call", decide: func() error {
-			_, err := b.q.DecideApproval(ctx, j1, "call_nope", job.DecisionApproved, "alice", "", nil)
+			_, err := b.c.DecideApproval(ctx, j1, "call_nope", job.DecisionApproved, "alice", "", nil)
 			return err
 		}, wantErr: queue.ErrUnknownApproval},
 		{name: "not a job id", decide: func() error {
-			_, err := b.q.DecideApproval(ctx, "../../x", "call_a", job.DecisionApproved, "alice", "", nil)
+			_, err := b.c.DecideApproval(ctx, "../../x", "call_a", job.DecisionApproved, "alice", "", nil)
 			return err
 		}, wantErr: queue.ErrUnknownApproval},
 		{name: "not a decision", decide: func() error {
-			_, err := b.q.DecideApproval(ctx, j1, "call_a", job.DecisionExpired, "alice", "", nil)
+			_, err := b.c.DecideApproval(ctx, j1, "call_a", job.DecisionExpired, "alice", "", nil)
 			return err
 		}},
 		{name: "command too long to ask about", decide: func() error {
-			_, err := b.q.RequestApproval(ctx, pendingApproval(j1, "call_c", []string{strings.Repeat("x", 100<<10)}, time.Minute))
+			_, err := b.w.RequestApproval(ctx, pendingApproval(j1, "call_c", []string{strings.Repeat("x", 100<<10)}, time.Minute))
 			return err
 		}},
 	}
@@ -225,7 +225,7 @@ func TestApprovalRequests(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = b.q.DecideApproval(ctx, j1, "call_b", d, "person", "", nil)
+			_, errs[i] = b.c.DecideApproval(ctx, j1, "call_b", d, "person", "", nil)
 		}()
 	}
 	wg.Wait()

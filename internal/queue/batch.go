@@ -24,21 +24,21 @@ type PendingPublish struct {
 // trip per job. The semantics are Publish's: the status is created only if none exists, the
 // job id is the message id the server deduplicates by. The caller bounds how many it leaves
 // pending and calls Wait on each.
-func (q *Queue) PublishAsync(j job.Job) (*PendingPublish, error) {
+func (c *Client) PublishAsync(j job.Job) (*PendingPublish, error) {
 	data, err := j.Encode()
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
 	// What KeyValue.Create sends: a put that the server refuses when the key has a value.
-	st, err := q.js.PublishMsgAsync(&nats.Msg{
-		Subject: "$KV." + q.cfg.StatusBucket + "." + j.ID,
+	st, err := c.js.PublishMsgAsync(&nats.Msg{
+		Subject: "$KV." + c.cfg.StatusBucket + "." + c.ref(j.ID).key(),
 		Data:    mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, Labels: j.Labels, QueuedAt: now, UpdatedAt: now}),
 	}, jetstream.WithExpectLastSequencePerSubject(0))
 	if err != nil {
 		return nil, fmt.Errorf("queue: record job %s as queued: %w", j.ID, err)
 	}
-	jf, err := q.js.PublishMsgAsync(&nats.Msg{Subject: q.cfg.Subject, Data: data}, jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(q.cfg.Stream))
+	jf, err := c.js.PublishMsgAsync(&nats.Msg{Subject: c.cfg.Subject, Data: data}, jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(c.cfg.Stream))
 	if err != nil {
 		return nil, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
 	}
@@ -70,14 +70,14 @@ func (p *PendingPublish) Wait(ctx context.Context) (duplicate bool, err error) {
 
 // WatchStatuses streams the status of every job in ids: each one's current value first, then
 // every change, until ctx ends or all of them reached a terminal state.
-func (q *Queue) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Status, error) {
+func (c *Client) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Status, error) {
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
 	// One watcher on the whole bucket, started before the current values are read, so no
 	// change between the two is missed; other jobs' updates are skipped by their key.
-	w, err := q.status.WatchAll(ctx, jetstream.UpdatesOnly())
+	w, err := c.status.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
 		return nil, fmt.Errorf("queue: watch the status bucket: %w", err)
 	}
@@ -100,7 +100,7 @@ func (q *Queue) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Sta
 			return open > 0
 		}
 		for _, id := range ids {
-			st, err := q.Status(ctx, id)
+			st, err := c.Status(ctx, id)
 			if err != nil {
 				continue // not there yet: its first update comes through the watcher
 			}
@@ -108,7 +108,7 @@ func (q *Queue) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Sta
 				return
 			}
 		}
-		follow(ctx, w, func(id string) bool { return want[id] }, send)
+		follow(ctx, w, func(key string) bool { return want[refOf(key).ID] }, send)
 	}()
 	return out, nil
 }

@@ -14,19 +14,19 @@ import (
 // publish (with its queued status), fetch, running status, double ack. BenchmarkCoreRequest, a plain NATS request/reply on the same
 // server, is the baseline it is measured against.
 func BenchmarkJobRoundTrip(b *testing.B) {
-	q := setup(b).q
+	bb := setup(b)
 	ctx := context.Background()
 	b.ResetTimer()
 	for range b.N {
 		j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC()}
-		if _, err := q.Publish(ctx, j); err != nil {
+		if _, err := bb.c.Publish(ctx, j); err != nil {
 			b.Fatal(err)
 		}
-		d, err := q.Fetch(ctx)
+		d, err := bb.w.Fetch(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := q.UpdateStatus(ctx, d.JobID, func(s *job.Status) { s.State = job.StateRunning }); err != nil {
+		if _, err := bb.w.UpdateStatus(ctx, d.Ref(), func(s *job.Status) { s.State = job.StateRunning }); err != nil {
 			b.Fatal(err)
 		}
 		if err := d.Ack(ctx); err != nil {

@@ -14,8 +14,10 @@ import (
 // Delivery is one delivery of a job message to this worker.
 type Delivery struct {
 	msg jetstream.Msg
-	q   *Queue
+	c   *Consumer
 
+	// Tenant is the tenant whose subject the job came on.
+	Tenant string
 	// JobID is the message id the job was published with; it may be empty for a message that
 	// did not come from submit.
 	JobID string
@@ -29,15 +31,18 @@ type Delivery struct {
 	Seq uint64
 }
 
+// Ref names the delivered job.
+func (d *Delivery) Ref() Ref { return Ref{Tenant: d.Tenant, ID: d.JobID} }
+
 // LastAttempt reports whether this is the last delivery that may run the job: the max_deliver'th
 // or, when that one died, one of the deliveries after it.
-func (d *Delivery) LastAttempt() bool { return d.Attempt >= d.q.cfg.MaxDeliver }
+func (d *Delivery) LastAttempt() bool { return d.Attempt >= d.c.cfg.MaxDeliver }
 
 // Exhausted reports whether the job used up its max_deliver deliveries before this one: the
 // last one ended without settling (its worker died, or stalled past AckWait). This delivery
 // must not run the job but end it: with the committed run, or as dead. The server delivers
 // such a message again until a worker settles it, so the end does not hang on any one worker.
-func (d *Delivery) Exhausted() bool { return d.Attempt > d.q.cfg.MaxDeliver }
+func (d *Delivery) Exhausted() bool { return d.Attempt > d.c.cfg.MaxDeliver }
 
 // Ack marks the job done and waits for the server to confirm, so a crash right after cannot
 // bring it back.
@@ -59,7 +64,7 @@ func (d *Delivery) Nak(ctx context.Context, delay time.Duration) error {
 	}
 	if err == nil {
 		flushCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = d.q.js.Conn().FlushWithContext(flushCtx)
+		err = d.c.js.Conn().FlushWithContext(flushCtx)
 		cancel()
 	}
 	if err != nil {
@@ -97,13 +102,13 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 	if err != nil {
 		return fmt.Errorf("queue: encode dead letter: %w", err)
 	}
-	subject := dlqSubject(d.q.cfg, sanitizeToken(id))
+	subject := dlqSubject(d.c.cfg, sanitizeToken(id))
 	// Messages without an id share one subject: each keeps its own letter.
 	var once []jetstream.PublishOpt
 	if d.JobID != "" {
 		once = append(once, jetstream.WithExpectLastSequencePerSubject(0))
 	}
-	if _, err := d.q.js.Publish(ctx, subject, data, once...); err != nil && !isWrongLastSequence(err) {
+	if _, err := d.c.js.Publish(ctx, subject, data, once...); err != nil && !isWrongLastSequence(err) {
 		return fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
 	}
 	if err := d.msg.TermWithReason(reason); err != nil {
@@ -117,7 +122,7 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 // cause a redelivery.
 func (d *Delivery) KeepAlive(ctx context.Context, interval time.Duration) (stop func()) {
 	if interval <= 0 {
-		interval = d.q.AckWait() / 3
+		interval = d.c.AckWait() / 3
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -136,12 +141,12 @@ func (d *Delivery) KeepAlive(ctx context.Context, interval time.Duration) (stop 
 				switch {
 				case err != nil && !failing:
 					failing = true
-					d.q.log.WarnContext(ctx, "in-progress heartbeat failed; still trying", "job_id", d.JobID, "error", err)
+					d.c.log.WarnContext(ctx, "in-progress heartbeat failed; still trying", "job_id", d.JobID, "error", err)
 				case err != nil:
-					d.q.log.DebugContext(ctx, "in-progress heartbeat failed again", "job_id", d.JobID, "error", err)
+					d.c.log.DebugContext(ctx, "in-progress heartbeat failed again", "job_id", d.JobID, "error", err)
 				case failing:
 					failing = false
-					d.q.log.InfoContext(ctx, "in-progress heartbeats go through again", "job_id", d.JobID)
+					d.c.log.InfoContext(ctx, "in-progress heartbeats go through again", "job_id", d.JobID)
 				}
 			}
 		}

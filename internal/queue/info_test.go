@@ -20,7 +20,7 @@ func TestConsumerLag(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			pending, ackPending, err := b.q.ConsumerLag(ctx)
+			pending, ackPending, err := b.w.ConsumerLag(ctx)
 			if err != nil {
 				t.Fatalf("ConsumerLag: %v", err)
 			}
@@ -35,12 +35,12 @@ func TestConsumerLag(t *testing.T) {
 	}
 	lag(t, 0, 0)
 	for range 3 {
-		if _, err := b.q.Publish(ctx, newJob(t)); err != nil {
+		if _, err := b.c.Publish(ctx, newJob(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	lag(t, 3, 0)
-	d := fetch(t, b.q, 5*time.Second)
+	d := fetch(t, b.w, 5*time.Second)
 	lag(t, 2, 1)
 	if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
@@ -48,23 +48,11 @@ func TestConsumerLag(t *testing.T) {
 	lag(t, 2, 0)
 }
 
-func TestConsumerLagOnClientHandle(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	client, err := queue.Bind(context.Background(), b.nc, b.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := client.ConsumerLag(context.Background()); err == nil {
-		t.Error("ConsumerLag on a client handle succeeded, want an error")
-	}
-}
-
 // A client handle knows only the default ack_wait; ConsumerAckWait reads the worker's.
 func TestConsumerAckWaitIsTheServers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(7 * time.Minute) })
-	client, err := queue.Bind(t.Context(), b.nc, config.Config{}.WithDefaults().NATS)
+	client, err := queue.NewClient(t.Context(), b.nc, config.Config{}.WithDefaults().NATS, "default")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 // ListStatuses returns the current status of every job the status bucket holds that keep
 // accepts (nil keeps all), newest first by the time it was queued. It reads the bucket with one
 // watcher (one consumer, no request per job); a record that does not decode is skipped.
-func (q *Queue) ListStatuses(ctx context.Context, keep func(job.Status) bool) ([]job.Status, error) {
-	w, err := q.status.WatchAll(ctx, jetstream.IgnoreDeletes())
+func (c *Client) ListStatuses(ctx context.Context, keep func(job.Status) bool) ([]job.Status, error) {
+	w, err := c.status.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("queue: list jobs: %w", err)
 	}
@@ -37,7 +37,7 @@ func (q *Queue) ListStatuses(ctx context.Context, keep func(job.Status) bool) ([
 			if err != nil {
 				continue
 			}
-			st.ID = e.Key()
+			st.ID = refOf(e.Key()).ID
 			if keep == nil || keep(st) {
 				out = append(out, st)
 			}
@@ -56,11 +56,11 @@ func newer(a, b job.Status) bool {
 
 // StatusHistory returns the revisions of a job's status the bucket still keeps (at most its
 // history, 16), oldest first: the steps a job went through, for `submit logs`.
-func (q *Queue) StatusHistory(ctx context.Context, id string) ([]job.Status, error) {
+func (c *Client) StatusHistory(ctx context.Context, id string) ([]job.Status, error) {
 	if !job.ValidID(id) {
 		return nil, fmt.Errorf("%w: %q is not a job id", ErrUnknownJob, id)
 	}
-	entries, err := q.status.History(ctx, id)
+	entries, err := c.status.History(ctx, c.ref(id).key())
 	if err != nil {
 		if isKeyNotFound(err) {
 			return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)

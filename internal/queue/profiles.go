@@ -51,7 +51,7 @@ type WorkerProfiles struct {
 // AdvertiseProfiles keeps this worker's profiles in ProfilesBucket until ctx ends, then
 // removes its entry. A failed write is tried again at the next refresh: clients only lose the
 // check, never a job. It returns nil when ctx ends.
-func (q *Queue) AdvertiseProfiles(ctx context.Context, worker string, profiles map[string]config.Profile) error {
+func (c *Consumer) AdvertiseProfiles(ctx context.Context, worker string, profiles map[string]config.Profile) error {
 	entry := WorkerProfiles{Worker: worker}
 	for name, p := range profiles {
 		entry.Profiles = append(entry.Profiles, ProfileInfo{Name: name, Description: p.Description,
@@ -65,9 +65,9 @@ func (q *Queue) AdvertiseProfiles(ctx context.Context, worker string, profiles m
 	for {
 		var err error
 		if kv == nil {
-			kv, err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			kv, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 				Bucket: ProfilesBucket, Description: "Boxcar: the profiles each live worker defines",
-				TTL: profilesTTL, History: 1, Storage: jetstream.MemoryStorage, Replicas: q.cfg.Replicas,
+				TTL: profilesTTL, History: 1, Storage: jetstream.MemoryStorage, Replicas: c.cfg.Replicas,
 			})
 		}
 		if err == nil {
@@ -76,7 +76,7 @@ func (q *Queue) AdvertiseProfiles(ctx context.Context, worker string, profiles m
 		}
 		if err != nil && ctx.Err() == nil {
 			kv = nil
-			q.log.DebugContext(ctx, "publishing the worker's profiles failed; trying again", "error", err)
+			c.log.DebugContext(ctx, "publishing the worker's profiles failed; trying again", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -105,8 +105,8 @@ func profilesKey(worker string) string {
 
 // LiveProfiles returns every live worker's entry, by worker id. It needs NATS only, not the
 // store. ErrNoProfiles when there is none.
-func (q *Queue) LiveProfiles(ctx context.Context) ([]WorkerProfiles, error) {
-	kv, err := q.js.KeyValue(ctx, ProfilesBucket)
+func (c *Client) LiveProfiles(ctx context.Context) ([]WorkerProfiles, error) {
+	kv, err := c.js.KeyValue(ctx, ProfilesBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, ErrNoProfiles
 	}

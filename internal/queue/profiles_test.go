@@ -15,9 +15,9 @@ import (
 func TestAdvertiseProfiles(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	client, err := queue.Bind(context.Background(), b.nc, b.cfg)
+	client, err := queue.NewClient(context.Background(), b.nc, b.cfg, "default")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatal(err, "default")
 	}
 	if _, err := client.LiveProfiles(t.Context()); !errors.Is(err, queue.ErrNoProfiles) {
 		t.Fatalf("before any worker: %v, want ErrNoProfiles", err)
@@ -28,7 +28,7 @@ func TestAdvertiseProfiles(t *testing.T) {
 		"b": {Description: "the second"},
 		"a": {Description: "the first", Limits: config.Limits{MaxTurns: 7, MaxToolCalls: 9, MaxTokens: 1000}},
 	}
-	go func() { done <- b.q.AdvertiseProfiles(ctx, "host 1/worker", profiles) }()
+	go func() { done <- b.w.AdvertiseProfiles(ctx, "host 1/worker", profiles) }()
 	var got []queue.WorkerProfiles
 	deadline := time.Now().Add(time.Minute)
 	for got, err = client.LiveProfiles(t.Context()); err != nil; got, err = client.LiveProfiles(t.Context()) {

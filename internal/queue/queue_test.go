@@ -29,7 +29,8 @@ func TestMain(m *testing.M) {
 type bundle struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
-	q   *queue.Queue // nil from olderSetup until the test starts a worker
+	w   *queue.Consumer // nil from olderSetup until the test starts a worker
+	c   *queue.Client
 	cfg config.NATS
 }
 
@@ -45,12 +46,22 @@ func setup(t testing.TB, change ...func(*config.NATS)) bundle {
 	for _, c := range change {
 		c(&cfg)
 	}
-	q, err := queue.New(ctx, nc, cfg, slog.New(slog.DiscardHandler))
+	w, err := queue.Open(ctx, nc, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bundle{nc: nc, js: jetStream(t, nc), q: q, cfg: cfg}
+	c, err := queue.NewClient(ctx, nc, cfg, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{nc: nc, js: jetStream(t, nc), w: w, c: c, cfg: cfg}
 }
+
+// tenant is the tenant the tests' clients act for.
+const tenant = "default"
+
+// ref names a job of the tests' tenant as a worker knows it.
+func ref(id string) queue.Ref { return queue.Ref{Tenant: tenant, ID: id} }
 
 // olderSetup starts the real nats-server with the job stream already there as an older (or a
 // foreign) Boxcar made it: the settings Boxcar's job stream had before it recorded its limits,
@@ -100,7 +111,7 @@ func newJob(t *testing.T) job.Job {
 	return job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC()}
 }
 
-func fetch(t *testing.T, q *queue.Queue, within time.Duration) *queue.Delivery {
+func fetch(t *testing.T, q *queue.Consumer, within time.Duration) *queue.Delivery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -111,7 +122,7 @@ func fetch(t *testing.T, q *queue.Queue, within time.Duration) *queue.Delivery {
 	return d
 }
 
-func expectEmpty(t *testing.T, q *queue.Queue, for_ time.Duration) {
+func expectEmpty(t *testing.T, q *queue.Consumer, for_ time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), for_)
 	defer cancel()
@@ -125,14 +136,14 @@ func TestPublishFetchAck(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
-	if dup, err := b.q.Publish(ctx, j); err != nil || dup {
+	if dup, err := b.c.Publish(ctx, j); err != nil || dup {
 		t.Fatalf("publish: dup=%v err=%v", dup, err)
 	}
-	st, err := b.q.Status(ctx, j.ID)
+	st, err := b.c.Status(ctx, j.ID)
 	if err != nil || st.State != job.StateQueued {
 		t.Fatalf("status after publish = %+v, %v; want queued", st, err)
 	}
-	d := fetch(t, b.q, 5*time.Second)
+	d := fetch(t, b.w, 5*time.Second)
 	if d.JobID != j.ID || d.Attempt != 1 {
 		t.Fatalf("delivery = %s attempt %d, want %s attempt 1", d.JobID, d.Attempt, j.ID)
 	}
@@ -143,7 +154,7 @@ func TestPublishFetchAck(t *testing.T) {
 	if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
-	expectEmpty(t, b.q, 2*b.q.AckWait())
+	expectEmpty(t, b.w, 2*b.w.AckWait())
 }
 
 func TestDuplicatePublishIsDropped(t *testing.T) {
@@ -151,18 +162,18 @@ func TestDuplicatePublishIsDropped(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
-	if _, err := b.q.Publish(ctx, j); err != nil {
+	if _, err := b.c.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	dup, err := b.q.Publish(ctx, j)
+	dup, err := b.c.Publish(ctx, j)
 	if err != nil || !dup {
 		t.Fatalf("second publish: dup=%v err=%v; want a duplicate", dup, err)
 	}
-	d := fetch(t, b.q, 5*time.Second)
+	d := fetch(t, b.w, 5*time.Second)
 	if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
-	expectEmpty(t, b.q, 500*time.Millisecond)
+	expectEmpty(t, b.w, 500*time.Millisecond)
 }
 
 func TestUnackedJobIsRedelivered(t *testing.T) {
@@ -170,12 +181,12 @@ func TestUnackedJobIsRedelivered(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
-	if _, err := b.q.Publish(ctx, j); err != nil {
+	if _, err := b.c.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	first := fetch(t, b.q, 5*time.Second)
+	first := fetch(t, b.w, 5*time.Second)
 	// The worker "dies": no ack, no heartbeat. After AckWait the job comes back.
-	second := fetch(t, b.q, 5*time.Second)
+	second := fetch(t, b.w, 5*time.Second)
 	if second.JobID != first.JobID || second.Attempt != 2 {
 		t.Fatalf("redelivery = %s attempt %d, want %s attempt 2", second.JobID, second.Attempt, first.JobID)
 	}
@@ -188,12 +199,12 @@ func TestKeepAliveHoldsTheJobPastAckWait(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.q.Publish(ctx, newJob(t)); err != nil {
+	if _, err := b.c.Publish(ctx, newJob(t)); err != nil {
 		t.Fatal(err)
 	}
-	d := fetch(t, b.q, 5*time.Second)
+	d := fetch(t, b.w, 5*time.Second)
 	stop := d.KeepAlive(ctx, 0)
-	expectEmpty(t, b.q, 3*b.q.AckWait())
+	expectEmpty(t, b.w, 3*b.w.AckWait())
 	stop()
 	if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
@@ -204,15 +215,15 @@ func TestNakRedeliversAfterDelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.q.Publish(ctx, newJob(t)); err != nil {
+	if _, err := b.c.Publish(ctx, newJob(t)); err != nil {
 		t.Fatal(err)
 	}
-	d := fetch(t, b.q, 5*time.Second)
+	d := fetch(t, b.w, 5*time.Second)
 	start := time.Now()
 	if err := d.Nak(ctx, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	again := fetch(t, b.q, 5*time.Second)
+	again := fetch(t, b.w, 5*time.Second)
 	if since := time.Since(start); since < 250*time.Millisecond {
 		t.Errorf("redelivered after %s, want at least the 300ms delay", since)
 	}
@@ -229,14 +240,14 @@ func TestTermKeepsTheJobInTheDeadLetterStream(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
-	if _, err := b.q.Publish(ctx, j); err != nil {
+	if _, err := b.c.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	d := fetch(t, b.q, 5*time.Second)
+	d := fetch(t, b.w, 5*time.Second)
 	if err := d.Term(ctx, "unknown_profile", errors.New(`unknown profile "p"`)); err != nil {
 		t.Fatal(err)
 	}
-	expectEmpty(t, b.q, 2*b.q.AckWait())
+	expectEmpty(t, b.w, 2*b.w.AckWait())
 
 	stream, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
 	if err != nil {
@@ -263,23 +274,23 @@ func TestStatusUpdatesAndTerminalStatesAreFinal(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
-	if _, err := b.q.Publish(ctx, j); err != nil {
+	if _, err := b.c.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
 	watchCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	updates, err := b.q.WatchStatus(watchCtx, j.ID)
+	updates, err := b.c.WatchStatus(watchCtx, j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	steps := []job.State{job.StateRunning, job.StateSucceeded}
 	for _, s := range steps {
-		if _, err := b.q.UpdateStatus(ctx, j.ID, func(st *job.Status) { st.State = s }); err != nil {
+		if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(st *job.Status) { st.State = s }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A stale attempt may not overwrite the final outcome.
-	_, err = b.q.UpdateStatus(ctx, j.ID, func(st *job.Status) { st.State = job.StateFailed })
+	_, err = b.w.UpdateStatus(ctx, ref(j.ID), func(st *job.Status) { st.State = job.StateFailed })
 	if !errors.Is(err, queue.ErrFinal) {
 		t.Fatalf("update after success: %v, want ErrFinal", err)
 	}
@@ -292,7 +303,7 @@ func TestStatusUpdatesAndTerminalStatesAreFinal(t *testing.T) {
 	if last := seen[len(seen)-1]; last != job.StateSucceeded {
 		t.Errorf("watch ended at %v (saw %v), want succeeded", last, seen)
 	}
-	if _, err := b.q.Status(ctx, "nosuchjob-0000"); !errors.Is(err, queue.ErrUnknownJob) {
+	if _, err := b.c.Status(ctx, "nosuchjob-0000"); !errors.Is(err, queue.ErrUnknownJob) {
 		t.Errorf("status of unknown job: %v, want ErrUnknownJob", err)
 	}
 }
@@ -304,12 +315,12 @@ func TestWatchSeesEveryRapidUpdate(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
-	if _, err := b.q.Publish(ctx, j); err != nil {
+	if _, err := b.c.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
 	watchCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	updates, err := b.q.WatchStatus(watchCtx, j.ID)
+	updates, err := b.c.WatchStatus(watchCtx, j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,14 +330,14 @@ func TestWatchSeesEveryRapidUpdate(t *testing.T) {
 	go func() {
 		defer close(writer)
 		for i := 1; i <= steps; i++ {
-			if _, err := b.q.UpdateStatus(ctx, j.ID, func(st *job.Status) {
+			if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(st *job.Status) {
 				st.State, st.Progress = job.StateRunning, fmt.Sprintf("step %d", i)
 			}); err != nil {
 				t.Error(err)
 				return
 			}
 		}
-		if _, err := b.q.UpdateStatus(ctx, j.ID, func(st *job.Status) { st.State, st.Progress = job.StateSucceeded, "" }); err != nil {
+		if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(st *job.Status) { st.State, st.Progress = job.StateSucceeded, "" }); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -349,7 +360,7 @@ func TestBindWithoutWorkerSaysWhatToStart(t *testing.T) {
 	t.Parallel()
 	nc := connect(t, false)
 	ctx := context.Background()
-	_, err := queue.Bind(ctx, nc, config.Config{}.WithDefaults().NATS)
+	_, err := queue.NewClient(ctx, nc, config.Config{}.WithDefaults().NATS, "default")
 	if !errors.Is(err, queue.ErrNotReady) {
 		t.Fatalf("bind: %v, want ErrNotReady", err)
 	}
@@ -360,7 +371,7 @@ func TestSetupIsIdempotent(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	for range 2 {
-		if _, err := queue.New(ctx, b.nc, b.cfg, slog.New(slog.DiscardHandler)); err != nil {
+		if _, err := queue.Open(ctx, b.nc, b.cfg, slog.New(slog.DiscardHandler)); err != nil {
 			t.Fatalf("second set-up: %v", err)
 		}
 	}
@@ -371,7 +382,7 @@ func TestIncompatibleStreamIsRefusedWithAFix(t *testing.T) {
 	cfg := config.Config{}.WithDefaults().NATS
 	// An older or foreign set-up with limits retention: a work queue cannot take its place.
 	b, _ := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.Retention = jetstream.LimitsPolicy })
-	_, err := queue.New(context.Background(), b.nc, cfg, slog.New(slog.DiscardHandler))
+	_, err := queue.Open(context.Background(), b.nc, cfg, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("set-up over an incompatible stream succeeded")
 	}
@@ -388,17 +399,17 @@ func TestJobWhoseLastWorkerDiedIsDeliveredOnceMore(t *testing.T) {
 	b := setup(t, func(c *config.NATS) { c.MaxDeliver = 2 })
 	ctx := context.Background()
 	j := newJob(t)
-	if _, err := b.q.Publish(ctx, j); err != nil {
+	if _, err := b.c.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
 	// Two deliveries, and the worker holding each one dies without a word.
 	for i := 0; i < 2; i++ {
-		if d := fetch(t, b.q, 5*time.Second); d.Exhausted() {
+		if d := fetch(t, b.w, 5*time.Second); d.Exhausted() {
 			t.Fatalf("delivery %d is marked exhausted, want only those after max_deliver", d.Attempt)
 		}
 	}
 	// No worker was listening meanwhile; the next one to ask gets the job once more.
-	d := fetch(t, b.q, 10*time.Second)
+	d := fetch(t, b.w, 10*time.Second)
 	if d.JobID != j.ID || d.Attempt != 3 || !d.Exhausted() || !d.LastAttempt() {
 		t.Fatalf("delivery %s attempt %d, exhausted %v; want %s, attempt 3, exhausted", d.JobID, d.Attempt, d.Exhausted(), j.ID)
 	}
@@ -426,14 +437,14 @@ func TestTwoDeliveriesEndingAJobAtOnceLeaveOneDeadLetter(t *testing.T) {
 	for range jobs {
 		j := newJob(t)
 		ids[j.ID] = true
-		if _, err := b.q.Publish(ctx, j); err != nil {
+		if _, err := b.c.Publish(ctx, j); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Every job delivered twice: the first deliveries are left to time out.
 	held := map[string][]*queue.Delivery{}
 	for len(held) < jobs || slices.ContainsFunc(slices.Collect(maps.Values(held)), func(ds []*queue.Delivery) bool { return len(ds) < 2 }) {
-		d := fetch(t, b.q, 10*time.Second)
+		d := fetch(t, b.w, 10*time.Second)
 		held[d.JobID] = append(held[d.JobID], d)
 	}
 	start := make(chan struct{})

@@ -44,7 +44,7 @@ func TestOperatorStreamEditsAreKept(t *testing.T) {
 	edit(t, b.js, b.cfg.DeadLetterStream, func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
 
 	var log bytes.Buffer
-	if _, err := queue.New(context.Background(), b.nc, b.cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+	if _, err := queue.Open(context.Background(), b.nc, b.cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if got := streamConfig(t, b.js, b.cfg.Stream).MaxMsgs; got != 500 {
@@ -68,7 +68,7 @@ func TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits(t *testing.T) {
 	cfg := config.Config{}.WithDefaults().NATS
 	// As such a worker made it, with the operator's max_bytes.
 	b, _ := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.Discard, c.MaxBytes = jetstream.DiscardOld, 5<<20 })
-	if _, err := queue.New(context.Background(), b.nc, cfg, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := queue.Open(context.Background(), b.nc, cfg, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	c := streamConfig(t, b.js, cfg.Stream)
@@ -97,7 +97,7 @@ func TestRetentionLimitsFollowTheConfig(t *testing.T) {
 	cfg := b.cfg
 	cfg.JobMaxBytes, cfg.DeadLetterMaxAge, cfg.StatusTTL = 64<<20, config.Duration(48*time.Hour), config.Duration(24*time.Hour)
 	var log bytes.Buffer
-	if _, err := queue.New(context.Background(), b.nc, cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+	if _, err := queue.Open(context.Background(), b.nc, cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if got := streamConfig(t, b.js, b.cfg.Stream).MaxBytes; got != 64<<20 {
@@ -121,15 +121,15 @@ func TestStatusExpiresAfterTheJobEnds(t *testing.T) {
 	b := setup(t, func(c *config.NATS) { c.StatusTTL = config.Duration(time.Second) })
 	ctx := context.Background()
 	j := newJob(t)
-	if _, err := b.q.Publish(ctx, j); err != nil {
+	if _, err := b.c.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.q.UpdateStatus(ctx, j.ID, func(s *job.Status) { s.State = job.StateSucceeded }); err != nil {
+	if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(s *job.Status) { s.State = job.StateSucceeded }); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err := b.q.Status(ctx, j.ID)
+		_, err := b.c.Status(ctx, j.ID)
 		if errors.Is(err, queue.ErrUnknownJob) {
 			return
 		}
@@ -148,7 +148,7 @@ func TestFullJobStreamRefusesTheSubmission(t *testing.T) {
 	ctx := context.Background()
 	for i := range 3 {
 		j := newJob(t)
-		_, err := b.q.Publish(ctx, j)
+		_, err := b.c.Publish(ctx, j)
 		if i < 2 && err != nil {
 			t.Fatalf("publish %d: %v", i+1, err)
 		}
@@ -156,13 +156,13 @@ func TestFullJobStreamRefusesTheSubmission(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "maximum messages") {
 				t.Fatalf("publish past job_max_msgs: %v, want the server's refusal", err)
 			}
-			if st, err := b.q.Status(ctx, j.ID); !errors.Is(err, queue.ErrUnknownJob) {
+			if st, err := b.c.Status(ctx, j.ID); !errors.Is(err, queue.ErrUnknownJob) {
 				t.Errorf("status of the refused job = %+v, %v; want none", st, err)
 			}
 		}
 	}
 	for range 2 {
-		if err := fetch(t, b.q, 10*time.Second).Ack(ctx); err != nil {
+		if err := fetch(t, b.w, 10*time.Second).Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,25 +8,30 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 )
 
-// Status returns what the status bucket holds for a job; ErrUnknownJob when nothing.
-func (q *Queue) Status(ctx context.Context, id string) (job.Status, error) {
-	if !job.ValidID(id) {
-		return job.Status{}, fmt.Errorf("%w: %q is not a job id", ErrUnknownJob, id)
+// getStatus returns what the status bucket holds under key; ErrUnknownJob when nothing.
+func getStatus(ctx context.Context, kv jetstream.KeyValue, r Ref) (job.Status, error) {
+	if !job.ValidID(r.ID) {
+		return job.Status{}, fmt.Errorf("%w: %q is not a job id", ErrUnknownJob, r.ID)
 	}
-	e, err := q.status.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return job.Status{}, fmt.Errorf("%w: %s", ErrUnknownJob, id)
-	}
+	st, rev, err := read[job.Status](ctx, kv, r.key())
 	if err != nil {
-		return job.Status{}, fmt.Errorf("queue: status of %s: %w", id, err)
+		return job.Status{}, fmt.Errorf("queue: status of %s: %w", r, err)
 	}
-	return decodeStatus(e.Value())
+	if rev == 0 {
+		return job.Status{}, fmt.Errorf("%w: %s", ErrUnknownJob, r.ID)
+	}
+	st.ID = r.ID
+	return st, nil
+}
+
+// Status returns what the status bucket holds for a job; ErrUnknownJob when nothing.
+func (c *Consumer) Status(ctx context.Context, r Ref) (job.Status, error) {
+	return getStatus(ctx, c.status, r)
 }
 
 // UpdateStatus applies change to a job's status with compare-and-set, retrying on a concurrent
@@ -36,144 +41,62 @@ func (q *Queue) Status(ctx context.Context, id string) (job.Status, error) {
 // The first try starts from the status this handle wrote last for the job, when it has one: a
 // worker writes a running job's status a dozen times (progress, spending, outcome), and so each
 // write is one round trip, not a read and a write. If anyone else wrote in between, the
-// compare-and-set fails and the next try reads the current value, as every try did before.
-//
-// A bucket with no leader (a node of a cluster went down and its replicas are electing one)
-// answers nobody for a few seconds; the write waits that out, up to leaderWait, rather than
-// leave a job's final status unwritten while its run is committed and its message acked.
-func (q *Queue) UpdateStatus(ctx context.Context, id string, change func(*job.Status)) (job.Status, error) {
-	election := leaderless{until: time.Now().Add(leaderWait), pause: 100 * time.Millisecond}
-	for try := 0; try < 10; try++ {
-		st, rev, known := q.written.get(id)
-		if try > 0 || !known {
-			st, rev = job.Status{}, 0
-			e, err := q.status.Get(ctx, id)
-			switch {
-			case errors.Is(err, jetstream.ErrKeyNotFound):
-				st = job.Status{ID: id}
-			case election.wait(ctx, err):
-				try--
-				continue
-			case err != nil:
-				return job.Status{}, fmt.Errorf("queue: status of %s: %w", id, err)
-			default:
-				if st, err = decodeStatus(e.Value()); err != nil {
-					return job.Status{}, err
-				}
-				rev = e.Revision()
-			}
-		}
+// compare-and-set fails and the next try reads the current value.
+func (c *Consumer) UpdateStatus(ctx context.Context, r Ref, change func(*job.Status)) (job.Status, error) {
+	key := r.key()
+	st, rev, err := update(ctx, c.status, key, c.written.get(key), func(st *job.Status, _ uint64) (bool, error) {
 		if st.State.Terminal() {
-			return st, fmt.Errorf("%w: job %s is already %s", ErrFinal, id, st.State)
+			return false, fmt.Errorf("%w: job %s is already %s", ErrFinal, r.ID, st.State)
 		}
-		change(&st)
-		st.ID = id
+		change(st)
+		st.ID = r.ID
 		st.UpdatedAt = time.Now().UTC()
-		var err error
-		if rev == 0 {
-			rev, err = q.status.Create(ctx, id, mustJSON(st))
-		} else {
-			rev, err = q.status.Update(ctx, id, mustJSON(st), rev)
+		return true, nil
+	})
+	if err != nil {
+		c.written.drop(key)
+		if errors.Is(err, ErrFinal) {
+			return st, err
 		}
-		if err == nil {
-			q.written.put(id, st, rev)
-			return st, nil
-		}
-		q.written.drop(id)
-		if election.wait(ctx, err) {
-			try--
-			continue
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
-			return job.Status{}, fmt.Errorf("queue: update status of %s: %w", id, err)
-		}
+		return job.Status{}, fmt.Errorf("queue: update status of %s: %w", r, err)
 	}
-	return job.Status{}, fmt.Errorf("queue: update status of %s: too much contention", id)
-}
-
-// leaderWait bounds how long a status write waits for its bucket to elect a leader: an
-// election takes seconds, and a worker on a busy machine may see it take ten times as long.
-const leaderWait = 30 * time.Second
-
-// leaderless waits out a bucket that answers nobody while it elects a leader.
-type leaderless struct {
-	until time.Time
-	pause time.Duration
-}
-
-// wait reports whether err says nobody answered (no leader, or the request timed out waiting
-// for one) and, if so and time is left, sleeps before the next try.
-func (l *leaderless) wait(ctx context.Context, err error) bool {
-	if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
-		return false
-	}
-	if time.Now().Add(l.pause).After(l.until) {
-		return false
-	}
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(l.pause):
-	}
-	l.pause = min(2*l.pause, 2*time.Second)
-	return true
+	c.written.put(key, st, rev)
+	return st, nil
 }
 
 // statusCache holds the status a handle wrote last for each job, with its revision, until
 // the job ends. It only ever saves a read: a stale entry makes the compare-and-set fail.
 type statusCache struct {
 	mu sync.Mutex
-	m  map[string]writtenStatus
-}
-
-type writtenStatus struct {
-	st  job.Status
-	rev uint64
+	m  map[string]guess[job.Status]
 }
 
 // maxWritten bounds the cache: jobs handed back unfinished (a worker stopping) leave entries.
 const maxWritten = 4096
 
-func (c *statusCache) get(id string) (job.Status, uint64, bool) {
+func (c *statusCache) get(key string) guess[job.Status] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w, ok := c.m[id]
-	return w.st, w.rev, ok
+	return c.m[key]
 }
 
-func (c *statusCache) put(id string, st job.Status, rev uint64) {
+func (c *statusCache) put(key string, st job.Status, rev uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st.State.Terminal() {
-		delete(c.m, id) // never written again
+		delete(c.m, key) // never written again
 		return
 	}
 	if c.m == nil || len(c.m) >= maxWritten {
-		c.m = map[string]writtenStatus{}
+		c.m = map[string]guess[job.Status]{}
 	}
-	c.m[id] = writtenStatus{st: st, rev: rev}
+	c.m[key] = guess[job.Status]{v: st, rev: rev, ok: true}
 }
 
-func (c *statusCache) drop(id string) {
+func (c *statusCache) drop(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.m, id)
-}
-
-// WatchStatus streams a job's status: the current value first, then every change, until ctx
-// ends or the job reaches a terminal state (the last value sent).
-func (q *Queue) WatchStatus(ctx context.Context, id string) (<-chan job.Status, error) {
-	w, err := q.status.Watch(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("queue: watch %s: %w", id, err)
-	}
-	out := make(chan job.Status)
-	go func() {
-		defer close(out)
-		defer func() { _ = w.Stop() }()
-		follow(ctx, w, nil, func(st job.Status) bool { return deliver(ctx, out, st) && !st.State.Terminal() })
-	}()
-	return out, nil
+	delete(c.m, key)
 }
 
 // WatchChanges streams the status changes made from now on to the jobs keep accepts, until ctx
@@ -181,8 +104,8 @@ func (q *Queue) WatchStatus(ctx context.Context, id string) (<-chan job.Status, 
 // between). One watch serves any number of jobs: a worker follows all the jobs it runs with
 // one consumer instead of making and removing one per job. keep sees the key before the value
 // is decoded, so another worker's jobs cost this one little more than their delivery.
-func (q *Queue) WatchChanges(ctx context.Context, keep func(id string) bool) (<-chan job.Status, error) {
-	w, err := q.status.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+func (c *Consumer) WatchChanges(ctx context.Context, keep func(Ref) bool) (<-chan job.Status, error) {
+	w, err := c.status.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("queue: watch the status bucket: %w", err)
 	}
@@ -190,16 +113,19 @@ func (q *Queue) WatchChanges(ctx context.Context, keep func(id string) bool) (<-
 	go func() {
 		defer close(out)
 		defer func() { _ = w.Stop() }()
-		follow(ctx, w, keep, func(st job.Status) bool { return deliver(ctx, out, st) })
+		follow(ctx, w, func(key string) bool { return keep(refOf(key)) }, func(st job.Status) bool { return deliver(ctx, out, st) })
 	}()
 	return out, nil
 }
+
+// refOf is the job a status key names.
+func refOf(key string) Ref { return Ref{ID: key} }
 
 // follow hands each status the watcher puts to send, until send returns false, ctx ends or the
 // watcher stops. Deletes, the marker after the initial values, records that do not decode and
 // the keys keep refuses (looked at before the value is decoded; nil keeps every key) are
 // skipped.
-func follow(ctx context.Context, w jetstream.KeyWatcher, keep func(id string) bool, send func(job.Status) bool) {
+func follow(ctx context.Context, w jetstream.KeyWatcher, keep func(key string) bool, send func(job.Status) bool) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -215,7 +141,7 @@ func follow(ctx context.Context, w jetstream.KeyWatcher, keep func(id string) bo
 			if err != nil {
 				continue
 			}
-			st.ID = e.Key()
+			st.ID = refOf(e.Key()).ID
 			if !send(st) {
 				return
 			}
@@ -239,11 +165,6 @@ func decodeStatus(data []byte) (job.Status, error) {
 		return job.Status{}, fmt.Errorf("queue: decode status: %w", err)
 	}
 	return st, nil
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 func mustJSON(v any) []byte {

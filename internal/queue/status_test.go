@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"testing"
 	"time"
@@ -18,38 +19,38 @@ func TestStatusWritesByOthersAreNeverLost(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	other, err := queue.Bind(ctx, b.nc, b.cfg)
+	other, err := queue.NewConsumer(ctx, b.nc, b.cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	j := newJob(t)
-	if _, err := b.q.Publish(ctx, j); err != nil {
+	if _, err := b.c.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	update := func(q *queue.Queue, change func(*job.Status)) job.Status {
+	update := func(q *queue.Consumer, change func(*job.Status)) job.Status {
 		t.Helper()
-		st, err := q.UpdateStatus(ctx, j.ID, change)
+		st, err := q.UpdateStatus(ctx, ref(j.ID), change)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return st
 	}
-	update(b.q, func(s *job.Status) { s.State, s.Progress = job.StateRunning, "starting" })
-	update(b.q, func(s *job.Status) { s.Progress = "turn 1" }) // from what this handle wrote
+	update(b.w, func(s *job.Status) { s.State, s.Progress = job.StateRunning, "starting" })
+	update(b.w, func(s *job.Status) { s.Progress = "turn 1" }) // from what this handle wrote
 	update(other, func(s *job.Status) { s.CancelRequested = true })
-	st := update(b.q, func(s *job.Status) { s.ToolCalls = 3 })
+	st := update(b.w, func(s *job.Status) { s.ToolCalls = 3 })
 	if !st.CancelRequested || st.Progress != "turn 1" || st.ToolCalls != 3 {
 		t.Fatalf("after a write by another handle: %+v; want the cancel request, progress and tool calls kept", st)
 	}
-	if got, err := b.q.Status(ctx, j.ID); err != nil || !reflect.DeepEqual(got, st) {
+	if got, err := b.c.Status(ctx, j.ID); err != nil || !reflect.DeepEqual(got, st) {
 		t.Fatalf("stored %+v (%v), want %+v", got, err, st)
 	}
 
 	update(other, func(s *job.Status) { s.State = job.StateCancelled })
-	if _, err := b.q.UpdateStatus(ctx, j.ID, func(s *job.Status) { s.State = job.StateSucceeded }); !errors.Is(err, queue.ErrFinal) {
+	if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(s *job.Status) { s.State = job.StateSucceeded }); !errors.Is(err, queue.ErrFinal) {
 		t.Fatalf("update after another handle ended the job: %v, want ErrFinal", err)
 	}
-	if got, _ := b.q.Status(ctx, j.ID); got.State != job.StateCancelled {
+	if got, _ := b.c.Status(ctx, j.ID); got.State != job.StateCancelled {
 		t.Fatalf("state %s, want cancelled kept", got.State)
 	}
 }
@@ -62,10 +63,10 @@ func TestStatusWriteWaitsOutABucketWithNoLeader(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	j := newJob(t)
-	if _, err := b.q.Publish(ctx, j); err != nil {
+	if _, err := b.c.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.q.UpdateStatus(ctx, j.ID, func(s *job.Status) { s.State = job.StateRunning }); err != nil {
+	if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(s *job.Status) { s.State = job.StateRunning }); err != nil {
 		t.Fatal(err)
 	}
 	bucket, err := b.js.Stream(ctx, "KV_"+b.cfg.StatusBucket)
@@ -79,7 +80,7 @@ func TestStatusWriteWaitsOutABucketWithNoLeader(t *testing.T) {
 	sent := b.nc.Stats().OutMsgs
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.q.UpdateStatus(ctx, j.ID, func(s *job.Status) { s.State = job.StateSucceeded })
+		_, err := b.w.UpdateStatus(ctx, ref(j.ID), func(s *job.Status) { s.State = job.StateSucceeded })
 		done <- err
 	}()
 	// The write (nats.go tries a publish that nobody answers three times) and a read after it
@@ -97,7 +98,7 @@ func TestStatusWriteWaitsOutABucketWithNoLeader(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the write after the bucket came back: %v", err)
 	}
-	if st, err := b.q.Status(ctx, j.ID); err != nil || st.State != job.StateSucceeded {
+	if st, err := b.c.Status(ctx, j.ID); err != nil || st.State != job.StateSucceeded {
 		t.Fatalf("status %+v (%v), want succeeded", st, err)
 	}
 }

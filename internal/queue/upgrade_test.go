@@ -73,7 +73,7 @@ func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 	waiting := publish() // not delivered yet
 
 	var log bytes.Buffer
-	q, err := queue.New(ctx, nc, cfg, slog.New(slog.NewTextHandler(&log, nil)))
+	q, err := queue.Open(ctx, nc, cfg, slog.New(slog.NewTextHandler(&log, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 
 	// The next start finds the consumer as it wants it and resets nothing.
 	log.Reset()
-	if _, err := queue.New(ctx, nc, cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+	if _, err := queue.Open(ctx, nc, cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(log.String(), "max_deliver") {

@@ -21,7 +21,7 @@ type Approvals interface {
 	ExpireApproval(ctx context.Context, jobID, callID, reason string) (queue.Approval, error)
 }
 
-var _ Approvals = (*queue.Queue)(nil)
+var _ Approvals = (*queue.Consumer)(nil)
 
 // approver asks a person, through the approvals transport, whether a shell command of one
 // attempt may run. While it waits, the job is waiting_approval and its delivery stays alive
@@ -134,7 +134,7 @@ func answer(a queue.Approval) (agent.Answer, error) {
 // setState moves the job between running and waiting_approval. A failure is logged only: the
 // request is in the approvals bucket either way.
 func (p *approver) setState(ctx context.Context, state job.State, msg string) {
-	_, err := p.r.cfg.Queue.UpdateStatus(ctx, p.a.job.ID, func(s *job.Status) {
+	_, err := p.r.cfg.Queue.UpdateStatus(ctx, p.a.ref(p.a.job.ID), func(s *job.Status) {
 		if s.State == job.StateRunning || s.State == job.StateWaitingApproval {
 			s.State = state
 		}

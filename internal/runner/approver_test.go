@@ -30,7 +30,7 @@ var asAlice = approvalsig.Signer(aliceKey)
 
 // withApprovals gives the runner the queue as its approvals transport, trusting alice.
 func withApprovals(c *runner.Config) {
-	c.Approvals = c.Queue.(*queue.Queue)
+	c.Approvals = c.Queue.(*queue.Consumer)
 	c.ApproverKeys = provenance.SingleKey("alice", alicePub)
 }
 
@@ -120,7 +120,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 	t.Run("cancelled while waiting", func(t *testing.T) {
 		j := b.submit("p")
 		b.waitPending(j.ID)
-		if _, err := b.q.UpdateStatus(ctx, j.ID, job.RequestCancel); err != nil {
+		if _, err := b.q.Cancel(ctx, j.ID); err != nil {
 			t.Fatal(err)
 		}
 		if a := <-answers; a.Approved || a.By != "" || !errors.Is(a.err, context.Canceled) {

@@ -88,7 +88,7 @@ func awaitDelay(round int) time.Duration {
 func (r *Runner) noteWait(ctx context.Context, a *attempt, what string, err error) {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, _ = r.cfg.Queue.UpdateStatus(wctx, a.job.ID, func(s *job.Status) {
+	_, _ = r.cfg.Queue.UpdateStatus(wctx, a.ref(a.job.ID), func(s *job.Status) {
 		s.Error = "waiting for " + what + ": " + err.Error()
 	})
 }

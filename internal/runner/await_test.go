@@ -16,13 +16,13 @@ import (
 type statusQueue struct{}
 
 func (statusQueue) Fetch(context.Context) (*queue.Delivery, error) { return nil, errors.New("none") }
-func (statusQueue) Status(context.Context, string) (job.Status, error) {
+func (statusQueue) Status(context.Context, queue.Ref) (job.Status, error) {
 	return job.Status{}, queue.ErrUnknownJob
 }
-func (statusQueue) UpdateStatus(context.Context, string, func(*job.Status)) (job.Status, error) {
+func (statusQueue) UpdateStatus(context.Context, queue.Ref, func(*job.Status)) (job.Status, error) {
 	return job.Status{}, nil
 }
-func (statusQueue) WatchChanges(context.Context, func(string) bool) (<-chan job.Status, error) {
+func (statusQueue) WatchChanges(context.Context, func(queue.Ref) bool) (<-chan job.Status, error) {
 	return nil, errors.New("none")
 }
 
@@ -34,6 +34,7 @@ func TestWaitsShareTheAttemptDeadline(t *testing.T) {
 	r := &Runner{cfg: Config{Queue: statusQueue{}}}
 	timeout := 300 * time.Millisecond
 	a := &attempt{
+		d:       &queue.Delivery{},
 		log:     slog.New(slog.DiscardHandler),
 		limits:  config.Limits{JobTimeout: config.Duration(timeout)},
 		started: time.Now(),

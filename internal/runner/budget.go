@@ -59,7 +59,7 @@ func (b *budget) record(ctx context.Context, spent agent.Budget, msg string) boo
 		ToolCalls: max(spent.ToolCalls-b.recorded.ToolCalls, 0),
 		Tokens:    max(spent.Tokens-b.recorded.Tokens, 0),
 	}
-	_, err := b.r.cfg.Queue.UpdateStatus(ctx, b.a.job.ID, func(s *job.Status) {
+	_, err := b.r.cfg.Queue.UpdateStatus(ctx, b.a.ref(b.a.job.ID), func(s *job.Status) {
 		s.SpentTurns += add.Turns
 		s.SpentToolCalls += add.ToolCalls
 		s.SpentTokens += add.Tokens

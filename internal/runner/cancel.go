@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
 // cancelLinger is how long the watch outlives the last job running here, so that a worker
@@ -143,7 +144,7 @@ func (c *cancelWatch) run(ctx context.Context, run *watchRun) {
 	linger := time.NewTicker(cancelLinger / 4)
 	defer linger.Stop()
 	for ctx.Err() == nil && !c.ended(run) {
-		updates, err := c.q.WatchChanges(ctx, c.watching)
+		updates, err := c.q.WatchChanges(ctx, func(r queue.Ref) bool { return c.watching(r.ID) })
 		if err != nil {
 			if !failing && ctx.Err() == nil {
 				failing = true
@@ -192,7 +193,7 @@ func (c *cancelWatch) catchUp(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	for _, id := range ids {
-		if st, err := c.q.Status(ctx, id); err == nil {
+		if st, err := c.q.Status(ctx, queue.Ref{ID: id}); err == nil {
 			c.fire(st)
 		}
 	}

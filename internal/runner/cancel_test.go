@@ -35,7 +35,7 @@ func TestCancelStopsOnlyTheJobAsked(t *testing.T) {
 	for range 2 {
 		<-running
 	}
-	if _, err := b.q.UpdateStatus(ctx, stop.ID, job.RequestCancel); err != nil {
+	if _, err := b.q.Cancel(ctx, stop.ID); err != nil {
 		t.Fatal(err)
 	}
 	if st := b.waitFinal(stop.ID, 10*time.Second); st.State != job.StateCancelled {
@@ -68,7 +68,7 @@ func TestCancelAskedWhileNoWorkerRanTheJob(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	j, _ := b.killedMidRun(nil)
-	st, err := b.q.UpdateStatus(ctx, j.ID, job.RequestCancel)
+	st, err := b.q.Cancel(ctx, j.ID)
 	if err != nil || !st.CancelRequested {
 		t.Fatalf("cancel of the running job: %+v, %v; want a cancel request", st, err)
 	}

@@ -270,7 +270,7 @@ const (
 // dead-letter a job that ran.
 func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
 	st, err := awaitAnswerTo(ctx, r, a, "NATS", "before the run can be committed", statusAnswered, func(ctx context.Context) (job.Status, error) {
-		return r.cfg.Queue.Status(ctx, a.job.ID)
+		return r.cfg.Queue.Status(ctx, a.ref(a.job.ID))
 	})
 	if err != nil && !errors.Is(err, queue.ErrUnknownJob) {
 		return fmt.Errorf("check the job is still ours: %w", err)
@@ -319,7 +319,7 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 	m := stmt.Predicate
 	out := m.Outcome
 	_, err = awaitAnswerTo(ctx, r, a, "NATS", "before the job can end", natsAnswered, func(ctx context.Context) (job.Status, error) {
-		return r.cfg.Queue.UpdateStatus(ctx, jobID, func(s *job.Status) {
+		return r.cfg.Queue.UpdateStatus(ctx, a.ref(jobID), func(s *job.Status) {
 			s.State, s.Cap, s.Error, s.Progress = out.State, out.Cap, out.Error, ""
 			s.Attempt, s.Worker = m.Attempt, m.Worker.ID
 			s.StartedAt, s.FinishedAt = m.Timings.StartedAt, m.Timings.FinishedAt

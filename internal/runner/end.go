@@ -27,7 +27,7 @@ import (
 func (r *Runner) exhausted(ctx context.Context, a *attempt) error {
 	cause := fmt.Errorf("%w in %d deliveries", errExhausted, r.cfg.Worker.NATS.MaxDeliver)
 	st, err := awaitAnswerTo(ctx, r, a, "NATS", "before the job can end", statusAnswered, func(ctx context.Context) (job.Status, error) {
-		return r.cfg.Queue.Status(ctx, a.job.ID)
+		return r.cfg.Queue.Status(ctx, a.ref(a.job.ID))
 	})
 	if err == nil && st.Error != "" {
 		cause = fmt.Errorf("%w; the last error: %s", cause, st.Error)

@@ -20,7 +20,7 @@ import (
 // oneDelivery makes every job's first delivery its last.
 func oneDelivery(b *bundle) {
 	b.cfg.NATS.MaxDeliver = 1
-	b.nc, b.q = b.connect()
+	b.nc, b.q = b.client()
 }
 
 // checkEnd checks the one end a job must have, from the final state: its status, its dead

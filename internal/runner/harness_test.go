@@ -164,7 +164,7 @@ type bundle struct {
 	url      string
 	cfg      config.Config
 	store    store.Store
-	q        *queue.Queue
+	q        *queue.Client // the tests submit as tenant default
 	nc       *nats.Conn
 }
 
@@ -190,7 +190,7 @@ func setup(t *testing.T) *bundle {
 		t.Fatal(err)
 	}
 	b.cfg = cfg
-	b.nc, b.q = b.connect()
+	b.nc, b.q = b.client()
 	st, err := store.NewFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func (b *bundle) start(port int) {
 	b.t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 }
 
-func (b *bundle) connect() (*nats.Conn, *queue.Queue) {
+func (b *bundle) connect() (*nats.Conn, *queue.Consumer) {
 	b.t.Helper()
 	ctx := context.Background()
 	nc, err := queue.Connect(ctx, queue.ConnOptions{URL: b.url, Name: "test"})
@@ -218,11 +218,22 @@ func (b *bundle) connect() (*nats.Conn, *queue.Queue) {
 		b.t.Fatal(err)
 	}
 	b.t.Cleanup(nc.Close)
-	q, err := queue.New(ctx, nc, b.cfg.NATS, slog.New(slog.DiscardHandler))
+	q, err := queue.Open(ctx, nc, b.cfg.NATS, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	return nc, q
+}
+
+// client connects as a submitter of tenant default, after the set-up connect does.
+func (b *bundle) client() (*nats.Conn, *queue.Client) {
+	b.t.Helper()
+	nc, _ := b.connect()
+	c, err := queue.NewClient(context.Background(), nc, b.cfg.NATS, "default")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return nc, c
 }
 
 // worker is one runner with its own connection, so a test can kill it.

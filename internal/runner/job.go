@@ -34,6 +34,9 @@ type attempt struct {
 	deadline time.Time
 }
 
+// ref names a job of the attempt's tenant: its own, or the one a rejected message names.
+func (a *attempt) ref(id string) queue.Ref { return queue.Ref{Tenant: a.d.Tenant, ID: id} }
+
 // ran is what the run stage produced, for collect and the commit.
 type ran struct {
 	sandbox sandbox.Info
@@ -183,7 +186,7 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 
 	j := a.job
 	st, err := awaitAnswer(ctx, r, a, "NATS", natsAnswered, func(ctx context.Context) (job.Status, error) {
-		return r.cfg.Queue.UpdateStatus(ctx, j.ID, func(s *job.Status) {
+		return r.cfg.Queue.UpdateStatus(ctx, a.ref(j.ID), func(s *job.Status) {
 			s.State, s.Profile, s.Attempt, s.Worker = job.StateRunning, j.Profile, a.d.Attempt, r.cfg.Worker.WorkerID
 			s.StartedAt, s.Progress, s.Error, s.MaxCalls = a.started.UTC(), "starting sandbox", "", a.limits.MaxToolCalls
 			if s.QueuedAt.IsZero() {
@@ -329,7 +332,7 @@ func (r *Runner) closeSandbox(ctx context.Context, a *attempt, sb sandbox.Sandbo
 }
 
 func (r *Runner) progress(ctx context.Context, a *attempt, msg string) {
-	if _, err := r.cfg.Queue.UpdateStatus(ctx, a.job.ID, func(s *job.Status) { s.Progress = msg }); err != nil && ctx.Err() == nil {
+	if _, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(a.job.ID), func(s *job.Status) { s.Progress = msg }); err != nil && ctx.Err() == nil {
 		a.log.WarnContext(ctx, "record progress failed", "error", err)
 	}
 }
@@ -371,7 +374,7 @@ func (r *Runner) statusID(ctx context.Context, a *attempt) string {
 		ID string `json:"id"`
 	}
 	if json.Unmarshal(a.d.Data, &named) == nil && job.ValidID(named.ID) {
-		if _, err := r.cfg.Queue.Status(ctx, named.ID); errors.Is(err, queue.ErrUnknownJob) {
+		if _, err := r.cfg.Queue.Status(ctx, a.ref(named.ID)); errors.Is(err, queue.ErrUnknownJob) {
 			return named.ID
 		}
 	}

@@ -25,9 +25,9 @@ import (
 // Queue is what the runner needs from the job queue.
 type Queue interface {
 	Fetch(ctx context.Context) (*queue.Delivery, error)
-	Status(ctx context.Context, id string) (job.Status, error)
-	UpdateStatus(ctx context.Context, id string, change func(*job.Status)) (job.Status, error)
-	WatchChanges(ctx context.Context, keep func(id string) bool) (<-chan job.Status, error)
+	Status(ctx context.Context, r queue.Ref) (job.Status, error)
+	UpdateStatus(ctx context.Context, r queue.Ref, change func(*job.Status)) (job.Status, error)
+	WatchChanges(ctx context.Context, keep func(queue.Ref) bool) (<-chan job.Status, error)
 }
 
 // Agent runs the model loop of one job. It writes the transcript to req.Transcript, which

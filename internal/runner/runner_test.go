@@ -254,7 +254,7 @@ func TestCancel(t *testing.T) {
 
 	t.Run("queued job never starts", func(t *testing.T) {
 		j := b.submit("p")
-		if _, err := b.q.UpdateStatus(ctx, j.ID, job.RequestCancel); err != nil {
+		if _, err := b.q.Cancel(ctx, j.ID); err != nil {
 			t.Fatal(err)
 		}
 		w := b.worker(a)
@@ -281,7 +281,7 @@ func TestCancel(t *testing.T) {
 		j := b.submit("p")
 		<-started
 		asked := time.Now()
-		if _, err := b.q.UpdateStatus(ctx, j.ID, job.RequestCancel); err != nil {
+		if _, err := b.q.Cancel(ctx, j.ID); err != nil {
 			t.Fatal(err)
 		}
 		st := b.waitFinal(j.ID, 10*time.Second)

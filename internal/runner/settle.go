@@ -41,7 +41,7 @@ func (r *Runner) settleStatus(ctx context.Context, a *attempt, e ended, dec deci
 		return
 	}
 	now := time.Now().UTC()
-	_, err := r.cfg.Queue.UpdateStatus(ctx, id, func(s *job.Status) {
+	_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), func(s *job.Status) {
 		s.State, s.UpdatedAt, s.Error, s.Cap = dec.state, now, "", e.run.result.Cap
 		// A delivery that did no work (it could not even tell whether the run is committed)
 		// leaves the attempt and worker to the one that did.

@@ -181,7 +181,7 @@ func (e *env) runJobs(ctx context.Context, f runFlags) error {
 // publishAll publishes every job asynchronously, in order, and prints each job's line as its
 // ack comes back. A job whose async publish failed is published again the one-by-one way, with
 // its retries. It returns the exit code: 0, 1 (some not submitted) or exitUnknown.
-func (e *env) publishAll(ctx context.Context, q *queue.Queue, policy publishPolicy, jobs []*batchJob) int {
+func (e *env) publishAll(ctx context.Context, q *queue.Client, policy publishPolicy, jobs []*batchJob) int {
 	type pending struct {
 		bj  *batchJob
 		p   *queue.PendingPublish
@@ -232,7 +232,7 @@ func (e *env) publishAll(ctx context.Context, q *queue.Queue, policy publishPoli
 // followAll follows every submitted job with one progress line, then prints each job's final
 // status as a JSON line. The exit code is the highest of the jobs' (7 for those still running
 // at the timeout).
-func (e *env) followAll(ctx context.Context, q *queue.Queue, jobs []*batchJob, timeout time.Duration) int {
+func (e *env) followAll(ctx context.Context, q *queue.Client, jobs []*batchJob, timeout time.Duration) int {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var ids []string

@@ -80,7 +80,7 @@ func TestRunJobs(t *testing.T) {
 	if err != nil || len(keys) != 2 {
 		t.Errorf("store holds inputs %+v (%v); want the two distinct contents once each", keys, err)
 	}
-	st, err := te.q.Status(t.Context(), ids[1])
+	st, err := te.q.Status(t.Context(), ref(ids[1]))
 	if err != nil || st.State != job.StateQueued || st.Profile != "csv-analyst" {
 		t.Errorf("status of a batch job = %+v, %v", st, err)
 	}
@@ -151,13 +151,13 @@ func TestRunJobsWait(t *testing.T) {
 		defer cancel()
 		for id, end := range ends {
 			for {
-				if _, err := te.q.Status(ctx, id); err == nil || ctx.Err() != nil {
+				if _, err := te.q.Status(ctx, ref(id)); err == nil || ctx.Err() != nil {
 					break
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			_, _ = te.q.UpdateStatus(ctx, id, func(st *job.Status) { st.State, st.Attempt, st.Worker = job.StateRunning, 1, "w1" })
-			_, _ = te.q.UpdateStatus(ctx, id, func(st *job.Status) { st.State = end })
+			_, _ = te.q.UpdateStatus(ctx, ref(id), func(st *job.Status) { st.State, st.Attempt, st.Worker = job.StateRunning, 1, "w1" })
+			_, _ = te.q.UpdateStatus(ctx, ref(id), func(st *job.Status) { st.State = end })
 		}
 	}()
 	stdout, stderr, err := te.submit(t, "run", "--jobs", file, "--wait")

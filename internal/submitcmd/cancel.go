@@ -33,7 +33,7 @@ func (e *env) cancel(ctx context.Context, id string) error {
 	if _, err := q.Status(ctx, id); err != nil {
 		return err
 	}
-	st, err := q.UpdateStatus(ctx, id, job.RequestCancel)
+	st, err := q.Cancel(ctx, id)
 	if errors.Is(err, queue.ErrFinal) {
 		return &ExitError{Code: 1, Msg: fmt.Sprintf("job %s already ended: %s", id, st.State)}
 	}

@@ -113,7 +113,7 @@ func TestWatchExitCodes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(string(tt.state), func(t *testing.T) {
 			id := te.submitJob(t)
-			if _, err := te.q.UpdateStatus(t.Context(), id, func(st *job.Status) {
+			if _, err := te.q.UpdateStatus(t.Context(), ref(id), func(st *job.Status) {
 				st.State, st.Cap, st.Error = tt.state, tt.cap, ""
 			}); err != nil {
 				t.Fatal(err)
@@ -132,8 +132,8 @@ func TestWatchExitCodes(t *testing.T) {
 	id := te.submitJob(t)
 	go func() {
 		time.Sleep(50 * time.Millisecond) // let the watch start; either order must work
-		_, _ = te.q.UpdateStatus(context.Background(), id, func(st *job.Status) { st.State, st.Worker, st.Attempt = job.StateRunning, "w1", 1 })
-		_, _ = te.q.UpdateStatus(context.Background(), id, func(st *job.Status) { st.State = job.StateSucceeded })
+		_, _ = te.q.UpdateStatus(context.Background(), ref(id), func(st *job.Status) { st.State, st.Worker, st.Attempt = job.StateRunning, "w1", 1 })
+		_, _ = te.q.UpdateStatus(context.Background(), ref(id), func(st *job.Status) { st.State = job.StateSucceeded })
 	}()
 	stdout, stderr, err := te.submit(t, "watch", id)
 	if err != nil || !strings.Contains(stdout, "succeeded") {
@@ -155,7 +155,7 @@ func TestCancel(t *testing.T) {
 		t.Errorf("cancel twice: %v", err)
 	}
 	running := te.submitJob(t)
-	if _, err := te.q.UpdateStatus(t.Context(), running, func(st *job.Status) { st.State = job.StateRunning }); err != nil {
+	if _, err := te.q.UpdateStatus(t.Context(), ref(running), func(st *job.Status) { st.State = job.StateRunning }); err != nil {
 		t.Fatal(err)
 	}
 	stdout, _, err = te.submit(t, "cancel", running, "--output", "json")

@@ -27,7 +27,8 @@ type testEnv struct {
 	ns       *server.Server
 	natsDir  string // JetStream's files, kept across restart
 	natsURL  string
-	q        *queue.Queue
+	q        *queue.Consumer // what a worker writes
+	c        *queue.Client   // what submit reads, as tenant default
 	home     string
 	storeDir string
 	st       store.Store
@@ -62,7 +63,7 @@ func newTestEnvSync(t testing.TB, syncAlways bool) *testEnv {
 }
 
 // setUpQueue creates the streams and buckets, as a worker does at start.
-func (te *testEnv) setUpQueue(t testing.TB) *queue.Queue {
+func (te *testEnv) setUpQueue(t testing.TB) *queue.Consumer {
 	t.Helper()
 	nc, err := queue.Connect(t.Context(), queue.ConnOptions{URL: te.natsURL, Name: "submitcmd-test"})
 	if err != nil {
@@ -74,12 +75,18 @@ func (te *testEnv) setUpQueue(t testing.TB) *queue.Queue {
 	}
 	cfg := config.Config{}.WithDefaults().NATS
 	cfg.URL = te.natsURL
-	q, err := queue.New(t.Context(), nc, cfg, slog.New(slog.DiscardHandler))
+	q, err := queue.Open(t.Context(), nc, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if te.c, err = queue.NewClient(t.Context(), nc, cfg, "default"); err != nil {
 		t.Fatal(err)
 	}
 	return q
 }
+
+// ref names a job of tenant default, as a worker knows it.
+func ref(id string) queue.Ref { return queue.Ref{Tenant: "default", ID: id} }
 
 // restart stops nats-server and starts it again on the same port and files, as an operator's
 // restart does; clients reconnect by themselves.

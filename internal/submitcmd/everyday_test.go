@@ -20,7 +20,7 @@ import (
 // setState moves a job's status on, as a worker would.
 func (te *testEnv) setState(t *testing.T, id string, change func(*job.Status)) {
 	t.Helper()
-	if _, err := te.q.UpdateStatus(t.Context(), id, change); err != nil {
+	if _, err := te.q.UpdateStatus(t.Context(), ref(id), change); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -40,7 +40,7 @@ func (te *testEnv) advertise(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	waitFor(t, "the worker's profiles", func() bool {
-		_, err := te.q.LiveProfiles(t.Context())
+		_, err := te.c.LiveProfiles(t.Context())
 		return err == nil
 	})
 }

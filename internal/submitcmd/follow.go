@@ -48,7 +48,7 @@ func (e *env) watchCmd() *cobra.Command {
 
 // follow shows a job's progress until it ends, then prints where its results are. stream
 // (watch) makes --output json one event per line, the final status last.
-func (e *env) follow(ctx context.Context, q *queue.Queue, id string, timeout time.Duration, stream bool) error {
+func (e *env) follow(ctx context.Context, q *queue.Client, id string, timeout time.Duration, stream bool) error {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	updates, err := q.WatchStatus(tctx, id)

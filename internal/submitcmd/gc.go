@@ -207,7 +207,7 @@ type runEnd struct {
 // commit any more, and the manifest's subjects name the folders to keep), or, with no manifest,
 // its status has been dead or failed for longer than the grace. Anything else, or anything gc
 // cannot read for sure, keeps the job's folders.
-func judgeEnd(ctx context.Context, st store.Store, q *queue.Queue, id string, now time.Time, grace, ackWait time.Duration) (runEnd, error) {
+func judgeEnd(ctx context.Context, st store.Store, q *queue.Client, id string, now time.Time, grace, ackWait time.Duration) (runEnd, error) {
 	end := runEnd{named: map[string]bool{}, grace: grace}
 	data, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
 	switch {

@@ -51,7 +51,7 @@ func testGC(t *testing.T, te *testEnv, storeArgs []string, touch func(t *testing
 	}
 	status := func(id string, change func(*job.Status)) {
 		t.Helper()
-		if _, err := te.q.UpdateStatus(ctx, id, change); err != nil {
+		if _, err := te.q.UpdateStatus(ctx, ref(id), change); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -70,7 +70,7 @@ func (e *env) logs(ctx context.Context, id string, follow bool) error {
 }
 
 // followSteps prints each status change from last on until the job ends or ctx does.
-func (e *env) followSteps(ctx context.Context, q *queue.Queue, id string, last job.Status) (job.Status, error) {
+func (e *env) followSteps(ctx context.Context, q *queue.Client, id string, last job.Status) (job.Status, error) {
 	updates, err := q.WatchStatus(ctx, id)
 	if err != nil {
 		return last, err

@@ -90,7 +90,7 @@ func (e *env) profiles(ctx context.Context) error {
 // checkProfile refuses a profile that no live worker defines, before anything is uploaded.
 // When no worker has published its profiles, or NATS cannot say, it warns and lets the job
 // through: the worker rejects an unknown profile anyway.
-func (e *env) checkProfile(ctx context.Context, q *queue.Queue, names ...string) error {
+func (e *env) checkProfile(ctx context.Context, q *queue.Client, names ...string) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	entries, err := q.LiveProfiles(cctx)

@@ -78,13 +78,13 @@ func transientStore(err error) bool {
 
 // bind finds the queue a worker set up, waiting out a JetStream that does not answer (a leader
 // election, a restarting server).
-func (e *env) bind(ctx context.Context, nc *nats.Conn, cfg config.NATS) (*queue.Queue, error) {
-	var q *queue.Queue
+func (e *env) bind(ctx context.Context, nc *nats.Conn, cfg config.NATS) (*queue.Client, error) {
+	var q *queue.Client
 	err := e.retry(ctx, "NATS JetStream at "+nc.ConnectedUrlRedacted(), transientNATS, func(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, attemptWait)
 		defer cancel()
 		var err error
-		q, err = queue.Bind(actx, nc, cfg)
+		q, err = queue.NewClient(actx, nc, cfg, e.tenant())
 		return err
 	})
 	return q, err
@@ -110,7 +110,7 @@ func transientUpload(err error) bool {
 
 // policy is the publish policy within the stream's duplicate window, so every retry is
 // recognised as the same job.
-func (e *env) policy(ctx context.Context, q *queue.Queue) publishPolicy {
+func (e *env) policy(ctx context.Context, q *queue.Client) publishPolicy {
 	p := e.publish
 	if window, err := q.DuplicateWindow(ctx); err == nil {
 		p = p.within(window)

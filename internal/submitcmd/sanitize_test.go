@@ -79,7 +79,7 @@ func TestHostileStatusIsInert(t *testing.T) {
 	te := newTestEnv(t)
 	id := te.submitJob(t)
 	evil := forged(id)
-	if _, err := te.q.UpdateStatus(t.Context(), id, func(st *job.Status) {
+	if _, err := te.q.UpdateStatus(t.Context(), ref(id), func(st *job.Status) {
 		st.State, st.Attempt, st.Worker, st.Progress = job.StateRunning, 1, "w\x1b[31m", "tool call 1 of 3: "+evil
 	}); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestHostileStatusIsInert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := te.q.UpdateStatus(t.Context(), id, func(st *job.Status) { st.State, st.Error, st.Cap = job.StateFailed, evil, "" }); err != nil {
+	if _, err := te.q.UpdateStatus(t.Context(), ref(id), func(st *job.Status) { st.State, st.Error, st.Cap = job.StateFailed, evil, "" }); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, err = te.submit(t, "watch", id)

@@ -124,6 +124,9 @@ type env struct {
 
 func (e *env) json() bool { return e.output == "json" }
 
+// tenant is the tenant submit acts for.
+func (e *env) tenant() string { return "default" }
+
 func (e *env) natsConfig() config.NATS {
 	cfg := config.Config{Profiles: nil}.WithDefaults().NATS
 	switch {
@@ -137,7 +140,7 @@ func (e *env) natsConfig() config.NATS {
 
 // connect reaches NATS and binds to the queue a worker set up, failing fast with a message that
 // says what to start.
-func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Queue, error) {
+func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Client, error) {
 	cfg := e.natsConfig()
 	opts, err := e.connOptions(cfg.URL)
 	if err != nil {

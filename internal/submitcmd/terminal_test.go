@@ -83,7 +83,7 @@ func TestWatchOnATerminal(t *testing.T) {
 	if !strings.Contains(screen.String(), "job "+id+" keeps running") {
 		t.Errorf("watch after Ctrl-C does not say the job keeps running:\n%q", screen.String())
 	}
-	st, err := te.q.Status(t.Context(), id)
+	st, err := te.q.Status(t.Context(), ref(id))
 	if err != nil || st.State != job.StateRunning {
 		t.Errorf("the job after Ctrl-C: %v, %v; want it still running", st.State, err)
 	}

@@ -28,7 +28,7 @@ func isTerminal(w io.Writer) bool {
 }
 
 // newView picks the view for e's output; stream asks for JSON events (watch -o json).
-func (e *env) newView(ctx context.Context, q *queue.Queue, stream bool) progressView {
+func (e *env) newView(ctx context.Context, q *queue.Client, stream bool) progressView {
 	switch {
 	case stream && e.json():
 		return &jsonView{e: e}
@@ -66,7 +66,7 @@ func (v *jsonView) done() {}
 
 // profileLimits reads the caps of every live profile, to show progress against; empty when
 // the workers do not publish them.
-func profileLimits(ctx context.Context, q *queue.Queue) map[string]queue.ProfileInfo {
+func profileLimits(ctx context.Context, q *queue.Client) map[string]queue.ProfileInfo {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	out := map[string]queue.ProfileInfo{}
@@ -85,7 +85,7 @@ func profileLimits(ctx context.Context, q *queue.Queue) map[string]queue.Profile
 // wrote is cleaned first: this writer lets escapes through.
 type blockView struct {
 	w         io.Writer
-	q         *queue.Queue
+	q         *queue.Client
 	limits    map[string]queue.ProfileInfo
 	st        job.Status
 	approvals []queue.Approval

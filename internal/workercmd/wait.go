@@ -103,8 +103,8 @@ func retryDelay(round int) time.Duration {
 // awaitQueue waits until NATS answers and the job stream, consumer and buckets are set up.
 // While the link is down it only waits for it (the link logs that); an error JetStream answers
 // with, other than "temporarily unavailable", is a setting no retry fixes and stops the worker.
-func awaitQueue(ctx context.Context, log *slog.Logger, s *starting, cfg config.NATS) (*queue.Queue, error) {
-	var q *queue.Queue
+func awaitQueue(ctx context.Context, log *slog.Logger, s *starting, cfg config.NATS) (*queue.Consumer, error) {
+	var q *queue.Consumer
 	err := await(ctx, log, s, "the job stream", func(ctx context.Context) error {
 		for s.link.Err() != nil {
 			select {
@@ -114,7 +114,7 @@ func awaitQueue(ctx context.Context, log *slog.Logger, s *starting, cfg config.N
 			}
 		}
 		var err error
-		q, err = queue.New(ctx, s.link.Conn(), cfg, log)
+		q, err = queue.Open(ctx, s.link.Conn(), cfg, log)
 		return err
 	}, func(err error) bool {
 		var api *jetstream.APIError

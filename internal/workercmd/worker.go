@@ -314,7 +314,7 @@ func (w *Worker) run(ctx context.Context, o Options, p *parts) error {
 // startRunner waits until NATS and the store answer, then builds the runner. A NATS or store
 // that does not answer yet is waited for, not a reason to exit: a rollout that restarts NATS
 // must not turn into crash loops.
-func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner, *queue.Queue, error) {
+func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner, *queue.Consumer, error) {
 	q, err := awaitQueue(ctx, p.log, boot, p.cfg.NATS)
 	if err == nil {
 		err = awaitStore(ctx, p.log, boot, p.store)
@@ -344,12 +344,12 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 // heldBy tells the pod reaper whether a live worker holds a job: sandbox pods whose job no
 // live worker holds (their worker crashed or was replaced, the job ended or moved on) are
 // removed at start and then every minute.
-func heldBy(ctx context.Context, self string, r *runner.Runner, q *queue.Queue) func(jobID, worker string) bool {
+func heldBy(ctx context.Context, self string, r *runner.Runner, q *queue.Consumer) func(jobID, worker string) bool {
 	return func(jobID, worker string) bool {
 		if worker == self {
 			return r.Holds(jobID)
 		}
-		st, err := q.Status(ctx, jobID)
+		st, err := q.Status(ctx, queue.Ref{ID: jobID})
 		if err != nil {
 			return !errors.Is(err, queue.ErrUnknownJob) // when in doubt, spare it
 		}

@@ -37,7 +37,8 @@ type rig struct {
 	srv  *server.Server
 	nc   *nats.Conn
 	js   jetstream.JetStream
-	q    *queue.Queue
+	w    *queue.Consumer
+	q    *queue.Client      // tenant default
 	cons jetstream.Consumer // the same durable consumer the queue fetches from
 }
 
@@ -58,7 +59,11 @@ func newRig(b *testing.B, yaml string) *rig {
 		b.Fatal(err)
 	}
 	b.Cleanup(nc.Close)
-	q, err := queue.New(ctx, nc, cfg.NATS, slog.New(slog.DiscardHandler))
+	w, err := queue.Open(ctx, nc, cfg.NATS, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	q, err := queue.NewClient(ctx, nc, cfg.NATS, "default")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,7 +75,7 @@ func newRig(b *testing.B, yaml string) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &rig{cfg: cfg, srv: srv, nc: nc, js: js, q: q, cons: cons}
+	return &rig{cfg: cfg, srv: srv, nc: nc, js: js, w: w, q: q, cons: cons}
 }
 
 func newJob(profile string) job.Job {

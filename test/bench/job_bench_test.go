@@ -66,7 +66,7 @@ func BenchmarkJobOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	r, err := runner.New(runner.Config{
-		Worker: rg.cfg, Queue: rg.q, Sandboxes: sandboxes, Store: st, Agent: ag,
+		Worker: rg.cfg, Queue: rg.w, Sandboxes: sandboxes, Store: st, Agent: ag,
 		Metrics: metrics.New(), Logger: discardJSON(), ModelEndpoint: modelURL,
 	})
 	if err != nil {
@@ -80,7 +80,7 @@ func BenchmarkJobOverhead(b *testing.B) {
 	boxcar := func() time.Duration {
 		rg.publish(b, "p", 1)
 		start := time.Now()
-		d, err := rg.q.Fetch(ctx)
+		d, err := rg.w.Fetch(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -34,7 +34,7 @@ func (nopAgent) Run(ctx context.Context, req agent.Request) (agent.Result, error
 func BenchmarkQueueLayer(b *testing.B) {
 	rg := newRig(b, queueConfig)
 	r, err := runner.New(runner.Config{
-		Worker: rg.cfg, Queue: rg.q, Sandboxes: nopProvider{}, Store: memStore{}, Agent: nopAgent{},
+		Worker: rg.cfg, Queue: rg.w, Sandboxes: nopProvider{}, Store: memStore{}, Agent: nopAgent{},
 		Metrics: metrics.New(), Logger: discardJSON(), ModelEndpoint: "http://127.0.0.1:1/v1",
 	})
 	if err != nil {
@@ -45,7 +45,7 @@ func BenchmarkQueueLayer(b *testing.B) {
 		rg.publish(b, "p", n)
 		start := time.Now()
 		for range n {
-			d, err := rg.q.Fetch(ctx)
+			d, err := rg.w.Fetch(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func BenchmarkQueueLayer(b *testing.B) {
 		done += n
 	}
 	b.StopTimer()
-	if lag, pending, err := rg.q.ConsumerLag(ctx); err != nil || lag != 0 || pending != 0 {
+	if lag, pending, err := rg.w.ConsumerLag(ctx); err != nil || lag != 0 || pending != 0 {
 		b.Fatalf("jobs left on the consumer: %d pending, %d unacknowledged (%v)", lag, pending, err)
 	}
 	boxcarRate := float64(b.N) / tBoxcar.Seconds()

@@ -621,7 +621,7 @@ func watchStatus(t *testing.T, natsURL, id string) *statusHistory {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := queue.Bind(ctx, nc, config.Config{}.WithDefaults().NATS)
+	q, err := queue.NewClient(ctx, nc, config.Config{}.WithDefaults().NATS, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
