@@ -22,6 +22,7 @@ import (
 // symbolic links to a host file, to a folder, to an input and to a file in the folder itself:
 // only the regular files are taken, and no link is followed.
 func TestCollectArtifactsSkipsSymlinks(t *testing.T) {
+	t.Parallel()
 	p := sandboxtest.Bubblewrap(t)
 	ctx := t.Context()
 	sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})

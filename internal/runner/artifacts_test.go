@@ -88,6 +88,7 @@ func names(outs []output) []string {
 }
 
 func TestCollectArtifacts(t *testing.T) {
+	t.Parallel()
 	many := map[string]int64{}
 	for i := range maxArtifacts + 6 {
 		many[fmt.Sprintf("artifacts/f%03d.txt", i)] = 1

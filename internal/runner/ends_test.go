@@ -25,6 +25,7 @@ import (
 // job was ended, and must not commit a second end. Each case ends with one manifest, one dead
 // letter and a status that agree.
 func TestEndsBeforeTheAgentGoThroughTheArbiter(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		state  job.State

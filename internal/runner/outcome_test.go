@@ -13,6 +13,7 @@ import (
 // TestDecide is the whole table of a job's fate: every ending, on a delivery that the queue
 // will repeat and on the last one.
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	perm := queue.Permanent("input_missing", errors.New("input gone"))
 	transient := errors.New("store: connection refused")
 	tests := []struct {
@@ -74,6 +75,7 @@ func TestDecide(t *testing.T) {
 // state, so only the last try of a failing job keeps its transcript, and nothing that will be
 // retried or that ended elsewhere writes a manifest.
 func TestDecideCommitsExactlyTheTerminalEndings(t *testing.T) {
+	t.Parallel()
 	for e := range endingNames {
 		for _, last := range []bool{false, true} {
 			d := decide(outcome{end: e, err: errors.New("x")}, last)
@@ -89,6 +91,7 @@ func TestDecideCommitsExactlyTheTerminalEndings(t *testing.T) {
 }
 
 func TestWithDroppedReport(t *testing.T) {
+	t.Parallel()
 	dropped := queue.Permanent("report_too_large", errors.New("too large"))
 	cause := queue.Permanent("model_rejected", errors.New("401"))
 	tests := []struct {

@@ -126,6 +126,7 @@ func (c KubernetesConfig) validate() error {
 		errs = append(errs, fmt.Errorf("WorkerID %q must be a valid label value (letters, digits, -_. ; at most 63)", c.WorkerID))
 	}
 	if validLabel(c.Instance) != c.Instance {
+		//nolint:staticcheck // ST1005: Instance is the field's name, as WorkerID and TmpSize above
 		errs = append(errs, fmt.Errorf("Instance %q must be a valid label value (letters, digits, -_. ; at most 63): set sandbox.kubernetes.instance to one", c.Instance))
 	}
 	if err := errors.Join(errs...); err != nil {
