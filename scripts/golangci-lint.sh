@@ -17,12 +17,23 @@ if ! [[ -x $bin ]] || ! "$bin" version 2>/dev/null | grep -q "version ${version#
 	echo "lint: go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$version" >&2
 	go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$version"
 fi
-"$bin" run --allow-serial-runners ./...
+# The tagged run sees all of the root module, so an exclusion that matched nothing is stale: a
+# function that got under the size limits, whose rule must go so the list only shrinks.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+"$bin" run --allow-serial-runners ./... 2>"$log" || status=$?
+cat "$log" >&2
+if grep -q 'Skipped 0 issues by rules' "$log"; then
+	echo "lint: the exclusion rules above match nothing; remove them from .golangci.yml" >&2
+	status=1
+fi
+((status == 0)) || exit "$status"
 # The flag cannot clear the config's tags, so the second run gets a copy without them. The copy
 # also drops warn-unused: the size exceptions are about internal/, and a run that sees only part
 # of the code (no integration files, or another module) would call most of them unused.
 untagged=$(mktemp --suffix=.yml)
-trap 'rm -f "$untagged"' EXIT
+trap 'rm -f "$log" "$untagged"' EXIT
 grep -v -e 'build-tags:' -e 'warn-unused:' .golangci.yml >"$untagged"
 "$bin" run --allow-serial-runners -c "$untagged" ./...
 # No file of these modules has a build tag: one run each. test/cluster/coredns is left out: it

@@ -12,6 +12,7 @@ import (
 )
 
 func TestCheck(t *testing.T) {
+	t.Parallel()
 	_, alice, _ := ed25519.GenerateKey(nil)
 	_, mallory, _ := ed25519.GenerateKey(nil)
 	now := time.Now().UTC()

@@ -16,6 +16,7 @@ import (
 // worker and submit do: under -race it fails if building a root writes cobra's package-level
 // sorting flag while another tree reads it.
 func TestRootsInParallel(t *testing.T) {
+	t.Parallel()
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
@@ -35,6 +36,7 @@ func TestRootsInParallel(t *testing.T) {
 }
 
 func TestPrintError(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, msg, want string
 	}{
@@ -55,6 +57,7 @@ func TestPrintError(t *testing.T) {
 }
 
 func TestExitCode(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		err      error
@@ -76,6 +79,7 @@ func TestExitCode(t *testing.T) {
 }
 
 func TestCheckOutput(t *testing.T) {
+	t.Parallel()
 	for v, ok := range map[string]bool{"": true, "text": true, "json": true, "yaml": false, "JSON": false} {
 		if err := cli.CheckOutput(v); (err == nil) != ok {
 			t.Errorf("CheckOutput(%q) = %v", v, err)

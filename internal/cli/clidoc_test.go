@@ -22,6 +22,7 @@ var update = flag.Bool("update", false, "rewrite the generated parts of docs/cli
 // is cli.FlagTables of the worker's or submit's command tree. `go test ./internal/cli -run
 // TestCLIDoc -update` rewrites the blocks after a flag changed.
 func TestCLIDoc(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join("..", "..", "docs", "cli.md")
 	data, err := os.ReadFile(path)
 	if err != nil {

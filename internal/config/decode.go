@@ -93,7 +93,9 @@ func (s *Source) Place(err error) error {
 	if s == nil || err == nil {
 		return err
 	}
-	switch e := err.(type) {
+	// The error itself, not its chain: Place rebuilds the tree it walks, and a FieldError
+	// wrapped in another message would lose that message if it were replaced by its place.
+	switch e := err.(type) { //nolint:errorlint // see above
 	case *FieldError:
 		if e.Line > 0 {
 			return e
@@ -319,41 +321,70 @@ func jsonable(v any) any {
 }
 
 func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
-	tag := n.ShortTag()
-	if n.Kind != yaml.ScalarNode {
-		d.fail(n, path, "expected %s, got %s", kindName(v.Kind()), describe(n))
-		return
+	msg := mismatch(n, v)
+	if n.Kind == yaml.ScalarNode {
+		msg = setScalar(n, v)
 	}
+	if msg != "" {
+		d.fail(n, path, "%s", msg)
+	}
+}
+
+// setScalar sets v to the scalar n, or says why it cannot.
+func setScalar(n *yaml.Node, v reflect.Value) string {
+	numeric := n.ShortTag() == "!!int" || n.ShortTag() == "!!float"
 	switch k := v.Kind(); {
 	case k == reflect.String:
 		// A number or boolean where a string is expected keeps the text written (cpu: 1,
 		// system_prompt: true), as sigs.k8s.io/yaml, the reader before this one, did.
 		v.SetString(n.Value)
-	case k == reflect.Bool && tag == "!!bool":
-		v.SetBool(n.Value == "true" || n.Value == "True" || n.Value == "TRUE")
-	case k >= reflect.Int && k <= reflect.Int64 && (tag == "!!int" || tag == "!!float"):
-		i, ok := integer(n)
-		if !ok {
-			d.fail(n, path, "expected an integer, got %s", describe(n))
-			return
-		}
-		if v.OverflowInt(i) {
-			d.fail(n, path, "%s is out of range", n.Value)
-			return
-		}
-		v.SetInt(i)
-	case (k == reflect.Float64 || k == reflect.Float32) && (tag == "!!int" || tag == "!!float"):
-		var f float64
-		if err := n.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			d.fail(n, path, "%s is not a finite number", n.Value)
-			return
-		}
-		v.SetFloat(f)
-	case k == reflect.Bool && yaml11Bools[strings.ToLower(n.Value)] != "" && tag == "!!str":
-		d.fail(n, path, "expected true or false, got %s: YAML 1.2 reads it as text; write %s", describe(n), yaml11Bools[strings.ToLower(n.Value)])
-	default:
-		d.fail(n, path, "expected %s, got %s", kindName(k), describe(n))
+		return ""
+	case k == reflect.Bool:
+		return setBool(n, v)
+	case k >= reflect.Int && k <= reflect.Int64 && numeric:
+		return setInt(n, v)
+	case (k == reflect.Float64 || k == reflect.Float32) && numeric:
+		return setFloat(n, v)
 	}
+	return mismatch(n, v)
+}
+
+func setBool(n *yaml.Node, v reflect.Value) string {
+	meant := yaml11Bools[strings.ToLower(n.Value)]
+	switch {
+	case n.ShortTag() == "!!bool":
+		v.SetBool(n.Value == "true" || n.Value == "True" || n.Value == "TRUE")
+		return ""
+	case meant != "" && n.ShortTag() == "!!str":
+		return fmt.Sprintf("expected true or false, got %s: YAML 1.2 reads it as text; write %s", describe(n), meant)
+	}
+	return mismatch(n, v)
+}
+
+func setInt(n *yaml.Node, v reflect.Value) string {
+	i, ok := integer(n)
+	switch {
+	case !ok:
+		return "expected an integer, got " + describe(n)
+	case v.OverflowInt(i):
+		return n.Value + " is out of range"
+	}
+	v.SetInt(i)
+	return ""
+}
+
+func setFloat(n *yaml.Node, v reflect.Value) string {
+	var f float64
+	if err := n.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return n.Value + " is not a finite number"
+	}
+	v.SetFloat(f)
+	return ""
+}
+
+// mismatch says that n is not of v's kind.
+func mismatch(n *yaml.Node, v reflect.Value) string {
+	return fmt.Sprintf("expected %s, got %s", kindName(v.Kind()), describe(n))
 }
 
 // yaml11Bools are the booleans of YAML 1.1 (sigs.k8s.io/yaml read them) that YAML 1.2 reads as

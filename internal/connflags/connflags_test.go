@@ -17,6 +17,7 @@ import (
 )
 
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pwFile := filepath.Join(dir, "pw")
 	if err := os.WriteFile(pwFile, []byte("pw-from-file\n"), 0o600); err != nil {
@@ -61,6 +62,7 @@ func TestOptions(t *testing.T) {
 // TestWithEmbeddedToken: submit on this machine finds the embedded worker's token, and never
 // sends it to another host or in place of a login it was given.
 func TestWithEmbeddedToken(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	if err := os.WriteFile(filepath.Join(home, connflags.EmbeddedTokenFile), []byte("local-token\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -83,6 +85,7 @@ func TestWithEmbeddedToken(t *testing.T) {
 }
 
 func TestTransportTrustsTheCAFile(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	defer srv.Close()
 	ca := filepath.Join(t.TempDir(), "ca.pem")
@@ -93,7 +96,8 @@ func TestTransportTrustsTheCAFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&http.Client{Transport: plain}).Get(srv.URL); err == nil {
+	if resp, err := (&http.Client{Transport: plain}).Get(srv.URL); err == nil {
+		resp.Body.Close()
 		t.Fatal("the system roots trusted the test server")
 	}
 	tr, err := connflags.Transport(ca)
@@ -111,6 +115,7 @@ func TestTransportTrustsTheCAFile(t *testing.T) {
 }
 
 func TestWarnPlaintextKey(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		url, key string
 		warn     bool

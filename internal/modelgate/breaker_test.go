@@ -15,6 +15,7 @@ type step struct {
 }
 
 func TestBreakerTransitions(t *testing.T) {
+	t.Parallel()
 	const s = time.Second
 	tests := []struct {
 		name  string

@@ -49,7 +49,7 @@ func newEndpoint(t *testing.T) *endpoint {
 		if s := e.status.Load(); s != 0 {
 			w.WriteHeader(int(s))
 		}
-		io.WriteString(w, "{}")
+		_, _ = io.WriteString(w, "{}") // a client that went away is the test's own doing
 	}))
 	t.Cleanup(e.srv.Close)
 	return e
@@ -102,6 +102,7 @@ func post(c *http.Client, url string) error {
 }
 
 func TestGateHoldsRequestsWhileTheEndpointFailsAndReleasesThemWhenItAnswers(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		status int
@@ -162,6 +163,7 @@ func TestGateHoldsRequestsWhileTheEndpointFailsAndReleasesThemWhenItAnswers(t *t
 }
 
 func TestGateOpensWhenTheEndpointIsUnreachable(t *testing.T) {
+	t.Parallel()
 	e := newEndpoint(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -188,6 +190,7 @@ func TestGateOpensWhenTheEndpointIsUnreachable(t *testing.T) {
 }
 
 func TestGateHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
 	e := newEndpoint(t)
 	e.header.Set("Retry-After", "1")
 	e.status.Store(http.StatusTooManyRequests)
@@ -210,6 +213,7 @@ func TestGateHonoursRetryAfter(t *testing.T) {
 }
 
 func TestGateIgnoresRequestsTheCallerCancelled(t *testing.T) {
+	t.Parallel()
 	e := newEndpoint(t)
 	hold := make(chan struct{})
 	defer close(hold)
@@ -225,7 +229,10 @@ func TestGateIgnoresRequestsTheCallerCancelled(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, slow.URL, nil)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Do(req)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
 		errc <- err
 	}()
 	time.AfterFunc(50*time.Millisecond, cancel)
@@ -238,6 +245,7 @@ func TestGateIgnoresRequestsTheCallerCancelled(t *testing.T) {
 }
 
 func TestGateWaitEndsWithItsContext(t *testing.T) {
+	t.Parallel()
 	e := newEndpoint(t)
 	e.status.Store(http.StatusBadGateway)
 	g, c, _ := setup(t, e, modelgate.Config{Threshold: 1})
@@ -256,6 +264,7 @@ func TestGateWaitEndsWithItsContext(t *testing.T) {
 }
 
 func TestNewRefusesABadConfig(t *testing.T) {
+	t.Parallel()
 	probe := func(context.Context) (*http.Response, error) { return nil, errors.New("x") }
 	tests := []struct {
 		name string

@@ -19,6 +19,7 @@ import (
 // each way NATS deployments use, with the right credentials and with wrong or missing ones; a
 // refusal's error names none of the secrets.
 func TestConnectLogins(t *testing.T) {
+	t.Parallel()
 	certs := natsauthtest.NewCerts(t)
 	nkeyPub, seedFile := natsauthtest.NKeyUser(t)
 	_, otherSeed := natsauthtest.NKeyUser(t)
@@ -91,6 +92,7 @@ func TestConnectLogins(t *testing.T) {
 // TestDialLogin: the worker's link logs in the same way, and its state for /readyz names the
 // server without the password.
 func TestDialLogin(t *testing.T) {
+	t.Parallel()
 	const password = "pw-link-5d1e-secret"
 	ns := natsauthtest.Start(t, natsauthtest.Server{Users: map[string]string{"ann": password}})
 	u, _ := url.Parse(ns.ClientURL())
@@ -113,6 +115,7 @@ func TestDialLogin(t *testing.T) {
 }
 
 func TestConnOptionsRefuseBadCombinations(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		opts queue.ConnOptions
@@ -133,6 +136,7 @@ func TestConnOptionsRefuseBadCombinations(t *testing.T) {
 }
 
 func TestRedactURL(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ in, want string }{
 		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
 		{"nats://ann:pw@host:4222", "nats://redacted@host:4222"},
@@ -147,6 +151,7 @@ func TestRedactURL(t *testing.T) {
 }
 
 func TestLoopbackOnly(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]bool{
 		"": true, "nats://127.0.0.1:4222": true, "nats://localhost:4222,nats://[::1]:4222": true,
 		"127.0.0.2:4222": true, "nats://10.0.0.1:4222": false, "nats://127.0.0.1:4222,nats://nats.example:4222": false,

@@ -31,6 +31,7 @@ func (statusQueue) WatchChanges(context.Context, func(queue.Ref) bool) (<-chan j
 // tries once and gives up, instead of waiting a job_timeout of its own each (which let one
 // attempt wait several job timeouts in a row).
 func TestWaitsShareTheAttemptDeadline(t *testing.T) {
+	t.Parallel()
 	r := &Runner{cfg: Config{Queue: statusQueue{}}}
 	timeout := 300 * time.Millisecond
 	a := &attempt{

@@ -15,6 +15,7 @@ import (
 // size and digest name; anything else fails the stream with errInputMismatch, so the sandbox
 // does not put the file in place.
 func TestCheckedReader(t *testing.T) {
+	t.Parallel()
 	sum := func(s string) string {
 		h := sha256.Sum256([]byte(s))
 		return hex.EncodeToString(h[:])

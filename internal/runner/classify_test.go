@@ -29,6 +29,7 @@ var allStages = []stage{stageAdmit, stageClaim, stagePrepare, stageRun, stageCol
 // in every stage. A case names the stages where the class means something of its own (at);
 // in every other stage it gets other.
 func TestClassify(t *testing.T) {
+	t.Parallel()
 	wrap := func(err error) error { return fmt.Errorf("stage said: %w", err) }
 	transient := want{end: endTransient}
 	tests := []struct {
@@ -139,6 +140,7 @@ func TestClassify(t *testing.T) {
 // TestClassifyEveryStage: classify knows every stage, and every ending it gives is one
 // decide knows.
 func TestClassifyEveryStage(t *testing.T) {
+	t.Parallel()
 	if len(allStages) != len(stageNames) {
 		t.Fatalf("the test covers %d stages, the runner has %d", len(allStages), len(stageNames))
 	}

@@ -173,6 +173,7 @@ func mustJSON(t *testing.T, v any) []byte {
 // the transcript holds the decision and the manifest the summary, and neither they, the
 // report, the logs nor the metrics hold the real value.
 func TestEgressWiring(t *testing.T) {
+	t.Parallel()
 	const secret = "real-api-token-0123456789abcdef"
 	var seen []string
 	var mu sync.Mutex
@@ -267,6 +268,7 @@ func gathered(t *testing.T, w *worker) []byte {
 // TestEgressNeedsABackendWithIt: a profile with a network on a backend that gives sandboxes
 // none fails at once, for good, saying so.
 func TestEgressNeedsABackendWithIt(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cfg, err := config.Parse([]byte(egressProfiles))
 	if err != nil {

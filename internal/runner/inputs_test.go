@@ -17,6 +17,7 @@ import (
 // fails at the first attempt as input_too_large, before any sandbox starts, and spends no
 // further delivery. It used to be retried as transient until the job was dead.
 func TestInputTooLargeFailsAtTheFirstAttempt(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		profile func(p *config.Profile)

@@ -127,34 +127,57 @@ func (p *BubblewrapProvider) removeLeftovers() (int, error) {
 
 // removeLeftover removes one sandbox's state if no live worker holds its lock.
 func (p *BubblewrapProvider) removeLeftover(id string) (bool, error) {
+	l, data, err := p.lockLeftover(id)
+	if l == nil || err != nil {
+		return false, err
+	}
+	if err := p.removeLeftoverState(id, data); err != nil {
+		l.f.Close() // keep the lock file: the next start tries again
+		return false, fmt.Errorf("sandbox: leftover %s: %w", id, err)
+	}
+	if err := l.release(); err != nil {
+		return false, fmt.Errorf("sandbox: leftover %s: %w", id, err)
+	}
+	p.log.Warn("removed a sandbox left by a worker that stopped", "sandbox_id", id)
+	return true, nil
+}
+
+// lockLeftover takes the lock of sandbox id and reads its lock file; a nil lock and no error
+// when a live worker holds it or it is gone.
+func (p *BubblewrapProvider) lockLeftover(id string) (*sandboxLock, []byte, error) {
 	path := filepath.Join(p.root, id+lockSuffix)
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return false, nil // its owner just finished
+			return nil, nil, nil // its owner just finished
 		}
-		return false, fmt.Errorf("sandbox: leftover %s: %w", id, err)
+		return nil, nil, fmt.Errorf("sandbox: leftover %s: %w", id, err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return false, nil // a live worker's sandbox
+			return nil, nil, nil // a live worker's sandbox
 		}
-		return false, fmt.Errorf("sandbox: leftover %s: lock: %w", id, err)
+		return nil, nil, fmt.Errorf("sandbox: leftover %s: lock: %w", id, err)
 	}
 	l := &sandboxLock{path: path, f: f}
 	if !l.stillAtPath() {
 		f.Close()
-		return false, nil // its owner released it meanwhile
+		return nil, nil, nil // its owner released it meanwhile
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxLockFileSize))
 	if err != nil {
 		f.Close()
-		return false, fmt.Errorf("sandbox: leftover %s: read %s: %w", id, path, err)
+		return nil, nil, fmt.Errorf("sandbox: leftover %s: read %s: %w", id, path, err)
 	}
+	return l, data, nil
+}
 
+// removeLeftoverState removes what sandbox id left: its cgroups (named in lockFile), its
+// workdir and its egress folder, each tried whatever the others did.
+func (p *BubblewrapProvider) removeLeftoverState(id string, lockFile []byte) error {
 	var errs []error
-	cg := &cgroup{dirs: p.leftoverCgroups(id, data)}
+	cg := &cgroup{dirs: p.leftoverCgroups(id, lockFile)}
 	stop := make(chan struct{})
 	t := time.AfterFunc(leftoverGrace, func() { close(stop) })
 	if err := cg.remove(stop); err != nil {
@@ -172,18 +195,7 @@ func (p *BubblewrapProvider) removeLeftover(id string) (bool, error) {
 	if err := os.RemoveAll(dir + egressSuffix); err != nil {
 		errs = append(errs, err)
 	}
-	if len(errs) == 0 {
-		if err := l.release(); err != nil {
-			errs = append(errs, err)
-		}
-	} else {
-		f.Close() // keep the lock file: the next start tries again
-	}
-	if err := errors.Join(errs...); err != nil {
-		return false, fmt.Errorf("sandbox: leftover %s: %w", id, err)
-	}
-	p.log.Warn("removed a sandbox left by a worker that stopped", "sandbox_id", id)
-	return true, nil
+	return errors.Join(errs...)
 }
 
 // leftoverCgroups are the cgroup folders of a leftover sandbox that still exist: those its lock

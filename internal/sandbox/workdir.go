@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -148,15 +147,11 @@ func regular(mode uint32) error {
 	}
 }
 
-// writeFile replaces name with a new regular file holding data. It writes a temporary file
-// next to it and renames it into place, so a symlink, FIFO or hard link already at name is
-// replaced rather than written through. bound bounds the workdir's total usage (zero: none).
-func (w *workdir) writeFile(name string, data []byte, bound diskBound) error {
-	return w.writeFrom(name, bytes.NewReader(data), int64(len(data)), bound)
-}
-
-// writeFrom is writeFile of exactly size bytes streamed from r: a reader that fails, ends
-// early or holds more fails the write, and the file is not put in place.
+// writeFrom replaces name with a new regular file holding exactly size bytes streamed from r:
+// a reader that fails, ends early or holds more fails the write, and the file is not put in
+// place. It writes a temporary file next to it and renames it into place, so a symlink, FIFO or
+// hard link already at name is replaced rather than written through. bound bounds the
+// workdir's total usage (zero: none).
 func (w *workdir) writeFrom(name string, r io.Reader, size int64, bound diskBound) error {
 	dir, base := path.Split(name)
 	dfd, err := w.mkdirAll(strings.TrimSuffix(dir, "/"))
@@ -164,22 +159,8 @@ func (w *workdir) writeFrom(name string, r io.Reader, size int64, bound diskBoun
 		return err
 	}
 	defer unix.Close(dfd)
-	if bound.bytes > 0 {
-		used, err := w.usage()
-		if err != nil {
-			// A workdir that cannot be measured counts as full.
-			return fmt.Errorf("sandbox: write %s: cannot measure the workdir (%v), so it counts as over its disk bound; remove files first: %w", name, err, ErrDiskFull)
-		}
-		var st unix.Stat_t
-		if unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			used.bytes -= st.Blocks * 512
-			used.inodes--
-		}
-		need := diskUse{bytes: used.bytes + roundBlock(size), inodes: used.inodes + 1}
-		if need.over(bound) {
-			return fmt.Errorf("sandbox: write %s: the workdir would hold %d bytes in %d files and folders, over its bound of %d bytes and %d inodes; remove files first: %w",
-				name, need.bytes, need.inodes, bound.bytes, bound.inodes, ErrDiskFull)
-		}
+	if err := w.checkBound(dfd, base, name, size, bound); err != nil {
+		return err
 	}
 	var suffix [8]byte
 	_, _ = rand.Read(suffix[:])
@@ -188,14 +169,7 @@ func (w *workdir) writeFrom(name string, r io.Reader, size int64, bound diskBoun
 	if err != nil {
 		return pathError("write", name, err)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
-	err = copyExactly(f, r, size)
-	if err == nil && w.uid >= 0 {
-		err = unix.Fchown(fd, w.uid, w.gid)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err = w.fill(os.NewFile(uintptr(fd), tmp), r, size)
 	if err == nil {
 		err = unix.Renameat(dfd, tmp, dfd, base)
 	}
@@ -207,6 +181,43 @@ func (w *workdir) writeFrom(name string, r io.Reader, size int64, bound diskBoun
 		return pathError("write", name, err)
 	}
 	return nil
+}
+
+// checkBound fails with ErrDiskFull when replacing base in the folder dfd (name in the workdir)
+// with size bytes would take the workdir over bound.
+func (w *workdir) checkBound(dfd int, base, name string, size int64, bound diskBound) error {
+	if bound.bytes <= 0 {
+		return nil
+	}
+	used, err := w.usage()
+	if err != nil {
+		// A workdir that cannot be measured counts as full.
+		return fmt.Errorf("sandbox: write %s: cannot measure the workdir (%v), so it counts as over its disk bound; remove files first: %w", name, err, ErrDiskFull)
+	}
+	var st unix.Stat_t
+	if unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		used.bytes -= st.Blocks * 512
+		used.inodes--
+	}
+	need := diskUse{bytes: used.bytes + roundBlock(size), inodes: used.inodes + 1}
+	if need.over(bound) {
+		return fmt.Errorf("sandbox: write %s: the workdir would hold %d bytes in %d files and folders, over its bound of %d bytes and %d inodes; remove files first: %w",
+			name, need.bytes, need.inodes, bound.bytes, bound.inodes, ErrDiskFull)
+	}
+	return nil
+}
+
+// fill writes exactly size bytes of r to f, a new file, gives it to the sandbox's user and
+// closes it.
+func (w *workdir) fill(f *os.File, r io.Reader, size int64) error {
+	err := copyExactly(f, r, size)
+	if err == nil && w.uid >= 0 {
+		err = unix.Fchown(int(f.Fd()), w.uid, w.gid)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // copyExactly copies exactly size bytes of r to f, failing when r fails, ends early or holds

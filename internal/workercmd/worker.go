@@ -171,30 +171,8 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 	if p.sandboxes, err = newProvider(cfg, log); err != nil {
 		return nil, err
 	}
-	p.modelURL = modelBaseURL(cfg, o.Getenv)
-	modelTransport, err := httpClient(o.conn.modelCA, "BOXCAR_MODEL_CA", o.Getenv)
-	if err != nil {
-		return nil, fmt.Errorf("--model-ca: %w", err)
-	}
-	if modelTransport == nil {
-		modelTransport = http.DefaultTransport.(*http.Transport).Clone()
-	}
-	connflags.WarnPlaintextKey(log, p.modelURL, o.Getenv("OPENAI_API_KEY"))
-	if p.gate, err = newModelGate(p.modelURL, o.Getenv("OPENAI_API_KEY"), modelTransport.Clone(), p.metrics, log); err != nil {
+	if err := p.openModel(o, src); err != nil {
 		return nil, err
-	}
-	p.agent, err = agent.New(agent.Config{
-		BaseURL:        p.modelURL,
-		APIKey:         o.Getenv("OPENAI_API_KEY"),
-		HTTPClient:     &http.Client{Transport: p.metrics.ModelTransport(modelTransport)},
-		RequestTimeout: cfg.Model.RequestTimeout.Std(),
-		MaxRetries:     cfg.Model.MaxRetries,
-		Gate:           p.gate,
-		Logger:         log,
-		Profiles:       cfg.Profiles, // compiled now: a bad profile stops the worker here
-	})
-	if err != nil {
-		return nil, src.Place(err)
 	}
 	if p.signer, err = signingKey(o, cfg, log); err != nil {
 		return nil, err
@@ -206,13 +184,9 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 	if p.approvers, err = approverKeys(o, cfg, log); err != nil {
 		return nil, err
 	}
-	s3Transport, err := httpClient(o.conn.s3CA, "BOXCAR_S3_CA", o.Getenv)
+	s3Client, err := s3HTTPClient(o)
 	if err != nil {
-		return nil, fmt.Errorf("--s3-ca: %w", err)
-	}
-	var s3Client *http.Client
-	if s3Transport != nil {
-		s3Client = &http.Client{Transport: s3Transport}
+		return nil, err
 	}
 	p.store, err = store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region, HTTPClient: s3Client,
 		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite,
@@ -224,6 +198,50 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 		return nil, err
 	}
 	return p, nil
+}
+
+// openModel opens the model's side of p: its URL, the gate that watches it and the agent that
+// calls it, whose profiles are compiled now, so a bad profile stops the worker here (placed in
+// the config file src).
+func (p *parts) openModel(o Options, src *config.Source) error {
+	p.modelURL = modelBaseURL(p.cfg, o.Getenv)
+	modelTransport, err := httpClient(o.conn.modelCA, "BOXCAR_MODEL_CA", o.Getenv)
+	if err != nil {
+		return fmt.Errorf("--model-ca: %w", err)
+	}
+	if modelTransport == nil {
+		modelTransport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	connflags.WarnPlaintextKey(p.log, p.modelURL, o.Getenv("OPENAI_API_KEY"))
+	if p.gate, err = newModelGate(p.modelURL, o.Getenv("OPENAI_API_KEY"), modelTransport.Clone(), p.metrics, p.log); err != nil {
+		return err
+	}
+	p.agent, err = agent.New(agent.Config{
+		BaseURL:        p.modelURL,
+		APIKey:         o.Getenv("OPENAI_API_KEY"),
+		HTTPClient:     &http.Client{Transport: p.metrics.ModelTransport(modelTransport)},
+		RequestTimeout: p.cfg.Model.RequestTimeout.Std(),
+		MaxRetries:     p.cfg.Model.MaxRetries,
+		Gate:           p.gate,
+		Logger:         p.log,
+		Profiles:       p.cfg.Profiles,
+	})
+	if err != nil {
+		return src.Place(err)
+	}
+	return nil
+}
+
+// s3HTTPClient is the S3 client over --s3-ca's transport; nil (the SDK's own) without one.
+func s3HTTPClient(o Options) (*http.Client, error) {
+	s3Transport, err := httpClient(o.conn.s3CA, "BOXCAR_S3_CA", o.Getenv)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("--s3-ca: %w", err)
+	case s3Transport == nil:
+		return nil, nil
+	}
+	return &http.Client{Transport: s3Transport}, nil
 }
 
 // startEmbedded locks the data dir, starts NATS in-process with its token, and points cfg and

@@ -322,11 +322,7 @@ func (s *egressSuite) bypasses() []bypass {
 		{"host not allowed", curl + "https://example.com/", nil, ""},
 		{"Host differs from the target", curl + "-H 'Host: " + dotted + ":8080' http://" + indexHost + "/hello", nil, ""},
 		{"SNI differs from the CONNECT host", curl + "--connect-to " + otherHost + ":443:" + dotted + ":22 -p https://" + otherHost + "/", nil, ""},
-		{"raw CONNECT on the proxy socket", `python3 -c "
-import socket
-s = socket.socket(socket.AF_UNIX); s.connect('` + "/run/boxcar/egress/proxy.sock" + `')
-s.sendall(b'CONNECT ` + dotted + `:8080 HTTP/1.1\r\nHost: ` + dotted + `:8080\r\n\r\n')
-print(s.recv(100).decode().split('\r\n')[0])"`, nil, ""},
+		{"raw CONNECT on the proxy socket", rawConnect(dotted + ":8080"), nil, ""},
 		{"direct TCP to the worker's endpoint port", `python3 -c "import socket; socket.create_connection(('127.0.0.1', ` + epPort + `), timeout=10)"`, nil, ""},
 		{"direct TCP to an IPv4-mapped literal", curl + "--noproxy '*' -g http://[::ffff:" + dotted + "]:8080/", nil, ""},
 		{"IPv4-mapped literal in hex", curl + "-g http://[" + mapped + "]:8080/", nil, ""},
@@ -338,29 +334,51 @@ print(s.recv(100).decode().split('\r\n')[0])"`, nil, ""},
 		{"IP literal target with the allowed Host", curl + "-H 'Host: " + indexHost + "' http://" + dotted + ":8080/", nil, ""},
 		{"CL and TE smuggling a second request", rawProxy(`POST http://` + indexHost + `/hello HTTP/1.1\r\nHost: ` + indexHost + `\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET http://` + dotted + `:8080/ HTTP/1.1\r\nHost: ` + dotted + `:8080\r\n\r\n`), nil, ""},
 		{"oversize header", rawProxy(`GET http://` + indexHost + `/hello HTTP/1.1\r\nHost: ` + indexHost + `\r\nX-Big: ' + 'a' * 70000 + '\r\n\r\n`), nil, ""},
-		{"slow client", `python3 -c "
+		{"slow client", slowClient(dotted + ":8080"), nil, ""},
+		{"more tunnels than the cap", tunnelsOverCap(otherHost + ":443"), nil, "capped"},
+	}
+}
+
+// rawConnect is a script that asks for a tunnel to target on the proxy's Unix socket, past
+// the TCP listener, and prints the first line of the answer.
+func rawConnect(target string) string {
+	return `python3 -c "
+import socket
+s = socket.socket(socket.AF_UNIX); s.connect('` + "/run/boxcar/egress/proxy.sock" + `')
+s.sendall(b'CONNECT ` + target + ` HTTP/1.1\r\nHost: ` + target + `\r\n\r\n')
+print(s.recv(100).decode().split('\r\n')[0])"`
+}
+
+// slowClient is a script that sends half a request for target, waits past the proxy's header
+// timeout, sends the rest and prints the first line of the answer (or that it was closed).
+func slowClient(target string) string {
+	return `python3 -c "
 import socket, time
 s = socket.create_connection(('127.0.0.1', 3128))
-s.sendall(b'GET http://` + dotted + `:8080/ HTTP/1.1\r\n')
+s.sendall(b'GET http://` + target + `/ HTTP/1.1\r\n')
 time.sleep(7)
 try:
-    s.sendall(b'Host: ` + dotted + `:8080\r\n\r\n'); print(s.recv(100).decode().split('\r\n')[0])
+    s.sendall(b'Host: ` + target + `\r\n\r\n'); print(s.recv(100).decode().split('\r\n')[0])
 except OSError as e:
-    print('closed', e)"`, nil, ""},
-		{"more tunnels than the cap", `python3 -c "
+    print('closed', e)"`
+}
+
+// tunnelsOverCap is a script that opens 12 tunnels to target at once and prints "capped" when
+// the proxy refused at least 4 of them.
+func tunnelsOverCap(target string) string {
+	return `python3 -c "
 import socket
 conns, refused = [], 0
 for i in range(12):
     s = socket.create_connection(('127.0.0.1', 3128)); conns.append(s)
-    s.sendall(b'CONNECT ` + otherHost + `:443 HTTP/1.1\r\nHost: ` + otherHost + `:443\r\n\r\n')
+    s.sendall(b'CONNECT ` + target + ` HTTP/1.1\r\nHost: ` + target + `\r\n\r\n')
 for s in conns:
     try:
         line = s.recv(100).decode().split('\r\n')[0]
     except OSError:
         line = ''
     refused += ' 200 ' not in line + ' '
-print('capped' if refused >= 4 else 'refused=%d' % refused)"`, nil, "capped"},
-	}
+print('capped' if refused >= 4 else 'refused=%d' % refused)"`
 }
 
 // rawProxy is a script that sends request (a Python string body) to the proxy as is and
