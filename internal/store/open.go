@@ -46,6 +46,13 @@ type Options struct {
 	// go in one PutObject. At least 5 MiB. Default: 5 MiB. It bounds the memory one upload
 	// holds. S3 only.
 	PartSize int64
+	// Getenv is the environment the AWS SDK's settings come from: AWS_ACCESS_KEY_ID,
+	// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_PROFILE, AWS_CONFIG_FILE and
+	// AWS_SHARED_CREDENTIALS_FILE (else $HOME/.aws/config and credentials), and
+	// AWS_EC2_METADATA_DISABLED. Default: the process's environment, as the SDK reads it.
+	// Credentials from other sources (web identity, containers, instance roles) still follow the
+	// process's. S3 only.
+	Getenv func(string) string
 }
 
 // Open returns the store rawURL names: file:///abs/path for a local directory (created if

@@ -108,10 +108,10 @@ func NewS3(ctx context.Context, bucket, prefix string, opts Options) (*S3, error
 		probeInterval = defaultProbeInterval
 	}
 	s := &S3{bucket: bucket, prefix: prefix, partSize: partSize, log: log, allowUnsafe: opts.AllowUnsafeOverwrite, probeInterval: probeInterval}
-	loadOpts := []func(*config.LoadOptions) error{
+	loadOpts := append(envLoadOptions(opts.Getenv),
 		config.WithDefaultRegion("us-east-1"),
 		config.WithRetryMaxAttempts(maxAttempts),
-	}
+	)
 	if opts.Region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(opts.Region))
 	}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -176,7 +175,7 @@ func (e *env) openStore(ctx context.Context) (store.Store, error) {
 	if endpoint == "" {
 		endpoint = e.getenv("BOXCAR_S3_ENDPOINT")
 	}
-	opts := store.Options{Endpoint: endpoint, PathStyle: endpoint != ""}
+	opts := store.Options{Endpoint: endpoint, PathStyle: endpoint != "", Getenv: e.getenv}
 	ca := e.s3CA
 	if ca == "" {
 		ca = e.getenv("BOXCAR_S3_CA")
@@ -210,9 +209,9 @@ func (e *env) home() (string, error) {
 	if h := e.getenv("BOXCAR_HOME"); h != "" {
 		return h, nil
 	}
-	h, err := os.UserHomeDir()
-	if err != nil {
-		return "", err
+	h := e.getenv("HOME") // through getenv, as every setting: tests give each run its own
+	if h == "" {
+		return "", errors.New("HOME is not set")
 	}
 	return filepath.Join(h, ".boxcar"), nil
 }

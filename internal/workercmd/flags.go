@@ -3,7 +3,6 @@ package workercmd
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -23,8 +22,9 @@ type Options struct {
 	ReadyFile   string    // --ready-file
 	conn        connFlags // --nats-creds … --model-ca (conn.go)
 
-	// Getenv reads the environment (OPENAI_API_KEY, NATS_URL, BOXCAR_STORE, BOXCAR_HOME, …);
-	// nil reads nothing.
+	// Getenv reads the environment (OPENAI_API_KEY, NATS_URL, BOXCAR_STORE, BOXCAR_HOME, HOME,
+	// the AWS SDK's AWS_* settings, …); nil reads nothing. The worker reads no other
+	// environment, so workers with different ones can share a process.
 	Getenv func(string) string
 	// Stdout gets the one "worker ready" line written for people, Stderr the JSON log; nil
 	// discards.
@@ -82,11 +82,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.DataDir == "" {
 		o.DataDir = o.Getenv("BOXCAR_HOME")
 	}
-	if o.DataDir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return o, fmt.Errorf("no --data-dir, no BOXCAR_HOME and no home directory: %w", err)
-		}
+	// $HOME through Getenv, not the process's: a test's worker gets the home it is given.
+	if home := o.Getenv("HOME"); o.DataDir == "" && home != "" {
 		o.DataDir = filepath.Join(home, ".boxcar")
 	}
 	return o, nil

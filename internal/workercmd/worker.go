@@ -47,7 +47,8 @@ type Addrs struct {
 	// NATS is the URL the worker uses: with --embedded, its own server's (--nats-listen port 0
 	// picks a free port).
 	NATS string `json:"nats"`
-	// Metrics is the host:port of /metrics, /healthz and /readyz; empty when off.
+	// Metrics is the host:port of /metrics, /healthz and /readyz; empty when off. It is set
+	// as soon as the endpoint listens, before Ready: /readyz says why a worker is not ready.
 	Metrics string `json:"metrics,omitempty"`
 	// Store is the store's URL.
 	Store string `json:"store"`
@@ -60,7 +61,7 @@ func (w *Worker) Ready() <-chan struct{} { return w.ready }
 // Done closes once the worker has stopped, ready or not; Wait then returns at once.
 func (w *Worker) Done() <-chan struct{} { return w.done }
 
-// Addrs are the worker's addresses: complete once Ready has closed.
+// Addrs are the worker's addresses: complete once Ready has closed (Metrics before).
 func (w *Worker) Addrs() Addrs {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -190,7 +191,7 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 	}
 	p.store, err = store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region, HTTPClient: s3Client,
 		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite,
-		ProbeInterval: time.Duration(cfg.Store.ProbeInterval), Logger: log})
+		ProbeInterval: time.Duration(cfg.Store.ProbeInterval), Logger: log, Getenv: o.Getenv})
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +250,9 @@ func s3HTTPClient(o Options) (*http.Client, error) {
 // the config's (bubblewrap by default): one machine can still run its jobs in pods of a
 // cluster it reaches.
 func startEmbedded(o Options, cfg *config.Config, p *parts) error {
+	if o.DataDir == "" {
+		return errors.New("no --data-dir, no BOXCAR_HOME and no HOME: give --data-dir")
+	}
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
@@ -289,6 +293,9 @@ func (w *Worker) run(ctx context.Context, o Options, p *parts) error {
 		g.Go(func() error {
 			return p.metrics.Serve(serveCtx, cfg.MetricsAddr, boot.ready, log, func(a net.Addr) {
 				log.Info("metrics listening", "addr", a.String())
+				w.mu.Lock()
+				w.addrs.Metrics = a.String()
+				w.mu.Unlock()
 				metricsAddr <- a.String()
 			})
 		})

@@ -128,3 +128,29 @@ func TestParseOptions(t *testing.T) {
 		t.Error("ParseOptions accepts an unknown flag")
 	}
 }
+
+// TestDataDirFromGetenvHome: an embedded worker without --data-dir or BOXCAR_HOME keeps its
+// data under the HOME its Getenv gives, not the process's: workers in one process each get
+// their own. Without any, it stops at start and names the fix.
+func TestDataDirFromGetenvHome(t *testing.T) {
+	home := t.TempDir()
+	w, err := Start(t.Context(), Options{Embedded: true, NATSListen: "127.0.0.1:0", MetricsAddr: "off",
+		Getenv: func(k string) string { return map[string]string{"HOME": home}[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(); _ = w.Wait() })
+	select {
+	case <-w.Ready():
+	case <-w.Done():
+		t.Fatalf("the worker stopped before it was ready: %v", w.Wait())
+	case <-time.After(readyTimeout):
+		t.Fatal("the worker was not ready within", readyTimeout)
+	}
+	if want := "file://" + filepath.Join(home, ".boxcar", "store"); !strings.HasPrefix(w.Addrs().Store, want) {
+		t.Errorf("store %s, want under %s", w.Addrs().Store, want)
+	}
+	if _, err := Start(t.Context(), Options{Embedded: true, NATSListen: "127.0.0.1:0", MetricsAddr: "off", Getenv: noEnv}); err == nil || !strings.Contains(err.Error(), "--data-dir") {
+		t.Errorf("an embedded worker without HOME: %v, want an error naming --data-dir", err)
+	}
+}

@@ -1,0 +1,43 @@
+package store
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+// TestS3SettingsComeFromGetenv: a store given an environment takes its credentials, region and
+// shared files from it, not from the process's, so tests with their own credentials run side
+// by side in one process.
+func TestS3SettingsComeFromGetenv(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "process-key")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "process-secret")
+	t.Setenv("AWS_REGION", "process-region")
+	home := t.TempDir()
+	tests := []struct {
+		name       string
+		env        map[string]string
+		wantKey    string
+		wantRegion string
+	}{
+		{name: "injected", env: map[string]string{"AWS_ACCESS_KEY_ID": "env-key", "AWS_SECRET_ACCESS_KEY": "env-secret", "AWS_REGION": "eu-west-3", "HOME": home},
+			wantKey: "env-key", wantRegion: "eu-west-3"},
+		{name: "default region", env: map[string]string{"AWS_ACCESS_KEY_ID": "env-key", "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "ap-south-1", "AWS_CONFIG_FILE": filepath.Join(home, "none")},
+			wantKey: "env-key", wantRegion: "ap-south-1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewS3(t.Context(), "bucket", "", Options{Getenv: func(k string) string { return tt.env[k] }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := s.client.Options()
+			creds, err := o.Credentials.Retrieve(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if creds.AccessKeyID != tt.wantKey || o.Region != tt.wantRegion {
+				t.Errorf("key %q, region %q; want %q, %q", creds.AccessKeyID, o.Region, tt.wantKey, tt.wantRegion)
+			}
+		})
+	}
+}
