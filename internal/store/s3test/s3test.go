@@ -272,6 +272,17 @@ func (s *Server) Env(t testing.TB) {
 	IsolateEnv(t)
 }
 
+// Vars are the AWS SDK's settings for this server, for a command given its environment
+// (workercmd's and submitcmd's getenv, store.Options.Getenv): its credentials and region, and
+// no shared config files, profile or instance metadata. Unlike Env, they leave the process's
+// environment alone, so tests that use them can run in parallel.
+func (s *Server) Vars() map[string]string {
+	return map[string]string{
+		"AWS_ACCESS_KEY_ID": s.AccessKey, "AWS_SECRET_ACCESS_KEY": s.SecretKey, "AWS_REGION": Region,
+		"AWS_EC2_METADATA_DISABLED": "true",
+	}
+}
+
 // IsolateEnv keeps the AWS SDK away from the machine's shared config files, profiles and
 // instance metadata for the rest of the test.
 func IsolateEnv(t testing.TB) {
