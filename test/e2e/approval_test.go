@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // shellCallID is the id the scripted shell model gives its one tool call.
@@ -101,7 +103,7 @@ type pendingApproval struct {
 func waitForApproval(t *testing.T, w *worker, id string) pendingApproval {
 	t.Helper()
 	var p pendingApproval
-	eventually(t, 60*time.Second, "job "+id+" asks for an approval", func() (bool, string) {
+	harness.Wait(t, "job "+id+" asks for an approval", func() (bool, error) {
 		stdout, stderr, err := w.submit(t, "approvals", id, "--output", "json")
 		if err != nil {
 			t.Fatalf("submit approvals: %v\n%s", err, stderr)
@@ -113,10 +115,10 @@ func waitForApproval(t *testing.T, w *worker, id string) pendingApproval {
 			t.Fatalf("submit approvals --output json: %v\n%s", err, stdout)
 		}
 		if len(list.Approvals) == 0 {
-			return false, stdout
+			return false, errors.New(stdout)
 		}
 		p = list.Approvals[0]
-		return true, ""
+		return true, nil
 	})
 	return p
 }
@@ -134,7 +136,7 @@ func finish(t *testing.T, w *worker, id string) map[string]any {
 // shellLine returns the transcript line of the shell call and the report of a run.
 func shellLine(t *testing.T, w *worker, id string) (map[string]any, string) {
 	t.Helper()
-	run := committedFolder(t, filepath.Join(w.dataDir, "store"), id)
+	run := committedFolder(t, filepath.Join(w.DataDir, "store"), id)
 	report, err := os.ReadFile(filepath.Join(run, "report.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +176,7 @@ func shellApproval(t *testing.T, w *worker, id string) provenance.Approval {
 // TestApprovals runs the "ask" policy end to end: the worker publishes the command and waits,
 // a person answers with submit, and the answer decides whether the command runs in the sandbox.
 func TestApprovals(t *testing.T) {
+	t.Parallel()
 	w := startWorker(t, shellModel(t), "--config", "testdata/approvals.yaml")
 
 	t.Run("approve", func(t *testing.T) {
@@ -185,12 +188,18 @@ func TestApprovals(t *testing.T) {
 		if left := time.Until(p.ExpiresAt); left < 50*time.Second || left > 61*time.Second {
 			t.Errorf("the request expires in %s, want the profile's 60s", left)
 		}
-		stdout, _, err := w.submit(t, "status", id, "--output", "json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st := lastJSON(t, stdout); st["state"] != "waiting_approval" || !strings.Contains(fmt.Sprint(st["progress"]), "submit approve "+id+" "+shellCallID) {
-			t.Errorf("status while waiting = %v, want waiting_approval saying how to answer", st)
+		// The request is listed before the status says so: wait for the status.
+		var waiting map[string]any
+		harness.Wait(t, "job "+id+" is waiting_approval", func() (bool, error) {
+			stdout, _, err := w.submit(t, "status", id, "--output", "json")
+			if err != nil {
+				return false, err
+			}
+			waiting = lastJSON(t, stdout)
+			return waiting["state"] == "waiting_approval", fmt.Errorf("status %v", waiting)
+		})
+		if !strings.Contains(fmt.Sprint(waiting["progress"]), "submit approve "+id+" "+shellCallID) {
+			t.Errorf("status while waiting = %v, want waiting_approval saying how to answer", waiting)
 		}
 		text, _, err := w.submit(t, "approvals")
 		if err != nil || !strings.Contains(text, id) || !strings.Contains(text, `["echo","hello from the sandbox"]`) {

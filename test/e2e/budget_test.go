@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/test/testworker"
 )
 
 // budgetModel is a scripted endpoint for the budget profile of testdata/budget.yaml: it calls
@@ -89,16 +90,15 @@ func (m *budgetModel) serve(w http.ResponseWriter, r *http.Request) {
 // so a second worker can take over the first one's NATS and store.
 func startWorkerIn(t *testing.T, dataDir, modelURL string, extraArgs ...string) (w *worker, stop func()) {
 	t.Helper()
-	w = &worker{dataDir: dataDir, log: &syncBuffer{}}
-	env := map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": e2eAPIKey}
-	wk := w.start(t, env, append([]string{"--metrics-addr", "off"}, extraArgs...))
-	return w, func() { w.stop(t, wk) }
+	w = &worker{testworker.Start(t, testworker.Config{DataDir: dataDir, Model: modelURL, Args: append([]string{"--metrics-addr", "off"}, extraArgs...)})}
+	return w, func() { w.Stop(t) }
 }
 
 // TestBudgetSurvivesRedelivery interrupts a job half way (its worker shuts down while the
 // model is thinking) and lets a second worker finish it. The second attempt starts from what
 // the first one spent: with max_tool_calls 3 and 2 calls made before, it makes exactly one.
 func TestBudgetSurvivesRedelivery(t *testing.T) {
+	t.Parallel()
 	m := newBudgetModel(t)
 	dataDir := t.TempDir()
 	w1, stop1 := startWorkerIn(t, dataDir, m.url, "--config", "testdata/budget.yaml")

@@ -41,6 +41,8 @@ import (
 	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/internal/testnet"
 	"github.com/boxcar-run/boxcar/test/containers"
+	"github.com/boxcar-run/boxcar/test/harness"
+	"github.com/boxcar-run/boxcar/test/testworker"
 )
 
 // Where the chart mounts the worker's config; the container tests mount theirs there too.
@@ -55,6 +57,7 @@ const (
 // Dockerfile and runs it the way the Helm chart does: the config mounted at
 // /etc/boxcar/config, host networking, a read-only root, no capabilities, uid 65532.
 func TestReleaseImage(t *testing.T) {
+	t.Parallel()
 	p := containers.NewDocker(t)
 	image, version := containers.ReleaseImage(t, p)
 
@@ -145,7 +148,7 @@ func TestReleaseImage(t *testing.T) {
 		"AWS_ACCESS_KEY_ID":     s3.AccessKey,
 		"AWS_SECRET_ACCESS_KEY": s3.SecretKey,
 		"AWS_REGION":            s3test.Region,
-		"OPENAI_API_KEY":        e2eAPIKey,
+		"OPENAI_API_KEY":        testworker.APIKey,
 	}
 	// The worker binds port 0 for its endpoints and logs the address it got.
 	workerConfig := func(t *testing.T, kubeconfig string) string {
@@ -176,8 +179,7 @@ profiles:
 `, workerDrainGrace, ns.ClientURL(), bucket, s3.Endpoint, s3test.Region, kubeconfig, deadModel))
 		return path
 	}
-	submitEnv := map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint}
-	s3.Env(t) // for submit, which runs in this process
+	submitEnv := harness.Env(s3.Vars()).With("NATS_URL", ns.ClientURL(), "BOXCAR_STORE", "s3://"+bucket, "BOXCAR_S3_ENDPOINT", s3.Endpoint)
 
 	t.Run("no cluster", func(t *testing.T) {
 		// Kubernetes sandboxes, and neither an in-cluster service account nor a kubeconfig:
@@ -193,7 +195,7 @@ profiles:
 		if st.ExitCode != 1 || lastLine(logs) != want {
 			t.Errorf("worker without a cluster: exit %d, last line %q\nwant exit 1 and %q\nlog:\n%s", st.ExitCode, lastLine(logs), want, logs)
 		}
-		assertNoSecrets(t, "worker log", logs, s3.SecretKey, e2eAPIKey)
+		assertNoSecrets(t, "worker log", logs, s3.SecretKey, testworker.APIKey)
 	})
 
 	t.Run("cluster unreachable", func(t *testing.T) {
@@ -206,25 +208,19 @@ contexts: [{name: gone, context: {cluster: gone, user: gone}}]
 current-context: gone
 `, deadAPI))
 		started := time.Now()
+		readyDir := writableDir(t)
 		c := containers.Run(t, p, containers.Spec{
 			Image: image, Env: env,
-			Cmd: []string{"--config=" + chartConfigPath, "--log-level=info"},
+			Cmd: []string{"--config=" + chartConfigPath, "--log-level=info", "--ready-file=/run/boxcar/ready.json"},
 			Binds: []string{
 				workerConfig(t, containerKubeconfig) + ":" + chartConfigPath + ":ro",
 				kubeconfig + ":" + containerKubeconfig + ":ro",
+				readyDir + ":/run/boxcar",
 			},
 		})
-		var metricsAddr string
-		eventually(t, 60*time.Second, "the worker container logs its metrics address", func() (bool, string) {
-			if err := stillRunning(c)(); err != nil {
-				t.Fatal(err)
-			}
-			logs := containers.Logs(t, c)
-			var ok bool
-			metricsAddr, ok = logRecord(logs, "metrics listening", "addr")
-			return ok, logs
-		})
-		base := "http://" + metricsAddr
+		// Its NATS and store answer, so it takes jobs (the poison one below) while /readyz
+		// says it cannot start a sandbox; the ready file has its addresses.
+		base := "http://" + readyAddrs(t, filepath.Join(readyDir, "ready.json"), stillRunning(c)).Metrics
 		waitHTTP(t, base+"/healthz", http.StatusOK, 60*time.Second, stillRunning(c))
 		t.Logf("worker container answered /healthz %s after start", time.Since(started).Round(time.Millisecond))
 
@@ -296,7 +292,7 @@ current-context: gone
 		if !strings.Contains(logs, "worker: stopping: finishing running jobs") || !strings.Contains(logs, `"msg":"worker stopped"`) {
 			t.Errorf("the worker's log does not show a drain on SIGTERM:\n%s", logs)
 		}
-		assertNoSecrets(t, "worker log", logs, s3.SecretKey, e2eAPIKey)
+		assertNoSecrets(t, "worker log", logs, s3.SecretKey, testworker.APIKey)
 	})
 }
 
@@ -304,6 +300,7 @@ current-context: gone
 // built here) in a container on the host network and takes it away under a worker that runs
 // in-process with bubblewrap sandboxes.
 func TestStoreOutageWithContainers(t *testing.T) {
+	t.Parallel()
 	p := containers.NewDocker(t)
 	gw := staticVersitygw(t)
 	dir := t.TempDir()
@@ -319,20 +316,20 @@ func TestStoreOutageWithContainers(t *testing.T) {
 
 		input := filepath.Join(t.TempDir(), "sales.csv")
 		writeText(t, input, string(examples.SalesCSV))
-		out, err := submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv", "--input", input, "--output", "json")
+		out, err := submitWith(t, w.Submit, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv", "--input", input, "--output", "json")
 		if err != nil {
 			t.Fatalf("submit: %v\n%s", err, out)
 		}
 		id := lastJSON(t, out)["id"].(string)
 
 		// Every status the job goes through, as `submit watch` sees them.
-		history := watchStatus(t, w.natsURL, id)
+		history := watchStatus(t, w.NATSURL, id)
 
 		// The job holds its sandbox and waits for the model: take the store away now.
 		select {
 		case <-model.asked:
 		case <-time.After(60 * time.Second):
-			t.Fatalf("the job never reached the model\n%s", w.log.String())
+			t.Fatalf("the job never reached the model\n%s", w.Log.String())
 		}
 		st.stop(t)
 		close(model.release)
@@ -347,18 +344,18 @@ func TestStoreOutageWithContainers(t *testing.T) {
 			t.Errorf("status after the store went away = %+v\nwant running, attempt 1, error matching %s", waiting, wantErr)
 		}
 		t.Logf("attempt 1, store stopped: %s: %s", waiting.State, waiting.Error)
-		if dl, ok := deadLetter(t, w.natsURL, id); ok {
+		if dl, ok := deadLetter(t, w.NATSURL, id); ok {
 			t.Errorf("a transient store fault dead-lettered the job: %+v", dl)
 		}
 
 		st.start(t)
-		done := waitStatus(t, w.submitEnv, id, 90*time.Second, func(s map[string]any) bool {
+		done := waitStatus(t, w.Submit, id, 90*time.Second, func(s map[string]any) bool {
 			state, _ := s["state"].(string)
 			return state != "retrying" && state != "running" && state != "queued"
 		})
 		// The delivery was kept through the outage: the first attempt commits, none is spent.
 		if done["state"] != "succeeded" || done["attempt"].(float64) != 1 {
-			t.Fatalf("after the store came back: %v, want succeeded on attempt 1\n%s", done, w.log.String())
+			t.Fatalf("after the store came back: %v, want succeeded on attempt 1\n%s", done, w.Log.String())
 		}
 		t.Logf("store back: %s on attempt %v", done["state"], done["attempt"])
 		// Exactly once: one committed run, one success in the log, no dead letter.
@@ -385,23 +382,23 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		if stmt.Predicate.Attempt != int(done["attempt"].(float64)) || stmt.Predicate.Outcome.State != "succeeded" {
 			t.Errorf("manifest: attempt %d, outcome %q; want attempt %v, succeeded", stmt.Predicate.Attempt, stmt.Predicate.Outcome.State, done["attempt"])
 		}
-		if n := strings.Count(w.log.String(), `"job_id":"`+id+`"`); n == 0 {
+		if n := strings.Count(w.Log.String(), `"job_id":"`+id+`"`); n == 0 {
 			t.Errorf("worker log never names job %s", id)
 		}
 		// The status is written before the settle's log line: wait for that line.
-		eventually(t, 30*time.Second, "the worker logs the settle of job "+id, func() (bool, string) {
-			return countSucceeded(w.log.String(), id) > 0, "no settle line"
-		})
-		if n := countSucceeded(w.log.String(), id); n != 1 {
-			t.Errorf("worker log shows %d successful settles of job %s, want 1\n%s", n, id, w.log.String())
+		harness.Wait(t, "the worker logs the settle of job "+id, func() (bool, error) {
+			return countSucceeded(w.Log.String(), id) > 0, errors.New("no settle line")
+		}, harness.Within(30*time.Second))
+		if n := countSucceeded(w.Log.String(), id); n != 1 {
+			t.Errorf("worker log shows %d successful settles of job %s, want 1\n%s", n, id, w.Log.String())
 		}
-		if _, ok := deadLetter(t, w.natsURL, id); ok {
+		if _, ok := deadLetter(t, w.NATSURL, id); ok {
 			t.Errorf("job %s has a dead letter although it succeeded", id)
 		}
-		if out, err := submitWith(t, w.submitEnv, "get", id, "--out", t.TempDir()); err != nil {
+		if out, err := submitWith(t, w.Submit, "get", id, "--out", t.TempDir()); err != nil {
 			t.Errorf("submit get after the outage: %v\n%s", err, out)
 		}
-		assertNoSecrets(t, "worker log", w.log.String(), st.secretKey, e2eAPIKey)
+		assertNoSecrets(t, "worker log", w.Log.String(), st.secretKey, testworker.APIKey)
 		t.Logf("store outage during a job: %s in all", time.Since(began).Round(time.Millisecond))
 	})
 
@@ -409,38 +406,36 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		began := time.Now()
 		st := startStoreContainer(t, p, image)
 		st.stop(t)
-		w := launchS3Worker(t, st, demoModel(t))
+		w := launchStoreWorker(t, st, demoModel(t))
 
 		// The worker waits for the store rather than take jobs it cannot run; /readyz says why.
-		waitReadyz(t, w.metricsURL(t)+"/readyz", regexp.MustCompile(`^not ready: store: store: stat s3://`+st.bucket+`/inputs/sha256/0{64}: .*dial tcp `+regexp.QuoteMeta(st.addr)+`: connect: connection refused`), 30*time.Second, w.alive)
+		waitReadyz(t, w.MetricsURL(t)+"/readyz", regexp.MustCompile(`^not ready: store: store: stat s3://`+st.bucket+`/inputs/sha256/0{64}: .*dial tcp `+regexp.QuoteMeta(st.addr)+`: connect: connection refused`), 30*time.Second, w.Alive)
 
 		// A job (no inputs: submit cannot upload any) waits in the queue, not in a worker, and
 		// spends none of its deliveries.
-		out, err := submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise", "--output", "json")
+		out, err := submitWith(t, w.Submit, "run", "--profile", "csv-analyst", "--task", "Summarise", "--output", "json")
 		if err != nil {
 			t.Fatalf("submit: %v\n%s", err, out)
 		}
 		id := lastJSON(t, out)["id"].(string)
-		if s := jobStatus(t, w.submitEnv, id); s["state"] != "queued" {
+		if s := jobStatus(t, w.Submit, id); s["state"] != "queued" {
 			t.Errorf("status of a job submitted while the store is down = %v, want queued", s)
 		}
-		if strings.Contains(w.out.String(), "worker ready") {
-			t.Errorf("the worker said it was ready without its store: %s", w.out.String())
-		}
+		w.notReady(t, "without its store")
 
 		st.start(t)
-		waitHTTP(t, w.metricsURL(t)+"/readyz", http.StatusOK, 60*time.Second, w.alive)
-		done := waitStatus(t, w.submitEnv, id, 90*time.Second, func(s map[string]any) bool {
+		waitHTTP(t, w.MetricsURL(t)+"/readyz", http.StatusOK, 60*time.Second, w.Alive)
+		done := waitStatus(t, w.Submit, id, 90*time.Second, func(s map[string]any) bool {
 			state, _ := s["state"].(string)
 			return state != "retrying" && state != "running" && state != "queued"
 		})
 		if done["state"] != "succeeded" || done["attempt"] != float64(1) {
 			t.Errorf("after the store came back: %v, want succeeded on attempt 1", done)
 		}
-		if n := strings.Count(w.log.String(), `"msg":"waiting for store`); n != 1 {
+		if n := strings.Count(w.Log.String(), `"msg":"waiting for store`); n != 1 {
 			t.Errorf("worker logged the wait for the store %d times, want once", n)
 		}
-		if dl, ok := deadLetter(t, w.natsURL, id); ok {
+		if dl, ok := deadLetter(t, w.NATSURL, id); ok {
 			t.Errorf("a job that only waited for the store was dead-lettered: %+v", dl)
 		}
 		t.Logf("store dead from the start: %s in all", time.Since(began).Round(time.Millisecond))
@@ -523,53 +518,31 @@ func (s *storeContainer) start(t *testing.T) {
 	waitHTTP(t, s.endpoint+"/health", http.StatusOK, 30*time.Second, stillRunning(s.c))
 }
 
-// s3Worker is a worker running in-process through workercmd.Run against a store container.
-type s3Worker struct {
-	natsURL string
-	configWorker
-}
-
 // startS3Worker runs the worker with the example csv-analyst profile, bubblewrap sandboxes,
-// its own embedded NATS and the store container, until the test ends, and waits until it is
-// ready.
-func startS3Worker(t *testing.T, st *storeContainer, modelURL string) *s3Worker {
+// its own NATS and the store container, until the test ends, and waits until it is ready.
+func startS3Worker(t *testing.T, st *storeContainer, modelURL string) *worker {
 	t.Helper()
-	w := launchS3Worker(t, st, modelURL)
-	w.waitLog(t, workerReady, 1, 60*time.Second)
+	w := launchStoreWorker(t, st, modelURL)
+	w.WaitReady(t)
 	return w
 }
 
-// launchS3Worker is startS3Worker without the wait.
-func launchS3Worker(t *testing.T, st *storeContainer, modelURL string) *s3Worker {
+// launchStoreWorker is startS3Worker without the wait. Retries come quickly, so the test sees
+// the second attempt soon after the store returns.
+func launchStoreWorker(t *testing.T, st *storeContainer, modelURL string) *worker {
 	t.Helper()
 	ns := startNATS(t)
-	w := &s3Worker{natsURL: ns.ClientURL(), configWorker: configWorker{log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit()}}
-	cfg := filepath.Join(t.TempDir(), "boxcar.yaml")
-	// The example profiles, plus this worker's NATS, store and timings. Retries come quickly
-	// so the test sees the second attempt soon after the store returns.
-	writeText(t, cfg, string(examples.Config)+fmt.Sprintf(`
-drain_grace: %s
-nats:
-  url: %s
-  retry_backoff: 1s
-  max_deliver: 20
-store:
-  url: s3://%s
-  endpoint: %s
-  region: %s
-  path_style: true
-sandbox:
-  backend: bubblewrap
-`, workerDrainGrace, w.natsURL, st.bucket, st.endpoint, s3test.Region))
-	// The AWS SDK reads credentials from the process environment, for the worker and submit.
-	t.Setenv("AWS_ACCESS_KEY_ID", st.accessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", st.secretKey)
-	t.Setenv("AWS_REGION", s3test.Region)
-	s3test.IsolateEnv(t)
-	w.submitEnv = map[string]string{"NATS_URL": w.natsURL, "BOXCAR_STORE": "s3://" + st.bucket, "BOXCAR_S3_ENDPOINT": st.endpoint}
-
-	w.run(t, cfg, modelURL)
+	w := launchWorker(t, testworker.Config{NATS: ns.ClientURL(), NATSYAML: "retry_backoff: 1s\nmax_deliver: 20",
+		Store: "s3://" + st.bucket, StoreYAML: fmt.Sprintf("endpoint: %s\nregion: %s\npath_style: true", st.endpoint, s3test.Region),
+		Model: modelURL, Env: st.vars()})
+	w.Submit = w.Submit.With("BOXCAR_S3_ENDPOINT", st.endpoint)
 	return w
+}
+
+// vars are the AWS SDK's settings for the store container (s3test.Server.Vars).
+func (s *storeContainer) vars() harness.Env {
+	return harness.Env{"AWS_ACCESS_KEY_ID": s.accessKey, "AWS_SECRET_ACCESS_KEY": s.secretKey, "AWS_REGION": s3test.Region,
+		"AWS_EC2_METADATA_DISABLED": "true"}
 }
 
 // gatedModel is the demo model holding its first answer until release is closed: the job sits
@@ -647,18 +620,18 @@ func watchStatus(t *testing.T, natsURL, id string) *statusHistory {
 func (h *statusHistory) waitFor(t *testing.T, within time.Duration, ok func(job.Status) bool) job.Status {
 	t.Helper()
 	var found job.Status
-	eventually(t, within, "the job reaches the status wanted", func() (bool, string) {
+	harness.Wait(t, "the job reaches the status wanted", func() (bool, error) {
 		h.mu.Lock()
 		seen := slices.Clone(h.seen)
 		h.mu.Unlock()
 		for _, st := range seen {
 			if ok(st) {
 				found = st
-				return true, ""
+				return true, nil
 			}
 		}
-		return false, fmt.Sprintf("seen %+v", seen)
-	})
+		return false, fmt.Errorf("seen %+v", seen)
+	}, harness.Within(within))
 	return found
 }
 
@@ -687,17 +660,17 @@ func jobStatus(t *testing.T, env map[string]string, id string) map[string]any {
 func waitStatus(t *testing.T, env map[string]string, id string, within time.Duration, ok func(map[string]any) bool) map[string]any {
 	t.Helper()
 	var last map[string]any
-	eventually(t, within, "job "+id+" reaches the status wanted", func() (bool, string) {
+	harness.Wait(t, "job "+id+" reaches the status wanted", func() (bool, error) {
 		var stdout, stderr bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := submitcmd.Run(ctx, []string{"status", id, "--output", "json"}, mapEnv(env), &stdout, &stderr)
+		err := submitcmd.Run(ctx, []string{"status", id, "--output", "json"}, harness.Env(env).Getenv, &stdout, &stderr)
 		cancel()
 		if err != nil {
-			return false, fmt.Sprintf("status %v (submit status: %v %s)", last, err, stderr.String())
+			return false, fmt.Errorf("status %v (submit status: %v %s)", last, err, stderr.String())
 		}
 		last = lastJSON(t, stdout.String())
-		return ok(last), fmt.Sprintf("status %v", last)
-	})
+		return ok(last), fmt.Errorf("status %v", last)
+	}, harness.Within(within))
 	return last
 }
 
@@ -736,11 +709,11 @@ func deadLetter(t *testing.T, natsURL, id string) (queue.DeadLetter, bool) {
 func waitDeadLetter(t *testing.T, natsURL, id string, within time.Duration) queue.DeadLetter {
 	t.Helper()
 	var dl queue.DeadLetter
-	eventually(t, within, "a dead letter for job "+id, func() (bool, string) {
+	harness.Wait(t, "a dead letter for job "+id, func() (bool, error) {
 		var ok bool
 		dl, ok = deadLetter(t, natsURL, id)
-		return ok, "none in BOXCAR_DLQ"
-	})
+		return ok, errors.New("none in BOXCAR_DLQ")
+	}, harness.Within(within))
 	return dl
 }
 

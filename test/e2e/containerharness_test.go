@@ -22,6 +22,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // waitHTTP polls url until it answers with want, for up to within; it returns the last body.
@@ -29,14 +30,14 @@ func waitHTTP(t *testing.T, url string, want int, within time.Duration, alive fu
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second}
 	var last string
-	eventually(t, within, fmt.Sprintf("%s answers %d", url, want), func() (bool, string) {
+	harness.Wait(t, fmt.Sprintf("%s answers %d", url, want), func() (bool, error) {
 		var state string
 		if resp, err := client.Get(url); err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == want {
 				last = string(body)
-				return true, ""
+				return true, nil
 			}
 			state = fmt.Sprintf("%d %s", resp.StatusCode, body)
 		} else {
@@ -47,9 +48,30 @@ func waitHTTP(t *testing.T, url string, want int, within time.Duration, alive fu
 				t.Fatalf("waiting for %s to answer %d: %v", url, want, err)
 			}
 		}
-		return false, state
-	})
+		return false, errors.New(state)
+	}, harness.Within(within))
 	return last
+}
+
+// readyAddrs waits for a worker's --ready-file at path (in a folder mounted into its
+// container) and returns the addresses in it: readiness is the file, never a log line.
+func readyAddrs(t *testing.T, path string, alive func() error) harness.Addrs {
+	t.Helper()
+	a, err := harness.WaitReadyFile(t.Context(), harness.DefaultTimeout, "the worker container", path, alive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// writableDir is a temp folder the image's user (65532) can write, for a bind mount.
+func writableDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // checkStatic fails unless path is a statically linked ELF executable: a FROM scratch image has

@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestReadyzWhileDraining: after SIGTERM (here: the worker's context ending) a worker that
 // still runs a job answers /readyz 503 "draining" and /healthz 200, so that a kubelet neither
 // sends it work nor kills it, until the job has finished.
 func TestReadyzWhileDraining(t *testing.T) {
+	t.Parallel()
 	// A model that holds its first answer until the test lets it go.
 	release := make(chan struct{})
 	asked := make(chan struct{})
@@ -45,9 +47,9 @@ func TestReadyzWhileDraining(t *testing.T) {
 		}
 	})
 
-	w := &worker{dataDir: t.TempDir(), log: &syncBuffer{}}
-	wk := w.start(t, map[string]string{"OPENAI_BASE_URL": model.URL + "/v1"}, []string{"--metrics-addr", "127.0.0.1:0"})
-	base := "http://" + w.metricsAddr
+	w := startWorker(t, model.URL+"/v1")
+	wk := w.Worker.Worker // workercmd's: its Stop begins the drain and returns
+	base := "http://" + w.Addrs().Metrics
 
 	stdout, stderr, err := w.submit(t, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
 		"--input", "../../examples/sales.csv", "--output", "json")
@@ -65,9 +67,9 @@ func TestReadyzWhileDraining(t *testing.T) {
 	}
 
 	wk.Stop() // SIGTERM
-	eventually(t, 30*time.Second, "/readyz answers 503 draining", func() (bool, string) {
+	harness.Wait(t, "/readyz answers 503 draining", func() (bool, error) {
 		code, body := httpGet(t, base+"/readyz")
-		return code == http.StatusServiceUnavailable && strings.Contains(string(body), "draining"), fmt.Sprintf("%d %q", code, body)
+		return code == http.StatusServiceUnavailable && strings.Contains(string(body), "draining"), fmt.Errorf("%d %q", code, body)
 	})
 	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while draining = %d %s, want 200", code, body)
@@ -82,8 +84,8 @@ func TestReadyzWhileDraining(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the worker did not finish its job and stop")
 	}
-	if !loggedState(w.log.String(), id, "succeeded") {
-		t.Errorf("job %s did not succeed during the drain:\n%s", id, w.log.String())
+	if !loggedState(w.Log.String(), id, "succeeded") {
+		t.Errorf("job %s did not succeed during the drain:\n%s", id, w.Log.String())
 	}
 	if resp, err := http.Get(base + "/healthz"); err == nil {
 		resp.Body.Close()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // slowModel is the demo model answering each request after delay, so a job runs long enough
@@ -45,6 +46,7 @@ func submitNoWait(t *testing.T, w *worker) string {
 }
 
 func TestWatchShowsProgressUntilTheEnd(t *testing.T) {
+	t.Parallel()
 	w := startWorker(t, slowModel(t, 200*time.Millisecond))
 	id := submitNoWait(t, w)
 	stdout, stderr, err := w.submit(t, "watch", id)
@@ -62,15 +64,16 @@ func TestWatchShowsProgressUntilTheEnd(t *testing.T) {
 }
 
 func TestCancelARunningJob(t *testing.T) {
+	t.Parallel()
 	w := startWorker(t, slowModel(t, 2*time.Second))
 	id := submitNoWait(t, w)
-	eventually(t, 60*time.Second, "job "+id+" runs", func() (bool, string) {
+	harness.Wait(t, "job "+id+" runs", func() (bool, error) {
 		out, _, err := w.submit(t, "status", id, "--output", "json")
 		if err != nil {
 			t.Fatal(err)
 		}
 		st := lastJSON(t, out)
-		return st["state"] == "running", fmt.Sprint(st)
+		return st["state"] == "running", fmt.Errorf("%v", st)
 	})
 	asked := time.Now()
 	if _, stderr, err := w.submit(t, "cancel", id); err != nil {

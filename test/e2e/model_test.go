@@ -14,6 +14,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/test/testworker"
 )
 
 // stoppedModel is the demo model behind a switch: while down every connection is closed
@@ -39,29 +40,30 @@ func stoppedModel(t *testing.T, down *atomic.Bool) string {
 // with max_deliver 1 a delivery spent would be a dead job. When the model answers again the
 // job succeeds at its first delivery and the worker is ready again.
 func TestModelOutageKeepsTheDelivery(t *testing.T) {
+	t.Parallel()
 	var down atomic.Bool
 	ns := startNATS(t)
 	storeDir := t.TempDir()
 	const ackWait = 2 * time.Second
-	w := startWorkerWith(t, stoppedModel(t, &down), fmt.Sprintf("nats:\n  url: %s\n  ack_wait: %s\n  max_deliver: 1\nstore:\n  url: file://%s\n",
-		ns.ClientURL(), ackWait, storeDir), map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "file://" + storeDir})
-	w.waitLog(t, workerReady, 1, 60*time.Second)
-	base := w.metricsURL(t)
+	w := launchWorker(t, testworker.Config{NATS: ns.ClientURL(), NATSYAML: fmt.Sprintf("ack_wait: %s\nmax_deliver: 1", ackWait),
+		Store: "file://" + storeDir, Model: stoppedModel(t, &down), Args: []string{"--log-level", "debug"}})
+	w.WaitReady(t)
+	base := w.MetricsURL(t)
 
 	down.Store(true)
-	out, err := submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise", "--output", "json")
+	out, err := submitWith(t, w.Submit, "run", "--profile", "csv-analyst", "--task", "Summarise", "--output", "json")
 	if err != nil {
 		t.Fatalf("submit: %v\n%s", err, out)
 	}
 	id := lastJSON(t, out)["id"].(string)
-	waitReadyz(t, base+"/readyz", regexp.MustCompile(`^not ready: model: model endpoint down since \S+ \(no response`), 60*time.Second, w.alive)
-	if m := waitHTTP(t, base+"/metrics", 200, 10*time.Second, w.alive); !strings.Contains(m, "\nboxcar_model_up 0\n") {
+	waitReadyz(t, base+"/readyz", regexp.MustCompile(`^not ready: model: model endpoint down since \S+ \(no response`), 60*time.Second, w.Alive)
+	if m := waitHTTP(t, base+"/metrics", 200, 10*time.Second, w.Alive); !strings.Contains(m, "\nboxcar_model_up 0\n") {
 		t.Errorf("boxcar_model_up is not 0 while the model is down:\n%s", grepLines(m, "boxcar_model_up"))
 	}
 	waitDeliveryKept(t, ns.ClientURL(), 3*ackWait)
 
 	down.Store(false)
-	done := waitStatus(t, w.submitEnv, id, 90*time.Second, func(s map[string]any) bool {
+	done := waitStatus(t, w.Submit, id, 90*time.Second, func(s map[string]any) bool {
 		return job.State(fmt.Sprint(s["state"])).Terminal()
 	})
 	if done["state"] != "succeeded" || done["attempt"] != float64(1) {
@@ -70,11 +72,11 @@ func TestModelOutageKeepsTheDelivery(t *testing.T) {
 	if dl, ok := deadLetter(t, ns.ClientURL(), id); ok {
 		t.Errorf("a job that only waited for the model was dead-lettered: %+v", dl)
 	}
-	waitHTTP(t, base+"/readyz", 200, 60*time.Second, w.alive)
-	if m := waitHTTP(t, base+"/metrics", 200, 10*time.Second, w.alive); !strings.Contains(m, "\nboxcar_model_up 1\n") {
+	waitHTTP(t, base+"/readyz", 200, 60*time.Second, w.Alive)
+	if m := waitHTTP(t, base+"/metrics", 200, 10*time.Second, w.Alive); !strings.Contains(m, "\nboxcar_model_up 1\n") {
 		t.Errorf("boxcar_model_up is not 1 after the model came back:\n%s", grepLines(m, "boxcar_model_up"))
 	}
-	if n := w.count(regexp.MustCompile(`"msg":"model endpoint down; holding model requests and new jobs`)); n != 1 {
+	if n := w.Log.Count(regexp.MustCompile(`"msg":"model endpoint down; holding model requests and new jobs`)); n != 1 {
 		t.Errorf("worker logged the outage %d times, want 1", n)
 	}
 }

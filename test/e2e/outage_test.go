@@ -3,10 +3,9 @@
 package e2e
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,11 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/boxcar-run/boxcar/examples"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
-	"github.com/boxcar-run/boxcar/internal/workercmd"
+	"github.com/boxcar-run/boxcar/test/harness"
+	"github.com/boxcar-run/boxcar/test/testworker"
 )
 
 // natsOnPort is a nats-server that can be stopped and started again on the same port and
@@ -67,105 +66,63 @@ func (n *natsOnPort) stop() {
 	}
 }
 
-// configWorker runs the worker with the example profiles on a file store, the given NATS and
-// log level debug, until the test ends; it does not wait for the worker to be ready.
-type configWorker struct {
-	submitEnv map[string]string
-	log, out  *syncBuffer
-	exit
+// startConfigWorker launches a worker on natsURL and a file store, logging at debug level,
+// without waiting for it to be ready.
+func startConfigWorker(t *testing.T, natsURL, modelURL string) *worker {
+	t.Helper()
+	return launchWorker(t, testworker.Config{NATS: natsURL, Model: modelURL, Args: []string{"--log-level", "debug"}})
 }
 
-// metricsURL is the base URL of the worker's /metrics, /healthz and /readyz. The worker binds
-// port 0 and logs the address it got, before it waits for NATS or the store.
-func (w *configWorker) metricsURL(t *testing.T) string {
+// launchWorker launches a worker with cfg and these tests' drain grace until the test ends,
+// without waiting for it to be ready.
+func launchWorker(t *testing.T, cfg testworker.Config) *worker {
 	t.Helper()
-	addr, _ := logged(t, w.log, "metrics listening", "addr", nil)
-	return "http://" + addr
+	cfg.YAML += fmt.Sprintf("drain_grace: %s\n", workerDrainGrace)
+	return &worker{testworker.Launch(t, cfg)}
 }
 
-func startConfigWorker(t *testing.T, natsURL, modelURL string) *configWorker {
+// launchS3Worker launches a worker on natsURL (nats keys natsYAML) and a new bucket of s3,
+// reached at endpoint (s3's own, or a proxy in front of it), with more store keys storeYAML;
+// submit reaches s3 itself. It logs at debug level and is not waited for.
+func launchS3Worker(t *testing.T, s3 *s3test.Server, endpoint, natsURL, natsYAML, storeYAML string) *worker {
 	t.Helper()
-	storeDir := t.TempDir()
-	return startWorkerWith(t, modelURL, fmt.Sprintf("nats:\n  url: %s\nstore:\n  url: file://%s\n", natsURL, storeDir),
-		map[string]string{"NATS_URL": natsURL, "BOXCAR_STORE": "file://" + storeDir})
-}
-
-// startWorkerWith runs the worker with the example profiles, bubblewrap sandboxes and the
-// nats and store sections given, until the test ends; submitEnv is how submit reaches them.
-func startWorkerWith(t *testing.T, modelURL, sections string, submitEnv map[string]string) *configWorker {
-	t.Helper()
-	cfg := filepath.Join(t.TempDir(), "boxcar.yaml")
-	writeText(t, cfg, string(examples.Config)+fmt.Sprintf("\ndrain_grace: %s\nsandbox:\n  backend: bubblewrap\n", workerDrainGrace)+sections)
-	w := &configWorker{log: &syncBuffer{}, out: &syncBuffer{}, exit: newExit(), submitEnv: submitEnv}
-	w.run(t, cfg, modelURL, "--log-level", "debug")
+	bucket := s3.CreateBucket(t)
+	w := launchWorker(t, testworker.Config{NATS: natsURL, NATSYAML: natsYAML, Store: "s3://" + bucket,
+		StoreYAML: fmt.Sprintf("endpoint: %s\nregion: %s\npath_style: true\n%s", endpoint, s3test.Region, storeYAML),
+		Env:       s3.Vars(), Args: []string{"--log-level", "debug"}})
+	w.Submit = w.Submit.With("BOXCAR_S3_ENDPOINT", s3.Endpoint)
 	return w
 }
 
-// run runs the worker on config file cfg against modelURL until the test ends, and logs what
-// it wrote when the test failed.
-func (w *configWorker) run(t *testing.T, cfg, modelURL string, args ...string) {
+// waitLog waits until the worker's log holds at least n lines matching re.
+func (w *worker) waitLog(t *testing.T, re *regexp.Regexp, n int, within time.Duration) {
 	t.Helper()
-	env := mapEnv(map[string]string{"OPENAI_BASE_URL": modelURL, "OPENAI_API_KEY": e2eAPIKey})
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		w.done <- workercmd.Run(ctx, append([]string{"--config", cfg, "--metrics-addr", "127.0.0.1:0"}, args...), env, w.out, w.log)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-w.done:
-			if err != nil && !t.Failed() {
-				t.Errorf("worker stopped with %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("worker did not stop within 60s")
+	harness.Wait(t, fmt.Sprintf("%d lines matching %s in the worker log", n, re), func() (bool, error) {
+		if err := w.Alive(); err != nil {
+			return false, err
 		}
-		if t.Failed() {
-			t.Logf("worker log:\n%s", w.log.String())
-		}
-	})
+		got := w.Log.Count(re)
+		return got >= n, fmt.Errorf("%d lines", got)
+	}, harness.Within(within))
 }
 
-// exit carries a worker's Run error once it returns.
-type exit struct{ done chan error }
-
-func newExit() exit { return exit{done: make(chan error, 1)} }
-
-// alive fails once the worker has exited.
-func (e exit) alive() error {
+// notReady fails the test when the worker said it takes jobs.
+func (w *worker) notReady(t *testing.T, why string) {
+	t.Helper()
 	select {
-	case err := <-e.done:
-		e.done <- err
-		return fmt.Errorf("the worker exited: %v", err)
+	case <-w.Ready():
+		t.Errorf("the worker was ready %s", why)
 	default:
-		return nil
 	}
 }
 
-// waitLog polls the worker's log until it holds at least n lines matching re.
-func (w *configWorker) waitLog(t *testing.T, re *regexp.Regexp, n int, within time.Duration) {
-	t.Helper()
-	eventually(t, within, fmt.Sprintf("%d lines matching %s in the worker log", n, re), func() (bool, string) {
-		if err := w.alive(); err != nil {
-			t.Fatal(err)
-		}
-		got := w.count(re)
-		return got >= n, fmt.Sprintf("%d lines", got)
-	})
-}
-
-// workerReady matches the worker's JSON log record that it serves jobs.
-var workerReady = regexp.MustCompile(`"msg":"worker ready"`)
-
-func (w *configWorker) submitJob(t *testing.T) (string, error) {
-	return submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
+func (w *worker) submitJob(t *testing.T) (string, error) {
+	return submitWith(t, w.Submit, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
 		"--input", "../../examples/sales.csv", "--wait", "--timeout", "90s", "--output", "json")
 }
 
-func (w *configWorker) count(re *regexp.Regexp) int { return len(re.FindAllString(w.log.String(), -1)) }
-
 // runJob submits a csv-analyst job and waits for it to succeed.
-func (w *configWorker) runJob(t *testing.T) {
+func (w *worker) runJob(t *testing.T) {
 	t.Helper()
 	out, err := w.submitJob(t)
 	if err != nil {
@@ -180,10 +137,10 @@ func (w *configWorker) runJob(t *testing.T) {
 func waitReadyz(t *testing.T, url string, want *regexp.Regexp, within time.Duration, alive func() error) string {
 	t.Helper()
 	var body string
-	eventually(t, within, fmt.Sprintf("%s answers 503 matching %s", url, want), func() (bool, string) {
+	harness.Wait(t, fmt.Sprintf("%s answers 503 matching %s", url, want), func() (bool, error) {
 		body = waitHTTP(t, url, 503, within, alive)
-		return want.MatchString(body), body
-	})
+		return want.MatchString(body), errors.New(body)
+	}, harness.Within(within))
 	return body
 }
 
@@ -191,40 +148,39 @@ func waitReadyz(t *testing.T, url string, want *regexp.Regexp, within time.Durat
 // exiting, says why on /readyz, logs the wait once however many times it redials, and runs
 // jobs once NATS comes; after losing NATS it does the same again.
 func TestWorkerWaitsForNATS(t *testing.T) {
+	t.Parallel()
 	n := newNATSPort(t)
 	w := startConfigWorker(t, n.url, demoModel(t))
-	readyz := w.metricsURL(t) + "/readyz"
+	readyz := w.MetricsURL(t) + "/readyz"
 
 	// Dialling goes on (debug lines), the wait is logged once, /readyz says why.
 	retries := regexp.MustCompile(`"msg":"NATS still not reachable; dialling again"`)
 	waits := regexp.MustCompile(`"level":"(WARN|INFO|ERROR)","msg":"[^"]*(NATS not reachable|waiting for)`)
 	w.waitLog(t, retries, 3, 30*time.Second)
-	waitReadyz(t, readyz, regexp.MustCompile(`^not ready: nats: not connected to `+regexp.QuoteMeta(n.url)+` \(\w+\): dial tcp .*connection refused`), 30*time.Second, w.alive)
-	if got := w.count(waits); got != 1 {
-		t.Errorf("worker logged %d wait lines while NATS was down, want 1:\n%s", got, w.log.String())
+	waitReadyz(t, readyz, regexp.MustCompile(`^not ready: nats: not connected to `+regexp.QuoteMeta(n.url)+` \(\w+\): dial tcp .*connection refused`), 30*time.Second, w.Alive)
+	if got := w.Log.Count(waits); got != 1 {
+		t.Errorf("worker logged %d wait lines while NATS was down, want 1:\n%s", got, w.Log.String())
 	}
-	if strings.Contains(w.out.String(), "worker ready") {
-		t.Errorf("worker said it was ready without NATS: %s", w.out.String())
-	}
+	w.notReady(t, "without NATS")
 
 	n.up(t)
-	waitHTTP(t, readyz, 200, 30*time.Second, w.alive)
+	waitHTTP(t, readyz, 200, 30*time.Second, w.Alive)
 	w.runJob(t)
 
 	// Losing NATS under a running worker: not ready, one line, and back to work after.
-	before := w.count(retries)
+	before := w.Log.Count(retries)
 	n.stop()
-	waitReadyz(t, readyz, regexp.MustCompile(`^not ready: nats: not connected to `+regexp.QuoteMeta(n.url)), 30*time.Second, w.alive)
+	waitReadyz(t, readyz, regexp.MustCompile(`^not ready: nats: not connected to `+regexp.QuoteMeta(n.url)), 30*time.Second, w.Alive)
 	w.waitLog(t, retries, before+3, 30*time.Second)
 	lost := regexp.MustCompile(`"level":"WARN","msg":"lost the connection to NATS; reconnecting"`)
-	if got := w.count(lost); got != 1 {
-		t.Errorf("worker logged the lost connection %d times, want 1:\n%s", got, w.log.String())
+	if got := w.Log.Count(lost); got != 1 {
+		t.Errorf("worker logged the lost connection %d times, want 1:\n%s", got, w.Log.String())
 	}
-	if got := w.count(regexp.MustCompile(`"level":"WARN","msg":"fetch failed`)); got > 1 {
+	if got := w.Log.Count(regexp.MustCompile(`"level":"WARN","msg":"fetch failed`)); got > 1 {
 		t.Errorf("worker logged %d failed fetches in one outage, want at most 1", got)
 	}
 	n.up(t)
-	waitHTTP(t, readyz, 200, 30*time.Second, w.alive)
+	waitHTTP(t, readyz, 200, 30*time.Second, w.Alive)
 	w.waitLog(t, regexp.MustCompile(`"msg":"connected to NATS"`), 2, 30*time.Second)
 	w.runJob(t)
 
@@ -232,18 +188,18 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 	n.stop()
 	n.dir = t.TempDir()
 	n.up(t)
-	eventually(t, 60*time.Second, "a job on the NATS that lost its data", func() (bool, string) {
+	harness.Wait(t, "a job on the NATS that lost its data", func() (bool, error) {
 		out, err := w.submitJob(t)
 		if err == nil {
 			if res := lastJSON(t, out); res["state"] != "succeeded" {
 				t.Fatalf("job on the NATS that lost its data ended %v, want succeeded", res)
 			}
-			return true, ""
+			return true, nil
 		}
 		if !strings.Contains(err.Error()+out, "start a worker first") {
 			t.Fatalf("submit to a NATS that lost its data, with a worker connected: %v\n%s", err, out)
 		}
-		return false, fmt.Sprintf("%v\n%s", err, out)
+		return false, fmt.Errorf("%w\n%s", err, out)
 	})
 }
 
@@ -252,24 +208,22 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 // being handed back at once and spending a delivery. With max_deliver 1 a delivery spent is
 // a dead job; here the job succeeds on its first and only attempt once the store is back.
 func TestStoreOutageKeepsTheDelivery(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
-	bucket := s3.CreateBucket(t)
-	s3.Env(t)
 	ns := startNATS(t)
 	const ackWait = 2 * time.Second
-	w := startWorkerWith(t, demoModel(t), fmt.Sprintf("nats:\n  url: %s\n  ack_wait: %s\n  max_deliver: 1\nstore:\n  url: s3://%s\n  endpoint: %s\n  region: %s\n  path_style: true\n",
-		ns.ClientURL(), ackWait, bucket, s3.Endpoint, s3test.Region),
-		map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint})
-	w.waitLog(t, workerReady, 1, 60*time.Second)
+	w := launchS3Worker(t, s3, s3.Endpoint, ns.ClientURL(), fmt.Sprintf("ack_wait: %s\nmax_deliver: 1", ackWait), "")
+	bucket := strings.TrimPrefix(w.Submit["BOXCAR_STORE"], "s3://")
+	w.WaitReady(t)
 
 	s3.Stop()
 	// No inputs: submit cannot upload any while the store is down.
-	out, err := submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise", "--output", "json")
+	out, err := submitWith(t, w.Submit, "run", "--profile", "csv-analyst", "--task", "Summarise", "--output", "json")
 	if err != nil {
 		t.Fatalf("submit: %v\n%s", err, out)
 	}
 	id := lastJSON(t, out)["id"].(string)
-	s := waitStatus(t, w.submitEnv, id, 30*time.Second, func(s map[string]any) bool { return s["error"] != nil })
+	s := waitStatus(t, w.Submit, id, 30*time.Second, func(s map[string]any) bool { return s["error"] != nil })
 	if e, _ := s["error"].(string); s["state"] != "queued" || !strings.HasPrefix(e, "waiting for the store: store: stat s3://"+bucket+"/runs/"+id+"/manifest.json") {
 		t.Errorf("status while the job waits for the store = %v, want queued with the store error", s)
 	}
@@ -279,7 +233,7 @@ func TestStoreOutageKeepsTheDelivery(t *testing.T) {
 	waitDeliveryKept(t, ns.ClientURL(), 3*ackWait)
 
 	s3.Restart(t)
-	done := waitStatus(t, w.submitEnv, id, 90*time.Second, func(s map[string]any) bool {
+	done := waitStatus(t, w.Submit, id, 90*time.Second, func(s map[string]any) bool {
 		return job.State(fmt.Sprint(s["state"])).Terminal()
 	})
 	if done["state"] != "succeeded" || done["attempt"] != float64(1) {
@@ -288,7 +242,7 @@ func TestStoreOutageKeepsTheDelivery(t *testing.T) {
 	if dl, ok := deadLetter(t, ns.ClientURL(), id); ok {
 		t.Errorf("a job that only waited for the store was dead-lettered: %+v", dl)
 	}
-	if n := w.count(regexp.MustCompile(`"msg":"the store answers; the job goes on","job_id":"` + id + `"`)); n != 1 {
+	if n := w.Log.Count(regexp.MustCompile(`"msg":"the store answers; the job goes on","job_id":"` + id + `"`)); n != 1 {
 		t.Errorf("worker logged the end of the wait %d times, want 1", n)
 	}
 }
@@ -304,7 +258,7 @@ func waitDeliveryKept(t *testing.T, natsURL string, span time.Duration) {
 		t.Fatal(err)
 	}
 	var first time.Time
-	eventually(t, span+time.Minute, fmt.Sprintf("the delivery kept alive past %s", span), func() (bool, string) {
+	harness.Wait(t, fmt.Sprintf("the delivery kept alive past %s", span), func() (bool, error) {
 		c, err := js.Consumer(t.Context(), "BOXCAR_JOBS", "boxcar-workers")
 		if err != nil {
 			t.Fatal(err)
@@ -317,8 +271,8 @@ func waitDeliveryKept(t *testing.T, natsURL string, span time.Duration) {
 			first = *ci.Delivered.Last
 		}
 		kept := ci.Delivered.Last.Sub(first)
-		return kept > span, fmt.Sprintf("kept alive for %s", kept)
-	})
+		return kept > span, fmt.Errorf("kept alive for %s", kept)
+	}, harness.Within(span+time.Minute))
 }
 
 func natsConn(t *testing.T, url string) *nats.Conn {

@@ -15,6 +15,7 @@ import (
 // report_too_large, and what it did is still committed: the transcript and a manifest that
 // records the failure and names no report. `submit get`, `verify` and `manifest` work on it.
 func TestOversizeReportKeepsTheRun(t *testing.T) {
+	t.Parallel()
 	w := startWorker(t, shellModel(t), "--config", "testdata/partial.yaml")
 	// A sparse 5 MiB file: over the 4 MiB limit, within the sandbox's disk bound.
 	id := submitShellJob(t, w, "shell-allow", "truncate", "-s", "5M", "report.md")
@@ -23,7 +24,7 @@ func TestOversizeReportKeepsTheRun(t *testing.T) {
 	if code := exitCode(err); code != 2 {
 		t.Fatalf("watch: exit %d (%v), want 2 (failed)\n%s%s", code, err, stdout, stderr)
 	}
-	run := filepath.Join(w.dataDir, "store", "runs", id)
+	run := filepath.Join(w.DataDir, "store", "runs", id)
 	if !strings.Contains(stdout, "larger than") || !strings.Contains(stdout, "manifest: file://"+filepath.Join(run, "manifest.json")) || strings.Contains(stdout, "report:") {
 		t.Errorf("watch said %q; want the error and the manifest, and no report", stdout)
 	}
@@ -48,7 +49,7 @@ func TestOversizeReportKeepsTheRun(t *testing.T) {
 		pred.ToolCalls[0].Approval.DecidedBy != "" || pred.ToolCalls[0].ExitCode != 0 {
 		t.Errorf("manifest tool calls = %+v, want one shell call the allowlist approved, exit 0", pred.ToolCalls)
 	}
-	if _, err := os.Stat(filepath.Join(committedFolder(t, filepath.Join(w.dataDir, "store"), id), "report.md")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(committedFolder(t, filepath.Join(w.DataDir, "store"), id), "report.md")); !os.IsNotExist(err) {
 		t.Errorf("report.md in the store: %v, want none", err)
 	}
 

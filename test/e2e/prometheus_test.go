@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/testnet"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // need finds a command the test runs, or fails with how to install it.
@@ -55,11 +57,12 @@ func httpGet(t *testing.T, u string) (int, []byte) {
 // TestPrometheus runs jobs on a worker, checks its scrape with `promtool check metrics`, then
 // has a real Prometheus server scrape the worker and answers the job count over its HTTP API.
 func TestPrometheus(t *testing.T) {
+	t.Parallel()
 	promtool := need(t, "promtool", "prometheus")
 	prometheus := need(t, "prometheus", "prometheus")
 
 	w := startWorker(t, demoModel(t))
-	base := "http://" + w.metricsAddr
+	base := "http://" + w.Addrs().Metrics
 
 	const jobs = 2
 	for i := range jobs {
@@ -104,7 +107,7 @@ func TestPrometheus(t *testing.T) {
 	// `submit --wait` returns once the job's status is final; the worker settles with the queue
 	// and frees the slot just after.
 	var scrape []byte
-	eventually(t, 60*time.Second, "the scrape shows both jobs settled", func() (bool, string) {
+	harness.Wait(t, "the scrape shows both jobs settled", func() (bool, error) {
 		var code int
 		code, scrape = httpGet(t, base+"/metrics")
 		if code != http.StatusOK {
@@ -116,11 +119,11 @@ func TestPrometheus(t *testing.T) {
 				missing = append(missing, w)
 			}
 		}
-		return len(missing) == 0, fmt.Sprintf("the scrape lacks %q", missing)
+		return len(missing) == 0, fmt.Errorf("the scrape lacks %q", missing)
 	})
 	// Logged once the address is bound, before the first scrape can succeed.
-	if !strings.Contains(w.log.String(), `"msg":"metrics listening","addr":"`+w.metricsAddr+`"`) {
-		t.Errorf("the worker did not log its metrics address %s", w.metricsAddr)
+	if !strings.Contains(w.Log.String(), `"msg":"metrics listening","addr":"`+w.Addrs().Metrics+`"`) {
+		t.Errorf("the worker did not log its metrics address %s", w.Addrs().Metrics)
 	}
 	if regexp.MustCompile(`job_id=`).Match(scrape) {
 		t.Error("a metric carries a job_id label")
@@ -141,12 +144,12 @@ scrape_configs:
   - job_name: boxcar
     static_configs:
       - targets: [%q]
-`, w.metricsAddr)
+`, w.Addrs().Metrics)
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	promLog := &syncBuffer{}
+	promLog := &harness.LogBuffer{}
 	prom := exec.Command(prometheus,
 		"--config.file="+cfgFile,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
@@ -173,7 +176,7 @@ scrape_configs:
 
 	query := `sum(boxcar_jobs_total{job="boxcar",outcome="succeeded"})`
 	var promAddr string
-	eventually(t, 120*time.Second, fmt.Sprintf("Prometheus answers %s = %d", query, jobs), func() (bool, string) {
+	harness.Wait(t, fmt.Sprintf("Prometheus answers %s = %d", query, jobs), func() (bool, error) {
 		select {
 		case err := <-exited:
 			t.Fatalf("prometheus exited: %v\n%s", err, promLog.String())
@@ -182,16 +185,16 @@ scrape_configs:
 		if promAddr == "" {
 			addr, err := testnet.ListeningAddr(prom.Process.Pid)
 			if addr == "" {
-				return false, fmt.Sprintf("prometheus not listening yet (%v)", err)
+				return false, fmt.Errorf("prometheus not listening yet (%v)", err)
 			}
 			promAddr = addr
 		}
 		v, err := promQuery(promAddr, query)
 		if err != nil {
-			return false, err.Error()
+			return false, err
 		}
-		return v == fmt.Sprint(jobs), v
-	})
+		return v == fmt.Sprint(jobs), errors.New(v)
+	}, harness.Within(120*time.Second))
 }
 
 // promQuery runs an instant query against Prometheus's HTTP API and returns the single value.

@@ -3,7 +3,7 @@
 package e2e
 
 import (
-	"context"
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/queue/natsauthtest"
-	"github.com/boxcar-run/boxcar/internal/workercmd"
+	"github.com/boxcar-run/boxcar/test/harness"
+	"github.com/boxcar-run/boxcar/test/testworker"
 )
 
 // TestSecretsStayOut runs the real worker against a real nats-server that wants a login, each
@@ -20,6 +21,7 @@ import (
 // the worker's log, its stdout, /readyz (ready and not) and submit's output and errors hold
 // none of the passwords, tokens, seeds or API keys used.
 func TestSecretsStayOut(t *testing.T) {
+	t.Parallel()
 	certs := natsauthtest.NewCerts(t)
 	op := natsauthtest.NewOperator(t)
 	const password, token, apiKey = "pw-e2e-91c4-secret", "tok-e2e-5a7f-secret", "sk-e2e-3b8d-secret"
@@ -54,6 +56,7 @@ func TestSecretsStayOut(t *testing.T) {
 	}
 	for _, l := range logins {
 		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
 			ns := natsauthtest.Start(t, l.server)
 			env := l.env(ns.ClientURL())
 			env["OPENAI_API_KEY"], env["OPENAI_BASE_URL"] = apiKey, "http://127.0.0.1:1/v1"
@@ -62,24 +65,8 @@ func TestSecretsStayOut(t *testing.T) {
 			if err := os.WriteFile(cfg, []byte("profiles:\n  p:\n    model:\n      name: m\n    tools:\n      - name: read_file\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			log, out := &syncBuffer{}, &syncBuffer{}
-			ctx, stop := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() {
-				done <- workercmd.Run(ctx, []string{"--config", cfg, "--metrics-addr", "127.0.0.1:0"}, mapEnv(env), out, log)
-			}()
-			t.Cleanup(func() {
-				stop()
-				select {
-				case <-done:
-				case <-time.After(60 * time.Second):
-					t.Error("worker did not stop within 60s")
-				}
-			})
-			if _, ok := logged(t, log, "worker ready", "nats", nil); !ok {
-				t.Fatalf("the worker did not get ready:\n%s", log.String())
-			}
-			addr, _ := logged(t, log, "metrics listening", "addr", nil)
+			w := testworker.Start(t, testworker.Config{ConfigFile: cfg, Model: env["OPENAI_BASE_URL"], Env: env})
+			log, out, addr := w.Log, w.Out, w.Addrs().Metrics
 			_, ready := httpGet(t, "http://"+addr+"/readyz")
 
 			// submit through the same login works, and its errors against a server that is
@@ -98,10 +85,10 @@ func TestSecretsStayOut(t *testing.T) {
 				t.Fatal("submit reached a server that is not there")
 			}
 			ns.Shutdown() // /readyz now says why the worker is not ready
-			eventually(t, 30*time.Second, "/readyz says NATS is down", func() (bool, string) {
+			harness.Wait(t, "/readyz says NATS is down", func() (bool, error) {
 				_, b := httpGet(t, "http://"+addr+"/readyz")
-				return strings.Contains(string(b), "not connected"), string(b)
-			})
+				return strings.Contains(string(b), "not connected"), errors.New(string(b))
+			}, harness.Within(30*time.Second))
 			_, notReady := httpGet(t, "http://"+addr+"/readyz")
 			for where, text := range map[string]string{
 				"the worker's log": log.String(), "the worker's stdout": out.String(), "/readyz": string(ready),

@@ -17,15 +17,17 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
+	"github.com/boxcar-run/boxcar/test/harness"
+	"github.com/boxcar-run/boxcar/test/testworker"
 )
 
 // TestWorkerRefusesAStoreThatOverwrites (issue 10 item 7): on an S3 server that ignores
 // If-None-Match (a proxy in front of versitygw plays one), the worker does not start, and says
 // what the server does and which setting runs it anyway; with that setting it starts and warns.
 func TestWorkerRefusesAStoreThatOverwrites(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	bucket := s3.CreateBucket(t)
-	s3.Env(t)
 	lenient := s3test.NewLenientProxy(t, s3, s3test.IgnorePut)
 	ns := startNATS(t)
 	sections := func(extra string) string {
@@ -37,9 +39,9 @@ func TestWorkerRefusesAStoreThatOverwrites(t *testing.T) {
 	writeText(t, cfg, string(examples.Config)+"\nsandbox:\n  backend: bubblewrap\n"+sections(""))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	log := &syncBuffer{}
-	env := mapEnv(map[string]string{"OPENAI_BASE_URL": demoModel(t), "OPENAI_API_KEY": e2eAPIKey})
-	err := workercmd.Run(ctx, []string{"--config", cfg, "--metrics-addr", "127.0.0.1:0"}, env, &syncBuffer{}, log)
+	log := &harness.LogBuffer{}
+	env := harness.Env(s3.Vars()).With("OPENAI_BASE_URL", demoModel(t), "OPENAI_API_KEY", testworker.APIKey).Getenv
+	err := workercmd.Run(ctx, []string{"--config", cfg, "--metrics-addr", "127.0.0.1:0"}, env, &harness.LogBuffer{}, log)
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("worker on a server that ignores If-None-Match: %v; want it to refuse to start\n%s", err, log.String())
 	}
@@ -48,15 +50,10 @@ func TestWorkerRefusesAStoreThatOverwrites(t *testing.T) {
 			t.Errorf("the worker's error does not name %q: %v", want, err)
 		}
 	}
-	if strings.Contains(log.String(), `"msg":"worker ready"`) {
-		t.Errorf("the worker said it was ready:\n%s", log.String())
-	}
-
-	w := startWorkerWith(t, demoModel(t), sections("  allow_unsafe_overwrite: true\n"),
-		map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint})
-	w.waitLog(t, workerReady, 1, 60*time.Second)
-	if n := w.count(regexp.MustCompile(`"level":"WARN","msg":"store: the S3 server does not honour create-only writes`)); n != 1 {
-		t.Errorf("the worker warned %d times about the unsafe server, want once:\n%s", n, w.log.String())
+	w := launchS3Worker(t, s3, lenient.URL, ns.ClientURL(), "", "allow_unsafe_overwrite: true")
+	w.WaitReady(t)
+	if n := w.Log.Count(regexp.MustCompile(`"level":"WARN","msg":"store: the S3 server does not honour create-only writes`)); n != 1 {
+		t.Errorf("the worker warned %d times about the unsafe server, want once:\n%s", n, w.Log.String())
 	}
 }
 
@@ -67,33 +64,31 @@ func TestWorkerRefusesAStoreThatOverwrites(t *testing.T) {
 // commits nothing until the server refuses overwrites again. With max_deliver 1, a delivery
 // spent would be a dead job.
 func TestStoreThatStopsRefusingOverwrites(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
-	bucket := s3.CreateBucket(t)
-	s3.Env(t)
 	proxy := s3test.NewLenientProxy(t, s3, s3test.IgnoreNothing)
 	ns := startNATS(t)
 	const ackWait = 2 * time.Second
-	w := startWorkerWith(t, demoModel(t), fmt.Sprintf("nats:\n  url: %s\n  ack_wait: %s\n  max_deliver: 1\nstore:\n  url: s3://%s\n  endpoint: %s\n  region: %s\n  path_style: true\n  probe_interval: 200ms\n",
-		ns.ClientURL(), ackWait, bucket, proxy.URL, s3test.Region),
-		map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_STORE": "s3://" + bucket, "BOXCAR_S3_ENDPOINT": s3.Endpoint})
-	w.waitLog(t, workerReady, 1, 60*time.Second)
-	readyz := w.metricsURL(t) + "/readyz"
-	waitHTTP(t, readyz, 200, 30*time.Second, w.alive)
+	w := launchS3Worker(t, s3, proxy.URL, ns.ClientURL(), fmt.Sprintf("ack_wait: %s\nmax_deliver: 1", ackWait), "probe_interval: 200ms")
+	bucket := strings.TrimPrefix(w.Submit["BOXCAR_STORE"], "s3://")
+	w.WaitReady(t)
+	readyz := w.MetricsURL(t) + "/readyz"
+	waitHTTP(t, readyz, 200, 30*time.Second, w.Alive)
 
 	proxy.Ignore(s3test.IgnorePut)
-	body := waitReadyz(t, readyz, regexp.MustCompile(`^not ready: store: .*If-None-Match`), 30*time.Second, w.alive)
+	body := waitReadyz(t, readyz, regexp.MustCompile(`^not ready: store: .*If-None-Match`), 30*time.Second, w.Alive)
 	if !strings.Contains(body, "store.allow_unsafe_overwrite") {
 		t.Errorf("/readyz on a server that stopped refusing overwrites = %q, want it to name store.allow_unsafe_overwrite", body)
 	}
 
 	// submit talks to versitygw itself: only the worker's store is behind the proxy.
-	out, err := submitWith(t, w.submitEnv, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
+	out, err := submitWith(t, w.Submit, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv",
 		"--input", "../../examples/sales.csv", "--output", "json")
 	if err != nil {
 		t.Fatalf("submit: %v\n%s", err, out)
 	}
 	id := lastJSON(t, out)["id"].(string)
-	s := waitStatus(t, w.submitEnv, id, 30*time.Second, func(s map[string]any) bool { return s["error"] != nil })
+	s := waitStatus(t, w.Submit, id, 30*time.Second, func(s map[string]any) bool { return s["error"] != nil })
 	if e, _ := s["error"].(string); job.State(fmt.Sprint(s["state"])).Terminal() || !strings.HasPrefix(e, "waiting for the store: ") || !strings.Contains(e, "If-None-Match") {
 		t.Errorf("status of a job delivered while the store overwrites = %v, want it waiting, with the store's error", s)
 	}
@@ -106,8 +101,8 @@ func TestStoreThatStopsRefusingOverwrites(t *testing.T) {
 	}
 
 	proxy.Ignore(s3test.IgnoreNothing)
-	waitHTTP(t, readyz, 200, 30*time.Second, w.alive)
-	done := waitStatus(t, w.submitEnv, id, 90*time.Second, func(s map[string]any) bool {
+	waitHTTP(t, readyz, 200, 30*time.Second, w.Alive)
+	done := waitStatus(t, w.Submit, id, 90*time.Second, func(s map[string]any) bool {
 		return job.State(fmt.Sprint(s["state"])).Terminal()
 	})
 	if done["state"] != "succeeded" || done["attempt"] != float64(1) {

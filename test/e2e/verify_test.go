@@ -25,10 +25,9 @@ import (
 	"github.com/boxcar-run/boxcar/internal/provenance/interop"
 	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
+	"github.com/boxcar-run/boxcar/test/harness"
+	"github.com/boxcar-run/boxcar/test/testworker"
 )
-
-// e2eAPIKey is the OPENAI_API_KEY startWorker gives the worker.
-const e2eAPIKey = "sk-e2e-secret-never-logged"
 
 // artifactProfile is the profile of testdata/provenance.yaml.
 const artifactProfile = "artifact-writer"
@@ -176,7 +175,7 @@ func runArtifactJob(t *testing.T, w *worker, m *artifactModel) string {
 // storedManifest parses the manifest of run id in w's file store.
 func storedManifest(t *testing.T, w *worker, id string) provenance.Statement {
 	t.Helper()
-	return manifestIn(t, filepath.Join(w.dataDir, "store"), id)
+	return manifestIn(t, filepath.Join(w.DataDir, "store"), id)
 }
 
 // manifestIn parses the manifest of run id in the file store at storeDir.
@@ -261,15 +260,16 @@ func sha256Hex(data []byte) string {
 // on an embedded worker, which signs its manifest with the key it created in its data dir; then
 // checks the run with submit verify and submit get, untouched and after each kind of tampering.
 func TestVerifyRun(t *testing.T) {
+	t.Parallel()
 	m := newArtifactModel(t)
 	w := startWorker(t, m.url, "--config", "testdata/provenance.yaml")
 	id := runArtifactJob(t, w, m)
-	storeDir := filepath.Join(w.dataDir, "store")
+	storeDir := filepath.Join(w.DataDir, "store")
 	run := filepath.Join(storeDir, "runs", id)
 	files := committedFolder(t, storeDir, id)
 
 	t.Run("signed by default", func(t *testing.T) {
-		key := filepath.Join(w.dataDir, "keys", "signing.key")
+		key := filepath.Join(w.DataDir, "keys", "signing.key")
 		fi, err := os.Stat(key)
 		if err != nil {
 			t.Fatalf("the embedded worker made no key: %v", err)
@@ -277,7 +277,7 @@ func TestVerifyRun(t *testing.T) {
 		if fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s has mode %04o, want 0600", key, fi.Mode().Perm())
 		}
-		if _, err := provenance.ReadPublicKeyFile(filepath.Join(w.dataDir, "keys", "signing.pub")); err != nil {
+		if _, err := provenance.ReadPublicKeyFile(filepath.Join(w.DataDir, "keys", "signing.pub")); err != nil {
 			t.Error(err)
 		}
 		if _, err := os.Stat(filepath.Join(run, "manifest.dsse.json")); err != nil {
@@ -347,7 +347,7 @@ func TestVerifyRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pubPath := filepath.Join(w.dataDir, "keys", "signing.pub")
+		pubPath := filepath.Join(w.DataDir, "keys", "signing.pub")
 		pubPEM, err := os.ReadFile(pubPath)
 		if err != nil {
 			t.Fatal(err)
@@ -508,7 +508,7 @@ func TestVerifyRun(t *testing.T) {
 			t.Errorf("verify with another key: exit %d, %v; want 8 with the signature failing\n%s", code, err, stdout)
 		}
 		// The signer's key named explicitly.
-		if stdout, _, err := w.submit(t, "verify", id, "--public-key", filepath.Join(w.dataDir, "keys", "signing.pub")); err != nil {
+		if stdout, _, err := w.submit(t, "verify", id, "--public-key", filepath.Join(w.DataDir, "keys", "signing.pub")); err != nil {
 			t.Errorf("verify with the worker's key: %v\n%s", err, stdout)
 		}
 		// No key at all: verify fails closed; --allow-unsigned checks the digests and says the
@@ -533,7 +533,7 @@ func submitWith(t *testing.T, env map[string]string, args ...string) (string, er
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err := submitcmd.Run(ctx, args, mapEnv(env), &out, &out)
+	err := submitcmd.Run(ctx, args, harness.Env(env).Getenv, &out, &out)
 	return out.String(), err
 }
 
@@ -541,19 +541,20 @@ func submitWith(t *testing.T, env map[string]string, args ...string) (string, er
 // with --signing-key, as a cluster hands over a mounted Secret: it makes no key of its own, and
 // verify needs the public key named.
 func TestSigningKeyFlag(t *testing.T) {
+	t.Parallel()
 	keys := t.TempDir()
 	var out bytes.Buffer
-	if err := workercmd.Run(t.Context(), []string{"keygen", "--out", keys}, mapEnv(nil), &out, &out); err != nil {
+	if err := workercmd.Run(t.Context(), []string{"keygen", "--out", keys}, harness.Env(nil).Getenv, &out, &out); err != nil {
 		t.Fatalf("worker keygen: %v\n%s", err, out.String())
 	}
-	if err := workercmd.Run(t.Context(), []string{"keygen", "--out", keys}, mapEnv(nil), &out, &out); err == nil || !strings.Contains(err.Error(), "remove it first") {
+	if err := workercmd.Run(t.Context(), []string{"keygen", "--out", keys}, harness.Env(nil).Getenv, &out, &out); err == nil || !strings.Contains(err.Error(), "remove it first") {
 		t.Errorf("a second worker keygen into the same folder: %v; want a refusal", err)
 	}
 
 	m := newArtifactModel(t)
 	w := startWorker(t, m.url, "--config", "testdata/provenance.yaml", "--signing-key", filepath.Join(keys, "signing.key"))
 	id := runArtifactJob(t, w, m)
-	if _, err := os.Stat(filepath.Join(w.dataDir, "keys", "signing.key")); err == nil {
+	if _, err := os.Stat(filepath.Join(w.DataDir, "keys", "signing.key")); err == nil {
 		t.Error("the worker made a signing key of its own although --signing-key was given")
 	}
 	stdout, _, err := w.submit(t, "verify", id, "--public-key", filepath.Join(keys, "signing.pub"))
@@ -573,16 +574,17 @@ func TestSigningKeyFlag(t *testing.T) {
 // (manifests, signatures, transcripts, reports, artifacts, the JetStream files, its log) for
 // the API key, which the model must have received.
 func TestNoSecretInRunOutputs(t *testing.T) {
+	t.Parallel()
 	m := newArtifactModel(t)
 	w := startWorker(t, m.url, "--config", "testdata/provenance.yaml", "--log-level", "debug")
 	id := runArtifactJob(t, w, m)
 
 	auth, _ := m.seen()
-	if len(auth) == 0 || auth[0] != "Bearer "+e2eAPIKey {
+	if len(auth) == 0 || auth[0] != "Bearer "+testworker.APIKey {
 		t.Fatalf("the model did not receive the API key (Authorization %q); the scan would prove nothing", auth)
 	}
 	scanned := map[string]bool{}
-	err := filepath.WalkDir(w.dataDir, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(w.DataDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -590,9 +592,9 @@ func TestNoSecretInRunOutputs(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(w.dataDir, p)
+		rel, _ := filepath.Rel(w.DataDir, p)
 		scanned[filepath.Base(p)] = true
-		if bytes.Contains(data, []byte(e2eAPIKey)) || bytes.Contains(data, []byte("sk-e2e-secret")) {
+		if bytes.Contains(data, []byte(testworker.APIKey)) || bytes.Contains(data, []byte("sk-e2e-secret")) {
 			t.Errorf("%s contains the API key", rel)
 		}
 		return nil
@@ -605,7 +607,7 @@ func TestNoSecretInRunOutputs(t *testing.T) {
 			t.Errorf("the scan did not reach %s of run %s", name, id)
 		}
 	}
-	if log := w.log.String(); strings.Contains(log, "sk-e2e-secret") {
+	if log := w.Log.String(); strings.Contains(log, "sk-e2e-secret") {
 		t.Error("worker log contains the API key")
 	} else if !strings.Contains(log, `"level":"DEBUG"`) && !strings.Contains(log, "manifests are signed") {
 		t.Errorf("the worker log is empty; the scan would prove nothing:\n%s", log)
