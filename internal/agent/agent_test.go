@@ -15,6 +15,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func TestRunHappyPath(t *testing.T) {
@@ -24,7 +25,7 @@ func TestRunHappyPath(t *testing.T) {
 		fixture(t, "openai_write_file.json"),
 		fixture(t, "openai_final.json"),
 	)
-	var logs syncBuffer
+	var logs harness.LogBuffer
 	a := newAgent(t, s, func(c *agent.Config) { c.Logger = jsonLogger(&logs) })
 	sb := newFakeSandbox(map[string]string{"sales.csv": salesCSV})
 	var events []agent.Event

@@ -9,6 +9,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/testnet"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func TestModelErrors(t *testing.T) {
@@ -129,7 +130,7 @@ func TestParentCancel(t *testing.T) {
 
 func TestSecretsStayOut(t *testing.T) {
 	s := newScript(t, toolCalls(100, call{"c1", "csv_stats", `{"path":"sales.csv"}`}), apiError(401, "invalid_api_key", "Incorrect API key provided: "+testKey, nil))
-	var logs syncBuffer
+	var logs harness.LogBuffer
 	a := newAgent(t, s, func(c *agent.Config) { c.Logger = jsonLogger(&logs) })
 	res, err := a.Run(context.Background(), request(csvProfile(t), newFakeSandbox(map[string]string{"sales.csv": salesCSV})))
 	if !errors.Is(err, agent.ErrModelAuth) {

@@ -31,6 +31,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 const egressProfiles = `
@@ -121,23 +122,6 @@ func (s toServer) DialContext(ctx context.Context, network, _ string) (net.Conn,
 	return d.DialContext(ctx, network, string(s))
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]byte(nil), b.b.Bytes()...)
-}
-
 // selfSigned is a certificate for name that is its own root.
 func selfSigned(t *testing.T, name string) (tls.Certificate, []byte) {
 	t.Helper()
@@ -194,7 +178,7 @@ func TestEgressWiring(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.cfg = cfg
-	var logs syncBuffer
+	var logs harness.LogBuffer
 	p := &egressProvider{}
 	w := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		res, err := req.Sandbox.Exec(ctx, sandbox.ExecRequest{Argv: []string{"https://api.boxcar.test/v1"}})

@@ -30,6 +30,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // fakeSandbox is an in-memory workdir; the runner only moves files through it.
@@ -344,16 +345,10 @@ func (b *bundle) waitFinal(id string, within time.Duration) job.Status {
 	return last
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor is harness.Wait for a condition with nothing to report but whether it holds.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	harness.Wait(t, what, func() (bool, error) { return cond(), nil }, harness.Within(within))
 }
 
 func (b *bundle) deadLetters() []queue.DeadLetter {

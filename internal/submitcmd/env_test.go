@@ -19,6 +19,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // testEnv is a real embedded nats-server set up as a worker sets it up, a file store and a
@@ -102,16 +103,10 @@ func (te *testEnv) restart(t *testing.T) {
 	te.ns = ns
 }
 
-// waitFor polls cond until it holds, failing the test after a minute.
+// waitFor is harness.Wait for a condition with nothing to report but whether it holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	harness.Wait(t, what, func() (bool, error) { return cond(), nil })
 }
 
 func (te *testEnv) getenv(k string) string {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/examples"
@@ -15,6 +14,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // setState moves a job's status on, as a worker would.
@@ -151,7 +151,7 @@ func TestLogs(t *testing.T) {
 
 	// A running job: --follow shows the steps as they come and the transcript at the end.
 	run := te.submitJob(t)
-	var out syncBuffer
+	var out harness.LogBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(t.Context(), []string{"logs", run, "--follow"}, te.getenv, &out, &bytes.Buffer{})
@@ -290,7 +290,7 @@ func TestRunRidesOutJetStreamOutage(t *testing.T) {
 	if err := te.ns.DisableJetStream(); err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr harness.LogBuffer
 	var stdout bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
@@ -326,7 +326,7 @@ func TestStartAWorkerOnlyWhenMissing(t *testing.T) {
 func TestBatchProgressLineWithinASecond(t *testing.T) {
 	te := newTestEnv(t)
 	file := writeTestFile(t, t.TempDir(), "jobs.jsonl", `{"profile":"csv-analyst","task":"a"}`+"\n"+`{"profile":"csv-analyst","task":"b"}`+"\n")
-	var stdout, stderr syncBuffer
+	var stdout, stderr harness.LogBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(t.Context(), []string{"run", "--jobs", file, "--wait"}, te.getenv, &stdout, &stderr)
@@ -363,30 +363,12 @@ func jsonError(t *testing.T, stderr string) cliError {
 	return e
 }
 
-// syncBuffer is a buffer a command writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestWatchJSONStream: watch -o json is one JSON event per status change, the final one last;
 // in a pipe (not a terminal) progress stays line-based.
 func TestWatchJSONStream(t *testing.T) {
 	te := newTestEnv(t)
 	id := te.submitJob(t)
-	var stdout, stderr syncBuffer
+	var stdout, stderr harness.LogBuffer
 	done := make(chan error, 1)
 	go func() { done <- Run(t.Context(), []string{"watch", id, "-o", "json"}, te.getenv, &stdout, &stderr) }()
 	waitFor(t, "the queued event", func() bool { return strings.Contains(stdout.String(), `"state":"queued"`) })
@@ -407,7 +389,7 @@ func TestWatchJSONStream(t *testing.T) {
 	// Interrupted (as by Ctrl-C): exit 130, and the job is left as it is.
 	other := te.submitJob(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	var errOut syncBuffer
+	var errOut harness.LogBuffer
 	go func() { done <- Run(ctx, []string{"watch", other}, te.getenv, &bytes.Buffer{}, &errOut) }()
 	waitFor(t, "the progress line", func() bool { return strings.Contains(errOut.String(), "queued") })
 	cancel()

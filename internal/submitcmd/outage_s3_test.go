@@ -10,6 +10,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestRunRidesOutStoreOutage: the store (versitygw) is down when run starts uploading and
@@ -23,7 +24,7 @@ func TestRunRidesOutStoreOutage(t *testing.T) {
 	srv.Stop()
 
 	var stdout bytes.Buffer
-	var stderr syncBuffer
+	var stderr harness.LogBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(t.Context(), []string{"run", "--profile", "csv-analyst", "--task", "t", "--input", input, "--timeout", "3m",

@@ -14,6 +14,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestWatchOnATerminal runs `submit watch` on a pseudo-terminal: it draws one block and
@@ -31,7 +32,7 @@ func TestWatchOnATerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tty.Close() })
-	var screen syncBuffer
+	var screen harness.LogBuffer
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)

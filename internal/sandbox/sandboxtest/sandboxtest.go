@@ -21,6 +21,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // Run runs the suite against the backend that newProvider makes. newProvider is called once per
@@ -588,14 +589,8 @@ func testInfo(t *testing.T, p sandbox.Provider) {
 	}
 }
 
-// waitFor polls cond until it holds or the timeout passes.
+// waitFor is harness.Wait for a condition with nothing to report but whether it holds.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	harness.Wait(t, what, func() (bool, error) { return cond(), nil }, harness.Within(timeout))
 }
