@@ -95,16 +95,13 @@ func BenchmarkFailover(b *testing.B) {
 	var kill, rawKill, term, rawNak durations
 	for range b.N {
 		rawKill = append(rawKill, rawHandover(func(_ jetstream.Msg, closeConn func()) { closeConn() }))
-		kill = append(kill, handover(func(w *workerProc) {
-			_ = w.cmd.Process.Signal(syscall.SIGKILL)
-			<-w.done
-		}))
+		kill = append(kill, handover(func(w *workerProc) { w.Kill() }))
 		rawNak = append(rawNak, rawHandover(func(m jetstream.Msg, _ func()) {
 			if err := m.Nak(); err != nil {
 				b.Fatal(err)
 			}
 		}))
-		term = append(term, handover(func(w *workerProc) { _ = w.cmd.Process.Signal(syscall.SIGTERM) }))
+		term = append(term, handover(func(w *workerProc) { w.Signal(syscall.SIGTERM) }))
 	}
 	b.ReportMetric(ms(kill.quantile(0.5)), "sigkill-ms")
 	b.ReportMetric(ms(kill.quantile(0.5)-ackWait), "sigkill-excess-ms")

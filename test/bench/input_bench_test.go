@@ -11,6 +11,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // inputProfiles: big takes a 1 GiB input (its workdir is larger, so its max_input_bytes too);
@@ -115,18 +116,22 @@ func publishWithInput(b *testing.B, rg *rig, profile string, in job.Input) strin
 	return j.ID
 }
 
-// awaitFinal waits for the job's terminal status and returns it, whatever it is.
+// awaitFinal waits for the job's terminal status and returns it, whatever it is. It follows
+// the status bucket rather than polling it: the wait is part of what the benchmark times.
 func awaitFinal(b *testing.B, rg *rig, id string, within time.Duration) job.Status {
 	b.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		st, err := rg.q.Status(context.Background(), id)
-		if err == nil && st.State.Terminal() {
-			return st
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("job %s not ended within %s: %+v (%v)", id, within, st, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(b.Context(), harness.Timeout(within))
+	defer cancel()
+	updates, err := rg.q.WatchStatus(ctx, id)
+	if err != nil {
+		b.Fatal(err)
 	}
+	var last job.Status
+	for last = range updates {
+		if last.State.Terminal() {
+			return last
+		}
+	}
+	b.Fatalf("job %s not ended within %s: %+v", id, harness.Timeout(within), last)
+	return last
 }

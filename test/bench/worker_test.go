@@ -1,12 +1,10 @@
 package bench_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // workerEnv makes the test binary a worker: it runs workercmd as cmd/worker's main does, so
@@ -49,13 +48,8 @@ func runWorker() int {
 	return 0
 }
 
-// workerProc is one worker process.
-type workerProc struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-}
+// workerProc is one worker process: the test binary as a worker.
+type workerProc struct{ *harness.Process }
 
 // workerConfig is a worker's config file: the rig's NATS, a file store and bubblewrap root
 // shared by the benchmark's workers, the model at modelURL, and profiles (YAML under
@@ -81,7 +75,8 @@ func natsYAML(rg *rig) string {
 	return fmt.Sprintf("  ack_wait: %s\n  max_deliver: %d\n  max_ack_pending: %d", n.AckWait.Std(), n.MaxDeliver, n.MaxAckPending)
 }
 
-// startWorker starts the test binary as a worker with config and waits until it is ready.
+// startWorker starts the test binary as a worker with config and waits until it is ready:
+// until it writes its --ready-file.
 func startWorker(b *testing.B, dir, name, config string) *workerProc {
 	b.Helper()
 	cfgPath := filepath.Join(dir, name+".yaml")
@@ -92,67 +87,32 @@ func startWorker(b *testing.B, dir, name, config string) *workerProc {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := &workerProc{log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
-	logf, err := os.Create(w.log)
-	if err != nil {
+	w := &workerProc{&harness.Process{Name: "worker " + name, Path: self, Args: []string{"--config", cfgPath, "--log-level", "warn"},
+		Env: []string{workerEnv + "=1"}, Log: filepath.Join(dir, name+".log"), ReadyFile: filepath.Join(dir, name+".ready")}}
+	// Not killed with the benchmark's context: stop ends it with SIGTERM, as an operator does.
+	if err := w.Start(context.WithoutCancel(b.Context())); err != nil {
 		b.Fatal(err)
 	}
-	defer logf.Close()
-	w.cmd = exec.Command(self, "--config", cfgPath, "--log-level", "warn")
-	w.cmd.Env = append(os.Environ(), workerEnv+"=1")
-	w.cmd.Stderr = logf
-	stdout, err := w.cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := w.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "worker ready:") {
-				close(ready)
-			}
-		}
-		w.err = w.cmd.Wait()
-		close(w.done)
-	}()
 	b.Cleanup(func() { w.stop(b) })
-	select {
-	case <-ready:
-		return w
-	case <-w.done:
-	case <-time.After(60 * time.Second):
+	if _, err := w.WaitReady(b.Context(), harness.DefaultTimeout); err != nil {
+		w.stop(b)
+		data, _ := os.ReadFile(w.Log)
+		b.Fatalf("%v:\n%s", err, data)
 	}
-	w.stop(b)
-	data, _ := os.ReadFile(w.log)
-	b.Fatalf("worker %s not ready within 60s (%v):\n%s", name, w.err, data)
-	return nil
+	return w
 }
 
 // stop ends the worker with SIGTERM (SIGKILL after a minute) and waits for it.
 func (w *workerProc) stop(b *testing.B) {
-	select {
-	case <-w.done:
-		return
-	default:
-	}
-	_ = w.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-w.done:
-	case <-time.After(time.Minute):
-		_ = w.cmd.Process.Kill()
-		<-w.done
-		b.Errorf("worker %d did not stop within a minute of SIGTERM", w.cmd.Process.Pid)
+	if err := w.Stop(time.Minute); err != nil {
+		b.Errorf("worker %d did not stop within a minute of SIGTERM: %v", w.Pid(), err)
 	}
 }
 
 // memory reads the process's resident set and its peak from /proc: VmRSS and VmHWM.
 func (w *workerProc) memory(b *testing.B) (rss, peak int64) {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.Pid()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -193,7 +153,7 @@ func (w *workerProc) settled(b *testing.B) int64 {
 // resetPeak sets the process's VmHWM back to its current RSS (proc(5), clear_refs "5").
 func (w *workerProc) resetPeak(b *testing.B) {
 	b.Helper()
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", w.cmd.Process.Pid), []byte("5"), 0); err != nil {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", w.Pid()), []byte("5"), 0); err != nil {
 		b.Fatalf("reset the peak RSS: %v", err)
 	}
 }
@@ -261,24 +221,17 @@ func (g *gate) drain() {
 	}
 }
 
-// awaitEnded waits until every job in ids has a terminal status.
+// awaitEnded waits until every job in ids has succeeded.
 func (r *rig) awaitEnded(b *testing.B, ids []string, within time.Duration) {
 	b.Helper()
-	deadline := time.Now().Add(within)
 	for _, id := range ids {
-		for {
+		harness.Wait(b, "job "+id+" to end", func() (bool, error) {
 			st, err := r.q.Status(context.Background(), id)
-			if err == nil && st.State.Terminal() {
-				if st.State != job.StateSucceeded {
-					b.Fatalf("job %s ended %s: %s", id, st.State, st.Error)
-				}
-				break
+			if err == nil && st.State.Terminal() && st.State != job.StateSucceeded {
+				b.Fatalf("job %s ended %s: %s", id, st.State, st.Error)
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("job %s not done within %s: %+v (%v)", id, within, st, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return err == nil && st.State.Terminal(), fmt.Errorf("status %+v (%v)", st, err)
+		}, harness.Within(within))
 	}
 }
 
