@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/queue/natsauthtest"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestConnectLogins connects through the one connection path to a real nats-server secured
@@ -97,7 +97,7 @@ func TestDialLogin(t *testing.T) {
 	ns := natsauthtest.Start(t, natsauthtest.Server{Users: map[string]string{"ann": password}})
 	u, _ := url.Parse(ns.ClientURL())
 	u.User = url.UserPassword("ann", "wrong-"+password)
-	logs := &syncWriter{}
+	logs := &harness.LogBuffer{}
 	link, err := queue.Dial(queue.ConnOptions{URL: u.String(), Name: "test"}, slog.New(slog.NewJSONHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -170,22 +170,4 @@ func noSecrets(t *testing.T, where, text string, secrets []string) {
 			t.Errorf("%s holds a secret (%s…): %s", where, s[:min(4, len(s))], text)
 		}
 	}
-}
-
-// syncWriter lets the link's callbacks and the test share one buffer.
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

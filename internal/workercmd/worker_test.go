@@ -32,14 +32,7 @@ func TestStartReadyStopWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.Stop(); _ = w.Wait() })
-	select {
-	case <-w.Ready():
-	case <-w.Done():
-		t.Fatalf("the worker stopped before it was ready: %v", w.Wait())
-	case <-time.After(readyTimeout):
-		t.Fatal("the worker was not ready within", readyTimeout)
-	}
+	waitReady(t, w)
 	addrs := w.Addrs()
 	if !strings.HasPrefix(addrs.NATS, "nats://127.0.0.1:") || addrs.NATS == "nats://127.0.0.1:4222" || addrs.Metrics == "" || !strings.HasPrefix(addrs.Store, "file://"+filepath.Join(dir, "store")) {
 		t.Errorf("Addrs = %+v, want the embedded server on a free port, the metrics address and the file store", addrs)
@@ -129,6 +122,19 @@ func TestParseOptions(t *testing.T) {
 	}
 }
 
+// waitReady stops w when the test ends and waits until it takes jobs.
+func waitReady(t *testing.T, w *Worker) {
+	t.Helper()
+	t.Cleanup(func() { w.Stop(); _ = w.Wait() })
+	select {
+	case <-w.Ready():
+	case <-w.Done():
+		t.Fatalf("the worker stopped before it was ready: %v", w.Wait())
+	case <-time.After(readyTimeout):
+		t.Fatal("the worker was not ready within", readyTimeout)
+	}
+}
+
 // TestDataDirFromGetenvHome: an embedded worker without --data-dir or BOXCAR_HOME keeps its
 // data under the HOME its Getenv gives, not the process's: workers in one process each get
 // their own. Without any, it stops at start and names the fix.
@@ -139,14 +145,7 @@ func TestDataDirFromGetenvHome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.Stop(); _ = w.Wait() })
-	select {
-	case <-w.Ready():
-	case <-w.Done():
-		t.Fatalf("the worker stopped before it was ready: %v", w.Wait())
-	case <-time.After(readyTimeout):
-		t.Fatal("the worker was not ready within", readyTimeout)
-	}
+	waitReady(t, w)
 	if want := "file://" + filepath.Join(home, ".boxcar", "store"); !strings.HasPrefix(w.Addrs().Store, want) {
 		t.Errorf("store %s, want under %s", w.Addrs().Store, want)
 	}
