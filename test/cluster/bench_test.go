@@ -17,6 +17,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 const benchPods = 20
@@ -40,13 +41,13 @@ func BenchmarkPodStart(b *testing.B) {
 	}
 	pods := kube.Client.CoreV1().Pods(ns)
 	gone := func(name string) {
-		eventually(b, 2*time.Minute, "pod "+name+" gone", func() error {
+		harness.Wait(b, "pod "+name+" gone", func() (bool, error) {
 			_, err := pods.Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				return nil
+				return true, nil
 			}
-			return fmt.Errorf("pod %s still there (%v)", name, err)
-		})
+			return false, fmt.Errorf("pod %s still there (%v)", name, err)
+		}, harness.Within(2*time.Minute))
 	}
 
 	var template *corev1.Pod
@@ -162,9 +163,9 @@ func benchNamespace(b *testing.B) string {
 			b.Errorf("delete namespace %s: %v", name, err)
 		}
 	})
-	eventually(b, 60*time.Second, "the default ServiceAccount in "+name, func() error {
+	harness.Wait(b, "the default ServiceAccount in "+name, func() (bool, error) {
 		_, err := kube.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err
+		return err == nil, err
 	})
 	return name
 }

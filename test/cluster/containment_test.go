@@ -17,6 +17,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestContainment looks at a sandbox pod from inside: the network it has, the credentials it
@@ -142,11 +143,11 @@ func TestContainment(t *testing.T) {
 		if err == nil {
 			t.Fatal("Exec with an expiring ctx returned no error")
 		}
-		eventually(t, time.Minute, "the command's processes to go", func() error {
+		harness.Wait(t, "the command's processes to go", func() (bool, error) {
 			if pids := hostProcesses("sleep\x00" + mark + "\x00"); len(pids) > 0 {
-				return &leftError{pids}
+				return false, &leftError{pids}
 			}
-			return nil
+			return true, nil
 		})
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,6 +37,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // What testdata/helm-values.yaml names: the release, its namespace, the sandboxes' namespace
@@ -64,57 +64,12 @@ const (
 // uninstall` leaves no worker and no sandbox pod.
 func TestHelmInstall(t *testing.T) {
 	ctx := t.Context()
-	image, version := importReleaseImage(t)
-	i := strings.LastIndex(image, ":")
-	if i < 0 {
-		t.Fatalf("bin/image.ref names %q, want REPOSITORY:TAG; rebuild it: make image", image)
-	}
-	repo, tag := image[:i], image[i+1:]
-
-	installNATS(t)
-	ns := testNamespaceNamed(t, helmNamespace)
-	accessKey, secretKey := installStoreAndModel(t, ns)
-	sub := newSubmitter(t)
 	// The model's key is a marker: no worker log may hold it, nor the store's secret key.
 	apiKey := "sk-helm-marker-" + rand.Text()
-	keyDir := filepath.Join(t.TempDir(), "keys")
-	sub.mustRun(t, "keygen", "--out", keyDir)
-	createSecret(t, ns, "boxcar-openai", map[string][]byte{"api-key": []byte(apiKey)})
-	createSecret(t, ns, "boxcar-signing", map[string][]byte{"signing.key": []byte(readFile(t, filepath.Join(keyDir, "signing.key")))})
-	// The chart makes the sandboxes' namespace and keeps it when the release goes
-	// (helm.sh/resource-policy: keep), as it keeps any sandbox pod left in it.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := kube.Client.CoreV1().Namespaces().Delete(ctx, helmSandboxes, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete namespace %s: %v", helmSandboxes, err)
-		}
-	})
-
-	// What a user's laptop sees: NATS and the store through port-forwards on 127.0.0.1.
-	natsAddr := forwardTo(t, "nats", "app.kubernetes.io/name=nats", 4222)
-	s3Addr := forwardTo(t, ns, "app.kubernetes.io/name=versitygw", 7070)
-	bucket := s3.New(s3.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String("http://" + s3Addr), UsePathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(accessKey, secretKey, ""),
-	})
-	if _, err := bucket.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(helmBucket)}); err != nil {
-		t.Fatalf("create bucket %s: %v", helmBucket, err)
-	}
-	sub.env = append(sub.env, "NATS_URL=nats://"+natsAddr, "BOXCAR_STORE=s3://"+helmBucket,
-		"BOXCAR_S3_ENDPOINT=http://"+s3Addr, "AWS_REGION=us-east-1",
-		"AWS_ACCESS_KEY_ID="+accessKey, "AWS_SECRET_ACCESS_KEY="+secretKey)
-	sandboxes := watchSandboxPods(t, helmSandboxes)
-
-	h := newHelm(t, ns)
-	vals := helmValues(t, repo, tag)
+	r := setupRelease(t, apiKey)
+	ns, sub, keyDir, bucket, version, sandboxes, h, vals, secretKey := r.ns, r.sub, r.keyDir, r.bucket, r.version, r.sandboxes, r.helm, r.vals, r.secretKey
 	start := time.Now()
-	in := action.NewInstall(h.cfg)
-	in.ReleaseName, in.Namespace = helmRelease, ns
-	in.WaitStrategy, in.Timeout = helmkube.StatusWatcherStrategy, 5*time.Minute
-	if _, err := in.RunWithContext(ctx, h.chart, vals); err != nil {
-		t.Fatalf("helm install: %v\n%s", err, workerState(ctx, ns))
-	}
+	r.install(t, vals)
 	installed := time.Since(start)
 	sb, err := kube.Client.CoreV1().Namespaces().Get(ctx, helmSandboxes, metav1.GetOptions{})
 	if err != nil {
@@ -124,11 +79,6 @@ func TestHelmInstall(t *testing.T) {
 		t.Errorf("namespace %s enforces %q, want restricted", helmSandboxes, got)
 	}
 	workers := readyWorkers(t, ns, 2)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("worker pods:\n%s", workerState(context.WithoutCancel(ctx), ns))
-		}
-	})
 
 	// One job as soon as the install is done, then three at once, which both workers share.
 	first := sub.job(t, true)
@@ -193,23 +143,102 @@ func TestHelmInstall(t *testing.T) {
 
 	// helm uninstall: no worker pod and no sandbox pod are left.
 	start = time.Now()
-	un := action.NewUninstall(h.cfg)
+	r.uninstall(t)
+	harness.Wait(t, "no worker pod left", func() (bool, error) {
+		pods, err := kube.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: helmWorkerSelect})
+		if err != nil {
+			return false, err
+		}
+		if len(pods.Items) > 0 {
+			return false, fmt.Errorf("%d worker pods left, first %s", len(pods.Items), pods.Items[0].Name)
+		}
+		return true, nil
+	}, harness.Within(3*time.Minute))
+	noSandboxLeft(t, helmSandboxes)
+	record("helm uninstall → no worker or sandbox pod: %s", time.Since(start).Round(time.Millisecond))
+}
+
+// release is what TestHelmInstall and TestKEDAScale set up before `helm install`: the release
+// image on the node, NATS, the store and the model in the test namespace, the API key and
+// signing key Secrets, a bucket, a submitter that reaches NATS and the store through
+// port-forwards, the sandbox pods watched, and the chart's values for the image.
+type release struct {
+	ns, version, keyDir  string
+	accessKey, secretKey string
+	sub                  *submitter
+	bucket               *s3.Client
+	sandboxes            *sandboxWatch
+	helm                 *helmClient
+	vals                 map[string]any
+}
+
+func setupRelease(t *testing.T, apiKey string) *release {
+	t.Helper()
+	image, version := importReleaseImage(t)
+	i := strings.LastIndex(image, ":")
+	if i < 0 {
+		t.Fatalf("bin/image.ref names %q, want REPOSITORY:TAG; rebuild it: make image", image)
+	}
+	installNATS(t)
+	r := &release{ns: testNamespaceNamed(t, helmNamespace), version: version, keyDir: filepath.Join(t.TempDir(), "keys")}
+	r.accessKey, r.secretKey = installStoreAndModel(t, r.ns)
+	r.sub = newSubmitter(t)
+	r.sub.mustRun(t, "keygen", "--out", r.keyDir)
+	createSecret(t, r.ns, "boxcar-openai", map[string][]byte{"api-key": []byte(apiKey)})
+	createSecret(t, r.ns, "boxcar-signing", map[string][]byte{"signing.key": []byte(readFile(t, filepath.Join(r.keyDir, "signing.key")))})
+	// The chart makes the sandboxes' namespace and keeps it when the release goes
+	// (helm.sh/resource-policy: keep), as it keeps any sandbox pod left in it.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := kube.Client.CoreV1().Namespaces().Delete(ctx, helmSandboxes, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete namespace %s: %v", helmSandboxes, err)
+		}
+	})
+	// What a user's laptop sees: NATS and the store through port-forwards on 127.0.0.1.
+	natsAddr := forwardTo(t, "nats", "app.kubernetes.io/name=nats", 4222)
+	s3Addr := forwardTo(t, r.ns, "app.kubernetes.io/name=versitygw", 7070)
+	r.bucket = s3.New(s3.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String("http://" + s3Addr), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(r.accessKey, r.secretKey, ""),
+	})
+	if _, err := r.bucket.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(helmBucket)}); err != nil {
+		t.Fatalf("create bucket %s: %v", helmBucket, err)
+	}
+	r.sub.env = append(r.sub.env, "NATS_URL=nats://"+natsAddr, "BOXCAR_STORE=s3://"+helmBucket,
+		"BOXCAR_S3_ENDPOINT=http://"+s3Addr, "AWS_REGION=us-east-1",
+		"AWS_ACCESS_KEY_ID="+r.accessKey, "AWS_SECRET_ACCESS_KEY="+r.secretKey)
+	r.sandboxes = watchSandboxPods(t, helmSandboxes)
+	r.helm = newHelm(t, r.ns)
+	r.vals = helmValues(t, image[:i], image[i+1:])
+	return r
+}
+
+// install is `helm install` of the release with vals, waiting for its resources; the worker
+// pods' state is logged when the test fails.
+func (r *release) install(t *testing.T, vals map[string]any) {
+	t.Helper()
+	in := action.NewInstall(r.helm.cfg)
+	in.ReleaseName, in.Namespace = helmRelease, r.ns
+	in.WaitStrategy, in.Timeout = helmkube.StatusWatcherStrategy, 5*time.Minute
+	if _, err := in.RunWithContext(t.Context(), r.helm.chart, vals); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, workerState(t.Context(), r.ns))
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("worker pods:\n%s", workerState(context.WithoutCancel(t.Context()), r.ns))
+		}
+	})
+}
+
+// uninstall is `helm uninstall`, waiting for the release's resources to go.
+func (r *release) uninstall(t *testing.T) {
+	t.Helper()
+	un := action.NewUninstall(r.helm.cfg)
 	un.WaitStrategy, un.Timeout = helmkube.StatusWatcherStrategy, 3*time.Minute
 	if _, err := un.Run(helmRelease); err != nil {
 		t.Fatalf("helm uninstall: %v", err)
 	}
-	eventually(t, 3*time.Minute, "no worker pod left", func() error {
-		pods, err := kube.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: helmWorkerSelect})
-		if err != nil {
-			return err
-		}
-		if len(pods.Items) > 0 {
-			return fmt.Errorf("%d worker pods left, first %s", len(pods.Items), pods.Items[0].Name)
-		}
-		return nil
-	})
-	noSandboxLeft(t, helmSandboxes)
-	record("helm uninstall → no worker or sandbox pod: %s", time.Since(start).Round(time.Millisecond))
 }
 
 // importReleaseImage imports the release image `make image` built (bin/image.tar, named in
@@ -295,15 +324,15 @@ func readyWorkers(t *testing.T, ns string, n int) map[string]bool {
 	t.Helper()
 	ctx := t.Context()
 	var names map[string]bool
-	eventually(t, 3*time.Minute, fmt.Sprintf("%d ready worker pods", n), func() error {
+	harness.Wait(t, fmt.Sprintf("%d ready worker pods", n), func() (bool, error) {
 		pods, err := kube.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: helmWorkerSelect})
 		if err != nil {
-			return err
+			return false, err
 		}
 		names = map[string]bool{}
 		for _, p := range pods.Items {
 			if p.DeletionTimestamp != nil || !podReady(p) {
-				return fmt.Errorf("pod %s: phase %s, deleting %v, ready %v", p.Name, p.Status.Phase, p.DeletionTimestamp != nil, podReady(p))
+				return false, fmt.Errorf("pod %s: phase %s, deleting %v, ready %v", p.Name, p.Status.Phase, p.DeletionTimestamp != nil, podReady(p))
 			}
 			if p.Spec.ServiceAccountName != helmRelease {
 				t.Fatalf("worker pod %s runs as ServiceAccount %q, want the chart's %q", p.Name, p.Spec.ServiceAccountName, helmRelease)
@@ -311,10 +340,10 @@ func readyWorkers(t *testing.T, ns string, n int) map[string]bool {
 			names[p.Name] = true
 		}
 		if len(names) != n {
-			return fmt.Errorf("%d worker pods, want %d", len(names), n)
+			return false, fmt.Errorf("%d worker pods, want %d", len(names), n)
 		}
-		return nil
-	})
+		return true, nil
+	}, harness.Within(3*time.Minute))
 	return names
 }
 
@@ -542,21 +571,7 @@ func watchSandboxPods(t *testing.T, ns string) *sandboxWatch {
 // forJob returns the sandbox pod of a job, which must have had exactly one.
 func (w *sandboxWatch) forJob(t *testing.T, id string) sandboxPod {
 	t.Helper()
-	var found []sandboxPod
-	eventually(t, 30*time.Second, "the sandbox pod of job "+id, func() error {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		found = nil
-		for _, p := range w.pods {
-			if p.job == id {
-				found = append(found, p)
-			}
-		}
-		if len(found) == 0 {
-			return errors.New("none seen")
-		}
-		return nil
-	})
+	found := w.allForJob(t, id)
 	if len(found) != 1 {
 		t.Errorf("job %s had %d sandbox pods, want 1: %+v", id, len(found), found)
 	}

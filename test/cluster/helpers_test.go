@@ -20,6 +20,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // sandboxNamespace creates a namespace for sandbox pods that enforces the "restricted" Pod
@@ -64,13 +65,13 @@ func createNamespace(t *testing.T, name string, labels map[string]string) string
 	var err error
 	// A name that tests share (testNamespaceNamed) may still be the previous test's
 	// namespace, terminating: its deletion waits for its pods' grace periods.
-	eventually(t, 2*time.Minute, "namespace "+name+" created", func() error {
+	harness.Wait(t, "namespace "+name+" created", func() (bool, error) {
 		_, err = kube.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			return err
+			return err == nil, err
 		}
-		return nil
-	})
+		return true, nil
+	}, harness.Within(2*time.Minute))
 	if err != nil {
 		t.Fatalf("create namespace %s: %v", name, err)
 	}
@@ -81,9 +82,9 @@ func createNamespace(t *testing.T, name string, labels map[string]string) string
 			t.Errorf("delete namespace %s: %v", name, err)
 		}
 	})
-	eventually(t, time.Minute, "default ServiceAccount in "+name, func() error {
+	harness.Wait(t, "default ServiceAccount in "+name, func() (bool, error) {
 		_, err := kube.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err
+		return err == nil, err
 	})
 	return name
 }
@@ -134,38 +135,23 @@ func sandboxPods(ctx context.Context, namespace string) ([]corev1.Pod, error) {
 func noSandboxLeft(t *testing.T, ns string) {
 	t.Helper()
 	ctx := t.Context()
-	eventually(t, time.Minute, "no sandbox pod or container left in "+ns, func() error {
+	harness.Wait(t, "no sandbox pod or container left in "+ns, func() (bool, error) {
 		pods, err := sandboxPods(ctx, ns)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(pods) > 0 {
-			return fmt.Errorf("%d sandbox pods left, first %s", len(pods), pods[0].Name)
+			return false, fmt.Errorf("%d sandbox pods left, first %s", len(pods), pods[0].Name)
 		}
 		ids, err := kube.RunningContainers(ctx, ns, "")
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(ids) > 0 {
-			return fmt.Errorf("%d containers still running on the node: %v", len(ids), ids)
+			return false, fmt.Errorf("%d containers still running on the node: %v", len(ids), ids)
 		}
-		return nil
+		return true, nil
 	})
-}
-
-// eventually is cluster.WaitFor for a test: it polls cond until it returns nil, and fails the
-// test with cond's last error once timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	err := cluster.WaitFor(ctx, what, func(context.Context) (bool, error) {
-		err := cond()
-		return err == nil, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // runSalesJob submits the csv-analyst profile's job on examples/sales.csv through the submit

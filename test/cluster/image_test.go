@@ -2,12 +2,11 @@ package cluster_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/test/cluster"
 	"github.com/boxcar-run/boxcar/test/containers"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // Where the chart mounts the worker's config and where this test mounts the kubeconfig and the
@@ -103,20 +103,12 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 	}
 	// The store folder belongs to 65532 and is setgid, as a volume with the chart's fsGroup:
 	// what submit writes there as root (the inputs) gets group 65532, which the worker reads.
-	storeDir := filepath.Join(dir, "store")
-	if err := os.Mkdir(storeDir, 0o770); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(storeDir, imageUID, imageUID); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(storeDir, 0o770|os.ModeSetgid); err != nil {
-		t.Fatal(err)
-	}
-
+	storeDir := imageUserDir(t, filepath.Join(dir, "store"), 0o770|os.ModeSetgid)
+	// The worker says it takes jobs with its ready file, in a folder it can write.
+	readyDir := imageUserDir(t, filepath.Join(dir, "ready"), 0o700)
 	c := containers.Run(t, p, containers.Spec{
 		Image: image, User: imageUser,
-		Cmd: []string{"--config=" + imageConfigPath, "--metrics-addr=127.0.0.1:0", "--log-level=info"},
+		Cmd: []string{"--config=" + imageConfigPath, "--metrics-addr=127.0.0.1:0", "--log-level=info", "--ready-file=/run/boxcar/ready.json"},
 		Env: map[string]string{
 			"NATS_URL": nats.ClientURL(), "BOXCAR_STORE": "file://" + imageStorePath,
 			"OPENAI_BASE_URL": model.URL + "/v1", "OPENAI_API_KEY": secret,
@@ -125,6 +117,7 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 			workerConfig + ":" + imageConfigPath + ":ro",
 			kubeconfig + ":" + imageKubeconfigPath + ":ro",
 			storeDir + ":" + imageStorePath,
+			readyDir + ":/run/boxcar",
 		},
 	})
 	stopped := false
@@ -134,24 +127,20 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 		}
 	})
 
-	// Ready: the worker says so, and /readyz (which includes the backend's check against the
-	// real API server) answers 200 before any job is submitted.
-	addrRE := regexp.MustCompile(`"msg":"metrics listening","addr":"([^"]+)"`)
-	var metricsAddr string
-	eventually(t, 60*time.Second, "the worker container to be ready", func() error {
+	// Ready: its ready file says so, and /readyz (which includes the backend's check against
+	// the real API server) answers 200 before any job is submitted.
+	addrs, err := harness.WaitReadyFile(t.Context(), harness.DefaultTimeout, "the worker container", filepath.Join(readyDir, "ready.json"), func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if st, err := c.State(ctx); err == nil && !st.Running {
-			t.Fatalf("worker container exited with %d before it was ready:\n%s", st.ExitCode, containers.Logs(t, c))
+			return fmt.Errorf("worker container exited with %d before it was ready:\n%s", st.ExitCode, containers.Logs(t, c))
 		}
-		logs := containers.Logs(t, c)
-		m := addrRE.FindStringSubmatch(logs)
-		if m == nil || !strings.Contains(logs, "worker ready") {
-			return errors.New("not yet")
-		}
-		metricsAddr = m[1]
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := addrs.Metrics
 	if code, body := httpGet(t, "http://"+metricsAddr+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz = %d %q, want 200", code, body)
 	}
@@ -200,4 +189,19 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// imageUserDir makes the folder path, owned by the image's user, with mode.
+func imageUserDir(t *testing.T, path string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, imageUID, imageUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -1,22 +1,18 @@
 package cluster_test
 
 import (
-	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/queue"
-	"github.com/boxcar-run/boxcar/internal/workercmd"
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/testworker"
 )
 
 // TestJobEndToEnd runs one whole Boxcar job on the cluster: the worker through its Run
@@ -71,49 +67,18 @@ func TestJobEndToEnd(t *testing.T) {
 	noSandboxLeft(t, ns)
 }
 
-// startWorker runs the worker command in-process until the test ends and returns the address
-// of its metrics endpoint.
+// startWorker runs the worker command in-process on cfgPath with env until the test ends,
+// waits until it takes jobs, and returns the address of its metrics endpoint.
 func startWorker(t *testing.T, cfgPath string, env map[string]string) string {
 	t.Helper()
-	out, log := &cluster.SyncBuffer{}, &cluster.SyncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- workercmd.Run(ctx, []string{"--config", cfgPath, "--metrics-addr", "127.0.0.1:0"},
-			func(k string) string { return env[k] }, out, log)
-	}()
+	w := testworker.Start(t, testworker.Config{ConfigFile: cfgPath, Model: env["OPENAI_BASE_URL"], Env: env})
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("worker stopped with %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("worker did not stop within 60s")
-		}
-		if t.Failed() {
-			t.Logf("worker log:\n%s", log.String())
-		}
-		if strings.Contains(log.String(), "sk-cluster-secret") {
+		w.Stop(t) // first, so that the whole log is checked
+		if strings.Contains(w.Log.String(), "sk-cluster-secret") {
 			t.Error("worker log contains the API key")
 		}
 	})
-	addr := regexp.MustCompile(`"msg":"metrics listening","addr":"([^"]+)"`)
-	var m []string
-	eventually(t, 60*time.Second, "the worker to be ready", func() error {
-		select {
-		case err := <-done:
-			t.Fatalf("worker exited before it was ready: %v\n%s", err, log.String())
-		default:
-		}
-		m = addr.FindStringSubmatch(log.String())
-		if m == nil || !strings.Contains(out.String(), "worker ready") {
-			return errors.New("not yet")
-		}
-		return nil
-	})
-	return m[1]
+	return w.Addrs().Metrics
 }
 
 func httpGet(t *testing.T, url string) (int, string) {

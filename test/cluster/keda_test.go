@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -17,12 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
-	helmkube "helm.sh/helm/v4/pkg/kube"
 	appsv1 "k8s.io/api/apps/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -37,6 +33,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/testnet"
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // kedaJobs is how many jobs TestKEDAScale submits at once to the scaled-to-zero release.
@@ -55,66 +52,19 @@ var scaledObjects = schema.GroupVersionResource{Group: "keda.sh", Version: "v1al
 // the cooldown the replicas are back at zero with no worker or sandbox pod left. Then, with the
 // monitoring endpoint unreachable, KEDA's fallback runs fallback.replicas workers.
 func TestKEDAScale(t *testing.T) {
-	ctx := t.Context()
 	standin, crdDir := kedaStandin(t)
 	installKEDACRDs(t, crdDir)
-	image, version := importReleaseImage(t)
-	i := strings.LastIndex(image, ":")
-	if i < 0 {
-		t.Fatalf("bin/image.ref names %q, want REPOSITORY:TAG; rebuild it: make image", image)
-	}
-	repo, tag := image[:i], image[i+1:]
-
-	installNATS(t)
-	ns := testNamespaceNamed(t, helmNamespace)
-	accessKey, secretKey := installStoreAndModel(t, ns)
-	sub := newSubmitter(t)
-	createSecret(t, ns, "boxcar-openai", map[string][]byte{"api-key": []byte("sk-keda-test")})
-	keyDir := filepath.Join(t.TempDir(), "keys")
-	sub.mustRun(t, "keygen", "--out", keyDir)
-	createSecret(t, ns, "boxcar-signing", map[string][]byte{"signing.key": []byte(readFile(t, filepath.Join(keyDir, "signing.key")))})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := kube.Client.CoreV1().Namespaces().Delete(ctx, helmSandboxes, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete namespace %s: %v", helmSandboxes, err)
-		}
-	})
-	natsAddr := forwardTo(t, "nats", "app.kubernetes.io/name=nats", 4222)
+	r := setupRelease(t, "sk-keda-test")
+	ns, sub, keyDir, bucket, version, sandboxes := r.ns, r.sub, r.keyDir, r.bucket, r.version, r.sandboxes
 	// KEDA's endpoint, nats-headless.nats.svc.cluster.local:8222, resolves in pods only: the
 	// stand-in on the host reads the same port of the same pod through a port-forward.
 	monitorAddr := forwardTo(t, "nats", "app.kubernetes.io/name=nats", 8222)
-	s3Addr := forwardTo(t, ns, "app.kubernetes.io/name=versitygw", 7070)
-	bucket := s3.New(s3.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String("http://" + s3Addr), UsePathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(accessKey, secretKey, ""),
-	})
-	if _, err := bucket.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(helmBucket)}); err != nil {
-		t.Fatalf("create bucket %s: %v", helmBucket, err)
-	}
-	sub.env = append(sub.env, "NATS_URL=nats://"+natsAddr, "BOXCAR_STORE=s3://"+helmBucket,
-		"BOXCAR_S3_ENDPOINT=http://"+s3Addr, "AWS_REGION=us-east-1",
-		"AWS_ACCESS_KEY_ID="+accessKey, "AWS_SECRET_ACCESS_KEY="+secretKey)
-	sandboxes := watchSandboxPods(t, helmSandboxes)
-
-	h := newHelm(t, ns)
-	vals := helmValues(t, repo, tag)
 	overlay, err := common.ReadValues([]byte(readFile(t, "testdata/helm-values-keda.yaml")))
 	if err != nil {
 		t.Fatalf("testdata/helm-values-keda.yaml: %v", err)
 	}
-	mergeValues(vals, overlay)
-	in := action.NewInstall(h.cfg)
-	in.ReleaseName, in.Namespace = helmRelease, ns
-	in.WaitStrategy, in.Timeout = helmkube.StatusWatcherStrategy, 5*time.Minute
-	if _, err := in.RunWithContext(ctx, h.chart, vals); err != nil {
-		t.Fatalf("helm install: %v\n%s", err, workerState(ctx, ns))
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("worker pods:\n%s", workerState(context.WithoutCancel(ctx), ns))
-		}
-	})
+	mergeValues(r.vals, overlay)
+	r.install(t, r.vals)
 	so := scaledObject(t, ns)
 	spec, _ := so.Object["spec"].(map[string]any)
 	t.Logf("the chart's ScaledObject: %s", mustJSON(spec))
@@ -212,11 +162,7 @@ func TestKEDAScale(t *testing.T) {
 	}
 	record("KEDA fallback: monitoring unreachable → %d workers ready in %s", fallbackReplicas, fallbackUp.Round(time.Millisecond))
 
-	un := action.NewUninstall(h.cfg)
-	un.WaitStrategy, un.Timeout = helmkube.StatusWatcherStrategy, 3*time.Minute
-	if _, err := un.Run(helmRelease); err != nil {
-		t.Fatalf("helm uninstall: %v", err)
-	}
+	r.uninstall(t)
 	deploy.waitFor(t, 3*time.Minute, "no worker pod after helm uninstall", func(s deployState) bool { return s.pods == 0 })
 	noSandboxLeft(t, helmSandboxes)
 }
@@ -225,7 +171,7 @@ func TestKEDAScale(t *testing.T) {
 func (w *sandboxWatch) allForJob(t *testing.T, id string) []sandboxPod {
 	t.Helper()
 	var found []sandboxPod
-	eventually(t, 30*time.Second, "the sandbox pod of job "+id, func() error {
+	harness.Wait(t, "the sandbox pod of job "+id, func() (bool, error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		found = nil
@@ -235,10 +181,10 @@ func (w *sandboxWatch) allForJob(t *testing.T, id string) []sandboxPod {
 			}
 		}
 		if len(found) == 0 {
-			return fmt.Errorf("none seen")
+			return false, errors.New("none seen")
 		}
-		return nil
-	})
+		return true, nil
+	}, harness.Within(30*time.Second))
 	return found
 }
 
@@ -288,17 +234,17 @@ func installKEDACRDs(t *testing.T, dir string) {
 				t.Errorf("delete CRD %s: %v", crd.Name, err)
 			}
 		})
-		eventually(t, time.Minute, "CRD "+crd.Name+" established", func() error {
+		harness.Wait(t, "CRD "+crd.Name+" established", func() (bool, error) {
 			got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
 			if err != nil {
-				return err
+				return false, err
 			}
 			for _, c := range got.Status.Conditions {
 				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-					return nil
+					return true, nil
 				}
 			}
-			return fmt.Errorf("conditions %+v", got.Status.Conditions)
+			return false, fmt.Errorf("conditions %+v", got.Status.Conditions)
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // figures are the timings TestMain prints after the run.
@@ -57,12 +58,12 @@ func TestFigures(t *testing.T) {
 		if err := sb.Close(context.WithoutCancel(ctx)); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		eventually(t, time.Minute, "pod "+name+" gone", func() error {
+		harness.Wait(t, "pod "+name+" gone", func() (bool, error) {
 			_, err := kube.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				return nil
+				return true, nil
 			}
-			return fmt.Errorf("still there (%v)", err)
+			return false, fmt.Errorf("still there (%v)", err)
 		})
 		deletes = append(deletes, time.Since(begin))
 	}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestNATSOfficialLayout runs NATS as the official chart lays it out (testdata/nats.yaml) and
@@ -106,20 +107,20 @@ func installNATS(t *testing.T) string {
 
 	ns := testNamespaceNamed(t, "nats")
 	applyManifest(t, ns, "testdata/nats.yaml", "{{IMAGE}}", image, "{{STORAGE_CLASS}}", class.Name)
-	eventually(t, 3*time.Minute, "StatefulSet nats Ready", func() error {
+	harness.Wait(t, "StatefulSet nats Ready", func() (bool, error) {
 		ss, err := kube.Client.AppsV1().StatefulSets(ns).Get(ctx, "nats", metav1.GetOptions{})
 		if err != nil {
-			return err
+			return false, err
 		}
 		if ss.Status.ReadyReplicas == 1 {
-			return nil
+			return true, nil
 		}
 		pod, err := kube.Client.CoreV1().Pods(ns).Get(ctx, "nats-0", metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("0 of 1 replicas ready: %w", err)
+			return false, fmt.Errorf("0 of 1 replicas ready: %w", err)
 		}
-		return fmt.Errorf("0 of 1 replicas ready; nats-0: phase %s, containers %+v", pod.Status.Phase, pod.Status.ContainerStatuses)
-	})
+		return false, fmt.Errorf("0 of 1 replicas ready; nats-0: phase %s, containers %+v", pod.Status.Phase, pod.Status.ContainerStatuses)
+	}, harness.Within(3*time.Minute))
 	return store
 }
 

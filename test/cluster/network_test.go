@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // The tests here are what a worker-side pod needs: another pod over the bridge, a Service by
@@ -126,19 +127,19 @@ func webServer(t *testing.T, ns string) *corev1.Pod {
 		t.Fatalf("create web pod: %v", err)
 	}
 	var got *corev1.Pod
-	eventually(t, 2*time.Minute, "web pod Ready", func() error {
+	harness.Wait(t, "web pod Ready", func() (bool, error) {
 		p, err := kube.Client.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
-			return err
+			return false, err
 		}
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 				got = p
-				return nil
+				return true, nil
 			}
 		}
-		return fmt.Errorf("phase %s", p.Status.Phase)
-	})
+		return false, fmt.Errorf("phase %s", p.Status.Phase)
+	}, harness.Within(2*time.Minute))
 	return got
 }
 
@@ -168,17 +169,17 @@ func runPod(t *testing.T, ns, name, script string) string {
 		t.Fatalf("create pod %s: %v", name, err)
 	}
 	var phase corev1.PodPhase
-	eventually(t, 3*time.Minute, "pod "+name+" to finish", func() error {
+	harness.Wait(t, "pod "+name+" to finish", func() (bool, error) {
 		p, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return err
+			return false, err
 		}
 		phase = p.Status.Phase
 		if phase == corev1.PodSucceeded || phase == corev1.PodFailed {
-			return nil
+			return true, nil
 		}
-		return fmt.Errorf("phase %s", phase)
-	})
+		return false, fmt.Errorf("phase %s", phase)
+	}, harness.Within(3*time.Minute))
 	logs, err := pods.GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
 		t.Fatalf("logs of pod %s: %v", name, err)

@@ -1,15 +1,14 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/boxcar-run/boxcar/test/harness"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
 )
@@ -27,7 +26,7 @@ func (h *Handle) PortForward(ctx context.Context, namespace, pod string, port in
 	url := h.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("portforward").URL()
 	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, url)
 	ready := make(chan struct{})
-	errOut := &SyncBuffer{}
+	errOut := &harness.LogBuffer{}
 	fw, err := portforward.NewOnAddressesWithContext(ctx, dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, ready, io.Discard, errOut)
 	if err != nil {
 		return "", fmt.Errorf("cluster: port-forward to %s/%s: %w", namespace, pod, err)
@@ -48,24 +47,4 @@ func (h *Handle) PortForward(ctx context.Context, namespace, pod string, port in
 		return "", fmt.Errorf("cluster: port-forward to %s/%s:%d: no local port (%v)", namespace, pod, port, err)
 	}
 	return "127.0.0.1:" + strconv.Itoa(int(ports[0].Local)), nil
-}
-
-// SyncBuffer is a bytes.Buffer that goroutines write while another reads it: the
-// port-forwarder's error output, written from its connection goroutines, and the output of the
-// worker the tests run in-process.
-type SyncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *SyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *SyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

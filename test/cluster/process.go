@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // process is one component the cluster started, with its log file.
@@ -114,36 +116,22 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// WaitFor polls cond until it returns true or ctx ends, and then returns an error naming what
-// it waited for and the last error cond returned. It is the one poll loop of the cluster and
-// its tests.
-func WaitFor(ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) error {
-	return waitFor(ctx, what, nil, cond)
-}
-
-// waitFor is WaitFor that also checks the processes after every failed poll, so a crashed
-// component ends the wait at once with its log.
+// waitFor polls cond until it returns true or ctx ends (harness.Poll, the one poll loop of
+// the cluster and its tests), and ends the wait at once, with the log, when one of the
+// processes has crashed.
 func waitFor(ctx context.Context, what string, procs []*process, cond func(ctx context.Context) (bool, error)) error {
-	var last error
-	for {
+	err := harness.Poll(ctx, 0, what, func(ctx context.Context) (bool, error) {
 		for _, p := range procs {
 			if err := p.exited(); err != nil {
-				return fmt.Errorf("cluster: waiting for %s: %w", what, err)
+				return false, fmt.Errorf("%w: %w", harness.ErrStop, err)
 			}
 		}
-		ok, err := cond(ctx)
-		if ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
-		case <-time.After(100 * time.Millisecond):
-		}
+		return cond(ctx)
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: waiting for %w", err)
 	}
+	return nil
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -14,6 +14,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestReaper leaves a sandbox pod behind as a crashed worker would, and runs the reaper the
@@ -45,21 +46,21 @@ func TestReaper(t *testing.T) {
 			return jobID == "held-job"
 		})
 	}()
-	eventually(t, time.Minute, "the orphan pod to be deleted", func() error {
+	harness.Wait(t, "the orphan pod to be deleted", func() (bool, error) {
 		if !reaped(ctx, ns, orphan.Info().ID) {
-			return errors.New("orphan pod still there")
+			return false, errors.New("orphan pod still there")
 		}
-		return nil
+		return true, nil
 	})
 	// Pods younger than the interval are not yet asked about: wait for a round that weighed
 	// the held pod, then stop the reaper.
-	eventually(t, time.Minute, "the reaper to ask about the held job", func() error {
+	harness.Wait(t, "the reaper to ask about the held job", func() (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !slices.Contains(asked, "reaper-test/held-job") {
-			return errors.New("not asked yet")
+			return false, errors.New("not asked yet")
 		}
-		return nil
+		return true, nil
 	})
 	cancel()
 	if err := <-done; err != nil {
@@ -81,12 +82,12 @@ func TestReaper(t *testing.T) {
 	if ids, err := kube.RunningContainers(ctx, ns, held.Info().ID); err != nil || len(ids) != 2 {
 		t.Errorf("held pod's running containers = %v, %v; want its sandbox and its container", ids, err)
 	}
-	eventually(t, time.Minute, "the orphan's containers to be gone", func() error {
+	harness.Wait(t, "the orphan's containers to be gone", func() (bool, error) {
 		ids, err := kube.RunningContainers(ctx, ns, orphan.Info().ID)
 		if err == nil && len(ids) > 0 {
-			return errors.New("containers left")
+			return false, errors.New("containers left")
 		}
-		return err
+		return err == nil, err
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestStoreAndModelPods runs versitygw and the scripted model as pods from images made here
@@ -75,16 +76,16 @@ func installStoreAndModel(t *testing.T, ns string) (accessKey, secretKey string)
 	}
 	applyManifest(t, ns, "testdata/store-and-model.yaml", "{{VERSITYGW_IMAGE}}", storeImage, "{{MODEL_IMAGE}}", modelImage)
 	for _, name := range []string{"versitygw", "model"} {
-		eventually(t, 2*time.Minute, "Deployment "+name+" available", func() error {
+		harness.Wait(t, "Deployment "+name+" available", func() (bool, error) {
 			d, err := kube.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
-				return err
+				return false, err
 			}
 			if d.Status.AvailableReplicas != 1 {
-				return fmt.Errorf("%d of 1 available", d.Status.AvailableReplicas)
+				return false, fmt.Errorf("%d of 1 available", d.Status.AvailableReplicas)
 			}
-			return nil
-		})
+			return true, nil
+		}, harness.Within(2*time.Minute))
 	}
 	return accessKey, secretKey
 }
