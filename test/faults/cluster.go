@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -40,7 +41,7 @@ var aimedStreams = []string{"BOXCAR_JOBS", "KV_BOXCAR_STATUS"}
 // own JetStream store.
 type natsCluster struct {
 	dir   string
-	nodes [clusterNodes]*proc
+	nodes [clusterNodes]*testharness.Process
 	// clients and routes are the addresses each node listens on, read back from the server.
 	clients, routes [clusterNodes]string
 }
@@ -52,7 +53,7 @@ func (c *natsCluster) stop() {
 		return
 	}
 	for _, n := range c.nodes {
-		n.stop()
+		_ = n.Stop(stopGrace)
 	}
 }
 
@@ -86,8 +87,8 @@ func (h *harness) startCluster() error {
 		if err != nil {
 			return err
 		}
-		c.nodes[i] = &proc{name: nodeName(i), path: natsBin, args: []string{"-c", conf}, log: filepath.Join(c.dir, nodeName(i)+".log")}
-		if err := c.nodes[i].start(); err != nil {
+		c.nodes[i] = &testharness.Process{Name: nodeName(i), Path: natsBin, Args: []string{"-c", conf}, Log: filepath.Join(c.dir, nodeName(i)+".log")}
+		if err := c.nodes[i].Start(context.Background()); err != nil {
 			return err
 		}
 	}
@@ -103,17 +104,17 @@ func (c *natsCluster) probe(natsBin string, i int) (client, route string, err er
 		return "", "", err
 	}
 	conf := filepath.Join(c.dir, nodeName(i)+"-probe.conf")
-	text := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:-1\nports_file_dir: %q\ncluster {\n  name: faults\n  listen: 127.0.0.1:-1\n}\n", nodeName(i), portsDir)
+	text := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:-1\nports_file_dir: %q\ncluster {\n  Name: faults\n  listen: 127.0.0.1:-1\n}\n", nodeName(i), portsDir)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		return "", "", err
 	}
-	p := &proc{name: nodeName(i) + " (probe)", path: natsBin, args: []string{"-c", conf}, log: filepath.Join(c.dir, nodeName(i)+".log")}
-	if err := p.start(); err != nil {
+	p := &testharness.Process{Name: nodeName(i) + " (probe)", Path: natsBin, Args: []string{"-c", conf}, Log: filepath.Join(c.dir, nodeName(i)+".log")}
+	if err := p.Start(context.Background()); err != nil {
 		return "", "", err
 	}
-	defer p.stop()
+	defer func() { _ = p.Stop(stopGrace) }()
 	var ports struct{ Nats, Cluster []string }
-	err = poll(30*time.Second, p.name+" to write its ports file", func() bool {
+	err = poll(30*time.Second, p.Name+" to write its ports file", func() bool {
 		files, _ := filepath.Glob(filepath.Join(portsDir, "*.ports"))
 		if len(files) == 0 {
 			return false
@@ -136,7 +137,7 @@ func (c *natsCluster) writeConf(i int) (string, error) {
 			routes = append(routes, "nats-route://"+r)
 		}
 	}
-	text := fmt.Sprintf("server_name: %s\nlisten: %s\ncluster {\n  name: faults\n  listen: %s\n  routes: [%s]\n}\n"+
+	text := fmt.Sprintf("server_name: %s\nlisten: %s\ncluster {\n  Name: faults\n  listen: %s\n  routes: [%s]\n}\n"+
 		"jetstream {\n  store_dir: %q\n  sync_interval: always\n}\n",
 		nodeName(i), c.clients[i], c.routes[i], strings.Join(routes, ", "), filepath.Join(c.dir, nodeName(i)))
 	conf := filepath.Join(c.dir, nodeName(i)+".conf")
@@ -282,9 +283,9 @@ func (h *harness) killNodes(done <-chan struct{}) (int, error) {
 		h.faults++
 		fmt.Fprintf(os.Stderr, "faults: kill -9 %s (leader of %s), restart it after %s\n", nodeName(i), stream, nodeDown)
 		node := h.cluster.nodes[i]
-		node.kill()
+		node.Kill()
 		time.Sleep(nodeDown)
-		if err := node.start(); err != nil {
+		if err := node.Start(context.Background()); err != nil {
 			return kills, err
 		}
 		if err := poll(2*time.Minute, nodeName(i)+" to catch up", h.clusterWhole); err != nil {

@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -43,6 +44,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/testnet"
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
 // The run's settings: short enough that redeliveries and exhausted jobs happen within minutes.
@@ -85,10 +87,10 @@ func main() {
 type harness struct {
 	bin, dir, natsURL, s3Endpoint, modelURL string
 	keep                                    bool
-	nats, gw, model                         *proc
+	nats, gw, model                         *testharness.Process
 	// cluster is the 3-node NATS cluster of a --cluster run, in place of nats.
 	cluster *natsCluster
-	workers [2]*proc
+	workers [2]*testharness.Process
 	// proxy stands between worker 1 and versitygw, to pause that worker mid-upload.
 	proxy   *storeProxy
 	faults  int
@@ -124,8 +126,8 @@ func newHarness(bin string, keep, cluster bool) (*harness, error) {
 }
 
 func (h *harness) close() {
-	for _, p := range []*proc{h.workers[0], h.workers[1], h.model, h.gw, h.nats} {
-		p.stop()
+	for _, p := range []*testharness.Process{h.workers[0], h.workers[1], h.model, h.gw, h.nats} {
+		_ = p.Stop(stopGrace)
 	}
 	h.cluster.stop()
 	if h.keep {
@@ -161,8 +163,8 @@ func (h *harness) startSingleNATS() error {
 	if err != nil {
 		return err
 	}
-	h.nats = &proc{name: "nats-server", path: natsBin, args: []string{"-c", natsConf}, log: filepath.Join(h.dir, "nats.log")}
-	if err := h.nats.start(); err != nil {
+	h.nats = &testharness.Process{Name: "nats-server", Path: natsBin, Args: []string{"-c", natsConf}, Log: filepath.Join(h.dir, "nats.log")}
+	if err := h.nats.Start(context.Background()); err != nil {
 		return err
 	}
 	natsAddr, err := listeningAddr(h.nats)
@@ -186,11 +188,11 @@ func (h *harness) startRest() error {
 	if err != nil {
 		return err
 	}
-	h.gw = &proc{name: "versitygw", path: gwBin, log: filepath.Join(h.dir, "versitygw.log"),
-		args: []string{"--access", accessKey, "--secret", secretKey, "--region", "us-east-1",
+	h.gw = &testharness.Process{Name: "versitygw", Path: gwBin, Log: filepath.Join(h.dir, "versitygw.log"),
+		Args: []string{"--access", accessKey, "--secret", secretKey, "--region", "us-east-1",
 			"--port", "127.0.0.1:0", "--health", "/health", "--keep-alive", "--quiet", "posix", gwDir},
-		env: []string{"ROOT_ACCESS_KEY_ID=", "ROOT_SECRET_ACCESS_KEY="}}
-	if err := h.gw.start(); err != nil {
+		Env: []string{"ROOT_ACCESS_KEY_ID=", "ROOT_SECRET_ACCESS_KEY="}}
+	if err := h.gw.Start(context.Background()); err != nil {
 		return err
 	}
 	gwAddr, err := listeningAddr(h.gw)
@@ -198,7 +200,7 @@ func (h *harness) startRest() error {
 		return err
 	}
 	h.s3Endpoint = "http://" + gwAddr
-	h.gw.args[7] = gwAddr
+	h.gw.Args[7] = gwAddr
 	if err := h.waitGW(); err != nil {
 		return err
 	}
@@ -207,8 +209,8 @@ func (h *harness) startRest() error {
 	}
 
 	urlFile := filepath.Join(h.dir, "model-url")
-	h.model = &proc{name: "demo-model", path: filepath.Join(h.bin, "demo-model"), args: []string{"--addr", "127.0.0.1:0", "--addr-file", urlFile}, log: filepath.Join(h.dir, "model.log")}
-	if err := h.model.start(); err != nil {
+	h.model = &testharness.Process{Name: "demo-model", Path: filepath.Join(h.bin, "demo-model"), Args: []string{"--addr", "127.0.0.1:0", "--addr-file", urlFile}, Log: filepath.Join(h.dir, "model.log")}
+	if err := h.model.Start(context.Background()); err != nil {
 		return err
 	}
 	if err := poll(30*time.Second, "the demo model's address file", func() bool {
@@ -240,11 +242,11 @@ func (h *harness) startRest() error {
 		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 			return err
 		}
-		h.workers[i] = &proc{name: fmt.Sprintf("worker %d", i), path: filepath.Join(h.bin, "worker"),
-			args: []string{"--config", cfg, "--metrics-addr", "127.0.0.1:0", "--log-level", "debug"},
-			log:  filepath.Join(h.dir, fmt.Sprintf("worker%d.log", i)),
-			env:  append(h.s3Env(), "OPENAI_BASE_URL="+proxyURL, "OPENAI_API_KEY=faults-not-a-key")}
-		if err := h.workers[i].start(); err != nil {
+		h.workers[i] = &testharness.Process{Name: fmt.Sprintf("worker %d", i), Path: filepath.Join(h.bin, "worker"),
+			Args: []string{"--config", cfg, "--metrics-addr", "127.0.0.1:0", "--log-level", "debug"},
+			Log:  filepath.Join(h.dir, fmt.Sprintf("worker%d.log", i)),
+			Env:  append(h.s3Env(), "OPENAI_BASE_URL="+proxyURL, "OPENAI_API_KEY=faults-not-a-key")}
+		if err := h.workers[i].Start(context.Background()); err != nil {
 			return err
 		}
 	}
@@ -255,9 +257,9 @@ func (h *harness) startRest() error {
 func (h *harness) alive() error {
 	for _, w := range h.workers {
 		select {
-		case <-w.done:
-			b, _ := os.ReadFile(w.log)
-			return fmt.Errorf("%s exited: %s", w.name, lastLines(b, 5))
+		case <-w.Done():
+			b, _ := os.ReadFile(w.Log)
+			return fmt.Errorf("%s exited: %s", w.Name, lastLines(b, 5))
 		default:
 		}
 	}
@@ -305,11 +307,14 @@ func (h *harness) s3Env() []string {
 		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}
 }
 
-func (h *harness) startNATS() error {
-	if err := h.nats.start(); err != nil {
+func (h *harness) startNATS() error { return startAndWait(h.nats, h.waitNATS) }
+
+// startAndWait starts p and waits until wait says it serves.
+func startAndWait(p *testharness.Process, wait func() error) error {
+	if err := p.Start(context.Background()); err != nil {
 		return err
 	}
-	return h.waitNATS()
+	return wait()
 }
 
 func (h *harness) waitNATS() error {
@@ -330,12 +335,7 @@ func (h *harness) waitNATS() error {
 	})
 }
 
-func (h *harness) startGW() error {
-	if err := h.gw.start(); err != nil {
-		return err
-	}
-	return h.waitGW()
-}
+func (h *harness) startGW() error { return startAndWait(h.gw, h.waitGW) }
 
 func (h *harness) waitGW() error {
 	return poll(30*time.Second, "versitygw", func() bool {
@@ -425,7 +425,7 @@ func (h *harness) finish(ids []string) ([]string, result, error) {
 	}
 	// Stop the workers as an operator would, then look for sandboxes they left behind.
 	for _, w := range h.workers {
-		w.stop()
+		_ = w.Stop(stopGrace)
 	}
 	res, err := h.check(ids)
 	res.wrong += outageWrong
@@ -448,57 +448,55 @@ func (h *harness) inject(submitted <-chan error) error {
 		fmt.Fprintf(os.Stderr, "faults: %s\n", what)
 		return f()
 	}
-	killWorker := func(i int) error {
-		return step(fmt.Sprintf("SIGKILL worker %d and restart it", i), func() error {
-			h.workers[i].kill()
-			time.Sleep(time.Second)
-			return h.workers[i].start()
-		})
-	}
-	pause := func(d time.Duration) { time.Sleep(d) }
-	for i := range 4 {
-		pause(4 * time.Second)
-		if err := killWorker(i % 2); err != nil {
+	for _, f := range h.schedule() {
+		time.Sleep(f.after)
+		if err := step(f.what, f.do); err != nil {
 			return err
 		}
 	}
-	if err := step("kill -9 nats-server and restart it", func() error {
-		h.nats.kill()
-		time.Sleep(2 * time.Second)
-		return h.startNATS()
-	}); err != nil {
-		return err
-	}
-	pause(4 * time.Second)
-	if err := step("stop versitygw for 10s", func() error {
-		h.gw.stop()
-		time.Sleep(10 * time.Second)
-		return h.startGW()
-	}); err != nil {
-		return err
-	}
-	pause(3 * time.Second)
-	if err := step("SIGSTOP worker 1 mid-upload past AckWait while another attempt commits, then SIGCONT", h.pauseMidUpload); err != nil {
-		return err
-	}
-	for i := range 4 {
-		pause(3 * time.Second)
-		if err := killWorker(i % 2); err != nil {
-			return err
-		}
-	}
-	if err := step("kill -9 nats-server and restart it", func() error {
-		h.nats.kill()
-		time.Sleep(2 * time.Second)
-		return h.startNATS()
-	}); err != nil {
-		return err
-	}
-	pause(4 * time.Second)
+	time.Sleep(4 * time.Second)
 	if err := <-submitted; err != nil {
 		return err
 	}
 	return h.exhaust(step)
+}
+
+// fault is one step of the schedule: after a pause, what to do and its line on stderr.
+type fault struct {
+	after time.Duration
+	what  string
+	do    func() error
+}
+
+// schedule is the faults in order: four worker kills, NATS killed, versitygw stopped, the
+// paused upload, four more worker kills, NATS killed again.
+func (h *harness) schedule() []fault {
+	workerKills := func(every time.Duration) []fault {
+		var fs []fault
+		for i := range 4 {
+			w := h.workers[i%2]
+			fs = append(fs, fault{every, fmt.Sprintf("SIGKILL worker %d and restart it", i%2), func() error {
+				w.Kill()
+				time.Sleep(time.Second)
+				return w.Start(context.Background())
+			}})
+		}
+		return fs
+	}
+	natsKill := fault{0, "kill -9 nats-server and restart it", func() error {
+		h.nats.Kill()
+		time.Sleep(2 * time.Second)
+		return h.startNATS()
+	}}
+	return slices.Concat(workerKills(4*time.Second), []fault{
+		natsKill,
+		{4 * time.Second, "stop versitygw for 10s", func() error {
+			_ = h.gw.Stop(stopGrace)
+			time.Sleep(10 * time.Second)
+			return h.startGW()
+		}},
+		{3 * time.Second, "SIGSTOP worker 1 mid-upload past AckWait while another attempt commits, then SIGCONT", h.pauseMidUpload},
+	}, workerKills(3*time.Second), []fault{natsKill})
 }
 
 // exhaust kills both workers each time the last jobs submitted run again, max_deliver times,
@@ -537,14 +535,14 @@ func (h *harness) exhaust(step func(string, func() error) error) error {
 		}
 		if err := step(what, func() error {
 			for _, w := range h.workers {
-				w.kill()
+				w.Kill()
 			}
 			if attempt == maxDeliver {
 				return h.downPastLastDelivery(ids, down)
 			}
 			time.Sleep(down)
 			for _, w := range h.workers {
-				if err := w.start(); err != nil {
+				if err := w.Start(context.Background()); err != nil {
 					return err
 				}
 			}
@@ -575,7 +573,7 @@ func (h *harness) downPastLastDelivery(ids []string, down time.Duration) error {
 	fmt.Fprintf(os.Stderr, "faults: every worker down while the last delivery of %s times out\n", strings.Join(h.lastDelivery, ", "))
 	time.Sleep(down)
 	for _, w := range h.workers {
-		if err := w.start(); err != nil {
+		if err := w.Start(context.Background()); err != nil {
 			return err
 		}
 	}
@@ -595,7 +593,7 @@ func (h *harness) pauseMidUpload() error {
 		return errors.New("worker 1 began no upload in 2 minutes: the pause cannot be aimed")
 	}
 	w := h.workers[1]
-	w.signal(syscall.SIGSTOP)
+	w.Signal(syscall.SIGSTOP)
 	h.proxy.letGo() // the object is written; the answer waits for the stopped worker
 	fmt.Fprintf(os.Stderr, "faults: worker 1 stopped while uploading %s\n", up)
 	err := poll(3*time.Minute, "another attempt to commit "+up.jobID, func() bool {
@@ -606,7 +604,7 @@ func (h *harness) pauseMidUpload() error {
 		st, err := h.statuses(up.jobID)
 		return err == nil && st[up.jobID].State.Terminal()
 	})
-	w.signal(syscall.SIGCONT)
+	w.Signal(syscall.SIGCONT)
 	h.paused = append(h.paused, up)
 	return err
 }
@@ -626,7 +624,7 @@ func (h *harness) runsDir() string { return filepath.Join(h.dir, "s3", bucket, "
 
 // logged reports whether worker i logged msg for the job's attempt.
 func (h *harness) logged(i int, msg, jobID string, attempt int) bool {
-	b, err := os.ReadFile(h.workers[i].log)
+	b, err := os.ReadFile(h.workers[i].Log)
 	if err != nil {
 		return false
 	}
@@ -743,7 +741,7 @@ func (h *harness) statuses(ids ...string) (map[string]job.Status, error) {
 
 type result struct {
 	committed, dead, lost, duplicates, orphans, redelivered, verifyFailed, stuck int
-	// wrong counts broken invariants the line does not name: a status that names another
+	// wrong counts broken invariants the line does not Name: a status that names another
 	// attempt or worker than the manifest, a stale attempt's object in a committed run, a
 	// fault that missed its aim.
 	wrong int
@@ -913,78 +911,21 @@ func (h *harness) orphans() int {
 	return n
 }
 
-// proc is one external process the harness starts, kills and starts again.
-type proc struct {
-	name, path, log string
-	args, env       []string
-	cmd             *exec.Cmd
-	done            chan struct{}
-}
+// stopGrace is how long a process has to end after SIGTERM before it is killed.
+const stopGrace = 20 * time.Second
 
-func (p *proc) start() error {
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(p.path, p.args...)
-	cmd.Env = append(os.Environ(), p.env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return fmt.Errorf("start %s: %w", p.name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
-	p.cmd, p.done = cmd, done
-	return nil
-}
-
-func (p *proc) signal(s syscall.Signal) {
-	if p != nil && p.cmd != nil {
-		_ = p.cmd.Process.Signal(s)
-	}
-}
-
-func (p *proc) kill() {
-	if p == nil || p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-// stop asks the process to end and waits for it, killing it after a grace period.
-func (p *proc) stop() {
-	if p == nil || p.cmd == nil {
-		return
-	}
-	p.signal(syscall.SIGCONT)
-	p.signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		p.kill()
-	}
-}
-
+// poll waits up to within (times the test timeout scale) for ok: harness.Poll, for the fault
+// run's conditions, which have no error to tell.
 func poll(within time.Duration, what string, ok func() bool) error {
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("waited %s for %s", within, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return nil
+	return testharness.Poll(context.Background(), within, what, func(context.Context) (bool, error) { return ok(), nil })
 }
 
 // listeningAddr waits for p to listen and returns the address, read from /proc.
-func listeningAddr(p *proc) (string, error) {
+func listeningAddr(p *testharness.Process) (string, error) {
 	var addr string
 	var err error
-	werr := poll(30*time.Second, p.name+" to listen", func() bool {
-		addr, err = testnet.ListeningAddr(p.cmd.Process.Pid)
+	werr := poll(30*time.Second, p.Name+" to listen", func() bool {
+		addr, err = testnet.ListeningAddr(p.Pid())
 		return addr != "" || err != nil
 	})
 	if err != nil {

@@ -71,7 +71,7 @@ func (h *harness) modelOutage() (ids []string, wrong int, err error) {
 	}
 	h.faults++
 	fmt.Fprintf(os.Stderr, "faults: stop the model for %s with %d jobs queued or running\n", outageFor, outageJobs)
-	h.model.kill()
+	h.model.Kill()
 	stopped := time.Now()
 	down, readyz := h.watchModelDown(stopped.Add(outageFor))
 	time.Sleep(time.Until(stopped.Add(outageFor)))
@@ -146,12 +146,12 @@ func (h *harness) restartModel() error {
 	if err != nil {
 		return err
 	}
-	for i, a := range h.model.args {
+	for i, a := range h.model.Args {
 		if a == "--addr" {
-			h.model.args[i+1] = u.Host
+			h.model.Args[i+1] = u.Host
 		}
 	}
-	if err := h.model.start(); err != nil {
+	if err := h.model.Start(context.Background()); err != nil {
 		return err
 	}
 	return poll(30*time.Second, "the demo model to listen again", func() bool {
@@ -167,7 +167,7 @@ var metricsListening = regexp.MustCompile(`"msg":"metrics listening","addr":"([^
 
 // metricsURL is the base URL of worker i's endpoints, from the last start in its log.
 func (h *harness) metricsURL(i int) string {
-	b, err := os.ReadFile(h.workers[i].log)
+	b, err := os.ReadFile(h.workers[i].Log)
 	if err != nil {
 		return ""
 	}
