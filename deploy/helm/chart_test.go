@@ -717,14 +717,19 @@ func checkScaling(t *testing.T, r *rendered, cfg config.Config) {
 		if ref.Kind != "Deployment" || ref.Name != fullname {
 			t.Errorf("ScaledObject scales %+v, want the worker Deployment", ref)
 		}
-		if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != "nats-jetstream" {
-			t.Fatalf("ScaledObject triggers %+v, want one nats-jetstream", so.Spec.Triggers)
+		// One trigger per tenant, on the stream and the tenant's consumer the workers use, as
+		// the worker's config loader resolves them.
+		tenants := slices.Sorted(maps.Keys(cfg.TenantsOrDefault()))
+		if len(so.Spec.Triggers) != len(tenants) {
+			t.Fatalf("ScaledObject triggers %+v, want one nats-jetstream per tenant %v", so.Spec.Triggers, tenants)
+		}
+		for i, tenant := range tenants {
+			tr := so.Spec.Triggers[i]
+			if want := cfg.NATS.Consumer + "-" + tenant; tr.Type != "nats-jetstream" || tr.Metadata["stream"] != cfg.NATS.Stream || tr.Metadata["consumer"] != want {
+				t.Errorf("trigger %d %s watches %s/%s, want the workers' %s/%s", i, tr.Type, tr.Metadata["stream"], tr.Metadata["consumer"], cfg.NATS.Stream, want)
+			}
 		}
 		md := so.Spec.Triggers[0].Metadata
-		// The stream and consumer the workers use, as the worker's config loader resolves them.
-		if md["stream"] != cfg.NATS.Stream || md["consumer"] != cfg.NATS.Consumer {
-			t.Errorf("trigger watches %s/%s, want the workers' %s/%s", md["stream"], md["consumer"], cfg.NATS.Stream, cfg.NATS.Consumer)
-		}
 		for _, k := range []string{"natsServerMonitoringEndpoint", "account", "lagThreshold"} {
 			if md[k] == "" {
 				t.Errorf("trigger metadata lacks %s: %v", k, md)

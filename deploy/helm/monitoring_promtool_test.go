@@ -45,7 +45,7 @@ func TestAlertRules(t *testing.T) {
 	// The workers' consumer as the NATS chart's exporter (-prefix=nats -jsz=all) reports it from
 	// the consumer's leader and a follower, and the Deployment as kube-state-metrics does.
 	const (
-		consumer = `account="$G",stream_name="BOXCAR_JOBS",consumer_name="boxcar-workers",namespace="nats",service="nats-headless"`
+		consumer = `account="$G",stream_name="BOXCAR_JOBS",consumer_name="boxcar-workers-default",namespace="nats",service="nats-headless"`
 		leader   = consumer + `,server_name="nats-0",pod="nats-0",is_consumer_leader="true"`
 		follower = consumer + `,server_name="nats-1",pod="nats-1",is_consumer_leader="false"`
 		workers  = `kube_deployment_status_replicas_available{namespace="boxcar",deployment="boxcar",job="kube-state-metrics"}`
@@ -207,8 +207,8 @@ tests:
   - name: another stream, another release's deployment
     interval: 1m
     input_series:
-      - {series: 'nats_consumer_num_pending{account="$G",stream_name="OTHER",consumer_name="boxcar-workers",is_consumer_leader="true"}', values: '9x30'}
-      - {series: 'nats_consumer_num_ack_pending{account="$G",stream_name="OTHER",consumer_name="boxcar-workers",is_consumer_leader="true"}', values: '0x30'}
+      - {series: 'nats_consumer_num_pending{account="$G",stream_name="OTHER",consumer_name="boxcar-workers-default",is_consumer_leader="true"}', values: '9x30'}
+      - {series: 'nats_consumer_num_ack_pending{account="$G",stream_name="OTHER",consumer_name="boxcar-workers-default",is_consumer_leader="true"}', values: '0x30'}
       - {series: 'nats_consumer_num_pending{` + leader + `}', values: '0x30'}
       - {series: 'nats_consumer_num_ack_pending{` + leader + `}', values: '0x30'}
       - {series: 'kube_deployment_status_replicas_available{namespace="other",deployment="boxcar"}', values: '0x30'}

@@ -24,7 +24,9 @@ import (
 func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	m := metrics.New()
-	m.WatchQueue(context.Background(), func(context.Context) (uint64, uint64, error) { return 0, 0, nil })
+	m.WatchQueue(context.Background(), func(context.Context) ([]metrics.TenantLag, error) {
+		return []metrics.TenantLag{{Tenant: "default"}}, nil
+	})
 	names := map[string]bool{}
 	families, err := m.Registry().Gather()
 	if err != nil {

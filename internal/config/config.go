@@ -68,7 +68,7 @@ type NATS struct {
 	// DeadLetterStream keeps jobs that can never run. Default: BOXCAR_DLQ.
 	DeadLetterStream string `json:"dead_letter_stream,omitempty"`
 	// ApprovalsBucket is the KV bucket of shell commands waiting for a person (the "ask"
-	// policy) and their answers, keyed <job id>.<call id>. Default: BOXCAR_APPROVALS.
+	// policy) and their answers, keyed <tenant>.<job id>.<call id>. Default: BOXCAR_APPROVALS.
 	ApprovalsBucket string `json:"approvals_bucket,omitempty"`
 	// AckWait is how long a delivery may go without an ack or heartbeat. Default: 60s.
 	AckWait Duration `json:"ack_wait,omitempty"`

@@ -136,20 +136,25 @@ func TestModelTransport(t *testing.T) {
 func TestWatchQueue(t *testing.T) {
 	m := metrics.New()
 	var fail error
-	m.WatchQueue(context.Background(), func(ctx context.Context) (uint64, uint64, error) {
-		return 7, 2, fail
+	m.WatchQueue(context.Background(), func(ctx context.Context) ([]metrics.TenantLag, error) {
+		if fail != nil {
+			return nil, fail
+		}
+		return []metrics.TenantLag{{Tenant: "team-a", Pending: 7, AckPending: 2}, {Tenant: "team-b", Pending: 0, AckPending: 1}}, nil
 	})
 	names := []string{"boxcar_queue_pending_jobs", "boxcar_queue_ack_pending_jobs", "boxcar_queue_info_errors_total"}
 	err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
-# HELP boxcar_queue_ack_pending_jobs Jobs delivered to a worker and not yet acknowledged (cluster-wide).
+# HELP boxcar_queue_ack_pending_jobs Jobs of the tenant delivered to a worker and not yet acknowledged (cluster-wide).
 # TYPE boxcar_queue_ack_pending_jobs gauge
-boxcar_queue_ack_pending_jobs 2
+boxcar_queue_ack_pending_jobs{tenant="team-a"} 2
+boxcar_queue_ack_pending_jobs{tenant="team-b"} 1
 # HELP boxcar_queue_info_errors_total Failed lookups of the consumer's pending counts.
 # TYPE boxcar_queue_info_errors_total counter
 boxcar_queue_info_errors_total 0
-# HELP boxcar_queue_pending_jobs Jobs in the stream that the workers' consumer has not delivered yet (cluster-wide).
+# HELP boxcar_queue_pending_jobs Jobs of the tenant in the stream that its consumer has not delivered yet (cluster-wide).
 # TYPE boxcar_queue_pending_jobs gauge
-boxcar_queue_pending_jobs 7
+boxcar_queue_pending_jobs{tenant="team-a"} 7
+boxcar_queue_pending_jobs{tenant="team-b"} 0
 `), names...)
 	if err != nil {
 		t.Error(err)
@@ -192,7 +197,9 @@ func TestToolOutcome(t *testing.T) {
 // metrics`; the e2e tests run promtool itself on a real scrape.
 func TestNamesLint(t *testing.T) {
 	m := metrics.New()
-	m.WatchQueue(context.Background(), func(context.Context) (uint64, uint64, error) { return 0, 0, nil })
+	m.WatchQueue(context.Background(), func(context.Context) ([]metrics.TenantLag, error) {
+		return []metrics.TenantLag{{Tenant: "default"}}, nil
+	})
 	m.Jobs.WithLabelValues("p", "succeeded").Inc()
 	m.JobDuration.WithLabelValues("p", "succeeded").Observe(1)
 	m.QueueWait.WithLabelValues("p").Observe(1)

@@ -7,14 +7,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// QueueLag reports the jobs the workers' consumer has not delivered yet (pending) and those
-// delivered but not yet acknowledged (ackPending). queue.Queue.ConsumerLag is one.
-type QueueLag func(ctx context.Context) (pending, ackPending uint64, err error)
+// TenantLag is one tenant's jobs its consumer has not delivered yet (Pending) and those
+// delivered but not yet acknowledged (AckPending).
+type TenantLag struct {
+	Tenant              string
+	Pending, AckPending uint64
+}
+
+// QueueLag reports the lag of each tenant's consumer; the worker adapts
+// queue.Consumer.ConsumerLag to it. The tenants are the configured ones, so the label is
+// bounded.
+type QueueLag func(ctx context.Context) ([]TenantLag, error)
 
 // queueLagTimeout bounds the lookup behind one scrape.
 const queueLagTimeout = 2 * time.Second
 
-// WatchQueue exports the consumer's pending and ack-pending counts, looked up at each scrape.
+// WatchQueue exports each tenant consumer's pending and ack-pending counts, looked up at each
+// scrape.
 // Every worker reports the same cluster-wide numbers: aggregate them with max, not sum. A
 // failed lookup leaves the two gauges out of that scrape and counts
 // boxcar_queue_info_errors_total. Lookups run on ctx (the worker's): once it ends they fail.
@@ -22,9 +31,9 @@ func (m *Metrics) WatchQueue(ctx context.Context, lag QueueLag) {
 	m.registry.MustRegister(&queueCollector{
 		ctx: ctx, lag: lag,
 		pending: prometheus.NewDesc("boxcar_queue_pending_jobs",
-			"Jobs in the stream that the workers' consumer has not delivered yet (cluster-wide).", nil, nil),
+			"Jobs of the tenant in the stream that its consumer has not delivered yet (cluster-wide).", []string{"tenant"}, nil),
 		ackPending: prometheus.NewDesc("boxcar_queue_ack_pending_jobs",
-			"Jobs delivered to a worker and not yet acknowledged (cluster-wide).", nil, nil),
+			"Jobs of the tenant delivered to a worker and not yet acknowledged (cluster-wide).", []string{"tenant"}, nil),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "boxcar_queue_info_errors_total", Help: "Failed lookups of the consumer's pending counts.",
 		}),
@@ -47,12 +56,13 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(c.ctx, queueLagTimeout)
 	defer cancel()
-	pending, ackPending, err := c.lag(ctx)
+	lags, err := c.lag(ctx)
 	if err != nil {
 		c.errors.Inc()
-	} else {
-		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(pending))
-		ch <- prometheus.MustNewConstMetric(c.ackPending, prometheus.GaugeValue, float64(ackPending))
+	}
+	for _, l := range lags {
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(l.Pending), l.Tenant)
+		ch <- prometheus.MustNewConstMetric(c.ackPending, prometheus.GaugeValue, float64(l.AckPending), l.Tenant)
 	}
 	c.errors.Collect(ch)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,21 +20,23 @@ import (
 // dead-letter stream and the status and approvals buckets. It needs the operator's rights
 // ($JS.API.STREAM.CREATE and the like); a worker without them binds to what an Admin made.
 type Admin struct {
-	js  jetstream.JetStream
-	cfg config.NATS
-	log *slog.Logger
+	js      jetstream.JetStream
+	cfg     config.NATS
+	tenants map[string]int // tenant → its consumer's max_ack_pending
+	log     *slog.Logger
 }
 
-// NewAdmin returns an Admin on the connection; it declares nothing until Declare.
-func NewAdmin(nc *nats.Conn, cfg config.NATS, log *slog.Logger) (*Admin, error) {
+// NewAdmin returns an Admin on the connection for the tenants of the worker config (nil: the
+// one tenant default); it declares nothing until Declare.
+func NewAdmin(nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, log *slog.Logger) (*Admin, error) {
 	js, err := newJetStream(nc)
 	if err != nil {
 		return nil, err
 	}
-	return &Admin{js: js, cfg: cfg, log: log}, nil
+	return &Admin{js: js, cfg: cfg, tenants: tenantsOrDefault(cfg, tenants), log: log}, nil
 }
 
-// Declare creates or updates the streams, the consumer and the buckets. It is safe to call from
+// Declare creates or updates the streams, one consumer per tenant and the buckets. It is safe to call from
 // every worker at start and again at any time: a limit an operator edited is kept (streams.go).
 func (a *Admin) Declare(ctx context.Context) error {
 	cfg := a.cfg
@@ -40,11 +44,19 @@ func (a *Admin) Declare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := a.declareConsumer(ctx, stream); err != nil {
+	if err := a.removeShared(ctx, stream); err != nil {
 		return err
+	}
+	for _, tenant := range slices.Sorted(maps.Keys(a.tenants)) {
+		if err := a.declareConsumer(ctx, stream, tenant); err != nil {
+			return err
+		}
 	}
 	if _, err := setUpStatus(ctx, a.js, cfg, a.log); err != nil {
 		return fmt.Errorf("queue: set up status bucket %s: %w", cfg.StatusBucket, err)
+	}
+	if err := setUpCancel(ctx, a.js, cfg); err != nil {
+		return err
 	}
 	return setUpApprovals(ctx, a.js, cfg)
 }
@@ -55,14 +67,16 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 	jobs := jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "Boxcar jobs",
-		Subjects:    []string{cfg.Subject},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  time.Duration(cfg.DuplicateWindow),
-		MaxMsgSize:  job.MaxMessageBytes + 4096, // room for headers
-		MaxMsgs:     orUnlimited(cfg.JobMaxMsgs),
-		MaxBytes:    orUnlimited(cfg.JobMaxBytes),
+		// boxcar.jobs.T.J, and boxcar.jobs as submitters before tenants published: such a
+		// job is tenant default's.
+		Subjects:   []string{cfg.Subject + ".*.*", cfg.Subject},
+		Retention:  jetstream.WorkQueuePolicy,
+		Storage:    jetstream.FileStorage,
+		Replicas:   cfg.Replicas,
+		Duplicates: time.Duration(cfg.DuplicateWindow),
+		MaxMsgSize: job.MaxMessageBytes + 4096, // room for headers
+		MaxMsgs:    orUnlimited(cfg.JobMaxMsgs),
+		MaxBytes:   orUnlimited(cfg.JobMaxBytes),
 		// A full queue refuses the submission, which submit reports; it never drops a job
 		// that was accepted.
 		Discard: jetstream.DiscardNew,
@@ -77,7 +91,7 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 	dead := jetstream.StreamConfig{
 		Name:        cfg.DeadLetterStream,
 		Description: "Boxcar jobs that can never run, with the reason",
-		Subjects:    []string{dlqSubject(cfg, "*")},
+		Subjects:    []string{cfg.DeadLetterStream + ".>"},
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		MaxAge:      time.Duration(cfg.DeadLetterMaxAge),
@@ -94,68 +108,54 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 	return stream, nil
 }
 
-// declareConsumer creates or updates the workers' durable consumer.
-func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream) error {
-	cfg := a.cfg
-	var before *jetstream.ConsumerConfig
-	if c, err := stream.Consumer(ctx, cfg.Consumer); err == nil {
-		before = &c.CachedInfo().Config
-	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("queue: look up consumer %s: %w", cfg.Consumer, err)
+// removeShared removes the one consumer all tenants' jobs went through before tenants: on a
+// work-queue stream it overlaps every tenant's and would keep them from being made. The jobs it
+// had not settled stay in the stream, and the tenant's consumer delivers them from their first
+// delivery (a job in flight on a worker of the old version may run twice; the run's
+// create-only manifest lets only one commit).
+func (a *Admin) removeShared(ctx context.Context, stream jetstream.Stream) error {
+	c, err := stream.Consumer(ctx, a.cfg.Consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
 	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:     cfg.Consumer,
-		Description: "Boxcar workers",
-		AckPolicy:   jetstream.AckExplicitPolicy,
-		AckWait:     time.Duration(cfg.AckWait),
+	if err != nil {
+		return fmt.Errorf("queue: look up consumer %s: %w", a.cfg.Consumer, err)
+	}
+	old := c.CachedInfo().Config
+	if err := stream.DeleteConsumer(ctx, a.cfg.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("queue: remove the shared consumer %s of an older Boxcar: %w", a.cfg.Consumer, err)
+	}
+	a.log.Warn("removed the consumer all tenants shared (an older Boxcar's); each tenant has its own now, which delivers the jobs left in the stream again",
+		"consumer", a.cfg.Consumer, "old_max_deliver", old.MaxDeliver, "tenants", len(a.tenants))
+	return nil
+}
+
+// declareConsumer creates or updates one tenant's durable consumer: its jobs only, at most
+// its max_concurrent in flight across the fleet, so that one tenant's burst leaves the
+// workers' other slots to the other tenants.
+func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream, tenant string) error {
+	cfg := a.cfg
+	name := consumerName(cfg, tenant)
+	filters := []string{tenantFilter(cfg, tenant)}
+	if tenant == job.DefaultTenant {
+		filters = append(filters, cfg.Subject)
+	}
+	_, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:        name,
+		Description:    "Boxcar workers, jobs of tenant " + tenant,
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        time.Duration(cfg.AckWait),
 		// Unbounded on the server: the worker decides from the delivery count (see
 		// Delivery.Exhausted), so a job whose last delivery died is delivered once more and
 		// dead-lettered by whoever gets it, even when every worker was down at the time. The
 		// server's own max-deliveries end is an at-most-once advisory that nothing stores.
 		MaxDeliver:    -1,
-		MaxAckPending: cfg.MaxAckPending,
+		MaxAckPending: a.tenants[tenant],
 		Replicas:      cfg.Replicas,
 	})
 	if err != nil {
-		return fmt.Errorf("queue: set up consumer %s: %w (if it cannot be updated, remove it with `nats consumer rm %s %s` while no worker runs; jobs stay in the stream)", cfg.Consumer, err, cfg.Stream, cfg.Consumer)
+		return fmt.Errorf("queue: set up consumer %s: %w (if it cannot be updated, remove it with `nats consumer rm %s %s` while no worker runs; jobs stay in the stream)", name, err, cfg.Stream, name)
 	}
-	if before != nil && before.MaxDeliver > 0 {
-		if err := redeliverDropped(ctx, a.js, stream, cons, before.MaxDeliver, a.log); err != nil {
-			return fmt.Errorf("queue: consumer %s: deliver again the jobs its old max_deliver of %d dropped: %w", cfg.Consumer, before.MaxDeliver, err)
-		}
-	}
-	return nil
-}
-
-// redeliverDropped repairs a consumer that an older Boxcar created with a finite MaxDeliver,
-// now unbounded. The server stopped delivering each job that reached that count, and an
-// update does not bring those back: they sit in the work-queue stream, which holds only jobs
-// no one has settled, but no delivery will ever come. When the stream holds more jobs than the
-// consumer has pending or in flight, the consumer is reset to the stream's first job, so that
-// every job in it is delivered again, counting from 1; a job in flight on another worker is
-// then delivered twice, which the run's create-only manifest makes harmless (one commits, the
-// other finds it committed or loses the commit).
-func redeliverDropped(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, cons jetstream.Consumer, old int, log *slog.Logger) error {
-	// The stream first: a job settled between the two reads makes the count too high, which
-	// costs a reset, never too low, which would leave a job behind.
-	sinfo, err := stream.Info(ctx)
-	if err != nil {
-		return err
-	}
-	cinfo, err := cons.Info(ctx)
-	if err != nil {
-		return err
-	}
-	live := cinfo.NumPending + uint64(cinfo.NumAckPending)
-	log.Warn("the job consumer had a finite max_deliver, set by an older Boxcar; it is now unbounded, and the worker counts deliveries itself",
-		"consumer", cinfo.Name, "old_max_deliver", old)
-	if sinfo.State.Msgs <= live {
-		return nil
-	}
-	if _, err := js.ResetConsumerToSequence(ctx, sinfo.Config.Name, cinfo.Name, sinfo.State.FirstSeq); err != nil {
-		return err
-	}
-	log.Warn("jobs the old max_deliver had dropped are delivered again, from their first delivery; jobs in flight may be delivered a second time",
-		"consumer", cinfo.Name, "dropped", sinfo.State.Msgs-live, "jobs", sinfo.State.Msgs)
 	return nil
 }

@@ -20,7 +20,7 @@ import (
 
 // The approvals transport carries the shell tool's "ask" policy. A worker that meets a command
 // needing a person's approval puts an Approval in the approvals bucket under
-// "<job id>.<call key>" and watches that key. `submit approvals` lists the pending ones;
+// "<tenant>.<job id>.<call key>" and watches that key. `submit approvals` lists the pending ones;
 // `submit approve` and `submit deny` answer with a compare-and-set update, so a request is
 // answered once. When the worker stops waiting (the approval timeout passed, or the job
 // ended) it marks the request expired, so a late answer is refused instead of being lost
@@ -38,6 +38,8 @@ const (
 
 // Approval is one shell command waiting for a person's answer, or answered.
 type Approval struct {
+	// Tenant and JobID name the job; the key, T.J.C, is what a tenant's permissions cover.
+	Tenant      string       `json:"tenant,omitempty"`
 	JobID       string       `json:"job_id"`
 	CallID      string       `json:"call_id"`
 	Argv        []string     `json:"argv"`
@@ -81,9 +83,11 @@ func setUpApprovals(ctx context.Context, js jetstream.JetStream, cfg config.NATS
 // callToken is a call id that can be a key token as it is; others are hashed.
 var callToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
-// approvalKey is "<job id>.<call id>", the call id replaced by "=" and a digest when it holds
-// characters a key cannot ("=" never starts a plain call id, so the two cannot collide).
-func approvalKey(jobID, callID string) (string, error) {
+// approvalKey is "<tenant>.<job id>.<call id>", the call id replaced by "=" and a digest when
+// it holds characters a key cannot ("=" never starts a plain call id, so the two cannot
+// collide).
+func approvalKey(r Ref, callID string) (string, error) {
+	jobID := r.ID
 	if !job.ValidID(jobID) {
 		return "", fmt.Errorf("%w: %q is not a job id", ErrUnknownApproval, jobID)
 	}
@@ -91,10 +95,10 @@ func approvalKey(jobID, callID string) (string, error) {
 		return "", fmt.Errorf("%w: the call id is empty", ErrUnknownApproval)
 	}
 	if callToken.MatchString(callID) {
-		return jobID + "." + callID, nil
+		return r.key() + "." + callID, nil
 	}
 	sum := sha256.Sum256([]byte(callID))
-	return jobID + ".=" + hex.EncodeToString(sum[:16]), nil
+	return r.key() + ".=" + hex.EncodeToString(sum[:16]), nil
 }
 
 // RequestApproval records a command waiting for a person and returns what the bucket holds
@@ -102,7 +106,7 @@ func approvalKey(jobID, callID string) (string, error) {
 // id (a redelivered job asking again), that answer is returned and nothing is written; any
 // other earlier request under the key is replaced.
 func (c *Consumer) RequestApproval(ctx context.Context, a Approval) (Approval, error) {
-	key, err := approvalKey(a.JobID, a.CallID)
+	key, err := approvalKey(Ref{Tenant: a.Tenant, ID: a.JobID}, a.CallID)
 	if err != nil {
 		return Approval{}, err
 	}
@@ -135,8 +139,8 @@ func (c *Consumer) RequestApproval(ctx context.Context, a Approval) (Approval, e
 
 // WaitApproval waits until the request is answered (approved, denied or expired) and returns
 // it. It returns ctx's error when ctx ends first.
-func (c *Consumer) WaitApproval(ctx context.Context, jobID, callID string) (Approval, error) {
-	key, err := approvalKey(jobID, callID)
+func (c *Consumer) WaitApproval(ctx context.Context, r Ref, callID string) (Approval, error) {
+	key, err := approvalKey(r, callID)
 	if err != nil {
 		return Approval{}, err
 	}
@@ -168,8 +172,8 @@ func (c *Consumer) WaitApproval(ctx context.Context, jobID, callID string) (Appr
 
 // ExpireApproval marks a request nobody answered as expired, with the reason, and returns what
 // the bucket holds: the expired request, or the answer a person gave just before.
-func (c *Consumer) ExpireApproval(ctx context.Context, jobID, callID, reason string) (Approval, error) {
-	return updateApproval(ctx, c.approvals, jobID, callID, func(a *Approval, now time.Time) (bool, error) {
+func (c *Consumer) ExpireApproval(ctx context.Context, r Ref, callID, reason string) (Approval, error) {
+	return updateApproval(ctx, c.approvals, r, callID, func(a *Approval, now time.Time) (bool, error) {
 		if a.Decision != "" {
 			return false, nil
 		}
@@ -195,7 +199,7 @@ func (c *Client) DecideApproval(ctx context.Context, jobID, callID string, d job
 	if err != nil {
 		return Approval{}, err
 	}
-	return updateApproval(ctx, kv, jobID, callID, func(a *Approval, now time.Time) (bool, error) {
+	return updateApproval(ctx, kv, c.ref(jobID), callID, func(a *Approval, now time.Time) (bool, error) {
 		switch {
 		case a.Decision == job.DecisionExpired:
 			return false, fmt.Errorf("%w: call %s of job %s expired at %s (%s); the command was denied",
@@ -221,8 +225,9 @@ func (c *Client) DecideApproval(ctx context.Context, jobID, callID string, d job
 
 // updateApproval applies change to a request that exists with compare-and-set, retrying on a
 // concurrent writer. change reports whether it changed anything; if not, nothing is written.
-func updateApproval(ctx context.Context, kv jetstream.KeyValue, jobID, callID string, change func(*Approval, time.Time) (bool, error)) (Approval, error) {
-	key, err := approvalKey(jobID, callID)
+func updateApproval(ctx context.Context, kv jetstream.KeyValue, r Ref, callID string, change func(*Approval, time.Time) (bool, error)) (Approval, error) {
+	jobID := r.ID
+	key, err := approvalKey(r, callID)
 	if err != nil {
 		return Approval{}, err
 	}
@@ -248,12 +253,12 @@ func (c *Client) approvalsBucket(ctx context.Context) (jetstream.KeyValue, error
 // PendingApprovals returns the requests still waiting for an answer, oldest first; with a job
 // id, only that job's.
 func (c *Client) PendingApprovals(ctx context.Context, jobID string) ([]Approval, error) {
-	filter := ">"
+	filter := c.tenant + ".*.*"
 	if jobID != "" {
 		if !job.ValidID(jobID) {
 			return nil, fmt.Errorf("%w: %q is not a job id", ErrUnknownJob, jobID)
 		}
-		filter = jobID + ".*"
+		filter = c.ref(jobID).key() + ".*"
 	}
 	kv, err := c.approvalsBucket(ctx)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 
 func pendingApproval(jobID, callID string, argv []string, timeout time.Duration) queue.Approval {
 	now := time.Now().UTC()
-	return queue.Approval{JobID: jobID, CallID: callID, Argv: argv, Attempt: 1, Worker: "w1", RequestedAt: now, ExpiresAt: now.Add(timeout)}
+	return queue.Approval{Tenant: tenant, JobID: jobID, CallID: callID, Argv: argv, Attempt: 1, Worker: "w1", RequestedAt: now, ExpiresAt: now.Add(timeout)}
 }
 
 func TestApprovalAnsweredOnce(t *testing.T) {
@@ -50,7 +50,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 			waited := make(chan queue.Approval, 1)
 			waitErr := make(chan error, 1)
 			go func() {
-				a, err := b.w.WaitApproval(ctx, id, callID)
+				a, err := b.w.WaitApproval(ctx, ref(id), callID)
 				waited <- a
 				waitErr <- err
 			}()
@@ -82,7 +82,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 				}
 			}
 			// The worker's expiry comes too late to change it.
-			if a, err := b.w.ExpireApproval(ctx, id, callID, "no answer within 1m0s"); err != nil || a.Decision != tt.decision {
+			if a, err := b.w.ExpireApproval(ctx, ref(id), callID, "no answer within 1m0s"); err != nil || a.Decision != tt.decision {
 				t.Errorf("ExpireApproval after the answer = %+v, %v; want the answer kept", a, err)
 			}
 			if pending, err := client.PendingApprovals(ctx, id); err != nil || len(pending) != 0 {
@@ -114,10 +114,10 @@ func TestApprovalExpiry(t *testing.T) {
 		}
 		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
-		if _, err := b.w.WaitApproval(wctx, id, "c1"); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := b.w.WaitApproval(wctx, ref(id), "c1"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("WaitApproval = %v, want DeadlineExceeded", err)
 		}
-		a, err := b.w.ExpireApproval(ctx, id, "c1", "no answer within 100ms")
+		a, err := b.w.ExpireApproval(ctx, ref(id), "c1", "no answer within 100ms")
 		if err != nil || a.Decision != job.DecisionExpired || a.DecidedBy != queue.Expirer {
 			t.Fatalf("ExpireApproval = %+v, %v", a, err)
 		}

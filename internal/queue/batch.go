@@ -2,9 +2,7 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,54 +12,33 @@ import (
 
 // PendingPublish is a job published without waiting for the server; Wait gives the outcome.
 type PendingPublish struct {
-	id     string
-	status jetstream.PubAckFuture
-	job    jetstream.PubAckFuture
+	id  string
+	ack jetstream.PubAckFuture
 }
 
-// PublishAsync sends a job's queued status and the job itself without waiting for the server's
-// acks, so a client that submits many jobs keeps the connection full instead of paying a round
-// trip per job. The semantics are Publish's: the status is created only if none exists, the
-// job id is the message id the server deduplicates by. The caller bounds how many it leaves
-// pending and calls Wait on each.
+// PublishAsync sends a job without waiting for the server's ack, so a client that submits many
+// jobs keeps the connection full instead of paying a round trip per job. The semantics are
+// Publish's. The caller bounds how many it leaves pending and calls Wait on each.
 func (c *Client) PublishAsync(j job.Job) (*PendingPublish, error) {
+	j.Tenant = c.tenant // what the subject says; the worker reads it from there
 	data, err := j.Encode()
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now().UTC()
-	// What KeyValue.Create sends: a put that the server refuses when the key has a value.
-	st, err := c.js.PublishMsgAsync(&nats.Msg{
-		Subject: "$KV." + c.cfg.StatusBucket + "." + c.ref(j.ID).key(),
-		Data:    mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, Labels: j.Labels, QueuedAt: now, UpdatedAt: now}),
-	}, jetstream.WithExpectLastSequencePerSubject(0))
-	if err != nil {
-		return nil, fmt.Errorf("queue: record job %s as queued: %w", j.ID, err)
-	}
-	jf, err := c.js.PublishMsgAsync(&nats.Msg{Subject: c.cfg.Subject, Data: data}, jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(c.cfg.Stream))
+	r := c.ref(j.ID)
+	f, err := c.js.PublishMsgAsync(&nats.Msg{Subject: jobSubject(c.cfg, r), Data: data}, jetstream.WithMsgID(r.key()), jetstream.WithExpectStream(c.cfg.Stream))
 	if err != nil {
 		return nil, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
 	}
-	return &PendingPublish{id: j.ID, status: st, job: jf}, nil
+	return &PendingPublish{id: j.ID, ack: f}, nil
 }
 
 // Wait returns the outcome of the publish: duplicate when the server already had the job id.
 func (p *PendingPublish) Wait(ctx context.Context) (duplicate bool, err error) {
 	select {
-	case <-p.status.Ok():
-	case err := <-p.status.Err():
-		var api *jetstream.APIError
-		// A status already there is a worker's or an earlier submission's: keep it.
-		if !errors.As(err, &api) || api.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
-			return false, fmt.Errorf("queue: record job %s as queued: %w", p.id, err)
-		}
-	case <-ctx.Done():
-		return false, fmt.Errorf("queue: record job %s as queued: %w", p.id, ctx.Err())
-	}
-	select {
-	case ack := <-p.job.Ok():
+	case ack := <-p.ack.Ok():
 		return ack.Duplicate, nil
-	case err := <-p.job.Err():
+	case err := <-p.ack.Err():
 		return false, fmt.Errorf("queue: publish job %s: %w", p.id, err)
 	case <-ctx.Done():
 		return false, fmt.Errorf("queue: publish job %s: %w", p.id, ctx.Err())
@@ -77,7 +54,7 @@ func (c *Client) WatchStatuses(ctx context.Context, ids []string) (<-chan job.St
 	}
 	// One watcher on the whole bucket, started before the current values are read, so no
 	// change between the two is missed; other jobs' updates are skipped by their key.
-	w, err := c.status.WatchAll(ctx, jetstream.UpdatesOnly())
+	w, err := c.status.Watch(ctx, c.tenant+".*", jetstream.UpdatesOnly())
 	if err != nil {
 		return nil, fmt.Errorf("queue: watch the status bucket: %w", err)
 	}

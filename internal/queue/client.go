@@ -21,6 +21,7 @@ type Client struct {
 	js     jetstream.JetStream
 	cfg    config.NATS
 	tenant string
+	jobs   jetstream.Stream
 	status jetstream.KeyValue
 	log    *slog.Logger
 }
@@ -32,7 +33,11 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant strin
 	if err != nil {
 		return nil, err
 	}
-	if _, err := js.Stream(ctx, cfg.Stream); err != nil {
+	if !job.ValidTenant(tenant) {
+		return nil, fmt.Errorf("queue: %q is not a tenant name (lowercase letters, digits and '-', 1 to 32 characters; --tenant, BOXCAR_TENANT)", tenant)
+	}
+	jobs, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("%w: stream %s does not exist on %s; %s", ErrNotReady, cfg.Stream, nc.ConnectedUrlRedacted(), setupHint)
 		}
@@ -42,7 +47,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant strin
 	if err != nil {
 		return nil, err
 	}
-	return &Client{js: js, cfg: cfg, tenant: tenant, status: kv, log: slog.New(slog.DiscardHandler)}, nil
+	return &Client{js: js, cfg: cfg, tenant: tenant, jobs: jobs, status: kv, log: slog.New(slog.DiscardHandler)}, nil
 }
 
 // Tenant is the tenant the client acts for.
@@ -51,30 +56,16 @@ func (c *Client) Tenant() string { return c.tenant }
 // ref names a job of the client's tenant.
 func (c *Client) ref(id string) Ref { return Ref{Tenant: c.tenant, ID: id} }
 
-// Publish sends a job. The job id is the message id, so a second publish of the same id inside
-// the duplicate window is dropped by the server; duplicate reports that case.
+// Publish sends a job on its tenant's subject, boxcar.jobs.T.J. "T.J" is the message id, so a
+// second publish of the same id inside the duplicate window is dropped by the server;
+// duplicate reports that case. Nothing else is written: the job is queued while it is in the
+// stream and no worker has written its status.
 func (c *Client) Publish(ctx context.Context, j job.Job) (duplicate bool, err error) {
-	data, err := j.Encode()
+	p, err := c.PublishAsync(j)
 	if err != nil {
 		return false, err
 	}
-	now := time.Now().UTC()
-	key := c.ref(j.ID).key()
-	rev, err := c.status.Create(ctx, key, mustJSON(job.Status{ID: j.ID, State: job.StateQueued, Profile: j.Profile, Labels: j.Labels, QueuedAt: now, UpdatedAt: now}))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return false, fmt.Errorf("queue: record job %s as queued: %w", j.ID, err)
-	}
-	ack, err := c.js.Publish(ctx, c.cfg.Subject, data, jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(c.cfg.Stream))
-	if err != nil {
-		var refused *jetstream.APIError
-		if rev > 0 && errors.As(err, &refused) {
-			// The stream refused the job (full: job_max_msgs or job_max_bytes): it was never
-			// queued, so neither is its status.
-			_ = c.status.Delete(ctx, key, jetstream.LastRevision(rev))
-		}
-		return false, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
-	}
-	return ack.Duplicate, nil
+	return p.Wait(ctx)
 }
 
 // DuplicateWindow is the job stream's duplicate window as the server holds it: a job id
@@ -90,36 +81,46 @@ func (c *Client) DuplicateWindow(ctx context.Context) (time.Duration, error) {
 // ConsumerAckWait is the ack deadline of the workers' durable consumer as the server has it. A
 // client's own configuration holds only the defaults, which a worker's config may have changed.
 func (c *Client) ConsumerAckWait(ctx context.Context) (time.Duration, error) {
-	cons, err := c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
+	cons, err := c.js.Consumer(ctx, c.cfg.Stream, consumerName(c.cfg, c.tenant))
 	if err != nil {
-		return 0, fmt.Errorf("queue: look up consumer %s: %w", c.cfg.Consumer, err)
+		return 0, fmt.Errorf("queue: look up consumer %s: %w", consumerName(c.cfg, c.tenant), err)
 	}
 	return cons.CachedInfo().Config.AckWait, nil
 }
 
-// Status returns what the status bucket holds for a job; ErrUnknownJob when nothing.
+// Status returns what the status bucket holds for a job, with CancelRequested set when a
+// cancel was asked for and the job has not ended. A job no worker has written a status for yet
+// is queued while its message is in the job stream; ErrUnknownJob when it is not there either.
 func (c *Client) Status(ctx context.Context, id string) (job.Status, error) {
-	return getStatus(ctx, c.status, c.ref(id))
+	r := c.ref(id)
+	st, err := getStatus(ctx, c.status, r)
+	if errors.Is(err, ErrUnknownJob) && job.ValidID(id) {
+		var queued bool
+		if queued, err = c.inStream(ctx, r); err == nil && !queued {
+			err = fmt.Errorf("%w: %s", ErrUnknownJob, id)
+		}
+		st = job.Status{ID: id, State: job.StateQueued}
+	}
+	if err != nil {
+		return job.Status{}, err
+	}
+	if !st.State.Terminal() && !st.CancelRequested {
+		if st.CancelRequested, err = c.cancelRequested(ctx, r); err != nil {
+			return job.Status{}, err
+		}
+	}
+	return st, nil
 }
 
-// Cancel asks for a job to be cancelled and returns its status after the request: a job that
-// has not started is cancelled at once, a running one is asked to stop (job.RequestCancel).
-func (c *Client) Cancel(ctx context.Context, id string) (job.Status, error) {
-	if !job.ValidID(id) {
-		return job.Status{}, fmt.Errorf("%w: %q is not a job id", ErrUnknownJob, id)
+// inStream reports whether the job stream holds a message on the job's subject: one no worker
+// has settled. It asks for the count of the one subject, never for the message.
+func (c *Client) inStream(ctx context.Context, r Ref) (bool, error) {
+	subject := jobSubject(c.cfg, r)
+	info, err := c.jobs.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return false, fmt.Errorf("queue: look up job %s in stream %s: %w", r.ID, c.cfg.Stream, err)
 	}
-	st, _, err := update(ctx, c.status, c.ref(id).key(), guess[job.Status]{}, func(st *job.Status, _ uint64) (bool, error) {
-		if st.State.Terminal() {
-			return false, fmt.Errorf("%w: job %s is already %s", ErrFinal, id, st.State)
-		}
-		job.RequestCancel(st)
-		st.ID, st.UpdatedAt = id, time.Now().UTC()
-		return true, nil
-	})
-	if err != nil && !errors.Is(err, ErrFinal) {
-		return job.Status{}, fmt.Errorf("queue: cancel %s: %w", id, err)
-	}
-	return st, err
+	return info.State.Subjects[subject] > 0, nil
 }
 
 // WatchStatus streams a job's status: the current value first, then every change, until ctx
@@ -133,7 +134,31 @@ func (c *Client) WatchStatus(ctx context.Context, id string) (<-chan job.Status,
 	go func() {
 		defer close(out)
 		defer func() { _ = w.Stop() }()
-		follow(ctx, w, nil, func(st job.Status) bool { return deliver(ctx, out, st) && !st.State.Terminal() })
+		send := func(st job.Status) bool { return deliver(ctx, out, st) && !st.State.Terminal() }
+		// No status yet: no worker has taken the job. If it is in the stream it is queued,
+		// which is said first, as a status would have been.
+		follow(ctx, w, nil, send, func() bool {
+			st, err := c.Status(ctx, id)
+			return err != nil || send(st)
+		})
 	}()
 	return out, nil
+}
+
+// TenantLag is the client's tenant's share of the queue as its consumer holds it: jobs not
+// delivered yet, jobs in flight, and the most that may be (the tenant's max_concurrent).
+type TenantLag struct {
+	Pending, InFlight uint64
+	MaxConcurrent     int
+}
+
+// Lag reads the client's tenant's consumer: what `submit status` shows of the queue.
+func (c *Client) Lag(ctx context.Context) (TenantLag, error) {
+	name := consumerName(c.cfg, c.tenant)
+	cons, err := c.js.Consumer(ctx, c.cfg.Stream, name)
+	if err != nil {
+		return TenantLag{}, fmt.Errorf("queue: look up consumer %s: %w", name, err)
+	}
+	info := cons.CachedInfo()
+	return TenantLag{Pending: info.NumPending, InFlight: uint64(max(info.NumAckPending, 0)), MaxConcurrent: info.Config.MaxAckPending}, nil
 }

@@ -5,12 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // Consumer is a worker's handle: it fetches and settles jobs, writes their statuses, asks for
@@ -19,65 +24,121 @@ type Consumer struct {
 	js        jetstream.JetStream
 	cfg       config.NATS
 	log       *slog.Logger
-	cons      jetstream.Consumer
+	tenants   []string                      // sorted: the order fetches go round
+	cons      map[string]jetstream.Consumer // by tenant
 	status    jetstream.KeyValue
+	cancels   jetstream.KeyValue
 	approvals jetstream.KeyValue
 	written   statusCache // the statuses this handle wrote last (status.go)
 	// admin, when the worker has the operator's rights, declares the streams again when NATS
 	// lost them; nil for a worker that only binds.
 	admin *Admin
+
+	mu      sync.Mutex
+	next    int       // the tenant whose consumer the next fetch asks first
+	checked time.Time // when redeclareIfGone last looked
 }
 
-// NewConsumer binds to the job stream, its consumer and the buckets. It creates nothing: a
-// missing one is ErrNotReady, naming `worker setup`. admin, when not nil, sets them up again
-// should NATS lose them while the worker runs.
-func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger, admin *Admin) (*Consumer, error) {
+// NewConsumer binds to the job stream, the consumer of each tenant the worker serves (nil: the
+// one tenant default) and the buckets. It creates nothing: a missing one is ErrNotReady,
+// naming `worker setup`. admin, when not nil, sets them up again should NATS lose them while
+// the worker runs.
+func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, log *slog.Logger, admin *Admin) (*Consumer, error) {
 	js, err := newJetStream(nc)
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin}
-	c.cons, err = js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrConsumerNotFound):
-		return nil, fmt.Errorf("%w: consumer %s of stream %s does not exist on %s; %s", ErrNotReady, cfg.Consumer, cfg.Stream, nc.ConnectedUrlRedacted(), setupHint)
-	case err != nil:
-		return nil, fmt.Errorf("queue: look up consumer %s: %w", cfg.Consumer, err)
+	names := slices.Sorted(maps.Keys(tenantsOrDefault(cfg, tenants)))
+	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, tenants: names, cons: map[string]jetstream.Consumer{}}
+	for _, tenant := range names {
+		name := consumerName(cfg, tenant)
+		cons, err := js.Consumer(ctx, cfg.Stream, name)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrConsumerNotFound):
+			return nil, fmt.Errorf("%w: consumer %s of stream %s (tenant %s) does not exist on %s; %s", ErrNotReady, name, cfg.Stream, tenant, nc.ConnectedUrlRedacted(), setupHint)
+		case err != nil:
+			return nil, fmt.Errorf("queue: look up consumer %s: %w", name, err)
+		}
+		c.cons[tenant] = cons
 	}
-	if c.status, err = bucket(ctx, js, cfg.StatusBucket, "status"); err != nil {
-		return nil, err
-	}
-	if c.approvals, err = bucket(ctx, js, cfg.ApprovalsBucket, "approvals"); err != nil {
-		return nil, err
+	for _, b := range []struct {
+		kv         *jetstream.KeyValue
+		name, what string
+	}{{&c.status, cfg.StatusBucket, "status"}, {&c.cancels, CancelBucket, "cancel"}, {&c.approvals, cfg.ApprovalsBucket, "approvals"}} {
+		if *b.kv, err = bucket(ctx, js, b.name, b.what); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
 
-// Open declares everything (as an operator) and binds a Consumer to it: what a worker with the
-// operator's rights does at start.
-func Open(ctx context.Context, nc *nats.Conn, cfg config.NATS, log *slog.Logger) (*Consumer, error) {
-	admin, err := NewAdmin(nc, cfg, log)
+// Open declares everything and binds a Consumer to it: what a worker does at start. A worker
+// whose identity may not declare (the server refused a $JS.API request to create or update)
+// binds to what `worker setup` declared, and fails with ErrNotReady, naming `worker setup`,
+// when something is missing.
+func Open(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, log *slog.Logger) (*Consumer, error) {
+	admin, err := NewAdmin(nc, cfg, tenants, log)
 	if err != nil {
 		return nil, err
 	}
-	if err := admin.Declare(ctx); err != nil {
-		return nil, err
+	if err := declareUnlessRefused(ctx, nc, admin); err != nil {
+		if !refused(nc) {
+			return nil, err
+		}
+		log.InfoContext(ctx, "this identity may not declare the job stream, consumers and buckets; binding to the ones `worker setup` declared", "refused", nc.LastError().Error())
+		return NewConsumer(ctx, nc, cfg, tenants, log, nil)
 	}
-	return NewConsumer(ctx, nc, cfg, log, admin)
+	return NewConsumer(ctx, nc, cfg, tenants, log, admin)
+}
+
+// declareUnlessRefused runs Declare, and ends it as soon as the server refuses one of its
+// requests: the refusal comes on the connection while the request waits for a reply that
+// never comes.
+func declareUnlessRefused(ctx context.Context, nc *nats.Conn, admin *Admin) error {
+	before := nc.LastError()
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- admin.Declare(dctx) }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			// The same error value is the refusal seen before Declare began, not a new one.
+			if err := nc.LastError(); err != before && refused(nc) { //nolint:errorlint // identity, not kind
+				cancel()
+				<-done
+				return err
+			}
+		}
+	}
+}
+
+// refused reports whether the server refused the connection a JetStream API request: its
+// permissions do not allow the subject. The server says so on the connection, not in a reply,
+// so the request itself only times out.
+func refused(nc *nats.Conn) bool {
+	err := nc.LastError()
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "$JS.API.")
 }
 
 // Fetch waits for the next job and returns its delivery. It returns only when a message
 // arrives or ctx ends, so callers fetch only when they have a free slot.
+//
+// With more than one tenant, each fetch asks the tenants' consumers in turn, starting after
+// the tenant it got the last job from: a worker with a free slot takes the next tenant's job
+// before a second one of a tenant with a burst, and each tenant's max_concurrent bounds what
+// its burst holds across the fleet.
 func (c *Consumer) Fetch(ctx context.Context) (*Delivery, error) {
 	failing := false // a failure was logged: say once when fetching works again
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		// Short pulls keep the request alive across server restarts and leader changes.
-		pullCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		msg, err := c.cons.Next(jetstream.FetchContext(pullCtx))
-		cancel()
+		msg, err := c.pull(ctx)
 		if failing && (err == nil || isPullTimeout(err)) {
 			failing = false
 			c.log.InfoContext(ctx, "fetching jobs again")
@@ -108,20 +169,102 @@ func (c *Consumer) Fetch(ctx context.Context) (*Delivery, error) {
 	}
 }
 
+// pullWait is how long one pull waits for a job on the server: short pulls keep the request
+// alive across server restarts and leader changes. idlePull is the wait on each tenant's
+// consumer in turn while none has a job: a new job of any tenant waits at most that long
+// times the number of other tenants.
+const (
+	pullWait = 10 * time.Second
+	idlePull = 250 * time.Millisecond
+)
+
+// pull returns the next message of the tenants' consumers in turn: first one round that
+// waits on none of them, then, while all are empty, one that waits idlePull on each. One
+// tenant waits as the worker always did, pullWait on its consumer.
+func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
+	if len(c.tenants) == 1 {
+		pullCtx, cancel := context.WithTimeout(ctx, pullWait)
+		defer cancel()
+		return c.cons[c.tenants[0]].Next(jetstream.FetchContext(pullCtx))
+	}
+	c.mu.Lock()
+	first := c.next
+	c.mu.Unlock()
+	var lastErr error
+	for _, wait := range []time.Duration{0, idlePull} {
+		for k := range c.tenants {
+			i := (first + k) % len(c.tenants)
+			msg, err := c.pullOne(ctx, c.tenants[i], wait)
+			if err == nil {
+				c.mu.Lock()
+				c.next = (i + 1) % len(c.tenants)
+				c.mu.Unlock()
+				return msg, nil
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if !isPullTimeout(err) && !errors.Is(err, errNoMessage) {
+				lastErr = err
+			}
+		}
+	}
+	if lastErr != nil {
+		return nil, lastErr
+	}
+	return nil, nats.ErrTimeout
+}
+
+// errNoMessage is a pull that found nothing without waiting.
+var errNoMessage = errors.New("no message")
+
+// pullOne asks one tenant's consumer for one message, waiting up to wait (zero: not at all).
+func (c *Consumer) pullOne(ctx context.Context, tenant string, wait time.Duration) (jetstream.Msg, error) {
+	cons := c.cons[tenant]
+	if wait > 0 {
+		return cons.Next(jetstream.FetchMaxWait(wait))
+	}
+	batch, err := cons.FetchNoWait(1)
+	if err != nil {
+		return nil, err
+	}
+	for msg := range batch.Messages() {
+		return msg, nil
+	}
+	if err := batch.Error(); err != nil {
+		return nil, err
+	}
+	return nil, errNoMessage
+}
+
 // redeclareIfGone sets the streams, consumer and buckets up again when the job stream or its
 // consumer is gone: NATS came back without its data (a server whose storage was lost, or an
 // operator who removed them). The handles this queue holds go on working on the new ones, as
 // they are found by name. A worker without the operator's rights says what to run instead.
 func (c *Consumer) redeclareIfGone(ctx context.Context) {
-	_, err := c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
+	// An idle worker of several tenants ends a pull every idlePull per tenant: look once per
+	// pullWait, as one tenant's worker does.
+	c.mu.Lock()
+	if time.Since(c.checked) < pullWait {
+		c.mu.Unlock()
+		return
+	}
+	c.checked = time.Now()
+	c.mu.Unlock()
+	var err error
+	for _, tenant := range c.tenants {
+		if _, err = c.js.Consumer(ctx, c.cfg.Stream, consumerName(c.cfg, tenant)); err != nil {
+			break
+		}
+	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return
 	}
 	if c.admin == nil {
-		c.log.ErrorContext(ctx, "the job stream or its consumer is gone from NATS; run `worker setup` with an operator identity", "stream", c.cfg.Stream, "consumer", c.cfg.Consumer, "error", err)
+		c.log.ErrorContext(ctx, "the job stream or its consumer is gone from NATS; run `worker setup` with an operator identity", "stream", c.cfg.Stream, "error", err)
 		return
 	}
-	c.log.WarnContext(ctx, "the job stream or its consumer is gone from NATS; setting them up again", "stream", c.cfg.Stream, "consumer", c.cfg.Consumer, "error", err)
+	c.log.WarnContext(ctx, "the job stream or its consumer is gone from NATS; setting them up again", "stream", c.cfg.Stream, "error", err)
 	if err := c.admin.Declare(ctx); err != nil {
 		c.log.ErrorContext(ctx, "set up the job stream again failed; trying at the next fetch", "error", err)
 		return
@@ -139,10 +282,12 @@ func (c *Consumer) delivery(msg jetstream.Msg) (*Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: message metadata: %w", err)
 	}
+	ref := c.subjectRef(msg)
 	return &Delivery{
 		msg:       msg,
 		c:         c,
-		JobID:     msg.Headers().Get(jetstream.MsgIDHeader),
+		Tenant:    ref.Tenant,
+		JobID:     ref.ID,
 		Data:      msg.Data(),
 		Attempt:   int(meta.NumDelivered),
 		Published: meta.Timestamp,
@@ -150,16 +295,47 @@ func (c *Consumer) delivery(msg jetstream.Msg) (*Delivery, error) {
 	}, nil
 }
 
+// subjectRef is the job a message names by its subject, boxcar.jobs.T.J, which the server let
+// only tenant T's submitters publish on: never by its payload. A message on boxcar.jobs (a
+// submitter before tenants) is tenant default's, named by its message id. A subject of another
+// shape names no job (an empty id, which the runner rejects).
+func (c *Consumer) subjectRef(msg jetstream.Msg) Ref {
+	subject := msg.Subject()
+	if subject == c.cfg.Subject {
+		return Ref{Tenant: job.DefaultTenant, ID: msg.Headers().Get(jetstream.MsgIDHeader)}
+	}
+	rest, ok := strings.CutPrefix(subject, c.cfg.Subject+".")
+	r := refOf(rest)
+	if !ok || !job.ValidTenant(r.Tenant) {
+		return Ref{Tenant: job.DefaultTenant}
+	}
+	return r
+}
+
 // AckWait is the consumer's ack deadline; heartbeats keep a running job inside it.
 func (c *Consumer) AckWait() time.Duration { return time.Duration(c.cfg.AckWait) }
 
-// ConsumerLag reports, from the server's view of the workers' durable consumer, how many jobs
-// wait to be delivered (pending) and how many are delivered but not yet acknowledged
-// (ackPending). Both are cluster-wide: every worker sees the same numbers.
-func (c *Consumer) ConsumerLag(ctx context.Context) (pending, ackPending uint64, err error) {
-	info, err := c.cons.Info(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("queue: look up consumer %s: %w", c.cfg.Consumer, err)
-	}
-	return info.NumPending, uint64(max(info.NumAckPending, 0)), nil
+// Lag is one tenant's jobs as its consumer holds them: not delivered yet (Pending) and
+// delivered but not yet acknowledged (AckPending).
+type Lag struct {
+	Tenant              string
+	Pending, AckPending uint64
 }
+
+// ConsumerLag reports, from the server's view of each tenant's durable consumer, how many jobs
+// wait to be delivered and how many are in flight, by tenant in name order. The numbers are
+// cluster-wide: every worker sees the same.
+func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
+	out := make([]Lag, 0, len(c.tenants))
+	for _, tenant := range c.tenants {
+		info, err := c.cons[tenant].Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("queue: look up consumer %s: %w", consumerName(c.cfg, tenant), err)
+		}
+		out = append(out, Lag{Tenant: tenant, Pending: info.NumPending, AckPending: uint64(max(info.NumAckPending, 0))})
+	}
+	return out, nil
+}
+
+// Tenants are the tenants whose jobs the consumer fetches, in name order.
+func (c *Consumer) Tenants() []string { return slices.Clone(c.tenants) }

@@ -75,6 +75,7 @@ func (d *Delivery) Nak(ctx context.Context, delay time.Duration) error {
 
 // DeadLetter is what the dead-letter stream keeps about a job that can never run.
 type DeadLetter struct {
+	Tenant   string    `json:"tenant,omitempty"`
 	JobID    string    `json:"job_id"`
 	Reason   string    `json:"reason"`
 	Error    string    `json:"error"`
@@ -94,7 +95,7 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 	if id == "" {
 		id = "unknown"
 	}
-	dl := DeadLetter{JobID: d.JobID, Reason: reason, Attempt: d.Attempt, At: time.Now().UTC(), Original: d.Data}
+	dl := DeadLetter{Tenant: d.Tenant, JobID: d.JobID, Reason: reason, Attempt: d.Attempt, At: time.Now().UTC(), Original: d.Data}
 	if cause != nil {
 		dl.Error = cause.Error()
 	}
@@ -102,7 +103,7 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 	if err != nil {
 		return fmt.Errorf("queue: encode dead letter: %w", err)
 	}
-	subject := dlqSubject(d.c.cfg, sanitizeToken(id))
+	subject := dlqSubject(d.c.cfg, Ref{Tenant: d.Tenant, ID: sanitizeToken(id)})
 	// Messages without an id share one subject: each keeps its own letter.
 	var once []jetstream.PublishOpt
 	if d.JobID != "" {

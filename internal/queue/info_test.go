@@ -20,10 +20,11 @@ func TestConsumerLag(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			pending, ackPending, err := b.w.ConsumerLag(ctx)
-			if err != nil {
-				t.Fatalf("ConsumerLag: %v", err)
+			lags, err := b.w.ConsumerLag(ctx)
+			if err != nil || len(lags) != 1 || lags[0].Tenant != tenant {
+				t.Fatalf("ConsumerLag: %+v, %v; want tenant %s's", lags, err, tenant)
 			}
+			pending, ackPending := lags[0].Pending, lags[0].AckPending
 			if pending == wantPending && ackPending == wantAckPending {
 				return
 			}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -15,7 +17,7 @@ import (
 // accepts (nil keeps all), newest first by the time it was queued. It reads the bucket with one
 // watcher (one consumer, no request per job); a record that does not decode is skipped.
 func (c *Client) ListStatuses(ctx context.Context, keep func(job.Status) bool) ([]job.Status, error) {
-	w, err := c.status.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := c.status.Watch(ctx, c.tenant+".*", jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("queue: list jobs: %w", err)
 	}
@@ -30,6 +32,15 @@ func (c *Client) ListStatuses(ctx context.Context, keep func(job.Status) bool) (
 				return nil, fmt.Errorf("queue: list jobs: the watch ended")
 			}
 			if e == nil { // every current value seen
+				queued, err := c.queued(ctx, out)
+				if err != nil {
+					return nil, err
+				}
+				for _, st := range queued {
+					if keep == nil || keep(st) {
+						out = append(out, st)
+					}
+				}
 				sort.SliceStable(out, func(i, j int) bool { return newer(out[i], out[j]) })
 				return out, nil
 			}
@@ -43,6 +54,43 @@ func (c *Client) ListStatuses(ctx context.Context, keep func(job.Status) bool) (
 			}
 		}
 	}
+}
+
+// queued returns the jobs of the client's tenant that are in the job stream with no status
+// yet (none in known): queued, no worker has taken them. The stream tells their subjects only.
+func (c *Client) queued(ctx context.Context, known []job.Status) ([]job.Status, error) {
+	filter := tenantFilter(c.cfg, c.tenant)
+	info, err := c.jobs.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("queue: list jobs: look up stream %s: %w", c.cfg.Stream, err)
+	}
+	has := make(map[string]bool, len(known))
+	for _, st := range known {
+		has[st.ID] = true
+	}
+	prefix := c.cfg.Subject + "." + c.tenant + "."
+	var out []job.Status
+	for subject := range info.State.Subjects {
+		id := strings.TrimPrefix(subject, prefix)
+		if has[id] || !job.ValidID(id) {
+			continue
+		}
+		out = append(out, job.Status{ID: id, State: job.StateQueued, QueuedAt: idTime(id)})
+	}
+	return out, nil
+}
+
+// idTime is when a job id made by job.NewID was made (its first 15 characters); zero for an
+// id of another shape.
+func idTime(id string) time.Time {
+	if len(id) < 15 {
+		return time.Time{}
+	}
+	t, err := time.Parse("20060102t150405", id[:15])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // newer orders jobs newest first: by when they were queued, then by id (ids start with the
@@ -63,7 +111,12 @@ func (c *Client) StatusHistory(ctx context.Context, id string) ([]job.Status, er
 	entries, err := c.status.History(ctx, c.ref(id).key())
 	if err != nil {
 		if isKeyNotFound(err) {
-			return nil, fmt.Errorf("%w: %s", ErrUnknownJob, id)
+			// No worker has written a status: queued if the stream has it, else unknown.
+			st, err := c.Status(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			return []job.Status{st}, nil
 		}
 		return nil, fmt.Errorf("queue: status history of %s: %w", id, err)
 	}

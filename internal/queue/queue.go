@@ -13,26 +13,70 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // statusHistory is how many revisions of a job's status the bucket keeps.
 const statusHistory = 16
 
-// Ref names one job as the worker knows it: the tenant it came from and its id.
+// Ref names one job as the worker knows it: the tenant whose subject it came on and its id
+// (unique within the tenant).
 type Ref struct {
 	Tenant string
 	ID     string
 }
 
-// key is the job's key in the status bucket.
-func (r Ref) key() string { return r.ID }
+// key is the job's key in the status and cancel buckets, "T.J": a submitter may be allowed
+// "T.>" and nothing else.
+func (r Ref) key() string { return r.Tenant + "." + r.ID }
 
 func (r Ref) String() string { return r.key() }
+
+// refOf is the job a status or cancel key names; the zero Ref for a key of another shape.
+func refOf(key string) Ref {
+	tenant, id, ok := strings.Cut(key, ".")
+	if !ok || strings.Contains(id, ".") {
+		return Ref{}
+	}
+	return Ref{Tenant: tenant, ID: id}
+}
+
+// tenantsOrDefault is the tenants a worker serves, by name: the config's, or the one tenant
+// job.DefaultTenant (a worker before tenants, embedded mode), each with its max_concurrent.
+func tenantsOrDefault(cfg config.NATS, tenants map[string]config.Tenant) map[string]int {
+	out := map[string]int{}
+	for name, t := range tenants {
+		out[name] = t.MaxConcurrent
+	}
+	if len(out) == 0 {
+		out[job.DefaultTenant] = 0
+	}
+	for name, n := range out {
+		if n <= 0 {
+			out[name] = cfg.MaxAckPending
+		}
+	}
+	return out
+}
+
+// jobSubject is where a tenant's job is published: boxcar.jobs.T.J.
+func jobSubject(cfg config.NATS, r Ref) string { return cfg.Subject + "." + r.key() }
+
+// tenantFilter is the subjects of one tenant's jobs: boxcar.jobs.T.*.
+func tenantFilter(cfg config.NATS, tenant string) string { return cfg.Subject + "." + tenant + ".*" }
+
+// consumerName is the durable consumer of one tenant's jobs: boxcar-workers-T.
+func consumerName(cfg config.NATS, tenant string) string { return cfg.Consumer + "-" + tenant }
+
+// CancelBucket is the key-value bucket where a submitter asks for a job to be cancelled, under
+// "T.J"; workers watch it and write the outcome to the job's status, which only they write.
+const CancelBucket = "BOXCAR_CANCEL"
 
 // newJetStream is the JetStream context of every handle.
 func newJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
@@ -59,6 +103,7 @@ func bucket(ctx context.Context, js jetstream.JetStream, name, what string) (jet
 // setupHint says how to declare what a handle found missing.
 const setupHint = "start a worker first (`worker --embedded`), or run `worker setup` with an operator identity"
 
-func dlqSubject(cfg config.NATS, jobID string) string {
-	return cfg.DeadLetterStream + "." + jobID
+// dlqSubject is where a job's dead letter goes: BOXCAR_DLQ.T.J.
+func dlqSubject(cfg config.NATS, r Ref) string {
+	return cfg.DeadLetterStream + "." + r.key()
 }

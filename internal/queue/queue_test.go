@@ -46,7 +46,7 @@ func setup(t testing.TB, change ...func(*config.NATS)) bundle {
 	for _, c := range change {
 		c(&cfg)
 	}
-	w, err := queue.Open(ctx, nc, cfg, slog.New(slog.DiscardHandler))
+	w, err := queue.Open(ctx, nc, cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestTermKeepsTheJobInTheDeadLetterStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := stream.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+"."+j.ID)
+	msg, err := stream.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+"."+tenant+"."+j.ID)
 	if err != nil {
 		t.Fatalf("no dead letter for %s: %v", j.ID, err)
 	}
@@ -371,7 +371,7 @@ func TestSetupIsIdempotent(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	for range 2 {
-		if _, err := queue.Open(ctx, b.nc, b.cfg, slog.New(slog.DiscardHandler)); err != nil {
+		if _, err := queue.Open(ctx, b.nc, b.cfg, nil, slog.New(slog.DiscardHandler)); err != nil {
 			t.Fatalf("second set-up: %v", err)
 		}
 	}
@@ -382,7 +382,7 @@ func TestIncompatibleStreamIsRefusedWithAFix(t *testing.T) {
 	cfg := config.Config{}.WithDefaults().NATS
 	// An older or foreign set-up with limits retention: a work queue cannot take its place.
 	b, _ := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.Retention = jetstream.LimitsPolicy })
-	_, err := queue.Open(context.Background(), b.nc, cfg, slog.New(slog.DiscardHandler))
+	_, err := queue.Open(context.Background(), b.nc, cfg, nil, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("set-up over an incompatible stream succeeded")
 	}

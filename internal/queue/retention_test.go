@@ -44,7 +44,7 @@ func TestOperatorStreamEditsAreKept(t *testing.T) {
 	edit(t, b.js, b.cfg.DeadLetterStream, func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
 
 	var log bytes.Buffer
-	if _, err := queue.Open(context.Background(), b.nc, b.cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+	if _, err := queue.Open(context.Background(), b.nc, b.cfg, nil, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if got := streamConfig(t, b.js, b.cfg.Stream).MaxMsgs; got != 500 {
@@ -68,7 +68,7 @@ func TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits(t *testing.T) {
 	cfg := config.Config{}.WithDefaults().NATS
 	// As such a worker made it, with the operator's max_bytes.
 	b, _ := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.Discard, c.MaxBytes = jetstream.DiscardOld, 5<<20 })
-	if _, err := queue.Open(context.Background(), b.nc, cfg, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := queue.Open(context.Background(), b.nc, cfg, nil, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	c := streamConfig(t, b.js, cfg.Stream)
@@ -97,7 +97,7 @@ func TestRetentionLimitsFollowTheConfig(t *testing.T) {
 	cfg := b.cfg
 	cfg.JobMaxBytes, cfg.DeadLetterMaxAge, cfg.StatusTTL = 64<<20, config.Duration(48*time.Hour), config.Duration(24*time.Hour)
 	var log bytes.Buffer
-	if _, err := queue.Open(context.Background(), b.nc, cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+	if _, err := queue.Open(context.Background(), b.nc, cfg, nil, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if got := streamConfig(t, b.js, b.cfg.Stream).MaxBytes; got != 64<<20 {
@@ -124,7 +124,11 @@ func TestStatusExpiresAfterTheJobEnds(t *testing.T) {
 	if _, err := b.c.Publish(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(s *job.Status) { s.State = job.StateSucceeded }); err != nil {
+	d := fetch(t, b.w, 10*time.Second)
+	if _, err := b.w.UpdateStatus(ctx, d.Ref(), func(s *job.Status) { s.State = job.StateSucceeded }); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)

@@ -99,33 +99,15 @@ func (c *statusCache) drop(key string) {
 	delete(c.m, key)
 }
 
-// WatchChanges streams the status changes made from now on to the jobs keep accepts, until ctx
-// ends or the watch breaks (the channel closes; watch again, and read what changed in
-// between). One watch serves any number of jobs: a worker follows all the jobs it runs with
-// one consumer instead of making and removing one per job. keep sees the key before the value
-// is decoded, so another worker's jobs cost this one little more than their delivery.
-func (c *Consumer) WatchChanges(ctx context.Context, keep func(Ref) bool) (<-chan job.Status, error) {
-	w, err := c.status.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("queue: watch the status bucket: %w", err)
-	}
-	out := make(chan job.Status)
-	go func() {
-		defer close(out)
-		defer func() { _ = w.Stop() }()
-		follow(ctx, w, func(key string) bool { return keep(refOf(key)) }, func(st job.Status) bool { return deliver(ctx, out, st) })
-	}()
-	return out, nil
-}
-
-// refOf is the job a status key names.
-func refOf(key string) Ref { return Ref{ID: key} }
-
 // follow hands each status the watcher puts to send, until send returns false, ctx ends or the
 // watcher stops. Deletes, the marker after the initial values, records that do not decode and
 // the keys keep refuses (looked at before the value is decoded; nil keeps every key) are
 // skipped.
-func follow(ctx context.Context, w jetstream.KeyWatcher, keep func(key string) bool, send func(job.Status) bool) {
+//
+// none, when given, is called at the end of the initial values when there were none; follow
+// ends when it returns false.
+func follow(ctx context.Context, w jetstream.KeyWatcher, keep func(key string) bool, send func(job.Status) bool, none ...func() bool) {
+	initial := true // until the watcher's nil marker
 	for {
 		select {
 		case <-ctx.Done():
@@ -134,7 +116,15 @@ func follow(ctx context.Context, w jetstream.KeyWatcher, keep func(key string) b
 			if !ok {
 				return
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut || (keep != nil && !keep(e.Key())) {
+			if e == nil && initial && len(none) > 0 && !none[0]() {
+				return
+			}
+			if e == nil {
+				initial = false
+				continue
+			}
+			initial = false
+			if e.Operation() != jetstream.KeyValuePut || (keep != nil && !keep(e.Key())) {
 				continue
 			}
 			st, err := decodeStatus(e.Value())

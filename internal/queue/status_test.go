@@ -19,7 +19,7 @@ func TestStatusWritesByOthersAreNeverLost(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	other, err := queue.NewConsumer(ctx, b.nc, b.cfg, slog.New(slog.DiscardHandler), nil)
+	other, err := queue.NewConsumer(ctx, b.nc, b.cfg, nil, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -15,9 +16,10 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
-// TestConsumerOfAnOlderBoxcar: a worker that starts on a consumer an older Boxcar created, with
-// a finite max_deliver the server used to drop jobs silently, makes it unbounded, says so, and
-// delivers again the jobs the old setting had already dropped.
+// TestConsumerOfAnOlderBoxcar: a worker that starts on the one consumer an older Boxcar shared
+// between all jobs (before tenants), with a finite max_deliver the server used to drop jobs
+// silently, removes it, says so, and its tenant's consumer delivers every job left in the
+// stream, on the old subject too: the one the old setting had dropped and the one waiting.
 func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -73,18 +75,21 @@ func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 	waiting := publish() // not delivered yet
 
 	var log bytes.Buffer
-	q, err := queue.Open(ctx, nc, cfg, slog.New(slog.NewTextHandler(&log, nil)))
+	q, err := queue.Open(ctx, nc, cfg, nil, slog.New(slog.NewTextHandler(&log, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if _, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Errorf("after a worker start the shared consumer is still there: %v", err)
+	}
+	c, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer+"-default")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := c.CachedInfo().Config.MaxDeliver; got != -1 {
-		t.Errorf("after a worker start the consumer's max_deliver = %d, want -1 (unbounded)", got)
+		t.Errorf("after a worker start the tenant's consumer's max_deliver = %d, want -1 (unbounded)", got)
 	}
-	for _, want := range []string{"old_max_deliver=2", "dropped=1"} {
+	for _, want := range []string{"removed the consumer all tenants shared", "old_max_deliver=2"} {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("worker log does not say %q:\n%s", want, log.String())
 		}
@@ -93,6 +98,9 @@ func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 	for range 2 {
 		d := fetch(t, q, 10*time.Second)
 		got[d.JobID] = d.Attempt
+		if d.Tenant != "default" {
+			t.Errorf("a job on the old subject is of tenant %q, want default", d.Tenant)
+		}
 		if err := d.Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -106,10 +114,10 @@ func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 
 	// The next start finds the consumer as it wants it and resets nothing.
 	log.Reset()
-	if _, err := queue.Open(ctx, nc, cfg, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+	if _, err := queue.Open(ctx, nc, cfg, nil, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(log.String(), "max_deliver") {
+	if strings.Contains(log.String(), "shared") {
 		t.Errorf("a second start touched the consumer again:\n%s", log.String())
 	}
 	expectEmpty(t, q, 2*time.Second)

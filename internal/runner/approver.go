@@ -17,8 +17,8 @@ import (
 // Approvals is the transport of the shell tool's "ask" approvals.
 type Approvals interface {
 	RequestApproval(ctx context.Context, a queue.Approval) (queue.Approval, error)
-	WaitApproval(ctx context.Context, jobID, callID string) (queue.Approval, error)
-	ExpireApproval(ctx context.Context, jobID, callID, reason string) (queue.Approval, error)
+	WaitApproval(ctx context.Context, r queue.Ref, callID string) (queue.Approval, error)
+	ExpireApproval(ctx context.Context, r queue.Ref, callID, reason string) (queue.Approval, error)
 }
 
 var _ Approvals = (*queue.Consumer)(nil)
@@ -53,7 +53,7 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 		expires = dl.UTC()
 	}
 	asked, err := approvals.RequestApproval(ctx, queue.Approval{
-		JobID: req.JobID, CallID: req.CallID, Argv: req.Argv, Attempt: p.a.d.Attempt,
+		Tenant: p.a.d.Tenant, JobID: req.JobID, CallID: req.CallID, Argv: req.Argv, Attempt: p.a.d.Attempt,
 		Worker: p.r.cfg.Worker.WorkerID, RequestedAt: now, ExpiresAt: expires,
 	})
 	if err != nil {
@@ -71,13 +71,13 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 	// Whatever happens, leave the job running again, also when the wait ended with the job.
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.r.cfg.CleanupTimeout)
 	defer cancel()
-	got, err := approvals.WaitApproval(ctx, req.JobID, req.CallID)
+	got, err := approvals.WaitApproval(ctx, p.a.ref(req.JobID), req.CallID)
 	if err != nil {
 		reason := "no answer within " + roughly(expires.Sub(now))
 		if !errors.Is(err, context.DeadlineExceeded) {
 			reason = "the job stopped waiting: " + err.Error()
 		}
-		final, xerr := approvals.ExpireApproval(cleanup, req.JobID, req.CallID, reason)
+		final, xerr := approvals.ExpireApproval(cleanup, p.a.ref(req.JobID), req.CallID, reason)
 		if xerr != nil || final.Decision == job.DecisionExpired {
 			if xerr != nil {
 				log.WarnContext(ctx, "mark approval expired failed", "error", xerr)

@@ -120,7 +120,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 	t.Run("cancelled while waiting", func(t *testing.T) {
 		j := b.submit("p")
 		b.waitPending(j.ID)
-		if _, err := b.q.Cancel(ctx, j.ID); err != nil {
+		if _, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil {
 			t.Fatal(err)
 		}
 		if a := <-answers; a.Approved || a.By != "" || !errors.Is(a.err, context.Canceled) {

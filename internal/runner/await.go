@@ -90,5 +90,8 @@ func (r *Runner) noteWait(ctx context.Context, a *attempt, what string, err erro
 	defer cancel()
 	_, _ = r.cfg.Queue.UpdateStatus(wctx, a.ref(a.job.ID), func(s *job.Status) {
 		s.Error = "waiting for " + what + ": " + err.Error()
+		if s.State == "" {
+			s.State = job.StateQueued // the first status of the job: submit writes none
+		}
 	})
 }

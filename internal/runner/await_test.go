@@ -22,7 +22,7 @@ func (statusQueue) Status(context.Context, queue.Ref) (job.Status, error) {
 func (statusQueue) UpdateStatus(context.Context, queue.Ref, func(*job.Status)) (job.Status, error) {
 	return job.Status{}, nil
 }
-func (statusQueue) WatchChanges(context.Context, func(queue.Ref) bool) (<-chan job.Status, error) {
+func (statusQueue) WatchCancels(context.Context) (<-chan queue.Ref, error) {
 	return nil, errors.New("none")
 }
 

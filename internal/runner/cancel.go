@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -11,26 +12,18 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
-// cancelLinger is how long the watch outlives the last job running here, so that a worker
-// taking one job after another keeps one consumer on the server instead of making a new one.
-const cancelLinger = time.Minute
-
-// cancelWatch tells the jobs running here when someone asks for one to be cancelled. One watch
-// on the status bucket serves all of them, fanned out by job id: a watch per job made and
-// removed a consumer on the server for every job (0.5-0.75 ms of each).
-//
-// Nothing is missed between a job's start and the watch: a job registers before it writes its
-// running status, and that write (a compare-and-set on the current value) tells it of a cancel
-// requested before; a cancel requested after it comes through the watch, which either runs
-// already or, when it starts (again), reads the status of every registered job once.
+// cancelWatch carries out the cancels submitters ask for in the cancel bucket (a submitter
+// writes no status: only workers do). Every worker watches every request of its tenants: it
+// records a job that has not started as cancelled, marks a running one cancel_requested, and
+// stops the attempts of the job running here. The records are compare-and-set writes, so the
+// workers' answers to one request agree, and an attempt that starts after a request finds the
+// job cancelled when it writes its running status.
 type cancelWatch struct {
 	q   Queue
 	log *slog.Logger
 
 	mu   sync.Mutex
-	jobs map[string][]*cancelHook
-	cur  *watchRun // nil when no watch runs
-	used time.Time // when the last job was added or removed
+	jobs map[queue.Ref][]*cancelHook
 }
 
 // cancelHook is one attempt's way to be cancelled; once removed it is never called, so a
@@ -49,152 +42,87 @@ func (h *cancelHook) fire() {
 	}
 }
 
-// watchRun is one run of the watch goroutine.
-type watchRun struct {
-	stop context.CancelFunc
-	done chan struct{}
-}
-
 func newCancelWatch(q Queue, log *slog.Logger) *cancelWatch {
-	return &cancelWatch{q: q, log: log, jobs: map[string][]*cancelHook{}}
+	return &cancelWatch{q: q, log: log, jobs: map[queue.Ref][]*cancelHook{}}
 }
 
 // add has cancel called with errCancelled when a cancel of the job is requested, until the
-// returned remove is called. A job without a valid id has no status to watch.
-func (c *cancelWatch) add(id string, cancel context.CancelCauseFunc) (remove func()) {
-	if !job.ValidID(id) {
+// returned remove is called. A job without a valid id cannot be asked to stop.
+func (c *cancelWatch) add(r queue.Ref, cancel context.CancelCauseFunc) (remove func()) {
+	if !job.ValidID(r.ID) {
 		return func() {}
 	}
 	hook := &cancelHook{cancel: cancel}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.jobs[id] = append(c.jobs[id], hook)
-	c.used = time.Now()
-	if c.cur == nil {
-		ctx, stop := context.WithCancel(context.Background())
-		run := &watchRun{stop: stop, done: make(chan struct{})}
-		c.cur = run
-		go c.run(ctx, run)
-	}
+	c.jobs[r] = append(c.jobs[r], hook)
 	return func() {
 		hook.mu.Lock()
 		hook.removed = true
 		hook.mu.Unlock()
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		c.used = time.Now()
-		hooks := slices.DeleteFunc(c.jobs[id], func(h *cancelHook) bool { return h == hook })
+		hooks := slices.DeleteFunc(c.jobs[r], func(h *cancelHook) bool { return h == hook })
 		if len(hooks) == 0 {
-			delete(c.jobs, id)
+			delete(c.jobs, r)
 		} else {
-			c.jobs[id] = hooks
+			c.jobs[r] = hooks
 		}
 	}
 }
 
-// close stops the watch and waits for it; a later add starts it again.
-func (c *cancelWatch) close() {
+// apply carries out one request: the attempts running here stop, and the status says so.
+func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) {
 	c.mu.Lock()
-	run := c.cur
-	c.cur = nil
-	c.mu.Unlock()
-	if run != nil {
-		run.stop()
-		<-run.done
-	}
-}
-
-func (c *cancelWatch) watching(id string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.jobs[id]) > 0
-}
-
-// fire cancels the jobs running here that st asks to stop.
-func (c *cancelWatch) fire(st job.Status) {
-	if !st.CancelRequested && st.State != job.StateCancelled {
-		return
-	}
-	c.mu.Lock()
-	hooks := slices.Clone(c.jobs[st.ID])
+	hooks := slices.Clone(c.jobs[r])
 	c.mu.Unlock()
 	for _, h := range hooks {
 		h.fire()
 	}
+	st, err := c.q.Status(ctx, r)
+	if err == nil && (st.State.Terminal() || st.CancelRequested) {
+		return // carried out before (by this worker or another)
+	}
+	if err != nil && !errors.Is(err, queue.ErrUnknownJob) {
+		c.log.WarnContext(ctx, "cannot read the status of a job asked to be cancelled; the next watch tries again", "job_id", r.ID, "tenant", r.Tenant, "error", err)
+		return
+	}
+	if _, err := c.q.UpdateStatus(ctx, r, job.RequestCancel); err != nil && !errors.Is(err, queue.ErrFinal) && ctx.Err() == nil {
+		c.log.WarnContext(ctx, "cannot record a cancel in the job's status; the next watch tries again", "job_id", r.ID, "tenant", r.Tenant, "error", err)
+	}
 }
 
-// ended reports whether run is to end: it was closed, or no job has been here for cancelLinger.
-func (c *cancelWatch) ended(run *watchRun) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cur != run {
-		return true
-	}
-	if len(c.jobs) > 0 || time.Since(c.used) < cancelLinger {
-		return false
-	}
-	c.cur = nil
-	return true
-}
-
-func (c *cancelWatch) run(ctx context.Context, run *watchRun) {
-	defer close(run.done)
-	defer run.stop()
+// run watches the requests until ctx ends, and closes caughtUp once it has carried out every
+// request there was when it started, so that no job starts here that was cancelled before.
+// A watch that breaks (the connection closed) is started again, reading every request again.
+func (c *cancelWatch) run(ctx context.Context, caughtUp chan<- struct{}) {
 	failing := false // logged once per outage, not at every retry
-	linger := time.NewTicker(cancelLinger / 4)
-	defer linger.Stop()
-	for ctx.Err() == nil && !c.ended(run) {
-		updates, err := c.q.WatchChanges(ctx, func(r queue.Ref) bool { return c.watching(r.ID) })
+	for ctx.Err() == nil {
+		refs, err := c.q.WatchCancels(ctx)
 		if err != nil {
 			if !failing && ctx.Err() == nil {
 				failing = true
 				c.log.WarnContext(ctx, "cannot watch for cancellation requests; retrying every second", "error", err)
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
+		} else {
+			if failing {
+				failing = false
+				c.log.InfoContext(ctx, "watching for cancellation requests again")
 			}
-			continue
-		}
-		if failing {
-			failing = false
-			c.log.InfoContext(ctx, "watching for cancellation requests again")
-		}
-		c.catchUp(ctx)
-		for open := true; open; {
-			select {
-			case st, ok := <-updates:
-				if !ok {
-					open = false
+			for r := range refs {
+				if r == (queue.Ref{}) {
+					if caughtUp != nil {
+						close(caughtUp)
+						caughtUp = nil
+					}
 					continue
 				}
-				c.fire(st)
-			case <-linger.C:
-				if c.ended(run) {
-					return
-				}
+				c.apply(ctx, r)
 			}
 		}
-		// The watch broke (the connection closed, typically): watch again in a moment.
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
-		}
-	}
-}
-
-// catchUp reads the status of every job registered when the watch (re)started: a cancel
-// requested while no watch ran is in it.
-func (c *cancelWatch) catchUp(ctx context.Context) {
-	c.mu.Lock()
-	ids := make([]string, 0, len(c.jobs))
-	for id := range c.jobs {
-		ids = append(ids, id)
-	}
-	c.mu.Unlock()
-	for _, id := range ids {
-		if st, err := c.q.Status(ctx, queue.Ref{ID: id}); err == nil {
-			c.fire(st)
 		}
 	}
 }

@@ -35,7 +35,7 @@ func TestCancelStopsOnlyTheJobAsked(t *testing.T) {
 	for range 2 {
 		<-running
 	}
-	if _, err := b.q.Cancel(ctx, stop.ID); err != nil {
+	if _, err := b.q.Cancel(ctx, stop.ID, "tester"); err != nil {
 		t.Fatal(err)
 	}
 	if st := b.waitFinal(stop.ID, 10*time.Second); st.State != job.StateCancelled {
@@ -68,7 +68,7 @@ func TestCancelAskedWhileNoWorkerRanTheJob(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	j, _ := b.killedMidRun(nil)
-	st, err := b.q.Cancel(ctx, j.ID)
+	st, err := b.q.Cancel(ctx, j.ID, "tester")
 	if err != nil || !st.CancelRequested {
 		t.Fatalf("cancel of the running job: %+v, %v; want a cancel request", st, err)
 	}

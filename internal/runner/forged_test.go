@@ -132,7 +132,8 @@ func rawPut(t *testing.T, b *bundle, id string, a queue.Approval) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(context.Background(), id+".call_1", data); err != nil {
+	// The key of tenant default's job: tenant.job.call.
+	if _, err := kv.Put(context.Background(), "default."+id+".call_1", data); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -219,7 +219,7 @@ func (b *bundle) connect() (*nats.Conn, *queue.Consumer) {
 		b.t.Fatal(err)
 	}
 	b.t.Cleanup(nc.Close)
-	q, err := queue.Open(ctx, nc, b.cfg.NATS, slog.New(slog.DiscardHandler))
+	q, err := queue.Open(ctx, nc, b.cfg.NATS, b.cfg.Tenants, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 			sp.close()
 		}
 	}()
-	unwatch := r.cancels.add(d.JobID, cancel)
+	unwatch := r.cancels.add(d.Ref(), cancel)
 	e := r.process(ctx, a, &sp)
 	unwatch()
 	// A job that ends here with no run committed must still win the arbiter; see end.go.
@@ -151,6 +151,7 @@ func (r *Runner) admit(a *attempt) error {
 	if a.d.JobID != j.ID {
 		return idMismatch(a.d.JobID, j.ID)
 	}
+	j.Tenant = a.d.Tenant // the subject's, which the server checked; the payload's is a claim
 	a.job = j
 	if a.profile, err = r.cfg.Worker.Profile(j.Profile); err != nil {
 		return err
@@ -192,6 +193,7 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 			if s.QueuedAt.IsZero() {
 				s.QueuedAt = j.SubmittedAt
 			}
+			s.Labels = j.Labels // for `submit list --label`: submit writes no status
 		})
 	})
 	switch {

@@ -100,7 +100,7 @@ func TestUnfinishedRunsHaveAReportThatSaysSo(t *testing.T) {
 				case <-time.After(time.Minute):
 					t.Fatal("the job did not start within a minute")
 				}
-				if _, err := b.q.Cancel(context.Background(), j.ID); err != nil {
+				if _, err := b.q.Cancel(context.Background(), j.ID, "tester"); err != nil {
 					t.Fatal(err)
 				}
 			}

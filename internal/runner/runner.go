@@ -27,7 +27,7 @@ type Queue interface {
 	Fetch(ctx context.Context) (*queue.Delivery, error)
 	Status(ctx context.Context, r queue.Ref) (job.Status, error)
 	UpdateStatus(ctx context.Context, r queue.Ref, change func(*job.Status)) (job.Status, error)
-	WatchChanges(ctx context.Context, keep func(queue.Ref) bool) (<-chan job.Status, error)
+	WatchCancels(ctx context.Context) (<-chan queue.Ref, error)
 }
 
 // Agent runs the model loop of one job. It writes the transcript to req.Transcript, which
@@ -151,6 +151,17 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.m.SlotsFree.Set(float64(slots))
 
+	// Cancels are watched from before the first fetch until the last job ended: a job
+	// cancelled while it waited in the queue is recorded so before any worker starts it.
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	caughtUp, watched := make(chan struct{}), make(chan struct{})
+	go func() { defer close(watched); r.cancels.run(watchCtx, caughtUp) }()
+	defer func() { stopWatch(); <-watched }()
+	select {
+	case <-caughtUp:
+	case <-ctx.Done():
+	}
+
 	// Jobs run on their own context so that a shutdown signal lets them finish their work
 	// within the grace period instead of cutting them off mid-upload.
 	jobCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -189,7 +200,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.draining = true
 	r.mu.Unlock()
-	defer r.cancels.close()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	grace := time.Duration(r.cfg.Worker.DrainGrace)

@@ -254,13 +254,13 @@ func TestCancel(t *testing.T) {
 
 	t.Run("queued job never starts", func(t *testing.T) {
 		j := b.submit("p")
-		if _, err := b.q.Cancel(ctx, j.ID); err != nil {
+		if _, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil {
 			t.Fatal(err)
 		}
 		w := b.worker(a)
 		waitFor(t, 10*time.Second, "message consumed", func() bool {
 			js, _ := jetstream.New(b.nc)
-			c, err := js.Consumer(ctx, b.cfg.NATS.Stream, b.cfg.NATS.Consumer)
+			c, err := js.Consumer(ctx, b.cfg.NATS.Stream, b.cfg.NATS.Consumer+"-default")
 			if err != nil {
 				return false
 			}
@@ -281,7 +281,7 @@ func TestCancel(t *testing.T) {
 		j := b.submit("p")
 		<-started
 		asked := time.Now()
-		if _, err := b.q.Cancel(ctx, j.ID); err != nil {
+		if _, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil {
 			t.Fatal(err)
 		}
 		st := b.waitFinal(j.ID, 10*time.Second)

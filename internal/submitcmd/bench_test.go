@@ -79,7 +79,7 @@ func BenchmarkSubmitJobs(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if _, err := js.PublishAsync("boxcar.jobs", msgs[i], jetstream.WithMsgID(ids[i]), jetstream.WithExpectStream("BOXCAR_JOBS")); err != nil {
+			if _, err := js.PublishAsync("boxcar.jobs.default."+ids[i], msgs[i], jetstream.WithMsgID("default."+ids[i]), jetstream.WithExpectStream("BOXCAR_JOBS")); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -30,10 +30,7 @@ func (e *env) cancel(ctx context.Context, id string) error {
 		return err
 	}
 	defer nc.Close()
-	if _, err := q.Status(ctx, id); err != nil {
-		return err
-	}
-	st, err := q.Cancel(ctx, id)
+	st, err := q.Cancel(ctx, id, submitter())
 	if errors.Is(err, queue.ErrFinal) {
 		return &ExitError{Code: 1, Msg: fmt.Sprintf("job %s already ended: %s", id, st.State)}
 	}
@@ -43,8 +40,8 @@ func (e *env) cancel(ctx context.Context, id string) error {
 	if e.json() {
 		return e.printJSON(statusJSON(st))
 	}
-	if st.State == job.StateCancelled {
-		printf(e.stdout, "job %s cancelled before it started\n", id)
+	if st.State == job.StateQueued {
+		printf(e.stdout, "job %s: cancel requested; it will not start (a worker records it cancelled; follow with `submit watch %s`)\n", id, id)
 	} else {
 		printf(e.stdout, "job %s is %s; its worker will stop it (follow with `submit watch %s`)\n", id, st.State, id)
 	}

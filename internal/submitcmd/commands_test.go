@@ -68,7 +68,8 @@ func TestRun(t *testing.T) {
 		t.Errorf("input not in the store: %v", err)
 	}
 	stdout, _, err := te.submit(t, "status", id)
-	if err != nil || !strings.Contains(stdout, "state:    queued") || !strings.Contains(stdout, "profile:  csv-analyst") {
+	// No worker runs: the job waits in its tenant's consumer.
+	if err != nil || !strings.Contains(stdout, "state:    queued") || !strings.Contains(stdout, "tenant:   default (1 waiting, 0 running of at most 64)") {
 		t.Errorf("status = %v\n%s", err, stdout)
 	}
 	stdout, _, err = te.submit(t, "status", id, "--output", "json")
@@ -148,8 +149,12 @@ func TestCancel(t *testing.T) {
 	te := newTestEnv(t)
 	id := te.submitJob(t)
 	stdout, _, err := te.submit(t, "cancel", id)
-	if err != nil || !strings.Contains(stdout, "job "+id+" cancelled before it started") {
+	if err != nil || !strings.Contains(stdout, "job "+id+": cancel requested; it will not start") {
 		t.Errorf("cancel a queued job: %v\n%s", err, stdout)
+	}
+	// submit writes no status; a worker records the cancel (runner's cancel watch).
+	if _, err := te.q.UpdateStatus(t.Context(), ref(id), job.RequestCancel); err != nil {
+		t.Fatal(err)
 	}
 	if _, _, err := te.submit(t, "cancel", id); exitCode(err) != 1 || !strings.Contains(message(err), "already ended: cancelled") {
 		t.Errorf("cancel twice: %v", err)
@@ -180,7 +185,7 @@ func TestApprovals(t *testing.T) {
 	id := te.submitJob(t)
 	now := time.Now()
 	for _, call := range []string{"call_1", "call_2"} {
-		if _, err := te.q.RequestApproval(t.Context(), queue.Approval{JobID: id, CallID: call, Argv: []string{"make", "test"}, RequestedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		if _, err := te.q.RequestApproval(t.Context(), queue.Approval{Tenant: "default", JobID: id, CallID: call, Argv: []string{"make", "test"}, RequestedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -76,7 +76,7 @@ func (te *testEnv) setUpQueue(t testing.TB) *queue.Consumer {
 	}
 	cfg := config.Config{}.WithDefaults().NATS
 	cfg.URL = te.natsURL
-	q, err := queue.Open(t.Context(), nc, cfg, slog.New(slog.DiscardHandler))
+	q, err := queue.Open(t.Context(), nc, cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

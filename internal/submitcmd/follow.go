@@ -183,6 +183,16 @@ func (e *env) status(ctx context.Context, id string) error {
 		return e.printJSON(statusJSON(st))
 	}
 	printf(e.stdout, "job:      %s\nstate:    %s\nprofile:  %s\nattempts: %d\n", st.ID, st.State, st.Profile, st.Attempt)
+	if !st.State.Terminal() {
+		// The tenant's share of the queue: how long a queued job may wait. Left out when the
+		// credentials may not read the consumer.
+		if l, err := q.Lag(ctx); err == nil {
+			printf(e.stdout, "tenant:   %s (%d waiting, %d running of at most %d)\n", q.Tenant(), l.Pending, l.InFlight, l.MaxConcurrent)
+		}
+	}
+	if st.CancelRequested && !st.State.Terminal() {
+		printf(e.stdout, "cancel:   requested\n")
+	}
 	if st.Worker != "" {
 		printf(e.stdout, "worker:   %s\n", st.Worker)
 	}

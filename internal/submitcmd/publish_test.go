@@ -34,7 +34,7 @@ func newAckDropper(t *testing.T, target, subject string) *ackDropper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &ackDropper{ln: ln, target: target, marker: []byte("HPUB " + subject + " "), seen: make(chan struct{}), armed: true}
+	p := &ackDropper{ln: ln, target: target, marker: []byte("HPUB " + subject), seen: make(chan struct{}), armed: true}
 	t.Cleanup(func() {
 		p.mu.Lock()
 		p.closing = true
@@ -164,7 +164,7 @@ func (te *testEnv) storedJobIDs(t *testing.T) []string {
 		if err != nil {
 			continue // deleted
 		}
-		ids = append(ids, m.Header.Get(jetstream.MsgIDHeader))
+		ids = append(ids, strings.TrimPrefix(m.Header.Get(jetstream.MsgIDHeader), "default.")) // tenant.job
 	}
 	return ids
 }
@@ -175,7 +175,7 @@ func (te *testEnv) storedJobIDs(t *testing.T) []string {
 // a job that then ran, and a script's retry ran it twice under two ids.)
 func TestRunAckLostAcrossRestart(t *testing.T) {
 	te := newTestEnv(t)
-	proxy := newAckDropper(t, te.ns.Addr().String(), "boxcar.jobs")
+	proxy := newAckDropper(t, te.ns.Addr().String(), "boxcar.jobs.default.")
 	type result struct {
 		stdout, stderr string
 		err            error
@@ -215,7 +215,7 @@ func TestRunAckLostAcrossRestart(t *testing.T) {
 // TestRunUnknownOutcome: no ack ever comes back. submit says so, prints the id and exits 9.
 func TestRunUnknownOutcome(t *testing.T) {
 	te := newTestEnv(t)
-	proxy := newAckDropper(t, te.ns.Addr().String(), "boxcar.jobs")
+	proxy := newAckDropper(t, te.ns.Addr().String(), "boxcar.jobs.default.")
 	for _, output := range []string{"text", "json"} {
 		t.Run(output, func(t *testing.T) {
 			proxy.arm()

@@ -101,6 +101,7 @@ func rootHelp(root *cobra.Command) string {
 	b.WriteString(`
 Common flags (every command that reaches NATS or the store):
   --nats URL          NATS_URL, default nats://127.0.0.1:4222
+  --tenant TENANT     BOXCAR_TENANT, default default: whose jobs, statuses and approvals
   --store URL         BOXCAR_STORE, file:///path or s3://bucket[/prefix], default file://$BOXCAR_HOME/store
                       (BOXCAR_HOME default ~/.boxcar)
   --s3-endpoint URL   BOXCAR_S3_ENDPOINT, for S3-compatible services
@@ -191,11 +192,12 @@ func (e *env) common(c *cobra.Command, output bool) {
 	fs := c.Flags()
 	fs.SortFlags = false
 	fs.StringVar(&e.natsURL, "nats", "", "NATS `URL` (default $NATS_URL, else nats://127.0.0.1:4222)")
+	fs.StringVar(&e.tenantFlag, "tenant", "", "the `TENANT` to act for: its jobs, statuses and approvals only; the NATS server's permissions say which the credentials may use (default $BOXCAR_TENANT, else default)")
 	fs.StringVar(&e.storeURL, "store", "", "store `URL`: file:///path or s3://bucket[/prefix] (default $BOXCAR_STORE, else file://$BOXCAR_HOME/store)")
 	fs.StringVar(&e.s3Endpoint, "s3-endpoint", "", "endpoint `URL` of an S3-compatible service (default $BOXCAR_S3_ENDPOINT)")
 	fs.StringVar(&e.s3CA, "s3-ca", "", "PEM `FILE` of the CAs that sign the S3 endpoint's certificate (default $BOXCAR_S3_CA)")
 	e.natsAuth.Bind(fs)
-	names := append([]string{"nats", "store", "s3-endpoint", "s3-ca"}, e.natsAuth.Names()...)
+	names := append([]string{"nats", "tenant", "store", "s3-endpoint", "s3-ca"}, e.natsAuth.Names()...)
 	if output {
 		e.outputFlag(c)
 		names = append(names, "output")

@@ -111,6 +111,7 @@ type env struct {
 	stderr     io.Writer // a safeWriter once run starts
 	raw        io.Writer // stdout as given, for output that must stay byte for byte
 	natsURL    string
+	tenantFlag string
 	storeURL   string
 	s3Endpoint string
 	s3CA       string
@@ -123,8 +124,17 @@ type env struct {
 
 func (e *env) json() bool { return e.output == "json" }
 
-// tenant is the tenant submit acts for.
-func (e *env) tenant() string { return "default" }
+// tenant is the tenant submit acts for: --tenant, else $BOXCAR_TENANT, else job.DefaultTenant.
+// The server's permissions decide whether the credentials may act for it.
+func (e *env) tenant() string {
+	switch {
+	case e.tenantFlag != "":
+		return e.tenantFlag
+	case e.getenv("BOXCAR_TENANT") != "":
+		return e.getenv("BOXCAR_TENANT")
+	}
+	return job.DefaultTenant
+}
 
 func (e *env) natsConfig() config.NATS {
 	cfg := config.Config{Profiles: nil}.WithDefaults().NATS

@@ -53,7 +53,8 @@ func TestWatchOnATerminal(t *testing.T) {
 
 	waitFor(t, "the block for the queued job", func() bool { return strings.Contains(screen.String(), "job "+id+"  queued") })
 	te.setState(t, id, func(s *job.Status) {
-		s.State, s.Attempt, s.Worker, s.Progress = job.StateRunning, 1, "worker-1", "tool call 3 of 30: csv_stats"
+		// As a worker's claim writes it: the profile too (submit writes no status).
+		s.State, s.Attempt, s.Worker, s.Profile, s.Progress = job.StateRunning, 1, "worker-1", "csv-analyst", "tool call 3 of 30: csv_stats"
 		s.SpentTurns, s.SpentToolCalls, s.SpentTokens = 2, 3, 1500
 	})
 	// "turns 2/N": the profile's cap, from what the workers publish. The terminal ends each

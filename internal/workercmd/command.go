@@ -43,6 +43,7 @@ func NewCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Com
 	}
 	root.AddCommand(
 		checkConfigCmd(stdout),
+		setupCmd(getenv, stdout, stderr),
 		keygenCmd(stdout),
 		cli.Version("worker", stdout),
 		cli.Completion(root, func() io.Writer { return stdout }),

@@ -100,10 +100,11 @@ func retryDelay(round int) time.Duration {
 	return min(250*time.Millisecond<<min(round-1, 5), 5*time.Second)
 }
 
-// awaitQueue waits until NATS answers and the job stream, consumer and buckets are set up.
+// awaitQueue waits until NATS answers and the job stream, consumers and buckets are set up (or,
+// for an identity that may not declare them, bound).
 // While the link is down it only waits for it (the link logs that); an error JetStream answers
 // with, other than "temporarily unavailable", is a setting no retry fixes and stops the worker.
-func awaitQueue(ctx context.Context, log *slog.Logger, s *starting, cfg config.NATS) (*queue.Consumer, error) {
+func awaitQueue(ctx context.Context, log *slog.Logger, s *starting, cfg config.NATS, tenants map[string]config.Tenant) (*queue.Consumer, error) {
 	var q *queue.Consumer
 	err := await(ctx, log, s, "the job stream", func(ctx context.Context) error {
 		for s.link.Err() != nil {
@@ -114,11 +115,13 @@ func awaitQueue(ctx context.Context, log *slog.Logger, s *starting, cfg config.N
 			}
 		}
 		var err error
-		q, err = queue.Open(ctx, s.link.Conn(), cfg, log)
+		q, err = queue.Open(ctx, s.link.Conn(), cfg, tenants, log)
 		return err
 	}, func(err error) bool {
+		// A stream, consumer or bucket missing for a worker that may not declare them: the
+		// error says to run `worker setup`; waiting does not make them.
 		var api *jetstream.APIError
-		return errors.As(err, &api) && api.Code != 503
+		return errors.Is(err, queue.ErrNotReady) || errors.As(err, &api) && api.Code != 503
 	})
 	return q, err
 }

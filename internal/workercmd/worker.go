@@ -314,7 +314,7 @@ func (w *Worker) run(ctx context.Context, o Options, p *parts) error {
 		}
 		return err
 	}
-	p.metrics.WatchQueue(serveCtx, q.ConsumerLag)
+	p.metrics.WatchQueue(serveCtx, queueLag(q))
 	boot.set(nil, readiness(r, p.link, p.store, p.sandboxes, p.gate))
 	g.Go(func() error {
 		defer stopServing()
@@ -340,7 +340,7 @@ func (w *Worker) run(ctx context.Context, o Options, p *parts) error {
 // that does not answer yet is waited for, not a reason to exit: a rollout that restarts NATS
 // must not turn into crash loops.
 func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner, *queue.Consumer, error) {
-	q, err := awaitQueue(ctx, p.log, boot, p.cfg.NATS)
+	q, err := awaitQueue(ctx, p.log, boot, p.cfg.NATS, p.cfg.Tenants)
 	if err == nil {
 		err = awaitStore(ctx, p.log, boot, p.store)
 	}
@@ -374,11 +374,17 @@ func heldBy(ctx context.Context, self string, r *runner.Runner, q *queue.Consume
 		if worker == self {
 			return r.Holds(jobID)
 		}
-		st, err := q.Status(ctx, queue.Ref{ID: jobID})
-		if err != nil {
-			return !errors.Is(err, queue.ErrUnknownJob) // when in doubt, spare it
+		// A pod names its job, not its tenant: any tenant's job of that id held by that worker.
+		for _, tenant := range q.Tenants() {
+			st, err := q.Status(ctx, queue.Ref{Tenant: tenant, ID: jobID})
+			if err != nil && !errors.Is(err, queue.ErrUnknownJob) {
+				return true // when in doubt, spare it
+			}
+			if err == nil && !st.State.Terminal() && st.Worker == worker {
+				return true
+			}
 		}
-		return !st.State.Terminal() && st.Worker == worker
+		return false
 	}
 }
 
@@ -399,4 +405,16 @@ func (w *Worker) announce(o Options, p *parts, metricsAddr string) {
 		}
 	}
 	close(w.ready)
+}
+
+// queueLag is the consumer's per-tenant lag as the metrics take it.
+func queueLag(q *queue.Consumer) metrics.QueueLag {
+	return func(ctx context.Context) ([]metrics.TenantLag, error) {
+		lags, err := q.ConsumerLag(ctx)
+		out := make([]metrics.TenantLag, len(lags))
+		for i, l := range lags {
+			out[i] = metrics.TenantLag{Tenant: l.Tenant, Pending: l.Pending, AckPending: l.AckPending}
+		}
+		return out, err
+	}
 }

@@ -59,7 +59,7 @@ func newRig(b *testing.B, yaml string) *rig {
 		b.Fatal(err)
 	}
 	b.Cleanup(nc.Close)
-	w, err := queue.Open(ctx, nc, cfg.NATS, slog.New(slog.DiscardHandler))
+	w, err := queue.Open(ctx, nc, cfg.NATS, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func newRig(b *testing.B, yaml string) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cons, err := js.Consumer(ctx, cfg.NATS.Stream, cfg.NATS.Consumer)
+	cons, err := js.Consumer(ctx, cfg.NATS.Stream, cfg.NATS.Consumer+"-default") // tenant default's
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func (r *rig) publishRaw(b *testing.B, profile string, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := r.js.Publish(context.Background(), r.cfg.NATS.Subject, data, jetstream.WithMsgID(j.ID)); err != nil {
+		if _, err := r.js.Publish(context.Background(), r.cfg.NATS.Subject+".default."+j.ID, data, jetstream.WithMsgID("default."+j.ID)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -692,7 +692,7 @@ func deadLetter(t *testing.T, natsURL, id string) (queue.DeadLetter, bool) {
 	if err != nil {
 		t.Fatalf("dead-letter stream: %v", err)
 	}
-	msg, err := stream.GetLastMsgForSubject(ctx, "BOXCAR_DLQ."+id)
+	msg, err := stream.GetLastMsgForSubject(ctx, "BOXCAR_DLQ.default."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return queue.DeadLetter{}, false
 	}

@@ -99,8 +99,8 @@ func TestPrometheus(t *testing.T) {
 		`boxcar_sandbox_exec_seconds_count{backend="bubblewrap"} `,
 		`boxcar_sandbox_close_seconds_count{backend="bubblewrap"} 2`,
 		`boxcar_job_queue_wait_seconds_count{profile="csv-analyst"} 2`,
-		`boxcar_queue_pending_jobs 0`,
-		`boxcar_queue_ack_pending_jobs 0`,
+		`boxcar_queue_pending_jobs{tenant="default"} 0`,
+		`boxcar_queue_ack_pending_jobs{tenant="default"} 0`,
 		`boxcar_jobs_in_flight 0`,
 		`boxcar_worker_slots_free 2`,
 	}

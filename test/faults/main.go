@@ -400,7 +400,7 @@ func (h *harness) waitStream() error {
 		defer nc.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, err = js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers")
+		_, err = js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers-default")
 		return err == nil || h.alive() != nil
 	}); err != nil {
 		return err
@@ -762,7 +762,7 @@ func (h *harness) check(ids []string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	cons, err := js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers")
+	cons, err := js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers-default")
 	if err != nil {
 		return r, fmt.Errorf("read the consumer: %w", err)
 	}
@@ -796,7 +796,7 @@ func (h *harness) check(ids []string) (result, error) {
 		}
 		deadManifest := manifest && outcome == job.StateDead
 		manifest = manifest && !deadManifest
-		dead := int(letters["BOXCAR_DLQ."+id])
+		dead := int(letters["BOXCAR_DLQ.default."+id])
 		s := st[id]
 		if s.Attempt > 1 {
 			r.redelivered++

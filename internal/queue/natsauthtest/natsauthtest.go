@@ -140,7 +140,10 @@ func NewOperator(t testing.TB) Operator {
 
 // Server says how to secure the server Start runs; the zero value is an open server.
 type Server struct {
-	Users    map[string]string // user name -> password
+	Users map[string]string // user name -> password
+	// Perms are the permissions of users of Users (name -> permissions); a user without an
+	// entry may do anything.
+	Perms    map[string]*server.Permissions
 	Token    string
 	NKeys    []string // public keys of nkey users
 	Operator *Operator
@@ -159,7 +162,7 @@ func Start(t testing.TB, s Server) *server.Server {
 		Authorization: s.Token,
 	}
 	for u, p := range s.Users {
-		opts.Users = append(opts.Users, &server.User{Username: u, Password: p})
+		opts.Users = append(opts.Users, &server.User{Username: u, Password: p, Permissions: s.Perms[u]})
 	}
 	for _, pub := range s.NKeys {
 		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub})

@@ -1,0 +1,115 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// TestFairShare: tenant a submits 40 jobs, then tenant b submits 4. Each tenant has its own
+// consumer, a's holding at most its max_concurrent (2) of the worker's 4 slots, and the worker
+// fetches from the tenants in turn: b's jobs take the 2 slots a may not and the next 2 that
+// free, within one job-duration of their submission, not after a's burst (10 job-durations
+// with one consumer for both). The test prints the wait of each of b's jobs.
+func TestFairShare(t *testing.T) {
+	t.Parallel()
+	const (
+		duration = time.Second // each job's run
+		burst    = 40
+		few      = 4
+	)
+	b := setup(t)
+	b.cfg.Concurrency = 4
+	b.cfg.Tenants = map[string]config.Tenant{
+		"a": {Profiles: []string{"p"}, MaxConcurrent: 2},
+		"b": {Profiles: []string{"p"}, MaxConcurrent: 4},
+	}
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	startedB := make(chan struct{}, few)
+	tenantOf := map[string]string{}
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		mu.Lock()
+		started[req.JobID] = time.Now()
+		isB := tenantOf[req.JobID] == "b"
+		mu.Unlock()
+		if isB {
+			startedB <- struct{}{}
+		}
+		select {
+		case <-ctx.Done():
+			return agent.Result{}, ctx.Err()
+		case <-time.After(duration):
+		}
+		return writeReport(ctx, req)
+	}))
+	submit := func(tenant string, n int) []string {
+		_, c := b.tenantClient(tenant)
+		ids := make([]string, n)
+		for i := range ids {
+			j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC(),
+				Inputs: []job.Input{b.putInput([]byte("a,b\n1,2\n"))}}
+			mu.Lock()
+			tenantOf[j.ID] = tenant
+			mu.Unlock()
+			if _, err := c.Publish(context.Background(), j); err != nil {
+				t.Fatal(err)
+			}
+			ids[i] = j.ID
+		}
+		return ids
+	}
+	submit("a", burst)
+	// b submits once a's jobs fill every slot they may.
+	waitFor(t, 30*time.Second, "a's jobs to start", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(started) >= 2
+	})
+	submittedB := time.Now()
+	idsB := submit("b", few)
+	for range few {
+		select {
+		case <-startedB:
+		case <-time.After(time.Duration(burst) * duration):
+			t.Fatalf("b's jobs did not all start while a's %d ran", burst)
+		}
+	}
+	// One job-duration, and as much again for a busy machine: a single consumer for both
+	// tenants makes b wait for a's 40 jobs, 10 job-durations on 4 slots.
+	limit := duration + 4*time.Second
+	mu.Lock()
+	defer mu.Unlock()
+	for i, id := range idsB {
+		wait := started[id].Sub(submittedB)
+		fmt.Printf("fair share: tenant b job %d of %d started %v after b submitted (job duration %v; a submitted %d before)\n", i+1, few, wait.Round(time.Millisecond), duration, burst)
+		if wait > limit {
+			t.Errorf("tenant b's job %d started %v after submission, want within %v (one job-duration and slack)", i+1, wait, limit)
+		}
+	}
+	aStarted := 0
+	for id := range started {
+		if tenantOf[id] == "a" {
+			aStarted++
+		}
+	}
+	fmt.Printf("fair share: tenant a had %d of %d jobs started when b's %d had all started\n", aStarted, burst, few)
+}
+
+// tenantClient connects as a submitter of tenant.
+func (b *bundle) tenantClient(tenant string) (*queue.Consumer, *queue.Client) {
+	b.t.Helper()
+	nc, w := b.connect()
+	c, err := queue.NewClient(context.Background(), nc, b.cfg.NATS, tenant)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return w, c
+}

@@ -1,0 +1,91 @@
+package workercmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/boxcar-run/boxcar/internal/cli"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/connflags"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// setupCmd is `worker setup --config FILE`: the operator's step. It declares what workers and
+// submitters bind to (the job and dead-letter streams, one consumer per tenant, the status,
+// cancel and approvals buckets) from the same config the workers read, with an identity that
+// may create them. Workers whose identity may not, bind; a worker with the rights does the same
+// at every start.
+func setupCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+	var (
+		path string
+		auth connflags.NATS
+	)
+	c := &cobra.Command{
+		Use:   "setup --config FILE",
+		Short: "declare the job stream, the tenants' consumers and the buckets (an operator identity)",
+		Long: `Declares, from the worker config FILE, what workers and submitters use: the job stream, the
+dead-letter stream, one durable consumer per tenant (boxcar-workers-TENANT, max_ack_pending = the
+tenant's max_concurrent) and the status, cancel and approvals buckets. Run it with an identity
+allowed to create them (the operator's); workers may then run with identities that only bind. It
+is safe to run again: it updates what changed in the config and keeps stream limits an operator
+edited.`,
+		Args: cli.Args(0, 0, "setup: takes no arguments; give the config with --config FILE"),
+		RunE: func(c *cobra.Command, _ []string) error {
+			if path == "" {
+				return fmt.Errorf("setup: --config FILE is required (the worker config: nats and tenants)")
+			}
+			return runSetup(c.Context(), path, auth, getenv, stdout, stderr)
+		},
+	}
+	c.Flags().StringVar(&path, "config", "", "worker config `FILE` (YAML): its nats and tenants sections say what to declare")
+	auth.Bind(c.Flags())
+	return c
+}
+
+// runSetup connects with the flags' identity and declares everything the config says.
+func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, _, err := config.LoadSource(path)
+	if err != nil {
+		return err
+	}
+	if v := getenv("NATS_URL"); v != "" {
+		cfg.NATS.URL = v
+	}
+	opts, err := auth.Options(cfg.NATS.URL, "boxcar-setup", getenv)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nc, err := queue.Connect(cctx, opts)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	admin, err := queue.NewAdmin(nc, cfg.NATS, cfg.Tenants, log)
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := admin.Declare(dctx); err != nil {
+		return fmt.Errorf("setup: %w (may this identity create streams, consumers and buckets? run setup as the operator)", err)
+	}
+	tenants := cfg.TenantsOrDefault()
+	for _, name := range slices.Sorted(maps.Keys(tenants)) {
+		if _, err := fmt.Fprintf(stdout, "tenant %s: consumer %s-%s, max_concurrent %d\n", name, cfg.NATS.Consumer, name, tenants[name].MaxConcurrent); err != nil {
+			return err
+		}
+	}
+	_, err = fmt.Fprintf(stdout, "declared stream %s, dead-letter stream %s, buckets %s, %s, %s on %s\n",
+		cfg.NATS.Stream, cfg.NATS.DeadLetterStream, cfg.NATS.StatusBucket, queue.CancelBucket, cfg.NATS.ApprovalsBucket, queue.RedactURL(cfg.NATS.URL))
+	return err
+}

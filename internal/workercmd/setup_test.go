@@ -1,0 +1,72 @@
+package workercmd_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/workercmd"
+)
+
+// TestSetupDeclaresFromTheConfig: `worker setup --config FILE` declares one consumer per
+// tenant of the file, with the tenant's max_concurrent as its max_ack_pending, and the buckets,
+// and says so; a second run changes nothing and succeeds.
+func TestSetupDeclaresFromTheConfig(t *testing.T) {
+	t.Parallel()
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	getenv := func(k string) string {
+		if k == "NATS_URL" {
+			return ns.ClientURL()
+		}
+		return ""
+	}
+	for range 2 {
+		var stdout, stderr bytes.Buffer
+		if err := workercmd.Run(t.Context(), []string{"setup", "--config", "testdata/check-config/13-ok-tenants.yaml"}, getenv, &stdout, &stderr); err != nil {
+			t.Fatalf("setup: %v\n%s", err, stderr.String())
+		}
+		for _, want := range []string{"tenant team-a: consumer boxcar-workers-team-a, max_concurrent 4", "tenant team-b: consumer boxcar-workers-team-b, max_concurrent 16", "declared stream BOXCAR_JOBS"} {
+			if !strings.Contains(stdout.String(), want) {
+				t.Errorf("setup says\n%s\nwant a line with %q", stdout.String(), want)
+			}
+		}
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for name, want := range map[string]int{"boxcar-workers-team-a": 4, "boxcar-workers-team-b": 16} {
+		c, err := js.Consumer(ctx, "BOXCAR_JOBS", name)
+		if err != nil {
+			t.Fatalf("consumer %s: %v", name, err)
+		}
+		if got := c.CachedInfo().Config.MaxAckPending; got != want {
+			t.Errorf("%s: max_ack_pending %d, want %d", name, got, want)
+		}
+	}
+	for _, b := range []string{"BOXCAR_STATUS", queue.CancelBucket, "BOXCAR_APPROVALS"} {
+		if _, err := js.KeyValue(ctx, b); err != nil {
+			t.Errorf("bucket %s: %v", b, err)
+		}
+	}
+	if _, err := js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers-default"); err == nil {
+		t.Error("setup declared tenant default's consumer, which the config does not name")
+	}
+}
