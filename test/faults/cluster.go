@@ -361,7 +361,7 @@ func (h *harness) clusterWhole() bool {
 	if streams.Err() != nil || n == 0 {
 		return false
 	}
-	cons, err := js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers")
+	cons, err := js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers-default")
 	if err != nil {
 		return false
 	}

@@ -703,6 +703,9 @@ func (h *harness) connect() (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
+// tenantKey is a job's key in the status bucket: the runs submit as tenant default.
+func tenantKey(id string) string { return "default." + id }
+
 // statuses reads the status of ids, or of every job when none are given.
 func (h *harness) statuses(ids ...string) (map[string]job.Status, error) {
 	nc, js, err := h.connect()
@@ -722,12 +725,12 @@ func (h *harness) statuses(ids ...string) (map[string]job.Status, error) {
 			return nil, err
 		}
 		for k := range keys.Keys() {
-			ids = append(ids, k)
+			ids = append(ids, strings.TrimPrefix(k, tenantKey("")))
 		}
 	}
 	out := map[string]job.Status{}
 	for _, k := range ids {
-		e, err := kv.Get(ctx, k)
+		e, err := kv.Get(ctx, tenantKey(k))
 		if err != nil {
 			continue
 		}
