@@ -66,7 +66,7 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 		return p.trusted(ctx, asked, approvalsig.Request{JobID: req.JobID, CallID: req.CallID, Argv: req.Argv})
 	}
 	log.InfoContext(ctx, "waiting for approval", "expires_at", expires)
-	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, expires))
+	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, p.a.d.Tenant, expires))
 
 	// Whatever happens, leave the job running again, also when the wait ended with the job.
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.r.cfg.CleanupTimeout)
@@ -147,14 +147,18 @@ func (p *approver) setState(ctx context.Context, state job.State, msg string) {
 
 // waitingMessage is the progress line of a job waiting for a person: the command, unambiguous,
 // and how to answer.
-func waitingMessage(req agent.ApprovalRequest, expires time.Time) string {
+func waitingMessage(req agent.ApprovalRequest, tenant string, expires time.Time) string {
 	argv, _ := json.Marshal(req.Argv)
 	cmd := string(argv)
 	if len(cmd) > 200 {
 		cmd = strings.ToValidUTF8(cmd[:200], "") + "…"
 	}
-	return fmt.Sprintf("waiting until %s for approval of call %s: %s; answer with `submit approve %s %s` or `submit deny %s %s`",
-		expires.Format(time.RFC3339), req.CallID, cmd, req.JobID, req.CallID, req.JobID, req.CallID)
+	args := req.JobID + " " + req.CallID
+	if tenant != "" && tenant != job.DefaultTenant {
+		args += " --tenant " + tenant // the approvals key is the tenant's
+	}
+	return fmt.Sprintf("waiting until %s for approval of call %s: %s; answer with `submit approve %s` or `submit deny %s`",
+		expires.Format(time.RFC3339), req.CallID, cmd, args, args)
 }
 
 // roughly rounds d for people: to the second, below a second to 10ms.
