@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +71,54 @@ func TestTenantComesFromTheSubject(t *testing.T) {
 		t.Errorf("team-b's list: %+v, %v; want its job", list, err)
 	}
 	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTenantAtItsMaxConcurrentIsNoFailure: a tenant whose jobs in flight reached its
+// max_concurrent has more waiting; a worker's fetch finds nothing to take there, which is no
+// failure to log, and takes another tenant's job as soon as there is one.
+func TestTenantAtItsMaxConcurrentIsNoFailure(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(time.Hour) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tenants := map[string]config.Tenant{"team-a": {Profiles: []string{"p"}, MaxConcurrent: 1}, "team-b": {Profiles: []string{"p"}}}
+	var log syncWriter
+	w, err := queue.Open(ctx, b.nc, b.cfg, tenants, slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := queue.NewClient(ctx, b.nc, b.cfg, "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := a.Publish(ctx, newJob(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := fetch(t, w, 10*time.Second)
+	wait, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	if d, err := w.Fetch(wait); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("fetch with team-a at its max_concurrent: %v, %v; want nothing until the deadline", d, err)
+	}
+	if strings.Contains(log.String(), "fetch failed") {
+		t.Errorf("a tenant at its max_concurrent was logged as a failure:\n%s", log.String())
+	}
+	c, err := queue.NewClient(ctx, b.nc, b.cfg, "team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newJob(t)
+	if _, err := c.Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if d := fetch(t, w, 10*time.Second); d.Tenant != "team-b" || d.JobID != j.ID {
+		t.Errorf("fetched %s of %s, want team-b's %s", d.JobID, d.Tenant, j.ID)
+	}
+	if err := first.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
