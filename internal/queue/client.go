@@ -138,8 +138,11 @@ func (c *Client) WatchStatus(ctx context.Context, id string) (<-chan job.Status,
 		// No status yet: no worker has taken the job. If it is in the stream it is queued,
 		// which is said first, as a status would have been.
 		follow(ctx, w, nil, send, func() bool {
+			if _, err := getStatus(ctx, c.status, c.ref(id)); !errors.Is(err, ErrUnknownJob) {
+				return true // written meanwhile: the watcher delivers it
+			}
 			st, err := c.Status(ctx, id)
-			return err != nil || send(st)
+			return err != nil || st.State != job.StateQueued || send(st)
 		})
 	}()
 	return out, nil
