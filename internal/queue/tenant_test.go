@@ -13,6 +13,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestTenantComesFromTheSubject: the worker takes a job's tenant and id from the subject it
@@ -84,7 +85,7 @@ func TestTenantAtItsMaxConcurrentIsNoFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tenants := map[string]config.Tenant{"team-a": {Profiles: []string{"p"}, MaxConcurrent: 1}, "team-b": {Profiles: []string{"p"}}}
-	var log syncWriter
+	var log harness.LogBuffer
 	w, err := queue.Open(ctx, b.nc, b.cfg, tenants, slog.New(slog.NewTextHandler(&log, nil)))
 	if err != nil {
 		t.Fatal(err)
