@@ -53,6 +53,8 @@ func TestInputTooLargeFailsAtTheFirstAttempt(t *testing.T) {
 			if m := b.manifest(j.ID).Predicate; m.Outcome.Reason != "input_too_large" {
 				t.Errorf("manifest reason %q (%s), want input_too_large", m.Outcome.Reason, m.Outcome.Error)
 			}
+			// The status is settled before the delivery is: wait for the dead letter.
+			waitFor(t, 30*time.Second, "the job's dead letter", func() bool { return len(b.deadLetters()) > 0 })
 			if dls := b.deadLetters(); len(dls) != 1 || dls[0].Reason != "input_too_large" {
 				t.Errorf("dead letters %+v, want one with reason input_too_large", dls)
 			}
