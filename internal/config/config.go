@@ -153,6 +153,11 @@ type Kubernetes struct {
 	// letters, digits, -_. and at most 63. Default: empty, no label; the reaper then takes only
 	// pods without one.
 	Instance string `json:"instance,omitempty"`
+	// BridgeImage is the worker's own image, whose static binary an init container of every
+	// sandbox pod copies in, so that a profile with a network can reach the job's proxy
+	// through a tunnel over pods/exec (docs/sandbox.md). The Helm chart sets the worker's
+	// image. Default: empty, and a profile with a network fails on this backend.
+	BridgeImage string `json:"bridge_image,omitempty"`
 }
 
 // Model is the OpenAI-compatible endpoint. The API key never appears here: it comes from

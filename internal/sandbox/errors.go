@@ -25,6 +25,9 @@ var (
 	// ErrDiskFull marks a workdir over its disk bound (SandboxSpec.Disk). Exec returns it with
 	// the command's result; the job can still run commands that remove files.
 	ErrDiskFull = errors.New("workdir over its disk bound")
+	// ErrNoEgress marks a sandbox that cannot be given a network as configured (a pod
+	// backend without a bridge image); the message says what to set.
+	ErrNoEgress = errors.New("sandbox backend gives no egress")
 )
 
 // ErrIncomplete marks a List that left out folders it could not read (nested past PATH_MAX, no

@@ -73,6 +73,13 @@ type KubernetesConfig struct {
 	// TmpSize bounds the container's /tmp (an emptyDir; the root filesystem is read-only).
 	// Default: 64Mi.
 	TmpSize string
+	// BridgeImage is an image holding the worker's static binary at BridgeBinary (the
+	// worker's own image): an init container of every sandbox pod copies it into a volume,
+	// from which AttachEgress runs the egress tunnel (package tunnel). Empty: pods get no
+	// init container, and AttachEgress fails with ErrNoEgress.
+	BridgeImage string
+	// BridgeBinary is the worker binary's path in BridgeImage. Default: /usr/local/bin/worker.
+	BridgeBinary string
 	// StartTimeout bounds the wait for Running when ctx has no earlier deadline. Default: 5m.
 	StartTimeout time.Duration
 	// Logger receives sandbox lifecycle events, never command output. Default: discards.
@@ -98,6 +105,9 @@ func (c KubernetesConfig) WithDefaults() KubernetesConfig {
 	}
 	if c.TmpSize == "" {
 		c.TmpSize = "64Mi"
+	}
+	if c.BridgeBinary == "" {
+		c.BridgeBinary = "/usr/local/bin/worker"
 	}
 	if c.StartTimeout == 0 {
 		c.StartTimeout = 5 * time.Minute

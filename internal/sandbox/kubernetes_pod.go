@@ -141,6 +141,7 @@ func (p *KubernetesProvider) podFor(spec Spec) (*corev1.Pod, error) {
 			},
 		},
 	}
+	p.addBridge(pod)
 	if spec.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = &spec.RuntimeClass
 	}

@@ -30,6 +30,9 @@ type kubernetesSandbox struct {
 
 	closeMu sync.Mutex
 	deleted bool
+
+	egressMu sync.Mutex
+	egressOn bool
 }
 
 // Close stops running commands and deletes the pod. It is idempotent.

@@ -64,12 +64,14 @@ to find a clustered consumer's leader).
 {{- end -}}
 {{- end -}}
 
-{{/* The worker configuration: the operator's config plus what the chart decides. */}}
+{{/* The worker configuration: the operator's config plus what the chart decides. The
+worker's own image is the sandbox pods' bridge image: their init container copies the egress
+tunnel from it (docs/sandbox.md). */}}
 {{- define "boxcar.workerConfig" -}}
 {{- $chart := dict
   "metrics_addr" (printf ":%d" (int .Values.metrics.port))
   "drain_grace" (printf "%ds" (int .Values.drainGraceSeconds))
-  "sandbox" (dict "backend" "kubernetes" "kubernetes" (dict "namespace" .Values.sandboxes.namespace "image_pull_policy" .Values.sandboxes.imagePullPolicy "instance" (include "boxcar.instance" .)))
+  "sandbox" (dict "backend" "kubernetes" "kubernetes" (dict "namespace" .Values.sandboxes.namespace "image_pull_policy" .Values.sandboxes.imagePullPolicy "instance" (include "boxcar.instance" .) "bridge_image" (include "boxcar.image" .)))
   "nats" (dict "url" (include "boxcar.natsURL" .))
 -}}
 {{- toYaml (merge $chart (deepCopy .Values.config)) -}}
