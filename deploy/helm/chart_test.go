@@ -799,3 +799,15 @@ func crdMeta(obj any) metav1.Object {
 	}
 	panic(fmt.Sprintf("no metadata for %T", obj))
 }
+
+// TestSandboxBridgeImageIsTheWorkers: sandbox pods copy the egress tunnel from the worker's
+// own image, so the worker's config names the image its Deployment runs.
+func TestSandboxBridgeImageIsTheWorkers(t *testing.T) {
+	for _, vals := range []string{"", "image: {repository: registry.example/boxcar, tag: v9}"} {
+		r := render(t, values(t, vals))
+		d := one[*appsv1.Deployment](t, r, fullname)
+		if got, want := workerConfig(t, r).Sandbox.Kubernetes.BridgeImage, d.Spec.Template.Spec.Containers[0].Image; got != want || got == "" {
+			t.Errorf("values %q: bridge_image = %q, want the worker's image %q", vals, got, want)
+		}
+	}
+}

@@ -28,6 +28,7 @@ type Job struct {
 	Task        string            `json:"task"`
 	Inputs      []Input           `json:"inputs,omitempty"`
 	Limits      *Limits           `json:"limits,omitempty"`
+	Network     *Network          `json:"network,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	SubmittedAt time.Time         `json:"submitted_at"`
 	SubmittedBy string            `json:"submitted_by,omitempty"`
@@ -58,6 +59,16 @@ type Limits struct {
 	JobTimeout     Duration `json:"job_timeout,omitempty"`
 	CommandTimeout Duration `json:"command_timeout,omitempty"`
 }
+
+// Network may only narrow the profile's network: each entry of Allow must be within the
+// profile's network.allow (the same forms: host, host:port, *.suffix); the worker rejects a job
+// that asks for more. Nil means the profile's network as it is; an empty Allow, none.
+type Network struct {
+	Allow []string `json:"allow"`
+}
+
+// maxAllow bounds a job's allow list: a narrowing needs few entries.
+const maxAllow = 64
 
 var (
 	idPattern    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{7,63}$`)
@@ -174,6 +185,16 @@ func (j Job) Validate() error {
 	if l := j.Limits; l != nil {
 		if l.MaxTurns < 0 || l.MaxToolCalls < 0 || l.MaxTokens < 0 || l.JobTimeout < 0 || l.CommandTimeout < 0 {
 			return bad("limits", "values may not be negative")
+		}
+	}
+	if n := j.Network; n != nil {
+		if len(n.Allow) > maxAllow {
+			return bad("network.allow", "%d entries, at most %d", len(n.Allow), maxAllow)
+		}
+		for i, e := range n.Allow {
+			if e == "" || len(e) > 260 || strings.ContainsAny(e, " \t\r\n/@") {
+				return bad(fmt.Sprintf("network.allow[%d]", i), "%q is not a host, host:port or *.suffix", e)
+			}
 		}
 	}
 	for k := range j.Labels {

@@ -123,6 +123,10 @@ func TestDecodeRejects(t *testing.T) {
 		}), "appears twice"},
 		{"negative limit", with(func(m map[string]any) { m["limits"] = map[string]any{"max_turns": -1} }), "limits"},
 		{"limit duration garbage", with(func(m map[string]any) { m["limits"] = map[string]any{"job_timeout": "forever"} }), "duration"},
+		{"network entry with a path", with(func(m map[string]any) { m["network"] = map[string]any{"allow": []any{"api.example.com/v1"}} }), "network.allow[0]"},
+		{"network entry empty", with(func(m map[string]any) { m["network"] = map[string]any{"allow": []any{"a.example.com", ""}} }), "network.allow[1]"},
+		{"network too many entries", with(func(m map[string]any) { m["network"] = map[string]any{"allow": make([]any, 65)} }), "network.allow"},
+		{"unknown network field", with(func(m map[string]any) { m["network"] = map[string]any{"deny": []any{"x"}} }), `unknown field "deny"`},
 		{"label key bad", with(func(m map[string]any) { m["labels"] = map[string]any{"Bad Key": "v"} }), "labels"},
 		{"oversize", with(func(m map[string]any) { m["task"] = strings.Repeat("x", job.MaxMessageBytes) }), "limit is 65536"},
 	}

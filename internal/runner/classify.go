@@ -7,6 +7,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/egress"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -123,6 +124,8 @@ var failureModes = []failureMode{
 	// Permanent faults of the job: retrying cannot fix them.
 	{name: "invalid job", in: []stage{stageAdmit}, when: errIs(job.ErrInvalid), end: endRejected, reason: "invalid_job"},
 	{name: "unknown profile", in: []stage{stageAdmit}, when: errIs(config.ErrUnknownProfile), end: endRejected, reason: "unknown_profile"},
+	{name: "network wider than the profile's", in: []stage{stageAdmit}, when: errIs(egress.ErrWiden), end: endRejected, reason: "network_not_allowed"},
+	{name: "backend gives no egress", in: []stage{stagePrepare}, when: errIs(sandbox.ErrNoEgress), end: endFailed, reason: "invalid_profile"},
 	{name: "input too large", in: []stage{stagePrepare}, when: errIs(errInputTooLarge), end: endFailed, reason: "input_too_large"},
 	{name: "inputs fill the workdir", in: []stage{stagePrepare}, when: errIs(sandbox.ErrDiskFull), end: endFailed, reason: "input_too_large"},
 	{name: "input missing", in: []stage{stagePrepare}, when: errIs(store.ErrNotFound), end: endFailed, reason: "input_missing"},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/egress"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -67,6 +68,10 @@ func TestClassify(t *testing.T) {
 			at: map[stage]want{stageAdmit: {end: endRejected, reason: "invalid_job"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "unknown profile", err: wrap(config.ErrUnknownProfile),
 			at: map[stage]want{stageAdmit: {end: endRejected, reason: "unknown_profile"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "network wider than the profile's", err: wrap(egress.ErrWiden),
+			at: map[stage]want{stageAdmit: {end: endRejected, reason: "network_not_allowed"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "backend gives no egress", err: wrap(sandbox.ErrNoEgress),
+			at: map[stage]want{stagePrepare: {end: endFailed, reason: "invalid_profile"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "input too large", err: wrap(errInputTooLarge),
 			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_too_large"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "workdir full", err: wrap(sandbox.ErrDiskFull),

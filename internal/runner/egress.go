@@ -14,6 +14,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/egress"
+	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -48,11 +49,17 @@ func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox
 	}
 	eg, ok := sb.(sandbox.Egress)
 	if !ok {
-		return nil, queue.Permanent("invalid_profile", fmt.Errorf("profile %s has a network, but the %s backend gives sandboxes none; run it on bubblewrap", a.job.Profile, r.cfg.Sandboxes.Backend()))
+		return nil, fmt.Errorf("profile %s has a network, but the %s backend gives sandboxes none: %w", a.job.Profile, r.cfg.Sandboxes.Backend(), sandbox.ErrNoEgress)
 	}
 	policy, err := r.egressPolicy(a.profile)
 	if err != nil {
 		return nil, queue.RetryAfter(time.Minute, err)
+	}
+	if n := a.job.Network; n != nil {
+		// admit checked it narrows; the profile's secrets keep the hosts it still allows.
+		if policy, err = egress.Narrow(policy, n.Allow); err != nil {
+			return nil, queue.Permanent("network_not_allowed", err)
+		}
 	}
 	je := &jobEgress{}
 	cfg := r.cfg.Egress
@@ -81,6 +88,24 @@ func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox
 		je.env[k] = v
 	}
 	return je, nil
+}
+
+// narrowsNetwork checks that the job's own network, if it names one, only narrows its
+// profile's: a job cannot give itself hosts, or a network its profile does not have.
+func narrowsNetwork(j job.Job, p config.Profile) error {
+	if j.Network == nil {
+		return nil
+	}
+	if p.Network == nil {
+		return fmt.Errorf("%w: the job asks for network.allow %q, and profile %s has no network", egress.ErrWiden, j.Network.Allow, j.Profile)
+	}
+	if _, err := egress.Narrow(egress.Policy{Allow: p.Network.Allow}, j.Network.Allow); err != nil {
+		if errors.Is(err, egress.ErrInvalidPolicy) {
+			return fmt.Errorf("%w: network.allow: %w", job.ErrInvalid, err)
+		}
+		return fmt.Errorf("profile %s: %w", j.Profile, err)
+	}
+	return nil
 }
 
 // egressPolicy reads the profile's secrets now, so that a rotated value is used by the next

@@ -268,3 +268,98 @@ func TestEgressNeedsABackendWithIt(t *testing.T) {
 		t.Errorf("job ended %s at attempt %d: %q; want failed at the first, naming the backend", st.State, st.Attempt, st.Error)
 	}
 }
+
+// submitNetwork submits a job of profile that names its own network.allow.
+func (b *bundle) submitNetwork(profile string, allow ...string) job.Job {
+	b.t.Helper()
+	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: profile, Task: "t", SubmittedAt: time.Now().UTC(),
+		Network: &job.Network{Allow: allow}}
+	if _, err := b.q.Publish(context.Background(), j); err != nil {
+		b.t.Fatal(err)
+	}
+	return j
+}
+
+// TestEgressJobNarrowsItsProfile: a job may narrow its profile's network, never widen it; a
+// widening ends at its first attempt, rejected, saying which entry, and starts no sandbox. A
+// narrowing is what the proxy enforces: a host the profile allows and the job does not is
+// refused.
+func TestEgressJobNarrowsItsProfile(t *testing.T) {
+	const secret = "real-api-token-0123456789abcdef"
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("answer"))
+	}))
+	cert, upCA := selfSigned(t, "api.boxcar.test")
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+
+	b := setup(t)
+	cfg, err := config.Parse([]byte(egressProfiles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cfg = cfg
+	p := &egressProvider{}
+	var mu sync.Mutex
+	answers := map[string]string{} // job id -> what its one command printed, or its error
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		res, err := req.Sandbox.Exec(ctx, sandbox.ExecRequest{Argv: []string{"https://api.boxcar.test/v1"}})
+		mu.Lock()
+		answers[req.JobID] = string(res.Stdout) + string(res.Stderr)
+		mu.Unlock()
+		if err != nil {
+			return agent.Result{}, err
+		}
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) {
+		c.Sandboxes = p
+		c.LookupEnv = func(k string) (string, bool) { return secret, k == "BOXCAR_TEST_API_TOKEN" }
+		c.Egress = egress.Config{
+			Resolver:      stubResolver{"api.boxcar.test": netip.MustParseAddr("198.18.0.10")},
+			Dialer:        toServer(up.Listener.Addr().String()),
+			AllowedCIDRs:  []netip.Prefix{netip.MustParsePrefix("198.18.0.10/32")},
+			UpstreamCAPEM: upCA,
+		}
+	})
+	for _, tt := range []struct {
+		name    string
+		profile string
+		allow   []string
+		state   job.State
+		says    string // in the status's error, or in the command's answer
+	}{
+		{name: "another host", profile: "net", allow: []string{"evil.boxcar.test"}, state: job.StateRejected, says: `"evil.boxcar.test" is not within the profile's allow list`},
+		{name: "a wildcard over the profile's host", profile: "net", allow: []string{"*.boxcar.test"}, state: job.StateRejected, says: `"*.boxcar.test" is not within`},
+		{name: "a network on a profile without one", profile: "p", allow: []string{"api.boxcar.test"}, state: job.StateRejected, says: "profile p has no network"},
+		{name: "the profile's host on its port", profile: "net", allow: []string{"api.boxcar.test:443"}, state: job.StateSucceeded, says: "answer"},
+		{name: "the profile's host on another port only", profile: "net", allow: []string{"api.boxcar.test:8443"}, state: job.StateSucceeded, says: "Forbidden"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			j := b.submitNetwork(tt.profile, tt.allow...)
+			st := b.waitFinal(j.ID, time.Minute)
+			if st.State != tt.state || st.Attempt != 1 {
+				t.Fatalf("job ended %s at attempt %d (%q), want %s at the first", st.State, st.Attempt, st.Error, tt.state)
+			}
+			mu.Lock()
+			answer, ran := answers[j.ID]
+			mu.Unlock()
+			if tt.state == job.StateRejected {
+				if !strings.Contains(st.Error, tt.says) || ran {
+					t.Errorf("error %q (the agent ran: %v), want it to say %q and no run", st.Error, ran, tt.says)
+				}
+				return
+			}
+			if !strings.Contains(answer, tt.says) {
+				t.Errorf("the command got %q, want %q", answer, tt.says)
+			}
+		})
+	}
+	reasons := map[string]int{}
+	for _, dl := range b.deadLetters() {
+		reasons[dl.Reason]++
+	}
+	if reasons["network_not_allowed"] != 3 {
+		t.Errorf("dead letters by reason %v, want 3 network_not_allowed", reasons)
+	}
+}

@@ -156,6 +156,9 @@ func (r *Runner) admit(a *attempt) error {
 	if a.profile, err = r.cfg.Worker.Profile(j.Profile); err != nil {
 		return err
 	}
+	if err := narrowsNetwork(j, a.profile); err != nil {
+		return err
+	}
 	a.limits = a.profile.Limits.Tighten(j.Limits)
 	a.profile.Limits = a.limits
 	a.deadline = a.started.Add(2 * time.Duration(a.limits.JobTimeout))
