@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench: runs the side-by-side benchmarks of docs/performance.md (BENCH_COUNT times
 # each, default 3), keeps the raw `go test -bench` output in bin/bench.txt (benchstat reads it)
-# and prints one table of them (scripts/benchtable.sh). BENCH_CLUSTER=0 leaves out row 7.
+# and prints one table of them (scripts/benchtable.sh). BENCH_CLUSTER=0 leaves out rows 7 and 13.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -31,15 +31,21 @@ run . ./internal/sandbox '^BenchmarkBubblewrapEgressLifecycle$' 20x
 if grep -qs 'func BenchmarkSubmitJobs' internal/submitcmd/*_test.go; then
 	run . ./internal/submitcmd '^BenchmarkSubmitJobs$' 1x
 fi
-# Row 7 runs on the single-node cluster of test/cluster, a shared resource: root only, one
+# Rows 7 and 13 run on the single-node cluster of test/cluster, a shared resource: root only, one
 # user at a time (the lock), built once by `make test-cluster`.
 if [ "${BENCH_CLUSTER:-1}" != 1 ]; then
-	echo "bench: row 7 left out (BENCH_CLUSTER=0)" >&2
+	echo "bench: rows 7 and 13 left out (BENCH_CLUSTER=0)" >&2
 elif [ "$(id -u)" != 0 ]; then
-	echo "bench: row 7 left out: the test cluster needs root" >&2
+	echo "bench: rows 7 and 13 left out: the test cluster needs root" >&2
 else
 	test/cluster/build.sh >&2
 	run test/cluster . '^BenchmarkPodStart$' 1x flock /tmp/boxcar-cluster.lock
+	# Row 13 runs the release image's binary in the pods: it needs bin/image.tar (make image).
+	if [ -s bin/image.tar ]; then
+		run test/cluster . '^BenchmarkPodEgressLifecycle$' 1x flock /tmp/boxcar-cluster.lock
+	else
+		echo "bench: row 13 left out: no bin/image.tar; run make image first" >&2
+	fi
 fi
 echo >&2
 scripts/benchtable.sh "$OUT"

@@ -16,7 +16,8 @@ rows='1|queue layer: jobs/s fetch->run->ack vs raw fetch+double-ack|BenchmarkQue
 9|egress: HTTPS GET with a secret injected (TLS terminated) vs direct|BenchmarkProxyHTTPS/intercept|overhead-p50-ms<=2,overhead-p99-ms<=10
 10|egress: per-job CA plus first leaf|BenchmarkCAAndFirstLeaf|ms/ca+leaf<=5
 11|inputs: worker peak RSS with a 1 GiB input; refusal on a profile too small|BenchmarkWorkerInputMemory|peak-MiB<=143,reject-s<=5
-12|egress: bubblewrap lifecycle with the egress bridge vs without a network|BenchmarkBubblewrapEgressLifecycle|'
+12|egress: bubblewrap lifecycle with the egress bridge vs without a network|BenchmarkBubblewrapEgressLifecycle|
+13|egress: pod lifecycle with the tunnel vs without a network|BenchmarkPodEgressLifecycle|'
 awk -v rows="$rows" '
 function med(a, n,   i, j, t, s) {
 	for (i = 1; i <= n; i++) s[i] = a[i]

@@ -169,3 +169,83 @@ func benchNamespace(b *testing.B) string {
 	})
 	return name
 }
+
+// BenchmarkPodEgressLifecycle is row 13 of make bench: a sandbox pod's life with networking on
+// (Start with the bridge's init container, AttachEgress: the CA written and the tunnel's exec
+// up, Exec true, Close) against off (Start, Exec true, Close), alternating, benchEgressPods of
+// each per iteration; the medians and their ratio are reported. Each pod is gone before the
+// next starts; that wait is not timed. It needs the release image (make image).
+func BenchmarkPodEgressLifecycle(b *testing.B) {
+	ctx := context.Background()
+	ns := benchNamespace(b)
+	release, _ := importReleaseImage(b)
+	provider := func(bridge string) *sandbox.KubernetesProvider {
+		p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
+			Client: kube.Client, RESTConfig: kube.RESTConfig, Namespace: ns,
+			Image: cluster.SandboxImage, BridgeImage: bridge, ImagePullPolicy: corev1.PullNever,
+			WorkerID: "bench", StartTimeout: 2 * time.Minute,
+		})
+		if err != nil {
+			b.Fatalf("NewKubernetes: %v", err)
+		}
+		return p
+	}
+	on, off := provider(release), provider("")
+	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second}
+	life := func(p *sandbox.KubernetesProvider, i int) time.Duration {
+		begin := time.Now()
+		sb, err := p.Start(ctx, sandboxtest.Spec(fmt.Sprintf("bench-egress-%d", i), config.SandboxSpec{CPU: "250m"}))
+		if err != nil {
+			b.Fatalf("Start: %v", err)
+		}
+		if p == on {
+			ln, err := sb.(sandbox.Egress).AttachEgress(ctx, []byte("ca"))
+			if err != nil {
+				b.Fatalf("AttachEgress: %v", err)
+			}
+			defer ln.Close()
+		}
+		if res, err := sb.Exec(ctx, req); err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec true: %v, exit %d, stderr %q", err, res.ExitCode, res.Stderr)
+		}
+		if err := sb.Close(ctx); err != nil {
+			b.Fatalf("Close: %v", err)
+		}
+		elapsed := time.Since(begin)
+		noPod(b, ns, sb.Info().ID)
+		return elapsed
+	}
+	life(on, -1) // warm up: the release image's first init container
+	life(off, -1)
+	var tOn, tOff []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		for i := range benchEgressPods {
+			tOn, tOff = append(tOn, life(on, i)), append(tOff, life(off, i))
+		}
+	}
+	b.StopTimer()
+	med := func(d []time.Duration) time.Duration {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	x, y := med(tOn), med(tOff)
+	b.ReportMetric(float64(x)/1e6, "network-ms/op")
+	b.ReportMetric(float64(y)/1e6, "none-ms/op")
+	b.ReportMetric(float64(x)/float64(y), "x-of-none")
+	record("pod lifecycle with egress (Start+AttachEgress+Exec true+Close) %s vs %s without a network, medians of %d", x.Round(time.Millisecond), y.Round(time.Millisecond), len(tOn))
+}
+
+const benchEgressPods = 8
+
+// noPod waits until the pod is gone from the API server.
+func noPod(b *testing.B, ns, name string) {
+	eventually(b, 2*time.Minute, "pod "+name+" gone", func() error {
+		_, err := kube.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("pod %s still there (%v)", name, err)
+	})
+}

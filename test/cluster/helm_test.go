@@ -243,7 +243,7 @@ func (r *release) uninstall(t *testing.T) {
 
 // importReleaseImage imports the release image `make image` built (bin/image.tar, named in
 // bin/image.ref) into the node's containerd, and returns its name and version.
-func importReleaseImage(t *testing.T) (image, version string) {
+func importReleaseImage(t testing.TB) (image, version string) {
 	t.Helper()
 	ref, err := os.ReadFile("../../bin/image.ref")
 	if err != nil {

@@ -211,3 +211,56 @@ func (h *Handle) ImportArchive(ctx context.Context, archive string) error {
 	}
 	return nil
 }
+
+// ImportBusyboxImage makes an image of the sandbox image's busybox with more of the host's
+// files in it, and imports it: files maps a path in the image to a file on the host (kept
+// with its mode), links a path to a symlink target. Tests whose commands need more than
+// busybox (curl, Python) run in it.
+func (h *Handle) ImportBusyboxImage(ctx context.Context, ref string, files, links map[string]string) error {
+	base, err := busyboxFiles()
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, f := range base {
+		seen[f.name] = true
+	}
+	var dirs, extra []file
+	addDirs := func(name string) {
+		for d := filepath.Dir(name); d != "." && !seen[d]; d = filepath.Dir(d) {
+			seen[d] = true
+			dirs = append(dirs, file{name: d, mode: 0o755, isDir: true})
+		}
+	}
+	for name, src := range files {
+		name = strings.TrimPrefix(name, "/")
+		st, err := os.Stat(src)
+		if err != nil {
+			return fmt.Errorf("cluster: image %s: %w", ref, err)
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return fmt.Errorf("cluster: image %s: %w", ref, err)
+		}
+		addDirs(name)
+		extra = append(extra, file{name: name, mode: int64(st.Mode().Perm()), data: data})
+	}
+	for name, target := range links {
+		name = strings.TrimPrefix(name, "/")
+		addDirs(name)
+		extra = append(extra, file{name: name, link: target})
+	}
+	// A busybox applet of the same name gives way to the host's program.
+	base = slices.DeleteFunc(base, func(f file) bool { _, ok := files["/"+f.name]; return ok && f.link != "" })
+	slices.SortFunc(dirs, func(a, b file) int { return strings.Compare(a.name, b.name) })
+	dir, err := os.MkdirTemp("", "boxcar-cluster-image-")
+	if err != nil {
+		return fmt.Errorf("cluster: image %s: %w", ref, err)
+	}
+	defer os.RemoveAll(dir)
+	archive := filepath.Join(dir, "image.tar")
+	if err := writeDockerArchive(archive, ref, nil, []string{"/bin/sh"}, append(append(base, dirs...), extra...)); err != nil {
+		return err
+	}
+	return h.ImportArchive(ctx, archive)
+}
