@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -433,5 +434,39 @@ func TestKubernetesExecKillsFromOutsideWhileTheStreamWaits(t *testing.T) {
 	}
 	if n := kills(); n != 1 {
 		t.Errorf("%d kills from outside, want 1", n)
+	}
+}
+
+// TestKubernetesExecLeavesNoWatchdog: the wrapper's timeout watchdog ends with its command.
+// Left behind, one sleep per command for a whole timeout, they filled the pod's process bound
+// (podPidsLimit 64 on the test cluster) after some 50 quick commands, and the next exec failed
+// to start.
+func TestKubernetesExecLeavesNoWatchdog(t *testing.T) {
+	rt := newPodRuntime(t)
+	sb := sandboxtest.StartSpec(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
+	timeout := 100*time.Second + time.Duration(time.Now().UnixNano()%1000)*time.Millisecond
+	for range 3 {
+		res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}, Timeout: timeout})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("true: %v, exit %d", err, res.ExitCode)
+		}
+	}
+	pod := rt.pod(sb.Info().ID)
+	mark := strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		var left []string
+		for _, proc := range pod.processes(t) {
+			if strings.Contains(proc, mark) {
+				left = append(left, proc)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d watchdogs left running after their commands ended: %v", len(left), left)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

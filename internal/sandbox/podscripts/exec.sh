@@ -9,7 +9,9 @@ c=$!
 exec 3<&-
 w=
 if [ "$t" != 0 ]; then
-	(sleep "$t"; k "$m") </dev/null >/dev/null 2>&1 &
+	# The watchdog's sleep carries the command's mark, so the k below ends it with the command:
+	# left behind, one per command for a whole timeout, they would fill the pod's process bound.
+	(env "BOXCAR_EXEC=$m" sleep "$t"; k "$m") </dev/null >/dev/null 2>&1 &
 	w=$!
 fi
 wait "$c"
