@@ -32,8 +32,9 @@ func TestEgress(t *testing.T) {
 	ns := sandboxNamespace(t)
 	release, _ := importReleaseImage(t)
 	importToolsImage(t)
+	// Registered first, so it runs after the suite's sandbox is closed.
+	t.Cleanup(func() { noSandboxLeft(t, ns) })
 	sandboxtest.RunEgress(t, egressProvider(t, ns, release))
-	noSandboxLeft(t, ns)
 }
 
 // egressProvider is the backend as the chart sets it up: the worker's image as the bridge

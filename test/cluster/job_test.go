@@ -12,6 +12,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/test/cluster"
+	"github.com/boxcar-run/boxcar/test/harness"
 	"github.com/boxcar-run/boxcar/test/testworker"
 )
 
@@ -44,7 +45,7 @@ func TestJobEndToEnd(t *testing.T) {
 		"NATS_URL": nats.ClientURL(), "BOXCAR_STORE": storeURL,
 		"OPENAI_BASE_URL": model.URL + "/v1", "OPENAI_API_KEY": "sk-cluster-secret-never-logged",
 	}
-	metricsAddr := startWorker(t, cfgPath, env)
+	metricsAddr, _ := startWorker(t, cfgPath, env)
 
 	t.Run("ready", func(t *testing.T) {
 		// /readyz includes the backend's Check: the worker may list pods and create pods and
@@ -68,8 +69,8 @@ func TestJobEndToEnd(t *testing.T) {
 }
 
 // startWorker runs the worker command in-process on cfgPath with env until the test ends,
-// waits until it takes jobs, and returns the address of its metrics endpoint.
-func startWorker(t *testing.T, cfgPath string, env map[string]string) string {
+// waits until it takes jobs, and returns the address of its metrics endpoint and its log.
+func startWorker(t *testing.T, cfgPath string, env map[string]string) (string, *harness.LogBuffer) {
 	t.Helper()
 	w := testworker.Start(t, testworker.Config{ConfigFile: cfgPath, Model: env["OPENAI_BASE_URL"], Env: env})
 	t.Cleanup(func() {
@@ -78,7 +79,7 @@ func startWorker(t *testing.T, cfgPath string, env map[string]string) string {
 			t.Error("worker log contains the API key")
 		}
 	})
-	return w.Addrs().Metrics
+	return w.Addrs().Metrics, w.Log
 }
 
 func httpGet(t *testing.T, url string) (int, string) {
