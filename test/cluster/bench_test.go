@@ -237,7 +237,7 @@ func BenchmarkPodEgressLifecycle(b *testing.B) {
 	record("pod lifecycle with egress (Start+AttachEgress+Exec true+Close) %s vs %s without a network, medians of %d", x.Round(time.Millisecond), y.Round(time.Millisecond), len(tOn))
 }
 
-const benchEgressPods = 8
+const benchEgressPods = 6
 
 // noPod waits until the pod is gone from the API server.
 func noPod(b *testing.B, ns, name string) {
