@@ -185,7 +185,7 @@ func TestKubernetesAttachEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.WriteString(client2, "CONNECT x:443 HTTP/1.1\r\n\r\n")
+	_, _ = io.WriteString(client2, "CONNECT x:443 HTTP/1.1\r\n\r\n")
 	buf := make([]byte, 8)
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "CONNECT " {
 		t.Errorf("worker side read %q, %v", buf, err)

@@ -172,9 +172,9 @@ func TestTunnelListenRefuses(t *testing.T) {
 		name string
 		pod  func(io.Writer)
 	}{
-		{"something other than ready", func(w io.Writer) { io.WriteString(w, "HTTP/1.1 200 OK\n") }},
+		{"something other than ready", func(w io.Writer) { _, _ = io.WriteString(w, "HTTP/1.1 200 OK\n") }},
 		{"ended before ready", func(io.Writer) {}},
-		{"no newline within the bound", func(w io.Writer) { w.Write(make([]byte, 300)) }},
+		{"no newline within the bound", func(w io.Writer) { _, _ = w.Write(make([]byte, 300)) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			podEnd, workerEnd := net.Pipe()
