@@ -32,14 +32,21 @@ func TestEgress(t *testing.T) {
 	ns := sandboxNamespace(t)
 	release, _ := importReleaseImage(t)
 	importToolsImage(t)
-	// Registered first, so it runs after the suite's sandbox is closed.
-	t.Cleanup(func() { noSandboxLeft(t, ns) })
-	sandboxtest.RunEgress(t, egressProvider(t, ns, release))
+	p := egressProvider(t, ns, release)
+	sandboxtest.RunEgress(t, p)
+	// The suite closes its sandbox in a cleanup; closed here first (Close is idempotent), the
+	// pod and its containers, the tunnel's included, must be gone.
+	for _, sb := range p.started {
+		if err := sb.Close(t.Context()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+	noSandboxLeft(t, ns)
 }
 
 // egressProvider is the backend as the chart sets it up: the worker's image as the bridge
 // image, the tools image for sandboxes.
-func egressProvider(t *testing.T, ns, release string) sandbox.Provider {
+func egressProvider(t *testing.T, ns, release string) *halfCPU {
 	t.Helper()
 	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
 		Client:          kube.Client,
@@ -54,18 +61,25 @@ func egressProvider(t *testing.T, ns, release string) sandbox.Provider {
 	if err != nil {
 		t.Fatalf("NewKubernetes: %v", err)
 	}
-	return halfCPU{p}
+	return &halfCPU{KubernetesProvider: p}
 }
 
-// halfCPU asks for half a CPU where a spec has the default of one: the node has two, and the cluster's
-// own pods request some.
-type halfCPU struct{ *sandbox.KubernetesProvider }
+// halfCPU asks for half a CPU where a spec has the default of one (the node has two, and the
+// cluster's own pods request some), and keeps the sandboxes it started.
+type halfCPU struct {
+	*sandbox.KubernetesProvider
+	started []sandbox.Sandbox
+}
 
-func (p halfCPU) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+func (p *halfCPU) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	if spec.CPU == "1" { // the profiles' default
 		spec.CPU = "500m"
 	}
-	return p.KubernetesProvider.Start(ctx, spec)
+	sb, err := p.KubernetesProvider.Start(ctx, spec)
+	if err == nil {
+		p.started = append(p.started, sb)
+	}
+	return sb, err
 }
 
 // importToolsImage imports toolsImage: curl, python3.11 with its standard library and pip,

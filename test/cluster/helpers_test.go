@@ -134,8 +134,7 @@ func sandboxPods(ctx context.Context, namespace string) ([]corev1.Pod, error) {
 // the node: a pod deleted with no grace period leaves the API at once, its containers later.
 func noSandboxLeft(t *testing.T, ns string) {
 	t.Helper()
-	// Not cancelled in a cleanup, where it runs after a suite's sandboxes are closed.
-	ctx := context.WithoutCancel(t.Context())
+	ctx := t.Context()
 	harness.Wait(t, "no sandbox pod or container left in "+ns, func() (bool, error) {
 		pods, err := sandboxPods(ctx, ns)
 		if err != nil {
