@@ -23,8 +23,8 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/demomodel"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/testnet"
 
 	"net/http/httptest"
