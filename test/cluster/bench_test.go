@@ -241,11 +241,11 @@ const benchEgressPods = 6
 
 // noPod waits until the pod is gone from the API server.
 func noPod(b *testing.B, ns, name string) {
-	eventually(b, 2*time.Minute, "pod "+name+" gone", func() error {
+	harness.Wait(b, "pod "+name+" gone", func() (bool, error) {
 		_, err := kube.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return nil
+			return true, nil
 		}
-		return fmt.Errorf("pod %s still there (%v)", name, err)
-	})
+		return false, fmt.Errorf("pod %s still there (%v)", name, err)
+	}, harness.Within(2*time.Minute))
 }
