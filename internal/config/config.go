@@ -188,6 +188,9 @@ type Profile struct {
 	Network *Network `json:"network,omitempty"`
 	// Secrets are credentials the proxy adds for allowed hosts; the sandbox sees placeholders.
 	Secrets []Secret `json:"secrets,omitempty"`
+	// Warm keeps sandboxes started ahead of the profile's jobs (warm.go). Default: none; every
+	// job starts its sandbox when it begins.
+	Warm *Warm `json:"warm,omitempty"`
 }
 
 // ModelParams are sent with every chat request of a profile.
@@ -388,6 +391,10 @@ func (p Profile) WithDefaults() Profile {
 		def(&l.MaxInputBytes, q.Value())
 	}
 	def(&p.Report, "report.md")
+	if p.Warm != nil {
+		w := p.Warm.withDefaults()
+		p.Warm = &w
+	}
 	def(&p.Artifacts, "artifacts")
 	tools := make([]Tool, len(p.Tools))
 	for i, t := range p.Tools {
@@ -504,6 +511,9 @@ func (p Profile) validate(prefix string) []error {
 		errs = append(errs, p.Network.validate(field)...)
 	}
 	errs = append(errs, validateSecrets(p.Network, p.Secrets, field)...)
+	if p.Warm != nil {
+		errs = append(errs, p.Warm.validate(field)...)
+	}
 	l := p.Limits
 	if l.MaxTurns < 1 || l.MaxToolCalls < 1 || l.MaxTokens < 1 || l.MaxOutputBytes < 256 || l.CommandTimeout <= 0 || l.JobTimeout <= 0 {
 		bad("limits", "max_turns, max_tool_calls, max_tokens, command_timeout and job_timeout must be positive, max_output_bytes at least 256")

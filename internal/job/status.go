@@ -50,13 +50,17 @@ type Status struct {
 	SpentToolCalls int   `json:"spent_tool_calls,omitempty"`
 	SpentTokens    int64 `json:"spent_tokens,omitempty"`
 	// CancelRequested asks the worker running the job to stop it; see RequestCancel.
-	CancelRequested bool      `json:"cancel_requested,omitempty"`
-	Report          string    `json:"report,omitempty"`   // store key of the report
-	Manifest        string    `json:"manifest,omitempty"` // store key of the manifest
-	QueuedAt        time.Time `json:"queued_at,omitzero"`
-	StartedAt       time.Time `json:"started_at,omitzero"`
-	FinishedAt      time.Time `json:"finished_at,omitzero"`
-	UpdatedAt       time.Time `json:"updated_at,omitzero"`
+	CancelRequested bool   `json:"cancel_requested,omitempty"`
+	Report          string `json:"report,omitempty"`   // store key of the report
+	Manifest        string `json:"manifest,omitempty"` // store key of the manifest
+	// SandboxClaimedAt is when the running attempt had its sandbox, and SandboxWarm says it
+	// was started ahead of the job (a warm pool's) rather than for it.
+	SandboxClaimedAt time.Time `json:"sandbox_claimed_at,omitzero"`
+	SandboxWarm      bool      `json:"sandbox_warm,omitempty"`
+	QueuedAt         time.Time `json:"queued_at,omitzero"`
+	StartedAt        time.Time `json:"started_at,omitzero"`
+	FinishedAt       time.Time `json:"finished_at,omitzero"`
+	UpdatedAt        time.Time `json:"updated_at,omitzero"`
 }
 
 // RequestCancel is the status change behind `submit cancel`: a job that has not started is

@@ -111,6 +111,11 @@ type Sandbox struct {
 	// pod runs under its runtime's default, which Isolation names).
 	Seccomp       string `json:"seccomp,omitempty"`
 	SeccompDigest string `json:"seccomp_digest,omitempty"`
+	// Warm says the sandbox was started ahead of the job, by a warm pool, and bound to it at
+	// ClaimedAt; otherwise it was started for the job, ready at ClaimedAt. Nothing else of a
+	// warm sandbox differs from a cold one.
+	Warm      bool      `json:"warm"`
+	ClaimedAt time.Time `json:"claimed_at,omitzero"`
 }
 
 // Model describes the model endpoint and what it was asked and answered.

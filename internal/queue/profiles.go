@@ -106,7 +106,17 @@ func profilesKey(worker string) string {
 // LiveProfiles returns every live worker's entry, by worker id. It needs NATS only, not the
 // store. ErrNoProfiles when there is none.
 func (c *Client) LiveProfiles(ctx context.Context) ([]WorkerProfiles, error) {
-	kv, err := c.js.KeyValue(ctx, ProfilesBucket)
+	return liveProfiles(ctx, c.js)
+}
+
+// LiveProfiles is Client.LiveProfiles for a worker: its pod reaper spares the warm pods of
+// the workers that live.
+func (c *Consumer) LiveProfiles(ctx context.Context) ([]WorkerProfiles, error) {
+	return liveProfiles(ctx, c.js)
+}
+
+func liveProfiles(ctx context.Context, js jetstream.JetStream) ([]WorkerProfiles, error) {
+	kv, err := js.KeyValue(ctx, ProfilesBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, ErrNoProfiles
 	}

@@ -23,6 +23,9 @@ type budget struct {
 	a        *attempt
 	base     agent.Budget // spent by earlier attempts when this one started
 	recorded agent.Budget // spent as far as this attempt has written it
+	// claim goes into the status with every write: `submit status` shows when the attempt had
+	// its sandbox, at no write of its own.
+	claim *claimed
 }
 
 func (r *Runner) newBudget(a *attempt, st job.Status) *budget {
@@ -64,6 +67,9 @@ func (b *budget) record(ctx context.Context, spent agent.Budget, msg string) boo
 		s.SpentToolCalls += add.ToolCalls
 		s.SpentTokens += add.Tokens
 		s.ToolCalls = s.SpentToolCalls
+		if b.claim != nil {
+			s.SandboxClaimedAt, s.SandboxWarm = b.claim.at.UTC(), b.claim.warm
+		}
 		if msg != "" {
 			s.Progress = msg
 		}

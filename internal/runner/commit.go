@@ -323,6 +323,7 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 			s.State, s.Cap, s.Error, s.Progress = out.State, out.Cap, out.Error, ""
 			s.Attempt, s.Worker = m.Attempt, m.Worker.ID
 			s.StartedAt, s.FinishedAt = m.Timings.StartedAt, m.Timings.FinishedAt
+			s.SandboxClaimedAt, s.SandboxWarm = m.Sandbox.ClaimedAt, m.Sandbox.Warm
 			s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(jobID))
 			if i := slices.IndexFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == reportName }); i >= 0 {
 				s.Report = r.cfg.Store.URL(provenance.SubjectKey(jobID, stmt.Subjects[i]))

@@ -46,6 +46,14 @@ type ran struct {
 	// job that ends without one.
 	transcript output
 	egress     *provenance.Egress // what the job's network carried; nil without one
+	claim      claimed
+}
+
+// claimed is how the attempt came by its sandbox: warm (from a pool) or started for it, and
+// when it had it.
+type claimed struct {
+	warm bool
+	at   time.Time
 }
 
 // ended is how an attempt ended and what settle and commitEnd need of it.
@@ -112,7 +120,7 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	if err != nil {
 		return ended{outcome: classify(stageClaim, err, context.Cause(ctx)), began: began}
 	}
-	sb, err := r.prepare(ctx, a)
+	sb, cl, err := r.prepare(ctx, a)
 	if err != nil {
 		return ended{outcome: classify(stagePrepare, err, context.Cause(ctx)), began: began}
 	}
@@ -125,7 +133,7 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	if *sp, err = r.newSpool(); err != nil {
 		return ended{outcome: classify(stageRun, err, context.Cause(ctx)), began: began}
 	}
-	run, spent, err := r.run(ctx, a, sb, je, st, *sp)
+	run, spent, err := r.run(ctx, a, sb, cl, je, st, *sp)
 	e := ended{outcome: classify(stageRun, err, context.Cause(ctx)), run: run, began: began}
 	// Only a run that ends here is committed: one that will be retried keeps nothing, and the
 	// last try of one that keeps failing leaves its transcript behind.
@@ -222,35 +230,36 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 
 // prepare starts the sandbox and copies the inputs into it. The caller closes the sandbox
 // when prepare returns one; on an error it closed it already.
-func (r *Runner) prepare(ctx context.Context, a *attempt) (sandbox.Sandbox, error) {
+func (r *Runner) prepare(ctx context.Context, a *attempt) (sandbox.Sandbox, claimed, error) {
 	if err := r.checkInputs(a); err != nil {
-		return nil, err
+		return nil, claimed{}, err
 	}
-	sb, err := r.startSandbox(ctx, a)
+	sb, cl, err := r.startSandbox(ctx, a)
 	if err != nil {
-		return nil, err
+		return nil, claimed{}, err
 	}
 	copied := r.progressIfSlow(ctx, a, "copying inputs")
 	err = r.copyInputs(ctx, a, sb)
 	copied()
 	if err != nil {
 		r.closeSandbox(ctx, a, sb)
-		return nil, err
+		return nil, claimed{}, err
 	}
-	return sb, nil
+	return sb, cl, nil
 }
 
 // run is the agent loop over the prepared sandbox, its transcript spooled to sp, and the
 // job's network through je (nil without one). It returns what the run produced, the budget it
 // kept in the status (for its last write), and the agent's error, or a capError for a run a
 // cap stopped.
-func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, je *jobEgress, st job.Status, sp *spool) (ran, *budget, error) {
+func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl claimed, je *jobEgress, st job.Status, sp *spool) (ran, *budget, error) {
 	j := a.job
 	inputs := make([]string, len(j.Inputs))
 	for i, in := range j.Inputs {
 		inputs[i] = in.Name
 	}
 	spent := r.newBudget(a, st)
+	spent.claim = &cl
 	res, err := r.cfg.Agent.Run(ctx, agent.Request{
 		JobID:       j.ID,
 		ProfileName: j.Profile,
@@ -266,7 +275,7 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, je *jo
 		Transcript: sp,
 	})
 	egressSeen := je.end(a.log, sp) // its lines go into the transcript before it is taken
-	run := ran{sandbox: sb.Info(), result: res, earlier: spent.base, transcript: sp.output(), egress: egressSeen}
+	run := ran{sandbox: sb.Info(), result: res, earlier: spent.base, transcript: sp.output(), egress: egressSeen, claim: cl}
 	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(res.Usage.PromptTokens))
 	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(res.Usage.CompletionTokens))
 	r.recordToolCalls(a, res)
@@ -309,17 +318,32 @@ func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, 
 	return e
 }
 
-func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox, error) {
+// startSandbox takes the job's sandbox from the pool (warm or started for it) or, without a
+// pool, starts it.
+func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox, claimed, error) {
 	backend := r.cfg.Sandboxes.Backend()
 	start := time.Now()
-	sb, err := r.cfg.Sandboxes.Start(ctx, sandbox.Spec{JobID: a.job.ID, SandboxSpec: a.profile.Sandbox})
+	spec := sandbox.Spec{JobID: a.job.ID, SandboxSpec: a.profile.Sandbox}
+	var (
+		sb   sandbox.Sandbox
+		warm bool
+		err  error
+	)
+	if r.cfg.Pool != nil {
+		sb, warm, err = r.cfg.Pool.Take(ctx, a.job.Profile, a.job.ID, spec)
+	} else {
+		sb, err = r.cfg.Sandboxes.Start(ctx, spec)
+	}
 	if err != nil {
 		r.m.SandboxFailed.WithLabelValues(backend, "start").Inc()
-		return nil, fmt.Errorf("start sandbox: %w", err)
+		return nil, claimed{}, fmt.Errorf("start sandbox: %w", err)
 	}
-	r.m.SandboxStart.WithLabelValues(backend).Observe(time.Since(start).Seconds())
-	a.log.InfoContext(ctx, "sandbox ready", "backend", backend, "sandbox_id", sb.Info().ID, "duration_ms", time.Since(start).Milliseconds())
-	return sb, nil
+	cl := claimed{warm: warm, at: time.Now()}
+	if !warm {
+		r.m.SandboxStart.WithLabelValues(backend).Observe(cl.at.Sub(start).Seconds())
+	}
+	a.log.InfoContext(ctx, "sandbox ready", "backend", backend, "sandbox_id", sb.Info().ID, "warm", warm, "duration_ms", cl.at.Sub(start).Milliseconds())
+	return sb, cl, nil
 }
 
 // closeSandbox always runs, on a context that survives shutdown, so no sandbox outlives its job.

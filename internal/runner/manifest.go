@@ -23,6 +23,7 @@ func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, col
 			Backend: sb.Backend, ID: sb.ID, Image: sb.Image, ImageDigest: sb.ImageDigest,
 			CPU: sb.CPU, Memory: sb.Memory, Disk: sb.Disk, PIDs: sb.PIDs, Isolation: sb.Isolation,
 			Seccomp: sb.Seccomp, SeccompDigest: sb.SeccompDigest,
+			Warm: run.claim.warm, ClaimedAt: run.claim.at,
 		},
 		Collected: collected,
 		Model: provenance.Model{

@@ -36,6 +36,12 @@ type Agent interface {
 	Run(ctx context.Context, req agent.Request) (agent.Result, error)
 }
 
+// Pool gives a job its sandbox, one started ahead when the profile keeps warm ones
+// (internal/pool), else one started for it; warm says which.
+type Pool interface {
+	Take(ctx context.Context, profile, jobID string, spec sandbox.Spec) (sb sandbox.Sandbox, warm bool, err error)
+}
+
 // Config wires a runner. Every field without a default is required.
 type Config struct {
 	// Worker is the validated worker configuration with its profiles.
@@ -43,9 +49,12 @@ type Config struct {
 	Queue  Queue
 	// Sandboxes starts the sandbox of each job; the backend comes from host configuration only.
 	Sandboxes sandbox.Provider
-	Store     store.Store
-	Agent     Agent
-	Metrics   *metrics.Metrics
+	// Pool, when set, gives each job its sandbox instead of Sandboxes.Start: a warm one when
+	// the profile's pool has one. Optional.
+	Pool    Pool
+	Store   store.Store
+	Agent   Agent
+	Metrics *metrics.Metrics
 	// Approvals carries the shell tool's "ask" approvals to a person and back (the queue
 	// implements it). Optional: without it every command that needs approval is refused.
 	Approvals Approvals

@@ -54,6 +54,9 @@ func (r *Runner) settleStatus(ctx context.Context, a *attempt, e ended, dec deci
 		if s.Profile == "" {
 			s.Profile = a.job.Profile
 		}
+		if c := e.run.claim; !c.at.IsZero() {
+			s.SandboxClaimedAt, s.SandboxWarm = c.at.UTC(), c.warm
+		}
 		if dec.state.Terminal() {
 			s.FinishedAt, s.Progress = now, ""
 		}

@@ -40,6 +40,7 @@ type bubblewrapSandbox struct {
 	info      Info
 	log       *slog.Logger
 	expiry    *time.Timer
+	lifetime  time.Duration // counted from the start, or from the claim of a pool sandbox
 
 	*calls
 

@@ -41,6 +41,9 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	}
 
 	id := "boxcar-" + safeID(spec.JobID) + "-" + randomHex(4)
+	if spec.Pool != "" {
+		id = "boxcar-pool-" + safeID(spec.Pool) + "-" + randomHex(4)
+	}
 	// The lock comes first and goes last: whatever exists of the sandbox, a lock file says
 	// whose it is (leftovers.go).
 	lock, err := lockSandbox(p.root, id)
@@ -50,7 +53,10 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	s := &bubblewrapSandbox{
 		p: p, id: id, hostDir: filepath.Join(p.root, id), egressDir: filepath.Join(p.root, id+egressSuffix), image: spec.Image, lock: lock, workdir: workdir, disk: newDiskBound(lim.disk), uid: -1,
 		log:   p.log.With("sandbox_id", id, "job_id", spec.JobID),
-		calls: newCalls(),
+		calls: newCalls(), lifetime: time.Duration(spec.Lifetime),
+	}
+	if spec.Pool != "" {
+		s.log = p.log.With("sandbox_id", id, "pool", spec.Pool)
 	}
 	if err := s.setup(spec, lim, rootfs); err != nil {
 		s.shutdown(fmt.Errorf("sandbox %s: failed to start: %w", id, ErrClosed))
@@ -59,7 +65,7 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 		}
 		return nil, err
 	}
-	s.expiry = time.AfterFunc(time.Duration(spec.Lifetime), s.expire)
+	s.expiry = time.AfterFunc(spec.Ahead+s.lifetime, s.expire)
 	s.log.Info("sandbox started", "backend", p.Backend(), "isolation", s.info.Isolation)
 	return s, nil
 }

@@ -150,6 +150,7 @@ type KubernetesProvider struct {
 	cfg  KubernetesConfig
 	exec PodExecutor
 	log  *slog.Logger
+	run  string // this provider's own, on its pool pods (kubernetes_pool.go)
 }
 
 // NewKubernetes checks the configuration. It does not contact the cluster.
@@ -158,7 +159,7 @@ func NewKubernetes(cfg KubernetesConfig) (*KubernetesProvider, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &KubernetesProvider{cfg: cfg, exec: cfg.Executor, log: cfg.Logger}
+	p := &KubernetesProvider{cfg: cfg, exec: cfg.Executor, log: cfg.Logger, run: randomHex(8)}
 	if p.exec == nil {
 		core, err := corev1client.NewForConfig(rest.CopyConfig(cfg.RESTConfig))
 		if err != nil {
@@ -186,11 +187,15 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 		return nil, err
 	}
 	pods := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace)
+	begin := time.Now()
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: start pod for job %s in namespace %s: %w", spec.JobID, p.cfg.Namespace, err)
 	}
 	log := p.log.With("sandbox_id", created.Name, "job_id", spec.JobID)
+	if spec.Pool != "" {
+		log = p.log.With("sandbox_id", created.Name, "pool", spec.Pool)
+	}
 	running, err := p.waitRunning(ctx, created.Name)
 	if err != nil {
 		_ = p.deletePod(ctx, log, created.Name) // logged there; the wait error is the one to report
@@ -198,7 +203,7 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	}
 	s := &kubernetesSandbox{
 		p: p, name: created.Name, workdir: spec.Workdir, log: log,
-		calls: newCalls(),
+		calls: newCalls(), created: begin, lifetime: time.Duration(spec.Lifetime),
 		info: Info{
 			Backend: p.Backend(), ID: created.Name, Image: spec.Image,
 			CPU: spec.CPU, Memory: spec.Memory, Disk: spec.Disk, PIDs: spec.PIDs,

@@ -148,5 +148,6 @@ func (p *KubernetesProvider) podFor(spec Spec) (*corev1.Pod, error) {
 	if p.cfg.Instance != "" {
 		pod.Labels[LabelInstance] = p.cfg.Instance
 	}
+	p.poolPod(pod, spec)
 	return pod, nil
 }

@@ -47,7 +47,9 @@ func (p *KubernetesProvider) ownPods() labels.Selector {
 // Reap deletes the sandbox pods of this deployment (ownPods), whichever worker started them, whose job is
 // no longer held: held(jobID, worker) reports whether the worker named on the pod still runs
 // that job. Pods younger than minAge are spared, which covers a pod between its creation and
-// its registration with its worker. It returns how many it deleted.
+// its registration with its worker. A warm pod no job has claimed yet (LabelPool) is kept by
+// this worker run alone, or, when another worker started it, while held("", worker) holds.
+// It returns how many it deleted.
 func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID, worker string) bool, minAge time.Duration) (int, error) {
 	list, err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: p.ownPods().String()})
 	if err != nil {
@@ -57,7 +59,10 @@ func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID, worker s
 	var errs []error
 	for _, pod := range list.Items {
 		jobID, worker := pod.Annotations[annotationJob], pod.Labels[LabelWorker]
-		if pod.DeletionTimestamp != nil || time.Since(pod.CreationTimestamp.Time) < minAge || held(jobID, worker) {
+		if pod.DeletionTimestamp != nil || time.Since(pod.CreationTimestamp.Time) < minAge {
+			continue
+		}
+		if pool, keep := p.unclaimedPoolPod(&pod, held); keep || (!pool && held(jobID, worker)) {
 			continue
 		}
 		log := p.log.With("sandbox_id", pod.Name, "job_id", jobID, "sandbox_worker", worker)

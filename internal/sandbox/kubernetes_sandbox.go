@@ -25,6 +25,10 @@ type kubernetesSandbox struct {
 	workdir string
 	info    Info
 	log     *slog.Logger
+	// created is just before the pod was created, and lifetime the spec's: a claim counts
+	// the pod's deadline from them (kubernetes_pool.go).
+	created  time.Time
+	lifetime time.Duration
 
 	*calls
 

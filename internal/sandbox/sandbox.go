@@ -23,6 +23,11 @@ import (
 // (config.SandboxSpec.Complete), as config.Load returns it: backends fill in no default.
 type Spec struct {
 	JobID string
+	// Pool, when set, starts the sandbox ahead of its job for the warm pool of the profile it
+	// names: JobID is empty until Claimer.Claim binds it to one. Ahead is how long it may wait
+	// for that; its Lifetime counts from the claim.
+	Pool  string
+	Ahead time.Duration
 	config.SandboxSpec
 }
 

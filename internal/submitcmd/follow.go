@@ -158,10 +158,13 @@ func statusJSON(st job.Status) map[string]any {
 			out[k] = v
 		}
 	}
-	for k, t := range map[string]time.Time{"queued_at": st.QueuedAt, "started_at": st.StartedAt, "finished_at": st.FinishedAt} {
+	for k, t := range map[string]time.Time{"queued_at": st.QueuedAt, "started_at": st.StartedAt, "sandbox_claimed_at": st.SandboxClaimedAt, "finished_at": st.FinishedAt} {
 		if !t.IsZero() {
 			out[k] = t
 		}
+	}
+	if !st.SandboxClaimedAt.IsZero() {
+		out["sandbox_warm"] = st.SandboxWarm
 	}
 	if st.SpentTurns > 0 || st.SpentToolCalls > 0 || st.SpentTokens > 0 {
 		out["spent"] = map[string]any{"turns": st.SpentTurns, "tool_calls": st.SpentToolCalls, "tokens": st.SpentTokens}
@@ -202,9 +205,9 @@ func (e *env) status(ctx context.Context, id string) error {
 	for _, t := range []struct {
 		name string
 		at   time.Time
-	}{{"queued", st.QueuedAt}, {"started", st.StartedAt}, {"finished", st.FinishedAt}} {
+	}{{"queued", st.QueuedAt}, {"started", st.StartedAt}, {"sandbox", st.SandboxClaimedAt}, {"finished", st.FinishedAt}} {
 		if !t.at.IsZero() {
-			printf(e.stdout, "%-9s %s\n", t.name+":", t.at.Local().Format(time.RFC3339))
+			printf(e.stdout, "%-9s %s%s\n", t.name+":", t.at.Local().Format(time.RFC3339), claimNote(t.name, st))
 		}
 	}
 	if st.SpentTurns > 0 || st.SpentToolCalls > 0 || st.SpentTokens > 0 {
@@ -223,4 +226,16 @@ func (e *env) status(ctx context.Context, id string) error {
 		printf(e.stdout, "manifest: %s\n", st.Manifest)
 	}
 	return nil
+}
+
+// claimNote says, on the sandbox line, whether the attempt's sandbox was warm.
+func claimNote(line string, st job.Status) string {
+	switch {
+	case line != "sandbox":
+		return ""
+	case st.SandboxWarm:
+		return " (warm: started ahead, claimed then)"
+	default:
+		return " (started for the job)"
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/egress"
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/modelgate"
+	"github.com/boxcar-run/boxcar/internal/pool"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
@@ -97,6 +99,7 @@ type parts struct {
 	egress    egress.Config               // each networked job's proxy, worker-level
 	lookupEnv func(string) (string, bool) // profile secrets "from: env:NAME"
 	approvers provenance.Keyring
+	pool      *pool.Pool // warm sandboxes; nil when no profile keeps any
 }
 
 // close releases what Start opened, the last opened first.
@@ -320,6 +323,9 @@ func (w *Worker) run(ctx context.Context, o Options, p *parts) error {
 		defer stopServing()
 		return r.Run(gctx)
 	})
+	if p.pool != nil {
+		g.Go(func() error { return p.pool.Run(gctx) })
+	}
 	if kp, ok := p.sandboxes.(*sandbox.KubernetesProvider); ok {
 		g.Go(func() error { return kp.RunReaper(gctx, time.Minute, heldBy(gctx, cfg.WorkerID, r, q)) })
 	}
@@ -347,7 +353,15 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 	if err != nil {
 		return nil, nil, err
 	}
+	if p.pool, err = newPool(p, q); err != nil {
+		return nil, nil, err
+	}
+	var warm runner.Pool
+	if p.pool != nil {
+		warm = p.pool
+	}
 	r, err := runner.New(runner.Config{
+		Pool:          warm,
 		Worker:        p.cfg,
 		Queue:         q,
 		Approvals:     q,
@@ -374,6 +388,9 @@ func heldBy(ctx context.Context, self string, r *runner.Runner, q *queue.Consume
 		if worker == self {
 			return r.Holds(jobID)
 		}
+		if jobID == "" { // another worker's warm pod: kept while that worker lives
+			return workerLive(ctx, q, worker)
+		}
 		// A pod names its job, not its tenant: any tenant's job of that id held by that worker.
 		for _, tenant := range q.Tenants() {
 			st, err := q.Status(ctx, queue.Ref{Tenant: tenant, ID: jobID})
@@ -386,6 +403,16 @@ func heldBy(ctx context.Context, self string, r *runner.Runner, q *queue.Consume
 		}
 		return false
 	}
+}
+
+// workerLive reports whether worker publishes its profiles (every live worker does); when in
+// doubt, it says yes.
+func workerLive(ctx context.Context, q *queue.Consumer, worker string) bool {
+	live, err := q.LiveProfiles(ctx)
+	if err != nil {
+		return !errors.Is(err, queue.ErrNoProfiles)
+	}
+	return slices.ContainsFunc(live, func(w queue.WorkerProfiles) bool { return w.Worker == worker })
 }
 
 // announce records the addresses, says the worker is ready (the log, the line on stdout, the

@@ -1,0 +1,39 @@
+package pool
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics are the pool's collectors.
+type Metrics struct {
+	Size     *prometheus.GaugeVec     // profile: warm sandboxes ready to be taken
+	Hits     *prometheus.CounterVec   // profile: jobs that took a warm sandbox
+	Misses   *prometheus.CounterVec   // profile: jobs of a warm profile that started one cold
+	Claim    *prometheus.HistogramVec // profile, warm: from Take to a sandbox in hand
+	Replaced *prometheus.CounterVec   // profile, reason: warm sandboxes removed unused
+}
+
+var claimBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// NewMetrics makes the pool's collectors and registers them on reg (nil: none).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	return &Metrics{
+		Size: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "boxcar_pool_size", Help: "Warm sandboxes ready to be taken, by profile.",
+		}, []string{"profile"}),
+		Hits: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_pool_hits_total", Help: "Jobs that took a warm sandbox, by profile.",
+		}, []string{"profile"}),
+		Misses: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_pool_misses_total", Help: "Jobs of a warm profile that found no warm sandbox and started one, by profile.",
+		}, []string{"profile"}),
+		Claim: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "boxcar_pool_claim_seconds", Help: "Time from a job asking for its sandbox to having it, warm (true) or started for it (false).", Buckets: claimBuckets,
+		}, []string{"profile", "warm"}),
+		Replaced: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_pool_removed_total", Help: "Warm sandboxes removed without serving a job, by profile and reason (aged, claim_failed, start_failed).",
+		}, []string{"profile", "reason"}),
+	}
+}

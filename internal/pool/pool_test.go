@@ -1,0 +1,199 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/pool"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeSandbox is a started sandbox that remembers its claim and its close.
+type fakeSandbox struct {
+	sandbox.Sandbox // nil: only the methods below are called
+	id              string
+	pool            string
+	b               *fakeBackend
+	claimErr        error
+
+	mu      sync.Mutex
+	jobID   string
+	closed  bool
+	claimed bool
+}
+
+func (s *fakeSandbox) Info() sandbox.Info { return sandbox.Info{Backend: "fake", ID: s.id} }
+
+func (s *fakeSandbox) Claim(_ context.Context, jobID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.claimErr != nil {
+		return s.claimErr
+	}
+	s.jobID, s.claimed = jobID, true
+	return nil
+}
+
+func (s *fakeSandbox) Close(context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.b.mu.Lock()
+	s.b.live--
+	s.b.mu.Unlock()
+	return nil
+}
+
+// fakeBackend starts fakeSandboxes at once, or fails, or holds starts until released.
+type fakeBackend struct {
+	mu       sync.Mutex
+	n, live  int
+	peak     int
+	failNext int   // starts still to fail
+	claimErr error // given to the next sandboxes
+	gate     chan struct{}
+	started  []*fakeSandbox
+}
+
+func (b *fakeBackend) Backend() string { return "fake" }
+
+func (b *fakeBackend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	b.mu.Lock()
+	gate := b.gate
+	b.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failNext > 0 {
+		b.failNext--
+		return nil, errors.New("fake: start failed")
+	}
+	b.n++
+	b.live++
+	b.peak = max(b.peak, b.live)
+	s := &fakeSandbox{id: fmt.Sprintf("sb-%d", b.n), pool: spec.Pool, b: b, claimErr: b.claimErr}
+	b.started = append(b.started, s)
+	return s, nil
+}
+
+func (b *fakeBackend) counts() (live, peak int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.live, b.peak
+}
+
+// fakeLag is the queue's lag, set by the test.
+type fakeLag struct {
+	mu  sync.Mutex
+	lag map[string]pool.Lag
+	err error
+}
+
+func (l *fakeLag) set(profile string, pending, inFlight uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lag[profile] = pool.Lag{Pending: pending, InFlight: inFlight}
+}
+
+func (l *fakeLag) Lag(_ context.Context, profile string) (pool.Lag, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lag[profile], l.err
+}
+
+// clock is a fake clock the test moves.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type bundle struct {
+	p     *pool.Pool
+	b     *fakeBackend
+	lag   *fakeLag
+	clock *clock
+	m     *pool.Metrics
+}
+
+func warmProfile(w config.Warm) config.Profile {
+	if w.Idle == 0 {
+		w.Idle = config.Duration(time.Minute)
+	}
+	if w.MaxAge == 0 {
+		w.MaxAge = config.Duration(10 * time.Minute)
+	}
+	return config.Profile{Warm: &w}.WithDefaults()
+}
+
+func setup(t *testing.T, slots int, profiles map[string]config.Profile) *bundle {
+	t.Helper()
+	bn := &bundle{b: &fakeBackend{}, lag: &fakeLag{lag: map[string]pool.Lag{}}, clock: &clock{now: time.Unix(1_000_000, 0)}, m: pool.NewMetrics(nil)}
+	p, err := pool.New(pool.Config{
+		Provider: bn.b, Profiles: profiles, Slots: slots, Lag: bn.lag, Metrics: bn.m,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: bn.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bn.p = p
+	return bn
+}
+
+// reconcile runs one round and waits for what it began.
+func (bn *bundle) reconcile(t *testing.T) {
+	t.Helper()
+	bn.p.Reconcile(context.Background())
+	bn.p.Settle()
+}
+
+func (bn *bundle) size(profile string) int {
+	return int(testutil.ToFloat64(bn.m.Size.WithLabelValues(profile)))
+}
+
+func (bn *bundle) take(t *testing.T, profile, jobID string) (sandbox.Sandbox, bool) {
+	t.Helper()
+	sb, warm, err := bn.p.Take(context.Background(), profile, jobID, sandbox.Spec{JobID: jobID})
+	if err != nil {
+		t.Fatalf("take %s: %v", jobID, err)
+	}
+	return sb, warm
+}
+
+func closeAll(t *testing.T, sbs ...sandbox.Sandbox) {
+	t.Helper()
+	for _, sb := range sbs {
+		if err := sb.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package pool
+
+import (
+	"context"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// Reconcile brings every profile's pool to its target once: it reads the lag, drops aged
+// sandboxes, shares the free slots out and starts or removes sandboxes to match. Starts run in
+// the background; a sandbox counts towards its pool from the moment its start begins.
+func (p *Pool) Reconcile(ctx context.Context) {
+	lags := make(map[string]*Lag, len(p.names))
+	for _, name := range p.names {
+		lag, err := p.cfg.Lag.Lag(ctx, name)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn("pool: read the queue's lag; keeping the pool as it is", "profile", name, "error", err)
+			}
+			continue
+		}
+		lags[name] = &lag
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	now := p.cfg.Now()
+	wants := make(map[string]int, len(p.names))
+	for _, name := range p.names {
+		pp := p.profiles[name]
+		p.ageOut(pp, now)
+		if lag := lags[name]; lag != nil {
+			pp.lag = *lag
+		}
+		wants[name] = p.want(pp, now)
+	}
+	alloc := p.share(wants)
+	for _, name := range p.names {
+		pp := p.profiles[name]
+		p.resize(pp, alloc[name], now)
+		p.m.Size.WithLabelValues(name).Set(float64(len(pp.ready)))
+	}
+}
+
+// ageOut removes the warm sandboxes nobody claimed within max_age; the resize that follows
+// replaces them if the pool still wants them.
+func (p *Pool) ageOut(pp *profilePool, now time.Time) {
+	maxAge := pp.warm.MaxAge.Std()
+	keep := pp.ready[:0]
+	for _, e := range pp.ready {
+		if now.Sub(e.born) >= maxAge {
+			p.m.Replaced.WithLabelValues(pp.name, "aged").Inc()
+			p.destroy(e.sb)
+			continue
+		}
+		keep = append(keep, e)
+	}
+	pp.ready = keep
+}
+
+// want is the profile's target before the worker's slots are shared out: its lag within
+// min and max, and no lower than its present size until the lag has stayed below that size
+// for the idle time.
+func (p *Pool) want(pp *profilePool, now time.Time) int {
+	hi := pp.warm.Max
+	if hi == 0 {
+		hi = p.cfg.Slots
+	}
+	demand := pp.lag.Pending + pp.lag.InFlight
+	want := int(min(demand, uint64(hi)))
+	want = max(want, pp.warm.Min)
+	size := len(pp.ready) + pp.starting - pp.waiters
+	if want >= size {
+		pp.lastBusy = now
+		return want
+	}
+	if now.Sub(pp.lastBusy) < pp.warm.Idle.Std() {
+		return size
+	}
+	return want
+}
+
+// share splits the worker's free slots between the profiles: first every profile's minimum,
+// then the rest one at a time in name order, so that no pool starves another for long.
+func (p *Pool) share(wants map[string]int) map[string]int {
+	room := p.cfg.Slots - p.inUse
+	alloc := make(map[string]int, len(wants))
+	for _, name := range p.names {
+		n := min(wants[name], p.profiles[name].warm.Min, max(room, 0))
+		alloc[name], room = n, room-n
+	}
+	for room > 0 {
+		gave := false
+		for _, name := range p.names {
+			if room > 0 && alloc[name] < wants[name] {
+				alloc[name]++
+				room--
+				gave = true
+			}
+		}
+		if !gave {
+			break
+		}
+	}
+	return alloc
+}
+
+// resize starts or removes sandboxes so that the pool holds n, counting those starting.
+// Starts cannot be called back: a pool over its share removes ready sandboxes, newest first.
+func (p *Pool) resize(pp *profilePool, n int, now time.Time) {
+	size := len(pp.ready) + pp.starting - pp.waiters
+	for ; size > n && len(pp.ready) > 0; size-- {
+		last := len(pp.ready) - 1
+		p.destroy(pp.ready[last].sb)
+		pp.ready = pp.ready[:last]
+	}
+	for ; size < n; size++ {
+		pp.starting++
+		p.start(pp)
+	}
+}
+
+// start begins one warm sandbox of the profile in the background.
+func (p *Pool) start(pp *profilePool) {
+	ctx := p.ctx
+	spec := sandbox.Spec{Pool: pp.name, Ahead: pp.warm.MaxAge.Std(), SandboxSpec: pp.spec}
+	p.work.Add(1)
+	go func() {
+		defer p.work.Done()
+		sb, err := p.cfg.Provider.Start(ctx, spec)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		pp.starting--
+		p.broadcast()
+		switch {
+		case err != nil:
+			p.m.Replaced.WithLabelValues(pp.name, "start_failed").Inc()
+			if ctx.Err() == nil {
+				p.log.Warn("pool: start a warm sandbox", "profile", pp.name, "error", err)
+			}
+		case p.closed:
+			p.destroy(sb)
+		default:
+			pp.ready = append(pp.ready, entry{sb: sb, born: p.cfg.Now()})
+			p.m.Size.WithLabelValues(pp.name).Set(float64(len(pp.ready)))
+		}
+	}()
+}
+
+// broadcast wakes the Takes waiting for a start. The caller holds mu.
+func (p *Pool) broadcast() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}

@@ -1,0 +1,199 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// TestTargetFollowsLag: the pool holds its lag (pending and in flight), within min and max,
+// and never more than the worker's slots.
+func TestTargetFollowsLag(t *testing.T) {
+	tests := []struct {
+		name              string
+		slots, min, max   int
+		pending, inFlight uint64
+		want              int
+	}{
+		{name: "idle, min 0", slots: 4, want: 0},
+		{name: "idle, min 2", slots: 4, min: 2, want: 2},
+		{name: "pending and in flight add up", slots: 8, pending: 2, inFlight: 1, want: 3},
+		{name: "max bounds", slots: 8, max: 3, pending: 10, want: 3},
+		{name: "no max: the slots bound", slots: 4, pending: 10, want: 4},
+		{name: "slots bound a larger max", slots: 4, max: 8, pending: 10, want: 4},
+		{name: "slots bound min too", slots: 2, min: 3, want: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bn := setup(t, tt.slots, map[string]config.Profile{"p": warmProfile(config.Warm{Min: tt.min, Max: tt.max})})
+			bn.lag.set("p", tt.pending, tt.inFlight)
+			bn.reconcile(t)
+			if got := bn.size("p"); got != tt.want {
+				t.Errorf("pool size %d, want %d", got, tt.want)
+			}
+			bn.reconcile(t) // a second round changes nothing
+			if got, _ := bn.b.counts(); got != tt.want {
+				t.Errorf("%d sandboxes live after two rounds, want %d", got, tt.want)
+			}
+			bn.p.Close()
+		})
+	}
+}
+
+// TestFreeSlotsBound: warm and taken sandboxes together never exceed the worker's slots.
+func TestFreeSlotsBound(t *testing.T) {
+	bn := setup(t, 3, map[string]config.Profile{"p": warmProfile(config.Warm{})})
+	bn.lag.set("p", 10, 0)
+	bn.reconcile(t)
+	a, warmA := bn.take(t, "p", "job-a")
+	b, warmB := bn.take(t, "p", "job-b")
+	if !warmA || !warmB {
+		t.Fatalf("takes warm %v, %v; want both warm", warmA, warmB)
+	}
+	bn.reconcile(t)
+	if got := bn.size("p"); got != 1 {
+		t.Errorf("with 2 of 3 slots taken the pool holds %d, want 1", got)
+	}
+	closeAll(t, a)
+	bn.reconcile(t)
+	if got := bn.size("p"); got != 2 {
+		t.Errorf("with 1 of 3 slots taken the pool holds %d, want 2", got)
+	}
+	closeAll(t, b)
+	bn.p.Close()
+	if _, peak := bn.b.counts(); peak > 3 {
+		t.Errorf("%d sandboxes were live at once, more than the 3 slots", peak)
+	}
+}
+
+// TestDrainsAfterIdle: once the lag drops the pool keeps its size for the idle time, then
+// drains to its minimum.
+func TestDrainsAfterIdle(t *testing.T) {
+	for _, minimum := range []int{0, 1} {
+		bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: minimum, Idle: config.Duration(time.Minute)})})
+		bn.lag.set("p", 20, 0)
+		bn.reconcile(t)
+		bn.lag.set("p", 0, 0)
+		bn.clock.advance(59 * time.Second)
+		bn.reconcile(t)
+		if got := bn.size("p"); got != 4 {
+			t.Errorf("min %d: within the idle time the pool holds %d, want 4", minimum, got)
+		}
+		bn.clock.advance(2 * time.Second)
+		bn.reconcile(t)
+		if got := bn.size("p"); got != minimum {
+			t.Errorf("min %d: after the idle time the pool holds %d, want its minimum", minimum, got)
+		}
+		if live, _ := bn.b.counts(); live != minimum {
+			t.Errorf("min %d: %d sandboxes live, want the drained ones removed", minimum, live)
+		}
+		bn.p.Close()
+	}
+}
+
+// TestAgedReplaced: a warm sandbox nobody claimed within max_age is removed and replaced.
+func TestAgedReplaced(t *testing.T) {
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 2, MaxAge: config.Duration(10 * time.Minute)})})
+	bn.reconcile(t)
+	first := append([]*fakeSandbox(nil), bn.b.started...)
+	bn.clock.advance(10 * time.Minute)
+	bn.reconcile(t)
+	for _, s := range first {
+		if !s.closed {
+			t.Errorf("%s outlived its max_age", s.id)
+		}
+	}
+	if got, live := bn.size("p"), len(bn.b.started); got != 2 || live != 4 {
+		t.Errorf("pool %d after 4 starts %d; want 2 fresh sandboxes replacing the 2 aged", got, live)
+	}
+	if got := testutil.ToFloat64(bn.m.Replaced.WithLabelValues("p", "aged")); got != 2 {
+		t.Errorf("removed aged = %v, want 2", got)
+	}
+	bn.p.Close()
+}
+
+// TestStartFailureRetried: a start that fails is tried again at the next round.
+func TestStartFailureRetried(t *testing.T) {
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 2})})
+	bn.b.failNext = 1
+	bn.reconcile(t)
+	if got := bn.size("p"); got != 1 {
+		t.Errorf("after one failed start the pool holds %d, want 1", got)
+	}
+	bn.reconcile(t)
+	if got := bn.size("p"); got != 2 {
+		t.Errorf("the next round left the pool at %d, want 2", got)
+	}
+	bn.p.Close()
+}
+
+// TestProfilesShareSlots: minimums first, then the rest one at a time in name order.
+func TestProfilesShareSlots(t *testing.T) {
+	bn := setup(t, 4, map[string]config.Profile{
+		"a": warmProfile(config.Warm{Min: 1}),
+		"b": warmProfile(config.Warm{Min: 2}),
+	})
+	bn.lag.set("a", 10, 0)
+	bn.lag.set("b", 10, 0)
+	bn.reconcile(t)
+	if a, b := bn.size("a"), bn.size("b"); a != 2 || b != 2 {
+		t.Errorf("pools a=%d b=%d, want 2 and 2 (minimums 1 and 2, then one more to a)", a, b)
+	}
+	bn.p.Close()
+}
+
+// TestLagErrorKeepsPool: a lag that cannot be read neither grows nor drains the pool.
+func TestLagErrorKeepsPool(t *testing.T) {
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{})})
+	bn.lag.set("p", 3, 0)
+	bn.reconcile(t)
+	bn.lag.err = errors.New("nats: timeout")
+	bn.clock.advance(time.Hour)
+	bn.reconcile(t)
+	if got := bn.size("p"); got != 3 {
+		t.Errorf("with the lag unreadable the pool went to %d, want it kept at 3", got)
+	}
+	bn.p.Close()
+}
+
+// TestRunFillsAndDrainsOnStop: Run fills the pool ahead of the jobs, and removes every warm
+// sandbox when it stops.
+func TestRunFillsAndDrainsOnStop(t *testing.T) {
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 2})})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- bn.p.Run(ctx) }()
+	waitFor(t, func() bool { return bn.size("p") == 2 })
+	sb, warm := bn.take(t, "p", "job-1")
+	if !warm {
+		t.Error("take after the pool filled was cold")
+	}
+	waitFor(t, func() bool { return bn.size("p") == 2 }) // replaced at once, not at the next tick
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := bn.b.counts(); live != 1 {
+		t.Errorf("%d sandboxes live after Run stopped, want only the taken one", live)
+	}
+	closeAll(t, sb)
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 30s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+var _ sandbox.Claimer = (*fakeSandbox)(nil)

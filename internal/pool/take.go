@@ -1,0 +1,133 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// Take gives the job a sandbox of its profile: a warm one, claimed for jobID, when the pool
+// has one ready or starting, else one started now (warm false). Either way the job holds a
+// slot's worth of the pool's room until it closes the sandbox, and the pool starts a
+// replacement if its target asks for one.
+func (p *Pool) Take(ctx context.Context, profile, jobID string, spec sandbox.Spec) (sandbox.Sandbox, bool, error) {
+	begin := time.Now()
+	p.mu.Lock()
+	p.inUse++
+	p.mu.Unlock()
+	release := sync.OnceFunc(func() {
+		p.mu.Lock()
+		p.inUse--
+		p.mu.Unlock()
+		p.poke()
+	})
+	sb, err := p.takeWarm(ctx, profile, jobID)
+	warm := sb != nil
+	if err == nil && !warm {
+		if _, ok := p.profiles[profile]; ok {
+			p.m.Misses.WithLabelValues(profile).Inc()
+		}
+		sb, err = p.cfg.Provider.Start(ctx, spec)
+	}
+	if err != nil {
+		release()
+		return nil, false, err
+	}
+	if _, ok := p.profiles[profile]; ok {
+		if warm {
+			p.m.Hits.WithLabelValues(profile).Inc()
+		}
+		p.m.Claim.WithLabelValues(profile, fmt.Sprint(warm)).Observe(time.Since(begin).Seconds())
+	}
+	p.poke()
+	return held(sb, release), warm, nil
+}
+
+// takeWarm claims the oldest ready sandbox of the profile, waiting for one being started
+// when more are starting than Takes already wait for. It returns nil, nil when there is none
+// to have: the caller starts one. A sandbox whose claim fails is removed and the next tried.
+func (p *Pool) takeWarm(ctx context.Context, profile, jobID string) (sandbox.Sandbox, error) {
+	pp, ok := p.profiles[profile]
+	if !ok {
+		return nil, nil
+	}
+	for {
+		p.mu.Lock()
+		if len(pp.ready) == 0 && pp.starting > pp.waiters && !p.closed {
+			pp.waiters++
+			changed := p.changed
+			p.mu.Unlock()
+			var err error
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			p.mu.Lock()
+			pp.waiters--
+			p.mu.Unlock()
+			if err != nil {
+				return nil, fmt.Errorf("pool: wait for a warm sandbox: %w", err)
+			}
+			continue
+		}
+		if len(pp.ready) == 0 {
+			p.mu.Unlock()
+			return nil, nil
+		}
+		e := pp.ready[0]
+		pp.ready = pp.ready[1:]
+		p.m.Size.WithLabelValues(profile).Set(float64(len(pp.ready)))
+		p.mu.Unlock()
+		if err := claim(ctx, e.sb, jobID); err != nil {
+			if ctx.Err() != nil {
+				p.destroy(e.sb)
+				return nil, fmt.Errorf("pool: claim: %w", err)
+			}
+			p.m.Replaced.WithLabelValues(profile, "claim_failed").Inc()
+			p.log.Warn("pool: a warm sandbox could not be claimed; removing it", "profile", profile, "job_id", jobID, "error", err)
+			p.destroy(e.sb)
+			continue
+		}
+		return e.sb, nil
+	}
+}
+
+func claim(ctx context.Context, sb sandbox.Sandbox, jobID string) error {
+	if c, ok := sb.(sandbox.Claimer); ok {
+		return c.Claim(ctx, jobID)
+	}
+	return nil
+}
+
+// held is a taken sandbox that gives its room back to the pool when closed. It keeps the
+// optional interface the runner looks for (Egress).
+func held(sb sandbox.Sandbox, release func()) sandbox.Sandbox {
+	h := &heldSandbox{Sandbox: sb, release: release}
+	if eg, ok := sb.(sandbox.Egress); ok {
+		return &heldEgress{heldSandbox: h, Egress: eg}
+	}
+	return h
+}
+
+type heldSandbox struct {
+	sandbox.Sandbox
+	release func()
+}
+
+// Close removes the sandbox; once it is gone, its room is the pool's again.
+func (h *heldSandbox) Close(ctx context.Context) error {
+	err := h.Sandbox.Close(ctx)
+	if err == nil {
+		h.release()
+	}
+	return err
+}
+
+type heldEgress struct {
+	*heldSandbox
+	sandbox.Egress
+}

@@ -1,0 +1,129 @@
+package pool_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+)
+
+// TestTakeWarmThenCold: a take finds the warm sandbox, claimed for its job; with the pool
+// empty the next one is started for its job; each counts as a hit or a miss.
+func TestTakeWarmThenCold(t *testing.T) {
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
+	bn.reconcile(t)
+	a, warm := bn.take(t, "p", "job-a")
+	if !warm {
+		t.Fatal("first take was cold; the pool held one")
+	}
+	s := bn.b.started[0]
+	if s.jobID != "job-a" || s.pool != "p" {
+		t.Errorf("warm sandbox started for pool %q claimed for %q; want pool p, job-a", s.pool, s.jobID)
+	}
+	b, warm := bn.take(t, "p", "job-b")
+	if warm {
+		t.Error("second take was warm; the pool was empty")
+	}
+	if s := bn.b.started[1]; s.claimed || s.pool != "" {
+		t.Errorf("cold sandbox: claimed %v, pool %q; want one started for its job", s.claimed, s.pool)
+	}
+	if h, m := testutil.ToFloat64(bn.m.Hits.WithLabelValues("p")), testutil.ToFloat64(bn.m.Misses.WithLabelValues("p")); h != 1 || m != 1 {
+		t.Errorf("hits %v misses %v, want 1 and 1", h, m)
+	}
+	if n := testutil.CollectAndCount(bn.m.Claim); n != 2 {
+		t.Errorf("claim histogram has %d series, want warm and cold", n)
+	}
+	closeAll(t, a, b)
+	if live, _ := bn.b.counts(); live != 0 {
+		t.Errorf("%d sandboxes live after both closed", live)
+	}
+	bn.p.Close()
+}
+
+// TestTakeUnpooledProfile: a profile without warm settings always starts cold and records
+// nothing in the pool's metrics.
+func TestTakeUnpooledProfile(t *testing.T) {
+	bn := setup(t, 2, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1}), "cold": config.Profile{}.WithDefaults()})
+	bn.reconcile(t)
+	sb, warm := bn.take(t, "cold", "job-1")
+	if warm {
+		t.Error("a profile without a pool took a warm sandbox")
+	}
+	if n := testutil.CollectAndCount(bn.m.Misses); n != 0 {
+		t.Errorf("misses recorded for a profile without a pool")
+	}
+	closeAll(t, sb)
+	bn.p.Close()
+}
+
+// TestClaimFailureReplaced: a warm sandbox that cannot be claimed is removed, and the take
+// goes on to the next one.
+func TestClaimFailureReplaced(t *testing.T) {
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
+	bn.b.claimErr = sandbox.ErrClosed
+	bn.reconcile(t)
+	bn.b.claimErr = nil
+	sb, warm := bn.take(t, "p", "job-1")
+	bn.p.Settle()
+	if warm {
+		t.Error("take was warm although the only warm sandbox could not be claimed")
+	}
+	if !bn.b.started[0].closed {
+		t.Error("the sandbox that failed its claim was not removed")
+	}
+	if got := testutil.ToFloat64(bn.m.Replaced.WithLabelValues("p", "claim_failed")); got != 1 {
+		t.Errorf("removed claim_failed = %v, want 1", got)
+	}
+	bn.reconcile(t)
+	if got := bn.size("p"); got != 1 {
+		t.Errorf("pool %d after the failed one, want it replaced", got)
+	}
+	closeAll(t, sb)
+	bn.p.Close()
+}
+
+// TestTakeWaitsForStart: a take that finds a warm sandbox still starting waits for it rather
+// than starting another.
+func TestTakeWaitsForStart(t *testing.T) {
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
+	bn.b.gate = make(chan struct{})
+	bn.p.Reconcile(context.Background()) // the start now waits at the gate
+	type took struct {
+		sb   sandbox.Sandbox
+		warm bool
+		err  error
+	}
+	got := make(chan took, 1)
+	go func() {
+		sb, warm, err := bn.p.Take(context.Background(), "p", "job-1", sandbox.Spec{JobID: "job-1"})
+		got <- took{sb, warm, err}
+	}()
+	close(bn.b.gate)
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !r.warm || len(bn.b.started) != 1 {
+		t.Errorf("take warm %v after %d starts; want the one warm sandbox, no second start", r.warm, len(bn.b.started))
+	}
+	closeAll(t, r.sb)
+	bn.p.Close()
+}
+
+// TestTakeStartError: a cold start that fails gives the room back.
+func TestTakeStartError(t *testing.T) {
+	bn := setup(t, 1, map[string]config.Profile{"p": warmProfile(config.Warm{})})
+	bn.b.failNext = 1
+	if _, _, err := bn.p.Take(context.Background(), "p", "job-1", sandbox.Spec{}); err == nil {
+		t.Fatal("take succeeded with a failing backend")
+	}
+	bn.lag.set("p", 5, 0)
+	bn.reconcile(t)
+	if got := bn.size("p"); got != 1 {
+		t.Errorf("pool %d after a failed take, want the slot free again (1)", got)
+	}
+	bn.p.Close()
+}

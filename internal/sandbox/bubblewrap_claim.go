@@ -1,0 +1,29 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+var _ Claimer = (*bubblewrapSandbox)(nil)
+
+// Claim binds a pool sandbox to its job: the lifetime starts again from now and the log lines
+// name the job. Nothing of the sandbox changes: its folder, cgroup and uid were never anyone's.
+func (s *bubblewrapSandbox) Claim(ctx context.Context, jobID string) error {
+	id, err := s.begin(nil)
+	if err != nil {
+		return fmt.Errorf("sandbox: claim %s: %w", s.id, err)
+	}
+	defer s.end(id)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sandbox: claim %s: %w", s.id, err)
+	}
+	if !s.expiry.Stop() {
+		return fmt.Errorf("sandbox: claim %s: its lifetime passed while it waited: %w", s.id, ErrClosed)
+	}
+	s.expiry = time.AfterFunc(s.lifetime, s.expire)
+	s.log = s.log.With("job_id", jobID)
+	s.log.Info("sandbox claimed")
+	return nil
+}

@@ -1,0 +1,14 @@
+package sandbox
+
+import "context"
+
+// Claimer is a sandbox started ahead of its job (Spec.Pool) that can be bound to one. What is
+// job-specific reaches a sandbox after Claim in every case, warm or cold: inputs are written
+// in, each Exec carries its environment, and egress is attached (Egress) after the claim, so
+// a claimed sandbox and one started for its job are alike to the job.
+type Claimer interface {
+	// Claim binds the sandbox to jobID: its Lifetime counts from now, and its name, labels
+	// and logs say the job. It fails (wrapping ErrClosed) for a sandbox that ended while it
+	// waited; the caller closes that one and starts another.
+	Claim(ctx context.Context, jobID string) error
+}

@@ -1,0 +1,90 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var _ Claimer = (*kubernetesSandbox)(nil)
+
+// A pool pod (Spec.Pool) is labelled with its profile and annotated with the run of the
+// worker process that started it, so that the reaper can tell a warm pod its worker still
+// keeps from one an earlier run of that worker left behind. Until its claim it names no job.
+const (
+	LabelPool     = "boxcar.run/pool"
+	annotationRun = "boxcar.run/worker-run"
+)
+
+// poolPod makes pod a warm pod of spec.Pool: a name and labels of the pool's, no job, and a
+// deadline that leaves Ahead to wait for the claim on top of the lifetime (Claim shortens it).
+func (p *KubernetesProvider) poolPod(pod *corev1.Pod, spec Spec) {
+	if spec.Pool == "" {
+		return
+	}
+	name := "boxcar-pool-" + strings.Trim(dnsUnsafe.ReplaceAllString(strings.ToLower(spec.Pool), "-"), "-")
+	if len(name) > 40 {
+		name = strings.TrimRight(name[:40], "-")
+	}
+	pod.Name = name + "-" + randomHex(4)
+	delete(pod.Labels, LabelJobID)
+	delete(pod.Annotations, annotationJob)
+	pod.Labels[LabelPool] = validLabel(spec.Pool)
+	pod.Annotations[annotationRun] = p.run
+	deadline := max(int64((spec.Ahead + time.Duration(spec.Lifetime)).Seconds()), 1)
+	pod.Spec.ActiveDeadlineSeconds = &deadline
+}
+
+// unclaimedPoolPod reports whether the reaper must judge pod as a warm pod no job has
+// claimed, and whether it keeps it: this worker run's own are kept, an earlier run's are not,
+// and another worker's are kept while held("", worker) says that worker lives.
+func (p *KubernetesProvider) unclaimedPoolPod(pod *corev1.Pod, held func(jobID, worker string) bool) (pool, keep bool) {
+	if pod.Labels[LabelPool] == "" || pod.Annotations[annotationJob] != "" {
+		return false, false
+	}
+	worker := pod.Labels[LabelWorker]
+	if worker == p.cfg.WorkerID {
+		return true, pod.Annotations[annotationRun] == p.run
+	}
+	return true, held("", worker)
+}
+
+// Claim binds the warm pod to its job with one patch: the job's label and annotation, and a
+// deadline of the lifetime from now (a pod's deadline may only shrink, and this one does:
+// it was started with Ahead to spare).
+func (s *kubernetesSandbox) Claim(ctx context.Context, jobID string) error {
+	id, err := s.begin(nil)
+	if err != nil {
+		return fmt.Errorf("sandbox: claim %s: %w", s.name, err)
+	}
+	defer s.end(id)
+	// Counted from before the pod was created, so the job has at least its lifetime.
+	deadline := int64((time.Since(s.created) + s.lifetime + time.Second - 1).Seconds())
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"labels":      map[string]string{LabelJobID: validLabel(jobID)},
+			"annotations": map[string]string{annotationJob: jobID},
+		},
+		"spec": map[string]any{"activeDeadlineSeconds": deadline},
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox: claim %s: %w", s.name, err)
+	}
+	pod, err := s.p.cfg.Client.CoreV1().Pods(s.p.cfg.Namespace).Patch(ctx, s.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("sandbox: claim %s for job %s: patch the pod: %w", s.name, jobID, err)
+	}
+	if pod.Status.Phase != corev1.PodRunning {
+		return fmt.Errorf("sandbox: claim %s: the pod is %s, no longer running: %w", s.name, pod.Status.Phase, ErrClosed)
+	}
+	s.info.Isolation = isolationOf(pod)
+	s.log = s.log.With("job_id", jobID)
+	s.log.Info("sandbox claimed")
+	return nil
+}
