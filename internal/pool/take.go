@@ -127,6 +127,9 @@ func (h *heldSandbox) Close(ctx context.Context) error {
 	return err
 }
 
+// Unwrap returns the backend's sandbox.
+func (h *heldSandbox) Unwrap() sandbox.Sandbox { return h.Sandbox }
+
 type heldEgress struct {
 	*heldSandbox
 	sandbox.Egress

@@ -24,7 +24,7 @@ func BareBwrap(sb Sandbox, hostDir string, argv []string) (cmd *exec.Cmd, done f
 	}
 	inv.argsWrite.Close() // bwrap reads no --args here: its options are on the command line
 	var args []string
-	for _, a := range bytes.Split(bytes.TrimSuffix(s.options(ExecRequest{Argv: argv}, s.workdir, false), []byte{0}), []byte{0}) {
+	for _, a := range bytes.Split(bytes.TrimSuffix(s.options(ExecRequest{Argv: argv}, s.workdir, false, false), []byte{0}), []byte{0}) {
 		args = append(args, strings.ReplaceAll(string(a), s.hostDir, hostDir))
 	}
 	cmd = exec.Command(s.p.bwrap, append(append(args, "--"), argv...)...)
@@ -33,4 +33,20 @@ func BareBwrap(sb Sandbox, hostDir string, argv []string) (cmd *exec.Cmd, done f
 	cmd.ExtraFiles = inv.child // the same descriptor numbers the options name
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
 	return cmd, inv.closeChildEnds, nil
+}
+
+// AwaitWarm waits until a pool sandbox is as ready as it gets before its claim (its first
+// command's bwrap started ahead, where it has one).
+func AwaitWarm(sb Sandbox) {
+	if s, ok := sb.(*bubblewrapSandbox); ok {
+		s.awaitSpare()
+	}
+}
+
+// RanOnSpare reports whether a command of the sandbox ran on its spare bwrap.
+func RanOnSpare(sb Sandbox) bool {
+	s := sb.(*bubblewrapSandbox)
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	return s.spareHit
 }

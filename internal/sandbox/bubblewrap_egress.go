@@ -58,6 +58,7 @@ func (s *bubblewrapSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net
 	s.info.Isolation = strings.Replace(s.info.Isolation, "network=none", networkIsolation, 1)
 	s.egressOn.Store(true)
 	s.log.Info("egress attached")
+	s.renewSpare() // the first command needs the egress binds
 	return ln, nil
 }
 

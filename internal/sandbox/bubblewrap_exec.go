@@ -66,11 +66,6 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	}
 
 	bridged := s.egressOn.Load() // read once: the descriptors, options and argv must agree
-	inv, err := s.prepare()
-	if err != nil {
-		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
-	}
-	defer inv.close()
 	// Over its bound already, the workdir may shrink (a command that removes files) but not
 	// grow.
 	diskLimit := s.disk
@@ -79,44 +74,17 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	}
 	oomBefore, oomKnown := s.oomKills()
 
-	stdout := &cappedBuffer{max: maxOut}
-	stderr := &cappedBuffer{max: maxOut}
 	argv := req.Argv
 	if bridged {
 		argv = bridgeArgv(argv)
 	}
-	cmd := exec.CommandContext(runCtx, s.p.bwrap, append([]string{"--args", strconv.Itoa(fdArgs), "--"}, argv...)...)
-	cmd.Env = []string{} // nothing of the worker's environment reaches even bwrap
-	cmd.Dir = "/"
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if req.Stdin != nil {
-		cmd.Stdin = bytes.NewReader(req.Stdin)
+	var l *launched
+	if sp := s.takeSpare(runCtx, bridged); sp != nil {
+		l = s.launchOnSpare(runCtx, sp, req, path.Join(s.workdir, dir), maxOut, argv)
+	} else if l, err = s.launch(runCtx, cancel, req, path.Join(s.workdir, dir), maxOut, argv, bridged); err != nil {
+		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
 	}
-	cmd.ExtraFiles = inv.child
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
-	var killed atomic.Bool
-	// bwrap's child is pid 1 of the command's pid namespace and dies with bwrap
-	// (--die-with-parent); when pid 1 dies the kernel kills everything else in the namespace.
-	// So killing bwrap's process group ends the whole tree, however it forked or detached.
-	cmd.Cancel = func() error {
-		killed.Store(true)
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	cmd.WaitDelay = waitDelay
-
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return ExecResult{}, fmt.Errorf("sandbox: exec %s: start %s: %w", name, s.p.bwrap, err)
-	}
-	inv.closeChildEnds()
-	if err := s.release(inv, cmd.Process.Pid, s.options(req, path.Join(s.workdir, dir), bridged)); err != nil && runCtx.Err() == nil {
-		// The command could not be bounded, or bwrap died early: it must not run.
-		cancel(err)
-		_ = cmd.Wait()
-		errOut, _ := stderr.take()
-		return ExecResult{}, fmt.Errorf("sandbox: exec %s: could not start the sandbox: %v (%s)", name, err, firstLine(errOut, nil))
-	}
-	// Otherwise a kill (timeout, ctx, Close) interrupted the set-up: reported below as usual.
+	cmd, stdout, stderr, start := l.cmd, l.stdout, l.stderr, l.start
 
 	watchDone := make(chan struct{})
 	watchStop := make(chan struct{})
@@ -125,6 +93,9 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		s.watchDisk(watchStop, cancel, diskLimit)
 	}()
 	waitErr := cmd.Wait()
+	if l.after != nil {
+		l.after()
+	}
 	close(watchStop)
 	<-watchDone
 
@@ -144,7 +115,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		s.noteOOM(&res, maxOut)
 	}
 
-	if killed.Load() {
+	if l.killed.Load() {
 		switch cause := context.Cause(runCtx); {
 		case errors.Is(cause, errExecTimeout):
 			res.TimedOut = true
@@ -162,6 +133,60 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		return res, s.diskError(name)
 	}
 	return res, nil
+}
+
+// launched is a command's bwrap, running: started for it, or a spare it was handed to.
+type launched struct {
+	cmd            *exec.Cmd
+	stdout, stderr *cappedBuffer
+	killed         *atomic.Bool // set when the command was killed from outside
+	start          time.Time
+	after          func() // run once cmd.Wait returned; nil: nothing
+}
+
+// launch starts bwrap for one command, bounded before it clones anything (Exec). An error
+// means the command could not start; a kill during the set-up is reported by the caller as
+// usual.
+func (s *bubblewrapSandbox) launch(runCtx context.Context, cancel context.CancelCauseFunc, req ExecRequest, chdir string, maxOut int, argv []string, bridged bool) (*launched, error) {
+	inv, err := s.prepare()
+	if err != nil {
+		return nil, err
+	}
+	defer inv.close()
+	l := &launched{stdout: &cappedBuffer{max: maxOut}, stderr: &cappedBuffer{max: maxOut}, killed: new(atomic.Bool)}
+	cmd := exec.CommandContext(runCtx, s.p.bwrap, append([]string{"--args", strconv.Itoa(fdArgs), "--"}, argv...)...)
+	cmd.Env = []string{} // nothing of the worker's environment reaches even bwrap
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = l.stdout, l.stderr
+	if req.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+	}
+	cmd.ExtraFiles = inv.child
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	// bwrap's child is pid 1 of the command's pid namespace and dies with bwrap
+	// (--die-with-parent); when pid 1 dies the kernel kills everything else in the namespace.
+	// So killing bwrap's process group ends the whole tree, however it forked or detached.
+	cmd.Cancel = func() error {
+		l.killed.Store(true)
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = waitDelay
+	l.cmd = cmd
+
+	l.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.p.bwrap, err)
+	}
+	inv.closeChildEnds()
+	if err := s.release(inv, cmd.Process.Pid, s.options(req, chdir, bridged, false)); err != nil && runCtx.Err() == nil {
+		// The command could not be bounded, or bwrap died early: it must not run.
+		cancel(err)
+		_ = cmd.Wait()
+		errOut, _ := l.stderr.take()
+		return nil, fmt.Errorf("could not start the sandbox: %v (%s)", err, firstLine(errOut, nil))
+	}
+	// Otherwise a kill (timeout, ctx, Close) interrupted the set-up: reported as usual.
+	return l, nil
 }
 
 // stopError reports a command killed because the caller's ctx ended or the sandbox closed.
@@ -257,11 +282,21 @@ func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelC
 	}
 }
 
-// options are this Exec's bwrap options: the sandbox's, the bridge binary when egress is
-// attached, then the environment and the folder.
-func (s *bubblewrapSandbox) options(req ExecRequest, chdir string, bridged bool) []byte {
+// commandEnv is the environment a command gets: the defaults, then the request's.
+func (s *bubblewrapSandbox) commandEnv(req ExecRequest) map[string]string {
 	env := map[string]string{"PATH": defaultPATH, "HOME": s.workdir, "LANG": "C.UTF-8"}
 	maps.Copy(env, req.Env)
+	return env
+}
+
+// options are this Exec's bwrap options: the sandbox's, the bridge binary when egress is
+// attached, then the environment (none for a spare: its helper sets the command's) and the
+// folder.
+func (s *bubblewrapSandbox) options(req ExecRequest, chdir string, bridged, spare bool) []byte {
+	env := s.commandEnv(req)
+	if spare {
+		env = nil
+	}
 	var b bytes.Buffer
 	add := func(args ...string) {
 		for _, a := range args {

@@ -44,6 +44,13 @@ type bubblewrapSandbox struct {
 
 	*calls
 
+	// The spare bwrap of a pool sandbox's first command (bubblewrap_spare.go); spareUsed says
+	// the first command came, so no other spare starts.
+	spareMu   sync.Mutex
+	spare     *spareBwrap
+	spareUsed bool
+	spareHit  bool // a command ran on the spare
+
 	closeMu sync.Mutex // serialises cleanup between Close and the lifetime timer
 	cleaned bool
 	wdShut  bool
@@ -57,6 +64,7 @@ func (s *bubblewrapSandbox) cleanup(stop <-chan struct{}) error {
 	if s.cleaned {
 		return nil
 	}
+	s.dropSpare()
 	select {
 	case <-s.idle:
 	case <-stop:

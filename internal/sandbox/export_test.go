@@ -13,6 +13,13 @@ type HostState struct {
 
 // BubblewrapHostState describes a bubblewrap sandbox that has not been closed yet.
 func BubblewrapHostState(sb Sandbox) HostState {
+	for {
+		u, ok := sb.(interface{ Unwrap() Sandbox })
+		if !ok {
+			break
+		}
+		sb = u.Unwrap()
+	}
 	b := sb.(*bubblewrapSandbox)
 	st := HostState{Dir: b.hostDir, Lock: b.hostDir + lockSuffix, UID: b.uid}
 	if b.cg != nil {

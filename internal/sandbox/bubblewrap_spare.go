@@ -1,0 +1,237 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox/spare"
+)
+
+// spareBwrap is a bwrap started ahead of a pool sandbox's first command (package spare): its
+// namespaces made, its rlimits set, in the sandbox's cgroup, under the seccomp filter, and the
+// helper inside waiting for the command. The first Exec after the claim hands it the command
+// instead of starting bwrap, which is most of a command's start. Only the first command has
+// one, so that a warm sandbox holds no process a cold one lacks once the job runs.
+type spareBwrap struct {
+	cmd            *exec.Cmd
+	request, stdin *os.File // the worker's ends: the command to run, and its input
+	stdout, stderr *cappedBuffer
+	bridged        bool          // started with the egress binds, for a command behind the bridge
+	ready          chan struct{} // closed once the helper answered or died
+	ok             bool          // the helper is waiting (set before ready closes)
+	killed         atomic.Bool
+	done           chan struct{} // closed once cmd.Wait returned, when nobody took it
+}
+
+// startSpare starts the spare of a pool sandbox, in the background; the sandbox holds at most
+// one. A spare that cannot start is no failure: the first command starts bwrap as usual.
+func (s *bubblewrapSandbox) startSpare(bridged bool) {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	if s.spare != nil || s.spareUsed {
+		return
+	}
+	sp, err := s.launchSpare(bridged)
+	if err != nil {
+		s.log.Debug("no spare bwrap; the first command starts its own", "error", err)
+		return
+	}
+	s.spare = sp
+}
+
+func (s *bubblewrapSandbox) launchSpare(bridged bool) (*spareBwrap, error) {
+	if err := s.p.loadBridge(s.image != ""); err != nil {
+		return nil, err
+	}
+	bin, err := os.Open(s.p.bridgeBin)
+	if err != nil {
+		return nil, err
+	}
+	defer bin.Close()
+	inv, err := s.prepare()
+	if err != nil {
+		return nil, err
+	}
+	defer inv.close()
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		return nil, err
+	}
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		for _, f := range []*os.File{reqR, reqW, readyR, readyW} {
+			f.Close()
+		}
+		return nil, err
+	}
+	base := fdArgs + len(inv.child)
+	inv.child = append(inv.child, reqR, readyW, bin)
+	sp := &spareBwrap{request: reqW, stdin: stdinW, stdout: &cappedBuffer{}, stderr: &cappedBuffer{}, bridged: bridged,
+		ready: make(chan struct{}), done: make(chan struct{})}
+	helper := "/proc/self/fd/" + strconv.Itoa(base+2)
+	sp.cmd = exec.Command(s.p.bwrap, "--args", strconv.Itoa(fdArgs), "--", helper, spare.Arg, strconv.Itoa(base), strconv.Itoa(base+1)) //nolint:noctx // killed by its owner (Exec's ctx, or the sandbox's close)
+	sp.cmd.Env = []string{}
+	sp.cmd.Dir = "/"
+	sp.cmd.Stdin, sp.cmd.Stdout, sp.cmd.Stderr = stdinR, sp.stdout, sp.stderr
+	sp.cmd.ExtraFiles = inv.child
+	sp.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	sp.cmd.WaitDelay = waitDelay
+	err = sp.cmd.Start()
+	stdinR.Close()
+	inv.closeChildEnds() // reqR, readyW and bin too: the helper holds them now
+	if err == nil {
+		err = s.release(inv, sp.cmd.Process.Pid, s.spareOptions(bridged))
+		if err != nil {
+			sp.kill()
+		}
+	}
+	if err != nil {
+		readyR.Close()
+		reqW.Close()
+		stdinW.Close()
+		if sp.cmd.Process != nil {
+			_ = sp.cmd.Wait()
+		}
+		return nil, fmt.Errorf("start a spare bwrap: %w", err)
+	}
+	go func() {
+		var b [1]byte
+		n, _ := readyR.Read(b[:])
+		readyR.Close()
+		sp.ok = n == 1
+		close(sp.ready)
+	}()
+	return sp, nil
+}
+
+// spareOptions are the sandbox's bwrap options for the helper: the command's environment and
+// folder come later, through the helper.
+func (s *bubblewrapSandbox) spareOptions(bridged bool) []byte {
+	return s.options(ExecRequest{}, s.workdir, bridged, true)
+}
+
+func (sp *spareBwrap) kill() {
+	sp.killed.Store(true)
+	if sp.cmd.Process != nil {
+		_ = syscall.Kill(-sp.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// discard ends a spare nobody took, and waits for it.
+func (sp *spareBwrap) discard() {
+	sp.kill()
+	sp.request.Close()
+	sp.stdin.Close()
+	<-sp.ready
+	_ = sp.cmd.Wait()
+}
+
+// takeSpare hands the first command the sandbox's spare, once it is ready, if it was started
+// for the same egress state; a spare that died or does not match is discarded.
+func (s *bubblewrapSandbox) takeSpare(ctx context.Context, bridged bool) *spareBwrap {
+	s.spareMu.Lock()
+	sp := s.spare
+	s.spare, s.spareUsed = nil, true
+	s.spareMu.Unlock()
+	if sp == nil {
+		return nil
+	}
+	select {
+	case <-sp.ready:
+	case <-ctx.Done():
+	}
+	select {
+	case <-sp.ready:
+		if sp.ok && sp.bridged == bridged {
+			s.spareMu.Lock()
+			s.spareHit = true
+			s.spareMu.Unlock()
+			return sp
+		}
+	default:
+	}
+	sp.discard()
+	return nil
+}
+
+// dropSpare discards the spare, if any, for good: the sandbox is closing.
+func (s *bubblewrapSandbox) dropSpare() {
+	s.spareMu.Lock()
+	sp := s.spare
+	s.spare, s.spareUsed = nil, true
+	s.spareMu.Unlock()
+	if sp != nil {
+		sp.discard()
+	}
+}
+
+// renewSpare replaces a spare started before egress was attached with one that has its binds.
+func (s *bubblewrapSandbox) renewSpare() {
+	s.spareMu.Lock()
+	sp := s.spare
+	s.spare = nil
+	s.spareMu.Unlock()
+	if sp == nil {
+		return
+	}
+	sp.discard()
+	s.startSpare(true)
+}
+
+// launchOnSpare hands req to the spare: its output capped at maxOut, its input fed, and
+// runCtx's end killing it as it kills a fresh bwrap.
+func (s *bubblewrapSandbox) launchOnSpare(runCtx context.Context, sp *spareBwrap, req ExecRequest, chdir string, maxOut int, argv []string) *launched {
+	for _, b := range []*cappedBuffer{sp.stdout, sp.stderr} {
+		b.mu.Lock()
+		b.max = maxOut
+		b.mu.Unlock()
+	}
+	env := s.commandEnv(req)
+	vars := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		vars = append(vars, k+"="+env[k])
+	}
+	l := &launched{cmd: sp.cmd, stdout: sp.stdout, stderr: sp.stderr, killed: &sp.killed, start: time.Now()}
+	stop := context.AfterFunc(runCtx, sp.kill)
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		if req.Stdin != nil {
+			_, _ = sp.stdin.Write(req.Stdin)
+		}
+		sp.stdin.Close()
+	}()
+	_, _ = sp.request.Write(spare.Encode(argv, vars, chdir, req.Stdin != nil))
+	sp.request.Close()
+	l.after = func() {
+		stop()
+		sp.stdin.Close() // unblocks a feed the command never read
+		<-fed
+	}
+	return l
+}
+
+// awaitSpare waits until the spare, if any, is ready or dead (benchmarks: a pool sandbox as a
+// job finds it).
+func (s *bubblewrapSandbox) awaitSpare() {
+	s.spareMu.Lock()
+	sp := s.spare
+	s.spareMu.Unlock()
+	if sp != nil {
+		<-sp.ready
+	}
+}

@@ -1,0 +1,31 @@
+package spare
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestEncodeDecode(t *testing.T) {
+	tests := []struct {
+		name      string
+		argv, env []string
+		dir       string
+	}{
+		{"plain", []string{"sh", "-c", "echo hi"}, []string{"PATH=/bin", "HOME=/work"}, "/work"},
+		{"empty strings", []string{"printf", ""}, nil, "/work/sub dir"},
+		{"newlines and equals", []string{"x\ny", "a=b"}, []string{"V=1=2\n3"}, "/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			argv, env, dir, stdin, err := decode(Encode(tt.argv, tt.env, tt.dir, tt.name == "plain"))
+			if err != nil || !slices.Equal(argv, tt.argv) || !slices.Equal(env, tt.env) || dir != tt.dir || stdin != (tt.name == "plain") {
+				t.Errorf("decode = %q %q %q %v; want %q %q %q", argv, env, dir, err, tt.argv, tt.env, tt.dir)
+			}
+		})
+	}
+	for _, bad := range []string{"", "x\x00", "0\x000\x00/\x00", "5\x00a\x00"} {
+		if _, _, _, _, err := decode([]byte(bad)); err == nil {
+			t.Errorf("decode(%q) succeeded", bad)
+		}
+	}
+}
