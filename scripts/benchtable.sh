@@ -17,7 +17,11 @@ rows='1|queue layer: jobs/s fetch->run->ack vs raw fetch+double-ack|BenchmarkQue
 10|egress: per-job CA plus first leaf|BenchmarkCAAndFirstLeaf|ms/ca+leaf<=5
 11|inputs: worker peak RSS with a 1 GiB input; refusal on a profile too small|BenchmarkWorkerInputMemory|peak-MiB<=143,reject-s<=5
 12|egress: bubblewrap lifecycle with the egress bridge vs without a network|BenchmarkBubblewrapEgressLifecycle|
-13|egress: pod lifecycle with the tunnel vs without a network|BenchmarkPodEgressLifecycle|'
+13|egress: pod lifecycle with the tunnel vs without a network|BenchmarkPodEgressLifecycle|
+14|warm: bubblewrap claim to first command running vs cold Start|BenchmarkBubblewrapWarmStart|warm-run-ms<=10
+15|warm: trivial jobs/s on warm bubblewrap sandboxes vs raw fetch+ack|BenchmarkWarmJobs|x-of-raw>=0.5
+16|warm: burst of 50 onto an idle worker, pool min 0|BenchmarkWarmBurst|cold-fraction<=0.1
+17|warm: cluster claim to first command result vs cold pod Start|BenchmarkWarm|warm-p50-ms<=150,warm-p99-ms<=500'
 awk -v rows="$rows" '
 function med(a, n,   i, j, t, s) {
 	for (i = 1; i <= n; i++) s[i] = a[i]
