@@ -52,6 +52,10 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
 	}
 	defer s.end(id)
+	bridged := s.egressOn.Load() // read once: the descriptors, options and argv must agree
+	// A spare still starting is waited for before the command's timeout starts: its start is
+	// the sandbox's, done ahead, and a slow one must not eat the command's time.
+	sp := s.takeSpare(runCtx, bridged)
 	if req.Timeout > 0 {
 		var stop context.CancelFunc
 		runCtx, stop = context.WithTimeoutCause(runCtx, req.Timeout, errExecTimeout)
@@ -60,12 +64,14 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	if dir != "." {
 		fd, err := s.wd.openat(int(s.wd.fd.Fd()), dir, unix.O_PATH|unix.O_DIRECTORY, 0, resolveInside)
 		if err != nil {
+			if sp != nil {
+				sp.discard()
+			}
 			return ExecResult{}, pathError("exec "+name+": dir", dir, err)
 		}
 		unix.Close(fd)
 	}
 
-	bridged := s.egressOn.Load() // read once: the descriptors, options and argv must agree
 	// Over its bound already, the workdir may shrink (a command that removes files) but not
 	// grow.
 	diskLimit := s.disk
@@ -79,7 +85,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		argv = bridgeArgv(argv)
 	}
 	var l *launched
-	if sp := s.takeSpare(runCtx, bridged); sp != nil {
+	if sp != nil {
 		l = s.launchOnSpare(runCtx, sp, req, path.Join(s.workdir, dir), maxOut, argv)
 	} else if l, err = s.launch(runCtx, cancel, req, path.Join(s.workdir, dir), maxOut, argv, bridged); err != nil {
 		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
