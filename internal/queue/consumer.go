@@ -339,3 +339,14 @@ func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
 
 // Tenants are the tenants whose jobs the consumer fetches, in name order.
 func (c *Consumer) Tenants() []string { return slices.Clone(c.tenants) }
+
+// TotalLag is the lag of every tenant's consumer added up: what a warm pool is sized by while
+// the jobs stream names no profile in its subjects.
+func (q *Consumer) TotalLag(ctx context.Context) (pending, ackPending uint64, err error) {
+	lags, err := q.ConsumerLag(ctx)
+	for _, l := range lags {
+		pending += l.Pending
+		ackPending += l.AckPending
+	}
+	return pending, ackPending, err
+}

@@ -15,7 +15,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
-// BenchmarkBubblewrapWarmStart is row 13: from asking for a sandbox to its first command, with
+// BenchmarkBubblewrapWarmStart is row 14: from asking for a sandbox to its first command, with
 // a warm sandbox (started ahead as a pool's, untimed, then claimed) against a cold one (Start),
 // alternating, one of each per iteration. The command is `date +%s%N`: "run" is until it runs
 // (the time it prints), "result" until Exec returns its result, which adds the command's exit

@@ -19,7 +19,7 @@ func newPool(p *parts, q *queue.Consumer) (*pool.Pool, error) {
 		Provider: p.sandboxes,
 		Profiles: p.cfg.Profiles,
 		Slots:    p.cfg.Concurrency,
-		Lag:      pool.ConsumerLag(q.ConsumerLag),
+		Lag:      pool.ConsumerLag(q.TotalLag),
 		Metrics:  pool.NewMetrics(p.metrics.Registry()),
 		Logger:   p.log,
 	})

@@ -64,7 +64,7 @@ func startWarmWorker(b *testing.B, rg *rig) *warmWorker {
 			b.Fatal(err)
 		}
 		b.Cleanup(nc.Close)
-		q, err := queue.NewConsumer(ctx, nc, rg.cfg.NATS, slog.New(slog.DiscardHandler), nil)
+		q, err := queue.Open(ctx, nc, rg.cfg.NATS, nil, slog.New(slog.DiscardHandler))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func startWarmWorker(b *testing.B, rg *rig) *warmWorker {
 	_, lagQ := conn()
 	w := &warmWorker{m: metrics.New(), pm: pool.NewMetrics(prometheus.NewRegistry()), runNC: runNC}
 	w.pool, err = pool.New(pool.Config{Provider: sandboxes, Profiles: rg.cfg.Profiles, Slots: rg.cfg.Concurrency,
-		Lag: pool.ConsumerLag(lagQ.ConsumerLag), Metrics: w.pm, Logger: discardJSON()})
+		Lag: pool.ConsumerLag(lagQ.TotalLag), Metrics: w.pm, Logger: discardJSON()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func (w *warmWorker) waitJobs(b *testing.B, n float64) {
 	}
 }
 
-// BenchmarkWarmJobs is row 14: trivial jobs (one `true` in a real bubblewrap sandbox) per
+// BenchmarkWarmJobs is row 15: trivial jobs (one `true` in a real bubblewrap sandbox) per
 // second through a worker of 4 slots with a warm pool, end to end (fetch, claim, run, commit to
 // a store that keeps nothing, close, ack), against the raw fetch-and-double-ack loop on a stream
 // of the same configuration on a second embedded server, in alternating batches of 10. nats-msgs/job counts what the worker's queue
@@ -158,7 +158,7 @@ func BenchmarkWarmJobs(b *testing.B) {
 	b.ReportMetric(misses/(hits+misses), "cold-fraction")
 }
 
-// BenchmarkWarmBurst is row 15: 50 jobs submitted at once onto an idle worker (4 slots) whose
+// BenchmarkWarmBurst is row 16: 50 jobs submitted at once onto an idle worker (4 slots) whose
 // pool minimum is 0, so that it holds no sandbox when they come. It reports the fraction of
 // jobs that started cold, the pool's peak while the burst took sandboxes and the time from the
 // first submission to it, and the time until all 50 succeeded.

@@ -17,7 +17,7 @@ import (
 
 const warmJobs = 20
 
-// BenchmarkWarm is row 16 of make bench: from a job asking for its sandbox to the result of
+// BenchmarkWarm is row 17 of make bench: from a job asking for its sandbox to the result of
 // its first command, each job with its own input file, environment and a placeholder secret
 // in that environment, on warm pods (started ahead as a pool's, Running, untimed; then
 // claimed: one patch of labels, annotations and deadline) against cold pods (Start), 20 of
