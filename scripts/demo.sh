@@ -66,11 +66,11 @@ echo
 echo "== report (submit get $id)"
 cat "$data/result/report.md"
 echo
-echo "== manifest summary (runs/$id/manifest.json)"
+echo "== manifest summary (tenants/default/runs/$id/manifest.json)"
 "$bin/submit" manifest --store "file://$data/store" "$id"
 echo
 echo "== verification (signed with the worker's key in $data/keys)"
 "$bin/submit" verify --store "file://$data/store" "$id"
 echo
 echo "== store holds:"
-(cd "$data/store" && find "runs/$id" -type f | sort)
+(cd "$data/store" && find "tenants/default/runs/$id" -type f | sort)

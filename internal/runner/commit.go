@@ -95,7 +95,7 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 
 // upload streams out into key, create-only, and returns its digest, that of exactly the bytes
 // the store took. Nothing of it is held in memory but the store's own buffer (one S3 part).
-func (r *Runner) upload(ctx context.Context, key string, out output) (stored, error) {
+func (r *Runner) upload(ctx context.Context, a *attempt, key string, out output) (stored, error) {
 	rc, err := out.open(ctx)
 	if err != nil {
 		return stored{}, &sourceError{err}
@@ -103,7 +103,7 @@ func (r *Runner) upload(ctx context.Context, key string, out output) (stored, er
 	defer rc.Close()
 	h := sha256.New()
 	src := &sourceReader{r: io.TeeReader(rc, h), want: out.size}
-	if err := r.cfg.Store.PutIfAbsent(ctx, key, src, out.size); err != nil {
+	if err := a.store.PutIfAbsent(ctx, key, src, out.size); err != nil {
 		if src.err != nil {
 			return stored{}, &sourceError{src.err}
 		}
@@ -165,7 +165,7 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 			return "", fmt.Errorf("sign manifest: %w", err)
 		}
 	}
-	if err := r.cfg.Store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest))); err != nil {
+	if err := a.store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest))); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return "", fmt.Errorf("%w: another attempt committed the run first", errLeaseLost)
 		}
@@ -177,7 +177,7 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 	}
 	if env != nil {
 		// Create-only like the manifest: a signature, once there, is never replaced.
-		if err := r.cfg.Store.PutIfAbsent(ctx, store.SignatureKey(a.job.ID), bytes.NewReader(env), int64(len(env))); err != nil && !errors.Is(err, store.ErrExists) {
+		if err := a.store.PutIfAbsent(ctx, store.SignatureKey(a.job.ID), bytes.NewReader(env), int64(len(env))); err != nil && !errors.Is(err, store.ErrExists) {
 			return reportKey, fmt.Errorf("upload manifest signature: %w", err)
 		}
 	}
@@ -203,7 +203,7 @@ func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs 
 			out = memOutput(out.name, out.render(*collected))
 		}
 		key := store.AttemptPrefix(a.job.ID, folder) + out.name
-		got, err := r.upload(ctx, key, out)
+		got, err := r.upload(ctx, a, key, out)
 		var source *sourceError
 		switch {
 		case err == nil:
@@ -250,8 +250,8 @@ func (r *Runner) discard(ctx context.Context, a *attempt, keys []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 	defer cancel()
 	for _, k := range keys {
-		if err := r.cfg.Store.Delete(ctx, k); err != nil {
-			a.log.WarnContext(ctx, "remove an object of an attempt that did not commit", "url", r.cfg.Store.URL(k), "error", err)
+		if err := a.store.Delete(ctx, k); err != nil {
+			a.log.WarnContext(ctx, "remove an object of an attempt that did not commit", "url", a.store.URL(k), "error", err)
 		}
 	}
 }
@@ -279,7 +279,7 @@ func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
 		return fmt.Errorf("%w: attempt %d started after this attempt (%d)", errLeaseLost, st.Attempt, a.d.Attempt)
 	}
 	_, err = awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
-		return r.cfg.Store.Stat(ctx, store.ManifestKey(a.job.ID))
+		return a.store.Stat(ctx, store.ManifestKey(a.job.ID))
 	})
 	switch {
 	case err == nil:
@@ -297,7 +297,7 @@ func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
 func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Outcome, error) {
 	jobID := a.job.ID
 	rc, err := awaitAnswerTo(ctx, r, a, "the store", "before the job can end", storeAnswered, func(ctx context.Context) (io.ReadCloser, error) {
-		return r.cfg.Store.Get(ctx, store.ManifestKey(jobID))
+		return a.store.Get(ctx, store.ManifestKey(jobID))
 	})
 	if err != nil {
 		return provenance.Outcome{}, err
@@ -307,7 +307,7 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 	if err != nil {
 		return provenance.Outcome{}, err
 	}
-	if err := r.signCommitted(ctx, jobID, manifest); err != nil {
+	if err := r.signCommitted(ctx, a.store, jobID, manifest); err != nil {
 		return provenance.Outcome{}, fmt.Errorf("sign the committed manifest: %w", err)
 	}
 	stmt, err := provenance.Parse(manifest)
@@ -324,9 +324,9 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 			s.Attempt, s.Worker = m.Attempt, m.Worker.ID
 			s.StartedAt, s.FinishedAt = m.Timings.StartedAt, m.Timings.FinishedAt
 			s.SandboxClaimedAt, s.SandboxWarm = m.Sandbox.ClaimedAt, m.Sandbox.Warm
-			s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(jobID))
+			s.Report, s.Manifest = "", a.store.URL(store.ManifestKey(jobID))
 			if i := slices.IndexFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == reportName }); i >= 0 {
-				s.Report = r.cfg.Store.URL(provenance.SubjectKey(jobID, stmt.Subjects[i]))
+				s.Report = a.store.URL(provenance.SubjectKey(jobID, stmt.Subjects[i]))
 			}
 		})
 	})
@@ -337,18 +337,18 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 }
 
 // signCommitted signs a committed manifest that has no envelope yet.
-func (r *Runner) signCommitted(ctx context.Context, jobID string, manifest []byte) error {
+func (r *Runner) signCommitted(ctx context.Context, st store.Store, jobID string, manifest []byte) error {
 	if r.cfg.SigningKey == nil {
 		return nil
 	}
-	if _, err := r.cfg.Store.Stat(ctx, store.SignatureKey(jobID)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.Stat(ctx, store.SignatureKey(jobID)); !errors.Is(err, store.ErrNotFound) {
 		return err // signed already, or the store cannot tell
 	}
 	env, err := signManifest(ctx, manifest, r.cfg.SigningKey)
 	if err != nil {
 		return err
 	}
-	err = r.cfg.Store.PutIfAbsent(ctx, store.SignatureKey(jobID), bytes.NewReader(env), int64(len(env)))
+	err = st.PutIfAbsent(ctx, store.SignatureKey(jobID), bytes.NewReader(env), int64(len(env)))
 	if errors.Is(err, store.ErrExists) {
 		return nil
 	}

@@ -103,7 +103,7 @@ func TestCommittedLastDeliveryWhoseWorkerDiedIsNotDeadLettered(t *testing.T) {
 	b := setup(t)
 	oneDelivery(b)
 	var first *worker
-	dies := &hookStore{Store: b.store, afterCreate: func(key string) {
+	dies := &hookStore{Store: b.shared, afterCreate: func(key string) {
 		if path.Base(key) == "manifest.json" {
 			first.nc.Close() // killed between the commit and the ack
 		}
@@ -127,7 +127,7 @@ func TestStaleLastDeliveryCannotCommitAfterTheJobDied(t *testing.T) {
 	oneDelivery(b)
 	var paused sync.Once
 	uploading := make(chan struct{})
-	stalls := &hookStore{Store: b.store}
+	stalls := &hookStore{Store: b.shared}
 	stalls.put = func(key string) error {
 		paused.Do(func() {
 			close(uploading)

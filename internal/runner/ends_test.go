@@ -67,7 +67,7 @@ func TestEndsBeforeTheAgentGoThroughTheArbiter(t *testing.T) {
 				return err == nil && info.State.Msgs > 0
 			}
 			var paused sync.Once
-			pausing := &hookStore{Store: b.store}
+			pausing := &hookStore{Store: b.shared}
 			pausing.put = func(key string) error {
 				if path.Base(key) == "manifest.json" {
 					paused.Do(func() { waitFor(t, 30*time.Second, "the second delivery to end the job", ended) })

@@ -82,7 +82,7 @@ func TestStatusAfterAdoptionIsTheCommittedRuns(t *testing.T) {
 	b := setup(t)
 	var first *worker
 	committed := make(chan struct{})
-	dies := &hookStore{Store: b.store, afterCreate: func(key string) {
+	dies := &hookStore{Store: b.shared, afterCreate: func(key string) {
 		if path.Base(key) == "manifest.json" {
 			first.nc.Close() // killed between the commit and the ack
 			close(committed)
@@ -95,7 +95,7 @@ func TestStatusAfterAdoptionIsTheCommittedRuns(t *testing.T) {
 	<-committed
 
 	var once sync.Once
-	down := &hookStore{Store: b.store}
+	down := &hookStore{Store: b.shared}
 	down.stat = func(key string) error {
 		err := error(nil)
 		once.Do(func() { err = errStoreDown }) // the store is down for the first look only
@@ -163,7 +163,7 @@ func TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone(t *testing.T) {
 		return err == nil
 	}
 	var paused sync.Once
-	pausing := &hookStore{Store: b.store}
+	pausing := &hookStore{Store: b.shared}
 	pausing.put = func(key string) error {
 		// The first upload of the stale attempt stops here until the other attempt committed.
 		paused.Do(func() { waitFor(t, 30*time.Second, "the next attempt's commit", committed) })
@@ -232,7 +232,7 @@ func TestStaleAttemptLeavesTheNextDeliveryAlone(t *testing.T) {
 		return err == nil && st.State == job.StateRetrying && st.Attempt == 2
 	}
 	var paused sync.Once
-	pausing := &hookStore{Store: b.store}
+	pausing := &hookStore{Store: b.shared}
 	pausing.put = func(key string) error {
 		paused.Do(func() { waitFor(t, 30*time.Second, "the next attempt's failed upload", retrying) })
 		return nil
@@ -246,7 +246,7 @@ func TestStaleAttemptLeavesTheNextDeliveryAlone(t *testing.T) {
 		return err == nil && st.Progress == "uploading"
 	})
 	var failed sync.Once
-	failing := &hookStore{Store: b.store}
+	failing := &hookStore{Store: b.shared}
 	failing.put = func(key string) error {
 		err := error(nil)
 		failed.Do(func() { err = errors.New("store: connection refused") })
@@ -270,7 +270,7 @@ func TestCommitWaitsForAStoreThatRefusesOverwritesAgain(t *testing.T) {
 	b := setup(t)
 	var mu sync.Mutex
 	refused, safe := 0, false
-	unsafe := &hookStore{Store: b.store, put: func(key string) error {
+	unsafe := &hookStore{Store: b.shared, put: func(key string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if safe || !strings.Contains(key, "/attempts/") && !strings.HasSuffix(key, "manifest.json") {
@@ -321,7 +321,7 @@ func TestNATSOutageWhileCommittingKeepsTheRun(t *testing.T) {
 	oneDelivery(b)
 	uploading, down := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	stops := &hookStore{Store: b.store, put: func(key string) error {
+	stops := &hookStore{Store: b.shared, put: func(key string) error {
 		once.Do(func() { close(uploading); <-down })
 		return nil
 	}}

@@ -164,9 +164,12 @@ type bundle struct {
 	storeDir string
 	url      string
 	cfg      config.Config
-	store    store.Store
-	q        *queue.Client // the tests submit as tenant default
-	nc       *nats.Conn
+	// shared is the store the runner is given; store is the default tenant's view of it, where
+	// its jobs' objects are.
+	shared store.Store
+	store  store.Store
+	q      *queue.Client // the tests submit as tenant default
+	nc     *nats.Conn
 }
 
 var profiles = `
@@ -196,7 +199,8 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.store = st
+	b.shared = st
+	b.store = store.ForTenant(st, job.DefaultTenant)
 	return b
 }
 
@@ -251,7 +255,7 @@ func (b *bundle) worker(a runner.Agent, opts ...func(*runner.Config)) *worker {
 	b.t.Helper()
 	nc, q := b.connect()
 	w := &worker{m: metrics.New(), nc: nc, p: &fakeProvider{}, done: make(chan struct{})}
-	cfg := runner.Config{Worker: b.cfg, Queue: q, Sandboxes: w.p, Store: b.store, Agent: a, Metrics: w.m,
+	cfg := runner.Config{Worker: b.cfg, Queue: q, Sandboxes: w.p, Store: b.shared, Agent: a, Metrics: w.m,
 		ModelEndpoint: "http://127.0.0.1:1/v1", Logger: slog.New(slog.DiscardHandler), CleanupTimeout: 5 * time.Second}
 	for _, o := range opts {
 		o(&cfg)

@@ -18,6 +18,9 @@ import (
 // bytes together than its max_input_bytes, as the job declares them (copyInputs holds each
 // to its declared size).
 func (r *Runner) checkInputs(a *attempt) error {
+	if err := r.checkInputTenant(a); err != nil {
+		return err
+	}
 	limit := a.limits.MaxInputBytes
 	if limit <= 0 {
 		return nil
@@ -39,7 +42,7 @@ func (r *Runner) checkInputs(a *attempt) error {
 func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox) error {
 	for _, in := range a.job.Inputs {
 		rc, err := awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (io.ReadCloser, error) {
-			return r.cfg.Store.Get(ctx, store.InputKey(in.SHA256))
+			return a.store.Get(ctx, store.InputKey(in.SHA256))
 		})
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("input %s (sha256 %s) is not in the store; submit it again: %w", in.Name, in.SHA256, err)

@@ -32,6 +32,13 @@ type attempt struct {
 	// deadline is when every wait of the attempt gives up (awaitAnswer), set by admit:
 	// the run's job_timeout, and as long again for all its waits together.
 	deadline time.Time
+	// tenant is the job's tenant, from the subject it came on (bindTenant); grant is what the
+	// worker config grants it, set by admit.
+	tenant string
+	grant  config.Tenant
+	// store is the tenant's store: every object of the attempt is read and written there.
+	// nil for a tenant name that cannot be a folder, whose job ends without a manifest.
+	store store.Store
 }
 
 // ref names a job of the attempt's tenant: its own, or the one a rejected message names.
@@ -73,7 +80,8 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 	r.hold(d.JobID, 1)
 	defer r.hold(d.JobID, -1)
 	a := &attempt{d: d, started: time.Now()}
-	a.log = r.log.With("job_id", d.JobID, "attempt", d.Attempt)
+	r.bindTenant(a)
+	a.log = r.log.With("job_id", d.JobID, "tenant", a.tenant, "attempt", d.Attempt)
 	if d.Attempt > 1 {
 		r.m.Redeliveries.Inc()
 	}
@@ -92,7 +100,7 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 	e := r.process(ctx, a, &sp)
 	unwatch()
 	// A job that ends here with no run committed must still win the arbiter; see end.go.
-	if decide(e.outcome, d.LastAttempt()).state.Terminal() && !e.committed && job.ValidID(d.JobID) {
+	if decide(e.outcome, d.LastAttempt()).state.Terminal() && !e.committed && job.ValidID(d.JobID) && a.store != nil {
 		if a.job.ID == "" {
 			a.job.ID = d.JobID // a message rejected before it was read as a job
 		}
@@ -159,9 +167,10 @@ func (r *Runner) admit(a *attempt) error {
 	if a.d.JobID != j.ID {
 		return idMismatch(a.d.JobID, j.ID)
 	}
-	j.Tenant = a.d.Tenant // the subject's, which the server checked; the payload's is a claim
+	// The tenant is the subject's: one the payload claims is not an identity.
+	j.Tenant = a.tenant
 	a.job = j
-	if a.profile, err = r.cfg.Worker.Profile(j.Profile); err != nil {
+	if a.grant, a.profile, err = r.cfg.Worker.Grant(a.tenant, j.Profile); err != nil {
 		return err
 	}
 	if err := narrowsNetwork(j, a.profile); err != nil {
@@ -184,10 +193,10 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 	_, err := awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
 		// No work starts on a server that stopped refusing a second create-only put: its
 		// result could not be committed.
-		if err := store.Probe(ctx, r.cfg.Store); err != nil {
+		if err := store.Probe(ctx, a.store); err != nil {
 			return store.ObjectInfo{}, err
 		}
-		return r.cfg.Store.Stat(ctx, store.ManifestKey(a.job.ID))
+		return a.store.Stat(ctx, store.ManifestKey(a.job.ID))
 	})
 	if err == nil {
 		a.log.InfoContext(ctx, "run already committed; acknowledging without running again")

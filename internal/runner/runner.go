@@ -66,6 +66,10 @@ type Config struct {
 	// (internal/approvalsig); an answer signed by none of them is refused, so with no keys every
 	// "ask" command is refused once answered.
 	ApproverKeys provenance.Keyring
+	// TenantStores are the stores of the tenants with a bucket of their own (tenants.T.bucket
+	// in the worker config), by tenant; every other tenant's objects are in Store. Either way
+	// under store.TenantPrefix(T) (store.ForTenant): the runner wraps them.
+	TenantStores map[string]store.Store
 	// SigningKey signs manifests when set.
 	SigningKey ed25519.PrivateKey
 	// Logger defaults to slog.Default().

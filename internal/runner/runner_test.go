@@ -362,7 +362,7 @@ func TestRedeliveryOfAnUnsignedCommittedRunSignsIt(t *testing.T) {
 		return writeReport(ctx, req)
 	}), func(c *runner.Config) {
 		c.SigningKey = priv
-		c.Store = &sigFailStore{Store: b.store}
+		c.Store = &sigFailStore{Store: b.shared}
 	})
 	j := b.submit("p")
 	st := b.waitFinal(j.ID, 15*time.Second)

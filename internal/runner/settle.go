@@ -61,9 +61,9 @@ func (r *Runner) settleStatus(ctx context.Context, a *attempt, e ended, dec deci
 			s.FinishedAt, s.Progress = now, ""
 		}
 		if e.committed {
-			s.Report, s.Manifest = "", r.cfg.Store.URL(store.ManifestKey(a.d.JobID))
+			s.Report, s.Manifest = "", a.store.URL(store.ManifestKey(a.d.JobID))
 			if e.reportKey != "" {
-				s.Report = r.cfg.Store.URL(e.reportKey)
+				s.Report = a.store.URL(e.reportKey)
 			}
 		}
 	})

@@ -82,7 +82,7 @@ func TestUploadStreamsAndLeavesOutChangedArtifacts(t *testing.T) {
 		}
 		return agent.Result{Outcome: agent.OutcomeCompleted}, nil
 	})
-	st := &unsafeOnce{Store: b.store}
+	st := &unsafeOnce{Store: b.shared}
 	tmp := t.TempDir()
 	b.worker(a, func(c *runner.Config) { c.Sandboxes, c.Store, c.TempDir = p, st, tmp })
 	j := b.submit("p")
@@ -162,7 +162,7 @@ func TestSummaryCountsArtifactsLeftOutAtUpload(t *testing.T) {
 		// Capped, so report.md is the worker's summary.
 		return agent.Result{Outcome: agent.OutcomeCapped, Cap: agent.CapMaxTurns}, nil
 	})
-	st := &unsafeOnce{Store: b.store}
+	st := &unsafeOnce{Store: b.shared}
 	b.worker(a, func(c *runner.Config) { c.Sandboxes, c.Store = p, st })
 	j := b.submit("p")
 	if s := b.waitFinal(j.ID, time.Minute); s.State != job.StateCapped {

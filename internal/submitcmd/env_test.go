@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -55,7 +56,9 @@ func newTestEnvSync(t testing.TB, syncAlways bool) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	te.st = st
+	// The default tenant's objects, where a worker writes them and submit looks.
+	te.st = store.ForTenant(st, job.DefaultTenant)
+	t.Cleanup(func() { st.Close() })
 	// The approver key an embedded worker would keep, which submit approve signs with.
 	if _, _, _, err := provenance.LoadOrCreateKeyPair(filepath.Join(te.home, "keys", "approver")); err != nil {
 		t.Fatal(err)

@@ -197,7 +197,7 @@ func TestProfilesAndUnknownProfile(t *testing.T) {
 
 	// An unknown profile is refused before anything reaches the store or the stream.
 	for _, dir := range []string{"inputs"} {
-		_ = os.RemoveAll(filepath.Join(te.storeDir, dir))
+		_ = os.RemoveAll(filepath.Join(te.storeDir, "tenants", "default", dir))
 	}
 	before := te.jobMessages(t)
 	other := writeTestFile(t, t.TempDir(), "other.csv", "a,b\n")

@@ -19,7 +19,7 @@ import (
 func TestGCFileStore(t *testing.T) {
 	te := newTestEnv(t)
 	testGC(t, te, nil, func(t *testing.T, key string, at time.Time) {
-		if err := os.Chtimes(filepath.Join(te.storeDir, filepath.FromSlash(key)), at, at); err != nil {
+		if err := os.Chtimes(filepath.Join(te.storeDir, "tenants", "default", filepath.FromSlash(key)), at, at); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -169,7 +169,26 @@ func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Client, error) {
 	return nc, q, nil
 }
 
+// openStore opens the store of the tenant submit acts for: every key under
+// store.TenantPrefix(tenant) of the store's URL, where the workers read and write that
+// tenant's objects.
 func (e *env) openStore(ctx context.Context) (store.Store, error) {
+	st, err := e.openSharedStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tenantStore{Store: store.ForTenant(st, e.tenant()), shared: st}, nil
+}
+
+// tenantStore is a tenant's store that closes the store it is in when closed.
+type tenantStore struct {
+	store.Store
+	shared store.Store
+}
+
+func (s tenantStore) Close() error { return s.shared.Close() }
+
+func (e *env) openSharedStore(ctx context.Context) (store.Store, error) {
 	u := e.storeURL
 	if u == "" {
 		u = e.getenv("BOXCAR_STORE")

@@ -90,6 +90,7 @@ type parts struct {
 	natsOpts  queue.ConnOptions
 	link      *queue.Link
 	store     store.Store
+	tenants   map[string]store.Store // the stores of tenants with a bucket of their own
 	sandboxes sandbox.Provider
 	agent     *agent.Agent
 	metrics   *metrics.Metrics
@@ -106,6 +107,9 @@ type parts struct {
 func (p *parts) close() {
 	if p.link != nil {
 		p.link.Close()
+	}
+	for _, st := range p.tenants {
+		_ = st.Close()
 	}
 	if p.store != nil {
 		_ = p.store.Close()
@@ -192,10 +196,13 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 	if err != nil {
 		return nil, err
 	}
-	p.store, err = store.Open(ctx, cfg.Store.URL, store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region, HTTPClient: s3Client,
+	storeOpts := store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region, HTTPClient: s3Client,
 		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite,
-		ProbeInterval: time.Duration(cfg.Store.ProbeInterval), Logger: log, Getenv: o.Getenv})
-	if err != nil {
+		ProbeInterval: time.Duration(cfg.Store.ProbeInterval), Logger: log, Getenv: o.Getenv}
+	if p.store, err = store.Open(ctx, cfg.Store.URL, storeOpts); err != nil {
+		return nil, err
+	}
+	if p.tenants, err = openTenantStores(ctx, cfg, storeOpts); err != nil {
 		return nil, err
 	}
 	if p.link, err = queue.Dial(p.natsOpts, log); err != nil {
@@ -367,6 +374,7 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 		Approvals:     q,
 		Sandboxes:     p.sandboxes,
 		Store:         p.store,
+		TenantStores:  p.tenants,
 		Agent:         p.agent,
 		Metrics:       p.metrics,
 		ModelEndpoint: p.modelURL,

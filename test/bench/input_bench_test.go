@@ -91,10 +91,11 @@ func BenchmarkWorkerInputMemory(b *testing.B) {
 // putZeros puts size zero bytes into the file store at dir as an input and returns it.
 func putZeros(b *testing.B, dir string, size int64) job.Input {
 	b.Helper()
-	st, err := store.NewFile(dir)
+	shared, err := store.NewFile(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
+	st := store.ForTenant(shared, job.DefaultTenant) // where the worker reads the default tenant's inputs
 	h := sha256.New()
 	if _, err := io.Copy(h, &zeroReader{left: size}); err != nil {
 		b.Fatal(err)

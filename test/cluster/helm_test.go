@@ -494,7 +494,7 @@ func lastJSON(t *testing.T, stdout string) jobResult {
 // verify` with the signer's public key. It returns the manifest.
 func checkRun(t *testing.T, bucket *s3.Client, sub *submitter, keyDir, id, version string, workers map[string]bool) provenance.Statement {
 	t.Helper()
-	stmt, err := provenance.Parse(getObject(t, bucket, "runs/"+id+"/manifest.json"))
+	stmt, err := provenance.Parse(getObject(t, bucket, "tenants/default/runs/"+id+"/manifest.json"))
 	if err != nil {
 		t.Fatalf("job %s: parse manifest: %v", id, err)
 	}

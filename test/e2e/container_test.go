@@ -336,7 +336,7 @@ func TestStoreOutageWithContainers(t *testing.T) {
 
 		// The attempt has done its work: before it uploads, it waits for the store instead of
 		// throwing the work away, and the status says exactly what it waits for.
-		wantErr := regexp.MustCompile(`^waiting for the store: store: stat s3://` + st.bucket + `/runs/` + id + `/manifest\.json: .*dial tcp ` + regexp.QuoteMeta(st.addr) + `: connect: connection refused`)
+		wantErr := regexp.MustCompile(`^waiting for the store: store: stat s3://` + st.bucket + `/tenants/default/runs/` + id + `/manifest\.json: .*dial tcp ` + regexp.QuoteMeta(st.addr) + `: connect: connection refused`)
 		waiting := history.waitFor(t, 60*time.Second, func(s job.Status) bool {
 			return strings.HasPrefix(s.Error, "waiting for the store")
 		})

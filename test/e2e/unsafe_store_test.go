@@ -96,8 +96,8 @@ func TestStoreThatStopsRefusingOverwrites(t *testing.T) {
 	// Once the server has seen the delivery kept past AckWait twice over, still the first,
 	// nothing of the run is in the bucket (versitygw keeps objects as files).
 	waitDeliveryKept(t, ns.ClientURL(), 2*ackWait)
-	if _, err := os.Stat(filepath.Join(s3.Dir, bucket, "runs", id)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the worker wrote under runs/%s on a server that overwrites: %v", id, err)
+	if _, err := os.Stat(filepath.Join(s3.Dir, bucket, "tenants", "default", "runs", id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the worker wrote under tenants/default/runs/%s on a server that overwrites: %v", id, err)
 	}
 
 	proxy.Ignore(s3test.IgnoreNothing)

@@ -88,15 +88,16 @@ func (p *storeProxy) hold(up upload) {
 }
 
 // runUpload tells whether r puts an object of an attempt's folder, path style:
-// /BUCKET/runs/ID/attempts/N-RANDOM/NAME.
+// /BUCKET/tenants/TENANT/runs/ID/attempts/N-RANDOM/NAME.
 func runUpload(r *http.Request) (upload, bool) {
 	if r.Method != http.MethodPut || r.URL.Query().Has("uploadId") { // a run's objects are small: one PUT each
 		return upload{}, false
 	}
-	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 6)
-	if len(parts) < 6 || parts[1] != "runs" || parts[3] != "attempts" {
+	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 8)
+	if len(parts) < 8 || parts[1] != "tenants" || parts[3] != "runs" || parts[5] != "attempts" {
 		return upload{}, false
 	}
+	parts = parts[2:] // TENANT, runs, ID, attempts, N-RANDOM, NAME
 	n, _, _ := strings.Cut(parts[4], "-")
 	attempt, err := strconv.Atoi(n)
 	if err != nil {

@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// TenantPrefix is the folder of one tenant's objects: its inputs (InputKey) and runs
+// (RunPrefix) are under it, in the shared bucket or in a bucket of the tenant's own.
+func TenantPrefix(tenant string) string { return "tenants/" + tenant + "/" }
+
+// ForTenant returns the store of one tenant's objects: st, with every key under
+// TenantPrefix(tenant). Keys given to it and listed by it are relative to that folder, so the
+// run layout (InputKey, RunPrefix, ManifestKey …) reads the same for every tenant, and no key
+// can reach another tenant's folder (a key that climbs with ".." is ErrInvalidKey). Closing it
+// leaves st open. tenant must be a valid tenant name (job.ValidTenant).
+func ForTenant(st Store, tenant string) Store {
+	return &tenantStore{st: st, prefix: TenantPrefix(tenant)}
+}
+
+// tenantStore is ForTenant's store.
+type tenantStore struct {
+	st     Store
+	prefix string
+}
+
+var _ Store = (*tenantStore)(nil)
+
+func (t *tenantStore) key(key string) (string, error) {
+	if !ValidKey(key) {
+		return "", fmt.Errorf("%w %q", ErrInvalidKey, key)
+	}
+	return t.prefix + key, nil
+}
+
+func (t *tenantStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	k, err := t.key(key)
+	if err != nil {
+		return err
+	}
+	return t.st.Put(ctx, k, r, size)
+}
+
+func (t *tenantStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	k, err := t.key(key)
+	if err != nil {
+		return err
+	}
+	return t.st.PutIfAbsent(ctx, k, r, size)
+}
+
+func (t *tenantStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	k, err := t.key(key)
+	if err != nil {
+		return nil, err
+	}
+	return t.st.Get(ctx, k)
+}
+
+func (t *tenantStore) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+	k, err := t.key(key)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	info, err := t.st.Stat(ctx, k)
+	info.Key = strings.TrimPrefix(info.Key, t.prefix)
+	return info, err
+}
+
+func (t *tenantStore) Delete(ctx context.Context, key string) error {
+	k, err := t.key(key)
+	if err != nil {
+		return err
+	}
+	return t.st.Delete(ctx, k)
+}
+
+func (t *tenantStore) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
+	if prefix != "" && !ValidKey(strings.TrimSuffix(prefix, "/")) {
+		return nil, fmt.Errorf("%w: prefix %q", ErrInvalidKey, prefix)
+	}
+	objs, err := t.st.List(ctx, t.prefix+prefix)
+	for i := range objs {
+		objs[i].Key = strings.TrimPrefix(objs[i].Key, t.prefix)
+	}
+	return objs, err
+}
+
+// URL names the object with the tenant's folder: the URL a submitter of the tenant writes.
+func (t *tenantStore) URL(key string) string { return t.st.URL(t.prefix + key) }
+
+// Close leaves the shared store open: its owner closes it.
+func (t *tenantStore) Close() error { return nil }
+
+// Probe proves the shared store, whose server the tenant's objects are on (see Probe).
+func (t *tenantStore) Probe(ctx context.Context) error { return Probe(ctx, t.st) }
