@@ -36,12 +36,12 @@ func sampleManifest(t testing.TB) provenance.Manifest {
 	started := time.Date(2026, 12, 2, 11, 15, 1, 500_000_000, paris)
 	return provenance.Manifest{
 		Job: provenance.Job{
-			ID:          jobID,
-			Profile:     "csv-analyst",
-			Task:        "Summarise sales.csv: totals per <region> & month.",
-			Labels:      map[string]string{"team": "finance", "env": "test"},
-			SubmittedAt: time.Date(2026, 12, 2, 10, 15, 0, 0, time.UTC),
-			SubmittedBy: "alice",
+			ID:                 jobID,
+			Profile:            "csv-analyst",
+			Task:               "Summarise sales.csv: totals per <region> & month.",
+			Labels:             map[string]string{"team": "finance", "env": "test"},
+			SubmittedAt:        time.Date(2026, 12, 2, 10, 15, 0, 0, time.UTC),
+			SubmittedByClaimed: "alice",
 		},
 		Inputs: []provenance.Input{{Name: "sales.csv", SHA256: sha("sales"), Size: 5}},
 		Profile: provenance.Profile{
@@ -79,6 +79,7 @@ func sampleManifest(t testing.TB) provenance.Manifest {
 		},
 		Attempt: 1,
 		Worker:  provenance.WorkerInfo("worker-1"),
+		Tenant:  provenance.Tenant{Name: "team-a", Profiles: []string{"csv-analyst"}, DailyTokens: 2_000_000, MaxConcurrent: 4},
 	}
 }
 

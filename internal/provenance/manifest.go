@@ -50,6 +50,22 @@ type Manifest struct {
 	// Egress is the job's network traffic through the worker's proxy; absent for a profile
 	// without a network.
 	Egress *Egress `json:"egress,omitempty"`
+	// Tenant is whose job it was and what the tenant was granted, as the worker saw them;
+	// absent in runs committed before tenants.
+	Tenant Tenant `json:"tenant,omitzero"`
+}
+
+// Tenant is the job's tenant as the worker took it from the subject the job came on (never
+// from the job's JSON), and the grant the worker's config gave the tenant when it ran.
+type Tenant struct {
+	Name string `json:"name"`
+	// Profiles are the profiles granted to the tenant; empty for a tenant the worker does not
+	// serve (a job it rejected as unknown_tenant).
+	Profiles []string `json:"profiles,omitempty"`
+	// DailyTokens is the tenant's model tokens per UTC day; 0 is unlimited.
+	DailyTokens int64 `json:"daily_tokens,omitempty"`
+	// MaxConcurrent is how many of the tenant's jobs may run at once across the fleet.
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
 }
 
 // Egress summarises what a job's sandbox reached through the egress proxy. It names the
@@ -78,7 +94,29 @@ type Job struct {
 	Task        string            `json:"task"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	SubmittedAt time.Time         `json:"submitted_at"`
-	SubmittedBy string            `json:"submitted_by,omitempty"`
+	// SubmittedByClaimed is the job's submitted_by: what the submitter wrote, never checked,
+	// so no identity; who may submit for a tenant is what NATS enforces (Manifest.Tenant).
+	// Runs committed before it was marked as claimed name it submitted_by: Parse reads that
+	// into it.
+	SubmittedByClaimed string `json:"submitted_by_claimed,omitempty"`
+}
+
+// UnmarshalJSON reads a job, taking the submitted_by of a run committed before
+// submitted_by_claimed as the claim it always was.
+func (j *Job) UnmarshalJSON(data []byte) error {
+	type plain Job
+	var v struct {
+		plain
+		SubmittedBy string `json:"submitted_by"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	*j = Job(v.plain)
+	if j.SubmittedByClaimed == "" {
+		j.SubmittedByClaimed = v.SubmittedBy
+	}
+	return nil
 }
 
 // Input is one input file as the worker checked it.

@@ -17,7 +17,7 @@ import (
 func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, collected provenance.Collected, dec decision, runErr error) ([]byte, error) {
 	j, p, res, sb := a.job, a.profile, run.result, run.sandbox
 	m := provenance.Manifest{
-		Job:     provenance.Job{ID: j.ID, Profile: j.Profile, Task: j.Task, Labels: j.Labels, SubmittedAt: j.SubmittedAt, SubmittedBy: j.SubmittedBy},
+		Job:     provenance.Job{ID: j.ID, Profile: j.Profile, Task: j.Task, Labels: j.Labels, SubmittedAt: j.SubmittedAt, SubmittedByClaimed: j.SubmittedBy},
 		Profile: provenance.Profile{Name: j.Profile, Spec: p},
 		Sandbox: provenance.Sandbox{
 			Backend: sb.Backend, ID: sb.ID, Image: sb.Image, ImageDigest: sb.ImageDigest,
@@ -42,6 +42,8 @@ func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, col
 		Attempt: a.d.Attempt,
 		Worker:  provenance.WorkerInfo(r.cfg.Worker.WorkerID),
 		Egress:  run.egress,
+		Tenant: provenance.Tenant{Name: a.tenant, Profiles: a.grant.Profiles, DailyTokens: a.grant.DailyTokens,
+			MaxConcurrent: a.grant.MaxConcurrent},
 	}
 	if res.Model != "" {
 		m.Model.Name = res.Model

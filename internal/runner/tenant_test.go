@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -32,13 +33,16 @@ func TestTenantGrants(t *testing.T) {
 		state                  job.State
 		reason                 string
 		says                   string
+		grant                  provenance.Tenant // as the manifest records it
 	}{
-		{name: "granted", tenants: "tenants:\n  default: {profiles: [p]}\n", profile: "p", state: job.StateSucceeded},
-		{name: "implicit default tenant", tenants: "", profile: "q", state: job.StateSucceeded},
+		{name: "granted", tenants: "tenants:\n  default: {profiles: [p], daily_tokens: 100000, max_concurrent: 3}\n", profile: "p", state: job.StateSucceeded,
+			grant: provenance.Tenant{Name: "default", Profiles: []string{"p"}, DailyTokens: 100000, MaxConcurrent: 3}},
+		{name: "implicit default tenant", tenants: "", profile: "q", state: job.StateSucceeded,
+			grant: provenance.Tenant{Name: "default", Profiles: []string{"p", "q"}, MaxConcurrent: 64}},
 		{name: "not granted", tenants: "tenants:\n  default: {profiles: [p]}\n", profile: "q", state: job.StateRejected,
-			reason: "profile_not_granted", says: `tenant "default" may run p, not "q"`},
+			reason: "profile_not_granted", says: `tenant "default" may run p, not "q"`, grant: provenance.Tenant{Name: "default"}},
 		{name: "unknown tenant", tenants: "tenants:\n  team-a: {profiles: [p, q]}\n", profile: "p", state: job.StateRejected,
-			reason: "unknown_tenant", says: `unknown tenant "default": this worker serves team-a`},
+			reason: "unknown_tenant", says: `unknown tenant "default": this worker serves team-a`, grant: provenance.Tenant{Name: "default"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,6 +58,9 @@ func TestTenantGrants(t *testing.T) {
 			m := b.manifest(j.ID).Predicate
 			if m.Outcome.Reason != tt.reason {
 				t.Errorf("manifest reason %q, want %q", m.Outcome.Reason, tt.reason)
+			}
+			if !reflect.DeepEqual(m.Tenant, tt.grant) {
+				t.Errorf("manifest tenant %+v, want %+v", m.Tenant, tt.grant)
 			}
 			if tt.reason == "" {
 				return
