@@ -26,6 +26,11 @@ func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNe
 				return nil, start, err
 			}
 		}
+		if m := r.req.Meter; m != nil {
+			if err := m.Allow(ctx); err != nil {
+				return nil, start, err
+			}
+		}
 		// The turn counts from here on: a process that dies while the request is out may
 		// have had it answered (and billed), and the progress event records that.
 		r.used.Turns = turn

@@ -3,6 +3,7 @@ package agent
 // What a run takes (Request), reports while it goes (Event) and gives back (Result, Budget).
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -33,6 +34,9 @@ type Request struct {
 	// Progress, when set, is called synchronously before every model request and every tool
 	// call; it must be cheap.
 	Progress func(Event)
+	// Meter, when set, is asked before every model request whether the job may send it, and
+	// told the tokens of every answer (a tenant's daily budget). nil: no such check.
+	Meter Meter
 	// Transcript, when set, receives the transcript as the run goes, line by line, instead of
 	// Result.Transcript: a caller that spools it to a file keeps it out of memory. After a
 	// write fails nothing more is written; the writer is the one to say why.
@@ -52,6 +56,15 @@ func (r Request) validate() error {
 		return fmt.Errorf("%w: job %s: %w", ErrInvalidRequest, r.JobID, err)
 	}
 	return nil
+}
+
+// Meter is a budget outside the job's own caps that model requests spend.
+type Meter interface {
+	// Allow is asked before each model request; an error ends the run with that error, the
+	// request unsent.
+	Allow(ctx context.Context) error
+	// Spend is told the tokens of each answer, once the endpoint reported them.
+	Spend(ctx context.Context, tokens int64)
 }
 
 // Event kinds.
@@ -120,6 +133,8 @@ type Result struct {
 	Usage        Usage
 	Model        string // as reported by the endpoint
 	ResponseIDs  []string
+	// Calls are the model requests that got an answer, in order, with what each cost.
+	Calls []ModelCall
 	// Spent is the job's budget used at the end of this run: Request.Spent plus this run's
 	// turns (a request still out when ctx ended included; one the endpoint was unavailable
 	// for not), tool calls and tokens.
@@ -152,6 +167,14 @@ type ToolCall struct {
 	// Approval is how the shell policy decided the command; nil for other tools and for shell
 	// calls refused before the policy (invalid arguments).
 	Approval *job.Approval
+}
+
+// ModelCall is one model request that got an answer.
+type ModelCall struct {
+	Turn       int
+	ResponseID string
+	Usage      Usage
+	Duration   time.Duration // from sending the request to its answer, retries included
 }
 
 // Usage is the token usage the endpoint reported, summed over the run.

@@ -211,6 +211,10 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 	r.res.Usage.CompletionTokens += u.CompletionTokens
 	r.res.Usage.TotalTokens += u.TotalTokens
 	r.used.Tokens = r.res.Usage.TotalTokens
+	r.res.Calls = append(r.res.Calls, ModelCall{Turn: turn, ResponseID: resp.ID, Usage: u, Duration: time.Since(start)})
+	if m := r.req.Meter; m != nil {
+		m.Spend(ctx, u.TotalTokens)
+	}
 
 	line := responseLine{Type: "response", Time: now(), Turn: turn, ID: resp.ID, Model: resp.Model, Usage: u, DurationMS: sinceMS(start)}
 	if len(resp.Choices) == 0 {

@@ -38,11 +38,16 @@ type Metrics struct {
 	ModelRequestDuration *prometheus.HistogramVec // outcome
 	ModelTokens          *prometheus.CounterVec   // profile, kind (prompt, completion)
 	CapHits              *prometheus.CounterVec   // profile, cap
-	Redeliveries         prometheus.Counter
-	DeadLetters          *prometheus.CounterVec // reason
-	StaleAttempts        prometheus.Counter
-	UploadedBytes        prometheus.Counter
-	registry             *prometheus.Registry
+	// TenantTokens and TenantBudgetRemaining are each tenant's model tokens and what is left
+	// of its daily budget today (unlimited tenants have none); label values are the configured
+	// tenants only.
+	TenantTokens          *prometheus.CounterVec // tenant
+	TenantBudgetRemaining *prometheus.GaugeVec   // tenant
+	Redeliveries          prometheus.Counter
+	DeadLetters           *prometheus.CounterVec // reason
+	StaleAttempts         prometheus.Counter
+	UploadedBytes         prometheus.Counter
+	registry              *prometheus.Registry
 
 	// ModelUp is 1 while the model endpoint's circuit breaker lets requests pass, 0 while it
 	// holds them (internal/modelgate); SetModelUp sets it.
@@ -109,6 +114,12 @@ func New() *Metrics {
 		CapHits: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_cap_hits_total", Help: "Jobs ended by a cap, by profile and cap.",
 		}, []string{"profile", "cap"}),
+		TenantTokens: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_tenant_tokens_total", Help: "Model tokens used by the jobs of each tenant.",
+		}, []string{"tenant"}),
+		TenantBudgetRemaining: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "boxcar_tenant_budget_remaining_tokens", Help: "Tokens left of each tenant's daily_tokens today (UTC), as this worker last saw it; absent for unlimited tenants.",
+		}, []string{"tenant"}),
 		Redeliveries: f.NewCounter(prometheus.CounterOpts{
 			Name: "boxcar_job_redeliveries_total", Help: "Job deliveries after the first.",
 		}),

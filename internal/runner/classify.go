@@ -119,6 +119,9 @@ var failureModes = []failureMode{
 		errors.As(err, &c)
 		return outcome{end: endCapped, cap: c.cap}
 	}},
+	{name: "tenant budget exhausted", in: []stage{stageRun}, when: errIs(errBudgetExhausted), build: func(err, _ error) outcome {
+		return outcome{end: endCapped, cap: capBudgetExhausted, err: err}
+	}},
 	{name: "exhausted", in: []stage{stageClaim}, when: errIs(errExhausted), end: endTransient},
 
 	// Permanent faults of the job: retrying cannot fix them.

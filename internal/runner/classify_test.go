@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"testing"
@@ -22,6 +23,7 @@ type want struct {
 	end    ending
 	reason string
 	delay  time.Duration
+	cap    string // of a capped ending; empty: max_turns, the cap the "capped" case names
 }
 
 var allStages = []stage{stageAdmit, stageClaim, stagePrepare, stageRun, stageCollect, stageCommit, stageEnd}
@@ -62,6 +64,8 @@ func TestClassify(t *testing.T) {
 		{name: "shutdown, no error", cause: errShutdown, other: want{end: endInterrupted}},
 		{name: "capped", err: &capError{cap: agent.CapMaxTurns},
 			at: map[stage]want{stageRun: {end: endCapped}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "tenant budget exhausted", err: wrap(errBudgetExhausted),
+			at: map[stage]want{stageRun: {end: endCapped, cap: capBudgetExhausted}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "exhausted", err: wrap(errExhausted),
 			at: map[stage]want{stageEnd: {end: endUndecided}}, other: transient},
 		{name: "invalid job", err: wrap(job.ErrInvalid),
@@ -132,8 +136,8 @@ func TestClassify(t *testing.T) {
 				} else if w.delay != 0 {
 					t.Errorf("no delay, want %s", w.delay)
 				}
-				if o.end == endCapped && o.cap != agent.CapMaxTurns {
-					t.Errorf("capped at %q, want %q", o.cap, agent.CapMaxTurns)
+				if wantCap := cmp.Or(w.cap, agent.CapMaxTurns); o.end == endCapped && o.cap != wantCap {
+					t.Errorf("capped at %q, want %q", o.cap, wantCap)
 				}
 				if tt.err != nil && o.err == nil && o.end != endDone && o.end != endCapped {
 					t.Errorf("the ending %s lost the error %v", o.end, tt.err)

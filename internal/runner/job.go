@@ -278,6 +278,7 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl cla
 		Sandbox:     r.timed(je.wrap(sb)),
 		Approver:    r.approver(a),
 		Spent:       spent.base,
+		Meter:       r.meter(a),
 		Progress: func(e agent.Event) {
 			spent.progress(ctx, e)
 		},

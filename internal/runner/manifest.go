@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"strings"
@@ -37,7 +38,7 @@ func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, col
 		},
 		Limits:  a.limits,
 		Spent:   spent(run),
-		Outcome: provenance.Outcome{State: dec.state, Cap: res.Cap},
+		Outcome: provenance.Outcome{State: dec.state, Cap: cmp.Or(dec.capHit, res.Cap)},
 		Timings: provenance.Timings{QueuedAt: a.d.Published, StartedAt: a.started, FinishedAt: time.Now()},
 		Attempt: a.d.Attempt,
 		Worker:  provenance.WorkerInfo(r.cfg.Worker.WorkerID),

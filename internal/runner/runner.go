@@ -66,6 +66,9 @@ type Config struct {
 	// (internal/approvalsig); an answer signed by none of them is refused, so with no keys every
 	// "ask" command is refused once answered.
 	ApproverKeys provenance.Keyring
+	// Usage keeps each tenant's model tokens per UTC day, checked against its daily_tokens
+	// before each model request (usage.go). Optional: without it no budget is enforced.
+	Usage Usage
 	// TenantStores are the stores of the tenants with a bucket of their own (tenants.T.bucket
 	// in the worker config), by tenant; every other tenant's objects are in Store. Either way
 	// under store.TenantPrefix(T) (store.ForTenant): the runner wraps them.

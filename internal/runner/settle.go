@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -42,7 +43,7 @@ func (r *Runner) settleStatus(ctx context.Context, a *attempt, e ended, dec deci
 	}
 	now := time.Now().UTC()
 	_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), func(s *job.Status) {
-		s.State, s.UpdatedAt, s.Error, s.Cap = dec.state, now, "", e.run.result.Cap
+		s.State, s.UpdatedAt, s.Error, s.Cap = dec.state, now, "", cmp.Or(e.cap, e.run.result.Cap)
 		// A delivery that did no work (it could not even tell whether the run is committed)
 		// leaves the attempt and worker to the one that did.
 		if e.began || s.Attempt == 0 {

@@ -182,8 +182,13 @@ func (e *env) status(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	usage := e.tenantUsage(ctx, nc)
 	if e.json() {
-		return e.printJSON(statusJSON(st))
+		out := statusJSON(st)
+		if usage != nil {
+			out["tenant"] = usage
+		}
+		return e.printJSON(out)
 	}
 	printf(e.stdout, "job:      %s\nstate:    %s\nprofile:  %s\nattempts: %d\n", st.ID, st.State, st.Profile, st.Attempt)
 	if !st.State.Terminal() {
@@ -224,6 +229,9 @@ func (e *env) status(ctx context.Context, id string) error {
 	}
 	if st.Manifest != "" {
 		printf(e.stdout, "manifest: %s\n", st.Manifest)
+	}
+	if usage != nil {
+		printf(e.stdout, "%s", usageLine(usage))
 	}
 	return nil
 }

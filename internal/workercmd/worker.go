@@ -357,6 +357,10 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 	if err == nil {
 		err = awaitStore(ctx, p.log, boot, p.store)
 	}
+	var usage *queue.Usage
+	if err == nil {
+		usage, err = queue.OpenUsage(ctx, p.link.Conn(), p.cfg.NATS.Replicas, true)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -375,6 +379,7 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 		Sandboxes:     p.sandboxes,
 		Store:         p.store,
 		TenantStores:  p.tenants,
+		Usage:         usage,
 		Agent:         p.agent,
 		Metrics:       p.metrics,
 		ModelEndpoint: p.modelURL,

@@ -1,0 +1,131 @@
+package runner_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/runner"
+)
+
+// budgetRig is a bundle whose workers run the real agent against the scripted demo model, with
+// the default tenant's daily_tokens set to limit and its day's usage in the real bucket.
+type budgetRig struct {
+	*bundle
+	usage *queue.Usage
+	m     *metrics.Metrics
+}
+
+func newBudgetRig(t *testing.T, limit int64) *budgetRig {
+	t.Helper()
+	b := setup(t)
+	cfg, err := config.Parse([]byte(demoProfile + "tenants:\n  default: {profiles: [d], daily_tokens: " + strconv.FormatInt(limit, 10) + "}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.NATS = b.cfg.NATS
+	b.cfg = cfg
+	u, err := queue.OpenUsage(t.Context(), b.nc, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := newStoppable(t)
+	ag, err := agent.New(agent.Config{BaseURL: model.srv.URL + "/v1", HTTPClient: model.srv.Client(), MaxRetries: 1, Profiles: b.cfg.Profiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &budgetRig{bundle: b, usage: u, m: metrics.New()}
+	b.worker(ag, func(c *runner.Config) { c.Usage, c.Metrics = u, r.m })
+	return r
+}
+
+func (r *budgetRig) today(t *testing.T) int64 {
+	t.Helper()
+	d, err := r.usage.Day(context.Background(), job.DefaultTenant, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Tokens
+}
+
+// TestTenantDailyTokens: every model answer's tokens are added to the tenant's day in
+// BOXCAR_USAGE and boxcar_tenant_tokens_total; before each model request the day is checked
+// against the tenant's daily_tokens, and a job that finds it spent, before its first request or
+// between two, ends at its first attempt capped as budget_exhausted, saying whose budget and how
+// large, with no dead letter. The demo model's job takes two model requests.
+func TestTenantDailyTokens(t *testing.T) {
+	t.Parallel()
+	// What one job spends, from a run with room to spare.
+	base := newBudgetRig(t, 1<<40)
+	st := base.waitFinal(base.submit("d").ID, 30*time.Second)
+	perJob := st.SpentTokens
+	if st.State != job.StateSucceeded || perJob == 0 || st.SpentTurns != 2 {
+		t.Fatalf("baseline: %s, %d tokens in %d turns: %s", st.State, perJob, st.SpentTurns, st.Error)
+	}
+	if got := base.today(t); got != perJob {
+		t.Errorf("the day's usage is %d, the job spent %d", got, perJob)
+	}
+	if got := testutil.ToFloat64(base.m.TenantTokens.WithLabelValues(job.DefaultTenant)); int64(got) != perJob {
+		t.Errorf("boxcar_tenant_tokens_total = %v, want %d", got, perJob)
+	}
+
+	tests := []struct {
+		name        string
+		limit       int64
+		spentBefore int64
+		state       job.State
+		turns       int   // model requests the job sent
+		usageAfter  int64 // the day's tokens after the job; -1: more than spentBefore
+	}{
+		{name: "unlimited", limit: 0, spentBefore: 100 * perJob, state: job.StateSucceeded, turns: 2, usageAfter: 101 * perJob},
+		{name: "room for the job", limit: 3 * perJob, state: job.StateSucceeded, turns: 2, usageAfter: perJob},
+		{name: "spent before the job", limit: perJob, spentBefore: perJob, state: job.StateCapped, turns: 0, usageAfter: perJob},
+		{name: "spent during the job", limit: 1, state: job.StateCapped, turns: 1, usageAfter: -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newBudgetRig(t, tt.limit)
+			if tt.spentBefore > 0 {
+				if _, err := r.usage.Add(context.Background(), job.DefaultTenant, time.Now(), tt.spentBefore, tt.limit); err != nil {
+					t.Fatal(err)
+				}
+			}
+			j := r.submit("d")
+			st := r.waitFinal(j.ID, 30*time.Second)
+			if st.State != tt.state || st.Attempt != 1 || st.SpentTurns != tt.turns {
+				t.Fatalf("%s at attempt %d after %d turns (%s); want %s at attempt 1 after %d", st.State, st.Attempt, st.SpentTurns, st.Error, tt.state, tt.turns)
+			}
+			usage := r.today(t)
+			if (tt.usageAfter >= 0 && usage != tt.usageAfter) || (tt.usageAfter < 0 && usage <= tt.spentBefore) {
+				t.Errorf("the day's usage is %d after the job, want %d", usage, tt.usageAfter)
+			}
+			remaining := testutil.ToFloat64(r.m.TenantBudgetRemaining.WithLabelValues(job.DefaultTenant))
+			if want := float64(max(tt.limit-usage, 0)); tt.limit > 0 && remaining != want {
+				t.Errorf("boxcar_tenant_budget_remaining_tokens = %v, want %v", remaining, want)
+			}
+			if tt.state != job.StateCapped {
+				return
+			}
+			says := "tenant default has spent " + strconv.FormatInt(usage, 10) + " tokens today"
+			if st.Cap != "budget_exhausted" || !strings.Contains(st.Error, says) || !strings.Contains(st.Error, "daily_tokens of "+strconv.FormatInt(tt.limit, 10)) {
+				t.Errorf("status cap %q, error %q; want budget_exhausted saying %q and the daily_tokens", st.Cap, st.Error, says)
+			}
+			if out := r.manifest(j.ID).Predicate.Outcome; out.State != job.StateCapped || out.Cap != "budget_exhausted" {
+				t.Errorf("manifest outcome %+v, want capped by budget_exhausted", out)
+			}
+			if dl := r.deadLetters(); len(dl) != 0 {
+				t.Errorf("dead letters %+v; a capped job has none", dl)
+			}
+		})
+	}
+}

@@ -1,0 +1,36 @@
+package submitcmd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// tenantUsage is what the tenant submit acts for spent on the model today (UTC), from the
+// bucket the workers keep; nil when it cannot be read (no worker has kept it yet, or NATS
+// refuses the read): status shows it only as an aside.
+func (e *env) tenantUsage(ctx context.Context, nc *nats.Conn) map[string]any {
+	u, err := queue.OpenUsage(ctx, nc, 1, false)
+	if err != nil {
+		return nil
+	}
+	now := time.Now().UTC()
+	d, err := u.Day(ctx, e.tenant(), now)
+	if err != nil {
+		return nil
+	}
+	return map[string]any{"name": e.tenant(), "day": now.Format(time.DateOnly), "tokens_today": d.Tokens, "daily_tokens": d.DailyTokens}
+}
+
+// usageLine says a tenantUsage in words.
+func usageLine(u map[string]any) string {
+	budget := "no daily limit"
+	if l, _ := u["daily_tokens"].(int64); l > 0 {
+		budget = fmt.Sprintf("of its daily_tokens %d", l)
+	}
+	return fmt.Sprintf("tenant:   %s, %d tokens spent today (%s UTC), %s\n", u["name"], u["tokens_today"], u["day"], budget)
+}
