@@ -53,6 +53,39 @@ type Manifest struct {
 	// Tenant is whose job it was and what the tenant was granted, as the worker saw them;
 	// absent in runs committed before tenants.
 	Tenant Tenant `json:"tenant,omitzero"`
+	// Usage is what the attempt used, for accounting; absent in runs committed before it.
+	Usage *RunUsage `json:"usage,omitempty"`
+}
+
+// RunUsage is what the committing attempt used: each model call's tokens, its tool calls, its
+// sandbox's CPU time and peak memory, and the wall time of each phase.
+type RunUsage struct {
+	ModelCalls []ModelCall `json:"model_calls"`
+	ToolCalls  int         `json:"tool_calls"`
+	// Sandbox is absent when no sandbox ran (a job that ended before).
+	Sandbox *SandboxUsage `json:"sandbox,omitempty"`
+	// PhasesMS is the wall time of each phase the attempt went through, in milliseconds:
+	// admit, claim, prepare, run, collect, commit (until the manifest was written).
+	PhasesMS map[string]int64 `json:"phases_ms"`
+}
+
+// ModelCall is one model request that got an answer.
+type ModelCall struct {
+	Turn             int    `json:"turn"`
+	ResponseID       string `json:"response_id"`
+	PromptTokens     int64  `json:"prompt_tokens"`
+	CompletionTokens int64  `json:"completion_tokens"`
+	TotalTokens      int64  `json:"total_tokens"`
+	DurationMS       int64  `json:"duration_ms"`
+}
+
+// SandboxUsage is what the sandbox's processes used, as its cgroup counted it; a figure the
+// host could not count is 0 and named in Missing.
+type SandboxUsage struct {
+	CPUMS           int64    `json:"cpu_ms"`
+	PeakMemoryBytes int64    `json:"peak_memory_bytes"`
+	Source          string   `json:"source,omitempty"` // "cgroup v1", "cgroup v2"
+	Missing         []string `json:"missing,omitempty"`
 }
 
 // Tenant is the job's tenant as the worker took it from the subject the job came on (never

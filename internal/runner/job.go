@@ -39,6 +39,8 @@ type attempt struct {
 	// store is the tenant's store: every object of the attempt is read and written there.
 	// nil for a tenant name that cannot be a folder, whose job ends without a manifest.
 	store store.Store
+	// phases times the attempt's stages for the manifest (phases.go).
+	phases phaseClock
 }
 
 // ref names a job of the attempt's tenant: its own, or the one a rejected message names.
@@ -54,6 +56,8 @@ type ran struct {
 	transcript output
 	egress     *provenance.Egress // what the job's network carried; nil without one
 	claim      claimed
+	// usage is what the sandbox's processes used, read when the agent was done.
+	usage *provenance.SandboxUsage
 }
 
 // claimed is how the attempt came by its sandbox: warm (from a pool) or started for it, and
@@ -115,7 +119,9 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 // process runs the attempt's stages in order and returns how it ended. Each stage returns
 // its product and an error; classify alone turns an error into an ending.
 func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
-	if err := r.admit(a); err != nil {
+	err := r.admit(a)
+	a.lap(stageAdmit)
+	if err != nil {
 		return ended{outcome: classify(stageAdmit, err, nil)}
 	}
 	// From here on the delivery is kept alive, also while the attempt waits for the store or
@@ -124,6 +130,7 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	defer stopHeartbeat()
 
 	st, err := r.claim(ctx, a)
+	a.lap(stageClaim)
 	began := st.State == job.StateRunning
 	if err != nil {
 		return ended{outcome: classify(stageClaim, err, context.Cause(ctx)), began: began}
@@ -138,10 +145,12 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 		return ended{outcome: classify(stagePrepare, err, context.Cause(ctx)), began: began}
 	}
 	defer je.close()
+	a.lap(stagePrepare)
 	if *sp, err = r.newSpool(); err != nil {
 		return ended{outcome: classify(stageRun, err, context.Cause(ctx)), began: began}
 	}
 	run, spent, err := r.run(ctx, a, sb, cl, je, st, *sp)
+	a.lap(stageRun)
 	e := ended{outcome: classify(stageRun, err, context.Cause(ctx)), run: run, began: began}
 	// Only a run that ends here is committed: one that will be retried keeps nothing, and the
 	// last try of one that keeps failing leaves its transcript behind.
@@ -285,7 +294,7 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl cla
 		Transcript: sp,
 	})
 	egressSeen := je.end(a.log, sp) // its lines go into the transcript before it is taken
-	run := ran{sandbox: sb.Info(), result: res, earlier: spent.base, transcript: sp.output(), egress: egressSeen, claim: cl}
+	run := ran{sandbox: sb.Info(), result: res, earlier: spent.base, transcript: sp.output(), egress: egressSeen, claim: cl, usage: sandboxUsage(sb)}
 	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(res.Usage.PromptTokens))
 	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(res.Usage.CompletionTokens))
 	r.recordToolCalls(a, res)
@@ -310,6 +319,7 @@ func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, 
 	}
 	defer uploaded()
 	c, err := r.collect(ctx, a, sb, e.run, e.outcome)
+	a.lap(stageCollect)
 	if err != nil {
 		e.outcome = classify(stageCollect, err, cause)
 		return e

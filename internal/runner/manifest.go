@@ -43,6 +43,7 @@ func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, col
 		Attempt: a.d.Attempt,
 		Worker:  provenance.WorkerInfo(r.cfg.Worker.WorkerID),
 		Egress:  run.egress,
+		Usage:   runUsage(a, run),
 		Tenant: provenance.Tenant{Name: a.tenant, Profiles: a.grant.Profiles, DailyTokens: a.grant.DailyTokens,
 			MaxConcurrent: a.grant.MaxConcurrent},
 	}

@@ -129,3 +129,38 @@ func TestTenantDailyTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestManifestUsageRecord: the signed manifest's usage record holds each answered model call
+// with its tokens (adding up to the model usage), the tool calls, the wall time of each phase,
+// and says what the sandbox backend could not count.
+func TestManifestUsageRecord(t *testing.T) {
+	t.Parallel()
+	r := newBudgetRig(t, 0)
+	j := r.submit("d")
+	if st := r.waitFinal(j.ID, 30*time.Second); st.State != job.StateSucceeded {
+		t.Fatalf("%s: %s", st.State, st.Error)
+	}
+	m := r.manifest(j.ID).Predicate
+	u := m.Usage
+	if u == nil || len(u.ModelCalls) != 2 || u.ToolCalls != len(m.ToolCalls) || u.ToolCalls == 0 {
+		t.Fatalf("usage %+v, want 2 model calls and the manifest's %d tool calls", u, len(m.ToolCalls))
+	}
+	var total int64
+	for i, c := range u.ModelCalls {
+		total += c.TotalTokens
+		if c.Turn != i+1 || c.ResponseID != m.Model.ResponseIDs[i] || c.TotalTokens != c.PromptTokens+c.CompletionTokens || c.DurationMS < 0 {
+			t.Errorf("model call %d: %+v (response ids %v)", i, c, m.Model.ResponseIDs)
+		}
+	}
+	if total != m.Model.Usage.TotalTokens {
+		t.Errorf("the calls' tokens add up to %d, the model usage says %d", total, m.Model.Usage.TotalTokens)
+	}
+	for _, phase := range []string{"admit", "claim", "prepare", "run", "collect", "commit"} {
+		if ms, ok := u.PhasesMS[phase]; !ok || ms < 0 {
+			t.Errorf("phase %s: %d ms, present %v; phases %v", phase, ms, ok, u.PhasesMS)
+		}
+	}
+	if s := u.Sandbox; s == nil || len(s.Missing) != 1 || !strings.Contains(s.Missing[0], "fake backend does not count them") {
+		t.Errorf("sandbox usage %+v, want it to say the fake backend counts nothing", s)
+	}
+}
