@@ -2,9 +2,9 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,58 +67,37 @@ func usageKey(tenant string, t time.Time) string {
 
 // Day returns what the tenant spent on the UTC day of t; zero when nothing yet.
 func (u *Usage) Day(ctx context.Context, tenant string, t time.Time) (DayUsage, error) {
-	e, err := u.kv.Get(ctx, usageKey(tenant, t))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return DayUsage{}, nil
-	}
+	d, _, err := read[DayUsage](ctx, u.kv, usageKey(tenant, t))
 	if err != nil {
-		return DayUsage{}, fmt.Errorf("queue: read usage of %s: %w", tenant, err)
-	}
-	var d DayUsage
-	if err := json.Unmarshal(e.Value(), &d); err != nil {
-		return DayUsage{}, fmt.Errorf("queue: read usage of %s: %w", tenant, err)
+		return DayUsage{}, fmt.Errorf("queue: usage of %s: %w", tenant, err)
 	}
 	return d, nil
 }
 
-// maxUsageTries bounds the compare-and-set rounds of one Add: each lost round means another
-// worker added in between, which with a handful of workers resolves in a round or two.
-const maxUsageTries = 32
-
 // Add adds tokens to what the tenant spent on the UTC day of t, under compare-and-set so that
 // no worker's addition is lost, records the budget it was spent against, and returns the day's
-// new total.
+// new total. Writers that keep colliding (many workers' answers at once) back off, jittered,
+// for up to about two seconds in all before the addition is given up.
 func (u *Usage) Add(ctx context.Context, tenant string, t time.Time, tokens, dailyTokens int64) (int64, error) {
 	key := usageKey(tenant, t)
-	for range maxUsageTries {
-		var (
-			d   DayUsage
-			rev uint64
-		)
-		e, err := u.kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return 0, fmt.Errorf("queue: add usage of %s: %w", tenant, err)
-		default:
-			rev = e.Revision()
-			if err := json.Unmarshal(e.Value(), &d); err != nil {
-				return 0, fmt.Errorf("queue: add usage of %s: %w", tenant, err)
-			}
-		}
-		d.Tokens += tokens
-		d.DailyTokens, d.UpdatedAt = dailyTokens, time.Now().UTC()
-		if rev == 0 {
-			_, err = u.kv.Create(ctx, key, mustJSON(d))
-		} else {
-			_, err = u.kv.Update(ctx, key, mustJSON(d), rev)
-		}
+	pause := 2 * time.Millisecond
+	for {
+		d, _, err := update(ctx, u.kv, key, guess[DayUsage]{}, func(d *DayUsage, _ uint64) (bool, error) {
+			d.Tokens += tokens
+			d.DailyTokens, d.UpdatedAt = dailyTokens, time.Now().UTC()
+			return true, nil
+		})
 		if err == nil {
 			return d.Tokens, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
+		if !errors.Is(err, errContention) || pause > time.Second {
 			return 0, fmt.Errorf("queue: add usage of %s: %w", tenant, err)
 		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("queue: add usage of %s: %w", tenant, ctx.Err())
+		case <-time.After(pause/2 + rand.N(pause)):
+		}
+		pause *= 2
 	}
-	return 0, fmt.Errorf("queue: add usage of %s: %d writers in a row got there first", tenant, maxUsageTries)
 }
