@@ -39,6 +39,9 @@ type ProfileInfo struct {
 	MaxToolCalls int           `json:"max_tool_calls,omitempty"`
 	MaxTokens    int64         `json:"max_tokens,omitempty"`
 	JobTimeout   time.Duration `json:"job_timeout,omitempty"`
+	// Tenants are the tenants the worker grants the profile to; empty from a worker before
+	// tenants, which granted it to everyone.
+	Tenants []string `json:"tenants,omitempty"`
 }
 
 // WorkerProfiles is one worker's entry in ProfilesBucket.
@@ -48,13 +51,21 @@ type WorkerProfiles struct {
 	UpdatedAt time.Time     `json:"updated_at"`
 }
 
-// AdvertiseProfiles keeps this worker's profiles in ProfilesBucket until ctx ends, then
+// AdvertiseProfiles keeps this worker's profiles, with the tenants each is granted to, in
+// ProfilesBucket until ctx ends, then
 // removes its entry. A failed write is tried again at the next refresh: clients only lose the
 // check, never a job. It returns nil when ctx ends.
-func (c *Consumer) AdvertiseProfiles(ctx context.Context, worker string, profiles map[string]config.Profile) error {
+func (c *Consumer) AdvertiseProfiles(ctx context.Context, worker string, profiles map[string]config.Profile, tenants map[string]config.Tenant) error {
 	entry := WorkerProfiles{Worker: worker}
 	for name, p := range profiles {
-		entry.Profiles = append(entry.Profiles, ProfileInfo{Name: name, Description: p.Description,
+		var granted []string
+		for t, grant := range tenants {
+			if grant.Granted(name) {
+				granted = append(granted, t)
+			}
+		}
+		sort.Strings(granted)
+		entry.Profiles = append(entry.Profiles, ProfileInfo{Name: name, Description: p.Description, Tenants: granted,
 			MaxTurns: p.Limits.MaxTurns, MaxToolCalls: p.Limits.MaxToolCalls, MaxTokens: p.Limits.MaxTokens, JobTimeout: time.Duration(p.Limits.JobTimeout)})
 	}
 	sort.Slice(entry.Profiles, func(i, j int) bool { return entry.Profiles[i].Name < entry.Profiles[j].Name })

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -28,7 +29,9 @@ func TestAdvertiseProfiles(t *testing.T) {
 		"b": {Description: "the second"},
 		"a": {Description: "the first", Limits: config.Limits{MaxTurns: 7, MaxToolCalls: 9, MaxTokens: 1000}},
 	}
-	go func() { done <- b.w.AdvertiseProfiles(ctx, "host 1/worker", profiles) }()
+	go func() {
+		done <- b.w.AdvertiseProfiles(ctx, "host 1/worker", profiles, map[string]config.Tenant{"t1": {Profiles: []string{"a", "b"}}, "t2": {Profiles: []string{"a"}}})
+	}()
 	var got []queue.WorkerProfiles
 	deadline := time.Now().Add(time.Minute)
 	for got, err = client.LiveProfiles(t.Context()); err != nil; got, err = client.LiveProfiles(t.Context()) {
@@ -38,8 +41,9 @@ func TestAdvertiseProfiles(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	want := []queue.ProfileInfo{{Name: "a", Description: "the first", MaxTurns: 7, MaxToolCalls: 9, MaxTokens: 1000}, {Name: "b", Description: "the second"}}
-	if len(got) != 1 || got[0].Worker != "host 1/worker" || len(got[0].Profiles) != 2 || got[0].Profiles[0] != want[0] || got[0].Profiles[1] != want[1] {
+	want := []queue.ProfileInfo{{Name: "a", Description: "the first", MaxTurns: 7, MaxToolCalls: 9, MaxTokens: 1000, Tenants: []string{"t1", "t2"}},
+		{Name: "b", Description: "the second", Tenants: []string{"t1"}}}
+	if len(got) != 1 || got[0].Worker != "host 1/worker" || !reflect.DeepEqual(got[0].Profiles, want) {
 		t.Errorf("live profiles = %+v, want worker %q with %+v", got, "host 1/worker", want)
 	}
 	cancel()

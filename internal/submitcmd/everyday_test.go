@@ -27,9 +27,12 @@ func (te *testEnv) setState(t *testing.T, id string, change func(*job.Status)) {
 }
 
 // advertise publishes the example config's profiles as a live worker does, until the test ends.
-func (te *testEnv) advertise(t *testing.T) {
+func (te *testEnv) advertise(t *testing.T) { te.advertiseWith(t, "") }
+
+// advertiseWith is advertise with the config's tenants: section (YAML) added.
+func (te *testEnv) advertiseWith(t *testing.T, tenants string) {
 	t.Helper()
-	cfg, err := config.Parse(examples.Config)
+	cfg, err := config.Parse(append(append([]byte{}, examples.Config...), tenants...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +40,7 @@ func (te *testEnv) advertise(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = te.q.AdvertiseProfiles(ctx, "worker-1", cfg.Profiles)
+		_ = te.q.AdvertiseProfiles(ctx, "worker-1", cfg.Profiles, cfg.TenantsOrDefault())
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	waitFor(t, "the worker's profiles", func() bool {

@@ -25,6 +25,7 @@ const (
 	codeQueueNotSetUp   = "queue_not_set_up"
 	codeUnknownJob      = "unknown_job"
 	codeUnknownProfile  = "unknown_profile"
+	codeNotGranted      = "profile_not_granted"
 	codeNotFound        = "not_found"
 	codeTimeout         = "timeout"
 	codeInterrupted     = "interrupted"

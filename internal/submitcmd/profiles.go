@@ -21,6 +21,15 @@ var errUnknownProfile = errors.New("unknown profile")
 type liveProfile struct {
 	queue.ProfileInfo
 	Workers []string `json:"workers"`
+	open    bool     // a worker that knows no tenants defines it
+}
+
+// granted reports whether a live worker grants the profile to tenant.
+func (p liveProfile) granted(tenant string) bool { return p.open || slices.Contains(p.Tenants, tenant) }
+
+// grantedTo keeps the profiles granted to tenant.
+func grantedTo(all []liveProfile, tenant string) []liveProfile {
+	return slices.DeleteFunc(slices.Clone(all), func(p liveProfile) bool { return !p.granted(tenant) })
 }
 
 // liveProfiles merges the workers' entries by profile name, sorted by name. Workers that run
@@ -32,13 +41,24 @@ func liveProfiles(entries []queue.WorkerProfiles) []liveProfile {
 			lp, ok := by[p.Name]
 			if !ok {
 				lp = &liveProfile{ProfileInfo: p}
+				lp.Tenants = nil
 				by[p.Name] = lp
 			}
 			lp.Workers = append(lp.Workers, w.Worker)
+			// A worker before tenants grants it to everyone: the merged entry says nothing.
+			lp.Tenants = append(lp.Tenants, p.Tenants...)
+			if len(p.Tenants) == 0 {
+				lp.open = true
+			}
 		}
 	}
 	out := make([]liveProfile, 0, len(by))
 	for _, lp := range by {
+		slices.Sort(lp.Tenants)
+		lp.Tenants = slices.Compact(lp.Tenants)
+		if lp.open {
+			lp.Tenants = nil
+		}
 		out = append(out, *lp)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -49,8 +69,8 @@ func (e *env) profilesCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "profiles",
 		Short: "the profiles the live workers define",
-		Long: `Lists the execution profiles the live workers define, with their description, caps and how many
-workers define each. Each worker publishes its profiles in NATS (bucket BOXCAR_PROFILES) at start
+		Long: `Lists the execution profiles the live workers define and grant to the tenant submit acts for,
+with their description, caps and how many workers define each. Each worker publishes its profiles in NATS (bucket BOXCAR_PROFILES) at start
 and every 30 s; a worker gone for 90 s drops out. Needs NATS only, not the store.`,
 		Args: args(0, 0, "profiles: takes no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error { return e.profiles(c.Context()) },
@@ -72,9 +92,9 @@ func (e *env) profiles(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	all := liveProfiles(entries)
+	all := grantedTo(liveProfiles(entries), e.tenant())
 	if e.json() {
-		return e.printJSON(map[string]any{"profiles": all})
+		return e.printJSON(map[string]any{"tenant": e.tenant(), "profiles": all})
 	}
 	printf(e.stdout, "%-20s %-8s %-28s %s\n", "PROFILE", "WORKERS", "CAPS (turns/tools/tokens)", "DESCRIPTION")
 	for _, p := range all {
@@ -99,9 +119,19 @@ func (e *env) checkProfile(ctx context.Context, q *queue.Client, names ...string
 		return nil
 	}
 	all := liveProfiles(entries)
+	granted := grantedTo(all, e.tenant())
 	for _, name := range names {
-		if slices.ContainsFunc(all, func(p liveProfile) bool { return p.Name == name }) {
+		if slices.ContainsFunc(granted, func(p liveProfile) bool { return p.Name == name }) {
 			continue
+		}
+		if slices.ContainsFunc(all, func(p liveProfile) bool { return p.Name == name }) {
+			mine := make([]string, 0, len(granted))
+			for _, p := range granted {
+				mine = append(mine, p.Name)
+			}
+			return &ExitError{Code: exitRejected, Kind: codeNotGranted, Msg: fmt.Sprintf(
+				"run: profile %q is not granted to tenant %s; it may run %s (see `submit profiles`); nothing was uploaded or submitted",
+				name, e.tenant(), orNone(strings.Join(mine, ", ")))}
 		}
 		known := make([]string, 0, len(all))
 		for _, p := range all {
@@ -112,4 +142,11 @@ func (e *env) checkProfile(ctx context.Context, q *queue.Client, names ...string
 			name, strings.Join(known, ", "))}
 	}
 	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -333,6 +333,8 @@ func (w *Worker) run(ctx context.Context, o Options, p *parts) error {
 	if p.pool != nil {
 		g.Go(func() error { return p.pool.Run(gctx) })
 	}
+	// For `submit profiles` and run's check of a profile before it uploads anything.
+	g.Go(func() error { return q.AdvertiseProfiles(gctx, cfg.WorkerID, cfg.Profiles, cfg.TenantsOrDefault()) })
 	if kp, ok := p.sandboxes.(*sandbox.KubernetesProvider); ok {
 		g.Go(func() error { return kp.RunReaper(gctx, time.Minute, heldBy(gctx, cfg.WorkerID, r, q)) })
 	}
