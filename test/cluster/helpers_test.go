@@ -180,7 +180,7 @@ func runSalesJob(t *testing.T, env map[string]string, storeDir string) (string, 
 		t.Fatalf("job state = %v, want succeeded: %v\n%s", res["state"], res, stderr.String())
 	}
 	id, _ := res["id"].(string)
-	run := filepath.Join(storeDir, "runs", id)
+	run := filepath.Join(storeDir, "tenants", "default", "runs", id)
 	manifest, err := os.ReadFile(filepath.Join(run, "manifest.json"))
 	if err != nil {
 		t.Fatal(err)

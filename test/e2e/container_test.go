@@ -359,7 +359,7 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		}
 		t.Logf("store back: %s on attempt %v", done["state"], done["attempt"])
 		// Exactly once: one committed run, one success in the log, no dead letter.
-		runDir := filepath.Join(st.dataDir, st.bucket, "runs", id)
+		runDir := filepath.Join(st.dataDir, st.bucket, "tenants", "default", "runs", id)
 		manifests, _ := filepath.Glob(filepath.Join(runDir, "manifest*.json"))
 		if len(manifests) != 1 {
 			t.Errorf("run folder holds manifests %v, want exactly manifest.json", manifests)

@@ -84,7 +84,7 @@ func TestCSVJobEndToEnd(t *testing.T) {
 		t.Fatalf("state = %v, want succeeded: %v", res["state"], res)
 	}
 	id, _ := res["id"].(string)
-	run := filepath.Join(w.DataDir, "store", "runs", id)
+	run := filepath.Join(w.DataDir, "store", "tenants", "default", "runs", id)
 	files := committedFolder(t, filepath.Join(w.DataDir, "store"), id)
 	report, err := os.ReadFile(filepath.Join(files, "report.md"))
 	if err != nil {

@@ -24,7 +24,7 @@ func TestOversizeReportKeepsTheRun(t *testing.T) {
 	if code := exitCode(err); code != 2 {
 		t.Fatalf("watch: exit %d (%v), want 2 (failed)\n%s%s", code, err, stdout, stderr)
 	}
-	run := filepath.Join(w.DataDir, "store", "runs", id)
+	run := filepath.Join(w.DataDir, "store", "tenants", "default", "runs", id)
 	if !strings.Contains(stdout, "larger than") || !strings.Contains(stdout, "manifest: file://"+filepath.Join(run, "manifest.json")) || strings.Contains(stdout, "report:") {
 		t.Errorf("watch said %q; want the error and the manifest, and no report", stdout)
 	}

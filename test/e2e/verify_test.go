@@ -181,7 +181,7 @@ func storedManifest(t *testing.T, w *worker, id string) provenance.Statement {
 // manifestIn parses the manifest of run id in the file store at storeDir.
 func manifestIn(t *testing.T, storeDir, id string) provenance.Statement {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(storeDir, "runs", id, "manifest.json"))
+	data, err := os.ReadFile(filepath.Join(storeDir, "tenants", "default", "runs", id, "manifest.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestVerifyRun(t *testing.T) {
 	w := startWorker(t, m.url, "--config", "testdata/provenance.yaml")
 	id := runArtifactJob(t, w, m)
 	storeDir := filepath.Join(w.DataDir, "store")
-	run := filepath.Join(storeDir, "runs", id)
+	run := filepath.Join(storeDir, "tenants", "default", "runs", id)
 	files := committedFolder(t, storeDir, id)
 
 	t.Run("signed by default", func(t *testing.T) {
@@ -395,7 +395,7 @@ func TestVerifyRun(t *testing.T) {
 		}
 	})
 
-	inputObject := filepath.Join(storeDir, "inputs", "sha256", sha256Hex([]byte(salesInput)))
+	inputObject := filepath.Join(storeDir, "tenants", "default", "inputs", "sha256", sha256Hex([]byte(salesInput)))
 	replace := func(old, new string) func([]byte) ([]byte, bool) {
 		return func(data []byte) ([]byte, bool) { return bytes.Replace(data, []byte(old), []byte(new), 1), true }
 	}
