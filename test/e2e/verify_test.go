@@ -200,7 +200,7 @@ func committedFolder(t *testing.T, storeDir, id string) string {
 	for _, s := range manifestIn(t, storeDir, id).Subjects {
 		if s.Name == "transcript.jsonl" {
 			key := strings.TrimSuffix(provenance.SubjectKey(id, s), s.Name)
-			return filepath.Join(storeDir, filepath.FromSlash(key))
+			return filepath.Join(storeDir, "tenants", "default", filepath.FromSlash(key))
 		}
 	}
 	t.Fatalf("the manifest of %s names no transcript", id)
