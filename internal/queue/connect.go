@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // ConnOptions say how to reach NATS and who to be there: every client of Boxcar (the worker,
@@ -137,6 +138,11 @@ func (o ConnOptions) natsOptions() ([]nats.Option, error) {
 	case o.Token != "":
 		opts = append(opts, nats.Token(o.Token))
 	}
+	if prefix, err := o.inboxPrefix(); err != nil {
+		return nil, err
+	} else if prefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(prefix))
+	}
 	if o.CAFile != "" {
 		opts = append(opts, nats.RootCAs(o.CAFile))
 	}
@@ -144,6 +150,34 @@ func (o ConnOptions) natsOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
 	}
 	return opts, nil
+}
+
+// inboxPrefix is _INBOX.<the user's public key> for a creds or nkey login: an identity that
+// `worker nats-config` made may subscribe to its own inbox only, so no other identity can read
+// the replies it gets (job bodies, statuses). Other logins keep nats.go's _INBOX.
+func (o ConnOptions) inboxPrefix() (string, error) {
+	file := o.CredsFile
+	if file == "" {
+		file = o.NKeyFile
+	}
+	if file == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("queue: NATS login: %w", err)
+	}
+	kp, err := nkeys.ParseDecoratedUserNKey(data)
+	if err != nil {
+		// nkeys' errors say what is wrong with the file, never what it holds.
+		return "", fmt.Errorf("queue: NATS login: %s holds no user seed: %w", file, err)
+	}
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return "", fmt.Errorf("queue: NATS login: %s: %w", file, err)
+	}
+	return "_INBOX." + pub, nil
 }
 
 // Connect dials NATS once and fails when no server answers: for clients that should say so at

@@ -171,3 +171,36 @@ func noSecrets(t *testing.T, where, text string, secrets []string) {
 		}
 	}
 }
+
+// TestInboxOfItsOwn: a creds or nkey login takes _INBOX.<its user's public key> as its inbox
+// prefix, the only inbox `worker nats-config` lets that identity subscribe to; a password
+// login keeps nats.go's.
+func TestInboxOfItsOwn(t *testing.T) {
+	nkeyPub, seedFile := natsauthtest.NKeyUser(t)
+	op := natsauthtest.NewOperator(t)
+	cases := []struct {
+		name   string
+		server natsauthtest.Server
+		opts   queue.ConnOptions
+		prefix string
+	}{
+		{"nkey", natsauthtest.Server{NKeys: []string{nkeyPub}}, queue.ConnOptions{NKeyFile: seedFile}, "_INBOX." + nkeyPub + "."},
+		{"creds", natsauthtest.Server{Operator: &op}, queue.ConnOptions{CredsFile: op.CredsFile}, "_INBOX." + op.UserPub + "."},
+		{"password", natsauthtest.Server{Users: map[string]string{"ann": "pw"}}, queue.ConnOptions{User: "ann", Password: "pw"}, "_INBOX."},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ns := natsauthtest.Start(t, c.server)
+			c.opts.URL = ns.ClientURL()
+			nc, err := queue.Connect(context.Background(), c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			inbox := nc.NewInbox()
+			if !strings.HasPrefix(inbox, c.prefix) || strings.Count(inbox, ".") != strings.Count(c.prefix, ".") {
+				t.Errorf("inbox %s, want %s<id>", inbox, c.prefix)
+			}
+		})
+	}
+}

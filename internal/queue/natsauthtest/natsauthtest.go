@@ -101,6 +101,8 @@ type Operator struct {
 	CredsFile string
 	// Seed is the user's seed, for tests that look for it where it must not be.
 	Seed string
+	// UserPub is the user's public key.
+	UserPub string
 }
 
 // NewOperator signs an operator, an account and a user, and writes the user's .creds file.
@@ -135,7 +137,7 @@ func NewOperator(t testing.TB) Operator {
 	creds := must(jwt.FormatUserConfig(ujwt, seed))
 	path := filepath.Join(t.TempDir(), "worker.creds")
 	write(t, path, creds)
-	return Operator{claims: oclaims, accountPub: apub, accountJWT: ajwt, systemPub: spub, systemJWT: sjwt, CredsFile: path, Seed: string(seed)}
+	return Operator{claims: oclaims, accountPub: apub, accountJWT: ajwt, systemPub: spub, systemJWT: sjwt, CredsFile: path, Seed: string(seed), UserPub: upub}
 }
 
 // Server says how to secure the server Start runs; the zero value is an open server.

@@ -1,0 +1,131 @@
+package natsconfig_test
+
+import (
+	"crypto/tls"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/natsconfig"
+	"github.com/boxcar-run/boxcar/internal/queue/natsauthtest"
+)
+
+var names = natsconfig.NamesOf(config.Config{}.WithDefaults().NATS)
+
+// TestGenerate writes a generation for two tenants, loads its server configuration the way
+// nats-server does, and reads every identity's JWT back: its name, its tags and that its
+// permissions are the table's, scoped to its tenant and its own inbox.
+func TestGenerate(t *testing.T) {
+	dir, certs := t.TempDir(), natsauthtest.NewCerts(t)
+	res, err := natsconfig.Generate(natsconfig.Options{
+		Dir: dir, Names: names, Tenants: []string{"team-a", "team-b"}, Listen: "127.0.0.1:-1",
+		StoreDir: filepath.Join(dir, "js"), TLS: &natsconfig.TLS{Cert: certs.ServerCert, Key: certs.ServerKey, ClientCA: certs.CA},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(res.ServerConfig)
+	if err != nil {
+		t.Fatalf("nats-server cannot read the generated configuration: %v", err)
+	}
+	if len(opts.TrustedOperators) != 1 || opts.SystemAccount == "" || !opts.JetStream || opts.StoreDir != filepath.Join(dir, "js") {
+		t.Errorf("server options: %d operators, system account %q, jetstream %v in %q; want 1, set, true in %s/js",
+			len(opts.TrustedOperators), opts.SystemAccount, opts.JetStream, opts.StoreDir, dir)
+	}
+	if opts.TLSConfig == nil || opts.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
+		t.Errorf("server TLS: %+v; want client certificates required and verified (mTLS)", opts.TLSConfig)
+	}
+	want := []string{"team-a-submitter", "team-a-approver", "team-b-submitter", "team-b-approver", "worker", "operator"}
+	if len(res.Creds) != len(want) {
+		t.Errorf("%d creds files, want %d: %v", len(res.Creds), len(want), res.Creds)
+	}
+	for _, name := range want {
+		uc := readCreds(t, res.Creds[name])
+		if uc.Name != name {
+			t.Errorf("%s: JWT names %q", name, uc.Name)
+		}
+		role, tenant := roleOf(name)
+		p := natsconfig.PermissionsOf(names, role, tenant, uc.Subject)
+		if !slices.Equal(uc.Permissions.Pub.Allow, p.Pub) || !slices.Equal(uc.Permissions.Sub.Allow, p.Sub) {
+			t.Errorf("%s: permissions pub %v sub %v; want %v %v", name, uc.Permissions.Pub.Allow, uc.Permissions.Sub.Allow, p.Pub, p.Sub)
+		}
+		if tenant != "" && !uc.Tags.Contains("tenant:"+tenant) {
+			t.Errorf("%s: tags %v lack tenant:%s", name, uc.Tags, tenant)
+		}
+	}
+	if _, err := natsconfig.Generate(natsconfig.Options{Dir: dir, Names: names, Tenants: []string{"team-a"}}); err == nil {
+		t.Error("a second generation into the same folder was accepted; it must be refused")
+	}
+}
+
+func roleOf(name string) (natsconfig.Role, string) {
+	for _, r := range []natsconfig.Role{natsconfig.Submitter, natsconfig.Approver} {
+		if t, ok := strings.CutSuffix(name, "-"+string(r)); ok {
+			return r, t
+		}
+	}
+	return natsconfig.Role(name), ""
+}
+
+func readCreds(t *testing.T, path string) *jwt.UserClaims {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s has mode %v, want 0600", path, fi.Mode().Perm())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := jwt.ParseDecoratedJWT(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uc
+}
+
+// TestPermissionsScoped checks the table's scoping for each per-tenant identity: nothing it may
+// publish or subscribe to names another tenant, and no identity but the operator may create,
+// update, delete or purge a stream or read a message by sequence.
+func TestPermissionsScoped(t *testing.T) {
+	cases := []struct {
+		name   string
+		role   natsconfig.Role
+		tenant string
+		must   []string
+	}{
+		{"submitter", natsconfig.Submitter, "team-a", []string{"boxcar.jobs.team-a.*", "$KV.BOXCAR_CANCEL.team-a.>"}},
+		{"approver", natsconfig.Approver, "team-a", []string{"$KV.BOXCAR_APPROVALS.team-a.>"}},
+		{"worker", natsconfig.Worker, "", []string{"$KV.BOXCAR_STATUS.>", "$JS.ACK.BOXCAR_JOBS.boxcar-workers-*.>"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := natsconfig.PermissionsOf(names, c.role, c.tenant, "UKEY")
+			for _, s := range c.must {
+				if !slices.Contains(p.Pub, s) {
+					t.Errorf("may not publish %s: %v", s, p.Pub)
+				}
+			}
+			for _, s := range append(p.Pub, p.Sub...) {
+				for _, bad := range []string{"team-b", "STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "STREAM.PURGE", "MSG.GET", "CONSUMER.CREATE.BOXCAR_JOBS", "DURABLE", "_INBOX.>"} {
+					if strings.Contains(s, bad) {
+						t.Errorf("may use %s", s)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,214 @@
+// Package natsconfig owns who may do what on NATS: the permission table of Boxcar's roles
+// (submitter and approver of a tenant, worker, operator), and the generator that turns it into
+// a nats-server configuration (operator, accounts and a memory resolver, in JWT mode) and one
+// .creds file per identity. It does not connect to NATS; the server enforces what it writes.
+package natsconfig
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+)
+
+// Role is a kind of identity. Submitter and Approver exist once per tenant.
+type Role string
+
+// The roles, in the order the docs and the generated files list them.
+const (
+	Submitter Role = "submitter"
+	Approver  Role = "approver"
+	Worker    Role = "worker"
+	Operator  Role = "operator"
+)
+
+// Roles lists every role.
+var Roles = []Role{Submitter, Approver, Worker, Operator}
+
+// perTenant says whether a role exists once per tenant.
+func (r Role) perTenant() bool { return r == Submitter || r == Approver }
+
+// Names are the JetStream names the permissions are written for: the worker config's, with
+// the layout's fixed buckets.
+type Names struct {
+	JobStream, JobSubject, Consumer, DeadLetterStream                        string
+	StatusBucket, ApprovalsBucket, CancelBucket, ProfilesBucket, UsageBucket string
+}
+
+// NamesOf takes the names from a worker config's NATS section (defaults filled).
+func NamesOf(n config.NATS) Names {
+	return Names{
+		JobStream: n.Stream, JobSubject: n.Subject, Consumer: n.Consumer, DeadLetterStream: n.DeadLetterStream,
+		StatusBucket: n.StatusBucket, ApprovalsBucket: n.ApprovalsBucket,
+		CancelBucket: "BOXCAR_CANCEL", ProfilesBucket: "BOXCAR_PROFILES", UsageBucket: "BOXCAR_USAGE",
+	}
+}
+
+// Grant is one thing the roles it names may do, as subject templates they may publish and
+// subscribe to. A template's {placeholders} are Names, {tenant} and {inbox} (see expand).
+type Grant struct {
+	Roles []Role
+	What  string
+	Pub   []string
+	Sub   []string
+}
+
+// kvRead is reading keys of a bucket (keys: a subject pattern below $KV.<bucket>.): looking
+// the bucket up, getting a key's last value (direct get: the key is in the subject, so the
+// server can check it; the form with the key in the payload is never granted) and watching
+// the keys (an ordered consumer whose filter is in the subject, which the server checks
+// against the request), its flow control replies and deleting it when the watch ends.
+func kvRead(bucket, keys string) []string {
+	return streamRead("KV_"+bucket, "$KV."+bucket+"."+keys)
+}
+
+// streamRead is kvRead for a stream and a subject filter of it.
+func streamRead(stream, filter string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.DIRECT.GET." + stream + "." + filter,
+		"$JS.API.CONSUMER.CREATE." + stream + ".*." + filter,
+		"$JS.API.CONSUMER.DELETE." + stream + ".*",
+		"$JS.FC." + stream + ".>",
+	}
+}
+
+// kvWrite is putting, creating, updating and deleting keys of a bucket: a publish on the key's
+// subject, acknowledged to the inbox.
+func kvWrite(bucket, keys string) []string { return []string{"$KV." + bucket + "." + keys} }
+
+func join(lists ...[]string) []string {
+	var all []string
+	for _, l := range lists {
+		all = append(all, l...)
+	}
+	return all
+}
+
+// inbox is every role's own reply subjects: _INBOX.<its user's public key>.>, which Boxcar's
+// clients use as their inbox prefix when they log in with creds or an nkey (queue.Connect), so
+// no identity can read the replies another one gets (job bodies, statuses).
+const inbox = "_INBOX.{inbox}.>"
+
+// Table is the permission table: every grant of every role. docs/security.md prints it.
+var Table = []Grant{
+	{Roles: []Role{Submitter}, What: "publish a job of its tenant",
+		Pub: []string{"{jobs}.{tenant}.*", "$JS.API.STREAM.INFO.{jobstream}"}},
+	{Roles: []Role{Submitter}, What: "read its tenant's consumer (jobs waiting, running)",
+		Pub: []string{"$JS.API.CONSUMER.INFO.{jobstream}.{consumer}-{tenant}"}},
+	{Roles: []Role{Submitter, Approver}, What: "read and watch its tenant's statuses",
+		Pub: kvRead("{status}", "{tenant}.>")},
+	{Roles: []Role{Submitter}, What: "request a cancel of its tenant's jobs",
+		Pub: join(kvRead("{cancel}", "{tenant}.>"), kvWrite("{cancel}", "{tenant}.>"))},
+	{Roles: []Role{Submitter, Approver}, What: "read and watch its tenant's approval requests",
+		Pub: kvRead("{approvals}", "{tenant}.>")},
+	{Roles: []Role{Approver}, What: "answer its tenant's approval requests (a signed decision)",
+		Pub: kvWrite("{approvals}", "{tenant}.>")},
+	{Roles: []Role{Submitter}, What: "read its tenant's dead letters",
+		Pub: streamRead("{dlq}", "{dlq}.{tenant}.>")},
+	{Roles: []Role{Submitter}, What: "read its tenant's token spending",
+		Pub: kvRead("{usage}", "{tenant}.>")},
+	{Roles: []Role{Submitter, Approver, Worker}, What: "read the profiles workers offer",
+		Pub: kvRead("{profiles}", ">")},
+	{Roles: []Role{Worker}, What: "bind the job stream and fetch, ack, nak, term and extend the jobs of every tenant's consumer",
+		Pub: []string{
+			"$JS.API.STREAM.INFO.{jobstream}", "$JS.API.CONSUMER.INFO.{jobstream}.{consumer}-*",
+			"$JS.API.CONSUMER.MSG.NEXT.{jobstream}.{consumer}-*", "$JS.ACK.{jobstream}.{consumer}-*.>",
+		}},
+	{Roles: []Role{Worker}, What: "write every job's status",
+		Pub: join(kvRead("{status}", ">"), kvWrite("{status}", ">"))},
+	{Roles: []Role{Worker}, What: "watch cancel requests",
+		Pub: join(kvRead("{cancel}", ">"), kvWrite("{cancel}", ">"))},
+	{Roles: []Role{Worker}, What: "request approvals and read the answers",
+		Pub: join(kvRead("{approvals}", ">"), kvWrite("{approvals}", ">"))},
+	{Roles: []Role{Worker}, What: "dead-letter a job",
+		Pub: []string{"$JS.API.STREAM.INFO.{dlq}", "{dlq}.>"}},
+	{Roles: []Role{Worker}, What: "advertise its profiles, count tokens spent",
+		Pub: join(kvWrite("{profiles}", ">"), kvRead("{usage}", ">"), kvWrite("{usage}", ">"))},
+	{Roles: []Role{Operator}, What: "declare and administer streams, consumers and buckets (`worker setup`, `nats`)",
+		Pub: []string{"$JS.API.>"}},
+	{Roles: []Role{Operator}, What: "read replies to any inbox (the `nats` CLI's default inbox prefix)",
+		Sub: []string{"_INBOX.>"}},
+	{Roles: []Role{Submitter, Approver, Worker}, What: "receive replies on its own inbox",
+		Sub: []string{inbox}},
+}
+
+// Permissions are what one identity may publish and subscribe to.
+type Permissions struct{ Pub, Sub []string }
+
+// PermissionsOf expands the table for one identity: role, tenant (for per-tenant roles) and its
+// user's public key (its inbox). Subjects are sorted and unique.
+func PermissionsOf(n Names, role Role, tenant, userKey string) Permissions {
+	var p Permissions
+	for _, g := range Table {
+		if !hasRole(g.Roles, role) {
+			continue
+		}
+		for _, s := range g.Pub {
+			p.Pub = append(p.Pub, expand(s, n, tenant, userKey))
+		}
+		for _, s := range g.Sub {
+			p.Sub = append(p.Sub, expand(s, n, tenant, userKey))
+		}
+	}
+	return Permissions{Pub: uniq(p.Pub), Sub: uniq(p.Sub)}
+}
+
+func hasRole(roles []Role, r Role) bool {
+	for _, x := range roles {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+func uniq(s []string) []string {
+	sort.Strings(s)
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// expand fills a template's placeholders.
+func expand(tmpl string, n Names, tenant, userKey string) string {
+	return strings.NewReplacer(
+		"{jobs}", n.JobSubject, "{jobstream}", n.JobStream, "{consumer}", n.Consumer, "{dlq}", n.DeadLetterStream,
+		"{status}", n.StatusBucket, "{approvals}", n.ApprovalsBucket, "{cancel}", n.CancelBucket,
+		"{profiles}", n.ProfilesBucket, "{usage}", n.UsageBucket, "{tenant}", tenant, "{inbox}", userKey,
+	).Replace(tmpl)
+}
+
+// DocTable is the permission table as docs/security.md shows it: one row per grant, the
+// subjects with the default names, <tenant> for the tenant and <key> for the user's public key.
+func DocTable(n Names) string {
+	var b strings.Builder
+	b.WriteString("| role | may | publish | subscribe |\n| --- | --- | --- | --- |\n")
+	for _, g := range Table {
+		roles := make([]string, len(g.Roles))
+		for i, r := range g.Roles {
+			roles[i] = string(r)
+			if r.perTenant() {
+				roles[i] += " of a tenant"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.Join(roles, ", "), g.What, docSubjects(g.Pub, n), docSubjects(g.Sub, n))
+	}
+	return b.String()
+}
+
+func docSubjects(tmpls []string, n Names) string {
+	if len(tmpls) == 0 {
+		return ""
+	}
+	out := make([]string, len(tmpls))
+	for i, s := range tmpls {
+		out[i] = "`" + expand(s, n, "<tenant>", "<key>") + "`"
+	}
+	return strings.Join(out, "<br>")
+}
