@@ -92,7 +92,7 @@ func Generate(o Options) (Result, error) {
 		return Result{}, fmt.Errorf("nats-config: %w", err)
 	}
 	for _, id := range Identities(o.Tenants) {
-		creds, err := userCreds(o.Names, id, acct.kp)
+		creds, err := userCreds(o.Names, id, o.Tenants, acct.kp)
 		if err != nil {
 			return Result{}, fmt.Errorf("nats-config: identity %s: %w", id.Name(), err)
 		}
@@ -177,7 +177,7 @@ func newAccount(okp nkeys.KeyPair, name string, jetStream bool) (account, error)
 
 // userCreds makes the identity's user key, signs its JWT with the account and returns the
 // .creds file's contents.
-func userCreds(n Names, id Identity, acct nkeys.KeyPair) ([]byte, error) {
+func userCreds(n Names, id Identity, tenants []string, acct nkeys.KeyPair) ([]byte, error) {
 	ukp, err := nkeys.CreateUser()
 	if err != nil {
 		return nil, err
@@ -186,7 +186,7 @@ func userCreds(n Names, id Identity, acct nkeys.KeyPair) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := PermissionsOf(n, id.Role, id.Tenant, upub)
+	p := PermissionsOf(n, id, tenants, upub)
 	uc := jwt.NewUserClaims(upub)
 	uc.Name = id.Name()
 	uc.Permissions.Pub.Allow = p.Pub

@@ -51,7 +51,7 @@ func TestGenerate(t *testing.T) {
 			t.Errorf("%s: JWT names %q", name, uc.Name)
 		}
 		role, tenant := roleOf(name)
-		p := natsconfig.PermissionsOf(names, role, tenant, uc.Subject)
+		p := natsconfig.PermissionsOf(names, natsconfig.Identity{Role: role, Tenant: tenant}, []string{"team-a", "team-b"}, uc.Subject)
 		if !slices.Equal(uc.Permissions.Pub.Allow, p.Pub) || !slices.Equal(uc.Permissions.Sub.Allow, p.Sub) {
 			t.Errorf("%s: permissions pub %v sub %v; want %v %v", name, uc.Permissions.Pub.Allow, uc.Permissions.Sub.Allow, p.Pub, p.Sub)
 		}
@@ -109,11 +109,11 @@ func TestPermissionsScoped(t *testing.T) {
 	}{
 		{"submitter", natsconfig.Submitter, "team-a", []string{"boxcar.jobs.team-a.*", "$KV.BOXCAR_CANCEL.team-a.>"}},
 		{"approver", natsconfig.Approver, "team-a", []string{"$KV.BOXCAR_APPROVALS.team-a.>"}},
-		{"worker", natsconfig.Worker, "", []string{"$KV.BOXCAR_STATUS.>", "$JS.ACK.BOXCAR_JOBS.boxcar-workers-*.>"}},
+		{"worker", natsconfig.Worker, "", []string{"$KV.BOXCAR_STATUS.>", "$JS.ACK.BOXCAR_JOBS.boxcar-workers-team-a.>"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p := natsconfig.PermissionsOf(names, c.role, c.tenant, "UKEY")
+			p := natsconfig.PermissionsOf(names, natsconfig.Identity{Role: c.role, Tenant: c.tenant}, []string{"team-a"}, "UKEY")
 			for _, s := range c.must {
 				if !slices.Contains(p.Pub, s) {
 					t.Errorf("may not publish %s: %v", s, p.Pub)

@@ -6,7 +6,7 @@ package natsconfig
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -46,7 +46,9 @@ func NamesOf(n config.NATS) Names {
 }
 
 // Grant is one thing the roles it names may do, as subject templates they may publish and
-// subscribe to. A template's {placeholders} are Names, {tenant} and {inbox} (see expand).
+// subscribe to. A template's {placeholders} are Names, {tenant} and {inbox} (see expand); one
+// with {each} stands for one subject per tenant (a * matches whole tokens only, so
+// boxcar-workers-* would match no consumer).
 type Grant struct {
 	Roles []Role
 	What  string
@@ -113,8 +115,8 @@ var Table = []Grant{
 		Pub: kvRead("{profiles}", ">")},
 	{Roles: []Role{Worker}, What: "bind the job stream and fetch, ack, nak, term and extend the jobs of every tenant's consumer",
 		Pub: []string{
-			"$JS.API.STREAM.INFO.{jobstream}", "$JS.API.CONSUMER.INFO.{jobstream}.{consumer}-*",
-			"$JS.API.CONSUMER.MSG.NEXT.{jobstream}.{consumer}-*", "$JS.ACK.{jobstream}.{consumer}-*.>",
+			"$JS.API.STREAM.INFO.{jobstream}", "$JS.API.CONSUMER.INFO.{jobstream}.{consumer}-{each}",
+			"$JS.API.CONSUMER.MSG.NEXT.{jobstream}.{consumer}-{each}", "$JS.ACK.{jobstream}.{consumer}-{each}.>",
 		}},
 	{Roles: []Role{Worker}, What: "write every job's status",
 		Pub: join(kvRead("{status}", ">"), kvWrite("{status}", ">"))},
@@ -137,39 +139,30 @@ var Table = []Grant{
 // Permissions are what one identity may publish and subscribe to.
 type Permissions struct{ Pub, Sub []string }
 
-// PermissionsOf expands the table for one identity: role, tenant (for per-tenant roles) and its
-// user's public key (its inbox). Subjects are sorted and unique.
-func PermissionsOf(n Names, role Role, tenant, userKey string) Permissions {
+// PermissionsOf expands the table for one identity of a deployment with these tenants, whose
+// user has the public key userKey (its inbox). Subjects are sorted and unique.
+func PermissionsOf(n Names, id Identity, tenants []string, userKey string) Permissions {
 	var p Permissions
 	for _, g := range Table {
-		if !hasRole(g.Roles, role) {
+		if slices.Contains(g.Roles, id.Role) {
+			p.Pub = append(p.Pub, expandAll(g.Pub, n, id.Tenant, tenants, userKey)...)
+			p.Sub = append(p.Sub, expandAll(g.Sub, n, id.Tenant, tenants, userKey)...)
+		}
+	}
+	slices.Sort(p.Pub)
+	slices.Sort(p.Sub)
+	return Permissions{Pub: slices.Compact(p.Pub), Sub: slices.Compact(p.Sub)}
+}
+
+func expandAll(tmpls []string, n Names, tenant string, tenants []string, userKey string) []string {
+	var out []string
+	for _, s := range tmpls {
+		if !strings.Contains(s, "{each}") {
+			out = append(out, expand(s, n, tenant, userKey))
 			continue
 		}
-		for _, s := range g.Pub {
-			p.Pub = append(p.Pub, expand(s, n, tenant, userKey))
-		}
-		for _, s := range g.Sub {
-			p.Sub = append(p.Sub, expand(s, n, tenant, userKey))
-		}
-	}
-	return Permissions{Pub: uniq(p.Pub), Sub: uniq(p.Sub)}
-}
-
-func hasRole(roles []Role, r Role) bool {
-	for _, x := range roles {
-		if x == r {
-			return true
-		}
-	}
-	return false
-}
-
-func uniq(s []string) []string {
-	sort.Strings(s)
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
-			out = append(out, v)
+		for _, t := range tenants {
+			out = append(out, expand(strings.ReplaceAll(s, "{each}", t), n, tenant, userKey))
 		}
 	}
 	return out
@@ -208,7 +201,7 @@ func docSubjects(tmpls []string, n Names) string {
 	}
 	out := make([]string, len(tmpls))
 	for i, s := range tmpls {
-		out[i] = "`" + expand(s, n, "<tenant>", "<key>") + "`"
+		out[i] = "`" + expand(strings.ReplaceAll(s, "{each}", "<each tenant>"), n, "<tenant>", "<key>") + "`"
 	}
 	return strings.Join(out, "<br>")
 }

@@ -1,0 +1,357 @@
+//go:build integration
+
+package tenancy
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// declare makes the layout's streams, consumers and buckets as the operator (what `worker
+// setup` does).
+func declare(t *testing.T, op *conn, d *deployment) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := d.names
+	jobs, err := op.js.CreateStream(ctx, jetstream.StreamConfig{Name: n.JobStream, Subjects: []string{n.JobSubject + ".*.*"}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range tenants {
+		if _, err := jobs.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: n.Consumer + "-" + tn, FilterSubject: n.JobSubject + "." + tn + ".*", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := op.js.CreateStream(ctx, jetstream.StreamConfig{Name: n.DeadLetterStream, Subjects: []string{n.DeadLetterStream + ".*.*"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{n.StatusBucket, n.ApprovalsBucket, n.CancelBucket, n.ProfilesBucket, n.UsageBucket} {
+		if _, err := op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// world is what the operator can see of the layout: every stream's messages and every
+// consumer's settings. An attempt the server refused leaves it as it was.
+type world map[string]any
+
+func snapshot(t *testing.T, op *conn) world {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := world{}
+	names := op.js.StreamNames(ctx)
+	for name := range names.Name() {
+		s, err := op.js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := s.CachedInfo()
+		w["stream "+name] = []any{info.State.Msgs, info.State.LastSeq, info.Config.Subjects}
+		cons := s.ListConsumers(ctx)
+		for ci := range cons.Info() {
+			if ci.Config.Durable != "" { // watches come and go; durable consumers are the layout's
+				w["consumer "+name+"/"+ci.Name] = []any{ci.Config.FilterSubject, ci.Config.MaxAckPending, ci.Delivered.Stream}
+			}
+		}
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// attempt is one thing an identity must not be able to do.
+type attempt struct {
+	name string
+	as   string // identity
+	try  func(ctx context.Context, c *conn) error
+}
+
+// kvOp looks a bucket up and does something with it.
+func kvOp(bucket string, f func(ctx context.Context, kv jetstream.KeyValue) error) func(context.Context, *conn) error {
+	return func(ctx context.Context, c *conn) error {
+		kv, err := c.js.KeyValue(ctx, bucket)
+		if err != nil {
+			return err
+		}
+		return f(ctx, kv)
+	}
+}
+
+func put(bucket, key, value string) func(context.Context, *conn) error {
+	return kvOp(bucket, func(ctx context.Context, kv jetstream.KeyValue) error {
+		_, err := kv.Put(ctx, key, []byte(value))
+		return err
+	})
+}
+
+func get(bucket, key string) func(context.Context, *conn) error {
+	return kvOp(bucket, func(ctx context.Context, kv jetstream.KeyValue) error {
+		_, err := kv.Get(ctx, key)
+		return err
+	})
+}
+
+func watch(bucket, keys string) func(context.Context, *conn) error {
+	return kvOp(bucket, func(ctx context.Context, kv jetstream.KeyValue) error {
+		w, err := kv.Watch(ctx, keys)
+		if err != nil {
+			return err
+		}
+		defer w.Stop()
+		select { // the first update (or the end of the initial values) proves it was created
+		case <-w.Updates():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+}
+
+func publish(subject, msgID string) func(context.Context, *conn) error {
+	return func(ctx context.Context, c *conn) error {
+		_, err := c.js.Publish(ctx, subject, []byte(`{"id":"x","profile":"p","task":"t"}`), jetstream.WithMsgID(msgID))
+		return err
+	}
+}
+
+func request(subject, body string) func(context.Context, *conn) error {
+	return func(ctx context.Context, c *conn) error {
+		m, err := c.nc.RequestWithContext(ctx, subject, []byte(body))
+		if err != nil {
+			return err
+		}
+		// An answer, even an error of the JetStream API, means the server let it through.
+		return fmt.Errorf("answered %s", m.Data)
+	}
+}
+
+// ask is a request that must be answered.
+func ask(subject, body string) func(context.Context, *conn) error {
+	return func(ctx context.Context, c *conn) error {
+		_, err := c.nc.RequestWithContext(ctx, subject, []byte(body))
+		return err
+	}
+}
+
+func subscribe(subject string) func(context.Context, *conn) error {
+	return func(_ context.Context, c *conn) error {
+		_, err := c.nc.SubscribeSync(subject)
+		return err
+	}
+}
+
+func jsCall(f func(ctx context.Context, js jetstream.JetStream) error) func(context.Context, *conn) error {
+	return func(ctx context.Context, c *conn) error { return f(ctx, c.js) }
+}
+
+// TestNATSRefusesCrossTenantAndCrossRole runs every attempt of one identity to act as another
+// tenant or another role with raw NATS and JetStream calls, after each role's own path worked;
+// the server refuses each with a permissions violation, and the layout is as it was.
+func TestNATSRefusesCrossTenantAndCrossRole(t *testing.T) {
+	d := deploy(t)
+	op := d.connect(t, "operator")
+	declare(t, op, d)
+	const idA, idB = "20261204t150000-aaaaaaaaaaaa", "20261204t150000-bbbbbbbbbbbb"
+	legitimate(t, d, idA, idB)
+
+	n := d.names
+	sa, aa, w := "team-a-submitter", "team-a-approver", "worker"
+	workerInbox := "_INBOX." + d.userKey(t, w) + ".>"
+	attempts := []attempt{
+		{"submitter reads another tenant's status", sa, get(n.StatusBucket, "team-b."+idB)},
+		{"submitter watches another tenant's statuses", sa, watch(n.StatusBucket, "team-b.>")},
+		{"submitter lists every tenant's status keys", sa, kvOp(n.StatusBucket, func(ctx context.Context, kv jetstream.KeyValue) error { _, err := kv.Keys(ctx); return err })},
+		{"submitter watches a job id in every tenant (wildcard tenant)", sa, watch(n.StatusBucket, "*."+idB)},
+		{"submitter writes its own job's status (workers only)", sa, put(n.StatusBucket, "team-a."+idA, `{"state":"succeeded"}`)},
+		{"submitter writes succeeded under another tenant's job id", sa, put(n.StatusBucket, "team-b."+idB, `{"state":"succeeded"}`)},
+		{"submitter squats the status of an id another tenant will use", sa, kvOp(n.StatusBucket, func(ctx context.Context, kv jetstream.KeyValue) error {
+			_, err := kv.Create(ctx, "team-b.20261204t160000-cccccccccccc", []byte(`{"state":"succeeded"}`))
+			return err
+		})},
+		{"submitter deletes another tenant's status", sa, kvOp(n.StatusBucket, func(ctx context.Context, kv jetstream.KeyValue) error { return kv.Delete(ctx, "team-b."+idB) })},
+		{"submitter cancels another tenant's job", sa, put(n.CancelBucket, "team-b."+idB, `{"by":"mallory"}`)},
+		{"submitter reads another tenant's cancel requests", sa, get(n.CancelBucket, "team-b."+idB)},
+		{"submitter approves its own job's command (approvers only)", sa, put(n.ApprovalsBucket, "team-a."+idA+".call-1", `{"approved":true}`)},
+		{"submitter approves another tenant's command", sa, put(n.ApprovalsBucket, "team-b."+idB+".call-1", `{"approved":true}`)},
+		{"approver approves another tenant's command", aa, put(n.ApprovalsBucket, "team-b."+idB+".call-1", `{"approved":true}`)},
+		{"approver reads another tenant's approval requests", aa, get(n.ApprovalsBucket, "team-b."+idB+".call-1")},
+		{"approver watches another tenant's approval requests", aa, watch(n.ApprovalsBucket, "team-b.>")},
+		{"approver submits a job (submitters only)", aa, publish(n.JobSubject+".team-a.20261204t160000-dddddddddddd", "team-a.20261204t160000-dddddddddddd")},
+		{"approver cancels its tenant's job (submitters only)", aa, put(n.CancelBucket, "team-a."+idA, `{"by":"approver"}`)},
+		{"approver writes a status", aa, put(n.StatusBucket, "team-a."+idA, `{"state":"succeeded"}`)},
+		{"submitter publishes a job into another tenant", sa, publish(n.JobSubject+".team-b.20261204t160000-eeeeeeeeeeee", "team-b.20261204t160000-eeeeeeeeeeee")},
+		{"submitter acks another tenant's job on the worker's ack subject", sa, request("$JS.ACK."+n.JobStream+"."+n.Consumer+"-team-b.1.1.1.1700000000000000000.0", "+ACK")},
+		{"submitter dead-letters an id another tenant will use (pre-emption)", sa, publish(n.DeadLetterStream+".team-b.20261204t160000-ffffffffffff", "")},
+		{"submitter dead-letters its own next job id (workers only)", sa, publish(n.DeadLetterStream+".team-a.20261204t160000-ffffffffffff", "")},
+		{"submitter reads another tenant's dead letters", sa, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
+			s, err := js.Stream(ctx, n.DeadLetterStream)
+			if err != nil {
+				return err
+			}
+			_, err = s.GetLastMsgForSubject(ctx, n.DeadLetterStream+".team-b."+idB)
+			return err
+		})},
+		{"submitter reads another tenant's token spending", sa, get(n.UsageBucket, "team-b.2026-12-04")},
+		{"submitter creates a consumer on the job stream (job bodies)", sa, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.CreateConsumer(ctx, n.JobStream, jetstream.ConsumerConfig{FilterSubject: n.JobSubject + ".team-b.*"})
+			return err
+		})},
+		{"submitter fetches from another tenant's worker consumer", sa, request("$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"."+n.Consumer+"-team-b", `{"batch":1,"expires":1000000000}`)},
+		{"submitter fetches job bodies from its own tenant's worker consumer (workers only)", sa, request("$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"."+n.Consumer+"-team-a", `{"batch":1,"expires":1000000000}`)},
+		{"submitter reads a job message by sequence", sa, request("$JS.API.STREAM.MSG.GET."+n.JobStream, `{"seq":1}`)},
+		{"submitter direct-gets a job message by sequence", sa, request("$JS.API.DIRECT.GET."+n.JobStream, `{"seq":1}`)},
+		{"submitter direct-gets another tenant's status with the key in the body", sa, request("$JS.API.DIRECT.GET.KV_"+n.StatusBucket, `{"last_by_subj":"$KV.`+n.StatusBucket+`.team-b.`+idB+`"}`)},
+		{"submitter subscribes to every inbox", sa, subscribe("_INBOX.>")},
+		{"submitter subscribes to the worker's inbox (job bodies it fetches)", sa, subscribe(workerInbox)},
+		{"submitter listens to every job publish", sa, subscribe(n.JobSubject + ".>")},
+		{"submitter listens to every status write", sa, subscribe("$KV." + n.StatusBucket + ".>")},
+		{"submitter reads another tenant's worker consumer", sa, request("$JS.API.CONSUMER.INFO."+n.JobStream+"."+n.Consumer+"-team-b", "")},
+		{"submitter lists the streams", sa, request("$JS.API.STREAM.NAMES", "")},
+		{"submitter lists the watches on the status bucket", sa, request("$JS.API.CONSUMER.NAMES.KV_"+n.StatusBucket, "")},
+		{"submitter creates an unfiltered consumer on the status bucket", sa, request("$JS.API.CONSUMER.CREATE.KV_"+n.StatusBucket, `{"stream_name":"KV_`+n.StatusBucket+`","config":{"deliver_subject":"x","ack_policy":"none"}}`)},
+		{"submitter purges the status bucket", sa, request("$JS.API.STREAM.PURGE.KV_"+n.StatusBucket, "")},
+		{"submitter deletes the job stream", sa, request("$JS.API.STREAM.DELETE."+n.JobStream, "")},
+		{"worker creates a stream", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
+			return err
+		})},
+		{"worker creates a bucket", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "EVIL"})
+			return err
+		})},
+		{"worker deletes the job stream", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error { return js.DeleteStream(ctx, n.JobStream) })},
+		{"worker purges the status bucket", w, request("$JS.API.STREAM.PURGE.KV_"+n.StatusBucket, "")},
+		{"worker raises a tenant's max_ack_pending (fair share)", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.UpdateConsumer(ctx, n.JobStream, jetstream.ConsumerConfig{Durable: n.Consumer + "-team-a", FilterSubject: n.JobSubject + ".team-a.*", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 100000})
+			return err
+		})},
+		{"worker creates a consumer on the job stream", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.CreateConsumer(ctx, n.JobStream, jetstream.ConsumerConfig{Durable: "evil", AckPolicy: jetstream.AckExplicitPolicy})
+			return err
+		})},
+		{"worker publishes a job no submitter sent", w, publish(n.JobSubject+".team-a.20261204t160000-999999999999", "team-a.20261204t160000-999999999999")},
+	}
+	before := snapshot(t, op)
+	refused := 0
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			c := d.connect(t, a.as)
+			ok, why := c.refused(c.try(context.Background(), a.try))
+			if !ok {
+				t.Errorf("%s was not refused: %s", a.as, why)
+				return
+			}
+			refused++
+		})
+	}
+	if after := snapshot(t, op); !reflect.DeepEqual(before, after) {
+		t.Errorf("the refused attempts changed the layout:\nbefore %v\nafter  %v", before, after)
+	}
+	t.Logf("%d of %d cross-tenant and cross-role attempts refused by the server", refused, len(attempts))
+}
+
+// legitimate runs each role's own path with raw calls: the worker writes statuses, an
+// approval request, a dead letter and spending for both tenants; team-a's submitter publishes
+// its job, reads and watches its status, cancels it, reads its dead letter and spending;
+// team-a's approver reads the request and answers it; the worker fetches and acks the job.
+// None of it is refused.
+func legitimate(t *testing.T, d *deployment, idA, idB string) {
+	t.Helper()
+	n := d.names
+	w, sa, aa := d.connect(t, "worker"), d.connect(t, "team-a-submitter"), d.connect(t, "team-a-approver")
+	steps := []struct {
+		name string
+		c    *conn
+		do   func(context.Context, *conn) error
+	}{
+		{"submitter publishes its job", sa, publish(n.JobSubject+".team-a."+idA, "team-a."+idA)},
+		{"worker writes statuses", w, func(ctx context.Context, c *conn) error {
+			for _, k := range []string{"team-a." + idA, "team-b." + idB} {
+				if err := put(n.StatusBucket, k, `{"state":"running"}`)(ctx, c); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"worker requests approvals", w, func(ctx context.Context, c *conn) error {
+			for _, k := range []string{"team-a." + idA + ".call-1", "team-b." + idB + ".call-1"} {
+				if err := put(n.ApprovalsBucket, k, `{"argv":["rm","-rf","x"]}`)(ctx, c); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"worker dead-letters and counts spending", w, func(ctx context.Context, c *conn) error {
+			for _, tn := range tenants {
+				if _, err := c.js.Publish(ctx, n.DeadLetterStream+"."+tn+".20261204t140000-000000000000", []byte(`{}`)); err != nil {
+					return err
+				}
+				if err := put(n.UsageBucket, tn+".2026-12-04", "10")(ctx, c); err != nil {
+					return err
+				}
+			}
+			return put(n.ProfilesBucket, "worker-1", `{}`)(ctx, c)
+		}},
+		{"submitter reads its status", sa, get(n.StatusBucket, "team-a."+idA)},
+		{"submitter watches its statuses", sa, watch(n.StatusBucket, "team-a.>")},
+		{"submitter cancels its job", sa, put(n.CancelBucket, "team-a."+idA, `{"by":"ann"}`)},
+		{"submitter reads its approval requests", sa, get(n.ApprovalsBucket, "team-a."+idA+".call-1")},
+		{"submitter reads its dead letter", sa, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
+			s, err := js.Stream(ctx, n.DeadLetterStream)
+			if err != nil {
+				return err
+			}
+			_, err = s.GetLastMsgForSubject(ctx, n.DeadLetterStream+".team-a.20261204t140000-000000000000")
+			return err
+		})},
+		{"submitter reads its spending", sa, get(n.UsageBucket, "team-a.2026-12-04")},
+		{"submitter reads the profiles", sa, watch(n.ProfilesBucket, ">")},
+		{"submitter reads its worker consumer", sa, ask("$JS.API.CONSUMER.INFO."+n.JobStream+"."+n.Consumer+"-team-a", "")},
+		{"approver reads the request", aa, watch(n.ApprovalsBucket, "team-a.>")},
+		{"approver answers it", aa, put(n.ApprovalsBucket, "team-a."+idA+".call-1", `{"approved":true}`)},
+		{"approver reads its status", aa, get(n.StatusBucket, "team-a."+idA)},
+		{"worker watches cancels", w, watch(n.CancelBucket, ">")},
+		{"worker fetches and acks the job", w, func(ctx context.Context, c *conn) error {
+			cons, err := c.js.Consumer(ctx, n.JobStream, n.Consumer+"-team-a")
+			if err != nil {
+				return err
+			}
+			m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+			if err != nil {
+				return fmt.Errorf("next: %w", err)
+			}
+			if err := m.InProgress(); err != nil {
+				return err
+			}
+			return m.DoubleAck(ctx)
+		}},
+	}
+	for _, s := range steps {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := s.do(ctx, s.c)
+		cancel()
+		if err != nil {
+			s.c.mu.Lock()
+			t.Fatalf("%s: %v (refused: %v)", s.name, err, s.c.violations)
+		}
+	}
+	for name, c := range map[string]*conn{"worker": w, "submitter": sa, "approver": aa} {
+		if err := c.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		if len(c.violations) > 0 {
+			t.Errorf("the %s's own path was refused: %v", name, c.violations)
+		}
+		c.mu.Unlock()
+	}
+}
