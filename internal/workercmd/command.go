@@ -45,6 +45,7 @@ func NewCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Com
 		checkConfigCmd(stdout),
 		setupCmd(getenv, stdout, stderr),
 		keygenCmd(stdout),
+		natsConfigCmd(stdout),
 		cli.Version("worker", stdout),
 		cli.Completion(root, func() io.Writer { return stdout }),
 	)
