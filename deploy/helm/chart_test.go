@@ -564,7 +564,7 @@ func checkDeployment(t *testing.T, r *rendered, cfg config.Config) {
 		}
 	}
 
-	checkNATSCredentials(t, r, env, mounts)
+	checkNATSCredentials(t, r, flags, env, mounts)
 
 	// Replicas belong to the autoscaler when there is one.
 	scaled := lookup(r.values, "keda.enabled") == true || lookup(r.values, "autoscaling.enabled") == true

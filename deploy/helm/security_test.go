@@ -143,23 +143,26 @@ keda: {enabled: true}
 	}
 }
 
-// checkNATSCredentials: with natsServer.credentialsSecret, NATS_CREDS names a file in a
-// mounted volume of that Secret; without it, nothing names one.
-func checkNATSCredentials(t *testing.T, r *rendered, env map[string]corev1.EnvVar, mounts map[string]corev1.Volume) {
+// checkNATSCredentials: with natsServer.credentialsSecret, --nats-creds names a file in a
+// mounted volume of that Secret; without it, nothing names one (neither the flag nor NATS_CREDS).
+func checkNATSCredentials(t *testing.T, r *rendered, flags map[string]string, env map[string]corev1.EnvVar, mounts map[string]corev1.Volume) {
 	t.Helper()
 	name, _ := lookup(r.values, "natsServer.credentialsSecret.name").(string)
-	e, ok := env["NATS_CREDS"]
+	file, ok := flags["nats-creds"]
+	if e, set := env["NATS_CREDS"]; set {
+		t.Errorf("NATS_CREDS=%q: the chart gives the creds file as --nats-creds", e.Value)
+	}
 	if name == "" {
 		if ok {
-			t.Errorf("NATS_CREDS=%q without natsServer.credentialsSecret", e.Value)
+			t.Errorf("--nats-creds=%q without natsServer.credentialsSecret", file)
 		}
 		return
 	}
 	key, _ := lookup(r.values, "natsServer.credentialsSecret.key").(string)
-	v := mounts[path.Dir(e.Value)]
-	if !ok || e.ValueFrom != nil || v.Secret == nil || v.Secret.SecretName != name ||
-		len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != key || v.Secret.Items[0].Path != path.Base(e.Value) {
-		t.Errorf("NATS_CREDS %+v in volume %+v, want a file of key %s of Secret %s", e, v, key, name)
+	v := mounts[path.Dir(file)]
+	if !ok || v.Secret == nil || v.Secret.SecretName != name ||
+		len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != key || v.Secret.Items[0].Path != path.Base(file) {
+		t.Errorf("--nats-creds=%q in volume %+v, want a file of key %s of Secret %s", file, v, key, name)
 	}
 	if m := v.Secret.DefaultMode; m == nil || *m&0o007 != 0 {
 		t.Errorf("NATS credentials mode %v, want none for others", m)

@@ -69,6 +69,9 @@ type Result struct {
 	ServerConfig string
 	// Creds maps each identity's name to its .creds file.
 	Creds map[string]string
+	// Account is the public key of the account BOXCAR, where the streams are (the chart's
+	// natsServer.account, for KEDA).
+	Account string
 }
 
 // ServerConfigFile is the name of the server configuration in Options.Dir.
@@ -87,7 +90,7 @@ func Generate(o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{ServerConfig: filepath.Join(o.Dir, ServerConfigFile), Creds: map[string]string{}}
+	res := Result{ServerConfig: filepath.Join(o.Dir, ServerConfigFile), Creds: map[string]string{}, Account: acct.pub}
 	if err := os.MkdirAll(filepath.Join(o.Dir, "creds"), 0o700); err != nil {
 		return Result{}, fmt.Errorf("nats-config: %w", err)
 	}

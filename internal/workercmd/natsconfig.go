@@ -74,7 +74,7 @@ func printGenerated(w io.Writer, res natsconfig.Result) error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	if _, err := fmt.Fprintf(w, "server configuration: %s\n", res.ServerConfig); err != nil {
+	if _, err := fmt.Fprintf(w, "server configuration: %s\naccount BOXCAR: %s\n", res.ServerConfig, res.Account); err != nil {
 		return err
 	}
 	for _, n := range names {

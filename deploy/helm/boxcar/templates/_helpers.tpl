@@ -156,7 +156,7 @@ the value to change.
 {{- end }}
 {{- with (urlParse (include "boxcar.natsURL" .)) }}
 {{- if .userinfo }}
-{{- fail "the NATS URL (config.nats.url) holds credentials, which would sit in a ConfigMap: put them in a Secret and set natsServer.credentialsSecret.name (a .creds file, mounted and named by NATS_CREDS)" }}
+{{- fail "the NATS URL (config.nats.url) holds credentials, which would sit in a ConfigMap: put them in a Secret and set natsServer.credentialsSecret.name (a .creds file, mounted and given as --nats-creds)" }}
 {{- end }}
 {{- end }}
 {{- with .Values.keda }}
