@@ -6,12 +6,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // Identity is one login the generator makes: a role, for per-tenant roles its tenant.
@@ -60,9 +61,6 @@ type Options struct {
 	// TLS, when set, makes the server speak TLS only.
 	TLS *TLS
 }
-
-// tenantName is what a tenant name may be: a subject token, a path segment, a label value.
-var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
 // Result names what Generate wrote.
 type Result struct {
@@ -121,7 +119,7 @@ func (o Options) validate() error {
 		errs = append(errs, errors.New("nats-config: no tenants"))
 	}
 	for _, t := range o.Tenants {
-		if !tenantName.MatchString(t) {
+		if !job.ValidTenant(t) {
 			errs = append(errs, fmt.Errorf("nats-config: tenant %q: a tenant is 1 to 32 of a-z, 0-9 and -, starting with a letter or digit", t))
 		}
 	}

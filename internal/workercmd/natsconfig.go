@@ -3,6 +3,8 @@ package workercmd
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/spf13/cobra"
@@ -49,7 +51,7 @@ earlier login once the server loads it. Files are written with mode 0600.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&file, "config", "", "worker config `FILE` whose tenants and NATS names to use (default: one tenant, default, and the default names)")
+	f.StringVar(&file, "config", "", "worker config `FILE` whose tenants and NATS names to use (default: the tenant default and the default names)")
 	f.StringVar(&o.Dir, "out", "", "`DIR` to write nats-server.conf and creds/ into (required; must not hold an earlier generation)")
 	f.StringVar(&o.Listen, "listen", "", "the server's client `HOST:PORT` (default: the server's, 0.0.0.0:4222)")
 	f.StringVar(&o.StoreDir, "jetstream-dir", "", "JetStream's store `DIR` on the server (default: the server's)")
@@ -61,11 +63,9 @@ earlier login once the server loads it. Files are written with mode 0600.`,
 	return c
 }
 
-// tenantNames are the config's tenants, sorted.
+// tenantNames are the config's tenants (without a tenants: section, default), sorted.
 func tenantNames(cfg config.Config) []string {
-	names := []string{"default"} // one tenant until the worker config has tenants:
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(cfg.TenantsOrDefault()))
 }
 
 func printGenerated(w io.Writer, res natsconfig.Result) error {

@@ -14,7 +14,7 @@ import (
 func TestNATSConfigCommand(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "nats")
 	cfg := filepath.Join(t.TempDir(), "boxcar.yaml")
-	if err := os.WriteFile(cfg, []byte("profiles:\n  p:\n    model:\n      name: m\n    tools:\n      - name: read_file\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("profiles:\n  p:\n    model:\n      name: m\n    tools:\n      - name: read_file\ntenants:\n  team-a:\n    profiles: [p]\n  team-b:\n    profiles: [p]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	stdout, _, err := runWorker(t, "nats-config", "--config", cfg, "--out", dir, "--listen", "127.0.0.1:-1")
@@ -24,7 +24,7 @@ func TestNATSConfigCommand(t *testing.T) {
 	if _, err := server.ProcessConfigFile(filepath.Join(dir, "nats-server.conf")); err != nil {
 		t.Errorf("nats-server cannot load what nats-config wrote: %v", err)
 	}
-	for _, id := range []string{"default-submitter", "default-approver", "worker", "operator"} {
+	for _, id := range []string{"team-a-submitter", "team-a-approver", "team-b-submitter", "team-b-approver", "worker", "operator"} {
 		path := filepath.Join(dir, "creds", id+".creds")
 		if _, err := os.Stat(path); err != nil {
 			t.Errorf("no creds for %s: %v", id, err)
