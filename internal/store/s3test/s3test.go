@@ -47,7 +47,8 @@ type Server struct {
 	exited  chan struct{} // closed when the process has been waited for
 	logf    *os.File
 	t       testing.TB
-	seaweed bool // a SeaweedFS server, whose buckets are made through its S3 API
+	seaweed bool   // a SeaweedFS server, whose buckets are made through its S3 API
+	iamDir  string // with StartIAM: versitygw's internal IAM keeps its accounts here
 }
 
 // Binary returns the path of versitygw: from PATH, else from GOBIN or a GOPATH's bin folder,
@@ -109,7 +110,11 @@ func Start(t testing.TB) *Server {
 	if err := os.Mkdir(data, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{AccessKey: "boxcar-test-" + randomHex(4), SecretKey: randomHex(20), Dir: data, t: t}
+	return start(t, bin, &Server{AccessKey: "boxcar-test-" + randomHex(4), SecretKey: randomHex(20), Dir: data, t: t}, dir)
+}
+
+func start(t testing.TB, bin string, s *Server, dir string) *Server {
+	t.Helper()
 	// versitygw binds port 0 and the port the kernel chose is read back.
 	if err := s.startOn(bin, filepath.Join(dir, "versitygw.log"), "127.0.0.1:0"); err != nil {
 		t.Fatalf("s3test: versitygw did not start: %v", err)
@@ -143,7 +148,7 @@ func (s *Server) startOn(bin, logPath, addr string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin,
+	args := []string{
 		"--access", s.AccessKey,
 		"--secret", s.SecretKey,
 		"--region", Region,
@@ -151,7 +156,11 @@ func (s *Server) startOn(bin, logPath, addr string) error {
 		"--health", "/health",
 		"--keep-alive",
 		"--quiet",
-		"posix", s.Dir)
+	}
+	if s.iamDir != "" {
+		args = append(args, "--iam-dir", s.iamDir)
+	}
+	cmd := exec.Command(bin, append(args, "posix", s.Dir)...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	// Keep credentials for the root user out of the child's inherited environment.
