@@ -300,6 +300,8 @@ var features = []struct {
 	{name: "signing key in values", values: "signing: {privateKey: " + testPrivateKey + "}"},
 	{name: "unsigned", values: "signing: {enabled: false}"},
 	{name: "NATS credentials", values: "natsServer: {credentialsSecret: {name: boxcar-nats, key: worker.creds}}"},
+	{name: "NATS credentials over mTLS", values: "natsServer: {credentialsSecret: {name: boxcar-nats}, tlsSecret: {name: boxcar-nats-tls}}\nconfig: {nats: {url: 'tls://nats.nats:4222'}}"},
+	{name: "NATS over TLS with a private CA only", values: "natsServer: {tlsSecret: {name: boxcar-nats-ca, caKey: ca.pem, certKey: ''}}"},
 	{name: "no worker network policy, no quota", values: "networkPolicy: {enabled: false}\nsandboxes: {resourceQuota: {enabled: false}}"},
 	{name: "overrides", values: overrides},
 	{name: "fixed replicas", values: "autoscaling: {enabled: false}\nreplicas: 3"},
@@ -565,6 +567,7 @@ func checkDeployment(t *testing.T, r *rendered, cfg config.Config) {
 	}
 
 	checkNATSCredentials(t, r, flags, env, mounts)
+	checkNATSTLS(t, r, flags, mounts)
 
 	// Replicas belong to the autoscaler when there is one.
 	scaled := lookup(r.values, "keda.enabled") == true || lookup(r.values, "autoscaling.enabled") == true

@@ -169,6 +169,43 @@ func checkNATSCredentials(t *testing.T, r *rendered, flags map[string]string, en
 	}
 }
 
+// checkNATSTLS: with natsServer.tlsSecret, --nats-ca (and, with a certKey, --nats-cert and
+// --nats-key) name files of a mounted volume of that Secret, each from its key; without it no
+// flag names one.
+func checkNATSTLS(t *testing.T, r *rendered, flags map[string]string, mounts map[string]corev1.Volume) {
+	t.Helper()
+	name, _ := lookup(r.values, "natsServer.tlsSecret.name").(string)
+	certKey, _ := lookup(r.values, "natsServer.tlsSecret.certKey").(string)
+	want := map[string]string{}
+	if name != "" {
+		want["nats-ca"], _ = lookup(r.values, "natsServer.tlsSecret.caKey").(string)
+		if certKey != "" {
+			want["nats-cert"] = certKey
+			want["nats-key"], _ = lookup(r.values, "natsServer.tlsSecret.keyKey").(string)
+		}
+	}
+	for _, flag := range []string{"nats-ca", "nats-cert", "nats-key"} {
+		file, ok := flags[flag]
+		key, wanted := want[flag]
+		if ok != wanted {
+			t.Errorf("--%s=%q given %v, want given %v (natsServer.tlsSecret %q, certKey %q)", flag, file, ok, wanted, name, certKey)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		v := mounts[path.Dir(file)]
+		if v.Secret == nil || v.Secret.SecretName != name || !slices.ContainsFunc(v.Secret.Items, func(i corev1.KeyToPath) bool {
+			return i.Key == key && i.Path == path.Base(file)
+		}) {
+			t.Errorf("--%s=%q is not key %s of Secret %s: volume %+v", flag, file, key, name, v)
+		}
+		if m := v.Secret.DefaultMode; m == nil || *m&0o007 != 0 {
+			t.Errorf("NATS TLS files mode %v, want none for others", m)
+		}
+	}
+}
+
 // checkWorkerNetworkPolicy: the workers' NetworkPolicy selects the worker pods, lets in only
 // their metrics port, and lets out what the worker's config needs: DNS, NATS, the store, the
 // model and the API server, on their ports.
