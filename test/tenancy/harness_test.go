@@ -199,3 +199,16 @@ func (c *conn) refused(err error) (bool, string) {
 		time.Sleep(20 * time.Millisecond) // polling the handler's record, not waiting for luck
 	}
 }
+
+// noSecrets fails the test when text holds any of the secrets (seeds, passwords, keys).
+func noSecrets(t *testing.T, where, text string, secrets []string) {
+	t.Helper()
+	if len(secrets) == 0 {
+		t.Fatal("no secrets to look for: the scan would find nothing")
+	}
+	for _, s := range secrets {
+		if s != "" && strings.Contains(text, s) {
+			t.Errorf("%s hold a secret (%s…)", where, s[:4])
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -242,10 +243,12 @@ func TestNATSRefusesCrossTenantAndCrossRole(t *testing.T) {
 	}
 	before := snapshot(t, op)
 	refused := 0
+	var said []string // every error and refusal the attempts got, for the scan for secrets
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
 			c := d.connect(t, a.as)
 			ok, why := c.refused(c.try(context.Background(), a.try))
+			said = append(said, why)
 			if !ok {
 				t.Errorf("%s was not refused: %s", a.as, why)
 				return
@@ -257,6 +260,7 @@ func TestNATSRefusesCrossTenantAndCrossRole(t *testing.T) {
 		t.Errorf("the refused attempts changed the layout:\nbefore %v\nafter  %v", before, after)
 	}
 	t.Logf("%d of %d cross-tenant and cross-role attempts refused by the server", refused, len(attempts))
+	noSecrets(t, "the refusals", strings.Join(said, "\n"), d.seeds)
 }
 
 // legitimate runs each role's own path with raw calls: the worker writes statuses, an
