@@ -190,8 +190,8 @@ func userCreds(n Names, id Identity, tenants []string, acct nkeys.KeyPair) ([]by
 	p := PermissionsOf(n, id, tenants, upub)
 	uc := jwt.NewUserClaims(upub)
 	uc.Name = id.Name()
-	uc.Permissions.Pub.Allow = p.Pub
-	uc.Permissions.Sub.Allow = p.Sub
+	uc.Pub.Allow = p.Pub
+	uc.Sub.Allow = p.Sub
 	if id.Tenant != "" {
 		uc.Tags.Add("tenant:" + id.Tenant)
 	}

@@ -52,8 +52,8 @@ func TestGenerate(t *testing.T) {
 		}
 		role, tenant := roleOf(name)
 		p := natsconfig.PermissionsOf(names, natsconfig.Identity{Role: role, Tenant: tenant}, []string{"team-a", "team-b"}, uc.Subject)
-		if !slices.Equal(uc.Permissions.Pub.Allow, p.Pub) || !slices.Equal(uc.Permissions.Sub.Allow, p.Sub) {
-			t.Errorf("%s: permissions pub %v sub %v; want %v %v", name, uc.Permissions.Pub.Allow, uc.Permissions.Sub.Allow, p.Pub, p.Sub)
+		if !slices.Equal(uc.Pub.Allow, p.Pub) || !slices.Equal(uc.Sub.Allow, p.Sub) {
+			t.Errorf("%s: permissions pub %v sub %v; want %v %v", name, uc.Pub.Allow, uc.Sub.Allow, p.Pub, p.Sub)
 		}
 		if tenant != "" && !uc.Tags.Contains("tenant:"+tenant) {
 			t.Errorf("%s: tags %v lack tenant:%s", name, uc.Tags, tenant)

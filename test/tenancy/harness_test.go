@@ -109,14 +109,6 @@ func (d *deployment) connOptions(name string) queue.ConnOptions {
 	}
 }
 
-// env is the environment `worker` and `submit` read for an identity.
-func (d *deployment) env(name string) map[string]string {
-	return map[string]string{
-		"NATS_URL": d.url, "NATS_CREDS": d.creds[name],
-		"NATS_CA": d.certs.CA, "NATS_CERT": d.certs.ClientCert, "NATS_KEY": d.certs.ClientKey,
-	}
-}
-
 // conn is a connection as one identity that records what the server refused it.
 type conn struct {
 	nc *nats.Conn

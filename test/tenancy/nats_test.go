@@ -107,7 +107,7 @@ func watch(bucket, keys string) func(context.Context, *conn) error {
 		if err != nil {
 			return err
 		}
-		defer w.Stop()
+		defer func() { _ = w.Stop() }()
 		select { // the first update (or the end of the initial values) proves it was created
 		case <-w.Updates():
 			return nil
