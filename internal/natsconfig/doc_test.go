@@ -21,6 +21,7 @@ const (
 // TestSecurityDoc holds docs/security.md's permission table to natsconfig.Table, which is what
 // `worker nats-config` writes into every identity's JWT.
 func TestSecurityDoc(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join("..", "..", "docs", "security.md")
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -22,6 +22,7 @@ var names = natsconfig.NamesOf(config.Config{}.WithDefaults().NATS)
 // nats-server does, and reads every identity's JWT back: its name, its tags and that its
 // permissions are the table's, scoped to its tenant and its own inbox.
 func TestGenerate(t *testing.T) {
+	t.Parallel()
 	dir, certs := t.TempDir(), natsauthtest.NewCerts(t)
 	res, err := natsconfig.Generate(natsconfig.Options{
 		Dir: dir, Names: names, Tenants: []string{"team-a", "team-b"}, Listen: "127.0.0.1:-1",
@@ -101,6 +102,7 @@ func readCreds(t *testing.T, path string) *jwt.UserClaims {
 // publish or subscribe to names another tenant, and no identity but the operator may create,
 // update, delete or purge a stream or read a message by sequence.
 func TestPermissionsScoped(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		role   natsconfig.Role

@@ -176,6 +176,7 @@ func noSecrets(t *testing.T, where, text string, secrets []string) {
 // prefix, the only inbox `worker nats-config` lets that identity subscribe to; a password
 // login keeps nats.go's.
 func TestInboxOfItsOwn(t *testing.T) {
+	t.Parallel()
 	nkeyPub, seedFile := natsauthtest.NKeyUser(t)
 	op := natsauthtest.NewOperator(t)
 	cases := []struct {

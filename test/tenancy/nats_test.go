@@ -158,6 +158,7 @@ func jsCall(f func(ctx context.Context, js jetstream.JetStream) error) func(cont
 // tenant or another role with raw NATS and JetStream calls, after each role's own path worked;
 // the server refuses each with a permissions violation, and the layout is as it was.
 func TestNATSRefusesCrossTenantAndCrossRole(t *testing.T) {
+	t.Parallel()
 	d := deploy(t)
 	op := d.connect(t, "operator")
 	declare(t, op, d)

@@ -28,7 +28,6 @@ type tenantStore struct {
 
 func startTenantStore(t *testing.T) *tenantStore {
 	t.Helper()
-	s3test.IsolateEnv(t)
 	ts := &tenantStore{srv: s3test.StartIAM(t), buckets: map[string]string{}, secrets: map[string]string{}}
 	for _, tn := range tenants {
 		ts.secrets[tn] = ts.srv.CreateUser(t, tn)
@@ -61,6 +60,7 @@ func accessDenied(err error) bool {
 // tenant's (read an input, learn whether an input exists, list or read its runs, plant an
 // input, delete a manifest) is refused; the worker's account reaches both.
 func TestStoreKeepsTenantsApart(t *testing.T) {
+	t.Parallel()
 	ts := startTenantStore(t)
 	ctx := t.Context()
 	const input = "tenants/team-b/inputs/sha256/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"
