@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/nats-io/nats.go"
 )
 
@@ -25,14 +25,6 @@ type Link struct {
 	lastErr error // why the last dial failed
 }
 
-// maxRedialDelay bounds the wait between two rounds of dialling every server.
-const maxRedialDelay = 5 * time.Second
-
-// redialDelay grows from 250ms, doubling with each round of dialling, up to maxRedialDelay.
-func redialDelay(round int) time.Duration {
-	return min(250*time.Millisecond<<min(max(round-1, 0), 5), maxRedialDelay)
-}
-
 // Dial returns a link to NATS at once, connected or not. It fails only on options it cannot
 // use (a bad URL, two ways to log in, a file that cannot be read).
 func Dial(o ConnOptions, log *slog.Logger) (*Link, error) {
@@ -43,7 +35,7 @@ func Dial(o ConnOptions, log *slog.Logger) (*Link, error) {
 	}
 	nc, err := nats.Connect(o.URL, append(opts,
 		nats.RetryOnFailedConnect(true),
-		nats.CustomReconnectDelay(redialDelay),
+		nats.CustomReconnectDelay(backoff.Delay), // between two rounds of dialling every server
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { l.failed(err) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { l.lost(err) }),
 		nats.ConnectHandler(func(*nats.Conn) { l.connected() }),
@@ -96,7 +88,7 @@ func (l *Link) failed(err error) {
 		return
 	}
 	l.down = true
-	l.log.Warn("NATS not reachable; waiting for it (retrying with backoff, up to every "+maxRedialDelay.String()+")", "url", l.url, "error", err)
+	l.log.Warn("NATS not reachable; waiting for it (retrying with backoff, up to every "+backoff.Max.String()+")", "url", l.url, "error", err)
 }
 
 func (l *Link) lost(err error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -59,7 +60,7 @@ func awaitUntil[T any](ctx context.Context, r *Runner, a *attempt, giveUp time.T
 		select {
 		case <-ctx.Done():
 			return v, err
-		case <-time.After(min(awaitDelay(round), time.Until(giveUp))):
+		case <-time.After(min(backoff.Delay(round), time.Until(giveUp))):
 		}
 	}
 }
@@ -77,11 +78,6 @@ func statusAnswered(err error) bool { return err == nil || errors.Is(err, queue.
 
 // natsAnswered: the status bucket took the write, or said the job already ended.
 func natsAnswered(err error) bool { return err == nil || errors.Is(err, queue.ErrFinal) }
-
-// awaitDelay grows from 250ms, doubling each round, up to 5s.
-func awaitDelay(round int) time.Duration {
-	return min(250*time.Millisecond<<min(round-1, 5), 5*time.Second)
-}
 
 // noteWait says in the job's status what it waits for, when NATS takes the write: `submit
 // status` then shows why a job is not running yet.

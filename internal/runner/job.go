@@ -446,7 +446,9 @@ func idMismatch(header, id string) error {
 	return fmt.Errorf("%w: its Nats-Msg-Id header %q is not its JSON id %q; the two must be equal, byte for byte", job.ErrInvalid, header, id)
 }
 
-// backoff grows with each attempt from base: base, 2×base, 4×base … capped at 5 minutes.
-func backoff(base time.Duration, attempt int) time.Duration {
+// redeliveryDelay is how long a failed job waits before its next attempt (nats.retry_backoff is
+// base): base, 2×base, 4×base … capped at 5 minutes. Not backoff.Delay, the wait for a part
+// that is down: this one is per job and configured.
+func redeliveryDelay(base time.Duration, attempt int) time.Duration {
 	return min(base<<min(max(attempt-1, 0), 10), 5*time.Minute)
 }

@@ -86,7 +86,7 @@ func (r *Runner) settleQueue(ctx context.Context, a *attempt, o outcome, dec dec
 	case nakNow:
 		err = d.Nak(ctx, 0)
 	case nakLater:
-		delay := backoff(time.Duration(r.cfg.Worker.NATS.RetryBackoff), d.Attempt)
+		delay := redeliveryDelay(time.Duration(r.cfg.Worker.NATS.RetryBackoff), d.Attempt)
 		var retry *queue.RetryAfterError
 		if errors.As(o.err, &retry) {
 			delay = retry.Delay

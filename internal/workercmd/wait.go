@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -90,14 +91,9 @@ func await(ctx context.Context, log *slog.Logger, s *starting, what string, try 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(retryDelay(round)):
+		case <-time.After(backoff.Delay(round)):
 		}
 	}
-}
-
-// retryDelay grows from 250ms, doubling each round, up to 5s.
-func retryDelay(round int) time.Duration {
-	return min(250*time.Millisecond<<min(round-1, 5), 5*time.Second)
 }
 
 // awaitQueue waits until NATS answers and the job stream, consumers and buckets are set up (or,
