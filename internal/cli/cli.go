@@ -1,11 +1,12 @@
 // Package cli owns what Boxcar's two command-line tools, worker and submit, share on top of
-// cobra: the root command's settings, the version and completion commands, the --output flag,
-// argument checks, how an error ends the process, and the flag tables docs/cli.md carries. It
-// knows nothing of jobs, NATS or the store; internal/workercmd and internal/submitcmd build
-// their commands with it.
+// cobra: the root command's settings and its help page hook, the version and completion
+// commands, the --output flag, argument checks and usage errors, how an error ends the process,
+// and the flag tables docs/cli.md carries. It knows nothing of jobs, NATS or the store;
+// internal/workercmd and internal/submitcmd build their commands with it.
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -39,17 +40,39 @@ func NewRoot(name, short string, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetVersionTemplate(name + " {{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return fmt.Errorf("%s: %w (see `%s --help`)", c.Name(), err, c.CommandPath())
+		return fmt.Errorf("%w: %s: %w (see `%s --help`)", ErrUsage, c.Name(), err, c.CommandPath())
 	})
 	return root
 }
 
+// SetRootHelp makes `NAME --help` print help(root), the tool's own page; its commands keep
+// cobra's help.
+func SetRootHelp(root *cobra.Command, help func(root *cobra.Command) string) {
+	defaultHelp := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		if c != root {
+			defaultHelp(c, args)
+			return
+		}
+		fmt.Fprint(c.OutOrStdout(), help(root))
+	})
+}
+
+// ErrUsage marks bad usage: a wrong argument count, an unknown flag or command, a bad flag
+// value (submit's error code "usage").
+var ErrUsage = errors.New("bad usage")
+
+// Usagef is a usage mistake in the command's own words, wrapping ErrUsage.
+func Usagef(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, a...))
+}
+
 // Args checks the number of positional arguments, failing with msg (the command's own words,
-// e.g. "status: give one JOB_ID").
+// e.g. "status: give one JOB_ID") as a usage error.
 func Args(min, max int, msg string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, a []string) error {
 		if len(a) < min || len(a) > max {
-			return fmt.Errorf("%s", msg)
+			return Usagef("%s", msg)
 		}
 		return nil
 	}

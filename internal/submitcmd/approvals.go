@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/boxcar-run/boxcar/internal/approvalsig"
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -24,7 +25,7 @@ func (e *env) approvalsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "approvals [JOB_ID]",
 		Short: `shell commands waiting for a person (policy "ask"), oldest first`,
-		Args:  args(0, 1, "approvals: give at most one JOB_ID"),
+		Args:  cli.Args(0, 1, "approvals: give at most one JOB_ID"),
 		RunE: func(c *cobra.Command, a []string) error {
 			jobID := ""
 			if len(a) == 1 {
@@ -46,7 +47,7 @@ func (e *env) approveCmd() *cobra.Command {
 $BOXCAR_APPROVER_KEY, else the embedded worker's $BOXCAR_HOME/keys/approver/signing.key) and
 bound to the exact command and request; the worker runs the command only when the key is in
 its approver keyring.`,
-		Args: args(2, 2, "approve: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
+		Args: cli.Args(2, 2, "approve: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
 			return e.decide(c.Context(), "approve", job.DecisionApproved, a[0], a[1], "", key)
 		},
@@ -90,7 +91,7 @@ func (e *env) denyCmd() *cobra.Command {
 		Short: "refuse a waiting command; the model is told the reason",
 		Long: `Refuses a waiting command; the model is told the reason. No answer within the profile's
 approval_timeout means denied.`,
-		Args: args(2, 2, "deny: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
+		Args: cli.Args(2, 2, "deny: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
 			return e.decide(c.Context(), "deny", job.DecisionDenied, a[0], a[1], reason, key)
 		},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
@@ -16,7 +17,7 @@ func (e *env) statusCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "status JOB_ID",
 		Short: "a job's state, attempts, progress, spending and results",
-		Args:  args(1, 1, "status: give one JOB_ID"),
+		Args:  cli.Args(1, 1, "status: give one JOB_ID"),
 		RunE:  func(c *cobra.Command, a []string) error { return e.status(c.Context(), a[0]) },
 	}
 	e.common(c, true)
@@ -28,7 +29,7 @@ func (e *env) watchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "watch JOB_ID",
 		Short: "follow a job until it ends; the exit code says how it ended",
-		Args:  args(1, 1, "watch: give one JOB_ID"),
+		Args:  cli.Args(1, 1, "watch: give one JOB_ID"),
 		RunE: func(c *cobra.Command, a []string) error {
 			nc, q, err := e.connect(c.Context())
 			if err != nil {

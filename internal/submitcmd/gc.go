@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -69,7 +70,7 @@ anything of a job that has not ended, nor a folder written to within --older-tha
 the job's job_timeout plus the consumer's ack_wait). A job has ended when its manifest is
 committed, or when its status is dead or failed, with no manifest, since longer than
 --older-than.`,
-		Args: args(0, 0, "gc: takes no arguments"),
+		Args: cli.Args(0, 0, "gc: takes no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error { return e.gc(c.Context(), olderThan, del) },
 	}
 	c.Flags().DurationVar(&olderThan, "older-than", defaultGCGrace, "leave folders written to within this long; keep it longer than the workers' job_timeout plus ack_wait (`DURATION`)")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -28,7 +29,7 @@ func (e *env) getCmd() *cobra.Command {
 		Long: `Downloads what the manifest names, checking each file's SHA-256 and size on the way: a file that
 does not match is not kept and fails the command naming it (exit 8); objects the manifest does
 not name are reported and not downloaded.`,
-		Args: args(1, 1, "get: give one JOB_ID and --out DIR"),
+		Args: cli.Args(1, 1, "get: give one JOB_ID and --out DIR"),
 		RunE: func(c *cobra.Command, a []string) error {
 			if out == "" {
 				return errors.New("get: give one JOB_ID and --out DIR")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 )
 
@@ -30,7 +31,7 @@ func (e *env) listCmd() *cobra.Command {
 		Long: `Lists the jobs in the status bucket (a job's status is kept for status_ttl after it ends),
 newest first, --limit at a time: the last line says how to get the next page (--before ID;
 with --output json the object's "next"). Filters combine: every --label must match.`,
-		Args: args(0, 0, "list: takes no arguments; filter with --state, --profile, --since, --label"),
+		Args: cli.Args(0, 0, "list: takes no arguments; filter with --state, --profile, --since, --label"),
 		RunE: func(c *cobra.Command, _ []string) error { return e.list(c.Context(), f) },
 	}
 	fs := c.Flags()
@@ -58,17 +59,17 @@ func (f listFlags) filter(now time.Time) (func(job.Status) bool, error) {
 	for _, l := range f.labels {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok {
-			return nil, usageError("list: --label %q: use key=value", l)
+			return nil, cli.Usagef("list: --label %q: use key=value", l)
 		}
 		labels[k] = v
 	}
 	for _, s := range f.states {
 		if !slices.Contains(stateNames(), s) {
-			return nil, usageError("list: --state %q is not a state; use one of %s", s, strings.Join(stateNames(), ", "))
+			return nil, cli.Usagef("list: --state %q is not a state; use one of %s", s, strings.Join(stateNames(), ", "))
 		}
 	}
 	if f.limit < 1 {
-		return nil, usageError("list: --limit %d: give at least 1", f.limit)
+		return nil, cli.Usagef("list: --limit %d: give at least 1", f.limit)
 	}
 	return func(st job.Status) bool {
 		switch {
@@ -144,7 +145,7 @@ func pageOf(all []job.Status, before string, limit int) ([]job.Status, string, e
 	if before != "" {
 		i := slices.IndexFunc(all, func(st job.Status) bool { return st.ID == before })
 		if i < 0 {
-			return nil, "", usageError("list: --before %s: no such job among those listed (expired, or other filters)", before)
+			return nil, "", cli.Usagef("list: --before %s: no such job among those listed (expired, or other filters)", before)
 		}
 		all = all[i+1:]
 	}

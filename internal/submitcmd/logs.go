@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -34,7 +35,7 @@ func (e *env) logsCmd() *cobra.Command {
 committed, every model turn and tool call of the stored transcript, with exit codes, timeouts
 and approval waits. --follow shows the steps as they happen and the transcript when the job ends.
 With --output json each line is one event: {"source":"status",…} or {"source":"transcript","event":{…}}.`,
-		Args: args(1, 1, "logs: give one JOB_ID"),
+		Args: cli.Args(1, 1, "logs: give one JOB_ID"),
 		RunE: func(c *cobra.Command, a []string) error { return e.logs(c.Context(), a[0], follow) },
 	}
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the job until it ends")

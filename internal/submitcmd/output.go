@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -33,21 +34,13 @@ const (
 	codeUnknownOutcome  = "outcome_unknown"
 )
 
-// errUsage marks bad usage: a wrong argument count, an unknown flag or command.
-var errUsage = errors.New("bad usage")
-
-// usageError is a usage mistake with the command's own words.
-func usageError(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
-}
-
 // errorCodes maps what an error wraps to its code, first match wins: a new failure mode is a
 // new row.
 var errorCodes = []struct {
 	is   func(error) bool
 	code string
 }{
-	{func(err error) bool { return errors.Is(err, errUsage) }, codeUsage},
+	{func(err error) bool { return errors.Is(err, cli.ErrUsage) }, codeUsage},
 	{func(err error) bool { return errors.Is(err, errUnknownProfile) }, codeUnknownProfile},
 	{func(err error) bool { return errors.Is(err, queue.ErrNotReady) }, codeQueueNotSetUp},
 	{func(err error) bool { return errors.Is(err, queue.ErrUnknownJob) }, codeUnknownJob},
@@ -119,7 +112,7 @@ func (e *env) outputFlag(c *cobra.Command) {
 	_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	c.PreRunE = func(*cobra.Command, []string) error {
 		if e.output != "text" && e.output != "json" {
-			return usageError("--output %q: use text or json", e.output)
+			return cli.Usagef("--output %q: use text or json", e.output)
 		}
 		return nil
 	}
@@ -135,5 +128,5 @@ func unknownCommand(root *cobra.Command, args []string) error {
 	if s := root.SuggestionsFor(args[0]); len(s) > 0 {
 		msg += fmt.Sprintf("; did you mean %q?", strings.Join(s, `" or "`))
 	}
-	return usageError("%s (see `submit --help`)", msg)
+	return cli.Usagef("%s (see `submit --help`)", msg)
 }

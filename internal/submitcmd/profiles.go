@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
@@ -72,7 +73,7 @@ func (e *env) profilesCmd() *cobra.Command {
 		Long: `Lists the execution profiles the live workers define and grant to the tenant submit acts for,
 with their description, caps and how many workers define each. Each worker publishes its profiles in NATS (bucket BOXCAR_PROFILES) at start
 and every 30 s; a worker gone for 90 s drops out. Needs NATS only, not the store.`,
-		Args: args(0, 0, "profiles: takes no arguments"),
+		Args: cli.Args(0, 0, "profiles: takes no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error { return e.profiles(c.Context()) },
 	}
 	e.common(c, true)

@@ -40,47 +40,25 @@ func NewCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Com
 // newRoot builds the command tree bound to e. Every Run builds a fresh one, so flag values never
 // leak from one call into the next.
 func newRoot(e *env) *cobra.Command {
-	// Commands in the order they are added: the order a user meets them, not the alphabet's.
-	cli.KeepCommandOrder()
-	root := &cobra.Command{
-		Use:   "submit",
-		Short: "hand jobs to Boxcar and follow them",
-		// No arguments: the usage, and exit 1, as a script that forgot the command expects.
-		RunE: func(c *cobra.Command, _ []string) error {
-			c.SetOut(e.stdout)
-			if err := c.Help(); err != nil {
-				return err
-			}
-			return &ExitError{Code: 1}
-		},
-		Version:           provenance.WorkerInfo("").String(),
-		SilenceErrors:     true, // cmd/submit prints the error once, with the exit code it carries
-		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	root := cli.NewRoot("submit", "hand jobs to Boxcar and follow them", e.stdout, e.stderr)
+	// No arguments: the usage, and exit 1, as a script that forgot the command expects.
+	root.RunE = func(c *cobra.Command, _ []string) error {
+		c.SetOut(e.stdout)
+		if err := c.Help(); err != nil {
+			return err
+		}
+		return &ExitError{Code: 1}
 	}
-	root.SetOut(e.stdout)
-	root.SetErr(e.stderr)
-	root.SetVersionTemplate("submit {{.Version}}\n")
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return fmt.Errorf("%w: %s: %w (see `%s --help`)", errUsage, c.Name(), err, c.CommandPath())
-	})
 	root.Args = func(_ *cobra.Command, a []string) error { return unknownCommand(root, a) }
 	root.AddCommand(
 		e.runCmd(), e.statusCmd(), e.watchCmd(), e.listCmd(), e.logsCmd(), e.profilesCmd(),
 		e.getCmd(), e.cancelCmd(), e.manifestCmd(),
 		e.verifyCmd(), e.keygenCmd(), e.versionCmd(),
 		e.approvalsCmd(), e.approveCmd(), e.denyCmd(), e.gcCmd(),
-		completionCmd(root, func() io.Writer { return e.raw }),
+		cli.Completion(root, func() io.Writer { return e.raw }),
 	)
 	e.completeArgs(root)
-	defaultHelp := root.HelpFunc()
-	root.SetHelpFunc(func(c *cobra.Command, args []string) {
-		if c != root {
-			defaultHelp(c, args)
-			return
-		}
-		fmt.Fprint(c.OutOrStdout(), rootHelp(root))
-	})
+	cli.SetRootHelp(root, rootHelp)
 	return root
 }
 
@@ -207,22 +185,11 @@ func (e *env) common(c *cobra.Command, output bool) {
 	}
 }
 
-// args checks the number of positional arguments, failing with msg (the command's own words,
-// e.g. "status: give one JOB_ID").
-func args(min, max int, msg string) cobra.PositionalArgs {
-	return func(_ *cobra.Command, a []string) error {
-		if len(a) < min || len(a) > max {
-			return usageError("%s", msg)
-		}
-		return nil
-	}
-}
-
 func (e *env) versionCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "version",
 		Short: "the build: version, VCS revision, Go version",
-		Args:  args(0, 0, "version: takes no arguments"),
+		Args:  cli.Args(0, 0, "version: takes no arguments"),
 		RunE: func(*cobra.Command, []string) error {
 			w := provenance.WorkerInfo("")
 			if e.json() {
@@ -245,10 +212,10 @@ func (e *env) keygenCmd() *cobra.Command {
 to workers with --signing-key or signing_key, in a cluster as a mounted Secret) and
 DIR/signing.pub (public; give it to whoever verifies, submit verify --public-key). Existing
 files are never replaced. worker keygen does the same.`,
-		Args: args(0, 0, "keygen: takes no arguments; give the folder with --out DIR"),
+		Args: cli.Args(0, 0, "keygen: takes no arguments; give the folder with --out DIR"),
 		RunE: func(*cobra.Command, []string) error {
 			if out == "" {
-				return usageError("keygen: --out DIR is required")
+				return cli.Usagef("keygen: --out DIR is required")
 			}
 			if e.json() {
 				kp, err := provenance.WriteKeyPair(out)
@@ -266,30 +233,4 @@ files are never replaced. worker keygen does the same.`,
 	_ = c.MarkFlagDirname("out")
 	e.outputFlag(c)
 	return c
-}
-
-// completionCmd writes a shell completion script; cobra generates it from the command tree.
-func completionCmd(root *cobra.Command, raw func() io.Writer) *cobra.Command {
-	return &cobra.Command{
-		Use:   "completion bash|zsh|fish",
-		Short: "print a shell completion script",
-		Long: `Prints a completion script for the shell. For example:
-  bash:  source <(submit completion bash)
-  zsh:   submit completion zsh > "${fpath[1]}/_submit"
-  fish:  submit completion fish > ~/.config/fish/completions/submit.fish`,
-		ValidArgs: []string{"bash", "zsh", "fish"},
-		Args:      args(1, 1, "completion: give one shell: bash, zsh or fish"),
-		RunE: func(c *cobra.Command, a []string) error {
-			w := raw() // a script, byte for byte
-			switch a[0] {
-			case "bash":
-				return root.GenBashCompletionV2(w, true)
-			case "zsh":
-				return root.GenZshCompletion(w)
-			case "fish":
-				return root.GenFishCompletion(w, true)
-			}
-			return fmt.Errorf("completion: %q is not a shell this supports; use bash, zsh or fish", a[0])
-		},
-	}
 }

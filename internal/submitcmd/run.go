@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 )
 
@@ -33,7 +34,7 @@ func (e *env) runCmd() *cobra.Command {
 		Long: `Submits one job: every --input is uploaded to the store by its SHA-256, then the job is published.
 Without --wait it prints the job id (with --output json: {"id":…,"state":"queued"}); with --wait
 it follows the job and the exit code says how it ended.`,
-		Args: args(0, 0, "run: takes no arguments; give the task with --task TEXT"),
+		Args: cli.Args(0, 0, "run: takes no arguments; give the task with --task TEXT"),
 		RunE: func(c *cobra.Command, _ []string) error { return e.run(c.Context(), f) },
 	}
 	fs := c.Flags()

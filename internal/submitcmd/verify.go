@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -42,7 +43,7 @@ the stored manifest, and re-hashes every subject and input. Exit 0: verified; 8:
 signature, or with no key to check it, fails unless --allow-unsigned. Keys: --keyring FILE
 (names, public keys and the dates each was in use, so runs signed before a rotation verify),
 else --public-key FILE, else $BOXCAR_HOME/keys/signing.pub, the embedded worker's.`,
-		Args: args(1, 1, "verify: give one JOB_ID"),
+		Args: cli.Args(1, 1, "verify: give one JOB_ID"),
 		RunE: func(c *cobra.Command, a []string) error {
 			if keyringPath == "" {
 				keyringPath = e.getenv("BOXCAR_KEYRING")

@@ -49,14 +49,7 @@ func NewCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Com
 		cli.Version("worker", stdout),
 		cli.Completion(root, func() io.Writer { return stdout }),
 	)
-	defaultHelp := root.HelpFunc()
-	root.SetHelpFunc(func(c *cobra.Command, args []string) {
-		if c != root {
-			defaultHelp(c, args)
-			return
-		}
-		fmt.Fprint(c.OutOrStdout(), rootHelp(root))
-	})
+	cli.SetRootHelp(root, rootHelp)
 	return root
 }
 
