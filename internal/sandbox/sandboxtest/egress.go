@@ -336,6 +336,16 @@ func (s *egressSuite) bypasses() []bypass {
 		{"oversize header", rawProxy(`GET http://` + indexHost + `/hello HTTP/1.1\r\nHost: ` + indexHost + `\r\nX-Big: ' + 'a' * 70000 + '\r\n\r\n`), nil, ""},
 		{"slow client", slowClient(dotted + ":8080"), nil, ""},
 		{"more tunnels than the cap", tunnelsOverCap(otherHost + ":443"), nil, "capped"},
+		{"IPv6 loopback literal", curl + "-g http://[::1]:" + epPort + "/", nil, ""},
+		{"localhost by name", curl + "http://localhost:" + epPort + "/", nil, ""},
+		{"dotted IP literal with a trailing dot", curl + "http://" + dotted + ".:8080/", nil, ""},
+		{"three-part IP literal", curl + "http://" + fmt.Sprintf("%d.%d.%d", a4[0], a4[1], uint16(a4[2])<<8|uint16(a4[3])) + ":8080/", nil, ""},
+		{"tunnel to the namespace's DNS port", curl + "-p http://" + dotted + ":53/", nil, ""},
+		{"proxy variable pointing at the namespace", curl + "https://" + indexHost + "/hello", func(env map[string]string) {
+			for _, k := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"} {
+				env[k] = "http://" + dotted + ":8080"
+			}
+		}, ""},
 	}
 }
 
