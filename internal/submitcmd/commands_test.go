@@ -69,7 +69,7 @@ func TestRun(t *testing.T) {
 	}
 	stdout, _, err := te.submit(t, "status", id)
 	// No worker runs: the job waits in its tenant's consumer.
-	if err != nil || !strings.Contains(stdout, "state:    queued") || !strings.Contains(stdout, "tenant:   default (1 waiting, 0 running of at most 64)") {
+	if err != nil || !strings.Contains(stdout, "state:    queued") || !strings.Contains(stdout, "queue:    tenant default, 1 waiting, 0 running of at most 64") {
 		t.Errorf("status = %v\n%s", err, stdout)
 	}
 	stdout, _, err = te.submit(t, "status", id, "--output", "json")

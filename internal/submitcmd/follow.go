@@ -196,7 +196,7 @@ func (e *env) status(ctx context.Context, id string) error {
 		// The tenant's share of the queue: how long a queued job may wait. Left out when the
 		// credentials may not read the consumer.
 		if l, err := q.Lag(ctx); err == nil {
-			printf(e.stdout, "tenant:   %s (%d waiting, %d running of at most %d)\n", q.Tenant(), l.Pending, l.InFlight, l.MaxConcurrent)
+			printf(e.stdout, "queue:    tenant %s, %d waiting, %d running of at most %d\n", q.Tenant(), l.Pending, l.InFlight, l.MaxConcurrent)
 		}
 	}
 	if st.CancelRequested && !st.State.Terminal() {

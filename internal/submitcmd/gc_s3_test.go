@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 )
@@ -23,10 +24,10 @@ func TestGCS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	te.st = st
+	te.st = store.ForTenant(st, job.DefaultTenant) // what submit reads: the tenant's folder
 	testGC(t, te, []string{"--store", "s3://" + bucket, "--s3-endpoint", srv.Endpoint}, func(t *testing.T, key string, at time.Time) {
 		// The posix backend keeps each object as a file and lists its mtime.
-		if err := os.Chtimes(filepath.Join(srv.Dir, bucket, filepath.FromSlash(key)), at, at); err != nil {
+		if err := os.Chtimes(filepath.Join(srv.Dir, bucket, filepath.FromSlash(store.TenantPrefix(job.DefaultTenant)+key)), at, at); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -44,7 +44,7 @@ func TestRunRidesOutStoreOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if keys := listKeys(t, st, "inputs/"); len(keys) != 1 {
+	if keys := listKeys(t, st, store.TenantPrefix(job.DefaultTenant)+"inputs/"); len(keys) != 1 {
 		t.Errorf("inputs in the store: %v, want the one input", keys)
 	}
 }
