@@ -58,6 +58,13 @@ func (a *Admin) Declare(ctx context.Context) error {
 	if err := setUpCancel(ctx, a.js, cfg); err != nil {
 		return err
 	}
+	// The buckets a worker without the right to create them must find: the profiles it
+	// advertises and the tokens each tenant spent.
+	for _, kv := range []jetstream.KeyValueConfig{profilesBucketConfig(cfg.Replicas), usageBucketConfig(cfg.Replicas)} {
+		if _, err := a.js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
+			return fmt.Errorf("queue: set up bucket %s: %w", kv.Bucket, err)
+		}
+	}
 	return setUpApprovals(ctx, a.js, cfg)
 }
 

@@ -76,10 +76,12 @@ func (c *Consumer) AdvertiseProfiles(ctx context.Context, worker string, profile
 	for {
 		var err error
 		if kv == nil {
-			kv, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-				Bucket: ProfilesBucket, Description: "Boxcar: the profiles each live worker defines",
-				TTL: profilesTTL, History: 1, Storage: jetstream.MemoryStorage, Replicas: c.cfg.Replicas,
-			})
+			// Bound, not created: `worker setup` declares it, so an identity that may not
+			// create buckets advertises too; one made by an older setup is created here.
+			kv, err = c.js.KeyValue(ctx, ProfilesBucket)
+			if errors.Is(err, jetstream.ErrBucketNotFound) {
+				kv, err = c.js.CreateOrUpdateKeyValue(ctx, profilesBucketConfig(c.cfg.Replicas))
+			}
 		}
 		if err == nil {
 			entry.UpdatedAt = time.Now().UTC()
@@ -160,5 +162,13 @@ func liveProfiles(ctx context.Context, js jetstream.JetStream) ([]WorkerProfiles
 				out = append(out, wp)
 			}
 		}
+	}
+}
+
+// profilesBucketConfig is ProfilesBucket as the operator declares it.
+func profilesBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket: ProfilesBucket, Description: "Boxcar: the profiles each live worker defines",
+		TTL: profilesTTL, History: 1, Storage: jetstream.MemoryStorage, Replicas: replicas,
 	}
 }

@@ -44,10 +44,7 @@ func OpenUsage(ctx context.Context, nc *nats.Conn, replicas int, create bool) (*
 	kv, err := js.KeyValue(ctx, UsageBucket)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound) && create:
-		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: UsageBucket, Description: "Boxcar: model tokens each tenant spent per UTC day",
-			History: 1, TTL: usageTTL, Storage: jetstream.FileStorage, Replicas: replicas,
-		})
+		kv, err = js.CreateOrUpdateKeyValue(ctx, usageBucketConfig(replicas))
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		return nil, ErrNoUsage
 	}
@@ -99,5 +96,13 @@ func (u *Usage) Add(ctx context.Context, tenant string, t time.Time, tokens, dai
 		case <-time.After(pause/2 + rand.N(pause)):
 		}
 		pause *= 2
+	}
+}
+
+// usageBucketConfig is UsageBucket as the operator declares it.
+func usageBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket: UsageBucket, Description: "Boxcar: model tokens each tenant spent per UTC day",
+		History: 1, TTL: usageTTL, Storage: jetstream.FileStorage, Replicas: replicas,
 	}
 }

@@ -61,7 +61,7 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 			t.Errorf("%s: max_ack_pending %d, want %d", name, got, want)
 		}
 	}
-	for _, b := range []string{"BOXCAR_STATUS", queue.CancelBucket, "BOXCAR_APPROVALS"} {
+	for _, b := range []string{"BOXCAR_STATUS", queue.CancelBucket, "BOXCAR_APPROVALS", queue.ProfilesBucket, queue.UsageBucket} {
 		if _, err := js.KeyValue(ctx, b); err != nil {
 			t.Errorf("bucket %s: %v", b, err)
 		}
