@@ -11,6 +11,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/store"
 )
 
 // TestFairShare: tenant a submits 40 jobs, then tenant b submits 4. Each tenant has its own
@@ -52,10 +53,12 @@ func TestFairShare(t *testing.T) {
 	}))
 	submit := func(tenant string, n int) []string {
 		_, c := b.tenantClient(tenant)
+		// The tenant's input, in its folder: the worker reads inputs only from there.
+		in := b.putTenantInput(store.ForTenant(b.shared, tenant), []byte("a,b\n1,2\n"))
 		ids := make([]string, n)
 		for i := range ids {
 			j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC(),
-				Inputs: []job.Input{b.putInput([]byte("a,b\n1,2\n"))}}
+				Inputs: []job.Input{in}}
 			mu.Lock()
 			tenantOf[j.ID] = tenant
 			mu.Unlock()

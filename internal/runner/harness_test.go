@@ -282,14 +282,20 @@ func (w *worker) stop() {
 
 func (b *bundle) putInput(data []byte) job.Input {
 	b.t.Helper()
+	return b.putTenantInput(b.store, data)
+}
+
+// putTenantInput stores data as an input in st, a tenant's view of the store.
+func (b *bundle) putTenantInput(st store.Store, data []byte) job.Input {
+	b.t.Helper()
 	sum, size, err := provenance.Digest(strings.NewReader(string(data)))
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	if err := b.store.PutIfAbsent(context.Background(), store.InputKey(sum), strings.NewReader(string(data)), size); err != nil && !errors.Is(err, store.ErrExists) {
+	if err := st.PutIfAbsent(context.Background(), store.InputKey(sum), strings.NewReader(string(data)), size); err != nil && !errors.Is(err, store.ErrExists) {
 		b.t.Fatal(err)
 	}
-	return job.Input{Name: "in.csv", URI: b.store.URL(store.InputKey(sum)), SHA256: sum, Size: size}
+	return job.Input{Name: "in.csv", URI: st.URL(store.InputKey(sum)), SHA256: sum, Size: size}
 }
 
 func (b *bundle) submit(profile string) job.Job {
