@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -160,7 +159,7 @@ func setup(t *testing.T, slots int, profiles map[string]config.Profile) *bundle 
 	bn := &bundle{b: &fakeBackend{}, lag: &fakeLag{lag: map[string]pool.Lag{}}, clock: &clock{now: time.Unix(1_000_000, 0)}, m: pool.NewMetrics(nil)}
 	p, err := pool.New(pool.Config{
 		Provider: bn.b, Profiles: profiles, Slots: slots, Lag: bn.lag, Metrics: bn.m,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: bn.clock.Now,
+		Logger: slog.New(slog.DiscardHandler), Now: bn.clock.Now,
 	})
 	if err != nil {
 		t.Fatal(err)

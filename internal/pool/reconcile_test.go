@@ -15,6 +15,7 @@ import (
 // TestTargetFollowsLag: the pool holds its lag (pending and in flight), within min and max,
 // and never more than the worker's slots.
 func TestTargetFollowsLag(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name              string
 		slots, min, max   int
@@ -48,6 +49,7 @@ func TestTargetFollowsLag(t *testing.T) {
 
 // TestFreeSlotsBound: warm and taken sandboxes together never exceed the worker's slots.
 func TestFreeSlotsBound(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 3, map[string]config.Profile{"p": warmProfile(config.Warm{})})
 	bn.lag.set("p", 10, 0)
 	bn.reconcile(t)
@@ -75,6 +77,7 @@ func TestFreeSlotsBound(t *testing.T) {
 // TestDrainsAfterIdle: once the lag drops the pool keeps its size for the idle time, then
 // drains to its minimum.
 func TestDrainsAfterIdle(t *testing.T) {
+	t.Parallel()
 	for _, minimum := range []int{0, 1} {
 		bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: minimum, Idle: config.Duration(time.Minute)})})
 		bn.lag.set("p", 20, 0)
@@ -99,6 +102,7 @@ func TestDrainsAfterIdle(t *testing.T) {
 
 // TestAgedReplaced: a warm sandbox nobody claimed within max_age is removed and replaced.
 func TestAgedReplaced(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 2, MaxAge: config.Duration(10 * time.Minute)})})
 	bn.reconcile(t)
 	first := append([]*fakeSandbox(nil), bn.b.started...)
@@ -120,6 +124,7 @@ func TestAgedReplaced(t *testing.T) {
 
 // TestStartFailureRetried: a start that fails is tried again at the next round.
 func TestStartFailureRetried(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 2})})
 	bn.b.failNext = 1
 	bn.reconcile(t)
@@ -135,6 +140,7 @@ func TestStartFailureRetried(t *testing.T) {
 
 // TestProfilesShareSlots: minimums first, then the rest one at a time in name order.
 func TestProfilesShareSlots(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{
 		"a": warmProfile(config.Warm{Min: 1}),
 		"b": warmProfile(config.Warm{Min: 2}),
@@ -150,6 +156,7 @@ func TestProfilesShareSlots(t *testing.T) {
 
 // TestLagErrorKeepsPool: a lag that cannot be read neither grows nor drains the pool.
 func TestLagErrorKeepsPool(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{})})
 	bn.lag.set("p", 3, 0)
 	bn.reconcile(t)
@@ -165,6 +172,7 @@ func TestLagErrorKeepsPool(t *testing.T) {
 // TestRunFillsAndDrainsOnStop: Run fills the pool ahead of the jobs, and removes every warm
 // sandbox when it stops.
 func TestRunFillsAndDrainsOnStop(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 2})})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

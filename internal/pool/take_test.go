@@ -13,6 +13,7 @@ import (
 // TestTakeWarmThenCold: a take finds the warm sandbox, claimed for its job; with the pool
 // empty the next one is started for its job; each counts as a hit or a miss.
 func TestTakeWarmThenCold(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
 	bn.reconcile(t)
 	a, warm := bn.take(t, "p", "job-a")
@@ -46,6 +47,7 @@ func TestTakeWarmThenCold(t *testing.T) {
 // TestTakeUnpooledProfile: a profile without warm settings always starts cold and records
 // nothing in the pool's metrics.
 func TestTakeUnpooledProfile(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 2, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1}), "cold": config.Profile{}.WithDefaults()})
 	bn.reconcile(t)
 	sb, warm := bn.take(t, "cold", "job-1")
@@ -62,6 +64,7 @@ func TestTakeUnpooledProfile(t *testing.T) {
 // TestClaimFailureReplaced: a warm sandbox that cannot be claimed is removed, and the take
 // goes on to the next one.
 func TestClaimFailureReplaced(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
 	bn.b.claimErr = sandbox.ErrClosed
 	bn.reconcile(t)
@@ -88,6 +91,7 @@ func TestClaimFailureReplaced(t *testing.T) {
 // TestTakeWaitsForStart: a take that finds a warm sandbox still starting waits for it rather
 // than starting another.
 func TestTakeWaitsForStart(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
 	bn.b.gate = make(chan struct{})
 	bn.p.Reconcile(context.Background()) // the start now waits at the gate
@@ -115,6 +119,7 @@ func TestTakeWaitsForStart(t *testing.T) {
 
 // TestTakeStartError: a cold start that fails gives the room back.
 func TestTakeStartError(t *testing.T) {
+	t.Parallel()
 	bn := setup(t, 1, map[string]config.Profile{"p": warmProfile(config.Warm{})})
 	bn.b.failNext = 1
 	if _, _, err := bn.p.Take(context.Background(), "p", "job-1", sandbox.Spec{}); err == nil {

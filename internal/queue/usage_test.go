@@ -12,6 +12,7 @@ import (
 // TestUsageAddsUp: workers adding a tenant's tokens at the same time lose none of them (each
 // addition is a compare-and-set), and each tenant and UTC day has its own count.
 func TestUsageAddsUp(t *testing.T) {
+	t.Parallel()
 	nc := connect(t, false)
 	ctx := t.Context()
 	if _, err := queue.OpenUsage(ctx, nc, 1, false); !errors.Is(err, queue.ErrNoUsage) {

@@ -285,6 +285,7 @@ func (b *bundle) submitNetwork(profile string, allow ...string) job.Job {
 // narrowing is what the proxy enforces: a host the profile allows and the job does not is
 // refused.
 func TestEgressJobNarrowsItsProfile(t *testing.T) {
+	t.Parallel()
 	const secret = "real-api-token-0123456789abcdef"
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("answer"))

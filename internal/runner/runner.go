@@ -213,6 +213,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		}()
 	}
 
+	r.drain(&wg, stopJobs)
+	return nil
+}
+
+// drain waits for the running jobs within Worker.DrainGrace, then interrupts those left.
+func (r *Runner) drain(wg *sync.WaitGroup, stopJobs context.CancelCauseFunc) {
 	r.mu.Lock()
 	r.draining = true
 	r.mu.Unlock()
@@ -227,5 +233,4 @@ func (r *Runner) Run(ctx context.Context) error {
 		stopJobs(errShutdown)
 		<-done
 	}
-	return nil
 }

@@ -19,6 +19,7 @@ import (
 // and burns CPU: the manifest's usage record has the sandbox's peak memory from its cgroup (at
 // least those 30 MB) and its CPU time, or names what the host's cgroups cannot count.
 func TestManifestSandboxUsage(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	const burn = `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; x=$(head -c 30000000 /dev/zero | tr '\0' a); echo ${#x} > report.md`
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {

@@ -61,23 +61,11 @@ func (s *bubblewrapSandbox) launchSpare(bridged bool) (*spareBwrap, error) {
 		return nil, err
 	}
 	defer inv.close()
-	reqR, reqW, err := os.Pipe()
+	p, err := pipes(3)
 	if err != nil {
 		return nil, err
 	}
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		reqR.Close()
-		reqW.Close()
-		return nil, err
-	}
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		for _, f := range []*os.File{reqR, reqW, readyR, readyW} {
-			f.Close()
-		}
-		return nil, err
-	}
+	reqR, reqW, readyR, readyW, stdinR, stdinW := p[0], p[1], p[2], p[3], p[4], p[5]
 	base := fdArgs + len(inv.child)
 	inv.child = append(inv.child, reqR, readyW, bin)
 	sp := &spareBwrap{request: reqW, stdin: stdinW, stdout: &cappedBuffer{}, stderr: &cappedBuffer{}, bridged: bridged,
@@ -234,4 +222,20 @@ func (s *bubblewrapSandbox) awaitSpare() {
 	if sp != nil {
 		<-sp.ready
 	}
+}
+
+// pipes makes n pipes, their read and write ends in turn; none when one fails.
+func pipes(n int) ([]*os.File, error) {
+	var ends []*os.File
+	for range n {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, f := range ends {
+				f.Close()
+			}
+			return nil, err
+		}
+		ends = append(ends, r, w)
+	}
+	return ends, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -202,39 +203,37 @@ func (e *env) status(ctx context.Context, id string) error {
 	if st.CancelRequested && !st.State.Terminal() {
 		printf(e.stdout, "cancel:   requested\n")
 	}
-	if st.Worker != "" {
-		printf(e.stdout, "worker:   %s\n", st.Worker)
+	printStatusLines(e.stdout, st)
+	if usage != nil {
+		printf(e.stdout, "%s", usageLine(usage))
 	}
-	if st.Progress != "" {
-		printf(e.stdout, "progress: %s\n", st.Progress)
+	return nil
+}
+
+// printStatusLines writes the lines of a status that only some states have, each when set.
+func printStatusLines(w io.Writer, st job.Status) {
+	field := func(label, value string) {
+		if value != "" {
+			printf(w, "%-9s %s\n", label+":", value)
+		}
 	}
+	field("worker", st.Worker)
+	field("progress", st.Progress)
 	for _, t := range []struct {
 		name string
 		at   time.Time
 	}{{"queued", st.QueuedAt}, {"started", st.StartedAt}, {"sandbox", st.SandboxClaimedAt}, {"finished", st.FinishedAt}} {
 		if !t.at.IsZero() {
-			printf(e.stdout, "%-9s %s%s\n", t.name+":", t.at.Local().Format(time.RFC3339), claimNote(t.name, st))
+			field(t.name, t.at.Local().Format(time.RFC3339)+claimNote(t.name, st))
 		}
 	}
 	if st.SpentTurns > 0 || st.SpentToolCalls > 0 || st.SpentTokens > 0 {
-		printf(e.stdout, "spent:    %d turns, %d tool calls, %d tokens (all attempts)\n", st.SpentTurns, st.SpentToolCalls, st.SpentTokens)
+		field("spent", fmt.Sprintf("%d turns, %d tool calls, %d tokens (all attempts)", st.SpentTurns, st.SpentToolCalls, st.SpentTokens))
 	}
-	if st.Cap != "" {
-		printf(e.stdout, "cap:      %s\n", st.Cap)
-	}
-	if st.Error != "" {
-		printf(e.stdout, "error:    %s\n", st.Error)
-	}
-	if st.Report != "" {
-		printf(e.stdout, "report:   %s\n", st.Report)
-	}
-	if st.Manifest != "" {
-		printf(e.stdout, "manifest: %s\n", st.Manifest)
-	}
-	if usage != nil {
-		printf(e.stdout, "%s", usageLine(usage))
-	}
-	return nil
+	field("cap", st.Cap)
+	field("error", st.Error)
+	field("report", st.Report)
+	field("manifest", st.Manifest)
 }
 
 // claimNote says, on the sandbox line, whether the attempt's sandbox was warm.

@@ -20,7 +20,7 @@ func (e *env) tenantUsage(ctx context.Context, nc *nats.Conn) map[string]any {
 	}
 	now := time.Now().UTC()
 	d, err := u.Day(ctx, e.tenant(), now)
-	if err != nil {
+	if err != nil || d.Tokens == 0 && d.DailyTokens == 0 { // nothing kept today: nothing to say
 		return nil
 	}
 	return map[string]any{"name": e.tenant(), "day": now.Format(time.DateOnly), "tokens_today": d.Tokens, "daily_tokens": d.DailyTokens}

@@ -192,23 +192,29 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 	if p.approvers, err = approverKeys(o, cfg, log); err != nil {
 		return nil, err
 	}
-	s3Client, err := s3HTTPClient(o)
-	if err != nil {
-		return nil, err
-	}
-	storeOpts := store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region, HTTPClient: s3Client,
-		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite,
-		ProbeInterval: time.Duration(cfg.Store.ProbeInterval), Logger: log, Getenv: o.Getenv}
-	if p.store, err = store.Open(ctx, cfg.Store.URL, storeOpts); err != nil {
-		return nil, err
-	}
-	if p.tenants, err = openTenantStores(ctx, cfg, storeOpts); err != nil {
+	if err := p.openStores(ctx, o, cfg); err != nil {
 		return nil, err
 	}
 	if p.link, err = queue.Dial(p.natsOpts, log); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// openStores opens the shared store and the buckets of the tenants that have their own.
+func (p *parts) openStores(ctx context.Context, o Options, cfg config.Config) error {
+	s3Client, err := s3HTTPClient(o)
+	if err != nil {
+		return err
+	}
+	storeOpts := store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region, HTTPClient: s3Client,
+		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite,
+		ProbeInterval: time.Duration(cfg.Store.ProbeInterval), Logger: p.log, Getenv: o.Getenv}
+	if p.store, err = store.Open(ctx, cfg.Store.URL, storeOpts); err != nil {
+		return err
+	}
+	p.tenants, err = openTenantStores(ctx, cfg, storeOpts)
+	return err
 }
 
 // openModel opens the model's side of p: its URL, the gate that watches it and the agent that
