@@ -250,11 +250,7 @@ current-context: gone
 
 		// A poison job is fetched although no sandbox could start: it needs none. It is
 		// rejected and dead-lettered with its reason.
-		out, err := submitWith(t, submitEnv, "run", "--profile", "no-such-profile", "--task", "x", "--output", "json")
-		if err != nil {
-			t.Fatalf("submit: %v\n%s", err, out)
-		}
-		poison := lastJSON(t, out)["id"].(string)
+		poison := publishUnchecked(t, ns.ClientURL(), "no-such-profile")
 		dl := waitDeadLetter(t, ns.ClientURL(), poison, 30*time.Second)
 		if dl.Reason != "unknown_profile" || !strings.Contains(dl.Error, `unknown profile "no-such-profile"`) || dl.Attempt != 1 {
 			t.Errorf("dead letter = reason %q, error %q, attempt %d; want unknown_profile, the profile named, attempt 1", dl.Reason, dl.Error, dl.Attempt)
@@ -265,7 +261,7 @@ current-context: gone
 
 		// A good job cannot get a sandbox: its status says which API server did not answer,
 		// and it waits for a retry instead of failing for good.
-		out, err = submitWith(t, submitEnv, "run", "--profile", "file-summary", "--task", "x", "--output", "json")
+		out, err := submitWith(t, submitEnv, "run", "--profile", "file-summary", "--task", "x", "--output", "json")
 		if err != nil {
 			t.Fatalf("submit: %v\n%s", err, out)
 		}
@@ -777,4 +773,25 @@ func assertNoSecrets(t *testing.T, what, text string, secrets ...string) {
 			t.Errorf("%s contains a secret (%d characters starting %q)", what, len(s), s[:4])
 		}
 	}
+}
+
+// publishUnchecked puts a job for profile on the default tenant's subject as it is, past
+// submit's check that a live worker defines the profile: what a client other than submit may
+// send, which the worker must reject itself. It returns the job's id.
+func publishUnchecked(t *testing.T, natsURL, profile string) string {
+	t.Helper()
+	nc, err := queue.Connect(t.Context(), queue.ConnOptions{URL: natsURL, Name: "boxcar-e2e-raw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	q, err := queue.NewClient(t.Context(), nc, config.Config{}.WithDefaults().NATS, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: profile, Task: "x", SubmittedAt: time.Now().UTC()}
+	if _, err := q.Publish(t.Context(), j); err != nil {
+		t.Fatal(err)
+	}
+	return j.ID
 }

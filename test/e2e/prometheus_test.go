@@ -75,10 +75,12 @@ func TestPrometheus(t *testing.T) {
 			t.Fatalf("job %d: state %v, want succeeded", i, st)
 		}
 	}
-	// A job no worker can run: rejected and dead-lettered.
+	// A job no worker can run (submit refuses it; another client may send it): rejected and
+	// dead-lettered.
 	if _, _, err := w.submit(t, "run", "--profile", "no-such-profile", "--task", "x", "--wait"); exitCode(err) != 4 {
 		t.Fatalf("unknown profile: exit %d (%v), want 4", exitCode(err), err)
 	}
+	publishUnchecked(t, w.NATSURL, "no-such-profile")
 
 	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusOK} {
 		if code, body := httpGet(t, base+path); code != want {
