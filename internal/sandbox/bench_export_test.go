@@ -50,3 +50,14 @@ func RanOnSpare(sb Sandbox) bool {
 	defer s.spareMu.Unlock()
 	return s.spareHit
 }
+
+// awaitSpare waits until the spare, if any, is ready or dead (benchmarks: a pool sandbox as a
+// job finds it).
+func (s *bubblewrapSandbox) awaitSpare() {
+	s.spareMu.Lock()
+	sp := s.spare
+	s.spareMu.Unlock()
+	if sp != nil {
+		<-sp.ready
+	}
+}

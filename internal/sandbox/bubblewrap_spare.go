@@ -213,17 +213,6 @@ func (s *bubblewrapSandbox) launchOnSpare(runCtx context.Context, sp *spareBwrap
 	return l
 }
 
-// awaitSpare waits until the spare, if any, is ready or dead (benchmarks: a pool sandbox as a
-// job finds it).
-func (s *bubblewrapSandbox) awaitSpare() {
-	s.spareMu.Lock()
-	sp := s.spare
-	s.spareMu.Unlock()
-	if sp != nil {
-		<-sp.ready
-	}
-}
-
 // pipes makes n pipes, their read and write ends in turn; none when one fails.
 func pipes(n int) ([]*os.File, error) {
 	var ends []*os.File
