@@ -103,7 +103,7 @@ func TestEgressJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	manifest, err := os.ReadFile(filepath.Join(storeDir, "runs", stmt.Predicate.Job.ID, "manifest.json"))
+	manifest, err := os.ReadFile(filepath.Join(storeDir, "tenants", "default", "runs", stmt.Predicate.Job.ID, "manifest.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,7 +206,7 @@ func runFile(t *testing.T, storeDir string, stmt provenance.Statement, name stri
 	t.Helper()
 	for _, s := range stmt.Subjects {
 		if s.Name == name {
-			return filepath.Join(storeDir, filepath.FromSlash(provenance.SubjectKey(stmt.Predicate.Job.ID, s)))
+			return filepath.Join(storeDir, "tenants", "default", filepath.FromSlash(provenance.SubjectKey(stmt.Predicate.Job.ID, s)))
 		}
 	}
 	t.Fatalf("the manifest of %s names no %s", stmt.Predicate.Job.ID, name)
