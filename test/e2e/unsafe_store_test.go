@@ -68,7 +68,9 @@ func TestStoreThatStopsRefusingOverwrites(t *testing.T) {
 	s3 := s3test.Start(t)
 	proxy := s3test.NewLenientProxy(t, s3, s3test.IgnoreNothing)
 	ns := startNATS(t)
-	const ackWait = 2 * time.Second
+	// 5 s, not 2: under a loaded race run one heartbeat came late, and with max_deliver 1 a
+	// redelivery is a dead job.
+	const ackWait = 5 * time.Second
 	w := launchS3Worker(t, s3, proxy.URL, ns.ClientURL(), fmt.Sprintf("ack_wait: %s\nmax_deliver: 1", ackWait), "probe_interval: 200ms")
 	bucket := strings.TrimPrefix(w.Submit["BOXCAR_STORE"], "s3://")
 	w.WaitReady(t)
