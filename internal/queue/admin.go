@@ -58,12 +58,15 @@ func (a *Admin) Declare(ctx context.Context) error {
 	if err := setUpCancel(ctx, a.js, cfg); err != nil {
 		return err
 	}
-	// The buckets a worker without the right to create them must find: the profiles it
-	// advertises and the tokens each tenant spent.
-	for _, kv := range []jetstream.KeyValueConfig{profilesBucketConfig(cfg.Replicas), usageBucketConfig(cfg.Replicas)} {
-		if _, err := a.js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
-			return fmt.Errorf("queue: set up bucket %s: %w", kv.Bucket, err)
-		}
+	// The buckets a worker without the right to create them must find: the tokens each tenant
+	// spent, and the profiles it advertises. The profiles live in memory, which a server may
+	// not offer (max_memory_store 0): submit then checks no profile, and nothing else is lost,
+	// so that one is said and not fatal.
+	if _, err := a.js.CreateOrUpdateKeyValue(ctx, usageBucketConfig(cfg.Replicas)); err != nil {
+		return fmt.Errorf("queue: set up bucket %s: %w", UsageBucket, err)
+	}
+	if _, err := a.js.CreateOrUpdateKeyValue(ctx, profilesBucketConfig(cfg.Replicas)); err != nil {
+		a.log.WarnContext(ctx, "cannot set up the profiles bucket; workers will not advertise their profiles and submit will not check them", "bucket", ProfilesBucket, "error", err)
 	}
 	return setUpApprovals(ctx, a.js, cfg)
 }
