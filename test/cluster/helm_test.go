@@ -508,7 +508,7 @@ func checkRun(t *testing.T, bucket *s3.Client, sub *submitter, keyDir, id, versi
 	var report []byte
 	for _, s := range stmt.Subjects {
 		if s.Name == "report.md" {
-			report = getObject(t, bucket, provenance.SubjectKey(id, s))
+			report = getObject(t, bucket, "tenants/default/"+provenance.SubjectKey(id, s))
 		}
 	}
 	// 92 units over 12 rows of examples/sales.csv, summed by busybox awk in the sandbox pod.
