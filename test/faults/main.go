@@ -620,7 +620,9 @@ func (h *harness) manifest(id string) (st provenance.Statement, ok bool, err err
 	return st, true, err
 }
 
-func (h *harness) runsDir() string { return filepath.Join(h.dir, "s3", bucket, "tenants", "default", "runs") }
+func (h *harness) runsDir() string {
+	return filepath.Join(h.dir, "s3", bucket, "tenants", "default", "runs")
+}
 
 // logged reports whether worker i logged msg for the job's attempt.
 func (h *harness) logged(i int, msg, jobID string, attempt int) bool {
