@@ -203,11 +203,14 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	if p.asRoot {
 		cred = credential(p.firstUID)
 	}
-	if out, err := p.probe(cred, p.bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--proc", "/proc", "--", "true"); err != nil {
+	p.hostLayout = hostLayout()
+	// The probe mounts only what a sandbox mounts: binding all of / would copy every mount on
+	// the host, and one that goes away meanwhile (another sandbox's workdir) fails the probe.
+	probeArgs := append(append([]string{"--unshare-all", "--unshare-user"}, p.hostLayout...), "--proc", "/proc", "--", "true")
+	if out, err := p.probe(cred, p.bwrap, probeArgs...); err != nil {
 		return nil, fmt.Errorf("sandbox: bubblewrap cannot make namespaces here (%s): allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1, or an AppArmor profile for bwrap): %w",
 			firstLine(out, err), ErrUnavailable)
 	}
-	p.hostLayout = hostLayout()
 	if err := p.findDiskBound(cfg); err != nil {
 		return nil, err
 	}
