@@ -27,9 +27,15 @@ const tempPrefix = ".boxcar-tmp-"
 //
 // A key cannot be both an object and a folder of other objects ("a" and "a/b"), which S3
 // allows; the run layout never does that.
+//
+// A store directory with the setgid bit is a folder shared by a group (a volume with an
+// fsGroup, or a worker and its submitters as different users): its folders are made group-
+// writable and setgid as well, whatever the umask, so that a folder one user made (a tenant's,
+// by the first submit) takes the other's objects too.
 type File struct {
-	dir  string
-	root *os.Root
+	dir    string
+	root   *os.Root
+	shared bool
 }
 
 var _ Store = (*File)(nil)
@@ -48,7 +54,12 @@ func NewFile(dir string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: file %s: %w", abs, err)
 	}
-	return &File{dir: abs, root: root}, nil
+	info, err := root.Stat(".")
+	if err != nil {
+		root.Close()
+		return nil, fmt.Errorf("store: file %s: %w", abs, err)
+	}
+	return &File{dir: abs, root: root, shared: info.Mode()&os.ModeSetgid != 0}, nil
 }
 
 // Close releases the directory handle. The store cannot be used afterwards.
@@ -84,7 +95,7 @@ func (f *File) put(ctx context.Context, key string, r io.Reader, size int64, ifA
 		return err
 	}
 	dir := path.Dir(key)
-	if err := f.root.MkdirAll(dir, 0o750); err != nil {
+	if err := f.mkdirAll(dir); err != nil {
 		return notFolder(err)
 	}
 	tmp := path.Join(dir, tempPrefix+randomHex())
@@ -312,6 +323,31 @@ func notFound(err error) error {
 }
 
 // notFolder explains the one layout a file system cannot hold and S3 can.
+// mkdirAll makes the folders of an object; see File for the modes of a shared store.
+func (f *File) mkdirAll(dir string) error {
+	if !f.shared {
+		return f.root.MkdirAll(dir, 0o750)
+	}
+	if dir == "." {
+		return nil
+	}
+	parts := strings.Split(dir, "/")
+	for i := range parts {
+		name := path.Join(parts[:i+1]...)
+		err := f.root.Mkdir(name, 0o770)
+		switch {
+		case errors.Is(err, fs.ErrExist):
+		case err != nil:
+			return err
+		default:
+			if err := f.root.Chmod(name, 0o770|os.ModeSetgid); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func notFolder(err error) error {
 	if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("a parent of the key is an object, not a folder: %w", err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -227,3 +228,48 @@ func readAll(t *testing.T, s store.Store, key string) []byte {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// TestFileSharedFolderStaysGroupWritable: in a setgid store folder (shared by a worker and its
+// submitters running as different users), the folders one user makes must take the other's
+// objects, whatever the umask; in a private one they stay closed to others.
+//
+//nolint:paralleltest // sets the process's umask, which no parallel test may see
+func TestFileSharedFolderStaysGroupWritable(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	for _, tc := range []struct {
+		name     string
+		rootMode os.FileMode
+		want     os.FileMode
+	}{
+		{"private", 0o750, 0o750},
+		{"shared", 0o770 | os.ModeSetgid, 0o770 | os.ModeSetgid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(dir, tc.rootMode); err != nil {
+				t.Fatal(err)
+			}
+			f, err := store.NewFile(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := f.Put(t.Context(), "tenants/team-a/inputs/x.csv", strings.NewReader("a,b"), -1); err != nil {
+				t.Fatal(err)
+			}
+			for _, folder := range []string{"tenants", "tenants/team-a", "tenants/team-a/inputs"} {
+				info, err := os.Stat(filepath.Join(dir, folder))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := info.Mode() & (os.ModePerm | os.ModeSetgid); got != tc.want {
+					t.Errorf("%s: mode %v, want %v", folder, got, tc.want)
+				}
+			}
+		})
+	}
+}

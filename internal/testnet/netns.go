@@ -16,8 +16,8 @@ import (
 )
 
 // Netns is a network namespace the test made, joined to the host's by a veth pair on a /30
-// of 198.18.0.0/15 (the benchmarking range, which no real host uses): the host's end is
-// HostAddr, the namespace's Addr. Servers the test starts in it are reachable from the host
+// of 198.19.128.0/17, in 198.18.0.0/15 (the benchmarking range, which no real host uses): the
+// host's end is HostAddr, the namespace's Addr. Servers the test starts in it are reachable from the host
 // at Addr, and nothing else is there.
 type Netns struct {
 	Name     string
@@ -40,8 +40,10 @@ func NewNetns(t testing.TB) *Netns {
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)
 	}
-	// A random /30 of 198.18.0.0/15, so that tests running at once do not collide.
-	base := netip.AddrFrom4([4]byte{198, 18 + b[0]&1, b[1], b[2] &^ 3})
+	// A random /30 of 198.19.128.0/17, so that tests running at once do not collide. The rest
+	// of 198.18.0.0/15 is the test cluster's (pods and services, test/cluster/network.go),
+	// whose absence from the host's namespace TestHostNetworkUntouched checks.
+	base := netip.AddrFrom4([4]byte{198, 19, 128 | b[1]&127, b[2] &^ 3})
 	n := &Netns{Name: fmt.Sprintf("boxcar-t-%x", b), HostAddr: base.Next(), Addr: base.Next().Next()}
 	host, peer := "bxh"+fmt.Sprintf("%x", b), "bxn"+fmt.Sprintf("%x", b)
 	run := func(args ...string) {
