@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -34,10 +35,21 @@ func (r *Runner) bindTenant(a *attempt) {
 // came from would be recorded in the manifest.
 func (r *Runner) checkInputTenant(a *attempt) error {
 	for _, in := range a.job.Inputs {
-		if want := a.store.URL(store.InputKey(in.SHA256)); in.URI != want {
+		if want := a.store.URL(store.InputKey(in.SHA256)); !sameInput(in.URI, want, store.TenantPrefix(a.tenant)+store.InputKey(in.SHA256)) {
 			return fmt.Errorf("input %s: its uri %s is outside the store of tenant %s, where the worker reads it from %s; upload it as tenant %s (submit --tenant %s does): %w",
 				in.Name, in.URI, a.tenant, want, a.tenant, a.tenant, errInputOutsideTenant)
 		}
 	}
 	return nil
+}
+
+// sameInput says whether uri names the object the worker reads at want. A file store is one
+// folder that submit and the worker may mount at different paths (a container's volume), so a
+// file URI names it by its key under the tenant's folder, whatever the path before it.
+func sameInput(uri, want, tenantKey string) bool {
+	if uri == want {
+		return true
+	}
+	const file = "file://"
+	return strings.HasPrefix(uri, file) && strings.HasPrefix(want, file) && strings.HasSuffix(uri, "/"+tenantKey)
 }

@@ -124,3 +124,21 @@ func TestInputOutsideTenant(t *testing.T) {
 		})
 	}
 }
+
+// TestInputFromAnotherMountOfTheFileStore: submit and the worker may see one file store at
+// different paths (a container's volume); an input named by its key under the tenant's folder
+// is the tenant's, whatever the path before it.
+func TestInputFromAnotherMountOfTheFileStore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.worker(agentFunc(writeReport))
+	in := b.putTenantInput(b.store, []byte("a,b\n1,2\n"))
+	in.URI = "file:///mnt/elsewhere/" + store.TenantPrefix(job.DefaultTenant) + store.InputKey(in.SHA256)
+	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC(), Inputs: []job.Input{in}}
+	if _, err := b.q.Publish(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.waitFinal(j.ID, 30*time.Second); st.State != job.StateSucceeded {
+		t.Fatalf("status %s, error %q; want succeeded", st.State, st.Error)
+	}
+}
