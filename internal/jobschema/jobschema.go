@@ -33,7 +33,7 @@ func Schema() (schemagen.Schema, error) {
 		Rules: map[string]schemagen.Schema{
 			"version": {"const": job.Version},
 			"id": {"pattern": idPattern, "description": "Lowercase letters, digits and '-', 8 to 64 characters, starting with a letter or digit. " +
-				"The message's Nats-Msg-Id header must carry the same id."},
+				"The last token of the message's subject (boxcar.jobs.TENANT.ID) must be the same id."},
 			"profile": {"pattern": namePattern, "description": "An execution profile the workers define."},
 			"tenant": {"pattern": job.TenantPattern, "description": "The tenant the job belongs to. Informational: the worker takes the tenant " +
 				"from the subject the message was published on (boxcar.jobs.TENANT.ID) and overwrites this field."},
@@ -58,7 +58,7 @@ func Schema() (schemagen.Schema, error) {
 	}
 	s["$schema"] = "http://json-schema.org/draft-07/schema#"
 	s["title"] = "Boxcar job message, version " + strconv.Itoa(job.Version)
-	s["description"] = "One job, published as JSON on the jobs subject (default boxcar.jobs) with the header " +
-		"Nats-Msg-Id set to the job's id. At most " + strconv.Itoa(job.MaxMessageBytes) + " bytes; input names unique."
+	s["description"] = "One job, published as JSON on the subject boxcar.jobs.TENANT.ID (the jobs subject, default boxcar.jobs, " +
+		"its tenant and its id). At most " + strconv.Itoa(job.MaxMessageBytes) + " bytes; input names unique."
 	return s, nil
 }

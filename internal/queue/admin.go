@@ -77,9 +77,8 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 	jobs := jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "Boxcar jobs",
-		// boxcar.jobs.T.J, and boxcar.jobs as submitters before tenants published: such a
-		// job is tenant default's.
-		Subjects:   []string{cfg.Subject + ".*.*", cfg.Subject},
+		// boxcar.jobs.T.J: the subject names the job, and a server permission the tenant.
+		Subjects:   []string{cfg.Subject + ".*.*"},
 		Retention:  jetstream.WorkQueuePolicy,
 		Storage:    jetstream.FileStorage,
 		Replicas:   cfg.Replicas,
@@ -90,10 +89,19 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 		// A full queue refuses the submission, which submit reports; it never drops a job
 		// that was accepted.
 		Discard: jetstream.DiscardNew,
+		// One message per job subject: a second publish of a job that is queued or running is
+		// refused, which the client reports as a duplicate. This, not the Nats-Msg-Id header
+		// (which the server checks against nothing, so a tenant could set another tenant's),
+		// is what makes a re-submission of a job id run it once.
+		MaxMsgsPerSubject:    1,
+		DiscardNewPerSubject: true,
 	}
 	// What workers before the retention settings set, to tell their values from an operator's.
 	jobsBefore := jobs
-	jobsBefore.MaxMsgs, jobsBefore.MaxBytes, jobsBefore.Discard = -1, -1, jetstream.DiscardOld
+	jobsBefore.MaxMsgs, jobsBefore.MaxBytes = -1, -1
+	if err := a.adoptBareJobs(ctx); err != nil {
+		return nil, err
+	}
 	stream, err := ensureStream(ctx, a.js, jobs, jobsBefore, a.log)
 	if err != nil {
 		return nil, fmt.Errorf("queue: set up stream %s: %w (if the stream exists with incompatible settings, remove it with `nats stream rm %s` after draining it)", cfg.Stream, err, cfg.Stream)
@@ -109,6 +117,8 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 		MaxMsgs:     -1,
 		Duplicates:  2 * time.Minute, // the server's default, written out to compare with
 		Discard:     jetstream.DiscardOld,
+		// The server's default, written out to compare with.
+		MaxMsgsPerSubject: -1,
 	}
 	deadBefore := dead
 	deadBefore.MaxAge, deadBefore.MaxBytes = 30*24*time.Hour, -1
@@ -147,9 +157,6 @@ func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream, te
 	cfg := a.cfg
 	name := consumerName(cfg, tenant)
 	filters := []string{tenantFilter(cfg, tenant)}
-	if tenant == job.DefaultTenant {
-		filters = append(filters, cfg.Subject)
-	}
 	_, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:        name,
 		Description:    "Boxcar workers, jobs of tenant " + tenant,

@@ -2,7 +2,9 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,19 +28,26 @@ func (c *Client) PublishAsync(j job.Job) (*PendingPublish, error) {
 		return nil, err
 	}
 	r := c.ref(j.ID)
-	f, err := c.js.PublishMsgAsync(&nats.Msg{Subject: jobSubject(c.cfg, r), Data: data}, jetstream.WithMsgID(r.key()), jetstream.WithExpectStream(c.cfg.Stream))
+	// No Nats-Msg-Id: the server would drop a job whose header another tenant set first
+	// (it checks the header against nothing). The subject names the job, and the stream
+	// holds one message per subject.
+	f, err := c.js.PublishMsgAsync(&nats.Msg{Subject: jobSubject(c.cfg, r), Data: data}, jetstream.WithExpectStream(c.cfg.Stream))
 	if err != nil {
 		return nil, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
 	}
 	return &PendingPublish{id: j.ID, ack: f}, nil
 }
 
-// Wait returns the outcome of the publish: duplicate when the server already had the job id.
+// Wait returns the outcome of the publish: duplicate when the job stream already holds the
+// job (queued, or running).
 func (p *PendingPublish) Wait(ctx context.Context) (duplicate bool, err error) {
 	select {
 	case ack := <-p.ack.Ok():
 		return ack.Duplicate, nil
 	case err := <-p.ack.Err():
+		if subjectFull(err) {
+			return true, nil
+		}
 		return false, fmt.Errorf("queue: publish job %s: %w", p.id, err)
 	case <-ctx.Done():
 		return false, fmt.Errorf("queue: publish job %s: %w", p.id, ctx.Err())
@@ -89,3 +98,14 @@ func (c *Client) WatchStatuses(ctx context.Context, ids []string) (<-chan job.St
 	}()
 	return out, nil
 }
+
+// subjectFull reports the job stream refusing a message because its subject holds one
+// already: the job is queued or running. The server says so only in the description of a
+// generic "store failed" error (10077, also a full stream's), so that is what is matched.
+func subjectFull(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jsStoreFailed && strings.Contains(api.Description, "maximum messages per subject exceeded")
+}
+
+// jsStoreFailed is the JetStream error code of a message the stream did not store.
+const jsStoreFailed jetstream.ErrorCode = 10077

@@ -56,26 +56,17 @@ func (c *Client) Tenant() string { return c.tenant }
 // ref names a job of the client's tenant.
 func (c *Client) ref(id string) Ref { return Ref{Tenant: c.tenant, ID: id} }
 
-// Publish sends a job on its tenant's subject, boxcar.jobs.T.J. "T.J" is the message id, so a
-// second publish of the same id inside the duplicate window is dropped by the server;
-// duplicate reports that case. Nothing else is written: the job is queued while it is in the
-// stream and no worker has written its status.
+// Publish sends a job on its tenant's subject, boxcar.jobs.T.J. The job stream holds one
+// message per subject, so a second publish of a job that is queued or running is refused by
+// the server; duplicate reports that case. A job that already ran may be published again: the
+// worker finds its committed run, or its final status, and runs nothing. Nothing else is
+// written: the job is queued while it is in the stream and no worker has written its status.
 func (c *Client) Publish(ctx context.Context, j job.Job) (duplicate bool, err error) {
 	p, err := c.PublishAsync(j)
 	if err != nil {
 		return false, err
 	}
 	return p.Wait(ctx)
-}
-
-// DuplicateWindow is the job stream's duplicate window as the server holds it: a job id
-// published again inside it is dropped. Clients that retry a publish stay inside it.
-func (c *Client) DuplicateWindow(ctx context.Context) (time.Duration, error) {
-	s, err := c.js.Stream(ctx, c.cfg.Stream)
-	if err != nil {
-		return 0, fmt.Errorf("queue: look up stream %s: %w", c.cfg.Stream, err)
-	}
-	return s.CachedInfo().Config.Duplicates, nil
 }
 
 // ConsumerAckWait is the ack deadline of the workers' durable consumer as the server has it. A

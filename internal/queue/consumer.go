@@ -296,15 +296,11 @@ func (c *Consumer) delivery(msg jetstream.Msg) (*Delivery, error) {
 }
 
 // subjectRef is the job a message names by its subject, boxcar.jobs.T.J, which the server let
-// only tenant T's submitters publish on: never by its payload. A message on boxcar.jobs (a
-// submitter before tenants) is tenant default's, named by its message id. A subject of another
-// shape names no job (an empty id, which the runner rejects).
+// only tenant T's submitters publish on: never by its payload, nor by a header (a
+// Nats-Msg-Id is whatever the publisher set). A subject of another shape names no job (an
+// empty id, which the runner rejects).
 func (c *Consumer) subjectRef(msg jetstream.Msg) Ref {
-	subject := msg.Subject()
-	if subject == c.cfg.Subject {
-		return Ref{Tenant: job.DefaultTenant, ID: msg.Headers().Get(jetstream.MsgIDHeader)}
-	}
-	rest, ok := strings.CutPrefix(subject, c.cfg.Subject+".")
+	rest, ok := strings.CutPrefix(msg.Subject(), c.cfg.Subject+".")
 	r := refOf(rest)
 	if !ok || !job.ValidTenant(r.Tenant) {
 		return Ref{Tenant: job.DefaultTenant}

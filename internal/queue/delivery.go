@@ -18,8 +18,8 @@ type Delivery struct {
 
 	// Tenant is the tenant whose subject the job came on.
 	Tenant string
-	// JobID is the message id the job was published with; it may be empty for a message that
-	// did not come from submit.
+	// JobID is the job id its subject names (boxcar.jobs.T.J); empty for a subject of another
+	// shape.
 	JobID string
 	// Data is the raw job message.
 	Data []byte

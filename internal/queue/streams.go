@@ -26,7 +26,6 @@ var limits = []limit{
 	{"max_msgs", func(c *jetstream.StreamConfig) string { return fmt.Sprint(c.MaxMsgs) }, func(d, s *jetstream.StreamConfig) { d.MaxMsgs = s.MaxMsgs }},
 	{"max_bytes", func(c *jetstream.StreamConfig) string { return fmt.Sprint(c.MaxBytes) }, func(d, s *jetstream.StreamConfig) { d.MaxBytes = s.MaxBytes }},
 	{"max_age", func(c *jetstream.StreamConfig) string { return c.MaxAge.String() }, func(d, s *jetstream.StreamConfig) { d.MaxAge = s.MaxAge }},
-	{"discard", func(c *jetstream.StreamConfig) string { return c.Discard.String() }, func(d, s *jetstream.StreamConfig) { d.Discard = s.Discard }},
 	{"duplicate_window", func(c *jetstream.StreamConfig) string { return c.Duplicates.String() }, func(d, s *jetstream.StreamConfig) { d.Duplicates = s.Duplicates }},
 }
 
@@ -38,7 +37,9 @@ func setMeta(name string) string { return "boxcar.set." + name }
 // metadata), so a limit an operator edited with `nats stream edit` is kept, and said so in
 // the log, rather than reverted at the next start. earlier is what workers that recorded
 // nothing set: a stream they made is treated as if they had recorded it. Every other field
-// (subjects, retention, size of a message) is the worker's and always set.
+// (subjects, retention, size of a message, the discard policy and the one message per job
+// subject that keeps a job from being queued twice) is the worker's and always set: they are
+// what the queue means, not how much it holds.
 func ensureStream(ctx context.Context, js jetstream.JetStream, want, earlier jetstream.StreamConfig, log *slog.Logger) (jetstream.Stream, error) {
 	record := map[string]string{}
 	for _, l := range limits {
@@ -60,6 +61,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want, earlier jet
 	cur := s.CachedInfo().Config
 	next := cur
 	next.Description, next.Subjects, next.Retention, next.MaxMsgSize, next.Replicas = want.Description, want.Subjects, want.Retention, want.MaxMsgSize, want.Replicas
+	next.Discard, next.MaxMsgsPerSubject, next.DiscardNewPerSubject = want.Discard, want.MaxMsgsPerSubject, want.DiscardNewPerSubject
 	next.Metadata = maps.Clone(cur.Metadata)
 	if next.Metadata == nil {
 		next.Metadata = map[string]string{}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,8 @@ import (
 // TestConsumerOfAnOlderBoxcar: a worker that starts on the one consumer an older Boxcar shared
 // between all jobs (before tenants), with a finite max_deliver the server used to drop jobs
 // silently, removes it, says so, and its tenant's consumer delivers every job left in the
-// stream, on the old subject too: the one the old setting had dropped and the one waiting.
+// stream, on the old subject too, moved to tenant default's subjects under the id of their
+// Nats-Msg-Id: the one the old setting had dropped and the one waiting.
 func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -89,7 +91,17 @@ func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 	if got := c.CachedInfo().Config.MaxDeliver; got != -1 {
 		t.Errorf("after a worker start the tenant's consumer's max_deliver = %d, want -1 (unbounded)", got)
 	}
-	for _, want := range []string{"removed the consumer all tenants shared", "old_max_deliver=2"} {
+	// The stream holds one message per job subject now, and no longer takes the bare subject,
+	// whose jobs were moved to tenant default's subjects.
+	s, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := s.CachedInfo().Config; sc.MaxMsgsPerSubject != 1 || !sc.DiscardNewPerSubject || sc.Discard != jetstream.DiscardNew || !reflect.DeepEqual(sc.Subjects, []string{cfg.Subject + ".*.*"}) {
+		t.Errorf("after a worker start the job stream has max_msgs_per_subject %d, discard_new_per_subject %v, discard %v, subjects %v; want 1, true, new, [%s.*.*]",
+			sc.MaxMsgsPerSubject, sc.DiscardNewPerSubject, sc.Discard, sc.Subjects, cfg.Subject)
+	}
+	for _, want := range []string{"removed the consumer all tenants shared", "old_max_deliver=2", "moved the jobs left on the subject of submitters before tenants", "jobs=2"} {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("worker log does not say %q:\n%s", want, log.String())
 		}

@@ -16,9 +16,9 @@ import (
 // it before its agent ran, it was cancelled before it started, its last delivery failed before
 // the agent ran, or it is exhausted) must win it too, with a manifest that records that end,
 // before it is dead-lettered or acknowledged. Whoever loses ends the job as the winner's
-// manifest says. Only a message that names no valid job id (no Nats-Msg-Id header, or one that
-// is not an id) ends without a manifest: no delivery of it can run or commit, since a run needs
-// its header to be its JSON id and a valid one (see process), so each delivery ends it the
+// manifest says. Only a message whose subject names no valid job id ends without a manifest:
+// no delivery of it can run or commit, since a run needs its subject's id to be its JSON id
+// and a valid one (see process), so each delivery ends it the
 // same way, and the dead letter is written once (queue.Delivery.Term).
 
 // exhausted is the claim of a job whose last delivery ended without settling: its worker

@@ -174,7 +174,7 @@ func (r *Runner) admit(a *attempt) error {
 		return err
 	}
 	if a.d.JobID != j.ID {
-		return idMismatch(a.d.JobID, j.ID)
+		return idMismatch(a.d.JobID, j.ID, r.cfg.Worker.NATS.Subject+"."+a.tenant+"."+j.ID)
 	}
 	// The tenant is the subject's: one the payload claims is not an identity.
 	j.Tenant = a.tenant
@@ -409,9 +409,8 @@ func (r *Runner) progressIfSlow(ctx context.Context, a *attempt, msg string) (do
 	}
 }
 
-// statusID is the id under which a delivery's outcome is recorded: the message id (the
-// Nats-Msg-Id header), or, for a message published without a usable one (no header, an
-// uppercase id), the id in its JSON, so that `submit status` can say why it was rejected.
+// statusID is the id under which a delivery's outcome is recorded: the id its subject names,
+// or, for a message whose subject names no usable one (an uppercase id), the id in its JSON, so that `submit status` can say why it was rejected.
 // The JSON id is used only when no status exists under it yet: a message cannot overwrite
 // another job's status by naming its id. A message with neither is recorded under its stream
 // sequence, seqStatusID, which the publisher's ack reported.
@@ -437,13 +436,13 @@ func (r *Runner) statusID(ctx context.Context, a *attempt) string {
 // sequence in the jobs stream, e.g. stream-seq-42.
 func seqStatusID(seq uint64) string { return fmt.Sprintf("stream-seq-%d", seq) }
 
-// idMismatch says precisely how a message's Nats-Msg-Id header fails its JSON id, and how to
-// publish it instead.
-func idMismatch(header, id string) error {
-	if header == "" {
-		return fmt.Errorf("%w: the message has no Nats-Msg-Id header; publish it with the header Nats-Msg-Id: %s, the id in its JSON (submit does)", job.ErrInvalid, id)
+// idMismatch says precisely how the job id a message's subject names (boxcar.jobs.T.J) fails
+// its JSON id, and where to publish it instead.
+func idMismatch(subjectID, id, want string) error {
+	if subjectID == "" {
+		return fmt.Errorf("%w: the message's subject names no job id; publish it on %s, the subject of the id in its JSON (submit does)", job.ErrInvalid, want)
 	}
-	return fmt.Errorf("%w: its Nats-Msg-Id header %q is not its JSON id %q; the two must be equal, byte for byte", job.ErrInvalid, header, id)
+	return fmt.Errorf("%w: its subject names the job %q, its JSON the id %q; the two must be equal, byte for byte (publish it on %s)", job.ErrInvalid, subjectID, id, want)
 }
 
 // redeliveryDelay is how long a failed job waits before its next attempt (nats.retry_backoff is

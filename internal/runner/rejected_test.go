@@ -13,8 +13,8 @@ import (
 )
 
 // TestRejectedMessageStatusSaysWhy (issue 12): a message published without submit that the
-// worker rejects gets a status a user can look up, under its JSON id or, when that is unusable
-// or taken, under its stream sequence (stream-seq-N, the sequence the publisher's ack
+// worker rejects gets a status a user can look up, under the id its subject names or its JSON
+// id or, when both are unusable or taken, under its stream sequence (stream-seq-N, the sequence the publisher's ack
 // reports), and the status's error says what to fix.
 func TestRejectedMessageStatusSaysWhy(t *testing.T) {
 	t.Parallel()
@@ -32,25 +32,20 @@ func TestRejectedMessageStatusSaysWhy(t *testing.T) {
 		return `{"version":1,"id":"` + id + `","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`
 	}
 	tests := []struct {
-		name, header, body string
+		name, subjectID, body string
 		// under is the status's id; empty means stream-seq-N.
 		under string
 		want  []string // in the status's error
 	}{
-		{name: "no header", body: body("plain-000001"), under: "plain-000001", want: []string{"no Nats-Msg-Id header", "Nats-Msg-Id: plain-000001"}},
-		{name: "uppercase header", header: "PLAIN-000002", body: body("plain-000002"), under: "plain-000002", want: []string{`"PLAIN-000002"`, `"plain-000002"`, "must be equal"}},
-		{name: "header of another id", header: "other-000003", body: body("plain-000003"), under: "other-000003", want: []string{`"other-000003"`, `"plain-000003"`}},
-		{name: "uppercase JSON id, no header", body: body("PLAIN-000004"), want: []string{"PLAIN-000004"}},
-		{name: "not JSON", body: "profile=p task=t", want: []string{"invalid"}},
-		{name: "names a job that has a status", body: body(taken.ID), want: []string{"no Nats-Msg-Id header"}},
+		{name: "uppercase subject id", subjectID: "PLAIN-000002", body: body("plain-000002"), under: "plain-000002", want: []string{`"PLAIN-000002"`, `"plain-000002"`, "must be equal"}},
+		{name: "subject of another id", subjectID: "other-000003", body: body("plain-000003"), under: "other-000003", want: []string{`"other-000003"`, `"plain-000003"`, "boxcar.jobs.default.plain-000003"}},
+		{name: "uppercase JSON id and subject", subjectID: "PLAIN-000004", body: body("PLAIN-000004"), want: []string{"PLAIN-000004"}},
+		{name: "not JSON", subjectID: "NOT-JSON", body: "profile=p task=t", want: []string{"invalid"}},
+		{name: "names a job that has a status", subjectID: "TAKEN", body: body(taken.ID), want: []string{`"TAKEN"`, "must be equal"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var opts []jetstream.PublishOpt
-			if tt.header != "" {
-				opts = append(opts, jetstream.WithMsgID(tt.header))
-			}
-			ack, err := js.Publish(ctx, b.cfg.NATS.Subject, []byte(tt.body), opts...)
+			ack, err := js.Publish(ctx, b.cfg.NATS.Subject+".default."+tt.subjectID, []byte(tt.body))
 			if err != nil {
 				t.Fatal(err)
 			}

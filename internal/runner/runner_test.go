@@ -73,7 +73,7 @@ func TestPoisonMessagesAreRejectedWithoutASandbox(t *testing.T) {
 		{name: "unknown profile", id: "poison-000004", data: `{"version":1,"id":"poison-000004","profile":"nope","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`, reason: "unknown_profile"},
 	}
 	for _, tt := range tests {
-		if _, err := js.Publish(ctx, b.cfg.NATS.Subject, []byte(tt.data), jetstream.WithMsgID(tt.id)); err != nil {
+		if _, err := js.Publish(ctx, b.cfg.NATS.Subject+".default."+tt.id, []byte(tt.data)); err != nil {
 			t.Fatal(err)
 		}
 	}

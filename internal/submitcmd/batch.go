@@ -162,7 +162,7 @@ func (e *env) runJobs(ctx context.Context, f runFlags) error {
 		}
 	}
 
-	code := e.publishAll(ctx, q, e.policy(ctx, q), jobs)
+	code := e.publishAll(ctx, q, e.publish, jobs)
 	if f.wait && ctx.Err() == nil {
 		code = max(code, e.followAll(ctx, q, jobs, f.timeout))
 	}

@@ -14,15 +14,16 @@ import (
 
 // exitUnknown is the exit code of run when the server never confirmed the submission: the job
 // may or may not be queued. Its id is printed, so a script can look (`submit status ID`) or
-// submit again with `--id ID`, which the server drops when the first one did arrive.
+// submit again with `--id ID`, which runs it once whether or not the first one arrived.
 const exitUnknown = 9
 
-// publishPolicy bounds the retries of one publish. Every retry carries the same job id, which
-// is the message id the server deduplicates by inside the stream's duplicate window (1h by
-// default): a retry after a lost ack is dropped as a duplicate, never run twice.
+// publishPolicy bounds the retries of one publish. Every retry goes to the same job subject,
+// of which the job stream holds one message: a retry after a lost ack, while the first is
+// queued or running, is refused as a duplicate; once it ran, the worker finds its committed run
+// or final status and runs nothing. A retry never runs a job twice.
 type publishPolicy struct {
 	attempt time.Duration // how long one attempt waits for its ack
-	budget  time.Duration // how long all attempts may take; capped at half the duplicate window
+	budget  time.Duration // how long all attempts may take
 }
 
 var defaultPublishPolicy = publishPolicy{attempt: 5 * time.Second, budget: time.Minute}
@@ -92,11 +93,3 @@ func notSent(err error) bool {
 	return errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
-// publishBudget caps the policy's budget at half the stream's duplicate window, so that every
-// retry is still recognised as the same job.
-func (p publishPolicy) within(window time.Duration) publishPolicy {
-	if window > 0 && p.budget > window/2 {
-		p.budget = window / 2
-	}
-	return p
-}

@@ -108,16 +108,6 @@ func transientUpload(err error) bool {
 	return !errors.As(err, &local) && transientStore(err)
 }
 
-// policy is the publish policy within the stream's duplicate window, so every retry is
-// recognised as the same job.
-func (e *env) policy(ctx context.Context, q *queue.Client) publishPolicy {
-	p := e.publish
-	if window, err := q.DuplicateWindow(ctx); err == nil {
-		p = p.within(window)
-	}
-	return p
-}
-
 // localInputError is an input file that cannot be read as it is: no wait changes that.
 type localInputError struct{ error }
 

@@ -45,7 +45,7 @@ it follows the job and the exit code says how it ended.`,
 	fs.StringArrayVar(&f.labels, "label", nil, "label `k=v` (repeatable)")
 	fs.BoolVar(&f.wait, "wait", false, "follow the job until it ends; the exit code says how it ended")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "how long to wait for NATS and the store to answer (a leader election, a short outage) and, with --wait, for the job to end (`DURATION`)")
-	fs.StringVar(&f.id, "id", "", "the job's `ID` instead of a new one: submitting the same id again inside the duplicate window (1h by default) is dropped, so a script's retry never runs a job twice")
+	fs.StringVar(&f.id, "id", "", "the job's `ID` instead of a new one: submitting the same id again while it is queued or running is refused as a duplicate, and once it ran runs nothing, so a script's retry never runs a job twice")
 	fs.StringVar(&f.jobs, "jobs", "", "submit every job of `FILE` (JSON Lines: profile, task, inputs, labels, id; - for stdin) instead of one")
 	markRequired(c, "profile", "task")
 	_ = fs.SetAnnotation("jobs", altSynopsis, []string{"true"})
@@ -115,7 +115,7 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 	if err := j.Validate(); err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	dup, retried, err := e.policy(ctx, q).publish(ctx, q, j)
+	dup, retried, err := e.publish.publish(ctx, q, j)
 	if errors.Is(err, errUnknownOutcome) {
 		// The id is the one thing a script needs to find out, or to retry safely.
 		if e.json() {
