@@ -92,8 +92,7 @@ type SandboxUsage struct {
 // from the job's JSON), and the grant the worker's config gave the tenant when it ran.
 type Tenant struct {
 	Name string `json:"name"`
-	// Profiles are the profiles granted to the tenant; empty for a tenant the worker does not
-	// serve (a job it rejected as unknown_tenant).
+	// Profiles are the profiles granted to the tenant.
 	Profiles []string `json:"profiles,omitempty"`
 	// DailyTokens is the tenant's model tokens per UTC day; 0 is unlimited.
 	DailyTokens int64 `json:"daily_tokens,omitempty"`

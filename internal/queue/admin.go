@@ -77,8 +77,9 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 	jobs := jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "Boxcar jobs",
-		// boxcar.jobs.T.J: the subject names the job, and a server permission the tenant.
-		Subjects:   []string{cfg.Subject + ".*.*"},
+		// boxcar.jobs.T.J: the subject names the job, and a server permission the tenant;
+		// only the tenants served, so that no job waits for a worker that never comes.
+		Subjects:   a.jobSubjects(),
 		Retention:  jetstream.WorkQueuePolicy,
 		Storage:    jetstream.FileStorage,
 		Replicas:   cfg.Replicas,
@@ -100,6 +101,9 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 	jobsBefore := jobs
 	jobsBefore.MaxMsgs, jobsBefore.MaxBytes = -1, -1
 	if err := a.adoptBareJobs(ctx); err != nil {
+		return nil, err
+	}
+	if err := a.retireUnserved(ctx); err != nil {
 		return nil, err
 	}
 	stream, err := ensureStream(ctx, a.js, jobs, jobsBefore, a.log)

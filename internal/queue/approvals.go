@@ -199,6 +199,17 @@ func (c *Client) DecideApproval(ctx context.Context, jobID, callID string, d job
 	if err != nil {
 		return Approval{}, err
 	}
+	var out Approval
+	err = unlessRefused(ctx, c.js.Conn(), []string{"$KV." + c.cfg.ApprovalsBucket + "."}, func(ctx context.Context) error {
+		var err error
+		out, err = c.decide(ctx, kv, jobID, callID, d, by, reason, sign)
+		return err
+	})
+	return out, err
+}
+
+// decide writes the answer to a request that waits for one.
+func (c *Client) decide(ctx context.Context, kv jetstream.KeyValue, jobID, callID string, d job.Decision, by, reason string, sign Signer) (Approval, error) {
 	return updateApproval(ctx, kv, c.ref(jobID), callID, func(a *Approval, now time.Time) (bool, error) {
 		switch {
 		case a.Decision == job.DecisionExpired:

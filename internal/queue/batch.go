@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -14,8 +15,10 @@ import (
 
 // PendingPublish is a job published without waiting for the server; Wait gives the outcome.
 type PendingPublish struct {
-	id  string
-	ack jetstream.PubAckFuture
+	id      string
+	subject string
+	nc      *nats.Conn
+	ack     jetstream.PubAckFuture
 }
 
 // PublishAsync sends a job without waiting for the server's ack, so a client that submits many
@@ -28,6 +31,9 @@ func (c *Client) PublishAsync(j job.Job) (*PendingPublish, error) {
 		return nil, err
 	}
 	r := c.ref(j.ID)
+	if err := c.served(); err != nil {
+		return nil, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
+	}
 	// No Nats-Msg-Id: the server would drop a job whose header another tenant set first
 	// (it checks the header against nothing). The subject names the job, and the stream
 	// holds one message per subject.
@@ -35,23 +41,32 @@ func (c *Client) PublishAsync(j job.Job) (*PendingPublish, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
 	}
-	return &PendingPublish{id: j.ID, ack: f}, nil
+	return &PendingPublish{id: j.ID, subject: jobSubject(c.cfg, r), nc: c.js.Conn(), ack: f}, nil
 }
 
 // Wait returns the outcome of the publish: duplicate when the job stream already holds the
-// job (queued, or running).
+// job (queued, or running). ErrRefused when the server does not let this login publish there
+// (another tenant's subject, or an identity that may not submit).
 func (p *PendingPublish) Wait(ctx context.Context) (duplicate bool, err error) {
-	select {
-	case ack := <-p.ack.Ok():
-		return ack.Duplicate, nil
-	case err := <-p.ack.Err():
-		if subjectFull(err) {
-			return true, nil
+	err = unlessRefused(ctx, p.nc, []string{p.subject}, func(ctx context.Context) error {
+		select {
+		case ack := <-p.ack.Ok():
+			duplicate = ack.Duplicate
+			return nil
+		case err := <-p.ack.Err():
+			if subjectFull(err) {
+				duplicate = true
+				return nil
+			}
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
+	})
+	if err != nil {
 		return false, fmt.Errorf("queue: publish job %s: %w", p.id, err)
-	case <-ctx.Done():
-		return false, fmt.Errorf("queue: publish job %s: %w", p.id, ctx.Err())
 	}
+	return duplicate, nil
 }
 
 // WatchStatuses streams the status of every job in ids: each one's current value first, then
@@ -109,3 +124,18 @@ func subjectFull(err error) bool {
 
 // jsStoreFailed is the JetStream error code of a message the stream did not store.
 const jsStoreFailed jetstream.ErrorCode = 10077
+
+// served is ErrNotServed when the job stream takes no jobs of the client's tenant: the workers'
+// config does not list it. An identity that may not read the stream is not checked here; the
+// server then finds no stream for the job.
+func (c *Client) served() error {
+	if c.jobs == nil {
+		return nil
+	}
+	subjects := c.jobs.CachedInfo().Config.Subjects
+	if slices.Contains(subjects, tenantFilter(c.cfg, c.tenant)) {
+		return nil
+	}
+	return fmt.Errorf("%w %q: the job stream %s takes %s; submit as one of those tenants (--tenant), or ask the operator to add %q to tenants: in the worker config and run `worker setup`",
+		ErrNotServed, c.tenant, c.cfg.Stream, strings.Join(subjects, ", "), c.tenant)
+}

@@ -50,11 +50,16 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (job.Status, error) 
 	if st.State.Terminal() {
 		return st, fmt.Errorf("%w: job %s is already %s", ErrFinal, id, st.State)
 	}
-	kv, err := bucket(ctx, c.js, CancelBucket, "cancel")
-	if err != nil {
-		return job.Status{}, err
-	}
-	_, err = kv.Create(ctx, c.ref(id).key(), mustJSON(CancelRequest{At: time.Now().UTC(), By: by}))
+	// An identity that may not cancel (an approver) is refused the bucket or the write.
+	refusable := []string{"$JS.API.STREAM.INFO." + statusStream(CancelBucket), "$KV." + CancelBucket + "."}
+	err = unlessRefused(ctx, c.js.Conn(), refusable, func(ctx context.Context) error {
+		kv, err := bucket(ctx, c.js, CancelBucket, "cancel")
+		if err != nil {
+			return err
+		}
+		_, err = kv.Create(ctx, c.ref(id).key(), mustJSON(CancelRequest{At: time.Now().UTC(), By: by}))
+		return err
+	})
 	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return job.Status{}, fmt.Errorf("queue: cancel %s: %w", id, err)
 	}
@@ -62,17 +67,28 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (job.Status, error) 
 	return st, nil
 }
 
-// cancelRequested reports whether a cancel of the job was asked for.
+// cancelRequested reports whether a cancel of the job was asked for. An identity the server
+// does not let read the cancel bucket (an approver) sees none: the status says so once a
+// worker acted on it.
 func (c *Client) cancelRequested(ctx context.Context, r Ref) (bool, error) {
-	kv, err := bucket(ctx, c.js, CancelBucket, "cancel")
-	if errors.Is(err, ErrNotReady) {
-		return false, nil // a worker before the cancel bucket: nobody can have asked
+	var asked bool
+	refusable := []string{"$JS.API.STREAM.INFO." + statusStream(CancelBucket), "$JS.API.DIRECT.GET." + statusStream(CancelBucket)}
+	err := unlessRefused(ctx, c.js.Conn(), refusable, func(ctx context.Context) error {
+		kv, err := bucket(ctx, c.js, CancelBucket, "cancel")
+		if errors.Is(err, ErrNotReady) {
+			return nil // a worker before the cancel bucket: nobody can have asked
+		}
+		if err != nil {
+			return err
+		}
+		_, rev, err := read[CancelRequest](ctx, kv, r.key())
+		asked = rev > 0
+		return err
+	})
+	if errors.Is(err, ErrRefused) {
+		return false, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	_, rev, err := read[CancelRequest](ctx, kv, r.key())
-	return rev > 0, err
+	return asked, err
 }
 
 // WatchCancels streams the jobs of the worker's tenants whose cancel was asked for: every

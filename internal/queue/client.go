@@ -21,13 +21,16 @@ type Client struct {
 	js     jetstream.JetStream
 	cfg    config.NATS
 	tenant string
+	// jobs is the job stream, to tell a queued job by its subject; nil for an identity the
+	// server does not let read it (an approver), which then knows a job only by its status.
 	jobs   jetstream.Stream
 	status jetstream.KeyValue
 	log    *slog.Logger
 }
 
 // NewClient binds to the job stream and the status bucket for tenant; ErrNotReady when either
-// is missing.
+// is missing. An identity the server does not let read the job stream (an approver) binds the
+// status bucket alone.
 func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant string) (*Client, error) {
 	js, err := newJetStream(nc)
 	if err != nil {
@@ -36,7 +39,15 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant strin
 	if !job.ValidTenant(tenant) {
 		return nil, fmt.Errorf("queue: %q is not a tenant name (lowercase letters, digits and '-', 1 to 32 characters; --tenant, BOXCAR_TENANT)", tenant)
 	}
-	jobs, err := js.Stream(ctx, cfg.Stream)
+	var jobs jetstream.Stream
+	err = unlessRefused(ctx, nc, []string{"$JS.API.STREAM.INFO." + cfg.Stream}, func(ctx context.Context) error {
+		var err error
+		jobs, err = js.Stream(ctx, cfg.Stream)
+		return err
+	})
+	if errors.Is(err, ErrRefused) {
+		jobs, err = nil, nil
+	}
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("%w: stream %s does not exist on %s; %s", ErrNotReady, cfg.Stream, nc.ConnectedUrlRedacted(), setupHint)
@@ -106,6 +117,9 @@ func (c *Client) Status(ctx context.Context, id string) (job.Status, error) {
 // inStream reports whether the job stream holds a message on the job's subject: one no worker
 // has settled. It asks for the count of the one subject, never for the message.
 func (c *Client) inStream(ctx context.Context, r Ref) (bool, error) {
+	if c.jobs == nil {
+		return false, nil
+	}
 	subject := jobSubject(c.cfg, r)
 	info, err := c.jobs.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {

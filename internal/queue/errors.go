@@ -9,6 +9,9 @@ import (
 var (
 	// ErrNotReady marks a client that found no stream or bucket: no worker has set them up.
 	ErrNotReady = errors.New("queue not set up")
+	// ErrNotServed marks a job of a tenant the workers do not serve: the job stream takes no
+	// jobs on its subjects.
+	ErrNotServed = errors.New("no worker serves tenant")
 	// ErrUnknownJob marks a job id the status bucket does not know.
 	ErrUnknownJob = errors.New("unknown job")
 	// ErrFinal marks a status change refused because the job already ended.

@@ -59,6 +59,9 @@ func (c *Client) ListStatuses(ctx context.Context, keep func(job.Status) bool) (
 // queued returns the jobs of the client's tenant that are in the job stream with no status
 // yet (none in known): queued, no worker has taken them. The stream tells their subjects only.
 func (c *Client) queued(ctx context.Context, known []job.Status) ([]job.Status, error) {
+	if c.jobs == nil {
+		return nil, nil
+	}
 	filter := tenantFilter(c.cfg, c.tenant)
 	info, err := c.jobs.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {

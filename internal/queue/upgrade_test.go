@@ -97,8 +97,8 @@ func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc := s.CachedInfo().Config; sc.MaxMsgsPerSubject != 1 || !sc.DiscardNewPerSubject || sc.Discard != jetstream.DiscardNew || !reflect.DeepEqual(sc.Subjects, []string{cfg.Subject + ".*.*"}) {
-		t.Errorf("after a worker start the job stream has max_msgs_per_subject %d, discard_new_per_subject %v, discard %v, subjects %v; want 1, true, new, [%s.*.*]",
+	if sc := s.CachedInfo().Config; sc.MaxMsgsPerSubject != 1 || !sc.DiscardNewPerSubject || sc.Discard != jetstream.DiscardNew || !reflect.DeepEqual(sc.Subjects, []string{cfg.Subject + ".default.*"}) {
+		t.Errorf("after a worker start the job stream has max_msgs_per_subject %d, discard_new_per_subject %v, discard %v, subjects %v; want 1, true, new, [%s.default.*]",
 			sc.MaxMsgsPerSubject, sc.DiscardNewPerSubject, sc.Discard, sc.Subjects, cfg.Subject)
 	}
 	for _, want := range []string{"removed the consumer all tenants shared", "old_max_deliver=2", "moved the jobs left on the subject of submitters before tenants", "jobs=2"} {

@@ -129,7 +129,6 @@ var failureModes = []failureMode{
 	{name: "unknown profile", in: []stage{stageAdmit}, when: errIs(config.ErrUnknownProfile), end: endRejected, reason: "unknown_profile"},
 	{name: "network wider than the profile's", in: []stage{stageAdmit}, when: errIs(egress.ErrWiden), end: endRejected, reason: "network_not_allowed"},
 	{name: "backend gives no egress", in: []stage{stagePrepare}, when: errIs(sandbox.ErrNoEgress), end: endFailed, reason: "invalid_profile"},
-	{name: "unknown tenant", in: []stage{stageAdmit}, when: errIs(config.ErrUnknownTenant), end: endRejected, reason: "unknown_tenant"},
 	{name: "profile not granted", in: []stage{stageAdmit}, when: errIs(config.ErrProfileNotGranted), end: endRejected, reason: "profile_not_granted"},
 	{name: "input outside tenant", in: []stage{stagePrepare}, when: errIs(errInputOutsideTenant), end: endFailed, reason: "input_outside_tenant"},
 	{name: "input too large", in: []stage{stagePrepare}, when: errIs(errInputTooLarge), end: endFailed, reason: "input_too_large"},

@@ -76,8 +76,6 @@ func TestClassify(t *testing.T) {
 			at: map[stage]want{stageAdmit: {end: endRejected, reason: "network_not_allowed"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "backend gives no egress", err: wrap(sandbox.ErrNoEgress),
 			at: map[stage]want{stagePrepare: {end: endFailed, reason: "invalid_profile"}, stageEnd: {end: endUndecided}}, other: transient},
-		{name: "unknown tenant", err: wrap(config.ErrUnknownTenant),
-			at: map[stage]want{stageAdmit: {end: endRejected, reason: "unknown_tenant"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "profile not granted", err: wrap(config.ErrProfileNotGranted),
 			at: map[stage]want{stageAdmit: {end: endRejected, reason: "profile_not_granted"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "input outside tenant", err: wrap(errInputOutsideTenant),

@@ -79,7 +79,7 @@ func (p publishPolicy) publish(ctx context.Context, q publisher, j job.Job) (dup
 func permanent(err error) bool {
 	var api *jetstream.APIError
 	switch {
-	case errors.Is(err, job.ErrInvalid), errors.Is(err, queue.ErrNotReady):
+	case errors.Is(err, job.ErrInvalid), errors.Is(err, queue.ErrNotReady), errors.Is(err, queue.ErrRefused), errors.Is(err, queue.ErrNotServed):
 		return true
 	case errors.As(err, &api):
 		return api.Code != 503
@@ -92,4 +92,3 @@ func permanent(err error) bool {
 func notSent(err error) bool {
 	return errors.Is(err, jetstream.ErrNoStreamResponse)
 }
-

@@ -60,7 +60,9 @@ func (e *env) retry(ctx context.Context, what string, again retryable, op func(c
 }
 
 // transientNATS: everything but a stream or bucket that is really not there.
-func transientNATS(err error) bool { return !errors.Is(err, queue.ErrNotReady) }
+func transientNATS(err error) bool {
+	return !errors.Is(err, queue.ErrNotReady) && !errors.Is(err, queue.ErrRefused)
+}
 
 // transientStore: everything but a refusal the store means (a bad key or URL, a 4xx other
 // than a timeout or throttling).

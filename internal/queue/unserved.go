@@ -1,0 +1,105 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ReasonUnknownTenant is the dead letter's reason for a job of a tenant the workers do not
+// serve.
+const ReasonUnknownTenant = "unknown_tenant"
+
+// jobSubjects are the job stream's subjects: one per tenant served, boxcar.jobs.T.*. A job
+// published for any other tenant finds no stream, and its publisher is told at once (a client
+// checks first, ErrNotServed); nothing is stored that no worker would ever take.
+func (a *Admin) jobSubjects() []string {
+	var out []string
+	for _, tenant := range slices.Sorted(maps.Keys(a.tenants)) {
+		out = append(out, tenantFilter(a.cfg, tenant))
+	}
+	return out
+}
+
+// retireUnserved ends what the job stream holds for tenants the config does not list (a tenant
+// removed from it, or jobs a stream with every tenant's subjects took): each job is
+// dead-lettered as unknown_tenant, with its message, and removed; the consumers of those
+// tenants are removed. Nothing is lost and nothing waits forever for a worker that will never
+// come; the log says how many.
+func (a *Admin) retireUnserved(ctx context.Context) error {
+	s, err := a.js.Stream(ctx, a.cfg.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("queue: look up stream %s: %w", a.cfg.Stream, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(a.cfg.Subject+".>"))
+	if err != nil {
+		return fmt.Errorf("queue: list the subjects of stream %s: %w", a.cfg.Stream, err)
+	}
+	dead := 0
+	for subject := range info.State.Subjects {
+		r := refOf(strings.TrimPrefix(subject, a.cfg.Subject+"."))
+		if _, ok := a.tenants[r.Tenant]; ok {
+			continue
+		}
+		n, err := a.deadLetterAll(ctx, s, subject, r)
+		dead += n
+		if err != nil {
+			return err
+		}
+	}
+	var gone []string
+	for name := range s.ListConsumers(ctx).Info() {
+		tenant, ok := strings.CutPrefix(name.Name, a.cfg.Consumer+"-")
+		if _, served := a.tenants[tenant]; !ok || served {
+			continue
+		}
+		if err := s.DeleteConsumer(ctx, name.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("queue: remove consumer %s of tenant %s, which the config does not list: %w", name.Name, tenant, err)
+		}
+		gone = append(gone, name.Name)
+	}
+	if dead > 0 || len(gone) > 0 {
+		a.log.WarnContext(ctx, "dead-lettered the jobs of tenants the config does not list, and removed their consumers", "stream", a.cfg.Stream,
+			"reason", ReasonUnknownTenant, "jobs", dead, "consumers", gone, "tenants", slices.Sorted(maps.Keys(a.tenants)))
+	}
+	return nil
+}
+
+// deadLetterAll dead-letters every message on one job subject as unknown_tenant and removes it.
+func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject string, r Ref) (int, error) {
+	n := 0
+	for seq := uint64(1); ; n++ {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("queue: read job %s: %w", subject, err)
+		}
+		dl, err := json.Marshal(DeadLetter{Tenant: r.Tenant, JobID: r.ID, Reason: ReasonUnknownTenant, At: time.Now().UTC(), Original: m.Data,
+			Error: fmt.Sprintf("%v %q: the workers serve %s; add it to tenants: in the worker config, run `worker setup`, and submit the job again",
+				ErrNotServed, r.Tenant, strings.Join(slices.Sorted(maps.Keys(a.tenants)), ", "))})
+		if err != nil {
+			return n, fmt.Errorf("queue: encode dead letter: %w", err)
+		}
+		to := dlqSubject(a.cfg, Ref{Tenant: cmp.Or(sanitizeToken(r.Tenant), "unknown"), ID: cmp.Or(sanitizeToken(r.ID), "unknown")})
+		if _, err := a.js.Publish(ctx, to, dl, jetstream.WithExpectLastSequencePerSubject(0)); err != nil && !isWrongLastSequence(err) {
+			return n, fmt.Errorf("queue: dead-letter job %s: %w", subject, err)
+		}
+		if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return n, fmt.Errorf("queue: remove job %s once dead-lettered: %w", subject, err)
+		}
+		seq = m.Sequence + 1
+	}
+}
