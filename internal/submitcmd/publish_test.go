@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ackDropper is a TCP proxy between submit and nats-server. Once the job's publish has gone
@@ -147,7 +145,7 @@ func (te *testEnv) submitVia(t *testing.T, policy publishPolicy, url string, arg
 	return stdout.String(), stderr.String(), err
 }
 
-// storedJobIDs lists the message ids on the job stream.
+// storedJobIDs lists the job ids on the job stream, from the subjects (boxcar.jobs.default.ID).
 func (te *testEnv) storedJobIDs(t *testing.T) []string {
 	t.Helper()
 	s, err := te.js.Stream(t.Context(), "BOXCAR_JOBS")
@@ -164,7 +162,7 @@ func (te *testEnv) storedJobIDs(t *testing.T) []string {
 		if err != nil {
 			continue // deleted
 		}
-		ids = append(ids, strings.TrimPrefix(m.Header.Get(jetstream.MsgIDHeader), "default.")) // tenant.job
+		ids = append(ids, strings.TrimPrefix(m.Subject, "boxcar.jobs.default."))
 	}
 	return ids
 }
