@@ -655,7 +655,8 @@ func (h *harness) submitWaves(ids []string, every time.Duration) error {
 			return err
 		}
 		// A wave sent across a NATS restart may not know its outcome; sending it again with
-		// the same ids is what a script does, and the duplicate window drops what arrived.
+		// the same ids is what a script does: the job stream refuses a job still queued, and a
+		// worker runs nothing for one that already ran.
 		var out []byte
 		err := poll(60*time.Second, "wave "+file+" to be submitted", func() bool {
 			var err error
