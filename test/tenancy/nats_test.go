@@ -165,10 +165,24 @@ func TestNATSRefusesCrossTenantAndCrossRole(t *testing.T) {
 	const idA, idB = "20261204t150000-aaaaaaaaaaaa", "20261204t150000-bbbbbbbbbbbb"
 	legitimate(t, d, idA, idB)
 
+	attempts := crossAttempts(t, d, idA, idB)
+	before := snapshot(t, op)
+	refused, said := runAttempts(t, d, attempts)
+	if after := snapshot(t, op); !reflect.DeepEqual(before, after) {
+		t.Errorf("the refused attempts changed the layout:\nbefore %v\nafter  %v", before, after)
+	}
+	t.Logf("%d of %d cross-tenant and cross-role attempts refused by the server", refused, len(attempts))
+	noSecrets(t, "the refusals", strings.Join(said, "\n"), d.seeds)
+}
+
+// crossAttempts are the raw NATS and JetStream attempts of one identity to act as another
+// tenant (team-a's on team-b's job idB) or another role (on team-a's job idA).
+func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
+	t.Helper()
 	n := d.names
 	sa, aa, w := "team-a-submitter", "team-a-approver", "worker"
 	workerInbox := "_INBOX." + d.userKey(t, w) + ".>"
-	attempts := []attempt{
+	return []attempt{
 		{"submitter reads another tenant's status", sa, get(n.StatusBucket, "team-b."+idB)},
 		{"submitter watches another tenant's statuses", sa, watch(n.StatusBucket, "team-b.>")},
 		{"submitter lists every tenant's status keys", sa, kvOp(n.StatusBucket, func(ctx context.Context, kv jetstream.KeyValue) error { _, err := kv.Keys(ctx); return err })},
@@ -242,9 +256,12 @@ func TestNATSRefusesCrossTenantAndCrossRole(t *testing.T) {
 		})},
 		{"worker publishes a job no submitter sent", w, publish(n.JobSubject+".team-a.20261204t160000-999999999999", "team-a.20261204t160000-999999999999")},
 	}
-	before := snapshot(t, op)
-	refused := 0
-	var said []string // every error and refusal the attempts got, for the scan for secrets
+}
+
+// runAttempts runs each attempt as its identity and fails the test for one the server did not
+// refuse; it returns how many it refused and what the attempts were told.
+func runAttempts(t *testing.T, d *deployment, attempts []attempt) (refused int, said []string) {
+	t.Helper()
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
 			c := d.connect(t, a.as)
@@ -257,11 +274,7 @@ func TestNATSRefusesCrossTenantAndCrossRole(t *testing.T) {
 			refused++
 		})
 	}
-	if after := snapshot(t, op); !reflect.DeepEqual(before, after) {
-		t.Errorf("the refused attempts changed the layout:\nbefore %v\nafter  %v", before, after)
-	}
-	t.Logf("%d of %d cross-tenant and cross-role attempts refused by the server", refused, len(attempts))
-	noSecrets(t, "the refusals", strings.Join(said, "\n"), d.seeds)
+	return refused, said
 }
 
 // legitimate runs each role's own path with raw calls: the worker writes statuses, an

@@ -251,6 +251,9 @@ func TestSubmitAcrossTenantsWithAWorkerOverMTLS(t *testing.T) {
 		})
 	}
 
+	// The same identities' raw NATS and JetStream attempts, against the live deployment.
+	raw, told := runAttempts(t, f.deployment, crossAttempts(t, f.deployment, idA, idB))
+	f.said.WriteString(strings.Join(told, "\n"))
 	if after := f.view(t, idB); after != before {
 		t.Errorf("team-a's attempts changed team-b's job:\nbefore %s\nafter  %s", before, after)
 	}
@@ -302,7 +305,7 @@ func TestSubmitAcrossTenantsWithAWorkerOverMTLS(t *testing.T) {
 	} else if report, err := os.ReadFile(filepath.Join(dir, "report.md")); err != nil || !strings.Contains(string(report), "team-b's own output") {
 		t.Errorf("team-b's report after team-a used its id: %v\n%s", err, report)
 	}
-	t.Logf("%d of %d cross-tenant and cross-role attempts through submit refused, team-b's job unchanged", refused, len(rows)+2)
+	t.Logf("%d of %d cross-tenant and cross-role attempts through submit and %d of %d through raw NATS refused, team-b's job unchanged", refused, len(rows)+2, raw, len(crossAttempts(t, f.deployment, idA, idB)))
 
 	readyz := httpBody(t, f.w.MetricsURL(t)+"/readyz")
 	noSecrets(t, "the worker's log", f.w.Log.String(), f.secret)
