@@ -87,7 +87,8 @@ type profilePool struct {
 	spec     config.SandboxSpec
 	ready    []entry // oldest first
 	starting int
-	waiters  int // Takes waiting for a start in flight
+	waiters  int           // Takes waiting for a start in flight
+	waiting  chan struct{} // closed and replaced whenever a Take begins to wait for a start
 	lastBusy time.Time
 	lag      Lag
 }
@@ -126,7 +127,7 @@ func New(cfg Config) (*Pool, error) {
 		if cfg.Lag == nil {
 			return nil, fmt.Errorf("pool: profile %s is warm, but no Lag source is set", name)
 		}
-		p.profiles[name] = &profilePool{name: name, warm: *prof.Warm, spec: prof.Sandbox, lastBusy: cfg.Now()}
+		p.profiles[name] = &profilePool{name: name, warm: *prof.Warm, spec: prof.Sandbox, lastBusy: cfg.Now(), waiting: make(chan struct{})}
 		p.names = append(p.names, name)
 		p.m.Size.WithLabelValues(name).Set(0)
 	}

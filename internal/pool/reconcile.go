@@ -131,6 +131,9 @@ func (p *Pool) start(pp *profilePool) {
 	go func() {
 		defer p.work.Done()
 		sb, err := p.cfg.Provider.Start(ctx, spec)
+		if err == nil {
+			p.warmUp(ctx, pp, sb)
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		pp.starting--
@@ -148,6 +151,28 @@ func (p *Pool) start(pp *profilePool) {
 			p.m.Size.WithLabelValues(pp.name).Set(float64(len(pp.ready)))
 		}
 	}()
+}
+
+// warmUp lets a started sandbox do ahead what its first command would (sandbox.Warmer), and
+// waits for that before the sandbox counts as ready, unless a Take waits for a start: then
+// the sandbox is handed over as it is, since the job would otherwise wait for the warm-up
+// (which, for bubblewrap, costs more than the first command's own start).
+func (p *Pool) warmUp(ctx context.Context, pp *profilePool, sb sandbox.Sandbox) {
+	w, ok := sb.(sandbox.Warmer)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	wanted, waiting := pp.waiters > len(pp.ready), pp.waiting
+	p.mu.Unlock()
+	if wanted {
+		return
+	}
+	select {
+	case <-w.Warm():
+	case <-waiting:
+	case <-ctx.Done():
+	}
 }
 
 // broadcast wakes the Takes waiting for a start. The caller holds mu.

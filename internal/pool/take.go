@@ -58,6 +58,8 @@ func (p *Pool) takeWarm(ctx context.Context, profile, jobID string) (sandbox.San
 		p.mu.Lock()
 		if len(pp.ready) == 0 && pp.starting > pp.waiters && !p.closed {
 			pp.waiters++
+			close(pp.waiting) // a start warming up hands its sandbox over now
+			pp.waiting = make(chan struct{})
 			changed := p.changed
 			p.mu.Unlock()
 			var err error

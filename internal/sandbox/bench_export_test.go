@@ -35,11 +35,11 @@ func BareBwrap(sb Sandbox, hostDir string, argv []string) (cmd *exec.Cmd, done f
 	return cmd, inv.closeChildEnds, nil
 }
 
-// AwaitWarm waits until a pool sandbox is as ready as it gets before its claim (its first
-// command's bwrap started ahead, where it has one).
+// AwaitWarm warms a pool sandbox as its pool does and waits until it is as ready as it gets
+// before its claim (its first command's bwrap started ahead, where it has one).
 func AwaitWarm(sb Sandbox) {
-	if s, ok := sb.(*bubblewrapSandbox); ok {
-		s.awaitSpare()
+	if w, ok := sb.(Warmer); ok {
+		<-w.Warm()
 	}
 }
 
@@ -49,15 +49,4 @@ func RanOnSpare(sb Sandbox) bool {
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
 	return s.spareHit
-}
-
-// awaitSpare waits until the spare, if any, is ready or dead (benchmarks: a pool sandbox as a
-// job finds it).
-func (s *bubblewrapSandbox) awaitSpare() {
-	s.spareMu.Lock()
-	sp := s.spare
-	s.spareMu.Unlock()
-	if sp != nil {
-		<-sp.ready
-	}
 }

@@ -53,9 +53,7 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	}
 	defer s.end(id)
 	bridged := s.egressOn.Load() // read once: the descriptors, options and argv must agree
-	// A spare still starting is waited for before the command's timeout starts: its start is
-	// the sandbox's, done ahead, and a slow one must not eat the command's time.
-	sp := s.takeSpare(runCtx, bridged)
+	sp := s.takeSpare(bridged)
 	if req.Timeout > 0 {
 		var stop context.CancelFunc
 		runCtx, stop = context.WithTimeoutCause(runCtx, req.Timeout, errExecTimeout)

@@ -44,12 +44,14 @@ type bubblewrapSandbox struct {
 
 	*calls
 
-	// The spare bwrap of a pool sandbox's first command (bubblewrap_spare.go); spareUsed says
-	// the first command came, so no other spare starts.
+	// The spare bwrap of a pool sandbox's first command (bubblewrap_spare.go), started by Warm;
+	// spareUsed says the first command came, so no other spare starts.
+	pooled    bool // started ahead for a pool (Spec.Pool): only such a sandbox has a spare
 	spareMu   sync.Mutex
 	spare     *spareBwrap
 	spareUsed bool
-	spareHit  bool // a command ran on the spare
+	spareHit  bool           // a command ran on the spare
+	spareGone sync.WaitGroup // spares being discarded in the background
 
 	closeMu sync.Mutex // serialises cleanup between Close and the lifetime timer
 	cleaned bool

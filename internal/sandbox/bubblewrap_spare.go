@@ -15,11 +15,18 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox/spare"
 )
 
+var _ Warmer = (*bubblewrapSandbox)(nil)
+
 // spareBwrap is a bwrap started ahead of a pool sandbox's first command (package spare): its
 // namespaces made, its rlimits set, in the sandbox's cgroup, under the seccomp filter, and the
 // helper inside waiting for the command. The first Exec after the claim hands it the command
 // instead of starting bwrap, which is most of a command's start. Only the first command has
 // one, so that a warm sandbox holds no process a cold one lacks once the job runs.
+//
+// A spare costs more to start than the bwrap of a command (it starts the worker's binary as
+// well), so it pays only when it is ready before the first command comes: the pool starts it
+// (Warm) once the sandbox waits for a job, not for a job that already waits for the sandbox,
+// and the first command never waits for one that is still starting (takeSpare).
 type spareBwrap struct {
 	cmd            *exec.Cmd
 	request, stdin *os.File // the worker's ends: the command to run, and its input
@@ -30,6 +37,27 @@ type spareBwrap struct {
 	killed         atomic.Bool
 	done           chan struct{} // closed once cmd.Wait returned, when nobody took it
 }
+
+// Warm starts the spare of a pool sandbox, unless its first command came already. The channel
+// closes once the spare is ready or has failed; a sandbox not started for a pool has none, and
+// its channel is closed.
+func (s *bubblewrapSandbox) Warm() <-chan struct{} {
+	if s.pooled {
+		s.startSpare(false)
+	}
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	if s.spare == nil {
+		return closedChan
+	}
+	return s.spare.ready
+}
+
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // startSpare starts the spare of a pool sandbox, in the background; the sandbox holds at most
 // one. A spare that cannot start is no failure: the first command starts bwrap as usual.
@@ -128,35 +156,37 @@ func (sp *spareBwrap) discard() {
 	_ = sp.cmd.Wait()
 }
 
-// takeSpare hands the first command the sandbox's spare, once it is ready, if it was started
-// for the same egress state; a spare that died or does not match is discarded.
-func (s *bubblewrapSandbox) takeSpare(ctx context.Context, bridged bool) *spareBwrap {
+// takeSpare hands the first command the sandbox's spare if it is ready and was started for
+// the same egress state. One still starting is discarded, in the background, rather than
+// waited for: what it has left to do (the worker's binary starting) takes longer under load
+// than the bwrap the command starts instead (docs/performance.md, row 15). One that died or
+// does not match is discarded too.
+func (s *bubblewrapSandbox) takeSpare(bridged bool) *spareBwrap {
 	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
 	sp := s.spare
 	s.spare, s.spareUsed = nil, true
-	s.spareMu.Unlock()
 	if sp == nil {
 		return nil
 	}
 	select {
 	case <-sp.ready:
-	case <-ctx.Done():
-	}
-	select {
-	case <-sp.ready:
 		if sp.ok && sp.bridged == bridged {
-			s.spareMu.Lock()
 			s.spareHit = true
-			s.spareMu.Unlock()
 			return sp
 		}
 	default:
 	}
-	sp.discard()
+	s.spareGone.Add(1)
+	go func() {
+		defer s.spareGone.Done()
+		sp.discard()
+	}()
 	return nil
 }
 
-// dropSpare discards the spare, if any, for good: the sandbox is closing.
+// dropSpare discards the spare, if any, for good, and waits for those discarded before: the
+// sandbox is closing.
 func (s *bubblewrapSandbox) dropSpare() {
 	s.spareMu.Lock()
 	sp := s.spare
@@ -165,6 +195,7 @@ func (s *bubblewrapSandbox) dropSpare() {
 	if sp != nil {
 		sp.discard()
 	}
+	s.spareGone.Wait()
 }
 
 // renewSpare replaces a spare started before egress was attached with one that has its binds.

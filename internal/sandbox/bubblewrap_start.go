@@ -66,9 +66,7 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 		return nil, err
 	}
 	s.expiry = time.AfterFunc(spec.Ahead+s.lifetime, s.expire)
-	if spec.Pool != "" {
-		s.startSpare(false)
-	}
+	s.pooled = spec.Pool != ""
 	s.log.Info("sandbox started", "backend", p.Backend(), "isolation", s.info.Isolation)
 	return s, nil
 }

@@ -12,3 +12,13 @@ type Claimer interface {
 	// waited; the caller closes that one and starts another.
 	Claim(ctx context.Context, jobID string) error
 }
+
+// Warmer is a sandbox started ahead of its job (Spec.Pool) that can do, while it waits for
+// one, work its first command would otherwise do (bubblewrap: start that command's bwrap).
+// A pool calls Warm once the sandbox waits in it; a sandbox a job takes at once is better off
+// without: the job's first command would wait for it.
+type Warmer interface {
+	// Warm starts that work in the background; the channel closes once it is done or has
+	// failed (a failure only means the first command does it itself).
+	Warm() <-chan struct{}
+}

@@ -6,18 +6,19 @@
 // helper left: its descriptors close on exec. It adds no power: it runs under everything the
 // command runs under, and only until the command replaces it.
 //
-// Like package bridge it runs from its init, before the binary's heavy packages initialise,
-// and imports the standard library alone.
+// Like package bridge it runs from its init and imports the standard library alone, and of
+// that only packages that initialise in microseconds: Go initialises a package as soon as its
+// imports are, so a helper that imported fmt, bytes or strings (and through them unicode's
+// tables and reflect) ran after most of the binary's packages had initialised, 20-30 ms into
+// its start on a loaded host, and a job's first command waited for that (docs/sandbox.md).
+// TestImportsStayLight keeps it so.
 package spare
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 )
 
@@ -34,10 +35,9 @@ func init() {
 // folder and whether the command has input ("1"; else its stdin is /dev/null, as a command
 // without input has from bwrap), each field ended by a NUL and each list led by its length.
 func Encode(argv, env []string, dir string, stdin bool) []byte {
-	var b bytes.Buffer
+	var b []byte
 	field := func(s string) {
-		b.WriteString(s)
-		b.WriteByte(0)
+		b = append(append(b, s...), 0)
 	}
 	for _, list := range [][]string{argv, env} {
 		field(strconv.Itoa(len(list)))
@@ -47,11 +47,11 @@ func Encode(argv, env []string, dir string, stdin bool) []byte {
 	}
 	field(dir)
 	field(map[bool]string{true: "1", false: "0"}[stdin])
-	return b.Bytes()
+	return b
 }
 
 func decode(data []byte) (argv, env []string, dir string, stdin bool, err error) {
-	fields := strings.Split(string(data), "\x00")
+	fields := splitOn(string(data), 0)
 	next := func() (string, bool) {
 		if len(fields) == 0 {
 			return "", false
@@ -87,7 +87,7 @@ func decode(data []byte) (argv, env []string, dir string, stdin bool, err error)
 func run(reqFD, readyFD string) int {
 	req, ready := fdFile(reqFD), fdFile(readyFD)
 	if req == nil || ready == nil {
-		fmt.Fprintln(os.Stderr, "bwrap: spare: bad descriptors")
+		say("bwrap: spare: bad descriptors")
 		return 1
 	}
 	syscall.CloseOnExec(int(req.Fd()))
@@ -100,7 +100,7 @@ func run(reqFD, readyFD string) int {
 	}
 	argv, env, dir, stdin, err := decode(data)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bwrap: spare: %v\n", err)
+		say("bwrap: spare: " + err.Error())
 		return 1
 	}
 	if !stdin {
@@ -110,19 +110,24 @@ func run(reqFD, readyFD string) int {
 			syscall.Close(null)
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "bwrap: spare: open /dev/null: %v\n", err)
+			say("bwrap: spare: open /dev/null: " + err.Error())
 			return 1
 		}
 	}
 	// "bwrap: " marks a failure of the sandbox itself, as bwrap would say it (the sandbox
 	// package's launcherFailure); a command that cannot be executed says so as execvp does.
 	if err := syscall.Chdir(dir); err != nil {
-		fmt.Fprintf(os.Stderr, "bwrap: Can't chdir to %s: %v\n", dir, err)
+		say("bwrap: Can't chdir to " + dir + ": " + err.Error())
 		return 1
 	}
 	errno := execvp(argv, env)
-	fmt.Fprintf(os.Stderr, "bwrap: execvp %s: %s\n", argv[0], errno.Error())
+	say("bwrap: execvp " + argv[0] + ": " + errno.Error())
 	return 1
+}
+
+// say writes line to stderr, where the sandbox package reads a launcher's failure.
+func say(line string) {
+	_, _ = os.Stderr.WriteString(line + "\n")
 }
 
 func fdFile(s string) *os.File {
@@ -136,24 +141,26 @@ func fdFile(s string) *os.File {
 // execvp executes argv as execvp(3) does, searching the PATH of env for a name without a
 // slash; it returns only on failure, with the error execvp would leave in errno.
 func execvp(argv, env []string) syscall.Errno {
-	self := os.Args[0] // the helper's own descriptor closes on the command's exec
-	if strings.HasPrefix(self, "/proc/self/fd/") {
-		if n, err := strconv.Atoi(strings.TrimPrefix(self, "/proc/self/fd/")); err == nil {
+	// The helper's own descriptor closes on the command's exec.
+	if self, ok := cutPrefix(os.Args[0], "/proc/self/fd/"); ok {
+		if n, err := strconv.Atoi(self); err == nil {
 			syscall.CloseOnExec(n)
 		}
 	}
 	name := argv[0]
-	if strings.Contains(name, "/") {
-		return errnoOf(syscall.Exec(name, argv, env))
+	for i := range len(name) {
+		if name[i] == '/' {
+			return errnoOf(syscall.Exec(name, argv, env))
+		}
 	}
 	path := "/usr/local/bin:/usr/bin:/bin"
 	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+		if v, ok := cutPrefix(kv, "PATH="); ok {
 			path = v
 		}
 	}
 	result := syscall.ENOENT
-	for _, d := range strings.Split(path, ":") {
+	for _, d := range splitOn(path, ':') {
 		if d == "" {
 			d = "."
 		}
@@ -166,6 +173,26 @@ func execvp(argv, env []string) syscall.Errno {
 		}
 	}
 	return result
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):], true
+	}
+	return s, false
+}
+
+// splitOn cuts s at every sep, as strings.Split does.
+func splitOn(s string, sep byte) []string {
+	var out []string
+	start := 0
+	for i := range len(s) {
+		if s[i] == sep {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
 }
 
 func errnoOf(err error) syscall.Errno {

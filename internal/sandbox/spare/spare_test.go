@@ -1,7 +1,10 @@
 package spare
 
 import (
+	"go/parser"
+	"go/token"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +29,22 @@ func TestEncodeDecode(t *testing.T) {
 	for _, bad := range []string{"", "x\x00", "0\x000\x00/\x00", "5\x00a\x00"} {
 		if _, _, _, _, err := decode([]byte(bad)); err == nil {
 			t.Errorf("decode(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestImportsStayLight: the helper runs from its package's init, which Go runs once the
+// package's imports have initialised; an import of fmt, bytes or strings would put unicode's
+// tables and reflect, and with them most of the binary's packages, before it.
+func TestImportsStayLight(t *testing.T) {
+	light := []string{"errors", "io", "os", "strconv", "syscall"}
+	f, err := parser.ParseFile(token.NewFileSet(), "spare.go", nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		if path := strings.Trim(imp.Path.Value, `"`); !slices.Contains(light, path) {
+			t.Errorf("spare.go imports %s; the helper may import only %v", path, light)
 		}
 	}
 }
