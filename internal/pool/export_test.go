@@ -2,3 +2,10 @@ package pool
 
 // Settle waits until the starts and removals in flight have ended.
 func (p *Pool) Settle() { p.work.Wait() }
+
+// Waiters is how many Takes of the profile wait for a start in flight.
+func (p *Pool) Waiters(profile string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.profiles[profile].waiters
+}

@@ -45,6 +45,20 @@ func (s *fakeSandbox) Claim(_ context.Context, jobID string) error {
 	return nil
 }
 
+// Warm counts the call and returns the backend's warm gate: closed (done at once) unless the
+// test holds it.
+func (s *fakeSandbox) Warm() <-chan struct{} {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	s.b.warmed++
+	if s.b.warmGate != nil {
+		return s.b.warmGate
+	}
+	done := make(chan struct{})
+	close(done)
+	return done
+}
+
 func (s *fakeSandbox) Close(context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -63,6 +77,8 @@ type fakeBackend struct {
 	failNext int   // starts still to fail
 	claimErr error // given to the next sandboxes
 	gate     chan struct{}
+	warmGate chan struct{} // held open: the sandboxes' warm-up does not end
+	warmed   int           // Warm calls
 	started  []*fakeSandbox
 }
 
@@ -195,4 +211,10 @@ func closeAll(t *testing.T, sbs ...sandbox.Sandbox) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func (b *fakeBackend) warmedCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.warmed
 }

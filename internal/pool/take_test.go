@@ -132,3 +132,63 @@ func TestTakeStartError(t *testing.T) {
 	}
 	bn.p.Close()
 }
+
+// TestWarmUpBeforeReady: a started sandbox nobody waits for is warmed up (sandbox.Warmer)
+// before it counts as ready.
+func TestWarmUpBeforeReady(t *testing.T) {
+	t.Parallel()
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
+	bn.b.warmGate = make(chan struct{})
+	bn.p.Reconcile(context.Background())
+	waitFor(t, func() bool { return bn.b.warmedCount() == 1 })
+	if got := bn.size("p"); got != 0 {
+		t.Errorf("pool %d while its sandbox warms up, want 0", got)
+	}
+	close(bn.b.warmGate)
+	bn.p.Settle()
+	if got := bn.size("p"); got != 1 {
+		t.Errorf("pool %d once warmed up, want 1", got)
+	}
+	bn.p.Close()
+}
+
+// TestTakeDuringWarmUp: a Take that comes while the pool's sandbox warms up gets it at once
+// rather than waiting for the warm-up.
+func TestTakeDuringWarmUp(t *testing.T) {
+	t.Parallel()
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
+	bn.b.warmGate = make(chan struct{})
+	defer close(bn.b.warmGate)
+	bn.p.Reconcile(context.Background())
+	waitFor(t, func() bool { return bn.b.warmedCount() == 1 })
+	sb, warm := bn.take(t, "p", "job-1") // would block until the warm gate opens
+	if !warm || len(bn.b.started) != 1 {
+		t.Errorf("take warm %v after %d starts; want the warming sandbox", warm, len(bn.b.started))
+	}
+	closeAll(t, sb)
+	bn.p.Close()
+}
+
+// TestNoWarmUpForWaitingTake: a sandbox started while a Take waits for it goes to that Take
+// without a warm-up: the job would wait for it.
+func TestNoWarmUpForWaitingTake(t *testing.T) {
+	t.Parallel()
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
+	bn.b.gate = make(chan struct{})
+	bn.p.Reconcile(context.Background()) // the start waits at the gate
+	got := make(chan bool, 1)
+	go func() {
+		sb, warm := bn.take(t, "p", "job-1")
+		closeAll(t, sb)
+		got <- warm
+	}()
+	waitFor(t, func() bool { return bn.p.Waiters("p") == 1 })
+	close(bn.b.gate)
+	if !<-got {
+		t.Error("the take did not get the pool's sandbox")
+	}
+	if n := bn.b.warmedCount(); n != 0 {
+		t.Errorf("the sandbox a Take waited for was warmed up %d times, want 0", n)
+	}
+	bn.p.Close()
+}
