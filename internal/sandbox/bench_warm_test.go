@@ -4,6 +4,8 @@ package sandbox_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +21,10 @@ import (
 // a warm sandbox (started ahead as a pool's, untimed, then claimed) against a cold one (Start),
 // alternating, one of each per iteration. The command is `date +%s%N`: "run" is until it runs
 // (the time it prints), "result" until Exec returns its result, which adds the command's exit
-// and the teardown of its namespaces (the same for both). Both are closed untimed.
+// and the teardown of its namespaces (the same for both). Both are closed untimed. The floor
+// is the same command started by the worker itself, without a sandbox (fork, exec, the
+// dynamic loader and date's own start): no sandbox can start its command sooner, and
+// warm-over-floor-ms is what the warm sandbox adds to it.
 func BenchmarkBubblewrapWarmStart(b *testing.B) {
 	p := sandboxtest.Bubblewrap(b)
 	ctx := context.Background()
@@ -62,15 +67,30 @@ func BenchmarkBubblewrapWarmStart(b *testing.B) {
 		}
 		return first(sb, begin)
 	}
+	floor := func() time.Duration {
+		cmd := exec.Command("date", "+%s%N")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(), "LANG=C.UTF-8"} // as a sandbox's command has them
+		begin := time.Now()
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		if err != nil {
+			b.Fatalf("date printed %q", out)
+		}
+		return time.Unix(0, ns).Sub(begin)
+	}
 	cold()
 	warm()
-	var coldRun, coldRes, warmRun, warmRes []time.Duration
+	var coldRun, coldRes, warmRun, warmRes, floorRun []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		r, s := warm()
 		warmRun, warmRes = append(warmRun, r), append(warmRes, s)
 		r, s = cold()
 		coldRun, coldRes = append(coldRun, r), append(coldRes, s)
+		floorRun = append(floorRun, floor())
 	}
 	b.StopTimer()
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -80,6 +100,8 @@ func BenchmarkBubblewrapWarmStart(b *testing.B) {
 	b.ReportMetric(ms(median(warmRes)), "warm-result-ms")
 	b.ReportMetric(ms(median(coldRes)), "cold-result-ms")
 	b.ReportMetric(float64(median(warmRun))/float64(median(coldRun)), "run-x-of-cold")
+	b.ReportMetric(ms(median(floorRun)), "floor-run-ms")
+	b.ReportMetric(ms(median(warmRun)-median(floorRun)), "warm-over-floor-ms")
 }
 
 func percentile(d []time.Duration, pc int) time.Duration {
