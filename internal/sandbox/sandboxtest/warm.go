@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/pool"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -36,8 +38,9 @@ func (w *warmProvider) Backend() string { return w.p.Backend() }
 
 func (w *warmProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	prof := config.Profile{Sandbox: spec.SandboxSpec, Warm: &config.Warm{Min: 1, Max: 1, Idle: config.Duration(time.Hour), MaxAge: config.Duration(time.Hour)}}
+	m := pool.NewMetrics(nil)
 	pl, err := pool.New(pool.Config{Provider: w.p, Profiles: map[string]config.Profile{"warm": prof}, Slots: 2, Lag: noLag{},
-		Logger: slog.New(slog.DiscardHandler)})
+		Metrics: m, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +48,14 @@ func (w *warmProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sa
 	pl.Reconcile(ctx) // the warm sandbox starts now, in the background
 	if err := w.neighbour(ctx, spec); err != nil {
 		return nil, err
+	}
+	// Taken once ready, warm-up included (bubblewrap: its first command's spare), so that the
+	// suites run on the sandbox a waiting job gets.
+	for deadline := time.Now().Add(time.Minute); testutil.ToFloat64(m.Size.WithLabelValues("warm")) < 1; {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, errors.New("sandboxtest: the pool's sandbox was not ready within a minute")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	sb, warm, err := pl.Take(ctx, "warm", spec.JobID, spec)
 	if err != nil {
