@@ -43,6 +43,15 @@ func AwaitWarm(sb Sandbox) {
 	}
 }
 
+// HasSpare reports whether the sandbox holds a spare bwrap (ready, starting or dead), not yet
+// taken by a command.
+func HasSpare(sb Sandbox) bool {
+	s := sb.(*bubblewrapSandbox)
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	return s.spare != nil
+}
+
 // RanOnSpare reports whether a command of the sandbox ran on its spare bwrap.
 func RanOnSpare(sb Sandbox) bool {
 	s := sb.(*bubblewrapSandbox)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/boxcar-run/boxcar/internal/sandbox/spare"
 )
 
@@ -40,9 +42,10 @@ type spareBwrap struct {
 
 // Warm starts the spare of a pool sandbox, unless its first command came already. The channel
 // closes once the spare is ready or has failed; a sandbox not started for a pool has none, and
-// its channel is closed.
+// its channel is closed. So has a sandbox bounded by RLIMIT_AS (no memory cgroup): the
+// helper's Go runtime reserves more address space than a profile's memory, and would crash.
 func (s *bubblewrapSandbox) Warm() <-chan struct{} {
-	if s.pooled {
+	if s.pooled && !slices.ContainsFunc(s.rlimits, func(r rlimit) bool { return r.resource == unix.RLIMIT_AS }) {
 		s.startSpare(false)
 	}
 	s.spareMu.Lock()

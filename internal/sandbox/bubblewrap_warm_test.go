@@ -4,6 +4,7 @@ package sandbox_test
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -87,5 +88,34 @@ func TestBubblewrapWarmFirstCommandAsCold(t *testing.T) {
 	}
 	if sandbox.RanOnSpare(sandboxtest.StartSpec(t, p, config.SandboxSpec{})) {
 		t.Error("a cold sandbox has a spare")
+	}
+}
+
+// TestBubblewrapNoSpareUnderAddressLimit: where no memory cgroup bounds a sandbox, RLIMIT_AS
+// does, under which the spare's Go runtime cannot start; such a sandbox starts no spare, and its
+// first command starts its own bwrap.
+func TestBubblewrapNoSpareUnderAddressLimit(t *testing.T) {
+	t.Parallel()
+	p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.DisableCgroups = true })
+	spec := sandboxtest.Spec("", config.SandboxSpec{})
+	spec.Pool, spec.Ahead = "p", time.Hour
+	sb, err := p.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close(context.Background()) })
+	if !strings.Contains(sb.Info().Isolation, "rlimits=") || !strings.Contains(sb.Info().Isolation, ",as") {
+		t.Fatalf("the sandbox is not bounded by RLIMIT_AS: %s", sb.Info().Isolation)
+	}
+	sandbox.AwaitWarm(sb)
+	if sandbox.HasSpare(sb) {
+		t.Error("a sandbox under RLIMIT_AS started a spare bwrap")
+	}
+	if err := sb.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec true: %v, exit %d: %s", err, res.ExitCode, res.Stderr)
 	}
 }
