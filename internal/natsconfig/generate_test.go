@@ -2,6 +2,7 @@ package natsconfig_test
 
 import (
 	"crypto/tls"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,6 +43,7 @@ func TestGenerate(t *testing.T) {
 	if opts.TLSConfig == nil || opts.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
 		t.Errorf("server TLS: %+v; want client certificates required and verified (mTLS)", opts.TLSConfig)
 	}
+	checkAuthInclude(t, res.AuthConfig)
 	want := []string{"team-a-submitter", "team-a-approver", "team-b-submitter", "team-b-approver", "worker", "operator"}
 	if len(res.Creds) != len(want) {
 		t.Errorf("%d creds files, want %d: %v", len(res.Creds), len(want), res.Creds)
@@ -62,6 +64,27 @@ func TestGenerate(t *testing.T) {
 	}
 	if _, err := natsconfig.Generate(natsconfig.Options{Dir: dir, Names: names, Tenants: []string{"team-a"}}); err == nil {
 		t.Error("a second generation into the same folder was accepted; it must be refused")
+	}
+}
+
+// checkAuthInclude: the identities-only file, included by a server configuration made
+// elsewhere (the NATS Helm chart's, with its own JetStream store), gives that server the
+// operator and leaves its settings alone.
+func checkAuthInclude(t *testing.T, auth string) {
+	t.Helper()
+	outer := filepath.Join(filepath.Dir(auth), "outer.conf")
+	store := filepath.Join(t.TempDir(), "js")
+	conf := fmt.Sprintf("port: -1\njetstream {store_dir: %q}\ninclude %s\n", store, filepath.Base(auth))
+	if err := os.WriteFile(outer, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(outer)
+	if err != nil {
+		t.Fatalf("nats-server cannot include %s: %v", auth, err)
+	}
+	if len(opts.TrustedOperators) != 1 || opts.SystemAccount == "" || opts.StoreDir != store {
+		t.Errorf("with %s included: %d operators, system account %q, store %q; want 1, set, the including file's %s",
+			filepath.Base(auth), len(opts.TrustedOperators), opts.SystemAccount, opts.StoreDir, store)
 	}
 }
 

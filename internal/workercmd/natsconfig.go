@@ -24,7 +24,9 @@ func natsConfigCmd(stdout io.Writer) *cobra.Command {
 		Use:   "nats-config --config FILE --out DIR",
 		Short: "write a nats-server configuration and a .creds file per identity (submitter and approver per tenant, worker, operator)",
 		Long: `Reads the tenants of a worker config and writes DIR/nats-server.conf (JWT mode: an operator, a
-system account and the account BOXCAR in a memory resolver, JetStream on) and DIR/creds/NAME.creds
+system account and the account BOXCAR in a memory resolver, JetStream on), DIR/auth.conf (the
+same identities alone, to include from a server configuration made elsewhere, such as the NATS
+Helm chart's) and DIR/creds/NAME.creds
 for each identity: TENANT-submitter and TENANT-approver for each tenant, worker and operator.
 Each identity may publish and subscribe to exactly what docs/security.md lists for its role.
 Give the server the configuration, each program its .creds file (--nats-creds, NATS_CREDS).
@@ -74,7 +76,7 @@ func printGenerated(w io.Writer, res natsconfig.Result) error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	if _, err := fmt.Fprintf(w, "server configuration: %s\naccount BOXCAR: %s\n", res.ServerConfig, res.Account); err != nil {
+	if _, err := fmt.Fprintf(w, "server configuration: %s\nidentities only, to include: %s\naccount BOXCAR: %s\n", res.ServerConfig, res.AuthConfig, res.Account); err != nil {
 		return err
 	}
 	for _, n := range names {
