@@ -61,6 +61,7 @@ var kinds = map[schema.GroupVersionKind]bool{
 	{Version: "v1", Kind: "Service"}:                                         true,
 	{Version: "v1", Kind: "ServiceAccount"}:                                  true,
 	{Group: "apps", Version: "v1", Kind: "Deployment"}:                       true,
+	{Group: "batch", Version: "v1", Kind: "Job"}:                             true,
 	{Group: "autoscaling", Version: "v2", Kind: "HorizontalPodAutoscaler"}:   true,
 	{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"}:       true,
 	{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"}:            true,
@@ -301,6 +302,8 @@ var features = []struct {
 	{name: "unsigned", values: "signing: {enabled: false}"},
 	{name: "NATS credentials", values: "natsServer: {credentialsSecret: {name: boxcar-nats, key: worker.creds}}"},
 	{name: "NATS credentials over mTLS", values: "natsServer: {credentialsSecret: {name: boxcar-nats}, tlsSecret: {name: boxcar-nats-tls}}\nconfig: {nats: {url: 'tls://nats.nats:4222'}}"},
+	{name: "NATS with generated identities", values: "natsServer: {credentialsSecret: {name: boxcar-nats-worker}, operatorCredentialsSecret: {name: boxcar-nats-operator, key: operator.creds}}"},
+	{name: "NATS with generated identities over mTLS", values: "natsServer: {credentialsSecret: {name: boxcar-nats-worker}, operatorCredentialsSecret: {name: boxcar-nats-operator}, tlsSecret: {name: boxcar-nats-tls}}\nconfig: {nats: {url: 'tls://nats.nats:4222'}}"},
 	{name: "NATS over TLS with a private CA only", values: "natsServer: {tlsSecret: {name: boxcar-nats-ca, caKey: ca.pem, certKey: ''}}"},
 	{name: "no worker network policy, no quota", values: "networkPolicy: {enabled: false}\nsandboxes: {resourceQuota: {enabled: false}}"},
 	{name: "overrides", values: overrides},
@@ -312,7 +315,7 @@ keda: {enabled: true}
 metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}}
 grafana: {dashboard: {enabled: true}}
 signing: {existingSecret: boxcar-signing, key: ed25519.pem}
-natsServer: {credentialsSecret: {name: boxcar-nats}}
+natsServer: {credentialsSecret: {name: boxcar-nats}, operatorCredentialsSecret: {name: boxcar-nats-operator}}
 logLevel: debug
 `},
 }
@@ -343,6 +346,7 @@ func TestChartRenders(t *testing.T) {
 				return b
 			}
 			keda := enabled("keda.enabled")
+			setup := lookup(v, "natsServer.operatorCredentialsSecret.name") != ""
 			want := map[string]int{
 				"ConfigMap": 1, "Deployment": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1,
 				"Service": 1, "PodDisruptionBudget": 1,
@@ -354,9 +358,13 @@ func TestChartRenders(t *testing.T) {
 				"ScaledObject":            b2i(keda),
 				"ServiceMonitor":          b2i(enabled("metrics.serviceMonitor.enabled")),
 				"PrometheusRule":          b2i(enabled("metrics.prometheusRule.enabled")),
+				"Job":                     b2i(setup),
 			}
 			if enabled("grafana.dashboard.enabled") {
 				want["ConfigMap"]++
+			}
+			if setup {
+				want["ConfigMap"]++ // the setup hook's own
 			}
 			got := map[string]int{}
 			for _, o := range r.objects {
@@ -382,6 +390,7 @@ func TestChartRenders(t *testing.T) {
 			checkService(t, r)
 			checkScaling(t, r, cfg)
 			checkMonitoring(t, r)
+			checkSetupJob(t, r)
 			if !strings.Contains(r.notes, "rollout status deployment/"+fullname) {
 				t.Errorf("NOTES.txt lacks the rollout command:\n%s", r.notes)
 			}

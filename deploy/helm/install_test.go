@@ -110,6 +110,8 @@ func TestInstallRefusesBadValues(t *testing.T) {
 		{name: "sandbox namespace is the release's by --set", set: []string{"sandboxes.namespace=boxcar", "sandboxes.createNamespace=false"}, want: []string{"sandboxes.namespace"}},
 		{name: "password in the NATS URL", values: "config: {nats: {url: 'nats://worker:hunter2-marker@nats.nats:4222'}}", want: []string{"config.nats.url", "natsServer.credentialsSecret"}, secret: "hunter2-marker"},
 		{name: "token in the NATS URL", set: []string{"config.nats.url=nats://s3cr3t-token-marker@nats:4222"}, want: []string{"config.nats.url"}, secret: "s3cr3t-token-marker"},
+		{name: "operator credentials Secret without a key", values: "natsServer: {operatorCredentialsSecret: {name: nats-operator, key: ''}}", want: []string{"/natsServer/operatorCredentialsSecret/key"}},
+		{name: "operator credentials Secret misspelt", values: "natsServer: {operatorCredentialSecret: {name: nats-operator}}", want: []string{"/natsServer", "operatorCredentialSecret"}},
 		{name: "NATS credentials Secret without a key", values: "natsServer: {credentialsSecret: {name: nats-creds, key: ''}}", want: []string{"/natsServer/credentialsSecret/key"}},
 		{name: "signing on without a key", values: "signing: {enabled: true}", want: []string{"submit keygen", "signing.existingSecret", "signing.enabled=false"}},
 		{name: "signing key twice", values: "signing: {existingSecret: k, privateKey: \"-----BEGIN PRIVATE KEY-----\\nx\"}", want: []string{"signing.existingSecret", "signing.privateKey"}},

@@ -109,7 +109,7 @@ func TestSigningFailsClosed(t *testing.T) {
 func TestSecretsNeverInConfigMaps(t *testing.T) {
 	r := render(t, values(t, `
 signing: {privateKey: `+testPrivateKey+`}
-natsServer: {credentialsSecret: {name: boxcar-nats}}
+natsServer: {credentialsSecret: {name: boxcar-nats}, operatorCredentialsSecret: {name: boxcar-nats-operator}}
 metrics: {prometheusRule: {enabled: true}}
 grafana: {dashboard: {enabled: true}}
 keda: {enabled: true}

@@ -210,3 +210,48 @@ the value to change.
 {{- end -}}
 {{- $total -}}
 {{- end -}}
+
+{{/* The labels of the `worker setup` hook's Job and pod: the release's, with component setup,
+so that nothing selecting the workers (the Service, the PodDisruptionBudget, the worker
+NetworkPolicy) selects it. */}}
+{{- define "boxcar.setupLabels" -}}
+{{ include "boxcar.labels" . | replace "app.kubernetes.io/component: worker" "app.kubernetes.io/component: setup" }}
+{{- end -}}
+
+{{- define "boxcar.setupSelectorLabels" -}}
+{{ include "boxcar.selectorLabels" . | replace "app.kubernetes.io/component: worker" "app.kubernetes.io/component: setup" }}
+{{- end -}}
+
+{{/* The flags of TLS to NATS (natsServer.tlsSecret), files of the nats-tls volume. */}}
+{{- define "boxcar.natsTLSArgs" -}}
+{{- with .Values.natsServer.tlsSecret }}
+{{- if .name }}
+- --nats-ca=/etc/boxcar/nats-tls/ca.crt
+{{- if .certKey }}
+- --nats-cert=/etc/boxcar/nats-tls/tls.crt
+- --nats-key=/etc/boxcar/nats-tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The nats-tls volume: natsServer.tlsSecret's CA and, for mTLS, client certificate and key. */}}
+{{- define "boxcar.natsTLSVolume" -}}
+{{- with .Values.natsServer.tlsSecret }}
+{{- if .name }}
+- name: nats-tls
+  secret:
+    secretName: {{ .name }}
+    defaultMode: 0440
+    items:
+      - key: {{ .caKey }}
+        path: ca.crt
+      {{- if .certKey }}
+      - key: {{ .certKey }}
+        path: tls.crt
+      - key: {{ .keyKey }}
+        path: tls.key
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
