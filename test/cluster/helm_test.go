@@ -175,12 +175,18 @@ type release struct {
 
 func setupRelease(t *testing.T, apiKey string) *release {
 	t.Helper()
+	return setupReleaseWith(t, apiKey, "")
+}
+
+// setupReleaseWith is setupRelease with NATS's auth.conf (installNATSWith).
+func setupReleaseWith(t *testing.T, apiKey, natsAuth string) *release {
+	t.Helper()
 	image, version := importReleaseImage(t)
 	i := strings.LastIndex(image, ":")
 	if i < 0 {
 		t.Fatalf("bin/image.ref names %q, want REPOSITORY:TAG; rebuild it: make image", image)
 	}
-	installNATS(t)
+	installNATSWith(t, natsAuth)
 	r := &release{ns: testNamespaceNamed(t, helmNamespace), version: version, keyDir: filepath.Join(t.TempDir(), "keys")}
 	r.accessKey, r.secretKey = installStoreAndModel(t, r.ns)
 	r.sub = newSubmitter(t)
@@ -489,7 +495,13 @@ func lastJSON(t *testing.T, stdout string) jobResult {
 // verify` with the signer's public key. It returns the manifest.
 func checkRun(t *testing.T, bucket *s3.Client, sub *submitter, keyDir, id, version string, workers map[string]bool) provenance.Statement {
 	t.Helper()
-	stmt, err := provenance.Parse(getObject(t, bucket, "tenants/default/runs/"+id+"/manifest.json"))
+	return checkTenantRun(t, bucket, sub, keyDir, "default", id, version, workers)
+}
+
+// checkTenantRun is checkRun for a job of tenant, whose objects are under tenants/<tenant>/.
+func checkTenantRun(t *testing.T, bucket *s3.Client, sub *submitter, keyDir, tenant, id, version string, workers map[string]bool) provenance.Statement {
+	t.Helper()
+	stmt, err := provenance.Parse(getObject(t, bucket, "tenants/"+tenant+"/runs/"+id+"/manifest.json"))
 	if err != nil {
 		t.Fatalf("job %s: parse manifest: %v", id, err)
 	}
@@ -503,7 +515,7 @@ func checkRun(t *testing.T, bucket *s3.Client, sub *submitter, keyDir, id, versi
 	var report []byte
 	for _, s := range stmt.Subjects {
 		if s.Name == "report.md" {
-			report = getObject(t, bucket, "tenants/default/"+provenance.SubjectKey(id, s))
+			report = getObject(t, bucket, "tenants/"+tenant+"/"+provenance.SubjectKey(id, s))
 		}
 	}
 	// 92 units over 12 rows of examples/sales.csv, summed by busybox awk in the sandbox pod.

@@ -68,6 +68,14 @@ func TestNATSOfficialLayout(t *testing.T) {
 // probes are the kubelet's HTTP requests over the bridge). It returns the volume's folder.
 func installNATS(t *testing.T) string {
 	t.Helper()
+	return installNATSWith(t, "")
+}
+
+// installNATSWith is installNATS with authConf (the auth.conf of `worker nats-config`: the
+// operator and accounts) in the Secret nats-auth, which the server includes as a user of the
+// NATS chart does (deploy/helm/boxcar/README.md); "" runs NATS without auth.
+func installNATSWith(t *testing.T, authConf string) string {
+	t.Helper()
 	ctx := t.Context()
 	bin := filepath.Join(cluster.CacheDir(), "images", "nats-server")
 	version, err := exec.Command(bin, "--version").Output()
@@ -106,7 +114,12 @@ func installNATS(t *testing.T) string {
 	})
 
 	ns := testNamespaceNamed(t, "nats")
-	applyManifest(t, ns, "testdata/nats.yaml", "{{IMAGE}}", image, "{{STORAGE_CLASS}}", class.Name)
+	include := ""
+	if authConf != "" {
+		createSecret(t, ns, "nats-auth", map[string][]byte{"auth.conf": []byte(authConf)})
+		include = "include ../nats-auth/auth.conf;"
+	}
+	applyManifest(t, ns, "testdata/nats.yaml", "{{IMAGE}}", image, "{{STORAGE_CLASS}}", class.Name, "{{INCLUDE}}", include)
 	harness.Wait(t, "StatefulSet nats Ready", func() (bool, error) {
 		ss, err := kube.Client.AppsV1().StatefulSets(ns).Get(ctx, "nats", metav1.GetOptions{})
 		if err != nil {

@@ -1,0 +1,283 @@
+package cluster_test
+
+import (
+	"context"
+	"crypto/rand"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/strvals"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// authTenants are the tenants TestHelmInstallNATSAuth generates identities for.
+var authTenants = []string{"team-a", "team-b"}
+
+// TestHelmInstallNATSAuth (issue 23) installs the chart against a NATS that authenticates,
+// from the identities `worker nats-config` generates for two tenants: the server includes its
+// auth.conf from a Secret as the NATS chart would, the workers run with worker.creds (which may
+// only bind, never create streams) and the chart's pre-install hook runs `worker setup` with
+// operator.creds. Before that, `helm install` with the sandbox namespace equal to the release's
+// is refused with a message naming the value. Each tenant's submitter runs a job through
+// `submit` with its own .creds; each succeeds, and its signed manifest is under the tenant's
+// prefix with the tenant the worker saw. A submit without credentials, and one with team-b's
+// credentials acting for team-a, are refused. No seed of any identity is in the release's
+// rendered objects (hooks included), a ConfigMap, or a log of the workers or NATS.
+func TestHelmInstallNATSAuth(t *testing.T) {
+	ctx := t.Context()
+	ids := generateIdentities(t, authTenants)
+	apiKey := "sk-helm-auth-marker-" + rand.Text()
+	r := setupReleaseWith(t, apiKey, readFile(t, filepath.Join(ids.dir, "auth.conf")))
+	createSecret(t, r.ns, "boxcar-nats-worker", map[string][]byte{"nats.creds": []byte(readFile(t, ids.creds["worker"]))})
+	createSecret(t, r.ns, "boxcar-nats-operator", map[string][]byte{"nats.creds": []byte(readFile(t, ids.creds["operator"]))})
+
+	refuseSandboxNamespace(t, r)
+
+	vals := r.vals
+	sets := []string{
+		"natsServer.credentialsSecret.name=boxcar-nats-worker",
+		"natsServer.operatorCredentialsSecret.name=boxcar-nats-operator",
+		"natsServer.account=" + ids.account,
+	}
+	for _, tenant := range authTenants {
+		sets = append(sets, "config.tenants."+tenant+".profiles={csv-analyst}")
+	}
+	for _, s := range sets {
+		if err := strvals.ParseInto(s, vals); err != nil {
+			t.Fatalf("--set %s: %v", s, err)
+		}
+	}
+	start := time.Now()
+	r.install(t, vals)
+	workers := readyWorkers(t, r.ns, 2)
+	record("helm install with NATS auth (setup hook included) → workers ready: %s", time.Since(start).Round(time.Millisecond))
+	checkSetupHookGone(t, r.ns)
+	checkWorkersOnlyBind(t, r.ns, workers)
+
+	// Each tenant's job, submitted with the tenant's own credentials.
+	for _, tenant := range authTenants {
+		sub := r.sub.with("NATS_CREDS="+ids.creds[tenant+"-submitter"], "BOXCAR_TENANT="+tenant)
+		id := sub.job(t, true)
+		stmt := checkTenantRun(t, r.bucket, sub, r.keyDir, tenant, id, r.version, workers)
+		if got := stmt.Predicate.Tenant.Name; got != tenant {
+			t.Errorf("job %s of %s: the manifest records tenant %q", id, tenant, got)
+		}
+	}
+
+	// Refused: no credentials at all, and team-b's credentials acting for team-a.
+	refused := map[string]*submitter{
+		"no credentials":                     r.sub.with("BOXCAR_TENANT=team-a"),
+		"team-b's submitter for team-a":      r.sub.with("NATS_CREDS="+ids.creds["team-b-submitter"], "BOXCAR_TENANT=team-a"),
+		"team-a's approver submitting a job": r.sub.with("NATS_CREDS="+ids.creds["team-a-approver"], "BOXCAR_TENANT=team-a"),
+	}
+	for what, sub := range refused {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		stdout, stderr, err := sub.run(rctx, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv", "--input", "examples/sales.csv", "--output", "json")
+		cancel()
+		if err == nil {
+			t.Errorf("%s: submit run succeeded, want it refused:\n%s", what, stdout)
+			continue
+		}
+		t.Logf("%s: refused: %s", what, strings.TrimSpace(lastLine(stderr)))
+	}
+
+	checkNoSeeds(t, r, ids)
+	r.uninstall(t)
+}
+
+// identities is what `worker nats-config` wrote: its folder, each identity's .creds file and
+// the public key of the account BOXCAR.
+type identities struct {
+	dir, account string
+	creds        map[string]string // by identity: worker, operator, <tenant>-submitter, <tenant>-approver
+}
+
+// generateIdentities runs the release's `worker nats-config` (bin/image/worker) for a worker
+// config with the csv-analyst profile and these tenants.
+func generateIdentities(t *testing.T, tenants []string) identities {
+	t.Helper()
+	bin, err := filepath.Abs("../../bin/image/worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := strings.NewReplacer("{{IMAGE}}", "busybox", "{{KUBECONFIG}}", "\"\"", "{{NAMESPACE}}", helmSandboxes).Replace(readFile(t, "testdata/worker.yaml.tmpl"))
+	cfg += "tenants:\n"
+	for _, tenant := range tenants {
+		cfg += "  " + tenant + ": {profiles: [csv-analyst]}\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "boxcar.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "nats-auth")
+	stdout, err := exec.CommandContext(t.Context(), bin, "nats-config", "--config", filepath.Join(dir, "boxcar.yaml"), "--out", out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("worker nats-config: %v\n%s (make image builds bin/image/worker)", err, stdout)
+	}
+	ids := identities{dir: out, creds: map[string]string{}}
+	for _, name := range append([]string{"worker", "operator"}, tenantIdentities(tenants)...) {
+		ids.creds[name] = filepath.Join(out, "creds", name+".creds")
+	}
+	for line := range strings.Lines(string(stdout)) {
+		if v, ok := strings.CutPrefix(line, "account BOXCAR: "); ok {
+			ids.account = strings.TrimSpace(v)
+		}
+	}
+	if !strings.HasPrefix(ids.account, "A") {
+		t.Fatalf("worker nats-config printed no account BOXCAR:\n%s", stdout)
+	}
+	return ids
+}
+
+func tenantIdentities(tenants []string) []string {
+	var names []string
+	for _, tenant := range tenants {
+		names = append(names, tenant+"-submitter", tenant+"-approver")
+	}
+	return names
+}
+
+// seeds are the nkey seeds of every identity's .creds file: what must never leave them.
+func (ids identities) seeds(t *testing.T) map[string]string {
+	t.Helper()
+	seeds := map[string]string{}
+	for name, path := range ids.creds {
+		for line := range strings.Lines(readFile(t, path)) {
+			if line = strings.TrimSpace(line); strings.HasPrefix(line, "SU") && len(line) > 50 {
+				seeds[name] = line
+			}
+		}
+		if seeds[name] == "" {
+			t.Fatalf("%s holds no user seed", path)
+		}
+	}
+	return seeds
+}
+
+// refuseSandboxNamespace: `helm install` with the sandbox namespace the release's own fails
+// with a message that names the value, and makes nothing.
+func refuseSandboxNamespace(t *testing.T, r *release) {
+	t.Helper()
+	bad, err := common.ReadValues([]byte("sandboxes: {namespace: " + r.ns + ", createNamespace: false}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := chartutil.MergeTables(bad, r.vals)
+	in := action.NewInstall(r.helm.cfg)
+	in.ReleaseName, in.Namespace = helmRelease, r.ns
+	_, err = in.RunWithContext(t.Context(), r.helm.chart, vals)
+	if err == nil || !strings.Contains(err.Error(), "sandboxes.namespace") || !strings.Contains(err.Error(), "release's own namespace") {
+		t.Fatalf("helm install with sandboxes.namespace=%s (the release's): %v; want it refused, naming sandboxes.namespace", r.ns, err)
+	}
+	t.Logf("helm install with the sandbox namespace the release's: %v", err)
+	if _, err := action.NewGet(r.helm.cfg).Run(helmRelease); err == nil {
+		t.Fatal("the refused install left a release record")
+	}
+}
+
+// checkSetupHookGone: the setup hook's Job ran and, having succeeded, was deleted.
+func checkSetupHookGone(t *testing.T, ns string) {
+	t.Helper()
+	_, err := kube.Client.BatchV1().Jobs(ns).Get(t.Context(), helmRelease+"-setup", metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the setup Job %s-setup is still there after a successful install (%v)", helmRelease, err)
+	}
+}
+
+// checkWorkersOnlyBind: the workers' identity may not declare streams, so each worker bound to
+// what the setup hook declared (it logs that once at start).
+func checkWorkersOnlyBind(t *testing.T, ns string, workers map[string]bool) {
+	t.Helper()
+	for w := range workers {
+		logs, err := kube.Client.CoreV1().Pods(ns).GetLogs(w, &corev1.PodLogOptions{}).DoRaw(t.Context())
+		if err != nil {
+			t.Fatalf("logs of %s: %v", w, err)
+		}
+		if !strings.Contains(string(logs), "may not declare") {
+			t.Errorf("worker %s did not log that its identity only binds; did it run with worker.creds?\n%s", w, logs)
+		}
+	}
+}
+
+// checkNoSeeds: no identity's seed is in the release's rendered objects (hooks included), in a
+// ConfigMap of the release's or NATS's namespace, or in a log of a worker or NATS; the scan
+// finds them where they belong, in the Secrets.
+func checkNoSeeds(t *testing.T, r *release, ids identities) {
+	t.Helper()
+	ctx := t.Context()
+	seeds := ids.seeds(t)
+	places := map[string]string{}
+	rel, err := action.NewGet(r.helm.cfg).Run(helmRelease)
+	if err != nil {
+		t.Fatalf("helm get: %v", err)
+	}
+	rv, ok := rel.(*releasev1.Release)
+	if !ok {
+		t.Fatalf("helm get returned a %T", rel)
+	}
+	places["the release's manifest"] = rv.Manifest
+	for _, h := range rv.Hooks {
+		places["hook "+h.Name] = h.Manifest
+	}
+	for _, ns := range []string{r.ns, "nats"} {
+		cms, err := kube.Client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cm := range cms.Items {
+			places["ConfigMap "+ns+"/"+cm.Name] = strings.Join(slices.Collect(maps.Values(cm.Data)), "\n")
+		}
+		pods, err := kube.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			for _, c := range p.Spec.Containers {
+				logs, err := kube.Client.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name}).DoRaw(ctx)
+				if err != nil {
+					t.Fatalf("logs of %s/%s: %v", p.Name, c.Name, err)
+				}
+				places["log of "+ns+"/"+p.Name+"/"+c.Name] = string(logs)
+			}
+		}
+	}
+	matches := 0
+	for place, text := range places {
+		for name, seed := range seeds {
+			if strings.Contains(text, seed) {
+				matches++
+				t.Errorf("%s holds the seed of %s", place, name)
+			}
+		}
+	}
+	record("NATS auth: seeds of %d identities in %d rendered objects, ConfigMaps and logs: %d matches", len(seeds), len(places), matches)
+	s, err := kube.Client.CoreV1().Secrets(r.ns).Get(ctx, "boxcar-nats-worker", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(s.Data["nats.creds"]), seeds["worker"]) {
+		t.Fatal("the scan does not find the worker's seed in its own Secret")
+	}
+}
+
+// with returns a copy of the submitter with more environment: a tenant, its credentials.
+func (s *submitter) with(env ...string) *submitter {
+	return &submitter{bin: s.bin, env: append(slices.Clone(s.env), env...)}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
