@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
 	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	helmkube "helm.sh/helm/v4/pkg/kube"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/strvals"
 	corev1 "k8s.io/api/core/v1"
@@ -93,8 +96,61 @@ func TestHelmInstallNATSAuth(t *testing.T) {
 		t.Logf("%s: refused: %s", what, strings.TrimSpace(lastLine(stderr)))
 	}
 
+	upgradeRerunsSetup(t, r, ids, vals)
 	checkNoSeeds(t, r, ids)
 	r.uninstall(t)
+}
+
+// upgradeRerunsSetup: `helm upgrade` with a tenant's max_concurrent changed runs the setup hook
+// again before the workers roll, and the tenant's consumer takes the new bound (the workers'
+// identity could not have changed it).
+func upgradeRerunsSetup(t *testing.T, r *release, ids identities, vals map[string]any) {
+	t.Helper()
+	ctx := t.Context()
+	const consumer = "boxcar-workers-team-b"
+	before := maxAckPending(t, r, ids, consumer)
+	if err := strvals.ParseInto("config.tenants.team-b.max_concurrent=1", vals); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	up := action.NewUpgrade(r.helm.cfg)
+	up.Namespace = r.ns
+	up.WaitStrategy, up.Timeout = helmkube.StatusWatcherStrategy, 5*time.Minute
+	if _, err := up.RunWithContext(ctx, helmRelease, r.helm.chart, vals); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, workerState(ctx, r.ns))
+	}
+	readyWorkers(t, r.ns, 2)
+	record("helm upgrade with NATS auth (setup hook included) → new workers ready: %s", time.Since(start).Round(time.Millisecond))
+	checkSetupHookGone(t, r.ns)
+	if after := maxAckPending(t, r, ids, consumer); after != 1 {
+		t.Errorf("after the upgrade, consumer %s has max_ack_pending %d (before: %d), want 1: the pre-upgrade hook did not declare it", consumer, after, before)
+	}
+}
+
+// maxAckPending reads a consumer of the job stream with the operator's credentials, through
+// the port-forward the submitter uses.
+func maxAckPending(t *testing.T, r *release, ids identities, consumer string) int {
+	t.Helper()
+	var url string
+	for _, e := range r.sub.env {
+		if v, ok := strings.CutPrefix(e, "NATS_URL="); ok {
+			url = v
+		}
+	}
+	nc, err := nats.Connect(url, nats.UserCredentials(ids.creds["operator"]))
+	if err != nil {
+		t.Fatalf("connect to NATS as the operator: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := js.Consumer(t.Context(), "BOXCAR_JOBS", consumer)
+	if err != nil {
+		t.Fatalf("consumer %s: %v", consumer, err)
+	}
+	return c.CachedInfo().Config.MaxAckPending
 }
 
 // identities is what `worker nats-config` wrote: its folder, each identity's .creds file and
