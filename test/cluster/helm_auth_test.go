@@ -3,6 +3,8 @@ package cluster_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -35,9 +37,11 @@ var authTenants = []string{"team-a", "team-b"}
 // operator.creds. Before that, `helm install` with the sandbox namespace equal to the release's
 // is refused with a message naming the value. Each tenant's submitter runs a job through
 // `submit` with its own .creds; each succeeds, and its signed manifest is under the tenant's
-// prefix with the tenant the worker saw. A submit without credentials, and one with team-b's
-// credentials acting for team-a, are refused. No seed of any identity is in the release's
-// rendered objects (hooks included), a ConfigMap, or a log of the workers or NATS.
+// prefix with the tenant the worker saw. A submit without credentials, one with team-b's
+// credentials acting for team-a and one by team-a's approver are refused, and the server took
+// nothing of them. `helm upgrade` runs the hook again before the workers roll. No seed of any
+// identity is in the release's rendered objects (hooks included), a ConfigMap, or a log of the
+// workers or NATS.
 func TestHelmInstallNATSAuth(t *testing.T) {
 	ctx := t.Context()
 	ids := generateIdentities(t, authTenants)
@@ -70,6 +74,7 @@ func TestHelmInstallNATSAuth(t *testing.T) {
 	checkWorkersOnlyBind(t, r.ns, workers)
 
 	// Each tenant's job, submitted with the tenant's own credentials.
+	js := operatorJetStream(t, r, ids)
 	for _, tenant := range authTenants {
 		sub := r.sub.with("NATS_CREDS="+ids.creds[tenant+"-submitter"], "BOXCAR_TENANT="+tenant)
 		id := sub.job(t, true)
@@ -77,23 +82,33 @@ func TestHelmInstallNATSAuth(t *testing.T) {
 		if got := stmt.Predicate.Tenant.Name; got != tenant {
 			t.Errorf("job %s of %s: the manifest records tenant %q", id, tenant, got)
 		}
+		if !hasStatus(t, js, tenant, id) {
+			t.Errorf("job %s of %s: no status under %s.%s; checkNotTaken would not see one either", id, tenant, tenant, id)
+		}
 	}
 
-	// Refused: no credentials at all, and team-b's credentials acting for team-a.
-	refused := map[string]*submitter{
-		"no credentials":                     r.sub.with("BOXCAR_TENANT=team-a"),
-		"team-b's submitter for team-a":      r.sub.with("NATS_CREDS="+ids.creds["team-b-submitter"], "BOXCAR_TENANT=team-a"),
-		"team-a's approver submitting a job": r.sub.with("NATS_CREDS="+ids.creds["team-a-approver"], "BOXCAR_TENANT=team-a"),
+	// Refused: no credentials at all, team-b's credentials acting for team-a, and team-a's
+	// approver submitting. Each tries a job id of its own, which then is neither in the job
+	// stream nor has a status: the server took nothing.
+	refused := []struct {
+		what string
+		sub  *submitter
+	}{
+		{"no credentials", r.sub.with("BOXCAR_TENANT=team-a")},
+		{"team-b's submitter for team-a", r.sub.with("NATS_CREDS="+ids.creds["team-b-submitter"], "BOXCAR_TENANT=team-a")},
+		{"team-a's approver submitting a job", r.sub.with("NATS_CREDS="+ids.creds["team-a-approver"], "BOXCAR_TENANT=team-a")},
 	}
-	for what, sub := range refused {
+	for i, tt := range refused {
+		id := fmt.Sprintf("refused-%d-%s", i, strings.ToLower(rand.Text()[:8]))
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		stdout, stderr, err := sub.run(rctx, "run", "--profile", "csv-analyst", "--task", "Summarise sales.csv", "--input", "examples/sales.csv", "--output", "json")
+		stdout, stderr, err := tt.sub.run(rctx, "run", "--id", id, "--profile", "csv-analyst", "--task", "Summarise sales.csv", "--input", "examples/sales.csv", "--output", "json")
 		cancel()
 		if err == nil {
-			t.Errorf("%s: submit run succeeded, want it refused:\n%s", what, stdout)
+			t.Errorf("%s: submit run succeeded, want it refused:\n%s", tt.what, stdout)
 			continue
 		}
-		t.Logf("%s: refused: %s", what, strings.TrimSpace(lastLine(stderr)))
+		t.Logf("%s: refused: %s", tt.what, strings.TrimSpace(lastLine(stderr)))
+		checkNotTaken(t, js, "team-a", id)
 	}
 
 	upgradeRerunsSetup(t, r, ids, vals)
@@ -127,9 +142,9 @@ func upgradeRerunsSetup(t *testing.T, r *release, ids identities, vals map[strin
 	}
 }
 
-// maxAckPending reads a consumer of the job stream with the operator's credentials, through
-// the port-forward the submitter uses.
-func maxAckPending(t *testing.T, r *release, ids identities, consumer string) int {
+// operatorJetStream connects to NATS with the operator's credentials, through the
+// port-forward the submitter uses.
+func operatorJetStream(t *testing.T, r *release, ids identities) jetstream.JetStream {
 	t.Helper()
 	var url string
 	for _, e := range r.sub.env {
@@ -141,16 +156,53 @@ func maxAckPending(t *testing.T, r *release, ids identities, consumer string) in
 	if err != nil {
 		t.Fatalf("connect to NATS as the operator: %v", err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := js.Consumer(t.Context(), "BOXCAR_JOBS", consumer)
+	return js
+}
+
+// maxAckPending reads a consumer of the job stream as the operator.
+func maxAckPending(t *testing.T, r *release, ids identities, consumer string) int {
+	t.Helper()
+	c, err := operatorJetStream(t, r, ids).Consumer(t.Context(), "BOXCAR_JOBS", consumer)
 	if err != nil {
 		t.Fatalf("consumer %s: %v", consumer, err)
 	}
 	return c.CachedInfo().Config.MaxAckPending
+}
+
+// checkNotTaken: the server took no job id of tenant: no message on its subject in the job
+// stream (queued) and no status (run).
+func checkNotTaken(t *testing.T, js jetstream.JetStream, tenant, id string) {
+	t.Helper()
+	ctx := t.Context()
+	stream, err := js.Stream(ctx, "BOXCAR_JOBS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.GetLastMsgForSubject(ctx, "boxcar.jobs."+tenant+"."+id); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("job %s of %s: in the job stream (%v), want no message", id, tenant, err)
+	}
+	if hasStatus(t, js, tenant, id) {
+		t.Errorf("job %s of %s: has a status, want none", id, tenant)
+	}
+}
+
+// hasStatus says whether a job of tenant has a status, read as the operator.
+func hasStatus(t *testing.T, js jetstream.JetStream, tenant, id string) bool {
+	t.Helper()
+	kv, err := js.KeyValue(t.Context(), "BOXCAR_STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kv.Get(t.Context(), tenant+"."+id)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("status of %s of %s: %v", id, tenant, err)
+	}
+	return err == nil
 }
 
 // identities is what `worker nats-config` wrote: its folder, each identity's .creds file and
