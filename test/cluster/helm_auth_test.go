@@ -89,7 +89,9 @@ func TestHelmInstallNATSAuth(t *testing.T) {
 
 	// Refused: no credentials at all, team-b's credentials acting for team-a, and team-a's
 	// approver submitting. Each tries a job id of its own, which then is neither in the job
-	// stream nor has a status: the server took nothing.
+	// stream nor has a status: the server took nothing. Each goes through a port-forward of its
+	// own: a connection NATS closes on a failed login ends the whole forward (client-go), which
+	// must not take the operator's connection and the later steps' with it.
 	refused := []struct {
 		what string
 		sub  *submitter
@@ -100,8 +102,9 @@ func TestHelmInstallNATSAuth(t *testing.T) {
 	}
 	for i, tt := range refused {
 		id := fmt.Sprintf("refused-%d-%s", i, strings.ToLower(rand.Text()[:8]))
+		sub := tt.sub.with("NATS_URL=nats://" + forwardTo(t, "nats", "app.kubernetes.io/name=nats", 4222))
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		stdout, stderr, err := tt.sub.run(rctx, "run", "--id", id, "--profile", "csv-analyst", "--task", "Summarise sales.csv", "--input", "examples/sales.csv", "--output", "json")
+		stdout, stderr, err := sub.run(rctx, "run", "--id", id, "--profile", "csv-analyst", "--task", "Summarise sales.csv", "--input", "examples/sales.csv", "--output", "json")
 		cancel()
 		if err == nil {
 			t.Errorf("%s: submit run succeeded, want it refused:\n%s", tt.what, stdout)
