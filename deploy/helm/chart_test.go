@@ -348,7 +348,7 @@ func TestChartRenders(t *testing.T) {
 			keda := enabled("keda.enabled")
 			setup := lookup(v, "natsServer.operatorCredentialsSecret.name") != ""
 			want := map[string]int{
-				"ConfigMap": 1, "Deployment": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1,
+				"ConfigMap": 2, "Deployment": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1,
 				"Service": 1, "PodDisruptionBudget": 1,
 				"Namespace":               b2i(enabled("sandboxes.createNamespace")),
 				"NetworkPolicy":           b2i(enabled("sandboxes.networkPolicy.enabled")) + b2i(enabled("networkPolicy.enabled")),

@@ -221,7 +221,8 @@ func driveBackend(t *testing.T, k config.Kubernetes) backendRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := fake.NewClientset()
+	// The pods' owner, as the chart makes it; the API server gives it its uid.
+	cs := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: k.Owner, Namespace: namespace, UID: ownerUID}})
 	fakeKubelet(t, cs, namespace)
 	// The fake clientset cannot store access reviews; the real API server answers them from
 	// RBAC, and the chart's Role grants everything, so the fake answers "allowed".
@@ -232,7 +233,7 @@ func driveBackend(t *testing.T, k config.Kubernetes) backendRun {
 	})
 	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
 		Client: client{Clientset: cs, rest: real.CoreV1().RESTClient()}, RESTConfig: restConfig,
-		Namespace: namespace, Instance: k.Instance, Image: "busybox:1.37", WorkerID: "worker-0", StartTimeout: 20 * time.Second,
+		Namespace: namespace, Instance: k.Instance, Owner: k.Owner, Image: "busybox:1.37", WorkerID: "worker-0", StartTimeout: 20 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -313,6 +314,29 @@ func driveBackend(t *testing.T, k config.Kubernetes) backendRun {
 		t.Fatalf("backend created %d pods, want 2", len(run.pods))
 	}
 	return run
+}
+
+// ownerUID is the uid driveBackend's API server gives the pods' owner.
+const ownerUID = "0c4f3d1e-owner"
+
+// TestSandboxPodsOwnedByTheRelease: every sandbox pod, warm or a job's, is owned by a
+// ConfigMap of the release in the sandbox namespace, which `helm uninstall` deletes (no
+// resource-policy keep), so the garbage collector removes the pods the workers can no longer
+// remove: their ServiceAccount and Role go with them.
+func TestSandboxPodsOwnedByTheRelease(t *testing.T) {
+	r := render(t, nil)
+	cfg := workerConfig(t, r)
+	k := cfg.Sandbox.Kubernetes
+	owner := one[*corev1.ConfigMap](t, r, k.Owner)
+	if owner.Namespace != k.Namespace || owner.Annotations["helm.sh/resource-policy"] != "" {
+		t.Errorf("owner ConfigMap %s in %q with annotations %v; want it in the sandbox namespace %s, deleted with the release", owner.Name, owner.Namespace, owner.Annotations, k.Namespace)
+	}
+	want := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: ownerUID}
+	for _, pod := range driveBackend(t, k).pods {
+		if len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0] != want {
+			t.Errorf("sandbox pod %s owners %+v, want only %+v", pod.Name, pod.OwnerReferences, want)
+		}
+	}
 }
 
 // noExec is a PodExecutor for tests that run no command.

@@ -153,6 +153,12 @@ type Kubernetes struct {
 	// letters, digits, -_. and at most 63. Default: empty, no label; the reaper then takes only
 	// pods without one.
 	Instance string `json:"instance,omitempty"`
+	// Owner names a ConfigMap in Namespace that owns every sandbox pod the worker starts (an
+	// ownerReference): deleting it has Kubernetes' garbage collector delete them, warm or
+	// running, which needs no worker (the Helm chart sets its own, which `helm uninstall`
+	// deletes). The worker reads it (get configmaps) and is not ready while it is missing.
+	// Default: empty, pods have no owner.
+	Owner string `json:"owner,omitempty"`
 	// BridgeImage is the worker's own image, whose static binary an init container of every
 	// sandbox pod copies in, so that a profile with a network can reach the job's proxy
 	// through a tunnel over pods/exec (docs/sandbox.md). The Helm chart sets the worker's

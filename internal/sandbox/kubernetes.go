@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -68,6 +70,11 @@ type KubernetesConfig struct {
 	// another queue, which this worker cannot see). Empty (the default): no label, and Reap
 	// takes only pods without one.
 	Instance string
+	// Owner names a ConfigMap in Namespace that owns every pod this worker starts (an
+	// ownerReference): deleting it has the garbage collector delete them all, which needs no
+	// worker. The Helm chart sets its own, deleted at `helm uninstall`. Empty (the default):
+	// pods have no owner.
+	Owner string
 	// UID and GID the container runs as. Default: 1000. Never 0: pods run as non-root.
 	UID, GID int64
 	// TmpSize bounds the container's /tmp (an emptyDir; the root filesystem is read-only).
@@ -151,6 +158,9 @@ type KubernetesProvider struct {
 	exec PodExecutor
 	log  *slog.Logger
 	run  string // this provider's own, on its pool pods (kubernetes_pool.go)
+
+	ownerMu sync.Mutex
+	owner   *metav1.OwnerReference // Owner's, once looked up (kubernetes_owner.go)
 }
 
 // NewKubernetes checks the configuration. It does not contact the cluster.
@@ -186,15 +196,25 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	if err != nil {
 		return nil, err
 	}
+	owner, err := p.ownerRef(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if owner != nil {
+		pod.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
+	log := p.log.With("sandbox_id", pod.Name, "job_id", spec.JobID)
+	if spec.Pool != "" {
+		log = p.log.With("sandbox_id", pod.Name, "pool", spec.Pool)
+	}
 	pods := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace)
 	begin := time.Now()
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
+		if createMayHaveHappened(ctx, err) {
+			_ = p.deletePod(ctx, log, pod.Name) // logged there
+		}
 		return nil, fmt.Errorf("sandbox: start pod for job %s in namespace %s: %w", spec.JobID, p.cfg.Namespace, err)
-	}
-	log := p.log.With("sandbox_id", created.Name, "job_id", spec.JobID)
-	if spec.Pool != "" {
-		log = p.log.With("sandbox_id", created.Name, "pool", spec.Pool)
 	}
 	running, err := p.waitRunning(ctx, created.Name)
 	if err != nil {
@@ -217,4 +237,13 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	}
 	log.Info("sandbox started", "backend", p.Backend())
 	return s, nil
+}
+
+// createMayHaveHappened reports whether a failed create may still have made its object: the
+// API server refused it outright only when it answered with a status other than a timeout.
+// Otherwise (ctx ended meanwhile, as when a worker stops; the connection broke) the object
+// may exist under the name asked for, and the caller deletes it.
+func createMayHaveHappened(ctx context.Context, err error) bool {
+	var status apierrors.APIStatus
+	return ctx.Err() != nil || !errors.As(err, &status) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }

@@ -10,13 +10,17 @@ import (
 )
 
 // Check reports whether the provider could start a sandbox now: the API server answers, this
-// worker may list pods in the sandbox namespace, and it may create pods and pods/exec there.
+// worker may list pods in the sandbox namespace, and it may create pods and pods/exec there;
+// the pods' Owner, when set, exists.
 // The worker's /readyz calls it, so a worker that lost the cluster or its permissions stops
 // taking jobs instead of failing each one. It creates nothing.
 func (p *KubernetesProvider) Check(ctx context.Context) error {
 	ns := p.cfg.Namespace
 	if _, err := p.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		return fmt.Errorf("sandbox: kubernetes: list pods in namespace %s (check the kubeconfig and the worker's Role): %w: %w", ns, ErrUnavailable, err)
+	}
+	if _, err := p.ownerRef(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	var errs []error
 	for _, a := range []authorizationv1.ResourceAttributes{

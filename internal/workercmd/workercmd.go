@@ -82,6 +82,7 @@ func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) 
 			ImagePullPolicy: corev1.PullPolicy(cfg.Sandbox.Kubernetes.ImagePullPolicy),
 			WorkerID:        cfg.WorkerID,
 			Instance:        cfg.Sandbox.Kubernetes.Instance,
+			Owner:           cfg.Sandbox.Kubernetes.Owner,
 			BridgeImage:     cfg.Sandbox.Kubernetes.BridgeImage,
 			Logger:          log,
 		})

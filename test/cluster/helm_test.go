@@ -104,9 +104,9 @@ func TestHelmInstall(t *testing.T) {
 	record("helm install → workers ready: %s", installed.Round(time.Millisecond))
 	record("helm install → first job committed: %s", firstJob.Round(time.Millisecond))
 
-	// helm upgrade --set …sandbox.memory=192Mi: new workers and the new limit on the next job.
-	// (Not warm.min=1 yet: an uninstall left the workers' pool pods behind, issue 25.)
-	if err := strvals.ParseInto("config.profiles.csv-analyst.sandbox.memory=192Mi", vals); err != nil {
+	// helm upgrade --set …sandbox.memory=192Mi,…warm.min=1: new workers, the new limit on the
+	// next job, and a warm pod kept by each worker, which the uninstall must not leave behind.
+	if err := strvals.ParseInto("config.profiles.csv-analyst.sandbox.memory=192Mi,config.profiles.csv-analyst.warm.min=1", vals); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
@@ -142,9 +142,26 @@ func TestHelmInstall(t *testing.T) {
 		}
 	}
 
-	// helm uninstall: no worker pod and no sandbox pod, warm pool pods included, are left.
+	harness.Wait(t, "a warm pool pod of csv-analyst", func() (bool, error) {
+		pods, err := kube.Client.CoreV1().Pods(helmSandboxes).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelPool + "=csv-analyst"})
+		return err == nil && len(pods.Items) > 0, err
+	}, harness.Within(3*time.Minute))
+
+	// helm uninstall: no worker pod and no sandbox pod, warm pool pods included, are left. The
+	// workers cannot remove them (their ServiceAccount and Role go with them): the garbage
+	// collector does, as the pods' owner goes too.
 	start = time.Now()
 	r.uninstall(t)
+	harness.Wait(t, "no warm pool pod left", func() (bool, error) {
+		pods, err := kube.Client.CoreV1().Pods(helmSandboxes).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelPool})
+		if err != nil {
+			return false, err
+		}
+		if len(pods.Items) > 0 {
+			return false, fmt.Errorf("%d pool pods left, first %s", len(pods.Items), pods.Items[0].Name)
+		}
+		return true, nil
+	}, harness.Within(3*time.Minute))
 	harness.Wait(t, "no worker pod left", func() (bool, error) {
 		pods, err := kube.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: helmWorkerSelect})
 		if err != nil {

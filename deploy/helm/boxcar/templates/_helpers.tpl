@@ -71,7 +71,7 @@ tunnel from it (docs/sandbox.md). */}}
 {{- $chart := dict
   "metrics_addr" (printf ":%d" (int .Values.metrics.port))
   "drain_grace" (printf "%ds" (int .Values.drainGraceSeconds))
-  "sandbox" (dict "backend" "kubernetes" "kubernetes" (dict "namespace" .Values.sandboxes.namespace "image_pull_policy" .Values.sandboxes.imagePullPolicy "instance" (include "boxcar.instance" .) "bridge_image" (include "boxcar.image" .)))
+  "sandbox" (dict "backend" "kubernetes" "kubernetes" (dict "namespace" .Values.sandboxes.namespace "image_pull_policy" .Values.sandboxes.imagePullPolicy "instance" (include "boxcar.instance" .) "owner" (printf "%s-sandboxes" (include "boxcar.fullname" .)) "bridge_image" (include "boxcar.image" .)))
   "nats" (dict "url" (include "boxcar.natsURL" .))
 -}}
 {{- toYaml (merge $chart (deepCopy .Values.config)) -}}
