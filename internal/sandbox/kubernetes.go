@@ -235,6 +235,11 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 			s.info.ImageDigest = imageDigest(cs.ImageID)
 		}
 	}
+	if spec.Pool != "" && p.cfg.BridgeImage != "" {
+		if err := s.openCommands(ctx); err != nil {
+			log.Warn("the warm pod's command session did not start; its commands go through pods/exec", "error", err)
+		}
+	}
 	log.Info("sandbox started", "backend", p.Backend())
 	return s, nil
 }

@@ -75,8 +75,8 @@ var (
 	killScript = killFunc + killBody
 )
 
-// run executes a script in the pod and returns its exit code.
-func (s *kubernetesSandbox) run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+// runExec executes a script in the pod through pods/exec and returns its exit code.
+func (s *kubernetesSandbox) runExec(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	err := s.p.exec.Exec(ctx, s.p.cfg.Namespace, s.name, argv, stdin, stdout, stderr)
 	var exit utilexec.ExitError
 	switch {
@@ -221,7 +221,7 @@ func (k *outsideKill) stop() bool {
 func (s *kubernetesSandbox) kill(ctx context.Context, nonce string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killGrace)
 	defer cancel()
-	if _, err := s.run(ctx, []string{"sh", "-c", killScript, "boxcar-kill", nonce}, nil, io.Discard, io.Discard); err != nil {
+	if _, err := s.runExec(ctx, []string{"sh", "-c", killScript, "boxcar-kill", nonce}, nil, io.Discard, io.Discard); err != nil {
 		s.log.Warn("kill a command in the pod", "error", err)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
 )
 
 // kubernetesSandbox is one pod. Commands and file transfers run through exec, each wrapped in a
@@ -37,6 +39,11 @@ type kubernetesSandbox struct {
 
 	egressMu sync.Mutex
 	egressOn bool
+
+	// cmds is a warm pod's command session (kubernetes_session.go), nil without one; set
+	// before the sandbox is handed out. stopCmds ends it.
+	cmds     *tunnel.Commands
+	stopCmds func()
 }
 
 // Close stops running commands and deletes the pod. It is idempotent.
@@ -54,6 +61,9 @@ func (s *kubernetesSandbox) Close(ctx context.Context) error {
 	case <-s.idle:
 	case <-ctx.Done():
 	case <-time.After(killGrace):
+	}
+	if s.stopCmds != nil {
+		s.stopCmds()
 	}
 	if err := s.p.deletePod(ctx, s.log, s.name); err != nil {
 		return err

@@ -53,6 +53,8 @@ func init() {
 		os.Exit(runPod())
 	case InstallArg:
 		os.Exit(runInstall(os.Args[2:]))
+	case CommandsArg:
+		os.Exit(runCommands())
 	}
 }
 
@@ -190,11 +192,26 @@ var ErrNotReady = errors.New("egress tunnel: the pod's side did not start")
 // listener each of the pod's connections arrives on. Closing the listener ends the session,
 // and with it the pod's side (its stdin closes).
 func Listen(ctx context.Context, r io.Reader, w io.WriteCloser) (net.Listener, error) {
+	br, err := awaitReady(ctx, r, w, ready)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := yamux.Server(stdio{br, w}, config())
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return listener{sess}, nil
+}
+
+// awaitReady reads the pod side's first line, which must be want, until ctx ends; it closes w
+// when it fails. It returns r's reader, which may hold what followed the line.
+func awaitReady(ctx context.Context, r io.Reader, w io.WriteCloser, want string) (*bufio.Reader, error) {
 	br := bufio.NewReaderSize(r, maxReadyLine)
 	said := make(chan error, 1)
 	go func() {
 		line, err := br.ReadSlice('\n')
-		if err == nil && string(line) != ready {
+		if err == nil && string(line) != want {
 			err = fmt.Errorf("%w: it said %q", ErrNotReady, line)
 		} else if err != nil {
 			err = fmt.Errorf("%w: %w", ErrNotReady, err)
@@ -209,14 +226,9 @@ func Listen(ctx context.Context, r io.Reader, w io.WriteCloser) (net.Listener, e
 		}
 	case <-ctx.Done():
 		w.Close()
-		return nil, fmt.Errorf("egress tunnel: wait for the pod's side: %w", context.Cause(ctx))
+		return nil, fmt.Errorf("wait for the pod's side: %w", context.Cause(ctx))
 	}
-	sess, err := yamux.Server(stdio{br, w}, config())
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
-	return listener{sess}, nil
+	return br, nil
 }
 
 // listener hands out the session's streams as connections that close as a net.Conn does.

@@ -1,0 +1,109 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+	utilexec "k8s.io/client-go/util/exec"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/bridge"
+	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
+)
+
+// localExec plays pods/exec on this host: argv runs here, and the bridge's command session
+// is the real pod side (tunnel.ServeCommands). It records every exec.
+type localExec struct {
+	mu    sync.Mutex
+	execs [][]string
+}
+
+func (e *localExec) Exec(ctx context.Context, _, _ string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	e.mu.Lock()
+	e.execs = append(e.execs, argv)
+	e.mu.Unlock()
+	if argv[0] == bridge.Path {
+		if !slices.Equal(argv, []string{bridge.Path, tunnel.CommandsArg}) {
+			return errors.New("this test's bridge serves commands only")
+		}
+		done := make(chan error, 1)
+		go func() { done <- tunnel.ServeCommands(stdin, stdout) }()
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	err := cmd.Run()
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		return utilexec.CodeExitError{Err: err, Code: ee.ExitCode()}
+	}
+	return err
+}
+
+func (e *localExec) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.execs)
+}
+
+// TestKubernetesWarmPodCommandSession: a warm pod opens its command session while it waits, and
+// its job's file transfers and commands then run over it: one pods/exec in all, however many
+// calls, each with the same result as through pods/exec. A cold pod has no session: one exec
+// per call.
+func TestKubernetesWarmPodCommandSession(t *testing.T) {
+	client := fake.NewClientset()
+	fakeKubelet(t, client, nil)
+	ex := &localExec{}
+	p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.BridgeImage = bridgeImage; c.Executor = ex })
+	job := func(t *testing.T, pool string) int {
+		spec := sandbox.Spec{SandboxSpec: config.Profile{}.WithDefaults().Sandbox, Pool: pool, Ahead: time.Minute}
+		spec.Workdir = t.TempDir() // the commands run on this host
+		if pool == "" {
+			spec.JobID = "job-cold"
+		}
+		sb, err := p.Start(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close(context.Background())
+		if c, ok := sb.(sandbox.Claimer); ok && pool != "" {
+			if err := c.Claim(t.Context(), "job-warm"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := ex.count()
+		if err := sb.WriteFile(t.Context(), "in/a.csv", []byte("a,b\n1,2\n")); err != nil {
+			t.Fatal(err)
+		}
+		if data, err := sb.ReadFile(t.Context(), "in/a.csv", 1<<10); err != nil || string(data) != "a,b\n1,2\n" {
+			t.Errorf("ReadFile = %q, %v", data, err)
+		}
+		res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", `cat in/a.csv; echo "$JOB" >&2; exit 4`},
+			Env: map[string]string{"JOB": "j1"}, Timeout: time.Minute})
+		if err != nil || res.ExitCode != 4 || string(res.Stdout) != "a,b\n1,2\n" || string(res.Stderr) != "j1\n" {
+			t.Errorf("Exec = %+v (stdout %q, stderr %q), %v; want exit 4 with the file and the env apart", res, res.Stdout, res.Stderr, err)
+		}
+		if _, err := sb.ReadFile(t.Context(), "../etc/passwd", 1<<10); !errors.Is(err, sandbox.ErrPathEscape) {
+			t.Errorf("ReadFile out of the workdir: %v, want ErrPathEscape", err)
+		}
+		return ex.count() - before
+	}
+	if n := job(t, "p"); n != 0 {
+		t.Errorf("a warm pod's job made %d pods/exec calls, want none: its session carries them", n)
+	}
+	if n := job(t, ""); n != 3 {
+		t.Errorf("a cold pod's job made %d pods/exec calls, want 3 (write, read, exec; the refused path ends before an exec)", n)
+	}
+}

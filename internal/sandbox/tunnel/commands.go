@@ -1,0 +1,289 @@
+package tunnel
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// CommandsArg runs the pod's side of a command session: `BINARY CommandsArg`. A warm pod
+// opens one while it waits for its job, so that the job's commands and file transfers each
+// cost a stream of that session instead of a pods/exec of their own (an API server request,
+// a kubelet stream and a runtime exec, ~100-300 ms each). The pod's side runs each argv as
+// the runtime's exec would: in the container, as its user, with its environment and folder,
+// stdin from the worker, stdout and stderr apart, and the exit code back. What the command may
+// do is the container's, unchanged: the session adds no power.
+const CommandsArg = "__boxcar-exec-session"
+
+// commandsReady is the line the pod's side writes before its yamux session starts.
+const commandsReady = "boxcar-exec-session ready\n"
+
+// Frames from the pod's side: kind, a big-endian uint32 length, then that many bytes.
+const (
+	frameStdout byte = 1
+	frameStderr byte = 2
+	frameExit   byte = 3 // a big-endian int32 exit code
+	frameFailed byte = 4 // the command could not start: why
+	// maxFrame bounds what one frame may make the worker hold: the pod's side is the
+	// sandbox's.
+	maxFrame = 32 << 10
+	// maxHeader bounds a command's argv as the pod's side reads it.
+	maxHeader = 8 << 20
+)
+
+// ErrSessionDown is a command the session could not send: the pod never saw it, so the caller
+// may run it another way.
+var ErrSessionDown = errors.New("command session: down")
+
+// header is what the worker sends first on a command's stream, as one JSON line; stdin follows.
+type header struct {
+	Argv []string `json:"argv"`
+}
+
+func runCommands() int {
+	if err := ServeCommands(os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "command session: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// ServeCommands is the pod's side: it says ready on out, then runs the command of each stream
+// the worker opens on a yamux session over in and out, until the session ends. The commands
+// still running then are killed (the worker closes the session as it deletes the pod), and
+// ServeCommands returns once they have ended.
+func ServeCommands(in io.Reader, out io.Writer) error {
+	if _, err := io.WriteString(out, commandsReady); err != nil {
+		return fmt.Errorf("say ready: %w", err)
+	}
+	sess, err := yamux.Client(stdio{in, out}, config())
+	if err != nil {
+		return err
+	}
+	var running sync.WaitGroup
+	defer running.Wait()
+	defer sess.Close()
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			if sess.IsClosed() {
+				return nil
+			}
+			return err
+		}
+		running.Go(func() { serveCommand(st, sess.CloseChan()) })
+	}
+}
+
+// serveCommand runs one stream's command to its end, or until ended closes, and sends its
+// output and exit code.
+func serveCommand(st *yamux.Stream, ended <-chan struct{}) {
+	defer st.Close()
+	br := bufio.NewReader(io.LimitReader(st, maxHeader))
+	line, err := br.ReadBytes('\n')
+	var h header
+	if err == nil {
+		err = json.Unmarshal(line, &h)
+	}
+	if err == nil && len(h.Argv) == 0 {
+		err = errors.New("no argv")
+	}
+	fw := &frameWriter{w: st}
+	if err != nil {
+		fw.frame(frameFailed, []byte("read the command: "+err.Error()))
+		return
+	}
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		fw.frame(frameFailed, []byte(err.Error()))
+		return
+	}
+	cmd := exec.Command(h.Argv[0], h.Argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, fw.kind(frameStdout), fw.kind(frameStderr)
+	err = cmd.Start()
+	stdinR.Close()
+	if err != nil {
+		stdinW.Close()
+		fw.frame(frameFailed, []byte(err.Error()))
+		return
+	}
+	// What is left of the header's reader, then the rest of the stream, is the command's stdin.
+	go func() {
+		_, _ = io.Copy(stdinW, io.MultiReader(br, st))
+		stdinW.Close()
+	}()
+	exited := make(chan struct{})
+	defer close(exited)
+	go func() {
+		select {
+		case <-ended:
+			_ = cmd.Process.Kill()
+		case <-exited:
+		}
+	}()
+	code := 0
+	if err := cmd.Wait(); err != nil {
+		code = exitCode(err)
+	}
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(int32(code)))
+	fw.frame(frameExit, b[:])
+}
+
+// exitCode is a finished command's code as a runtime's exec reports it: 128 plus the signal
+// for one killed by a signal.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return 126
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}
+
+// frameWriter writes whole frames, one at a time, however many writers share it.
+type frameWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (f *frameWriter) frame(kind byte, p []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for first := true; first || len(p) > 0; first = false {
+		n := min(len(p), maxFrame)
+		buf := make([]byte, 5+n)
+		buf[0] = kind
+		binary.BigEndian.PutUint32(buf[1:5], uint32(n))
+		copy(buf[5:], p[:n])
+		if _, err := f.w.Write(buf); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+func (f *frameWriter) kind(k byte) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		if err := f.frame(k, p); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
+
+// Commands is the worker's side of a command session.
+type Commands struct {
+	sess *yamux.Session
+}
+
+// DialCommands is the worker's side over the exec's streams: r is the pod side's stdout, w
+// its stdin. It waits for the pod's side to say it is ready (until ctx ends). Closing the
+// session ends the pod's side (its stdin closes).
+func DialCommands(ctx context.Context, r io.Reader, w io.WriteCloser) (*Commands, error) {
+	br, err := awaitReady(ctx, r, w, commandsReady)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := yamux.Server(stdio{br, w}, config())
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return &Commands{sess: sess}, nil
+}
+
+// Close ends the session.
+func (c *Commands) Close() error { return c.sess.Close() }
+
+// Done closes when the session has ended.
+func (c *Commands) Done() <-chan struct{} { return c.sess.CloseChan() }
+
+// Run runs argv in the pod with stdin, writing its stdout and stderr, and returns its exit
+// code. ErrSessionDown means the command was not sent. Like an exec's stream, ending ctx
+// stops waiting for the command, not the command.
+func (c *Commands) Run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	line, err := json.Marshal(header{Argv: argv})
+	if err != nil {
+		return -1, err
+	}
+	st, err := c.sess.OpenStream()
+	if err != nil {
+		return -1, fmt.Errorf("%w: %w", ErrSessionDown, err)
+	}
+	defer st.Close()
+	if _, err := st.Write(append(line, '\n')); err != nil {
+		return -1, fmt.Errorf("%w: %w", ErrSessionDown, err)
+	}
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		if stdin != nil {
+			_, _ = io.Copy(st, stdin)
+		}
+		_ = st.Close() // a half close: the command's stdin ends, its output still comes back
+	}()
+	defer func() {
+		_ = st.SetWriteDeadline(time.Now()) // a command that ended reads no more stdin
+		<-fed
+	}()
+	stop := context.AfterFunc(ctx, func() { _ = st.SetReadDeadline(time.Now()) })
+	defer stop()
+	code, err := readFrames(st, stdout, stderr)
+	if err != nil && ctx.Err() != nil {
+		return -1, context.Cause(ctx)
+	}
+	return code, err
+}
+
+// readFrames reads the pod side's frames until the exit code.
+func readFrames(r io.Reader, stdout, stderr io.Writer) (int, error) {
+	var hdr [5]byte
+	buf := make([]byte, maxFrame)
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return -1, fmt.Errorf("command session: the stream ended before the exit code: %w", err)
+		}
+		n := binary.BigEndian.Uint32(hdr[1:])
+		if n > maxFrame {
+			return -1, fmt.Errorf("command session: a frame of %d bytes, more than %d", n, maxFrame)
+		}
+		p := buf[:n]
+		if _, err := io.ReadFull(r, p); err != nil {
+			return -1, fmt.Errorf("command session: the stream ended before the exit code: %w", err)
+		}
+		switch hdr[0] {
+		case frameStdout:
+			_, _ = stdout.Write(p)
+		case frameStderr:
+			_, _ = stderr.Write(p)
+		case frameExit:
+			if n != 4 {
+				return -1, fmt.Errorf("command session: an exit frame of %d bytes", n)
+			}
+			return int(int32(binary.BigEndian.Uint32(p))), nil
+		case frameFailed:
+			return -1, fmt.Errorf("command session: the command did not start: %s", p)
+		default:
+			return -1, fmt.Errorf("command session: a frame of unknown kind %d", hdr[0])
+		}
+	}
+}

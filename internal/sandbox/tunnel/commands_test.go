@@ -1,0 +1,133 @@
+package tunnel_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
+)
+
+// commandSession joins a pod's side (ServeCommands, running commands on this host) and the
+// worker's over two pipes, as one exec's stdin and stdout do.
+func commandSession(t *testing.T) *tunnel.Commands {
+	t.Helper()
+	toPodR, toPodW := io.Pipe()
+	fromPodR, fromPodW := io.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- tunnel.ServeCommands(toPodR, fromPodW)
+		fromPodW.Close()
+	}()
+	c, err := tunnel.DialCommands(t.Context(), fromPodR, toPodW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		if err := <-served; err != nil {
+			t.Errorf("pod side: %v", err)
+		}
+	})
+	return c
+}
+
+// TestCommandsRun: each command of the session gets its stdin, its stdout and stderr apart and
+// whole (past one frame), and its exit code, a signal's as 128 plus the signal, as a runtime's
+// exec gives them; a program that cannot start is an error, not a code.
+func TestCommandsRun(t *testing.T) {
+	c := commandSession(t)
+	big := strings.Repeat("x", 100_000)
+	for _, tt := range []struct {
+		name           string
+		argv           []string
+		stdin          string
+		code           int
+		stdout, stderr string
+		failed         bool
+	}{
+		{name: "streams apart", argv: []string{"sh", "-c", "cat; echo err >&2; exit 3"}, stdin: "in\n", code: 3, stdout: "in\n", stderr: "err\n"},
+		{name: "large output", argv: []string{"cat"}, stdin: big, stdout: big},
+		{name: "no stdin", argv: []string{"sh", "-c", "cat; echo done"}, stdout: "done\n"},
+		{name: "killed", argv: []string{"sh", "-c", "kill -9 $$"}, code: 137},
+		{name: "no such program", argv: []string{"/nonexistent/boxcar"}, failed: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			var stdin io.Reader
+			if tt.stdin != "" {
+				stdin = strings.NewReader(tt.stdin)
+			}
+			code, err := c.Run(t.Context(), tt.argv, stdin, &stdout, &stderr)
+			if tt.failed {
+				if err == nil || errors.Is(err, tunnel.ErrSessionDown) {
+					t.Fatalf("Run = %d, %v; want the pod side's refusal", code, err)
+				}
+				return
+			}
+			if err != nil || code != tt.code || stdout.String() != tt.stdout || stderr.String() != tt.stderr {
+				t.Errorf("Run = %d, %v, stdout %d bytes %.20q, stderr %q; want %d, %d bytes, %q", code, err, stdout.Len(), stdout.String(), stderr.String(), tt.code, len(tt.stdout), tt.stderr)
+			}
+		})
+	}
+}
+
+// TestCommandsRunStopsWaiting: ending ctx returns at once, as closing an exec's stream does;
+// a session that ended sends nothing more and says so (ErrSessionDown), so the caller may run
+// the command another way.
+func TestCommandsRunStopsWaiting(t *testing.T) {
+	c := commandSession(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Run(ctx, []string{"sleep", "30"}, nil, io.Discard, io.Discard); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Run past its ctx: %v, want the deadline", err)
+	}
+	c.Close()
+	if _, err := c.Run(t.Context(), []string{"true"}, nil, io.Discard, io.Discard); !errors.Is(err, tunnel.ErrSessionDown) {
+		t.Errorf("Run on a closed session: %v, want ErrSessionDown", err)
+	}
+}
+
+// TestCommandsHostilePod: the pod's side is the sandbox's; a frame larger than the worker
+// takes ends the command with an error instead of a buffer of the pod's choosing.
+func TestCommandsHostilePod(t *testing.T) {
+	toPodR, toPodW := io.Pipe()
+	fromPodR, fromPodW := io.Pipe()
+	go func() {
+		_, _ = io.WriteString(fromPodW, "boxcar-exec-session ready\n")
+		sess, err := yamux.Client(rw{toPodR, fromPodW}, nil)
+		if err != nil {
+			return
+		}
+		defer sess.Close()
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		var hdr [5]byte
+		hdr[0] = 1
+		binary.BigEndian.PutUint32(hdr[1:], 1<<30)
+		_, _ = st.Write(hdr[:])
+		<-sess.CloseChan()
+	}()
+	c, err := tunnel.DialCommands(t.Context(), fromPodR, toPodW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if code, err := c.Run(t.Context(), []string{"true"}, nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "frame") {
+		t.Errorf("Run = %d, %v; want the oversized frame refused", code, err)
+	}
+}
+
+type rw struct {
+	io.Reader
+	io.WriteCloser
+}
