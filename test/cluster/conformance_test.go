@@ -27,3 +27,15 @@ func (p smallSandboxes) Start(ctx context.Context, spec sandbox.Spec) (sandbox.S
 	}
 	return p.KubernetesProvider.Start(ctx, spec)
 }
+
+// TestConformanceWarm runs the suite on warm pods (a pool's, claimed) with the bridge, so that
+// every command and file transfer runs over the pod's command session: a warm pod behaves as
+// one started for its job. It needs the release image (make image).
+func TestConformanceWarm(t *testing.T) {
+	ns := sandboxNamespace(t)
+	release, _ := importReleaseImage(t)
+	sandboxtest.Run(t, func(t *testing.T) sandbox.Provider {
+		p := newProvider(t, ns, "conformance-warm", func(c *sandbox.KubernetesConfig) { c.BridgeImage = release })
+		return sandboxtest.Warm(t, smallSandboxes{p})
+	})
+}

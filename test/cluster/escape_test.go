@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"testing"
 
+	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 	"github.com/boxcar-run/boxcar/test/cluster"
 )
@@ -14,4 +15,13 @@ import (
 func TestEscape(t *testing.T) {
 	ns := sandboxNamespace(t)
 	sandboxtest.RunEscape(t, newProvider(t, ns, "escape"), sandboxtest.Host{PIDs: cluster.PodPIDsLimit})
+}
+
+// TestEscapeWarm runs the escape suite on warm pods with the bridge, whose commands run over
+// the pod's command session. It needs the release image (make image).
+func TestEscapeWarm(t *testing.T) {
+	ns := sandboxNamespace(t)
+	release, _ := importReleaseImage(t)
+	p := newProvider(t, ns, "escape-warm", func(c *sandbox.KubernetesConfig) { c.BridgeImage = release })
+	sandboxtest.RunEscape(t, sandboxtest.Warm(t, p), sandboxtest.Host{PIDs: cluster.PodPIDsLimit})
 }

@@ -103,9 +103,9 @@ func dnsName(s string) string {
 
 // newProvider is the real Kubernetes backend on the test cluster: real client-go, pods/exec
 // over WebSocket with the SPDY fallback, the sandbox image imported on the node.
-func newProvider(t *testing.T, namespace, worker string) *sandbox.KubernetesProvider {
+func newProvider(t *testing.T, namespace, worker string, edit ...func(*sandbox.KubernetesConfig)) *sandbox.KubernetesProvider {
 	t.Helper()
-	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
+	cfg := sandbox.KubernetesConfig{
 		Client:          kube.Client,
 		RESTConfig:      kube.RESTConfig,
 		Namespace:       namespace,
@@ -113,7 +113,11 @@ func newProvider(t *testing.T, namespace, worker string) *sandbox.KubernetesProv
 		ImagePullPolicy: corev1.PullNever,
 		WorkerID:        worker,
 		StartTimeout:    2 * time.Minute,
-	})
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	p, err := sandbox.NewKubernetes(cfg)
 	if err != nil {
 		t.Fatalf("NewKubernetes: %v", err)
 	}

@@ -21,19 +21,26 @@ const warmJobs = 20
 // its first command, each job with its own input file, environment and a placeholder secret
 // in that environment, on warm pods (started ahead as a pool's, Running, untimed; then
 // claimed: one patch of labels, annotations and deadline) against cold pods (Start), 20 of
-// each per iteration, alternating at a steady rate of one job at a time. p50 and p99 of each.
-// Pods are closed untimed.
+// each per iteration, alternating at a steady rate of one job at a time. Warm pods come two
+// ways in the same run: with the bridge (the release image, make image), whose command session
+// opened while warm carries the input's write and the command (warm-*), and without it, each
+// call a pods/exec of its own (warm-exec-*). p50 and p99 of each. Pods are closed untimed.
 func BenchmarkWarm(b *testing.B) {
 	ctx := context.Background()
 	ns := benchNamespace(b)
-	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
-		Client: kube.Client, RESTConfig: kube.RESTConfig, Namespace: ns,
-		Image: cluster.SandboxImage, ImagePullPolicy: corev1.PullNever,
-		WorkerID: "bench", StartTimeout: 2 * time.Minute,
-	})
-	if err != nil {
-		b.Fatalf("NewKubernetes: %v", err)
+	release, _ := importReleaseImage(b)
+	provider := func(bridge string) *sandbox.KubernetesProvider {
+		p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
+			Client: kube.Client, RESTConfig: kube.RESTConfig, Namespace: ns,
+			Image: cluster.SandboxImage, BridgeImage: bridge, ImagePullPolicy: corev1.PullNever,
+			WorkerID: "bench", StartTimeout: 2 * time.Minute,
+		})
+		if err != nil {
+			b.Fatalf("NewKubernetes: %v", err)
+		}
+		return p
 	}
+	session, plain := provider(release), provider("")
 	first := func(sb sandbox.Sandbox, id string) {
 		if err := sb.WriteFile(ctx, "input.csv", []byte("a,b\n1,"+id+"\n")); err != nil {
 			b.Fatal(err)
@@ -44,11 +51,11 @@ func BenchmarkWarm(b *testing.B) {
 			b.Fatalf("first command of %s: %v, exit %d: %s", id, err, res.ExitCode, res.Stderr)
 		}
 	}
-	spec := func(id string) sandbox.Spec { return sandboxtest.Spec(id, config.SandboxSpec{}) }
+	spec := func(id string) sandbox.Spec { return sandboxtest.Spec(id, config.SandboxSpec{CPU: "250m"}) }
 	cold := func(i int) time.Duration {
 		id := fmt.Sprintf("cold-%d", i)
 		begin := time.Now()
-		sb, err := p.Start(ctx, spec(id))
+		sb, err := plain.Start(ctx, spec(id))
 		if err != nil {
 			b.Fatalf("Start: %v", err)
 		}
@@ -57,7 +64,36 @@ func BenchmarkWarm(b *testing.B) {
 		_ = sb.Close(ctx)
 		return d
 	}
-	// The next warm pod starts while the current job runs, as a pool keeps one ready.
+	warmSession, warmExec := warmPods(b, session, spec, first), warmPods(b, plain, spec, first)
+	cold(-1)
+	warmSession(-1)
+	warmExec(-1)
+	var tCold, tWarm, tWarmExec []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		for i := range warmJobs {
+			tWarm, tWarmExec, tCold = append(tWarm, warmSession(i)), append(tWarmExec, warmExec(i)), append(tCold, cold(i))
+		}
+	}
+	b.StopTimer()
+	q := func(d []time.Duration, f float64) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[min(int(f*float64(len(s))), len(s)-1)]) / 1e6
+	}
+	b.ReportMetric(q(tWarm, 0.5), "warm-p50-ms")
+	b.ReportMetric(q(tWarm, 0.99), "warm-p99-ms")
+	b.ReportMetric(q(tWarmExec, 0.5), "warm-exec-p50-ms")
+	b.ReportMetric(q(tWarmExec, 0.99), "warm-exec-p99-ms")
+	b.ReportMetric(q(tCold, 0.5), "cold-p50-ms")
+	b.ReportMetric(q(tCold, 0.99), "cold-p99-ms")
+}
+
+// warmPods returns a timed warm job on p's pods: the next warm pod starts while the current
+// job runs, as a pool keeps one ready; the claim and the first command are timed. The pod
+// left ready is closed when the benchmark ends.
+func warmPods(b *testing.B, p *sandbox.KubernetesProvider, spec func(string) sandbox.Spec, first func(sandbox.Sandbox, string)) func(int) time.Duration {
+	ctx := context.Background()
 	ahead := func() <-chan sandbox.Sandbox {
 		ch := make(chan sandbox.Sandbox, 1)
 		go func() {
@@ -74,7 +110,12 @@ func BenchmarkWarm(b *testing.B) {
 		return ch
 	}
 	next := ahead()
-	warm := func(i int) time.Duration {
+	b.Cleanup(func() {
+		if sb, ok := <-next; ok {
+			_ = sb.Close(ctx)
+		}
+	})
+	return func(i int) time.Duration {
 		sb, ok := <-next
 		if !ok {
 			b.FailNow()
@@ -90,26 +131,4 @@ func BenchmarkWarm(b *testing.B) {
 		_ = sb.Close(ctx)
 		return d
 	}
-	cold(-1)
-	warm(-1)
-	var tCold, tWarm []time.Duration
-	b.ResetTimer()
-	for range b.N {
-		for i := range warmJobs {
-			tWarm, tCold = append(tWarm, warm(i)), append(tCold, cold(i))
-		}
-	}
-	b.StopTimer()
-	if sb, ok := <-next; ok {
-		_ = sb.Close(ctx)
-	}
-	q := func(d []time.Duration, f float64) float64 {
-		s := slices.Clone(d)
-		slices.Sort(s)
-		return float64(s[min(int(f*float64(len(s))), len(s)-1)]) / 1e6
-	}
-	b.ReportMetric(q(tWarm, 0.5), "warm-p50-ms")
-	b.ReportMetric(q(tWarm, 0.99), "warm-p99-ms")
-	b.ReportMetric(q(tCold, 0.5), "cold-p50-ms")
-	b.ReportMetric(q(tCold, 0.99), "cold-p99-ms")
 }
