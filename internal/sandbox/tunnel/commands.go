@@ -74,6 +74,12 @@ func ServeCommands(in io.Reader, out io.Writer) error {
 	var running sync.WaitGroup
 	defer running.Wait()
 	defer sess.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-sess.CloseChan()
+		cancel()
+	}()
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
@@ -82,13 +88,13 @@ func ServeCommands(in io.Reader, out io.Writer) error {
 			}
 			return err
 		}
-		running.Go(func() { serveCommand(st, sess.CloseChan()) })
+		running.Go(func() { serveCommand(ctx, st) })
 	}
 }
 
-// serveCommand runs one stream's command to its end, or until ended closes, and sends its
-// output and exit code.
-func serveCommand(st *yamux.Stream, ended <-chan struct{}) {
+// serveCommand runs one stream's command to its end, or until ctx ends (the session did), and
+// sends its output and exit code.
+func serveCommand(ctx context.Context, st *yamux.Stream) {
 	defer st.Close()
 	br := bufio.NewReader(io.LimitReader(st, maxHeader))
 	line, err := br.ReadBytes('\n')
@@ -101,21 +107,21 @@ func serveCommand(st *yamux.Stream, ended <-chan struct{}) {
 	}
 	fw := &frameWriter{w: st}
 	if err != nil {
-		fw.frame(frameFailed, []byte("read the command: "+err.Error()))
+		_ = fw.frame(frameFailed, []byte("read the command: "+err.Error()))
 		return
 	}
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
-		fw.frame(frameFailed, []byte(err.Error()))
+		_ = fw.frame(frameFailed, []byte(err.Error()))
 		return
 	}
-	cmd := exec.Command(h.Argv[0], h.Argv[1:]...)
+	cmd := exec.CommandContext(ctx, h.Argv[0], h.Argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, fw.kind(frameStdout), fw.kind(frameStderr)
 	err = cmd.Start()
 	stdinR.Close()
 	if err != nil {
 		stdinW.Close()
-		fw.frame(frameFailed, []byte(err.Error()))
+		_ = fw.frame(frameFailed, []byte(err.Error()))
 		return
 	}
 	// What is left of the header's reader, then the rest of the stream, is the command's stdin.
@@ -123,22 +129,13 @@ func serveCommand(st *yamux.Stream, ended <-chan struct{}) {
 		_, _ = io.Copy(stdinW, io.MultiReader(br, st))
 		stdinW.Close()
 	}()
-	exited := make(chan struct{})
-	defer close(exited)
-	go func() {
-		select {
-		case <-ended:
-			_ = cmd.Process.Kill()
-		case <-exited:
-		}
-	}()
 	code := 0
 	if err := cmd.Wait(); err != nil {
 		code = exitCode(err)
 	}
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], uint32(int32(code)))
-	fw.frame(frameExit, b[:])
+	_ = fw.frame(frameExit, b[:])
 }
 
 // exitCode is a finished command's code as a runtime's exec reports it: 128 plus the signal
