@@ -36,6 +36,18 @@ func TestConformanceWarm(t *testing.T) {
 	release, _ := importReleaseImage(t)
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Provider {
 		p := newProvider(t, ns, "conformance-warm", func(c *sandbox.KubernetesConfig) { c.BridgeImage = release })
-		return sandboxtest.Warm(t, smallSandboxes{p})
+		return sandboxtest.Warm(t, tinySandboxes{p})
 	})
+}
+
+// tinySandboxes asks for a twentieth of a CPU where a spec names none or the default one CPU:
+// each warm sandbox of the suite has a neighbour beside it (sandboxtest.Warm), whose spec is
+// the profile's defaults.
+type tinySandboxes struct{ *sandbox.KubernetesProvider }
+
+func (p tinySandboxes) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if spec.CPU == "" || spec.CPU == "1" {
+		spec.CPU = "50m"
+	}
+	return p.KubernetesProvider.Start(ctx, spec)
 }

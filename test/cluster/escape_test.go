@@ -23,5 +23,5 @@ func TestEscapeWarm(t *testing.T) {
 	ns := sandboxNamespace(t)
 	release, _ := importReleaseImage(t)
 	p := newProvider(t, ns, "escape-warm", func(c *sandbox.KubernetesConfig) { c.BridgeImage = release })
-	sandboxtest.RunEscape(t, sandboxtest.Warm(t, p), sandboxtest.Host{PIDs: cluster.PodPIDsLimit})
+	sandboxtest.RunEscape(t, sandboxtest.Warm(t, tinySandboxes{p}), sandboxtest.Host{PIDs: cluster.PodPIDsLimit})
 }
