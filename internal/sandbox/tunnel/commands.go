@@ -52,6 +52,7 @@ type header struct {
 }
 
 func runCommands() int {
+	spareThreads(8)
 	if err := ServeCommands(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "command session: %v\n", err)
 		return 1
@@ -283,4 +284,19 @@ func readFrames(r io.Reader, stdout, stderr io.Writer) (int, error) {
 			return -1, fmt.Errorf("command session: a frame of unknown kind %d", hdr[0])
 		}
 	}
+}
+
+// spareThreads has the Go runtime make n threads now and keep them idle. The session runs in
+// the sandbox's pod, whose processes and threads the kubelet bounds (podPidsLimit): a command
+// that fills the bound (a fork bomb) would leave the runtime unable to make the thread it
+// needs to wait for that command, and it aborts when it cannot. Threads made now are reused.
+func spareThreads(n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			// A blocking syscall holds its thread, so the runtime makes another for the rest.
+			_ = syscall.Nanosleep(&syscall.Timespec{Nsec: 20_000_000}, nil)
+		})
+	}
+	wg.Wait()
 }
