@@ -111,10 +111,17 @@ func (p *KubernetesProvider) waitRunning(ctx context.Context, name string) (*cor
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{},
 		func(store cache.Store) (bool, error) {
 			obj, exists, err := store.GetByKey(p.cfg.Namespace + "/" + name)
-			if err != nil || !exists {
+			if err == nil && exists {
+				return check(obj.(*corev1.Pod))
+			}
+			// The informer's first list may come from the API server's watch cache, which
+			// can lag behind the create on a busy server: ask for a consistent list before
+			// taking the pod for deleted.
+			list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: selector})
+			if err != nil || len(list.Items) == 0 {
 				return false, errDeleted
 			}
-			return check(obj.(*corev1.Pod))
+			return check(&list.Items[0])
 		},
 		func(ev watch.Event) (bool, error) {
 			pod, isPod := ev.Object.(*corev1.Pod)
