@@ -118,6 +118,9 @@ func serveCommand(ctx context.Context, st *yamux.Stream) {
 	}
 	cmd := exec.CommandContext(ctx, h.Argv[0], h.Argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, fw.kind(frameStdout), fw.kind(frameStderr)
+	// A child left holding the output (the backend's scripts kill theirs) does not hold the
+	// command's end for long.
+	cmd.WaitDelay = time.Second
 	err = cmd.Start()
 	stdinR.Close()
 	if err != nil {
@@ -243,13 +246,24 @@ func (c *Commands) Run(ctx context.Context, argv []string, stdin io.Reader, stdo
 		_ = st.SetWriteDeadline(time.Now()) // a command that ended reads no more stdin
 		<-fed
 	}()
-	stop := context.AfterFunc(ctx, func() { _ = st.SetReadDeadline(time.Now()) })
-	defer stop()
-	code, err := readFrames(st, stdout, stderr)
-	if err != nil && ctx.Err() != nil {
+	// The frames are read apart, so that a caller's writer that no longer drains (an Open
+	// nobody reads) cannot hold Run past ctx; the reader ends once that writer fails.
+	type result struct {
+		code int
+		err  error
+	}
+	read := make(chan result, 1)
+	go func() {
+		code, err := readFrames(st, stdout, stderr)
+		read <- result{code, err}
+	}()
+	select {
+	case r := <-read:
+		return r.code, r.err
+	case <-ctx.Done():
+		_ = st.SetReadDeadline(time.Now())
 		return -1, context.Cause(ctx)
 	}
-	return code, err
 }
 
 // readFrames reads the pod side's frames until the exit code.

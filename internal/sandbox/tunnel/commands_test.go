@@ -89,6 +89,14 @@ func TestCommandsRunStopsWaiting(t *testing.T) {
 	if _, err := c.Run(ctx, []string{"sleep", "30"}, nil, io.Discard, io.Discard); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Run past its ctx: %v, want the deadline", err)
 	}
+	// Nor does a writer that no longer drains, as an Open's nobody reads.
+	pr, pw := io.Pipe()
+	defer pr.Close()
+	ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Run(ctx, []string{"sh", "-c", "echo first; sleep 30"}, nil, pw, io.Discard); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Run into a writer nobody reads: %v, want the deadline", err)
+	}
 	c.Close()
 	if _, err := c.Run(t.Context(), []string{"true"}, nil, io.Discard, io.Discard); !errors.Is(err, tunnel.ErrSessionDown) {
 		t.Errorf("Run on a closed session: %v, want ErrSessionDown", err)
