@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -23,5 +24,14 @@ func TestEscapeWarm(t *testing.T) {
 	ns := sandboxNamespace(t)
 	release, _ := importReleaseImage(t)
 	p := newProvider(t, ns, "escape-warm", func(c *sandbox.KubernetesConfig) { c.BridgeImage = release })
-	sandboxtest.RunEscape(t, sandboxtest.Warm(t, tinySandboxes{p}), sandboxtest.Host{PIDs: cluster.PodPIDsLimit})
+	sandboxtest.RunEscape(t, sandboxtest.Warm(t, fixedCPU{p}), sandboxtest.Host{PIDs: cluster.PodPIDsLimit})
+}
+
+// fixedCPU gives every pod a tenth of a CPU: each warm sandbox of the suite keeps a neighbour
+// (sandboxtest.Warm) until its test ends, and at the suite's 500m the node ran out of CPU.
+type fixedCPU struct{ *sandbox.KubernetesProvider }
+
+func (p fixedCPU) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	spec.CPU = "100m"
+	return p.KubernetesProvider.Start(ctx, spec)
 }
