@@ -15,10 +15,10 @@ import (
 )
 
 // TestFairShare: tenant a submits 40 jobs, then tenant b submits 4. Each tenant has its own
-// consumer, a's holding at most its max_concurrent (2) of the worker's 4 slots, and the worker
-// fetches from the tenants in turn: b's jobs take the 2 slots a may not and the next 2 that
-// free, within one job-duration of their submission, not after a's burst (10 job-durations
-// with one consumer for both). The test prints the wait of each of b's jobs.
+// consumer, a's holding at most its max_concurrent (2) of the worker's 6 slots, and the worker
+// fetches from the tenants in turn: b's jobs take the 4 slots a may not, within one
+// job-duration of their submission, not after a's burst (20 job-durations with one consumer
+// for both). The test prints the wait of each of b's jobs.
 func TestFairShare(t *testing.T) {
 	t.Parallel()
 	const (
@@ -27,7 +27,7 @@ func TestFairShare(t *testing.T) {
 		few      = 4
 	)
 	b := setup(t)
-	b.cfg.Concurrency = 4
+	b.cfg.Concurrency = 6
 	b.cfg.Tenants = map[string]config.Tenant{
 		"a": {Profiles: []string{"p"}, MaxConcurrent: 2},
 		"b": {Profiles: []string{"p"}, MaxConcurrent: 4},
@@ -86,8 +86,8 @@ func TestFairShare(t *testing.T) {
 		}
 	}
 	// One job-duration, and four more for a busy machine (a job's start costs seconds there):
-	// a single consumer for both tenants makes b wait for a's 40 jobs, 10 job-durations on 4
-	// slots.
+	// a single consumer for both tenants makes b wait for a's 40 jobs, 20 job-durations on the
+	// 2 slots a may hold.
 	limit := 5 * duration
 	mu.Lock()
 	defer mu.Unlock()
