@@ -172,14 +172,17 @@ func (c *Consumer) Fetch(ctx context.Context) (*Delivery, error) {
 // pullWait is how long one pull waits for a job on the server: short pulls keep the request
 // alive across server restarts and leader changes. idlePull is the wait on each tenant's
 // consumer in turn while none has a job: a new job of any tenant waits at most that long
-// times the number of other tenants.
+// times the number of other tenants. lookPull is the first round's: not a no-wait pull, which
+// the server holds for a second on a consumer at its max_ack_pending (a tenant using its whole
+// share), so every other tenant's next job would wait that second.
 const (
 	pullWait = 10 * time.Second
 	idlePull = 250 * time.Millisecond
+	lookPull = 20 * time.Millisecond
 )
 
 // pull returns the next message of the tenants' consumers in turn: first one round that
-// waits on none of them, then, while all are empty, one that waits idlePull on each. One
+// waits lookPull on each, then, while all are empty, one that waits idlePull on each. One
 // tenant waits as the worker always did, pullWait on its consumer.
 func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 	if len(c.tenants) == 1 {
@@ -191,10 +194,10 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 	first := c.next
 	c.mu.Unlock()
 	var lastErr error
-	for _, wait := range []time.Duration{0, idlePull} {
+	for _, wait := range []time.Duration{lookPull, idlePull} {
 		for k := range c.tenants {
 			i := (first + k) % len(c.tenants)
-			msg, err := c.pullOne(ctx, c.tenants[i], wait)
+			msg, err := c.pullOne(c.tenants[i], wait)
 			if err == nil {
 				c.mu.Lock()
 				c.next = (i + 1) % len(c.tenants)
@@ -204,7 +207,7 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			if !isPullTimeout(err) && !errors.Is(err, errNoMessage) {
+			if !isPullTimeout(err) {
 				lastErr = err
 			}
 		}
@@ -215,26 +218,9 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 	return nil, nats.ErrTimeout
 }
 
-// errNoMessage is a pull that found nothing without waiting.
-var errNoMessage = errors.New("no message")
-
-// pullOne asks one tenant's consumer for one message, waiting up to wait (zero: not at all).
-func (c *Consumer) pullOne(ctx context.Context, tenant string, wait time.Duration) (jetstream.Msg, error) {
-	cons := c.cons[tenant]
-	if wait > 0 {
-		return cons.Next(jetstream.FetchMaxWait(wait))
-	}
-	batch, err := cons.FetchNoWait(1)
-	if err != nil {
-		return nil, err
-	}
-	for msg := range batch.Messages() {
-		return msg, nil
-	}
-	if err := batch.Error(); err != nil {
-		return nil, err
-	}
-	return nil, errNoMessage
+// pullOne asks one tenant's consumer for one message, waiting up to wait.
+func (c *Consumer) pullOne(tenant string, wait time.Duration) (jetstream.Msg, error) {
+	return c.cons[tenant].Next(jetstream.FetchMaxWait(wait))
 }
 
 // redeclareIfGone sets the streams, consumer and buckets up again when the job stream or its
