@@ -17,8 +17,8 @@ import (
 // TestFairShare: tenant a submits 40 jobs, then tenant b submits 4. Each tenant has its own
 // consumer, a's holding at most its max_concurrent (2) of the worker's 6 slots, and the worker
 // fetches from the tenants in turn: b's jobs take the 4 slots a may not, within one
-// job-duration of their submission, not after a's burst (20 job-durations with one consumer
-// for both). The test prints the wait of each of b's jobs.
+// job-duration of their submission, not after a's burst (7 job-durations with one consumer for
+// both). The test prints the wait of each of b's jobs.
 func TestFairShare(t *testing.T) {
 	t.Parallel()
 	const (
@@ -86,8 +86,8 @@ func TestFairShare(t *testing.T) {
 		}
 	}
 	// One job-duration, and four more for a busy machine (a job's start costs seconds there):
-	// a single consumer for both tenants makes b wait for a's 40 jobs, 20 job-durations on the
-	// 2 slots a may hold.
+	// a single consumer for both tenants makes b wait for a's 40 jobs, 7 job-durations on 6
+	// slots.
 	limit := 5 * duration
 	mu.Lock()
 	defer mu.Unlock()
