@@ -2,7 +2,6 @@ package egress
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
 // The tests' network: names resolve (stubResolver) to 198.18.0.0/15 addresses, which the
@@ -120,8 +121,8 @@ type harness struct {
 	upCA      *x509.CertPool
 	upCAPEM   []byte
 	reg       *prometheus.Registry
-	logs      *bytes.Buffer
-	stop      func() error // ends Serve and returns its error
+	logs      *testharness.LogBuffer // the proxy logs from its own goroutines
+	stop      func() error           // ends Serve and returns its error
 	mu        sync.Mutex
 	decisions []Decision
 }
@@ -151,7 +152,7 @@ func testPolicy() Policy {
 func setup(t testing.TB, tweak func(*Config)) *harness {
 	t.Helper()
 	caPEM, ca, leaf := testUpstreamCert(t, "api.example.com", "pkg.example.com", "*.files.example.com")
-	h := &harness{tlsUp: &upstream{}, plainUp: &upstream{}, upCA: ca, upCAPEM: caPEM, reg: prometheus.NewRegistry(), logs: &bytes.Buffer{}}
+	h := &harness{tlsUp: &upstream{}, plainUp: &upstream{}, upCA: ca, upCAPEM: caPEM, reg: prometheus.NewRegistry(), logs: &testharness.LogBuffer{}}
 	tlsSrv := httptest.NewUnstartedServer(h.tlsUp)
 	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
 	tlsSrv.StartTLS()
