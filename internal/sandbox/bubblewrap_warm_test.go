@@ -5,13 +5,12 @@ package sandbox_test
 import (
 	"context"
 	"strings"
-	"time"
-
-	"github.com/boxcar-run/boxcar/internal/config"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )

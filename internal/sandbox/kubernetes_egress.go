@@ -111,7 +111,10 @@ func (s *kubernetesSandbox) writeCA(ctx context.Context, caPEM []byte) error {
 	}
 	defer s.end(id)
 	stderr := &cappedBuffer{max: 4096}
-	code, err := s.run(ctx, []string{"sh", "-c", caScript, "boxcar-ca", EgressCAFile}, bytes.NewReader(caPEM), io.Discard, stderr)
+	code, err := s.run(ctx, tunnel.Command{
+		Argv:  []string{"sh", "-c", caScript, "boxcar-ca", EgressCAFile},
+		Stdin: bytes.NewReader(caPEM), Stdout: io.Discard, Stderr: stderr,
+	})
 	if err != nil {
 		return s.execFailure("attach egress: write the CA", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
 	corev1 "k8s.io/api/core/v1"
 	utilexec "k8s.io/client-go/util/exec"
 
@@ -129,7 +130,7 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	// Always a stdin, empty when none is given: the wrapper hands it on to the command.
 	stdin := bytes.NewReader(req.Stdin)
 	start := time.Now()
-	code, err := s.run(streamCtx, argv, stdin, stdout, stderr)
+	code, err := s.run(streamCtx, tunnel.Command{Argv: argv, Mark: "BOXCAR_EXEC=" + nonce, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	killed := outside.stop()
 	res := ExecResult{ExitCode: code, Duration: time.Since(start)}
 	res.Stdout, res.StdoutTruncated = stdout.take()
@@ -218,13 +219,28 @@ func (k *outsideKill) stop() bool {
 	return true
 }
 
+// kill runs killScript through pods/exec until it says none of the tree is left (exit 0), for
+// up to killGrace: under a fork bomb the script's shell may find no process slot for its grep,
+// or the exec no slot for the shell, until a round has stopped enough of the bomb.
 func (s *kubernetesSandbox) kill(ctx context.Context, nonce string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killGrace)
 	defer cancel()
-	if _, err := s.runExec(ctx, []string{"sh", "-c", killScript, "boxcar-kill", nonce}, nil, io.Discard, io.Discard); err != nil {
-		s.log.Warn("kill a command in the pod", "error", err)
+	for {
+		code, err := s.runExec(ctx, []string{"sh", "-c", killScript, "boxcar-kill", nonce}, nil, io.Discard, io.Discard)
+		if err == nil && code == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.log.Warn("kill a command in the pod: processes of it may be left until the pod is deleted", "error", err, "exit_code", code)
+			return
+		case <-time.After(killRetry):
+		}
 	}
 }
+
+// killRetry is the pause between two rounds of a kill from outside.
+const killRetry = 100 * time.Millisecond
 
 // streamExecutor runs commands through the pods/exec subresource: WebSocket
 // (v5.channel.k8s.io, which can close stdin) first, SPDY when the server cannot upgrade to it

@@ -91,7 +91,7 @@ func (s *kubernetesSandbox) fileRun(ctx context.Context, op, name string, stdin 
 	nonce := randomHex(8)
 	stderr := &cappedBuffer{max: 4096}
 	argv := append([]string{"sh", "-c", fileScript, "boxcar-file", op, nonce, s.workdir, name}, extra...)
-	code, err := s.run(ctx, argv, stdin, stdout, stderr)
+	code, err := s.run(ctx, tunnel.Command{Argv: argv, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	switch {
 	case err != nil:
 		return s.execFailure(op+" "+name, err)

@@ -47,13 +47,15 @@ func (s *kubernetesSandbox) openCommands(ctx context.Context) error {
 
 // run executes a script in the pod, through the command session when the pod has one that is
 // up, else through pods/exec, and returns its exit code. A command the session could not send
-// goes through pods/exec; one it sent is never sent again.
-func (s *kubernetesSandbox) run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+// goes through pods/exec; one it sent is never sent again. cmd.Mark only counts on the
+// session: over pods/exec the command's stream stays open while anything of it still holds
+// its output, and Exec kills it from outside.
+func (s *kubernetesSandbox) run(ctx context.Context, cmd tunnel.Command) (int, error) {
 	if s.cmds != nil {
-		code, err := s.cmds.Run(ctx, argv, stdin, stdout, stderr)
+		code, err := s.cmds.Run(ctx, cmd)
 		if !errors.Is(err, tunnel.ErrSessionDown) {
 			return code, err
 		}
 	}
-	return s.runExec(ctx, argv, stdin, stdout, stderr)
+	return s.runExec(ctx, cmd.Argv, cmd.Stdin, cmd.Stdout, cmd.Stderr)
 }

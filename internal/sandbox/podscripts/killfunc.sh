@@ -1,6 +1,7 @@
 # shellcheck shell=sh
-# k NONCE kills every process whose environment holds BOXCAR_EXEC=NONCE, until none is left.
-# exec.sh and kill.sh are sent with this prepended.
+# k NONCE kills every process whose environment holds BOXCAR_EXEC=NONCE, until none is left,
+# and returns 0 only once it has seen none left. A shell that cannot fork the grep (a fork bomb
+# fills the pod's process bound) exits non-zero. exec.sh and kill.sh are sent with this prepended.
 k() {
 	i=0
 	while [ "$i" -lt 20 ]; do
@@ -17,4 +18,5 @@ k() {
 		kill -9 $p
 		i=$((i+1))
 	done
+	return 1
 } 2>/dev/null

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -49,6 +50,20 @@ var ErrSessionDown = errors.New("command session: down")
 // header is what the worker sends first on a command's stream, as one JSON line; stdin follows.
 type header struct {
 	Argv []string `json:"argv"`
+	Mark string   `json:"mark,omitempty"`
+}
+
+// Command is one command of a session.
+type Command struct {
+	Argv []string
+	// Mark, an environment entry (NAME=VALUE) that every process of the command carries, has
+	// the pod's side kill whatever still carries it once the command has ended, before it
+	// reports the exit code. A command's own kill runs a program to find its processes, and a
+	// fork bomb that fills the pod's process bound leaves it none to run; the session kills
+	// without starting a process.
+	Mark           string
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
 }
 
 func runCommands() int {
@@ -106,6 +121,9 @@ func serveCommand(ctx context.Context, st *yamux.Stream) {
 	if err == nil && len(h.Argv) == 0 {
 		err = errors.New("no argv")
 	}
+	if err == nil && h.Mark != "" && strings.Index(h.Mark, "=") < 1 {
+		err = fmt.Errorf("mark %q is not NAME=VALUE", h.Mark)
+	}
 	fw := &frameWriter{w: st}
 	if err != nil {
 		_ = fw.frame(frameFailed, []byte("read the command: "+err.Error()))
@@ -137,6 +155,9 @@ func serveCommand(ctx context.Context, st *yamux.Stream) {
 	if err := cmd.Wait(); err != nil {
 		code = exitCode(err)
 	}
+	if h.Mark != "" {
+		kill(h.Mark)
+	}
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], uint32(int32(code)))
 	_ = fw.frame(frameExit, b[:])
@@ -145,6 +166,9 @@ func serveCommand(ctx context.Context, st *yamux.Stream) {
 // exitCode is a finished command's code as a runtime's exec reports it: 128 plus the signal
 // for one killed by a signal.
 func exitCode(err error) int {
+	if errors.Is(err, exec.ErrWaitDelay) {
+		return 0 // it exited 0; a child it left held its output past WaitDelay
+	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
 		return 126
@@ -218,11 +242,12 @@ func (c *Commands) Close() error { return c.sess.Close() }
 // Done closes when the session has ended.
 func (c *Commands) Done() <-chan struct{} { return c.sess.CloseChan() }
 
-// Run runs argv in the pod with stdin, writing its stdout and stderr, and returns its exit
+// Run runs cmd in the pod with its stdin, writing its stdout and stderr, and returns its exit
 // code. ErrSessionDown means the command was not sent. Like an exec's stream, ending ctx
 // stops waiting for the command, not the command.
-func (c *Commands) Run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	line, err := json.Marshal(header{Argv: argv})
+func (c *Commands) Run(ctx context.Context, cmd Command) (int, error) {
+	stdin, stdout, stderr := cmd.Stdin, cmd.Stdout, cmd.Stderr
+	line, err := json.Marshal(header{Argv: cmd.Argv, Mark: cmd.Mark})
 	if err != nil {
 		return -1, err
 	}

@@ -6,7 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,7 +69,7 @@ func TestCommandsRun(t *testing.T) {
 			if tt.stdin != "" {
 				stdin = strings.NewReader(tt.stdin)
 			}
-			code, err := c.Run(t.Context(), tt.argv, stdin, &stdout, &stderr)
+			code, err := c.Run(t.Context(), tunnel.Command{Argv: tt.argv, Stdin: stdin, Stdout: &stdout, Stderr: &stderr})
 			if tt.failed {
 				if err == nil || errors.Is(err, tunnel.ErrSessionDown) {
 					t.Fatalf("Run = %d, %v; want the pod side's refusal", code, err)
@@ -86,7 +90,7 @@ func TestCommandsRunStopsWaiting(t *testing.T) {
 	c := commandSession(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := c.Run(ctx, []string{"sleep", "30"}, nil, io.Discard, io.Discard); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.Run(ctx, tunnel.Command{Argv: []string{"sleep", "30"}, Stdout: io.Discard, Stderr: io.Discard}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Run past its ctx: %v, want the deadline", err)
 	}
 	// Nor does a writer that no longer drains, as an Open's nobody reads.
@@ -94,11 +98,11 @@ func TestCommandsRunStopsWaiting(t *testing.T) {
 	defer pr.Close()
 	ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := c.Run(ctx, []string{"sh", "-c", "echo first; sleep 30"}, nil, pw, io.Discard); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.Run(ctx, tunnel.Command{Argv: []string{"sh", "-c", "echo first; sleep 30"}, Stdout: pw, Stderr: io.Discard}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Run into a writer nobody reads: %v, want the deadline", err)
 	}
 	c.Close()
-	if _, err := c.Run(t.Context(), []string{"true"}, nil, io.Discard, io.Discard); !errors.Is(err, tunnel.ErrSessionDown) {
+	if _, err := c.Run(t.Context(), tunnel.Command{Argv: []string{"true"}, Stdout: io.Discard, Stderr: io.Discard}); !errors.Is(err, tunnel.ErrSessionDown) {
 		t.Errorf("Run on a closed session: %v, want ErrSessionDown", err)
 	}
 }
@@ -130,7 +134,7 @@ func TestCommandsHostilePod(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if code, err := c.Run(t.Context(), []string{"true"}, nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "frame") {
+	if code, err := c.Run(t.Context(), tunnel.Command{Argv: []string{"true"}, Stdout: io.Discard, Stderr: io.Discard}); err == nil || !strings.Contains(err.Error(), "frame") {
 		t.Errorf("Run = %d, %v; want the oversized frame refused", code, err)
 	}
 }
@@ -138,4 +142,50 @@ func TestCommandsHostilePod(t *testing.T) {
 type rw struct {
 	io.Reader
 	io.WriteCloser
+}
+
+// TestCommandsKillMarked: once a command with a mark has ended, nothing carrying the mark is
+// left, however the command left it: its own kill may have had no process slot to run in.
+func TestCommandsKillMarked(t *testing.T) {
+	c := commandSession(t)
+	for _, tt := range []struct {
+		name   string
+		script string
+		code   int
+	}{
+		{name: "left running", script: `sleep 60 </dev/null >/dev/null 2>&1 & exit 0`},
+		{name: "holding the output", script: `sleep 60 & exit 0`},
+		{name: "still forking", script: `(while :; do sleep 60 & sleep 0.01; done) </dev/null >/dev/null 2>&1 & exit 3`, code: 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			mark := "BOXCAR_TEST_MARK=" + strings.ReplaceAll(t.Name(), "/", "-")
+			code, err := c.Run(t.Context(), tunnel.Command{Argv: []string{"env", mark, "sh", "-c", tt.script}, Mark: mark, Stdout: io.Discard, Stderr: io.Discard})
+			if err != nil || code != tt.code {
+				t.Fatalf("Run = %d, %v; want %d", code, err, tt.code)
+			}
+			if left := carrying(mark); len(left) > 0 {
+				t.Errorf("processes %v still carry %s after the command ended", left, mark)
+				for _, pid := range left {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		})
+	}
+}
+
+// carrying lists the processes whose environment holds mark.
+func carrying(mark string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if slices.Contains(strings.Split(string(env), "\x00"), mark) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
