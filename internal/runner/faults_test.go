@@ -340,3 +340,38 @@ func TestNATSOutageWhileCommittingKeepsTheRun(t *testing.T) {
 		t.Errorf("succeeded on attempt %d after %d runs; want the first and only run committed", st.Attempt, runs.Load())
 	}
 }
+
+// TestJobWhoseEndCannotBeRecordedSaysWhy: a job that fails while the store refuses to record
+// its end waits for another delivery, its status saying so and why instead of the last step it
+// reached, and its state unchanged (a cancel then cannot end a job whose run may be committed).
+// Once the store takes writes again, the job ends as it should.
+func TestJobWhoseEndCannotBeRecordedSaysWhy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var down atomic.Bool
+	down.Store(true)
+	refusing := &hookStore{Store: b.shared, put: func(key string) error {
+		if down.Load() && path.Base(key) == "manifest.json" {
+			return errors.New("store unavailable: connection refused")
+		}
+		return nil
+	}}
+	j := b.submit("p")
+	if err := b.store.Delete(context.Background(), store.InputKey(j.Inputs[0].SHA256)); err != nil {
+		t.Fatal(err)
+	}
+	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = refusing })
+	var st job.Status
+	waitFor(t, 30*time.Second, "the status to say why the job waits", func() bool {
+		var err error
+		st, err = b.q.Status(context.Background(), j.ID)
+		return err == nil && strings.Contains(st.Progress, "store unavailable")
+	})
+	if !strings.HasPrefix(st.Progress, "waiting for another delivery: ") || st.State.Terminal() || st.State == job.StateRetrying {
+		t.Errorf("status %s, progress %q; want its state kept and the progress saying why it waits", st.State, st.Progress)
+	}
+	down.Store(false)
+	if st := b.waitFinal(j.ID, 60*time.Second); st.State != job.StateFailed {
+		t.Errorf("status %s once the store took writes, want failed", st.State)
+	}
+}

@@ -113,6 +113,9 @@ type decision struct {
 	// ended is the terminal state of a job this delivery ended by committing its manifest
 	// while the status follows that manifest (state is empty): counted like state.
 	ended job.State
+	// waiting keeps the status's state (state is empty) and says in its progress why the job
+	// waits for another delivery: a user watching it sees the fault, not the last step.
+	waiting bool
 }
 
 // counted is the terminal state this delivery counts in boxcar_jobs_total, or "".
@@ -163,7 +166,9 @@ func decide(o outcome, last bool) decision {
 		}
 		return d
 	case endUndecided:
-		return decision{action: nakLater}
+		// Not retrying: the run may be committed, and a status that said so would let a
+		// cancel end it before its next delivery adopts that run.
+		return decision{action: nakLater, waiting: true}
 	}
 	// An outcome nobody built: keep the job, and say so in its status.
 	return decision{action: nakLater, state: job.StateRetrying}

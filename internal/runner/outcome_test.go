@@ -49,8 +49,8 @@ func TestDecide(t *testing.T) {
 		{"committed as dead here, last", outcome{end: endDeadLetter, err: queue.Permanent("max_deliveries", transient), committed: true, state: job.StateDead}, true, decision{action: termJob, reason: "max_deliveries", ended: job.StateDead}},
 		{"rejected, committed here", outcome{end: endDeadLetter, err: queue.Permanent("unknown_profile", transient), committed: true, state: job.StateRejected}, false, decision{action: termJob, reason: "unknown_profile", ended: job.StateRejected}},
 		{"cancelled before it ran, committed here", outcome{end: endDone, committed: true, state: job.StateCancelled}, true, decision{action: ackJob, ended: job.StateCancelled}},
-		{"undecided", outcome{end: endUndecided, err: transient}, false, decision{action: nakLater}},
-		{"undecided, last", outcome{end: endUndecided, err: transient}, true, decision{action: nakLater}},
+		{"undecided", outcome{end: endUndecided, err: transient}, false, decision{action: nakLater, waiting: true}},
+		{"undecided, last", outcome{end: endUndecided, err: transient}, true, decision{action: nakLater, waiting: true}},
 	}
 	covered := map[ending]map[bool]bool{}
 	for _, tt := range tests {

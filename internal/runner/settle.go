@@ -35,12 +35,20 @@ func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 	a.log.Log(ctx, level, "job "+dec.action.String(), attrs...)
 }
 
-// settleStatus records the decided state in the job's status, unless the job ended elsewhere.
+// settleStatus records the decided state in the job's status, unless the job ended elsewhere,
+// or why the job waits.
 func (r *Runner) settleStatus(ctx context.Context, a *attempt, e ended, dec decision) {
-	id := r.statusID(ctx, a)
-	if dec.state == "" || id == "" {
-		return
+	switch id := r.statusID(ctx, a); {
+	case id == "":
+	case dec.state != "":
+		r.recordState(ctx, a, id, e, dec)
+	case dec.waiting && e.err != nil:
+		r.recordWaiting(ctx, a, id, e.err)
 	}
+}
+
+// recordState records the decided state in the job's status.
+func (r *Runner) recordState(ctx context.Context, a *attempt, id string, e ended, dec decision) {
 	now := time.Now().UTC()
 	_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), func(s *job.Status) {
 		s.State, s.UpdatedAt, s.Error, s.Cap = dec.state, now, "", cmp.Or(e.cap, e.run.result.Cap)
@@ -70,6 +78,17 @@ func (r *Runner) settleStatus(ctx context.Context, a *attempt, e ended, dec deci
 	})
 	if err != nil && !errors.Is(err, queue.ErrFinal) {
 		a.log.ErrorContext(ctx, "record outcome failed", "error", err)
+	}
+}
+
+// recordWaiting says in the status's progress why the job waits for another delivery, its
+// state unchanged.
+func (r *Runner) recordWaiting(ctx context.Context, a *attempt, id string, cause error) {
+	_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), func(s *job.Status) {
+		s.Progress, s.UpdatedAt = "waiting for another delivery: "+cause.Error(), time.Now().UTC()
+	})
+	if err != nil && !errors.Is(err, queue.ErrFinal) {
+		a.log.ErrorContext(ctx, "record why the job waits failed", "error", err)
 	}
 }
 
