@@ -365,6 +365,7 @@ func TestChartRenders(t *testing.T) {
 			}
 			if setup {
 				want["ConfigMap"]++ // the setup hook's own
+				want["NetworkPolicy"] += b2i(enabled("networkPolicy.enabled"))
 			}
 			got := map[string]int{}
 			for _, o := range r.objects {

@@ -213,7 +213,7 @@ func checkWorkerNetworkPolicy(t *testing.T, r *rendered, cfg config.Config) {
 	t.Helper()
 	var np *networkingv1.NetworkPolicy
 	for _, p := range all[*networkingv1.NetworkPolicy](r) {
-		if p.Namespace == releaseNamespace {
+		if p.Namespace == releaseNamespace && p.Name == fullname+"-worker" {
 			np = p
 		}
 	}

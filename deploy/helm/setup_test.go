@@ -68,6 +68,7 @@ func checkSetupJob(t *testing.T, r *rendered) {
 			pod.Spec.RestartPolicy, job.Spec.BackoffLimit, job.Spec.ActiveDeadlineSeconds)
 	}
 	checkNotSelectedAsWorker(t, r, pod.Labels)
+	checkSetupNetworkPolicy(t, r, job)
 
 	if len(pod.Spec.Containers) != 1 {
 		t.Fatalf("setup pod has %d containers, want 1", len(pod.Spec.Containers))
@@ -141,7 +142,7 @@ func checkNotSelectedAsWorker(t *testing.T, r *rendered, podLabels map[string]st
 		selectors["PodDisruptionBudget "+p.Name] = p.Spec.Selector
 	}
 	for _, np := range all[*networkingv1.NetworkPolicy](r) {
-		if np.Namespace == releaseNamespace {
+		if np.Namespace == releaseNamespace && np.Name != fullname+"-setup" {
 			selectors["NetworkPolicy "+np.Name] = &np.Spec.PodSelector
 		}
 	}
@@ -155,5 +156,33 @@ func checkNotSelectedAsWorker(t *testing.T, r *rendered, podLabels map[string]st
 		if labels.SelectorFromSet(svc.Spec.Selector).Matches(set) {
 			t.Errorf("Service %s selects the setup pod %v", svc.Name, podLabels)
 		}
+	}
+}
+
+// checkSetupNetworkPolicy: with networkPolicy.enabled, a NetworkPolicy made before the setup Job
+// selects its pod, lets nothing in, and lets out only DNS and NATS.
+func checkSetupNetworkPolicy(t *testing.T, r *rendered, job *batchv1.Job) {
+	t.Helper()
+	if on, _ := lookup(r.values, "networkPolicy.enabled").(bool); !on {
+		return
+	}
+	np := one[*networkingv1.NetworkPolicy](t, r, fullname+"-setup")
+	checkHookOrder(t, np.ObjectMeta, job.ObjectMeta)
+	if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || sel.Empty() || !sel.Matches(labels.Set(job.Spec.Template.Labels)) {
+		t.Errorf("setup NetworkPolicy selector %v does not select the setup pod %v", np.Spec.PodSelector, job.Spec.Template.Labels)
+	}
+	if len(np.Spec.PolicyTypes) != 2 || len(np.Spec.Ingress) != 0 {
+		t.Errorf("setup NetworkPolicy types %v, ingress %+v; want both types and nothing in", np.Spec.PolicyTypes, np.Spec.Ingress)
+	}
+	cfg := workerConfig(t, r)
+	want := []string{"UDP/53", "TCP/53", "TCP/" + urlPort(t, cfg.NATS.URL)}
+	var got []string
+	for _, rule := range np.Spec.Egress {
+		for _, p := range rule.Ports {
+			got = append(got, string(*p.Protocol)+"/"+p.Port.String())
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("setup NetworkPolicy lets out %v, want only DNS and NATS %v", got, want)
 	}
 }

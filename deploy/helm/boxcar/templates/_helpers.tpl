@@ -255,3 +255,29 @@ NetworkPolicy) selects it. */}}
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* The NetworkPolicy egress rules to DNS and NATS (networkPolicy.dns, networkPolicy.nats):
+the workers' and the setup hook's. */}}
+{{- define "boxcar.natsEgress" -}}
+{{- with .Values.networkPolicy -}}
+# DNS
+- ports:
+    - {port: {{ .dns.port }}, protocol: UDP}
+    - {port: {{ .dns.port }}, protocol: TCP}
+  {{- with .dns.to }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+# NATS
+- ports:
+    - {port: {{ include "boxcar.urlPort" (include "boxcar.natsURL" $) }}, protocol: TCP}
+  to:
+    {{- if .nats.to }}
+    {{- toYaml .nats.to | nindent 4 }}
+    {{- else }}
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: {{ $.Values.natsServer.namespace | default $.Release.Namespace }}
+    {{- end }}
+{{- end -}}
+{{- end -}}
