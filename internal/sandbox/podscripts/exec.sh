@@ -9,9 +9,21 @@ c=$!
 exec 3<&-
 w=
 if [ "$t" != 0 ]; then
-	# The watchdog's sleep carries the command's mark, so the k below ends it with the command:
-	# left behind, one per command for a whole timeout, they would fill the pod's process bound.
-	(env "BOXCAR_EXEC=$m" sleep "$t"; k "$m") </dev/null >/dev/null 2>&1 &
+	# The watchdog: at the timeout, k kills the command's tree. Told to stop (TERM), it kills
+	# its sleep by pid: left behind, one per command for a whole timeout, the sleeps would fill
+	# the pod's process bound, and a sleep forked but not yet executed when the command ended
+	# carries no mark for k to find. d and s close the gap between the fork and s=$!; KILL,
+	# as a child not yet executed holds this trap, and exec drops the TERM it caught.
+	(
+		d='' s=''
+		trap 'd=1; [ -n "$s" ] && kill -9 "$s"' TERM
+		env "BOXCAR_EXEC=$m" sleep "$t" &
+		s=$!
+		[ -n "$d" ] && kill -9 "$s"
+		wait "$s"
+		[ -n "$d" ] && exit
+		k "$m"
+	) </dev/null >/dev/null 2>&1 &
 	w=$!
 fi
 wait "$c"
