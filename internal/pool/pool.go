@@ -78,6 +78,7 @@ type Pool struct {
 	changed chan struct{} // closed and replaced whenever a start ends
 	ctx     context.Context
 	closed  bool
+	stop    chan struct{} // closed by Close: a start ends its warm-up wait
 }
 
 // profilePool is one profile's warm sandboxes.
@@ -119,7 +120,7 @@ func New(cfg Config) (*Pool, error) {
 		cfg.CloseTimeout = 30 * time.Second
 	}
 	p := &Pool{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, profiles: map[string]*profilePool{},
-		kick: make(chan struct{}, 1), changed: make(chan struct{}), ctx: context.Background()}
+		kick: make(chan struct{}, 1), changed: make(chan struct{}), ctx: context.Background(), stop: make(chan struct{})}
 	for name, prof := range cfg.Profiles {
 		if prof.Warm == nil {
 			continue
@@ -160,9 +161,16 @@ func (p *Pool) Run(ctx context.Context) error {
 
 // Close stops the pool: it removes every warm sandbox once the starts in flight have ended.
 // Run calls it when its ctx ends. Sandboxes already taken are their jobs' to close.
+//
+// A start still in flight (the backend's Start, or a warm-up: sandbox.Warmer) is waited for,
+// without waiting for its warm-up to end, and its sandbox removed; no start begins after
+// Close has begun.
 func (p *Pool) Close() {
 	p.mu.Lock()
-	p.closed = true
+	if !p.closed {
+		p.closed = true
+		close(p.stop)
+	}
 	p.mu.Unlock()
 	p.work.Wait()
 	p.mu.Lock()

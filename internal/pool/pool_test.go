@@ -117,9 +117,10 @@ func (b *fakeBackend) counts() (live, peak int) {
 
 // fakeLag is the queue's lag, set by the test.
 type fakeLag struct {
-	mu  sync.Mutex
-	lag map[string]pool.Lag
-	err error
+	mu    sync.Mutex
+	lag   map[string]pool.Lag
+	err   error
+	reads int
 }
 
 func (l *fakeLag) set(profile string, pending, inFlight uint64) {
@@ -131,7 +132,14 @@ func (l *fakeLag) set(profile string, pending, inFlight uint64) {
 func (l *fakeLag) Lag(_ context.Context, profile string) (pool.Lag, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.reads++
 	return l.lag[profile], l.err
+}
+
+func (l *fakeLag) readCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reads
 }
 
 // clock is a fake clock the test moves.

@@ -24,6 +24,18 @@ func (p *Pool) Reconcile(ctx context.Context) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.resizeAll(lags)
+}
+
+// refill brings the pools to their targets on the lag read last, without reading it again:
+// a job has just given its slot back, and the next job, a few round trips away, should find
+// the sandbox for that slot starting (docs/performance.md, row 16). Run's next round, which
+// the release wakes, corrects the pools on a fresh lag. The caller holds mu.
+func (p *Pool) refill() { p.resizeAll(nil) }
+
+// resizeAll takes the lags read (nil: keep those read last), drops aged sandboxes, shares the
+// free slots out and starts or removes sandboxes to match. The caller holds mu.
+func (p *Pool) resizeAll(lags map[string]*Lag) {
 	if p.closed {
 		return
 	}
@@ -172,6 +184,7 @@ func (p *Pool) warmUp(ctx context.Context, pp *profilePool, sb sandbox.Sandbox) 
 	case <-w.Warm():
 	case <-waiting:
 	case <-ctx.Done():
+	case <-p.stop: // Close waits for this start, and then removes the sandbox
 	}
 }
 

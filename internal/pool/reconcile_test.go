@@ -205,3 +205,88 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 var _ sandbox.Claimer = (*fakeSandbox)(nil)
+
+// TestReleaseRefillsAtOnce: a job that gives its slot back has it refilled at once, on the lag
+// read last, without a round of Run or a lag read of its own: the next job, a few round trips
+// away, finds the sandbox for that slot starting (docs/performance.md, row 16).
+func TestReleaseRefillsAtOnce(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		pending     uint64 // at the last round before the release
+		closeFirst  bool   // the pool is closed before the release
+		wantStarted int    // by the release
+	}{
+		{name: "demand left: the slot is refilled", pending: 5, wantStarted: 1},
+		{name: "no demand, min 0: nothing started", pending: 0},
+		{name: "pool closed: nothing started", pending: 5, closeFirst: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bn := setup(t, 1, map[string]config.Profile{"p": warmProfile(config.Warm{})})
+			bn.lag.set("p", tt.pending, 0)
+			bn.reconcile(t)
+			sb, _ := bn.take(t, "p", "job-1")
+			bn.reconcile(t) // the one slot is taken: the pool holds nothing
+			before, reads := len(bn.b.started), bn.lag.readCount()
+			if tt.closeFirst {
+				bn.p.Close()
+			}
+			closeAll(t, sb)
+			bn.p.Settle()
+			if got := len(bn.b.started) - before; got != tt.wantStarted {
+				t.Errorf("the release started %d sandboxes, want %d", got, tt.wantStarted)
+			}
+			if got := bn.lag.readCount() - reads; got != 0 {
+				t.Errorf("the release read the lag %d times, want none (the last read stands)", got)
+			}
+			if got := bn.size("p"); got != tt.wantStarted {
+				t.Errorf("pool %d after the release, want %d", got, tt.wantStarted)
+			}
+			bn.p.Close()
+			if live, _ := bn.b.counts(); live != 0 {
+				t.Errorf("%d sandboxes live after Close, want 0", live)
+			}
+		})
+	}
+}
+
+// TestCloseEndsStartsWarmingUp: Close waits for the starts in flight, a round's and a
+// release's, and removes their sandboxes, without waiting for warm-ups that do not end.
+func TestCloseEndsStartsWarmingUp(t *testing.T) {
+	t.Parallel()
+	bn := setup(t, 2, map[string]config.Profile{"p": warmProfile(config.Warm{})})
+	bn.b.warmGate = make(chan struct{})
+	defer close(bn.b.warmGate)
+	bn.lag.set("p", 5, 0)
+	bn.p.Reconcile(context.Background()) // two starts, both held in their warm-up
+	waitFor(t, func() bool { return bn.b.warmedCount() == 2 })
+	sb, warm := bn.take(t, "p", "job-1") // gets one of them at once
+	if !warm {
+		t.Fatal("the take during the warm-up was cold")
+	}
+	closeAll(t, sb) // the release refills its slot: a third start, held in its warm-up too
+	waitFor(t, func() bool { return bn.b.warmedCount() == 3 })
+	closed := make(chan struct{})
+	go func() {
+		bn.p.Close()
+		close(closed)
+	}()
+	waitFor(t, func() bool {
+		select {
+		case <-closed:
+			return true
+		default:
+			return false
+		}
+	})
+	if live, _ := bn.b.counts(); live != 0 {
+		t.Errorf("%d sandboxes live after Close, want 0", live)
+	}
+	for _, s := range bn.b.started {
+		if !s.closed {
+			t.Errorf("%s outlived Close", s.id)
+		}
+	}
+}

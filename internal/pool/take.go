@@ -21,6 +21,7 @@ func (p *Pool) Take(ctx context.Context, profile, jobID string, spec sandbox.Spe
 	release := sync.OnceFunc(func() {
 		p.mu.Lock()
 		p.inUse--
+		p.refill()
 		p.mu.Unlock()
 		p.poke()
 	})
