@@ -256,10 +256,9 @@ func TestReleaseRefillsAtOnce(t *testing.T) {
 // release's, and removes their sandboxes, without waiting for warm-ups that do not end.
 func TestCloseEndsStartsWarmingUp(t *testing.T) {
 	t.Parallel()
-	bn := setup(t, 2, map[string]config.Profile{"p": warmProfile(config.Warm{})})
+	bn := setup(t, 2, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 2})})
 	bn.b.warmGate = make(chan struct{})
 	defer close(bn.b.warmGate)
-	bn.lag.set("p", 5, 0)
 	bn.p.Reconcile(context.Background()) // two starts, both held in their warm-up
 	waitFor(t, func() bool { return bn.b.warmedCount() == 2 })
 	sb, warm := bn.take(t, "p", "job-1") // gets one of them at once

@@ -192,3 +192,34 @@ func TestNoWarmUpForWaitingTake(t *testing.T) {
 	}
 	bn.p.Close()
 }
+
+// TestNoWarmUpWhileJobsWait: a sandbox started while jobs wait in the queue, more than the
+// pool has ready, is ready at once, without a warm-up: the next job takes it as soon as it is
+// fetched, and would throw a warm-up still under way away. With no job waiting it is warmed up.
+func TestNoWarmUpWhileJobsWait(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		min        int
+		pending    uint64
+		wantWarmed int
+	}{
+		{name: "jobs wait: no warm-up", pending: 3, wantWarmed: 0},
+		{name: "none waits: warmed up", min: 2, wantWarmed: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: tt.min})})
+			bn.lag.set("p", tt.pending, 0)
+			bn.reconcile(t)
+			if got := bn.b.warmedCount(); got != tt.wantWarmed {
+				t.Errorf("%d warm-ups, want %d", got, tt.wantWarmed)
+			}
+			if got, want := bn.size("p"), max(tt.min, int(tt.pending)); got != want {
+				t.Errorf("pool %d, want %d ready", got, want)
+			}
+			bn.p.Close()
+		})
+	}
+}
