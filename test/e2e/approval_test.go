@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -19,65 +17,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
-
-// shellCallID is the id the scripted shell model gives its one tool call.
-const shellCallID = "call_ask_1"
-
-// shellModel is a scripted OpenAI-compatible endpoint for the shell-ask profiles of
-// testdata/approvals.yaml. It reads the command from the task's line `RUN: ["argv", …]`, calls
-// the shell tool with it, and answers with the tool result it got back, verbatim. It keeps no
-// state: the step is the number of assistant messages in the request.
-func shellModel(t *testing.T) string {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Model    string `json:"model"`
-			Messages []struct {
-				Role    string `json:"role"`
-				Content any    `json:"content"`
-			} `json:"messages"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var argv json.RawMessage
-		var result string
-		step := 0
-		for _, m := range req.Messages {
-			text, _ := m.Content.(string)
-			switch m.Role {
-			case "user":
-				for _, line := range strings.Split(text, "\n") {
-					if cmd, ok := strings.CutPrefix(line, "RUN: "); ok {
-						argv = json.RawMessage(cmd)
-					}
-				}
-			case "assistant":
-				step++
-			case "tool":
-				result = text
-			}
-		}
-		message := map[string]any{"role": "assistant", "content": "The shell answered: " + result}
-		finish := "stop"
-		if step == 0 {
-			args, _ := json.Marshal(map[string]any{"command": argv})
-			message = map[string]any{"role": "assistant", "content": nil, "tool_calls": []map[string]any{{
-				"id": shellCallID, "type": "function", "function": map[string]any{"name": "shell", "arguments": string(args)},
-			}}}
-			finish = "tool_calls"
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"id": fmt.Sprintf("chatcmpl-shell-%d", step+1), "object": "chat.completion", "created": 1764633600, "model": req.Model,
-			"choices": []map[string]any{{"index": 0, "message": message, "finish_reason": finish, "logprobs": nil}},
-			"usage":   map[string]any{"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
-		})
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL + "/v1"
-}
 
 // submitShellJob submits a job whose task names argv, and returns its id.
 func submitShellJob(t *testing.T, w *worker, profile string, argv ...string) string {
@@ -167,7 +106,7 @@ func person(*testing.T) string { return "local" }
 func shellApproval(t *testing.T, w *worker, id string) provenance.Approval {
 	t.Helper()
 	calls := storedManifest(t, w, id).Predicate.ToolCalls
-	if len(calls) != 1 || calls[0].Tool != "shell" || calls[0].ID != shellCallID {
+	if len(calls) != 1 || calls[0].Tool != "shell" || calls[0].ID != harness.ShellCallID {
 		t.Fatalf("manifest tool calls = %+v, want the one shell call", calls)
 	}
 	return calls[0].Approval
@@ -177,12 +116,12 @@ func shellApproval(t *testing.T, w *worker, id string) provenance.Approval {
 // a person answers with submit, and the answer decides whether the command runs in the sandbox.
 func TestApprovals(t *testing.T) {
 	t.Parallel()
-	w := startWorker(t, shellModel(t), "--config", "testdata/approvals.yaml")
+	w := startWorker(t, harness.ShellModel(t), "--config", "testdata/approvals.yaml")
 
 	t.Run("approve", func(t *testing.T) {
 		id := submitShellJob(t, w, "shell-ask", "echo", "hello from the sandbox")
 		p := waitForApproval(t, w, id)
-		if p.CallID != shellCallID || !reflect.DeepEqual(p.Argv, []string{"echo", "hello from the sandbox"}) {
+		if p.CallID != harness.ShellCallID || !reflect.DeepEqual(p.Argv, []string{"echo", "hello from the sandbox"}) {
 			t.Fatalf("pending request = %+v", p)
 		}
 		if left := time.Until(p.ExpiresAt); left < 50*time.Second || left > 61*time.Second {
@@ -198,7 +137,7 @@ func TestApprovals(t *testing.T) {
 			waiting = lastJSON(t, stdout)
 			return waiting["state"] == "waiting_approval", fmt.Errorf("status %v", waiting)
 		})
-		if !strings.Contains(fmt.Sprint(waiting["progress"]), "submit approve "+id+" "+shellCallID) {
+		if !strings.Contains(fmt.Sprint(waiting["progress"]), "submit approve "+id+" "+harness.ShellCallID) {
 			t.Errorf("status while waiting = %v, want waiting_approval saying how to answer", waiting)
 		}
 		text, _, err := w.submit(t, "approvals")
@@ -208,14 +147,14 @@ func TestApprovals(t *testing.T) {
 
 		// Wait past the consumer's ack_wait (2s): only the heartbeats keep the job this worker's.
 		time.Sleep(time.Until(p.RequestedAt.Add(3 * time.Second)))
-		stdout, stderr, err := w.submit(t, "approve", id, shellCallID)
+		stdout, stderr, err := w.submit(t, "approve", id, harness.ShellCallID)
 		if err != nil {
 			t.Fatalf("approve: %v\n%s", err, stderr)
 		}
-		if !strings.Contains(stdout, "approved call "+shellCallID+" of job "+id) {
+		if !strings.Contains(stdout, "approved call "+harness.ShellCallID+" of job "+id) {
 			t.Errorf("approve said %q", stdout)
 		}
-		for _, again := range [][]string{{"approve", id, shellCallID}, {"deny", id, shellCallID}} {
+		for _, again := range [][]string{{"approve", id, harness.ShellCallID}, {"deny", id, harness.ShellCallID}} {
 			_, _, err := w.submit(t, again...)
 			if exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "already approved by") {
 				t.Errorf("%s after the answer: %v, want a refusal naming the first answer", again[0], err)
@@ -243,11 +182,11 @@ func TestApprovals(t *testing.T) {
 	t.Run("deny", func(t *testing.T) {
 		id := submitShellJob(t, w, "shell-ask", "touch", "denied.txt")
 		p := waitForApproval(t, w, id)
-		_, stderr, err := w.submit(t, "deny", id, shellCallID, "--reason", "not on a Friday")
+		_, stderr, err := w.submit(t, "deny", id, harness.ShellCallID, "--reason", "not on a Friday")
 		if err != nil {
 			t.Fatalf("deny: %v\n%s", err, stderr)
 		}
-		if _, _, err := w.submit(t, "approve", id, shellCallID); !strings.Contains(fmt.Sprint(err), "already denied by") {
+		if _, _, err := w.submit(t, "approve", id, harness.ShellCallID); !strings.Contains(fmt.Sprint(err), "already denied by") {
 			t.Errorf("approve after deny: %v, want a refusal", err)
 		}
 		if st := finish(t, w, id); st["state"] != "succeeded" {
@@ -278,7 +217,7 @@ func TestApprovals(t *testing.T) {
 		if a := shellApproval(t, w, id); a.Policy != "ask" || a.Decision != "timed_out" || a.DecidedBy != "" || a.DecidedAt.IsZero() {
 			t.Errorf("manifest approval = %+v, want ask, timed_out, nobody, and when", a)
 		}
-		_, _, err := w.submit(t, "approve", id, shellCallID)
+		_, _, err := w.submit(t, "approve", id, harness.ShellCallID)
 		if exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "expired") || !strings.Contains(fmt.Sprint(err), "no answer within 1s") {
 			t.Errorf("approve after expiry: %v, want a refusal saying it expired", err)
 		}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestOversizeReportKeepsTheRun: a job whose report is larger than the worker keeps fails with
@@ -16,7 +18,7 @@ import (
 // records the failure and names no report. `submit get`, `verify` and `manifest` work on it.
 func TestOversizeReportKeepsTheRun(t *testing.T) {
 	t.Parallel()
-	w := startWorker(t, shellModel(t), "--config", "testdata/partial.yaml")
+	w := startWorker(t, harness.ShellModel(t), "--config", "testdata/partial.yaml")
 	// A sparse 5 MiB file: over the 4 MiB limit, within the sandbox's disk bound.
 	id := submitShellJob(t, w, "shell-allow", "truncate", "-s", "5M", "report.md")
 
