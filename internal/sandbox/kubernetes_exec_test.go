@@ -26,6 +26,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestKubernetesExecConformance runs the conformance suite through the real pods/exec client
@@ -45,18 +46,32 @@ func TestKubernetesExecConformance(t *testing.T) {
 // backend wraps every command in sh) over transport, and returns it.
 func execRecordOf(t *testing.T, rt *podRuntime, transport string, argv []string) execRecord {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		for _, r := range slices.Backward(rt.records()) {
+	var rec execRecord
+	harness.Wait(t, fmt.Sprintf("the server records a %s exec of %q", transport, argv), func() (bool, error) {
+		seen := rt.records()
+		for _, r := range slices.Backward(seen) {
 			if r.Transport == transport && len(r.Argv) >= len(argv) && slices.Equal(r.Argv[len(r.Argv)-len(argv):], argv) {
-				return r
+				rec = r
+				return true, nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server recorded no %s exec of %q; it saw %+v", transport, argv, rt.records())
+		return false, fmt.Errorf("it saw %+v", seen)
+	}, harness.Within(10*time.Second))
+	return rec
+}
+
+// waitNoneLeft waits until no process in pod has mark in its command line.
+func waitNoneLeft(t *testing.T, pod *fakePod, mark, what string) {
+	t.Helper()
+	harness.Wait(t, what, func() (bool, error) {
+		var left []string
+		for _, proc := range pod.processes(t) {
+			if strings.Contains(proc, mark) {
+				left = append(left, proc)
+			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Errorf("left running: %v", left)
+	}, harness.Within(3*time.Second))
 }
 
 func countTransport(rt *podRuntime, transport string) int {
@@ -350,23 +365,7 @@ func TestKubernetesExecKillsTreeInPod(t *testing.T) {
 			if elapsed := time.Since(begin); elapsed > 5*time.Second {
 				t.Errorf("Exec returned after %v, want about 500ms", elapsed)
 			}
-			pod := rt.pod(sb.Info().ID)
-			deadline := time.Now().Add(3 * time.Second)
-			for {
-				var left []string
-				for _, proc := range pod.processes(t) {
-					if strings.Contains(proc, "100."+marker) {
-						left = append(left, proc)
-					}
-				}
-				if len(left) == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("left running in the pod after the stream ended: %v", left)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			waitNoneLeft(t, rt.pod(sb.Info().ID), "100."+marker, "nothing left running in the pod after the stream ended")
 			if _, err := sb.ReadFile(t.Context(), "started", 100); err != nil {
 				t.Errorf("the command never started: %v", err)
 			}
@@ -429,9 +428,7 @@ func TestKubernetesExecKillsFromOutsideWhileTheStreamWaits(t *testing.T) {
 		}
 		return n
 	}
-	for deadline := time.Now().Add(5 * time.Second); kills() == 0 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	harness.Wait(t, "a kill from outside", func() (bool, error) { return kills() > 0, nil }, harness.Within(5*time.Second))
 	if n := kills(); n != 1 {
 		t.Errorf("%d kills from outside, want 1", n)
 	}
@@ -451,22 +448,6 @@ func TestKubernetesExecLeavesNoWatchdog(t *testing.T) {
 			t.Fatalf("true: %v, exit %d", err, res.ExitCode)
 		}
 	}
-	pod := rt.pod(sb.Info().ID)
 	mark := strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		var left []string
-		for _, proc := range pod.processes(t) {
-			if strings.Contains(proc, mark) {
-				left = append(left, proc)
-			}
-		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d watchdogs left running after their commands ended: %v", len(left), left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitNoneLeft(t, rt.pod(sb.Info().ID), mark, "no watchdog left running after its command ended")
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 const warmConfig = `
@@ -179,13 +180,10 @@ func startWarmWorker(b *testing.B, rg *rig) *warmWorker {
 // waitJobs waits until n jobs have succeeded on the worker.
 func (w *warmWorker) waitJobs(b *testing.B, n float64) {
 	b.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for w.jobs() < n {
-		if time.Now().After(deadline) {
-			b.Fatalf("%v of %v jobs succeeded within 5 minutes", w.jobs(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	harness.Wait(b, fmt.Sprintf("%v jobs succeeded", n), func() (bool, error) {
+		done := w.jobs()
+		return done >= n, fmt.Errorf("%v succeeded", done)
+	}, harness.Within(5*time.Minute), harness.Every(time.Millisecond)) // the wait is in the figure
 }
 
 // BenchmarkWarmJobs is row 15: trivial jobs (one `true` in a real bubblewrap sandbox) per

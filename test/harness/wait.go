@@ -60,13 +60,22 @@ var ErrStop = errors.New("stop waiting")
 // error cond returned, and at once when cond returns an error wrapping ErrStop. The pause
 // between calls grows from 10 ms to 200 ms.
 func Poll(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
+	return poll(ctx, waitConfig{timeout: timeout}, what, cond)
+}
+
+// poll is Poll with a wait's options: a fixed pause between calls when c.every is set.
+func poll(ctx context.Context, c waitConfig, what string, cond func(context.Context) (bool, error)) error {
+	timeout := c.timeout
 	cancel := func() {}
 	if timeout > 0 {
 		timeout = Timeout(timeout)
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	defer cancel()
-	pause := 10 * time.Millisecond
+	pause, most := 10*time.Millisecond, 200*time.Millisecond
+	if c.every > 0 {
+		pause, most = c.every, c.every
+	}
 	var last error
 	for {
 		ok, err := cond(ctx)
@@ -86,15 +95,25 @@ func Poll(ctx context.Context, timeout time.Duration, what string, cond func(con
 			return fmt.Errorf("%s: %w after %s; last: %v", what, ctx.Err(), timeout, last)
 		case <-time.After(pause):
 		}
-		pause = min(2*pause, 200*time.Millisecond)
+		pause = min(2*pause, most)
 	}
 }
 
 // WaitOption changes one wait.
-type WaitOption func(*time.Duration)
+type WaitOption func(*waitConfig)
+
+// waitConfig is what the options of one wait set.
+type waitConfig struct {
+	timeout time.Duration // before Scale
+	every   time.Duration // the pause between calls; 0: from 10 ms growing to 200 ms
+}
 
 // Within waits up to d (times Scale) instead of DefaultTimeout.
-func Within(d time.Duration) WaitOption { return func(t *time.Duration) { *t = d } }
+func Within(d time.Duration) WaitOption { return func(c *waitConfig) { c.timeout = d } }
+
+// Every checks the condition every d instead of at pauses growing to 200 ms: for a benchmark
+// whose figure includes the wait, which then adds at most d to it.
+func Every(d time.Duration) WaitOption { return func(c *waitConfig) { c.every = d } }
 
 // Wait is Poll for a test: it polls cond until it returns true, and fails the test with what it
 // waited for and the last error cond returned once the timeout passes (DefaultTimeout, or
@@ -103,11 +122,11 @@ func Within(d time.Duration) WaitOption { return func(t *time.Duration) { *t = d
 // busy machine is slow, and nothing asserts how long a wait took.
 func Wait(t testing.TB, what string, cond func() (bool, error), opts ...WaitOption) {
 	t.Helper()
-	timeout := DefaultTimeout
+	c := waitConfig{timeout: DefaultTimeout}
 	for _, o := range opts {
-		o(&timeout)
+		o(&c)
 	}
-	if err := Poll(t.Context(), timeout, what, func(context.Context) (bool, error) { return cond() }); err != nil {
+	if err := poll(t.Context(), c, what, func(context.Context) (bool, error) { return cond() }); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/natsconfig"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/queue/natsauthtest"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // deployment is a nats-server from a generated configuration and the identities' files.
@@ -170,26 +171,25 @@ func (c *conn) try(ctx context.Context, f func(context.Context, *conn) error) er
 // permissions violation the server sent the connection, which for a publish or a subscription
 // arrives after the call returned: a flush's round trip brings it (the server answers in
 // order), and nats.go hands it to the error handler soon after.
-func (c *conn) refused(err error) (bool, string) {
+func (c *conn) refused(ctx context.Context, err error) (bool, string) {
 	if isViolation(err) {
 		return true, err.Error()
 	}
 	_ = c.nc.Flush()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var v []string
+	_ = harness.Poll(ctx, 10*time.Second, "a permissions violation", func(context.Context) (bool, error) {
 		c.mu.Lock()
-		v := append([]string(nil), c.violations...)
-		c.mu.Unlock()
-		switch {
-		case len(v) > 0:
-			return true, v[0]
-		case time.Now().After(deadline) && err != nil:
-			return false, err.Error()
-		case time.Now().After(deadline):
-			return false, "no error"
-		}
-		time.Sleep(20 * time.Millisecond) // polling the handler's record, not waiting for luck
+		defer c.mu.Unlock()
+		v = append(v[:0], c.violations...)
+		return len(v) > 0, nil
+	})
+	switch {
+	case len(v) > 0:
+		return true, v[0]
+	case err != nil:
+		return false, err.Error()
 	}
+	return false, "no error"
 }
 
 // noSecrets fails the test when text holds any of the secrets (seeds, passwords, keys).

@@ -265,7 +265,7 @@ func runAttempts(t *testing.T, d *deployment, attempts []attempt) (refused int, 
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
 			c := d.connect(t, a.as)
-			ok, why := c.refused(c.try(context.Background(), a.try))
+			ok, why := c.refused(t.Context(), c.try(context.Background(), a.try))
 			said = append(said, why)
 			if !ok {
 				t.Errorf("%s was not refused: %s", a.as, why)

@@ -14,6 +14,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/pool"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // Warm is p with every sandbox taken from a warm pool (internal/pool): each Start fills a pool
@@ -51,11 +52,10 @@ func (w *warmProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sa
 	}
 	// Taken once ready, warm-up included (bubblewrap: its first command's spare), so that the
 	// suites run on the sandbox a waiting job gets.
-	for deadline := time.Now().Add(time.Minute); testutil.ToFloat64(m.Size.WithLabelValues("warm")) < 1; {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, errors.New("sandboxtest: the pool's sandbox was not ready within a minute")
-		}
-		time.Sleep(time.Millisecond)
+	if err := harness.Poll(ctx, time.Minute, "sandboxtest: the pool's sandbox ready", func(context.Context) (bool, error) {
+		return testutil.ToFloat64(m.Size.WithLabelValues("warm")) >= 1, nil
+	}); err != nil {
+		return nil, err
 	}
 	sb, warm, err := pl.Take(ctx, "warm", spec.JobID, spec)
 	if err != nil {
