@@ -16,7 +16,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
-	"github.com/boxcar-run/boxcar/test/cluster"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
 
@@ -31,14 +30,7 @@ const benchPods = 20
 func BenchmarkPodStart(b *testing.B) {
 	ctx := context.Background()
 	ns := benchNamespace(b)
-	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
-		Client: kube.Client, RESTConfig: kube.RESTConfig, Namespace: ns,
-		Image: cluster.SandboxImage, ImagePullPolicy: corev1.PullNever,
-		WorkerID: "bench", StartTimeout: 2 * time.Minute,
-	})
-	if err != nil {
-		b.Fatalf("NewKubernetes: %v", err)
-	}
+	p := newProvider(b, ns, "bench")
 	pods := kube.Client.CoreV1().Pods(ns)
 	gone := func(name string) {
 		harness.Wait(b, "pod "+name+" gone", func() (bool, error) {
@@ -179,18 +171,7 @@ func BenchmarkPodEgressLifecycle(b *testing.B) {
 	ctx := context.Background()
 	ns := benchNamespace(b)
 	release, _ := importReleaseImage(b)
-	provider := func(bridge string) *sandbox.KubernetesProvider {
-		p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
-			Client: kube.Client, RESTConfig: kube.RESTConfig, Namespace: ns,
-			Image: cluster.SandboxImage, BridgeImage: bridge, ImagePullPolicy: corev1.PullNever,
-			WorkerID: "bench", StartTimeout: 2 * time.Minute,
-		})
-		if err != nil {
-			b.Fatalf("NewKubernetes: %v", err)
-		}
-		return p
-	}
-	on, off := provider(release), provider("")
+	on, off := newProvider(b, ns, "bench", withBridge(release)), newProvider(b, ns, "bench")
 	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second}
 	life := func(p *sandbox.KubernetesProvider, i int) time.Duration {
 		begin := time.Now()

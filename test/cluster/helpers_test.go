@@ -103,7 +103,7 @@ func dnsName(s string) string {
 
 // newProvider is the real Kubernetes backend on the test cluster: real client-go, pods/exec
 // over WebSocket with the SPDY fallback, the sandbox image imported on the node.
-func newProvider(t *testing.T, namespace, worker string, edit ...func(*sandbox.KubernetesConfig)) *sandbox.KubernetesProvider {
+func newProvider(t testing.TB, namespace, worker string, edit ...func(*sandbox.KubernetesConfig)) *sandbox.KubernetesProvider {
 	t.Helper()
 	cfg := sandbox.KubernetesConfig{
 		Client:          kube.Client,
@@ -122,6 +122,12 @@ func newProvider(t *testing.T, namespace, worker string, edit ...func(*sandbox.K
 		t.Fatalf("NewKubernetes: %v", err)
 	}
 	return p
+}
+
+// withBridge gives newProvider's pods the bridge from image (the release image, make image);
+// "": none, each call a pods/exec of its own.
+func withBridge(image string) func(*sandbox.KubernetesConfig) {
+	return func(c *sandbox.KubernetesConfig) { c.BridgeImage = image }
 }
 
 // sandboxPods lists the Boxcar sandbox pods in a namespace.

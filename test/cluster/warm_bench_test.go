@@ -7,12 +7,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
-	"github.com/boxcar-run/boxcar/test/cluster"
 )
 
 const warmJobs = 20
@@ -29,18 +26,7 @@ func BenchmarkWarm(b *testing.B) {
 	ctx := context.Background()
 	ns := benchNamespace(b)
 	release, _ := importReleaseImage(b)
-	provider := func(bridge string) *sandbox.KubernetesProvider {
-		p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{
-			Client: kube.Client, RESTConfig: kube.RESTConfig, Namespace: ns,
-			Image: cluster.SandboxImage, BridgeImage: bridge, ImagePullPolicy: corev1.PullNever,
-			WorkerID: "bench", StartTimeout: 2 * time.Minute,
-		})
-		if err != nil {
-			b.Fatalf("NewKubernetes: %v", err)
-		}
-		return p
-	}
-	session, plain := provider(release), provider("")
+	session, plain := newProvider(b, ns, "bench", withBridge(release)), newProvider(b, ns, "bench")
 	first := func(sb sandbox.Sandbox, id string) {
 		if err := sb.WriteFile(ctx, "input.csv", []byte("a,b\n1,"+id+"\n")); err != nil {
 			b.Fatal(err)
