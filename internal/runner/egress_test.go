@@ -152,6 +152,40 @@ func mustJSON(t *testing.T, v any) []byte {
 	return data
 }
 
+// egressSetup is setup with the egress profiles.
+func egressSetup(t *testing.T) *bundle {
+	t.Helper()
+	b := setup(t)
+	cfg, err := config.Parse([]byte(egressProfiles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cfg = cfg
+	return b
+}
+
+// egressUpstream starts the HTTPS server api.boxcar.test stands for, which answers "answer"
+// and hands each request's Authorization header to seen, and returns the proxy's
+// configuration that leads there: the name resolves to 198.18.0.10, every dial reaches the
+// server on loopback.
+func egressUpstream(t *testing.T, seen func(auth string)) egress.Config {
+	t.Helper()
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen(r.Header.Get("Authorization"))
+		_, _ = w.Write([]byte("answer"))
+	}))
+	cert, upCA := selfSigned(t, "api.boxcar.test")
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	return egress.Config{
+		Resolver:      stubResolver{"api.boxcar.test": netip.MustParseAddr("198.18.0.10")},
+		Dialer:        toServer(up.Listener.Addr().String()),
+		AllowedCIDRs:  []netip.Prefix{netip.MustParsePrefix("198.18.0.10/32")},
+		UpstreamCAPEM: upCA,
+	}
+}
+
 // TestEgressWiring: a job of a profile with a network gets its proxy: the command's
 // environment names the proxy and a placeholder, the upstream gets the real value over TLS,
 // the transcript holds the decision and the manifest the summary, and neither they, the
@@ -161,23 +195,13 @@ func TestEgressWiring(t *testing.T) {
 	const secret = "real-api-token-0123456789abcdef"
 	var seen []string
 	var mu sync.Mutex
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := egressUpstream(t, func(auth string) {
 		mu.Lock()
-		seen = append(seen, r.Header.Get("Authorization"))
+		seen = append(seen, auth)
 		mu.Unlock()
-		_, _ = w.Write([]byte("answer"))
-	}))
-	cert, upCA := selfSigned(t, "api.boxcar.test")
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
-	up.StartTLS()
-	t.Cleanup(up.Close)
+	})
 
-	b := setup(t)
-	cfg, err := config.Parse([]byte(egressProfiles))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.cfg = cfg
+	b := egressSetup(t)
 	var logs harness.LogBuffer
 	p := &egressProvider{}
 	w := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
@@ -190,12 +214,7 @@ func TestEgressWiring(t *testing.T) {
 		c.Sandboxes = p
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.LookupEnv = func(k string) (string, bool) { return secret, k == "BOXCAR_TEST_API_TOKEN" }
-		c.Egress = egress.Config{
-			Resolver:      stubResolver{"api.boxcar.test": netip.MustParseAddr("198.18.0.10")},
-			Dialer:        toServer(up.Listener.Addr().String()),
-			AllowedCIDRs:  []netip.Prefix{netip.MustParsePrefix("198.18.0.10/32")},
-			UpstreamCAPEM: upCA,
-		}
+		c.Egress = up
 	})
 	j := b.submit("net")
 	if st := b.waitFinal(j.ID, time.Minute); st.State != job.StateSucceeded {
@@ -253,12 +272,7 @@ func gathered(t *testing.T, w *worker) []byte {
 // none fails at once, for good, saying so.
 func TestEgressNeedsABackendWithIt(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	cfg, err := config.Parse([]byte(egressProfiles))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.cfg = cfg
+	b := egressSetup(t)
 	b.worker(agentFunc(writeReport), func(c *runner.Config) {
 		c.LookupEnv = func(string) (string, bool) { return "x", true }
 	})
@@ -287,20 +301,8 @@ func (b *bundle) submitNetwork(profile string, allow ...string) job.Job {
 func TestEgressJobNarrowsItsProfile(t *testing.T) {
 	t.Parallel()
 	const secret = "real-api-token-0123456789abcdef"
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte("answer"))
-	}))
-	cert, upCA := selfSigned(t, "api.boxcar.test")
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
-	up.StartTLS()
-	t.Cleanup(up.Close)
-
-	b := setup(t)
-	cfg, err := config.Parse([]byte(egressProfiles))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.cfg = cfg
+	up := egressUpstream(t, func(string) {})
+	b := egressSetup(t)
 	p := &egressProvider{}
 	var mu sync.Mutex
 	answers := map[string]string{} // job id -> what its one command printed, or its error
@@ -316,12 +318,7 @@ func TestEgressJobNarrowsItsProfile(t *testing.T) {
 	}), func(c *runner.Config) {
 		c.Sandboxes = p
 		c.LookupEnv = func(k string) (string, bool) { return secret, k == "BOXCAR_TEST_API_TOKEN" }
-		c.Egress = egress.Config{
-			Resolver:      stubResolver{"api.boxcar.test": netip.MustParseAddr("198.18.0.10")},
-			Dialer:        toServer(up.Listener.Addr().String()),
-			AllowedCIDRs:  []netip.Prefix{netip.MustParsePrefix("198.18.0.10/32")},
-			UpstreamCAPEM: upCA,
-		}
+		c.Egress = up
 	})
 	for _, tt := range []struct {
 		name    string
