@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -55,6 +56,31 @@ func setup(t testing.TB, change ...func(*config.NATS)) bundle {
 		t.Fatal(err)
 	}
 	return bundle{nc: nc, js: jetStream(t, nc), w: w, c: c, cfg: cfg}
+}
+
+// open starts another worker's consumer on b's server with cfg, for tenants (nil: the default
+// tenant alone), logging as text to log (nil: nowhere).
+func (b bundle) open(t testing.TB, cfg config.NATS, tenants map[string]config.Tenant, log io.Writer) *queue.Consumer {
+	t.Helper()
+	logger := slog.New(slog.DiscardHandler)
+	if log != nil {
+		logger = slog.New(slog.NewTextHandler(log, nil))
+	}
+	w, err := queue.Open(t.Context(), b.nc, cfg, tenants, logger)
+	if err != nil {
+		t.Fatalf("open a consumer: %v", err)
+	}
+	return w
+}
+
+// client is a client of tenant on b's server.
+func (b bundle) client(t testing.TB, tenant string) *queue.Client {
+	t.Helper()
+	c, err := queue.NewClient(t.Context(), b.nc, b.cfg, tenant)
+	if err != nil {
+		t.Fatalf("a client of %s: %v", tenant, err)
+	}
+	return c
 }
 
 // tenant is the tenant the tests' clients act for.
@@ -369,11 +395,8 @@ func TestBindWithoutWorkerSaysWhatToStart(t *testing.T) {
 func TestSetupIsIdempotent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
 	for range 2 {
-		if _, err := queue.Open(ctx, b.nc, b.cfg, nil, slog.New(slog.DiscardHandler)); err != nil {
-			t.Fatalf("second set-up: %v", err)
-		}
+		b.open(t, b.cfg, nil, nil)
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"log/slog"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +14,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func streamConfig(t *testing.T, js jetstream.JetStream, name string) jetstream.StreamConfig {
@@ -44,9 +45,7 @@ func TestOperatorStreamEditsAreKept(t *testing.T) {
 	edit(t, b.js, b.cfg.DeadLetterStream, func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
 
 	var log bytes.Buffer
-	if _, err := queue.Open(context.Background(), b.nc, b.cfg, nil, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
-		t.Fatal(err)
-	}
+	b.open(t, b.cfg, nil, &log)
 	if got := streamConfig(t, b.js, b.cfg.Stream).MaxMsgs; got != 500 {
 		t.Errorf("after a worker start the job stream's max_msgs = %d, want the operator's 500", got)
 	}
@@ -68,9 +67,7 @@ func TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits(t *testing.T) {
 	cfg := config.Config{}.WithDefaults().NATS
 	// As such a worker made it, with the operator's max_bytes.
 	b, _ := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.Discard, c.MaxBytes = jetstream.DiscardOld, 5<<20 })
-	if _, err := queue.Open(context.Background(), b.nc, cfg, nil, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
+	b.open(t, cfg, nil, nil)
 	c := streamConfig(t, b.js, cfg.Stream)
 	if c.MaxBytes != 5<<20 || c.MaxMsgs != cfg.JobMaxMsgs || c.Discard != jetstream.DiscardNew {
 		t.Errorf("job stream: max_bytes %d, max_msgs %d, discard %s; want the operator's %d, the default %d, new", c.MaxBytes, c.MaxMsgs, c.Discard, 5<<20, cfg.JobMaxMsgs)
@@ -97,9 +94,7 @@ func TestRetentionLimitsFollowTheConfig(t *testing.T) {
 	cfg := b.cfg
 	cfg.JobMaxBytes, cfg.DeadLetterMaxAge, cfg.StatusTTL = 64<<20, config.Duration(48*time.Hour), config.Duration(24*time.Hour)
 	var log bytes.Buffer
-	if _, err := queue.Open(context.Background(), b.nc, cfg, nil, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
-		t.Fatal(err)
-	}
+	b.open(t, cfg, nil, &log)
 	if got := streamConfig(t, b.js, b.cfg.Stream).MaxBytes; got != 64<<20 {
 		t.Errorf("job stream max_bytes after a config change = %d, want %d", got, 64<<20)
 	}
@@ -131,17 +126,10 @@ func TestStatusExpiresAfterTheJobEnds(t *testing.T) {
 	if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := b.c.Status(ctx, j.ID)
-		if errors.Is(err, queue.ErrUnknownJob) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status of a job that ended is still there 30s later (status_ttl 1s): %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	harness.Wait(t, "the status of a job that ended gone (status_ttl 1s)", func() (bool, error) {
+		st, err := b.c.Status(ctx, j.ID)
+		return errors.Is(err, queue.ErrUnknownJob), fmt.Errorf("status %+v, %v", st, err)
+	}, harness.Within(30*time.Second))
 }
 
 // TestFullJobStreamRefusesTheSubmission: past job_max_msgs a publish is refused, and the jobs
