@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -103,13 +104,10 @@ func TestDialLogin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer link.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for link.Err() == nil || !strings.Contains(link.Err().Error(), "uthorization") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the link never said why it is not connected: %v", link.Err())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	harness.Wait(t, "the link to say why it is not connected", func() (bool, error) {
+		err := link.Err()
+		return err != nil && strings.Contains(err.Error(), "uthorization"), fmt.Errorf("the link's error: %v", err)
+	}, harness.Within(10*time.Second))
 	noSecrets(t, "/readyz's nats line", link.Err().Error(), []string{password})
 	noSecrets(t, "the log", logs.String(), []string{password})
 }

@@ -197,7 +197,7 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 	for _, wait := range []time.Duration{lookPull, idlePull} {
 		for k := range c.tenants {
 			i := (first + k) % len(c.tenants)
-			msg, err := c.pullOne(c.tenants[i], wait)
+			msg, err := c.pullOne(ctx, c.tenants[i], wait)
 			if err == nil {
 				c.mu.Lock()
 				c.next = (i + 1) % len(c.tenants)
@@ -218,10 +218,40 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 	return nil, nats.ErrTimeout
 }
 
-// pullOne asks one tenant's consumer for one message, waiting up to wait.
-func (c *Consumer) pullOne(tenant string, wait time.Duration) (jetstream.Msg, error) {
-	return c.cons[tenant].Next(jetstream.FetchMaxWait(wait))
+// pullOne asks one tenant's consumer for one message, waiting up to wait, and returns at once
+// when ctx ends, so that a worker's stop does not wait out the pull; the pull's inbox goes
+// with it, and the server sends it nothing more.
+func (c *Consumer) pullOne(ctx context.Context, tenant string, wait time.Duration) (jetstream.Msg, error) {
+	listen, cancel := context.WithTimeout(ctx, wait+pullListen)
+	defer cancel()
+	pullCtx := expiry{Context: listen, at: time.Now().Add(min(wait*10/9, wait+time.Second))}
+	msg, err := c.cons[tenant].Next(jetstream.FetchContext(pullCtx))
+	if errors.Is(err, jetstream.ErrInvalidOption) && !time.Now().Before(pullCtx.at) {
+		// The machine stalled past the pull's expiry before it was sent: nothing was asked.
+		return nil, nats.ErrTimeout
+	}
+	return msg, err
 }
+
+// pullListen is how much longer than its wait a pull listens for the server's answer, as
+// FetchMaxWait's pulls do: the answer to a pull sent late on a loaded machine still arrives.
+const pullListen = time.Second
+
+// expiry is a pull's context for FetchContext, which takes the server's expiry from the
+// context's deadline (the time left less a tenth of it, at most a second) and stops listening
+// when the context ends. A deadline alone would leave a 20 ms pull 2 ms for the answer, and a
+// job the server sends past that would not be received and wait out its ack wait (one attempt
+// spent); on a loaded machine (a load of 11 on 2 cores) a pull stalled 22 ms before it was
+// sent. So the deadline it reports (at) gives the server the pull's wait, and the context it
+// wraps ends pullListen later, or with the caller's.
+type expiry struct {
+	context.Context
+	at time.Time
+}
+
+// Deadline is what FetchContext reads to set the server's expiry: with its margin off, the
+// pull's wait.
+func (e expiry) Deadline() (time.Time, bool) { return e.at, true }
 
 // redeclareIfGone sets the streams, consumer and buckets up again when the job stream or its
 // consumer is gone: NATS came back without its data (a server whose storage was lost, or an

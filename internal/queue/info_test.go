@@ -2,11 +2,13 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func TestConsumerLag(t *testing.T) {
@@ -18,27 +20,19 @@ func TestConsumerLag(t *testing.T) {
 	// publish ack, so the lag is read until it settles, as a dashboard would.
 	lag := func(t *testing.T, wantPending, wantAckPending uint64) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		harness.Wait(t, "the consumer's lag to settle", func() (bool, error) {
 			lags, err := b.w.ConsumerLag(ctx)
 			if err != nil || len(lags) != 1 || lags[0].Tenant != tenant {
 				t.Fatalf("ConsumerLag: %+v, %v; want tenant %s's", lags, err, tenant)
 			}
 			pending, ackPending := lags[0].Pending, lags[0].AckPending
-			if pending == wantPending && ackPending == wantAckPending {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("ConsumerLag = (%d, %d), want (%d, %d)", pending, ackPending, wantPending, wantAckPending)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return pending == wantPending && ackPending == wantAckPending,
+				fmt.Errorf("ConsumerLag = (%d, %d), want (%d, %d)", pending, ackPending, wantPending, wantAckPending)
+		}, harness.Within(10*time.Second))
 	}
 	lag(t, 0, 0)
 	for range 3 {
-		if _, err := b.c.Publish(ctx, newJob(t)); err != nil {
-			t.Fatal(err)
-		}
+		b.submit(t)
 	}
 	lag(t, 3, 0)
 	d := fetch(t, b.w, 5*time.Second)

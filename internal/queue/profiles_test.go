@@ -3,12 +3,13 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestAdvertiseProfiles: a worker's profiles are readable by a client that binds only, and
@@ -24,6 +25,7 @@ func TestAdvertiseProfiles(t *testing.T) {
 		t.Fatalf("before any worker: %v, want ErrNoProfiles", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan error, 1)
 	profiles := map[string]config.Profile{
 		"b": {Description: "the second"},
@@ -33,14 +35,13 @@ func TestAdvertiseProfiles(t *testing.T) {
 		done <- b.w.AdvertiseProfiles(ctx, "host 1/worker", profiles, map[string]config.Tenant{"t1": {Profiles: []string{"a", "b"}}, "t2": {Profiles: []string{"a"}}})
 	}()
 	var got []queue.WorkerProfiles
-	deadline := time.Now().Add(time.Minute)
-	for got, err = client.LiveProfiles(t.Context()); err != nil; got, err = client.LiveProfiles(t.Context()) {
-		if !errors.Is(err, queue.ErrNoProfiles) || time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("live profiles: %v", err)
+	harness.Wait(t, "the worker's live profiles", func() (bool, error) {
+		got, err = client.LiveProfiles(t.Context())
+		if err != nil && !errors.Is(err, queue.ErrNoProfiles) {
+			return false, fmt.Errorf("%w: %w", harness.ErrStop, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil, err
+	})
 	want := []queue.ProfileInfo{{Name: "a", Description: "the first", MaxTurns: 7, MaxToolCalls: 9, MaxTokens: 1000, Tenants: []string{"t1", "t2"}},
 		{Name: "b", Description: "the second", Tenants: []string{"t1"}}}
 	if len(got) != 1 || got[0].Worker != "host 1/worker" || !reflect.DeepEqual(got[0].Profiles, want) {

@@ -83,6 +83,28 @@ func (b bundle) client(t testing.TB, tenant string) *queue.Client {
 	return c
 }
 
+// submit publishes a new job with b's client and returns it.
+func (b bundle) submit(t *testing.T) job.Job {
+	t.Helper()
+	j := newJob(t)
+	if _, err := b.c.Publish(t.Context(), j); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	return j
+}
+
+// watch watches the status of job id for up to within.
+func (b bundle) watch(t *testing.T, id string, within time.Duration) <-chan job.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	t.Cleanup(cancel)
+	updates, err := b.c.WatchStatus(ctx, id)
+	if err != nil {
+		t.Fatalf("watch %s: %v", id, err)
+	}
+	return updates
+}
+
 // tenant is the tenant the tests' clients act for.
 const tenant = "default"
 
@@ -187,10 +209,7 @@ func TestDuplicatePublishIsDropped(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	j := newJob(t)
-	if _, err := b.c.Publish(ctx, j); err != nil {
-		t.Fatal(err)
-	}
+	j := b.submit(t)
 	dup, err := b.c.Publish(ctx, j)
 	if err != nil || !dup {
 		t.Fatalf("second publish: dup=%v err=%v; want a duplicate", dup, err)
@@ -206,10 +225,7 @@ func TestUnackedJobIsRedelivered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	j := newJob(t)
-	if _, err := b.c.Publish(ctx, j); err != nil {
-		t.Fatal(err)
-	}
+	b.submit(t)
 	first := fetch(t, b.w, 5*time.Second)
 	// The worker "dies": no ack, no heartbeat. After AckWait the job comes back.
 	second := fetch(t, b.w, 5*time.Second)
@@ -225,9 +241,7 @@ func TestKeepAliveHoldsTheJobPastAckWait(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.c.Publish(ctx, newJob(t)); err != nil {
-		t.Fatal(err)
-	}
+	b.submit(t)
 	d := fetch(t, b.w, 5*time.Second)
 	stop := d.KeepAlive(ctx, 0)
 	expectEmpty(t, b.w, 3*b.w.AckWait())
@@ -241,9 +255,7 @@ func TestNakRedeliversAfterDelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.c.Publish(ctx, newJob(t)); err != nil {
-		t.Fatal(err)
-	}
+	b.submit(t)
 	d := fetch(t, b.w, 5*time.Second)
 	start := time.Now()
 	if err := d.Nak(ctx, 300*time.Millisecond); err != nil {
@@ -265,10 +277,7 @@ func TestTermKeepsTheJobInTheDeadLetterStream(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	j := newJob(t)
-	if _, err := b.c.Publish(ctx, j); err != nil {
-		t.Fatal(err)
-	}
+	j := b.submit(t)
 	d := fetch(t, b.w, 5*time.Second)
 	if err := d.Term(ctx, "unknown_profile", errors.New(`unknown profile "p"`)); err != nil {
 		t.Fatal(err)
@@ -299,16 +308,8 @@ func TestStatusUpdatesAndTerminalStatesAreFinal(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	j := newJob(t)
-	if _, err := b.c.Publish(ctx, j); err != nil {
-		t.Fatal(err)
-	}
-	watchCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	updates, err := b.c.WatchStatus(watchCtx, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := b.submit(t)
+	updates := b.watch(t, j.ID, 10*time.Second)
 	steps := []job.State{job.StateRunning, job.StateSucceeded}
 	for _, s := range steps {
 		if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(st *job.Status) { st.State = s }); err != nil {
@@ -316,8 +317,7 @@ func TestStatusUpdatesAndTerminalStatesAreFinal(t *testing.T) {
 		}
 	}
 	// A stale attempt may not overwrite the final outcome.
-	_, err = b.w.UpdateStatus(ctx, ref(j.ID), func(st *job.Status) { st.State = job.StateFailed })
-	if !errors.Is(err, queue.ErrFinal) {
+	if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(st *job.Status) { st.State = job.StateFailed }); !errors.Is(err, queue.ErrFinal) {
 		t.Fatalf("update after success: %v, want ErrFinal", err)
 	}
 	var seen []job.State
@@ -340,16 +340,8 @@ func TestWatchSeesEveryRapidUpdate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	j := newJob(t)
-	if _, err := b.c.Publish(ctx, j); err != nil {
-		t.Fatal(err)
-	}
-	watchCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	updates, err := b.c.WatchStatus(watchCtx, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := b.submit(t)
+	updates := b.watch(t, j.ID, 10*time.Second)
 	const steps = 200
 	writer := make(chan struct{})
 	defer func() { <-writer }()
@@ -421,10 +413,7 @@ func TestJobWhoseLastWorkerDiedIsDeliveredOnceMore(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *config.NATS) { c.MaxDeliver = 2 })
 	ctx := context.Background()
-	j := newJob(t)
-	if _, err := b.c.Publish(ctx, j); err != nil {
-		t.Fatal(err)
-	}
+	j := b.submit(t)
 	// Two deliveries, and the worker holding each one dies without a word.
 	for i := 0; i < 2; i++ {
 		if d := fetch(t, b.w, 5*time.Second); d.Exhausted() {

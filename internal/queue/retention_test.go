@@ -115,10 +115,7 @@ func TestStatusExpiresAfterTheJobEnds(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *config.NATS) { c.StatusTTL = config.Duration(time.Second) })
 	ctx := context.Background()
-	j := newJob(t)
-	if _, err := b.c.Publish(ctx, j); err != nil {
-		t.Fatal(err)
-	}
+	j := b.submit(t)
 	d := fetch(t, b.w, 10*time.Second)
 	if _, err := b.w.UpdateStatus(ctx, d.Ref(), func(s *job.Status) { s.State = job.StateSucceeded }); err != nil {
 		t.Fatal(err)

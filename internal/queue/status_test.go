@@ -23,10 +23,7 @@ func TestStatusWritesByOthersAreNeverLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := newJob(t)
-	if _, err := b.c.Publish(ctx, j); err != nil {
-		t.Fatal(err)
-	}
+	j := b.submit(t)
 	update := func(q *queue.Consumer, change func(*job.Status)) job.Status {
 		t.Helper()
 		st, err := q.UpdateStatus(ctx, ref(j.ID), change)
@@ -62,10 +59,7 @@ func TestStatusWriteWaitsOutABucketWithNoLeader(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	j := newJob(t)
-	if _, err := b.c.Publish(ctx, j); err != nil {
-		t.Fatal(err)
-	}
+	j := b.submit(t)
 	if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(s *job.Status) { s.State = job.StateRunning }); err != nil {
 		t.Fatal(err)
 	}

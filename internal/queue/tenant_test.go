@@ -169,3 +169,50 @@ func TestJobsOfATenantNoWorkerServes(t *testing.T) {
 		t.Errorf("the job stream holds %v messages (%v); want none", info.CachedInfo().State.Msgs, err)
 	}
 }
+
+// TestPullEndsWithItsContext: a pull waiting on a tenant's consumer ends when its context
+// does (a worker's stop), not when its wait runs out: an hour here, so the test's own wait
+// would fail first.
+func TestPullEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.open(t, b.cfg, map[string]config.Tenant{"team-a": {}, "team-b": {}}, nil)
+	cons, err := b.js.Consumer(t.Context(), b.cfg.Stream, b.cfg.Consumer+"-team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.PullOne(ctx, "team-a", time.Hour)
+		done <- err
+	}()
+	harness.Wait(t, "the pull waiting on team-a's consumer", func() (bool, error) {
+		info, err := cons.Info(t.Context())
+		return err == nil && info.NumWaiting > 0, err
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the pull ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(harness.Timeout(time.Minute)):
+		t.Fatal("the pull did not end with its context")
+	}
+
+	// The server sends nothing to the pull that ended: the next job of team-a is fetched at
+	// its first attempt.
+	j := newJob(t)
+	if _, err := b.client(t, "team-a").Publish(t.Context(), j); err != nil {
+		t.Fatal(err)
+	}
+	d := fetch(t, w, harness.Timeout(30*time.Second))
+	if d.JobID != j.ID || d.Attempt != 1 {
+		t.Errorf("fetched %s attempt %d, want %s at its first attempt", d.JobID, d.Attempt, j.ID)
+	}
+	if err := d.Ack(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestConsumerOfAnOlderBoxcar: a worker that starts on the one consumer an older Boxcar shared
@@ -59,7 +61,7 @@ func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 		}
 	}
 	// The server drops it when it would deliver it again, to a pull that waits.
-	for deadline := time.Now().Add(time.Minute); ; {
+	harness.Wait(t, "the old consumer to drop the job", func() (bool, error) {
 		if m, err := old.Next(jetstream.FetchMaxWait(time.Second)); err == nil {
 			t.Fatalf("the old consumer delivered %s again, past its max_deliver", m.Headers().Get(jetstream.MsgIDHeader))
 		}
@@ -67,13 +69,9 @@ func TestConsumerOfAnOlderBoxcar(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumAckPending == 0 && info.NumPending == 0 {
-			break // past its last AckWait: dropped, never delivered again
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the old consumer never dropped the job: %d in flight, %d pending", info.NumAckPending, info.NumPending)
-		}
-	}
+		// Past its last AckWait: dropped, never delivered again.
+		return info.NumAckPending == 0 && info.NumPending == 0, fmt.Errorf("%d in flight, %d pending", info.NumAckPending, info.NumPending)
+	})
 	waiting := publish() // not delivered yet
 
 	var log bytes.Buffer
