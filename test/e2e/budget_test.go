@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/test/harness"
 	"github.com/boxcar-run/boxcar/test/testworker"
 )
 
@@ -73,17 +74,8 @@ func (m *budgetModel) serve(w http.ResponseWriter, r *http.Request) {
 			step++
 		}
 	}
-	args, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("step %d", step)})
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"id": fmt.Sprintf("chatcmpl-budget-%d", step), "object": "chat.completion", "created": 1764633600, "model": req.Model,
-		"choices": []map[string]any{{"index": 0, "finish_reason": "tool_calls", "logprobs": nil, "message": map[string]any{
-			"role": "assistant", "content": nil, "tool_calls": []map[string]any{{
-				"id": fmt.Sprintf("call_%d", step), "type": "function", "function": map[string]any{"name": "emit", "arguments": string(args)},
-			}},
-		}}},
-		"usage": map[string]any{"prompt_tokens": 80, "completion_tokens": 20, "total_tokens": 100},
-	})
+	harness.Completion{ID: fmt.Sprintf("chatcmpl-budget-%d", step), Model: req.Model, Prompt: 80, Complete: 20,
+		Calls: []harness.ToolCall{{ID: fmt.Sprintf("call_%d", step), Name: "emit", Args: map[string]string{"text": fmt.Sprintf("step %d", step)}}}}.Write(w)
 }
 
 // startWorkerIn runs `worker --embedded` on dataDir until stop is called (or the test ends),

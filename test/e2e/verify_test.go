@@ -124,23 +124,11 @@ func (m *artifactModel) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	m.mu.Unlock()
 
-	message := map[string]any{"role": "assistant", "content": "Report and artifacts written."}
-	finish := "stop"
+	answer := harness.Completion{ID: fmt.Sprintf("chatcmpl-artifacts-%d", step+1), Model: req.Model, Text: "Report and artifacts written.", Prompt: 10, Complete: 5}
 	if script := m.script(); step < len(script) {
-		c := script[step]
-		args, _ := json.Marshal(c.args)
-		message = map[string]any{"role": "assistant", "content": nil, "tool_calls": []map[string]any{{
-			"id": fmt.Sprintf("call_%d", step+1), "type": "function",
-			"function": map[string]any{"name": c.tool, "arguments": string(args)},
-		}}}
-		finish = "tool_calls"
+		answer.Calls = []harness.ToolCall{{ID: fmt.Sprintf("call_%d", step+1), Name: script[step].tool, Args: script[step].args}}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"id": fmt.Sprintf("chatcmpl-artifacts-%d", step+1), "object": "chat.completion", "created": 1764633600, "model": req.Model,
-		"choices": []map[string]any{{"index": 0, "message": message, "finish_reason": finish, "logprobs": nil}},
-		"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-	})
+	answer.Write(w)
 }
 
 func (m *artifactModel) seen() (auth, results []string) {

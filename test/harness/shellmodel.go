@@ -57,19 +57,9 @@ func serveShell(w http.ResponseWriter, r *http.Request) {
 			result = text
 		}
 	}
-	message := map[string]any{"role": "assistant", "content": "The shell answered: " + result}
-	finish := "stop"
+	answer := Completion{ID: fmt.Sprintf("chatcmpl-shell-%d", step+1), Model: req.Model, Text: "The shell answered: " + result, Prompt: 20, Complete: 10}
 	if step == 0 {
-		args, _ := json.Marshal(map[string]any{"command": argv})
-		message = map[string]any{"role": "assistant", "content": nil, "tool_calls": []map[string]any{{
-			"id": ShellCallID, "type": "function", "function": map[string]any{"name": "shell", "arguments": string(args)},
-		}}}
-		finish = "tool_calls"
+		answer.Calls = []ToolCall{{ID: ShellCallID, Name: "shell", Args: map[string]any{"command": argv}}}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"id": fmt.Sprintf("chatcmpl-shell-%d", step+1), "object": "chat.completion", "created": 1764633600, "model": req.Model,
-		"choices": []map[string]any{{"index": 0, "message": message, "finish_reason": finish, "logprobs": nil}},
-		"usage":   map[string]any{"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
-	})
+	answer.Write(w)
 }
