@@ -27,15 +27,19 @@ func BenchmarkWarm(b *testing.B) {
 	ns := benchNamespace(b)
 	release, _ := importReleaseImage(b)
 	session, plain := newProvider(b, ns, "bench", withBridge(release)), newProvider(b, ns, "bench")
-	first := func(sb sandbox.Sandbox, id string) {
+	// first runs the job's first steps and returns how long its input's write took.
+	first := func(sb sandbox.Sandbox, id string) time.Duration {
+		begin := time.Now()
 		if err := sb.WriteFile(ctx, "input.csv", []byte("a,b\n1,"+id+"\n")); err != nil {
 			b.Fatal(err)
 		}
+		wrote := time.Since(begin)
 		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", `test "$JOB" = "$1" && cat input.csv`, "sh", id},
 			Env: map[string]string{"JOB": id, "API_TOKEN": "boxcar-placeholder-" + id}, Timeout: time.Minute})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("first command of %s: %v, exit %d: %s", id, err, res.ExitCode, res.Stderr)
 		}
+		return wrote
 	}
 	spec := func(id string) sandbox.Spec { return sandboxtest.Spec(id, config.SandboxSpec{CPU: "250m"}) }
 	cold := func(i int) time.Duration {
@@ -50,8 +54,8 @@ func BenchmarkWarm(b *testing.B) {
 		_ = sb.Close(ctx)
 		return d
 	}
-	var tClaim []time.Duration // the claim's patch alone, on the session's pods
-	warmSession, warmExec := warmPods(b, session, spec, first, &tClaim), warmPods(b, plain, spec, first, nil)
+	var steps warmSteps // the claim's steps apart, on the session's pods
+	warmSession, warmExec := warmPods(b, session, spec, first, &steps), warmPods(b, plain, spec, first, nil)
 	cold(-1)
 	warmSession(-1)
 	warmExec(-1)
@@ -72,15 +76,21 @@ func BenchmarkWarm(b *testing.B) {
 	b.ReportMetric(q(tWarm, 0.99), "warm-p99-ms")
 	b.ReportMetric(q(tWarmExec, 0.5), "warm-exec-p50-ms")
 	b.ReportMetric(q(tWarmExec, 0.99), "warm-exec-p99-ms")
-	b.ReportMetric(q(tClaim[1:], 0.5), "warm-claim-p50-ms")
+	b.ReportMetric(q(steps.claim[1:], 0.5), "warm-claim-p50-ms")
+	b.ReportMetric(q(steps.write[1:], 0.5), "warm-write-p50-ms")
+	b.ReportMetric(q(steps.command[1:], 0.5), "warm-cmd-p50-ms")
 	b.ReportMetric(q(tCold, 0.5), "cold-p50-ms")
 	b.ReportMetric(q(tCold, 0.99), "cold-p99-ms")
 }
 
+// warmSteps are a warm job's steps timed apart: the claim (its patch), the input's write and
+// the first command.
+type warmSteps struct{ claim, write, command []time.Duration }
+
 // warmPods returns a timed warm job on p's pods: the next warm pod starts while the current
 // job runs, as a pool keeps one ready; the claim and the first command are timed. The pod
-// left ready is closed when the benchmark ends. claims, when not nil, gets each claim's time.
-func warmPods(b *testing.B, p *sandbox.KubernetesProvider, spec func(string) sandbox.Spec, first func(sandbox.Sandbox, string), claims *[]time.Duration) func(int) time.Duration {
+// left ready is closed when the benchmark ends. steps, when not nil, gets each step's time.
+func warmPods(b *testing.B, p *sandbox.KubernetesProvider, spec func(string) sandbox.Spec, first func(sandbox.Sandbox, string) time.Duration, steps *warmSteps) func(int) time.Duration {
 	ctx := context.Background()
 	ahead := func() <-chan sandbox.Sandbox {
 		ch := make(chan sandbox.Sandbox, 1)
@@ -114,11 +124,14 @@ func warmPods(b *testing.B, p *sandbox.KubernetesProvider, spec func(string) san
 		if err := sb.(sandbox.Claimer).Claim(ctx, id); err != nil {
 			b.Fatalf("Claim: %v", err)
 		}
-		if claims != nil {
-			*claims = append(*claims, time.Since(begin))
-		}
-		first(sb, id)
+		claimed := time.Since(begin)
+		wrote := first(sb, id)
 		d := time.Since(begin)
+		if steps != nil {
+			steps.claim = append(steps.claim, claimed)
+			steps.write = append(steps.write, wrote)
+			steps.command = append(steps.command, d-claimed-wrote)
+		}
 		_ = sb.Close(ctx)
 		return d
 	}
