@@ -91,7 +91,12 @@ func (s *kubernetesSandbox) fileRun(ctx context.Context, op, name string, stdin 
 	nonce := randomHex(8)
 	stderr := &cappedBuffer{max: 4096}
 	argv := append([]string{"sh", "-c", fileScript, "boxcar-file", op, nonce, s.workdir, name}, extra...)
-	code, err := s.run(ctx, tunnel.Command{Argv: argv, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	cmd := tunnel.Command{Argv: argv, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	if op == "write" {
+		// A command session writes it itself, with the script's checks; pods/exec runs the script.
+		cmd.File = &tunnel.File{Op: tunnel.FileWrite, Nonce: nonce, Dir: s.workdir, Path: name}
+	}
+	code, err := s.run(ctx, cmd)
 	switch {
 	case err != nil:
 		return s.execFailure(op+" "+name, err)

@@ -51,6 +51,7 @@ var ErrSessionDown = errors.New("command session: down")
 type header struct {
 	Argv []string `json:"argv"`
 	Mark string   `json:"mark,omitempty"`
+	File *File    `json:"file,omitempty"`
 }
 
 // Command is one command of a session.
@@ -61,7 +62,10 @@ type Command struct {
 	// reports the exit code. A command's own kill runs a program to find its processes, and a
 	// fork bomb that fills the pod's process bound leaves it none to run; the session kills
 	// without starting a process.
-	Mark           string
+	Mark string
+	// File, when set, is done by the pod's side itself instead of Argv (files.go); Argv,
+	// the same operation as a script, is what a pod's side that does not know it runs.
+	File           *File
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 }
@@ -129,6 +133,10 @@ func serveCommand(ctx context.Context, st *yamux.Stream) {
 		_ = fw.frame(frameFailed, []byte("read the command: "+err.Error()))
 		return
 	}
+	if h.File != nil {
+		serveFile(h.File, io.MultiReader(br, st), fw)
+		return
+	}
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		_ = fw.frame(frameFailed, []byte(err.Error()))
@@ -158,6 +166,11 @@ func serveCommand(ctx context.Context, st *yamux.Stream) {
 	if h.Mark != "" {
 		kill(h.Mark)
 	}
+	sendExit(fw, code)
+}
+
+// sendExit sends the command's last frame, its exit code.
+func sendExit(fw *frameWriter, code int) {
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], uint32(int32(code)))
 	_ = fw.frame(frameExit, b[:])
@@ -247,7 +260,7 @@ func (c *Commands) Done() <-chan struct{} { return c.sess.CloseChan() }
 // stops waiting for the command, not the command.
 func (c *Commands) Run(ctx context.Context, cmd Command) (int, error) {
 	stdin, stdout, stderr := cmd.Stdin, cmd.Stdout, cmd.Stderr
-	line, err := json.Marshal(header{Argv: cmd.Argv, Mark: cmd.Mark})
+	line, err := json.Marshal(header{Argv: cmd.Argv, Mark: cmd.Mark, File: cmd.File})
 	if err != nil {
 		return -1, err
 	}
