@@ -223,7 +223,7 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	}
 	s := &kubernetesSandbox{
 		p: p, name: created.Name, workdir: spec.Workdir, log: log,
-		calls: newCalls(), created: begin, lifetime: time.Duration(spec.Lifetime),
+		calls: newCalls(), created: begin, lifetime: time.Duration(spec.Lifetime), pod: created,
 		info: Info{
 			Backend: p.Backend(), ID: created.Name, Image: spec.Image,
 			CPU: spec.CPU, Memory: spec.Memory, Disk: spec.Disk, PIDs: spec.PIDs,

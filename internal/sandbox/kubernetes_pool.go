@@ -58,14 +58,16 @@ func (p *KubernetesProvider) unclaimedPoolPod(pod *corev1.Pod, held func(jobID, 
 // Claim binds the warm pod to its job with one patch: the job's label and annotation, and a
 // deadline of the lifetime from now (a pod's deadline may only shrink, and this one does:
 // it was started with Ahead to spare).
+//
+// A pod with a command session that answers is claimed without waiting for the patch: the
+// session's answer (a ping, one round trip to the bridge in the pod) proves what the patch's
+// answer would, that the pod's container still runs, and the patch goes on while the job's
+// first steps run. Nothing the job does depends on it: the pod's commands, files and egress
+// are the worker's, through the session; a reaper keeps an unclaimed warm pod of a live
+// worker run as it keeps a claimed one, and deletes either once its run is gone; the deadline
+// only shrinks. Close waits for it.
 func (s *kubernetesSandbox) Claim(ctx context.Context, jobID string) error {
-	id, err := s.begin(nil)
-	if err != nil {
-		return fmt.Errorf("sandbox: claim %s: %w", s.name, err)
-	}
-	defer s.end(id)
-	// Counted from before the pod was created, so the job has at least its lifetime.
-	deadline := int64((time.Since(s.created) + s.lifetime + time.Second - 1).Seconds())
+	deadline := s.claimDeadline()
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{
 			"labels":      map[string]string{LabelJobID: validLabel(jobID)},
@@ -76,15 +78,51 @@ func (s *kubernetesSandbox) Claim(ctx context.Context, jobID string) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: claim %s: %w", s.name, err)
 	}
-	pod, err := s.p.cfg.Client.CoreV1().Pods(s.p.cfg.Namespace).Patch(ctx, s.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	id, err := s.begin(cancel)
+	if err != nil {
+		cancel(nil)
+		return fmt.Errorf("sandbox: claim %s: %w", s.name, err)
+	}
+	if s.cmds != nil && s.cmds.Ping(ctx) == nil {
+		s.claimed(jobID, deadline)
+		go func() {
+			defer s.end(id)
+			defer cancel(nil)
+			if _, err := s.patch(pctx, patch); err != nil {
+				s.log.Warn("the claim's patch failed: the pod does not name its job", "error", err)
+			}
+		}()
+		return nil
+	}
+	defer s.end(id)
+	defer cancel(nil)
+	pod, err := s.patch(ctx, patch)
 	if err != nil {
 		return fmt.Errorf("sandbox: claim %s for job %s: patch the pod: %w", s.name, jobID, err)
 	}
 	if pod.Status.Phase != corev1.PodRunning {
 		return fmt.Errorf("sandbox: claim %s: the pod is %s, no longer running: %w", s.name, pod.Status.Phase, ErrClosed)
 	}
+	s.claimed(jobID, deadline)
+	return nil
+}
+
+// claimDeadline is the pod's deadline for its job, counted from before the pod was created,
+// so the job has at least its lifetime.
+func (s *kubernetesSandbox) claimDeadline() int64 {
+	return int64((time.Since(s.created) + s.lifetime + time.Second - 1).Seconds())
+}
+
+func (s *kubernetesSandbox) patch(ctx context.Context, patch []byte) (*corev1.Pod, error) {
+	return s.p.cfg.Client.CoreV1().Pods(s.p.cfg.Namespace).Patch(ctx, s.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+}
+
+// claimed records the claim: the job in the sandbox's logs, the deadline in its isolation.
+func (s *kubernetesSandbox) claimed(jobID string, deadline int64) {
+	pod := s.pod.DeepCopy()
+	pod.Spec.ActiveDeadlineSeconds = &deadline
 	s.info.Isolation = isolationOf(pod)
 	s.log = s.log.With("job_id", jobID)
 	s.log.Info("sandbox claimed")
-	return nil
 }

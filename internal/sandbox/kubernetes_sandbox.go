@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // kubernetesSandbox is one pod. Commands and file transfers run through exec, each wrapped in a
@@ -31,6 +32,8 @@ type kubernetesSandbox struct {
 	// the pod's deadline from them (kubernetes_pool.go).
 	created  time.Time
 	lifetime time.Duration
+	// pod is the pod as created: a claim describes its isolation with the new deadline.
+	pod *corev1.Pod
 
 	*calls
 

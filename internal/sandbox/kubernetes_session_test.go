@@ -6,11 +6,15 @@ import (
 	"io"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -105,5 +109,55 @@ func TestKubernetesWarmPodCommandSession(t *testing.T) {
 	}
 	if n := job(t, ""); n != 3 {
 		t.Errorf("a cold pod's job made %d pods/exec calls, want 3 (write, read, exec; the refused path ends before an exec)", n)
+	}
+}
+
+// TestKubernetesWarmClaimOffPath: a warm pod whose command session answers is claimed without
+// waiting for the claim's patch: the job's input and first command run while the patch is
+// still held by the API server, and Close waits for it. The patch still names the job and
+// shortens the deadline, and the sandbox's isolation says the new deadline.
+func TestKubernetesWarmClaimOffPath(t *testing.T) {
+	client := fake.NewClientset()
+	fakeKubelet(t, client, nil)
+	claimReturned := make(chan struct{})
+	var patched atomic.Bool
+	var patch []byte
+	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		select { // held until Claim returns; the bound only keeps a Claim that waits from hanging
+		case <-claimReturned:
+		case <-time.After(30 * time.Second):
+		}
+		patch = a.(k8stesting.PatchAction).GetPatch()
+		patched.Store(true)
+		return false, nil, nil
+	})
+	p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.BridgeImage = bridgeImage; c.Executor = &localExec{} })
+	spec := sandbox.Spec{SandboxSpec: config.Profile{}.WithDefaults().Sandbox, Pool: "p", Ahead: time.Hour}
+	spec.Lifetime = config.Duration(20 * time.Minute)
+	spec.Workdir = t.TempDir()
+	sb, err := p.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sb.(sandbox.Claimer).Claim(t.Context(), "job-7")
+	waited := patched.Load()
+	close(claimReturned)
+	if err != nil || waited {
+		t.Fatalf("Claim = %v, after its patch: %v; want nil before it", err, waited)
+	}
+	if err := sb.WriteFile(t.Context(), "input.csv", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"cat", "input.csv"}, Timeout: time.Minute}); err != nil || string(res.Stdout) != "x" {
+		t.Errorf("Exec = %q, %v", res.Stdout, err)
+	}
+	if iso := sb.Info().Isolation; !strings.Contains(iso, "active_deadline=120") {
+		t.Errorf("isolation %q; want the claim's deadline, about 1200 s", iso)
+	}
+	if err := sb.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !patched.Load() || !strings.Contains(string(patch), `"job-7"`) || !strings.Contains(string(patch), `"activeDeadlineSeconds":120`) {
+		t.Errorf("after Close: patched %v, patch %s; want the job and the deadline patched before Close returns", patched.Load(), patch)
 	}
 }

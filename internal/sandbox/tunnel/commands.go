@@ -249,6 +249,22 @@ func DialCommands(ctx context.Context, r io.Reader, w io.WriteCloser) (*Commands
 	return &Commands{sess: sess}, nil
 }
 
+// Ping waits for the pod's side to answer a ping (no stream, no process): an answer means the
+// session, and so the container it runs in, is up.
+func (c *Commands) Ping(ctx context.Context) error {
+	pong := make(chan error, 1)
+	go func() {
+		_, err := c.sess.Ping()
+		pong <- err
+	}()
+	select {
+	case err := <-pong:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
 // Close ends the session.
 func (c *Commands) Close() error { return c.sess.Close() }
 
