@@ -112,10 +112,13 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	env := map[string]string{"PATH": defaultPATH, "HOME": s.workdir, "LANG": "C.UTF-8"}
 	maps.Copy(env, req.Env)
 	argv := []string{"sh", "-c", execScript, "boxcar-exec", seconds(req.Timeout), nonce, path.Join(s.workdir, dir)}
+	vars := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
-		argv = append(argv, k+"="+env[k])
+		vars = append(vars, k+"="+env[k])
 	}
-	argv = append(argv, req.Argv...)
+	argv = append(append(argv, vars...), req.Argv...)
+	// A command session starts it itself, as the script would; pods/exec runs the script.
+	native := &tunnel.Exec{Argv: req.Argv, Dir: path.Join(s.workdir, dir), Env: vars, Timeout: req.Timeout, Nonce: nonce}
 
 	streamCtx := runCtx
 	var outside *outsideKill
@@ -130,7 +133,7 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	// Always a stdin, empty when none is given: the wrapper hands it on to the command.
 	stdin := bytes.NewReader(req.Stdin)
 	start := time.Now()
-	code, err := s.run(streamCtx, tunnel.Command{Argv: argv, Mark: "BOXCAR_EXEC=" + nonce, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	code, err := s.run(streamCtx, tunnel.Command{Argv: argv, Mark: "BOXCAR_EXEC=" + nonce, Exec: native, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	killed := outside.stop()
 	res := ExecResult{ExitCode: code, Duration: time.Since(start)}
 	res.Stdout, res.StdoutTruncated = stdout.take()

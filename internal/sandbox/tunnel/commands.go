@@ -52,6 +52,7 @@ type header struct {
 	Argv []string `json:"argv"`
 	Mark string   `json:"mark,omitempty"`
 	File *File    `json:"file,omitempty"`
+	Exec *Exec    `json:"exec,omitempty"`
 }
 
 // Command is one command of a session.
@@ -65,7 +66,9 @@ type Command struct {
 	Mark string
 	// File, when set, is done by the pod's side itself instead of Argv (files.go); Argv,
 	// the same operation as a script, is what a pod's side that does not know it runs.
-	File           *File
+	File *File
+	// Exec, when set, is started by the pod's side itself instead of Argv (run.go), as File.
+	Exec           *Exec
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 }
@@ -133,8 +136,12 @@ func serveCommand(ctx context.Context, st *yamux.Stream) {
 		_ = fw.frame(frameFailed, []byte("read the command: "+err.Error()))
 		return
 	}
-	if h.File != nil {
+	switch {
+	case h.File != nil:
 		serveFile(h.File, io.MultiReader(br, st), fw)
+		return
+	case h.Exec != nil:
+		serveExec(ctx, h.Exec, h.Mark, io.MultiReader(br, st), fw)
 		return
 	}
 	stdinR, stdinW, err := os.Pipe()
@@ -276,7 +283,7 @@ func (c *Commands) Done() <-chan struct{} { return c.sess.CloseChan() }
 // stops waiting for the command, not the command.
 func (c *Commands) Run(ctx context.Context, cmd Command) (int, error) {
 	stdin, stdout, stderr := cmd.Stdin, cmd.Stdout, cmd.Stderr
-	line, err := json.Marshal(header{Argv: cmd.Argv, Mark: cmd.Mark, File: cmd.File})
+	line, err := json.Marshal(header{Argv: cmd.Argv, Mark: cmd.Mark, File: cmd.File, Exec: cmd.Exec})
 	if err != nil {
 		return -1, err
 	}
