@@ -17,7 +17,8 @@ const warmJobs = 20
 // BenchmarkWarm is row 17 of make bench: from a job asking for its sandbox to the result of
 // its first command, each job with its own input file, environment and a placeholder secret
 // in that environment, on warm pods (started ahead as a pool's, Running, untimed; then
-// claimed: one patch of labels, annotations and deadline) against cold pods (Start), 20 of
+// claimed: a ping of the session, the patch of labels, annotations and deadline beside the
+// job's first steps; without a session, the patch) against cold pods (Start), 20 of
 // each per iteration, alternating at a steady rate of one job at a time. Warm pods come two
 // ways in the same run: with the bridge (the release image, make image), whose command session
 // opened while warm carries the input's write and the command (warm-*), and without it, each
@@ -83,8 +84,9 @@ func BenchmarkWarm(b *testing.B) {
 	b.ReportMetric(q(tCold, 0.99), "cold-p99-ms")
 }
 
-// warmSteps are a warm job's steps timed apart: the claim (its patch), the input's write and
-// the first command.
+// warmSteps are a warm job's steps timed apart: the claim (with the session: its ping, the
+// patch running beside the next steps; without: the patch), the input's write and the first
+// command.
 type warmSteps struct{ claim, write, command []time.Duration }
 
 // warmPods returns a timed warm job on p's pods: the next warm pod starts while the current
