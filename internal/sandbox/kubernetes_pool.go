@@ -65,7 +65,7 @@ func (p *KubernetesProvider) unclaimedPoolPod(pod *corev1.Pod, held func(jobID, 
 // first steps run. Nothing the job does depends on it: the pod's commands, files and egress
 // are the worker's, through the session; a reaper keeps an unclaimed warm pod of a live
 // worker run as it keeps a claimed one, and deletes either once its run is gone; the deadline
-// only shrinks. Close waits for it.
+// only shrinks. It is a call on the sandbox: Close stops it (the pod goes) and waits for it.
 func (s *kubernetesSandbox) Claim(ctx context.Context, jobID string) error {
 	deadline := s.claimDeadline()
 	patch, err := json.Marshal(map[string]any{
