@@ -282,6 +282,20 @@ func driveBackend(t *testing.T, k config.Kubernetes) backendRun {
 		t.Fatalf("second Close: %v", err)
 	}
 
+	// A warm pod, started ahead of its job and claimed by it.
+	spec := config.Profile{}.WithDefaults().Sandbox
+	spec.Workdir = t.TempDir()
+	warm, err := p.Start(ctx, sandbox.Spec{Pool: "p", Ahead: time.Minute, SandboxSpec: spec})
+	if err != nil {
+		t.Fatalf("Start a warm pod: %v", err)
+	}
+	if err := warm.(sandbox.Claimer).Claim(ctx, "job-3"); err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if err := warm.Close(ctx); err != nil {
+		t.Fatalf("Close the claimed pod: %v", err)
+	}
+
 	start("job-2") // its worker "crashes": only the reaper removes it
 	held := func(string, string) bool { return false }
 	if n, err := p.Reap(ctx, held, 0); err != nil || n != 1 {
@@ -310,8 +324,8 @@ func driveBackend(t *testing.T, k config.Kubernetes) backendRun {
 	for _, perm := range api.permissions(t) {
 		run.permissions[perm] = true
 	}
-	if len(run.pods) != 2 {
-		t.Fatalf("backend created %d pods, want 2", len(run.pods))
+	if len(run.pods) != 3 {
+		t.Fatalf("backend created %d pods, want 3 (two for jobs, one warm)", len(run.pods))
 	}
 	return run
 }

@@ -27,6 +27,7 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 		{Namespace: ns, Verb: "create", Resource: "pods"},
 		{Namespace: ns, Verb: "create", Resource: "pods", Subresource: "exec"},
 		{Namespace: ns, Verb: "delete", Resource: "pods"},
+		{Namespace: ns, Verb: "patch", Resource: "pods"}, // a warm pod's claim names its job
 	} {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}
 		got, err := p.cfg.Client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})

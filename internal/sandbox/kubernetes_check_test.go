@@ -28,6 +28,7 @@ func TestKubernetesCheck(t *testing.T) {
 		{name: "cannot list", listErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", nil), wantErr: "list pods in namespace " + testNamespace, wantNoAR: true},
 		{name: "no exec", deny: "create pods/exec", wantErr: "may not create pods/exec in namespace " + testNamespace},
 		{name: "no create", deny: "create pods/", wantErr: "may not create pods in namespace"},
+		{name: "no patch", deny: "patch pods/", wantErr: "may not patch pods in namespace"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,8 +66,8 @@ func TestKubernetesCheck(t *testing.T) {
 			if tt.wantNoAR && len(reviews) > 0 {
 				t.Errorf("access reviews %v asked after the list failed", reviews)
 			}
-			if !tt.wantNoAR && len(reviews) != 3 {
-				t.Errorf("access reviews = %v, want create pods, create pods/exec, delete pods", reviews)
+			if !tt.wantNoAR && len(reviews) != 4 {
+				t.Errorf("access reviews = %v, want create pods, create pods/exec, delete pods, patch pods", reviews)
 			}
 			for _, r := range reviews {
 				if !strings.HasSuffix(r, " in "+testNamespace) {
