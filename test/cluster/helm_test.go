@@ -123,8 +123,24 @@ func TestHelmInstall(t *testing.T) {
 		}
 	}
 	record("helm upgrade → new workers ready: %s", time.Since(start).Round(time.Millisecond))
+	// Each worker keeps a warm pod: the next job takes one, whichever worker runs it.
+	harness.Wait(t, "a warm pool pod of csv-analyst from each worker", func() (bool, error) {
+		pods, err := kube.Client.CoreV1().Pods(helmSandboxes).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelPool + "=csv-analyst"})
+		if err != nil {
+			return false, err
+		}
+		warm := map[string]bool{}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && upgraded[p.Labels[sandbox.LabelWorker]] {
+				warm[p.Labels[sandbox.LabelWorker]] = true
+			}
+		}
+		return len(warm) == len(upgraded), nil
+	}, harness.Within(3*time.Minute))
 	id := sub.job(t, true)
-	checkRun(t, bucket, sub, keyDir, id, version, upgraded)
+	if stmt := checkRun(t, bucket, sub, keyDir, id, version, upgraded); !stmt.Predicate.Sandbox.Warm {
+		t.Errorf("job %s started cold while every worker kept a warm pod; its manifest's sandbox: %+v", id, stmt.Predicate.Sandbox)
+	}
 	if pod := sandboxes.forJob(t, id); pod.memory != "192Mi" {
 		t.Errorf("after the upgrade, job %s's sandbox pod %s has memory limit %s, want 192Mi", id, pod.name, pod.memory)
 	}
@@ -142,6 +158,7 @@ func TestHelmInstall(t *testing.T) {
 		}
 	}
 
+	// The job's claim took a pool pod: the pool makes another, which the uninstall must remove.
 	harness.Wait(t, "a warm pool pod of csv-analyst", func() (bool, error) {
 		pods, err := kube.Client.CoreV1().Pods(helmSandboxes).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelPool + "=csv-analyst"})
 		return err == nil && len(pods.Items) > 0, err
