@@ -14,14 +14,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
 	corev1 "k8s.io/api/core/v1"
-	utilexec "k8s.io/client-go/util/exec"
-
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/streaming/pkg/httpstream"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
 )
 
 // killGrace is how long a command's stream may outlive its timeout before the worker gives it

@@ -15,8 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
 )
 
 // kubernetesSandbox is one pod. Commands and file transfers run through exec, each wrapped in a
