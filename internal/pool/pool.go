@@ -25,8 +25,9 @@ type Lag struct {
 }
 
 // LagSource reports a profile's lag. The jobs stream names no profile in its subjects yet, so
-// the worker's source (ConsumerLag) reports the whole consumer's lag for every profile; a
-// source that splits it by profile or tenant slots in here.
+// the worker's source (ConsumerLag) reports the whole consumer's lag for every profile, and
+// the pool takes each profile's part of it by the recent jobs' mix (mix.go); a source that
+// splits it by profile slots in here.
 type LagSource interface {
 	Lag(ctx context.Context, profile string) (Lag, error)
 }
@@ -75,6 +76,7 @@ type Pool struct {
 
 	mu      sync.Mutex
 	inUse   int           // sandboxes taken (or being taken) and not closed yet
+	mix     mix           // how the recent takes split between the profiles
 	changed chan struct{} // closed and replaced whenever a start ends
 	ctx     context.Context
 	closed  bool

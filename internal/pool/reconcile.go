@@ -73,15 +73,15 @@ func (p *Pool) ageOut(pp *profilePool, now time.Time) {
 	pp.ready = keep
 }
 
-// want is the profile's target before the worker's slots are shared out: its lag within
-// min and max, and no lower than its present size until the lag has stayed below that size
+// want is the profile's target before the worker's slots are shared out: its part of the lag
+// (mix.go) within min and max, and no lower than its present size until the lag has stayed below that size
 // for the idle time.
 func (p *Pool) want(pp *profilePool, now time.Time) int {
 	hi := pp.warm.Max
 	if hi == 0 {
 		hi = p.cfg.Slots
 	}
-	demand := pp.lag.Pending + pp.lag.InFlight
+	demand := p.mix.part(now, pp.name, pp.lag.Pending+pp.lag.InFlight)
 	want := int(min(demand, uint64(hi)))
 	want = max(want, pp.warm.Min)
 	size := len(pp.ready) + pp.starting - pp.waiters

@@ -17,6 +17,7 @@ func (p *Pool) Take(ctx context.Context, profile, jobID string, spec sandbox.Spe
 	begin := time.Now()
 	p.mu.Lock()
 	p.inUse++
+	p.mix.add(p.cfg.Now(), profile)
 	p.mu.Unlock()
 	release := sync.OnceFunc(func() {
 		p.mu.Lock()
