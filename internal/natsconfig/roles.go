@@ -118,6 +118,8 @@ var Table = []Grant{
 			"$JS.API.STREAM.INFO.{jobstream}", "$JS.API.CONSUMER.INFO.{jobstream}.{consumer}-{each}",
 			"$JS.API.CONSUMER.MSG.NEXT.{jobstream}.{consumer}-{each}", "$JS.ACK.{jobstream}.{consumer}-{each}.>",
 		}},
+	{Roles: []Role{Worker}, What: "hear of every tenant's new jobs while idle (the job stream's notifications, headers only)",
+		Sub: []string{"{jobs}-queued.{each}.*"}},
 	{Roles: []Role{Worker}, What: "write every job's status",
 		Pub: join(kvRead("{status}", ">"), kvWrite("{status}", ">"))},
 	{Roles: []Role{Worker}, What: "watch cancel requests",

@@ -96,6 +96,8 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 		// is what makes a re-submission of a job id run it once.
 		MaxMsgsPerSubject:    1,
 		DiscardNewPerSubject: true,
+		// Each job stored is announced, headers only, to the workers (wake.go).
+		RePublish: republish(cfg.Subject),
 	}
 	// What workers before the retention settings set, to tell their values from an operator's.
 	jobsBefore := jobs

@@ -30,6 +30,7 @@ type Consumer struct {
 	cancels   jetstream.KeyValue
 	approvals jetstream.KeyValue
 	written   statusCache // the statuses this handle wrote last (status.go)
+	ear       *waker      // new jobs' notifications, for a worker of several tenants (wake.go)
 	// admin, when the worker has the operator's rights, declares the streams again when NATS
 	// lost them; nil for a worker that only binds.
 	admin *Admin
@@ -60,6 +61,11 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 			return nil, fmt.Errorf("queue: look up consumer %s: %w", name, err)
 		}
 		c.cons[tenant] = cons
+	}
+	if len(names) > 1 {
+		if c.ear, err = listen(nc, cfg.Subject, names); err != nil {
+			return nil, fmt.Errorf("queue: listen for new jobs: %w", err)
+		}
 	}
 	for _, b := range []struct {
 		kv         *jetstream.KeyValue
@@ -181,20 +187,54 @@ const (
 	lookPull = 20 * time.Millisecond
 )
 
-// pull returns the next message of the tenants' consumers in turn: first one round that
-// waits lookPull on each, then, while all are empty, one that waits idlePull on each. One
-// tenant waits as the worker always did, pullWait on its consumer.
+// pull returns the next message of the tenants' consumers. One tenant waits as the worker
+// always did, pullWait on its consumer. Several: a round that waits lookPull on each in turn;
+// while all are empty, the worker waits for the job stream's notification of a new job
+// (wake.go) and then asks again, first the tenant it names. A worker the notifications do not
+// reach asks each tenant idlePull in turn instead, as before they existed.
 func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 	if len(c.tenants) == 1 {
 		pullCtx, cancel := context.WithTimeout(ctx, pullWait)
 		defer cancel()
 		return c.cons[c.tenants[0]].Next(jetstream.FetchContext(pullCtx))
 	}
+	if c.ear == nil {
+		return c.round(ctx, lookPull, idlePull)
+	}
+	ear, polling := c.ear.ear()
+	if polling {
+		return c.round(ctx, lookPull, idlePull)
+	}
+	msg, err := c.round(ctx, lookPull)
+	if !isPullTimeout(err) {
+		return msg, err
+	}
+	tenant, woken, err := c.ear.idle(ctx, ear)
+	if err != nil {
+		return nil, err
+	}
+	if woken {
+		c.mu.Lock()
+		c.next = max(slices.Index(c.tenants, tenant), 0)
+		c.mu.Unlock()
+		return c.round(ctx, lookPull)
+	}
+	msg, err = c.round(ctx, lookPull)
+	if err == nil && c.ear.unheard() {
+		c.log.WarnContext(ctx, "a job waited with no notification of it; asking each tenant's consumer in turn while idle (grant the worker subscribe on the subject, and run `worker setup` so the job stream sends them)",
+			"subject", queuedSubject(c.cfg.Subject)+".<tenant>.*")
+	}
+	return msg, err
+}
+
+// round asks the tenants' consumers in turn, starting after the tenant the last job came
+// from, once for each wait, and returns the first message.
+func (c *Consumer) round(ctx context.Context, waits ...time.Duration) (jetstream.Msg, error) {
 	c.mu.Lock()
 	first := c.next
 	c.mu.Unlock()
 	var lastErr error
-	for _, wait := range []time.Duration{lookPull, idlePull} {
+	for _, wait := range waits {
 		for k := range c.tenants {
 			i := (first + k) % len(c.tenants)
 			msg, err := c.pullOne(ctx, c.tenants[i], wait)

@@ -12,3 +12,23 @@ import (
 func (c *Consumer) PullOne(ctx context.Context, tenant string, wait time.Duration) (jetstream.Msg, error) {
 	return c.pullOne(ctx, tenant, wait)
 }
+
+// Idle reports whether a fetch waits for a notification of a new job.
+func (c *Consumer) Idle() bool {
+	c.ear.mu.Lock()
+	defer c.ear.mu.Unlock()
+	return c.ear.idlers > 0
+}
+
+// Polling reports whether the consumer gave up on notifications and polls while idle.
+func (c *Consumer) Polling() bool {
+	_, polling := c.ear.ear()
+	return polling
+}
+
+// SetIdleCheck sets how long an idle fetch waits for a notification before it asks anyway.
+func (c *Consumer) SetIdleCheck(d time.Duration) {
+	c.ear.mu.Lock()
+	defer c.ear.mu.Unlock()
+	c.ear.check = d
+}

@@ -1,0 +1,126 @@
+package queue_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/test/harness"
+)
+
+// pullCounter counts the pull requests sent to the job stream's consumers: each call says how
+// many there were until then (the flush brings every one sent before it into the channel).
+func pullCounter(t *testing.T, b bundle) func() int {
+	t.Helper()
+	ch := make(chan *nats.Msg, 4096)
+	sub, err := b.nc.ChanSubscribe("$JS.API.CONSUMER.MSG.NEXT."+b.cfg.Stream+".>", ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	n := 0
+	return func() int {
+		t.Helper()
+		if err := b.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case <-ch:
+				n++
+			default:
+				return n
+			}
+		}
+	}
+}
+
+// TestIdleWorkerOfSeveralTenantsWaitsForANewJob: a worker of several tenants with nothing to
+// do sends no pulls while idle (before, it asked each tenant's consumer in turn, 250 ms each,
+// so a job of the last tenant waited for all the others); a new job of any tenant wakes it,
+// and its next pull goes to that tenant first.
+func TestIdleWorkerOfSeveralTenantsWaitsForANewJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tenants := map[string]config.Tenant{"team-a": {}, "team-b": {}, "team-c": {}, "team-d": {}}
+	w := b.open(t, b.cfg, tenants, nil)
+	w.SetIdleCheck(time.Hour) // only a notification can end the wait
+	pulls := pullCounter(t, b)
+	for _, tenant := range []string{"team-d", "team-b"} {
+		done := make(chan error, 1)
+		go func() {
+			d, err := w.Fetch(t.Context())
+			if err == nil {
+				err = d.Ack(t.Context())
+			}
+			done <- err
+		}()
+		harness.Wait(t, "the worker idle, waiting for a new job", func() (bool, error) { return w.Idle(), nil })
+		before := pulls()
+		if _, err := b.client(t, tenant).Publish(t.Context(), newJob(t)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(harness.Timeout(time.Minute)):
+			t.Fatalf("a job of %s did not wake the idle worker", tenant)
+		}
+		if got := pulls() - before; got != 1 {
+			t.Errorf("%d pulls from the notification of %s's job to its delivery, want 1 (to %s first)", got, tenant, tenant)
+		}
+	}
+}
+
+// TestIdleWorkerNotNotifiedPolls: on a job stream that sends no notifications (set up before
+// they existed), a job is still found, by the round after idleCheck; the worker says so once
+// and polls while idle, until a notification comes again.
+func TestIdleWorkerNotNotifiedPolls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tenants := map[string]config.Tenant{"team-a": {}, "team-b": {}}
+	w := b.open(t, b.cfg, tenants, nil)
+	s, err := b.js.Stream(t.Context(), b.cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := s.CachedInfo().Config
+	older.RePublish = nil
+	if _, err := b.js.UpdateStream(t.Context(), older); err != nil {
+		t.Fatal(err)
+	}
+	w.SetIdleCheck(300 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		d, err := w.Fetch(t.Context())
+		if err == nil {
+			err = d.Ack(t.Context())
+		}
+		done <- err
+	}()
+	harness.Wait(t, "the worker idle, waiting for a new job", func() (bool, error) { return w.Idle(), nil })
+	if _, err := b.client(t, "team-b").Publish(t.Context(), newJob(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !w.Polling() {
+		t.Error("a job found with no notification after idleCheck; the worker does not poll")
+	}
+
+	// The stream set up again sends notifications: the first one ends the polling.
+	b.open(t, b.cfg, tenants, nil)
+	if _, err := b.client(t, "team-a").Publish(t.Context(), newJob(t)); err != nil {
+		t.Fatal(err)
+	}
+	d := fetch(t, w, harness.Timeout(time.Minute))
+	if err := d.Ack(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	harness.Wait(t, "the worker listening again", func() (bool, error) { return !w.Polling(), nil })
+}
