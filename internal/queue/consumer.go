@@ -189,8 +189,8 @@ const (
 
 // pull returns the next message of the tenants' consumers. One tenant waits as the worker
 // always did, pullWait on its consumer. Several: a round that waits lookPull on each in turn;
-// while all are empty, the worker waits for the job stream's notification of a new job
-// (wake.go) and then asks again, first the tenant it names. A worker the notifications do not
+// while all are empty and no job waits, the worker waits for the job stream's notification of
+// a new job (wake.go) and then asks again, first the tenant it names. A worker the notifications do not
 // reach asks each tenant idlePull in turn instead, as before they existed.
 func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 	if len(c.tenants) == 1 {
@@ -209,6 +209,9 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 	if !isPullTimeout(err) {
 		return msg, err
 	}
+	if c.held(ctx) {
+		return c.round(ctx, idlePull)
+	}
 	tenant, woken, err := c.ear.idle(ctx, ear)
 	if err != nil {
 		return nil, err
@@ -225,6 +228,14 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 			"subject", queuedSubject(c.cfg.Subject)+".<tenant>.*")
 	}
 	return msg, err
+}
+
+// held reports whether jobs wait that a round found none of (or the consumers could not be
+// read): a tenant at its max_concurrent, whose next job comes free when one of its jobs ends
+// on any worker, which sends no notification. The worker then asks each tenant in turn.
+func (c *Consumer) held(ctx context.Context) bool {
+	lags, err := c.ConsumerLag(ctx)
+	return err != nil || slices.ContainsFunc(lags, func(l Lag) bool { return l.Pending > 0 })
 }
 
 // round asks the tenants' consumers in turn, starting after the tenant the last job came

@@ -124,3 +124,42 @@ func TestIdleWorkerNotNotifiedPolls(t *testing.T) {
 	}
 	harness.Wait(t, "the worker listening again", func() (bool, error) { return !w.Polling(), nil })
 }
+
+// TestIdleWorkerAsksATenantAtItsCap: jobs of a tenant at its max_concurrent wait, and the one
+// that ends may end on another worker, which sends no notification: a worker that finds no job
+// while some wait goes on asking, and takes the next job once the first is acknowledged.
+func TestIdleWorkerAsksATenantAtItsCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(time.Hour) })
+	tenants := map[string]config.Tenant{"team-a": {MaxConcurrent: 1}, "team-b": {}}
+	w1, w2 := b.open(t, b.cfg, tenants, nil), b.open(t, b.cfg, tenants, nil)
+	w2.SetIdleCheck(time.Hour)
+	pulls := pullCounter(t, b)
+	for range 2 {
+		if _, err := b.client(t, "team-a").Publish(t.Context(), newJob(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := fetch(t, w1, harness.Timeout(time.Minute))
+	before := pulls()
+	done := make(chan error, 1)
+	go func() {
+		d, err := w2.Fetch(t.Context())
+		if err == nil {
+			err = d.Ack(t.Context())
+		}
+		done <- err
+	}()
+	harness.Wait(t, "a round of the second worker", func() (bool, error) { return pulls()-before >= 2, nil })
+	if err := first.Ack(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(harness.Timeout(time.Minute)):
+		t.Fatal("team-a's second job waits for a notification that never comes")
+	}
+}
