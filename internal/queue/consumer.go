@@ -190,8 +190,8 @@ const (
 // pull returns the next message of the tenants' consumers. One tenant waits as the worker
 // always did, pullWait on its consumer. Several: a round that waits lookPull on each in turn;
 // while all are empty and no job waits, the worker waits for the job stream's notification of
-// a new job (wake.go) and then asks again, first the tenant it names. A worker the notifications do not
-// reach asks each tenant idlePull in turn instead, as before they existed.
+// a new job (await). A worker the notifications do not reach asks each tenant idlePull in
+// turn instead, as before they existed.
 func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 	if len(c.tenants) == 1 {
 		pullCtx, cancel := context.WithTimeout(ctx, pullWait)
@@ -206,36 +206,61 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 		return c.round(ctx, lookPull, idlePull)
 	}
 	msg, err := c.round(ctx, lookPull)
-	if !isPullTimeout(err) {
+	switch {
+	case !isPullTimeout(err):
 		return msg, err
-	}
-	if c.held(ctx) {
+	case c.held(ctx, c.tenants...):
 		return c.round(ctx, idlePull)
 	}
-	tenant, woken, err := c.ear.idle(ctx, ear)
-	if err != nil {
-		return nil, err
-	}
-	if woken {
-		c.mu.Lock()
-		c.next = max(slices.Index(c.tenants, tenant), 0)
-		c.mu.Unlock()
-		return c.round(ctx, lookPull)
-	}
-	msg, err = c.round(ctx, lookPull)
-	if err == nil && c.ear.unheard() {
-		c.log.WarnContext(ctx, "a job waited with no notification of it; asking each tenant's consumer in turn while idle (grant the worker subscribe on the subject, and run `worker setup` so the job stream sends them)",
-			"subject", queuedSubject(c.cfg.Subject)+".<tenant>.*")
-	}
-	return msg, err
+	return c.await(ctx, ear)
 }
 
-// held reports whether jobs wait that a round found none of (or the consumers could not be
-// read): a tenant at its max_concurrent, whose next job comes free when one of its jobs ends
-// on any worker, which sends no notification. The worker then asks each tenant in turn.
-func (c *Consumer) held(ctx context.Context) bool {
-	lags, err := c.ConsumerLag(ctx)
-	return err != nil || slices.ContainsFunc(lags, func(l Lag) bool { return l.Pending > 0 })
+// await waits, with no job to take, for the notification of a new one (ear: taken before the
+// round that found none, so one sent during it is not missed), then asks its tenant alone;
+// another worker may have taken it, and the wait goes on. After idleCheck without one it asks
+// every tenant; a job found then was announced to no one here (wake.go).
+func (c *Consumer) await(ctx context.Context, ear <-chan struct{}) (jetstream.Msg, error) {
+	for {
+		tenant, woken, err := c.ear.idle(ctx, ear)
+		if err != nil {
+			return nil, err
+		}
+		if !woken {
+			msg, err := c.round(ctx, lookPull)
+			if err == nil && c.ear.unheard() {
+				c.log.WarnContext(ctx, "a job waited with no notification of it; asking each tenant's consumer in turn while idle (grant the worker subscribe on the subject, and run `worker setup` so the job stream sends them)",
+					"subject", queuedSubject(c.cfg.Subject)+".<tenant>.*")
+			}
+			return msg, err
+		}
+		ear, _ = c.ear.ear()
+		msg, err := c.pullOne(ctx, tenant, lookPull)
+		switch {
+		case err == nil:
+			c.mu.Lock()
+			c.next = (slices.Index(c.tenants, tenant) + 1) % len(c.tenants)
+			c.mu.Unlock()
+			return msg, nil
+		case !isPullTimeout(err):
+			return nil, err
+		case c.held(ctx, tenant):
+			return c.round(ctx, idlePull)
+		}
+	}
+}
+
+// held reports whether jobs of the tenants wait that a pull found none of (or their consumers
+// could not be read): a tenant at its max_concurrent, whose next job comes free when one of its
+// jobs ends on any worker, which sends no notification. The worker then asks each tenant in
+// turn.
+func (c *Consumer) held(ctx context.Context, tenants ...string) bool {
+	for _, tenant := range tenants {
+		info, err := c.cons[tenant].Info(ctx)
+		if err != nil || info.NumPending > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // round asks the tenants' consumers in turn, starting after the tenant the last job came
