@@ -167,8 +167,8 @@ func (p *Pool) start(pp *profilePool) {
 
 // warmUp lets a started sandbox do ahead what its first command would (sandbox.Warmer), and
 // waits for that before the sandbox counts as ready, unless a job is about to take it: a Take
-// waits for a start, or the queue held more jobs waiting to be delivered than the pool has
-// ready sandboxes at its last lag read (a burst: the worker fetches the next job as soon as
+// waits for a start, or the queue held more jobs of the profile (its part, mix.go) waiting to be
+// delivered than the pool has ready sandboxes at its last lag read (a burst: the worker fetches the next job as soon as
 // a slot is free). Then the sandbox is handed over as it is, since the job would otherwise
 // wait for the warm-up (which, for bubblewrap, costs more than the first command's own start)
 // or, coming first, have it thrown away half done: CPU the running jobs needed (row 16).
@@ -178,7 +178,7 @@ func (p *Pool) warmUp(ctx context.Context, pp *profilePool, sb sandbox.Sandbox) 
 		return
 	}
 	p.mu.Lock()
-	wanted := pp.waiters > len(pp.ready) || pp.lag.Pending > uint64(len(pp.ready))
+	wanted := pp.waiters > len(pp.ready) || p.mix.part(p.cfg.Now(), pp.name, pp.lag.Pending) > uint64(len(pp.ready))
 	waiting := pp.waiting
 	p.mu.Unlock()
 	if wanted {
