@@ -408,6 +408,17 @@ func (c *Consumer) AckWait() time.Duration { return time.Duration(c.cfg.AckWait)
 type Lag struct {
 	Tenant              string
 	Pending, AckPending uint64
+	// MaxAckPending is the tenant's max_concurrent as its consumer holds it (0 or less: none).
+	MaxAckPending int
+}
+
+// Startable is how many of the pending jobs could be delivered now: no more than the tenant's
+// max_concurrent leaves room for across the fleet.
+func (l Lag) Startable() uint64 {
+	if l.MaxAckPending <= 0 {
+		return l.Pending
+	}
+	return min(l.Pending, uint64(max(l.MaxAckPending-int(l.AckPending), 0)))
 }
 
 // ConsumerLag reports, from the server's view of each tenant's durable consumer, how many jobs
@@ -420,7 +431,7 @@ func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
 		if err != nil {
 			return nil, fmt.Errorf("queue: look up consumer %s: %w", consumerName(c.cfg, tenant), err)
 		}
-		out = append(out, Lag{Tenant: tenant, Pending: info.NumPending, AckPending: uint64(max(info.NumAckPending, 0))})
+		out = append(out, Lag{Tenant: tenant, Pending: info.NumPending, AckPending: uint64(max(info.NumAckPending, 0)), MaxAckPending: info.Config.MaxAckPending})
 	}
 	return out, nil
 }
@@ -428,12 +439,13 @@ func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
 // Tenants are the tenants whose jobs the consumer fetches, in name order.
 func (c *Consumer) Tenants() []string { return slices.Clone(c.tenants) }
 
-// TotalLag is the lag of every tenant's consumer added up: what a warm pool is sized by while
-// the jobs stream names no profile in its subjects.
+// TotalLag is the lag of every tenant's consumer added up, each tenant's pending jobs only as
+// many as its max_concurrent lets start (Startable): what a warm pool is sized by, so that
+// it warms no sandbox for a job that must wait for another of its tenant's to end.
 func (q *Consumer) TotalLag(ctx context.Context) (pending, ackPending uint64, err error) {
 	lags, err := q.ConsumerLag(ctx)
 	for _, l := range lags {
-		pending += l.Pending
+		pending += l.Startable()
 		ackPending += l.AckPending
 	}
 	return pending, ackPending, err

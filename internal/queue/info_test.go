@@ -43,6 +43,49 @@ func TestConsumerLag(t *testing.T) {
 	lag(t, 2, 0)
 }
 
+// TestTotalLagCountsWhatCanStart: a tenant's pending jobs count towards the pool's demand only
+// as many as its max_concurrent lets start; the other tenant's all count.
+func TestTotalLagCountsWhatCanStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(time.Hour) })
+	tenants := map[string]config.Tenant{"team-a": {MaxConcurrent: 2}, "team-b": {}}
+	w := b.open(t, b.cfg, tenants, nil)
+	for tenant, n := range map[string]int{"team-a": 5, "team-b": 3} {
+		for range n {
+			if _, err := b.client(t, tenant).Publish(t.Context(), newJob(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	total := func(wantPending, wantAckPending uint64) {
+		t.Helper()
+		harness.Wait(t, "the lag to settle", func() (bool, error) {
+			pending, ackPending, err := w.TotalLag(t.Context())
+			return err == nil && pending == wantPending && ackPending == wantAckPending,
+				fmt.Errorf("TotalLag = (%d, %d, %v), want (%d, %d)", pending, ackPending, err, wantPending, wantAckPending)
+		}, harness.Within(10*time.Second))
+	}
+	total(2+3, 0) // team-a: 2 of its 5 could start
+	var held []*queue.Delivery
+	for range 2 {
+		held = append(held, fetch(t, w, harness.Timeout(time.Minute)))
+	}
+	ackPendingA := 0
+	for _, d := range held {
+		if d.Tenant == "team-a" {
+			ackPendingA++
+		}
+	}
+	startableA := 2 - ackPendingA
+	pendingB := 3 - (2 - ackPendingA)
+	total(uint64(startableA+pendingB), 2)
+	for _, d := range held {
+		if err := d.Ack(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A client handle knows only the default ack_wait; ConsumerAckWait reads the worker's.
 func TestConsumerAckWaitIsTheServers(t *testing.T) {
 	t.Parallel()
