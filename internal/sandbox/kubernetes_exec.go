@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
@@ -224,13 +225,19 @@ func (k *outsideKill) stop() bool {
 
 // kill runs killScript through pods/exec until it says none of the tree is left (exit 0), for
 // up to killGrace: under a fork bomb the script's shell may find no process slot for its grep,
-// or the exec no slot for the shell, until a round has stopped enough of the bomb.
+// or the exec no slot for the shell, until a round has stopped enough of the bomb. An answer
+// that the pod or its container is gone ends it at once: nothing of the command is left, and
+// no round could succeed.
 func (s *kubernetesSandbox) kill(ctx context.Context, nonce string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killGrace)
 	defer cancel()
 	for {
 		code, err := s.runExec(ctx, []string{"sh", "-c", killScript, "boxcar-kill", nonce}, nil, io.Discard, io.Discard)
 		if err == nil && code == 0 {
+			return
+		}
+		if gone := podGone(s.name, err); gone != "" {
+			s.log.Debug("kill a command in the pod: the pod is gone, and the command with it", "pod", s.name, "gone", gone, "error", err)
 			return
 		}
 		select {
@@ -240,6 +247,47 @@ func (s *kubernetesSandbox) kill(ctx context.Context, nonce string) {
 		case <-time.After(killRetry):
 		}
 	}
+}
+
+// goneAnswers are the answers to an exec that say the pod or its container no longer runs, so
+// that no exec in it can succeed again. The exec client falls back to SPDY after any failed
+// WebSocket upgrade, and SPDY keeps only the message of the server's status, so most are
+// recognised by their words. Anything else is retried: a runtime that cannot start the kill's
+// shell under a fork bomb answers with an internal error whose words differ between runtimes.
+var goneAnswers = []struct {
+	kind  string
+	match func(pod string, err error) bool
+}{
+	// The API server: the pod was deleted (or evicted and removed).
+	{"pod_deleted", func(pod string, err error) bool {
+		return apierrors.IsNotFound(err) || strings.Contains(err.Error(), `pods "`+pod+`" not found`)
+	}},
+	// The kubelet: it runs no such pod any more.
+	{"pod_not_on_node", func(_ string, err error) bool { return strings.Contains(err.Error(), "pod does not exist") }},
+	// The kubelet finds no running container of that name: it has terminated (the pod's
+	// deadline, an eviction, the main process ended).
+	{"container_terminated", func(_ string, err error) bool {
+		return strings.Contains(err.Error(), fmt.Sprintf("container not found (%q)", containerName))
+	}},
+	// The runtime: the container exists but has stopped.
+	{"container_stopped", func(_ string, err error) bool {
+		msg := err.Error()
+		return strings.Contains(msg, "CONTAINER_EXITED") || strings.Contains(msg, "cannot exec in a stopped")
+	}},
+}
+
+// podGone names the kind of answer err is when it says that pod or its container is gone, or
+// returns "" when it does not.
+func podGone(pod string, err error) string {
+	if err == nil {
+		return ""
+	}
+	for _, a := range goneAnswers {
+		if a.match(pod, err) {
+			return a.kind
+		}
+	}
+	return ""
 }
 
 // killRetry is the pause between two rounds of a kill from outside.
