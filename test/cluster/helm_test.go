@@ -125,12 +125,12 @@ func TestHelmInstall(t *testing.T) {
 	record("helm upgrade → new workers ready: %s", time.Since(start).Round(time.Millisecond))
 	// Each worker keeps a warm pod: the next job takes one, whichever worker runs it.
 	harness.Wait(t, "a warm pool pod of csv-analyst from each worker", func() (bool, error) {
-		pods, err := kube.Client.CoreV1().Pods(helmSandboxes).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelPool + "=csv-analyst"})
+		pods, err := poolPods(ctx, "csv-analyst")
 		if err != nil {
 			return false, err
 		}
 		warm := map[string]bool{}
-		for _, p := range pods.Items {
+		for _, p := range pods {
 			if p.Status.Phase == corev1.PodRunning && upgraded[p.Labels[sandbox.LabelWorker]] {
 				warm[p.Labels[sandbox.LabelWorker]] = true
 			}
@@ -160,8 +160,8 @@ func TestHelmInstall(t *testing.T) {
 
 	// The job's claim took a pool pod: the pool makes another, which the uninstall must remove.
 	harness.Wait(t, "a warm pool pod of csv-analyst", func() (bool, error) {
-		pods, err := kube.Client.CoreV1().Pods(helmSandboxes).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelPool + "=csv-analyst"})
-		return err == nil && len(pods.Items) > 0, err
+		pods, err := poolPods(ctx, "csv-analyst")
+		return err == nil && len(pods) > 0, err
 	}, harness.Within(3*time.Minute))
 
 	// helm uninstall: no worker pod and no sandbox pod, warm pool pods included, are left. The
@@ -170,12 +170,12 @@ func TestHelmInstall(t *testing.T) {
 	start = time.Now()
 	r.uninstall(t)
 	harness.Wait(t, "no warm pool pod left", func() (bool, error) {
-		pods, err := kube.Client.CoreV1().Pods(helmSandboxes).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelPool})
+		pods, err := poolPods(ctx, "")
 		if err != nil {
 			return false, err
 		}
-		if len(pods.Items) > 0 {
-			return false, fmt.Errorf("%d pool pods left, first %s", len(pods.Items), pods.Items[0].Name)
+		if len(pods) > 0 {
+			return false, fmt.Errorf("%d pool pods left, first %s", len(pods), pods[0].Name)
 		}
 		return true, nil
 	}, harness.Within(3*time.Minute))
@@ -191,6 +191,20 @@ func TestHelmInstall(t *testing.T) {
 	}, harness.Within(3*time.Minute))
 	noSandboxLeft(t, helmSandboxes)
 	record("helm uninstall → no worker or sandbox pod: %s", time.Since(start).Round(time.Millisecond))
+}
+
+// poolPods lists the warm pool pods in the release's sandbox namespace: the profile's, or with
+// "" every profile's.
+func poolPods(ctx context.Context, profile string) ([]corev1.Pod, error) {
+	sel := sandbox.LabelPool
+	if profile != "" {
+		sel += "=" + profile
+	}
+	pods, err := kube.Client.CoreV1().Pods(helmSandboxes).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	return pods.Items, nil
 }
 
 // release is what TestHelmInstall and TestKEDAScale set up before `helm install`: the release
