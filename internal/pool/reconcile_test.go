@@ -10,6 +10,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestTargetFollowsLag: the pool holds its lag (pending and in flight), within min and max,
@@ -177,12 +178,12 @@ func TestRunFillsAndDrainsOnStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- bn.p.Run(ctx) }()
-	waitFor(t, func() bool { return bn.size("p") == 2 })
+	waitFor(t, "the pool filled to its min, 2", func() bool { return bn.size("p") == 2 })
 	sb, warm := bn.take(t, "p", "job-1")
 	if !warm {
 		t.Error("take after the pool filled was cold")
 	}
-	waitFor(t, func() bool { return bn.size("p") == 2 }) // replaced at once, not at the next tick
+	waitFor(t, "the taken sandbox replaced", func() bool { return bn.size("p") == 2 }) // replaced at once, not at the next tick
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -193,15 +194,11 @@ func TestRunFillsAndDrainsOnStop(t *testing.T) {
 	closeAll(t, sb)
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+// waitFor waits until cond holds. No test here needs the moment it came: each checks that it
+// comes at all (the pool's own rounds are 500 ms apart), so the harness's backing-off wait does.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	harness.Wait(t, what, func() (bool, error) { return cond(), nil })
 }
 
 var _ sandbox.Claimer = (*fakeSandbox)(nil)
@@ -260,19 +257,19 @@ func TestCloseEndsStartsWarmingUp(t *testing.T) {
 	bn.b.warmGate = make(chan struct{})
 	defer close(bn.b.warmGate)
 	bn.p.Reconcile(context.Background()) // two starts, both held in their warm-up
-	waitFor(t, func() bool { return bn.b.warmedCount() == 2 })
+	waitFor(t, "two starts warming up", func() bool { return bn.b.warmedCount() == 2 })
 	sb, warm := bn.take(t, "p", "job-1") // gets one of them at once
 	if !warm {
 		t.Fatal("the take during the warm-up was cold")
 	}
 	closeAll(t, sb) // the release refills its slot: a third start, held in its warm-up too
-	waitFor(t, func() bool { return bn.b.warmedCount() == 3 })
+	waitFor(t, "the release's start warming up", func() bool { return bn.b.warmedCount() == 3 })
 	closed := make(chan struct{})
 	go func() {
 		bn.p.Close()
 		close(closed)
 	}()
-	waitFor(t, func() bool {
+	waitFor(t, "Close to return", func() bool {
 		select {
 		case <-closed:
 			return true

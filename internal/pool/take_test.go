@@ -144,7 +144,7 @@ func TestWarmUpBeforeReady(t *testing.T) {
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
 	bn.b.warmGate = make(chan struct{})
 	bn.p.Reconcile(context.Background())
-	waitFor(t, func() bool { return bn.b.warmedCount() == 1 })
+	waitFor(t, "the sandbox warming up", func() bool { return bn.b.warmedCount() == 1 })
 	if got := bn.size("p"); got != 0 {
 		t.Errorf("pool %d while its sandbox warms up, want 0", got)
 	}
@@ -164,7 +164,7 @@ func TestTakeDuringWarmUp(t *testing.T) {
 	bn.b.warmGate = make(chan struct{})
 	defer close(bn.b.warmGate)
 	bn.p.Reconcile(context.Background())
-	waitFor(t, func() bool { return bn.b.warmedCount() == 1 })
+	waitFor(t, "the sandbox warming up", func() bool { return bn.b.warmedCount() == 1 })
 	sb, warm := bn.take(t, "p", "job-1") // would block until the warm gate opens
 	if !warm || len(bn.b.started) != 1 {
 		t.Errorf("take warm %v after %d starts; want the warming sandbox", warm, len(bn.b.started))
@@ -192,7 +192,7 @@ func TestNoWarmUpForWaitingTake(t *testing.T) {
 		}
 		got <- took{sb, warm}
 	}()
-	waitFor(t, func() bool { return bn.p.Waiters("p") == 1 })
+	waitFor(t, "the take waiting", func() bool { return bn.p.Waiters("p") == 1 })
 	close(bn.b.gate)
 	r := <-got
 	if !r.warm {
