@@ -3,18 +3,12 @@ package runner_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -32,6 +26,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/test/harness"
+	"github.com/boxcar-run/boxcar/test/testcert"
 )
 
 const egressProfiles = `
@@ -122,27 +117,6 @@ func (s toServer) DialContext(ctx context.Context, network, _ string) (net.Conn,
 	return d.DialContext(ctx, network, string(s))
 }
 
-// selfSigned is a certificate for name that is its own root.
-func selfSigned(t *testing.T, name string) (tls.Certificate, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	data, err := json.Marshal(v)
@@ -174,7 +148,7 @@ func egressUpstream(t *testing.T, seen func(auth string)) egress.Config {
 		seen(r.Header.Get("Authorization"))
 		_, _ = w.Write([]byte("answer"))
 	}))
-	cert, upCA := selfSigned(t, "api.boxcar.test")
+	cert, upCA := testcert.SelfSigned(t, "api.boxcar.test")
 	up.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	up.StartTLS()
 	t.Cleanup(up.Close)

@@ -2,15 +2,9 @@ package cluster_test
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +21,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/testnet"
+	"github.com/boxcar-run/boxcar/test/testcert"
 )
 
 // apiHost is the name the networked job's token is bound to; the test's resolver answers it
@@ -138,22 +133,8 @@ func (s *seenAuth) all() []string {
 // own root, written at caPath for the worker's egress.upstream_ca.
 func serveAPI(t *testing.T, netns *testnet.Netns, seen *seenAuth, caPath string) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: apiHost}, DNSNames: []string{apiHost},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(caPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+	cert, caPEM := testcert.SelfSigned(t, apiHost)
+	if err := os.WriteFile(caPath, caPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{
@@ -163,7 +144,7 @@ func serveAPI(t *testing.T, netns *testnet.Netns, seen *seenAuth, caPath string)
 			seen.mu.Unlock()
 			_, _ = w.Write([]byte("api answered\n"))
 		}),
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12},
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	ln := netns.Listen(t, "tcp", 443).(net.Listener)
