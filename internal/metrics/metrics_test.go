@@ -140,9 +140,9 @@ func TestWatchQueue(t *testing.T) {
 		if fail != nil {
 			return nil, fail
 		}
-		return []metrics.TenantLag{{Tenant: "team-a", Pending: 7, AckPending: 2}, {Tenant: "team-b", Pending: 0, AckPending: 1}}, nil
+		return []metrics.TenantLag{{Tenant: "team-a", Pending: 7, AckPending: 2}, {Tenant: "team-b", Pending: 0, AckPending: 1, ConfigMismatch: true}}, nil
 	})
-	names := []string{"boxcar_queue_pending_jobs", "boxcar_queue_ack_pending_jobs", "boxcar_queue_info_errors_total"}
+	names := []string{"boxcar_queue_pending_jobs", "boxcar_queue_ack_pending_jobs", "boxcar_queue_info_errors_total", "boxcar_tenant_config_mismatch"}
 	err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
 # HELP boxcar_queue_ack_pending_jobs Jobs of the tenant delivered to a worker and not yet acknowledged (cluster-wide).
 # TYPE boxcar_queue_ack_pending_jobs gauge
@@ -155,6 +155,10 @@ boxcar_queue_info_errors_total 0
 # TYPE boxcar_queue_pending_jobs gauge
 boxcar_queue_pending_jobs{tenant="team-a"} 7
 boxcar_queue_pending_jobs{tenant="team-b"} 0
+# HELP boxcar_tenant_config_mismatch 1 while the tenant's consumer on the NATS server has another max_concurrent than this worker's tenants: (every worker must have the same), else 0.
+# TYPE boxcar_tenant_config_mismatch gauge
+boxcar_tenant_config_mismatch{tenant="team-a"} 0
+boxcar_tenant_config_mismatch{tenant="team-b"} 1
 `), names...)
 	if err != nil {
 		t.Error(err)

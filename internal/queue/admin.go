@@ -24,10 +24,15 @@ type Admin struct {
 	cfg     config.NATS
 	tenants map[string]int // tenant → its consumer's max_ack_pending
 	log     *slog.Logger
+	// keepConcurrency keeps the max_ack_pending of a tenant's consumer that exists: a worker's
+	// Admin (Open) creates a missing consumer and never changes that bound, so workers whose
+	// tenants: differ do not flip it back and forth at each start; `worker setup` sets it.
+	keepConcurrency bool
 }
 
 // NewAdmin returns an Admin on the connection for the tenants of the worker config (nil: the
-// one tenant default); it declares nothing until Declare.
+// one tenant default); it declares nothing until Declare. Its Declare sets each tenant's
+// consumer's max_ack_pending from the config, as `worker setup` does.
 func NewAdmin(nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, log *slog.Logger) (*Admin, error) {
 	js, err := newJetStream(nc)
 	if err != nil {
@@ -163,7 +168,11 @@ func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream, te
 	cfg := a.cfg
 	name := consumerName(cfg, tenant)
 	filters := []string{tenantFilter(cfg, tenant)}
-	_, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	bound, err := a.concurrencyOf(ctx, stream, tenant)
+	if err != nil {
+		return err
+	}
+	_, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:        name,
 		Description:    "Boxcar workers, jobs of tenant " + tenant,
 		FilterSubjects: filters,
@@ -174,11 +183,30 @@ func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream, te
 		// dead-lettered by whoever gets it, even when every worker was down at the time. The
 		// server's own max-deliveries end is an at-most-once advisory that nothing stores.
 		MaxDeliver:    -1,
-		MaxAckPending: a.tenants[tenant],
+		MaxAckPending: bound,
 		Replicas:      cfg.Replicas,
 	})
 	if err != nil {
 		return fmt.Errorf("queue: set up consumer %s: %w (if it cannot be updated, remove it with `nats consumer rm %s %s` while no worker runs; jobs stay in the stream)", name, err, cfg.Stream, name)
 	}
 	return nil
+}
+
+// concurrencyOf is the max_ack_pending to declare tenant's consumer with: the config's, or
+// for a worker's Admin the one the consumer has on the server, when it exists. The Consumer
+// that binds to it says when the two differ (tenantConcurrency).
+func (a *Admin) concurrencyOf(ctx context.Context, stream jetstream.Stream, tenant string) (int, error) {
+	want := a.tenants[tenant]
+	if !a.keepConcurrency {
+		return want, nil
+	}
+	name := consumerName(a.cfg, tenant)
+	c, err := stream.Consumer(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return want, nil
+	case err != nil:
+		return 0, fmt.Errorf("queue: look up consumer %s: %w", name, err)
+	}
+	return c.CachedInfo().Config.MaxAckPending, nil
 }

@@ -35,6 +35,8 @@ type Consumer struct {
 	// lost them; nil for a worker that only binds.
 	admin *Admin
 
+	concurrency *tenantConcurrency // this worker's tenants: against their consumers on the server
+
 	mu      sync.Mutex
 	next    int       // the tenant whose consumer the next fetch asks first
 	checked time.Time // when redeclareIfGone last looked
@@ -49,8 +51,9 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 	if err != nil {
 		return nil, err
 	}
-	names := slices.Sorted(maps.Keys(tenantsOrDefault(cfg, tenants)))
-	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, tenants: names, cons: map[string]jetstream.Consumer{}}
+	want := tenantsOrDefault(cfg, tenants)
+	names := slices.Sorted(maps.Keys(want))
+	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, tenants: names, cons: map[string]jetstream.Consumer{}, concurrency: newTenantConcurrency(cfg, want, log)}
 	for _, tenant := range names {
 		name := consumerName(cfg, tenant)
 		cons, err := js.Consumer(ctx, cfg.Stream, name)
@@ -61,6 +64,7 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 			return nil, fmt.Errorf("queue: look up consumer %s: %w", name, err)
 		}
 		c.cons[tenant] = cons
+		c.concurrency.check(ctx, tenant, cons.CachedInfo().Config.MaxAckPending)
 	}
 	if len(names) > 1 {
 		if c.ear, err = listen(nc, cfg.Subject, names); err != nil {
@@ -87,6 +91,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants map[strin
 	if err != nil {
 		return nil, err
 	}
+	admin.keepConcurrency = true
 	if err := declareUnlessRefused(ctx, nc, admin); err != nil {
 		if !refused(nc) {
 			return nil, err
@@ -410,6 +415,8 @@ type Lag struct {
 	Pending, AckPending uint64
 	// MaxAckPending is the tenant's max_concurrent as its consumer holds it (0 or less: none).
 	MaxAckPending int
+	// ConfigMismatch is true while MaxAckPending differs from this worker's tenants:.
+	ConfigMismatch bool
 }
 
 // Startable is how many of the pending jobs could be delivered now: no more than the tenant's
@@ -431,7 +438,8 @@ func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
 		if err != nil {
 			return nil, fmt.Errorf("queue: look up consumer %s: %w", consumerName(c.cfg, tenant), err)
 		}
-		out = append(out, Lag{Tenant: tenant, Pending: info.NumPending, AckPending: uint64(max(info.NumAckPending, 0)), MaxAckPending: info.Config.MaxAckPending})
+		out = append(out, Lag{Tenant: tenant, Pending: info.NumPending, AckPending: uint64(max(info.NumAckPending, 0)), MaxAckPending: info.Config.MaxAckPending,
+			ConfigMismatch: c.concurrency.check(ctx, tenant, info.Config.MaxAckPending)})
 	}
 	return out, nil
 }

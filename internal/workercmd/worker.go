@@ -461,7 +461,7 @@ func queueLag(q *queue.Consumer) metrics.QueueLag {
 		lags, err := q.ConsumerLag(ctx)
 		out := make([]metrics.TenantLag, len(lags))
 		for i, l := range lags {
-			out[i] = metrics.TenantLag{Tenant: l.Tenant, Pending: l.Pending, AckPending: l.AckPending}
+			out[i] = metrics.TenantLag{Tenant: l.Tenant, Pending: l.Pending, AckPending: l.AckPending, ConfigMismatch: l.ConfigMismatch}
 		}
 		return out, err
 	}
