@@ -24,10 +24,11 @@ type Admin struct {
 	cfg     config.NATS
 	tenants map[string]int // tenant → its consumer's max_ack_pending
 	log     *slog.Logger
-	// keepConcurrency keeps the max_ack_pending of a tenant's consumer that exists: a worker's
-	// Admin (Open) creates a missing consumer and never changes that bound, so workers whose
-	// tenants: differ do not flip it back and forth at each start; `worker setup` sets it.
-	keepConcurrency bool
+	// worker marks a worker's Admin (Open): it keeps what only `worker setup` decides, so that
+	// workers whose tenants: differ do not undo each other at each start. It creates a missing
+	// consumer and never changes an existing one's max_ack_pending, and it keeps every tenant
+	// the job stream takes (tenantsKept).
+	worker bool
 }
 
 // NewAdmin returns an Admin on the connection for the tenants of the worker config (nil: the
@@ -79,12 +80,16 @@ func (a *Admin) Declare(ctx context.Context) error {
 // declareStreams creates or updates the job stream and the dead-letter stream.
 func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 	cfg := a.cfg
+	kept, err := a.tenantsKept(ctx)
+	if err != nil {
+		return nil, err
+	}
 	jobs := jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "Boxcar jobs",
 		// boxcar.jobs.T.J: the subject names the job, and a server permission the tenant;
 		// only the tenants served, so that no job waits for a worker that never comes.
-		Subjects:   a.jobSubjects(),
+		Subjects:   jobSubjects(cfg, kept),
 		Retention:  jetstream.WorkQueuePolicy,
 		Storage:    jetstream.FileStorage,
 		Replicas:   cfg.Replicas,
@@ -110,7 +115,7 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 	if err := a.adoptBareJobs(ctx); err != nil {
 		return nil, err
 	}
-	if err := a.retireUnserved(ctx); err != nil {
+	if err := a.retireUnserved(ctx, kept); err != nil {
 		return nil, err
 	}
 	stream, err := ensureStream(ctx, a.js, jobs, jobsBefore, a.log)
@@ -197,7 +202,7 @@ func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream, te
 // that binds to it says when the two differ (tenantConcurrency).
 func (a *Admin) concurrencyOf(ctx context.Context, stream jetstream.Stream, tenant string) (int, error) {
 	want := a.tenants[tenant]
-	if !a.keepConcurrency {
+	if !a.worker {
 		return want, nil
 	}
 	name := consumerName(a.cfg, tenant)

@@ -11,7 +11,7 @@ import (
 // tenantConcurrency holds a worker's tenants: against their consumers on the server. Each
 // tenant's max_concurrent is its consumer's max_ack_pending, one value for the whole fleet:
 // the server's consumer decides, as `worker setup` (or the first worker) declared it, and a
-// worker never changes it (Admin.keepConcurrency). A worker whose config says otherwise is
+// worker never changes it (Admin.worker). A worker whose config says otherwise is
 // misconfigured, which it logs when it finds it and the metrics show while it lasts.
 type tenantConcurrency struct {
 	cfg  config.NATS

@@ -91,7 +91,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants map[strin
 	if err != nil {
 		return nil, err
 	}
-	admin.keepConcurrency = true
+	admin.worker = true
 	if err := declareUnlessRefused(ctx, nc, admin); err != nil {
 		if !refused(nc) {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -123,12 +124,30 @@ func TestJobsOfATenantNoWorkerServes(t *testing.T) {
 		}
 	}
 
-	// team-c is removed from the config.
-	var log bytes.Buffer
+	// team-c is removed from the config. A worker started with it leaves team-c to the
+	// workers that still serve it: only setup retires a tenant.
+	var wlog bytes.Buffer
 	two := map[string]config.Tenant{"team-a": {}, "team-b": {}}
-	w := b.open(t, b.cfg, two, &log)
+	w := b.open(t, b.cfg, two, &wlog)
+	if _, err := b.js.Consumer(ctx, b.cfg.Stream, b.cfg.Consumer+"-team-c"); err != nil {
+		t.Errorf("team-c's consumer after a worker without it started: %v; want it kept", err)
+	}
+	if !strings.Contains(wlog.String(), "tenants this worker's tenants: does not list") || !strings.Contains(wlog.String(), "team-c") {
+		t.Errorf("the worker without team-c does not say it leaves team-c's jobs:\n%s", wlog.String())
+	}
 	dlq, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dlq.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+".team-c."+jc.ID); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("team-c's job after a worker without it started: %v; want it still queued", err)
+	}
+	var log bytes.Buffer
+	admin, err := queue.NewAdmin(b.nc, b.cfg, two, slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	msg, err := dlq.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+".team-c."+jc.ID)

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // ReasonUnknownTenant is the dead letter's reason for a job of a tenant the workers do not
@@ -21,12 +24,49 @@ const ReasonUnknownTenant = "unknown_tenant"
 // jobSubjects are the job stream's subjects: one per tenant served, boxcar.jobs.T.*. A job
 // published for any other tenant finds no stream, and its publisher is told at once (a client
 // checks first, ErrNotServed); nothing is stored that no worker would ever take.
-func (a *Admin) jobSubjects() []string {
+func jobSubjects(cfg config.NATS, tenants map[string]bool) []string {
 	var out []string
-	for _, tenant := range slices.Sorted(maps.Keys(a.tenants)) {
-		out = append(out, tenantFilter(a.cfg, tenant))
+	for _, tenant := range slices.Sorted(maps.Keys(tenants)) {
+		out = append(out, tenantFilter(cfg, tenant))
 	}
 	return out
+}
+
+// tenantsKept are the tenants whose jobs the job stream takes after Declare: the config's,
+// and for a worker's Admin also every tenant the stream takes now. Only `worker setup`
+// retires a tenant: a worker whose tenants: lacks one (a config not rolled out everywhere yet)
+// says so and leaves its jobs to the workers that serve it, rather than dead-letter them and
+// have the next of those workers declare the tenant again.
+func (a *Admin) tenantsKept(ctx context.Context) (map[string]bool, error) {
+	kept := map[string]bool{}
+	for tenant := range a.tenants {
+		kept[tenant] = true
+	}
+	if !a.worker {
+		return kept, nil
+	}
+	s, err := a.js.Stream(ctx, a.cfg.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return kept, nil
+	case err != nil:
+		return nil, fmt.Errorf("queue: look up stream %s: %w", a.cfg.Stream, err)
+	}
+	var others []string
+	for _, subject := range s.CachedInfo().Config.Subjects {
+		tenant, ok := strings.CutPrefix(subject, a.cfg.Subject+".")
+		tenant, ok2 := strings.CutSuffix(tenant, ".*")
+		if !ok || !ok2 || !job.ValidTenant(tenant) || kept[tenant] {
+			continue // not one tenant's (an older stream's wildcard, the bare subject), or ours
+		}
+		kept[tenant] = true
+		others = append(others, tenant)
+	}
+	if len(others) > 0 {
+		a.log.WarnContext(ctx, "the job stream takes jobs of tenants this worker's tenants: does not list; it leaves them to the workers that serve them. Every worker must have the same tenants: (run `worker setup` with the deployment's config to retire a tenant)",
+			"stream", a.cfg.Stream, "tenants", others)
+	}
+	return kept, nil
 }
 
 // retireUnserved ends what the job stream holds for tenants the config does not list (a tenant
@@ -34,7 +74,7 @@ func (a *Admin) jobSubjects() []string {
 // dead-lettered as unknown_tenant, with its message, and removed; the consumers of those
 // tenants are removed. Nothing is lost and nothing waits forever for a worker that will never
 // come; the log says how many.
-func (a *Admin) retireUnserved(ctx context.Context) error {
+func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error {
 	s, err := a.js.Stream(ctx, a.cfg.Stream)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -49,7 +89,7 @@ func (a *Admin) retireUnserved(ctx context.Context) error {
 	dead := 0
 	for subject := range info.State.Subjects {
 		r := refOf(strings.TrimPrefix(subject, a.cfg.Subject+"."))
-		if _, ok := a.tenants[r.Tenant]; ok {
+		if kept[r.Tenant] {
 			continue
 		}
 		n, err := a.deadLetterAll(ctx, s, subject, r)
@@ -61,7 +101,7 @@ func (a *Admin) retireUnserved(ctx context.Context) error {
 	var gone []string
 	for name := range s.ListConsumers(ctx).Info() {
 		tenant, ok := strings.CutPrefix(name.Name, a.cfg.Consumer+"-")
-		if _, served := a.tenants[tenant]; !ok || served {
+		if !ok || kept[tenant] {
 			continue
 		}
 		if err := s.DeleteConsumer(ctx, name.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -71,7 +111,7 @@ func (a *Admin) retireUnserved(ctx context.Context) error {
 	}
 	if dead > 0 || len(gone) > 0 {
 		a.log.WarnContext(ctx, "dead-lettered the jobs of tenants the config does not list, and removed their consumers", "stream", a.cfg.Stream,
-			"reason", ReasonUnknownTenant, "jobs", dead, "consumers", gone, "tenants", slices.Sorted(maps.Keys(a.tenants)))
+			"reason", ReasonUnknownTenant, "jobs", dead, "consumers", gone, "tenants", slices.Sorted(maps.Keys(kept)))
 	}
 	return nil
 }
