@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -47,12 +48,18 @@ const (
 // may run it another way.
 var ErrSessionDown = errors.New("command session: down")
 
+// errNotStarted is a command the pod's side refused before starting it (frameFailed).
+var errNotStarted = errors.New("command session: the command did not start")
+
 // header is what the worker sends first on a command's stream, as one JSON line; stdin follows.
 type header struct {
 	Argv []string `json:"argv"`
 	Mark string   `json:"mark,omitempty"`
 	File *File    `json:"file,omitempty"`
 	Exec *Exec    `json:"exec,omitempty"`
+	// Egress asks the pod's side to listen for the sandbox's egress (egress.go); it has no
+	// argv, so a pod's side that does not know it refuses it as "no argv".
+	Egress bool `json:"egress,omitempty"`
 }
 
 // Command is one command of a session.
@@ -75,7 +82,7 @@ type Command struct {
 
 func runCommands() int {
 	spareThreads(8)
-	if err := ServeCommands(os.Stdin, os.Stdout); err != nil {
+	if err := ServeCommands(os.Stdin, os.Stdout, listenEgress); err != nil {
 		fmt.Fprintf(os.Stderr, "command session: %v\n", err)
 		return 1
 	}
@@ -85,12 +92,11 @@ func runCommands() int {
 // ServeCommands is the pod's side: it says ready on out, then runs the command of each stream
 // the worker opens on a yamux session over in and out, until the session ends. The commands
 // still running then are killed (the worker closes the session as it deletes the pod), and
-// ServeCommands returns once they have ended.
-func ServeCommands(in io.Reader, out io.Writer) error {
-	if _, err := io.WriteString(out, commandsReady); err != nil {
-		return fmt.Errorf("say ready: %w", err)
-	}
-	sess, err := yamux.Client(stdio{in, out}, config())
+// ServeCommands returns once they have ended. An egress request listens with egress (in the
+// pod: bridge.ListenAddr; nil refuses the request as a pod's side that predates it does) and
+// carries each connection as a stream it opens toward the worker.
+func ServeCommands(in io.Reader, out io.Writer, egress func() (net.Listener, error)) error {
+	sess, err := clientSession(in, out, commandsReady)
 	if err != nil {
 		return err
 	}
@@ -111,13 +117,15 @@ func ServeCommands(in io.Reader, out io.Writer) error {
 			}
 			return err
 		}
-		running.Go(func() { serveCommand(ctx, st) })
+		running.Go(func() {
+			serveCommand(ctx, st, func(fw *frameWriter) { serveEgress(st, fw, sess, egress) })
+		})
 	}
 }
 
 // serveCommand runs one stream's command to its end, or until ctx ends (the session did), and
-// sends its output and exit code.
-func serveCommand(ctx context.Context, st *yamux.Stream) {
+// sends its output and exit code; an egress request it hands to egress.
+func serveCommand(ctx context.Context, st *yamux.Stream, egress func(*frameWriter)) {
 	defer st.Close()
 	br := bufio.NewReader(io.LimitReader(st, maxHeader))
 	line, err := br.ReadBytes('\n')
@@ -125,7 +133,7 @@ func serveCommand(ctx context.Context, st *yamux.Stream) {
 	if err == nil {
 		err = json.Unmarshal(line, &h)
 	}
-	if err == nil && len(h.Argv) == 0 {
+	if err == nil && len(h.Argv) == 0 && !h.Egress {
 		err = errors.New("no argv")
 	}
 	if err == nil && h.Mark != "" && strings.Index(h.Mark, "=") < 1 {
@@ -137,6 +145,9 @@ func serveCommand(ctx context.Context, st *yamux.Stream) {
 		return
 	}
 	switch {
+	case h.Egress:
+		egress(fw)
+		return
 	case h.File != nil:
 		serveFile(h.File, io.MultiReader(br, st), fw)
 		return
@@ -244,13 +255,8 @@ type Commands struct {
 // its stdin. It waits for the pod's side to say it is ready (until ctx ends). Closing the
 // session ends the pod's side (its stdin closes).
 func DialCommands(ctx context.Context, r io.Reader, w io.WriteCloser) (*Commands, error) {
-	br, err := awaitReady(ctx, r, w, commandsReady)
+	sess, err := serverSession(ctx, r, w, commandsReady)
 	if err != nil {
-		return nil, err
-	}
-	sess, err := yamux.Server(stdio{br, w}, config())
-	if err != nil {
-		w.Close()
 		return nil, err
 	}
 	return &Commands{sess: sess}, nil
@@ -282,24 +288,16 @@ func (c *Commands) Done() <-chan struct{} { return c.sess.CloseChan() }
 // code. ErrSessionDown means the command was not sent. Like an exec's stream, ending ctx
 // stops waiting for the command, not the command.
 func (c *Commands) Run(ctx context.Context, cmd Command) (int, error) {
-	stdin, stdout, stderr := cmd.Stdin, cmd.Stdout, cmd.Stderr
-	line, err := json.Marshal(header{Argv: cmd.Argv, Mark: cmd.Mark, File: cmd.File, Exec: cmd.Exec})
+	st, err := c.open(header{Argv: cmd.Argv, Mark: cmd.Mark, File: cmd.File, Exec: cmd.Exec})
 	if err != nil {
 		return -1, err
 	}
-	st, err := c.sess.OpenStream()
-	if err != nil {
-		return -1, fmt.Errorf("%w: %w", ErrSessionDown, err)
-	}
 	defer st.Close()
-	if _, err := st.Write(append(line, '\n')); err != nil {
-		return -1, fmt.Errorf("%w: %w", ErrSessionDown, err)
-	}
 	fed := make(chan struct{})
 	go func() {
 		defer close(fed)
-		if stdin != nil {
-			_, _ = io.Copy(st, stdin)
+		if cmd.Stdin != nil {
+			_, _ = io.Copy(st, cmd.Stdin)
 		}
 		_ = st.Close() // a half close: the command's stdin ends, its output still comes back
 	}()
@@ -307,8 +305,30 @@ func (c *Commands) Run(ctx context.Context, cmd Command) (int, error) {
 		_ = st.SetWriteDeadline(time.Now()) // a command that ended reads no more stdin
 		<-fed
 	}()
-	// The frames are read apart, so that a caller's writer that no longer drains (an Open
-	// nobody reads) cannot hold Run past ctx; the reader ends once that writer fails.
+	return await(ctx, st, cmd.Stdout, cmd.Stderr)
+}
+
+// open opens a stream and sends h on it. ErrSessionDown means the pod's side never saw h.
+func (c *Commands) open(h header) (*yamux.Stream, error) {
+	line, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.sess.OpenStream()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSessionDown, err)
+	}
+	if _, err := st.Write(append(line, '\n')); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("%w: %w", ErrSessionDown, err)
+	}
+	return st, nil
+}
+
+// await reads st's frames until the exit code, or until ctx ends. The frames are read apart,
+// so that a caller's writer that no longer drains (an Open nobody reads) cannot hold it past
+// ctx; the reader ends once that writer fails.
+func await(ctx context.Context, st *yamux.Stream, stdout, stderr io.Writer) (int, error) {
 	type result struct {
 		code int
 		err  error
@@ -354,7 +374,7 @@ func readFrames(r io.Reader, stdout, stderr io.Writer) (int, error) {
 			}
 			return int(int32(binary.BigEndian.Uint32(p))), nil
 		case frameFailed:
-			return -1, fmt.Errorf("command session: the command did not start: %s", p)
+			return -1, fmt.Errorf("%w: %s", errNotStarted, p)
 		default:
 			return -1, fmt.Errorf("command session: a frame of unknown kind %d", hdr[0])
 		}

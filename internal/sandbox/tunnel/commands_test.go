@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -23,11 +24,17 @@ import (
 // worker's over two pipes, as one exec's stdin and stdout do.
 func commandSession(t *testing.T) *tunnel.Commands {
 	t.Helper()
+	return commandSessionWith(t, nil)
+}
+
+// commandSessionWith is commandSession whose pod side listens for egress with listen.
+func commandSessionWith(t *testing.T, listen func() (net.Listener, error)) *tunnel.Commands {
+	t.Helper()
 	toPodR, toPodW := io.Pipe()
 	fromPodR, fromPodW := io.Pipe()
 	served := make(chan error, 1)
 	go func() {
-		served <- tunnel.ServeCommands(toPodR, fromPodW)
+		served <- tunnel.ServeCommands(toPodR, fromPodW, listen)
 		fromPodW.Close()
 	}()
 	c, err := tunnel.DialCommands(t.Context(), fromPodR, toPodW)

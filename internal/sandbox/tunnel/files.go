@@ -30,6 +30,10 @@ type File struct {
 	// Dir is the workdir, absolute; Path the file's path beneath it, relative and clean.
 	Dir  string `json:"dir"`
 	Path string `json:"path"`
+	// Mode, when set, is the written file's permission bits whatever the pod's umask (the
+	// egress CA's 0644, as its script's umask 022 gives); unset, the umask decides, as for
+	// file.sh. A pod's side that predates it leaves it to the umask.
+	Mode os.FileMode `json:"mode,omitempty"`
 }
 
 // FileWrite creates or replaces the file at Path with the command's stdin, making its
@@ -104,7 +108,7 @@ func writeFile(f *File, stdin io.Reader) error {
 		return failIsDir
 	}
 	tmp := rd + "/.boxcar-write-" + f.Nonce
-	if err := copyTo(tmp, stdin); err != nil {
+	if err := copyTo(tmp, stdin, f.Mode.Perm()); err != nil {
 		_ = os.Remove(tmp)
 		return failIOError
 	}
@@ -121,13 +125,19 @@ func writeFile(f *File, stdin io.Reader) error {
 }
 
 // copyTo writes r to a new file at name, refusing one that exists or is a symlink (the name
-// carries the call's nonce: nothing of the sandbox's should be there).
-func copyTo(name string, r io.Reader) error {
+// carries the call's nonce: nothing of the sandbox's should be there); mode, when not 0, is
+// its permission bits whatever the umask.
+func copyTo(name string, r io.Reader, mode os.FileMode) error {
 	out, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o666)
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(out, r)
+	if mode != 0 {
+		err = out.Chmod(mode)
+	}
+	if err == nil {
+		_, err = io.Copy(out, r)
+	}
 	return errors.Join(err, out.Close())
 }
 

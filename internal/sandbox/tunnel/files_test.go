@@ -2,10 +2,12 @@ package tunnel_test
 
 import (
 	"bytes"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"strconv"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
@@ -163,4 +165,53 @@ func both(fs ...func(*testing.T, string)) func(*testing.T, string) {
 			f(t, root)
 		}
 	}
+}
+
+// TestCommandsFileWriteMode: a write with Mode has exactly those permission bits, whatever the
+// umask (the egress CA's 0644 where a pod's umask may be tighter or looser); without, the
+// umask's.
+func TestCommandsFileWriteMode(t *testing.T) {
+	c := commandSession(t)
+	for _, tt := range []struct {
+		name string
+		mode fs.FileMode
+		want fs.FileMode
+	}{
+		{name: "given", mode: 0o600, want: 0o600},
+		{name: "given, wider than the umask", mode: 0o646, want: 0o646},
+		{name: "umask", want: 0o666 &^ umask(t)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			f := &tunnel.File{Op: tunnel.FileWrite, Nonce: "n0nce", Dir: dir, Path: "ca.pem", Mode: tt.mode}
+			code, err := c.Run(t.Context(), tunnel.Command{Argv: []string{"false"}, File: f, Stdin: strings.NewReader("pem"), Stdout: io.Discard, Stderr: io.Discard})
+			if err != nil || code != 0 {
+				t.Fatalf("Run = %d, %v", code, err)
+			}
+			fi, err := os.Stat(filepath.Join(dir, "ca.pem"))
+			if err != nil || fi.Mode().Perm() != tt.want {
+				t.Errorf("written with %v, %v; want %v", fi.Mode().Perm(), err, tt.want)
+			}
+		})
+	}
+}
+
+// umask is the process's umask, as /proc says it (setting it to read it would race the pod
+// side's writes).
+func umask(t *testing.T) fs.FileMode {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fs.FileMode(m)
+		}
+	}
+	t.Fatal("no Umask in /proc/self/status")
+	return 0
 }

@@ -60,10 +60,9 @@ func init() {
 
 // runPod is the pod's side on the process's own stdio.
 func runPod() int {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(context.Background(), "tcp", bridge.ListenAddr)
+	ln, err := listenEgress()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "egress tunnel: listen on %s: %v\n", bridge.ListenAddr, err)
+		fmt.Fprintf(os.Stderr, "egress tunnel: %v\n", err)
 		return 1
 	}
 	if err := Pod(ln, os.Stdin, os.Stdout); err != nil {
@@ -71,6 +70,17 @@ func runPod() int {
 		return 1
 	}
 	return 0
+}
+
+// listenEgress listens where a sandbox's commands find the worker's proxy: bridge.ListenAddr,
+// fixed here, never from a job or a request.
+func listenEgress() (net.Listener, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", bridge.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", bridge.ListenAddr, err)
+	}
+	return ln, nil
 }
 
 // runInstall copies the running binary to args[0], executable by anyone, and makes the
@@ -127,10 +137,7 @@ func config() *yamux.Config {
 // or the exec ended). It closes ln.
 func Pod(ln net.Listener, in io.Reader, out io.Writer) error {
 	defer ln.Close()
-	if _, err := io.WriteString(out, ready); err != nil {
-		return fmt.Errorf("say ready: %w", err)
-	}
-	sess, err := yamux.Client(stdio{in, out}, config())
+	sess, err := clientSession(in, out, ready)
 	if err != nil {
 		return err
 	}
@@ -139,12 +146,27 @@ func Pod(ln net.Listener, in io.Reader, out io.Writer) error {
 		<-sess.CloseChan()
 		ln.Close() // the worker is gone: clients see refusals, not a hang
 	}()
+	if err := carryAll(ln, sess); err != nil && !sess.IsClosed() {
+		return err
+	}
+	return nil
+}
+
+// clientSession is a pod side's session: it says ready on out, then runs yamux's client over
+// in and out. The worker's twin is serverSession.
+func clientSession(in io.Reader, out io.Writer, ready string) (*yamux.Session, error) {
+	if _, err := io.WriteString(out, ready); err != nil {
+		return nil, fmt.Errorf("say ready: %w", err)
+	}
+	return yamux.Client(stdio{in, out}, config())
+}
+
+// carryAll carries each connection ln accepts as a stream it opens on sess, until ln's Accept
+// fails (it was closed); it returns that error.
+func carryAll(ln net.Listener, sess *yamux.Session) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			if sess.IsClosed() {
-				return nil
-			}
 			return err
 		}
 		go carry(c, sess)
@@ -192,6 +214,17 @@ var ErrNotReady = errors.New("egress tunnel: the pod's side did not start")
 // listener each of the pod's connections arrives on. Closing the listener ends the session,
 // and with it the pod's side (its stdin closes).
 func Listen(ctx context.Context, r io.Reader, w io.WriteCloser) (net.Listener, error) {
+	sess, err := serverSession(ctx, r, w, ready)
+	if err != nil {
+		return nil, err
+	}
+	return listener{sess}, nil
+}
+
+// serverSession is the worker's side of a session over a pod side's stdout (r) and stdin (w):
+// it waits for the pod's side to say ready (until ctx ends), then runs yamux's server over
+// them. It closes w when it fails. The pod's twin is clientSession.
+func serverSession(ctx context.Context, r io.Reader, w io.WriteCloser, ready string) (*yamux.Session, error) {
 	br, err := awaitReady(ctx, r, w, ready)
 	if err != nil {
 		return nil, err
@@ -201,7 +234,7 @@ func Listen(ctx context.Context, r io.Reader, w io.WriteCloser) (net.Listener, e
 		w.Close()
 		return nil, err
 	}
-	return listener{sess}, nil
+	return sess, nil
 }
 
 // awaitReady reads the pod side's first line, which must be want, until ctx ends; it closes w

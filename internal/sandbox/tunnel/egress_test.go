@@ -1,0 +1,166 @@
+package tunnel_test
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
+	"github.com/boxcar-run/boxcar/test/harness"
+)
+
+// egressSession is a command session whose pod side listens for egress on a loopback listener
+// of the test's (in a pod: bridge.ListenAddr); it returns the session and where the pod's side
+// listens once asked.
+func egressSession(t *testing.T) (*tunnel.Commands, string) {
+	t.Helper()
+	podLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { podLn.Close() })
+	var once sync.Once
+	listen := func() (net.Listener, error) {
+		err := errors.New("asked twice")
+		once.Do(func() { err = nil })
+		if err != nil {
+			return nil, err
+		}
+		return podLn, nil
+	}
+	return commandSessionWith(t, listen), podLn.Addr().String()
+}
+
+// TestCommandsEgress: egress over a command session carries a command's connections to the
+// worker's listener and the answers back, half closes included, many at once past yamux's
+// window; the session's commands still run beside them.
+func TestCommandsEgress(t *testing.T) {
+	c, addr := egressSession(t)
+	ln, err := c.Egress(t.Context())
+	if err != nil {
+		t.Fatalf("Egress: %v", err)
+	}
+	p := &pair{addr: addr, ln: ln}
+	wg := p.echo(t)
+	defer wg.Wait()
+	defer ln.Close()
+
+	if got := ask(t, addr, "ping"); got != "got ping" {
+		t.Errorf("answer %q, want %q", got, "got ping")
+	}
+	var cwg sync.WaitGroup
+	for i := range 20 {
+		cwg.Go(func() {
+			msg := fmt.Sprintf("client %d %s", i, make([]byte, 100_000))
+			if got := ask(t, addr, msg); got != "got "+msg {
+				t.Errorf("client %d: answer of %d bytes, want %d", i, len(got), len(msg)+4)
+			}
+		})
+	}
+	cwg.Wait()
+	if code, err := c.Run(t.Context(), tunnel.Command{Argv: []string{"true"}, Stdout: io.Discard, Stderr: io.Discard}); err != nil || code != 0 {
+		t.Errorf("a command beside egress: %d, %v", code, err)
+	}
+}
+
+// TestCommandsEgressListenerClose: closing the worker's listener stops the pod's (a client is
+// refused, not left hanging) and leaves the session's commands running; a second request then
+// reaches the pod's side again.
+func TestCommandsEgressListenerClose(t *testing.T) {
+	c, addr := egressSession(t)
+	ln, err := c.Egress(t.Context())
+	if err != nil {
+		t.Fatalf("Egress: %v", err)
+	}
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept after Close: %v, want net.ErrClosed", err)
+	}
+	harness.Wait(t, "the pod's side to stop listening", func() (bool, error) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return true, nil
+		}
+		conn.Close()
+		return false, errors.New("it still listens after the worker closed its listener")
+	})
+	if code, err := c.Run(t.Context(), tunnel.Command{Argv: []string{"true"}, Stdout: io.Discard, Stderr: io.Discard}); err != nil || code != 0 {
+		t.Errorf("a command after the listener's close: %d, %v", code, err)
+	}
+	// The test's listen gives its listener once: a second request is the pod's refusal.
+	if _, err := c.Egress(t.Context()); err == nil || errors.Is(err, tunnel.ErrEgressUnsupported) {
+		t.Errorf("a second Egress: %v, want the pod's side's listen error", err)
+	}
+}
+
+// TestCommandsEgressRefused: a pod's side that does not know the request (an older bridge),
+// or offers no egress, is ErrEgressUnsupported: the caller opens the tunnel its own way. A
+// closed session is ErrSessionDown.
+func TestCommandsEgressRefused(t *testing.T) {
+	t.Run("older pod side", func(t *testing.T) {
+		c := oldPodSide(t)
+		if _, err := c.Egress(t.Context()); !errors.Is(err, tunnel.ErrEgressUnsupported) {
+			t.Errorf("Egress: %v, want ErrEgressUnsupported", err)
+		}
+	})
+	t.Run("no egress offered", func(t *testing.T) {
+		if _, err := commandSession(t).Egress(t.Context()); !errors.Is(err, tunnel.ErrEgressUnsupported) {
+			t.Errorf("Egress: %v, want ErrEgressUnsupported", err)
+		}
+	})
+	t.Run("session down", func(t *testing.T) {
+		c := commandSession(t)
+		c.Close()
+		if _, err := c.Egress(t.Context()); !errors.Is(err, tunnel.ErrSessionDown) {
+			t.Errorf("Egress: %v, want ErrSessionDown", err)
+		}
+	})
+}
+
+// oldPodSide is a pod's side as the command session's was before egress: a header without an
+// argv is refused with a frameFailed ("read the command: no argv"), whatever else it holds.
+func oldPodSide(t *testing.T) *tunnel.Commands {
+	t.Helper()
+	toPodR, toPodW := io.Pipe()
+	fromPodR, fromPodW := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer fromPodW.Close()
+		_, _ = io.WriteString(fromPodW, "boxcar-exec-session ready\n")
+		sess, err := yamux.Client(rw{toPodR, fromPodW}, nil)
+		if err != nil {
+			return
+		}
+		defer sess.Close()
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		if _, err := bufio.NewReader(st).ReadBytes('\n'); err != nil {
+			return
+		}
+		msg := "read the command: no argv"
+		var hdr [5]byte
+		hdr[0] = 4 // frameFailed
+		binary.BigEndian.PutUint32(hdr[1:], uint32(len(msg)))
+		_, _ = st.Write(append(hdr[:], msg...))
+		st.Close()
+		<-sess.CloseChan()
+	}()
+	c, err := tunnel.DialCommands(t.Context(), fromPodR, toPodW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); <-done })
+	return c
+}
