@@ -44,3 +44,11 @@ func (c BubblewrapConfig) WithoutDiskMountStrict() BubblewrapConfig {
 // WithoutSeccomp runs sandboxes without the seccomp filter: the baseline of benchmarks and of
 // tests that show what the filter stops.
 func WithoutSeccomp(c *BubblewrapConfig) { c.noSeccomp = true }
+
+// SetPodCAFile has AttachEgress on Kubernetes write the CA at path (a pod side that runs on the
+// test's host) until the test ends.
+func SetPodCAFile(t interface{ Cleanup(func()) }, path string) {
+	was := podCAFile
+	podCAFile = path
+	t.Cleanup(func() { podCAFile = was })
+}

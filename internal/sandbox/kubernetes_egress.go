@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,13 +76,25 @@ func (p *KubernetesProvider) addBridge(pod *corev1.Pod) {
 // podEgressIsolation is added to the manifest's isolation once egress is attached.
 const podEgressIsolation = "; egress=" + EgressAddr + " tunnelled over pods/exec to the worker's proxy"
 
-// caScript writes its stdin to $1 whole or not at all.
+// caScript writes its stdin to $1 whole or not at all. A command session writes the CA itself
+// (tunnel.File, mode caMode); the script is what pods/exec, or a session that predates File,
+// runs.
 const caScript = `umask 022 && cat > "$1.tmp" && mv -f "$1.tmp" "$1"`
 
-// AttachEgress writes the CA into the pod through exec, then execs the egress tunnel (package
-// tunnel) in it: from then on a connection to EgressAddr in the pod arrives on the returned
-// listener. The tunnel is a call on the sandbox: Close ends it, and closing the listener ends
-// the tunnel's exec.
+// caMode is the CA's mode: readable by any user of the sandbox, writable by its own.
+const caMode = 0o644
+
+// podCAFile is where AttachEgress writes the CA in the pod: EgressCAFile, a variable only so
+// that unit tests, whose pod side runs on the test's host, can put it in a folder of theirs.
+var podCAFile = EgressCAFile
+
+// AttachEgress writes the CA into the pod, then opens the egress tunnel (package tunnel): from
+// then on a connection to EgressAddr in the pod arrives on the returned listener. A pod with a
+// command session (a warm pod) gets both over it: the CA written by the session itself, the
+// tunnel's connections as streams the session opens toward the worker, no exec of their own.
+// A pod without one, or whose session does not know egress (an older bridge image), gets
+// the tunnel's own exec (openTunnel), a call on the sandbox. Either way Close ends it, and so
+// does closing the listener.
 func (s *kubernetesSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net.Listener, error) {
 	if s.p.cfg.BridgeImage == "" {
 		return nil, fmt.Errorf("sandbox: attach egress to pod %s: %w: set sandbox.kubernetes.bridge_image to the worker's image, which holds the egress tunnel", s.name, ErrNoEgress)
@@ -94,7 +107,7 @@ func (s *kubernetesSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net
 	if err := s.writeCA(ctx, caPEM); err != nil {
 		return nil, err
 	}
-	ln, err := s.openTunnel(ctx)
+	ln, err := s.openEgress(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +125,8 @@ func (s *kubernetesSandbox) writeCA(ctx context.Context, caPEM []byte) error {
 	defer s.end(id)
 	stderr := &cappedBuffer{max: 4096}
 	code, err := s.run(ctx, tunnel.Command{
-		Argv:  []string{"sh", "-c", caScript, "boxcar-ca", EgressCAFile},
+		Argv:  []string{"sh", "-c", caScript, "boxcar-ca", podCAFile},
+		File:  &tunnel.File{Op: tunnel.FileWrite, Nonce: randomHex(8), Dir: path.Dir(podCAFile), Path: path.Base(podCAFile), Mode: caMode},
 		Stdin: bytes.NewReader(caPEM), Stdout: io.Discard, Stderr: stderr,
 	})
 	if err != nil {
@@ -120,9 +134,32 @@ func (s *kubernetesSandbox) writeCA(ctx context.Context, caPEM []byte) error {
 	}
 	if code != 0 {
 		out, _ := stderr.take()
-		return fmt.Errorf("sandbox: attach egress: write the CA at %s in pod %s: exit %d: %s", EgressCAFile, s.name, code, firstLine(out, nil))
+		return fmt.Errorf("sandbox: attach egress: write the CA at %s in pod %s: exit %d: %s", podCAFile, s.name, code, firstLine(out, nil))
 	}
 	return nil
+}
+
+// openEgress opens the tunnel over the pod's command session when it has one that knows
+// egress, else through the tunnel's own exec. A session that could not send the request, or
+// whose pod side does not know it, left nothing listening in the pod: the exec's pod side
+// then takes bridge.ListenAddr.
+func (s *kubernetesSandbox) openEgress(ctx context.Context) (net.Listener, error) {
+	if s.cmds == nil {
+		return s.openTunnel(ctx)
+	}
+	ln, err := s.cmds.Egress(ctx)
+	switch {
+	case err == nil:
+		return ln, nil
+	case errors.Is(err, tunnel.ErrEgressUnsupported):
+		// What the pod's side said is the sandbox's to choose: not logged.
+		s.log.Info("egress tunnel over its own exec", "reason", "the command session's bridge predates egress over it")
+		return s.openTunnel(ctx)
+	case errors.Is(err, tunnel.ErrSessionDown):
+		s.log.Info("egress tunnel over its own exec", "reason", "the command session is down")
+		return s.openTunnel(ctx)
+	}
+	return nil, fmt.Errorf("sandbox: attach egress: the tunnel over pod %s's command session: %w", s.name, err)
 }
 
 // openTunnel starts the tunnel's exec and waits for its pod side to listen.

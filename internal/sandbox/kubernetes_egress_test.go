@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +24,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox/bridge"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 const bridgeImage = "ghcr.io/boxcar-run/boxcar:test"
@@ -214,4 +218,106 @@ func TestKubernetesAttachEgressTunnelFails(t *testing.T) {
 	if !errors.Is(err, tunnel.ErrNotReady) || !strings.Contains(err.Error(), "no such file") || !strings.Contains(err.Error(), bridgeImage) {
 		t.Errorf("AttachEgress: %v, want ErrNotReady with what the pod said and the image", err)
 	}
+}
+
+// TestKubernetesAttachEgressOverSession: a warm pod's egress goes over its command session (the
+// CA written by the session itself, the tunnel's connections as streams of the session: no
+// pods/exec at all); a warm pod whose bridge predates that, and a cold pod (no session), open
+// the tunnel with its own exec. Either way the CA is there whole with mode 0644, a connection
+// in the pod reaches the listener and its answer comes back, and closing the listener stops
+// the pod's.
+func TestKubernetesAttachEgressOverSession(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		pool      string
+		oldBridge bool
+		want      []string // what AttachEgress ran through pods/exec
+	}{
+		{name: "warm pod", pool: "p"},
+		{name: "warm pod, older bridge", pool: "p", oldBridge: true, want: []string{"tunnel"}},
+		{name: "cold pod", want: []string{"CA script", "tunnel"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			fakeKubelet(t, client, nil)
+			ex := &localExec{oldBridge: tt.oldBridge, addr: make(chan string, 2)}
+			p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.BridgeImage = bridgeImage; c.Executor = ex })
+			caFile := filepath.Join(t.TempDir(), "ca.pem")
+			sandbox.SetPodCAFile(t, caFile)
+			spec := sandbox.Spec{SandboxSpec: config.Profile{}.WithDefaults().Sandbox, Pool: tt.pool, Ahead: time.Minute}
+			spec.Workdir = t.TempDir()
+			if tt.pool == "" {
+				spec.JobID = "job-cold"
+			}
+			sb, err := p.Start(t.Context(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Close(context.Background())
+			if c, ok := sb.(sandbox.Claimer); ok && tt.pool != "" {
+				if err := c.Claim(t.Context(), "job-warm"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := ex.count()
+			ln, err := sb.(sandbox.Egress).AttachEgress(t.Context(), []byte("the job's CA"))
+			if err != nil {
+				t.Fatalf("AttachEgress: %v", err)
+			}
+			defer ln.Close()
+			if got := ex.since(before, caFile); !slices.Equal(got, tt.want) {
+				t.Errorf("AttachEgress ran %q through pods/exec, want %q", got, tt.want)
+			}
+			if data, err := os.ReadFile(caFile); err != nil || string(data) != "the job's CA" {
+				t.Errorf("CA written: %q, %v", data, err)
+			}
+			if fi, err := os.Stat(caFile); err != nil || fi.Mode().Perm() != 0o644 {
+				t.Errorf("CA's mode: %v, %v; want 0644", fi.Mode().Perm(), err)
+			}
+			addr := <-ex.addr
+			if got := roundTrip(t, addr, ln, "CONNECT x:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\n"); got != "HTTP/1.1 200 OK\r\n\r\n" {
+				t.Errorf("the pod's client got %q back", got)
+			}
+			ln.Close()
+			harness.Wait(t, "the pod's egress listener to stop", func() (bool, error) {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					return true, nil
+				}
+				c.Close()
+				return false, errors.New("it still listens after the worker closed its listener")
+			})
+		})
+	}
+}
+
+// roundTrip sends ask from a client of the pod's listener at addr, with a half close; the
+// worker's side accepts it on ln, checks it read ask whole and answers. It returns what the
+// client read back.
+func roundTrip(t *testing.T, addr string, ln net.Listener, ask, answer string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, ask); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.(*net.TCPConn).CloseWrite()
+	w, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(w)
+	if err != nil || string(got) != ask {
+		t.Errorf("the worker read %q, %v; want %q", got, err, ask)
+	}
+	_, _ = io.WriteString(w, answer)
+	w.Close()
+	back, err := io.ReadAll(c)
+	if err != nil {
+		t.Errorf("the client's read: %v", err)
+	}
+	return string(back)
 }

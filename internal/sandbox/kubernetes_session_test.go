@@ -3,7 +3,9 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"os/exec"
 	"slices"
 	"strings"
@@ -24,10 +26,52 @@ import (
 )
 
 // localExec plays pods/exec on this host: argv runs here, and the bridge's command session
-// is the real pod side (tunnel.ServeCommands). It records every exec.
+// and egress tunnel are the real pod sides (tunnel.ServeCommands, tunnel.Pod), which listen for
+// egress on the test's loopback and send where on addr. It records every exec.
 type localExec struct {
+	// oldBridge has the command session refuse egress, as a bridge that predates egress over
+	// the session does.
+	oldBridge bool
+	addr      chan string
+
 	mu    sync.Mutex
 	execs [][]string
+}
+
+// listen is the pod sides' egress listener: the test's loopback instead of bridge.ListenAddr.
+func (e *localExec) listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err == nil && e.addr != nil {
+		e.addr <- ln.Addr().String()
+	}
+	return ln, err
+}
+
+// bridge runs the bridge's pod side for argv until it ends or ctx does.
+func (e *localExec) bridge(ctx context.Context, argv []string, stdin io.Reader, stdout io.Writer) error {
+	done := make(chan error, 1)
+	switch {
+	case slices.Equal(argv, []string{bridge.Path, tunnel.CommandsArg}):
+		listen := e.listen
+		if e.oldBridge {
+			listen = nil
+		}
+		go func() { done <- tunnel.ServeCommands(stdin, stdout, listen) }()
+	case slices.Equal(argv, []string{bridge.Path, tunnel.Arg}):
+		ln, err := e.listen()
+		if err != nil {
+			return err
+		}
+		go func() { done <- tunnel.Pod(ln, stdin, stdout) }()
+	default:
+		return fmt.Errorf("this test's bridge does not know %q", argv)
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (e *localExec) Exec(ctx context.Context, _, _ string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -35,17 +79,7 @@ func (e *localExec) Exec(ctx context.Context, _, _ string, argv []string, stdin 
 	e.execs = append(e.execs, argv)
 	e.mu.Unlock()
 	if argv[0] == bridge.Path {
-		if !slices.Equal(argv, []string{bridge.Path, tunnel.CommandsArg}) {
-			return errors.New("this test's bridge serves commands only")
-		}
-		done := make(chan error, 1)
-		go func() { done <- tunnel.ServeCommands(stdin, stdout) }()
-		select {
-		case err := <-done:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return e.bridge(ctx, argv, stdin, stdout)
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
@@ -160,4 +194,23 @@ func TestKubernetesWarmClaimOffPath(t *testing.T) {
 	if !patched.Load() || !strings.Contains(string(patch), `"job-7"`) || !strings.Contains(string(patch), `"activeDeadlineSeconds":120`) {
 		t.Errorf("after Close: patched %v, patch %s; want the job and the deadline patched before Close returns", patched.Load(), patch)
 	}
+}
+
+// since names the execs made after the first n: the CA's script (writing caFile), the
+// egress tunnel, or the argv.
+func (e *localExec) since(n int, caFile string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var names []string
+	for _, argv := range e.execs[n:] {
+		switch {
+		case argv[0] == "sh" && argv[len(argv)-1] == caFile:
+			names = append(names, "CA script")
+		case slices.Equal(argv, []string{bridge.Path, tunnel.Arg}):
+			names = append(names, "tunnel")
+		default:
+			names = append(names, strings.Join(argv, " "))
+		}
+	}
+	return names
 }
