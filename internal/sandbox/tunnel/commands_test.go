@@ -117,33 +117,44 @@ func TestCommandsRunStopsWaiting(t *testing.T) {
 // TestCommandsHostilePod: the pod's side is the sandbox's; a frame larger than the worker
 // takes ends the command with an error instead of a buffer of the pod's choosing.
 func TestCommandsHostilePod(t *testing.T) {
+	c := fakePodSide(t, func(st *yamux.Stream) {
+		var hdr [5]byte
+		hdr[0] = 1
+		binary.BigEndian.PutUint32(hdr[1:], 1<<30)
+		_, _ = st.Write(hdr[:])
+	})
+	if code, err := c.Run(t.Context(), tunnel.Command{Argv: []string{"true"}, Stdout: io.Discard, Stderr: io.Discard}); err == nil || !strings.Contains(err.Error(), "frame") {
+		t.Errorf("Run = %d, %v; want the oversized frame refused", code, err)
+	}
+}
+
+// fakePodSide is a pod's side written by the test: it says ready, answers the worker's first
+// stream with answer, and holds the session until the worker closes it.
+func fakePodSide(t *testing.T, answer func(*yamux.Stream)) *tunnel.Commands {
+	t.Helper()
 	toPodR, toPodW := io.Pipe()
 	fromPodR, fromPodW := io.Pipe()
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
+		defer fromPodW.Close()
 		_, _ = io.WriteString(fromPodW, "boxcar-exec-session ready\n")
 		sess, err := yamux.Client(rw{toPodR, fromPodW}, nil)
 		if err != nil {
 			return
 		}
 		defer sess.Close()
-		st, err := sess.AcceptStream()
-		if err != nil {
-			return
+		if st, err := sess.AcceptStream(); err == nil {
+			answer(st)
 		}
-		var hdr [5]byte
-		hdr[0] = 1
-		binary.BigEndian.PutUint32(hdr[1:], 1<<30)
-		_, _ = st.Write(hdr[:])
 		<-sess.CloseChan()
 	}()
 	c, err := tunnel.DialCommands(t.Context(), fromPodR, toPodW)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	if code, err := c.Run(t.Context(), tunnel.Command{Argv: []string{"true"}, Stdout: io.Discard, Stderr: io.Discard}); err == nil || !strings.Contains(err.Error(), "frame") {
-		t.Errorf("Run = %d, %v; want the oversized frame refused", code, err)
-	}
+	t.Cleanup(func() { c.Close(); <-done })
+	return c
 }
 
 type rw struct {

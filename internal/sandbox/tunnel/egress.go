@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 
 	"github.com/hashicorp/yamux"
 )
@@ -88,7 +87,6 @@ type sessionListener struct {
 	ctrl *yamux.Stream
 	ctx  context.Context
 	stop context.CancelFunc
-	once sync.Once
 }
 
 func (l *sessionListener) Accept() (net.Conn, error) {
@@ -105,13 +103,10 @@ func (l *sessionListener) Accept() (net.Conn, error) {
 	return conn{s}, nil
 }
 
+// Close may be called more than once: a stream's Close is.
 func (l *sessionListener) Close() error {
-	var err error
-	l.once.Do(func() {
-		l.stop()
-		err = l.ctrl.Close()
-	})
-	return err
+	l.stop()
+	return l.ctrl.Close()
 }
 
 func (l *sessionListener) Addr() net.Addr { return l.sess.Addr() }

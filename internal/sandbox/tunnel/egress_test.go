@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hashicorp/yamux"
@@ -26,12 +26,10 @@ func egressSession(t *testing.T) (*tunnel.Commands, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { podLn.Close() })
-	var once sync.Once
+	var asked atomic.Bool
 	listen := func() (net.Listener, error) {
-		err := errors.New("asked twice")
-		once.Do(func() { err = nil })
-		if err != nil {
-			return nil, err
+		if asked.Swap(true) {
+			return nil, errors.New("asked twice")
 		}
 		return podLn, nil
 	}
@@ -55,16 +53,24 @@ func TestCommandsEgress(t *testing.T) {
 	if got := ask(t, addr, "ping"); got != "got ping" {
 		t.Errorf("answer %q, want %q", got, "got ping")
 	}
-	var cwg sync.WaitGroup
-	for i := range 20 {
-		cwg.Go(func() {
+	answered := make(chan error, 20)
+	for i := range cap(answered) {
+		go func() {
+			err := fmt.Errorf("client %d: ended before its answer", i) // ask failed the test
+			defer func() { answered <- err }()
 			msg := fmt.Sprintf("client %d %s", i, make([]byte, 100_000))
 			if got := ask(t, addr, msg); got != "got "+msg {
-				t.Errorf("client %d: answer of %d bytes, want %d", i, len(got), len(msg)+4)
+				err = fmt.Errorf("client %d: answer of %d bytes, want %d", i, len(got), len(msg)+4)
+				return
 			}
-		})
+			err = nil
+		}()
 	}
-	cwg.Wait()
+	for range cap(answered) {
+		if err := <-answered; err != nil {
+			t.Error(err)
+		}
+	}
 	if code, err := c.Run(t.Context(), tunnel.Command{Argv: []string{"true"}, Stdout: io.Discard, Stderr: io.Discard}); err != nil || code != 0 {
 		t.Errorf("a command beside egress: %d, %v", code, err)
 	}
@@ -130,22 +136,7 @@ func TestCommandsEgressRefused(t *testing.T) {
 // argv is refused with a frameFailed ("read the command: no argv"), whatever else it holds.
 func oldPodSide(t *testing.T) *tunnel.Commands {
 	t.Helper()
-	toPodR, toPodW := io.Pipe()
-	fromPodR, fromPodW := io.Pipe()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer fromPodW.Close()
-		_, _ = io.WriteString(fromPodW, "boxcar-exec-session ready\n")
-		sess, err := yamux.Client(rw{toPodR, fromPodW}, nil)
-		if err != nil {
-			return
-		}
-		defer sess.Close()
-		st, err := sess.AcceptStream()
-		if err != nil {
-			return
-		}
+	return fakePodSide(t, func(st *yamux.Stream) {
 		if _, err := bufio.NewReader(st).ReadBytes('\n'); err != nil {
 			return
 		}
@@ -155,12 +146,5 @@ func oldPodSide(t *testing.T) *tunnel.Commands {
 		binary.BigEndian.PutUint32(hdr[1:], uint32(len(msg)))
 		_, _ = st.Write(append(hdr[:], msg...))
 		st.Close()
-		<-sess.CloseChan()
-	}()
-	c, err := tunnel.DialCommands(t.Context(), fromPodR, toPodW)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); <-done })
-	return c
+	})
 }
