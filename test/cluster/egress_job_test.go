@@ -131,7 +131,7 @@ func (s *seenAuth) all() []string {
 
 // serveAPI serves HTTPS for apiHost on port 443 of the namespace, with a certificate of its
 // own root, written at caPath for the worker's egress.upstream_ca.
-func serveAPI(t *testing.T, netns *testnet.Netns, seen *seenAuth, caPath string) string {
+func serveAPI(t testing.TB, netns *testnet.Netns, seen *seenAuth, caPath string) string {
 	t.Helper()
 	cert, caPEM := testcert.SelfSigned(t, apiHost)
 	if err := os.WriteFile(caPath, caPEM, 0o600); err != nil {

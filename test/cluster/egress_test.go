@@ -84,7 +84,7 @@ func (p *halfCPU) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 
 // importToolsImage imports toolsImage: curl, python3.11 with its standard library and pip,
 // getent, and every library they and Python's extension modules load, as the host has them.
-func importToolsImage(t *testing.T) {
+func importToolsImage(t testing.TB) {
 	t.Helper()
 	files := map[string]string{}
 	for _, prog := range []string{"/usr/bin/curl", "/usr/bin/python3.11", "/usr/bin/getent"} {
@@ -128,7 +128,7 @@ func importToolsImage(t *testing.T) {
 }
 
 // sharedLibs are the paths ldd names for a program or library, the loader included.
-func sharedLibs(t *testing.T, path string) []string {
+func sharedLibs(t testing.TB, path string) []string {
 	t.Helper()
 	out, err := exec.Command("ldd", path).Output()
 	if err != nil {

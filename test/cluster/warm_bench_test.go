@@ -22,7 +22,12 @@ const warmJobs = 20
 // each per iteration, alternating at a steady rate of one job at a time. Warm pods come two
 // ways in the same run: with the bridge (the release image, make image), whose command session
 // opened while warm carries the input's write and the command (warm-*), and without it, each
-// call a pods/exec of its own (warm-exec-*). p50 and p99 of each. Pods are closed untimed.
+// call a pods/exec of its own (warm-exec-*). A third kind is a job with egress, as a job with
+// its own secrets has (warm-egress-*, egressJob): the warm pod claimed, its proxy made and
+// attached (the CA and the tunnel over the session), its input written, and a first command
+// that reaches an API in the test's network namespace through the proxy with its placeholder;
+// with BOXCAR_BENCH_OLD_BRIDGE, the same on an older bridge whose tunnel is a pods/exec of its
+// own (warm-egress-old-*). p50 and p99 of each. Pods are closed untimed.
 func BenchmarkWarm(b *testing.B) {
 	ctx := context.Background()
 	ns := benchNamespace(b)
@@ -60,11 +65,15 @@ func BenchmarkWarm(b *testing.B) {
 	cold(-1)
 	warmSession(-1)
 	warmExec(-1)
+	egressJobs := egressKinds(b, ns, release, spec)
 	var tCold, tWarm, tWarmExec []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		for i := range warmJobs {
 			tWarm, tWarmExec, tCold = append(tWarm, warmSession(i)), append(tWarmExec, warmExec(i)), append(tCold, cold(i))
+			for _, k := range egressJobs {
+				k.times = append(k.times, k.job(i))
+			}
 		}
 	}
 	b.StopTimer()
@@ -82,12 +91,15 @@ func BenchmarkWarm(b *testing.B) {
 	b.ReportMetric(q(steps.command[1:], 0.5), "warm-cmd-p50-ms")
 	b.ReportMetric(q(tCold, 0.5), "cold-p50-ms")
 	b.ReportMetric(q(tCold, 0.99), "cold-p99-ms")
+	for _, k := range egressJobs {
+		k.report(b, q)
+	}
 }
 
 // warmSteps are a warm job's steps timed apart: the claim (with the session: its ping, the
-// patch running beside the next steps; without: the patch), the input's write and the first
-// command.
-type warmSteps struct{ claim, write, command []time.Duration }
+// patch running beside the next steps; without: the patch), AttachEgress (an egress job's),
+// the input's write and the first command.
+type warmSteps struct{ claim, attach, write, command []time.Duration }
 
 // warmPods returns a timed warm job on p's pods: the next warm pod starts while the current
 // job runs, as a pool keeps one ready; the claim and the first command are timed. The pod
