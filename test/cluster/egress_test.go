@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,6 +45,16 @@ func TestEgress(t *testing.T) {
 	noSandboxLeft(t, ns)
 }
 
+// TestEgressWarm runs the egress suite on a warm pod (a pool's, claimed, with a neighbour
+// beside it) with the bridge: its CA written by the pod's command session itself and its
+// tunnel carried as streams of that session, without an exec of their own.
+func TestEgressWarm(t *testing.T) {
+	ns := sandboxNamespace(t)
+	release, _ := importReleaseImage(t)
+	importToolsImage(t)
+	sandboxtest.RunEgress(t, sandboxtest.Warm(t, egressProvider(t, ns, release)))
+}
+
 // egressProvider is the backend as the chart sets it up: the worker's image as the bridge
 // image, the tools image for sandboxes.
 func egressProvider(t *testing.T, ns, release string) *halfCPU {
@@ -68,6 +79,7 @@ func egressProvider(t *testing.T, ns, release string) *halfCPU {
 // cluster's own pods request some), and keeps the sandboxes it started.
 type halfCPU struct {
 	*sandbox.KubernetesProvider
+	mu      sync.Mutex // a pool starts its sandboxes beside the test's
 	started []sandbox.Sandbox
 }
 
@@ -77,7 +89,9 @@ func (p *halfCPU) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	}
 	sb, err := p.KubernetesProvider.Start(ctx, spec)
 	if err == nil {
+		p.mu.Lock()
 		p.started = append(p.started, sb)
+		p.mu.Unlock()
 	}
 	return sb, err
 }
