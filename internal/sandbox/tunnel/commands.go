@@ -128,17 +128,7 @@ func ServeCommands(in io.Reader, out io.Writer, egress func() (net.Listener, err
 func serveCommand(ctx context.Context, st *yamux.Stream, egress func(*frameWriter)) {
 	defer st.Close()
 	br := bufio.NewReader(io.LimitReader(st, maxHeader))
-	line, err := br.ReadBytes('\n')
-	var h header
-	if err == nil {
-		err = json.Unmarshal(line, &h)
-	}
-	if err == nil && len(h.Argv) == 0 && !h.Egress {
-		err = errors.New("no argv")
-	}
-	if err == nil && h.Mark != "" && strings.Index(h.Mark, "=") < 1 {
-		err = fmt.Errorf("mark %q is not NAME=VALUE", h.Mark)
-	}
+	h, err := readHeader(br)
 	fw := &frameWriter{w: st}
 	if err != nil {
 		_ = fw.frame(frameFailed, []byte("read the command: "+err.Error()))
@@ -185,6 +175,22 @@ func serveCommand(ctx context.Context, st *yamux.Stream, egress func(*frameWrite
 		kill(h.Mark)
 	}
 	sendExit(fw, code)
+}
+
+// readHeader reads a stream's header line from br (bounded by maxHeader) and checks it.
+func readHeader(br *bufio.Reader) (header, error) {
+	var h header
+	line, err := br.ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &h)
+	}
+	if err == nil && len(h.Argv) == 0 && !h.Egress {
+		err = errors.New("no argv")
+	}
+	if err == nil && h.Mark != "" && strings.Index(h.Mark, "=") < 1 {
+		err = fmt.Errorf("mark %q is not NAME=VALUE", h.Mark)
+	}
+	return h, err
 }
 
 // sendExit sends the command's last frame, its exit code.

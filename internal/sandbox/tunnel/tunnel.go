@@ -146,7 +146,7 @@ func Pod(ln net.Listener, in io.Reader, out io.Writer) error {
 		<-sess.CloseChan()
 		ln.Close() // the worker is gone: clients see refusals, not a hang
 	}()
-	if err := carryAll(ln, sess); err != nil && !sess.IsClosed() {
+	if err := carryAll(ln, sess); !sess.IsClosed() {
 		return err
 	}
 	return nil
@@ -162,7 +162,7 @@ func clientSession(in io.Reader, out io.Writer, ready string) (*yamux.Session, e
 }
 
 // carryAll carries each connection ln accepts as a stream it opens on sess, until ln's Accept
-// fails (it was closed); it returns that error.
+// fails (it was closed); it returns that error, never nil.
 func carryAll(ln net.Listener, sess *yamux.Session) error {
 	for {
 		c, err := ln.Accept()
