@@ -3,7 +3,9 @@
 // listens on bridge.ListenAddr in the pod's network namespace and carries every connection
 // it accepts as a yamux stream over the exec's stdin and stdout; on the worker, Listen turns
 // that exec's streams into the net.Listener the job's proxy serves. The tunnel adds no power:
-// the proxy alone decides what a connection may reach.
+// the proxy alone decides what a connection may reach. A warm pod's command session
+// (CommandsArg) carries the same egress on its own session instead (egress.go), without an
+// exec of its own.
 //
 // An init container puts the binary in the pod: the worker image's own binary, run with
 // InstallArg, copies itself into a volume the sandbox container mounts read-only (the
