@@ -103,8 +103,8 @@ func BenchmarkWarm(b *testing.B) {
 // claim is on its path). after, when set by the job's first steps, runs once they are timed,
 // before the pod is closed.
 type warmSteps struct {
-	claim, attach, write, command, again []time.Duration
-	after                                func()
+	claim, attach, write, command, curl []time.Duration
+	after                               func()
 }
 
 // warmPods returns a timed warm job on p's pods: the next warm pod starts while the current

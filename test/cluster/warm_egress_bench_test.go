@@ -27,8 +27,9 @@ const oldBridgeEnv = "BOXCAR_BENCH_OLD_BRIDGE"
 
 // egressJob is row 17's job with egress, as a job with its own secrets has: its own proxy (its
 // CA, and a placeholder for its token bound to apiHost), attached to the warm pod once claimed,
-// and a first command (curl) that sends the placeholder to the API served in a network
-// namespace of the test's, through the proxy, which must swap in the real value.
+// the same first command as the other kinds (what is timed is how soon a job's command runs,
+// not the command), and then, timed apart, curl sending the placeholder to the API served in
+// a network namespace of the test's, through the proxy, which must swap in the real value.
 type egressJob struct {
 	cfg    egress.Config
 	secret string
@@ -86,11 +87,15 @@ func (j *egressJob) first(b *testing.B, steps *warmSteps) func(sandbox.Sandbox, 
 			k, v, _ := strings.Cut(kv, "=")
 			env[k] = v
 		}
-		j.command(b, sb, id, env)
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", `test "$JOB" = "$1" && cat input.csv`, "sh", id},
+			Env: env, Timeout: time.Minute})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("first command of %s: %v, exit %d: %s", id, err, res.ExitCode, res.Stderr)
+		}
 		steps.after = func() {
-			again := time.Now()
-			j.command(b, sb, id, env)
-			steps.again = append(steps.again, time.Since(again))
+			curl := time.Now()
+			j.curl(b, sb, id, env)
+			steps.curl = append(steps.curl, time.Since(curl))
 			stop()
 			ln.Close()
 			<-served
@@ -99,14 +104,14 @@ func (j *egressJob) first(b *testing.B, steps *warmSteps) func(sandbox.Sandbox, 
 	}
 }
 
-// command runs the job's command, curl with the placeholder to the API through the proxy, and
-// checks that the API saw the real token and the command's output holds none of it.
-func (j *egressJob) command(b *testing.B, sb sandbox.Sandbox, id string, env map[string]string) {
+// curl sends the placeholder to the API through the proxy, and checks that the API saw the
+// real token and the command's output holds none of it.
+func (j *egressJob) curl(b *testing.B, sb sandbox.Sandbox, id string, env map[string]string) {
 	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"sh", "-c",
 		`test "$JOB" = "$1" && test -s input.csv && curl -sS --max-time 30 -H "Authorization: Bearer $API_TOKEN" https://` + apiHost + `/`, "sh", id},
 		Env: env, Timeout: time.Minute})
 	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "api answered\n" {
-		b.Fatalf("first command of %s: %v, exit %d, stdout %q: %s", id, err, res.ExitCode, res.Stdout, res.Stderr)
+		b.Fatalf("curl through the proxy of %s: %v, exit %d, stdout %q: %s", id, err, res.ExitCode, res.Stdout, res.Stderr)
 	}
 	if seen := j.api.all(); len(seen) == 0 || seen[len(seen)-1] != "Bearer "+j.secret {
 		b.Fatalf("the API did not see the real token for %s (%d requests)", id, len(seen))
@@ -171,12 +176,12 @@ func egressKinds(b *testing.B, ns, release string, spec func(string) sandbox.Spe
 }
 
 // report reports the kind's p50 and p99, and the p50 of its claim, AttachEgress, first
-// command, and the same command run again.
+// command, and curl through the proxy after it.
 func (k *egressKind) report(b *testing.B, q func([]time.Duration, float64) float64) {
 	b.ReportMetric(q(k.times, 0.5), k.name+"-p50-ms")
 	b.ReportMetric(q(k.times, 0.99), k.name+"-p99-ms")
 	b.ReportMetric(q(k.steps.claim, 0.5), k.name+"-claim-p50-ms")
 	b.ReportMetric(q(k.steps.attach, 0.5), k.name+"-attach-p50-ms")
 	b.ReportMetric(q(k.steps.command, 0.5), k.name+"-cmd-p50-ms")
-	b.ReportMetric(q(k.steps.again, 0.5), k.name+"-cmd-again-p50-ms")
+	b.ReportMetric(q(k.steps.curl, 0.5), k.name+"-curl-p50-ms")
 }
