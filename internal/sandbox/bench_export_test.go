@@ -59,3 +59,18 @@ func RanOnSpare(sb Sandbox) bool {
 	defer s.spareMu.Unlock()
 	return s.spareHit
 }
+
+// SpareKind says what the sandbox's spare bwrap runs, before a command takes it: "shell"
+// (spare.Script), "go" (the worker's binary) or "" (none).
+func SpareKind(sb Sandbox) string {
+	s := sb.(*bubblewrapSandbox)
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	switch {
+	case s.spare == nil:
+		return ""
+	case s.spare.shell:
+		return "shell"
+	}
+	return "go"
+}

@@ -84,9 +84,14 @@ func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	}
 	var l *launched
 	if sp != nil {
-		l = s.launchOnSpare(runCtx, sp, req, path.Join(s.workdir, dir), maxOut, argv)
-	} else if l, err = s.launch(runCtx, cancel, req, path.Join(s.workdir, dir), maxOut, argv, bridged); err != nil {
-		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
+		if l, err = s.launchOnSpare(runCtx, sp, req, path.Join(s.workdir, dir), maxOut, argv); err != nil {
+			s.log.Debug("the spare bwrap cannot take the first command; it starts its own", "error", err)
+		}
+	}
+	if l == nil {
+		if l, err = s.launch(runCtx, cancel, req, path.Join(s.workdir, dir), maxOut, argv, bridged); err != nil {
+			return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
+		}
 	}
 	cmd, stdout, stderr, start := l.cmd, l.stdout, l.stderr, l.start
 

@@ -6,8 +6,10 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,14 +27,19 @@ var _ Warmer = (*bubblewrapSandbox)(nil)
 // instead of starting bwrap, which is most of a command's start. Only the first command has
 // one, so that a warm sandbox holds no process a cold one lacks once the job runs.
 //
-// A spare costs more to start than the bwrap of a command (it starts the worker's binary as
-// well), so it pays only when it is ready before the first command comes: the pool starts it
-// (Warm) once the sandbox waits for a job, not for a job that already waits for the sandbox,
-// and the first command never waits for one that is still starting (takeSpare).
+// Inside the bwrap waits the sandbox's own /bin/sh running spare.Script where that shell is dash
+// and the root the host's (the shell spare: one thread, so the command's execve waits for no
+// other), else the worker's binary (spare.Arg; an image's root may have no shell, or another).
+//
+// A spare costs more to start than the bwrap of a command (it starts the shell or the worker's
+// binary as well), so it pays only when it is ready before the first command comes: the pool
+// starts it (Warm) once the sandbox waits for a job, not for a job that already waits for the
+// sandbox, and the first command never waits for one that is still starting (takeSpare).
 type spareBwrap struct {
 	cmd            *exec.Cmd
-	request, stdin *os.File // the worker's ends: the command to run, and its input
+	request, stdin *os.File // the worker's ends: the command to run (nil for the shell: stdin), and its input
 	stdout, stderr *cappedBuffer
+	shell          bool          // /bin/sh runs spare.Script (else the worker's binary)
 	bridged        bool          // started with the egress binds, for a command behind the bridge
 	ready          chan struct{} // closed once the helper answered or died
 	ok             bool          // the helper is waiting (set before ready closes)
@@ -42,10 +49,11 @@ type spareBwrap struct {
 
 // Warm starts the spare of a pool sandbox, unless its first command came already. The channel
 // closes once the spare is ready or has failed; a sandbox not started for a pool has none, and
-// its channel is closed. So has a sandbox bounded by RLIMIT_AS (no memory cgroup): the
-// helper's Go runtime reserves more address space than a profile's memory, and would crash.
+// its channel is closed. So has a sandbox bounded by RLIMIT_AS (no memory cgroup) that cannot
+// have the shell spare: the Go helper's runtime reserves more address space than a profile's
+// memory, and would crash.
 func (s *bubblewrapSandbox) Warm() <-chan struct{} {
-	if s.pooled && !slices.ContainsFunc(s.rlimits, func(r rlimit) bool { return r.resource == unix.RLIMIT_AS }) {
+	if s.pooled && (s.shellSpare() || !slices.ContainsFunc(s.rlimits, func(r rlimit) bool { return r.resource == unix.RLIMIT_AS })) {
 		s.startSpare(false)
 	}
 	s.spareMu.Lock()
@@ -79,14 +87,6 @@ func (s *bubblewrapSandbox) startSpare(bridged bool) {
 }
 
 func (s *bubblewrapSandbox) launchSpare(bridged bool) (*spareBwrap, error) {
-	if err := s.p.loadBridge(s.image != ""); err != nil {
-		return nil, err
-	}
-	bin, err := os.Open(s.p.bridgeBin)
-	if err != nil {
-		return nil, err
-	}
-	defer bin.Close()
 	inv, err := s.prepare()
 	if err != nil {
 		return nil, err
@@ -97,12 +97,24 @@ func (s *bubblewrapSandbox) launchSpare(bridged bool) (*spareBwrap, error) {
 		return nil, err
 	}
 	reqR, reqW, readyR, readyW, stdinR, stdinW := p[0], p[1], p[2], p[3], p[4], p[5]
-	base := fdArgs + len(inv.child)
-	inv.child = append(inv.child, reqR, readyW, bin)
 	sp := &spareBwrap{request: reqW, stdin: stdinW, stdout: &cappedBuffer{}, stderr: &cappedBuffer{}, bridged: bridged,
 		ready: make(chan struct{}), done: make(chan struct{})}
-	helper := "/proc/self/fd/" + strconv.Itoa(base+2)
-	sp.cmd = exec.Command(s.p.bwrap, "--args", strconv.Itoa(fdArgs), "--", helper, spare.Arg, strconv.Itoa(base), strconv.Itoa(base+1)) //nolint:noctx // killed by its owner (Exec's ctx, or the sandbox's close)
+	var argv []string
+	if s.shellSpare() {
+		sp.shell, sp.request = true, nil
+		reqR.Close()
+		reqW.Close()
+		argv, err = shellSpareArgv(inv, readyW)
+	} else {
+		argv, err = s.goSpareArgv(inv, reqR, readyW)
+	}
+	if err != nil {
+		for _, f := range []*os.File{readyR, readyW, stdinR, stdinW} {
+			f.Close()
+		}
+		return nil, err
+	}
+	sp.cmd = exec.Command(s.p.bwrap, append([]string{"--args", strconv.Itoa(fdArgs), "--"}, argv...)...) //nolint:noctx // killed by its owner (Exec's ctx, or the sandbox's close)
 	sp.cmd.Env = []string{}
 	sp.cmd.Dir = "/"
 	sp.cmd.Stdin, sp.cmd.Stdout, sp.cmd.Stderr = stdinR, sp.stdout, sp.stderr
@@ -111,7 +123,7 @@ func (s *bubblewrapSandbox) launchSpare(bridged bool) (*spareBwrap, error) {
 	sp.cmd.WaitDelay = waitDelay
 	err = sp.cmd.Start()
 	stdinR.Close()
-	inv.closeChildEnds() // reqR, readyW and bin too: the helper holds them now
+	inv.closeChildEnds() // the request's and ready's ends, and the binary, too: the helper holds them now
 	if err == nil {
 		err = s.release(inv, sp.cmd.Process.Pid, s.spareOptions(bridged))
 		if err != nil {
@@ -120,7 +132,9 @@ func (s *bubblewrapSandbox) launchSpare(bridged bool) (*spareBwrap, error) {
 	}
 	if err != nil {
 		readyR.Close()
-		reqW.Close()
+		if sp.request != nil {
+			sp.request.Close()
+		}
 		stdinW.Close()
 		if sp.cmd.Process != nil {
 			_ = sp.cmd.Wait()
@@ -135,6 +149,59 @@ func (s *bubblewrapSandbox) launchSpare(bridged bool) (*spareBwrap, error) {
 		close(sp.ready)
 	}()
 	return sp, nil
+}
+
+// shellSpare reports whether the sandbox's spare is its /bin/sh: where the root is the host's
+// and the host's /bin/sh is dash, whose environment, descriptors and builtins spare.Script is
+// written for (bash, for one, exports SHLVL and _ to the command).
+func (s *bubblewrapSandbox) shellSpare() bool {
+	_, goOnly := goSpareOnly.Load(s.p)
+	return s.image == "" && !goOnly && hostShellIsDash()
+}
+
+// goSpareOnly holds the providers whose sandboxes have the Go spare even where the shell spare
+// would do: tests of the Go spare on the host's root.
+var goSpareOnly sync.Map
+
+var hostShellIsDash = sync.OnceValue(func() bool {
+	sh, err := filepath.EvalSymlinks("/bin/sh")
+	return err == nil && filepath.Base(sh) == "dash"
+})
+
+// shellSpareArgv passes ready at spare.ReadyFD, after the sandbox's own descriptors (a shell
+// redirects none above 9), and is the shell's command line.
+func shellSpareArgv(inv *invocation, ready *os.File) ([]string, error) {
+	at := spare.ReadyFD - fdArgs
+	if len(inv.child) > at {
+		ready.Close()
+		return nil, fmt.Errorf("the sandbox passes bwrap %d descriptors; the shell spare's must be fd %d", len(inv.child), spare.ReadyFD)
+	}
+	for len(inv.child) < at {
+		inv.child = append(inv.child, nil) // closed in bwrap
+	}
+	inv.child = append(inv.child, ready)
+	return []string{"/bin/sh", "-c", spare.Script}, nil
+}
+
+// goSpareArgv passes the request's and ready's ends and the worker's binary, and is the
+// binary's command line.
+func (s *bubblewrapSandbox) goSpareArgv(inv *invocation, req, ready *os.File) ([]string, error) {
+	bin, err := s.openSpareBin()
+	if err != nil {
+		req.Close()
+		ready.Close()
+		return nil, err
+	}
+	base := fdArgs + len(inv.child)
+	inv.child = append(inv.child, req, ready, bin)
+	return []string{"/proc/self/fd/" + strconv.Itoa(base+2), spare.Arg, strconv.Itoa(base), strconv.Itoa(base + 1)}, nil
+}
+
+func (s *bubblewrapSandbox) openSpareBin() (*os.File, error) {
+	if err := s.p.loadBridge(s.image != ""); err != nil {
+		return nil, err
+	}
+	return os.Open(s.p.bridgeBin)
 }
 
 // spareOptions are the sandbox's bwrap options for the helper: the command's environment and
@@ -153,7 +220,9 @@ func (sp *spareBwrap) kill() {
 // discard ends a spare nobody took, and waits for it.
 func (sp *spareBwrap) discard() {
 	sp.kill()
-	sp.request.Close()
+	if sp.request != nil {
+		sp.request.Close()
+	}
 	sp.stdin.Close()
 	<-sp.ready
 	_ = sp.cmd.Wait()
@@ -215,36 +284,65 @@ func (s *bubblewrapSandbox) renewSpare() {
 }
 
 // launchOnSpare hands req to the spare: its output capped at maxOut, its input fed, and
-// runCtx's end killing it as it kills a fresh bwrap.
-func (s *bubblewrapSandbox) launchOnSpare(runCtx context.Context, sp *spareBwrap, req ExecRequest, chdir string, maxOut int, argv []string) *launched {
+// runCtx's end killing it as it kills a fresh bwrap. An error means the spare cannot take the
+// command (a request its shell could not be told); it has been discarded.
+func (s *bubblewrapSandbox) launchOnSpare(runCtx context.Context, sp *spareBwrap, req ExecRequest, chdir string, maxOut int, argv []string) (*launched, error) {
+	request, err := s.spareRequest(sp, req, chdir, argv)
+	if err != nil {
+		sp.discard()
+		s.spareMu.Lock()
+		s.spareHit = false
+		s.spareMu.Unlock()
+		return nil, err
+	}
 	for _, b := range []*cappedBuffer{sp.stdout, sp.stderr} {
 		b.mu.Lock()
 		b.max = maxOut
 		b.mu.Unlock()
-	}
-	env := s.commandEnv(req)
-	vars := make([]string, 0, len(env))
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		vars = append(vars, k+"="+env[k])
 	}
 	l := &launched{cmd: sp.cmd, stdout: sp.stdout, stderr: sp.stderr, killed: &sp.killed, start: time.Now()}
 	stop := context.AfterFunc(runCtx, sp.kill)
 	fed := make(chan struct{})
 	go func() {
 		defer close(fed)
+		if sp.shell { // the shell reads its request from stdin, then leaves the rest to the command
+			if _, err := sp.stdin.Write(request); err != nil {
+				sp.stdin.Close()
+				return
+			}
+		}
 		if req.Stdin != nil {
 			_, _ = sp.stdin.Write(req.Stdin)
 		}
 		sp.stdin.Close()
 	}()
-	_, _ = sp.request.Write(spare.Encode(argv, vars, chdir, req.Stdin != nil))
-	sp.request.Close()
+	if !sp.shell {
+		_, _ = sp.request.Write(request)
+		sp.request.Close()
+	}
 	l.after = func() {
 		stop()
 		sp.stdin.Close() // unblocks a feed the command never read
 		<-fed
 	}
-	return l
+	return l, nil
+}
+
+// spareRequest is what the spare is told: the command's argv, its environment as a cold bwrap
+// sets it (the request's, with PWD the folder it enters), its folder and whether it has input.
+func (s *bubblewrapSandbox) spareRequest(sp *spareBwrap, req ExecRequest, chdir string, argv []string) ([]byte, error) {
+	env := s.commandEnv(req)
+	if sp.shell {
+		env["PWD"] = chdir // as bwrap sets it once in the folder
+	}
+	vars := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		vars = append(vars, k+"="+env[k])
+	}
+	if !sp.shell {
+		return spare.Encode(argv, vars, chdir, req.Stdin != nil), nil
+	}
+	return spare.Request(argv, vars, chdir, req.Stdin != nil, env["PATH"])
 }
 
 // pipes makes n pipes, their read and write ends in turn; none when one fails.

@@ -4,6 +4,10 @@ package sandbox_test
 
 import (
 	"context"
+	"debug/elf"
+	"slices"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +61,16 @@ func TestBubblewrapWarmEgress(t *testing.T) {
 // higher: the helper's runtime threads took some; docs/sandbox.md.)
 func TestBubblewrapWarmFirstCommandAsCold(t *testing.T) {
 	t.Parallel()
-	p := sandboxtest.Bubblewrap(t)
+	t.Run("shell spare", func(t *testing.T) { t.Parallel(); warmFirstCommandAsCold(t, sandboxtest.Bubblewrap(t)) })
+	t.Run("Go spare", func(t *testing.T) {
+		t.Parallel()
+		p := sandboxtest.Bubblewrap(t)
+		sandbox.UseGoSpare(p)
+		warmFirstCommandAsCold(t, p)
+	})
+}
+
+func warmFirstCommandAsCold(t *testing.T, p *sandbox.BubblewrapProvider) {
 	const script = `echo pid=$$; for f in 0 1 2; do readlink /proc/self/fd/$f | cut -d: -f1; done; pwd; env | sort; ` +
 		`grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status; ulimit -a; ls -A /`
 	first := func(sb sandbox.Sandbox) string {
@@ -90,31 +103,101 @@ func TestBubblewrapWarmFirstCommandAsCold(t *testing.T) {
 	}
 }
 
-// TestBubblewrapNoSpareUnderAddressLimit: where no memory cgroup bounds a sandbox, RLIMIT_AS
-// does, under which the spare's Go runtime cannot start; such a sandbox starts no spare, and its
-// first command starts its own bwrap.
-func TestBubblewrapNoSpareUnderAddressLimit(t *testing.T) {
+// TestBubblewrapSpareKinds: a sandbox on the host's root has the shell spare, also under
+// RLIMIT_AS (where no memory cgroup bounds it: dash needs little address space); a sandbox on
+// an image's root, which may hold no shell or another one, has the worker's binary, except
+// under RLIMIT_AS, where that binary's Go runtime cannot start, and it has none. Each first
+// command runs on the spare it has.
+func TestBubblewrapSpareKinds(t *testing.T) {
 	t.Parallel()
-	p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.DisableCgroups = true })
-	spec := sandboxtest.Spec("", config.SandboxSpec{})
-	spec.Pool, spec.Ahead = "p", time.Hour
-	sb, err := p.Start(t.Context(), spec)
+	// An image gets the worker's binary only where that is linked statically (CGO_ENABLED=0, as
+	// make build builds the worker): the image may lack the libraries.
+	goOnImage := ""
+	if !linkedDynamically(t) {
+		goOnImage = "go"
+	}
+	tests := []struct {
+		name      string
+		image     bool
+		noCgroups bool
+		goSpare   bool // UseGoSpare
+		want      string
+	}{
+		{"host root", false, false, false, "shell"},
+		{"host root under RLIMIT_AS", false, true, false, "shell"},
+		{"host root, the Go spare", false, false, true, "go"},
+		{"host root, the Go spare under RLIMIT_AS", false, true, true, ""},
+		{"image", true, false, false, goOnImage},
+		{"image under RLIMIT_AS", true, true, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.DisableCgroups = tt.noCgroups })
+			if tt.goSpare {
+				sandbox.UseGoSpare(p)
+			}
+			spec := sandboxtest.Spec("", config.SandboxSpec{})
+			spec.Pool, spec.Ahead = "p", time.Hour
+			argv := []string{"true"}
+			if tt.image {
+				spec.Image, argv = busyboxImage(t), []string{"/bin/busybox", "true"}
+			}
+			sb, err := p.Start(t.Context(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sb.Close(context.Background()) })
+			if underAS := strings.Contains(sb.Info().Isolation, ",as"); underAS != tt.noCgroups {
+				t.Fatalf("bounded by RLIMIT_AS: %v, want %v: %s", underAS, tt.noCgroups, sb.Info().Isolation)
+			}
+			sandbox.AwaitWarm(sb)
+			if got := sandbox.SpareKind(sb); got != tt.want {
+				t.Fatalf("the spare is %q, want %q", got, tt.want)
+			}
+			if err := sb.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
+				t.Fatal(err)
+			}
+			res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: argv, Timeout: 30 * time.Second})
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("exec %v: %v, exit %d: %s", argv, err, res.ExitCode, res.Stderr)
+			}
+			if sandbox.RanOnSpare(sb) != (tt.want != "") {
+				t.Errorf("the first command ran on the spare: %v, want %v", sandbox.RanOnSpare(sb), tt.want != "")
+			}
+		})
+	}
+}
+
+func linkedDynamically(t *testing.T) bool {
+	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sb.Close(context.Background()) })
-	if !strings.Contains(sb.Info().Isolation, "rlimits=") || !strings.Contains(sb.Info().Isolation, ",as") {
-		t.Fatalf("the sandbox is not bounded by RLIMIT_AS: %s", sb.Info().Isolation)
-	}
-	sandbox.AwaitWarm(sb)
-	if sandbox.HasSpare(sb) {
-		t.Error("a sandbox under RLIMIT_AS started a spare bwrap")
-	}
-	if err := sb.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
+	f, err := elf.Open(self)
+	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("exec true: %v, exit %d: %s", err, res.ExitCode, res.Stderr)
+	defer f.Close()
+	return slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
+}
+
+// busyboxImage is a rootfs folder whose only program is a static busybox, at /bin/busybox.
+func busyboxImage(t *testing.T) string {
+	image := sandboxtest.SearchableTempDir(t)
+	if err := os.Mkdir(filepath.Join(image, "bin"), 0o755); err != nil {
+		t.Fatal(err)
 	}
+	bb, _ := staticBusybox(t)
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(image, "bin", "busybox"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(image, 0o755); err != nil { // the sandbox's host user reads the image
+		t.Fatal(err)
+	}
+	return image
 }

@@ -52,3 +52,7 @@ func SetPodCAFile(t interface{ Cleanup(func()) }, path string) {
 	podCAFile = path
 	t.Cleanup(func() { podCAFile = was })
 }
+
+// UseGoSpare gives the provider's warm sandboxes the Go spare (the worker's binary) even where
+// they could have the shell spare.
+func UseGoSpare(p *BubblewrapProvider) { goSpareOnly.Store(p, true) }
