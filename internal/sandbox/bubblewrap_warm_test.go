@@ -5,9 +5,9 @@ package sandbox_test
 import (
 	"context"
 	"debug/elf"
-	"slices"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
