@@ -302,24 +302,24 @@ func (s *bubblewrapSandbox) launchOnSpare(runCtx context.Context, sp *spareBwrap
 	}
 	l := &launched{cmd: sp.cmd, stdout: sp.stdout, stderr: sp.stderr, killed: &sp.killed, start: time.Now()}
 	stop := context.AfterFunc(runCtx, sp.kill)
+	// The shell reads its request from stdin, and leaves the rest to the command. The request
+	// is written here, not by the feed: a goroutine more to schedule before the command starts.
+	to := sp.request
+	if sp.shell {
+		to = sp.stdin
+	}
+	_, _ = to.Write(request) // a spare that died reports as the command
+	if !sp.shell {
+		sp.request.Close()
+	}
 	fed := make(chan struct{})
 	go func() {
 		defer close(fed)
-		if sp.shell { // the shell reads its request from stdin, then leaves the rest to the command
-			if _, err := sp.stdin.Write(request); err != nil {
-				sp.stdin.Close()
-				return
-			}
-		}
 		if req.Stdin != nil {
 			_, _ = sp.stdin.Write(req.Stdin)
 		}
 		sp.stdin.Close()
 	}()
-	if !sp.shell {
-		_, _ = sp.request.Write(request)
-		sp.request.Close()
-	}
 	l.after = func() {
 		stop()
 		sp.stdin.Close() // unblocks a feed the command never read
