@@ -332,9 +332,7 @@ func (s *bubblewrapSandbox) launchOnSpare(runCtx context.Context, sp *spareBwrap
 // sets it (the request's, with PWD the folder it enters), its folder and whether it has input.
 func (s *bubblewrapSandbox) spareRequest(sp *spareBwrap, req ExecRequest, chdir string, argv []string) ([]byte, error) {
 	env := s.commandEnv(req)
-	if sp.shell {
-		env["PWD"] = chdir // as bwrap sets it once in the folder
-	}
+	env["PWD"] = chdir // as bwrap sets it once in the folder, whatever the request said
 	vars := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		vars = append(vars, k+"="+env[k])

@@ -153,3 +153,17 @@ func sortLines(b []byte) []byte {
 var pipeInode = regexp.MustCompile(`:\[[0-9]+\]`)
 
 func pipeNumbers(b []byte) []byte { return pipeInode.ReplaceAll(b, nil) }
+
+// TestBubblewrapGoSpareEnvironmentAsCold: the Go spare, which sandboxes on an image's root
+// keep, sets the environment a cold bwrap sets too, PWD included.
+func TestBubblewrapGoSpareEnvironmentAsCold(t *testing.T) {
+	t.Parallel()
+	p := sandboxtest.Bubblewrap(t)
+	sandbox.UseGoSpare(p)
+	c := firstCommand{name: "environment", req: sandbox.ExecRequest{Argv: []string{"env"}, Env: map[string]string{"JOB": "x"}, Dir: "sub"},
+		mkdir: []string{"sub"}, norm: sortLines}
+	cold, warm := runFirst(t, p, c, false), runFirst(t, p, c, true)
+	if !bytes.Equal(cold.Stdout, warm.Stdout) {
+		t.Errorf("the warm sandbox's first command saw\n%s\nthe cold one's\n%s", warm.Stdout, cold.Stdout)
+	}
+}
