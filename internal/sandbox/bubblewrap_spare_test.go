@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,6 +113,7 @@ func TestBubblewrapWarmFirstCommandExactlyAsCold(t *testing.T) {
 	tests := []firstCommand{
 		{name: "environment as bwrap sets it", req: sandbox.ExecRequest{Argv: []string{"env"}, Env: map[string]string{"JOB": "x"}}, norm: sortLines},
 		{name: "the job's own PWD", req: sandbox.ExecRequest{Argv: []string{"env"}, Env: map[string]string{"PWD": "/elsewhere"}, Dir: "sub"}, mkdir: []string{"sub"}, norm: sortLines},
+		{name: "a request too long for the shell", req: sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo ${#BIG}"}, Env: map[string]string{"BIG": strings.Repeat("x", 10<<10)}}, noSpare: true},
 		{name: "OPTIND that dash refuses", req: sandbox.ExecRequest{Argv: []string{"env"}, Env: map[string]string{"OPTIND": "x"}}, noSpare: true, norm: sortLines},
 		{name: "environ sorted, weird values and shell names", req: sandbox.ExecRequest{Argv: []string{"sh", "-c", "tr '\\0' '\\n' </proc/self/environ | LC_ALL=C sort"}, Env: weirdEnv()}},
 		{name: "argv through the shell", req: sandbox.ExecRequest{Argv: append([]string{"printf", "[%s]\\n"}, weird...)}},

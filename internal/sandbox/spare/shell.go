@@ -76,6 +76,11 @@ exec "$@"
 // redirections reach.
 const ReadyFD = 9
 
+// MaxRequest is the longest request Script is given, in bytes. A shell reads a line one byte
+// at a time (so as not to take the command's input with it), about a microsecond a byte: past
+// 8 KiB, a bwrap of the command's own starts it about as soon.
+const MaxRequest = 8 << 10
+
 // errNUL: neither a program's arguments nor its environment can hold a NUL byte.
 var errNUL = errors.New("a NUL byte cannot be passed to a program")
 
@@ -120,6 +125,9 @@ func Request(argv, env []string, dir string, stdin bool, path string) ([]byte, e
 			}
 		}
 		b = append(b, '\'')
+	}
+	if len(b) >= MaxRequest {
+		return nil, errors.New("the request is longer than the shell reads quickly")
 	}
 	return append(b, '\n'), nil
 }

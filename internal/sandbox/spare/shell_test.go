@@ -199,6 +199,7 @@ func TestRequestRefuses(t *testing.T) {
 		{"a name led by a digit", []string{"echo"}, []string{"1A=1"}},
 		{"no name", []string{"echo"}, []string{"=1"}},
 		{"OPTIND dash refuses", []string{"echo"}, []string{"OPTIND=x"}},
+		{"longer than the shell reads quickly", []string{"echo", strings.Repeat("x", MaxRequest)}, nil},
 		{"no program", nil, nil},
 	}
 	for _, tt := range tests {
