@@ -73,8 +73,16 @@ func (p *KubernetesProvider) addBridge(pod *corev1.Pod) {
 	)
 }
 
-// podEgressIsolation is added to the manifest's isolation once egress is attached.
-const podEgressIsolation = "; egress=" + EgressAddr + " tunnelled over pods/exec to the worker's proxy"
+// podEgressIsolation is added to the manifest's isolation once egress is attached, naming what
+// carries the tunnel (overExec or overSession).
+func podEgressIsolation(over string) string {
+	return "; egress=" + EgressAddr + " tunnelled over " + over + " to the worker's proxy"
+}
+
+const (
+	overExec    = "pods/exec"
+	overSession = "the pod's command session"
+)
 
 // caScript writes its stdin to $1 whole or not at all. A command session writes the CA itself
 // (tunnel.File, mode caMode); the script is what pods/exec, or a session that predates File,
@@ -107,11 +115,11 @@ func (s *kubernetesSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net
 	if err := s.writeCA(ctx, caPEM); err != nil {
 		return nil, err
 	}
-	ln, err := s.openEgress(ctx)
+	ln, over, err := s.openEgress(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s.info.Isolation += podEgressIsolation
+	s.info.Isolation += podEgressIsolation(over)
 	s.egressOn = true
 	s.log.Info("egress attached")
 	return ln, nil
@@ -142,15 +150,15 @@ func (s *kubernetesSandbox) writeCA(ctx context.Context, caPEM []byte) error {
 // openEgress opens the tunnel over the pod's command session when it has one that knows
 // egress, else through the tunnel's own exec. A session that could not send the request, or
 // whose pod side does not know it, left nothing listening in the pod: the exec's pod side
-// then takes bridge.ListenAddr.
-func (s *kubernetesSandbox) openEgress(ctx context.Context) (net.Listener, error) {
+// then takes bridge.ListenAddr. It returns what carries the tunnel, for the manifest.
+func (s *kubernetesSandbox) openEgress(ctx context.Context) (net.Listener, string, error) {
 	if s.cmds == nil {
 		return s.openTunnel(ctx)
 	}
 	ln, err := s.cmds.Egress(ctx)
 	switch {
 	case err == nil:
-		return ln, nil
+		return ln, overSession, nil
 	case errors.Is(err, tunnel.ErrEgressUnsupported):
 		// What the pod's side said is the sandbox's to choose: not logged.
 		s.log.Info("egress tunnel over its own exec", "reason", "the command session's bridge predates egress over it")
@@ -159,16 +167,16 @@ func (s *kubernetesSandbox) openEgress(ctx context.Context) (net.Listener, error
 		s.log.Info("egress tunnel over its own exec", "reason", "the command session is down")
 		return s.openTunnel(ctx)
 	}
-	return nil, fmt.Errorf("sandbox: attach egress: the tunnel over pod %s's command session: %w", s.name, err)
+	return nil, "", fmt.Errorf("sandbox: attach egress: the tunnel over pod %s's command session: %w", s.name, err)
 }
 
 // openTunnel starts the tunnel's exec and waits for its pod side to listen.
-func (s *kubernetesSandbox) openTunnel(ctx context.Context) (net.Listener, error) {
+func (s *kubernetesSandbox) openTunnel(ctx context.Context) (net.Listener, string, error) {
 	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	id, err := s.begin(cancel)
 	if err != nil {
 		cancel(nil)
-		return nil, fmt.Errorf("sandbox: attach egress: %w", err)
+		return nil, "", fmt.Errorf("sandbox: attach egress: %w", err)
 	}
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
@@ -187,10 +195,10 @@ func (s *kubernetesSandbox) openTunnel(ctx context.Context) (net.Listener, error
 	if err != nil {
 		stop()
 		said, _ := stderr.take()
-		return nil, fmt.Errorf("sandbox: attach egress: the tunnel in pod %s did not start (exec: %v; it said %q; is %s a worker image of this version?): %w",
+		return nil, "", fmt.Errorf("sandbox: attach egress: the tunnel in pod %s did not start (exec: %v; it said %q; is %s a worker image of this version?): %w",
 			s.name, runErr, firstLine(said, nil), s.p.cfg.BridgeImage, err)
 	}
-	return &tunnelListener{Listener: ln, stop: stop}, nil
+	return &tunnelListener{Listener: ln, stop: stop}, overExec, nil
 }
 
 // errTunnelClosed is why a tunnel's exec was ended: its listener was closed.

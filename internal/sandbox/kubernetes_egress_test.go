@@ -232,10 +232,11 @@ func TestKubernetesAttachEgressOverSession(t *testing.T) {
 		pool      string
 		oldBridge bool
 		want      []string // what AttachEgress ran through pods/exec
+		over      string   // what the manifest's isolation says carries the tunnel
 	}{
-		{name: "warm pod", pool: "p"},
-		{name: "warm pod, older bridge", pool: "p", oldBridge: true, want: []string{"tunnel"}},
-		{name: "cold pod", want: []string{"CA script", "tunnel"}},
+		{name: "warm pod", pool: "p", over: "the pod's command session"},
+		{name: "warm pod, older bridge", pool: "p", oldBridge: true, want: []string{"tunnel"}, over: "pods/exec"},
+		{name: "cold pod", want: []string{"CA script", "tunnel"}, over: "pods/exec"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			client := fake.NewClientset()
@@ -267,6 +268,9 @@ func TestKubernetesAttachEgressOverSession(t *testing.T) {
 			defer ln.Close()
 			if got := ex.since(before, caFile); !slices.Equal(got, tt.want) {
 				t.Errorf("AttachEgress ran %q through pods/exec, want %q", got, tt.want)
+			}
+			if want := "egress=127.0.0.1:3128 tunnelled over " + tt.over + " to"; !strings.Contains(sb.Info().Isolation, want) {
+				t.Errorf("isolation %q does not say %q", sb.Info().Isolation, want)
 			}
 			if data, err := os.ReadFile(caFile); err != nil || string(data) != "the job's CA" {
 				t.Errorf("CA written: %q, %v", data, err)
