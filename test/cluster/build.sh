@@ -84,7 +84,7 @@ build_coredns() {
   if [ -x "$out" ]; then log "coredns $COREDNS_VERSION cached in $out"; return 0; fi
   local start=$SECONDS
   mkdir -p "$(dirname "$out")"
-  log "compiling coredns $COREDNS_VERSION (cold: about N minutes on 2 idle cores)"
+  log "compiling coredns $COREDNS_VERSION (cold: a minute or two on 2 cores)"
   (cd "$HERE/coredns" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" .)
   mv "$out.tmp" "$out"
   log "built coredns $COREDNS_VERSION in $((SECONDS - start))s into $out"
