@@ -74,8 +74,8 @@ func (p *Pool) ageOut(pp *profilePool, now time.Time) {
 }
 
 // want is the profile's target before the worker's slots are shared out: its part of the lag
-// (mix.go) within min and max, and no lower than its present size until the lag has stayed below that size
-// for the idle time.
+// (mix.go) within min and max, and no lower than its present size until the lag has stayed
+// below that size for the idle time.
 func (p *Pool) want(pp *profilePool, now time.Time) int {
 	hi := pp.warm.Max
 	if hi == 0 {
@@ -167,9 +167,9 @@ func (p *Pool) start(pp *profilePool) {
 
 // warmUp lets a started sandbox do ahead what its first command would (sandbox.Warmer), and
 // waits for that before the sandbox counts as ready, unless a job is about to take it: a Take
-// waits for a start, or the queue held more jobs of the profile (its part, mix.go) waiting to be
-// delivered than the pool has ready sandboxes at its last lag read (a burst: the worker fetches the next job as soon as
-// a slot is free). Then the sandbox is handed over as it is, since the job would otherwise
+// waits for a start, or the queue held more jobs of the profile (its part, mix.go) waiting to
+// be delivered than the pool has ready sandboxes at its last lag read (a burst: the worker
+// fetches the next job as soon as a slot is free). Then the sandbox is handed over as it is, since the job would otherwise
 // wait for the warm-up (which, for bubblewrap, costs more than the first command's own start)
 // or, coming first, have it thrown away half done: CPU the running jobs needed (row 16).
 func (p *Pool) warmUp(ctx context.Context, pp *profilePool, sb sandbox.Sandbox) {
