@@ -38,8 +38,8 @@ func setMeta(name string) string { return "boxcar.set." + name }
 // the log, rather than reverted at the next start. earlier is what workers that recorded
 // nothing set: a stream they made is treated as if they had recorded it. Every other field
 // (subjects, retention, size of a message, the discard policy, the one message per job
-// subject that keeps a job from being queued twice, and the republish of what is stored) is the worker's and always set: they are
-// what the queue means, not how much it holds.
+// subject that keeps a job from being queued twice, and the republish of what is stored) is
+// the worker's and always set: they are what the queue means, not how much it holds.
 func ensureStream(ctx context.Context, js jetstream.JetStream, want, earlier jetstream.StreamConfig, log *slog.Logger) (jetstream.Stream, error) {
 	record := map[string]string{}
 	for _, l := range limits {
