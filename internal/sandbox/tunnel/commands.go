@@ -255,6 +255,12 @@ func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
 // Commands is the worker's side of a command session.
 type Commands struct {
 	sess *yamux.Session
+
+	// The streams the pod's side opens are egress connections (egress.go): acceptEgress takes
+	// each and hands it to the open listener, or closes it when none is open.
+	egressMu   sync.Mutex
+	egressTo   *sessionListener
+	acceptOnce sync.Once
 }
 
 // DialCommands is the worker's side over the exec's streams: r is the pod side's stdout, w

@@ -117,7 +117,7 @@ func TestCommandsRunStopsWaiting(t *testing.T) {
 // TestCommandsHostilePod: the pod's side is the sandbox's; a frame larger than the worker
 // takes ends the command with an error instead of a buffer of the pod's choosing.
 func TestCommandsHostilePod(t *testing.T) {
-	c := fakePodSide(t, func(st *yamux.Stream) {
+	c := fakePodSide(t, func(_ *yamux.Session, st *yamux.Stream) {
 		var hdr [5]byte
 		hdr[0] = 1
 		binary.BigEndian.PutUint32(hdr[1:], 1<<30)
@@ -130,7 +130,7 @@ func TestCommandsHostilePod(t *testing.T) {
 
 // fakePodSide is a pod's side written by the test: it says ready, answers the worker's first
 // stream with answer, and holds the session until the worker closes it.
-func fakePodSide(t *testing.T, answer func(*yamux.Stream)) *tunnel.Commands {
+func fakePodSide(t *testing.T, answer func(*yamux.Session, *yamux.Stream)) *tunnel.Commands {
 	t.Helper()
 	toPodR, toPodW := io.Pipe()
 	fromPodR, fromPodW := io.Pipe()
@@ -145,7 +145,7 @@ func fakePodSide(t *testing.T, answer func(*yamux.Stream)) *tunnel.Commands {
 		}
 		defer sess.Close()
 		if st, err := sess.AcceptStream(); err == nil {
-			answer(st)
+			answer(sess, st)
 		}
 		<-sess.CloseChan()
 	}()

@@ -20,7 +20,11 @@ import (
 //
 // The worker's side holds what the pod's side sends within the session's bounds: the streams
 // it opens wait in yamux's accept backlog (256) until the proxy takes them, each holding at
-// most yamux's window (256 KiB) unread; a stream beyond the backlog is refused.
+// most yamux's window (256 KiB) unread; a stream beyond the backlog is refused. One goroutine
+// per session (acceptEgress) takes them from the backlog, one at a time as the listener's
+// Accept asks, and closes those that come while no listener is open: a connection the pod's
+// side accepted just as the worker closed its listener. Left unaccepted, such a stream's open
+// would time out (75 s), and yamux then ends the whole session.
 
 // ErrEgressUnsupported is an egress request the pod's side refused without trying: a pod's
 // side that predates it (an older worker image as the bridge). The caller opens the tunnel
@@ -77,39 +81,78 @@ func (c *Commands) Egress(ctx context.Context) (net.Listener, error) {
 		return nil, err
 	}
 	lctx, stop := context.WithCancel(context.Background())
-	return &sessionListener{sess: c.sess, ctrl: st, ctx: lctx, stop: stop}, nil
+	l := &sessionListener{c: c, ctrl: st, conns: make(chan *yamux.Stream), ctx: lctx, stop: stop}
+	c.egressMu.Lock()
+	c.egressTo = l
+	c.egressMu.Unlock()
+	c.acceptOnce.Do(func() { go c.acceptEgress() })
+	return l, nil
+}
+
+// acceptEgress takes each stream the pod's side opens, until the session ends, and hands it
+// to the open listener's Accept, or closes it when no listener is open or the one it waited
+// for closes.
+func (c *Commands) acceptEgress() {
+	for {
+		s, err := c.sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		c.egressMu.Lock()
+		l := c.egressTo
+		c.egressMu.Unlock()
+		if l == nil {
+			s.Close()
+			continue
+		}
+		select {
+		case l.conns <- s:
+		case <-l.ctx.Done():
+			s.Close()
+		case <-c.sess.CloseChan():
+			s.Close()
+			return
+		}
+	}
 }
 
 // sessionListener hands out the streams the pod's side opens as connections. Its Close ends
 // the request's stream, which stops the pod's listener; the session goes on.
 type sessionListener struct {
-	sess *yamux.Session
-	ctrl *yamux.Stream
-	ctx  context.Context
-	stop context.CancelFunc
+	c     *Commands
+	ctrl  *yamux.Stream
+	conns chan *yamux.Stream // from acceptEgress
+	ctx   context.Context
+	stop  context.CancelFunc
 }
 
 func (l *sessionListener) Accept() (net.Conn, error) {
-	s, err := l.sess.AcceptStreamWithContext(l.ctx)
-	if l.ctx.Err() != nil {
-		if s != nil {
+	select {
+	case s := <-l.conns:
+		if l.ctx.Err() != nil { // both were ready: Close came first
 			s.Close()
+			return nil, net.ErrClosed
 		}
+		return conn{s}, nil
+	case <-l.ctx.Done():
 		return nil, net.ErrClosed
+	case <-l.c.sess.CloseChan():
+		return nil, yamux.ErrSessionShutdown
 	}
-	if err != nil {
-		return nil, err
-	}
-	return conn{s}, nil
 }
 
 // Close may be called more than once: a stream's Close is.
 func (l *sessionListener) Close() error {
 	l.stop()
+	l.c.egressMu.Lock()
+	if l.c.egressTo == l {
+		l.c.egressTo = nil
+	}
+	l.c.egressMu.Unlock()
 	return l.ctrl.Close()
 }
 
-func (l *sessionListener) Addr() net.Addr { return l.sess.Addr() }
+func (l *sessionListener) Addr() net.Addr { return l.c.sess.Addr() }
 
 // capped keeps the first max bytes written to it and drops the rest.
 type capped struct {

@@ -136,15 +136,63 @@ func TestCommandsEgressRefused(t *testing.T) {
 // argv is refused with a frameFailed ("read the command: no argv"), whatever else it holds.
 func oldPodSide(t *testing.T) *tunnel.Commands {
 	t.Helper()
-	return fakePodSide(t, func(st *yamux.Stream) {
+	return fakePodSide(t, func(_ *yamux.Session, st *yamux.Stream) {
 		if _, err := bufio.NewReader(st).ReadBytes('\n'); err != nil {
 			return
 		}
-		msg := "read the command: no argv"
-		var hdr [5]byte
-		hdr[0] = 4 // frameFailed
-		binary.BigEndian.PutUint32(hdr[1:], uint32(len(msg)))
-		_, _ = st.Write(append(hdr[:], msg...))
+		writeFrame(st, 4, []byte("read the command: no argv")) // frameFailed
 		st.Close()
 	})
+}
+
+// writeFrame writes one frame of the command session's protocol: its kind, its length and p.
+func writeFrame(w io.Writer, kind byte, p []byte) {
+	var hdr [5]byte
+	hdr[0] = kind
+	binary.BigEndian.PutUint32(hdr[1:], uint32(len(p)))
+	_, _ = w.Write(append(hdr[:], p...))
+}
+
+// TestCommandsEgressLateStream: a stream the pod's side opens after the worker closed its
+// egress listener (a connection it accepted just then) is closed at once, not left in the
+// backlog, where its open would time out after 75 s and yamux would end the whole session; the
+// session's commands go on.
+func TestCommandsEgressLateStream(t *testing.T) {
+	late := make(chan error, 1)
+	closed := make(chan struct{})
+	c := fakePodSide(t, func(sess *yamux.Session, ctrl *yamux.Stream) {
+		if _, err := bufio.NewReader(ctrl).ReadBytes('\n'); err != nil {
+			late <- err
+			return
+		}
+		writeFrame(ctrl, 3, []byte{0, 0, 0, 0}) // frameExit 0: listening
+		<-closed
+		st, err := sess.OpenStream()
+		if err != nil {
+			late <- err
+			return
+		}
+		_, _ = io.WriteString(st, "CONNECT x:443 HTTP/1.1\r\n\r\n")
+		_, err = io.ReadAll(st) // returns once the worker's side closes the stream
+		late <- err
+	})
+	ln, err := c.Egress(t.Context())
+	if err != nil {
+		t.Fatalf("Egress: %v", err)
+	}
+	ln.Close()
+	close(closed)
+	select {
+	case err := <-late:
+		if err != nil {
+			t.Errorf("the late stream: %v, want it closed by the worker's side", err)
+		}
+	case <-c.Done():
+		t.Fatal("the session ended instead of the late stream")
+	}
+	select {
+	case <-c.Done():
+		t.Error("the session ended after the late stream")
+	default:
+	}
 }
