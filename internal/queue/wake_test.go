@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
 
@@ -49,27 +50,13 @@ func TestIdleWorkerOfSeveralTenantsWaitsForANewJob(t *testing.T) {
 	w.SetIdleCheck(time.Hour) // only a notification can end the wait
 	pulls := pullCounter(t, b)
 	for _, tenant := range []string{"team-d", "team-b"} {
-		done := make(chan error, 1)
-		go func() {
-			d, err := w.Fetch(t.Context())
-			if err == nil {
-				err = d.Ack(t.Context())
-			}
-			done <- err
-		}()
+		done := fetchAcked(t, w)
 		harness.Wait(t, "the worker idle, waiting for a new job", func() (bool, error) { return w.Idle(), nil })
 		before := pulls()
 		if _, err := b.client(t, tenant).Publish(t.Context(), newJob(t)); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(harness.Timeout(time.Minute)):
-			t.Fatalf("a job of %s did not wake the idle worker", tenant)
-		}
+		acked(t, done, "a job of "+tenant+" did not wake the idle worker")
 		if got := pulls() - before; got != 1 {
 			t.Errorf("%d pulls from the notification of %s's job to its delivery, want 1 (to %s first)", got, tenant, tenant)
 		}
@@ -94,21 +81,12 @@ func TestIdleWorkerNotNotifiedPolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.SetIdleCheck(300 * time.Millisecond)
-	done := make(chan error, 1)
-	go func() {
-		d, err := w.Fetch(t.Context())
-		if err == nil {
-			err = d.Ack(t.Context())
-		}
-		done <- err
-	}()
+	done := fetchAcked(t, w)
 	harness.Wait(t, "the worker idle, waiting for a new job", func() (bool, error) { return w.Idle(), nil })
 	if _, err := b.client(t, "team-b").Publish(t.Context(), newJob(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	acked(t, done, "a job with no notification was not found by the round after idleCheck")
 	if !w.Polling() {
 		t.Error("a job found with no notification after idleCheck; the worker does not poll")
 	}
@@ -142,24 +120,38 @@ func TestIdleWorkerAsksATenantAtItsCap(t *testing.T) {
 	}
 	first := fetch(t, w1, harness.Timeout(time.Minute))
 	before := pulls()
+	done := fetchAcked(t, w2)
+	harness.Wait(t, "a round of the second worker", func() (bool, error) { return pulls()-before >= 2, nil })
+	if err := first.Ack(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	acked(t, done, "team-a's second job waits for a notification that never comes")
+}
+
+// fetchAcked fetches w's next job and acknowledges it in the background; the channel gets nil
+// once it is acknowledged, or the error.
+func fetchAcked(t *testing.T, w *queue.Consumer) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		d, err := w2.Fetch(t.Context())
+		d, err := w.Fetch(t.Context())
 		if err == nil {
 			err = d.Ack(t.Context())
 		}
 		done <- err
 	}()
-	harness.Wait(t, "a round of the second worker", func() (bool, error) { return pulls()-before >= 2, nil })
-	if err := first.Ack(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	return done
+}
+
+// acked waits for fetchAcked's result, and fails with why when none comes within a minute
+// (longer on a slow machine: harness.Timeout).
+func acked(t *testing.T, done <-chan error, why string) {
+	t.Helper()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(harness.Timeout(time.Minute)):
-		t.Fatal("team-a's second job waits for a notification that never comes")
+		t.Fatal(why)
 	}
 }
