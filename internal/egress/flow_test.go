@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestBodies: request bodies (known length, chunked, with Expect: 100-continue) arrive whole
@@ -57,12 +59,18 @@ func TestTunnelKeepAlive(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
+	// The proxy records a decision from its own goroutine, which may come after the client
+	// has read the answer.
 	inner := 0
-	for _, d := range h.all() {
-		if d.Method == http.MethodGet && d.Reason == ReasonIntercepted {
-			inner++
+	testharness.Wait(t, "the third request's decision", func() (bool, error) {
+		inner = 0
+		for _, d := range h.all() {
+			if d.Method == http.MethodGet && d.Reason == ReasonIntercepted {
+				inner++
+			}
 		}
-	}
+		return inner >= 3, nil
+	})
 	if n := len(h.dialer.seen()); inner != 3 || n != 1 {
 		t.Fatalf("%d requests decided, %d upstream dials; want 3 and 1", inner, n)
 	}
