@@ -3,6 +3,7 @@ package job_test
 import (
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -224,6 +225,22 @@ func FuzzDecode(f *testing.F) {
 		}
 		if j2.ID != j.ID || j2.Task != j.Task || len(j2.Inputs) != len(j.Inputs) {
 			t.Fatalf("round trip changed the job: %+v vs %+v", j, j2)
+		}
+	})
+}
+
+// FuzzValidID holds ValidID to the pattern it spells out.
+func FuzzValidID(f *testing.F) {
+	pattern := regexp.MustCompile(`^[a-z0-9][a-z0-9-]{7,63}$`)
+	for _, id := range []string{
+		job.NewID(), "abcdefgh", "abcdefg", "-bcdefgh", "a-------", "Abcdefgh", "abcdefgh\n", "abcd_efgh",
+		strings.Repeat("a", 64), strings.Repeat("a", 65), "abcdefg\u00e9", "",
+	} {
+		f.Add(id)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		if got, want := job.ValidID(id), pattern.MatchString(id); got != want {
+			t.Errorf("ValidID(%q) = %v, want %v", id, got, want)
 		}
 	})
 }

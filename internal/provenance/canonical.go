@@ -2,6 +2,7 @@ package provenance
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -96,9 +96,27 @@ func writeCanonical(buf *bytes.Buffer, v any) error {
 
 // compareUTF16 orders strings by their UTF-16 code units, as RFC 8785 sorts member names.
 // UTF-8 byte order differs from it only where a character above U+FFFF meets one in
-// U+E000..U+FFFF.
+// U+E000..U+FFFF, so it compares runes and moves that range (utf16Order) instead of encoding
+// both strings: a manifest's keys are sorted on every commit.
 func compareUTF16(a, b string) int {
-	return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
+	for a != "" && b != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			return cmp.Compare(utf16Order(ra), utf16Order(rb))
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// utf16Order moves U+E000-U+FFFF above every rune beyond U+FFFF, which UTF-16 writes with a
+// first unit in U+D800-U+DBFF; the rest keep their order.
+func utf16Order(r rune) rune {
+	if r >= 0xE000 && r <= 0xFFFF {
+		return r + 0x110000
+	}
+	return r
 }
 
 // writeString escapes what RFC 8785 (section 3.2.2.2) escapes: the quote, the backslash and

@@ -2,7 +2,10 @@ package provenance
 
 import (
 	"bytes"
+	"slices"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 )
@@ -57,4 +60,24 @@ func TestCanonicalBigIntegers(t *testing.T) {
 			t.Errorf("encodeCanonical(%s) = %s, %v; want the digits unchanged", in, got, err)
 		}
 	}
+}
+
+// FuzzCompareUTF16 holds compareUTF16 to its definition: the order of the strings' UTF-16
+// code units.
+func FuzzCompareUTF16(f *testing.F) {
+	for _, s := range [][2]string{
+		{"\uff61", "\U0001F600"}, {"\U0001F600", "\ue000"}, {"\ud7ff", "\U00010000"}, {"a", "ab"},
+		{"", "a"}, {"\u00e9", "e"}, {"\U0010FFFF", "\uffff"}, {"x\U0001F600", "x\uffff"}, {"same", "same"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if !utf8.ValidString(a) || !utf8.ValidString(b) {
+			return // refused by writeString before any order matters
+		}
+		want := slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
+		if got := compareUTF16(a, b); got != want {
+			t.Errorf("compareUTF16(%+q, %+q) = %d, want %d", a, b, got, want)
+		}
+	})
 }

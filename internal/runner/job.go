@@ -146,9 +146,7 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	}
 	defer je.close()
 	a.lap(stagePrepare)
-	if *sp, err = r.newSpool(); err != nil {
-		return ended{outcome: classify(stageRun, err, context.Cause(ctx)), began: began}
-	}
+	*sp = r.newSpool()
 	run, spent, err := r.run(ctx, a, sb, cl, je, st, *sp)
 	a.lap(stageRun)
 	e := ended{outcome: classify(stageRun, err, context.Cause(ctx)), run: run, began: began}

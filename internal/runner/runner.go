@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -129,6 +130,13 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.CleanupTimeout <= 0 {
 		cfg.CleanupTimeout = 30 * time.Second
 	}
+	// A transcript moves to a file only once it is large, in the middle of a run: a folder
+	// that cannot take one is found now instead.
+	f, err := createUnlinked(cfg.TempDir)
+	if err != nil {
+		return nil, fmt.Errorf("runner: the transcripts' temporary folder: %w", err)
+	}
+	f.Close()
 	return &Runner{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, cancels: newCancelWatch(cfg.Queue, cfg.Logger), running: map[string]int{}}, nil
 }
 
