@@ -25,9 +25,9 @@ type Admin struct {
 	tenants map[string]int // tenant → its consumer's max_ack_pending
 	log     *slog.Logger
 	// worker marks a worker's Admin (Open): it keeps what only `worker setup` decides, so that
-	// workers whose tenants: differ do not undo each other at each start. It creates a missing
-	// consumer and never changes an existing one's max_ack_pending, and it keeps every tenant
-	// the job stream takes (tenantsKept).
+	// workers whose configs differ do not undo each other at each start. It creates a missing
+	// consumer and never changes an existing one's max_ack_pending or ack wait, and it keeps
+	// every tenant the job stream takes (tenantsKept).
 	worker bool
 }
 
@@ -173,7 +173,7 @@ func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream, te
 	cfg := a.cfg
 	name := consumerName(cfg, tenant)
 	filters := []string{tenantFilter(cfg, tenant)}
-	bound, err := a.concurrencyOf(ctx, stream, tenant)
+	bound, ackWait, err := a.boundsOf(ctx, stream, tenant)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream, te
 		Description:    "Boxcar workers, jobs of tenant " + tenant,
 		FilterSubjects: filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        time.Duration(cfg.AckWait),
+		AckWait:        ackWait,
 		// Unbounded on the server: the worker decides from the delivery count (see
 		// Delivery.Exhausted), so a job whose last delivery died is delivered once more and
 		// dead-lettered by whoever gets it, even when every worker was down at the time. The
@@ -197,21 +197,23 @@ func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream, te
 	return nil
 }
 
-// concurrencyOf is the max_ack_pending to declare tenant's consumer with: the config's, or
-// for a worker's Admin the one the consumer has on the server, when it exists. The Consumer
-// that binds to it says when the two differ (tenantConcurrency).
-func (a *Admin) concurrencyOf(ctx context.Context, stream jetstream.Stream, tenant string) (int, error) {
-	want := a.tenants[tenant]
+// boundsOf is the max_ack_pending and ack wait to declare tenant's consumer with: the
+// config's, or for a worker's Admin the ones the consumer has on the server, when it exists.
+// One value of each serves the whole fleet; the Consumer that binds to it says when its config
+// differs (tenantConcurrency, ackWaits).
+func (a *Admin) boundsOf(ctx context.Context, stream jetstream.Stream, tenant string) (int, time.Duration, error) {
+	want, wantWait := a.tenants[tenant], time.Duration(a.cfg.AckWait)
 	if !a.worker {
-		return want, nil
+		return want, wantWait, nil
 	}
 	name := consumerName(a.cfg, tenant)
 	c, err := stream.Consumer(ctx, name)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		return want, nil
+		return want, wantWait, nil
 	case err != nil:
-		return 0, fmt.Errorf("queue: look up consumer %s: %w", name, err)
+		return 0, 0, fmt.Errorf("queue: look up consumer %s: %w", name, err)
 	}
-	return c.CachedInfo().Config.MaxAckPending, nil
+	server := c.CachedInfo().Config
+	return server.MaxAckPending, server.AckWait, nil
 }

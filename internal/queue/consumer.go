@@ -37,6 +37,9 @@ type Consumer struct {
 
 	concurrency *tenantConcurrency // this worker's tenants: against their consumers on the server
 
+	waitsMu  sync.Mutex
+	ackWaits map[string]time.Duration // consumer name → its ack deadline as the server has it
+
 	mu      sync.Mutex
 	next    int       // the tenant whose consumer the next fetch asks first
 	checked time.Time // when redeclareIfGone last looked
@@ -53,7 +56,8 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 	}
 	want := tenantsOrDefault(cfg, tenants)
 	names := slices.Sorted(maps.Keys(want))
-	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, tenants: names, cons: map[string]jetstream.Consumer{}, concurrency: newTenantConcurrency(cfg, want, log)}
+	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, tenants: names, cons: map[string]jetstream.Consumer{},
+		concurrency: newTenantConcurrency(cfg, want, log), ackWaits: map[string]time.Duration{}}
 	for _, tenant := range names {
 		name := consumerName(cfg, tenant)
 		cons, err := js.Consumer(ctx, cfg.Stream, name)
@@ -65,6 +69,12 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 		}
 		c.cons[tenant] = cons
 		c.concurrency.check(ctx, tenant, cons.CachedInfo().Config.MaxAckPending)
+		if server := cons.CachedInfo().Config.AckWait; server != time.Duration(cfg.AckWait) {
+			log.WarnContext(ctx, "a tenant's ack_wait differs between this worker's config and its consumer on the NATS server; "+
+				"the server's applies, and this worker's heartbeats follow it. Give every worker the same config, then run `worker setup` with it to set the server's",
+				"tenant", tenant, "consumer", name, "server_ack_wait", server.String(), "config_ack_wait", time.Duration(cfg.AckWait).String())
+		}
+		c.noteAckWait(name, cons.CachedInfo().Config.AckWait)
 	}
 	if len(names) > 1 {
 		if c.ear, err = listen(nc, cfg.Subject, names); err != nil {
@@ -264,6 +274,7 @@ func (c *Consumer) held(ctx context.Context, tenants ...string) bool {
 		if err != nil || info.NumPending > 0 {
 			return true
 		}
+		c.noteAckWait(info.Name, info.Config.AckWait)
 	}
 	return false
 }
@@ -350,9 +361,11 @@ func (c *Consumer) redeclareIfGone(ctx context.Context) {
 	c.mu.Unlock()
 	var err error
 	for _, tenant := range c.tenants {
-		if _, err = c.js.Consumer(ctx, c.cfg.Stream, consumerName(c.cfg, tenant)); err != nil {
+		var cons jetstream.Consumer
+		if cons, err = c.js.Consumer(ctx, c.cfg.Stream, consumerName(c.cfg, tenant)); err != nil {
 			break
 		}
+		c.noteAckWait(cons.CachedInfo().Name, cons.CachedInfo().Config.AckWait)
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return
@@ -389,6 +402,7 @@ func (c *Consumer) delivery(msg jetstream.Msg) (*Delivery, error) {
 		Attempt:   int(meta.NumDelivered),
 		Published: meta.Timestamp,
 		Seq:       meta.Sequence.Stream,
+		ackWait:   c.ackWaitOf(meta.Consumer),
 	}, nil
 }
 
@@ -405,8 +419,31 @@ func (c *Consumer) subjectRef(msg jetstream.Msg) Ref {
 	return r
 }
 
-// AckWait is the consumer's ack deadline; heartbeats keep a running job inside it.
-func (c *Consumer) AckWait() time.Duration { return time.Duration(c.cfg.AckWait) }
+// AckWait is the longest ack deadline of the tenants' consumers, as the server has them.
+func (c *Consumer) AckWait() time.Duration {
+	c.waitsMu.Lock()
+	defer c.waitsMu.Unlock()
+	return slices.Max(slices.Collect(maps.Values(c.ackWaits)))
+}
+
+// noteAckWait keeps a consumer's ack deadline as the server last told it: `worker setup` may
+// change it while the worker runs, and each delivery's heartbeats follow its consumer's.
+func (c *Consumer) noteAckWait(consumer string, d time.Duration) {
+	c.waitsMu.Lock()
+	defer c.waitsMu.Unlock()
+	c.ackWaits[consumer] = d
+}
+
+// ackWaitOf is the ack deadline of the consumer that delivered a message: the shortest known
+// for one the worker did not bind to, which cannot deliver to it.
+func (c *Consumer) ackWaitOf(consumer string) time.Duration {
+	c.waitsMu.Lock()
+	defer c.waitsMu.Unlock()
+	if d, ok := c.ackWaits[consumer]; ok {
+		return d
+	}
+	return slices.Min(slices.Collect(maps.Values(c.ackWaits)))
+}
 
 // Lag is one tenant's jobs as its consumer holds them: not delivered yet (Pending) and
 // delivered but not yet acknowledged (AckPending).
@@ -438,6 +475,7 @@ func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
 		if err != nil {
 			return nil, fmt.Errorf("queue: look up consumer %s: %w", consumerName(c.cfg, tenant), err)
 		}
+		c.noteAckWait(info.Name, info.Config.AckWait)
 		out = append(out, Lag{Tenant: tenant, Pending: info.NumPending, AckPending: uint64(max(info.NumAckPending, 0)), MaxAckPending: info.Config.MaxAckPending,
 			ConfigMismatch: c.concurrency.check(ctx, tenant, info.Config.MaxAckPending)})
 	}

@@ -29,6 +29,8 @@ type Delivery struct {
 	Published time.Time
 	// Seq is the message's sequence in the stream, what a publisher's ack reports.
 	Seq uint64
+	// ackWait is the ack deadline of the consumer that delivered it, as the server has it.
+	ackWait time.Duration
 }
 
 // Ref names the delivered job.
@@ -123,7 +125,7 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 // cause a redelivery.
 func (d *Delivery) KeepAlive(ctx context.Context, interval time.Duration) (stop func()) {
 	if interval <= 0 {
-		interval = d.c.AckWait() / 3
+		interval = d.ackWait / 3
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
