@@ -33,6 +33,10 @@ type Delivery struct {
 	ackWait time.Duration
 }
 
+// AckWait is the ack deadline of the consumer that delivered the job, as the server has it:
+// with no heartbeat for that long, the server delivers the job again.
+func (d *Delivery) AckWait() time.Duration { return d.ackWait }
+
 // Ref names the delivered job.
 func (d *Delivery) Ref() Ref { return Ref{Tenant: d.Tenant, ID: d.JobID} }
 

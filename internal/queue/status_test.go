@@ -96,3 +96,61 @@ func TestStatusWriteWaitsOutABucketWithNoLeader(t *testing.T) {
 		t.Fatalf("status %+v (%v), want succeeded", st, err)
 	}
 }
+
+// TestUpdateNewStatus: a first delivery's claim creates the status in one write; where a
+// status exists after all, the change applies to it, never over it.
+func TestUpdateNewStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	running := func(s *job.Status) { s.State, s.Attempt, s.Progress = job.StateRunning, 1, "starting" }
+	tests := []struct {
+		name    string
+		before  func(s *job.Status) // written first by another handle; nil: no status
+		want    func(t *testing.T, st job.Status, err error)
+		oneSend bool
+	}{
+		{name: "no status yet", oneSend: true, want: func(t *testing.T, st job.Status, err error) {
+			if err != nil || st.State != job.StateRunning || st.Progress != "starting" {
+				t.Errorf("= %+v, %v; want it running", st, err)
+			}
+		}},
+		{name: "a cancel asked while it waited", before: func(s *job.Status) { s.State, s.CancelRequested = job.StateQueued, true },
+			want: func(t *testing.T, st job.Status, err error) {
+				if err != nil || st.State != job.StateRunning || !st.CancelRequested {
+					t.Errorf("= %+v, %v; want it running with the cancel request kept", st, err)
+				}
+			}},
+		{name: "ended while it waited", before: func(s *job.Status) { s.State = job.StateCancelled },
+			want: func(t *testing.T, st job.Status, err error) {
+				if !errors.Is(err, queue.ErrFinal) || st.State != job.StateCancelled {
+					t.Errorf("= %+v, %v; want ErrFinal and the end kept", st, err)
+				}
+			}},
+	}
+	other, err := queue.NewConsumer(ctx, b.nc, b.cfg, nil, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := b.submit(t)
+			if tt.before != nil {
+				if _, err := other.UpdateStatus(ctx, ref(j.ID), tt.before); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sent := b.nc.Stats().OutMsgs
+			st, err := b.w.UpdateNewStatus(ctx, ref(j.ID), running)
+			if n := b.nc.Stats().OutMsgs - sent; tt.oneSend && n != 1 {
+				t.Errorf("sent %d messages, want 1: the create alone", n)
+			}
+			tt.want(t, st, err)
+			if err == nil {
+				if got, _ := b.c.Status(ctx, j.ID); !reflect.DeepEqual(got, st) {
+					t.Errorf("stored %+v, want %+v", got, st)
+				}
+			}
+		})
+	}
+}

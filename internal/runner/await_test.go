@@ -22,6 +22,9 @@ func (statusQueue) Status(context.Context, queue.Ref) (job.Status, error) {
 func (statusQueue) UpdateStatus(context.Context, queue.Ref, func(*job.Status)) (job.Status, error) {
 	return job.Status{}, nil
 }
+func (q statusQueue) UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status)) (job.Status, error) {
+	return q.UpdateStatus(ctx, r, change)
+}
 func (statusQueue) WatchCancels(context.Context) (<-chan queue.Ref, error) {
 	return nil, errors.New("none")
 }

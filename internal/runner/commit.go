@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
@@ -128,9 +129,14 @@ func (r *Runner) upload(ctx context.Context, a *attempt, key string, out output)
 // It returns the committed report's key, "" when the run committed none.
 func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output, c provenance.Collected, o outcome) (reportKey string, err error) {
 	// A newer attempt means this one's ack deadline passed and another worker took the job:
-	// uploading now would only leave objects nothing names.
-	if err := r.checkLease(ctx, a); err != nil {
-		return "", err
+	// uploading now would only leave objects nothing names. An attempt younger than half its
+	// ack wait cannot have lost it, and does not ask: the server delivers a job again only
+	// after a whole ack wait without a heartbeat. One paused in a way its clock did not count
+	// (a frozen VM) is stopped by the check after the upload, which removes what it wrote.
+	if time.Since(a.started) >= a.d.AckWait()/2 {
+		if err := r.checkLease(ctx, a); err != nil {
+			return "", err
+		}
 	}
 	folder, err := attemptFolder(a.d.Attempt)
 	if err != nil {
@@ -151,7 +157,9 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 	if err != nil {
 		return "", err
 	}
-	if err := r.checkLease(ctx, a); err != nil {
+	// The run's commit is the manifest's create-only put, which a run committed meanwhile
+	// refuses: only the attempt is checked here.
+	if err := r.checkAttempt(ctx, a); err != nil {
 		return "", err
 	}
 	manifest, err := r.manifest(a, run, folder, subs, collected, decide(o, a.d.LastAttempt()), o.err)
@@ -269,6 +277,24 @@ const (
 // now, and failing it for a blip would throw that work away, or, on the last delivery,
 // dead-letter a job that ran.
 func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
+	if err := r.checkAttempt(ctx, a); err != nil {
+		return err
+	}
+	_, err := awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
+		return a.store.Stat(ctx, store.ManifestKey(a.job.ID))
+	})
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: the run is already committed", errLeaseLost)
+	case !errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("check whether the run is committed: %w", err)
+	}
+	return nil
+}
+
+// checkAttempt fails with errLeaseLost when a later attempt of the job has started; like
+// checkLease it waits out an outage.
+func (r *Runner) checkAttempt(ctx context.Context, a *attempt) error {
 	st, err := awaitAnswerTo(ctx, r, a, "NATS", "before the run can be committed", statusAnswered, func(ctx context.Context) (job.Status, error) {
 		return r.cfg.Queue.Status(ctx, a.ref(a.job.ID))
 	})
@@ -277,15 +303,6 @@ func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
 	}
 	if st.Attempt > a.d.Attempt {
 		return fmt.Errorf("%w: attempt %d started after this attempt (%d)", errLeaseLost, st.Attempt, a.d.Attempt)
-	}
-	_, err = awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
-		return a.store.Stat(ctx, store.ManifestKey(a.job.ID))
-	})
-	switch {
-	case err == nil:
-		return fmt.Errorf("%w: the run is already committed", errLeaseLost)
-	case !errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("check whether the run is committed: %w", err)
 	}
 	return nil
 }

@@ -213,8 +213,12 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 	}
 
 	j := a.job
+	write := r.cfg.Queue.UpdateStatus
+	if a.d.Attempt == 1 {
+		write = r.cfg.Queue.UpdateNewStatus
+	}
 	st, err := awaitAnswer(ctx, r, a, "NATS", natsAnswered, func(ctx context.Context) (job.Status, error) {
-		return r.cfg.Queue.UpdateStatus(ctx, a.ref(j.ID), func(s *job.Status) {
+		return write(ctx, a.ref(j.ID), func(s *job.Status) {
 			s.State, s.Profile, s.Attempt, s.Worker = job.StateRunning, j.Profile, a.d.Attempt, r.cfg.Worker.WorkerID
 			s.StartedAt, s.Progress, s.Error, s.MaxCalls = a.started.UTC(), "starting sandbox", "", a.limits.MaxToolCalls
 			if s.QueuedAt.IsZero() {

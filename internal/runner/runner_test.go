@@ -191,7 +191,11 @@ func TestRacingAttemptsCommitOneManifest(t *testing.T) {
 		return agent.Result{Outcome: agent.OutcomeCompleted}, nil
 	})
 	// No heartbeats: the first worker's ack deadline passes while it is still working.
-	stale := b.worker(slow, func(c *runner.Config) { c.HeartbeatInterval = time.Hour; c.Worker.Concurrency = 1 })
+	var stalePuts atomic.Int64
+	counted := &hookStore{Store: b.shared, put: func(string) error { stalePuts.Add(1); return nil }}
+	stale := b.worker(slow, func(c *runner.Config) {
+		c.HeartbeatInterval, c.Worker.Concurrency, c.Store = time.Hour, 1, counted
+	})
 	j := b.submit("p")
 	waitFor(t, 5*time.Second, "first attempt running", func() bool { return firstRuns.Load() == 1 })
 	winner := b.worker(agentFunc(writeReport))
@@ -205,6 +209,10 @@ func TestRacingAttemptsCommitOneManifest(t *testing.T) {
 	})
 	if report := b.runFile(j.ID, "report.md"); strings.Contains(string(report), "stale") {
 		t.Errorf("the stale attempt overwrote the committed report: %q", report)
+	}
+	// It ran past its ack wait, so it asked before uploading, and found the job taken.
+	if n := stalePuts.Load(); n != 0 {
+		t.Errorf("the stale attempt stored %d objects, want none: it lost its lease before the upload", n)
 	}
 	if m := b.manifest(j.ID); m.Predicate.Attempt != 2 {
 		t.Errorf("manifest attempt = %d, want the winner's 2", m.Predicate.Attempt)
