@@ -128,30 +128,35 @@ func writeString(buf *bytes.Buffer, s string) error {
 	}
 	const hex = "0123456789abcdef"
 	buf.WriteByte('"')
+	start := 0 // the characters from here on are written as they are, in one go
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		buf.WriteString(s[start:i])
+		start = i + 1
+		switch c {
+		case '"', '\\':
 			buf.WriteByte('\\')
 			buf.WriteByte(c)
-		case c == '\b':
+		case '\b':
 			buf.WriteString(`\b`)
-		case c == '\f':
+		case '\f':
 			buf.WriteString(`\f`)
-		case c == '\n':
+		case '\n':
 			buf.WriteString(`\n`)
-		case c == '\r':
+		case '\r':
 			buf.WriteString(`\r`)
-		case c == '\t':
+		case '\t':
 			buf.WriteString(`\t`)
-		case c < 0x20:
+		default:
 			buf.WriteString(`\u00`)
 			buf.WriteByte(hex[c>>4])
 			buf.WriteByte(hex[c&0xf])
-		default:
-			buf.WriteByte(c)
 		}
 	}
+	buf.WriteString(s[start:])
 	buf.WriteByte('"')
 	return nil
 }

@@ -2,6 +2,7 @@ package provenance
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
 	"testing"
 	"unicode/utf16"
@@ -78,6 +79,35 @@ func FuzzCompareUTF16(f *testing.F) {
 		want := slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
 		if got := compareUTF16(a, b); got != want {
 			t.Errorf("compareUTF16(%+q, %+q) = %d, want %d", a, b, got, want)
+		}
+	})
+}
+
+// FuzzCanonicalStringsMatchJCS holds the strings encodeCanonical writes, as names and as
+// values, to the RFC 8785 implementation.
+func FuzzCanonicalStringsMatchJCS(f *testing.F) {
+	for _, s := range []string{"", "plain", "a\u2028b", "\x00\x1f\x7f\"\\/", "tab\there", "\u00e9\U0001F600\uffff", "<&>"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		in, err := json.Marshal(map[string]string{"k": s, s: "v"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := jcs.Transform(in)
+		if err != nil {
+			t.Fatalf("jcs: %v", err)
+		}
+		var v any
+		if err := decodeJSON(in, &v); err != nil {
+			t.Fatal(err)
+		}
+		got, err := encodeCanonical(v)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("encodeCanonical(%s) = %s, %v; want %s", in, got, err, want)
 		}
 	})
 }
