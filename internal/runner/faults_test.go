@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
-	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/runner"
@@ -312,7 +311,7 @@ func TestCommitWaitsForAStoreThatRefusesOverwritesAgain(t *testing.T) {
 func TestNATSOutageWhileCommittingKeepsTheRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.cfg.NATS.AckWait = config.Duration(time.Minute) // the outage must not redeliver the job
+	b.setAckWait(time.Minute) // the outage must not redeliver the job
 	oneDelivery(b)
 	uploading, down := make(chan struct{}), make(chan struct{})
 	var once sync.Once

@@ -230,6 +230,20 @@ func (b *bundle) connect() (*nats.Conn, *queue.Consumer) {
 	return nc, q
 }
 
+// setAckWait gives the jobs' consumer another ack wait, as `worker setup` with that config
+// does: a worker's config alone does not change the consumer's.
+func (b *bundle) setAckWait(d time.Duration) {
+	b.t.Helper()
+	b.cfg.NATS.AckWait = config.Duration(d)
+	admin, err := queue.NewAdmin(b.nc, b.cfg.NATS, b.cfg.Tenants, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if err := admin.Declare(context.Background()); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
 // client connects as a submitter of tenant default, after the set-up connect does.
 func (b *bundle) client() (*nats.Conn, *queue.Client) {
 	b.t.Helper()

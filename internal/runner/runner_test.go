@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
-	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -309,7 +308,7 @@ func TestCancel(t *testing.T) {
 func TestShutdownInterruptsAndHandsTheJobBackAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.cfg.NATS.AckWait = config.Duration(30 * time.Second) // redelivery must not wait for this
+	b.setAckWait(30 * time.Second) // redelivery must not wait for this
 	started := make(chan struct{}, 1)
 	hang := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		started <- struct{}{}
