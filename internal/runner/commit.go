@@ -174,8 +174,11 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 		}
 	}
 	if err := a.store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest))); err != nil {
-		if errors.Is(err, store.ErrExists) {
+		switch {
+		case errors.Is(err, store.ErrExists):
 			return "", fmt.Errorf("%w: another attempt committed the run first", errLeaseLost)
+		case ctx.Err() == nil && !errors.Is(err, store.ErrUnsafeServer):
+			return "", &storeDownError{err}
 		}
 		return "", err
 	}
@@ -219,6 +222,8 @@ func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs 
 			skip(collected, out.path, "changed", err.Error())
 			a.log.WarnContext(ctx, "artifact changed while being uploaded or cannot be read; not uploaded", "artifact", out.path, "error", err)
 			continue
+		case ctx.Err() == nil && !errors.As(err, &source) && !errors.Is(err, store.ErrUnsafeServer):
+			return nil, fmt.Errorf("upload %s: %w", out.name, &storeDownError{err})
 		default:
 			return nil, fmt.Errorf("upload %s: %w", out.name, err)
 		}
@@ -229,16 +234,30 @@ func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs 
 	return subs, nil
 }
 
-// commitWhenSafe commits the run, and when the store refuses because its server stopped
-// refusing a second create-only put (the proof the store repeats failed: store.ErrUnsafeServer)
-// waits, keeping the delivery, until the proof passes again and commits then. Nothing was
-// written: the store refuses every create-only put meanwhile. Handing the job back would
-// spend a delivery, and no other attempt could commit either. The wait is bounded as
-// awaitAnswer's, after which the error is the attempt's.
+// commitWhenSafe commits the run, and when the store does not take its writes (it is down:
+// storeDownError) or refuses them because its server stopped refusing a second create-only put
+// (the proof the store repeats failed: store.ErrUnsafeServer) waits, keeping the delivery, and
+// commits again, into a new folder, once it does. What a failed try wrote is removed. Handing
+// the job back would spend a delivery and throw the run away, and no other attempt could
+// commit either. The wait is bounded as awaitAnswer's, after which the error is the attempt's.
 func (r *Runner) commitWhenSafe(ctx context.Context, a *attempt, run ran, outs []output, c provenance.Collected, o outcome) (reportKey string, err error) {
-	return awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeSafe, func(ctx context.Context) (string, error) {
+	return awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeTookIt, func(ctx context.Context) (string, error) {
 		return r.commit(ctx, a, run, outs, c, o)
 	})
+}
+
+// storeDownError is a write of the commit the store did not take, for want of an answer or
+// with an error of its own: unlike a lost lease or an output that changed, it passes when the
+// store does.
+type storeDownError struct{ err error }
+
+func (e *storeDownError) Error() string { return e.err.Error() }
+func (e *storeDownError) Unwrap() error { return e.err }
+
+// storeTookIt: the commit did not fail for the store's sake.
+func storeTookIt(err error) bool {
+	var down *storeDownError
+	return storeSafe(err) && !errors.As(err, &down)
 }
 
 // attemptFolder names the folder of one attempt's objects: its delivery number, for people,

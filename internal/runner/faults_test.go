@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/runner"
@@ -143,6 +144,44 @@ func TestRejectedWithoutAUsableSubjectIDStillHasAStatus(t *testing.T) {
 	})
 }
 
+// TestCommitWaitsForTheStoreMidUpload: the store stops taking writes in the middle of the
+// upload. The attempt keeps its delivery and commits once the store takes them again, on its
+// first and only delivery, and what the failed tries wrote is removed: the run holds only what
+// its manifest names.
+func TestCommitWaitsForTheStoreMidUpload(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	oneDelivery(b)
+	var mu sync.Mutex
+	refused := 0
+	down := &hookStore{Store: b.shared, put: func(key string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.HasSuffix(key, "/"+"transcript.jsonl") && refused < 3 {
+			refused++
+			return errors.New("store: put-if-absent " + key + ": connect: connection refused")
+		}
+		return nil
+	}}
+	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = down })
+	j := b.submit("p")
+	waitFor(t, 30*time.Second, "the status to say what the attempt waits for", func() bool {
+		st, err := b.q.Status(context.Background(), j.ID)
+		return err == nil && st.State == job.StateRunning && strings.HasPrefix(st.Error, "waiting for the store: upload transcript.jsonl: ")
+	})
+	b.checkEnd(j.ID, job.StateSucceeded, 0)
+	if st := b.waitFinal(j.ID, 30*time.Second); st.Attempt != 1 {
+		t.Errorf("succeeded on attempt %d, want 1: the delivery was kept", st.Attempt)
+	}
+	report, err := provenance.Verify(context.Background(), b.store, j.ID, nil)
+	if err != nil || !report.OK() {
+		t.Fatalf("verify: %v %+v", err, report.Checks)
+	}
+	if unlisted, err := provenance.Unlisted(context.Background(), b.store, j.ID, report.Statement); err != nil || len(unlisted) != 0 {
+		t.Errorf("objects the manifest does not name: %q, %v; want none: the failed tries' are removed", unlisted, err)
+	}
+}
+
 // TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone (issue 10 item 7): a worker paused
 // in the middle of its upload past the ack deadline (a GC stall, a frozen VM, SIGSTOP) resumes
 // after the next attempt committed. What it writes then must not change any object the
@@ -213,7 +252,7 @@ func TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone(t *testing.T) {
 }
 
 // TestStaleAttemptLeavesTheNextDeliveryAlone: a worker paused in its upload past the ack
-// deadline resumes while the next attempt is being retried after a failed upload. The stale
+// deadline resumes while the next attempt is being retried after a transient failure. The stale
 // attempt must not ack: the server acks the message, not the delivery, and the job would never
 // be delivered again. It runs once more and succeeds.
 func TestStaleAttemptLeavesTheNextDeliveryAlone(t *testing.T) {
@@ -228,7 +267,7 @@ func TestStaleAttemptLeavesTheNextDeliveryAlone(t *testing.T) {
 	var paused sync.Once
 	pausing := &hookStore{Store: b.shared}
 	pausing.put = func(key string) error {
-		paused.Do(func() { waitFor(t, 30*time.Second, "the next attempt's failed upload", retrying) })
+		paused.Do(func() { waitFor(t, 30*time.Second, "the next attempt's transient failure", retrying) })
 		return nil
 	}
 	stale := b.worker(agentFunc(writeReport), func(c *runner.Config) {
@@ -239,14 +278,13 @@ func TestStaleAttemptLeavesTheNextDeliveryAlone(t *testing.T) {
 		st, err := b.q.Status(ctx, j.ID)
 		return err == nil && st.Progress == "uploading"
 	})
-	var failed sync.Once
-	failing := &hookStore{Store: b.shared}
-	failing.put = func(key string) error {
-		err := error(nil)
-		failed.Do(func() { err = errors.New("store: connection refused") })
-		return err
-	}
-	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = failing })
+	var failed atomic.Bool
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		if failed.CompareAndSwap(false, true) {
+			return agent.Result{}, errors.New("model: connection refused") // transient: retried
+		}
+		return writeReport(ctx, req)
+	}))
 	waitFor(t, 30*time.Second, "the stale attempt to end", func() bool {
 		return testutil.ToFloat64(stale.m.StaleAttempts) == 1
 	})
@@ -341,12 +379,16 @@ func TestNATSOutageWhileCommittingKeepsTheRun(t *testing.T) {
 }
 
 // TestJobWhoseEndCannotBeRecordedSaysWhy: a job that fails while the store refuses to record
-// its end waits for another delivery, its status saying so and why instead of the last step it
-// reached, and its state unchanged (a cancel then cannot end a job whose run may be committed).
-// Once the store takes writes again, the job ends as it should.
+// its end waits for the store within its attempt, its status saying so, and past the attempt's
+// deadline waits for another delivery, its status saying so and why instead of the last step it
+// reached; its state stays as it was meanwhile (a cancel then cannot end a job whose run may be
+// committed). Once the store takes writes again, the job ends as it should.
 func TestJobWhoseEndCannotBeRecordedSaysWhy(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	p := b.cfg.Profiles["p"]
+	p.Limits.JobTimeout = config.Duration(time.Second) // the attempt's waits give up after 2 s
+	b.cfg.Profiles = map[string]config.Profile{"p": p}
 	var down atomic.Bool
 	down.Store(true)
 	refusing := &hookStore{Store: b.shared, put: func(key string) error {
@@ -361,6 +403,14 @@ func TestJobWhoseEndCannotBeRecordedSaysWhy(t *testing.T) {
 	}
 	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = refusing })
 	var st job.Status
+	waitFor(t, 30*time.Second, "the status to say the attempt waits for the store", func() bool {
+		var err error
+		st, err = b.q.Status(context.Background(), j.ID)
+		return err == nil && strings.HasPrefix(st.Error, "waiting for the store: ") && strings.Contains(st.Error, "store unavailable")
+	})
+	if st.State.Terminal() || st.State == job.StateRetrying {
+		t.Errorf("status %s while the attempt waits for the store; want its state kept", st.State)
+	}
 	waitFor(t, 30*time.Second, "the status to say why the job waits", func() bool {
 		var err error
 		st, err = b.q.Status(context.Background(), j.ID)

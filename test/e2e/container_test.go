@@ -330,9 +330,9 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		st.stop(t)
 		close(model.release)
 
-		// The attempt has done its work: before it uploads, it waits for the store instead of
-		// throwing the work away, and the status says exactly what it waits for.
-		wantErr := regexp.MustCompile(`^waiting for the store: store: stat s3://` + st.bucket + `/tenants/default/runs/` + id + `/manifest\.json: .*dial tcp ` + regexp.QuoteMeta(st.addr) + `: connect: connection refused`)
+		// The attempt has done its work: its upload waits for the store instead of throwing the
+		// work away, and the status says exactly what it waits for.
+		wantErr := regexp.MustCompile(`^waiting for the store: upload report\.md: store: put-if-absent s3://` + st.bucket + `/tenants/default/runs/` + id + `/attempts/1-[0-9a-f]+/report\.md: .*dial tcp ` + regexp.QuoteMeta(st.addr) + `: connect: connection refused`)
 		waiting := history.waitFor(t, 60*time.Second, func(s job.Status) bool {
 			return strings.HasPrefix(s.Error, "waiting for the store")
 		})
