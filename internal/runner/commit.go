@@ -173,13 +173,7 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 			return "", fmt.Errorf("sign manifest: %w", err)
 		}
 	}
-	if err := a.store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest))); err != nil {
-		switch {
-		case errors.Is(err, store.ErrExists):
-			return "", fmt.Errorf("%w: another attempt committed the run first", errLeaseLost)
-		case ctx.Err() == nil && !errors.Is(err, store.ErrUnsafeServer):
-			return "", &storeDownError{err}
-		}
+	if err := putManifest(ctx, a, manifest); err != nil {
 		return "", err
 	}
 	written = nil // named by the committed manifest: never removed
@@ -193,6 +187,21 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 		}
 	}
 	return reportKey, nil
+}
+
+// putManifest commits the run: the manifest's create-only put, which a run committed first
+// refuses (errLeaseLost).
+func putManifest(ctx context.Context, a *attempt, manifest []byte) error {
+	err := a.store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest)))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrExists):
+		return fmt.Errorf("%w: another attempt committed the run first", errLeaseLost)
+	case ctx.Err() == nil && !errors.Is(err, store.ErrUnsafeServer):
+		return &storeDownError{err}
+	}
+	return err
 }
 
 // uploadAll uploads the run's outputs into the attempt's folder and returns what the store
