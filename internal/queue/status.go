@@ -47,11 +47,16 @@ func (c *Consumer) UpdateStatus(ctx context.Context, r Ref, change func(*job.Sta
 }
 
 // UpdateNewStatus is UpdateStatus for a job most likely without a status yet, a first
-// delivery's (submit writes none): its first try creates the key instead of reading it, which
-// saves a round trip on the claim of nearly every job. A status that exists (a cancel asked
-// while the job waited, a stream restored) costs one refused create; then the key is read.
+// delivery's (submit writes none): unless this handle wrote one, its first try creates the key
+// instead of reading it, which saves a round trip on the claim of nearly every job. A status
+// that exists (a cancel asked while the job waited, a stream restored) costs one refused
+// create; then the key is read.
 func (c *Consumer) UpdateNewStatus(ctx context.Context, r Ref, change func(*job.Status)) (job.Status, error) {
-	return c.updateStatus(ctx, r, guess[job.Status]{ok: true}, change)
+	first := c.written.get(r.key())
+	if !first.ok {
+		first = guess[job.Status]{ok: true} // none: the zero status at revision 0
+	}
+	return c.updateStatus(ctx, r, first, change)
 }
 
 func (c *Consumer) updateStatus(ctx context.Context, r Ref, first guess[job.Status], change func(*job.Status)) (job.Status, error) {

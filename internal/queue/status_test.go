@@ -106,10 +106,18 @@ func TestUpdateNewStatus(t *testing.T) {
 	running := func(s *job.Status) { s.State, s.Attempt, s.Progress = job.StateRunning, 1, "starting" }
 	tests := []struct {
 		name    string
-		before  func(s *job.Status) // written first by another handle; nil: no status
+		before  func(s *job.Status) // written first by another handle (mine: by the same); nil: no status
+		mine    bool
 		want    func(t *testing.T, st job.Status, err error)
 		oneSend bool
 	}{
+		{name: "written by this handle while the job waited", mine: true, oneSend: true,
+			before: func(s *job.Status) { s.State, s.Error = job.StateQueued, "waiting for the store: down" },
+			want: func(t *testing.T, st job.Status, err error) {
+				if err != nil || st.State != job.StateRunning || st.Error != "waiting for the store: down" {
+					t.Errorf("= %+v, %v; want it running, the earlier write kept", st, err)
+				}
+			}},
 		{name: "no status yet", oneSend: true, want: func(t *testing.T, st job.Status, err error) {
 			if err != nil || st.State != job.StateRunning || st.Progress != "starting" {
 				t.Errorf("= %+v, %v; want it running", st, err)
@@ -136,7 +144,11 @@ func TestUpdateNewStatus(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			j := b.submit(t)
 			if tt.before != nil {
-				if _, err := other.UpdateStatus(ctx, ref(j.ID), tt.before); err != nil {
+				by := other
+				if tt.mine {
+					by = b.w
+				}
+				if _, err := by.UpdateStatus(ctx, ref(j.ID), tt.before); err != nil {
 					t.Fatal(err)
 				}
 			}
