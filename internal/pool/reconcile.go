@@ -169,9 +169,10 @@ func (p *Pool) start(pp *profilePool) {
 // waits for that before the sandbox counts as ready, unless a job is about to take it: a Take
 // waits for a start, or the queue held more jobs of the profile (its part, mix.go) waiting to
 // be delivered than the pool has ready sandboxes at its last lag read (a burst: the worker
-// fetches the next job as soon as a slot is free). Then the sandbox is handed over as it is, since the job would otherwise
-// wait for the warm-up (which, for bubblewrap, costs more than the first command's own start)
-// or, coming first, have it thrown away half done: CPU the running jobs needed (row 16).
+// fetches the next job as soon as a slot is free). Then the sandbox is handed over as it is,
+// since the job would otherwise wait for the warm-up (which, for bubblewrap, costs more than
+// the first command's own start) or, coming first, have it thrown away half done: CPU the
+// running jobs needed (row 16).
 func (p *Pool) warmUp(ctx context.Context, pp *profilePool, sb sandbox.Sandbox) {
 	w, ok := sb.(sandbox.Warmer)
 	if !ok {

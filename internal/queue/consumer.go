@@ -419,13 +419,6 @@ func (c *Consumer) subjectRef(msg jetstream.Msg) Ref {
 	return r
 }
 
-// AckWait is the longest ack deadline of the tenants' consumers, as the server has them.
-func (c *Consumer) AckWait() time.Duration {
-	c.waitsMu.Lock()
-	defer c.waitsMu.Unlock()
-	return slices.Max(slices.Collect(maps.Values(c.ackWaits)))
-}
-
 // noteAckWait keeps a consumer's ack deadline as the server last told it: `worker setup` may
 // change it while the worker runs, and each delivery's heartbeats follow its consumer's.
 func (c *Consumer) noteAckWait(consumer string, d time.Duration) {

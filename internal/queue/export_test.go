@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,4 +33,12 @@ func (c *Consumer) SetIdleCheck(d time.Duration) {
 	c.ear.mu.Lock()
 	defer c.ear.mu.Unlock()
 	c.ear.check = d
+}
+
+// AckWait is the longest ack deadline of the tenants' consumers, as the server has them: how
+// long a test waits to see that a job is not delivered again.
+func (c *Consumer) AckWait() time.Duration {
+	c.waitsMu.Lock()
+	defer c.waitsMu.Unlock()
+	return slices.Max(slices.Collect(maps.Values(c.ackWaits)))
 }
