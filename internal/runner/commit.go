@@ -129,11 +129,8 @@ func (r *Runner) upload(ctx context.Context, a *attempt, key string, out output)
 // It returns the committed report's key, "" when the run committed none.
 func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output, c provenance.Collected, o outcome) (reportKey string, err error) {
 	// A newer attempt means this one's ack deadline passed and another worker took the job:
-	// uploading now would only leave objects nothing names. An attempt younger than half its
-	// ack wait cannot have lost it, and does not ask: the server delivers a job again only
-	// after a whole ack wait without a heartbeat. One paused in a way its clock did not count
-	// (a frozen VM) is stopped by the check after the upload, which removes what it wrote.
-	if time.Since(a.started) >= a.d.AckWait()/2 {
+	// uploading now would only leave objects nothing names.
+	if a.mayHaveLostLease() {
 		if err := r.checkLease(ctx, a); err != nil {
 			return "", err
 		}
@@ -158,9 +155,12 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 		return "", err
 	}
 	// The run's commit is the manifest's create-only put, which a run committed meanwhile
-	// refuses: only the attempt is checked here.
-	if err := r.checkAttempt(ctx, a); err != nil {
-		return "", err
+	// refuses: only the attempt is checked here, so that one whose upload outlasted its lease
+	// does not commit over the attempt that runs now.
+	if a.mayHaveLostLease() {
+		if err := r.checkAttempt(ctx, a); err != nil {
+			return "", err
+		}
 	}
 	manifest, err := r.manifest(a, run, folder, subs, collected, decide(o, a.d.LastAttempt()), o.err)
 	if err != nil {
@@ -298,6 +298,16 @@ const (
 	reportName     = "report.md"
 	transcriptName = "transcript.jsonl"
 )
+
+// mayHaveLostLease tells whether another attempt could have taken the job over: not before
+// half the ack wait, since the server delivers a job again only after a whole ack wait without
+// a heartbeat. Where it could not, the lease checks are round trips with nothing to find. An
+// attempt paused in a way its clock did not count (a suspended machine) may still find at its
+// commit that another attempt runs or committed: the manifest's create-only put decides
+// between them, and the job ends once either way (see docs/lifecycle.md).
+func (a *attempt) mayHaveLostLease() bool {
+	return time.Since(a.started) >= a.d.AckWait()/2
+}
 
 // checkLease fails with errLeaseLost when a later attempt of the job has started or the run
 // is already committed.

@@ -251,6 +251,60 @@ func TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone(t *testing.T) {
 	}
 }
 
+// TestUnawareStaleAttemptCommitsFirst: an attempt that lost its lease without its clock telling
+// it so (here the consumer's ack wait shortened on the server after the worker read it; a
+// suspended machine does the same) does not look before it commits, and commits first while the
+// next attempt runs. That is the job's run: the next attempt's commit is refused, it removes what
+// it wrote, and the job ends once, on the first attempt's report, with nothing left to deliver.
+func TestUnawareStaleAttemptCommitsFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.setAckWait(time.Hour) // what the first worker reads when it starts: no heartbeat for 20 minutes
+	var j job.Job
+	status := func() job.Status {
+		st, _ := b.q.Status(ctx, j.ID)
+		return st
+	}
+	stale := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		b.setAckWait(2 * time.Second) // the server now delivers the job again after 2 s
+		waitFor(t, 30*time.Second, "the next attempt to start", func() bool { return status().Attempt == 2 })
+		if err := req.Sandbox.WriteFile(ctx, "report.md", []byte("first attempt's report\n")); err != nil {
+			return agent.Result{}, err
+		}
+		return agent.Result{Outcome: agent.OutcomeCompleted}, nil
+	}), func(c *runner.Config) { c.Worker.Concurrency = 1 })
+	j = b.submit("p")
+	waitFor(t, 10*time.Second, "the first attempt to run", func() bool { return status().Attempt == 1 })
+	next := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		waitFor(t, 30*time.Second, "the first attempt's commit", func() bool {
+			_, err := b.store.Stat(ctx, store.ManifestKey(j.ID))
+			return err == nil
+		})
+		return writeReport(ctx, req)
+	}))
+	waitFor(t, 30*time.Second, "the next attempt to end", func() bool {
+		return testutil.ToFloat64(next.m.StaleAttempts) == 1
+	})
+	if st := b.waitFinal(j.ID, 30*time.Second); st.State != job.StateSucceeded || st.Attempt != 1 {
+		t.Fatalf("status = %+v, want succeeded on attempt 1", st)
+	}
+	if n := testutil.ToFloat64(stale.m.StaleAttempts); n != 0 {
+		t.Errorf("the first attempt counted %v stale attempts, want 0: it committed", n)
+	}
+	report, err := provenance.Verify(ctx, b.store, j.ID, nil)
+	if err != nil || !report.OK() {
+		t.Fatalf("verify: %v %+v", err, report.Checks)
+	}
+	if m := report.Statement.Predicate; m.Attempt != 1 {
+		t.Errorf("manifest attempt = %d, want the first attempt's", m.Attempt)
+	}
+	if unlisted, err := provenance.Unlisted(ctx, b.store, j.ID, report.Statement); err != nil || len(unlisted) != 0 {
+		t.Errorf("objects the manifest does not name: %q, %v; want none: the refused attempt removes its own", unlisted, err)
+	}
+	waitFor(t, 10*time.Second, "the message acknowledged", b.consumed)
+}
+
 // TestStaleAttemptLeavesTheNextDeliveryAlone: a worker paused in its upload past the ack
 // deadline resumes while the next attempt is being retried after a transient failure. The stale
 // attempt must not ack: the server acks the message, not the delivery, and the job would never
@@ -343,9 +397,9 @@ func TestCommitWaitsForAStoreThatRefusesOverwritesAgain(t *testing.T) {
 }
 
 // TestNATSOutageWhileCommittingKeepsTheRun: NATS goes away while the last delivery uploads
-// its run, between the two looks at the job's status that tell the attempt it still owns the
-// job, and comes back seconds later. The attempt waits for it and commits: the job succeeds on
-// that delivery, with no second run and no dead letter for work that was done.
+// its run and comes back seconds later. The attempt commits and waits for NATS to record the
+// job's end and take the ack: the job succeeds on that delivery, with no second run, no dead
+// letter for work that was done, and no wait of an ack wait for a delivery that adopts the run.
 func TestNATSOutageWhileCommittingKeepsTheRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -244,6 +244,19 @@ func (b *bundle) setAckWait(d time.Duration) {
 	}
 }
 
+// consumed tells whether tenant default's consumer has no job left to deliver or to be
+// acknowledged.
+func (b *bundle) consumed() bool {
+	ctx := context.Background()
+	js, _ := jetstream.New(b.nc)
+	c, err := js.Consumer(ctx, b.cfg.NATS.Stream, b.cfg.NATS.Consumer+"-default")
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(ctx)
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
 // client connects as a submitter of tenant default, after the set-up connect does.
 func (b *bundle) client() (*nats.Conn, *queue.Client) {
 	b.t.Helper()

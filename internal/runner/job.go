@@ -89,6 +89,7 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 	if d.Attempt > 1 {
 		r.m.Redeliveries.Inc()
 	}
+	worker := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.cancel = cancel
@@ -113,7 +114,7 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 		e = r.commitEnd(ctx, a, e)
 		stopHeartbeat()
 	}
-	r.settle(ctx, a, e)
+	r.settle(worker, a, e)
 }
 
 // process runs the attempt's stages in order and returns how it ended. Each stage returns

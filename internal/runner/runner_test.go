@@ -265,15 +265,7 @@ func TestCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := b.worker(a)
-		waitFor(t, 10*time.Second, "message consumed", func() bool {
-			js, _ := jetstream.New(b.nc)
-			c, err := js.Consumer(ctx, b.cfg.NATS.Stream, b.cfg.NATS.Consumer+"-default")
-			if err != nil {
-				return false
-			}
-			info, err := c.Info(ctx)
-			return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-		})
+		waitFor(t, 10*time.Second, "message consumed", b.consumed)
 		if n := w.p.started.Load(); n != 0 {
 			t.Errorf("a cancelled job started %d sandboxes", n)
 		}

@@ -10,17 +10,21 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // settle acts on how the attempt ended, as decide says: the status, then the queue, then the
-// metrics and the log line. It runs on a context that survives shutdown so that an
-// interrupted job is handed back at once.
+// metrics and the log line. Each write runs on a context of its own that survives shutdown, so
+// that an interrupted job is handed back at once. The end of a job waits for NATS, as its commit
+// did (awaitAnswer; ctx, the worker's, cuts the wait short at shutdown): its run is committed,
+// and without the status and the ack `submit wait` would wait, and the job, a whole ack wait for
+// a delivery that adopts the run. A job handed back does not wait: the server delivers it again
+// anyway.
 func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
-	defer cancel()
 	dec := decide(e.outcome, a.d.LastAttempt())
-	r.settleStatus(ctx, a, e, dec)
-	attrs := r.settleQueue(ctx, a, e.outcome, dec)
+	w := settler{r: r, a: a, ctx: ctx, wait: dec.state.Terminal()}
+	r.settleStatus(w, e, dec)
+	attrs := r.settleQueue(w, e.outcome, dec)
 	r.settleMetrics(a, dec)
 
 	attrs = append([]any{"outcome", e.end.String(), "duration_ms", time.Since(a.started).Milliseconds()}, attrs...)
@@ -35,22 +39,48 @@ func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 	a.log.Log(ctx, level, "job "+dec.action.String(), attrs...)
 }
 
+// settler makes settle's calls to NATS: each on a context of its own, bounded by
+// CleanupTimeout, and for a job's end again until NATS answers.
+type settler struct {
+	r    *Runner
+	a    *attempt
+	ctx  context.Context // the worker's: it ends at shutdown
+	wait bool
+}
+
+func (w settler) do(answered func(error) bool, call func(context.Context) error) error {
+	once := func(context.Context) (struct{}, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), w.r.cfg.CleanupTimeout)
+		defer cancel()
+		return struct{}{}, call(ctx)
+	}
+	if !w.wait {
+		_, err := once(w.ctx)
+		return err
+	}
+	_, err := awaitAnswerTo(w.ctx, w.r, w.a, "NATS", "before the job can end", answered, once)
+	return err
+}
+
 // settleStatus records the decided state in the job's status, unless the job ended elsewhere,
 // or why the job waits.
-func (r *Runner) settleStatus(ctx context.Context, a *attempt, e ended, dec decision) {
-	switch id := r.statusID(ctx, a); {
+func (r *Runner) settleStatus(w settler, e ended, dec decision) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), r.cfg.CleanupTimeout)
+	id := r.statusID(ctx, w.a)
+	cancel()
+	switch {
 	case id == "":
 	case dec.state != "":
-		r.recordState(ctx, a, id, e, dec)
+		r.recordState(w, id, e, dec)
 	case dec.waiting && e.err != nil:
-		r.recordWaiting(ctx, a, id, e.err)
+		r.recordWaiting(w, id, e.err)
 	}
 }
 
 // recordState records the decided state in the job's status.
-func (r *Runner) recordState(ctx context.Context, a *attempt, id string, e ended, dec decision) {
-	now := time.Now().UTC()
-	_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), func(s *job.Status) {
+func (r *Runner) recordState(w settler, id string, e ended, dec decision) {
+	a, now := w.a, time.Now().UTC()
+	change := func(s *job.Status) {
 		s.State, s.UpdatedAt, s.Error, s.Cap = dec.state, now, "", cmp.Or(e.cap, e.run.result.Cap)
 		// A delivery that did no work (it could not even tell whether the run is committed)
 		// leaves the attempt and worker to the one that did.
@@ -75,35 +105,42 @@ func (r *Runner) recordState(ctx context.Context, a *attempt, id string, e ended
 				s.Report = a.store.URL(e.reportKey)
 			}
 		}
+	}
+	err := w.do(natsAnswered, func(ctx context.Context) error {
+		_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), change)
+		return err
 	})
 	if err != nil && !errors.Is(err, queue.ErrFinal) {
-		a.log.ErrorContext(ctx, "record outcome failed", "error", err)
+		a.log.ErrorContext(w.ctx, "record outcome failed", "error", err)
 	}
 }
 
 // recordWaiting says in the status's progress why the job waits for another delivery, its
 // state unchanged.
-func (r *Runner) recordWaiting(ctx context.Context, a *attempt, id string, cause error) {
-	_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), func(s *job.Status) {
-		s.Progress, s.UpdatedAt = "waiting for another delivery: "+cause.Error(), time.Now().UTC()
+func (r *Runner) recordWaiting(w settler, id string, cause error) {
+	err := w.do(natsAnswered, func(ctx context.Context) error {
+		_, err := r.cfg.Queue.UpdateStatus(ctx, w.a.ref(id), func(s *job.Status) {
+			s.Progress, s.UpdatedAt = "waiting for another delivery: "+cause.Error(), time.Now().UTC()
+		})
+		return err
 	})
 	if err != nil && !errors.Is(err, queue.ErrFinal) {
-		a.log.ErrorContext(ctx, "record why the job waits failed", "error", err)
+		w.a.log.ErrorContext(w.ctx, "record why the job waits failed", "error", err)
 	}
 }
 
 // settleQueue tells the queue what decide says and returns what the log line adds about it.
-func (r *Runner) settleQueue(ctx context.Context, a *attempt, o outcome, dec decision) []any {
-	d := a.d
+func (r *Runner) settleQueue(w settler, o outcome, dec decision) []any {
+	d := w.a.d
 	var (
 		attrs []any
-		err   error
+		call  func(context.Context) error
 	)
 	switch dec.action {
 	case ackJob:
-		err = d.Ack(ctx)
+		call = d.Ack
 	case nakNow:
-		err = d.Nak(ctx, 0)
+		call = func(ctx context.Context) error { return d.Nak(ctx, 0) }
 	case nakLater:
 		delay := redeliveryDelay(time.Duration(r.cfg.Worker.NATS.RetryBackoff), d.Attempt)
 		var retry *queue.RetryAfterError
@@ -111,17 +148,22 @@ func (r *Runner) settleQueue(ctx context.Context, a *attempt, o outcome, dec dec
 			delay = retry.Delay
 		}
 		attrs = append(attrs, "retry_in", delay.String())
-		err = d.Nak(ctx, delay)
+		call = func(ctx context.Context) error { return d.Nak(ctx, delay) }
 	case termJob:
 		attrs = append(attrs, "reason", dec.reason)
 		r.m.DeadLetters.WithLabelValues(dec.reason).Inc()
-		err = d.Term(ctx, dec.reason, o.err)
+		call = func(ctx context.Context) error { return d.Term(ctx, dec.reason, o.err) }
+	default:
+		return attrs
 	}
-	if err != nil {
-		a.log.ErrorContext(ctx, "settle with the queue failed", "action", dec.action.String(), "error", err)
+	if err := w.do(settled, call); err != nil {
+		w.a.log.ErrorContext(w.ctx, "settle with the queue failed", "action", dec.action.String(), "error", err)
 	}
 	return attrs
 }
+
+// settled: the server took the ack, nak or term, or this delivery had settled before.
+func settled(err error) bool { return err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) }
 
 // settleMetrics counts the decided end.
 func (r *Runner) settleMetrics(a *attempt, dec decision) {
