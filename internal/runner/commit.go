@@ -130,10 +130,8 @@ func (r *Runner) upload(ctx context.Context, a *attempt, key string, out output)
 func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output, c provenance.Collected, o outcome) (reportKey string, err error) {
 	// A newer attempt means this one's ack deadline passed and another worker took the job:
 	// uploading now would only leave objects nothing names.
-	if a.mayHaveLostLease() {
-		if err := r.checkLease(ctx, a); err != nil {
-			return "", err
-		}
+	if err := r.checkLease(ctx, a); err != nil {
+		return "", err
 	}
 	folder, err := attemptFolder(a.d.Attempt)
 	if err != nil {
@@ -157,10 +155,8 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 	// The run's commit is the manifest's create-only put, which a run committed meanwhile
 	// refuses: only the attempt is checked here, so that one whose upload outlasted its lease
 	// does not commit over the attempt that runs now.
-	if a.mayHaveLostLease() {
-		if err := r.checkAttempt(ctx, a); err != nil {
-			return "", err
-		}
+	if err := r.checkAttempt(ctx, a); err != nil {
+		return "", err
 	}
 	manifest, err := r.manifest(a, run, folder, subs, collected, decide(o, a.d.LastAttempt()), o.err)
 	if err != nil {
@@ -310,11 +306,14 @@ func (a *attempt) mayHaveLostLease() bool {
 }
 
 // checkLease fails with errLeaseLost when a later attempt of the job has started or the run
-// is already committed.
+// is already committed; it asks only an attempt that may have lost its lease.
 // It waits out an outage of NATS or the store (awaitAnswer): the attempt has done its work by
 // now, and failing it for a blip would throw that work away, or, on the last delivery,
 // dead-letter a job that ran.
 func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
+	if !a.mayHaveLostLease() {
+		return nil
+	}
 	if err := r.checkAttempt(ctx, a); err != nil {
 		return err
 	}
@@ -331,8 +330,11 @@ func (r *Runner) checkLease(ctx context.Context, a *attempt) error {
 }
 
 // checkAttempt fails with errLeaseLost when a later attempt of the job has started; like
-// checkLease it waits out an outage.
+// checkLease it asks only an attempt that may have lost its lease, and waits out an outage.
 func (r *Runner) checkAttempt(ctx context.Context, a *attempt) error {
+	if !a.mayHaveLostLease() {
+		return nil
+	}
 	st, err := awaitAnswerTo(ctx, r, a, "NATS", "before the run can be committed", statusAnswered, func(ctx context.Context) (job.Status, error) {
 		return r.cfg.Queue.Status(ctx, a.ref(a.job.ID))
 	})
