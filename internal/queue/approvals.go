@@ -66,7 +66,7 @@ func (a Approval) Pending(now time.Time) bool {
 }
 
 func setUpApprovals(ctx context.Context, js jetstream.JetStream, cfg config.NATS) error {
-	_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	_, err := declareBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.ApprovalsBucket,
 		Description: "Boxcar shell commands waiting for a person, and the answers",
 		History:     1,
