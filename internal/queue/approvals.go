@@ -223,6 +223,9 @@ func (c *Client) decide(ctx context.Context, kv jetstream.KeyValue, jobID, callI
 				ErrApprovalExpired, a.CallID, a.JobID, a.ExpiresAt.Format(time.RFC3339))
 		}
 		a.Decision, a.DecidedBy, a.DecidedAt, a.Reason = d, by, now, reason
+		// What is signed names the request the person asked to answer, the client's tenant's,
+		// not what the entry claims: anyone who may write the key wrote the entry.
+		a.Tenant, a.JobID, a.CallID = c.tenant, jobID, callID
 		if sign != nil {
 			signed, err := sign(*a)
 			if err != nil {
