@@ -1,6 +1,6 @@
 // Package approvalsig signs a person's answer to an approval request and checks such an answer
 // for the worker: the answer is bound to the exact command (the SHA-256 of its argv), to the
-// request's revision in the approvals bucket, to the job and call, and to the request's expiry,
+// request's revision in the approvals bucket, to the tenant, job and call, and to the request's expiry,
 // and it must be signed by an approver key the worker trusts, within the key's dates. It does
 // not carry answers; internal/queue does.
 package approvalsig
@@ -35,6 +35,9 @@ var (
 
 // Statement is what an approver signs.
 type Statement struct {
+	// Tenant is the job's: a job id is unique within its tenant only, so an answer for one
+	// tenant's job must not answer another tenant's job of the same id.
+	Tenant     string `json:"tenant"`
 	JobID      string `json:"job_id"`
 	CallID     string `json:"call_id"`
 	ArgvSHA256 string `json:"argv_sha256"`
@@ -83,8 +86,8 @@ func Sign(s Statement, key ed25519.PrivateKey) (string, error) {
 
 // Request is what the worker asked, as it knows it: the answer must match every field.
 type Request struct {
-	JobID, CallID string
-	Argv          []string
+	Tenant, JobID, CallID string
+	Argv                  []string
 	// Revision of the request in the approvals bucket; 0 accepts an answer to any revision
 	// of the same job, call and command (a redelivered job finding the earlier answer).
 	Revision  uint64
@@ -137,7 +140,7 @@ func match(s Statement, req Request) error {
 		what      string
 		got, want string
 	}{
-		{"job", s.JobID, req.JobID}, {"call", s.CallID, req.CallID},
+		{"tenant", s.Tenant, req.Tenant}, {"job", s.JobID, req.JobID}, {"call", s.CallID, req.CallID},
 		{"command (argv sha256)", s.ArgvSHA256, ArgvDigest(req.Argv)},
 		{"request expiry", s.ExpiresAt.UTC().Format(time.RFC3339Nano), req.ExpiresAt.UTC().Format(time.RFC3339Nano)},
 	} {
@@ -161,7 +164,7 @@ func match(s Statement, req Request) error {
 func Signer(key ed25519.PrivateKey) queue.Signer {
 	return func(a queue.Approval) (string, error) {
 		return Sign(Statement{
-			JobID: a.JobID, CallID: a.CallID, ArgvSHA256: ArgvDigest(a.Argv), RequestRevision: a.Revision,
+			Tenant: a.Tenant, JobID: a.JobID, CallID: a.CallID, ArgvSHA256: ArgvDigest(a.Argv), RequestRevision: a.Revision,
 			Decision: a.Decision, Reason: a.Reason, DecidedAt: a.DecidedAt, ExpiresAt: a.ExpiresAt,
 		}, key)
 	}

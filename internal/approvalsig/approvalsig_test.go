@@ -17,8 +17,8 @@ func TestCheck(t *testing.T) {
 	_, mallory, _ := ed25519.GenerateKey(nil)
 	now := time.Now().UTC()
 	ring := provenance.Keyring{{Name: "alice", Key: alice.Public().(ed25519.PublicKey), NotBefore: now.Add(-time.Hour)}}
-	req := approvalsig.Request{JobID: job.NewID(), CallID: "call_1", Argv: []string{"make", "test"}, Revision: 7, ExpiresAt: now.Add(time.Minute)}
-	good := approvalsig.Statement{JobID: req.JobID, CallID: "call_1", ArgvSHA256: approvalsig.ArgvDigest(req.Argv), RequestRevision: 7,
+	req := approvalsig.Request{Tenant: "team-b", JobID: job.NewID(), CallID: "call_1", Argv: []string{"make", "test"}, Revision: 7, ExpiresAt: now.Add(time.Minute)}
+	good := approvalsig.Statement{Tenant: "team-b", JobID: req.JobID, CallID: "call_1", ArgvSHA256: approvalsig.ArgvDigest(req.Argv), RequestRevision: 7,
 		Decision: job.DecisionApproved, DecidedAt: now, ExpiresAt: req.ExpiresAt}
 	tests := []struct {
 		name   string
@@ -33,6 +33,7 @@ func TestCheck(t *testing.T) {
 		{name: "wrong key", key: mallory, want: approvalsig.ErrBadSignature},
 		{name: "replayed revision", key: alice, change: func(s *approvalsig.Statement) { s.RequestRevision = 6 }, want: approvalsig.ErrMismatch},
 		{name: "other argv", key: alice, change: func(s *approvalsig.Statement) { s.ArgvSHA256 = approvalsig.ArgvDigest([]string{"make", "test "}) }, want: approvalsig.ErrMismatch},
+		{name: "another tenant's job of the same id", key: alice, change: func(s *approvalsig.Statement) { s.Tenant = "team-a" }, want: approvalsig.ErrMismatch},
 		{name: "other job", key: alice, change: func(s *approvalsig.Statement) { s.JobID = job.NewID() }, want: approvalsig.ErrMismatch},
 		{name: "other call", key: alice, change: func(s *approvalsig.Statement) { s.CallID = "call_2" }, want: approvalsig.ErrMismatch},
 		{name: "unknown decision", key: alice, change: func(s *approvalsig.Statement) { s.Decision = job.DecisionExpired }, want: approvalsig.ErrMismatch},

@@ -66,7 +66,7 @@ func (a Approval) Pending(now time.Time) bool {
 }
 
 func setUpApprovals(ctx context.Context, js jetstream.JetStream, cfg config.NATS) error {
-	_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	_, err := declareBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.ApprovalsBucket,
 		Description: "Boxcar shell commands waiting for a person, and the answers",
 		History:     1,
@@ -223,6 +223,9 @@ func (c *Client) decide(ctx context.Context, kv jetstream.KeyValue, jobID, callI
 				ErrApprovalExpired, a.CallID, a.JobID, a.ExpiresAt.Format(time.RFC3339))
 		}
 		a.Decision, a.DecidedBy, a.DecidedAt, a.Reason = d, by, now, reason
+		// What is signed names the request the person asked to answer, the client's tenant's,
+		// not what the entry claims: anyone who may write the key wrote the entry.
+		a.Tenant, a.JobID, a.CallID = c.tenant, jobID, callID
 		if sign != nil {
 			signed, err := sign(*a)
 			if err != nil {

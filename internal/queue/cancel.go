@@ -24,7 +24,7 @@ type CancelRequest struct {
 // setUpCancel creates or updates the cancel bucket. A request is kept as long as a status: a
 // worker that starts reads every request still there and ends the jobs they name.
 func setUpCancel(ctx context.Context, js jetstream.JetStream, cfg config.NATS) error {
-	_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	_, err := declareBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      CancelBucket,
 		Description: "Boxcar: requests to cancel a job, by tenant.job",
 		History:     1,

@@ -80,7 +80,7 @@ func (c *Consumer) AdvertiseProfiles(ctx context.Context, worker string, profile
 			// create buckets advertises too; one made by an older setup is created here.
 			kv, err = c.js.KeyValue(ctx, ProfilesBucket)
 			if errors.Is(err, jetstream.ErrBucketNotFound) {
-				kv, err = c.js.CreateOrUpdateKeyValue(ctx, profilesBucketConfig(c.cfg.Replicas))
+				kv, err = declareBucket(ctx, c.js, profilesBucketConfig(c.cfg.Replicas))
 			}
 		}
 		if err == nil {

@@ -113,6 +113,37 @@ func ensureStatusTTL(ctx context.Context, js jetstream.JetStream, bucket string,
 	return err
 }
 
+// declareBucket creates or updates a bucket, then turns its roll-ups off (denyRollups).
+func declareBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return kv, denyRollups(ctx, js, cfg.Bucket)
+}
+
+// denyRollups turns roll-ups off on a bucket's stream. nats.go makes every bucket allow them
+// (its Purge is one), and the server checks a Nats-Rollup header against no subject: an
+// identity allowed to write only its tenant's keys (a submitter's cancel, an approver's
+// answer) would, with "Nats-Rollup: all" on one of them, purge the whole stream, every
+// tenant's keys. Boxcar purges no key, so nothing needs a roll-up. A bucket created or updated
+// by nats.go allows them again until this runs, which `worker setup` does right after.
+func denyRollups(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	s, err := js.Stream(ctx, statusStream(bucket))
+	if err != nil {
+		return fmt.Errorf("queue: look up bucket %s to turn its roll-ups off: %w", bucket, err)
+	}
+	cfg := s.CachedInfo().Config
+	if !cfg.AllowRollup {
+		return nil
+	}
+	cfg.AllowRollup = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("queue: turn roll-ups off on bucket %s (while on, a writer of one key can purge every tenant's keys); run `worker setup` with the operator's login: %w", bucket, err)
+	}
+	return nil
+}
+
 // setUpStatus creates the status bucket when it is missing, else binds it and sets its expiry.
 func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, log *slog.Logger) (jetstream.KeyValue, error) {
 	ttl := time.Duration(cfg.StatusTTL)
@@ -139,5 +170,8 @@ func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, l
 	if err != nil {
 		return nil, err
 	}
-	return kv, ensureStatusTTL(ctx, js, cfg.StatusBucket, ttl, log)
+	if err := ensureStatusTTL(ctx, js, cfg.StatusBucket, ttl, log); err != nil {
+		return kv, err
+	}
+	return kv, denyRollups(ctx, js, cfg.StatusBucket)
 }

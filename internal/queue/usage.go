@@ -44,7 +44,7 @@ func OpenUsage(ctx context.Context, nc *nats.Conn, replicas int, create bool) (*
 	kv, err := js.KeyValue(ctx, UsageBucket)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound) && create:
-		kv, err = js.CreateOrUpdateKeyValue(ctx, usageBucketConfig(replicas))
+		kv, err = declareBucket(ctx, js, usageBucketConfig(replicas))
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		return nil, ErrNoUsage
 	}

@@ -63,7 +63,7 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 		// An earlier attempt of the job asked about this very command: its answer stands if
 		// it is signed for this job, call and command (any revision: the earlier request's).
 		log.InfoContext(ctx, "approval answered before", "decision", asked.Decision)
-		return p.trusted(ctx, asked, approvalsig.Request{JobID: req.JobID, CallID: req.CallID, Argv: req.Argv})
+		return p.trusted(ctx, asked, approvalsig.Request{Tenant: p.a.d.Tenant, JobID: req.JobID, CallID: req.CallID, Argv: req.Argv})
 	}
 	log.InfoContext(ctx, "waiting for approval", "expires_at", expires)
 	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, p.a.d.Tenant, expires))
@@ -89,7 +89,7 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 		got = final // a person answered just before the worker gave up
 	}
 	log.InfoContext(ctx, "approval answered", "decision", got.Decision, "wait_ms", time.Since(now).Milliseconds())
-	ans, err := p.trusted(cleanup, got, approvalsig.Request{JobID: req.JobID, CallID: req.CallID, Argv: req.Argv, Revision: asked.Revision, ExpiresAt: asked.ExpiresAt})
+	ans, err := p.trusted(cleanup, got, approvalsig.Request{Tenant: p.a.d.Tenant, JobID: req.JobID, CallID: req.CallID, Argv: req.Argv, Revision: asked.Revision, ExpiresAt: asked.ExpiresAt})
 	switch {
 	case ans.Refused != "":
 		p.setState(cleanup, job.StateRunning, fmt.Sprintf("call %s: answer refused: %s", req.CallID, ans.Refused))

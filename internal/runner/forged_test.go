@@ -71,6 +71,9 @@ func TestForgedApprovalsDoNotRun(t *testing.T) {
 		{name: "another job's signed answer", answer: func(t *testing.T, id string, _ queue.Approval) {
 			decide(t, b, id, altered(func(a *queue.Approval) { a.JobID = job.NewID() }))
 		}},
+		{name: "another tenant's signed answer for a job of the same id", answer: func(t *testing.T, id string, _ queue.Approval) {
+			decide(t, b, id, altered(func(a *queue.Approval) { a.Tenant = "team-b" }))
+		}},
 		{name: "raw KV write claiming a name", answer: func(t *testing.T, id string, p queue.Approval) {
 			p.Decision, p.DecidedBy, p.DecidedAt = job.DecisionApproved, "alice", time.Now().UTC()
 			rawPut(t, b, id, p)
