@@ -107,6 +107,11 @@ func bypassRows() []bypass {
 		{name: "terminated: Host of another host", run: inside(getReq("/", "other.example.com")), want: ReasonHostMismatch},
 		{name: "terminated: CL and TE", run: inside("POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), want: ReasonSmuggling},
 		{name: "terminated: CONNECT inside", run: inside(connectReq("pkg.example.com:443")), want: ReasonMethod},
+		// A target net/http parses as opaque (no host to check) is written upstream verbatim:
+		// the bound host's server reads "http://evil..." as absolute-form, for another host.
+		{name: "terminated: opaque target read upstream as absolute-form", run: inside(getReq("x:http://evil.example.net/", "api.example.com")), want: ReasonBadRequest},
+		{name: "terminated: opaque https target", run: inside(getReq("https:evil.example.net", "api.example.com")), want: ReasonBadRequest},
+		{name: "terminated: scheme without a host", run: inside(getReq("x:/v1", "api.example.com")), want: ReasonBadRequest},
 		{name: "more tunnels than the cap", run: overTunnelCap, tweak: func(c *Config) { c.Limits.MaxTunnels = 2 }, want: ReasonTunnelCap},
 	}
 	for name := range deniedNames {

@@ -74,6 +74,9 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http.Request, start time.Time) bool {
 	d := Decision{Time: start, Method: req.Method, Host: t.h.String(), Port: t.port, Addr: t.addr.String(), Reason: ReasonIntercepted}
 	v := checkMethod(req.Method)
+	if v == nil {
+		v = checkTargetForm(req)
+	}
 	if v == nil && req.URL.Host != "" {
 		v = sameHost(req.URL.Host, t.h, t.port, 443)
 	}
@@ -89,6 +92,26 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 	}
 	d.Secrets = swapSecrets(req.Header, t.secrets)
 	return p.relay(ctx, t, req, &d)
+}
+
+// checkTargetForm refuses a request-target inside a terminated tunnel that is not origin-form
+// ("/path"), absolute-form with a host ("https://host/path", checked against the tunnel's host
+// next) or asterisk-form ("OPTIONS *"). net/http parses "x:http://evil.example/" as an opaque
+// URL with no host, so no host check would see it, and the Transport writes it upstream as it
+// came: the bound host's server reads it as an absolute-form request for another host (RFC 9112
+// 3.2.2 tells it to ignore Host) and a shared front end routes the swapped secret there.
+func checkTargetForm(req *http.Request) *verdict {
+	u := req.URL
+	switch {
+	case u.Opaque != "":
+	case u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, "/"):
+		return nil
+	case (u.Scheme == "https" || u.Scheme == "http") && u.Host != "":
+		return nil
+	case req.Method == http.MethodOptions && req.RequestURI == "*":
+		return nil
+	}
+	return refuse(ReasonBadRequest, "a request-target must be /path or https://host/path; send the path and the host in Host")
 }
 
 // relay sends one request upstream through the Transport and streams the answer back.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -60,7 +61,12 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) 
 // path, Host and (swapped) header fields, the body streamed from the sandbox through in.
 func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter) *http.Request {
 	o := req.Clone(context.WithValue(ctx, tunnelKey{}, t))
-	o.URL.Scheme, o.URL.Host, o.RequestURI = "https", t.authority(), ""
+	// Only the checked host and the path go upstream, never a target as the sandbox spelled
+	// it: whatever would make the upstream read another host (an opaque or absolute-form
+	// target, userinfo) is dropped here even if a check upstream of this one misses it.
+	o.URL = &url.URL{Scheme: "https", Host: t.authority(), Path: req.URL.Path, RawPath: req.URL.RawPath,
+		RawQuery: req.URL.RawQuery, ForceQuery: req.URL.ForceQuery}
+	o.RequestURI = ""
 	o.Host = req.Host
 	o.Close = false
 	if _, ok := o.Header["User-Agent"]; !ok {
