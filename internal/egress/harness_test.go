@@ -238,6 +238,7 @@ var deniedNames = map[string]string{
 	"lo6.files.example.com":        "::1",
 	"meta.files.example.com":       "169.254.169.254",
 	"meta6.files.example.com":      "fd00:ec2::254",
+	"wireserver.files.example.com": "168.63.129.16",
 	"mapped.files.example.com":     "::ffff:127.0.0.1",
 	"compat.files.example.com":     "::127.0.0.1",
 	"nat64.files.example.com":      "64:ff9b::a9fe:a9fe",
