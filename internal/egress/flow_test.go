@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
@@ -124,4 +125,33 @@ func TestUpstreamNotVerified(t *testing.T) {
 	if n := h.tlsUp.count(); n != 0 {
 		t.Fatalf("the unverified upstream got %d requests", n)
 	}
+}
+
+// TestUpstreamPoolWithinTunnelCap: the upstream connections kept alive for terminated tunnels
+// count against the job's tunnel cap too. Without a bound, a job cycling through the ports
+// (or the names, for a wildcard) a secret is bound to left one idle upstream connection per
+// host:port behind each closed tunnel, as many as its request cap, on the worker's sockets.
+func TestUpstreamPoolWithinTunnelCap(t *testing.T) {
+	const tunnelCap = 2
+	h := setup(t, func(c *Config) { c.Limits.MaxTunnels = tunnelCap })
+	ports := []string{"443", "8443", "9443", "10443"}
+	h.dialer.mu.Lock()
+	for _, port := range ports {
+		h.dialer.routes[apiAddr+":"+port] = h.dialer.routes[apiAddr+":443"]
+	}
+	h.dialer.mu.Unlock()
+	for _, port := range ports { // one tunnel each, closed after its request
+		if status, _ := get(t, h, "https://api.example.com:"+port+"/", "x"); status != http.StatusOK {
+			t.Fatalf("port %s: status %d", port, status)
+		}
+	}
+	testharness.Wait(t, "the sandbox's tunnels to close", func() (bool, error) {
+		return h.proxy.tunnels.Load() == 0, nil
+	}, testharness.Within(5*time.Second))
+	testharness.Wait(t, "upstream connections within the tunnel cap", func() (bool, error) {
+		if n := h.dialer.openConns(); n > tunnelCap {
+			return false, fmt.Errorf("%d upstream connections open, tunnel cap %d", n, tunnelCap)
+		}
+		return true, nil
+	}, testharness.Within(2*time.Second))
 }

@@ -55,11 +55,13 @@ func (r *stubResolver) LookupNetIP(_ context.Context, _, name string) ([]netip.A
 	return answers[i], nil
 }
 
-// stubDialer maps checked addresses to loopback servers and records every address asked for.
+// stubDialer maps checked addresses to loopback servers, records every address asked for and
+// counts the upstream connections the proxy holds open.
 type stubDialer struct {
 	mu     sync.Mutex
 	routes map[string]string // "198.18.x.y:port" -> "127.0.0.1:port"
 	dialed []string
+	open   int
 }
 
 func (d *stubDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -71,7 +73,45 @@ func (d *stubDialer) DialContext(ctx context.Context, network, addr string) (net
 		return nil, fmt.Errorf("stub dialer: no route to %s", addr)
 	}
 	var nd net.Dialer
-	return nd.DialContext(ctx, network, to)
+	c, err := nd.DialContext(ctx, network, to)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.open++
+	d.mu.Unlock()
+	return &countedConn{Conn: c, d: d}, nil
+}
+
+// openConns is how many upstream connections the proxy has not closed.
+func (d *stubDialer) openConns() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.open
+}
+
+// countedConn takes itself off its dialer's count when the proxy closes it.
+type countedConn struct {
+	net.Conn
+	d    *stubDialer
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() {
+		c.d.mu.Lock()
+		c.d.open--
+		c.d.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// CloseWrite keeps the half-close a spliced tunnel relies on.
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
 }
 
 func (d *stubDialer) seen() []string {

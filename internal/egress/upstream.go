@@ -25,9 +25,12 @@ var errUpstreamTLS = errors.New("egress: upstream TLS")
 
 func (p *Proxy) newTransport() *http.Transport {
 	return &http.Transport{
-		DialTLSContext:         p.dialChecked,
-		DisableCompression:     true, // pass the body as the upstream sent it
-		MaxIdleConnsPerHost:    4,
+		DialTLSContext:      p.dialChecked,
+		DisableCompression:  true, // pass the body as the upstream sent it
+		MaxIdleConnsPerHost: 4,
+		// In all, as many idle as the job may have tunnels: per host alone, a job cycling
+		// through the ports or names a secret is bound to would leave one behind per tunnel.
+		MaxIdleConns:           p.cfg.Limits.MaxTunnels,
 		IdleConnTimeout:        90 * time.Second,
 		ResponseHeaderTimeout:  p.cfg.Limits.IdleTimeout,
 		MaxResponseHeaderBytes: 1 << 20,
