@@ -38,6 +38,35 @@ func TestRebinding(t *testing.T) {
 	}
 }
 
+// TestResolvesTheNameDecided: the proxy asks for the name it checked, fully qualified. A
+// relative name goes through the resolver's search list (ndots:5 in a pod tries it under every
+// search domain first, and every name that does not exist falls through to them), so
+// "x.example.com" could come back as the address of "x.example.com.corp.internal".
+func TestResolvesTheNameDecided(t *testing.T) {
+	tests := []struct{ url, want string }{
+		{"https://a.files.example.com/", "a.files.example.com."},
+		{"https://A.Files.Example.COM./", "a.files.example.com."},
+		{"http://plain.example.com/", "plain.example.com."},
+		{"https://api.example.com/", "api.example.com."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			h := setup(t, nil)
+			h.resolver.mu.Lock()
+			h.resolver.asked = nil // New's own look-ups of the worker's endpoints
+			h.resolver.mu.Unlock()
+			if status, _ := get(t, h, tt.url, "x"); status != http.StatusOK {
+				t.Fatalf("status %d", status)
+			}
+			h.resolver.mu.Lock()
+			defer h.resolver.mu.Unlock()
+			if !slices.Equal(h.resolver.asked, []string{tt.want}) {
+				t.Fatalf("the resolver was asked %q, want only %q", h.resolver.asked, tt.want)
+			}
+		})
+	}
+}
+
 func TestCaps(t *testing.T) {
 	tests := []struct {
 		name  string

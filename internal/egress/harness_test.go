@@ -37,15 +37,19 @@ const (
 )
 
 // stubResolver answers from a table; a name with several answers gives them in turn (rebinding).
+// It records each name as asked; "name." (fully qualified) finds the table's "name".
 type stubResolver struct {
 	mu    sync.Mutex
 	names map[string][][]netip.Addr
 	calls map[string]int
+	asked []string
 }
 
 func (r *stubResolver) LookupNetIP(_ context.Context, _, name string) ([]netip.Addr, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.asked = append(r.asked, name)
+	name = strings.TrimSuffix(name, ".")
 	answers, ok := r.names[name]
 	if !ok {
 		return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
