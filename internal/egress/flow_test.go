@@ -1,10 +1,14 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -154,4 +158,66 @@ func TestUpstreamPoolWithinTunnelCap(t *testing.T) {
 		}
 		return true, nil
 	}, testharness.Within(2*time.Second))
+}
+
+// TestTunnelNextRequest: a terminated tunnel reads its next request only once the upstream
+// has taken the previous one's body whole. An upstream that answers first (a refused upload)
+// leaves the Transport reading the rest of the body from the sandbox's stream: reading a
+// request beside it raced on the stream and framed body bytes as requests, so the tunnel ends.
+func TestTunnelNextRequest(t *testing.T) {
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: api.example.com\r\n\r\n"
+	const early = "POST /early HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 100000\r\n\r\n0123456789"
+	tests := []struct {
+		name     string
+		first    string // a request and what of its body goes before the answer
+		rest     string // the rest of its body, sent after the answer
+		wantNext bool   // the tunnel then carries another request
+	}{
+		{"body taken whole", "POST /up HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 5\r\n\r\nhello", "", true},
+		{"chunked body taken whole", "POST /up HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "", true},
+		{"no body", "GET /a HTTP/1.1\r\nHost: api.example.com\r\n\r\n", "", true},
+		{"answered before the body", early, smuggled + strings.Repeat("x", 100000-10-len(smuggled)), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, nil)
+			tc, br := h.terminated(t, "api.example.com:443")
+			if _, err := io.WriteString(tc, tt.first); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("first answer: %v", err)
+			}
+			resp.Body.Close()
+			// The tunnel may be closed already: what matters is what is read back.
+			_, _ = io.WriteString(tc, tt.rest+"GET /next HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+			resp, err = http.ReadResponse(br, nil)
+			if resp != nil {
+				resp.Body.Close()
+			}
+			if got := err == nil && resp.StatusCode == http.StatusOK; got != tt.wantNext {
+				t.Fatalf("next request answered: %v (%v), want %v", got, err, tt.wantNext)
+			}
+			for _, r := range h.tlsUp.all() {
+				if r.URL.Path == "/smuggled" {
+					t.Fatal("body bytes went upstream as a request")
+				}
+			}
+		})
+	}
+}
+
+// terminated opens a terminated tunnel, trusting the job CA, with a read deadline.
+func (h *harness) terminated(t *testing.T, authority string) (*tls.Conn, *bufio.Reader) {
+	t.Helper()
+	c := h.connectOK(t, authority)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(h.proxy.CACertPEM())
+	host, _, _ := net.SplitHostPort(authority)
+	tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: roots})
+	if err := tc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return tc, bufio.NewReader(tc)
 }

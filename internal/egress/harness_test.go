@@ -131,6 +131,14 @@ type upstream struct {
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/early" { // answers before the body is in, as a server refusing an upload
+		u.mu.Lock()
+		u.reqs = append(u.reqs, r)
+		u.mu.Unlock()
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.reqs = append(u.reqs, r)
@@ -146,6 +154,12 @@ func (u *upstream) last(t *testing.T) *http.Request {
 		t.Fatal("the upstream got no request")
 	}
 	return u.reqs[len(u.reqs)-1]
+}
+
+func (u *upstream) all() []*http.Request {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]*http.Request(nil), u.reqs...)
 }
 
 func (u *upstream) count() int {

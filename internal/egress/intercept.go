@@ -124,7 +124,8 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, d *Deci
 		req.Header.Del("Expect")
 		_, _ = io.WriteString(t.client, "HTTP/1.1 100 Continue\r\n\r\n")
 	}
-	resp, err := p.transport.RoundTrip(outbound(ctx, t, req, out))
+	body := &meteredBody{}
+	resp, err := p.transport.RoundTrip(outbound(ctx, t, req, out, body))
 	if err != nil {
 		v := refuse(ReasonDial, "upstream failed before a response")
 		switch {
@@ -142,7 +143,11 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, d *Deci
 	d.Status = resp.StatusCode
 	err = resp.Write(meteredWriter{t.client, in})
 	resp.Body.Close()
-	return p.settle(d, out, in, err) && keep
+	// An upstream may answer before it has taken the whole body (a refused upload); the
+	// Transport then goes on reading the body from the sandbox's connection, and reading the
+	// next request beside it would race on that stream and frame body bytes as a request.
+	// Such a tunnel ends here, as a server closes a connection whose body it did not read.
+	return p.settle(d, out, in, err) && keep && body.done.Load()
 }
 
 // swapSecrets replaces each bound secret's placeholder with its value in every header field,

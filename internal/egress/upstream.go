@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 )
 
@@ -62,7 +63,7 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) 
 
 // outbound is the request sent upstream for one request read inside a tunnel: same method,
 // path, Host and (swapped) header fields, the body streamed from the sandbox through in.
-func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter) *http.Request {
+func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, body *meteredBody) *http.Request {
 	o := req.Clone(context.WithValue(ctx, tunnelKey{}, t))
 	// Only the checked host and the path go upstream, never a target as the sandbox spelled
 	// it: whatever would make the upstream read another host (an opaque or absolute-form
@@ -76,8 +77,10 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter) *ht
 		o.Header["User-Agent"] = nil // the Transport adds its own otherwise
 	}
 	if req.ContentLength != 0 || len(req.TransferEncoding) > 0 {
-		o.Body = meteredBody{req.Body, out}
+		body.ReadCloser, body.m = req.Body, out
+		o.Body = body
 	} else {
+		body.done.Store(true)
 		o.Body = http.NoBody // an unknown body would make the Transport probe it
 	}
 	var hdr countingWriter
@@ -86,16 +89,21 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter) *ht
 	return o
 }
 
-// meteredBody counts a request body as the Transport reads it.
+// meteredBody counts a request body as the Transport reads it, and says when it has read it
+// whole: the body is read from the sandbox's connection, which nothing else may read until then.
 type meteredBody struct {
 	io.ReadCloser
-	m *meter
+	m    *meter
+	done atomic.Bool // the body was read to its end
 }
 
-func (b meteredBody) Read(p []byte) (int, error) {
+func (b *meteredBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if cerr := b.m.add(n); cerr != nil && err == nil {
 		err = cerr
+	}
+	if errors.Is(err, io.EOF) {
+		b.done.Store(true)
 	}
 	return n, err
 }
