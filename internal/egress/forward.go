@@ -77,10 +77,14 @@ func sameHost(field string, h host, port, defaultPort int) *verdict {
 	return nil
 }
 
+// checkMethod refuses the methods the proxy does not forward, in any case: methods are
+// case-sensitive, but servers that upper-case them (Werkzeug, Jetty's legacy mode) would take
+// "trace" for TRACE and echo the request, swapped secret and all.
 func checkMethod(m string) *verdict {
-	switch m {
-	case http.MethodConnect, http.MethodTrace, "TRACK":
-		return refuse(ReasonMethod, m+" is not forwarded")
+	for _, no := range []string{http.MethodConnect, http.MethodTrace, "TRACK"} {
+		if strings.EqualFold(m, no) {
+			return refuse(ReasonMethod, no+" is not forwarded")
+		}
 	}
 	return nil
 }
