@@ -9,7 +9,9 @@ import (
 	"time"
 )
 
-// Resolver resolves a name to addresses. *net.Resolver satisfies it; tests pass a stub.
+// Resolver resolves a name to addresses. *net.Resolver satisfies it; tests pass a stub. The
+// proxy asks for a request's host fully qualified ("api.example.com.", so that no search
+// domain is tried); a worker endpoint's name as configured.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
