@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -143,7 +144,37 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.reqs = append(u.reqs, r)
 	u.mu.Unlock()
+	reflect(w, r)
+	if r.URL.Path == "/echo" {
+		echo(w, r)
+		return
+	}
 	fmt.Fprintf(w, "hello from %s, %d bytes in", r.Host, len(body))
+}
+
+// reflect answers with request fields many servers hand back: a request id, a CORS origin.
+func reflect(w http.ResponseWriter, r *http.Request) {
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		w.Header().Set("X-Request-Id", id)
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		w.Header().Set("Access-Control-Allow-Origin", o)
+	}
+}
+
+// echo writes the request's X-Echo field into the body, as an error message quoting its
+// input would, gzipped when the client takes gzip, and into a trailer.
+func echo(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Trailer", "X-Echo")
+	var out io.Writer = w
+	if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		defer zw.Close()
+		out = zw
+	}
+	fmt.Fprintf(out, "bad value %q", r.Header.Get("X-Echo"))
+	w.Header().Set("X-Echo", r.Header.Get("X-Echo"))
 }
 
 func (u *upstream) last(t *testing.T) *http.Request {

@@ -90,8 +90,10 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 		p.refuseConn(t.client, d, v)
 		return false
 	}
+	sent := req.Header.Clone()
 	d.Secrets = swapSecrets(req.Header, t.secrets)
-	return p.relay(ctx, t, req, &d)
+	swaps := append(tunnelSwaps(t.secrets), basicSwaps(sent, req.Header)...)
+	return p.relay(ctx, t, req, swaps, &d)
 }
 
 // checkTargetForm refuses a request-target inside a terminated tunnel that is not origin-form
@@ -114,8 +116,9 @@ func checkTargetForm(req *http.Request) *verdict {
 	return refuse(ReasonBadRequest, "a request-target must be /path or https://host/path; send the path and the host in Host")
 }
 
-// relay sends one request upstream through the Transport and streams the answer back.
-func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, d *Decision) bool {
+// relay sends one request upstream through the Transport and streams the answer back, with
+// the values in swaps turned back into placeholders.
+func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps []swap, d *Decision) bool {
 	out := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
 	in := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
 	keep := !req.Close
@@ -139,6 +142,7 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, d *Deci
 		return false
 	}
 	stripHop(resp.Header)
+	scrubResponse(resp, swaps)
 	resp.Close = !keep
 	d.Status = resp.StatusCode
 	err = resp.Write(meteredWriter{t.client, in})

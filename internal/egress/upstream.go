@@ -73,6 +73,8 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, bod
 	o.RequestURI = ""
 	o.Host = req.Host
 	o.Close = false
+	// An encoded body could not be scrubbed of values the server echoes (scrub.go).
+	o.Header.Set("Accept-Encoding", "identity")
 	if _, ok := o.Header["User-Agent"]; !ok {
 		o.Header["User-Agent"] = nil // the Transport adds its own otherwise
 	}
