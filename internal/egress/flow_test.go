@@ -221,3 +221,22 @@ func (h *harness) terminated(t *testing.T, authority string) (*tls.Conn, *bufio.
 	}
 	return tc, bufio.NewReader(tc)
 }
+
+// TestUpstreamHeaderCap: an upstream's response header is read within a bound on every path:
+// the proxy parses it before the byte cap sees a byte, so an allowed server a job controls
+// could otherwise make the worker hold as much as it sends.
+func TestUpstreamHeaderCap(t *testing.T) {
+	for _, url := range []string{"http://plain.example.com/bighead", "https://api.example.com/bighead"} {
+		t.Run(url, func(t *testing.T) {
+			h := setup(t, nil)
+			resp, err := h.client(t).Get(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadGateway {
+				t.Fatalf("status %d, want 502 for a 2 MiB response header", resp.StatusCode)
+			}
+		})
+	}
+}

@@ -145,6 +145,10 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.reqs = append(u.reqs, r)
 	u.mu.Unlock()
 	reflect(w, r)
+	if r.URL.Path == "/bighead" { // a header past any sane limit, as a hostile server sends
+		w.Header().Set("X-Big", strings.Repeat("a", 2<<20))
+		return
+	}
 	if r.URL.Path == "/echo" {
 		echo(w, r)
 		return

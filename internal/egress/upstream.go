@@ -34,7 +34,7 @@ func (p *Proxy) newTransport() *http.Transport {
 		MaxIdleConns:           p.cfg.Limits.MaxTunnels,
 		IdleConnTimeout:        90 * time.Second,
 		ResponseHeaderTimeout:  p.cfg.Limits.IdleTimeout,
-		MaxResponseHeaderBytes: 1 << 20,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 		// HTTP/1.1 only: a non-nil empty map turns HTTP/2 off.
 		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
