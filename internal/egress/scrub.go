@@ -31,6 +31,7 @@ func tunnelSwaps(secrets []*secret) []swap {
 // scrubResponse puts placeholders back in the answer's header fields now, and in its body and
 // trailers as they are read.
 func scrubResponse(resp *http.Response, swaps []swap) {
+	resp.Status = string(scrubBytes([]byte(resp.Status), swaps)) // the reason phrase is the server's
 	scrubHeader(resp.Header, swaps)
 	resp.Body = &scrubBody{ReadCloser: resp.Body, swaps: swaps, done: func() { scrubHeader(resp.Trailer, swaps) }}
 }

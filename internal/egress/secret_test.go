@@ -192,3 +192,40 @@ func TestScrubBody(t *testing.T) {
 		t.Errorf("held %d bytes of a value's start, want %d", n, len("REAL-va"))
 	}
 }
+
+// TestScrubResponse: every part of an answer the sandbox reads is scrubbed: status line,
+// header fields, body and trailers.
+func TestScrubResponse(t *testing.T) {
+	const real, ph = "REAL-value-12", "fake-value-99"
+	swaps := []swap{{real: []byte(real), ph: []byte(ph)}}
+	resp := &http.Response{
+		Status: "400 bad id " + real, StatusCode: 400, ProtoMajor: 1, ProtoMinor: 1, ContentLength: -1, TransferEncoding: []string{"chunked"},
+		Header:  http.Header{"X-Request-Id": {real}, "Access-Control-Allow-Origin": {"https://" + real}},
+		Trailer: http.Header{"X-Echo": nil},
+		Body:    io.NopCloser(strings.NewReader("quoted: " + real)),
+	}
+	resp.Body = trailerAtEOF{resp.Body, resp.Trailer, real}
+	scrubResponse(resp, swaps)
+	var out bytes.Buffer
+	if err := resp.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), real) || strings.Count(out.String(), ph) != 5 {
+		t.Fatalf("answer as the sandbox reads it:\n%s", out.String())
+	}
+}
+
+// trailerAtEOF fills a trailer when its body ends, as the Transport does.
+type trailerAtEOF struct {
+	io.ReadCloser
+	trailer http.Header
+	value   string
+}
+
+func (b trailerAtEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.trailer.Set("X-Echo", b.value)
+	}
+	return n, err
+}
