@@ -33,7 +33,13 @@ var builtinRanges = func() []rangeRule {
 		{"::1/128", true, "loopback"},
 		{"fe80::/10", true, "link-local"},
 		{"ff00::/8", true, "multicast"},
+		// Cloud metadata and platform endpoints outside link-local: they sit in ranges an
+		// operator lifts (GCP's internal IPv6 is fd20::/20, CGNAT carries pod networks) or in
+		// public space, and hand out instance credentials whatever range they are in.
 		{"fd00:ec2::254/128", true, "cloud metadata (AWS IPv6)"},
+		{"fd20:ce::254/128", true, "cloud metadata (GCP IPv6)"},
+		{"100.100.100.200/32", true, "cloud metadata (Alibaba Cloud)"},
+		{"168.63.129.16/32", true, "cloud platform endpoint (Azure WireServer)"},
 		{"10.0.0.0/8", false, "private (RFC 1918)"},
 		{"172.16.0.0/12", false, "private (RFC 1918)"},
 		{"192.168.0.0/16", false, "private (RFC 1918)"},

@@ -93,6 +93,8 @@ func bypassRows() []bypass {
 		{name: "origin-form to the proxy", raw: getReq("/", "plain.example.com"), want: ReasonBadRequest},
 		{name: "https absolute-form", raw: getReq("https://api.example.com/", "api.example.com"), want: ReasonBadRequest},
 		{name: "TRACE", raw: "TRACE http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n\r\n", want: ReasonMethod},
+		{name: "trace in lower case", raw: "trace http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n\r\n", want: ReasonMethod},
+		{name: "connect in lower case", raw: "connect http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n\r\n", want: ReasonMethod},
 		{name: "garbage request line", raw: "HELLO\r\n\r\n", want: ReasonBadRequest},
 		{name: "CONNECT without a port", raw: connectReq("a.files.example.com"), want: ReasonBadRequest},
 		{name: "oversize header", raw: getReq("http://plain.example.com/", "plain.example.com", "X-Big: "+strings.Repeat("a", 64<<10)+"\r\n"), want: ReasonHeaderTooLarge},
@@ -107,6 +109,14 @@ func bypassRows() []bypass {
 		{name: "terminated: Host of another host", run: inside(getReq("/", "other.example.com")), want: ReasonHostMismatch},
 		{name: "terminated: CL and TE", run: inside("POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), want: ReasonSmuggling},
 		{name: "terminated: CONNECT inside", run: inside(connectReq("pkg.example.com:443")), want: ReasonMethod},
+		// TRACE echoes the request, swapped secret and all; servers that read methods without
+		// regard to case (Werkzeug, Jetty's legacy mode) take "Trace" for it.
+		{name: "terminated: Trace in mixed case", run: inside("Trace / HTTP/1.1\r\nHost: api.example.com\r\n\r\n"), want: ReasonMethod},
+		// A target net/http parses as opaque (no host to check) is written upstream verbatim:
+		// the bound host's server reads "http://evil..." as absolute-form, for another host.
+		{name: "terminated: opaque target read upstream as absolute-form", run: inside(getReq("x:http://evil.example.net/", "api.example.com")), want: ReasonBadRequest},
+		{name: "terminated: opaque https target", run: inside(getReq("https:evil.example.net", "api.example.com")), want: ReasonBadRequest},
+		{name: "terminated: scheme without a host", run: inside(getReq("x:/v1", "api.example.com")), want: ReasonBadRequest},
 		{name: "more tunnels than the cap", run: overTunnelCap, tweak: func(c *Config) { c.Limits.MaxTunnels = 2 }, want: ReasonTunnelCap},
 	}
 	for name := range deniedNames {

@@ -38,6 +38,35 @@ func TestRebinding(t *testing.T) {
 	}
 }
 
+// TestResolvesTheNameDecided: the proxy asks for the name it checked, fully qualified. A
+// relative name goes through the resolver's search list (ndots:5 in a pod tries it under every
+// search domain first, and every name that does not exist falls through to them), so
+// "x.example.com" could come back as the address of "x.example.com.corp.internal".
+func TestResolvesTheNameDecided(t *testing.T) {
+	tests := []struct{ url, want string }{
+		{"https://a.files.example.com/", "a.files.example.com."},
+		{"https://A.Files.Example.COM./", "a.files.example.com."},
+		{"http://plain.example.com/", "plain.example.com."},
+		{"https://api.example.com/", "api.example.com."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			h := setup(t, nil)
+			h.resolver.mu.Lock()
+			h.resolver.asked = nil // New's own look-ups of the worker's endpoints
+			h.resolver.mu.Unlock()
+			if status, _ := get(t, h, tt.url, "x"); status != http.StatusOK {
+				t.Fatalf("status %d", status)
+			}
+			h.resolver.mu.Lock()
+			defer h.resolver.mu.Unlock()
+			if !slices.Equal(h.resolver.asked, []string{tt.want}) {
+				t.Fatalf("the resolver was asked %q, want only %q", h.resolver.asked, tt.want)
+			}
+		})
+	}
+}
+
 func TestCaps(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -116,9 +145,12 @@ func TestParseHost(t *testing.T) {
 
 func TestAddrFilter(t *testing.T) {
 	f, err := newAddrFilter(Config{
-		AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("64:ff9b::/96")},
-		DeniedCIDRs:  []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")},
-		Resolver:     &stubResolver{}, Limits: Limits{DialTimeout: 1},
+		// Besides the tests' range: what an operator lifts for an internal mirror, a CGNAT pod
+		// network or a cloud's internal IPv6 (GCP hands out fd20::/20).
+		AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("64:ff9b::/96"),
+			netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fd00::/8")},
+		DeniedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")},
+		Resolver:    &stubResolver{}, Limits: Limits{DialTimeout: 1},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -127,13 +159,19 @@ func TestAddrFilter(t *testing.T) {
 		addr string
 		ok   bool
 	}{
-		{"198.18.0.1", true},          // lifted by AllowedCIDRs
-		{"198.19.0.1", false},         // DeniedCIDRs win
-		{"127.0.0.1", false},          // loopback is never lifted
-		{"169.254.169.254", false},    // metadata
-		{"fd00:ec2::254", false},      // metadata, IPv6
-		{"10.1.2.3", false},           // private, not lifted
-		{"100.100.100.100", false},    // CGNAT
+		{"198.18.0.1", true},       // lifted by AllowedCIDRs
+		{"198.19.0.1", false},      // DeniedCIDRs win
+		{"127.0.0.1", false},       // loopback is never lifted
+		{"169.254.169.254", false}, // metadata
+		{"fd00:ec2::254", false},   // metadata, IPv6
+		{"10.1.2.3", false},        // private, not lifted
+		{"100.100.100.100", true},  // CGNAT, lifted
+		{"100.100.100.200", false}, // Alibaba Cloud metadata, inside lifted CGNAT
+		{"fd20:ce::254", false},    // GCP metadata (IPv6), inside lifted fd00::/8
+		{"fd00:ec2::254", false},   // AWS metadata (IPv6), inside lifted fd00::/8
+		{"168.63.129.16", false},   // Azure WireServer, a public address
+		{"::ffff:168.63.129.16", false},
+		{"fd12::1", true},             // unique local, lifted
 		{"203.0.113.9", false},        // documentation
 		{"240.0.0.1", false},          // reserved
 		{"64:ff9b::c612:1", true},     // NAT64 lifted, embeds 198.18.0.1

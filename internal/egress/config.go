@@ -9,7 +9,9 @@ import (
 	"time"
 )
 
-// Resolver resolves a name to addresses. *net.Resolver satisfies it; tests pass a stub.
+// Resolver resolves a name to addresses. *net.Resolver satisfies it; tests pass a stub. The
+// proxy asks for a request's host fully qualified ("api.example.com.", so that no search
+// domain is tried); a worker endpoint's name as configured.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
@@ -37,7 +39,8 @@ type Config struct {
 	// AllowedCIDRs lift the built-in denial of private, shared (CGNAT), documentation,
 	// benchmarking and other special-purpose ranges for the addresses they cover (an internal
 	// package mirror, the tests' 198.18.0.0/15). They never lift loopback, link-local,
-	// unspecified, multicast, broadcast, the host's own addresses or WorkerEndpoints.
+	// unspecified, multicast, broadcast, cloud metadata, the host's own addresses or
+	// WorkerEndpoints.
 	AllowedCIDRs []netip.Prefix
 	// WorkerEndpoints are the worker's own "host:port" endpoints (NATS, store, model): never
 	// reachable through the proxy, by name or by any address the name resolves to at New.

@@ -1,14 +1,19 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
@@ -123,5 +128,115 @@ func TestUpstreamNotVerified(t *testing.T) {
 	}
 	if n := h.tlsUp.count(); n != 0 {
 		t.Fatalf("the unverified upstream got %d requests", n)
+	}
+}
+
+// TestUpstreamPoolWithinTunnelCap: the upstream connections kept alive for terminated tunnels
+// count against the job's tunnel cap too. Without a bound, a job cycling through the ports
+// (or the names, for a wildcard) a secret is bound to left one idle upstream connection per
+// host:port behind each closed tunnel, as many as its request cap, on the worker's sockets.
+func TestUpstreamPoolWithinTunnelCap(t *testing.T) {
+	const tunnelCap = 2
+	h := setup(t, func(c *Config) { c.Limits.MaxTunnels = tunnelCap })
+	ports := []string{"443", "8443", "9443", "10443"}
+	h.dialer.mu.Lock()
+	for _, port := range ports {
+		h.dialer.routes[apiAddr+":"+port] = h.dialer.routes[apiAddr+":443"]
+	}
+	h.dialer.mu.Unlock()
+	for _, port := range ports { // one tunnel each, closed after its request
+		if status, _ := get(t, h, "https://api.example.com:"+port+"/", "x"); status != http.StatusOK {
+			t.Fatalf("port %s: status %d", port, status)
+		}
+	}
+	testharness.Wait(t, "the sandbox's tunnels to close", func() (bool, error) {
+		return h.proxy.tunnels.Load() == 0, nil
+	}, testharness.Within(5*time.Second))
+	testharness.Wait(t, "upstream connections within the tunnel cap", func() (bool, error) {
+		if n := h.dialer.openConns(); n > tunnelCap {
+			return false, fmt.Errorf("%d upstream connections open, tunnel cap %d", n, tunnelCap)
+		}
+		return true, nil
+	}, testharness.Within(2*time.Second))
+}
+
+// TestTunnelNextRequest: a terminated tunnel reads its next request only once the upstream
+// has taken the previous one's body whole. An upstream that answers first (a refused upload)
+// leaves the Transport reading the rest of the body from the sandbox's stream: reading a
+// request beside it raced on the stream and framed body bytes as requests, so the tunnel ends.
+func TestTunnelNextRequest(t *testing.T) {
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: api.example.com\r\n\r\n"
+	const early = "POST /early HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 100000\r\n\r\n0123456789"
+	tests := []struct {
+		name     string
+		first    string // a request and what of its body goes before the answer
+		rest     string // the rest of its body, sent after the answer
+		wantNext bool   // the tunnel then carries another request
+	}{
+		{"body taken whole", "POST /up HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 5\r\n\r\nhello", "", true},
+		{"chunked body taken whole", "POST /up HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "", true},
+		{"no body", "GET /a HTTP/1.1\r\nHost: api.example.com\r\n\r\n", "", true},
+		{"answered before the body", early, smuggled + strings.Repeat("x", 100000-10-len(smuggled)), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, nil)
+			tc, br := h.terminated(t, "api.example.com:443")
+			if _, err := io.WriteString(tc, tt.first); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("first answer: %v", err)
+			}
+			resp.Body.Close()
+			// The tunnel may be closed already: what matters is what is read back.
+			_, _ = io.WriteString(tc, tt.rest+"GET /next HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+			resp, err = http.ReadResponse(br, nil)
+			if resp != nil {
+				resp.Body.Close()
+			}
+			if got := err == nil && resp.StatusCode == http.StatusOK; got != tt.wantNext {
+				t.Fatalf("next request answered: %v (%v), want %v", got, err, tt.wantNext)
+			}
+			for _, r := range h.tlsUp.all() {
+				if r.URL.Path == "/smuggled" {
+					t.Fatal("body bytes went upstream as a request")
+				}
+			}
+		})
+	}
+}
+
+// terminated opens a terminated tunnel, trusting the job CA, with a read deadline.
+func (h *harness) terminated(t *testing.T, authority string) (*tls.Conn, *bufio.Reader) {
+	t.Helper()
+	c := h.connectOK(t, authority)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(h.proxy.CACertPEM())
+	host, _, _ := net.SplitHostPort(authority)
+	tc := tls.Client(c, &tls.Config{ServerName: host, RootCAs: roots})
+	if err := tc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return tc, bufio.NewReader(tc)
+}
+
+// TestUpstreamHeaderCap: an upstream's response header is read within a bound on every path:
+// the proxy parses it before the byte cap sees a byte, so an allowed server a job controls
+// could otherwise make the worker hold as much as it sends.
+func TestUpstreamHeaderCap(t *testing.T) {
+	for _, url := range []string{"http://plain.example.com/bighead", "https://api.example.com/bighead"} {
+		t.Run(url, func(t *testing.T) {
+			h := setup(t, nil)
+			resp, err := h.client(t).Get(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadGateway {
+				t.Fatalf("status %d, want 502 for a 2 MiB response header", resp.StatusCode)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -26,8 +27,13 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, hd *head, req *http.Req
 	defer stop()
 	d.Reason = ReasonAllowed
 	iup := &idleConn{Conn: up, idle: p.cfg.Limits.IdleTimeout}
-	return p.roundTrip(c, iup, bufio.NewReader(iup), req, &d)
+	lim := &io.LimitedReader{R: iup, N: maxResponseHeaderBytes}
+	return p.roundTrip(c, iup, lim, req, &d)
 }
+
+// maxResponseHeaderBytes bounds an upstream's response header, on forwarded requests and in
+// terminated tunnels alike: the proxy holds it whole before the byte cap counts a byte of it.
+const maxResponseHeaderBytes = 1 << 20
 
 // openPlain checks a forwarded request and dials its checked address.
 func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *Decision) (net.Conn, *verdict) {
@@ -77,10 +83,14 @@ func sameHost(field string, h host, port, defaultPort int) *verdict {
 	return nil
 }
 
+// checkMethod refuses the methods the proxy does not forward, in any case: methods are
+// case-sensitive, but servers that upper-case them (Werkzeug, Jetty's legacy mode) would take
+// "trace" for TRACE and echo the request, swapped secret and all.
 func checkMethod(m string) *verdict {
-	switch m {
-	case http.MethodConnect, http.MethodTrace, "TRACK":
-		return refuse(ReasonMethod, m+" is not forwarded")
+	for _, no := range []string{http.MethodConnect, http.MethodTrace, "TRACK"} {
+		if strings.EqualFold(m, no) {
+			return refuse(ReasonMethod, no+" is not forwarded")
+		}
 	}
 	return nil
 }
@@ -103,7 +113,7 @@ func stripHop(h http.Header) {
 
 // roundTrip sends req on the upstream connection, streams the response back to the client and
 // settles the decision. It reports whether both sides may carry another request.
-func (p *Proxy) roundTrip(client io.Writer, up io.Writer, ubr *bufio.Reader, req *http.Request, d *Decision) bool {
+func (p *Proxy) roundTrip(client io.Writer, up io.Writer, lim *io.LimitedReader, req *http.Request, d *Decision) bool {
 	out := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
 	in := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
 	keep := !req.Close
@@ -117,7 +127,8 @@ func (p *Proxy) roundTrip(client io.Writer, up io.Writer, ubr *bufio.Reader, req
 	err := req.Write(meteredWriter{up, out})
 	var resp *http.Response
 	if err == nil {
-		resp, err = readResponse(ubr, req)
+		resp, err = readResponse(bufio.NewReader(lim), req)
+		lim.N = math.MaxInt64 // the header is in: the body is metered, not bounded
 	}
 	if err == nil {
 		keep = keep && !resp.Close

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -37,15 +38,19 @@ const (
 )
 
 // stubResolver answers from a table; a name with several answers gives them in turn (rebinding).
+// It records each name as asked; "name." (fully qualified) finds the table's "name".
 type stubResolver struct {
 	mu    sync.Mutex
 	names map[string][][]netip.Addr
 	calls map[string]int
+	asked []string
 }
 
 func (r *stubResolver) LookupNetIP(_ context.Context, _, name string) ([]netip.Addr, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.asked = append(r.asked, name)
+	name = strings.TrimSuffix(name, ".")
 	answers, ok := r.names[name]
 	if !ok {
 		return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
@@ -55,11 +60,13 @@ func (r *stubResolver) LookupNetIP(_ context.Context, _, name string) ([]netip.A
 	return answers[i], nil
 }
 
-// stubDialer maps checked addresses to loopback servers and records every address asked for.
+// stubDialer maps checked addresses to loopback servers, records every address asked for and
+// counts the upstream connections the proxy holds open.
 type stubDialer struct {
 	mu     sync.Mutex
 	routes map[string]string // "198.18.x.y:port" -> "127.0.0.1:port"
 	dialed []string
+	open   int
 }
 
 func (d *stubDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -71,7 +78,45 @@ func (d *stubDialer) DialContext(ctx context.Context, network, addr string) (net
 		return nil, fmt.Errorf("stub dialer: no route to %s", addr)
 	}
 	var nd net.Dialer
-	return nd.DialContext(ctx, network, to)
+	c, err := nd.DialContext(ctx, network, to)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.open++
+	d.mu.Unlock()
+	return &countedConn{Conn: c, d: d}, nil
+}
+
+// openConns is how many upstream connections the proxy has not closed.
+func (d *stubDialer) openConns() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.open
+}
+
+// countedConn takes itself off its dialer's count when the proxy closes it.
+type countedConn struct {
+	net.Conn
+	d    *stubDialer
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() {
+		c.d.mu.Lock()
+		c.d.open--
+		c.d.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// CloseWrite keeps the half-close a spliced tunnel relies on.
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
 }
 
 func (d *stubDialer) seen() []string {
@@ -87,11 +132,53 @@ type upstream struct {
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/early" { // answers before the body is in, as a server refusing an upload
+		u.mu.Lock()
+		u.reqs = append(u.reqs, r)
+		u.mu.Unlock()
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.reqs = append(u.reqs, r)
 	u.mu.Unlock()
+	reflect(w, r)
+	if r.URL.Path == "/bighead" { // a header past any sane limit, as a hostile server sends
+		w.Header().Set("X-Big", strings.Repeat("a", 2<<20))
+		return
+	}
+	if r.URL.Path == "/echo" {
+		echo(w, r)
+		return
+	}
 	fmt.Fprintf(w, "hello from %s, %d bytes in", r.Host, len(body))
+}
+
+// reflect answers with request fields many servers hand back: a request id, a CORS origin.
+func reflect(w http.ResponseWriter, r *http.Request) {
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		w.Header().Set("X-Request-Id", id)
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		w.Header().Set("Access-Control-Allow-Origin", o)
+	}
+}
+
+// echo writes the request's X-Echo field into the body, as an error message quoting its
+// input would, gzipped when the client takes gzip, and into a trailer.
+func echo(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Trailer", "X-Echo")
+	var out io.Writer = w
+	if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		defer zw.Close()
+		out = zw
+	}
+	fmt.Fprintf(out, "bad value %q", r.Header.Get("X-Echo"))
+	w.Header().Set("X-Echo", r.Header.Get("X-Echo"))
 }
 
 func (u *upstream) last(t *testing.T) *http.Request {
@@ -102,6 +189,12 @@ func (u *upstream) last(t *testing.T) *http.Request {
 		t.Fatal("the upstream got no request")
 	}
 	return u.reqs[len(u.reqs)-1]
+}
+
+func (u *upstream) all() []*http.Request {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]*http.Request(nil), u.reqs...)
 }
 
 func (u *upstream) count() int {
@@ -238,6 +331,7 @@ var deniedNames = map[string]string{
 	"lo6.files.example.com":        "::1",
 	"meta.files.example.com":       "169.254.169.254",
 	"meta6.files.example.com":      "fd00:ec2::254",
+	"wireserver.files.example.com": "168.63.129.16",
 	"mapped.files.example.com":     "::ffff:127.0.0.1",
 	"compat.files.example.com":     "::127.0.0.1",
 	"nat64.files.example.com":      "64:ff9b::a9fe:a9fe",

@@ -74,6 +74,9 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http.Request, start time.Time) bool {
 	d := Decision{Time: start, Method: req.Method, Host: t.h.String(), Port: t.port, Addr: t.addr.String(), Reason: ReasonIntercepted}
 	v := checkMethod(req.Method)
+	if v == nil {
+		v = checkTargetForm(req)
+	}
 	if v == nil && req.URL.Host != "" {
 		v = sameHost(req.URL.Host, t.h, t.port, 443)
 	}
@@ -87,12 +90,35 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 		p.refuseConn(t.client, d, v)
 		return false
 	}
+	sent := req.Header.Clone()
 	d.Secrets = swapSecrets(req.Header, t.secrets)
-	return p.relay(ctx, t, req, &d)
+	swaps := append(tunnelSwaps(t.secrets), basicSwaps(sent, req.Header)...)
+	return p.relay(ctx, t, req, swaps, &d)
 }
 
-// relay sends one request upstream through the Transport and streams the answer back.
-func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, d *Decision) bool {
+// checkTargetForm refuses a request-target inside a terminated tunnel that is not origin-form
+// ("/path"), absolute-form with a host ("https://host/path", checked against the tunnel's host
+// next) or asterisk-form ("OPTIONS *"). net/http parses "x:http://evil.example/" as an opaque
+// URL with no host, so no host check would see it, and the Transport writes it upstream as it
+// came: the bound host's server reads it as an absolute-form request for another host (RFC 9112
+// 3.2.2 tells it to ignore Host) and a shared front end routes the swapped secret there.
+func checkTargetForm(req *http.Request) *verdict {
+	u := req.URL
+	switch {
+	case u.Opaque != "":
+	case u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, "/"):
+		return nil
+	case (u.Scheme == "https" || u.Scheme == "http") && u.Host != "":
+		return nil
+	case req.Method == http.MethodOptions && req.RequestURI == "*":
+		return nil
+	}
+	return refuse(ReasonBadRequest, "a request-target must be /path or https://host/path; send the path and the host in Host")
+}
+
+// relay sends one request upstream through the Transport and streams the answer back, with
+// the values in swaps turned back into placeholders.
+func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps []swap, d *Decision) bool {
 	out := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
 	in := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
 	keep := !req.Close
@@ -101,7 +127,8 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, d *Deci
 		req.Header.Del("Expect")
 		_, _ = io.WriteString(t.client, "HTTP/1.1 100 Continue\r\n\r\n")
 	}
-	resp, err := p.transport.RoundTrip(outbound(ctx, t, req, out))
+	body := &meteredBody{}
+	resp, err := p.transport.RoundTrip(outbound(ctx, t, req, out, body))
 	if err != nil {
 		v := refuse(ReasonDial, "upstream failed before a response")
 		switch {
@@ -115,11 +142,16 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, d *Deci
 		return false
 	}
 	stripHop(resp.Header)
+	scrubResponse(resp, swaps)
 	resp.Close = !keep
 	d.Status = resp.StatusCode
 	err = resp.Write(meteredWriter{t.client, in})
 	resp.Body.Close()
-	return p.settle(d, out, in, err) && keep
+	// An upstream may answer before it has taken the whole body (a refused upload); the
+	// Transport then goes on reading the body from the sandbox's connection, and reading the
+	// next request beside it would race on that stream and frame body bytes as a request.
+	// Such a tunnel ends here, as a server closes a connection whose body it did not read.
+	return p.settle(d, out, in, err) && keep && body.done.Load()
 }
 
 // swapSecrets replaces each bound secret's placeholder with its value in every header field,

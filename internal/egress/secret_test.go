@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"unicode"
 )
 
@@ -35,11 +37,17 @@ func TestSecretNeverLeaks(t *testing.T) {
 		if _, err := io.Copy(&seen, resp.Body); err != nil {
 			t.Fatal(err)
 		}
+		if err := resp.Trailer.Write(&seen); err != nil {
+			t.Fatal(err)
+		}
 	}
 	auth := map[string]string{"Authorization": "Bearer " + ph, "X-Api-Key": ph}
 	do("GET", "https://api.example.com/v1", auth)
 	do("POST", "https://api.example.com/v1", auth)
 	do("GET", "https://user:"+url.PathEscape(ph)+"@api.example.com/basic", nil)
+	// The bound host hands back request fields it got: the swapped value must not come back.
+	do("GET", "https://api.example.com/echo", map[string]string{"X-Request-Id": ph, "Origin": ph, "X-Echo": ph})
+	do("GET", "https://api.example.com/echo", map[string]string{"X-Request-Id": "Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+ph))})
 	do("GET", "https://pkg.example.com/", auth)
 	do("GET", "http://api.example.com/", auth)
 	do("GET", "https://lo.files.example.com/", auth)
@@ -54,7 +62,7 @@ func TestSecretNeverLeaks(t *testing.T) {
 	if u, p, _ := h.tlsUp.reqs[2].BasicAuth(); u != "user" || p != realToken {
 		t.Fatalf("Basic credentials to the bound host: %q, want the real value", redact(p))
 	}
-	for _, r := range append(h.tlsUp.reqs[3:], h.plainUp.reqs...) {
+	for _, r := range append(h.tlsUp.reqs[5:], h.plainUp.reqs...) {
 		for k, v := range r.Header {
 			if strings.Contains(strings.Join(v, ","), realToken) {
 				t.Errorf("%s %s got the real value in %s", r.Method, r.Host, k)
@@ -80,6 +88,9 @@ func TestSecretNeverLeaks(t *testing.T) {
 		if strings.Contains(out, realToken) {
 			t.Errorf("the real value is in the %s", name)
 		}
+	}
+	if enc := base64.StdEncoding.EncodeToString([]byte("u:" + realToken)); strings.Contains(seen.String(), enc) {
+		t.Error("the real value came back to the sandbox in Basic credentials")
 	}
 	if s := h.proxy.Summary(); len(s.Secrets) != 1 || s.Secrets[0] != "EXAMPLE_TOKEN" {
 		t.Errorf("Summary secrets %v, want [EXAMPLE_TOKEN]", s.Secrets)
@@ -145,4 +156,76 @@ func TestEnv(t *testing.T) {
 	if ph := env["EXAMPLE_TOKEN"]; ph == "" || ph == realToken || len(ph) != len(realToken) {
 		t.Errorf("EXAMPLE_TOKEN is not a placeholder of the value's shape")
 	}
+}
+
+// TestScrubBody: a value the upstream echoes in a body becomes its placeholder however the
+// body is cut into reads, and only a tail that could begin a value waits for more.
+func TestScrubBody(t *testing.T) {
+	swaps := []swap{{real: []byte("REAL-value-12"), ph: []byte("fake-value-99")}}
+	tests := []struct {
+		name, in, want string
+		oneByte        bool
+	}{
+		{"whole in one read", "a REAL-value-12 b", "a fake-value-99 b", false},
+		{"cut into single bytes", "a REAL-value-12 b REAL-value-12", "a fake-value-99 b fake-value-99", true},
+		{"at the very end", "xREAL-value-12", "xfake-value-99", true},
+		{"a prefix that is not the value", "REAL-value-1 REAL-v", "REAL-value-1 REAL-v", true},
+		{"overlapping start", "REAL-REAL-value-12", "REAL-fake-value-99", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r io.Reader = strings.NewReader(tt.in)
+			if tt.oneByte {
+				r = iotest.OneByteReader(r)
+			}
+			done := false
+			got, err := io.ReadAll(&scrubBody{ReadCloser: io.NopCloser(r), swaps: swaps, done: func() { done = true }})
+			if err != nil || string(got) != tt.want || !done {
+				t.Fatalf("got %q, %v, done %v; want %q", got, err, done, tt.want)
+			}
+		})
+	}
+	if n := heldTail([]byte("data: x\n\n"), swaps); n != 0 {
+		t.Errorf("an event's end is held back (%d bytes)", n)
+	}
+	if n := heldTail([]byte("data: REAL-va"), swaps); n != len("REAL-va") {
+		t.Errorf("held %d bytes of a value's start, want %d", n, len("REAL-va"))
+	}
+}
+
+// TestScrubResponse: every part of an answer the sandbox reads is scrubbed: status line,
+// header fields, body and trailers.
+func TestScrubResponse(t *testing.T) {
+	const real, ph = "REAL-value-12", "fake-value-99"
+	swaps := []swap{{real: []byte(real), ph: []byte(ph)}}
+	resp := &http.Response{
+		Status: "400 bad id " + real, StatusCode: 400, ProtoMajor: 1, ProtoMinor: 1, ContentLength: -1, TransferEncoding: []string{"chunked"},
+		Header:  http.Header{"X-Request-Id": {real}, "Access-Control-Allow-Origin": {"https://" + real}},
+		Trailer: http.Header{"X-Echo": nil},
+		Body:    io.NopCloser(strings.NewReader("quoted: " + real)),
+	}
+	resp.Body = trailerAtEOF{resp.Body, resp.Trailer, real}
+	scrubResponse(resp, swaps)
+	var out bytes.Buffer
+	if err := resp.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), real) || strings.Count(out.String(), ph) != 5 {
+		t.Fatalf("answer as the sandbox reads it:\n%s", out.String())
+	}
+}
+
+// trailerAtEOF fills a trailer when its body ends, as the Transport does.
+type trailerAtEOF struct {
+	io.ReadCloser
+	trailer http.Header
+	value   string
+}
+
+func (b trailerAtEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.trailer.Set("X-Echo", b.value)
+	}
+	return n, err
 }

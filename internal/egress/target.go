@@ -35,7 +35,9 @@ func (p *Proxy) checkTarget(ctx context.Context, h host, port int) (netip.AddrPo
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.DialTimeout)
 		defer cancel()
 		var err error
-		addrs, err = p.cfg.Resolver.LookupNetIP(rctx, "ip", h.name)
+		// Fully qualified: a relative name goes through the resolver's search list, and
+		// "x.example.com" could come back as the address of "x.example.com.corp.internal".
+		addrs, err = p.cfg.Resolver.LookupNetIP(rctx, "ip", h.name+".")
 		if err != nil || len(addrs) == 0 {
 			return netip.AddrPort{}, refuse(ReasonResolve, fmt.Sprintf("%s did not resolve", h.name))
 		}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,12 +26,15 @@ var errUpstreamTLS = errors.New("egress: upstream TLS")
 
 func (p *Proxy) newTransport() *http.Transport {
 	return &http.Transport{
-		DialTLSContext:         p.dialChecked,
-		DisableCompression:     true, // pass the body as the upstream sent it
-		MaxIdleConnsPerHost:    4,
+		DialTLSContext:      p.dialChecked,
+		DisableCompression:  true, // pass the body as the upstream sent it
+		MaxIdleConnsPerHost: 4,
+		// In all, as many idle as the job may have tunnels: per host alone, a job cycling
+		// through the ports or names a secret is bound to would leave one behind per tunnel.
+		MaxIdleConns:           p.cfg.Limits.MaxTunnels,
 		IdleConnTimeout:        90 * time.Second,
 		ResponseHeaderTimeout:  p.cfg.Limits.IdleTimeout,
-		MaxResponseHeaderBytes: 1 << 20,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 		// HTTP/1.1 only: a non-nil empty map turns HTTP/2 off.
 		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
@@ -58,17 +63,26 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) 
 
 // outbound is the request sent upstream for one request read inside a tunnel: same method,
 // path, Host and (swapped) header fields, the body streamed from the sandbox through in.
-func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter) *http.Request {
+func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, body *meteredBody) *http.Request {
 	o := req.Clone(context.WithValue(ctx, tunnelKey{}, t))
-	o.URL.Scheme, o.URL.Host, o.RequestURI = "https", t.authority(), ""
+	// Only the checked host and the path go upstream, never a target as the sandbox spelled
+	// it: whatever would make the upstream read another host (an opaque or absolute-form
+	// target, userinfo) is dropped here even if a check upstream of this one misses it.
+	o.URL = &url.URL{Scheme: "https", Host: t.authority(), Path: req.URL.Path, RawPath: req.URL.RawPath,
+		RawQuery: req.URL.RawQuery, ForceQuery: req.URL.ForceQuery}
+	o.RequestURI = ""
 	o.Host = req.Host
 	o.Close = false
+	// An encoded body could not be scrubbed of values the server echoes (scrub.go).
+	o.Header.Set("Accept-Encoding", "identity")
 	if _, ok := o.Header["User-Agent"]; !ok {
 		o.Header["User-Agent"] = nil // the Transport adds its own otherwise
 	}
 	if req.ContentLength != 0 || len(req.TransferEncoding) > 0 {
-		o.Body = meteredBody{req.Body, out}
+		body.ReadCloser, body.m = req.Body, out
+		o.Body = body
 	} else {
+		body.done.Store(true)
 		o.Body = http.NoBody // an unknown body would make the Transport probe it
 	}
 	var hdr countingWriter
@@ -77,16 +91,21 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter) *ht
 	return o
 }
 
-// meteredBody counts a request body as the Transport reads it.
+// meteredBody counts a request body as the Transport reads it, and says when it has read it
+// whole: the body is read from the sandbox's connection, which nothing else may read until then.
 type meteredBody struct {
 	io.ReadCloser
-	m *meter
+	m    *meter
+	done atomic.Bool // the body was read to its end
 }
 
-func (b meteredBody) Read(p []byte) (int, error) {
+func (b *meteredBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if cerr := b.m.add(n); cerr != nil && err == nil {
 		err = cerr
+	}
+	if errors.Is(err, io.EOF) {
+		b.done.Store(true)
 	}
 	return n, err
 }

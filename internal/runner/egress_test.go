@@ -102,7 +102,7 @@ func (p *egressProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.
 type stubResolver map[string]netip.Addr
 
 func (r stubResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if a, ok := r[host]; ok {
+	if a, ok := r[strings.TrimSuffix(host, ".")]; ok { // the proxy asks for the name fully qualified
 		return []netip.Addr{a}, nil
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}

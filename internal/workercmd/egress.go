@@ -63,21 +63,33 @@ func egressConfig(cfg config.Config, modelURL string, lookupEnv func(string) (st
 // workerEndpoints are the host:port of NATS, the store and the model, as the worker reaches them.
 func workerEndpoints(cfg config.Config, modelURL string) []string {
 	var out []string
-	add := func(raw, defaultPort string) {
+	add := func(raw string, httpURL bool) {
 		u, err := url.Parse(strings.TrimSpace(raw))
 		if err != nil || u.Hostname() == "" {
 			return
 		}
 		port := u.Port()
 		if port == "" {
-			port = defaultPort
+			port = defaultPort(u.Scheme, httpURL)
 		}
 		out = append(out, net.JoinHostPort(u.Hostname(), port))
 	}
 	for _, n := range strings.Split(cfg.NATS.URL, ",") {
-		add(n, "4222")
+		add(n, false)
 	}
-	add(cfg.Store.Endpoint, "443")
-	add(modelURL, "443")
+	add(cfg.Store.Endpoint, true)
+	add(modelURL, true)
 	return out
+}
+
+// defaultPort is the port a URL without one is reached on: the proxy denies an endpoint on
+// that port only, so an http:// store or model denied on 443 stayed reachable on 80.
+func defaultPort(scheme string, httpURL bool) string {
+	switch {
+	case !httpURL:
+		return "4222" // nats:// and tls://: the NATS client's default
+	case scheme == "http":
+		return "80"
+	}
+	return "443"
 }

@@ -1,0 +1,139 @@
+package egress
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// The proxy puts a secret's value wherever the sandbox put its placeholder in a request's
+// header fields, and servers hand request fields back: a request id, a CORS Origin, an error
+// message quoting its input, a stored field read back later. So the answer of a terminated
+// tunnel is scrubbed on its way to the sandbox: every value the tunnel's secrets could have
+// put upstream becomes its placeholder again, in header fields, the body and trailers. A
+// placeholder has its value's length, so lengths and framing stay as they are. The body is
+// asked for uncompressed (outbound) so it can be read; a value the server re-encodes (JSON
+// escapes, URL encoding) is beyond this: bind secrets to hosts that do not echo.
+
+// swap is one value the proxy may have put upstream and what the sandbox sees in its place.
+type swap struct{ real, ph []byte }
+
+// tunnelSwaps are the raw values of a tunnel's secrets.
+func tunnelSwaps(secrets []*secret) []swap {
+	out := make([]swap, 0, len(secrets))
+	for _, s := range secrets {
+		out = append(out, swap{real: []byte(s.value), ph: []byte(s.placeholder)})
+	}
+	return out
+}
+
+// scrubResponse puts placeholders back in the answer's header fields now, and in its body and
+// trailers as they are read.
+func scrubResponse(resp *http.Response, swaps []swap) {
+	resp.Status = string(scrubBytes([]byte(resp.Status), swaps)) // the reason phrase is the server's
+	scrubHeader(resp.Header, swaps)
+	resp.Body = &scrubBody{ReadCloser: resp.Body, swaps: swaps, done: func() { scrubHeader(resp.Trailer, swaps) }}
+}
+
+func scrubHeader(h http.Header, swaps []swap) {
+	for _, vals := range h {
+		for i, v := range vals {
+			vals[i] = string(scrubBytes([]byte(v), swaps))
+		}
+	}
+}
+
+// scrubBytes replaces every real value in b with its placeholder, in place (same lengths).
+func scrubBytes(b []byte, swaps []swap) []byte {
+	for _, s := range swaps {
+		for i := 0; ; {
+			j := bytes.Index(b[i:], s.real)
+			if j < 0 {
+				break
+			}
+			copy(b[i+j:], s.ph)
+			i += j + len(s.ph)
+		}
+	}
+	return b
+}
+
+// scrubBody scrubs a body as it streams. It holds back only a tail that could begin a value
+// (so an event stream is not delayed unless its last bytes look like a secret's first ones),
+// and calls done at the end, when the trailers are in.
+type scrubBody struct {
+	io.ReadCloser
+	swaps   []swap
+	done    func()
+	buf     []byte // one read from upstream
+	pending []byte // scrubbed, not yet handed out
+	held    int    // the tail of pending that could begin a value, kept until more comes
+	err     error
+}
+
+func (b *scrubBody) Read(p []byte) (int, error) {
+	for len(b.pending)-b.held == 0 && b.err == nil {
+		b.fill()
+	}
+	ready := len(b.pending) - b.held
+	if ready == 0 {
+		return 0, b.err
+	}
+	n := copy(p, b.pending[:ready])
+	b.pending = b.pending[n:]
+	return n, nil
+}
+
+// fill reads once more from the upstream's body and scrubs what is held with it.
+func (b *scrubBody) fill() {
+	if b.buf == nil {
+		b.buf = make([]byte, 32<<10)
+	}
+	n, err := b.ReadCloser.Read(b.buf)
+	b.pending = scrubBytes(append(b.pending, b.buf[:n]...), b.swaps)
+	b.held = 0
+	if err != nil {
+		b.err = err
+		if b.done != nil {
+			b.done()
+		}
+		return
+	}
+	b.held = heldTail(b.pending, b.swaps)
+}
+
+// heldTail is the length of the longest tail of b that is a proper prefix of a value.
+func heldTail(b []byte, swaps []swap) int {
+	held := 0
+	for _, s := range swaps {
+		for k := min(len(b), len(s.real)-1); k > held; k-- {
+			if bytes.HasPrefix(s.real, b[len(b)-k:]) {
+				held = k
+				break
+			}
+		}
+	}
+	return held
+}
+
+// basicSwaps are the Basic credentials a request went upstream with that hold a value,
+// encoded, with the encoding the sandbox sent: a server echoing the field hands back the
+// encoded form, which the raw values do not match.
+func basicSwaps(sent, upstream http.Header) []swap {
+	var out []swap
+	for k, vals := range upstream {
+		for i, v := range vals {
+			scheme, cred, ok := strings.Cut(v, " ")
+			if !ok || !strings.EqualFold(scheme, "Basic") || i >= len(sent[k]) || sent[k][i] == v {
+				continue
+			}
+			// swapValue sends the scheme, one space and the re-encoded credentials; the
+			// sandbox's encoding is as long (a placeholder is as long as its value).
+			if _, before, ok := strings.Cut(sent[k][i], " "); ok && len(strings.TrimSpace(before)) == len(cred) {
+				out = append(out, swap{real: []byte(cred), ph: []byte(strings.TrimSpace(before))})
+			}
+		}
+	}
+	return out
+}
