@@ -113,21 +113,54 @@ func ensureStatusTTL(ctx context.Context, js jetstream.JetStream, bucket string,
 	return err
 }
 
-// declareBucket creates or updates a bucket, then turns its roll-ups off (denyRollups).
+// declareBucket creates a missing bucket and brings an existing one to cfg, with roll-ups off
+// either way (see denyRollups). An existing bucket is updated as the stream it is, never through
+// nats.go's bucket update, which turns roll-ups back on: until they were off again, a writer of
+// one key could purge every tenant's keys, and an attacker publishing roll-ups in a loop would
+// meet that moment at the next `worker setup` or start of a worker that declares. A bucket just
+// created holds no key, so the moment before denyRollups there has nothing to purge.
 func declareBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket) // another worker made it first
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	return kv, denyRollups(ctx, js, cfg.Bucket)
+	return kv, updateBucket(ctx, js, cfg)
+}
+
+// updateBucket sets what Boxcar's bucket configs set (description, history, expiry, replicas)
+// on the bucket's stream, with roll-ups off, when any of it differs.
+func updateBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+	s, err := js.Stream(ctx, statusStream(cfg.Bucket))
+	if err != nil {
+		return fmt.Errorf("queue: look up bucket %s: %w", cfg.Bucket, err)
+	}
+	cur := s.CachedInfo().Config
+	want := cur
+	want.Description, want.MaxAge, want.AllowRollup = cfg.Description, cfg.TTL, false
+	want.MaxMsgsPerSubject, want.Replicas = int64(max(cfg.History, 1)), max(cfg.Replicas, 1)
+	if want.MaxAge > 0 && want.Duplicates > want.MaxAge {
+		want.Duplicates = want.MaxAge // the server refuses a duplicate window beyond the expiry
+	}
+	if reflect.DeepEqual(want, cur) {
+		return nil
+	}
+	if _, err := js.UpdateStream(ctx, want); err != nil {
+		return fmt.Errorf("queue: update bucket %s (roll-ups off: while on, a writer of one key can purge every tenant's keys); run `worker setup` with the operator's login: %w", cfg.Bucket, err)
+	}
+	return nil
 }
 
 // denyRollups turns roll-ups off on a bucket's stream. nats.go makes every bucket allow them
 // (its Purge is one), and the server checks a Nats-Rollup header against no subject: an
 // identity allowed to write only its tenant's keys (a submitter's cancel, an approver's
 // answer) would, with "Nats-Rollup: all" on one of them, purge the whole stream, every
-// tenant's keys. Boxcar purges no key, so nothing needs a roll-up. A bucket created or updated
-// by nats.go allows them again until this runs, which `worker setup` does right after.
+// tenant's keys. Boxcar purges no key, so nothing needs a roll-up.
 func denyRollups(ctx context.Context, js jetstream.JetStream, bucket string) error {
 	s, err := js.Stream(ctx, statusStream(bucket))
 	if err != nil {
@@ -162,16 +195,16 @@ func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, l
 			Replicas: cfg.Replicas,
 			Metadata: map[string]string{setMeta("max_age"): ttl.String()},
 		})
-		if !errors.Is(err, jetstream.ErrBucketExists) {
-			return kv, err
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.StatusBucket) // another worker made it first
 		}
-		kv, err = js.KeyValue(ctx, cfg.StatusBucket) // another worker made it first
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureStatusTTL(ctx, js, cfg.StatusBucket, ttl, log); err != nil {
+	// Roll-ups off first, so that the expiry's update starts from a stream without them.
+	if err := denyRollups(ctx, js, cfg.StatusBucket); err != nil {
 		return kv, err
 	}
-	return kv, denyRollups(ctx, js, cfg.StatusBucket)
+	return kv, ensureStatusTTL(ctx, js, cfg.StatusBucket, ttl, log)
 }
