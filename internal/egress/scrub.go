@@ -47,6 +47,9 @@ func scrubHeader(h http.Header, swaps []swap) {
 // scrubBytes replaces every real value in b with its placeholder, in place (same lengths).
 func scrubBytes(b []byte, swaps []swap) []byte {
 	for _, s := range swaps {
+		if len(s.real) == 0 {
+			continue // would match everywhere, and never move on
+		}
 		for i := 0; ; {
 			j := bytes.Index(b[i:], s.real)
 			if j < 0 {
