@@ -14,15 +14,17 @@ import (
 )
 
 // settle acts on how the attempt ended, as decide says: the status, then the queue, then the
-// metrics and the log line. Each write runs on a context of its own that survives shutdown, so
-// that an interrupted job is handed back at once. The end of a job waits for NATS, as its commit
+// metrics and the log line. Its writes run on a context that survives shutdown, so that an
+// interrupted job is handed back at once. The end of a job waits for NATS, as its commit
 // did (awaitAnswer; ctx, the worker's, cuts the wait short at shutdown): its run is committed,
 // and without the status and the ack `submit wait` would wait, and the job, a whole ack wait for
 // a delivery that adopts the run. A job handed back does not wait: the server delivers it again
 // anyway.
 func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
+	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
+	defer cancel()
 	dec := decide(e.outcome, a.d.LastAttempt())
-	w := settler{r: r, a: a, ctx: ctx, wait: dec.state.Terminal()}
+	w := settler{r: r, a: a, ctx: ctx, cleanup: cleanup, wait: dec.state.Terminal()}
 	r.settleStatus(w, e, dec)
 	attrs := r.settleQueue(w, e.outcome, dec)
 	r.settleMetrics(a, dec)
@@ -39,36 +41,32 @@ func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 	a.log.Log(ctx, level, "job "+dec.action.String(), attrs...)
 }
 
-// settler makes settle's calls to NATS: each on a context of its own, bounded by
-// CleanupTimeout, and for a job's end again until NATS answers.
+// settler makes settle's calls to NATS: all within one CleanupTimeout, or for a job's end
+// each try within its own, again until NATS answers.
 type settler struct {
-	r    *Runner
-	a    *attempt
-	ctx  context.Context // the worker's: it ends at shutdown
-	wait bool
+	r       *Runner
+	a       *attempt
+	ctx     context.Context // the worker's: it ends at shutdown
+	cleanup context.Context // survives shutdown, for CleanupTimeout
+	wait    bool
 }
 
 func (w settler) do(answered func(error) bool, call func(context.Context) error) error {
-	once := func(context.Context) (struct{}, error) {
+	if !w.wait {
+		return call(w.cleanup)
+	}
+	_, err := awaitAnswerTo(w.ctx, w.r, w.a, "NATS", "before the job can end", answered, func(context.Context) (struct{}, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), w.r.cfg.CleanupTimeout)
 		defer cancel()
 		return struct{}{}, call(ctx)
-	}
-	if !w.wait {
-		_, err := once(w.ctx)
-		return err
-	}
-	_, err := awaitAnswerTo(w.ctx, w.r, w.a, "NATS", "before the job can end", answered, once)
+	})
 	return err
 }
 
 // settleStatus records the decided state in the job's status, unless the job ended elsewhere,
 // or why the job waits.
 func (r *Runner) settleStatus(w settler, e ended, dec decision) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), r.cfg.CleanupTimeout)
-	id := r.statusID(ctx, w.a)
-	cancel()
-	switch {
+	switch id := r.statusID(w.cleanup, w.a); {
 	case id == "":
 	case dec.state != "":
 		r.recordState(w, id, e, dec)
