@@ -189,7 +189,7 @@ func (d *decoder) unmarshaler(n *yaml.Node, v reflect.Value, path, want string) 
 	}
 	data, _ := json.Marshal(n.Value)
 	if err := v.Addr().Interface().(json.Unmarshaler).UnmarshalJSON(data); err != nil {
-		d.fail(n, path, "%q is not %s", n.Value, want)
+		d.fail(n, path, "%q is not %s", withoutCredentials(n.Value), want)
 	}
 }
 
@@ -437,7 +437,7 @@ func describe(n *yaml.Node) string {
 	if what == "" {
 		what = "a " + strings.TrimPrefix(n.ShortTag(), "!!")
 	}
-	v := n.Value
+	v := withoutCredentials(n.Value) // before the cut, which may leave a password and drop its '@'
 	if len(v) > 40 {
 		v = v[:40] + "…"
 	}
@@ -445,6 +445,30 @@ func describe(n *yaml.Node) string {
 		v = strconv.Quote(v)
 	}
 	return what + " " + v
+}
+
+// withoutCredentials is s, quoted back in an error, with what precedes the last '@' of each
+// comma-separated part replaced by "redacted" (a URL's scheme kept): a NATS URL may carry a
+// user and password or a token (docs/security.md), and a value written in the wrong place,
+// such as "nats: nats://user:password@host", must not bring it into the worker's log or
+// check-config's output.
+func withoutCredentials(s string) string {
+	if !strings.Contains(s, "@") {
+		return s
+	}
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		at := strings.LastIndex(p, "@")
+		if at < 0 {
+			continue
+		}
+		scheme := ""
+		if j := strings.Index(p, "://"); j >= 0 && j < at {
+			scheme = p[:j+len("://")]
+		}
+		parts[i] = scheme + "redacted@" + p[at+1:]
+	}
+	return strings.Join(parts, ",")
 }
 
 func join(path, key string) string {

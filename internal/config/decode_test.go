@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -151,5 +152,39 @@ func TestLoadNamesTheFile(t *testing.T) {
 	_, err = config.Load(path)
 	if fe := fieldErrors(t, err); len(fe) != 1 || fe[0].File != path {
 		t.Errorf("Load: %v, want one problem in %s", err, path)
+	}
+}
+
+// TestParseQuotesNoCredentials: a value in the wrong place is quoted back in the error, which
+// the worker logs and check-config prints, so a URL's user information (a NATS password or
+// token, docs/security.md) is redacted first, before the quote is shortened, in every message
+// that quotes a value.
+func TestParseQuotesNoCredentials(t *testing.T) {
+	const pw, tok = "Hunter2Passw0rd", "tok3nValue99"
+	tests := []struct {
+		name string
+		yaml string
+	}{
+		{"URL for a mapping", "nats: nats://boxcar:" + pw + "@nats.example:4222\n" + profile("")},
+		{"long URL, cut before its host", "nats: nats://a-rather-long-user-name:" + pw + "@nats.example:4222\n" + profile("")},
+		{"URL list for a mapping", "nats: nats://a:" + pw + "@n1:4222,nats://" + tok + "@n2:4222\n" + profile("")},
+		{"token URL for a list", profile("tools: nats://" + tok + "@n1")},
+		{"URL for an integer", "concurrency: https://u:" + pw + "@h\n" + profile("")},
+		{"URL for a boolean", "store: {path_style: https://u:" + pw + "@h}\n" + profile("")},
+		{"URL for a duration", "nats: {ack_wait: https://u:" + pw + "@h}\n" + profile("")},
+		{"URL as a key", "nats: {? [nats://u:" + pw + "@h] : 1}\n" + profile("")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("Parse accepted\n%s", tt.yaml)
+			}
+			for _, secret := range []string{pw, tok} {
+				if strings.Contains(err.Error(), secret) {
+					t.Errorf("the error quotes a credential of the file: %v", err)
+				}
+			}
+		})
 	}
 }

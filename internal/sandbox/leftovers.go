@@ -25,8 +25,11 @@ import (
 // nothing without a lock file of Boxcar's naming is touched, and neither are lock files that
 // a live worker holds (workers may share a Root).
 
-// sandboxIDPattern matches the ids Start makes: "boxcar-" + safeID + "-" + 8 hex digits.
-var sandboxIDPattern = regexp.MustCompile(`^boxcar-[A-Za-z0-9_.-]{1,40}-[0-9a-f]{8}$`)
+// sandboxIDPattern matches every id Start makes: "boxcar-" + safeID of the job + "-" + 8 hex
+// digits, or, for a warm pool's sandbox, "boxcar-pool-" + safeID of the profile + "-" + 8 hex
+// digits. The pool's prefix is not part of safeID's 40 characters: without it here, a pool
+// sandbox of a profile named with 36 characters or more was left on the host by every crash.
+var sandboxIDPattern = regexp.MustCompile(`^boxcar-(pool-)?[A-Za-z0-9_.-]{1,40}-[0-9a-f]{8}$`)
 
 const (
 	lockSuffix      = ".lock"

@@ -33,8 +33,8 @@ func init() {
 }
 
 // crashWorker is a worker process (the test binary, started by TestBubblewrapRemovesCrashLeftovers):
-// it starts a sandbox over root with a command running in it, prints the sandbox's host state
-// as JSON and waits to be killed.
+// it starts a sandbox over root with a command running in it and the warm sandboxes of
+// crashPools, prints their host states as JSON and waits to be killed.
 func crashWorker(root string) {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "crash worker:", err)
@@ -61,15 +61,32 @@ func crashWorker(root string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(sandbox.BubblewrapHostState(sb)); err != nil {
+	states := []sandbox.HostState{sandbox.BubblewrapHostState(sb)}
+	for _, profile := range crashPools {
+		spec := sandboxtest.Spec("", config.SandboxSpec{})
+		spec.Pool, spec.Ahead = profile, time.Hour
+		warm, err := p.Start(ctx, spec)
+		if err != nil {
+			fail(err)
+		}
+		states = append(states, sandbox.BubblewrapHostState(warm))
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(states); err != nil {
 		fail(err)
 	}
 	select {} // until killed
 }
 
+// crashPools are the profiles whose warm sandboxes the crashing worker holds: a pool
+// sandbox's id has its own prefix, and a profile's name may be as long as safeID keeps.
+var crashPools = []string{
+	"short",
+	"a-profile-name-long-enough-to-fill-the-whole-id",
+}
+
 // startCrashWorker runs crashWorker in a process of its own, kills it once its sandbox runs, and
-// returns what the sandbox left.
-func startCrashWorker(t *testing.T, root string) sandbox.HostState {
+// returns what its sandboxes left.
+func startCrashWorker(t *testing.T, root string) []sandbox.HostState {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), crashWorkerEnv+"="+root)
@@ -81,7 +98,7 @@ func startCrashWorker(t *testing.T, root string) sandbox.HostState {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var st sandbox.HostState
+	var st []sandbox.HostState
 	if err := json.NewDecoder(bufio.NewReader(out)).Decode(&st); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -105,8 +122,13 @@ func TestBubblewrapRemovesCrashLeftovers(t *testing.T) {
 	live := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root }), config.SandboxSpec{})
 	liveState := sandbox.BubblewrapHostState(live)
 
-	left := startCrashWorker(t, root)
-	for _, path := range append([]string{left.Dir, left.Lock}, left.Cgroups...) {
+	states := startCrashWorker(t, root)
+	left := states[0] // the job's sandbox, with a command running
+	var leftPaths []string
+	for _, st := range states {
+		leftPaths = append(append(leftPaths, st.Dir, st.Lock), st.Cgroups...)
+	}
+	for _, path := range leftPaths {
 		if _, err := os.Stat(path); err != nil {
 			t.Fatalf("the crash left no %s (%v); the test shows nothing", path, err)
 		}
@@ -168,7 +190,7 @@ func TestBubblewrapRemovesCrashLeftovers(t *testing.T) {
 	// The next worker starts.
 	sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root })
 
-	for _, path := range append([]string{left.Dir, left.Lock}, left.Cgroups...) {
+	for _, path := range leftPaths {
 		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s is still there after the next start (%v)", path, err)
 		}
