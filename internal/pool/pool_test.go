@@ -27,10 +27,11 @@ type fakeSandbox struct {
 	b               *fakeBackend
 	claimErr        error
 
-	mu      sync.Mutex
-	jobID   string
-	closed  bool
-	claimed bool
+	mu         sync.Mutex
+	jobID      string
+	closed     bool
+	claimed    bool
+	closeFails int // closes still to fail
 }
 
 func (s *fakeSandbox) Info() sandbox.Info { return sandbox.Info{Backend: "fake", ID: s.id} }
@@ -61,6 +62,11 @@ func (s *fakeSandbox) Warm() <-chan struct{} {
 
 func (s *fakeSandbox) Close(context.Context) error {
 	s.mu.Lock()
+	if s.closeFails > 0 {
+		s.closeFails--
+		s.mu.Unlock()
+		return errors.New("fake: the backend did not answer")
+	}
 	s.closed = true
 	s.mu.Unlock()
 	s.b.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
@@ -45,7 +46,7 @@ func (p *Pool) Take(ctx context.Context, profile, jobID string, spec sandbox.Spe
 		p.m.Claim.WithLabelValues(profile, fmt.Sprint(warm)).Observe(time.Since(begin).Seconds())
 	}
 	p.poke()
-	return held(sb, release), warm, nil
+	return p.held(sb, release), warm, nil
 }
 
 // takeWarm claims the oldest ready sandbox of the profile, waiting for one being started
@@ -109,8 +110,8 @@ func claim(ctx context.Context, sb sandbox.Sandbox, jobID string) error {
 
 // held is a taken sandbox that gives its room back to the pool when closed. It keeps the
 // optional interface the runner looks for (Egress).
-func held(sb sandbox.Sandbox, release func()) sandbox.Sandbox {
-	h := &heldSandbox{Sandbox: sb, release: release}
+func (p *Pool) held(sb sandbox.Sandbox, release func()) sandbox.Sandbox {
+	h := &heldSandbox{Sandbox: sb, release: release, p: p}
 	if eg, ok := sb.(sandbox.Egress); ok {
 		return &heldEgress{heldSandbox: h, Egress: eg}
 	}
@@ -120,15 +121,54 @@ func held(sb sandbox.Sandbox, release func()) sandbox.Sandbox {
 type heldSandbox struct {
 	sandbox.Sandbox
 	release func()
+	p       *Pool
 }
 
-// Close removes the sandbox; once it is gone, its room is the pool's again.
+// Close removes the sandbox; once it is gone, its room is the pool's again. One whose removal
+// failed keeps its room (it may still run) and is removed again in the background.
 func (h *heldSandbox) Close(ctx context.Context) error {
 	err := h.Sandbox.Close(ctx)
 	if err == nil {
 		h.release()
+	} else {
+		h.p.removeLater(h.Sandbox, h.release)
 	}
 	return err
+}
+
+// removeLater tries again, in the background, to remove a taken sandbox its job could not
+// (a Kubernetes API that did not answer, a cgroup still busy: Close may be called again), and
+// gives its room back once it is gone. Kept taken for good, every close that failed once would
+// leave the pool a warm sandbox fewer for the rest of the worker's life. It stops when the pool
+// closes: what is left then is the restart's clean-up's (the reaper, bubblewrap's leftovers).
+func (p *Pool) removeLater(sb sandbox.Sandbox, release func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.work.Add(1)
+	go func() {
+		defer p.work.Done()
+		for round := 1; ; round++ {
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(backoff.Delay(round)):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CloseTimeout)
+			err := sb.Close(ctx)
+			cancel()
+			if err == nil {
+				p.log.Info("pool: removed a taken sandbox whose close had failed; its room is free again", "sandbox_id", sb.Info().ID, "tries", round+1)
+				release()
+				return
+			}
+			if round == 1 {
+				p.log.Warn("pool: a taken sandbox could not be removed; trying again until it is", "sandbox_id", sb.Info().ID, "error", err)
+			}
+		}
+	}()
 }
 
 // Unwrap returns the backend's sandbox.

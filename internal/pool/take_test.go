@@ -48,6 +48,42 @@ func TestTakeWarmThenCold(t *testing.T) {
 	bn.p.Close()
 }
 
+// TestFailedCloseIsRemovedLater: a taken sandbox whose job could not remove it keeps its room
+// while it may still run, and the pool removes it in the background; once it is gone the room
+// is free and the pool warm again. Kept taken for good, one failed close would have left this
+// one-slot pool without a warm sandbox for the rest of the worker's life.
+func TestFailedCloseIsRemovedLater(t *testing.T) {
+	t.Parallel()
+	bn := setup(t, 1, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
+	bn.reconcile(t)
+	sb, warm := bn.take(t, "p", "job-a")
+	if !warm {
+		t.Fatal("the take was cold; the pool held one")
+	}
+	taken := bn.b.started[0]
+	taken.mu.Lock()
+	taken.closeFails = 2 // the job's close and the pool's first try
+	taken.mu.Unlock()
+	if err := sb.Close(context.Background()); err == nil {
+		t.Fatal("the job's close succeeded; the backend was to fail it")
+	}
+	bn.reconcile(t) // waits for the removal in the background
+	taken.mu.Lock()
+	closed := taken.closed
+	taken.mu.Unlock()
+	if !closed {
+		t.Fatal("the sandbox whose close failed is still live after the pool settled")
+	}
+	bn.reconcile(t)
+	if got := bn.size("p"); got != 1 {
+		t.Errorf("pool size %d after the failed close's sandbox was removed, want its minimum 1", got)
+	}
+	if live, _ := bn.b.counts(); live != 1 {
+		t.Errorf("%d sandboxes live, want the one warm sandbox", live)
+	}
+	bn.p.Close()
+}
+
 // TestTakeUnpooledProfile: a profile without warm settings always starts cold and records
 // nothing in the pool's metrics.
 func TestTakeUnpooledProfile(t *testing.T) {
