@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -267,6 +268,10 @@ func TestToolCallErrors(t *testing.T) {
 	}
 }
 
+// plainCallID is what a recorded call id may be: letters, digits, '_', '-', '.' and ':', not
+// starting with '-' (a flag when pasted after `submit approve JOB`), at most 128 bytes.
+var plainCallID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`)
+
 func TestServerQuirks(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -276,6 +281,9 @@ func TestServerQuirks(t *testing.T) {
 		{name: "finish_reason stop with tool calls (vLLM)", fixture: "vllm_stop_with_tool_calls.json", wantCall: 1},
 		{name: "missing and empty ids", fixture: "missing_ids.json", wantCall: 2},
 		{name: "duplicate ids", fixture: "duplicate_ids.json", wantCall: 2},
+		// Ids with shell syntax, control characters, a leading dash or hundreds of bytes: the
+		// id reaches the manifest, logs and the approval prompt (`submit approve JOB CALL_ID`).
+		{name: "ids that are no plain token", fixture: "odd_ids.json", wantCall: 5},
 		{name: "empty arguments string", fixture: "empty_arguments.json", wantCall: 1},
 		{name: "arguments as an object", fixture: "object_arguments.json", wantCall: 1},
 		{name: "arguments double encoded", fixture: "double_encoded_arguments.json", wantCall: 1},
@@ -306,6 +314,9 @@ func TestServerQuirks(t *testing.T) {
 				}
 				if tc.ID == "" || seen[tc.ID] {
 					t.Errorf("tool call id %q is empty or repeated", tc.ID)
+				}
+				if !plainCallID.MatchString(tc.ID) {
+					t.Errorf("tool call id %.200q is not a plain token", tc.ID)
 				}
 				seen[tc.ID] = true
 			}

@@ -66,6 +66,15 @@ type listFilesResult struct {
 	Path      string       `json:"path"`
 	Files     []listedFile `json:"files"`
 	Truncated bool         `json:"truncated"`
+	// Unreadable names the folders the sandbox could not list (nested past PATH_MAX, no
+	// permission); UnreadableMore counts those past the ones named.
+	Unreadable     []unreadableFolder `json:"unreadable,omitempty"`
+	UnreadableMore int                `json:"unreadable_more,omitempty"`
+}
+
+type unreadableFolder struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }
 
 func (t listFiles) Definition() definition {
@@ -93,11 +102,21 @@ func (t listFiles) Call(ctx context.Context, _ string, raw json.RawMessage) resu
 		return res
 	}
 	infos, err := t.sb.List(ctx, dir)
-	if err != nil {
+	// A listing that left out folders it could not read still holds every other file: a job
+	// that nests one folder past PATH_MAX must not hide the whole workdir from the model.
+	var incomplete *sandbox.IncompleteError
+	if err != nil && !errors.As(err, &incomplete) {
 		return fsError("list", dir, err)
 	}
 	out := listFilesResult{Path: dir, Files: []listedFile{}}
 	size := 64
+	if incomplete != nil {
+		for _, s := range incomplete.Skipped {
+			out.Unreadable = append(out.Unreadable, unreadableFolder{Path: s.Path, Reason: s.Reason})
+			size += len(s.Path) + len(s.Reason) + 32
+		}
+		out.UnreadableMore = incomplete.More
+	}
 	for _, fi := range infos {
 		size += len(fi.Path) + 32 // the JSON of one entry, roughly
 		if size > t.maxOutput {

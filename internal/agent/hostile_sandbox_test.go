@@ -6,6 +6,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,11 @@ func TestHostileSymlinksRealSandbox(t *testing.T) {
 		{"ln", "-s", "loop", "loop"},
 		{"mkdir", "sub"},
 		{"ln", "-s", "../..", "sub/up"},
+		// A folder nested past PATH_MAX, which the worker cannot list: it must not hide the
+		// rest of the workdir from list_files.
+		// (made in two halves, since no one path to it may be that long).
+		{"mkdir", "-p", "deep/" + strings.Repeat("a/", 1100), "half/" + strings.Repeat("a/", 1100)},
+		{"mv", "half", "deep/" + strings.Repeat("a/", 1100)},
 	}
 	for _, argv := range plant {
 		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: argv, Timeout: 30 * time.Second})
@@ -70,6 +76,8 @@ func TestHostileSymlinksRealSandbox(t *testing.T) {
 		{call{"s13", "cat_file", `{"path": "abs_secret"}`}, ""},
 		// Writing to a link's name replaces the link in the workdir; the host file is untouched.
 		{call{"s14", "write_file", `{"path": "abs_secret", "content": "replaced"}`}, ""},
+		// The folder nested past PATH_MAX is named as left out; the files beside it are listed.
+		{call{"s15", "list_files", `{}`}, ""},
 	}
 	var scripted []call
 	for _, c := range calls {
@@ -97,6 +105,9 @@ func TestHostileSymlinksRealSandbox(t *testing.T) {
 	}
 	if code := results[12]["exit_code"]; code == 0.0 {
 		t.Errorf("cat of the planted link succeeded inside the sandbox: %v", results[12])
+	}
+	if files, _ := results[14]["files"].([]any); len(files) == 0 || !strings.Contains(fmt.Sprint(results[14]["unreadable"]), "deep/a/a") {
+		t.Errorf("list_files of a workdir with a folder nested past PATH_MAX = %.300v, want its files and the folder named as unreadable", results[14])
 	}
 	if data, err := os.ReadFile(secretPath); err != nil || string(data) != secret {
 		t.Errorf("the host file behind the links is %q, %v; want it unchanged", data, err)

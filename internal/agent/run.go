@@ -233,7 +233,7 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 }
 
 // normalize makes the tool calls of a response usable whatever the server sent: ids that are
-// missing or repeated are replaced by stable ones, arguments that are empty become "{}",
+// missing, repeated or not a plain token (plainCallID) are replaced by stable ones, arguments that are empty become "{}",
 // arguments sent as an object or as a JSON string holding an object become that object.
 func (r *run) normalize(turn int, tcs []openai.ChatCompletionMessageToolCallUnion) []call {
 	calls := make([]call, 0, len(tcs))
@@ -245,7 +245,7 @@ func (r *run) normalize(turn int, tcs []openai.ChatCompletionMessageToolCallUnio
 		if len(c.name) > 128 {
 			c.name = c.name[:128]
 		}
-		if c.id == "" || r.ids[c.id] {
+		if !plainCallID(c.id) || r.ids[c.id] {
 			c.id = fmt.Sprintf("call_boxcar_%d_%d", turn, i+1)
 			for r.ids[c.id] {
 				c.id += "_"
@@ -255,6 +255,25 @@ func (r *run) normalize(turn int, tcs []openai.ChatCompletionMessageToolCallUnio
 		calls = append(calls, c)
 	}
 	return calls
+}
+
+// plainCallID reports whether a call id, which the model's answer sets, can be kept as it is:
+// 1 to 128 letters, digits, '_', '-', '.' or ':', not starting with '-'. Every server's own ids
+// are; an id out of a hostile or broken answer (shell syntax, control characters, megabytes)
+// would otherwise reach the manifest, the logs, and the approval prompt a person pastes into
+// a shell (`submit approve JOB CALL_ID`).
+func plainCallID(id string) bool {
+	if id == "" || len(id) > 128 || id[0] == '-' || id[0] == '.' || id[0] == ':' {
+		return false
+	}
+	for i := range len(id) {
+		switch c := id[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.', c == ':':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func normalizeArgs(s string) string {

@@ -27,6 +27,8 @@ import (
 //	                          plus "error" when the command ran but the sandbox reports a
 //	                          problem with it (the workdir over its disk bound)
 //	list_files:              {"path":".","files":[{"path":"sales.csv","size":123}],"truncated":false}
+//	                          plus "unreadable":[{"path":"…","reason":"…"}] (and
+//	                          "unreadable_more":N) naming folders the sandbox could not list
 //	read_file:               {"path":"a.txt","size":9000,"offset":0,"content":"…","truncated":true,"next_offset":8192}
 //	write_file:              {"path":"report.md","written":1234}
 //	any failure:             {"error":"…"}

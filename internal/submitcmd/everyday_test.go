@@ -155,7 +155,21 @@ func TestLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := jsonLines(t, stdout)
+	// Numbers as written: the transcript holds one float64 cannot (1e400), which must come
+	// through as it is.
+	var events []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		var v map[string]any
+		dec := json.NewDecoder(strings.NewReader(l))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("line %q is not JSON: %v", l, err)
+		}
+		events = append(events, v)
+	}
+	if !strings.Contains(stdout, `"rows":1e400`) {
+		t.Errorf("logs -o json does not keep the number 1e400 as the transcript has it:\n%s", stdout)
+	}
 	if n := len(events); n != 3+6 || events[n-1]["source"] != "transcript" || events[0]["source"] != "status" {
 		t.Errorf("logs -o json: %d events, want 3 status steps then 6 transcript events:\n%s", n, stdout)
 	}

@@ -2,6 +2,7 @@ package submitcmd
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -150,8 +151,12 @@ func (e *env) renderTranscript(r io.Reader) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxTranscriptLine)
 	for sc.Scan() {
+		// Numbers stay as written: the model sets a tool call's arguments, and a number
+		// float64 cannot hold (1e400) is valid JSON that must not hide the line it is on.
 		var ev map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.UseNumber()
+		if err := dec.Decode(&ev); err != nil {
 			printf(e.stdout, "(a transcript line that is not JSON: %v)\n", err)
 			continue
 		}
@@ -266,6 +271,14 @@ func str(v any) string {
 
 // num shows a JSON number as an integer when it is one.
 func num(v any) any {
+	if n, ok := v.(json.Number); ok {
+		if i, err := n.Int64(); err == nil {
+			return i
+		}
+		if f, err := n.Float64(); err == nil {
+			v = f
+		}
+	}
 	if f, ok := v.(float64); ok && f == float64(int64(f)) {
 		return int64(f)
 	}
