@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
@@ -167,6 +168,13 @@ func (o ConnOptions) inboxPrefix() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("queue: NATS login: %w", err)
 	}
+	if o.CredsFile != "" {
+		// nats.go sends a creds file without a decorated JWT whole as the JWT: a seed file
+		// given as the creds file would put the seed on the wire, which it must never leave.
+		if raw, err := nkeys.ParseDecoratedJWT(data); err != nil || !isUserJWT(raw) {
+			return "", fmt.Errorf("queue: NATS login: creds file %s holds no user JWT; a .creds file is what `nsc generate creds` or `worker nats-config` writes (for a bare nkey seed file use --nats-nkey, NATS_NKEY)", file)
+		}
+	}
 	kp, err := nkeys.ParseDecoratedUserNKey(data)
 	if err != nil {
 		// nkeys' errors say what is wrong with the file, never what it holds.
@@ -178,6 +186,13 @@ func (o ConnOptions) inboxPrefix() (string, error) {
 		return "", fmt.Errorf("queue: NATS login: %s: %w", file, err)
 	}
 	return "_INBOX." + pub, nil
+}
+
+// isUserJWT reports whether raw decodes as a user JWT; it never echoes raw, which may be anything
+// the file held.
+func isUserJWT(raw string) bool {
+	_, err := jwt.DecodeUserClaims(raw)
+	return err == nil
 }
 
 // Connect dials NATS once and fails when no server answers: for clients that should say so at

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials/processcreds"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
@@ -257,7 +258,7 @@ func (s *S3) putMultipart(ctx context.Context, key string, br *bufio.Reader, buf
 			Bucket: &s.bucket, Key: full, UploadId: uploadID,
 		}); abortErr != nil {
 			s.log.Warn("store: abort multipart upload failed; the bucket may keep its parts until a lifecycle rule removes them",
-				"url", s.URL(key), "upload_id", aws.ToString(uploadID), "error", abortErr)
+				"url", s.URL(key), "upload_id", aws.ToString(uploadID), "error", translate(abortErr))
 		}
 	}()
 
@@ -410,14 +411,31 @@ func (s *S3) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 	return objects, nil
 }
 
+// credentialProcessError stands for a failed credential_process of the AWS profile. The SDK's
+// error quotes the whole output of a process it cannot parse, and that output holds the secret
+// key and session token when only the expiration is malformed or a warning line came first;
+// the store's errors reach logs, /readyz and job statuses. So only the cause stays (a JSON or
+// time syntax error, the exit status), never the SDK's message around it.
+func credentialProcessError(proc *processcreds.ProviderError) error {
+	if cause := errors.Unwrap(proc.Err); cause != nil {
+		return fmt.Errorf("get credentials from the AWS profile's credential_process (its output is not shown: it may hold credentials): %w; run the process by hand to see what it prints", cause)
+	}
+	// Without a cause the SDK found the output well-formed but not credentials.
+	return errors.New("get credentials from the AWS profile's credential_process: its output is not version 1 credentials with AccessKeyId and SecretAccessKey (not shown: it may hold credentials); run the process by hand to see what it prints")
+}
+
 // URL returns s3://bucket/prefix/key.
 func (s *S3) URL(key string) string { return "s3://" + s.bucket + "/" + s.prefix + key }
 
 // translate maps S3's answers to the package's sentinels, keeping the vendor error for
-// everything else.
+// everything else but a credential_process failure, whose message could hold credentials.
 func translate(err error) error {
 	if err == nil {
 		return nil
+	}
+	var proc *processcreds.ProviderError
+	if errors.As(err, &proc) {
+		return credentialProcessError(proc)
 	}
 	var api smithy.APIError
 	if errors.As(err, &api) {
