@@ -21,6 +21,7 @@ import (
 // JWT whole for the JWT, so a seed file given as the creds file would go to the server, over
 // plain TCP when the server has no TLS. Such a file is refused before any dial.
 func TestCredsFileSeedStaysHome(t *testing.T) {
+	t.Parallel()
 	_, seedFile := natsauthtest.NKeyUser(t)
 	seed, err := os.ReadFile(seedFile)
 	if err != nil {

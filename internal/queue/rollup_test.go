@@ -62,7 +62,7 @@ func TestDeclareNeverAllowsRollups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	defer func() { _ = sub.Unsubscribe() }()
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
