@@ -151,13 +151,13 @@ func TestUpstreamPoolWithinTunnelCap(t *testing.T) {
 	}
 	testharness.Wait(t, "the sandbox's tunnels to close", func() (bool, error) {
 		return h.proxy.tunnels.Load() == 0, nil
-	}, testharness.Within(5*time.Second))
+	}, testharness.Within(30*time.Second))
 	testharness.Wait(t, "upstream connections within the tunnel cap", func() (bool, error) {
 		if n := h.dialer.openConns(); n > tunnelCap {
 			return false, fmt.Errorf("%d upstream connections open, tunnel cap %d", n, tunnelCap)
 		}
 		return true, nil
-	}, testharness.Within(2*time.Second))
+	}, testharness.Within(30*time.Second)) // what a busy machine may take; a pool that keeps them fails the same
 }
 
 // TestTunnelNextRequest: a terminated tunnel reads its next request only once the upstream
