@@ -267,8 +267,7 @@ func TestUnawareStaleAttemptCommitsFirst(t *testing.T) {
 		return st
 	}
 	stale := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
-		b.setAckWait(2 * time.Second) // the server now delivers the job again after 2 s
-		waitFor(t, 30*time.Second, "the next attempt to start", func() bool { return status().Attempt == 2 })
+		waitFor(t, 30*time.Second, "the next attempt to start", func() bool { return status().Attempt >= 2 })
 		if err := req.Sandbox.WriteFile(ctx, "report.md", []byte("first attempt's report\n")); err != nil {
 			return agent.Result{}, err
 		}
@@ -276,6 +275,9 @@ func TestUnawareStaleAttemptCommitsFirst(t *testing.T) {
 	}), func(c *runner.Config) { c.Worker.Concurrency = 1 })
 	j = b.submit("p")
 	waitFor(t, 10*time.Second, "the first attempt to run", func() bool { return status().Attempt == 1 })
+	// The server now delivers the job again after 2 s; the next worker reads that when it
+	// starts and keeps its attempt alive.
+	b.setAckWait(2 * time.Second)
 	next := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		waitFor(t, 30*time.Second, "the first attempt's commit", func() bool {
 			_, err := b.store.Stat(ctx, store.ManifestKey(j.ID))
