@@ -3,105 +3,351 @@ package provenance
 import (
 	"bytes"
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// decodeJSON reads exactly one JSON value, keeping numbers as written.
-func decodeJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: trailing data after the JSON value", ErrInvalid)
-	}
-	return nil
-}
+// maxDepth bounds the nesting canonicalJSON follows: a manifest is a few levels deep, and a
+// deeper text would only grow the stack.
+const maxDepth = 200
 
-// maxSafeInteger is the largest integer every IEEE 754 double holds exactly (2^53 - 1).
-const maxSafeInteger = 1<<53 - 1
-
-// encodeCanonical writes a value that decodeJSON read (maps, slices, strings, json.Number,
-// bools, nil) in the JSON Canonicalization Scheme of RFC 8785: object members sorted by the
-// UTF-16 code units of their names, no white space, strings with only the escapes JCS allows
-// (U+2028 and U+2029 stay as they are, unlike encoding/json's output), numbers as ECMAScript
-// prints the double.
+// canonicalJSON rewrites one JSON text in the JSON Canonicalization Scheme of RFC 8785:
+// object members sorted by the UTF-16 code units of their names, no white space, strings with
+// only the escapes JCS allows (U+2028 and U+2029 stay as they are, unlike encoding/json's
+// output), numbers as ECMAScript prints the double. It works on the text itself, without
+// decoding it into maps: the manifest is canonicalised on every commit, and a decode into maps
+// was half of building it.
 //
 // JCS is defined for I-JSON, whose numbers are doubles. An integer beyond 2^53 (a seed the
 // operator chose) has no double that keeps its digits; it is written with all of them, as it
 // was before, since recording a different seed than the one sent would be worse. No other
 // number Boxcar records comes near 2^53.
-func encodeCanonical(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	if err := writeCanonical(&buf, v); err != nil {
-		return nil, err
+func canonicalJSON(data []byte) ([]byte, error) {
+	c := canonicalizer{in: data, out: make([]byte, 0, len(data))}
+	c.skipSpace()
+	err := c.value(0)
+	if err == nil {
+		if c.skipSpace(); c.pos < len(c.in) {
+			err = errors.New("trailing data after the JSON value")
+		}
 	}
-	return buf.Bytes(), nil
+	if err != nil {
+		return nil, fmt.Errorf("%w: canonical JSON at byte %d: %v", ErrInvalid, c.pos, err)
+	}
+	return c.out, nil
 }
 
-func writeCanonical(buf *bytes.Buffer, v any) error {
-	switch v := v.(type) {
-	case nil:
-		buf.WriteString("null")
-	case bool:
-		buf.WriteString(strconv.FormatBool(v))
-	case string:
-		return writeString(buf, v)
-	case json.Number:
-		return writeNumber(buf, v)
-	case []any:
-		buf.WriteByte('[')
-		for i, e := range v {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			if err := writeCanonical(buf, e); err != nil {
-				return err
-			}
+// canonicalizer reads in from pos and appends the canonical form to out.
+type canonicalizer struct {
+	in      []byte
+	pos     int
+	out     []byte
+	scratch []byte // an object's members while they are put in order
+}
+
+// member is an object member as written to out: its name and the span of `"name":value`.
+type member struct {
+	name       []byte
+	start, end int
+}
+
+func (c *canonicalizer) skipSpace() {
+	for c.pos < len(c.in) {
+		switch c.in[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
+		default:
+			return
 		}
-		buf.WriteByte(']')
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, compareUTF16)
-		buf.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			if err := writeString(buf, k); err != nil {
-				return err
-			}
-			buf.WriteByte(':')
-			if err := writeCanonical(buf, v[k]); err != nil {
-				return err
-			}
-		}
-		buf.WriteByte('}')
-	default:
-		return fmt.Errorf("%w: canonical JSON: unexpected %T", ErrInvalid, v)
 	}
+}
+
+func (c *canonicalizer) value(depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("nested deeper than %d levels", maxDepth)
+	}
+	if c.pos >= len(c.in) {
+		return errors.New("unexpected end of the text")
+	}
+	switch b := c.in[c.pos]; {
+	case b == '{':
+		return c.object(depth)
+	case b == '[':
+		return c.array(depth)
+	case b == '"':
+		s, err := c.str()
+		if err != nil {
+			return err
+		}
+		c.out, err = appendString(c.out, s)
+		return err
+	case b == '-' || b >= '0' && b <= '9':
+		return c.number()
+	}
+	for _, lit := range []string{"true", "false", "null"} {
+		if len(c.in)-c.pos >= len(lit) && string(c.in[c.pos:c.pos+len(lit)]) == lit {
+			c.out = append(c.out, lit...)
+			c.pos += len(lit)
+			return nil
+		}
+	}
+	return fmt.Errorf("unexpected character %q", c.in[c.pos])
+}
+
+// expect consumes b after optional white space.
+func (c *canonicalizer) expect(b byte) error {
+	c.skipSpace()
+	if c.pos >= len(c.in) || c.in[c.pos] != b {
+		return fmt.Errorf("expected %q", b)
+	}
+	c.pos++
 	return nil
+}
+
+// next reports whether a list goes on after a comma (true) or ends with end (false).
+func (c *canonicalizer) next(end byte) (bool, error) {
+	c.skipSpace()
+	if c.pos < len(c.in) {
+		switch c.in[c.pos] {
+		case ',':
+			c.pos++
+			c.skipSpace()
+			return true, nil
+		case end:
+			c.pos++
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("expected ',' or %q", end)
+}
+
+// empty consumes end when the list that was just opened has nothing in it.
+func (c *canonicalizer) empty(end byte) bool {
+	c.skipSpace()
+	if c.pos < len(c.in) && c.in[c.pos] == end {
+		c.pos++
+		return true
+	}
+	return false
+}
+
+func (c *canonicalizer) array(depth int) error {
+	c.pos++
+	c.out = append(c.out, '[')
+	if c.empty(']') {
+		c.out = append(c.out, ']')
+		return nil
+	}
+	for more := true; more; {
+		if err := c.value(depth + 1); err != nil {
+			return err
+		}
+		var err error
+		if more, err = c.next(']'); err != nil {
+			return err
+		}
+		if more {
+			c.out = append(c.out, ',')
+		}
+	}
+	c.out = append(c.out, ']')
+	return nil
+}
+
+// object writes the members as they come, then puts them in order in place when they were
+// not: encoding/json writes a struct's fields in declaration order.
+func (c *canonicalizer) object(depth int) error {
+	c.pos++
+	c.out = append(c.out, '{')
+	body := len(c.out)
+	var room [16]member // most objects fit, without an allocation
+	members := room[:0]
+	for more := !c.empty('}'); more; {
+		if c.pos >= len(c.in) || c.in[c.pos] != '"' {
+			return errors.New("expected a member name")
+		}
+		name, err := c.str()
+		if err != nil {
+			return err
+		}
+		if err := c.expect(':'); err != nil {
+			return err
+		}
+		c.skipSpace()
+		if len(members) > 0 {
+			c.out = append(c.out, ',')
+		}
+		start := len(c.out)
+		if c.out, err = appendString(c.out, name); err != nil {
+			return err
+		}
+		c.out = append(c.out, ':')
+		if err := c.value(depth + 1); err != nil {
+			return err
+		}
+		members = append(members, member{name, start, len(c.out)})
+		if more, err = c.next('}'); err != nil {
+			return err
+		}
+	}
+	byName := func(a, b member) int { return compareUTF16(a.name, b.name) }
+	if !slices.IsSortedFunc(members, byName) {
+		c.scratch = append(c.scratch[:0], c.out[body:]...)
+		c.out = c.out[:body]
+		slices.SortFunc(members, byName)
+		for i, m := range members {
+			if i > 0 {
+				c.out = append(c.out, ',')
+			}
+			c.out = append(c.out, c.scratch[m.start-body:m.end-body]...)
+		}
+	}
+	for i := 1; i < len(members); i++ {
+		if bytes.Equal(members[i].name, members[i-1].name) {
+			return fmt.Errorf("member %q appears twice", members[i].name)
+		}
+	}
+	c.out = append(c.out, '}')
+	return nil
+}
+
+// str reads a string and returns its characters, without the escapes: a slice of the input
+// when it has none.
+func (c *canonicalizer) str() ([]byte, error) {
+	c.pos++ // the opening quote
+	start := c.pos
+	for c.pos < len(c.in) {
+		switch b := c.in[c.pos]; {
+		case b == '"':
+			c.pos++
+			return c.in[start : c.pos-1], nil
+		case b == '\\':
+			return c.unescape(start)
+		case b < 0x20:
+			return nil, errors.New("a control character in a string")
+		}
+		c.pos++
+	}
+	return nil, errors.New("a string does not end")
+}
+
+// unescape reads the rest of a string from its first backslash; start is where its
+// characters began.
+func (c *canonicalizer) unescape(start int) ([]byte, error) {
+	s := append([]byte(nil), c.in[start:c.pos]...)
+	for c.pos < len(c.in) {
+		b := c.in[c.pos]
+		switch {
+		case b == '"':
+			c.pos++
+			return s, nil
+		case b < 0x20:
+			return nil, errors.New("a control character in a string")
+		case b != '\\':
+			s = append(s, b)
+			c.pos++
+			continue
+		}
+		if c.pos+1 >= len(c.in) {
+			break
+		}
+		e := c.in[c.pos+1]
+		c.pos += 2
+		if short := shortEscapes[e]; short != 0 {
+			s = append(s, short)
+			continue
+		}
+		if e != 'u' {
+			return nil, fmt.Errorf(`unknown escape \%c`, e)
+		}
+		r, err := c.hex4()
+		if err != nil {
+			return nil, err
+		}
+		if utf16.IsSurrogate(r) {
+			// Only a high surrogate followed by an escaped low one makes a character.
+			var lo rune = -1
+			if c.pos+1 < len(c.in) && c.in[c.pos] == '\\' && c.in[c.pos+1] == 'u' {
+				c.pos += 2
+				if lo, err = c.hex4(); err != nil {
+					return nil, err
+				}
+			}
+			if r = utf16.DecodeRune(r, lo); r == utf8.RuneError {
+				return nil, errors.New("an escaped surrogate that is not part of a pair")
+			}
+		}
+		s = utf8.AppendRune(s, r)
+	}
+	return nil, errors.New("a string does not end")
+}
+
+// shortEscapes maps the character after a backslash to the one it stands for.
+var shortEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+func (c *canonicalizer) hex4() (rune, error) {
+	if c.pos+4 > len(c.in) {
+		return 0, errors.New(`a \u escape is cut short`)
+	}
+	n, err := strconv.ParseUint(string(c.in[c.pos:c.pos+4]), 16, 16)
+	if err != nil {
+		return 0, fmt.Errorf(`a \u escape is not four hex digits: %q`, c.in[c.pos:c.pos+4])
+	}
+	c.pos += 4
+	return rune(n), nil
+}
+
+// number reads a number as JSON's grammar has it and writes it as appendNumber does.
+func (c *canonicalizer) number() error {
+	start := c.pos
+	digits := func() int {
+		n := 0
+		for c.pos < len(c.in) && c.in[c.pos] >= '0' && c.in[c.pos] <= '9' {
+			c.pos++
+			n++
+		}
+		return n
+	}
+	if c.in[c.pos] == '-' {
+		c.pos++
+	}
+	intStart := c.pos
+	if n := digits(); n == 0 || n > 1 && c.in[intStart] == '0' {
+		return errors.New("a number's integer part is missing or has a leading zero")
+	}
+	if c.pos < len(c.in) && c.in[c.pos] == '.' {
+		c.pos++
+		if digits() == 0 {
+			return errors.New("a number has no digits after its point")
+		}
+	}
+	if c.pos < len(c.in) && (c.in[c.pos] == 'e' || c.in[c.pos] == 'E') {
+		c.pos++
+		if c.pos < len(c.in) && (c.in[c.pos] == '+' || c.in[c.pos] == '-') {
+			c.pos++
+		}
+		if digits() == 0 {
+			return errors.New("a number has no digits in its exponent")
+		}
+	}
+	var err error
+	c.out, err = appendNumber(c.out, string(c.in[start:c.pos]))
+	return err
 }
 
 // compareUTF16 orders strings by their UTF-16 code units, as RFC 8785 sorts member names.
 // UTF-8 byte order differs from it only where a character above U+FFFF meets one in
 // U+E000..U+FFFF, so it compares runes and moves that range (utf16Order) instead of encoding
 // both strings: a manifest's keys are sorted on every commit.
-func compareUTF16(a, b string) int {
-	for a != "" && b != "" {
-		ra, na := utf8.DecodeRuneInString(a)
-		rb, nb := utf8.DecodeRuneInString(b)
+func compareUTF16(a, b []byte) int {
+	for len(a) > 0 && len(b) > 0 {
+		ra, na := utf8.DecodeRune(a)
+		rb, nb := utf8.DecodeRune(b)
 		if ra != rb {
 			return cmp.Compare(utf16Order(ra), utf16Order(rb))
 		}
@@ -119,82 +365,70 @@ func utf16Order(r rune) rune {
 	return r
 }
 
-// writeString escapes what RFC 8785 (section 3.2.2.2) escapes: the quote, the backslash and
+// appendString escapes what RFC 8785 (section 3.2.2.2) escapes: the quote, the backslash and
 // the control characters below U+0020, with the short forms where JSON has them and
 // lowercase \u00xx otherwise. Every other character is written as its UTF-8.
-func writeString(buf *bytes.Buffer, s string) error {
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: canonical JSON: a string is not valid UTF-8", ErrInvalid)
+func appendString(out, s []byte) ([]byte, error) {
+	if !utf8.Valid(s) {
+		return nil, errors.New("a string is not valid UTF-8")
 	}
 	const hex = "0123456789abcdef"
-	buf.WriteByte('"')
+	out = append(out, '"')
 	start := 0 // the characters from here on are written as they are, in one go
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}
-		buf.WriteString(s[start:i])
+		out = append(out, s[start:i]...)
 		start = i + 1
 		switch c {
 		case '"', '\\':
-			buf.WriteByte('\\')
-			buf.WriteByte(c)
+			out = append(out, '\\', c)
 		case '\b':
-			buf.WriteString(`\b`)
+			out = append(out, `\b`...)
 		case '\f':
-			buf.WriteString(`\f`)
+			out = append(out, `\f`...)
 		case '\n':
-			buf.WriteString(`\n`)
+			out = append(out, `\n`...)
 		case '\r':
-			buf.WriteString(`\r`)
+			out = append(out, `\r`...)
 		case '\t':
-			buf.WriteString(`\t`)
+			out = append(out, `\t`...)
 		default:
-			buf.WriteString(`\u00`)
-			buf.WriteByte(hex[c>>4])
-			buf.WriteByte(hex[c&0xf])
+			out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 		}
 	}
-	buf.WriteString(s[start:])
-	buf.WriteByte('"')
-	return nil
+	out = append(out, s[start:]...)
+	return append(out, '"'), nil
 }
 
-// writeNumber prints n as ECMAScript's Number.prototype.toString prints the double nearest to
-// it (RFC 8785 section 3.2.2.3), except for integers beyond 2^53; see encodeCanonical.
-func writeNumber(buf *bytes.Buffer, n json.Number) error {
-	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
-		if i > maxSafeInteger || i < -maxSafeInteger {
-			buf.WriteString(strconv.FormatInt(i, 10))
-			return nil
-		}
-		// A safe integer prints as its digits; "-0" becomes "0" below.
-		if i != 0 {
-			buf.WriteString(strconv.FormatInt(i, 10))
-			return nil
-		}
+// appendNumber prints n as ECMAScript's Number.prototype.toString prints the double nearest to
+// it (RFC 8785 section 3.2.2.3), except for integers beyond 2^53; see canonicalJSON.
+func appendNumber(out []byte, n string) ([]byte, error) {
+	// A safe integer prints as its digits, and so does a bigger one; "-0" becomes "0" below.
+	if i, err := strconv.ParseInt(n, 10, 64); err == nil && i != 0 {
+		return strconv.AppendInt(out, i, 10), nil
 	}
-	f, err := strconv.ParseFloat(string(n), 64)
+	f, err := strconv.ParseFloat(n, 64)
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-		return fmt.Errorf("%w: canonical JSON: number %s is not a finite double", ErrInvalid, n)
+		return nil, fmt.Errorf("number %s is not a finite double", n)
 	}
-	buf.Write(formatES6(f))
-	return nil
+	return appendES6(out, f), nil
 }
 
-// formatES6 is ECMAScript's Number-to-String for a finite double: the shortest digits that
+// appendES6 is ECMAScript's Number-to-String for a finite double: the shortest digits that
 // read back as f, in fixed notation for 1e-6 <= |f| < 1e21, else as d.ddde±x.
-func formatES6(f float64) []byte {
+func appendES6(out []byte, f float64) []byte {
 	if f == 0 {
-		return []byte("0") // -0 too
+		return append(out, '0') // -0 too
 	}
 	abs := math.Abs(f)
 	format := byte('f')
 	if abs < 1e-6 || abs >= 1e21 {
 		format = 'e'
 	}
-	b := strconv.AppendFloat(nil, f, format, -1, 64)
+	b := strconv.AppendFloat(out, f, format, -1, 64)
 	if format == 'e' {
 		// Go writes e-07 and e+07; ECMAScript writes e-7 and e+7.
 		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-2] == '0' {

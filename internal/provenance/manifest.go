@@ -16,7 +16,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -322,7 +321,7 @@ type Statement struct {
 var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // Build returns the manifest as an in-toto Statement v1 in the JSON Canonicalization Scheme
-// (RFC 8785; see encodeCanonical): a verifier that canonicalises gets the same bytes back.
+// (RFC 8785; see canonicalJSON): a verifier that canonicalises gets the same bytes back.
 // Times are in UTC and subjects sorted by name, so the same manifest and subjects always give
 // the same bytes. Errors wrap ErrInvalid.
 func Build(m Manifest, subjects []Subject) ([]byte, error) {
@@ -338,49 +337,54 @@ func Build(m Manifest, subjects []Subject) ([]byte, error) {
 
 	// in-toto's own rules on the statement's shape; the predicate is checked by being typed.
 	st := &v1.Statement{Type: v1.StatementTypeUri, PredicateType: PredicateType, Predicate: &structpb.Struct{}}
-	subjectDocs := make([]any, len(subjects))
+	docs := make([]subjectDoc, len(subjects))
 	for i, s := range subjects {
 		st.Subject = append(st.Subject, &v1.ResourceDescriptor{Name: s.Name, Digest: map[string]string{"sha256": s.SHA256}})
-		ann := map[string]any{"size": json.Number(strconv.FormatInt(s.Size, 10))}
-		if s.Path != "" {
-			ann["path"] = s.Path
-		}
-		subjectDocs[i] = map[string]any{"name": s.Name, "digest": map[string]any{"sha256": s.SHA256}, "annotations": ann}
+		docs[i].Name, docs[i].Digest.SHA256 = s.Name, s.SHA256
+		docs[i].Annotations.Size, docs[i].Annotations.Path = s.Size, s.Path
 	}
 	if err := st.Validate(); err != nil {
 		return nil, fmt.Errorf("provenance: build: %w: %w", ErrInvalid, err)
 	}
 
-	// The statement's fields as protojson names them, the predicate's numbers as encoding/json
-	// writes them, so that an int64 such as a seed keeps all of its digits; the canonical form
-	// sorts keys and drops the white space.
-	predJSON, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("provenance: build: encode predicate: %w", err)
-	}
-	var pred map[string]any
-	if err := decodeJSON(predJSON, &pred); err != nil {
-		return nil, fmt.Errorf("provenance: build: %w", err)
-	}
-	// The profile's digest from the spec as the predicate holds it: the same canonical JSON
-	// as ProfileDigest's, without encoding the profile a second time.
-	profile, _ := pred["profile"].(map[string]any)
-	digest, err := canonicalDigest(profile["spec"])
+	digest, err := profileDigest(m.Profile.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("provenance: build: profile digest: %w", err)
 	}
 	switch m.Profile.Digest {
 	case "", digest:
-		profile["digest"] = digest
+		m.Profile.Digest = digest
 	default:
 		return nil, fmt.Errorf("provenance: build: %w: profile.digest %s does not match the profile, whose digest is %s", ErrInvalid, m.Profile.Digest, digest)
 	}
-	return encodeCanonical(map[string]any{
-		"_type":         v1.StatementTypeUri,
-		"subject":       subjectDocs,
-		"predicateType": PredicateType,
-		"predicate":     pred,
-	})
+	// The statement's fields as protojson names them, the predicate's numbers as encoding/json
+	// writes them, so that an int64 such as a seed keeps all of its digits; the canonical form
+	// sorts keys and drops the white space.
+	data, err := json.Marshal(statement{Type: v1.StatementTypeUri, Subject: docs, PredicateType: PredicateType, Predicate: m})
+	if err != nil {
+		return nil, fmt.Errorf("provenance: build: encode: %w", err)
+	}
+	return canonicalJSON(data)
+}
+
+// statement is the in-toto Statement v1 Build writes, with the members' names as protojson
+// writes them.
+type statement struct {
+	Type          string       `json:"_type"`
+	Subject       []subjectDoc `json:"subject"`
+	PredicateType string       `json:"predicateType"`
+	Predicate     Manifest     `json:"predicate"`
+}
+
+type subjectDoc struct {
+	Name   string `json:"name"`
+	Digest struct {
+		SHA256 string `json:"sha256"`
+	} `json:"digest"`
+	Annotations struct {
+		Size int64  `json:"size"`
+		Path string `json:"path,omitempty"`
+	} `json:"annotations"`
 }
 
 // normalize checks a manifest and puts it in the one form Build encodes.
@@ -545,24 +549,19 @@ func Parse(data []byte) (Statement, error) {
 // ProfileDigest returns "sha256:<hex>" of the profile's canonical JSON. Any change to the
 // profile (a tool, a limit, the prompt) changes it; map order and white space do not.
 func ProfileDigest(p config.Profile) (string, error) {
-	data, err := json.Marshal(p)
-	if err != nil {
-		return "", fmt.Errorf("provenance: profile digest: %w", err)
-	}
-	var v any
-	if err := decodeJSON(data, &v); err != nil {
-		return "", fmt.Errorf("provenance: profile digest: %w", err)
-	}
-	digest, err := canonicalDigest(v)
+	digest, err := profileDigest(p)
 	if err != nil {
 		return "", fmt.Errorf("provenance: profile digest: %w", err)
 	}
 	return digest, nil
 }
 
-// canonicalDigest is "sha256:<hex>" of v (as decodeJSON reads it) in canonical JSON.
-func canonicalDigest(v any) (string, error) {
-	canon, err := encodeCanonical(v)
+func profileDigest(p config.Profile) (string, error) {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return "", err
+	}
+	canon, err := canonicalJSON(data)
 	if err != nil {
 		return "", err
 	}
