@@ -16,6 +16,7 @@ func TestLayoutMatchesStore(t *testing.T) {
 		{inputKey("00ff"), store.InputKey("00ff")},
 		{SubjectKey(id, Subject{Name: "report.md"}), store.RunPrefix(id) + "report.md"}, // before attempt folders
 		{SubjectKey(id, Subject{Name: "report.md", Path: "attempts/2-0a1b2c3d/report.md"}), store.AttemptPrefix(id, "2-0a1b2c3d") + "report.md"},
+		{AttemptSignatureKey(id, Statement{Subjects: []Subject{{Name: "report.md", Path: "attempts/2-0a1b2c3d/report.md"}}}), store.AttemptSignatureKey(id, "2-0a1b2c3d")},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

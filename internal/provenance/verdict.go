@@ -147,20 +147,43 @@ func SubjectKey(jobID string, s Subject) string {
 	return runKey(jobID, s.Name)
 }
 
+// AttemptSignatureKey is where the attempt that committed the run left the manifest's envelope
+// before committing: "manifest.dsse.json" in the attempt folder that holds the subjects. It is
+// "" for runs from before attempt folders, or when the subjects do not share one folder.
+func AttemptSignatureKey(jobID string, stmt Statement) string {
+	folder := ""
+	for _, s := range stmt.Subjects {
+		parts := strings.SplitN(s.Path, "/", 3)
+		if len(parts) < 3 || parts[0] != "attempts" || parts[1] == "" {
+			return ""
+		}
+		if f := parts[0] + "/" + parts[1] + "/"; folder == "" {
+			folder = f
+		} else if f != folder {
+			return ""
+		}
+	}
+	if folder == "" {
+		return ""
+	}
+	return runKey(jobID, folder+signatureName)
+}
+
 // Lister is the store method Unlisted needs. Any store.Store satisfies it.
 type Lister interface {
 	List(ctx context.Context, prefix string) ([]store.ObjectInfo, error)
 }
 
 // Unlisted returns the objects under the run's folder that the manifest does not name, other
-// than the manifest and its signature, relative to the folder: nothing vouches for them.
+// than the manifest and its signature (and the copy of it the committing attempt left in its
+// folder), relative to the folder: nothing vouches for them.
 func Unlisted(ctx context.Context, st Lister, jobID string, stmt Statement) ([]string, error) {
 	prefix := runKey(jobID, "")
 	objects, err := st.List(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
-	named := map[string]bool{ManifestKey(jobID): true, SignatureKey(jobID): true}
+	named := map[string]bool{ManifestKey(jobID): true, SignatureKey(jobID): true, AttemptSignatureKey(jobID, stmt): true}
 	for _, s := range stmt.Subjects {
 		named[SubjectKey(jobID, s)] = true
 	}

@@ -3,6 +3,7 @@ package provenance
 import (
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"testing"
 
@@ -68,5 +69,29 @@ func TestCheckObject(t *testing.T) {
 		if file, key := CheckObject(tt.check, id, stmt); file != tt.file || key != tt.key {
 			t.Errorf("CheckObject(%q) = %s, %s; want %s, %s", tt.check, file, key, tt.file, tt.key)
 		}
+	}
+}
+
+func TestAttemptSignatureKey(t *testing.T) {
+	const id = "20261202t101500-abcdef012345"
+	subject := func(p string) Subject { return Subject{Name: path.Base(p), Path: p} }
+	tests := []struct {
+		name     string
+		subjects []Subject
+		want     string
+	}{
+		{"one folder", []Subject{subject("attempts/2-0a1b2c3d/report.md"), subject("attempts/2-0a1b2c3d/artifacts/t.csv")}, "runs/" + id + "/attempts/2-0a1b2c3d/manifest.dsse.json"},
+		{"two folders", []Subject{subject("attempts/2-0a1b2c3d/report.md"), subject("attempts/3-0a1b2c3d/t.csv")}, ""},
+		{"before attempt folders", []Subject{{Name: "report.md"}}, ""},
+		{"outside attempts", []Subject{subject("other/2-0a1b2c3d/report.md")}, ""},
+		{"empty folder name", []Subject{subject("attempts//report.md")}, ""},
+		{"no subjects", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := AttemptSignatureKey(id, Statement{Subjects: tt.subjects}); got != tt.want {
+				t.Errorf("AttemptSignatureKey = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

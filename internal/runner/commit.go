@@ -162,12 +162,20 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 	if err != nil {
 		return "", err
 	}
-	// Sign before committing, so that a run is never committed by a worker that cannot sign it.
+	// Sign before committing, so that a run is never committed by a worker that cannot sign it,
+	// and leave the envelope in the attempt's folder: a worker that finds the run committed
+	// without its signature copies that one into place (restoreSignature), it never signs a
+	// manifest it did not build.
 	var env []byte
 	if r.cfg.SigningKey != nil {
 		if env, err = signManifest(ctx, manifest, r.cfg.SigningKey); err != nil {
 			return "", fmt.Errorf("sign manifest: %w", err)
 		}
+		key := store.AttemptSignatureKey(a.job.ID, folder)
+		if err := a.store.PutIfAbsent(ctx, key, bytes.NewReader(env), int64(len(env))); err != nil {
+			return "", fmt.Errorf("upload manifest signature: %w", storeFailure(ctx, err))
+		}
+		written = append(written, key)
 	}
 	if err := putManifest(ctx, a, manifest); err != nil {
 		return "", err
@@ -189,12 +197,16 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 // refuses (errLeaseLost).
 func putManifest(ctx context.Context, a *attempt, manifest []byte) error {
 	err := a.store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest)))
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, store.ErrExists):
+	if errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("%w: another attempt committed the run first", errLeaseLost)
-	case ctx.Err() == nil && !errors.Is(err, store.ErrUnsafeServer):
+	}
+	return storeFailure(ctx, err)
+}
+
+// storeFailure marks a failed store call as the store being down (waited out, retried) unless
+// the attempt was stopped or the server cannot keep a run safe.
+func storeFailure(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrUnsafeServer) {
 		return &storeDownError{err}
 	}
 	return err
@@ -227,10 +239,10 @@ func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs 
 			skip(collected, out.path, "changed", err.Error())
 			a.log.WarnContext(ctx, "artifact changed while being uploaded or cannot be read; not uploaded", "artifact", out.path, "error", err)
 			continue
-		case ctx.Err() == nil && !errors.As(err, &source) && !errors.Is(err, store.ErrUnsafeServer):
-			return nil, fmt.Errorf("upload %s: %w", out.name, &storeDownError{err})
-		default:
+		case errors.As(err, &source):
 			return nil, fmt.Errorf("upload %s: %w", out.name, err)
+		default:
+			return nil, fmt.Errorf("upload %s: %w", out.name, storeFailure(ctx, err))
 		}
 		*written = append(*written, key)
 		subs = append(subs, got)
@@ -364,12 +376,12 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 	if err != nil {
 		return provenance.Outcome{}, err
 	}
-	if err := r.signCommitted(ctx, a.store, jobID, manifest); err != nil {
-		return provenance.Outcome{}, fmt.Errorf("sign the committed manifest: %w", err)
-	}
 	stmt, err := provenance.Parse(manifest)
 	if err != nil {
 		return provenance.Outcome{}, fmt.Errorf("read the committed manifest: %w", err)
+	}
+	if err := restoreSignature(ctx, a, stmt); err != nil {
+		return provenance.Outcome{}, fmt.Errorf("restore the committed manifest's signature: %w", err)
 	}
 	// The status tells what is committed: the attempt, worker and times that produced the
 	// manifest, not those of this delivery or of one that failed before it.
@@ -393,19 +405,35 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 	return out, err
 }
 
-// signCommitted signs a committed manifest that has no envelope yet.
-func (r *Runner) signCommitted(ctx context.Context, st store.Store, jobID string, manifest []byte) error {
-	if r.cfg.SigningKey == nil {
-		return nil
-	}
-	if _, err := st.Stat(ctx, store.SignatureKey(jobID)); !errors.Is(err, store.ErrNotFound) {
+// restoreSignature copies the envelope the committing attempt left in its folder into place
+// when the run was committed without it (its worker stopped between the two puts). It never
+// signs: the manifest in the store may not be one a worker built, and signing it would sign
+// whatever someone who can write to the store put there. A committed run whose attempt left no
+// envelope (a worker without a signing key, or a manifest no worker wrote) stays unsigned, and
+// `submit verify` says so.
+func restoreSignature(ctx context.Context, a *attempt, stmt provenance.Statement) error {
+	jobID := a.job.ID
+	if _, err := a.store.Stat(ctx, store.SignatureKey(jobID)); !errors.Is(err, store.ErrNotFound) {
 		return err // signed already, or the store cannot tell
 	}
-	env, err := signManifest(ctx, manifest, r.cfg.SigningKey)
+	key := provenance.AttemptSignatureKey(jobID, stmt)
+	if key == "" {
+		a.log.WarnContext(ctx, "the committed manifest names no attempt folder, so no signature of it can be restored; the run stays unsigned")
+		return nil
+	}
+	rc, err := a.store.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		a.log.WarnContext(ctx, "the committed manifest has no signature and its attempt left none; the run stays unsigned", "envelope", a.store.URL(key))
+		return nil
+	} else if err != nil {
+		return err
+	}
+	env, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes))
+	rc.Close()
 	if err != nil {
 		return err
 	}
-	err = st.PutIfAbsent(ctx, store.SignatureKey(jobID), bytes.NewReader(env), int64(len(env)))
+	err = a.store.PutIfAbsent(ctx, store.SignatureKey(jobID), bytes.NewReader(env), int64(len(env)))
 	if errors.Is(err, store.ErrExists) {
 		return nil
 	}

@@ -436,6 +436,21 @@ func (b *bundle) manifest(id string) provenance.Statement {
 	return st
 }
 
+// object reads the object under key.
+func (b *bundle) object(key string) []byte {
+	b.t.Helper()
+	rc, err := b.store.Get(context.Background(), key)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return data
+}
+
 // runFile reads the object the committed manifest names name, wherever the run keeps it.
 func (b *bundle) runFile(id, name string) []byte {
 	b.t.Helper()

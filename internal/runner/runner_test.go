@@ -1,7 +1,10 @@
 package runner_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -328,21 +331,23 @@ func TestShutdownInterruptsAndHandsTheJobBackAtOnce(t *testing.T) {
 	}
 }
 
-// sigFailStore loses the first upload of every manifest signature, as a store fault or a crash
-// between the manifest and its signature would.
+// sigFailStore loses the first upload of the run's signature (not the copy the attempt leaves
+// in its folder), as a store fault or a crash between the manifest and its signature would.
 type sigFailStore struct {
 	store.Store
 	failed atomic.Bool
 }
 
 func (s *sigFailStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
-	if path.Base(key) == "manifest.dsse.json" && !s.failed.Swap(true) {
+	if path.Base(key) == "manifest.dsse.json" && !strings.Contains(key, "/attempts/") && !s.failed.Swap(true) {
 		return errors.New("store: connection reset")
 	}
 	return s.Store.PutIfAbsent(ctx, key, r, size)
 }
 
-func TestRedeliveryOfAnUnsignedCommittedRunSignsIt(t *testing.T) {
+// TestRedeliveryOfAnUnsignedCommittedRunRestoresItsSignature: a run committed without its
+// signature gets the envelope its attempt left before committing, the same bytes.
+func TestRedeliveryOfAnUnsignedCommittedRunRestoresItsSignature(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -373,7 +378,99 @@ func TestRedeliveryOfAnUnsignedCommittedRunSignsIt(t *testing.T) {
 	}
 	report, err := provenance.Verify(ctx, b.store, j.ID, pub)
 	if err != nil || !report.OK() {
-		t.Errorf("verify: %v %+v", err, report.Checks)
+		t.Fatalf("verify: %v %+v", err, report.Checks)
+	}
+	left := b.object(provenance.AttemptSignatureKey(j.ID, report.Statement))
+	if got := b.object(store.SignatureKey(j.ID)); !bytes.Equal(got, left) {
+		t.Errorf("the run's envelope is not the one its attempt left:\n%s\n%s", got, left)
+	}
+}
+
+// TestCommittedManifestNoWorkerBuiltIsNeverSigned: a manifest someone who can write to the store
+// put in a job's folder before it ran makes the worker end the job as it says, but the worker
+// signs nothing: the run stays unsigned, whether the planted attempt folder holds no envelope
+// or one of another key, so the worker's key vouches for nothing it did not build.
+func TestCommittedManifestNoWorkerBuiltIsNeverSigned(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		envelope func(t *testing.T, manifest []byte) []byte // what the planted attempt folder holds; nil for nothing
+	}{
+		{"no envelope", func(*testing.T, []byte) []byte { return nil }},
+		{"envelope of another key", func(t *testing.T, manifest []byte) []byte {
+			otherPEM, _ := provenance.GenerateKey()
+			other, err := provenance.LoadPrivateKey(otherPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, err := provenance.Sign(context.Background(), manifest, other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return env
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			privPEM, pubPEM := provenance.GenerateKey()
+			priv, err := provenance.LoadPrivateKey(privPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, err := provenance.LoadPublicKey(pubPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := b.submit("p")
+			const folder = "1-planted0"
+			report := []byte("# planted\n")
+			sum := sha256.Sum256(report)
+			planted, err := provenance.Build(provenance.Manifest{
+				Job:     provenance.Job{ID: j.ID, Profile: "p", Task: "planted"},
+				Outcome: provenance.Outcome{State: job.StateSucceeded},
+			}, []provenance.Subject{{Name: "report.md", Path: "attempts/" + folder + "/report.md", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(report))}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			put := func(key string, data []byte) {
+				if err := b.store.PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put(store.AttemptPrefix(j.ID, folder)+"report.md", report)
+			if env := tt.envelope(t, planted); env != nil {
+				put(store.AttemptSignatureKey(j.ID, folder), env)
+			}
+			put(store.ManifestKey(j.ID), planted)
+
+			var ran atomic.Int64
+			b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+				ran.Add(1)
+				return writeReport(ctx, req)
+			}), func(c *runner.Config) { c.SigningKey = priv })
+			b.waitFinal(j.ID, 15*time.Second)
+			if n := ran.Load(); n != 0 {
+				t.Errorf("the job ran %d times; a committed run is never run again", n)
+			}
+			if got, err := provenance.Verify(ctx, b.store, j.ID, pub); err == nil && got.OK() {
+				t.Errorf("the planted manifest verifies with the worker's key: %+v", got.Checks)
+			}
+			objects, err := b.store.List(ctx, store.RunPrefix(j.ID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objects {
+				if path.Base(o.Key) != "manifest.dsse.json" {
+					continue
+				}
+				if _, err := provenance.VerifyEnvelope(ctx, b.object(o.Key), pub); err == nil {
+					t.Errorf("%s is signed with the worker's key", o.Key)
+				}
+			}
+		})
 	}
 }
 

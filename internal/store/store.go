@@ -63,6 +63,12 @@ func AttemptPrefix(jobID, attempt string) string {
 	return RunPrefix(jobID) + "attempts/" + attempt + "/"
 }
 
+// AttemptSignatureKey is where an attempt leaves its manifest's envelope before it commits,
+// for a worker that finds the run committed without its signature to copy into place.
+func AttemptSignatureKey(jobID, attempt string) string {
+	return AttemptPrefix(jobID, attempt) + "manifest.dsse.json"
+}
+
 // ValidKey reports whether key is a clean relative key that cannot climb out of a prefix.
 func ValidKey(key string) bool {
 	if key == "" || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") || strings.ContainsRune(key, 0) {
