@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -305,39 +306,41 @@ func (c *canonicalizer) hex4() (rune, error) {
 // number reads a number as JSON's grammar has it and writes it as appendNumber does.
 func (c *canonicalizer) number() error {
 	start := c.pos
-	digits := func() int {
-		n := 0
-		for c.pos < len(c.in) && c.in[c.pos] >= '0' && c.in[c.pos] <= '9' {
-			c.pos++
-			n++
-		}
-		return n
-	}
-	if c.in[c.pos] == '-' {
-		c.pos++
-	}
-	intStart := c.pos
-	if n := digits(); n == 0 || n > 1 && c.in[intStart] == '0' {
+	c.skipOne("-")
+	first := c.pos
+	if n := c.digits(); n == 0 || n > 1 && c.in[first] == '0' {
 		return errors.New("a number's integer part is missing or has a leading zero")
 	}
-	if c.pos < len(c.in) && c.in[c.pos] == '.' {
-		c.pos++
-		if digits() == 0 {
-			return errors.New("a number has no digits after its point")
-		}
+	if c.skipOne(".") && c.digits() == 0 {
+		return errors.New("a number has no digits after its point")
 	}
-	if c.pos < len(c.in) && (c.in[c.pos] == 'e' || c.in[c.pos] == 'E') {
-		c.pos++
-		if c.pos < len(c.in) && (c.in[c.pos] == '+' || c.in[c.pos] == '-') {
-			c.pos++
-		}
-		if digits() == 0 {
+	if c.skipOne("eE") {
+		c.skipOne("+-")
+		if c.digits() == 0 {
 			return errors.New("a number has no digits in its exponent")
 		}
 	}
 	var err error
 	c.out, err = appendNumber(c.out, string(c.in[start:c.pos]))
 	return err
+}
+
+// skipOne consumes one of chars, if the next byte is one.
+func (c *canonicalizer) skipOne(chars string) bool {
+	if c.pos < len(c.in) && strings.IndexByte(chars, c.in[c.pos]) >= 0 {
+		c.pos++
+		return true
+	}
+	return false
+}
+
+// digits consumes decimal digits and says how many.
+func (c *canonicalizer) digits() int {
+	start := c.pos
+	for c.pos < len(c.in) && c.in[c.pos] >= '0' && c.in[c.pos] <= '9' {
+		c.pos++
+	}
+	return c.pos - start
 }
 
 // compareUTF16 orders strings by their UTF-16 code units, as RFC 8785 sorts member names.
