@@ -14,6 +14,7 @@ func TestContentType(t *testing.T) {
 		{attempt + "transcript.jsonl", "application/x-ndjson"},
 		{store.ManifestKey(id), "application/json"},
 		{store.SignatureKey(id), "application/json"},
+		{store.AttemptSignatureKey(id, "1-0a1b2c3d"), "application/json"},
 		{store.RunPrefix(id) + "manifest.sigstore.json", "application/json"},
 		{store.InputKey("00ff"), "application/octet-stream"},
 		{attempt + "artifacts/table.csv", "text/csv; charset=utf-8"},

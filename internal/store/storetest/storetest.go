@@ -403,7 +403,7 @@ func ContentTypeKeys() []string {
 	const id = "20261202t101500-abcdef012345"
 	attempt := store.AttemptPrefix(id, "1-0a1b2c3d")
 	return []string{
-		attempt + "report.md", attempt + "transcript.jsonl", store.ManifestKey(id), store.SignatureKey(id),
+		attempt + "report.md", attempt + "transcript.jsonl", store.ManifestKey(id), store.SignatureKey(id), store.AttemptSignatureKey(id, "1-0a1b2c3d"),
 		attempt + "artifacts/table.csv", attempt + "artifacts/page.html", attempt + "artifacts/chart.png",
 		attempt + "artifacts/Makefile", store.InputKey(strings.Repeat("0f", 32)),
 	}
