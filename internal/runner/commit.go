@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -380,7 +381,7 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 	if err != nil {
 		return provenance.Outcome{}, fmt.Errorf("read the committed manifest: %w", err)
 	}
-	if err := restoreSignature(ctx, a, stmt); err != nil {
+	if err := r.restoreSignature(ctx, a, stmt); err != nil {
 		return provenance.Outcome{}, fmt.Errorf("restore the committed manifest's signature: %w", err)
 	}
 	// The status tells what is committed: the attempt, worker and times that produced the
@@ -410,20 +411,27 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 // signs: the manifest in the store may not be one a worker built, and signing it would sign
 // whatever someone who can write to the store put there. A committed run whose attempt left no
 // envelope (a worker without a signing key, or a manifest no worker wrote) stays unsigned, and
-// `submit verify` says so.
-func restoreSignature(ctx context.Context, a *attempt, stmt provenance.Statement) error {
+// `submit verify` says so; a worker that signs warns about it.
+func (r *Runner) restoreSignature(ctx context.Context, a *attempt, stmt provenance.Statement) error {
 	jobID := a.job.ID
 	if _, err := a.store.Stat(ctx, store.SignatureKey(jobID)); !errors.Is(err, store.ErrNotFound) {
 		return err // signed already, or the store cannot tell
 	}
+	unsigned := func(why string, args ...any) {
+		level := slog.LevelDebug
+		if r.cfg.SigningKey != nil {
+			level = slog.LevelWarn
+		}
+		a.log.Log(ctx, level, why+"; the run stays unsigned", args...)
+	}
 	key := provenance.AttemptSignatureKey(jobID, stmt)
 	if key == "" {
-		a.log.WarnContext(ctx, "the committed manifest names no attempt folder, so no signature of it can be restored; the run stays unsigned")
+		unsigned("the committed manifest names no attempt folder, so no signature of it can be restored")
 		return nil
 	}
 	rc, err := a.store.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
-		a.log.WarnContext(ctx, "the committed manifest has no signature and its attempt left none; the run stays unsigned", "envelope", a.store.URL(key))
+		unsigned("the committed manifest has no signature and its attempt left none", "envelope", a.store.URL(key))
 		return nil
 	} else if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"path"
 	"slices"
@@ -26,6 +27,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func TestJobSucceedsAndCommitsItsRun(t *testing.T) {
@@ -395,8 +397,9 @@ func TestCommittedManifestNoWorkerBuiltIsNeverSigned(t *testing.T) {
 	tests := []struct {
 		name     string
 		envelope func(t *testing.T, manifest []byte) []byte // what the planted attempt folder holds; nil for nothing
+		warns    bool                                       // that the run stays unsigned
 	}{
-		{"no envelope", func(*testing.T, []byte) []byte { return nil }},
+		{"no envelope", func(*testing.T, []byte) []byte { return nil }, true},
 		{"envelope of another key", func(t *testing.T, manifest []byte) []byte {
 			otherPEM, _ := provenance.GenerateKey()
 			other, err := provenance.LoadPrivateKey(otherPEM)
@@ -408,7 +411,7 @@ func TestCommittedManifestNoWorkerBuiltIsNeverSigned(t *testing.T) {
 				t.Fatal(err)
 			}
 			return env
-		}},
+		}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -447,11 +450,18 @@ func TestCommittedManifestNoWorkerBuiltIsNeverSigned(t *testing.T) {
 			put(store.ManifestKey(j.ID), planted)
 
 			var ran atomic.Int64
+			var logs harness.LogBuffer
 			b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 				ran.Add(1)
 				return writeReport(ctx, req)
-			}), func(c *runner.Config) { c.SigningKey = priv })
+			}), func(c *runner.Config) {
+				c.SigningKey = priv
+				c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+			})
 			b.waitFinal(j.ID, 15*time.Second)
+			if warned := strings.Contains(logs.String(), "the run stays unsigned"); warned != tt.warns {
+				t.Errorf("the worker warned that the run stays unsigned: %v, want %v\n%s", warned, tt.warns, logs.String())
+			}
 			if n := ran.Load(); n != 0 {
 				t.Errorf("the job ran %d times; a committed run is never run again", n)
 			}
