@@ -3,6 +3,7 @@ package runner_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -436,6 +437,21 @@ func (b *bundle) manifest(id string) provenance.Statement {
 	return st
 }
 
+// signingKeys is a new signing key and its public half.
+func signingKeys(t *testing.T) (ed25519.PrivateKey, ed25519.PublicKey) {
+	t.Helper()
+	privPEM, pubPEM := provenance.GenerateKey()
+	priv, err := provenance.LoadPrivateKey(privPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := provenance.LoadPublicKey(pubPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return priv, pub
+}
+
 // object reads the object under key.
 func (b *bundle) object(key string) []byte {
 	b.t.Helper()
@@ -458,16 +474,7 @@ func (b *bundle) runFile(id, name string) []byte {
 		if s.Name != name {
 			continue
 		}
-		rc, err := b.store.Get(context.Background(), provenance.SubjectKey(id, s))
-		if err != nil {
-			b.t.Fatal(err)
-		}
-		defer rc.Close()
-		data, err := io.ReadAll(rc)
-		if err != nil {
-			b.t.Fatal(err)
-		}
-		return data
+		return b.object(provenance.SubjectKey(id, s))
 	}
 	b.t.Fatalf("the manifest of %s names no %s", id, name)
 	return nil

@@ -353,15 +353,7 @@ func TestRedeliveryOfAnUnsignedCommittedRunRestoresItsSignature(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	privPEM, pubPEM := provenance.GenerateKey()
-	priv, err := provenance.LoadPrivateKey(privPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := provenance.LoadPublicKey(pubPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv, pub := signingKeys(t)
 	var ran atomic.Int64
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		ran.Add(1)
@@ -401,11 +393,7 @@ func TestCommittedManifestNoWorkerBuiltIsNeverSigned(t *testing.T) {
 	}{
 		{"no envelope", func(*testing.T, []byte) []byte { return nil }, true},
 		{"envelope of another key", func(t *testing.T, manifest []byte) []byte {
-			otherPEM, _ := provenance.GenerateKey()
-			other, err := provenance.LoadPrivateKey(otherPEM)
-			if err != nil {
-				t.Fatal(err)
-			}
+			other, _ := signingKeys(t)
 			env, err := provenance.Sign(context.Background(), manifest, other)
 			if err != nil {
 				t.Fatal(err)
@@ -418,15 +406,7 @@ func TestCommittedManifestNoWorkerBuiltIsNeverSigned(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			ctx := context.Background()
-			privPEM, pubPEM := provenance.GenerateKey()
-			priv, err := provenance.LoadPrivateKey(privPEM)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pub, err := provenance.LoadPublicKey(pubPEM)
-			if err != nil {
-				t.Fatal(err)
-			}
+			priv, pub := signingKeys(t)
 			j := b.submit("p")
 			const folder = "1-planted0"
 			report := []byte("# planted\n")

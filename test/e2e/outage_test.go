@@ -211,7 +211,10 @@ func TestStoreOutageKeepsTheDelivery(t *testing.T) {
 	t.Parallel()
 	s3 := s3test.Start(t)
 	ns := startNATS(t)
-	const ackWait = 2 * time.Second
+	// Long enough that a busy machine's scheduling never misses three heartbeats in a row
+	// (a third of it apart): at 2 s, a run under `make test` once lost the delivery to a
+	// redelivery 47 ms after the store answered.
+	const ackWait = 5 * time.Second
 	w := launchS3Worker(t, s3, s3.Endpoint, ns.ClientURL(), fmt.Sprintf("ack_wait: %s\nmax_deliver: 1", ackWait), "")
 	bucket := strings.TrimPrefix(w.Submit["BOXCAR_STORE"], "s3://")
 	w.WaitReady(t)
