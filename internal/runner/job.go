@@ -80,9 +80,14 @@ type ended struct {
 
 // Handle runs one delivery to its end and settles it with the queue: ack, nak or term. It never
 // returns an error: every outcome is recorded on the job.
-func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
+func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) { r.work(ctx, d)() }
+
+// work runs one delivery up to its settling, which it returns: the status and the queue's
+// answer (settle). The worker's slot is free once the work is done (Run): the run is committed,
+// or handed back, before it returns, and a worker that stops before the settling is done leaves
+// a delivery that the next one adopts.
+func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 	r.hold(d.JobID, 1)
-	defer r.hold(d.JobID, -1)
 	a := &attempt{d: d, started: time.Now()}
 	r.bindTenant(a)
 	a.log = r.log.With("job_id", d.JobID, "tenant", a.tenant, "attempt", d.Attempt)
@@ -114,7 +119,10 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) {
 		e = r.commitEnd(ctx, a, e)
 		stopHeartbeat()
 	}
-	r.settle(worker, a, e)
+	return func() {
+		defer r.hold(d.JobID, -1)
+		r.settle(worker, a, e)
+	}
 }
 
 // process runs the attempt's stages in order and returns how it ended. Each stage returns

@@ -172,7 +172,7 @@ func (r *Runner) hold(jobID string, delta int) {
 // the queue at once, so another worker can take them.
 func (r *Runner) Run(ctx context.Context) error {
 	slots := r.cfg.Worker.Concurrency
-	free := make(chan struct{}, slots)
+	free, settling := make(chan struct{}, slots), make(chan struct{}, slots)
 	for range slots {
 		free <- struct{}{}
 	}
@@ -215,12 +215,16 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() {
-				r.m.JobsInFlight.Dec()
-				r.m.SlotsFree.Inc()
-				free <- struct{}{}
-			}()
-			r.Handle(jobCtx, d)
+			settle := r.work(jobCtx, d)
+			// The slot is the next job's while this one's status and ack are on their way:
+			// two round trips to NATS that need no sandbox. At most as many jobs settle as
+			// there are slots, so a NATS that does not answer holds the worker back.
+			settling <- struct{}{}
+			r.m.JobsInFlight.Dec()
+			r.m.SlotsFree.Inc()
+			free <- struct{}{}
+			settle()
+			<-settling
 		}()
 	}
 

@@ -347,6 +347,54 @@ func (s *sigFailStore) PutIfAbsent(ctx context.Context, key string, r io.Reader,
 	return s.Store.PutIfAbsent(ctx, key, r, size)
 }
 
+// A job whose work is done gives its slot to the next one while its status and ack are on their
+// way, and no more jobs settle at once than the worker has slots: one job held in its settling
+// lets a second run and commit, and a third waits for the first.
+func TestSettlingFreesTheSlotForTheNextJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first, second, third := b.submit("p"), b.submit("p"), b.submit("p")
+	held := &holdFinalStatus{id: first.ID, held: make(chan struct{}), release: make(chan struct{})}
+	b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		held.Queue, c.Queue, c.Worker.Concurrency = c.Queue, held, 1
+	})
+	release := sync.OnceFunc(func() { close(held.release) })
+	t.Cleanup(release) // runs before the worker's stop, which waits for the held job
+	<-held.held
+	waitFor(t, 20*time.Second, "the second job committed while the first settles", func() bool {
+		_, err := b.store.Stat(context.Background(), store.ManifestKey(second.ID))
+		return err == nil
+	})
+	time.Sleep(200 * time.Millisecond) // room for a third fetch the bound must refuse
+	if st, err := b.q.Status(context.Background(), third.ID); err != nil || st.State != job.StateQueued {
+		t.Errorf("third job while two settle on a one-slot worker: %+v, %v; want it queued", st, err)
+	}
+	release()
+	for _, j := range []job.Job{first, second, third} {
+		if st := b.waitFinal(j.ID, 20*time.Second); st.State != job.StateSucceeded {
+			t.Errorf("job %s = %+v, want succeeded", j.ID, st)
+		}
+	}
+	waitFor(t, 10*time.Second, "every job acknowledged", b.consumed)
+}
+
+// holdFinalStatus holds the write of one job's final status until released.
+type holdFinalStatus struct {
+	runner.Queue
+	id            string
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func (q *holdFinalStatus) UpdateStatus(ctx context.Context, ref queue.Ref, change func(*job.Status)) (job.Status, error) {
+	var probe job.Status
+	if change(&probe); ref.ID == q.id && probe.State.Terminal() {
+		q.once.Do(func() { close(q.held) })
+		<-q.release
+	}
+	return q.Queue.UpdateStatus(ctx, ref, change)
+}
+
 // TestRedeliveryOfAnUnsignedCommittedRunRestoresItsSignature: a run committed without its
 // signature gets the envelope its attempt left before committing, the same bytes.
 func TestRedeliveryOfAnUnsignedCommittedRunRestoresItsSignature(t *testing.T) {

@@ -2,11 +2,13 @@ package bench_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 )
 
@@ -25,32 +27,42 @@ func (nopAgent) Run(ctx context.Context, req agent.Request) (agent.Result, error
 	return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done", Turns: 1}, nil
 }
 
-// BenchmarkQueueLayer is row 1: jobs per second through Boxcar's fetch → run → ack, with a
-// sandbox, model and store that do nothing, against the primitive loop on the same stream,
-// consumer and storage: fetch the next message, double-ack it. Both run one job at a time, in
-// alternating batches of 10. What Boxcar adds is its bookkeeping: the job's status in the KV
-// bucket (running, progress, outcome), the cancellation watch, heartbeats, decoding and
-// validating the job, the manifest.
+// BenchmarkQueueLayer is row 1: jobs per second through a worker of one slot (runner.Run:
+// fetch → run → settle), with a sandbox, model and store that do nothing, against the
+// primitive loop on the same stream, consumer and storage: fetch the next message, double-ack
+// it. Both run one job at a time, in alternating batches of 10; the worker fetches only while
+// its batch is let through (gatedQueue), so the two never take each other's messages, and a
+// batch is done when the worker has logged the ack of its last job. What Boxcar adds is its
+// bookkeeping: the job's status in the KV bucket (running, outcome), the cancellation watch,
+// heartbeats, decoding and validating the job, the manifest.
 func BenchmarkQueueLayer(b *testing.B) {
 	rg := newRig(b, queueConfig)
+	gate, acks := make(chan struct{}, 10), make(chan struct{}, 10)
 	r, err := runner.New(runner.Config{
-		Worker: rg.cfg, Queue: rg.w, Sandboxes: nopProvider{}, Store: memStore{}, Agent: nopAgent{},
-		Metrics: metrics.New(), Logger: discardJSON(), ModelEndpoint: "http://127.0.0.1:1/v1",
+		Worker: rg.cfg, Queue: gatedQueue{rg.w, gate}, Sandboxes: nopProvider{}, Store: memStore{}, Agent: nopAgent{},
+		Metrics: metrics.New(), Logger: slog.New(ackCounter{discardJSON().Handler(), acks}), ModelEndpoint: "http://127.0.0.1:1/v1",
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := b.Context()
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Run(runCtx) }()
+	b.Cleanup(func() { stop(); <-stopped })
 	var boxcarMsgs uint64 // what the worker's connection sends for Boxcar's jobs, fetch and ack included
 	boxcar := func(n int) time.Duration {
 		rg.publish(b, "p", n)
 		out0, start := rg.nc.Stats().OutMsgs, time.Now()
 		for range n {
-			d, err := rg.w.Fetch(ctx)
-			if err != nil {
-				b.Fatal(err)
+			gate <- struct{}{}
+		}
+		for range n {
+			select {
+			case <-acks:
+			case <-time.After(time.Minute):
+				b.Fatal("no job acknowledged for a minute")
 			}
-			r.Handle(ctx, d)
 		}
 		boxcarMsgs += rg.nc.Stats().OutMsgs - out0
 		return time.Since(start)
@@ -92,4 +104,41 @@ func BenchmarkQueueLayer(b *testing.B) {
 	b.ReportMetric(rawRate, "raw-jobs/s")
 	b.ReportMetric(boxcarRate/rawRate, "x-of-raw")
 	b.ReportMetric(float64(boxcarMsgs)/float64(b.N), "nats-msgs/job")
+}
+
+// gatedQueue fetches a job only when the benchmark lets one through.
+type gatedQueue struct {
+	*queue.Consumer
+	gate <-chan struct{}
+}
+
+func (q gatedQueue) Fetch(ctx context.Context) (*queue.Delivery, error) {
+	select {
+	case <-q.gate:
+		return q.Consumer.Fetch(ctx)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// ackCounter is a log handler that tells of each job the worker acknowledged: the last line of
+// a job says how it was settled.
+type ackCounter struct {
+	slog.Handler
+	acks chan<- struct{}
+}
+
+func (h ackCounter) Handle(ctx context.Context, rec slog.Record) error {
+	if rec.Message == "job ack" {
+		h.acks <- struct{}{}
+	}
+	return h.Handler.Handle(ctx, rec)
+}
+
+func (h ackCounter) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return ackCounter{h.Handler.WithAttrs(attrs), h.acks}
+}
+
+func (h ackCounter) WithGroup(name string) slog.Handler {
+	return ackCounter{h.Handler.WithGroup(name), h.acks}
 }
