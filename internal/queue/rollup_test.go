@@ -85,3 +85,51 @@ func TestDeclareNeverAllowsRollups(t *testing.T) {
 		}
 	}
 }
+
+// TestDeclareTurnsRollupsOffOnEveryStream: a stream that allows roll-ups lets anyone who may
+// publish one message to it purge the rest, so a job stream's submitter could drop every
+// tenant's queued jobs with "Nats-Rollup: all" on a job of its own. Every stream Boxcar
+// declares (the job stream, the dead letters, the buckets) has them off after `worker setup`,
+// also where an older version or an operator turned them on.
+func TestDeclareTurnsRollupsOffOnEveryStream(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, false)
+	ctx := t.Context()
+	cfg := config.Config{}.WithDefaults().NATS
+	admin, err := queue.NewAdmin(nc, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	js := jetStream(t, nc)
+	var names []string
+	for name := range js.StreamNames(ctx).Name() {
+		names = append(names, name)
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		on := s.CachedInfo().Config
+		on.AllowRollup = true
+		if _, err := js.UpdateStream(ctx, on); err != nil {
+			t.Fatalf("turn roll-ups on for %s: %v", name, err)
+		}
+	}
+	if len(names) < 3 {
+		t.Fatalf("streams after declare: %v; want the job stream, the dead letters and the buckets", names)
+	}
+	if err := admin.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowRollup {
+			t.Errorf("stream %s still allows roll-ups after declare", name)
+		}
+	}
+}

@@ -38,8 +38,9 @@ func setMeta(name string) string { return "boxcar.set." + name }
 // the log, rather than reverted at the next start. earlier is what workers that recorded
 // nothing set: a stream they made is treated as if they had recorded it. Every other field
 // (subjects, retention, size of a message, the discard policy, the one message per job
-// subject that keeps a job from being queued twice, and the republish of what is stored) is
-// the worker's and always set: they are what the queue means, not how much it holds.
+// subject that keeps a job from being queued twice, the republish of what is stored, and
+// roll-ups, never allowed: see allowRollups) is the worker's and always set: they are what the
+// queue means, not how much it holds.
 func ensureStream(ctx context.Context, js jetstream.JetStream, want, earlier jetstream.StreamConfig, log *slog.Logger) (jetstream.Stream, error) {
 	record := map[string]string{}
 	for _, l := range limits {
@@ -62,7 +63,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want, earlier jet
 	next := cur
 	next.Description, next.Subjects, next.Retention, next.MaxMsgSize, next.Replicas = want.Description, want.Subjects, want.Retention, want.MaxMsgSize, want.Replicas
 	next.Discard, next.MaxMsgsPerSubject, next.DiscardNewPerSubject = want.Discard, want.MaxMsgsPerSubject, want.DiscardNewPerSubject
-	next.RePublish = want.RePublish
+	next.RePublish, next.AllowRollup = want.RePublish, allowRollups
 	next.Metadata = maps.Clone(cur.Metadata)
 	if next.Metadata == nil {
 		next.Metadata = map[string]string{}
@@ -99,7 +100,8 @@ func orUnlimited(v int64) int64 {
 func statusStream(bucket string) string { return "KV_" + bucket }
 
 // ensureStatusTTL sets the status bucket's expiry the way ensureStream sets a stream's limits:
-// an expiry an operator changed on the bucket's stream is kept.
+// an expiry an operator changed on the bucket's stream is kept. Roll-ups go off with it
+// (ensureStream): nats.go makes every bucket allow them.
 func ensureStatusTTL(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration, log *slog.Logger) error {
 	s, err := js.Stream(ctx, statusStream(bucket))
 	if err != nil {
@@ -114,11 +116,11 @@ func ensureStatusTTL(ctx context.Context, js jetstream.JetStream, bucket string,
 }
 
 // declareBucket creates a missing bucket and brings an existing one to cfg, with roll-ups off
-// either way (see denyRollups). An existing bucket is updated as the stream it is, never through
+// either way (see allowRollups). An existing bucket is updated as the stream it is, never through
 // nats.go's bucket update, which turns roll-ups back on: until they were off again, a writer of
 // one key could purge every tenant's keys, and an attacker publishing roll-ups in a loop would
 // meet that moment at the next `worker setup` or start of a worker that declares. A bucket just
-// created holds no key, so the moment before denyRollups there has nothing to purge.
+// created holds no key, so the moment before updateBucket there has nothing to purge.
 func declareBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -142,7 +144,7 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	}
 	cur := s.CachedInfo().Config
 	want := cur
-	want.Description, want.MaxAge, want.AllowRollup = cfg.Description, cfg.TTL, false
+	want.Description, want.MaxAge, want.AllowRollup = cfg.Description, cfg.TTL, allowRollups
 	want.MaxMsgsPerSubject, want.Replicas = int64(max(cfg.History, 1)), max(cfg.Replicas, 1)
 	if want.MaxAge > 0 && want.Duplicates > want.MaxAge {
 		want.Duplicates = want.MaxAge // the server refuses a duplicate window beyond the expiry
@@ -156,26 +158,13 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	return nil
 }
 
-// denyRollups turns roll-ups off on a bucket's stream. nats.go makes every bucket allow them
-// (its Purge is one), and the server checks a Nats-Rollup header against no subject: an
-// identity allowed to write only its tenant's keys (a submitter's cancel, an approver's
-// answer) would, with "Nats-Rollup: all" on one of them, purge the whole stream, every
-// tenant's keys. Boxcar purges no key, so nothing needs a roll-up.
-func denyRollups(ctx context.Context, js jetstream.JetStream, bucket string) error {
-	s, err := js.Stream(ctx, statusStream(bucket))
-	if err != nil {
-		return fmt.Errorf("queue: look up bucket %s to turn its roll-ups off: %w", bucket, err)
-	}
-	cfg := s.CachedInfo().Config
-	if !cfg.AllowRollup {
-		return nil
-	}
-	cfg.AllowRollup = false
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("queue: turn roll-ups off on bucket %s (while on, a writer of one key can purge every tenant's keys); run `worker setup` with the operator's login: %w", bucket, err)
-	}
-	return nil
-}
+// allowRollups: no stream of Boxcar's allows roll-ups. nats.go makes every bucket allow them (its
+// Purge is one), and the server checks a Nats-Rollup header against no subject: an identity
+// allowed to write only its tenant's keys or jobs (a submitter's cancel or job, an approver's
+// answer) would, with "Nats-Rollup: all" on one of them, purge the whole stream, every tenant's
+// keys or jobs. Boxcar purges nothing, so nothing needs a roll-up. ensureStream and
+// updateBucket turn them off on every stream they declare.
+const allowRollups = false
 
 // setUpStatus creates the status bucket when it is missing, else binds it and sets its expiry.
 func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, log *slog.Logger) (jetstream.KeyValue, error) {
@@ -201,10 +190,6 @@ func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, l
 	}
 	if err != nil {
 		return nil, err
-	}
-	// Roll-ups off first, so that the expiry's update starts from a stream without them.
-	if err := denyRollups(ctx, js, cfg.StatusBucket); err != nil {
-		return kv, err
 	}
 	return kv, ensureStatusTTL(ctx, js, cfg.StatusBucket, ttl, log)
 }
