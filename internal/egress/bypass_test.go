@@ -2,6 +2,8 @@ package egress
 
 import (
 	"bufio"
+	"crypto/ecdh"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -103,6 +105,9 @@ func bypassRows() []bypass {
 		{name: "SNI differs from the CONNECT host", run: tlsThrough("a.files.example.com:443", "other.example.com"), want: ReasonSNIMismatch},
 		{name: "SNI of a denied name", run: tlsThrough("a.files.example.com:443", "lo.files.example.com"), want: ReasonSNIMismatch},
 		{name: "no SNI for a name", run: tlsThrough("a.files.example.com:443", ""), want: ReasonSNIMismatch},
+		// ECH: the outer SNI is the allowed name, the host the front answers for is encrypted.
+		{name: "ECH behind an allowed name", run: echThrough("a.files.example.com:443", "a.files.example.com", "evil.example.net"), want: ReasonECH},
+		{name: "ECH to the bound host", run: echThrough("api.example.com:443", "api.example.com", "evil.example.net"), want: ReasonECH},
 		{name: "SSH through a tunnel", run: plainThrough("a.files.example.com:443", "SSH-2.0-OpenSSH_9.6\r\n"), want: ReasonNotTLS},
 		{name: "plain HTTP through a tunnel", run: plainThrough("a.files.example.com:443", getReq("/", "a.files.example.com")), want: ReasonNotTLS},
 		{name: "terminated: absolute-URI for another host", run: inside(getReq("https://other.example.com/", "api.example.com")), want: ReasonHostMismatch},
@@ -211,6 +216,43 @@ func tlsThrough(authority, serverName string) func(*testing.T, *harness) {
 			t.Fatal("the handshake went through")
 		}
 	}
+}
+
+// echThrough opens a tunnel to authority and starts TLS with Encrypted Client Hello, as a
+// client that has the ECH config of a front whose public name is outer: its ClientHello's SNI
+// is outer, and the name it is really for, inner, is encrypted to the front's key.
+func echThrough(authority, outer, inner string) func(*testing.T, *harness) {
+	return func(t *testing.T, h *harness) {
+		c := h.connectOK(t, authority)
+		tc := tls.Client(c, &tls.Config{ServerName: inner, MinVersion: tls.VersionTLS13,
+			EncryptedClientHelloConfigList: echConfigList(t, outer)})
+		if err := tc.Handshake(); err == nil {
+			t.Fatal("the handshake went through")
+		}
+	}
+}
+
+// echConfigList is an ECHConfigList (RFC 9849, section 4) with one config for publicName:
+// DHKEM(X25519, HKDF-SHA256), HKDF-SHA256 and AES-128-GCM.
+func echConfigList(t *testing.T, publicName string) []byte {
+	t.Helper()
+	key, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u16 := func(b []byte, v int) []byte { return append(b, byte(v>>8), byte(v)) }
+	pub := key.PublicKey().Bytes()
+	var contents []byte
+	contents = append(contents, 7)                        // config_id
+	contents = u16(contents, 0x0020)                      // kem_id
+	contents = append(u16(contents, len(pub)), pub...)    // public_key
+	contents = u16(u16(u16(contents, 4), 0x0001), 0x0001) // cipher_suites: one, kdf_id and aead_id
+	contents = append(contents, 0)                        // maximum_name_length
+	contents = append(append(contents, byte(len(publicName))), publicName...)
+	contents = u16(contents, 0) // extensions
+	config := u16(u16(nil, 0xfe0d), len(contents))
+	config = append(config, contents...)
+	return append(u16(nil, len(config)), config...)
 }
 
 // plainThrough opens a tunnel and sends something that is not TLS.

@@ -11,12 +11,13 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"time"
 )
 
-// connect handles a CONNECT: check the target, answer 200, read the ClientHello and check its
-// SNI, then either splice to the checked address or, for a secret-bound host, terminate TLS.
+// connect handles a CONNECT: check the target, answer 200, read the ClientHello and check it,
+// then either splice to the checked address or, for a secret-bound host, terminate TLS.
 func (p *Proxy) connect(ctx context.Context, c *idleConn, br *bufio.Reader, hd *head, req *http.Request) {
 	d := Decision{Time: time.Now(), Method: http.MethodConnect}
 	h, port, addr, v := p.checkConnect(ctx, hd, req, &d)
@@ -27,15 +28,15 @@ func (p *Proxy) connect(ctx context.Context, c *idleConn, br *bufio.Reader, hd *
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	hello, sni, v := p.readClientHello(ctx, c, br)
+	hello, v := p.readClientHello(ctx, c, br)
 	if v == nil {
-		v = checkSNI(sni, h)
+		v = checkHello(hello, h)
 	}
 	if v != nil {
 		p.refuseConn(io.Discard, d, v) // the client speaks TLS now: it sees the connection close
 		return
 	}
-	client := prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(hello), br)}
+	client := prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(hello.raw), br)}
 	if secrets := p.policy.boundSecrets(h, port); len(secrets) > 0 {
 		d.Reason = ReasonIntercepted
 		p.intercept(ctx, c, client, h, port, addr, secrets, d)
@@ -44,6 +45,21 @@ func (p *Proxy) connect(ctx context.Context, c *idleConn, br *bufio.Reader, hd *
 	d.Reason = ReasonAllowed
 	p.splice(ctx, client, addr, d)
 }
+
+// clientHello is what the proxy reads of a tunnel's first TLS flight.
+type clientHello struct {
+	raw []byte // every byte read, to replay
+	sni string
+	// ech: the hello carries encrypted_client_hello. Its SNI is then only the outer, public
+	// name: a server that holds the ECH key (a CDN's front) answers for the inner one, which
+	// the proxy cannot read, so a tunnel could reach any host behind an allowed front. Clients
+	// that send it without a key of the server's (Chrome's "GREASE") are refused too: the two
+	// look alike by design.
+	ech bool
+}
+
+// extensionECH is encrypted_client_hello's code point (RFC 9849).
+const extensionECH = 0xfe0d
 
 // checkConnect checks a CONNECT's authority, Host field, the request cap and the target.
 func (p *Proxy) checkConnect(ctx context.Context, hd *head, req *http.Request, d *Decision) (host, int, netip.AddrPort, *verdict) {
@@ -67,33 +83,34 @@ func (p *Proxy) checkConnect(ctx context.Context, hd *head, req *http.Request, d
 var errHelloRead = errors.New("egress: ClientHello read")
 
 // readClientHello reads the client's first TLS flight with crypto/tls's own parser (a
-// handshake that stops at GetConfigForClient) and returns every byte read, to replay.
-func (p *Proxy) readClientHello(ctx context.Context, c *idleConn, br *bufio.Reader) ([]byte, string, *verdict) {
+// handshake that stops at GetConfigForClient).
+func (p *Proxy) readClientHello(ctx context.Context, c *idleConn, br *bufio.Reader) (clientHello, *verdict) {
 	c.hard = time.Now().Add(p.cfg.Limits.HeaderTimeout)
 	defer func() { c.hard = time.Time{} }()
 	first, err := br.Peek(1)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, "", refuse(ReasonHeaderTimeout, "no ClientHello in time")
+			return clientHello{}, refuse(ReasonHeaderTimeout, "no ClientHello in time")
 		}
-		return nil, "", refuse(ReasonNotTLS, "tunnel closed before a ClientHello")
+		return clientHello{}, refuse(ReasonNotTLS, "tunnel closed before a ClientHello")
 	}
 	if first[0] != 0x16 { // a TLS handshake record
-		return nil, "", refuse(ReasonNotTLS, "the tunnel does not start with a TLS ClientHello")
+		return clientHello{}, refuse(ReasonNotTLS, "the tunnel does not start with a TLS ClientHello")
 	}
 	rec := &recordingConn{Conn: c, r: br}
-	var sni string
+	var hello clientHello
 	err = tls.Server(rec, &tls.Config{GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
-		sni = hi.ServerName
+		hello.sni, hello.ech = hi.ServerName, slices.Contains(hi.Extensions, extensionECH)
 		return nil, errHelloRead
 	}}).HandshakeContext(ctx)
 	switch {
 	case errors.Is(err, errHelloRead):
-		return rec.buf.Bytes(), sni, nil
+		hello.raw = rec.buf.Bytes()
+		return hello, nil
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return nil, "", refuse(ReasonHeaderTimeout, "ClientHello not complete in time")
+		return clientHello{}, refuse(ReasonHeaderTimeout, "ClientHello not complete in time")
 	}
-	return nil, "", refuse(ReasonNotTLS, "not a TLS ClientHello")
+	return clientHello{}, refuse(ReasonNotTLS, "not a TLS ClientHello")
 }
 
 // recordingConn reads from r, keeps what it read, and swallows writes (the alert a stopped
@@ -112,9 +129,14 @@ func (c *recordingConn) Read(b []byte) (int, error) {
 
 func (c *recordingConn) Write(b []byte) (int, error) { return len(b), nil }
 
-// checkSNI refuses a ClientHello for another host than the CONNECT's. A name needs its SNI;
-// an address target has none (clients do not send IP literals as SNI).
-func checkSNI(sni string, h host) *verdict {
+// checkHello refuses a ClientHello that hides the host it is for (ech) or names another host
+// than the CONNECT's. A name needs its SNI; an address target has none (clients do not send
+// IP literals as SNI).
+func checkHello(hello clientHello, h host) *verdict {
+	sni := hello.sni
+	if hello.ech {
+		return refuse(ReasonECH, "the ClientHello encrypts the name it is for (encrypted_client_hello); the proxy decides on names it can read")
+	}
 	if sni == "" && h.isIP() {
 		return nil
 	}
