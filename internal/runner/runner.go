@@ -172,7 +172,7 @@ func (r *Runner) hold(jobID string, delta int) {
 // the queue at once, so another worker can take them.
 func (r *Runner) Run(ctx context.Context) error {
 	slots := r.cfg.Worker.Concurrency
-	free, settling := make(chan struct{}, slots), make(chan struct{}, slots)
+	free := make(chan struct{}, slots)
 	for range slots {
 		free <- struct{}{}
 	}
@@ -193,8 +193,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// within the grace period instead of cutting them off mid-upload.
 	jobCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopJobs(nil)
-	var wg sync.WaitGroup
-
+	deliveries, done := r.startSlots(jobCtx, slots, free)
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -212,33 +211,51 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		r.m.SlotsFree.Dec()
 		r.m.JobsInFlight.Inc()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			settle := r.work(jobCtx, d)
-			// The slot is the next job's while this one's status and ack are on their way:
-			// two round trips to NATS that need no sandbox. At most as many jobs settle as
-			// there are slots, so a NATS that does not answer holds the worker back.
-			settling <- struct{}{}
-			r.m.JobsInFlight.Dec()
-			r.m.SlotsFree.Inc()
-			free <- struct{}{}
-			settle()
-			<-settling
-		}()
+		deliveries <- d
 	}
-
-	r.drain(&wg, stopJobs)
+	close(deliveries)
+	r.drain(done, stopJobs)
 	return nil
 }
 
+// startSlots starts n slots, each running the jobs handed to it on one goroutine and settling
+// them on another: a job's deep calls (JSON, TLS) grow a goroutine's stack, which a goroutine
+// per job would grow again each time. A job hands its settling over before its slot is free
+// again (free), so no more jobs settle at once than there are slots, and a NATS that does not
+// answer holds the worker back. done is closed once deliveries is closed and every job handed
+// over has settled.
+func (r *Runner) startSlots(ctx context.Context, n int, free chan<- struct{}) (deliveries chan<- *queue.Delivery, done <-chan struct{}) {
+	jobs, settles, finished := make(chan *queue.Delivery), make(chan func()), make(chan struct{})
+	var running, settling sync.WaitGroup
+	for range n {
+		running.Go(func() {
+			for d := range jobs {
+				settles <- r.work(ctx, d)
+				r.m.JobsInFlight.Dec()
+				r.m.SlotsFree.Inc()
+				free <- struct{}{}
+			}
+		})
+		settling.Go(func() {
+			for settle := range settles {
+				settle()
+			}
+		})
+	}
+	go func() {
+		running.Wait()
+		close(settles)
+		settling.Wait()
+		close(finished)
+	}()
+	return jobs, finished
+}
+
 // drain waits for the running jobs within Worker.DrainGrace, then interrupts those left.
-func (r *Runner) drain(wg *sync.WaitGroup, stopJobs context.CancelCauseFunc) {
+func (r *Runner) drain(done <-chan struct{}, stopJobs context.CancelCauseFunc) {
 	r.mu.Lock()
 	r.draining = true
 	r.mu.Unlock()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
 	grace := time.Duration(r.cfg.Worker.DrainGrace)
 	r.log.Info("draining", "grace", grace.String())
 	select {
