@@ -24,7 +24,7 @@ const (
 	ReasonHostMismatch   Reason = "host_mismatch"   // Host header differs from the target
 	ReasonSNIMismatch    Reason = "sni_mismatch"    // ClientHello SNI differs from the CONNECT host
 	ReasonNotTLS         Reason = "not_tls"         // a CONNECT tunnel that does not start with a ClientHello
-	ReasonECH            Reason = "ech"             // a ClientHello to splice that hides its real host (encrypted_client_hello)
+	ReasonECH            Reason = "ech"             // a ClientHello that hides its real host (encrypted_client_hello)
 	ReasonHeaderTooLarge Reason = "header_too_large"
 	ReasonHeaderTimeout  Reason = "header_timeout" // the client was too slow to send its header
 	ReasonTunnelCap      Reason = "tunnel_cap"

@@ -133,10 +133,10 @@ func (c *recordingConn) Write(b []byte) (int, error) { return len(b), nil }
 // than the CONNECT's. A name needs its SNI; an address target has none (clients do not send
 // IP literals as SNI).
 func checkHello(hello clientHello, h host) *verdict {
-	sni := hello.sni
 	if hello.ech {
 		return refuse(ReasonECH, "the ClientHello encrypts the name it is for (encrypted_client_hello); the proxy decides on names it can read")
 	}
+	sni := hello.sni
 	if sni == "" && h.isIP() {
 		return nil
 	}

@@ -83,9 +83,9 @@ type ended struct {
 func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) { r.work(ctx, d)() }
 
 // work runs one delivery up to its settling, which it returns: the status and the queue's
-// answer (settle). The worker's slot is free once the work is done (Run): the run is committed,
-// or handed back, before it returns, and a worker that stops before the settling is done leaves
-// a delivery that the next one adopts.
+// answer (settle). The worker's slot is free once the work is done (Run): the sandbox is closed
+// and the run committed (or the attempt ended without one) before it returns, and a worker that
+// stops before the settling is done leaves a delivery that the next one adopts.
 func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 	r.hold(d.JobID, 1)
 	a := &attempt{d: d, started: time.Now()}
