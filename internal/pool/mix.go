@@ -10,10 +10,11 @@ import (
 // that a queue that changes profile is followed within a few rounds.
 const mixHalfLife = 10 * time.Second
 
-// mix is how the recent jobs split between the worker's profiles: a count of the takes of each,
-// decaying with mixHalfLife. The jobs stream's subjects name no profile, so the lag is the
-// whole consumer's; each warm pool follows its profile's part of it, as the recent jobs split
-// it, rather than the whole, so that one profile's burst does not fill every warm pool.
+// mix is how a tenant's recent jobs split between the worker's profiles: a count of the takes
+// of each, decaying with mixHalfLife. The jobs stream's subjects name the tenant but not the
+// profile, so each warm pool follows its profile's part of the lag of each tenant granted it, as
+// that tenant's recent jobs split it, rather than the whole: one profile's burst does not fill
+// every warm pool, and one tenant's jobs do not decide how another's lag is read.
 type mix struct {
 	at     time.Time
 	counts map[string]float64
@@ -36,10 +37,10 @@ func (m *mix) decay(now time.Time) {
 	m.at = now
 }
 
-// part is the profile's part of demand: demand times the profile's share of the recent takes,
-// rounded up, so a profile with any recent job keeps at least one. With less than one take's
-// worth left (an idle worker, or one just started) nothing is known of the mix, and every
-// profile's part is the whole demand.
+// part is the profile's part of the tenant's demand: demand times the profile's share of the
+// tenant's recent takes, rounded up, so a profile with any recent job keeps at least one. With
+// less than one take's worth left (an idle tenant, or a worker just started) nothing is known of
+// the mix, and every profile's part is the whole demand.
 func (m *mix) part(now time.Time, profile string, demand uint64) uint64 {
 	m.decay(now)
 	total := 0.0
@@ -50,4 +51,42 @@ func (m *mix) part(now time.Time, profile string, demand uint64) uint64 {
 		return demand
 	}
 	return uint64(math.Ceil(float64(demand) * m.counts[profile] / total))
+}
+
+// part is the profile's part of the lag read last, counting of each tenant's what of picks
+// (pending, or pending and in flight): each tenant's towards the profiles granted to it, as its
+// recent jobs split between them. The caller holds mu.
+func (p *Pool) part(now time.Time, profile string, of func(Lag) uint64) uint64 {
+	var n uint64
+	for _, l := range p.lags {
+		if !p.granted(l.Tenant, profile) {
+			continue
+		}
+		m := p.mixes[l.Tenant]
+		if m == nil {
+			n += of(l) // no take of the tenant's yet: nothing is known of its mix
+			continue
+		}
+		n += m.part(now, profile, of(l))
+	}
+	return n
+}
+
+// granted reports whether the tenant's jobs may ask for the profile (Config.Tenants).
+func (p *Pool) granted(tenant, profile string) bool {
+	if p.cfg.Tenants == nil {
+		return true
+	}
+	t, ok := p.cfg.Tenants[tenant]
+	return ok && t.Granted(profile)
+}
+
+// took counts a take of the profile towards the tenant's mix. The caller holds mu.
+func (p *Pool) took(now time.Time, tenant, profile string) {
+	m := p.mixes[tenant]
+	if m == nil {
+		m = &mix{}
+		p.mixes[tenant] = m
+	}
+	m.add(now, profile)
 }

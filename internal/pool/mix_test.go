@@ -9,8 +9,8 @@ import (
 )
 
 // TestWarmPoolsFollowTheirProfilesPart: the lag names no profile, so with two warm profiles
-// each pool follows its profile's part of it, as the recent jobs split it; with nothing recent
-// (or forgotten) each follows the whole, and the slots are shared as before.
+// each pool follows its profile's part of the tenant's, as its recent jobs split it; with
+// nothing recent (or forgotten) each follows the whole, and the slots are shared as before.
 func TestWarmPoolsFollowTheirProfilesPart(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -40,8 +40,56 @@ func TestWarmPoolsFollowTheirProfilesPart(t *testing.T) {
 			}
 			bn.p.Settle()
 			bn.clock.advance(tt.forget)
-			for _, name := range []string{"a", "b"} {
-				bn.lag.set(name, 4, 0) // the consumer's lag: the same for every profile
+			bn.lag.set("t", 4, 0) // the tenant's lag: its subjects name no profile
+			bn.reconcile(t)
+			if a, b := bn.size("a"), bn.size("b"); a != tt.wantA || b != tt.wantB {
+				t.Errorf("pools a=%d b=%d, want %d and %d", a, b, tt.wantA, tt.wantB)
+			}
+			bn.p.Close()
+		})
+	}
+}
+
+// TestTenantsLagCountsTowardsTheirProfiles: a tenant's lag warms only the profiles granted to
+// it, split between them as that tenant's own recent jobs split, never as another tenant's did.
+func TestTenantsLagCountsTowardsTheirProfiles(t *testing.T) {
+	t.Parallel()
+	tenants := map[string]config.Tenant{
+		"one":   {Profiles: []string{"a"}},
+		"two":   {Profiles: []string{"a", "b"}},
+		"three": {Profiles: []string{"b", "c"}}, // c has no pool
+	}
+	type take struct{ tenant, profile string }
+	tests := []struct {
+		name         string
+		takes        []take
+		lags         map[string]uint64 // pending, by tenant
+		wantA, wantB int
+	}{
+		{name: "a tenant's lag warms only its profiles", lags: map[string]uint64{"one": 3}, wantA: 3, wantB: 0},
+		{name: "nothing recent: the whole lag towards each granted profile", lags: map[string]uint64{"two": 2}, wantA: 2, wantB: 2},
+		{name: "another tenant's jobs do not split this one's lag",
+			takes: []take{{"two", "a"}, {"two", "a"}, {"two", "a"}}, lags: map[string]uint64{"three": 2}, wantA: 0, wantB: 2},
+		{name: "each tenant by its own mix",
+			takes: []take{{"two", "b"}, {"two", "b"}}, lags: map[string]uint64{"one": 1, "two": 2}, wantA: 1, wantB: 2},
+		{name: "an unpooled profile's jobs take their part",
+			takes: []take{{"three", "c"}, {"three", "b"}}, lags: map[string]uint64{"three": 2}, wantA: 0, wantB: 1},
+		{name: "a tenant the worker does not serve warms nothing", lags: map[string]uint64{"stranger": 4}, wantA: 0, wantB: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bn := setupTenants(t, 8, map[string]config.Profile{
+				"a": warmProfile(config.Warm{}),
+				"b": warmProfile(config.Warm{}),
+			}, tenants)
+			for i, tk := range tt.takes {
+				sb, _ := bn.takeAs(t, tk.tenant, tk.profile, fmt.Sprintf("job-%d", i))
+				closeAll(t, sb)
+			}
+			bn.p.Settle()
+			for tenant, n := range tt.lags {
+				bn.lag.set(tenant, n, 0)
 			}
 			bn.reconcile(t)
 			if a, b := bn.size("a"), bn.size("b"); a != tt.wantA || b != tt.wantB {

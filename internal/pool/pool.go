@@ -1,8 +1,9 @@
 // Package pool owns the warm sandboxes of a worker: per profile, sandboxes started ahead of
 // their jobs, each taken by exactly one job and then removed, never reused. It sizes each
-// profile's pool from the queue's lag, within the profile's min and max and the worker's free
-// slots. It does not decide what a job may do in its sandbox, nor bind the job's network,
-// inputs or environment: the runner does that after Take, alike for warm and cold sandboxes.
+// profile's pool from the queue's lag, each tenant's towards the profiles granted to it, within
+// the profile's min and max and the worker's free slots. It does not decide what a job may do
+// in its sandbox, nor bind the job's network, inputs or environment: the runner does that after
+// Take, alike for warm and cold sandboxes.
 package pool
 
 import (
@@ -15,30 +16,40 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
-// Lag is the demand for one profile's sandboxes that the queue shows: jobs waiting to be
-// delivered and jobs delivered but not yet acknowledged.
+// Lag is one tenant's demand as the queue shows it: its jobs waiting to be delivered and its
+// jobs delivered but not yet acknowledged.
 type Lag struct {
+	Tenant            string
 	Pending, InFlight uint64
 }
 
-// LagSource reports a profile's lag. The jobs stream names no profile in its subjects yet, so
-// the worker's source (ConsumerLag) reports the whole consumer's lag for every profile, and
-// the pool takes each profile's part of it by the recent jobs' mix (mix.go); a source that
-// splits it by profile slots in here.
+// LagSource reports the queue's lag, tenant by tenant. The jobs stream's subjects name the
+// tenant but not the profile, so the pool counts each tenant's lag towards the profiles granted
+// to it, split between them as its recent jobs were (mix.go).
 type LagSource interface {
-	Lag(ctx context.Context, profile string) (Lag, error)
+	Lags(ctx context.Context) ([]Lag, error)
 }
 
-// ConsumerLag is a LagSource over the workers' consumer as a whole (queue.Queue.ConsumerLag).
-type ConsumerLag func(ctx context.Context) (pending, ackPending uint64, err error)
+// QueueLag is a LagSource over the workers' consumers (queue.Consumer.ConsumerLag). A tenant's
+// pending jobs count only as many as its max_concurrent lets start (queue.Lag.Startable): the
+// pool warms no sandbox for a job that must wait for another of its tenant's to end.
+type QueueLag func(ctx context.Context) ([]queue.Lag, error)
 
-// Lag reports the consumer's lag, the same for every profile.
-func (f ConsumerLag) Lag(ctx context.Context, _ string) (Lag, error) {
-	pending, ackPending, err := f(ctx)
-	return Lag{Pending: pending, InFlight: ackPending}, err
+// Lags reads every tenant's consumer.
+func (f QueueLag) Lags(ctx context.Context) ([]Lag, error) {
+	lags, err := f(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Lag, 0, len(lags))
+	for _, l := range lags {
+		out = append(out, Lag{Tenant: l.Tenant, Pending: l.Startable(), InFlight: l.AckPending})
+	}
+	return out, nil
 }
 
 // Config wires a Pool.
@@ -52,6 +63,10 @@ type Config struct {
 	Slots int
 	// Lag is the queue's demand. Required when a profile is warm.
 	Lag LagSource
+	// Tenants are the worker's (config.TenantsOrDefault): a tenant's lag counts towards the
+	// warm profiles granted to it, and a tenant not among them towards none. Nil: every
+	// tenant's counts towards every profile.
+	Tenants map[string]config.Tenant
 	// Metrics records pool size, hits, misses and claim latency. Default: unregistered.
 	Metrics *Metrics
 	// Logger defaults to slog.Default().
@@ -75,9 +90,10 @@ type Pool struct {
 	work     sync.WaitGroup // starts and closes in flight
 
 	mu      sync.Mutex
-	inUse   int           // sandboxes taken (or being taken) and not closed yet
-	mix     mix           // how the recent takes split between the profiles
-	changed chan struct{} // closed and replaced whenever a start ends
+	inUse   int             // sandboxes taken (or being taken) and not closed yet
+	lags    []Lag           // the lag read last
+	mixes   map[string]*mix // by tenant: how its recent takes split between its profiles
+	changed chan struct{}   // closed and replaced whenever a start ends
 	ctx     context.Context
 	closed  bool
 	stop    chan struct{} // closed by Close: a start ends its warm-up wait
@@ -93,7 +109,6 @@ type profilePool struct {
 	waiters  int           // Takes waiting for a start in flight
 	waiting  chan struct{} // closed and replaced whenever a Take begins to wait for a start
 	lastBusy time.Time
-	lag      Lag
 }
 
 type entry struct {
@@ -121,7 +136,7 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = 30 * time.Second
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, profiles: map[string]*profilePool{},
+	p := &Pool{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, profiles: map[string]*profilePool{}, mixes: map[string]*mix{},
 		kick: make(chan struct{}, 1), changed: make(chan struct{}), ctx: context.Background(), stop: make(chan struct{})}
 	for name, prof := range cfg.Profiles {
 		if prof.Warm == nil {

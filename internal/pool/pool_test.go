@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -121,7 +123,7 @@ func (b *fakeBackend) counts() (live, peak int) {
 	return b.live, b.peak
 }
 
-// fakeLag is the queue's lag, set by the test.
+// fakeLag is the queue's lag by tenant, set by the test.
 type fakeLag struct {
 	mu    sync.Mutex
 	lag   map[string]pool.Lag
@@ -129,17 +131,21 @@ type fakeLag struct {
 	reads int
 }
 
-func (l *fakeLag) set(profile string, pending, inFlight uint64) {
+// set is the tenant's lag; the tests that do not name tenants use the profile's name.
+func (l *fakeLag) set(tenant string, pending, inFlight uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lag[profile] = pool.Lag{Pending: pending, InFlight: inFlight}
+	l.lag[tenant] = pool.Lag{Tenant: tenant, Pending: pending, InFlight: inFlight}
 }
 
-func (l *fakeLag) Lag(_ context.Context, profile string) (pool.Lag, error) {
+func (l *fakeLag) Lags(context.Context) ([]pool.Lag, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reads++
-	return l.lag[profile], l.err
+	if l.err != nil {
+		return nil, l.err
+	}
+	return slices.Collect(maps.Values(l.lag)), nil
 }
 
 func (l *fakeLag) readCount() int {
@@ -186,9 +192,15 @@ func warmProfile(w config.Warm) config.Profile {
 
 func setup(t *testing.T, slots int, profiles map[string]config.Profile) *bundle {
 	t.Helper()
+	return setupTenants(t, slots, profiles, nil)
+}
+
+// setupTenants is setup with the worker's tenants (nil: every tenant is granted every profile).
+func setupTenants(t *testing.T, slots int, profiles map[string]config.Profile, tenants map[string]config.Tenant) *bundle {
+	t.Helper()
 	bn := &bundle{b: &fakeBackend{}, lag: &fakeLag{lag: map[string]pool.Lag{}}, clock: &clock{now: time.Unix(1_000_000, 0)}, m: pool.NewMetrics(nil)}
 	p, err := pool.New(pool.Config{
-		Provider: bn.b, Profiles: profiles, Slots: slots, Lag: bn.lag, Metrics: bn.m,
+		Provider: bn.b, Profiles: profiles, Slots: slots, Lag: bn.lag, Tenants: tenants, Metrics: bn.m,
 		Logger: slog.New(slog.DiscardHandler), Now: bn.clock.Now,
 	})
 	if err != nil {
@@ -211,7 +223,12 @@ func (bn *bundle) size(profile string) int {
 
 func (bn *bundle) take(t *testing.T, profile, jobID string) (sandbox.Sandbox, bool) {
 	t.Helper()
-	sb, warm, err := bn.p.Take(context.Background(), profile, jobID, sandbox.Spec{JobID: jobID})
+	return bn.takeAs(t, "t", profile, jobID)
+}
+
+func (bn *bundle) takeAs(t *testing.T, tenant, profile, jobID string) (sandbox.Sandbox, bool) {
+	t.Helper()
+	sb, warm, err := bn.p.Take(context.Background(), tenant, profile, jobID, sandbox.Spec{JobID: jobID})
 	if err != nil {
 		t.Fatalf("take %s: %v", jobID, err)
 	}

@@ -11,31 +11,21 @@ import (
 // sandboxes, shares the free slots out and starts or removes sandboxes to match. Starts run in
 // the background; a sandbox counts towards its pool from the moment its start begins.
 func (p *Pool) Reconcile(ctx context.Context) {
-	lags := make(map[string]*Lag, len(p.names))
-	for _, name := range p.names {
-		lag, err := p.cfg.Lag.Lag(ctx, name)
-		if err != nil {
-			if ctx.Err() == nil {
-				p.log.Warn("pool: read the queue's lag; keeping the pool as it is", "profile", name, "error", err)
-			}
-			continue
-		}
-		lags[name] = &lag
+	lags, err := p.cfg.Lag.Lags(ctx)
+	if err != nil && ctx.Err() == nil {
+		p.log.Warn("pool: read the queue's lag; keeping the pool as it is", "error", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.resizeAll(lags)
+	if err == nil {
+		p.lags = lags
+	}
+	p.resizeAll()
 }
 
-// refill brings the pools to their targets on the lag read last, without reading it again:
-// a job has just given its slot back, and the next job, a few round trips away, should find
-// the sandbox for that slot starting (docs/performance.md, row 16). Run's next round, which
-// the release wakes, corrects the pools on a fresh lag. The caller holds mu.
-func (p *Pool) refill() { p.resizeAll(nil) }
-
-// resizeAll takes the lags read (nil: keep those read last), drops aged sandboxes, shares the
-// free slots out and starts or removes sandboxes to match. The caller holds mu.
-func (p *Pool) resizeAll(lags map[string]*Lag) {
+// resizeAll drops aged sandboxes, shares the free slots out and starts or removes sandboxes to
+// match the targets on the lag read last. The caller holds mu.
+func (p *Pool) resizeAll() {
 	if p.closed {
 		return
 	}
@@ -44,9 +34,6 @@ func (p *Pool) resizeAll(lags map[string]*Lag) {
 	for _, name := range p.names {
 		pp := p.profiles[name]
 		p.ageOut(pp, now)
-		if lag := lags[name]; lag != nil {
-			pp.lag = *lag
-		}
 		wants[name] = p.want(pp, now)
 	}
 	alloc := p.share(wants)
@@ -81,7 +68,7 @@ func (p *Pool) want(pp *profilePool, now time.Time) int {
 	if hi == 0 {
 		hi = p.cfg.Slots
 	}
-	demand := p.mix.part(now, pp.name, pp.lag.Pending+pp.lag.InFlight)
+	demand := p.part(now, pp.name, func(l Lag) uint64 { return l.Pending + l.InFlight })
 	want := int(min(demand, uint64(hi)))
 	want = max(want, pp.warm.Min)
 	size := len(pp.ready) + pp.starting - pp.waiters
@@ -179,7 +166,7 @@ func (p *Pool) warmUp(ctx context.Context, pp *profilePool, sb sandbox.Sandbox) 
 		return
 	}
 	p.mu.Lock()
-	wanted := pp.waiters > len(pp.ready) || p.mix.part(p.cfg.Now(), pp.name, pp.lag.Pending) > uint64(len(pp.ready))
+	wanted := pp.waiters > len(pp.ready) || p.part(p.cfg.Now(), pp.name, func(l Lag) uint64 { return l.Pending }) > uint64(len(pp.ready))
 	waiting := pp.waiting
 	p.mu.Unlock()
 	if wanted {

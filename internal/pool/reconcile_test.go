@@ -3,12 +3,15 @@ package pool_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/pool"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
@@ -284,5 +287,27 @@ func TestCloseEndsStartsWarmingUp(t *testing.T) {
 		if !s.closed {
 			t.Errorf("%s outlived Close", s.id)
 		}
+	}
+}
+
+// TestQueueLagCountsWhatCanStart: the worker's source gives each tenant's lag, its pending jobs
+// only as many as its max_concurrent lets start.
+func TestQueueLagCountsWhatCanStart(t *testing.T) {
+	t.Parallel()
+	src := pool.QueueLag(func(context.Context) ([]queue.Lag, error) {
+		return []queue.Lag{
+			{Tenant: "capped", Pending: 5, AckPending: 1, MaxAckPending: 3},
+			{Tenant: "full", Pending: 4, AckPending: 2, MaxAckPending: 2},
+			{Tenant: "uncapped", Pending: 7, AckPending: 1},
+		}, nil
+	})
+	got, err := src.Lags(t.Context())
+	want := []pool.Lag{{Tenant: "capped", Pending: 2, InFlight: 1}, {Tenant: "full", Pending: 0, InFlight: 2}, {Tenant: "uncapped", Pending: 7, InFlight: 1}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("Lags = %+v, %v; want %+v", got, err, want)
+	}
+	failing := pool.QueueLag(func(context.Context) ([]queue.Lag, error) { return nil, errors.New("nats: timeout") })
+	if _, err := failing.Lags(t.Context()); err == nil {
+		t.Error("a lag that cannot be read gave no error")
 	}
 }

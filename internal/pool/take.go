@@ -10,20 +10,23 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
-// Take gives the job a sandbox of its profile: a warm one, claimed for jobID, when the pool
-// has one ready or starting, else one started now (warm false). Either way the job holds a
+// Take gives the tenant's job a sandbox of its profile: a warm one, claimed for jobID, when the
+// pool has one ready or starting, else one started now (warm false). Either way the job holds a
 // slot's worth of the pool's room until it closes the sandbox, and the pool starts a
 // replacement if its target asks for one.
-func (p *Pool) Take(ctx context.Context, profile, jobID string, spec sandbox.Spec) (sandbox.Sandbox, bool, error) {
+func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec sandbox.Spec) (sandbox.Sandbox, bool, error) {
 	begin := time.Now()
 	p.mu.Lock()
 	p.inUse++
-	p.mix.add(p.cfg.Now(), profile)
+	p.took(p.cfg.Now(), tenant, profile)
 	p.mu.Unlock()
 	release := sync.OnceFunc(func() {
 		p.mu.Lock()
 		p.inUse--
-		p.refill()
+		// On the lag read last, without reading it again: the next job, a few round trips
+		// away, should find the sandbox for this slot starting (docs/performance.md, row 16).
+		// Run's next round, which the poke wakes, corrects the pools on a fresh lag.
+		p.resizeAll()
 		p.mu.Unlock()
 		p.poke()
 	})

@@ -142,7 +142,7 @@ func TestTakeWaitsForStart(t *testing.T) {
 	}
 	got := make(chan took, 1)
 	go func() {
-		sb, warm, err := bn.p.Take(context.Background(), "p", "job-1", sandbox.Spec{JobID: "job-1"})
+		sb, warm, err := bn.p.Take(context.Background(), "t", "p", "job-1", sandbox.Spec{JobID: "job-1"})
 		got <- took{sb, warm, err}
 	}()
 	close(bn.b.gate)
@@ -162,7 +162,7 @@ func TestTakeStartError(t *testing.T) {
 	t.Parallel()
 	bn := setup(t, 1, map[string]config.Profile{"p": warmProfile(config.Warm{})})
 	bn.b.failNext = 1
-	if _, _, err := bn.p.Take(context.Background(), "p", "job-1", sandbox.Spec{}); err == nil {
+	if _, _, err := bn.p.Take(context.Background(), "t", "p", "job-1", sandbox.Spec{}); err == nil {
 		t.Fatal("take succeeded with a failing backend")
 	}
 	bn.lag.set("p", 5, 0)
@@ -222,7 +222,7 @@ func TestNoWarmUpForWaitingTake(t *testing.T) {
 	}
 	got := make(chan took, 1)
 	go func() {
-		sb, warm, err := bn.p.Take(context.Background(), "p", "job-1", sandbox.Spec{JobID: "job-1"})
+		sb, warm, err := bn.p.Take(context.Background(), "t", "p", "job-1", sandbox.Spec{JobID: "job-1"})
 		if err != nil {
 			t.Error(err)
 		}

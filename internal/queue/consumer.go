@@ -450,7 +450,8 @@ type Lag struct {
 }
 
 // Startable is how many of the pending jobs could be delivered now: no more than the tenant's
-// max_concurrent leaves room for across the fleet.
+// max_concurrent leaves room for across the fleet. A warm pool is sized by it, so that it warms
+// no sandbox for a job that must wait for another of its tenant's to end.
 func (l Lag) Startable() uint64 {
 	if l.MaxAckPending <= 0 {
 		return l.Pending
@@ -477,15 +478,3 @@ func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
 
 // Tenants are the tenants whose jobs the consumer fetches, in name order.
 func (c *Consumer) Tenants() []string { return slices.Clone(c.tenants) }
-
-// TotalLag is the lag of every tenant's consumer added up, each tenant's pending jobs only as
-// many as its max_concurrent lets start (Startable): what a warm pool is sized by, so that
-// it warms no sandbox for a job that must wait for another of its tenant's to end.
-func (q *Consumer) TotalLag(ctx context.Context) (pending, ackPending uint64, err error) {
-	lags, err := q.ConsumerLag(ctx)
-	for _, l := range lags {
-		pending += l.Startable()
-		ackPending += l.AckPending
-	}
-	return pending, ackPending, err
-}

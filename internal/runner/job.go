@@ -361,7 +361,7 @@ func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox,
 		err  error
 	)
 	if r.cfg.Pool != nil {
-		sb, warm, err = r.cfg.Pool.Take(ctx, a.job.Profile, a.job.ID, spec)
+		sb, warm, err = r.cfg.Pool.Take(ctx, a.tenant, a.job.Profile, a.job.ID, spec)
 	} else {
 		sb, err = r.cfg.Sandboxes.Start(ctx, spec)
 	}

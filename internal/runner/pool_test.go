@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,16 +17,16 @@ type fakePool struct {
 	p    *fakeProvider
 	mu   sync.Mutex
 	warm int
-	took []string // job ids, in order
+	took []string // tenant/job id, in order
 }
 
-func (f *fakePool) Take(ctx context.Context, profile, jobID string, spec sandbox.Spec) (sandbox.Sandbox, bool, error) {
+func (f *fakePool) Take(ctx context.Context, tenant, profile, jobID string, spec sandbox.Spec) (sandbox.Sandbox, bool, error) {
 	f.mu.Lock()
 	warm := f.warm > 0
 	if warm {
 		f.warm--
 	}
-	f.took = append(f.took, jobID)
+	f.took = append(f.took, tenant+"/"+jobID)
 	f.mu.Unlock()
 	sb, err := f.p.Start(ctx, spec)
 	return sb, warm, err
@@ -39,9 +40,11 @@ func TestPoolSandboxRecordedInManifestAndStatus(t *testing.T) {
 	pool := &fakePool{warm: 1}
 	w := b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Pool = pool })
 	pool.p = w.p
+	var want []string
 	for _, wantWarm := range []bool{true, false} {
 		before := time.Now()
 		j := b.submit("p")
+		want = append(want, job.DefaultTenant+"/"+j.ID)
 		st := b.waitFinal(j.ID, 10*time.Second)
 		if st.State != job.StateSucceeded {
 			t.Fatalf("status = %+v, want succeeded", st)
@@ -54,7 +57,7 @@ func TestPoolSandboxRecordedInManifestAndStatus(t *testing.T) {
 			t.Errorf("status sandbox claimed at %v warm %v; want the manifest's %v and %v", st.SandboxClaimedAt, st.SandboxWarm, sb.ClaimedAt, wantWarm)
 		}
 	}
-	if len(pool.took) != 2 || w.p.started.Load() != 2 {
-		t.Errorf("pool took %v, provider started %d; want both jobs through the pool", pool.took, w.p.started.Load())
+	if !slices.Equal(pool.took, want) || w.p.started.Load() != 2 {
+		t.Errorf("pool took %v, provider started %d; want both jobs through the pool, for their tenant: %v", pool.took, w.p.started.Load(), want)
 	}
 }

@@ -40,10 +40,10 @@ type Agent interface {
 	Run(ctx context.Context, req agent.Request) (agent.Result, error)
 }
 
-// Pool gives a job its sandbox, one started ahead when the profile keeps warm ones
+// Pool gives a tenant's job its sandbox, one started ahead when the profile keeps warm ones
 // (internal/pool), else one started for it; warm says which.
 type Pool interface {
-	Take(ctx context.Context, profile, jobID string, spec sandbox.Spec) (sb sandbox.Sandbox, warm bool, err error)
+	Take(ctx context.Context, tenant, profile, jobID string, spec sandbox.Spec) (sb sandbox.Sandbox, warm bool, err error)
 }
 
 // Config wires a runner. Every field without a default is required.

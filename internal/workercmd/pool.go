@@ -5,8 +5,8 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
-// newPool is the worker's warm pool when a profile keeps warm sandboxes, sized by the
-// consumer's lag; nil when none does.
+// newPool is the worker's warm pool when a profile keeps warm sandboxes, sized by its tenants'
+// lags; nil when none does.
 func newPool(p *parts, q *queue.Consumer) (*pool.Pool, error) {
 	warm := false
 	for _, prof := range p.cfg.Profiles {
@@ -19,7 +19,8 @@ func newPool(p *parts, q *queue.Consumer) (*pool.Pool, error) {
 		Provider: p.sandboxes,
 		Profiles: p.cfg.Profiles,
 		Slots:    p.cfg.Concurrency,
-		Lag:      pool.ConsumerLag(q.TotalLag),
+		Lag:      pool.QueueLag(q.ConsumerLag),
+		Tenants:  p.cfg.TenantsOrDefault(),
 		Metrics:  pool.NewMetrics(p.metrics.Registry()),
 		Logger:   p.log,
 	})

@@ -156,7 +156,7 @@ func startWarmWorker(b *testing.B, rg *rig) *warmWorker {
 	w := &warmWorker{m: metrics.New(), pm: pool.NewMetrics(prometheus.NewRegistry()), runNC: runNC, sandboxes: sandboxes,
 		store: &countingStore{phases: map[string]int64{}}}
 	w.pool, err = pool.New(pool.Config{Provider: sandboxes, Profiles: rg.cfg.Profiles, Slots: rg.cfg.Concurrency,
-		Lag: pool.ConsumerLag(lagQ.TotalLag), Metrics: w.pm, Logger: discardJSON()})
+		Lag: pool.QueueLag(lagQ.ConsumerLag), Tenants: rg.cfg.TenantsOrDefault(), Metrics: w.pm, Logger: discardJSON()})
 	if err != nil {
 		b.Fatal(err)
 	}

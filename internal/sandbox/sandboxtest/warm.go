@@ -33,7 +33,7 @@ type warmProvider struct {
 
 type noLag struct{}
 
-func (noLag) Lag(context.Context, string) (pool.Lag, error) { return pool.Lag{}, nil }
+func (noLag) Lags(context.Context) ([]pool.Lag, error) { return nil, nil }
 
 func (w *warmProvider) Backend() string { return w.p.Backend() }
 
@@ -57,7 +57,7 @@ func (w *warmProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sa
 	}); err != nil {
 		return nil, err
 	}
-	sb, warm, err := pl.Take(ctx, "warm", spec.JobID, spec)
+	sb, warm, err := pl.Take(ctx, "sandboxtest", "warm", spec.JobID, spec)
 	if err != nil {
 		return nil, err
 	}
