@@ -2,12 +2,11 @@ package workercmd
 
 import (
 	"github.com/boxcar-run/boxcar/internal/pool"
-	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
 // newPool is the worker's warm pool when a profile keeps warm sandboxes, sized by its tenants'
-// lags; nil when none does.
-func newPool(p *parts, q *queue.Consumer) (*pool.Pool, error) {
+// lags (pool.QueueLag over the worker's consumer); nil when none does.
+func newPool(p *parts, lag pool.LagSource) (*pool.Pool, error) {
 	warm := false
 	for _, prof := range p.cfg.Profiles {
 		warm = warm || prof.Warm != nil
@@ -19,7 +18,7 @@ func newPool(p *parts, q *queue.Consumer) (*pool.Pool, error) {
 		Provider: p.sandboxes,
 		Profiles: p.cfg.Profiles,
 		Slots:    p.cfg.Concurrency,
-		Lag:      pool.QueueLag(q.ConsumerLag),
+		Lag:      lag,
 		Tenants:  p.cfg.TenantsOrDefault(),
 		Metrics:  pool.NewMetrics(p.metrics.Registry()),
 		Logger:   p.log,

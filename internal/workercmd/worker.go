@@ -372,7 +372,7 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 	if err != nil {
 		return nil, nil, err
 	}
-	if p.pool, err = newPool(p, q); err != nil {
+	if p.pool, err = newPool(p, pool.QueueLag(q.ConsumerLag)); err != nil {
 		return nil, nil, err
 	}
 	var warm runner.Pool
