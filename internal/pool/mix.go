@@ -53,9 +53,9 @@ func (m *mix) part(now time.Time, profile string, demand uint64) uint64 {
 	return uint64(math.Ceil(float64(demand) * m.counts[profile] / total))
 }
 
-// part is the profile's part of the lag read last, counting of each tenant's what of picks
-// (pending, or pending and in flight): each tenant's towards the profiles granted to it, as its
-// recent jobs split between them. The caller holds mu.
+// part is the profile's part of the lag read last, taking of each tenant's lag what `of` picks
+// (pending, or pending and in flight): a tenant's counts only towards the profiles granted to
+// it, split between them as its recent jobs were. The caller holds mu.
 func (p *Pool) part(now time.Time, profile string, of func(Lag) uint64) uint64 {
 	var n uint64
 	for _, l := range p.lags {
