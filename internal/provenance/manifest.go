@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "github.com/in-toto/attestation/go/v1"
@@ -628,7 +629,15 @@ var releaseVersion string
 // module version) and the VCS revision Go stamped into it (absent in tests and with
 // -buildvcs=false).
 func WorkerInfo(id string) Worker {
-	w := Worker{ID: id, Version: "(unknown)", GoVersion: runtime.Version()}
+	w := thisBuild()
+	w.ID = id
+	return w
+}
+
+// thisBuild is read once: the build information does not change while the binary runs, and
+// reading it parses it every time.
+var thisBuild = sync.OnceValue(func() Worker {
+	w := Worker{Version: "(unknown)", GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	switch {
 	case releaseVersion != "":
@@ -651,4 +660,4 @@ func WorkerInfo(id string) Worker {
 		}
 	}
 	return w
-}
+})
