@@ -120,6 +120,34 @@ func (c Config) validateTenants() []error {
 		}
 		errs = append(errs, c.validateBucket(name, t.Bucket, buckets)...)
 	}
+	return append(errs, c.validateWarmGranted(profiles)...)
+}
+
+// grantedToAny reports whether a tenant of the tenants: section may run the profile.
+func (c Config) grantedToAny(profile string) bool {
+	for _, t := range c.Tenants {
+		if t.Granted(profile) {
+			return true
+		}
+	}
+	return false
+}
+
+// validateWarmGranted refuses a warm minimum for a profile no tenant is granted: no job could
+// take those sandboxes, and they would hold slots the pools that are used need.
+func (c Config) validateWarmGranted(profiles []string) []error {
+	if len(c.Tenants) == 0 {
+		return nil // the default tenant is granted every profile
+	}
+	var errs []error
+	for _, name := range slices.Sorted(slices.Values(profiles)) {
+		w := c.Profiles[name].Warm
+		if w == nil || w.Min == 0 || c.grantedToAny(name) {
+			continue
+		}
+		errs = append(errs, &FieldError{Path: "profiles." + name + ".warm.min",
+			Msg: fmt.Sprintf("keeps %d sandboxes warm for a profile no tenant is granted; grant it in a tenant's profiles, or set min: 0", w.Min)})
+	}
 	return errs
 }
 

@@ -9,7 +9,10 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 )
 
-const warmProfile = "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}]\n"
+const (
+	warmProfile   = "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}]\n"
+	secondProfile = "  q:\n    model: {name: m}\n    tools: [{name: read_file}]\n"
+)
 
 func TestWarmDefaultsAndDecode(t *testing.T) {
 	cfg, err := config.Parse([]byte(warmProfile + "    warm: {min: 1, max: 4}\n"))
@@ -39,6 +42,9 @@ func TestWarmInvalid(t *testing.T) {
 		{"negative idle", "{idle: -1s}", "profiles.p.warm.idle"},
 		{"negative max_age", "{max_age: -5m}", "profiles.p.warm.max_age"},
 		{"unknown key", "{size: 3}", "profiles.p.warm.size"},
+		{"a minimum no tenant may take", "{min: 2}\n" + secondProfile + "tenants:\n  a: {profiles: [q]}", "profiles.p.warm.min"},
+		{"no minimum, no tenant: nothing kept", "{max: 2}\n" + secondProfile + "tenants:\n  a: {profiles: [q]}", ""},
+		{"a minimum a tenant takes", "{min: 2}\n" + secondProfile + "tenants:\n  a: {profiles: [q]}\n  b: {profiles: [p]}", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
