@@ -145,8 +145,8 @@ func TestApprovals(t *testing.T) {
 			t.Errorf("submit approvals = %q, %v; want the job and the command", text, err)
 		}
 
-		// Wait past the consumer's ack_wait (2s): only the heartbeats keep the job this worker's.
-		time.Sleep(time.Until(p.RequestedAt.Add(3 * time.Second)))
+		// Wait past the consumer's ack_wait (5s): only the heartbeats keep the job this worker's.
+		time.Sleep(time.Until(p.RequestedAt.Add(6 * time.Second)))
 		stdout, stderr, err := w.submit(t, "approve", id, harness.ShellCallID)
 		if err != nil {
 			t.Fatalf("approve: %v\n%s", err, stderr)

@@ -44,7 +44,9 @@ func TestModelOutageKeepsTheDelivery(t *testing.T) {
 	var down atomic.Bool
 	ns := startNATS(t)
 	storeDir := t.TempDir()
-	const ackWait = 2 * time.Second
+	// Heartbeats come every third of it: a worker stalled for seconds on a busy machine (seen
+	// at 2s: a 3s stall spent the only delivery) must not lose the job for that.
+	const ackWait = 5 * time.Second
 	w := launchWorker(t, testworker.Config{NATS: ns.ClientURL(), NATSYAML: fmt.Sprintf("ack_wait: %s\nmax_deliver: 1", ackWait),
 		Store: "file://" + storeDir, Model: stoppedModel(t, &down), Args: []string{"--log-level", "debug"}})
 	w.WaitReady(t)
