@@ -8,6 +8,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/boxcar-run/boxcar/internal/provenance.releaseVersion=$(VERSION)
 BUILDFLAGS := -trimpath -buildvcs=auto
 export PATH := $(shell $(GO) env GOPATH)/bin:$(PATH)
+# The race detector writes its reports here, not into the tests' output, so that a failing run
+# ends with them (CI keeps the end of the output).
+RACE_LOGS := $(CURDIR)/.boxcar/race
 
 .PHONY: all build demo test test-faults lint deps deps-test bench clean image test-cluster
 
@@ -36,7 +39,9 @@ demo: deps build
 test: deps-test image
 	$(GO) vet -tags integration ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	$(GO) test -tags integration -race -count=1 -timeout 30m -bench . -benchtime 1x ./...
+	@rm -rf $(RACE_LOGS) && mkdir -p $(RACE_LOGS)
+	GORACE="log_path=$(RACE_LOGS)/report" $(GO) test -tags integration -race -count=1 -timeout 30m -bench . -benchtime 1x ./... \
+		|| { scripts/race-reports.sh $(RACE_LOGS); exit 1; }
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/job
 	@$(MAKE) --no-print-directory test-cluster
 

@@ -140,7 +140,9 @@ func TestApproverNoAnswerMeansDenied(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	answers := make(chan approval, 1)
-	b.worker(askingAgent(300*time.Millisecond, answers), withApprovals)
+	// Long enough for the request to be written on a busy machine: a wait that ends before
+	// then is a failed request, not an unanswered one.
+	b.worker(askingAgent(2*time.Second, answers), withApprovals)
 	j := b.submit("p")
 	a := <-answers
 	// The answer says when the worker gave up, and that nobody answered.

@@ -89,13 +89,26 @@ func (s *egressSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sand
 
 type egressProvider struct {
 	fakeProvider
+	mu   sync.Mutex // the worker starts sandboxes while the test looks at the last one
 	last *egressSandbox
 }
 
 func (p *egressProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	sb, _ := p.fakeProvider.Start(ctx, spec)
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.last = &egressSandbox{fakeSandbox: sb.(*fakeSandbox)}
 	return p.last, nil
+}
+
+// lastEnv is the environment of the last command run in the last sandbox started.
+func (p *egressProvider) lastEnv() map[string]string {
+	p.mu.Lock()
+	s := p.last
+	p.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.env
 }
 
 // stubResolver answers the test's names; anything else does not resolve.
@@ -194,7 +207,7 @@ func TestEgressWiring(t *testing.T) {
 	if st := b.waitFinal(j.ID, time.Minute); st.State != job.StateSucceeded {
 		t.Fatalf("job ended %s: %s", st.State, st.Error)
 	}
-	env := p.last.env
+	env := p.lastEnv()
 	if env["HTTPS_PROXY"] != "http://"+sandbox.EgressAddr || env["API_TOKEN"] == "" || env["API_TOKEN"] == secret || env["SSL_CERT_FILE"] != sandbox.EgressCAFile {
 		t.Errorf("the command's environment names no proxy, CA or placeholder (HTTPS_PROXY %q, SSL_CERT_FILE %q, API_TOKEN is the real value: %v)",
 			env["HTTPS_PROXY"], env["SSL_CERT_FILE"], env["API_TOKEN"] == secret)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,13 +103,13 @@ func TestCommittedLastDeliveryWhoseWorkerDiedIsNotDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	oneDelivery(b)
-	var first *worker
+	var first atomic.Pointer[worker] // set before the job is published, read by the worker's hook
 	dies := &hookStore{Store: b.shared, afterCreate: func(key string) {
 		if path.Base(key) == "manifest.json" {
-			first.nc.Close() // killed between the commit and the ack
+			first.Load().nc.Close() // killed between the commit and the ack
 		}
 	}}
-	first = b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = dies })
+	first.Store(b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = dies }))
 	j := b.submit("p")
 	waitFor(t, 10*time.Second, "the commit", func() bool {
 		_, err := b.store.Stat(context.Background(), store.ManifestKey(j.ID))

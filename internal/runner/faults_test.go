@@ -80,17 +80,17 @@ var errStoreDown = errors.New("store: dial tcp 127.0.0.1:9: connect: connection 
 func TestStatusAfterAdoptionIsTheCommittedRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var first *worker
+	var first atomic.Pointer[worker] // set before the job is published, read by the worker's hook
 	committed := make(chan struct{})
 	dies := &hookStore{Store: b.shared, afterCreate: func(key string) {
 		if path.Base(key) == "manifest.json" {
-			first.nc.Close() // killed between the commit and the ack
+			first.Load().nc.Close() // killed between the commit and the ack
 			close(committed)
 		}
 	}}
-	first = b.worker(agentFunc(writeReport), func(c *runner.Config) {
+	first.Store(b.worker(agentFunc(writeReport), func(c *runner.Config) {
 		c.Store, c.Worker.WorkerID = dies, "worker-a"
-	})
+	}))
 	j := b.submit("p")
 	<-committed
 
@@ -190,7 +190,7 @@ func TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	var j job.Job
+	j := b.newJob("p", "t")
 	committed := func() bool {
 		_, err := b.store.Stat(ctx, store.ManifestKey(j.ID))
 		return err == nil
@@ -212,7 +212,7 @@ func TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone(t *testing.T) {
 	stale := b.worker(staleReport, func(c *runner.Config) {
 		c.Store, c.HeartbeatInterval, c.Worker.Concurrency = pausing, time.Hour, 1
 	})
-	j = b.submit("p")
+	b.publish(j)
 	waitFor(t, 10*time.Second, "the first attempt's upload", func() bool {
 		st, err := b.q.Status(ctx, j.ID)
 		return err == nil && st.Progress == "uploading"
@@ -261,7 +261,7 @@ func TestUnawareStaleAttemptCommitsFirst(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	b.setAckWait(time.Hour) // what the first worker reads when it starts: no heartbeat for 20 minutes
-	var j job.Job
+	j := b.newJob("p", "t")
 	status := func() job.Status {
 		st, _ := b.q.Status(ctx, j.ID)
 		return st
@@ -273,7 +273,7 @@ func TestUnawareStaleAttemptCommitsFirst(t *testing.T) {
 		}
 		return agent.Result{Outcome: agent.OutcomeCompleted}, nil
 	}), func(c *runner.Config) { c.Worker.Concurrency = 1 })
-	j = b.submit("p")
+	b.publish(j)
 	waitFor(t, 10*time.Second, "the first attempt to run", func() bool { return status().Attempt == 1 })
 	// The server now delivers the job again after 2 s; the next worker reads that when it
 	// starts and keeps its attempt alive.
@@ -315,7 +315,7 @@ func TestStaleAttemptLeavesTheNextDeliveryAlone(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	var j job.Job
+	j := b.newJob("p", "t")
 	retrying := func() bool {
 		st, err := b.q.Status(ctx, j.ID)
 		return err == nil && st.State == job.StateRetrying && st.Attempt == 2
@@ -329,7 +329,7 @@ func TestStaleAttemptLeavesTheNextDeliveryAlone(t *testing.T) {
 	stale := b.worker(agentFunc(writeReport), func(c *runner.Config) {
 		c.Store, c.HeartbeatInterval, c.Worker.Concurrency = pausing, time.Hour, 1
 	})
-	j = b.submit("p")
+	b.publish(j)
 	waitFor(t, 10*time.Second, "the first attempt's upload", func() bool {
 		st, err := b.q.Status(ctx, j.ID)
 		return err == nil && st.Progress == "uploading"

@@ -334,12 +334,26 @@ func (b *bundle) submit(profile string) job.Job {
 // submitTask submits a job with the given task, which a scripted agent may read.
 func (b *bundle) submitTask(profile, task string) job.Job {
 	b.t.Helper()
-	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: profile, Task: task, SubmittedAt: time.Now().UTC(),
+	j := b.newJob(profile, task)
+	b.publish(j)
+	return j
+}
+
+// newJob is a job with its input stored, not yet published. A test whose agent or store hooks
+// name the job makes it first: a worker may run a job before Publish has even returned, and a
+// variable assigned from submit afterwards would be read by the worker and written by the test
+// with nothing ordering the two.
+func (b *bundle) newJob(profile, task string) job.Job {
+	b.t.Helper()
+	return job.Job{Version: job.Version, ID: job.NewID(), Profile: profile, Task: task, SubmittedAt: time.Now().UTC(),
 		Inputs: []job.Input{b.putInput([]byte("a,b\n1,2\n"))}}
+}
+
+func (b *bundle) publish(j job.Job) {
+	b.t.Helper()
 	if _, err := b.q.Publish(context.Background(), j); err != nil {
 		b.t.Fatal(err)
 	}
-	return j
 }
 
 // killedMidRun submits a job to a new worker whose agent calls run (when not nil) and then
