@@ -239,12 +239,14 @@ func TestUnackedJobIsRedelivered(t *testing.T) {
 
 func TestKeepAliveHoldsTheJobPastAckWait(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	// Heartbeats every 1.7 s: a busy machine that stalls this process for a second or two
+	// must not redeliver the job (the other tests' 1 s would).
+	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(5 * time.Second) })
 	ctx := context.Background()
 	b.submit(t)
 	d := fetch(t, b.w, 5*time.Second)
 	stop := d.KeepAlive(ctx, 0)
-	expectEmpty(t, b.w, 3*b.w.AckWait())
+	expectEmpty(t, b.w, 2*b.w.AckWait())
 	stop()
 	if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
