@@ -37,39 +37,42 @@ func (m *mix) decay(now time.Time) {
 	m.at = now
 }
 
-// part is the profile's part of the tenant's demand: demand times the profile's share of the
-// tenant's recent takes, rounded up, so a profile with any recent job keeps at least one. With
-// less than one take's worth left (an idle tenant, or a worker just started) nothing is known of
-// the mix, and every profile's part is the whole demand.
-func (m *mix) part(now time.Time, profile string, demand uint64) uint64 {
+// share is the profile's share of the tenant's recent takes. known is false with less than one
+// take's worth left (an idle tenant, or a worker just started): nothing is known of the mix.
+func (m *mix) share(now time.Time, profile string) (share float64, known bool) {
 	m.decay(now)
 	total := 0.0
 	for _, c := range m.counts {
 		total += c
 	}
 	if total < 1 {
-		return demand
+		return 0, false
 	}
-	return uint64(math.Ceil(float64(demand) * m.counts[profile] / total))
+	return m.counts[profile] / total, true
 }
 
 // part is the profile's part of the lag read last, taking of each tenant's lag what `of` picks
 // (pending, or pending and in flight): a tenant's counts only towards the profiles granted to
-// it, split between them as its recent jobs were. The caller holds mu.
+// it, split between them as its recent jobs were, or whole where nothing is known of its mix.
+// The tenants' parts are added before the sum is rounded up: a profile with any part keeps a
+// sandbox, but ten tenants with half a job each for it keep five, not ten. The caller holds mu.
 func (p *Pool) part(now time.Time, profile string, of func(Lag) uint64) uint64 {
-	var n uint64
+	sum := 0.0
 	for _, l := range p.lags {
 		if !p.granted(l.Tenant, profile) {
 			continue
 		}
-		m := p.mixes[l.Tenant]
-		if m == nil {
-			n += of(l) // no take of the tenant's yet: nothing is known of its mix
-			continue
+		demand := float64(of(l))
+		if m := p.mixes[l.Tenant]; m != nil {
+			if share, known := m.share(now, profile); known {
+				demand *= share
+			}
 		}
-		n += m.part(now, profile, of(l))
+		sum += demand
 	}
-	return n
+	// Shares that make a whole (a third, three times) add up to a hair over it in floating
+	// point, which must not round up to one more sandbox.
+	return uint64(math.Ceil(max(sum-1e-9, 0)))
 }
 
 // granted reports whether the tenant's jobs may ask for the profile (Config.Tenants).

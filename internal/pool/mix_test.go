@@ -58,6 +58,8 @@ func TestTenantsLagCountsTowardsTheirProfiles(t *testing.T) {
 		"one":   {Profiles: []string{"a"}},
 		"two":   {Profiles: []string{"a", "b"}},
 		"three": {Profiles: []string{"b", "c"}}, // c has no pool
+		"four":  {Profiles: []string{"a", "b"}},
+		"five":  {Profiles: []string{"a", "b"}},
 	}
 	type take struct{ tenant, profile string }
 	tests := []struct {
@@ -75,6 +77,12 @@ func TestTenantsLagCountsTowardsTheirProfiles(t *testing.T) {
 		{name: "an unpooled profile's jobs take their part",
 			takes: []take{{"three", "c"}, {"three", "b"}}, lags: map[string]uint64{"three": 2}, wantA: 0, wantB: 1},
 		{name: "a tenant the worker does not serve warms nothing", lags: map[string]uint64{"stranger": 4}, wantA: 0, wantB: 0},
+		{name: "the tenants' parts are added before they are rounded",
+			takes: []take{{"two", "a"}, {"two", "b"}, {"four", "a"}, {"four", "b"}, {"five", "a"}, {"five", "b"}},
+			lags:  map[string]uint64{"two": 1, "four": 1, "five": 1}, wantA: 2, wantB: 2},
+		{name: "thirds that make a whole keep one",
+			takes: []take{{"two", "a"}, {"two", "b"}, {"two", "b"}, {"four", "a"}, {"four", "b"}, {"four", "b"}, {"five", "a"}, {"five", "b"}, {"five", "b"}},
+			lags:  map[string]uint64{"two": 1, "four": 1, "five": 1}, wantA: 1, wantB: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
