@@ -70,8 +70,8 @@ func (p *Pool) part(now time.Time, profile string, of func(Lag) uint64) uint64 {
 		}
 		sum += demand
 	}
-	// Shares that make a whole (a third, three times) add up to a hair over it in floating
-	// point, which must not round up to one more sandbox.
+	// Parts that make a whole can add up to a hair over it in floating point (0.2 + 0.4 + 0.3
+	// + 0.1 is 1.0000000000000002), which must not round up to one more sandbox.
 	return uint64(math.Ceil(max(sum-1e-9, 0)))
 }
 
