@@ -42,6 +42,8 @@ test: deps-test image
 	@rm -rf $(RACE_LOGS) && mkdir -p $(RACE_LOGS)
 	GORACE="log_path=$(RACE_LOGS)/report" $(GO) test -tags integration -race -count=1 -timeout 30m -bench . -benchtime 1x ./... \
 		|| { scripts/race-reports.sh $(RACE_LOGS); exit 1; }
+	GORACE="log_path=$(RACE_LOGS)/report" $(GO) test -tags integration -race -count=1 ./internal/runner -args -publish-pause 1s \
+		|| { scripts/race-reports.sh $(RACE_LOGS); exit 1; }
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/job
 	@$(MAKE) --no-print-directory test-cluster
 

@@ -354,7 +354,13 @@ func (b *bundle) publish(j job.Job) {
 	if _, err := b.q.Publish(context.Background(), j); err != nil {
 		b.t.Fatal(err)
 	}
+	time.Sleep(*publishPause)
 }
+
+// publishPause holds the test after each publish, as a busy machine may: a worker then runs the
+// job before the test goes on, and the race detector sees a test that touches what the worker
+// does with nothing ordering the two (`make test` runs the package once with -publish-pause).
+var publishPause = flag.Duration("publish-pause", 0, "hold each test this long after it publishes a job")
 
 // killedMidRun submits a job to a new worker whose agent calls run (when not nil) and then
 // hangs, and kills that worker once run has returned: its connection closes mid-run, so it can
