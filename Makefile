@@ -36,8 +36,9 @@ demo: deps build
 ## the tests behind the integration build tag (bubblewrap, versitygw, promtool, Docker, root).
 ## Every benchmark also runs once (-benchtime 1x, in the same test binaries, so nothing more is
 ## built): a smoke test that keeps make bench working; its figures mean nothing under -race.
-## The fuzzer minimizes each new input for at most 1 s: its default 60 s took all but the first
-## 3 s of the 20.
+## Then the fuzzers of what a worker reads (a job) and of what it signs (the manifest's canonical
+## form, against the JCS reference), each minimizing a new input for at most 1 s: the default 60 s
+## took all but the first 3 s of a 20 s run.
 test: deps-test image
 	$(GO) vet -tags integration ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -47,6 +48,8 @@ test: deps-test image
 	GORACE="log_path=$(RACE_LOGS)/report" $(GO) test -tags integration -race -count=1 ./internal/runner -args -publish-pause 1s \
 		|| { scripts/race-reports.sh $(RACE_LOGS); exit 1; }
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s -fuzzminimizetime 1s ./internal/job
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalMatchesJCS$$' -fuzztime 15s -fuzzminimizetime 1s ./internal/provenance
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalStringsMatchJCS$$' -fuzztime 15s -fuzzminimizetime 1s ./internal/provenance
 	@$(MAKE) --no-print-directory test-cluster
 
 ## test-faults: the fault-injection runs (docs/testing.md): external nats-server and versitygw, two
