@@ -275,9 +275,7 @@ func (b *bundle) submitNetwork(profile string, allow ...string) job.Job {
 	b.t.Helper()
 	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: profile, Task: "t", SubmittedAt: time.Now().UTC(),
 		Network: &job.Network{Allow: allow}}
-	if _, err := b.q.Publish(context.Background(), j); err != nil {
-		b.t.Fatal(err)
-	}
+	b.publish(j)
 	return j
 }
 

@@ -43,9 +43,7 @@ func TestInputTooLargeFailsAtTheFirstAttempt(t *testing.T) {
 			}), func(c *runner.Config) { c.Worker.Concurrency = 1 })
 			j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC(),
 				Inputs: []job.Input{b.putInput(bytes.Repeat([]byte("x"), tt.size))}}
-			if _, err := b.q.Publish(context.Background(), j); err != nil {
-				t.Fatal(err)
-			}
+			b.publish(j)
 			st := b.waitFinal(j.ID, 30*time.Second)
 			if st.State != job.StateFailed || st.Attempt != 1 {
 				t.Fatalf("status %s at attempt %d (%s), want failed at attempt 1", st.State, st.Attempt, st.Error)

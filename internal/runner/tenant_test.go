@@ -107,9 +107,7 @@ func TestInputOutsideTenant(t *testing.T) {
 			}
 			j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC(),
 				Inputs: []job.Input{{Name: "in.csv", URI: b.shared.URL(tt.key), SHA256: sum, Size: size}}}
-			if _, err := b.q.Publish(ctx, j); err != nil {
-				t.Fatal(err)
-			}
+			b.publish(j)
 			st := b.waitFinal(j.ID, 30*time.Second)
 			if st.State != job.StateFailed || st.Attempt != 1 || !strings.Contains(st.Error, "outside the store of tenant default") {
 				t.Fatalf("status %s at attempt %d, error %q; want failed at attempt 1, outside the tenant", st.State, st.Attempt, st.Error)
@@ -135,9 +133,7 @@ func TestInputFromAnotherMountOfTheFileStore(t *testing.T) {
 	in := b.putTenantInput(b.store, []byte("a,b\n1,2\n"))
 	in.URI = "file:///mnt/elsewhere/" + store.TenantPrefix(job.DefaultTenant) + store.InputKey(in.SHA256)
 	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC(), Inputs: []job.Input{in}}
-	if _, err := b.q.Publish(context.Background(), j); err != nil {
-		t.Fatal(err)
-	}
+	b.publish(j)
 	if st := b.waitFinal(j.ID, 30*time.Second); st.State != job.StateSucceeded {
 		t.Fatalf("status %s, error %q; want succeeded", st.State, st.Error)
 	}
