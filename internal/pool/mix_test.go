@@ -83,11 +83,18 @@ func TestTenantsLagCountsTowardsTheirProfiles(t *testing.T) {
 		{name: "thirds that make a whole keep one",
 			takes: []take{{"two", "a"}, {"two", "b"}, {"two", "b"}, {"four", "a"}, {"four", "b"}, {"four", "b"}, {"five", "a"}, {"five", "b"}, {"five", "b"}},
 			lags:  map[string]uint64{"two": 1, "four": 1, "five": 1}, wantA: 1, wantB: 2},
+		// 3 x 1/5 + 3 x 2/5 + 3 x 2/5 is 3.0000000000000004 in floating point, whatever the
+		// order: three sandboxes, not four.
+		{name: "parts that add up to a hair over a whole do not round up",
+			takes: []take{{"two", "a"}, {"two", "b"}, {"two", "b"}, {"two", "b"}, {"two", "b"},
+				{"four", "a"}, {"four", "a"}, {"four", "b"}, {"four", "b"}, {"four", "b"},
+				{"five", "a"}, {"five", "a"}, {"five", "b"}, {"five", "b"}, {"five", "b"}},
+			lags: map[string]uint64{"two": 3, "four": 3, "five": 3}, wantA: 3, wantB: 6},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			bn := setupTenants(t, 8, map[string]config.Profile{
+			bn := setupTenants(t, 16, map[string]config.Profile{
 				"a": warmProfile(config.Warm{}),
 				"b": warmProfile(config.Warm{}),
 			}, tenants)
