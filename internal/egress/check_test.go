@@ -1,9 +1,13 @@
 package egress
 
 import (
+	"bufio"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -11,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestRebinding: a name that resolves to an allowed address, then to loopback, is resolved
@@ -89,6 +95,126 @@ func TestCaps(t *testing.T) {
 				t.Fatalf("decision %+v, want %s", d, tt.want)
 			}
 		})
+	}
+}
+
+// TestByteCapAdmission: a job at its byte cap gets no new forwarded request, tunnel or request
+// inside an open terminated tunnel: each is refused with byte_cap before anything is dialled
+// or sent. The meters alone cut a transfer only once it had written a buffer's worth, so every
+// request after the cap still reached its upstream.
+func TestByteCapAdmission(t *testing.T) {
+	tests := []struct {
+		name string
+		send func(t *testing.T, h *harness, open *tlsConn) int // the status the client reads
+	}{
+		{"forwarded request", func(t *testing.T, h *harness, _ *tlsConn) int {
+			status, _ := h.raw(t, getReq("http://plain.example.com/", "plain.example.com"))
+			return status
+		}},
+		{"CONNECT to a spliced host", func(t *testing.T, h *harness, _ *tlsConn) int {
+			status, _ := h.raw(t, connectReq("pkg.example.com:443"))
+			return status
+		}},
+		{"CONNECT to the bound host", func(t *testing.T, h *harness, _ *tlsConn) int {
+			status, _ := h.raw(t, connectReq("api.example.com:443"))
+			return status
+		}},
+		{"request in a terminated tunnel opened before the cap", func(t *testing.T, h *harness, open *tlsConn) int {
+			if _, err := io.WriteString(open.c, getReq("/", "api.example.com")); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(open.br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, func(c *Config) { c.Limits.MaxBytes = 2000 })
+			var open tlsConn
+			open.c, open.br = h.terminated(t, "api.example.com:443")
+			h.proxy.bytes.Store(h.proxy.cfg.Limits.MaxBytes) // the job is at its cap
+			if status := tt.send(t, h, &open); status != http.StatusTooManyRequests {
+				t.Fatalf("status %d, want 429", status)
+			}
+			d := h.waitDecision(t, "the refusal", func(d Decision) bool { return !d.Allowed })
+			if d.Reason != ReasonByteCap {
+				t.Errorf("decision %+v, want byte_cap", d)
+			}
+			if got := h.dialer.seen(); len(got) != 0 {
+				t.Errorf("the proxy dialled %v at the byte cap", got)
+			}
+			if n := h.tlsUp.count() + h.plainUp.count(); n != 0 {
+				t.Errorf("the upstreams got %d requests at the byte cap", n)
+			}
+		})
+	}
+}
+
+// tlsConn is a terminated tunnel as the sandbox holds it.
+type tlsConn struct {
+	c  *tls.Conn
+	br *bufio.Reader
+}
+
+// TestByteCapNeverExceeded: requests that each carry 1500 bytes in a header field move no more
+// than the job's byte cap on any path, and no more than the cap reaches the upstreams: a write
+// is cut to what is left (forwarded, spliced) and a terminated tunnel's header, which the
+// Transport writes whole, goes only when it fits. The meters counted a write once it was
+// through, so every request after the cap still went whole (a 2000-byte cap moved 9,698).
+func TestByteCapNeverExceeded(t *testing.T) {
+	exfil := strings.Repeat("A", 1500)
+	tests := []struct {
+		name  string
+		extra int64 // the cap above 2000: a spliced tunnel's TLS handshakes are counted too
+		send  func(t *testing.T, h *harness, i int)
+	}{
+		{"forwarded", 0, func(t *testing.T, h *harness, i int) {
+			h.raw(t, getReq(fmt.Sprintf("http://plain.example.com/%d", i), "plain.example.com", "X-Exfil: "+exfil+"\r\n", "Connection: close\r\n"))
+		}},
+		{"spliced", 8 << 10, func(t *testing.T, h *harness, i int) {
+			try(t, h, fmt.Sprintf("https://pkg.example.com/%d", i), exfil)
+		}},
+		{"terminated", 0, func(t *testing.T, h *harness, i int) {
+			try(t, h, fmt.Sprintf("https://api.example.com/%d", i), exfil)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, func(c *Config) { c.Limits.MaxBytes = 2000 + tt.extra })
+			for i := range 6 {
+				tt.send(t, h, i)
+			}
+			h.waitDecision(t, "the byte cap", func(d Decision) bool { return d.Reason == ReasonByteCap })
+			testharness.Wait(t, "every tunnel to end", func() (bool, error) { return h.proxy.tunnels.Load() == 0, nil })
+			limit := h.proxy.cfg.Limits.MaxBytes
+			if used := h.proxy.bytes.Load(); used > limit {
+				t.Errorf("the job moved %d bytes, cap %d", used, limit)
+			}
+			if s := h.proxy.Summary(); s.BytesOut+s.BytesIn > limit {
+				t.Errorf("summary: %d bytes out, %d in; cap %d", s.BytesOut, s.BytesIn, limit)
+			}
+			got := 0
+			for _, r := range append(h.tlsUp.all(), h.plainUp.all()...) {
+				got += len(r.Header.Get("X-Exfil"))
+			}
+			if int64(got) > limit {
+				t.Errorf("the upstreams got %d bytes of X-Exfil, cap %d", got, limit)
+			}
+		})
+	}
+}
+
+// try makes a GET through the proxy with field as X-Exfil; a refusal is no failure.
+func try(t *testing.T, h *harness, url, field string) {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("X-Exfil", field)
+	if resp, err := h.client(t).Do(req); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }
 

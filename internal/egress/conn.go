@@ -96,10 +96,48 @@ func writeRefusal(w io.Writer, v *verdict) {
 		status, http.StatusText(status), len(body), v.reason, body)
 }
 
-// countRequest takes one request from the job's cap.
-func (p *Proxy) countRequest() *verdict {
-	if p.reqs.Add(1) > p.cfg.Limits.MaxRequests {
-		return refuse(ReasonRequestCap, "the job's request cap is reached")
+// jobCap is one of the job's caps a new request must be under.
+type jobCap struct {
+	reason Reason
+	detail string
+	over   func(p *Proxy) bool // counts the request when the cap is a count
+}
+
+// jobCaps are checked, in order, for each forwarded request, CONNECT and request inside a
+// terminated tunnel, before anything is dialled or sent.
+var jobCaps = []jobCap{
+	// At the byte cap nothing more may move: a request admitted now would dial, and send
+	// what the meters let through of its header (nothing), for a refusal after the fact.
+	{ReasonByteCap, "the job's byte cap is reached", func(p *Proxy) bool { return p.bytes.Load() >= p.cfg.Limits.MaxBytes }},
+	{ReasonRequestCap, "the job's request cap is reached", func(p *Proxy) bool { return p.reqs.Add(1) > p.cfg.Limits.MaxRequests }},
+}
+
+// admit takes one request from the job's caps, or refuses it with the first cap it is over.
+func (p *Proxy) admit() *verdict {
+	for _, c := range jobCaps {
+		if c.over(p) {
+			return refuse(c.reason, c.detail)
+		}
 	}
 	return nil
+}
+
+// upstreamFailures say why an exchange with the upstream failed before a response, for the
+// refusal the client reads; any other failure is dial_failed.
+var upstreamFailures = []struct {
+	err error
+	v   verdict
+}{
+	{errByteCap, verdict{ReasonByteCap, "the job's byte cap is reached"}},
+	{errUpstreamTLS, verdict{ReasonUpstreamTLS, "the upstream's certificate did not verify"}},
+}
+
+func upstreamFailure(err error) *verdict {
+	for _, f := range upstreamFailures {
+		if errors.Is(err, f.err) {
+			v := f.v
+			return &v
+		}
+	}
+	return refuse(ReasonDial, "upstream failed before a response")
 }

@@ -61,7 +61,7 @@ type clientHello struct {
 // extensionECH is encrypted_client_hello's code point (RFC 9849).
 const extensionECH = 0xfe0d
 
-// checkConnect checks a CONNECT's authority, Host field, the request cap and the target.
+// checkConnect checks a CONNECT's authority, Host field, the job's caps and the target.
 func (p *Proxy) checkConnect(ctx context.Context, hd *head, req *http.Request, d *Decision) (host, int, netip.AddrPort, *verdict) {
 	h, port, err := splitHostPort(req.RequestURI, 0)
 	if err != nil {
@@ -71,7 +71,7 @@ func (p *Proxy) checkConnect(ctx context.Context, hd *head, req *http.Request, d
 	if v := sameHost(hd.host, h, port, port); v != nil {
 		return host{}, 0, netip.AddrPort{}, v
 	}
-	if v := p.countRequest(); v != nil {
+	if v := p.admit(); v != nil {
 		return host{}, 0, netip.AddrPort{}, v
 	}
 	addr, v := p.checkTarget(ctx, h, port)

@@ -42,7 +42,7 @@ func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *D
 		return nil, v
 	}
 	d.Host, d.Port = h.String(), port
-	if v := p.countRequest(); v != nil {
+	if v := p.admit(); v != nil {
 		return nil, v
 	}
 	addr, v := p.checkTarget(ctx, h, port)
@@ -139,8 +139,9 @@ func (p *Proxy) roundTrip(client io.Writer, up io.Writer, lim *io.LimitedReader,
 		resp.Body.Close()
 	}
 	if err != nil && resp == nil {
-		d.Detail = "upstream failed before a response"
-		writeRefusal(client, refuse(ReasonDial, d.Detail))
+		v := upstreamFailure(err)
+		d.Detail = v.detail
+		writeRefusal(client, v)
 	}
 	return p.settle(d, out, in, err) && keep
 }

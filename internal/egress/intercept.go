@@ -84,7 +84,7 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 		v = sameHost(hd.host, t.h, t.port, 443)
 	}
 	if v == nil {
-		v = p.countRequest()
+		v = p.admit()
 	}
 	if v != nil {
 		p.refuseConn(t.client, d, v)
@@ -128,17 +128,14 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 		_, _ = io.WriteString(t.client, "HTTP/1.1 100 Continue\r\n\r\n")
 	}
 	body := &meteredBody{}
-	resp, err := p.transport.RoundTrip(outbound(ctx, t, req, out, body))
+	o, err := outbound(ctx, t, req, out, body)
+	var resp *http.Response
+	if err == nil {
+		resp, err = p.transport.RoundTrip(o)
+	}
 	if err != nil {
-		v := refuse(ReasonDial, "upstream failed before a response")
-		switch {
-		case errors.Is(err, errUpstreamTLS):
-			v = refuse(ReasonUpstreamTLS, "the upstream's certificate did not verify for "+t.h.String())
-		case errors.Is(err, errByteCap):
-			v = refuse(ReasonByteCap, "the job's byte cap is reached")
-		}
 		d.BytesOut = out.n.Load()
-		p.refuseConn(t.client, *d, v)
+		p.refuseConn(t.client, *d, upstreamFailure(err))
 		return false
 	}
 	stripHop(resp.Header)

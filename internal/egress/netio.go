@@ -11,31 +11,61 @@ import (
 // errByteCap ends a connection that went over Limits.MaxBytes.
 var errByteCap = errors.New("egress: the job's byte cap is reached")
 
-// meter counts one direction's bytes for a decision and the job's cap.
+// meter counts one direction's bytes for a decision and takes them from the job's cap before
+// they move: a write or a read is cut to what is left under the cap, so once the job's total
+// reaches it not one more byte goes through (a check after the write let each write through
+// whole: up to a buffer's worth past the cap on every request).
 type meter struct {
 	n   atomic.Int64
 	job *atomic.Int64
 	cap int64
 }
 
-func (m *meter) add(n int) error {
-	m.n.Add(int64(n))
-	if m.job.Add(int64(n)) > m.cap {
+// take reserves up to want bytes of what is left under the job's cap and returns how many;
+// settle then gives back what was not used.
+func (m *meter) take(want int) int {
+	for {
+		used := m.job.Load()
+		n := min(int64(want), max(m.cap-used, 0))
+		if n == 0 || m.job.CompareAndSwap(used, used+n) {
+			return int(n)
+		}
+	}
+}
+
+// settle counts used of the taken bytes for the decision and gives the rest back to the job.
+func (m *meter) settle(taken, used int) {
+	m.n.Add(int64(used))
+	m.job.Add(int64(used - taken))
+}
+
+// takeAll takes n bytes or none: what cannot be sent in part (a request header the Transport
+// writes whole) is sent only when it fits.
+func (m *meter) takeAll(n int) error {
+	if got := m.take(n); got < n {
+		m.settle(got, 0)
 		return errByteCap
 	}
+	m.settle(n, n)
 	return nil
 }
 
-// meteredWriter counts what it writes; it fails once the job is over its byte cap.
+// meteredWriter writes what fits under the job's byte cap and fails once it cuts a write.
 type meteredWriter struct {
 	w io.Writer
 	m *meter
 }
 
 func (w meteredWriter) Write(b []byte) (int, error) {
-	n, err := w.w.Write(b)
-	if cerr := w.m.add(n); cerr != nil && err == nil {
-		err = cerr
+	k := w.m.take(len(b))
+	var n int
+	var err error
+	if k > 0 {
+		n, err = w.w.Write(b[:k])
+	}
+	w.m.settle(k, n)
+	if err == nil && k < len(b) {
+		err = errByteCap
 	}
 	return n, err
 }

@@ -62,8 +62,10 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) 
 }
 
 // outbound is the request sent upstream for one request read inside a tunnel: same method,
-// path, Host and (swapped) header fields, the body streamed from the sandbox through in.
-func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, body *meteredBody) *http.Request {
+// path, Host and (swapped) header fields, the body streamed from the sandbox through in. Its
+// header is taken from the job's byte cap whole before the Transport writes it, or the request
+// is not sent (errByteCap).
+func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, body *meteredBody) (*http.Request, error) {
 	o := req.Clone(context.WithValue(ctx, tunnelKey{}, t))
 	// Only the checked host and the path go upstream, never a target as the sandbox spelled
 	// it: whatever would make the upstream read another host (an opaque or absolute-form
@@ -78,21 +80,36 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, bod
 	if _, ok := o.Header["User-Agent"]; !ok {
 		o.Header["User-Agent"] = nil // the Transport adds its own otherwise
 	}
-	if req.ContentLength != 0 || len(req.TransferEncoding) > 0 {
+	hasBody := req.ContentLength != 0 || len(req.TransferEncoding) > 0
+	if hasBody {
 		body.ReadCloser, body.m = req.Body, out
 		o.Body = body
 	} else {
 		body.done.Store(true)
 		o.Body = http.NoBody // an unknown body would make the Transport probe it
 	}
-	var hdr countingWriter
-	_ = o.Header.Write(&hdr)
-	_ = out.add(len(o.Method) + len(o.URL.RequestURI()) + len(o.Host) + 20 + int(hdr))
-	return o
+	if err := out.takeAll(headerSize(o, hasBody)); err != nil {
+		return nil, fmt.Errorf("request header for %s: %w", t.h, err)
+	}
+	return o, nil
 }
 
-// meteredBody counts a request body as the Transport reads it, and says when it has read it
-// whole: the body is read from the sandbox's connection, which nothing else may read until then.
+// headerSize is what the Transport writes of o's header: request line, Host, fields, a body's
+// framing field (counted at its longest, Content-Length of 19 digits) and the blank line.
+func headerSize(o *http.Request, hasBody bool) int {
+	var fields countingWriter
+	_ = o.Header.Write(&fields)
+	n := len(o.Method) + len(" ") + len(o.URL.RequestURI()) + len(" HTTP/1.1\r\nHost: \r\n") + len(o.Host) +
+		int(fields) + len("\r\n")
+	if hasBody {
+		n += len("Content-Length: 9223372036854775807\r\n")
+	}
+	return n
+}
+
+// meteredBody counts a request body as the Transport reads it, reading no more than is left
+// under the job's byte cap, and says when it has read it whole: the body is read from the
+// sandbox's connection, which nothing else may read until then.
 type meteredBody struct {
 	io.ReadCloser
 	m    *meter
@@ -100,10 +117,12 @@ type meteredBody struct {
 }
 
 func (b *meteredBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if cerr := b.m.add(n); cerr != nil && err == nil {
-		err = cerr
+	k := b.m.take(len(p))
+	if k == 0 && len(p) > 0 {
+		return 0, errByteCap
 	}
+	n, err := b.ReadCloser.Read(p[:k])
+	b.m.settle(k, n)
 	if errors.Is(err, io.EOF) {
 		b.done.Store(true)
 	}
