@@ -80,7 +80,8 @@ type Limits struct {
 	// DialTimeout bounds name resolution plus the upstream dial (and TLS handshake when the
 	// proxy terminates TLS). Default: 10 s.
 	DialTimeout time.Duration
-	// IdleTimeout closes a tunnel or connection with no traffic either way. Default: 5 min.
+	// IdleTimeout closes a tunnel or connection with no traffic either way: bytes flowing one
+	// way keep it open, however long the other side is silent. Default: 5 min.
 	IdleTimeout time.Duration
 }
 

@@ -150,6 +150,17 @@ func checkHello(hello clientHello, h host) *verdict {
 	return nil
 }
 
+// tunnelEnds say how a spliced tunnel ended, when either direction's copy failed; a row with no
+// reason keeps the tunnel allowed and only says why it closed.
+var tunnelEnds = []struct {
+	err    error
+	reason Reason
+	detail string
+}{
+	{errByteCap, ReasonByteCap, "cut at the job's byte cap"},
+	{os.ErrDeadlineExceeded, "", "closed after idle_timeout with no traffic either way"},
+}
+
 // splice passes the tunnel through to the checked address, both ways, until both sides end.
 func (p *Proxy) splice(ctx context.Context, client net.Conn, addr netip.AddrPort, d Decision) {
 	up, v := p.dial(ctx, addr)
@@ -170,10 +181,24 @@ func (p *Proxy) splice(ctx context.Context, client net.Conn, addr netip.AddrPort
 	errIn = pipe(client, iup, in)
 	wg.Wait()
 	d.Allowed, d.BytesOut, d.BytesIn, d.Duration = true, out.n.Load(), in.n.Load(), time.Since(d.Time)
-	if errors.Is(errOut, errByteCap) || errors.Is(errIn, errByteCap) {
-		d.Allowed, d.Reason, d.Detail = false, ReasonByteCap, "cut at the job's byte cap"
-	}
+	settleTunnel(&d, errOut, errIn)
 	p.decide(d)
+}
+
+// settleTunnel marks d with the first row of tunnelEnds either direction's error matches.
+func settleTunnel(d *Decision, errs ...error) {
+	for _, end := range tunnelEnds {
+		for _, err := range errs {
+			if !errors.Is(err, end.err) {
+				continue
+			}
+			d.Detail = end.detail
+			if end.reason != "" {
+				d.Allowed, d.Reason = false, end.reason
+			}
+			return
+		}
+	}
 }
 
 // pipe copies src to dst, then half-closes dst; on error it closes both.

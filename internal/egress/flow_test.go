@@ -10,7 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -78,6 +80,106 @@ func TestTunnelKeepAlive(t *testing.T) {
 	})
 	if n := len(h.dialer.seen()); inner != 3 || n != 1 {
 		t.Fatalf("%d requests decided, %d upstream dials; want 3 and 1", inner, n)
+	}
+}
+
+// TestIdleIsNoTrafficEitherWay: a tunnel carrying bytes one way only, for three times
+// idle_timeout, is not cut: a download the client sends nothing to after its request, an upload
+// the server answers only at its end, spliced and terminated. Each direction's read had a
+// deadline of its own, so the silent side timed out while the other still flowed (a spliced
+// download was cut at idle_timeout, 5 min by default; a terminated upload when the Transport's
+// read of the answer timed out). The gaps between lines are a tenth of idle_timeout: a machine
+// would have to stall for 1.8 s to fail it. The rows run at once (6 s in all), not as parallel
+// subtests, which -parallel holds to the machine's two cores.
+func TestIdleIsNoTrafficEitherWay(t *testing.T) {
+	const idle, every, lines = 2 * time.Second, 200 * time.Millisecond, 30 // 6 s of traffic
+	tests := []struct {
+		name, host string
+		upload     bool
+	}{
+		{"spliced download", "pkg.example.com", false},
+		{"spliced upload", "pkg.example.com", true},
+		{"terminated download", "api.example.com", false},
+		{"terminated upload", "api.example.com", true},
+	}
+	var wg sync.WaitGroup
+	for _, tt := range tests {
+		h := setup(t, func(c *Config) { c.Limits.IdleTimeout = idle })
+		cl := h.client(t)
+		wg.Go(func() {
+			if err := transfer(cl, tt.host, tt.upload, lines, every); err != nil {
+				t.Errorf("%s (idle_timeout %v): %v", tt.name, idle, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// transfer downloads lines from host's /stream, or uploads them to its /up, one every every,
+// and reports what went wrong.
+func transfer(cl *http.Client, host string, upload bool, lines int, every time.Duration) error {
+	var want string
+	for i := range lines {
+		want += streamLine(i)
+	}
+	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("https://%s/stream?n=%d&every=%s", host, lines, every), nil)
+	if upload {
+		req, _ = http.NewRequest(http.MethodPost, "https://"+host+"/up", &slowBody{n: lines, every: every})
+		want = fmt.Sprintf("%d bytes in", len(want))
+	}
+	start := time.Now()
+	resp, err := cl.Do(req)
+	if err != nil {
+		return fmt.Errorf("after %v: %w", time.Since(start).Round(time.Millisecond), err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.HasSuffix(string(got), want) {
+		return fmt.Errorf("after %v: read %d bytes (%v), want %d ending %q", time.Since(start).Round(time.Millisecond),
+			len(got), err, len(want), want[max(len(want)-9, 0):])
+	}
+	return nil
+}
+
+// slowBody is an upload of n lines, one every every.
+type slowBody struct {
+	n, sent int
+	every   time.Duration
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	if b.sent == b.n {
+		return 0, io.EOF
+	}
+	if b.sent > 0 {
+		time.Sleep(b.every)
+	}
+	b.sent++
+	return copy(p, streamLine(b.sent-1)), nil
+}
+
+// TestIdleTunnelCloses: a spliced tunnel with no traffic either way is closed after
+// idle_timeout, and its decision says so.
+func TestIdleTunnelCloses(t *testing.T) {
+	const idle = time.Second
+	h := setup(t, func(c *Config) { c.Limits.IdleTimeout = idle })
+	c := h.connectOK(t, "pkg.example.com:443")
+	tc := tls.Client(c, &tls.Config{ServerName: "pkg.example.com", RootCAs: h.upCA})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := tc.SetReadDeadline(start.Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := io.ReadAll(tc)
+	took := time.Since(start)
+	if errors.Is(err, os.ErrDeadlineExceeded) || took < idle/2 {
+		t.Fatalf("closed after %v (%v), want after idle_timeout %v", took, err, idle)
+	}
+	d := h.waitDecision(t, "the tunnel's", func(d Decision) bool { return d.Method == http.MethodConnect })
+	if !d.Allowed || !strings.Contains(d.Detail, "idle_timeout") {
+		t.Fatalf("decision %+v, want allowed, closed at idle_timeout", d)
 	}
 }
 

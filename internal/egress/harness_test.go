@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -153,6 +154,10 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		echo(w, r)
 		return
 	}
+	if r.URL.Path == "/stream" {
+		stream(w, r)
+		return
+	}
 	fmt.Fprintf(w, "hello from %s, %d bytes in", r.Host, len(body))
 }
 
@@ -165,6 +170,21 @@ func reflect(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Access-Control-Allow-Origin", o)
 	}
 }
+
+// stream is a long download: ?n lines (streamLine), one every ?every, each flushed.
+func stream(w http.ResponseWriter, r *http.Request) {
+	n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+	every, _ := time.ParseDuration(r.URL.Query().Get("every"))
+	for i := range n {
+		if i > 0 {
+			time.Sleep(every)
+		}
+		_, _ = io.WriteString(w, streamLine(i))
+		w.(http.Flusher).Flush()
+	}
+}
+
+func streamLine(i int) string { return fmt.Sprintf("line %03d\n", i) }
 
 // echo writes the request's X-Echo field into the body, as an error message quoting its
 // input would, gzipped when the client takes gzip, and into a trailer.

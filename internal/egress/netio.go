@@ -70,9 +70,14 @@ func (w meteredWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// idleConn pushes its deadline forward on every read and write, so a connection ends after
-// Limits.IdleTimeout with no traffic however long it lives. While hard is set (a request
-// header or a ClientHello is awaited) reads end by hard at the latest.
+// idleConn pushes its deadlines forward on every read and write, so a connection ends after
+// Limits.IdleTimeout with no traffic either way however long it lives. While hard is set (a
+// request header or a ClientHello is awaited) reads end by hard at the latest.
+//
+// A write moves the read deadline too: a connection's two directions are often served by two
+// goroutines (a spliced tunnel's two copies; the Transport's read loop waiting for an answer
+// while a long upload is written), and a read blocked while bytes flow the other way timed
+// out after IdleTimeout: a download the client sent nothing more to was cut mid-stream.
 type idleConn struct {
 	net.Conn
 	idle time.Duration
@@ -80,17 +85,26 @@ type idleConn struct {
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
-	d := time.Now().Add(c.idle)
-	if !c.hard.IsZero() && c.hard.Before(d) {
-		d = c.hard
-	}
-	_ = c.SetReadDeadline(d)
+	_ = c.SetReadDeadline(c.readDeadline())
 	return c.Conn.Read(b)
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	_ = c.SetWriteDeadline(time.Now().Add(c.idle))
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	if n > 0 {
+		_ = c.SetReadDeadline(c.readDeadline())
+	}
+	return n, err
+}
+
+// readDeadline is IdleTimeout from now, or hard when that comes first.
+func (c *idleConn) readDeadline() time.Time {
+	d := time.Now().Add(c.idle)
+	if !c.hard.IsZero() && c.hard.Before(d) {
+		d = c.hard
+	}
+	return d
 }
 
 // prefixConn reads r (bytes already taken from the connection, then the connection) and writes
