@@ -75,7 +75,9 @@ type Limits struct {
 	// MaxHeaderBytes caps a request's line and header fields. Default: 32 KiB.
 	MaxHeaderBytes int
 	// HeaderTimeout is how long a client has to send a request's header, or a ClientHello
-	// after CONNECT. Default: 10 s.
+	// after CONNECT: from the connection's start for its first request, from the first byte
+	// for a next one (a kept-alive connection may be idle for IdleTimeout between requests,
+	// and is then closed with no decision). Default: 10 s.
 	HeaderTimeout time.Duration
 	// DialTimeout bounds name resolution plus the upstream dial (and TLS handshake when the
 	// proxy terminates TLS). Default: 10 s.

@@ -40,9 +40,12 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 		return
 	}
 	defer p.tunnels.Add(-1)
-	for {
-		hd, req, v, err := p.readRequest(conn, br)
-		start := time.Now()
+	for served := false; ; served = true {
+		start, err := awaitRequest(br, served)
+		if err != nil {
+			return
+		}
+		hd, req, v, err := p.readRequest(conn, br, start)
 		if errors.Is(err, errClientDone) && v == nil {
 			return
 		}
@@ -60,9 +63,24 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	}
 }
 
-// readRequest reads and checks one request header, then parses it.
-func (p *Proxy) readRequest(c *idleConn, br *bufio.Reader) (*head, *http.Request, *verdict, error) {
-	hd, reason, detail, err := p.readHead(c, br)
+// awaitRequest waits for a connection's next request and returns when it began. The first is
+// timed from now: a client that connects has something to say, and header_timeout runs from
+// here. A next one may come after a pause of up to idle_timeout (the connection's read
+// deadline): a pooled keep-alive connection is idle between requests, which is neither a slow
+// header nor a request, so silence or a close there ends the connection with no decision
+// (errClientDone), and header_timeout runs from the next request's first byte.
+func awaitRequest(br *bufio.Reader, served bool) (time.Time, error) {
+	if served {
+		if _, err := br.Peek(1); err != nil {
+			return time.Time{}, fmt.Errorf("%w: idle between requests: %w", errClientDone, err)
+		}
+	}
+	return time.Now(), nil
+}
+
+// readRequest reads and checks one request header, begun at start, then parses it.
+func (p *Proxy) readRequest(c *idleConn, br *bufio.Reader, start time.Time) (*head, *http.Request, *verdict, error) {
+	hd, reason, detail, err := p.readHead(c, br, start)
 	if reason != "" {
 		return nil, nil, refuse(reason, detail), err
 	}

@@ -83,6 +83,140 @@ func TestTunnelKeepAlive(t *testing.T) {
 	}
 }
 
+// keptConn is a client connection to the proxy that a pooling client keeps between requests:
+// forwarded, or a terminated tunnel.
+type keptConn struct {
+	w   io.Writer
+	br  *bufio.Reader
+	req string // a whole request for this connection
+}
+
+// exchange sends k's request and reads a 200.
+func (k keptConn) exchange(t *testing.T) {
+	t.Helper()
+	if _, err := io.WriteString(k.w, k.req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(k.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// stall sends the start of k's request, no end to its header, and wants a 408.
+func (k keptConn) stall(t *testing.T) {
+	t.Helper()
+	if _, err := io.WriteString(k.w, k.req[:len(k.req)-10]); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(k.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("status %d, want 408", resp.StatusCode)
+	}
+}
+
+// TestKeepAliveBetweenRequests: a connection a client keeps after a request (every pooling
+// client does) may sit idle until idle_timeout; header_timeout runs from a request's first
+// byte. The proxy armed header_timeout as soon as a request was answered, so 10 s of pooling
+// was recorded as a denied request (header_timeout) that was never made, in the transcript,
+// the summary's denials and the metrics; and a header-stage refusal took its Time after the
+// header was given up on (Duration: microseconds).
+func TestKeepAliveBetweenRequests(t *testing.T) {
+	paths := []struct {
+		name string
+		open func(t *testing.T, h *harness) keptConn
+	}{
+		{"forwarded", func(t *testing.T, h *harness) keptConn {
+			c := h.dialProxy(t)
+			if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			return keptConn{c, bufio.NewReader(c), getReq("http://plain.example.com/", "plain.example.com")}
+		}},
+		{"terminated", func(t *testing.T, h *harness) keptConn {
+			tc, br := h.terminated(t, "api.example.com:443")
+			if err := tc.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			return keptConn{tc, br, getReq("/", "api.example.com")}
+		}},
+	}
+	const pause = 3 * 200 * time.Millisecond // shortHeaderTimeout's, three times over
+	tests := []struct {
+		name   string
+		tweak  func(*Config)
+		run    func(t *testing.T, k keptConn)
+		denied bool          // a header_timeout refusal, timed from the stalled request's start:
+		from   time.Duration // at least this long after the connection was opened
+	}{
+		{"a pause past header_timeout, then a request", nil, func(t *testing.T, k keptConn) {
+			k.exchange(t)
+			time.Sleep(pause)
+			k.exchange(t)
+		}, false, 0},
+		{"idle past idle_timeout: closed without a word", func(c *Config) { c.Limits.IdleTimeout = time.Second }, func(t *testing.T, k keptConn) {
+			k.exchange(t)
+			if got, err := io.ReadAll(k.br); len(got) != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read %q, %v; want the connection closed with nothing sent", got, err)
+			}
+		}, false, 0},
+		{"a next request stalled mid-header", nil, func(t *testing.T, k keptConn) {
+			k.exchange(t)
+			time.Sleep(pause)
+			k.stall(t)
+		}, true, pause},
+		{"a first request stalled mid-header", nil, func(t *testing.T, k keptConn) { k.stall(t) }, true, 0},
+	}
+	for _, path := range paths {
+		for _, tt := range tests {
+			t.Run(path.name+"/"+tt.name, func(t *testing.T) {
+				t.Parallel() // each mostly waits
+				h := setup(t, func(c *Config) {
+					shortHeaderTimeout(c)
+					if tt.tweak != nil {
+						tt.tweak(c)
+					}
+				})
+				opened := time.Now()
+				k := path.open(t, h)
+				tt.run(t, k)
+				checkKeptDecisions(t, h, tt.denied, opened.Add(tt.from))
+			})
+		}
+	}
+}
+
+// checkKeptDecisions wants every decision allowed, or, when denied, one header_timeout refusal
+// timed from its request's start: after before, for at least header_timeout.
+func checkKeptDecisions(t *testing.T, h *harness, denied bool, before time.Time) {
+	t.Helper()
+	var refusals []Decision
+	for _, d := range h.all() {
+		if !d.Allowed {
+			refusals = append(refusals, d)
+		}
+	}
+	if !denied {
+		if len(refusals) > 0 || h.proxy.Summary().Denied != 0 {
+			t.Fatalf("denied %+v; no request was refused", refusals)
+		}
+		return
+	}
+	limit := h.proxy.cfg.Limits.HeaderTimeout
+	if len(refusals) != 1 || refusals[0].Reason != ReasonHeaderTimeout || refusals[0].Time.Before(before) || refusals[0].Duration < limit {
+		t.Fatalf("denied %+v; want one header_timeout taking at least %v, after %v", refusals, limit, before)
+	}
+}
+
 // TestIdleIsNoTrafficEitherWay: a tunnel carrying bytes one way only, for three times
 // idle_timeout, is not cut: a download the client sends nothing to after its request, an upload
 // the server answers only at its end, spliced and terminated. Each direction's read had a

@@ -45,11 +45,11 @@ var headRules = []headRule{
 	}},
 }
 
-// readHead waits, up to Limits.HeaderTimeout, for a whole request header in br (leaving it
-// there for http.ReadRequest) and checks its shape. A clean EOF before any byte returns
-// errClientDone; a refusal returns its reason and detail.
-func (p *Proxy) readHead(c *idleConn, br *bufio.Reader) (*head, Reason, string, error) {
-	c.hard = time.Now().Add(p.cfg.Limits.HeaderTimeout)
+// readHead waits, up to Limits.HeaderTimeout from start, for a whole request header in br
+// (leaving it there for http.ReadRequest) and checks its shape. A clean EOF before any byte
+// returns errClientDone; a refusal returns its reason and detail.
+func (p *Proxy) readHead(c *idleConn, br *bufio.Reader, start time.Time) (*head, Reason, string, error) {
+	c.hard = start.Add(p.cfg.Limits.HeaderTimeout)
 	defer func() { c.hard = time.Time{} }()
 	limit := p.cfg.Limits.MaxHeaderBytes
 	n := 1

@@ -53,9 +53,12 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 	stop := context.AfterFunc(ctx, func() { tc.Close() })
 	defer stop()
 	tbr := bufio.NewReaderSize(tc, p.cfg.Limits.MaxHeaderBytes+1)
-	for {
-		hd, req, v, err := p.readRequest(ic, tbr)
-		start := time.Now()
+	for served := false; ; served = true {
+		start, err := awaitRequest(tbr, served)
+		if err != nil {
+			return
+		}
+		hd, req, v, err := p.readRequest(ic, tbr, start)
 		if errors.Is(err, errClientDone) && v == nil {
 			return
 		}
