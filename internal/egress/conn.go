@@ -150,6 +150,7 @@ var upstreamFailures = []struct {
 	{errUpstreamTLS, verdict{ReasonUpstreamTLS, "the upstream's certificate did not verify"}},
 }
 
+// upstreamFailure is the refusal for err: its row in upstreamFailures, or dial_failed.
 func upstreamFailure(err error) *verdict {
 	for _, f := range upstreamFailures {
 		if errors.Is(err, f.err) {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// errByteCap ends a connection that went over Limits.MaxBytes.
+// errByteCap ends a transfer at Limits.MaxBytes, or refuses what would not fit under it.
 var errByteCap = errors.New("egress: the job's byte cap is reached")
 
 // meter counts one direction's bytes for a decision and takes them from the job's cap before
