@@ -226,7 +226,9 @@ func checkKeptDecisions(t *testing.T, h *harness, denied bool, before time.Time)
 // would have to stall for 1.8 s to fail it. The rows run at once (6 s in all), not as parallel
 // subtests, which -parallel holds to the machine's two cores.
 func TestIdleIsNoTrafficEitherWay(t *testing.T) {
-	const idle, every, lines = 2 * time.Second, 200 * time.Millisecond, 30 // 6 s of traffic
+	// A false failure needs a stall of nearly idle (3.8 s) in one transfer; a busy CI box has
+	// stalled a goroutine for 3 s.
+	const idle, every, lines = 4 * time.Second, 200 * time.Millisecond, 60 // 12 s of traffic
 	tests := []struct {
 		name, host string
 		upload     bool
