@@ -222,12 +222,11 @@ func checkKeptDecisions(t *testing.T, h *harness, denied bool, before time.Time)
 // the server answers only at its end, spliced and terminated. Each direction's read had a
 // deadline of its own, so the silent side timed out while the other still flowed (a spliced
 // download was cut at idle_timeout, 5 min by default; a terminated upload when the Transport's
-// read of the answer timed out). The gaps between lines are a tenth of idle_timeout: a machine
-// would have to stall for 1.8 s to fail it. The rows run at once (6 s in all), not as parallel
-// subtests, which -parallel holds to the machine's two cores.
+// read of the answer timed out). The gaps between lines are a twentieth of idle_timeout: a
+// machine would have to stall for 3.8 s to fail it (a busy CI box has stalled a goroutine for
+// 3 s). The rows run at once (12 s in all), not as parallel subtests, which -parallel holds to
+// the machine's two cores.
 func TestIdleIsNoTrafficEitherWay(t *testing.T) {
-	// A false failure needs a stall of nearly idle (3.8 s) in one transfer; a busy CI box has
-	// stalled a goroutine for 3 s.
 	const idle, every, lines = 4 * time.Second, 200 * time.Millisecond, 60 // 12 s of traffic
 	tests := []struct {
 		name, host string
