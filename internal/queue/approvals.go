@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -101,6 +102,28 @@ func approvalKey(r Ref, callID string) (string, error) {
 	return r.key() + ".=" + hex.EncodeToString(sum[:16]), nil
 }
 
+// checkKey is the one rule for everything read from the approvals bucket (listed, watched or
+// read to be answered): an entry is the request its key names, or it is refused. Anyone who may
+// write a tenant's approvals (an approver's NATS login, which the worker does not trust to
+// approve) can put any body under any of the tenant's keys; one naming another request than
+// its key would be listed, and so answered and signed, as that other request.
+func (a Approval) checkKey(key string) error {
+	if want, err := approvalKey(Ref{Tenant: a.Tenant, ID: a.JobID}, a.CallID); err == nil && want == key {
+		return nil
+	}
+	return fmt.Errorf("%w: %s holds a request of tenant %s, job %s, call %s; no worker writes that: "+
+		"delete the key and find out who may write the tenant's approvals", ErrMisfiledApproval, key, shortQuote(a.Tenant), shortQuote(a.JobID), shortQuote(a.CallID))
+}
+
+// shortQuote quotes what a body claims for a message: escaped, and cut, as anyone wrote it.
+func shortQuote(s string) string {
+	const most = 80
+	if len(s) > most {
+		s = s[:most] + "…"
+	}
+	return strconv.Quote(s)
+}
+
 // RequestApproval records a command waiting for a person and returns what the bucket holds
 // for it. When a person already approved or denied the same command for the same job and call
 // id (a redelivered job asking again), that answer is returned and nothing is written; any
@@ -162,7 +185,8 @@ func (c *Consumer) WaitApproval(ctx context.Context, r Ref, callID string) (Appr
 			case e == nil || e.Operation() != jetstream.KeyValuePut:
 				continue // nil marks the end of the initial value
 			}
-			if a, err := decodeApproval(e.Value()); err == nil && a.Decision != "" {
+			// An entry that is not this request's (checkKey) is not its answer either.
+			if a, err := decodeApproval(key, e.Value()); err == nil && a.Decision != "" {
 				a.Revision = e.Revision()
 				return a, nil
 			}
@@ -186,12 +210,14 @@ func (c *Consumer) ExpireApproval(ctx context.Context, r Ref, callID, reason str
 // that of the request answered, and returns the signed decision (internal/approvalsig).
 type Signer func(Approval) (string, error)
 
-// DecideApproval answers a pending request, once: d is job.DecisionApproved or job.DecisionDenied, by
-// names the person as they claim (the worker records the name of the key that signed), reason
-// is optional, sign signs the answer (nil leaves it unsigned, which a worker refuses). It fails
-// with ErrUnknownApproval, ErrAlreadyDecided or ErrApprovalExpired, each error saying what the
-// request holds.
-func (c *Client) DecideApproval(ctx context.Context, jobID, callID string, d job.Decision, by, reason string, sign Signer) (Approval, error) {
+// DecideApproval answers a pending request, once: rev, unless 0, is the revision of the request
+// the person was shown (Approval, PendingApprovals), and the answer is refused when the key
+// holds another; d is job.DecisionApproved or job.DecisionDenied, by names the person as they
+// claim (the worker records the name of the key that signed), reason is optional, sign signs
+// the answer (nil leaves it unsigned, which a worker refuses). It fails with
+// ErrUnknownApproval, ErrAlreadyDecided, ErrApprovalExpired, ErrApprovalChanged or
+// ErrMisfiledApproval, each error saying what the request holds.
+func (c *Client) DecideApproval(ctx context.Context, jobID, callID string, rev uint64, d job.Decision, by, reason string, sign Signer) (Approval, error) {
 	if d != job.DecisionApproved && d != job.DecisionDenied {
 		return Approval{}, fmt.Errorf("queue: decide approval: %q is not approved or denied", d)
 	}
@@ -202,30 +228,21 @@ func (c *Client) DecideApproval(ctx context.Context, jobID, callID string, d job
 	var out Approval
 	err = unlessRefused(ctx, c.js.Conn(), []string{"$KV." + c.cfg.ApprovalsBucket + "."}, func(ctx context.Context) error {
 		var err error
-		out, err = c.decide(ctx, kv, jobID, callID, d, by, reason, sign)
+		out, err = c.decide(ctx, kv, jobID, callID, rev, d, by, reason, sign)
 		return err
 	})
 	return out, err
 }
 
-// decide writes the answer to a request that waits for one.
-func (c *Client) decide(ctx context.Context, kv jetstream.KeyValue, jobID, callID string, d job.Decision, by, reason string, sign Signer) (Approval, error) {
+// decide writes the answer to a request that waits for one. What is signed is the entry
+// under the key of the request the person asked to answer, which names that request
+// (checkKey), at the revision they were shown when they gave one.
+func (c *Client) decide(ctx context.Context, kv jetstream.KeyValue, jobID, callID string, rev uint64, d job.Decision, by, reason string, sign Signer) (Approval, error) {
 	return updateApproval(ctx, kv, c.ref(jobID), callID, func(a *Approval, now time.Time) (bool, error) {
-		switch {
-		case a.Decision == job.DecisionExpired:
-			return false, fmt.Errorf("%w: call %s of job %s expired at %s (%s); the command was denied",
-				ErrApprovalExpired, a.CallID, a.JobID, a.DecidedAt.Format(time.RFC3339), a.Reason)
-		case a.Decision != "":
-			return false, fmt.Errorf("%w: call %s of job %s was already %s by %s at %s",
-				ErrAlreadyDecided, a.CallID, a.JobID, a.Decision, a.DecidedBy, a.DecidedAt.Format(time.RFC3339))
-		case !now.Before(a.ExpiresAt):
-			return false, fmt.Errorf("%w: call %s of job %s expired at %s; the command was denied",
-				ErrApprovalExpired, a.CallID, a.JobID, a.ExpiresAt.Format(time.RFC3339))
+		if err := answerable(*a, rev, now); err != nil {
+			return false, err
 		}
 		a.Decision, a.DecidedBy, a.DecidedAt, a.Reason = d, by, now, reason
-		// What is signed names the request the person asked to answer, the client's tenant's,
-		// not what the entry claims: anyone who may write the key wrote the entry.
-		a.Tenant, a.JobID, a.CallID = c.tenant, jobID, callID
 		if sign != nil {
 			signed, err := sign(*a)
 			if err != nil {
@@ -235,6 +252,26 @@ func (c *Client) decide(ctx context.Context, kv jetstream.KeyValue, jobID, callI
 		}
 		return true, nil
 	})
+}
+
+// answerable says why request a, read at now, cannot take an answer bound to revision rev (0:
+// any), if it cannot: a refusal is a row here.
+func answerable(a Approval, rev uint64, now time.Time) error {
+	switch {
+	case a.Decision == job.DecisionExpired:
+		return fmt.Errorf("%w: call %s of job %s expired at %s (%s); the command was denied",
+			ErrApprovalExpired, a.CallID, a.JobID, a.DecidedAt.Format(time.RFC3339), a.Reason)
+	case a.Decision != "":
+		return fmt.Errorf("%w: call %s of job %s was already %s by %s at %s",
+			ErrAlreadyDecided, a.CallID, a.JobID, a.Decision, a.DecidedBy, a.DecidedAt.Format(time.RFC3339))
+	case rev != 0 && a.Revision != rev:
+		return fmt.Errorf("%w: call %s of job %s is at revision %d, not %d: list it again (`submit approvals %s`) and answer what it shows now",
+			ErrApprovalChanged, a.CallID, a.JobID, a.Revision, rev, a.JobID)
+	case !now.Before(a.ExpiresAt):
+		return fmt.Errorf("%w: call %s of job %s expired at %s; the command was denied",
+			ErrApprovalExpired, a.CallID, a.JobID, a.ExpiresAt.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // updateApproval applies change to a request that exists with compare-and-set, retrying on a
@@ -264,40 +301,75 @@ func (c *Client) approvalsBucket(ctx context.Context) (jetstream.KeyValue, error
 	return bucket(ctx, c.js, c.cfg.ApprovalsBucket, "approvals")
 }
 
-// PendingApprovals returns the requests still waiting for an answer, oldest first; with a job
-// id, only that job's.
-func (c *Client) PendingApprovals(ctx context.Context, jobID string) ([]Approval, error) {
+// Approval reads the request of a job's call as the key holds it now, answered or not, with
+// its revision: what `submit approve` shows before it signs, and binds the answer to.
+func (c *Client) Approval(ctx context.Context, jobID, callID string) (Approval, error) {
+	key, err := approvalKey(c.ref(jobID), callID)
+	if err != nil {
+		return Approval{}, err
+	}
+	kv, err := c.approvalsBucket(ctx)
+	if err != nil {
+		return Approval{}, err
+	}
+	a, rev, err := read[Approval](ctx, kv, key)
+	switch {
+	case err != nil:
+		return Approval{}, err
+	case rev == 0:
+		return Approval{}, fmt.Errorf("%w: call %s of job %s (see `submit approvals`)", ErrUnknownApproval, callID, jobID)
+	}
+	a.Revision = rev
+	return a, nil
+}
+
+// SkippedApproval is an entry a listing left out, and why: a body that does not decode, or
+// that names another request than its key (ErrMisfiledApproval).
+type SkippedApproval struct {
+	Key   string `json:"key"`
+	Error string `json:"error"`
+}
+
+// PendingApprovals returns the requests still waiting for an answer, oldest first (with a job
+// id, only that job's), and the entries it left out because they cannot be the request their
+// key names: whoever lists should say so, as someone who may write the bucket wrote them.
+func (c *Client) PendingApprovals(ctx context.Context, jobID string) ([]Approval, []SkippedApproval, error) {
 	filter := c.tenant + ".*.*"
 	if jobID != "" {
 		if !job.ValidID(jobID) {
-			return nil, fmt.Errorf("%w: %q is not a job id", ErrUnknownJob, jobID)
+			return nil, nil, fmt.Errorf("%w: %q is not a job id", ErrUnknownJob, jobID)
 		}
 		filter = c.ref(jobID).key() + ".*"
 	}
 	kv, err := c.approvalsBucket(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("queue: list approvals: %w", err)
+		return nil, nil, fmt.Errorf("queue: list approvals: %w", err)
 	}
 	defer w.Stop() //nolint:errcheck // nothing to do about it
 	now := time.Now().UTC()
 	var out []Approval
+	var skipped []SkippedApproval
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("queue: list approvals: the watch ended")
+				return nil, nil, fmt.Errorf("queue: list approvals: the watch ended")
 			}
 			if e == nil { // all current values seen
 				sort.Slice(out, func(i, j int) bool { return out[i].RequestedAt.Before(out[j].RequestedAt) })
-				return out, nil
+				return out, skipped, nil
 			}
-			if a, err := decodeApproval(e.Value()); err == nil && a.Pending(now) {
+			a, err := decodeApproval(e.Key(), e.Value())
+			switch {
+			case err != nil:
+				skipped = append(skipped, SkippedApproval{Key: e.Key(), Error: err.Error()})
+			case a.Pending(now):
 				a.Revision = e.Revision()
 				out = append(out, a)
 			}
@@ -305,10 +377,14 @@ func (c *Client) PendingApprovals(ctx context.Context, jobID string) ([]Approval
 	}
 }
 
-func decodeApproval(data []byte) (Approval, error) {
+// decodeApproval decodes the entry under key, held to the key (checkKey).
+func decodeApproval(key string, data []byte) (Approval, error) {
 	var a Approval
 	if err := json.Unmarshal(data, &a); err != nil {
-		return Approval{}, fmt.Errorf("queue: decode approval: %w", err)
+		return Approval{}, fmt.Errorf("queue: decode approval %s: %w", key, err)
+	}
+	if err := a.checkKey(key); err != nil {
+		return Approval{}, err
 	}
 	return a, nil
 }

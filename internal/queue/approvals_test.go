@@ -41,7 +41,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 			if got.Decision != "" || !reflect.DeepEqual(got.Argv, argv) {
 				t.Fatalf("request = %+v, want it pending with the argv", got)
 			}
-			pending, err := b.c.PendingApprovals(ctx, id)
+			pending, _, err := b.c.PendingApprovals(ctx, id)
 			if err != nil || len(pending) != 1 || pending[0].CallID != callID {
 				t.Fatalf("pending = %+v, %v; want the one request", pending, err)
 			}
@@ -58,7 +58,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err, "default")
 			}
-			answer, err := client.DecideApproval(ctx, id, callID, tt.decision, "alice@host", tt.reason, nil)
+			answer, err := client.DecideApproval(ctx, id, callID, 0, tt.decision, "alice@host", tt.reason, nil)
 			if err != nil {
 				t.Fatalf("DecideApproval: %v", err)
 			}
@@ -76,7 +76,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 
 			// A second answer, either way, is refused and names the first.
 			for _, d := range []job.Decision{job.DecisionApproved, job.DecisionDenied} {
-				_, err := client.DecideApproval(ctx, id, callID, d, "bob@host", "", nil)
+				_, err := client.DecideApproval(ctx, id, callID, 0, d, "bob@host", "", nil)
 				if !errors.Is(err, queue.ErrAlreadyDecided) || !strings.Contains(err.Error(), "alice@host") {
 					t.Errorf("second answer %s: %v, want ErrAlreadyDecided naming alice@host", d, err)
 				}
@@ -85,7 +85,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 			if a, err := b.w.ExpireApproval(ctx, ref(id), callID, "no answer within 1m0s"); err != nil || a.Decision != tt.decision {
 				t.Errorf("ExpireApproval after the answer = %+v, %v; want the answer kept", a, err)
 			}
-			if pending, err := client.PendingApprovals(ctx, id); err != nil || len(pending) != 0 {
+			if pending, _, err := client.PendingApprovals(ctx, id); err != nil || len(pending) != 0 {
 				t.Errorf("pending after the answer = %+v, %v; want none", pending, err)
 			}
 			// The same command asked again (a redelivered job) gets the answer without asking.
@@ -121,7 +121,7 @@ func TestApprovalExpiry(t *testing.T) {
 		if err != nil || a.Decision != job.DecisionExpired || a.DecidedBy != queue.Expirer {
 			t.Fatalf("ExpireApproval = %+v, %v", a, err)
 		}
-		_, err = b.c.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", "", nil)
+		_, err = b.c.DecideApproval(ctx, id, "c1", 0, job.DecisionApproved, "alice", "", nil)
 		if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "no answer within 100ms") {
 			t.Errorf("late answer: %v, want ErrApprovalExpired with the reason", err)
 		}
@@ -133,10 +133,10 @@ func TestApprovalExpiry(t *testing.T) {
 		if _, err := b.w.RequestApproval(ctx, a); err != nil {
 			t.Fatal(err)
 		}
-		if pending, err := b.c.PendingApprovals(ctx, ""); err != nil || len(pending) != 0 {
+		if pending, _, err := b.c.PendingApprovals(ctx, ""); err != nil || len(pending) != 0 {
 			t.Errorf("pending = %+v, %v; want the expired request left out", pending, err)
 		}
-		if _, err := b.c.DecideApproval(ctx, id, "c2", job.DecisionApproved, "alice", "", nil); !errors.Is(err, queue.ErrApprovalExpired) {
+		if _, err := b.c.DecideApproval(ctx, id, "c2", 0, job.DecisionApproved, "alice", "", nil); !errors.Is(err, queue.ErrApprovalExpired) {
 			t.Errorf("answer after expires_at: %v, want ErrApprovalExpired", err)
 		}
 	})
@@ -146,7 +146,7 @@ func TestApprovalExpiry(t *testing.T) {
 		if err != nil || a.Decision != "" {
 			t.Fatalf("RequestApproval = %+v, %v; want pending again", a, err)
 		}
-		if _, err := b.c.DecideApproval(ctx, id, "c1", job.DecisionApproved, "alice", "", nil); err != nil {
+		if _, err := b.c.DecideApproval(ctx, id, "c1", 0, job.DecisionApproved, "alice", "", nil); err != nil {
 			t.Errorf("answer to the new request: %v", err)
 		}
 	})
@@ -170,7 +170,7 @@ func TestApprovalRequests(t *testing.T) {
 		}
 	}
 	var all []string
-	pending, err := b.c.PendingApprovals(ctx, "")
+	pending, _, err := b.c.PendingApprovals(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +180,10 @@ func TestApprovalRequests(t *testing.T) {
 	if want := []string{"call_a", odd, "call_b"}; !reflect.DeepEqual(all, want) {
 		t.Errorf("pending = %q, want %q oldest first", all, want)
 	}
-	if one, err := b.c.PendingApprovals(ctx, j2); err != nil || len(one) != 1 || one[0].CallID != odd {
+	if one, _, err := b.c.PendingApprovals(ctx, j2); err != nil || len(one) != 1 || one[0].CallID != odd {
 		t.Errorf("pending of %s = %+v, %v", j2, one, err)
 	}
-	if a, err := b.c.DecideApproval(ctx, j2, odd, job.DecisionDenied, "alice", "", nil); err != nil || a.CallID != odd {
+	if a, err := b.c.DecideApproval(ctx, j2, odd, 0, job.DecisionDenied, "alice", "", nil); err != nil || a.CallID != odd {
 		t.Errorf("answer under the odd call id = %+v, %v", a, err)
 	}
 
@@ -193,15 +193,15 @@ func TestApprovalRequests(t *testing.T) {
 		wantErr error
 	}{
 		{name: "unknown call", decide: func() error {
-			_, err := b.c.DecideApproval(ctx, j1, "call_nope", job.DecisionApproved, "alice", "", nil)
+			_, err := b.c.DecideApproval(ctx, j1, "call_nope", 0, job.DecisionApproved, "alice", "", nil)
 			return err
 		}, wantErr: queue.ErrUnknownApproval},
 		{name: "not a job id", decide: func() error {
-			_, err := b.c.DecideApproval(ctx, "../../x", "call_a", job.DecisionApproved, "alice", "", nil)
+			_, err := b.c.DecideApproval(ctx, "../../x", "call_a", 0, job.DecisionApproved, "alice", "", nil)
 			return err
 		}, wantErr: queue.ErrUnknownApproval},
 		{name: "not a decision", decide: func() error {
-			_, err := b.c.DecideApproval(ctx, j1, "call_a", job.DecisionExpired, "alice", "", nil)
+			_, err := b.c.DecideApproval(ctx, j1, "call_a", 0, job.DecisionExpired, "alice", "", nil)
 			return err
 		}},
 		{name: "command too long to ask about", decide: func() error {
@@ -225,7 +225,7 @@ func TestApprovalRequests(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = b.c.DecideApproval(ctx, j1, "call_b", d, "person", "", nil)
+			_, errs[i] = b.c.DecideApproval(ctx, j1, "call_b", 0, d, "person", "", nil)
 		}()
 	}
 	wg.Wait()

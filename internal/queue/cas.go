@@ -87,7 +87,18 @@ func read[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T, uin
 	if err := json.Unmarshal(e.Value(), &v); err != nil {
 		return v, 0, fmt.Errorf("queue: decode %s: %w", key, err)
 	}
+	if k, ok := any(v).(keyed); ok {
+		if err := k.checkKey(key); err != nil {
+			return v, 0, fmt.Errorf("queue: read %s: %w", key, err)
+		}
+	}
 	return v, e.Revision(), nil
+}
+
+// keyed is a value that names the key it belongs under, which read holds it to: a body is
+// written by whoever may write the key, and may claim anything.
+type keyed interface {
+	checkKey(key string) error
 }
 
 // leaderWait bounds how long a write waits for its bucket to elect a leader: an election takes

@@ -23,6 +23,12 @@ var (
 	// ErrApprovalExpired marks an answer that came after the request's approval timeout: the
 	// command was denied for want of an answer.
 	ErrApprovalExpired = errors.New("approval request expired")
+	// ErrMisfiledApproval marks an entry of the approvals bucket whose body names another
+	// request than its key: no worker wrote it so, and it is neither shown nor answered.
+	ErrMisfiledApproval = errors.New("approval entry names another request than its key")
+	// ErrApprovalChanged marks an answer bound to a revision of the request (the one a person
+	// was shown) when the key now holds another.
+	ErrApprovalChanged = errors.New("approval request changed since it was shown")
 )
 
 // PermanentError wraps a fault that retrying cannot fix: the job is terminated and

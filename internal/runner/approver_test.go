@@ -65,7 +65,7 @@ func (b *bundle) waitPending(id string) queue.Approval {
 	var got []queue.Approval
 	waitFor(b.t, 10*time.Second, "the approval request", func() bool {
 		var err error
-		got, err = b.q.PendingApprovals(context.Background(), id)
+		got, _, err = b.q.PendingApprovals(context.Background(), id)
 		return err == nil && len(got) == 1
 	})
 	waitFor(b.t, 5*time.Second, "waiting_approval", func() bool {
@@ -88,7 +88,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 		if p.Attempt != 1 || p.Worker != b.cfg.WorkerID || len(p.Argv) != 2 {
 			t.Errorf("request = %+v", p)
 		}
-		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionApproved, "mallory-claims", "", asAlice)
+		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", 0, job.DecisionApproved, "mallory-claims", "", asAlice)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 	t.Run("denied with a reason", func(t *testing.T) {
 		j := b.submit("p")
 		b.waitPending(j.ID)
-		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionDenied, "alice", "use make check", asAlice)
+		decided, err := b.q.DecideApproval(ctx, j.ID, "call_1", 0, job.DecisionDenied, "alice", "use make check", asAlice)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func TestApproverAsksAPerson(t *testing.T) {
 		if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateCancelled {
 			t.Errorf("final state %s, want cancelled", st.State)
 		}
-		_, err := b.q.DecideApproval(ctx, j.ID, "call_1", job.DecisionApproved, "alice", "", asAlice)
+		_, err := b.q.DecideApproval(ctx, j.ID, "call_1", 0, job.DecisionApproved, "alice", "", asAlice)
 		if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "the job stopped waiting") {
 			t.Errorf("answer after the job ended: %v, want ErrApprovalExpired", err)
 		}
@@ -152,7 +152,7 @@ func TestApproverNoAnswerMeansDenied(t *testing.T) {
 	if st := b.waitFinal(j.ID, 10*time.Second); st.State != job.StateSucceeded {
 		t.Errorf("final state %s, want succeeded", st.State)
 	}
-	_, err := b.q.DecideApproval(context.Background(), j.ID, "call_1", job.DecisionApproved, "alice", "", asAlice)
+	_, err := b.q.DecideApproval(context.Background(), j.ID, "call_1", 0, job.DecisionApproved, "alice", "", asAlice)
 	if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "no answer within") {
 		t.Errorf("late answer: %v, want ErrApprovalExpired saying why", err)
 	}

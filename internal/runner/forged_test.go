@@ -115,7 +115,7 @@ func TestForgedApprovalsDoNotRun(t *testing.T) {
 // decide answers the job's call_1 through the queue, as submit approve would, signed by sign.
 func decide(t *testing.T, b *bundle, id string, sign queue.Signer) {
 	t.Helper()
-	if _, err := b.q.DecideApproval(context.Background(), id, "call_1", job.DecisionApproved, "alice", "", sign); err != nil {
+	if _, err := b.q.DecideApproval(context.Background(), id, "call_1", 0, job.DecisionApproved, "alice", "", sign); err != nil {
 		t.Fatal(err)
 	}
 }

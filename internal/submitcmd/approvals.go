@@ -109,7 +109,7 @@ func (e *env) approvals(ctx context.Context, jobID string) error {
 		return err
 	}
 	defer nc.Close()
-	pending, err := q.PendingApprovals(ctx, jobID)
+	pending, _, err := q.PendingApprovals(ctx, jobID)
 	if err != nil {
 		return fmt.Errorf("approvals: %w", err)
 	}
@@ -152,7 +152,7 @@ func (e *env) decide(ctx context.Context, name string, d job.Decision, jobID, ca
 		return err
 	}
 	defer nc.Close()
-	a, err := q.DecideApproval(ctx, jobID, callID, d, submitter(), reason, approvalsig.Signer(key))
+	a, err := q.DecideApproval(ctx, jobID, callID, 0, d, submitter(), reason, approvalsig.Signer(key))
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

@@ -95,7 +95,7 @@ type blockView struct {
 func (v *blockView) update(ctx context.Context, st job.Status) {
 	if st.State == job.StateWaitingApproval {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		v.approvals, _ = v.q.PendingApprovals(actx, st.ID)
+		v.approvals, _, _ = v.q.PendingApprovals(actx, st.ID)
 		cancel()
 	} else {
 		v.approvals = nil
