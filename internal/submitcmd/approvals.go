@@ -40,21 +40,29 @@ func (e *env) approvalsCmd() *cobra.Command {
 
 func (e *env) approveCmd() *cobra.Command {
 	var key string
+	var rev uint64
 	c := &cobra.Command{
 		Use:   "approve JOB_ID CALL_ID",
 		Short: "let a waiting command run; each request is answered once",
-		Long: `Lets a waiting command run. The answer is signed with your approver key (--key FILE,
-$BOXCAR_APPROVER_KEY, else the embedded worker's $BOXCAR_HOME/keys/approver/signing.key) and
-bound to the exact command and request; the worker runs the command only when the key is in
-its approver keyring.`,
+		Long: `Lets a waiting command run. The command is shown before the answer is signed with your
+approver key (--key FILE, $BOXCAR_APPROVER_KEY, else the embedded worker's
+$BOXCAR_HOME/keys/approver/signing.key), bound to the exact command and request; the worker
+runs the command only when the key is in its approver keyring. With --revision (from
+` + "`submit approvals`" + `), the answer is refused unless the request is still the one listed.`,
 		Args: cli.Args(2, 2, "approve: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
-			return e.decide(c.Context(), "approve", job.DecisionApproved, a[0], a[1], "", key)
+			return e.decide(c.Context(), "approve", job.DecisionApproved, a[0], a[1], rev, "", key)
 		},
 	}
 	approverKeyFlag(c, &key)
+	revisionFlag(c, &rev)
 	e.common(c, true)
 	return c
+}
+
+// revisionFlag adds --revision, which binds an answer to the request a person was shown.
+func revisionFlag(c *cobra.Command, rev *uint64) {
+	c.Flags().Uint64Var(rev, "revision", 0, "answer only the request at this `REVISION` (`submit approvals` lists it); refused if the request changed since")
 }
 
 // approverKeyFlag adds --key, the approver's private key that signs an answer.
@@ -86,60 +94,87 @@ func (e *env) approverKey(flag string) (ed25519.PrivateKey, error) {
 
 func (e *env) denyCmd() *cobra.Command {
 	var reason, key string
+	var rev uint64
 	c := &cobra.Command{
 		Use:   "deny JOB_ID CALL_ID",
 		Short: "refuse a waiting command; the model is told the reason",
 		Long: `Refuses a waiting command; the model is told the reason. No answer within the profile's
-approval_timeout means denied.`,
+approval_timeout means denied. The command is shown before the answer is signed; with
+--revision (from ` + "`submit approvals`" + `), the answer is refused unless the request is still the
+one listed.`,
 		Args: cli.Args(2, 2, "deny: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
-			return e.decide(c.Context(), "deny", job.DecisionDenied, a[0], a[1], reason, key)
+			return e.decide(c.Context(), "deny", job.DecisionDenied, a[0], a[1], rev, reason, key)
 		},
 	}
 	c.Flags().StringVar(&reason, "reason", "", "why the command is refused; the model is told (`TEXT`)")
 	approverKeyFlag(c, &key)
+	revisionFlag(c, &rev)
 	e.common(c, true)
 	return c
 }
 
-// approvals lists the shell commands waiting for a person, oldest first.
+// listedApproval is a request as `submit approvals --output json` shows it: with the revision
+// to pass back with --revision (the bucket's, which the request's body does not hold).
+type listedApproval struct {
+	queue.Approval
+	Revision uint64 `json:"revision"`
+}
+
+// approvals lists the shell commands waiting for a person, oldest first, and says which
+// entries it skipped: they cannot be the request their key names (queue.ErrMisfiledApproval).
 func (e *env) approvals(ctx context.Context, jobID string) error {
 	nc, q, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	pending, _, err := q.PendingApprovals(ctx, jobID)
+	pending, skipped, err := q.PendingApprovals(ctx, jobID)
 	if err != nil {
 		return fmt.Errorf("approvals: %w", err)
 	}
 	if e.json() {
-		if pending == nil {
-			pending = []queue.Approval{}
+		out := map[string]any{"approvals": listed(pending)}
+		if len(skipped) > 0 {
+			out["skipped"] = skipped
 		}
-		return e.printJSON(map[string]any{"approvals": pending})
+		return e.printJSON(out)
+	}
+	for _, s := range skipped {
+		printf(e.stderr, "approvals: skipped %s: %s\n", s.Key, s.Error)
 	}
 	if len(pending) == 0 {
 		fmt.Fprintln(e.stdout, "no commands are waiting for approval")
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB_ID\tCALL_ID\tEXPIRES IN\tCOMMAND")
+	fmt.Fprintln(tw, "JOB_ID\tCALL_ID\tREVISION\tEXPIRES IN\tCOMMAND")
 	now := time.Now()
 	for _, a := range pending {
 		argv, _ := json.Marshal(a.Argv) // unambiguous: one JSON string per argument
-		printf(tw, "%s\t%s\t%s\t%s\n", a.JobID, a.CallID, a.ExpiresAt.Sub(now).Round(time.Second), argv)
+		printf(tw, "%s\t%s\t%d\t%s\t%s\n", a.JobID, a.CallID, a.Revision, a.ExpiresAt.Sub(now).Round(time.Second), argv)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(e.stderr, "answer with `submit approve JOB_ID CALL_ID` or `submit deny JOB_ID CALL_ID --reason TEXT`")
+	fmt.Fprintln(e.stderr, "answer what is listed with `submit approve JOB_ID CALL_ID --revision REVISION` or `submit deny JOB_ID CALL_ID --revision REVISION --reason TEXT`")
 	return nil
 }
 
+// listed is pending as --output json shows it, [] for none.
+func listed(pending []queue.Approval) []listedApproval {
+	out := make([]listedApproval, 0, len(pending))
+	for _, a := range pending {
+		out = append(out, listedApproval{Approval: a, Revision: a.Revision})
+	}
+	return out
+}
+
 // decide answers one approval request. A request is answered once: a second answer, or one
-// after the request expired, fails with a message that says what happened instead.
-func (e *env) decide(ctx context.Context, name string, d job.Decision, jobID, callID, reason, keyFile string) error {
+// after the request expired, fails with a message that says what happened instead. The answer
+// is bound to a revision of the request, rev (what `submit approvals` listed) or else the one
+// read here, and the command of that revision is shown before it is signed.
+func (e *env) decide(ctx context.Context, name string, d job.Decision, jobID, callID string, rev uint64, reason, keyFile string) error {
 	if len(reason) > maxReasonBytes {
 		return fmt.Errorf("%s: --reason is %d bytes; keep it under %d", name, len(reason), maxReasonBytes)
 	}
@@ -152,12 +187,23 @@ func (e *env) decide(ctx context.Context, name string, d job.Decision, jobID, ca
 		return err
 	}
 	defer nc.Close()
-	a, err := q.DecideApproval(ctx, jobID, callID, 0, d, submitter(), reason, approvalsig.Signer(key))
+	shown, err := q.Approval(ctx, jobID, callID)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if rev == 0 {
+		rev = shown.Revision
+	}
+	if shown.Revision == rev && shown.Pending(time.Now()) {
+		argv, _ := json.Marshal(shown.Argv)
+		printf(e.stderr, "%s: signing %s of call %s of job %s, revision %d: %s\n", name, d, shown.CallID, shown.JobID, shown.Revision, argv)
+	}
+	a, err := q.DecideApproval(ctx, jobID, callID, rev, d, submitter(), reason, approvalsig.Signer(key))
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	if e.json() {
-		return e.printJSON(a)
+		return e.printJSON(listedApproval{Approval: a, Revision: a.Revision})
 	}
 	argv, _ := json.Marshal(a.Argv)
 	printf(e.stdout, "%s call %s of job %s: %s\n", a.Decision, a.CallID, a.JobID, argv)

@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -169,6 +171,83 @@ func TestCancel(t *testing.T) {
 	}
 	if _, _, err := te.submit(t, "cancel", "20261202t101500-abcdef012345"); exitCode(err) != 1 {
 		t.Errorf("cancel an unknown job: %v", err)
+	}
+}
+
+// TestApprovalsShowWhatIsSigned: `submit approvals` lists a request by its key, not by what a
+// body written under another key claims, and says what it skipped; `submit approve` shows the
+// command it signs before it signs, and with the --revision listed refuses a request that
+// changed since.
+func TestApprovalsShowWhatIsSigned(t *testing.T) {
+	te := newTestEnv(t)
+	id := te.submitJob(t)
+	danger := []string{"rm", "-rf", "/work"}
+	now := time.Now().UTC()
+	asked := queue.Approval{Tenant: "default", JobID: id, CallID: "call_real", Argv: danger, RequestedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if _, err := te.q.RequestApproval(t.Context(), asked); err != nil {
+		t.Fatal(err)
+	}
+	// Anyone who may write the tenant's approvals puts, under a key of its own, a body naming
+	// the real request with a harmless command.
+	decoy := asked
+	decoy.Argv, decoy.RequestedAt = []string{"ls"}, now.Add(-time.Second)
+	data, _ := json.Marshal(decoy)
+	kv, err := te.js.KeyValue(t.Context(), config.Config{}.WithDefaults().NATS.ApprovalsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), "default."+id+".decoy", data); err != nil {
+		t.Fatal(err)
+	}
+
+	stdout, stderr, err := te.submit(t, "approvals", id)
+	if err != nil || strings.Count(stdout, "call_real") != 1 || !strings.Contains(stdout, `["rm","-rf","/work"]`) || strings.Contains(stdout, `["ls"]`) {
+		t.Errorf("approvals: %v\n%s", err, stdout)
+	}
+	if !strings.Contains(stderr, "skipped default."+id+".decoy") || !strings.Contains(stderr, "--revision REVISION") {
+		t.Errorf("approvals' stderr does not name the skipped key and --revision:\n%s", stderr)
+	}
+	stdout, _, err = te.submit(t, "approvals", id, "--output", "json")
+	var listed struct {
+		Approvals []struct {
+			CallID   string   `json:"call_id"`
+			Argv     []string `json:"argv"`
+			Revision uint64   `json:"revision"`
+		} `json:"approvals"`
+		Skipped []queue.SkippedApproval `json:"skipped"`
+	}
+	if err != nil || json.Unmarshal([]byte(stdout), &listed) != nil || len(listed.Approvals) != 1 || listed.Approvals[0].Revision == 0 || len(listed.Skipped) != 1 {
+		t.Fatalf("approvals --output json: %v\n%s", err, stdout)
+	}
+	shown := strconv.FormatUint(listed.Approvals[0].Revision, 10)
+
+	// The worker asks another command under the call before the person answers what was listed.
+	asked.Argv = []string{"make", "test"}
+	again, err := te.q.RequestApproval(t.Context(), asked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := strconv.FormatUint(again.Revision, 10)
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		want       string // in stdout and the error's message
+		wantStderr string
+	}{
+		{name: "the revision listed, changed since", args: []string{"approve", id, "call_real", "--revision", shown}, code: 1, want: "list it again"},
+		{name: "the decoy's key", args: []string{"approve", id, "decoy"}, code: 1, want: "names another request than its key"},
+		{name: "the decoy's key, as JSON", args: []string{"deny", id, "decoy", "--output", "json"}, code: 1, wantStderr: `"code":"approval_misfiled"`},
+		{name: "the current revision", args: []string{"approve", id, "call_real", "--revision", current}, code: 0,
+			want: `approved call call_real of job ` + id + `: ["make","test"]`, wantStderr: "signing approved of call call_real of job " + id + ", revision " + current + `: ["make","test"]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, err := te.submit(t, tt.args...)
+			if exitCode(err) != tt.code || !strings.Contains(stdout+message(err), tt.want) || !strings.Contains(stderr, tt.wantStderr) {
+				t.Errorf("submit %s: exit %d, %q\n%s\n%s; want exit %d, %q and %q on stderr", strings.Join(tt.args, " "), exitCode(err), message(err), stdout, stderr, tt.code, tt.want, tt.wantStderr)
+			}
+		})
 	}
 }
 

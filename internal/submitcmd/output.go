@@ -32,6 +32,8 @@ const (
 	codeInterrupted     = "interrupted"
 	codeVerifyFailed    = "verification_failed"
 	codeUnknownOutcome  = "outcome_unknown"
+	codeApprovalChanged = "approval_changed"
+	codeMisfiled        = "approval_misfiled"
 )
 
 // errorCodes maps what an error wraps to its code, first match wins: a new failure mode is a
@@ -48,6 +50,8 @@ var errorCodes = []struct {
 	{func(err error) bool { return errors.Is(err, store.ErrNotFound) }, codeNotFound},
 	{func(err error) bool { return errors.Is(err, provenance.ErrInvalid) }, codeVerifyFailed},
 	{func(err error) bool { return errors.Is(err, errUnknownOutcome) }, codeUnknownOutcome},
+	{func(err error) bool { return errors.Is(err, queue.ErrApprovalChanged) }, codeApprovalChanged},
+	{func(err error) bool { return errors.Is(err, queue.ErrMisfiledApproval) }, codeMisfiled},
 }
 
 // exitKinds names the documented exit codes that carry their own meaning.

@@ -2,6 +2,7 @@ package submitcmd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -95,7 +96,7 @@ type blockView struct {
 func (v *blockView) update(ctx context.Context, st job.Status) {
 	if st.State == job.StateWaitingApproval {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		v.approvals, _, _ = v.q.PendingApprovals(actx, st.ID)
+		v.approvals, _, _ = v.q.PendingApprovals(actx, st.ID) // `submit approvals` says what it skipped
 		cancel()
 	} else {
 		v.approvals = nil
@@ -162,7 +163,8 @@ func blockLines(st job.Status, caps queue.ProfileInfo, approvals []queue.Approva
 		lines = append(lines, "  error: "+clean(st.Error))
 	}
 	for _, a := range approvals {
-		lines = append(lines, fmt.Sprintf("  waiting for approval: call %s %s (submit approve %s %s)", clean(a.CallID), clean(strings.Join(a.Argv, " ")), clean(st.ID), clean(a.CallID)))
+		argv, _ := json.Marshal(a.Argv) // unambiguous, as `submit approvals` shows it
+		lines = append(lines, fmt.Sprintf("  waiting for approval: call %s %s (submit approve %s %s --revision %d)", clean(a.CallID), clean(string(argv)), clean(st.ID), clean(a.CallID), a.Revision))
 	}
 	return lines
 }
