@@ -66,7 +66,7 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 		return p.trusted(ctx, asked, approvalsig.Request{Tenant: p.a.d.Tenant, JobID: req.JobID, CallID: req.CallID, Argv: req.Argv})
 	}
 	log.InfoContext(ctx, "waiting for approval", "expires_at", expires)
-	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, p.a.d.Tenant, expires))
+	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, p.a.d.Tenant, asked.Revision, expires))
 
 	// Whatever happens, leave the job running again, also when the wait ended with the job.
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.r.cfg.CleanupTimeout)
@@ -146,14 +146,15 @@ func (p *approver) setState(ctx context.Context, state job.State, msg string) {
 }
 
 // waitingMessage is the progress line of a job waiting for a person: the command, unambiguous,
-// and how to answer.
-func waitingMessage(req agent.ApprovalRequest, tenant string, expires time.Time) string {
+// and how to answer it, bound to the revision of the request asked (the status bucket is the
+// workers' alone, so the line says what this worker asked).
+func waitingMessage(req agent.ApprovalRequest, tenant string, rev uint64, expires time.Time) string {
 	argv, _ := json.Marshal(req.Argv)
 	cmd := string(argv)
 	if len(cmd) > 200 {
 		cmd = strings.ToValidUTF8(cmd[:200], "") + "…"
 	}
-	args := req.JobID + " " + req.CallID
+	args := fmt.Sprintf("%s %s --revision %d", req.JobID, req.CallID, rev)
 	if tenant != "" && tenant != job.DefaultTenant {
 		args += " --tenant " + tenant // the approvals key is the tenant's
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,9 @@ func (b *bundle) waitPending(id string) queue.Approval {
 	})
 	waitFor(b.t, 5*time.Second, "waiting_approval", func() bool {
 		st, err := b.q.Status(context.Background(), id)
-		return err == nil && st.State == job.StateWaitingApproval && strings.Contains(st.Progress, "submit approve "+id+" call_1")
+		// The progress line answers the request the worker asked, at its revision.
+		answer := fmt.Sprintf("submit approve %s call_1 --revision %d", id, got[0].Revision)
+		return err == nil && st.State == job.StateWaitingApproval && strings.Contains(st.Progress, answer)
 	})
 	return got[0]
 }
