@@ -79,8 +79,8 @@ type Limits struct {
 	// for a next one (a kept-alive connection may be idle for IdleTimeout between requests,
 	// and is then closed with no decision). Default: 10 s.
 	HeaderTimeout time.Duration
-	// DialTimeout bounds name resolution plus the upstream dial (and TLS handshake when the
-	// proxy terminates TLS). Default: 10 s.
+	// DialTimeout bounds each step of reaching an upstream: name resolution, the dial, and the
+	// TLS handshake when the proxy terminates TLS (so up to three times it in all). Default: 10 s.
 	DialTimeout time.Duration
 	// IdleTimeout closes a tunnel or connection with no traffic either way: bytes flowing one
 	// way keep it open, however long the other side is silent. Default: 5 min.
