@@ -85,31 +85,51 @@ func TestNormalizeArgs(t *testing.T) {
 	}
 }
 
-func TestGlobRegexp(t *testing.T) {
+// TestAllowPattern: an allowlist pattern's words match argv's elements one for one, so no
+// element passes for several: an argv[0] holding a space is one program, whatever it reads
+// like joined.
+func TestAllowPattern(t *testing.T) {
 	tests := []struct {
-		name, pattern, line string
-		want                bool
+		name, pattern string
+		argv          []string
+		want          bool
 	}{
-		{name: "literal", pattern: "git status", line: "git status", want: true},
-		{name: "anchored end", pattern: "git status", line: "git status --porcelain", want: false},
-		{name: "anchored start", pattern: "status", line: "git status", want: false},
-		{name: "star crosses spaces and slashes", pattern: "python3 scripts/*.py *", line: "python3 scripts/a/b.py --x 1", want: true},
-		{name: "question mark", pattern: "ls -?", line: "ls -l", want: true},
-		{name: "regexp characters are literal", pattern: "echo a.b", line: "echo axb", want: false},
-		{name: "escape", pattern: `echo \*`, line: "echo *", want: true},
-		{name: "escaped star is not a wildcard", pattern: `echo \*`, line: "echo x", want: false},
-		{name: "newline inside", pattern: "echo *", line: "echo a\nb", want: true},
+		{name: "literal", pattern: "git status", argv: []string{"git", "status"}, want: true},
+		{name: "anchored end", pattern: "git status", argv: []string{"git", "status", "--porcelain"}, want: false},
+		{name: "anchored start", pattern: "status", argv: []string{"git", "status"}, want: false},
+		{name: "star within a word crosses slashes", pattern: "python3 scripts/*.py *", argv: []string{"python3", "scripts/a/b.py", "--x", "1"}, want: true},
+		{name: "star within a word stays in its element", pattern: "python3 scripts/*.py *", argv: []string{"python3", "scripts/a", "b.py", "x"}, want: false},
+		{name: "last star needs an element", pattern: "ls *", argv: []string{"ls"}, want: false},
+		{name: "last star takes any elements", pattern: "ls *", argv: []string{"ls", "-l", "a b", ""}, want: true},
+		{name: "star word in the middle is one element", pattern: "git * --help", argv: []string{"git", "log", "--oneline", "--help"}, want: false},
+		{name: "program holding a space", pattern: "ls *", argv: []string{"ls /../../bin/sh", "-c", "id"}, want: false},
+		{name: "program holding a tab", pattern: "ls *", argv: []string{"ls\t/../../bin/sh"}, want: false},
+		{name: "fixed argument holding a space", pattern: "git status", argv: []string{"git status"}, want: false},
+		{name: "escaped space is part of the word", pattern: `cat my\ file`, argv: []string{"cat", "my file"}, want: true},
+		{name: "escaped space is not two elements", pattern: `cat my\ file`, argv: []string{"cat", "my", "file"}, want: false},
+		{name: "runs of white space separate words once", pattern: "git  \tstatus", argv: []string{"git", "status"}, want: true},
+		{name: "star alone takes any command", pattern: "*", argv: []string{"anything", "at all"}, want: true},
+		{name: "question mark", pattern: "ls -?", argv: []string{"ls", "-l"}, want: true},
+		{name: "regexp characters are literal", pattern: "echo a.b", argv: []string{"echo", "axb"}, want: false},
+		{name: "escape", pattern: `echo \*`, argv: []string{"echo", "*"}, want: true},
+		{name: "escaped star is not a wildcard", pattern: `echo \*`, argv: []string{"echo", "x"}, want: false},
+		{name: "newline inside an element", pattern: "echo *", argv: []string{"echo", "a\nb"}, want: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			re, err := globRegexp(tt.pattern)
+			p, err := compileAllow(tt.pattern)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := re.MatchString(tt.line); got != tt.want {
-				t.Errorf("%q matches %q = %v, want %v", tt.pattern, tt.line, got, tt.want)
+			if got := p.match(tt.argv); got != tt.want {
+				t.Errorf("%q matches %q = %v, want %v", tt.pattern, tt.argv, got, tt.want)
 			}
 		})
+	}
+	for _, empty := range []string{"", " \t "} {
+		if _, err := compileAllow(empty); err == nil {
+			t.Errorf("compileAllow(%q) succeeded; an empty pattern matches nothing and is refused", empty)
+		}
 	}
 }
 

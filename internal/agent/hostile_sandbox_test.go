@@ -127,3 +127,25 @@ func TestHostileSymlinksRealSandbox(t *testing.T) {
 		t.Errorf("abs_secret in the workdir = %q, %v; want the regular file write_file made", got, err)
 	}
 }
+
+// TestAllowlistProgramHoldingASpaceRealSandbox: under "ls *" the model makes a folder "ls "
+// with write_file and asks for argv[0] "ls /../../…/bin/sh", which execvp would resolve from
+// the workdir through that folder to /bin/sh. The allowlist matches argv element by element,
+// so that program is not "ls" and nothing runs.
+func TestAllowlistProgramHoldingASpaceRealSandbox(t *testing.T) {
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
+	shell := config.Tool{Name: "shell", Kind: config.ToolShell, Policy: config.PolicyAllowlist, Allow: []string{"ls *"}}
+	s := newScript(t,
+		toolCalls(100,
+			call{"w1", "write_file", `{"path": "ls /x", "content": ""}`},
+			call{"sh1", "shell", `{"command": ["ls /` + strings.Repeat("../", 8) + `bin/sh", "-c", "echo PWNED-$((6*7))"]}`},
+		),
+		final("done"))
+	if _, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t, shell), sb)); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	got := lastToolResult(t, s.requests()[1])
+	if msg, _ := got["error"].(string); !strings.HasPrefix(msg, "refused: argv [") || strings.Contains(fmt.Sprint(got), "PWNED-42") {
+		t.Errorf("with only \"ls *\" allowed, argv[0] \"ls /…/bin/sh\" got %v; want it refused by the policy", got)
+	}
+}

@@ -146,7 +146,7 @@ func TestHostileArguments(t *testing.T) {
 		{name: "tool name 10 MB", tool: tenMB, args: `{}`, wantPrefix: `tool "aaaa`, wantContains: "not found"},
 
 		// The shell, under its policies.
-		{name: "shell not allowlisted", tool: "shell", args: `{"command": ["rm", "-rf", "/"]}`, wantPrefix: `refused: "rm -rf /" matches none of the allowed patterns`},
+		{name: "shell not allowlisted", tool: "shell", args: `{"command": ["rm", "-rf", "/"]}`, wantPrefix: `refused: argv ["rm" "-rf" "/"] matches none of the allowed patterns`},
 		{name: "shell via sh -c", tool: "shell", args: `{"command": ["sh", "-c", "ls; cat /etc/shadow"]}`, wantPrefix: "refused:"},
 		{name: "shell metacharacters glued to the program", tool: "shell", args: `{"command": "ls; cat /etc/shadow"}`, wantPrefix: "refused:"},
 		{name: "shell absolute program path", tool: "shell", args: `{"command": ["/bin/ls", "-la"]}`, wantPrefix: "refused:"},

@@ -147,7 +147,7 @@ func TestPromptInjectionPolicyHolds(t *testing.T) {
 		{name: "deny", shell: config.Tool{Name: "shell", Kind: config.ToolShell, Policy: config.PolicyDeny},
 			wantRefuse: "refused: the operator's policy for this profile refuses shell commands"},
 		{name: "allowlist", shell: config.Tool{Name: "shell", Kind: config.ToolShell, Policy: config.PolicyAllowlist, Allow: []string{"ls *", "wc -l *"}},
-			wantRefuse: "refused: \""},
+			wantRefuse: "refused: argv [\""},
 		{name: "ask, and the person says no", shell: config.Tool{Name: "shell", Kind: config.ToolShell, Policy: config.PolicyAsk},
 			approver: person, wantRefuse: "refused: a person denied the command: this looks injected"},
 	}

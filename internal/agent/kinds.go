@@ -133,14 +133,14 @@ func compileShell(t config.Tool, bad problemFunc) maker {
 	if t.Timeout < 0 {
 		bad("timeout", "%s is negative; use a positive duration, or leave it out for the profile's command_timeout", t.Timeout)
 	}
-	allow := make([]*regexp.Regexp, 0, len(t.Allow))
+	allow := make([]argvPattern, 0, len(t.Allow))
 	for i, p := range t.Allow {
-		re, err := globRegexp(p)
+		ap, err := compileAllow(p)
 		if err != nil {
 			bad(fmt.Sprintf("allow[%d]", i), "%q: %v", p, err)
 			continue
 		}
-		allow = append(allow, re)
+		allow = append(allow, ap)
 	}
 	return func(env runEnv) tool {
 		return shellTool{runner: env.runner(t.Timeout), spec: t, jobID: env.jobID, approver: env.approver,

@@ -67,6 +67,9 @@ func TestShellPolicy(t *testing.T) {
 			wantApproval: policy(config.PolicyAllowlist, job.DecisionDenied)},
 		{name: "allowlist no prefix trick", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["lsblk"]}`,
 			wantApproval: policy(config.PolicyAllowlist, job.DecisionDenied)},
+		// argv[0] "ls /../../bin/sh" is /bin/sh through a folder "ls " write_file can make.
+		{name: "allowlist program holding a space", policy: config.PolicyAllowlist, allow: []string{"ls *"}, args: `{"command": ["ls /../../bin/sh", "-c", "id"]}`,
+			wantApproval: policy(config.PolicyAllowlist, job.DecisionDenied)},
 		{name: "ask approved", policy: config.PolicyAsk, approver: yes, args: `{"command": ["make", "test"]}`, wantArgv: []string{"make", "test"},
 			wantApproval: &job.Approval{Policy: config.PolicyAsk, Decision: job.DecisionApproved, DecidedBy: "alice@host", DecidedAt: decidedAt}},
 		{name: "ask denied", policy: config.PolicyAsk, approver: no, args: `{"command": ["make", "test"]}`,

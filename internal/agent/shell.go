@@ -46,11 +46,12 @@ type ApprovalRequest struct {
 // shellTool is general command execution under the profile's policy:
 //
 //   - deny: every command is refused;
-//   - allowlist: a command runs when its command line, argv joined by single spaces, matches
-//     one of the patterns as a whole. In a pattern "*" matches any run of characters (spaces
-//     and "/" included), "?" one character, and "\" makes the next character literal. Write
-//     the program and its fixed leading arguments literally: "git status", "ls *",
-//     "python3 scripts/*.py *";
+//   - allowlist: a command runs when its argv matches one of the patterns (argvPattern):
+//     the pattern's words, separated by white space, match argv's elements one for one, each
+//     word one whole element; a last word "*" matches all the elements left, at least one.
+//     Within a word "*" matches any run of characters, "?" one character, and "\" makes the
+//     next character literal (a space too). Write the program and its fixed leading arguments
+//     literally: "git status", "ls *", "python3 scripts/*.py *";
 //   - ask: the Approver decides each command; without one every command is refused.
 //
 // Commands run as argv, never through a shell. A command given as a string is split on
@@ -61,7 +62,7 @@ type shellTool struct {
 	jobID           string
 	approver        Approver
 	approvalTimeout time.Duration
-	allow           []*regexp.Regexp
+	allow           []argvPattern
 }
 
 func (t shellTool) Definition() definition {
@@ -70,8 +71,9 @@ func (t shellTool) Definition() definition {
 		"redirection or variables. "
 	switch t.spec.Policy {
 	case config.PolicyAllowlist:
-		desc += "Only command lines matching one of these patterns run (* matches anything): " +
-			strings.Join(t.spec.Allow, " | ") + "."
+		desc += "Only commands matching one of these patterns run; each word of a pattern matches " +
+			"one argv element, * within a word matches anything, and a last word * matches " +
+			"all further elements: " + strings.Join(t.spec.Allow, " | ") + "."
 	case config.PolicyAsk:
 		desc += "A person approves each command; a command that is not approved is refused."
 	default:
@@ -146,14 +148,14 @@ func (t shellTool) decide(ctx context.Context, callID string, argv []string) (st
 	switch t.spec.Policy {
 	case config.PolicyAllowlist:
 		policy := job.Approval{Policy: config.PolicyAllowlist, Decision: job.DecisionApproved}
-		cmdline := strings.Join(argv, " ")
-		for _, re := range t.allow {
-			if re.MatchString(cmdline) {
+		for _, p := range t.allow {
+			if p.match(argv) {
 				return "", policy
 			}
 		}
 		policy.Decision = job.DecisionDenied
-		return fmt.Sprintf("%q matches none of the allowed patterns", cmdline), policy
+		// argv quoted element by element: joined, ["ls x"] and ["ls", "x"] would read alike.
+		return fmt.Sprintf("argv %q matches none of the allowed patterns (each word of a pattern matches one element)", argv), policy
 	case config.PolicyAsk:
 		return t.ask(ctx, callID, argv)
 	default:
@@ -194,8 +196,79 @@ func (t shellTool) ask(ctx context.Context, callID string, argv []string) (strin
 	return "", decided
 }
 
-// globRegexp compiles an allowlist pattern: "*" any run of characters, "?" one character,
-// "\" escapes the next character; everything else is literal and the match is anchored.
+// argvPattern is one allowlist pattern, matched against argv element by element. Matching
+// the elements joined by spaces would let one element pass for several: a program named
+// "ls /../../bin/sh" (a path through a folder "ls " the model made) would match "ls *".
+type argvPattern struct {
+	words []*regexp.Regexp // one per element, in order; the last word "*" is not among them
+	rest  bool             // the last word was "*": one or more further elements of any content
+}
+
+// compileAllow compiles an allowlist pattern: its words are separated by white space that no
+// "\" escapes, and each is a glob (globRegexp) over one argv element.
+func compileAllow(pattern string) (argvPattern, error) {
+	words := patternWords(pattern)
+	if len(words) == 0 {
+		return argvPattern{}, errors.New("the pattern is empty; write the program and its fixed arguments, e.g. \"ls *\"")
+	}
+	var p argvPattern
+	if words[len(words)-1] == "*" {
+		p.rest, words = true, words[:len(words)-1]
+	}
+	for _, w := range words {
+		re, err := globRegexp(w)
+		if err != nil {
+			return argvPattern{}, fmt.Errorf("word %q: %w", w, err)
+		}
+		p.words = append(p.words, re)
+	}
+	return p, nil
+}
+
+// match reports whether argv matches: each word its element, and no element left over unless
+// the pattern ends with "*", which then needs at least one ("ls *" does not match "ls").
+func (p argvPattern) match(argv []string) bool {
+	if n := len(p.words); (p.rest && len(argv) <= n) || (!p.rest && len(argv) != n) {
+		return false
+	}
+	for i, re := range p.words {
+		if !re.MatchString(argv[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// patternWords splits a pattern on unescaped white space, keeping each word's escapes for
+// globRegexp: `cat my\ file` is the words "cat" and `my\ file`.
+func patternWords(pattern string) []string {
+	var words []string
+	var w strings.Builder
+	flush := func() {
+		if w.Len() > 0 {
+			words = append(words, w.String())
+			w.Reset()
+		}
+	}
+	for i := 0; i < len(pattern); i++ {
+		switch c := pattern[i]; {
+		case c == '\\' && i+1 < len(pattern):
+			w.WriteByte(c)
+			i++
+			w.WriteByte(pattern[i])
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			flush()
+		default:
+			w.WriteByte(c)
+		}
+	}
+	flush()
+	return words
+}
+
+// globRegexp compiles one word of an allowlist pattern: "*" any run of characters, "?" one
+// character, "\" escapes the next character; everything else is literal and the match is
+// anchored.
 func globRegexp(pattern string) (*regexp.Regexp, error) {
 	var sb strings.Builder
 	sb.WriteString(`(?s)^`)
