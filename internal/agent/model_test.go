@@ -28,6 +28,10 @@ func TestModelErrors(t *testing.T) {
 		{name: "500s until the retries run out", replies: []reply{apiError(500, "", "boom", fast), apiError(502, "", "bad gateway", fast), apiError(503, "", "overloaded", fast)}, wantErr: agent.ErrModelUnavailable, wantReqs: 3},
 		{name: "429s until the retries run out", replies: []reply{apiError(429, "rate_limit_exceeded", "slow down", fast), apiError(429, "", "slow down", fast), apiError(429, "", "slow down", fast)}, wantErr: agent.ErrModelUnavailable, wantReqs: 3},
 		{name: "no choices", replies: []reply{{body: `{"id":"chatcmpl-x","object":"chat.completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":0,"total_tokens":1}}`}}, wantErr: agent.ErrModelResponse, wantReqs: 1},
+		// openai-go answers a body null with neither a completion nor an error.
+		{name: "body null", replies: []reply{{body: `null`}}, wantErr: agent.ErrModelResponse, wantReqs: 1},
+		{name: "body null amid white space", replies: []reply{{body: " null\n"}}, wantErr: agent.ErrModelResponse, wantReqs: 1},
+		{name: "body an empty object", replies: []reply{{body: `{}`}}, wantErr: agent.ErrModelResponse, wantReqs: 1},
 	}
 	sentinels := []error{agent.ErrModelAuth, agent.ErrModelRequest, agent.ErrModelUnavailable, agent.ErrModelResponse}
 	for _, tt := range tests {

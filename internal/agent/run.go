@@ -198,6 +198,11 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 	if err != nil {
 		return openai.ChatCompletionMessage{}, err
 	}
+	if resp == nil {
+		// openai-go decodes a body "null" into no completion and no error: an answer with no
+		// choices, which ends the run below with ErrModelResponse.
+		resp = &openai.ChatCompletion{}
+	}
 	r.res.Turns = turn
 	r.res.ResponseIDs = append(r.res.ResponseIDs, resp.ID)
 	if resp.Model != "" {
