@@ -57,6 +57,9 @@ var (
 	errInputTooLarge = errors.New("input too large for the profile")
 	// errInputMismatch: an input is not the bytes its digest and size name.
 	errInputMismatch = errors.New("input does not match its digest or size")
+	// errAgentPanicked: the agent panicked on the job, a bug in the worker that the same job
+	// would likely meet again (a hostile answer of its model, say): it fails, not retried.
+	errAgentPanicked = errors.New("the agent panicked (a bug in the worker; its log has the stack)")
 )
 
 // capError is a run a cap stopped (agent.OutcomeCapped): not a fault, but an end of its own.
@@ -138,6 +141,7 @@ var failureModes = []failureMode{
 	{name: "model refused credentials", in: []stage{stageRun}, when: errIs(agent.ErrModelAuth), end: endFailed, reason: "model_rejected"},
 	{name: "model rejected the request", in: []stage{stageRun}, when: errIs(agent.ErrModelRequest), end: endFailed, reason: "model_rejected"},
 	{name: "profile the agent refuses", in: []stage{stageRun}, when: errIs(agent.ErrInvalidRequest), end: endFailed, reason: "invalid_profile"},
+	{name: "agent panicked", in: []stage{stageRun}, when: errIs(errAgentPanicked), end: endFailed, reason: "agent_panicked"},
 	{name: "permanent, unread", in: []stage{stageAdmit}, when: isPermanent, end: endRejected},
 	{name: "permanent", when: isPermanent, end: endFailed},
 

@@ -96,6 +96,8 @@ func TestClassify(t *testing.T) {
 			at: map[stage]want{stageEnd: {end: endUndecided}}, other: transient},
 		{name: "agent refuses the profile", err: wrap(agent.ErrInvalidRequest),
 			at: map[stage]want{stageRun: {end: endFailed, reason: "invalid_profile"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "agent panicked", err: wrap(errAgentPanicked),
+			at: map[stage]want{stageRun: {end: endFailed, reason: "agent_panicked"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "permanent with its reason", err: wrap(queue.Permanent("report_too_large", errors.New("too large"))),
 			at: map[stage]want{stageAdmit: {end: endRejected, reason: "report_too_large"}, stageEnd: {end: endUndecided}}, other: want{end: endFailed, reason: "report_too_large"}},
 		{name: "sandbox backend unavailable", err: wrap(sandbox.ErrUnavailable),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -289,7 +290,7 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl cla
 	}
 	spent := r.newBudget(a, st)
 	spent.claim = &cl
-	res, err := r.cfg.Agent.Run(ctx, agent.Request{
+	res, err := runAgent(ctx, a, r.cfg.Agent, agent.Request{
 		JobID:       j.ID,
 		ProfileName: j.Profile,
 		Profile:     a.profile,
@@ -313,6 +314,19 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl cla
 		err = &capError{cap: res.Cap}
 	}
 	return run, spent, err
+}
+
+// runAgent runs the agent on one job and turns a panic in it into the job's failure
+// (errAgentPanicked), logged with its stack: the worker's other jobs, and the worker that would
+// take this job's redelivery, go on.
+func runAgent(ctx context.Context, a *attempt, ag Agent, req agent.Request) (res agent.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.log.ErrorContext(ctx, "the agent panicked; the job fails and the worker goes on", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			res, err = agent.Result{}, fmt.Errorf("%w: %v", errAgentPanicked, p)
+		}
+	}()
+	return ag.Run(ctx, req)
 }
 
 // commitRun collects what the run left and commits it. A cancelled run keeps what it produced

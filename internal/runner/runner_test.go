@@ -146,6 +146,44 @@ func TestTransientFailuresEndInTheDeadLetterStreamAfterMaxDeliver(t *testing.T) 
 	}
 }
 
+// TestAgentPanicFailsItsJobAndTheWorkerGoesOn: a panic in the agent (a nil answer it did not
+// expect, say) ends that job failed with the reason agent_panicked, once, and logs the stack
+// with the job and tenant; the worker lives on and runs the next job.
+func TestAgentPanicFailsItsJobAndTheWorkerGoesOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var logs harness.LogBuffer
+	var panics atomic.Int64
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		if req.Task == "panic" {
+			panics.Add(1)
+			panic("the agent read a nil answer")
+		}
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+	bad := b.submitTask("p", "panic")
+	st := b.waitFinal(bad.ID, 10*time.Second)
+	if st.State != job.StateFailed || !strings.Contains(st.Error, "panicked") {
+		t.Fatalf("status = %+v, want failed saying the agent panicked", st)
+	}
+	if out := b.manifest(bad.ID).Predicate.Outcome; out.Reason != "agent_panicked" {
+		t.Errorf("manifest outcome = %+v, want the reason agent_panicked", out)
+	}
+	if n := panics.Load(); n != 1 {
+		t.Errorf("the agent ran the job %d times, want once: a panic is not retried", n)
+	}
+	const msg = "the agent panicked; the job fails and the worker goes on"
+	for key, want := range map[string]string{"job_id": bad.ID, "tenant": "default", "stack": "runAgent"} {
+		if got, _ := logs.Record(msg, key); !strings.Contains(got, want) {
+			t.Errorf("log %q: %s = %.200q, want it to hold %q\n%s", msg, key, got, want, logs.String())
+		}
+	}
+	good := b.submit("p")
+	if st := b.waitFinal(good.ID, 10*time.Second); st.State != job.StateSucceeded {
+		t.Errorf("the next job's status = %+v, want succeeded by the same worker", st)
+	}
+}
+
 func TestKilledWorkerJobIsRedeliveredAndCompletesOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
