@@ -47,6 +47,11 @@ type Gate interface {
 // DefaultBaseURL is the endpoint used when Config.BaseURL is empty.
 const DefaultBaseURL = "https://api.openai.com/v1"
 
+// DefaultMaxResponseBytes bounds the body of one answer of the endpoint when
+// Config.MaxResponseBytes is not set: some hundred times what a long completion with tool calls
+// takes, and little enough that a worker running jobs side by side can hold one of each.
+const DefaultMaxResponseBytes = 16 << 20
+
 // Config configures an Agent. New fills every unset field with its default.
 type Config struct {
 	// BaseURL of the OpenAI-compatible API, up to and including the version segment:
@@ -60,6 +65,11 @@ type Config struct {
 	HTTPClient *http.Client
 	// RequestTimeout bounds one attempt of one chat request. Default: 120s.
 	RequestTimeout time.Duration
+	// MaxResponseBytes bounds the body of each answer, error answers included: the client reads
+	// a body whole, and an endpoint (hostile, broken, or a proxy in front of it) could send
+	// gigabytes. A body past it ends the run with ErrModelResponse while it is read, holding no
+	// more than that. Default: DefaultMaxResponseBytes.
+	MaxResponseBytes int64
 	// MaxRetries is how often a failed attempt is retried: connection errors, 408, 409, 429
 	// and 5xx, honouring Retry-After (up to 2 minutes) or backing off exponentially (0.5s
 	// doubling, at most 8s). 401/403 and other 4xx are never retried. Default: 3; a negative
@@ -91,6 +101,9 @@ func (c Config) WithDefaults() Config {
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 120 * time.Second
 	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = DefaultMaxResponseBytes
+	}
 	if c.MaxRetries == 0 {
 		c.MaxRetries = 3
 	}
@@ -105,6 +118,10 @@ func (c Config) validate() error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%w: BaseURL %q is not an http(s) URL; use e.g. %s or http://127.0.0.1:8000/v1",
 			ErrInvalidConfig, c.BaseURL, DefaultBaseURL)
+	}
+	if c.MaxResponseBytes < 0 {
+		return fmt.Errorf("%w: MaxResponseBytes %d is negative; use a positive size or 0 for the default (%d)",
+			ErrInvalidConfig, c.MaxResponseBytes, DefaultMaxResponseBytes)
 	}
 	if c.RequestTimeout < 0 {
 		return fmt.Errorf("%w: RequestTimeout %s is negative; use a positive duration or 0 for the default",
@@ -147,6 +164,7 @@ func New(cfg Config) (*Agent, error) {
 		option.WithHTTPClient(client),
 		option.WithMaxRetries(max(cfg.MaxRetries, 0)),
 		option.WithRequestTimeout(cfg.RequestTimeout),
+		option.WithMiddleware(capBody(cfg.MaxResponseBytes)),
 	}
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))

@@ -382,6 +382,7 @@ func TestNewConfig(t *testing.T) {
 		{name: "not http", cfg: agent.Config{BaseURL: "ftp://example.com/v1"}, wantErr: true},
 		{name: "no host", cfg: agent.Config{BaseURL: "http:///v1"}, wantErr: true},
 		{name: "negative timeout", cfg: agent.Config{RequestTimeout: -time.Second}, wantErr: true},
+		{name: "negative response bound", cfg: agent.Config{MaxResponseBytes: -1}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -392,7 +393,7 @@ func TestNewConfig(t *testing.T) {
 		})
 	}
 	got := agent.Config{}.WithDefaults()
-	if got.BaseURL != agent.DefaultBaseURL || got.RequestTimeout != 120*time.Second || got.MaxRetries != 3 || got.Logger == nil || got.HTTPClient == nil {
+	if got.BaseURL != agent.DefaultBaseURL || got.RequestTimeout != 120*time.Second || got.MaxRetries != 3 || got.MaxResponseBytes != agent.DefaultMaxResponseBytes || got.Logger == nil || got.HTTPClient == nil {
 		t.Errorf("defaults = %+v", got)
 	}
 }

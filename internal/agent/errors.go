@@ -20,8 +20,9 @@ var (
 	// ErrModelRequest marks a request the endpoint rejected as invalid (400, 404, 422 and other
 	// 4xx), for example an unknown model name. It is permanent.
 	ErrModelRequest = errors.New("model endpoint rejected the request")
-	// ErrModelResponse marks an answer that is not a usable chat completion (no choices). It is
-	// treated like any other error by callers that only know the three above (transient).
+	// ErrModelResponse marks an answer that is not a usable chat completion: no choices, a body
+	// null, or a body past Config.MaxResponseBytes. It is treated like any other error by
+	// callers that only know the three above (transient).
 	ErrModelResponse = errors.New("model endpoint sent an unusable response")
 	// ErrInvalidRequest marks a Run request that cannot start: no sandbox, no model name, a
 	// profile name New was not given, or (for a request that brings its own tools) a tool
@@ -39,6 +40,11 @@ const maxErrorMessage = 300
 // The client's *openai.Error is not kept in the chain: it holds the HTTP request, headers and
 // API key included. apiKey is redacted from the endpoint's message.
 func modelError(err error, apiKey string) error {
+	if errors.Is(err, errResponseTooLarge) {
+		// Checked first: the bound may cut an error answer's body too (openai-go then returns
+		// the read error alone).
+		return fmt.Errorf("agent: chat completion: %w: %w", ErrModelResponse, err)
+	}
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
 		// No HTTP response at all: refused connection, DNS, TLS, a per-request timeout.

@@ -3,7 +3,11 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,4 +158,68 @@ func TestSecretsStayOut(t *testing.T) {
 	if strings.Contains(logs.String(), "unit_price") {
 		t.Error("the log holds tool output")
 	}
+}
+
+// TestAnswerSizeIsBounded: the client reads an answer's body whole, so the agent bounds it
+// (Config.MaxResponseBytes): a body past the bound, an error answer's too, ends the run with
+// ErrModelResponse, and one at the bound is read. The bound is set small here; what it holds
+// off is an endpoint that sends without end, last case.
+func TestAnswerSizeIsBounded(t *testing.T) {
+	answer := final(strings.Repeat("a", 64<<10))
+	size := int64(len(answer.body))
+	tests := []struct {
+		name    string
+		reply   reply
+		limit   int64
+		wantErr error // nil: the run completes
+	}{
+		{name: "answer at the bound", reply: answer, limit: size},
+		{name: "answer a byte past the bound", reply: answer, limit: size - 1, wantErr: agent.ErrModelResponse},
+		{name: "error answer past the bound", reply: apiError(400, "", strings.Repeat("b", 64<<10), nil), limit: 32 << 10, wantErr: agent.ErrModelResponse},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newScript(t, tt.reply)
+			a := newAgent(t, s, func(c *agent.Config) { c.MaxResponseBytes = tt.limit })
+			res, err := a.Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
+			switch {
+			case tt.wantErr == nil && (err != nil || res.Outcome != agent.OutcomeCompleted):
+				t.Fatalf("Run: %v, outcome %q; want an answer of %d bytes read under a bound of %d", err, res.Outcome, size, tt.limit)
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr):
+				t.Fatalf("Run: %v, want %v", err, tt.wantErr)
+			case tt.wantErr != nil && !strings.Contains(err.Error(), "MaxResponseBytes"):
+				t.Errorf("Run: %v; want the error to name the bound", err)
+			}
+		})
+	}
+
+	t.Run("answer without end", func(t *testing.T) {
+		var written atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"chatcmpl-endless","choices":[{"message":{"role":"assistant","content":"`)
+			chunk := strings.Repeat("a", 64<<10)
+			for written.Load() < 100<<20 {
+				n, err := io.WriteString(w, chunk)
+				written.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+		}))
+		t.Cleanup(srv.Close)
+		a, err := agent.New(agent.Config{BaseURL: srv.URL + "/v1", APIKey: testKey, HTTPClient: srv.Client(), MaxRetries: -1, MaxResponseBytes: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil))); !errors.Is(err, agent.ErrModelResponse) {
+			t.Errorf("Run: %v, want ErrModelResponse", err)
+		}
+		// What the server got out before the client hung up: the bound and the socket's buffers.
+		srv.Close()
+		if n := written.Load(); n > 48<<20 {
+			t.Errorf("the server wrote %d MiB before the client stopped reading; want about the bound of 1 MiB", n>>20)
+		}
+	})
 }
