@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/provenance"
@@ -237,6 +238,41 @@ func TestCollectArtifacts(t *testing.T) {
 			}
 			if total > maxArtifactTotal {
 				t.Errorf("collected %d bytes, more than the %d allowed", total, int64(maxArtifactTotal))
+			}
+		})
+	}
+}
+
+// TestFinalMessageAsReportIsBounded: without a report file the model's final message is the
+// report, bounded as a report file is: the agent accepts answers longer than maxReportBytes.
+func TestFinalMessageAsReportIsBounded(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		final string
+		want  func(body []byte) bool
+	}{
+		{name: "short", final: "done", want: func(b []byte) bool { return string(b) == "done" }},
+		{name: "at the bound", final: strings.Repeat("a", maxReportBytes), want: func(b []byte) bool { return len(b) == maxReportBytes }},
+		{name: "past the bound", final: strings.Repeat("a", 3*maxReportBytes), want: func(b []byte) bool {
+			return len(b) <= maxReportBytes && strings.HasSuffix(string(b), fmt.Sprintf("final message is %d bytes; cut here at the report's bound of %d]\n", 3*maxReportBytes, maxReportBytes))
+		}},
+	}
+	// Three-byte characters after 0, 1 and 2 bytes: one of them has the bound fall inside one.
+	for pad := range 3 {
+		tests = append(tests, struct {
+			name  string
+			final string
+			want  func(body []byte) bool
+		}{name: fmt.Sprintf("cut between characters, %d bytes ahead", pad), final: strings.Repeat("a", pad) + strings.Repeat("€", maxReportBytes/2),
+			want: func(b []byte) bool { return len(b) <= maxReportBytes && utf8.Valid(b) }})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c provenance.Collected
+			body, from, err := (&Runner{}).readReport(t.Context(), testAttempt("artifacts"), &memSandbox{}, tt.final, &c)
+			if err != nil || from != fromFinalMessage || !tt.want(body) {
+				t.Errorf("readReport of a %d-byte final message = %d bytes ending %q, %q, %v", len(tt.final), len(body), body[max(len(body)-120, 0):], from, err)
 			}
 		})
 	}

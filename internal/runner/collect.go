@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
@@ -82,7 +83,7 @@ func (r *Runner) readReport(ctx context.Context, a *attempt, sb sandbox.Sandbox,
 	case ctx.Err() != nil:
 		return nil, "", fmt.Errorf("read report %s: %w", a.profile.Report, err)
 	case errors.Is(err, sandbox.ErrNotFound):
-		return []byte(final), fromFinalMessage, nil
+		return finalAsReport(final), fromFinalMessage, nil
 	case errors.Is(err, sandbox.ErrTooLarge):
 		c.ReportReason, c.ReportError = "report_too_large", err.Error()
 		a.log.WarnContext(ctx, "report too large; committing the run without it", "report", a.profile.Report, "max_bytes", maxReportBytes)
@@ -91,7 +92,22 @@ func (r *Runner) readReport(ctx context.Context, a *attempt, sb sandbox.Sandbox,
 	c.ReportReason, c.ReportError = "report_unreadable", err.Error()
 	a.log.WarnContext(ctx, "report file is not a regular file inside the workdir; the model's final message is the report",
 		"report", a.profile.Report, "error", err)
-	return []byte(final), fromFinalMessage, nil
+	return finalAsReport(final), fromFinalMessage, nil
+}
+
+// finalAsReport is the model's final message as the report, bounded as a report file is
+// (maxReportBytes): the agent lets an answer be up to its response bound, several times that.
+// A longer message keeps its head and says where it was cut.
+func finalAsReport(final string) []byte {
+	if len(final) <= maxReportBytes {
+		return []byte(final)
+	}
+	marker := fmt.Sprintf("\n\n[the model's final message is %d bytes; cut here at the report's bound of %d]\n", len(final), maxReportBytes)
+	cut := maxReportBytes - len(marker)
+	for cut > 0 && !utf8.RuneStart(final[cut]) {
+		cut-- // not inside a character
+	}
+	return append([]byte(final[:cut]), marker...)
 }
 
 // maxSkippedNamed bounds how many left-out files and folders the manifest names: a job can
