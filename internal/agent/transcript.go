@@ -231,8 +231,12 @@ func shrinkLine(line []byte, limit int64) []byte {
 	}
 	v = shrinkValue(v).(map[string]any)
 	v["shrunk"] = info
-	if out, err := json.Marshal(v); err == nil && int64(len(out)) <= limit {
-		return out
+	// Marshalled anew, the line has lost add's escapes: escaped again, before it is measured,
+	// as the escapes make it longer.
+	if out, err := json.Marshal(v); err == nil {
+		if out = escapeInvisible(out); int64(len(out)) <= limit {
+			return out
+		}
 	}
 	// Still too long: a huge array of small items, say. Keep what identifies the event.
 	stub := map[string]any{"shrunk": info}
@@ -244,7 +248,7 @@ func shrinkLine(line []byte, limit int64) []byte {
 		}
 	}
 	out, _ := json.Marshal(stub)
-	return out
+	return escapeInvisible(out)
 }
 
 // shrinkValue clips every string of a decoded JSON value to shrinkString bytes.

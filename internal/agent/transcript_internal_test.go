@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -29,6 +31,20 @@ func TestShrinkLine(t *testing.T) {
 			wantKeys: []string{"type", "turn", "id", "tool", "exit_code", "error"},
 			wantStub: true,
 		},
+		{
+			// Shrinking marshals the line anew, which must not undo escapeInvisible.
+			name:      "invisible characters stay escaped",
+			line:      map[string]any{"type": "tool_call", "turn": 3, "id": "c3", "tool": "\u009b2J\u009bHjob succeeded\u202eexe.txt", "args": map[string]any{"path": big + "\u2066"}},
+			wantKeys:  []string{"type", "turn", "id", "tool", "args"},
+			wantShort: "args",
+		},
+		{
+			// 54 KB as it comes, 102 KB with its escapes: measured escaped, it is too long.
+			name:     "escapes that pass the limit: only what identifies the event",
+			line:     map[string]any{"type": "tool_call", "turn": 4, "id": "c4", "tool": "\u202eemit", "args": map[string]any{"n": slices.Repeat([]string{strings.Repeat("\u200b", 8)}, 2000)}},
+			wantKeys: []string{"type", "turn", "id", "tool"},
+			wantStub: true,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,6 +56,9 @@ func TestShrinkLine(t *testing.T) {
 			out := shrinkLine(line, limit)
 			if len(out) > limit {
 				t.Fatalf("shrunk line is %d bytes, limit %d", len(out), limit)
+			}
+			if i := bytes.IndexFunc(out, invisible); i >= 0 {
+				t.Errorf("shrunk line holds %q unescaped at byte %d", []rune(string(out[i:]))[0], i)
 			}
 			var got map[string]any
 			if err := json.Unmarshal(out, &got); err != nil {
