@@ -465,6 +465,17 @@ func (f *fakeSandbox) argvs() [][]string {
 	return out
 }
 
+// timeouts are the timeouts the sandbox was asked to run each command with.
+func (f *fakeSandbox) timeouts() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []time.Duration
+	for _, r := range f.execs {
+		out = append(out, r.Timeout)
+	}
+	return out
+}
+
 // --- small things ----------------------------------------------------------------------------
 
 func jsonLogger(w io.Writer) *slog.Logger {

@@ -55,13 +55,10 @@ type runEnv struct {
 	approver Approver
 }
 
-// runner is where and how long commands run: the profile's command timeout, or the tool's own.
+// runner is where and how long commands run: the tool's own timeout or the profile's command
+// timeout, within the job's (config.Limits.ToolTimeout).
 func (e runEnv) runner(timeout config.Duration) runner {
-	r := runner{sb: e.sb, timeout: time.Duration(e.limits.CommandTimeout), maxOutput: e.limits.MaxOutputBytes}
-	if timeout > 0 {
-		r.timeout = time.Duration(timeout)
-	}
-	return r
+	return runner{sb: e.sb, timeout: time.Duration(e.limits.ToolTimeout(timeout)), maxOutput: e.limits.MaxOutputBytes}
 }
 
 // builtins are the built-in file tools by name, confined to the workdir.

@@ -5,6 +5,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 func TestArgvSubstitution(t *testing.T) {
@@ -37,6 +41,45 @@ func TestArgvSubstitution(t *testing.T) {
 			argvs := sb.argvs()
 			if len(argvs) != 1 || !reflect.DeepEqual(argvs[0], tt.wantArgv) {
 				t.Errorf("argv = %q, want %q", argvs, tt.wantArgv)
+			}
+		})
+	}
+}
+
+// TestCommandTimeout: a command runs for its tool's own timeout or else the profile's
+// command_timeout, and never longer than the job's command_timeout, which a tool's own timeout
+// does not override.
+func TestCommandTimeout(t *testing.T) {
+	const profile = time.Minute
+	shell := config.Tool{Name: "shell", Kind: config.ToolShell, Policy: config.PolicyAllowlist, Allow: []string{"*"}}
+	tests := []struct {
+		name              string
+		tool              config.Tool
+		args              string
+		own, job, wantRun time.Duration // own, job: 0 is unset
+	}{
+		{name: "the profile's", tool: emitTool, args: `{"text": "x"}`, wantRun: profile},
+		{name: "the tool's own overrides the profile's", tool: emitTool, args: `{"text": "x"}`, own: time.Hour, wantRun: time.Hour},
+		{name: "the job's tightens the profile's", tool: emitTool, args: `{"text": "x"}`, job: 2 * time.Second, wantRun: 2 * time.Second},
+		{name: "the job's bounds the tool's own", tool: emitTool, args: `{"text": "x"}`, own: time.Hour, job: 2 * time.Second, wantRun: 2 * time.Second},
+		{name: "the job's above the profile's bounds the tool's own", tool: emitTool, args: `{"text": "x"}`, own: time.Hour, job: 2 * time.Minute, wantRun: 2 * time.Minute},
+		{name: "the job's leaves a shorter own", tool: emitTool, args: `{"text": "x"}`, own: 5 * time.Second, job: 30 * time.Second, wantRun: 5 * time.Second},
+		{name: "the job's bounds the shell's own", tool: shell, args: `{"command": ["ls"]}`, own: time.Hour, job: 2 * time.Second, wantRun: 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tool := tt.tool
+			tool.Timeout = config.Duration(tt.own)
+			p := csvProfile(t, tool)
+			p.Limits.CommandTimeout = config.Duration(profile)
+			p.Limits = p.Limits.Tighten(&job.Limits{CommandTimeout: job.Duration(tt.job)}) // as the runner does
+			s := newScript(t, toolCalls(100, call{"c1", tool.Name, tt.args}), final("ok"))
+			sb := newFakeSandbox(nil)
+			if _, err := newAgent(t, s).Run(context.Background(), request(p, sb)); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if got := sb.timeouts(); len(got) != 1 || got[0] != tt.wantRun {
+				t.Errorf("the command ran with the timeouts %v, want [%s]", got, tt.wantRun)
 			}
 		})
 	}

@@ -281,6 +281,24 @@ type Limits struct {
 	// at its first attempt as input_too_large, before its sandbox starts. Default: the
 	// workdir's size (sandbox.disk).
 	MaxInputBytes int64 `json:"max_input_bytes,omitempty"`
+
+	// jobCommandTimeout is the job's own command_timeout, when it asked for one (Tighten). It
+	// is kept apart from CommandTimeout because it bounds the tools that declare their own
+	// timeout too: those override the profile's command_timeout, never the job's.
+	jobCommandTimeout Duration
+}
+
+// ToolTimeout is how long one command of a tool may run: the tool's own timeout when it
+// declares one (own > 0), else CommandTimeout; never longer than the job's command_timeout.
+func (l Limits) ToolTimeout(own Duration) Duration {
+	t := l.CommandTimeout
+	if own > 0 {
+		t = own
+	}
+	if l.jobCommandTimeout > 0 && l.jobCommandTimeout < t {
+		t = l.jobCommandTimeout
+	}
+	return t
 }
 
 // Load reads a YAML config file, fills defaults and validates it. Each problem is a FieldError
@@ -551,6 +569,9 @@ func (l Limits) Tighten(j *job.Limits) Limits {
 	}
 	if j.CommandTimeout > 0 && j.CommandTimeout < l.CommandTimeout {
 		l.CommandTimeout = j.CommandTimeout
+	}
+	if c := j.CommandTimeout; c > 0 && (l.jobCommandTimeout == 0 || c < l.jobCommandTimeout) {
+		l.jobCommandTimeout = c
 	}
 	return l
 }
