@@ -106,12 +106,30 @@ func compileCommand(t config.Tool, bad problemFunc) maker {
 			bad(fmt.Sprintf("command[%d]", i), "placeholder %s has no matching entry in parameters.properties", el)
 			continue
 		}
-		// An argv element is one string: an object or array argument could never fill it.
-		if typ, _ := prop.(map[string]any)["type"].(string); typ == "object" || typ == "array" || typ == "null" {
-			bad("parameters.properties."+name+".type", "%q cannot fill an argv element; use string, number, integer or boolean", typ)
+		if field, msg := unfillable(prop); msg != "" {
+			bad("parameters.properties."+name+field, "%s", msg)
 		}
 	}
 	return func(env runEnv) tool { return commandTool{runner: env.runner(t.Timeout), spec: t} }
+}
+
+// unfillable says why a placeholder's property schema admits no value that could fill an argv
+// element, one string, and the field below the property to blame; "" when some value can. The
+// schema may be a boolean, as JSON Schema allows: true states no type, as {} does, and false
+// admits nothing. Any other shape is left to the schema's compilation.
+func unfillable(prop any) (field, msg string) {
+	switch schema := prop.(type) {
+	case bool:
+		if !schema {
+			return "", "is false, which no argument matches; give the placeholder's parameter a schema such as {type: string}"
+		}
+	case map[string]any:
+		// An object or array argument could never fill an argv element.
+		if typ, _ := schema["type"].(string); typ == "object" || typ == "array" || typ == "null" {
+			return ".type", fmt.Sprintf("%q cannot fill an argv element; use string, number, integer or boolean", typ)
+		}
+	}
+	return "", ""
 }
 
 func compileShell(t config.Tool, bad problemFunc) maker {

@@ -30,6 +30,7 @@ func TestBadProfileStopsNew(t *testing.T) {
 		{"placeholder without parameter", `{name: x, command: [wc, "{{path}}"], parameters: {type: object}}`, "command[1]", "x"},
 		{"placeholder as the program", `{name: x, command: ["{{prog}}"], parameters: {type: object, properties: {prog: {type: string}}}}`, "command[0]", "x"},
 		{"object fills an argv element", `{name: x, command: [wc, "{{o}}"], parameters: {type: object, properties: {o: {type: object}}}}`, "parameters.properties.o.type", "x"},
+		{"placeholder's schema is false", `{name: x, command: [wc, "{{p}}"], parameters: {type: object, properties: {p: false}}}`, "parameters.properties.p", "x"},
 		{"negative timeout", `{name: x, command: [wc], timeout: -1s}`, "timeout", "x"},
 		{"allow on a command tool", `{name: x, command: [ls], allow: ["ls *"]}`, "allow", "x"},
 		{"command on a builtin", `{name: write_file, kind: builtin, command: [cat]}`, "command", "write_file"},

@@ -49,6 +49,7 @@ func TestToolSchemaAgreesWithTheWorker(t *testing.T) {
 		{name: "empty kind takes the default", tools: "[{name: read_file, kind: ''}]"},
 		{name: "fields at their zero value count as unset", tools: "[{name: read_file, command: [], timeout: 0s, allow: [], policy: '', parameters: {}}]"},
 		{name: "shell deny with an empty allowlist", tools: "[{name: shell, policy: deny, allow: []}]"},
+		{name: "placeholder whose schema is true", tools: "[{name: cat, command: [cat, '{{path}}'], parameters: {type: object, properties: {path: true}, required: [path]}}]"},
 
 		// Refused by both.
 		{name: "unknown kind", tools: "[{name: fetch, kind: http}]"},
@@ -75,6 +76,7 @@ func TestToolSchemaAgreesWithTheWorker(t *testing.T) {
 
 		// Refused by the worker only: no JSON Schema form (the chart's templates check the first).
 		{name: "placeholder without its parameter", tools: "[{name: echo, command: [echo, '{{msg}}']}]", schemaCannot: true},
+		{name: "placeholder whose schema is false", tools: "[{name: cat, command: [cat, '{{path}}'], parameters: {type: object, properties: {path: false}}}]", schemaCannot: true},
 		{name: "placeholder of an object parameter", tools: "[{name: echo, command: [echo, '{{msg}}'], parameters: {type: object, properties: {msg: {type: object}}}}]", schemaCannot: true},
 		{name: "parameters not a usable schema", tools: "[{name: echo, command: [echo], parameters: {type: object, properties: {x: {type: 5}}}}]", schemaCannot: true},
 	}
