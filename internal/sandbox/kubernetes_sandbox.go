@@ -304,8 +304,10 @@ func (s *kubernetesSandbox) List(ctx context.Context, dir string) ([]FileInfo, e
 		rel := strings.TrimPrefix(strings.TrimPrefix(fields[i+1], base), "/")
 		var size int64
 		var mode uint32
-		if _, err := fmt.Sscanf(fields[i], "%d %o", &size, &mode); err != nil {
-			// stat failed: the path is too long, or the file went away meanwhile.
+		if _, err := fmt.Sscanf(fields[i], "%d %o", &size, &mode); err != nil || size < 0 {
+			// stat failed: the path is too long, or the file went away meanwhile. A size
+			// below 0 is no file's: the answer comes from inside the pod, where the job can
+			// forge it, and the runner's caps add the sizes up.
 			incomplete.add(path.Join(clean, rel), "cannot stat")
 			continue
 		}
