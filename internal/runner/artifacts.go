@@ -31,11 +31,11 @@ const reservedPrefix = ".boxcar-tmp-"
 // follows none either, so a link (to a host file, an input, another folder) is neither listed
 // nor uploaded, and neither is a file changed into one after the listing. At most
 // maxArtifacts files are taken, each of at most maxArtifactBytes and together at most
-// maxArtifactTotal, in name order. Whatever the job did (a file too large, a name the store
-// cannot hold, a folder nested past PATH_MAX or unreadable, an artifact folder that is a file
-// or a link, and at the upload a file that changed or became a link) leaves that file or
-// folder out, named in c for the manifest (skip), and never fails the run. err is only ever the
-// context's.
+// maxArtifactTotal, in name order. Whatever the job did (a file too large, a size below 0 in
+// the listing, a name the store cannot hold, a folder nested past PATH_MAX or unreadable, an
+// artifact folder that is a file or a link, and at the upload a file that changed or became a
+// link) leaves that file or folder out, named in c for the manifest (skip), and never fails
+// the run. err is only ever the context's.
 func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sandbox, c *provenance.Collected) ([]output, error) {
 	dir, err := sandbox.CleanPath(a.profile.Artifacts)
 	if err != nil {
@@ -93,6 +93,13 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 		if !ok || !artifactName(name) {
 			skip(c, sandbox.ShortPath(f.Path, maxNamedPath), "bad_name", "not a name the store and the manifest can hold")
 			a.log.WarnContext(ctx, "artifact name cannot be stored; not uploaded", "artifact", f.Path)
+			continue
+		}
+		if f.Size < 0 {
+			// No file has a negative size: a backend that passed one on would otherwise have it
+			// pass the size cap and lower the total, letting through more than the total cap.
+			skip(c, f.Path, "unreadable", fmt.Sprintf("listed with a size of %d bytes", f.Size))
+			a.log.WarnContext(ctx, "artifact listed with a negative size; not uploaded", "artifact", f.Path, "size_bytes", f.Size)
 			continue
 		}
 		budget := min(maxArtifactBytes, maxArtifactTotal-total)

@@ -176,6 +176,18 @@ func TestCollectArtifacts(t *testing.T) {
 			skipped: []string{"artifacts/5:too_large", "artifacts/6:too_large"},
 		},
 		{
+			// A pod answers its listing from inside, where the job can forge it: a size below 0
+			// would pass the size cap and lower the total, so that 4 GiB went through.
+			name:      "a negative listed size",
+			artifacts: "artifacts",
+			sb: &memSandbox{files: map[string]int64{
+				"artifacts/0-forged": -1 << 62, "artifacts/1": maxArtifactBytes, "artifacts/2": maxArtifactBytes,
+				"artifacts/3": maxArtifactBytes, "artifacts/4": maxArtifactBytes, "artifacts/5": maxArtifactBytes,
+			}},
+			want:    []string{"artifacts/1", "artifacts/2", "artifacts/3", "artifacts/4"},
+			skipped: []string{"artifacts/0-forged:unreadable", "artifacts/5:too_large"},
+		},
+		{
 			name:      "names the store or the manifest cannot hold",
 			artifacts: "artifacts",
 			sb: &memSandbox{files: map[string]int64{
