@@ -65,8 +65,9 @@ type header struct {
 // Command is one command of a session.
 type Command struct {
 	Argv []string
-	// Mark, an environment entry (NAME=VALUE) that every process of the command carries, has
-	// the pod's side kill whatever still carries it once the command has ended, before it
+	// Mark, an environment entry (NAME=VALUE) that every process of the command carries unless
+	// it sheds it, has the pod's side kill the command's tree once the command has ended (what
+	// carries the mark, and in a pod what the command orphaned: commandSet.kill), before it
 	// reports the exit code. A command's own kill runs a program to find its processes, and a
 	// fork bomb that fills the pod's process bound leaves it none to run; the session kills
 	// without starting a process.
@@ -82,7 +83,13 @@ type Command struct {
 
 func runCommands() int {
 	spareThreads(8)
-	if err := ServeCommands(os.Stdin, os.Stdout, listenEgress); err != nil {
+	// The pod's process is the session's alone: what its commands orphan comes to it.
+	reaper := true
+	if err := becomeReaper(); err != nil {
+		reaper = false
+		fmt.Fprintf(os.Stderr, "command session: %v; a command's orphans that shed its mark may be left running\n", err)
+	}
+	if err := serveCommands(os.Stdin, os.Stdout, listenEgress, newCommandSet(reaper)); err != nil {
 		fmt.Fprintf(os.Stderr, "command session: %v\n", err)
 		return 1
 	}
@@ -95,7 +102,15 @@ func runCommands() int {
 // ServeCommands returns once they have ended. An egress request listens with egress (in the
 // pod: bridge.ListenAddr; nil refuses the request as a pod's side that predates it does) and
 // carries each connection as a stream it opens toward the worker.
+//
+// A process that serves in-process (a test's) is no child subreaper and has children of its
+// own: a command's tree is then what carries its mark and what is beneath the command, and
+// nothing is taken for an orphan.
 func ServeCommands(in io.Reader, out io.Writer, egress func() (net.Listener, error)) error {
+	return serveCommands(in, out, egress, newCommandSet(false))
+}
+
+func serveCommands(in io.Reader, out io.Writer, egress func() (net.Listener, error), set *commandSet) error {
 	sess, err := clientSession(in, out, commandsReady)
 	if err != nil {
 		return err
@@ -118,14 +133,14 @@ func ServeCommands(in io.Reader, out io.Writer, egress func() (net.Listener, err
 			return err
 		}
 		running.Go(func() {
-			serveCommand(ctx, st, func(fw *frameWriter) { serveEgress(st, fw, sess, egress) })
+			serveCommand(ctx, set, st, func(fw *frameWriter) { serveEgress(st, fw, sess, egress) })
 		})
 	}
 }
 
 // serveCommand runs one stream's command to its end, or until ctx ends (the session did), and
 // sends its output and exit code; an egress request it hands to egress.
-func serveCommand(ctx context.Context, st *yamux.Stream, egress func(*frameWriter)) {
+func serveCommand(ctx context.Context, set *commandSet, st *yamux.Stream, egress func(*frameWriter)) {
 	defer st.Close()
 	br := bufio.NewReader(io.LimitReader(st, maxHeader))
 	h, err := readHeader(br)
@@ -142,7 +157,7 @@ func serveCommand(ctx context.Context, st *yamux.Stream, egress func(*frameWrite
 		serveFile(h.File, io.MultiReader(br, st), fw)
 		return
 	case h.Exec != nil:
-		serveExec(ctx, h.Exec, h.Mark, io.MultiReader(br, st), fw)
+		serveExec(ctx, set, h.Exec, h.Mark, io.MultiReader(br, st), fw)
 		return
 	}
 	stdinR, stdinW, err := os.Pipe()
@@ -155,7 +170,7 @@ func serveCommand(ctx context.Context, st *yamux.Stream, egress func(*frameWrite
 	// A child left holding the output (the backend's scripts kill theirs) does not hold the
 	// command's end for long.
 	cmd.WaitDelay = time.Second
-	err = cmd.Start()
+	err = set.start(cmd, h.Mark)
 	stdinR.Close()
 	if err != nil {
 		stdinW.Close()
@@ -171,8 +186,9 @@ func serveCommand(ctx context.Context, st *yamux.Stream, egress func(*frameWrite
 	if err := cmd.Wait(); err != nil {
 		code = exitCode(err)
 	}
+	set.done(cmd.Process.Pid)
 	if h.Mark != "" {
-		kill(h.Mark)
+		set.kill(h.Mark, 0)
 	}
 	sendExit(fw, code)
 }

@@ -18,7 +18,7 @@ import (
 // Exec runs): the same program, folder, environment and timeout, without the script's shell,
 // its env, its watchdog and the grep of its kill, each a process the pod's CPU bound makes
 // slow. As the script does, it starts Argv in Dir with Env alone plus the command's Mark (no
-// variable of the container's), hands it stdin, kills everything that carries the mark at
+// variable of the container's), hands it stdin, kills the command's tree (commandSet.kill) at
 // Timeout and once the command has ended, and reports a Dir that is not there as
 // "boxcar-NONCE: notfound" on stderr with exit code 125, a program that is not there as exit
 // code 127 and one that cannot run as 126.
@@ -35,7 +35,7 @@ const defaultPath = "/bin:/usr/bin"
 
 // serveExec runs x to its end with stdin and sends its output and exit code. mark is the
 // command's Mark (required: it is how the command's processes are found).
-func serveExec(ctx context.Context, x *Exec, mark string, stdin io.Reader, fw *frameWriter) {
+func serveExec(ctx context.Context, set *commandSet, x *Exec, mark string, stdin io.Reader, fw *frameWriter) {
 	if len(x.Argv) == 0 || !strings.HasPrefix(mark, "BOXCAR_EXEC=") {
 		_ = fw.frame(frameFailed, []byte("exec: no argv, or no BOXCAR_EXEC mark"))
 		return
@@ -52,13 +52,14 @@ func serveExec(ctx context.Context, x *Exec, mark string, stdin io.Reader, fw *f
 		return
 	}
 	cmd := &exec.Cmd{Path: prog, Args: x.Argv, Dir: x.Dir, Env: append([]string{mark}, x.Env...)}
-	sendExit(fw, runMarked(ctx, cmd, mark, x.Timeout, stdin, fw))
+	sendExit(fw, runMarked(ctx, set, cmd, mark, x.Timeout, stdin, fw))
 }
 
-// runMarked runs cmd with its own pipes and returns its exit code: once it has ended (or at
-// timeout, or when ctx ends) every process carrying mark is killed, and its output is read
-// until whatever still held it is gone, for a second at most.
-func runMarked(ctx context.Context, cmd *exec.Cmd, mark string, timeout time.Duration, stdin io.Reader, fw *frameWriter) int {
+// runMarked runs cmd with its own pipes and returns its exit code: at timeout, or when ctx
+// ends, its tree is killed (set.kill: what carries mark, what is beneath cmd, what it
+// orphaned), and once it has ended what is left of it; its output is read until whatever still
+// held it is gone, for a second at most.
+func runMarked(ctx context.Context, set *commandSet, cmd *exec.Cmd, mark string, timeout time.Duration, stdin io.Reader, fw *frameWriter) int {
 	var files [6]*os.File // stdin, stdout, stderr: the command's end, then this side's
 	for i := range 3 {
 		r, w, err := os.Pipe()
@@ -74,7 +75,7 @@ func runMarked(ctx context.Context, cmd *exec.Cmd, mark string, timeout time.Dur
 		}
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
-	err := cmd.Start()
+	err := set.start(cmd, mark)
 	closeAll(files[:3])
 	if err != nil {
 		closeAll(files[3:])
@@ -92,7 +93,8 @@ func runMarked(ctx context.Context, cmd *exec.Cmd, mark string, timeout time.Dur
 			copied <- struct{}{}
 		}()
 	}
-	killAll := func() { kill(mark) }
+	root := cmd.Process.Pid
+	killAll := func() { set.kill(mark, root) }
 	var timer *time.Timer
 	if timeout > 0 {
 		timer = time.AfterFunc(timeout, killAll)
@@ -103,7 +105,9 @@ func runMarked(ctx context.Context, cmd *exec.Cmd, mark string, timeout time.Dur
 		timer.Stop()
 	}
 	stop()
-	kill(mark)
+	// Waited for, the root's pid may be reused: what it left is found as orphans now.
+	set.done(root)
+	set.kill(mark, 0)
 	bound := time.Now().Add(time.Second)
 	_ = files[4].SetReadDeadline(bound)
 	_ = files[5].SetReadDeadline(bound)
