@@ -48,14 +48,15 @@ var (
 // execScript runs a command inside the pod with what pods/exec lacks: an environment of the
 // caller's choosing (env -i: nothing of the container's), a folder, stdin kept for the
 // background job, and a timeout that kills the whole tree. Every process of the command
-// carries BOXCAR_EXEC=<nonce> in its environment, which is how the tree is found: process
-// groups are not reliable in a container without job control. When the command ends, what it
-// left running is killed too, as in the bubblewrap backend.
+// carries BOXCAR_EXEC=<nonce> in its environment unless it sheds it, and the rest of the tree
+// is found by parentage (killFunc); process groups are not reliable in a container without
+// job control. When the command ends, what it left running is killed too, as in the
+// bubblewrap backend.
 //
 // Arguments: timeout in seconds (0: none), nonce, folder, then NAME=VALUE... and argv.
 //
-// killFunc (k NONCE) kills every process whose environment holds BOXCAR_EXEC=NONCE, until none
-// is left. grep reads each environment as NUL-separated records (-z, which GNU, busybox and
+// killFunc (k NONCE) kills every process whose environment holds BOXCAR_EXEC=NONCE, what the
+// command orphaned to the pod's pid 1, and everything beneath either, until none is left. grep reads each environment as NUL-separated records (-z, which GNU, busybox and
 // toybox grep have): busybox grep without it stops reading a line at the first NUL, and so
 // would find the variable only where it comes first, while a shell re-orders the environment
 // of what it executes. The processes found are all stopped, then all killed: killed one by

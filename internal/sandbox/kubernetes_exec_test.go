@@ -451,3 +451,88 @@ func TestKubernetesExecLeavesNoWatchdog(t *testing.T) {
 	mark := strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)
 	waitNoneLeft(t, rt.pod(sb.Info().ID), mark, "no watchdog left running after its command ended")
 }
+
+// TestKubernetesExecKillsTreeWithoutTheMark: a command's processes that shed its mark (env -i,
+// env -u) or left its tree (a double fork) are killed with it, at its end and at its timeout:
+// the exec script's kill finds them beneath the command, or orphaned to the pod's pid 1
+// outside pid 1's session. The pause script and its sleep are left alone.
+func TestKubernetesExecKillsTreeWithoutTheMark(t *testing.T) {
+	rt := newPodRuntime(t)
+	p := rt.provider(t, imageBusybox)
+	const quiet = "</dev/null >/dev/null 2>&1"
+	for i, tt := range []struct {
+		name    string
+		timeout time.Duration
+		script  string
+	}{
+		{"env -i, at the end", 0, "env -i sleep 100.%[1]s " + quiet + " & echo started > started; sleep 1"},
+		{"env -u, at the end", 0, "env -u BOXCAR_EXEC sleep 100.%[1]s " + quiet + " & echo started > started; sleep 1"},
+		{"env -i, at the timeout", 500 * time.Millisecond, "env -i sleep 100.%[1]s " + quiet + " & echo started > started; sleep 60"},
+		{"env -u, at the timeout", 500 * time.Millisecond, "env -u BOXCAR_EXEC sleep 100.%[1]s " + quiet + " & echo started > started; sleep 60"},
+		{"double fork, at the end", 0, "(env -i sh -c 'sleep 100.%[1]s & sleep 100.%[1]s' " + quiet + " &); echo started > started; sleep 1"},
+		{"double fork, at the timeout", 500 * time.Millisecond, "(env -i sh -c 'sleep 100.%[1]s & sleep 100.%[1]s' " + quiet + " &); echo started > started; sleep 60"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
+			pod := rt.pod(sb.Info().ID)
+			pause := pod.processes(t)
+			marker := fmt.Sprintf("%d%d", time.Now().UnixNano()%1_000_000, i)
+			res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf(tt.script, marker)}, Timeout: tt.timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.timeout > 0 && !res.TimedOut {
+				t.Errorf("TimedOut = false (exit %d), want true", res.ExitCode)
+			}
+			if _, err := sb.ReadFile(t.Context(), "started", 100); err != nil {
+				t.Fatalf("the command never started: %v", err)
+			}
+			waitNoneLeft(t, pod, "100."+marker, "nothing the command started is left running in the pod")
+			if now := pod.processes(t); !slices.Equal(now, pause) {
+				t.Errorf("the pod's own processes were %q before the command, %q after", pause, now)
+			}
+		})
+	}
+}
+
+// TestKubernetesExecKillSparesAnotherCommand: two commands in a pod overlap. The end of one
+// kills what it orphaned, but nothing of the other still running: neither a process beneath
+// it that shed its mark, nor an orphan of it that carries its mark. Its own end kills both.
+func TestKubernetesExecKillSparesAnotherCommand(t *testing.T) {
+	rt := newPodRuntime(t)
+	sb := sandboxtest.StartSpec(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
+	pod := rt.pod(sb.Info().ID)
+	marker := strconv.FormatInt(time.Now().UnixNano()%1_000_000, 10)
+	left := func(prefix string) (n int) {
+		for _, proc := range pod.processes(t) {
+			if strings.HasSuffix(proc, ":sleep "+prefix+marker) {
+				n++
+			}
+		}
+		return n
+	}
+	ran := make(chan error, 1)
+	go func() {
+		// 1001: beneath the first command, without its mark; 1002: orphaned, with it.
+		_, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("env -u BOXCAR_EXEC sleep 1001.%[1]s & (sleep 1002.%[1]s &); until [ -e done ]; do sleep 0.1; done", marker)}})
+		ran <- err
+	}()
+	harness.Wait(t, "the first command's processes", func() (bool, error) {
+		return left("1001.") == 1 && left("1002.") == 1, nil
+	}, harness.Within(5*time.Second))
+	if _, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("env -i sleep 1003.%s </dev/null >/dev/null 2>&1 & sleep 0.5", marker)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitNoneLeft(t, pod, "1003."+marker, "nothing of the second command left running")
+	if left("1001.") != 1 || left("1002.") != 1 {
+		t.Errorf("the second command's end killed the first's processes: %q", pod.processes(t))
+	}
+	if err := sb.WriteFile(t.Context(), "done", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	waitNoneLeft(t, pod, "1001."+marker, "nothing of the first command left running after its end")
+	waitNoneLeft(t, pod, "1002."+marker, "nothing of the first command left running after its end")
+}

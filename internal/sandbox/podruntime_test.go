@@ -47,7 +47,7 @@ const (
 // fake clientset, and the API server's pods/exec subresource over HTTPS: WebSocket
 // (v5.channel.k8s.io and v4.channel.k8s.io) and SPDY/3.1.
 //
-// Each pod is a real process tree. The pod's own command runs as pid 1's child in new user,
+// Each pod is a real process tree. The pod's own command runs as pid 1 in new user,
 // mount, pid, ipc, uts and network namespaces (bubblewrap), as the pod's runAsUser, with the
 // image read-only at / and each emptyDir a host folder mounted where the pod spec says. Every
 // exec enters those namespaces (nsenter), as runc exec does, with the container's environment
@@ -315,6 +315,9 @@ func (rt *podRuntime) startPod(pod *corev1.Pod) corev1.PodStatus {
 		"--unshare-user", "--uid", strconv.FormatInt(p.uid, 10), "--gid", strconv.FormatInt(p.gid, 10),
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--hostname", pod.Name,
 		"--die-with-parent", "--cap-drop", "ALL", "--info-fd", "3",
+		// As a runtime does: the pod's command is its pid 1 (which orphans re-parent to), not
+		// a reaper of bwrap's, and leads a session of its own (runc's setsid).
+		"--as-pid-1", "--new-session",
 	}
 	args = append(args, layout...)
 	args = append(args, "--proc", "/proc", "--dev", "/dev")
