@@ -260,6 +260,7 @@ func TestCaps(t *testing.T) {
 		wantTurns int
 		wantCalls int
 		wantReqs  int
+		wantFinal string
 	}{
 		{
 			name:    "max_turns",
@@ -293,6 +294,14 @@ func TestCaps(t *testing.T) {
 			replies: []reply{list("c1", 100), {hang: true}},
 			wantCap: agent.CapJobTimeout, wantTurns: 1, wantCalls: 1, wantReqs: 2,
 		},
+		{
+			// A cut answer is not the model's last word: capped, with what it wrote kept.
+			name:   "an answer cut at the model's length limit",
+			limits: func(*config.Limits) {},
+			replies: []reply{list("c1", 100), completion(map[string]any{"role": "assistant", "content": "The sales rose in", "refusal": nil},
+				"length", 100)},
+			wantCap: agent.CapAnswerLength, wantTurns: 2, wantCalls: 1, wantReqs: 2, wantFinal: "The sales rose in",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -306,6 +315,9 @@ func TestCaps(t *testing.T) {
 			}
 			if res.Outcome != agent.OutcomeCapped || res.Cap != tt.wantCap {
 				t.Errorf("outcome = %q cap %q, want capped %q", res.Outcome, res.Cap, tt.wantCap)
+			}
+			if res.FinalMessage != tt.wantFinal {
+				t.Errorf("final message %q, want %q", res.FinalMessage, tt.wantFinal)
 			}
 			if res.Turns != tt.wantTurns || len(res.ToolCalls) != tt.wantCalls || len(s.requests()) != tt.wantReqs {
 				t.Errorf("turns %d, tool calls %d, requests %d; want %d, %d, %d",

@@ -120,13 +120,17 @@ const (
 	CapMaxToolCalls = "max_tool_calls"
 	CapMaxTokens    = "max_tokens"
 	CapJobTimeout   = "job_timeout"
+	// CapAnswerLength: the model's last answer stopped at its length limit (finish_reason
+	// "length": the profile's max_completion_tokens, or the model's own): a cut answer is not
+	// a finished job, though what it wrote is kept.
+	CapAnswerLength = "answer_length"
 )
 
 // Result is what a run produced. Run returns it also with an error, holding what was done
 // until then; Outcome is only set when the error is nil.
 type Result struct {
 	Outcome      Outcome
-	Cap          string // when capped: CapMaxTurns, CapMaxToolCalls, CapMaxTokens or CapJobTimeout
+	Cap          string // when capped: CapMaxTurns, CapMaxToolCalls, CapMaxTokens, CapJobTimeout or CapAnswerLength
 	FinalMessage string // the model's last answer (its refusal when it only refused)
 	Turns        int    // model round trips of this run that got an answer
 	ToolCalls    []ToolCall

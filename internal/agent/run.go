@@ -145,17 +145,23 @@ func (r *run) loop(ctx context.Context) error {
 			return nil
 		}
 		turn := r.res.Turns + 1
-		msg, err := r.complete(ctx, turn, defs)
+		choice, err := r.complete(ctx, turn, defs)
 		if err != nil {
 			return err
 		}
+		msg := choice.Message
 		calls := r.normalize(turn, msg.ToolCalls)
 		r.messages = append(r.messages, assistantMessage(msg.Content, calls))
 		if len(calls) == 0 {
 			// Finish reasons differ between servers ("stop" with tool calls, "tool_calls"
-			// without): the presence of tool calls decides.
-			r.res.Outcome = OutcomeCompleted
+			// without): the presence of tool calls decides, but for an answer cut at the
+			// model's length limit, which is not the model's last word.
 			r.res.FinalMessage = or(msg.Content, msg.Refusal)
+			if choice.FinishReason == "length" {
+				r.capped(CapAnswerLength)
+				return nil
+			}
+			r.res.Outcome = OutcomeCompleted
 			return nil
 		}
 		for i, c := range calls {
@@ -177,8 +183,8 @@ func (r *run) loop(ctx context.Context) error {
 	}
 }
 
-// complete sends the conversation and returns the model's message.
-func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompletionToolUnionParam) (openai.ChatCompletionMessage, error) {
+// complete sends the conversation and returns the model's answer: its message and why it ended.
+func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompletionToolUnionParam) (openai.ChatCompletionChoice, error) {
 	m := r.p.Model
 	params := openai.ChatCompletionNewParams{Model: m.Name, Messages: r.messages, Tools: defs}
 	if m.Temperature != nil {
@@ -196,7 +202,7 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 	r.logRequest(turn, params)
 	resp, start, err := r.send(ctx, turn, params)
 	if err != nil {
-		return openai.ChatCompletionMessage{}, err
+		return openai.ChatCompletionChoice{}, err
 	}
 	if resp == nil {
 		// openai-go decodes a body "null" into no completion and no error: an answer with no
@@ -224,7 +230,7 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 	line := responseLine{Type: "response", Time: now(), Turn: turn, ID: resp.ID, Model: resp.Model, Usage: u, DurationMS: sinceMS(start)}
 	if len(resp.Choices) == 0 {
 		r.tr.add(line)
-		return openai.ChatCompletionMessage{}, fmt.Errorf("agent: chat completion %s: %w: no choices", resp.ID, ErrModelResponse)
+		return openai.ChatCompletionChoice{}, fmt.Errorf("agent: chat completion %s: %w: no choices", resp.ID, ErrModelResponse)
 	}
 	choice := resp.Choices[0]
 	line.FinishReason = choice.FinishReason
@@ -234,7 +240,7 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 	r.tr.add(line)
 	r.log.Info("model response", "turn", turn, "response_id", resp.ID, "finish_reason", choice.FinishReason,
 		"tool_calls", len(choice.Message.ToolCalls), "total_tokens", u.TotalTokens, "duration_ms", sinceMS(start))
-	return choice.Message, nil
+	return choice, nil
 }
 
 // normalize makes the tool calls of a response usable whatever the server sent: ids that are

@@ -81,6 +81,12 @@ func capSentence(a *attempt, c string) string {
 		return fmt.Sprintf("max_tokens, %d tokens over all attempts", l.MaxTokens)
 	case agent.CapJobTimeout:
 		return fmt.Sprintf("job_timeout, %s", time.Duration(l.JobTimeout))
+	case agent.CapAnswerLength:
+		limit := "the model's own limit"
+		if n := a.profile.Model.MaxCompletionTokens; n > 0 {
+			limit = fmt.Sprintf("max_completion_tokens, %d", n)
+		}
+		return fmt.Sprintf("answer_length: the model's last answer was cut at its length limit (%s)", limit)
 	}
 	return c
 }

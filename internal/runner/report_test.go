@@ -52,6 +52,18 @@ func TestUnfinishedRunsHaveAReportThatSaysSo(t *testing.T) {
 			want:  []string{"capped", "max_turns, 20 model turns", "transcript.jsonl", "the job's report file report.md", "## half done"},
 		},
 		{
+			name: "capped by an answer cut at the model's length limit",
+			agent: func(chan<- struct{}) agentFunc {
+				return func(ctx context.Context, req agent.Request) (agent.Result, error) {
+					return agent.Result{Outcome: agent.OutcomeCapped, Cap: agent.CapAnswerLength, FinalMessage: "The sales rose in",
+						Spent: agent.Budget{Turns: 2, Tokens: 4000}}, nil
+				}
+			},
+			state: job.StateCapped,
+			want: []string{"capped", "answer_length: the model's last answer was cut at its length limit (the model's own limit)",
+				"transcript.jsonl", "the model's final message", "The sales rose in"},
+		},
+		{
 			name: "failed",
 			agent: func(chan<- struct{}) agentFunc {
 				return func(ctx context.Context, req agent.Request) (agent.Result, error) {
