@@ -52,12 +52,16 @@ func (p *Proxy) readHead(c *idleConn, br *bufio.Reader, start time.Time) (*head,
 	c.hard = start.Add(p.cfg.Limits.HeaderTimeout)
 	defer func() { c.hard = time.Time{} }()
 	limit := p.cfg.Limits.MaxHeaderBytes
-	n := 1
+	n, from := 1, 0
 	for {
 		buf, err := br.Peek(n)
-		if i := bytes.Index(buf, []byte("\r\n\r\n")); i >= 0 {
-			return parseHead(buf[:i+4])
+		if i := bytes.Index(buf[from:], []byte("\r\n\r\n")); i >= 0 {
+			return parseHead(buf[:from+i+4])
 		}
+		// The next search starts where this one could not have found the end (three bytes
+		// back, for an end split across reads): searched from the start each time, a client
+		// sending its header a byte at a time cost the worker time quadratic in its size.
+		from = max(len(buf)-3, 0)
 		switch {
 		case len(buf) > limit:
 			return nil, ReasonHeaderTooLarge, "request header over the limit", nil
