@@ -345,36 +345,26 @@ func (c *Client) PendingApprovals(ctx context.Context, jobID string) ([]Approval
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	// Listed and read by direct gets, not watched: a tenant's identity creates no consumer.
+	entries, err := listEntries(ctx, c.js, kv, filter)
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: list approvals: %w", err)
 	}
-	defer w.Stop() //nolint:errcheck // nothing to do about it
 	now := time.Now().UTC()
 	var out []Approval
 	var skipped []SkippedApproval
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, nil, fmt.Errorf("queue: list approvals: the watch ended")
-			}
-			if e == nil { // all current values seen
-				sort.Slice(out, func(i, j int) bool { return out[i].RequestedAt.Before(out[j].RequestedAt) })
-				return out, skipped, nil
-			}
-			a, err := decodeApproval(e.Key(), e.Value())
-			switch {
-			case err != nil:
-				skipped = append(skipped, SkippedApproval{Key: e.Key(), Error: err.Error()})
-			case a.Pending(now):
-				a.Revision = e.Revision()
-				out = append(out, a)
-			}
+	for _, e := range entries {
+		a, err := decodeApproval(e.Key(), e.Value())
+		switch {
+		case err != nil:
+			skipped = append(skipped, SkippedApproval{Key: e.Key(), Error: err.Error()})
+		case a.Pending(now):
+			a.Revision = e.Revision()
+			out = append(out, a)
 		}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].RequestedAt.Before(out[j].RequestedAt) })
+	return out, skipped, nil
 }
 
 // decodeApproval decodes the entry under key, held to the key (checkKey).

@@ -70,47 +70,11 @@ func (p *PendingPublish) Wait(ctx context.Context) (duplicate bool, err error) {
 }
 
 // WatchStatuses streams the status of every job in ids: each one's current value first, then
-// every change, until ctx ends or all of them reached a terminal state.
+// each change seen, until ctx ends or all of them reached a terminal state. It reads them in
+// rounds of direct gets, readConcurrency at a time, pollEvery apart, as WatchStatus does.
 func (c *Client) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Status, error) {
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
-	// One watcher on the whole bucket, started before the current values are read, so no
-	// change between the two is missed; other jobs' updates are skipped by their key.
-	w, err := c.status.Watch(ctx, c.tenant+".*", jetstream.UpdatesOnly())
-	if err != nil {
-		return nil, fmt.Errorf("queue: watch the status bucket: %w", err)
-	}
 	out := make(chan job.Status)
-	go func() {
-		defer close(out)
-		defer func() { _ = w.Stop() }()
-		open := len(want)
-		send := func(st job.Status) bool {
-			if !want[st.ID] {
-				return true
-			}
-			if !deliver(ctx, out, st) {
-				return false
-			}
-			if st.State.Terminal() {
-				delete(want, st.ID)
-				open--
-			}
-			return open > 0
-		}
-		for _, id := range ids {
-			st, err := c.Status(ctx, id)
-			if err != nil {
-				continue // not there yet: its first update comes through the watcher
-			}
-			if !send(st) {
-				return
-			}
-		}
-		follow(ctx, w, func(key string) bool { return want[refOf(key).ID] }, send)
-	}()
+	go c.pollStatuses(ctx, ids, out)
 	return out, nil
 }
 

@@ -128,28 +128,17 @@ func (c *Client) inStream(ctx context.Context, r Ref) (bool, error) {
 	return info.State.Subjects[subject] > 0, nil
 }
 
-// WatchStatus streams a job's status: the current value first, then every change, until ctx
-// ends or the job reaches a terminal state (the last value sent).
+// WatchStatus streams a job's status: the current value first (queued for a job in the job
+// stream with no status yet), then each change seen, until ctx ends or the job reaches a
+// terminal state (the last value sent). It reads the status every pollEvery with a direct get,
+// never with a consumer (read.go): a step written and replaced between two reads is not seen,
+// the terminal one always is.
 func (c *Client) WatchStatus(ctx context.Context, id string) (<-chan job.Status, error) {
-	w, err := c.status.Watch(ctx, c.ref(id).key())
-	if err != nil {
-		return nil, fmt.Errorf("queue: watch %s: %w", id, err)
+	if !job.ValidID(id) {
+		return nil, fmt.Errorf("queue: watch %s: %w: %q is not a job id", id, ErrUnknownJob, id)
 	}
 	out := make(chan job.Status)
-	go func() {
-		defer close(out)
-		defer func() { _ = w.Stop() }()
-		send := func(st job.Status) bool { return deliver(ctx, out, st) && !st.State.Terminal() }
-		// No status yet: no worker has taken the job. If it is in the stream it is queued,
-		// which is said first, as a status would have been.
-		follow(ctx, w, nil, send, func() bool {
-			if _, err := getStatus(ctx, c.status, c.ref(id)); !errors.Is(err, ErrUnknownJob) {
-				return true // written meanwhile: the watcher delivers it
-			}
-			st, err := c.Status(ctx, id)
-			return err != nil || st.State != job.StateQueued || send(st)
-		})
-	}()
+	go c.pollStatuses(ctx, []string{id}, out)
 	return out, nil
 }
 

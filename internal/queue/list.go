@@ -14,46 +14,36 @@ import (
 )
 
 // ListStatuses returns the current status of every job the status bucket holds that keep
-// accepts (nil keeps all), newest first by the time it was queued. It reads the bucket with one
-// watcher (one consumer, no request per job); a record that does not decode is skipped.
+// accepts (nil keeps all), newest first by the time it was queued. It lists the tenant's keys
+// from the bucket's stream and reads each by a direct get (read.go: no consumer); a record
+// that does not decode is skipped.
 func (c *Client) ListStatuses(ctx context.Context, keep func(job.Status) bool) ([]job.Status, error) {
-	w, err := c.status.Watch(ctx, c.tenant+".*", jetstream.IgnoreDeletes())
+	entries, err := listEntries(ctx, c.js, c.status, c.tenant+".*")
 	if err != nil {
 		return nil, fmt.Errorf("queue: list jobs: %w", err)
 	}
-	defer w.Stop() //nolint:errcheck // nothing to do about it
 	var out []job.Status
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("queue: list jobs: %w", ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("queue: list jobs: the watch ended")
-			}
-			if e == nil { // every current value seen
-				queued, err := c.queued(ctx, out)
-				if err != nil {
-					return nil, err
-				}
-				for _, st := range queued {
-					if keep == nil || keep(st) {
-						out = append(out, st)
-					}
-				}
-				sort.SliceStable(out, func(i, j int) bool { return newer(out[i], out[j]) })
-				return out, nil
-			}
-			st, err := decodeStatus(e.Value())
-			if err != nil {
-				continue
-			}
-			st.ID = refOf(e.Key()).ID
-			if keep == nil || keep(st) {
-				out = append(out, st)
-			}
+	for _, e := range entries {
+		st, err := decodeStatus(e.Value())
+		if err != nil {
+			continue
+		}
+		st.ID = refOf(e.Key()).ID
+		if keep == nil || keep(st) {
+			out = append(out, st)
 		}
 	}
+	queued, err := c.queued(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range queued {
+		if keep == nil || keep(st) {
+			out = append(out, st)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return newer(out[i], out[j]) })
+	return out, nil
 }
 
 // queued returns the jobs of the client's tenant that are in the job stream with no status
@@ -105,35 +95,33 @@ func newer(a, b job.Status) bool {
 	return a.ID > b.ID
 }
 
-// StatusHistory returns the revisions of a job's status the bucket still keeps (at most its
-// history, 16), oldest first: the steps a job went through, for `submit logs`.
+// StatusHistory returns the steps of a job's status that can be read, oldest first, for
+// `submit logs`: the current one only. The bucket keeps earlier revisions, but the server lets
+// them be read only through a consumer, which a tenant's identity may not create (read.go), or
+// by a direct get with the key in the body, which it cannot scope to the tenant. A job no
+// worker has taken is queued if the job stream holds it; ErrUnknownJob when it does not.
 func (c *Client) StatusHistory(ctx context.Context, id string) ([]job.Status, error) {
 	if !job.ValidID(id) {
 		return nil, fmt.Errorf("%w: %q is not a job id", ErrUnknownJob, id)
 	}
-	entries, err := c.status.History(ctx, c.ref(id).key())
+	e, err := c.status.Get(ctx, c.ref(id).key())
+	switch {
+	case isKeyNotFound(err):
+		// No worker has written a status: queued if the stream has it, else unknown.
+		st, err := c.Status(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return []job.Status{st}, nil
+	case err != nil:
+		return nil, fmt.Errorf("queue: status of %s: %w", id, err)
+	}
+	st, err := decodeStatus(e.Value())
 	if err != nil {
-		if isKeyNotFound(err) {
-			// No worker has written a status: queued if the stream has it, else unknown.
-			st, err := c.Status(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			return []job.Status{st}, nil
-		}
-		return nil, fmt.Errorf("queue: status history of %s: %w", id, err)
+		return nil, nil // what no worker wrote: no step to show
 	}
-	var out []job.Status
-	for _, e := range entries {
-		if e.Operation() != jetstream.KeyValuePut {
-			continue
-		}
-		if st, err := decodeStatus(e.Value()); err == nil {
-			st.ID = id
-			out = append(out, st)
-		}
-	}
-	return out, nil
+	st.ID = id
+	return []job.Status{st}, nil
 }
 
 func isKeyNotFound(err error) bool { return errors.Is(err, jetstream.ErrKeyNotFound) }

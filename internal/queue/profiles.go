@@ -136,33 +136,24 @@ func liveProfiles(ctx context.Context, js jetstream.JetStream) ([]WorkerProfiles
 	if err != nil {
 		return nil, fmt.Errorf("queue: look up bucket %s: %w", ProfilesBucket, err)
 	}
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	// Listed and read by direct gets, not watched: a tenant's identity creates no consumer,
+	// and the worker needs none for this either.
+	entries, err := listEntries(ctx, js, kv, ">")
 	if err != nil {
 		return nil, fmt.Errorf("queue: read bucket %s: %w", ProfilesBucket, err)
 	}
-	defer w.Stop() //nolint:errcheck // nothing to do about it
 	var out []WorkerProfiles
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("queue: read bucket %s: %w", ProfilesBucket, ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("queue: read bucket %s: the watch ended", ProfilesBucket)
-			}
-			if e == nil {
-				if len(out) == 0 {
-					return nil, ErrNoProfiles
-				}
-				sort.Slice(out, func(i, j int) bool { return out[i].Worker < out[j].Worker })
-				return out, nil
-			}
-			var wp WorkerProfiles
-			if json.Unmarshal(e.Value(), &wp) == nil {
-				out = append(out, wp)
-			}
+	for _, e := range entries {
+		var wp WorkerProfiles
+		if json.Unmarshal(e.Value(), &wp) == nil {
+			out = append(out, wp)
 		}
 	}
+	if len(out) == 0 {
+		return nil, ErrNoProfiles
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Worker < out[j].Worker })
+	return out, nil
 }
 
 // profilesBucketConfig is ProfilesBucket as the operator declares it.

@@ -336,9 +336,10 @@ func TestStatusUpdatesAndTerminalStatesAreFinal(t *testing.T) {
 	}
 }
 
-// A watcher must see every progress step, even steps that follow each other within a
-// millisecond (a file tool call between two model turns): `submit watch` shows each one.
-func TestWatchSeesEveryRapidUpdate(t *testing.T) {
+// A watcher reads the status by polling (a tenant creates no consumer), so steps that follow
+// each other within a millisecond (a file tool call between two model turns) may be skipped;
+// what it shows is in the order written, never twice, and always ends with the terminal one.
+func TestWatchShowsRapidStepsInOrderAndTheEnd(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -361,19 +362,23 @@ func TestWatchSeesEveryRapidUpdate(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	next := 1
+	last, shown := 0, 0
+	var end job.State
 	for st := range updates {
+		end = st.State
 		if st.State != job.StateRunning {
 			continue
 		}
-		if want := fmt.Sprintf("step %d", next); st.Progress != want {
-			t.Fatalf("watch showed %q after step %d; want %q (a step was lost)", st.Progress, next-1, want)
+		var n int
+		if _, err := fmt.Sscanf(st.Progress, "step %d", &n); err != nil || n <= last {
+			t.Fatalf("watch showed %q after step %d: out of order or again", st.Progress, last)
 		}
-		next++
+		last, shown = n, shown+1
 	}
-	if next != steps+1 {
-		t.Errorf("watch ended after step %d of %d", next-1, steps)
+	if end != job.StateSucceeded {
+		t.Errorf("watch ended at %q after step %d; want succeeded", end, last)
 	}
+	t.Logf("the watch showed %d of %d steps, then succeeded", shown, steps)
 }
 
 func TestBindWithoutWorkerSaysWhatToStart(t *testing.T) {

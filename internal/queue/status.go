@@ -116,46 +116,6 @@ func (c *statusCache) drop(key string) {
 	delete(c.m, key)
 }
 
-// follow hands each status the watcher puts to send, until send returns false, ctx ends or the
-// watcher stops. Deletes, the marker after the initial values, records that do not decode and
-// the keys keep refuses (looked at before the value is decoded; nil keeps every key) are
-// skipped.
-//
-// none, when given, is called at the end of the initial values when there were none; follow
-// ends when it returns false.
-func follow(ctx context.Context, w jetstream.KeyWatcher, keep func(key string) bool, send func(job.Status) bool, none ...func() bool) {
-	initial := true // until the watcher's nil marker
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil && initial && len(none) > 0 && !none[0]() {
-				return
-			}
-			if e == nil {
-				initial = false
-				continue
-			}
-			initial = false
-			if e.Operation() != jetstream.KeyValuePut || (keep != nil && !keep(e.Key())) {
-				continue
-			}
-			st, err := decodeStatus(e.Value())
-			if err != nil {
-				continue
-			}
-			st.ID = refOf(e.Key()).ID
-			if !send(st) {
-				return
-			}
-		}
-	}
-}
-
 // deliver sends st on out, or reports false when ctx ends first.
 func deliver(ctx context.Context, out chan<- job.Status, st job.Status) bool {
 	select {
