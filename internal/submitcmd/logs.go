@@ -32,9 +32,10 @@ func (e *env) logsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "logs JOB_ID",
 		Short: "a run's steps, turns, tool calls and approvals, readable",
-		Long: `Prints what a job did: its status steps (from NATS, the last 16 kept), then, once its run is
+		Long: `Prints what a job did: its current status step (from NATS), then, once its run is
 committed, every model turn and tool call of the stored transcript, with exit codes, timeouts
-and approval waits. --follow shows the steps as they happen and the transcript when the job ends.
+and approval waits. --follow shows the steps as they are read (every 250 ms: one replaced sooner
+may not show, the last always does) and the transcript when the job ends.
 With --output json each line is one event: {"source":"status",…} or {"source":"transcript","event":{…}}.`,
 		Args: cli.Args(1, 1, "logs: give one JOB_ID"),
 		RunE: func(c *cobra.Command, a []string) error { return e.logs(c.Context(), a[0], follow) },
