@@ -56,11 +56,14 @@ type Grant struct {
 	Sub   []string
 }
 
-// kvRead is reading keys of a bucket (keys: a subject pattern below $KV.<bucket>.): looking
-// the bucket up, getting a key's last value (direct get: the key is in the subject, so the
-// server can check it; the form with the key in the payload is never granted) and watching
-// the keys (an ordered consumer whose filter is in the subject, which the server checks
-// against the request), its flow control replies and deleting it when the watch ends.
+// kvRead is what a tenant's identity may read of a bucket (keys: a subject pattern below
+// $KV.<bucket>.): look the bucket up, which also lists its keys (STREAM.INFO with a subject
+// filter), and get a key's last value by a direct get with the key in the subject, which the
+// server checks (the form with the key in the payload is never granted). It creates no
+// consumer: a consumer's deliver subject is checked against no permission (nats-server issue
+// #8274), and the server delivers into any subject some subscription holds exactly, such as
+// another tenant's job consumer's next-message and reset subjects. So a tenant lists and
+// polls; it never watches.
 func kvRead(bucket, keys string) []string {
 	return streamRead("KV_"+bucket, "$KV."+bucket+"."+keys)
 }
@@ -70,10 +73,19 @@ func streamRead(stream, filter string) []string {
 	return []string{
 		"$JS.API.STREAM.INFO." + stream,
 		"$JS.API.DIRECT.GET." + stream + "." + filter,
-		"$JS.API.CONSUMER.CREATE." + stream + ".*." + filter,
-		"$JS.API.CONSUMER.DELETE." + stream + ".*",
-		"$JS.FC." + stream + ".>",
 	}
+}
+
+// kvWatch is kvRead for the worker, which is trusted with every tenant's jobs and watches
+// keys (cancel requests, approval answers): an ordered consumer whose filter is in the
+// subject, its flow control replies, and deleting it when the watch ends.
+func kvWatch(bucket, keys string) []string {
+	stream, filter := "KV_"+bucket, "$KV."+bucket+"."+keys
+	return append(streamRead(stream, filter),
+		"$JS.API.CONSUMER.CREATE."+stream+".*."+filter,
+		"$JS.API.CONSUMER.DELETE."+stream+".*",
+		"$JS.FC."+stream+".>",
+	)
 }
 
 // kvWrite is putting, creating, updating and deleting keys of a bucket: a publish on the key's
@@ -99,11 +111,11 @@ var Table = []Grant{
 		Pub: []string{"{jobs}.{tenant}.*", "$JS.API.STREAM.INFO.{jobstream}"}},
 	{Roles: []Role{Submitter}, What: "read its tenant's consumer (jobs waiting, running)",
 		Pub: []string{"$JS.API.CONSUMER.INFO.{jobstream}.{consumer}-{tenant}"}},
-	{Roles: []Role{Submitter, Approver}, What: "read and watch its tenant's statuses",
+	{Roles: []Role{Submitter, Approver}, What: "read and list its tenant's statuses (no consumer: `watch` polls)",
 		Pub: kvRead("{status}", "{tenant}.>")},
 	{Roles: []Role{Submitter}, What: "request a cancel of its tenant's jobs",
 		Pub: join(kvRead("{cancel}", "{tenant}.>"), kvWrite("{cancel}", "{tenant}.>"))},
-	{Roles: []Role{Submitter, Approver}, What: "read and watch its tenant's approval requests",
+	{Roles: []Role{Submitter, Approver}, What: "read and list its tenant's approval requests",
 		Pub: kvRead("{approvals}", "{tenant}.>")},
 	{Roles: []Role{Approver}, What: "answer its tenant's approval requests (a signed decision)",
 		Pub: kvWrite("{approvals}", "{tenant}.>")},
@@ -111,7 +123,7 @@ var Table = []Grant{
 		Pub: streamRead("{dlq}", "{dlq}.{tenant}.>")},
 	{Roles: []Role{Submitter}, What: "read its tenant's token spending",
 		Pub: kvRead("{usage}", "{tenant}.>")},
-	{Roles: []Role{Submitter, Approver, Worker}, What: "read the profiles workers offer",
+	{Roles: []Role{Submitter, Approver, Worker}, What: "read and list the profiles workers offer",
 		Pub: kvRead("{profiles}", ">")},
 	{Roles: []Role{Worker}, What: "bind the job stream and fetch, ack, nak, term and extend the jobs of every tenant's consumer",
 		Pub: []string{
@@ -121,15 +133,15 @@ var Table = []Grant{
 	{Roles: []Role{Worker}, What: "hear of every tenant's new jobs while idle (the job stream's notifications, headers only)",
 		Sub: []string{"{jobs}-queued.{each}.*"}},
 	{Roles: []Role{Worker}, What: "write every job's status",
-		Pub: join(kvRead("{status}", ">"), kvWrite("{status}", ">"))},
+		Pub: join(kvWatch("{status}", ">"), kvWrite("{status}", ">"))},
 	{Roles: []Role{Worker}, What: "watch cancel requests",
-		Pub: join(kvRead("{cancel}", ">"), kvWrite("{cancel}", ">"))},
+		Pub: join(kvWatch("{cancel}", ">"), kvWrite("{cancel}", ">"))},
 	{Roles: []Role{Worker}, What: "request approvals and read the answers",
-		Pub: join(kvRead("{approvals}", ">"), kvWrite("{approvals}", ">"))},
+		Pub: join(kvWatch("{approvals}", ">"), kvWrite("{approvals}", ">"))},
 	{Roles: []Role{Worker}, What: "dead-letter a job",
 		Pub: []string{"$JS.API.STREAM.INFO.{dlq}", "{dlq}.>"}},
 	{Roles: []Role{Worker}, What: "advertise its profiles, count tokens spent",
-		Pub: join(kvWrite("{profiles}", ">"), kvRead("{usage}", ">"), kvWrite("{usage}", ">"))},
+		Pub: join(kvWrite("{profiles}", ">"), kvWatch("{usage}", ">"), kvWrite("{usage}", ">"))},
 	{Roles: []Role{Operator}, What: "declare and administer streams, consumers and buckets (`worker setup`, `nats`)",
 		Pub: []string{"$JS.API.>"}},
 	{Roles: []Role{Operator}, What: "read replies to any inbox (the `nats` CLI's default inbox prefix)",
