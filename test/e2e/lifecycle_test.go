@@ -47,13 +47,16 @@ func submitNoWait(t *testing.T, w *worker) string {
 
 func TestWatchShowsProgressUntilTheEnd(t *testing.T) {
 	t.Parallel()
-	w := startWorker(t, slowModel(t, 200*time.Millisecond))
+	// watch reads the status every 250 ms: a step that lasts longer always shows (a model
+	// turn here), one replaced sooner may not (a tool call of a few ms, the upload), the end
+	// always does.
+	w := startWorker(t, slowModel(t, 600*time.Millisecond))
 	id := submitNoWait(t, w)
 	stdout, stderr, err := w.submit(t, "watch", id)
 	if err != nil {
 		t.Fatalf("watch: %v\n%s", err, stderr)
 	}
-	for _, want := range []string{"running (attempt 1", "tool call 1 of 16: list_files", "tool call 2 of 16: csv_stats", "uploading", "succeeded"} {
+	for _, want := range []string{"running (attempt 1", "model turn 2 of 12", "model turn 3 of 12", "model turn 4 of 12", "succeeded"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("watch did not show %q:\n%s", want, stderr)
 		}
