@@ -47,16 +47,17 @@ func submitNoWait(t *testing.T, w *worker) string {
 
 func TestWatchShowsProgressUntilTheEnd(t *testing.T) {
 	t.Parallel()
-	// watch reads the status every 250 ms: a step that lasts longer always shows (a model
-	// turn here), one replaced sooner may not (a tool call of a few ms, the upload), the end
-	// always does.
-	w := startWorker(t, slowModel(t, 600*time.Millisecond))
+	// watch reads the status every 250 ms: a step replaced sooner may not show (a tool call
+	// of a few ms, the upload), the end always does. The model's turns take 1 s each, so a
+	// watch shows some of them unless the machine stalls it for seconds; which ones it shows
+	// depends on the machine, so the test asks for one at least.
+	w := startWorker(t, slowModel(t, time.Second))
 	id := submitNoWait(t, w)
 	stdout, stderr, err := w.submit(t, "watch", id)
 	if err != nil {
 		t.Fatalf("watch: %v\n%s", err, stderr)
 	}
-	for _, want := range []string{"running (attempt 1", "model turn 2 of 12", "model turn 3 of 12", "model turn 4 of 12", "succeeded"} {
+	for _, want := range []string{"running (attempt 1", "model turn ", "succeeded"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("watch did not show %q:\n%s", want, stderr)
 		}
