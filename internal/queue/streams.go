@@ -174,9 +174,8 @@ func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, l
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      cfg.StatusBucket,
 			Description: "Boxcar job status by job id",
-			// A watcher reads revisions after they are written; with history 1 a revision
-			// that is replaced within a millisecond (a quick tool call between two model
-			// turns) is gone before it is delivered, and `submit watch` skips that step.
+			// The steps a job went through, for an operator's watch or `nats kv history`
+			// (a consumer); a tenant's identity reads only the latest (read.go).
 			History: statusHistory,
 			// A status expires ttl after its last write: for a job that ended, after it ended.
 			TTL:      ttl,
