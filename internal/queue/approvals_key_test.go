@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/natsconfig"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/natsauthtest"
 )
 
 // tenancyServer starts a real nats-server with `worker nats-config`'s permissions for team-a
@@ -37,20 +37,7 @@ func tenancyServer(t *testing.T) (config.NATS, func(name string) *nats.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := server.ProcessConfigFile(res.ServerConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.NoSigs, opts.NoLog = true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(20 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := natsauthtest.StartFromConfig(t, res.ServerConfig)
 	conn := func(name string) *nats.Conn {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -53,20 +52,7 @@ func deploy(t *testing.T) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := server.ProcessConfigFile(res.ServerConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.NoSigs, opts.NoLog = true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(20 * time.Second) {
-		t.Fatal("nats-server did not start from the generated configuration")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := natsauthtest.StartFromConfig(t, res.ServerConfig)
 	d := &deployment{url: strings.Replace(ns.ClientURL(), "nats://", "tls://", 1), certs: certs, creds: res.Creds, names: names}
 	for _, f := range res.Creds {
 		data, err := os.ReadFile(f)

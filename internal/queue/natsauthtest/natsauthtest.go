@@ -188,12 +188,30 @@ func Start(t testing.TB, s Server) *server.Server {
 		opts.TLSConfig = tlsConfig(t, *s.TLS, s.VerifyClients)
 		opts.TLS, opts.TLSVerify, opts.TLSTimeout = true, s.VerifyClients, 5
 	}
+	return run(t, opts)
+}
+
+// StartFromConfig runs a server from a configuration file (what `worker nats-config` writes)
+// until the test ends, and returns it.
+func StartFromConfig(t testing.TB, file string) *server.Server {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatalf("nats-server cannot read %s: %v", file, err)
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	return run(t, opts)
+}
+
+// run starts a server with opts and stops it when the test ends.
+func run(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
+	if !ns.ReadyForConnections(20 * time.Second) {
 		t.Fatal("nats-server did not start")
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -183,9 +182,7 @@ func TestCommandsKillMarked(t *testing.T) {
 			}
 			if left := carrying(mark); len(left) > 0 {
 				t.Errorf("processes %v still carry %s after the command ended", left, mark)
-				for _, pid := range left {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
+				killAll(left)
 			}
 		})
 	}
@@ -193,6 +190,12 @@ func TestCommandsKillMarked(t *testing.T) {
 
 // carrying lists the processes whose environment holds mark.
 func carrying(mark string) []int {
+	return procsWhere("environ", func(env []byte) bool { return slices.Contains(strings.Split(string(env), "\x00"), mark) })
+}
+
+// procsWhere lists the processes whose /proc/PID/file (as read now) keep accepts; a process
+// gone meanwhile reads as empty.
+func procsWhere(file string, keep func(data []byte) bool) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range entries {
@@ -200,8 +203,8 @@ func carrying(mark string) []int {
 		if err != nil {
 			continue
 		}
-		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if slices.Contains(strings.Split(string(env), "\x00"), mark) {
+		data, _ := os.ReadFile("/proc/" + e.Name() + "/" + file)
+		if keep(data) {
 			pids = append(pids, pid)
 		}
 	}

@@ -140,19 +140,7 @@ func TestCommandsKillSparesAnotherCommand(t *testing.T) {
 
 // running lists the processes whose command line holds s.
 func running(s string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if bytes.Contains(cmdline, []byte(s)) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return procsWhere("cmdline", func(cmdline []byte) bool { return bytes.Contains(cmdline, []byte(s)) })
 }
 
 // sleeping lists the processes that run `sleep arg`.
@@ -175,21 +163,11 @@ func killAll(pids []int) {
 
 // zombies lists the children of parent that have exited and not been reaped.
 func zombies(parent int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+	return procsWhere("stat", func(stat []byte) bool {
+		if len(stat) == 0 {
+			return false
 		}
 		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) > 1 && fields[0] == "Z" && fields[1] == strconv.Itoa(parent) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+		return len(fields) > 1 && fields[0] == "Z" && fields[1] == strconv.Itoa(parent)
+	})
 }
