@@ -137,7 +137,7 @@ func TestPermissionsScoped(t *testing.T) {
 	}{
 		{"submitter", natsconfig.Submitter, "team-a", []string{"boxcar.jobs.team-a.*", "$KV.BOXCAR_CANCEL.team-a.>"}, noConsumers},
 		{"approver", natsconfig.Approver, "team-a", []string{"$KV.BOXCAR_APPROVALS.team-a.>"}, noConsumers},
-		{"worker", natsconfig.Worker, "", []string{"$KV.BOXCAR_STATUS.>", "$JS.ACK.BOXCAR_JOBS.boxcar-workers-team-a.>", "$JS.API.CONSUMER.CREATE.KV_BOXCAR_CANCEL.*.$KV.BOXCAR_CANCEL.>"}, nil},
+		{"worker", natsconfig.Worker, "", []string{"$KV.BOXCAR_STATUS.>", "$JS.ACK.BOXCAR_JOBS.boxcar-workers-team-a.>", "$JS.API.CONSUMER.CREATE.KV_BOXCAR_CANCEL.*.$KV.BOXCAR_CANCEL.>"}, workerWatchesNoMore},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -157,6 +157,10 @@ func TestPermissionsScoped(t *testing.T) {
 		})
 	}
 }
+
+// workerWatchesNoMore is the buckets the worker reads by key only: a consumer grant there
+// would be one no code of it uses.
+var workerWatchesNoMore = []string{"CONSUMER.CREATE.KV_BOXCAR_STATUS", "CONSUMER.CREATE.KV_BOXCAR_USAGE", "CONSUMER.CREATE.KV_BOXCAR_PROFILES", "$JS.FC.KV_BOXCAR_STATUS", "$JS.FC.KV_BOXCAR_USAGE"}
 
 // noConsumers is what a tenant's identity may not use: creating, deleting or driving a
 // consumer. A consumer's deliver subject is checked against no permission (nats-server issue

@@ -78,7 +78,8 @@ func streamRead(stream, filter string) []string {
 
 // kvWatch is kvRead for the worker, which is trusted with every tenant's jobs and watches
 // keys (cancel requests, approval answers): an ordered consumer whose filter is in the
-// subject, its flow control replies, and deleting it when the watch ends.
+// subject, its flow control replies, and deleting it when the watch ends. Only the buckets the
+// worker watches grant it: it reads and writes statuses and usage by key.
 func kvWatch(bucket, keys string) []string {
 	stream, filter := "KV_"+bucket, "$KV."+bucket+"."+keys
 	return append(streamRead(stream, filter),
@@ -132,8 +133,8 @@ var Table = []Grant{
 		}},
 	{Roles: []Role{Worker}, What: "hear of every tenant's new jobs while idle (the job stream's notifications, headers only)",
 		Sub: []string{"{jobs}-queued.{each}.*"}},
-	{Roles: []Role{Worker}, What: "write every job's status",
-		Pub: join(kvWatch("{status}", ">"), kvWrite("{status}", ">"))},
+	{Roles: []Role{Worker}, What: "read and write every job's status",
+		Pub: join(kvRead("{status}", ">"), kvWrite("{status}", ">"))},
 	{Roles: []Role{Worker}, What: "watch cancel requests",
 		Pub: join(kvWatch("{cancel}", ">"), kvWrite("{cancel}", ">"))},
 	{Roles: []Role{Worker}, What: "request approvals and read the answers",
@@ -141,7 +142,7 @@ var Table = []Grant{
 	{Roles: []Role{Worker}, What: "dead-letter a job",
 		Pub: []string{"$JS.API.STREAM.INFO.{dlq}", "{dlq}.>"}},
 	{Roles: []Role{Worker}, What: "advertise its profiles, count tokens spent",
-		Pub: join(kvWrite("{profiles}", ">"), kvWatch("{usage}", ">"), kvWrite("{usage}", ">"))},
+		Pub: join(kvWrite("{profiles}", ">"), kvRead("{usage}", ">"), kvWrite("{usage}", ">"))},
 	{Roles: []Role{Operator}, What: "declare and administer streams, consumers and buckets (`worker setup`, `nats`)",
 		Pub: []string{"$JS.API.>"}},
 	{Roles: []Role{Operator}, What: "read replies to any inbox (the `nats` CLI's default inbox prefix)",

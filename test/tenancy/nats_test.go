@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
@@ -332,6 +334,26 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 				}
 			}
 			return put(n.ProfilesBucket, "worker-1", `{}`)(ctx, c)
+		}},
+		{"worker updates a status and counts tokens with the worker's own code", w, func(ctx context.Context, c *conn) error {
+			tenantCfg := map[string]config.Tenant{"team-a": {}, "team-b": {}}
+			q, err := queue.NewConsumer(ctx, c.nc, config.Config{}.WithDefaults().NATS, tenantCfg, slog.New(slog.DiscardHandler), nil)
+			if err != nil {
+				return err
+			}
+			ref := queue.Ref{Tenant: "team-b", ID: idB}
+			if _, err := q.UpdateStatus(ctx, ref, func(st *job.Status) { st.State = job.StateRunning }); err != nil {
+				return err
+			}
+			if _, err := q.Status(ctx, ref); err != nil {
+				return err
+			}
+			u, err := queue.OpenUsage(ctx, c.nc, 1, false)
+			if err != nil {
+				return err
+			}
+			_, err = u.Add(ctx, "team-b", time.Now(), 5, 0)
+			return err
 		}},
 		{"submitter reads its status", sa, get(n.StatusBucket, "team-a."+idA)},
 		{"submitter lists and watches its statuses (submit list, watch)", sa, client("team-a", func(ctx context.Context, q *queue.Client) error {
