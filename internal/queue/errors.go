@@ -16,6 +16,11 @@ var (
 	ErrUnknownJob = errors.New("unknown job")
 	// ErrFinal marks a status change refused because the job already ended.
 	ErrFinal = errors.New("job already ended")
+	// ErrSuperseded marks a status change of one delivery of a job refused because a later
+	// delivery wrote the status (ByAttempt): the job is that delivery's now.
+	ErrSuperseded = errors.New("a later delivery of the job holds its status")
+	// ErrStatusExists marks a status change refused because the status exists (OnlyNew).
+	ErrStatusExists = errors.New("a status exists under that id")
 	// ErrUnknownApproval marks a job and call id with no approval request.
 	ErrUnknownApproval = errors.New("no such approval request")
 	// ErrAlreadyDecided marks an answer to an approval request that was already answered.

@@ -36,14 +36,15 @@ func (c *Consumer) Status(ctx context.Context, r Ref) (job.Status, error) {
 
 // UpdateStatus applies change to a job's status with compare-and-set, retrying on a concurrent
 // writer, and returns the status written. A terminal status is never changed again, so a stale
-// attempt cannot overwrite a final outcome.
+// attempt cannot overwrite a final outcome; each of conds may refuse the write too (ByAttempt,
+// OnlyNew). A refused write changes nothing and returns the status found with the refusal.
 //
 // The first try starts from the status this handle wrote last for the job, when it has one: a
 // worker writes a running job's status a dozen times (progress, spending, outcome), and so each
 // write is one round trip, not a read and a write. If anyone else wrote in between, the
 // compare-and-set fails and the next try reads the current value.
-func (c *Consumer) UpdateStatus(ctx context.Context, r Ref, change func(*job.Status)) (job.Status, error) {
-	return c.updateStatus(ctx, r, c.written.get(r.key()), change)
+func (c *Consumer) UpdateStatus(ctx context.Context, r Ref, change func(*job.Status), conds ...StatusCond) (job.Status, error) {
+	return c.updateStatus(ctx, r, c.written.get(r.key()), change, conds)
 }
 
 // UpdateNewStatus is UpdateStatus for a job most likely without a status yet, a first
@@ -51,19 +52,51 @@ func (c *Consumer) UpdateStatus(ctx context.Context, r Ref, change func(*job.Sta
 // instead of reading it, which saves a round trip on the claim of nearly every job. A status
 // that exists (a cancel asked while the job waited, a stream restored) costs one refused
 // create; then the key is read.
-func (c *Consumer) UpdateNewStatus(ctx context.Context, r Ref, change func(*job.Status)) (job.Status, error) {
+func (c *Consumer) UpdateNewStatus(ctx context.Context, r Ref, change func(*job.Status), conds ...StatusCond) (job.Status, error) {
 	first := c.written.get(r.key())
 	if !first.ok {
 		first = guess[job.Status]{ok: true} // none: the zero status at revision 0
 	}
-	return c.updateStatus(ctx, r, first, change)
+	return c.updateStatus(ctx, r, first, change, conds)
 }
 
-func (c *Consumer) updateStatus(ctx context.Context, r Ref, first guess[job.Status], change func(*job.Status)) (job.Status, error) {
+// StatusCond is a condition a status write holds the stored status to (its revision 0 when
+// there is none): an error refuses the write. It is checked in the compare-and-set, so no
+// writer can slip in between the check and the write.
+type StatusCond func(st job.Status, rev uint64) error
+
+// ByAttempt refuses, with ErrSuperseded, to change a status that a later delivery of the job
+// than attempt wrote: a delivery that outlived its ack wait (a pause with no heartbeat) must
+// not overwrite the status of the delivery the server made after it.
+func ByAttempt(attempt int) StatusCond {
+	return func(st job.Status, _ uint64) error {
+		if st.Attempt > attempt {
+			return fmt.Errorf("%w: attempt %d holds the job %s, this write is attempt %d's", ErrSuperseded, st.Attempt, st.ID, attempt)
+		}
+		return nil
+	}
+}
+
+// OnlyNew refuses, with ErrStatusExists, to change a status that exists: the write may create
+// a status, never take one over.
+func OnlyNew(st job.Status, rev uint64) error {
+	if rev != 0 {
+		return fmt.Errorf("%w: %s", ErrStatusExists, st.ID)
+	}
+	return nil
+}
+
+func (c *Consumer) updateStatus(ctx context.Context, r Ref, first guess[job.Status], change func(*job.Status), conds []StatusCond) (job.Status, error) {
 	key := r.key()
-	st, rev, err := update(ctx, c.status, key, first, func(st *job.Status, _ uint64) (bool, error) {
+	st, rev, err := update(ctx, c.status, key, first, func(st *job.Status, rev uint64) (bool, error) {
 		if st.State.Terminal() {
 			return false, fmt.Errorf("%w: job %s is already %s", ErrFinal, r.ID, st.State)
+		}
+		st.ID = r.ID // for the conditions' errors: the body may name nothing
+		for _, cond := range conds {
+			if err := cond(*st, rev); err != nil {
+				return false, err
+			}
 		}
 		change(st)
 		st.ID = r.ID
@@ -72,13 +105,18 @@ func (c *Consumer) updateStatus(ctx context.Context, r Ref, first guess[job.Stat
 	})
 	if err != nil {
 		c.written.drop(key)
-		if errors.Is(err, ErrFinal) {
+		if statusRefused(err) {
 			return st, err
 		}
 		return job.Status{}, fmt.Errorf("queue: update status of %s: %w", r, err)
 	}
 	c.written.put(key, st, rev)
 	return st, nil
+}
+
+// statusRefused: a status write that found the status ended, or failing one of its conditions.
+func statusRefused(err error) bool {
+	return errors.Is(err, ErrFinal) || errors.Is(err, ErrSuperseded) || errors.Is(err, ErrStatusExists)
 }
 
 // statusCache holds the status a handle wrote last for each job, with its revision, until

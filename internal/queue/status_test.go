@@ -166,3 +166,49 @@ func TestUpdateNewStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusConditions: a write held to ByAttempt never changes the status a later delivery
+// wrote, and one held to OnlyNew never changes a status that exists, whoever's handle wrote it
+// last (a cached guess must not slip past the check); a refused write changes nothing.
+func TestStatusConditions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	attempt := func(n int) func(*job.Status) {
+		return func(s *job.Status) { s.State, s.Attempt = job.StateRunning, n }
+	}
+	retrying := func(s *job.Status) { s.State, s.Error = job.StateRetrying, "model: connection reset" }
+	tests := []struct {
+		name   string
+		before func(*job.Status) // nil: no status
+		cond   queue.StatusCond
+		want   error // nil: written
+	}{
+		{name: "attempt 1 after attempt 2 began", before: attempt(2), cond: queue.ByAttempt(1), want: queue.ErrSuperseded},
+		{name: "attempt 2 over its own", before: attempt(2), cond: queue.ByAttempt(2)},
+		{name: "attempt 2 after attempt 1", before: attempt(1), cond: queue.ByAttempt(2)},
+		{name: "a delivery with no status yet", cond: queue.ByAttempt(1)},
+		{name: "only new, none there", cond: queue.OnlyNew},
+		{name: "only new over a status", before: attempt(1), cond: queue.OnlyNew, want: queue.ErrStatusExists},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := b.submit(t)
+			if tt.before != nil {
+				// By the same handle: its cached guess is what it would try first.
+				if _, err := b.w.UpdateStatus(ctx, ref(j.ID), tt.before); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, _ := b.c.Status(ctx, j.ID)
+			st, err := b.w.UpdateStatus(ctx, ref(j.ID), retrying, tt.cond)
+			after, _ := b.c.Status(ctx, j.ID)
+			switch {
+			case tt.want == nil && (err != nil || after.State != job.StateRetrying):
+				t.Errorf("= %+v, %v; stored %+v; want it written", st, err, after)
+			case tt.want != nil && (!errors.Is(err, tt.want) || !reflect.DeepEqual(after, before)):
+				t.Errorf("= %v; stored %+v, before %+v; want %v and nothing changed", err, after, before, tt.want)
+			}
+		})
+	}
+}

@@ -19,11 +19,11 @@ func (statusQueue) Fetch(context.Context) (*queue.Delivery, error) { return nil,
 func (statusQueue) Status(context.Context, queue.Ref) (job.Status, error) {
 	return job.Status{}, queue.ErrUnknownJob
 }
-func (statusQueue) UpdateStatus(context.Context, queue.Ref, func(*job.Status)) (job.Status, error) {
+func (statusQueue) UpdateStatus(context.Context, queue.Ref, func(*job.Status), ...queue.StatusCond) (job.Status, error) {
 	return job.Status{}, nil
 }
-func (q statusQueue) UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status)) (job.Status, error) {
-	return q.UpdateStatus(ctx, r, change)
+func (q statusQueue) UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error) {
+	return q.UpdateStatus(ctx, r, change, conds...)
 }
 func (statusQueue) WatchCancels(context.Context) (<-chan queue.Ref, error) {
 	return nil, errors.New("none")

@@ -27,10 +27,12 @@ import (
 type Queue interface {
 	Fetch(ctx context.Context) (*queue.Delivery, error)
 	Status(ctx context.Context, r queue.Ref) (job.Status, error)
-	UpdateStatus(ctx context.Context, r queue.Ref, change func(*job.Status)) (job.Status, error)
+	// UpdateStatus changes a job's status unless it ended or fails one of conds (an attempt's
+	// writes are queue.ByAttempt: see writeStatus).
+	UpdateStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error)
 	// UpdateNewStatus is UpdateStatus with a first try that creates the status: for a first
 	// delivery's claim, whose job has none yet.
-	UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status)) (job.Status, error)
+	UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error)
 	WatchCancels(ctx context.Context) (<-chan queue.Ref, error)
 }
 

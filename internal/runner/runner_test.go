@@ -424,13 +424,13 @@ type holdFinalStatus struct {
 	held, release chan struct{}
 }
 
-func (q *holdFinalStatus) UpdateStatus(ctx context.Context, ref queue.Ref, change func(*job.Status)) (job.Status, error) {
+func (q *holdFinalStatus) UpdateStatus(ctx context.Context, ref queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error) {
 	var probe job.Status
 	if change(&probe); ref.ID == q.id && probe.State.Terminal() {
 		q.once.Do(func() { close(q.held) })
 		<-q.release
 	}
-	return q.Queue.UpdateStatus(ctx, ref, change)
+	return q.Queue.UpdateStatus(ctx, ref, change, conds...)
 }
 
 // TestRedeliveryOfAnUnsignedCommittedRunRestoresItsSignature: a run committed without its
