@@ -8,69 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/runner"
-	"github.com/boxcar-run/boxcar/internal/store"
 )
-
-// TestAuditRejectedMessageCannotEndAQueuedJob: a queued job has no status (submit writes
-// none). A malformed message of the same tenant on a subject with no usable id (uppercase)
-// whose JSON names the queued job's id is rejected, and statusID records that rejection under
-// the JSON id because "no status exists under it yet". The queued job's own delivery then
-// finds a final status and is acknowledged without running: a well-formed job, submitted
-// first, is lost, and its status carries another message's error. The docs promise "a message
-// cannot overwrite another job's status by naming its id".
-func TestAuditRejectedMessageCannotEndAQueuedJob(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	js, err := jetstream.New(b.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	legit := b.newJob("p", "t")
-	// The store answers slowly for the legit job's claim (its committed-run check) until
-	// the malformed message has been handled: a busy store, not a fault.
-	slow := &hookStore{Store: b.shared}
-	var bad atomic.Bool
-	slow.stat = func(key string) error {
-		if strings.Contains(key, legit.ID) && !bad.Load() {
-			return errStoreDown
-		}
-		return nil
-	}
-	var ran atomic.Int32
-	b.publish(legit)
-	body := `{"version":1,"id":"` + legit.ID + `","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`
-	if _, err := js.Publish(ctx, b.cfg.NATS.Subject+".default."+strings.ToUpper(legit.ID), []byte(body)); err != nil {
-		t.Fatal(err)
-	}
-	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
-		if req.JobID == legit.ID {
-			ran.Add(1)
-		}
-		return writeReport(ctx, req)
-	}), func(c *runner.Config) { c.Store = slow })
-	waitFor(t, 20*time.Second, "the malformed message's dead letter", func() bool {
-		for _, dl := range b.deadLetters() {
-			if dl.JobID == strings.ToUpper(legit.ID) {
-				return true
-			}
-		}
-		return false
-	})
-	bad.Store(true)
-	st := b.waitFinal(legit.ID, 30*time.Second)
-	waitFor(t, 20*time.Second, "the job stream to be drained", b.consumed)
-	_, mErr := b.store.Stat(ctx, store.ManifestKey(legit.ID))
-	if st.State != job.StateSucceeded || ran.Load() == 0 {
-		t.Errorf("queued job %s submitted correctly ended %s (error %q), agent ran %d times, manifest: %v; want it run and succeeded: "+
-			"another message of the tenant, rejected, took over its status", legit.ID, st.State, st.Error, ran.Load(), mErr)
-	}
-}
 
 // TestAuditCancelDuringUploadOfLastDelivery: the agent finished; while its run is uploaded,
 // the job is cancelled. commitRun classifies the upload's failure with the cause it read

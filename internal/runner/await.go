@@ -76,8 +76,11 @@ func storeSafe(err error) bool { return !errors.Is(err, store.ErrUnsafeServer) }
 // statusAnswered: the status bucket answered a read, found or not.
 func statusAnswered(err error) bool { return err == nil || errors.Is(err, queue.ErrUnknownJob) }
 
-// natsAnswered: the status bucket took the write, or said the job already ended.
-func natsAnswered(err error) bool { return err == nil || errors.Is(err, queue.ErrFinal) }
+// natsAnswered: the status bucket took the write, or refused it: the job already ended, or
+// the write's conditions failed (a later delivery holds the job, a status exists).
+func natsAnswered(err error) bool {
+	return err == nil || errors.Is(err, queue.ErrFinal) || errors.Is(err, queue.ErrSuperseded) || errors.Is(err, queue.ErrStatusExists)
+}
 
 // noteWait says in the job's status what it waits for, when NATS takes the write: `submit
 // status` then shows why a job is not running yet.

@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path"
@@ -16,6 +17,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/nats-io/nats.go/jetstream"
@@ -121,8 +123,10 @@ func TestStatusAfterAdoptionIsTheCommittedRuns(t *testing.T) {
 }
 
 // TestRejectedWithoutAUsableSubjectIDStillHasAStatus (issue 12): a message published on a
-// subject whose job id is not one (uppercase) is rejected and still gets a status under the id
-// in its JSON, so `submit status` explains why; a Nats-Msg-Id header names nothing.
+// subject whose job id is not one (uppercase) is rejected and still gets a status, under its
+// stream sequence (stream-seq-N, which the publisher's ack reports), so `submit status`
+// explains why; not under the id in its JSON, which may be another job's, and a Nats-Msg-Id
+// header names nothing.
 func TestRejectedWithoutAUsableSubjectIDStillHasAStatus(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -135,13 +139,18 @@ func TestRejectedWithoutAUsableSubjectIDStillHasAStatus(t *testing.T) {
 	body := func(id string) []byte {
 		return []byte(`{"version":1,"id":"` + id + `","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`)
 	}
-	if _, err := js.Publish(ctx, b.cfg.NATS.Subject+".default.UPPER-000002", body("upper-000002"), jetstream.WithMsgID("upper-000002")); err != nil {
+	ack, err := js.Publish(ctx, b.cfg.NATS.Subject+".default.UPPER-000002", body("upper-000002"), jetstream.WithMsgID("upper-000002"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a status for upper-000002", func() bool {
-		st, err := b.q.Status(ctx, "upper-000002")
-		return err == nil && st.State == job.StateRejected && strings.Contains(st.Error, "UPPER-000002")
+	id := fmt.Sprintf("stream-seq-%d", ack.Sequence)
+	waitFor(t, 10*time.Second, "a status for "+id, func() bool {
+		st, err := b.q.Status(ctx, id)
+		return err == nil && st.State == job.StateRejected && strings.Contains(st.Error, "UPPER-000002") && strings.Contains(st.Error, "upper-000002")
 	})
+	if st, err := b.q.Status(ctx, "upper-000002"); !errors.Is(err, queue.ErrUnknownJob) {
+		t.Errorf("the id the rejected message's JSON names has status %+v, %v; want none", st, err)
+	}
 }
 
 // TestCommitWaitsForTheStoreMidUpload: the store stops taking writes in the middle of the

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,7 +43,8 @@ type attempt struct {
 	phases phaseClock
 }
 
-// ref names a job of the attempt's tenant: its own, or the one a rejected message names.
+// ref names a job of the attempt's tenant: its own, or the id its outcome is recorded under
+// (statusID).
 func (a *attempt) ref(id string) queue.Ref { return queue.Ref{Tenant: a.d.Tenant, ID: id} }
 
 // ran is what the run stage produced, for collect and the commit.
@@ -435,21 +435,14 @@ func (r *Runner) progressIfSlow(ctx context.Context, a *attempt, msg string) (do
 }
 
 // statusID is the id under which a delivery's outcome is recorded: the id its subject names,
-// or, for a message whose subject names no usable one (an uppercase id), the id in its JSON, so that `submit status` can say why it was rejected.
-// The JSON id is used only when no status exists under it yet: a message cannot overwrite
-// another job's status by naming its id. A message with neither is recorded under its stream
-// sequence, seqStatusID, which the publisher's ack reported.
-func (r *Runner) statusID(ctx context.Context, a *attempt) string {
+// the one id the message has (the stream keeps one message per subject). A message whose
+// subject names no usable id (an uppercase one) is recorded under its stream sequence,
+// seqStatusID, which the publisher's ack reported, never under the id its JSON names: that id
+// may be another job's, queued with no status yet (submit writes none), whose delivery would
+// then find it ended. The status's error names both ids (idMismatch).
+func (a *attempt) statusID() string {
 	if job.ValidID(a.d.JobID) {
 		return a.d.JobID
-	}
-	var named struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(a.d.Data, &named) == nil && job.ValidID(named.ID) {
-		if _, err := r.cfg.Queue.Status(ctx, a.ref(named.ID)); errors.Is(err, queue.ErrUnknownJob) {
-			return named.ID
-		}
 	}
 	if a.d.Seq == 0 {
 		return ""

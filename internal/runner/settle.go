@@ -66,7 +66,7 @@ func (w settler) do(answered func(error) bool, call func(context.Context) error)
 // settleStatus records the decided state in the job's status, unless the job ended elsewhere,
 // or why the job waits.
 func (r *Runner) settleStatus(w settler, e ended, dec decision) {
-	switch id := r.statusID(w.cleanup, w.a); {
+	switch id := w.a.statusID(); {
 	case id == "":
 	case dec.state != "":
 		r.recordState(w, id, e, dec)
@@ -75,7 +75,8 @@ func (r *Runner) settleStatus(w settler, e ended, dec decision) {
 	}
 }
 
-// recordState records the decided state in the job's status.
+// recordState records the decided state in the job's status. A message without a job id of
+// its own only creates a status, never takes one over.
 func (r *Runner) recordState(w settler, id string, e ended, dec decision) {
 	a, now := w.a, time.Now().UTC()
 	change := func(s *job.Status) {
@@ -104,11 +105,19 @@ func (r *Runner) recordState(w settler, id string, e ended, dec decision) {
 			}
 		}
 	}
+	var conds []queue.StatusCond
+	if !job.ValidID(a.d.JobID) {
+		conds = append(conds, queue.OnlyNew)
+	}
 	err := w.do(natsAnswered, func(ctx context.Context) error {
-		_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), change)
+		_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), change, conds...)
 		return err
 	})
-	if err != nil && !errors.Is(err, queue.ErrFinal) {
+	switch {
+	case err == nil, errors.Is(err, queue.ErrFinal):
+	case errors.Is(err, queue.ErrStatusExists):
+		a.log.WarnContext(w.ctx, "a status exists under the id this message is recorded under; its rejection is in the dead letter only", "status_id", id)
+	default:
 		a.log.ErrorContext(w.ctx, "record outcome failed", "error", err)
 	}
 }
