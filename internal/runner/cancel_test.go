@@ -2,12 +2,15 @@ package runner_test
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/runner"
 )
 
 // TestCancelStopsOnlyTheJobAsked: a worker runs two jobs at once and one watch serves both; a
@@ -85,5 +88,53 @@ func TestCancelAskedWhileNoWorkerRanTheJob(t *testing.T) {
 	case <-ran:
 		t.Error("the agent ran for a job cancelled before its attempt began")
 	default:
+	}
+}
+
+// TestCancelDuringTheUploadLetsTheCommitWin: the agent finished; while its run is uploaded,
+// on the job's last delivery, the job is cancelled. The run is over: its commit wins
+// (succeeded), or the job ends cancelled keeping what it produced; never dead. (Classified by
+// the cause read before the upload, the upload's "context canceled" was a transient fault:
+// dead, dead-lettered max_deliveries, the finished run discarded; classified by the cause
+// read after it, cancelled, with only the transcript kept.)
+func TestCancelDuringTheUploadLetsTheCommitWin(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	oneDelivery(b)
+	ctx := context.Background()
+	j := b.newJob("p", "t")
+	var once atomic.Bool
+	cancelling := &hookStore{Store: b.shared}
+	cancelling.put = func(key string) error {
+		if strings.Contains(key, j.ID+"/attempts/") && once.CompareAndSwap(false, true) {
+			if _, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil {
+				t.Error(err)
+			}
+			waitFor(t, 10*time.Second, "the worker to act on the cancel", func() bool {
+				st, err := b.q.Status(ctx, j.ID)
+				return err == nil && st.CancelRequested
+			})
+		}
+		return nil
+	}
+	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = cancelling })
+	b.publish(j)
+	st := b.waitFinal(j.ID, 30*time.Second)
+	var letters []string
+	for _, dl := range b.deadLetters() {
+		if dl.JobID == j.ID {
+			letters = append(letters, dl.Reason+": "+dl.Error)
+		}
+	}
+	if !once.Load() {
+		t.Fatal("the upload was never seen")
+	}
+	if st.State != job.StateCancelled && st.State != job.StateSucceeded || len(letters) > 0 {
+		t.Errorf("job cancelled during its upload ended %s (error %q), dead letters %q; want cancelled (or succeeded), none", st.State, st.Error, letters)
+	}
+	// What the run produced is kept: a cancelled run's report says how it ended, then what the
+	// job wrote.
+	if report := b.runFile(j.ID, "report.md"); !strings.Contains(string(report), "# report for "+j.ID) {
+		t.Errorf("the committed report %q does not hold what the run wrote: the finished run was thrown away", report)
 	}
 }

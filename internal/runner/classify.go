@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -156,6 +157,13 @@ var failureModes = []failureMode{
 // where an error becomes an ending; decide then says what the ending means.
 func classify(s stage, err, cause error) outcome {
 	return match(s, err, cause).outcome(err, cause)
+}
+
+// classifyIn is classify with the cause of ctx, the attempt's context, as it is now: read
+// when the stage's error is seen, never before the stage ran, so that a cancel or shutdown
+// that cut the stage short is what its error means (a "context canceled" is no fault).
+func classifyIn(ctx context.Context, s stage, err error) outcome {
+	return classify(s, err, context.Cause(ctx))
 }
 
 // match is the first row of failureModes that applies.

@@ -107,9 +107,7 @@ func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 			sp.close()
 		}
 	}()
-	unwatch := r.cancels.add(d.Ref(), cancel)
 	e := r.process(ctx, a, &sp)
-	unwatch()
 	// A job that ends here with no run committed must still win the arbiter; see end.go.
 	if decide(e.outcome, d.LastAttempt()).state.Terminal() && !e.committed && job.ValidID(d.JobID) && a.store != nil {
 		if a.job.ID == "" {
@@ -127,8 +125,12 @@ func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 }
 
 // process runs the attempt's stages in order and returns how it ended. Each stage returns
-// its product and an error; classify alone turns an error into an ending.
+// its product and an error; classify alone turns an error into an ending, with the cause of
+// the attempt's context as it is when the error is seen (classifyIn). A cancel stops the
+// attempt until its run is over, not after: the commit of a finished run wins over it.
 func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
+	unwatch := r.cancels.add(a.d.Ref(), a.cancel)
+	defer unwatch()
 	err := r.admit(a)
 	a.lap(stageAdmit)
 	if err != nil {
@@ -143,23 +145,24 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	a.lap(stageClaim)
 	began := st.State == job.StateRunning
 	if err != nil {
-		return ended{outcome: classify(stageClaim, err, context.Cause(ctx)), began: began}
+		return ended{outcome: classifyIn(ctx, stageClaim, err), began: began}
 	}
 	sb, cl, err := r.prepare(ctx, a)
 	if err != nil {
-		return ended{outcome: classify(stagePrepare, err, context.Cause(ctx)), began: began}
+		return ended{outcome: classifyIn(ctx, stagePrepare, err), began: began}
 	}
 	defer r.closeSandbox(ctx, a, sb)
 	je, err := r.startEgress(ctx, a, sb)
 	if err != nil {
-		return ended{outcome: classify(stagePrepare, err, context.Cause(ctx)), began: began}
+		return ended{outcome: classifyIn(ctx, stagePrepare, err), began: began}
 	}
 	defer je.close()
 	a.lap(stagePrepare)
 	*sp = r.newSpool()
 	run, spent, err := r.run(ctx, a, sb, cl, je, st, *sp)
 	a.lap(stageRun)
-	e := ended{outcome: classify(stageRun, err, context.Cause(ctx)), run: run, began: began}
+	unwatch()
+	e := ended{outcome: classifyIn(ctx, stageRun, err), run: run, began: began}
 	// Only a run that ends here is committed: one that will be retried keeps nothing, and the
 	// last try of one that keeps failing leaves its transcript behind.
 	commits := decide(e.outcome, a.d.LastAttempt()).state.Terminal()
@@ -329,11 +332,15 @@ func runAgent(ctx context.Context, a *attempt, ag Agent, req agent.Request) (res
 	return ag.Run(ctx, req)
 }
 
-// commitRun collects what the run left and commits it. A cancelled run keeps what it produced
-// until it was stopped: its commit runs on a context that survives the cancel.
+// commitRun collects what the run left and commits it. A cancel asked once the run is over
+// does not reach it (process stops watching): the run is done, its commit wins. A run
+// cancelled before keeps what it produced until it was stopped: its commit runs on a context
+// that survives the cancel. A shutdown still cuts the commit short, and each failure is
+// classified by the cause of the attempt's context as it is when the failure is seen: an
+// upload cut short by the drain grace is an interrupted attempt, not a transient fault.
 func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, e ended, said bool) ended {
-	cause := context.Cause(ctx)
-	if e.end == endCancelled {
+	attemptCtx := ctx
+	if errors.Is(context.Cause(ctx), errCancelled) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 		defer cancel()
@@ -346,7 +353,7 @@ func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, 
 	c, err := r.collect(ctx, a, sb, e.run, e.outcome)
 	a.lap(stageCollect)
 	if err != nil {
-		e.outcome = classify(stageCollect, err, cause)
+		e.outcome = classifyIn(attemptCtx, stageCollect, err)
 		return e
 	}
 	e.collected = c.collected
@@ -355,7 +362,7 @@ func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, 
 		if errors.Is(err, errLeaseLost) {
 			a.log.WarnContext(ctx, "another attempt took this job over; discarding this attempt's result", "error", err)
 		}
-		e.outcome = classify(stageCommit, fmt.Errorf("upload results: %w", err), cause)
+		e.outcome = classifyIn(attemptCtx, stageCommit, fmt.Errorf("upload results: %w", err))
 		return e
 	}
 	e.outcome, e.reportKey = c.outcome, key

@@ -371,6 +371,44 @@ func TestShutdownInterruptsAndHandsTheJobBackAtOnce(t *testing.T) {
 	}
 }
 
+// TestShutdownMidUploadInterruptsTheJob: the drain grace runs out while a finished run is
+// uploaded. The upload's failure is the shutdown's doing, which its cause says when the failure
+// is seen: the job is interrupted and handed back at once, not a transient fault retried after
+// the backoff (or, on its last delivery, dead), and the next delivery runs it.
+func TestShutdownMidUploadInterruptsTheJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stalling := &stallingStore{Store: b.shared, stalled: make(chan struct{})}
+	first := b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = stalling })
+	j := b.submit("p")
+	<-stalling.stalled
+	first.stop() // drain_grace is 1s, then the upload is cut short
+	if st, _ := b.q.Status(context.Background(), j.ID); st.State != job.StateInterrupted || st.Attempt != 1 {
+		t.Errorf("status after a shutdown mid-upload = %s, attempt %d, error %q; want interrupted, attempt 1", st.State, st.Attempt, st.Error)
+	}
+	b.worker(agentFunc(writeReport))
+	if st := b.waitFinal(j.ID, 20*time.Second); st.State != job.StateSucceeded || st.Attempt != 2 {
+		t.Errorf("status = %+v, want succeeded on attempt 2", st)
+	}
+}
+
+// stallingStore holds every write into an attempt's folder until its context ends, as a store
+// that stops answering in the middle of an upload does.
+type stallingStore struct {
+	store.Store
+	once    sync.Once
+	stalled chan struct{} // closed at the first write held
+}
+
+func (s *stallingStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	if !strings.Contains(key, "/attempts/") {
+		return s.Store.PutIfAbsent(ctx, key, r, size)
+	}
+	s.once.Do(func() { close(s.stalled) })
+	<-ctx.Done()
+	return fmt.Errorf("store: put-if-absent %s: %w", key, ctx.Err())
+}
+
 // sigFailStore loses the first upload of the run's signature (not the copy the attempt leaves
 // in its folder), as a store fault or a crash between the manifest and its signature would.
 type sigFailStore struct {
