@@ -134,13 +134,13 @@ func answer(a queue.Approval) (agent.Answer, error) {
 // setState moves the job between running and waiting_approval. A failure is logged only: the
 // request is in the approvals bucket either way.
 func (p *approver) setState(ctx context.Context, state job.State, msg string) {
-	_, err := p.r.cfg.Queue.UpdateStatus(ctx, p.a.ref(p.a.job.ID), func(s *job.Status) {
+	_, err := p.r.writeStatus(ctx, p.a, p.a.job.ID, func(s *job.Status) {
 		if s.State == job.StateRunning || s.State == job.StateWaitingApproval {
 			s.State = state
 		}
 		s.Progress = msg
 	})
-	if err != nil && !errors.Is(err, queue.ErrFinal) && ctx.Err() == nil {
+	if err != nil && !errors.Is(err, queue.ErrFinal) && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
 		p.a.log.WarnContext(ctx, "record approval state failed", "state", string(state), "error", err)
 	}
 }

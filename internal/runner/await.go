@@ -87,7 +87,7 @@ func natsAnswered(err error) bool {
 func (r *Runner) noteWait(ctx context.Context, a *attempt, what string, err error) {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, _ = r.cfg.Queue.UpdateStatus(wctx, a.ref(a.job.ID), func(s *job.Status) {
+	_, _ = r.writeStatus(wctx, a, a.job.ID, func(s *job.Status) {
 		s.Error = "waiting for " + what + ": " + err.Error()
 		if s.State == "" {
 			s.State = job.StateQueued // the first status of the job: submit writes none

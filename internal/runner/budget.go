@@ -62,7 +62,7 @@ func (b *budget) record(ctx context.Context, spent agent.Budget, msg string) boo
 		ToolCalls: max(spent.ToolCalls-b.recorded.ToolCalls, 0),
 		Tokens:    max(spent.Tokens-b.recorded.Tokens, 0),
 	}
-	_, err := b.r.cfg.Queue.UpdateStatus(ctx, b.a.ref(b.a.job.ID), func(s *job.Status) {
+	_, err := b.r.writeStatus(ctx, b.a, b.a.job.ID, func(s *job.Status) {
 		s.SpentTurns += add.Turns
 		s.SpentToolCalls += add.ToolCalls
 		s.SpentTokens += add.Tokens
@@ -78,7 +78,7 @@ func (b *budget) record(ctx context.Context, spent agent.Budget, msg string) boo
 	case err == nil:
 		b.recorded = spent
 		return true
-	case errors.Is(err, queue.ErrFinal), ctx.Err() != nil:
+	case errors.Is(err, queue.ErrFinal), errors.Is(err, errLeaseLost), ctx.Err() != nil:
 	default:
 		// The next write adds what this one could not.
 		b.a.log.WarnContext(ctx, "record progress failed", "error", err)

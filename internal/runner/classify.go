@@ -103,8 +103,10 @@ type failureMode struct {
 // failureModes is every way an attempt's stage can end, first match wins. A new failure mode
 // is a new row.
 var failureModes = []failureMode{
-	// Ends decided elsewhere come first: whatever else happened, this attempt must not act.
-	{name: "lease lost", when: errIs(errLeaseLost), end: endLeaseLost},
+	// Ends decided elsewhere come first: whatever else happened, this attempt must not act. A
+	// lease lost is the stage's error (the commit found a later attempt) or the cause of the
+	// attempt's context (a status write found one: writeStatus).
+	{name: "lease lost", when: errOrCauseIs(errLeaseLost), build: leaseLostOutcome},
 	{name: "job ended elsewhere", in: []stage{stageClaim}, when: errIs(errJobEnded), end: endDone,
 		build: func(error, error) outcome { return outcome{end: endDone} }},
 	{name: "committed", in: []stage{stageClaim, stageEnd}, when: committed(false), build: committedOutcome},
@@ -205,6 +207,19 @@ func (m failureMode) outcome(err, cause error) outcome {
 
 func errIs(target error) func(err, cause error) bool {
 	return func(err, _ error) bool { return errors.Is(err, target) }
+}
+
+func errOrCauseIs(target error) func(err, cause error) bool {
+	return func(err, cause error) bool { return errors.Is(err, target) || errors.Is(cause, target) }
+}
+
+// leaseLostOutcome says why the lease was lost: the error when it says so, else the cause
+// (the stage's error is then only the context's ending).
+func leaseLostOutcome(err, cause error) outcome {
+	if !errors.Is(err, errLeaseLost) {
+		err = cause
+	}
+	return outcome{end: endLeaseLost, err: err}
 }
 
 func causeIs(target error) func(err, cause error) bool {

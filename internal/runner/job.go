@@ -413,9 +413,26 @@ func (r *Runner) closeSandbox(ctx context.Context, a *attempt, sb sandbox.Sandbo
 }
 
 func (r *Runner) progress(ctx context.Context, a *attempt, msg string) {
-	if _, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(a.job.ID), func(s *job.Status) { s.Progress = msg }); err != nil && ctx.Err() == nil {
+	if _, err := r.writeStatus(ctx, a, a.job.ID, func(s *job.Status) { s.Progress = msg }); err != nil && ctx.Err() == nil {
 		a.log.WarnContext(ctx, "record progress failed", "error", err)
 	}
+}
+
+// writeStatus applies change to the status id names (the attempt's job, or the id a rejected
+// message is recorded under) unless it ended, fails one of conds, or a later delivery of the
+// job wrote it (queue.ByAttempt). That last means the attempt lost its lease: its ack wait
+// passed without a heartbeat (a GC pause, a frozen VM) and the server delivered the job again.
+// The attempt is then stopped, errLeaseLost its cause, and the error says so too: whatever it
+// was doing, it must leave the job to that delivery, writing and settling nothing more.
+func (r *Runner) writeStatus(ctx context.Context, a *attempt, id string, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error) {
+	st, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), change, append(conds, queue.ByAttempt(a.d.Attempt))...)
+	if errors.Is(err, queue.ErrSuperseded) {
+		err = fmt.Errorf("%w: %w", errLeaseLost, err)
+		if a.cancel != nil {
+			a.cancel(err)
+		}
+	}
+	return st, err
 }
 
 // progressDelay is how long a step runs before its progress line is written: one that ends

@@ -14,18 +14,22 @@ import (
 )
 
 // settle acts on how the attempt ended, as decide says: the status, then the queue, then the
-// metrics and the log line. Its writes run on a context that survives shutdown, so that an
-// interrupted job is handed back at once. The end of a job waits for NATS, as its commit
-// did (awaitAnswer; ctx, the worker's, cuts the wait short at shutdown): its run is committed,
-// and without the status and the ack `submit wait` would wait, and the job, a whole ack wait for
-// a delivery that adopts the run. A job handed back does not wait: the server delivers it again
-// anyway.
+// metrics and the log line. An attempt whose status write finds that a later delivery holds
+// the job lost its lease: it tells the queue nothing (see settleStatus). Its writes run on a
+// context that survives shutdown, so that an interrupted job is handed back at once. The end
+// of a job waits for NATS, as its commit did (awaitAnswer; ctx, the worker's, cuts the wait
+// short at shutdown): its run is committed, and without the status and the ack `submit wait`
+// would wait, and the job, a whole ack wait for a delivery that adopts the run. A job handed
+// back does not wait: the server delivers it again anyway.
 func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 	defer cancel()
 	dec := decide(e.outcome, a.d.LastAttempt())
 	w := settler{r: r, a: a, ctx: ctx, cleanup: cleanup, wait: dec.state.Terminal()}
-	r.settleStatus(w, e, dec)
+	if err := r.settleStatus(w, e, dec); errors.Is(err, errLeaseLost) {
+		e.outcome = outcome{end: endLeaseLost, err: err}
+		dec = decide(e.outcome, a.d.LastAttempt())
+	}
 	attrs := r.settleQueue(w, e.outcome, dec)
 	r.settleMetrics(a, dec)
 
@@ -64,20 +68,26 @@ func (w settler) do(answered func(error) bool, call func(context.Context) error)
 }
 
 // settleStatus records the decided state in the job's status, unless the job ended elsewhere,
-// or why the job waits.
-func (r *Runner) settleStatus(w settler, e ended, dec decision) {
+// or why the job waits. Every decision that hands the job back (retrying, interrupted,
+// waiting) rests on no commit, so its write is the attempt's check that it still holds the job,
+// as the commit's is (checkAttempt), made in the write's compare-and-set: the error wraps
+// errLeaseLost when a later delivery wrote the status.
+func (r *Runner) settleStatus(w settler, e ended, dec decision) error {
 	switch id := w.a.statusID(); {
 	case id == "":
 	case dec.state != "":
-		r.recordState(w, id, e, dec)
+		return r.recordState(w, id, e, dec)
 	case dec.waiting && e.err != nil:
-		r.recordWaiting(w, id, e.err)
+		return r.recordWaiting(w, id, e.err)
 	}
+	return nil
 }
 
-// recordState records the decided state in the job's status. A message without a job id of
-// its own only creates a status, never takes one over.
-func (r *Runner) recordState(w settler, id string, e ended, dec decision) {
+// recordState records the decided state in the job's status. The end of a run this attempt
+// committed is recorded whoever holds the job now: the committed manifest is the job's end,
+// and the status follows it. Any other state only while no later delivery holds the job;
+// and a message without a job id of its own only creates a status, never takes one over.
+func (r *Runner) recordState(w settler, id string, e ended, dec decision) error {
 	a, now := w.a, time.Now().UTC()
 	change := func(s *job.Status) {
 		s.State, s.UpdatedAt, s.Error, s.Cap = dec.state, now, "", cmp.Or(e.cap, e.run.result.Cap)
@@ -110,30 +120,36 @@ func (r *Runner) recordState(w settler, id string, e ended, dec decision) {
 		conds = append(conds, queue.OnlyNew)
 	}
 	err := w.do(natsAnswered, func(ctx context.Context) error {
-		_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), change, conds...)
+		if e.committed {
+			_, err := r.cfg.Queue.UpdateStatus(ctx, a.ref(id), change)
+			return err
+		}
+		_, err := r.writeStatus(ctx, a, id, change, conds...)
 		return err
 	})
 	switch {
-	case err == nil, errors.Is(err, queue.ErrFinal):
+	case err == nil, errors.Is(err, queue.ErrFinal), errors.Is(err, errLeaseLost):
 	case errors.Is(err, queue.ErrStatusExists):
 		a.log.WarnContext(w.ctx, "a status exists under the id this message is recorded under; its rejection is in the dead letter only", "status_id", id)
 	default:
 		a.log.ErrorContext(w.ctx, "record outcome failed", "error", err)
 	}
+	return err
 }
 
 // recordWaiting says in the status's progress why the job waits for another delivery, its
 // state unchanged.
-func (r *Runner) recordWaiting(w settler, id string, cause error) {
+func (r *Runner) recordWaiting(w settler, id string, cause error) error {
 	err := w.do(natsAnswered, func(ctx context.Context) error {
-		_, err := r.cfg.Queue.UpdateStatus(ctx, w.a.ref(id), func(s *job.Status) {
+		_, err := r.writeStatus(ctx, w.a, id, func(s *job.Status) {
 			s.Progress, s.UpdatedAt = "waiting for another delivery: "+cause.Error(), time.Now().UTC()
 		})
 		return err
 	})
-	if err != nil && !errors.Is(err, queue.ErrFinal) {
+	if err != nil && !errors.Is(err, queue.ErrFinal) && !errors.Is(err, errLeaseLost) {
 		w.a.log.ErrorContext(w.ctx, "record why the job waits failed", "error", err)
 	}
+	return err
 }
 
 // settleQueue tells the queue what decide says and returns what the log line adds about it.
