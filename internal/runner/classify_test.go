@@ -2,6 +2,7 @@ package runner
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -46,6 +47,10 @@ func TestClassify(t *testing.T) {
 			at: map[stage]want{stageEnd: {end: endUndecided}}, other: transient},
 		{name: "lease lost", err: wrap(errLeaseLost), other: want{end: endLeaseLost}},
 		{name: "lease lost while cancelled", err: wrap(errLeaseLost), cause: errCancelled, other: want{end: endLeaseLost}},
+		// A status write found a later delivery (writeStatus) and stopped the attempt: the
+		// stage's error is only the context's ending.
+		{name: "stopped for a lost lease", err: errors.New("context canceled"), cause: wrap(errLeaseLost), other: want{end: endLeaseLost}},
+		{name: "stopped for a lost lease, no error", cause: wrap(errLeaseLost), other: want{end: endLeaseLost}},
 		{name: "job ended elsewhere", err: errJobEnded,
 			at: map[stage]want{stageClaim: {end: endDone}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "committed as succeeded", err: &committedError{out: provenance.Outcome{State: job.StateSucceeded}},
@@ -61,6 +66,8 @@ func TestClassify(t *testing.T) {
 		{name: "cancelled while it ran", err: errors.New("context canceled"), cause: errCancelled, other: want{end: endCancelled}},
 		{name: "cancelled, no error", cause: errCancelled, other: want{end: endCancelled}},
 		{name: "shutdown", err: errors.New("context canceled"), cause: errShutdown, other: want{end: endInterrupted}},
+		// The drain grace ran out mid-upload: the store's error is the shutdown's doing.
+		{name: "upload cut short by a shutdown", err: fmt.Errorf("upload results: upload report.md: store: put-if-absent k: %w", context.Canceled), cause: errShutdown, other: want{end: endInterrupted}},
 		{name: "shutdown, no error", cause: errShutdown, other: want{end: endInterrupted}},
 		{name: "capped", err: &capError{cap: agent.CapMaxTurns},
 			at: map[stage]want{stageRun: {end: endCapped}, stageEnd: {end: endUndecided}}, other: transient},
