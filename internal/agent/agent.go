@@ -11,13 +11,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/redact"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
@@ -114,10 +114,9 @@ func (c Config) WithDefaults() Config {
 }
 
 func (c Config) validate() error {
-	u, err := url.Parse(c.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%w: BaseURL %q is not an http(s) URL; use e.g. %s or http://127.0.0.1:8000/v1",
-			ErrInvalidConfig, c.BaseURL, DefaultBaseURL)
+	// The error names the URL redacted: one that does not parse may hold a password whole.
+	if _, err := redact.ParseHTTPURL(c.BaseURL); err != nil {
+		return fmt.Errorf("%w: BaseURL: %w; e.g. %s or http://127.0.0.1:8000/v1", ErrInvalidConfig, err, DefaultBaseURL)
 	}
 	if c.MaxResponseBytes < 0 {
 		return fmt.Errorf("%w: MaxResponseBytes %d is negative; use a positive size or 0 for the default (%d)",

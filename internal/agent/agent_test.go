@@ -381,6 +381,8 @@ func TestNewConfig(t *testing.T) {
 		{name: "local endpoint without key", cfg: agent.Config{BaseURL: "http://127.0.0.1:8000/v1"}},
 		{name: "not http", cfg: agent.Config{BaseURL: "ftp://example.com/v1"}, wantErr: true},
 		{name: "no host", cfg: agent.Config{BaseURL: "http:///v1"}, wantErr: true},
+		{name: "password that does not parse", cfg: agent.Config{BaseURL: "https://u:s3cr%ZZet@host/v1"}, wantErr: true},
+		{name: "password with a slash, not http", cfg: agent.Config{BaseURL: "ftp://u:s3cr/et@host/v1"}, wantErr: true},
 		{name: "negative timeout", cfg: agent.Config{RequestTimeout: -time.Second}, wantErr: true},
 		{name: "negative response bound", cfg: agent.Config{MaxResponseBytes: -1}, wantErr: true},
 	}
@@ -389,6 +391,9 @@ func TestNewConfig(t *testing.T) {
 			_, err := agent.New(tt.cfg)
 			if got := errors.Is(err, agent.ErrInvalidConfig); got != tt.wantErr {
 				t.Errorf("New error = %v, want ErrInvalidConfig: %v", err, tt.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cr") {
+				t.Errorf("New's error holds the base URL's password: %v", err)
 			}
 		})
 	}

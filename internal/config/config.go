@@ -474,6 +474,7 @@ func (c Config) Validate() error {
 	if n := c.NATS; n.StatusTTL <= 0 || n.JobMaxMsgs < 1 || n.JobMaxBytes < 1 || n.DeadLetterMaxAge <= 0 || n.DeadLetterMaxBytes < 1 {
 		bad("nats", "status_ttl, job_max_msgs, job_max_bytes, dead_letter_max_age and dead_letter_max_bytes must be positive")
 	}
+	errs = append(errs, c.validateEndpoints()...)
 	errs = append(errs, c.Egress.validate()...)
 	if c.Store.ProbeInterval < 0 {
 		bad("store.probe_interval", "must be positive")

@@ -94,33 +94,36 @@ type allowRule struct {
 	port     int    // 0: any
 }
 
-// parseAllow reads "host", "host:port", "*.suffix" or "*.suffix:port".
+// parseAllow reads "host", "host:port", "*.suffix" or "*.suffix:port". Its errors quote the
+// entry without what precedes an '@': a URL written here by mistake may carry a password.
 func parseAllow(entry string) (allowRule, error) {
 	var r allowRule
+	shown := withoutCredentials(entry)
 	host, port, err := splitPort(strings.ToLower(entry))
 	if err != nil {
-		return r, err
+		return r, fmt.Errorf("%q: %w", shown, err)
 	}
 	r.port = port
 	if rest, ok := strings.CutPrefix(host, "*."); ok {
 		host, r.wildcard = rest, true
 	}
 	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
-		return r, fmt.Errorf("%q is an address; allow hosts by name (the proxy resolves them and refuses internal addresses)", entry)
+		return r, fmt.Errorf("%q is an address; allow hosts by name (the proxy resolves them and refuses internal addresses)", shown)
 	}
 	labels := strings.Split(host, ".")
 	for _, l := range labels {
 		if !hostLabel.MatchString(l) {
-			return r, fmt.Errorf("%q is not a host name, host:port or *.suffix (label %q)", entry, l)
+			return r, fmt.Errorf("%q is not a host name, host:port or *.suffix (label %q)", shown, withoutCredentials(l))
 		}
 	}
 	if r.wildcard && len(labels) < 2 {
-		return r, fmt.Errorf("%q would allow a whole top-level domain; name a suffix with two labels or more", entry)
+		return r, fmt.Errorf("%q would allow a whole top-level domain; name a suffix with two labels or more", shown)
 	}
 	r.host = host
 	return r, nil
 }
 
+// splitPort splits a trailing ":port" off s; its error quotes nothing of s.
 func splitPort(s string) (string, int, error) {
 	i := strings.LastIndexByte(s, ':')
 	if i < 0 {
@@ -128,7 +131,7 @@ func splitPort(s string) (string, int, error) {
 	}
 	p, err := strconv.Atoi(s[i+1:])
 	if err != nil || p < 1 || p > 65535 {
-		return "", 0, fmt.Errorf("%q: port %q must be a number from 1 to 65535", s, s[i+1:])
+		return "", 0, errors.New("the port after the last ':' must be a number from 1 to 65535")
 	}
 	return s[:i], p, nil
 }
@@ -211,7 +214,7 @@ func coveredBy(h string, allow []allowRule) string {
 			return ""
 		}
 	}
-	return fmt.Sprintf("%q is not in network.allow; a secret goes only to allowed hosts", h)
+	return fmt.Sprintf("%q is not in network.allow; a secret goes only to allowed hosts", withoutCredentials(h))
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -265,13 +268,13 @@ func (e Egress) validate() []error {
 	for name, list := range map[string][]string{"egress.denied_cidrs": e.DeniedCIDRs, "egress.allowed_cidrs": e.AllowedCIDRs} {
 		for i, c := range list {
 			if _, err := netip.ParsePrefix(c); err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s[%d]: %q is not a CIDR prefix such as 10.20.0.0/16 or fd00::/8", ErrInvalid, name, i, c))
+				errs = append(errs, fmt.Errorf("%w: %s[%d]: %q is not a CIDR prefix such as 10.20.0.0/16 or fd00::/8", ErrInvalid, name, i, withoutCredentials(c)))
 			}
 		}
 	}
 	if e.Resolver != "" {
 		if _, _, err := splitHostPortStrict(e.Resolver); err != nil {
-			errs = append(errs, fmt.Errorf("%w: egress.resolver: %q must be host:port, such as 10.0.0.2:53", ErrInvalid, e.Resolver))
+			errs = append(errs, fmt.Errorf("%w: egress.resolver: %q must be host:port, such as 10.0.0.2:53", ErrInvalid, withoutCredentials(e.Resolver)))
 		}
 	}
 	l := e.Limits

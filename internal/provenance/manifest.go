@@ -594,16 +594,17 @@ func EndpointHost(endpoint string) string {
 		return u.Host
 	}
 	// Unparseable: keep what sits between any user info and the first path, query or
-	// fragment character, and nothing else.
+	// fragment character, and nothing else. The user info ends at the last '@', wherever a
+	// '/' sits: a password holding one ends the authority early for url.Parse, not for us.
 	s = strings.TrimPrefix(s, "//")
 	if i := strings.Index(s, "://"); i >= 0 {
 		s = s[i+3:]
 	}
-	if i := strings.IndexAny(s, "/?#"); i >= 0 {
-		s = s[:i]
-	}
 	if i := strings.LastIndex(s, "@"); i >= 0 {
 		s = s[i+1:]
+	}
+	if i := strings.IndexAny(s, "/?#"); i >= 0 {
+		s = s[:i]
 	}
 	return s
 }

@@ -435,6 +435,7 @@ func TestEndpointHost(t *testing.T) {
 		{"port and query", "https://api.example.test:8443/v1/?api-key=sk-test-SECRET#frag", "api.example.test:8443"},
 		{"bare host", "api.openai.com", "api.openai.com"},
 		{"bare host with user info", "user:pass@llm.internal:8000/v1", "llm.internal:8000"},
+		{"password with '/' and a bad escape", "https://user:pa/ss%ZZ@llm.internal/v1", "llm.internal"},
 		{"ipv6", "http://[::1]:11434/v1", "[::1]:11434"},
 		{"empty", "", ""},
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/redact"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -82,7 +83,8 @@ func (o ConnOptions) Auth() string {
 }
 
 // validate checks what can be checked without a server: one way to log in, a certificate
-// with its key, files that can be read. Errors name the file, never what it holds.
+// with its key, URLs that parse, files that can be read. Errors name the file or the URL's
+// place in the list, never what it holds.
 func (o ConnOptions) validate() error {
 	var ways []string
 	for _, w := range []struct{ name, v string }{
@@ -99,6 +101,10 @@ func (o ConnOptions) validate() error {
 		return errors.New("queue: NATS login: a password without a user; set the user too (--nats-user, NATS_USER)")
 	case (o.CertFile == "") != (o.KeyFile == ""):
 		return errors.New("queue: NATS client certificate: give both the certificate and its key (--nats-cert and --nats-key)")
+	}
+	// nats.go's error for a URL it cannot parse quotes the whole URL, password and all.
+	if err := redact.CheckURLList(o.URL, "nats"); err != nil {
+		return fmt.Errorf("queue: NATS URL: %w (check --nats, NATS_URL or nats.url in the config)", err)
 	}
 	for _, f := range []struct{ what, path string }{
 		{"creds file", o.CredsFile}, {"nkey seed file", o.NKeyFile}, {"CA file", o.CAFile},
@@ -213,24 +219,10 @@ func Connect(ctx context.Context, o ConnOptions) (*nats.Conn, error) {
 }
 
 // RedactURL returns the NATS URL list with the user information of each URL (a user and
-// password, or a token) replaced by "redacted": what logs, /readyz and errors show.
+// password, or a token) replaced by "redacted": what logs, /readyz and errors show. See
+// redact.URL for a URL that does not parse.
 func RedactURL(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		s := strings.TrimSpace(p)
-		u, err := url.Parse(s)
-		switch {
-		case err != nil && strings.Contains(s, "@"):
-			// Unparsable but with what may be credentials: keep only what follows them.
-			parts[i] = "redacted@" + s[strings.LastIndex(s, "@")+1:]
-		case err == nil && u.User != nil:
-			u.User = url.User("redacted")
-			parts[i] = u.String()
-		default:
-			parts[i] = s
-		}
-	}
-	return strings.Join(parts, ",")
+	return redact.URLList(urls)
 }
 
 // LoopbackOnly reports whether every server the URL list names is on this machine (localhost,

@@ -139,11 +139,32 @@ func TestRedactURL(t *testing.T) {
 		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
 		{"nats://ann:pw@host:4222", "nats://redacted@host:4222"},
 		{"nats://tok@host:4222,nats://bob:pw2@other:4222", "nats://redacted@host:4222,nats://redacted@other:4222"},
-		{"tls://a%zz:pw@host:4222", "redacted@host:4222"},
+		{"tls://a%zz:pw@host:4222", "tls://redacted@host:4222"},
 	}
 	for _, tt := range tests {
 		if got := queue.RedactURL(tt.in); got != tt.want {
 			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestURLThatDoesNotParseHoldsNoPassword: Connect and Dial refuse a URL whose password does
+// not parse before nats.go sees it: nats.go's error quotes the whole URL, password and all.
+func TestURLThatDoesNotParseHoldsNoPassword(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"nats://boxcar:s3cr%ZZet@127.0.0.1:1",
+		"nats://127.0.0.1:1, tls://boxcar:s3cr/et@127.0.0.1:2",
+		"boxcar:s3cr?et@127.0.0.1:1",
+	} {
+		o := queue.ConnOptions{URL: u, Timeout: time.Second}
+		_, cerr := queue.Connect(t.Context(), o)
+		_, derr := queue.Dial(o, slog.New(slog.DiscardHandler))
+		for name, err := range map[string]error{"Connect": cerr, "Dial": derr} {
+			if err == nil {
+				t.Fatalf("%s(%s…): no error", name, u[:10])
+			}
+			noSecrets(t, name, err.Error(), []string{"s3cr"})
 		}
 	}
 }

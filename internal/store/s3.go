@@ -22,6 +22,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/boxcar-run/boxcar/internal/redact"
 )
 
 const (
@@ -71,12 +73,27 @@ type S3 struct {
 
 var _ Store = (*S3)(nil)
 
+// checkEndpoint refuses an endpoint that does not parse, whose whole text the SDK would quote
+// in every request's error, credentials and all; the error names the problem only.
+func checkEndpoint(endpoint string) error {
+	if endpoint == "" {
+		return nil
+	}
+	if _, err := redact.ParseHTTPURL(endpoint); err != nil {
+		return fmt.Errorf("store: s3 endpoint: %w: %w", ErrInvalidURL, err)
+	}
+	return nil
+}
+
 // NewS3 returns the store for bucket, with every key under prefix ("" for the whole bucket).
 // Credentials come from the AWS SDK's standard chain. It sends no request; the first
 // operation shows whether the bucket can be reached.
 func NewS3(ctx context.Context, bucket, prefix string, opts Options) (*S3, error) {
 	if !bucketName.MatchString(bucket) {
 		return nil, fmt.Errorf("store: s3 bucket %q: %w: a bucket name is 3-63 lowercase letters, digits, '.' and '-'", bucket, ErrInvalidURL)
+	}
+	if err := checkEndpoint(opts.Endpoint); err != nil {
+		return nil, err
 	}
 	prefix = strings.Trim(prefix, "/")
 	if prefix != "" && !ValidKey(prefix) {

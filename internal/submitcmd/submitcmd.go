@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/connflags"
 	"github.com/boxcar-run/boxcar/internal/job"
@@ -136,21 +137,40 @@ func (e *env) tenant() string {
 	return job.DefaultTenant
 }
 
-func (e *env) natsConfig() config.NATS {
+// natsConfig is the worker's default NATS settings at the URL of --nats, else $NATS_URL; an
+// error names which of them does not parse, never its value (it may hold a password).
+func (e *env) natsConfig() (config.NATS, error) {
 	cfg := config.Config{Profiles: nil}.WithDefaults().NATS
-	switch {
-	case e.natsURL != "":
-		cfg.URL = e.natsURL
-	case e.getenv("NATS_URL") != "":
-		cfg.URL = e.getenv("NATS_URL")
+	u, err := e.checkedURL(e.natsURL, "--nats", "NATS_URL", config.CheckNATSURL)
+	if u != "" {
+		cfg.URL = u
 	}
-	return cfg
+	return cfg, err
+}
+
+// checkedURL is the URL of flag (named name), else of the variable env, checked by check; an
+// error names which of them is wrong, never its value (it may hold a password).
+func (e *env) checkedURL(flag, name, env string, check func(string) error) (string, error) {
+	u, from := flag, name
+	if u == "" {
+		u, from = e.getenv(env), env
+	}
+	if u == "" {
+		return "", nil
+	}
+	if err := check(u); err != nil {
+		return "", cli.Usagef("%s: %v", from, err)
+	}
+	return u, nil
 }
 
 // connect reaches NATS and binds to the queue a worker set up, failing fast with a message that
 // says what to start.
 func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Client, error) {
-	cfg := e.natsConfig()
+	cfg, err := e.natsConfig()
+	if err != nil {
+		return nil, nil, err
+	}
 	opts, err := e.connOptions(cfg.URL)
 	if err != nil {
 		return nil, nil, err
@@ -189,9 +209,9 @@ type tenantStore struct {
 func (s tenantStore) Close() error { return s.shared.Close() }
 
 func (e *env) openSharedStore(ctx context.Context) (store.Store, error) {
-	u := e.storeURL
-	if u == "" {
-		u = e.getenv("BOXCAR_STORE")
+	u, err := e.checkedURL(e.storeURL, "--store", "BOXCAR_STORE", config.CheckStoreURL)
+	if err != nil {
+		return nil, err
 	}
 	if u == "" {
 		home, err := e.home()
@@ -200,9 +220,9 @@ func (e *env) openSharedStore(ctx context.Context) (store.Store, error) {
 		}
 		u = "file://" + filepath.Join(home, "store")
 	}
-	endpoint := e.s3Endpoint
-	if endpoint == "" {
-		endpoint = e.getenv("BOXCAR_S3_ENDPOINT")
+	endpoint, err := e.checkedURL(e.s3Endpoint, "--s3-endpoint", "BOXCAR_S3_ENDPOINT", config.CheckHTTPURL)
+	if err != nil {
+		return nil, err
 	}
 	opts := store.Options{Endpoint: endpoint, PathStyle: endpoint != "", Getenv: e.getenv}
 	ca := e.s3CA

@@ -2,12 +2,14 @@ package workercmd
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/modelgate"
+	"github.com/boxcar-run/boxcar/internal/redact"
 )
 
 // newModelGate is the model endpoint's circuit breaker: it sets boxcar_model_up, and probes
@@ -18,6 +20,10 @@ import (
 func newModelGate(baseURL, apiKey string, transport *http.Transport, m *metrics.Metrics, log *slog.Logger) (*modelgate.Gate, error) {
 	client := &http.Client{Transport: transport} // the jobs' transport (its CA), not their metrics
 	url := strings.TrimRight(baseURL, "/") + "/models"
+	// A request error would quote the URL, and Err shows it on /readyz: parse it once here.
+	if _, err := redact.ParseHTTPURL(url); err != nil {
+		return nil, fmt.Errorf("model base URL: %w", err)
+	}
 	return modelgate.New(modelgate.Config{
 		Probe: func(ctx context.Context) (*http.Response, error) {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -55,8 +55,8 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 	if err != nil {
 		return err
 	}
-	if v := getenv("NATS_URL"); v != "" {
-		cfg.NATS.URL = v
+	if err := applyEnvURLs(&cfg, getenv); err != nil {
+		return err
 	}
 	opts, err := auth.Options(cfg.NATS.URL, "boxcar-setup", getenv)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/pool"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/redact"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -221,7 +222,10 @@ func (p *parts) openStores(ctx context.Context, o Options, cfg config.Config) er
 // calls it, whose profiles are compiled now, so a bad profile stops the worker here (placed in
 // the config file src).
 func (p *parts) openModel(o Options, src *config.Source) error {
-	p.modelURL = modelBaseURL(p.cfg, o.Getenv)
+	var err error
+	if p.modelURL, err = modelBaseURL(p.cfg, o.Getenv); err != nil {
+		return err
+	}
 	modelTransport, err := httpClient(o.conn.modelCA, "BOXCAR_MODEL_CA", o.Getenv)
 	if err != nil {
 		return fmt.Errorf("--model-ca: %w", err)
@@ -445,7 +449,7 @@ func (w *Worker) announce(o Options, p *parts, metricsAddr string) {
 	w.addrs = addrs
 	w.mu.Unlock()
 	p.log.Info("worker ready", "worker_id", cfg.WorkerID, "concurrency", cfg.Concurrency, "sandbox", p.sandboxes.Backend(),
-		"store", addrs.Store, "nats", addrs.NATS, "nats_auth", p.natsOpts.Auth(), "model", redactHTTP(p.modelURL), "profiles", len(cfg.Profiles))
+		"store", addrs.Store, "nats", addrs.NATS, "nats_auth", p.natsOpts.Auth(), "model", redact.URL(p.modelURL), "profiles", len(cfg.Profiles))
 	fmt.Fprintf(o.Stdout, "worker ready: nats %s, store %s\n", addrs.NATS, addrs.Store)
 	if o.ReadyFile != "" {
 		if err := writeReadyFile(o.ReadyFile, addrs); err != nil {

@@ -42,11 +42,8 @@ func loadConfig(o Options, getenv func(string) string) (config.Config, *config.S
 		return cfg, src, err
 	}
 	if !o.Embedded {
-		if v := getenv("NATS_URL"); v != "" {
-			cfg.NATS.URL = v
-		}
-		if v := getenv("BOXCAR_STORE"); v != "" {
-			cfg.Store.URL = v
+		if err := applyEnvURLs(&cfg, getenv); err != nil {
+			return cfg, src, err
 		}
 		if cfg.Store.URL == "" {
 			return cfg, src, errors.New("no store: set store.url in the config (s3://bucket or file:///path) or BOXCAR_STORE")
@@ -107,14 +104,41 @@ func kubeConfig(path string) (*rest.Config, error) {
 	return c, nil
 }
 
-func modelBaseURL(cfg config.Config, getenv func(string) string) string {
+// applyEnvURLs sets the URLs the environment gives over the config's, each checked as the
+// config's are (config.Validate ran before), the variable named and never its value.
+func applyEnvURLs(cfg *config.Config, getenv func(string) string) error {
+	for _, e := range []struct {
+		env   string
+		field *string
+		check func(string) error
+	}{
+		{"NATS_URL", &cfg.NATS.URL, config.CheckNATSURL},
+		{"BOXCAR_STORE", &cfg.Store.URL, config.CheckStoreURL},
+	} {
+		v := getenv(e.env)
+		if v == "" {
+			continue
+		}
+		if err := e.check(v); err != nil {
+			return fmt.Errorf("%s: %w", e.env, err)
+		}
+		*e.field = v
+	}
+	return nil
+}
+
+// modelBaseURL is model.base_url (checked with the config), else OPENAI_BASE_URL, checked here.
+func modelBaseURL(cfg config.Config, getenv func(string) string) (string, error) {
 	if cfg.Model.BaseURL != "" {
-		return cfg.Model.BaseURL
+		return cfg.Model.BaseURL, nil
 	}
 	if v := getenv("OPENAI_BASE_URL"); v != "" {
-		return v
+		if err := config.CheckHTTPURL(v); err != nil {
+			return "", fmt.Errorf("OPENAI_BASE_URL: %w", err)
+		}
+		return v, nil
 	}
-	return "https://api.openai.com/v1"
+	return "https://api.openai.com/v1", nil
 }
 
 func splitListen(addr string) (string, int, error) {

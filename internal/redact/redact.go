@@ -1,0 +1,130 @@
+// Package redact owns how a URL that may carry credentials (a user and password, or a token,
+// before its '@') is parsed and shown: in logs, /readyz, errors and check-config's output it
+// never shows them. url.Parse and everything built on it (http.NewRequest, nats.go, the AWS
+// SDK) quote the whole input in their errors, so a URL whose password needs escaping and is
+// not escaped put that password in the message; ParseURL names the problem only. It does not
+// own other secrets (API keys, tokens in files): those never reach a URL.
+package redact
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// ErrBadURL is what ParseURL's errors wrap: the value does not parse as a URL.
+var ErrBadURL = errors.New("does not parse as a URL")
+
+// encodeHint is the fix for the usual cause: a password written as it is.
+const encodeHint = "percent-encode %, /, ?, #, @ and : in a user name or password (%25 for %, %2F for /)"
+
+// ParseURL is url.Parse with an error that holds no part of raw: the error says which kind of
+// problem it is (url's own words up to the quoted piece of input) and how to fix the usual one.
+func ParseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s); %s", ErrBadURL, reason(err), encodeHint)
+	}
+	return u, nil
+}
+
+// ParseHTTPURL is ParseURL for an http:// or https:// URL with a host: a model endpoint, an S3
+// endpoint.
+func ParseHTTPURL(raw string) (*url.URL, error) {
+	u, err := ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%s is not an http(s) URL with a host; use e.g. https://host/v1 or http://127.0.0.1:8000", URL(raw))
+	}
+	return u, nil
+}
+
+// reason is url.Parse's problem without the input: its errors quote the offending piece
+// (`invalid URL escape "%ZZ"`, `invalid port ":pa" after host`), which may be a password's.
+func reason(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	s, _, _ := strings.Cut(err.Error(), `"`)
+	s = strings.TrimSpace(strings.TrimPrefix(s, "net/url: "))
+	if s == "" {
+		return "malformed"
+	}
+	return s
+}
+
+// CheckURLList checks each comma-separated URL of list as ParseURL does, reading one without
+// "://" as scheme://part, as the NATS client does. Its error names the URL by its position.
+func CheckURLList(list, scheme string) error {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		s := strings.TrimSpace(p)
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "://") {
+			s = scheme + "://" + s
+		}
+		if _, err := ParseURL(s); err != nil {
+			if len(parts) > 1 {
+				return fmt.Errorf("URL %d of %d: %w", i+1, len(parts), err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// schemeRE is a URL scheme (RFC 3986): safe to show from a URL that does not parse.
+var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]{0,31}$`)
+
+// URL is raw for a log line or an error: its user information (a user and password, or a
+// token) replaced by "redacted". A URL without a scheme ("user:pw@host:4222", as the NATS
+// client takes it) keeps its form. One that does not parse shows its scheme and what follows
+// its last '@' only ("tls://redacted@host:4222"): no user information comes after that '@',
+// whatever it holds before; without an '@' it shows as "<unparseable tls URL>".
+func URL(raw string) string {
+	s := strings.TrimSpace(raw)
+	bare := !strings.Contains(s, "://")
+	if bare {
+		s = "//" + s // let url.Parse see an authority
+	}
+	u, err := url.Parse(s)
+	if err == nil {
+		if u.User != nil {
+			u.User = url.User("redacted")
+		}
+		if bare {
+			return strings.TrimPrefix(u.String(), "//")
+		}
+		return u.String()
+	}
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok || !schemeRE.MatchString(scheme) {
+		scheme = ""
+	}
+	at := strings.LastIndex(s, "@")
+	switch {
+	case at >= 0 && scheme != "":
+		return scheme + "://redacted@" + s[at+1:]
+	case at >= 0:
+		return "redacted@" + s[at+1:]
+	case scheme != "":
+		return "<unparseable " + scheme + " URL>"
+	}
+	return "<unparseable URL>"
+}
+
+// URLList is URL applied to each URL of a comma-separated list.
+func URLList(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		parts[i] = URL(p)
+	}
+	return strings.Join(parts, ",")
+}

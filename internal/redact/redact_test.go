@@ -1,0 +1,71 @@
+package redact_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/redact"
+)
+
+// secret is the password of every URL below: written as it is, it holds a '%' that is not an
+// escape, so no URL parser reads it.
+const secret = "Hunter2-s3cr%ZZet"
+
+func TestURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, in, want string }{
+		{"no user", "nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
+		{"user and password", "nats://ann:pw@host:4222", "nats://redacted@host:4222"},
+		{"token", "https://tok@host/v1", "https://redacted@host/v1"},
+		{"no scheme", "ann:pw@host:4222", "redacted@host:4222"},
+		{"bare host and port", "127.0.0.1:4222", "127.0.0.1:4222"},
+		{"bad escape in the password", "tls://boxcar:" + secret + "@host:4222", "tls://redacted@host:4222"},
+		{"slash in the password", "https://boxcar:pa/ss@host/v1", "https://redacted@host/v1"},
+		{"slash, no '@'", "https://boxcar:pa/ss" + secret, "<unparseable https URL>"},
+		{"bad scheme", "ht tp://" + secret, "<unparseable URL>"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := redact.URL(tt.in); got != tt.want {
+				t.Errorf("URL(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+	if got, want := redact.URLList("nats://a:b@h1:4222, tls://c:"+secret+"@h2:4222"), "nats://redacted@h1:4222,tls://redacted@h2:4222"; got != want {
+		t.Errorf("URLList = %q, want %q", got, want)
+	}
+}
+
+// TestParseURLErrorHoldsNoInput: every way a credential can break a URL gives an error that
+// says what kind of problem it is, wraps ErrBadURL, and holds no part of the password.
+func TestParseURLErrorHoldsNoInput(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{
+		"nats://boxcar:" + secret + "@h:4222",    // bad escape
+		"https://boxcar:s3cr/et" + secret + "@h", // '/' ends the authority: a bad port
+		"https://boxcar:s3cr?et" + secret + "@h", // '?' does too
+		"https://boxcar:s3cr et" + secret + "@h", // a space in the host
+		"https://boxcar:s3cr\x01et@h",            // a control character
+		"https://[boxcar:s3cret@h",               // a '[' without ']'
+	} {
+		_, err := redact.ParseURL(in)
+		if !errors.Is(err, redact.ErrBadURL) {
+			t.Errorf("ParseURL(%q) = %v, want ErrBadURL", in, err)
+			continue
+		}
+		for _, leak := range []string{"s3cr", "%ZZ", "boxcar"} {
+			if strings.Contains(err.Error(), leak) {
+				t.Errorf("ParseURL's error holds %q: %v", leak, err)
+			}
+		}
+	}
+	if err := redact.CheckURLList("127.0.0.1:4222, nats://a:b@h:4222", "nats"); err != nil {
+		t.Errorf("CheckURLList of good URLs: %v", err)
+	}
+	err := redact.CheckURLList("nats://h:4222,nats://a:"+secret+"@h:4222", "nats")
+	if !errors.Is(err, redact.ErrBadURL) || !strings.Contains(err.Error(), "URL 2 of 2") || strings.Contains(err.Error(), "s3cr") {
+		t.Errorf("CheckURLList = %v, want ErrBadURL naming URL 2 of 2 and not the password", err)
+	}
+}

@@ -1,0 +1,135 @@
+package workercmd
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// urlSecret is the password of the malformed URLs below; every form of it holds "s3cr".
+const urlSecret = "Hunter2-s3cr"
+
+// badCredentialURLs are URLs whose password was written as it is, each breaking url.Parse in
+// its own way: url.Parse, nats.go, http.NewRequest and the AWS SDK quote such a URL whole in
+// their errors.
+var badCredentialURLs = map[string]string{
+	"bad escape": "://boxcar:" + urlSecret + "%ZZet@127.0.0.1:1",
+	"slash":      "://boxcar:" + urlSecret + "/et@127.0.0.1:1",
+	"question":   "://boxcar:" + urlSecret + "?et@127.0.0.1:1",
+	"hash":       "://boxcar:" + urlSecret + "#et@127.0.0.1:1",
+	"space":      "://boxcar:" + urlSecret + " et@127.0.0.1:1",
+}
+
+// TestURLCredentialsNeverInOutput: a URL with a password that does not parse, given in any
+// field of the config or any variable of the environment, stops the worker, check-config and
+// setup with an error that names where it came from and holds no part of the password
+// (queue.RedactURL and docs/security.md promise as much of logs, /readyz and errors).
+func TestURLCredentialsNeverInOutput(t *testing.T) {
+	t.Parallel()
+	type source struct {
+		name, scheme string   // the field or variable, and the scheme its URL takes
+		env          bool     // an environment variable over a good config, not a config field
+		skip         []string // entry points that do not read it (check-config reads no environment)
+	}
+	sources := []source{
+		{name: "nats.url", scheme: "nats"},
+		{name: "store.url", scheme: "s3"},
+		{name: "store.endpoint", scheme: "http"},
+		{name: "model.base_url", scheme: "https"},
+		{name: "network.allow", scheme: "https"},
+		{name: "NATS_URL", scheme: "nats", env: true, skip: []string{"worker check-config"}},
+		{name: "BOXCAR_STORE", scheme: "s3", env: true, skip: []string{"worker check-config"}},
+		{name: "OPENAI_BASE_URL", scheme: "https", env: true, skip: []string{"worker check-config", "worker setup"}},
+	}
+	for _, src := range sources {
+		for form, rest := range badCredentialURLs {
+			t.Run(src.name+"/"+form, func(t *testing.T) {
+				t.Parallel()
+				url := src.scheme + rest
+				cfgPath, getenv := urlConfig(t, src.name, url, src.env)
+				for entry, run := range urlEntryPoints(cfgPath, getenv) {
+					if slices.Contains(src.skip, entry) {
+						continue
+					}
+					out, err := run(t.Context())
+					if err == nil {
+						t.Fatalf("%s: no error from %s", entry, src.name)
+					}
+					all := err.Error() + "\n" + out
+					if strings.Contains(all, "s3cr") || strings.Contains(all, "boxcar:") {
+						t.Errorf("%s: the password of %s reaches the output:\n%s", entry, src.name, all)
+					}
+					if !strings.Contains(all, src.name) {
+						t.Errorf("%s: the error does not name %s:\n%s", entry, src.name, all)
+					}
+				}
+			})
+		}
+	}
+}
+
+// urlConfig writes a config that holds url at field, a key path such as store.endpoint (or a
+// good config, the url then in the environment variable field), and returns it with the
+// environment.
+func urlConfig(t *testing.T, field, url string, env bool) (string, func(string) string) {
+	t.Helper()
+	dir := t.TempDir()
+	sections := map[string]map[string]string{
+		"nats":  {"url": "nats://127.0.0.1:1"},
+		"store": {"url": "file://" + filepath.Join(dir, "store")},
+		"model": {},
+	}
+	network := ""
+	vars := map[string]string{}
+	switch section, key, _ := strings.Cut(field, "."); {
+	case env:
+		vars[field] = url
+	case field == "network.allow":
+		network = "    network: {allow: [\"" + url + "\"]}\n"
+	default:
+		sections[section][key] = url
+	}
+	var cfg strings.Builder
+	for _, name := range []string{"nats", "store", "model"} {
+		cfg.WriteString(name + ": {")
+		for k, v := range sections[name] {
+			cfg.WriteString(k + ": \"" + v + "\", ")
+		}
+		cfg.WriteString("}\n")
+	}
+	cfg.WriteString("profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}]\n" + network)
+	path := filepath.Join(dir, "boxcar.yaml")
+	if err := os.WriteFile(path, []byte(cfg.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, func(k string) string { return vars[k] }
+}
+
+// urlEntryPoints are the ways the worker command reads a config and its environment.
+func urlEntryPoints(cfgPath string, getenv func(string) string) map[string]func(context.Context) (string, error) {
+	return map[string]func(context.Context) (string, error){
+		"worker": func(ctx context.Context) (string, error) {
+			var errOut bytes.Buffer
+			w, err := Start(ctx, Options{ConfigPath: cfgPath, DataDir: filepath.Dir(cfgPath), MetricsAddr: "127.0.0.1:0", Getenv: getenv, Stderr: &errOut})
+			if err == nil {
+				w.Stop()
+				_ = w.Wait()
+			}
+			return errOut.String(), err
+		},
+		"worker check-config": func(ctx context.Context) (string, error) {
+			var out, errOut bytes.Buffer
+			err := Run(ctx, []string{"check-config", cfgPath}, getenv, &out, &errOut)
+			return out.String() + errOut.String(), err
+		},
+		"worker setup": func(ctx context.Context) (string, error) {
+			var out, errOut bytes.Buffer
+			err := Run(ctx, []string{"setup", "--config", cfgPath}, getenv, &out, &errOut)
+			return out.String() + errOut.String(), err
+		},
+	}
+}
