@@ -488,6 +488,10 @@ func (c Config) Validate() error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		if !job.ValidProfileName(name) {
+			// No job could name it (job.Validate refuses the name), yet tenants could be granted it.
+			bad("profiles."+name, "%q is not a profile name a job can give: a letter or digit, then letters, digits, '.', '_' or '-', at most 128", name)
+		}
 		errs = append(errs, c.Profiles[name].validate("profiles."+name)...)
 	}
 	errs = append(errs, c.validateTenants()...)

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/boxcar-run/boxcar/examples"
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 func TestExampleConfigParses(t *testing.T) {
@@ -66,5 +68,28 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		if _, err := config.Parse([]byte(yaml)); err != nil {
 			t.Errorf("image_pull_policy %s: %v", policy, err)
 		}
+	}
+}
+
+// TestProfileNamesAJobCanName: the config takes exactly the profile names a job can give
+// (job.Validate, and so `submit run --profile`): a profile no job can reach is refused at
+// load, naming the profile, not started and granted to tenants.
+func TestProfileNamesAJobCanName(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"web research", "-dash", "analyse/csv", "análisis", strings.Repeat("p", 129), "csv-analyst", "v1.2_b", strings.Repeat("p", 128)} {
+		t.Run(name[:min(len(name), 12)], func(t *testing.T) {
+			t.Parallel()
+			yaml := "profiles:\n  \"" + name + "\":\n    model: {name: m}\n    tools: [{name: read_file}]\n" +
+				"tenants:\n  team-a: {profiles: [\"" + name + "\"]}\n"
+			_, err := config.Parse([]byte(yaml))
+			j := job.Job{Version: job.Version, ID: job.NewID(), Profile: name, Task: "t", SubmittedAt: time.Now()}
+			jerr := j.Validate()
+			if (err == nil) != (jerr == nil) {
+				t.Errorf("profile %q: the config says %v, a job naming it %v", name, err, jerr)
+			}
+			if err != nil && !strings.Contains(err.Error(), "profiles."+name+": ") {
+				t.Errorf("the error does not name profiles.%s: %v", name, err)
+			}
+		})
 	}
 }

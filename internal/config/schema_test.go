@@ -98,6 +98,8 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "job_timeout negative", yaml: profile("limits: {job_timeout: -1m}")},
 		{name: "temperature a string", yaml: "profiles:\n  p:\n    model: {name: m, temperature: warm}\n    tools: [{name: read_file}]\n"},
 
+		{name: "profile name with a space", yaml: "profiles:\n  'web research':\n    model: {name: m}\n    tools: [{name: read_file}]\n"},
+		{name: "profile name with a slash", yaml: "profiles:\n  analyse/csv:\n    model: {name: m}\n    tools: [{name: read_file}]\n"},
 		{name: "tenant name uppercase", yaml: profile("") + "tenants:\n  A: {profiles: [p]}\n"},
 		{name: "tenant grants nothing", yaml: profile("") + "tenants:\n  a: {profiles: []}\n"},
 		{name: "tenant without profiles", yaml: profile("") + "tenants:\n  a: {daily_tokens: 5}\n"},
@@ -109,6 +111,8 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		// Refused by Parse only: no JSON Schema form.
 		{name: "tenant granted an undefined profile", yaml: profile("") + "tenants:\n  a: {profiles: [nope]}\n", schemaCannot: true},
 		{name: "two tenants, one bucket", yaml: "store: {url: s3://x}\n" + profile("") + "tenants:\n  a: {profiles: [p], bucket: bb-1}\n  b: {profiles: [p], bucket: bb-1}\n", schemaCannot: true},
+		{name: "nats.url that does not parse", yaml: "nats: {url: 'nats://u:p%zz@h:4222'}\n" + profile(""), schemaCannot: true},
+		{name: "model.base_url not http", yaml: "model: {base_url: 'ftp://h/v1'}\n" + profile(""), schemaCannot: true},
 		{name: "tool declared twice", yaml: profile("tools: [{name: read_file}, {name: read_file}]"), schemaCannot: true},
 	}
 	for _, tt := range tests {

@@ -71,12 +71,20 @@ type Network struct {
 const maxAllow = 64
 
 var (
-	namePattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	namePattern  = regexp.MustCompile(NamePattern)
 	sha256Hex    = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	labelPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]{0,62}$`)
 	// tenantPattern makes a tenant name a NATS subject token, a path segment and a label value.
 	tenantPattern = regexp.MustCompile(TenantPattern)
 )
+
+// NamePattern is the rule a profile name and an input's name follow: a letter or digit, then
+// letters, digits, '.', '_' and '-', 128 at most. The config refuses a profile whose name
+// breaks it (no job could name that profile) and the schemas say the same.
+const NamePattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
+
+// ValidProfileName reports whether name is a profile name a job can give.
+func ValidProfileName(name string) bool { return namePattern.MatchString(name) }
 
 // TenantPattern is the rule a tenant name follows, for schemas and config validation.
 const TenantPattern = `^[a-z0-9][a-z0-9-]{0,31}$`
@@ -163,7 +171,7 @@ func (j Job) Validate() error {
 	if !ValidID(j.ID) {
 		return bad("id", "%q is not a job id (lowercase letters, digits and '-', 8 to 64 characters)", j.ID)
 	}
-	if !namePattern.MatchString(j.Profile) {
+	if !ValidProfileName(j.Profile) {
 		return bad("profile", "%q is not a profile name", j.Profile)
 	}
 	if j.Tenant != "" && !ValidTenant(j.Tenant) {

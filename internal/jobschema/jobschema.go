@@ -16,7 +16,6 @@ import (
 // The patterns of job.Validate.
 const (
 	idPattern    = `^[a-z0-9][a-z0-9-]{7,63}$`
-	namePattern  = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
 	sha256Hex    = `^[0-9a-f]{64}$`
 	labelPattern = `^[a-z0-9][a-z0-9._/-]{0,62}$`
 	// nonNegativeDuration is what time.ParseDuration reads, without a minus sign.
@@ -34,14 +33,14 @@ func Schema() (schemagen.Schema, error) {
 			"version": {"const": job.Version},
 			"id": {"pattern": idPattern, "description": "Lowercase letters, digits and '-', 8 to 64 characters, starting with a letter or digit. " +
 				"The last token of the message's subject (boxcar.jobs.TENANT.ID) must be the same id."},
-			"profile": {"pattern": namePattern, "description": "An execution profile the workers define."},
+			"profile": {"pattern": job.NamePattern, "description": "An execution profile the workers define."},
 			"tenant": {"pattern": job.TenantPattern, "description": "The tenant the job belongs to. Informational: the worker takes the tenant " +
 				"from the subject the message was published on (boxcar.jobs.TENANT.ID) and overwrites this field."},
 			"task":         {"pattern": `\S`, "description": "What the agent is asked to do; not blank."},
 			"submitted_at": {"description": "RFC 3339 time the job was submitted."},
 			// encoding/json leaves a missing size at 0, which is valid.
 			"inputs[]":      {"required": []any{"name", "uri", "sha256"}},
-			"inputs[].name": {"pattern": namePattern, "description": "A plain file name, unique among the inputs; the file's name in the sandbox."},
+			"inputs[].name": {"pattern": job.NamePattern, "description": "A plain file name, unique among the inputs; the file's name in the sandbox."},
 			"inputs[].uri": {"minLength": 1, "description": "The file's URL in the workers' store, as submit writes it (s3://BUCKET/PREFIX/inputs/sha256/SHA256). " +
 				"Recorded, not read: the worker reads the object inputs/sha256/SHA256 under its store."},
 			"inputs[].sha256":       {"pattern": sha256Hex, "description": "Lowercase hex SHA-256 of the file; checked when it is copied in."},
