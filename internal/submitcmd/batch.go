@@ -163,7 +163,10 @@ func (e *env) runJobs(ctx context.Context, f runFlags) error {
 	}
 
 	code := e.publishAll(ctx, q, e.publish, jobs)
-	if f.wait && ctx.Err() == nil {
+	if ctx.Err() != nil {
+		return &ExitError{Code: exitInterrupted, Msg: "interrupted while publishing: each line says whether its job was queued, not confirmed (\"unknown\": look with `submit status ID`) or not sent (\"error\"); submit the lines not queued again with their \"id\" (dropped if the first one arrived)"}
+	}
+	if f.wait {
 		code = max(code, e.followAll(ctx, q, jobs, f.timeout))
 	}
 	switch code {
@@ -178,15 +181,19 @@ func (e *env) runJobs(ctx context.Context, f runFlags) error {
 	}
 }
 
+// pending is one job's async publish: the handle to wait on, or why it could not be sent.
+type pending struct {
+	bj  *batchJob
+	p   *queue.PendingPublish
+	err error
+}
+
 // publishAll publishes every job asynchronously, in order, and prints each job's line as its
 // ack comes back. A job whose async publish failed is published again the one-by-one way, with
-// its retries. It returns the exit code: 0, 1 (some not submitted) or exitUnknown.
+// its retries. Interrupted (ctx ends), it sends no more, and every line left gets its output
+// line too, saying it was not sent. It returns the exit code: 0, 1 (some not submitted) or
+// exitUnknown.
 func (e *env) publishAll(ctx context.Context, q *queue.Client, policy publishPolicy, jobs []*batchJob) int {
-	type pending struct {
-		bj  *batchJob
-		p   *queue.PendingPublish
-		err error
-	}
 	inflight := make(chan pending, maxInFlight)
 	go func() {
 		defer close(inflight)
@@ -199,34 +206,68 @@ func (e *env) publishAll(ctx context.Context, q *queue.Client, policy publishPol
 		}
 	}()
 	code := 0
-	for pd := range inflight {
-		bj, err := pd.bj, pd.err
-		dup := false
-		if err == nil {
-			actx, cancel := context.WithTimeout(ctx, policy.attempt)
-			dup, err = pd.p.Wait(actx)
-			cancel()
-		}
-		if err != nil && !permanent(err) && ctx.Err() == nil {
-			dup, _, err = policy.publish(ctx, q, bj.job)
-		}
-		res := map[string]any{"line": bj.line, "id": bj.job.ID, "state": job.StateQueued}
-		switch {
-		case errors.Is(err, errUnknownOutcome):
-			res["state"], res["error"] = "unknown", clean(err.Error())
-			code = max(code, exitUnknown)
-		case err != nil:
-			res["state"], res["error"] = "error", clean(err.Error())
-			code = max(code, 1)
-		case dup:
-			res["duplicate"] = true
-		}
-		bj.result = res
-		if err := e.printJSON(res); err != nil {
+	report := func(bj *batchJob, dup bool, err error) {
+		var c int
+		bj.result, c = lineResult(bj, dup, err)
+		code = max(code, c)
+		if err := e.printJSON(bj.result); err != nil {
 			code = max(code, 1)
 		}
 	}
+	for pd := range inflight {
+		dup, err := settle(ctx, q, policy, pd)
+		report(pd.bj, dup, err)
+	}
+	for _, bj := range jobs {
+		if bj.result == nil { // never sent: the run was interrupted before its turn
+			report(bj, false, errNotSent)
+		}
+	}
 	return code
+}
+
+// errNotSent is the error of a line an interrupted run never sent.
+var errNotSent = errors.New("interrupted before it was sent: not submitted; submit the line again")
+
+// settle waits for one async publish and, when it failed, publishes the job again the
+// one-by-one way. Its duplicate is someone else's submission of the id, never this command's
+// own async copy; an error wraps errUnknownOutcome when that copy may have been stored.
+func settle(ctx context.Context, q *queue.Client, policy publishPolicy, pd pending) (duplicate bool, err error) {
+	if pd.err != nil {
+		err = pd.err // not sent
+	} else {
+		actx, cancel := context.WithTimeout(ctx, policy.attempt)
+		duplicate, err = pd.p.Wait(actx)
+		cancel()
+	}
+	// Sent without a confirmation (a lost ack, an interrupt): the stream may hold it now.
+	ambiguous := pd.err == nil && err != nil && !notSent(err)
+	if err != nil && !permanent(err) && ctx.Err() == nil {
+		var retried bool
+		duplicate, retried, err = policy.publish(ctx, q, pd.bj.job)
+		// A duplicate of an async copy that may have been stored is that copy, as on a retry.
+		duplicate = duplicate && !retried && !ambiguous
+	}
+	if err != nil && ambiguous && !permanent(err) && !errors.Is(err, errUnknownOutcome) {
+		err = fmt.Errorf("%w: %w", errUnknownOutcome, err)
+	}
+	return duplicate, err
+}
+
+// lineResult is the output line of a job and its exit code.
+func lineResult(bj *batchJob, dup bool, err error) (map[string]any, int) {
+	res := map[string]any{"line": bj.line, "id": bj.job.ID, "state": job.StateQueued}
+	switch {
+	case errors.Is(err, errUnknownOutcome):
+		res["state"], res["error"] = "unknown", clean(err.Error())
+		return res, exitUnknown
+	case err != nil:
+		res["state"], res["error"] = "error", clean(err.Error())
+		return res, 1
+	case dup:
+		res["duplicate"] = true
+	}
+	return res, 0
 }
 
 // followAll follows every submitted job with one progress line, then prints each job's final

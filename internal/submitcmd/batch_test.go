@@ -205,3 +205,116 @@ func TestInputsUploadedOnce(t *testing.T) {
 		t.Errorf("the input is not in the store: %v", err)
 	}
 }
+
+// TestRunJobsAckLostAcrossRestart: a line whose async publish is stored but whose ack is lost
+// is published again, and the server drops that copy as a duplicate of the first: the line
+// says queued, never "duplicate" (which would tell a script that someone else submitted it
+// before), and the stream holds it once. run without --jobs does the same (TestRunAckLostAcrossRestart).
+func TestRunJobsAckLostAcrossRestart(t *testing.T) {
+	te := newTestEnv(t)
+	proxy := newAckDropper(t, te.ns.Addr().String(), "boxcar.jobs.default.")
+	const id = "ack-lost-00000001"
+	file := writeTestFile(t, t.TempDir(), "jobs.jsonl", `{"profile":"csv-analyst","task":"t","id":"`+id+`"}`)
+	type result struct {
+		stdout, stderr string
+		err            error
+	}
+	done := make(chan result, 1)
+	go func() {
+		stdout, stderr, err := te.submitVia(t, publishPolicy{attempt: time.Second, budget: time.Minute}, proxy.url(), "run", "--jobs", file)
+		done <- result{stdout, stderr, err}
+	}()
+	select {
+	case <-proxy.seen:
+	case r := <-done:
+		t.Fatalf("submit ended before publishing: %v\n%s\n%s", r.err, r.stdout, r.stderr)
+	}
+	waitFor(t, "the job on the stream", func() bool { return len(te.storedJobIDs(t)) == 1 })
+	te.restart(t)
+	proxy.reset()
+
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("submit run --jobs: exit %d, %v\n%s", exitCode(r.err), r.err, r.stderr)
+	}
+	lines := jsonLines(t, r.stdout)
+	if len(lines) != 1 || lines[0]["id"] != id || lines[0]["state"] != string(job.StateQueued) || lines[0]["duplicate"] != nil {
+		t.Errorf("lines %v; want the one job queued, not a duplicate: its own first copy was", lines)
+	}
+	waitFor(t, "the test's connection after the restart", func() bool {
+		_, err := te.js.Stream(t.Context(), "BOXCAR_JOBS")
+		return err == nil
+	})
+	if ids := te.storedJobIDs(t); len(ids) != 1 || ids[0] != id {
+		t.Errorf("job stream holds %v; want %s once", ids, id)
+	}
+}
+
+// interruptOnWrite is stdout that interrupts the command (as Ctrl-C does) on its first line.
+// Not an embedded Buffer: its WriteString would go around Write.
+type interruptOnWrite struct {
+	out       bytes.Buffer
+	interrupt context.CancelFunc
+}
+
+func (w *interruptOnWrite) Write(p []byte) (int, error) {
+	w.interrupt()
+	return w.out.Write(p)
+}
+
+// TestRunJobsInterrupted: Ctrl-C while a jobs file is being published still gives every line
+// its output line, in file order: queued (confirmed), unknown (sent, not confirmed) or error
+// (never sent), a job on the stream never said to be "error"; and the command exits 130, not 0.
+func TestRunJobsInterrupted(t *testing.T) {
+	te := newTestEnv(t)
+	const n = 3 * maxInFlight // more than are ever in flight: some are never sent
+	var lines []string
+	for range n {
+		lines = append(lines, `{"profile":"csv-analyst","task":"t"}`)
+	}
+	file := writeTestFile(t, t.TempDir(), "jobs.jsonl", strings.Join(lines, "\n"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	stdout := &interruptOnWrite{interrupt: cancel}
+	var stderr bytes.Buffer
+	err := Run(ctx, []string{"run", "--jobs", file}, te.getenv, stdout, &stderr)
+	if exitCode(err) != exitInterrupted {
+		t.Errorf("exit %d (%v), want %d for an interrupted run", exitCode(err), err, exitInterrupted)
+	}
+	stored := map[string]bool{}
+	for _, id := range te.storedJobIDs(t) {
+		stored[id] = true
+	}
+	got := jsonLines(t, stdout.out.String())
+	if len(got) != n {
+		t.Fatalf("%d output lines for %d lines of the file", len(got), n)
+	}
+	states := map[string]int{}
+	for i, l := range got {
+		state, _ := l["state"].(string)
+		states[state]++
+		switch {
+		case l["line"] != float64(i+1):
+			t.Fatalf("output line %d is for line %v: not in file order", i+1, l["line"])
+		case state == "error" && stored[l["id"].(string)]:
+			t.Errorf("line %v says error (not submitted), yet the job is on the stream", l)
+		case state == string(job.StateQueued) && !stored[l["id"].(string)]:
+			t.Errorf("line %v says queued, yet the job is not on the stream", l)
+		case state != "error" && state != "unknown" && state != string(job.StateQueued):
+			t.Errorf("line %v: state %q", l, state)
+		}
+	}
+	if states["error"] == 0 {
+		t.Errorf("states %v: every line was sent, so nothing was interrupted; raise n", states)
+	}
+
+	// Interrupted as the last line is confirmed: every line queued, and still not exit 0.
+	one := writeTestFile(t, t.TempDir(), "one.jsonl", lines[0])
+	ctx, cancel = context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	stdout = &interruptOnWrite{interrupt: cancel}
+	err = Run(ctx, []string{"run", "--jobs", one}, te.getenv, stdout, &stderr)
+	if l := jsonLines(t, stdout.out.String()); len(l) != 1 || l[0]["state"] != string(job.StateQueued) || exitCode(err) != exitInterrupted {
+		t.Errorf("exit %d (%v), lines %v; want the line queued and exit %d", exitCode(err), err, l, exitInterrupted)
+	}
+}

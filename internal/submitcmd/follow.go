@@ -32,6 +32,9 @@ func (e *env) watchCmd() *cobra.Command {
 		Short: "follow a job until it ends; the exit code says how it ended",
 		Args:  cli.Args(1, 1, "watch: give one JOB_ID"),
 		RunE: func(c *cobra.Command, a []string) error {
+			if err := atLeast("watch: --timeout", timeout, time.Nanosecond); err != nil {
+				return err
+			}
 			nc, q, err := e.connect(c.Context())
 			if err != nil {
 				return err

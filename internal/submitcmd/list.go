@@ -71,6 +71,9 @@ func (f listFlags) filter(now time.Time) (func(job.Status) bool, error) {
 	if f.limit < 1 {
 		return nil, cli.Usagef("list: --limit %d: give at least 1", f.limit)
 	}
+	if err := atLeast("list: --since", f.since, 0); err != nil {
+		return nil, err
+	}
 	return func(st job.Status) bool {
 		switch {
 		case len(f.states) > 0 && !slices.Contains(f.states, string(st.State)),

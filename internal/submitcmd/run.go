@@ -57,6 +57,9 @@ it follows the job and the exit code says how it ended.`,
 }
 
 func (e *env) run(ctx context.Context, f runFlags) error {
+	if err := atLeast("run: --timeout", f.timeout, time.Nanosecond); err != nil {
+		return err
+	}
 	e.patience = f.timeout
 	if f.jobs != "" {
 		if f.profile != "" || f.task != "" || len(f.inputs) > 0 || len(f.labels) > 0 || f.id != "" {

@@ -137,6 +137,18 @@ func (e *env) tenant() string {
 	return job.DefaultTenant
 }
 
+// atLeast refuses a duration flag below least: a negative --since meant no filter at all, and a
+// timeout of zero or less gave up at once, after the job was submitted.
+func atLeast(flag string, d, least time.Duration) error {
+	if d >= least {
+		return nil
+	}
+	if least <= 0 {
+		return cli.Usagef("%s %s: give a duration of 0 or more, how far back (e.g. 2h)", flag, d)
+	}
+	return cli.Usagef("%s %s: give a positive duration (e.g. 10m)", flag, d)
+}
+
 // natsConfig is the worker's default NATS settings at the URL of --nats, else $NATS_URL; an
 // error names which of them does not parse, never its value (it may hold a password).
 func (e *env) natsConfig() (config.NATS, error) {
