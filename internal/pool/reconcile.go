@@ -161,7 +161,7 @@ func (p *Pool) start(pp *profilePool) {
 // the first command's own start) or, coming first, have it thrown away half done: CPU the
 // running jobs needed (row 16).
 func (p *Pool) warmUp(ctx context.Context, pp *profilePool, sb sandbox.Sandbox) {
-	w, ok := sb.(sandbox.Warmer)
+	w, ok := sandbox.As[sandbox.Warmer](sb)
 	if !ok {
 		return
 	}

@@ -49,7 +49,7 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 		p.m.Claim.WithLabelValues(profile, fmt.Sprint(warm)).Observe(time.Since(begin).Seconds())
 	}
 	p.poke()
-	return p.held(sb, release), warm, nil
+	return &heldSandbox{Sandbox: sb, release: release, p: p}, warm, nil
 }
 
 // takeWarm claims the oldest ready sandbox of the profile, waiting for one being started
@@ -105,22 +105,15 @@ func (p *Pool) takeWarm(ctx context.Context, profile, jobID string) (sandbox.San
 }
 
 func claim(ctx context.Context, sb sandbox.Sandbox, jobID string) error {
-	if c, ok := sb.(sandbox.Claimer); ok {
+	if c, ok := sandbox.As[sandbox.Claimer](sb); ok {
 		return c.Claim(ctx, jobID)
 	}
 	return nil
 }
 
-// held is a taken sandbox that gives its room back to the pool when closed. It keeps the
-// optional interface the runner looks for (Egress).
-func (p *Pool) held(sb sandbox.Sandbox, release func()) sandbox.Sandbox {
-	h := &heldSandbox{Sandbox: sb, release: release, p: p}
-	if eg, ok := sb.(sandbox.Egress); ok {
-		return &heldEgress{heldSandbox: h, Egress: eg}
-	}
-	return h
-}
-
+// heldSandbox is a taken sandbox that gives its room back to the pool when closed. It has
+// Sandbox's methods alone: the runner finds the backend's optional ones (Egress, UsageCounter)
+// through Unwrap, with sandbox.As.
 type heldSandbox struct {
 	sandbox.Sandbox
 	release func()
@@ -176,8 +169,3 @@ func (p *Pool) removeLater(sb sandbox.Sandbox, release func()) {
 
 // Unwrap returns the backend's sandbox.
 func (h *heldSandbox) Unwrap() sandbox.Sandbox { return h.Sandbox }
-
-type heldEgress struct {
-	*heldSandbox
-	sandbox.Egress
-}

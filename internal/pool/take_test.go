@@ -2,13 +2,16 @@ package pool_test
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/pool"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 // TestTakeWarmThenCold: a take finds the warm sandbox, claimed for its job; with the pool
@@ -273,4 +276,50 @@ func TestNoWarmUpWhileJobsWait(t *testing.T) {
 			bn.p.Close()
 		})
 	}
+}
+
+// fullSandbox has every optional interface of a sandbox (sandboxtest.Full), and closes.
+type fullSandbox struct{ sandboxtest.Full }
+
+func (fullSandbox) Info() sandbox.Info          { return sandbox.Info{Backend: "full"} }
+func (fullSandbox) Close(context.Context) error { return nil }
+
+type fullBackend struct{}
+
+func (fullBackend) Backend() string { return "full" }
+func (fullBackend) Start(context.Context, sandbox.Spec) (sandbox.Sandbox, error) {
+	return fullSandbox{}, nil
+}
+
+// TestTakenSandboxKeepsOptionalInterfaces: the sandbox a Take hands out, warm or cold, wraps
+// the backend's (it gives its slot back on Close), and every optional interface the backend's
+// has is found on it with sandbox.As: the runner's egress and the manifest's usage need them
+// (a warm pool's wrapper once hid Usage, and every manifest said the backend counts nothing).
+func TestTakenSandboxKeepsOptionalInterfaces(t *testing.T) {
+	t.Parallel()
+	p, err := pool.New(pool.Config{
+		Provider: fullBackend{}, Slots: 2, Lag: &fakeLag{lag: map[string]pool.Lag{}}, Logger: slog.New(slog.DiscardHandler),
+		Profiles: map[string]config.Profile{"warm": warmProfile(config.Warm{Min: 1}), "cold": config.Profile{}.WithDefaults()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Reconcile(t.Context())
+	p.Settle()
+	for _, profile := range []string{"warm", "cold"} {
+		sb, warm, err := p.Take(t.Context(), "t", profile, "job-"+profile, sandbox.Spec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if warm != (profile == "warm") {
+			t.Errorf("%s take: warm %v", profile, warm)
+		}
+		for name, found := range sandboxtest.Optional {
+			if !found(sb) {
+				t.Errorf("the %s take's sandbox hides the backend's %s", profile, name)
+			}
+		}
+		closeAll(t, sb)
+	}
+	p.Close()
 }

@@ -47,7 +47,7 @@ func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox
 	if a.profile.Network == nil {
 		return nil, nil
 	}
-	eg, ok := sb.(sandbox.Egress)
+	eg, ok := sandbox.As[sandbox.Egress](sb)
 	if !ok {
 		return nil, fmt.Errorf("profile %s has a network, but the %s backend gives sandboxes none: %w", a.job.Profile, r.cfg.Sandboxes.Backend(), sandbox.ErrNoEgress)
 	}
@@ -173,6 +173,9 @@ type egressEnv struct {
 	sandbox.Sandbox
 	env map[string]string
 }
+
+// Unwrap returns the sandbox beneath, for sandbox.As.
+func (s egressEnv) Unwrap() sandbox.Sandbox { return s.Sandbox }
 
 func (s egressEnv) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	env := maps.Clone(req.Env)

@@ -21,6 +21,9 @@ func (r *Runner) timed(sb sandbox.Sandbox) sandbox.Sandbox {
 	return timedSandbox{Sandbox: sb, exec: r.m.SandboxExec.WithLabelValues(r.cfg.Sandboxes.Backend())}
 }
 
+// Unwrap returns the sandbox beneath, for sandbox.As.
+func (s timedSandbox) Unwrap() sandbox.Sandbox { return s.Sandbox }
+
 func (s timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	start := time.Now()
 	res, err := s.Sandbox.Exec(ctx, req)

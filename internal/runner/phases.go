@@ -42,9 +42,10 @@ func (a *attempt) phasesMS() map[string]int64 {
 }
 
 // sandboxUsage reads what the sandbox's processes used, where the backend counts it
-// (bubblewrap's per-sandbox cgroup); nil where it does not, which the record then names.
+// (bubblewrap's per-sandbox cgroup), through any wrapper (a warm pool's); where it does not,
+// the record names what is missing.
 func sandboxUsage(sb sandbox.Sandbox) *provenance.SandboxUsage {
-	c, ok := sb.(interface{ Usage() (sandbox.Usage, bool) })
+	c, ok := sandbox.As[sandbox.UsageCounter](sb)
 	if !ok {
 		return &provenance.SandboxUsage{Missing: []string{"cpu, memory: the " + sb.Info().Backend + " backend does not count them"}}
 	}

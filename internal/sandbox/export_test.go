@@ -13,14 +13,7 @@ type HostState struct {
 
 // BubblewrapHostState describes a bubblewrap sandbox that has not been closed yet.
 func BubblewrapHostState(sb Sandbox) HostState {
-	for {
-		u, ok := sb.(interface{ Unwrap() Sandbox })
-		if !ok {
-			break
-		}
-		sb = u.Unwrap()
-	}
-	b := sb.(*bubblewrapSandbox)
+	b, _ := As[*bubblewrapSandbox](sb)
 	st := HostState{Dir: b.hostDir, Lock: b.hostDir + lockSuffix, UID: b.uid}
 	if b.cg != nil {
 		st.Cgroups = slices.Clone(b.cg.dirs)

@@ -21,6 +21,8 @@ type Usage struct {
 	Missing []string
 }
 
+var _ UsageCounter = (*bubblewrapSandbox)(nil)
+
 // Usage reads the sandbox's cgroup; false when the sandbox has none (the host gave the worker
 // no writable cgroup hierarchy, or cgroups are disabled), which Missing then says.
 func (s *bubblewrapSandbox) Usage() (Usage, bool) {

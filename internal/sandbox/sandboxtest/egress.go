@@ -103,7 +103,7 @@ func newEgressSuite(t *testing.T, p sandbox.Provider) *egressSuite {
 		t.Fatalf("egress.New: %v", err)
 	}
 	s.sb = StartSpec(t, p, config.SandboxSpec{})
-	eg, ok := s.sb.(sandbox.Egress)
+	eg, ok := sandbox.As[sandbox.Egress](s.sb)
 	if !ok {
 		t.Fatalf("the %s backend's sandboxes have no egress (sandbox.Egress)", p.Backend())
 	}
