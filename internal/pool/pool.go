@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -58,8 +59,8 @@ type Config struct {
 	Provider sandbox.Provider
 	// Profiles are the worker's; those with Warm set get a pool. Required.
 	Profiles map[string]config.Profile
-	// Slots is the worker's concurrency: warm and taken sandboxes together never exceed it.
-	// Required.
+	// Slots is the worker's concurrency: warm and taken sandboxes together, with those being
+	// started or removed, never exceed it. Required.
 	Slots int
 	// Lag is the queue's demand. Required when a profile is warm.
 	Lag LagSource
@@ -75,11 +76,17 @@ type Config struct {
 	Interval time.Duration
 	// Now is the clock (tests set a fake one). Default: time.Now.
 	Now func() time.Time
-	// CloseTimeout bounds removing a sandbox the pool drops. Default: 30s.
+	// CloseTimeout bounds each try at removing a sandbox the pool drops. Default: 30s.
 	CloseTimeout time.Duration
 }
 
 // Pool keeps the warm sandboxes of every warm profile of one worker.
+//
+// Every sandbox it has or is getting counts against Config.Slots (live): those taken (and
+// Takes under way), the warm ones ready or starting, and those being removed, which may still
+// run. The pool starts warm ones only into free slots (share), and a cold start for a Take
+// waits for a free slot, removing ready warm sandboxes and calling back warm starts for it
+// (makeRoom).
 type Pool struct {
 	cfg      Config
 	log      *slog.Logger
@@ -87,16 +94,18 @@ type Pool struct {
 	profiles map[string]*profilePool
 	names    []string // warm profiles, sorted: the order slots are shared out in
 	kick     chan struct{}
-	work     sync.WaitGroup // starts and closes in flight
+	work     sync.WaitGroup // starts and removals in flight
 
-	mu      sync.Mutex
-	inUse   int             // sandboxes taken (or being taken) and not closed yet
-	lags    []Lag           // the lag read last
-	mixes   map[string]*mix // by tenant: how its recent takes split between its profiles
-	changed chan struct{}   // closed and replaced whenever a start ends
-	ctx     context.Context
-	closed  bool
-	stop    chan struct{} // closed by Close: a start ends its warm-up wait
+	mu        sync.Mutex
+	inUse     int             // sandboxes taken (or being taken) and not removed yet
+	removing  int             // sandboxes the pool let go and is removing (remove)
+	roomWaits int             // Takes waiting for a free slot to start one cold (makeRoom)
+	lags      []Lag           // the lag read last
+	mixes     map[string]*mix // by tenant: how its recent takes split between its profiles
+	changed   chan struct{}   // closed and replaced whenever a start ends or a slot frees
+	ctx       context.Context
+	closed    bool
+	stop      chan struct{} // closed by Close: a start ends its warm-up wait, a removal its retries
 }
 
 // profilePool is one profile's warm sandboxes.
@@ -104,16 +113,39 @@ type profilePool struct {
 	name     string
 	warm     config.Warm
 	spec     config.SandboxSpec
-	ready    []entry // oldest first
-	starting int
+	ready    []entry       // oldest first
+	starts   []*warmStart  // in flight, oldest first; those called back among them
 	waiters  int           // Takes waiting for a start in flight
 	waiting  chan struct{} // closed and replaced whenever a Take begins to wait for a start
 	lastBusy time.Time
 }
 
+// warmStart is one warm sandbox being started. Calling it back cancels its start; a sandbox
+// that comes all the same is removed.
+type warmStart struct {
+	cancel    context.CancelFunc
+	cancelled bool
+}
+
+// coming is how many of the profile's starts in flight will make a ready sandbox: those not
+// called back.
+func (pp *profilePool) coming() int {
+	n := 0
+	for _, ws := range pp.starts {
+		if !ws.cancelled {
+			n++
+		}
+	}
+	return n
+}
+
+// size is the profile's pool as its target counts it: ready, and coming but not awaited by a
+// Take.
+func (pp *profilePool) size() int { return len(pp.ready) + pp.coming() - pp.waiters }
+
 type entry struct {
 	sb   sandbox.Sandbox
-	born time.Time
+	born time.Time // when its start began: the backend counts its wait for a claim from then
 }
 
 // New checks the wiring and fills defaults.
@@ -191,16 +223,14 @@ func (p *Pool) Close() {
 	p.mu.Unlock()
 	p.work.Wait()
 	p.mu.Lock()
-	var drop []entry
 	for _, pp := range p.profiles {
-		drop = append(drop, pp.ready...)
+		for _, e := range pp.ready {
+			p.destroy(e.sb)
+		}
 		pp.ready = nil
 		p.m.Size.WithLabelValues(pp.name).Set(0)
 	}
 	p.mu.Unlock()
-	for _, e := range drop {
-		p.destroy(e.sb)
-	}
 	p.work.Wait()
 }
 
@@ -211,15 +241,77 @@ func (p *Pool) poke() {
 	}
 }
 
-// destroy removes a sandbox the pool drops, in the background, on a context of its own.
+// live is how many sandboxes the worker has or is getting (Pool). A Take waiting for a start
+// counts once: the start it waits for is its sandbox. The caller holds mu.
+func (p *Pool) live() int {
+	n := p.inUse + p.removing
+	for _, pp := range p.profiles {
+		n += len(pp.ready) + len(pp.starts) - pp.waiters
+	}
+	return n
+}
+
+// going is how many of the live sandboxes are on their way out: being removed, or starts
+// called back. The caller holds mu.
+func (p *Pool) going() int {
+	n := p.removing
+	for _, pp := range p.profiles {
+		n += len(pp.starts) - pp.coming()
+	}
+	return n
+}
+
+// destroy removes a warm sandbox the pool drops (aged, trimmed, called back, unclaimable, or
+// the pool closing). Its slot stays counted until it is gone, and is then refilled at once on
+// the lag read last, as a slot a job gives back is. The caller holds mu.
 func (p *Pool) destroy(sb sandbox.Sandbox) {
+	p.removing++
+	p.remove(sb, 0, func() {
+		p.mu.Lock()
+		p.removing--
+		p.broadcast()
+		p.resizeAll()
+		p.mu.Unlock()
+		p.poke()
+	})
+}
+
+// remove is the one way a sandbox leaves the pool's hands, warm or taken: in the background,
+// it closes sb, and while that fails closes it again, backing off (internal/backoff), until it
+// is gone; then gone runs. failed is how many closes failed already (a job's own). Kept for
+// good, every close that failed once would hold a slot, or a warm sandbox no job would take,
+// for the rest of the worker's life, and nothing else removes it while the worker runs:
+// bubblewrap's leftovers are swept at the next start, and the Kubernetes reaper keeps the pods
+// its provider still has open. The retries stop when the pool closes: what is left then is the
+// restart's clean-up's. The caller holds mu.
+func (p *Pool) remove(sb sandbox.Sandbox, failed int, gone func()) {
+	if failed > 0 && p.closed {
+		return
+	}
 	p.work.Add(1)
 	go func() {
 		defer p.work.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CloseTimeout)
-		defer cancel()
-		if err := sb.Close(ctx); err != nil {
-			p.log.Warn("remove a warm sandbox", "sandbox_id", sb.Info().ID, "error", err)
+		for round := failed; ; round++ {
+			if round > 0 {
+				select {
+				case <-p.stop:
+					return
+				case <-time.After(backoff.Delay(round)):
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CloseTimeout)
+			err := sb.Close(ctx)
+			cancel()
+			if err == nil {
+				if round > 0 {
+					p.log.Info("pool: removed a sandbox whose removal had failed", "sandbox_id", sb.Info().ID, "tries", round+1)
+				}
+				gone()
+				return
+			}
+			if round == failed {
+				p.log.Warn("pool: a sandbox could not be removed; trying again until it is", "sandbox_id", sb.Info().ID, "error", err)
+			}
 		}
 	}()
 }

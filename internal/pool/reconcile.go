@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -39,13 +40,14 @@ func (p *Pool) resizeAll() {
 	alloc := p.share(wants)
 	for _, name := range p.names {
 		pp := p.profiles[name]
-		p.resize(pp, alloc[name], now)
+		p.resize(pp, alloc[name])
 		p.m.Size.WithLabelValues(name).Set(float64(len(pp.ready)))
 	}
 }
 
-// ageOut removes the warm sandboxes nobody claimed within max_age; the resize that follows
-// replaces them if the pool still wants them.
+// ageOut removes the warm sandboxes nobody claimed within max_age of their start's beginning,
+// from which the backend counts their wait too (spec.Ahead: a pod's deadline, a bubblewrap
+// sandbox's expiry); the pool replaces them, once they are gone, if it still wants them.
 func (p *Pool) ageOut(pp *profilePool, now time.Time) {
 	maxAge := pp.warm.MaxAge.Std()
 	keep := pp.ready[:0]
@@ -71,7 +73,7 @@ func (p *Pool) want(pp *profilePool, now time.Time) int {
 	demand := p.part(now, pp.name, func(l Lag) uint64 { return l.Pending + l.InFlight })
 	want := int(min(demand, uint64(hi)))
 	want = max(want, pp.warm.Min)
-	size := len(pp.ready) + pp.starting - pp.waiters
+	size := pp.size()
 	if want >= size {
 		pp.lastBusy = now
 		return want
@@ -83,9 +85,11 @@ func (p *Pool) want(pp *profilePool, now time.Time) int {
 }
 
 // share splits the worker's free slots between the profiles: first every profile's minimum,
-// then the rest one at a time in name order, so that no pool starves another for long.
+// then the rest one at a time in name order, so that no pool starves another for long. A slot
+// is free once what held it is gone: a sandbox being removed, or a start called back, still
+// holds its own.
 func (p *Pool) share(wants map[string]int) map[string]int {
-	room := p.cfg.Slots - p.inUse
+	room := p.cfg.Slots - p.inUse - p.going()
 	alloc := make(map[string]int, len(wants))
 	for _, name := range p.names {
 		n := min(wants[name], p.profiles[name].warm.Min, max(room, 0))
@@ -107,46 +111,71 @@ func (p *Pool) share(wants map[string]int) map[string]int {
 	return alloc
 }
 
-// resize starts or removes sandboxes so that the pool holds n, counting those starting.
-// Starts cannot be called back: a pool over its share removes ready sandboxes, newest first.
-func (p *Pool) resize(pp *profilePool, n int, now time.Time) {
-	size := len(pp.ready) + pp.starting - pp.waiters
-	for ; size > n && len(pp.ready) > 0; size-- {
-		last := len(pp.ready) - 1
-		p.destroy(pp.ready[last].sb)
-		pp.ready = pp.ready[:last]
+// resize starts or removes sandboxes so that the pool holds n, counting those coming: a pool
+// over its share removes ready sandboxes, newest first, then calls back starts, newest first.
+func (p *Pool) resize(pp *profilePool, n int) {
+	for over := pp.size() - n; over > 0; over-- {
+		if !p.trim(pp) {
+			break
+		}
 	}
-	for ; size < n; size++ {
-		pp.starting++
+	for size := pp.size(); size < n; size++ {
 		p.start(pp)
 	}
 }
 
-// start begins one warm sandbox of the profile in the background.
+// trim lets one of the profile's warm sandboxes go: the newest ready one, else the newest
+// start no Take waits for. It reports whether there was one. The caller holds mu.
+func (p *Pool) trim(pp *profilePool) bool {
+	if last := len(pp.ready) - 1; last >= 0 {
+		p.destroy(pp.ready[last].sb)
+		pp.ready = pp.ready[:last]
+		p.m.Size.WithLabelValues(pp.name).Set(float64(len(pp.ready)))
+		return true
+	}
+	if pp.coming() <= pp.waiters {
+		return false
+	}
+	for i := len(pp.starts) - 1; i >= 0; i-- {
+		if ws := pp.starts[i]; !ws.cancelled {
+			ws.cancelled = true
+			ws.cancel()
+			return true
+		}
+	}
+	return false
+}
+
+// start begins one warm sandbox of the profile in the background. The caller holds mu.
 func (p *Pool) start(pp *profilePool) {
-	ctx := p.ctx
+	ctx, cancel := context.WithCancel(p.ctx)
+	ws := &warmStart{cancel: cancel}
+	pp.starts = append(pp.starts, ws)
+	born := p.cfg.Now()
 	spec := sandbox.Spec{Pool: pp.name, Ahead: pp.warm.MaxAge.Std(), SandboxSpec: pp.spec}
 	p.work.Add(1)
 	go func() {
 		defer p.work.Done()
+		defer cancel()
 		sb, err := p.cfg.Provider.Start(ctx, spec)
 		if err == nil {
 			p.warmUp(ctx, pp, sb)
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		pp.starting--
+		pp.starts = slices.DeleteFunc(pp.starts, func(s *warmStart) bool { return s == ws })
 		p.broadcast()
 		switch {
+		case err != nil && ws.cancelled: // called back: nothing went wrong
 		case err != nil:
 			p.m.Replaced.WithLabelValues(pp.name, "start_failed").Inc()
 			if ctx.Err() == nil {
 				p.log.Warn("pool: start a warm sandbox", "profile", pp.name, "error", err)
 			}
-		case p.closed:
+		case p.closed || ws.cancelled:
 			p.destroy(sb)
 		default:
-			pp.ready = append(pp.ready, entry{sb: sb, born: p.cfg.Now()})
+			pp.ready = append(pp.ready, entry{sb: sb, born: born})
 			p.m.Size.WithLabelValues(pp.name).Set(float64(len(pp.ready)))
 		}
 	}()
@@ -180,7 +209,7 @@ func (p *Pool) warmUp(ctx context.Context, pp *profilePool, sb sandbox.Sandbox) 
 	}
 }
 
-// broadcast wakes the Takes waiting for a start. The caller holds mu.
+// broadcast wakes the Takes waiting for a start or a free slot. The caller holds mu.
 func (p *Pool) broadcast() {
 	close(p.changed)
 	p.changed = make(chan struct{})

@@ -6,14 +6,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
 // Take gives the tenant's job a sandbox of its profile: a warm one, claimed for jobID, when the
-// pool has one ready or starting, else one started now (warm false). Either way the job holds a
-// slot's worth of the pool's room until it closes the sandbox, and the pool starts a
-// replacement if its target asks for one.
+// pool has one ready or starting, else one started now (warm false), once a slot is free for
+// it (makeRoom). Either way the job holds a slot's worth of the pool's room until its sandbox
+// is removed, and the pool starts a replacement if its target asks for one.
 func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec sandbox.Spec) (sandbox.Sandbox, bool, error) {
 	begin := time.Now()
 	p.mu.Lock()
@@ -23,6 +22,7 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 	release := sync.OnceFunc(func() {
 		p.mu.Lock()
 		p.inUse--
+		p.broadcast()
 		// On the lag read last, without reading it again: the next job, a few round trips
 		// away, should find the sandbox for this slot starting (docs/performance.md, row 16).
 		// Run's next round, which the poke wakes, corrects the pools on a fresh lag.
@@ -33,10 +33,7 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 	sb, err := p.takeWarm(ctx, profile, jobID)
 	warm := sb != nil
 	if err == nil && !warm {
-		if _, ok := p.profiles[profile]; ok {
-			p.m.Misses.WithLabelValues(profile).Inc()
-		}
-		sb, err = p.cfg.Provider.Start(ctx, spec)
+		sb, err = p.startCold(ctx, profile, spec)
 	}
 	if err != nil {
 		release()
@@ -52,6 +49,72 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 	return &heldSandbox{Sandbox: sb, release: release, p: p}, warm, nil
 }
 
+// startCold starts the job's own sandbox once a slot is free for it.
+func (p *Pool) startCold(ctx context.Context, profile string, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if _, ok := p.profiles[profile]; ok {
+		p.m.Misses.WithLabelValues(profile).Inc()
+	}
+	if err := p.makeRoom(ctx); err != nil {
+		return nil, err
+	}
+	return p.cfg.Provider.Start(ctx, spec)
+}
+
+// makeRoom waits until one more sandbox fits in the worker's slots beside those it has or is
+// getting (live), letting warm sandboxes go for it: ready ones, newest first, of the profile
+// holding most, then starts no Take waits for, called back. It waits for them to be gone, not
+// only asked to go: a pod being deleted, a start not yet returned, still runs. Takes waiting
+// here go one at a time, in no set order; a closed pool lets them go at once, its removals
+// being no longer counted.
+func (p *Pool) makeRoom(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.roomWaits++
+	defer func() { p.roomWaits-- }()
+	for {
+		// The Takes waiting here are in inUse; of them, this one alone is to count.
+		over := p.live() - p.roomWaits + 1 - p.cfg.Slots
+		if over <= 0 || p.closed {
+			return nil
+		}
+		for n := over - p.going(); n > 0; n-- {
+			if !p.trimAny() {
+				break // the slots are the taken sandboxes': one comes free when its job ends
+			}
+		}
+		changed := p.changed
+		p.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("pool: wait for a free slot to start a sandbox: %w", err)
+		}
+	}
+}
+
+// trimAny lets one warm sandbox go (trim) for a cold start: of the profile with most ready,
+// else of the first in name order with a start to call back. The caller holds mu.
+func (p *Pool) trimAny() bool {
+	var most *profilePool
+	for _, name := range p.names {
+		if pp := p.profiles[name]; len(pp.ready) > 0 && (most == nil || len(pp.ready) > len(most.ready)) {
+			most = pp
+		}
+	}
+	if most != nil {
+		return p.trim(most)
+	}
+	for _, name := range p.names {
+		if p.trim(p.profiles[name]) {
+			return true
+		}
+	}
+	return false
+}
+
 // takeWarm claims the oldest ready sandbox of the profile, waiting for one being started
 // when more are starting than Takes already wait for. It returns nil, nil when there is none
 // to have: the caller starts one. A sandbox whose claim fails is removed and the next tried.
@@ -62,7 +125,7 @@ func (p *Pool) takeWarm(ctx context.Context, profile, jobID string) (sandbox.San
 	}
 	for {
 		p.mu.Lock()
-		if len(pp.ready) == 0 && pp.starting > pp.waiters && !p.closed {
+		if len(pp.ready) == 0 && pp.coming() > pp.waiters && !p.closed {
 			pp.waiters++
 			close(pp.waiting) // a start warming up hands its sandbox over now
 			pp.waiting = make(chan struct{})
@@ -90,17 +153,18 @@ func (p *Pool) takeWarm(ctx context.Context, profile, jobID string) (sandbox.San
 		pp.ready = pp.ready[1:]
 		p.m.Size.WithLabelValues(profile).Set(float64(len(pp.ready)))
 		p.mu.Unlock()
-		if err := claim(ctx, e.sb, jobID); err != nil {
-			if ctx.Err() != nil {
-				p.destroy(e.sb)
-				return nil, fmt.Errorf("pool: claim: %w", err)
-			}
-			p.m.Replaced.WithLabelValues(profile, "claim_failed").Inc()
-			p.log.Warn("pool: a warm sandbox could not be claimed; removing it", "profile", profile, "job_id", jobID, "error", err)
-			p.destroy(e.sb)
-			continue
+		err := claim(ctx, e.sb, jobID)
+		if err == nil {
+			return e.sb, nil
 		}
-		return e.sb, nil
+		p.mu.Lock()
+		p.destroy(e.sb)
+		p.mu.Unlock()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("pool: claim: %w", err)
+		}
+		p.m.Replaced.WithLabelValues(profile, "claim_failed").Inc()
+		p.log.Warn("pool: a warm sandbox could not be claimed; removing it", "profile", profile, "job_id", jobID, "error", err)
 	}
 }
 
@@ -111,60 +175,30 @@ func claim(ctx context.Context, sb sandbox.Sandbox, jobID string) error {
 	return nil
 }
 
-// heldSandbox is a taken sandbox that gives its room back to the pool when closed. It has
+// heldSandbox is a taken sandbox that gives its room back to the pool once removed. It has
 // Sandbox's methods alone: the runner finds the backend's optional ones (Egress, UsageCounter)
 // through Unwrap, with sandbox.As.
 type heldSandbox struct {
 	sandbox.Sandbox
 	release func()
 	p       *Pool
+	retry   sync.Once
 }
 
 // Close removes the sandbox; once it is gone, its room is the pool's again. One whose removal
-// failed keeps its room (it may still run) and is removed again in the background.
+// failed keeps its room (it may still run) and is removed again in the background (remove).
 func (h *heldSandbox) Close(ctx context.Context) error {
 	err := h.Sandbox.Close(ctx)
 	if err == nil {
 		h.release()
-	} else {
-		h.p.removeLater(h.Sandbox, h.release)
+		return nil
 	}
+	h.retry.Do(func() {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		h.p.remove(h.Sandbox, 1, h.release)
+	})
 	return err
-}
-
-// removeLater tries again, in the background, to remove a taken sandbox its job could not
-// (a Kubernetes API that did not answer, a cgroup still busy: Close may be called again), and
-// gives its room back once it is gone. Kept taken for good, every close that failed once would
-// leave the pool a warm sandbox fewer for the rest of the worker's life. It stops when the pool
-// closes: what is left then is the restart's clean-up's (the reaper, bubblewrap's leftovers).
-func (p *Pool) removeLater(sb sandbox.Sandbox, release func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return
-	}
-	p.work.Add(1)
-	go func() {
-		defer p.work.Done()
-		for round := 1; ; round++ {
-			select {
-			case <-p.stop:
-				return
-			case <-time.After(backoff.Delay(round)):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CloseTimeout)
-			err := sb.Close(ctx)
-			cancel()
-			if err == nil {
-				p.log.Info("pool: removed a taken sandbox whose close had failed; its room is free again", "sandbox_id", sb.Info().ID, "tries", round+1)
-				release()
-				return
-			}
-			if round == 1 {
-				p.log.Warn("pool: a taken sandbox could not be removed; trying again until it is", "sandbox_id", sb.Info().ID, "error", err)
-			}
-		}
-	}()
 }
 
 // Unwrap returns the backend's sandbox.
