@@ -1,6 +1,9 @@
 package sandbox
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // HostState is what a bubblewrap sandbox holds on the host, for tests of the external test
 // package to check that it is all gone afterwards.
@@ -49,3 +52,10 @@ func SetPodCAFile(t interface{ Cleanup(func()) }, path string) {
 // UseGoSpare gives the provider's warm sandboxes the Go spare (the worker's binary) even where
 // they could have the shell spare.
 func UseGoSpare(p *BubblewrapProvider) { goSpareOnly.Store(p, true) }
+
+// AgeKubernetesSandbox makes a Kubernetes sandbox's pod d older, as if it had been created d
+// earlier (its claim's deadline counts from then).
+func AgeKubernetesSandbox(sb Sandbox, d time.Duration) {
+	k, _ := As[*kubernetesSandbox](sb)
+	k.created = k.created.Add(-d)
+}

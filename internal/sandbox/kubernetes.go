@@ -158,6 +158,8 @@ type KubernetesProvider struct {
 	exec PodExecutor
 	log  *slog.Logger
 	run  string // this provider's own, on its pool pods (kubernetes_pool.go)
+	// poolPods are the pool pods this provider's sandboxes hold, started and not closed.
+	poolPods podSet
 
 	ownerMu sync.Mutex
 	owner   *metav1.OwnerReference // Owner's, once looked up (kubernetes_owner.go)
@@ -169,7 +171,7 @@ func NewKubernetes(cfg KubernetesConfig) (*KubernetesProvider, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &KubernetesProvider{cfg: cfg, exec: cfg.Executor, log: cfg.Logger, run: randomHex(8)}
+	p := &KubernetesProvider{cfg: cfg, exec: cfg.Executor, log: cfg.Logger, run: randomHex(8), poolPods: podSet{names: map[string]bool{}}}
 	if p.exec == nil {
 		core, err := corev1client.NewForConfig(rest.CopyConfig(cfg.RESTConfig))
 		if err != nil {
@@ -196,6 +198,21 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	if err != nil {
 		return nil, err
 	}
+	if spec.Pool == "" {
+		return p.startPod(ctx, spec, pod)
+	}
+	// A pool pod is its sandbox's from before its create until its Close: the reaper keeps no
+	// other unclaimed one of this worker run (unclaimedPoolPod).
+	p.poolPods.add(pod.Name)
+	sb, err := p.startPod(ctx, spec, pod)
+	if err != nil {
+		p.poolPods.remove(pod.Name)
+	}
+	return sb, err
+}
+
+// startPod creates the pod and waits until it runs; see Start.
+func (p *KubernetesProvider) startPod(ctx context.Context, spec Spec, pod *corev1.Pod) (Sandbox, error) {
 	owner, err := p.ownerRef(ctx)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,17 +43,44 @@ func (p *KubernetesProvider) poolPod(pod *corev1.Pod, spec Spec) {
 }
 
 // unclaimedPoolPod reports whether the reaper must judge pod as a warm pod no job has
-// claimed, and whether it keeps it: this worker run's own are kept, an earlier run's are not,
-// and another worker's are kept while held("", worker) says that worker lives.
+// claimed, and whether it keeps it: this worker run's own while one of its sandboxes holds it
+// (poolPods), another worker's while held("", worker) says that worker lives; an earlier run's
+// never. A warm pod of this run that no sandbox holds (its start failed and so did the delete
+// on that path, or its Close's delete failed) is an orphan nothing else would delete before
+// the worker stops.
 func (p *KubernetesProvider) unclaimedPoolPod(pod *corev1.Pod, held func(jobID, worker string) bool) (pool, keep bool) {
 	if pod.Labels[LabelPool] == "" || pod.Annotations[annotationJob] != "" {
 		return false, false
 	}
 	worker := pod.Labels[LabelWorker]
 	if worker == p.cfg.WorkerID {
-		return true, pod.Annotations[annotationRun] == p.run
+		return true, pod.Annotations[annotationRun] == p.run && p.poolPods.has(pod.Name)
 	}
 	return true, held("", worker)
+}
+
+// podSet is a set of pod names, safe for concurrent use.
+type podSet struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func (s *podSet) add(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.names[name] = true
+}
+
+func (s *podSet) remove(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.names, name)
+}
+
+func (s *podSet) has(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names[name]
 }
 
 // Claim binds the warm pod to its job with one patch: the job's label and annotation, and a
@@ -109,9 +137,16 @@ func (s *kubernetesSandbox) Claim(ctx context.Context, jobID string) error {
 }
 
 // claimDeadline is the pod's deadline for its job, counted from before the pod was created,
-// so the job has at least its lifetime.
+// so the job has at least its lifetime, but never beyond the deadline the pod has: the API
+// server refuses to raise activeDeadlineSeconds ("must be less than or equal to previous
+// value"), and a pod claimed more than Ahead after its start (the pool keeps it for max_age
+// from its start's beginning; the claim comes a moment after the take) keeps what is left.
 func (s *kubernetesSandbox) claimDeadline() int64 {
-	return int64((time.Since(s.created) + s.lifetime + time.Second - 1).Seconds())
+	d := int64((time.Since(s.created) + s.lifetime + time.Second - 1).Seconds())
+	if has := s.pod.Spec.ActiveDeadlineSeconds; has != nil {
+		d = min(d, *has)
+	}
+	return d
 }
 
 func (s *kubernetesSandbox) patch(ctx context.Context, patch []byte) (*corev1.Pod, error) {

@@ -1,13 +1,19 @@
 package sandbox_test
 
 import (
+	"encoding/json"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -46,6 +52,58 @@ func TestKubernetesPoolPodClaim(t *testing.T) {
 	}
 }
 
+// refuseDeadlineIncrease has the fake API server refuse a pod patch that raises the pod's
+// activeDeadlineSeconds, as the real one does (ValidatePodUpdate: "must be less than or equal
+// to previous value").
+func refuseDeadlineIncrease(client *fake.Clientset) {
+	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pa := a.(k8stesting.PatchAction)
+		var patch struct {
+			Spec struct {
+				ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal(pa.GetPatch(), &patch); err != nil || patch.Spec.ActiveDeadlineSeconds == nil {
+			return false, nil, nil
+		}
+		obj, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), pa.GetNamespace(), pa.GetName())
+		if err != nil {
+			return false, nil, nil
+		}
+		if old := obj.(*corev1.Pod).Spec.ActiveDeadlineSeconds; old != nil && *patch.Spec.ActiveDeadlineSeconds > *old {
+			return true, nil, apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Pod").GroupKind(), pa.GetName(), field.ErrorList{
+				field.Invalid(field.NewPath("spec", "activeDeadlineSeconds"), *patch.Spec.ActiveDeadlineSeconds, "must be less than or equal to previous value"),
+			})
+		}
+		return false, nil, nil
+	})
+}
+
+// TestKubernetesClaimNearMaxAge: a warm pod claimed later than Ahead after its start (the pool
+// holds it up to max_age from its start's beginning, and the claim comes a moment after the
+// take) asks for no longer deadline than it has: the API server refuses any increase of
+// activeDeadlineSeconds, and the claim failed. The job gets what is left of the pod's deadline.
+func TestKubernetesClaimNearMaxAge(t *testing.T) {
+	client := fake.NewClientset()
+	fakeKubelet(t, client, nil)
+	refuseDeadlineIncrease(client)
+	p := newKubernetes(t, client)
+	spec := sandboxtest.Spec("", config.SandboxSpec{Lifetime: config.Duration(20 * time.Minute)})
+	spec.Pool, spec.Ahead = "p", 30*time.Minute
+	sb, err := p.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close(t.Context()) })
+	sandbox.AgeKubernetesSandbox(sb, 30*time.Minute+2*time.Second)
+	if err := sb.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
+		t.Fatalf("claim of a pod just past Ahead: %v", err)
+	}
+	if d := *getPod(t, client, sb.Info().ID).Spec.ActiveDeadlineSeconds; d != int64((50 * time.Minute).Seconds()) {
+		t.Errorf("claimed pod deadline %ds, want the pod's own 3000s kept", d)
+	}
+}
+
 // TestKubernetesReapPoolPods: an unclaimed warm pod is kept by the worker run that started it
 // and while its worker lives; an earlier run's, or a dead worker's, is reaped.
 func TestKubernetesReapPoolPods(t *testing.T) {
@@ -79,6 +137,80 @@ func TestKubernetesReapPoolPods(t *testing.T) {
 			t.Errorf("pod %s kept = %v, want %v (%v)", tt.name, kept, tt.kept, err)
 		}
 	}
+}
+
+// failDeletes makes the next n pod deletes fail, as an API server that did not answer.
+func failDeletes(client *fake.Clientset, n int32) {
+	var left atomic.Int32
+	left.Store(n)
+	client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if left.Add(-1) >= 0 {
+			return true, nil, errors.New("the API server did not answer")
+		}
+		return false, nil, nil
+	})
+}
+
+// TestKubernetesReapOrphanedPoolPods: a warm pod of this worker run that no sandbox holds any
+// more (its start failed and the delete on that path failed; or its sandbox was closed and the
+// delete failed) is an orphan, and the reaper removes it as it removes a cold job pod whose job
+// is no longer held. It kept every unclaimed pool pod of its own run, for the rest of the run.
+func TestKubernetesReapOrphanedPoolPods(t *testing.T) {
+	poolSpec := func() sandbox.Spec {
+		spec := sandboxtest.Spec("", config.SandboxSpec{})
+		spec.Pool, spec.Ahead = "p", time.Minute
+		return spec
+	}
+	nobodyHolds := func(string, string) bool { return false }
+
+	t.Run("start failed, delete failed", func(t *testing.T) {
+		client := fake.NewClientset()
+		st := waiting("ErrImagePull")
+		fakeKubelet(t, client, func(*corev1.Pod) *corev1.PodStatus { return &st })
+		p := newKubernetes(t, client)
+		failDeletes(client, 1)
+		if _, err := p.Start(t.Context(), poolSpec()); err == nil {
+			t.Fatal("Start succeeded; the pod was to fail its image pull")
+		}
+		if _, err := p.Reap(t.Context(), nobodyHolds, 0); err != nil {
+			t.Fatal(err)
+		}
+		expectNoPods(t, client)
+	})
+
+	t.Run("pool closed it, delete failed", func(t *testing.T) {
+		client := fake.NewClientset()
+		fakeKubelet(t, client, nil)
+		p := newKubernetes(t, client)
+		sb, err := p.Start(t.Context(), poolSpec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		failDeletes(client, 1)
+		if err := sb.Close(t.Context()); err == nil {
+			t.Fatal("Close succeeded; the delete was to fail")
+		}
+		if _, err := p.Reap(t.Context(), nobodyHolds, 0); err != nil {
+			t.Fatal(err)
+		}
+		expectNoPods(t, client)
+	})
+
+	// The cold pod in the same situation is reaped: the difference is the pool label.
+	t.Run("cold pod, for comparison", func(t *testing.T) {
+		client := fake.NewClientset()
+		st := waiting("ErrImagePull")
+		fakeKubelet(t, client, func(*corev1.Pod) *corev1.PodStatus { return &st })
+		p := newKubernetes(t, client)
+		failDeletes(client, 1)
+		if _, err := p.Start(t.Context(), sandboxtest.Spec("job-1", config.SandboxSpec{})); err == nil {
+			t.Fatal("Start succeeded; the pod was to fail its image pull")
+		}
+		if _, err := p.Reap(t.Context(), nobodyHolds, 0); err != nil {
+			t.Fatal(err)
+		}
+		expectNoPods(t, client)
+	})
 }
 
 func getPod(t *testing.T, client *fake.Clientset, name string) *corev1.Pod {

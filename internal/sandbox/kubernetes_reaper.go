@@ -47,8 +47,9 @@ func (p *KubernetesProvider) ownPods() labels.Selector {
 // Reap deletes the sandbox pods of this deployment (ownPods), whichever worker started them, whose job is
 // no longer held: held(jobID, worker) reports whether the worker named on the pod still runs
 // that job. Pods younger than minAge are spared, which covers a pod between its creation and
-// its registration with its worker. A warm pod no job has claimed yet (LabelPool) is kept by
-// this worker run alone, or, when another worker started it, while held("", worker) holds.
+// its registration with its worker. A warm pod no job has claimed yet (LabelPool) is kept
+// while a sandbox of this provider holds it, or, when another worker started it, while
+// held("", worker) holds (unclaimedPoolPod).
 // It returns how many it deleted.
 func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID, worker string) bool, minAge time.Duration) (int, error) {
 	list, err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: p.ownPods().String()})

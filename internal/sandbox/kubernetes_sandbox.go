@@ -53,6 +53,7 @@ type kubernetesSandbox struct {
 // Close stops running commands and deletes the pod. It is idempotent.
 func (s *kubernetesSandbox) Close(ctx context.Context) error {
 	s.shutdown(fmt.Errorf("sandbox %s: %w", s.name, ErrClosed))
+	s.p.poolPods.remove(s.name) // from now on, a pod the delete missed is the reaper's
 
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
