@@ -63,6 +63,19 @@ type Status struct {
 	UpdatedAt        time.Time `json:"updated_at,omitzero"`
 }
 
+// ClearAttempt empties what the status says of one attempt alone, for a new attempt to write
+// its own: its progress, error and cap, its sandbox (SandboxClaimedAt, SandboxWarm) and its end
+// (FinishedAt). Otherwise a redelivered attempt still starting its sandbox shows the one
+// before's. The new attempt writes State, Attempt, Worker, StartedAt and MaxCalls itself.
+// What all attempts share stays: the job's identity, labels and queue time, the budget spent
+// (Spent*, and ToolCalls with them), a cancel request, and the report and manifest (written
+// once, by the commit that ends the job).
+func (s *Status) ClearAttempt() {
+	s.Progress, s.Error, s.Cap = "", "", ""
+	s.SandboxClaimedAt, s.SandboxWarm = time.Time{}, false
+	s.FinishedAt = time.Time{}
+}
+
 // RequestCancel is the status change behind `submit cancel`: a job that has not started is
 // cancelled at once (no worker will start it); a running one is asked to stop.
 func RequestCancel(s *Status) {

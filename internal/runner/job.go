@@ -232,6 +232,7 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 	}
 	st, err := awaitAnswer(ctx, r, a, "NATS", natsAnswered, func(ctx context.Context) (job.Status, error) {
 		return write(ctx, a.ref(j.ID), func(s *job.Status) {
+			s.ClearAttempt()
 			s.State, s.Profile, s.Attempt, s.Worker = job.StateRunning, j.Profile, a.d.Attempt, r.cfg.Worker.WorkerID
 			s.StartedAt, s.Progress, s.Error, s.MaxCalls = a.started.UTC(), "starting sandbox", "", a.limits.MaxToolCalls
 			if s.QueuedAt.IsZero() {

@@ -1,0 +1,69 @@
+package job_test
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// TestClearAttempt: a new attempt's status keeps what all attempts share and nothing the
+// attempt before wrote of itself (a retried job showed attempt 1's warm sandbox while attempt 2
+// waited for its own). Every field of Status is in one of the lists below, so a new field
+// fails here until it is placed.
+func TestClearAttempt(t *testing.T) {
+	t.Parallel()
+	perAttempt := []string{"Progress", "Error", "Cap", "SandboxClaimedAt", "SandboxWarm", "FinishedAt"}
+	writtenByAttempt := []string{"State", "Attempt", "Worker", "StartedAt", "MaxCalls"}
+	shared := []string{"ID", "Profile", "Labels", "ToolCalls", "SpentTurns", "SpentToolCalls", "SpentTokens",
+		"CancelRequested", "Report", "Manifest", "QueuedAt", "UpdatedAt"}
+
+	var s job.Status
+	v := reflect.ValueOf(&s).Elem()
+	for i := range v.NumField() {
+		setNonZero(t, v.Type().Field(i).Name, v.Field(i))
+	}
+	before := s
+	s.ClearAttempt()
+	after := reflect.ValueOf(s)
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Name
+		got, was := after.Field(i).Interface(), reflect.ValueOf(before).Field(i).Interface()
+		switch {
+		case slices.Contains(perAttempt, name):
+			if !after.Field(i).IsZero() {
+				t.Errorf("ClearAttempt kept %s = %v, the attempt before's", name, got)
+			}
+		case slices.Contains(shared, name), slices.Contains(writtenByAttempt, name):
+			if !reflect.DeepEqual(got, was) {
+				t.Errorf("ClearAttempt changed %s from %v to %v", name, was, got)
+			}
+		default:
+			t.Errorf("Status.%s is in no list: is it the attempt's (ClearAttempt clears it), written by each attempt, or shared by all?", name)
+		}
+	}
+}
+
+func setNonZero(t *testing.T, name string, f reflect.Value) {
+	t.Helper()
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString("x")
+	case reflect.Int, reflect.Int64:
+		f.SetInt(1)
+	case reflect.Bool:
+		f.SetBool(true)
+	case reflect.Map:
+		f.Set(reflect.MakeMap(f.Type()))
+		f.SetMapIndex(reflect.ValueOf("k"), reflect.ValueOf("v"))
+	case reflect.Struct:
+		if f.Type() != reflect.TypeFor[time.Time]() {
+			t.Fatalf("Status.%s: a %s; give setNonZero a value for it", name, f.Type())
+		}
+		f.Set(reflect.ValueOf(time.Unix(1, 0)))
+	default:
+		t.Fatalf("Status.%s: a %s; give setNonZero a value for it", name, f.Type())
+	}
+}
