@@ -8,8 +8,9 @@ import (
 
 var _ Claimer = (*bubblewrapSandbox)(nil)
 
-// Claim binds a pool sandbox to its job: the lifetime starts again from now and the log lines
-// name the job. Nothing of the sandbox changes: its folder, cgroup and uid were never anyone's.
+// Claim binds a pool sandbox to its job: the lifetime starts again from now, its usage counts
+// from now (its spare's start was before the job), and the log lines name the job. Nothing
+// else of the sandbox changes: its folder, cgroup and uid were never anyone's.
 func (s *bubblewrapSandbox) Claim(ctx context.Context, jobID string) error {
 	id, err := s.begin(nil)
 	if err != nil {
@@ -23,6 +24,9 @@ func (s *bubblewrapSandbox) Claim(ctx context.Context, jobID string) error {
 		return fmt.Errorf("sandbox: claim %s: its lifetime passed while it waited: %w", s.id, ErrClosed)
 	}
 	s.expiry = time.AfterFunc(s.lifetime, s.expire)
+	if s.cg != nil {
+		s.cg.countFromClaim()
+	}
 	s.log = s.log.With("job_id", jobID)
 	s.log.Info("sandbox claimed")
 	return nil

@@ -201,3 +201,52 @@ func busyboxImage(t *testing.T) string {
 	}
 	return image
 }
+
+// TestWarmUsageIsTheJobsAlone: the manifest's usage.sandbox (cpu_ms, peak_memory_bytes) is
+// what the committing attempt used, for accounting (docs/provenance.md), and a warm sandbox is
+// indistinguishable from a cold one in the manifest but for warm and claimed_at. A claimed warm
+// sandbox that has run nothing for its job yet counts what a cold one that has run nothing
+// counts, not its spare bwrap, which the worker started before the job existed; once its job's
+// command held 30 MB, it counts them.
+func TestWarmUsageIsTheJobsAlone(t *testing.T) {
+	t.Parallel()
+	for _, goSpare := range []bool{false, true} {
+		name := map[bool]string{false: "shell spare", true: "Go spare"}[goSpare]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := sandboxtest.Bubblewrap(t)
+			if goSpare {
+				sandbox.UseGoSpare(p)
+			}
+			cold := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
+			cu, ok := cold.(sandbox.UsageCounter).Usage()
+			if !ok {
+				t.Skipf("no cgroup here: %+v", cu)
+			}
+			spec := sandboxtest.Spec("", config.SandboxSpec{})
+			spec.Pool, spec.Ahead = "p", time.Hour
+			warm, err := p.Start(t.Context(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = warm.Close(context.Background()) })
+			sandbox.AwaitWarm(warm)
+			if err := warm.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
+				t.Fatal(err)
+			}
+			wu, _ := warm.(sandbox.UsageCounter).Usage()
+			t.Logf("cold before any command: %+v; warm just claimed: %+v", cu, wu)
+			if wu.CPUMillis != cu.CPUMillis || wu.PeakMemoryBytes != cu.PeakMemoryBytes {
+				t.Errorf("a just-claimed warm sandbox counts cpu %d ms, peak memory %d bytes for its job; a cold one %d ms, %d bytes",
+					wu.CPUMillis, wu.PeakMemoryBytes, cu.CPUMillis, cu.PeakMemoryBytes)
+			}
+			const hold = `x=$(head -c 30000000 /dev/zero | tr '\0' a); echo ${#x}`
+			if res, err := warm.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", hold}}); err != nil || res.ExitCode != 0 {
+				t.Fatalf("exec: %v, exit %d: %s", err, res.ExitCode, res.Stderr)
+			}
+			if wu, _ = warm.(sandbox.UsageCounter).Usage(); wu.PeakMemoryBytes < 30_000_000 && !missing(wu, "memory") {
+				t.Errorf("the warm sandbox's job held 30 MB; its usage counts a peak of %d bytes", wu.PeakMemoryBytes)
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -204,6 +205,9 @@ type cgroupLimits struct {
 type cgroup struct {
 	dirs        []string
 	controllers []string // those whose limits were written
+
+	mu   sync.Mutex
+	base *usageBase // what a warm sandbox had counted at its claim (usage.go); nil: nothing
 }
 
 // newCgroup makes the sandbox's cgroup and writes its limits. A controller whose limit cannot be
@@ -303,6 +307,7 @@ func (c *cgroup) add(pid int) error {
 // sends, before pid 1 is gone), usually over by the first retry: so the waits start short and
 // grow to removeRetryMax.
 func (c *cgroup) remove(stop <-chan struct{}) error {
+	c.closeBase()
 	wait := removeRetryMin
 	for {
 		var left []string

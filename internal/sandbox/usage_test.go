@@ -9,11 +9,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
-// usageOf is the optional method of a sandbox that counts what its processes used.
-type usageOf interface {
-	Usage() (sandbox.Usage, bool)
-}
-
 // TestBubblewrapUsage: a real bubblewrap sandbox counts the CPU time and peak memory of the
 // commands it ran in its cgroup; without a cgroup (cgroups disabled) it says what it cannot
 // count instead of reporting zeros as figures.
@@ -35,7 +30,7 @@ func TestBubblewrapUsage(t *testing.T) {
 			if err != nil || res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != "30000000" {
 				t.Fatalf("exec: %v, exit %d, %q %q", err, res.ExitCode, res.Stdout, res.Stderr)
 			}
-			u, ok := sb.(usageOf).Usage()
+			u, ok := sb.(sandbox.UsageCounter).Usage()
 			if ok != tt.counted {
 				t.Fatalf("Usage() = %+v, %v; want counted %v (isolation %s)", u, ok, tt.counted, sb.Info().Isolation)
 			}
