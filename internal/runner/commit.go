@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -96,27 +95,29 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 }
 
 // upload streams out into key, create-only, and returns its digest, that of exactly the bytes
-// the store took. Nothing of it is held in memory but the store's own buffer (one S3 part).
+// the store took. Nothing of it is held in memory but the store's own buffer (one S3 part). A
+// put whose answer was lost after the store took it is a success (store.PutOnce): the object
+// is these bytes.
 func (r *Runner) upload(ctx context.Context, a *attempt, key string, out output) (stored, error) {
 	rc, err := out.open(ctx)
 	if err != nil {
 		return stored{}, &sourceError{err}
 	}
 	defer rc.Close()
-	h := sha256.New()
-	src := &sourceReader{r: io.TeeReader(rc, h), want: out.size}
-	if err := a.store.PutIfAbsent(ctx, key, src, out.size); err != nil {
+	src := &sourceReader{r: rc, want: out.size}
+	got, err := store.PutOnce(ctx, a.store, key, src, out.size)
+	if err != nil {
 		if src.err != nil {
 			return stored{}, &sourceError{src.err}
 		}
 		return stored{}, err
 	}
-	if src.n != out.size {
+	if got.Size != out.size {
 		// The store took a body of another length than declared: its digest would not be
 		// the object's.
-		return stored{}, fmt.Errorf("the store took %d bytes of %d", src.n, out.size)
+		return stored{}, fmt.Errorf("the store took %d bytes of %d", got.Size, out.size)
 	}
-	return stored{name: out.name, sha256: hex.EncodeToString(h.Sum(nil)), size: out.size}, nil
+	return stored{name: out.name, sha256: got.SHA256, size: got.Size}, nil
 }
 
 // commit uploads the run into the attempt's own folder, every object create-only, then the
@@ -125,7 +126,9 @@ func (r *Runner) upload(ctx context.Context, a *attempt, key string, out output)
 // gets errLeaseLost. Since no attempt writes outside its own folder, and the manifest names only
 // the folder of the attempt that committed, nothing a later or stale attempt writes can change
 // a committed run. A folder left by an attempt that lost is removed, as far as this worker
-// can; see docs/lifecycle.md for what a crash leaves.
+// can, but never while the manifest naming it may be stored: each create-only put reads back
+// what the store holds when its answer is lost (putSettled), and a put of this manifest that
+// could not be settled leaves the folder alone. See docs/lifecycle.md for what a crash leaves.
 //
 // It returns the committed report's key, "" when the run committed none.
 func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output, c provenance.Collected, o outcome) (reportKey string, err error) {
@@ -173,12 +176,17 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 			return "", fmt.Errorf("sign manifest: %w", err)
 		}
 		key := store.AttemptSignatureKey(a.job.ID, folder)
-		if err := a.store.PutIfAbsent(ctx, key, bytes.NewReader(env), int64(len(env))); err != nil {
+		written = append(written, key) // removed if the commit fails, whether or not it took
+		if err := putSettled(ctx, r, a, key, env); err != nil {
 			return "", fmt.Errorf("upload manifest signature: %w", storeFailure(ctx, err))
 		}
-		written = append(written, key)
 	}
-	if err := putManifest(ctx, a, manifest); err != nil {
+	if err := r.putManifest(ctx, a, manifest); err != nil {
+		if errors.Is(err, store.ErrMaybeStored) {
+			// The manifest may be stored, or land later: what it names stays, and the
+			// redelivery that finds it adopts it. Nothing else can name this folder.
+			written = nil
+		}
 		return "", err
 	}
 	written = nil // named by the committed manifest: never removed
@@ -187,22 +195,40 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 	}
 	if env != nil {
 		// Create-only like the manifest: a signature, once there, is never replaced.
-		if err := a.store.PutIfAbsent(ctx, store.SignatureKey(a.job.ID), bytes.NewReader(env), int64(len(env))); err != nil && !errors.Is(err, store.ErrExists) {
+		if err := putSettled(ctx, r, a, store.SignatureKey(a.job.ID), env); err != nil && !errors.Is(err, store.ErrExists) {
 			return reportKey, fmt.Errorf("upload manifest signature: %w", err)
 		}
 	}
 	return reportKey, nil
 }
 
-// putManifest commits the run: the manifest's create-only put, which a run committed first
-// refuses (errLeaseLost).
-func putManifest(ctx context.Context, a *attempt, manifest []byte) error {
-	err := a.store.PutIfAbsent(ctx, store.ManifestKey(a.job.ID), bytes.NewReader(manifest), int64(len(manifest)))
+// putManifest commits the run: the manifest's create-only put (putSettled). It succeeds once
+// the manifest stored is this one, also when the put's answer was lost after the store took it
+// and the store's client, retrying, was refused; another attempt's manifest is errLeaseLost.
+// Until the store says which, the run may be committed, and the commit can neither remove what
+// it wrote nor start over in another folder: given up unsettled (the attempt's deadline, a
+// shutdown), the error wraps store.ErrMaybeStored.
+func (r *Runner) putManifest(ctx context.Context, a *attempt, manifest []byte) error {
+	err := putSettled(ctx, r, a, store.ManifestKey(a.job.ID), manifest)
 	if errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("%w: another attempt committed the run first", errLeaseLost)
 	}
 	return storeFailure(ctx, err)
 }
+
+// putSettled puts data under key create-only (store.PutOnce) and, while the store cannot say
+// whether a put took (no answer, and nothing to read back yet), puts the same bytes again until
+// it can (awaitAnswer): a put still on its way then lands on its own bytes, not beside a
+// second try of the commit.
+func putSettled(ctx context.Context, r *Runner, a *attempt, key string, data []byte) error {
+	_, err := awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeSettled, func(ctx context.Context) (store.Digest, error) {
+		return store.PutOnce(ctx, a.store, key, bytes.NewReader(data), int64(len(data)))
+	})
+	return err
+}
+
+// storeSettled: the store said whether the create-only put took (store.PutOnce).
+func storeSettled(err error) bool { return !errors.Is(err, store.ErrMaybeStored) }
 
 // storeFailure marks a failed store call as the store being down (waited out, retried) unless
 // the attempt was stopped or the server cannot keep a run safe.
@@ -214,7 +240,7 @@ func storeFailure(ctx context.Context, err error) error {
 }
 
 // uploadAll uploads the run's outputs into the attempt's folder and returns what the store
-// took, adding each key to written as it is. What is rendered goes last, once every artifact
+// took, adding each key to written before its put. What is rendered goes last, once every artifact
 // has been uploaded or left out; an artifact that does not read as it was listed is left out
 // and named in collected.
 func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs []output, collected *provenance.Collected, written *[]string) ([]stored, error) {
@@ -232,7 +258,12 @@ func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs 
 			out = memOutput(out.name, out.render(*collected))
 		}
 		key := store.AttemptPrefix(a.job.ID, folder) + out.name
-		got, err := r.upload(ctx, a, key, out)
+		// An output whose put may have taken is uploaded again, the same bytes, until the
+		// store says (putSettled). It is removed with the rest if the commit fails.
+		*written = append(*written, key)
+		got, err := awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeSettled, func(ctx context.Context) (stored, error) {
+			return r.upload(ctx, a, key, out)
+		})
 		var source *sourceError
 		switch {
 		case err == nil:
@@ -245,7 +276,6 @@ func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs 
 		default:
 			return nil, fmt.Errorf("upload %s: %w", out.name, storeFailure(ctx, err))
 		}
-		*written = append(*written, key)
 		subs = append(subs, got)
 		r.m.UploadedBytes.Add(float64(got.size))
 	}
@@ -441,9 +471,9 @@ func (r *Runner) restoreSignature(ctx context.Context, a *attempt, stmt provenan
 	if err != nil {
 		return err
 	}
-	err = a.store.PutIfAbsent(ctx, store.SignatureKey(jobID), bytes.NewReader(env), int64(len(env)))
+	_, err = store.PutOnce(ctx, a.store, store.SignatureKey(jobID), bytes.NewReader(env), int64(len(env)))
 	if errors.Is(err, store.ErrExists) {
-		return nil
+		return nil // another worker restored it first
 	}
 	return err
 }

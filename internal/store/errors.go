@@ -7,6 +7,10 @@ var (
 	ErrNotFound = errors.New("object not found")
 	// ErrExists marks a create-only put that lost: the object already exists.
 	ErrExists = errors.New("object already exists")
+	// ErrMaybeStored marks a create-only put (PutOnce) that failed after its body was sent
+	// and whose object the store could not show: it may hold the body, or may yet (a request
+	// still on its way). Putting the same bytes again settles it.
+	ErrMaybeStored = errors.New("the object may or may not be stored")
 	// ErrInvalidKey marks a key that is empty, absolute or climbs with "..".
 	ErrInvalidKey = errors.New("invalid object key")
 )

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Overwrite", testOverwrite},
 		{"PutIfAbsent", testPutIfAbsent},
 		{"PutIfAbsentRace", testPutIfAbsentRace},
+		{"PutOnce", testPutOnce},
 		{"NotFound", testNotFound},
 		{"InvalidKeys", testInvalidKeys},
 		{"List", testList},
@@ -138,6 +139,30 @@ func testPutIfAbsent(t *testing.T, s store.Store) {
 	}
 	if keys := list(t, s, "runs/once/"); !slices.Equal(keys, []string{key}) {
 		t.Errorf("List after the losing PutIfAbsent = %q, want only %s (no temporary objects)", keys, key)
+	}
+}
+
+// testPutOnce: a create-only put of the bytes already stored (its own earlier try, whose
+// answer was lost) succeeds; of other bytes it fails with ErrExists and changes nothing.
+func testPutOnce(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	key := "runs/once/manifest.json"
+	mine := `{"attempt":1}`
+	for try := 1; try <= 2; try++ {
+		got, err := store.PutOnce(ctx, s, key, strings.NewReader(mine), int64(len(mine)))
+		if err != nil {
+			t.Fatalf("PutOnce try %d of the same bytes: %v, want nil: the stored object is this body", try, err)
+		}
+		if want := fmt.Sprintf("%x", sha256.Sum256([]byte(mine))); got.SHA256 != want || got.Size != int64(len(mine)) {
+			t.Errorf("PutOnce try %d digest = %+v, want sha256 %s, %d bytes", try, got, want, len(mine))
+		}
+	}
+	other := `{"attempt":2}`
+	if _, err := store.PutOnce(ctx, s, key, strings.NewReader(other), int64(len(other))); !errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrMaybeStored) {
+		t.Errorf("PutOnce of other bytes: %v, want ErrExists alone", err)
+	}
+	if got := string(get(t, s, key)); got != mine {
+		t.Errorf("after PutOnce of other bytes Get(%s) = %q, want %q", key, got, mine)
 	}
 }
 

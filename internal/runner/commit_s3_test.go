@@ -85,15 +85,14 @@ func newS3Store(t *testing.T, srv *s3test.Server, bucket, endpoint string) store
 	return st
 }
 
-// TestAuditProvManifestPutRetriedAfterLostAnswerKeepsTheRun: the manifest's create-only PUT
-// lands on the server but its answer is lost (a 503 from a proxy, a reset connection); the
-// SDK retries it and the server answers 412 to the retry. The worker takes that for "another
-// attempt committed first" (errLeaseLost) and removes everything its attempt wrote, although
-// the committed manifest is its own and names exactly those objects. The job then ends
-// succeeded with a manifest whose report, transcript and signature are gone.
-//
-// Want: the committed run verifies (its subjects and signature are in the store).
-func TestAuditProvManifestPutRetriedAfterLostAnswerKeepsTheRun(t *testing.T) {
+// TestCommitKeepsARunWhoseManifestPutTheSDKRetried: on a real S3 server, the manifest's
+// create-only PUT lands but its answer is lost (a 503 from a proxy, a reset connection); the
+// AWS SDK retries it and the server answers 412 to the retry. That is the worker's own
+// manifest, not another attempt's commit: the run it names stays whole and gets its
+// signature. (The worker used to take it for errLeaseLost and remove every object the
+// committed manifest names, the attempt's envelope with them.) The store is reached with the
+// server's credentials (Vars), never the machine's.
+func TestCommitKeepsARunWhoseManifestPutTheSDKRetried(t *testing.T) {
 	srv := s3test.Start(t)
 	bucket := srv.CreateBucket(t)
 	proxy := newLostAnswerProxy(t, srv, "/manifest.json")

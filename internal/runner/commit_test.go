@@ -1,0 +1,124 @@
+package runner_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// answerLostStore loses the answer to the first create-only put of a key ending in suffix:
+// with taken, the store takes the put and the worker hears errStoreDown (a timeout, a 503 from
+// a proxy); without, the put is sent but lands only later, just before the next create-only
+// put of that key reaches the store (a request still on its way when its answer was given
+// up).
+type answerLostStore struct {
+	store.Store
+	suffix string
+	taken  bool
+
+	mu      sync.Mutex
+	lost    int
+	pending func() // the late landing of the put the store has not taken yet
+}
+
+func (s *answerLostStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	if !strings.HasSuffix(key, s.suffix) {
+		return s.Store.PutIfAbsent(ctx, key, r, size)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending != nil {
+		s.pending()
+		s.pending = nil
+	}
+	if s.lost > 0 {
+		return s.Store.PutIfAbsent(ctx, key, r, size)
+	}
+	s.lost++
+	body, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	land := func() { _ = s.Store.PutIfAbsent(context.WithoutCancel(ctx), key, bytes.NewReader(body), size) }
+	if s.taken {
+		land()
+	} else {
+		s.pending = land
+	}
+	return errStoreDown
+}
+
+// TestCommitKeepsARunWhosePutAnswerWasLost: a create-only put of the commit is taken, or is
+// on its way, when its answer is lost. The worker finds out what is stored before it removes
+// anything: its own object is a put that took, and the run it committed keeps every object
+// its manifest names, its signature, and nothing beside. A manifest put again over its own
+// used to read as another attempt's commit (errLeaseLost), and the commit removed the run
+// that manifest names; a report put again got ErrExists for its own bytes. The failed job's
+// row is the manifest of an end without a run (commitEnd).
+func TestCommitKeepsARunWhosePutAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		suffix string
+		taken  bool
+		// fails: the job's input is missing, so it ends failed before its agent runs.
+		fails bool
+	}{
+		{name: "manifest taken", suffix: "/manifest.json", taken: true},
+		{name: "manifest landing after its retry", suffix: "/manifest.json"},
+		{name: "failed end's manifest taken", suffix: "/manifest.json", taken: true, fails: true},
+		{name: "failed end's manifest landing after its retry", suffix: "/manifest.json", fails: true},
+		{name: "report taken", suffix: "/report.md", taken: true},
+		{name: "report landing after its retry", suffix: "/report.md"},
+		{name: "signatures taken", suffix: "/manifest.dsse.json", taken: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			oneDelivery(b)
+			priv, pub := signingKeys(t)
+			lossy := &answerLostStore{Store: b.shared, suffix: tt.suffix, taken: tt.taken}
+			b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store, c.SigningKey = lossy, priv })
+			j := b.newJob("p", "t")
+			want := job.StateSucceeded
+			if tt.fails {
+				sum, size, _ := provenance.Digest(strings.NewReader("never stored"))
+				j.Inputs = []job.Input{{Name: "in.csv", URI: b.store.URL(store.InputKey(sum)), SHA256: sum, Size: size}}
+				want = job.StateFailed
+			}
+			b.publish(j)
+			st := b.waitFinal(j.ID, 30*time.Second)
+			if st.State != want || st.Attempt != 1 {
+				t.Errorf("status %s on attempt %d (%s), want %s on attempt 1", st.State, st.Attempt, st.Error, want)
+			}
+			lossy.mu.Lock()
+			if lossy.lost != 1 {
+				t.Errorf("%d answers lost, want 1", lossy.lost)
+			}
+			lossy.mu.Unlock()
+			report, _ := provenance.Verify(context.Background(), b.store, j.ID, pub)
+			if len(report.Checks) == 0 {
+				t.Fatal("verify made no checks")
+			}
+			for _, c := range report.Checks {
+				// The failed job's input is missing by design; everything of the run is there.
+				if !c.OK && !(tt.fails && strings.HasPrefix(c.Name, "input ")) {
+					t.Errorf("verify: %s: %s", c.Name, c.Reason)
+				}
+			}
+			if unlisted, err := provenance.Unlisted(context.Background(), b.store, j.ID, report.Statement); err != nil || len(unlisted) != 0 {
+				t.Errorf("objects the manifest does not name: %q, %v; want none", unlisted, err)
+			}
+		})
+	}
+}
