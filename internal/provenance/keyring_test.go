@@ -63,7 +63,7 @@ keys:
 					t.Fatal(err)
 				}
 			}
-			report, err := provenance.VerifyKeyring(t.Context(), run.store, jobID, ring)
+			report, err := provenance.VerifyKeyring(t.Context(), run.store, "team-a", jobID, ring)
 			switch {
 			case tt.wantErr == nil && err != nil:
 				t.Fatalf("verify: %v", err)

@@ -319,6 +319,33 @@ type Statement struct {
 	Predicate Manifest
 }
 
+// CheckRun returns nil when the statement is the run of job jobID of tenant: the manifest
+// records that job, and that tenant, or none in a run committed before tenants, all of whose
+// jobs were job.DefaultTenant's. The key a manifest is read from names a job and, by its
+// folder, a tenant, but whoever can write there can put any manifest there, a signed run of
+// another tenant's among them: only what the manifest records, which its signature covers,
+// tells whose run it is. Every reader that takes a manifest as a job's run holds it to this
+// (submit verify, get and logs, the worker that adopts a committed run). Otherwise the error
+// wraps ErrInvalid.
+func (s Statement) CheckRun(tenant, jobID string) error {
+	switch {
+	case s.Predicate.Job.ID != jobID:
+		return fmt.Errorf("%w: it records job %s", ErrInvalid, s.Predicate.Job.ID)
+	case s.Tenant() != tenant:
+		return fmt.Errorf("%w: it records a job of tenant %s, not of %s", ErrInvalid, s.Tenant(), tenant)
+	}
+	return nil
+}
+
+// Tenant is the tenant whose run the manifest records: job.DefaultTenant for a run committed
+// before tenants, which records none.
+func (s Statement) Tenant() string {
+	if s.Predicate.Tenant.Name == "" {
+		return job.DefaultTenant
+	}
+	return s.Predicate.Tenant.Name
+}
+
 var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // Build returns the manifest as an in-toto Statement v1 in the JSON Canonicalization Scheme

@@ -2,6 +2,7 @@ package provenance_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -51,5 +52,49 @@ func TestManifestTenantAndClaim(t *testing.T) {
 				t.Errorf("tenant = %+v, want %+v", m.Tenant, tt.wantTenant)
 			}
 		})
+	}
+}
+
+// TestCheckRun: a manifest is the run of the job and tenant it records; one recording no
+// tenant (committed before tenants) is tenant default's.
+func TestCheckRun(t *testing.T) {
+	const other = "20261202t101500-000000000000"
+	withTenant := func(name string) provenance.Statement {
+		return provenance.Statement{Predicate: provenance.Manifest{Job: provenance.Job{ID: jobID}, Tenant: provenance.Tenant{Name: name}}}
+	}
+	tests := []struct {
+		name   string
+		stmt   provenance.Statement
+		tenant string
+		id     string
+		ok     bool
+	}{
+		{"its job and tenant", withTenant("team-a"), "team-a", jobID, true},
+		{"another job", withTenant("team-a"), "team-a", other, false},
+		{"another tenant", withTenant("team-a"), "default", jobID, false},
+		{"before tenants, read as default's", withTenant(""), "default", jobID, true},
+		{"before tenants, read as another's", withTenant(""), "team-a", jobID, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.stmt.CheckRun(tt.tenant, tt.id)
+			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, provenance.ErrInvalid)) {
+				t.Errorf("CheckRun(%s, %s) = %v, want ok %v (else ErrInvalid)", tt.tenant, tt.id, err, tt.ok)
+			}
+		})
+	}
+}
+
+// TestVerifyKeyringHoldsTheRunToTheTenant: a signed run of team-a's, read from another
+// tenant's folder, fails its manifest check, however well it is signed.
+func TestVerifyKeyringHoldsTheRunToTheTenant(t *testing.T) {
+	r := setup(t, true)
+	ring := provenance.SingleKey("worker", r.pub)
+	if report, err := provenance.VerifyKeyring(t.Context(), r.store, "team-a", jobID, ring); err != nil || !report.OK() {
+		t.Fatalf("verify as team-a's: %v", err)
+	}
+	report, err := provenance.VerifyKeyring(t.Context(), r.store, "default", jobID, ring)
+	if !errors.Is(err, provenance.ErrInvalid) || report.OK() || len(report.Checks) != 1 || report.Checks[0].Name != "manifest" {
+		t.Errorf("verify as default's: %v %+v; want the manifest check failed with ErrInvalid", err, report.Checks)
 	}
 }

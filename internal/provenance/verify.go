@@ -74,15 +74,26 @@ func (r Report) OK() bool {
 // every input under inputs/sha256/ has the recorded SHA-256 and size. It runs every check it
 // can and returns the report with an error joining the failures (ErrMissing, ErrInvalid,
 // ErrUnsigned, ErrBadSignature, ErrDigestMismatch); the error is nil exactly when report.OK().
+// It does not hold the run to a tenant: a reader of a tenant's folder uses VerifyKeyring,
+// which does.
 func Verify(ctx context.Context, st Getter, jobID string, pub ed25519.PublicKey) (Report, error) {
-	return VerifyKeyring(ctx, st, jobID, SingleKey("public-key", pub))
+	return verify(ctx, st, "", jobID, SingleKey("public-key", pub))
 }
 
-// VerifyKeyring is Verify with a set of trusted keys: the signature must be by one of them, made
-// while that key was valid. The time of signing is the run's finished_at, which the signature
-// covers; a run signed before a rotation verifies with the retired key's entry. An empty ring
-// checks no signature, as Verify with a nil key.
-func VerifyKeyring(ctx context.Context, st Getter, jobID string, ring Keyring) (Report, error) {
+// VerifyKeyring is Verify of a run of tenant's, st being the tenant's folder, with a set of
+// trusted keys: the manifest must be the run of that job of that tenant (Statement.CheckRun),
+// and the signature by one of the keys, made while that key was valid. The time of signing is
+// the run's finished_at, which the signature covers; a run signed before a rotation verifies
+// with the retired key's entry. An empty ring checks no signature, as Verify with a nil key.
+func VerifyKeyring(ctx context.Context, st Getter, tenant, jobID string, ring Keyring) (Report, error) {
+	if !job.ValidTenant(tenant) {
+		return Report{JobID: jobID}, fmt.Errorf("provenance: verify: %w: %q is not a tenant", ErrInvalid, tenant)
+	}
+	return verify(ctx, st, tenant, jobID, ring)
+}
+
+// verify is Verify and VerifyKeyring; tenant "" holds the run to its job id alone.
+func verify(ctx context.Context, st Getter, tenant, jobID string, ring Keyring) (Report, error) {
 	r := Report{JobID: jobID}
 	if !job.ValidID(jobID) {
 		return r, fmt.Errorf("provenance: verify: %w: %q is not a job id", ErrInvalid, jobID)
@@ -111,16 +122,19 @@ func VerifyKeyring(ctx context.Context, st Getter, jobID string, ring Keyring) (
 		return result()
 	}
 	stmt, err := Parse(manifest)
-	switch {
-	case err != nil:
+	if err == nil {
+		err = checkRun(stmt, tenant, jobID)
+	}
+	if err != nil {
 		fail("manifest", fmt.Errorf("%s: %w", manifestKey, err))
-		return result()
-	case stmt.Predicate.Job.ID != jobID:
-		fail("manifest", fmt.Errorf("%s: %w: it records job %s", manifestKey, ErrInvalid, stmt.Predicate.Job.ID))
 		return result()
 	}
 	r.Statement = stmt
-	record(Check{Name: "manifest", OK: true, Reason: fmt.Sprintf("%s is a Boxcar provenance statement for job %s", manifestKey, jobID)})
+	of := "job " + jobID
+	if tenant != "" {
+		of += " of tenant " + tenant
+	}
+	record(Check{Name: "manifest", OK: true, Reason: fmt.Sprintf("%s is a Boxcar provenance statement for %s", manifestKey, of)})
 
 	r.KeyID, r.KeyName = verifySignature(ctx, st, jobID, manifest, stmt.Predicate.Timings.FinishedAt, ring, record, fail)
 
@@ -141,6 +155,14 @@ func VerifyKeyring(ctx context.Context, st Getter, jobID string, ring Keyring) (
 		record(Check{Name: name, OK: true, Reason: fmt.Sprintf("sha256 %s, %d bytes", in.SHA256, in.Size)})
 	}
 	return result()
+}
+
+// checkRun is stmt.CheckRun, holding the run to its job alone for tenant "" (Verify).
+func checkRun(stmt Statement, tenant, jobID string) error {
+	if tenant == "" {
+		tenant = stmt.Tenant()
+	}
+	return stmt.CheckRun(tenant, jobID)
 }
 
 // verifySignature records the signature check and returns the id and name of the key that

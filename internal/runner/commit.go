@@ -408,6 +408,11 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 		return provenance.Outcome{}, err
 	}
 	stmt, err := provenance.Parse(manifest)
+	if err == nil {
+		// A manifest of another job or tenant put there by hand is no run of this job: the
+		// job is not ended as it says, nor is its signature restored.
+		err = stmt.CheckRun(a.tenant, jobID)
+	}
 	if err != nil {
 		return provenance.Outcome{}, fmt.Errorf("read the committed manifest: %w", err)
 	}

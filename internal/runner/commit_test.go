@@ -3,7 +3,11 @@ package runner_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +17,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // answerLostStore loses the answer to the first create-only put of a key ending in suffix:
@@ -120,5 +125,58 @@ func TestCommitKeepsARunWhosePutAnswerWasLost(t *testing.T) {
 				t.Errorf("objects the manifest does not name: %q, %v; want none", unlisted, err)
 			}
 		})
+	}
+}
+
+// TestAnotherTenantsRunIsNotAdopted: a worker-signed run of tenant alpha's, copied with its
+// attempt's envelope into tenant default's folder under a job of default's (by anyone who can
+// write there), is no run of that job: the worker neither ends the job as it says nor
+// restores its signature into place. It used to check neither the tenant nor the job id of
+// the manifest it adopted.
+func TestAnotherTenantsRunIsNotAdopted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	priv, _ := signingKeys(t)
+	j := b.newJob("p", "t")
+	const folder = "1-a1fa0000"
+	report := []byte("# alpha's report\n")
+	sum := sha256.Sum256(report)
+	manifest, err := provenance.Build(provenance.Manifest{
+		Job:     provenance.Job{ID: j.ID, Profile: "p", Task: "t"},
+		Outcome: provenance.Outcome{State: job.StateSucceeded},
+		Tenant:  provenance.Tenant{Name: "alpha", Profiles: []string{"p"}},
+	}, []provenance.Subject{{Name: "report.md", Path: "attempts/" + folder + "/report.md", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(report))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := provenance.Sign(ctx, manifest, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, data := range map[string][]byte{
+		store.AttemptPrefix(j.ID, folder) + "report.md": report,
+		store.AttemptSignatureKey(j.ID, folder):         env,
+		store.ManifestKey(j.ID):                         manifest,
+	} {
+		if err := b.store.PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs harness.LogBuffer
+	b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.SigningKey = priv
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	b.publish(j)
+	waitFor(t, 15*time.Second, "the worker to refuse the manifest or end the job", func() bool {
+		st, err := b.q.Status(ctx, j.ID)
+		return strings.Contains(logs.String(), "it records a job of tenant alpha, not of default") || err == nil && st.State.Terminal()
+	})
+	if st, err := b.q.Status(ctx, j.ID); err == nil && st.State.Terminal() {
+		t.Errorf("the job ended %s, as tenant alpha's manifest says: %+v", st.State, st)
+	}
+	if _, err := b.store.Stat(ctx, store.SignatureKey(j.ID)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the signature of tenant alpha's run was put in place (%v), want none", err)
 	}
 }

@@ -109,7 +109,7 @@ func (e *env) gc(ctx context.Context, olderThan time.Duration, del bool) error {
 	out := gcOutput{Store: st.URL(""), OlderThan: olderThan.String(), Delete: del, Folders: []gcFolder{}}
 	var failed []string
 	for _, id := range slices.Sorted(maps.Keys(folders)) {
-		end, err := judgeEnd(ctx, st, q, id, now, olderThan, ackWait)
+		end, err := judgeEnd(ctx, st, q, e.tenant(), id, now, olderThan, ackWait)
 		if err != nil {
 			return fmt.Errorf("gc: job %s: %w", id, err)
 		}
@@ -204,18 +204,18 @@ type runEnd struct {
 	grace     time.Duration
 }
 
-// judgeEnd decides whether job id has ended: its manifest is committed (then no attempt can
+// judgeEnd decides whether job id of tenant has ended: its manifest is committed (then no attempt can
 // commit any more, and the manifest's subjects name the folders to keep), or, with no manifest,
 // its status has been dead or failed for longer than the grace. Anything else, or anything gc
 // cannot read for sure, keeps the job's folders.
-func judgeEnd(ctx context.Context, st store.Store, q *queue.Client, id string, now time.Time, grace, ackWait time.Duration) (runEnd, error) {
+func judgeEnd(ctx context.Context, st store.Store, q *queue.Client, tenant, id string, now time.Time, grace, ackWait time.Duration) (runEnd, error) {
 	end := runEnd{named: map[string]bool{}, grace: grace}
 	data, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
 	switch {
 	case err == nil:
 		stmt, err := provenance.Parse(data)
-		if err == nil && stmt.Predicate.Job.ID != id {
-			err = fmt.Errorf("it records job %s", stmt.Predicate.Job.ID)
+		if err == nil {
+			err = stmt.CheckRun(tenant, id)
 		}
 		if err != nil {
 			end.why = fmt.Sprintf("its manifest cannot be read (%v), so nothing tells which attempt committed", err)

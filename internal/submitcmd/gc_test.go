@@ -70,6 +70,12 @@ func testGC(t *testing.T, te *testEnv, storeArgs []string, touch func(t *testing
 	slowCrashed := store.AttemptPrefix(slow, "2-5105105e")
 	put(slowCrashed, "report.md")
 	age(store.RunPrefix(slow))
+	// A job whose manifest is a run of another tenant's, copied there: it tells nothing of
+	// which folder of this job's is the run's, so none is removed.
+	foreign := te.commitRun(t, true, func(m *provenance.Manifest) { m.Tenant = provenance.Tenant{Name: "alpha"} })
+	foreignCrashed := store.AttemptPrefix(foreign, "2-a1fa0000")
+	put(foreignCrashed, "report.md")
+	age(store.RunPrefix(foreign))
 	// A running job with the old folder of an earlier attempt.
 	running := job.NewID()
 	status(running, func(s *job.Status) { s.State, s.Attempt = job.StateRunning, 2 })
@@ -115,7 +121,8 @@ func testGC(t *testing.T, te *testEnv, storeArgs []string, touch func(t *testing
 		}
 		return got
 	}
-	kept := map[string]string{stale: gcKept, slowCrashed: gcKept, runningFolder: gcKept, justDeadFolder: gcKept, unknownFolder: gcKept}
+	kept := map[string]string{stale: gcKept, slowCrashed: gcKept, foreignCrashed: gcKept, store.AttemptPrefix(foreign, testAttempt): gcKept,
+		runningFolder: gcKept, justDeadFolder: gcKept, unknownFolder: gcKept}
 	want := func(action string) map[string]string {
 		m := map[string]string{crashed: action, deadFolder: action}
 		maps.Copy(m, kept)
@@ -161,7 +168,7 @@ func testGC(t *testing.T, te *testEnv, storeArgs []string, touch func(t *testing
 	if stdout, _, err := te.submit(t, append(append([]string{"verify", committed}, storeArgs...), "--require-signature")...); err != nil {
 		t.Errorf("verify after gc --delete: %v\n%s", err, stdout)
 	}
-	if _, text = gc("--delete"); !strings.Contains(text, "nothing to delete in "+te.st.URL("")+" (5 unnamed attempt folders kept)") {
+	if _, text = gc("--delete"); !strings.Contains(text, "nothing to delete in "+te.st.URL("")+" (7 unnamed attempt folders kept)") {
 		t.Errorf("a second gc --delete:\n%s", text)
 	}
 

@@ -70,8 +70,8 @@ func (e *env) get(ctx context.Context, id, out string) error {
 		return fmt.Errorf("get: %w", err)
 	}
 	stmt, err := provenance.Parse(manifest)
-	if err == nil && stmt.Predicate.Job.ID != id {
-		err = fmt.Errorf("%w: it records job %s", provenance.ErrInvalid, stmt.Predicate.Job.ID)
+	if err == nil {
+		err = stmt.CheckRun(e.tenant(), id)
 	}
 	if err != nil {
 		return &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: manifest.json cannot be trusted: %v; nothing downloaded", id, err)}

@@ -131,6 +131,9 @@ func (e *env) logTranscript(ctx context.Context, id string) error {
 		return fmt.Errorf("logs: %w", err)
 	}
 	stmt, err := provenance.Parse(data)
+	if err == nil {
+		err = stmt.CheckRun(e.tenant(), id)
+	}
 	if err != nil {
 		return fmt.Errorf("logs: job %s: %w", id, err)
 	}

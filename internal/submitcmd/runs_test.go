@@ -152,6 +152,48 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+// TestReadersRefuseARunOfAnotherTenant: the signed run of a job of tenant alpha's, copied with
+// its objects into tenant default's folder (by anyone who can write there: a submitter of
+// default on a shared file store, or with default's store credentials), is no run of
+// default's: verify fails it (exit 8), get downloads nothing and logs shows nothing of it.
+// They used to check the job id the manifest records against the folder's, not the tenant,
+// though the manifest records and signs it. A run that records tenant default, or none
+// (committed before tenants, all of whose jobs were default's), is default's.
+func TestReadersRefuseARunOfAnotherTenant(t *testing.T) {
+	te := newTestEnv(t)
+	tenant := func(name string) func(*provenance.Manifest) {
+		return func(m *provenance.Manifest) {
+			m.Tenant = provenance.Tenant{Name: name, Profiles: []string{"csv-analyst"}}
+		}
+	}
+	alphas := te.commitRun(t, true, tenant("alpha"))
+	defaults := te.commitRun(t, true, tenant(job.DefaultTenant))
+	for _, id := range []string{alphas, defaults} {
+		te.setState(t, id, func(s *job.Status) { s.State, s.Manifest = job.StateSucceeded, provenance.ManifestKey(id) })
+	}
+	const refused = "it records a job of tenant alpha, not of default"
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string // in stdout or the error
+	}{
+		{"verify", []string{"verify", alphas}, exitVerifyFailed, refused},
+		{"get", []string{"get", alphas, "--out", t.TempDir()}, exitVerifyFailed, refused},
+		{"logs", []string{"logs", alphas}, 1, refused},
+		{"verify of default's", []string{"verify", defaults}, 0, "verified: every file matches the manifest"},
+		{"get of default's", []string{"get", defaults, "--out", t.TempDir()}, 0, "report.md"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, _, err := te.submit(t, tt.args...)
+			if exitCode(err) != tt.code || !strings.Contains(stdout+message(err), tt.want) {
+				t.Errorf("%s: exit %d (%v), want %d and %q\n%s", strings.Join(tt.args, " "), exitCode(err), err, tt.code, tt.want, stdout)
+			}
+		})
+	}
+}
+
 func TestGet(t *testing.T) {
 	te := newTestEnv(t)
 	id := te.commitRun(t, true)

@@ -95,7 +95,7 @@ func (e *env) verify(ctx context.Context, id string, keys verifyKeys, allowUnsig
 	}
 	defer closeStore(st)
 
-	report, _ := provenance.VerifyKeyring(ctx, st, id, ring)
+	report, _ := provenance.VerifyKeyring(ctx, st, e.tenant(), id, ring)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
