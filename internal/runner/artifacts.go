@@ -7,7 +7,6 @@ import (
 	"io"
 	"strings"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -124,17 +123,18 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 // maxNamedPath bounds a left-out name as the manifest records it.
 const maxNamedPath = 256
 
-// artifactName reports whether name can be a store key and a manifest subject: valid UTF-8
-// without control or format characters or backslashes, a clean relative key, not too long, and no part
-// the file store reserves.
+// artifactName reports whether name can be a store key and a manifest subject: a key the store
+// writes and lists back as itself (store.WritableKey: valid UTF-8, no control character, nor
+// U+FFFE or U+FFFF), without format characters or backslashes, not too long, and no part the
+// file store reserves.
 func artifactName(name string) bool {
-	if len(name) > maxArtifactName || !utf8.ValidString(name) || strings.ContainsRune(name, '\\') || !store.ValidKey(name) {
+	if len(name) > maxArtifactName || strings.ContainsRune(name, '\\') || !store.WritableKey(name) {
 		return false
 	}
 	// Format characters (an RTL override, zero-width characters) make a name display as
 	// another one; line separators break the lines it is printed on.
 	if strings.ContainsFunc(name, func(r rune) bool {
-		return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+		return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
 	}) {
 		return false
 	}

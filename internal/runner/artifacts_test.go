@@ -196,11 +196,15 @@ func TestCollectArtifacts(t *testing.T) {
 				// Format characters: an RTL override shows "rtl\u202etxt.exe" as "rtlexe.txt"; a
 				// zero-width space makes two names look the same; a line separator breaks a line.
 				"artifacts/rtl\u202etxt.exe": 1, "artifacts/zero\u200bwidth": 1, "artifacts/line\u2028sep": 1, "artifacts/bom\ufeff": 1,
+				// Characters no S3 listing carries in XML (store.WritableKey): the object would
+				// be listed as another key, or fail the listing.
+				"artifacts/nonchar\ufffe": 1, "artifacts/nonchar\uffff": 1,
 			}},
 			want: []string{"artifacts/ok.txt"},
 			skipped: []string{"artifacts/.boxcar-tmp-x:bad_name", "artifacts/back\\slash:bad_name", "artifacts/bad\xffutf8:bad_name",
 				"artifacts/bom\ufeff:bad_name", "artifacts/line\u2028sep:bad_name", "artifacts/new\nline:bad_name",
-				sandbox.ShortPath("artifacts/"+strings.Repeat("n", maxArtifactName), maxNamedPath) + ":bad_name", "artifacts/rtl\u202etxt.exe:bad_name", "artifacts/zero\u200bwidth:bad_name"},
+				sandbox.ShortPath("artifacts/"+strings.Repeat("n", maxArtifactName), maxNamedPath) + ":bad_name",
+				"artifacts/nonchar\ufffe:bad_name", "artifacts/nonchar\uffff:bad_name", "artifacts/rtl\u202etxt.exe:bad_name", "artifacts/zero\u200bwidth:bad_name"},
 		},
 		{
 			// Nothing is read while collecting: what cannot be read is left out at the upload

@@ -88,6 +88,9 @@ func (f *File) put(ctx context.Context, key string, r io.Reader, size int64, ifA
 	if err := checkKey(key); err != nil {
 		return err
 	}
+	if !WritableKey(key) {
+		return fmt.Errorf("%w %q: a key the store writes has no control character, nor U+FFFE or U+FFFF", ErrInvalidKey, key)
+	}
 	if size < -1 {
 		return fmt.Errorf("size %d: must be -1 (unknown) or at least 0", size)
 	}

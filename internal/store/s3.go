@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -192,7 +193,7 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error
 // when the upload completes. It refuses (ErrUnsafeServer) to write on a server that Probe
 // found not to honour that, so a create-only put is never silently an overwrite.
 func (s *S3) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
-	if !ValidKey(key) {
+	if !WritableKey(key) {
 		return fmt.Errorf("store: put-if-absent %q: %w", key, ErrInvalidKey)
 	}
 	if err := s.Probe(ctx); err != nil {
@@ -205,8 +206,8 @@ func (s *S3) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int6
 }
 
 func (s *S3) put(ctx context.Context, key string, r io.Reader, size int64, ifAbsent bool) error {
-	if !ValidKey(key) {
-		return fmt.Errorf("%w %q", ErrInvalidKey, key)
+	if !WritableKey(key) {
+		return fmt.Errorf("%w %q: a key the store writes has no control character, nor U+FFFE or U+FFFF", ErrInvalidKey, key)
 	}
 	if size < -1 {
 		return fmt.Errorf("size %d: must be -1 (unknown) or at least 0", size)
@@ -405,8 +406,9 @@ func (s *S3) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 	}
 	objects := []ObjectInfo{}
 	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
-		Bucket: &s.bucket,
-		Prefix: aws.String(s.prefix + prefix),
+		Bucket:       &s.bucket,
+		Prefix:       aws.String(s.prefix + prefix),
+		EncodingType: types.EncodingTypeUrl,
 	})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
@@ -414,7 +416,11 @@ func (s *S3) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 			return nil, fmt.Errorf("store: list %s: %w", s.URL(prefix), translate(err))
 		}
 		for _, obj := range page.Contents {
-			k := strings.TrimPrefix(aws.ToString(obj.Key), s.prefix)
+			k, err := listedKey(page.EncodingType, aws.ToString(obj.Key))
+			if err != nil {
+				return nil, fmt.Errorf("store: list %s: %w", s.URL(prefix), err)
+			}
+			k = strings.TrimPrefix(k, s.prefix)
 			// Keys written by other tools may not be valid here ("a//b", a trailing "/"
 			// folder marker); Get could not open them, so List does not offer them.
 			// The probe object is the store's own, not one of the caller's.
@@ -426,6 +432,20 @@ func (s *S3) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 	// S3 sorts by UTF-8 bytes already; not every compatible server does.
 	slices.SortFunc(objects, func(a, b ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
 	return objects, nil
+}
+
+// listedKey is a key as ListObjectsV2 listed it: URL-encoded when the answer says so. List asks
+// for that, since the answer is XML, which cannot carry every character a key may hold; a
+// server that ignores the request (versitygw) sends keys as they are, and says nothing.
+func listedKey(encoding types.EncodingType, key string) (string, error) {
+	if encoding != types.EncodingTypeUrl {
+		return key, nil
+	}
+	k, err := url.QueryUnescape(key)
+	if err != nil {
+		return "", fmt.Errorf("decode the listed key %q: %w", key, err)
+	}
+	return k, nil
 }
 
 // credentialProcessError stands for a failed credential_process of the AWS profile. The SDK's

@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Store keeps objects under slash-separated keys.
@@ -67,6 +69,19 @@ func AttemptPrefix(jobID, attempt string) string {
 // for a worker that finds the run committed without its signature to copy into place.
 func AttemptSignatureKey(jobID, attempt string) string {
 	return AttemptPrefix(jobID, attempt) + "manifest.dsse.json"
+}
+
+// WritableKey reports whether the store writes an object under key: a ValidKey of valid UTF-8
+// with no control character and none XML 1.0 cannot carry (U+FFFE, U+FFFF). S3 lists keys in
+// XML (ListObjectsV2): a server that cannot escape a key there lists it as another
+// (versitygw sends U+FFFD) or sends an answer the SDK refuses, so an object under such a key
+// could be neither found by a listing nor removed by `submit gc`. Put and PutIfAbsent refuse
+// other keys (ErrInvalidKey), in every backend alike; reads take any ValidKey, so an object
+// written before is read as ever. The runner's artifact names follow it.
+func WritableKey(key string) bool {
+	return ValidKey(key) && utf8.ValidString(key) && !strings.ContainsFunc(key, func(r rune) bool {
+		return unicode.IsControl(r) || r == 0xFFFE || r == 0xFFFF
+	})
 }
 
 // ValidKey reports whether key is a clean relative key that cannot climb out of a prefix.

@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"NotFound", testNotFound},
 		{"InvalidKeys", testInvalidKeys},
 		{"List", testList},
+		{"ListKeysAsWritten", testListKeysAsWritten},
 		{"ListSizesAndTimes", testListSizesAndTimes},
 		{"Delete", testDelete},
 		{"UnknownSize", testUnknownSize},
@@ -292,6 +293,33 @@ func testList(t *testing.T, s store.Store) {
 				t.Errorf("List(%q) = %q, want %q", tt.prefix, got, tt.want)
 			}
 		})
+	}
+}
+
+// testListKeysAsWritten: List returns every key Put took as itself, those with characters
+// that URLs and XML escape among them; keys a listing could not carry are refused by Put.
+func testListKeysAsWritten(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	keys := []string{"runs/k/a b.csv", "runs/k/a+b.csv", "runs/k/100%.csv", "runs/k/%2B.csv", "runs/k/<&>'\".txt", "runs/k/é€😀.md", "runs/k/\uFFFD.txt", "runs/k/a~!$()*,;=@:.txt"}
+	for _, k := range keys {
+		if err := s.PutIfAbsent(ctx, k, strings.NewReader("x"), 1); err != nil {
+			t.Fatalf("PutIfAbsent(%q): %v", k, err)
+		}
+	}
+	slices.Sort(keys)
+	if got := list(t, s, "runs/k/"); !slices.Equal(got, keys) {
+		t.Errorf("List = %q, want %q", got, keys)
+	}
+	for _, k := range []string{"runs/k/a\uFFFF", "runs/k/b\uFFFE", "runs/k/tab\tname", "runs/k/line\nbreak", "runs/k/del\x7f", "runs/k/c1\u0085", "runs/k/bad\xffutf8"} {
+		if err := s.PutIfAbsent(ctx, k, strings.NewReader("x"), 1); !errors.Is(err, store.ErrInvalidKey) {
+			t.Errorf("PutIfAbsent(%q) = %v, want ErrInvalidKey: no listing carries it", k, err)
+		}
+		if err := s.Put(ctx, k, strings.NewReader("x"), 1); !errors.Is(err, store.ErrInvalidKey) {
+			t.Errorf("Put(%q) = %v, want ErrInvalidKey: no listing carries it", k, err)
+		}
+	}
+	if got := list(t, s, "runs/k/"); !slices.Equal(got, keys) {
+		t.Errorf("after the refused puts List = %q, want %q", got, keys)
 	}
 }
 
