@@ -13,7 +13,9 @@ import (
 
 // TrustedKey is one public key a verifier trusts, for the time it was in use. A signature made
 // outside [NotBefore, NotAfter) does not count: a key retired by a rotation still verifies what
-// it signed before, and nothing it signs after.
+// it signed before, and nothing an honest signer signs with it after. The time is the one the
+// signed document records (a run's finished_at), which the signer writes: whoever holds a
+// retired key can backdate, so a leaked key is removed, not retired (docs/security.md).
 type TrustedKey struct {
 	// Name says whose key it is ("ci-2026", "alice"); a verified approval records it as
 	// decided_by.
