@@ -130,11 +130,7 @@ func verify(ctx context.Context, st Getter, tenant, jobID string, ring Keyring) 
 		return result()
 	}
 	r.Statement = stmt
-	of := "job " + jobID
-	if tenant != "" {
-		of += " of tenant " + tenant
-	}
-	record(Check{Name: "manifest", OK: true, Reason: fmt.Sprintf("%s is a Boxcar provenance statement for %s", manifestKey, of)})
+	record(Check{Name: "manifest", OK: true, Reason: fmt.Sprintf("%s is a Boxcar provenance statement for %s", manifestKey, runOf(tenant, jobID))})
 
 	r.KeyID, r.KeyName = verifySignature(ctx, st, jobID, manifest, stmt.Predicate.Timings.FinishedAt, ring, record, fail)
 
@@ -155,6 +151,14 @@ func verify(ctx context.Context, st Getter, tenant, jobID string, ring Keyring) 
 		record(Check{Name: name, OK: true, Reason: fmt.Sprintf("sha256 %s, %d bytes", in.SHA256, in.Size)})
 	}
 	return result()
+}
+
+// runOf names the run verify holds a manifest to.
+func runOf(tenant, jobID string) string {
+	if tenant == "" {
+		return "job " + jobID
+	}
+	return "job " + jobID + " of tenant " + tenant
 }
 
 // checkRun is stmt.CheckRun, holding the run to its job alone for tenant "" (Verify).

@@ -166,20 +166,9 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 	if err != nil {
 		return "", err
 	}
-	// Sign before committing, so that a run is never committed by a worker that cannot sign it,
-	// and leave the envelope in the attempt's folder: a worker that finds the run committed
-	// without its signature copies that one into place (restoreSignature), it never signs a
-	// manifest it did not build.
-	var env []byte
-	if r.cfg.SigningKey != nil {
-		if env, err = signManifest(ctx, manifest, r.cfg.SigningKey); err != nil {
-			return "", fmt.Errorf("sign manifest: %w", err)
-		}
-		key := store.AttemptSignatureKey(a.job.ID, folder)
-		written = append(written, key) // removed if the commit fails, whether or not it took
-		if err := putSettled(ctx, r, a, key, env); err != nil {
-			return "", fmt.Errorf("upload manifest signature: %w", storeFailure(ctx, err))
-		}
+	env, err := r.leaveSignature(ctx, a, folder, manifest, &written)
+	if err != nil {
+		return "", err
 	}
 	if err := r.putManifest(ctx, a, manifest); err != nil {
 		if errors.Is(err, store.ErrMaybeStored) {
@@ -200,6 +189,27 @@ func (r *Runner) commit(ctx context.Context, a *attempt, run ran, outs []output,
 		}
 	}
 	return reportKey, nil
+}
+
+// leaveSignature signs the manifest before it commits the run, so that a run is never committed
+// by a worker that cannot sign it, and leaves the envelope in the attempt's folder, adding its key
+// to written: a worker that finds the run committed without its signature copies that one into
+// place (restoreSignature), it never signs a manifest it did not build. Without a signing key
+// it returns no envelope.
+func (r *Runner) leaveSignature(ctx context.Context, a *attempt, folder string, manifest []byte, written *[]string) ([]byte, error) {
+	if r.cfg.SigningKey == nil {
+		return nil, nil
+	}
+	env, err := signManifest(ctx, manifest, r.cfg.SigningKey)
+	if err != nil {
+		return nil, fmt.Errorf("sign manifest: %w", err)
+	}
+	key := store.AttemptSignatureKey(a.job.ID, folder)
+	*written = append(*written, key) // removed if the commit fails, whether or not it took
+	if err := putSettled(ctx, r, a, key, env); err != nil {
+		return nil, fmt.Errorf("upload manifest signature: %w", storeFailure(ctx, err))
+	}
+	return env, nil
 }
 
 // putManifest commits the run: the manifest's create-only put (putSettled). It succeeds once

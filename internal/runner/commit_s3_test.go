@@ -93,6 +93,7 @@ func newS3Store(t *testing.T, srv *s3test.Server, bucket, endpoint string) store
 // committed manifest names, the attempt's envelope with them.) The store is reached with the
 // server's credentials (Vars), never the machine's.
 func TestCommitKeepsARunWhoseManifestPutTheSDKRetried(t *testing.T) {
+	t.Parallel()
 	srv := s3test.Start(t)
 	bucket := srv.CreateBucket(t)
 	proxy := newLostAnswerProxy(t, srv, "/manifest.json")

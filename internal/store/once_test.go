@@ -83,10 +83,10 @@ func TestPutOnceTellsWhetherTheObjectIsTheBody(t *testing.T) {
 			case tt.want != nil && !errors.Is(err, tt.want):
 				t.Errorf("PutOnce: %v, want %v", err, tt.want)
 			}
-			if tt.want != store.ErrMaybeStored && errors.Is(err, store.ErrMaybeStored) {
+			if !errors.Is(tt.want, store.ErrMaybeStored) && errors.Is(err, store.ErrMaybeStored) {
 				t.Errorf("PutOnce: %v is ErrMaybeStored, want a settled answer", err)
 			}
-			if tt.want == store.ErrMaybeStored && errors.Is(err, store.ErrExists) {
+			if errors.Is(tt.want, store.ErrMaybeStored) && errors.Is(err, store.ErrExists) {
 				t.Errorf("PutOnce: %v is ErrExists too: a caller would take it for another's object", err)
 			}
 			got := ""
