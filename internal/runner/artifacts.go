@@ -81,7 +81,7 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 	for i, f := range files {
 		if len(outs) == maxArtifacts {
 			a.log.WarnContext(ctx, "artifact count cap reached; the rest are not uploaded",
-				"kept", maxArtifacts, "found", len(files), "first_left_out", f.Path, "left_out", len(files)-i)
+				"kept", maxArtifacts, "found", len(files), "first_left_out", sandbox.ShortPath(f.Path, maxNamedPath), "left_out", len(files)-i)
 			for _, rest := range files[i:] {
 				skip(c, rest.Path, "count_cap", fmt.Sprintf("more than %d artifacts", maxArtifacts))
 			}
@@ -90,8 +90,8 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 		rel, ok := strings.CutPrefix(f.Path, prefix)
 		name := "artifacts/" + rel
 		if !ok || !artifactName(name) {
-			skip(c, sandbox.ShortPath(f.Path, maxNamedPath), "bad_name", "not a name the store and the manifest can hold")
-			a.log.WarnContext(ctx, "artifact name cannot be stored; not uploaded", "artifact", f.Path)
+			skip(c, f.Path, "bad_name", "not a name the store and the manifest can hold")
+			a.log.WarnContext(ctx, "artifact name cannot be stored; not uploaded", "artifact", sandbox.ShortPath(f.Path, maxNamedPath))
 			continue
 		}
 		if f.Size < 0 {
@@ -119,9 +119,6 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 	}
 	return outs, nil
 }
-
-// maxNamedPath bounds a left-out name as the manifest records it.
-const maxNamedPath = 256
 
 // artifactName reports whether name can be a store key and a manifest subject: a key the store
 // writes and lists back as itself (store.WritableKey: valid UTF-8, no control character, nor

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -88,6 +89,13 @@ func names(outs []output) []string {
 	return n
 }
 
+// withFile is files and one more.
+func withFile(files map[string]int64, name string, size int64) map[string]int64 {
+	files = maps.Clone(files)
+	files[name] = size
+	return files
+}
+
 func TestCollectArtifacts(t *testing.T) {
 	t.Parallel()
 	many := map[string]int64{}
@@ -99,6 +107,7 @@ func TestCollectArtifacts(t *testing.T) {
 		firstMany = append(firstMany, fmt.Sprintf("artifacts/f%03d.txt", i))
 	}
 	boom := errors.New("exec: connection reset")
+	longPath := "artifacts/z" + strings.Repeat("y", 4000) // sorts after every f<n>.txt
 
 	tests := []struct {
 		name      string
@@ -157,6 +166,23 @@ func TestCollectArtifacts(t *testing.T) {
 			want:      firstMany,
 			skipped: []string{"artifacts/f064.txt:count_cap", "artifacts/f065.txt:count_cap", "artifacts/f066.txt:count_cap",
 				"artifacts/f067.txt:count_cap", "artifacts/f068.txt:count_cap", "artifacts/f069.txt:count_cap"},
+		},
+		{
+			// The count cap names what it leaves out as every other reason does: cut, so that
+			// paths of up to PATH_MAX cost the manifest little.
+			name:      "count cap names a long path cut",
+			artifacts: "artifacts",
+			sb:        &memSandbox{files: withFile(many, longPath, 1)},
+			want:      firstMany,
+			skipped: []string{"artifacts/f064.txt:count_cap", "artifacts/f065.txt:count_cap", "artifacts/f066.txt:count_cap",
+				"artifacts/f067.txt:count_cap", "artifacts/f068.txt:count_cap", "artifacts/f069.txt:count_cap",
+				sandbox.ShortPath(longPath, maxNamedPath) + ":count_cap"},
+		},
+		{
+			name:      "listing fails with an error naming a long path",
+			artifacts: "artifacts",
+			sb:        &memSandbox{listErr: fmt.Errorf("exec: %s: %w", longPath, boom)},
+			skipped:   []string{"artifacts:unreadable"},
 		},
 		{
 			name:      "size cap per file",
@@ -238,6 +264,12 @@ func TestCollectArtifacts(t *testing.T) {
 			}
 			if !slices.Equal(skipped, tt.skipped) {
 				t.Errorf("left out = %q, want %q", skipped, tt.skipped)
+			}
+			for _, s := range c.Skipped {
+				if len(s.Path) > maxNamedPath+len("…") || len(s.Detail) > maxSkipDetail+len("…") {
+					t.Errorf("the manifest names a left-out file (%s) by %d bytes of path and %d of detail; want at most %d and %d",
+						s.Reason, len(s.Path), len(s.Detail), maxNamedPath, maxSkipDetail)
+				}
 			}
 			var total int64
 			for _, o := range outs {

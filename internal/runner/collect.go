@@ -114,11 +114,23 @@ func finalAsReport(final string) []byte {
 // make any number of them.
 const maxSkippedNamed = 64
 
-// skip records a file or folder of the artifact folder that is not uploaded.
+// maxNamedPath bounds a left-out name as the manifest records it, and maxSkipDetail the words
+// saying why: the job chooses its paths, up to PATH_MAX and beyond, and an error's text may
+// repeat them.
+const (
+	maxNamedPath  = 256
+	maxSkipDetail = 512
+)
+
+// skip records a file or folder of the artifact folder that is not uploaded, whatever the
+// reason: the one place a skip is recorded, so every path and detail the manifest holds is cut
+// to its bound here.
 func skip(c *provenance.Collected, path, reason, detail string) {
 	if len(c.Skipped) == maxSkippedNamed {
 		c.SkippedMore++
 		return
 	}
-	c.Skipped = append(c.Skipped, provenance.Skipped{Path: path, Reason: reason, Detail: detail})
+	c.Skipped = append(c.Skipped, provenance.Skipped{
+		Path: sandbox.ShortPath(path, maxNamedPath), Reason: reason, Detail: sandbox.ShortPath(detail, maxSkipDetail),
+	})
 }
