@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
@@ -108,56 +106,5 @@ func TestAuditContainDevTmpfsUnbounded(t *testing.T) {
 					memBound, diskBound, peak)
 			}
 		})
-	}
-}
-
-// TestAuditContainListUnbounded: the bubblewrap backend's List returns every regular file
-// beneath the folder, however many and however long their paths, in the worker's memory. The
-// kubernetes backend bounds the same answer at 64 MiB (maxListing: "a workdir of millions of
-// files must not exhaust the worker's memory") and fails with ErrTooLarge past it. A job of the
-// default profile (256Mi disk: 65 536 inodes) can leave ~65 000 files whose paths are near
-// PATH_MAX, ~260 MB of paths that the runner's collectArtifacts (List of the artifact folder,
-// before any cap) and the agent's list_files tool pull into the worker. Here 20 000 files with
-// ~4 000-byte paths, made from the host as the job would make them, give ~80 MB.
-func TestAuditContainListUnbounded(t *testing.T) {
-	t.Parallel()
-	const maxListing = 64 << 20 // the kubernetes backend's bound
-	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{Memory: "256Mi", PIDs: 32, Disk: "128Mi", CPU: "1"})
-	st := sandbox.BubblewrapHostState(sb)
-	dir := st.Dir
-	rel := "out"
-	for range 15 {
-		rel = filepath.Join(rel, strings.Repeat("d", 250))
-	}
-	if err := os.MkdirAll(filepath.Join(dir, rel), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Names of 250 bytes, each path about 4 020 bytes: under PATH_MAX, so List reads them all.
-	deep, err := os.Open(filepath.Join(dir, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer deep.Close()
-	const files = 20000
-	for i := range files {
-		name := strconv.Itoa(i) + strings.Repeat("f", 250-len(strconv.Itoa(i)))
-		fd, err := unix.Openat(int(deep.Fd()), name, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
-		if err != nil {
-			t.Fatalf("make file %d: %v", i, err)
-		}
-		unix.Close(fd)
-	}
-	list, err := sb.List(t.Context(), "out")
-	if errors.Is(err, sandbox.ErrTooLarge) {
-		return
-	}
-	var total int
-	for _, f := range list {
-		total += len(f.Path)
-	}
-	t.Logf("List: %d files, %d bytes of paths, err %v", len(list), total, err)
-	if total > maxListing {
-		t.Errorf("List handed the worker %d files with %d bytes of paths; want at most %d bytes (as the kubernetes backend's maxListing) or ErrTooLarge",
-			len(list), total, maxListing)
 	}
 }

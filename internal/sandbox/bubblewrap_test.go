@@ -442,6 +442,59 @@ func TestIsolationReport(t *testing.T) {
 	}
 }
 
+// TestBubblewrapListIsBounded: a List holds at most sandbox.MaxListing bytes in the worker's
+// memory, as a pod's listing does, and fails with ErrTooLarge past it, however the job spread
+// its paths: files whose paths are near PATH_MAX (each listed), or empty folders with such
+// paths (each held by the walk until it is read). Another folder still lists. The tree is made
+// from the host, as the job would make it.
+func TestBubblewrapListIsBounded(t *testing.T) {
+	t.Parallel()
+	n := sandbox.MaxListing/4000 + 500 // each path is about 4 020 bytes
+	tests := []struct {
+		name string
+		make func(dir *os.Root, name string) error
+	}{
+		{name: "files", make: func(dir *os.Root, name string) error { return dir.WriteFile(name, nil, 0o644) }},
+		{name: "empty folders", make: func(dir *os.Root, name string) error { return dir.Mkdir(name, 0o755) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{Memory: "256Mi", PIDs: 32, Disk: "128Mi", CPU: "1"})
+			rel := "out"
+			for range 15 {
+				rel = filepath.Join(rel, strings.Repeat("d", 250))
+			}
+			deep := filepath.Join(sandbox.BubblewrapHostState(sb).Dir, rel)
+			if err := os.MkdirAll(deep, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			dir, err := os.OpenRoot(deep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dir.Close()
+			for i := range n {
+				// Names of 250 bytes: each path in the workdir stays under PATH_MAX.
+				if err := tt.make(dir, strconv.Itoa(i)+strings.Repeat("f", 250-len(strconv.Itoa(i)))); err != nil {
+					t.Fatalf("make entry %d: %v", i, errors.Unwrap(err))
+				}
+			}
+			list, err := sb.List(t.Context(), "out")
+			if !errors.Is(err, sandbox.ErrTooLarge) || list != nil {
+				t.Errorf("List of %d entries with paths of about 4 020 bytes: %d files, err %v; want ErrTooLarge past %d bytes",
+					n, len(list), err, sandbox.MaxListing)
+			}
+			if err := sb.WriteFile(t.Context(), "small/a", []byte("a")); err != nil {
+				t.Fatal(err)
+			}
+			if list, err := sb.List(t.Context(), "small"); err != nil || len(list) != 1 {
+				t.Errorf("List of a small folder beside the tree: %v, err %v; want small/a", list, err)
+			}
+		})
+	}
+}
+
 func BenchmarkExecTrue(b *testing.B) {
 	sb := sandboxtest.StartSpec(b, sandboxtest.Bubblewrap(b), config.SandboxSpec{})
 	ctx := context.Background()

@@ -15,7 +15,8 @@ var (
 	// ErrNotDir marks a List of a path that exists but is not a folder (a regular file, a
 	// symlink to one, a device...); read it with ReadFile instead.
 	ErrNotDir = errors.New("not a folder")
-	// ErrTooLarge marks a file larger than the caller allowed.
+	// ErrTooLarge marks a file larger than the caller allowed, or a List whose answer would
+	// pass the bound every backend holds it to (64 MiB); list a subfolder instead.
 	ErrTooLarge = errors.New("file too large")
 	// ErrClosed marks a call on a sandbox that was already closed.
 	ErrClosed = errors.New("sandbox closed")

@@ -59,3 +59,6 @@ func AgeKubernetesSandbox(sb Sandbox, d time.Duration) {
 	k, _ := As[*kubernetesSandbox](sb)
 	k.created = k.created.Add(-d)
 }
+
+// MaxListing is the bound every backend holds a List's answer to.
+const MaxListing = maxListing

@@ -271,10 +271,6 @@ func (f *firstWrite) Write(p []byte) (int, error) {
 	return f.w.Write(p)
 }
 
-// maxListing bounds the answer of a List from a pod: a workdir of millions of files must not
-// exhaust the worker's memory.
-const maxListing = 64 << 20
-
 // List returns the regular files under dir, recursively, without following symlinks.
 func (s *kubernetesSandbox) List(ctx context.Context, dir string) ([]FileInfo, error) {
 	clean, err := CleanPath(dir)

@@ -112,6 +112,17 @@ type FileInfo struct {
 	Mode fs.FileMode `json:"mode"`
 }
 
+// maxListing bounds what one List holds in the worker's memory, on every backend: a workdir of
+// millions of files, or of files with paths near PATH_MAX, must not exhaust it. Past it, List
+// fails with ErrTooLarge and names the bound. A pod's answer is counted in the bytes it sends;
+// a bubblewrap listing in its paths and listingRecord bytes a file, and the folders its walk
+// has yet to read (workdir.go).
+const maxListing = 64 << 20
+
+// listingRecord is what one file costs a listing beside its path: its FileInfo, and the size
+// and mode as a pod writes them.
+const listingRecord = 64
+
 // Info describes a running sandbox.
 type Info struct {
 	Backend     string `json:"backend"`

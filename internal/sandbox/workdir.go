@@ -271,7 +271,9 @@ func (w *workdir) mkdirAll(rel string) (int, error) {
 	return cur, nil
 }
 
-// list returns the regular files under dir, paths relative to the workdir, sorted.
+// list returns the regular files under dir, paths relative to the workdir, sorted. What it
+// holds, paths and the folders still to read, stays within maxListing: past it, it stops and
+// fails with ErrTooLarge, as a pod's listing does.
 func (w *workdir) list(dir string) ([]FileInfo, error) {
 	fd, err := w.openat(int(w.fd.Fd()), dir, unix.O_RDONLY|unix.O_DIRECTORY, 0, resolveInside)
 	if errors.Is(err, unix.ENOTDIR) {
@@ -285,13 +287,19 @@ func (w *workdir) list(dir string) ([]FileInfo, error) {
 	defer unix.Close(fd)
 	var files []FileInfo
 	incomplete := &IncompleteError{Dir: dir}
-	err = walk(fd, func(rel string, st *unix.Stat_t) {
-		if st.Mode&unix.S_IFMT == unix.S_IFREG {
-			files = append(files, FileInfo{Path: path.Join(dir, rel), Size: st.Size, Mode: fs.FileMode(st.Mode & 0o777)})
+	err = walk(fd, func(rel string, st *unix.Stat_t) int64 {
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return 0
 		}
+		f := FileInfo{Path: path.Join(dir, rel), Size: st.Size, Mode: fs.FileMode(st.Mode & 0o777)}
+		files = append(files, f)
+		return int64(len(f.Path)) + listingRecord
 	}, func(rel string, err error) {
 		incomplete.add(path.Join(dir, rel), unreadableReason(err))
 	})
+	if errors.Is(err, ErrTooLarge) {
+		return nil, fmt.Errorf("sandbox: list %s: the listing is over %d bytes; list a subfolder: %w", dir, maxListing, ErrTooLarge)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: list %s: %w", dir, err)
 	}
@@ -341,67 +349,113 @@ func (w *workdir) notDir(dir string) error {
 
 // usage is the disk space the workdir takes, as du counts it (allocated blocks), and the
 // inodes it uses. On a filesystem of its own, statfs says; otherwise the tree is walked, which
-// cannot see files unlinked while open and fails on a tree nested past PATH_MAX: callers count
-// a failure as over the bound.
+// cannot see files unlinked while open and fails on a tree nested past PATH_MAX or one whose
+// folders waiting to be read name more than maxListing bytes: callers count a failure as over
+// the bound.
 func (w *workdir) usage() (diskUse, error) {
 	if w.ownFS {
 		return statfsUse(int(w.fd.Fd()))
 	}
 	u := diskUse{inodes: 1}
-	err := walk(int(w.fd.Fd()), func(_ string, st *unix.Stat_t) {
+	err := walk(int(w.fd.Fd()), func(_ string, st *unix.Stat_t) int64 {
 		u.bytes += st.Blocks * 512
 		u.inodes++
+		return 0
 	}, nil)
 	return u, err
 }
+
+// walkBatch is how many names of a folder the walk reads at once: a folder of millions of
+// entries is never held whole.
+const walkBatch = 1024
 
 // walk visits everything beneath the folder base without following any symlink: each folder is
 // reopened from base with RESOLVE_NO_SYMLINKS, so a folder swapped for a symlink mid-walk is
 // skipped instead of followed, and only one folder handle is open at a time however deep the
 // tree is. A folder beneath base that cannot be read (nested past PATH_MAX, no permission)
 // fails the walk when skip is nil; otherwise skip is told and the walk goes on without it.
-func walk(base int, visit func(rel string, st *unix.Stat_t), skip func(rel string, err error)) error {
-	queue := []string{"."}
-	for len(queue) > 0 {
-		dir := queue[0]
-		queue = queue[1:]
-		fd, err := unix.Openat2(base, dir, &unix.OpenHow{
-			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		if err != nil {
-			if dir != "." && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EAGAIN)) {
-				continue // changed under us by a running command: it is no longer a folder here
-			}
-			if dir != "." && skip != nil {
-				skip(dir, err)
-				continue
-			}
-			return fmt.Errorf("open %s: %w", dir, err)
+//
+// visit returns how many bytes it keeps of what it was shown. What the walk holds, the paths of
+// the folders it has yet to read, counts too, and the walk stops with ErrTooLarge once the two
+// together pass maxListing: the job decides how many files and folders there are, and how long
+// their paths.
+func walk(base int, visit func(rel string, st *unix.Stat_t) int64, skip func(rel string, err error)) error {
+	w := &walker{base: base, visit: visit, skip: skip, queue: []string{"."}}
+	for len(w.queue) > 0 {
+		dir := w.queue[0]
+		w.queue = w.queue[1:]
+		w.held -= int64(len(dir))
+		if err := w.folder(dir); err != nil {
+			return err
 		}
-		f := os.NewFile(uintptr(fd), dir)
-		names, err := f.Readdirnames(-1)
-		if err != nil {
-			f.Close()
-			if dir != "." && skip != nil {
-				skip(dir, err)
-				continue
-			}
-			return fmt.Errorf("read folder %s: %w", dir, err)
-		}
-		for _, name := range names {
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				continue // removed meanwhile
-			}
-			rel := path.Join(dir, name)
-			visit(rel, &st)
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				queue = append(queue, rel)
-			}
-		}
-		f.Close()
 	}
+	return nil
+}
+
+// walker is one walk's state.
+type walker struct {
+	base  int
+	visit func(rel string, st *unix.Stat_t) int64
+	skip  func(rel string, err error)
+	queue []string // folders to read, relative to base
+	held  int64    // bytes visit kept, and the paths in queue
+}
+
+// folder visits the entries of dir, a batch of names at a time, and queues its folders.
+func (w *walker) folder(dir string) error {
+	fd, err := unix.Openat2(w.base, dir, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		if dir != "." && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EAGAIN)) {
+			return nil // changed under us by a running command: it is no longer a folder here
+		}
+		return w.unreadable(dir, fmt.Errorf("open %s: %w", dir, err))
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	for {
+		names, err := f.Readdirnames(walkBatch)
+		for _, name := range names {
+			if err := w.entry(fd, dir, name); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return w.unreadable(dir, fmt.Errorf("read folder %s: %w", dir, err))
+		}
+	}
+}
+
+// entry visits one name of the folder fd (dir) and queues it if it is a folder.
+func (w *walker) entry(fd int, dir, name string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil // removed meanwhile
+	}
+	rel := path.Join(dir, name)
+	w.held += w.visit(rel, &st)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		w.queue = append(w.queue, rel)
+		w.held += int64(len(rel))
+	}
+	if w.held > maxListing {
+		return fmt.Errorf("the walk would hold more than %d bytes of paths: %w", maxListing, ErrTooLarge)
+	}
+	return nil
+}
+
+// unreadable tells skip of a folder the walk cannot read, or fails the walk with err when
+// there is no skip or the folder is base itself.
+func (w *walker) unreadable(dir string, err error) error {
+	if dir == "." || w.skip == nil {
+		return err
+	}
+	w.skip(dir, err)
 	return nil
 }
 
