@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
@@ -86,9 +87,18 @@ func mountWorkdir(dir string, b diskBound, uid int) error {
 	return nil
 }
 
-// unmountWorkdir detaches a workdir's tmpfs if one is mounted on dir; the kernel frees its
-// pages once no process holds a file of it open.
-func unmountWorkdir(dir string) error {
+// removeMount removes a sandbox's host folder, a workdir or a scratch folder, unmounting its
+// tmpfs first if one is mounted there.
+func removeMount(dir string) error {
+	if err := unmountTmpfs(dir); err != nil {
+		return err
+	}
+	return removeTree(dir)
+}
+
+// unmountTmpfs detaches the tmpfs mounted on dir if there is one; the kernel frees its pages
+// once no process holds a file of it open.
+func unmountTmpfs(dir string) error {
 	mounted, err := mountinfo.Mounted(dir)
 	if errors.Is(err, os.ErrNotExist) || (err == nil && !mounted) {
 		return nil
@@ -100,6 +110,70 @@ func unmountWorkdir(dir string) error {
 		return fmt.Errorf("unmount %s: %w", dir, err)
 	}
 	return nil
+}
+
+// The sandbox's scratch space, /tmp and /dev/shm, is bounded by the profile's disk too: every
+// tmpfs a sandbox can write to has a size, or a command could park the host's memory in it
+// where no memory cgroup counts its pages (RLIMIT_AS does not). Where the worker may mount,
+// the two share one tmpfs of the worker's, <root>/<id>.scratch with a folder for each, of the
+// disk bound's size= and nr_inodes=, bound into the sandbox. Elsewhere bwrap makes each a
+// tmpfs of that size (bwrap's --size, 0.7 or later; bwrap sets no nr_inodes, so the kernel's
+// default of half the host's pages holds), and without --size /tmp is unbounded and /dev/shm
+// stays a folder of the read-only /dev. /dev itself is made read-only once /dev/shm is in
+// place (bwrapArgs).
+const scratchSuffix = ".scratch"
+
+// mountScratch mounts the scratch tmpfs on dir, of b's size and inodes, owned by uid (-1: the
+// worker), with its tmp and shm folders (shm sticky and open to all, as bwrap makes it).
+func mountScratch(dir string, b diskBound, uid int) error {
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", b.bytes, b.inodes)
+	if uid >= 0 {
+		opts += fmt.Sprintf(",uid=%d,gid=%d", uid, uid)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("sandbox: start: mount the scratch tmpfs on %s: %w", dir, err)
+	}
+	for _, f := range []struct {
+		name string
+		mode os.FileMode
+	}{{"tmp", 0o755}, {"shm", 0o777 | os.ModeSticky}} {
+		sub := filepath.Join(dir, f.name)
+		err := os.Mkdir(sub, 0o700)
+		if err == nil {
+			err = os.Chmod(sub, f.mode)
+		}
+		if err == nil && uid >= 0 {
+			err = os.Chown(sub, uid, uid)
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox: start: make the scratch folder %s: %w", sub, err)
+		}
+	}
+	return nil
+}
+
+// scratchArgs are the bwrap options that mount /tmp and /dev/shm, as the host allows.
+func (s *bubblewrapSandbox) scratchArgs(disk int64) []string {
+	switch {
+	case s.p.diskMount:
+		return []string{"--bind", filepath.Join(s.scratchDir, "tmp"), "/tmp", "--bind", filepath.Join(s.scratchDir, "shm"), "/dev/shm"}
+	case s.p.tmpSize:
+		size := strconv.FormatInt(disk, 10)
+		return []string{"--size", size, "--tmpfs", "/tmp", "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"}
+	}
+	return []string{"--tmpfs", "/tmp"}
+}
+
+// scratchIsolation says how /tmp and /dev/shm are bounded, for the manifest.
+func (s *bubblewrapSandbox) scratchIsolation(disk int64) string {
+	switch {
+	case s.p.diskMount:
+		b := newDiskBound(disk)
+		return fmt.Sprintf("tmp,shm=tmpfs(size=%d,nr_inodes=%d)", b.bytes, b.inodes)
+	case s.p.tmpSize:
+		return fmt.Sprintf("tmp=tmpfs(size=%d); shm=tmpfs(size=%d)", disk, disk)
+	}
+	return "tmp=tmpfs(unbounded: bwrap lacks --size); shm=none"
 }
 
 // statfsUse reads what a filesystem of the workdir's own holds.

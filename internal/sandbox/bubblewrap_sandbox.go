@@ -22,6 +22,8 @@ type bubblewrapSandbox struct {
 	p       *BubblewrapProvider
 	id      string
 	hostDir string // the workdir on the host; removed on Close
+	// scratchDir holds /tmp and /dev/shm where the worker mounts their tmpfs (bubblewrap_disk.go).
+	scratchDir string
 	// egressDir is bound read-only at egressMount; egressOn says AttachEgress filled it.
 	egressDir string
 	egressMu  sync.Mutex // guards info against AttachEgress
@@ -82,10 +84,10 @@ func (s *bubblewrapSandbox) cleanup(stop <-chan struct{}) error {
 		s.wdShut = true
 		_ = s.wd.close()
 	}
-	if err := unmountWorkdir(s.hostDir); err != nil {
-		errs = append(errs, err)
-	} else if err := removeTree(s.hostDir); err != nil {
-		errs = append(errs, err)
+	for _, dir := range []string{s.hostDir, s.scratchDir} {
+		if err := removeMount(dir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := os.RemoveAll(s.egressDir); err != nil {
 		errs = append(errs, err)

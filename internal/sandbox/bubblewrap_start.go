@@ -51,7 +51,7 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 		return nil, err
 	}
 	s := &bubblewrapSandbox{
-		p: p, id: id, hostDir: filepath.Join(p.root, id), egressDir: filepath.Join(p.root, id+egressSuffix), image: spec.Image, lock: lock, workdir: workdir, disk: newDiskBound(lim.disk), uid: -1,
+		p: p, id: id, hostDir: filepath.Join(p.root, id), scratchDir: filepath.Join(p.root, id+scratchSuffix), egressDir: filepath.Join(p.root, id+egressSuffix), image: spec.Image, lock: lock, workdir: workdir, disk: newDiskBound(lim.disk), uid: -1,
 		log:   p.log.With("sandbox_id", id, "job_id", spec.JobID),
 		calls: newCalls(), lifetime: time.Duration(spec.Lifetime),
 	}
@@ -82,25 +82,8 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 		s.uid, owner = uid, uid
 		s.cred = credential(uid)
 	}
-	if err := os.Mkdir(s.hostDir, 0o700); err != nil {
-		return fmt.Errorf("sandbox: start: make %s: %w", s.hostDir, err)
-	}
-	if p.diskMount {
-		if err := mountWorkdir(s.hostDir, s.disk, owner); err != nil {
-			return err
-		}
-	} else if owner >= 0 {
-		if err := os.Chown(s.hostDir, owner, owner); err != nil {
-			return fmt.Errorf("sandbox: start: give %s to uid %d: %w", s.hostDir, owner, err)
-		}
-	}
-	if err := os.Mkdir(s.egressDir, 0o700); err != nil {
-		return fmt.Errorf("sandbox: start: make %s: %w", s.egressDir, err)
-	}
-	if owner >= 0 {
-		if err := os.Chown(s.egressDir, owner, owner); err != nil {
-			return fmt.Errorf("sandbox: start: give %s to uid %d: %w", s.egressDir, owner, err)
-		}
+	if err := s.makeHostFolders(owner, lim.disk); err != nil {
+		return err
 	}
 	wd, err := openWorkdir(s.hostDir, owner, owner, p.diskMount)
 	if err != nil {
@@ -143,6 +126,51 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 		s.rlimits[i].value = min(r.value, p.hardLimits[r.resource])
 	}
 
+	s.args = s.bwrapArgs(spec, lim.disk, rootfs)
+
+	s.info = Info{
+		Backend: p.Backend(), ID: s.id, Image: spec.Image,
+		CPU: spec.CPU, Memory: spec.Memory, Disk: spec.Disk, PIDs: spec.PIDs,
+		Isolation: s.isolation(inForce, lim),
+	}
+	if p.seccomp != nil {
+		s.info.Seccomp, s.info.SeccompDigest = seccompName, p.seccomp.digest
+	}
+	return nil
+}
+
+// makeHostFolders makes the sandbox's folders on the host, given to owner (-1: the worker's):
+// the workdir and the scratch folder, each a tmpfs of its own where the worker may mount one
+// (bubblewrap_disk.go), and the egress folder.
+func (s *bubblewrapSandbox) makeHostFolders(owner int, disk int64) error {
+	for _, dir := range []string{s.hostDir, s.scratchDir, s.egressDir} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return fmt.Errorf("sandbox: start: make %s: %w", dir, err)
+		}
+	}
+	if s.p.diskMount {
+		if err := mountWorkdir(s.hostDir, s.disk, owner); err != nil {
+			return err
+		}
+		if err := mountScratch(s.scratchDir, newDiskBound(disk), owner); err != nil {
+			return err
+		}
+	}
+	if owner < 0 {
+		return nil
+	}
+	for _, dir := range []string{s.hostDir, s.egressDir} {
+		if err := os.Chown(dir, owner, owner); err != nil {
+			return fmt.Errorf("sandbox: start: give %s to uid %d: %w", dir, owner, err)
+		}
+	}
+	return nil
+}
+
+// bwrapArgs are the bwrap options every Exec of the sandbox starts from. Each Exec adds its
+// own binds, then makes the root read-only (options).
+func (s *bubblewrapSandbox) bwrapArgs(spec Spec, disk int64, rootfs []string) []string {
+	p := s.p
 	args := []string{
 		"--unshare-all", "--unshare-user", "--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
 		"--hostname", hostname, "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -161,24 +189,12 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 		// After the /etc files in the descriptors each Exec passes (prepare).
 		args = append(args, "--seccomp", strconv.Itoa(fdEtc+len(s.etc)))
 	}
+	// bwrap's /dev is a tmpfs of no size, owned by the sandbox's user: once /dev/shm is
+	// mounted on it, it is made read-only, which leaves its device nodes, /dev/pts and
+	// /dev/shm writable, and nothing else.
 	args = append(args, "--proc", "/proc", "--dev", "/dev")
-	if p.tmpSize {
-		args = append(args, "--size", strconv.FormatInt(lim.disk, 10))
-	}
-	// The root is made read-only after each Exec's own binds (options).
-	args = append(args, "--tmpfs", "/tmp",
-		"--bind", s.hostDir, s.workdir)
-	s.args = args
-
-	s.info = Info{
-		Backend: p.Backend(), ID: s.id, Image: spec.Image,
-		CPU: spec.CPU, Memory: spec.Memory, Disk: spec.Disk, PIDs: spec.PIDs,
-		Isolation: s.isolation(inForce, lim),
-	}
-	if p.seccomp != nil {
-		s.info.Seccomp, s.info.SeccompDigest = seccompName, p.seccomp.digest
-	}
-	return nil
+	args = append(args, s.scratchArgs(disk)...)
+	return append(args, "--remount-ro", "/dev", "--bind", s.hostDir, s.workdir)
 }
 
 // isolation says what this sandbox enforces, for the manifest.
@@ -215,11 +231,7 @@ func (s *bubblewrapSandbox) isolation(cgroups []string, lim limits) string {
 	} else {
 		fmt.Fprintf(&b, "; disk=best-effort(rlimit-fsize+workdir walk every %s-%s during exec, after exec and write; misses unlinked open files)", diskPollMin, diskPollMax)
 	}
-	if s.p.tmpSize {
-		fmt.Fprintf(&b, "; tmp=tmpfs(%d bytes)", lim.disk)
-	} else {
-		b.WriteString("; tmp=tmpfs(unbounded: bwrap lacks --size)")
-	}
+	b.WriteString("; " + s.scratchIsolation(lim.disk) + "; dev=read-only")
 	return b.String()
 }
 

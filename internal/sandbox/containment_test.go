@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
@@ -305,12 +307,12 @@ print("init", open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode())
 	}
 }
 
-// TestContainmentReadOnlyRoot tries to write outside the workdir and /tmp.
+// TestContainmentReadOnlyRoot tries to write outside the workdir, /tmp and /dev/shm.
 func TestContainmentReadOnlyRoot(t *testing.T) {
 	t.Parallel()
 	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
 	out := py(t, sb, `
-for p in ["/x", "/usr/x", "/etc/x", "/bin/x", "/etc/passwd", "/proc/sys/kernel/hostname", "/work/ok", "/tmp/ok"]:
+for p in ["/x", "/usr/x", "/etc/x", "/bin/x", "/etc/passwd", "/proc/sys/kernel/hostname", "/dev/x", "/dev/pts/x", "/work/ok", "/tmp/ok", "/dev/shm/ok"]:
     try:
         with open(p, "a") as f:
             f.write("x")
@@ -320,9 +322,156 @@ for p in ["/x", "/usr/x", "/etc/x", "/bin/x", "/etc/passwd", "/proc/sys/kernel/h
 `)
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		writable := strings.HasSuffix(line, "WRITABLE")
-		shouldBe := strings.HasPrefix(line, "/work/") || strings.HasPrefix(line, "/tmp/")
+		shouldBe := strings.HasPrefix(line, "/work/") || strings.HasPrefix(line, "/tmp/") || strings.HasPrefix(line, "/dev/shm/")
 		if writable != shouldBe {
-			t.Errorf("%s (want writable only under /work and /tmp)", line)
+			t.Errorf("%s (want writable only under /work, /tmp and /dev/shm)", line)
+		}
+	}
+}
+
+// diskModes are the ways a host bounds workdirs: a tmpfs of the worker's for each where it may
+// mount, a walk of the tree where it may not (and then bwrap makes /tmp and /dev/shm).
+var diskModes = []struct {
+	name string
+	edit func(*sandbox.BubblewrapConfig)
+}{
+	{name: "tmpfs workdir", edit: func(*sandbox.BubblewrapConfig) {}},
+	{name: "walked workdir", edit: sandbox.WithoutDiskMount},
+}
+
+// TestContainmentEveryWritableTmpfsIsBounded reads the sandbox's own mount table: every tmpfs
+// it can write to has a size no larger than the workdir's filesystem, and an inode bound where
+// the worker mounts them. Without one, where no memory cgroup counts tmpfs pages, a command
+// parks as much of the host's memory in it as it likes (RLIMIT_AS does not count them): bwrap's
+// /dev was such a tmpfs, writable by the sandbox's user.
+func TestContainmentEveryWritableTmpfsIsBounded(t *testing.T) {
+	t.Parallel()
+	disk := int64(16 << 20)
+	ceiling := disk + max(disk/16, 1<<20)
+	for _, mode := range diskModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, mode.edit), bombSpec)
+			wantInodes := strings.Contains(sb.Info().Isolation, "disk=tmpfs")
+			res := run(t, sb, "cat", "/proc/self/mountinfo")
+			var writable []string
+			for _, m := range parseMountinfo(t, string(res.Stdout)) {
+				if (m.point == "/" || m.point == "/dev") && m.writable {
+					t.Errorf("%s is writable (%s %s); want it read-only", m.point, m.fstype, m.super)
+				}
+				if !m.writable {
+					continue
+				}
+				writable = append(writable, m.point+" "+m.fstype+" "+m.super)
+				if m.fstype != "tmpfs" {
+					continue
+				}
+				size, ok := m.option("size")
+				if kib, err := strconv.ParseInt(strings.TrimSuffix(size, "k"), 10, 64); !ok || err != nil || kib<<10 > ceiling {
+					t.Errorf("%s: a writable tmpfs of size %q; want one of at most %d bytes (%s)", m.point, size, ceiling, m.super)
+				}
+				if _, ok := m.option("nr_inodes"); wantInodes && !ok {
+					t.Errorf("%s: a writable tmpfs with no nr_inodes, where the worker mounts them (%s)", m.point, m.super)
+				}
+			}
+			t.Logf("writable mounts:\n%s", strings.Join(writable, "\n"))
+		})
+	}
+}
+
+// mount is one line of /proc/self/mountinfo.
+type mount struct {
+	point, fstype, super string
+	writable             bool
+}
+
+// option is the value of a superblock option ("size" of "rw,size=16384k").
+func (m mount) option(name string) (string, bool) {
+	for _, o := range strings.Split(m.super, ",") {
+		if v, ok := strings.CutPrefix(o, name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func parseMountinfo(t *testing.T, table string) []mount {
+	t.Helper()
+	var mounts []mount
+	for _, line := range strings.Split(strings.TrimSpace(table), "\n") {
+		mine, theirs, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(mine), strings.Fields(theirs)
+		if !ok || len(f) < 6 || len(g) < 3 {
+			t.Fatalf("mountinfo line %q", line)
+		}
+		mounts = append(mounts, mount{point: f[4], fstype: g[0], super: g[2], writable: strings.Split(f[5], ",")[0] == "rw"})
+	}
+	return mounts
+}
+
+// TestContainmentScratchBounded: a command of a sandbox with 128 MiB of memory and 16 MiB of
+// disk writes 384 MiB in files of 8 MiB into /dev/shm and /dev, then stays. Where no memory
+// cgroup bounds it (rlimits only), what it holds in the sandbox's tmpfs mounts, judged on the
+// host (statfs through /proc/<pid>/root), stays within the disk bound's filesystem: bwrap's /dev
+// had no size, and the command held all 384 MiB. With a memory cgroup, either bound may stop it.
+func TestContainmentScratchBounded(t *testing.T) {
+	t.Parallel()
+	const write = 384 << 20
+	for _, mode := range boundModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, mode.edit), bombSpec)
+			mark := "scratch-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				script := ": " + mark + "; for d in /dev/shm /dev; do for i in $(seq " + strconv.Itoa(write/(8<<20)) + "); do head -c 8388608 /dev/zero > $d/f$i || break; done; done; : > written; sleep 60"
+				res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", script}, Timeout: 90 * time.Second, MaxOutputBytes: 4096})
+				t.Logf("exec: exit %d, err %v, stderr tail %q", res.ExitCode, err, lastLine(res.Stderr))
+			}()
+			defer func() { cancel(); <-done }()
+			if !waitForFile(t, sb, "written", done) {
+				return // stopped before it wrote it all: a memory cgroup's OOM kill
+			}
+			var held int64
+			for _, proc := range hostProcesses(t, mark) {
+				pid, _, _ := strings.Cut(proc, ":")
+				var used int64
+				seen := map[unix.Fsid]bool{} // /dev/shm was a folder of /dev
+				for _, dir := range []string{"dev", "dev/shm"} {
+					var st unix.Statfs_t
+					if err := unix.Statfs(filepath.Join("/proc", pid, "root", dir), &st); err == nil && !seen[st.Fsid] {
+						seen[st.Fsid] = true
+						used += int64(st.Blocks-st.Bfree) * st.Bsize
+					}
+				}
+				held = max(held, used)
+			}
+			t.Logf("the sandbox's /dev and /dev/shm hold %d bytes of the host's memory", held)
+			if ceiling := int64(17 << 20); held > ceiling {
+				t.Errorf("a command of a sandbox with 16 MiB of disk holds %d bytes in /dev and /dev/shm; want at most %d", held, ceiling)
+			}
+		})
+	}
+}
+
+// waitForFile waits up to 60 s for the command to write name into the workdir: false if done
+// closes first (the command ended).
+func waitForFile(t *testing.T, sb sandbox.Sandbox, name string, done <-chan struct{}) bool {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := sb.ReadFile(t.Context(), name, 10); err == nil {
+			return true
+		}
+		select {
+		case <-done:
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command did not write %s within 60s", name)
 		}
 	}
 }
@@ -527,7 +676,7 @@ func TestContainmentGoneAfterClose(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, path := range append([]string{st.Dir, st.Lock}, st.Cgroups...) {
+	for _, path := range st.Paths() {
 		if _, err := os.Stat(path); err != nil {
 			t.Fatalf("before Close: %s: %v", path, err)
 		}
@@ -538,7 +687,7 @@ func TestContainmentGoneAfterClose(t *testing.T) {
 	if err := <-done; !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("the running command: err = %v, want ErrClosed", err)
 	}
-	for _, path := range append([]string{st.Dir, st.Lock}, st.Cgroups...) {
+	for _, path := range st.Paths() {
 		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("after Close: %s is still there (%v)", path, err)
 		}

@@ -9,15 +9,21 @@ import (
 // package to check that it is all gone afterwards.
 type HostState struct {
 	Dir     string   // the workdir's host folder
+	Scratch string   // the host folder of /tmp and /dev/shm (a tmpfs where the worker mounts)
 	Lock    string   // the lock file
 	Cgroups []string // the cgroup folders
 	UID     int      // the host uid the sandbox runs as; -1 when the worker is not root
 }
 
+// Paths are the host paths of the sandbox's state, each there until it is removed.
+func (st HostState) Paths() []string {
+	return append([]string{st.Dir, st.Scratch, st.Lock}, st.Cgroups...)
+}
+
 // BubblewrapHostState describes a bubblewrap sandbox that has not been closed yet.
 func BubblewrapHostState(sb Sandbox) HostState {
 	b, _ := As[*bubblewrapSandbox](sb)
-	st := HostState{Dir: b.hostDir, Lock: b.hostDir + lockSuffix, UID: b.uid}
+	st := HostState{Dir: b.hostDir, Scratch: b.scratchDir, Lock: b.hostDir + lockSuffix, UID: b.uid}
 	if b.cg != nil {
 		st.Cgroups = slices.Clone(b.cg.dirs)
 	}

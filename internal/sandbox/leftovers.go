@@ -177,7 +177,7 @@ func (p *BubblewrapProvider) lockLeftover(id string) (*sandboxLock, []byte, erro
 }
 
 // removeLeftoverState removes what sandbox id left: its cgroups (named in lockFile), its
-// workdir and its egress folder, each tried whatever the others did.
+// workdir, its scratch folder and its egress folder, each tried whatever the others did.
 func (p *BubblewrapProvider) removeLeftoverState(id string, lockFile []byte) error {
 	var errs []error
 	cg := &cgroup{dirs: p.leftoverCgroups(id, lockFile)}
@@ -188,11 +188,11 @@ func (p *BubblewrapProvider) removeLeftoverState(id string, lockFile []byte) err
 	}
 	t.Stop()
 	dir := filepath.Join(p.root, id)
-	if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
-		if err := unmountWorkdir(dir); err != nil {
-			errs = append(errs, err)
-		} else if err := removeTree(dir); err != nil {
-			errs = append(errs, err)
+	for _, d := range []string{dir, dir + scratchSuffix} {
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+			if err := removeMount(d); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := os.RemoveAll(dir + egressSuffix); err != nil {

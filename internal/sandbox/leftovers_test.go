@@ -126,7 +126,7 @@ func TestBubblewrapRemovesCrashLeftovers(t *testing.T) {
 	left := states[0] // the job's sandbox, with a command running
 	var leftPaths []string
 	for _, st := range states {
-		leftPaths = append(append(leftPaths, st.Dir, st.Lock), st.Cgroups...)
+		leftPaths = append(leftPaths, st.Paths()...)
 	}
 	for _, path := range leftPaths {
 		if _, err := os.Stat(path); err != nil {
@@ -213,7 +213,7 @@ func TestBubblewrapRemovesCrashLeftovers(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(victim, "keep")); err != nil {
 		t.Errorf("a file a damaged lock file points at was removed: %v", err)
 	}
-	for _, path := range append([]string{liveState.Dir, liveState.Lock}, liveState.Cgroups...) {
+	for _, path := range liveState.Paths() {
 		if _, err := os.Stat(path); err != nil {
 			t.Errorf("the live sandbox of another worker lost %s: %v", path, err)
 		}
