@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -110,6 +111,14 @@ func NewID() string {
 	return fmt.Sprintf("%s-%x", time.Now().UTC().Format("20060102t150405"), b)
 }
 
+// SeqIDPrefix begins the id a worker records a rejected message under when its subject names
+// no usable job id: stream-seq-N, N its sequence in the job stream. No job may take such an
+// id, so that a job's status and a rejected message's never share a key.
+const SeqIDPrefix = "stream-seq-"
+
+// SeqID is the id of the message at seq in the job stream (SeqIDPrefix).
+func SeqID(seq uint64) string { return SeqIDPrefix + strconv.FormatUint(seq, 10) }
+
 // ValidID reports whether id is a well-formed job id: ^[a-z0-9][a-z0-9-]{7,63}$. It is
 // written out rather than a regexp because a worker checks every job's id several times.
 func ValidID(id string) bool {
@@ -170,6 +179,9 @@ func (j Job) Validate() error {
 	}
 	if !ValidID(j.ID) {
 		return bad("id", "%q is not a job id (lowercase letters, digits and '-', 8 to 64 characters)", j.ID)
+	}
+	if strings.HasPrefix(j.ID, SeqIDPrefix) {
+		return bad("id", "%q begins with %q, which names a rejected message by its stream sequence; choose another id", j.ID, SeqIDPrefix)
 	}
 	if !ValidProfileName(j.Profile) {
 		return bad("profile", "%q is not a profile name", j.Profile)

@@ -97,6 +97,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"id too long", with(func(m map[string]any) { m["id"] = strings.Repeat("a", 65) }), "id:"},
 		{"id with NUL", with(func(m map[string]any) { m["id"] = "abcdefgh\x00x" }), "id:"},
 		{"id with NATS wildcard", with(func(m map[string]any) { m["id"] = "abcdefgh.>" }), "id:"},
+		{"id of a rejected message", with(func(m map[string]any) { m["id"] = "stream-seq-42" }), `id: "stream-seq-42" begins with "stream-seq-"`},
 		{"profile missing", with(func(m map[string]any) { delete(m, "profile") }), "profile:"},
 		{"profile with path", with(func(m map[string]any) { m["profile"] = "../other" }), "profile:"},
 		{"tenant uppercase", with(func(m map[string]any) { m["tenant"] = "Team-A" }), "tenant:"},

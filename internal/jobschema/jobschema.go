@@ -31,8 +31,9 @@ func Schema() (schemagen.Schema, error) {
 		},
 		Rules: map[string]schemagen.Schema{
 			"version": {"const": job.Version},
-			"id": {"pattern": idPattern, "description": "Lowercase letters, digits and '-', 8 to 64 characters, starting with a letter or digit. " +
-				"The last token of the message's subject (boxcar.jobs.TENANT.ID) must be the same id."},
+			"id": {"pattern": idPattern, "not": schemagen.Schema{"pattern": "^" + job.SeqIDPrefix},
+				"description": "Lowercase letters, digits and '-', 8 to 64 characters, starting with a letter or digit, not beginning " + job.SeqIDPrefix +
+					" (the name of a rejected message). The last token of the message's subject (boxcar.jobs.TENANT.ID) must be the same id."},
 			"profile": {"pattern": job.NamePattern, "description": "An execution profile the workers define."},
 			"tenant": {"pattern": job.TenantPattern, "description": "The tenant the job belongs to. Informational: the worker takes the tenant " +
 				"from the subject the message was published on (boxcar.jobs.TENANT.ID) and overwrites this field."},

@@ -78,6 +78,7 @@ func TestSchemaAgreesWithDecode(t *testing.T) {
 		{name: "no version", change: del("version")},
 		{name: "uppercase id", change: set("id", "20261202T103908-0E9A4DB02BEA")},
 		{name: "short id", change: set("id", "abc")},
+		{name: "id of a rejected message", change: set("id", "stream-seq-42")},
 		{name: "no id", change: del("id")},
 		{name: "profile with a space", change: set("profile", "file summary")},
 		{name: "blank task", change: set("task", " \n\t")},

@@ -50,7 +50,7 @@ func (a *Admin) adoptBareJobs(ctx context.Context) error {
 		}
 		id := m.Header.Get(jetstream.MsgIDHeader)
 		if !job.ValidID(id) {
-			id = fmt.Sprintf("stream-seq-%d", m.Sequence)
+			id = job.SeqID(m.Sequence)
 		}
 		to := jobSubject(a.cfg, Ref{Tenant: job.DefaultTenant, ID: id})
 		if _, err := a.js.PublishMsg(ctx, &nats.Msg{Subject: to, Data: m.Data}); err != nil {

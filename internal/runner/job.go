@@ -462,7 +462,7 @@ func (r *Runner) progressIfSlow(ctx context.Context, a *attempt, msg string) (do
 // statusID is the id under which a delivery's outcome is recorded: the id its subject names,
 // the one id the message has (the stream keeps one message per subject). A message whose
 // subject names no usable id (an uppercase one) is recorded under its stream sequence,
-// seqStatusID, which the publisher's ack reported, never under the id its JSON names: that id
+// job.SeqID, which the publisher's ack reported, never under the id its JSON names: that id
 // may be another job's, queued with no status yet (submit writes none), whose delivery would
 // then find it ended. The status's error names both ids (idMismatch).
 func (a *attempt) statusID() string {
@@ -472,12 +472,8 @@ func (a *attempt) statusID() string {
 	if a.d.Seq == 0 {
 		return ""
 	}
-	return seqStatusID(a.d.Seq)
+	return job.SeqID(a.d.Seq)
 }
-
-// seqStatusID is the status id of a rejected message that names no usable job id: its
-// sequence in the jobs stream, e.g. stream-seq-42.
-func seqStatusID(seq uint64) string { return fmt.Sprintf("stream-seq-%d", seq) }
 
 // idMismatch says precisely how the job id a message's subject names (boxcar.jobs.T.J) fails
 // its JSON id, and where to publish it instead.
