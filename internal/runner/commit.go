@@ -271,20 +271,26 @@ func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs 
 		// An output whose put may have taken is uploaded again, the same bytes, until the
 		// store says (putSettled). It is removed with the rest if the commit fails.
 		*written = append(*written, key)
+		// The error names the output in the wait's status line too ("waiting for the store:
+		// upload report.md: ...").
 		got, err := awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeSettled, func(ctx context.Context) (stored, error) {
-			return r.upload(ctx, a, key, out)
+			got, err := r.upload(ctx, a, key, out)
+			if err != nil {
+				err = fmt.Errorf("upload %s: %w", out.name, err)
+			}
+			return got, err
 		})
 		var source *sourceError
 		switch {
 		case err == nil:
 		case out.path != "" && errors.As(err, &source) && ctx.Err() == nil:
-			skip(collected, out.path, "changed", err.Error())
-			a.log.WarnContext(ctx, "artifact changed while being uploaded or cannot be read; not uploaded", "artifact", out.path, "error", err)
+			skip(collected, out.path, "changed", source.Error())
+			a.log.WarnContext(ctx, "artifact changed while being uploaded or cannot be read; not uploaded", "artifact", out.path, "error", source)
 			continue
 		case errors.As(err, &source):
-			return nil, fmt.Errorf("upload %s: %w", out.name, err)
+			return nil, err
 		default:
-			return nil, fmt.Errorf("upload %s: %w", out.name, storeFailure(ctx, err))
+			return nil, storeFailure(ctx, err)
 		}
 		subs = append(subs, got)
 		r.m.UploadedBytes.Add(float64(got.size))

@@ -5,7 +5,6 @@ package sandbox
 import (
 	"bytes"
 	"os/exec"
-	"strings"
 	"syscall"
 )
 
@@ -13,7 +12,8 @@ import (
 // sandbox's own options (namespaces, mounts, /etc files, environment, and whatever the
 // provider adds later), passed on the command line, with the descriptors they name and the
 // sandbox's host uid, but without the rlimits, the cgroup, the options pipe or any bookkeeping.
-// The workdir is bound from hostDir instead of the sandbox's folder. It is the baseline of
+// The workdir is bound from hostDir instead of the sandbox's folder; /tmp and /dev/shm are the
+// sandbox's own. It is the baseline of
 // BenchmarkBubblewrapLifecycle, read from the provider so the two keep the same flags. done
 // closes the descriptors once the command has started.
 func BareBwrap(sb Sandbox, hostDir string, argv []string) (cmd *exec.Cmd, done func(), err error) {
@@ -25,7 +25,10 @@ func BareBwrap(sb Sandbox, hostDir string, argv []string) (cmd *exec.Cmd, done f
 	inv.argsWrite.Close() // bwrap reads no --args here: its options are on the command line
 	var args []string
 	for _, a := range bytes.Split(bytes.TrimSuffix(s.options(ExecRequest{Argv: argv}, s.workdir, false, false), []byte{0}), []byte{0}) {
-		args = append(args, strings.ReplaceAll(string(a), s.hostDir, hostDir))
+		if string(a) == s.hostDir { // the workdir's bind alone: the scratch folders beside it are the sandbox's
+			a = []byte(hostDir)
+		}
+		args = append(args, string(a))
 	}
 	cmd = exec.Command(s.p.bwrap, append(append(args, "--"), argv...)...)
 	cmd.Env = []string{}

@@ -48,7 +48,21 @@ func PutOnce(ctx context.Context, st Store, key string, r io.Reader, size int64)
 	case rerr == nil:
 		return got, fmt.Errorf("%v; %w: another object is stored under %s", err, ErrExists, key)
 	}
-	return got, fmt.Errorf("%v; reading it back could not tell whether it took: %v: %w (put the same bytes again to settle it)", err, rerr, ErrMaybeStored)
+	// The read's own cause alone: the client's full error repeats the key and the endpoint,
+	// which the put's error already names, and a status line would carry both.
+	return got, fmt.Errorf("%w; reading it back could not tell whether it took (%v): %w (put the same bytes again to settle it)", err, innermost(rerr), ErrMaybeStored)
+}
+
+// innermost is the last error of err's chain: for a client's error, the cause itself ("dial
+// tcp 127.0.0.1:9000: connect: connection refused", "NoSuchKey").
+func innermost(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
 }
 
 // digestReader hashes and counts what a put reads, and notes that it read to the end.
