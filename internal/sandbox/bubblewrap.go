@@ -141,7 +141,7 @@ type BubblewrapProvider struct {
 	hostLayout             []string // bwrap options for the host's read-only /usr, /bin, /lib...
 	// diskMount is true when each workdir gets a tmpfs of its own (bubblewrap_disk.go).
 	diskMount bool
-	seccomp   *seccompFilter // nil: none (only with noSeccomp)
+	seccomp   seccompFilters // none with noSeccomp
 
 	// The egress bridge, copied under root at the first AttachEgress (bubblewrap_egress.go).
 	bridgeBin     string
@@ -193,7 +193,7 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 		if !bytes.Contains(help, []byte("--seccomp")) {
 			return nil, fmt.Errorf("sandbox: bubblewrap: %s lacks --seccomp; install a current one with `apt-get install -y bubblewrap`: %w", bwrap, ErrUnavailable)
 		}
-		if p.seccomp, err = buildSeccomp(); err != nil {
+		if p.seccomp, err = buildSeccompFilters(); err != nil {
 			return nil, fmt.Errorf("sandbox: bubblewrap: %w: %w", err, ErrUnavailable)
 		}
 	}

@@ -346,8 +346,8 @@ func (s *bubblewrapSandbox) prepare() (*invocation, error) {
 		}
 		inv.child = append(inv.child, mf)
 	}
-	if s.p.seccomp != nil {
-		mf, err := memfile("seccomp", string(s.p.seccomp.program))
+	if s.seccomp != nil {
+		mf, err := memfile("seccomp", string(s.seccomp.program))
 		if err != nil {
 			inv.close()
 			return nil, err

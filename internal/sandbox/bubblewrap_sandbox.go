@@ -38,7 +38,8 @@ type bubblewrapSandbox struct {
 	args      []string            // bwrap options shared by every Exec
 	etc       []etcFile           // synthesised /etc files, passed from fdEtc on
 	cg        *cgroup
-	rlimits   []rlimit // set on each Exec's bwrap before it reads its options
+	rlimits   []rlimit       // set on each Exec's bwrap before it reads its options
+	seccomp   *seccompFilter // the filter of every Exec; nil: none
 	info      Info
 	log       *slog.Logger
 	expiry    *time.Timer

@@ -116,7 +116,9 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 	if p.asRoot {
 		s.rlimits = append([]rlimit{{"nproc", unix.RLIMIT_NPROC, uint64(spec.PIDs)}}, s.rlimits...)
 	}
-	if !slices.Contains(inForce, ctlMemory) {
+	memoryCgroup := slices.Contains(inForce, ctlMemory)
+	s.seccomp = p.seccomp.choose(memoryCgroup)
+	if !memoryCgroup {
 		// Address space is a crude stand-in for memory: it counts reservations as well as
 		// use, so runtimes that reserve large ranges (Go, the JVM, V8) need generous limits.
 		// It is used only where no memory cgroup can measure the real thing.
@@ -133,8 +135,8 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 		CPU: spec.CPU, Memory: spec.Memory, Disk: spec.Disk, PIDs: spec.PIDs,
 		Isolation: s.isolation(inForce, lim),
 	}
-	if p.seccomp != nil {
-		s.info.Seccomp, s.info.SeccompDigest = seccompName, p.seccomp.digest
+	if s.seccomp != nil {
+		s.info.Seccomp, s.info.SeccompDigest = s.seccomp.name, s.seccomp.digest
 	}
 	return nil
 }
@@ -185,7 +187,7 @@ func (s *bubblewrapSandbox) bwrapArgs(spec Spec, disk int64, rootfs []string) []
 			args = append(args, "--ro-bind-data", strconv.Itoa(fdEtc+i), f.name)
 		}
 	}
-	if p.seccomp != nil {
+	if s.seccomp != nil {
 		// After the /etc files in the descriptors each Exec passes (prepare).
 		args = append(args, "--seccomp", strconv.Itoa(fdEtc+len(s.etc)))
 	}
@@ -209,8 +211,8 @@ func (s *bubblewrapSandbox) isolation(cgroups []string, lim limits) string {
 	if s.p.disableUserns {
 		b.WriteString("; nested_userns=off")
 	}
-	if s.p.seccomp != nil {
-		fmt.Fprintf(&b, "; seccomp=%s(%s)", seccompName, s.p.seccomp.digest)
+	if s.seccomp != nil {
+		fmt.Fprintf(&b, "; seccomp=%s(%s)", s.seccomp.name, s.seccomp.digest)
 	} else {
 		b.WriteString("; seccomp=none")
 	}

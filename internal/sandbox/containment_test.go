@@ -456,6 +456,105 @@ func TestContainmentScratchBounded(t *testing.T) {
 	}
 }
 
+// sysvIPCAttack asks for a message queue and a semaphore set, then makes System V shared memory
+// segments of 64 MiB, touches each and detaches it, up to six (384 MiB): a detached segment
+// stays in the IPC namespace after its maker has gone. The shell then lists the namespace's
+// segments (the kernel's /proc/sysvipc/shm).
+const sysvIPCAttack = `python3 -c '
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype, libc.shmat.argtypes = ctypes.c_void_p, (ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+libc.shmdt.argtypes = (ctypes.c_void_p,)
+def result(r):
+    return "ok" if r >= 0 else "errno=%d" % ctypes.get_errno()
+print("msgget", result(libc.msgget(0, 0o1600)))
+print("semget", result(libc.semget(0, 1, 0o1600)))
+made, size = 0, 64 << 20
+for i in range(6):
+    seg = libc.shmget(0, size, 0o1600)
+    print("shmget", result(seg))
+    if seg < 0:
+        break
+    addr = libc.shmat(seg, None, 0)
+    if addr is None or addr == ctypes.c_void_p(-1).value:
+        print("shmat", result(-1))
+        break
+    ctypes.memset(addr, 1, size)
+    libc.shmdt(ctypes.c_void_p(addr))
+    made += 1
+    print("segments", made, flush=True)
+'; echo listing; cat /proc/sysvipc/shm`
+
+// TestContainmentSysVIPCBounded: System V IPC objects live in the sandbox's IPC namespace until
+// the Exec's last process ends, whoever made them, and RLIMIT_AS counts none of them (a segment
+// once detached, a queued message, a semaphore). Where a memory cgroup is in force it counts
+// them, and the calls work; rlimits only, the seccomp filter answers ENOSYS to the whole family,
+// as a kernel without System V IPC would. Before, rlimits only, a command with 128 MiB of memory
+// left 384 MiB of touched segments behind.
+func TestContainmentSysVIPCBounded(t *testing.T) {
+	t.Parallel()
+	for _, mode := range boundModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, mode.edit), bombSpec)
+			iso := sb.Info().Isolation
+			memoryCgroup := strings.Contains(iso, "cgroup-v") && strings.Contains(iso, "memory")
+			res, err := runBomb(t, sb, sysvIPCAttack, 60*time.Second)
+			if err != nil {
+				t.Fatalf("exec: %v", err)
+			}
+			out, listing, ok := strings.Cut(string(res.Stdout), "listing\n")
+			if !ok {
+				t.Fatalf("no listing of the segments: stdout %q, stderr %q", res.Stdout, res.Stderr)
+			}
+			t.Logf("isolation %s\n%s", iso, out)
+			held := sysvShmResident(t, listing)
+			t.Logf("the sandbox's IPC namespace holds %d bytes of System V shared memory", held)
+			// The memory bound, and with a memory cgroup the workdir's tmpfs it also counts.
+			ceiling := int64(128 << 20)
+			want, filter := "errno=38", "boxcar-nosysvipc-v1"
+			if memoryCgroup {
+				ceiling, want, filter = (128+17+1)<<20, "ok", "boxcar-default-v1"
+			}
+			if got := sb.Info().Seccomp; got != filter {
+				t.Errorf("the sandbox runs under the filter %q; want %q with a memory cgroup %v", got, filter, memoryCgroup)
+			}
+			if held > ceiling {
+				t.Errorf("a command of a sandbox with 128 MiB of memory left %d bytes of System V shared memory; want at most %d (%s)", held, ceiling, iso)
+			}
+			for _, call := range []string{"msgget", "semget", "shmget"} {
+				if !strings.Contains(out, call+" "+want+"\n") {
+					t.Errorf("%s: want %q with a memory cgroup %v; got:\n%s", call, want, memoryCgroup, out)
+				}
+			}
+			expectUsable(t, sb)
+		})
+	}
+}
+
+// sysvShmResident sums the rss column of a /proc/sysvipc/shm listing.
+func sysvShmResident(t *testing.T, listing string) int64 {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(listing), "\n")
+	col := slices.Index(strings.Fields(lines[0]), "rss")
+	if col < 0 {
+		t.Fatalf("no rss column in /proc/sysvipc/shm: %q", listing)
+	}
+	var sum int64
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		if len(f) <= col {
+			t.Fatalf("a /proc/sysvipc/shm line without rss: %q", line)
+		}
+		n, err := strconv.ParseInt(f[col], 10, 64)
+		if err != nil {
+			t.Fatalf("rss %q: %v", f[col], err)
+		}
+		sum += n
+	}
+	return sum
+}
+
 // waitForFile waits up to 60 s for the command to write name into the workdir: false if done
 // closes first (the command ended).
 func waitForFile(t *testing.T, sb sandbox.Sandbox, name string, done <-chan struct{}) bool {
