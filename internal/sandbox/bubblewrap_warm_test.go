@@ -81,17 +81,7 @@ func warmFirstCommandAsCold(t *testing.T, p *sandbox.BubblewrapProvider) {
 		return string(res.Stdout)
 	}
 	cold := first(sandboxtest.StartSpec(t, p, config.SandboxSpec{}))
-	spec := sandboxtest.Spec("", config.SandboxSpec{})
-	spec.Pool, spec.Ahead = "p", time.Hour
-	warm, err := p.Start(t.Context(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = warm.Close(context.Background()) })
-	sandbox.AwaitWarm(warm)
-	if err := warm.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
-		t.Fatal(err)
-	}
+	warm := startClaimed(t, p)
 	if got := first(warm); got != cold {
 		t.Errorf("the warm sandbox's first command saw\n%s\nthe cold one's\n%s", got, cold)
 	}
@@ -108,6 +98,24 @@ func warmFirstCommandAsCold(t *testing.T, p *sandbox.BubblewrapProvider) {
 // an image's root, which may hold no shell or another one, has the worker's binary, except
 // under RLIMIT_AS, where that binary's Go runtime cannot start, and it has none. Each first
 // command runs on the spare it has.
+// startClaimed starts a pool sandbox of the default spec, lets it warm up as its pool would,
+// and claims it for job-1.
+func startClaimed(t *testing.T, p sandbox.Provider) sandbox.Sandbox {
+	t.Helper()
+	spec := sandboxtest.Spec("", config.SandboxSpec{})
+	spec.Pool, spec.Ahead = "p", time.Hour
+	warm, err := p.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = warm.Close(context.Background()) })
+	sandbox.AwaitWarm(warm)
+	if err := warm.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
+		t.Fatal(err)
+	}
+	return warm
+}
+
 func TestBubblewrapSpareKinds(t *testing.T) {
 	t.Parallel()
 	// An image gets the worker's binary only where that is linked statically (CGO_ENABLED=0, as
@@ -223,17 +231,7 @@ func TestWarmUsageIsTheJobsAlone(t *testing.T) {
 			if !ok {
 				t.Skipf("no cgroup here: %+v", cu)
 			}
-			spec := sandboxtest.Spec("", config.SandboxSpec{})
-			spec.Pool, spec.Ahead = "p", time.Hour
-			warm, err := p.Start(t.Context(), spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = warm.Close(context.Background()) })
-			sandbox.AwaitWarm(warm)
-			if err := warm.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
-				t.Fatal(err)
-			}
+			warm := startClaimed(t, p)
 			wu, _ := warm.(sandbox.UsageCounter).Usage()
 			t.Logf("cold before any command: %+v; warm just claimed: %+v", cu, wu)
 			if wu.CPUMillis != cu.CPUMillis || wu.PeakMemoryBytes != cu.PeakMemoryBytes {

@@ -212,28 +212,9 @@ func TestInputsUploadedOnce(t *testing.T) {
 // before), and the stream holds it once. run without --jobs does the same (TestRunAckLostAcrossRestart).
 func TestRunJobsAckLostAcrossRestart(t *testing.T) {
 	te := newTestEnv(t)
-	proxy := newAckDropper(t, te.ns.Addr().String(), "boxcar.jobs.default.")
 	const id = "ack-lost-00000001"
 	file := writeTestFile(t, t.TempDir(), "jobs.jsonl", `{"profile":"csv-analyst","task":"t","id":"`+id+`"}`)
-	type result struct {
-		stdout, stderr string
-		err            error
-	}
-	done := make(chan result, 1)
-	go func() {
-		stdout, stderr, err := te.submitVia(t, publishPolicy{attempt: time.Second, budget: time.Minute}, proxy.url(), "run", "--jobs", file)
-		done <- result{stdout, stderr, err}
-	}()
-	select {
-	case <-proxy.seen:
-	case r := <-done:
-		t.Fatalf("submit ended before publishing: %v\n%s\n%s", r.err, r.stdout, r.stderr)
-	}
-	waitFor(t, "the job on the stream", func() bool { return len(te.storedJobIDs(t)) == 1 })
-	te.restart(t)
-	proxy.reset()
-
-	r := <-done
+	r := te.submitAckLostAcrossRestart(t, "run", "--jobs", file)
 	if r.err != nil {
 		t.Fatalf("submit run --jobs: exit %d, %v\n%s", exitCode(r.err), r.err, r.stderr)
 	}

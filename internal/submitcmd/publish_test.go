@@ -167,22 +167,22 @@ func (te *testEnv) storedJobIDs(t *testing.T) []string {
 	return ids
 }
 
-// TestRunAckLostAcrossRestart: the server stores the job, restarts before its ack reaches
-// submit; submit retries with the same message id, the server drops the retry as a duplicate,
-// and submit reports the job as submitted, once. (Before, it exited 1 with a deadline error for
-// a job that then ran, and a script's retry ran it twice under two ids.)
-func TestRunAckLostAcrossRestart(t *testing.T) {
-	te := newTestEnv(t)
+// submitResult is what one submit command did.
+type submitResult struct {
+	stdout, stderr string
+	err            error
+}
+
+// submitAckLostAcrossRestart runs submit with args through a proxy that drops the acks of the
+// job subjects' publishes, restarts the server once the stream holds the job, and returns what
+// submit did then.
+func (te *testEnv) submitAckLostAcrossRestart(t *testing.T, args ...string) submitResult {
+	t.Helper()
 	proxy := newAckDropper(t, te.ns.Addr().String(), "boxcar.jobs.default.")
-	type result struct {
-		stdout, stderr string
-		err            error
-	}
-	done := make(chan result, 1)
+	done := make(chan submitResult, 1)
 	go func() {
-		stdout, stderr, err := te.submitVia(t, publishPolicy{attempt: time.Second, budget: time.Minute}, proxy.url(),
-			"run", "--profile", "csv-analyst", "--task", "Summarise")
-		done <- result{stdout, stderr, err}
+		stdout, stderr, err := te.submitVia(t, publishPolicy{attempt: time.Second, budget: time.Minute}, proxy.url(), args...)
+		done <- submitResult{stdout, stderr, err}
 	}()
 	select {
 	case <-proxy.seen:
@@ -192,8 +192,16 @@ func TestRunAckLostAcrossRestart(t *testing.T) {
 	waitFor(t, "the job on the stream", func() bool { return len(te.storedJobIDs(t)) == 1 })
 	te.restart(t)
 	proxy.reset()
+	return <-done
+}
 
-	r := <-done
+// TestRunAckLostAcrossRestart: the server stores the job, restarts before its ack reaches
+// submit; submit retries with the same message id, the server drops the retry as a duplicate,
+// and submit reports the job as submitted, once. (Before, it exited 1 with a deadline error for
+// a job that then ran, and a script's retry ran it twice under two ids.)
+func TestRunAckLostAcrossRestart(t *testing.T) {
+	te := newTestEnv(t)
+	r := te.submitAckLostAcrossRestart(t, "run", "--profile", "csv-analyst", "--task", "Summarise")
 	id := strings.TrimSpace(r.stdout)
 	if r.err != nil {
 		t.Fatalf("submit run: exit %d, %v\n%s", exitCode(r.err), r.err, r.stderr)
