@@ -169,11 +169,13 @@ func (j Job) Encode() ([]byte, error) {
 	return data, nil
 }
 
+// bad is the error of a field that is wrong.
+func bad(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
+}
+
 // Validate checks every field and names the first one that is wrong.
 func (j Job) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
-	}
 	if j.Version != Version {
 		return bad("version", "got %d, this worker understands %d", j.Version, Version)
 	}
@@ -195,22 +197,8 @@ func (j Job) Validate() error {
 	if j.SubmittedAt.IsZero() {
 		return bad("submitted_at", "is missing")
 	}
-	seen := make(map[string]bool, len(j.Inputs))
-	for i, in := range j.Inputs {
-		field := fmt.Sprintf("inputs[%d]", i)
-		switch {
-		case !namePattern.MatchString(in.Name):
-			return bad(field+".name", "%q must be a plain file name (letters, digits, '.', '_', '-')", in.Name)
-		case seen[in.Name]:
-			return bad(field+".name", "%q appears twice", in.Name)
-		case !sha256Hex.MatchString(in.SHA256):
-			return bad(field+".sha256", "%q is not a lowercase hex sha256", in.SHA256)
-		case in.URI == "":
-			return bad(field+".uri", "is empty")
-		case in.Size < 0:
-			return bad(field+".size", "is negative")
-		}
-		seen[in.Name] = true
+	if err := validateInputs(j.Inputs); err != nil {
+		return err
 	}
 	if l := j.Limits; l != nil {
 		if l.MaxTurns < 0 || l.MaxToolCalls < 0 || l.MaxTokens < 0 || l.JobTimeout < 0 || l.CommandTimeout < 0 {
@@ -231,6 +219,28 @@ func (j Job) Validate() error {
 		if !labelPattern.MatchString(k) {
 			return bad("labels", "key %q is not a label key", k)
 		}
+	}
+	return nil
+}
+
+// validateInputs checks each input and that no two share a name.
+func validateInputs(inputs []Input) error {
+	seen := make(map[string]bool, len(inputs))
+	for i, in := range inputs {
+		field := fmt.Sprintf("inputs[%d]", i)
+		switch {
+		case !namePattern.MatchString(in.Name):
+			return bad(field+".name", "%q must be a plain file name (letters, digits, '.', '_', '-')", in.Name)
+		case seen[in.Name]:
+			return bad(field+".name", "%q appears twice", in.Name)
+		case !sha256Hex.MatchString(in.SHA256):
+			return bad(field+".sha256", "%q is not a lowercase hex sha256", in.SHA256)
+		case in.URI == "":
+			return bad(field+".uri", "is empty")
+		case in.Size < 0:
+			return bad(field+".size", "is negative")
+		}
+		seen[in.Name] = true
 	}
 	return nil
 }
