@@ -24,6 +24,12 @@ import (
 	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
+// init keeps every test binary that starts an S3 server here off the instance metadata
+// address (169.254.169.254): a test that forgot its credentials (Env, Vars) would have the AWS
+// SDK look for them there, and tests send no packet beyond loopback. The SDK reads this from the
+// process's environment whatever a store's own Getenv says.
+func init() { _ = os.Setenv("AWS_EC2_METADATA_DISABLED", "true") }
+
 // InstallCommand installs the versitygw this harness expects.
 const InstallCommand = "CGO_ENABLED=0 GOFLAGS=-mod=mod go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
 
