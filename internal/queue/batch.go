@@ -70,7 +70,8 @@ func (p *PendingPublish) Wait(ctx context.Context) (duplicate bool, err error) {
 }
 
 // WatchStatuses streams the status of every job in ids: each one's current value first, then
-// each change seen, until ctx ends or all of them reached a terminal state. It reads them in
+// each change seen, until ctx ends or each of them reached a terminal state or stayed unknown
+// for UnknownGrace (as WatchStatus says). It reads them in
 // rounds of direct gets, readConcurrency at a time, pollEvery apart, as WatchStatus does.
 func (c *Client) WatchStatuses(ctx context.Context, ids []string) (<-chan job.Status, error) {
 	out := make(chan job.Status)

@@ -16,6 +16,12 @@ import (
 // terminal one always is: it is never replaced.
 const pollEvery = 250 * time.Millisecond
 
+// UnknownGrace is how long a watched job may stay unknown (no status, and not in the job stream)
+// before the watch ends for it: long enough for a job being published as the watch starts, or a
+// status read from a replica a moment behind; short enough that a job never submitted, or
+// submitted as another tenant, is said unknown instead of watched until the timeout.
+const UnknownGrace = 5 * time.Second
+
 // poller follows the statuses of some jobs of a client's tenant by direct gets, sending each
 // job's status when its revision changes, until every one is terminal.
 type poller struct {
@@ -23,17 +29,20 @@ type poller struct {
 	out  chan<- job.Status
 	open []string          // the jobs not terminal yet, in the order given
 	sent map[string]uint64 // the revision of each job's status last sent
-	// asked are the jobs without a status whose presence in the job stream was asked: a job
-	// no worker has taken yet is said queued, once, as its first status.
-	asked map[string]bool
+	// queued are the jobs found in the job stream without a status: a job no worker has taken
+	// yet is said queued, once, as its first status, and not looked up again.
+	queued map[string]bool
+	// unknownSince is when each job was first found unknown: no status, not in the job stream.
+	unknownSince map[string]time.Time
 }
 
 // pollStatuses sends, for each job of ids, its current status first (queued for one in the
 // job stream with no status yet), then each change a round sees, until ctx ends or every job
-// reached a terminal state (the last value sent for it); then it closes out.
+// reached a terminal state (the last value sent for it) or stayed unknown for UnknownGrace;
+// then it closes out.
 func (c *Client) pollStatuses(ctx context.Context, ids []string, out chan<- job.Status) {
 	defer close(out)
-	p := &poller{c: c, out: out, sent: map[string]uint64{}, asked: map[string]bool{}}
+	p := &poller{c: c, out: out, sent: map[string]uint64{}, queued: map[string]bool{}, unknownSince: map[string]time.Time{}}
 	seen := map[string]bool{}
 	for _, id := range ids {
 		if !seen[id] {
@@ -79,7 +88,7 @@ func (p *poller) take(ctx context.Context, id string, r got) (done, ok bool) {
 	case !job.ValidID(id):
 		return false, true // never has a status; read nothing under its name
 	case errors.Is(r.err, jetstream.ErrKeyNotFound):
-		return false, p.sayQueued(ctx, id)
+		return p.noStatus(ctx, id)
 	case r.err != nil:
 		return false, true // a timeout or a reconnection: the next round reads it again
 	case r.entry.Revision() == p.sent[id]:
@@ -94,16 +103,25 @@ func (p *poller) take(ctx context.Context, id string, r got) (done, ok bool) {
 	return st.State.Terminal(), deliver(ctx, p.out, st)
 }
 
-// sayQueued sends, the first time a job is found without a status, queued when the job stream
-// holds it; false when ctx ended while sending.
-func (p *poller) sayQueued(ctx context.Context, id string) bool {
-	if p.asked[id] || p.sent[id] > 0 {
-		return true
+// noStatus handles a job found without a status. While the job stream holds it, it is queued
+// (sent once, the first time). While it does not, it is unknown: once it has been for
+// UnknownGrace, done, and the watch ends for it with no terminal status sent. ok is false when
+// ctx ended while sending.
+func (p *poller) noStatus(ctx context.Context, id string) (done, ok bool) {
+	if p.queued[id] || p.sent[id] > 0 {
+		return false, true // known: a worker's status comes next
 	}
-	p.asked[id] = true
 	st, err := p.c.Status(ctx, id)
-	if err != nil || st.State != job.StateQueued {
-		return true // unknown yet, or a status written meanwhile: the next round reads it
+	switch {
+	case errors.Is(err, ErrUnknownJob):
+		first, seen := p.unknownSince[id]
+		if !seen {
+			p.unknownSince[id] = time.Now()
+		}
+		return seen && time.Since(first) >= UnknownGrace, true
+	case err != nil || st.State != job.StateQueued:
+		return false, true // a timeout, or a status written meanwhile: the next round reads it
 	}
-	return deliver(ctx, p.out, st)
+	p.queued[id] = true
+	return false, deliver(ctx, p.out, st)
 }

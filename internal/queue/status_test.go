@@ -212,3 +212,31 @@ func TestStatusConditions(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchEndsForAnUnknownJob: a watch of a job id that has no status and that the job stream
+// does not hold (never submitted, or as another tenant) ends, its channel closed with nothing
+// sent, once the job has stayed unknown for queue.UnknownGrace; it polled until its context
+// ended. A job published within the grace is said queued (the watch asked the stream once and
+// never again, so a watch begun just before the publish saw nothing until a worker's status).
+func TestWatchEndsForAnUnknownJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	start := time.Now()
+	updates := b.watch(t, newJob(t).ID, queue.UnknownGrace+30*time.Second)
+	for st := range updates {
+		t.Fatalf("watch of a job never submitted sent %+v", st)
+	}
+	if took := time.Since(start); took < queue.UnknownGrace || took > queue.UnknownGrace+10*time.Second {
+		t.Errorf("the watch of a job never submitted ended after %s; want just past the grace, %s", took, queue.UnknownGrace)
+	}
+
+	late := newJob(t)
+	updates = b.watch(t, late.ID, queue.UnknownGrace+30*time.Second)
+	time.Sleep(queue.UnknownGrace / 4) // within the grace: a job being published as the watch starts
+	if _, err := b.c.Publish(t.Context(), late); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := <-updates; !ok || st.State != job.StateQueued {
+		t.Fatalf("watch of a job published within the grace: %+v, %v; want queued", st, ok)
+	}
+}

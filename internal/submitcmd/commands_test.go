@@ -290,3 +290,29 @@ func TestApprovals(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchUnknownJob: watch says a job is unknown (no status, not in the job stream) once it
+// has stayed so for queue.UnknownGrace, exit 1 and code unknown_job, and follows a job published
+// within the grace: the watch of a job id printed a moment before its publish was confirmed
+// failed at once with "unknown job".
+func TestWatchUnknownJob(t *testing.T) {
+	te := newTestEnv(t)
+	start := time.Now()
+	_, stderr, err := te.submit(t, "watch", "20261202t101500-abcdef012345", "-o", "json")
+	if e := jsonError(t, stderr); exitCode(err) != 1 || e.Code != codeUnknownJob || !strings.Contains(e.Message, "job stream does not hold it") {
+		t.Errorf("watch of a job never submitted: exit %d, %+v; want 1, %s, saying why", exitCode(err), e, codeUnknownJob)
+	}
+	if took := time.Since(start); took > queue.UnknownGrace+10*time.Second {
+		t.Errorf("watch of a job never submitted took %s; want about the grace, %s", took, queue.UnknownGrace)
+	}
+
+	id := job.NewID()
+	done := make(chan error, 1)
+	go func() { _, _, err := te.submit(t, "watch", id); done <- err }()
+	time.Sleep(queue.UnknownGrace / 4) // the watch starts first
+	te.submitJob(t, "--id", id)
+	te.setState(t, id, func(s *job.Status) { s.State = job.StateSucceeded })
+	if err := <-done; err != nil {
+		t.Errorf("watch of a job published within the grace: %v; want it followed to its end", err)
+	}
+}

@@ -40,9 +40,6 @@ func (e *env) watchCmd() *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			if _, err := q.Status(c.Context(), a[0]); err != nil {
-				return err
-			}
 			return e.follow(c.Context(), q, a[0], timeout, true)
 		},
 	}
@@ -69,6 +66,10 @@ func (e *env) follow(ctx context.Context, q *queue.Client, id string, timeout ti
 	if errors.Is(ctx.Err(), context.Canceled) { // Ctrl-C
 		return &ExitError{Code: exitInterrupted, Msg: fmt.Sprintf("stopped watching; job %s keeps running (it is %s): watch it again with `submit watch %s`, stop it with `submit cancel %s`",
 			id, orUnknown(last.State), id, id)}
+	}
+	if !last.State.Terminal() && tctx.Err() == nil { // the watch ended early: the job is unknown
+		return fmt.Errorf("%w: %s: no status, and the job stream does not hold it after %s (was it submitted to this NATS server, as tenant %s? `submit list` shows the tenant's jobs)",
+			queue.ErrUnknownJob, id, queue.UnknownGrace, q.Tenant())
 	}
 	jsonDone := stream && e.json() // every status is already a line
 	if !last.State.Terminal() {
