@@ -1,11 +1,13 @@
 package submitcmd
 
 import (
+	"bufio"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -41,6 +43,7 @@ func (e *env) approvalsCmd() *cobra.Command {
 func (e *env) approveCmd() *cobra.Command {
 	var key string
 	var rev uint64
+	var yes bool
 	c := &cobra.Command{
 		Use:   "approve JOB_ID CALL_ID",
 		Short: "let a waiting command run; each request is answered once",
@@ -48,13 +51,16 @@ func (e *env) approveCmd() *cobra.Command {
 approver key (--key FILE, $BOXCAR_APPROVER_KEY, else the embedded worker's
 $BOXCAR_HOME/keys/approver/signing.key), bound to the exact command and request; the worker
 runs the command only when the key is in its approver keyring. With --revision (from
-` + "`submit approvals`" + `), the answer is refused unless the request is still the one listed.`,
+` + "`submit approvals`" + `), the answer is refused unless the request is still the one listed.
+On a terminal it asks y/N before signing (anything but y or yes signs nothing: exit 10);
+without one it signs only with --yes.`,
 		Args: cli.Args(2, 2, "approve: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
-			return e.decide(c.Context(), "approve", job.DecisionApproved, a[0], a[1], rev, "", key)
+			return e.decide(c.Context(), decision{name: "approve", d: job.DecisionApproved, rev: rev, key: key, yes: yes}, a[0], a[1])
 		},
 	}
 	approverKeyFlag(c, &key)
+	yesFlag(c, &yes)
 	revisionFlag(c, &rev)
 	e.common(c, true)
 	return c
@@ -63,6 +69,11 @@ runs the command only when the key is in its approver keyring. With --revision (
 // revisionFlag adds --revision, which binds an answer to the request a person was shown.
 func revisionFlag(c *cobra.Command, rev *uint64) {
 	c.Flags().Uint64Var(rev, "revision", 0, "answer only the request at this `REVISION` (`submit approvals` lists it); refused if the request changed since")
+}
+
+// yesFlag adds --yes, which signs without asking: what a script passes.
+func yesFlag(c *cobra.Command, yes *bool) {
+	c.Flags().BoolVarP(yes, "yes", "y", false, "sign without asking y/N (needed when stdin is not a terminal)")
 }
 
 // approverKeyFlag adds --key, the approver's private key that signs an answer.
@@ -95,20 +106,23 @@ func (e *env) approverKey(flag string) (ed25519.PrivateKey, error) {
 func (e *env) denyCmd() *cobra.Command {
 	var reason, key string
 	var rev uint64
+	var yes bool
 	c := &cobra.Command{
 		Use:   "deny JOB_ID CALL_ID",
 		Short: "refuse a waiting command; the model is told the reason",
 		Long: `Refuses a waiting command; the model is told the reason. No answer within the profile's
 approval_timeout means denied. The command is shown before the answer is signed; with
 --revision (from ` + "`submit approvals`" + `), the answer is refused unless the request is still the
-one listed.`,
+one listed. On a terminal it asks y/N before signing (anything but y or yes signs nothing:
+exit 10); without one it signs only with --yes.`,
 		Args: cli.Args(2, 2, "deny: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
-			return e.decide(c.Context(), "deny", job.DecisionDenied, a[0], a[1], rev, reason, key)
+			return e.decide(c.Context(), decision{name: "deny", d: job.DecisionDenied, rev: rev, reason: reason, key: key, yes: yes}, a[0], a[1])
 		},
 	}
 	c.Flags().StringVar(&reason, "reason", "", "why the command is refused; the model is told (`TEXT`)")
 	approverKeyFlag(c, &key)
+	yesFlag(c, &yes)
 	revisionFlag(c, &rev)
 	e.common(c, true)
 	return c
@@ -170,17 +184,28 @@ func listed(pending []queue.Approval) []listedApproval {
 	return out
 }
 
+// decision is one answer as the command line gives it: the command's name, the decision, the
+// revision it is bound to (0: the one read), the reason, the key file and --yes.
+type decision struct {
+	name   string
+	d      job.Decision
+	rev    uint64
+	reason string
+	key    string
+	yes    bool
+}
+
 // decide answers one approval request. A request is answered once: a second answer, or one
 // after the request expired, fails with a message that says what happened instead. The answer
 // is bound to a revision of the request, rev (what `submit approvals` listed) or else the one
-// read here, and the command of that revision is shown before it is signed.
-func (e *env) decide(ctx context.Context, name string, d job.Decision, jobID, callID string, rev uint64, reason, keyFile string) error {
-	if len(reason) > maxReasonBytes {
-		return fmt.Errorf("%s: --reason is %d bytes; keep it under %d", name, len(reason), maxReasonBytes)
+// read here, and the command of that revision is shown, and confirmed, before it is signed.
+func (e *env) decide(ctx context.Context, a decision, jobID, callID string) error {
+	if len(a.reason) > maxReasonBytes {
+		return fmt.Errorf("%s: --reason is %d bytes; keep it under %d", a.name, len(a.reason), maxReasonBytes)
 	}
-	key, err := e.approverKey(keyFile)
+	key, err := e.approverKey(a.key)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%s: %w", a.name, err)
 	}
 	nc, q, err := e.connect(ctx)
 	if err != nil {
@@ -189,23 +214,47 @@ func (e *env) decide(ctx context.Context, name string, d job.Decision, jobID, ca
 	defer nc.Close()
 	shown, err := q.Approval(ctx, jobID, callID)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%s: %w", a.name, err)
 	}
-	if rev == 0 {
-		rev = shown.Revision
+	if a.rev == 0 {
+		a.rev = shown.Revision
 	}
-	if shown.Revision == rev && shown.Pending(time.Now()) {
+	if shown.Revision == a.rev && shown.Pending(time.Now()) {
+		// What is not pending at this revision is refused below, with the reason; nothing to ask.
 		argv, _ := json.Marshal(shown.Argv)
-		printf(e.stderr, "%s: signing %s of call %s of job %s, revision %d: %s\n", name, d, shown.CallID, shown.JobID, shown.Revision, argv)
+		printf(e.stderr, "%s: signing %s of call %s of job %s, revision %d: %s\n", a.name, a.d, shown.CallID, shown.JobID, shown.Revision, argv)
+		if err := e.confirm(a.name, a.yes); err != nil {
+			return err
+		}
 	}
-	a, err := q.DecideApproval(ctx, jobID, callID, rev, d, submitter(), reason, approvalsig.Signer(key))
+	answered, err := q.DecideApproval(ctx, jobID, callID, a.rev, a.d, submitter(), a.reason, approvalsig.Signer(key))
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%s: %w", a.name, err)
 	}
 	if e.json() {
-		return e.printJSON(listedApproval{Approval: a, Revision: a.Revision})
+		return e.printJSON(listedApproval{Approval: answered, Revision: answered.Revision})
 	}
-	argv, _ := json.Marshal(a.Argv)
-	printf(e.stdout, "%s call %s of job %s: %s\n", a.Decision, a.CallID, a.JobID, argv)
+	argv, _ := json.Marshal(answered.Argv)
+	printf(e.stdout, "%s call %s of job %s: %s\n", answered.Decision, answered.CallID, answered.JobID, argv)
 	return nil
+}
+
+// confirm asks the person at the terminal whether to sign what decide showed: the answer lets
+// a command run, or not, under their key. yes (--yes) skips it. Without a terminal to ask on it
+// refuses unless yes: a script that signs says so.
+func (e *env) confirm(name string, yes bool) error {
+	if yes {
+		return nil
+	}
+	in := e.input()
+	if !isTerminal(in) {
+		return cli.Usagef("%s: stdin is not a terminal to ask on; pass --yes to sign without asking", name)
+	}
+	printf(e.stderr, "%s: sign it? [y/N] ", name)
+	line, _ := bufio.NewReader(in).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return &ExitError{Code: exitNotConfirmed, Msg: fmt.Sprintf("%s: not confirmed; nothing was signed (answer y to sign, or pass --yes)", name)}
 }

@@ -112,10 +112,7 @@ func readJobs(r io.Reader, name string) ([]*batchJob, error) {
 // runJobs is `submit run --jobs FILE`: every input uploaded once per digest, every job
 // published with at most maxInFlight unacknowledged, one JSON line per job on stdout.
 func (e *env) runJobs(ctx context.Context, f runFlags) error {
-	in, name := io.Reader(os.Stdin), "stdin"
-	if e.stdin != nil {
-		in = e.stdin
-	}
+	in, name := e.input(), "stdin"
 	if f.jobs != "-" {
 		file, err := os.Open(f.jobs)
 		if err != nil {

@@ -235,10 +235,10 @@ func TestApprovalsShowWhatIsSigned(t *testing.T) {
 		want       string // in stdout and the error's message
 		wantStderr string
 	}{
-		{name: "the revision listed, changed since", args: []string{"approve", id, "call_real", "--revision", shown}, code: 1, want: "list it again"},
-		{name: "the decoy's key", args: []string{"approve", id, "decoy"}, code: 1, want: "names another request than its key"},
-		{name: "the decoy's key, as JSON", args: []string{"deny", id, "decoy", "--output", "json"}, code: 1, wantStderr: `"code":"approval_misfiled"`},
-		{name: "the current revision", args: []string{"approve", id, "call_real", "--revision", current}, code: 0,
+		{name: "the revision listed, changed since", args: []string{"approve", id, "call_real", "--yes", "--revision", shown}, code: 1, want: "list it again"},
+		{name: "the decoy's key", args: []string{"approve", id, "decoy", "--yes"}, code: 1, want: "names another request than its key"},
+		{name: "the decoy's key, as JSON", args: []string{"deny", id, "decoy", "--yes", "--output", "json"}, code: 1, wantStderr: `"code":"approval_misfiled"`},
+		{name: "the current revision", args: []string{"approve", id, "call_real", "--yes", "--revision", current}, code: 0,
 			want: `approved call call_real of job ` + id + `: ["make","test"]`, wantStderr: "signing approved of call call_real of job " + id + ", revision " + current + `: ["make","test"]`},
 	}
 	for _, tt := range tests {
@@ -277,11 +277,11 @@ func TestApprovals(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"approve", id, "call_1"}, 0, "approved call call_1 of job " + id},
-		{[]string{"approve", id, "call_1"}, 1, "already"},
-		{[]string{"deny", id, "call_1", "--reason", "no"}, 1, "already"},
-		{[]string{"deny", id, "call_2", "--reason", "not today"}, 0, "denied call call_2"},
-		{[]string{"approve", id, "call_9"}, 1, "call_9"},
+		{[]string{"approve", id, "call_1", "--yes"}, 0, "approved call call_1 of job " + id},
+		{[]string{"approve", id, "call_1", "--yes"}, 1, "already"},
+		{[]string{"deny", id, "call_1", "--yes", "--reason", "no"}, 1, "already"},
+		{[]string{"deny", id, "call_2", "--yes", "--reason", "not today"}, 0, "denied call call_2"},
+		{[]string{"approve", id, "call_9", "--yes"}, 1, "call_9"},
 	}
 	for _, tt := range tests {
 		stdout, _, err := te.submit(t, tt.args...)

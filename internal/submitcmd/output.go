@@ -32,6 +32,7 @@ const (
 	codeInterrupted     = "interrupted"
 	codeVerifyFailed    = "verification_failed"
 	codeUnknownOutcome  = "outcome_unknown"
+	codeNotConfirmed    = "not_confirmed"
 	codeApprovalChanged = "approval_changed"
 	codeMisfiled        = "approval_misfiled"
 )
@@ -59,7 +60,7 @@ var exitKinds = map[int]string{
 	exitFailed: "job_" + string(job.StateFailed), exitCapped: "job_" + string(job.StateCapped),
 	exitRejected: "job_" + string(job.StateRejected), exitCancelled: "job_" + string(job.StateCancelled),
 	exitDead: "job_" + string(job.StateDead), exitGaveUp: codeTimeout, exitVerifyFailed: codeVerifyFailed,
-	exitUnknown: codeUnknownOutcome, exitInterrupted: codeInterrupted,
+	exitUnknown: codeUnknownOutcome, exitNotConfirmed: codeNotConfirmed, exitInterrupted: codeInterrupted,
 }
 
 // ErrorCode is the stable code of err for scripts (see the constants above).

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -43,6 +44,9 @@ const (
 	exitDead         = 6
 	exitGaveUp       = 7
 	exitVerifyFailed = 8
+	// exitNotConfirmed: approve or deny asked on a terminal and was not answered y; nothing
+	// was signed. (9 is exitUnknown, publish.go.)
+	exitNotConfirmed = 10
 	// exitInterrupted is the shell's code for a command ended by SIGINT (128+2).
 	exitInterrupted = 130
 )
@@ -107,7 +111,7 @@ func ExitCode(err error) (code int, msg string) {
 // env is what every command shares: where NATS and the store are, and the output streams.
 type env struct {
 	getenv     func(string) string
-	stdin      io.Reader // for --jobs -; os.Stdin when nil
+	stdin      io.Reader // for --jobs - and approve's y/N; os.Stdin when nil
 	stdout     io.Writer // a safeWriter once run starts
 	stderr     io.Writer // a safeWriter once run starts
 	raw        io.Writer // stdout as given, for output that must stay byte for byte
@@ -124,6 +128,14 @@ type env struct {
 }
 
 func (e *env) json() bool { return e.output == "json" }
+
+// input is what the command reads: e.stdin, else the process's.
+func (e *env) input() io.Reader {
+	if e.stdin != nil {
+		return e.stdin
+	}
+	return os.Stdin
+}
 
 // tenant is the tenant submit acts for: --tenant, else $BOXCAR_TENANT, else job.DefaultTenant.
 // The server's permissions decide whether the credentials may act for it.

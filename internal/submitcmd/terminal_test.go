@@ -1,6 +1,7 @@
 package submitcmd
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,10 +11,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/creack/pty"
 
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
 
@@ -89,4 +92,97 @@ func TestWatchOnATerminal(t *testing.T) {
 	if err != nil || st.State != job.StateRunning {
 		t.Errorf("the job after Ctrl-C: %v, %v; want it still running", st.State, err)
 	}
+}
+
+// TestApproveAsksFirst: approve and deny show the command, then ask y/N on a terminal and sign
+// only on y or yes; anything else signs nothing and exits 10. Without a terminal they sign only
+// with --yes, and say so: they signed whatever stdin held without asking.
+func TestApproveAsksFirst(t *testing.T) {
+	te := newTestEnv(t)
+	id := te.submitJob(t)
+	now := time.Now().UTC()
+	for _, call := range []string{"call_1", "call_2"} {
+		if _, err := te.q.RequestApproval(t.Context(), queue.Approval{Tenant: "default", JobID: id, CallID: call, Argv: []string{"rm", "-rf", "/work"}, RequestedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending := func() int {
+		list, _, err := te.c.PendingApprovals(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+
+	for _, args := range [][]string{{"approve", id, "call_1"}, {"deny", id, "call_1", "--reason", "no"}} {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), &env{getenv: te.getenv, stdin: strings.NewReader("y\n"), stdout: &stdout, stderr: &stderr, publish: defaultPublishPolicy}, args)
+		if exitCode(err) != 1 || !strings.Contains(message(err), "--yes") || pending() != 2 {
+			t.Errorf("%s from a pipe without --yes: exit %d, %q, %d pending; want exit 1 asking for --yes, nothing signed", args[0], exitCode(err), message(err), pending())
+		}
+	}
+
+	tests := []struct {
+		name, answer string
+		args         []string
+		code         int
+		pending      int
+	}{
+		{name: "enter", answer: "\r", args: []string{"approve", id, "call_1"}, code: exitNotConfirmed, pending: 2},
+		{name: "n", answer: "n\r", args: []string{"deny", id, "call_1"}, code: exitNotConfirmed, pending: 2},
+		{name: "yes", answer: "yes\r", args: []string{"approve", id, "call_1"}, code: 0, pending: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			screen, code := te.onTerminal(t, tt.args, "[y/N]", tt.answer)
+			if code != tt.code || pending() != tt.pending || !strings.Contains(screen, `["rm","-rf","/work"]`) {
+				t.Errorf("%s answered %q: exit %d, %d pending; want exit %d, %d pending, the command shown\n%q", tt.args[0], tt.answer, code, pending(), tt.code, tt.pending, screen)
+			}
+		})
+	}
+
+	stdout, _, err := te.submit(t, "deny", id, "call_2", "--yes")
+	if err != nil || !strings.Contains(stdout, "denied call call_2") || pending() != 0 {
+		t.Errorf("deny --yes from a pipe: %v, %d pending\n%s", err, pending(), stdout)
+	}
+}
+
+// onTerminal runs submit with args on a pseudo-terminal, types answer once prompt shows and
+// returns what the terminal showed and the exit code.
+func (te *testEnv) onTerminal(t *testing.T, args []string, prompt, answer string) (string, int) {
+	t.Helper()
+	raw, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), asSubmit+"="+string(raw), "NATS_URL="+te.natsURL, "BOXCAR_HOME="+te.home)
+	tty, err := pty.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tty.Close() })
+	var screen harness.LogBuffer
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(&screen, tty)
+	}()
+	exited := make(chan error, 1)
+	var ended atomic.Bool
+	go func() {
+		err := cmd.Wait()
+		ended.Store(true)
+		exited <- err
+	}()
+	waitFor(t, "the prompt", func() bool { return strings.Contains(screen.String(), prompt) || ended.Load() })
+	if !ended.Load() {
+		if _, err := tty.Write([]byte(answer)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = <-exited
+	<-copied
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return screen.String(), cmd.ProcessState.ExitCode()
 }

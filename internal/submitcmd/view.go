@@ -22,8 +22,8 @@ type progressView interface {
 	done()
 }
 
-// isTerminal reports whether w is a terminal (not a pipe or a file).
-func isTerminal(w io.Writer) bool {
+// isTerminal reports whether w, a writer or a reader, is a terminal (not a pipe or a file).
+func isTerminal(w any) bool {
 	f, ok := w.(interface{ Fd() uintptr })
 	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -147,7 +147,7 @@ func TestApprovals(t *testing.T) {
 
 		// Wait past the consumer's ack_wait (5s): only the heartbeats keep the job this worker's.
 		time.Sleep(time.Until(p.RequestedAt.Add(6 * time.Second)))
-		stdout, stderr, err := w.submit(t, "approve", id, harness.ShellCallID)
+		stdout, stderr, err := w.submit(t, "approve", id, harness.ShellCallID, "--yes")
 		if err != nil {
 			t.Fatalf("approve: %v\n%s", err, stderr)
 		}
@@ -182,11 +182,11 @@ func TestApprovals(t *testing.T) {
 	t.Run("deny", func(t *testing.T) {
 		id := submitShellJob(t, w, "shell-ask", "touch", "denied.txt")
 		p := waitForApproval(t, w, id)
-		_, stderr, err := w.submit(t, "deny", id, harness.ShellCallID, "--reason", "not on a Friday")
+		_, stderr, err := w.submit(t, "deny", id, harness.ShellCallID, "--yes", "--reason", "not on a Friday")
 		if err != nil {
 			t.Fatalf("deny: %v\n%s", err, stderr)
 		}
-		if _, _, err := w.submit(t, "approve", id, harness.ShellCallID); !strings.Contains(fmt.Sprint(err), "already denied by") {
+		if _, _, err := w.submit(t, "approve", id, harness.ShellCallID, "--yes"); !strings.Contains(fmt.Sprint(err), "already denied by") {
 			t.Errorf("approve after deny: %v, want a refusal", err)
 		}
 		if st := finish(t, w, id); st["state"] != "succeeded" {
@@ -217,7 +217,7 @@ func TestApprovals(t *testing.T) {
 		if a := shellApproval(t, w, id); a.Policy != "ask" || a.Decision != "timed_out" || a.DecidedBy != "" || a.DecidedAt.IsZero() {
 			t.Errorf("manifest approval = %+v, want ask, timed_out, nobody, and when", a)
 		}
-		_, _, err := w.submit(t, "approve", id, harness.ShellCallID)
+		_, _, err := w.submit(t, "approve", id, harness.ShellCallID, "--yes")
 		if exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "expired") || !strings.Contains(fmt.Sprint(err), "no answer within 1s") {
 			t.Errorf("approve after expiry: %v, want a refusal saying it expired", err)
 		}
@@ -227,7 +227,7 @@ func TestApprovals(t *testing.T) {
 	})
 
 	t.Run("unknown request", func(t *testing.T) {
-		_, _, err := w.submit(t, "approve", "20261202t101500-0a1b2c3d4e5f", "call_nope")
+		_, _, err := w.submit(t, "approve", "20261202t101500-0a1b2c3d4e5f", "call_nope", "--yes")
 		if exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "no such approval request") {
 			t.Errorf("approve of nothing: %v", err)
 		}

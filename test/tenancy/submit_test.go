@@ -217,14 +217,14 @@ func TestSubmitAcrossTenantsWithAWorkerOverMTLS(t *testing.T) {
 		{name: "submitter reads the status of team-b's job", as: sa, args: []string{"status", idB}, want: "unknown job"},
 		{name: "submitter watches team-b's job", as: sa, args: []string{"watch", idB, "--timeout", "20s"}, want: "unknown job"},
 		{name: "submitter cancels team-b's job", as: sa, args: []string{"cancel", idB}, want: "unknown job"},
-		{name: "submitter approves team-b's command", as: sa, args: []string{"approve", idB, harness.ShellCallID, "--key", f.keys["team-a"]}, want: "no such approval request"},
-		{name: "submitter denies team-b's command", as: sa, args: []string{"deny", idB, harness.ShellCallID, "--key", f.keys["team-a"]}, want: "no such approval request"},
+		{name: "submitter approves team-b's command", as: sa, args: []string{"approve", idB, harness.ShellCallID, "--yes", "--key", f.keys["team-a"]}, want: "no such approval request"},
+		{name: "submitter denies team-b's command", as: sa, args: []string{"deny", idB, harness.ShellCallID, "--yes", "--key", f.keys["team-a"]}, want: "no such approval request"},
 		{name: "submitter lists team-b's approval requests", as: sa, args: []string{"approvals", idB, "--output", "json"}, want: `"approvals":[]`, empty: true},
 		{name: "submitter submits as team-b", as: sa, args: []string{"run", "--tenant", "team-b", "--profile", "shell-ask", "--task", "RUN: [\"id\"]"}, want: "refused by the NATS server"},
 		{name: "submitter submits a profile not granted to team-a", as: sa, args: []string{"run", "--profile", "b-only", "--task", "RUN: [\"id\"]"}, want: "b-only"},
-		{name: "submitter approves its own tenant's command (approvers only)", as: sa, args: []string{"approve", idA, harness.ShellCallID, "--key", f.keys["team-a"]}, want: "refused by the NATS server"},
-		{name: "approver approves team-b's command", as: aa, args: []string{"approve", idB, harness.ShellCallID}, want: "no such approval request"},
-		{name: "approver denies team-b's command", as: aa, args: []string{"deny", idB, harness.ShellCallID}, want: "no such approval request"},
+		{name: "submitter approves its own tenant's command (approvers only)", as: sa, args: []string{"approve", idA, harness.ShellCallID, "--yes", "--key", f.keys["team-a"]}, want: "refused by the NATS server"},
+		{name: "approver approves team-b's command", as: aa, args: []string{"approve", idB, harness.ShellCallID, "--yes"}, want: "no such approval request"},
+		{name: "approver denies team-b's command", as: aa, args: []string{"deny", idB, harness.ShellCallID, "--yes"}, want: "no such approval request"},
 		{name: "approver reads the status of team-b's job", as: aa, args: []string{"status", idB}, want: "unknown job"},
 		{name: "approver submits a job (submitters only)", as: aa, args: []string{"run", "--profile", "shell-ask", "--task", "RUN: [\"id\"]"}, want: "refused by the NATS server"},
 		{name: "approver cancels its tenant's job (submitters only)", as: aa, args: []string{"cancel", idA}, want: "refused by the NATS server"},
@@ -261,7 +261,7 @@ func TestSubmitAcrossTenantsWithAWorkerOverMTLS(t *testing.T) {
 	// The legitimate paths: each tenant's approver approves its command, the job runs on the
 	// worker and succeeds, and its submitter gets the run.
 	for _, j := range []struct{ tenant, id, output string }{{"team-a", idA, "hello from team-a"}, {"team-b", idB, "team-b's own output"}} {
-		if out, err := f.submit(t, j.tenant+"-approver", "approve", j.id, harness.ShellCallID); err != nil {
+		if out, err := f.submit(t, j.tenant+"-approver", "approve", j.id, harness.ShellCallID, "--yes"); err != nil {
 			t.Fatalf("%s's approver approves its command: %v\n%s", j.tenant, err, out)
 		}
 		out, err := f.submit(t, j.tenant+"-submitter", "watch", j.id, "--output", "json", "--timeout", "3m")
