@@ -49,38 +49,70 @@ func (n *NATS) Names() []string {
 	return []string{"nats-creds", "nats-nkey", "nats-user", "nats-password-file", "nats-token-file", "nats-ca", "nats-cert", "nats-key"}
 }
 
-// Options resolves the flags, then the environment, into connection options for url. A secret
-// file is read here; an error names the file or variable, never its content.
+// Options resolves the flags, then the environment, into connection options for url. Every
+// file named is opened here and a secret file read, so a missing or unreadable one is an error
+// naming the flag or variable that gave it (and the path), never what it holds; all of them are
+// joined. The worker's start, `worker check-config`, `worker setup` and submit share it.
 func (n *NATS) Options(url, name string, getenv func(string) string) (queue.ConnOptions, error) {
-	or := func(flag, env string) string {
-		if flag != "" {
-			return flag
+	o := queue.ConnOptions{URL: url, Name: name}
+	var errs []error
+	for _, f := range []struct {
+		s   setting
+		dst *string
+	}{
+		{pick(n.creds, "nats-creds", Env.Creds, getenv), &o.CredsFile},
+		{pick(n.nkey, "nats-nkey", Env.NKey, getenv), &o.NKeyFile},
+		{pick(n.ca, "nats-ca", Env.CA, getenv), &o.CAFile},
+		{pick(n.cert, "nats-cert", Env.Cert, getenv), &o.CertFile},
+		{pick(n.key, "nats-key", Env.Key, getenv), &o.KeyFile},
+	} {
+		*f.dst = f.s.value
+		if err := readable(f.s.value); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.s.from, err))
 		}
-		return getenv(env)
 	}
-	o := queue.ConnOptions{
-		URL: url, Name: name,
-		CredsFile: or(n.creds, Env.Creds), NKeyFile: or(n.nkey, Env.NKey), User: or(n.user, Env.User),
-		CAFile: or(n.ca, Env.CA), CertFile: or(n.cert, Env.Cert), KeyFile: or(n.key, Env.Key),
-	}
+	o.User = pick(n.user, "nats-user", Env.User, getenv).value
 	var err error
-	if o.Password, err = secret("--nats-password-file", or(n.passwordFile, Env.PasswordFile), Env.Password, getenv); err != nil {
-		return o, err
+	if o.Password, err = secret(pick(n.passwordFile, "nats-password-file", Env.PasswordFile, getenv), Env.Password, getenv); err != nil {
+		errs = append(errs, err)
 	}
-	if o.Token, err = secret("--nats-token-file", or(n.tokenFile, Env.TokenFile), Env.Token, getenv); err != nil {
-		return o, err
+	if o.Token, err = secret(pick(n.tokenFile, "nats-token-file", Env.TokenFile, getenv), Env.Token, getenv); err != nil {
+		errs = append(errs, err)
 	}
-	return o, nil
+	return o, errors.Join(errs...)
 }
 
-// secret is the content of file, else the value of env; surrounding white space is dropped.
-func secret(flag, file, env string, getenv func(string) string) (string, error) {
-	if file == "" {
+// setting is a value given by a flag, else by its environment variable, with the name of
+// the one that gave it: an error says where to fix it.
+type setting struct{ value, from string }
+
+func pick(flag, flagName, env string, getenv func(string) string) setting {
+	if flag != "" {
+		return setting{flag, "--" + flagName}
+	}
+	return setting{getenv(env), env}
+}
+
+// readable checks that the file at path (none: nothing to check) can be opened for reading.
+func readable(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// secret is the content of the file, else the value of env; surrounding white space is dropped.
+func secret(file setting, env string, getenv func(string) string) (string, error) {
+	if file.value == "" {
 		return strings.TrimSpace(getenv(env)), nil
 	}
-	data, err := ReadSecretFile(file)
+	data, err := ReadSecretFile(file.value)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", flag, err)
+		return "", fmt.Errorf("%s: %w", file.from, err)
 	}
 	return data, nil
 }

@@ -23,6 +23,15 @@ func TestOptions(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte("pw-from-file\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Options opens every file it is given; what they hold is checked where they are used.
+	file := func(name string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	envCreds, flagCreds, ca, cert, key := file("env.creds"), file("flag.creds"), file("ca"), file("c"), file("k")
 	tests := []struct {
 		name    string
 		args    []string
@@ -31,13 +40,15 @@ func TestOptions(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "nothing", want: queue.ConnOptions{}},
-		{name: "creds from the environment", env: map[string]string{"NATS_CREDS": "/x.creds"}, want: queue.ConnOptions{CredsFile: "/x.creds"}},
-		{name: "the flag wins", args: []string{"-nats-creds", "/flag.creds"}, env: map[string]string{"NATS_CREDS": "/env.creds"}, want: queue.ConnOptions{CredsFile: "/flag.creds"}},
+		{name: "creds from the environment", env: map[string]string{"NATS_CREDS": envCreds}, want: queue.ConnOptions{CredsFile: envCreds}},
+		{name: "the flag wins", args: []string{"-nats-creds", flagCreds}, env: map[string]string{"NATS_CREDS": filepath.Join(dir, "none")}, want: queue.ConnOptions{CredsFile: flagCreds}},
 		{name: "password file", args: []string{"-nats-user", "ann", "-nats-password-file", pwFile}, want: queue.ConnOptions{User: "ann", Password: "pw-from-file"}},
 		{name: "password from the environment", env: map[string]string{"NATS_USER": "ann", "NATS_PASSWORD": "pw-env"}, want: queue.ConnOptions{User: "ann", Password: "pw-env"}},
 		{name: "token file from the environment", env: map[string]string{"NATS_TOKEN_FILE": pwFile}, want: queue.ConnOptions{Token: "pw-from-file"}},
-		{name: "mTLS", env: map[string]string{"NATS_CA": "ca", "NATS_CERT": "c", "NATS_KEY": "k"}, want: queue.ConnOptions{CAFile: "ca", CertFile: "c", KeyFile: "k"}},
+		{name: "mTLS", env: map[string]string{"NATS_CA": ca, "NATS_CERT": cert, "NATS_KEY": key}, want: queue.ConnOptions{CAFile: ca, CertFile: cert, KeyFile: key}},
 		{name: "missing token file", args: []string{"-nats-token-file", filepath.Join(dir, "none")}, wantErr: true},
+		{name: "missing creds file", env: map[string]string{"NATS_CREDS": filepath.Join(dir, "none")}, wantErr: true},
+		{name: "missing CA file", args: []string{"-nats-ca", filepath.Join(dir, "none")}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -120,6 +120,18 @@ func (o ConnOptions) validate() error {
 	return nil
 }
 
+// Check checks what Connect and Dial would before dialling: one way to log in, a certificate
+// with its key, URLs that parse, files that can be read, a creds or seed file that holds what
+// its kind does. Errors name the file or the URL's place in the list, never what it holds.
+// `worker check-config` runs it to say what a starting worker would.
+func (o ConnOptions) Check() error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	_, err := o.inboxPrefix()
+	return err
+}
+
 // natsOptions turns the options into nats.go's, after the common ones of every Boxcar client.
 func (o ConnOptions) natsOptions() ([]nats.Option, error) {
 	if err := o.validate(); err != nil {

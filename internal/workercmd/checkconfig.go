@@ -15,21 +15,31 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 )
 
-// checkConfigCmd is `worker check-config FILE`: the checks a worker makes of its config at
-// start (the file, its keys and types, the values, every profile's tools), without NATS, the
-// store or a sandbox. Exit 0 when a worker would accept the file, 1 with every problem found.
-func checkConfigCmd(stdout io.Writer) *cobra.Command {
-	return &cobra.Command{
+// checkConfigCmd is `worker check-config FILE`: the checks a worker makes at start of its
+// config (the file, its keys and types, the values, every profile's tools) and of what it takes
+// from its flags and environment (readStartEnv: NATS_URL, BOXCAR_STORE, the NATS login and TLS
+// files, OPENAI_BASE_URL, the CA files, the profiles' secrets), without NATS, the store or a
+// sandbox. Exit 0 when a worker would accept them, 1 with every problem found.
+func checkConfigCmd(getenv func(string) string, stdout io.Writer) *cobra.Command {
+	var conn connFlags
+	c := &cobra.Command{
 		Use:   "check-config FILE",
-		Short: "check a config file as a starting worker would, without NATS or the store",
+		Short: "check a config file and the environment as a starting worker would, without NATS or the store",
 		Long: `Checks a worker config file as a starting worker does: YAML syntax, unknown keys, value types,
-values and every profile's tools. Each problem is one line, file:line:col key.path: message.
-Exit 0 when the file is usable, 1 otherwise. Nothing is started and nothing is reached.`,
+values and every profile's tools; then what the worker takes from its flags and environment:
+NATS_URL and BOXCAR_STORE over the file's URLs, the NATS credential and TLS files (--nats-* or
+NATS_*), OPENAI_BASE_URL, the CA files (--s3-ca, BOXCAR_S3_CA, --model-ca, BOXCAR_MODEL_CA) and
+each profile's secrets. Give it the flags you give the worker. Each problem is one line: in the
+file, file:line:col key.path: message; else it names the flag or variable, never a secret.
+Exit 0 when a worker would start with them, 1 otherwise. Nothing is started and nothing is reached.`,
 		Args: cli.Args(1, 1, "check-config: give one config FILE"),
 		RunE: func(_ *cobra.Command, a []string) error {
 			cfg, src, err := config.LoadSource(a[0])
 			if err == nil {
 				err = src.Place(agent.CheckProfiles(cfg.Profiles))
+			}
+			if err == nil {
+				_, err = readStartEnv(&cfg, conn, false, getenv)
 			}
 			if err != nil {
 				return checkFailed(stdout, a[0], err)
@@ -40,6 +50,8 @@ Exit 0 when the file is usable, 1 otherwise. Nothing is started and nothing is r
 			return printTenants(stdout, cfg)
 		},
 	}
+	bindConnFlags(c.Flags(), &conn)
+	return c
 }
 
 // printTenants prints what each tenant may run and spend, and where its objects go, one line

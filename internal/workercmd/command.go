@@ -42,7 +42,7 @@ func NewCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Com
 		return w.Wait()
 	}
 	root.AddCommand(
-		checkConfigCmd(stdout),
+		checkConfigCmd(getenv, stdout),
 		setupCmd(getenv, stdout, stderr),
 		keygenCmd(stdout),
 		natsConfigCmd(stdout),

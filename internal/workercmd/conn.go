@@ -31,19 +31,20 @@ func bindConnFlags(fs connflags.FlagSet, c *connFlags) {
 	fs.StringVar(&c.modelCA, "model-ca", "", "PEM `FILE` of the CAs that sign the model endpoint's certificate (default $BOXCAR_MODEL_CA, else the system's)")
 }
 
-// httpClient is a client whose TLS trusts the CA file of flag, else of env, besides the
-// system's; nil when neither is set, so that the caller keeps its default.
-func httpClient(flag, env string, getenv func(string) string) (*http.Transport, error) {
-	path := flag
+// httpClient is a client whose TLS trusts the CA file of --flagName, else of env, besides the
+// system's; nil when neither is set, so that the caller keeps its default. An error names the
+// one that gave the file.
+func httpClient(flag, flagName, env string, getenv func(string) string) (*http.Transport, error) {
+	path, from := flag, "--"+flagName
 	if path == "" {
-		path = getenv(env)
+		path, from = getenv(env), env
 	}
 	if path == "" {
 		return nil, nil
 	}
 	t, err := connflags.Transport(path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", env, err)
+		return nil, fmt.Errorf("%s: %w", from, err)
 	}
 	return t, nil
 }

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
@@ -17,10 +16,9 @@ import (
 )
 
 // egressConfig is the worker-level setting of every networked job's proxy: the config's egress
-// section, the worker's own endpoints (never reachable through a proxy) and the metrics. It
-// also reads each profile's secrets once, so that one that cannot be read stops the worker at
-// start instead of failing its jobs later.
-func egressConfig(cfg config.Config, modelURL string, lookupEnv func(string) (string, bool), reg prometheus.Registerer) (egress.Config, error) {
+// section, the worker's own endpoints (never reachable through a proxy) and the metrics. Each
+// profile's secrets were read at start (checkProfileSecrets).
+func egressConfig(cfg config.Config, modelURL string, reg prometheus.Registerer) (egress.Config, error) {
 	e := cfg.Egress
 	ec := egress.Config{
 		ResolverAddr: e.Resolver,
@@ -44,18 +42,6 @@ func egressConfig(cfg config.Config, modelURL string, lookupEnv func(string) (st
 	}
 	for _, c := range e.AllowedCIDRs {
 		ec.AllowedCIDRs = append(ec.AllowedCIDRs, netip.MustParsePrefix(c))
-	}
-	names := make([]string, 0, len(cfg.Profiles))
-	for name := range cfg.Profiles {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		for _, s := range cfg.Profiles[name].Secrets {
-			if _, err := config.ReadSecret(s.From, lookupEnv); err != nil {
-				return egress.Config{}, fmt.Errorf("profiles.%s: secret %s: %w", name, s.Env, err)
-			}
-		}
 	}
 	return ec, nil
 }

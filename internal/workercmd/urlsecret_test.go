@@ -33,7 +33,7 @@ func TestURLCredentialsNeverInOutput(t *testing.T) {
 	type source struct {
 		name, scheme string   // the field or variable, and the scheme its URL takes
 		env          bool     // an environment variable over a good config, not a config field
-		skip         []string // entry points that do not read it (check-config reads no environment)
+		skip         []string // entry points that do not read it
 	}
 	sources := []source{
 		{name: "nats.url", scheme: "nats"},
@@ -41,9 +41,9 @@ func TestURLCredentialsNeverInOutput(t *testing.T) {
 		{name: "store.endpoint", scheme: "http"},
 		{name: "model.base_url", scheme: "https"},
 		{name: "network.allow", scheme: "https"},
-		{name: "NATS_URL", scheme: "nats", env: true, skip: []string{"worker check-config"}},
-		{name: "BOXCAR_STORE", scheme: "s3", env: true, skip: []string{"worker check-config"}},
-		{name: "OPENAI_BASE_URL", scheme: "https", env: true, skip: []string{"worker check-config", "worker setup"}},
+		{name: "NATS_URL", scheme: "nats", env: true},
+		{name: "BOXCAR_STORE", scheme: "s3", env: true},
+		{name: "OPENAI_BASE_URL", scheme: "https", env: true, skip: []string{"worker setup"}},
 	}
 	for _, src := range sources {
 		for form, rest := range badCredentialURLs {

@@ -155,19 +155,20 @@ func Start(ctx context.Context, o Options) (*Worker, error) {
 // open reads the config and opens the parts; what can be checked without NATS or the store
 // comes first, so a bad setting stops the worker at once, not after a wait.
 func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error) {
-	cfg, src, err := loadConfig(o, o.Getenv)
+	cfg, src, err := loadConfig(o)
 	if err != nil {
 		return nil, err
 	}
-	p := &parts{log: log, metrics: metrics.New()}
+	env, err := readStartEnv(&cfg, o.conn, o.Embedded, o.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	p := &parts{log: log, metrics: metrics.New(), natsOpts: env.nats, modelURL: env.modelURL}
 	defer func() {
 		if err != nil {
 			p.close()
 		}
 	}()
-	if p.natsOpts, err = o.conn.nats.Options(cfg.NATS.URL, "boxcar-worker "+cfg.WorkerID, o.Getenv); err != nil {
-		return nil, err
-	}
 	if o.Embedded {
 		if err := startEmbedded(o, &cfg, p); err != nil {
 			return nil, err
@@ -180,20 +181,20 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 	if p.sandboxes, err = newProvider(cfg, log); err != nil {
 		return nil, err
 	}
-	if err := p.openModel(o, src); err != nil {
+	if err := p.openModel(o, env.modelTransport, src); err != nil {
 		return nil, err
 	}
 	if p.signer, err = signingKey(o, cfg, log); err != nil {
 		return nil, err
 	}
 	p.lookupEnv = func(k string) (string, bool) { v := o.Getenv(k); return v, v != "" }
-	if p.egress, err = egressConfig(cfg, p.modelURL, p.lookupEnv, p.metrics.Registry()); err != nil {
+	if p.egress, err = egressConfig(cfg, p.modelURL, p.metrics.Registry()); err != nil {
 		return nil, err
 	}
 	if p.approvers, err = approverKeys(o, cfg, log); err != nil {
 		return nil, err
 	}
-	if err := p.openStores(ctx, o, cfg); err != nil {
+	if err := p.openStores(ctx, o, cfg, env.s3Transport); err != nil {
 		return nil, err
 	}
 	if p.link, err = queue.Dial(p.natsOpts, log); err != nil {
@@ -202,15 +203,17 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 	return p, nil
 }
 
-// openStores opens the shared store and the buckets of the tenants that have their own.
-func (p *parts) openStores(ctx context.Context, o Options, cfg config.Config) error {
-	s3Client, err := s3HTTPClient(o)
-	if err != nil {
-		return err
+// openStores opens the shared store and the buckets of the tenants that have their own, over
+// s3Transport (nil: the SDK's own client).
+func (p *parts) openStores(ctx context.Context, o Options, cfg config.Config, s3Transport *http.Transport) error {
+	var s3Client *http.Client
+	if s3Transport != nil {
+		s3Client = &http.Client{Transport: s3Transport}
 	}
 	storeOpts := store.Options{Endpoint: cfg.Store.Endpoint, Region: cfg.Store.Region, HTTPClient: s3Client,
 		PathStyle: cfg.Store.PathStyle, AllowUnsafeOverwrite: cfg.Store.AllowUnsafeOverwrite,
 		ProbeInterval: time.Duration(cfg.Store.ProbeInterval), Logger: p.log, Getenv: o.Getenv}
+	var err error
 	if p.store, err = store.Open(ctx, cfg.Store.URL, storeOpts); err != nil {
 		return err
 	}
@@ -218,22 +221,15 @@ func (p *parts) openStores(ctx context.Context, o Options, cfg config.Config) er
 	return err
 }
 
-// openModel opens the model's side of p: its URL, the gate that watches it and the agent that
-// calls it, whose profiles are compiled now, so a bad profile stops the worker here (placed in
-// the config file src).
-func (p *parts) openModel(o Options, src *config.Source) error {
-	var err error
-	if p.modelURL, err = modelBaseURL(p.cfg, o.Getenv); err != nil {
-		return err
-	}
-	modelTransport, err := httpClient(o.conn.modelCA, "BOXCAR_MODEL_CA", o.Getenv)
-	if err != nil {
-		return fmt.Errorf("--model-ca: %w", err)
-	}
+// openModel opens the model's side of p: the gate that watches it and the agent that calls it
+// (p.modelURL, over modelTransport, nil: the default), whose profiles are compiled now, so a
+// bad profile stops the worker here (placed in the config file src).
+func (p *parts) openModel(o Options, modelTransport *http.Transport, src *config.Source) error {
 	if modelTransport == nil {
 		modelTransport = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	connflags.WarnPlaintextKey(p.log, p.modelURL, o.Getenv("OPENAI_API_KEY"))
+	var err error
 	if p.gate, err = newModelGate(p.modelURL, o.Getenv("OPENAI_API_KEY"), modelTransport.Clone(), p.metrics, p.log); err != nil {
 		return err
 	}
@@ -251,18 +247,6 @@ func (p *parts) openModel(o Options, src *config.Source) error {
 		return src.Place(err)
 	}
 	return nil
-}
-
-// s3HTTPClient is the S3 client over --s3-ca's transport; nil (the SDK's own) without one.
-func s3HTTPClient(o Options) (*http.Client, error) {
-	s3Transport, err := httpClient(o.conn.s3CA, "BOXCAR_S3_CA", o.Getenv)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("--s3-ca: %w", err)
-	case s3Transport == nil:
-		return nil, nil
-	}
-	return &http.Client{Transport: s3Transport}, nil
 }
 
 // startEmbedded locks the data dir, starts NATS in-process with its token, and points cfg and

@@ -23,8 +23,8 @@ import (
 )
 
 // loadConfig reads the config the flags name (the example profiles with --embedded and no
-// --config) and applies the environment; the Source places later errors in the file.
-func loadConfig(o Options, getenv func(string) string) (config.Config, *config.Source, error) {
+// --config); readStartEnv applies the environment. The Source places later errors in the file.
+func loadConfig(o Options) (config.Config, *config.Source, error) {
 	var (
 		cfg config.Config
 		src *config.Source
@@ -38,18 +38,7 @@ func loadConfig(o Options, getenv func(string) string) (config.Config, *config.S
 	default:
 		return cfg, nil, errors.New("no --config: give a config file, or run `worker --embedded` to use the example profiles")
 	}
-	if err != nil {
-		return cfg, src, err
-	}
-	if !o.Embedded {
-		if err := applyEnvURLs(&cfg, getenv); err != nil {
-			return cfg, src, err
-		}
-		if cfg.Store.URL == "" {
-			return cfg, src, errors.New("no store: set store.url in the config (s3://bucket or file:///path) or BOXCAR_STORE")
-		}
-	}
-	return cfg, src, nil
+	return cfg, src, err
 }
 
 func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) {
@@ -105,8 +94,10 @@ func kubeConfig(path string) (*rest.Config, error) {
 }
 
 // applyEnvURLs sets the URLs the environment gives over the config's, each checked as the
-// config's are (config.Validate ran before), the variable named and never its value.
+// config's are (config.Validate ran before), the variable named and never its value; every
+// problem is one error of the joined result.
 func applyEnvURLs(cfg *config.Config, getenv func(string) string) error {
+	var errs []error
 	for _, e := range []struct {
 		env   string
 		field *string
@@ -120,11 +111,12 @@ func applyEnvURLs(cfg *config.Config, getenv func(string) string) error {
 			continue
 		}
 		if err := e.check(v); err != nil {
-			return fmt.Errorf("%s: %w", e.env, err)
+			errs = append(errs, fmt.Errorf("%s: %w", e.env, err))
+			continue
 		}
 		*e.field = v
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // modelBaseURL is model.base_url (checked with the config), else OPENAI_BASE_URL, checked here.

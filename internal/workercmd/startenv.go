@@ -1,0 +1,72 @@
+package workercmd
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// startEnv is what a worker takes at start from its flags and the environment rather than its
+// config file: the NATS connection, the model's URL and the transports of the model and the
+// store (nil: the default).
+type startEnv struct {
+	nats           queue.ConnOptions
+	modelURL       string
+	modelTransport *http.Transport
+	s3Transport    *http.Transport
+}
+
+// readStartEnv applies the environment and the connection flags to cfg and checks them as a
+// starting worker needs them: NATS_URL and BOXCAR_STORE over the config's URLs (not with
+// --embedded, which runs its own), the NATS login and TLS files (--nats-*, else NATS_*), the
+// model's URL (OPENAI_BASE_URL), the CA files of the store and the model (--s3-ca,
+// BOXCAR_S3_CA, --model-ca, BOXCAR_MODEL_CA) and each profile's secrets. Each problem is one
+// error of the joined result and names the flag or variable, never a value. The worker's start
+// (open) and `worker check-config` both call it: check-config says what a start would.
+func readStartEnv(cfg *config.Config, conn connFlags, embedded bool, getenv func(string) string) (startEnv, error) {
+	var env startEnv
+	errs := []error{checkProfileSecrets(*cfg, getenv)}
+	if !embedded {
+		errs = append(errs, applyEnvURLs(cfg, getenv))
+		if cfg.Store.URL == "" {
+			errs = append(errs, errors.New("no store: set store.url in the config (s3://bucket or file:///path) or BOXCAR_STORE"))
+		}
+	}
+	var err error
+	if env.nats, err = conn.nats.Options(cfg.NATS.URL, "boxcar-worker "+cfg.WorkerID, getenv); err != nil {
+		errs = append(errs, err)
+	} else if !embedded {
+		errs = append(errs, env.nats.Check())
+	}
+	if env.modelURL, err = modelBaseURL(*cfg, getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if env.modelTransport, err = httpClient(conn.modelCA, "model-ca", "BOXCAR_MODEL_CA", getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if env.s3Transport, err = httpClient(conn.s3CA, "s3-ca", "BOXCAR_S3_CA", getenv); err != nil {
+		errs = append(errs, err)
+	}
+	return env, errors.Join(errs...)
+}
+
+// checkProfileSecrets reads each profile's secrets once, so that one that cannot be read
+// stops the worker at start instead of failing its jobs later. The error names the profile,
+// the secret's variable and its source, never its value.
+func checkProfileSecrets(cfg config.Config, getenv func(string) string) error {
+	lookupEnv := func(k string) (string, bool) { v := getenv(k); return v, v != "" }
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(cfg.Profiles)) {
+		for _, s := range cfg.Profiles[name].Secrets {
+			if _, err := config.ReadSecret(s.From, lookupEnv); err != nil {
+				errs = append(errs, fmt.Errorf("profiles.%s: secret %s: %w", name, s.Env, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
