@@ -67,21 +67,9 @@ func (e *env) follow(ctx context.Context, q *queue.Client, id string, timeout ti
 		return &ExitError{Code: exitInterrupted, Msg: fmt.Sprintf("stopped watching; job %s keeps running (it is %s): watch it again with `submit watch %s`, stop it with `submit cancel %s`",
 			id, orUnknown(last.State), id, id)}
 	}
-	if !last.State.Terminal() && tctx.Err() == nil { // the watch ended early: the job is unknown
-		return fmt.Errorf("%w: %s: no status, and the job stream does not hold it after %s (was it submitted to this NATS server, as tenant %s? `submit list` shows the tenant's jobs)",
-			queue.ErrUnknownJob, id, queue.UnknownGrace, q.Tenant())
-	}
 	jsonDone := stream && e.json() // every status is already a line
 	if !last.State.Terminal() {
-		msg := fmt.Sprintf("gave up waiting for job %s after %s; it is %s", id, timeout, orUnknown(last.State))
-		if last.State == job.StateQueued {
-			msg += "; no worker has started it (is a worker running and does it read this NATS server?)"
-		}
-		msg += fmt.Sprintf("; follow it later with `submit watch %s`", id)
-		if e.json() && !jsonDone {
-			_ = e.printJSON(statusJSON(last))
-		}
-		return &ExitError{Code: exitGaveUp, Msg: msg}
+		return e.unfinished(tctx, q, id, timeout, last, jsonDone)
 	}
 	switch {
 	case jsonDone:
@@ -93,6 +81,24 @@ func (e *env) follow(ctx context.Context, q *queue.Client, id string, timeout ti
 		e.showFinal(last)
 	}
 	return finalExit(last)
+}
+
+// unfinished is how a watch ends whose job did not: unknown when the watch ended before the
+// timeout (queue.WatchStatus ends for a job that stays unknown), else gave up at the timeout.
+func (e *env) unfinished(tctx context.Context, q *queue.Client, id string, timeout time.Duration, last job.Status, jsonDone bool) error {
+	if tctx.Err() == nil {
+		return fmt.Errorf("%w: %s: no status, and the job stream does not hold it after %s (was it submitted to this NATS server, as tenant %s? `submit list` shows the tenant's jobs)",
+			queue.ErrUnknownJob, id, queue.UnknownGrace, q.Tenant())
+	}
+	msg := fmt.Sprintf("gave up waiting for job %s after %s; it is %s", id, timeout, orUnknown(last.State))
+	if last.State == job.StateQueued {
+		msg += "; no worker has started it (is a worker running and does it read this NATS server?)"
+	}
+	msg += fmt.Sprintf("; follow it later with `submit watch %s`", id)
+	if e.json() && !jsonDone {
+		_ = e.printJSON(statusJSON(last))
+	}
+	return &ExitError{Code: exitGaveUp, Msg: msg}
 }
 
 // await hands every status to view until the updates end, and ticks it every second.
