@@ -1,7 +1,11 @@
 package runner_test
 
 import (
+	"context"
+
 	"encoding/json"
+	"github.com/boxcar-run/boxcar/internal/modelgate"
+	"github.com/boxcar-run/boxcar/internal/runner"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -76,6 +80,63 @@ func TestAuditModelPermanentRefusalEndsTheJob(t *testing.T) {
 					reasons[i] = dl.Reason
 				}
 				t.Errorf("dead letters %v, want one with reason model_rejected", reasons)
+			}
+		})
+	}
+}
+
+// TestAuditModelLongRetryAfterSpendsNoDelivery: an endpoint that answers 503 or 429 with a
+// Retry-After longer than the client honours (openai-go's 2 minutes: a maintenance window, an
+// hourly quota) is an endpoint that is down for that long. docs/operations.md (BoxcarModelDown):
+// "answers 5xx or 429 persistently. The workers take no new jobs, hold the ones in flight
+// without spending deliveries or turns". Found: openai-go returns such an answer at its first
+// attempt without retrying, so one chat request is one failure of the breaker's three; the gate
+// is still up, the run ends ErrModelUnavailable and the job is handed back: every delivery
+// but the one that finally opens the breaker is spent, within seconds.
+func TestAuditModelLongRetryAfterSpendsNoDelivery(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var chats atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				if r.URL.Path == "/v1/models" {
+					_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+					return
+				}
+				chats.Add(1)
+				w.Header().Set("Retry-After", "600")
+				w.WriteHeader(status)
+				_, _ = io.WriteString(w, `{"error":{"message":"come back in ten minutes","type":"server_error","code":null}}`)
+			}))
+			t.Cleanup(srv.Close)
+			gate, err := modelgate.New(modelgate.Config{Probe: func(ctx context.Context) (*http.Response, error) {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/models", nil)
+				return srv.Client().Do(req)
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The worker's defaults: max_retries 3, the gate's threshold 3.
+			ag, err := agent.New(agent.Config{BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), MaxRetries: 3,
+				Gate: gate, Profiles: b.cfg.Profiles})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.worker(ag, func(c *runner.Config) { c.ModelGate = gate })
+			j := b.submit("p")
+			waitFor(t, 30*time.Second, "the breaker to open", func() bool { return !gate.Up() })
+			time.Sleep(time.Second) // any hand-back in flight is recorded
+			st, err := b.q.Status(context.Background(), j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Attempt != 1 {
+				t.Errorf("the job is at delivery %d of max_deliver 3 (state %s, %d chat requests) while the endpoint asks to wait; want it held at delivery 1: %s",
+					st.Attempt, st.State, chats.Load(), st.Error)
 			}
 		})
 	}
