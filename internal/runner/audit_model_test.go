@@ -2,6 +2,8 @@ package runner_test
 
 import (
 	"context"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/store"
 
 	"encoding/json"
 	"github.com/boxcar-run/boxcar/internal/modelgate"
@@ -139,5 +141,40 @@ func TestAuditModelLongRetryAfterSpendsNoDelivery(t *testing.T) {
 					st.Attempt, st.State, chats.Load(), st.Error)
 			}
 		})
+	}
+}
+
+// TestAuditModelAnswerFieldsBoundedInManifest: what the endpoint says about its answer (the
+// response id, the model name) goes into the signed manifest as sent: the agent bounds the
+// tool call ids and names a hostile or broken endpoint sends, not these. One answer whose id
+// is 9 MiB (within the agent's 16 MiB bound on an answer) commits a run whose manifest records
+// it twice (model.response_ids and usage's calls): 18 MiB, past the 16 MiB that
+// provenance.Verify, `submit get/verify/logs/gc` and the worker's own adoptCommitted read, so
+// the job succeeds and its run can never be verified.
+func TestAuditModelAnswerFieldsBoundedInManifest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body, _ := json.Marshal(map[string]any{
+		"id": "chatcmpl-" + strings.Repeat("i", 9<<20), "object": "chat.completion", "created": 1, "model": "m",
+		"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
+			"message": map[string]any{"role": "assistant", "content": "done"}}},
+		"usage": map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+	})
+	srv, _ := refusingModel(t, http.StatusOK, string(body))
+	ag, err := agent.New(agent.Config{BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), MaxRetries: 1, Profiles: b.cfg.Profiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.worker(ag)
+	j := b.submit("p")
+	st := b.waitFinal(j.ID, 60*time.Second)
+	if st.State != job.StateSucceeded {
+		t.Fatalf("job %s: %.300s", st.State, st.Error)
+	}
+	if n := len(b.object(store.ManifestKey(j.ID))); n > 1<<20 {
+		t.Errorf("the manifest is %d MiB", n>>20)
+	}
+	if report, err := provenance.Verify(t.Context(), b.store, j.ID, nil); err != nil || !report.OK() {
+		t.Errorf("the committed run does not verify: %v", err)
 	}
 }
