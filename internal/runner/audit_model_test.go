@@ -2,6 +2,8 @@ package runner_test
 
 import (
 	"context"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/store"
 
@@ -176,5 +178,53 @@ func TestAuditModelAnswerFieldsBoundedInManifest(t *testing.T) {
 	}
 	if report, err := provenance.Verify(t.Context(), b.store, j.ID, nil); err != nil || !report.OK() {
 		t.Errorf("the committed run does not verify: %v", err)
+	}
+}
+
+// TestAuditModelUnavailableTurnNotSpent: "a request the endpoint was unavailable for is not
+// counted as a turn" (docs/lifecycle.md; agent.Budget). The agent keeps to it in its Result,
+// but the progress event it sends before each request has already counted the turn, and the
+// runner's budget only ever adds: a delivery whose request met the endpoint unavailable (a 503
+// the client gave up on, the breaker still closed) leaves a turn spent in the job's status,
+// and the next delivery starts with one turn less. Here the model's first chat request meets
+// a 503 with a long Retry-After; the job then runs as the demo model plays it.
+func TestAuditModelUnavailableTurnNotSpent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	extra, err := config.Parse([]byte(demoProfile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cfg.Profiles["d"] = extra.Profiles["d"]
+	var fail atomic.Bool
+	model := demomodel.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" && fail.CompareAndSwap(true, false) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "600")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":{"message":"maintenance","type":"server_error","code":null}}`)
+			return
+		}
+		model.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	ag, err := agent.New(agent.Config{BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), MaxRetries: 3, Profiles: b.cfg.Profiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.worker(ag)
+	base := b.waitFinal(b.submit("d").ID, 30*time.Second)
+	if base.State != job.StateSucceeded {
+		t.Fatalf("without a failure: %s: %s", base.State, base.Error)
+	}
+	fail.Store(true)
+	st := b.waitFinal(b.submit("d").ID, 30*time.Second)
+	if st.State != job.StateSucceeded || st.Attempt != 2 {
+		t.Fatalf("with a 503 first: %s at attempt %d, want succeeded at attempt 2: %s", st.State, st.Attempt, st.Error)
+	}
+	if st.SpentTurns != base.SpentTurns {
+		t.Errorf("spent %d turns, want %d as without the 503: the request the endpoint was unavailable for counted as a turn", st.SpentTurns, base.SpentTurns)
 	}
 }
