@@ -45,7 +45,11 @@ func refusingModel(t *testing.T, status int, body string) (*httptest.Server, *at
 // Found: a 401 whose body says {"error":"..."} (a string, as TGI, LM Studio and many proxies
 // answer) is taken for an unreachable endpoint and retried at every delivery; a 401 whose
 // error code is 1.5 MiB goes into the job's status and dead letter whole, past NATS's
-// max_payload, and the job is never recorded failed.
+// max_payload, and the job is never recorded failed: the run is committed (failed), but the
+// status write and the dead letter (which carries the same error) fail with "nats: maximum
+// payload exceeded", the end is "undecided" and the job is nak'd, delivered again past
+// max_deliver, each delivery holding a slot up to twice job_timeout waiting for NATS, without
+// end (seen with job_timeout 3s over 25s: attempts 1-4, status running throughout).
 func TestAuditModelPermanentRefusalEndsTheJob(t *testing.T) {
 	t.Parallel()
 	bigCode, _ := json.Marshal(map[string]any{"error": map[string]any{
