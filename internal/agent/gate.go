@@ -36,18 +36,22 @@ func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNe
 		r.used.Turns = turn
 		r.progress(Event{Kind: EventModelRequest, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls, Spent: r.spent()})
 		start = time.Now()
-		resp, err = r.agent.chat.New(ctx, params, option.WithMiddleware(r.logAttempt))
+		var rp reply
+		resp, err = r.agent.chat.New(ctx, params, option.WithMiddleware(r.logAttempt, rp.record))
 		switch {
 		case err == nil:
 			return resp, start, nil
 		case ctx.Err() != nil:
 			return nil, start, context.Cause(ctx)
 		}
-		err = modelError(err, r.agent.cfg.APIKey)
+		err = modelError(err, &rp, r.agent.cfg.APIKey)
 		if !errors.Is(err, ErrModelUnavailable) {
 			return nil, start, err
 		}
+		// Not a turn after all: the event takes it back, so that the caller's record of
+		// the spending matches Result.Spent, also for a turn that waits out an outage.
 		r.used.Turns = turn - 1
+		r.progress(Event{Kind: EventModelUnavailable, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls, Spent: r.spent()})
 		if gate == nil || gate.Up() {
 			return nil, start, err
 		}

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -222,4 +223,110 @@ func TestAnswerSizeIsBounded(t *testing.T) {
 			t.Errorf("the server wrote %d MiB before the client stopped reading; want about the bound of 1 MiB", n>>20)
 		}
 	})
+}
+
+// TestModelErrorClassifiedByStatus: an endpoint's error answer is classified by its HTTP
+// status, whatever its body holds. Servers that are not OpenAI's (TGI, LM Studio, many
+// proxies) put a string in "error", not an object, which openai-go fails to decode; once the
+// agent took that for "no HTTP response at all" (ErrModelUnavailable, transient): a bad key or
+// a request over the context length was retried at every delivery instead of failing at the
+// first with model_rejected. The same for an answer of 200 whose body is not a chat
+// completion (HTML of a wrong base URL, JSON cut short): it is an unusable answer
+// (ErrModelResponse), and its turn counts, as the endpoint answered it.
+func TestModelErrorClassifiedByStatus(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		reply     reply
+		wantErr   error
+		wantTurns int
+	}{
+		{name: "401 with a string error", reply: reply{status: 401, body: `{"error":"Invalid API key"}`}, wantErr: agent.ErrModelAuth, wantTurns: 1},
+		{name: "403 with a string error", reply: reply{status: 403, body: `{"error":"Forbidden"}`}, wantErr: agent.ErrModelAuth, wantTurns: 1},
+		{name: "400 context length as TGI says it", reply: reply{status: 400,
+			body: `{"error":"Input validation error: inputs tokens + max_new_tokens must be <= 8192","error_type":"validation"}`},
+			wantErr: agent.ErrModelRequest, wantTurns: 1},
+		{name: "200 with an HTML body", reply: reply{status: 200, body: `<html><body>Welcome</body></html>`}, wantErr: agent.ErrModelResponse, wantTurns: 1},
+		{name: "200 with JSON cut short", reply: reply{status: 200, body: `{"id":"chatcmpl-cut","choices":[{"message":{"role":"assistant","content":"hal`},
+			wantErr: agent.ErrModelResponse, wantTurns: 1},
+	}
+	sentinels := []error{agent.ErrModelAuth, agent.ErrModelRequest, agent.ErrModelUnavailable, agent.ErrModelResponse}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newScript(t, tt.reply, tt.reply, tt.reply)
+			res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
+			for _, sentinel := range sentinels {
+				if got, want := errors.Is(err, sentinel), errors.Is(tt.wantErr, sentinel); got != want {
+					t.Errorf("errors.Is(err, %q) = %v, want %v; err: %v", sentinel, got, want, err)
+				}
+			}
+			if res.Spent.Turns != tt.wantTurns {
+				t.Errorf("spent %d turns, want %d: the endpoint answered the request", res.Spent.Turns, tt.wantTurns)
+			}
+		})
+	}
+}
+
+// TestModelErrorFieldsBounded: every field of the endpoint's error that goes into the run's
+// error (which the runner writes to the job's status, the manifest and the dead letter) is
+// bounded and has the API key redacted, its code as its message: once an endpoint (or a proxy
+// in front of it) that echoed the key in the code put the key there, and a code of megabytes
+// went there whole.
+func TestModelErrorFieldsBounded(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		code string
+	}{
+		{name: "code echoing the key", code: "invalid_api_key:" + testKey},
+		{name: "code of a megabyte", code: strings.Repeat("x", 1<<20)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newScript(t, apiError(401, tt.code, "Incorrect API key provided", nil))
+			_, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
+			if !errors.Is(err, agent.ErrModelAuth) {
+				t.Fatalf("Run: %v, want ErrModelAuth", err)
+			}
+			if strings.Contains(err.Error(), testKey) {
+				t.Errorf("the error holds the API key: %s", err)
+			}
+			if n := len(err.Error()); n > 4<<10 {
+				t.Errorf("the error is %d bytes; want the endpoint's words bounded as its message is (300 bytes)", n)
+			}
+		})
+	}
+}
+
+// TestAnswerFieldsBounded: what the endpoint says of its answer (the response id, the model
+// name, the finish reason) goes into the Result, and from there into the manifest, the
+// transcript and the logs: each is bounded, its control characters replaced and the API key
+// redacted, as an error's fields are.
+func TestAnswerFieldsBounded(t *testing.T) {
+	t.Parallel()
+	body, _ := json.Marshal(map[string]any{
+		"id": "chatcmpl-" + strings.Repeat("i", 1<<20), "object": "chat.completion", "created": 1,
+		"model": "m\x1b[2J" + testKey, "choices": []any{map[string]any{"index": 0, "finish_reason": "stop" + strings.Repeat("s", 1<<16),
+			"message": map[string]any{"role": "assistant", "content": "done"}}},
+	})
+	res, err := newAgent(t, newScript(t, reply{body: string(body)})).Run(context.Background(), request(csvProfile(t), newFakeSandbox(nil)))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	fields := map[string]string{"model": res.Model}
+	if len(res.ResponseIDs) == 1 && len(res.Calls) == 1 {
+		fields["response id"], fields["call's response id"] = res.ResponseIDs[0], res.Calls[0].ResponseID
+	} else {
+		t.Fatalf("%d response ids, %d calls; want 1 each", len(res.ResponseIDs), len(res.Calls))
+	}
+	for name, v := range fields {
+		if len(v) > 256 || strings.Contains(v, testKey) || strings.ContainsRune(v, '\x1b') {
+			t.Errorf("the %s is %d bytes: %.80q", name, len(v), v)
+		}
+	}
+	if tr := string(res.Transcript); strings.Contains(tr, strings.Repeat("s", 1024)) || strings.Contains(tr, strings.Repeat("i", 1024)) {
+		t.Errorf("the transcript holds the answer's id or finish reason whole")
+	}
 }

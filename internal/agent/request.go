@@ -69,11 +69,18 @@ type Meter interface {
 
 // Event kinds.
 const (
+	// EventModelRequest: a turn's request is about to be sent; Spent counts the turn.
 	EventModelRequest = "model_request"
-	EventToolCall     = "tool_call"
+	// EventModelUnavailable: the endpoint was unavailable for the turn's request (no answer,
+	// or a 408, 409, 429 or 5xx after the client's retries); Spent no longer counts the
+	// turn. The turn is sent again once the Gate lets it, or the run ends.
+	EventModelUnavailable = "model_unavailable"
+	// EventToolCall: a tool call is about to run; Spent counts it.
+	EventToolCall = "tool_call"
 )
 
-// Event reports progress: a model request about to be sent, or a tool call about to run.
+// Event reports progress: a model request about to be sent or found the endpoint
+// unavailable, or a tool call about to run.
 type Event struct {
 	Kind         string
 	Turn         int // the model round trip of this run the event belongs to, from 1
@@ -84,7 +91,8 @@ type Event struct {
 	Tool string
 	// Spent is the job's budget used so far, earlier attempts (Request.Spent) included and
 	// counting the request or call this event announces: callers that record it lose nothing
-	// when the process dies during that request or call.
+	// when the process dies during that request or call. It only grows, but at
+	// EventModelUnavailable, which takes back the turn its EventModelRequest counted.
 	Spent Budget
 }
 

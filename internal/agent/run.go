@@ -210,9 +210,13 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 		resp = &openai.ChatCompletion{}
 	}
 	r.res.Turns = turn
-	r.res.ResponseIDs = append(r.res.ResponseIDs, resp.ID)
-	if resp.Model != "" {
-		r.res.Model = resp.Model
+	// What the endpoint says of its answer goes into the manifest, the transcript and the
+	// logs: bounded like a call id (an id of megabytes would make a manifest nothing reads).
+	key := r.agent.cfg.APIKey
+	id, model := endpointText(resp.ID, key, maxAnswerField), endpointText(resp.Model, key, maxAnswerField)
+	r.res.ResponseIDs = append(r.res.ResponseIDs, id)
+	if model != "" {
+		r.res.Model = model
 	}
 	u := Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, TotalTokens: resp.Usage.TotalTokens}
 	if u.TotalTokens == 0 {
@@ -222,23 +226,24 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 	r.res.Usage.CompletionTokens += u.CompletionTokens
 	r.res.Usage.TotalTokens += u.TotalTokens
 	r.used.Tokens = r.res.Usage.TotalTokens
-	r.res.Calls = append(r.res.Calls, ModelCall{Turn: turn, ResponseID: resp.ID, Usage: u, Duration: time.Since(start)})
+	r.res.Calls = append(r.res.Calls, ModelCall{Turn: turn, ResponseID: id, Usage: u, Duration: time.Since(start)})
 	if m := r.req.Meter; m != nil {
 		m.Spend(ctx, u.TotalTokens)
 	}
 
-	line := responseLine{Type: "response", Time: now(), Turn: turn, ID: resp.ID, Model: resp.Model, Usage: u, DurationMS: sinceMS(start)}
+	line := responseLine{Type: "response", Time: now(), Turn: turn, ID: id, Model: model, Usage: u, DurationMS: sinceMS(start)}
 	if len(resp.Choices) == 0 {
 		r.tr.add(line)
-		return openai.ChatCompletionChoice{}, fmt.Errorf("agent: chat completion %s: %w: no choices", resp.ID, ErrModelResponse)
+		return openai.ChatCompletionChoice{}, fmt.Errorf("agent: chat completion %s: %w: no choices", id, ErrModelResponse)
 	}
 	choice := resp.Choices[0]
-	line.FinishReason = choice.FinishReason
+	finish := endpointText(choice.FinishReason, key, maxAnswerField)
+	line.FinishReason = finish
 	if raw := choice.Message.RawJSON(); json.Valid([]byte(raw)) {
 		line.Message = json.RawMessage(raw)
 	}
 	r.tr.add(line)
-	r.log.Info("model response", "turn", turn, "response_id", resp.ID, "finish_reason", choice.FinishReason,
+	r.log.Info("model response", "turn", turn, "response_id", id, "finish_reason", finish,
 		"tool_calls", len(choice.Message.ToolCalls), "total_tokens", u.TotalTokens, "duration_ms", sinceMS(start))
 	return choice, nil
 }
