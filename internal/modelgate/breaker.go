@@ -37,6 +37,10 @@ type answer struct {
 	failed bool
 	// retryAfter is the delay the endpoint asked for (Retry-After), zero when it named none.
 	retryAfter time.Duration
+	// final: a failure the client does not retry (x-should-retry: false, or a Retry-After
+	// longer than it waits): the endpoint says it is down for now, and the breaker opens at
+	// once. Counted as one of a run, the job whose request it was would end without a wait.
+	final bool
 	// why says what failed in a few words ("HTTP 503", "no response"), for /readyz and logs.
 	why string
 }
@@ -80,7 +84,7 @@ func (b *breaker) record(now time.Time, a answer) bool {
 		return false
 	}
 	b.failures++
-	if b.failures < b.threshold {
+	if b.failures < b.threshold && !a.final {
 		return false
 	}
 	b.state, b.downSince = Open, now

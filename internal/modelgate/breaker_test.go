@@ -9,7 +9,7 @@ import (
 // step is one event the breaker sees, at an offset from the test's start.
 type step struct {
 	at    time.Duration
-	event string // "ok", "fail", "probe" (is one due?), "probe ok", "probe fail", "probe gave up"
+	event string // "ok", "fail", "final" (a failure the client does not retry), "probe" (is one due?), "probe ok", "probe fail", "probe gave up"
 	// retryAfter is what a failure asks for.
 	retryAfter time.Duration
 }
@@ -70,6 +70,12 @@ func TestBreakerTransitions(t *testing.T) {
 			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {s, "probe", 0}, {s, "probe fail", 0},
 				{3 * s, "probe", 0}, {3 * s, "probe ok", 0}, {3 * s, "ok", 0}, {3 * s, "fail", 0}, {3 * s, "fail", 0}, {3 * s, "fail", 0}},
 			want: Open, probeIn: s, changes: []int{2, 6, 10}},
+		{name: "a failure the client does not retry opens it at once, for its Retry-After",
+			steps: []step{{0, "final", 10 * s}}, want: Open, probeIn: 10 * s, changes: []int{0}},
+		{name: "a failure the client does not retry, asking for no wait, opens it for the backoff",
+			steps: []step{{0, "fail", 0}, {0, "final", 0}}, want: Open, probeIn: s, changes: []int{1}},
+		{name: "a failure the client does not retry while open moves the probe as any failure does",
+			steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}, {0, "final", 20 * s}}, want: Open, probeIn: 20 * s, changes: []int{2}},
 		{name: "a probe answer while closed changes nothing",
 			steps: []step{{0, "probe ok", 0}, {0, "probe fail", 0}}, want: Closed},
 	}
@@ -89,6 +95,10 @@ func TestBreakerTransitions(t *testing.T) {
 					changed = b.record(now, answer{})
 				case "fail":
 					changed = b.record(now, fail)
+				case "final":
+					final := fail
+					final.final = true
+					changed = b.record(now, final)
 				case "probe":
 					b.probeDue(now) // half-open is no change callers hear of
 				case "probe ok":

@@ -1,6 +1,7 @@
 // Package modelgate owns the model endpoint's circuit breaker: it watches every HTTP request
 // to the endpoint (Transport), opens when the endpoint stops answering (no response, or 408,
-// 409, 429, 5xx, several times in a row), refuses requests while open, probes with backoff
+// 409, 429, 5xx, several times in a row, or once when the client will not retry the answer:
+// x-should-retry: false, a Retry-After past its 2 minutes), refuses requests while open, probes with backoff
 // (honouring Retry-After) and closes when a probe is answered. Callers wait on it (Wait): the
 // agent before it sends a turn again, the runner before it fetches a job. It knows nothing of
 // jobs, queues or metrics; OnChange tells whoever cares.
@@ -18,7 +19,9 @@ import (
 // Config configures a Gate. New fills every unset field with its default.
 type Config struct {
 	// Threshold is how many requests in a row must fail before the breaker opens. Default: 3
-	// (with the agent's default of 3 retries, one chat request that fails every attempt).
+	// (with the agent's default of 3 retries, one chat request that fails every attempt). A
+	// failure the OpenAI client does not retry (x-should-retry: false, a Retry-After longer
+	// than its 2 minutes) opens it at once: that request ends with it.
 	Threshold int
 	// MinBackoff is the wait before the first probe after the breaker opens; each failed probe
 	// doubles it, up to MaxBackoff. Defaults: 1s and 30s.

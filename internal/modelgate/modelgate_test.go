@@ -212,6 +212,45 @@ func TestGateHonoursRetryAfter(t *testing.T) {
 	}
 }
 
+// TestGateOpensAtOnceOnAnAnswerTheClientDoesNotRetry: a 429 or 5xx that asks for a wait longer
+// than the OpenAI client makes (2 minutes), or says x-should-retry: false, is the endpoint
+// saying it is down for now: the client gives up at that one attempt, so it opens the breaker
+// at once, or the job would end without waiting on it. A Retry-After the client waits for is
+// one failure of the threshold's, as before.
+func TestGateOpensAtOnceOnAnAnswerTheClientDoesNotRetry(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		status int
+		header map[string]string
+		opens  bool
+	}{
+		{name: "503 with Retry-After of ten minutes", status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After": "600"}, opens: true},
+		{name: "429 with retry-after-ms of an hour", status: http.StatusTooManyRequests, header: map[string]string{"Retry-After-Ms": "3600000"}, opens: true},
+		{name: "429 with Retry-After past a Duration", status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": "1e300"}, opens: true},
+		{name: "500 with x-should-retry false", status: http.StatusInternalServerError, header: map[string]string{"X-Should-Retry": "false"}, opens: true},
+		{name: "503 with Retry-After of a minute", status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After": "60"}, opens: false},
+		{name: "503 with x-should-retry true", status: http.StatusServiceUnavailable, header: map[string]string{"X-Should-Retry": "true"}, opens: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEndpoint(t)
+			for k, v := range tt.header {
+				e.header.Set(k, v)
+			}
+			e.status.Store(int64(tt.status))
+			g, c, _ := setup(t, e, modelgate.Config{Threshold: 3})
+			if err := post(c, e.srv.URL); err != nil {
+				t.Fatal(err)
+			}
+			if got := !g.Up(); got != tt.opens {
+				t.Errorf("open after one answer: %v, want %v (state %s)", got, tt.opens, g.State())
+			}
+		})
+	}
+}
+
 func TestGateIgnoresRequestsTheCallerCancelled(t *testing.T) {
 	t.Parallel()
 	e := newEndpoint(t)

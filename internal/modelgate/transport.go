@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -58,23 +60,42 @@ func classify(ctx context.Context, resp *http.Response, err error) answer {
 	switch code := resp.StatusCode; {
 	case code == http.StatusRequestTimeout, code == http.StatusConflict,
 		code == http.StatusTooManyRequests, code >= 500:
-		return answer{failed: true, why: fmt.Sprintf("HTTP %d", code), retryAfter: retryAfter(resp.Header, time.Now())}
+		wait := retryAfter(resp.Header, time.Now())
+		final := wait > clientMaxRetryAfter || strings.EqualFold(resp.Header.Get("X-Should-Retry"), "false")
+		return answer{failed: true, why: fmt.Sprintf("HTTP %d", code), retryAfter: wait, final: final}
 	}
 	return answer{}
 }
 
+// clientMaxRetryAfter is the longest Retry-After the OpenAI client waits for before it tries
+// again; it gives up on an answer that asks for longer (openai-go's limit).
+const clientMaxRetryAfter = 2 * time.Minute
+
 // retryAfter reads the delay an answer asks for: retry-after-ms (OpenAI's), or Retry-After
 // in seconds or as an HTTP date. Zero when there is none or it does not parse.
 func retryAfter(h http.Header, now time.Time) time.Duration {
-	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms > 0 {
-		return time.Duration(ms * float64(time.Millisecond))
+	if ms, ok := delay(h.Get("Retry-After-Ms"), time.Millisecond); ok {
+		return ms
 	}
 	v := h.Get("Retry-After")
-	if s, err := strconv.Atoi(v); err == nil && s > 0 {
-		return time.Duration(s) * time.Second
+	if s, ok := delay(v, time.Second); ok {
+		return s
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// delay reads v as a number of units, as the OpenAI client does (fractions allowed); one past
+// what a Duration holds is the longest Duration. ok is false when v is no positive number.
+func delay(v string, unit time.Duration) (time.Duration, bool) {
+	n, err := strconv.ParseFloat(v, 64)
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange), math.IsNaN(n), n <= 0:
+		return 0, false
+	case n >= float64(math.MaxInt64)/float64(unit):
+		return math.MaxInt64, true
+	}
+	return time.Duration(n * float64(unit)), true
 }
