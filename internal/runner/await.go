@@ -88,7 +88,7 @@ func (r *Runner) noteWait(ctx context.Context, a *attempt, what string, err erro
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, _ = r.writeStatus(wctx, a, a.job.ID, func(s *job.Status) {
-		s.Error = "waiting for " + what + ": " + err.Error()
+		s.Error = "waiting for " + what + ": " + errorText(err)
 		if s.State == "" {
 			s.State = job.StateQueued // the first status of the job: submit writes none
 		}

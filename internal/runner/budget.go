@@ -17,7 +17,9 @@ import (
 // the next attempt starts from it, never from zero.
 //
 // Writes add what is new since the last write (under the status bucket's compare-and-set), so
-// two attempts that overlap, a stale one and its successor, both count.
+// two attempts that overlap, a stale one and its successor, both count. The one write that
+// takes something back is the agent's: a turn whose request found the endpoint unavailable
+// (agent.EventModelUnavailable) is no turn, and the status then says what the agent counts.
 type budget struct {
 	r        *Runner
 	a        *attempt
@@ -36,9 +38,14 @@ func (r *Runner) newBudget(a *attempt, st job.Status) *budget {
 // progress records one agent event: the progress line `submit watch` shows, and the spent
 // budget. The agent calls it synchronously, so it needs no lock.
 func (b *budget) progress(ctx context.Context, e agent.Event) {
-	msg := fmt.Sprintf("model turn %d of %d", e.Spent.Turns, b.a.limits.MaxTurns)
-	if e.Kind == agent.EventToolCall {
+	var msg string
+	switch e.Kind {
+	case agent.EventToolCall:
 		msg = fmt.Sprintf("tool call %d of %d: %s", e.Spent.ToolCalls, e.MaxToolCalls, e.Tool)
+	case agent.EventModelUnavailable:
+		msg = fmt.Sprintf("model turn %d of %d: the model endpoint is unavailable", e.Spent.Turns+1, b.a.limits.MaxTurns)
+	default:
+		msg = fmt.Sprintf("model turn %d of %d", e.Spent.Turns, b.a.limits.MaxTurns)
 	}
 	b.record(ctx, e.Spent, msg)
 }
@@ -47,7 +54,11 @@ func (b *budget) progress(ctx context.Context, e agent.Event) {
 // with msg as the progress line when msg is set, and reports whether it wrote. It runs on a
 // context that survives the job's end: an interrupted attempt must leave its spending behind.
 func (b *budget) finish(ctx context.Context, spent agent.Budget, msg string) bool {
-	if r := b.recorded; spent.Turns <= r.Turns && spent.ToolCalls <= r.ToolCalls && spent.Tokens <= r.Tokens {
+	// Only adds: a run that ended without counting (the agent panicked) leaves what its
+	// events recorded.
+	r := b.recorded
+	spent = agent.Budget{Turns: max(spent.Turns, r.Turns), ToolCalls: max(spent.ToolCalls, r.ToolCalls), Tokens: max(spent.Tokens, r.Tokens)}
+	if spent == r {
 		return false // nothing new
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.r.cfg.CleanupTimeout)
@@ -55,17 +66,19 @@ func (b *budget) finish(ctx context.Context, spent agent.Budget, msg string) boo
 	return b.record(ctx, spent, msg)
 }
 
-// record writes spent and msg (when set) to the job's status and reports whether it did.
+// record writes spent and msg (when set) to the job's status and reports whether it did. It
+// adds the difference to what this attempt recorded before, which is less than nothing only
+// for a turn the agent took back.
 func (b *budget) record(ctx context.Context, spent agent.Budget, msg string) bool {
 	add := agent.Budget{
-		Turns:     max(spent.Turns-b.recorded.Turns, 0),
-		ToolCalls: max(spent.ToolCalls-b.recorded.ToolCalls, 0),
-		Tokens:    max(spent.Tokens-b.recorded.Tokens, 0),
+		Turns:     spent.Turns - b.recorded.Turns,
+		ToolCalls: spent.ToolCalls - b.recorded.ToolCalls,
+		Tokens:    spent.Tokens - b.recorded.Tokens,
 	}
 	_, err := b.r.writeStatus(ctx, b.a, b.a.job.ID, func(s *job.Status) {
-		s.SpentTurns += add.Turns
-		s.SpentToolCalls += add.ToolCalls
-		s.SpentTokens += add.Tokens
+		s.SpentTurns = max(s.SpentTurns+add.Turns, 0)
+		s.SpentToolCalls = max(s.SpentToolCalls+add.ToolCalls, 0)
+		s.SpentTokens = max(s.SpentTokens+add.Tokens, 0)
 		s.ToolCalls = s.SpentToolCalls
 		if b.claim != nil {
 			s.SandboxClaimedAt, s.SandboxWarm = b.claim.at.UTC(), b.claim.warm

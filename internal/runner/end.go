@@ -50,7 +50,7 @@ func (r *Runner) commitEnd(ctx context.Context, a *attempt, e ended) ended {
 	if e.run.transcript.size == 0 {
 		cause := ""
 		if e.err != nil {
-			cause = e.err.Error()
+			cause = errorText(e.err)
 		}
 		line, err := json.Marshal(map[string]any{"type": string(dec.state), "reason": dec.reason, "error": cause, "at": time.Now().UTC()})
 		if err != nil {

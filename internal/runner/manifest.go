@@ -51,7 +51,7 @@ func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, col
 		m.Model.Name = res.Model
 	}
 	if runErr != nil {
-		m.Outcome.Error = runErr.Error()
+		m.Outcome.Error = errorText(runErr)
 	}
 	if dec.state == job.StateFailed || dec.state == job.StateDead || dec.state == job.StateRejected {
 		m.Outcome.Reason = dec.reason

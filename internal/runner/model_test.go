@@ -2,14 +2,8 @@ package runner_test
 
 import (
 	"context"
-	"github.com/boxcar-run/boxcar/internal/config"
-	"github.com/boxcar-run/boxcar/internal/demomodel"
-	"github.com/boxcar-run/boxcar/internal/provenance"
-	"github.com/boxcar-run/boxcar/internal/store"
-
 	"encoding/json"
-	"github.com/boxcar-run/boxcar/internal/modelgate"
-	"github.com/boxcar-run/boxcar/internal/runner"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,8 +13,16 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/modelgate"
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/store"
 )
+
+// What a job makes of its model endpoint's answers, through the real agent and openai-go.
 
 // refusingModel answers every chat request with status and body, and counts them.
 func refusingModel(t *testing.T, status int, body string) (*httptest.Server, *atomic.Int64) {
@@ -37,20 +39,18 @@ func refusingModel(t *testing.T, status int, body string) (*httptest.Server, *at
 	return srv, &n
 }
 
-// TestAuditModelPermanentRefusalEndsTheJob: an endpoint that refuses the key ends the job
-// failed at its first attempt with model_rejected (docs/lifecycle.md: "failed: a permanent
-// fault (e.g. the model rejected the key ...)"), whatever the shape of its error body, and an
-// error of megabytes from the endpoint does not keep the job from ending.
+// TestModelRefusalEndsTheJobAtOnce: an endpoint that refuses the key ends the job failed at
+// its first attempt with model_rejected (docs/lifecycle.md: "failed: a permanent fault (e.g.
+// the model rejected the key ...)"), whatever the shape of its error body, and an error of
+// megabytes from the endpoint does not keep the job from ending.
 //
-// Found: a 401 whose body says {"error":"..."} (a string, as TGI, LM Studio and many proxies
-// answer) is taken for an unreachable endpoint and retried at every delivery; a 401 whose
-// error code is 1.5 MiB goes into the job's status and dead letter whole, past NATS's
-// max_payload, and the job is never recorded failed: the run is committed (failed), but the
-// status write and the dead letter (which carries the same error) fail with "nats: maximum
-// payload exceeded", the end is "undecided" and the job is nak'd, delivered again past
-// max_deliver, each delivery holding a slot up to twice job_timeout waiting for NATS, without
-// end (seen with job_timeout 3s over 25s: attempts 1-4, status running throughout).
-func TestAuditModelPermanentRefusalEndsTheJob(t *testing.T) {
+// Once: a 401 whose body says {"error":"..."} (a string, as TGI, LM Studio and many proxies
+// answer) was taken for an unreachable endpoint and retried at every delivery; a 401 whose
+// error code is 1.5 MiB went into the job's status and dead letter whole, past NATS's
+// max_payload: the status write and the dead letter failed with "nats: maximum payload
+// exceeded", the end was "undecided" and the job delivered again past max_deliver, its
+// status running for ever.
+func TestModelRefusalEndsTheJobAtOnce(t *testing.T) {
 	t.Parallel()
 	bigCode, _ := json.Marshal(map[string]any{"error": map[string]any{
 		"message": "Incorrect API key provided", "type": "invalid_request_error", "code": strings.Repeat("k", 3<<19)}})
@@ -66,7 +66,7 @@ func TestAuditModelPermanentRefusalEndsTheJob(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			srv, requests := refusingModel(t, http.StatusUnauthorized, tt.body)
-			ag, err := agent.New(agent.Config{BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), APIKey: "sk-audit-model",
+			ag, err := agent.New(agent.Config{BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), APIKey: "sk-refused-key",
 				MaxRetries: 1, Profiles: b.cfg.Profiles})
 			if err != nil {
 				t.Fatal(err)
@@ -93,15 +93,14 @@ func TestAuditModelPermanentRefusalEndsTheJob(t *testing.T) {
 	}
 }
 
-// TestAuditModelLongRetryAfterSpendsNoDelivery: an endpoint that answers 503 or 429 with a
-// Retry-After longer than the client honours (openai-go's 2 minutes: a maintenance window, an
-// hourly quota) is an endpoint that is down for that long. docs/operations.md (BoxcarModelDown):
-// "answers 5xx or 429 persistently. The workers take no new jobs, hold the ones in flight
-// without spending deliveries or turns". Found: openai-go returns such an answer at its first
-// attempt without retrying, so one chat request is one failure of the breaker's three; the gate
-// is still up, the run ends ErrModelUnavailable and the job is handed back: every delivery
-// but the one that finally opens the breaker is spent, within seconds.
-func TestAuditModelLongRetryAfterSpendsNoDelivery(t *testing.T) {
+// TestLongRetryAfterHoldsTheJob: an endpoint that answers 503 or 429 with a Retry-After
+// longer than the client honours (openai-go's 2 minutes: a maintenance window, an hourly
+// quota) is an endpoint that is down for that long. docs/operations.md (BoxcarModelDown): "The
+// workers take no new jobs, hold the ones in flight without spending deliveries or turns".
+// openai-go gives up on such an answer at its first attempt, so it opens the breaker at once;
+// once it was one failure of the breaker's three, the run ended ErrModelUnavailable and the
+// job was handed back, every delivery but the one that opened the breaker spent in seconds.
+func TestLongRetryAfterHoldsTheJob(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests} {
 		t.Run(http.StatusText(status), func(t *testing.T) {
@@ -150,14 +149,13 @@ func TestAuditModelLongRetryAfterSpendsNoDelivery(t *testing.T) {
 	}
 }
 
-// TestAuditModelAnswerFieldsBoundedInManifest: what the endpoint says about its answer (the
-// response id, the model name) goes into the signed manifest as sent: the agent bounds the
-// tool call ids and names a hostile or broken endpoint sends, not these. One answer whose id
-// is 9 MiB (within the agent's 16 MiB bound on an answer) commits a run whose manifest records
-// it twice (model.response_ids and usage's calls): 18 MiB, past the 16 MiB that
-// provenance.Verify, `submit get/verify/logs/gc` and the worker's own adoptCommitted read, so
-// the job succeeds and its run can never be verified.
-func TestAuditModelAnswerFieldsBoundedInManifest(t *testing.T) {
+// TestAnswerFieldsBoundedInManifest: what the endpoint says about its answer (the response id,
+// the model name) is bounded before it goes into the signed manifest, as the tool call ids
+// are. Once an answer whose id is 9 MiB (within the agent's 16 MiB bound on an answer)
+// committed a run whose manifest recorded it twice (model.response_ids and usage's calls):
+// 18 MiB, past the 16 MiB that provenance.Verify, `submit get/verify/logs/gc` and the worker's
+// own adoptCommitted read, so the job succeeded and its run could never be verified.
+func TestAnswerFieldsBoundedInManifest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	body, _ := json.Marshal(map[string]any{
@@ -185,14 +183,14 @@ func TestAuditModelAnswerFieldsBoundedInManifest(t *testing.T) {
 	}
 }
 
-// TestAuditModelUnavailableTurnNotSpent: "a request the endpoint was unavailable for is not
-// counted as a turn" (docs/lifecycle.md; agent.Budget). The agent keeps to it in its Result,
-// but the progress event it sends before each request has already counted the turn, and the
-// runner's budget only ever adds: a delivery whose request met the endpoint unavailable (a 503
-// the client gave up on, the breaker still closed) leaves a turn spent in the job's status,
-// and the next delivery starts with one turn less. Here the model's first chat request meets
-// a 503 with a long Retry-After; the job then runs as the demo model plays it.
-func TestAuditModelUnavailableTurnNotSpent(t *testing.T) {
+// TestUnavailableTurnNotSpent: "a request the endpoint was unavailable for is not counted as a
+// turn" (docs/lifecycle.md; agent.Budget), in the job's status too. The progress event sent
+// before each request counts the turn (a worker that dies while it is out leaves it spent);
+// agent.EventModelUnavailable takes it back. Once the runner's budget only ever added: a
+// delivery whose request met the endpoint unavailable left a turn spent, and the next
+// delivery started with one turn less. Here the model's first chat request meets a 503 with
+// a long Retry-After, with no breaker to wait on; the job then runs as the demo model plays it.
+func TestUnavailableTurnNotSpent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	extra, err := config.Parse([]byte(demoProfile))
@@ -230,5 +228,39 @@ func TestAuditModelUnavailableTurnNotSpent(t *testing.T) {
 	}
 	if st.SpentTurns != base.SpentTurns {
 		t.Errorf("spent %d turns, want %d as without the 503: the request the endpoint was unavailable for counted as a turn", st.SpentTurns, base.SpentTurns)
+	}
+}
+
+// TestErrorTextBoundedAtEverySink: an attempt's error may quote anyone at any length (here a
+// model endpoint's 1.5 MiB, past the agent's own bounds); the runner records at most a few KiB
+// of it in the job's status, its dead letter (both NATS messages: past max_payload the job
+// could never end), the manifest and report.md, and the job ends at its first attempt.
+func TestErrorTextBoundedAtEverySink(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	huge := strings.Repeat("k", 3<<19)
+	b.worker(agentFunc(func(context.Context, agent.Request) (agent.Result, error) {
+		return agent.Result{}, fmt.Errorf("agent: chat completion: %w: HTTP 401 %s", agent.ErrModelAuth, huge)
+	}))
+	j := b.submit("p")
+	st := b.waitFinal(j.ID, 30*time.Second)
+	if st.State != job.StateFailed || st.Attempt != 1 {
+		t.Fatalf("job %s at attempt %d, want failed at attempt 1: %.300s", st.State, st.Attempt, st.Error)
+	}
+	const bound = 8 << 10
+	sinks := map[string]int{
+		"status":   len(st.Error),
+		"manifest": len(b.manifest(j.ID).Predicate.Outcome.Error),
+	}
+	if dls := b.deadLetters(); len(dls) == 1 {
+		sinks["dead letter"] = len(dls[0].Error)
+	} else {
+		t.Errorf("%d dead letters, want 1", len(dls))
+	}
+	sinks["report.md"] = len(b.runFile(j.ID, "report.md"))
+	for sink, n := range sinks {
+		if n == 0 || n > bound {
+			t.Errorf("the %s holds %d bytes of the error, want some and at most %d", sink, n, bound)
+		}
 	}
 }

@@ -2,6 +2,8 @@ package runner
 
 import (
 	"errors"
+	"fmt"
+	"unicode/utf8"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -186,3 +188,32 @@ func permanentReason(err error, def string) string {
 // errLeaseLost means a later attempt of the job started, or committed the run, while this one
 // worked: this attempt must not write anything more.
 var errLeaseLost = errors.New("lease lost: a later attempt of the job took it over")
+
+// maxErrorText bounds the text of an error wherever the runner records it: the job's status
+// and its dead letter (NATS messages, which the server refuses past its max_payload, 1 MiB by
+// default: the job would never end), the manifest, report.md and the log line of the
+// settling. An error may quote what others said at any length: a model endpoint, a store.
+const maxErrorText = 4 << 10
+
+// errorText is err's text as the runner records it: at most maxErrorText bytes, its head kept
+// and what was cut counted. Every sink of an attempt's error goes through it.
+func errorText(err error) string {
+	s := err.Error()
+	if len(s) <= maxErrorText {
+		return s
+	}
+	keep := maxErrorText - 32 // the marker's room
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return fmt.Sprintf("%s…[%d bytes cut]", s[:keep], len(s)-keep)
+}
+
+// boundedError is err with its text cut as errorText cuts it, for a sink that takes an error
+// (the dead letter); nil stays nil.
+func boundedError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(errorText(err))
+}

@@ -52,7 +52,7 @@ func summaryReport(a *attempt, run ran, c provenance.Collected, state job.State,
 func headline(a *attempt, state job.State, o outcome) string {
 	cause := ""
 	if o.err != nil {
-		cause = ": " + o.err.Error()
+		cause = ": " + errorText(o.err)
 	}
 	switch state {
 	case job.StateCapped:

@@ -39,7 +39,7 @@ func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 	}
 	level := slog.LevelInfo
 	if e.err != nil {
-		attrs = append(attrs, "error", e.err.Error())
+		attrs = append(attrs, "error", errorText(e.err))
 		level = slog.LevelWarn
 	}
 	a.log.Log(ctx, level, "job "+dec.action.String(), attrs...)
@@ -97,7 +97,7 @@ func (r *Runner) recordState(w settler, id string, e ended, dec decision) error 
 			s.Attempt, s.Worker = a.d.Attempt, r.cfg.Worker.WorkerID
 		}
 		if e.err != nil {
-			s.Error = e.err.Error()
+			s.Error = errorText(e.err)
 		}
 		if s.Profile == "" {
 			s.Profile = a.job.Profile
@@ -142,7 +142,7 @@ func (r *Runner) recordState(w settler, id string, e ended, dec decision) error 
 func (r *Runner) recordWaiting(w settler, id string, cause error) error {
 	err := w.do(natsAnswered, func(ctx context.Context) error {
 		_, err := r.writeStatus(ctx, w.a, id, func(s *job.Status) {
-			s.Progress, s.UpdatedAt = "waiting for another delivery: "+cause.Error(), time.Now().UTC()
+			s.Progress, s.UpdatedAt = "waiting for another delivery: "+errorText(cause), time.Now().UTC()
 		})
 		return err
 	})
@@ -175,7 +175,7 @@ func (r *Runner) settleQueue(w settler, o outcome, dec decision) []any {
 	case termJob:
 		attrs = append(attrs, "reason", dec.reason)
 		r.m.DeadLetters.WithLabelValues(dec.reason).Inc()
-		call = func(ctx context.Context) error { return d.Term(ctx, dec.reason, o.err) }
+		call = func(ctx context.Context) error { return d.Term(ctx, dec.reason, boundedError(o.err)) }
 	default:
 		return attrs
 	}
