@@ -49,6 +49,10 @@ func (r runner) exec(ctx context.Context, argv []string) result {
 	})
 	var problem string
 	switch {
+	case errors.Is(err, sandbox.ErrSandboxLost):
+		res := lostSandbox(err)
+		res.argv = argv
+		return res
 	case errors.Is(err, sandbox.ErrDiskFull):
 		problem = err.Error() // the command ran: its result still goes to the model
 	case err != nil:

@@ -27,6 +27,8 @@ type fileTools struct {
 // fsError turns a sandbox error into the message the model sees.
 func fsError(op, name string, err error) result {
 	switch {
+	case errors.Is(err, sandbox.ErrSandboxLost):
+		return lostSandbox(err)
 	case errors.Is(err, sandbox.ErrPathEscape):
 		return failure("path %q outside the workdir; use a path relative to the workdir, without ..", name)
 	case errors.Is(err, sandbox.ErrNotFound):

@@ -32,8 +32,10 @@ var errJobTimeout = errors.New("job timeout")
 // still run, up to the tool call cap: never one call more.
 //
 // Errors: ErrInvalidRequest before anything ran; ErrModelUnavailable, ErrModelAuth,
-// ErrModelRequest or ErrModelResponse from the endpoint; ctx's error when ctx ends. With an
-// error Run still returns the partial Result, transcript included.
+// ErrModelRequest or ErrModelResponse from the endpoint; sandbox.ErrSandboxLost when a tool
+// call finds the sandbox gone from outside (its pod evicted, its workdir removed): the model
+// is not asked to go on without it; ctx's error when ctx ends. With an error Run still returns
+// the partial Result, transcript included.
 func (a *Agent) Run(ctx context.Context, req Request) (Result, error) {
 	if err := req.validate(); err != nil {
 		return Result{}, err
@@ -174,7 +176,10 @@ func (r *run) loop(ctx context.Context) error {
 				r.capped(CapMaxToolCalls)
 				return nil
 			}
-			r.callTool(ctx, turn, c)
+			if err := r.callTool(ctx, turn, c); err != nil {
+				r.skip(turn, calls[i+1:], "not run: the sandbox was lost")
+				return err
+			}
 			if ctx.Err() != nil {
 				r.skip(turn, calls[i+1:], "not run: the job ended")
 				return context.Cause(ctx)
@@ -308,8 +313,9 @@ func normalizeArgs(s string) string {
 	return t
 }
 
-// callTool runs one tool call and appends its tool message.
-func (r *run) callTool(ctx context.Context, turn int, c call) {
+// callTool runs one tool call and appends its tool message. It returns the sandbox's loss
+// when the call found it gone (sandbox.ErrSandboxLost), which ends the run.
+func (r *run) callTool(ctx context.Context, turn int, c call) error {
 	r.used.ToolCalls = len(r.res.ToolCalls) + 1
 	name := r.tools.declared(c.name)
 	r.progress(Event{Kind: EventToolCall, Turn: turn, ToolCalls: len(r.res.ToolCalls) + 1, MaxToolCalls: r.p.Limits.MaxToolCalls, Tool: name, Spent: r.spent()})
@@ -343,6 +349,7 @@ func (r *run) callTool(ctx context.Context, turn int, c call) {
 		attrs = append(attrs, "tool_error", clipText(res.err, 300))
 	}
 	r.log.Info("tool call", attrs...)
+	return res.lost
 }
 
 // skip answers calls that will not run, so every call id has its tool message.

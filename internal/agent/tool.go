@@ -73,6 +73,10 @@ type result struct {
 	stdout, stderr streamDigest
 	approvalWait   time.Duration // shell "ask": time spent waiting for a person
 	approval       *job.Approval // shell: how the policy decided the command
+
+	// lost is the sandbox's loss (sandbox.ErrSandboxLost) when the call found it gone: the run
+	// ends with it, since no later call could do anything (lostSandbox).
+	lost error
 }
 
 type errorResult struct {
@@ -87,6 +91,15 @@ const maxErrorBytes = 1024
 func failure(format string, args ...any) result {
 	msg, _ := clip([]byte(fmt.Sprintf(format, args...)), maxErrorBytes)
 	return result{model: errorResult{Error: msg}, exitCode: -1, err: msg}
+}
+
+// lostSandbox is the result of a call that found the sandbox gone from outside: the model is
+// told, for the transcript, but the run ends with err (callTool) rather than letting the model
+// go on without a workdir and call its answer a result.
+func lostSandbox(err error) result {
+	res := failure("failed: the sandbox was lost: %v", err)
+	res.lost = err
+	return res
 }
 
 // toolset is the registry of one run: the profile's compiled tools bound to the run's sandbox.

@@ -46,7 +46,7 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 	var incomplete *sandbox.IncompleteError
 	switch {
 	case err == nil:
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, errors.Is(err, sandbox.ErrSandboxLost):
 		return nil, fmt.Errorf("list artifacts %s: %w", dir, err)
 	case errors.Is(err, sandbox.ErrNotFound):
 		return nil, nil

@@ -129,6 +129,10 @@ var failureModes = []failureMode{
 		return outcome{end: endCapped, cap: capBudgetExhausted, err: err}
 	}},
 	{name: "exhausted", in: []stage{stageClaim}, when: errIs(errExhausted), end: endTransient},
+	// The sandbox was evicted for passing its disk bound: the job filled it.
+	{name: "sandbox lost over its disk bound", in: []stage{stageRun, stageCollect}, when: lostOverDisk, build: func(err, _ error) outcome {
+		return outcome{end: endCapped, cap: capDisk, err: err}
+	}},
 
 	// Permanent faults of the job: retrying cannot fix them.
 	{name: "invalid job", in: []stage{stageAdmit}, when: errIs(job.ErrInvalid), end: endRejected, reason: "invalid_job"},
@@ -150,6 +154,9 @@ var failureModes = []failureMode{
 
 	// Transient faults: another delivery may succeed.
 	{name: "sandbox backend unavailable", in: []stage{stagePrepare}, when: errIs(sandbox.ErrUnavailable), end: endTransient, retryAfter: time.Minute},
+	// The sandbox went away under the job (its pod evicted, preempted or deleted; its workdir
+	// removed): the platform's fault, never the job's success. Another delivery starts afresh.
+	{name: "sandbox lost", when: errIs(sandbox.ErrSandboxLost), end: endTransient},
 	{name: "finished", when: noErr, end: endSucceeded},
 	{name: "transient", when: anyErr, end: endTransient},
 }

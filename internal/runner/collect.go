@@ -36,7 +36,8 @@ type collection struct {
 // folder that cannot be read is left out and named. A run that did not succeed gets the
 // worker's account of it at the head of report.md (summaryReport). What collect took and
 // what not goes to the collection's collected, for the manifest. err is only ever the
-// context's: a worker shutting down does not commit half a collection.
+// context's, or the sandbox's loss (sandbox.ErrSandboxLost): a worker shutting down does not
+// commit half a collection, and a run whose sandbox went away left nothing to collect.
 func (r *Runner) collect(ctx context.Context, a *attempt, sb sandbox.Sandbox, run ran, o outcome) (collection, error) {
 	var c provenance.Collected
 	body, from, err := r.readReport(ctx, a, sb, run.result.FinalMessage, &c)
@@ -80,7 +81,7 @@ func (r *Runner) readReport(ctx context.Context, a *attempt, sb sandbox.Sandbox,
 	switch {
 	case err == nil:
 		return report, "", nil
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, errors.Is(err, sandbox.ErrSandboxLost):
 		return nil, "", fmt.Errorf("read report %s: %w", a.profile.Report, err)
 	case errors.Is(err, sandbox.ErrNotFound):
 		return finalAsReport(final), fromFinalMessage, nil

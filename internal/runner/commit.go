@@ -15,6 +15,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
@@ -283,6 +284,8 @@ func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs 
 		var source *sourceError
 		switch {
 		case err == nil:
+		case errors.Is(err, sandbox.ErrSandboxLost):
+			return nil, err // nothing more of the run can be read: it is not committed
 		case out.path != "" && errors.As(err, &source) && ctx.Err() == nil:
 			skip(collected, out.path, "changed", source.Error())
 			a.log.WarnContext(ctx, "artifact changed while being uploaded or cannot be read; not uploaded", "artifact", out.path, "error", source)

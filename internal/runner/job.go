@@ -294,13 +294,14 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl cla
 	}
 	spent := r.newBudget(a, st)
 	spent.claim = &cl
+	watch := watchLoss(r.timed(je.wrap(sb)))
 	res, err := runAgent(ctx, a, r.cfg.Agent, agent.Request{
 		JobID:       j.ID,
 		ProfileName: j.Profile,
 		Profile:     a.profile,
 		Task:        j.Task,
 		Inputs:      inputs,
-		Sandbox:     r.timed(je.wrap(sb)),
+		Sandbox:     watch,
 		Approver:    r.approver(a),
 		Spent:       spent.base,
 		Meter:       r.meter(a),
@@ -309,6 +310,7 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl cla
 		},
 		Transcript: sp,
 	})
+	err = runLost(watch, err)
 	egressSeen := je.end(a.log, sp) // its lines go into the transcript before it is taken
 	run := ran{sandbox: sb.Info(), result: res, earlier: spent.base, transcript: sp.output(), egress: egressSeen, claim: cl, usage: sandboxUsage(sb)}
 	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(res.Usage.PromptTokens))

@@ -37,8 +37,20 @@ var (
 // their first instruction, with no process of the worker's left in between.
 //
 // When the workdir ends up over its disk bound, Exec returns the result together with an
-// error wrapping ErrDiskFull.
+// error wrapping ErrDiskFull. A command that could not run because the sandbox went away from
+// outside fails with ErrSandboxLost (gone).
 func (s *bubblewrapSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	res, err := s.exec(ctx, req)
+	if len(req.Argv) > 0 {
+		if lost := s.lost("exec "+req.Argv[0], err); lost != err { //nolint:errorlint // identity: lost returns err itself when the sandbox is there
+			return ExecResult{}, lost
+		}
+	}
+	return res, err
+}
+
+// exec is Exec.
+func (s *bubblewrapSandbox) exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	dir, maxOut, err := checkExec(req)
 	if err != nil {
 		return ExecResult{}, err

@@ -166,7 +166,7 @@ func (s *bubblewrapSandbox) WriteFrom(ctx context.Context, name string, r io.Rea
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sandbox: write %s: %w", clean, err)
 	}
-	return s.wd.writeFrom(clean, &ctxReader{ctx: ctx, r: r}, size, s.disk)
+	return s.lost("write "+clean, s.wd.writeFrom(clean, &ctxReader{ctx: ctx, r: r}, size, s.disk))
 }
 
 // ctxReader stops a long copy once ctx ends.
@@ -196,7 +196,11 @@ func (s *bubblewrapSandbox) ReadFile(ctx context.Context, name string, maxBytes 
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox: read %s: %w", clean, err)
 	}
-	return s.wd.readFile(clean, maxBytes)
+	data, err := s.wd.readFile(clean, maxBytes)
+	if err = s.lost("read "+clean, err); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 // Open opens a regular file of at most maxBytes in the workdir as a stream, following no
@@ -222,7 +226,10 @@ func (s *bubblewrapSandbox) Open(ctx context.Context, name string, maxBytes int6
 	} else {
 		f, r, err = s.wd.open("open", clean, maxBytes, resolveInside|unix.RESOLVE_NO_SYMLINKS)
 	}
-	if err != nil {
+	if err = s.lost("open "+clean, err); err != nil {
+		if f != nil {
+			f.Close()
+		}
 		cancel(nil)
 		s.end(id)
 		return nil, err
@@ -251,5 +258,10 @@ func (s *bubblewrapSandbox) List(ctx context.Context, dir string) ([]FileInfo, e
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox: list %s: %w", clean, err)
 	}
-	return s.wd.list(clean)
+	// A removed folder lists as empty: no error would tell.
+	files, err := s.wd.list(clean)
+	if lost := s.lost("list "+clean, err); lost != err { //nolint:errorlint // identity: lost returns err itself when the sandbox is there
+		return nil, lost
+	}
+	return files, err
 }

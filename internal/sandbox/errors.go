@@ -20,9 +20,15 @@ var (
 	ErrTooLarge = errors.New("file too large")
 	// ErrClosed marks a call on a sandbox that was already closed.
 	ErrClosed = errors.New("sandbox closed")
-	// ErrUnavailable marks a backend that cannot start sandboxes on this host; the message says
-	// what to install or configure.
+	// ErrUnavailable marks a backend that cannot start sandboxes now: on this host (the message
+	// says what to install or configure), or while its cluster does not answer, refuses the
+	// worker, or has no room (kubernetes_unavailable.go). It is no fault of the job.
 	ErrUnavailable = errors.New("sandbox backend unavailable")
+	// ErrSandboxLost marks a call on a sandbox that went away from outside while it was in
+	// use: its pod deleted, evicted, preempted or past its deadline; its workdir removed from
+	// the host. No call on it can succeed again and what the job left in it is gone. An
+	// eviction for passing the workdir's disk bound wraps ErrDiskFull too.
+	ErrSandboxLost = errors.New("sandbox lost")
 	// ErrDiskFull marks a workdir over its disk bound (SandboxSpec.Disk). Exec returns it with
 	// the command's result; the job can still run commands that remove files.
 	ErrDiskFull = errors.New("workdir over its disk bound")

@@ -138,7 +138,7 @@ func (s *kubernetesSandbox) writeCA(ctx context.Context, caPEM []byte) error {
 		Stdin: bytes.NewReader(caPEM), Stdout: io.Discard, Stderr: stderr,
 	})
 	if err != nil {
-		return s.execFailure("attach egress: write the CA", err)
+		return s.execFailure(ctx, "attach egress: write the CA", err)
 	}
 	if code != 0 {
 		out, _ := stderr.take()

@@ -155,7 +155,7 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 		}
 	}
 	if err != nil {
-		return ExecResult{}, s.execFailure("exec "+name, err)
+		return ExecResult{}, s.execFailure(ctx, "exec "+name, err)
 	}
 	if code == 125 && bytes.HasPrefix(res.Stderr, []byte("boxcar-"+nonce+": notfound")) {
 		return ExecResult{}, fmt.Errorf("sandbox: exec %s: dir %s: %w", name, dir, ErrNotFound)
@@ -166,12 +166,16 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	return res, nil
 }
 
-// execFailure explains an exec that ended without an exit code. A runtime that cannot start
-// the program it was asked to exec answers with an internal-error status, not exit code 126 or
-// 127 (docs/test-cluster.md, pitfall 8). The backend always execs sh, which starts the command
-// itself (a command that is missing is sh's exit code 127, a result), so this means the image
-// has no usable sh.
-func (s *kubernetesSandbox) execFailure(op string, err error) error {
+// execFailure explains an exec that ended without an exit code. An answer that the pod or its
+// container is gone (podGone) means the sandbox is lost (lostError). A runtime that cannot
+// start the program it was asked to exec answers with an internal-error status, not exit code
+// 126 or 127 (docs/test-cluster.md, pitfall 8). The backend always execs sh, which starts the
+// command itself (a command that is missing is sh's exit code 127, a result), so this means
+// the image has no usable sh.
+func (s *kubernetesSandbox) execFailure(ctx context.Context, op string, err error) error {
+	if gone := podGone(s.name, err); gone != "" {
+		return s.lostError(ctx, op, gone)
+	}
 	if msg := err.Error(); strings.Contains(strings.ToLower(msg), "internal error") && missingShell(msg) {
 		return fmt.Errorf("sandbox: %s in pod %s: the container runtime could not start sh, which runs every command and file transfer; use an image with a POSIX sh on its PATH (busybox or a distribution base): %w: %w",
 			op, s.name, ErrUnavailable, err)

@@ -104,7 +104,7 @@ func (s *kubernetesSandbox) fileRun(ctx context.Context, op, name string, stdin 
 	code, err := s.run(ctx, cmd)
 	switch {
 	case err != nil:
-		return s.execFailure(op+" "+name, err)
+		return s.execFailure(ctx, op+" "+name, err)
 	case code == 0:
 		return nil
 	}
