@@ -378,17 +378,16 @@ func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, 
 func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox, claimed, error) {
 	backend := r.cfg.Sandboxes.Backend()
 	start := time.Now()
-	spec := sandbox.Spec{JobID: a.job.ID, SandboxSpec: a.profile.Sandbox}
-	var (
-		sb   sandbox.Sandbox
-		warm bool
-		err  error
-	)
-	if r.cfg.Pool != nil {
-		sb, warm, err = r.cfg.Pool.Take(ctx, a.tenant, a.job.Profile, a.job.ID, spec)
-	} else {
-		sb, err = r.cfg.Sandboxes.Start(ctx, spec)
-	}
+	spec := sandbox.Spec{JobID: a.job.ID, Tenant: a.tenant, SandboxSpec: a.profile.Sandbox}
+	taken, err := r.startWhenAvailable(ctx, a, func(ctx context.Context) (takenSandbox, error) {
+		if r.cfg.Pool != nil {
+			sb, warm, err := r.cfg.Pool.Take(ctx, a.tenant, a.job.Profile, a.job.ID, spec)
+			return takenSandbox{sb: sb, warm: warm}, err
+		}
+		sb, err := r.cfg.Sandboxes.Start(ctx, spec)
+		return takenSandbox{sb: sb}, err
+	})
+	sb, warm := taken.sb, taken.warm
 	if err != nil {
 		r.m.SandboxFailed.WithLabelValues(backend, "start").Inc()
 		return nil, claimed{}, fmt.Errorf("start sandbox: %w", err)

@@ -112,6 +112,8 @@ type Runner struct {
 	log     *slog.Logger
 	m       *metrics.Metrics
 	cancels *cancelWatch
+	// backend holds the fetch loop while attempts wait for the sandbox backend.
+	backend backendHold
 
 	mu       sync.Mutex
 	draining bool
@@ -203,6 +205,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-free:
 		}
 		r.awaitModel(ctx)
+		r.awaitSandboxes(ctx)
 		d, err := r.cfg.Queue.Fetch(ctx)
 		if err != nil {
 			free <- struct{}{}

@@ -186,7 +186,9 @@ func NewKubernetes(cfg KubernetesConfig) (*KubernetesProvider, error) {
 func (p *KubernetesProvider) Backend() string { return "kubernetes" }
 
 // Start creates the pod and waits, through a watch, until it runs. Whatever goes wrong, the
-// pod is deleted before Start returns an error.
+// pod is deleted before Start returns an error. A cluster that cannot take a sandbox now (its
+// API server down, overloaded or refusing the worker, the namespace's quota full, no node for
+// the pod) is ErrUnavailable (unavailableAnswers).
 func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, error) {
 	if err := spec.Complete(); err != nil {
 		return nil, fmt.Errorf("sandbox: start: %w", err)
@@ -199,7 +201,8 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 		return nil, err
 	}
 	if spec.Pool == "" {
-		return p.startPod(ctx, spec, pod)
+		sb, err := p.startPod(ctx, spec, pod)
+		return sb, p.unavailable(ctx, spec.JobID, err)
 	}
 	// A pool pod is its sandbox's from before its create until its Close: the reaper keeps no
 	// other unclaimed one of this worker run (unclaimedPoolPod).
@@ -208,7 +211,7 @@ func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	if err != nil {
 		p.poolPods.remove(pod.Name)
 	}
-	return sb, err
+	return sb, p.unavailable(ctx, spec.JobID, err)
 }
 
 // startPod creates the pod and waits until it runs; see Start.

@@ -12,8 +12,9 @@ import (
 // Check reports whether the provider could start a sandbox now: the API server answers, this
 // worker may list pods in the sandbox namespace, and it may create pods and pods/exec there;
 // the pods' Owner, when set, exists.
-// The worker's /readyz calls it, so a worker that lost the cluster or its permissions stops
-// taking jobs instead of failing each one. It creates nothing.
+// The worker's /readyz calls it, so that a worker that lost the cluster or its permissions is
+// reported not ready. It creates nothing. What holds the worker's jobs in such an outage is
+// Start's ErrUnavailable: the runner then waits for the backend and fetches no more jobs.
 func (p *KubernetesProvider) Check(ctx context.Context) error {
 	ns := p.cfg.Namespace
 	if _, err := p.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {

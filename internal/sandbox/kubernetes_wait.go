@@ -137,7 +137,7 @@ func (p *KubernetesProvider) waitRunning(ctx context.Context, name string) (*cor
 	case running != nil:
 		return running, nil
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("not running after waiting (%s): %w", pending(last), ctx.Err())
+		return nil, fmt.Errorf("not running after waiting (%s): %w", pending(last), unschedulableOr(last, ctx.Err()))
 	case err == nil:
 		err = errors.New("the watch ended before the pod ran")
 	}

@@ -23,6 +23,10 @@ import (
 // (config.SandboxSpec.Complete), as config.Load returns it: backends fill in no default.
 type Spec struct {
 	JobID string
+	// Tenant is the job's tenant: a backend whose sandboxes outlive a worker names it on them,
+	// so that another worker's reaper can tell whose job a sandbox runs. Empty for a warm
+	// sandbox until its claim.
+	Tenant string
 	// Pool, when set, starts the sandbox ahead of its job for the warm pool of the profile it
 	// names: JobID is empty until Claimer.Claim binds it to one. Ahead is how long it may wait
 	// for that; its Lifetime counts from the claim.

@@ -1,0 +1,111 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// errUnschedulable: the scheduler found no node for the pod until the start gave up.
+var errUnschedulable = errors.New("no node can take the pod")
+
+// unavailableAnswer is one way the cluster says it cannot take a sandbox now, for no fault of
+// the job's: Start returns it as ErrUnavailable, so that the runner waits for the backend
+// (keeping the job's delivery, fetching no more jobs) instead of spending the job's
+// deliveries on an outage.
+type unavailableAnswer struct {
+	kind  string
+	why   string // what the job's status says; never the API server's address
+	match func(err error) bool
+}
+
+// unavailableAnswers are those ways, first match wins. A new one is a new row.
+var unavailableAnswers = []unavailableAnswer{
+	{"quota_full", "the sandbox namespace's ResourceQuota is full", func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
+	}},
+	{"not_permitted", "the API server refuses the worker; check its credentials and its Role in the sandbox namespace", func(err error) bool {
+		return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)
+	}},
+	{"overloaded", "the API server asks the worker to slow down", apierrors.IsTooManyRequests},
+	{"server_error", "the API server failed to answer", func(err error) bool {
+		return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
+			apierrors.IsTimeout(err) || apierrors.IsUnexpectedServerError(err)
+	}},
+	{"unreachable", "the API server does not answer", unreachable},
+	{"unschedulable", "no node can take the sandbox pod now", func(err error) bool { return errors.Is(err, errUnschedulable) }},
+}
+
+// unreachable: the request got no answer at all (refused, reset, timed out, no route or name).
+// Client-go passes some of these on as bare text, so the words count too.
+func unreachable(err error) bool {
+	var (
+		status apierrors.APIStatus
+		uerr   *url.Error
+		nerr   net.Error
+	)
+	if errors.As(err, &status) {
+		return false
+	}
+	if errors.As(err, &uerr) || errors.As(err, &nerr) {
+		return true
+	}
+	msg := err.Error()
+	for _, words := range []string{"connection refused", "connection reset", "no such host", "i/o timeout", "no route to host", "TLS handshake timeout"} {
+		if strings.Contains(msg, words) {
+			return true
+		}
+	}
+	return false
+}
+
+// unavailable is err, or, when it is one of unavailableAnswers, an error wrapping
+// ErrUnavailable that says why in words a job's status may show: the API server's own
+// message, or the last words of a connection error, never its URL. The whole error goes to
+// the worker's log. An error of a start cut short by ctx stays as it is.
+func (p *KubernetesProvider) unavailable(ctx context.Context, jobID string, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	for _, a := range unavailableAnswers {
+		if a.match(err) {
+			p.log.Warn("the cluster cannot take a sandbox now", "job_id", jobID, "kind", a.kind, "error", err)
+			return fmt.Errorf("sandbox: kubernetes: no sandbox pod can start in namespace %s now: %s (%s): %w", p.cfg.Namespace, a.why, answerDetail(err), ErrUnavailable)
+		}
+	}
+	return err
+}
+
+// answerDetail is what the answer said without where it came from: an API status's message,
+// or the innermost error's last words ("connection refused").
+func answerDetail(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().Message
+	}
+	if errors.Is(err, errUnschedulable) {
+		return err.Error()
+	}
+	for inner := errors.Unwrap(err); inner != nil; inner = errors.Unwrap(inner) {
+		err = inner
+	}
+	msg := err.Error()
+	return msg[strings.LastIndex(msg, ": ")+len(": "):]
+}
+
+// unschedulableOr is err, marked errUnschedulable when the pod waited for a node: the
+// scheduler's condition says so.
+func unschedulableOr(pod *corev1.Pod, err error) error {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return fmt.Errorf("%w: %w", errUnschedulable, err)
+		}
+	}
+	return err
+}

@@ -1,0 +1,77 @@
+package sandbox_test
+
+import (
+	"errors"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+)
+
+// TestKubernetesStartUnavailable: a cluster that cannot take a sandbox now, for no fault of
+// the job's, makes Start fail with ErrUnavailable, in words a job's status may show (never
+// the API server's address); a fault of the pod's own does not.
+func TestKubernetesStartUnavailable(t *testing.T) {
+	t.Parallel()
+	const apiServer = "10.96.0.1"
+	pods := schema.GroupResource{Resource: "pods"}
+	refused := &url.Error{Op: "Post", URL: "https://" + apiServer + ":443/api/v1/namespaces/boxcar-sandboxes/pods",
+		Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}}
+	for _, tt := range []struct {
+		name        string
+		createErr   error
+		status      *corev1.PodStatus // the fake kubelet's, when the create succeeds
+		unavailable bool
+	}{
+		{name: "API server unreachable", createErr: refused, unavailable: true},
+		{name: "API server unreachable, as text", unavailable: true,
+			createErr: errors.New(`Post "https://` + apiServer + `:443/api/v1/namespaces/boxcar-sandboxes/pods": dial tcp ` + apiServer + `:443: connect: connection refused`)},
+		{name: "API server overloaded", createErr: apierrors.NewTooManyRequests("try again later", 1), unavailable: true},
+		{name: "API server failing", createErr: apierrors.NewServiceUnavailable("etcd leader changed"), unavailable: true},
+		{name: "API server internal error", createErr: apierrors.NewInternalError(errors.New("etcdserver: request timed out")), unavailable: true},
+		{name: "quota full", unavailable: true,
+			createErr: apierrors.NewForbidden(pods, "boxcar-x", errors.New("exceeded quota: boxcar-sandboxes, requested: pods=1, used: pods=40, limited: pods=40"))},
+		{name: "RBAC refuses", unavailable: true,
+			createErr: apierrors.NewForbidden(pods, "", errors.New(`User "system:serviceaccount:boxcar:worker" cannot create resource "pods"`))},
+		{name: "unschedulable", unavailable: true, status: &corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 Insufficient cpu.",
+		}}}},
+		{name: "refused as invalid", createErr: apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "boxcar-x", nil)},
+		{name: "image cannot be pulled", status: &corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "sandbox", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not found"}},
+		}}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			client := fake.NewClientset()
+			if tt.createErr != nil {
+				client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.createErr })
+			} else {
+				fakeKubelet(t, client, func(*corev1.Pod) *corev1.PodStatus { return tt.status })
+			}
+			p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.StartTimeout = 300 * time.Millisecond })
+			_, err := p.Start(t.Context(), sandboxtest.Spec("job-1", config.SandboxSpec{}))
+			if err == nil {
+				t.Fatal("Start succeeded")
+			}
+			if got := errors.Is(err, sandbox.ErrUnavailable); got != tt.unavailable {
+				t.Errorf("Start: %v; ErrUnavailable %v, want %v", err, got, tt.unavailable)
+			}
+			if tt.unavailable && strings.Contains(err.Error(), apiServer) {
+				t.Errorf("Start: %v: names the API server's address, which the job's status would show", err)
+			}
+		})
+	}
+}
