@@ -297,7 +297,7 @@ func driveBackend(t *testing.T, k config.Kubernetes) backendRun {
 	}
 
 	start("job-2") // its worker "crashes": only the reaper removes it
-	held := func(string, string) bool { return false }
+	held := func(sandbox.PodJob) bool { return false }
 	if n, err := p.Reap(ctx, held, 0); err != nil || n != 1 {
 		t.Fatalf("Reap = %d, %v; want the orphaned pod deleted", n, err)
 	}

@@ -331,7 +331,7 @@ func TestReleasesReapOnlyTheirOwn(t *testing.T) {
 	reaped := map[string]bool{}
 	for _, ns := range releases {
 		// This release's queue holds no job: every pod it can see is an orphan to it.
-		if n, err := providers[ns].Reap(t.Context(), func(string, string) bool { return false }, 0); err != nil || n != 1 {
+		if n, err := providers[ns].Reap(t.Context(), func(sandbox.PodJob) bool { return false }, 0); err != nil || n != 1 {
 			t.Fatalf("release in %s: Reap = %d, %v; want its own pod alone removed", ns, n, err)
 		}
 		reaped[ns] = true

@@ -32,11 +32,16 @@ const (
 	// LabelInstance names the deployment of workers that started the pod (Instance); absent
 	// when Instance is empty.
 	LabelInstance = "boxcar.run/instance"
+	// LabelTenant names the tenant of the pod's job, made label-safe; the annotation holds it
+	// whole. Absent on a warm pod (its claim names only the job) and on pods of workers older
+	// than the label.
+	LabelTenant = "boxcar.run/tenant"
 
-	managedBy      = "boxcar"
-	componentValue = "sandbox"
-	annotationJob  = "boxcar.run/job-id"
-	containerName  = "sandbox"
+	managedBy        = "boxcar"
+	componentValue   = "sandbox"
+	annotationJob    = "boxcar.run/job-id"
+	annotationTenant = "boxcar.run/tenant"
+	containerName    = "sandbox"
 )
 
 // PodExecutor runs one command in a pod's container and streams its input and output. A

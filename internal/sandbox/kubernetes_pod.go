@@ -148,6 +148,10 @@ func (p *KubernetesProvider) podFor(spec Spec) (*corev1.Pod, error) {
 	if p.cfg.Instance != "" {
 		pod.Labels[LabelInstance] = p.cfg.Instance
 	}
+	if spec.Tenant != "" {
+		pod.Labels[LabelTenant] = validLabel(spec.Tenant)
+		pod.Annotations[annotationTenant] = spec.Tenant
+	}
 	p.poolPod(pod, spec)
 	return pod, nil
 }

@@ -44,11 +44,11 @@ func (p *KubernetesProvider) poolPod(pod *corev1.Pod, spec Spec) {
 
 // unclaimedPoolPod reports whether the reaper must judge pod as a warm pod no job has
 // claimed, and whether it keeps it: this worker run's own while one of its sandboxes holds it
-// (poolPods), another worker's while held("", worker) says that worker lives; an earlier run's
+// (poolPods), another worker's while held (with no job id) says that worker lives; an earlier run's
 // never. A warm pod of this run that no sandbox holds (its start failed and so did the delete
 // on that path, or its Close's delete failed) is an orphan nothing else would delete before
 // the worker stops.
-func (p *KubernetesProvider) unclaimedPoolPod(pod *corev1.Pod, held func(jobID, worker string) bool) (pool, keep bool) {
+func (p *KubernetesProvider) unclaimedPoolPod(pod *corev1.Pod, held func(PodJob) bool) (pool, keep bool) {
 	if pod.Labels[LabelPool] == "" || pod.Annotations[annotationJob] != "" {
 		return false, false
 	}
@@ -56,7 +56,7 @@ func (p *KubernetesProvider) unclaimedPoolPod(pod *corev1.Pod, held func(jobID, 
 	if worker == p.cfg.WorkerID {
 		return true, pod.Annotations[annotationRun] == p.run && p.poolPods.has(pod.Name)
 	}
-	return true, held("", worker)
+	return true, held(PodJob{Worker: worker})
 }
 
 // podSet is a set of pod names, safe for concurrent use.

@@ -124,7 +124,7 @@ func TestKubernetesReapPoolPods(t *testing.T) {
 	dead := start(newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.WorkerID = "w3" })) // a dead worker's
 	reaper := newKubernetes(t, client)
 	own := start(reaper)
-	held := func(job, worker string) bool { return job == "" && worker == "w2" }
+	held := func(j sandbox.PodJob) bool { return j.JobID == "" && j.Worker == "w2" }
 	if _, err := reaper.Reap(t.Context(), held, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestKubernetesReapOrphanedPoolPods(t *testing.T) {
 		spec.Pool, spec.Ahead = "p", time.Minute
 		return spec
 	}
-	nobodyHolds := func(string, string) bool { return false }
+	nobodyHolds := func(sandbox.PodJob) bool { return false }
 
 	t.Run("start failed, delete failed", func(t *testing.T) {
 		client := fake.NewClientset()

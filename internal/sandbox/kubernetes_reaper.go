@@ -44,14 +44,21 @@ func (p *KubernetesProvider) ownPods() labels.Selector {
 	return sel.Add(*req)
 }
 
+// PodJob is what a sandbox pod says of the job it runs, for the reaper's held: the job's id
+// (empty for a warm pod no job has claimed yet), its tenant (empty on a pod that names none:
+// a claimed warm pod, or one of a worker older than the label) and the worker that started it.
+type PodJob struct {
+	JobID, Tenant, Worker string
+}
+
 // Reap deletes the sandbox pods of this deployment (ownPods), whichever worker started them, whose job is
-// no longer held: held(jobID, worker) reports whether the worker named on the pod still runs
-// that job. Pods younger than minAge are spared, which covers a pod between its creation and
-// its registration with its worker. A warm pod no job has claimed yet (LabelPool) is kept
-// while a sandbox of this provider holds it, or, when another worker started it, while
-// held("", worker) holds (unclaimedPoolPod).
+// no longer held: held reports whether the worker named on the pod still runs its job. Pods
+// younger than minAge are spared, which covers a pod between its creation and its
+// registration with its worker. A warm pod no job has claimed yet (LabelPool) is kept while a
+// sandbox of this provider holds it, or, when another worker started it, while held with no
+// job id holds (unclaimedPoolPod).
 // It returns how many it deleted.
-func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID, worker string) bool, minAge time.Duration) (int, error) {
+func (p *KubernetesProvider) Reap(ctx context.Context, held func(PodJob) bool, minAge time.Duration) (int, error) {
 	list, err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: p.ownPods().String()})
 	if err != nil {
 		return 0, fmt.Errorf("sandbox: reap: list pods in %s: %w", p.cfg.Namespace, err)
@@ -63,7 +70,8 @@ func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID, worker s
 		if pod.DeletionTimestamp != nil || time.Since(pod.CreationTimestamp.Time) < minAge {
 			continue
 		}
-		if pool, keep := p.unclaimedPoolPod(&pod, held); keep || (!pool && held(jobID, worker)) {
+		job := PodJob{JobID: jobID, Tenant: pod.Annotations[annotationTenant], Worker: worker}
+		if pool, keep := p.unclaimedPoolPod(&pod, held); keep || (!pool && held(job)) {
 			continue
 		}
 		log := p.log.With("sandbox_id", pod.Name, "job_id", jobID, "sandbox_worker", worker)
@@ -78,7 +86,7 @@ func (p *KubernetesProvider) Reap(ctx context.Context, held func(jobID, worker s
 }
 
 // RunReaper calls Reap every interval until ctx ends; the caller owns the goroutine it runs in.
-func (p *KubernetesProvider) RunReaper(ctx context.Context, interval time.Duration, held func(jobID, worker string) bool) error {
+func (p *KubernetesProvider) RunReaper(ctx context.Context, interval time.Duration, held func(PodJob) bool) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -365,7 +365,7 @@ func TestKubernetesReap(t *testing.T) {
 	)
 	p := newKubernetes(t, client)
 	// w1's job-held is still running there; w2 runs nothing.
-	held := func(job, worker string) bool { return job == "job-held" && worker == "w1" }
+	held := func(j sandbox.PodJob) bool { return j.JobID == "job-held" && j.Worker == "w1" }
 	n, err := p.Reap(t.Context(), held, time.Minute)
 	if err != nil || n != 2 {
 		t.Fatalf("Reap = %d, %v; want 2 pods removed", n, err)
@@ -406,7 +406,7 @@ func TestKubernetesReapOwnInstance(t *testing.T) {
 	reaped := map[string]bool{}
 	for _, instance := range []string{"team-a.boxcar", "", "team-b.boxcar"} {
 		// No job is held: every pod this instance may see is an orphan to it.
-		n, err := providers[instance].Reap(t.Context(), func(string, string) bool { return false }, 0)
+		n, err := providers[instance].Reap(t.Context(), func(sandbox.PodJob) bool { return false }, 0)
 		if err != nil || n != 1 {
 			t.Fatalf("instance %q: Reap = %d, %v; want its own pod alone removed", instance, n, err)
 		}
@@ -447,5 +447,34 @@ func expectNoPods(t *testing.T, client *fake.Clientset) {
 	}
 	for _, p := range pods.Items {
 		t.Errorf("pod %s left behind", p.Name)
+	}
+}
+
+// TestKubernetesPodNamesItsTenant: a job's pod names its tenant, and the reaper hands it on,
+// so that a worker's reaper can tell a job of a tenant it does not serve from one that is gone.
+func TestKubernetesPodNamesItsTenant(t *testing.T) {
+	client := fake.NewClientset()
+	fakeKubelet(t, client, nil)
+	p := newKubernetes(t, client)
+	spec := sandboxtest.Spec("job-1", config.SandboxSpec{})
+	spec.Tenant = "team-a"
+	sb, err := p.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close(context.Background()) })
+	pod, err := client.CoreV1().Pods(testNamespace).Get(t.Context(), sb.Info().ID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pod.Labels[sandbox.LabelTenant]; got != "team-a" {
+		t.Errorf("label %s = %q, want team-a", sandbox.LabelTenant, got)
+	}
+	var asked []sandbox.PodJob
+	if _, err := p.Reap(t.Context(), func(j sandbox.PodJob) bool { asked = append(asked, j); return true }, 0); err != nil {
+		t.Fatal(err)
+	}
+	if want := (sandbox.PodJob{JobID: "job-1", Tenant: "team-a", Worker: "w1"}); len(asked) != 1 || asked[0] != want {
+		t.Errorf("the reaper asked about %+v, want [%+v]", asked, want)
 	}
 }

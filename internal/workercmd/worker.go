@@ -389,29 +389,49 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 	return r, q, err
 }
 
-// heldBy tells the pod reaper whether a live worker holds a job: sandbox pods whose job no
+// heldBy tells the pod reaper whether a live worker holds a pod's job: sandbox pods whose job no
 // live worker holds (their worker crashed or was replaced, the job ended or moved on) are
-// removed at start and then every minute.
-func heldBy(ctx context.Context, self string, r *runner.Runner, q *queue.Consumer) func(jobID, worker string) bool {
-	return func(jobID, worker string) bool {
-		if worker == self {
-			return r.Holds(jobID)
+// removed at start and then every minute. This worker knows its own jobs (the runner). Another worker's job
+// is judged by its status, which this worker can read only in the tenants it serves
+// (q.Tenants()): workers of one deployment serve different tenants during a rolling upgrade
+// that adds or removes one, and a job of a tenant this worker does not serve would look
+// unknown, so gone. When in doubt, it is spared: a pod of a tenant this worker does not
+// serve; a pod that names no tenant (a claimed warm pod, a pod of an older worker) whose job
+// is in none of this worker's tenants; any status that cannot be read. Such a pod is its own
+// worker's to reap, or a worker's that serves its tenant, and its deadline ends it in any case.
+func heldBy(ctx context.Context, self string, r *runner.Runner, q *queue.Consumer) func(sandbox.PodJob) bool {
+	return func(j sandbox.PodJob) bool {
+		switch {
+		case j.Worker == self:
+			return r.Holds(j.JobID)
+		case j.JobID == "": // another worker's warm pod: kept while that worker lives
+			return workerLive(ctx, q, j.Worker)
+		case j.Tenant != "" && !slices.Contains(q.Tenants(), j.Tenant):
+			return true
+		case j.Tenant != "":
+			held, _ := heldIn(ctx, q, j.Tenant, j)
+			return held
 		}
-		if jobID == "" { // another worker's warm pod: kept while that worker lives
-			return workerLive(ctx, q, worker)
-		}
-		// A pod names its job, not its tenant: any tenant's job of that id held by that worker.
 		for _, tenant := range q.Tenants() {
-			st, err := q.Status(ctx, queue.Ref{Tenant: tenant, ID: jobID})
-			if err != nil && !errors.Is(err, queue.ErrUnknownJob) {
-				return true // when in doubt, spare it
-			}
-			if err == nil && !st.State.Terminal() && st.Worker == worker {
-				return true
+			if held, found := heldIn(ctx, q, tenant, j); found {
+				return held
 			}
 		}
-		return false
+		return true
 	}
+}
+
+// heldIn reads j's job in tenant: found says the tenant has it (or its status could not be
+// read: then it counts as held), held that it runs on j's worker.
+func heldIn(ctx context.Context, q *queue.Consumer, tenant string, j sandbox.PodJob) (held, found bool) {
+	st, err := q.Status(ctx, queue.Ref{Tenant: tenant, ID: j.JobID})
+	switch {
+	case errors.Is(err, queue.ErrUnknownJob):
+		return false, false
+	case err != nil:
+		return true, true // when in doubt, spare it
+	}
+	return !st.State.Terminal() && st.Worker == j.Worker, true
 }
 
 // workerLive reports whether worker publishes its profiles (every live worker does); when in

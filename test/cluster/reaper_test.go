@@ -39,11 +39,11 @@ func TestReaper(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- p.RunReaper(rctx, time.Second, func(jobID, worker string) bool {
+		done <- p.RunReaper(rctx, time.Second, func(j sandbox.PodJob) bool {
 			mu.Lock()
 			defer mu.Unlock()
-			asked = append(asked, worker+"/"+jobID)
-			return jobID == "held-job"
+			asked = append(asked, j.Worker+"/"+j.JobID)
+			return j.JobID == "held-job"
 		})
 	}()
 	harness.Wait(t, "the orphan pod to be deleted", func() (bool, error) {
