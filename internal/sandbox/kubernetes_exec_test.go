@@ -74,6 +74,19 @@ func waitNoneLeft(t *testing.T, pod *fakePod, mark, what string) {
 	}, harness.Within(3*time.Second))
 }
 
+// idle waits until the pod's pause script sleeps, and returns the pod's processes then: the
+// script forks its sleep, and until the child execs, it shows the script's cmdline.
+func (p *fakePod) idle(t *testing.T) []string {
+	t.Helper()
+	var now []string
+	harness.Wait(t, "the pod's pause script asleep", func() (bool, error) {
+		now = p.processes(t)
+		slept := slices.ContainsFunc(now, func(proc string) bool { return strings.HasSuffix(proc, ":sleep 3600") })
+		return slept, fmt.Errorf("running: %q", now)
+	}, harness.Within(3*time.Second))
+	return now
+}
+
 func countTransport(rt *podRuntime, transport string) int {
 	n := 0
 	for _, r := range rt.records() {
@@ -475,7 +488,7 @@ func TestKubernetesExecKillsTreeWithoutTheMark(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
 			pod := rt.pod(sb.Info().ID)
-			pause := pod.processes(t)
+			pause := pod.idle(t)
 			marker := fmt.Sprintf("%d%d", time.Now().UnixNano()%1_000_000, i)
 			res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf(tt.script, marker)}, Timeout: tt.timeout})
 			if err != nil {
@@ -488,9 +501,10 @@ func TestKubernetesExecKillsTreeWithoutTheMark(t *testing.T) {
 				t.Fatalf("the command never started: %v", err)
 			}
 			waitNoneLeft(t, pod, "100."+marker, "nothing the command started is left running in the pod")
-			if now := pod.processes(t); !slices.Equal(now, pause) {
-				t.Errorf("the pod's own processes were %q before the command, %q after", pause, now)
-			}
+			harness.Wait(t, "the pod's own processes as they were before the command", func() (bool, error) {
+				now := pod.processes(t)
+				return slices.Equal(now, pause), fmt.Errorf("%q before the command, %q after", pause, now)
+			}, harness.Within(3*time.Second))
 		})
 	}
 }
