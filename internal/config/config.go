@@ -164,6 +164,18 @@ type Kubernetes struct {
 	// through a tunnel over pods/exec (docs/sandbox.md). The Helm chart sets the worker's
 	// image. Default: empty, and a profile with a network fails on this backend.
 	BridgeImage string `json:"bridge_image,omitempty"`
+	// ImagePullSecrets name Secrets in Namespace (kubernetes.io/dockerconfigjson) that every
+	// sandbox pod pulls its images with: the profile's image, and bridge_image for the init
+	// container, which a private worker image needs. Only the names are here; each Secret must
+	// exist in the sandbox namespace, as a pod's pull secrets are read from its own (the Helm
+	// chart sets the release's imagePullSecrets). Default: none.
+	ImagePullSecrets []string `json:"image_pull_secrets,omitempty"`
+	// NetworkPolicy says what isolates the sandbox namespace's network, for the manifest's
+	// sandbox.isolation: "deny-all" (the default), a NetworkPolicy denies every pod there all
+	// ingress and egress (the Helm chart's, sandboxes.networkPolicy.enabled); "none", there is
+	// none, and sandbox pods reach what the pod network lets them. The worker does not make the
+	// policy: this states what the deployment did.
+	NetworkPolicy string `json:"network_policy,omitempty"`
 }
 
 // Model is the OpenAI-compatible endpoint. The API key never appears here: it comes from
@@ -375,6 +387,7 @@ func (c Config) WithDefaults() Config {
 	// workdirs: the system temp folder is traversable, a home folder often is not.
 	def(&c.Sandbox.Bubblewrap.Root, filepath.Join(os.TempDir(), "boxcar-sandboxes"))
 	def(&c.Sandbox.Kubernetes.Namespace, "boxcar-sandboxes")
+	def(&c.Sandbox.Kubernetes.NetworkPolicy, NetworkPolicyDenyAll)
 	def(&c.Model.RequestTimeout, Duration(120*time.Second))
 	def(&c.Model.MaxRetries, 3)
 	profiles := make(map[string]Profile, len(c.Profiles))
@@ -446,6 +459,15 @@ var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // labelValue is a Kubernetes label value, empty or at most 63 characters.
 var labelValue = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$`)
 
+// objectName is a Kubernetes object's name, a DNS subdomain: what a Secret may be called.
+var objectName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+
+// The values of sandbox.kubernetes.network_policy.
+const (
+	NetworkPolicyDenyAll = "deny-all"
+	NetworkPolicyNone    = "none"
+)
+
 // Validate reports every problem it finds, each a FieldError naming the field.
 func (c Config) Validate() error {
 	var errs []error
@@ -460,14 +482,7 @@ func (c Config) Validate() error {
 	default:
 		bad("sandbox.backend", "%q is not a backend; use bubblewrap or kubernetes", c.Sandbox.Backend)
 	}
-	switch c.Sandbox.Kubernetes.ImagePullPolicy {
-	case "", "Always", "IfNotPresent", "Never":
-	default:
-		bad("sandbox.kubernetes.image_pull_policy", "%q is not a pull policy; use Always, IfNotPresent or Never", c.Sandbox.Kubernetes.ImagePullPolicy)
-	}
-	if !labelValue.MatchString(c.Sandbox.Kubernetes.Instance) {
-		bad("sandbox.kubernetes.instance", "%q is not a label value: letters, digits, -_. between two letters or digits, at most 63", c.Sandbox.Kubernetes.Instance)
-	}
+	errs = append(errs, c.Sandbox.Kubernetes.validate()...)
 	if c.NATS.MaxDeliver < 1 || c.NATS.MaxAckPending < 1 || c.NATS.AckWait <= 0 {
 		bad("nats", "max_deliver, max_ack_pending and ack_wait must be positive")
 	}
@@ -496,6 +511,32 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateTenants()...)
 	return errors.Join(errs...)
+}
+
+func (k Kubernetes) validate() []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: "sandbox.kubernetes." + field, Msg: fmt.Sprintf(format, args...)})
+	}
+	switch k.ImagePullPolicy {
+	case "", "Always", "IfNotPresent", "Never":
+	default:
+		bad("image_pull_policy", "%q is not a pull policy; use Always, IfNotPresent or Never", k.ImagePullPolicy)
+	}
+	if !labelValue.MatchString(k.Instance) {
+		bad("instance", "%q is not a label value: letters, digits, -_. between two letters or digits, at most 63", k.Instance)
+	}
+	for i, name := range k.ImagePullSecrets {
+		if !objectName.MatchString(name) {
+			bad(fmt.Sprintf("image_pull_secrets[%d]", i), "%q is not a Secret's name: lower-case letters, digits, '-' and '.', at most 253", name)
+		}
+	}
+	switch k.NetworkPolicy {
+	case "", NetworkPolicyDenyAll, NetworkPolicyNone:
+	default:
+		bad("network_policy", "%q is not a network policy; use %s (a NetworkPolicy denies the sandbox namespace all traffic) or %s", k.NetworkPolicy, NetworkPolicyDenyAll, NetworkPolicyNone)
+	}
+	return errs
 }
 
 func (p Profile) validate(prefix string) []error {

@@ -43,6 +43,8 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"unknown backend", "sandbox: {backend: docker}\n" + profile, "sandbox.backend"},
 		{"pull policy", "sandbox: {backend: kubernetes, kubernetes: {image_pull_policy: sometimes}}\n" + profile, "sandbox.kubernetes.image_pull_policy"},
 		{"instance not a label value", "sandbox: {backend: kubernetes, kubernetes: {instance: 'boxcar/prod'}}\n" + profile, "sandbox.kubernetes.instance"},
+		{"pull secret not a name", "sandbox: {backend: kubernetes, kubernetes: {image_pull_secrets: [regcred, 'Reg Cred']}}\n" + profile, "sandbox.kubernetes.image_pull_secrets[1]"},
+		{"network policy unknown", "sandbox: {backend: kubernetes, kubernetes: {network_policy: allow-all}}\n" + profile, "sandbox.kubernetes.network_policy"},
 		{"no concurrency", "concurrency: -1\n" + profile, "concurrency"},
 		{"no profiles", "concurrency: 1\n", "profiles"},
 		{"no model", "profiles:\n  p:\n    tools: [{name: read_file}]\n", "profiles.p.model.name"},

@@ -65,6 +65,9 @@ func SchemaOptions() schemagen.Options {
 			"tenants.*.max_concurrent":             nonNegative,
 			"tenants.*.daily_tokens":               nonNegative,
 			"tenants.*.bucket":                     {"pattern": `^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$`},
+
+			"sandbox.kubernetes.image_pull_secrets[]": {"pattern": objectName.String()},
+			"sandbox.kubernetes.network_policy":       {"enum": []any{"", NetworkPolicyDenyAll, NetworkPolicyNone}},
 		},
 	}
 }

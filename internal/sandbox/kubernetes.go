@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/boxcar-run/boxcar/internal/config"
 )
 
 var (
@@ -92,6 +94,13 @@ type KubernetesConfig struct {
 	BridgeImage string
 	// BridgeBinary is the worker binary's path in BridgeImage. Default: /usr/local/bin/worker.
 	BridgeBinary string
+	// ImagePullSecrets name Secrets in Namespace that every sandbox pod pulls its images with
+	// (its own and BridgeImage): a pod reads its pull secrets from its own namespace, never
+	// from the worker's. Default: none.
+	ImagePullSecrets []string
+	// NetworkPolicy says what isolates Namespace's network, for Info.Isolation: "deny-all"
+	// (the default; the Helm chart's policy) or "none". See config.Kubernetes.NetworkPolicy.
+	NetworkPolicy string
 	// StartTimeout bounds the wait for Running when ctx has no earlier deadline. Default: 5m.
 	StartTimeout time.Duration
 	// Logger receives sandbox lifecycle events, never command output. Default: discards.
@@ -120,6 +129,9 @@ func (c KubernetesConfig) WithDefaults() KubernetesConfig {
 	}
 	if c.BridgeBinary == "" {
 		c.BridgeBinary = "/usr/local/bin/worker"
+	}
+	if c.NetworkPolicy == "" {
+		c.NetworkPolicy = config.NetworkPolicyDenyAll
 	}
 	if c.StartTimeout == 0 {
 		c.StartTimeout = 5 * time.Minute
@@ -151,10 +163,27 @@ func (c KubernetesConfig) validate() error {
 		//nolint:staticcheck // ST1005: Instance is the field's name, as WorkerID and TmpSize above
 		errs = append(errs, fmt.Errorf("Instance %q must be a valid label value (letters, digits, -_. ; at most 63): set sandbox.kubernetes.instance to one", c.Instance))
 	}
+	if _, ok := podNetworkIsolation[c.NetworkPolicy]; !ok {
+		errs = append(errs, fmt.Errorf("NetworkPolicy %q is neither %s nor %s", c.NetworkPolicy, config.NetworkPolicyDenyAll, config.NetworkPolicyNone))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sandbox: kubernetes: %w", err)
 	}
 	return nil
+}
+
+// KubernetesConfigFor is the KubernetesConfig of the worker config's sandbox.kubernetes; the
+// caller adds what the config does not hold: the client, RESTConfig, WorkerID and Logger.
+func KubernetesConfigFor(k config.Kubernetes) KubernetesConfig {
+	return KubernetesConfig{
+		Namespace:        k.Namespace,
+		ImagePullPolicy:  corev1.PullPolicy(k.ImagePullPolicy),
+		Instance:         k.Instance,
+		Owner:            k.Owner,
+		BridgeImage:      k.BridgeImage,
+		ImagePullSecrets: k.ImagePullSecrets,
+		NetworkPolicy:    k.NetworkPolicy,
+	}
 }
 
 // KubernetesProvider starts one pod per sandbox.
@@ -193,8 +222,19 @@ func (p *KubernetesProvider) Backend() string { return "kubernetes" }
 // Start creates the pod and waits, through a watch, until it runs. Whatever goes wrong, the
 // pod is deleted before Start returns an error. A cluster that cannot take a sandbox now (its
 // API server down, overloaded or refusing the worker, the namespace's quota full, no node for
-// the pod) is ErrUnavailable (unavailableAnswers).
+// the pod) is ErrUnavailable (unavailableAnswers). A pod the garbage collector deleted because
+// its owner had been made again is started once more, owned by the new one.
 func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, error) {
+	sb, err := p.start(ctx, spec)
+	if errors.Is(err, errOwnerReplaced) {
+		p.log.Warn("the sandbox pod went with its replaced owner; starting it again", "job_id", spec.JobID, "error", err)
+		sb, err = p.start(ctx, spec)
+	}
+	return sb, err
+}
+
+// start is one attempt of Start.
+func (p *KubernetesProvider) start(ctx context.Context, spec Spec) (Sandbox, error) {
 	if err := spec.Complete(); err != nil {
 		return nil, fmt.Errorf("sandbox: start: %w", err)
 	}
@@ -244,15 +284,15 @@ func (p *KubernetesProvider) startPod(ctx context.Context, spec Spec, pod *corev
 	running, err := p.waitRunning(ctx, created.Name)
 	if err != nil {
 		_ = p.deletePod(ctx, log, created.Name) // logged there; the wait error is the one to report
-		return nil, fmt.Errorf("sandbox: start pod %s: %w", created.Name, err)
+		return nil, fmt.Errorf("sandbox: start pod %s: %w", created.Name, p.ownerReplaced(ctx, owner, err))
 	}
 	s := &kubernetesSandbox{
 		p: p, name: created.Name, workdir: spec.Workdir, log: log,
 		calls: newCalls(), created: begin, lifetime: time.Duration(spec.Lifetime), pod: created,
 		info: Info{
 			Backend: p.Backend(), ID: created.Name, Image: spec.Image,
-			CPU: spec.CPU, Memory: spec.Memory, Disk: spec.Disk, PIDs: spec.PIDs,
-			Isolation: isolationOf(created),
+			CPU: spec.CPU, Memory: spec.Memory, Disk: spec.Disk, // no PIDs: see isolationOf
+			Isolation: p.isolationOf(created),
 		},
 	}
 	for _, cs := range running.Status.ContainerStatuses {

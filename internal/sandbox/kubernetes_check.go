@@ -11,7 +11,8 @@ import (
 
 // Check reports whether the provider could start a sandbox now: the API server answers, this
 // worker may list pods in the sandbox namespace, and it may create pods and pods/exec there;
-// the pods' Owner, when set, exists.
+// the pods' Owner, when set, exists (looked up again each time, so that pods started after it
+// was made again name its new UID).
 // The worker's /readyz calls it, so that a worker that lost the cluster or its permissions is
 // reported not ready. It creates nothing. What holds the worker's jobs in such an outage is
 // Start's ErrUnavailable: the runner then waits for the backend and fetches no more jobs.
@@ -20,7 +21,7 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 	if _, err := p.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		return fmt.Errorf("sandbox: kubernetes: list pods in namespace %s (check the kubeconfig and the worker's Role): %w: %w", ns, ErrUnavailable, err)
 	}
-	if _, err := p.ownerRef(ctx); err != nil {
+	if _, err := p.lookUpOwner(ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	var errs []error

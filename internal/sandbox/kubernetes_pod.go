@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/boxcar-run/boxcar/internal/config"
 )
 
 // imageDigest takes the digest out of an image id such as docker.io/library/x@sha256:….
@@ -23,7 +25,11 @@ func imageDigest(imageID string) string {
 	return imageID
 }
 
-func isolationOf(pod *corev1.Pod) string {
+// isolationOf is what the pod is held to, as the manifest's sandbox.isolation says it: what
+// its spec enforces, and the network as the deployment configured it (NetworkPolicy). A
+// pod's processes have no bound of its own: the profile's pids is not claimed (Info.PIDs is
+// 0), and only the kubelet's podPidsLimit, which the operator sets on the node, bounds them.
+func (p *KubernetesProvider) isolationOf(pod *corev1.Pod) string {
 	var b strings.Builder
 	b.WriteString("pod; pss=restricted; non-root; capabilities=none; seccomp=RuntimeDefault; root=read-only; service-account-token=none")
 	if rc := pod.Spec.RuntimeClassName; rc != nil {
@@ -31,11 +37,18 @@ func isolationOf(pod *corev1.Pod) string {
 	}
 	lim := pod.Spec.Containers[0].Resources.Limits
 	fmt.Fprintf(&b, "; limits=cpu:%s,memory:%s,ephemeral-storage:%s", lim.Cpu(), lim.Memory(), lim.StorageEphemeral())
-	fmt.Fprintf(&b, "; network=deny-all NetworkPolicy on %s=%s", LabelComponent, componentValue)
+	b.WriteString("; pids=none per pod (the node's podPidsLimit, where set)")
+	b.WriteString(podNetworkIsolation[p.cfg.NetworkPolicy])
 	if d := pod.Spec.ActiveDeadlineSeconds; d != nil {
 		fmt.Fprintf(&b, "; active_deadline=%ds", *d)
 	}
 	return b.String()
+}
+
+// podNetworkIsolation is what each NetworkPolicy setting lets the manifest say of the network.
+var podNetworkIsolation = map[string]string{
+	config.NetworkPolicyDenyAll: "; network=deny-all NetworkPolicy on " + LabelComponent + "=" + componentValue,
+	config.NetworkPolicyNone:    "; network=not isolated: no NetworkPolicy, the pod network's defaults",
 }
 
 // dnsUnsafe and labelUnsafe find what pod names and label values may not hold.
@@ -140,6 +153,9 @@ func (p *KubernetesProvider) podFor(spec Spec) (*corev1.Pod, error) {
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &tmpSize}}},
 			},
 		},
+	}
+	for _, name := range p.cfg.ImagePullSecrets {
+		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
 	}
 	p.addBridge(pod)
 	if spec.RuntimeClass != "" {

@@ -157,7 +157,7 @@ func (s *kubernetesSandbox) patch(ctx context.Context, patch []byte) (*corev1.Po
 func (s *kubernetesSandbox) claimed(jobID string, deadline int64) {
 	pod := s.pod.DeepCopy()
 	pod.Spec.ActiveDeadlineSeconds = &deadline
-	s.info.Isolation = isolationOf(pod)
+	s.info.Isolation = s.p.isolationOf(pod)
 	s.log = s.log.With("job_id", jobID)
 	s.log.Info("sandbox claimed")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +140,7 @@ func TestKubernetesPodSpec(t *testing.T) {
 		{"deny-all policy label", pod.Labels["app.kubernetes.io/component"] == "sandbox"},
 		{"job label", pod.Labels["boxcar.run/job-id"] == "test-"+t.Name() && pod.Annotations["boxcar.run/job-id"] == "test-"+t.Name()},
 		{"worker label", pod.Labels["boxcar.run/worker"] == "w1"},
+		{"no pull secrets unless configured", len(spec.ImagePullSecrets) == 0},
 	}
 	for _, check := range checks {
 		if !check.ok {
@@ -162,6 +164,40 @@ func TestKubernetesPodSpec(t *testing.T) {
 	info := sb.Info()
 	if info.Backend != "kubernetes" || info.ID != pod.Name || info.ImageDigest != "sha256:0123456789abcdef" || !strings.Contains(info.Isolation, "pss=restricted") {
 		t.Errorf("Info() = %+v", info)
+	}
+}
+
+// TestKubernetesPodSpecAsDeployed: what the deployment says of the sandbox namespace reaches
+// the pod and its isolation, which the manifest signs: the pull secrets (names of Secrets in
+// that namespace), and whether a deny-all NetworkPolicy isolates it. The profile's pids is
+// not claimed: no pod field bounds a pod's processes.
+func TestKubernetesPodSpecAsDeployed(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		policy  string
+		network string
+	}{
+		{policy: "", network: "; network=deny-all NetworkPolicy on app.kubernetes.io/component=sandbox"},
+		{policy: "deny-all", network: "; network=deny-all NetworkPolicy"},
+		{policy: "none", network: "; network=not isolated: no NetworkPolicy"},
+	} {
+		client := fake.NewClientset()
+		fakeKubelet(t, client, nil)
+		p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) {
+			c.NetworkPolicy, c.ImagePullSecrets = tt.policy, []string{"regcred", "mirror"}
+		})
+		sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{PIDs: 64})
+		want := []corev1.LocalObjectReference{{Name: "regcred"}, {Name: "mirror"}}
+		if got := getPod(t, client, sb.Info().ID).Spec.ImagePullSecrets; !slices.Equal(got, want) {
+			t.Errorf("pull secrets %v, want %v", got, want)
+		}
+		info := sb.Info()
+		if !strings.Contains(info.Isolation, tt.network) || strings.Count(info.Isolation, "network=") != 1 {
+			t.Errorf("NetworkPolicy %q: isolation %q, want it to say %q", tt.policy, info.Isolation, tt.network)
+		}
+		if info.PIDs != 0 || !strings.Contains(info.Isolation, "pids=none per pod") {
+			t.Errorf("pids %d, isolation %q: want no bound claimed for the profile's pids", info.PIDs, info.Isolation)
+		}
 	}
 }
 
@@ -278,6 +314,73 @@ func TestKubernetesStartFailsFastAndDeletes(t *testing.T) {
 			}
 			expectNoPods(t, client)
 		})
+	}
+}
+
+// initContainer is the status of a pod whose egress-bridge init container is in state, its
+// sandbox container waiting in PodInitializing meanwhile.
+func initContainer(state corev1.ContainerState) corev1.PodStatus {
+	return corev1.PodStatus{
+		Phase: corev1.PodPending,
+		Conditions: []corev1.PodCondition{{
+			Type: corev1.PodInitialized, Status: corev1.ConditionFalse, Reason: "ContainersNotInitialized",
+			Message: "containers with incomplete status: [egress-bridge]",
+		}},
+		InitContainerStatuses: []corev1.ContainerStatus{{Name: "egress-bridge", State: state}},
+		ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "sandbox", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}},
+		}},
+	}
+}
+
+// TestKubernetesStartFailsFastOnInitContainer: with a bridge image, every sandbox pod has the
+// egress-bridge init container, which pulls the worker's own image. When it cannot start (a
+// wrong tag, a private registry without a pull secret) or fails, the pod stays Pending for
+// good: Start fails at once naming the init container and its reason, as for the sandbox
+// container (TestKubernetesStartFailsFastAndDeletes), rather than wait out StartTimeout (5
+// minutes by default, per job and per warm pod) and report ContainersNotInitialized.
+func TestKubernetesStartFailsFastOnInitContainer(t *testing.T) {
+	t.Parallel()
+	waitingFor := func(reason string) corev1.ContainerState {
+		return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "registry.example/boxcar:missing: not found"}}
+	}
+	for _, tt := range []struct {
+		name  string
+		state corev1.ContainerState
+		want  string
+	}{
+		{name: "image pull error", state: waitingFor("ErrImagePull"), want: "init container egress-bridge cannot start: ErrImagePull"},
+		{name: "image pull back-off", state: waitingFor("ImagePullBackOff"), want: "init container egress-bridge cannot start: ImagePullBackOff"},
+		{name: "bad config", state: waitingFor("CreateContainerConfigError"), want: "init container egress-bridge cannot start: CreateContainerConfigError"},
+		{name: "failed", state: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}, want: "init container egress-bridge exited (Error, code 1)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			client := fake.NewClientset()
+			status := initContainer(tt.state)
+			fakeKubelet(t, client, func(*corev1.Pod) *corev1.PodStatus { return &status })
+			p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) {
+				c.BridgeImage = "registry.example/boxcar:missing"
+				c.StartTimeout = 5 * time.Second
+			})
+			_, err := p.Start(t.Context(), sandboxtest.Spec("bridge", config.SandboxSpec{}))
+			if errors.Is(err, context.DeadlineExceeded) || err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Start: %v; want it to fail at once naming %q", err, tt.want)
+			}
+			expectNoPods(t, client)
+		})
+	}
+
+	// An init container that did its work (exited 0) is no failure.
+	client := fake.NewClientset()
+	fakeKubelet(t, client, func(*corev1.Pod) *corev1.PodStatus {
+		st := running()
+		st.InitContainerStatuses = []corev1.ContainerStatus{{Name: "egress-bridge", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}
+		return &st
+	})
+	p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.BridgeImage = "registry.example/boxcar:1" })
+	if _, err := p.Start(t.Context(), sandboxtest.Spec("bridge", config.SandboxSpec{})); err != nil {
+		t.Errorf("Start with the init container done: %v", err)
 	}
 }
 
@@ -429,6 +532,7 @@ func TestNewKubernetesValidates(t *testing.T) {
 		{name: "no rest config", cfg: sandbox.KubernetesConfig{Client: fake.NewClientset()}},
 		{name: "bad tmp size", cfg: sandbox.KubernetesConfig{Client: fake.NewClientset(), Executor: noExec{}, TmpSize: "x"}},
 		{name: "root", cfg: sandbox.KubernetesConfig{Client: fake.NewClientset(), Executor: noExec{}, UID: -1}},
+		{name: "unknown network policy", cfg: sandbox.KubernetesConfig{Client: fake.NewClientset(), Executor: noExec{}, NetworkPolicy: "allow-all"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,6 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
+// errPodDeleted: the pod went, or began to go, before it ran (the garbage collector,
+// someone else's delete).
+var errPodDeleted = errors.New("pod was deleted while starting")
+
 // failFast are the container waiting reasons that will not resolve by waiting.
 var failFast = map[string]bool{
 	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true,
@@ -26,13 +30,17 @@ var failFast = map[string]bool{
 // podState says whether the pod runs, cannot run (err), or may still get there.
 func podState(pod *corev1.Pod) (running bool, err error) {
 	// The container says more than the pod: a pod whose container could not start is only
-	// "Failed", with no reason of its own.
-	for _, cs := range pod.Status.ContainerStatuses {
-		if w := cs.State.Waiting; w != nil && failFast[w.Reason] {
-			return false, fmt.Errorf("container %s cannot start: %s: %s%s", cs.Name, w.Reason, w.Message, imageHint(w.Message))
+	// "Failed", with no reason of its own. An init container (the egress bridge) that cannot
+	// start holds the pod in Pending, its sandbox container waiting in PodInitializing, for
+	// good: it is read first, with the same table.
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if err := cannotStart("init container", cs, initHint); err != nil {
+			return false, err
 		}
-		if t := cs.State.Terminated; t != nil {
-			return false, fmt.Errorf("container %s exited (%s, code %d): %s%s", cs.Name, t.Reason, t.ExitCode, t.Message, imageHint(t.Message))
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if err := cannotStart("container", cs, imageHint); err != nil {
+			return false, err
 		}
 	}
 	switch pod.Status.Phase {
@@ -40,7 +48,7 @@ func podState(pod *corev1.Pod) (running bool, err error) {
 		return false, fmt.Errorf("pod ended (%s) before it was used: %s %s", pod.Status.Phase, pod.Status.Reason, pod.Status.Message)
 	}
 	if pod.DeletionTimestamp != nil {
-		return false, errors.New("pod is being deleted")
+		return false, errPodDeleted
 	}
 	if pod.Status.Phase != corev1.PodRunning {
 		return false, nil
@@ -53,6 +61,19 @@ func podState(pod *corev1.Pod) (running bool, err error) {
 	return false, nil
 }
 
+// cannotStart is the error of a container (kind: "container" or "init container") that will
+// not run by waiting: waiting for a failFast reason, or ended; hint adds advice on the
+// message. An init container that ended with code 0 did its work.
+func cannotStart(kind string, cs corev1.ContainerStatus, hint func(string) string) error {
+	if w := cs.State.Waiting; w != nil && failFast[w.Reason] {
+		return fmt.Errorf("%s %s cannot start: %s: %s%s", kind, cs.Name, w.Reason, w.Message, hint(w.Message))
+	}
+	if t := cs.State.Terminated; t != nil && (kind == "container" || t.ExitCode != 0) {
+		return fmt.Errorf("%s %s exited (%s, code %d): %s%s", kind, cs.Name, t.Reason, t.ExitCode, t.Message, hint(t.Message))
+	}
+	return nil
+}
+
 // imageHint adds advice when the runtime could not find the container's program: the sandbox
 // container runs sh.
 func imageHint(msg string) string {
@@ -60,6 +81,12 @@ func imageHint(msg string) string {
 		return " (the sandbox container runs sh: use an image with a POSIX sh on its PATH)"
 	}
 	return ""
+}
+
+// initHint says what the init container runs: the worker's own image, which the sandbox
+// namespace must be able to pull.
+func initHint(string) string {
+	return " (the init container copies the egress bridge from the worker's image, sandbox.kubernetes.bridge_image: check its tag, and that sandbox pods may pull it, sandbox.kubernetes.image_pull_secrets naming a Secret in the sandbox namespace)"
 }
 
 // pending explains why a pod still waits, for the error when the wait gives up.
@@ -107,7 +134,6 @@ func (p *KubernetesProvider) waitRunning(ctx context.Context, name string) (*cor
 		}
 		return ok, err
 	}
-	errDeleted := errors.New("pod was deleted while starting")
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{},
 		func(store cache.Store) (bool, error) {
 			obj, exists, err := store.GetByKey(p.cfg.Namespace + "/" + name)
@@ -119,7 +145,7 @@ func (p *KubernetesProvider) waitRunning(ctx context.Context, name string) (*cor
 			// taking the pod for deleted.
 			list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: selector})
 			if err != nil || len(list.Items) == 0 {
-				return false, errDeleted
+				return false, errPodDeleted
 			}
 			return check(&list.Items[0])
 		},
@@ -129,7 +155,7 @@ func (p *KubernetesProvider) waitRunning(ctx context.Context, name string) (*cor
 			case !isPod || pod.Name != name:
 				return false, nil // a server that ignores the field selector
 			case ev.Type == watch.Deleted:
-				return false, errDeleted
+				return false, errPodDeleted
 			}
 			return check(pod)
 		})

@@ -11,7 +11,6 @@ import (
 	"net"
 	"strconv"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -61,17 +60,9 @@ func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) 
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes client: %w", err)
 		}
-		return sandbox.NewKubernetes(sandbox.KubernetesConfig{
-			Client:          client,
-			RESTConfig:      restCfg,
-			Namespace:       cfg.Sandbox.Kubernetes.Namespace,
-			ImagePullPolicy: corev1.PullPolicy(cfg.Sandbox.Kubernetes.ImagePullPolicy),
-			WorkerID:        cfg.WorkerID,
-			Instance:        cfg.Sandbox.Kubernetes.Instance,
-			Owner:           cfg.Sandbox.Kubernetes.Owner,
-			BridgeImage:     cfg.Sandbox.Kubernetes.BridgeImage,
-			Logger:          log,
-		})
+		k := sandbox.KubernetesConfigFor(cfg.Sandbox.Kubernetes)
+		k.Client, k.RESTConfig, k.WorkerID, k.Logger = client, restCfg, cfg.WorkerID, log
+		return sandbox.NewKubernetes(k)
 	default:
 		return nil, fmt.Errorf("sandbox backend %q is not available in this build", cfg.Sandbox.Backend)
 	}
