@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -442,6 +443,86 @@ func TestNetworkPolicySelectsSandboxPods(t *testing.T) {
 		}
 		if !sel.Matches(labels.Set(pod.Labels)) {
 			t.Errorf("NetworkPolicy %s (selector %s) does not select sandbox pod %s with labels %v", np[0].Name, sel, pod.Name, pod.Labels)
+		}
+	}
+}
+
+// startFromChart starts a sandbox pod as a worker of release r would: the backend configured
+// from the chart's worker config as the worker configures it (sandbox.KubernetesConfigFor).
+func startFromChart(t *testing.T, r *rendered) (*corev1.Pod, sandbox.Info) {
+	t.Helper()
+	k := workerConfig(t, r).Sandbox.Kubernetes
+	cs := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: k.Owner, Namespace: k.Namespace, UID: ownerUID}})
+	fakeKubelet(t, cs, k.Namespace)
+	cfg := sandbox.KubernetesConfigFor(k)
+	cfg.Client, cfg.Executor, cfg.Image, cfg.WorkerID, cfg.StartTimeout = cs, noExec{}, "busybox:1.37", "worker-0", 20*time.Second
+	p, err := sandbox.NewKubernetes(cfg)
+	if err != nil {
+		t.Fatalf("the backend refuses the chart's config: %v", err)
+	}
+	sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "job-1", SandboxSpec: config.Profile{}.WithDefaults().Sandbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := cs.CoreV1().Pods(k.Namespace).Get(t.Context(), sb.Info().ID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod, sb.Info()
+}
+
+// TestSandboxPodsPullWithTheReleasesSecrets: every sandbox pod's init container pulls the
+// worker's own image (the egress bridge), in the sandbox namespace. With a private worker
+// image, the release's imagePullSecrets must reach the sandbox pods as well as the workers,
+// or every sandbox pod stays in ErrImagePull on a node that has not pulled the image yet. Only
+// the names go into the worker config (the Secrets themselves must exist in the sandbox
+// namespace, which NOTES.txt says); without imagePullSecrets the pods name none.
+func TestSandboxPodsPullWithTheReleasesSecrets(t *testing.T) {
+	t.Parallel()
+	r := render(t, values(t, `
+image: {repository: registry.private.example/boxcar, tag: "1.0.0"}
+imagePullSecrets: [{name: regcred}, {name: mirror}]
+`))
+	d := one[*appsv1.Deployment](t, r, fullname)
+	if !slices.ContainsFunc(d.Spec.Template.Spec.ImagePullSecrets, func(s corev1.LocalObjectReference) bool { return s.Name == "regcred" }) {
+		t.Fatalf("the workers do not get the pull secret: %+v", d.Spec.Template.Spec.ImagePullSecrets)
+	}
+	pod, _ := startFromChart(t, r)
+	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Image != "registry.private.example/boxcar:1.0.0" {
+		t.Fatalf("init containers %+v, want one of the worker's image", pod.Spec.InitContainers)
+	}
+	want := []corev1.LocalObjectReference{{Name: "regcred"}, {Name: "mirror"}}
+	if !slices.Equal(pod.Spec.ImagePullSecrets, want) {
+		t.Errorf("sandbox pod %s pulls the private worker image with pull secrets %v, want the release's %v", pod.Name, pod.Spec.ImagePullSecrets, want)
+	}
+	if !strings.Contains(r.notes, "regcred") || !strings.Contains(r.notes, "boxcar-sandboxes") {
+		t.Errorf("NOTES.txt does not say that Secret regcred must exist in the sandbox namespace:\n%s", r.notes)
+	}
+
+	if pod, _ := startFromChart(t, render(t, nil)); len(pod.Spec.ImagePullSecrets) != 0 {
+		t.Errorf("without imagePullSecrets, sandbox pods pull with %v", pod.Spec.ImagePullSecrets)
+	}
+}
+
+// TestIsolationSaysWhetherTheChartMadeTheNetworkPolicy: a sandbox pod's isolation, which the
+// runner signs into the manifest (sandbox.isolation), claims the deny-all NetworkPolicy only
+// when the release made one (sandboxes.networkPolicy.enabled), and says the network is not
+// isolated when it did not.
+func TestIsolationSaysWhetherTheChartMadeTheNetworkPolicy(t *testing.T) {
+	t.Parallel()
+	for _, enabled := range []bool{true, false} {
+		r := render(t, values(t, "sandboxes: {networkPolicy: {enabled: "+strconv.FormatBool(enabled)+"}}"))
+		k := workerConfig(t, r).Sandbox.Kubernetes
+		made := slices.ContainsFunc(all[*networkingv1.NetworkPolicy](r), func(np *networkingv1.NetworkPolicy) bool { return np.Namespace == k.Namespace })
+		if made != enabled {
+			t.Fatalf("networkPolicy.enabled=%v: a NetworkPolicy in the sandbox namespace: %v", enabled, made)
+		}
+		_, info := startFromChart(t, r)
+		if claims := strings.Contains(info.Isolation, "deny-all NetworkPolicy"); claims != made {
+			t.Errorf("networkPolicy.enabled=%v: isolation %q claims a deny-all NetworkPolicy: %v; the release made one: %v", enabled, info.Isolation, claims, made)
+		}
+		if !made && !strings.Contains(info.Isolation, "network=not isolated") {
+			t.Errorf("networkPolicy.enabled=false: isolation %q does not say the network is not isolated", info.Isolation)
 		}
 	}
 }

@@ -343,3 +343,37 @@ func TestReleasesReapOnlyTheirOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestReleasesSharingASandboxNamespaceNameTheirObjectsApart: releases may share a sandbox
+// namespace (TestReleasesReapOnlyTheirOwn), two of them with the same release name in two
+// namespaces too. Each object a release puts there (the pods' owner ConfigMap, the Role, the
+// RoleBinding, the deny-all NetworkPolicy, the ResourceQuota) has a name of its own: with one
+// name, Helm refuses the second install, or, adopted, the first release's uninstall deletes the
+// second's owner ConfigMap and with it, through the garbage collector, all its sandbox pods.
+// The Namespace itself is made by one release alone (sandboxes.createNamespace).
+func TestReleasesSharingASandboxNamespaceNameTheirObjectsApart(t *testing.T) {
+	t.Parallel()
+	const shared = "shared-sandboxes"
+	seen := map[string]string{} // kind namespace/name -> the release namespace that renders it
+	for i, ns := range []string{"team-a", "team-b"} {
+		create := strconv.FormatBool(i == 0)
+		r, err := tryRenderRelease(t, releaseName, ns, withSigningKey(values(t, "sandboxes: {namespace: "+shared+", createNamespace: "+create+"}")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range r.objects {
+			m, ok := o.Obj.(interface{ GetNamespace() string })
+			if !ok || m.GetNamespace() != shared {
+				continue
+			}
+			key := o.GVK.Kind + " " + shared + "/" + o.Name
+			if other, dup := seen[key]; dup {
+				t.Errorf("%s is rendered by the release in %s and by the one in %s: the two releases cannot both own it", key, other, ns)
+			}
+			seen[key] = ns
+		}
+		if owner := workerConfig(t, r).Sandbox.Kubernetes.Owner; seen["ConfigMap "+shared+"/"+owner] != ns {
+			t.Errorf("release in %s: its workers' owner %q is not the ConfigMap it renders", ns, owner)
+		}
+	}
+}

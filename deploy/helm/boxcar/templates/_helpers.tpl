@@ -66,12 +66,29 @@ to find a clustered consumer's leader).
 
 {{/* The worker configuration: the operator's config plus what the chart decides. The
 worker's own image is the sandbox pods' bridge image: their init container copies the egress
-tunnel from it (docs/sandbox.md). */}}
+tunnel from it (docs/sandbox.md), so the release's imagePullSecrets are the sandbox pods' too
+(by name: each must exist in sandboxes.namespace as well). network_policy tells the workers
+whether the chart made the deny-all policy, for the manifest's sandbox.isolation. */}}
 {{- define "boxcar.workerConfig" -}}
+{{- $k8s := dict
+  "namespace" .Values.sandboxes.namespace
+  "image_pull_policy" .Values.sandboxes.imagePullPolicy
+  "instance" (include "boxcar.instance" .)
+  "owner" (include "boxcar.sandboxObjects" .)
+  "bridge_image" (include "boxcar.image" .)
+  "network_policy" (ternary "deny-all" "none" .Values.sandboxes.networkPolicy.enabled)
+-}}
+{{- $secrets := list }}
+{{- range .Values.imagePullSecrets }}
+{{- $secrets = append $secrets .name }}
+{{- end }}
+{{- with $secrets }}
+{{- $_ := set $k8s "image_pull_secrets" (uniq .) }}
+{{- end }}
 {{- $chart := dict
   "metrics_addr" (printf ":%d" (int .Values.metrics.port))
   "drain_grace" (printf "%ds" (int .Values.drainGraceSeconds))
-  "sandbox" (dict "backend" "kubernetes" "kubernetes" (dict "namespace" .Values.sandboxes.namespace "image_pull_policy" .Values.sandboxes.imagePullPolicy "instance" (include "boxcar.instance" .) "owner" (printf "%s-sandboxes" (include "boxcar.fullname" .)) "bridge_image" (include "boxcar.image" .)))
+  "sandbox" (dict "backend" "kubernetes" "kubernetes" $k8s)
   "nats" (dict "url" (include "boxcar.natsURL" .))
 -}}
 {{- toYaml (merge $chart (deepCopy .Values.config)) -}}
@@ -108,6 +125,17 @@ namespace never reap each other's. Past 63 characters, a prefix and a digest of 
 {{- $v -}}
 {{- end -}}
 
+{{/*
+The name of the release's objects in the sandbox namespace (the pods' owner ConfigMap, the Role
+and its RoleBinding, the deny-all NetworkPolicy, the ResourceQuota):
+<release namespace>.<fullname>-sandboxes. Releases may share a sandbox namespace, and two of the
+same name in two namespaces have the same fullname: the namespace, which holds no dot, keeps
+their objects apart, as boxcar.instance keeps their pods.
+*/}}
+{{- define "boxcar.sandboxObjects" -}}
+{{- printf "%s.%s-sandboxes" .Release.Namespace (include "boxcar.fullname" .) -}}
+{{- end -}}
+
 {{/* The port of an http(s) or nats URL: its own, else its scheme's. */}}
 {{- define "boxcar.urlPort" -}}
 {{- $u := urlParse . -}}
@@ -137,6 +165,12 @@ the value to change.
 {{- define "boxcar.checks" -}}
 {{- if eq .Values.sandboxes.namespace .Release.Namespace }}
 {{- fail (printf "sandboxes.namespace is %q, the release's own namespace: sandbox pods run untrusted commands and must not share a namespace with the workers and their Secrets (the API key, S3 and signing keys); set sandboxes.namespace to another, e.g. %s-sandboxes" .Values.sandboxes.namespace .Release.Namespace) }}
+{{- end }}
+{{- if eq .Values.sandboxes.namespace .Values.natsServer.namespace }}
+{{- fail (printf "sandboxes.namespace is %q, natsServer.namespace too: the deny-all NetworkPolicy there would cut the NATS server off from the workers, and the workers' Role lets them exec into and delete every pod there; set sandboxes.namespace to a namespace of its own, e.g. %s-sandboxes" .Values.sandboxes.namespace .Release.Namespace) }}
+{{- end }}
+{{- if and (not .Values.serviceAccount.create) (has (.Values.serviceAccount.name | default "default") (list "default")) }}
+{{- fail "serviceAccount.create is false and serviceAccount.name is empty or default: the sandbox Role (create pods, exec into every tenant's sandbox pods, delete them) would be bound to the namespace's default ServiceAccount, which every pod there runs as unless told otherwise; set serviceAccount.name to a ServiceAccount made for the workers alone, or serviceAccount.create=true" }}
 {{- end }}
 {{- with .Values.signing }}
 {{- if and .enabled (not .existingSecret) (not .privateKey) }}
