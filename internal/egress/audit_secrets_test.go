@@ -3,14 +3,18 @@ package egress
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -210,5 +214,92 @@ func guessNext(t *testing.T, client *http.Client, known, cands string) (string, 
 		if err != nil {
 			return "", false
 		}
+	}
+}
+
+// TestAuditSecretsNarrowDropsSecretPort: a profile binds a secret to "*.example.com:443"
+// (the API on 443; whatever else listens on the hosts' other ports must never see it) and
+// allows "*.example.com". A job's network.allow of "api.example.com", which narrows the
+// profile's, turns the binding into "api.example.com" on any port (narrowHosts keeps the
+// job's name and neither rule's port), so the job's sandbox gets the real value sent to
+// api.example.com:8443, where the profile splices the tunnel and sends nothing.
+func TestAuditSecretsNarrowDropsSecretPort(t *testing.T) {
+	t.Parallel()
+	profile := Policy{
+		Allow:   []string{"*.example.com"},
+		Secrets: []Secret{{Env: "EXAMPLE_TOKEN", Value: realToken, Hosts: []string{"*.example.com:443"}}},
+	}
+	narrowed, err := Narrow(profile, []string{"api.example.com"})
+	if err != nil {
+		t.Fatalf("Narrow: %v", err)
+	}
+	t.Logf("the narrowed secret is bound to %q", narrowed.Secrets[0].Hosts)
+
+	caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
+	got := make(chan string, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- r.Header.Get("Authorization"):
+		default:
+		}
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	dialer := &stubDialer{routes: map[string]string{apiAddr + ":8443": srv.Listener.Addr().String()}}
+	resolver := &stubResolver{names: testNames(), calls: map[string]int{}}
+	cfg := Config{Resolver: resolver, Dialer: dialer, UpstreamCAPEM: caPEM,
+		AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}}
+	for name, policy := range map[string]Policy{"profile": profile, "job": narrowed} {
+		p, err := New(cfg, policy)
+		if err != nil {
+			t.Fatalf("New(%s): %v", name, err)
+		}
+		if n := len(p.policy.boundSecrets(host{name: "api.example.com"}, 8443)); n != 0 {
+			t.Errorf("the %s's policy binds %d secret(s) to api.example.com:8443; the profile binds none", name, n)
+		}
+	}
+
+	// And end to end: the job's proxy sends the value to port 8443.
+	p, err := New(cfg, narrowed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "egress.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(p.CACertPEM())
+	roots.AppendCertsFromPEM(caPEM)
+	tr := &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy.invalid:3128"}),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+		TLSClientConfig: &tls.Config{RootCAs: roots}, DisableKeepAlives: true,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	var ph string
+	for _, kv := range p.Env("127.0.0.1:3128", "") {
+		if v, ok := strings.CutPrefix(kv, "EXAMPLE_TOKEN="); ok {
+			ph = v
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, "https://api.example.com:8443/debug", nil)
+	req.Header.Set("Authorization", "Bearer "+ph)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatalf("GET api.example.com:8443 through the job's proxy: %v", err)
+	}
+	resp.Body.Close()
+	if a := <-got; strings.Contains(a, realToken) {
+		t.Fatalf("api.example.com:8443 got the real value (%s); the profile binds it to port 443 only", redact(a))
 	}
 }
