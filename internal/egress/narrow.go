@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 )
 
 // ErrWiden marks a job's own allowlist that names a host or port its profile's does not allow:
@@ -58,8 +59,10 @@ func narrows(r rule, outer []rule) bool {
 }
 
 // narrowHosts is what is left of a secret's hosts under the job's allow rules: a host they
-// still cover stays; one that covers a rule's name gives way to that name ("*.example.com"
-// under "api.example.com:443" becomes "api.example.com").
+// still cover stays as it is; one that covers a rule's name gives way to that name ("*.example.com"
+// under "api.example.com" becomes "api.example.com"), on the secret host's own port
+// ("*.example.com:443" becomes "api.example.com:443"). Narrowing never widens a binding: a
+// host keeps its port, and one whose port no rule allows goes.
 func narrowHosts(hosts []string, inner []rule) []string {
 	var out []string
 	for _, h := range hosts {
@@ -67,17 +70,35 @@ func narrowHosts(hosts []string, inner []rule) []string {
 		if err != nil {
 			continue
 		}
-		if ruleCovered(r, inner) {
+		if slices.ContainsFunc(inner, func(a rule) bool { return samePort(r, a) && ruleCovered(r, []rule{a}) }) {
 			out = append(out, h)
 			continue
 		}
 		for _, a := range inner {
-			if name := a.hostName(); ruleCovered(rule{name: a.name, wildcard: a.wildcard, addr: a.addr}, []rule{r}) && !slices.Contains(out, name) {
-				out = append(out, name)
+			n := rule{name: a.name, wildcard: a.wildcard, addr: a.addr, port: r.port}
+			if samePort(r, a) && ruleCovered(rule{name: a.name, wildcard: a.wildcard, addr: a.addr}, []rule{r}) && !slices.Contains(out, n.String()) {
+				out = append(out, n.String())
 			}
 		}
 	}
 	return out
+}
+
+// samePort reports whether some port is allowed by both rules.
+func samePort(a, b rule) bool {
+	return a.port == 0 || b.port == 0 || a.port == b.port
+}
+
+// String is the rule as an allow entry: its host, and its port if it has one.
+func (r rule) String() string {
+	h := r.hostName()
+	if r.port == 0 {
+		return h
+	}
+	if r.addr.Is6() {
+		h = "[" + h + "]"
+	}
+	return h + ":" + strconv.Itoa(r.port)
 }
 
 // hostName is the rule's host as an allow entry, without its port.

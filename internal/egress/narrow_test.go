@@ -10,10 +10,13 @@ import (
 
 func TestNarrow(t *testing.T) {
 	profile := egress.Policy{
-		Allow: []string{"api.example.com", "packages.example.com:443", "*.files.example.com", "198.18.0.5:8080"},
+		Allow: []string{"api.example.com", "packages.example.com:443", "*.files.example.com", "198.18.0.5:8080", "*.svc.example.com"},
 		Secrets: []egress.Secret{
 			{Env: "API_TOKEN", Value: "api-0123456789abcdef", Hosts: []string{"api.example.com"}},
 			{Env: "FILES_TOKEN", Value: "files-0123456789abcdef", Hosts: []string{"*.files.example.com", "packages.example.com"}},
+			// Bound to port 443 of the hosts the profile allows on any port: whatever else
+			// listens on them must never see the value, whatever a job narrows to.
+			{Env: "SVC_TOKEN", Value: "svc-0123456789abcdef", Hosts: []string{"*.svc.example.com:443", "198.18.0.5:8080"}},
 		},
 	}
 	for _, tt := range []struct {
@@ -22,13 +25,18 @@ func TestNarrow(t *testing.T) {
 		widens  bool
 		secrets []string // the secrets kept, as ENV=host,host
 	}{
-		{name: "the same list", allow: profile.Allow, secrets: []string{"API_TOKEN=api.example.com", "FILES_TOKEN=*.files.example.com,packages.example.com"}},
+		{name: "the same list", allow: profile.Allow, secrets: []string{"API_TOKEN=api.example.com", "FILES_TOKEN=*.files.example.com,packages.example.com", "SVC_TOKEN=*.svc.example.com:443,198.18.0.5:8080"}},
 		{name: "one host", allow: []string{"api.example.com"}, secrets: []string{"API_TOKEN=api.example.com"}},
 		{name: "a port of a host allowed on any", allow: []string{"api.example.com:443"}, secrets: []string{"API_TOKEN=api.example.com"}},
 		{name: "a name under a wildcard", allow: []string{"eu.files.example.com:443"}, secrets: []string{"FILES_TOKEN=eu.files.example.com"}},
 		{name: "a narrower wildcard", allow: []string{"*.eu.files.example.com", "packages.example.com:443"}, secrets: []string{"FILES_TOKEN=*.eu.files.example.com,packages.example.com"}},
 		{name: "nothing", allow: []string{}},
-		{name: "the IP literal", allow: []string{"198.18.0.5:8080"}},
+		{name: "the IP literal", allow: []string{"198.18.0.5:8080"}, secrets: []string{"SVC_TOKEN=198.18.0.5:8080"}},
+		{name: "a name under a ported binding keeps its port", allow: []string{"api.svc.example.com"}, secrets: []string{"SVC_TOKEN=api.svc.example.com:443"}},
+		{name: "a narrower wildcard under a ported binding keeps its port", allow: []string{"*.eu.svc.example.com"}, secrets: []string{"SVC_TOKEN=*.eu.svc.example.com:443"}},
+		{name: "the bound port of a name under a ported binding", allow: []string{"api.svc.example.com:443"}, secrets: []string{"SVC_TOKEN=api.svc.example.com:443"}},
+		{name: "another port of a name under a ported binding", allow: []string{"api.svc.example.com:8443"}},
+		{name: "another port of a ported binding's own wildcard", allow: []string{"*.svc.example.com:8443"}},
 		{name: "another host", allow: []string{"evil.example.net"}, widens: true},
 		{name: "the wildcard's own name", allow: []string{"files.example.com"}, widens: true},
 		{name: "a wider wildcard", allow: []string{"*.example.com"}, widens: true},

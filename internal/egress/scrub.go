@@ -62,16 +62,19 @@ func scrubBytes(b []byte, swaps []swap) []byte {
 	return b
 }
 
-// scrubBody scrubs a body as it streams. It holds back only a tail that could begin a value
-// (so an event stream is not delayed unless its last bytes look like a secret's first ones),
-// and calls done at the end, when the trailers are in.
+// scrubBody scrubs a body as it streams. It holds back the stream's last bytes, as many as the
+// longest value less one, until more comes or the stream ends (a value cut across two reads is
+// whole in what it scrubs next), and calls done at the end, when the trailers are in. What it
+// holds depends on lengths alone, never on what the bytes are: a hold that began where a value
+// began (the tail that is a prefix of one) would tell a sandbox whose chosen bytes a bound host
+// streams back which of its guesses starts the real value, a character at a time.
 type scrubBody struct {
 	io.ReadCloser
 	swaps   []swap
 	done    func()
 	buf     []byte // one read from upstream
 	pending []byte // scrubbed, not yet handed out
-	held    int    // the tail of pending that could begin a value, kept until more comes
+	held    int    // the tail of pending kept until more comes
 	err     error
 }
 
@@ -103,21 +106,17 @@ func (b *scrubBody) fill() {
 		}
 		return
 	}
-	b.held = heldTail(b.pending, b.swaps)
+	b.held = min(len(b.pending), heldLen(b.swaps))
 }
 
-// heldTail is the length of the longest tail of b that is a proper prefix of a value.
-func heldTail(b []byte, swaps []swap) int {
-	held := 0
+// heldLen is how many bytes of a stream's end scrubBody keeps until more comes: the longest
+// value less one, the most of a value a read can end in without holding it whole.
+func heldLen(swaps []swap) int {
+	n := 0
 	for _, s := range swaps {
-		for k := min(len(b), len(s.real)-1); k > held; k-- {
-			if bytes.HasPrefix(s.real, b[len(b)-k:]) {
-				held = k
-				break
-			}
-		}
+		n = max(n, len(s.real)-1)
 	}
-	return held
+	return n
 }
 
 // basicSwaps are the Basic credentials a request went upstream with that hold a value,

@@ -1,0 +1,174 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stepBody is an upstream body that hands out one write per Read and says when it is asked
+// for the next: scrubBody reads upstream only when it has nothing left to hand out, so by then
+// its reader has had all it gets before the upstream writes again.
+type stepBody struct {
+	asked  chan struct{}
+	writes chan string
+}
+
+func (b *stepBody) Read(p []byte) (int, error) {
+	b.asked <- struct{}{}
+	w, ok := <-b.writes
+	if !ok {
+		return 0, io.EOF
+	}
+	return copy(p, w), nil
+}
+
+func (b *stepBody) Close() error { return nil }
+
+// deliveredBeforeEachWrite streams writes through a scrubBody and returns what its reader
+// was handed before each write came, and what it got after the last.
+func deliveredBeforeEachWrite(t *testing.T, swaps []swap, writes []string) []string {
+	t.Helper()
+	up := &stepBody{asked: make(chan struct{}), writes: make(chan string)}
+	body := &scrubBody{ReadCloser: up, swaps: swaps}
+	pieces := make(chan []byte, 1024)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := body.Read(buf)
+			if n > 0 {
+				pieces <- bytes.Clone(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	drain := func() string {
+		var got []byte
+		for {
+			select {
+			case p := <-pieces:
+				got = append(got, p...)
+			default:
+				return string(got)
+			}
+		}
+	}
+	var out []string
+	<-up.asked
+	for _, w := range writes {
+		up.writes <- w
+		<-up.asked
+		out = append(out, drain())
+	}
+	close(up.writes)
+	<-done
+	return append(out, drain())
+}
+
+// TestScrubBodyHoldsByLength: what the scrubber holds back until more comes depends on how
+// many bytes came, never on what they are. A bound host that streams back bytes the sandbox
+// chose (a log tail, an echo, a progress stream of a job it named), a line per guess, must not
+// show the sandbox which guess begins the real value by holding that line back: it would learn
+// the value a character at a time. Each stream is compared with one of the same lengths that
+// begins no value.
+func TestScrubBodyHoldsByLength(t *testing.T) {
+	const value = "REAL-value-0123456789"
+	swaps := []swap{{real: []byte(value), ph: []byte("fake-value-9876543210")}}
+	for _, tt := range []struct{ known, guesses string }{
+		{"", "PQRST"},                       // R begins the value
+		{"REAL-val", "tuvwx"},               // u is the next character
+		{"REAL-value-01234567", "789"},      // 8: one short of the whole value
+		{"data: REAL-value-01234", "45678"}, // after other bytes
+	} {
+		var writes, same []string
+		for _, c := range tt.guesses {
+			w := "\n" + tt.known + string(c)
+			writes = append(writes, w)
+			same = append(same, strings.Repeat("x", len(w)))
+		}
+		got, want := deliveredBeforeEachWrite(t, swaps, writes), deliveredBeforeEachWrite(t, swaps, same)
+		for i := range got {
+			if len(got[i]) != len(want[i]) {
+				t.Fatalf("guesses %q after %q: %d bytes reach the sandbox before write %d, %d for bytes of the same lengths that begin no value: the hold tells which guess begins the value",
+					tt.guesses, tt.known, len(got[i]), i+1, len(want[i]))
+			}
+		}
+		if all := strings.Join(got, ""); all != strings.Join(writes, "") {
+			t.Fatalf("the sandbox read %q, want the stream as it was written", all)
+		}
+	}
+}
+
+// TestScrubbedStreamHoldsByLength: through the proxy, a bound host's streamed answer reaches
+// the sandbox less the same number of bytes (the longest value less one) before the host
+// writes again, whether its last bytes begin the real value or not.
+func TestScrubbedStreamHoldsByLength(t *testing.T) {
+	next := make(chan struct{})
+	caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "line: "+strings.Repeat("x", 40)+"\n"+r.URL.Query().Get("k"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-next:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "\nend\n")
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	h := setup(t, func(c *Config) {
+		c.Dialer.(*stubDialer).routes[apiAddr+":443"] = srv.Listener.Addr().String()
+		c.UpstreamCAPEM = caPEM
+	})
+	client := h.client(t)
+	for _, k := range []string{realToken[:20], strings.Repeat("q", 20)} {
+		first := "line: " + strings.Repeat("x", 40) + "\n" + k
+		want := len(first) - (len(realToken) - 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/stream?k="+k, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatalf("GET the stream: %v", err)
+		}
+		got := make([]byte, want)
+		if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != first[:want] {
+			t.Fatalf("first %d bytes: %q, %v; want %q", want, got, err, first[:want])
+		}
+		// Nothing more may come before the host writes again; more is what a hold that
+		// depends on the bytes would let through for a guess that begins no value.
+		more := make(chan []byte, 1)
+		go func() {
+			b := make([]byte, 1024)
+			n, _ := resp.Body.Read(b)
+			more <- b[:n]
+		}()
+		select {
+		case b := <-more:
+			t.Fatalf("the sandbox got %q more before the host wrote again", b)
+		case <-time.After(200 * time.Millisecond):
+		}
+		next <- struct{}{}
+		rest, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rest = append(<-more, rest...); string(got)+string(rest) != first+"\nend\n" {
+			t.Fatalf("the sandbox read %q, want %q", string(got)+string(rest), first+"\nend\n")
+		}
+		resp.Body.Close()
+		cancel()
+	}
+}
