@@ -137,6 +137,9 @@ func Start(ctx context.Context, o Options) (*Worker, error) {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(o.Stderr, &slog.HandlerOptions{Level: level}))
+	// Libraries that write to the standard logger (net/http's Transport behind each job's
+	// proxy) may quote a bound host's answer in it, secret and all: egress.CaptureStdLog.
+	egress.CaptureStdLog(log)
 	p, err := open(ctx, o, log)
 	if err != nil {
 		return nil, err

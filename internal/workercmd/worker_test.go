@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"log"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/boxcar-run/boxcar/internal/connflags"
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
 // readyTimeout bounds a wait for an embedded worker to start on a busy CI machine: it is no
@@ -27,12 +29,20 @@ const readyTimeout = 2 * time.Minute
 func TestStartReadyStopWait(t *testing.T) {
 	dir := t.TempDir()
 	readyFile := filepath.Join(dir, "ready.json")
+	prev, prevFlags := log.Writer(), log.Flags()
+	t.Cleanup(func() { log.SetOutput(prev); log.SetFlags(prevFlags) })
+	var stderr testharness.LogBuffer
 	w, err := Start(t.Context(), Options{Embedded: true, DataDir: dir, NATSListen: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
-		ReadyFile: readyFile, Getenv: noEnv})
+		ReadyFile: readyFile, Getenv: noEnv, Stderr: &stderr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, w)
+	// What a library writes to the standard logger may be a bound host's answer, unscrubbed.
+	log.Printf("Unsolicited response received on idle HTTP channel starting with %q", "sk-quoted-by-upstream")
+	if out := stderr.String(); strings.Contains(out, "sk-quoted-by-upstream") || !strings.Contains(out, `"source":"worker_test.go:`) {
+		t.Errorf("the worker's log of a line written to the standard logger:\n%s", out)
+	}
 	addrs := w.Addrs()
 	if !strings.HasPrefix(addrs.NATS, "nats://127.0.0.1:") || addrs.NATS == "nats://127.0.0.1:4222" || addrs.Metrics == "" || !strings.HasPrefix(addrs.Store, "file://"+filepath.Join(dir, "store")) {
 		t.Errorf("Addrs = %+v, want the embedded server on a free port, the metrics address and the file store", addrs)
