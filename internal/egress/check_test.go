@@ -332,19 +332,40 @@ func TestPolicyErrors(t *testing.T) {
 		{"secret with no host", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "T", Value: realToken}}}},
 		{"secret env not a name", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "1T", Value: realToken, Hosts: []string{"a.example.com"}}}}},
 		{"secret too short", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "T", Value: "abc", Hosts: []string{"a.example.com"}}}}},
+		{"secret with a line break", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{{Env: "T", Value: realToken + "\nx", Hosts: []string{"a.example.com"}}}}},
 		{"secret env twice", Policy{Allow: []string{"a.example.com"}, Secrets: []Secret{good, good}}},
 		{"secret host is the wildcard's apex", Policy{Allow: []string{"*.example.com"}, Secrets: []Secret{{Env: "T", Value: realToken, Hosts: []string{"example.com"}}}}},
 	}
+	// The value as read is at fault in these, not the profile: ErrSecretValue.
+	valueFaults := map[string]bool{"secret too short": true, "secret with a line break": true}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := New(Config{Resolver: &stubResolver{}}, tt.policy)
-			if !errors.Is(err, ErrInvalidPolicy) {
-				t.Fatalf("New: %v, want ErrInvalidPolicy", err)
+			if !errors.Is(err, ErrInvalidPolicy) || errors.Is(err, ErrSecretValue) != valueFaults[tt.name] {
+				t.Fatalf("New: %v, want ErrInvalidPolicy (and ErrSecretValue: %v)", err, valueFaults[tt.name])
 			}
 			if strings.Contains(err.Error(), realToken) {
 				t.Fatal("the error holds the value")
 			}
+			if cerr := Check(Config{}, tt.policy); cerr == nil || cerr.Error() != err.Error() {
+				t.Fatalf("Check: %v, want New's error %v", cerr, err)
+			}
 		})
+	}
+}
+
+// TestCheckConfig: Check refuses the config New would refuse, resolving nothing.
+func TestCheckConfig(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"upstream CA without a certificate": {UpstreamCAPEM: []byte("not a certificate\n")},
+		"negative limit":                    {Limits: Limits{MaxTunnels: -1}},
+	} {
+		if err := Check(cfg, Policy{}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: Check: %v, want ErrInvalidConfig", name, err)
+		}
+		if _, err := New(cfg, Policy{}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: New: %v, want ErrInvalidConfig", name, err)
+		}
 	}
 }
 

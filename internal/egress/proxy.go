@@ -29,18 +29,15 @@ type Proxy struct {
 	wg        sync.WaitGroup
 }
 
-// New checks cfg and policy, generates the job's CA and one placeholder per secret. The error
-// wraps ErrInvalidConfig or ErrInvalidPolicy and names the field at fault; it never contains a
-// secret's value.
+// New checks cfg and policy (Check), generates the job's CA and one placeholder per secret.
+// The error wraps ErrInvalidConfig or ErrInvalidPolicy (and ErrSecretValue for a value that
+// cannot be used) and names the field at fault; it never contains a secret's value.
 func New(cfg Config, policy Policy) (*Proxy, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	cfg = cfg.withDefaults()
-	cp, err := compilePolicy(policy)
+	cp, roots, err := check(cfg, policy)
 	if err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	filter, err := newAddrFilter(cfg)
 	if err != nil {
 		return nil, err
@@ -50,16 +47,37 @@ func New(cfg Config, policy Policy) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	p := &Proxy{cfg: cfg, policy: cp, filter: filter, ca: ca, roots: roots}
+	p.transport = p.newTransport()
+	return p, nil
+}
+
+// Check reports what New would refuse in cfg and policy, without resolving or dialling
+// anything: the worker calls it at start for each profile, so that settings every job of a
+// profile would fail on stop the worker instead.
+func Check(cfg Config, policy Policy) error {
+	_, _, err := check(cfg, policy)
+	return err
+}
+
+// check is New's checks: the config, the policy (compiled, placeholders made) and the upstream
+// roots, which it returns with the compiled policy.
+func check(cfg Config, policy Policy) (*compiledPolicy, *x509.CertPool, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, nil, err
+	}
+	cp, err := compilePolicy(policy)
+	if err != nil {
+		return nil, nil, err
+	}
 	roots, err := x509.SystemCertPool()
 	if err != nil {
 		roots = x509.NewCertPool()
 	}
 	if len(cfg.UpstreamCAPEM) > 0 && !roots.AppendCertsFromPEM(cfg.UpstreamCAPEM) {
-		return nil, fmt.Errorf("%w: upstream CA: no PEM certificate found; give a PEM file", ErrInvalidConfig)
+		return nil, nil, fmt.Errorf("%w: upstream CA: no PEM certificate found; give a PEM file", ErrInvalidConfig)
 	}
-	p := &Proxy{cfg: cfg, policy: cp, filter: filter, ca: ca, roots: roots}
-	p.transport = p.newTransport()
-	return p, nil
+	return cp, roots, nil
 }
 
 // boundNames lists the names and addresses secrets are bound to, for the CA's constraints.

@@ -39,7 +39,7 @@ func compileSecret(s Secret, allow []rule) (*secret, error) {
 		sec.hosts = append(sec.hosts, r)
 	}
 	if strings.ContainsAny(s.Value, "\r\n\x00") {
-		return nil, fmt.Errorf("%s: value contains CR, LF or NUL and cannot be sent in a header", s.Env)
+		return nil, fmt.Errorf("%s: %w: it contains CR, LF or NUL and cannot be sent in a header", s.Env, ErrSecretValue)
 	}
 	ph, err := placeholderFor(s.Value)
 	if err != nil {
@@ -81,7 +81,7 @@ func placeholderFor(value string) (string, error) {
 		}
 	}
 	if n < minRandomChars {
-		return "", fmt.Errorf("value has %d letters and digits, fewer than %d: too short to stand in for safely", n, minRandomChars)
+		return "", fmt.Errorf("%w: it has %d letters and digits, fewer than %d: too short to stand in for safely", ErrSecretValue, n, minRandomChars)
 	}
 	for {
 		var b strings.Builder

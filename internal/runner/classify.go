@@ -151,6 +151,13 @@ var failureModes = []failureMode{
 	{name: "agent panicked", in: []stage{stageRun}, when: errIs(errAgentPanicked), end: endFailed, reason: "agent_panicked"},
 	{name: "permanent, unread", in: []stage{stageAdmit}, when: isPermanent, end: endRejected},
 	{name: "permanent", when: isPermanent, end: endFailed},
+	// A profile's secret is read for each job: one that cannot be read now, or whose value as
+	// read cannot be used (a file read while it was being rewritten), may be fine a minute
+	// later; the worker checked both at start. Any other egress setting the proxy refuses is
+	// the profile's, for every job of it.
+	{name: "secret unavailable", in: []stage{stagePrepare}, when: errIs(config.ErrSecretUnavailable), end: endTransient, retryAfter: time.Minute},
+	{name: "secret value unusable", in: []stage{stagePrepare}, when: errIs(egress.ErrSecretValue), end: endTransient, retryAfter: time.Minute},
+	{name: "egress the proxy refuses", in: []stage{stagePrepare}, when: errIs(egress.ErrInvalidPolicy, egress.ErrInvalidConfig), end: endFailed, reason: "invalid_profile"},
 
 	// Transient faults: another delivery may succeed.
 	{name: "sandbox backend unavailable", in: []stage{stagePrepare}, when: errIs(sandbox.ErrUnavailable), end: endTransient, retryAfter: time.Minute},
@@ -212,8 +219,16 @@ func (m failureMode) outcome(err, cause error) outcome {
 	return outcome{end: m.end, err: err}
 }
 
-func errIs(target error) func(err, cause error) bool {
-	return func(err, _ error) bool { return errors.Is(err, target) }
+// errIs matches an error that is any of targets.
+func errIs(targets ...error) func(err, cause error) bool {
+	return func(err, _ error) bool {
+		for _, t := range targets {
+			if errors.Is(err, t) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 func errOrCauseIs(target error) func(err, cause error) bool {

@@ -51,9 +51,9 @@ func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox
 	if !ok {
 		return nil, fmt.Errorf("profile %s has a network, but the %s backend gives sandboxes none: %w", a.job.Profile, r.cfg.Sandboxes.Backend(), sandbox.ErrNoEgress)
 	}
-	policy, err := r.egressPolicy(a.profile)
+	policy, err := egressPolicy(a.profile, r.cfg.LookupEnv)
 	if err != nil {
-		return nil, queue.RetryAfter(time.Minute, err)
+		return nil, err
 	}
 	if n := a.job.Network; n != nil {
 		// admit checked it narrows; the profile's secrets keep the hosts it still allows.
@@ -67,7 +67,7 @@ func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox
 	cfg.Logger = a.log
 	p, err := egress.New(cfg, policy)
 	if err != nil {
-		return nil, queue.Permanent("invalid_profile", fmt.Errorf("egress of profile %s: %w", a.job.Profile, err))
+		return nil, fmt.Errorf("egress of profile %s: %w", a.job.Profile, err)
 	}
 	ln, err := eg.AttachEgress(ctx, caBundle(p.CACertPEM(), cfg.UpstreamCAPEM))
 	if err != nil {
@@ -108,11 +108,24 @@ func narrowsNetwork(j job.Job, p config.Profile) error {
 	return nil
 }
 
+// CheckEgress checks a profile's network and secrets as each of its jobs' proxy will (its
+// secrets read now, the proxy's own checks with cfg): the worker calls it at start, so that
+// settings every job of the profile would fail on stop the worker instead.
+func CheckEgress(cfg egress.Config, p config.Profile, lookupEnv func(string) (string, bool)) error {
+	if p.Network == nil {
+		return nil
+	}
+	policy, err := egressPolicy(p, lookupEnv)
+	if err != nil {
+		return err
+	}
+	return egress.Check(cfg, policy)
+}
+
 // egressPolicy reads the profile's secrets now, so that a rotated value is used by the next
-// job; a value that cannot be read is retried later, on this worker or another.
-func (r *Runner) egressPolicy(p config.Profile) (egress.Policy, error) {
+// job; a value that cannot be read is retried later, on this worker or another (classify).
+func egressPolicy(p config.Profile, lookup func(string) (string, bool)) (egress.Policy, error) {
 	policy := egress.Policy{Allow: p.Network.Allow}
-	lookup := r.cfg.LookupEnv
 	if lookup == nil {
 		lookup = func(string) (string, bool) { return "", false }
 	}

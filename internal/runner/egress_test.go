@@ -270,6 +270,36 @@ func TestEgressNeedsABackendWithIt(t *testing.T) {
 	}
 }
 
+// TestEgressSecretMidRotationRetries: a secret is read for each job, and a file read while it
+// is being rewritten can give a value the proxy cannot use (here too short for a placeholder).
+// The worker checked the value at start, so the job is retried, not failed as the profile's
+// fault.
+func TestEgressSecretMidRotationRetries(t *testing.T) {
+	t.Parallel()
+	b := egressSetup(t)
+	b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.Sandboxes = &egressProvider{}
+		c.LookupEnv = func(k string) (string, bool) { return "tok-", k == "BOXCAR_TEST_API_TOKEN" }
+		c.Egress = egressUpstream(t, func(string) {})
+	})
+	j := b.submit("net")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	updates, err := b.q.WatchStatus(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for st := range updates {
+		if st.State == job.StateRetrying || st.State.Terminal() {
+			if st.State != job.StateRetrying || !strings.Contains(st.Error, "unusable secret value") {
+				t.Fatalf("the first attempt ended %s: %q; want retrying, saying the value cannot be used", st.State, st.Error)
+			}
+			return
+		}
+	}
+	t.Fatal("the job's first attempt did not end within a minute")
+}
+
 // submitNetwork submits a job of profile that names its own network.allow.
 func (b *bundle) submitNetwork(profile string, allow ...string) job.Job {
 	b.t.Helper()

@@ -16,9 +16,20 @@ import (
 )
 
 // egressConfig is the worker-level setting of every networked job's proxy: the config's egress
-// section, the worker's own endpoints (never reachable through a proxy) and the metrics. Each
-// profile's secrets were read at start (checkProfileSecrets).
+// section (proxyConfig), the worker's own endpoints (never reachable through a proxy) and the
+// metrics. Each networked profile was checked with it at start (checkProfileEgress).
 func egressConfig(cfg config.Config, modelURL string, reg prometheus.Registerer) (egress.Config, error) {
+	ec, err := proxyConfig(cfg)
+	if err != nil {
+		return egress.Config{}, err
+	}
+	ec.WorkerEndpoints = workerEndpoints(cfg, modelURL)
+	ec.Metrics = egress.NewMetrics(reg)
+	return ec, nil
+}
+
+// proxyConfig is what the config's egress section says of every proxy.
+func proxyConfig(cfg config.Config) (egress.Config, error) {
 	e := cfg.Egress
 	ec := egress.Config{
 		ResolverAddr: e.Resolver,
@@ -27,8 +38,6 @@ func egressConfig(cfg config.Config, modelURL string, reg prometheus.Registerer)
 			MaxHeaderBytes: e.Limits.MaxHeaderBytes, HeaderTimeout: time.Duration(e.Limits.HeaderTimeout),
 			DialTimeout: time.Duration(e.Limits.DialTimeout), IdleTimeout: time.Duration(e.Limits.IdleTimeout),
 		},
-		WorkerEndpoints: workerEndpoints(cfg, modelURL),
-		Metrics:         egress.NewMetrics(reg),
 	}
 	if e.UpstreamCA != "" {
 		pem, err := os.ReadFile(e.UpstreamCA)

@@ -1,7 +1,10 @@
 package workercmd
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -31,6 +34,54 @@ func TestWorkerEndpoints(t *testing.T) {
 			cfg.NATS.URL, cfg.Store.Endpoint = tt.nats, tt.store
 			if got := workerEndpoints(cfg, tt.mdl); !slices.Equal(got, tt.want) {
 				t.Fatalf("workerEndpoints = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestStartRefusesUnusableEgress: the worker (and check-config) checks each networked profile at start as
+// its jobs' proxies will (runner.CheckEgress), so that a secret it cannot read, a value the
+// proxy refuses (fewer than 12 letters and digits, a line break) or an egress.upstream_ca file
+// with no certificate stops it, rather than every job of the profile failing later; the error
+// never holds the value.
+func TestStartRefusesUnusableEgress(t *testing.T) {
+	t.Parallel()
+	noPEM := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(noPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, value, upstreamCA string
+		ok                      bool
+	}{
+		{name: "a usable value", value: "sk-live-0123456789abcdef", ok: true},
+		{name: "value not set", value: ""},
+		{name: "value too short for a placeholder", value: "tok-12345"},
+		{name: "value with a line break", value: "sk-live-0123456789abcdef\nsecond-line"},
+		{name: "upstream CA without a certificate", value: "sk-live-0123456789abcdef", upstreamCA: noPEM},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := config.Config{
+				Egress: config.Egress{UpstreamCA: tt.upstreamCA},
+				Profiles: map[string]config.Profile{"api": {
+					Network: &config.Network{Allow: []string{"api.example.com"}},
+					Secrets: []config.Secret{{Env: "API_TOKEN", From: "env:BOXCAR_API_TOKEN", Hosts: []string{"api.example.com"}}},
+				}},
+			}
+			getenv := func(k string) string {
+				if k == "BOXCAR_API_TOKEN" {
+					return tt.value
+				}
+				return ""
+			}
+			err := checkProfileEgress(cfg, getenv)
+			if (err == nil) != tt.ok {
+				t.Fatalf("checkProfileEgress: %v; want an error: %v (every job of profile api would fail on it)", err, !tt.ok)
+			}
+			if err != nil && tt.value != "" && strings.Contains(err.Error(), tt.value) {
+				t.Fatal("the error holds the value")
 			}
 		})
 	}

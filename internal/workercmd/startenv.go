@@ -8,7 +8,9 @@ import (
 	"slices"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/egress"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/runner"
 )
 
 // startEnv is what a worker takes at start from its flags and the environment rather than its
@@ -30,7 +32,7 @@ type startEnv struct {
 // (open) and `worker check-config` both call it: check-config says what a start would.
 func readStartEnv(cfg *config.Config, conn connFlags, embedded bool, getenv func(string) string) (startEnv, error) {
 	var env startEnv
-	errs := []error{checkProfileSecrets(*cfg, getenv)}
+	errs := []error{checkProfileEgress(*cfg, getenv)}
 	if !embedded {
 		errs = append(errs, applyEnvURLs(cfg, getenv))
 		if cfg.Store.URL == "" {
@@ -55,17 +57,24 @@ func readStartEnv(cfg *config.Config, conn connFlags, embedded bool, getenv func
 	return env, errors.Join(errs...)
 }
 
-// checkProfileSecrets reads each profile's secrets once, so that one that cannot be read
-// stops the worker at start instead of failing its jobs later. The error names the profile,
-// the secret's variable and its source, never its value.
-func checkProfileSecrets(cfg config.Config, getenv func(string) string) error {
+// checkProfileEgress checks each networked profile as its jobs' proxies will (runner.CheckEgress:
+// its secrets read, the proxy's own checks with the config's egress section), so that a secret
+// that cannot be read or used, or an upstream_ca with no certificate, stops the worker at start
+// instead of failing every job of the profile later. The error names the profile and the
+// secret's variable, never its value.
+func checkProfileEgress(cfg config.Config, getenv func(string) string) error {
+	ec, err := proxyConfig(cfg)
+	if err == nil {
+		err = egress.Check(ec, egress.Policy{})
+	}
+	if err != nil {
+		return err // "egress.upstream_ca: ..." or "egress: invalid config: upstream CA: ..."
+	}
 	lookupEnv := func(k string) (string, bool) { v := getenv(k); return v, v != "" }
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(cfg.Profiles)) {
-		for _, s := range cfg.Profiles[name].Secrets {
-			if _, err := config.ReadSecret(s.From, lookupEnv); err != nil {
-				errs = append(errs, fmt.Errorf("profiles.%s: secret %s: %w", name, s.Env, err))
-			}
+		if err := runner.CheckEgress(ec, cfg.Profiles[name], lookupEnv); err != nil {
+			errs = append(errs, fmt.Errorf("profiles.%s: %w", name, err))
 		}
 	}
 	return errors.Join(errs...)
