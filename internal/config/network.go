@@ -219,46 +219,55 @@ func coveredBy(h string, allow []allowRule) string {
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// checkSource checks the form of a secret's From without reading it.
+// notShown is why an error about a secret's source quotes none of it: the one mistake from
+// invites is the value itself pasted there, and these errors reach the worker's log,
+// check-config's output and a job's status.
+const notShown = "what is written there is not shown, in case it is the value itself"
+
+// checkSource checks the form of a secret's From without reading it. Its errors name the form
+// expected and quote nothing of from.
 func checkSource(from string) error {
 	scheme, rest, _ := strings.Cut(from, ":")
 	switch scheme {
 	case "env":
 		if !envName.MatchString(rest) {
-			return fmt.Errorf("%q: env: names a variable of the worker's environment (letters, digits and _)", from)
+			return fmt.Errorf("env: takes the name of a variable of the worker's environment (letters, digits and _, such as env:BOXCAR_API_TOKEN); %s", notShown)
 		}
 	case "file":
 		if !filepath.IsAbs(rest) {
-			return fmt.Errorf("%q: file: takes an absolute path", from)
+			return fmt.Errorf("file: takes an absolute path (such as file:/run/secrets/api-token); %s", notShown)
 		}
 	default:
-		return fmt.Errorf("%q: name the source as env:NAME or file:/absolute/path", from)
+		return fmt.Errorf("name the source as env:NAME or file:/absolute/path; %s", notShown)
 	}
 	return nil
 }
 
 // ReadSecret reads a secret's real value from its source, through lookupEnv (os.LookupEnv in
-// the worker). Errors name the source, never the value.
+// the worker). Errors name a file's path, never the value nor a variable's name (a value
+// pasted after "env:" is a name in form); the caller names the secret.
 func ReadSecret(from string, lookupEnv func(string) (string, bool)) (string, error) {
 	if err := checkSource(from); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrSecretUnavailable, err)
 	}
 	scheme, rest, _ := strings.Cut(from, ":")
-	var v string
 	if scheme == "env" {
-		var ok bool
-		if v, ok = lookupEnv(rest); !ok {
-			return "", fmt.Errorf("%w: %s is not set in the worker's environment", ErrSecretUnavailable, from)
+		v, ok := lookupEnv(rest)
+		switch {
+		case !ok:
+			return "", fmt.Errorf("%w: the variable its env: names is not set in the worker's environment", ErrSecretUnavailable)
+		case v == "":
+			return "", fmt.Errorf("%w: the variable its env: names is empty", ErrSecretUnavailable)
 		}
-	} else {
-		data, err := os.ReadFile(rest)
-		if err != nil {
-			return "", fmt.Errorf("%w: %s: %w", ErrSecretUnavailable, from, err)
-		}
-		v = strings.TrimRight(string(data), "\r\n")
+		return v, nil
 	}
+	data, err := os.ReadFile(rest)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrSecretUnavailable, err)
+	}
+	v := strings.TrimRight(string(data), "\r\n")
 	if v == "" {
-		return "", fmt.Errorf("%w: %s is empty", ErrSecretUnavailable, from)
+		return "", fmt.Errorf("%w: %s is empty", ErrSecretUnavailable, rest)
 	}
 	return v, nil
 }

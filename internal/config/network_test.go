@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,5 +152,45 @@ func TestReadSecret(t *testing.T) {
 				t.Fatalf("ReadSecret(%s): %v (value matches: %v)", tt.from, err, got == value)
 			}
 		})
+	}
+}
+
+// TestSecretSourceErrorsQuoteNothing: a secret's `from` names where the value is, and the one
+// mistake it invites is the value itself pasted there. Neither the config's error (in the
+// worker's start error and check-config's output, which are logged) nor ReadSecret's (at start
+// and in a job's status) may quote it: they name the field and the form expected ("never by
+// value", docs/configuration.md).
+func TestSecretSourceErrorsQuoteNothing(t *testing.T) {
+	t.Parallel()
+	const value = "ghp_R3alT0kenValue0123456789abcdefABCD"
+	for _, from := range []string{value, "Bearer " + value, "env:" + value + "-x", "file:" + value, "env: " + value} {
+		t.Run(from[:6], func(t *testing.T) {
+			t.Parallel()
+			yaml := `
+profiles:
+  api:
+    model: {name: m}
+    tools: [{name: read_file}]
+    network: {allow: [api.example.com]}
+    secrets: [{env: API_TOKEN, from: "` + from + `", hosts: [api.example.com]}]
+`
+			_, err := config.Parse([]byte(yaml))
+			if err == nil {
+				t.Fatal("Parse accepted the pasted value")
+			}
+			if strings.Contains(err.Error(), value) {
+				t.Fatalf("the error quotes the value pasted in from: %v", strings.ReplaceAll(err.Error(), value, "<VALUE>"))
+			}
+			if !strings.Contains(err.Error(), "profiles.api.secrets[0].from") {
+				t.Fatalf("the error does not name the field: %v", strings.ReplaceAll(err.Error(), value, "<VALUE>"))
+			}
+		})
+	}
+	// A value pasted after "env:" is a variable's name in form: the variable is not set.
+	noEnv := func(string) (string, bool) { return "", false }
+	for _, from := range []string{"env:" + value, "env:" + value + "-x", value} {
+		if _, err := config.ReadSecret(from, noEnv); err == nil || strings.Contains(err.Error(), value) {
+			t.Errorf("ReadSecret(%s...): %v", from[:6], strings.ReplaceAll(fmt.Sprint(err), value, "<VALUE>"))
+		}
 	}
 }
