@@ -134,41 +134,54 @@ func TestScrubbedStreamHoldsByLength(t *testing.T) {
 	})
 	client := h.client(t)
 	for _, k := range []string{realToken[:20], strings.Repeat("q", 20)} {
-		first := "line: " + strings.Repeat("x", 40) + "\n" + k
-		want := len(first) - (len(realToken) - 1)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/stream?k="+k, nil)
-		resp, err := client.Do(req)
-		if err != nil {
-			cancel()
-			t.Fatalf("GET the stream: %v", err)
-		}
-		got := make([]byte, want)
-		if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != first[:want] {
-			t.Fatalf("first %d bytes: %q, %v; want %q", want, got, err, first[:want])
-		}
-		// Nothing more may come before the host writes again; more is what a hold that
-		// depends on the bytes would let through for a guess that begins no value.
-		more := make(chan []byte, 1)
-		go func() {
-			b := make([]byte, 1024)
-			n, _ := resp.Body.Read(b)
-			more <- b[:n]
-		}()
-		select {
-		case b := <-more:
-			t.Fatalf("the sandbox got %q more before the host wrote again", b)
-		case <-time.After(200 * time.Millisecond):
-		}
-		next <- struct{}{}
-		rest, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rest = append(<-more, rest...); string(got)+string(rest) != first+"\nend\n" {
-			t.Fatalf("the sandbox read %q, want %q", string(got)+string(rest), first+"\nend\n")
-		}
-		resp.Body.Close()
-		cancel()
+		streamHeldBack(t, client, next, k)
 	}
+}
+
+// streamHeldBack asks the host of TestScrubbedStreamHoldsByLength to stream k and checks what
+// reaches the sandbox before the host writes again (on next), and in all.
+func streamHeldBack(t *testing.T, client *http.Client, next chan<- struct{}, k string) {
+	t.Helper()
+	first := "line: " + strings.Repeat("x", 40) + "\n" + k
+	want := len(first) - (len(realToken) - 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/stream?k="+k, nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET the stream: %v", err)
+	}
+	defer resp.Body.Close()
+	got := make([]byte, want)
+	if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != first[:want] {
+		t.Fatalf("first %d bytes: %q, %v; want %q", want, got, err, first[:want])
+	}
+	// Nothing more may come before the host writes again; more is what a hold that depends
+	// on the bytes would let through for a guess that begins no value.
+	more := readOnce(resp.Body)
+	select {
+	case b := <-more:
+		t.Fatalf("the sandbox got %q more before the host wrote again", b)
+	case <-time.After(200 * time.Millisecond):
+	}
+	next <- struct{}{}
+	held := <-more // the read above, which the host's next write ends
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest = append(held, rest...); string(got)+string(rest) != first+"\nend\n" {
+		t.Fatalf("the sandbox read %q, want %q", string(got)+string(rest), first+"\nend\n")
+	}
+}
+
+// readOnce reads r once, in the background, and sends what it read.
+func readOnce(r io.Reader) <-chan []byte {
+	more := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, 1024)
+		n, _ := r.Read(b)
+		more <- b[:n]
+	}()
+	return more
 }

@@ -217,6 +217,7 @@ func TestScrubResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer back.Body.Close()
 	body, err := io.ReadAll(back.Body)
 	if err != nil {
 		t.Fatal(err)
