@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/store"
 )
 
 // A fleet mid-rollout: worker "new" defines profiles p and q (its config was upgraded), worker
@@ -75,4 +77,52 @@ func reasons(dls []queue.DeadLetter) []string {
 		out = append(out, d.Reason)
 	}
 	return out
+}
+
+// `worker setup` with a config that no longer lists a tenant (the chart runs it as the hook
+// before the workers roll) dead-letters what the job stream holds for that tenant: also the
+// job a worker is running at that moment. That worker goes on and commits the run, so the job
+// ends twice: a committed `succeeded` run and an `unknown_tenant` dead letter, which
+// docs/lifecycle.md promises never happens ("never a committed success and a dead letter").
+func TestAuditFleetSetupRetiringATenantDeadLettersItsRunningJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	running, release := make(chan struct{}), make(chan struct{})
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		close(running)
+		<-release
+		return writeReport(ctx, req)
+	}))
+	j := b.submit("p")
+	<-running
+
+	// The operator retires tenant default: setup with a config listing only alpha.
+	admin, err := queue.NewAdmin(b.nc, b.cfg.NATS, map[string]config.Tenant{"alpha": {Profiles: []string{"p"}}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Declare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+
+	waitFor(t, 20*time.Second, "the running job to be committed", func() bool {
+		_, err := b.store.Stat(context.Background(), store.ManifestKey(j.ID))
+		return err == nil
+	})
+	m := b.manifest(j.ID)
+	time.Sleep(500 * time.Millisecond) // the settling after the commit
+	if st, err := b.q.Status(context.Background(), j.ID); err == nil {
+		t.Logf("status after the commit: %s %q", st.State, st.Error)
+	}
+	var dead []string
+	for _, dl := range b.deadLetters() {
+		if dl.JobID == j.ID {
+			dead = append(dead, dl.Reason)
+		}
+	}
+	if m.Predicate.Outcome.State == job.StateSucceeded && len(dead) > 0 {
+		t.Errorf("job %s ended twice: committed %s (manifest) and dead-lettered %v by setup while it ran; want one end",
+			j.ID, m.Predicate.Outcome.State, dead)
+	}
 }
