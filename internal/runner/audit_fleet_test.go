@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,5 +125,37 @@ func TestAuditFleetSetupRetiringATenantDeadLettersItsRunningJob(t *testing.T) {
 	if m.Predicate.Outcome.State == job.StateSucceeded && len(dead) > 0 {
 		t.Errorf("job %s ended twice: committed %s (manifest) and dead-lettered %v by setup while it ran; want one end",
 			j.ID, m.Predicate.Outcome.State, dead)
+	}
+}
+
+// `worker setup` lowers the consumer's ack_wait (5s to 1500ms here; a helm upgrade runs setup
+// before it rolls the workers, whose running jobs then drain) while a worker runs a job. The
+// job's in-progress acks keep the interval its delivery began with (a third of 5s), so the
+// server, which applies its new ack_wait to the pending message, delivers the job again while
+// it runs: the job runs twice and the first attempt is thrown away. The worker reads the new
+// ack_wait for the next deliveries, not for the running one.
+func TestAuditFleetSetupLoweringAckWaitRedeliversRunningJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var runs atomic.Int32
+	lowered := make(chan struct{})
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		if runs.Add(1) == 1 {
+			<-lowered
+			select { // a job of a few seconds, long beside the new ack_wait
+			case <-time.After(6 * time.Second):
+			case <-ctx.Done():
+				return agent.Result{}, ctx.Err()
+			}
+		}
+		return writeReport(ctx, req)
+	}))
+	j := b.submit("p")
+	waitFor(t, 10*time.Second, "the job to run", func() bool { return runs.Load() == 1 })
+	b.setAckWait(1500 * time.Millisecond)
+	close(lowered)
+	final := b.waitFinal(j.ID, 30*time.Second)
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the job ran %d times (final %s, attempt %d); want once: its worker kept it alive throughout", n, final.State, final.Attempt)
 	}
 }
