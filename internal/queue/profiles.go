@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,8 +17,10 @@ import (
 )
 
 // ProfilesBucket is the key-value bucket where each live worker keeps the names and
-// descriptions of the profiles it defines, under its worker id. An entry expires profilesTTL
-// after the worker's last refresh, so a worker that died drops out by itself.
+// descriptions of the profiles it defines, under a key of its own (profilesKey): its worker id
+// and a random id of the process, so that workers sharing an id (the default, the host name)
+// each keep their entry. An entry expires profilesTTL after the worker's last refresh, so a
+// worker that died drops out by itself.
 const ProfilesBucket = "BOXCAR_PROFILES"
 
 // profilesTTL and profilesRefresh: a worker writes its entry every profilesRefresh; three
@@ -69,7 +73,7 @@ func (c *Consumer) AdvertiseProfiles(ctx context.Context, worker string, profile
 			MaxTurns: p.Limits.MaxTurns, MaxToolCalls: p.Limits.MaxToolCalls, MaxTokens: p.Limits.MaxTokens, JobTimeout: time.Duration(p.Limits.JobTimeout)})
 	}
 	sort.Slice(entry.Profiles, func(i, j int) bool { return entry.Profiles[i].Name < entry.Profiles[j].Name })
-	key := profilesKey(worker)
+	key := profilesKey(worker, randomID())
 	var kv jetstream.KeyValue
 	tick := time.NewTicker(profilesRefresh)
 	defer tick.Stop()
@@ -104,16 +108,25 @@ func (c *Consumer) AdvertiseProfiles(ctx context.Context, worker string, profile
 	}
 }
 
-// profilesKey makes a worker id a valid key: anything but letters, digits, '-' and '_'
-// becomes '_'.
-func profilesKey(worker string) string {
+// profilesKey is one worker process's key: its worker id made a valid key (anything but
+// letters, digits, '-' and '_' becomes '_', so ids may share it) and run, an id of the process
+// no other has. Each worker writes and, when it stops, deletes only its own entry; readers
+// list them all.
+func profilesKey(worker, run string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
 			return r
 		}
 		return '_'
-	}, worker)
+	}, worker) + "." + run
+}
+
+// randomID is 16 random hex digits.
+func randomID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
 }
 
 // LiveProfiles returns every live worker's entry, by worker id. It needs NATS only, not the
