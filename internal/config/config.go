@@ -70,7 +70,8 @@ type NATS struct {
 	// ApprovalsBucket is the KV bucket of shell commands waiting for a person (the "ask"
 	// policy) and their answers, keyed <tenant>.<job id>.<call id>. Default: BOXCAR_APPROVALS.
 	ApprovalsBucket string `json:"approvals_bucket,omitempty"`
-	// AckWait is how long a delivery may go without an ack or heartbeat. Default: 60s.
+	// AckWait is how long a delivery may go without an ack or heartbeat. Default: 60s; at
+	// least MinAckWait.
 	AckWait Duration `json:"ack_wait,omitempty"`
 	// MaxDeliver bounds deliveries of one job. Default: 5.
 	MaxDeliver int `json:"max_deliver,omitempty"`
@@ -485,6 +486,8 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Sandbox.Kubernetes.validate()...)
 	if c.NATS.MaxDeliver < 1 || c.NATS.MaxAckPending < 1 || c.NATS.AckWait <= 0 {
 		bad("nats", "max_deliver, max_ack_pending and ack_wait must be positive")
+	} else if c.NATS.AckWait.Std() < MinAckWait {
+		bad("nats.ack_wait", "%s is shorter than %s: running jobs send their heartbeats a second apart, and `worker setup` may set this while they run", c.NATS.AckWait.Std(), MinAckWait)
 	}
 	if n := c.NATS; n.StatusTTL <= 0 || n.JobMaxMsgs < 1 || n.JobMaxBytes < 1 || n.DeadLetterMaxAge <= 0 || n.DeadLetterMaxBytes < 1 {
 		bad("nats", "status_ttl, job_max_msgs, job_max_bytes, dead_letter_max_age and dead_letter_max_bytes must be positive")
@@ -621,6 +624,11 @@ func (l Limits) Tighten(j *job.Limits) Limits {
 	}
 	return l
 }
+
+// MinAckWait is the shortest nats.ack_wait a config may set. A running job's heartbeats go at
+// most a third of it apart whatever its consumer's ack wait (queue.Delivery.KeepAlive), so that
+// `worker setup` may lower the ack wait to it while jobs run without one being delivered again.
+const MinAckWait = 3 * time.Second
 
 func def[T comparable](v *T, d T) {
 	var zero T

@@ -115,6 +115,7 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "tenant granted an undefined profile", yaml: profile("") + "tenants:\n  a: {profiles: [nope]}\n", schemaCannot: true},
 		{name: "two tenants, one bucket", yaml: "store: {url: s3://x}\n" + profile("") + "tenants:\n  a: {profiles: [p], bucket: bb-1}\n  b: {profiles: [p], bucket: bb-1}\n", schemaCannot: true},
 		{name: "nats.url that does not parse", yaml: "nats: {url: 'nats://u:p%zz@h:4222'}\n" + profile(""), schemaCannot: true},
+		{name: "ack_wait under the shortest allowed", yaml: "nats: {ack_wait: 2s}\n" + profile(""), schemaCannot: true},
 		{name: "model.base_url not http", yaml: "model: {base_url: 'ftp://h/v1'}\n" + profile(""), schemaCannot: true},
 		{name: "tool declared twice", yaml: profile("tools: [{name: read_file}, {name: read_file}]"), schemaCannot: true},
 	}

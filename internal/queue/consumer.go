@@ -402,7 +402,7 @@ func (c *Consumer) delivery(msg jetstream.Msg) (*Delivery, error) {
 		Attempt:   int(meta.NumDelivered),
 		Published: meta.Timestamp,
 		Seq:       meta.Sequence.Stream,
-		ackWait:   c.ackWaitOf(meta.Consumer),
+		consumer:  meta.Consumer,
 	}, nil
 }
 

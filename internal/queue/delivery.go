@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
 )
 
 // Delivery is one delivery of a job message to this worker.
@@ -29,13 +31,33 @@ type Delivery struct {
 	Published time.Time
 	// Seq is the message's sequence in the stream, what a publisher's ack reports.
 	Seq uint64
-	// ackWait is the ack deadline of the consumer that delivered it, as the server has it.
-	ackWait time.Duration
+	// consumer names the consumer that delivered it.
+	consumer string
 }
 
-// AckWait is the ack deadline of the consumer that delivered the job, as the server has it:
-// with no heartbeat for that long, the server delivers the job again.
-func (d *Delivery) AckWait() time.Duration { return d.ackWait }
+// AckWait is the ack deadline of the consumer that delivered the job, as the server had it
+// when the worker last looked: with no heartbeat for that long, the server delivers the job
+// again. `worker setup` may change it while the job runs, and the server applies the new one
+// to the job at once.
+func (d *Delivery) AckWait() time.Duration {
+	if d.c == nil {
+		return 0
+	}
+	return d.c.ackWaitOf(d.consumer)
+}
+
+// maxHeartbeat is the longest gap between two heartbeats of a running job, whatever its ack
+// wait: `worker setup` may lower the consumer's ack wait while the job runs, down to
+// config.MinAckWait, and the server then delivers again a job whose last heartbeat is older
+// than that. A heartbeat paced by the ack wait the job began with (a third of 60s) would not
+// come in time; one a second leaves two to spare at the shortest ack wait allowed.
+const maxHeartbeat = config.MinAckWait / 3
+
+// heartbeatEvery is the gap before the next heartbeat: a third of the consumer's ack wait as
+// the worker knows it now, at most maxHeartbeat.
+func (d *Delivery) heartbeatEvery() time.Duration {
+	return max(min(d.AckWait()/3, maxHeartbeat), 50*time.Millisecond)
+}
 
 // Ref names the delivered job.
 func (d *Delivery) Ref() Ref { return Ref{Tenant: d.Tenant, ID: d.JobID} }
@@ -125,18 +147,20 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 }
 
 // KeepAlive tells the server the job is still being worked on, every interval (zero: a third
-// of AckWait), until the returned stop function is called. Long model calls and tools never
-// cause a redelivery.
+// of the consumer's AckWait as it is at each heartbeat, at most a second apart: see
+// maxHeartbeat), until the returned stop function is called. Long model calls and tools never
+// cause a redelivery, nor does `worker setup` lowering the ack wait while the job runs.
 func (d *Delivery) KeepAlive(ctx context.Context, interval time.Duration) (stop func()) {
+	every := func() time.Duration { return max(interval, 50*time.Millisecond) }
 	if interval <= 0 {
-		interval = d.ackWait / 3
+		every = d.heartbeatEvery
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(max(interval, 50*time.Millisecond))
+		t := time.NewTimer(every())
 		defer t.Stop()
 		failing := false // logged once per outage, not at every beat
 		for {
@@ -144,6 +168,7 @@ func (d *Delivery) KeepAlive(ctx context.Context, interval time.Duration) (stop 
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				t.Reset(every())
 				err := d.msg.InProgress()
 				switch {
 				case err != nil && !failing:

@@ -131,22 +131,23 @@ func TestAuditFleetSetupRetiringATenantDeadLettersItsRunningJob(t *testing.T) {
 	}
 }
 
-// `worker setup` lowers the consumer's ack_wait (5s to 1500ms here; a helm upgrade runs setup
-// before it rolls the workers, whose running jobs then drain) while a worker runs a job. The
-// job's in-progress acks keep the interval its delivery began with (a third of 5s), so the
-// server, which applies its new ack_wait to the pending message, delivers the job again while
-// it runs: the job runs twice and the first attempt is thrown away. The worker reads the new
-// ack_wait for the next deliveries, not for the running one.
-func TestAuditFleetSetupLoweringAckWaitRedeliversRunningJobs(t *testing.T) {
+// TestSetupLoweringAckWaitLeavesRunningJobsAlone: `worker setup` lowers the consumer's
+// ack_wait (30s to the shortest allowed here; a helm upgrade runs setup before it rolls the
+// workers, whose running jobs then drain) while a worker runs a job. The server applies the new
+// ack_wait to the running job at once; its heartbeats must already come often enough. (They
+// came every third of the ack wait the delivery began with, 10s here: the job was delivered
+// again while it ran, and ran twice.)
+func TestSetupLoweringAckWaitLeavesRunningJobsAlone(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.setAckWait(30 * time.Second) // what the worker reads when it starts
 	var runs atomic.Int32
 	lowered := make(chan struct{})
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		if runs.Add(1) == 1 {
 			<-lowered
 			select { // a job of a few seconds, long beside the new ack_wait
-			case <-time.After(6 * time.Second):
+			case <-time.After(2 * config.MinAckWait):
 			case <-ctx.Done():
 				return agent.Result{}, ctx.Err()
 			}
@@ -155,7 +156,7 @@ func TestAuditFleetSetupLoweringAckWaitRedeliversRunningJobs(t *testing.T) {
 	}))
 	j := b.submit("p")
 	waitFor(t, 10*time.Second, "the job to run", func() bool { return runs.Load() == 1 })
-	b.setAckWait(1500 * time.Millisecond)
+	b.setAckWait(config.MinAckWait)
 	close(lowered)
 	final := b.waitFinal(j.ID, 30*time.Second)
 	if n := runs.Load(); n != 1 {

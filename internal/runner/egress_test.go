@@ -31,7 +31,7 @@ import (
 
 const egressProfiles = `
 concurrency: 1
-nats: {ack_wait: 2s, max_deliver: 3, retry_backoff: 200ms}
+nats: {ack_wait: 3s, max_deliver: 3, retry_backoff: 200ms}
 profiles:
   p:
     model: {name: m}

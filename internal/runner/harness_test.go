@@ -177,7 +177,7 @@ var profiles = `
 concurrency: 2
 drain_grace: 1s
 nats:
-  ack_wait: 5s # heartbeats every 1.7s: a busy machine stalling the worker for a second or two redelivers nothing
+  ack_wait: 5s # heartbeats every second: a busy machine stalling the worker for a second or two redelivers nothing
   max_deliver: 3
   retry_backoff: 200ms
 profiles:
