@@ -3,10 +3,12 @@ package queue
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -46,6 +48,28 @@ type ProfileInfo struct {
 	// Tenants are the tenants the worker grants the profile to; empty from a worker before
 	// tenants, which granted it to everyone.
 	Tenants []string `json:"tenants,omitempty"`
+	// MaxInputBytes is the profile's max_input_bytes; 0 from a worker before it was published.
+	MaxInputBytes int64 `json:"max_input_bytes,omitempty"`
+	// Network is NetworkDigest of the profile; empty for a profile without a network, or from a
+	// worker before it was published. Another worker whose digest differs may allow a network
+	// this one does not; the hosts themselves are not published to every tenant.
+	Network string `json:"network,omitempty"`
+}
+
+// GrantedTo reports whether the worker grants the profile to tenant.
+func (p ProfileInfo) GrantedTo(tenant string) bool {
+	return len(p.Tenants) == 0 || slices.Contains(p.Tenants, tenant)
+}
+
+// NetworkDigest names a profile's network allow list, in any order, by its SHA-256; "" for a
+// profile without a network.
+func NetworkDigest(p config.Profile) string {
+	if p.Network == nil {
+		return ""
+	}
+	allow := slices.Sorted(slices.Values(p.Network.Allow))
+	sum := sha256.Sum256([]byte(strings.Join(allow, "\n")))
+	return hex.EncodeToString(sum[:16])
 }
 
 // WorkerProfiles is one worker's entry in ProfilesBucket.
@@ -70,7 +94,8 @@ func (c *Consumer) AdvertiseProfiles(ctx context.Context, worker string, profile
 		}
 		sort.Strings(granted)
 		entry.Profiles = append(entry.Profiles, ProfileInfo{Name: name, Description: p.Description, Tenants: granted,
-			MaxTurns: p.Limits.MaxTurns, MaxToolCalls: p.Limits.MaxToolCalls, MaxTokens: p.Limits.MaxTokens, JobTimeout: time.Duration(p.Limits.JobTimeout)})
+			MaxTurns: p.Limits.MaxTurns, MaxToolCalls: p.Limits.MaxToolCalls, MaxTokens: p.Limits.MaxTokens, JobTimeout: time.Duration(p.Limits.JobTimeout),
+			MaxInputBytes: p.Limits.MaxInputBytes, Network: NetworkDigest(p)})
 	}
 	sort.Slice(entry.Profiles, func(i, j int) bool { return entry.Profiles[i].Name < entry.Profiles[j].Name })
 	key := profilesKey(worker, randomID())

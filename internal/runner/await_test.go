@@ -28,6 +28,9 @@ func (q statusQueue) UpdateNewStatus(ctx context.Context, r queue.Ref, change fu
 func (statusQueue) WatchCancels(context.Context) (<-chan queue.Ref, error) {
 	return nil, errors.New("none")
 }
+func (statusQueue) LiveProfiles(context.Context) ([]queue.WorkerProfiles, error) {
+	return nil, queue.ErrNoProfiles
+}
 
 // TestWaitsShareTheAttemptDeadline: an attempt's waits all give up at its one deadline. A
 // dependency that never answers makes the first wait last until then; every wait after it

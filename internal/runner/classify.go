@@ -141,7 +141,7 @@ var failureModes = []failureMode{
 	{name: "backend gives no egress", in: []stage{stagePrepare}, when: errIs(sandbox.ErrNoEgress), end: endFailed, reason: "invalid_profile"},
 	{name: "profile not granted", in: []stage{stageAdmit}, when: errIs(config.ErrProfileNotGranted), end: endRejected, reason: "profile_not_granted"},
 	{name: "input outside tenant", in: []stage{stagePrepare}, when: errIs(errInputOutsideTenant), end: endFailed, reason: "input_outside_tenant"},
-	{name: "input too large", in: []stage{stagePrepare}, when: errIs(errInputTooLarge), end: endFailed, reason: "input_too_large"},
+	{name: "input too large", in: []stage{stageAdmit}, when: errIs(errInputTooLarge), end: endFailed, reason: "input_too_large"},
 	{name: "inputs fill the workdir", in: []stage{stagePrepare}, when: errIs(sandbox.ErrDiskFull), end: endFailed, reason: "input_too_large"},
 	{name: "input missing", in: []stage{stagePrepare}, when: errIs(store.ErrNotFound), end: endFailed, reason: "input_missing"},
 	{name: "input digest mismatch", in: []stage{stagePrepare}, when: errIs(errInputMismatch), end: endFailed, reason: "input_digest_mismatch"},

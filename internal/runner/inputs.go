@@ -14,26 +14,33 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
-// checkInputs refuses, before any sandbox starts, inputs that the profile cannot take: more
-// bytes together than its max_input_bytes, as the job declares them (copyInputs holds each
-// to its declared size).
+// checkInputs refuses, before any sandbox starts, inputs that are not the tenant's.
 func (r *Runner) checkInputs(a *attempt) error {
-	if err := r.checkInputTenant(a); err != nil {
-		return err
-	}
+	return r.checkInputTenant(a)
+}
+
+// checkInputSize refuses, at admit, inputs that the profile cannot take: more bytes together
+// than its max_input_bytes, as the job declares them (copyInputs holds each to its declared
+// size).
+func checkInputSize(a *attempt) error {
 	limit := a.limits.MaxInputBytes
 	if limit <= 0 {
 		return nil
 	}
-	var total int64
-	for _, in := range a.job.Inputs {
-		total += in.Size
-	}
-	if total > limit {
+	if total := inputBytes(a.job); total > limit {
 		return fmt.Errorf("the job's inputs are %d bytes together, over the profile's max_input_bytes of %d; submit smaller inputs or use a profile that allows more: %w",
 			total, limit, errInputTooLarge)
 	}
 	return nil
+}
+
+// inputBytes is the size of the job's inputs together, as it declares them.
+func inputBytes(j job.Job) int64 {
+	var total int64
+	for _, in := range j.Inputs {
+		total += in.Size
+	}
+	return total
 }
 
 // copyInputs streams each input from the store into the workdir, checking its size and

@@ -134,7 +134,7 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	err := r.admit(a)
 	a.lap(stageAdmit)
 	if err != nil {
-		return ended{outcome: classify(stageAdmit, err, nil)}
+		return ended{outcome: r.leaveToPeer(ctx, a, classify(stageAdmit, err, nil))}
 	}
 	// From here on the delivery is kept alive, also while the attempt waits for the store or
 	// NATS (awaitAnswer).
@@ -178,7 +178,10 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	return r.commitRun(ctx, a, sb, e, said)
 }
 
-// admit reads the delivery as a job of a profile this worker defines, with its limits.
+// admit reads the delivery as a job of a profile this worker defines, with its limits, and
+// refuses one the profile cannot take: a network wider than its own, inputs larger than its
+// max_input_bytes. Each of those is decided by this worker's config, which another worker's may
+// not share (leaveToPeer).
 func (r *Runner) admit(a *attempt) error {
 	j, err := job.Decode(a.d.Data)
 	if err != nil {
@@ -199,7 +202,7 @@ func (r *Runner) admit(a *attempt) error {
 	a.limits = a.profile.Limits.Tighten(j.Limits)
 	a.profile.Limits = a.limits
 	a.deadline = a.started.Add(2 * time.Duration(a.limits.JobTimeout))
-	return nil
+	return checkInputSize(a)
 }
 
 // claim makes sure the job is this attempt's to run: not exhausted, not committed, not ended

@@ -42,12 +42,16 @@ const (
 	// endUndecided: the job's end cannot be decided now (the store did not answer whether a
 	// run is committed); deliver it again later, recording nothing.
 	endUndecided
+	// endLeftToPeer: this worker's config cannot take the job, and a live worker's may
+	// (leaveToPeer); deliver it again later, recording no failure.
+	endLeftToPeer
 )
 
 var endingNames = map[ending]string{
 	endSucceeded: "succeeded", endCapped: "capped", endFailed: "failed", endRejected: "rejected",
 	endTransient: "transient", endCancelled: "cancelled", endInterrupted: "interrupted",
 	endDone: "done", endLeaseLost: "lease_lost", endDeadLetter: "dead_letter", endUndecided: "undecided",
+	endLeftToPeer: "left_to_peer",
 }
 
 func (e ending) String() string { return endingNames[e] }
@@ -170,6 +174,9 @@ func decide(o outcome, last bool) decision {
 	case endUndecided:
 		// Not retrying: the run may be committed, and a status that said so would let a
 		// cancel end it before its next delivery adopts that run.
+		return decision{action: nakLater, waiting: true}
+	case endLeftToPeer:
+		// Never on the last delivery: leaveToPeer ends the job there as this worker decided.
 		return decision{action: nakLater, waiting: true}
 	}
 	// An outcome nobody built: keep the job, and say so in its status.

@@ -51,6 +51,8 @@ func TestDecide(t *testing.T) {
 		{"cancelled before it ran, committed here", outcome{end: endDone, committed: true, state: job.StateCancelled}, true, decision{action: ackJob, ended: job.StateCancelled}},
 		{"undecided", outcome{end: endUndecided, err: transient}, false, decision{action: nakLater, waiting: true}},
 		{"undecided, last", outcome{end: endUndecided, err: transient}, true, decision{action: nakLater, waiting: true}},
+		{"left to a peer", outcome{end: endLeftToPeer, err: perm}, false, decision{action: nakLater, waiting: true}},
+		{"left to a peer, last", outcome{end: endLeftToPeer, err: perm}, true, decision{action: nakLater, waiting: true}},
 	}
 	covered := map[ending]map[bool]bool{}
 	for _, tt := range tests {

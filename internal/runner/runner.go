@@ -34,6 +34,9 @@ type Queue interface {
 	// delivery's claim, whose job has none yet.
 	UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error)
 	WatchCancels(ctx context.Context) (<-chan queue.Ref, error)
+	// LiveProfiles are the profiles the live workers define (queue.ProfilesBucket): a job this
+	// worker's config cannot take may be another's (peers.go).
+	LiveProfiles(ctx context.Context) ([]queue.WorkerProfiles, error)
 }
 
 // Agent runs the model loop of one job. It writes the transcript to req.Transcript, which

@@ -138,11 +138,15 @@ func (r *Runner) recordState(w settler, id string, e ended, dec decision) error 
 }
 
 // recordWaiting says in the status's progress why the job waits for another delivery, its
-// state unchanged.
+// state unchanged; a job without a status yet (one left to a peer at its first delivery) is
+// queued.
 func (r *Runner) recordWaiting(w settler, id string, cause error) error {
 	err := w.do(natsAnswered, func(ctx context.Context) error {
 		_, err := r.writeStatus(ctx, w.a, id, func(s *job.Status) {
 			s.Progress, s.UpdatedAt = "waiting for another delivery: "+errorText(cause), time.Now().UTC()
+			if s.State == "" {
+				s.State, s.Profile, s.QueuedAt = job.StateQueued, w.a.job.Profile, w.a.job.SubmittedAt
+			}
 		})
 		return err
 	})

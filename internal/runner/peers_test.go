@@ -1,0 +1,118 @@
+package runner_test
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/runner"
+)
+
+// TestProfileOfALivePeerIsLeftToIt: a fleet mid-rollout. Worker "new" defines profiles p and q
+// (its config was upgraded), worker "old" defines p only. `submit run --profile q` checks the
+// live workers' profiles and lets the job through (worker "new" publishes q). When the job's
+// delivery reaches worker "old", it is no fault of the job: a live peer defines q. The job is
+// left to that peer (handed back, queued, no dead letter), not rejected for good as
+// unknown_profile.
+func TestProfileOfALivePeerIsLeftToIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	newCfg, err := config.Parse([]byte(profiles + `
+  q:
+    model: {name: m}
+    tools: [{name: read_file}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Worker "new" is live: it publishes its profiles, as every worker does from its start.
+	_, peer := b.connect()
+	ctx, cancel := context.WithCancel(context.Background())
+	advertised := make(chan struct{})
+	go func() {
+		defer close(advertised)
+		_ = peer.AdvertiseProfiles(ctx, "worker-new", newCfg.Profiles, newCfg.TenantsOrDefault())
+	}()
+	t.Cleanup(func() { cancel(); <-advertised })
+	waitFor(t, 10*time.Second, "worker-new's profiles published", func() bool {
+		live, err := b.q.LiveProfiles(context.Background())
+		return err == nil && len(live) == 1
+	})
+
+	// Worker "old" (profile p only) takes the job of profile q.
+	// Its retry backoff keeps the job from it again until it is stopped.
+	old := b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.Worker.WorkerID = "worker-old"
+		c.Worker.NATS.RetryBackoff = config.Duration(5 * time.Second)
+	})
+	j := b.submit("q")
+	waitFor(t, 20*time.Second, "worker-old to settle its delivery", func() bool {
+		st, err := b.q.Status(context.Background(), j.ID)
+		return err == nil && st.State != job.StateRunning && st.State != ""
+	})
+	old.stop()
+	if st, _ := b.q.Status(context.Background(), j.ID); st.State != job.StateQueued || !strings.Contains(st.Progress, "worker-new") {
+		t.Errorf("after worker-old handed the job back: state %s, progress %q, error %q; want queued, waiting for worker-new", st.State, st.Progress, st.Error)
+	}
+
+	// Worker "new" comes up and would run it.
+	cancel()
+	<-advertised
+	b.cfg = newCfg
+	b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.Worker.WorkerID = "worker-new"
+		c.Logger = slog.New(slog.DiscardHandler)
+	})
+	final := b.waitFinal(j.ID, 30*time.Second)
+	if final.State != job.StateSucceeded || len(b.deadLetters()) != 0 {
+		t.Errorf("job of profile q, which live worker-new defines, ended %s (%s) on worker-old, which lacks q; dead letters: %v; want it left to worker-new and succeeded",
+			final.State, final.Error, reasons(b.deadLetters()))
+	}
+}
+
+// TestProfileOfALivePeerEndsAtTheLastDelivery: the hand-back is bounded. A job that only
+// workers lacking its profile pick up (the peer that defines it never takes it) is handed back
+// until its last delivery, which rejects it as unknown_profile, once.
+func TestProfileOfALivePeerEndsAtTheLastDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	peer := map[string]config.Profile{"p": b.cfg.Profiles["p"], "q": b.cfg.Profiles["p"]}
+	_, q := b.connect()
+	ctx, cancel := context.WithCancel(context.Background())
+	advertised := make(chan struct{})
+	go func() {
+		defer close(advertised)
+		_ = q.AdvertiseProfiles(ctx, "worker-new", peer, map[string]config.Tenant{"default": {Profiles: []string{"p", "q"}}})
+	}()
+	t.Cleanup(func() { cancel(); <-advertised })
+	waitFor(t, 10*time.Second, "worker-new's profiles published", func() bool {
+		live, err := b.q.LiveProfiles(context.Background())
+		return err == nil && len(live) == 1
+	})
+
+	b.worker(agentFunc(writeReport))
+	j := b.submit("q")
+	final := b.waitFinal(j.ID, 30*time.Second)
+	if final.State != job.StateRejected || final.Attempt != b.cfg.NATS.MaxDeliver {
+		t.Errorf("job of profile q, which only a peer that never takes it defines, ended %s at attempt %d (%s); want rejected at its last delivery, %d",
+			final.State, final.Attempt, final.Error, b.cfg.NATS.MaxDeliver)
+	}
+	if got := reasons(b.deadLetters()); !slices.Equal(got, []string{"unknown_profile"}) {
+		t.Errorf("dead letters %v, want one unknown_profile", got)
+	}
+}
+
+func reasons(dls []queue.DeadLetter) []string {
+	var out []string
+	for _, d := range dls {
+		out = append(out, d.Reason)
+	}
+	return out
+}
