@@ -73,7 +73,11 @@ func (a *Admin) tenantsKept(ctx context.Context) (map[string]bool, error) {
 // removed from it, or jobs a stream with every tenant's subjects took): each job is
 // dead-lettered as unknown_tenant, with its message, and removed; the consumers of those
 // tenants are removed. Nothing is lost and nothing waits forever for a worker that will never
-// come; the log says how many.
+// come; the log says how many. A job a worker runs (its status says running) is left to its
+// run, which ends it once, and so is its tenant's consumer, through which the worker acks it
+// (or, should the worker die, delivers it again to a worker that still serves the tenant):
+// dead-lettered under it, the job ended twice, committed by its run and dead-lettered here.
+// The next `worker setup` retires what is left.
 func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error {
 	s, err := a.js.Stream(ctx, a.cfg.Stream)
 	switch {
@@ -86,10 +90,18 @@ func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error 
 	if err != nil {
 		return fmt.Errorf("queue: list the subjects of stream %s: %w", a.cfg.Stream, err)
 	}
-	dead := 0
+	running, err := a.runningOf(ctx)
+	if err != nil {
+		return err
+	}
+	dead, left := 0, map[string]int{}
 	for subject := range info.State.Subjects {
 		r := refOf(strings.TrimPrefix(subject, a.cfg.Subject+"."))
 		if kept[r.Tenant] {
+			continue
+		}
+		if running(r) {
+			left[r.Tenant]++
 			continue
 		}
 		n, err := a.deadLetterAll(ctx, s, subject, r)
@@ -98,10 +110,14 @@ func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error 
 			return err
 		}
 	}
+	if len(left) > 0 {
+		a.log.WarnContext(ctx, "left the running jobs of tenants the config does not list to their workers, and those tenants' consumers; run `worker setup` again once they ended to remove the consumers",
+			"stream", a.cfg.Stream, "running", left)
+	}
 	var gone []string
 	for name := range s.ListConsumers(ctx).Info() {
 		tenant, ok := strings.CutPrefix(name.Name, a.cfg.Consumer+"-")
-		if !ok || kept[tenant] {
+		if !ok || kept[tenant] || left[tenant] > 0 {
 			continue
 		}
 		if err := s.DeleteConsumer(ctx, name.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -114,6 +130,23 @@ func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error 
 			"reason", ReasonUnknownTenant, "jobs", dead, "consumers", gone, "tenants", slices.Sorted(maps.Keys(kept)))
 	}
 	return nil
+}
+
+// runningOf returns whether a job's status says a worker runs it. Without the status bucket
+// (a stream set up by hand) no job does.
+func (a *Admin) runningOf(ctx context.Context) (func(Ref) bool, error) {
+	kv, err := a.js.KeyValue(ctx, a.cfg.StatusBucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		return func(Ref) bool { return false }, nil
+	case err != nil:
+		return nil, fmt.Errorf("queue: look up bucket %s: %w", a.cfg.StatusBucket, err)
+	}
+	return func(r Ref) bool {
+		st, err := getStatus(ctx, kv, r)
+		// A status that cannot be read is not known to be running: its job is retired as before.
+		return err == nil && st.State == job.StateRunning
+	}, nil
 }
 
 // deadLetterAll dead-letters every message on one job subject as unknown_tenant and removes it.
