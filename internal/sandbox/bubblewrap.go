@@ -222,6 +222,11 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	} else if n > 0 {
 		p.log.Warn("removed sandboxes left by a worker that stopped", "removed", n)
 	}
+	if n, err := p.removeStaleBridges(); err != nil {
+		p.log.Warn("could not remove every copy of the egress bridge no sandbox uses", "removed", n, "error", err)
+	} else if n > 0 {
+		p.log.Info("removed copies of the egress bridge no sandbox uses (other worker versions')", "removed", n)
+	}
 	p.log.Info("bubblewrap sandboxes ready", "bwrap", bwrap, "root", p.root, "cgroup_version", p.cgroups.version,
 		"cgroup_controllers", strings.Join(p.cgroups.controllers(), ","), "per_sandbox_uid", p.asRoot, "disk_bound", p.diskBoundName())
 	return p, nil

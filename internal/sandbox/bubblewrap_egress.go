@@ -47,6 +47,9 @@ func (s *bubblewrapSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net
 	if s.egressOn.Load() {
 		return nil, errors.New("sandbox: attach egress: already attached; a sandbox has one proxy")
 	}
+	if s.bridge, err = holdBridge(s.p.bridgeBin, s.p.bridgeCopy); err != nil {
+		return nil, err
+	}
 	owner := s.uid // -1: the worker's own
 	if err := writeOwned(filepath.Join(s.egressDir, "ca.pem"), caPEM, 0o644, owner); err != nil {
 		return nil, fmt.Errorf("sandbox: attach egress: write the CA: %w", err)
@@ -101,14 +104,15 @@ func listenOwned(ctx context.Context, dir, name string, owner int) (net.Listener
 	return ln, nil
 }
 
-// loadBridge makes the bridge binary reachable by every sandbox uid, once: bwrap binds it by
-// path as the sandbox's uid, which cannot enter the folder the worker (or a test binary) may
-// live in. It is linked, or else copied, into Root (searchable by others) under its digest,
-// so workers of one version share it and no version replaces another's. In a rootfs image
-// the host's libraries are absent, so there the binary must be static.
+// loadBridge names the copy of the bridge binary each sandbox with egress holds (holdBridge),
+// once: bwrap binds it by path as the sandbox's uid, which cannot enter the folder the worker
+// (or a test binary) may live in. It is linked, or else copied, into Root (searchable by
+// others) under its digest, so workers of one version share it and no version replaces
+// another's. In a rootfs image the host's libraries are absent, so there the binary must be
+// static.
 func (p *BubblewrapProvider) loadBridge(image bool) error {
 	p.bridgeOnce.Do(func() {
-		p.bridgeCopy, p.bridgeErr = placeBridge(p.bridgeBin, p.root)
+		p.bridgeCopy, p.bridgeErr = bridgeName(p.bridgeBin, p.root)
 		if f, err := elf.Open(p.bridgeBin); err == nil {
 			for _, prog := range f.Progs {
 				p.bridgeDynamic = p.bridgeDynamic || prog.Type == elf.PT_INTERP
@@ -125,7 +129,8 @@ func (p *BubblewrapProvider) loadBridge(image bool) error {
 	return nil
 }
 
-func placeBridge(bin, root string) (string, error) {
+// bridgeName is the path of bin's copy in root: named by its digest.
+func bridgeName(bin, root string) (string, error) {
 	src, err := os.Open(bin)
 	if err != nil {
 		return "", fmt.Errorf("sandbox: egress bridge: %w", err)
@@ -135,25 +140,34 @@ func placeBridge(bin, root string) (string, error) {
 	if _, err := io.Copy(h, src); err != nil {
 		return "", fmt.Errorf("sandbox: egress bridge: read %s: %w", bin, err)
 	}
-	dst := filepath.Join(root, "egress-bridge-"+hex.EncodeToString(h.Sum(nil))[:16])
+	return filepath.Join(root, bridgePrefix+hex.EncodeToString(h.Sum(nil))[:16]), nil
+}
+
+// placeBridge puts bin at dst unless a copy is there.
+func placeBridge(bin, dst string) error {
 	if _, err := os.Stat(dst); err == nil {
-		return dst, nil
+		return nil
 	}
+	src, err := os.Open(bin)
+	if err != nil {
+		return fmt.Errorf("sandbox: egress bridge: %w", err)
+	}
+	defer src.Close()
 	tmp := dst + "." + randomHex(4)
 	if err := os.Link(bin, tmp); err != nil {
 		if err := copyExecutable(src, tmp); err != nil {
-			return "", fmt.Errorf("sandbox: egress bridge: copy %s into %s: %w", bin, root, err)
+			return fmt.Errorf("sandbox: egress bridge: copy %s into %s: %w", bin, filepath.Dir(dst), err)
 		}
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("sandbox: egress bridge: %w", err)
+		return fmt.Errorf("sandbox: egress bridge: %w", err)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("sandbox: egress bridge: %w", err)
+		return fmt.Errorf("sandbox: egress bridge: %w", err)
 	}
-	return dst, nil
+	return nil
 }
 
 func copyExecutable(src *os.File, dst string) error {

@@ -28,6 +28,7 @@ type bubblewrapSandbox struct {
 	egressDir string
 	egressMu  sync.Mutex // guards info against AttachEgress
 	egressOn  atomic.Bool
+	bridge    *os.File // the egress bridge's copy, held while the sandbox exists (holdBridge)
 	image     string
 	lock      *sandboxLock // held while any of the sandbox's host state exists
 	workdir   string       // the workdir's path inside the sandbox
@@ -93,6 +94,12 @@ func (s *bubblewrapSandbox) cleanup(stop <-chan struct{}) error {
 	if err := os.RemoveAll(s.egressDir); err != nil {
 		errs = append(errs, err)
 	}
+	s.egressMu.Lock()
+	if s.bridge != nil {
+		s.bridge.Close()
+		s.bridge = nil
+	}
+	s.egressMu.Unlock()
 	if len(errs) > 0 {
 		return fmt.Errorf("sandbox: close %s: %w", s.id, errors.Join(errs...))
 	}

@@ -41,13 +41,13 @@ func workerBinary(t *testing.T, dir, version string) string {
 	return path
 }
 
-// TestAuditFleetBridgeCopiesOfOldVersionsStayInRoot: a worker on a Root restarted after each of
-// three upgrades, each run using egress once. Each version copies its binary (the egress
-// bridge) into Root as egress-bridge-<digest>, and nothing ever removes a copy: not the
-// sandbox's Close, not the next start's leftover sweep, which handles lock files only. Root
-// (by default under $TMPDIR, often a tmpfs) keeps one whole worker binary per version ever run,
-// though no sandbox of any live worker uses the old ones.
-func TestAuditFleetBridgeCopiesOfOldVersionsStayInRoot(t *testing.T) {
+// TestBridgeCopiesOfOldVersionsAreRemoved: a worker on a Root restarted after each of three
+// upgrades, each run using egress once. Each version copies its binary (the egress bridge) into
+// Root as egress-bridge-<digest>; a worker that starts removes the copies no sandbox holds, so
+// Root (by default under $TMPDIR, often a tmpfs) does not keep one whole worker binary per
+// version ever run. A copy a live sandbox binds stays: that of a worker of an older version
+// still running its jobs.
+func TestBridgeCopiesOfOldVersionsAreRemoved(t *testing.T) {
 	root := sandboxtest.SearchableTempDir(t)
 	bins := t.TempDir()
 	const ca = "-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n"
@@ -68,7 +68,23 @@ func TestAuditFleetBridgeCopiesOfOldVersionsStayInRoot(t *testing.T) {
 		}
 		// The worker of this version stops; the next version starts on the same Root.
 	}
+	// A worker of an older version runs a sandbox with egress on the same Root meanwhile.
+	old := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root, c.BridgePath = root, workerBinary(t, bins, "0.9") })
+	sb, err := old.Start(context.Background(), sandboxtest.Spec("old-job", config.SandboxSpec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close(context.Background()) })
+	ln, err := sb.(sandbox.Egress).AttachEgress(t.Context(), []byte(ca))
+	if err != nil {
+		t.Fatalf("AttachEgress: %v", err)
+	}
+	defer ln.Close()
+
 	sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root })
+	if res, err := sb.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+		t.Errorf("the older worker's sandbox could not run a command behind its bridge after the sweep: %+v, %v", res, err)
+	}
 
 	entries, err := os.ReadDir(root)
 	if err != nil {
@@ -83,8 +99,8 @@ func TestAuditFleetBridgeCopiesOfOldVersionsStayInRoot(t *testing.T) {
 			size += fi.Size()
 		}
 	}
-	if len(copies) > 1 {
-		t.Errorf("Root holds %d copies of worker binaries (%d MiB) after three upgrades, with no sandbox left: %v; want at most the running version's",
+	if len(copies) != 1 {
+		t.Errorf("Root holds %d copies of worker binaries (%d MiB) after three upgrades: %v; want the one a live sandbox binds",
 			len(copies), size>>20, copies)
 	}
 }
