@@ -261,15 +261,15 @@ func TestStaleAttemptPausedMidUploadLeavesTheCommittedRunAlone(t *testing.T) {
 }
 
 // TestUnawareStaleAttemptCommitsFirst: an attempt that lost its lease without its clock telling
-// it so (here the consumer's ack wait shortened on the server after the worker read it; a
-// suspended machine does the same) does not look before it commits, and commits first while the
+// it so (here its heartbeats stop, as on a suspended machine, and the consumer's ack wait
+// shortened on the server after the worker read it) does not look before it commits, and commits first while the
 // next attempt runs. That is the job's run: the next attempt's commit is refused, it removes what
 // it wrote, and the job ends once, on the first attempt's report, with nothing left to deliver.
 func TestUnawareStaleAttemptCommitsFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	b.setAckWait(time.Hour) // what the first worker reads when it starts: no heartbeat for 20 minutes
+	b.setAckWait(time.Hour) // what the first worker reads when it starts: its lease is not at risk for 30 minutes
 	j := b.newJob("p", "t")
 	status := func() job.Status {
 		st, _ := b.q.Status(ctx, j.ID)
@@ -281,7 +281,10 @@ func TestUnawareStaleAttemptCommitsFirst(t *testing.T) {
 			return agent.Result{}, err
 		}
 		return agent.Result{Outcome: agent.OutcomeCompleted}, nil
-	}), func(c *runner.Config) { c.Worker.Concurrency = 1 })
+	}), func(c *runner.Config) {
+		c.Worker.Concurrency = 1
+		c.HeartbeatInterval = 20 * time.Minute // suspended: no heartbeat reaches the server
+	})
 	b.publish(j)
 	waitFor(t, 10*time.Second, "the first attempt to run", func() bool { return status().Attempt == 1 })
 	// The server now delivers the job again after 2 s; the next worker reads that when it
