@@ -35,7 +35,7 @@ const APIKey = "sk-e2e-secret-never-logged"
 type Config struct {
 	// NATS is nats.url; empty runs the worker --embedded.
 	NATS string
-	// NATSYAML is more keys under nats:, one "key: value" a line ("ack_wait: 2s").
+	// NATSYAML is more keys under nats:, one "key: value" a line ("ack_wait: 3s").
 	NATSYAML string
 	// Store is store.url. Default: a file store in a temp dir. Not with an embedded worker.
 	Store string
