@@ -114,22 +114,32 @@ func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error 
 		a.log.WarnContext(ctx, "left the running jobs of tenants the config does not list to their workers, and those tenants' consumers; run `worker setup` again once they ended to remove the consumers",
 			"stream", a.cfg.Stream, "running", left)
 	}
-	var gone []string
-	for name := range s.ListConsumers(ctx).Info() {
-		tenant, ok := strings.CutPrefix(name.Name, a.cfg.Consumer+"-")
-		if !ok || kept[tenant] || left[tenant] > 0 {
-			continue
-		}
-		if err := s.DeleteConsumer(ctx, name.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("queue: remove consumer %s of tenant %s, which the config does not list: %w", name.Name, tenant, err)
-		}
-		gone = append(gone, name.Name)
+	gone, err := a.removeConsumers(ctx, s, func(tenant string) bool { return kept[tenant] || left[tenant] > 0 })
+	if err != nil {
+		return err
 	}
 	if dead > 0 || len(gone) > 0 {
 		a.log.WarnContext(ctx, "dead-lettered the jobs of tenants the config does not list, and removed their consumers", "stream", a.cfg.Stream,
 			"reason", ReasonUnknownTenant, "jobs", dead, "consumers", gone, "tenants", slices.Sorted(maps.Keys(kept)))
 	}
 	return nil
+}
+
+// removeConsumers removes the tenants' consumers but those keep says to keep, and returns the
+// names of those it removed.
+func (a *Admin) removeConsumers(ctx context.Context, s jetstream.Stream, keep func(tenant string) bool) ([]string, error) {
+	var gone []string
+	for name := range s.ListConsumers(ctx).Info() {
+		tenant, ok := strings.CutPrefix(name.Name, a.cfg.Consumer+"-")
+		if !ok || keep(tenant) {
+			continue
+		}
+		if err := s.DeleteConsumer(ctx, name.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return gone, fmt.Errorf("queue: remove consumer %s of tenant %s, which the config does not list: %w", name.Name, tenant, err)
+		}
+		gone = append(gone, name.Name)
+	}
+	return gone, nil
 }
 
 // runningOf returns whether a job's status says a worker runs it. Without the status bucket

@@ -171,12 +171,10 @@ func decide(o outcome, last bool) decision {
 			d.ended = o.state
 		}
 		return d
-	case endUndecided:
+	case endUndecided, endLeftToPeer:
 		// Not retrying: the run may be committed, and a status that said so would let a
-		// cancel end it before its next delivery adopts that run.
-		return decision{action: nakLater, waiting: true}
-	case endLeftToPeer:
-		// Never on the last delivery: leaveToPeer ends the job there as this worker decided.
+		// cancel end it before its next delivery adopts that run; a job left to a peer met no
+		// fault. Never on the last delivery for endLeftToPeer: leaveToPeer ends the job there.
 		return decision{action: nakLater, waiting: true}
 	}
 	// An outcome nobody built: keep the job, and say so in its status.

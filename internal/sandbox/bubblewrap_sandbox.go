@@ -64,6 +64,16 @@ type bubblewrapSandbox struct {
 
 // cleanup removes the cgroup and the host folder once no call is in flight, and frees the host
 // uid. stop (nil: never) abandons the wait; a later Close tries again.
+// releaseBridge drops the sandbox's hold on its copy of the egress bridge (holdBridge).
+func (s *bubblewrapSandbox) releaseBridge() {
+	s.egressMu.Lock()
+	defer s.egressMu.Unlock()
+	if s.bridge != nil {
+		s.bridge.Close()
+		s.bridge = nil
+	}
+}
+
 func (s *bubblewrapSandbox) cleanup(stop <-chan struct{}) error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -94,12 +104,7 @@ func (s *bubblewrapSandbox) cleanup(stop <-chan struct{}) error {
 	if err := os.RemoveAll(s.egressDir); err != nil {
 		errs = append(errs, err)
 	}
-	s.egressMu.Lock()
-	if s.bridge != nil {
-		s.bridge.Close()
-		s.bridge = nil
-	}
-	s.egressMu.Unlock()
+	s.releaseBridge()
 	if len(errs) > 0 {
 		return fmt.Errorf("sandbox: close %s: %w", s.id, errors.Join(errs...))
 	}
