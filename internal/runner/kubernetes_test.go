@@ -3,7 +3,6 @@ package runner_test
 import (
 	"context"
 	"errors"
-	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
 // runningAtCreate has the fake API server create every pod running, as a kubelet would make it.
@@ -68,7 +68,7 @@ func TestKubernetesOutageHoldsJobs(t *testing.T) {
 					return false, nil, nil
 				})
 			}
-			kp, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{Client: cs, Executor: &goneExec{}, Image: "busybox:1.37", WorkerID: "w1"})
+			kp, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{Client: cs, Executor: &sandboxtest.LostExec{}, Image: "busybox:1.37", WorkerID: "w1"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,21 +109,6 @@ func TestKubernetesOutageHoldsJobs(t *testing.T) {
 	}
 }
 
-// goneExec plays pods/exec for a pod that is lost once answer is set: before, every script
-// succeeds (the inputs and the report are written); after, the API server or the kubelet
-// answers that the pod or its container is gone.
-type goneExec struct{ answer atomic.Pointer[error] }
-
-func (g *goneExec) Exec(_ context.Context, _, _ string, _ []string, stdin io.Reader, _, _ io.Writer) error {
-	if err := g.answer.Load(); err != nil {
-		return *err
-	}
-	if stdin != nil {
-		_, _ = io.Copy(io.Discard, stdin)
-	}
-	return nil
-}
-
 // TestKubernetesPodLostMidJob: the sandbox pod goes away under a running job (deleted by a
 // node drain or a preemption, evicted). Every later call on it fails; the job must not be
 // committed and signed as succeeded with the model's "I could not run make" as its report
@@ -157,7 +142,7 @@ func TestKubernetesPodLostMidJob(t *testing.T) {
 			b := setup(t)
 			cs := fake.NewClientset()
 			cs.PrependReactor("create", "pods", runningAtCreate)
-			ex := &goneExec{}
+			ex := &sandboxtest.LostExec{}
 			kp, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{Client: cs, Executor: ex, Image: "busybox:1.37", WorkerID: "w1"})
 			if err != nil {
 				t.Fatal(err)
@@ -174,9 +159,9 @@ func TestKubernetesPodLostMidJob(t *testing.T) {
 					return agent.Result{}, err
 				}
 				answer := tt.answer(pods.Items[0].Name)
-				ex.answer.Store(&answer)
+				ex.Answer.Store(&answer)
 				_, _ = req.Sandbox.Exec(ctx, sandbox.ExecRequest{Argv: []string{"make", "report"}})
-				ex.answer.Store(nil) // the next attempt's pod runs, until it too is lost
+				ex.Answer.Store(nil) // the next attempt's pod runs, until it too is lost
 				// What a model told that its command "could not run" may well answer.
 				return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "I could not run make; here is what I have."}, nil
 			}), func(c *runner.Config) { c.Sandboxes = kp })

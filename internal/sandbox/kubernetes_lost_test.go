@@ -1,10 +1,7 @@
 package sandbox_test
 
 import (
-	"context"
 	"errors"
-	"io"
-	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,20 +13,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
-
-// lostExec plays pods/exec for a pod that is lost once answer is set: before, every script
-// succeeds; after, every exec gets that answer.
-type lostExec struct{ answer atomic.Pointer[error] }
-
-func (e *lostExec) Exec(_ context.Context, _, _ string, _ []string, stdin io.Reader, _, _ io.Writer) error {
-	if err := e.answer.Load(); err != nil {
-		return *err
-	}
-	if stdin != nil {
-		_, _ = io.Copy(io.Discard, stdin)
-	}
-	return nil
-}
 
 // TestKubernetesPodLostMidJob: a sandbox pod that goes away under its job (deleted, evicted,
 // ended by its deadline) makes every later call fail with ErrSandboxLost, and with
@@ -64,7 +47,7 @@ func TestKubernetesPodLostMidJob(t *testing.T) {
 			t.Parallel()
 			client := fake.NewClientset()
 			fakeKubelet(t, client, nil)
-			ex := &lostExec{}
+			ex := &sandboxtest.LostExec{}
 			p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.Executor = ex })
 			sb := sandboxtest.Start(t, p)
 			name := sb.Info().ID
@@ -85,7 +68,7 @@ func TestKubernetesPodLostMidJob(t *testing.T) {
 					}
 				}
 				answer := tt.answer(name)
-				ex.answer.Store(&answer)
+				ex.Answer.Store(&answer)
 			}, tt.diskFull)
 		})
 	}

@@ -1,8 +1,10 @@
 package sandboxtest
 
 import (
+	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -52,4 +54,19 @@ func RunLost(t *testing.T, sb sandbox.Sandbox, lose func(t *testing.T), diskFull
 	if err := sb.Close(ctx); err != nil {
 		t.Errorf("Close of a lost sandbox: %v", err)
 	}
+}
+
+// LostExec plays pods/exec (sandbox.KubernetesConfig's Executor) for a pod that is lost once
+// Answer is set: before, every script succeeds; after, every exec gets that answer (the API
+// server's or the kubelet's word that the pod or its container is gone).
+type LostExec struct{ Answer atomic.Pointer[error] }
+
+func (e *LostExec) Exec(_ context.Context, _, _ string, _ []string, stdin io.Reader, _, _ io.Writer) error {
+	if err := e.Answer.Load(); err != nil {
+		return *err
+	}
+	if stdin != nil {
+		_, _ = io.Copy(io.Discard, stdin)
+	}
+	return nil
 }
