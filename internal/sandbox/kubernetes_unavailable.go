@@ -83,7 +83,8 @@ func (p *KubernetesProvider) unavailable(ctx context.Context, jobID string, err 
 }
 
 // answerDetail is what the answer said without where it came from: an API status's message,
-// or the innermost error's last words ("connection refused").
+// or the innermost error's last words ("connection refused"), or "no answer" when those might
+// name the API server.
 func answerDetail(err error) string {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -96,7 +97,13 @@ func answerDetail(err error) string {
 		err = inner
 	}
 	msg := err.Error()
-	return msg[strings.LastIndex(msg, ": ")+len(": "):]
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+len(": "):]
+	}
+	if strings.Contains(msg, "://") {
+		return "no answer"
+	}
+	return msg
 }
 
 // unschedulableOr is err, marked errUnschedulable when the pod waited for a node: the

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,15 +31,22 @@ func TestKubernetesStartUnavailable(t *testing.T) {
 	pods := schema.GroupResource{Resource: "pods"}
 	refused := &url.Error{Op: "Post", URL: "https://" + apiServer + ":443/api/v1/namespaces/boxcar-sandboxes/pods",
 		Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}}
+	// What the dialer really returns: the errno's text has no "op: " before it.
+	refusedErrno := &url.Error{Op: "Post", URL: "https://" + apiServer + ":443/api/v1/namespaces/boxcar-sandboxes/pods",
+		Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
 	for _, tt := range []struct {
 		name        string
 		createErr   error
 		status      *corev1.PodStatus // the fake kubelet's, when the create succeeds
 		unavailable bool
+		says        string // what the error says of the answer, when not empty
 	}{
-		{name: "API server unreachable", createErr: refused, unavailable: true},
-		{name: "API server unreachable, as text", unavailable: true,
+		{name: "API server unreachable", createErr: refused, unavailable: true, says: "(connection refused)"},
+		{name: "API server unreachable, errno", createErr: refusedErrno, unavailable: true, says: "(connection refused)"},
+		{name: "API server unreachable, as text", unavailable: true, says: "(connection refused)",
 			createErr: errors.New(`Post "https://` + apiServer + `:443/api/v1/namespaces/boxcar-sandboxes/pods": dial tcp ` + apiServer + `:443: connect: connection refused`)},
+		{name: "API server unreachable, as text without a cause", unavailable: true, says: "(no answer)",
+			createErr: errors.New(`Post https://` + apiServer + `:443/api/v1/namespaces/boxcar-sandboxes/pods failed, connection refused`)},
 		{name: "API server overloaded", createErr: apierrors.NewTooManyRequests("try again later", 1), unavailable: true},
 		{name: "API server failing", createErr: apierrors.NewServiceUnavailable("etcd leader changed"), unavailable: true},
 		{name: "API server internal error", createErr: apierrors.NewInternalError(errors.New("etcdserver: request timed out")), unavailable: true},
@@ -71,6 +80,9 @@ func TestKubernetesStartUnavailable(t *testing.T) {
 			}
 			if tt.unavailable && strings.Contains(err.Error(), apiServer) {
 				t.Errorf("Start: %v: names the API server's address, which the job's status would show", err)
+			}
+			if !strings.Contains(err.Error(), tt.says) {
+				t.Errorf("Start: %v; want it to say %s", err, tt.says)
 			}
 		})
 	}

@@ -259,17 +259,18 @@ current-context: gone
 			t.Errorf("status of the poison job = %v, want rejected with the profile named", st)
 		}
 
-		// A good job cannot get a sandbox: its status says which API server did not answer,
-		// and it waits for a retry instead of failing for good.
+		// A good job cannot get a sandbox: it waits for the cluster with its first delivery
+		// kept, instead of spending its deliveries on the outage, and its status says that
+		// the API server does not answer, not where it is (the worker's log says that).
 		out, err := submitWith(t, submitEnv, "run", "--profile", "file-summary", "--task", "x", "--output", "json")
 		if err != nil {
 			t.Fatalf("submit: %v\n%s", err, out)
 		}
 		good := lastJSON(t, out)["id"].(string)
-		wantErr := regexp.MustCompile(`^start sandbox: sandbox: start pod for job ` + good + ` in namespace boxcar-sandboxes: .*https://` + regexp.QuoteMeta(deadAPI) + `/.*connect: connection refused`)
-		st := waitStatus(t, submitEnv, good, 30*time.Second, func(st map[string]any) bool { return st["state"] == "retrying" })
-		if !wantErr.MatchString(fmt.Sprint(st["error"])) {
-			t.Errorf("status of a job without a sandbox = %v\nwant error matching %s", st, wantErr)
+		wantErr := regexp.MustCompile(`^waiting for the sandbox backend: sandbox: kubernetes: no sandbox pod can start in namespace boxcar-sandboxes now: the API server does not answer \(connection refused\)`)
+		st := waitStatus(t, submitEnv, good, 30*time.Second, func(st map[string]any) bool { return wantErr.MatchString(fmt.Sprint(st["error"])) })
+		if st["state"] != "running" || fmt.Sprint(st["attempt"]) != "1" || strings.Contains(fmt.Sprint(st), deadAPI) {
+			t.Errorf("status of a job without a sandbox = %v\nwant running at attempt 1, without the API server's address", st)
 		}
 
 		// docker stop sends SIGTERM: the worker drains and exits 0 within its grace.
@@ -287,6 +288,9 @@ current-context: gone
 		}
 		if !strings.Contains(logs, "worker: stopping: finishing running jobs") || !strings.Contains(logs, `"msg":"worker stopped"`) {
 			t.Errorf("the worker's log does not show a drain on SIGTERM:\n%s", logs)
+		}
+		if !strings.Contains(logs, deadAPI) {
+			t.Errorf("the worker's log does not say which API server did not answer (%s):\n%s", deadAPI, logs)
 		}
 		assertNoSecrets(t, "worker log", logs, s3.SecretKey, testworker.APIKey)
 	})
