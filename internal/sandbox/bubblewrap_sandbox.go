@@ -62,8 +62,6 @@ type bubblewrapSandbox struct {
 	wdShut  bool
 }
 
-// cleanup removes the cgroup and the host folder once no call is in flight, and frees the host
-// uid. stop (nil: never) abandons the wait; a later Close tries again.
 // releaseBridge drops the sandbox's hold on its copy of the egress bridge (holdBridge).
 func (s *bubblewrapSandbox) releaseBridge() {
 	s.egressMu.Lock()
@@ -74,6 +72,8 @@ func (s *bubblewrapSandbox) releaseBridge() {
 	}
 }
 
+// cleanup removes the cgroup and the host folder once no call is in flight, and frees the host
+// uid. stop (nil: never) abandons the wait; a later Close tries again.
 func (s *bubblewrapSandbox) cleanup(stop <-chan struct{}) error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
