@@ -290,7 +290,7 @@ func driveBackend(t *testing.T, k config.Kubernetes) backendRun {
 	if err != nil {
 		t.Fatalf("Start a warm pod: %v", err)
 	}
-	if err := warm.(sandbox.Claimer).Claim(ctx, "job-3"); err != nil {
+	if err := warm.(sandbox.Claimer).Claim(ctx, "default", "job-3"); err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
 	if err := warm.Close(ctx); err != nil {

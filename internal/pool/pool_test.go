@@ -30,6 +30,7 @@ type fakeSandbox struct {
 	claimErr        error
 
 	mu         sync.Mutex
+	tenant     string
 	jobID      string
 	closed     bool
 	claimed    bool
@@ -38,13 +39,13 @@ type fakeSandbox struct {
 
 func (s *fakeSandbox) Info() sandbox.Info { return sandbox.Info{Backend: "fake", ID: s.id} }
 
-func (s *fakeSandbox) Claim(_ context.Context, jobID string) error {
+func (s *fakeSandbox) Claim(_ context.Context, tenant, jobID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.claimErr != nil {
 		return s.claimErr
 	}
-	s.jobID, s.claimed = jobID, true
+	s.tenant, s.jobID, s.claimed = tenant, jobID, true
 	return nil
 }
 

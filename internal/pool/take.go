@@ -30,7 +30,7 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 		p.mu.Unlock()
 		p.poke()
 	})
-	sb, err := p.takeWarm(ctx, profile, jobID)
+	sb, err := p.takeWarm(ctx, tenant, profile, jobID)
 	warm := sb != nil
 	if err == nil && !warm {
 		sb, err = p.startCold(ctx, profile, spec)
@@ -115,10 +115,10 @@ func (p *Pool) trimAny() bool {
 	return false
 }
 
-// takeWarm claims the oldest ready sandbox of the profile, waiting for one being started
-// when more are starting than Takes already wait for. It returns nil, nil when there is none
-// to have: the caller starts one. A sandbox whose claim fails is removed and the next tried.
-func (p *Pool) takeWarm(ctx context.Context, profile, jobID string) (sandbox.Sandbox, error) {
+// takeWarm claims the oldest ready sandbox of the profile for tenant's job jobID, waiting for
+// one being started when more are starting than Takes already wait for. It returns nil, nil
+// when there is none to have: the caller starts one. A sandbox whose claim fails is removed and the next tried.
+func (p *Pool) takeWarm(ctx context.Context, tenant, profile, jobID string) (sandbox.Sandbox, error) {
 	pp, ok := p.profiles[profile]
 	if !ok {
 		return nil, nil
@@ -153,7 +153,7 @@ func (p *Pool) takeWarm(ctx context.Context, profile, jobID string) (sandbox.San
 		pp.ready = pp.ready[1:]
 		p.m.Size.WithLabelValues(profile).Set(float64(len(pp.ready)))
 		p.mu.Unlock()
-		err := claim(ctx, e.sb, jobID)
+		err := claim(ctx, e.sb, tenant, jobID)
 		if err == nil {
 			return e.sb, nil
 		}
@@ -168,9 +168,9 @@ func (p *Pool) takeWarm(ctx context.Context, profile, jobID string) (sandbox.San
 	}
 }
 
-func claim(ctx context.Context, sb sandbox.Sandbox, jobID string) error {
+func claim(ctx context.Context, sb sandbox.Sandbox, tenant, jobID string) error {
 	if c, ok := sandbox.As[sandbox.Claimer](sb); ok {
-		return c.Claim(ctx, jobID)
+		return c.Claim(ctx, tenant, jobID)
 	}
 	return nil
 }

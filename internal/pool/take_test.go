@@ -15,7 +15,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
-// TestTakeWarmThenCold: a take finds the warm sandbox, claimed for its job; with the pool
+// TestTakeWarmThenCold: a take finds the warm sandbox, claimed for its tenant's job; with the pool
 // empty the next one is started for its job; each counts as a hit or a miss.
 func TestTakeWarmThenCold(t *testing.T) {
 	t.Parallel()
@@ -26,8 +26,8 @@ func TestTakeWarmThenCold(t *testing.T) {
 		t.Fatal("first take was cold; the pool held one")
 	}
 	s := bn.b.started[0]
-	if s.jobID != "job-a" || s.pool != "p" {
-		t.Errorf("warm sandbox started for pool %q claimed for %q; want pool p, job-a", s.pool, s.jobID)
+	if s.jobID != "job-a" || s.tenant != "t" || s.pool != "p" {
+		t.Errorf("warm sandbox started for pool %q claimed for tenant %q's job %q; want pool p, tenant t's job-a", s.pool, s.tenant, s.jobID)
 	}
 	b, warm := bn.take(t, "p", "job-b")
 	if warm {

@@ -62,7 +62,7 @@ func BenchmarkBubblewrapWarmStart(b *testing.B) {
 		}
 		sandbox.AwaitWarm(sb) // what a pool's sandbox has done by the time a job claims it
 		begin := time.Now()
-		if err := sb.(sandbox.Claimer).Claim(ctx, "bench"); err != nil {
+		if err := sb.(sandbox.Claimer).Claim(ctx, "default", "bench"); err != nil {
 			b.Fatal(err)
 		}
 		return first(sb, begin)

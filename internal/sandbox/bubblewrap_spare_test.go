@@ -64,7 +64,7 @@ func runFirst(t *testing.T, p *sandbox.BubblewrapProvider, c firstCommand, warm 
 	}
 	if warm {
 		sandbox.AwaitWarm(sb)
-		if err := sb.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
+		if err := sb.(sandbox.Claimer).Claim(t.Context(), "default", "job-1"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -110,7 +110,7 @@ func startClaimed(t *testing.T, p sandbox.Provider) sandbox.Sandbox {
 	}
 	t.Cleanup(func() { _ = warm.Close(context.Background()) })
 	sandbox.AwaitWarm(warm)
-	if err := warm.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
+	if err := warm.(sandbox.Claimer).Claim(t.Context(), "default", "job-1"); err != nil {
 		t.Fatal(err)
 	}
 	return warm
@@ -163,7 +163,7 @@ func TestBubblewrapSpareKinds(t *testing.T) {
 			if got := sandbox.SpareKind(sb); got != tt.want {
 				t.Fatalf("the spare is %q, want %q", got, tt.want)
 			}
-			if err := sb.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
+			if err := sb.(sandbox.Claimer).Claim(t.Context(), "default", "job-1"); err != nil {
 				t.Fatal(err)
 			}
 			res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: argv, Timeout: 30 * time.Second})

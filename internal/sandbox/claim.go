@@ -7,10 +7,12 @@ import "context"
 // in, each Exec carries its environment, and egress is attached (Egress) after the claim, so
 // a claimed sandbox and one started for its job are alike to the job.
 type Claimer interface {
-	// Claim binds the sandbox to jobID: its Lifetime counts from now, and its name, labels
-	// and logs say the job. It fails (wrapping ErrClosed) for a sandbox that ended while it
-	// waited; the caller closes that one and starts another.
-	Claim(ctx context.Context, jobID string) error
+	// Claim binds the sandbox to tenant's job jobID: its Lifetime counts from now, and its
+	// name, labels and logs say the job and its tenant, as those of a sandbox started for the
+	// job do (Spec.JobID, Spec.Tenant), so that a reaper judges it as it judges those. It fails
+	// (wrapping ErrClosed) for a sandbox that ended while it waited; the caller closes that one
+	// and starts another.
+	Claim(ctx context.Context, tenant, jobID string) error
 }
 
 // Warmer is a sandbox started ahead of its job (Spec.Pool) that can do, while it waits for

@@ -35,8 +35,8 @@ const (
 	// when Instance is empty.
 	LabelInstance = "boxcar.run/instance"
 	// LabelTenant names the tenant of the pod's job, made label-safe; the annotation holds it
-	// whole. Absent on a warm pod (its claim names only the job) and on pods of workers older
-	// than the label.
+	// whole. A warm pod gets it at its claim, with its job; absent on pods of workers older
+	// than the label (or, for a warm pod, than its claim's).
 	LabelTenant = "boxcar.run/tenant"
 
 	managedBy        = "boxcar"

@@ -256,7 +256,7 @@ func TestKubernetesAttachEgressOverSession(t *testing.T) {
 			}
 			defer sb.Close(context.Background())
 			if c, ok := sb.(sandbox.Claimer); ok && tt.pool != "" {
-				if err := c.Claim(t.Context(), "job-warm"); err != nil {
+				if err := c.Claim(t.Context(), "default", "job-warm"); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -83,8 +83,9 @@ func (s *podSet) has(name string) bool {
 	return s.names[name]
 }
 
-// Claim binds the warm pod to its job with one patch: the job's label and annotation, and a
-// deadline of the lifetime from now (a pod's deadline may only shrink, and this one does:
+// Claim binds the warm pod to its job with one patch: the job's and its tenant's labels and
+// annotations, as a pod started for the job has (the reaper asks about the job in its tenant),
+// and a deadline of the lifetime from now (a pod's deadline may only shrink, and this one does:
 // it was started with Ahead to spare).
 //
 // A pod with a command session that answers is claimed without waiting for the patch: the
@@ -94,14 +95,15 @@ func (s *podSet) has(name string) bool {
 // are the worker's, through the session; a reaper keeps an unclaimed warm pod of a live
 // worker run as it keeps a claimed one, and deletes either once its run is gone; the deadline
 // only shrinks. It is a call on the sandbox: Close stops it (the pod goes) and waits for it.
-func (s *kubernetesSandbox) Claim(ctx context.Context, jobID string) error {
+func (s *kubernetesSandbox) Claim(ctx context.Context, tenant, jobID string) error {
 	deadline := s.claimDeadline()
+	labels, annotations := map[string]string{LabelJobID: validLabel(jobID)}, map[string]string{annotationJob: jobID}
+	if tenant != "" {
+		labels[LabelTenant], annotations[annotationTenant] = validLabel(tenant), tenant
+	}
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{
-			"labels":      map[string]string{LabelJobID: validLabel(jobID)},
-			"annotations": map[string]string{annotationJob: jobID},
-		},
-		"spec": map[string]any{"activeDeadlineSeconds": deadline},
+		"metadata": map[string]any{"labels": labels, "annotations": annotations},
+		"spec":     map[string]any{"activeDeadlineSeconds": deadline},
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox: claim %s: %w", s.name, err)
@@ -113,7 +115,7 @@ func (s *kubernetesSandbox) Claim(ctx context.Context, jobID string) error {
 		return fmt.Errorf("sandbox: claim %s: %w", s.name, err)
 	}
 	if s.cmds != nil && s.cmds.Ping(ctx) == nil {
-		s.claimed(jobID, deadline)
+		s.claimed(tenant, jobID, deadline)
 		go func() {
 			defer s.end(id)
 			defer cancel(nil)
@@ -132,7 +134,7 @@ func (s *kubernetesSandbox) Claim(ctx context.Context, jobID string) error {
 	if pod.Status.Phase != corev1.PodRunning {
 		return fmt.Errorf("sandbox: claim %s: the pod is %s, no longer running: %w", s.name, pod.Status.Phase, ErrClosed)
 	}
-	s.claimed(jobID, deadline)
+	s.claimed(tenant, jobID, deadline)
 	return nil
 }
 
@@ -154,10 +156,10 @@ func (s *kubernetesSandbox) patch(ctx context.Context, patch []byte) (*corev1.Po
 }
 
 // claimed records the claim: the job in the sandbox's logs, the deadline in its isolation.
-func (s *kubernetesSandbox) claimed(jobID string, deadline int64) {
+func (s *kubernetesSandbox) claimed(tenant, jobID string, deadline int64) {
 	pod := s.pod.DeepCopy()
 	pod.Spec.ActiveDeadlineSeconds = &deadline
 	s.info.Isolation = s.p.isolationOf(pod)
-	s.log = s.log.With("job_id", jobID)
+	s.log = s.log.With("job_id", jobID, "tenant", tenant)
 	s.log.Info("sandbox claimed")
 }

@@ -20,8 +20,9 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
-// TestKubernetesPoolPodClaim: a warm pod names its pool and no job until its claim, which
-// labels and annotates it with the job and shortens its deadline to the lifetime from now.
+// TestKubernetesPoolPodClaim: a warm pod names its pool and no job nor tenant until its claim,
+// which labels and annotates it with the job and its tenant, as a cold pod is, and shortens its
+// deadline to the lifetime from now.
 func TestKubernetesPoolPodClaim(t *testing.T) {
 	client := fake.NewClientset()
 	fakeKubelet(t, client, nil)
@@ -34,18 +35,22 @@ func TestKubernetesPoolPodClaim(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sb.Close(t.Context()) })
 	pod := getPod(t, client, sb.Info().ID)
-	if pod.Labels[sandbox.LabelPool] != "csv-analyst" || pod.Labels[sandbox.LabelJobID] != "" || pod.Annotations["boxcar.run/job-id"] != "" {
-		t.Errorf("warm pod labels %v annotations %v; want the pool named and no job", pod.Labels, pod.Annotations)
+	if pod.Labels[sandbox.LabelPool] != "csv-analyst" || pod.Labels[sandbox.LabelJobID] != "" || pod.Annotations["boxcar.run/job-id"] != "" ||
+		pod.Labels[sandbox.LabelTenant] != "" || pod.Annotations["boxcar.run/tenant"] != "" {
+		t.Errorf("warm pod labels %v annotations %v; want the pool named and no job nor tenant", pod.Labels, pod.Annotations)
 	}
 	if d := *pod.Spec.ActiveDeadlineSeconds; d != int64((50 * time.Minute).Seconds()) {
 		t.Errorf("warm pod deadline %ds, want ahead + lifetime (3000s)", d)
 	}
-	if err := sb.(sandbox.Claimer).Claim(t.Context(), "job-42"); err != nil {
+	if err := sb.(sandbox.Claimer).Claim(t.Context(), "team-a", "job-42"); err != nil {
 		t.Fatal(err)
 	}
 	pod = getPod(t, client, sb.Info().ID)
 	if pod.Labels[sandbox.LabelJobID] != "job-42" || pod.Annotations["boxcar.run/job-id"] != "job-42" || pod.Labels[sandbox.LabelPool] != "csv-analyst" {
 		t.Errorf("claimed pod labels %v annotations %v; want job-42 named", pod.Labels, pod.Annotations)
+	}
+	if pod.Labels[sandbox.LabelTenant] != "team-a" || pod.Annotations["boxcar.run/tenant"] != "team-a" {
+		t.Errorf("claimed pod labels %v annotations %v; want tenant team-a named, as on a cold pod", pod.Labels, pod.Annotations)
 	}
 	if d := *pod.Spec.ActiveDeadlineSeconds; d < 1200 || d > 1230 {
 		t.Errorf("claimed pod deadline %ds, want the 1200s lifetime from the claim", d)
@@ -96,7 +101,7 @@ func TestKubernetesClaimNearMaxAge(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sb.Close(t.Context()) })
 	sandbox.AgeKubernetesSandbox(sb, 30*time.Minute+2*time.Second)
-	if err := sb.(sandbox.Claimer).Claim(t.Context(), "job-1"); err != nil {
+	if err := sb.(sandbox.Claimer).Claim(t.Context(), "default", "job-1"); err != nil {
 		t.Fatalf("claim of a pod just past Ahead: %v", err)
 	}
 	if d := *getPod(t, client, sb.Info().ID).Spec.ActiveDeadlineSeconds; d != int64((50 * time.Minute).Seconds()) {
@@ -136,6 +141,42 @@ func TestKubernetesReapPoolPods(t *testing.T) {
 		if kept := err == nil; kept != tt.kept || (err != nil && !apierrors.IsNotFound(err)) {
 			t.Errorf("pod %s kept = %v, want %v (%v)", tt.name, kept, tt.kept, err)
 		}
+	}
+}
+
+// TestKubernetesReapClaimedPoolPodByTenant: the reaper asks about a claimed warm pod with its
+// job's tenant, as about a cold pod, so that a worker that does not serve the tenant spares
+// it and one that serves it judges it by that tenant's status, rather than looking the job up
+// in every tenant it serves.
+func TestKubernetesReapClaimedPoolPodByTenant(t *testing.T) {
+	client := fake.NewClientset()
+	fakeKubelet(t, client, nil)
+	other := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.WorkerID = "w2" })
+	spec := sandboxtest.Spec("", config.SandboxSpec{})
+	spec.Pool, spec.Ahead = "p", time.Minute
+	warm, err := other.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.(sandbox.Claimer).Claim(t.Context(), "team-b", "job-warm"); err != nil {
+		t.Fatal(err)
+	}
+	coldSpec := sandboxtest.Spec("job-cold", config.SandboxSpec{})
+	coldSpec.Tenant = "team-b"
+	cold, err := other.Start(t.Context(), coldSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := map[string]sandbox.PodJob{}
+	held := func(j sandbox.PodJob) bool { asked[j.JobID] = j; return true }
+	if _, err := newKubernetes(t, client).Reap(t.Context(), held, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := asked["job-warm"], (sandbox.PodJob{JobID: "job-warm", Tenant: "team-b", Worker: "w2"}); got != want {
+		t.Errorf("the reaper asked about the claimed warm pod %s as %+v, want %+v", warm.Info().ID, got, want)
+	}
+	if got, want := asked["job-cold"], (sandbox.PodJob{JobID: "job-cold", Tenant: "team-b", Worker: "w2"}); got != want {
+		t.Errorf("the reaper asked about the cold pod %s as %+v, want %+v", cold.Info().ID, got, want)
 	}
 }
 

@@ -46,7 +46,8 @@ func (p *KubernetesProvider) ownPods() labels.Selector {
 
 // PodJob is what a sandbox pod says of the job it runs, for the reaper's held: the job's id
 // (empty for a warm pod no job has claimed yet), its tenant (empty on a pod that names none:
-// a claimed warm pod, or one of a worker older than the label) and the worker that started it.
+// one of a worker older than the label, or a warm pod claimed by one older than the claim's)
+// and the worker that started it.
 type PodJob struct {
 	JobID, Tenant, Worker string
 }

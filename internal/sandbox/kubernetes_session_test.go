@@ -117,7 +117,7 @@ func TestKubernetesWarmPodCommandSession(t *testing.T) {
 		}
 		defer sb.Close(context.Background())
 		if c, ok := sb.(sandbox.Claimer); ok && pool != "" {
-			if err := c.Claim(t.Context(), "job-warm"); err != nil {
+			if err := c.Claim(t.Context(), "default", "job-warm"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -173,7 +173,7 @@ func TestKubernetesWarmClaimOffPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = sb.(sandbox.Claimer).Claim(t.Context(), "job-7")
+	err = sb.(sandbox.Claimer).Claim(t.Context(), "default", "job-7")
 	waited := patched.Load()
 	close(claimReturned)
 	if err != nil || waited {

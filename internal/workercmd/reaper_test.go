@@ -20,7 +20,7 @@ import (
 // adds or removes a tenant (the old replicas keep running, and reaping, until the rollout
 // replaces them): a job of a tenant the reaper does not serve must not look gone, or an old
 // replica deletes the sandbox pod of every job of the new tenant that a new replica runs. A
-// pod that names no tenant (a claimed warm pod, or one of an older worker) is spared unless
+// pod that names no tenant (one an older worker started or claimed) is spared unless
 // its job is found in a tenant the reaper serves.
 func TestReaperJudgesOnlyItsOwnTenants(t *testing.T) {
 	t.Parallel()

@@ -399,9 +399,10 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 // (q.Tenants()): workers of one deployment serve different tenants during a rolling upgrade
 // that adds or removes one, and a job of a tenant this worker does not serve would look
 // unknown, so gone. When in doubt, it is spared: a pod of a tenant this worker does not
-// serve; a pod that names no tenant (a claimed warm pod, a pod of an older worker) whose job
-// is in none of this worker's tenants; any status that cannot be read. Such a pod is its own
-// worker's to reap, or a worker's that serves its tenant, and its deadline ends it in any case.
+// serve; a pod that names no tenant (one an older worker started, or claimed from its pool)
+// whose job is in none of this worker's tenants; any status that cannot be read. Such a pod is
+// its own worker's to reap, or a worker's that serves its tenant, and its deadline ends it in
+// any case.
 func heldBy(ctx context.Context, self string, r *runner.Runner, q *queue.Consumer) func(sandbox.PodJob) bool {
 	return func(j sandbox.PodJob) bool {
 		switch {

@@ -141,7 +141,7 @@ func warmPods(b *testing.B, p *sandbox.KubernetesProvider, spec func(string) san
 		next = ahead()
 		id := fmt.Sprintf("warm-%d", i)
 		begin := time.Now()
-		if err := sb.(sandbox.Claimer).Claim(ctx, id); err != nil {
+		if err := sb.(sandbox.Claimer).Claim(ctx, "default", id); err != nil {
 			b.Fatalf("Claim: %v", err)
 		}
 		claimed := time.Since(begin)

@@ -29,7 +29,7 @@ type Full struct {
 }
 
 // Claim does nothing.
-func (Full) Claim(context.Context, string) error { return nil }
+func (Full) Claim(context.Context, string, string) error { return nil }
 
 // Warm is done at once.
 func (Full) Warm() <-chan struct{} {
