@@ -46,7 +46,7 @@ func NewAdmin(nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, 
 // every worker at start and again at any time: a limit an operator edited is kept (streams.go).
 func (a *Admin) Declare(ctx context.Context) error {
 	cfg := a.cfg
-	stream, err := a.declareStreams(ctx)
+	stream, kept, err := a.declareStreams(ctx)
 	if err != nil {
 		return err
 	}
@@ -54,6 +54,9 @@ func (a *Admin) Declare(ctx context.Context) error {
 		return err
 	}
 	for _, tenant := range slices.Sorted(maps.Keys(a.tenants)) {
+		if !kept[tenant] {
+			continue // retired by setup (retired.go)
+		}
 		if err := a.declareConsumer(ctx, stream, tenant); err != nil {
 			return err
 		}
@@ -77,12 +80,18 @@ func (a *Admin) Declare(ctx context.Context) error {
 	return setUpApprovals(ctx, a.js, cfg)
 }
 
-// declareStreams creates or updates the job stream and the dead-letter stream.
-func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
+// declareStreams creates or updates the job stream and the dead-letter stream, and returns
+// the job stream and the tenants whose jobs it takes.
+func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, map[string]bool, error) {
 	cfg := a.cfg
+	if !a.worker {
+		if err := a.recordRetired(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
 	kept, err := a.tenantsKept(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	jobs := jetstream.StreamConfig{
 		Name:        cfg.Stream,
@@ -113,14 +122,14 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 	jobsBefore := jobs
 	jobsBefore.MaxMsgs, jobsBefore.MaxBytes = -1, -1
 	if err := a.adoptBareJobs(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := a.retireUnserved(ctx, kept); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stream, err := ensureStream(ctx, a.js, jobs, jobsBefore, a.log)
 	if err != nil {
-		return nil, fmt.Errorf("queue: set up stream %s: %w (if the stream exists with incompatible settings, remove it with `nats stream rm %s` after draining it)", cfg.Stream, err, cfg.Stream)
+		return nil, nil, fmt.Errorf("queue: set up stream %s: %w (if the stream exists with incompatible settings, remove it with `nats stream rm %s` after draining it)", cfg.Stream, err, cfg.Stream)
 	}
 	dead := jetstream.StreamConfig{
 		Name:        cfg.DeadLetterStream,
@@ -139,9 +148,9 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, error) {
 	deadBefore := dead
 	deadBefore.MaxAge, deadBefore.MaxBytes = 30*24*time.Hour, -1
 	if _, err := ensureStream(ctx, a.js, dead, deadBefore, a.log); err != nil {
-		return nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
+		return nil, nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
 	}
-	return stream, nil
+	return stream, kept, nil
 }
 
 // removeShared removes the one consumer all tenants' jobs went through before tenants: on a

@@ -41,23 +41,31 @@ type Consumer struct {
 	ackWaits map[string]time.Duration // consumer name → its ack deadline as the server has it
 
 	mu      sync.Mutex
-	next    int       // the tenant whose consumer the next fetch asks first
-	checked time.Time // when redeclareIfGone last looked
+	next    int             // the tenant whose consumer the next fetch asks first
+	checked time.Time       // when redeclareIfGone last looked
+	retired map[string]bool // tenants setup retired while the worker ran (retireGone)
+	swept   time.Time       // when endRetired last looked
 }
 
 // NewConsumer binds to the job stream, the consumer of each tenant the worker serves (nil: the
 // one tenant default) and the buckets. It creates nothing: a missing one is ErrNotReady,
-// naming `worker setup`. admin, when not nil, sets them up again should NATS lose them while
-// the worker runs.
+// naming `worker setup`. A tenant `worker setup` retired is left out (retired.go); every one
+// retired is ErrNotReady too. admin, when not nil, sets them up again should NATS lose them
+// while the worker runs.
 func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, log *slog.Logger, admin *Admin) (*Consumer, error) {
 	js, err := newJetStream(nc)
 	if err != nil {
 		return nil, err
 	}
 	want := tenantsOrDefault(cfg, tenants)
-	names := slices.Sorted(maps.Keys(want))
-	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, tenants: names, cons: map[string]jetstream.Consumer{},
-		concurrency: newTenantConcurrency(cfg, want, log), ackWaits: map[string]time.Duration{}}
+	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, cons: map[string]jetstream.Consumer{},
+		concurrency: newTenantConcurrency(cfg, want, log), ackWaits: map[string]time.Duration{}, retired: map[string]bool{}}
+	names := c.servedOf(ctx, slices.Sorted(maps.Keys(want)))
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: `worker setup` retired every tenant of this worker's tenants: (%s); run it with a config that lists them to serve them again",
+			ErrNotReady, strings.Join(slices.Sorted(maps.Keys(want)), ", "))
+	}
+	c.tenants = names
 	for _, tenant := range names {
 		name := consumerName(cfg, tenant)
 		cons, err := js.Consumer(ctx, cfg.Stream, name)
@@ -159,6 +167,7 @@ func (c *Consumer) Fetch(ctx context.Context) (*Delivery, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		c.endRetired(ctx)
 		msg, err := c.pull(ctx)
 		if failing && (err == nil || isPullTimeout(err)) {
 			failing = false
@@ -211,6 +220,10 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 	if len(c.tenants) == 1 {
 		pullCtx, cancel := context.WithTimeout(ctx, pullWait)
 		defer cancel()
+		if c.isRetired(c.tenants[0]) {
+			<-pullCtx.Done() // nothing to serve: wait as a pull that finds nothing does
+			return nil, pullCtx.Err()
+		}
 		return c.cons[c.tenants[0]].Next(jetstream.FetchContext(pullCtx))
 	}
 	if c.ear == nil {
@@ -270,6 +283,9 @@ func (c *Consumer) await(ctx context.Context, ear <-chan struct{}) (jetstream.Ms
 // turn.
 func (c *Consumer) held(ctx context.Context, tenants ...string) bool {
 	for _, tenant := range tenants {
+		if c.isRetired(tenant) {
+			continue
+		}
 		info, err := c.cons[tenant].Info(ctx)
 		if err != nil || info.NumPending > 0 {
 			return true
@@ -314,6 +330,9 @@ func (c *Consumer) round(ctx context.Context, waits ...time.Duration) (jetstream
 // when ctx ends, so that a worker's stop does not wait out the pull; the pull's inbox goes
 // with it, and the server sends it nothing more.
 func (c *Consumer) pullOne(ctx context.Context, tenant string, wait time.Duration) (jetstream.Msg, error) {
+	if c.isRetired(tenant) {
+		return nil, nats.ErrTimeout
+	}
 	listen, cancel := context.WithTimeout(ctx, wait+pullListen)
 	defer cancel()
 	pullCtx := expiry{Context: listen, at: time.Now().Add(min(wait*10/9, wait+time.Second))}
@@ -361,8 +380,16 @@ func (c *Consumer) redeclareIfGone(ctx context.Context) {
 	c.mu.Unlock()
 	var err error
 	for _, tenant := range c.tenants {
+		if c.isRetired(tenant) {
+			continue
+		}
 		var cons jetstream.Consumer
-		if cons, err = c.js.Consumer(ctx, c.cfg.Stream, consumerName(c.cfg, tenant)); err != nil {
+		cons, err = c.js.Consumer(ctx, c.cfg.Stream, consumerName(c.cfg, tenant))
+		if errors.Is(err, jetstream.ErrConsumerNotFound) && c.retireGone(ctx, tenant) {
+			err = nil
+			continue
+		}
+		if err != nil {
 			break
 		}
 		c.noteAckWait(cons.CachedInfo().Name, cons.CachedInfo().Config.AckWait)
@@ -465,6 +492,9 @@ func (l Lag) Startable() uint64 {
 func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
 	out := make([]Lag, 0, len(c.tenants))
 	for _, tenant := range c.tenants {
+		if c.isRetired(tenant) {
+			continue
+		}
 		info, err := c.cons[tenant].Info(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("queue: look up consumer %s: %w", consumerName(c.cfg, tenant), err)
@@ -476,5 +506,8 @@ func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
 	return out, nil
 }
 
-// Tenants are the tenants whose jobs the consumer fetches, in name order.
-func (c *Consumer) Tenants() []string { return slices.Clone(c.tenants) }
+// Tenants are the tenants whose jobs the consumer fetches, in name order: not those setup
+// retired while the worker ran.
+func (c *Consumer) Tenants() []string {
+	return slices.DeleteFunc(slices.Clone(c.tenants), c.isRetired)
+}

@@ -42,3 +42,10 @@ func (c *Consumer) AckWait() time.Duration {
 	defer c.waitsMu.Unlock()
 	return slices.Max(slices.Collect(maps.Values(c.ackWaits)))
 }
+
+// SweepNow has the next Fetch look for leftovers of retired tenants at once.
+func (c *Consumer) SweepNow() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.swept = time.Time{}
+}

@@ -33,10 +33,11 @@ func jobSubjects(cfg config.NATS, tenants map[string]bool) []string {
 }
 
 // tenantsKept are the tenants whose jobs the job stream takes after Declare: the config's,
-// and for a worker's Admin also every tenant the stream takes now. Only `worker setup`
-// retires a tenant: a worker whose tenants: lacks one (a config not rolled out everywhere yet)
-// says so and leaves its jobs to the workers that serve it, rather than dead-letter them and
-// have the next of those workers declare the tenant again.
+// and for a worker's Admin also every tenant the stream takes now, less those setup recorded
+// as retired (retired.go). Only `worker setup` retires a tenant: a worker whose tenants: lacks
+// one (a config not rolled out everywhere yet) says so and leaves its jobs to the workers that
+// serve it, rather than dead-letter them and have the next of those workers declare the tenant
+// again; and a worker whose tenants: still lists a retired one does not declare it again.
 func (a *Admin) tenantsKept(ctx context.Context) (map[string]bool, error) {
 	kept := map[string]bool{}
 	for tenant := range a.tenants {
@@ -52,12 +53,14 @@ func (a *Admin) tenantsKept(ctx context.Context) (map[string]bool, error) {
 	case err != nil:
 		return nil, fmt.Errorf("queue: look up stream %s: %w", a.cfg.Stream, err)
 	}
+	retired := retiredIn(s.CachedInfo().Config)
+	for tenant := range retired {
+		delete(kept, tenant) // the Consumer says so (servedOf)
+	}
 	var others []string
-	for _, subject := range s.CachedInfo().Config.Subjects {
-		tenant, ok := strings.CutPrefix(subject, a.cfg.Subject+".")
-		tenant, ok2 := strings.CutSuffix(tenant, ".*")
-		if !ok || !ok2 || !job.ValidTenant(tenant) || kept[tenant] {
-			continue // not one tenant's (an older stream's wildcard, the bare subject), or ours
+	for _, tenant := range subjectTenants(a.cfg, s.CachedInfo().Config.Subjects) {
+		if kept[tenant] || retired[tenant] {
+			continue // ours, or retired (put back by a worker that did not know the record)
 		}
 		kept[tenant] = true
 		others = append(others, tenant)

@@ -1,0 +1,172 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
+)
+
+// declare runs `worker setup`'s Declare for tenants on b's server.
+func (b bundle) declare(t *testing.T, tenants map[string]config.Tenant) {
+	t.Helper()
+	admin, err := queue.NewAdmin(b.nc, b.cfg, tenants, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Declare(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serves reports whether the job stream takes tenant's jobs and tenant's consumer exists.
+func (b bundle) serves(t *testing.T, tenant string) (subject, consumer bool) {
+	t.Helper()
+	s, err := b.js.Stream(t.Context(), b.cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject = slices.Contains(s.CachedInfo().Config.Subjects, b.cfg.Subject+"."+tenant+".*")
+	_, err = b.js.Consumer(t.Context(), b.cfg.Stream, b.cfg.Consumer+"-"+tenant)
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatal(err)
+	}
+	return subject, err == nil
+}
+
+// TestRetiredTenantStaysRetired: `worker setup` records the tenants it retires in NATS, and a
+// worker of the old config (its tenants: still lists one) that starts afterwards honours the
+// record: it declares neither the tenant's subject nor its consumer, serves its other tenants,
+// and says once which tenant it leaves out and what to do. Setup with a config that lists the
+// tenant again clears the record, and the same worker serves it.
+func TestRetiredTenantStaysRetired(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	two := map[string]config.Tenant{"team-a": {}, "team-b": {}}
+	b.open(t, b.cfg, two, nil)
+	b.declare(t, map[string]config.Tenant{"team-a": {}})
+
+	var wlog bytes.Buffer
+	old := b.open(t, b.cfg, two, &wlog)
+	if subject, consumer := b.serves(t, "team-b"); subject || consumer {
+		t.Errorf("after a worker of the old config started, team-b's subject %v, consumer %v; want neither put back", subject, consumer)
+	}
+	if got := old.Tenants(); !slices.Equal(got, []string{"team-a"}) {
+		t.Errorf("the old config's worker serves %v, want [team-a]", got)
+	}
+	warnings := strings.Count(wlog.String(), "retired")
+	if warnings != 1 || !strings.Contains(wlog.String(), "tenant=team-b") || !strings.Contains(wlog.String(), "worker setup") {
+		t.Errorf("the old config's worker logged %d lines about the retired tenant; want one naming team-b and `worker setup`:\n%s", warnings, wlog.String())
+	}
+	if _, err := b.client(t, "team-b").Publish(ctx, newJob(t)); !errors.Is(err, queue.ErrNotServed) {
+		t.Errorf("team-b submits after a worker of the old config started: %v; want ErrNotServed", err)
+	}
+
+	// Its consumer gone under a running worker of the old config: the worker does not put it
+	// back either (it looks again at its next pull that finds nothing).
+	running := b.open(t, b.cfg, two, nil)
+	b.declare(t, map[string]config.Tenant{"team-a": {}})
+	wait, stop := context.WithTimeout(ctx, 12*time.Second)
+	defer stop()
+	if _, err := running.Fetch(wait); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("fetch of the running worker: %v; want nothing", err)
+	}
+	if subject, consumer := b.serves(t, "team-b"); subject || consumer {
+		t.Errorf("after a running worker of the old config found team-b's consumer gone, subject %v, consumer %v; want neither put back", subject, consumer)
+	}
+
+	b.declare(t, two)
+	wlog.Reset()
+	again := b.open(t, b.cfg, two, &wlog)
+	if subject, consumer := b.serves(t, "team-b"); !subject || !consumer {
+		t.Errorf("after setup with team-b listed, its subject %v, consumer %v; want both", subject, consumer)
+	}
+	if got := again.Tenants(); !slices.Equal(got, []string{"team-a", "team-b"}) || strings.Contains(wlog.String(), "retired") {
+		t.Errorf("after setup with team-b listed, the worker serves %v and logged:\n%s\nwant both tenants, no word of a retired one", got, wlog.String())
+	}
+}
+
+// TestRetiredTenantsJobEndsWhenItsWorkerDies: setup leaves a retired tenant's running job to
+// its run, with the tenant's consumer. When the job's worker dies and no worker of the old
+// config is left, a worker of the new config ends it once its ack wait passed: the status says
+// dead, the dead letter tenant_retired, with the message, and the consumer goes once it holds
+// nothing. The dead worker's late write is refused: the job ends once.
+func TestRetiredTenantsJobEndsWhenItsWorkerDies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	old := b.open(t, b.cfg, map[string]config.Tenant{"team-b": {}}, nil)
+	j := newJob(t)
+	if _, err := b.client(t, "team-b").Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	d := fetch(t, old, 10*time.Second)
+	if _, err := old.UpdateStatus(ctx, d.Ref(), func(s *job.Status) { s.State = job.StateRunning; s.Attempt = d.Attempt }, queue.ByAttempt(d.Attempt)); err != nil {
+		t.Fatal(err)
+	}
+	b.declare(t, map[string]config.Tenant{"team-a": {}})
+	if _, consumer := b.serves(t, "team-b"); !consumer {
+		t.Fatal("setup removed the consumer of team-b's running job; want it left to the run")
+	}
+
+	// The worker of the old config dies: no ack, no heartbeat. One of the new config fetches.
+	var wlog bytes.Buffer
+	fresh := b.open(t, b.cfg, map[string]config.Tenant{"team-a": {}}, &wlog)
+	cons, err := b.js.Consumer(ctx, b.cfg.Stream, b.cfg.Consumer+"-team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.Wait(t, "team-b's job to be ended", func() (bool, error) {
+		fresh.SweepNow()
+		wait, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer stop()
+		if _, err := fresh.Fetch(wait); !errors.Is(err, context.DeadlineExceeded) {
+			return false, err
+		}
+		_, err := cons.Info(ctx)
+		return errors.Is(err, jetstream.ErrConsumerNotFound), nil
+	}, harness.Within(30*time.Second))
+	st, err := b.client(t, "team-b").Status(ctx, j.ID)
+	if err != nil || st.State != job.StateDead || !strings.Contains(st.Error, "retired") {
+		t.Errorf("status of team-b's job: %+v, %v; want dead, saying its tenant was retired", st, err)
+	}
+	dlq, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := dlq.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+".team-b."+j.ID)
+	if err != nil {
+		t.Fatalf("no dead letter for team-b's job: %v", err)
+	}
+	var dl queue.DeadLetter
+	if err := json.Unmarshal(msg.Data, &dl); err != nil {
+		t.Fatal(err)
+	}
+	if orig, err := job.Decode(dl.Original); dl.Reason != queue.ReasonTenantRetired || dl.JobID != j.ID || err != nil || orig.ID != j.ID {
+		t.Errorf("dead letter %+v (%v); want team-b's job, tenant_retired, with its message", dl, err)
+	}
+	if !strings.Contains(wlog.String(), "job_id="+j.ID) {
+		t.Errorf("the worker does not say which job it ended:\n%s", wlog.String())
+	}
+	if _, err := old.UpdateStatus(ctx, d.Ref(), func(s *job.Status) { s.State = job.StateSucceeded }, queue.ByAttempt(d.Attempt)); !errors.Is(err, queue.ErrFinal) {
+		t.Errorf("the dead worker's late status write: %v; want ErrFinal, the job ended once", err)
+	}
+	if info, err := b.js.Stream(ctx, b.cfg.Stream); err != nil || info.CachedInfo().State.Msgs != 0 {
+		t.Errorf("the job stream holds %v messages (%v); want none", info.CachedInfo().State.Msgs, err)
+	}
+}
