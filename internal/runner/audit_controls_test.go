@@ -2,10 +2,15 @@ package runner_test
 
 import (
 	"context"
+	"io"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
@@ -46,5 +51,76 @@ func TestAuditCancelledQueuedJobRejectedAtAdmitKeepsOneEnd(t *testing.T) {
 	}
 	if final.State == job.StateCancelled && len(letters) > 0 {
 		t.Errorf("a job whose status says cancelled was dead-lettered: %q", letters)
+	}
+}
+
+// slowStore delays the puts delay names (outside any lock, so that other writers go on).
+type slowStore struct {
+	store.Store
+	delay func(key string)
+}
+
+func (s *slowStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	s.delay(key)
+	return s.Store.Put(ctx, key, r, size)
+}
+
+func (s *slowStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	s.delay(key)
+	return s.Store.PutIfAbsent(ctx, key, r, size)
+}
+
+// TestAuditCancelledRunsCommitKeepsItsDelivery: a job is cancelled mid-run on its last
+// delivery, and the upload of what its run produced takes longer than the consumer's ack
+// wait (a slow store, large artifacts). The cancel ends the attempt's context, and with it
+// the delivery's heartbeats (KeepAlive runs on that context), while the commit goes on on a
+// context that survives the cancel. The server delivers the job again; that delivery is past
+// max_deliver, ends the job dead and dead-letters it max_deliveries, and the cancelled run's
+// commit loses. A job the user cancelled ends dead, dead-lettered, its run's report gone.
+// (On an earlier delivery, the redelivery commits a one-line "cancelled" manifest instead and
+// the run's report and artifacts are thrown away, against "a run cancelled before keeps what
+// it produced".)
+func TestAuditCancelledRunsCommitKeepsItsDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	oneDelivery(b)
+	b.setAckWait(3 * time.Second)
+	ctx := context.Background()
+	j := b.newJob("p", "t")
+	var once atomic.Bool
+	slow := &slowStore{Store: b.shared, delay: func(key string) {
+		if strings.Contains(key, j.ID+"/attempts/1-") && once.CompareAndSwap(false, true) {
+			time.Sleep(7 * time.Second) // over two ack waits: the store is slow, not down
+		}
+	}}
+	started := make(chan struct{}, 1)
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		if err := req.Sandbox.WriteFile(ctx, "report.md", []byte("# half a report for "+req.JobID+"\n")); err != nil {
+			return agent.Result{}, err
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		return agent.Result{Turns: 1}, ctx.Err()
+	}), func(c *runner.Config) { c.Store = slow; c.CleanupTimeout = 30 * time.Second })
+	b.publish(j)
+	<-started
+	if _, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	st := b.waitFinal(j.ID, 40*time.Second)
+	waitFor(t, 40*time.Second, "the job to be consumed", b.consumed)
+	m := b.manifest(j.ID)
+	var letters []string
+	for _, dl := range b.deadLetters() {
+		if dl.JobID == j.ID {
+			letters = append(letters, dl.Reason+": "+dl.Error)
+		}
+	}
+	if st.State != job.StateCancelled || m.Predicate.Outcome.State != job.StateCancelled || len(letters) > 0 {
+		t.Errorf("job cancelled mid-run ended: status %s (%q), manifest %s (attempt %d), dead letters %q; want cancelled, no dead letter",
+			st.State, st.Error, m.Predicate.Outcome.State, m.Predicate.Attempt, letters)
+	}
+	if m.Predicate.Attempt != 1 {
+		t.Errorf("the committed manifest is attempt %d's, not the cancelled run's (attempt 1): what the run produced was discarded", m.Predicate.Attempt)
 	}
 }
