@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -122,5 +123,69 @@ func TestAuditCancelledRunsCommitKeepsItsDelivery(t *testing.T) {
 	}
 	if m.Predicate.Attempt != 1 {
 		t.Errorf("the committed manifest is attempt %d's, not the cancelled run's (attempt 1): what the run produced was discarded", m.Predicate.Attempt)
+	}
+}
+
+// stallingGetStore answers a Get of the keys stall names with a body that gives its first
+// bytes and then nothing until the request's context ends: a store (or a proxy in front of
+// it) that stops sending mid-body. The S3 client has no read timeout (its http.Client's
+// Timeout is the SDK's, zero), so only the request's context ends such a read.
+type stallingGetStore struct {
+	store.Store
+	stall func(key string) bool
+}
+
+func (s *stallingGetStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	rc, err := s.Store.Get(ctx, key)
+	if err != nil || !s.stall(key) {
+		return rc, err
+	}
+	return &stalledBody{ctx: ctx, rc: rc}, nil
+}
+
+type stalledBody struct {
+	ctx  context.Context
+	rc   io.ReadCloser
+	sent bool
+}
+
+func (b *stalledBody) Read(p []byte) (int, error) {
+	if !b.sent && len(p) > 0 {
+		b.sent = true
+		return b.rc.Read(p[:1])
+	}
+	<-b.ctx.Done()
+	return 0, b.ctx.Err()
+}
+
+func (b *stalledBody) Close() error { return b.rc.Close() }
+
+// TestAuditJobTimeoutBoundsTheInputCopy: job_timeout "bounds the whole job" (config), and an
+// attempt "holds its slot at most twice its job_timeout" (lifecycle.md). The copy of the
+// inputs into the sandbox runs on the attempt's context, which has no deadline: a store that
+// stops sending an input's body mid-stream holds the job in `running` / "copying inputs",
+// its delivery kept alive by heartbeats, and the worker's slot, for ever. Here job_timeout is
+// 1s; the job is still running 15 s later.
+func TestAuditJobTimeoutBoundsTheInputCopy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.cfg.Profiles["p"]
+	p.Limits.JobTimeout = config.Duration(time.Second) // the attempt gives up after 2 s at most
+	b.cfg.Profiles = map[string]config.Profile{"p": p}
+	stalling := &stallingGetStore{Store: b.shared, stall: func(key string) bool { return strings.Contains(key, "inputs/") }}
+	ran := make(chan struct{}, 1)
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		ran <- struct{}{}
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) { c.Store = stalling })
+	j := b.submit("p")
+	time.Sleep(15 * time.Second) // over seven times the attempt's bound
+	st, err := b.q.Status(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State == job.StateRunning && st.Attempt == 1 {
+		t.Errorf("job_timeout 1s: 15s later attempt 1 is still %s (progress %q, started %s ago): the input copy ignores the job's timeout",
+			st.State, st.Progress, time.Since(st.StartedAt).Round(time.Second))
 	}
 }
