@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -83,46 +84,60 @@ func (s *slowStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, si
 // it produced".)
 func TestAuditCancelledRunsCommitKeepsItsDelivery(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	oneDelivery(b)
-	b.setAckWait(3 * time.Second)
-	ctx := context.Background()
-	j := b.newJob("p", "t")
-	var once atomic.Bool
-	slow := &slowStore{Store: b.shared, delay: func(key string) {
-		if strings.Contains(key, j.ID+"/attempts/1-") && once.CompareAndSwap(false, true) {
-			time.Sleep(7 * time.Second) // over two ack waits: the store is slow, not down
-		}
-	}}
-	started := make(chan struct{}, 1)
-	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
-		if err := req.Sandbox.WriteFile(ctx, "report.md", []byte("# half a report for "+req.JobID+"\n")); err != nil {
-			return agent.Result{}, err
-		}
-		started <- struct{}{}
-		<-ctx.Done()
-		return agent.Result{Turns: 1}, ctx.Err()
-	}), func(c *runner.Config) { c.Store = slow; c.CleanupTimeout = 30 * time.Second })
-	b.publish(j)
-	<-started
-	if _, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil {
-		t.Fatal(err)
-	}
-	st := b.waitFinal(j.ID, 40*time.Second)
-	waitFor(t, 40*time.Second, "the job to be consumed", b.consumed)
-	m := b.manifest(j.ID)
-	var letters []string
-	for _, dl := range b.deadLetters() {
-		if dl.JobID == j.ID {
-			letters = append(letters, dl.Reason+": "+dl.Error)
-		}
-	}
-	if st.State != job.StateCancelled || m.Predicate.Outcome.State != job.StateCancelled || len(letters) > 0 {
-		t.Errorf("job cancelled mid-run ended: status %s (%q), manifest %s (attempt %d), dead letters %q; want cancelled, no dead letter",
-			st.State, st.Error, m.Predicate.Outcome.State, m.Predicate.Attempt, letters)
-	}
-	if m.Predicate.Attempt != 1 {
-		t.Errorf("the committed manifest is attempt %d's, not the cancelled run's (attempt 1): what the run produced was discarded", m.Predicate.Attempt)
+	for _, tt := range []struct {
+		name string
+		last bool
+	}{{"last delivery", true}, {"earlier delivery", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if tt.last {
+				oneDelivery(b)
+			}
+			b.setAckWait(3 * time.Second)
+			ctx := context.Background()
+			j := b.newJob("p", "t")
+			var once atomic.Bool
+			slow := &slowStore{Store: b.shared, delay: func(key string) {
+				if strings.Contains(key, j.ID+"/attempts/1-") && once.CompareAndSwap(false, true) {
+					time.Sleep(7 * time.Second) // over two ack waits: the store is slow, not down
+				}
+			}}
+			started := make(chan struct{}, 1)
+			b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+				if req.Spent.Turns > 0 {
+					return agent.Result{}, errors.New("the job ran again") // not this test's point
+				}
+				req.Progress(agent.Event{Kind: agent.EventModelRequest, Turn: 1, MaxToolCalls: 30, Spent: agent.Budget{Turns: 1}})
+				if err := req.Sandbox.WriteFile(ctx, "report.md", []byte("# half a report for "+req.JobID+"\n")); err != nil {
+					return agent.Result{}, err
+				}
+				started <- struct{}{}
+				<-ctx.Done()
+				return agent.Result{Turns: 1}, ctx.Err()
+			}), func(c *runner.Config) { c.Store = slow; c.CleanupTimeout = 30 * time.Second })
+			b.publish(j)
+			<-started
+			if _, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil {
+				t.Fatal(err)
+			}
+			st := b.waitFinal(j.ID, 40*time.Second)
+			waitFor(t, 40*time.Second, "the job to be consumed", b.consumed)
+			m := b.manifest(j.ID)
+			var letters []string
+			for _, dl := range b.deadLetters() {
+				if dl.JobID == j.ID {
+					letters = append(letters, dl.Reason+": "+dl.Error)
+				}
+			}
+			if st.State != job.StateCancelled || m.Predicate.Outcome.State != job.StateCancelled || len(letters) > 0 {
+				t.Errorf("job cancelled mid-run ended: status %s (%q), manifest %s (attempt %d), dead letters %q; want cancelled, no dead letter",
+					st.State, st.Error, m.Predicate.Outcome.State, m.Predicate.Attempt, letters)
+			}
+			if m.Predicate.Attempt != 1 {
+				t.Errorf("the committed manifest is attempt %d's, not the cancelled run's (attempt 1): what the run produced was discarded", m.Predicate.Attempt)
+			}
+		})
 	}
 }
 
