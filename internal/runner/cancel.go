@@ -126,3 +126,29 @@ func (c *cancelWatch) run(ctx context.Context, caughtUp chan<- struct{}) {
 		}
 	}
 }
+
+// cancelLookup bounds reading a refused job's status for a cancel (cancelAsked): NATS that
+// does not answer leaves the attempt as it is.
+const cancelLookup = 5 * time.Second
+
+// cancelAsked stops the attempt, as a cancel asked now would, when the job's status says a
+// cancel was asked before it: the watch recorded a job that had not started as cancelled, or a
+// running one as cancel_requested. The claim's write finds that for an attempt that gets that
+// far; one that admit refused reads it here, before its refusal or hand-back is decided: the
+// cancel came first, and the job ends cancelled, once, not also rejected and dead-lettered, or
+// handed from worker to worker under a status that says cancelled.
+func (r *Runner) cancelAsked(ctx context.Context, a *attempt) {
+	if !job.ValidID(a.d.JobID) {
+		return // no cancel can name it
+	}
+	lookup, cancel := context.WithTimeout(ctx, cancelLookup)
+	defer cancel()
+	if st, err := r.cfg.Queue.Status(lookup, a.ref(a.d.JobID)); err == nil && cancelRequested(st) {
+		a.cancel(errCancelled)
+	}
+}
+
+// cancelRequested: the status records a cancel of the job, carried out or asked.
+func cancelRequested(st job.Status) bool {
+	return st.State == job.StateCancelled || st.CancelRequested
+}

@@ -23,12 +23,18 @@ import (
 
 // exhausted is the claim of a job whose last delivery ended without settling: its worker
 // died, or stalled past AckWait and may still commit. This delivery never runs the job; the
-// error it returns ends it as dead (Handle commits that end).
+// error it returns ends it as dead (Handle commits that end), or as cancelled when a cancel
+// was asked before: the user stopped the job before its end was decided, a job nobody needs
+// to look into, and a status the cancel already made final must not get a second end.
 func (r *Runner) exhausted(ctx context.Context, a *attempt) error {
 	cause := fmt.Errorf("%w in %d deliveries", errExhausted, r.cfg.Worker.NATS.MaxDeliver)
 	st, err := awaitAnswerTo(ctx, r, a, "NATS", "before the job can end", statusAnswered, func(ctx context.Context) (job.Status, error) {
 		return r.cfg.Queue.Status(ctx, a.ref(a.job.ID))
 	})
+	if err == nil && cancelRequested(st) {
+		a.cancel(errCancelled)
+		return errCancelled
+	}
 	if err == nil && st.Error != "" {
 		cause = fmt.Errorf("%w; the last error: %s", cause, st.Error)
 	}
@@ -39,13 +45,11 @@ func (r *Runner) exhausted(ctx context.Context, a *attempt) error {
 // commitEnd wins the arbiter for a job that ends here without a run committed (e's decision
 // on this delivery is terminal and nothing was committed), or finds the run that won it first.
 // Its manifest names the run's transcript, or one line that says how and why the job ended. It
-// runs on a context that survives a cancelled job's, which is what a cancelled end commits.
+// runs on the commit's context (commitContext), which survives a cancelled job's: that is what
+// a cancelled end commits.
 func (r *Runner) commitEnd(ctx context.Context, a *attempt, e ended) ended {
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
-		defer cancel()
-	}
+	ctx, cancel := r.commitContext(ctx, a)
+	defer cancel()
 	dec := decide(e.outcome, a.d.LastAttempt())
 	if e.run.transcript.size == 0 {
 		cause := ""

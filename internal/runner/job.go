@@ -41,6 +41,9 @@ type attempt struct {
 	store store.Store
 	// phases times the attempt's stages for the manifest (phases.go).
 	phases phaseClock
+	// release stops the delivery's heartbeats once the attempt has settled it (keepDelivery);
+	// nil while none run.
+	release func()
 }
 
 // ref names a job of the attempt's tenant: its own, or the id its outcome is recorded under
@@ -113,15 +116,53 @@ func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 		if a.job.ID == "" {
 			a.job.ID = d.JobID // a message rejected before it was read as a job
 		}
-		// Kept alive while it commits: the end may wait for the store (awaitAnswer).
-		stopHeartbeat := d.KeepAlive(ctx, r.cfg.HeartbeatInterval)
+		if a.release == nil {
+			// Refused at admit: kept alive from here, as the end may wait for the store.
+			a.release = r.keepDelivery(ctx, a)
+		}
 		e = r.commitEnd(ctx, a, e)
-		stopHeartbeat()
 	}
 	return func() {
 		defer r.hold(d.JobID, -1)
+		if a.release != nil {
+			defer a.release()
+		}
 		r.settle(worker, a, e)
 	}
+}
+
+// keepDelivery keeps the delivery from being delivered again (its heartbeats) until the
+// returned release, called once the attempt has settled it, whatever becomes of the attempt's
+// context: a cancelled or interrupted attempt still collects, commits, closes its sandbox and
+// settles, and a delivery left without heartbeats meanwhile is delivered again beside it (a
+// cancelled run's commit then loses to a one-line end, or to `dead` on the last delivery).
+// The heartbeats stop by themselves when the attempt lost its lease (a later delivery holds
+// the job, and a heartbeat is the message's, not the delivery's), and at the attempt's
+// deadline plus twice CleanupTimeout (a commit that reached the deadline, commitBy, then the
+// sandbox's close and the settling): an attempt stuck past every bound leaves its job to
+// another delivery, which its commit, if it ever comes, loses to.
+func (r *Runner) keepDelivery(ctx context.Context, a *attempt) (release func()) {
+	bound := later(a.deadline, time.Now()).Add(2 * r.cfg.CleanupTimeout)
+	keep, stop := context.WithDeadline(context.WithoutCancel(ctx), bound)
+	unwatch := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), errLeaseLost) {
+			stop()
+		}
+	})
+	stopBeats := a.d.KeepAlive(keep, r.cfg.HeartbeatInterval)
+	return func() {
+		unwatch()
+		stop()
+		stopBeats()
+	}
+}
+
+// later is the later of two times.
+func later(t, u time.Time) time.Time {
+	if t.After(u) {
+		return t
+	}
+	return u
 }
 
 // process runs the attempt's stages in order and returns how it ended. Each stage returns
@@ -134,12 +175,12 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	err := r.admit(a)
 	a.lap(stageAdmit)
 	if err != nil {
-		return ended{outcome: r.leaveToPeer(ctx, a, classify(stageAdmit, err, nil))}
+		r.cancelAsked(ctx, a)
+		return ended{outcome: r.leaveToPeer(ctx, a, classifyIn(ctx, stageAdmit, err))}
 	}
-	// From here on the delivery is kept alive, also while the attempt waits for the store or
-	// NATS (awaitAnswer).
-	stopHeartbeat := a.d.KeepAlive(ctx, r.cfg.HeartbeatInterval)
-	defer stopHeartbeat()
+	// From here on the delivery is kept alive until it is settled (work), also while the
+	// attempt waits for the store or NATS (awaitAnswer).
+	a.release = r.keepDelivery(ctx, a)
 
 	st, err := r.claim(ctx, a)
 	a.lap(stageClaim)
@@ -209,6 +250,10 @@ func (r *Runner) admit(a *attempt) error {
 // or cancelled, and records it as running. It returns the status it wrote, or, when the
 // write found the job ended, the status it found.
 func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
+	// Each call ends by the attempt's deadline, whatever it waits for; its waits for an
+	// outage give up sooner (awaitAnswer).
+	ctx, cancel := context.WithDeadline(ctx, a.deadline)
+	defer cancel()
 	if a.d.Exhausted() {
 		return job.Status{}, r.exhausted(ctx, a)
 	}
@@ -266,8 +311,13 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 }
 
 // prepare starts the sandbox and copies the inputs into it. The caller closes the sandbox
-// when prepare returns one; on an error it closed it already.
+// when prepare returns one; on an error it closed it already. It gives up when the run must
+// start to keep its whole job_timeout (startBy), as the waits before the run do: a store that
+// stops sending an input mid-body, or a start that never ends, would otherwise hold the job
+// and its slot for ever, its heartbeats going on.
 func (r *Runner) prepare(ctx context.Context, a *attempt) (sandbox.Sandbox, claimed, error) {
+	ctx, cancel := context.WithDeadline(ctx, a.startBy())
+	defer cancel()
 	if err := r.checkInputs(a); err != nil {
 		return nil, claimed{}, err
 	}
@@ -346,11 +396,8 @@ func runAgent(ctx context.Context, a *attempt, ag Agent, req agent.Request) (res
 // upload cut short by the drain grace is an interrupted attempt, not a transient fault.
 func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, e ended, said bool) ended {
 	attemptCtx := ctx
-	if errors.Is(context.Cause(ctx), errCancelled) {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
-		defer cancel()
-	}
+	ctx, cancel := r.commitContext(ctx, a)
+	defer cancel()
 	uploaded := func() {}
 	if !said {
 		uploaded = r.progressIfSlow(ctx, a, "uploading")
@@ -374,6 +421,28 @@ func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, 
 	e.outcome, e.reportKey = c.outcome, key
 	e.committed = true
 	return e
+}
+
+// commitContext is the context of the attempt's collect and commit, or of the commit of its
+// end: every call of theirs, a store that stops reading mid-body included, ends by commitBy,
+// and what was not done by then is the store still down at the attempt's deadline (retrying,
+// or dead on the last delivery). An attempt already stopped (cancelled, or a shutdown just
+// before) commits on a context that survives it, for CleanupTimeout: a run cancelled before
+// keeps what it produced, and a cancelled end is what it commits. A shutdown during the
+// commit still cuts it short.
+func (r *Runner) commitContext(ctx context.Context, a *attempt) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil {
+		return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
+	}
+	return context.WithDeadline(ctx, r.commitBy(a))
+}
+
+// commitBy is when the attempt's commit gives up: its deadline, or CleanupTimeout from now for
+// one that reaches it with less left (its run took its whole job_timeout after its start
+// waited, or it was refused before it had a deadline): a finished run gets as long to commit
+// as a cancelled one.
+func (r *Runner) commitBy(a *attempt) time.Time {
+	return later(a.deadline, time.Now().Add(r.cfg.CleanupTimeout))
 }
 
 // startSandbox takes the job's sandbox from the pool (warm or started for it) or, without a
