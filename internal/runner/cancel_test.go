@@ -2,6 +2,10 @@ package runner_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -9,8 +13,10 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/runner"
+	"github.com/boxcar-run/boxcar/internal/store"
 )
 
 // TestCancelStopsOnlyTheJobAsked: a worker runs two jobs at once and one watch serves both; a
@@ -136,5 +142,174 @@ func TestCancelDuringTheUploadLetsTheCommitWin(t *testing.T) {
 	// job wrote.
 	if report := b.runFile(j.ID, "report.md"); !strings.Contains(string(report), "# report for "+j.ID) {
 		t.Errorf("the committed report %q does not hold what the run wrote: the finished run was thrown away", report)
+	}
+}
+
+// TestCancelledQueuedJobRefusedAtAdmitEndsOnce: a job is cancelled while it waits in the queue
+// (the watch records it cancelled), and the worker that then delivers it cannot admit it: its
+// profile is one this worker does not define. The cancel came first: the job ends cancelled,
+// once (a manifest that says so, no dead letter), not also rejected and dead-lettered as
+// unknown_profile under a status that says cancelled; nor, when a live peer defines the
+// profile, handed from delivery to delivery until its last one rejects it.
+func TestCancelledQueuedJobRefusedAtAdmitEndsOnce(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		peer bool
+	}{{"no peer defines its profile", false}, {"a live peer defines its profile", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			if tt.peer {
+				advertise(t, b, "worker-new", map[string]config.Profile{"p": b.cfg.Profiles["p"], "q": b.cfg.Profiles["p"]})
+			}
+			j := b.newJob("q", "t") // a profile this worker does not define
+			b.publish(j)
+			if st, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil || !st.CancelRequested {
+				t.Fatalf("cancel of the queued job: %+v, %v", st, err)
+			}
+			b.worker(agentFunc(writeReport))
+			final := b.waitFinal(j.ID, 20*time.Second)
+			waitFor(t, 20*time.Second, "the job's manifest", func() bool {
+				_, err := b.store.Stat(ctx, store.ManifestKey(j.ID))
+				return err == nil
+			})
+			waitFor(t, 20*time.Second, "the job to be consumed", b.consumed)
+			m := b.manifest(j.ID)
+			if final.State != job.StateCancelled || m.Predicate.Outcome.State != job.StateCancelled {
+				t.Errorf("status %s (%q), manifest %s (%q); want both cancelled", final.State, final.Error, m.Predicate.Outcome.State, m.Predicate.Outcome.Error)
+			}
+			if dls := reasons(b.deadLetters()); len(dls) > 0 {
+				t.Errorf("a job cancelled before it started was dead-lettered: %q", dls)
+			}
+			if m.Predicate.Attempt != 1 {
+				t.Errorf("the job ended at delivery %d; want its first, which found it cancelled", m.Predicate.Attempt)
+			}
+		})
+	}
+}
+
+// advertise publishes, as a live worker does from its start, that worker id defines profiles,
+// all of them granted to the default tenant, until the test ends.
+func advertise(t *testing.T, b *bundle, id string, profiles map[string]config.Profile) {
+	t.Helper()
+	_, q := b.connect()
+	ctx, cancel := context.WithCancel(context.Background())
+	advertised := make(chan struct{})
+	granted := slices.Collect(maps.Keys(profiles))
+	go func() {
+		defer close(advertised)
+		_ = q.AdvertiseProfiles(ctx, id, profiles, map[string]config.Tenant{job.DefaultTenant: {Profiles: granted}})
+	}()
+	t.Cleanup(func() { cancel(); <-advertised })
+	waitFor(t, 10*time.Second, id+"'s profiles published", func() bool {
+		live, err := b.q.LiveProfiles(context.Background())
+		return err == nil && len(live) == 1
+	})
+}
+
+// TestCancelledJobWhoseLastDeliveryDiedEndsCancelled: the worker of a job's last delivery dies
+// mid-run, and the job is cancelled before the delivery after it (exhausted) comes. That
+// delivery never runs the job, and ends it cancelled, not dead: the user stopped it before its
+// end was decided, and there is nothing for anyone to look into (no dead letter).
+func TestCancelledJobWhoseLastDeliveryDiedEndsCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	oneDelivery(b)
+	j, _ := b.killedMidRun(nil)
+	if _, err := b.q.Cancel(context.Background(), j.ID, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		t.Errorf("an exhausted job ran again")
+		return writeReport(ctx, req)
+	}))
+	b.checkEnd(j.ID, job.StateCancelled, 0)
+}
+
+// slowStore delays the puts delay names (outside any lock, so that other writers go on).
+type slowStore struct {
+	store.Store
+	delay func(key string)
+}
+
+func (s *slowStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	s.delay(key)
+	return s.Store.Put(ctx, key, r, size)
+}
+
+func (s *slowStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	s.delay(key)
+	return s.Store.PutIfAbsent(ctx, key, r, size)
+}
+
+// TestCancelledRunsSlowCommitKeepsItsDelivery: a job is cancelled mid-run, and the upload of
+// what its run produced takes longer than the consumer's ack wait (a slow store, large
+// artifacts). The cancel ends the attempt's context, not the delivery's heartbeats: the
+// delivery stays this attempt's until it settles, so the server does not deliver the job
+// again meanwhile. The run's commit wins and the job ends cancelled with what the run produced
+// ("a run cancelled before keeps what it produced"): not dead and dead-lettered
+// max_deliveries by a redelivery on the last delivery, nor committed by a redelivery on an
+// earlier one as a one-line cancelled manifest, the run's report thrown away.
+func TestCancelledRunsSlowCommitKeepsItsDelivery(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		last bool
+	}{{"last delivery", true}, {"earlier delivery", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if tt.last {
+				oneDelivery(b)
+			}
+			b.setAckWait(3 * time.Second)
+			ctx := context.Background()
+			j := b.newJob("p", "t")
+			var once atomic.Bool
+			slow := &slowStore{Store: b.shared, delay: func(key string) {
+				if strings.Contains(key, j.ID+"/attempts/1-") && once.CompareAndSwap(false, true) {
+					time.Sleep(7 * time.Second) // over two ack waits: the store is slow, not down
+				}
+			}}
+			started := make(chan struct{}, 1)
+			b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+				if req.Spent.Turns > 0 {
+					return agent.Result{}, errors.New("the job ran again") // not this test's point
+				}
+				req.Progress(agent.Event{Kind: agent.EventModelRequest, Turn: 1, MaxToolCalls: 30, Spent: agent.Budget{Turns: 1}})
+				if err := req.Sandbox.WriteFile(ctx, "report.md", []byte("# half a report for "+req.JobID+"\n")); err != nil {
+					return agent.Result{}, err
+				}
+				started <- struct{}{}
+				<-ctx.Done()
+				return agent.Result{Turns: 1}, ctx.Err()
+			}), func(c *runner.Config) { c.Store = slow; c.CleanupTimeout = 30 * time.Second })
+			b.publish(j)
+			<-started
+			if _, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil {
+				t.Fatal(err)
+			}
+			st := b.waitFinal(j.ID, 40*time.Second)
+			waitFor(t, 40*time.Second, "the job to be consumed", b.consumed)
+			m := b.manifest(j.ID)
+			var letters []string
+			for _, dl := range b.deadLetters() {
+				if dl.JobID == j.ID {
+					letters = append(letters, dl.Reason+": "+dl.Error)
+				}
+			}
+			if st.State != job.StateCancelled || m.Predicate.Outcome.State != job.StateCancelled || len(letters) > 0 {
+				t.Errorf("job cancelled mid-run ended: status %s (%q), manifest %s (attempt %d), dead letters %q; want cancelled, no dead letter",
+					st.State, st.Error, m.Predicate.Outcome.State, m.Predicate.Attempt, letters)
+			}
+			if m.Predicate.Attempt != 1 {
+				t.Errorf("the committed manifest is attempt %d's, not the cancelled run's (attempt 1): what the run produced was discarded", m.Predicate.Attempt)
+			}
+			if got := string(b.runFile(j.ID, "report.md")); !strings.Contains(got, "half a report for "+j.ID) {
+				t.Errorf("the committed report.md does not hold what the cancelled run wrote:\n%s", got)
+			}
+		})
 	}
 }
