@@ -426,12 +426,11 @@ func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, 
 // commitContext is the context of the attempt's collect and commit, or of the commit of its
 // end: every call of theirs, a store that stops reading mid-body included, ends by commitBy,
 // and what was not done by then is the store still down at the attempt's deadline (retrying,
-// or dead on the last delivery). An attempt already stopped (cancelled, or a shutdown just
-// before) commits on a context that survives it, for CleanupTimeout: a run cancelled before
-// keeps what it produced, and a cancelled end is what it commits. A shutdown during the
-// commit still cuts it short.
+// or dead on the last delivery). A cancelled attempt commits on a context that survives the
+// cancel, for CleanupTimeout: a run cancelled before keeps what it produced, and a cancelled
+// end is what it commits. A shutdown or a lost lease still cuts the commit short.
 func (r *Runner) commitContext(ctx context.Context, a *attempt) (context.Context, context.CancelFunc) {
-	if ctx.Err() != nil {
+	if errors.Is(context.Cause(ctx), errCancelled) {
 		return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 	}
 	return context.WithDeadline(ctx, r.commitBy(a))
