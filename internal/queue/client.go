@@ -131,11 +131,12 @@ func (c *Client) inStream(ctx context.Context, r Ref) (bool, error) {
 // WatchStatus streams a job's status: the current value first (queued for a job in the job
 // stream with no status yet), then each change seen, until ctx ends or the job reaches a
 // terminal state (the last value sent). A job unknown for UnknownGrace (no status, not in the
-// job stream: never submitted, or not this tenant's) ends the watch with nothing sent; the
-// caller, seeing the channel closed before ctx ended and no terminal state, says it is
-// unknown (ErrUnknownJob). It reads the status every pollEvery with a direct get,
-// never with a consumer (read.go): a step written and replaced between two reads is not seen,
-// the terminal one always is.
+// job stream: never submitted, not this tenant's, or gone from the stream before any worker
+// wrote its status, whether or not it was sent as queued) ends the watch with nothing more
+// sent; the caller, seeing the channel closed before ctx ended and no terminal state, says it
+// is unknown (ErrUnknownJob). It reads the status every pollEvery with a direct get, never
+// with a consumer (read.go): a step written and replaced between two reads is not seen, the
+// terminal one always is.
 func (c *Client) WatchStatus(ctx context.Context, id string) (<-chan job.Status, error) {
 	if !job.ValidID(id) {
 		return nil, fmt.Errorf("queue: watch %s: %w: %q is not a job id", id, ErrUnknownJob, id)

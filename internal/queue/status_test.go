@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
@@ -238,5 +240,61 @@ func TestWatchEndsForAnUnknownJob(t *testing.T) {
 	}
 	if st, ok := <-updates; !ok || st.State != job.StateQueued {
 		t.Fatalf("watch of a job published within the grace: %+v, %v; want queued", st, ok)
+	}
+}
+
+// TestWatchEndsForAJobThatLeftTheStream: a job the watch saw queued that then leaves the job
+// stream with no status (an operator purged it, or the stream's limits removed it) is unknown
+// like one never submitted: the watch ends, nothing more sent, once it has stayed so for
+// queue.UnknownGrace. The watch looked the job up in the stream once, saw it queued, and then
+// waited for a worker's status until its timeout.
+func TestWatchEndsForAJobThatLeftTheStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t)
+	updates := b.watch(t, j.ID, queue.UnknownGrace+30*time.Second)
+	if st, ok := <-updates; !ok || st.State != job.StateQueued {
+		t.Fatalf("watch of a published job: %+v, %v; want queued", st, ok)
+	}
+	stream, err := b.js.Stream(t.Context(), b.cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	purged := time.Now()
+	if err := stream.Purge(t.Context(), jetstream.WithPurgeSubject(b.cfg.Subject+"."+tenant+"."+j.ID)); err != nil {
+		t.Fatal(err)
+	}
+	for st := range updates {
+		t.Fatalf("watch of a purged job sent %+v; want it to end with nothing more", st)
+	}
+	if took := time.Since(purged); took < queue.UnknownGrace || took > queue.UnknownGrace+10*time.Second {
+		t.Errorf("the watch of a purged job ended %s after the purge; want just past the grace, %s", took, queue.UnknownGrace)
+	}
+}
+
+// TestWatchFollowsAClaimedJobWithoutStatus: a job a worker has fetched but not yet written a
+// status for stays in the job stream (the stream keeps a message until its ack, and the
+// claim writes the status before any ack), so its watch never says it unknown, however long
+// the claim takes, and follows the worker's first status.
+func TestWatchFollowsAClaimedJobWithoutStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t)
+	d := fetch(t, b.w, 5*time.Second)
+	defer d.KeepAlive(t.Context(), 0)()
+	updates := b.watch(t, j.ID, queue.UnknownGrace+30*time.Second)
+	if st, ok := <-updates; !ok || st.State != job.StateQueued {
+		t.Fatalf("watch of a fetched job: %+v, %v; want queued", st, ok)
+	}
+	select {
+	case st, ok := <-updates:
+		t.Fatalf("watch of a fetched job without a status: %+v, %v; want it still waiting", st, ok)
+	case <-time.After(queue.UnknownGrace + 2*time.Second):
+	}
+	if _, err := b.w.UpdateNewStatus(t.Context(), ref(j.ID), func(s *job.Status) { s.State = job.StateRunning }); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := <-updates; !ok || st.State != job.StateRunning {
+		t.Fatalf("watch of a claimed job: %+v, %v; want running", st, ok)
 	}
 }

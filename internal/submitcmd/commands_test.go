@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -314,5 +316,42 @@ func TestWatchUnknownJob(t *testing.T) {
 	te.setState(t, id, func(s *job.Status) { s.State = job.StateSucceeded })
 	if err := <-done; err != nil {
 		t.Errorf("watch of a job published within the grace: %v; want it followed to its end", err)
+	}
+}
+
+// TestWatchJobThatLeftTheStream: a job watch saw queued that then leaves the job stream with
+// no status (purged by an operator) is unknown once it has stayed so for queue.UnknownGrace:
+// exit 1, code unknown_job, saying it was queued and left the stream. The watch waited for a
+// worker's status until its --timeout.
+func TestWatchJobThatLeftTheStream(t *testing.T) {
+	te := newTestEnv(t)
+	id := te.submitJob(t)
+	type result struct {
+		stdout, stderr string
+		err            error
+	}
+	done := make(chan result, 1)
+	go func() {
+		stdout, stderr, err := te.submit(t, "watch", id, "--timeout", "60s", "-o", "json")
+		done <- result{stdout, stderr, err}
+	}()
+	time.Sleep(queue.UnknownGrace / 4) // the watch sees the job queued first
+	stream, err := te.js.Stream(t.Context(), "BOXCAR_JOBS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	purged := time.Now()
+	if err := stream.Purge(t.Context(), jetstream.WithPurgeSubject("boxcar.jobs.default."+id)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if e := jsonError(t, r.stderr); exitCode(r.err) != 1 || e.Code != codeUnknownJob || !strings.Contains(e.Message, "left the job stream") {
+		t.Errorf("watch of a purged job: exit %d, %+v; want 1, %s, saying it left the job stream", exitCode(r.err), e, codeUnknownJob)
+	}
+	if !strings.Contains(r.stdout, `"state":"queued"`) {
+		t.Errorf("watch of a purged job printed %q; want it queued first", r.stdout)
+	}
+	if took := time.Since(purged); took > queue.UnknownGrace+10*time.Second {
+		t.Errorf("watch of a purged job ended %s after the purge; want about the grace, %s", took, queue.UnknownGrace)
 	}
 }

@@ -84,11 +84,16 @@ func (e *env) follow(ctx context.Context, q *queue.Client, id string, timeout ti
 }
 
 // unfinished is how a watch ends whose job did not: unknown when the watch ended before the
-// timeout (queue.WatchStatus ends for a job that stays unknown), else gave up at the timeout.
+// timeout (queue.WatchStatus ends for a job that stays unknown: never submitted here, or gone
+// from the job stream with no status), else gave up at the timeout.
 func (e *env) unfinished(tctx context.Context, q *queue.Client, id string, timeout time.Duration, last job.Status, jsonDone bool) error {
-	if tctx.Err() == nil {
+	switch {
+	case tctx.Err() == nil && last.State == "":
 		return fmt.Errorf("%w: %s: no status, and the job stream does not hold it after %s (was it submitted to this NATS server, as tenant %s? `submit list` shows the tenant's jobs)",
 			queue.ErrUnknownJob, id, queue.UnknownGrace, q.Tenant())
+	case tctx.Err() == nil:
+		return fmt.Errorf("%w: %s: it was %s, then left the job stream with no status for %s: purged, or removed by a limit of the stream, before any worker recorded a status; submit it again if it should run",
+			queue.ErrUnknownJob, id, last.State, queue.UnknownGrace)
 	}
 	msg := fmt.Sprintf("gave up waiting for job %s after %s; it is %s", id, timeout, orUnknown(last.State))
 	if last.State == job.StateQueued {
