@@ -64,6 +64,15 @@ func TestClip(t *testing.T) {
 	}
 }
 
+// TestClipWithoutRoomForTheMarker: a bound too small for the marker keeps a head of whole
+// characters; it was cut at the bound, inside the character there.
+func TestClipWithoutRoomForTheMarker(t *testing.T) {
+	got, cut := clip([]byte("ab€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€"), 4)
+	if !cut || got != "ab" {
+		t.Errorf("clip to 4 bytes = %q, %v; want \"ab\", cut", got, cut)
+	}
+}
+
 func TestNormalizeArgs(t *testing.T) {
 	tests := []struct {
 		name, in, want string

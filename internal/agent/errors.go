@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
+
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 var (
@@ -142,9 +144,5 @@ func endpointText(s, apiKey string, n int) string {
 		return s
 	}
 	const ellipsis = "…"
-	cut := n - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
+	return textcut.Head(s, n-len(ellipsis)) + ellipsis
 }

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 const (
@@ -192,17 +192,14 @@ func (t readFile) Call(ctx context.Context, _ string, raw json.RawMessage) resul
 	}
 	size := int64(len(data))
 	start := min(args.Offset, size)
-	end := min(start+limit, size)
-	if end < size {
-		// End on a character boundary so the model does not see a broken character.
-		for e := end; e > start && end-e < utf8.UTFMax; e-- {
-			if utf8.RuneStart(data[e]) {
-				end = e
-				break
-			}
-		}
+	// End on a character boundary so the model does not see a broken character; but a page
+	// always moves on: a limit shorter than the character at start returns its first bytes.
+	page := textcut.Head(data[start:], int(min(limit, size-start)))
+	if len(page) == 0 {
+		page = data[start:min(start+limit, size)]
 	}
-	out := readFileResult{Path: name, Size: size, Offset: start, Content: string(data[start:end]), Truncated: end < size}
+	end := start + int64(len(page))
+	out := readFileResult{Path: name, Size: size, Offset: start, Content: string(page), Truncated: end < size}
 	if out.Truncated {
 		out.NextOffset = end
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 // errJobTimeout is the cause of the job context's end when Profile.Limits.JobTimeout passes.
@@ -264,7 +265,7 @@ func (r *run) normalize(turn int, tcs []openai.ChatCompletionMessageToolCallUnio
 			c.name, c.args, c.custom = tc.Custom.Name, "{}", true
 		}
 		if len(c.name) > 128 {
-			c.name = c.name[:128]
+			c.name = textcut.Head(c.name, 128)
 		}
 		if !plainCallID(c.id) || r.ids[c.id] {
 			c.id = fmt.Sprintf("call_boxcar_%d_%d", turn, i+1)

@@ -9,13 +9,13 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 // Tool results. Every tool call is answered with exactly one JSON object in the content of the
@@ -240,27 +240,20 @@ func clip(b []byte, max int) (string, bool) {
 	for {
 		keep := max - len(cutMarker(cut))
 		if keep <= 0 {
-			return string(b[:max]), true
+			return string(textcut.Head(b, max)), true // no room for the marker
 		}
 		if next := len(b) - keep; next != cut {
 			cut = next
 			continue
 		}
-		head := keep - keep/2
-		tail := len(b) - keep/2
-		for head > 0 && !utf8.RuneStart(b[head]) {
-			head--
-		}
-		for tail < len(b) && !utf8.RuneStart(b[tail]) {
-			tail++
-		}
+		head, tail := textcut.Head(b, keep-keep/2), textcut.Tail(b, keep/2)
 		// Moving to rune boundaries cuts d more bytes and lengthens the marker by at most
 		// one digit, so the total stays within max.
 		var sb strings.Builder
 		sb.Grow(max)
-		sb.Write(b[:head])
-		sb.WriteString(cutMarker(tail - head))
-		sb.Write(b[tail:])
+		sb.Write(head)
+		sb.WriteString(cutMarker(len(b) - len(head) - len(tail)))
+		sb.Write(tail)
 		return sb.String(), true
 	}
 }

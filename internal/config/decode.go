@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 // decoder fills a Go value from a YAML node tree, as YAML 1.2 reads it: a key or a value like
@@ -439,7 +441,7 @@ func describe(n *yaml.Node) string {
 	}
 	v := withoutCredentials(n.Value) // before the cut, which may leave a password and drop its '@'
 	if len(v) > 40 {
-		v = v[:40] + "…"
+		v = textcut.Head(v, 40) + "…"
 	}
 	if n.ShortTag() == "!!str" {
 		v = strconv.Quote(v)

@@ -188,3 +188,15 @@ func TestParseQuotesNoCredentials(t *testing.T) {
 		})
 	}
 }
+
+// TestParseQuotesWholeCharacters: a value quoted in an error is shortened to whole characters;
+// it was cut at its 40th byte, inside a character, which the message then showed as \x escapes.
+func TestParseQuotesWholeCharacters(t *testing.T) {
+	_, err := config.Parse([]byte("nats: " + strings.Repeat("a", 39) + strings.Repeat("€", 10) + "\n" + profile("")))
+	if err == nil {
+		t.Fatal("Parse accepted a string for the nats mapping")
+	}
+	if msg := err.Error(); !strings.Contains(msg, strings.Repeat("a", 39)+"…") || strings.Contains(msg, `\x`) {
+		t.Errorf("the error quotes %q; want the value's whole characters, then …", msg)
+	}
+}

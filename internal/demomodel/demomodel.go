@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 // maxBody bounds a request body.
@@ -303,5 +305,5 @@ func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return textcut.Head(s, n) + "…"
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 // The approvals transport carries the shell tool's "ask" policy. A worker that meets a command
@@ -119,7 +120,7 @@ func (a Approval) checkKey(key string) error {
 func shortQuote(s string) string {
 	const most = 80
 	if len(s) > most {
-		s = s[:most] + "…"
+		s = textcut.Head(s, most) + "…"
 	}
 	return strconv.Quote(s)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -233,5 +234,16 @@ func TestDecideApprovalBoundToRevision(t *testing.T) {
 	got, err := b.c.DecideApproval(ctx, id, "call_1", now.Revision, job.DecisionDenied, "alice", "", nil)
 	if err != nil || got.Decision != job.DecisionDenied || !slices.Equal(got.Argv, now.Argv) {
 		t.Errorf("answer to the current revision = %+v, %v", got, err)
+	}
+}
+
+// TestShortQuoteKeepsWholeCharacters: what a misfiled approval claims is quoted in the error
+// cut to whole characters; it was cut at its 80th byte, inside a character, which the quote
+// then showed as \x escapes.
+func TestShortQuoteKeepsWholeCharacters(t *testing.T) {
+	t.Parallel()
+	got := queue.ShortQuote(strings.Repeat("t", 79) + strings.Repeat("€", 5))
+	if want := strconv.Quote(strings.Repeat("t", 79) + "…"); got != want {
+		t.Errorf("ShortQuote = %s, want %s", got, want)
 	}
 }

@@ -49,3 +49,6 @@ func (c *Consumer) SweepNow() {
 	defer c.mu.Unlock()
 	c.swept = time.Time{}
 }
+
+// ShortQuote is shortQuote, for the test of how a misfiled approval's claims are quoted.
+var ShortQuote = shortQuote

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/approvalsig"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 // Approvals is the transport of the shell tool's "ask" approvals.
@@ -152,7 +152,7 @@ func waitingMessage(req agent.ApprovalRequest, tenant string, rev uint64, expire
 	argv, _ := json.Marshal(req.Argv)
 	cmd := string(argv)
 	if len(cmd) > 200 {
-		cmd = strings.ToValidUTF8(cmd[:200], "") + "…"
+		cmd = textcut.Head(cmd, 200) + "…" // json.Marshal's text is valid UTF-8
 	}
 	args := fmt.Sprintf("%s %s --revision %d", req.JobID, req.CallID, rev)
 	if tenant != "" && tenant != job.DefaultTenant {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 // What report.md holds when it is not the job's report file (provenance.Collected.Report).
@@ -104,11 +104,7 @@ func finalAsReport(final string) []byte {
 		return []byte(final)
 	}
 	marker := fmt.Sprintf("\n\n[the model's final message is %d bytes; cut here at the report's bound of %d]\n", len(final), maxReportBytes)
-	cut := maxReportBytes - len(marker)
-	for cut > 0 && !utf8.RuneStart(final[cut]) {
-		cut-- // not inside a character
-	}
-	return append([]byte(final[:cut]), marker...)
+	return append([]byte(textcut.Head(final, maxReportBytes-len(marker))), marker...)
 }
 
 // maxSkippedNamed bounds how many left-out files and folders the manifest names: a job can

@@ -3,10 +3,10 @@ package runner
 import (
 	"errors"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 // ending is how one attempt of a job ended, as far as the queue and the status care.
@@ -207,11 +207,8 @@ func errorText(err error) string {
 	if len(s) <= maxErrorText {
 		return s
 	}
-	keep := maxErrorText - 32 // the marker's room
-	for keep > 0 && !utf8.RuneStart(s[keep]) {
-		keep--
-	}
-	return fmt.Sprintf("%s…[%d bytes cut]", s[:keep], len(s)-keep)
+	keep := textcut.Head(s, maxErrorText-32) // the marker's room
+	return fmt.Sprintf("%s…[%d bytes cut]", keep, len(s)-len(keep))
 }
 
 // boundedError is err with its text cut as errorText cuts it, for a sink that takes an error

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,6 +117,35 @@ func TestWithDroppedReport(t *testing.T) {
 			}
 			if same := tt.o.withDroppedReport(nil); fmt.Sprint(same) != fmt.Sprint(tt.o) {
 				t.Errorf("without a dropped report the outcome changed: %+v", same)
+			}
+		})
+	}
+}
+
+// TestErrorText: an error's text is kept whole up to maxErrorText, and past it cut to a head of
+// whole characters with what was cut counted. In invalid UTF-8 the cut stays at the bound: it
+// walked back to the last byte that starts a character, which in a run of stray bytes was the
+// text's first, and kept nothing.
+func TestErrorText(t *testing.T) {
+	t.Parallel()
+	keep := maxErrorText - 32
+	tests := []struct {
+		name, in, wantHead string
+	}{
+		{name: "fits", in: "store: connection refused", wantHead: "store: connection refused"},
+		{name: "exactly the bound", in: strings.Repeat("a", maxErrorText), wantHead: strings.Repeat("a", maxErrorText)},
+		{name: "a character across the cut", in: strings.Repeat("a", keep-1) + "€" + strings.Repeat("b", 100), wantHead: strings.Repeat("a", keep-1) + "…["},
+		{name: "stray bytes", in: "a" + strings.Repeat("\x80", maxErrorText), wantHead: "a" + strings.Repeat("\x80", keep-1) + "…["},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := errorText(errors.New(tt.in))
+			if !strings.HasPrefix(got, tt.wantHead) || len(got) > maxErrorText {
+				t.Errorf("errorText = %.60q… (%d bytes); want it to begin %.60q…, at most %d bytes", got, len(got), tt.wantHead, maxErrorText)
+			}
+			if cut := len(tt.in) - strings.Index(got, "…["); len(got) > len(tt.in) || (got != tt.in && !strings.HasSuffix(got, fmt.Sprintf("…[%d bytes cut]", cut))) {
+				t.Errorf("errorText = %.60q…%q; want the bytes cut counted", got, got[max(len(got)-24, 0):])
 			}
 		})
 	}

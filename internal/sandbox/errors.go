@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 var (
@@ -91,9 +92,5 @@ func ShortPath(p string, max int) string {
 	if len(p) <= max {
 		return p
 	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(p[cut]) {
-		cut--
-	}
-	return p[:cut] + "…"
+	return textcut.Head(p, max) + "…"
 }
