@@ -13,14 +13,33 @@ const (
 	smile = "😀"
 )
 
+// cut is a row of TestHead's and TestTail's tables: in cut to n bytes is want.
+type cut struct {
+	name string
+	in   string
+	n    int
+	want string
+}
+
+// checkCuts checks each row with the string and the []byte form of one cut.
+func checkCuts(t *testing.T, name string, ofString func(string, int) string, ofBytes func([]byte, int) []byte, tests []cut) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := ofString(tt.in, tt.n); got != tt.want {
+				t.Errorf("%s(%q, %d) = %q, want %q", name, tt.in, tt.n, got, tt.want)
+			}
+			if got := ofBytes([]byte(tt.in), tt.n); string(got) != tt.want {
+				t.Errorf("%s([]byte(%q), %d) = %q, want %q", name, tt.in, tt.n, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestHead(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		in   string
-		n    int
-		want string
-	}{
+	checkCuts(t, "Head", textcut.Head[string], textcut.Head[[]byte], []cut{
 		{name: "shorter than the bound", in: "abc", n: 10, want: "abc"},
 		{name: "exactly the bound", in: "abc", n: 3, want: "abc"},
 		{name: "ascii cut", in: "abcdef", n: 4, want: "abcd"},
@@ -40,28 +59,12 @@ func TestHead(t *testing.T) {
 		{name: "invalid UTF-8: continuation bytes only", in: "a" + strings.Repeat("\x80", 10), n: 8, want: "a" + strings.Repeat("\x80", 7)},
 		{name: "invalid UTF-8: a stray byte before the bound", in: "ab\xffcd", n: 3, want: "ab\xff"},
 		{name: "invalid UTF-8: a lead byte with nothing after", in: "ab\xe2cd", n: 3, want: "ab\xe2"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := textcut.Head(tt.in, tt.n); got != tt.want {
-				t.Errorf("Head(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
-			}
-			if got := textcut.Head([]byte(tt.in), tt.n); string(got) != tt.want {
-				t.Errorf("Head([]byte(%q), %d) = %q, want %q", tt.in, tt.n, got, tt.want)
-			}
-		})
-	}
+	})
 }
 
 func TestTail(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		in   string
-		n    int
-		want string
-	}{
+	checkCuts(t, "Tail", textcut.Tail[string], textcut.Tail[[]byte], []cut{
 		{name: "shorter than the bound", in: "abc", n: 10, want: "abc"},
 		{name: "exactly the bound", in: "abc", n: 3, want: "abc"},
 		{name: "ascii cut", in: "abcdef", n: 4, want: "cdef"},
@@ -71,18 +74,7 @@ func TestTail(t *testing.T) {
 		{name: "bound into a 4-byte character", in: smile + "a", n: 2, want: "a"},
 		{name: "the last character longer than the bound", in: "a" + smile, n: 3, want: ""},
 		{name: "invalid UTF-8: continuation bytes only", in: strings.Repeat("\x80", 10) + "a", n: 8, want: strings.Repeat("\x80", 7) + "a"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := textcut.Tail(tt.in, tt.n); got != tt.want {
-				t.Errorf("Tail(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
-			}
-			if got := textcut.Tail([]byte(tt.in), tt.n); string(got) != tt.want {
-				t.Errorf("Tail([]byte(%q), %d) = %q, want %q", tt.in, tt.n, got, tt.want)
-			}
-		})
-	}
+	})
 }
 
 // TestHeadAndTail: a text cut in the middle keeps a head and a tail, each whole characters,
