@@ -302,6 +302,24 @@ func TestCaps(t *testing.T) {
 				"length", 100)},
 			wantCap: agent.CapAnswerLength, wantTurns: 2, wantCalls: 1, wantReqs: 2, wantFinal: "The sales rose in",
 		},
+		{
+			// The answer is not sent back, nor are its calls run.
+			name:   "max_conversation_bytes passed by an answer",
+			limits: func(l *config.Limits) { l.MaxConversationBytes = 64 << 10 },
+			replies: []reply{list("c1", 100), completion(map[string]any{"role": "assistant", "content": strings.Repeat("x", 64<<10),
+				"tool_calls": []map[string]any{{"id": "c2", "type": "function", "function": map[string]any{"name": "list_files", "arguments": `{}`}}}},
+				"tool_calls", 100)},
+			wantCap: agent.CapMaxConversationBytes, wantTurns: 2, wantCalls: 1, wantReqs: 2,
+		},
+		{
+			// Each result is max_output_bytes (16 KiB) and a little: the fourth passes 64 KiB.
+			name:   "max_conversation_bytes passed by a tool result",
+			limits: func(l *config.Limits) { l.MaxConversationBytes, l.MaxOutputBytes = 64<<10, 16<<10 },
+			tools:  []config.Tool{printTool},
+			replies: []reply{toolCalls(100, call{"c1", "print", `{"n":20000}`}, call{"c2", "print", `{"n":20000}`},
+				call{"c3", "print", `{"n":20000}`}, call{"c4", "print", `{"n":20000}`}, call{"c5", "print", `{"n":20000}`})},
+			wantCap: agent.CapMaxConversationBytes, wantTurns: 1, wantCalls: 4, wantReqs: 1,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -353,5 +371,41 @@ func TestCapMaxToolCallsAnswersEveryCall(t *testing.T) {
 		if msg, _ := c["error"].(string); !strings.HasPrefix(msg, "not run") {
 			t.Errorf("call %v: error = %q, want not run", c["id"], msg)
 		}
+	}
+}
+
+// TestConversationHeldIsBounded: each answer may be up to Config.MaxResponseBytes, and the
+// conversation keeps every answer that calls a tool and every tool result, sending all of it
+// back at each turn: an endpoint (hostile, broken, or a proxy in front of it) that answers
+// megabytes with a tool call every turn made the worker hold max_turns times that per job, and
+// send it back growing. The profile's max_conversation_bytes (default 8 MiB) bounds it: the
+// answer that would pass it ends the run capped, its calls not run and nothing more sent.
+func TestConversationHeldIsBounded(t *testing.T) {
+	const answer = 3 << 20 // three of them pass the default's 8 MiB
+	var replies []reply
+	for i := range 6 {
+		replies = append(replies, completion(map[string]any{"role": "assistant", "content": strings.Repeat("x", answer),
+			"tool_calls": []map[string]any{{"id": fmt.Sprintf("c%d", i), "type": "function",
+				"function": map[string]any{"name": "list_files", "arguments": `{}`}}}}, "tool_calls", 100))
+	}
+	s := newScript(t, replies...)
+	p := csvProfile(t)
+	p.Limits.MaxTurns = len(replies)
+	res, err := newAgent(t, s).Run(context.Background(), request(p, newFakeSandbox(map[string]string{"sales.csv": salesCSV})))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	largest := 0
+	for _, r := range s.requests() {
+		largest = max(largest, len(r.raw))
+	}
+	// The system prompt, the task and the tools' definitions come on top of the conversation.
+	const bound = 8<<20 + 64<<10
+	if res.Cap != "max_conversation_bytes" || largest > bound {
+		t.Errorf("capped %q after %d requests, the largest %d bytes; want capped max_conversation_bytes with no request over %d bytes",
+			res.Cap, len(s.requests()), largest, bound)
+	}
+	if n := len(res.ToolCalls); n != 2 {
+		t.Errorf("%d tool calls ran, want 2: those of the two answers within the cap", n)
 	}
 }

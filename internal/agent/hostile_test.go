@@ -38,8 +38,14 @@ var (
 
 // hostileProfile offers every kind of tool: the file tools and csv_stats of the example, the
 // echoing emit tool, cat_file, and two shells.
+//
+// Its conversation may hold 32 MiB: a call of 10 MB arguments is refused and the run goes on,
+// where the default max_conversation_bytes (8 MiB) would end it capped before the call (an
+// answer of 10 MB goes back at every turn; TestCaps has that cap).
 func hostileProfile(t *testing.T) config.Profile {
-	return csvProfile(t, emitTool, catTool, allowShell, lockedShell)
+	p := csvProfile(t, emitTool, catTool, allowShell, lockedShell)
+	p.Limits.MaxConversationBytes = 32 << 20
+	return p
 }
 
 // tenMB is a 10 MB run of safe characters, for oversized arguments.

@@ -132,13 +132,17 @@ const (
 	// "length": the profile's max_completion_tokens, or the model's own): a cut answer is not
 	// a finished job, though what it wrote is kept.
 	CapAnswerLength = "answer_length"
+	// CapMaxConversationBytes: what the model's answers and the tool results added to the
+	// conversation, which the worker holds and sends back at every turn, passed the profile's
+	// max_conversation_bytes (an endpoint answering megabytes each turn, say).
+	CapMaxConversationBytes = "max_conversation_bytes"
 )
 
 // Result is what a run produced. Run returns it also with an error, holding what was done
 // until then; Outcome is only set when the error is nil.
 type Result struct {
 	Outcome      Outcome
-	Cap          string // when capped: CapMaxTurns, CapMaxToolCalls, CapMaxTokens, CapJobTimeout or CapAnswerLength
+	Cap          string // when capped: CapMaxTurns, CapMaxToolCalls, CapMaxTokens, CapJobTimeout, CapAnswerLength or CapMaxConversationBytes
 	FinalMessage string // the model's last answer (its refusal when it only refused)
 	Turns        int    // model round trips of this run that got an answer
 	ToolCalls    []ToolCall

@@ -30,7 +30,9 @@ var errJobTimeout = errors.New("job timeout")
 // ends); Limits.MaxTokens total tokens, checked before each request; Limits.JobTimeout over
 // the whole run, after which Run returns OutcomeCapped with CapJobTimeout and a nil error.
 // The first three count Request.Spent too. The tool calls of the last permitted response
-// still run, up to the tool call cap: never one call more.
+// still run, up to the tool call cap: never one call more. Limits.MaxConversationBytes bounds
+// this run's conversation: the answer that calls tools or the tool result that passes it ends
+// the run with CapMaxConversationBytes, the calls not run answered "not run".
 //
 // Errors: ErrInvalidRequest before anything ran; ErrModelUnavailable, ErrModelAuth,
 // ErrModelRequest or ErrModelResponse from the endpoint; sandbox.ErrSandboxLost when a tool
@@ -115,6 +117,7 @@ type run struct {
 	res      Result
 	messages []openai.ChatCompletionMessageParamUnion
 	logged   int             // messages already in the transcript
+	held     int64           // what the model's answers and the tool results added to messages, in bytes
 	ids      map[string]bool // tool call ids seen, to keep them unique
 	used     Budget          // what this run has used (see Budget)
 }
@@ -134,17 +137,12 @@ func (r *run) loop(ctx context.Context) error {
 	}
 	r.messages = append(r.messages, openai.UserMessage(taskMessage(r.req.Task, r.req.Inputs)))
 	defs := r.tools.definitions()
-	lim := r.p.Limits
 	for {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		switch spent := r.spent(); {
-		case spent.Turns >= lim.MaxTurns:
-			r.capped(CapMaxTurns)
-			return nil
-		case spent.Tokens >= lim.MaxTokens:
-			r.capped(CapMaxTokens)
+		if c := r.capBeforeRequest(); c != "" {
+			r.capped(c)
 			return nil
 		}
 		turn := r.res.Turns + 1
@@ -167,26 +165,82 @@ func (r *run) loop(ctx context.Context) error {
 			r.res.Outcome = OutcomeCompleted
 			return nil
 		}
-		for i, c := range calls {
-			if r.spent().ToolCalls >= lim.MaxToolCalls {
-				reason := fmt.Sprintf("not run: the job reached its cap of %d tool calls", lim.MaxToolCalls)
-				if n := r.req.Spent.ToolCalls; n > 0 {
-					reason += fmt.Sprintf(" (%d of them in earlier attempts)", n)
-				}
-				r.skip(turn, calls[i:], reason)
-				r.capped(CapMaxToolCalls)
-				return nil
-			}
-			if err := r.callTool(ctx, turn, c); err != nil {
-				r.skip(turn, calls[i+1:], "not run: the sandbox was lost")
-				return err
-			}
-			if ctx.Err() != nil {
-				r.skip(turn, calls[i+1:], "not run: the job ended")
-				return context.Cause(ctx)
-			}
+		// An answer without tool calls ends the run and is never sent back; one with them
+		// is, at every turn from now on.
+		r.held += answerBytes(msg.Content, calls)
+		if r.conversationFull(turn, calls) {
+			return nil
+		}
+		if ended, err := r.runCalls(ctx, turn, calls); ended {
+			return err
 		}
 	}
+}
+
+// capBeforeRequest names the cap that forbids the next request, or "" when none does.
+func (r *run) capBeforeRequest() string {
+	lim := r.p.Limits
+	switch spent := r.spent(); {
+	case spent.Turns >= lim.MaxTurns:
+		return CapMaxTurns
+	case spent.Tokens >= lim.MaxTokens:
+		return CapMaxTokens
+	}
+	return ""
+}
+
+// runCalls runs the tool calls of one answer in order and reports whether the run ended: a
+// cap, the sandbox lost (its error) or the job's context (its cause).
+func (r *run) runCalls(ctx context.Context, turn int, calls []call) (bool, error) {
+	lim := r.p.Limits
+	for i, c := range calls {
+		if r.spent().ToolCalls >= lim.MaxToolCalls {
+			reason := fmt.Sprintf("not run: the job reached its cap of %d tool calls", lim.MaxToolCalls)
+			if n := r.req.Spent.ToolCalls; n > 0 {
+				reason += fmt.Sprintf(" (%d of them in earlier attempts)", n)
+			}
+			r.skip(turn, calls[i:], reason)
+			r.capped(CapMaxToolCalls)
+			return true, nil
+		}
+		if err := r.callTool(ctx, turn, c); err != nil {
+			r.skip(turn, calls[i+1:], "not run: the sandbox was lost")
+			return true, err
+		}
+		if ctx.Err() != nil {
+			r.skip(turn, calls[i+1:], "not run: the job ended")
+			return true, context.Cause(ctx)
+		}
+		if r.conversationFull(turn, calls[i+1:]) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// conversationFull reports whether the conversation holds more than max_conversation_bytes,
+// and then ends the run capped, answering the calls not run. The answer or tool result that
+// passed it is never sent: the endpoint gets at most the cap back, and the worker holds no
+// more than the cap and that one addition.
+func (r *run) conversationFull(turn int, notRun []call) bool {
+	limit := r.p.Limits.MaxConversationBytes
+	if r.held <= limit {
+		return false
+	}
+	r.skip(turn, notRun, fmt.Sprintf("not run: the conversation reached its cap of %d bytes (max_conversation_bytes)", limit))
+	r.capped(CapMaxConversationBytes)
+	r.log.Warn("conversation past its cap; ending the run", "turn", turn, "held_bytes", r.held, "max_conversation_bytes", limit)
+	return true
+}
+
+// answerBytes is what an answer that calls tools adds to the conversation: its text and its
+// calls' ids, names and arguments.
+func answerBytes(content string, calls []call) int64 {
+	n := len(content)
+	for _, c := range calls {
+		n += len(c.id) + len(c.name) + len(c.args)
+	}
+	return int64(n)
 }
 
 // complete sends the conversation and returns the model's answer: its message and why it ended.
@@ -367,6 +421,7 @@ func (r *run) answer(turn int, c call, res result, d time.Duration) {
 		content, _ = json.Marshal(errorResult{Error: "failed: result not encodable: " + err.Error()})
 	}
 	r.messages = append(r.messages, openai.ToolMessage(string(content), c.id))
+	r.held += int64(len(content) + len(c.id))
 	full := res.full
 	if full == nil {
 		full = res.model

@@ -27,6 +27,7 @@ func (p Profile) Complete() error {
 		{"limits.job_timeout", l.JobTimeout == 0},
 		{"limits.approval_timeout", l.ApprovalTimeout == 0},
 		{"limits.max_transcript_bytes", l.MaxTranscriptBytes == 0},
+		{"limits.max_conversation_bytes", l.MaxConversationBytes == 0},
 		{"report", p.Report == ""},
 		{"artifacts", p.Artifacts == ""},
 	} {

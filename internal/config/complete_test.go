@@ -33,6 +33,7 @@ func TestComplete(t *testing.T) {
 		{name: "job timeout", edit: func(p *config.Profile) { p.Limits.JobTimeout = 0 }, want: "limits.job_timeout"},
 		{name: "approval timeout", edit: func(p *config.Profile) { p.Limits.ApprovalTimeout = 0 }, want: "limits.approval_timeout"},
 		{name: "max transcript bytes", edit: func(p *config.Profile) { p.Limits.MaxTranscriptBytes = 0 }, want: "limits.max_transcript_bytes"},
+		{name: "max conversation bytes", edit: func(p *config.Profile) { p.Limits.MaxConversationBytes = 0 }, want: "limits.max_conversation_bytes"},
 		{name: "report", edit: func(p *config.Profile) { p.Report = "" }, want: "report"},
 		{name: "artifacts", edit: func(p *config.Profile) { p.Artifacts = "" }, want: "artifacts"},
 		{name: "tool kind", edit: func(p *config.Profile) { p.Tools[1].Kind = "" }, want: "tools[1].kind"},

@@ -290,6 +290,11 @@ type Limits struct {
 	ApprovalTimeout Duration `json:"approval_timeout,omitempty"`
 	// MaxTranscriptBytes bounds the transcript. Default: 8MiB.
 	MaxTranscriptBytes int64 `json:"max_transcript_bytes,omitempty"`
+	// MaxConversationBytes bounds, per attempt, what the conversation the worker holds and
+	// sends back to the model at each turn adds up to: the text of the model's answers that
+	// call tools and of the tool results. The answer or result that would pass it ends the job
+	// capped (max_conversation_bytes). Default: 8MiB; at least 64KiB.
+	MaxConversationBytes int64 `json:"max_conversation_bytes,omitempty"`
 	// MaxInputBytes bounds a job's inputs together, in bytes: a job that declares more fails
 	// at its first attempt as input_too_large, before its sandbox starts. Default: the
 	// workdir's size (sandbox.disk).
@@ -425,6 +430,7 @@ func (p Profile) WithDefaults() Profile {
 	def(&l.JobTimeout, Duration(15*time.Minute))
 	def(&l.ApprovalTimeout, Duration(5*time.Minute))
 	def(&l.MaxTranscriptBytes, 8<<20)
+	def(&l.MaxConversationBytes, DefaultMaxConversationBytes)
 	if q, err := resource.ParseQuantity(s.Disk); err == nil {
 		def(&l.MaxInputBytes, q.Value())
 	}
@@ -587,14 +593,22 @@ func (p Profile) validate(prefix string) []error {
 	if p.Warm != nil {
 		errs = append(errs, p.Warm.validate(field)...)
 	}
-	l := p.Limits
+	p.Limits.validate(bad)
+	return errs
+}
+
+// validate reports each limit out of its range through bad.
+func (l Limits) validate(bad func(field, format string, args ...any)) {
 	if l.MaxTurns < 1 || l.MaxToolCalls < 1 || l.MaxTokens < 1 || l.MaxOutputBytes < 256 || l.CommandTimeout <= 0 || l.JobTimeout <= 0 {
 		bad("limits", "max_turns, max_tool_calls, max_tokens, command_timeout and job_timeout must be positive, max_output_bytes at least 256")
+	}
+	if l.MaxConversationBytes < MinConversationBytes {
+		bad("limits.max_conversation_bytes", "%d is below %d (64KiB); leave it unset for the default (%d)",
+			l.MaxConversationBytes, MinConversationBytes, DefaultMaxConversationBytes)
 	}
 	if l.MaxInputBytes < 0 {
 		bad("limits.max_input_bytes", "must not be negative; leave it unset for the workdir's size (sandbox.disk)")
 	}
-	return errs
 }
 
 // Tighten returns the profile's limits narrowed by a job's requested limits; a job can never
@@ -624,6 +638,16 @@ func (l Limits) Tighten(j *job.Limits) Limits {
 	}
 	return l
 }
+
+// DefaultMaxConversationBytes is limits.max_conversation_bytes when a profile sets none: twice
+// what a million-token context window holds as text, so no conversation a model can read is
+// cut, and a small share of a worker's memory per job however large the endpoint's answers
+// (each may be agent.DefaultMaxResponseBytes).
+const DefaultMaxConversationBytes = 8 << 20
+
+// MinConversationBytes is the smallest limits.max_conversation_bytes: a few tool results of
+// max_output_bytes' default.
+const MinConversationBytes = 64 << 10
 
 // MinAckWait is the shortest nats.ack_wait a config may set. A running job's heartbeats go at
 // most a third of it apart whatever its consumer's ack wait (queue.Delivery.KeepAlive), so that

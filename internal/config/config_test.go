@@ -53,6 +53,7 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"relative workdir", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}]\n    sandbox: {workdir: work}\n", "profiles.p.sandbox.workdir"},
 		{"bad tool name", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: 'rm -rf'}]\n", "profiles.p.tools[0].name"},
 		{"tool twice", "profiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}, {name: read_file}]\n", "profiles.p.tools[1].name"},
+		{"conversation cap too small", profile + "    limits: {max_conversation_bytes: 4096}\n", "profiles.p.limits.max_conversation_bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

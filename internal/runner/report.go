@@ -87,6 +87,8 @@ func capSentence(a *attempt, c string) string {
 			limit = fmt.Sprintf("max_completion_tokens, %d", n)
 		}
 		return fmt.Sprintf("answer_length: the model's last answer was cut at its length limit (%s)", limit)
+	case agent.CapMaxConversationBytes:
+		return fmt.Sprintf("max_conversation_bytes, %d bytes of the model's answers and tool results in the attempt's conversation", l.MaxConversationBytes)
 	case capDisk:
 		return fmt.Sprintf("disk: the workdir passed its bound (sandbox.disk, %s) and the sandbox was evicted", a.profile.Sandbox.Disk)
 	}

@@ -64,6 +64,17 @@ func TestUnfinishedRunsHaveAReportThatSaysSo(t *testing.T) {
 				"transcript.jsonl", "the model's final message", "The sales rose in"},
 		},
 		{
+			name: "capped by the conversation's bytes",
+			agent: func(chan<- struct{}) agentFunc {
+				return func(ctx context.Context, req agent.Request) (agent.Result, error) {
+					return agent.Result{Outcome: agent.OutcomeCapped, Cap: agent.CapMaxConversationBytes, Spent: agent.Budget{Turns: 3}}, nil
+				}
+			},
+			state: job.StateCapped,
+			want: []string{"capped", "max_conversation_bytes, 8388608 bytes of the model's answers and tool results in the attempt's conversation",
+				"transcript.jsonl"},
+		},
+		{
 			name: "failed",
 			agent: func(chan<- struct{}) agentFunc {
 				return func(ctx context.Context, req agent.Request) (agent.Result, error) {
