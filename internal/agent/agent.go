@@ -42,6 +42,9 @@ type Gate interface {
 	// Wait returns at once while the endpoint is up, else when it is up again or ctx ends
 	// (then with context.Cause(ctx)).
 	Wait(ctx context.Context) error
+	// RetryAfter is how much longer the endpoint asked to be left alone (its latest
+	// Retry-After, bounded), zero when it asked for nothing or answered since.
+	RetryAfter() time.Duration
 }
 
 // DefaultBaseURL is the endpoint used when Config.BaseURL is empty.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -37,6 +38,33 @@ var (
 	// included.
 	ErrInvalidConfig = errors.New("invalid agent config")
 )
+
+// RetryAfterError is an ErrModelUnavailable whose endpoint said when to try it again: the run
+// ended (the job's timeout passed while it waited, say) before then. Only a run with a Gate
+// knows it; the caller should not send the job to the endpoint before Delay has passed.
+type RetryAfterError struct {
+	// Delay is how much longer, from the run's end, the endpoint asked to be left alone: its
+	// Retry-After as the Gate bounds it (modelgate's MaxRetryAfter).
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("%v; the endpoint asked to be tried again in %s", e.Err, e.Delay.Round(time.Second))
+}
+
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// unavailable is err, an ErrModelUnavailable, with the endpoint's Retry-After as gate knows it.
+func unavailable(gate Gate, err error) error {
+	if gate == nil {
+		return err
+	}
+	if d := gate.RetryAfter(); d > 0 {
+		return &RetryAfterError{Delay: d, Err: err}
+	}
+	return err
+}
 
 // Bounds on what of the endpoint's words a run keeps: they go into the run's error, and from
 // there into the job's status, its dead letter, its manifest and logs.

@@ -15,7 +15,8 @@ import (
 // a turn: the endpoint did no work for it. When the Gate has opened (the failures persist) the
 // turn then waits until the endpoint is up again and is sent anew, so an outage spends nothing
 // of the job's budget; the wait ends with the job's timeout (ErrModelUnavailable: the job was
-// not at fault, its caller may try it again) or with ctx. A failure the gate let pass, one
+// not at fault, its caller may try it again, after the endpoint's Retry-After when the gate
+// knows one: RetryAfterError) or with ctx. A failure the gate let pass, one
 // that does not persist or one no attempt reached the gate with, ends the run as without a
 // gate. start is when the answered request was sent.
 func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNewParams) (resp *openai.ChatCompletion, start time.Time, err error) {
@@ -53,7 +54,7 @@ func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNe
 		r.used.Turns = turn - 1
 		r.progress(Event{Kind: EventModelUnavailable, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls, Spent: r.spent()})
 		if gate == nil || gate.Up() {
-			return nil, start, err
+			return nil, start, unavailable(gate, err)
 		}
 		r.log.Warn("model endpoint unavailable; the turn waits for it and is not counted", "turn", turn, "error", err)
 	}
@@ -71,8 +72,8 @@ func (r *run) awaitModel(ctx context.Context, gate Gate, turn int, held bool) er
 		return nil
 	case errors.Is(context.Cause(ctx), errJobTimeout):
 		// The job's timeout passed while the endpoint was down: that is no cap the job hit.
-		return fmt.Errorf("agent: job %s turn %d: %w: still down at the job timeout (waited %s)",
-			r.req.JobID, turn, ErrModelUnavailable, time.Since(start).Round(time.Second))
+		return unavailable(gate, fmt.Errorf("agent: job %s turn %d: %w: still down at the job timeout (waited %s)",
+			r.req.JobID, turn, ErrModelUnavailable, time.Since(start).Round(time.Second)))
 	}
 	return err
 }

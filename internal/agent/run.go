@@ -35,7 +35,8 @@ var errJobTimeout = errors.New("job timeout")
 // the run with CapMaxConversationBytes, the calls not run answered "not run".
 //
 // Errors: ErrInvalidRequest before anything ran; ErrModelUnavailable, ErrModelAuth,
-// ErrModelRequest or ErrModelResponse from the endpoint; sandbox.ErrSandboxLost when a tool
+// ErrModelRequest or ErrModelResponse from the endpoint (an ErrModelUnavailable in a
+// *RetryAfterError when the Gate knows when the endpoint asked to be tried again); sandbox.ErrSandboxLost when a tool
 // call finds the sandbox gone from outside (its pod evicted, its workdir removed): the model
 // is not asked to go on without it; ctx's error when ctx ends. With an error Run still returns
 // the partial Result, transcript included.

@@ -65,6 +65,9 @@ type breaker struct {
 	// downSince is when the breaker opened; why the last failure.
 	downSince time.Time
 	why       string
+	// retryAt is when the latest Retry-After of a failed answer (up to maxWait) runs out;
+	// zero once an answer came since.
+	retryAt time.Time
 }
 
 // record takes the answer of a request that passed the breaker and reports whether the state
@@ -72,10 +75,11 @@ type breaker struct {
 // (the endpoint works), a failure changes nothing.
 func (b *breaker) record(now time.Time, a answer) bool {
 	if !a.failed {
-		b.failures, b.level = 0, 0
+		b.failures, b.level, b.retryAt = 0, 0, time.Time{}
 		return b.close()
 	}
 	b.why = a.why
+	b.noteRetryAfter(now, a.retryAfter)
 	if b.state != Closed {
 		// Only a Retry-After moves the probe: the backoff was set when the breaker opened.
 		if at := now.Add(min(a.retryAfter, b.maxWait)); at.After(b.probeAt) {
@@ -114,10 +118,11 @@ func (b *breaker) probed(now time.Time, a answer, gaveUp bool) bool {
 		b.state = Open
 		return false
 	case !a.failed:
-		b.failures = 0
+		b.failures, b.retryAt = 0, time.Time{}
 		return b.close()
 	}
 	b.state, b.why = Open, a.why
+	b.noteRetryAfter(now, a.retryAfter)
 	b.level++
 	b.probeAt = b.next(now, a.retryAfter)
 	return false
@@ -127,6 +132,17 @@ func (b *breaker) probed(now time.Time, a answer, gaveUp bool) bool {
 // the endpoint's Retry-After (up to maxWait), whichever is later.
 func (b *breaker) next(now time.Time, retryAfter time.Duration) time.Time {
 	return now.Add(max(b.backoff(), min(retryAfter, b.maxWait)))
+}
+
+// noteRetryAfter keeps the latest time a failed answer at now asked to be left alone until
+// (retryAfter, up to maxWait).
+func (b *breaker) noteRetryAfter(now time.Time, retryAfter time.Duration) {
+	if retryAfter <= 0 {
+		return
+	}
+	if at := now.Add(min(retryAfter, b.maxWait)); at.After(b.retryAt) {
+		b.retryAt = at
+	}
 }
 
 func (b *breaker) backoff() time.Duration {

@@ -88,28 +88,7 @@ func TestBreakerTransitions(t *testing.T) {
 			for i, st := range tt.steps {
 				now := start.Add(st.at)
 				last = now
-				fail := answer{failed: true, why: "HTTP 503", retryAfter: st.retryAfter}
-				var changed bool
-				switch st.event {
-				case "ok":
-					changed = b.record(now, answer{})
-				case "fail":
-					changed = b.record(now, fail)
-				case "final":
-					final := fail
-					final.final = true
-					changed = b.record(now, final)
-				case "probe":
-					b.probeDue(now) // half-open is no change callers hear of
-				case "probe ok":
-					changed = b.probed(now, answer{}, false)
-				case "probe fail":
-					changed = b.probed(now, fail, false)
-				case "probe gave up":
-					changed = b.probed(now, answer{}, true)
-				default:
-					t.Fatalf("step %d: unknown event %q", i, st.event)
-				}
+				changed := st.apply(t, b, now)
 				if changed {
 					changes = append(changes, i)
 				}
@@ -124,6 +103,73 @@ func TestBreakerTransitions(t *testing.T) {
 			}
 			if !slices.Equal(changes, tt.changes) {
 				t.Errorf("changes at steps %v, want %v", changes, tt.changes)
+			}
+		})
+	}
+}
+
+// apply gives the breaker the step's event at now and reports whether its state changed.
+func (st step) apply(t *testing.T, b *breaker, now time.Time) bool {
+	t.Helper()
+	fail := answer{failed: true, why: "HTTP 503", retryAfter: st.retryAfter}
+	switch st.event {
+	case "ok":
+		return b.record(now, answer{})
+	case "fail":
+		return b.record(now, fail)
+	case "final":
+		fail.final = true
+		return b.record(now, fail)
+	case "probe":
+		b.probeDue(now) // half-open is no change callers hear of
+		return false
+	case "probe ok":
+		return b.probed(now, answer{}, false)
+	case "probe fail":
+		return b.probed(now, fail, false)
+	case "probe gave up":
+		return b.probed(now, answer{}, true)
+	}
+	t.Fatalf("unknown event %q", st.event)
+	return false
+}
+
+// TestBreakerKeepsTheRetryAfter: what the endpoint last asked for (Retry-After, bounded by
+// maxWait), from its answer, whatever the backoff; gone once it answers. The runner delays a
+// job's next delivery by it (Gate.RetryAfter).
+func TestBreakerKeepsTheRetryAfter(t *testing.T) {
+	t.Parallel()
+	const s = time.Second
+	tests := []struct {
+		name    string
+		steps   []step
+		retryIn time.Duration // from the last step's time
+	}{
+		{name: "none asked for", steps: []step{{0, "fail", 0}, {0, "fail", 0}, {0, "fail", 0}}},
+		{name: "a final failure's, counted from its answer", steps: []step{{0, "final", 50 * s}, {20 * s, "probe", 0}}, retryIn: 30 * s},
+		{name: "bounded by maxWait", steps: []step{{0, "final", time.Hour}}, retryIn: time.Minute},
+		{name: "one below the threshold's too", steps: []step{{0, "fail", 40 * s}}, retryIn: 40 * s},
+		{name: "a shorter one later keeps the longer", steps: []step{{0, "final", 50 * s}, {10 * s, "fail", 5 * s}}, retryIn: 40 * s},
+		{name: "a failed probe's", steps: []step{{0, "final", 0}, {s, "probe", 0}, {s, "probe fail", 30 * s}}, retryIn: 30 * s},
+		{name: "past: none", steps: []step{{0, "final", 10 * s}, {20 * s, "probe", 0}}},
+		{name: "an answered probe forgets it", steps: []step{{0, "final", 50 * s}, {50 * s, "probe", 0}, {50 * s, "probe ok", 0}, {51 * s, "fail", 0}}},
+		{name: "an answered request forgets it", steps: []step{{0, "fail", 50 * s}, {s, "ok", 0}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &breaker{threshold: 3, minBackoff: time.Second, maxBackoff: 10 * time.Second, maxWait: time.Minute}
+			start := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+			var last time.Time
+			for _, st := range tt.steps {
+				last = start.Add(st.at)
+				st.apply(t, b, last)
+			}
+			got := time.Duration(0)
+			if !b.retryAt.IsZero() {
+				got = max(b.retryAt.Sub(last), 0)
+			}
+			if got != tt.retryIn {
+				t.Errorf("retry in %s, want %s", got, tt.retryIn)
 			}
 		})
 	}

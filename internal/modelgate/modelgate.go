@@ -28,7 +28,8 @@ type Config struct {
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 	// MaxRetryAfter bounds the Retry-After (or retry-after-ms) an answer may ask for; the next
-	// probe waits for it when it is longer than the backoff. Default: 5m.
+	// probe waits for it when it is longer than the backoff, and RetryAfter reports it.
+	// Default: 5m.
 	MaxRetryAfter time.Duration
 	// ProbeTimeout bounds one probe. Default: 10s.
 	ProbeTimeout time.Duration
@@ -132,6 +133,19 @@ func (g *Gate) Err() error {
 	}
 	return fmt.Errorf("model endpoint down since %s (%s); next probe in %s", b.downSince.UTC().Format(time.RFC3339),
 		b.why, max(b.probeAt.Sub(g.cfg.now()), 0).Round(time.Second))
+}
+
+// RetryAfter is how much longer the endpoint asked to be left alone: the latest Retry-After
+// (or retry-after-ms) of a failed answer, request or probe, bounded by MaxRetryAfter and
+// counted from that answer. Zero when none named one, once it has passed, and once the
+// endpoint answered since.
+func (g *Gate) RetryAfter() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.b.retryAt.IsZero() {
+		return 0
+	}
+	return max(g.b.retryAt.Sub(g.cfg.now()), 0)
 }
 
 // Wait returns nil at once while the breaker is closed, even when ctx has ended. While it is open, it waits until it

@@ -49,7 +49,7 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 // Permanent marks err as not worth retrying, with a short reason for the dead letter.
 func Permanent(reason string, err error) error { return &PermanentError{Reason: reason, Err: err} }
 
-// RetryAfterError asks for a redelivery after Delay.
+// RetryAfterError asks for a redelivery no sooner than Delay.
 type RetryAfterError struct {
 	Delay time.Duration
 	Err   error
@@ -60,5 +60,6 @@ func (e *RetryAfterError) Error() string {
 }
 func (e *RetryAfterError) Unwrap() error { return e.Err }
 
-// RetryAfter asks for the job to be delivered again after d.
+// RetryAfter asks for the job to be delivered again no sooner than d (the runner waits its
+// backoff when that is longer).
 func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Delay: d, Err: err} }

@@ -94,7 +94,8 @@ type failureMode struct {
 	end  ending
 	// reason, for endFailed and endRejected, is the dead letter's reason (queue.Permanent).
 	reason string
-	// retryAfter, for endTransient, is the delay before the next delivery (queue.RetryAfter).
+	// retryAfter, for endTransient, is the least delay before the next delivery
+	// (queue.RetryAfter): the backoff when that is longer.
 	retryAfter time.Duration
 	// build makes the outcome when the row needs more than end, reason and retryAfter.
 	build func(err, cause error) outcome
@@ -161,6 +162,11 @@ var failureModes = []failureMode{
 
 	// Transient faults: another delivery may succeed.
 	{name: "sandbox backend unavailable", in: []stage{stagePrepare}, when: errIs(sandbox.ErrUnavailable), end: endTransient, retryAfter: time.Minute},
+	// The model endpoint still unavailable when the run ended (its job_timeout passed while it
+	// waited for the endpoint): delivered again no sooner than the endpoint asked, its
+	// Retry-After as the model gate bounds it, nor than the backoff. A peer whose breaker is
+	// closed would otherwise take it at once and wait out another job_timeout.
+	{name: "model endpoint unavailable", in: []stage{stageRun}, when: errIs(agent.ErrModelUnavailable), build: modelUnavailableOutcome},
 	// The sandbox went away under the job (its pod evicted, preempted or deleted; its workdir
 	// removed): the platform's fault, never the job's success. Another delivery starts afresh.
 	{name: "sandbox lost", when: errIs(sandbox.ErrSandboxLost), end: endTransient},
@@ -277,6 +283,16 @@ func committedOutcome(err, _ error) outcome {
 		return outcome{end: endDeadLetter, err: queue.Permanent(c.out.Reason, errors.New(c.out.Error)), state: c.out.State}
 	}
 	return outcome{end: endDone, state: c.out.State}
+}
+
+// modelUnavailableOutcome is a transient end that asks for the endpoint's Retry-After
+// (agent.RetryAfterError) before the next delivery, when it named one.
+func modelUnavailableOutcome(err, _ error) outcome {
+	var ra *agent.RetryAfterError
+	if errors.As(err, &ra) && ra.Delay > 0 {
+		err = queue.RetryAfter(ra.Delay, err)
+	}
+	return outcome{end: endTransient, err: err}
 }
 
 func causeOutcome(end ending) func(err, cause error) outcome {

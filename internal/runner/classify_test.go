@@ -101,6 +101,9 @@ func TestClassify(t *testing.T) {
 			at: map[stage]want{stageRun: {end: endFailed, reason: "model_rejected"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "model unavailable", err: wrap(agent.ErrModelUnavailable),
 			at: map[stage]want{stageEnd: {end: endUndecided}}, other: transient},
+		// Still down at the job's timeout, the endpoint having asked for 4 minutes more.
+		{name: "model unavailable with a Retry-After", err: wrap(&agent.RetryAfterError{Delay: 4 * time.Minute, Err: agent.ErrModelUnavailable}),
+			at: map[stage]want{stageRun: {end: endTransient, delay: 4 * time.Minute}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "agent refuses the profile", err: wrap(agent.ErrInvalidRequest),
 			at: map[stage]want{stageRun: {end: endFailed, reason: "invalid_profile"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "agent panicked", err: wrap(errAgentPanicked),

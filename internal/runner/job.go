@@ -556,6 +556,18 @@ func idMismatch(subjectID, id, want string) error {
 	return fmt.Errorf("%w: its subject names the job %q, its JSON the id %q; the two must be equal, byte for byte (publish it on %s)", job.ErrInvalid, subjectID, id, want)
 }
 
+// nakDelay is how long a job handed back after attempt waits before its next delivery: its
+// backoff (redeliveryDelay), or the delay its fault asks for (queue.RetryAfter: a secret to
+// come back, a model endpoint's Retry-After) when that is longer.
+func nakDelay(base time.Duration, attempt int, err error) time.Duration {
+	delay := redeliveryDelay(base, attempt)
+	var retry *queue.RetryAfterError
+	if errors.As(err, &retry) {
+		delay = max(delay, retry.Delay)
+	}
+	return delay
+}
+
 // redeliveryDelay is how long a failed job waits before its next attempt (nats.retry_backoff is
 // base): base, 2×base, 4×base … capped at 5 minutes. Not backoff.Delay, the wait for a part
 // that is down: this one is per job and configured.

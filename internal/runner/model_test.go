@@ -264,3 +264,57 @@ func TestErrorTextBoundedAtEverySink(t *testing.T) {
 		}
 	}
 }
+
+// TestRedeliveryWaitsForTheEndpointsRetryAfter: a job whose wait for an unavailable model
+// endpoint ends at its job_timeout is delivered again once the endpoint said to come back
+// (its Retry-After, bounded as the breaker bounds it: the gate's MaxRetryAfter, 8s here)
+// when that is later than retry_backoff (200ms here). Once the redelivery came after the
+// backoff alone, and a peer whose breaker was closed took it at once, only to meet the same
+// answer and wait out another job_timeout: the job spent its deliveries against an endpoint
+// that had said when it would answer. The runner here has no ModelGate, so its fetch loop
+// stands for such a peer.
+func TestRedeliveryWaitsForTheEndpointsRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.cfg.Profiles["p"]
+	p.Limits.JobTimeout = config.Duration(2 * time.Second)
+	b.cfg.Profiles["p"] = p
+	var firstChat atomic.Int64 // unix nanoseconds
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/v1/models" {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		firstChat.CompareAndSwap(0, time.Now().UnixNano())
+		w.Header().Set("Retry-After", "600")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"error":{"message":"come back in ten minutes","type":"server_error","code":null}}`)
+	}))
+	t.Cleanup(srv.Close)
+	const bound = 8 * time.Second
+	gate, err := modelgate.New(modelgate.Config{MaxRetryAfter: bound, Probe: func(ctx context.Context) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/models", nil)
+		return srv.Client().Do(req)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := agent.New(agent.Config{BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), MaxRetries: 3, Gate: gate, Profiles: b.cfg.Profiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.worker(ag)
+	j := b.submit("p")
+	var st job.Status
+	waitFor(t, 30*time.Second, "the second delivery", func() bool {
+		st, err = b.q.Status(context.Background(), j.ID)
+		return err == nil && (st.Attempt >= 2 || st.State.Terminal())
+	})
+	after := time.Since(time.Unix(0, firstChat.Load()))
+	if st.Attempt != 2 || after < bound-time.Second {
+		t.Errorf("the job is %s at delivery %d %s after the endpoint answered 503 with Retry-After 600; want delivery 2 no sooner than %s (the Retry-After, bounded): %s",
+			st.State, st.Attempt, after.Round(100*time.Millisecond), bound, st.Error)
+	}
+}

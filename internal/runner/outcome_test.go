@@ -74,6 +74,35 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestNakDelay: a job handed back waits its backoff, doubling with each delivery up to 5
+// minutes, or what its fault asks for (queue.RetryAfter) when that is longer: a model
+// endpoint's Retry-After of 4 minutes is not cut to the 5s of a first retry, and one of 3s
+// does not shorten a backoff grown to 20s.
+func TestNakDelay(t *testing.T) {
+	t.Parallel()
+	const base = 5 * time.Second
+	plain := errors.New("transient")
+	tests := []struct {
+		name    string
+		attempt int
+		err     error
+		want    time.Duration
+	}{
+		{name: "first retry", attempt: 1, err: plain, want: base},
+		{name: "third retry", attempt: 3, err: plain, want: 4 * base},
+		{name: "backoff bounded", attempt: 30, err: plain, want: 5 * time.Minute},
+		{name: "a longer delay asked for", attempt: 1, err: queue.RetryAfter(4*time.Minute, plain), want: 4 * time.Minute},
+		{name: "a shorter delay asked for", attempt: 3, err: queue.RetryAfter(3*time.Second, plain), want: 4 * base},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nakDelay(base, tt.attempt, tt.err); got != tt.want {
+				t.Errorf("nakDelay(%s, %d, %v) = %s, want %s", base, tt.attempt, tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
 // TestDecideCommitsExactlyTheTerminalEndings: a run is committed when decide gives a terminal
 // state, so only the last try of a failing job keeps its transcript, and nothing that will be
 // retried or that ended elsewhere writes a manifest.

@@ -169,11 +169,7 @@ func (r *Runner) settleQueue(w settler, o outcome, dec decision) []any {
 	case nakNow:
 		call = func(ctx context.Context) error { return d.Nak(ctx, 0) }
 	case nakLater:
-		delay := redeliveryDelay(time.Duration(r.cfg.Worker.NATS.RetryBackoff), d.Attempt)
-		var retry *queue.RetryAfterError
-		if errors.As(o.err, &retry) {
-			delay = retry.Delay
-		}
+		delay := nakDelay(time.Duration(r.cfg.Worker.NATS.RetryBackoff), d.Attempt, o.err)
 		attrs = append(attrs, "retry_in", delay.String())
 		call = func(ctx context.Context) error { return d.Nak(ctx, delay) }
 	case termJob:
