@@ -1,0 +1,84 @@
+//go:build integration
+
+package submitcmd
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/internal/store/s3test"
+)
+
+// TestAuditGrowthGCLeavesACrashedMultipartUpload: a worker killed in the middle of a multipart
+// upload (an artifact or transcript past one 5 MiB part) leaves the upload open on S3, its
+// parts stored and billed, invisible to ListObjects. docs/lifecycle.md says `submit gc`
+// reclaims what an attempt that died mid-upload leaves, and docs/operations.md asks for no
+// AbortIncompleteMultipartUpload lifecycle rule; gc --delete removes the attempt folder's
+// objects and leaves the upload (and its parts) for ever.
+func TestAuditGrowthGCLeavesACrashedMultipartUpload(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Env(t)
+	bucket := srv.CreateBucket(t)
+	te := newTestEnv(t)
+	st, err := store.Open(t.Context(), "s3://"+bucket, store.Options{Endpoint: srv.Endpoint, PathStyle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	te.st = store.ForTenant(st, job.DefaultTenant)
+	raw := s3.New(s3.Options{Region: s3test.Region, BaseEndpoint: aws.String(srv.Endpoint), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, "")})
+	ctx := t.Context()
+
+	committed := te.commitRun(t, true)
+	crashed := store.AttemptPrefix(committed, "2-deadbeef")
+	if err := te.st.PutIfAbsent(ctx, crashed+"report.md", strings.NewReader("# r\n"), 4); err != nil {
+		t.Fatal(err)
+	}
+	full := store.TenantPrefix(job.DefaultTenant) + crashed
+	uploads := func() []string {
+		out, err := raw.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &bucket, Prefix: aws.String(full)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, u := range out.Uploads {
+			parts, err := raw.ListParts(ctx, &s3.ListPartsInput{Bucket: &bucket, Key: u.Key, UploadId: u.UploadId})
+			if err == nil && len(parts.Parts) > 0 {
+				keys = append(keys, aws.ToString(u.Key))
+			}
+		}
+		return keys
+	}
+	crashMidPut(t, auditPutArgs{URL: "s3://" + bucket, Endpoint: srv.Endpoint, Key: crashed + "artifacts/big.bin", Size: 16 << 20},
+		func() bool { return len(uploads()) > 0 })
+
+	// Two days later, everything of the run is old (the posix backend lists file times).
+	old := time.Now().Add(-48 * time.Hour)
+	_ = filepath.WalkDir(srv.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil {
+			_ = os.Chtimes(p, old, old)
+		}
+		return nil
+	})
+	stdout, stderr, err := te.submit(t, "gc", "--delete", "--store", "s3://"+bucket, "--s3-endpoint", srv.Endpoint)
+	if err != nil {
+		t.Fatalf("gc --delete: %v\n%s%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "deleted       "+crashed) {
+		t.Fatalf("gc --delete did not delete the crashed attempt's folder:\n%s", stdout)
+	}
+	if left := uploads(); len(left) > 0 {
+		t.Errorf("after gc --delete removed the crashed attempt's folder, the bucket still holds the killed worker's multipart upload of %v with its parts: never aborted, never reclaimed\n%s", left, stdout)
+	}
+}

@@ -1,0 +1,152 @@
+package submitcmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// auditPut, in the environment, makes TestAuditGrowthHelperPut a worker's upload that dies
+// mid-body: it puts an object create-only, as a worker's commit does, whose body gives
+// auditPutSent bytes and then hangs until the process is killed.
+const auditPut = "BOXCAR_AUDIT_GROWTH_PUT"
+
+const auditPutSent = 6 << 20 // more than one S3 part of 5 MiB
+
+type auditPutArgs struct {
+	URL, Endpoint, Key string
+	Size               int64
+}
+
+// hangingBody gives n bytes, then blocks for ever.
+type hangingBody struct{ n int }
+
+func (h *hangingBody) Read(p []byte) (int, error) {
+	if h.n == 0 {
+		select {} // the worker is killed here
+	}
+	k := min(len(p), h.n)
+	clear(p[:k])
+	h.n -= k
+	return k, nil
+}
+
+// TestAuditGrowthHelperPut is the child process of the crash tests; it does nothing otherwise.
+func TestAuditGrowthHelperPut(t *testing.T) {
+	raw := os.Getenv(auditPut)
+	if raw == "" {
+		t.Skip("a helper process")
+	}
+	var a auditPutArgs
+	if err := json.Unmarshal([]byte(raw), &a); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(t.Context(), a.URL, store.Options{Endpoint: a.Endpoint, PathStyle: a.Endpoint != ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = store.ForTenant(st, job.DefaultTenant)
+	err = st.PutIfAbsent(t.Context(), a.Key, &hangingBody{n: auditPutSent}, a.Size)
+	t.Fatalf("the put returned (%v); it should hang until killed", err)
+}
+
+// crashMidPut runs a worker's upload of key in a child process and kills it (SIGKILL, as the
+// OOM killer or a node loss does) once landed says its first bytes reached the store.
+func crashMidPut(t *testing.T, a auditPutArgs, landed func() bool) {
+	t.Helper()
+	raw, _ := json.Marshal(a)
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestAuditGrowthHelperPut$", "-test.count=1")
+	cmd.Env = append(os.Environ(), auditPut+"="+string(raw))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !landed() {
+		select {
+		case err := <-exited:
+			t.Fatalf("the uploading process ended before it was killed: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Fatalf("the upload never reached the store\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// filesUnder lists the regular files under dir with their sizes.
+func filesUnder(t *testing.T, dir string) map[string]int64 {
+	t.Helper()
+	got := map[string]int64{}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				got[strings.TrimPrefix(p, dir)] = info.Size()
+			}
+		}
+		return nil
+	})
+	return got
+}
+
+// TestAuditGrowthGCLeavesACrashedUploadsPartialFile: a worker killed in the middle of an
+// upload to the file store (the OOM killer, a node lost) leaves the object's temporary file,
+// as big as what it had written, next to where the object would be. docs/lifecycle.md says
+// `submit gc` reclaims what an attempt that died mid-upload leaves; gc --delete removes the
+// folder's objects, but not that file, which List never shows: it stays for ever, one per
+// crash, each up to max_artifact_bytes or max_transcript_bytes.
+func TestAuditGrowthGCLeavesACrashedUploadsPartialFile(t *testing.T) {
+	te := newTestEnv(t)
+	ctx := t.Context()
+	committed := te.commitRun(t, true)
+	crashed := store.AttemptPrefix(committed, "2-deadbeef")
+	if err := te.st.PutIfAbsent(ctx, crashed+"report.md", strings.NewReader("# r\n"), 4); err != nil {
+		t.Fatal(err)
+	}
+	folder := filepath.Join(te.storeDir, "tenants", "default", filepath.FromSlash(crashed))
+	crashMidPut(t, auditPutArgs{URL: "file://" + te.storeDir, Key: crashed + "artifacts/big.bin", Size: 8 << 20}, func() bool {
+		for name, size := range filesUnder(t, folder) {
+			if strings.Contains(name, ".boxcar-tmp-") && size >= auditPutSent {
+				return true
+			}
+		}
+		return false
+	})
+	// Two days later, everything of the run is old.
+	old := time.Now().Add(-48 * time.Hour)
+	_ = filepath.WalkDir(filepath.Join(te.storeDir, "tenants", "default", filepath.FromSlash(store.RunPrefix(committed))), func(p string, d fs.DirEntry, err error) error {
+		if err == nil {
+			_ = os.Chtimes(p, old, old)
+		}
+		return nil
+	})
+	stdout, stderr, err := te.submit(t, "gc", "--delete")
+	if err != nil {
+		t.Fatalf("gc --delete: %v\n%s%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "deleted       "+crashed) {
+		t.Fatalf("gc --delete did not delete the crashed attempt's folder:\n%s", stdout)
+	}
+	if left := filesUnder(t, folder); len(left) > 0 {
+		t.Errorf("after gc --delete removed the crashed attempt's folder, the store still holds in it %v (bytes): the partial upload of the killed worker is never reclaimed\n%s", left, stdout)
+	}
+	_ = io.Discard
+}
