@@ -43,7 +43,7 @@ func settledGoroutines() int {
 // approval nobody gives, and failing as the agent's model refuses. Once each batch ended and
 // the worker is idle, its goroutines and open fds must be where they were after the first
 // batch: nothing a job leaves may stay for the worker's life.
-func TestAuditGrowthManyJobsReturnToBaseline(t *testing.T) {
+func TestAuditSoundGrowthManyJobsReturnToBaseline(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	running := make(chan string, 64)
