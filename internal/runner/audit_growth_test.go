@@ -1,0 +1,81 @@
+package runner_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// setupStatusTTL is setup with the status and cancel buckets keeping an entry ttl after its
+// last change (nats.status_ttl), and one slot.
+func setupStatusTTL(t *testing.T, ttl time.Duration) *bundle {
+	t.Helper()
+	b := &bundle{t: t, storeDir: t.TempDir()}
+	b.start(-1)
+	cfg, err := config.Parse([]byte(strings.Replace(profiles, "concurrency: 2", "concurrency: 1", 1) + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.NATS.StatusTTL = config.Duration(ttl)
+	b.cfg = cfg
+	b.nc, b.q = b.client()
+	st, err := store.NewFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.shared = st
+	b.store = store.ForTenant(st, job.DefaultTenant)
+	return b
+}
+
+// TestAuditGrowthCancelledQueuedJobRunsOnceItsStatusExpired: a job cancelled while it waits in
+// the queue is recorded cancelled (a terminal status) and its message stays in the stream
+// until a worker takes it. Both the cancelled status and the cancel request expire
+// nats.status_ttl after they were written (24h in the documented example), and a backlog
+// that long is a big batch: the worker that finally takes the job finds neither, runs it
+// and commits it succeeded. `submit cancel` said cancelled; the job ran anyway.
+func TestAuditGrowthCancelledQueuedJobRunsOnceItsStatusExpired(t *testing.T) {
+	const ttl = 2 * time.Second // stands for status_ttl: 24h and a day's backlog
+	b := setupStatusTTL(t, ttl)
+	ctx := context.Background()
+	release := make(chan struct{})
+	ran := make(chan string, 4)
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		ran <- req.Task
+		if req.Task == "busy" {
+			<-release
+		}
+		return writeReport(ctx, req)
+	}))
+	busy := b.submitTask("p", "busy")
+	if got := <-ran; got != "busy" {
+		t.Fatalf("ran %q first", got)
+	}
+	// The one slot is taken: this job waits in the queue, and is cancelled there.
+	queued := b.submitTask("p", "cancelled-while-queued")
+	if _, err := b.q.Cancel(ctx, queued.ID, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the cancel recorded", func() bool {
+		st, err := b.q.Status(ctx, queued.ID)
+		return err == nil && st.State == job.StateCancelled
+	})
+	time.Sleep(ttl + 2*time.Second) // the backlog outlasts status_ttl
+	close(release)
+	b.waitFinal(busy.ID, 20*time.Second)
+	st := b.waitFinal(queued.ID, 20*time.Second)
+	select {
+	case task := <-ran:
+		t.Errorf("the job cancelled while queued ran (task %q) and ended %s: a cancelled job is run once its status and cancel request expired", task, st.State)
+	default:
+	}
+	if st.State != job.StateCancelled {
+		t.Errorf("the job cancelled while queued ended %s, want cancelled", st.State)
+	}
+}
