@@ -146,7 +146,14 @@ func TestAuditGrowthGCLeavesACrashedUploadsPartialFile(t *testing.T) {
 		t.Fatalf("gc --delete did not delete the crashed attempt's folder:\n%s", stdout)
 	}
 	if left := filesUnder(t, folder); len(left) > 0 {
-		t.Errorf("after gc --delete removed the crashed attempt's folder, the store still holds in it %v (bytes): the partial upload of the killed worker is never reclaimed\n%s", left, stdout)
+		var dirs []string
+		_ = filepath.WalkDir(folder, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, strings.TrimPrefix(p, folder)+"/")
+			}
+			return nil
+		})
+		t.Errorf("after gc --delete removed the crashed attempt's folder, the store still holds in it %v (bytes), in the folders %q: the partial upload of the killed worker is never reclaimed\n%s", left, dirs, stdout)
 	}
 	_ = io.Discard
 }
