@@ -174,7 +174,7 @@ func (r *Runner) settleQueue(w settler, o outcome, dec decision) []any {
 		call = func(ctx context.Context) error { return d.Nak(ctx, delay) }
 	case termJob:
 		attrs = append(attrs, "reason", dec.reason)
-		r.m.DeadLetters.WithLabelValues(dec.reason).Inc()
+		r.m.DeadLetters.WithLabelValues(reasonLabel(dec.reason)).Inc()
 		call = func(ctx context.Context) error { return d.Term(ctx, dec.reason, boundedError(o.err)) }
 	default:
 		return attrs
