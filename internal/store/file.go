@@ -98,11 +98,8 @@ func (f *File) put(ctx context.Context, key string, r io.Reader, size int64, ifA
 		return err
 	}
 	dir := path.Dir(key)
-	if err := f.mkdirAll(dir); err != nil {
-		return notFolder(err)
-	}
 	tmp := path.Join(dir, tempPrefix+randomHex())
-	w, err := f.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	w, err := f.createIn(dir, tmp)
 	if err != nil {
 		return err
 	}
@@ -111,7 +108,8 @@ func (f *File) put(ctx context.Context, key string, r io.Reader, size int64, ifA
 			w.Close()
 		}
 		// After a rename there is nothing left to remove; after a link or a failure the
-		// temporary name goes. A leftover is harmless: List never shows it.
+		// temporary name goes. A process killed before this leaves it: List never shows it,
+		// and `submit gc` discards it (Partials).
 		_ = f.root.Remove(tmp)
 	}()
 	if err := copyBody(ctx, w, r, size); err != nil {
@@ -141,6 +139,20 @@ func (f *File) put(ctx context.Context, key string, r io.Reader, size int64, ifA
 		return err
 	}
 	return f.syncDir(dir)
+}
+
+// createIn makes dir and the temporary file tmp in it. `submit gc` prunes empty folders
+// (PruneFolders): one it removed between the two is made again.
+func (f *File) createIn(dir, tmp string) (*os.File, error) {
+	for try := 0; ; try++ {
+		if err := f.mkdirAll(dir); err != nil {
+			return nil, notFolder(err)
+		}
+		w, err := f.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+		if err == nil || try == 2 || !errors.Is(err, fs.ErrNotExist) {
+			return w, err
+		}
+	}
 }
 
 // copyBody copies r to w, stopping when ctx is done, and checks the length against size
@@ -224,7 +236,7 @@ func (f *File) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 }
 
 // Delete removes an object; there being none is not an error. Folders it leaves empty stay:
-// List does not show them, and a later Put reuses them.
+// List does not show them, a later Put reuses them, and PruneFolders removes them.
 func (f *File) Delete(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return fmt.Errorf("store: delete %s: %w", key, err)
@@ -253,6 +265,16 @@ func (f *File) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 	if err := checkPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
 	}
+	objects, err := f.walk(ctx, prefix, false)
+	if err != nil {
+		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
+	}
+	return objects, nil
+}
+
+// walk returns the regular files whose keys start with prefix, sorted by key: the objects, or
+// with temp the temporary files of puts, which are no objects.
+func (f *File) walk(ctx context.Context, prefix string, temp bool) ([]ObjectInfo, error) {
 	start := "."
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		start = prefix[:i]
@@ -268,10 +290,7 @@ func (f *File) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if strings.HasPrefix(d.Name(), tempPrefix) || !d.Type().IsRegular() {
-			return nil
-		}
-		if !strings.HasPrefix(p, prefix) {
+		if strings.HasPrefix(d.Name(), tempPrefix) != temp || !d.Type().IsRegular() || !strings.HasPrefix(p, prefix) {
 			return nil
 		}
 		info, err := d.Info()
@@ -284,13 +303,75 @@ func (f *File) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 		objects = append(objects, ObjectInfo{Key: p, Size: info.Size(), ModTime: info.ModTime()})
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
-	}
 	// A walk visits each folder in order, but "a/b" comes before "a-c" there and after it
 	// as a string.
 	slices.SortFunc(objects, func(a, b ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
-	return objects, nil
+	return objects, err
+}
+
+// Partials lists the temporary files of puts under prefix: a put removes its own, whether it
+// succeeds or fails, so one there was left by a put whose process died mid-write, or is a
+// live put's. Started is the file's mtime, its last write.
+func (f *File) Partials(ctx context.Context, prefix string) ([]Partial, error) {
+	if err := checkPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("store: list partial writes %s: %w", prefix, err)
+	}
+	temps, err := f.walk(ctx, prefix, true)
+	if err != nil {
+		return nil, fmt.Errorf("store: list partial writes %s: %w", prefix, err)
+	}
+	partials := make([]Partial, 0, len(temps))
+	for _, t := range temps {
+		partials = append(partials, Partial{Key: t.Key, Size: t.Size, Started: t.ModTime})
+	}
+	return partials, nil
+}
+
+// DiscardPartial removes a temporary file Partials listed.
+func (f *File) DiscardPartial(ctx context.Context, p Partial) error {
+	if !ValidKey(p.Key) || !strings.HasPrefix(path.Base(p.Key), tempPrefix) || checkKey(path.Dir(p.Key)) != nil && path.Dir(p.Key) != "." {
+		return fmt.Errorf("store: discard %s: %w: not a temporary file of a put", p.Key, ErrInvalidKey)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: discard %s: %w", p.Key, err)
+	}
+	if err := f.root.Remove(p.Key); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("store: discard %s: %w", p.Key, err)
+	}
+	return nil
+}
+
+// PruneFolders removes the empty folders under prefix, deepest first, prefix's own included.
+// A put that made its folder a moment before and has not created its file in it yet makes it
+// again (put).
+func (f *File) PruneFolders(ctx context.Context, prefix string) error {
+	dir := strings.TrimSuffix(prefix, "/")
+	if !ValidKey(dir) {
+		return fmt.Errorf("store: prune %s: %w: give a folder", prefix, ErrInvalidKey)
+	}
+	var dirs []string
+	err := fs.WalkDir(f.root.FS(), dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == dir && errors.Is(notFound(err), ErrNotFound) {
+				return fs.SkipAll
+			}
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return ctx.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("store: prune %s: %w", prefix, err)
+	}
+	for _, d := range slices.Backward(dirs) {
+		// rmdir(2) removes only an empty folder; a folder with anything in it stays.
+		if err := f.root.Remove(d); err != nil && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("store: prune %s: %w", prefix, err)
+		}
+	}
+	return nil
 }
 
 // URL returns file://<dir>/<key>.

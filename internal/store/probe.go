@@ -95,9 +95,14 @@ func (s *S3) prove(ctx context.Context, multipart bool) error {
 	return nil
 }
 
+// staleProbeUpload is how old a probe's upload must be before another probe aborts it: a
+// probe takes seconds, so one that old was left by a worker killed mid-probe.
+const staleProbeUpload = time.Hour
+
 // proveMultipart completes a one-part upload to the existing probe object with If-None-Match
 // and wants it refused; the upload is aborted either way.
 func (s *S3) proveMultipart(ctx context.Context) (err error) {
+	s.abortStaleProbes(ctx)
 	full := aws.String(s.prefix + ProbeKey)
 	created, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
 		Bucket: &s.bucket, Key: full, ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
@@ -133,5 +138,25 @@ func (s *S3) proveMultipart(ctx context.Context) (err error) {
 		return nil
 	default:
 		return err
+	}
+}
+
+// abortStaleProbes aborts the probe uploads that workers killed mid-probe left open (their
+// deferred abort never ran), each holding one part, so that they do not pile up with every
+// such crash. Nothing else lists or aborts them: they are under no prefix `submit gc`
+// collects. A server that cannot list uploads leaves them to the bucket's lifecycle rule.
+func (s *S3) abortStaleProbes(ctx context.Context) {
+	partials, err := s.Partials(ctx, ProbeKey)
+	if err != nil {
+		s.log.Warn("store: cannot list the probe's unfinished uploads; a bucket lifecycle rule (AbortIncompleteMultipartUpload) removes them", "url", s.URL(ProbeKey), "error", err)
+		return
+	}
+	for _, p := range partials {
+		if p.Key != ProbeKey || time.Since(p.Started) < staleProbeUpload {
+			continue
+		}
+		if err := s.DiscardPartial(ctx, p); err != nil {
+			s.log.Warn("store: cannot abort a probe upload a killed worker left", "url", s.URL(ProbeKey), "error", err)
+		}
 	}
 }

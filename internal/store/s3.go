@@ -491,3 +491,73 @@ func translate(err error) error {
 	}
 	return err
 }
+
+// Partials lists the multipart uploads under prefix that were neither completed nor aborted,
+// with the bytes their parts hold: a put aborts its own upload when it fails, so one there was
+// left by a writer killed mid-upload, or is a live put's. ListObjects never shows them, and
+// the bucket keeps (and bills) their parts until they are aborted.
+func (s *S3) Partials(ctx context.Context, prefix string) ([]Partial, error) {
+	if err := checkPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("store: list partial writes %s: %w", prefix, err)
+	}
+	var partials []Partial
+	pages := s3.NewListMultipartUploadsPaginator(s.client, &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: aws.String(s.prefix + prefix)})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("store: list partial writes %s: %w", s.URL(prefix), translate(err))
+		}
+		for _, u := range page.Uploads {
+			k := strings.TrimPrefix(aws.ToString(u.Key), s.prefix)
+			if !ValidKey(k) {
+				continue // not one of the store's: its keys are valid
+			}
+			size, err := s.uploadedBytes(ctx, u)
+			if err != nil {
+				return nil, fmt.Errorf("store: list partial writes %s: %w", s.URL(prefix), err)
+			}
+			partials = append(partials, Partial{Key: k, Size: size, Started: aws.ToTime(u.Initiated), upload: aws.ToString(u.UploadId)})
+		}
+	}
+	return partials, nil
+}
+
+// uploadedBytes adds up the parts of an unfinished upload.
+func (s *S3) uploadedBytes(ctx context.Context, u types.MultipartUpload) (int64, error) {
+	var n int64
+	pages := s3.NewListPartsPaginator(s.client, &s3.ListPartsInput{Bucket: &s.bucket, Key: u.Key, UploadId: u.UploadId})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if errors.Is(translate(err), ErrNotFound) || isNoSuchUpload(err) {
+			return n, nil // completed or aborted since it was listed
+		}
+		if err != nil {
+			return 0, translate(err)
+		}
+		for _, p := range page.Parts {
+			n += aws.ToInt64(p.Size)
+		}
+	}
+	return n, nil
+}
+
+// DiscardPartial aborts an upload Partials listed, which removes its parts.
+func (s *S3) DiscardPartial(ctx context.Context, p Partial) error {
+	if !ValidKey(p.Key) || p.upload == "" {
+		return fmt.Errorf("store: abort upload to %q: %w: not an upload Partials listed", p.Key, ErrInvalidKey)
+	}
+	_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: aws.String(s.prefix + p.Key), UploadId: &p.upload})
+	if err != nil && !isNoSuchUpload(err) {
+		return fmt.Errorf("store: abort upload %s to %s: %w", p.upload, s.URL(p.Key), translate(err))
+	}
+	return nil
+}
+
+// PruneFolders does nothing: S3 has no folders.
+func (s *S3) PruneFolders(context.Context, string) error { return nil }
+
+// isNoSuchUpload: the upload was completed or aborted already.
+func isNoSuchUpload(err error) bool {
+	var api smithy.APIError
+	return errors.As(err, &api) && api.ErrorCode() == "NoSuchUpload"
+}

@@ -96,3 +96,33 @@ func (t *tenantStore) Close() error { return nil }
 
 // Probe proves the shared store, whose server the tenant's objects are on (see Probe).
 func (t *tenantStore) Probe(ctx context.Context) error { return Probe(ctx, t.st) }
+
+// Partials lists the unfinished writes under the tenant's prefix, keys relative to it.
+func (t *tenantStore) Partials(ctx context.Context, prefix string) ([]Partial, error) {
+	if prefix != "" && !ValidKey(strings.TrimSuffix(prefix, "/")) {
+		return nil, fmt.Errorf("%w: prefix %q", ErrInvalidKey, prefix)
+	}
+	partials, err := Partials(ctx, t.st, t.prefix+prefix)
+	for i := range partials {
+		partials[i].Key = strings.TrimPrefix(partials[i].Key, t.prefix)
+	}
+	return partials, err
+}
+
+// DiscardPartial discards an unfinished write of the tenant's.
+func (t *tenantStore) DiscardPartial(ctx context.Context, p Partial) error {
+	k, err := t.key(p.Key)
+	if err != nil {
+		return err
+	}
+	p.Key = k
+	return DiscardPartial(ctx, t.st, p)
+}
+
+// PruneFolders prunes the empty folders under a folder of the tenant's.
+func (t *tenantStore) PruneFolders(ctx context.Context, prefix string) error {
+	if _, err := t.key(strings.TrimSuffix(prefix, "/")); err != nil {
+		return err
+	}
+	return PruneFolders(ctx, t.st, t.prefix+prefix)
+}

@@ -34,14 +34,18 @@ const (
 // gcFolder is one attempt folder, runs/<id>/attempts/<n>-<random>/, that no committed manifest
 // names, and what gc did with it.
 type gcFolder struct {
-	JobID   string    `json:"job_id"`
-	Folder  string    `json:"folder"` // its key prefix
-	Objects int       `json:"objects"`
-	Bytes   int64     `json:"bytes"`
-	Written time.Time `json:"written"` // when its newest object was written
-	Action  string    `json:"action"`
-	Reason  string    `json:"reason"`
-	keys    []string
+	JobID   string `json:"job_id"`
+	Folder  string `json:"folder"` // its key prefix
+	Objects int    `json:"objects"`
+	// Partials counts the unfinished uploads in it (store.Partial), left by an attempt killed
+	// mid-upload: no listing of objects shows them. Bytes counts theirs too.
+	Partials int       `json:"partials"`
+	Bytes    int64     `json:"bytes"`
+	Written  time.Time `json:"written"` // when its newest object or unfinished upload was written
+	Action   string    `json:"action"`
+	Reason   string    `json:"reason"`
+	keys     []string
+	partials []store.Partial
 }
 
 // gcOutput is what gc prints with --output json.
@@ -155,31 +159,51 @@ func (e *env) gc(ctx context.Context, olderThan time.Duration, del bool) error {
 }
 
 // listAttemptFolders returns the attempt folders in the store by job id, sorted by name, each
-// with its objects, their total size and the time the newest was written.
+// with its objects and unfinished uploads, their total size and the time the newest was
+// written. A folder of an attempt killed during its first upload holds an unfinished upload
+// only.
 func listAttemptFolders(ctx context.Context, st store.Store) (map[string][]*gcFolder, error) {
 	objects, err := st.List(ctx, "runs/")
 	if err != nil {
 		return nil, err
 	}
-	byJob := map[string][]*gcFolder{}
-	for _, o := range objects {
-		id, folder, ok := attemptFolderOf(o.Key)
+	partials, err := store.Partials(ctx, st, "runs/")
+	if err != nil {
+		return nil, err
+	}
+	folders := map[string]*gcFolder{}
+	folderOf := func(key string, at time.Time, size int64) *gcFolder {
+		id, folder, ok := attemptFolderOf(key)
 		if !ok {
-			continue
+			return nil
 		}
-		fs := byJob[id]
-		if len(fs) == 0 || fs[len(fs)-1].Folder != folder {
-			// The listing is sorted, so a folder's objects come together.
-			fs = append(fs, &gcFolder{JobID: id, Folder: folder})
-			byJob[id] = fs
+		f := folders[folder]
+		if f == nil {
+			f = &gcFolder{JobID: id, Folder: folder}
+			folders[folder] = f
 		}
-		f := fs[len(fs)-1]
-		f.Objects++
-		f.Bytes += o.Size
-		f.keys = append(f.keys, o.Key)
-		if o.ModTime.After(f.Written) {
-			f.Written = o.ModTime
+		f.Bytes += size
+		if at.After(f.Written) {
+			f.Written = at
 		}
+		return f
+	}
+	for _, o := range objects {
+		if f := folderOf(o.Key, o.ModTime, o.Size); f != nil {
+			f.Objects++
+			f.keys = append(f.keys, o.Key)
+		}
+	}
+	for _, p := range partials {
+		if f := folderOf(p.Key, p.Started, p.Size); f != nil {
+			f.Partials++
+			f.partials = append(f.partials, p)
+		}
+	}
+	byJob := map[string][]*gcFolder{}
+	for _, name := range slices.Sorted(maps.Keys(folders)) {
+		f := folders[name]
+		byJob[f.JobID] = append(byJob[f.JobID], f)
 	}
 	return byJob, nil
 }
@@ -276,11 +300,22 @@ func deleteFolders(ctx context.Context, st store.Store, id string, end runEnd, f
 	}
 	for _, f := range folders {
 		f.Action = gcDeleted
+		fail := func(err error) {
+			f.Action, f.Reason = gcDeleteFailed, err.Error()
+			failed = append(failed, err.Error())
+		}
 		for _, k := range f.keys {
 			if err := st.Delete(ctx, k); err != nil {
-				f.Action, f.Reason = gcDeleteFailed, err.Error()
-				failed = append(failed, err.Error())
+				fail(err)
 			}
+		}
+		for _, p := range f.partials {
+			if err := store.DiscardPartial(ctx, st, p); err != nil {
+				fail(err)
+			}
+		}
+		if err := store.PruneFolders(ctx, st, f.Folder); err != nil {
+			fail(err)
 		}
 	}
 	return failed
@@ -294,7 +329,11 @@ func (e *env) printGC(out gcOutput) {
 		if f.Action == gcWouldDelete || f.Action == gcDeleted {
 			folders++
 		}
-		printf(w, "%-12s  %s  %s, %s, written %s: %s\n", verb[f.Action], f.Folder, count(f.Objects, "object"), sizeText(f.Bytes), f.Written.UTC().Format(time.RFC3339), f.Reason)
+		what := count(f.Objects, "object")
+		if f.Partials > 0 {
+			what += ", " + count(f.Partials, "unfinished upload")
+		}
+		printf(w, "%-12s  %s  %s, %s, written %s: %s\n", verb[f.Action], f.Folder, what, sizeText(f.Bytes), f.Written.UTC().Format(time.RFC3339), f.Reason)
 	}
 	kept := len(out.Folders) - folders
 	switch {

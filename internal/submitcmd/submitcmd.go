@@ -232,6 +232,19 @@ type tenantStore struct {
 
 func (s tenantStore) Close() error { return s.shared.Close() }
 
+// Partials, DiscardPartial and PruneFolders are the tenant store's (store.Partials).
+func (s tenantStore) Partials(ctx context.Context, prefix string) ([]store.Partial, error) {
+	return store.Partials(ctx, s.Store, prefix)
+}
+
+func (s tenantStore) DiscardPartial(ctx context.Context, p store.Partial) error {
+	return store.DiscardPartial(ctx, s.Store, p)
+}
+
+func (s tenantStore) PruneFolders(ctx context.Context, prefix string) error {
+	return store.PruneFolders(ctx, s.Store, prefix)
+}
+
 func (e *env) openSharedStore(ctx context.Context) (store.Store, error) {
 	u, err := e.checkedURL(e.storeURL, "--store", "BOXCAR_STORE", config.CheckStoreURL)
 	if err != nil {

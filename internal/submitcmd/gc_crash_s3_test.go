@@ -19,13 +19,11 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 )
 
-// TestAuditGrowthGCLeavesACrashedMultipartUpload: a worker killed in the middle of a multipart
-// upload (an artifact or transcript past one 5 MiB part) leaves the upload open on S3, its
-// parts stored and billed, invisible to ListObjects. docs/lifecycle.md says `submit gc`
-// reclaims what an attempt that died mid-upload leaves, and docs/operations.md asks for no
-// AbortIncompleteMultipartUpload lifecycle rule; gc --delete removes the attempt folder's
-// objects and leaves the upload (and its parts) for ever.
-func TestAuditGrowthGCLeavesACrashedMultipartUpload(t *testing.T) {
+// TestGCAbortsACrashedMultipartUpload: a worker killed in the middle of a multipart upload (an
+// artifact or transcript past one 5 MiB part) leaves the upload open on S3, its parts stored
+// and billed, invisible to ListObjects. gc --delete aborts it with the attempt folder's
+// objects; otherwise only a bucket lifecycle rule would ever remove it.
+func TestGCAbortsACrashedMultipartUpload(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.Env(t)
 	bucket := srv.CreateBucket(t)
@@ -60,7 +58,7 @@ func TestAuditGrowthGCLeavesACrashedMultipartUpload(t *testing.T) {
 		}
 		return keys
 	}
-	crashMidPut(t, auditPutArgs{URL: "s3://" + bucket, Endpoint: srv.Endpoint, Key: crashed + "artifacts/big.bin", Size: 16 << 20},
+	crashMidPut(t, crashPutArgs{URL: "s3://" + bucket, Endpoint: srv.Endpoint, Key: crashed + "artifacts/big.bin", Size: 16 << 20},
 		func() bool { return len(uploads()) > 0 })
 
 	// Two days later, everything of the run is old (the posix backend lists file times).

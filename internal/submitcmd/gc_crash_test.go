@@ -3,7 +3,6 @@ package submitcmd
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -16,14 +15,14 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
-// auditPut, in the environment, makes TestAuditGrowthHelperPut a worker's upload that dies
+// crashPut, in the environment, makes TestGCHelperCrashingPut a worker's upload that dies
 // mid-body: it puts an object create-only, as a worker's commit does, whose body gives
-// auditPutSent bytes and then hangs until the process is killed.
-const auditPut = "BOXCAR_AUDIT_GROWTH_PUT"
+// crashPutSent bytes and then hangs until the process is killed.
+const crashPut = "BOXCAR_TEST_CRASHING_PUT"
 
-const auditPutSent = 6 << 20 // more than one S3 part of 5 MiB
+const crashPutSent = 6 << 20 // more than one S3 part of 5 MiB
 
-type auditPutArgs struct {
+type crashPutArgs struct {
 	URL, Endpoint, Key string
 	Size               int64
 }
@@ -41,13 +40,13 @@ func (h *hangingBody) Read(p []byte) (int, error) {
 	return k, nil
 }
 
-// TestAuditGrowthHelperPut is the child process of the crash tests; it does nothing otherwise.
-func TestAuditGrowthHelperPut(t *testing.T) {
-	raw := os.Getenv(auditPut)
+// TestGCHelperCrashingPut is the child process of the crash tests; it does nothing otherwise.
+func TestGCHelperCrashingPut(t *testing.T) {
+	raw := os.Getenv(crashPut)
 	if raw == "" {
 		t.Skip("a helper process")
 	}
-	var a auditPutArgs
+	var a crashPutArgs
 	if err := json.Unmarshal([]byte(raw), &a); err != nil {
 		t.Fatal(err)
 	}
@@ -56,17 +55,17 @@ func TestAuditGrowthHelperPut(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = store.ForTenant(st, job.DefaultTenant)
-	err = st.PutIfAbsent(t.Context(), a.Key, &hangingBody{n: auditPutSent}, a.Size)
+	err = st.PutIfAbsent(t.Context(), a.Key, &hangingBody{n: crashPutSent}, a.Size)
 	t.Fatalf("the put returned (%v); it should hang until killed", err)
 }
 
 // crashMidPut runs a worker's upload of key in a child process and kills it (SIGKILL, as the
 // OOM killer or a node loss does) once landed says its first bytes reached the store.
-func crashMidPut(t *testing.T, a auditPutArgs, landed func() bool) {
+func crashMidPut(t *testing.T, a crashPutArgs, landed func() bool) {
 	t.Helper()
 	raw, _ := json.Marshal(a)
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestAuditGrowthHelperPut$", "-test.count=1")
-	cmd.Env = append(os.Environ(), auditPut+"="+string(raw))
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestGCHelperCrashingPut$", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashPut+"="+string(raw))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -107,13 +106,12 @@ func filesUnder(t *testing.T, dir string) map[string]int64 {
 	return got
 }
 
-// TestAuditGrowthGCLeavesACrashedUploadsPartialFile: a worker killed in the middle of an
-// upload to the file store (the OOM killer, a node lost) leaves the object's temporary file,
-// as big as what it had written, next to where the object would be. docs/lifecycle.md says
-// `submit gc` reclaims what an attempt that died mid-upload leaves; gc --delete removes the
-// folder's objects, but not that file, which List never shows: it stays for ever, one per
-// crash, each up to max_artifact_bytes or max_transcript_bytes.
-func TestAuditGrowthGCLeavesACrashedUploadsPartialFile(t *testing.T) {
+// TestGCReclaimsACrashedUploadsPartialFile: a worker killed in the middle of an upload to the
+// file store (the OOM killer, a node lost) leaves the object's temporary file, as big as what
+// it had written, next to where the object would be, which List never shows. gc --delete
+// removes it with the folder's objects, and the folders left empty: otherwise it would stay
+// for ever, one per crash, each up to max_artifact_bytes or max_transcript_bytes.
+func TestGCReclaimsACrashedUploadsPartialFile(t *testing.T) {
 	te := newTestEnv(t)
 	ctx := t.Context()
 	committed := te.commitRun(t, true)
@@ -122,9 +120,9 @@ func TestAuditGrowthGCLeavesACrashedUploadsPartialFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	folder := filepath.Join(te.storeDir, "tenants", "default", filepath.FromSlash(crashed))
-	crashMidPut(t, auditPutArgs{URL: "file://" + te.storeDir, Key: crashed + "artifacts/big.bin", Size: 8 << 20}, func() bool {
+	crashMidPut(t, crashPutArgs{URL: "file://" + te.storeDir, Key: crashed + "artifacts/big.bin", Size: 8 << 20}, func() bool {
 		for name, size := range filesUnder(t, folder) {
-			if strings.Contains(name, ".boxcar-tmp-") && size >= auditPutSent {
+			if strings.Contains(name, ".boxcar-tmp-") && size >= crashPutSent {
 				return true
 			}
 		}
@@ -155,5 +153,4 @@ func TestAuditGrowthGCLeavesACrashedUploadsPartialFile(t *testing.T) {
 		})
 		t.Errorf("after gc --delete removed the crashed attempt's folder, the store still holds in it %v (bytes), in the folders %q: the partial upload of the killed worker is never reclaimed\n%s", left, dirs, stdout)
 	}
-	_ = io.Discard
 }
