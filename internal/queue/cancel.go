@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -21,8 +22,10 @@ type CancelRequest struct {
 	By string `json:"by,omitempty"`
 }
 
-// setUpCancel creates or updates the cancel bucket. A request is kept as long as a status: a
-// worker that starts reads every request still there and ends the jobs they name.
+// setUpCancel creates or updates the cancel bucket. A worker that starts reads every request
+// still there and ends the jobs they name. A request expires status_ttl after its last write,
+// as a status does, except one written with no expiry (Cancel): the bucket allows a TTL per
+// request for that.
 func setUpCancel(ctx context.Context, js jetstream.JetStream, cfg config.NATS) error {
 	_, err := declareBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      CancelBucket,
@@ -32,10 +35,93 @@ func setUpCancel(ctx context.Context, js jetstream.JetStream, cfg config.NATS) e
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 	})
+	if err == nil {
+		err = allowKeyTTL(ctx, js, CancelBucket)
+	}
 	if err != nil {
 		return fmt.Errorf("queue: set up cancel bucket %s: %w", CancelBucket, err)
 	}
 	return nil
+}
+
+// allowKeyTTL lets the bucket's writers give a key a TTL of its own (Nats-TTL, NATS 2.11).
+func allowKeyTTL(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	s, err := js.Stream(ctx, statusStream(bucket))
+	if err != nil {
+		return err
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.AllowMsgTTL {
+		return nil
+	}
+	cfg.AllowMsgTTL = true
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
+}
+
+// A cancel request outlives status_ttl: the job's message stays in the job stream, which has
+// no max_age, until a worker takes it, however long the queue waits, and the cancelled status
+// of a job that had not started expires status_ttl after the cancel, the request with it. The
+// worker that finally took the job would find neither and run it. So Cancel writes the request
+// with no expiry (Nats-TTL: never), and the worker that commits the job's cancelled end, after
+// which a delivery finds the manifest and never runs it, gives the request back to the bucket's
+// expiry (ReleaseCancel).
+const (
+	ttlHeader   = "Nats-TTL"
+	ttlNever    = "never"
+	lastSubject = "Nats-Expected-Last-Subject-Sequence"
+)
+
+// createCancel writes the request for r unless one is there (jetstream.ErrKeyExists), with no
+// expiry; a bucket that allows no TTL per key (set up by an earlier worker) gets one that
+// expires with the bucket's.
+func createCancel(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, r Ref, req CancelRequest) error {
+	msg := nats.NewMsg("$KV." + CancelBucket + "." + r.key())
+	msg.Data = mustJSON(req)
+	msg.Header.Set(lastSubject, "0")
+	msg.Header.Set(ttlHeader, ttlNever)
+	_, err := js.PublishMsg(ctx, msg)
+	var api *jetstream.APIError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		return jetstream.ErrKeyExists
+	case errors.As(err, &api) && api.ErrorCode == jsErrCodeMessageTTLDisabled:
+		_, err = kv.Create(ctx, r.key(), msg.Data)
+	}
+	return err
+}
+
+// jsErrCodeMessageTTLDisabled is the server's answer to a TTL on a stream that allows none.
+const jsErrCodeMessageTTLDisabled jetstream.ErrorCode = 10166
+
+// ReleaseCancel gives the cancel request of a job whose end is committed back to the bucket's
+// expiry (status_ttl from now): no delivery of the job can run it any more. There being none
+// is not an error.
+func (c *Consumer) ReleaseCancel(ctx context.Context, r Ref) error {
+	e, err := c.cancels.Get(ctx, r.key())
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err == nil {
+		_, err = c.cancels.Update(ctx, r.key(), e.Value(), e.Revision())
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("queue: release the cancel request of %s: %w", r, err)
+	}
+	return nil // or another worker's write came first
+}
+
+// CancelAsked reports whether a cancel of the job was asked for: the cancel bucket holds a
+// request. A worker reads it for a job whose message is older than status_ttl, whose cancelled
+// status may have expired while it waited.
+func (c *Consumer) CancelAsked(ctx context.Context, r Ref) (bool, error) {
+	_, rev, err := read[CancelRequest](ctx, c.cancels, r.key())
+	if err != nil {
+		return false, fmt.Errorf("queue: read the cancel request of %s: %w", r, err)
+	}
+	return rev > 0, nil
 }
 
 // Cancel asks for a job of the client's tenant to be cancelled and returns its status as it
@@ -57,8 +143,7 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (job.Status, error) 
 		if err != nil {
 			return err
 		}
-		_, err = kv.Create(ctx, c.ref(id).key(), mustJSON(CancelRequest{At: time.Now().UTC(), By: by}))
-		return err
+		return createCancel(ctx, c.js, kv, c.ref(id), CancelRequest{At: time.Now().UTC(), By: by})
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return job.Status{}, fmt.Errorf("queue: cancel %s: %w", id, err)

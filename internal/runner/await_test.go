@@ -28,6 +28,8 @@ func (q statusQueue) UpdateNewStatus(ctx context.Context, r queue.Ref, change fu
 func (statusQueue) WatchCancels(context.Context) (<-chan queue.Ref, error) {
 	return nil, errors.New("none")
 }
+func (statusQueue) CancelAsked(context.Context, queue.Ref) (bool, error) { return false, nil }
+func (statusQueue) ReleaseCancel(context.Context, queue.Ref) error       { return nil }
 func (statusQueue) LiveProfiles(context.Context) ([]queue.WorkerProfiles, error) {
 	return nil, queue.ErrNoProfiles
 }

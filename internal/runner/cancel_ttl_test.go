@@ -2,13 +2,17 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
@@ -34,13 +38,13 @@ func setupStatusTTL(t *testing.T, ttl time.Duration) *bundle {
 	return b
 }
 
-// TestAuditGrowthCancelledQueuedJobRunsOnceItsStatusExpired: a job cancelled while it waits in
-// the queue is recorded cancelled (a terminal status) and its message stays in the stream
-// until a worker takes it. Both the cancelled status and the cancel request expire
-// nats.status_ttl after they were written (24h in the documented example), and a backlog
-// that long is a big batch: the worker that finally takes the job finds neither, runs it
-// and commits it succeeded. `submit cancel` said cancelled; the job ran anyway.
-func TestAuditGrowthCancelledQueuedJobRunsOnceItsStatusExpired(t *testing.T) {
+// TestCancelledQueuedJobNeverRunsOnceItsStatusExpired: a job cancelled while it waits in the
+// queue is recorded cancelled (a terminal status) and its message stays in the stream until a
+// worker takes it. The cancelled status expires nats.status_ttl after it was written, and a
+// backlog that long is a big batch; the cancel request has no expiry until the job's cancelled
+// end is committed, so the worker that finally takes the job finds it and never runs the job.
+// Then the request expires as a status does.
+func TestCancelledQueuedJobNeverRunsOnceItsStatusExpired(t *testing.T) {
 	const ttl = 2 * time.Second // stands for status_ttl: 24h and a day's backlog
 	b := setupStatusTTL(t, ttl)
 	ctx := context.Background()
@@ -78,4 +82,16 @@ func TestAuditGrowthCancelledQueuedJobRunsOnceItsStatusExpired(t *testing.T) {
 	if st.State != job.StateCancelled {
 		t.Errorf("the job cancelled while queued ended %s, want cancelled", st.State)
 	}
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, queue.CancelBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the cancel request expired once the cancelled end was committed", func() bool {
+		_, err := kv.Get(ctx, job.DefaultTenant+"."+queued.ID)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
 }

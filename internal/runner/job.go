@@ -278,6 +278,10 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 	if a.d.Attempt == 1 {
 		write = r.cfg.Queue.UpdateNewStatus
 	}
+	asked, err := r.cancelOutlived(ctx, a)
+	if err != nil {
+		return job.Status{}, err
+	}
 	st, err := awaitAnswer(ctx, r, a, "NATS", natsAnswered, func(ctx context.Context) (job.Status, error) {
 		return write(ctx, a.ref(j.ID), func(s *job.Status) {
 			s.ClearAttempt()
@@ -287,6 +291,9 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 				s.QueuedAt = j.SubmittedAt
 			}
 			s.Labels = j.Labels // for `submit list --label`: submit writes no status
+			if asked {
+				job.RequestCancel(s)
+			}
 		})
 	})
 	switch {
@@ -308,6 +315,19 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 	}
 	r.m.QueueWait.WithLabelValues(j.Profile).Observe(a.started.Sub(a.d.Published).Seconds())
 	return st, nil
+}
+
+// cancelOutlived reports whether a cancel was asked for a job whose message waited longer than
+// status_ttl: a cancelled status written while it waited may have expired since, and the
+// cancel request, kept until the job's end is committed (queue.ReleaseCancel), says. A younger
+// message's status, if a cancel made one, is still there for the claim's write to find.
+func (r *Runner) cancelOutlived(ctx context.Context, a *attempt) (bool, error) {
+	if time.Since(a.d.Published) < time.Duration(r.cfg.Worker.NATS.StatusTTL) {
+		return false, nil
+	}
+	return awaitAnswer(ctx, r, a, "NATS", natsAnswered, func(ctx context.Context) (bool, error) {
+		return r.cfg.Queue.CancelAsked(ctx, a.ref(a.job.ID))
+	})
 }
 
 // prepare starts the sandbox and copies the inputs into it. The caller closes the sandbox

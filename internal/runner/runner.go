@@ -34,6 +34,10 @@ type Queue interface {
 	// delivery's claim, whose job has none yet.
 	UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error)
 	WatchCancels(ctx context.Context) (<-chan queue.Ref, error)
+	// CancelAsked reports whether the cancel bucket holds a request for the job, and
+	// ReleaseCancel lets one expire: see claim and releaseCancel.
+	CancelAsked(ctx context.Context, r queue.Ref) (bool, error)
+	ReleaseCancel(ctx context.Context, r queue.Ref) error
 	// LiveProfiles are the profiles the live workers define (queue.ProfilesBucket): a job this
 	// worker's config cannot take may be another's (peers.go).
 	LiveProfiles(ctx context.Context) ([]queue.WorkerProfiles, error)

@@ -31,6 +31,7 @@ func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 		dec = decide(e.outcome, a.d.LastAttempt())
 	}
 	attrs := r.settleQueue(w, e.outcome, dec)
+	r.releaseCancel(w, e.outcome, dec)
 	r.settleMetrics(a, dec)
 
 	attrs = append([]any{"outcome", e.end.String(), "duration_ms", time.Since(a.started).Milliseconds()}, attrs...)
@@ -183,6 +184,18 @@ func (r *Runner) settleQueue(w settler, o outcome, dec decision) []any {
 		w.a.log.ErrorContext(w.ctx, "settle with the queue failed", "action", dec.action.String(), "error", err)
 	}
 	return attrs
+}
+
+// releaseCancel lets the cancel request of a job that ended cancelled expire: its end is
+// committed, so no delivery runs it any more (queue.ReleaseCancel). A request it fails to
+// release is kept; the job's next delivery, if any, adopts the end and releases it.
+func (r *Runner) releaseCancel(w settler, o outcome, dec decision) {
+	if dec.state != job.StateCancelled && o.state != job.StateCancelled || !job.ValidID(w.a.job.ID) {
+		return
+	}
+	if err := r.cfg.Queue.ReleaseCancel(w.cleanup, w.a.ref(w.a.job.ID)); err != nil {
+		w.a.log.WarnContext(w.ctx, "cannot let the cancel request of the ended job expire; it is kept", "error", err)
+	}
 }
 
 // settled: the server took the ack, nak or term, or this delivery had settled before.
