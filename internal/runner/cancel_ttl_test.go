@@ -45,6 +45,7 @@ func setupStatusTTL(t *testing.T, ttl time.Duration) *bundle {
 // end is committed, so the worker that finally takes the job finds it and never runs the job.
 // Then the request expires as a status does.
 func TestCancelledQueuedJobNeverRunsOnceItsStatusExpired(t *testing.T) {
+	t.Parallel()
 	const ttl = 2 * time.Second // stands for status_ttl: 24h and a day's backlog
 	b := setupStatusTTL(t, ttl)
 	ctx := context.Background()

@@ -22,6 +22,7 @@ import (
 // boxcar_dead_letters_total and boxcar_jobs_total they would add a series per job for the
 // worker's life. They are counted as "other", as an unknown profile is "unknown".
 func TestPlantedManifestsAddNoMetricSeries(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	w := b.worker(agentFunc(writeReport))
