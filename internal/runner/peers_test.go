@@ -53,9 +53,11 @@ func TestProfileOfALivePeerIsLeftToIt(t *testing.T) {
 		c.Worker.NATS.RetryBackoff = config.Duration(5 * time.Second)
 	})
 	j := b.submit("q")
+	// Status says queued before any worker wrote one too (the message is in the stream): the
+	// delivery is settled once worker-old wrote its hand-back, or ended the job.
 	waitFor(t, 20*time.Second, "worker-old to settle its delivery", func() bool {
 		st, err := b.q.Status(context.Background(), j.ID)
-		return err == nil && st.State != job.StateRunning && st.State != ""
+		return err == nil && (st.State.Terminal() || st.State == job.StateQueued && st.Progress != "")
 	})
 	old.stop()
 	if st, _ := b.q.Status(context.Background(), j.ID); st.State != job.StateQueued || !strings.Contains(st.Progress, "worker-new") {
