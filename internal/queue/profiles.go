@@ -46,8 +46,12 @@ type ProfileInfo struct {
 	MaxTokens    int64         `json:"max_tokens,omitempty"`
 	JobTimeout   time.Duration `json:"job_timeout,omitempty"`
 	// Tenants are the tenants the worker grants the profile to; empty from a worker before
-	// tenants, which granted it to everyone.
+	// tenants, which granted it to everyone, or with GrantedToNone.
 	Tenants []string `json:"tenants,omitempty"`
+	// GrantedToNone marks a profile the worker defines and grants to no tenant: its Tenants
+	// is empty for that reason, not because the worker is older than tenants. A worker before
+	// it published no such marker, and no such profile either.
+	GrantedToNone bool `json:"granted_to_none,omitempty"`
 	// MaxInputBytes is the profile's max_input_bytes; 0 from a worker before it was published.
 	MaxInputBytes int64 `json:"max_input_bytes,omitempty"`
 	// Network is NetworkDigest of the profile; empty for a profile without a network, or from a
@@ -58,8 +62,12 @@ type ProfileInfo struct {
 
 // GrantedTo reports whether the worker grants the profile to tenant.
 func (p ProfileInfo) GrantedTo(tenant string) bool {
-	return len(p.Tenants) == 0 || slices.Contains(p.Tenants, tenant)
+	return p.GrantedToAll() || slices.Contains(p.Tenants, tenant)
 }
+
+// GrantedToAll reports whether the entry is a worker's before tenants, which granted every
+// profile to every tenant: no tenants listed, and not for want of a grant.
+func (p ProfileInfo) GrantedToAll() bool { return len(p.Tenants) == 0 && !p.GrantedToNone }
 
 // NetworkDigest names a profile's network allow list, in any order, by its SHA-256; "" for a
 // profile without a network.
@@ -93,7 +101,7 @@ func (c *Consumer) AdvertiseProfiles(ctx context.Context, worker string, profile
 			}
 		}
 		sort.Strings(granted)
-		entry.Profiles = append(entry.Profiles, ProfileInfo{Name: name, Description: p.Description, Tenants: granted,
+		entry.Profiles = append(entry.Profiles, ProfileInfo{Name: name, Description: p.Description, Tenants: granted, GrantedToNone: len(granted) == 0,
 			MaxTurns: p.Limits.MaxTurns, MaxToolCalls: p.Limits.MaxToolCalls, MaxTokens: p.Limits.MaxTokens, JobTimeout: time.Duration(p.Limits.JobTimeout),
 			MaxInputBytes: p.Limits.MaxInputBytes, Network: NetworkDigest(p)})
 	}

@@ -30,6 +30,7 @@ func TestAdvertiseProfiles(t *testing.T) {
 	done := make(chan error, 1)
 	profiles := map[string]config.Profile{
 		"b": {Description: "the second"},
+		"c": {Description: "granted to no tenant"},
 		"a": {Description: "the first", Limits: config.Limits{MaxTurns: 7, MaxToolCalls: 9, MaxTokens: 1000}},
 	}
 	go func() {
@@ -44,7 +45,8 @@ func TestAdvertiseProfiles(t *testing.T) {
 		return err == nil, err
 	})
 	want := []queue.ProfileInfo{{Name: "a", Description: "the first", MaxTurns: 7, MaxToolCalls: 9, MaxTokens: 1000, Tenants: []string{"t1", "t2"}},
-		{Name: "b", Description: "the second", Tenants: []string{"t1"}}}
+		{Name: "b", Description: "the second", Tenants: []string{"t1"}},
+		{Name: "c", Description: "granted to no tenant", GrantedToNone: true}}
 	if len(got) != 1 || got[0].Worker != "host 1/worker" || !reflect.DeepEqual(got[0].Profiles, want) {
 		t.Errorf("live profiles = %+v, want worker %q with %+v", got, "host 1/worker", want)
 	}
@@ -54,6 +56,30 @@ func TestAdvertiseProfiles(t *testing.T) {
 	}
 	if _, err := client.LiveProfiles(t.Context()); !errors.Is(err, queue.ErrNoProfiles) {
 		t.Errorf("after the worker stopped: %v, want ErrNoProfiles", err)
+	}
+}
+
+// TestProfileGrantedTo: an entry without tenants is a worker's before tenants, which granted
+// every profile to everyone, unless it says the profile is granted to none (today's worker for
+// a profile its tenants: section grants to no tenant); read as granting everyone, that entry
+// left a job the worker refused to the worker itself until max_deliver.
+func TestProfileGrantedTo(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		p    queue.ProfileInfo
+		want bool
+	}{
+		{"granted to the tenant", queue.ProfileInfo{Tenants: []string{"t1", "t2"}}, true},
+		{"granted to others", queue.ProfileInfo{Tenants: []string{"t2"}}, false},
+		{"granted to none", queue.ProfileInfo{GrantedToNone: true}, false},
+		{"a worker before tenants", queue.ProfileInfo{}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.p.GrantedTo("t1"); got != tt.want {
+				t.Errorf("GrantedTo(t1) of %+v = %v, want %v", tt.p, got, tt.want)
+			}
+		})
 	}
 }
 

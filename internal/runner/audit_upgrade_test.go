@@ -15,7 +15,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
-	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
@@ -153,50 +152,5 @@ func TestAuditUpgradeRunCommittedBeforeTenantsIsNotRunAgain(t *testing.T) {
 	}
 	if _, err := b.store.Stat(ctx, store.ManifestKey(j.ID)); err == nil {
 		t.Errorf("a second run of job %s was committed (tenants/default/%s) beside the older worker's (%s)", j.ID, store.ManifestKey(j.ID), store.ManifestKey(j.ID))
-	}
-}
-
-// TestAuditUpgradeProfileGrantedToNoTenantIsNotLeftToItself: ProfileInfo.Tenants empty means
-// "a worker before tenants, which granted the profile to everyone" (queue/profiles.go), but
-// today's worker also publishes it empty for a profile its tenants: section grants to no
-// tenant. A job naming such a profile is refused by the only worker that defines it
-// (profile_not_granted), which then reads its own entry as granting the profile to every
-// tenant and hands the job back to itself, delivery after delivery, each after the retry
-// backoff, until max_deliver: a permanent refusal decided from the worker's own config, and
-// the only config in the fleet, is retried as if a peer could take it.
-func TestAuditUpgradeProfileGrantedToNoTenantIsNotLeftToItself(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	cfg, err := config.Parse([]byte(profiles + `
-  q:
-    model: {name: m}
-    tools: [{name: read_file}]
-tenants:
-  default:
-    profiles: [p]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.cfg = cfg
-	// The worker publishes its profiles, as workercmd does from its start.
-	_, q := b.connect()
-	ctx, cancel := context.WithCancel(context.Background())
-	advertised := make(chan struct{})
-	go func() {
-		defer close(advertised)
-		_ = q.AdvertiseProfiles(ctx, "worker-1", cfg.Profiles, cfg.TenantsOrDefault())
-	}()
-	t.Cleanup(func() { cancel(); <-advertised })
-	waitFor(t, 10*time.Second, "the worker's profiles published", func() bool {
-		live, err := b.q.LiveProfiles(context.Background())
-		return err == nil && len(live) == 1
-	})
-	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Worker.WorkerID = "worker-1" })
-	j := b.submit("q")
-	final := b.waitFinal(j.ID, 30*time.Second)
-	if final.State != job.StateRejected || final.Attempt != 1 {
-		t.Errorf("job of profile q, which the fleet's only worker grants to no tenant, ended %s at attempt %d (%s); want rejected at its first delivery (profile_not_granted)",
-			final.State, final.Attempt, final.Error)
 	}
 }

@@ -118,3 +118,46 @@ func reasons(dls []queue.DeadLetter) []string {
 	}
 	return out
 }
+
+// TestProfileGrantedToNoTenantIsNotLeftToItself: a job naming a profile that the fleet's only
+// worker defines but grants to no tenant is refused by that worker (profile_not_granted) at its
+// first delivery. Its published entry lists no tenant for the profile, which alone reads as a
+// worker before tenants granting it to everyone; it says "granted to none" too
+// (queue.ProfileInfo.GrantedToNone), so the worker does not hand the job back to itself,
+// delivery after delivery, until max_deliver.
+func TestProfileGrantedToNoTenantIsNotLeftToItself(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg, err := config.Parse([]byte(profiles + `
+  q:
+    model: {name: m}
+    tools: [{name: read_file}]
+tenants:
+  default:
+    profiles: [p]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cfg = cfg
+	// The worker publishes its profiles, as workercmd does from its start.
+	_, q := b.connect()
+	ctx, cancel := context.WithCancel(context.Background())
+	advertised := make(chan struct{})
+	go func() {
+		defer close(advertised)
+		_ = q.AdvertiseProfiles(ctx, "worker-1", cfg.Profiles, cfg.TenantsOrDefault())
+	}()
+	t.Cleanup(func() { cancel(); <-advertised })
+	waitFor(t, 10*time.Second, "the worker's profiles published", func() bool {
+		live, err := b.q.LiveProfiles(context.Background())
+		return err == nil && len(live) == 1
+	})
+	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Worker.WorkerID = "worker-1" })
+	j := b.submit("q")
+	final := b.waitFinal(j.ID, 30*time.Second)
+	if final.State != job.StateRejected || final.Attempt != 1 {
+		t.Errorf("job of profile q, which the fleet's only worker grants to no tenant, ended %s at attempt %d (%s); want rejected at its first delivery (profile_not_granted)",
+			final.State, final.Attempt, final.Error)
+	}
+}

@@ -48,7 +48,7 @@ func liveProfiles(entries []queue.WorkerProfiles) []liveProfile {
 			lp.Workers = append(lp.Workers, w.Worker)
 			// A worker before tenants grants it to everyone: the merged entry says nothing.
 			lp.Tenants = append(lp.Tenants, p.Tenants...)
-			if len(p.Tenants) == 0 {
+			if p.GrantedToAll() {
 				lp.open = true
 			}
 		}
@@ -60,6 +60,7 @@ func liveProfiles(entries []queue.WorkerProfiles) []liveProfile {
 		if lp.open {
 			lp.Tenants = nil
 		}
+		lp.GrantedToNone = !lp.open && len(lp.Tenants) == 0
 		out = append(out, *lp)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
