@@ -99,18 +99,20 @@ func orUnlimited(v int64) int64 {
 // statusStream is the stream behind the status bucket.
 func statusStream(bucket string) string { return "KV_" + bucket }
 
-// ensureStatusTTL sets the status bucket's expiry the way ensureStream sets a stream's limits:
-// an expiry an operator changed on the bucket's stream is kept. Roll-ups go off with it
-// (ensureStream): nats.go makes every bucket allow them.
-func ensureStatusTTL(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration, log *slog.Logger) error {
-	s, err := js.Stream(ctx, statusStream(bucket))
+// updateStatusBucket brings an existing status bucket to cfg as updateBucket does every other
+// bucket (description, history, replicas, roll-ups off), except its expiry, which it sets the
+// way ensureStream sets a stream's limits: an expiry an operator changed on the bucket's stream
+// is kept. Before, only the expiry was set, so a `worker setup` that raised nats.replicas left
+// the bucket holding every job's state, spent budget and cancel on the node it was made on.
+func updateStatusBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, log *slog.Logger) error {
+	s, err := js.Stream(ctx, statusStream(cfg.Bucket))
 	if err != nil {
 		return err
 	}
-	// Only the expiry is the worker's: every other limit stays as the bucket has it.
 	want := s.CachedInfo().Config
+	setBucketFields(&want, cfg)
 	earlier := want
-	want.MaxAge, earlier.MaxAge = ttl, 0
+	want.MaxAge, earlier.MaxAge = cfg.TTL, 0
 	_, err = ensureStream(ctx, js, want, earlier, log)
 	return err
 }
@@ -144,8 +146,8 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	}
 	cur := s.CachedInfo().Config
 	want := cur
-	want.Description, want.MaxAge, want.AllowRollup = cfg.Description, cfg.TTL, allowRollups
-	want.MaxMsgsPerSubject, want.Replicas = int64(max(cfg.History, 1)), max(cfg.Replicas, 1)
+	setBucketFields(&want, cfg)
+	want.MaxAge = cfg.TTL
 	if want.MaxAge > 0 && want.Duplicates > want.MaxAge {
 		want.Duplicates = want.MaxAge // the server refuses a duplicate window beyond the expiry
 	}
@@ -158,6 +160,13 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	return nil
 }
 
+// setBucketFields sets on a bucket's stream what Boxcar's bucket configs set, but the expiry:
+// description, history and replicas, with roll-ups off.
+func setBucketFields(sc *jetstream.StreamConfig, cfg jetstream.KeyValueConfig) {
+	sc.Description, sc.AllowRollup = cfg.Description, allowRollups
+	sc.MaxMsgsPerSubject, sc.Replicas = int64(max(cfg.History, 1)), max(cfg.Replicas, 1)
+}
+
 // allowRollups: no stream of Boxcar's allows roll-ups. nats.go makes every bucket allow them (its
 // Purge is one), and the server checks a Nats-Rollup header against no subject: an identity
 // allowed to write only its tenant's keys or jobs (a submitter's cancel or job, an approver's
@@ -166,29 +175,36 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 // updateBucket turn them off on every stream they declare.
 const allowRollups = false
 
-// setUpStatus creates the status bucket when it is missing, else binds it and sets its expiry.
+// setUpStatus creates the status bucket when it is missing, else binds it and brings it to
+// the config (updateStatusBucket).
 func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, log *slog.Logger) (jetstream.KeyValue, error) {
-	ttl := time.Duration(cfg.StatusTTL)
-	kv, err := js.KeyValue(ctx, cfg.StatusBucket)
+	want := statusBucketConfig(cfg)
+	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      cfg.StatusBucket,
-			Description: "Boxcar job status by job id",
-			// The steps a job went through, for an operator's watch or `nats kv history`
-			// (a consumer); a tenant's identity reads only the latest (read.go).
-			History: statusHistory,
-			// A status expires ttl after its last write: for a job that ended, after it ended.
-			TTL:      ttl,
-			Storage:  jetstream.FileStorage,
-			Replicas: cfg.Replicas,
-			Metadata: map[string]string{setMeta("max_age"): ttl.String()},
-		})
+		created := want
+		created.Metadata = map[string]string{setMeta("max_age"): want.TTL.String()}
+		kv, err = js.CreateKeyValue(ctx, created)
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.StatusBucket) // another worker made it first
+			kv, err = js.KeyValue(ctx, want.Bucket) // another worker made it first
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	return kv, ensureStatusTTL(ctx, js, cfg.StatusBucket, ttl, log)
+	return kv, updateStatusBucket(ctx, js, want, log)
+}
+
+// statusBucketConfig is the status bucket as the config declares it.
+func statusBucketConfig(cfg config.NATS) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      cfg.StatusBucket,
+		Description: "Boxcar job status by job id",
+		// The steps a job went through, for an operator's watch or `nats kv history`
+		// (a consumer); a tenant's identity reads only the latest (read.go).
+		History: statusHistory,
+		// A status expires ttl after its last write: for a job that ended, after it ended.
+		TTL:      time.Duration(cfg.StatusTTL),
+		Storage:  jetstream.FileStorage,
+		Replicas: cfg.Replicas,
+	}
 }

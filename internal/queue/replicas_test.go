@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
@@ -21,7 +22,10 @@ import (
 // cluster, and returns a connection to the first once the cluster has a meta leader.
 func cluster3(t *testing.T) *nats.Conn {
 	t.Helper()
-	// Route ports chosen by the kernel (:0) and released, since each server names the others.
+	// Route ports chosen by the kernel (:0) and released: a server of a JetStream cluster needs
+	// configured routes before it starts, so each names the others' ports beforehand, and none
+	// of them can take its own from the kernel with -1 (a port of another process may take one
+	// in between, which would fail the test, not pass it).
 	ports := make([]int, 3)
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -40,7 +44,7 @@ func cluster3(t *testing.T) *nats.Conn {
 		ns, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
 			NoSigs: true, NoLog: true,
-			Cluster: server.ClusterOpts{Name: "audit", Host: "127.0.0.1", Port: p},
+			Cluster: server.ClusterOpts{Name: "replicas", Host: "127.0.0.1", Port: p},
 			Routes:  routes,
 		})
 		if err != nil {
@@ -69,13 +73,12 @@ func cluster3(t *testing.T) *nats.Conn {
 	return nc
 }
 
-// TestAuditUpgradeSetupAppliesReplicasToTheStatusBucket: nats.replicas is "Replicas of the
-// stream and bucket in a cluster". An operator who moves a fleet set up with replicas 1 to a
-// three-node cluster's replicas 3 runs `worker setup` again: the job and dead-letter streams,
-// the consumers and the cancel, approvals, usage and profiles buckets are raised to 3, but the
-// status bucket, which holds each job's state, its spent budget and its cancel, stays on one
-// node, silently: setUpStatus only sets the expiry of a bucket that exists.
-func TestAuditUpgradeSetupAppliesReplicasToTheStatusBucket(t *testing.T) {
+// TestSetupAppliesReplicasToEveryStreamAndBucket: nats.replicas is "Replicas of the stream and
+// bucket in a cluster". An operator who moves a fleet set up with replicas 1 to a three-node
+// cluster's replicas 3 runs `worker setup` again: every stream, consumer and bucket is raised to
+// 3. Before, the status bucket, which holds each job's state, its spent budget and its cancel,
+// stayed on one node, silently: setup only set the expiry of a status bucket that existed.
+func TestSetupAppliesReplicasToEveryStreamAndBucket(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	nc := cluster3(t)
@@ -96,7 +99,8 @@ func TestAuditUpgradeSetupAppliesReplicasToTheStatusBucket(t *testing.T) {
 	}
 	declare(1) // the older setup
 	declare(3) // `worker setup` after the move to three replicas
-	for _, name := range []string{cfg.Stream, cfg.DeadLetterStream, "KV_" + queue.CancelBucket, "KV_" + cfg.ApprovalsBucket, "KV_" + queue.UsageBucket, "KV_" + cfg.StatusBucket} {
+	for _, name := range []string{cfg.Stream, cfg.DeadLetterStream, "KV_" + queue.CancelBucket, "KV_" + cfg.ApprovalsBucket, "KV_" + queue.UsageBucket,
+		"KV_" + queue.ProfilesBucket, "KV_" + cfg.StatusBucket} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
@@ -104,5 +108,12 @@ func TestAuditUpgradeSetupAppliesReplicasToTheStatusBucket(t *testing.T) {
 		if got := s.CachedInfo().Config.Replicas; got != 3 {
 			t.Errorf("after worker setup with replicas 3, stream %s has %d replica(s), want 3", name, got)
 		}
+	}
+	c, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer+"-"+job.DefaultTenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.CachedInfo().Config.Replicas; got != 3 {
+		t.Errorf("after worker setup with replicas 3, consumer %s has %d replica(s), want 3", c.CachedInfo().Name, got)
 	}
 }
