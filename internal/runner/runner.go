@@ -180,7 +180,9 @@ func (r *Runner) hold(jobID string, delta int) {
 
 // Run fetches and runs jobs until ctx ends. Then it stops fetching and lets running jobs finish
 // within Worker.DrainGrace; jobs still running after that are interrupted and handed back to
-// the queue at once, so another worker can take them.
+// the queue at once, so another worker can take them. Before its first fetch it moves what
+// workers before tenants left at the store's root into tenant default's folder
+// (adoptRootLayout), and fails if it cannot.
 func (r *Runner) Run(ctx context.Context) error {
 	slots := r.cfg.Worker.Concurrency
 	free := make(chan struct{}, slots)
@@ -188,6 +190,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		free <- struct{}{}
 	}
 	r.m.SlotsFree.Set(float64(slots))
+	if err := r.adoptRootLayout(ctx); err != nil {
+		return err
+	}
 
 	// Cancels are watched from before the first fetch until the last job ended: a job
 	// cancelled while it waited in the queue is recorded so before any worker starts it.

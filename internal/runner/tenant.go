@@ -35,7 +35,8 @@ func (r *Runner) bindTenant(a *attempt) {
 // came from would be recorded in the manifest.
 func (r *Runner) checkInputTenant(a *attempt) error {
 	for _, in := range a.job.Inputs {
-		if want := a.store.URL(store.InputKey(in.SHA256)); !sameInput(in.URI, want, store.TenantPrefix(a.tenant)+store.InputKey(in.SHA256)) {
+		key := store.InputKey(in.SHA256)
+		if want := a.store.URL(key); !sameInput(in.URI, want, store.TenantPrefix(a.tenant)+key) && !r.rootInput(in.URI, a.tenant, key) {
 			return fmt.Errorf("input %s: its uri %s is outside the store of tenant %s, where the worker reads it from %s; upload it as tenant %s (submit --tenant %s does): %w",
 				in.Name, in.URI, a.tenant, want, a.tenant, a.tenant, errInputOutsideTenant)
 		}

@@ -3,6 +3,8 @@ package runner_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,13 +20,13 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
-// TestAuditUpgradeBareJobWithInputRuns: a job an older `submit` (before tenants) queued on the
+// TestBareJobWithInputAtTheRootRuns: a job an older `submit` (before tenants) queued on the
 // bare subject boxcar.jobs, with an input it uploaded where that submit put inputs (the store's
 // root, inputs/sha256/<hex>), is moved by today's first start to tenant default's subject and
-// promised to "run as it would have" (queue/bare.go, docs/operations.md). It ends failed
-// (input_outside_tenant) at its first attempt instead: the worker reads inputs only under
-// tenants/default/, and neither the move nor the worker brings the input along.
-func TestAuditUpgradeBareJobWithInputRuns(t *testing.T) {
+// runs as it would have: the worker moves the root's inputs into tenant default's folder before
+// it fetches a job, and takes the input's URI at the root as that input. Before, the job ended
+// failed (input_outside_tenant) at its first attempt.
+func TestBareJobWithInputAtTheRootRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b, js := olderBundle(t)
@@ -55,6 +57,36 @@ func TestAuditUpgradeBareJobWithInputRuns(t *testing.T) {
 	if got.State != job.StateSucceeded {
 		t.Errorf("the older submit's job moved off the bare subject ended %s (%s), want succeeded: it ran as it would have before the upgrade",
 			got.State, got.Error)
+	}
+}
+
+// TestRootInputIsReadFromTheTenantsFolder: a job of tenant default may name its input at the
+// shared store's root, where `submit` before tenants uploaded it, but the worker reads it only
+// from the tenant's folder, where it moved the root's inputs at its start: an object put at the
+// root since (no submit of this version puts one there) is not read, and the job fails
+// input_missing, not with the root's bytes.
+func TestRootInputIsReadFromTheTenantsFolder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.worker(agentFunc(writeReport))
+	data := "put at the root after the worker started\n"
+	sum, size, err := provenance.Digest(strings.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.shared.Put(context.Background(), store.InputKey(sum), strings.NewReader(data), size); err != nil {
+		t.Fatal(err)
+	}
+	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC(),
+		Inputs: []job.Input{{Name: "in.csv", URI: b.shared.URL(store.InputKey(sum)), SHA256: sum, Size: size}}}
+	b.publish(j)
+	st := b.waitFinal(j.ID, 30*time.Second)
+	if st.State != job.StateFailed || !strings.Contains(st.Error, "is not in the store") {
+		t.Fatalf("status %s, error %q; want failed, its input not in the tenant's folder", st.State, st.Error)
+	}
+	waitFor(t, 10*time.Second, "the dead letter", func() bool { return len(b.deadLetters()) > 0 })
+	if dls := b.deadLetters(); len(dls) != 1 || dls[0].Reason != "input_missing" {
+		t.Errorf("dead letters %+v, want one input_missing", dls)
 	}
 }
 
@@ -101,14 +133,14 @@ func olderBundle(t *testing.T) (*bundle, jetstream.JetStream) {
 	return b, olderJobStream(t, b)
 }
 
-// TestAuditUpgradeRunCommittedBeforeTenantsIsNotRunAgain: at the upgrade to tenants, a job an
-// older worker already committed (its manifest at runs/ID/ in the store's root, where that
-// worker wrote runs) but had not yet acknowledged is delivered again by tenant default's
-// consumer (docs/operations.md: "a job in flight on a worker of the old version may then run
-// twice; the create-only manifest lets one commit"). Today's worker looks for a committed run
-// only under tenants/default/, finds none, runs the job again and commits a second run: the
-// create-only manifest does not keep it, since the two runs have different keys.
-func TestAuditUpgradeRunCommittedBeforeTenantsIsNotRunAgain(t *testing.T) {
+// TestRunCommittedBeforeTenantsIsNotRunAgain: at the upgrade to tenants, a job an older worker
+// already committed (its manifest at runs/ID/ in the store's root, where that worker wrote
+// runs) but had not yet acknowledged is delivered again by tenant default's consumer. Today's
+// worker moves the root's runs into tenant default's folder before it fetches a job, finds the
+// run committed there and ends the job as its manifest says, without running it. Before, it
+// looked under tenants/default/ only, ran the job again and committed a second run there,
+// which the create-only manifest did not keep out: the two runs had different keys.
+func TestRunCommittedBeforeTenantsIsNotRunAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b, js := olderBundle(t)
@@ -146,11 +178,32 @@ func TestAuditUpgradeRunCommittedBeforeTenantsIsNotRunAgain(t *testing.T) {
 		runs.Add(1)
 		return writeReport(ctx, req)
 	}))
+	got := b.waitFinal(j.ID, 30*time.Second)
 	waitFor(t, 30*time.Second, "the job to be consumed", b.consumed)
-	if got := runs.Load(); got != 0 {
-		t.Errorf("the agent ran the job %d time(s), though an older worker had committed its run", got)
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the agent ran the job %d time(s), though an older worker had committed its run", n)
 	}
-	if _, err := b.store.Stat(ctx, store.ManifestKey(j.ID)); err == nil {
-		t.Errorf("a second run of job %s was committed (tenants/default/%s) beside the older worker's (%s)", j.ID, store.ManifestKey(j.ID), store.ManifestKey(j.ID))
+	if got.State != job.StateSucceeded {
+		t.Errorf("the job ended %s (%s), want succeeded as the older worker's manifest says", got.State, got.Error)
 	}
+	if stored := readAll(t, b.store, store.ManifestKey(j.ID)); !bytes.Equal(stored, manifest) {
+		t.Errorf("tenant default's manifest of job %s is not the older worker's: a second run was committed\n%s", j.ID, stored)
+	}
+	if _, err := b.shared.Stat(ctx, store.ManifestKey(j.ID)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the older worker's run is still at the store's root (%v): two places to look for it", err)
+	}
+}
+
+func readAll(t *testing.T, st store.Store, key string) []byte {
+	t.Helper()
+	rc, err := st.Get(context.Background(), key)
+	if err != nil {
+		t.Fatalf("%s: %v", st.URL(key), err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
