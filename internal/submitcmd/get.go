@@ -60,6 +60,9 @@ func (e *env) get(ctx context.Context, id, out string) error {
 
 	manifest, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
 	if errors.Is(err, store.ErrNotFound) {
+		if err := e.runBeforeTenants(ctx, st, id); err != nil {
+			return fmt.Errorf("get: %w; nothing downloaded", err)
+		}
 		objects, lerr := st.List(ctx, store.RunPrefix(id))
 		if lerr == nil && len(objects) > 0 {
 			return fmt.Errorf("get: job %s has no manifest in %s: the run is not committed (still uploading, or it ended before it could commit); nothing downloaded", id, st.URL(""))

@@ -124,6 +124,9 @@ func (e *env) logTranscript(ctx context.Context, id string) error {
 	defer closeStore(st)
 	data, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
 	if errors.Is(err, store.ErrNotFound) {
+		if err := e.runBeforeTenants(ctx, st, id); err != nil {
+			return fmt.Errorf("logs: %w", err)
+		}
 		fmt.Fprintf(e.stderr, "job %s has no committed run in %s: no transcript to show\n", id, st.URL(""))
 		return nil
 	}

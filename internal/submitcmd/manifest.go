@@ -42,6 +42,9 @@ func (e *env) manifest(ctx context.Context, id string) error {
 	defer closeStore(st)
 	rc, err := st.Get(ctx, provenance.ManifestKey(id))
 	if errors.Is(err, store.ErrNotFound) {
+		if err := e.runBeforeTenants(ctx, st, id); err != nil {
+			return fmt.Errorf("manifest: %w", err)
+		}
 		return fmt.Errorf("manifest: job %s has no committed run in %s (see `submit status %s`)", id, st.URL(""), id)
 	}
 	if err != nil {

@@ -20,21 +20,22 @@ import (
 // Error codes: with --output json an error is one JSON object on stderr,
 // {"code":…,"message":…,"exit_code":…}. The codes are stable; docs/cli.md lists them.
 const (
-	codeUsage           = "usage"
-	codeError           = "error"
-	codeNATSUnreachable = "nats_unreachable"
-	codeQueueNotSetUp   = "queue_not_set_up"
-	codeUnknownJob      = "unknown_job"
-	codeUnknownProfile  = "unknown_profile"
-	codeNotGranted      = "profile_not_granted"
-	codeNotFound        = "not_found"
-	codeTimeout         = "timeout"
-	codeInterrupted     = "interrupted"
-	codeVerifyFailed    = "verification_failed"
-	codeUnknownOutcome  = "outcome_unknown"
-	codeNotConfirmed    = "not_confirmed"
-	codeApprovalChanged = "approval_changed"
-	codeMisfiled        = "approval_misfiled"
+	codeUsage            = "usage"
+	codeError            = "error"
+	codeNATSUnreachable  = "nats_unreachable"
+	codeQueueNotSetUp    = "queue_not_set_up"
+	codeUnknownJob       = "unknown_job"
+	codeUnknownProfile   = "unknown_profile"
+	codeNotGranted       = "profile_not_granted"
+	codeNotFound         = "not_found"
+	codeTimeout          = "timeout"
+	codeInterrupted      = "interrupted"
+	codeVerifyFailed     = "verification_failed"
+	codeUnknownOutcome   = "outcome_unknown"
+	codeNotConfirmed     = "not_confirmed"
+	codeApprovalChanged  = "approval_changed"
+	codeMisfiled         = "approval_misfiled"
+	codeRunBeforeTenants = "run_before_tenants"
 )
 
 // errorCodes maps what an error wraps to its code, first match wins: a new failure mode is a
@@ -53,6 +54,7 @@ var errorCodes = []struct {
 	{func(err error) bool { return errors.Is(err, errUnknownOutcome) }, codeUnknownOutcome},
 	{func(err error) bool { return errors.Is(err, queue.ErrApprovalChanged) }, codeApprovalChanged},
 	{func(err error) bool { return errors.Is(err, queue.ErrMisfiledApproval) }, codeMisfiled},
+	{func(err error) bool { return errors.Is(err, errRunBeforeTenants) }, codeRunBeforeTenants},
 }
 
 // exitKinds names the documented exit codes that carry their own meaning.

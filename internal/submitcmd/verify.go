@@ -95,6 +95,9 @@ func (e *env) verify(ctx context.Context, id string, keys verifyKeys, allowUnsig
 	}
 	defer closeStore(st)
 
+	if err := e.runBeforeTenants(ctx, st, id); err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
 	report, _ := provenance.VerifyKeyring(ctx, st, e.tenant(), id, ring)
 	if err := ctx.Err(); err != nil {
 		return err
