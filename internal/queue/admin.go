@@ -156,8 +156,9 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, map[strin
 // removeShared removes the one consumer all tenants' jobs went through before tenants: on a
 // work-queue stream it overlaps every tenant's and would keep them from being made. The jobs it
 // had not settled stay in the stream, and the tenant's consumer delivers them from their first
-// delivery (a job in flight on a worker of the old version may run twice; the run's
-// create-only manifest lets only one commit).
+// delivery (a job in flight on a worker of the old version may run twice: docs/operations.md
+// says to stop those first; one it committed before is found committed, runner's
+// adoptRootLayout).
 func (a *Admin) removeShared(ctx context.Context, stream jetstream.Stream) error {
 	c, err := stream.Consumer(ctx, a.cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
