@@ -158,7 +158,7 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, map[strin
 // had not settled stay in the stream, and the tenant's consumer delivers them from their first
 // delivery (a job in flight on a worker of the old version may run twice: docs/operations.md
 // says to stop those first; one it committed before is found committed, runner's
-// adoptRootLayout).
+// AdoptRootLayout).
 func (a *Admin) removeShared(ctx context.Context, stream jetstream.Stream) error {
 	c, err := stream.Consumer(ctx, a.cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {

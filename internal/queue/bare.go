@@ -20,7 +20,7 @@ import (
 // rejected there with the reason. Nothing to do on a new stream, or one set up since. Their
 // inputs, and the runs committed before tenants, are at the store's root, which the queue does
 // not know: each worker moves them into tenant default's folder before it fetches a job
-// (runner's adoptRootLayout), so no job moved here runs before they are in place.
+// (runner's AdoptRootLayout), so no job moved here runs before they are in place.
 func (a *Admin) adoptBareJobs(ctx context.Context) error {
 	bare := a.cfg.Subject
 	s, err := a.js.Stream(ctx, a.cfg.Stream)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -121,6 +122,8 @@ type Runner struct {
 	cancels *cancelWatch
 	// backend holds the fetch loop while attempts wait for the sandbox backend.
 	backend backendHold
+	// rootAdopted: AdoptRootLayout is done, so Run need not do it.
+	rootAdopted atomic.Bool
 
 	mu       sync.Mutex
 	draining bool
@@ -182,7 +185,7 @@ func (r *Runner) hold(jobID string, delta int) {
 // within Worker.DrainGrace; jobs still running after that are interrupted and handed back to
 // the queue at once, so another worker can take them. Before its first fetch it moves what
 // workers before tenants left at the store's root into tenant default's folder
-// (adoptRootLayout), and fails if it cannot.
+// (AdoptRootLayout), unless that was done, and fails if it cannot.
 func (r *Runner) Run(ctx context.Context) error {
 	slots := r.cfg.Worker.Concurrency
 	free := make(chan struct{}, slots)
@@ -190,7 +193,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		free <- struct{}{}
 	}
 	r.m.SlotsFree.Set(float64(slots))
-	if err := r.adoptRootLayout(ctx); err != nil {
+	if err := r.AdoptRootLayout(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it began
+		}
 		return err
 	}
 

@@ -14,6 +14,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
@@ -120,6 +121,14 @@ func awaitQueue(ctx context.Context, log *slog.Logger, s *starting, cfg config.N
 		return errors.Is(err, queue.ErrNotReady) || errors.As(err, &api) && api.Code != 503
 	})
 	return q, err
+}
+
+// awaitRootLayout waits until the runner has moved what workers before tenants left at the
+// store's root into tenant default's folder (runner.AdoptRootLayout), before the worker says it
+// is ready: a store that stops answering meanwhile is waited for, as at start. A try cut short
+// keeps what it moved, so a large root takes several.
+func awaitRootLayout(ctx context.Context, log *slog.Logger, s *starting, r *runner.Runner) error {
+	return await(ctx, log, s, "the store's layout before tenants moved", r.AdoptRootLayout, func(error) bool { return false })
 }
 
 // awaitStore waits until the store answers; a server that would let a stale attempt overwrite

@@ -389,6 +389,9 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 		Egress:        p.egress,
 		LookupEnv:     p.lookupEnv,
 	})
+	if err == nil {
+		err = awaitRootLayout(ctx, p.log, boot, r)
+	}
 	return r, q, err
 }
 
