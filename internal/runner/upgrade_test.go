@@ -69,6 +69,10 @@ func TestRootInputIsReadFromTheTenantsFolder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.worker(agentFunc(writeReport))
+	// A first job ends once the worker fetches, so its move of the root is done by then.
+	if first := b.submit("p"); b.waitFinal(first.ID, 30*time.Second).State != job.StateSucceeded {
+		t.Fatal("the worker's first job did not succeed")
+	}
 	data := "put at the root after the worker started\n"
 	sum, size, err := provenance.Digest(strings.NewReader(data))
 	if err != nil {

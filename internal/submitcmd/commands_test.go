@@ -71,8 +71,14 @@ func TestRun(t *testing.T) {
 	if _, err := te.st.Stat(t.Context(), store.InputKey(hex.EncodeToString(sum[:]))); err != nil {
 		t.Errorf("input not in the store: %v", err)
 	}
-	stdout, _, err := te.submit(t, "status", id)
-	// No worker runs: the job waits in its tenant's consumer.
+	// No worker runs: the job waits in its tenant's consumer. The server counts a consumer's
+	// pending messages a moment after the publish's ack, so the count may read 0 at first.
+	var stdout string
+	var err error
+	waitFor(t, "the status to count the job waiting", func() bool {
+		stdout, _, err = te.submit(t, "status", id)
+		return err == nil && strings.Contains(stdout, "1 waiting")
+	})
 	if err != nil || !strings.Contains(stdout, "state:    queued") || !strings.Contains(stdout, "queue:    tenant default, 1 waiting, 0 running of at most 64") {
 		t.Errorf("status = %v\n%s", err, stdout)
 	}
