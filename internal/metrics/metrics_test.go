@@ -56,6 +56,21 @@ func TestModelTransport(t *testing.T) {
 			http.Error(w, "no key", http.StatusUnauthorized)
 		case "/503":
 			http.Error(w, "busy", http.StatusServiceUnavailable)
+		case "/stalled-body":
+			_, _ = w.Write([]byte(`{"id":`))
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		case "/cut-body":
+			conn, buf, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"id\":")
+			_ = buf.Flush()
+			conn.Close()
+		case "/long-body":
+			_, _ = w.Write(make([]byte, 1<<20))
 		}
 	}))
 	t.Cleanup(srv.Close)
@@ -72,7 +87,9 @@ func TestModelTransport(t *testing.T) {
 		name    string
 		url     string
 		timeout time.Duration
-		want    string
+		// stopAfter is how many bytes of the body are read before it is closed; 0: all.
+		stopAfter int64
+		want      string
 	}{
 		{name: "success", url: srv.URL + "/ok", want: metrics.ModelOK},
 		{name: "rate limited", url: srv.URL + "/429", want: metrics.ModelRateLimited},
@@ -80,6 +97,11 @@ func TestModelTransport(t *testing.T) {
 		{name: "server busy", url: srv.URL + "/503", want: metrics.ModelServerError},
 		{name: "no answer in time", url: srv.URL + "/hang", timeout: 100 * time.Millisecond, want: metrics.ModelTimeout},
 		{name: "connection refused", url: refused, want: metrics.ModelError},
+		// An answer's outcome is decided when its body ends: the agent got no answer from a 200
+		// whose body stalled past the deadline or broke off, and the client retries it.
+		{name: "a 200 whose body stalls past the deadline", url: srv.URL + "/stalled-body", timeout: 300 * time.Millisecond, want: metrics.ModelTimeout},
+		{name: "a 200 whose body breaks off", url: srv.URL + "/cut-body", want: metrics.ModelError},
+		{name: "a 200 whose reader stops reading (the agent's size cap)", url: srv.URL + "/long-body", stopAfter: 10, want: metrics.ModelOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,7 +118,11 @@ func TestModelTransport(t *testing.T) {
 				t.Fatal(err)
 			}
 			if resp, err := client.Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
+				body := io.Reader(resp.Body)
+				if tt.stopAfter > 0 {
+					body = io.LimitReader(body, tt.stopAfter)
+				}
+				_, _ = io.Copy(io.Discard, body)
 				resp.Body.Close()
 			}
 			if got := testutil.ToFloat64(m.ModelRequests.WithLabelValues(tt.want)); got != 1 {

@@ -23,7 +23,11 @@ const (
 
 // ModelTransport wraps next (nil: http.DefaultTransport) so that every request through it,
 // each retry of the OpenAI client included, is counted by outcome and timed until its body
-// has been read or closed. Give it to the agent as its HTTP client's transport.
+// has been read or closed. The outcome of an answer with a body is decided when the body ends:
+// a 200 whose body breaks off or stalls past the request's deadline gave the agent no answer
+// and is an error or a timeout, not ok. A body its reader closes before its end (the agent's
+// Config.MaxResponseBytes) keeps its status's outcome: the endpoint answered, and the agent
+// counts the answer unusable. Give it to the agent as its HTTP client's transport.
 func (m *Metrics) ModelTransport(next http.RoundTripper) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport
@@ -40,7 +44,7 @@ func (t *modelTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {
-		t.observe(errorOutcome(err), start)
+		t.observe(errorOutcome(req.Context(), err), start)
 		return resp, err
 	}
 	outcome := statusOutcome(resp.StatusCode)
@@ -48,7 +52,12 @@ func (t *modelTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.observe(outcome, start)
 		return resp, nil
 	}
-	resp.Body = &observedBody{ReadCloser: resp.Body, done: func() { t.observe(outcome, start) }}
+	resp.Body = &observedBody{ReadCloser: resp.Body, done: func(readErr error) {
+		if readErr != nil || req.Context().Err() != nil {
+			outcome = errorOutcome(req.Context(), readErr)
+		}
+		t.observe(outcome, start)
+	}}
 	return resp, nil
 }
 
@@ -71,31 +80,39 @@ func statusOutcome(code int) string {
 	return ModelServerError
 }
 
-func errorOutcome(err error) string {
+// errorOutcome is the outcome of a request that failed with err (nil: its body was closed
+// before its end) under ctx: a timeout when either says so, an error otherwise.
+func errorOutcome(ctx context.Context, err error) string {
 	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout()) {
 		return ModelTimeout
 	}
 	return ModelError
 }
 
-// observedBody calls done once, when the body is exhausted, fails or is closed.
+// observedBody calls done once, when the body ends: with nil when it was read to its end or
+// closed before it, with the read's error when it broke off.
 type observedBody struct {
 	io.ReadCloser
 	once sync.Once
-	done func()
+	done func(readErr error)
 }
 
 func (b *observedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
-		b.once.Do(b.done)
+		readErr := err
+		if errors.Is(err, io.EOF) {
+			readErr = nil
+		}
+		b.once.Do(func() { b.done(readErr) })
 	}
 	return n, err
 }
 
 func (b *observedBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(b.done)
+	b.once.Do(func() { b.done(nil) })
 	return err
 }

@@ -10,6 +10,7 @@ package modelgate
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -34,8 +35,9 @@ type Config struct {
 	// ProbeTimeout bounds one probe. Default: 10s.
 	ProbeTimeout time.Duration
 	// Probe sends one cheap request to the endpoint (GET /models, say) and returns its
-	// response, whose body the gate closes. Any answer but 408, 409, 429 or 5xx closes the
-	// breaker: a 401 or 404 still says the endpoint is up. Required.
+	// response, whose body the gate reads (its first MiB) and closes. Any answer but 408, 409,
+	// 429 or 5xx whose body arrives closes the breaker: a 401 or 404 still says the endpoint is
+	// up. Required.
 	Probe func(ctx context.Context) (*http.Response, error)
 	// OnChange is called with false when the breaker opens and true when it closes, in order,
 	// with the gate's lock held: it must be quick (set a gauge). Optional.
@@ -198,6 +200,9 @@ func sleep(ctx context.Context, changed <-chan struct{}, d time.Duration) error 
 	return nil
 }
 
+// maxProbeBody is how much of a probe's body the gate reads: a list of models is some KiB.
+const maxProbeBody = 1 << 20
+
 // probe sends the probe and records its answer.
 func (g *Gate) probe(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, g.cfg.ProbeTimeout)
@@ -205,6 +210,11 @@ func (g *Gate) probe(ctx context.Context) {
 	resp, err := g.cfg.Probe(pctx)
 	a := classify(pctx, resp, err)
 	if resp != nil && resp.Body != nil {
+		// An answer is one whose body arrives, as for requests (Transport): a probe whose body
+		// breaks off or stalls failed.
+		if _, rerr := io.Copy(io.Discard, io.LimitReader(resp.Body, maxProbeBody)); rerr != nil && !a.failed {
+			a = brokenBody(pctx, rerr)
+		}
 		resp.Body.Close()
 	}
 	g.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -319,5 +320,130 @@ func TestNewRefusesABadConfig(t *testing.T) {
 				t.Fatalf("New: %v, want ErrInvalidConfig", err)
 			}
 		})
+	}
+}
+
+// bodyServer answers every request 200 with a body that the path says how to end: /cut
+// breaks the connection off after a few bytes of the 1000 it announced, /stall sends a few
+// bytes and then nothing until the client goes, /long sends 1 MiB.
+func bodyServer(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/cut/v1/chat/completions", "/cut/v1/models":
+			conn, buf, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"id\":")
+			_ = buf.Flush()
+			conn.Close()
+		case "/stall/v1/chat/completions":
+			_, _ = io.WriteString(w, `{"id":`)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		default:
+			_, _ = w.Write(make([]byte, 1<<20))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestGateJudgesAnAnswerWhenItsBodyEnds: an endpoint (or a proxy before it) that answers 200
+// and then breaks the body off or stalls gives no answer: the agent counts it as the endpoint
+// unavailable and the client retries it. The gate opens on such answers as on refused
+// connections; a body its reader stops reading (the agent's size cap) is an answer, and one
+// the caller gave up on is no news.
+func TestGateJudgesAnAnswerWhenItsBodyEnds(t *testing.T) {
+	t.Parallel()
+	srv := bodyServer(t)
+	tests := []struct {
+		name    string
+		path    string
+		timeout time.Duration // of each request; 0: none
+		cancel  bool          // the caller cancels each request while it reads the body
+		read    int64         // bytes read before the body is closed; -1: all
+		wantUp  bool
+	}{
+		{name: "a body that breaks off", path: "/cut", read: -1, wantUp: false},
+		{name: "a body that stalls past the request's deadline", path: "/stall", timeout: 200 * time.Millisecond, read: -1, wantUp: false},
+		{name: "a body its reader stops reading", path: "/long", read: 10, wantUp: true},
+		{name: "a body whose caller gave up", path: "/stall", cancel: true, read: 1, wantUp: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g, c, _ := setup(t, newEndpoint(t), modelgate.Config{Threshold: 3, MinBackoff: time.Minute, MaxBackoff: time.Minute})
+			for range 3 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if tt.timeout > 0 {
+					ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+				}
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+tt.path+"/v1/chat/completions", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatalf("the status line should arrive: %v", err)
+				}
+				if tt.read < 0 {
+					_, _ = io.ReadAll(resp.Body)
+				} else {
+					_, _ = io.CopyN(io.Discard, resp.Body, tt.read)
+				}
+				if tt.cancel {
+					cancel()
+					_, _ = io.ReadAll(resp.Body)
+				}
+				resp.Body.Close()
+				cancel()
+			}
+			if g.Up() != tt.wantUp {
+				t.Errorf("after 3 such answers the gate is up = %v (%v), want %v", g.Up(), g.Err(), tt.wantUp)
+			}
+		})
+	}
+}
+
+// TestGateProbeJudgesTheAnswerWhenItsBodyEnds: a probe whose answer breaks off does not close
+// the gate; the endpoint answering it whole does.
+func TestGateProbeJudgesTheAnswerWhenItsBodyEnds(t *testing.T) {
+	t.Parallel()
+	srv := bodyServer(t)
+	var path atomic.Value
+	path.Store("/cut")
+	g, err := modelgate.New(modelgate.Config{Threshold: 1, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+		Probe: func(ctx context.Context) (*http.Response, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path.Load().(string)+"/v1/models", nil)
+			if err != nil {
+				return nil, err
+			}
+			return srv.Client().Do(req)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: g.Transport(srv.Client().Transport)}
+	resp, err := c.Post(srv.URL+"/cut/v1/chat/completions", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if g.Up() {
+		t.Fatal("the gate is up after an answer that broke off, with a threshold of 1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := g.Wait(ctx); err == nil {
+		t.Fatal("Wait returned: a probe whose answer broke off closed the gate")
+	}
+	if err := g.Err(); err == nil || strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("Err = %v, want why it is down without the endpoint's address", err)
+	}
+	path.Store("/long")
+	if err := g.Wait(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

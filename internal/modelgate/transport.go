@@ -4,17 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/boxcar-run/boxcar/internal/redact"
 )
 
 // Transport wraps next (nil: http.DefaultTransport): every request through it is refused with
 // ErrOpen while the breaker is not closed, and every answer is recorded. Give it to the agent's
 // HTTP client, inside any retries, so that each attempt counts.
+//
+// An answer the breaker counts as one is recorded when its body ends: a 200 whose body breaks
+// off or stalls past the request's deadline is no answer (the agent calls it
+// ErrModelUnavailable, and the client retries it). One whose reader closes it before its end
+// (the agent's Config.MaxResponseBytes) is an answer: the endpoint is up.
 func (g *Gate) Transport(next http.RoundTripper) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport
@@ -34,12 +42,59 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, ErrOpen
 	}
+	ctx := req.Context()
 	resp, err := t.next.RoundTrip(req)
-	if err != nil && errors.Is(req.Context().Err(), context.Canceled) {
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return resp, err // the caller gave up (a cancelled job, a shutdown): no news of the endpoint
 	}
-	t.g.observe(classify(req.Context(), resp, err))
-	return resp, err
+	a := classify(ctx, resp, err)
+	if a.failed || resp.Body == nil || resp.Body == http.NoBody {
+		t.g.observe(a)
+		return resp, err
+	}
+	resp.Body = &endedBody{rc: resp.Body, end: func(readErr error) {
+		if readErr == nil && ctx.Err() == nil {
+			t.g.observe(a)
+		} else if !errors.Is(ctx.Err(), context.Canceled) {
+			t.g.observe(brokenBody(ctx, readErr))
+		}
+	}}
+	return resp, nil
+}
+
+// brokenBody is the answer of a request whose body broke off with readErr (nil: its reader
+// closed it after ctx ended).
+func brokenBody(ctx context.Context, readErr error) answer {
+	if ctx.Err() != nil || errors.Is(readErr, context.DeadlineExceeded) {
+		return answer{failed: true, why: "no answer in time: the body stalled"}
+	}
+	return answer{failed: true, why: "the answer broke off: " + redact.ErrorWords(readErr)}
+}
+
+// endedBody calls end once, when the body ends: with nil when it was read to its end or
+// closed before it, with the read's error when it broke off.
+type endedBody struct {
+	rc   io.ReadCloser
+	once sync.Once
+	end  func(readErr error)
+}
+
+func (b *endedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil {
+		readErr := err
+		if errors.Is(err, io.EOF) {
+			readErr = nil
+		}
+		b.once.Do(func() { b.end(readErr) })
+	}
+	return n, err
+}
+
+func (b *endedBody) Close() error {
+	err := b.rc.Close()
+	b.once.Do(func() { b.end(nil) })
+	return err
 }
 
 // classify turns the result of one request into an answer. A request that got no response
@@ -51,11 +106,8 @@ func classify(ctx context.Context, resp *http.Response, err error) answer {
 		if ctx.Err() != nil {
 			return answer{failed: true, why: "no response in time"}
 		}
-		var ue *url.Error // the probe's client wraps it; the URL is not news
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return answer{failed: true, why: "no response: " + err.Error()}
+		// Err shows why on /readyz: the error's words, never the endpoint's address.
+		return answer{failed: true, why: "no response: " + redact.ErrorWords(err)}
 	}
 	switch code := resp.StatusCode; {
 	case code == http.StatusRequestTimeout, code == http.StatusConflict,

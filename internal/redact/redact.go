@@ -2,8 +2,10 @@
 // before its '@') is parsed and shown: in logs, /readyz, errors and check-config's output it
 // never shows them. url.Parse and everything built on it (http.NewRequest, nats.go, the AWS
 // SDK) quote the whole input in their errors, so a URL whose password needs escaping and is
-// not escaped put that password in the message; ParseURL names the problem only. It does not
-// own other secrets (API keys, tokens in files): those never reach a URL.
+// not escaped put that password in the message; ParseURL names the problem only. It also owns
+// the words of an error that a status anyone may read shows (ErrorWords): never an address,
+// which the log has. It does not own other secrets (API keys, tokens in files): those never
+// reach a URL.
 package redact
 
 import (
@@ -127,4 +129,28 @@ func URLList(list string) string {
 		parts[i] = URL(p)
 	}
 	return strings.Join(parts, ",")
+}
+
+// addressLike matches what names a place: a URL, an IP address, a host:port.
+var addressLike = regexp.MustCompile(`://|\d+\.\d+\.\d+\.\d+|\[[0-9a-fA-F:]*\]|[A-Za-z0-9.-]+:\d+`)
+
+// ErrorWords is what err says in a few words without where it came from: the innermost error's
+// last words ("connection refused", "unexpected EOF", "no such host"), or "no answer" when
+// those might still name an address. A status or a page anyone may read (a job's status, a dead
+// letter, /readyz) shows these; the whole error goes to the log. "" for a nil err.
+func ErrorWords(err error) string {
+	if err == nil {
+		return ""
+	}
+	for inner := errors.Unwrap(err); inner != nil; inner = errors.Unwrap(inner) {
+		err = inner
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+len(": "):]
+	}
+	if msg == "" || addressLike.MatchString(msg) {
+		return "no answer"
+	}
+	return msg
 }

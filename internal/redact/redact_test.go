@@ -2,7 +2,13 @@ package redact_test
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/redact"
@@ -67,5 +73,31 @@ func TestParseURLErrorHoldsNoInput(t *testing.T) {
 	err := redact.CheckURLList("nats://h:4222,nats://a:"+secret+"@h:4222", "nats")
 	if !errors.Is(err, redact.ErrBadURL) || !strings.Contains(err.Error(), "URL 2 of 2") || strings.Contains(err.Error(), "s3cr") {
 		t.Errorf("CheckURLList = %v, want ErrBadURL naming URL 2 of 2 and not the password", err)
+	}
+}
+
+func TestErrorWordsNameNoAddress(t *testing.T) {
+	t.Parallel()
+	refused := &url.Error{Op: "Put", URL: "http://127.0.0.1:9000/boxcar/x", Err: &net.OpError{Op: "dial", Net: "tcp",
+		Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000}, Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}}
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{name: "nil", err: nil, want: ""},
+		{name: "a refused dial keeps its errno's words", err: fmt.Errorf("store: put x: %w", refused), want: "connection refused"},
+		{name: "a body cut short", err: fmt.Errorf("read: %w", io.ErrUnexpectedEOF), want: "unexpected EOF"},
+		{name: "last words naming a host and port", err: errors.New("lookup on minio.local:9000"), want: "no answer"},
+		{name: "last words naming an IP", err: errors.New("read from 10.0.0.1 failed"), want: "no answer"},
+		{name: "last words naming a URL", err: errors.New("get https://example.com/x failed"), want: "no answer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := redact.ErrorWords(tt.err); got != tt.want {
+				t.Errorf("ErrorWords(%v) = %q, want %q", tt.err, got, tt.want)
+			}
+		})
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/boxcar-run/boxcar/internal/redact"
 )
 
 // errUnschedulable: the scheduler found no node for the pod until the start gave up.
@@ -84,7 +86,7 @@ func (p *KubernetesProvider) unavailable(ctx context.Context, jobID string, err 
 
 // answerDetail is what the answer said without where it came from: an API status's message,
 // or the innermost error's last words ("connection refused"), or "no answer" when those might
-// name the API server.
+// name the API server (redact.ErrorWords).
 func answerDetail(err error) string {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -93,17 +95,7 @@ func answerDetail(err error) string {
 	if errors.Is(err, errUnschedulable) {
 		return err.Error()
 	}
-	for inner := errors.Unwrap(err); inner != nil; inner = errors.Unwrap(inner) {
-		err = inner
-	}
-	msg := err.Error()
-	if i := strings.LastIndex(msg, ": "); i >= 0 {
-		msg = msg[i+len(": "):]
-	}
-	if strings.Contains(msg, "://") {
-		return "no answer"
-	}
-	return msg
+	return redact.ErrorWords(err)
 }
 
 // unschedulableOr is err, marked errUnschedulable when the pod waited for a node: the
