@@ -101,3 +101,29 @@ func TestErrorWordsNameNoAddress(t *testing.T) {
 		})
 	}
 }
+
+func TestAddressesKeepsTheWordsAndDropsThePlaces(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, text, want string
+	}{
+		{name: "a store's refused put",
+			text: `store: put jobs/x: operation error S3: PutObject, https response error StatusCode: 0, RequestID: , HostID: , canceled: Put "http://127.0.0.1:39417/boxcar/jobs/x": dial tcp 127.0.0.1:39417: connect: connection refused`,
+			want: `store: put jobs/x: operation error S3: PutObject, https response error StatusCode: 0, RequestID: , HostID: , canceled: Put [address]: dial tcp [address]: connect: connection refused`},
+		{name: "a URL before a colon", text: "store: prove create-only puts on s3://boxcar/.boxcar-probe: operation error", want: "store: prove create-only puts on [address]: operation error"},
+		{name: "a lookup", text: "dial tcp: lookup minio.storage.svc on 10.96.0.10:53: no such host", want: "dial tcp: lookup [address] on [address]: no such host"},
+		{name: "a host and port", text: "read tcp minio.local:9000: i/o timeout", want: "read tcp [address]: i/o timeout"},
+		{name: "an IPv6 address", text: "dial tcp [::1]:4222: connect: connection refused", want: "dial tcp [address]: connect: connection refused"},
+		{name: "no address", text: "model endpoint down since 2026-12-04T12:00:00Z (HTTP 503)", want: "model endpoint down since 2026-12-04T12:00:00Z (HTTP 503)"},
+		{name: "a bracketed word", text: "HTTP 401: key [redacted] refused", want: "HTTP 401: key [redacted] refused"},
+		{name: "words with colons", text: "job timed out after 10m0s: exit code 1", want: "job timed out after 10m0s: exit code 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := redact.Addresses(tt.text); got != tt.want {
+				t.Errorf("Addresses(%q)\n = %q\nwant %q", tt.text, got, tt.want)
+			}
+		})
+	}
+}

@@ -75,7 +75,7 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 	if err != nil {
 		reason := "no answer within " + roughly(expires.Sub(now))
 		if !errors.Is(err, context.DeadlineExceeded) {
-			reason = "the job stopped waiting: " + err.Error()
+			reason = "the job stopped waiting: " + errorText(err)
 		}
 		final, xerr := approvals.ExpireApproval(cleanup, p.a.ref(req.JobID), req.CallID, reason)
 		if xerr != nil || final.Decision == job.DecisionExpired {

@@ -83,7 +83,8 @@ func natsAnswered(err error) bool {
 }
 
 // noteWait says in the job's status what it waits for, when NATS takes the write: `submit
-// status` then shows why a job is not running yet.
+// status` then shows why a job is not running yet, without the dependency's address
+// (errorText); the log line of the wait has the whole error.
 func (r *Runner) noteWait(ctx context.Context, a *attempt, what string, err error) {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

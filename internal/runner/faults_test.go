@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
@@ -20,8 +23,8 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/boxcar-run/boxcar/internal/testnet"
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
 // hookStore stands in for crashes and outages at exact points of a run: each hook, when set,
@@ -490,5 +493,39 @@ func TestJobWhoseEndCannotBeRecordedSaysWhy(t *testing.T) {
 	down.Store(false)
 	if st := b.waitFinal(j.ID, 60*time.Second); st.State != job.StateFailed {
 		t.Errorf("status %s once the store took writes, want failed", st.State)
+	}
+}
+
+// TestStoreOutageStatusNamesNoAddress: while the store does not answer, the job's status
+// (what its tenant reads with `submit status`) says it waits for the store and why, in the
+// SDK's words, but never the store's address (its host and port, the request's URL), as a
+// Kubernetes outage's status never names the API server's: the worker's log has them.
+func TestStoreOutageStatusNamesNoAddress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	closed := testnet.ClosedAddr(t)
+	env := map[string]string{"AWS_ACCESS_KEY_ID": "AKIAAUDITOBS", "AWS_SECRET_ACCESS_KEY": "audit-obs-secret",
+		"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
+	s3, err := store.Open(t.Context(), "s3://boxcar", store.Options{Endpoint: "http://" + closed, PathStyle: true, MaxAttempts: 1,
+		Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s3.Close() })
+	w := b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = s3 })
+	j := b.submit("p")
+	var st job.Status
+	testharness.Wait(t, "the job's status to say it waits for the store", func() (bool, error) {
+		st, err = b.q.Status(context.Background(), j.ID)
+		return err == nil && strings.Contains(st.Error, "waiting for the store"), nil
+	}, testharness.Within(30*time.Second))
+	w.stop()
+	t.Logf("the job's status: %s", st.Error)
+	host, port, _ := net.SplitHostPort(closed)
+	if strings.Contains(st.Error, host) || strings.Contains(st.Error, ":"+port) {
+		t.Errorf("the status a tenant reads names the store's address %s: %s", closed, st.Error)
+	}
+	if !strings.Contains(st.Error, "connection refused") {
+		t.Errorf("the status %q does not say why the store does not answer (connection refused)", st.Error)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/redact"
 	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
@@ -200,15 +201,33 @@ var errLeaseLost = errors.New("lease lost: a later attempt of the job took it ov
 // settling. An error may quote what others said at any length: a model endpoint, a store.
 const maxErrorText = 4 << 10
 
-// errorText is err's text as the runner records it: at most maxErrorText bytes, its head kept
-// and what was cut counted. Every sink of an attempt's error goes through it.
+// errorText is err's text as the runner records it for the job's tenant to read (its status,
+// manifest, report.md, dead letter): no address (redact.Addresses: a store's or NATS's URL and
+// host:port, which the worker's log has, as a Kubernetes API server's is kept out of a status),
+// at most maxErrorText bytes, its head kept and what was cut counted. Every sink of an
+// attempt's error but the log goes through it.
 func errorText(err error) string {
 	s := err.Error()
-	if len(s) <= maxErrorText {
+	// Addresses reads no more than can be kept: an error may quote megabytes.
+	head := textcut.Head(s, 2*maxErrorText)
+	return bounded(redact.Addresses(head), len(s)-len(head))
+}
+
+// logText is err's text as the worker's log has it: whole, but bounded as errorText is.
+func logText(err error) string { return bounded(err.Error(), 0) }
+
+// bounded is s cut to at most maxErrorText bytes on a rune boundary, what was cut counted
+// with more, the bytes already cut from its end before.
+func bounded(s string, more int) string {
+	if len(s) <= maxErrorText && more == 0 {
 		return s
 	}
-	keep := textcut.Head(s, maxErrorText-32) // the marker's room
-	return fmt.Sprintf("%s…[%d bytes cut]", keep, len(s)-len(keep))
+	keep := min(len(s), maxErrorText-32) // the marker's room
+	if more > 0 {
+		keep = max(min(keep, len(s)-256), 0) // never the end of s, which may end in half an address
+	}
+	kept := textcut.Head(s, keep)
+	return fmt.Sprintf("%s…[%d bytes cut]", kept, len(s)-len(kept)+more)
 }
 
 // boundedError is err with its text cut as errorText cuts it, for a sink that takes an error

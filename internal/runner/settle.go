@@ -40,7 +40,7 @@ func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 	}
 	level := slog.LevelInfo
 	if e.err != nil {
-		attrs = append(attrs, "error", errorText(e.err))
+		attrs = append(attrs, "error", logText(e.err))
 		level = slog.LevelWarn
 	}
 	a.log.Log(ctx, level, "job "+dec.action.String(), attrs...)
