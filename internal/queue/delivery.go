@@ -117,8 +117,11 @@ type DeadLetter struct {
 // at most one dead letter: it is published only if its subject holds none (the server checks,
 // so two deliveries ending the job at once cannot both write one), and a delivery that finds
 // one already (its worker died between the dead letter and the term, or another delivery
-// ended the job) only terminates the message.
-func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
+// ended the job) only terminates the message. lettered reports whether this call wrote the
+// job's dead letter, also when the term after it failed: what counts dead letters counts it
+// then, and not at a later delivery that finds it. A publish whose answer was lost (NATS went
+// away after it landed) is not known to have written it: such a letter is counted by none.
+func (d *Delivery) Term(ctx context.Context, reason string, cause error) (lettered bool, err error) {
 	id := d.JobID
 	if id == "" {
 		id = "unknown"
@@ -129,7 +132,7 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 	}
 	data, err := json.Marshal(dl)
 	if err != nil {
-		return fmt.Errorf("queue: encode dead letter: %w", err)
+		return false, fmt.Errorf("queue: encode dead letter: %w", err)
 	}
 	subject := dlqSubject(d.c.cfg, Ref{Tenant: d.Tenant, ID: sanitizeToken(id)})
 	// Messages without an id share one subject: each keeps its own letter.
@@ -137,13 +140,15 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) error {
 	if d.JobID != "" {
 		once = append(once, jetstream.WithExpectLastSequencePerSubject(0))
 	}
-	if _, err := d.c.js.Publish(ctx, subject, data, once...); err != nil && !isWrongLastSequence(err) {
-		return fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
+	_, err = d.c.js.Publish(ctx, subject, data, once...)
+	if err != nil && !isWrongLastSequence(err) {
+		return false, fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
 	}
+	lettered = err == nil
 	if err := d.msg.TermWithReason(reason); err != nil {
-		return fmt.Errorf("queue: terminate job %s: %w", d.JobID, err)
+		return lettered, fmt.Errorf("queue: terminate job %s: %w", d.JobID, err)
 	}
-	return nil
+	return lettered, nil
 }
 
 // KeepAlive tells the server the job is still being worked on, every interval (zero: a third

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -281,8 +282,8 @@ func TestTermKeepsTheJobInTheDeadLetterStream(t *testing.T) {
 	ctx := context.Background()
 	j := b.submit(t)
 	d := fetch(t, b.w, 5*time.Second)
-	if err := d.Term(ctx, "unknown_profile", errors.New(`unknown profile "p"`)); err != nil {
-		t.Fatal(err)
+	if lettered, err := d.Term(ctx, "unknown_profile", errors.New(`unknown profile "p"`)); err != nil || !lettered {
+		t.Fatalf("Term: lettered %v, %v; want the letter written", lettered, err)
 	}
 	expectEmpty(t, b.w, 2*b.w.AckWait())
 
@@ -432,7 +433,7 @@ func TestJobWhoseLastWorkerDiedIsDeliveredOnceMore(t *testing.T) {
 	if d.JobID != j.ID || d.Attempt != 3 || !d.Exhausted() || !d.LastAttempt() {
 		t.Fatalf("delivery %s attempt %d, exhausted %v; want %s, attempt 3, exhausted", d.JobID, d.Attempt, d.Exhausted(), j.ID)
 	}
-	if err := d.Term(ctx, "max_deliveries", errors.New("gave up")); err != nil {
+	if _, err := d.Term(ctx, "max_deliveries", errors.New("gave up")); err != nil {
 		t.Fatal(err)
 	}
 	dlq, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
@@ -446,7 +447,8 @@ func TestJobWhoseLastWorkerDiedIsDeliveredOnceMore(t *testing.T) {
 
 // TestTwoDeliveriesEndingAJobAtOnceLeaveOneDeadLetter: a stale delivery and the one after it
 // (the first's ack deadline passed) terminating the same job at the same moment leave one
-// dead letter, not two: the server refuses the second, as the first is on the subject.
+// dead letter, not two: the server refuses the second, as the first is on the subject, and
+// only the Term that wrote it says so.
 func TestTwoDeliveriesEndingAJobAtOnceLeaveOneDeadLetter(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -468,18 +470,26 @@ func TestTwoDeliveriesEndingAJobAtOnceLeaveOneDeadLetter(t *testing.T) {
 	}
 	start := make(chan struct{})
 	var wg sync.WaitGroup
+	var lettered atomic.Int64 // the Terms that say they wrote the letter: one a job
 	for _, ds := range held {
 		for _, d := range ds[:2] {
 			wg.Go(func() {
 				<-start
-				if err := d.Term(ctx, "input_missing", errors.New("gone")); err != nil {
+				wrote, err := d.Term(ctx, "input_missing", errors.New("gone"))
+				if err != nil {
 					t.Errorf("term delivery %d of %s: %v", d.Attempt, d.JobID, err)
+				}
+				if wrote {
+					lettered.Add(1)
 				}
 			})
 		}
 	}
 	close(start)
 	wg.Wait()
+	if n := lettered.Load(); n != jobs {
+		t.Errorf("%d Terms of %d jobs said they wrote its dead letter, want one a job", n, jobs)
+	}
 
 	stream, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
 	if err != nil {

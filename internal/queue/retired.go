@@ -247,7 +247,8 @@ func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 	cause := fmt.Errorf("%w %q: `worker setup` retired the tenant while this job ran, and its worker stopped before the job ended; "+
 		"run `worker setup` with a config that lists the tenant, and submit the job again", ErrNotServed, d.Tenant)
 	if !job.ValidID(d.JobID) {
-		return d.Term(ctx, ReasonTenantRetired, cause)
+		_, err := d.Term(ctx, ReasonTenantRetired, cause)
+		return err
 	}
 	now := time.Now().UTC()
 	st, err := c.UpdateStatus(ctx, d.Ref(), func(s *job.Status) {
@@ -256,7 +257,7 @@ func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 	switch {
 	case err == nil, errors.Is(err, ErrFinal) && st.State == job.StateDead:
 		// Dead (now, or by a sweep that stopped before its term): the dead letter, at most one.
-		err = d.Term(ctx, ReasonTenantRetired, cause)
+		_, err = d.Term(ctx, ReasonTenantRetired, cause)
 	case errors.Is(err, ErrFinal):
 		err = d.Ack(ctx) // its run ended it; the message outlived its worker's ack
 	case errors.Is(err, ErrSuperseded):

@@ -4,12 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +14,6 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
-	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	testharness "github.com/boxcar-run/boxcar/test/harness"
@@ -109,76 +105,4 @@ func TestAuditJobLinesNameTheTenant(t *testing.T) {
 		t.Fatal("no line names the job")
 	}
 	t.Logf("%d of %d lines about the job name no tenant", without, lines)
-}
-
-// statusHookQueue calls after once the status of a job is written as failed.
-type statusHookQueue struct {
-	runner.Queue
-	once  sync.Once
-	after func()
-}
-
-func (q *statusHookQueue) UpdateStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error) {
-	st, err := q.Queue.UpdateStatus(ctx, r, change, conds...)
-	if err == nil && st.State == job.StateFailed {
-		q.once.Do(q.after)
-	}
-	return st, err
-}
-
-// TestAuditDeadLettersCountedOncePerLetter: a job fails (the model refused the key); its end
-// is committed and its status says failed; NATS then goes away for a few seconds, so the
-// dead letter and term of that delivery do not go through, and the job is delivered again
-// once NATS is back, which dead-letters it. The dead-letter stream holds one letter, yet the
-// worker's boxcar_dead_letters_total ("Jobs sent to the dead-letter stream") counts two: it
-// is counted when the term is decided, before the call, whether or not it lands and whether or
-// not the job already has its letter (Term writes at most one per job).
-func TestAuditDeadLettersCountedOncePerLetter(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	back := make(chan struct{})
-	outage := func() {
-		port := b.srv.Addr().(*net.TCPAddr).Port
-		b.srv.Shutdown()
-		b.srv.WaitForShutdown()
-		go func() {
-			// Longer than the settling's CleanupTimeout (5 s): the term does not go through.
-			time.Sleep(7 * time.Second)
-			b.start(port)
-			close(back)
-		}()
-	}
-	w := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
-		return agent.Result{}, fmt.Errorf("%w: HTTP 401 invalid key", agent.ErrModelAuth)
-	}), func(c *runner.Config) { c.Queue = &statusHookQueue{Queue: c.Queue, after: outage} })
-	j := b.submit("p")
-	select {
-	case <-back:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the job's status was never written as failed")
-	}
-	testharness.Wait(t, "the job's dead letter", func() (bool, error) {
-		for _, dl := range b.deadLetters() {
-			if dl.JobID == j.ID {
-				return true, nil
-			}
-		}
-		return false, nil
-	}, testharness.Within(90*time.Second))
-	// A later delivery that finds the letter would count again: give it the time to come.
-	time.Sleep(3 * time.Second)
-	w.stop()
-	letters := 0
-	for _, dl := range b.deadLetters() {
-		if dl.JobID == j.ID {
-			letters++
-		}
-	}
-	counted := testutil.ToFloat64(w.m.DeadLetters.WithLabelValues("model_rejected"))
-	if counted != float64(letters) {
-		t.Errorf("boxcar_dead_letters_total{reason=\"model_rejected\"} = %v, the dead-letter stream holds %d letter(s) of the job; want them equal", counted, letters)
-	}
-	if st, err := b.q.Status(context.Background(), j.ID); err == nil {
-		t.Logf("the job: %s at attempt %d", st.State, st.Attempt)
-	}
 }

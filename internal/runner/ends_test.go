@@ -2,6 +2,8 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"path"
 	"strings"
 	"sync"
@@ -14,8 +16,10 @@ import (
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestEndsBeforeTheAgentGoThroughTheArbiter (issue 10): a delivery that ends a job before its
@@ -113,5 +117,131 @@ func TestEndsBeforeTheAgentGoThroughTheArbiter(t *testing.T) {
 				t.Errorf("dead letters %+v, want one with reason %s", dls, tt.reason)
 			}
 		})
+	}
+}
+
+// statusHookQueue calls after once a status is written in state.
+type statusHookQueue struct {
+	runner.Queue
+	state job.State
+	once  sync.Once
+	after func()
+}
+
+func (q *statusHookQueue) UpdateStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error) {
+	st, err := q.Queue.UpdateStatus(ctx, r, change, conds...)
+	if err == nil && st.State == q.state {
+		q.once.Do(q.after)
+	}
+	return st, err
+}
+
+// TestDeadLettersCountedOncePerLetter: a job ends (the model refused the key; a message whose
+// subject names no valid job id is rejected) and its status says so; NATS then goes away for
+// longer than the settling's CleanupTimeout, so the dead letter or the term of that delivery
+// does not go through, and the job is delivered again once NATS is back, which terms it. The
+// dead-letter stream holds one letter; boxcar_dead_letters_total and boxcar_jobs_total count
+// it at most once (a count at each term decided counted two), and exactly once while NATS
+// answers. Through an outage a letter whose publish landed but whose answer was lost is
+// counted by no delivery: none knows it wrote it.
+func TestDeadLettersCountedOncePerLetter(t *testing.T) {
+	t.Parallel()
+	refuse := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		return agent.Result{}, fmt.Errorf("%w: HTTP 401 invalid key", agent.ErrModelAuth)
+	})
+	tests := []struct {
+		name    string
+		state   job.State
+		profile string // the label boxcar_jobs_total counts the end under
+		// publish sends the job and returns the id its dead letter names.
+		publish func(b *bundle) string
+		// outage: NATS goes away once the status says state; without, each count is exactly 1.
+		outage bool
+	}{
+		{name: "a failed job", state: job.StateFailed, profile: "p", publish: submitP},
+		{name: "a failed job through an outage", state: job.StateFailed, profile: "p", outage: true, publish: submitP},
+		{name: "a message with no valid job id", state: job.StateRejected, profile: "unknown", publish: publishNoID},
+		{name: "a message with no valid job id through an outage", state: job.StateRejected, profile: "unknown", outage: true, publish: publishNoID},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			back := make(chan struct{})
+			outage := func() {
+				port := b.srv.Addr().(*net.TCPAddr).Port
+				b.srv.Shutdown()
+				b.srv.WaitForShutdown()
+				go func() {
+					time.Sleep(7 * time.Second) // past CleanupTimeout (5 s): the settling gives up
+					b.start(port)
+					close(back)
+				}()
+			}
+			if !tt.outage {
+				outage = func() { close(back) }
+			}
+			w := b.worker(refuse, func(c *runner.Config) {
+				c.Queue = &statusHookQueue{Queue: c.Queue, state: tt.state, after: outage}
+			})
+			id := tt.publish(b)
+			select {
+			case <-back:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("no status was written %s", tt.state)
+			}
+			b.checkLetterCounted(w, id, tt.state, tt.profile, tt.outage)
+		})
+	}
+}
+
+func submitP(b *bundle) string { return b.submit("p").ID }
+
+// publishNoID publishes a message on a subject that names no valid job id (uppercase).
+func publishNoID(b *bundle) string {
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if _, err := js.Publish(context.Background(), b.cfg.NATS.Subject+".default.NOT-AN-ID", []byte("profile=p")); err != nil {
+		b.t.Fatal(err)
+	}
+	return "NOT-AN-ID"
+}
+
+// checkLetterCounted checks that id has one dead letter, counted once in
+// boxcar_dead_letters_total under its reason and once in boxcar_jobs_total as state; at most
+// once when outage.
+func (b *bundle) checkLetterCounted(w *worker, id string, state job.State, profile string, outage bool) {
+	t := b.t
+	t.Helper()
+	letters := func() (reasons []string) {
+		for _, dl := range b.deadLetters() {
+			if dl.JobID == id {
+				reasons = append(reasons, dl.Reason)
+			}
+		}
+		return reasons
+	}
+	testharness.Wait(t, "the job's dead letter", func() (bool, error) { return len(letters()) > 0, nil },
+		testharness.Within(90*time.Second))
+	// A later delivery that finds the letter would count again: give it the time to come.
+	time.Sleep(3 * time.Second)
+	w.stop()
+	reasons := letters()
+	if len(reasons) != 1 {
+		t.Fatalf("the dead-letter stream holds %d letters of the job, want 1", len(reasons))
+	}
+	counts := map[string]float64{
+		fmt.Sprintf("boxcar_dead_letters_total{reason=%q}", reasons[0]):                 testutil.ToFloat64(w.m.DeadLetters.WithLabelValues(reasons[0])),
+		fmt.Sprintf("boxcar_jobs_total{profile=%q,outcome=%q}", profile, string(state)): testutil.ToFloat64(w.m.Jobs.WithLabelValues(profile, string(state))),
+	}
+	for name, got := range counts {
+		if got > 1 || (got < 1 && !outage) {
+			t.Errorf("%s = %v for one letter, want 1", name, got)
+		}
+	}
+	if got := testutil.CollectAndCount(w.m.DeadLetters); got > 1 {
+		t.Errorf("boxcar_dead_letters_total has %d series, want the letter's reason %q only", got, reasons[0])
 	}
 }

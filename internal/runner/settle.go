@@ -30,9 +30,9 @@ func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 		e.outcome = outcome{end: endLeaseLost, err: err}
 		dec = decide(e.outcome, a.d.LastAttempt())
 	}
-	attrs := r.settleQueue(w, e.outcome, dec)
+	attrs, lettered := r.settleQueue(w, e.outcome, dec)
 	r.releaseCancel(w, e.outcome, dec)
-	r.settleMetrics(a, dec)
+	r.settleMetrics(a, dec, lettered)
 
 	attrs = append([]any{"outcome", e.end.String(), "duration_ms", time.Since(a.started).Milliseconds()}, attrs...)
 	if dec.state != "" {
@@ -157,13 +157,12 @@ func (r *Runner) recordWaiting(w settler, id string, cause error) error {
 	return err
 }
 
-// settleQueue tells the queue what decide says and returns what the log line adds about it.
-func (r *Runner) settleQueue(w settler, o outcome, dec decision) []any {
+// settleQueue tells the queue what decide says and returns what the log line adds about it,
+// and whether it wrote the job's dead letter: boxcar_dead_letters_total counts the letter
+// then, once, and not the term decided at a later delivery that finds it.
+func (r *Runner) settleQueue(w settler, o outcome, dec decision) (attrs []any, lettered bool) {
 	d := w.a.d
-	var (
-		attrs []any
-		call  func(context.Context) error
-	)
+	var call func(context.Context) error
 	switch dec.action {
 	case ackJob:
 		call = d.Ack
@@ -175,15 +174,21 @@ func (r *Runner) settleQueue(w settler, o outcome, dec decision) []any {
 		call = func(ctx context.Context) error { return d.Nak(ctx, delay) }
 	case termJob:
 		attrs = append(attrs, "reason", dec.reason)
-		r.m.DeadLetters.WithLabelValues(reasonLabel(dec.reason)).Inc()
-		call = func(ctx context.Context) error { return d.Term(ctx, dec.reason, boundedError(o.err)) }
+		call = func(ctx context.Context) error {
+			wrote, err := d.Term(ctx, dec.reason, boundedError(o.err))
+			lettered = lettered || wrote // a try whose term failed may have written it
+			return err
+		}
 	default:
-		return attrs
+		return attrs, false
 	}
 	if err := w.do(settled, call); err != nil {
 		w.a.log.ErrorContext(w.ctx, "settle with the queue failed", "action", dec.action.String(), "error", err)
 	}
-	return attrs
+	if lettered {
+		r.m.DeadLetters.WithLabelValues(reasonLabel(dec.reason)).Inc()
+	}
+	return attrs, lettered
 }
 
 // releaseCancel lets the cancel request of a job that ended cancelled expire: its end is
@@ -201,15 +206,17 @@ func (r *Runner) releaseCancel(w settler, o outcome, dec decision) {
 // settled: the server took the ack, nak or term, or this delivery had settled before.
 func settled(err error) bool { return err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) }
 
-// settleMetrics counts the decided end.
-func (r *Runner) settleMetrics(a *attempt, dec decision) {
+// settleMetrics counts the decided end. A message whose subject names no valid job id ends
+// at each of its deliveries with no manifest to arbitrate (see process): it is counted with
+// the dead letter that one of them writes (lettered), not at each.
+func (r *Runner) settleMetrics(a *attempt, dec decision, lettered bool) {
 	// The label: a name the worker does not define comes from whoever submitted the job, so
 	// it must not become a label value.
 	profile := a.job.Profile
 	if _, ok := r.cfg.Worker.Profiles[profile]; !ok {
 		profile = "unknown"
 	}
-	if state := dec.counted(); state != "" {
+	if state := dec.counted(); state != "" && (lettered || job.ValidID(a.d.JobID)) {
 		r.m.Jobs.WithLabelValues(profile, string(state)).Inc()
 		r.m.JobDuration.WithLabelValues(profile, string(state)).Observe(time.Since(a.started).Seconds())
 	}
