@@ -12,11 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
 // TestCancelStopsOnlyTheJobAsked: a worker runs two jobs at once and one watch serves both; a
@@ -309,6 +312,60 @@ func TestCancelledRunsSlowCommitKeepsItsDelivery(t *testing.T) {
 			}
 			if got := string(b.runFile(j.ID, "report.md")); !strings.Contains(got, "half a report for "+j.ID) {
 				t.Errorf("the committed report.md does not hold what the cancelled run wrote:\n%s", got)
+			}
+		})
+	}
+}
+
+// slowStartProvider is a backend whose sandbox takes long to start (a pod pulling its image):
+// Start returns only when its context ends.
+type slowStartProvider struct {
+	fakeProvider
+	starting chan struct{}
+}
+
+func (p *slowStartProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	p.starting <- struct{}{}
+	<-ctx.Done()
+	return nil, context.Cause(ctx)
+}
+
+// TestCancelledStartIsNoSandboxFailure: a job is cancelled, or the worker drains, while its
+// sandbox starts. The backend did nothing wrong: boxcar_sandbox_failures_total{stage="start"},
+// which the chart's BoxcarSandboxStartFailures alert reads (failures over failures plus
+// starts), does not count it.
+func TestCancelledStartIsNoSandboxFailure(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cut  func(b *bundle, w *worker, j job.Job)
+	}{
+		{name: "cancelled", cut: func(b *bundle, w *worker, j job.Job) {
+			if _, err := b.q.Cancel(context.Background(), j.ID, "tester"); err != nil {
+				t.Fatal(err)
+			}
+			if st := b.waitFinal(j.ID, 20*time.Second); st.State != job.StateCancelled {
+				t.Errorf("the job ended %s: %s, want cancelled", st.State, st.Error)
+			}
+		}},
+		{name: "drained", cut: func(b *bundle, w *worker, j job.Job) {}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			p := &slowStartProvider{starting: make(chan struct{}, 1)}
+			w := b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Sandboxes = p })
+			j := b.submit("p")
+			select {
+			case <-p.starting:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the sandbox never began to start")
+			}
+			tt.cut(b, w, j)
+			w.stop()
+			if got := testutil.ToFloat64(w.m.SandboxFailed.WithLabelValues("fake", "start")); got != 0 {
+				t.Errorf("boxcar_sandbox_failures_total{backend=\"fake\",stage=\"start\"} = %v after a start cut short (%s); want 0", got, tt.name)
 			}
 		})
 	}

@@ -480,7 +480,9 @@ func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox,
 	})
 	sb, warm := taken.sb, taken.warm
 	if err != nil {
-		r.m.SandboxFailed.WithLabelValues(backend, "start").Inc()
+		if !startCutShort(ctx, err) {
+			r.m.SandboxFailed.WithLabelValues(backend, "start").Inc()
+		}
 		return nil, claimed{}, fmt.Errorf("start sandbox: %w", err)
 	}
 	cl := claimed{warm: warm, at: time.Now()}
@@ -489,6 +491,14 @@ func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox,
 	}
 	a.log.InfoContext(ctx, "sandbox ready", "backend", backend, "sandbox_id", sb.Info().ID, "warm", warm, "duration_ms", cl.at.Sub(start).Milliseconds())
 	return sb, cl, nil
+}
+
+// startCutShort: the start ended because the job was cancelled, the worker drains or shuts
+// down (ctx), or the pool that was starting it closes (its context's error): no failure of the
+// backend, which boxcar_sandbox_failures_total and the BoxcarSandboxStartFailures alert count.
+// A start that outlasts the job's time does count: the backend was too slow.
+func startCutShort(ctx context.Context, err error) bool {
+	return errors.Is(ctx.Err(), context.Canceled) || errors.Is(err, context.Canceled)
 }
 
 // closeSandbox always runs, on a context that survives shutdown, so no sandbox outlives its job.
