@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 // Request is one job for the agent.
 type Request struct {
 	JobID string
+	// Logger is the job's logger, carrying what names the job (job_id, tenant, attempt): every
+	// line of the run goes through it. nil: Config.Logger with job_id.
+	Logger *slog.Logger
 	// ProfileName names the job's profile among Config.Profiles, whose tools New compiled;
 	// Profile.Tools is then not read. Empty: the tools are Profile.Tools, compiled for this run.
 	ProfileName string

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -53,7 +54,7 @@ func (a *Agent) Run(ctx context.Context, req Request) (Result, error) {
 		agent: a,
 		req:   req,
 		p:     p,
-		log:   a.cfg.Logger.With("job_id", req.JobID),
+		log:   cmp.Or(req.Logger, a.cfg.Logger.With("job_id", req.JobID)),
 		tools: tools,
 		tr:    &transcript{limit: p.Limits.MaxTranscriptBytes, w: req.Transcript},
 		ids:   map[string]bool{},

@@ -164,7 +164,7 @@ func (p *Pool) takeWarm(ctx context.Context, tenant, profile, jobID string) (san
 			return nil, fmt.Errorf("pool: claim: %w", err)
 		}
 		p.m.Replaced.WithLabelValues(profile, "claim_failed").Inc()
-		p.log.Warn("pool: a warm sandbox could not be claimed; removing it", "profile", profile, "job_id", jobID, "error", err)
+		p.log.Warn("pool: a warm sandbox could not be claimed; removing it", "profile", profile, "job_id", jobID, "tenant", tenant, "error", err)
 	}
 }
 

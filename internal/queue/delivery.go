@@ -178,12 +178,12 @@ func (d *Delivery) KeepAlive(ctx context.Context, interval time.Duration) (stop 
 				switch {
 				case err != nil && !failing:
 					failing = true
-					d.c.log.WarnContext(ctx, "in-progress heartbeat failed; still trying", "job_id", d.JobID, "error", err)
+					d.c.log.WarnContext(ctx, "in-progress heartbeat failed; still trying", "job_id", d.JobID, "tenant", d.Tenant, "error", err)
 				case err != nil:
-					d.c.log.DebugContext(ctx, "in-progress heartbeat failed again", "job_id", d.JobID, "error", err)
+					d.c.log.DebugContext(ctx, "in-progress heartbeat failed again", "job_id", d.JobID, "tenant", d.Tenant, "error", err)
 				case failing:
 					failing = false
-					d.c.log.InfoContext(ctx, "in-progress heartbeats go through again", "job_id", d.JobID)
+					d.c.log.InfoContext(ctx, "in-progress heartbeats go through again", "job_id", d.JobID, "tenant", d.Tenant)
 				}
 			}
 		}

@@ -370,6 +370,7 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl cla
 	watch := watchLoss(r.timed(je.wrap(sb)))
 	res, err := runAgent(ctx, a, r.cfg.Agent, agent.Request{
 		JobID:       j.ID,
+		Logger:      a.log,
 		ProfileName: j.Profile,
 		Profile:     a.profile,
 		Task:        j.Task,

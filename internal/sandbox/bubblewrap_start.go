@@ -52,7 +52,7 @@ func (p *BubblewrapProvider) Start(ctx context.Context, spec Spec) (Sandbox, err
 	}
 	s := &bubblewrapSandbox{
 		p: p, id: id, hostDir: filepath.Join(p.root, id), scratchDir: filepath.Join(p.root, id+scratchSuffix), egressDir: filepath.Join(p.root, id+egressSuffix), image: spec.Image, lock: lock, workdir: workdir, disk: newDiskBound(lim.disk), uid: -1,
-		log:   p.log.With("sandbox_id", id, "job_id", spec.JobID),
+		log:   p.log.With("sandbox_id", id, "job_id", spec.JobID, "tenant", spec.Tenant),
 		calls: newCalls(), lifetime: time.Duration(spec.Lifetime),
 	}
 	if spec.Pool != "" {

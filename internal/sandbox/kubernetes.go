@@ -227,7 +227,7 @@ func (p *KubernetesProvider) Backend() string { return "kubernetes" }
 func (p *KubernetesProvider) Start(ctx context.Context, spec Spec) (Sandbox, error) {
 	sb, err := p.start(ctx, spec)
 	if errors.Is(err, errOwnerReplaced) {
-		p.log.Warn("the sandbox pod went with its replaced owner; starting it again", "job_id", spec.JobID, "error", err)
+		p.log.Warn("the sandbox pod went with its replaced owner; starting it again", "job_id", spec.JobID, "tenant", spec.Tenant, "error", err)
 		sb, err = p.start(ctx, spec)
 	}
 	return sb, err
@@ -247,7 +247,7 @@ func (p *KubernetesProvider) start(ctx context.Context, spec Spec) (Sandbox, err
 	}
 	if spec.Pool == "" {
 		sb, err := p.startPod(ctx, spec, pod)
-		return sb, p.unavailable(ctx, spec.JobID, err)
+		return sb, p.unavailable(ctx, spec, err)
 	}
 	// A pool pod is its sandbox's from before its create until its Close: the reaper keeps no
 	// other unclaimed one of this worker run (unclaimedPoolPod).
@@ -256,7 +256,7 @@ func (p *KubernetesProvider) start(ctx context.Context, spec Spec) (Sandbox, err
 	if err != nil {
 		p.poolPods.remove(pod.Name)
 	}
-	return sb, p.unavailable(ctx, spec.JobID, err)
+	return sb, p.unavailable(ctx, spec, err)
 }
 
 // startPod creates the pod and waits until it runs; see Start.
@@ -268,7 +268,7 @@ func (p *KubernetesProvider) startPod(ctx context.Context, spec Spec, pod *corev
 	if owner != nil {
 		pod.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
-	log := p.log.With("sandbox_id", pod.Name, "job_id", spec.JobID)
+	log := p.log.With("sandbox_id", pod.Name, "job_id", spec.JobID, "tenant", spec.Tenant)
 	if spec.Pool != "" {
 		log = p.log.With("sandbox_id", pod.Name, "pool", spec.Pool)
 	}

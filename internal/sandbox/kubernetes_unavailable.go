@@ -71,13 +71,13 @@ func unreachable(err error) bool {
 // ErrUnavailable that says why in words a job's status may show: the API server's own
 // message, or the last words of a connection error, never its URL. The whole error goes to
 // the worker's log. An error of a start cut short by ctx stays as it is.
-func (p *KubernetesProvider) unavailable(ctx context.Context, jobID string, err error) error {
+func (p *KubernetesProvider) unavailable(ctx context.Context, spec Spec, err error) error {
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
 	for _, a := range unavailableAnswers {
 		if a.match(err) {
-			p.log.Warn("the cluster cannot take a sandbox now", "job_id", jobID, "kind", a.kind, "error", err)
+			p.log.Warn("the cluster cannot take a sandbox now", "job_id", spec.JobID, "tenant", spec.Tenant, "kind", a.kind, "error", err)
 			return fmt.Errorf("sandbox: kubernetes: no sandbox pod can start in namespace %s now: %s (%s): %w", p.cfg.Namespace, a.why, answerDetail(err), ErrUnavailable)
 		}
 	}
