@@ -45,6 +45,8 @@ type Consumer struct {
 	checked time.Time       // when redeclareIfGone last looked
 	retired map[string]bool // tenants setup retired while the worker ran (retireGone)
 	swept   time.Time       // when endRetired last looked
+
+	health fetchHealth // for FetchErr (fetchhealth.go)
 }
 
 // NewConsumer binds to the job stream, the consumer of each tenant the worker serves (nil: the
@@ -175,13 +177,16 @@ func (c *Consumer) Fetch(ctx context.Context) (*Delivery, error) {
 		}
 		switch {
 		case err == nil:
+			c.health.fetched()
 			return c.delivery(msg)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case isPullTimeout(err):
+			c.health.fetched()
 			c.redeclareIfGone(ctx)
 			continue
 		default:
+			c.health.failed(err)
 			c.redeclareIfGone(ctx)
 			// Once per outage, not once a second: the connection's own log says more.
 			if !failing {
@@ -378,8 +383,11 @@ func (c *Consumer) redeclareIfGone(ctx context.Context) {
 	}
 	c.checked = time.Now()
 	c.mu.Unlock()
-	var err error
-	for _, tenant := range c.tenants {
+	var (
+		err    error
+		tenant string
+	)
+	for _, tenant = range c.tenants {
 		if c.isRetired(tenant) {
 			continue
 		}
@@ -395,17 +403,23 @@ func (c *Consumer) redeclareIfGone(ctx context.Context) {
 		c.noteAckWait(cons.CachedInfo().Name, cons.CachedInfo().Config.AckWait)
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if err == nil {
+			c.health.setGone("")
+		}
 		return
 	}
 	if c.admin == nil {
+		c.health.setGone(c.goneWhat(tenant, err))
 		c.log.ErrorContext(ctx, "the job stream or its consumer is gone from NATS; run `worker setup` with an operator identity", "stream", c.cfg.Stream, "error", err)
 		return
 	}
 	c.log.WarnContext(ctx, "the job stream or its consumer is gone from NATS; setting them up again", "stream", c.cfg.Stream, "error", err)
 	if err := c.admin.Declare(ctx); err != nil {
+		c.health.setGone(c.goneWhat(tenant, err))
 		c.log.ErrorContext(ctx, "set up the job stream again failed; trying at the next fetch", "error", err)
 		return
 	}
+	c.health.setGone("")
 	c.log.InfoContext(ctx, "job stream and consumer set up again")
 }
 

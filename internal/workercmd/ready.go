@@ -23,10 +23,11 @@ type sandboxChecker interface {
 // the worker may read inputs, without writing anything.
 var readyProbeKey = store.InputKey(strings.Repeat("0", 64))
 
-// readiness is what /readyz reports: not draining, connected to NATS, the model endpoint up
+// readiness is what /readyz reports: not draining, connected to NATS, able to fetch jobs (the
+// job stream and its consumers there, fetches not failing for long), the model endpoint up
 // (its circuit breaker closed), the store reachable and the sandbox provider usable. The
 // cheap local checks come first.
-func readiness(r *runner.Runner, link *queue.Link, st store.Store, sandboxes sandbox.Provider, model *modelgate.Gate) metrics.Ready {
+func readiness(r *runner.Runner, link *queue.Link, q *queue.Consumer, st store.Store, sandboxes sandbox.Provider, model *modelgate.Gate) metrics.Ready {
 	return metrics.AllReady(
 		metrics.Check{Name: "worker", Func: func(context.Context) error {
 			if r.Draining() {
@@ -35,6 +36,7 @@ func readiness(r *runner.Runner, link *queue.Link, st store.Store, sandboxes san
 			return nil
 		}},
 		metrics.Check{Name: "nats", Func: func(context.Context) error { return link.Err() }},
+		metrics.Check{Name: "jobs", Func: func(context.Context) error { return q.FetchErr() }},
 		metrics.Check{Name: "model", Func: func(context.Context) error { return model.Err() }},
 		metrics.Check{Name: "store", Func: func(ctx context.Context) error { return storeReady(ctx, st) }},
 		metrics.Check{Name: "sandbox " + sandboxes.Backend(), Func: func(ctx context.Context) error {

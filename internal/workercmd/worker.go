@@ -322,7 +322,7 @@ func (w *Worker) run(ctx context.Context, o Options, p *parts) error {
 		return err
 	}
 	p.metrics.WatchQueue(serveCtx, queueLag(q))
-	boot.set(nil, readiness(r, p.link, p.store, p.sandboxes, p.gate))
+	boot.set(nil, readiness(r, p.link, q, p.store, p.sandboxes, p.gate))
 	g.Go(func() error {
 		defer stopServing()
 		return r.Run(gctx)

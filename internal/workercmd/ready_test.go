@@ -20,13 +20,11 @@ import (
 	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
-// TestAuditReadyzWhileItsConsumerIsGone: a worker whose NATS identity may not declare binds to
-// what `worker setup` declared. When its tenant's consumer is removed while it runs (a NATS
-// that lost its data, an operator's mistake), it can fetch no job, ever, and says so in its
-// log ("run `worker setup` with an operator identity") every 10 s; yet /readyz still answers
-// 200 ready, as its checks are the NATS connection, the model, the store and the sandbox
-// backend only. At start the same state keeps the worker from ever being ready.
-func TestAuditReadyzWhileItsConsumerIsGone(t *testing.T) {
+// TestReadyzNotReadyWhileItsConsumerIsGone: a worker whose NATS identity may not declare binds
+// to what `worker setup` declared. When its tenant's consumer is removed while it runs (a NATS
+// that lost its data, an operator's mistake), it can fetch no job until setup runs again: its
+// log says so, and /readyz answers 503 naming the consumer, with no address or credential.
+func TestReadyzNotReadyWhileItsConsumerIsGone(t *testing.T) {
 	t.Parallel()
 	// What `worker nats-config` denies a worker: declaring streams and the jobs' durable
 	// consumers (its KV watches' ephemeral consumers it may create).
@@ -105,7 +103,11 @@ func TestAuditReadyzWhileItsConsumerIsGone(t *testing.T) {
 			break
 		}
 	}
-	if code, body := readyz(); code == http.StatusOK {
+	code, body := readyz()
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, cfg.NATS.Consumer+"-"+job.DefaultTenant) {
 		t.Errorf("/readyz = %d %q while the worker can fetch no job (its consumer is gone, and it may not declare one); want 503 naming it", code, body)
+	}
+	if host := strings.TrimPrefix(ns.ClientURL(), "nats://"); strings.Contains(body, host) || strings.Contains(body, "w-pw") {
+		t.Errorf("/readyz names NATS's address or the worker's password: %q", body)
 	}
 }
