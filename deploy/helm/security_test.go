@@ -377,3 +377,36 @@ func TestReleasesSharingASandboxNamespaceNameTheirObjectsApart(t *testing.T) {
 		}
 	}
 }
+
+// TestModelDownAlertShowsNoCredentials: an openai.baseURL with a user and password (a proxy's
+// basic auth) or a key in its query is quoted by the BoxcarModelDown alert, which goes to
+// Alertmanager and whoever it pages: the alert shows its scheme, host and path only.
+func TestModelDownAlertShowsNoCredentials(t *testing.T) {
+	r := render(t, values(t, `
+signing: {privateKey: `+testPrivateKey+`}
+openai: {baseURL: "https://boxcar:pr0xy-pa55@model.example.com:8443/v1?api-key=k3y-in-query"}
+metrics: {prometheusRule: {enabled: true}}
+`))
+	found := false
+	for _, o := range r.objects {
+		if o.GVK.Kind != "PrometheusRule" {
+			continue
+		}
+		found = true
+		doc, err := yaml.Marshal(o.Obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, secret := range []string{"pr0xy-pa55", "k3y-in-query", "boxcar:"} {
+			if strings.Contains(string(doc), secret) {
+				t.Errorf("the PrometheusRule %s holds %q of openai.baseURL", o.Name, secret)
+			}
+		}
+		if !strings.Contains(string(doc), "https://model.example.com:8443/v1") {
+			t.Errorf("the PrometheusRule %s does not name the model endpoint https://model.example.com:8443/v1", o.Name)
+		}
+	}
+	if !found {
+		t.Fatal("no PrometheusRule rendered")
+	}
+}

@@ -143,6 +143,19 @@ their objects apart, as boxcar.instance keeps their pods.
 {{- $port | default (get (dict "http" "80" "https" "443" "nats" "4222" "tls" "4222") $u.scheme) | default "443" -}}
 {{- end -}}
 
+{{/* A URL as an alert or a note may show it: scheme, host and path, never a user:password@ or
+a query (an api-key= parameter), as redact.URL shows one in the worker's logs. */}}
+{{- define "boxcar.shownURL" -}}
+{{- $u := urlParse . -}}
+{{- if and $u.scheme $u.host -}}
+{{- printf "%s://%s%s" $u.scheme $u.host $u.path -}}
+{{- else if or (contains "@" .) (contains "?" .) -}}
+[a URL that does not parse; see openai.baseURL]
+{{- else -}}
+{{- . -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The Secret that holds the manifest signing key: signing.existingSecret, or the chart's own. */}}
 {{- define "boxcar.signingSecret" -}}
 {{- .Values.signing.existingSecret | default (printf "%s-signing" (include "boxcar.fullname" .)) -}}
