@@ -155,22 +155,24 @@ func ErrorWords(err error) string {
 	return msg
 }
 
-// addressParts are what names a place in an error's text, each with what replaces it: a URL
-// (quoted as url.Error quotes it, or not), an IP address with or without a port, a host:port,
-// and the name a DNS lookup looked up.
+// addressParts are what names a place in an error's text, each with what replaces it: a
+// network URL (http, https, nats, tls, ws; quoted as url.Error quotes it, or not), an IP
+// address with or without a port, a host:port, and the name a DNS lookup looked up. A store
+// URL (s3://bucket/key, file://…) names an object, as a job's status does (its manifest), not
+// where the store listens: it stays.
 var addressParts = []struct {
 	re   *regexp.Regexp
 	with string
 }{
-	{regexp.MustCompile(`"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s"]*"|\b[A-Za-z][A-Za-z0-9+.-]*://[^\s"]*[^\s":,;.)]`), "[address]"},
+	{regexp.MustCompile(`"(?i:https?|nats|tls|wss?)://[^\s"]*"|\b(?i:https?|nats|tls|wss?)://[^\s"]*[^\s":,;.)]`), "[address]"},
 	{regexp.MustCompile(`\[[0-9A-Fa-f]*:[0-9A-Fa-f:.]*(%\w+)?\](:\d+)?`), "[address]"},
 	{regexp.MustCompile(`\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b`), "[address]"},
 	{regexp.MustCompile(`\b[A-Za-z][A-Za-z0-9-]*(\.[A-Za-z0-9-]+)*:\d{1,5}\b`), "[address]"},
 	{regexp.MustCompile(`\blookup [^\s:]+`), "lookup [address]"},
 }
 
-// Addresses is text with every address in it (a URL, an IP address, a host:port, a looked-up
-// name) replaced by "[address]": what an error recorded for others to read (a job's status,
+// Addresses is text with every address in it (a network URL, an IP address, a host:port, a
+// looked-up name) replaced by "[address]": what an error recorded for others to read (a job's status,
 // its manifest, a dead letter) keeps of a dependency's error. Every other word stays.
 func Addresses(text string) string {
 	for _, p := range addressParts {
