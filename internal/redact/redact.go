@@ -157,7 +157,9 @@ func ErrorWords(err error) string {
 
 // addressParts are what names a place in an error's text, each with what replaces it: a
 // network URL (http, https, nats, tls, ws; quoted as url.Error quotes it, or not), an IP
-// address with or without a port, a host:port, and the name a DNS lookup looked up. A store
+// address with or without a port, the host:port a socket dialled, read or wrote (Go's net errors;
+// a host:port elsewhere is a job's own words, say the network rule a job was refused, and
+// stays), and the name a DNS lookup looked up. A store
 // URL (s3://bucket/key, file://…) names an object, as a job's status does (its manifest), not
 // where the store listens: it stays.
 var addressParts = []struct {
@@ -165,13 +167,13 @@ var addressParts = []struct {
 	with string
 }{
 	{regexp.MustCompile(`"(?i:https?|nats|tls|wss?)://[^\s"]*"|\b(?i:https?|nats|tls|wss?)://[^\s"]*[^\s":,;.)]`), "[address]"},
+	{regexp.MustCompile(`\b((?:dial|read|write) (?:tcp|udp)[46]?) [^\s:\[]+:\d{1,5}(->[^\s:]+:\d{1,5})?\b`), "$1 [address]"},
 	{regexp.MustCompile(`\[[0-9A-Fa-f]*:[0-9A-Fa-f:.]*(%\w+)?\](:\d+)?`), "[address]"},
 	{regexp.MustCompile(`\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b`), "[address]"},
-	{regexp.MustCompile(`\b[A-Za-z][A-Za-z0-9-]*(\.[A-Za-z0-9-]+)*:\d{1,5}\b`), "[address]"},
 	{regexp.MustCompile(`\blookup [^\s:]+`), "lookup [address]"},
 }
 
-// Addresses is text with every address in it (a network URL, an IP address, a host:port, a
+// Addresses is text with every address in it (a network URL, an IP address, a socket's host:port, a
 // looked-up name) replaced by "[address]": what an error recorded for others to read (a job's status,
 // its manifest, a dead letter) keeps of a dependency's error. Every other word stays.
 func Addresses(text string) string {

@@ -512,7 +512,12 @@ func TestStoreOutageStatusNamesNoAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s3.Close() })
-	w := b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = s3 })
+	// Every write fails as the unreachable store's does, with its text; the rest of the store
+	// answers, so that the worker starts (it reads the store's root before its first fetch).
+	down := &hookStore{Store: b.store, put: func(key string) error {
+		return s3.Put(context.Background(), key, strings.NewReader(""), 0)
+	}}
+	w := b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = down })
 	j := b.submit("p")
 	var st job.Status
 	testharness.Wait(t, "the job's status to say it waits for the store", func() (bool, error) {
