@@ -3,11 +3,11 @@ package metrics
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
-	"sync"
 	"time"
+
+	"github.com/boxcar-run/boxcar/internal/bodyend"
 )
 
 // Outcomes of one request to the model endpoint, the values of boxcar_model_requests_total's
@@ -52,12 +52,12 @@ func (t *modelTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.observe(outcome, start)
 		return resp, nil
 	}
-	resp.Body = &observedBody{ReadCloser: resp.Body, done: func(readErr error) {
+	resp.Body = bodyend.Watch(resp.Body, func(readErr error) {
 		if readErr != nil || req.Context().Err() != nil {
 			outcome = errorOutcome(req.Context(), readErr)
 		}
 		t.observe(outcome, start)
-	}}
+	})
 	return resp, nil
 }
 
@@ -89,30 +89,4 @@ func errorOutcome(ctx context.Context, err error) string {
 		return ModelTimeout
 	}
 	return ModelError
-}
-
-// observedBody calls done once, when the body ends: with nil when it was read to its end or
-// closed before it, with the read's error when it broke off.
-type observedBody struct {
-	io.ReadCloser
-	once sync.Once
-	done func(readErr error)
-}
-
-func (b *observedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		readErr := err
-		if errors.Is(err, io.EOF) {
-			readErr = nil
-		}
-		b.once.Do(func() { b.done(readErr) })
-	}
-	return n, err
-}
-
-func (b *observedBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.once.Do(func() { b.done(nil) })
-	return err
 }

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/bodyend"
 	"github.com/boxcar-run/boxcar/internal/redact"
 )
 
@@ -52,13 +51,13 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.g.observe(a)
 		return resp, err
 	}
-	resp.Body = &endedBody{rc: resp.Body, end: func(readErr error) {
+	resp.Body = bodyend.Watch(resp.Body, func(readErr error) {
 		if readErr == nil && ctx.Err() == nil {
 			t.g.observe(a)
 		} else if !errors.Is(ctx.Err(), context.Canceled) {
 			t.g.observe(brokenBody(ctx, readErr))
 		}
-	}}
+	})
 	return resp, nil
 }
 
@@ -69,32 +68,6 @@ func brokenBody(ctx context.Context, readErr error) answer {
 		return answer{failed: true, why: "no answer in time: the body stalled"}
 	}
 	return answer{failed: true, why: "the answer broke off: " + redact.ErrorWords(readErr)}
-}
-
-// endedBody calls end once, when the body ends: with nil when it was read to its end or
-// closed before it, with the read's error when it broke off.
-type endedBody struct {
-	rc   io.ReadCloser
-	once sync.Once
-	end  func(readErr error)
-}
-
-func (b *endedBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	if err != nil {
-		readErr := err
-		if errors.Is(err, io.EOF) {
-			readErr = nil
-		}
-		b.once.Do(func() { b.end(readErr) })
-	}
-	return n, err
-}
-
-func (b *endedBody) Close() error {
-	err := b.rc.Close()
-	b.once.Do(func() { b.end(nil) })
-	return err
 }
 
 // classify turns the result of one request into an answer. A request that got no response
