@@ -20,6 +20,9 @@ type CancelRequest struct {
 	At time.Time `json:"at"`
 	// By is who asked, as the submitter claims it (user@host): a claim, not an identity.
 	By string `json:"by,omitempty"`
+	// Released: the job's end is committed, and the request, written with no expiry, now
+	// expires with the bucket (ReleaseCancel). Set by a worker.
+	Released bool `json:"released,omitempty"`
 }
 
 // setUpCancel creates or updates the cancel bucket. A worker that starts reads every request
@@ -97,17 +100,19 @@ func createCancel(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 const jsErrCodeMessageTTLDisabled jetstream.ErrorCode = 10166
 
 // ReleaseCancel gives the cancel request of a job whose end is committed back to the bucket's
-// expiry (status_ttl from now): no delivery of the job can run it any more. There being none
-// is not an error.
+// expiry (status_ttl from now): no delivery of the job can run it any more. The rewrite says it
+// is released, so that a request is released once (a later release would push its expiry back,
+// and every worker's watch sees the rewrite and asks again). There being none is not an error.
 func (c *Consumer) ReleaseCancel(ctx context.Context, r Ref) error {
-	e, err := c.cancels.Get(ctx, r.key())
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	req, rev, err := read[CancelRequest](ctx, c.cancels, r.key())
+	if err == nil && (rev == 0 || req.Released) {
 		return nil
 	}
 	if err == nil {
-		_, err = c.cancels.Update(ctx, r.key(), e.Value(), e.Revision())
+		req.Released = true
+		_, err = c.cancels.Update(ctx, r.key(), mustJSON(req), rev)
 	}
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
 		return fmt.Errorf("queue: release the cancel request of %s: %w", r, err)
 	}
 	return nil // or another worker's write came first

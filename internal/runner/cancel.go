@@ -80,7 +80,15 @@ func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) {
 		h.fire()
 	}
 	st, err := c.q.Status(ctx, r)
-	if err == nil && (st.State.Terminal() || st.CancelRequested) {
+	if err == nil && st.State.Terminal() {
+		// Ended: no delivery runs it any more, so its request may expire (a worker that starts
+		// reads every request, also one whose release a settle missed).
+		if err := c.q.ReleaseCancel(ctx, r); err != nil && ctx.Err() == nil {
+			c.log.WarnContext(ctx, "cannot let the cancel request of an ended job expire; the next watch tries again", "job_id", r.ID, "tenant", r.Tenant, "error", err)
+		}
+		return
+	}
+	if err == nil && st.CancelRequested {
 		return // carried out before (by this worker or another)
 	}
 	if err != nil && !errors.Is(err, queue.ErrUnknownJob) {

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"maps"
@@ -12,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -146,6 +149,25 @@ func TestCancelDuringTheUploadLetsTheCommitWin(t *testing.T) {
 	if report := b.runFile(j.ID, "report.md"); !strings.Contains(string(report), "# report for "+j.ID) {
 		t.Errorf("the committed report %q does not hold what the run wrote: the finished run was thrown away", report)
 	}
+	// However it ended, the request, written with no expiry, now expires with the bucket.
+	waitFor(t, 20*time.Second, "the cancel request released", func() bool { return cancelReleased(t, b, j.ID) })
+}
+
+// cancelReleased reports whether the job's cancel request says it was released
+// (queue.ReleaseCancel): it expires with the bucket from then on.
+func cancelReleased(t *testing.T, b *bundle, id string) bool {
+	t.Helper()
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), queue.CancelBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(context.Background(), job.DefaultTenant+"."+id)
+	var req queue.CancelRequest
+	return err == nil && json.Unmarshal(e.Value(), &req) == nil && req.Released
 }
 
 // TestCancelledQueuedJobRefusedAtAdmitEndsOnce: a job is cancelled while it waits in the queue

@@ -96,3 +96,47 @@ func TestCancelledQueuedJobNeverRunsOnceItsStatusExpired(t *testing.T) {
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
 }
+
+// TestCancelOfAnEndedJobIsReleasedOnce: a cancel request written as the job ended (the
+// client read it running) has no expiry; no settle releases it, as no attempt of the job saw
+// it. A worker's watch finds the job ended and releases it, once: the release is a write every
+// watch sees, and a second release would push its expiry back and be seen again.
+func TestCancelOfAnEndedJobIsReleasedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.worker(agentFunc(writeReport))
+	j := b.submit("p")
+	if st := b.waitFinal(j.ID, 30*time.Second); st.State != job.StateSucceeded {
+		t.Fatalf("job %s: %s", st.State, st.Error)
+	}
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, queue.CancelBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := job.DefaultTenant + "." + j.ID
+	if _, err := kv.Create(ctx, key, []byte(`{"at":"2026-12-06T00:00:00Z","by":"tester"}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the watch to release the request of the ended job", func() bool { return cancelReleased(t, b, j.ID) })
+	released, err := kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every worker's watch sees the release and finds the job ended again; a second worker
+	// started now reads every request at its start.
+	b.worker(agentFunc(writeReport))
+	j2 := b.submit("p")
+	b.waitFinal(j2.ID, 30*time.Second)
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Revision() != released.Revision() {
+		t.Errorf("the released request was written again (revision %d, was %d): each release pushes its expiry back", e.Revision(), released.Revision())
+	}
+}

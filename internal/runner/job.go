@@ -41,6 +41,10 @@ type attempt struct {
 	store store.Store
 	// phases times the attempt's stages for the manifest (phases.go).
 	phases phaseClock
+	// cancelled: a cancel of the job was asked while the attempt held it (it stopped the
+	// attempt, or the status the end was written over says so); its request is then released
+	// when the job ends, whatever the end (releaseCancel).
+	cancelled bool
 	// release stops the delivery's heartbeats once the attempt has settled it (keepDelivery);
 	// nil while none run.
 	release func()
@@ -122,6 +126,7 @@ func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 		}
 		e = r.commitEnd(ctx, a, e)
 	}
+	a.cancelled = errors.Is(context.Cause(ctx), errCancelled)
 	return func() {
 		defer r.hold(d.JobID, -1)
 		if a.release != nil {

@@ -109,6 +109,7 @@ func (r *Runner) recordState(w settler, id string, e ended, dec decision) error 
 		if dec.state.Terminal() {
 			s.FinishedAt, s.Progress = now, ""
 		}
+		a.cancelled = a.cancelled || s.CancelRequested // asked once the run could not stop any more
 		if e.committed {
 			s.Report, s.Manifest = "", a.store.URL(store.ManifestKey(a.d.JobID))
 			if e.reportKey != "" {
@@ -191,11 +192,15 @@ func (r *Runner) settleQueue(w settler, o outcome, dec decision) (attrs []any, l
 	return attrs, lettered
 }
 
-// releaseCancel lets the cancel request of a job that ended cancelled expire: its end is
-// committed, so no delivery runs it any more (queue.ReleaseCancel). A request it fails to
-// release is kept; the job's next delivery, if any, adopts the end and releases it.
+// releaseCancel lets the cancel request of a job that ended expire: its end is committed, so
+// no delivery runs it any more (queue.ReleaseCancel). That is a job that ended cancelled, or
+// one a cancel stopped that ended otherwise (a cancel during the upload lets the commit win):
+// a request is written with no expiry, and one never released would stay for ever. A request
+// it fails to release is kept; the job's next delivery, if any, adopts the end and releases
+// it, and a worker's watch releases the request of a job it finds ended (cancelWatch.apply).
 func (r *Runner) releaseCancel(w settler, o outcome, dec decision) {
-	if dec.state != job.StateCancelled && o.state != job.StateCancelled || !job.ValidID(w.a.job.ID) {
+	cancelled := dec.state == job.StateCancelled || o.state == job.StateCancelled || w.a.cancelled && dec.state.Terminal()
+	if !cancelled || !job.ValidID(w.a.job.ID) {
 		return
 	}
 	if err := r.cfg.Queue.ReleaseCancel(w.cleanup, w.a.ref(w.a.job.ID)); err != nil {
