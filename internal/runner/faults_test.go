@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
+	"os"
 	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +26,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
-	"github.com/boxcar-run/boxcar/internal/testnet"
 	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
@@ -499,36 +501,33 @@ func TestJobWhoseEndCannotBeRecordedSaysWhy(t *testing.T) {
 // TestStoreOutageStatusNamesNoAddress: while the store does not answer, the job's status
 // (what its tenant reads with `submit status`) says it waits for the store and why, in the
 // SDK's words, but never the store's address (its host and port, the request's URL), as a
-// Kubernetes outage's status never names the API server's: the worker's log has them.
+// Kubernetes outage's status never names the API server's: the worker's log has them. Every
+// write fails as an S3 put to a store that refuses connections does, its error built as the
+// SDK and net/http build it (no packet is sent: a port closed for the test could be another
+// test's server by the time the put dials it).
 func TestStoreOutageStatusNamesNoAddress(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	closed := testnet.ClosedAddr(t)
-	env := map[string]string{"AWS_ACCESS_KEY_ID": "AKIAAUDITOBS", "AWS_SECRET_ACCESS_KEY": "audit-obs-secret",
-		"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
-	s3, err := store.Open(t.Context(), "s3://boxcar", store.Options{Endpoint: "http://" + closed, PathStyle: true, MaxAttempts: 1,
-		Getenv: func(k string) string { return env[k] }})
-	if err != nil {
-		t.Fatal(err)
+	const addr = "127.0.0.1:39417"
+	refused := func(key string) error {
+		dial := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 39417},
+			Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+		return fmt.Errorf("store: put s3://boxcar/%s: operation error S3: PutObject, exceeded maximum number of attempts, 1, "+
+			"https response error StatusCode: 0, RequestID: , HostID: , request send failed, %w",
+			key, &url.Error{Op: "Put", URL: "http://" + addr + "/boxcar/" + key, Err: dial})
 	}
-	t.Cleanup(func() { _ = s3.Close() })
-	// Every write fails as the unreachable store's does, with its text; the rest of the store
-	// answers, so that the worker starts (it reads the store's root before its first fetch).
-	down := &hookStore{Store: b.store, put: func(key string) error {
-		return s3.Put(context.Background(), key, strings.NewReader(""), 0)
-	}}
-	w := b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = down })
+	w := b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = &hookStore{Store: b.shared, put: refused} })
 	j := b.submit("p")
 	var st job.Status
+	var err error
 	testharness.Wait(t, "the job's status to say it waits for the store", func() (bool, error) {
 		st, err = b.q.Status(context.Background(), j.ID)
 		return err == nil && strings.Contains(st.Error, "waiting for the store"), nil
 	}, testharness.Within(30*time.Second))
 	w.stop()
 	t.Logf("the job's status: %s", st.Error)
-	host, port, _ := net.SplitHostPort(closed)
-	if strings.Contains(st.Error, host) || strings.Contains(st.Error, ":"+port) {
-		t.Errorf("the status a tenant reads names the store's address %s: %s", closed, st.Error)
+	if strings.Contains(st.Error, "127.0.0.1") || strings.Contains(st.Error, ":39417") {
+		t.Errorf("the status a tenant reads names the store's address %s: %s", addr, st.Error)
 	}
 	if !strings.Contains(st.Error, "connection refused") {
 		t.Errorf("the status %q does not say why the store does not answer (connection refused)", st.Error)
