@@ -93,7 +93,13 @@ func (s *Server) startSeaweed(bin, confPath, logPath string) error {
 		"-volume.port="+p(2), "-volume.port.grpc="+p(3),
 		"-filer.port="+p(4), "-filer.port.grpc="+p(5),
 		"-s3.port="+p(6), "-s3.port.grpc="+p(7), "-s3.port.iceberg=0",
-		"-s3.config="+confPath, "-webdav=false", "-admin.ui=false")
+		"-s3.config="+confPath, "-webdav=false", "-admin.ui=false",
+		// Each bucket is a collection that takes several volumes at once. Left to itself, mini
+		// sizes volumes (up to 1 GiB) and their number by the disk's free space at its start,
+		// and on a busy CI disk ran out of volumes after two buckets ("no free volumes left",
+		// a 500 to every put). Small sparse volumes, a fixed number: enough for every test's
+		// buckets, whatever the disk has free.
+		"-master.volumeSizeLimitMB=64", "-volume.max=200")
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=")
