@@ -36,7 +36,12 @@ const (
 	codeApprovalChanged  = "approval_changed"
 	codeMisfiled         = "approval_misfiled"
 	codeRunBeforeTenants = "run_before_tenants"
+	codeNoProfiles       = "no_profiles"
 )
+
+// kindCodes are the codes an ExitError names itself (its Kind), neither by what it wraps nor by
+// its exit code.
+var kindCodes = []string{codeNoProfiles, codeUnknownProfile, codeNotGranted}
 
 // errorCodes maps what an error wraps to its code, first match wins: a new failure mode is a
 // new row.

@@ -89,7 +89,7 @@ func (e *env) profiles(ctx context.Context) error {
 	defer nc.Close()
 	entries, err := q.LiveProfiles(ctx)
 	if errors.Is(err, queue.ErrNoProfiles) {
-		return &ExitError{Code: 1, Kind: "no_profiles", Msg: "profiles: no live worker has published its profiles (is a worker running? workers older than this submit do not publish them)"}
+		return &ExitError{Code: 1, Kind: codeNoProfiles, Msg: "profiles: no live worker has published its profiles (is a worker running? workers older than this submit do not publish them)"}
 	}
 	if err != nil {
 		return err
