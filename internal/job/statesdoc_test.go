@@ -24,11 +24,18 @@ func declaredStates(t *testing.T) []State {
 	var states []State
 	ast.Inspect(f, func(n ast.Node) bool {
 		v, ok := n.(*ast.ValueSpec)
-		if !ok || v.Type == nil || v.Type.(*ast.Ident).Name != "State" {
+		if !ok {
+			return true
+		}
+		if typ, ok := v.Type.(*ast.Ident); !ok || typ.Name != "State" {
 			return true
 		}
 		for _, val := range v.Values {
-			s, err := strconv.Unquote(val.(*ast.BasicLit).Value)
+			lit, ok := val.(*ast.BasicLit)
+			if !ok {
+				t.Fatalf("status.go: a State that is not a string literal: %T", val)
+			}
+			s, err := strconv.Unquote(lit.Value)
 			if err != nil {
 				t.Fatal(err)
 			}
