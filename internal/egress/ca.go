@@ -18,7 +18,7 @@ import (
 // authority is a per-job CA: an ECDSA P-256 key made at New that lives only in this process,
 // a short validity, and name constraints that limit it to the secret-bound hosts (the only ones
 // it signs leaves for), so a copy of it in the sandbox vouches for nothing else. Leaves are
-// cached per name.
+// cached per name, up to maxLeaves.
 type authority struct {
 	cert     *x509.Certificate
 	key      *ecdsa.PrivateKey
@@ -67,6 +67,12 @@ func newAuthority(validity time.Duration, names []string, addrs []net.IP) (*auth
 	}, nil
 }
 
+// maxLeaves bounds the leaves a job's CA keeps. A secret bound to "*.example.com" terminates
+// TLS for every name under it, so a job could have a leaf signed and kept for each name it
+// makes up, as many as max_requests lets it CONNECT to (about 2 KiB each, for the job's
+// life); past the bound a leaf is signed again when its name comes back (under 1 ms).
+const maxLeaves = 64
+
 // leaf returns the cached leaf for name (a DNS name or an IP literal), signing it on first use.
 func (a *authority) leaf(name string) (*tls.Certificate, error) {
 	a.mu.Lock()
@@ -77,6 +83,12 @@ func (a *authority) leaf(name string) (*tls.Certificate, error) {
 	c, err := a.leafFor([]string{name})
 	if err != nil {
 		return nil, err
+	}
+	for old := range a.leaves {
+		if len(a.leaves) < maxLeaves {
+			break
+		}
+		delete(a.leaves, old)
 	}
 	a.leaves[name] = c
 	return c, nil
