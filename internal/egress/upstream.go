@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -82,7 +83,7 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, bod
 	}
 	hasBody := req.ContentLength != 0 || len(req.TransferEncoding) > 0
 	if hasBody {
-		body.ReadCloser, body.m = req.Body, out
+		body.ReadCloser, body.m, body.chunked = req.Body, out, req.ContentLength < 0
 		o.Body = body
 	} else {
 		body.done.Store(true)
@@ -107,26 +108,60 @@ func headerSize(o *http.Request, hasBody bool) int {
 	return n
 }
 
-// meteredBody counts a request body as the Transport reads it, reading no more than is left
-// under the job's byte cap, and says when it has read it whole: the body is read from the
-// sandbox's connection, which nothing else may read until then.
+// meteredBody counts a request body as the Transport writes it upstream, reading no more than
+// is left under the job's byte cap, and says when it has read it whole: the body is read from
+// the sandbox's connection, which nothing else may read until then. A body of unknown length
+// goes upstream chunked, one chunk for each read (the Transport's chunked writer under
+// io.Copy), and the sandbox decides how much a read gets: each read's framing ("%x\r\n" and
+// "\r\n") and the last chunk ("0\r\n\r\n") are taken from the cap with its bytes, or a
+// body sent a byte a chunk put five bytes upstream for each one counted.
 type meteredBody struct {
 	io.ReadCloser
-	m    *meter
-	done atomic.Bool // the body was read to its end
+	m       *meter
+	chunked bool
+	done    atomic.Bool // the body was read to its end
 }
 
+// lastChunk is what the Transport writes after a chunked body: the zero-length chunk and the
+// empty trailer (the sandbox's trailers are not sent on).
+const lastChunk = len("0\r\n\r\n")
+
 func (b *meteredBody) Read(p []byte) (int, error) {
-	k := b.m.take(len(p))
-	if k == 0 && len(p) > 0 {
+	if len(p) == 0 {
+		return b.ReadCloser.Read(p)
+	}
+	k := b.m.take(len(p) + b.framing(len(p)))
+	room := k
+	if b.chunked {
+		// The most data whose chunk fits in k: its size's digits are no more than k's.
+		room = max(k-b.framing(k), 0)
+	}
+	if room == 0 {
+		b.m.settle(k, 0)
 		return 0, errByteCap
 	}
-	n, err := b.ReadCloser.Read(p[:k])
-	b.m.settle(k, n)
+	n, err := b.ReadCloser.Read(p[:room])
+	used := n
+	if n > 0 {
+		used += b.framing(n)
+	}
+	b.m.settle(k, used)
 	if errors.Is(err, io.EOF) {
+		if b.chunked && b.m.takeAll(lastChunk) != nil {
+			return n, errByteCap
+		}
 		b.done.Store(true)
 	}
 	return n, err
+}
+
+// framing is what the Transport writes around a chunk of n bytes: its size in hex, and two
+// CRLFs. Nothing for a body of known length.
+func (b *meteredBody) framing(n int) int {
+	if !b.chunked {
+		return 0
+	}
+	return len(strconv.FormatInt(int64(n), 16)) + len("\r\n\r\n")
 }
 
 type countingWriter int
