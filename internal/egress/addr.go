@@ -52,6 +52,7 @@ var builtinRanges = func() []rangeRule {
 		{"192.88.99.0/24", false, "6to4 relay anycast"},
 		{"240.0.0.0/4", false, "reserved"},
 		{"::/96", false, "IPv4-compatible IPv6"},
+		{"::ffff:0:0:0/96", false, "IPv4-translated IPv6 (SIIT)"},
 		{"100::/64", false, "discard-only"},
 		{"64:ff9b::/96", false, "NAT64"},
 		{"64:ff9b:1::/48", false, "local NAT64"},
@@ -178,13 +179,16 @@ func (f *addrFilter) lifted(a netip.Addr) bool {
 // The IPv6 ranges whose last 32 bits are an IPv4 address.
 var (
 	compatPrefix  = netip.MustParsePrefix("::/96")
+	siitPrefix    = netip.MustParsePrefix("::ffff:0:0:0/96")
 	nat64Prefix   = netip.MustParsePrefix("64:ff9b::/96")
 	nat64LocalPfx = netip.MustParsePrefix("64:ff9b:1::/48")
 )
 
 // embeddedIPv4 returns the IPv4 addresses an IPv6 address carries in the forms that reach them:
-// IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002:AABB:CCDD::)
-// and Teredo (2001:0::/32: server, and the client XOR 0xffffffff).
+// IPv4-compatible (::a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d, which a stateless translator
+// turns into a.b.c.d), NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002:AABB:CCDD::) and Teredo
+// (2001:0::/32: server, and the client XOR 0xffffffff). IPv4-mapped addresses (::ffff:a.b.c.d)
+// are the IPv4 address itself (check unmaps them).
 func embeddedIPv4(a netip.Addr) []netip.Addr {
 	if !a.Is6() {
 		return nil
@@ -192,7 +196,7 @@ func embeddedIPv4(a netip.Addr) []netip.Addr {
 	b := a.As16()
 	last := netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
 	switch {
-	case compatPrefix.Contains(a), nat64Prefix.Contains(a), nat64LocalPfx.Contains(a):
+	case compatPrefix.Contains(a), siitPrefix.Contains(a), nat64Prefix.Contains(a), nat64LocalPfx.Contains(a):
 		return []netip.Addr{last}
 	case b[0] == 0x20 && b[1] == 0x02:
 		return []netip.Addr{netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})}

@@ -274,7 +274,7 @@ func TestAddrFilter(t *testing.T) {
 		// Besides the tests' range: what an operator lifts for an internal mirror, a CGNAT pod
 		// network or a cloud's internal IPv6 (GCP hands out fd20::/20).
 		AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("64:ff9b::/96"),
-			netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fd00::/8")},
+			netip.MustParsePrefix("::ffff:0:0:0/96"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fd00::/8")},
 		DeniedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")},
 		Resolver:    &stubResolver{}, Limits: Limits{DialTimeout: 1},
 	})
@@ -305,6 +305,11 @@ func TestAddrFilter(t *testing.T) {
 		{"64:ff9b::a9fe:a9fe", false}, // embeds metadata
 		{"2002:c612:1::", false},      // 6to4, not lifted
 		{"::ffff:169.254.169.254", false},
+		{"::ffff:0:a9fe:a9fe", false}, // IPv4-translated (SIIT) lifted, but embeds metadata
+		{"::ffff:0:a00:1", false},     // IPv4-translated lifted, but embeds a private address
+		{"::ffff:0:c612:1", true},     // IPv4-translated lifted, embeds 198.18.0.1
+		{"2001:0:c612:1::", false},    // Teredo, not lifted
+		{"::a9fe:a9fe", false},        // IPv4-compatible, embeds metadata
 		{"8.8.8.8", true},
 		{"2606:4700::1111", true},
 	}

@@ -354,6 +354,7 @@ var deniedNames = map[string]string{
 	"wireserver.files.example.com": "168.63.129.16",
 	"mapped.files.example.com":     "::ffff:127.0.0.1",
 	"compat.files.example.com":     "::127.0.0.1",
+	"translated.files.example.com": "::ffff:0:7f00:1",
 	"nat64.files.example.com":      "64:ff9b::a9fe:a9fe",
 	"sixtofour.files.example.com":  "2002:7f00:1::1",
 	"teredo.files.example.com":     "2001:0:4136:e378:8000:63bf:80ff:fffe",
