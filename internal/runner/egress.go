@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -69,9 +70,9 @@ func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox
 	if err != nil {
 		return nil, fmt.Errorf("egress of profile %s: %w", a.job.Profile, err)
 	}
-	ln, err := eg.AttachEgress(ctx, caBundle(p.CACertPEM(), cfg.UpstreamCAPEM))
+	ln, err := attach(ctx, a, eg, caBundle(p.CACertPEM(), cfg.UpstreamCAPEM))
 	if err != nil {
-		return nil, fmt.Errorf("attach egress: %w", err)
+		return nil, err
 	}
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -88,6 +89,20 @@ func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox
 		je.env[k] = v
 	}
 	return je, nil
+}
+
+// attach attaches the proxy's listener to the sandbox, giving up when the run must start to
+// keep its whole job_timeout, as the sandbox's start and the input copy do (beforeRun): a
+// bridge that never comes up, or a pod exec that hangs, would otherwise hold the job running
+// and its slot for ever, its heartbeats going on.
+func attach(ctx context.Context, a *attempt, eg sandbox.Egress, caPEM []byte) (net.Listener, error) {
+	ctx, cancel := beforeRun(ctx, a)
+	defer cancel()
+	ln, err := eg.AttachEgress(ctx, caPEM)
+	if err != nil {
+		return nil, startedLate(ctx, fmt.Errorf("attach egress: %w", err))
+	}
+	return ln, nil
 }
 
 // narrowsNetwork checks that the job's own network, if it names one, only narrows its

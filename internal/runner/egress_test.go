@@ -376,3 +376,57 @@ func TestEgressJobNarrowsItsProfile(t *testing.T) {
 		t.Errorf("dead letters by reason %v, want 3 network_not_allowed", reasons)
 	}
 }
+
+// stalledAttachProvider starts sandboxes whose AttachEgress never ends until its context does:
+// a bridge that does not come up, a pod exec that hangs, a warm pod's session that never
+// answers the egress request.
+type stalledAttachProvider struct {
+	egressProvider
+	attaching chan struct{} // closed when the first attach begins
+	once      sync.Once
+}
+
+func (p *stalledAttachProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := p.egressProvider.Start(ctx, spec)
+	return stalledAttach{egressSandbox: sb.(*egressSandbox), p: p}, err
+}
+
+type stalledAttach struct {
+	*egressSandbox
+	p *stalledAttachProvider
+}
+
+func (s stalledAttach) AttachEgress(ctx context.Context, _ []byte) (net.Listener, error) {
+	s.p.once.Do(func() { close(s.p.attaching) })
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestJobTimeoutBoundsAStalledEgressAttach: attaching the job's proxy to its sandbox never
+// ends, on the job's last delivery. The attach gives up when the run must start to keep its
+// job_timeout, as the sandbox's start and the input copy do, and the job ends dead with its own
+// error, which names the attach and the bound; the agent never runs. Without the bound the
+// attempt held the job running and its slot for ever.
+func TestJobTimeoutBoundsAStalledEgressAttach(t *testing.T) {
+	t.Parallel()
+	b := egressSetup(t)
+	oneDelivery(b)
+	p := b.cfg.Profiles["net"]
+	p.Limits.JobTimeout = config.Duration(time.Second)
+	b.cfg.Profiles = map[string]config.Profile{"net": p}
+	prov := &stalledAttachProvider{attaching: make(chan struct{})}
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		t.Errorf("the agent ran in a sandbox whose egress was never attached")
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) {
+		c.Sandboxes = prov
+		c.LookupEnv = func(k string) (string, bool) { return "real-api-token-0123456789abcdef", k == "BOXCAR_TEST_API_TOKEN" }
+		c.Egress = egressUpstream(t, func(string) {})
+	})
+	j := b.submit("net")
+	<-prov.attaching
+	st := b.waitFinal(j.ID, time.Minute)
+	if st.State != job.StateDead || !strings.Contains(st.Error, "attach egress") || !strings.Contains(st.Error, "job_timeout") {
+		t.Errorf("job whose egress attach stalled ended %s (%q); want dead by its own attempt, the attach and job_timeout named", st.State, st.Error)
+	}
+}

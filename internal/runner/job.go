@@ -337,27 +337,50 @@ func (r *Runner) cancelOutlived(ctx context.Context, a *attempt) (bool, error) {
 
 // prepare starts the sandbox and copies the inputs into it. The caller closes the sandbox
 // when prepare returns one; on an error it closed it already. It gives up when the run must
-// start to keep its whole job_timeout (startBy), as the waits before the run do: a store that
+// start to keep its whole job_timeout (beforeRun), as the waits before the run do: a store that
 // stops sending an input mid-body, or a start that never ends, would otherwise hold the job
 // and its slot for ever, its heartbeats going on.
 func (r *Runner) prepare(ctx context.Context, a *attempt) (sandbox.Sandbox, claimed, error) {
-	ctx, cancel := context.WithDeadline(ctx, a.startBy())
+	ctx, cancel := beforeRun(ctx, a)
 	defer cancel()
 	if err := r.checkInputs(a); err != nil {
 		return nil, claimed{}, err
 	}
 	sb, cl, err := r.startSandbox(ctx, a)
 	if err != nil {
-		return nil, claimed{}, err
+		return nil, claimed{}, startedLate(ctx, err)
 	}
 	copied := r.progressIfSlow(ctx, a, "copying inputs")
 	err = r.copyInputs(ctx, a, sb)
 	copied()
 	if err != nil {
 		r.closeSandbox(ctx, a, sb)
-		return nil, claimed{}, err
+		return nil, claimed{}, startedLate(ctx, err)
 	}
 	return sb, cl, nil
+}
+
+// beforeRun bounds a stage before the run (the sandbox's start, the input copy, the egress
+// attach) by when the run must start to keep its whole job_timeout (startBy).
+func beforeRun(ctx context.Context, a *attempt) (context.Context, context.CancelFunc) {
+	return context.WithDeadlineCause(ctx, a.startBy(), &lateStartError{jobTimeout: time.Duration(a.limits.JobTimeout)})
+}
+
+// lateStartError is the cause of a stage's context that reached startBy (beforeRun).
+type lateStartError struct{ jobTimeout time.Duration }
+
+func (e *lateStartError) Error() string {
+	return fmt.Sprintf("not done when the run had to start to keep its whole job_timeout (%s)", e.jobTimeout)
+}
+
+// startedLate says, of err from a stage bounded by beforeRun, that the stage ran out of time
+// when that is what ended it: "context deadline exceeded" alone does not say which bound.
+func startedLate(ctx context.Context, err error) error {
+	var late *lateStartError
+	if err != nil && errors.As(context.Cause(ctx), &late) {
+		return fmt.Errorf("%w: %w", err, late)
+	}
+	return err
 }
 
 // run is the agent loop over the prepared sandbox, its transcript spooled to sp, and the
