@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -51,6 +52,10 @@ type Egress struct {
 	// prefixes (an internal package index, say). Loopback, link-local (metadata) and the host's
 	// own addresses stay denied; DeniedCIDRs win over this.
 	AllowedCIDRs []string `json:"allowed_cidrs,omitempty"`
+	// NAT64Prefixes are the network's own NAT64 prefixes (RFC 6052 lengths: /32, /40, /48,
+	// /56, /64, /96), besides the well-known 64:ff9b::/96: the IPv4 address an address in one
+	// carries is checked as well (egress.Config.NAT64Prefixes).
+	NAT64Prefixes []string `json:"nat64_prefixes,omitempty"`
 	// Limits cap each job's traffic.
 	Limits EgressLimits `json:"limits,omitzero"`
 }
@@ -274,13 +279,14 @@ func ReadSecret(from string, lookupEnv func(string) (string, bool)) (string, err
 
 func (e Egress) validate() []error {
 	var errs []error
-	for name, list := range map[string][]string{"egress.denied_cidrs": e.DeniedCIDRs, "egress.allowed_cidrs": e.AllowedCIDRs} {
+	for name, list := range map[string][]string{"egress.denied_cidrs": e.DeniedCIDRs, "egress.allowed_cidrs": e.AllowedCIDRs, "egress.nat64_prefixes": e.NAT64Prefixes} {
 		for i, c := range list {
 			if _, err := netip.ParsePrefix(c); err != nil {
 				errs = append(errs, fmt.Errorf("%w: %s[%d]: %q is not a CIDR prefix such as 10.20.0.0/16 or fd00::/8", ErrInvalid, name, i, withoutCredentials(c)))
 			}
 		}
 	}
+	errs = append(errs, nat64Lengths(e.NAT64Prefixes)...)
 	if e.Resolver != "" {
 		if _, _, err := splitHostPortStrict(e.Resolver); err != nil {
 			errs = append(errs, fmt.Errorf("%w: egress.resolver: %q must be host:port, such as 10.0.0.2:53", ErrInvalid, withoutCredentials(e.Resolver)))
@@ -292,6 +298,18 @@ func (e Egress) validate() []error {
 	}
 	if l.MaxHeaderBytes != 0 && l.MaxHeaderBytes < 1024 {
 		errs = append(errs, fmt.Errorf("%w: egress.limits.max_header_bytes: %d is too small for real clients; use 1024 or more", ErrInvalid, l.MaxHeaderBytes))
+	}
+	return errs
+}
+
+// nat64Lengths refuses a NAT64 prefix RFC 6052 gives no embedding of an IPv4 address for (one
+// that does not parse is refused with the CIDRs).
+func nat64Lengths(list []string) []error {
+	var errs []error
+	for i, c := range list {
+		if p, err := netip.ParsePrefix(c); err == nil && (!p.Addr().Is6() || !slices.Contains([]int{32, 40, 48, 56, 64, 96}, p.Bits())) {
+			errs = append(errs, fmt.Errorf("%w: egress.nat64_prefixes[%d]: %q is not an IPv6 prefix of length 32, 40, 48, 56, 64 or 96 (RFC 6052)", ErrInvalid, i, c))
+		}
 	}
 	return errs
 }

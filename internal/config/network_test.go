@@ -63,6 +63,8 @@ func TestInvalidNetworkNamesTheField(t *testing.T) {
 		{"secret from relative file", secret("T", "file:token", "[api.example.com]"), "profiles.p.secrets[0].from"},
 		{"bad denied cidr", "egress: {denied_cidrs: [10.0.0.0]}\n" + profile(""), "egress.denied_cidrs[0]"},
 		{"bad allowed cidr", "egress: {allowed_cidrs: [nope]}\n" + profile(""), "egress.allowed_cidrs[0]"},
+		{"bad NAT64 prefix", "egress: {nat64_prefixes: [nope]}\n" + profile(""), "egress.nat64_prefixes[0]"},
+		{"NAT64 prefix of no RFC 6052 length", "egress: {nat64_prefixes: ['2600:1f00:64::/80']}\n" + profile(""), "egress.nat64_prefixes[0]"},
 		{"resolver without port", "egress: {resolver: 10.0.0.2}\n" + profile(""), "egress.resolver"},
 		{"negative cap", "egress: {limits: {max_tunnels: -1}}\n" + profile(""), "egress.limits"},
 		{"tiny header cap", "egress: {limits: {max_header_bytes: 100}}\n" + profile(""), "egress.limits.max_header_bytes"},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 )
 
@@ -77,10 +78,11 @@ type addrFilter struct {
 	hostAddrs map[netip.Addr]bool
 	endpoints map[netip.AddrPort]bool
 	epNames   map[string]bool // "name:port" of worker endpoints given by name
+	nat64     []netip.Prefix  // Config.NAT64Prefixes
 }
 
 func newAddrFilter(cfg Config) (*addrFilter, error) {
-	f := &addrFilter{denied: cfg.DeniedCIDRs, allowed: cfg.AllowedCIDRs,
+	f := &addrFilter{denied: cfg.DeniedCIDRs, allowed: cfg.AllowedCIDRs, nat64: cfg.NAT64Prefixes,
 		hostAddrs: map[netip.Addr]bool{}, endpoints: map[netip.AddrPort]bool{}, epNames: map[string]bool{}}
 	for _, a := range cfg.HostAddrs {
 		f.hostAddrs[a.Unmap().WithZone("")] = true
@@ -159,7 +161,7 @@ func (f *addrFilter) check(a netip.Addr, port int) (Reason, string) {
 			return ReasonDeniedAddress, r.what
 		}
 	}
-	for _, v4 := range embeddedIPv4(a) {
+	for _, v4 := range f.embedded(a) {
 		if reason, detail := f.check(v4, port); reason != "" {
 			return reason, "embeds " + v4.String() + ": " + detail
 		}
@@ -174,6 +176,45 @@ func (f *addrFilter) lifted(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// embedded is every IPv4 address a carries: in the built-in forms (embeddedIPv4), and where
+// RFC 6052 puts it in each of the network's own NAT64 prefixes that holds a.
+func (f *addrFilter) embedded(a netip.Addr) []netip.Addr {
+	out := embeddedIPv4(a)
+	for _, p := range f.nat64 {
+		if p.Contains(a) {
+			out = append(out, nat64Embedded(a, p.Bits()))
+		}
+	}
+	return out
+}
+
+// nat64Lengths are the prefix lengths RFC 6052 defines an embedding for.
+var nat64Lengths = []int{32, 40, 48, 56, 64, 96}
+
+// checkNAT64Prefix refuses a NAT64 prefix RFC 6052 gives no embedding for.
+func checkNAT64Prefix(p netip.Prefix) error {
+	if !p.Addr().Is6() || p.Addr().Is4In6() || !slices.Contains(nat64Lengths, p.Bits()) {
+		return fmt.Errorf("NAT64 prefix %s: want an IPv6 prefix of length 32, 40, 48, 56, 64 or 96 (RFC 6052)", p)
+	}
+	return nil
+}
+
+// nat64Embedded is the IPv4 address in a under a NAT64 prefix of bits (RFC 6052 2.2): the 32
+// bits after the prefix, skipping bits 64 to 71 (the "u" octet).
+func nat64Embedded(a netip.Addr, bits int) netip.Addr {
+	b := a.As16()
+	var v4 [4]byte
+	i := bits / 8
+	for n := range v4 {
+		if i == 8 {
+			i++
+		}
+		v4[n] = b[i]
+		i++
+	}
+	return netip.AddrFrom4(v4)
 }
 
 // The IPv6 ranges whose last 32 bits are an IPv4 address.

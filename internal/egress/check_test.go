@@ -274,9 +274,11 @@ func TestAddrFilter(t *testing.T) {
 		// Besides the tests' range: what an operator lifts for an internal mirror, a CGNAT pod
 		// network or a cloud's internal IPv6 (GCP hands out fd20::/20).
 		AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("64:ff9b::/96"),
-			netip.MustParsePrefix("::ffff:0:0:0/96"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fd00::/8")},
+			netip.MustParsePrefix("::ffff:0:0:0/96"), netip.MustParsePrefix("64:ff9b:1::/48"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fd00::/8")},
 		DeniedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")},
-		Resolver:    &stubResolver{}, Limits: Limits{DialTimeout: 1},
+		// A DNS64 of the network's own answering in global space, and a local /64 one.
+		NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("2600:1f00:64::/96"), netip.MustParsePrefix("64:ff9b:1:ab::/64")},
+		Resolver:      &stubResolver{}, Limits: Limits{DialTimeout: 1},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -305,11 +307,16 @@ func TestAddrFilter(t *testing.T) {
 		{"64:ff9b::a9fe:a9fe", false}, // embeds metadata
 		{"2002:c612:1::", false},      // 6to4, not lifted
 		{"::ffff:169.254.169.254", false},
-		{"::ffff:0:a9fe:a9fe", false}, // IPv4-translated (SIIT) lifted, but embeds metadata
-		{"::ffff:0:a00:1", false},     // IPv4-translated lifted, but embeds a private address
-		{"::ffff:0:c612:1", true},     // IPv4-translated lifted, embeds 198.18.0.1
-		{"2001:0:c612:1::", false},    // Teredo, not lifted
-		{"::a9fe:a9fe", false},        // IPv4-compatible, embeds metadata
+		{"::ffff:0:a9fe:a9fe", false},       // IPv4-translated (SIIT) lifted, but embeds metadata
+		{"::ffff:0:a00:1", false},           // IPv4-translated lifted, but embeds a private address
+		{"::ffff:0:c612:1", true},           // IPv4-translated lifted, embeds 198.18.0.1
+		{"2001:0:c612:1::", false},          // Teredo, not lifted
+		{"::a9fe:a9fe", false},              // IPv4-compatible, embeds metadata
+		{"2600:1f00:64::a9fe:a9fe", false},  // the network's NAT64 prefix, embeds metadata
+		{"2600:1f00:64::a00:1", false},      // the network's NAT64 prefix, embeds a private address
+		{"2600:1f00:64::808:808", true},     // the network's NAT64 prefix, embeds 8.8.8.8
+		{"64:ff9b:1:ab:a:0:808:808", false}, // a local /64 NAT64 prefix: 10.0.0.8 after the u octet (8.8.8.8 as a /96)
+		{"64:ff9b:1:ab:8:808:800:0", true},  // a local /64 NAT64 prefix: 8.8.8.8
 		{"8.8.8.8", true},
 		{"2606:4700::1111", true},
 	}
@@ -362,8 +369,10 @@ func TestPolicyErrors(t *testing.T) {
 // TestCheckConfig: Check refuses the config New would refuse, resolving nothing.
 func TestCheckConfig(t *testing.T) {
 	for name, cfg := range map[string]Config{
-		"upstream CA without a certificate": {UpstreamCAPEM: []byte("not a certificate\n")},
-		"negative limit":                    {Limits: Limits{MaxTunnels: -1}},
+		"upstream CA without a certificate":  {UpstreamCAPEM: []byte("not a certificate\n")},
+		"negative limit":                     {Limits: Limits{MaxTunnels: -1}},
+		"NAT64 prefix of no RFC 6052 length": {NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("2600:1f00:64::/80")}},
+		"NAT64 prefix that is IPv4":          {NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
 	} {
 		if err := Check(cfg, Policy{}); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: Check: %v, want ErrInvalidConfig", name, err)

@@ -42,6 +42,11 @@ type Config struct {
 	// unspecified, multicast, broadcast, cloud metadata, the host's own addresses or
 	// WorkerEndpoints.
 	AllowedCIDRs []netip.Prefix
+	// NAT64Prefixes are the network's own NAT64 prefixes (RFC 6052: /32, /40, /48, /56, /64 or
+	// /96; a DNS64 that answers with a global prefix, or a local one in 64:ff9b:1::/48): an
+	// address in one reaches the IPv4 address it carries, which is checked as well. The
+	// well-known 64:ff9b::/96 is always one.
+	NAT64Prefixes []netip.Prefix
 	// WorkerEndpoints are the worker's own "host:port" endpoints (NATS, store, model): never
 	// reachable through the proxy, by name or by any address the name resolves to at New.
 	WorkerEndpoints []string
@@ -126,6 +131,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: timeouts must not be negative (0 takes the default)", ErrInvalidConfig)
 	case l.MaxHeaderBytes != 0 && l.MaxHeaderBytes < 1024:
 		return fmt.Errorf("%w: limits.max_header_bytes %d is below 1024; real clients send more", ErrInvalidConfig, l.MaxHeaderBytes)
+	}
+	for _, p := range c.NAT64Prefixes {
+		if err := checkNAT64Prefix(p); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
 	}
 	for _, ep := range c.WorkerEndpoints {
 		if _, _, err := net.SplitHostPort(ep); err != nil {

@@ -52,6 +52,9 @@ func proxyConfig(cfg config.Config) (egress.Config, error) {
 	for _, c := range e.AllowedCIDRs {
 		ec.AllowedCIDRs = append(ec.AllowedCIDRs, netip.MustParsePrefix(c))
 	}
+	for _, c := range e.NAT64Prefixes {
+		ec.NAT64Prefixes = append(ec.NAT64Prefixes, netip.MustParsePrefix(c))
+	}
 	return ec, nil
 }
 

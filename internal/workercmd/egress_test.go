@@ -1,6 +1,7 @@
 package workercmd
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,5 +85,22 @@ func TestStartRefusesUnusableEgress(t *testing.T) {
 				t.Fatal("the error holds the value")
 			}
 		})
+	}
+}
+
+// TestProxyConfigAddressSettings: the egress section's address settings reach every proxy,
+// the network's NAT64 prefixes among them (without them an address in one is checked as IPv6
+// only, whatever IPv4 address it carries).
+func TestProxyConfigAddressSettings(t *testing.T) {
+	cfg, err := config.Parse([]byte("egress: {denied_cidrs: [10.9.0.0/16], allowed_cidrs: [10.0.0.0/8], nat64_prefixes: ['2600:1f00:64::/96']}\nprofiles: {p: {model: {name: m}, tools: [{name: read_file}]}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec, err := proxyConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(ec.DeniedCIDRs, ec.AllowedCIDRs, ec.NAT64Prefixes); got != "[10.9.0.0/16] [10.0.0.0/8] [2600:1f00:64::/96]" {
+		t.Errorf("denied, allowed and NAT64 prefixes %s; want the config's", got)
 	}
 }
