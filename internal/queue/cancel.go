@@ -118,6 +118,17 @@ func (c *Consumer) ReleaseCancel(ctx context.Context, r Ref) error {
 	return nil // or another worker's write came first
 }
 
+// Queued reports whether the job stream holds a message of the job: one no worker has
+// settled. A cancel request for a job with neither that nor a status names no job that could
+// run (never submitted, or ended and its status expired): the watch lets it expire.
+func (c *Consumer) Queued(ctx context.Context, r Ref) (bool, error) {
+	s, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return false, fmt.Errorf("queue: look up job %s in stream %s: %w", r.ID, c.cfg.Stream, err)
+	}
+	return inStream(ctx, s, c.cfg, r)
+}
+
 // CancelAsked reports whether a cancel of the job was asked for: the cancel bucket holds a
 // request. A worker reads it for a job whose message is older than status_ttl, whose cancelled
 // status may have expired while it waited.

@@ -120,10 +120,15 @@ func (c *Client) inStream(ctx context.Context, r Ref) (bool, error) {
 	if c.jobs == nil {
 		return false, nil
 	}
-	subject := jobSubject(c.cfg, r)
-	info, err := c.jobs.Info(ctx, jetstream.WithSubjectFilter(subject))
+	return inStream(ctx, c.jobs, c.cfg, r)
+}
+
+// inStream asks the job stream for the count of the job's one subject.
+func inStream(ctx context.Context, jobs jetstream.Stream, cfg config.NATS, r Ref) (bool, error) {
+	subject := jobSubject(cfg, r)
+	info, err := jobs.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
-		return false, fmt.Errorf("queue: look up job %s in stream %s: %w", r.ID, c.cfg.Stream, err)
+		return false, fmt.Errorf("queue: look up job %s in stream %s: %w", r.ID, cfg.Stream, err)
 	}
 	return info.State.Subjects[subject] > 0, nil
 }

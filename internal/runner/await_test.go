@@ -30,6 +30,7 @@ func (statusQueue) WatchCancels(context.Context) (<-chan queue.Ref, error) {
 }
 func (statusQueue) CancelAsked(context.Context, queue.Ref) (bool, error) { return false, nil }
 func (statusQueue) ReleaseCancel(context.Context, queue.Ref) error       { return nil }
+func (statusQueue) Queued(context.Context, queue.Ref) (bool, error)      { return false, nil }
 func (statusQueue) LiveProfiles(context.Context) ([]queue.WorkerProfiles, error) {
 	return nil, queue.ErrNoProfiles
 }

@@ -80,9 +80,12 @@ func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) {
 		h.fire()
 	}
 	st, err := c.q.Status(ctx, r)
-	if err == nil && st.State.Terminal() {
-		// Ended: no delivery runs it any more, so its request may expire (a worker that starts
-		// reads every request, also one whose release a settle missed).
+	if err == nil && st.State.Terminal() || errors.Is(err, queue.ErrUnknownJob) && !c.queued(ctx, r) {
+		// Ended, or no job at all (never submitted: a request written by hand, which `submit
+		// cancel` refuses; or ended and its status expired): no delivery runs it any more, so
+		// its request may expire (a worker that starts reads every request, also one whose
+		// release a settle missed). A request is written with no expiry, and one for an id that
+		// never was would otherwise stay for ever.
 		if err := c.q.ReleaseCancel(ctx, r); err != nil && ctx.Err() == nil {
 			c.log.WarnContext(ctx, "cannot let the cancel request of an ended job expire; the next watch tries again", "job_id", r.ID, "tenant", r.Tenant, "error", err)
 		}
@@ -98,6 +101,16 @@ func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) {
 	if _, err := c.q.UpdateStatus(ctx, r, job.RequestCancel); err != nil && !errors.Is(err, queue.ErrFinal) && ctx.Err() == nil {
 		c.log.WarnContext(ctx, "cannot record a cancel in the job's status; the next watch tries again", "job_id", r.ID, "tenant", r.Tenant, "error", err)
 	}
+}
+
+// queued reports whether the job stream holds the job's message; when it cannot tell, that it
+// does: the request is kept, and the job recorded cancelled, as before the look.
+func (c *cancelWatch) queued(ctx context.Context, r queue.Ref) bool {
+	queued, err := c.q.Queued(ctx, r)
+	if err != nil && ctx.Err() == nil {
+		c.log.WarnContext(ctx, "cannot tell whether a job asked to be cancelled is queued; keeping its request", "job_id", r.ID, "tenant", r.Tenant, "error", err)
+	}
+	return queued || err != nil
 }
 
 // run watches the requests until ctx ends, and closes caughtUp once it has carried out every

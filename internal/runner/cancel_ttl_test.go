@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -138,5 +139,41 @@ func TestCancelOfAnEndedJobIsReleasedOnce(t *testing.T) {
 	}
 	if e.Revision() != released.Revision() {
 		t.Errorf("the released request was written again (revision %d, was %d): each release pushes its expiry back", e.Revision(), released.Revision())
+	}
+}
+
+// TestCancelOfAJobThatNeverWasExpires: a tenant with the NATS rights to request cancels writes
+// one, as `submit cancel` does (no expiry), for an id no job ever had: `submit cancel` refuses
+// an unknown job, the server does not. A worker's watch finds no status and no message of the
+// job in the job stream, so no delivery can ever need the request: it gives it back to the
+// bucket's expiry (status_ttl), rather than keep it for ever, and records no status for it.
+func TestCancelOfAJobThatNeverWasExpires(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second // stands for status_ttl
+	b := setupStatusTTL(t, ttl)
+	ctx := context.Background()
+	b.worker(agentFunc(writeReport))
+	id := job.NewID()
+	msg := nats.NewMsg("$KV." + queue.CancelBucket + "." + job.DefaultTenant + "." + id)
+	msg.Data = []byte(`{"at":"2026-01-02T03:04:05Z","by":"someone@somewhere"}`)
+	msg.Header.Set("Nats-TTL", "never")
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, queue.CancelBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*ttl, "the request for a job that never was to expire", func() bool {
+		_, err := kv.Get(ctx, job.DefaultTenant+"."+id)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	_, q := b.connect()
+	if st, err := q.Status(ctx, queue.Ref{Tenant: job.DefaultTenant, ID: id}); !errors.Is(err, queue.ErrUnknownJob) {
+		t.Errorf("a job that never was has the status %+v (%v); want none", st, err)
 	}
 }

@@ -39,6 +39,8 @@ type Queue interface {
 	// ReleaseCancel lets one expire: see claim and releaseCancel.
 	CancelAsked(ctx context.Context, r queue.Ref) (bool, error)
 	ReleaseCancel(ctx context.Context, r queue.Ref) error
+	// Queued reports whether the job stream holds a message of the job (cancelWatch.apply).
+	Queued(ctx context.Context, r queue.Ref) (bool, error)
 	// LiveProfiles are the profiles the live workers define (queue.ProfilesBucket): a job this
 	// worker's config cannot take may be another's (peers.go).
 	LiveProfiles(ctx context.Context) ([]queue.WorkerProfiles, error)
