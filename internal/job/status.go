@@ -50,9 +50,14 @@ type Status struct {
 	SpentToolCalls int   `json:"spent_tool_calls,omitempty"`
 	SpentTokens    int64 `json:"spent_tokens,omitempty"`
 	// CancelRequested asks the worker running the job to stop it; see RequestCancel.
-	CancelRequested bool   `json:"cancel_requested,omitempty"`
-	Report          string `json:"report,omitempty"`   // store key of the report
-	Manifest        string `json:"manifest,omitempty"` // store key of the manifest
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// Ending is the end a delivery that never ran the job (refused at admit, exhausted) has
+	// claimed and is committing, as a claim's running does for a run: a cancel asked after it
+	// only marks CancelRequested (RequestCancel), so that the end decided first is the one
+	// recorded. A new attempt's claim, and the end's own write, clear it.
+	Ending   State  `json:"ending,omitempty"`
+	Report   string `json:"report,omitempty"`   // store key of the report
+	Manifest string `json:"manifest,omitempty"` // store key of the manifest
 	// SandboxClaimedAt is when the running attempt had its sandbox, and SandboxWarm says it
 	// was started ahead of the job (a warm pool's) rather than for it.
 	SandboxClaimedAt time.Time `json:"sandbox_claimed_at,omitzero"`
@@ -65,7 +70,7 @@ type Status struct {
 
 // ClearAttempt empties what the status says of one attempt alone, for a new attempt to write
 // its own: its progress, error and cap, its sandbox (SandboxClaimedAt, SandboxWarm) and its end
-// (FinishedAt). Otherwise a redelivered attempt still starting its sandbox shows the one
+// (FinishedAt, Ending). Otherwise a redelivered attempt still starting its sandbox shows the one
 // before's. The new attempt writes State, Attempt, Worker, StartedAt and MaxCalls itself.
 // What all attempts share stays: the job's identity, labels and queue time, the budget spent
 // (Spent*, and ToolCalls with them), a cancel request, and the report and manifest (written
@@ -74,13 +79,17 @@ func (s *Status) ClearAttempt() {
 	s.Progress, s.Error, s.Cap = "", "", ""
 	s.SandboxClaimedAt, s.SandboxWarm = time.Time{}, false
 	s.FinishedAt = time.Time{}
+	s.Ending = ""
 }
 
 // RequestCancel is the status change behind `submit cancel`: a job that has not started is
-// cancelled at once (no worker will start it); a running one is asked to stop.
+// cancelled at once (no worker will start it); a running one is asked to stop, and so is one
+// whose end a delivery claimed (Ending): that end was decided before the cancel was asked.
 func RequestCancel(s *Status) {
-	switch s.State {
-	case "", StateQueued, StateRetrying, StateInterrupted:
+	switch {
+	case s.Ending != "":
+		s.CancelRequested = true
+	case s.State == "", s.State == StateQueued, s.State == StateRetrying, s.State == StateInterrupted:
 		now := time.Now().UTC()
 		s.State, s.FinishedAt, s.Progress = StateCancelled, now, ""
 		s.Error = "cancelled before it started"

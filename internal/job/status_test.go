@@ -15,7 +15,7 @@ import (
 // fails here until it is placed.
 func TestClearAttempt(t *testing.T) {
 	t.Parallel()
-	perAttempt := []string{"Progress", "Error", "Cap", "SandboxClaimedAt", "SandboxWarm", "FinishedAt"}
+	perAttempt := []string{"Progress", "Error", "Cap", "SandboxClaimedAt", "SandboxWarm", "FinishedAt", "Ending"}
 	writtenByAttempt := []string{"State", "Attempt", "Worker", "StartedAt", "MaxCalls"}
 	shared := []string{"ID", "Profile", "Labels", "ToolCalls", "SpentTurns", "SpentToolCalls", "SpentTokens",
 		"CancelRequested", "Report", "Manifest", "QueuedAt", "UpdatedAt"}

@@ -99,6 +99,9 @@ func (c *Consumer) updateStatus(ctx context.Context, r Ref, first guess[job.Stat
 			}
 		}
 		change(st)
+		if st.State.Terminal() {
+			st.Ending = "" // the end claimed is the end recorded now
+		}
 		st.ID = r.ID
 		st.UpdatedAt = time.Now().UTC()
 		return true, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
 // A job ends exactly once: with one committed manifest, and for a failed, rejected or dead
@@ -40,6 +41,39 @@ func (r *Runner) exhausted(ctx context.Context, a *attempt) error {
 	}
 	a.log.WarnContext(ctx, "job exhausted its deliveries; ending it", "max_deliver", r.cfg.Worker.NATS.MaxDeliver)
 	return cause
+}
+
+// claimEnd is the claim of an end decided by a delivery that did not claim the job (admit
+// refused it, or it is exhausted): as a claim's running write does for a run, its write of the
+// end it is about to commit (job.Status.Ending) is a compare-and-set on the status it reads,
+// so that a cancel written after admit's look (cancelAsked) and before this write wins, and
+// one written after it only marks cancel_requested. Otherwise the watch would record the job
+// cancelled beside a rejected or dead manifest and its dead letter. It returns e as it is
+// (the end to commit), cancelled, or lease lost or undecided, which commit nothing.
+func (r *Runner) claimEnd(ctx context.Context, a *attempt, e ended) ended {
+	if e.began || e.end == endCancelled {
+		return e // the claim's own running write came first, or the cancel won already
+	}
+	ctx, cancel := r.commitContext(ctx, a)
+	defer cancel()
+	dec := decide(e.outcome, a.d.LastAttempt())
+	st, err := awaitAnswerTo(ctx, r, a, "NATS", "before the job can end", natsAnswered, func(ctx context.Context) (job.Status, error) {
+		return r.writeStatus(ctx, a, a.job.ID, func(s *job.Status) { s.Ending = dec.state })
+	})
+	switch {
+	case err == nil && !st.CancelRequested, errors.Is(err, queue.ErrFinal) && st.State != job.StateCancelled:
+		// Ours to commit; or ended elsewhere: commitEnd adopts its manifest.
+		return e
+	case err == nil, errors.Is(err, queue.ErrFinal):
+		// A cancel asked before this write: the job never ran, and it ends cancelled.
+		e.outcome = classify(stageClaim, errCancelled, nil)
+		return e
+	case errors.Is(err, errLeaseLost):
+		e.outcome = classify(stageEnd, err, nil)
+	default:
+		e.outcome = classify(stageEnd, fmt.Errorf("%w: record the job as %s: %w", errUndecided, dec.state, err), nil)
+	}
+	return e
 }
 
 // commitEnd wins the arbiter for a job that ends here without a run committed (e's decision

@@ -124,7 +124,9 @@ func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 			// Refused at admit: kept alive from here, as the end may wait for the store.
 			a.release = r.keepDelivery(ctx, a)
 		}
-		e = r.commitEnd(ctx, a, e)
+		if e = r.claimEnd(ctx, a, e); decide(e.outcome, d.LastAttempt()).state.Terminal() {
+			e = r.commitEnd(ctx, a, e)
+		}
 	}
 	a.cancelled = errors.Is(context.Cause(ctx), errCancelled)
 	return func() {
@@ -288,6 +290,8 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 		return job.Status{}, err
 	}
 	st, err := awaitAnswer(ctx, r, a, "NATS", natsAnswered, func(ctx context.Context) (job.Status, error) {
+		// Held to this delivery's attempt, as every later write is: a delivery that paused
+		// before its claim must not take the status back from a later one that runs the job.
 		return write(ctx, a.ref(j.ID), func(s *job.Status) {
 			s.ClearAttempt()
 			s.State, s.Profile, s.Attempt, s.Worker = job.StateRunning, j.Profile, a.d.Attempt, r.cfg.Worker.WorkerID
@@ -299,9 +303,12 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 			if asked {
 				job.RequestCancel(s)
 			}
-		})
+		}, queue.ByAttempt(a.d.Attempt))
 	})
 	switch {
+	case errors.Is(err, queue.ErrSuperseded):
+		a.log.InfoContext(ctx, "a later delivery holds the job; leaving it to that delivery", "holder", st.Attempt)
+		return st, fmt.Errorf("%w: %w", errLeaseLost, err)
 	case errors.Is(err, queue.ErrFinal) && st.State == job.StateCancelled:
 		// Cancelled while it waited (submit cancel ends a job that is not running): that end
 		// is committed like any other, so that no stale attempt can commit another.

@@ -7,10 +7,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // settle acts on how the attempt ended, as decide says: the status, then the queue, then the
@@ -146,6 +147,7 @@ func (r *Runner) recordWaiting(w settler, id string, cause error) error {
 	err := w.do(natsAnswered, func(ctx context.Context) error {
 		_, err := r.writeStatus(ctx, w.a, id, func(s *job.Status) {
 			s.Progress, s.UpdatedAt = "waiting for another delivery: "+errorText(cause), time.Now().UTC()
+			s.Ending = "" // not committed: a cancel asked from now on ends the waiting job
 			if s.State == "" {
 				s.State, s.Profile, s.QueuedAt = job.StateQueued, w.a.job.Profile, w.a.job.SubmittedAt
 			}
