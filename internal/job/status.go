@@ -51,6 +51,10 @@ type Status struct {
 	SpentTokens    int64 `json:"spent_tokens,omitempty"`
 	// CancelRequested asks the worker running the job to stop it; see RequestCancel.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// HandedBack counts the deliveries that handed the job to a peer whose config could take
+	// it (a fleet mid-rollout): they do not count against the max_deliver that bounds its
+	// runs, and are bounded by it on their own (see the runner's leaveToPeer).
+	HandedBack int `json:"handed_back,omitempty"`
 	// Ending is the end a delivery that never ran the job (refused at admit, exhausted) has
 	// claimed and is committing, as a claim's running does for a run: a cancel asked after it
 	// only marks CancelRequested (RequestCancel), so that the end decided first is the one

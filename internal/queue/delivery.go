@@ -27,6 +27,10 @@ type Delivery struct {
 	Data []byte
 	// Attempt counts deliveries of this message, starting at 1.
 	Attempt int
+	// Spared is how many of the deliveries before this one do not count against max_deliver:
+	// the job's hand-backs to a peer (job.Status.HandedBack), which the worker sets once it read
+	// them. LastAttempt and Exhausted count the other deliveries only.
+	Spared int
 	// Published is when the message entered the stream.
 	Published time.Time
 	// Seq is the message's sequence in the stream, what a publisher's ack reports.
@@ -64,13 +68,13 @@ func (d *Delivery) Ref() Ref { return Ref{Tenant: d.Tenant, ID: d.JobID} }
 
 // LastAttempt reports whether this is the last delivery that may run the job: the max_deliver'th
 // or, when that one died, one of the deliveries after it.
-func (d *Delivery) LastAttempt() bool { return d.Attempt >= d.c.cfg.MaxDeliver }
+func (d *Delivery) LastAttempt() bool { return d.Attempt-d.Spared >= d.c.cfg.MaxDeliver }
 
 // Exhausted reports whether the job used up its max_deliver deliveries before this one: the
 // last one ended without settling (its worker died, or stalled past AckWait). This delivery
 // must not run the job but end it: with the committed run, or as dead. The server delivers
 // such a message again until a worker settles it, so the end does not hang on any one worker.
-func (d *Delivery) Exhausted() bool { return d.Attempt > d.c.cfg.MaxDeliver }
+func (d *Delivery) Exhausted() bool { return d.Attempt-d.Spared > d.c.cfg.MaxDeliver }
 
 // Ack marks the job done and waits for the server to confirm, so a crash right after cannot
 // bring it back.

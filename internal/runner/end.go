@@ -58,7 +58,12 @@ func (r *Runner) claimEnd(ctx context.Context, a *attempt, e ended) ended {
 	defer cancel()
 	dec := decide(e.outcome, a.d.LastAttempt())
 	st, err := awaitAnswerTo(ctx, r, a, "NATS", "before the job can end", natsAnswered, func(ctx context.Context) (job.Status, error) {
-		return r.writeStatus(ctx, a, a.job.ID, func(s *job.Status) { s.Ending = dec.state })
+		return r.writeStatus(ctx, a, a.job.ID, func(s *job.Status) {
+			s.Ending = dec.state
+			if s.State == "" { // none yet (submit writes none): queued until the end is recorded
+				s.State, s.Profile, s.QueuedAt = job.StateQueued, a.job.Profile, a.job.SubmittedAt
+			}
+		})
 	})
 	switch {
 	case err == nil && !st.CancelRequested, errors.Is(err, queue.ErrFinal) && st.State != job.StateCancelled:

@@ -179,6 +179,7 @@ func later(t, u time.Time) time.Time {
 func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	unwatch := r.cancels.add(a.d.Ref(), a.cancel)
 	defer unwatch()
+	r.spareHandBacks(ctx, a)
 	err := r.admit(a)
 	a.lap(stageAdmit)
 	if err != nil {

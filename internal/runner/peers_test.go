@@ -2,12 +2,15 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -159,5 +162,64 @@ tenants:
 	if final.State != job.StateRejected || final.Attempt != 1 {
 		t.Errorf("job of profile q, which the fleet's only worker grants to no tenant, ended %s at attempt %d (%s); want rejected at its first delivery (profile_not_granted)",
 			final.State, final.Attempt, final.Error)
+	}
+}
+
+// fetchesJobTwice is a worker's queue that delivers the job id names twice, then fetches
+// nothing more (a worker that stops taking jobs): with one slot, its third fetch comes after
+// its second delivery of the job was handled.
+type fetchesJobTwice struct {
+	runner.Queue
+	id string
+	n  atomic.Int32
+}
+
+func (q *fetchesJobTwice) Fetch(ctx context.Context) (*queue.Delivery, error) {
+	if q.n.Load() >= 2 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	d, err := q.Queue.Fetch(ctx)
+	if err == nil && d.JobID == q.id {
+		q.n.Add(1)
+	}
+	return d, err
+}
+
+// TestHandBacksDoNotSpendTheRunsDeliveries: during a rollout, a worker lacking the job's profile
+// hands the job back to the live peer that defines it, twice (max_deliver 3). Then the peer
+// takes it, and its runs fail transiently. The hand-backs ran nothing and met no fault: the job
+// gets its max_deliver runs before it ends dead, not one run on what was its last delivery.
+func TestHandBacksDoNotSpendTheRunsDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	withQ := map[string]config.Profile{"p": b.cfg.Profiles["p"], "q": b.cfg.Profiles["p"]}
+	advertise(t, b, "worker-new", withQ)
+	j := b.newJob("q", "t")
+	twice := &fetchesJobTwice{id: j.ID}
+	old := b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.Worker.WorkerID, c.Worker.Concurrency = "worker-old", 1
+		twice.Queue = c.Queue
+		c.Queue = twice
+	})
+	b.publish(j)
+	waitFor(t, 30*time.Second, "worker-old to take the job twice", func() bool { return twice.n.Load() >= 2 })
+	old.stop() // once its deliveries are settled
+	if st, err := b.q.Status(context.Background(), j.ID); err != nil || st.State != job.StateQueued {
+		t.Fatalf("after worker-old's deliveries: %+v, %v; want the job queued, handed back", st, err)
+	}
+	var runs atomic.Int32
+	b.worker(agentFunc(func(context.Context, agent.Request) (agent.Result, error) {
+		runs.Add(1)
+		return agent.Result{}, errors.New("the model endpoint answered an unusable body")
+	}), func(c *runner.Config) {
+		c.Worker.WorkerID, c.Worker.Profiles = "worker-new", withQ
+	})
+	final := b.waitFinal(j.ID, 60*time.Second)
+	if final.State != job.StateDead || runs.Load() != int32(b.cfg.NATS.MaxDeliver) {
+		t.Errorf("after 2 hand-backs the job ran %d times and ended %s (%s); want %d runs, then dead", runs.Load(), final.State, final.Error, b.cfg.NATS.MaxDeliver)
+	}
+	if got := reasons(b.deadLetters()); !slices.Equal(got, []string{"max_deliveries"}) {
+		t.Errorf("dead letters %v, want one max_deliveries", got)
 	}
 }

@@ -80,7 +80,7 @@ func (r *Runner) settleStatus(w settler, e ended, dec decision) error {
 	case dec.state != "":
 		return r.recordState(w, id, e, dec)
 	case dec.waiting && e.err != nil:
-		return r.recordWaiting(w, id, e.err)
+		return r.recordWaiting(w, id, e.err, e.end == endLeftToPeer)
 	}
 	return nil
 }
@@ -142,10 +142,14 @@ func (r *Runner) recordState(w settler, id string, e ended, dec decision) error 
 
 // recordWaiting says in the status's progress why the job waits for another delivery, its
 // state unchanged; a job without a status yet (one left to a peer at its first delivery) is
-// queued.
-func (r *Runner) recordWaiting(w settler, id string, cause error) error {
+// queued. A hand-back to a peer is counted (job.Status.HandedBack).
+func (r *Runner) recordWaiting(w settler, id string, cause error, handedBack bool) error {
 	err := w.do(natsAnswered, func(ctx context.Context) error {
 		_, err := r.writeStatus(ctx, w.a, id, func(s *job.Status) {
+			if handedBack {
+				// This delivery's hand-back, counted once however many tries the write takes.
+				s.HandedBack = max(s.HandedBack, w.a.d.Spared+1)
+			}
 			s.Progress, s.UpdatedAt = "waiting for another delivery: "+errorText(cause), time.Now().UTC()
 			s.Ending = "" // not committed: a cancel asked from now on ends the waiting job
 			if s.State == "" {
