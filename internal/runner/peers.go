@@ -59,7 +59,7 @@ func (r *Runner) spareHandBacks(ctx context.Context, a *attempt) {
 }
 
 // leaveToPeer turns an end of admit that this worker's config decided (peerTakes) into a
-// hand-back when a live worker could take the job and this is not its last delivery. Any
+// hand-back when a live worker could take the job and the job has a hand-back left. Any
 // other outcome it returns as it is.
 func (r *Runner) leaveToPeer(ctx context.Context, a *attempt, o outcome) outcome {
 	takes, ok := peerTakes[permanentReason(o.err, "")]
