@@ -4,12 +4,17 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -519,6 +524,9 @@ func (c Config) Validate() error {
 		errs = append(errs, c.Profiles[name].validate("profiles."+name)...)
 	}
 	errs = append(errs, c.validateTenants()...)
+	errs = append(errs, c.NATS.validateNames()...)
+	// Last, so that a key a check above names is not named twice.
+	errs = append(errs, checkValues(reflect.ValueOf(c), "", namedIn(errs))...)
 	return errors.Join(errs...)
 }
 
@@ -566,6 +574,12 @@ func (p Profile) validate(prefix string) []error {
 	}
 	if len(p.Sandbox.Workdir) < 2 || p.Sandbox.Workdir[0] != '/' {
 		bad("sandbox.workdir", "%q must be an absolute path other than /", p.Sandbox.Workdir)
+	}
+	if msg := workdirRelative(p.Report); msg != "" || path.Clean("/"+p.Report) == "/" {
+		bad("report", "%q %s; give a file inside the workdir, such as report.md", p.Report, cmp.Or(msg, "is the workdir itself"))
+	}
+	if msg := workdirRelative(p.Artifacts); msg != "" {
+		bad("artifacts", "%q %s; give a folder inside the workdir, such as artifacts", p.Artifacts, msg)
 	}
 	if len(p.Tools) == 0 {
 		bad("tools", "none defined; the model needs at least one tool")
@@ -637,6 +651,21 @@ func (l Limits) Tighten(j *job.Limits) Limits {
 		l.jobCommandTimeout = c
 	}
 	return l
+}
+
+// workdirRelative says why name is not a path inside the workdir, as the sandbox reads the
+// report and the artifacts (sandbox.CleanPath), or "" when it is one: a path the sandbox
+// refuses would fail every job of the profile at its end, after its whole run.
+func workdirRelative(name string) string {
+	switch {
+	case strings.ContainsRune(name, 0):
+		return "contains a NUL byte"
+	case strings.HasPrefix(name, "/") || strings.HasPrefix(name, `\`):
+		return "is absolute"
+	case slices.Contains(strings.Split(name, "/"), ".."):
+		return `climbs out of the workdir with ".."`
+	}
+	return ""
 }
 
 // DefaultMaxConversationBytes is limits.max_conversation_bytes when a profile sets none: twice

@@ -365,15 +365,19 @@ func setBool(n *yaml.Node, v reflect.Value) string {
 
 func setInt(n *yaml.Node, v reflect.Value) string {
 	i, ok := integer(n)
+	limit := int64(1)<<(v.Type().Bits()-1) - 1
 	switch {
+	case !ok && digits.MatchString(n.Value), ok && v.OverflowInt(i):
+		return fmt.Sprintf("%s is out of range; at most %d", n.Value, limit)
 	case !ok:
 		return "expected an integer, got " + describe(n)
-	case v.OverflowInt(i):
-		return n.Value + " is out of range"
 	}
 	v.SetInt(i)
 	return ""
 }
+
+// digits is an integer written out, too large for int64 when integer cannot read it.
+var digits = regexp.MustCompile(`^[-+]?[0-9]+$`)
 
 func setFloat(n *yaml.Node, v reflect.Value) string {
 	var f float64

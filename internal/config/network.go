@@ -155,11 +155,11 @@ func (a allowRule) covers(b allowRule) bool {
 func (n *Network) validate(field func(string) string) []error {
 	var errs []error
 	if len(n.Allow) == 0 {
-		errs = append(errs, fmt.Errorf("%w: %s: is empty; list the hosts the sandbox may reach, or leave network out for no network at all", ErrInvalid, field("network.allow")))
+		errs = append(errs, &FieldError{Path: field("network.allow"), Msg: "is empty; list the hosts the sandbox may reach, or leave network out for no network at all"})
 	}
 	for i, a := range n.Allow {
 		if _, err := parseAllow(a); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, field(fmt.Sprintf("network.allow[%d]", i)), err))
+			errs = append(errs, &FieldError{Path: field(fmt.Sprintf("network.allow[%d]", i)), Msg: err.Error()})
 		}
 	}
 	return errs
@@ -168,7 +168,7 @@ func (n *Network) validate(field func(string) string) []error {
 func validateSecrets(n *Network, secrets []Secret, field func(string) string) []error {
 	var errs []error
 	bad := func(f, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field(f), fmt.Sprintf(format, args...)))
+		errs = append(errs, &FieldError{Path: field(f), Msg: fmt.Sprintf(format, args...)})
 	}
 	if len(secrets) > 0 && n == nil {
 		bad("secrets", "a profile without network has nowhere to send a secret; add network.allow with the secrets' hosts")
@@ -282,22 +282,22 @@ func (e Egress) validate() []error {
 	for name, list := range map[string][]string{"egress.denied_cidrs": e.DeniedCIDRs, "egress.allowed_cidrs": e.AllowedCIDRs, "egress.nat64_prefixes": e.NAT64Prefixes} {
 		for i, c := range list {
 			if _, err := netip.ParsePrefix(c); err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s[%d]: %q is not a CIDR prefix such as 10.20.0.0/16 or fd00::/8", ErrInvalid, name, i, withoutCredentials(c)))
+				errs = append(errs, &FieldError{Path: fmt.Sprintf("%s[%d]", name, i), Msg: fmt.Sprintf("%q is not a CIDR prefix such as 10.20.0.0/16 or fd00::/8", withoutCredentials(c))})
 			}
 		}
 	}
 	errs = append(errs, nat64Lengths(e.NAT64Prefixes)...)
 	if e.Resolver != "" {
 		if _, _, err := splitHostPortStrict(e.Resolver); err != nil {
-			errs = append(errs, fmt.Errorf("%w: egress.resolver: %q must be host:port, such as 10.0.0.2:53", ErrInvalid, withoutCredentials(e.Resolver)))
+			errs = append(errs, &FieldError{Path: "egress.resolver", Msg: fmt.Sprintf("%q must be host:port, such as 10.0.0.2:53", withoutCredentials(e.Resolver))})
 		}
 	}
 	l := e.Limits
 	if l.MaxRequests < 0 || l.MaxBytes < 0 || l.MaxTunnels < 0 || l.MaxHeaderBytes < 0 || l.HeaderTimeout < 0 || l.DialTimeout < 0 || l.IdleTimeout < 0 {
-		errs = append(errs, fmt.Errorf("%w: egress.limits: must not be negative (0 takes the default)", ErrInvalid))
+		errs = append(errs, &FieldError{Path: "egress.limits", Msg: "must not be negative (0 takes the default)"})
 	}
 	if l.MaxHeaderBytes != 0 && l.MaxHeaderBytes < 1024 {
-		errs = append(errs, fmt.Errorf("%w: egress.limits.max_header_bytes: %d is too small for real clients; use 1024 or more", ErrInvalid, l.MaxHeaderBytes))
+		errs = append(errs, &FieldError{Path: "egress.limits.max_header_bytes", Msg: fmt.Sprintf("%d is too small for real clients; use 1024 or more", l.MaxHeaderBytes)})
 	}
 	return errs
 }

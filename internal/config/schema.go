@@ -13,9 +13,11 @@ import (
 // Helm chart's values.schema.json, editors). A field written as its zero value takes its
 // default, so a rule says "at least 0" where Validate says "at least 1" after defaults. What a
 // tool kind requires is the agent's to add (agent.ToolSchema, which cmd/schemagen puts at
-// "profiles.*.tools[]"). Four checks have no JSON Schema form: a tool name declared twice, a
+// "profiles.*.tools[]"). Some checks have no JSON Schema form: a tool name declared twice, a
 // "{{param}}" without its parameter (the chart repeats these two in its templates), a tenant
-// granted a profile the config does not define, and two tenants sharing a bucket.
+// granted a profile the config does not define, two tenants sharing a bucket, a duration past
+// MaxDuration, two nats keys naming one stream, a subject under the dead-letter stream's, and a
+// report or artifacts path out of the workdir.
 // schema_test.go holds the schema to Validate.
 func SchemaOptions() schemagen.Options {
 	nonNegative := schemagen.Schema{"minimum": 0}
@@ -27,37 +29,57 @@ func SchemaOptions() schemagen.Options {
 		"description":      "A positive Kubernetes quantity such as 500m, 1, 512Mi or 1Gi; empty means the default.",
 	}
 	duration := schemagen.Schema{"pattern": nonNegativeDuration}
+	jetStreamName := schemagen.Schema{"pattern": `^[^\s.*>/\\]{0,255}$`}
+	bucket := schemagen.Schema{"pattern": `^[A-Za-z0-9_-]{0,250}$`}
 	return schemagen.Options{
 		YAMLScalars: true,
 		Types: map[reflect.Type]schemagen.Schema{
-			reflect.TypeFor[Duration](): {"type": "string", "pattern": anyDuration, "description": "A Go duration such as 90s, 15m or 1h30m."},
+			// No duration of the config may be negative (checkValues); the longest (MaxDuration)
+			// has no pattern.
+			reflect.TypeFor[Duration](): {"type": "string", "pattern": nonNegativeDuration, "description": "A Go duration such as 90s, 15m or 1h30m."},
 		},
 		Rules: map[string]schemagen.Schema{
-			"concurrency":                          nonNegative,
-			"sandbox.backend":                      {"enum": []any{"", "bubblewrap", "kubernetes"}},
-			"sandbox.kubernetes.image_pull_policy": {"enum": []any{"", "Always", "IfNotPresent", "Never"}},
-			"sandbox.kubernetes.instance":          {"pattern": labelValue.String()},
-			"nats.ack_wait":                        duration,
-			"nats.max_deliver":                     nonNegative,
-			"nats.max_ack_pending":                 nonNegative,
-			"nats.status_ttl":                      duration,
-			"nats.job_max_msgs":                    nonNegative,
-			"nats.job_max_bytes":                   nonNegative,
-			"nats.dead_letter_max_age":             duration,
-			"nats.dead_letter_max_bytes":           nonNegative,
-			"profiles":                             {"minProperties": 1, "propertyNames": schemagen.Schema{"pattern": job.NamePattern}},
-			"profiles.*.model.name":                {"minLength": 1, "description": "The model the endpoint serves, e.g. gpt-4.1-mini."},
-			"profiles.*.sandbox.cpu":               quantity,
-			"profiles.*.sandbox.memory":            quantity,
-			"profiles.*.sandbox.disk":              quantity,
-			"profiles.*.sandbox.pids":              nonNegative,
-			"profiles.*.sandbox.workdir":           {"pattern": `^(/[\s\S]+)?$`, "description": "An absolute path other than /."},
-			"profiles.*.tools":                     {"minItems": 1},
-			"profiles.*.tools[].name":              {"pattern": toolName.String()},
-			"profiles.*.limits.max_turns":          nonNegative,
-			"profiles.*.limits.max_tool_calls":     nonNegative,
-			"profiles.*.limits.max_tokens":         nonNegative,
-			"profiles.*.limits.max_output_bytes":   {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": 256}}, "description": "At least 256; 0 means the default."},
+			"concurrency":                            nonNegative,
+			"sandbox.backend":                        {"enum": []any{"", "bubblewrap", "kubernetes"}},
+			"sandbox.kubernetes.image_pull_policy":   {"enum": []any{"", "Always", "IfNotPresent", "Never"}},
+			"sandbox.kubernetes.instance":            {"pattern": labelValue.String()},
+			"nats.ack_wait":                          duration,
+			"nats.max_deliver":                       nonNegative,
+			"nats.max_ack_pending":                   nonNegative,
+			"nats.status_ttl":                        duration,
+			"nats.job_max_msgs":                      nonNegative,
+			"nats.job_max_bytes":                     nonNegative,
+			"nats.dead_letter_max_age":               duration,
+			"nats.dead_letter_max_bytes":             nonNegative,
+			"nats.replicas":                          {"minimum": 0, "maximum": maxReplicas},
+			"nats.stream":                            jetStreamName,
+			"nats.dead_letter_stream":                jetStreamName,
+			"nats.consumer":                          jetStreamName,
+			"nats.status_bucket":                     bucket,
+			"nats.approvals_bucket":                  bucket,
+			"nats.subject":                           {"pattern": `^([^\s.*>]+(\.[^\s.*>]+)*)?$`},
+			"model.max_retries":                      nonNegative,
+			"profiles.*.model.max_completion_tokens": nonNegative,
+			"profiles.*.limits.max_transcript_bytes": nonNegative,
+			"profiles.*.limits.max_input_bytes":      nonNegative,
+			"profiles.*.warm.min":                    nonNegative,
+			"profiles.*.warm.max":                    nonNegative,
+			"egress.limits.max_requests":             nonNegative,
+			"egress.limits.max_bytes":                nonNegative,
+			"egress.limits.max_tunnels":              nonNegative,
+			"profiles":                               {"minProperties": 1, "propertyNames": schemagen.Schema{"pattern": job.NamePattern}},
+			"profiles.*.model.name":                  {"minLength": 1, "description": "The model the endpoint serves, e.g. gpt-4.1-mini."},
+			"profiles.*.sandbox.cpu":                 quantity,
+			"profiles.*.sandbox.memory":              quantity,
+			"profiles.*.sandbox.disk":                quantity,
+			"profiles.*.sandbox.pids":                nonNegative,
+			"profiles.*.sandbox.workdir":             {"pattern": `^(/[\s\S]+)?$`, "description": "An absolute path other than /."},
+			"profiles.*.tools":                       {"minItems": 1},
+			"profiles.*.tools[].name":                {"pattern": toolName.String()},
+			"profiles.*.limits.max_turns":            nonNegative,
+			"profiles.*.limits.max_tool_calls":       nonNegative,
+			"profiles.*.limits.max_tokens":           nonNegative,
+			"profiles.*.limits.max_output_bytes":     {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": 256}}, "description": "At least 256; 0 means the default."},
 			"profiles.*.limits.max_conversation_bytes": {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": MinConversationBytes}},
 				"description": "At least 65536; 0 means the default (8 MiB)."},
 			"profiles.*.limits.command_timeout": duration,

@@ -56,6 +56,8 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "kubernetes backend", yaml: "sandbox: {backend: kubernetes, kubernetes: {image_pull_policy: Never, instance: boxcar.prod}}\n" + profile("")},
 		{name: "kubernetes as deployed", yaml: "sandbox: {backend: kubernetes, kubernetes: {image_pull_secrets: [regcred, mirror.example], network_policy: none}}\n" + profile("")},
 		{name: "max_output_bytes 256", yaml: profile("limits: {max_output_bytes: 256}")},
+		{name: "nats names", yaml: "nats: {stream: JOBS-1, dead_letter_stream: DLQ_1, consumer: w, status_bucket: S, approvals_bucket: A, subject: acme.jobs, replicas: 5}\n" + profile("")},
+		{name: "a negative seed", yaml: "profiles:\n  p:\n    model: {name: m, seed: -7}\n    tools: [{name: read_file}]\n"},
 		{name: "tenants", yaml: profile("") + "tenants:\n  team-a: {profiles: [p], max_concurrent: 4, daily_tokens: 2000000}\n  b: {profiles: [p], max_concurrent: 0, bucket: ''}\n"},
 		{name: "tenant with a bucket", yaml: "store: {url: s3://x}\n" + profile("") + "tenants:\n  a: {profiles: [p], bucket: boxcar-a}\n"},
 		{name: "nullable model params", yaml: "profiles:\n  p:\n    model: {name: m, temperature: null, seed: 7}\n    tools: [{name: read_file}]\n"},
@@ -110,6 +112,17 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "tenant max_concurrent negative", yaml: profile("") + "tenants:\n  a: {profiles: [p], max_concurrent: -1}\n"},
 		{name: "tenant bucket not a name", yaml: profile("") + "tenants:\n  a: {profiles: [p], bucket: A_B}\n"},
 		{name: "tenant unknown key", yaml: profile("") + "tenants:\n  a: {profiles: [p], quota: 5}\n"},
+		{name: "drain_grace negative", yaml: "drain_grace: -1s\n" + profile("")},
+		{name: "warm idle negative", yaml: profile("warm: {idle: -1m}")},
+		{name: "max_retries negative", yaml: "model: {max_retries: -1}\n" + profile("")},
+		{name: "max_transcript_bytes negative", yaml: profile("limits: {max_transcript_bytes: -1}")},
+		{name: "egress max_bytes negative", yaml: "egress: {limits: {max_bytes: -1}}\n" + profile("")},
+		{name: "replicas past 5", yaml: "nats: {replicas: 6}\n" + profile("")},
+		{name: "stream with a dot", yaml: "nats: {stream: boxcar.jobs}\n" + profile("")},
+		{name: "consumer with a space", yaml: "nats: {consumer: 'my workers'}\n" + profile("")},
+		{name: "bucket with a dot", yaml: "nats: {approvals_bucket: a.b}\n" + profile("")},
+		{name: "subject with a wildcard", yaml: "nats: {subject: 'boxcar.>'}\n" + profile("")},
+		{name: "subject with an empty token", yaml: "nats: {subject: 'boxcar.'}\n" + profile("")},
 
 		// Refused by Parse only: no JSON Schema form.
 		{name: "tenant granted an undefined profile", yaml: profile("") + "tenants:\n  a: {profiles: [nope]}\n", schemaCannot: true},
@@ -118,6 +131,10 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "ack_wait under the shortest allowed", yaml: "nats: {ack_wait: 2s}\n" + profile(""), schemaCannot: true},
 		{name: "model.base_url not http", yaml: "model: {base_url: 'ftp://h/v1'}\n" + profile(""), schemaCannot: true},
 		{name: "tool declared twice", yaml: profile("tools: [{name: read_file}, {name: read_file}]"), schemaCannot: true},
+		{name: "job_timeout past 10 years", yaml: profile("limits: {job_timeout: 100000h}"), schemaCannot: true},
+		{name: "two keys, one stream", yaml: "nats: {dead_letter_stream: BOXCAR_JOBS}\n" + profile(""), schemaCannot: true},
+		{name: "subject under the dead letters'", yaml: "nats: {subject: BOXCAR_DLQ.x}\n" + profile(""), schemaCannot: true},
+		{name: "report out of the workdir", yaml: profile("report: ../r.md"), schemaCannot: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

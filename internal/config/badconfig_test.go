@@ -1,0 +1,82 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+)
+
+// TestBadConfigsAreRefusedAtLoad: every mistake an operator can write in a worker config
+// (testdata/bad) stops Load with an error that names the file, the line and the key and says
+// what to write instead; none is taken as a default, none panics or hangs, none waits for the
+// first job or `worker setup` to fail.
+func TestBadConfigsAreRefusedAtLoad(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ file, want string }{
+		{"unknown-key", `:1:1 concurency: unknown key (did you mean "concurrency"?)`},
+		{"wrong-type", `:1:14 concurrency: expected an integer, got a string "two"`},
+		{"negative-duration", `:1:14 drain_grace: -5s is negative; give a positive duration such as 90s, or leave it unset for the default`},
+		{"negative-retry-backoff", `:1:23 nats.retry_backoff: -1s is negative`},
+		{"overflowing-job-timeout", `:5:27 profiles.p.limits.job_timeout: 2000000h0m0s is longer than 87600h0m0s (10 years), the longest duration the worker takes; give a shorter one`},
+		{"huge-ack-wait", `:1:18 nats.ack_wait: 2562047h0m0s is longer than 87600h0m0s (10 years)`},
+		{"not-a-duration", `:1:20 nats.status_ttl: "7d" is not a duration such as 90s, 15m or 1h30m`},
+		{"size-past-int64", `:1:23 nats.job_max_bytes: 99999999999999999999 is out of range; at most 9223372036854775807`},
+		{"negative-size", `:5:36 profiles.p.limits.max_transcript_bytes: -1 is negative; give a positive number, or leave it unset for the default`},
+		{"negative-retries", `:1:22 model.max_retries: -1 is negative`},
+		{"replicas-too-many", `:1:18 nats.replicas: 7 is not between 1 and 5, the replicas JetStream keeps of a stream`},
+		{"warm-min-above-max", `:5:17 profiles.p.warm.min: 3 is above max 2; lower min or raise max`},
+		{"empty-model-name", `:3:19 profiles.p.model.name: is required`},
+		{"profile-name-not-a-token", `:3:5 profiles.a b: "a b" is not a profile name a job can give`},
+		{"tenant-name-uppercase", `:6:11 tenants.Team-A: "Team-A" is not a tenant name`},
+		{"tenant-profile-unknown", `:6:23 tenants.team-a.profiles[0]: "q" is not a profile of this config`},
+		{"shared-tenant-bucket", `tenants.team-b.bucket: "shared-bucket" is tenant team-a's bucket too; each tenant needs its own`},
+		{"profile-twice", `:5:3 profiles.p: given twice (first on line 2)`},
+		{"stream-not-a-name", `:1:16 nats.stream: "boxcar.jobs" is not a JetStream name: no spaces, '.', '*', '>', '/' or '\', at most 255`},
+		{"subject-wildcard", `:1:17 nats.subject: "boxcar.*" is not a subject without wildcards`},
+		{"subject-empty-token", `:1:17 nats.subject: "boxcar..jobs" is not a subject without wildcards`},
+		{"bucket-not-a-name", `:1:23 nats.status_bucket: "status bucket" is not a bucket name: letters, digits, '_' and '-'`},
+		{"streams-share-a-name", `:1:42 nats.dead_letter_stream: is stored in the stream JOBS, as nats.stream is; give each its own name`},
+		{"bucket-is-a-stream", `nats.status_bucket: is stored in the stream KV_BOXCAR_STATUS, as nats.stream is; give each its own name`},
+		{"subject-under-dead-letters", `:1:17 nats.subject: "BOXCAR_DLQ.jobs" begins with BOXCAR_DLQ, the dead_letter_stream`},
+		{"report-outside-workdir", `:5:13 profiles.p.report: "../report.md" climbs out of the workdir with ".."; give a file inside the workdir, such as report.md`},
+		{"artifacts-absolute", `:5:16 profiles.p.artifacts: "/etc" is absolute; give a folder inside the workdir, such as artifacts`},
+		{"merge-key", `:6:13 profiles.q.model: merge keys (<<) are not supported; write the keys out`},
+		{"egress-cidr", `:5:25 egress.denied_cidrs[0]: "10.0.0.0" is not a CIDR prefix such as 10.20.0.0/16 or fd00::/8`},
+		{"alias-bomb", `profiles.p.tools[0].parameters.l8: yaml: document contains excessive aliasing`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join("testdata", "bad", tt.file+".yaml")
+			_, err := config.Load(path)
+			if !errors.Is(err, config.ErrInvalid) {
+				t.Fatalf("Load(%s) = %v, want ErrInvalid", path, err)
+			}
+			if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Load(%s):\n%v\nwant it to name the file and say\n%s", path, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestConfigFileThatCannotBeRead: a path that is a folder or a file that is not there is
+// refused naming the path, not read as an empty config of defaults.
+func TestConfigFileThatCannotBeRead(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tt := range []struct{ path, want string }{
+		{dir, dir + ": is a directory"},
+		{filepath.Join(dir, "missing.yaml"), filepath.Join(dir, "missing.yaml") + ": no such file or directory"},
+	} {
+		if _, err := config.Load(tt.path); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Load(%s) = %v, want %q", tt.path, err, tt.want)
+		}
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,72 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// The names the worker gives JetStream are checked at load, so that a name the server refuses,
+// or two keys that name one stream, stop the worker before it starts rather than at `worker
+// setup` or at its first job.
+var (
+	// streamName is what the server takes as a stream's or a consumer's name: no whitespace,
+	// '.', '*', '>' or path separator.
+	streamName = regexp.MustCompile(`^[^\s.*>/\\]{1,255}$`)
+	// kvBucket is what the nats.go client takes as a key-value bucket's name.
+	kvBucket = regexp.MustCompile(`^[A-Za-z0-9_-]{1,250}$`)
+	// subjectToken is one literal token of a subject: no whitespace, '.' or wildcard.
+	subjectToken = regexp.MustCompile(`^[^\s.*>]+$`)
+)
+
+// profilesStream is the stream behind queue.ProfilesBucket (BOXCAR_PROFILES), which no key of
+// the config names but which a stream of the config must not take.
+const profilesStream = "KV_BOXCAR_PROFILES"
+
+// maxReplicas is the most replicas JetStream keeps of a stream.
+const maxReplicas = 5
+
+// validateNames reports the names of nats: the server or the client would refuse, and two keys
+// that would make or fill one stream.
+func (n NATS) validateNames() []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: "nats." + field, Msg: fmt.Sprintf(format, args...)})
+	}
+	for _, f := range []struct{ key, name string }{{"stream", n.Stream}, {"dead_letter_stream", n.DeadLetterStream}, {"consumer", n.Consumer}} {
+		if !streamName.MatchString(f.name) {
+			bad(f.key, "%q is not a JetStream name: no spaces, '.', '*', '>', '/' or '\\', at most 255", f.name)
+		}
+	}
+	for _, f := range []struct{ key, name string }{{"status_bucket", n.StatusBucket}, {"approvals_bucket", n.ApprovalsBucket}} {
+		if !kvBucket.MatchString(f.name) {
+			bad(f.key, "%q is not a bucket name: letters, digits, '_' and '-'", f.name)
+		}
+	}
+	for _, tok := range strings.Split(n.Subject, ".") {
+		if !subjectToken.MatchString(tok) {
+			bad("subject", "%q is not a subject without wildcards: tokens of letters, digits, '_' or '-' joined by single dots, such as boxcar.jobs", n.Subject)
+			break
+		}
+	}
+	// The dead-letter stream takes the subjects under its own name (<dead_letter_stream>.>):
+	// a job subject under them would overlap it, which the server refuses.
+	if first, _, _ := strings.Cut(n.Subject, "."); first == n.DeadLetterStream {
+		bad("subject", "%q begins with %s, the dead_letter_stream, whose stream takes every subject under that name; choose another subject or dead_letter_stream", n.Subject, n.DeadLetterStream)
+	}
+	streams := map[string]string{profilesStream: "the profiles bucket (BOXCAR_PROFILES)"}
+	for _, f := range []struct{ key, stream string }{
+		{"stream", n.Stream}, {"dead_letter_stream", n.DeadLetterStream},
+		{"status_bucket", "KV_" + n.StatusBucket}, {"approvals_bucket", "KV_" + n.ApprovalsBucket},
+	} {
+		if other, ok := streams[f.stream]; ok {
+			bad(f.key, "is stored in the stream %s, as %s is; give each its own name", f.stream, other)
+			continue
+		}
+		streams[f.stream] = "nats." + f.key
+	}
+	if n.Replicas < 1 || n.Replicas > maxReplicas {
+		bad("replicas", "%d is not between 1 and %d, the replicas JetStream keeps of a stream", n.Replicas, maxReplicas)
+	}
+	return errs
+}
