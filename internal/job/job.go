@@ -61,6 +61,37 @@ type Limits struct {
 	CommandTimeout Duration `json:"command_timeout,omitempty"`
 }
 
+// UnmarshalJSON reads the limits strictly (unknown keys refused) and names the key of a
+// duration that does not read: encoding/json passes a Duration's error on without its key, and
+// "time: invalid duration" alone leaves the submitter to guess which of the two it was.
+func (l *Limits) UnmarshalJSON(data []byte) error {
+	type plain Limits // without this method
+	var raw struct {
+		plain
+		JobTimeout     json.RawMessage `json:"job_timeout,omitempty"`
+		CommandTimeout json.RawMessage `json:"command_timeout,omitempty"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return err
+	}
+	*l = Limits(raw.plain)
+	for _, d := range []struct {
+		key string
+		raw json.RawMessage
+		to  *Duration
+	}{{"job_timeout", raw.JobTimeout, &l.JobTimeout}, {"command_timeout", raw.CommandTimeout, &l.CommandTimeout}} {
+		if d.raw == nil {
+			continue
+		}
+		if err := d.to.UnmarshalJSON(d.raw); err != nil {
+			return fmt.Errorf("limits.%s: %w", d.key, err)
+		}
+	}
+	return nil
+}
+
 // Network may only narrow the profile's network: each entry of Allow must be within the
 // profile's network.allow (the same forms: host, host:port, *.suffix); the worker rejects a job
 // that asks for more. Nil means the profile's network as it is; an empty Allow, none.

@@ -124,7 +124,10 @@ func TestDecodeRejects(t *testing.T) {
 			m["inputs"] = []any{in, in}
 		}), "appears twice"},
 		{"negative limit", with(func(m map[string]any) { m["limits"] = map[string]any{"max_turns": -1} }), "limits"},
-		{"limit duration garbage", with(func(m map[string]any) { m["limits"] = map[string]any{"job_timeout": "forever"} }), "duration"},
+		{"limit duration garbage", with(func(m map[string]any) { m["limits"] = map[string]any{"job_timeout": "forever"} }), `limits.job_timeout: time: invalid duration "forever"`},
+		{"limit duration past int64", with(func(m map[string]any) { m["limits"] = map[string]any{"job_timeout": "99999999999h"} }), "limits.job_timeout: time: invalid duration"},
+		{"limit duration a number", with(func(m map[string]any) { m["limits"] = map[string]any{"command_timeout": 90} }), `limits.command_timeout: duration must be a string such as "90s"`},
+		{"limit duration null", with(func(m map[string]any) { m["limits"] = map[string]any{"command_timeout": nil} }), "limits.command_timeout"},
 		{"network entry with a path", with(func(m map[string]any) { m["network"] = map[string]any{"allow": []any{"api.example.com/v1"}} }), "network.allow[0]"},
 		{"network entry empty", with(func(m map[string]any) { m["network"] = map[string]any{"allow": []any{"a.example.com", ""}} }), "network.allow[1]"},
 		{"network too many entries", with(func(m map[string]any) { m["network"] = map[string]any{"allow": make([]any, 65)} }), "network.allow"},
