@@ -154,7 +154,8 @@ func match(s Statement, req Request) error {
 		return fmt.Errorf("%w: request revision %d, asked at revision %d (a replayed answer)", ErrMismatch, s.RequestRevision, req.Revision)
 	case s.Decision != job.DecisionApproved && s.Decision != job.DecisionDenied:
 		return fmt.Errorf("%w: decision %q", ErrMismatch, s.Decision)
-	case s.DecidedAt.After(s.ExpiresAt):
+	// DecidedAt is the answerer's clock, ExpiresAt the worker's (job.ClockSkew).
+	case s.DecidedAt.After(s.ExpiresAt.Add(job.ClockSkew)):
 		return fmt.Errorf("%w: decided at %s, the request expired at %s", ErrExpired, s.DecidedAt.Format(time.RFC3339), s.ExpiresAt.Format(time.RFC3339))
 	}
 	return nil

@@ -37,7 +37,10 @@ func TestCheck(t *testing.T) {
 		{name: "other job", key: alice, change: func(s *approvalsig.Statement) { s.JobID = job.NewID() }, want: approvalsig.ErrMismatch},
 		{name: "other call", key: alice, change: func(s *approvalsig.Statement) { s.CallID = "call_2" }, want: approvalsig.ErrMismatch},
 		{name: "unknown decision", key: alice, change: func(s *approvalsig.Statement) { s.Decision = job.DecisionExpired }, want: approvalsig.ErrMismatch},
-		{name: "after expiry", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = s.ExpiresAt.Add(time.Second) }, want: approvalsig.ErrExpired},
+		{name: "after expiry", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = s.ExpiresAt.Add(job.ClockSkew + time.Second) }, want: approvalsig.ErrExpired},
+		// The answerer's clock 5 minutes ahead of the worker's, which set the expiry a minute
+		// out: the worker still waits, and the answer is its.
+		{name: "answerer's clock ahead", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(5 * time.Minute) }},
 		{name: "before the key was valid", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-2 * time.Hour) }, want: approvalsig.ErrExpired},
 	}
 	for _, tt := range tests {

@@ -62,9 +62,17 @@ type Approval struct {
 	Revision uint64 `json:"-"`
 }
 
-// Pending reports whether the request still waits for an answer at now.
+// Pending reports whether the request still waits for an answer at now, a clock of the one
+// who answers: its expiry is the worker's clock, so it is judged with job.ClockSkew in hand.
 func (a Approval) Pending(now time.Time) bool {
-	return a.Decision == "" && now.Before(a.ExpiresAt)
+	return a.Decision == "" && !expiredAt(a, now)
+}
+
+// expiredAt reports whether a request is past its expiry at now, a clock other than the
+// worker's that set the expiry, by more than job.ClockSkew: a nearer expiry is left to the
+// worker, which records the request expired when its own clock says so.
+func expiredAt(a Approval, now time.Time) bool {
+	return !now.Before(a.ExpiresAt.Add(job.ClockSkew))
 }
 
 func setUpApprovals(ctx context.Context, js jetstream.JetStream, cfg config.NATS) error {
@@ -268,7 +276,7 @@ func answerable(a Approval, rev uint64, now time.Time) error {
 	case rev != 0 && a.Revision != rev:
 		return fmt.Errorf("%w: call %s of job %s is at revision %d, not %d: list it again (`submit approvals %s`) and answer what it shows now",
 			ErrApprovalChanged, a.CallID, a.JobID, a.Revision, rev, a.JobID)
-	case !now.Before(a.ExpiresAt):
+	case expiredAt(a, now):
 		return fmt.Errorf("%w: call %s of job %s expired at %s; the command was denied",
 			ErrApprovalExpired, a.CallID, a.JobID, a.ExpiresAt.Format(time.RFC3339))
 	}

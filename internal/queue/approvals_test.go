@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -129,7 +130,7 @@ func TestApprovalExpiry(t *testing.T) {
 
 	t.Run("deadline passed before the worker noticed", func(t *testing.T) {
 		a := pendingApproval(id, "c2", []string{"ls"}, time.Minute)
-		a.RequestedAt, a.ExpiresAt = a.RequestedAt.Add(-2*time.Minute), a.RequestedAt.Add(-time.Minute)
+		a.RequestedAt, a.ExpiresAt = a.RequestedAt.Add(-job.ClockSkew-2*time.Minute), a.RequestedAt.Add(-job.ClockSkew-time.Minute)
 		if _, err := b.w.RequestApproval(ctx, a); err != nil {
 			t.Fatal(err)
 		}
@@ -138,6 +139,24 @@ func TestApprovalExpiry(t *testing.T) {
 		}
 		if _, err := b.c.DecideApproval(ctx, id, "c2", 0, job.DecisionApproved, "alice", "", nil); !errors.Is(err, queue.ErrApprovalExpired) {
 			t.Errorf("answer after expires_at: %v, want ErrApprovalExpired", err)
+		}
+	})
+
+	// The worker's clock runs 5 minutes behind the answerer's: its request, 5 minutes long,
+	// has just run out by the answerer's clock while the worker still waits for it. It is
+	// listed and its answer taken; the worker's clock decides when the wait ends.
+	t.Run("the answerer's clock is ahead of the worker's", func(t *testing.T) {
+		a := pendingApproval(id, "c3", []string{"ls"}, 5*time.Minute)
+		a.RequestedAt, a.ExpiresAt = a.RequestedAt.Add(-5*time.Minute), a.ExpiresAt.Add(-5*time.Minute)
+		if _, err := b.w.RequestApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		pending, _, err := b.c.PendingApprovals(ctx, "")
+		if err != nil || !slices.ContainsFunc(pending, func(p queue.Approval) bool { return p.CallID == "c3" }) {
+			t.Errorf("pending = %+v, %v; want the request the worker still waits for listed", pending, err)
+		}
+		if _, err := b.c.DecideApproval(ctx, id, "c3", 0, job.DecisionApproved, "alice", "", nil); err != nil {
+			t.Errorf("answer within the worker's wait: %v", err)
 		}
 	})
 

@@ -65,8 +65,10 @@ func TestForgedApprovalsDoNotRun(t *testing.T) {
 		{name: "another command (argv mismatch)", answer: func(t *testing.T, id string, _ queue.Approval) {
 			decide(t, b, id, altered(func(a *queue.Approval) { a.Argv = []string{"make", "test", "deploy"} }))
 		}},
+		// Later than the expiry by more than the clocks may be apart (job.ClockSkew): nearer,
+		// it may be an approver's clock ahead of the worker's, which still waits.
 		{name: "signed after the request expired", answer: func(t *testing.T, id string, _ queue.Approval) {
-			decide(t, b, id, altered(func(a *queue.Approval) { a.DecidedAt = a.ExpiresAt.Add(time.Second) }))
+			decide(t, b, id, altered(func(a *queue.Approval) { a.DecidedAt = a.ExpiresAt.Add(job.ClockSkew + time.Second) }))
 		}},
 		{name: "another job's signed answer", answer: func(t *testing.T, id string, _ queue.Approval) {
 			decide(t, b, id, altered(func(a *queue.Approval) { a.JobID = job.NewID() }))
