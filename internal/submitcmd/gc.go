@@ -124,7 +124,7 @@ func (e *env) gc(ctx context.Context, olderThan time.Duration, del bool) error {
 				continue // the committed attempt's: never listed, never touched
 			case !end.ended:
 				f.Action, f.Reason = gcKept, end.why
-			case now.Sub(f.Written) <= end.grace:
+			case withinGrace(now.Sub(f.Written), end.grace):
 				f.Action, f.Reason = gcKept, fmt.Sprintf("written %s ago, within the grace of %s", now.Sub(f.Written).Round(time.Second), end.grace)
 			default:
 				f.Action, f.Reason = gcWouldDelete, end.why
@@ -272,7 +272,7 @@ func judgeEnd(ctx context.Context, st store.Store, q *queue.Client, tenant, id s
 		end.why = fmt.Sprintf("the job has not ended: no manifest is committed, its status is %s", orUnknown(s.State))
 		return end, nil
 	}
-	if ended := cmp.Or(s.FinishedAt, s.UpdatedAt); now.Sub(ended) <= grace {
+	if ended := cmp.Or(s.FinishedAt, s.UpdatedAt); withinGrace(now.Sub(ended), grace) {
 		end.why = fmt.Sprintf("the job ended %s, with no manifest, %s ago, within the grace of %s", s.State, now.Sub(ended).Round(time.Second), grace)
 		return end, nil
 	}
@@ -280,6 +280,11 @@ func judgeEnd(ctx context.Context, st store.Store, q *queue.Client, tenant, id s
 	end.why = fmt.Sprintf("the job ended %s with no committed run", s.State)
 	return end, nil
 }
+
+// withinGrace reports whether age, on gc's clock, of a time another machine's clock wrote (the
+// store's, when it wrote an object; a worker's, when it ended a job), is within grace. That clock
+// may be behind gc's: job.ClockSkew more keeps a folder a live attempt may still write.
+func withinGrace(age, grace time.Duration) bool { return age <= grace+job.ClockSkew }
 
 // deleteFolders removes the objects of folders, all of job id's, and returns the failures.
 // For a job with no manifest it first looks again, so that an attempt that committed since

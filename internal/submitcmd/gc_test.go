@@ -190,3 +190,39 @@ func listKeys(t *testing.T, st store.Store, prefix string) []string {
 	}
 	return keys
 }
+
+// TestGCLeavesClocksBehindItsOwnTheirGrace: gc judges ages on its own clock, but the times it
+// judges are the store's (when a folder was written) and a worker's (when a job ended). With
+// both 5 minutes behind gc's, a job that died a moment ago, whose last attempt wrote its
+// folder a moment ago, looks 5 minutes old: a grace of 3 minutes still keeps its folder.
+func TestGCLeavesClocksBehindItsOwnTheirGrace(t *testing.T) {
+	te := newTestEnv(t)
+	ctx := t.Context()
+	behind := time.Now().Add(-5 * time.Minute)
+	id := job.NewID()
+	if _, err := te.q.UpdateStatus(ctx, ref(id), func(s *job.Status) { s.State, s.FinishedAt = job.StateDead, behind }); err != nil {
+		t.Fatal(err)
+	}
+	folder := store.AttemptPrefix(id, "5-abcdef01")
+	key := folder + "transcript.jsonl"
+	if err := te.st.PutIfAbsent(ctx, key, strings.NewReader("{}\n"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(filepath.Join(te.storeDir, "tenants", "default", filepath.FromSlash(key)), behind, behind); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := te.submit(t, "gc", "--older-than", "3m", "--delete", "--output", "json")
+	if err != nil {
+		t.Fatalf("gc: %v\n%s%s", err, stdout, stderr)
+	}
+	var out gcOutput
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("gc --output json: %v\n%s", err, stdout)
+	}
+	if len(out.Folders) != 1 || out.Folders[0].Action != gcKept {
+		t.Errorf("gc: %+v, want the folder of the job that just died kept", out.Folders)
+	}
+	if keys := listKeys(t, te.st, store.RunPrefix(id)); !slices.Equal(keys, []string{key}) {
+		t.Errorf("after gc --delete the run holds %v, want %v", keys, key)
+	}
+}
