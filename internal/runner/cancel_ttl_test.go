@@ -14,6 +14,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
 
@@ -47,6 +48,24 @@ func setupStatusTTL(t *testing.T, ttl time.Duration) *bundle {
 // Then the request expires as a status does.
 func TestCancelledQueuedJobNeverRunsOnceItsStatusExpired(t *testing.T) {
 	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		skew time.Duration // of the worker's clock against the NATS server's
+	}{
+		{"clocks in step", 0},
+		// The message's time is the server's: a worker 5 minutes behind it reads the job as
+		// waiting 5 minutes less than it did, and its status as still there.
+		{"worker clock 5m behind", -5 * time.Minute},
+		{"worker clock 5m ahead", 5 * time.Minute},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			testCancelledQueuedJobNeverRuns(t, func() time.Time { return time.Now().Add(tt.skew) })
+		})
+	}
+}
+
+func testCancelledQueuedJobNeverRuns(t *testing.T, now func() time.Time) {
 	const ttl = 2 * time.Second // stands for status_ttl: 24h and a day's backlog
 	b := setupStatusTTL(t, ttl)
 	ctx := context.Background()
@@ -58,7 +77,7 @@ func TestCancelledQueuedJobNeverRunsOnceItsStatusExpired(t *testing.T) {
 			<-release
 		}
 		return writeReport(ctx, req)
-	}))
+	}), func(c *runner.Config) { c.Now = now })
 	busy := b.submitTask("p", "busy")
 	if got := <-ran; got != "busy" {
 		t.Fatalf("ran %q first", got)

@@ -330,12 +330,14 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 	return st, nil
 }
 
-// cancelOutlived reports whether a cancel was asked for a job whose message waited longer than
-// status_ttl: a cancelled status written while it waited may have expired since, and the
+// cancelOutlived reports whether a cancel was asked for a job whose message may have waited
+// longer than status_ttl (job.ClockSkew less, on the worker's clock): a cancelled status written while it waited may have expired since, and the
 // cancel request, kept until the job's end is committed (queue.ReleaseCancel), says. A younger
 // message's status, if a cancel made one, is still there for the claim's write to find.
 func (r *Runner) cancelOutlived(ctx context.Context, a *attempt) (bool, error) {
-	if time.Since(a.d.Published) < time.Duration(r.cfg.Worker.NATS.StatusTTL) {
+	// Published is the NATS server's clock, the one that expires the status; the worker's may
+	// be behind it by up to job.ClockSkew and read the wait as that much shorter.
+	if r.cfg.Now().Sub(a.d.Published) < time.Duration(r.cfg.Worker.NATS.StatusTTL)-job.ClockSkew {
 		return false, nil
 	}
 	return awaitAnswer(ctx, r, a, "NATS", natsAnswered, func(ctx context.Context) (bool, error) {

@@ -105,6 +105,9 @@ type Config struct {
 	// LookupEnv reads the worker's environment for profile secrets "from: env:NAME"
 	// (os.LookupEnv). Default: none set.
 	LookupEnv func(string) (string, bool)
+	// Now is the worker's wall clock, which may be out of step with the NATS servers' (see
+	// job.ClockSkew). Default: time.Now.
+	Now func() time.Time
 	// TempDir is where each running job's transcript is spooled (unlinked: nothing stays
 	// there). Default: os.TempDir().
 	TempDir string
@@ -148,6 +151,9 @@ func New(cfg Config) (*Runner, error) {
 	}
 	if cfg.CleanupTimeout <= 0 {
 		cfg.CleanupTimeout = 30 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	// A transcript moves to a file only once it is large, in the middle of a run: a folder
 	// that cannot take one is found now instead.
