@@ -46,6 +46,8 @@ func TestBadConfigsAreRefusedAtLoad(t *testing.T) {
 		{"artifacts-absolute", `:5:16 profiles.p.artifacts: "/etc" is absolute; give a folder inside the workdir, such as artifacts`},
 		{"merge-key", `:6:13 profiles.q.model: merge keys (<<) are not supported; write the keys out`},
 		{"egress-cidr", `:5:25 egress.denied_cidrs[0]: "10.0.0.0" is not a CIDR prefix such as 10.20.0.0/16 or fd00::/8`},
+		{"namespace-not-a-name", `:1:56 sandbox.kubernetes.namespace: "Boxcar_Sandboxes" is not a namespace's name: lower-case letters, digits and '-', at most 63`},
+		{"owner-not-a-name", `sandbox.kubernetes.owner: "Boxcar-Owner" is not a ConfigMap's name`},
 		{"alias-bomb", `profiles.p.tools[0].parameters.l8: yaml: document contains excessive aliasing`},
 	}
 	for _, tt := range tests {

@@ -471,6 +471,9 @@ var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // labelValue is a Kubernetes label value, empty or at most 63 characters.
 var labelValue = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$`)
 
+// namespaceName is a Kubernetes namespace's name, a DNS label.
+var namespaceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
 // objectName is a Kubernetes object's name, a DNS subdomain: what a Secret may be called.
 var objectName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
 
@@ -540,6 +543,12 @@ func (k Kubernetes) validate() []error {
 	default:
 		bad("image_pull_policy", "%q is not a pull policy; use Always, IfNotPresent or Never", k.ImagePullPolicy)
 	}
+	if !namespaceName.MatchString(k.Namespace) {
+		bad("namespace", "%q is not a namespace's name: lower-case letters, digits and '-', at most 63", k.Namespace)
+	}
+	if k.Owner != "" && !objectName.MatchString(k.Owner) {
+		bad("owner", "%q is not a ConfigMap's name: lower-case letters, digits, '-' and '.', at most 253", k.Owner)
+	}
 	if !labelValue.MatchString(k.Instance) {
 		bad("instance", "%q is not a label value: letters, digits, -_. between two letters or digits, at most 63", k.Instance)
 	}
@@ -575,12 +584,7 @@ func (p Profile) validate(prefix string) []error {
 	if len(p.Sandbox.Workdir) < 2 || p.Sandbox.Workdir[0] != '/' {
 		bad("sandbox.workdir", "%q must be an absolute path other than /", p.Sandbox.Workdir)
 	}
-	if msg := workdirRelative(p.Report); msg != "" || path.Clean("/"+p.Report) == "/" {
-		bad("report", "%q %s; give a file inside the workdir, such as report.md", p.Report, cmp.Or(msg, "is the workdir itself"))
-	}
-	if msg := workdirRelative(p.Artifacts); msg != "" {
-		bad("artifacts", "%q %s; give a folder inside the workdir, such as artifacts", p.Artifacts, msg)
-	}
+	p.validateOutputs(bad)
 	if len(p.Tools) == 0 {
 		bad("tools", "none defined; the model needs at least one tool")
 	}
@@ -651,6 +655,16 @@ func (l Limits) Tighten(j *job.Limits) Limits {
 		l.jobCommandTimeout = c
 	}
 	return l
+}
+
+// validateOutputs reports, through bad, a report or artifacts path the sandbox would refuse.
+func (p Profile) validateOutputs(bad func(field, format string, args ...any)) {
+	if msg := workdirRelative(p.Report); msg != "" || path.Clean("/"+p.Report) == "/" {
+		bad("report", "%q %s; give a file inside the workdir, such as report.md", p.Report, cmp.Or(msg, "is the workdir itself"))
+	}
+	if msg := workdirRelative(p.Artifacts); msg != "" {
+		bad("artifacts", "%q %s; give a folder inside the workdir, such as artifacts", p.Artifacts, msg)
+	}
 }
 
 // workdirRelative says why name is not a path inside the workdir, as the sandbox reads the

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"maps"
 	"reflect"
+	"strings"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 
@@ -29,9 +31,7 @@ func SchemaOptions() schemagen.Options {
 		"description":      "A positive Kubernetes quantity such as 500m, 1, 512Mi or 1Gi; empty means the default.",
 	}
 	duration := schemagen.Schema{"pattern": nonNegativeDuration}
-	jetStreamName := schemagen.Schema{"pattern": `^[^\s.*>/\\]{0,255}$`}
-	bucket := schemagen.Schema{"pattern": `^[A-Za-z0-9_-]{0,250}$`}
-	return schemagen.Options{
+	o := schemagen.Options{
 		YAMLScalars: true,
 		Types: map[reflect.Type]schemagen.Schema{
 			// No duration of the config may be negative (checkValues); the longest (MaxDuration)
@@ -39,47 +39,31 @@ func SchemaOptions() schemagen.Options {
 			reflect.TypeFor[Duration](): {"type": "string", "pattern": nonNegativeDuration, "description": "A Go duration such as 90s, 15m or 1h30m."},
 		},
 		Rules: map[string]schemagen.Schema{
-			"concurrency":                            nonNegative,
-			"sandbox.backend":                        {"enum": []any{"", "bubblewrap", "kubernetes"}},
-			"sandbox.kubernetes.image_pull_policy":   {"enum": []any{"", "Always", "IfNotPresent", "Never"}},
-			"sandbox.kubernetes.instance":            {"pattern": labelValue.String()},
-			"nats.ack_wait":                          duration,
-			"nats.max_deliver":                       nonNegative,
-			"nats.max_ack_pending":                   nonNegative,
-			"nats.status_ttl":                        duration,
-			"nats.job_max_msgs":                      nonNegative,
-			"nats.job_max_bytes":                     nonNegative,
-			"nats.dead_letter_max_age":               duration,
-			"nats.dead_letter_max_bytes":             nonNegative,
-			"nats.replicas":                          {"minimum": 0, "maximum": maxReplicas},
-			"nats.stream":                            jetStreamName,
-			"nats.dead_letter_stream":                jetStreamName,
-			"nats.consumer":                          jetStreamName,
-			"nats.status_bucket":                     bucket,
-			"nats.approvals_bucket":                  bucket,
-			"nats.subject":                           {"pattern": `^([^\s.*>]+(\.[^\s.*>]+)*)?$`},
-			"model.max_retries":                      nonNegative,
-			"profiles.*.model.max_completion_tokens": nonNegative,
-			"profiles.*.limits.max_transcript_bytes": nonNegative,
-			"profiles.*.limits.max_input_bytes":      nonNegative,
-			"profiles.*.warm.min":                    nonNegative,
-			"profiles.*.warm.max":                    nonNegative,
-			"egress.limits.max_requests":             nonNegative,
-			"egress.limits.max_bytes":                nonNegative,
-			"egress.limits.max_tunnels":              nonNegative,
-			"profiles":                               {"minProperties": 1, "propertyNames": schemagen.Schema{"pattern": job.NamePattern}},
-			"profiles.*.model.name":                  {"minLength": 1, "description": "The model the endpoint serves, e.g. gpt-4.1-mini."},
-			"profiles.*.sandbox.cpu":                 quantity,
-			"profiles.*.sandbox.memory":              quantity,
-			"profiles.*.sandbox.disk":                quantity,
-			"profiles.*.sandbox.pids":                nonNegative,
-			"profiles.*.sandbox.workdir":             {"pattern": `^(/[\s\S]+)?$`, "description": "An absolute path other than /."},
-			"profiles.*.tools":                       {"minItems": 1},
-			"profiles.*.tools[].name":                {"pattern": toolName.String()},
-			"profiles.*.limits.max_turns":            nonNegative,
-			"profiles.*.limits.max_tool_calls":       nonNegative,
-			"profiles.*.limits.max_tokens":           nonNegative,
-			"profiles.*.limits.max_output_bytes":     {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": 256}}, "description": "At least 256; 0 means the default."},
+			"concurrency":                          nonNegative,
+			"sandbox.backend":                      {"enum": []any{"", "bubblewrap", "kubernetes"}},
+			"sandbox.kubernetes.image_pull_policy": {"enum": []any{"", "Always", "IfNotPresent", "Never"}},
+			"sandbox.kubernetes.instance":          {"pattern": labelValue.String()},
+			"nats.ack_wait":                        duration,
+			"nats.max_deliver":                     nonNegative,
+			"nats.max_ack_pending":                 nonNegative,
+			"nats.status_ttl":                      duration,
+			"nats.job_max_msgs":                    nonNegative,
+			"nats.job_max_bytes":                   nonNegative,
+			"nats.dead_letter_max_age":             duration,
+			"nats.dead_letter_max_bytes":           nonNegative,
+			"profiles":                             {"minProperties": 1, "propertyNames": schemagen.Schema{"pattern": job.NamePattern}},
+			"profiles.*.model.name":                {"minLength": 1, "description": "The model the endpoint serves, e.g. gpt-4.1-mini."},
+			"profiles.*.sandbox.cpu":               quantity,
+			"profiles.*.sandbox.memory":            quantity,
+			"profiles.*.sandbox.disk":              quantity,
+			"profiles.*.sandbox.pids":              nonNegative,
+			"profiles.*.sandbox.workdir":           {"pattern": `^(/[\s\S]+)?$`, "description": "An absolute path other than /."},
+			"profiles.*.tools":                     {"minItems": 1},
+			"profiles.*.tools[].name":              {"pattern": toolName.String()},
+			"profiles.*.limits.max_turns":          nonNegative,
+			"profiles.*.limits.max_tool_calls":     nonNegative,
+			"profiles.*.limits.max_tokens":         nonNegative,
+			"profiles.*.limits.max_output_bytes":   {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": 256}}, "description": "At least 256; 0 means the default."},
 			"profiles.*.limits.max_conversation_bytes": {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": MinConversationBytes}},
 				"description": "At least 65536; 0 means the default (8 MiB)."},
 			"profiles.*.limits.command_timeout": duration,
@@ -94,13 +78,48 @@ func SchemaOptions() schemagen.Options {
 			"sandbox.kubernetes.network_policy":       {"enum": []any{"", NetworkPolicyDenyAll, NetworkPolicyNone}},
 		},
 	}
+	maps.Copy(o.Rules, nameRules())
+	for _, key := range countKeys {
+		o.Rules[key] = nonNegative
+	}
+	return o
 }
 
 const (
-	// anyDuration is what time.ParseDuration reads.
-	anyDuration = `^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
 	// nonNegativeDuration: zero takes the default, a negative one is refused.
 	nonNegativeDuration = `^\+?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
 	// positiveQuantity is a resource.Quantity above zero, or empty for the default.
 	positiveQuantity = `^(\+?([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)([numkMGTPE]|[KMGTPE]i|[eE][+-]?[0-9]+)?)?$`
 )
+
+// nameRules restate the checks of the names the config gives NATS and Kubernetes (names.go,
+// Kubernetes.validate); empty takes the default.
+func nameRules() map[string]schemagen.Schema {
+	jetStreamName := schemagen.Schema{"pattern": `^[^\s.*>/\\]{0,255}$`}
+	bucket := schemagen.Schema{"pattern": `^[A-Za-z0-9_-]{0,250}$`}
+	return map[string]schemagen.Schema{
+		"nats.replicas":                {"minimum": 0, "maximum": maxReplicas},
+		"nats.stream":                  jetStreamName,
+		"nats.dead_letter_stream":      jetStreamName,
+		"nats.consumer":                jetStreamName,
+		"nats.status_bucket":           bucket,
+		"nats.approvals_bucket":        bucket,
+		"nats.subject":                 {"pattern": `^([^\s.*>]+(\.[^\s.*>]+)*)?$`},
+		"sandbox.kubernetes.namespace": {"pattern": "^(" + strings.Trim(namespaceName.String(), "^$") + ")?$"},
+		"sandbox.kubernetes.owner":     {"pattern": "^(" + strings.Trim(objectName.String(), "^$") + ")?$"},
+	}
+}
+
+// countKeys are counts and sizes with no rule of their own above: Validate refuses every
+// negative integer of the config but a model's seed (checkValues).
+var countKeys = []string{
+	"model.max_retries",
+	"profiles.*.model.max_completion_tokens",
+	"profiles.*.limits.max_transcript_bytes",
+	"profiles.*.limits.max_input_bytes",
+	"profiles.*.warm.min",
+	"profiles.*.warm.max",
+	"egress.limits.max_requests",
+	"egress.limits.max_bytes",
+	"egress.limits.max_tunnels",
+}
