@@ -96,7 +96,7 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) { r.work(ctx, d)
 // stops before the settling is done leaves a delivery that the next one adopts.
 func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 	r.hold(d.JobID, 1)
-	a := &attempt{d: d, started: time.Now()}
+	a := &attempt{d: d, started: r.cfg.Now()}
 	r.bindTenant(a)
 	a.log = r.log.With("job_id", d.JobID, "tenant", a.tenant, "attempt", d.Attempt)
 	if d.Attempt > 1 {
@@ -326,7 +326,9 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 		a.cancel(errCancelled)
 		return st, errCancelled
 	}
-	r.m.QueueWait.WithLabelValues(j.Profile).Observe(a.started.Sub(a.d.Published).Seconds())
+	// The message's time is the NATS server's clock, the start the worker's: one behind the
+	// server's would read a wait below zero, which a histogram's sum must never add.
+	r.m.QueueWait.WithLabelValues(j.Profile).Observe(max(a.started.Sub(a.d.Published), 0).Seconds())
 	return st, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"strings"
-	"time"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
@@ -39,7 +38,7 @@ func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, col
 		Limits:  a.limits,
 		Spent:   spent(run),
 		Outcome: provenance.Outcome{State: dec.state, Cap: cmp.Or(dec.capHit, res.Cap)},
-		Timings: provenance.Timings{QueuedAt: a.d.Published, StartedAt: a.started, FinishedAt: time.Now()},
+		Timings: provenance.Timings{QueuedAt: a.d.Published, StartedAt: a.started, FinishedAt: r.cfg.Now()},
 		Attempt: a.d.Attempt,
 		Worker:  provenance.WorkerInfo(r.cfg.Worker.WorkerID),
 		Egress:  run.egress,

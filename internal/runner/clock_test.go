@@ -1,0 +1,36 @@
+package runner_test
+
+import (
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/runner"
+)
+
+// TestQueueWaitWithAWorkerClockBehindTheServers: a job's queue wait is its start, on the
+// worker's clock, less its message's time, on the NATS server's. A worker whose clock is 5
+// minutes behind the server's must not record a negative wait: boxcar_queue_wait_seconds' sum
+// would fall, which rate() reads as a counter reset, and its lowest bucket count jobs that
+// waited minutes.
+func TestQueueWaitWithAWorkerClockBehindTheServers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.Now = func() time.Time { return time.Now().Add(-5 * time.Minute) }
+	})
+	j := b.submitTask("p", "t")
+	if st := b.waitFinal(j.ID, 30*time.Second); st.State != job.StateSucceeded {
+		t.Fatalf("the job ended %s (%s), want succeeded", st.State, st.Error)
+	}
+	var m dto.Metric
+	if err := w.m.QueueWait.WithLabelValues("p").(interface{ Write(*dto.Metric) error }).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	h := m.GetHistogram()
+	if h.GetSampleCount() != 1 || h.GetSampleSum() < 0 {
+		t.Errorf("boxcar_queue_wait_seconds: %d samples, sum %gs; want one, not negative", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
