@@ -17,6 +17,7 @@ import (
 type PendingPublish struct {
 	id      string
 	subject string
+	stream  string
 	nc      *nats.Conn
 	ack     jetstream.PubAckFuture
 }
@@ -41,7 +42,7 @@ func (c *Client) PublishAsync(j job.Job) (*PendingPublish, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
 	}
-	return &PendingPublish{id: j.ID, subject: jobSubject(c.cfg, r), nc: c.js.Conn(), ack: f}, nil
+	return &PendingPublish{id: j.ID, subject: jobSubject(c.cfg, r), stream: c.cfg.Stream, nc: c.js.Conn(), ack: f}, nil
 }
 
 // Wait returns the outcome of the publish: duplicate when the job stream already holds the
@@ -58,7 +59,7 @@ func (p *PendingPublish) Wait(ctx context.Context) (duplicate bool, err error) {
 				duplicate = true
 				return nil
 			}
-			return err
+			return atLimit(err, p.stream, jobStreamLimits)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

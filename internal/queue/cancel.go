@@ -37,6 +37,11 @@ func setUpCancel(ctx context.Context, js jetstream.JetStream, cfg config.NATS) e
 		TTL:         time.Duration(cfg.StatusTTL),
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
+		// Every tenant's submitter writes this bucket, with requests of any id and no expiry
+		// (Nats-TTL: never, which a raw publish sets as Cancel does): unbounded, one tenant
+		// could fill the server's store, which every tenant's jobs and statuses live in.
+		MaxBytes:     orUnlimited(cfg.CancelMaxBytes),
+		MaxValueSize: cancelMaxValue,
 	})
 	if err == nil {
 		err = allowKeyTTL(ctx, js, CancelBucket)
@@ -46,6 +51,10 @@ func setUpCancel(ctx context.Context, js jetstream.JetStream, cfg config.NATS) e
 	}
 	return nil
 }
+
+// cancelMaxValue bounds one cancel request: its time, who asked (user@host, as claimed) and
+// whether it was released take a few hundred bytes.
+const cancelMaxValue = 4096
 
 // allowKeyTTL lets the bucket's writers give a key a TTL of its own (Nats-TTL, NATS 2.11).
 func allowKeyTTL(ctx context.Context, js jetstream.JetStream, bucket string) error {
@@ -93,7 +102,7 @@ func createCancel(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	case errors.As(err, &api) && api.ErrorCode == jsErrCodeMessageTTLDisabled:
 		_, err = kv.Create(ctx, r.key(), msg.Data)
 	}
-	return err
+	return atLimit(err, CancelBucket, cancelLimits)
 }
 
 // jsErrCodeMessageTTLDisabled is the server's answer to a TTL on a stream that allows none.

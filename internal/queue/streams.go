@@ -161,10 +161,17 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 }
 
 // setBucketFields sets on a bucket's stream what Boxcar's bucket configs set, but the expiry:
-// description, history and replicas, with roll-ups off.
+// description, history and replicas, with roll-ups off, and the bounds on its size and on a
+// value's where the config sets them (the cancel bucket's, which every tenant writes).
 func setBucketFields(sc *jetstream.StreamConfig, cfg jetstream.KeyValueConfig) {
 	sc.Description, sc.AllowRollup = cfg.Description, allowRollups
 	sc.MaxMsgsPerSubject, sc.Replicas = int64(max(cfg.History, 1)), max(cfg.Replicas, 1)
+	if cfg.MaxBytes != 0 {
+		sc.MaxBytes = cfg.MaxBytes
+	}
+	if cfg.MaxValueSize != 0 {
+		sc.MaxMsgSize = cfg.MaxValueSize
+	}
 }
 
 // allowRollups: no stream of Boxcar's allows roll-ups. nats.go makes every bucket allow them (its

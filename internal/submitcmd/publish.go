@@ -75,11 +75,14 @@ func (p publishPolicy) publish(ctx context.Context, q publisher, j job.Job) (dup
 }
 
 // permanent reports errors no retry can change: an invalid job, or the server refusing it
-// (other than "temporarily unavailable").
+// (other than "temporarily unavailable"). A full job stream is said at once, naming its limit
+// (queue.ErrFull), rather than retried for a minute: room comes as jobs end, which can take
+// longer, and the submitter decides whether to wait.
 func permanent(err error) bool {
 	var api *jetstream.APIError
 	switch {
-	case errors.Is(err, job.ErrInvalid), errors.Is(err, queue.ErrNotReady), errors.Is(err, queue.ErrRefused), errors.Is(err, queue.ErrNotServed):
+	case errors.Is(err, job.ErrInvalid), errors.Is(err, queue.ErrNotReady), errors.Is(err, queue.ErrRefused), errors.Is(err, queue.ErrNotServed),
+		errors.Is(err, queue.ErrFull):
 		return true
 	case errors.As(err, &api):
 		return api.Code != 503

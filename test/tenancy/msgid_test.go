@@ -21,9 +21,14 @@ var twoTenants = map[string]config.Tenant{"team-a": {Profiles: []string{"p"}}, "
 // setUp declares the layout as `worker setup` does, with the operator's identity.
 func setUp(t *testing.T, d *deployment) config.NATS {
 	t.Helper()
+	return setUpWith(t, d, config.Config{}.WithDefaults().NATS)
+}
+
+// setUpWith declares the layout as `worker setup` does with cfg, with the operator's identity.
+func setUpWith(t *testing.T, d *deployment, cfg config.NATS) config.NATS {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := config.Config{}.WithDefaults().NATS
 	admin, err := queue.NewAdmin(d.connect(t, "operator").nc, cfg, twoTenants, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

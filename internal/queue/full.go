@@ -1,0 +1,57 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrFull marks a write a stream refused at one of its limits: a job past the job stream's
+// nats.job_max_msgs or nats.job_max_bytes, a cancel request past nats.cancel_max_bytes or
+// larger than a request may be. Nothing was stored; retrying at once meets the same limit.
+var ErrFull = errors.New("full")
+
+// streamLimit is one limit the server refuses a write at: how its error says so, and what the
+// refused submitter reads.
+type streamLimit struct {
+	code  jetstream.ErrorCode
+	words string // in the server's description; "" for any
+	what  string // which limit, named by the setting that sets it; %s is the stream's name
+}
+
+// jobStreamLimits and cancelLimits are the limits of the job stream and the cancel bucket. The
+// server says a stream is full only in the description of its generic "store failed" error
+// (10077, also the one-message-per-subject refusal, subjectFull), so that is what is matched.
+var (
+	jobStreamLimits = []streamLimit{
+		{jsStoreFailed, "maximum messages exceeded", "the job stream %s holds nats.job_max_msgs jobs"},
+		{jsStoreFailed, "maximum bytes exceeded", "the job stream %s holds nats.job_max_bytes of jobs"},
+	}
+	cancelLimits = []streamLimit{
+		{jsStoreFailed, "maximum bytes exceeded", "the cancel bucket %s holds nats.cancel_max_bytes of requests"},
+		{jsStoreFailed, "maximum messages exceeded", "the cancel bucket %s holds as many requests as it may"},
+		{jsMessageTooLarge, "", "a cancel request is larger than the bucket %s takes (" + fmt.Sprint(cancelMaxValue) + " bytes)"},
+	}
+)
+
+// jsMessageTooLarge is the JetStream error code of a message larger than its stream's
+// max_msg_size.
+const jsMessageTooLarge jetstream.ErrorCode = 10054
+
+// atLimit is err wrapped in ErrFull with which of limits refused it and what to do, or err as
+// it is when none did.
+func atLimit(err error, stream string, limits []streamLimit) error {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) {
+		return err
+	}
+	for _, l := range limits {
+		if api.ErrorCode == l.code && strings.Contains(api.Description, l.words) {
+			return fmt.Errorf("%w: %s, a limit every tenant's writes share; wait for jobs to end and try again, or ask the operator to raise it in the worker config and run `worker setup` (%w)",
+				ErrFull, fmt.Sprintf(l.what, stream), err)
+		}
+	}
+	return err
+}

@@ -1,0 +1,134 @@
+//go:build integration
+
+package tenancy
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// TestTenantCannotFillTheStoreWithCancelRequests: team-a's submitter may write cancel
+// requests of any id of its tenant, with no expiry (Nats-TTL: never, as Cancel writes them),
+// and the server's store holds every tenant's jobs and statuses. Its raw requests, one large
+// or many small, are refused past the cancel bucket's bounds, which hold; the cancel `submit
+// cancel` then asks says which limit refused it.
+func TestTenantCannotFillTheStoreWithCancelRequests(t *testing.T) {
+	t.Parallel()
+	const bound = 64 << 10
+	tests := []struct {
+		name string
+		size int // of each request
+		most int // requests team-a writes at most
+	}{
+		{name: "one request of 512 KiB", size: 512 << 10, most: 1},
+		{name: "requests of 1 KiB past nats.cancel_max_bytes", size: 1 << 10, most: 4 * bound / (1 << 10)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := deploy(t)
+			cfg := config.Config{}.WithDefaults().NATS
+			cfg.CancelMaxBytes = bound
+			cfg = setUpWith(t, d, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			mallory := d.connect(t, "team-a-submitter")
+			stored := 0
+			for ; stored < tt.most; stored++ {
+				m := nats.NewMsg("$KV." + queue.CancelBucket + ".team-a." + job.NewID())
+				m.Header.Set("Nats-TTL", "never")
+				m.Data = []byte(strings.Repeat("x", tt.size))
+				if _, err := mallory.js.PublishMsg(ctx, m); err != nil {
+					t.Logf("team-a's request %d refused: %v", stored+1, err)
+					break
+				}
+			}
+			if stored == tt.most {
+				t.Errorf("team-a stored all its %d requests of %d bytes; want the bucket to refuse past %d bytes", stored, tt.size, bound)
+			}
+			s, err := d.connect(t, "operator").js.Stream(ctx, "KV_"+queue.CancelBucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := s.CachedInfo().State.Bytes; b > bound {
+				t.Errorf("the cancel bucket holds %d bytes; want at most nats.cancel_max_bytes, %d", b, bound)
+			}
+		})
+	}
+}
+
+// TestRefusedAtALimitSaysWhich: a submission or cancel refused at a limit of the job stream or
+// the cancel bucket is ErrFull and names the setting that sets the limit, which `submit` prints.
+func TestRefusedAtALimitSaysWhich(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		set  func(*config.NATS)
+		task string // of each job
+		// cancel: fill the cancel bucket with raw requests, then cancel a queued job.
+		cancel bool
+		want   string
+	}{
+		{name: "job stream by count", set: func(n *config.NATS) { n.JobMaxMsgs = 4 }, task: "small", want: "nats.job_max_msgs"},
+		{name: "job stream by size", set: func(n *config.NATS) { n.JobMaxBytes = 4 * job.MaxMessageBytes },
+			task: strings.Repeat("x", job.MaxMessageBytes-1024), want: "nats.job_max_bytes"},
+		{name: "cancel bucket", set: func(n *config.NATS) { n.CancelMaxBytes = 16 << 10 }, task: "small", cancel: true, want: "nats.cancel_max_bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := deploy(t)
+			cfg := config.Config{}.WithDefaults().NATS
+			tt.set(&cfg)
+			cfg = setUpWith(t, d, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			sub := d.connect(t, "team-a-submitter")
+			a, err := queue.NewClient(ctx, sub.nc, cfg, "team-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = fill(ctx, a, sub, tt.task, tt.cancel)
+			t.Logf("refused: %v", err)
+			if !errors.Is(err, queue.ErrFull) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("refused: %v; want queue.ErrFull naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// fill submits jobs of task until one is refused, or with cancels one job and then fills the
+// cancel bucket with raw requests before cancelling it; it returns the refusal.
+func fill(ctx context.Context, a *queue.Client, sub *conn, task string, cancels bool) error {
+	for range 1000 {
+		j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: task, SubmittedAt: time.Now().UTC()}
+		if _, err := a.Publish(ctx, j); err != nil || !cancels {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		// Requests of 1 KiB until one is refused, then of a byte, to fill what is left.
+		for _, size := range []int{1 << 10, 1} {
+			for range 1000 {
+				m := nats.NewMsg("$KV." + queue.CancelBucket + ".team-a." + job.NewID())
+				m.Data = []byte(strings.Repeat("x", size))
+				if _, err := sub.js.PublishMsg(ctx, m); err != nil {
+					break
+				}
+			}
+		}
+		_, err := a.Cancel(ctx, j.ID, "tester@test")
+		return err
+	}
+	return errors.New("nothing refused")
+}
