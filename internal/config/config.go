@@ -104,6 +104,9 @@ type NATS struct {
 	// a cancel request is refused, and the server's store (every tenant's jobs and statuses)
 	// is not filled by one tenant's requests. Default: 64 MiB.
 	CancelMaxBytes int64 `json:"cancel_max_bytes,omitempty"`
+	// ApprovalsMaxBytes bounds the approvals bucket, where every tenant's approver writes its
+	// answers and the worker its requests, for the same reason. Default: 256 MiB.
+	ApprovalsMaxBytes int64 `json:"approvals_max_bytes,omitempty"`
 }
 
 // Store locates object storage.
@@ -396,6 +399,7 @@ func (c Config) WithDefaults() Config {
 	def(&n.DeadLetterMaxAge, Duration(30*24*time.Hour))
 	def(&n.DeadLetterMaxBytes, 1<<30)
 	def(&n.CancelMaxBytes, 64<<20)
+	def(&n.ApprovalsMaxBytes, 256<<20)
 	def(&c.Store.Region, "us-east-1")
 	def(&c.Store.ProbeInterval, Duration(time.Minute))
 	def(&c.Sandbox.Backend, "bubblewrap")
@@ -508,8 +512,8 @@ func (c Config) Validate() error {
 	} else if c.NATS.AckWait.Std() < MinAckWait {
 		bad("nats.ack_wait", "%s is shorter than %s: running jobs send their heartbeats a second apart, and `worker setup` may set this while they run", c.NATS.AckWait.Std(), MinAckWait)
 	}
-	if n := c.NATS; n.StatusTTL <= 0 || n.JobMaxMsgs < 1 || n.JobMaxBytes < 1 || n.DeadLetterMaxAge <= 0 || n.DeadLetterMaxBytes < 1 || n.CancelMaxBytes < 1 {
-		bad("nats", "status_ttl, job_max_msgs, job_max_bytes, dead_letter_max_age, dead_letter_max_bytes and cancel_max_bytes must be positive")
+	if n := c.NATS; n.StatusTTL <= 0 || n.JobMaxMsgs < 1 || n.JobMaxBytes < 1 || n.DeadLetterMaxAge <= 0 || n.DeadLetterMaxBytes < 1 || n.CancelMaxBytes < 1 || n.ApprovalsMaxBytes < 1 {
+		bad("nats", "status_ttl, job_max_msgs, job_max_bytes, dead_letter_max_age, dead_letter_max_bytes, cancel_max_bytes and approvals_max_bytes must be positive")
 	}
 	errs = append(errs, c.validateEndpoints()...)
 	errs = append(errs, c.Egress.validate()...)

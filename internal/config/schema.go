@@ -51,6 +51,8 @@ func SchemaOptions() schemagen.Options {
 			"nats.job_max_bytes":                   nonNegative,
 			"nats.dead_letter_max_age":             duration,
 			"nats.dead_letter_max_bytes":           nonNegative,
+			"nats.cancel_max_bytes":                nonNegative,
+			"nats.approvals_max_bytes":             nonNegative,
 			"profiles":                             {"minProperties": 1, "propertyNames": schemagen.Schema{"pattern": job.NamePattern}},
 			"profiles.*.model.name":                {"minLength": 1, "description": "The model the endpoint serves, e.g. gpt-4.1-mini."},
 			"profiles.*.sandbox.cpu":               quantity,

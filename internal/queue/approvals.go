@@ -34,6 +34,10 @@ const (
 	approvalsTTL = 7 * 24 * time.Hour
 	// maxApprovalArgvBytes bounds the command of one request.
 	maxApprovalArgvBytes = 64 << 10
+	// approvalMaxValue bounds an entry of the approvals bucket: a command of
+	// maxApprovalArgvBytes, JSON-escaped (up to 6 bytes a byte), with the request's and the
+	// answer's other fields.
+	approvalMaxValue = 8 * maxApprovalArgvBytes
 	// Expirer is the DecidedBy of requests the worker stopped waiting for.
 	Expirer = "boxcar"
 )
@@ -83,6 +87,10 @@ func setUpApprovals(ctx context.Context, js jetstream.JetStream, cfg config.NATS
 		TTL:         approvalsTTL,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
+		// Every tenant's approver writes this bucket, under keys of any id of its tenant:
+		// unbounded, one tenant could fill the server's store (as the cancel bucket's).
+		MaxBytes:     orUnlimited(cfg.ApprovalsMaxBytes),
+		MaxValueSize: approvalMaxValue,
 	})
 	if err != nil {
 		return fmt.Errorf("queue: set up approvals bucket %s: %w", cfg.ApprovalsBucket, err)
@@ -163,7 +171,7 @@ func (c *Consumer) RequestApproval(ctx context.Context, a Approval) (Approval, e
 		return true, nil
 	})
 	if err != nil {
-		return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
+		return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, atLimit(err, c.cfg.ApprovalsBucket, approvalsLimits))
 	}
 	got.Revision = rev
 	return got, nil
@@ -238,7 +246,7 @@ func (c *Client) DecideApproval(ctx context.Context, jobID, callID string, rev u
 	err = unlessRefused(ctx, c.js.Conn(), []string{"$KV." + c.cfg.ApprovalsBucket + "."}, func(ctx context.Context) error {
 		var err error
 		out, err = c.decide(ctx, kv, jobID, callID, rev, d, by, reason, sign)
-		return err
+		return atLimit(err, c.cfg.ApprovalsBucket, approvalsLimits)
 	})
 	return out, err
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // ErrFull marks a write a stream refused at one of its limits: a job past the job stream's
-// nats.job_max_msgs or nats.job_max_bytes, a cancel request past nats.cancel_max_bytes or
-// larger than a request may be. Nothing was stored; retrying at once meets the same limit.
+// nats.job_max_msgs or nats.job_max_bytes, a cancel request or approval entry past
+// nats.cancel_max_bytes or nats.approvals_max_bytes, or larger than an entry may be. Nothing was stored; retrying at once meets the same limit.
 var ErrFull = errors.New("full")
 
 // streamLimit is one limit the server refuses a write at: how its error says so, and what the
@@ -21,7 +21,8 @@ type streamLimit struct {
 	what  string // which limit, named by the setting that sets it; %s is the stream's name
 }
 
-// jobStreamLimits and cancelLimits are the limits of the job stream and the cancel bucket. The
+// jobStreamLimits, cancelLimits and approvalsLimits are the limits of the job stream and the
+// cancel and approvals buckets. The
 // server says a stream is full only in the description of its generic "store failed" error
 // (10077, also the one-message-per-subject refusal, subjectFull), so that is what is matched.
 var (
@@ -33,6 +34,10 @@ var (
 		{jsStoreFailed, "maximum bytes exceeded", "the cancel bucket %s holds nats.cancel_max_bytes of requests"},
 		{jsStoreFailed, "maximum messages exceeded", "the cancel bucket %s holds as many requests as it may"},
 		{jsMessageTooLarge, "", "a cancel request is larger than the bucket %s takes (" + fmt.Sprint(cancelMaxValue) + " bytes)"},
+	}
+	approvalsLimits = []streamLimit{
+		{jsStoreFailed, "maximum bytes exceeded", "the approvals bucket %s holds nats.approvals_max_bytes of requests and answers"},
+		{jsMessageTooLarge, "", "an approval entry is larger than the bucket %s takes (" + fmt.Sprint(approvalMaxValue) + " bytes)"},
 	}
 )
 

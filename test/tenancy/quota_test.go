@@ -5,6 +5,7 @@ package tenancy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,51 +17,62 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
-// TestTenantCannotFillTheStoreWithCancelRequests: team-a's submitter may write cancel
-// requests of any id of its tenant, with no expiry (Nats-TTL: never, as Cancel writes them),
-// and the server's store holds every tenant's jobs and statuses. Its raw requests, one large
-// or many small, are refused past the cancel bucket's bounds, which hold; the cancel `submit
-// cancel` then asks says which limit refused it.
-func TestTenantCannotFillTheStoreWithCancelRequests(t *testing.T) {
+// TestTenantCannotFillTheStoreThroughABucket: team-a's submitter may write cancel requests of
+// any id of its tenant, with no expiry (Nats-TTL: never, as Cancel writes them), and its
+// approver answers under any key of its tenant, kept 7 days; the server's store holds every
+// tenant's jobs and statuses. Their raw writes, one large or many small, are refused past the
+// bucket's bounds, which hold.
+func TestTenantCannotFillTheStoreThroughABucket(t *testing.T) {
 	t.Parallel()
 	const bound = 64 << 10
+	cancels := func(n *config.NATS) { n.CancelMaxBytes = bound }
+	approvals := func(n *config.NATS) { n.ApprovalsMaxBytes = bound }
 	tests := []struct {
-		name string
-		size int // of each request
-		most int // requests team-a writes at most
+		name, who, bucket, key string
+		set                    func(*config.NATS)
+		ttl                    string // the writes' Nats-TTL header, if any
+		size, most             int    // of each write; writes at most
 	}{
-		{name: "one request of 512 KiB", size: 512 << 10, most: 1},
-		{name: "requests of 1 KiB past nats.cancel_max_bytes", size: 1 << 10, most: 4 * bound / (1 << 10)},
+		{name: "one cancel request of 512 KiB", who: "team-a-submitter", bucket: queue.CancelBucket, key: "team-a.%s",
+			set: cancels, ttl: "never", size: 512 << 10, most: 1},
+		{name: "cancel requests of 1 KiB past nats.cancel_max_bytes", who: "team-a-submitter", bucket: queue.CancelBucket, key: "team-a.%s",
+			set: cancels, ttl: "never", size: 1 << 10, most: 4 * bound / (1 << 10)},
+		{name: "one approval answer of 1000 KiB", who: "team-a-approver", bucket: "BOXCAR_APPROVALS", key: "team-a.%s.call_1",
+			set: approvals, size: 1000 << 10, most: 1},
+		{name: "approval answers of 1 KiB past nats.approvals_max_bytes", who: "team-a-approver", bucket: "BOXCAR_APPROVALS", key: "team-a.%s.call_1",
+			set: approvals, size: 1 << 10, most: 4 * bound / (1 << 10)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			d := deploy(t)
 			cfg := config.Config{}.WithDefaults().NATS
-			cfg.CancelMaxBytes = bound
+			tt.set(&cfg)
 			cfg = setUpWith(t, d, cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			mallory := d.connect(t, "team-a-submitter")
+			mallory := d.connect(t, tt.who)
 			stored := 0
 			for ; stored < tt.most; stored++ {
-				m := nats.NewMsg("$KV." + queue.CancelBucket + ".team-a." + job.NewID())
-				m.Header.Set("Nats-TTL", "never")
+				m := nats.NewMsg("$KV." + tt.bucket + "." + fmt.Sprintf(tt.key, job.NewID()))
+				if tt.ttl != "" {
+					m.Header.Set("Nats-TTL", tt.ttl)
+				}
 				m.Data = []byte(strings.Repeat("x", tt.size))
 				if _, err := mallory.js.PublishMsg(ctx, m); err != nil {
-					t.Logf("team-a's request %d refused: %v", stored+1, err)
+					t.Logf("%s's write %d refused: %v", tt.who, stored+1, err)
 					break
 				}
 			}
 			if stored == tt.most {
-				t.Errorf("team-a stored all its %d requests of %d bytes; want the bucket to refuse past %d bytes", stored, tt.size, bound)
+				t.Errorf("%s stored all its %d writes of %d bytes; want the bucket to refuse past %d bytes", tt.who, stored, tt.size, bound)
 			}
-			s, err := d.connect(t, "operator").js.Stream(ctx, "KV_"+queue.CancelBucket)
+			s, err := d.connect(t, "operator").js.Stream(ctx, "KV_"+tt.bucket)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if b := s.CachedInfo().State.Bytes; b > bound {
-				t.Errorf("the cancel bucket holds %d bytes; want at most nats.cancel_max_bytes, %d", b, bound)
+				t.Errorf("the bucket %s holds %d bytes; want at most its bound, %d", tt.bucket, b, bound)
 			}
 		})
 	}
