@@ -19,6 +19,7 @@ type streamLimit struct {
 	code  jetstream.ErrorCode
 	words string // in the server's description; "" for any
 	what  string // which limit, named by the setting that sets it; %s is the stream's name
+	room  string // when there is room again
 }
 
 // jobStreamLimits, cancelLimits and approvalsLimits are the limits of the job stream and the
@@ -27,18 +28,25 @@ type streamLimit struct {
 // (10077, also the one-message-per-subject refusal, subjectFull), so that is what is matched.
 var (
 	jobStreamLimits = []streamLimit{
-		{jsStoreFailed, "maximum messages exceeded", "the job stream %s holds nats.job_max_msgs jobs"},
-		{jsStoreFailed, "maximum bytes exceeded", "the job stream %s holds nats.job_max_bytes of jobs"},
+		{jsStoreFailed, "maximum messages exceeded", "the job stream %s holds nats.job_max_msgs jobs", jobsEnd},
+		{jsStoreFailed, "maximum bytes exceeded", "the job stream %s holds nats.job_max_bytes of jobs", jobsEnd},
 	}
 	cancelLimits = []streamLimit{
-		{jsStoreFailed, "maximum bytes exceeded", "the cancel bucket %s holds nats.cancel_max_bytes of requests"},
-		{jsStoreFailed, "maximum messages exceeded", "the cancel bucket %s holds as many requests as it may"},
-		{jsMessageTooLarge, "", "a cancel request is larger than the bucket %s takes (" + fmt.Sprint(cancelMaxValue) + " bytes)"},
+		{jsStoreFailed, "maximum bytes exceeded", "the cancel bucket %s holds nats.cancel_max_bytes of requests", cancelsExpire},
+		{jsStoreFailed, "maximum messages exceeded", "the cancel bucket %s holds as many requests as it may", cancelsExpire},
+		{jsMessageTooLarge, "", "a cancel request is larger than the bucket %s takes (" + fmt.Sprint(cancelMaxValue) + " bytes)", ""},
 	}
 	approvalsLimits = []streamLimit{
-		{jsStoreFailed, "maximum bytes exceeded", "the approvals bucket %s holds nats.approvals_max_bytes of requests and answers"},
-		{jsMessageTooLarge, "", "an approval entry is larger than the bucket %s takes (" + fmt.Sprint(approvalMaxValue) + " bytes)"},
+		{jsStoreFailed, "maximum bytes exceeded", "the approvals bucket %s holds nats.approvals_max_bytes of requests and answers", approvalsExpire},
+		{jsMessageTooLarge, "", "an approval entry is larger than the bucket %s takes (" + fmt.Sprint(approvalMaxValue) + " bytes)", ""},
 	}
+)
+
+// When a full stream has room again, for the refused to read.
+const (
+	jobsEnd         = "as jobs end"
+	cancelsExpire   = "as requests of ended jobs expire (nats.status_ttl)"
+	approvalsExpire = "as entries expire, 7 days after they were written"
 )
 
 // jsMessageTooLarge is the JetStream error code of a message larger than its stream's
@@ -53,10 +61,14 @@ func atLimit(err error, stream string, limits []streamLimit) error {
 		return err
 	}
 	for _, l := range limits {
-		if api.ErrorCode == l.code && strings.Contains(api.Description, l.words) {
-			return fmt.Errorf("%w: %s, a limit every tenant's writes share; wait for jobs to end and try again, or ask the operator to raise it in the worker config and run `worker setup` (%w)",
-				ErrFull, fmt.Sprintf(l.what, stream), err)
+		if api.ErrorCode != l.code || !strings.Contains(api.Description, l.words) {
+			continue
 		}
+		if l.room == "" { // no room makes it fit: only something smaller does
+			return fmt.Errorf("%w: %s (%w)", ErrFull, fmt.Sprintf(l.what, stream), err)
+		}
+		return fmt.Errorf("%w: %s, a limit every tenant's writes share; there is room again %s: try again later, or ask the operator to raise it in the worker config and run `worker setup` (%w)",
+			ErrFull, fmt.Sprintf(l.what, stream), l.room, err)
 	}
 	return err
 }
