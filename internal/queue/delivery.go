@@ -126,10 +126,6 @@ type DeadLetter struct {
 // then, and not at a later delivery that finds it. A publish whose answer was lost (NATS went
 // away after it landed) is not known to have written it: such a letter is counted by none.
 func (d *Delivery) Term(ctx context.Context, reason string, cause error) (lettered bool, err error) {
-	id := d.JobID
-	if id == "" {
-		id = "unknown"
-	}
 	dl := DeadLetter{Tenant: d.Tenant, JobID: d.JobID, Reason: reason, Attempt: d.Attempt, At: time.Now().UTC(), Original: d.Data}
 	if cause != nil {
 		dl.Error = cause.Error()
@@ -138,7 +134,7 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) (letter
 	if err != nil {
 		return false, fmt.Errorf("queue: encode dead letter: %w", err)
 	}
-	subject := dlqSubject(d.c.cfg, Ref{Tenant: d.Tenant, ID: sanitizeToken(id)})
+	subject := dlqSubject(d.c.cfg, Ref{Tenant: d.Tenant, ID: d.JobID})
 	// Messages without an id share one subject: each keeps its own letter.
 	var once []jetstream.PublishOpt
 	if d.JobID != "" {
@@ -193,17 +189,6 @@ func (d *Delivery) KeepAlive(ctx context.Context, interval time.Duration) (stop 
 		}
 	}()
 	return func() { cancel(); wg.Wait() }
-}
-
-// sanitizeToken keeps a subject token to characters NATS allows.
-func sanitizeToken(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c == '.' || c == '*' || c == '>' || c <= ' ' || c >= 0x7f {
-			b[i] = '_'
-		}
-	}
-	return string(b)
 }
 
 // isWrongLastSequence reports the server's refusal of a publish whose subject already holds a

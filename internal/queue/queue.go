@@ -103,7 +103,33 @@ func bucket(ctx context.Context, js jetstream.JetStream, name, what string) (jet
 // setupHint says how to declare what a handle found missing.
 const setupHint = "start a worker first (`worker --embedded`), or run `worker setup` with an operator identity"
 
-// dlqSubject is where a job's dead letter goes: BOXCAR_DLQ.T.J.
+// dlqSubject is where a job's dead letter goes: BOXCAR_DLQ.T.J, with T and J as dlqToken writes
+// them. A letter is written only while its subject holds none, so two jobs must never share
+// one: the second would end with no trace.
 func dlqSubject(cfg config.NATS, r Ref) string {
-	return cfg.DeadLetterStream + "." + r.key()
+	return cfg.DeadLetterStream + "." + dlqToken(r.Tenant) + "." + dlqToken(r.ID)
+}
+
+// noID is the token of a message that names no tenant or job id; dlqToken writes "~" only
+// before two hex digits, so no name has this token.
+const noID = "~unknown"
+
+// dlqToken writes a tenant or job id as one subject token, without loss: letters, digits, "-"
+// and "_" stay (every valid tenant and job id is made of them, so their letters' subjects are
+// their names), and every other byte becomes "~" and its two hex digits ("job*1" is "job~2A1",
+// "~" itself "~7E"). Replacing them all with "_" made "job*1" and "job_1" one subject.
+func dlqToken(s string) string {
+	if s == "" {
+		return noID
+	}
+	var b strings.Builder
+	for i := range len(s) {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "~%02X", c)
+		}
+	}
+	return b.String()
 }

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -179,7 +178,7 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject s
 		if err != nil {
 			return n, fmt.Errorf("queue: encode dead letter: %w", err)
 		}
-		to := dlqSubject(a.cfg, Ref{Tenant: cmp.Or(sanitizeToken(r.Tenant), "unknown"), ID: cmp.Or(sanitizeToken(r.ID), "unknown")})
+		to := dlqSubject(a.cfg, r)
 		if _, err := a.js.Publish(ctx, to, dl, jetstream.WithExpectLastSequencePerSubject(0)); err != nil && !isWrongLastSequence(err) {
 			return n, fmt.Errorf("queue: dead-letter job %s: %w", subject, err)
 		}
