@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,7 +63,9 @@ type keyringFile struct {
 }
 
 // LoadKeyring reads a keyring file. Every key needs a unique name and exactly one of
-// public_key and public_key_file; errors name the entry and the fix.
+// public_key and public_key_file; errors name the entry and the fix. A key is listed once:
+// Match takes the first entry whose key and dates fit, so one key under two names would make
+// the name an approval records (decided_by) depend on the order of the file.
 func LoadKeyring(path string) (Keyring, error) {
 	data, err := readKeyFile(path)
 	if err != nil {
@@ -103,6 +106,9 @@ func LoadKeyring(path string) (Keyring, error) {
 		pub, err := LoadPublicKey(pem)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", where, e.Name, err)
+		}
+		if j := slices.IndexFunc(ring, func(k TrustedKey) bool { return k.Key.Equal(pub) }); j >= 0 {
+			return nil, fmt.Errorf("%s (%s): %w: the same public key as keys[%d] (%s); give each key one entry, with one name and the dates it was in use", where, e.Name, ErrInvalid, j, ring[j].Name)
 		}
 		ring = append(ring, TrustedKey{Name: e.Name, Key: pub, NotBefore: e.NotBefore.UTC(), NotAfter: e.NotAfter.UTC()})
 	}

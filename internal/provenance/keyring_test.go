@@ -112,3 +112,45 @@ func writePub(t *testing.T, path string, pub ed25519.PublicKey) {
 		t.Fatal(err)
 	}
 }
+
+// TestLoadKeyringRefusesAKeyTwice: a key listed twice, under two names or once as a file and
+// once as PEM, is refused at load: a verified approval records the name of the first entry
+// whose key and dates match, so one key under two names makes who decided depend on the
+// order of the file, and its second dates are silently another window for the same key. The
+// error names both entries and says what to do.
+func TestLoadKeyringRefusesAKeyTwice(t *testing.T) {
+	t.Parallel()
+	_, pub := keys(t)
+	dir := t.TempDir()
+	writePub(t, filepath.Join(dir, "k.pub"), pub)
+	writePub(t, filepath.Join(dir, "copy.pub"), pub)
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inline := strings.ReplaceAll(string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})), "\n", "\n      ")
+	for name, text := range map[string]string{
+		"one file, two names":  "keys: [{name: alice, public_key_file: k.pub}, {name: bob, public_key_file: k.pub}]",
+		"two files of one key": "keys: [{name: alice, public_key_file: k.pub}, {name: bob, public_key_file: copy.pub}]",
+		"a file and its PEM":   "keys:\n  - {name: alice, public_key_file: k.pub}\n  - name: bob\n    public_key: |\n      " + inline + "\n",
+		"two windows": `keys: [{name: alice, public_key_file: k.pub, not_after: "2026-06-01T00:00:00Z"},
+  {name: bob, public_key_file: k.pub, not_before: "2026-07-01T00:00:00Z"}]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
+			if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := provenance.LoadKeyring(path)
+			if !errors.Is(err, provenance.ErrInvalid) {
+				t.Fatalf("LoadKeyring: %v; want ErrInvalid", err)
+			}
+			for _, want := range []string{"keys[1] (bob)", "keys[0] (alice)", "one entry"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+		})
+	}
+}
