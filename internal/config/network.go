@@ -224,6 +224,21 @@ func coveredBy(h string, allow []allowRule) string {
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// conventionalEnvName is a variable's name as variables are written (BOXCAR_API_TOKEN): upper
+// case, words joined by _.
+var conventionalEnvName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+
+// shownVariable is how an error names the variable an env: source reads: "variable NAME" for
+// a name written as names are, upper case and, from 16 characters on, with a _ between words.
+// Any other (a lower-case or mixed one, a long run of capitals and digits) may be the value
+// itself pasted after env: (ghp_..., a base32 key), so it is described and not quoted.
+func shownVariable(name string) string {
+	if conventionalEnvName.MatchString(name) && (len(name) < 16 || strings.Contains(strings.Trim(name, "_"), "_")) {
+		return "variable " + name
+	}
+	return "the variable its env: names (not shown: it is not an upper-case NAME such as BOXCAR_API_TOKEN, and may be the value itself pasted there)"
+}
+
 // notShown is why an error about a secret's source quotes none of it: the one mistake from
 // invites is the value itself pasted there, and these errors reach the worker's log,
 // check-config's output and a job's status.
@@ -249,8 +264,8 @@ func checkSource(from string) error {
 }
 
 // ReadSecret reads a secret's real value from its source, through lookupEnv (os.LookupEnv in
-// the worker). Errors name a file's path, never the value nor a variable's name (a value
-// pasted after "env:" is a name in form); the caller names the secret.
+// the worker). Errors name a file's path or the variable (as shownVariable allows), never the
+// value; the caller names the config key.
 func ReadSecret(from string, lookupEnv func(string) (string, bool)) (string, error) {
 	if err := checkSource(from); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrSecretUnavailable, err)
@@ -260,9 +275,9 @@ func ReadSecret(from string, lookupEnv func(string) (string, bool)) (string, err
 		v, ok := lookupEnv(rest)
 		switch {
 		case !ok:
-			return "", fmt.Errorf("%w: the variable its env: names is not set in the worker's environment", ErrSecretUnavailable)
+			return "", fmt.Errorf("%w: %s is not set, or is empty, in the worker's environment; set it to the secret's value", ErrSecretUnavailable, shownVariable(rest))
 		case v == "":
-			return "", fmt.Errorf("%w: the variable its env: names is empty", ErrSecretUnavailable)
+			return "", fmt.Errorf("%w: %s is empty in the worker's environment; set it to the secret's value", ErrSecretUnavailable, shownVariable(rest))
 		}
 		return v, nil
 	}

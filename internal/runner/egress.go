@@ -52,7 +52,7 @@ func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox
 	if !ok {
 		return nil, fmt.Errorf("profile %s has a network, but the %s backend gives sandboxes none: %w", a.job.Profile, r.cfg.Sandboxes.Backend(), sandbox.ErrNoEgress)
 	}
-	policy, err := egressPolicy(a.profile, r.cfg.LookupEnv)
+	policy, err := egressPolicy(a.job.Profile, a.profile, r.cfg.LookupEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -126,28 +126,34 @@ func narrowsNetwork(j job.Job, p config.Profile) error {
 // CheckEgress checks a profile's network and secrets as each of its jobs' proxy will (its
 // secrets read now, the proxy's own checks with cfg): the worker calls it at start, so that
 // settings every job of the profile would fail on stop the worker instead.
-func CheckEgress(cfg egress.Config, p config.Profile, lookupEnv func(string) (string, bool)) error {
+// Its errors start with the profile's key in the config (profiles.NAME).
+func CheckEgress(cfg egress.Config, name string, p config.Profile, lookupEnv func(string) (string, bool)) error {
 	if p.Network == nil {
 		return nil
 	}
-	policy, err := egressPolicy(p, lookupEnv)
+	policy, err := egressPolicy(name, p, lookupEnv)
 	if err != nil {
 		return err
 	}
-	return egress.Check(cfg, policy)
+	if err := egress.Check(cfg, policy); err != nil {
+		return fmt.Errorf("profiles.%s: %w", name, err)
+	}
+	return nil
 }
 
 // egressPolicy reads the profile's secrets now, so that a rotated value is used by the next
 // job; a value that cannot be read is retried later, on this worker or another (classify).
-func egressPolicy(p config.Profile, lookup func(string) (string, bool)) (egress.Policy, error) {
+// An error names the secret's key in the config (profiles.P.secrets[i].from) and its variable
+// or file, never its value.
+func egressPolicy(name string, p config.Profile, lookup func(string) (string, bool)) (egress.Policy, error) {
 	policy := egress.Policy{Allow: p.Network.Allow}
 	if lookup == nil {
 		lookup = func(string) (string, bool) { return "", false }
 	}
-	for _, s := range p.Secrets {
+	for i, s := range p.Secrets {
 		v, err := config.ReadSecret(s.From, lookup)
 		if err != nil {
-			return egress.Policy{}, fmt.Errorf("secret %s: %w", s.Env, err)
+			return egress.Policy{}, fmt.Errorf("profiles.%s.secrets[%d].from (secret %s): %w", name, i, s.Env, err)
 		}
 		policy.Secrets = append(policy.Secrets, egress.Secret{Env: s.Env, Value: v, Hosts: s.Hosts})
 	}

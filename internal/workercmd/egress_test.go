@@ -2,6 +2,7 @@ package workercmd
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -102,5 +103,55 @@ func TestProxyConfigAddressSettings(t *testing.T) {
 	}
 	if got := fmt.Sprint(ec.DeniedCIDRs, ec.AllowedCIDRs, ec.NAT64Prefixes); got != "[10.9.0.0/16] [10.0.0.0/8] [2600:1f00:64::/96]" {
 		t.Errorf("denied, allowed and NAT64 prefixes %s; want the config's", got)
+	}
+}
+
+// TestStartNamesTheSecretsVariableAndKey: a profile secret whose variable is not set or is
+// empty stops the worker with an error that names the config key (profiles.P.secrets[i].from)
+// and the variable, so the operator knows what to set where; it holds no value. A variable
+// whose name is not written as variables are (BOXCAR_API_TOKEN) may be the value pasted after
+// env:, and is not shown.
+func TestStartNamesTheSecretsVariableAndKey(t *testing.T) {
+	t.Parallel()
+	const pasted = "ghp_R3alT0kenValue0123456789abcdefABCD"
+	tests := []struct {
+		name, from string
+		env        map[string]string
+		want       []string
+	}{
+		{"not set", "env:BOXCAR_API_TOKEN", nil, []string{"profiles.api.secrets[1].from", "BOXCAR_API_TOKEN", "not set"}},
+		{"empty", "env:BOXCAR_API_TOKEN", map[string]string{"BOXCAR_API_TOKEN": ""}, []string{"profiles.api.secrets[1].from", "BOXCAR_API_TOKEN"}},
+		{"a short name", "env:GH_PAT", nil, []string{"profiles.api.secrets[1].from", "GH_PAT"}},
+		{"a value pasted after env:", "env:" + pasted, nil, []string{"profiles.api.secrets[1].from", "not shown"}},
+		{"a base32 value pasted after env:", "env:JBSWY3DPEHPK3PXPJBSWY3DP", nil, []string{"profiles.api.secrets[1].from", "not shown"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := config.Config{Profiles: map[string]config.Profile{"api": {
+				Network: &config.Network{Allow: []string{"api.example.com"}},
+				Secrets: []config.Secret{
+					{Env: "OTHER_TOKEN", From: "env:BOXCAR_OTHER_TOKEN", Hosts: []string{"api.example.com"}},
+					{Env: "API_TOKEN", From: tt.from, Hosts: []string{"api.example.com"}},
+				},
+			}}}
+			env := map[string]string{"BOXCAR_OTHER_TOKEN": "sk-other-0123456789abcdef"}
+			maps.Copy(env, tt.env)
+			err := checkProfileEgress(cfg, func(k string) string { return env[k] })
+			if err == nil {
+				t.Fatal("checkProfileEgress: nil; want the secret refused")
+			}
+			msg := err.Error()
+			for _, v := range []string{pasted, "JBSWY3DPEHPK3PXPJBSWY3DP", "sk-other-0123456789abcdef"} {
+				if strings.Contains(msg, v) {
+					t.Fatalf("the error holds a value: %s", strings.ReplaceAll(msg, v, "<VALUE>"))
+				}
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("the error %q does not say %q", msg, w)
+				}
+			}
+		})
 	}
 }

@@ -2,7 +2,6 @@ package workercmd
 
 import (
 	"errors"
-	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -60,8 +59,8 @@ func readStartEnv(cfg *config.Config, conn connFlags, embedded bool, getenv func
 // checkProfileEgress checks each networked profile as its jobs' proxies will (runner.CheckEgress:
 // its secrets read, the proxy's own checks with the config's egress section), so that a secret
 // that cannot be read or used, or an upstream_ca with no certificate, stops the worker at start
-// instead of failing every job of the profile later. The error names the profile and the
-// secret's variable, never its value.
+// instead of failing every job of the profile later. The error names the secret's key in the
+// config and its variable, never its value.
 func checkProfileEgress(cfg config.Config, getenv func(string) string) error {
 	ec, err := proxyConfig(cfg)
 	if err == nil {
@@ -73,8 +72,8 @@ func checkProfileEgress(cfg config.Config, getenv func(string) string) error {
 	lookupEnv := func(k string) (string, bool) { v := getenv(k); return v, v != "" }
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(cfg.Profiles)) {
-		if err := runner.CheckEgress(ec, cfg.Profiles[name], lookupEnv); err != nil {
-			errs = append(errs, fmt.Errorf("profiles.%s: %w", name, err))
+		if err := runner.CheckEgress(ec, name, cfg.Profiles[name], lookupEnv); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
