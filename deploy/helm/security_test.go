@@ -379,12 +379,24 @@ func TestReleasesSharingASandboxNamespaceNameTheirObjectsApart(t *testing.T) {
 }
 
 // TestModelDownAlertShowsNoCredentials: an openai.baseURL with a user and password (a proxy's
-// basic auth) or a key in its query is quoted by the BoxcarModelDown alert, which goes to
-// Alertmanager and whoever it pages: the alert shows its scheme, host and path only.
+// basic auth) or a key in its query would be quoted by the worker's pod spec and by the
+// BoxcarModelDown alert, which goes to Alertmanager and whoever it pages: the chart refuses it
+// (TestInstallRefusesBadValues has the other values of its kind), and the alert names the
+// endpoint the chart takes, by scheme, host and path.
 func TestModelDownAlertShowsNoCredentials(t *testing.T) {
+	const leaky = "https://boxcar:pr0xy-pa55@model.example.com:8443/v1?api-key=k3y-in-query"
+	_, err := tryRender(t, values(t, "signing: {privateKey: "+testPrivateKey+"}\nopenai: {baseURL: \""+leaky+"\"}\nmetrics: {prometheusRule: {enabled: true}}\n"))
+	if err == nil || !strings.Contains(err.Error(), "openai.baseURL") {
+		t.Fatalf("render with a password and a key in openai.baseURL: %v; want it refused naming openai.baseURL", err)
+	}
+	for _, secret := range []string{"pr0xy-pa55", "k3y-in-query"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("the refusal holds %q of openai.baseURL: %v", secret, err)
+		}
+	}
 	r := render(t, values(t, `
 signing: {privateKey: `+testPrivateKey+`}
-openai: {baseURL: "https://boxcar:pr0xy-pa55@model.example.com:8443/v1?api-key=k3y-in-query"}
+openai: {baseURL: "https://model.example.com:8443/v1"}
 metrics: {prometheusRule: {enabled: true}}
 `))
 	found := false
@@ -396,11 +408,6 @@ metrics: {prometheusRule: {enabled: true}}
 		doc, err := yaml.Marshal(o.Obj)
 		if err != nil {
 			t.Fatal(err)
-		}
-		for _, secret := range []string{"pr0xy-pa55", "k3y-in-query", "boxcar:"} {
-			if strings.Contains(string(doc), secret) {
-				t.Errorf("the PrometheusRule %s holds %q of openai.baseURL", o.Name, secret)
-			}
 		}
 		if !strings.Contains(string(doc), "https://model.example.com:8443/v1") {
 			t.Errorf("the PrometheusRule %s does not name the model endpoint https://model.example.com:8443/v1", o.Name)

@@ -136,9 +136,18 @@ their objects apart, as boxcar.instance keeps their pods.
 {{- printf "%s.%s-sandboxes" .Release.Namespace (include "boxcar.fullname" .) -}}
 {{- end -}}
 
-{{/* The port of an http(s) or nats URL: its own, else its scheme's. */}}
+{{/* The parts of a URL as RFC 3986's appendix B splits one, as JSON (scheme, host without a
+user:password@, path, user, query): unlike urlParse, it never fails, and so never quotes the
+URL (a password with it) in an error. */}}
+{{- define "boxcar.urlParts" -}}
+{{- $re := "(?s)^(([^:/?#]+):)?(//([^/?#]*))?([^?#]*)(\\?([^#]*))?(#(.*))?$" -}}
+{{- $authority := regexReplaceAll $re . "${4}" -}}
+{{- toJson (dict "scheme" (regexReplaceAll $re . "${2}") "host" (regexReplaceAll "^.*@" $authority "") "path" (regexReplaceAll $re . "${5}") "user" (contains "@" $authority) "query" (ne (regexReplaceAll $re . "${6}") "")) -}}
+{{- end -}}
+
+{{/* The port of an http(s) or nats URL (the first of a NATS list): its own, else its scheme's. */}}
 {{- define "boxcar.urlPort" -}}
-{{- $u := urlParse . -}}
+{{- $u := fromJson (include "boxcar.urlParts" (first (splitList "," .) | trim)) -}}
 {{- $port := regexFind ":[0-9]+$" $u.host | trimPrefix ":" -}}
 {{- $port | default (get (dict "http" "80" "https" "443" "nats" "4222" "tls" "4222") $u.scheme) | default "443" -}}
 {{- end -}}
@@ -146,7 +155,7 @@ their objects apart, as boxcar.instance keeps their pods.
 {{/* A URL as an alert or a note may show it: scheme, host and path, never a user:password@ or
 a query (an api-key= parameter), as redact.URL shows one in the worker's logs. */}}
 {{- define "boxcar.shownURL" -}}
-{{- $u := urlParse . -}}
+{{- $u := fromJson (include "boxcar.urlParts" .) -}}
 {{- if and $u.scheme $u.host -}}
 {{- printf "%s://%s%s" $u.scheme $u.host $u.path -}}
 {{- else if or (contains "@" .) (contains "?" .) -}}
@@ -154,6 +163,47 @@ a query (an api-key= parameter), as redact.URL shows one in the worker's logs. *
 {{- else -}}
 {{- . -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "user" when a URL of the comma-separated list holds a user:password@ or a token@ (one
+without a scheme read as scheme://part, as the NATS client reads it), "query" when one holds
+a query; "" when neither. */}}
+{{- define "boxcar.urlCredentials" -}}
+{{- $found := dict -}}
+{{- range splitList "," (toString .) -}}
+{{- $part := trim . -}}
+{{- if not (contains "://" $part) }}{{ $part = printf "x://%s" $part }}{{ end -}}
+{{- $u := fromJson (include "boxcar.urlParts" $part) -}}
+{{- if $u.user }}{{ $_ := set $found "user" true }}{{ end -}}
+{{- if $u.query }}{{ $_ := set $found "query" true }}{{ end -}}
+{{- end -}}
+{{- keys $found | sortAlpha | join "," -}}
+{{- end -}}
+
+{{/* Refuses a secret in a value that lands in a pod spec, a ConfigMap or an alert: a URL's
+user:password@ and, where the value has no use for one, its query (an api_key=, a signature).
+The refusal names the value and where the secret belongs, never the value. */}}
+{{- define "boxcar.checkURLSecrets" -}}
+{{- $model := "put the model's API key in the Secret openai.apiKeySecret names (the worker sends it as a bearer token, and the model client drops a base URL's query) and give the URL as scheme://host/path alone" -}}
+{{- $s3 := "put the S3 keys in the Secret s3.credentialsSecret names (or leave its name empty to use the pod's workload identity) and give the URL without them" -}}
+{{- $nats := "put them in a Secret and set natsServer.credentialsSecret.name (a .creds file, mounted and given as --nats-creds)" -}}
+{{- range list
+  (list "openai.baseURL" .Values.openai.baseURL "the worker Deployment's pod spec" $model true)
+  (list "config.model.base_url" (dig "model" "base_url" "" .Values.config) "the worker ConfigMap" $model true)
+  (list "config.store.url" (dig "store" "url" "" .Values.config) "the worker ConfigMap" $s3 false)
+  (list "config.store.endpoint" (dig "store" "endpoint" "" .Values.config) "the worker ConfigMap" $s3 true)
+  (list "config.nats.url" (include "boxcar.natsURL" .) "the worker ConfigMap" $nats false)
+  (list "metrics.prometheusRule.runbookBaseURL" .Values.metrics.prometheusRule.runbookBaseURL "every alert's annotations" "give the runbooks' address alone" false) }}
+{{- $found := include "boxcar.urlCredentials" (index . 1) -}}
+{{- if or (contains "user" $found) (and (index . 4) (contains "query" $found)) }}
+{{- fail (printf "%s holds credentials in its URL (a user:password@ or a token@%s), which would sit in %s for anyone who can read it: %s. Its value is not shown here" (index . 0) (ternary ", or a query such as ?api_key=" "" (index . 4)) (index . 2) (index . 3)) }}
+{{- end }}
+{{- end }}
+{{- range $i, $e := .Values.extraEnv }}
+{{- if regexMatch "[A-Za-z][A-Za-z0-9+.-]*://[^/?#\\s]*@" (toString $e.value) }}
+{{- fail (printf "extraEnv[%d].value (%s) holds a URL with a user:password@, which would sit in the worker Deployment's pod spec for anyone who can read it: give the variable with valueFrom.secretKeyRef from a Secret instead. Its value is not shown here" $i $e.name) }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* The Secret that holds the manifest signing key: signing.existingSecret, or the chart's own. */}}
@@ -201,11 +251,7 @@ the value to change.
 {{- fail (printf "extraEnv[%d].name: %s is the chart's to set (from openai, s3 and natsServer.credentialsSecret); a second one would silently win or lose" $i $e.name) }}
 {{- end }}
 {{- end }}
-{{- with (urlParse (include "boxcar.natsURL" .)) }}
-{{- if .userinfo }}
-{{- fail "the NATS URL (config.nats.url) holds credentials, which would sit in a ConfigMap: put them in a Secret and set natsServer.credentialsSecret.name (a .creds file, mounted and given as --nats-creds)" }}
-{{- end }}
-{{- end }}
+{{- include "boxcar.checkURLSecrets" . }}
 {{- with .Values.keda }}
 {{- if gt (int64 .minReplicaCount) (int64 .maxReplicaCount) }}
 {{- fail (printf "keda.minReplicaCount (%v) is above keda.maxReplicaCount (%v)" .minReplicaCount .maxReplicaCount) }}
