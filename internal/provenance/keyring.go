@@ -93,17 +93,7 @@ func LoadKeyring(path string) (Keyring, error) {
 			return nil, fmt.Errorf("%s (%s): %w: not_after must come after not_before", where, e.Name, ErrInvalid)
 		}
 		seen[e.Name] = true
-		pem := []byte(e.PublicKey)
-		if e.PublicKeyFile != "" {
-			file := e.PublicKeyFile
-			if !filepath.IsAbs(file) {
-				file = filepath.Join(filepath.Dir(path), file)
-			}
-			if pem, err = readKeyFile(file); err != nil {
-				return nil, fmt.Errorf("%s (%s): %w", where, e.Name, err)
-			}
-		}
-		pub, err := LoadPublicKey(pem)
+		pub, err := entryKey(path, e.PublicKey, e.PublicKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", where, e.Name, err)
 		}
@@ -113,6 +103,22 @@ func LoadKeyring(path string) (Keyring, error) {
 		ring = append(ring, TrustedKey{Name: e.Name, Key: pub, NotBefore: e.NotBefore.UTC(), NotAfter: e.NotAfter.UTC()})
 	}
 	return ring, nil
+}
+
+// entryKey is the public key of a keyring entry: its PEM, or the file it names, relative to
+// the keyring file's folder.
+func entryKey(path, pem, file string) (ed25519.PublicKey, error) {
+	if file == "" {
+		return LoadPublicKey([]byte(pem))
+	}
+	if !filepath.IsAbs(file) {
+		file = filepath.Join(filepath.Dir(path), file)
+	}
+	data, err := readKeyFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return LoadPublicKey(data)
 }
 
 // ErrKeyNotValid marks a signature by a trusted key made outside the key's validity dates.
