@@ -12,6 +12,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // A worker's handle skips the read before its own next write of a job's status; a write by
@@ -232,9 +233,12 @@ func TestWatchEndsForAnUnknownJob(t *testing.T) {
 		t.Errorf("the watch of a job never submitted ended after %s; want just past the grace, %s", took, queue.UnknownGrace)
 	}
 
+	// Within the grace, a job being published as the watch starts: the watch has looked for it
+	// in the job stream, found nothing, and looks again.
 	late := newJob(t)
+	looked := harness.Requested(t, b.nc, "$JS.API.STREAM.INFO."+b.cfg.Stream, late.ID, 2)
 	updates = b.watch(t, late.ID, queue.UnknownGrace+30*time.Second)
-	time.Sleep(queue.UnknownGrace / 4) // within the grace: a job being published as the watch starts
+	looked()
 	if _, err := b.c.Publish(t.Context(), late); err != nil {
 		t.Fatal(err)
 	}

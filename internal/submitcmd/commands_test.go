@@ -18,6 +18,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func lastJSON(t *testing.T, stdout string) map[string]any {
@@ -314,10 +315,13 @@ func TestWatchUnknownJob(t *testing.T) {
 		t.Errorf("watch of a job never submitted took %s; want about the grace, %s", took, queue.UnknownGrace)
 	}
 
+	// The watch starts first: it has looked for the job in the job stream, found nothing, and
+	// looks again.
 	id := job.NewID()
+	looked := harness.Requested(t, te.js.Conn(), "$JS.API.STREAM.INFO.BOXCAR_JOBS", id, 2)
 	done := make(chan error, 1)
 	go func() { _, _, err := te.submit(t, "watch", id); done <- err }()
-	time.Sleep(queue.UnknownGrace / 4) // the watch starts first
+	looked()
 	te.submitJob(t, "--id", id)
 	te.setState(t, id, func(s *job.Status) { s.State = job.StateSucceeded })
 	if err := <-done; err != nil {
@@ -332,16 +336,20 @@ func TestWatchUnknownJob(t *testing.T) {
 func TestWatchJobThatLeftTheStream(t *testing.T) {
 	te := newTestEnv(t)
 	id := te.submitJob(t)
-	type result struct {
-		stdout, stderr string
-		err            error
-	}
-	done := make(chan result, 1)
+	var stdout, stderr harness.LogBuffer
+	done := make(chan error, 1)
 	go func() {
-		stdout, stderr, err := te.submit(t, "watch", id, "--timeout", "60s", "-o", "json")
-		done <- result{stdout, stderr, err}
+		done <- Run(t.Context(), []string{"watch", id, "--timeout", "60s", "-o", "json"}, te.getenv, &stdout, &stderr)
 	}()
-	time.Sleep(queue.UnknownGrace / 4) // the watch sees the job queued first
+	// The watch prints each status as a line as it sees it: queued is its first look in the
+	// job stream, which must come before the purge (a first look after it sees a job never
+	// submitted, and says so).
+	waitFor(t, "the watch to see the job queued", func() bool {
+		return strings.Contains(stdout.String(), `"state":"queued"`) || len(done) > 0
+	})
+	if len(done) > 0 {
+		t.Fatalf("the watch ended before it saw the job queued: %v\n%s%s", <-done, stdout.String(), stderr.String())
+	}
 	stream, err := te.js.Stream(t.Context(), "BOXCAR_JOBS")
 	if err != nil {
 		t.Fatal(err)
@@ -350,12 +358,9 @@ func TestWatchJobThatLeftTheStream(t *testing.T) {
 	if err := stream.Purge(t.Context(), jetstream.WithPurgeSubject("boxcar.jobs.default."+id)); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
-	if e := jsonError(t, r.stderr); exitCode(r.err) != 1 || e.Code != codeUnknownJob || !strings.Contains(e.Message, "left the job stream") {
-		t.Errorf("watch of a purged job: exit %d, %+v; want 1, %s, saying it left the job stream", exitCode(r.err), e, codeUnknownJob)
-	}
-	if !strings.Contains(r.stdout, `"state":"queued"`) {
-		t.Errorf("watch of a purged job printed %q; want it queued first", r.stdout)
+	err = <-done
+	if e := jsonError(t, stderr.String()); exitCode(err) != 1 || e.Code != codeUnknownJob || !strings.Contains(e.Message, "left the job stream") {
+		t.Errorf("watch of a purged job: exit %d, %+v; want 1, %s, saying it left the job stream", exitCode(err), e, codeUnknownJob)
 	}
 	if took := time.Since(purged); took > queue.UnknownGrace+10*time.Second {
 		t.Errorf("watch of a purged job ended %s after the purge; want about the grace, %s", took, queue.UnknownGrace)
