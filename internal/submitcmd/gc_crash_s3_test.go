@@ -24,16 +24,7 @@ import (
 // and billed, invisible to ListObjects. gc --delete aborts it with the attempt folder's
 // objects; otherwise only a bucket lifecycle rule would ever remove it.
 func TestGCAbortsACrashedMultipartUpload(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.Env(t)
-	bucket := srv.CreateBucket(t)
-	te := newTestEnv(t)
-	st, err := store.Open(t.Context(), "s3://"+bucket, store.Options{Endpoint: srv.Endpoint, PathStyle: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	te.st = store.ForTenant(st, job.DefaultTenant)
+	te, srv, bucket, args := newS3TestEnv(t)
 	raw := s3.New(s3.Options{Region: s3test.Region, BaseEndpoint: aws.String(srv.Endpoint), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, "")})
 	ctx := t.Context()
@@ -69,7 +60,7 @@ func TestGCAbortsACrashedMultipartUpload(t *testing.T) {
 		}
 		return nil
 	})
-	stdout, stderr, err := te.submit(t, "gc", "--delete", "--store", "s3://"+bucket, "--s3-endpoint", srv.Endpoint)
+	stdout, stderr, err := te.submit(t, append([]string{"gc", "--delete"}, args...)...)
 	if err != nil {
 		t.Fatalf("gc --delete: %v\n%s%s", err, stdout, stderr)
 	}
