@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"path"
 	"strings"
@@ -167,27 +168,33 @@ func TestDeadLettersCountedOncePerLetter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			back := make(chan struct{})
+			var log testharness.LogBuffer
+			down, back := make(chan int, 1), make(chan struct{})
 			outage := func() {
 				port := b.srv.Addr().(*net.TCPAddr).Port
 				b.srv.Shutdown()
 				b.srv.WaitForShutdown()
-				go func() {
-					time.Sleep(7 * time.Second) // past CleanupTimeout (5 s): the settling gives up
-					b.start(port)
-					close(back)
-				}()
+				down <- port
 			}
 			if !tt.outage {
 				outage = func() { close(back) }
 			}
 			w := b.worker(refuse, func(c *runner.Config) {
 				c.Queue = &statusHookQueue{Queue: c.Queue, state: tt.state, after: outage}
+				c.Logger = slog.New(slog.NewTextHandler(&log, nil))
 			})
 			id := tt.publish(b)
 			select {
+			case port := <-down:
+				// NATS comes back once a call of the settling (its letter or its term, within
+				// CleanupTimeout) failed: the worker gave up on it, or waits for NATS to end the
+				// job.
+				waitFor(t, time.Minute, "a call of the settling to fail", func() bool {
+					return strings.Contains(log.String(), "settle with the queue failed") || strings.Contains(log.String(), "waiting for NATS")
+				})
+				b.start(port)
 			case <-back:
-			case <-time.After(60 * time.Second):
+			case <-time.After(testharness.Timeout(time.Minute)):
 				t.Fatalf("no status was written %s", tt.state)
 			}
 			b.checkLetterCounted(w, id, tt.state, tt.profile, tt.outage)
@@ -225,8 +232,10 @@ func (b *bundle) checkLetterCounted(w *worker, id string, state job.State, profi
 	}
 	testharness.Wait(t, "the job's dead letter", func() (bool, error) { return len(letters()) > 0, nil },
 		testharness.Within(90*time.Second))
-	// A later delivery that finds the letter would count again: give it the time to come.
-	time.Sleep(3 * time.Second)
+	// A later delivery that finds the letter would count again: once the consumer holds no
+	// message of the job (the last delivery acked or termed it), none can come, and the stop
+	// waits for the last one's counts.
+	waitFor(t, 90*time.Second, "the job's message settled", b.consumed)
 	w.stop()
 	reasons := letters()
 	if len(reasons) != 1 {
