@@ -19,6 +19,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func withoutCgroups(c *sandbox.BubblewrapConfig) { c.DisableCgroups = true }
@@ -302,17 +303,10 @@ func TestTimeoutLeavesNoHostProcess(t *testing.T) {
 	if !res.TimedOut {
 		t.Fatalf("TimedOut = false, want true")
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	harness.Wait(t, "the command's processes to end with its timeout", func() (bool, error) {
 		left := hostProcesses(t, marker)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes survived the timeout: %v", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Errorf("still running: %v", left)
+	}, harness.Within(10*time.Second))
 }
 
 // hostProcesses lists the host's processes whose command line holds marker (bwrap itself
