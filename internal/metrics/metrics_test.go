@@ -19,6 +19,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/testnet"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func TestMain(m *testing.M) {
@@ -333,7 +334,7 @@ func TestServe(t *testing.T) {
 		if err != nil {
 			t.Errorf("Serve after cancel = %v, want nil", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(harness.Timeout(5 * time.Second)):
 		t.Fatal("Serve did not return after its context ended")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func pendingApproval(jobID, callID string, argv []string, timeout time.Duration) queue.Approval {
@@ -71,7 +72,7 @@ func TestApprovalAnsweredOnce(t *testing.T) {
 				if err := <-waitErr; err != nil || a.Decision != tt.decision || a.Reason != tt.reason {
 					t.Errorf("WaitApproval = %+v, %v; want %s", a, err, tt.decision)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(harness.Timeout(10 * time.Second)):
 				t.Fatal("WaitApproval did not return after the answer")
 			}
 
