@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +62,9 @@ func startCluster(t *testing.T, n int, ports func(*testing.T, int) []int) []*ser
 	}
 }
 
+// clusters counts the clusters started in this process, for their names.
+var clusters atomic.Int64
+
 var errRoutePortTaken = errors.New("a route port was taken before its server listened on it")
 
 // tryCluster starts a server on each route port, routed to all of them; on an error it shuts
@@ -71,24 +75,32 @@ func tryCluster(t *testing.T, ports []int) (servers []*server.Server, err error)
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
 	}
 	var started []chan struct{}
-	stop := func() {
-		for i, ns := range servers {
+	stop := func() { // last started, first stopped, as the tests' cleanups did
+		for i := len(servers) - 1; i >= 0; i-- {
 			<-started[i] // a server shut down while it starts may go on starting (a store, a timer)
-			ns.Shutdown()
-			ns.WaitForShutdown()
+			servers[i].Shutdown()
+			servers[i].WaitForShutdown()
 		}
 	}
 	defer func() {
 		if err != nil {
+			// Shut down once the servers that could listen are up: one shut down while its
+			// JetStream starts may leave a store of it running.
+			for _, ns := range servers {
+				ns.ReadyForConnections(harness.Timeout(5 * time.Second))
+			}
 			stop()
 		}
 	}()
+	// A name of its own: a route port another test's cluster was given too (released ports
+	// are handed out again) joins no server of that cluster.
+	name := fmt.Sprintf("replicas-%d", clusters.Add(1))
 	var failed []*listenWatch
 	for i, p := range ports {
 		ns, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
 			NoSigs: true, NoLog: true,
-			Cluster: server.ClusterOpts{Name: "replicas", Host: "127.0.0.1", Port: p},
+			Cluster: server.ClusterOpts{Name: name, Host: "127.0.0.1", Port: p},
 			Routes:  routes,
 		})
 		if err != nil {
