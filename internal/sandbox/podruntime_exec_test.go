@@ -28,8 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
-
-	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // exec runs argv in the pod as runc exec would and returns the status the kubelet sends.
@@ -250,7 +248,7 @@ func (rt *podRuntime) serveSPDY(w http.ResponseWriter, r *http.Request, pod *fak
 		want++
 	}
 	streams := map[string]httpstream.Stream{}
-	timeout := time.After(harness.Timeout(10 * time.Second))
+	timeout := time.After(10 * time.Second)
 	for len(streams) < want {
 		select {
 		case a := <-arrivals:
