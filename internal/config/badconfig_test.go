@@ -26,7 +26,7 @@ func TestBadConfigsAreRefusedAtLoad(t *testing.T) {
 		{"not-a-duration", `:1:20 nats.status_ttl: "7d" is not a duration such as 90s, 15m or 1h30m`},
 		{"size-past-int64", `:1:23 nats.job_max_bytes: 99999999999999999999 is out of range; at most 9223372036854775807`},
 		{"negative-size", `:5:36 profiles.p.limits.max_transcript_bytes: -1 is negative; give a positive number, or leave it unset for the default`},
-		{"negative-retries", `:1:22 model.max_retries: -1 is negative`},
+		{"negative-retries", `:1:22 model.max_retries: -2 is below -1; give the number of retries, -1 for none, or leave it unset for the default`},
 		{"replicas-too-many", `:1:18 nats.replicas: 7 is not between 1 and 5, the replicas JetStream keeps of a stream`},
 		{"warm-min-above-max", `:5:17 profiles.p.warm.min: 3 is above max 2; lower min or raise max`},
 		{"empty-model-name", `:3:19 profiles.p.model.name: is required`},
@@ -80,5 +80,17 @@ func TestConfigFileThatCannotBeRead(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNoRetriesIsAccepted: max_retries -1 turns the model client's retries off (agent.Config),
+// the one negative count the config takes; 0 takes the default.
+func TestNoRetriesIsAccepted(t *testing.T) {
+	cfg, err := config.Parse([]byte("model: {max_retries: -1}\nprofiles:\n  p:\n    model: {name: m}\n    tools: [{name: read_file}]\n"))
+	if err != nil {
+		t.Fatalf("Parse with max_retries -1: %v", err)
+	}
+	if cfg.Model.MaxRetries != config.NoRetries {
+		t.Fatalf("max_retries = %d, want %d", cfg.Model.MaxRetries, config.NoRetries)
 	}
 }

@@ -24,9 +24,23 @@ type valueRule struct {
 // any integer.
 var signedKeys = map[string]bool{"seed": true}
 
+// NoRetries is the model.max_retries that turns the model client's retries off: 0 takes the
+// default (3), as every unset key does.
+const NoRetries = -1
+
 // valueRules hold for every duration and every integer of the config but signedKeys: none is a
-// count, a size or a time that may be negative, and no duration may be long enough to wrap.
+// count, a size or a time that may be negative (but max_retries' NoRetries), and no duration
+// may be long enough to wrap.
 var valueRules = []valueRule{
+	{
+		applies: func(_ reflect.Value, key string) bool { return key == "max_retries" },
+		problem: func(v reflect.Value) string {
+			if v.Int() < NoRetries {
+				return fmt.Sprintf("%d is below %d; give the number of retries, %d for none, or leave it unset for the default", v.Int(), NoRetries, NoRetries)
+			}
+			return ""
+		},
+	},
 	{
 		applies: func(v reflect.Value, _ string) bool { return v.Type() == reflect.TypeFor[Duration]() },
 		problem: func(v reflect.Value) string {

@@ -198,7 +198,7 @@ type Model struct {
 	BaseURL string `json:"base_url,omitempty"`
 	// RequestTimeout bounds one chat request. Default: 120s.
 	RequestTimeout Duration `json:"request_timeout,omitempty"`
-	// MaxRetries on 429 and 5xx. Default: 3.
+	// MaxRetries on 429 and 5xx; NoRetries (-1) for none. Default: 3.
 	MaxRetries int `json:"max_retries,omitempty"`
 }
 

@@ -72,6 +72,7 @@ func SchemaOptions() schemagen.Options {
 			"profiles.*.limits.job_timeout":     duration,
 			"tenants":                           {"propertyNames": schemagen.Schema{"pattern": job.TenantPattern}},
 			"tenants.*.profiles":                {"minItems": 1, "description": "The profiles granted to the tenant; each one the config defines."},
+			"model.max_retries":                 {"minimum": NoRetries, "description": "Retries of a failed model request: -1 for none, 0 for the default (3)."},
 			"tenants.*.max_concurrent":          nonNegative,
 			"tenants.*.daily_tokens":            nonNegative,
 			"tenants.*.bucket":                  {"pattern": `^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$`},
@@ -115,7 +116,6 @@ func nameRules() map[string]schemagen.Schema {
 // countKeys are counts and sizes with no rule of their own above: Validate refuses every
 // negative integer of the config but a model's seed (checkValues).
 var countKeys = []string{
-	"model.max_retries",
 	"profiles.*.model.max_completion_tokens",
 	"profiles.*.limits.max_transcript_bytes",
 	"profiles.*.limits.max_input_bytes",

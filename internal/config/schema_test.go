@@ -117,7 +117,7 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "owner with an underscore", yaml: "sandbox: {kubernetes: {owner: boxcar_owner}}\n" + profile("")},
 		{name: "drain_grace negative", yaml: "drain_grace: -1s\n" + profile("")},
 		{name: "warm idle negative", yaml: profile("warm: {idle: -1m}")},
-		{name: "max_retries negative", yaml: "model: {max_retries: -1}\n" + profile("")},
+		{name: "max_retries below -1", yaml: "model: {max_retries: -2}\n" + profile("")},
 		{name: "max_transcript_bytes negative", yaml: profile("limits: {max_transcript_bytes: -1}")},
 		{name: "egress max_bytes negative", yaml: "egress: {limits: {max_bytes: -1}}\n" + profile("")},
 		{name: "replicas past 5", yaml: "nats: {replicas: 6}\n" + profile("")},
