@@ -280,18 +280,37 @@ func testForkBomb(t *testing.T, p sandbox.Provider, host Host) {
 	mark := marker()
 	s := sample(func() []int64 { return []int64{int64(len(hostProcs(mark)))} })
 	done := make(chan struct{})
+	var res sandbox.ExecResult
 	go func() {
 		defer close(done)
 		// exec, not a fork: once the bomb fills the bound, a forked sleep would fail and end
 		// the whole attempt before a busy host had sampled it.
-		res, err := attack(t, sb, mark, `f() { f | f & }; f; exec sleep 100`, 10*time.Second, 4096)
+		var err error
+		res, err = attack(t, sb, mark, `f() { f | f & }; f; exec sleep 100`, 10*time.Second, 4096)
 		if err != nil || (!res.TimedOut && res.ExitCode == 0) {
 			t.Errorf("fork bomb: err %v, exit %d; want it stopped by the timeout or the process bound", err, res.ExitCode)
 		}
 	}()
-	waitFor(t, 30*time.Second, "the bomb to start", func() bool { return len(hostProcs(mark)) > 1 })
+	// The bomb may burn out before a look sees it: each of its shells needs two forks and exits
+	// when the bound refuses one, so against a bound of 32 (the sleep's two unreaped children
+	// and exited shells not yet reaped among them) it can die out within a fraction of a second,
+	// leaving only the sleep. The wait then ends with the attack, and the shell's "Cannot fork"
+	// shows that the bomb ran into its bound.
+	seen := false
+	waitFor(t, 30*time.Second, "the bomb to start", func() bool {
+		seen = seen || len(hostProcs(mark)) > 1
+		select {
+		case <-done:
+			return true
+		default:
+			return seen
+		}
+	})
 	expectHostForks(t)
 	<-done
+	if !seen && !strings.Contains(strings.ToLower(string(res.Stderr)), "fork") {
+		t.Errorf("the host never saw the bomb fork, nor did its shell say that a fork failed: stderr %q", res.Stderr)
+	}
 	peak := s.end()[0]
 	t.Logf("peak: %d of the bomb's processes on the host, bound %d", peak, host.PIDs)
 	if peak > int64(host.PIDs) {
