@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -416,39 +417,62 @@ func TestCommitWaitsForAStoreThatRefusesOverwritesAgain(t *testing.T) {
 }
 
 // TestNATSOutageWhileCommittingKeepsTheRun: NATS goes away while the last delivery uploads
-// its run and comes back seconds later. The attempt commits and waits for NATS to record the
-// job's end and take the ack: the job succeeds on that delivery, with no second run, no dead
-// letter for work that was done, and no wait of an ack wait for a delivery that adopts the run.
+// its run, slowly enough that the upload's progress line is written during the outage, and
+// comes back once the worker says it waits for NATS. The attempt commits and waits for NATS to
+// record the job's end and take the ack: the job succeeds on that delivery, with no second run,
+// no dead letter for work that was done, and no wait of an ack wait for a delivery that adopts
+// the run. Before, the progress write, which NATS never answered, held the commit until the
+// attempt's deadline, and the worker never said it waited.
 func TestNATSOutageWhileCommittingKeepsTheRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.setAckWait(time.Minute) // the outage must not redeliver the job
 	oneDelivery(b)
-	uploading, down := make(chan struct{}), make(chan struct{})
+	uploading, down, progressed := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	stops := &hookStore{Store: b.shared, put: func(key string) error {
-		once.Do(func() { close(uploading); <-down })
+		once.Do(func() { close(uploading); <-down; <-progressed })
 		return nil
 	}}
 	var runs atomic.Int32
+	var log testharness.LogBuffer
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		runs.Add(1)
 		return writeReport(ctx, req)
-	}), func(c *runner.Config) { c.Store = stops })
+	}), func(c *runner.Config) {
+		c.Store, c.Logger = stops, slog.New(slog.NewTextHandler(&log, nil))
+		c.Queue = &progressHookQueue{Queue: c.Queue, progress: "uploading", seen: progressed, before: down}
+	})
 	j := b.submit("p")
 	<-uploading
 	port := b.srv.Addr().(*net.TCPAddr).Port
 	b.srv.Shutdown()
 	b.srv.WaitForShutdown()
 	close(down)
-	// Longer than a JetStream request waits for its answer (5 s), so a look at the status that
-	// does not wait for NATS fails.
-	time.Sleep(7 * time.Second)
+	waitFor(t, time.Minute, "the worker to wait for NATS", func() bool { return strings.Contains(log.String(), "waiting for NATS") })
 	b.start(port)
 	b.checkEnd(j.ID, job.StateSucceeded, 0)
 	if st := b.waitFinal(j.ID, 30*time.Second); st.Attempt != 1 || runs.Load() != 1 {
 		t.Errorf("succeeded on attempt %d after %d runs; want the first and only run committed", st.Attempt, runs.Load())
 	}
+}
+
+// progressHookQueue closes seen at the first status write that sets progress, and sends that
+// write once before is closed.
+type progressHookQueue struct {
+	runner.Queue
+	progress     string
+	seen, before chan struct{}
+	once         sync.Once
+}
+
+func (q *progressHookQueue) UpdateStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error) {
+	var probe job.Status
+	if change(&probe); probe.Progress == q.progress {
+		q.once.Do(func() { close(q.seen) })
+		<-q.before
+	}
+	return q.Queue.UpdateStatus(ctx, r, change, conds...)
 }
 
 // TestJobWhoseEndCannotBeRecordedSaysWhy: a job that fails while the store refuses to record

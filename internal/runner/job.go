@@ -585,9 +585,13 @@ func (r *Runner) writeStatus(ctx context.Context, a *attempt, id string, change 
 const progressDelay = 250 * time.Millisecond
 
 // progressIfSlow writes msg as the job's progress if the step it names is still running after
-// progressDelay. The returned done ends the step; it waits for a write in flight, so that it
-// never races the attempt's next one.
+// progressDelay. The returned done ends the step; it stops a write in flight and waits for it,
+// so that it never races the attempt's next one. Stopped, not awaited: during a NATS outage the
+// write waits for an answer until ctx's end, the attempt's deadline for the upload, and one
+// sent as the server went away gets none even once NATS is back, which held the commit, and
+// the job's end that waits for NATS and says so, until then.
 func (r *Runner) progressIfSlow(ctx context.Context, a *attempt, msg string) (done func()) {
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	t := time.AfterFunc(progressDelay, func() {
@@ -598,6 +602,7 @@ func (r *Runner) progressIfSlow(ctx context.Context, a *attempt, msg string) (do
 		if t.Stop() {
 			wg.Done()
 		}
+		cancel()
 		wg.Wait()
 	}
 }
