@@ -72,7 +72,6 @@ func SchemaOptions() schemagen.Options {
 			"profiles.*.limits.job_timeout":     duration,
 			"tenants":                           {"propertyNames": schemagen.Schema{"pattern": job.TenantPattern}},
 			"tenants.*.profiles":                {"minItems": 1, "description": "The profiles granted to the tenant; each one the config defines."},
-			"model.max_retries":                 {"minimum": NoRetries, "description": "Retries of a failed model request: -1 for none, 0 for the default (3)."},
 			"tenants.*.max_concurrent":          nonNegative,
 			"tenants.*.daily_tokens":            nonNegative,
 			"tenants.*.bucket":                  {"pattern": `^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$`},
@@ -82,9 +81,7 @@ func SchemaOptions() schemagen.Options {
 		},
 	}
 	maps.Copy(o.Rules, nameRules())
-	for _, key := range countKeys {
-		o.Rules[key] = nonNegative
-	}
+	maps.Copy(o.Rules, countRules())
 	return o
 }
 
@@ -111,6 +108,17 @@ func nameRules() map[string]schemagen.Schema {
 		"sandbox.kubernetes.namespace": {"pattern": "^(" + strings.Trim(namespaceName.String(), "^$") + ")?$"},
 		"sandbox.kubernetes.owner":     {"pattern": "^(" + strings.Trim(objectName.String(), "^$") + ")?$"},
 	}
+}
+
+// countRules give countKeys their minimum of 0, and model.max_retries its NoRetries.
+func countRules() map[string]schemagen.Schema {
+	rules := map[string]schemagen.Schema{
+		"model.max_retries": {"minimum": NoRetries, "description": "Retries of a failed model request: -1 for none, 0 for the default (3)."},
+	}
+	for _, key := range countKeys {
+		rules[key] = schemagen.Schema{"minimum": 0}
+	}
+	return rules
 }
 
 // countKeys are counts and sizes with no rule of their own above: Validate refuses every
