@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/boxcar-run/boxcar/examples"
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -31,7 +32,6 @@ func TestBadProfileStopsNew(t *testing.T) {
 		{"placeholder as the program", `{name: x, command: ["{{prog}}"], parameters: {type: object, properties: {prog: {type: string}}}}`, "command[0]", "x"},
 		{"object fills an argv element", `{name: x, command: [wc, "{{o}}"], parameters: {type: object, properties: {o: {type: object}}}}`, "parameters.properties.o.type", "x"},
 		{"placeholder's schema is false", `{name: x, command: [wc, "{{p}}"], parameters: {type: object, properties: {p: false}}}`, "parameters.properties.p", "x"},
-		{"negative timeout", `{name: x, command: [wc], timeout: -1s}`, "timeout", "x"},
 		{"allow on a command tool", `{name: x, command: [ls], allow: ["ls *"]}`, "allow", "x"},
 		{"command on a builtin", `{name: write_file, kind: builtin, command: [cat]}`, "command", "write_file"},
 		{"parameters on a builtin", `{name: list_files, parameters: {type: object}}`, "parameters", "list_files"},
@@ -63,6 +63,22 @@ func TestBadProfileStopsNew(t *testing.T) {
 				t.Errorf("CheckProfiles: %v, want the same error as New", cerr)
 			}
 		})
+	}
+}
+
+// TestNegativeToolTimeoutStopsNew: config.Parse refuses a negative tool timeout at load
+// (config's TestBadConfigsAreRefusedAtLoad); the agent refuses it too in profiles built in
+// code, which no load checked.
+func TestNegativeToolTimeoutStopsNew(t *testing.T) {
+	cfg, err := config.Parse([]byte("profiles:\n  p:\n    model: {name: m}\n    tools:\n      - {name: read_file}\n      - {name: x, command: [wc], timeout: 1s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Profiles["p"].Tools[1].Timeout = config.Duration(-time.Second)
+	_, err = agent.New(agent.Config{Profiles: cfg.Profiles})
+	want := `profiles.p.tools[1].timeout: tool "x": `
+	if !errors.Is(err, agent.ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("New: %v, want ErrInvalidConfig naming %s", err, want)
 	}
 }
 
