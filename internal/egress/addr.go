@@ -227,25 +227,35 @@ var (
 
 // embeddedIPv4 returns the IPv4 addresses an IPv6 address carries in the forms that reach them:
 // IPv4-compatible (::a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d, which a stateless translator
-// turns into a.b.c.d), NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002:AABB:CCDD::) and Teredo
-// (2001:0::/32: server, and the client XOR 0xffffffff). IPv4-mapped addresses (::ffff:a.b.c.d)
-// are the IPv4 address itself (check unmaps them).
+// turns into a.b.c.d), NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002:AABB:CCDD::), Teredo
+// (2001:0::/32: server, and the client XOR 0xffffffff) and, under any prefix, an ISATAP
+// interface id (RFC 5214: 0000:5efe:a.b.c.d, with the u and g bits in 0200, 0100), which a host
+// with an ISATAP interface on that prefix sends to a.b.c.d over IPv4. IPv4-mapped addresses
+// (::ffff:a.b.c.d) are the IPv4 address itself (check unmaps them).
 func embeddedIPv4(a netip.Addr) []netip.Addr {
 	if !a.Is6() {
 		return nil
 	}
 	b := a.As16()
-	last := netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	var out []netip.Addr
 	switch {
 	case compatPrefix.Contains(a), siitPrefix.Contains(a), nat64Prefix.Contains(a), nat64LocalPfx.Contains(a):
-		return []netip.Addr{last}
+		out = append(out, v4At(b, 12))
 	case b[0] == 0x20 && b[1] == 0x02:
-		return []netip.Addr{netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})}
+		out = append(out, v4At(b, 2))
 	case b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0:
-		return []netip.Addr{
-			netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}),
-			netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}),
-		}
+		client := v4At(b, 12).As4()
+		out = append(out, v4At(b, 4), netip.AddrFrom4([4]byte{^client[0], ^client[1], ^client[2], ^client[3]}))
 	}
-	return nil
+	// ISATAP's id is the interface id of any prefix, so it is read besides the forms above
+	// (a 6to4 prefix with an ISATAP id carries two addresses).
+	if b[8]&^0x03 == 0 && b[9] == 0 && b[10] == 0x5e && b[11] == 0xfe {
+		out = append(out, v4At(b, 12))
+	}
+	return out
+}
+
+// v4At is the IPv4 address in the four bytes of b from i.
+func v4At(b [16]byte, i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{b[i], b[i+1], b[i+2], b[i+3]})
 }

@@ -274,7 +274,8 @@ func TestAddrFilter(t *testing.T) {
 		// Besides the tests' range: what an operator lifts for an internal mirror, a CGNAT pod
 		// network or a cloud's internal IPv6 (GCP hands out fd20::/20).
 		AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("64:ff9b::/96"),
-			netip.MustParsePrefix("::ffff:0:0:0/96"), netip.MustParsePrefix("64:ff9b:1::/48"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fd00::/8")},
+			netip.MustParsePrefix("::ffff:0:0:0/96"), netip.MustParsePrefix("64:ff9b:1::/48"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fd00::/8"),
+			netip.MustParsePrefix("2002::/16"), netip.MustParsePrefix("2001::/32")},
 		DeniedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")},
 		// A DNS64 of the network's own answering in global space, and a local /64 one.
 		NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("2600:1f00:64::/96"), netip.MustParsePrefix("64:ff9b:1:ab::/64")},
@@ -305,18 +306,43 @@ func TestAddrFilter(t *testing.T) {
 		{"64:ff9b::c612:1", true},     // NAT64 lifted, embeds 198.18.0.1
 		{"64:ff9b::7f00:1", false},    // NAT64 lifted, but embeds loopback
 		{"64:ff9b::a9fe:a9fe", false}, // embeds metadata
-		{"2002:c612:1::", false},      // 6to4, not lifted
+		{"2002:c612:1::", true},       // 6to4 lifted, embeds 198.18.0.1
+		{"2002:7f00:1::", false},      // 6to4 lifted, but embeds loopback
+		{"2002:a00:1::", false},       // 6to4 lifted, but embeds a private address
 		{"::ffff:169.254.169.254", false},
-		{"::ffff:0:a9fe:a9fe", false},       // IPv4-translated (SIIT) lifted, but embeds metadata
-		{"::ffff:0:a00:1", false},           // IPv4-translated lifted, but embeds a private address
-		{"::ffff:0:c612:1", true},           // IPv4-translated lifted, embeds 198.18.0.1
-		{"2001:0:c612:1::", false},          // Teredo, not lifted
-		{"::a9fe:a9fe", false},              // IPv4-compatible, embeds metadata
-		{"2600:1f00:64::a9fe:a9fe", false},  // the network's NAT64 prefix, embeds metadata
-		{"2600:1f00:64::a00:1", false},      // the network's NAT64 prefix, embeds a private address
-		{"2600:1f00:64::808:808", true},     // the network's NAT64 prefix, embeds 8.8.8.8
-		{"64:ff9b:1:ab:a:0:808:808", false}, // a local /64 NAT64 prefix: 10.0.0.8 after the u octet (8.8.8.8 as a /96)
-		{"64:ff9b:1:ab:8:808:800:0", true},  // a local /64 NAT64 prefix: 8.8.8.8
+		{"::ffff:0:a9fe:a9fe", false},               // IPv4-translated (SIIT) lifted, but embeds metadata
+		{"::ffff:0:a00:1", false},                   // IPv4-translated lifted, but embeds a private address
+		{"::ffff:0:c612:1", true},                   // IPv4-translated lifted, embeds 198.18.0.1
+		{"2001:0:c612:1::", false},                  // Teredo lifted, but its client is 255.255.255.255 (the last 32 bits, inverted)
+		{"2001:0:c612:1::39ed:fffe", true},          // Teredo lifted: server and client 198.18.0.1
+		{"2001:0:c612:1::80ff:fffe", false},         // Teredo lifted, but the client is 127.0.0.1
+		{"2001:0:a9fe:a9fe::39ed:fffe", false},      // Teredo lifted, but the server is metadata
+		{"2001:2::1", false},                        // benchmarking (2001::/23 outside the lifted Teredo /32)
+		{"::808:808", false},                        // IPv4-compatible, not lifted
+		{"64:ff9b:1::808:808", true},                // local NAT64 lifted, embeds 8.8.8.8
+		{"64:ff9b:1::a9fe:a9fe", false},             // local NAT64 lifted, but embeds metadata
+		{"::ffff:808:808", true},                    // IPv4-mapped: 8.8.8.8 itself
+		{"::ffff:7f00:1", false},                    // IPv4-mapped: loopback itself
+		{"ff0e::5efe:808:808", false},               // multicast, whatever it carries
+		{"fe80::5efe:808:808", false},               // link-local, whatever it carries
+		{"2600:1f00:1::5efe:808:808", true},         // ISATAP (RFC 5214) in global space, embeds 8.8.8.8
+		{"2600:1f00:1::5efe:7f00:1", false},         // ISATAP, embeds loopback
+		{"2600:1f00:1:0:200:5efe:a9fe:a9fe", false}, // ISATAP with the u bit, embeds metadata
+		{"2600:1f00:1:0:100:5efe:a00:1", false},     // ISATAP with the g bit, embeds a private address
+		{"2600:1f00:1:0:300:5efe:a00:1", false},     // ISATAP with both bits
+		{"2600:1f00:1:0:200:5efe:c612:1", true},     // ISATAP, embeds the lifted 198.18.0.1
+		{"2600:1f00:1:0:400:5efe:7f00:1", true},     // not ISATAP: other bits than u and g are set
+		{"fd12::5efe:7f00:1", false},                // ISATAP in lifted unique-local space, embeds loopback
+		{"fd12::200:5efe:a9fe:a9fe", false},         // the same with the u bit, metadata
+		{"2002:808:808::5efe:7f00:1", false},        // 6to4 lifted, public, but its ISATAP id embeds loopback
+		{"64:ff9b::5efe:808:808", true},             // the well-known NAT64 prefix reads the last 32 bits only
+		{"2600:1f00:64::5efe:a9fe:a9fe", false},     // outside the network's /96 NAT64 prefix; ISATAP, metadata
+		{"::a9fe:a9fe", false},                      // IPv4-compatible, embeds metadata
+		{"2600:1f00:64::a9fe:a9fe", false},          // the network's NAT64 prefix, embeds metadata
+		{"2600:1f00:64::a00:1", false},              // the network's NAT64 prefix, embeds a private address
+		{"2600:1f00:64::808:808", true},             // the network's NAT64 prefix, embeds 8.8.8.8
+		{"64:ff9b:1:ab:a:0:808:808", false},         // a local /64 NAT64 prefix: 10.0.0.8 after the u octet (8.8.8.8 as a /96)
+		{"64:ff9b:1:ab:8:808:800:0", true},          // a local /64 NAT64 prefix: 8.8.8.8
 		{"8.8.8.8", true},
 		{"2606:4700::1111", true},
 	}
