@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -136,7 +137,7 @@ func TestByteCapAdmission(t *testing.T) {
 			h := setup(t, func(c *Config) { c.Limits.MaxBytes = 2000 })
 			var open tlsConn
 			open.c, open.br = h.terminated(t, "api.example.com:443")
-			h.proxy.bytes.Store(h.proxy.cfg.Limits.MaxBytes) // the job is at its cap
+			h.proxy.bytes.Store(h.proxy.dataCap()) // the job is at its cap, the answer that says so kept back
 			if status := tt.send(t, h, &open); status != http.StatusTooManyRequests {
 				t.Fatalf("status %d, want 429", status)
 			}
@@ -173,7 +174,11 @@ func TestByteCapNeverExceeded(t *testing.T) {
 		send  func(t *testing.T, h *harness, i int)
 	}{
 		{"forwarded", 0, func(t *testing.T, h *harness, i int) {
-			h.raw(t, getReq(fmt.Sprintf("http://plain.example.com/%d", i), "plain.example.com", "X-Exfil: "+exfil+"\r\n", "Connection: close\r\n"))
+			// Past the cap's one answer the proxy closes the connection without a word.
+			c := h.dialProxy(t)
+			sendRaw(getReq(fmt.Sprintf("http://plain.example.com/%d", i), "plain.example.com", "X-Exfil: "+exfil+"\r\n", "Connection: close\r\n"))(t, c)
+			_, _ = io.ReadAll(c)
+			c.Close()
 		}},
 		{"spliced", 8 << 10, func(t *testing.T, h *harness, i int) {
 			try(t, h, fmt.Sprintf("https://pkg.example.com/%d", i), exfil)
@@ -444,5 +449,74 @@ func TestCAConstraints(t *testing.T) {
 	}
 	if ca.PublicKeyAlgorithm != x509.ECDSA || ca.NotAfter.Sub(ca.NotBefore) > 25*60*60*1e9 {
 		t.Errorf("CA: %v, valid %v", ca.PublicKeyAlgorithm, ca.NotAfter.Sub(ca.NotBefore))
+	}
+}
+
+// TestOwnWritesCounted: what the proxy says itself (a refusal, a 100 Continue, a CONNECT's
+// 200) is taken from the job's byte cap like the bytes it carries: each decision's bytes_in is
+// every byte the sandbox read on its connection, and a job that draws refusal after refusal
+// stops at max_bytes: the first request past the cap is answered byte_cap, in room kept for
+// it, and the next is closed with no answer. Those writes went uncounted, so a sandbox could
+// have the proxy answer it for ever.
+func TestOwnWritesCounted(t *testing.T) {
+	const limit = 2000
+	tests := []struct {
+		name string
+		send func(t *testing.T, c net.Conn)
+	}{
+		{"not allowed", sendRaw(connectReq("evil.example.net:443"))},
+		{"unparseable", sendRaw("HELLO\r\n\r\n")},
+		{"smuggling", sendRaw(postPlain("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"))},
+		{"100 Continue", sendRaw("POST http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello")},
+		{"CONNECT's 200, then no ClientHello", func(t *testing.T, c net.Conn) {
+			sendRaw(connectReq("pkg.example.com:443"))(t, c)
+			if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, func(c *Config) { c.Limits.MaxBytes = limit })
+			read, last, stopped := 0, "", false
+			for i := 0; i < 200 && !stopped; i++ {
+				c := h.dialProxy(t)
+				tt.send(t, c)
+				b, _ := io.ReadAll(c) // the proxy closes every connection here once it is done
+				c.Close()
+				read += len(b)
+				if stopped = len(b) == 0; !stopped {
+					last = string(b)
+				}
+			}
+			if !stopped {
+				t.Fatalf("200 requests all answered: the sandbox read %d bytes, cap %d", read, limit)
+			}
+			if !strings.Contains(last, "X-Boxcar-Egress: byte_cap\r\n") {
+				t.Errorf("the last answer before the silence was %q, want a byte_cap refusal", last)
+			}
+			if read > limit {
+				t.Errorf("the sandbox read %d bytes, cap %d", read, limit)
+			}
+			var in int64
+			for _, d := range h.all() {
+				in += d.BytesIn
+			}
+			if in != int64(read) {
+				t.Errorf("the decisions count %d bytes in, the sandbox read %d", in, read)
+			}
+			if used := h.proxy.bytes.Load(); used > limit {
+				t.Errorf("the job moved %d bytes, cap %d", used, limit)
+			}
+		})
+	}
+}
+
+// sendRaw writes payload on the connection.
+func sendRaw(payload string) func(*testing.T, net.Conn) {
+	return func(t *testing.T, c net.Conn) {
+		if _, err := io.WriteString(c, payload); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

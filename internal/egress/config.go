@@ -71,9 +71,10 @@ type Limits struct {
 	// MaxRequests caps the requests a job makes (each forwarded request, each CONNECT and each
 	// request inside a terminated tunnel). Default: 10,000.
 	MaxRequests int64
-	// MaxBytes caps the bytes a job moves through the proxy, both directions: a transfer is cut
-	// at the cap, and once the job is at it every new request and tunnel is refused before it
-	// is dialled. Default: 1 GiB.
+	// MaxBytes caps the bytes a job moves through the proxy, both directions, the proxy's own
+	// answers included (refusals, 100 Continue, a CONNECT's 200): a transfer is cut at the cap,
+	// and once the job is at it every new request and tunnel is refused before it is dialled,
+	// the first in room kept back for that refusal, the rest with no answer. Default: 1 GiB.
 	MaxBytes int64
 	// MaxTunnels caps concurrent CONNECT tunnels and forward connections. Default: 64.
 	MaxTunnels int

@@ -94,23 +94,52 @@ func (p *Proxy) readRequest(c *idleConn, br *bufio.Reader, start time.Time) (*he
 	return hd, req, nil, nil
 }
 
-// refuseConn records a refusal and answers it with a short plain-text response.
+// refuseConn records a refusal and answers it on w with a short plain-text response; a nil w
+// (the client speaks TLS by then) gets no answer. The answer is taken from the job's byte cap
+// like any byte the proxy writes for the job, and counted in the decision's bytes_in.
+// Uncounted, a sandbox could have the proxy answer refusals for ever.
 func (p *Proxy) refuseConn(w io.Writer, d Decision, v *verdict) {
 	d.Allowed, d.Reason, d.Detail = false, v.reason, v.detail
 	if !d.Time.IsZero() {
 		d.Duration = time.Since(d.Time)
 	}
+	var answer, note string
+	if w != nil {
+		var n int64
+		answer, n, note = p.takeAnswer(v)
+		d.BytesIn += n
+		d.Detail += note
+	}
 	p.decide(d)
-	writeRefusal(w, v)
+	if answer != "" {
+		_, _ = io.WriteString(w, answer)
+	}
 }
 
-func writeRefusal(w io.Writer, v *verdict) {
+// takeAnswer takes the answer to v from the job's byte cap and returns it with its size. At
+// the cap the answer is the byte_cap one, in the room kept for it, and once that is used it
+// is nothing: the client sees the connection close. note says so for the decision.
+func (p *Proxy) takeAnswer(v *verdict) (answer string, n int64, note string) {
+	for _, a := range []struct {
+		v    *verdict
+		note string
+	}{{v, ""}, {&capReached, " (answered byte_cap: the job's byte cap is reached)"}} {
+		answer := refusal(a.v)
+		if m := p.answerMeter(a.v); m.takeAll(len(answer)) == nil {
+			return answer, int64(len(answer)), a.note
+		}
+	}
+	return "", 0, " (not answered: the job's byte cap is reached)"
+}
+
+// refusal is the response that answers v.
+func refusal(v *verdict) string {
 	status, ok := statusOf[v.reason]
 	if !ok {
 		status = http.StatusForbidden
 	}
 	body := fmt.Sprintf("boxcar egress: denied (%s): %s\n", v.reason, v.detail)
-	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\nX-Boxcar-Egress: %s\r\n\r\n%s",
+	return fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\nX-Boxcar-Egress: %s\r\n\r\n%s",
 		status, http.StatusText(status), len(body), v.reason, body)
 }
 
@@ -126,7 +155,7 @@ type jobCap struct {
 var jobCaps = []jobCap{
 	// At the byte cap nothing more may move: a request admitted now would dial, and send
 	// what the meters let through of its header (nothing), for a refusal after the fact.
-	{ReasonByteCap, "the job's byte cap is reached", func(p *Proxy) bool { return p.bytes.Load() >= p.cfg.Limits.MaxBytes }},
+	{capReached.reason, capReached.detail, func(p *Proxy) bool { return p.bytes.Load() >= p.dataCap() }},
 	{ReasonRequestCap, "the job's request cap is reached", func(p *Proxy) bool { return p.reqs.Add(1) > p.cfg.Limits.MaxRequests }},
 }
 
@@ -146,7 +175,7 @@ var upstreamFailures = []struct {
 	err error
 	v   verdict
 }{
-	{errByteCap, verdict{ReasonByteCap, "the job's byte cap is reached"}},
+	{errByteCap, capReached},
 	{errUpstreamTLS, verdict{ReasonUpstreamTLS, "the upstream's certificate did not verify"}},
 }
 

@@ -25,15 +25,21 @@ func (p *Proxy) connect(ctx context.Context, c *idleConn, br *bufio.Reader, hd *
 		p.refuseConn(c, d, v)
 		return
 	}
-	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+	// The 200 is the proxy's own write to the sandbox: counted like the tunnel's bytes.
+	established := p.meter()
+	if err := established.writeWhole(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		if errors.Is(err, errByteCap) {
+			p.refuseConn(c, d, refuse(capReached.reason, capReached.detail))
+		}
 		return
 	}
+	d.BytesIn = established.n.Load()
 	hello, v := p.readClientHello(ctx, c, br)
 	if v == nil {
 		v = checkHello(hello, h)
 	}
 	if v != nil {
-		p.refuseConn(io.Discard, d, v) // the client speaks TLS now: it sees the connection close
+		p.refuseConn(nil, d, v) // the client speaks TLS now: it sees the connection close
 		return
 	}
 	client := prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(hello.raw), br)}
@@ -165,22 +171,23 @@ var tunnelEnds = []struct {
 func (p *Proxy) splice(ctx context.Context, client net.Conn, addr netip.AddrPort, d Decision) {
 	up, v := p.dial(ctx, addr)
 	if v != nil {
-		p.refuseConn(io.Discard, d, v)
+		p.refuseConn(nil, d, v)
 		return
 	}
 	defer up.Close()
 	stop := context.AfterFunc(ctx, func() { up.Close() })
 	defer stop()
 	p.cfg.Metrics.tunnel("splice")
-	out := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
-	in := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
+	out := p.meter()
+	in := p.meter()
 	iup := &idleConn{Conn: up, idle: p.cfg.Limits.IdleTimeout}
 	var wg sync.WaitGroup
 	var errOut, errIn error
 	wg.Go(func() { errOut = pipe(iup, client, out) })
 	errIn = pipe(client, iup, in)
 	wg.Wait()
-	d.Allowed, d.BytesOut, d.BytesIn, d.Duration = true, out.n.Load(), in.n.Load(), time.Since(d.Time)
+	d.Allowed, d.BytesOut, d.Duration = true, out.n.Load(), time.Since(d.Time)
+	d.BytesIn += in.n.Load() // after the 200
 	settleTunnel(&d, errOut, errIn)
 	p.decide(d)
 }

@@ -114,17 +114,15 @@ func stripHop(h http.Header) {
 // roundTrip sends req on the upstream connection, streams the response back to the client and
 // settles the decision. It reports whether both sides may carry another request.
 func (p *Proxy) roundTrip(client io.Writer, up io.Writer, lim *io.LimitedReader, req *http.Request, d *Decision) bool {
-	out := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
-	in := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
+	out := p.meter()
+	in := p.meter()
 	keep := !req.Close
 	stripHop(req.Header)
-	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
-		// Answer it here: the body is then sent whole, and the client waits for nothing.
-		req.Header.Del("Expect")
-		_, _ = io.WriteString(client, "HTTP/1.1 100 Continue\r\n\r\n")
-	}
 	req.Close = false
-	err := req.Write(meteredWriter{up, out})
+	err := continue100(client, req, in)
+	if err == nil {
+		err = req.Write(meteredWriter{up, out})
+	}
 	var resp *http.Response
 	if err == nil {
 		resp, err = readResponse(bufio.NewReader(lim), req)
@@ -140,10 +138,22 @@ func (p *Proxy) roundTrip(client io.Writer, up io.Writer, lim *io.LimitedReader,
 	}
 	if err != nil && resp == nil {
 		v := upstreamFailure(err)
-		d.Detail = v.detail
-		writeRefusal(client, v)
+		answer, n, note := p.takeAnswer(v)
+		d.Detail = v.detail + note
+		in.n.Add(n)
+		_, _ = io.WriteString(client, answer)
 	}
 	return p.settle(d, out, in, err) && keep
+}
+
+// continue100 answers a request's "Expect: 100-continue" itself, counted in in, and takes
+// the field off: the body is then sent upstream whole, and the client waits for nothing.
+func continue100(client io.Writer, req *http.Request, in *meter) error {
+	if !strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		return nil
+	}
+	req.Header.Del("Expect")
+	return in.writeWhole(client, "HTTP/1.1 100 Continue\r\n\r\n")
 }
 
 // settle records a forwarded request's decision once its response is through (or failed).

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -34,7 +33,7 @@ func (t *tunnel) authority() string {
 func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h host, port int, addr netip.AddrPort, secrets []*secret, d Decision) {
 	leaf, err := p.ca.leaf(h.String())
 	if err != nil {
-		p.refuseConn(io.Discard, d, refuse(ReasonClientTLS, "no leaf certificate"))
+		p.refuseConn(nil, d, refuse(ReasonClientTLS, "no leaf certificate"))
 		return
 	}
 	tc := tls.Server(client, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
@@ -42,7 +41,7 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 	err = tc.HandshakeContext(ctx)
 	ic.hard = time.Time{}
 	if err != nil {
-		p.refuseConn(io.Discard, d, refuse(ReasonClientTLS, "TLS with the sandbox failed; does it trust the job CA?"))
+		p.refuseConn(nil, d, refuse(ReasonClientTLS, "TLS with the sandbox failed; does it trust the job CA?"))
 		return
 	}
 	p.cfg.Metrics.tunnel("intercept")
@@ -122,22 +121,22 @@ func checkTargetForm(req *http.Request) *verdict {
 // relay sends one request upstream through the Transport and streams the answer back, with
 // the values in swaps turned back into placeholders.
 func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps []swap, d *Decision) bool {
-	out := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
-	in := &meter{job: &p.bytes, cap: p.cfg.Limits.MaxBytes}
+	out := p.meter()
+	in := p.meter()
 	keep := !req.Close
 	stripHop(req.Header)
-	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
-		req.Header.Del("Expect")
-		_, _ = io.WriteString(t.client, "HTTP/1.1 100 Continue\r\n\r\n")
-	}
 	body := &meteredBody{}
-	o, err := outbound(ctx, t, req, out, body)
+	err := continue100(t.client, req, in)
+	var o *http.Request
+	if err == nil {
+		o, err = outbound(ctx, t, req, out, body)
+	}
 	var resp *http.Response
 	if err == nil {
 		resp, err = p.transport.RoundTrip(o)
 	}
 	if err != nil {
-		d.BytesOut = out.n.Load()
+		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
 		p.refuseConn(t.client, *d, upstreamFailure(err))
 		return false
 	}

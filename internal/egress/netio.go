@@ -50,6 +50,40 @@ func (m *meter) takeAll(n int) error {
 	return nil
 }
 
+// capReached is the refusal of a request once the job is at its byte cap.
+var capReached = verdict{ReasonByteCap, "the job's byte cap is reached"}
+
+// capReserve is kept back from Limits.MaxBytes for the answer that says the job is at its cap,
+// so that the first request past it reads why, and the answer still moves no byte past the
+// cap; every byte_cap answer after it finds no room and is not sent.
+var capReserve = int64(len(refusal(&capReached)))
+
+// dataCap is the job's byte cap for all but its byte_cap answers: Limits.MaxBytes less
+// capReserve.
+func (p *Proxy) dataCap() int64 { return max(p.cfg.Limits.MaxBytes-capReserve, 0) }
+
+// meter starts one direction's count for a decision, under the job's byte cap.
+func (p *Proxy) meter() *meter { return &meter{job: &p.bytes, cap: p.dataCap()} }
+
+// answerMeter counts the proxy's answer v: a byte_cap one may take the reserve.
+func (p *Proxy) answerMeter(v *verdict) *meter {
+	m := p.meter()
+	if v.reason == ReasonByteCap {
+		m.cap = p.cfg.Limits.MaxBytes
+	}
+	return m
+}
+
+// writeWhole writes s, which the proxy says itself (a 100 Continue, a CONNECT's 200, a
+// refusal), when all of it fits under the job's byte cap, counting it; else nothing.
+func (m *meter) writeWhole(w io.Writer, s string) error {
+	if err := m.takeAll(len(s)); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, s)
+	return err
+}
+
 // meteredWriter writes what fits under the job's byte cap and fails once it cuts a write.
 type meteredWriter struct {
 	w io.Writer
