@@ -28,6 +28,16 @@ func egressConfig(cfg config.Config, modelURL string, reg prometheus.Registerer)
 	return ec, nil
 }
 
+// networked reports whether a profile has a network: only then does a job get a proxy.
+func networked(cfg config.Config) bool {
+	for _, p := range cfg.Profiles {
+		if p.Network != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // proxyConfig is what the config's egress section says of every proxy.
 func proxyConfig(cfg config.Config) (egress.Config, error) {
 	e := cfg.Egress

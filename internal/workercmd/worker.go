@@ -194,6 +194,9 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 	if p.egress, err = egressConfig(cfg, p.modelURL, p.metrics.Registry()); err != nil {
 		return nil, err
 	}
+	if networked(cfg) {
+		egress.WarnUnlistedNAT64(ctx, p.egress, log)
+	}
 	if p.approvers, err = approverKeys(o, cfg, log); err != nil {
 		return nil, err
 	}
