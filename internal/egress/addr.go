@@ -82,7 +82,7 @@ type addrFilter struct {
 }
 
 func newAddrFilter(cfg Config) (*addrFilter, error) {
-	f := &addrFilter{denied: cfg.DeniedCIDRs, allowed: cfg.AllowedCIDRs, nat64: cfg.NAT64Prefixes,
+	f := &addrFilter{denied: unmapPrefixes(cfg.DeniedCIDRs), allowed: unmapPrefixes(cfg.AllowedCIDRs), nat64: cfg.NAT64Prefixes,
 		hostAddrs: map[netip.Addr]bool{}, endpoints: map[netip.AddrPort]bool{}, epNames: map[string]bool{}}
 	for _, a := range cfg.HostAddrs {
 		f.hostAddrs[a.Unmap().WithZone("")] = true
@@ -104,6 +104,20 @@ func newAddrFilter(cfg Config) (*addrFilter, error) {
 		}
 	}
 	return f, nil
+}
+
+// unmapPrefixes writes each prefix inside ::ffff:0:0/96 (IPv4-mapped, "::ffff:10.0.0.0/104")
+// as the IPv4 prefix it is: check reads a mapped address as its IPv4 address, so a denied
+// CIDR written mapped matched no address at all, and an allowed one lifted none.
+func unmapPrefixes(ps []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ps))
+	for _, p := range ps {
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Masked()
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // addEndpoint denies a worker endpoint by name and by every address the name has now.

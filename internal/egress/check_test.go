@@ -280,8 +280,9 @@ func TestAddrFilter(t *testing.T) {
 		// network or a cloud's internal IPv6 (GCP hands out fd20::/20).
 		AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("64:ff9b::/96"),
 			netip.MustParsePrefix("::ffff:0:0:0/96"), netip.MustParsePrefix("64:ff9b:1::/48"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fd00::/8"),
-			netip.MustParsePrefix("2002::/16"), netip.MustParsePrefix("2001::/32")},
-		DeniedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")},
+			netip.MustParsePrefix("2002::/16"), netip.MustParsePrefix("2001::/32"), netip.MustParsePrefix("::ffff:10.20.0.0/112")},
+		// IPv4 prefixes written IPv4-mapped, as an address is read (::ffff:a.b.c.d is a.b.c.d).
+		DeniedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16"), netip.MustParsePrefix("::ffff:8.8.4.0/120")},
 		// A DNS64 of the network's own answering in global space, and a local /64 one.
 		NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("2600:1f00:64::/96"), netip.MustParsePrefix("64:ff9b:1:ab::/64")},
 		Resolver:      &stubResolver{}, Limits: Limits{DialTimeout: 1},
@@ -349,6 +350,11 @@ func TestAddrFilter(t *testing.T) {
 		{"64:ff9b:1:ab:a:0:808:808", false},         // a local /64 NAT64 prefix: 10.0.0.8 after the u octet (8.8.8.8 as a /96)
 		{"64:ff9b:1:ab:8:808:800:0", true},          // a local /64 NAT64 prefix: 8.8.8.8
 		{"8.8.8.8", true},
+		{"8.8.4.4", false},          // denied as ::ffff:8.8.4.0/120
+		{"::ffff:8.8.4.4", false},   // the same, mapped
+		{"64:ff9b::808:404", false}, // NAT64 lifted, but embeds the denied 8.8.4.4
+		{"10.20.1.1", true},         // lifted as ::ffff:10.20.0.0/112
+		{"10.21.1.1", false},        // outside it
 		{"2606:4700::1111", true},
 	}
 	for _, tt := range tests {
