@@ -46,7 +46,7 @@ type Decision struct {
 	Addr     string        `json:"addr,omitempty"`   // the checked address dialled, "ip:port"
 	Status   int           `json:"status,omitempty"` // the upstream's HTTP status, when the proxy saw it
 	BytesOut int64         `json:"bytes_out"`        // client to upstream
-	BytesIn  int64         `json:"bytes_in"`         // upstream to client
+	BytesIn  int64         `json:"bytes_in"`         // to the client: the upstream's bytes and the proxy's own answers
 	Duration time.Duration `json:"duration_ns"`
 	Secrets  []string      `json:"secrets,omitempty"` // env names of secrets substituted
 	Detail   string        `json:"detail,omitempty"`  // a short human explanation

@@ -24,7 +24,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"decision", "reason"}),
 		Bytes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_egress_bytes_total",
-			Help: "Bytes moved through the egress proxy, by direction (out: sandbox to upstream, in: upstream to sandbox).",
+			Help: "Bytes moved through the egress proxy, by direction (out: sandbox to upstream, in: upstream to sandbox, with the proxy's own answers).",
 		}, []string{"direction"}),
 		Duration: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "boxcar_egress_request_duration_seconds",
