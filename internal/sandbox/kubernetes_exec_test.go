@@ -473,21 +473,34 @@ func TestKubernetesExecKillsTreeWithoutTheMark(t *testing.T) {
 	rt := newPodRuntime(t)
 	p := rt.provider(t, imageBusybox)
 	const quiet = "</dev/null >/dev/null 2>&1"
+	// Pushes the pod's next pids past 100: in /proc's order ("1", "100"..."199", "2") the pause
+	// script's sleep, pid 2, is then the last process a scan of the pod reads.
+	const pastHundred = "i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done"
 	for i, tt := range []struct {
 		name    string
 		timeout time.Duration
 		script  string
+		before  string // run in the pod first, as a command of its own
 	}{
-		{"env -i, at the end", 0, "env -i sleep 100.%[1]s " + quiet + " & echo started > started; sleep 1"},
-		{"env -u, at the end", 0, "env -u BOXCAR_EXEC sleep 100.%[1]s " + quiet + " & echo started > started; sleep 1"},
-		{"env -i, at the timeout", 500 * time.Millisecond, "env -i sleep 100.%[1]s " + quiet + " & echo started > started; sleep 60"},
-		{"env -u, at the timeout", 500 * time.Millisecond, "env -u BOXCAR_EXEC sleep 100.%[1]s " + quiet + " & echo started > started; sleep 60"},
-		{"double fork, at the end", 0, "(env -i sh -c 'sleep 100.%[1]s & sleep 100.%[1]s' " + quiet + " &); echo started > started; sleep 1"},
-		{"double fork, at the timeout", 500 * time.Millisecond, "(env -i sh -c 'sleep 100.%[1]s & sleep 100.%[1]s' " + quiet + " &); echo started > started; sleep 60"},
+		{"env -i, at the end", 0, "env -i sleep 100.%[1]s " + quiet + " & echo started > started; sleep 1", ""},
+		{"env -u, at the end", 0, "env -u BOXCAR_EXEC sleep 100.%[1]s " + quiet + " & echo started > started; sleep 1", ""},
+		{"env -i, at the timeout", 500 * time.Millisecond, "env -i sleep 100.%[1]s " + quiet + " & echo started > started; sleep 60", ""},
+		{"env -u, at the timeout", 500 * time.Millisecond, "env -u BOXCAR_EXEC sleep 100.%[1]s " + quiet + " & echo started > started; sleep 60", ""},
+		{"double fork, at the end", 0, "(env -i sh -c 'sleep 100.%[1]s & sleep 100.%[1]s' " + quiet + " &); echo started > started; sleep 1", ""},
+		{"double fork, at the timeout", 500 * time.Millisecond, "(env -i sh -c 'sleep 100.%[1]s & sleep 100.%[1]s' " + quiet + " &); echo started > started; sleep 60", ""},
+		// The watchdog's kill at the timeout is told to stop (TERM) once the command ends; its
+		// trap then killed the pid in a variable the kill had reused for the last /proc entry
+		// it read: with pids past 100, the pause script's sleep.
+		{"env -i, at the timeout, pids past 100", 500 * time.Millisecond, "env -i sleep 100.%[1]s " + quiet + " & echo started > started; sleep 60", pastHundred},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sb := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
 			pod := rt.pod(sb.Info().ID)
+			if tt.before != "" {
+				if res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", tt.before}}); err != nil || res.ExitCode != 0 {
+					t.Fatalf("%s: %v, exit %d", tt.before, err, res.ExitCode)
+				}
+			}
 			pause := pod.idle(t)
 			marker := fmt.Sprintf("%d%d", time.Now().UnixNano()%1_000_000, i)
 			res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf(tt.script, marker)}, Timeout: tt.timeout})

@@ -13,7 +13,9 @@ if [ "$t" != 0 ]; then
 	# its sleep by pid: left behind, one per command for a whole timeout, the sleeps would fill
 	# the pod's process bound, and a sleep forked but not yet executed when the command ended
 	# carries no mark for k to find. d and s close the gap between the fork and s=$!; KILL,
-	# as a child not yet executed holds this trap, and exec drops the TERM it caught.
+	# as a child not yet executed holds this trap, and exec drops the TERM it caught. Once the
+	# sleep is waited for, the trap goes: a TERM during k ends the watchdog, whose kill the
+	# command's end repeats, rather than kill a pid that is no longer the sleep's.
 	(
 		d='' s=''
 		trap 'd=1; [ -n "$s" ] && kill -9 "$s"' TERM
@@ -21,6 +23,8 @@ if [ "$t" != 0 ]; then
 		s=$!
 		[ -n "$d" ] && kill -9 "$s"
 		wait "$s"
+		s=''
+		trap - TERM
 		[ -n "$d" ] && exit
 		k "$m"
 	) </dev/null >/dev/null 2>&1 &
