@@ -102,7 +102,12 @@ const (
 // Fixed bounds that the sandbox spec does not name.
 const (
 	openFilesLimit = 1024 // RLIMIT_NOFILE per process
-	defaultPATH    = "/usr/local/bin:/usr/bin:/bin"
+	// messageQueueBytes is RLIMIT_MSGQUEUE, what the sandbox's POSIX message queues may hold
+	// (six queues of ten 8 KiB messages, the default size): not the worker's, which may be
+	// unlimited. The kernel counts it per host uid, so per sandbox where each has its own (the
+	// worker is root), else shared with the worker and the other sandboxes.
+	messageQueueBytes = 512 << 10
+	defaultPATH       = "/usr/local/bin:/usr/bin:/bin"
 	// A running command's workdir is measured every diskPollMin, or diskPollFactor times as
 	// long as a measurement takes when the tree is large, but at least every diskPollMax. What
 	// a command can write beyond the bound is what it writes in one interval.
@@ -174,7 +179,7 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	if p.root, err = prepareRoot(cfg.Root, p.asRoot); err != nil {
 		return nil, err
 	}
-	for _, r := range []int{unix.RLIMIT_NPROC, unix.RLIMIT_FSIZE, unix.RLIMIT_NOFILE, unix.RLIMIT_CPU, unix.RLIMIT_CORE, unix.RLIMIT_AS} {
+	for _, r := range []int{unix.RLIMIT_NPROC, unix.RLIMIT_FSIZE, unix.RLIMIT_NOFILE, unix.RLIMIT_CPU, unix.RLIMIT_CORE, unix.RLIMIT_MSGQUEUE, unix.RLIMIT_AS} {
 		var l unix.Rlimit
 		if err := unix.Getrlimit(r, &l); err != nil {
 			return nil, fmt.Errorf("sandbox: bubblewrap: read rlimits: %w", err)

@@ -112,6 +112,7 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 		{"nofile", unix.RLIMIT_NOFILE, openFilesLimit},
 		{"cpu", unix.RLIMIT_CPU, lim.cpuSeconds},
 		{"core", unix.RLIMIT_CORE, 0},
+		{"msgqueue", unix.RLIMIT_MSGQUEUE, messageQueueBytes},
 	}
 	if p.asRoot {
 		s.rlimits = append([]rlimit{{"nproc", unix.RLIMIT_NPROC, uint64(spec.PIDs)}}, s.rlimits...)

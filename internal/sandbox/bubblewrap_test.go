@@ -416,9 +416,9 @@ func TestImageRootfs(t *testing.T) {
 // TestIsolationReport checks that Info says what is in force.
 func TestIsolationReport(t *testing.T) {
 	// RLIMIT_NPROC is set only where each sandbox has a host uid of its own, which takes root.
-	rlimits, uid := "rlimits=fsize,nofile,cpu,core,as", "host_uid=worker's"
+	rlimits, uid := "rlimits=fsize,nofile,cpu,core,msgqueue,as", "host_uid=worker's"
 	if os.Geteuid() == 0 {
-		rlimits, uid = "rlimits=nproc,fsize,nofile,cpu,core,as", "(own)"
+		rlimits, uid = "rlimits=nproc,fsize,nofile,cpu,core,msgqueue,as", "(own)"
 	}
 	tests := []struct {
 		name string

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -247,4 +248,44 @@ func TestWarmUsageIsTheJobsAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBubblewrapWarmProcessBudgetAsCold: the first command of a warm sandbox holds as many
+// processes at once as that of a cold one, under the same bound: the spare's helper and its
+// threads are gone once the command runs, and nothing else of the warm-up counts against the
+// sandbox's uid or cgroup. (The fork bomb of the escape suite dies out sooner or later by
+// chance: each of its shells exits when one of its two forks is refused.)
+func TestBubblewrapWarmProcessBudgetAsCold(t *testing.T) {
+	t.Parallel()
+	// dash exits at the fork it cannot make; each pid started is in the workdir by then.
+	const fill = `while :; do sleep 60 </dev/null >/dev/null 2>&1 & echo $! >> pids; done`
+	held := func(t *testing.T, p sandbox.Provider) string {
+		sb := sandboxtest.StartSpec(t, p, sandboxtest.EscapeSpec)
+		res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", fill}, Timeout: 30 * time.Second})
+		if err != nil || res.TimedOut || !strings.Contains(string(res.Stderr), "fork") {
+			t.Fatalf("filling the bound: %v, timed out %v, exit %d, stderr %q", err, res.TimedOut, res.ExitCode, res.Stderr)
+		}
+		b, err := sb.ReadFile(t.Context(), "pids", 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strconv.Itoa(len(strings.Fields(string(b))))
+	}
+	cold := held(t, sandboxtest.Bubblewrap(t))
+	for _, tt := range []struct {
+		name string
+		edit func(*sandbox.BubblewrapProvider)
+	}{
+		{"shell spare", func(*sandbox.BubblewrapProvider) {}},
+		{"Go spare", sandbox.UseGoSpare},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := sandboxtest.Bubblewrap(t)
+			tt.edit(p)
+			if warm := held(t, sandboxtest.Warm(t, p)); warm != cold {
+				t.Errorf("a warm sandbox's first command held %s processes beside its shell, a cold one's %s", warm, cold)
+			}
+		})
+	}
+	t.Logf("%s processes beside the command's shell, of a bound of %d", cold, sandboxtest.EscapeSpec.PIDs)
 }

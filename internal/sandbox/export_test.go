@@ -68,3 +68,6 @@ func AgeKubernetesSandbox(sb Sandbox, d time.Duration) {
 
 // MaxListing is the bound every backend holds a List's answer to.
 const MaxListing = maxListing
+
+// MessageQueueBytes is the bound of a bubblewrap sandbox's POSIX message queues.
+const MessageQueueBytes = messageQueueBytes
