@@ -1,11 +1,14 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
@@ -164,6 +167,57 @@ func (s *bubblewrapSandbox) scratchArgs(disk int64) []string {
 	return []string{"--tmpfs", "/tmp"}
 }
 
+// bwrap sets no nr_inodes on the /tmp and /dev/shm it makes, so the kernel's default, half the
+// host's pages, holds there: empty files and folders use no pages, so size= does not stop
+// them, and their inodes are kernel memory that only a memory cgroup counts (rlimits only, a
+// command made 400 000 of them under a 16 MiB disk bound). watchScratch holds them to the
+// inode bound the worker's own scratch tmpfs has (newDiskBound), each: every diskPollMin it
+// reads both with statfs through the root of the command's bwrap's child, pid 1 of its
+// namespaces (they are that Exec's own mounts, gone with it), and kills the command past it.
+// Like the walk of the workdir, this is a poll: a command may go past the bound by what it
+// makes in one interval.
+func (s *bubblewrapSandbox) watchScratch(stop <-chan struct{}, kill context.CancelCauseFunc, bwrap int) {
+	bound := s.disk.inodes // the workdir's: newDiskBound of the profile's disk
+	t := time.NewTicker(diskPollMin)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if n, ok := scratchInodes(bwrap); ok && n > bound {
+			kill(errExecScratch)
+			return
+		}
+	}
+}
+
+// scratchInodes reads the most inodes in use on the /tmp or /dev/shm of the command whose
+// bwrap is pid bwrap; ok is false while its child is not there (not yet cloned, or gone).
+func scratchInodes(bwrap int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", bwrap, bwrap))
+	child, _, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	if err != nil || child == "" {
+		return 0, false
+	}
+	var most int64
+	ok := false
+	for _, dir := range []string{"tmp", "dev/shm"} {
+		var st unix.Statfs_t
+		if unix.Statfs(filepath.Join("/proc", child, "root", dir), &st) == nil && st.Type == unix.TMPFS_MAGIC {
+			most, ok = max(most, int64(st.Files-st.Ffree)), true
+		}
+	}
+	return most, ok
+}
+
+// scratchError says why a command was killed for its files in /tmp or /dev/shm.
+func (s *bubblewrapSandbox) scratchError() error {
+	return fmt.Errorf("/tmp or /dev/shm held more than %d files and folders (one per %d bytes of the %d-byte disk bound); make fewer there: %w",
+		s.disk.inodes, inodeBytes, s.disk.bytes, ErrDiskFull)
+}
+
 // scratchIsolation says how /tmp and /dev/shm are bounded, for the manifest.
 func (s *bubblewrapSandbox) scratchIsolation(disk int64) string {
 	switch {
@@ -171,7 +225,8 @@ func (s *bubblewrapSandbox) scratchIsolation(disk int64) string {
 		b := newDiskBound(disk)
 		return fmt.Sprintf("tmp,shm=tmpfs(size=%d,nr_inodes=%d)", b.bytes, b.inodes)
 	case s.p.tmpSize:
-		return fmt.Sprintf("tmp=tmpfs(size=%d); shm=tmpfs(size=%d)", disk, disk)
+		b := newDiskBound(disk)
+		return fmt.Sprintf("tmp=tmpfs(size=%d,inodes<=%d polled); shm=tmpfs(size=%d,inodes<=%d polled)", b.bytes, b.inodes, b.bytes, b.inodes)
 	}
 	return "tmp=tmpfs(unbounded: bwrap lacks --size); shm=none"
 }

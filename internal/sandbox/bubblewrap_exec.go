@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -27,6 +28,7 @@ import (
 var (
 	errExecTimeout = errors.New("command timed out")
 	errExecDisk    = errors.New("workdir over its disk bound")
+	errExecScratch = errors.New("/tmp or /dev/shm over its inode bound")
 )
 
 // Exec runs argv in a fresh bwrap invocation over the shared workdir.
@@ -111,7 +113,7 @@ func (s *bubblewrapSandbox) exec(ctx context.Context, req ExecRequest) (ExecResu
 	watchStop := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		s.watchDisk(watchStop, cancel, diskLimit)
+		s.watchDisk(watchStop, cancel, diskLimit, cmd.Process.Pid)
 	}()
 	waitErr := cmd.Wait()
 	if l.after != nil {
@@ -142,6 +144,8 @@ func (s *bubblewrapSandbox) exec(ctx context.Context, req ExecRequest) (ExecResu
 			res.TimedOut = true
 		case errors.Is(cause, errExecDisk):
 			return res, s.diskError(name)
+		case errors.Is(cause, errExecScratch):
+			return res, fmt.Errorf("sandbox: exec %s: killed: %w", name, s.scratchError())
 		default:
 			return res, stopError(ctx, name, cause)
 		}
@@ -284,7 +288,14 @@ func (s *bubblewrapSandbox) noteOOM(res *ExecResult, maxOut int) {
 
 // watchDisk kills the command when the workdir grows past limit. RLIMIT_FSIZE stops any single
 // file at the bound; this stops many files adding up, within one poll interval.
-func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelCauseFunc, limit diskBound) {
+// Where bwrap makes /tmp and /dev/shm (the worker does not mount), it also stops the command's
+// files there past their inode bound (watchScratch); bwrap is the command's bwrap.
+func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelCauseFunc, limit diskBound, bwrap int) {
+	if !s.p.diskMount {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { s.watchScratch(stop, kill, bwrap) })
+	}
 	t := time.NewTimer(diskPollMin)
 	defer t.Stop()
 	for {

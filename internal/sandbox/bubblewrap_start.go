@@ -11,9 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/boxcar-run/boxcar/internal/config"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/boxcar-run/boxcar/internal/config"
 )
 
 // Start makes the sandbox's folder and cgroup and returns at once: each Exec is its own bwrap

@@ -3,9 +3,11 @@
 package sandbox_test
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -58,5 +60,49 @@ func TestContainmentMessageQueuesBounded(t *testing.T) {
 				t.Errorf("a command held %d bytes in message queues, over the sandbox's bound of %d", held*8192, sandbox.MessageQueueBytes)
 			}
 		})
+	}
+}
+
+// TestContainmentScratchInodesBounded: a command makes empty files in /tmp until refused (up to
+// 400 000). Empty files use no pages, so a tmpfs's size= does not stop them, and each inode is
+// kernel memory that RLIMIT_AS does not count. Where the worker mounts /tmp, its nr_inodes
+// refuses them past the disk bound's inodes; where bwrap makes it (no nr_inodes: the kernel's
+// default of half the host's pages), rlimits only, the command made all 400 000. Now the worker
+// kills it past that bound (ErrDiskFull).
+func TestContainmentScratchInodesBounded(t *testing.T) {
+	t.Parallel()
+	const fill = `
+import os, sys
+n = 0
+try:
+    while n < 400000:
+        open("/tmp/e%d" % n, "w").close()
+        n += 1
+except OSError as e:
+    print("refused:", e.strerror, file=sys.stderr)
+print(n)
+`
+	spec := config.SandboxSpec{Memory: "128Mi", PIDs: 32, Disk: "16Mi"}
+	inodes := int64(16 << 20 / 4096) // the disk bound's: one per 4 KiB
+	for _, disk := range diskModes {
+		for _, mode := range boundModes {
+			t.Run(disk.name+", "+mode.name, func(t *testing.T) {
+				t.Parallel()
+				sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, disk.edit, mode.edit), spec)
+				res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"python3", "-c", fill}, Timeout: 2 * time.Minute})
+				t.Logf("exit %d, err %v, stdout %q, stderr %q", res.ExitCode, err, res.Stdout, lastLine(res.Stderr))
+				made, perr := strconv.ParseInt(strings.TrimSpace(string(res.Stdout)), 10, 64)
+				switch {
+				case errors.Is(err, sandbox.ErrDiskFull):
+					// Killed by the worker: what it made in the last poll's interval went past.
+				case err == nil && perr == nil && made <= inodes:
+					// Refused by the kernel, at nr_inodes (the root folder takes one).
+				case err == nil && res.ExitCode == 137 && mode.name == "cgroups":
+					// The memory cgroup, which counts the inodes, killed it first.
+				default:
+					t.Errorf("a command made %q empty files in /tmp (err %v, exit %d); want at most %d, or the command stopped with ErrDiskFull", res.Stdout, err, res.ExitCode, inodes)
+				}
+			})
+		}
 	}
 }

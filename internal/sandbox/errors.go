@@ -30,9 +30,10 @@ var (
 	// the host. No call on it can succeed again and what the job left in it is gone. An
 	// eviction for passing the workdir's disk bound wraps ErrDiskFull too.
 	ErrSandboxLost = errors.New("sandbox lost")
-	// ErrDiskFull marks a workdir over its disk bound (SandboxSpec.Disk). Exec returns it with
-	// the command's result; the job can still run commands that remove files.
-	ErrDiskFull = errors.New("workdir over its disk bound")
+	// ErrDiskFull marks a workdir over its disk bound (SandboxSpec.Disk), or a command killed
+	// for the files it made in its /tmp or /dev/shm. Exec returns it with the command's result;
+	// the job can still run commands that remove files.
+	ErrDiskFull = errors.New("over the sandbox's disk bound")
 	// ErrNoEgress marks a sandbox that cannot be given a network as configured (a pod
 	// backend without a bridge image); the message says what to set.
 	ErrNoEgress = errors.New("sandbox backend gives no egress")
