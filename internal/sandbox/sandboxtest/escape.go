@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
@@ -57,6 +59,7 @@ func RunEscape(t *testing.T, p sandbox.Provider, host Host) {
 		{"DiskUnlinkedOpenFiles", diskAttack(`exec 3>u3 4>u4 5>u5 6>u6 7>u7 8>u8; rm u*; for fd in 3 4 5 6 7 8; do eval "head -c 15000000 /dev/zero >&$fd"; done; sleep 5`, false)},
 		{"DiskDepthPastPathMax", diskAttack(`n=$(printf 'd%.0s' $(seq 40)); for i in $(seq 300); do mkdir "$n" && cd -P "$n" || exit 1; done; for i in 1 2 3 4 5 6 7 8; do head -c 15000000 /dev/zero > f$i; done; sleep 5`, false)},
 		{"DiskManyEmptyFiles", diskAttack(`i=0; while [ $i -lt 100000 ]; do : > e$i || break; i=$((i+1)); done; echo "made $i" >&2; sleep 5`, true)},
+		{"TmpManyEmptyFiles", testTmpManyEmptyFiles},
 		{"ForkBomb", testForkBomb},
 		{"MemoryBomb", testMemoryBomb},
 		{"CPUSpin", testCPUSpin},
@@ -268,6 +271,41 @@ func diskAttack(script string, onInodes bool) func(t *testing.T, p sandbox.Provi
 			t.Errorf("the workdir's filesystem held %d inodes at its peak, over the ceiling of %d", peak[1], escapeInodeCeiling)
 		}
 	}
+}
+
+// testTmpManyEmptyFiles makes empty files in /tmp until refused (up to 100 000; true, not the
+// special builtin :, whose failed redirection would end the shell): they use no
+// pages, so a tmpfs's size does not stop them, and each is an inode of the host's kernel memory.
+// The host reads the attack's /tmp (statfs through /proc/PID/root) throughout: it holds at most
+// the disk bound's inodes and a sixteenth, and the attack is refused or killed (ErrDiskFull).
+func testTmpManyEmptyFiles(t *testing.T, p sandbox.Provider, host Host) {
+	if host.WorkdirUse == nil {
+		t.Skip("this backend bounds /tmp by eviction, not at write time (docs/sandbox.md)")
+	}
+	sb := startEscape(t, p)
+	mark := marker()
+	s := sample(func() []int64 {
+		var most int64
+		for pid := range hostProcs(mark) {
+			var st unix.Statfs_t
+			if unix.Statfs(filepath.Join("/proc", strconv.Itoa(pid), "root", "tmp"), &st) == nil {
+				most = max(most, int64(st.Files-st.Ffree))
+			}
+		}
+		return []int64{most}
+	})
+	res, err := attack(t, sb, mark, `cd /tmp || exit 1; i=0; while [ $i -lt 100000 ]; do true > e$i || break; i=$((i+1)); done; echo "made $i"`, 60*time.Second, 4096)
+	peak := s.end()[0]
+	t.Logf("peak: %d inodes in the attack's /tmp on the host (ceiling %d); %s", peak, escapeInodeCeiling, strings.TrimSpace(string(res.Stdout)))
+	if peak > escapeInodeCeiling {
+		t.Errorf("the attack's /tmp held %d inodes at its peak, over the ceiling of %d", peak, escapeInodeCeiling)
+	}
+	if err == nil && strings.TrimSpace(string(res.Stdout)) == "made 100000" {
+		t.Errorf("the attack made 100 000 empty files in /tmp: nothing refused them")
+	} else if err != nil && !errors.Is(err, sandbox.ErrDiskFull) {
+		t.Errorf("err = %v, want nil (refused by the kernel) or ErrDiskFull", err)
+	}
+	expectHostForks(t)
 }
 
 // testForkBomb forks without end: the host's process table holds at most the bound's worth of
