@@ -104,31 +104,9 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 		}
 	}
 
-	// rlimits hold for bwrap and everything it starts. RLIMIT_NPROC counts the processes of
-	// one host uid, which is the sandbox's own when the worker is root: then it bounds the
-	// whole sandbox, every Exec together. Otherwise the uid is the worker's, whose own threads
-	// would count, so it is left to the pids cgroup.
-	s.rlimits = []rlimit{
-		{"fsize", unix.RLIMIT_FSIZE, uint64(lim.disk)},
-		{"nofile", unix.RLIMIT_NOFILE, openFilesLimit},
-		{"cpu", unix.RLIMIT_CPU, lim.cpuSeconds},
-		{"core", unix.RLIMIT_CORE, 0},
-		{"msgqueue", unix.RLIMIT_MSGQUEUE, messageQueueBytes},
-	}
-	if p.asRoot {
-		s.rlimits = append([]rlimit{{"nproc", unix.RLIMIT_NPROC, uint64(spec.PIDs)}}, s.rlimits...)
-	}
 	memoryCgroup := slices.Contains(inForce, ctlMemory)
 	s.seccomp = p.seccomp.choose(memoryCgroup)
-	if !memoryCgroup {
-		// Address space is a crude stand-in for memory: it counts reservations as well as
-		// use, so runtimes that reserve large ranges (Go, the JVM, V8) need generous limits.
-		// It is used only where no memory cgroup can measure the real thing.
-		s.rlimits = append(s.rlimits, rlimit{"as", unix.RLIMIT_AS, uint64(lim.memory)})
-	}
-	for i, r := range s.rlimits {
-		s.rlimits[i].value = min(r.value, p.hardLimits[r.resource])
-	}
+	s.rlimits = p.rlimits(spec, lim, memoryCgroup)
 
 	s.args = s.bwrapArgs(spec, lim.disk, rootfs)
 
@@ -141,6 +119,34 @@ func (s *bubblewrapSandbox) setup(spec Spec, lim limits, rootfs []string) error 
 		s.info.Seccomp, s.info.SeccompDigest = s.seccomp.name, s.seccomp.digest
 	}
 	return nil
+}
+
+// rlimits are a sandbox's: they hold for bwrap and everything it starts, each at most the
+// worker's hard limit. RLIMIT_NPROC counts the processes of one host uid, which is the
+// sandbox's own when the worker is root: then it bounds the whole sandbox, every Exec
+// together. Otherwise the uid is the worker's, whose own threads would count, so it is left to
+// the pids cgroup.
+func (p *BubblewrapProvider) rlimits(spec Spec, lim limits, memoryCgroup bool) []rlimit {
+	out := []rlimit{
+		{"fsize", unix.RLIMIT_FSIZE, uint64(lim.disk)},
+		{"nofile", unix.RLIMIT_NOFILE, openFilesLimit},
+		{"cpu", unix.RLIMIT_CPU, lim.cpuSeconds},
+		{"core", unix.RLIMIT_CORE, 0},
+		{"msgqueue", unix.RLIMIT_MSGQUEUE, messageQueueBytes},
+	}
+	if p.asRoot {
+		out = append([]rlimit{{"nproc", unix.RLIMIT_NPROC, uint64(spec.PIDs)}}, out...)
+	}
+	if !memoryCgroup {
+		// Address space is a crude stand-in for memory: it counts reservations as well as
+		// use, so runtimes that reserve large ranges (Go, the JVM, V8) need generous limits.
+		// It is used only where no memory cgroup can measure the real thing.
+		out = append(out, rlimit{"as", unix.RLIMIT_AS, uint64(lim.memory)})
+	}
+	for i, r := range out {
+		out[i].value = min(r.value, p.hardLimits[r.resource])
+	}
+	return out
 }
 
 // makeHostFolders makes the sandbox's folders on the host, given to owner (-1: the worker's):
