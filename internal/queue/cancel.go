@@ -2,9 +2,11 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -201,19 +203,24 @@ func (c *Client) cancelRequested(ctx context.Context, r Ref) (bool, error) {
 	return asked, err
 }
 
-// WatchCancels streams the jobs of the worker's tenants whose cancel was asked for: every
-// request the bucket holds first, then the zero Ref to say those are all, then each new one,
-// until ctx ends or the watch breaks (the channel closes; watch again, which reads them all
-// again).
-func (c *Consumer) WatchCancels(ctx context.Context) (<-chan Ref, error) {
-	w, err := c.cancels.WatchAll(ctx, jetstream.IgnoreDeletes())
+// WatchCancels streams the jobs of tenant, one of the worker's, whose cancel was asked for:
+// every request the bucket holds first, then the zero Ref to say those are all, then each new
+// one, until ctx ends or the watch breaks (the channel closes; watch again, which reads them all
+// again). Each tenant has a watch of its own, so that one tenant's requests, however many,
+// never wait behind another's. A released request (its job's end is committed) is passed over:
+// there is nothing left to do for it.
+func (c *Consumer) WatchCancels(ctx context.Context, tenant string) (<-chan Ref, error) {
+	if !slices.Contains(c.tenants, tenant) {
+		return nil, fmt.Errorf("queue: watch the cancel requests of tenant %q: not one of this worker's tenants (%s)", tenant, strings.Join(c.tenants, ", "))
+	}
+	w, err := c.cancels.Watch(ctx, tenant+".*", jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("queue: watch the cancel bucket: %w", err)
+		return nil, fmt.Errorf("queue: watch the cancel requests of tenant %s: %w", tenant, err)
 	}
 	out := make(chan Ref)
 	go func() {
 		defer close(out)
-		defer func() { _ = w.Stop() }()
+		defer stopWatch(w)
 		for {
 			select {
 			case <-ctx.Done():
@@ -225,7 +232,7 @@ func (c *Consumer) WatchCancels(ctx context.Context) (<-chan Ref, error) {
 				var r Ref // nil: the requests there were are all delivered
 				if e != nil {
 					r = refOf(e.Key())
-					if e.Operation() != jetstream.KeyValuePut || !slices.Contains(c.tenants, r.Tenant) || !job.ValidID(r.ID) {
+					if e.Operation() != jetstream.KeyValuePut || !job.ValidID(r.ID) || released(e.Value()) {
 						continue
 					}
 				}
@@ -238,4 +245,21 @@ func (c *Consumer) WatchCancels(ctx context.Context) (<-chan Ref, error) {
 		}
 	}()
 	return out, nil
+}
+
+// stopWatch stops w and reads what it still had to deliver until it closes: its subscription
+// hands each entry over holding a lock that its close waits for, so a watch stopped more than
+// its buffer (256 entries) behind, as one working through a backlog of requests is, would
+// leave the subscription's goroutine blocked for ever.
+func stopWatch(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	for range w.Updates() {
+	}
+}
+
+// released reports whether a request says it was released (ReleaseCancel's rewrite, which the
+// watch sees as a new request).
+func released(data []byte) bool {
+	var req CancelRequest
+	return json.Unmarshal(data, &req) == nil && req.Released
 }

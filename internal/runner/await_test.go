@@ -25,7 +25,8 @@ func (statusQueue) UpdateStatus(context.Context, queue.Ref, func(*job.Status), .
 func (q statusQueue) UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error) {
 	return q.UpdateStatus(ctx, r, change, conds...)
 }
-func (statusQueue) WatchCancels(context.Context) (<-chan queue.Ref, error) {
+func (statusQueue) Tenants() []string { return nil }
+func (statusQueue) WatchCancels(context.Context, string) (<-chan queue.Ref, error) {
 	return nil, errors.New("none")
 }
 func (statusQueue) CancelAsked(context.Context, queue.Ref) (bool, error) { return false, nil }

@@ -18,12 +18,19 @@ import (
 // stops the attempts of the job running here. The records are compare-and-set writes, so the
 // workers' answers to one request agree, and an attempt that starts after a request finds the
 // job cancelled when it writes its running status.
+//
+// Each tenant's requests are applied in order on a watch of the tenant's own, the tenants'
+// watches side by side: a tenant that writes requests by the thousand (each one a few calls
+// to NATS to apply) delays only its own, never another tenant's cancel of a running job.
 type cancelWatch struct {
 	q   Queue
 	log *slog.Logger
 
 	mu   sync.Mutex
 	jobs map[queue.Ref][]*cancelHook
+	// caught has a channel per watched tenant, closed once its watch has applied every
+	// request there was when it started (before).
+	caught map[string]chan struct{}
 }
 
 // cancelHook is one attempt's way to be cancelled; once removed it is never called, so a
@@ -43,7 +50,7 @@ func (h *cancelHook) fire() {
 }
 
 func newCancelWatch(q Queue, log *slog.Logger) *cancelWatch {
-	return &cancelWatch{q: q, log: log, jobs: map[queue.Ref][]*cancelHook{}}
+	return &cancelWatch{q: q, log: log, jobs: map[queue.Ref][]*cancelHook{}, caught: map[string]chan struct{}{}}
 }
 
 // add has cancel called with errCancelled when a cancel of the job is requested, until the
@@ -113,22 +120,45 @@ func (c *cancelWatch) queued(ctx context.Context, r queue.Ref) bool {
 	return queued || err != nil
 }
 
-// run watches the requests until ctx ends, and closes caughtUp once it has carried out every
-// request there was when it started, so that no job starts here that was cancelled before.
-// A watch that breaks (the connection closed) is started again, reading every request again.
-func (c *cancelWatch) run(ctx context.Context, caughtUp chan<- struct{}) {
+// start watches the requests of each of the worker's tenants until ctx ends, and returns once
+// every watch has stopped. It marks the tenants watched before it returns, so that attempts
+// that begin from then on look up their own request until their tenant's watch caught up
+// (before).
+func (c *cancelWatch) start(ctx context.Context) (stopped <-chan struct{}) {
+	tenants := c.q.Tenants()
+	c.mu.Lock()
+	for _, t := range tenants {
+		c.caught[t] = make(chan struct{})
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, t := range tenants {
+		wg.Go(func() { c.watch(ctx, t) })
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// watch applies the tenant's requests until ctx ends, and closes the tenant's caught channel
+// once it has applied every request there was when it started. A watch that breaks (the
+// connection closed) is started again, reading every request again.
+func (c *cancelWatch) watch(ctx context.Context, tenant string) {
+	c.mu.Lock()
+	caughtUp := c.caught[tenant]
+	c.mu.Unlock()
 	failing := false // logged once per outage, not at every retry
 	for ctx.Err() == nil {
-		refs, err := c.q.WatchCancels(ctx)
+		refs, err := c.q.WatchCancels(ctx, tenant)
 		if err != nil {
 			if !failing && ctx.Err() == nil {
 				failing = true
-				c.log.WarnContext(ctx, "cannot watch for cancellation requests; retrying every second", "error", err)
+				c.log.WarnContext(ctx, "cannot watch for cancellation requests; retrying every second", "tenant", tenant, "error", err)
 			}
 		} else {
 			if failing {
 				failing = false
-				c.log.InfoContext(ctx, "watching for cancellation requests again")
+				c.log.InfoContext(ctx, "watching for cancellation requests again", "tenant", tenant)
 			}
 			for r := range refs {
 				if r == (queue.Ref{}) {
@@ -145,6 +175,39 @@ func (c *cancelWatch) run(ctx context.Context, caughtUp chan<- struct{}) {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// before applies the cancel request of the job, if there is one, while its tenant's watch has
+// not yet worked through the requests there were when it started, which may be many: an
+// attempt's claim (and admit's refusals, and an exhausted delivery's end) read the job's
+// status for a cancel asked before it, and a request written while the job was queued must be
+// in it by then. Once the watch has caught up it has applied every such request itself. So a
+// worker that starts fetches at once, and runs no job cancelled while queued, instead of
+// fetching nothing until it has applied every request in the bucket. When NATS cannot say
+// whether there is a request, the attempt waits for the watch, as every attempt did before.
+func (c *cancelWatch) before(ctx context.Context, r queue.Ref) {
+	c.mu.Lock()
+	caughtUp, watched := c.caught[r.Tenant]
+	c.mu.Unlock()
+	if !watched || !job.ValidID(r.ID) {
+		return // not a tenant of this worker's (admit refuses it), or no cancel can name it
+	}
+	select {
+	case <-caughtUp:
+		return
+	default:
+	}
+	asked, err := c.q.CancelAsked(ctx, r)
+	switch {
+	case err != nil:
+		c.log.WarnContext(ctx, "cannot tell whether a cancel of the job was asked; waiting for the cancel watch", "job_id", r.ID, "tenant", r.Tenant, "error", err)
+		select {
+		case <-caughtUp:
+		case <-ctx.Done():
+		}
+	case asked:
+		c.apply(ctx, r)
 	}
 }
 

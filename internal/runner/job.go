@@ -177,6 +177,7 @@ func later(t, u time.Time) time.Time {
 // the attempt's context as it is when the error is seen (classifyIn). A cancel stops the
 // attempt until its run is over, not after: the commit of a finished run wins over it.
 func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
+	r.cancels.before(ctx, a.d.Ref())
 	unwatch := r.cancels.add(a.d.Ref(), a.cancel)
 	defer unwatch()
 	r.spareHandBacks(ctx, a)

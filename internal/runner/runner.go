@@ -34,7 +34,10 @@ type Queue interface {
 	// UpdateNewStatus is UpdateStatus with a first try that creates the status: for a first
 	// delivery's claim, whose job has none yet.
 	UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error)
-	WatchCancels(ctx context.Context) (<-chan queue.Ref, error)
+	// WatchCancels watches one tenant's cancel requests (cancelWatch); Tenants are the
+	// worker's.
+	WatchCancels(ctx context.Context, tenant string) (<-chan queue.Ref, error)
+	Tenants() []string
 	// CancelAsked reports whether the cancel bucket holds a request for the job, and
 	// ReleaseCancel lets one expire: see claim and releaseCancel.
 	CancelAsked(ctx context.Context, r queue.Ref) (bool, error)
@@ -208,16 +211,13 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 
-	// Cancels are watched from before the first fetch until the last job ended: a job
-	// cancelled while it waited in the queue is recorded so before any worker starts it.
+	// Cancels are watched from before the first fetch until the last job ended. A job
+	// cancelled while it waited in the queue is recorded so before it starts: by the watch, or,
+	// while its tenant's watch has not yet applied the requests there were, by its attempt,
+	// which looks up its own (cancelWatch.before).
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	caughtUp, watched := make(chan struct{}), make(chan struct{})
-	go func() { defer close(watched); r.cancels.run(watchCtx, caughtUp) }()
+	watched := r.cancels.start(watchCtx)
 	defer func() { stopWatch(); <-watched }()
-	select {
-	case <-caughtUp:
-	case <-ctx.Done():
-	}
 
 	// Jobs run on their own context so that a shutdown signal lets them finish their work
 	// within the grace period instead of cutting them off mid-upload.
