@@ -1,0 +1,121 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// askedQueue answers CancelAsked as it is told, holds every job it is asked about, and records
+// the status writes of the cancels applied.
+type askedQueue struct {
+	statusQueue
+	asked bool
+	err   error
+
+	mu      sync.Mutex
+	looked  int
+	written []queue.Ref
+}
+
+func (q *askedQueue) CancelAsked(context.Context, queue.Ref) (bool, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.looked++
+	return q.asked, q.err
+}
+
+func (q *askedQueue) Queued(context.Context, queue.Ref) (bool, error) { return true, nil }
+
+func (q *askedQueue) UpdateStatus(_ context.Context, r queue.Ref, change func(*job.Status), _ ...queue.StatusCond) (job.Status, error) {
+	var st job.Status
+	change(&st)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.written = append(q.written, r)
+	return st, nil
+}
+
+// TestBeforeLooksUpTheJobsOwnRequest: an attempt that begins while its tenant's cancel watch
+// has not applied the requests there were looks up its job's own, and applies it (the status
+// says cancelled before the claim reads it); once the watch caught up, or for a tenant the
+// worker does not watch, it looks up nothing.
+func TestBeforeLooksUpTheJobsOwnRequest(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name          string
+		tenant        string
+		caughtUp      bool
+		asked         bool
+		looked, wrote int
+	}{
+		{name: "watch behind, request there", tenant: "team-a", asked: true, looked: 1, wrote: 1},
+		{name: "watch behind, no request", tenant: "team-a", looked: 1},
+		{name: "watch caught up", tenant: "team-a", caughtUp: true, asked: true},
+		{name: "tenant not watched", tenant: "team-z", asked: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			q := &askedQueue{asked: tt.asked}
+			c := newCancelWatch(q, slog.New(slog.DiscardHandler))
+			c.caught["team-a"] = make(chan struct{})
+			if tt.caughtUp {
+				close(c.caught["team-a"])
+			}
+			c.before(context.Background(), queue.Ref{Tenant: tt.tenant, ID: job.NewID()})
+			if q.looked != tt.looked || len(q.written) != tt.wrote {
+				t.Errorf("looked up %d requests and wrote %d statuses; want %d and %d", q.looked, len(q.written), tt.looked, tt.wrote)
+			}
+		})
+	}
+}
+
+// TestBeforeWaitsForTheWatchWhenNATSCannotSay: when the cancel bucket cannot be read, an
+// attempt whose tenant's watch is behind waits for the watch to have applied the requests
+// there were, as every attempt did before attempts looked up their own.
+func TestBeforeWaitsForTheWatchWhenNATSCannotSay(t *testing.T) {
+	t.Parallel()
+	warned := make(chan struct{}, 1)
+	log := slog.New(signalHandler{Handler: slog.DiscardHandler, says: "waiting for the cancel watch", said: warned})
+	c := newCancelWatch(&askedQueue{err: errors.New("nats: timeout")}, log)
+	caught := make(chan struct{})
+	c.caught["team-a"] = caught
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.before(context.Background(), queue.Ref{Tenant: "team-a", ID: job.NewID()})
+	}()
+	<-warned
+	select {
+	case <-done:
+		t.Fatal("the attempt went on before the watch caught up, not knowing whether its job was cancelled")
+	default:
+	}
+	close(caught)
+	<-done
+}
+
+// signalHandler tells said when a record whose message contains says is logged.
+type signalHandler struct {
+	slog.Handler
+	says string
+	said chan<- struct{}
+}
+
+func (h signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.says) {
+		select {
+		case h.said <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
