@@ -203,21 +203,32 @@ func (c *Client) cancelRequested(ctx context.Context, r Ref) (bool, error) {
 	return asked, err
 }
 
-// WatchCancels streams the jobs of tenant, one of the worker's, whose cancel was asked for:
-// every request the bucket holds first, then the zero Ref to say those are all, then each new
-// one, until ctx ends or the watch breaks (the channel closes; watch again, which reads them all
-// again). Each tenant has a watch of its own, so that one tenant's requests, however many,
-// never wait behind another's. A released request (its job's end is committed) is passed over:
-// there is nothing left to do for it.
-func (c *Consumer) WatchCancels(ctx context.Context, tenant string) (<-chan Ref, error) {
+// CancelUpdate is what a tenant's cancel watch delivers: a request's job (Ref), or, with the
+// zero Ref, word of how far the watch is (every request there was at its start delivered; an
+// entry with nothing to apply read). Behind: the server had more for the watch when it sent
+// this, so requests there are still on their way.
+type CancelUpdate struct {
+	Ref    Ref
+	Behind bool
+}
+
+// WatchCancels streams the cancel requests of tenant, one of the worker's: every request the
+// bucket holds first, then one with the zero Ref and not Behind to say those are all, then each
+// new one, until ctx ends or the watch breaks (the channel closes; watch again, which reads them
+// all again). Each tenant has a watch of its own, so that one tenant's requests, however many,
+// never wait behind another's. A released request (its job's end is committed) has nothing
+// left to do: it comes with the zero Ref, as a word of how far the watch is.
+func (c *Consumer) WatchCancels(ctx context.Context, tenant string) (<-chan CancelUpdate, error) {
 	if !slices.Contains(c.tenants, tenant) {
 		return nil, fmt.Errorf("queue: watch the cancel requests of tenant %q: not one of this worker's tenants (%s)", tenant, strings.Join(c.tenants, ", "))
 	}
-	w, err := c.cancels.Watch(ctx, tenant+".*", jetstream.IgnoreDeletes())
+	// Deletes too (they come with the zero Ref): the last entry the watch reads says whether
+	// it is up to date, whatever the entry.
+	w, err := c.cancels.Watch(ctx, tenant+".*")
 	if err != nil {
 		return nil, fmt.Errorf("queue: watch the cancel requests of tenant %s: %w", tenant, err)
 	}
-	out := make(chan Ref)
+	out := make(chan CancelUpdate)
 	go func() {
 		defer close(out)
 		defer stopWatch(w)
@@ -229,15 +240,8 @@ func (c *Consumer) WatchCancels(ctx context.Context, tenant string) (<-chan Ref,
 				if !ok {
 					return
 				}
-				var r Ref // nil: the requests there were are all delivered
-				if e != nil {
-					r = refOf(e.Key())
-					if e.Operation() != jetstream.KeyValuePut || !job.ValidID(r.ID) || released(e.Value()) {
-						continue
-					}
-				}
 				select {
-				case out <- r:
+				case out <- cancelUpdate(e):
 				case <-ctx.Done():
 					return
 				}
@@ -245,6 +249,18 @@ func (c *Consumer) WatchCancels(ctx context.Context, tenant string) (<-chan Ref,
 		}
 	}()
 	return out, nil
+}
+
+// cancelUpdate is what the watch's entry e says: nil is the end of the requests there were.
+func cancelUpdate(e jetstream.KeyValueEntry) CancelUpdate {
+	if e == nil {
+		return CancelUpdate{}
+	}
+	u := CancelUpdate{Behind: e.Delta() > 0}
+	if r := refOf(e.Key()); e.Operation() == jetstream.KeyValuePut && job.ValidID(r.ID) && !released(e.Value()) {
+		u.Ref = r
+	}
+	return u
 }
 
 // stopWatch stops w and reads what it still had to deliver until it closes: its subscription

@@ -26,7 +26,7 @@ func (q statusQueue) UpdateNewStatus(ctx context.Context, r queue.Ref, change fu
 	return q.UpdateStatus(ctx, r, change, conds...)
 }
 func (statusQueue) Tenants() []string { return nil }
-func (statusQueue) WatchCancels(context.Context, string) (<-chan queue.Ref, error) {
+func (statusQueue) WatchCancels(context.Context, string) (<-chan queue.CancelUpdate, error) {
 	return nil, errors.New("none")
 }
 func (statusQueue) CancelAsked(context.Context, queue.Ref) (bool, error) { return false, nil }

@@ -28,9 +28,40 @@ type cancelWatch struct {
 
 	mu   sync.Mutex
 	jobs map[queue.Ref][]*cancelHook
-	// caught has a channel per watched tenant, closed once its watch has applied every
-	// request there was when it started (before).
-	caught map[string]chan struct{}
+	// tenants are the watched tenants' watches, by tenant: whether each is behind (before).
+	tenants map[string]*tenantWatch
+}
+
+// tenantWatch says whether a tenant's watch may have requests it has not applied: from its
+// start (and every restart) until it has read every request there was, and while it works
+// through requests the server still had for it. Attempts of the tenant look up their own
+// request meanwhile (before).
+type tenantWatch struct {
+	mu     sync.Mutex
+	behind bool
+	ready  chan struct{} // closed when the watch is no longer behind
+}
+
+func newTenantWatch() *tenantWatch { return &tenantWatch{behind: true, ready: make(chan struct{})} }
+
+func (t *tenantWatch) set(behind bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case behind == t.behind:
+	case behind:
+		t.ready = make(chan struct{})
+	default:
+		close(t.ready)
+	}
+	t.behind = behind
+}
+
+// state is whether the watch is behind, and a channel closed once it no longer is.
+func (t *tenantWatch) state() (behind bool, ready <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.behind, t.ready
 }
 
 // cancelHook is one attempt's way to be cancelled; once removed it is never called, so a
@@ -50,7 +81,7 @@ func (h *cancelHook) fire() {
 }
 
 func newCancelWatch(q Queue, log *slog.Logger) *cancelWatch {
-	return &cancelWatch{q: q, log: log, jobs: map[queue.Ref][]*cancelHook{}, caught: map[string]chan struct{}{}}
+	return &cancelWatch{q: q, log: log, jobs: map[queue.Ref][]*cancelHook{}, tenants: map[string]*tenantWatch{}}
 }
 
 // add has cancel called with errCancelled when a cancel of the job is requested, until the
@@ -120,36 +151,36 @@ func (c *cancelWatch) queued(ctx context.Context, r queue.Ref) bool {
 	return queued || err != nil
 }
 
-// start watches the requests of each of the worker's tenants until ctx ends, and returns once
-// every watch has stopped. It marks the tenants watched before it returns, so that attempts
-// that begin from then on look up their own request until their tenant's watch caught up
-// (before).
+// start watches the requests of each of the worker's tenants until ctx ends, and returns a
+// channel closed once every watch has stopped. The tenants are marked watched, and behind,
+// before it returns, so that attempts that begin from then on look up their own request until
+// their tenant's watch has caught up (before).
 func (c *cancelWatch) start(ctx context.Context) (stopped <-chan struct{}) {
 	tenants := c.q.Tenants()
-	c.mu.Lock()
+	watches := make(map[string]*tenantWatch, len(tenants))
 	for _, t := range tenants {
-		c.caught[t] = make(chan struct{})
+		watches[t] = newTenantWatch()
 	}
+	c.mu.Lock()
+	c.tenants = watches
 	c.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, t := range tenants {
-		wg.Go(func() { c.watch(ctx, t) })
+	for t, tw := range watches {
+		wg.Go(func() { c.watch(ctx, t, tw) })
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	return done
 }
 
-// watch applies the tenant's requests until ctx ends, and closes the tenant's caught channel
-// once it has applied every request there was when it started. A watch that breaks (the
-// connection closed) is started again, reading every request again.
-func (c *cancelWatch) watch(ctx context.Context, tenant string) {
-	c.mu.Lock()
-	caughtUp := c.caught[tenant]
-	c.mu.Unlock()
+// watch applies the tenant's requests in order until ctx ends, and keeps tw saying whether it
+// is behind. A watch that breaks (the connection closed) is started again, reading every
+// request again, behind until it has.
+func (c *cancelWatch) watch(ctx context.Context, tenant string, tw *tenantWatch) {
 	failing := false // logged once per outage, not at every retry
 	for ctx.Err() == nil {
-		refs, err := c.q.WatchCancels(ctx, tenant)
+		tw.set(true)
+		updates, err := c.q.WatchCancels(ctx, tenant)
 		if err != nil {
 			if !failing && ctx.Err() == nil {
 				failing = true
@@ -160,15 +191,12 @@ func (c *cancelWatch) watch(ctx context.Context, tenant string) {
 				failing = false
 				c.log.InfoContext(ctx, "watching for cancellation requests again", "tenant", tenant)
 			}
-			for r := range refs {
-				if r == (queue.Ref{}) {
-					if caughtUp != nil {
-						close(caughtUp)
-						caughtUp = nil
-					}
-					continue
+			for u := range updates {
+				if u.Ref != (queue.Ref{}) {
+					tw.set(true) // this one is not applied yet
+					c.apply(ctx, u.Ref)
 				}
-				c.apply(ctx, r)
+				tw.set(u.Behind)
 			}
 		}
 		select {
@@ -178,33 +206,34 @@ func (c *cancelWatch) watch(ctx context.Context, tenant string) {
 	}
 }
 
-// before applies the cancel request of the job, if there is one, while its tenant's watch has
-// not yet worked through the requests there were when it started, which may be many: an
-// attempt's claim (and admit's refusals, and an exhausted delivery's end) read the job's
-// status for a cancel asked before it, and a request written while the job was queued must be
-// in it by then. Once the watch has caught up it has applied every such request itself. So a
-// worker that starts fetches at once, and runs no job cancelled while queued, instead of
-// fetching nothing until it has applied every request in the bucket. When NATS cannot say
-// whether there is a request, the attempt waits for the watch, as every attempt did before.
+// before applies the cancel request of the job, if there is one, while its tenant's watch is
+// behind (working through a backlog of requests, however many, or not watching): an attempt's
+// claim (and admit's refusals, and an exhausted delivery's end) read the job's status for a
+// cancel asked before it, and a request written while the job was queued must be in it by
+// then. A watch that is not behind has applied every such request itself, but one written as
+// the job was fetched (which races the start, as on any worker). So a worker that starts
+// fetches at once, and runs no job cancelled while queued, instead of fetching nothing until
+// it has applied every request in the bucket. When NATS cannot say whether there is a request,
+// the attempt waits for the watch to catch up, as every attempt did before.
 func (c *cancelWatch) before(ctx context.Context, r queue.Ref) {
 	c.mu.Lock()
-	caughtUp, watched := c.caught[r.Tenant]
+	tw, watched := c.tenants[r.Tenant]
 	c.mu.Unlock()
 	if !watched || !job.ValidID(r.ID) {
 		return // not a tenant of this worker's (admit refuses it), or no cancel can name it
 	}
-	select {
-	case <-caughtUp:
+	if behind, _ := tw.state(); !behind {
 		return
-	default:
 	}
 	asked, err := c.q.CancelAsked(ctx, r)
 	switch {
 	case err != nil:
 		c.log.WarnContext(ctx, "cannot tell whether a cancel of the job was asked; waiting for the cancel watch", "job_id", r.ID, "tenant", r.Tenant, "error", err)
-		select {
-		case <-caughtUp:
-		case <-ctx.Done():
+		for behind, ready := tw.state(); behind && ctx.Err() == nil; behind, ready = tw.state() {
+			select {
+			case <-ready:
+			case <-ctx.Done():
+			}
 		}
 	case asked:
 		c.apply(ctx, r)

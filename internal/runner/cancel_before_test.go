@@ -43,30 +43,30 @@ func (q *askedQueue) UpdateStatus(_ context.Context, r queue.Ref, change func(*j
 }
 
 // TestBeforeLooksUpTheJobsOwnRequest: an attempt that begins while its tenant's cancel watch
-// has not applied the requests there were looks up its job's own, and applies it (the status
-// says cancelled before the claim reads it); once the watch caught up, or for a tenant the
-// worker does not watch, it looks up nothing.
+// is behind looks up its job's own request, and applies it (the status says cancelled before
+// the claim reads it); while the watch is up to date, or for a tenant the worker does not
+// watch, it looks up nothing.
 func TestBeforeLooksUpTheJobsOwnRequest(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name          string
 		tenant        string
-		caughtUp      bool
+		upToDate      bool
 		asked         bool
 		looked, wrote int
 	}{
 		{name: "watch behind, request there", tenant: "team-a", asked: true, looked: 1, wrote: 1},
 		{name: "watch behind, no request", tenant: "team-a", looked: 1},
-		{name: "watch caught up", tenant: "team-a", caughtUp: true, asked: true},
+		{name: "watch up to date", tenant: "team-a", upToDate: true, asked: true},
 		{name: "tenant not watched", tenant: "team-z", asked: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			q := &askedQueue{asked: tt.asked}
 			c := newCancelWatch(q, slog.New(slog.DiscardHandler))
-			c.caught["team-a"] = make(chan struct{})
-			if tt.caughtUp {
-				close(c.caught["team-a"])
+			c.tenants["team-a"] = newTenantWatch()
+			if tt.upToDate {
+				c.tenants["team-a"].set(false)
 			}
 			c.before(context.Background(), queue.Ref{Tenant: tt.tenant, ID: job.NewID()})
 			if q.looked != tt.looked || len(q.written) != tt.wrote {
@@ -77,15 +77,15 @@ func TestBeforeLooksUpTheJobsOwnRequest(t *testing.T) {
 }
 
 // TestBeforeWaitsForTheWatchWhenNATSCannotSay: when the cancel bucket cannot be read, an
-// attempt whose tenant's watch is behind waits for the watch to have applied the requests
-// there were, as every attempt did before attempts looked up their own.
+// attempt whose tenant's watch is behind waits for the watch to catch up, as every attempt of a
+// starting worker did before attempts looked up their own.
 func TestBeforeWaitsForTheWatchWhenNATSCannotSay(t *testing.T) {
 	t.Parallel()
 	warned := make(chan struct{}, 1)
 	log := slog.New(signalHandler{Handler: slog.DiscardHandler, says: "waiting for the cancel watch", said: warned})
 	c := newCancelWatch(&askedQueue{err: errors.New("nats: timeout")}, log)
-	caught := make(chan struct{})
-	c.caught["team-a"] = caught
+	tw := newTenantWatch()
+	c.tenants["team-a"] = tw
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -94,10 +94,10 @@ func TestBeforeWaitsForTheWatchWhenNATSCannotSay(t *testing.T) {
 	<-warned
 	select {
 	case <-done:
-		t.Fatal("the attempt went on before the watch caught up, not knowing whether its job was cancelled")
+		t.Fatal("the attempt went on while the watch was behind, not knowing whether its job was cancelled")
 	default:
 	}
-	close(caught)
+	tw.set(false)
 	<-done
 }
 

@@ -203,3 +203,47 @@ func TestWorkerStartedWithACancelBacklogRunsQueuedJobs(t *testing.T) {
 		t.Errorf("the agent ran %v, want only the queued job", slices.Collect(maps.Keys(ran)))
 	}
 }
+
+// TestCancelBehindAFloodOfTheTenantsOwnStillWins: a running worker's watch is behind a backlog
+// of its tenant's requests (written while it ran, not at its start) when a queued job of that
+// tenant is cancelled and then fetched: the job never runs, and ends cancelled. (It ran, to
+// success, while the watch worked through the backlog toward its request.)
+func TestCancelBehindAFloodOfTheTenantsOwnStillWins(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	release := map[string]chan struct{}{}
+	running := make(chan string, 3)
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		mu.Lock()
+		ch := release[req.JobID]
+		mu.Unlock()
+		running <- req.JobID
+		if ch != nil {
+			<-ch
+		}
+		return writeReport(ctx, req)
+	}))
+	// Both slots busy, so that the job cancelled below waits in the queue.
+	held := []job.Job{b.submitHeld(&mu, release), b.submitHeld(&mu, release)}
+	for range held {
+		<-running
+	}
+	b.floodCancels(job.DefaultTenant, floodSize)
+	cancelled := b.submit("p")
+	if _, err := b.q.Cancel(ctx, cancelled.ID, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range held {
+		close(release[j.ID])
+	}
+	if st := b.waitFinal(cancelled.ID, 2*time.Minute); st.State != job.StateCancelled {
+		t.Fatalf("the job cancelled while queued ended %s: %s, want cancelled", st.State, st.Error)
+	}
+	for range len(running) {
+		if id := <-running; id == cancelled.ID {
+			t.Error("the agent ran the job cancelled while queued")
+		}
+	}
+}

@@ -36,7 +36,7 @@ type Queue interface {
 	UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error)
 	// WatchCancels watches one tenant's cancel requests (cancelWatch); Tenants are the
 	// worker's.
-	WatchCancels(ctx context.Context, tenant string) (<-chan queue.Ref, error)
+	WatchCancels(ctx context.Context, tenant string) (<-chan queue.CancelUpdate, error)
 	Tenants() []string
 	// CancelAsked reports whether the cancel bucket holds a request for the job, and
 	// ReleaseCancel lets one expire: see claim and releaseCancel.
@@ -213,8 +213,8 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	// Cancels are watched from before the first fetch until the last job ended. A job
 	// cancelled while it waited in the queue is recorded so before it starts: by the watch, or,
-	// while its tenant's watch has not yet applied the requests there were, by its attempt,
-	// which looks up its own (cancelWatch.before).
+	// while its tenant's watch is behind, by its attempt, which looks up its own
+	// (cancelWatch.before).
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	watched := r.cancels.start(watchCtx)
 	defer func() { stopWatch(); <-watched }()
