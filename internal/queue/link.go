@@ -83,6 +83,9 @@ func (l *Link) failed(err error) {
 	if !errors.Is(err, nats.ErrNoServers) || l.lastErr == nil {
 		l.lastErr = err
 	}
+	if l.closing {
+		return // a dial that failed as the link closed: nothing to say, and the log may be gone
+	}
 	if l.down {
 		l.log.Debug("NATS still not reachable; dialling again", "url", l.url, "error", err)
 		return
