@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/boxcar-run/boxcar/internal/modelgate"
+	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -166,12 +166,7 @@ func TestGateHoldsRequestsWhileTheEndpointFailsAndReleasesThemWhenItAnswers(t *t
 func TestGateOpensWhenTheEndpointIsUnreachable(t *testing.T) {
 	t.Parallel()
 	e := newEndpoint(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + ln.Addr().String()
-	ln.Close() // nothing listens there now: connections are refused
+	dead := "http://" + testnet.ClosedAddr(t) // refuses connections for the whole test
 	g, c, _ := setup(t, e, modelgate.Config{Threshold: 2})
 	for range 2 {
 		if err := post(c, dead); err == nil {
