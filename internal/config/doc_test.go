@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,6 +48,36 @@ func docBlock(t *testing.T) ([]byte, int) {
 		t.Fatalf("%s has no ```yaml block", docPath)
 	}
 	return []byte(block), strings.Count(before, "\n") + 1
+}
+
+// docValue is one key the reference block sets: its path in the block ("profiles.NAME.model"),
+// its value's node, its line in docs/configuration.md and that line's text with its comment.
+type docValue struct {
+	at   string
+	node *yaml.Node
+	line int
+	text string
+}
+
+// docValues reads the reference block as the worker reads a config, and returns the config it
+// makes and each key it sets. The docs tests walk the block through it alone.
+func docValues(t *testing.T) (Config, []docValue) {
+	t.Helper()
+	block, off := docBlock(t)
+	lines := strings.Split(string(block), "\n")
+	var doc Config
+	src, err := decodeYAML(docPath, block, &doc)
+	if err != nil {
+		t.Fatalf("the reference block of %s is not a config the worker reads:\n%v", docPath, err)
+	}
+	var values []docValue
+	for at, n := range src.at {
+		if at != "" {
+			values = append(values, docValue{at: at, node: n, line: off + n.Line, text: lines[n.Line-1]})
+		}
+	}
+	sort.Slice(values, func(i, j int) bool { return values[i].line < values[j].line })
+	return doc, values
 }
 
 // keyPaths are the config's keys, as the docs write them: a map of profiles or tenants is
@@ -95,16 +126,11 @@ func docKey(at string) string {
 // and it names every key the worker reads.
 func TestConfigurationDocNamesEveryKey(t *testing.T) {
 	t.Parallel()
-	var doc Config
-	block, _ := docBlock(t)
-	src, err := decodeYAML(docPath, block, &doc)
-	if err != nil {
-		t.Fatalf("the reference block of %s is not a config the worker reads:\n%v", docPath, err)
-	}
+	_, values := docValues(t)
 	documented := map[string]bool{}
-	for at := range src.at {
-		if at != "" && !strings.Contains(at, ".parameters.") {
-			documented[docKey(at)] = true
+	for _, v := range values {
+		if !strings.Contains(v.at, ".parameters.") {
+			documented[docKey(v.at)] = true
 		}
 	}
 	code := map[string]bool{}
@@ -123,35 +149,28 @@ func TestConfigurationDocNamesEveryKey(t *testing.T) {
 // for docExamples; a zero or empty value the worker fills itself says "default" in its comment.
 func TestConfigurationDocDefaults(t *testing.T) {
 	t.Parallel()
-	block, off := docBlock(t)
-	lines := strings.Split(string(block), "\n")
-	var doc Config
-	src, err := decodeYAML(docPath, block, &doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc, values := docValues(t)
 	defaults := Config{Profiles: map[string]Profile{"NAME": {Warm: &Warm{}}}, Tenants: map[string]Tenant{"TENANT": {}}}.WithDefaults()
 	checked := 0
-	for at, n := range src.at {
-		key := docKey(at)
+	for _, v := range values {
+		key := docKey(v.at)
 		if strings.Contains(key, "[]") || docExamples[key] != "" {
 			continue
 		}
-		got, ok1 := valueAt(reflect.ValueOf(doc), at)
-		want, ok2 := valueAt(reflect.ValueOf(defaults), at)
+		got, ok1 := valueAt(reflect.ValueOf(doc), v.at)
+		want, ok2 := valueAt(reflect.ValueOf(defaults), v.at)
 		if !ok1 || !ok2 || !isLeaf(want) {
 			continue
 		}
 		checked++
-		comment := lines[n.Line-1]
 		if got.IsZero() && !want.IsZero() {
-			if !strings.Contains(comment, "default") {
-				t.Errorf("%s:%d %s shows %v, but the worker's default is %v: show it, or say what fills it (# default: …)", docPath, off+n.Line, key, show(got), show(want))
+			if !strings.Contains(v.text, "default") {
+				t.Errorf("%s:%d %s shows %v, but the worker's default is %v: show it, or say what fills it (# default: …)", docPath, v.line, key, show(got), show(want))
 			}
 			continue
 		}
 		if shown := strings.ReplaceAll(show(got), "$TMPDIR", strings.TrimSuffix(os.TempDir(), "/")); shown != show(want) {
-			t.Errorf("%s:%d %s shows %s, but the worker's default is %s", docPath, off+n.Line, key, shown, show(want))
+			t.Errorf("%s:%d %s shows %s, but the worker's default is %s", docPath, v.line, key, shown, show(want))
 		}
 	}
 	if checked < 60 {
@@ -166,28 +185,22 @@ var atLeast = regexp.MustCompile(`at least (\d+[a-z]*)`)
 // one the worker holds: a config with N is read, one just below it is refused naming the key.
 func TestConfigurationDocMinimums(t *testing.T) {
 	t.Parallel()
-	block, off := docBlock(t)
-	lines := strings.Split(string(block), "\n")
-	var doc Config
-	src, err := decodeYAML(docPath, block, &doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, values := docValues(t)
 	stated := 0
-	for at, n := range src.at {
-		m := atLeast.FindStringSubmatch(lines[n.Line-1])
-		if m == nil || n.Kind != yaml.ScalarNode {
+	for _, v := range values {
+		m := atLeast.FindStringSubmatch(v.text)
+		if m == nil || v.node.Kind != yaml.ScalarNode {
 			continue
 		}
 		stated++
 		for _, below := range []bool{false, true} {
 			value := minimum(t, m[1], below)
-			_, err := Parse(minimalYAML(t, at, value))
+			_, err := Parse(minimalYAML(t, v.at, value))
 			switch {
-			case below && (err == nil || !strings.Contains(err.Error(), lastKey(at))):
-				t.Errorf("%s:%d %s states at least %s, yet %v gives %v", docPath, off+n.Line, docKey(at), m[1], value, err)
+			case below && (err == nil || !strings.Contains(err.Error(), lastKey(v.at))):
+				t.Errorf("%s:%d %s states at least %s, yet %v gives %v", docPath, v.line, docKey(v.at), m[1], value, err)
 			case !below && err != nil:
-				t.Errorf("%s:%d %s states at least %s, yet the worker refuses it: %v", docPath, off+n.Line, docKey(at), m[1], err)
+				t.Errorf("%s:%d %s states at least %s, yet the worker refuses it: %v", docPath, v.line, docKey(v.at), m[1], err)
 			}
 		}
 	}
