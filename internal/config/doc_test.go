@@ -25,7 +25,7 @@ var docExamples = map[string]string{
 	"sandbox.kubernetes.image_pull_policy": "empty is IfNotPresent, applied by the sandbox backend",
 	"profiles.*.model.name":                "required, no default",
 	"profiles.*.system_prompt":             "an example",
-	"egress.limits.max_requests":           "zero takes the proxy's default (egress.Config.withDefaults)",
+	"egress.limits.max_requests":           "zero takes the proxy's default; internal/egress's TestConfigurationDocShowsTheProxyDefaults holds the block to those",
 	"egress.limits.max_bytes":              "zero takes the proxy's default",
 	"egress.limits.max_tunnels":            "zero takes the proxy's default",
 	"egress.limits.max_header_bytes":       "zero takes the proxy's default",
