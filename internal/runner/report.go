@@ -69,28 +69,44 @@ func headline(a *attempt, state job.State, o outcome) string {
 	return fmt.Sprintf("The run ended %s%s.", state, cause)
 }
 
-// capSentence names the cap that stopped a run and its value.
-func capSentence(a *attempt, c string) string {
-	l := a.limits
-	switch c {
-	case agent.CapMaxTurns:
-		return fmt.Sprintf("max_turns, %d model turns over all attempts", l.MaxTurns)
-	case agent.CapMaxToolCalls:
-		return fmt.Sprintf("max_tool_calls, %d tool calls over all attempts", l.MaxToolCalls)
-	case agent.CapMaxTokens:
-		return fmt.Sprintf("max_tokens, %d tokens over all attempts", l.MaxTokens)
-	case agent.CapJobTimeout:
-		return fmt.Sprintf("job_timeout, %s", time.Duration(l.JobTimeout))
-	case agent.CapAnswerLength:
+// capSentences says, for each cap that can end a job capped (its status's and manifest's cap,
+// boxcar_cap_hits_total's label), what stopped the run and the bound's value: the one list of
+// the caps, which docs/operations.md's is held to (TestDocsNameEveryCap).
+var capSentences = map[string]func(a *attempt) string{
+	agent.CapMaxTurns: func(a *attempt) string {
+		return fmt.Sprintf("max_turns, %d model turns over all attempts", a.limits.MaxTurns)
+	},
+	agent.CapMaxToolCalls: func(a *attempt) string {
+		return fmt.Sprintf("max_tool_calls, %d tool calls over all attempts", a.limits.MaxToolCalls)
+	},
+	agent.CapMaxTokens: func(a *attempt) string {
+		return fmt.Sprintf("max_tokens, %d tokens over all attempts", a.limits.MaxTokens)
+	},
+	agent.CapJobTimeout: func(a *attempt) string {
+		return fmt.Sprintf("job_timeout, %s", time.Duration(a.limits.JobTimeout))
+	},
+	agent.CapAnswerLength: func(a *attempt) string {
 		limit := "the model's own limit"
 		if n := a.profile.Model.MaxCompletionTokens; n > 0 {
 			limit = fmt.Sprintf("max_completion_tokens, %d", n)
 		}
 		return fmt.Sprintf("answer_length: the model's last answer was cut at its length limit (%s)", limit)
-	case agent.CapMaxConversationBytes:
-		return fmt.Sprintf("max_conversation_bytes, %d bytes of the model's answers and tool results in the attempt's conversation", l.MaxConversationBytes)
-	case capDisk:
+	},
+	agent.CapMaxConversationBytes: func(a *attempt) string {
+		return fmt.Sprintf("max_conversation_bytes, %d bytes of the model's answers and tool results in the attempt's conversation", a.limits.MaxConversationBytes)
+	},
+	capBudgetExhausted: func(*attempt) string {
+		return "budget_exhausted: the tenant's daily_tokens were spent"
+	},
+	capDisk: func(a *attempt) string {
 		return fmt.Sprintf("disk: the workdir passed its bound (sandbox.disk, %s) and the sandbox was evicted", a.profile.Sandbox.Disk)
+	},
+}
+
+// capSentence names the cap that stopped a run and its value.
+func capSentence(a *attempt, c string) string {
+	if say, ok := capSentences[c]; ok {
+		return say(a)
 	}
 	return c
 }
