@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
@@ -133,8 +135,9 @@ func TestSetupAppliesReplicasToEveryStreamAndBucket(t *testing.T) {
 	}
 	declare(1) // the older setup
 	declare(3) // `worker setup` after the move to three replicas
-	for _, name := range []string{cfg.Stream, cfg.DeadLetterStream, "KV_" + queue.CancelBucket, "KV_" + cfg.ApprovalsBucket, "KV_" + queue.UsageBucket,
-		"KV_" + queue.ProfilesBucket, "KV_" + cfg.StatusBucket} {
+	streams := []string{cfg.Stream, cfg.DeadLetterStream, "KV_" + queue.CancelBucket, "KV_" + cfg.ApprovalsBucket, "KV_" + queue.UsageBucket,
+		"KV_" + queue.ProfilesBucket, "KV_" + cfg.StatusBucket}
+	for _, name := range streams {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
@@ -150,4 +153,44 @@ func TestSetupAppliesReplicasToEveryStreamAndBucket(t *testing.T) {
 	if got := c.CachedInfo().Config.Replicas; got != 3 {
 		t.Errorf("after worker setup with replicas 3, consumer %s has %d replica(s), want 3", c.CachedInfo().Name, got)
 	}
+	// Three replicas in the config are three copies once both followers hold the data. Waiting
+	// for that also ends the test after the followers made their stores: a nats-server shut
+	// down while it makes one leaves that store's goroutines running (goleak's report).
+	harness.Wait(t, "each stream and the consumer to have two current followers", func() (bool, error) {
+		for _, name := range streams {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				return false, err
+			}
+			if err := twoCurrent(s.CachedInfo().Cluster); err != nil {
+				return false, fmt.Errorf("stream %s: %w", name, err)
+			}
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return false, err
+		}
+		if err := twoCurrent(ci.Cluster); err != nil {
+			return false, fmt.Errorf("consumer %s: %w", ci.Name, err)
+		}
+		return true, nil
+	}, harness.Within(60*time.Second))
+}
+
+// twoCurrent says why a three-replica asset's cluster info does not show two followers caught
+// up with its leader, or nil when it does.
+func twoCurrent(ci *jetstream.ClusterInfo) error {
+	if ci == nil || ci.Leader == "" {
+		return errors.New("no leader")
+	}
+	current := 0
+	for _, p := range ci.Replicas {
+		if p.Current && !p.Offline {
+			current++
+		}
+	}
+	if current != 2 {
+		return fmt.Errorf("leader %s, %d of its followers current", ci.Leader, current)
+	}
+	return nil
 }
