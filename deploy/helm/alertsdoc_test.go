@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,10 @@ var (
 	// namedValue is a value of metrics.prometheusRule a row names with its default:
 	// "`jobFailureRatio` (0.2)", "`noProgressWindow` (30m; keep it above …)".
 	namedValue = regexp.MustCompile("`(\\w+)` \\(([^);]+)")
+	// window is a range a row says the rule looks over ("over 30 minutes", "in the last 15
+	// minutes"), exprRange one in the rule's expression ("[30m]").
+	window    = regexp.MustCompile(`(?:over|in the last) (\d+) minutes`)
+	exprRange = regexp.MustCompile(`\[(\d+)m\]`)
 )
 
 // rowFor is the `for` a row states, "" when it states none.
@@ -76,8 +81,8 @@ func sameDuration(a, b string) bool {
 
 // TestOperationsAlertsTable holds the alerts table of docs/operations.md to the chart's
 // PrometheusRule with its default values, both ways: each alert of the chart has a row, each
-// row names an alert of the chart, with its severity, its `for`, and the defaults of the values
-// it names.
+// row names an alert of the chart, with its severity, its `for`, the windows it looks over and
+// the defaults of the values it names.
 func TestOperationsAlertsTable(t *testing.T) {
 	t.Parallel()
 	r := render(t, values(t, "metrics: {prometheusRule: {enabled: true}}"))
@@ -108,6 +113,11 @@ func TestOperationsAlertsTable(t *testing.T) {
 		}
 		if got := rowFor(row.when); !sameDuration(got, ru.For) {
 			t.Errorf("%s: fires after %q, the chart's for is %q", at, got, ru.For)
+		}
+		for _, m := range window.FindAllStringSubmatch(row.when, -1) {
+			if !slices.ContainsFunc(exprRange.FindAllStringSubmatch(ru.Expr, -1), func(r []string) bool { return r[1] == m[1] }) {
+				t.Errorf("%s: says %q, but the chart's expression has no [%sm] range: %s", at, m[0], m[1], ru.Expr)
+			}
 		}
 		for _, m := range namedValue.FindAllStringSubmatch(row.when, -1) {
 			v := lookup(r.values, "metrics.prometheusRule."+m[1])
