@@ -13,40 +13,45 @@ import (
 	"testing"
 )
 
-// TestDocsNameEveryCap holds the caps of docs/operations.md's boxcar_cap_hits_total row to
-// capSentences, the caps a job can end capped with, both ways; and every cap the agent ends a
-// run with (its Cap constants) to a row of capSentences, so that a new cap is both explained in
-// report.md and documented where a team reads the metric.
+// capLists are the places in docs/ that list every cap: the text between after and before
+// (what is in parentheses in it explains a cap: "the tenant's `daily_tokens`").
+var capLists = []struct{ file, after, before string }{
+	{"operations.md", "| `boxcar_cap_hits_total` | counter | profile, cap | jobs ended by ", " |"},
+	{"cli.md", "for `capped` the cap that ended the job (", "):"},
+}
+
+// TestDocsNameEveryCap holds each list of the caps in docs/ (capLists) to capSentences, the
+// caps a job can end capped with, both ways; and every cap the agent ends a run with (its Cap
+// constants) to a row of capSentences, so that a new cap is both explained in report.md and
+// documented where a team reads the metric and the CLI's output.
 func TestDocsNameEveryCap(t *testing.T) {
 	t.Parallel()
-	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var row string
-	for line := range strings.Lines(string(data)) {
-		if strings.HasPrefix(line, "| `boxcar_cap_hits_total` |") {
-			row = line
-		}
-	}
-	if row == "" {
-		t.Fatal("docs/operations.md has no row for boxcar_cap_hits_total in its metrics table")
-	}
-	cells := strings.Split(row, "|")
-	// The last cell names the caps; what is in parentheses explains one ("the tenant's `daily_tokens`").
-	list := regexp.MustCompile(`\([^)]*\)`).ReplaceAllString(cells[len(cells)-2], "")
-	var doc []string
-	for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(list, -1) {
-		doc = append(doc, m[1])
-	}
 	var code []string
 	for c := range capSentences {
 		code = append(code, c)
 	}
-	slices.Sort(doc)
 	slices.Sort(code)
-	if !slices.Equal(doc, code) {
-		t.Errorf("docs/operations.md says boxcar_cap_hits_total counts the caps\n%v\na job can end capped with (capSentences)\n%v", doc, code)
+	for _, l := range capLists {
+		data, err := os.ReadFile(filepath.Join("..", "..", "docs", l.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(strings.Fields(string(data)), " ")
+		_, list, ok := strings.Cut(text, l.after)
+		list, _, ok2 := strings.Cut(list, l.before)
+		if !ok || !ok2 {
+			t.Errorf("docs/%s lacks its list of the caps, after %q", l.file, l.after)
+			continue
+		}
+		list = regexp.MustCompile(`\([^)]*\)`).ReplaceAllString(list, "")
+		var doc []string
+		for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(list, -1) {
+			doc = append(doc, m[1])
+		}
+		slices.Sort(doc)
+		if !slices.Equal(doc, code) {
+			t.Errorf("docs/%s lists the caps\n%v\na job can end capped with (capSentences)\n%v", l.file, doc, code)
+		}
 	}
 	for name, value := range agentCaps(t) {
 		if _, ok := capSentences[value]; !ok {
