@@ -11,10 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/boxcar-run/boxcar/internal/redact"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/boxcar-run/boxcar/internal/redact"
 )
 
 // ConnOptions say how to reach NATS and who to be there: every client of Boxcar (the worker,

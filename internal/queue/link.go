@@ -6,8 +6,9 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/nats-io/nats.go"
+
+	"github.com/boxcar-run/boxcar/internal/backoff"
 )
 
 // Link is a worker's connection to NATS. Unlike Connect it never gives up: when no server
