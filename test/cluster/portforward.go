@@ -8,9 +8,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/boxcar-run/boxcar/test/harness"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // PortForward forwards a port the kernel picks on the host's 127.0.0.1 to port of a pod, as
