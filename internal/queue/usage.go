@@ -30,7 +30,8 @@ type DayUsage struct {
 
 // Usage is a handle on UsageBucket.
 type Usage struct {
-	kv jetstream.KeyValue
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
 }
 
 // OpenUsage binds to UsageBucket, creating it when create is set (a worker, which declares
@@ -51,7 +52,25 @@ func OpenUsage(ctx context.Context, nc *nats.Conn, replicas int, create bool) (*
 	if err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", UsageBucket, err)
 	}
-	return &Usage{kv: kv}, nil
+	stream, err := js.Stream(ctx, "KV_"+UsageBucket)
+	if err != nil {
+		return nil, fmt.Errorf("queue: bucket %s: %w", UsageBucket, err)
+	}
+	return &Usage{kv: kv, stream: stream}, nil
+}
+
+// Now is the NATS server's clock, as it stamps its answer to a look at the bucket: the one
+// clock every worker and submitter of a fleet shares, so that all of them change a tenant's
+// budget day at the same moment whatever their own clocks say (docs/operations.md#clocks).
+func (u *Usage) Now(ctx context.Context) (time.Time, error) {
+	info, err := u.stream.Info(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("queue: the server's time from %s: %w", UsageBucket, err)
+	}
+	if info.TimeStamp.IsZero() { // a server before 2.10 does not say
+		return time.Time{}, fmt.Errorf("queue: the server's time from %s: the server does not stamp its stream info", UsageBucket)
+	}
+	return info.TimeStamp.UTC(), nil
 }
 
 // ErrNoUsage marks a NATS where no worker has recorded usage yet.

@@ -80,3 +80,22 @@ func TestUsageAddsUp(t *testing.T) {
 		})
 	}
 }
+
+// TestUsageNowIsTheServers: Usage.Now reads the NATS server's clock (the embedded server shares
+// the test's, so its time falls between two readings of the test's own).
+func TestUsageNowIsTheServers(t *testing.T) {
+	t.Parallel()
+	u, err := queue.OpenUsage(t.Context(), connect(t, false), 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().UTC().Truncate(time.Microsecond)
+	now, err := u.Now(t.Context())
+	after := time.Now().UTC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Before(before) || now.After(after) || now.Location() != time.UTC {
+		t.Errorf("Now() = %s, want the server's UTC time between %s and %s", now, before, after)
+	}
+}

@@ -13,6 +13,8 @@ import (
 // Usage keeps the model tokens each tenant's jobs spent per UTC day, for the tenants' daily
 // budgets (queue.Usage implements it on the bucket BOXCAR_USAGE).
 type Usage interface {
+	// Now is the clock that decides the day: the NATS server's, which all workers share.
+	Now(ctx context.Context) (time.Time, error)
 	Day(ctx context.Context, tenant string, t time.Time) (queue.DayUsage, error)
 	Add(ctx context.Context, tenant string, t time.Time, tokens, dailyTokens int64) (int64, error)
 }
@@ -54,7 +56,7 @@ func (m *tenantMeter) Allow(ctx context.Context) error {
 	if limit == 0 {
 		return nil
 	}
-	now := time.Now().UTC()
+	now := m.day(ctx)
 	d, err := m.r.cfg.Usage.Day(ctx, m.a.tenant, now)
 	if err != nil {
 		m.a.log.WarnContext(ctx, "reading the tenant's token usage failed; the model request goes ahead", "error", err)
@@ -68,6 +70,19 @@ func (m *tenantMeter) Allow(ctx context.Context) error {
 		errBudgetExhausted, m.a.tenant, d.Tokens, now.Format(time.DateOnly), limit, m.a.tenant)
 }
 
+// day is the time whose UTC day the tenant's tokens count on: the NATS server's, so that a
+// worker whose clock is ahead does not start the new day early and let the tenant spend a
+// second budget around midnight. When the server cannot say, the worker's own clock stands in
+// (it is within job.ClockSkew of the server's) and the log says so.
+func (m *tenantMeter) day(ctx context.Context) time.Time {
+	now, err := m.r.cfg.Usage.Now(ctx)
+	if err != nil {
+		m.a.log.WarnContext(ctx, "reading the NATS server's time failed; the tenant's budget day is the worker's own", "error", err)
+		return m.r.cfg.Now().UTC()
+	}
+	return now
+}
+
 // Spend adds an answer's tokens to the tenant's day.
 func (m *tenantMeter) Spend(ctx context.Context, tokens int64) {
 	if tokens <= 0 {
@@ -77,7 +92,7 @@ func (m *tenantMeter) Spend(ctx context.Context, tokens int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), usageTimeout)
 	defer cancel()
 	limit := m.a.grant.DailyTokens
-	total, err := m.r.cfg.Usage.Add(ctx, m.a.tenant, time.Now(), tokens, limit)
+	total, err := m.r.cfg.Usage.Add(ctx, m.a.tenant, m.day(ctx), tokens, limit)
 	if err != nil {
 		m.a.log.WarnContext(ctx, "recording the tenant's token usage failed", "tokens", tokens, "error", err)
 		return

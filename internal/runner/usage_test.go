@@ -25,7 +25,7 @@ type budgetRig struct {
 	m     *metrics.Metrics
 }
 
-func newBudgetRig(t *testing.T, limit int64) *budgetRig {
+func newBudgetRig(t *testing.T, limit int64, opts ...func(*runner.Config)) *budgetRig {
 	t.Helper()
 	b := setup(t)
 	cfg, err := config.Parse([]byte(demoProfile + "tenants:\n  default: {profiles: [d], daily_tokens: " + strconv.FormatInt(limit, 10) + "}\n"))
@@ -44,13 +44,19 @@ func newBudgetRig(t *testing.T, limit int64) *budgetRig {
 		t.Fatal(err)
 	}
 	r := &budgetRig{bundle: b, usage: u, m: metrics.New()}
-	b.worker(ag, func(c *runner.Config) { c.Usage, c.Metrics = u, r.m })
+	b.worker(ag, append([]func(*runner.Config){func(c *runner.Config) { c.Usage, c.Metrics = u, r.m }}, opts...)...)
 	return r
 }
 
 func (r *budgetRig) today(t *testing.T) int64 {
 	t.Helper()
-	d, err := r.usage.Day(context.Background(), job.DefaultTenant, time.Now())
+	return r.on(t, time.Now())
+}
+
+// on is the default tenant's tokens of the UTC day of at.
+func (r *budgetRig) on(t *testing.T, at time.Time) int64 {
+	t.Helper()
+	d, err := r.usage.Day(context.Background(), job.DefaultTenant, at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +133,30 @@ func TestTenantDailyTokens(t *testing.T) {
 				t.Errorf("dead letters %+v; a capped job has none", dl)
 			}
 		})
+	}
+}
+
+// TestBudgetDayIsTheServers: a worker whose clock is ahead counts and checks the tenant's
+// tokens on the NATS server's day, which every worker shares, not on its own: by its own clock
+// it would find a fresh day and let a tenant that spent today's budget spend again. (The test
+// machine's clock is the server's here; a day ahead stands for a worker past midnight early.)
+func TestBudgetDayIsTheServers(t *testing.T) {
+	t.Parallel()
+	const ahead, limit = 24 * time.Hour, 10
+	r := newBudgetRig(t, limit, func(c *runner.Config) { c.Now = func() time.Time { return time.Now().Add(ahead) } })
+	if _, err := r.usage.Add(context.Background(), job.DefaultTenant, time.Now(), limit, limit); err != nil {
+		t.Fatal(err)
+	}
+	st := r.waitFinal(r.submit("d").ID, 30*time.Second)
+	if st.State != job.StateCapped || st.Cap != "budget_exhausted" || st.Attempt != 1 || st.SpentTurns != 0 {
+		t.Fatalf("%s (cap %q) at attempt %d after %d turns (%s); want capped by budget_exhausted at attempt 1 before the first",
+			st.State, st.Cap, st.Attempt, st.SpentTurns, st.Error)
+	}
+	if got := r.today(t); got != limit {
+		t.Errorf("the server's day holds %d tokens, want the %d spent before the job", got, limit)
+	}
+	if got := r.on(t, time.Now().Add(ahead)); got != 0 {
+		t.Errorf("the worker's own day holds %d tokens, want none", got)
 	}
 }
 

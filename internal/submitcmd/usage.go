@@ -10,7 +10,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
-// tenantUsage is what the tenant submit acts for spent on the model today (UTC), from the
+// tenantUsage is what the tenant submit acts for spent on the model today (the NATS server's UTC day, as the workers count it), from the
 // bucket the workers keep; nil when it cannot be read (no worker has kept it yet, or NATS
 // refuses the read): status shows it only as an aside.
 func (e *env) tenantUsage(ctx context.Context, nc *nats.Conn) map[string]any {
@@ -18,7 +18,10 @@ func (e *env) tenantUsage(ctx context.Context, nc *nats.Conn) map[string]any {
 	if err != nil {
 		return nil
 	}
-	now := time.Now().UTC()
+	now, err := u.Now(ctx) // the workers' budget day is the server's
+	if err != nil {
+		now = time.Now().UTC()
+	}
 	d, err := u.Day(ctx, e.tenant(), now)
 	if err != nil || d.Tokens == 0 && d.DailyTokens == 0 { // nothing kept today: nothing to say
 		return nil
