@@ -1,6 +1,7 @@
 package approvalsig_test
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"errors"
 	"testing"
@@ -16,7 +17,9 @@ func TestCheck(t *testing.T) {
 	_, alice, _ := ed25519.GenerateKey(nil)
 	_, mallory, _ := ed25519.GenerateKey(nil)
 	now := time.Now().UTC()
-	ring := provenance.Keyring{{Name: "alice", Key: alice.Public().(ed25519.PublicKey), NotBefore: now.Add(-time.Hour)}}
+	_, bob, _ := ed25519.GenerateKey(nil)
+	ring := provenance.Keyring{{Name: "alice", Key: alice.Public().(ed25519.PublicKey), NotBefore: now.Add(-time.Hour)},
+		{Name: "bob", Key: bob.Public().(ed25519.PublicKey), NotAfter: now.Add(-5 * time.Minute)}}
 	req := approvalsig.Request{Tenant: "team-b", JobID: job.NewID(), CallID: "call_1", Argv: []string{"make", "test"}, Revision: 7, ExpiresAt: now.Add(time.Minute)}
 	good := approvalsig.Statement{Tenant: "team-b", JobID: req.JobID, CallID: "call_1", ArgvSHA256: approvalsig.ArgvDigest(req.Argv), RequestRevision: 7,
 		Decision: job.DecisionApproved, DecidedAt: now, ExpiresAt: req.ExpiresAt}
@@ -26,6 +29,7 @@ func TestCheck(t *testing.T) {
 		key    ed25519.PrivateKey
 		raw    string // sent as it is instead of a signed statement
 		want   error
+		signer string // the key Check names; alice when empty
 	}{
 		{name: "good", key: alice},
 		{name: "unsigned", raw: "", want: approvalsig.ErrUnsigned},
@@ -42,6 +46,10 @@ func TestCheck(t *testing.T) {
 		// out: the worker still waits, and the answer is its.
 		{name: "answerer's clock ahead", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(5 * time.Minute) }},
 		{name: "before the key was valid", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-2 * time.Hour) }, want: approvalsig.ErrExpired},
+		// A key's dates are judged on the answerer's clock, which may be job.ClockSkew off.
+		{name: "answerer's clock behind at the key's start", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-time.Hour - job.ClockSkew + time.Second) }},
+		{name: "answerer's clock ahead at the key's end", key: bob, signer: "bob"},
+		{name: "after the key was retired", key: bob, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-5*time.Minute + job.ClockSkew + time.Second) }, want: approvalsig.ErrExpired},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,8 +66,8 @@ func TestCheck(t *testing.T) {
 			}
 			_, key, err := approvalsig.Check(signed, req, ring)
 			switch {
-			case tt.want == nil && (err != nil || key.Name != "alice"):
-				t.Fatalf("Check = %q, %v; want alice", key.Name, err)
+			case tt.want == nil && (err != nil || key.Name != cmp.Or(tt.signer, "alice")):
+				t.Fatalf("Check = %q, %v; want %s", key.Name, err, cmp.Or(tt.signer, "alice"))
 			case tt.want != nil && !errors.Is(err, tt.want):
 				t.Fatalf("Check: %v; want %v", err, tt.want)
 			}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // TrustedKey is one public key a verifier trusts, for the time it was in use. A signature made
@@ -26,9 +28,15 @@ type TrustedKey struct {
 	NotBefore, NotAfter time.Time
 }
 
-// ValidAt reports whether the key was in use at t.
+// ValidAt reports whether the key was in use at t, a time the signer's clock wrote. The dates
+// mean true time and the signer's clock may be job.ClockSkew off it, so each end is
+// job.ClockSkew wider: a rotation's new key counts from that much before its not_before and the
+// old one to that much after its not_after, as the other checks of a time another machine
+// wrote do (docs/operations.md#clocks). The dates bound an honest signer's mistakes, not a
+// leaked key, which can backdate at will: the allowance gives away nothing they guard.
 func (k TrustedKey) ValidAt(t time.Time) bool {
-	return (k.NotBefore.IsZero() || !t.Before(k.NotBefore)) && (k.NotAfter.IsZero() || t.Before(k.NotAfter))
+	return (k.NotBefore.IsZero() || !t.Before(k.NotBefore.Add(-job.ClockSkew))) &&
+		(k.NotAfter.IsZero() || t.Before(k.NotAfter.Add(job.ClockSkew)))
 }
 
 // Keyring is a set of trusted keys, by name.

@@ -35,6 +35,14 @@ keys:
 keys:
   - {name: old, public_key_file: old.pub, not_after: "2026-12-02T10:00:00Z"}
   - {name: new, public_key_file: new.pub, not_before: "2026-12-02T10:00:00Z"}`},
+		// The signer's clock may be job.ClockSkew off the true time a keyring's dates mean.
+		{name: "signed by a clock ahead just before the rotation", signed: true, wantName: "old", keyring: `
+keys:
+  - {name: old, public_key_file: old.pub, not_after: "2026-12-02T10:10:00Z"}
+  - {name: new, public_key_file: new.pub, not_before: "2026-12-02T10:10:00Z"}`},
+		{name: "signed by a clock behind just after the key's start", signed: true, wantName: "old", keyring: `
+keys:
+  - {name: old, public_key_file: old.pub, not_before: "2026-12-02T10:25:00Z"}`},
 		{name: "signed before the key was in use", signed: true, wantErr: provenance.ErrKeyNotValid, keyring: `
 keys:
   - {name: old, public_key_file: old.pub, not_before: "2026-12-03T00:00:00Z"}`},
