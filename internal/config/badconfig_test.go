@@ -48,6 +48,15 @@ func TestBadConfigsAreRefusedAtLoad(t *testing.T) {
 		{"egress-cidr", `:5:25 egress.denied_cidrs[0]: "10.0.0.0" is not a CIDR prefix such as 10.20.0.0/16 or fd00::/8`},
 		{"namespace-not-a-name", `:1:56 sandbox.kubernetes.namespace: "Boxcar_Sandboxes" is not a namespace's name: lower-case letters, digits and '-', at most 63`},
 		{"owner-not-a-name", `sandbox.kubernetes.owner: "Boxcar-Owner" is not a ConfigMap's name`},
+		{"metrics-addr-no-port", `:1:15 metrics_addr: "9464" is not host:port; give 127.0.0.1:9464 (this machine only), :9464 (every address) or off`},
+		{"metrics-addr-port-not-a-number", `:1:15 metrics_addr: "127.0.0.1:http-alt" has no port number from 0 to 65535`},
+		{"worker-id-not-a-label", `:1:12 worker_id: "worker 1/a" is not a label value, which the kubernetes backend labels each sandbox pod with: letters, digits, -_. between two letters or digits, at most 63`},
+		{"model-url-password", `:1:19 model.base_url: holds credentials (a user:password@ or a token@); put the API key in OPENAI_API_KEY`},
+		{"model-url-key-in-query", `:1:19 model.base_url: holds a query (such as ?api_key=), which may be a secret; put the API key in OPENAI_API_KEY`},
+		{"model-url-not-http-key-in-query", `:1:19 model.base_url: holds a query`},
+		{"store-endpoint-password", `:1:42 store.endpoint: holds credentials (a user:password@ or a token@); put the S3 keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY`},
+		{"store-endpoint-query", `:1:42 store.endpoint: holds a query`},
+		{"nats-url-password", `:1:13 nats.url: holds credentials (a user:password@ or a token@); give them with --nats-creds (NATS_CREDS)`},
 		{"alias-bomb", `profiles.p.tools[0].parameters.l8: yaml: document contains excessive aliasing`},
 	}
 	for _, tt := range tests {
@@ -60,6 +69,9 @@ func TestBadConfigsAreRefusedAtLoad(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Load(%s):\n%v\nwant it to name the file and say\n%s", path, err, tt.want)
+			}
+			if strings.Contains(err.Error(), "s3cr") { // each secret of testdata/bad holds it
+				t.Errorf("Load(%s) quotes the secret:\n%v", path, err)
 			}
 		})
 	}

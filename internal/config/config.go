@@ -516,6 +516,7 @@ func (c Config) Validate() error {
 		bad("nats", "status_ttl, job_max_msgs, job_max_bytes, dead_letter_max_age, dead_letter_max_bytes, cancel_max_bytes and approvals_max_bytes must be positive")
 	}
 	errs = append(errs, c.validateEndpoints()...)
+	errs = append(errs, c.validateWorker()...)
 	errs = append(errs, c.Egress.validate()...)
 	if c.Store.ProbeInterval < 0 {
 		bad("store.probe_interval", "must be positive")

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/boxcar-run/boxcar/internal/redact"
 )
@@ -33,23 +34,71 @@ func CheckHTTPURL(raw string) error {
 	return err
 }
 
-// validateEndpoints checks each URL the config gives, naming the field, never the value.
+// URLKey is a key of the config that holds a URL, which the config file (shared, committed,
+// a ConfigMap) must not carry a secret in. The Helm chart refuses the same in its values
+// (boxcar.checkURLSecrets in deploy/helm/boxcar/templates/_helpers.tpl; TestURLKeysMatchTheChart
+// holds the two lists equal).
+type URLKey struct {
+	Key string
+	// Query: the value has no use for a query (the model client drops the base URL's, an S3
+	// endpoint takes none), so one is refused as a likely secret (?api_key=, a signature).
+	Query bool
+	// Secrets says where the secret belongs instead.
+	Secrets string
+	value   func(Config) string
+	check   func(string) error // the URL's form, once it holds no secret
+}
+
+const (
+	s3Secrets    = "put the S3 keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the worker's environment (or leave them unset for the machine's or pod's identity)"
+	modelSecrets = "put the API key in OPENAI_API_KEY in the worker's environment (the worker sends it as a bearer token) and give the URL as scheme://host/path alone"
+	natsSecrets  = "give them with --nats-creds (NATS_CREDS), or --nats-user with --nats-password-file (NATS_USER, NATS_PASSWORD_FILE), or --nats-token-file (NATS_TOKEN_FILE)"
+)
+
+// URLKeys are the config's URL keys, each with where its secret belongs.
+var URLKeys = []URLKey{
+	{Key: "nats.url", Secrets: natsSecrets, value: func(c Config) string { return c.NATS.URL }, check: CheckNATSURL},
+	{Key: "store.url", Secrets: s3Secrets, value: func(c Config) string { return c.Store.URL }, check: CheckStoreURL},
+	{Key: "store.endpoint", Query: true, Secrets: s3Secrets, value: func(c Config) string { return c.Store.Endpoint }, check: CheckHTTPURL},
+	{Key: "model.base_url", Query: true, Secrets: modelSecrets, value: func(c Config) string { return c.Model.BaseURL }, check: CheckHTTPURL},
+}
+
+// secret says what secret-looking part raw holds ("" when none): each URL of a
+// comma-separated list is read as the NATS client reads it, scheme:// added where missing. A
+// URL that does not parse is left to the form check, whose error does not quote it.
+func (k URLKey) secret(raw string) string {
+	for _, part := range strings.Split(raw, ",") {
+		part = strings.TrimSpace(part)
+		if !strings.Contains(part, "://") {
+			part = "x://" + part
+		}
+		u, err := redact.ParseURL(part)
+		switch {
+		case err != nil:
+		case u.User != nil:
+			return "credentials (a user:password@ or a token@)"
+		case k.Query && (u.RawQuery != "" || u.ForceQuery):
+			return "a query (such as ?api_key=), which may be a secret"
+		}
+	}
+	return ""
+}
+
+// validateEndpoints checks each URL the config gives, naming the field and where its secret
+// belongs, never the value.
 func (c Config) validateEndpoints() []error {
 	var errs []error
-	for _, e := range []struct {
-		field, value string
-		check        func(string) error
-	}{
-		{"nats.url", c.NATS.URL, CheckNATSURL},
-		{"store.url", c.Store.URL, CheckStoreURL},
-		{"store.endpoint", c.Store.Endpoint, CheckHTTPURL},
-		{"model.base_url", c.Model.BaseURL, CheckHTTPURL},
-	} {
-		if e.value == "" {
+	for _, k := range URLKeys {
+		v := k.value(c)
+		if v == "" {
 			continue
 		}
-		if err := e.check(e.value); err != nil {
-			errs = append(errs, &FieldError{Path: e.field, Msg: err.Error()})
+		if what := k.secret(v); what != "" {
+			errs = append(errs, &FieldError{Path: k.Key, Msg: fmt.Sprintf("holds %s; %s. The value is not shown here", what, k.Secrets)})
+			continue
+		}
+		if err := k.check(v); err != nil {
+			errs = append(errs, &FieldError{Path: k.Key, Msg: err.Error()})
 		}
 	}
 	return errs

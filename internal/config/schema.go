@@ -18,8 +18,9 @@ import (
 // "profiles.*.tools[]"). Some checks have no JSON Schema form: a tool name declared twice, a
 // "{{param}}" without its parameter (the chart repeats these two in its templates), a tenant
 // granted a profile the config does not define, two tenants sharing a bucket, a duration past
-// MaxDuration, two nats keys naming one stream, a subject under the dead-letter stream's, and a
-// report or artifacts path out of the workdir.
+// MaxDuration, two nats keys naming one stream, a subject under the dead-letter stream's, a
+// report or artifacts path out of the workdir, a secret in a URL key (the chart has its own
+// rule, boxcar.checkURLSecrets), and worker_id and metrics_addr (the chart's to set).
 // schema_test.go holds the schema to Validate.
 func SchemaOptions() schemagen.Options {
 	nonNegative := schemagen.Schema{"minimum": 0}

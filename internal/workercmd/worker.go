@@ -136,6 +136,11 @@ func Start(ctx context.Context, o Options) (*Worker, error) {
 	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
+	if o.MetricsAddr != "" {
+		if err := config.CheckMetricsAddr(o.MetricsAddr); err != nil {
+			return nil, fmt.Errorf("--metrics-addr: %w", err)
+		}
+	}
 	log := slog.New(slog.NewJSONHandler(o.Stderr, &slog.HandlerOptions{Level: level}))
 	// Libraries that write to the standard logger (net/http's Transport behind each job's
 	// proxy) may quote a bound host's answer in it, secret and all: egress.CaptureStdLog.

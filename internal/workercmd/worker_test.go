@@ -163,3 +163,18 @@ func TestDataDirFromGetenvHome(t *testing.T) {
 		t.Errorf("an embedded worker without HOME: %v, want an error naming --data-dir", err)
 	}
 }
+
+// TestBadMetricsAddrFlagStopsStart: a --metrics-addr the worker cannot listen on stops Start at
+// once, named with the fix, as the config's metrics_addr does at load; before, the worker
+// started and its /metrics failed once it was up.
+func TestBadMetricsAddrFlagStopsStart(t *testing.T) {
+	t.Parallel()
+	w, err := Start(t.Context(), Options{Embedded: true, DataDir: t.TempDir(), NATSListen: "127.0.0.1:0", MetricsAddr: "9464", Getenv: noEnv})
+	if err == nil {
+		w.Stop()
+		t.Fatal("Start with --metrics-addr 9464 succeeded; want it refused")
+	}
+	if want := `--metrics-addr: "9464" is not host:port; give 127.0.0.1:9464`; !strings.Contains(err.Error(), want) {
+		t.Errorf("Start: %v; want %q", err, want)
+	}
+}
