@@ -133,3 +133,39 @@ func urlEntryPoints(cfgPath string, getenv func(string) string) map[string]func(
 		},
 	}
 }
+
+// TestURLSecretsInAConfigRefused: a well-formed URL that carries a secret (a user:password@ or
+// a token@, or a query where the key has no use for one) in a config key stops the worker,
+// check-config and setup at load, naming the key and where the secret belongs, and no part of
+// the secret reaches the error or the output; the environment's variables are where secrets go.
+func TestURLSecretsInAConfigRefused(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, field, url, belongs string }{
+		{"password", "nats.url", "nats://boxcar:" + urlSecret + "@127.0.0.1:1", "--nats-creds"},
+		{"token in the second", "nats.url", "nats://127.0.0.1:1, " + urlSecret + "@127.0.0.1:2", "--nats-creds"},
+		{"keys", "store.url", "s3://AKIDEXAMPLE:" + urlSecret + "@results/p", "AWS_SECRET_ACCESS_KEY"},
+		{"keys", "store.endpoint", "http://AKIDEXAMPLE:" + urlSecret + "@127.0.0.1:1", "AWS_SECRET_ACCESS_KEY"},
+		{"signature", "store.endpoint", "http://127.0.0.1:1/?X-Amz-Signature=" + urlSecret, "AWS_SECRET_ACCESS_KEY"},
+		{"password", "model.base_url", "https://boxcar:" + urlSecret + "@127.0.0.1:1/v1", "OPENAI_API_KEY"},
+		{"key in the query", "model.base_url", "https://127.0.0.1:1/v1?api_key=" + urlSecret, "OPENAI_API_KEY"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.field+"/"+tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfgPath, getenv := urlConfig(t, tt.field, tt.url, false)
+			for entry, run := range urlEntryPoints(cfgPath, getenv) {
+				out, err := run(t.Context())
+				if err == nil {
+					t.Fatalf("%s: no error from a secret in %s", entry, tt.field)
+				}
+				all := err.Error() + "\n" + out
+				if strings.Contains(all, "s3cr") {
+					t.Errorf("%s: the secret of %s reaches the output:\n%s", entry, tt.field, all)
+				}
+				if !strings.Contains(all, tt.field+": holds") || !strings.Contains(all, tt.belongs) {
+					t.Errorf("%s: the error does not name %s and say to use %s:\n%s", entry, tt.field, tt.belongs, all)
+				}
+			}
+		})
+	}
+}
