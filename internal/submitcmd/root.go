@@ -79,6 +79,8 @@ func rootHelp(root *cobra.Command) string {
 	b.WriteString(`
 Common flags (every command that reaches NATS or the store):
   --nats URL          NATS_URL, default nats://127.0.0.1:4222
+  --config FILE       BOXCAR_CONFIG, the workers' config: its nats names (stream, subject,
+                      consumer, buckets) and url, for a fleet that renames them
   --tenant TENANT     BOXCAR_TENANT, default default: whose jobs, statuses and approvals
   --store URL         BOXCAR_STORE, file:///path or s3://bucket[/prefix], default file://$BOXCAR_HOME/store
                       (BOXCAR_HOME default ~/.boxcar)
@@ -169,13 +171,14 @@ func flagSynopsis(f *pflag.Flag) string {
 func (e *env) common(c *cobra.Command, output bool) {
 	fs := c.Flags()
 	fs.SortFlags = false
-	fs.StringVar(&e.natsURL, "nats", "", "NATS `URL` (default $NATS_URL, else nats://127.0.0.1:4222)")
+	fs.StringVar(&e.natsURL, "nats", "", "NATS `URL` (default $NATS_URL, else the --config's nats.url, else nats://127.0.0.1:4222)")
+	fs.StringVar(&e.configPath, "config", "", "the workers' config `FILE`, whose nats names (stream, subject, consumer, buckets) and url to use (default $BOXCAR_CONFIG, else the default names)")
 	fs.StringVar(&e.tenantFlag, "tenant", "", "the `TENANT` to act for: its jobs, statuses and approvals only; the NATS server's permissions say which the credentials may use (default $BOXCAR_TENANT, else default)")
 	fs.StringVar(&e.storeURL, "store", "", "store `URL`: file:///path or s3://bucket[/prefix] (default $BOXCAR_STORE, else file://$BOXCAR_HOME/store)")
 	fs.StringVar(&e.s3Endpoint, "s3-endpoint", "", "endpoint `URL` of an S3-compatible service (default $BOXCAR_S3_ENDPOINT)")
 	fs.StringVar(&e.s3CA, "s3-ca", "", "PEM `FILE` of the CAs that sign the S3 endpoint's certificate (default $BOXCAR_S3_CA)")
 	e.natsAuth.Bind(fs)
-	names := append([]string{"nats", "tenant", "store", "s3-endpoint", "s3-ca"}, e.natsAuth.Names()...)
+	names := append([]string{"nats", "config", "tenant", "store", "s3-endpoint", "s3-ca"}, e.natsAuth.Names()...)
 	if output {
 		e.outputFlag(c)
 		names = append(names, "output")

@@ -116,6 +116,7 @@ type env struct {
 	stderr     io.Writer // a safeWriter once run starts
 	raw        io.Writer // stdout as given, for output that must stay byte for byte
 	natsURL    string
+	configPath string // --config: the workers' config, whose nats names submit uses
 	tenantFlag string
 	storeURL   string
 	s3Endpoint string
@@ -161,10 +162,23 @@ func atLeast(flag string, d, least time.Duration) error {
 	return cli.Usagef("%s %s: give a positive duration (e.g. 10m)", flag, d)
 }
 
-// natsConfig is the worker's default NATS settings at the URL of --nats, else $NATS_URL; an
-// error names which of them does not parse, never its value (it may hold a password).
+// natsConfig is the NATS settings of the workers' config (--config, else $BOXCAR_CONFIG), else
+// the defaults, at the URL of --nats, else $NATS_URL, else the config's: a fleet that renames
+// its stream, subject, consumer or buckets is reached through the file its workers read. An
+// error names which of them is wrong, never a URL's value (it may hold a password).
 func (e *env) natsConfig() (config.NATS, error) {
 	cfg := config.Config{Profiles: nil}.WithDefaults().NATS
+	path, from := e.configPath, "--config"
+	if path == "" {
+		path, from = e.getenv("BOXCAR_CONFIG"), "BOXCAR_CONFIG"
+	}
+	if path != "" {
+		c, err := config.Load(path)
+		if err != nil {
+			return config.NATS{}, cli.Usagef("%s: the workers' config: %v", from, err)
+		}
+		cfg = c.NATS
+	}
 	u, err := e.checkedURL(e.natsURL, "--nats", "NATS_URL", config.CheckNATSURL)
 	if u != "" {
 		cfg.URL = u
