@@ -31,6 +31,9 @@ var (
 	ErrBadSignature = errors.New("the answer's signature is by no trusted approver key")
 	ErrMismatch     = errors.New("the answer was signed for another request")
 	ErrExpired      = errors.New("the answer came after the request expired")
+	// ErrKeyOutsideDates: signed by a trusted key at a decided_at outside the key's
+	// not_before/not_after (with job.ClockSkew either side), which is no late answer.
+	ErrKeyOutsideDates = errors.New("the answer was signed with an approver key outside its dates")
 )
 
 // Statement is what an approver signs.
@@ -124,7 +127,7 @@ func Check(signed string, req Request, ring provenance.Keyring) (Statement, prov
 	})
 	switch {
 	case errors.Is(err, provenance.ErrKeyNotValid):
-		return s, none, fmt.Errorf("%w: %v", ErrExpired, err)
+		return s, none, fmt.Errorf("%w: %v", ErrKeyOutsideDates, err)
 	case err != nil:
 		return s, none, fmt.Errorf("%w: %v", ErrBadSignature, err)
 	}

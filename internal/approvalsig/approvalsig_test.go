@@ -45,11 +45,11 @@ func TestCheck(t *testing.T) {
 		// The answerer's clock 5 minutes ahead of the worker's, which set the expiry a minute
 		// out: the worker still waits, and the answer is its.
 		{name: "answerer's clock ahead", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(5 * time.Minute) }},
-		{name: "before the key was valid", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-2 * time.Hour) }, want: approvalsig.ErrExpired},
+		{name: "before the key was valid", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-2 * time.Hour) }, want: approvalsig.ErrKeyOutsideDates},
 		// A key's dates are judged on the answerer's clock, which may be job.ClockSkew off.
 		{name: "answerer's clock behind at the key's start", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-time.Hour - job.ClockSkew + time.Second) }},
 		{name: "answerer's clock ahead at the key's end", key: bob, signer: "bob"},
-		{name: "after the key was retired", key: bob, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-5*time.Minute + job.ClockSkew + time.Second) }, want: approvalsig.ErrExpired},
+		{name: "after the key was retired", key: bob, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-5*time.Minute + job.ClockSkew + time.Second) }, want: approvalsig.ErrKeyOutsideDates},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
