@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,7 +33,16 @@ type DayUsage struct {
 type Usage struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
+
+	mu     sync.Mutex
+	offset time.Duration // the server's clock less the worker's, as last read
+	read   time.Time     // when offset was read (the worker's clock); zero: never
 }
+
+// serverClockFor is how long Now trusts a reading of the server's clock: clocks drift by
+// milliseconds a day, so one look a minute holds the day to the server's without a round trip
+// before every model request and after every answer.
+const serverClockFor = time.Minute
 
 // OpenUsage binds to UsageBucket, creating it when create is set (a worker, which declares
 // what it needs today) and it is missing. A client that does not create gets ErrNoUsage when
@@ -61,8 +71,16 @@ func OpenUsage(ctx context.Context, nc *nats.Conn, replicas int, create bool) (*
 
 // Now is the NATS server's clock, as it stamps its answer to a look at the bucket: the one
 // clock every worker and submitter of a fleet shares, so that all of them change a tenant's
-// budget day at the same moment whatever their own clocks say (docs/operations.md#clocks).
+// budget day at the same moment whatever their own clocks say (docs/operations.md#clocks). The
+// difference from the worker's clock is read again once serverClockFor has passed.
 func (u *Usage) Now(ctx context.Context) (time.Time, error) {
+	u.mu.Lock()
+	if !u.read.IsZero() && time.Since(u.read) < serverClockFor {
+		defer u.mu.Unlock()
+		return time.Now().Add(u.offset).UTC(), nil
+	}
+	u.mu.Unlock()
+	sent := time.Now()
 	info, err := u.stream.Info(ctx)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("queue: the server's time from %s: %w", UsageBucket, err)
@@ -70,6 +88,11 @@ func (u *Usage) Now(ctx context.Context) (time.Time, error) {
 	if info.TimeStamp.IsZero() { // a server before 2.10 does not say
 		return time.Time{}, fmt.Errorf("queue: the server's time from %s: the server does not stamp its stream info", UsageBucket)
 	}
+	got := time.Now()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.offset = info.TimeStamp.Sub(sent.Add(got.Sub(sent) / 2)) // stamped half way, give or take
+	u.read = got
 	return info.TimeStamp.UTC(), nil
 }
 

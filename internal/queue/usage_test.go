@@ -99,3 +99,41 @@ func TestUsageNowIsTheServers(t *testing.T) {
 		t.Errorf("Now() = %s, want the server's UTC time between %s and %s", now, before, after)
 	}
 }
+
+// TestUsageNowReadsTheServerOncePerInterval: the server's clock is read once, not on every
+// call (the runner asks before each model request and after each answer), and the calls in
+// between follow it.
+func TestUsageNowReadsTheServerOncePerInterval(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, false)
+	u, err := queue.OpenUsage(t.Context(), nc, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	looks, err := nc.SubscribeSync("$JS.API.STREAM.INFO.KV_" + queue.UsageBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := u.Now(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		now, err := u.Now(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.Before(first.Add(-time.Second)) || now.Location() != time.UTC {
+			t.Fatalf("Now() = %s after %s: not the server's clock carried on", now, first)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := looks.Pending(); n != 1 {
+		t.Errorf("11 calls of Now looked at the server %d times, want 1", n)
+	}
+}
