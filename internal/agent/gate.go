@@ -19,17 +19,17 @@ import (
 // knows one: RetryAfterError) or with ctx. A failure the gate let pass, one
 // that does not persist or one no attempt reached the gate with, ends the run as without a
 // gate. start is when the answered request was sent.
-func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNewParams) (resp *openai.ChatCompletion, start time.Time, err error) {
+func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNewParams) (resp *openai.ChatCompletion, wire wireBytes, start time.Time, err error) {
 	gate := r.agent.cfg.Gate
 	for held := false; ; held = true {
 		if gate != nil {
 			if err := r.awaitModel(ctx, gate, turn, held); err != nil {
-				return nil, start, err
+				return nil, wire, start, err
 			}
 		}
 		if m := r.req.Meter; m != nil {
 			if err := m.Allow(ctx); err != nil {
-				return nil, start, err
+				return nil, wire, start, err
 			}
 		}
 		// The turn counts from here on: a process that dies while the request is out may
@@ -41,20 +41,20 @@ func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNe
 		resp, err = r.agent.chat.New(ctx, params, option.WithMiddleware(r.logAttempt, rp.record))
 		switch {
 		case err == nil:
-			return resp, start, nil
+			return resp, rp.wire, start, nil
 		case ctx.Err() != nil:
-			return nil, start, context.Cause(ctx)
+			return nil, wire, start, context.Cause(ctx)
 		}
 		err = modelError(err, &rp, r.agent.cfg.APIKey)
 		if !errors.Is(err, ErrModelUnavailable) {
-			return nil, start, err
+			return nil, wire, start, err
 		}
 		// Not a turn after all: the event takes it back, so that the caller's record of
 		// the spending matches Result.Spent, also for a turn that waits out an outage.
 		r.used.Turns = turn - 1
 		r.progress(Event{Kind: EventModelUnavailable, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls, Spent: r.spent()})
 		if gate == nil || gate.Up() {
-			return nil, start, unavailable(gate, err)
+			return nil, wire, start, unavailable(gate, err)
 		}
 		r.log.Warn("model endpoint unavailable; the turn waits for it and is not counted", "turn", turn, "error", err)
 	}

@@ -22,11 +22,15 @@ type reply struct {
 	// readErr is why reading the body failed before its end (a reset connection, the
 	// attempt's timeout); nil when it was read whole or cut at Config.MaxResponseBytes.
 	readErr error
+	wire    wireBytes
 }
+
+// wireBytes are the body bytes of one request and its answer, what a token estimate counts.
+type wireBytes struct{ sent, got int64 }
 
 // record is the request's middleware that fills rp with each attempt's answer.
 func (rp *reply) record(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-	*rp = reply{}
+	*rp = reply{wire: wireBytes{sent: max(req.ContentLength, 0)}}
 	res, err := next(req)
 	if err == nil {
 		rp.status = res.StatusCode
@@ -45,6 +49,7 @@ type replyBody struct {
 
 func (b *replyBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
+	b.rp.wire.got += int64(n)
 	if room := maxReplyHead - len(b.rp.head); room > 0 {
 		b.rp.head = append(b.rp.head, p[:min(n, room)]...)
 	}

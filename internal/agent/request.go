@@ -197,9 +197,13 @@ type ModelCall struct {
 	Duration   time.Duration // from sending the request to its answer, retries included
 }
 
-// Usage is the token usage the endpoint reported, summed over the run.
+// Usage is the token usage the endpoint reported, summed over the run. Estimated says that
+// the figures (of one answer; in a sum, of at least one) are the agent's estimate from the
+// bytes sent and received, as the endpoint reported no usage or an implausible one (see
+// countUsage).
 type Usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	TotalTokens      int64 `json:"total_tokens"`
+	Estimated        bool  `json:"estimated,omitempty"`
 }

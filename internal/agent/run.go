@@ -262,7 +262,7 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 		params.MaxCompletionTokens = openai.Int(m.MaxCompletionTokens)
 	}
 	r.logRequest(turn, params)
-	resp, start, err := r.send(ctx, turn, params)
+	resp, wire, start, err := r.send(ctx, turn, params)
 	if err != nil {
 		return openai.ChatCompletionChoice{}, err
 	}
@@ -280,10 +280,12 @@ func (r *run) complete(ctx context.Context, turn int, defs []openai.ChatCompleti
 	if model != "" {
 		r.res.Model = model
 	}
-	u := Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, TotalTokens: resp.Usage.TotalTokens}
-	if u.TotalTokens == 0 {
-		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	u := countUsage(resp.Usage, wire.sent, wire.got)
+	if u.Estimated {
+		r.log.Warn("model answer without a plausible usage; its tokens are estimated from its bytes", "turn", turn, "response_id", id,
+			"reported_total_tokens", resp.Usage.TotalTokens, "estimated_total_tokens", u.TotalTokens)
 	}
+	r.res.Usage.Estimated = r.res.Usage.Estimated || u.Estimated
 	r.res.Usage.PromptTokens += u.PromptTokens
 	r.res.Usage.CompletionTokens += u.CompletionTokens
 	r.res.Usage.TotalTokens += u.TotalTokens

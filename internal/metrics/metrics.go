@@ -37,6 +37,7 @@ type Metrics struct {
 	ModelRequests        *prometheus.CounterVec   // outcome (see ModelTransport)
 	ModelRequestDuration *prometheus.HistogramVec // outcome
 	ModelTokens          *prometheus.CounterVec   // profile, kind (prompt, completion)
+	ModelTokensEstimated *prometheus.CounterVec   // profile
 	CapHits              *prometheus.CounterVec   // profile, cap
 	// TenantTokens and TenantBudgetRemaining are each tenant's model tokens and what is left
 	// of its daily budget today (unlimited tenants have none); label values are the configured
@@ -108,6 +109,9 @@ func New() *Metrics {
 		ModelTokens: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_model_tokens_total", Help: "Model tokens used, by profile and kind (prompt, completion).",
 		}, []string{"profile", "kind"}),
+		ModelTokensEstimated: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_model_tokens_estimated_total", Help: "Model tokens of boxcar_model_tokens_total that are estimates from the bytes of answers without a usage report, by profile.",
+		}, []string{"profile"}),
 		ModelUp: f.NewGauge(prometheus.GaugeOpts{
 			Name: "boxcar_model_up", Help: "1 while the model endpoint answers, 0 while its circuit breaker holds model requests and new jobs.",
 		}),

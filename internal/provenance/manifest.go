@@ -76,7 +76,11 @@ type ModelCall struct {
 	PromptTokens     int64  `json:"prompt_tokens"`
 	CompletionTokens int64  `json:"completion_tokens"`
 	TotalTokens      int64  `json:"total_tokens"`
-	DurationMS       int64  `json:"duration_ms"`
+	// TokensEstimated says the endpoint reported no usage for this answer (or zeros, or
+	// negative figures), and the tokens are the worker's estimate from the bytes sent and
+	// received, which the job's and the tenant's budgets counted.
+	TokensEstimated bool  `json:"tokens_estimated,omitempty"`
+	DurationMS      int64 `json:"duration_ms"`
 }
 
 // SandboxUsage is what the sandbox's processes used, as its cgroup counted it; a figure the
@@ -211,6 +215,8 @@ type Usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	TotalTokens      int64 `json:"total_tokens"`
+	// Estimated says some of the figures are the worker's estimate (ModelCall.TokensEstimated).
+	Estimated bool `json:"estimated,omitempty"`
 }
 
 // ToolCall is one tool call: its arguments only as a digest, its result as flags.

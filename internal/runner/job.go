@@ -430,6 +430,7 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl cla
 	run := ran{sandbox: sb.Info(), result: res, earlier: spent.base, transcript: sp.output(), egress: egressSeen, claim: cl, usage: sandboxUsage(sb)}
 	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(res.Usage.PromptTokens))
 	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(res.Usage.CompletionTokens))
+	r.m.ModelTokensEstimated.WithLabelValues(j.Profile).Add(float64(estimatedTokens(res.Calls)))
 	r.recordToolCalls(a, res)
 	if err == nil && res.Outcome == agent.OutcomeCapped {
 		err = &capError{cap: res.Cap}

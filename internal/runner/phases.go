@@ -64,5 +64,18 @@ func runUsage(a *attempt, run ran) *provenance.RunUsage {
 
 func modelCall(c agent.ModelCall) provenance.ModelCall {
 	return provenance.ModelCall{Turn: c.Turn, ResponseID: c.ResponseID, PromptTokens: c.Usage.PromptTokens,
-		CompletionTokens: c.Usage.CompletionTokens, TotalTokens: c.Usage.TotalTokens, DurationMS: c.Duration.Milliseconds()}
+		CompletionTokens: c.Usage.CompletionTokens, TotalTokens: c.Usage.TotalTokens, TokensEstimated: c.Usage.Estimated,
+		DurationMS: c.Duration.Milliseconds()}
+}
+
+// estimatedTokens is what of the calls' tokens the agent estimated, as their answers reported
+// no usage.
+func estimatedTokens(calls []agent.ModelCall) int64 {
+	var n int64
+	for _, c := range calls {
+		if c.Usage.Estimated {
+			n += c.Usage.TotalTokens
+		}
+	}
+	return n
 }

@@ -1,0 +1,97 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/agent"
+)
+
+// withUsage replaces (nil: removes) the usage of a built reply.
+func withUsage(r reply, usage any) reply {
+	var body map[string]any
+	if err := json.Unmarshal([]byte(r.body), &body); err != nil {
+		panic(err)
+	}
+	delete(body, "usage")
+	if usage != nil {
+		body["usage"] = usage
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		panic(err)
+	}
+	return reply{body: string(b)}
+}
+
+// TestTokensCountedWithoutUsage: an endpoint that reports no usage, zeros or negative figures
+// still spends the job's token budget, with an estimate from the bytes sent and
+// received, marked as one in the result, each call and the transcript; so max_tokens (and the
+// meter behind a tenant's daily_tokens) stops the job. A plausible report is counted as is.
+func TestTokensCountedWithoutUsage(t *testing.T) {
+	tests := []struct {
+		name          string
+		usage         any // nil: none in the answer
+		wantEstimated bool
+	}{
+		{name: "usage left out", usage: nil, wantEstimated: true},
+		{name: "usage of zeros", usage: map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, wantEstimated: true},
+		{name: "usage null", usage: json.RawMessage("null"), wantEstimated: true},
+		{name: "negative usage", usage: map[string]any{"prompt_tokens": -100000, "completion_tokens": 0, "total_tokens": -100000}, wantEstimated: true},
+		{name: "negative prompt tokens", usage: map[string]any{"prompt_tokens": -1000, "completion_tokens": 1001, "total_tokens": 1}, wantEstimated: true},
+		{name: "plausible usage", usage: map[string]any{"prompt_tokens": 400, "completion_tokens": 100, "total_tokens": 500}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			replies := make([]reply, 0, 50)
+			for i := range cap(replies) {
+				replies = append(replies, withUsage(toolCalls(0, call{"c" + strings.Repeat("x", i%3) + string(rune('a'+i%26)), "emit", `{"text":"a"}`}), tt.usage))
+			}
+			s := newScript(t, replies...)
+			p := csvProfile(t, emitTool)
+			p.Limits.MaxTokens = 2000
+			p.Limits.MaxTurns, p.Limits.MaxToolCalls = 50, 50
+			m := &meter{allowed: 100}
+			req := request(p, newFakeSandbox(nil))
+			req.Meter = m
+			res, err := newAgent(t, s).Run(context.Background(), req)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if res.Outcome != agent.OutcomeCapped || res.Cap != agent.CapMaxTokens {
+				t.Fatalf("outcome %q cap %q after %d turns, %d tokens; want capped at max_tokens", res.Outcome, res.Cap, res.Turns, res.Usage.TotalTokens)
+			}
+			if res.Usage.Estimated != tt.wantEstimated || res.Spent.Tokens < 2000 || res.Spent.Tokens != res.Usage.TotalTokens {
+				t.Errorf("usage %+v, spent %+v; want estimated %v and at least 2000 tokens spent", res.Usage, res.Spent, tt.wantEstimated)
+			}
+			var spent int64
+			for _, n := range m.spent {
+				spent += n
+			}
+			if spent != res.Usage.TotalTokens {
+				t.Errorf("the meter was spent %d tokens, the run counted %d", spent, res.Usage.TotalTokens)
+			}
+			for _, c := range res.Calls {
+				if c.Usage.Estimated != tt.wantEstimated || c.Usage.TotalTokens <= 1 || c.Usage.TotalTokens != c.Usage.PromptTokens+c.Usage.CompletionTokens {
+					t.Errorf("call %d: usage %+v; want estimated %v and its parts summed", c.Turn, c.Usage, tt.wantEstimated)
+				}
+			}
+			n := 0
+			for _, l := range transcriptLines(t, res.Transcript) {
+				if l["type"] != "response" {
+					continue
+				}
+				n++
+				u, _ := l["usage"].(map[string]any)
+				if est, _ := u["estimated"].(bool); est != tt.wantEstimated {
+					t.Errorf("transcript response line's usage %v; want estimated %v", u, tt.wantEstimated)
+				}
+			}
+			if n != res.Turns {
+				t.Errorf("%d response lines for %d turns", n, res.Turns)
+			}
+		})
+	}
+}
