@@ -2,6 +2,10 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +15,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -27,6 +32,12 @@ type budgetRig struct {
 
 func newBudgetRig(t *testing.T, limit int64, opts ...func(*runner.Config)) *budgetRig {
 	t.Helper()
+	return newBudgetRigOn(t, limit, newStoppable(t).srv, opts...)
+}
+
+// newBudgetRigOn is newBudgetRig with model for the model endpoint.
+func newBudgetRigOn(t *testing.T, limit int64, model *httptest.Server, opts ...func(*runner.Config)) *budgetRig {
+	t.Helper()
 	b := setup(t)
 	cfg, err := config.Parse([]byte(demoProfile + "tenants:\n  default: {profiles: [d], daily_tokens: " + strconv.FormatInt(limit, 10) + "}\n"))
 	if err != nil {
@@ -38,8 +49,7 @@ func newBudgetRig(t *testing.T, limit int64, opts ...func(*runner.Config)) *budg
 	if err != nil {
 		t.Fatal(err)
 	}
-	model := newStoppable(t)
-	ag, err := agent.New(agent.Config{BaseURL: model.srv.URL + "/v1", HTTPClient: model.srv.Client(), MaxRetries: 1, Profiles: b.cfg.Profiles})
+	ag, err := agent.New(agent.Config{BaseURL: model.URL + "/v1", HTTPClient: model.Client(), MaxRetries: 1, Profiles: b.cfg.Profiles})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +167,52 @@ func TestBudgetDayIsTheServers(t *testing.T) {
 	}
 	if got := r.on(t, time.Now().Add(ahead)); got != 0 {
 		t.Errorf("the worker's own day holds %d tokens, want none", got)
+	}
+}
+
+// withoutUsage serves the demo model's answers with their usage taken out, as endpoints that
+// report none do.
+func withoutUsage(t *testing.T) *httptest.Server {
+	t.Helper()
+	model := demomodel.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		model.ServeHTTP(rec, r)
+		body := rec.Body.Bytes()
+		var answer map[string]any
+		if r.URL.Path == "/v1/chat/completions" && json.Unmarshal(body, &answer) == nil {
+			delete(answer, "usage")
+			body, _ = json.Marshal(answer)
+		}
+		maps.Copy(w.Header(), rec.Header())
+		w.Header().Del("Content-Length")
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestTokensEstimatedWithoutUsage: answers with no usage still spend the tenant's day, with the
+// agent's estimate, so daily_tokens stops the job; the manifest marks each such call's tokens
+// as estimated, and boxcar_model_tokens_estimated_total counts them.
+func TestTokensEstimatedWithoutUsage(t *testing.T) {
+	t.Parallel()
+	r := newBudgetRigOn(t, 1, withoutUsage(t))
+	j := r.submit("d")
+	st := r.waitFinal(j.ID, 30*time.Second)
+	if st.State != job.StateCapped || st.Cap != "budget_exhausted" || st.SpentTurns != 1 || st.SpentTokens <= 1 {
+		t.Fatalf("%s (cap %q) after %d turns and %d tokens: %s; want capped by budget_exhausted after one turn", st.State, st.Cap, st.SpentTurns, st.SpentTokens, st.Error)
+	}
+	if day := r.today(t); day != st.SpentTokens {
+		t.Errorf("the day's usage is %d, the job spent %d", day, st.SpentTokens)
+	}
+	m := r.manifest(j.ID).Predicate
+	if !m.Model.Usage.Estimated || m.Usage == nil || len(m.Usage.ModelCalls) != 1 || !m.Usage.ModelCalls[0].TokensEstimated {
+		t.Errorf("manifest model usage %+v, usage record %+v; want one call, its tokens marked estimated", m.Model.Usage, m.Usage)
+	}
+	if got := testutil.ToFloat64(r.m.ModelTokensEstimated.WithLabelValues("d")); int64(got) != st.SpentTokens {
+		t.Errorf("boxcar_model_tokens_estimated_total = %v, want the job's %d tokens", got, st.SpentTokens)
 	}
 }
 
