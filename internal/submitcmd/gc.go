@@ -54,9 +54,24 @@ type gcOutput struct {
 	OlderThan string     `json:"older_than"`
 	Delete    bool       `json:"delete"`
 	Folders   []gcFolder `json:"folders"`
-	// Objects and Bytes add up the folders deleted (with --delete) or that would be.
+	// Unfinished are the unfinished uploads outside every attempt folder.
+	Unfinished []gcUpload `json:"unfinished_uploads"`
+	// Objects and Bytes add up the folders and uploads deleted (with --delete) or that would be.
 	Objects int   `json:"objects"`
 	Bytes   int64 `json:"bytes"`
+}
+
+// gcUpload is an unfinished upload (store.Partial) outside every attempt folder, and what gc did
+// with it: an input of a `submit run` killed mid-upload, a manifest of a worker killed while it
+// committed. Nothing names one, and no job's end decides for it: it goes once nothing has
+// written to it for the grace, as a live upload writes on.
+type gcUpload struct {
+	Key     string    `json:"key"`
+	Bytes   int64     `json:"bytes"`
+	Written time.Time `json:"written"`
+	Action  string    `json:"action"`
+	Reason  string    `json:"reason"`
+	partial store.Partial
 }
 
 func (e *env) gcCmd() *cobra.Command {
@@ -106,12 +121,12 @@ func (e *env) gc(ctx context.Context, olderThan time.Duration, del bool) error {
 	defer closeStore(st)
 
 	now := time.Now()
-	folders, err := listAttemptFolders(ctx, st)
+	folders, strays, err := listAttemptFolders(ctx, st)
 	if err != nil {
 		return fmt.Errorf("gc: %w", err)
 	}
 	out := gcOutput{Store: st.URL(""), OlderThan: olderThan.String(), Delete: del, Folders: []gcFolder{}}
-	var failed []string
+	failed := gcUploads(ctx, st, strays, now, olderThan, del, &out)
 	for _, id := range slices.Sorted(maps.Keys(folders)) {
 		end, err := judgeEnd(ctx, st, q, e.tenant(), id, now, olderThan, ackWait)
 		if err != nil {
@@ -160,16 +175,16 @@ func (e *env) gc(ctx context.Context, olderThan time.Duration, del bool) error {
 
 // listAttemptFolders returns the attempt folders in the store by job id, sorted by name, each
 // with its objects and unfinished uploads, their total size and the time the newest was
-// written. A folder of an attempt killed during its first upload holds an unfinished upload
-// only.
-func listAttemptFolders(ctx context.Context, st store.Store) (map[string][]*gcFolder, error) {
+// written, and the unfinished uploads anywhere else in the store (strays). A folder of an
+// attempt killed during its first upload holds an unfinished upload only.
+func listAttemptFolders(ctx context.Context, st store.Store) (byJob map[string][]*gcFolder, strays []store.Partial, err error) {
 	objects, err := st.List(ctx, "runs/")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	partials, err := store.Partials(ctx, st, "runs/")
+	partials, err := store.Partials(ctx, st, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	folders := map[string]*gcFolder{}
 	folderOf := func(key string, at time.Time, size int64) *gcFolder {
@@ -198,14 +213,41 @@ func listAttemptFolders(ctx context.Context, st store.Store) (map[string][]*gcFo
 		if f := folderOf(p.Key, p.Started, p.Size); f != nil {
 			f.Partials++
 			f.partials = append(f.partials, p)
+		} else {
+			strays = append(strays, p)
 		}
 	}
-	byJob := map[string][]*gcFolder{}
+	byJob = map[string][]*gcFolder{}
 	for _, name := range slices.Sorted(maps.Keys(folders)) {
 		f := folders[name]
 		byJob[f.JobID] = append(byJob[f.JobID], f)
 	}
-	return byJob, nil
+	return byJob, strays, nil
+}
+
+// gcUploads judges the unfinished uploads outside attempt folders, discards (with del) those
+// nothing has written to for the grace, adds them to out and returns the discards that failed.
+func gcUploads(ctx context.Context, st store.Store, strays []store.Partial, now time.Time, grace time.Duration, del bool, out *gcOutput) (failed []string) {
+	out.Unfinished = make([]gcUpload, 0, len(strays))
+	for _, p := range strays {
+		u := gcUpload{Key: p.Key, Bytes: p.Size, Written: p.Started, partial: p,
+			Action: gcWouldDelete, Reason: "an unfinished upload outside every attempt folder (a submit or a worker killed mid-upload)"}
+		switch age := now.Sub(p.Started); {
+		case withinGrace(age, grace):
+			u.Action, u.Reason = gcKept, fmt.Sprintf("an unfinished upload written %s ago, within the grace of %s", age.Round(time.Second), grace)
+		case del:
+			u.Action = gcDeleted
+			if err := store.DiscardPartial(ctx, st, p); err != nil {
+				u.Action, u.Reason = gcDeleteFailed, err.Error()
+				failed = append(failed, err.Error())
+			}
+		}
+		if u.Action == gcWouldDelete || u.Action == gcDeleted {
+			out.Bytes += u.Bytes
+		}
+		out.Unfinished = append(out.Unfinished, u)
+	}
+	return failed
 }
 
 // attemptFolderOf returns the job and the attempt folder (runs/<id>/attempts/<name>/) that key
@@ -339,6 +381,16 @@ func (e *env) printGC(out gcOutput) {
 			what += ", " + count(f.Partials, "unfinished upload")
 		}
 		printf(w, "%-12s  %s  %s, %s, written %s: %s\n", verb[f.Action], f.Folder, what, sizeText(f.Bytes), f.Written.UTC().Format(time.RFC3339), f.Reason)
+	}
+	uploads := 0
+	for _, u := range out.Unfinished {
+		if u.Action == gcWouldDelete || u.Action == gcDeleted {
+			uploads++
+		}
+		printf(w, "%-12s  %s  %s, written %s: %s\n", verb[u.Action], u.Key, sizeText(u.Bytes), u.Written.UTC().Format(time.RFC3339), u.Reason)
+	}
+	if uploads > 0 {
+		printf(w, "%s outside attempt folders %s\n", count(uploads, "unfinished upload"), map[bool]string{true: "deleted", false: "would be deleted"}[out.Delete])
 	}
 	kept := len(out.Folders) - folders
 	switch {

@@ -71,3 +71,38 @@ func TestGCAbortsACrashedMultipartUpload(t *testing.T) {
 		t.Errorf("after gc --delete removed the crashed attempt's folder, the bucket still holds the killed worker's multipart upload of %v with its parts: never aborted, never reclaimed\n%s", left, stdout)
 	}
 }
+
+// TestGCAbortsAKilledSubmitsInputUpload: a `submit run` killed in a multipart upload of an
+// input leaves it open under inputs/, outside every attempt folder; gc keeps it within the
+// grace and aborts it once it is older, as it does on the file store.
+func TestGCAbortsAKilledSubmitsInputUpload(t *testing.T) {
+	te, srv, bucket, args := newS3TestEnv(t)
+	raw := s3.New(s3.Options{Region: s3test.Region, BaseEndpoint: aws.String(srv.Endpoint), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, "")})
+	ctx := t.Context()
+	uploads := func() int {
+		out, err := raw.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &bucket, Prefix: aws.String(store.TenantPrefix(job.DefaultTenant))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(out.Uploads)
+	}
+	parts := func() bool {
+		out, err := raw.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &bucket})
+		if err != nil || len(out.Uploads) == 0 {
+			return false
+		}
+		u := out.Uploads[0]
+		p, err := raw.ListParts(ctx, &s3.ListPartsInput{Bucket: &bucket, Key: u.Key, UploadId: u.UploadId})
+		return err == nil && len(p.Parts) > 0
+	}
+	crashMidPut(t, crashPutArgs{URL: "s3://" + bucket, Endpoint: srv.Endpoint, Key: store.InputKey(strings.Repeat("ab", 32)), Size: 16 << 20}, parts)
+	checkGCOfInputUpload(t, te, args, uploads, func(at time.Time) {
+		_ = filepath.WalkDir(srv.Dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil {
+				_ = os.Chtimes(p, at, at)
+			}
+			return nil
+		})
+	})
+}

@@ -154,3 +154,61 @@ func TestGCReclaimsACrashedUploadsPartialFile(t *testing.T) {
 		t.Errorf("after gc --delete removed the crashed attempt's folder, the store still holds in it %v (bytes), in the folders %q: the partial upload of the killed worker is never reclaimed\n%s", left, dirs, stdout)
 	}
 }
+
+// TestGCReclaimsAKilledSubmitsInputUpload: a `submit run` killed while it uploaded an input
+// leaves the input's temporary file under inputs/, outside every attempt folder, and no job
+// names it. gc lists it and keeps it while it is within the grace (its upload may be live),
+// and once it is older, gc --delete removes it; before, nothing ever did on the file store.
+func TestGCReclaimsAKilledSubmitsInputUpload(t *testing.T) {
+	te := newTestEnv(t)
+	key := store.InputKey(strings.Repeat("ab", 32))
+	tenantDir := filepath.Join(te.storeDir, "tenants", "default")
+	temps := func() map[string]int64 {
+		got := map[string]int64{}
+		for name, size := range filesUnder(t, tenantDir) {
+			if strings.Contains(name, ".boxcar-tmp-") {
+				got[name] = size
+			}
+		}
+		return got
+	}
+	crashMidPut(t, crashPutArgs{URL: "file://" + te.storeDir, Key: key, Size: 8 << 20}, func() bool {
+		for _, size := range temps() {
+			if size >= crashPutSent {
+				return true
+			}
+		}
+		return false
+	})
+	checkGCOfInputUpload(t, te, nil, func() int { return len(temps()) }, func(at time.Time) {
+		_ = filepath.WalkDir(filepath.Join(tenantDir, "inputs"), func(p string, d fs.DirEntry, err error) error {
+			if err == nil {
+				_ = os.Chtimes(p, at, at)
+			}
+			return nil
+		})
+	})
+}
+
+// checkGCOfInputUpload runs gc --delete on a store holding one unfinished upload of an input
+// (left tells how many there are): while it is new gc keeps it, and once age has made it two
+// days old gc deletes it.
+func checkGCOfInputUpload(t *testing.T, te *testEnv, args []string, left func() int, age func(time.Time)) {
+	t.Helper()
+	gc := func() string {
+		stdout, stderr, err := te.submit(t, append([]string{"gc", "--delete"}, args...)...)
+		if err != nil {
+			t.Fatalf("gc --delete: %v\n%s%s", err, stdout, stderr)
+		}
+		return stdout
+	}
+	out := gc()
+	if left() != 1 || !strings.Contains(out, "kept") || !strings.Contains(out, "inputs/sha256/") || !strings.Contains(out, "within the grace") {
+		t.Fatalf("gc --delete with the unfinished input upload just written: %d left; want it listed as kept within the grace\n%s", left(), out)
+	}
+	age(time.Now().Add(-48 * time.Hour))
+	out = gc()
+	if n := left(); n != 0 || !strings.Contains(out, "deleted") || !strings.Contains(out, "inputs/sha256/") {
+		t.Errorf("gc --delete with the unfinished input upload two days old: %d left; want it deleted and listed\n%s", n, out)
+	}
+}
