@@ -37,6 +37,9 @@ type Delivery struct {
 	Seq uint64
 	// consumer names the consumer that delivered it.
 	consumer string
+	// unanswered is set when a publish of this delivery's dead letter got no answer: it may
+	// have landed (Term).
+	unanswered bool
 }
 
 // AckWait is the ack deadline of the consumer that delivered the job, as the server had it
@@ -121,10 +124,11 @@ type DeadLetter struct {
 // at most one dead letter: it is published only if its subject holds none (the server checks,
 // so two deliveries ending the job at once cannot both write one), and a delivery that finds
 // one already (its worker died between the dead letter and the term, or another delivery
-// ended the job) only terminates the message. lettered reports whether this call wrote the
+// ended the job) only terminates the message. lettered reports whether this delivery wrote the
 // job's dead letter, also when the term after it failed: what counts dead letters counts it
-// then, and not at a later delivery that finds it. A publish whose answer was lost (NATS went
-// away after it landed) is not known to have written it: such a letter is counted by none.
+// then, and not at a later delivery that finds it. A letter found after an earlier call's
+// publish got no answer (NATS went away) is read back: one of this delivery's attempt landed
+// then, and counts as written now; before, no delivery counted such a letter.
 func (d *Delivery) Term(ctx context.Context, reason string, cause error) (lettered bool, err error) {
 	dl := DeadLetter{Tenant: d.Tenant, JobID: d.JobID, Reason: reason, Attempt: d.Attempt, At: time.Now().UTC(), Original: d.Data}
 	if cause != nil {
@@ -141,14 +145,36 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) (letter
 		once = append(once, jetstream.WithExpectLastSequencePerSubject(0))
 	}
 	_, err = d.c.js.Publish(ctx, subject, data, once...)
+	var api *jetstream.APIError
+	if err != nil && !errors.As(err, &api) {
+		d.unanswered = true // no answer from the server: the letter may be in the stream
+	}
 	if err != nil && !isWrongLastSequence(err) {
 		return false, fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
 	}
-	lettered = err == nil
+	lettered = err == nil || d.unanswered && d.wroteLetter(ctx, subject)
 	if err := d.msg.TermWithReason(reason); err != nil {
 		return lettered, fmt.Errorf("queue: terminate job %s: %w", d.JobID, err)
 	}
 	return lettered, nil
+}
+
+// wroteLetter reports whether the letter on subject is this delivery's: an earlier try of
+// Term wrote it. A letter it cannot read is not known to be: false. The worker's generated
+// NATS identity (natsconfig) may not read the dead-letter stream, so there it stays so.
+func (d *Delivery) wroteLetter(ctx context.Context, subject string) bool {
+	s, err := d.c.js.Stream(ctx, d.c.cfg.DeadLetterStream)
+	if err == nil {
+		var m *jetstream.RawStreamMsg
+		if m, err = s.GetLastMsgForSubject(ctx, subject); err == nil {
+			var dl DeadLetter
+			if err = json.Unmarshal(m.Data, &dl); err == nil {
+				return dl.Tenant == d.Tenant && dl.JobID == d.JobID && dl.Attempt == d.Attempt
+			}
+		}
+	}
+	d.c.log.WarnContext(ctx, "cannot read the job's dead letter back to tell whether this delivery wrote it; it is not counted", "job_id", d.JobID, "tenant", d.Tenant, "error", err)
+	return false
 }
 
 // KeepAlive tells the server the job is still being worked on, every interval (zero: a third

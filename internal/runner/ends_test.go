@@ -144,7 +144,8 @@ func (q *statusHookQueue) UpdateStatus(ctx context.Context, r queue.Ref, change 
 // dead-letter stream holds one letter; boxcar_dead_letters_total and boxcar_jobs_total count
 // it at most once (a count at each term decided counted two), and exactly once while NATS
 // answers. Through an outage a letter whose publish landed but whose answer was lost is
-// counted by no delivery: none knows it wrote it.
+// counted when that delivery reads it back (TestDeadLetterWhoseAnswerWasLostCounted), but a
+// delivery that stops trying first leaves it to one that did not write it and counts none.
 func TestDeadLettersCountedOncePerLetter(t *testing.T) {
 	t.Parallel()
 	refuse := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
