@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -31,6 +32,7 @@ func tunnelSwaps(secrets []*secret) []swap {
 // scrubResponse puts placeholders back in the answer's header fields now, and in its body and
 // trailers as they are read.
 func scrubResponse(resp *http.Response, swaps []swap) {
+	swaps = longestFirst(swaps)
 	resp.Status = string(scrubBytes([]byte(resp.Status), swaps)) // the reason phrase is the server's
 	scrubHeader(resp.Header, swaps)
 	resp.Body = &scrubBody{ReadCloser: resp.Body, swaps: swaps, done: func() { scrubHeader(resp.Trailer, swaps) }}
@@ -44,15 +46,28 @@ func scrubHeader(h http.Header, swaps []swap) {
 	}
 }
 
-// scrubBytes replaces every real value in b with its placeholder, in place (same lengths).
-func scrubBytes(b []byte, swaps []swap) []byte {
+// longestFirst orders swaps for scrubBytes: a value inside another (a password that is part
+// of a token) replaced first would leave the rest of the longer one in clear around its
+// placeholder.
+func longestFirst(swaps []swap) []swap {
+	out := slices.Clone(swaps)
+	slices.SortStableFunc(out, func(a, b swap) int { return len(b.real) - len(a.real) })
+	return out
+}
+
+// scrubBytes replaces every real value in b with its placeholder, in place (same lengths),
+// in the order of swaps (longestFirst).
+func scrubBytes(b []byte, swaps []swap) []byte { return scrubBefore(b, len(b), swaps) }
+
+// scrubBefore is scrubBytes for the values that begin before limit.
+func scrubBefore(b []byte, limit int, swaps []swap) []byte {
 	for _, s := range swaps {
 		if len(s.real) == 0 {
 			continue // would match everywhere, and never move on
 		}
-		for i := 0; ; {
+		for i := 0; i < limit; {
 			j := bytes.Index(b[i:], s.real)
-			if j < 0 {
+			if j < 0 || i+j >= limit {
 				break
 			}
 			copy(b[i+j:], s.ph)
@@ -73,7 +88,7 @@ type scrubBody struct {
 	swaps   []swap
 	done    func()
 	buf     []byte // one read from upstream
-	pending []byte // scrubbed, not yet handed out
+	pending []byte // not yet handed out; scrubbed but for the values that begin in the hold
 	held    int    // the tail of pending kept until more comes
 	err     error
 }
@@ -97,16 +112,21 @@ func (b *scrubBody) fill() {
 		b.buf = make([]byte, 32<<10)
 	}
 	n, err := b.ReadCloser.Read(b.buf)
-	b.pending = scrubBytes(append(b.pending, b.buf[:n]...), b.swaps)
+	b.pending = append(b.pending, b.buf[:n]...)
 	b.held = 0
+	if err == nil {
+		b.held = min(len(b.pending), heldLen(b.swaps))
+	}
+	// Only the values that begin in what goes out now: each is whole already, the hold being
+	// as long as the longest less one. One that begins in the hold may be the start of a longer
+	// one (a password inside a token) that the next read completes; it is scrubbed then.
+	b.pending = scrubBefore(b.pending, len(b.pending)-b.held, b.swaps)
 	if err != nil {
 		b.err = err
 		if b.done != nil {
 			b.done()
 		}
-		return
 	}
-	b.held = min(len(b.pending), heldLen(b.swaps))
 }
 
 // heldLen is how many bytes of a stream's end scrubBody keeps until more comes: the longest

@@ -1,0 +1,102 @@
+package egress
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// chunkBody hands out its chunks one per Read, and counts what it gave.
+type chunkBody struct {
+	chunks []string
+	given  int
+}
+
+func (b *chunkBody) Read(p []byte) (int, error) {
+	if len(b.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, b.chunks[0])
+	b.chunks[0] = b.chunks[0][n:]
+	if b.chunks[0] == "" {
+		b.chunks = b.chunks[1:]
+	}
+	b.given += n
+	return n, nil
+}
+
+func (b *chunkBody) Close() error { return nil }
+
+// scrubChunks streams chunks through a scrubbed answer's body and returns what its reader got; it fails
+// the test when, after a read, the scrubber holds back more than the longest value less one.
+func scrubChunks(t *testing.T, swaps []swap, chunks []string) string {
+	t.Helper()
+	up := &chunkBody{chunks: chunks}
+	resp := &http.Response{Header: http.Header{}, Body: up}
+	scrubResponse(resp, swaps)
+	body := resp.Body
+	var got bytes.Buffer
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := body.Read(buf)
+		got.Write(buf[:n])
+		if held := up.given - got.Len(); err == nil && held > heldLen(swaps) {
+			t.Fatalf("chunks %q: %d bytes held back after a read, more than the longest value less one (%d)", chunks, held, heldLen(swaps))
+		}
+		if err != nil {
+			if err != io.EOF {
+				t.Fatal(err)
+			}
+			return got.String()
+		}
+	}
+}
+
+// TestScrubBodyCatchesEveryCut: a body holding values (one inside another, one twice, one
+// at each end) is scrubbed whole however the upstream cuts it, at any one point and at any two,
+// the scrubber holding back no more than the longest value less one after each read and
+// handing out everything by the end. The values are what the tunnel's secrets put upstream;
+// none may reach the sandbox, nor any part of one as a part of another.
+func TestScrubBodyCatchesEveryCut(t *testing.T) {
+	swaps := []swap{
+		{real: []byte("s3cr3t"), ph: []byte("PH-one")},
+		{real: []byte("tok-s3cr3t-long"), ph: []byte("PH-two-two-two-")},
+		{real: []byte("zz"), ph: []byte("Pz")},
+	}
+	tests := []struct{ name, body, want string }{
+		{"one value", "id=s3cr3t;", "id=PH-one;"},
+		{"a value inside another", "x tok-s3cr3t-long y", "x PH-two-two-two- y"},
+		{"values at both ends and twice", "s3cr3t..zz..s3cr3t zz", "PH-one..Pz..PH-one Pz"},
+		{"a value cut short, then whole", "s3cr3 s3cr3t", "s3cr3 PH-one"},
+		{"the whole body a value", "tok-s3cr3t-long", "PH-two-two-two-"},
+		{"no value", "nothing secret here", "nothing secret here"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			check := func(chunks []string) {
+				t.Helper()
+				got := scrubChunks(t, swaps, append([]string(nil), chunks...))
+				if got != tt.want {
+					t.Fatalf("chunks %q: the sandbox read %q, want %q", chunks, got, tt.want)
+				}
+				for _, s := range swaps {
+					if strings.Contains(got, string(s.real)) {
+						t.Fatalf("chunks %q: %q reached the sandbox", chunks, s.real)
+					}
+				}
+			}
+			b := tt.body
+			check([]string{b})
+			for i := 0; i <= len(b); i++ {
+				check([]string{b[:i], b[i:]})
+				for j := i; j <= len(b); j++ {
+					check([]string{b[:i], b[i:j], b[j:]})
+				}
+			}
+			// A byte a read, as a slow host streams.
+			check(strings.Split(b, ""))
+		})
+	}
+}
