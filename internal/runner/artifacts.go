@@ -122,10 +122,10 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 
 // artifactName reports whether name can be a store key and a manifest subject: a key the store
 // writes and lists back as itself (store.WritableKey: valid UTF-8, no control character, nor
-// U+FFFE or U+FFFF), without format characters or backslashes, not too long, and no part the
+// U+FFFE, U+FFFF or a backslash), without format characters, not too long, and no part the
 // file store reserves.
 func artifactName(name string) bool {
-	if len(name) > maxArtifactName || strings.ContainsRune(name, '\\') || !store.WritableKey(name) {
+	if len(name) > maxArtifactName || !store.WritableKey(name) {
 		return false
 	}
 	// Format characters (an RTL override, zero-width characters) make a name display as

@@ -72,15 +72,17 @@ func AttemptSignatureKey(jobID, attempt string) string {
 }
 
 // WritableKey reports whether the store writes an object under key: a ValidKey of valid UTF-8
-// with no control character and none XML 1.0 cannot carry (U+FFFE, U+FFFF). S3 lists keys in
-// XML (ListObjectsV2): a server that cannot escape a key there lists it as another
-// (versitygw sends U+FFFD) or sends an answer the SDK refuses, so an object under such a key
-// could be neither found by a listing nor removed by `submit gc`. Put and PutIfAbsent refuse
-// other keys (ErrInvalidKey), in every backend alike; reads take any ValidKey, so an object
-// written before is read as ever. The runner's artifact names follow it.
+// with no control character, none XML 1.0 cannot carry (U+FFFE, U+FFFF) and no backslash. S3
+// lists keys in XML (ListObjectsV2), and versitygw ignores the listing's encoding-type=url: a
+// server that cannot escape a key there lists it as another (versitygw sends U+FFFD) or sends
+// an answer the SDK refuses; SeaweedFS stores a backslash as a slash, and lists "a\b" as
+// "a/b". An object under such a key could be neither found by a listing nor removed by
+// `submit gc` (TestS3KeysWithoutURLEncoding, TestWritableKeysListWithoutURLEncoding). Put and
+// PutIfAbsent refuse other keys (ErrInvalidKey), in every backend alike; reads take any
+// ValidKey, so an object written before is read as ever. The runner's artifact names follow it.
 func WritableKey(key string) bool {
 	return ValidKey(key) && utf8.ValidString(key) && !strings.ContainsFunc(key, func(r rune) bool {
-		return unicode.IsControl(r) || r == 0xFFFE || r == 0xFFFF
+		return unicode.IsControl(r) || r == 0xFFFE || r == 0xFFFF || r == '\\'
 	})
 }
 
