@@ -387,13 +387,7 @@ func TestImageRootfs(t *testing.T) {
 	// A static busybox is the image's only program: it runs without the host's libraries, so
 	// it shows what the sandbox's / holds.
 	bb, _ := staticBusybox(t)
-	data, err := os.ReadFile(bb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(image, "bin", "busybox"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	copyProgram(t, bb, filepath.Join(image, "bin", "busybox"))
 	if err := os.Chmod(image, 0o755); err != nil { // the sandbox's host user reads the image
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"debug/elf"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -198,17 +199,25 @@ func busyboxImage(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bb, _ := staticBusybox(t)
-	data, err := os.ReadFile(bb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(image, "bin", "busybox"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	copyProgram(t, bb, filepath.Join(image, "bin", "busybox"))
 	if err := os.Chmod(image, 0o755); err != nil { // the sandbox's host user reads the image
 		t.Fatal(err)
 	}
 	return image
+}
+
+// copyProgram copies the program src to dst through cp(1), not through a file this process
+// writes: a file open for writing here is held by every child another test forks until that
+// child execs, and running the program meanwhile fails with "text file busy" (ETXTBSY,
+// golang/go#22315), which TestBubblewrapSpareKinds met under load.
+func copyProgram(t *testing.T, src, dst string) {
+	t.Helper()
+	if out, err := exec.Command("cp", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp %s %s: %v: %s", src, dst, err, out)
+	}
+	if err := os.Chmod(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestWarmUsageIsTheJobsAlone: the manifest's usage.sandbox (cpu_ms, peak_memory_bytes) is
