@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
@@ -738,8 +739,8 @@ func checkScaling(t *testing.T, r *rendered, cfg config.Config) {
 		}
 		for i, tenant := range tenants {
 			tr := so.Spec.Triggers[i]
-			if want := cfg.NATS.Consumer + "-" + tenant; tr.Type != "nats-jetstream" || tr.Metadata["stream"] != cfg.NATS.Stream || tr.Metadata["consumer"] != want {
-				t.Errorf("trigger %d %s watches %s/%s, want the workers' %s/%s", i, tr.Type, tr.Metadata["stream"], tr.Metadata["consumer"], cfg.NATS.Stream, want)
+			if want, stream := cfg.NATS.Consumer+"-"+tenant, queue.JobStream(cfg.NATS, tenant); tr.Type != "nats-jetstream" || tr.Metadata["stream"] != stream || tr.Metadata["consumer"] != want {
+				t.Errorf("trigger %d %s watches %s/%s, want the workers' %s/%s", i, tr.Type, tr.Metadata["stream"], tr.Metadata["consumer"], stream, want)
 			}
 		}
 		md := so.Spec.Triggers[0].Metadata

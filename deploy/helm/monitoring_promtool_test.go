@@ -45,7 +45,7 @@ func TestAlertRules(t *testing.T) {
 	// The workers' consumer as the NATS chart's exporter (-prefix=nats -jsz=all) reports it from
 	// the consumer's leader and a follower, and the Deployment as kube-state-metrics does.
 	const (
-		consumer = `account="$G",stream_name="BOXCAR_JOBS",consumer_name="boxcar-workers-default",namespace="nats",service="nats-headless"`
+		consumer = `account="$G",stream_name="BOXCAR_JOBS_default",consumer_name="boxcar-workers-default",namespace="nats",service="nats-headless"`
 		leader   = consumer + `,server_name="nats-0",pod="nats-0",is_consumer_leader="true"`
 		follower = consumer + `,server_name="nats-1",pod="nats-1",is_consumer_leader="false"`
 		workers  = `kube_deployment_status_replicas_available{namespace="boxcar",deployment="boxcar",job="kube-state-metrics"}`

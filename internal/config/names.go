@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // The names the worker gives JetStream are checked at load, so that a name the server refuses,
@@ -22,6 +24,13 @@ var (
 // profilesStream is the stream behind queue.ProfilesBucket (BOXCAR_PROFILES), which no key of
 // the config names but which a stream of the config must not take.
 const profilesStream = "KV_BOXCAR_PROFILES"
+
+// maxTenantName is the longest tenant name (job.ValidTenant), and maxJobStream the longest
+// nats.stream that leaves room for _<tenant> in a JetStream name.
+const (
+	maxTenantName = 32
+	maxJobStream  = 255 - 1 - maxTenantName
+)
 
 // maxReplicas is the most replicas JetStream keeps of a stream.
 const maxReplicas = 5
@@ -65,8 +74,24 @@ func (n NATS) validateNames() []error {
 		}
 		streams[f.stream] = "nats." + f.key
 	}
+	n.validateTenantStreams(streams, bad)
 	if n.Replicas < 1 || n.Replicas > maxReplicas {
 		bad("replicas", "%d is not between 1 and %d, the replicas JetStream keeps of a stream", n.Replicas, maxReplicas)
 	}
 	return errs
+}
+
+// validateTenantStreams checks the names of the tenants' job streams, <stream>_<tenant> (a
+// tenant name has no '_'): the name must leave room for the longest tenant name, and no other
+// stream of the config (streams, by name) may be named as a tenant's job stream is.
+func (n NATS) validateTenantStreams(streams map[string]string, bad func(field, format string, args ...any)) {
+	if len(n.Stream) > maxJobStream {
+		bad("stream", "%q is longer than %d characters: each tenant's job stream is named %s_<tenant>, and a tenant name takes up to %d of the 255 a JetStream name may have",
+			n.Stream, maxJobStream, n.Stream, maxTenantName)
+	}
+	for name, key := range streams {
+		if tenant, ok := strings.CutPrefix(name, n.Stream+"_"); ok && job.ValidTenant(tenant) {
+			bad("stream", "%q makes tenant %s's job stream %s, the stream of %s; give them names apart", n.Stream, tenant, name, key)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"reflect"
 	"strings"
@@ -100,7 +101,7 @@ func nameRules() map[string]schemagen.Schema {
 	bucket := schemagen.Schema{"pattern": `^[A-Za-z0-9_-]{0,250}$`}
 	return map[string]schemagen.Schema{
 		"nats.replicas":                {"minimum": 0, "maximum": maxReplicas},
-		"nats.stream":                  jetStreamName,
+		"nats.stream":                  {"pattern": fmt.Sprintf(`^[^\s.*>/\\]{0,%d}$`, maxJobStream)},
 		"nats.dead_letter_stream":      jetStreamName,
 		"nats.consumer":                jetStreamName,
 		"nats.status_bucket":           bucket,

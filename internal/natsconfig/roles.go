@@ -108,10 +108,12 @@ const inbox = "_INBOX.{inbox}.>"
 
 // Table is the permission table: every grant of every role. docs/security.md prints it.
 var Table = []Grant{
-	{Roles: []Role{Submitter}, What: "publish a job of its tenant",
-		Pub: []string{"{jobs}.{tenant}.*", "$JS.API.STREAM.INFO.{jobstream}"}},
+	// A tenant's stream only: the info of a stream lists the subjects it holds, job ids and all,
+	// so a submitter allowed the shared stream's (or another tenant's) would see other tenants'.
+	{Roles: []Role{Submitter}, What: "publish a job of its tenant, and look up its tenant's job stream",
+		Pub: []string{"{jobs}.{tenant}.*", "$JS.API.STREAM.INFO.{jobstream}_{tenant}"}},
 	{Roles: []Role{Submitter}, What: "read its tenant's consumer (jobs waiting, running)",
-		Pub: []string{"$JS.API.CONSUMER.INFO.{jobstream}.{consumer}-{tenant}"}},
+		Pub: []string{"$JS.API.CONSUMER.INFO.{jobstream}_{tenant}.{consumer}-{tenant}"}},
 	{Roles: []Role{Submitter, Approver}, What: "read and list its tenant's statuses (no consumer: `watch` polls)",
 		Pub: kvRead("{status}", "{tenant}.>")},
 	{Roles: []Role{Submitter}, What: "request a cancel of its tenant's jobs",
@@ -126,7 +128,12 @@ var Table = []Grant{
 		Pub: kvRead("{usage}", "{tenant}.>")},
 	{Roles: []Role{Submitter, Approver, Worker}, What: "read and list the profiles workers offer",
 		Pub: kvRead("{profiles}", ">")},
-	{Roles: []Role{Worker}, What: "bind the job stream and fetch, ack, nak, term and extend the jobs of every tenant's consumer",
+	{Roles: []Role{Worker}, What: "bind every tenant's job stream and fetch, ack, nak, term and extend the jobs of its consumer",
+		Pub: []string{
+			"$JS.API.STREAM.INFO.{jobstream}_{each}", "$JS.API.CONSUMER.INFO.{jobstream}_{each}.{consumer}-{each}",
+			"$JS.API.CONSUMER.MSG.NEXT.{jobstream}_{each}.{consumer}-{each}", "$JS.ACK.{jobstream}_{each}.{consumer}-{each}.>",
+		}},
+	{Roles: []Role{Worker}, What: "read the tenants `worker setup` retired, and settle the jobs an older Boxcar queued in the shared job stream",
 		Pub: []string{
 			"$JS.API.STREAM.INFO.{jobstream}", "$JS.API.CONSUMER.INFO.{jobstream}.{consumer}-{each}",
 			"$JS.API.CONSUMER.MSG.NEXT.{jobstream}.{consumer}-{each}", "$JS.ACK.{jobstream}.{consumer}-{each}.>",

@@ -53,7 +53,7 @@ func TestAckWaitIsTheConsumers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cons, err := jetStream(t, nc).Consumer(ctx, cfg.Stream, cfg.Consumer+"-"+tenant)
+			cons, err := jetStream(t, nc).Consumer(ctx, queue.JobStream(cfg, tenant), cfg.Consumer+"-"+tenant)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,22 +43,17 @@ func NewAdmin(nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, 
 	return &Admin{js: js, cfg: cfg, tenants: tenantsOrDefault(cfg, tenants), log: log}, nil
 }
 
-// Declare creates or updates the streams, one consumer per tenant and the buckets. It is safe to call from
-// every worker at start and again at any time: a limit an operator edited is kept (streams.go).
+// Declare creates or updates the streams (one per tenant, the shared one, the dead-letter
+// one), one consumer per tenant and the buckets. It is safe to call from every worker at start
+// and again at any time: a limit an operator edited is kept (streams.go).
 func (a *Admin) Declare(ctx context.Context) error {
 	cfg := a.cfg
-	stream, kept, err := a.declareStreams(ctx)
+	streams, err := a.declareStreams(ctx)
 	if err != nil {
 		return err
 	}
-	if err := a.removeShared(ctx, stream); err != nil {
-		return err
-	}
-	for _, tenant := range slices.Sorted(maps.Keys(a.tenants)) {
-		if !kept[tenant] {
-			continue // retired by setup (retired.go)
-		}
-		if err := a.declareConsumer(ctx, stream, tenant); err != nil {
+	for _, tenant := range slices.Sorted(maps.Keys(streams)) {
+		if err := a.declareConsumer(ctx, streams[tenant], tenant); err != nil {
 			return err
 		}
 	}
@@ -80,56 +76,44 @@ func (a *Admin) Declare(ctx context.Context) error {
 	return setUpApprovals(ctx, a.js, cfg)
 }
 
-// declareStreams creates or updates the job stream and the dead-letter stream, and returns
-// the job stream and the tenants whose jobs it takes.
-func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, map[string]bool, error) {
+// declareStreams creates or updates each kept tenant's job stream, the shared stream and the
+// dead-letter stream, and returns the kept tenants' streams by tenant. The jobs an older
+// Boxcar queued in the shared stream stay there, and the shared stream stops taking jobs
+// first: the server refuses a stream whose subjects overlap another's (drain.go).
+func (a *Admin) declareStreams(ctx context.Context) (map[string]jetstream.Stream, error) {
 	cfg := a.cfg
 	if !a.worker {
 		if err := a.recordRetired(ctx); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	kept, err := a.tenantsKept(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	jobs := jetstream.StreamConfig{
-		Name:        cfg.Stream,
-		Description: "Boxcar jobs",
-		// boxcar.jobs.T.J: the subject names the job, and a server permission the tenant;
-		// only the tenants served, so that no job waits for a worker that never comes.
-		Subjects:   jobSubjects(cfg, kept),
-		Retention:  jetstream.WorkQueuePolicy,
-		Storage:    jetstream.FileStorage,
-		Replicas:   cfg.Replicas,
-		Duplicates: time.Duration(cfg.DuplicateWindow),
-		MaxMsgSize: job.MaxMessageBytes + 4096, // room for headers
-		MaxMsgs:    orUnlimited(cfg.JobMaxMsgs),
-		MaxBytes:   orUnlimited(cfg.JobMaxBytes),
-		// A full queue refuses the submission, which submit reports; it never drops a job
-		// that was accepted.
-		Discard: jetstream.DiscardNew,
-		// One message per job subject: a second publish of a job that is queued or running is
-		// refused, which the client reports as a duplicate. This, not the Nats-Msg-Id header
-		// (which the server checks against nothing, so a tenant could set another tenant's),
-		// is what makes a re-submission of a job id run it once.
-		MaxMsgsPerSubject:    1,
-		DiscardNewPerSubject: true,
-		// Each job stored is announced, headers only, to the workers (wake.go).
-		RePublish: republish(cfg.Subject),
-	}
-	// What workers before the retention settings set, to tell their values from an operator's.
-	jobsBefore := jobs
-	jobsBefore.MaxMsgs, jobsBefore.MaxBytes = -1, -1
 	if err := a.adoptBareJobs(ctx); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := a.retireUnserved(ctx, kept); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	stream, err := ensureStream(ctx, a.js, jobs, jobsBefore, a.log)
-	if err != nil {
-		return nil, nil, fmt.Errorf("queue: set up stream %s: %w (if the stream exists with incompatible settings, remove it with `nats stream rm %s` after draining it)", cfg.Stream, err, cfg.Stream)
+	if err := a.narrowShared(ctx); err != nil {
+		return nil, err
+	}
+	streams := map[string]jetstream.Stream{}
+	for _, tenant := range slices.Sorted(maps.Keys(kept)) {
+		jobs := jobStreamConfig(cfg, tenant)
+		// What workers before the retention settings set, to tell their values from an operator's.
+		jobsBefore := jobs
+		jobsBefore.MaxMsgs, jobsBefore.MaxBytes = -1, -1
+		s, err := ensureStream(ctx, a.js, jobs, jobsBefore, a.log)
+		if err != nil {
+			return nil, fmt.Errorf("queue: set up stream %s of tenant %s: %w (if the stream exists with incompatible settings, remove it with `nats stream rm %s` after draining it)", jobs.Name, tenant, err, jobs.Name)
+		}
+		streams[tenant] = s
+	}
+	if err := a.moveStranded(ctx, streams); err != nil {
+		return nil, err
 	}
 	dead := jetstream.StreamConfig{
 		Name:        cfg.DeadLetterStream,
@@ -148,9 +132,39 @@ func (a *Admin) declareStreams(ctx context.Context) (jetstream.Stream, map[strin
 	deadBefore := dead
 	deadBefore.MaxAge, deadBefore.MaxBytes = 30*24*time.Hour, -1
 	if _, err := ensureStream(ctx, a.js, dead, deadBefore, a.log); err != nil {
-		return nil, nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
+		return nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
 	}
-	return stream, kept, nil
+	return streams, nil
+}
+
+// jobStreamConfig is one tenant's job stream. Its bounds, nats.job_max_msgs and
+// nats.job_max_bytes, are the tenant's alone: a tenant that fills its queue is refused its
+// next job (ErrFull), and every other tenant's submissions go on.
+func jobStreamConfig(cfg config.NATS, tenant string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        jobStream(cfg, tenant),
+		Description: "Boxcar jobs of tenant " + tenant,
+		// boxcar.jobs.T.J: the subject names the job, and a server permission the tenant.
+		Subjects:   []string{tenantFilter(cfg, tenant)},
+		Retention:  jetstream.WorkQueuePolicy,
+		Storage:    jetstream.FileStorage,
+		Replicas:   cfg.Replicas,
+		Duplicates: time.Duration(cfg.DuplicateWindow),
+		MaxMsgSize: job.MaxMessageBytes + 4096, // room for headers
+		MaxMsgs:    orUnlimited(cfg.JobMaxMsgs),
+		MaxBytes:   orUnlimited(cfg.JobMaxBytes),
+		// A full queue refuses the submission, which submit reports; it never drops a job
+		// that was accepted.
+		Discard: jetstream.DiscardNew,
+		// One message per job subject: a second publish of a job that is queued or running is
+		// refused, which the client reports as a duplicate. This, not the Nats-Msg-Id header
+		// (which the server checks against nothing, so a tenant could set another tenant's),
+		// is what makes a re-submission of a job id run it once.
+		MaxMsgsPerSubject:    1,
+		DiscardNewPerSubject: true,
+		// Each job stored is announced, headers only, to the workers (wake.go).
+		RePublish: republish(cfg.Subject, tenant),
+	}
 }
 
 // removeShared removes the one consumer all tenants' jobs went through before tenants: on a
@@ -202,7 +216,7 @@ func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream, te
 		Replicas:      cfg.Replicas,
 	})
 	if err != nil {
-		return fmt.Errorf("queue: set up consumer %s: %w (if it cannot be updated, remove it with `nats consumer rm %s %s` while no worker runs; jobs stay in the stream)", name, err, cfg.Stream, name)
+		return fmt.Errorf("queue: set up consumer %s: %w (if it cannot be updated, remove it with `nats consumer rm %s %s` while no worker runs; jobs stay in the stream)", name, err, jobStream(cfg, tenant), name)
 	}
 	return nil
 }
@@ -212,14 +226,19 @@ func (a *Admin) declareConsumer(ctx context.Context, stream jetstream.Stream, te
 // One value of each serves the whole fleet; the Consumer that binds to it says when its config
 // differs (tenantConcurrency, ackWaits).
 func (a *Admin) boundsOf(ctx context.Context, stream jetstream.Stream, tenant string) (int, time.Duration, error) {
-	want, wantWait := a.tenants[tenant], time.Duration(a.cfg.AckWait)
+	want, wantWait := cmp.Or(a.tenants[tenant], a.cfg.MaxAckPending), time.Duration(a.cfg.AckWait)
 	if !a.worker {
 		return want, wantWait, nil
 	}
 	name := consumerName(a.cfg, tenant)
 	c, err := stream.Consumer(ctx, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// A tenant's first stream of its own: its consumer on the shared stream, an older
+		// Boxcar's, holds what setup decided.
+		c, err = a.js.Consumer(ctx, a.cfg.Stream, name)
+	}
 	switch {
-	case errors.Is(err, jetstream.ErrConsumerNotFound):
+	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		return want, wantWait, nil
 	case err != nil:
 		return 0, 0, fmt.Errorf("queue: look up consumer %s: %w", name, err)

@@ -38,11 +38,12 @@ func (c *Client) PublishAsync(j job.Job) (*PendingPublish, error) {
 	// No Nats-Msg-Id: the server would drop a job whose header another tenant set first
 	// (it checks the header against nothing). The subject names the job, and the stream
 	// holds one message per subject.
-	f, err := c.js.PublishMsgAsync(&nats.Msg{Subject: jobSubject(c.cfg, r), Data: data}, jetstream.WithExpectStream(c.cfg.Stream))
+	stream := jobStream(c.cfg, c.tenant)
+	f, err := c.js.PublishMsgAsync(&nats.Msg{Subject: jobSubject(c.cfg, r), Data: data}, jetstream.WithExpectStream(stream))
 	if err != nil {
 		return nil, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
 	}
-	return &PendingPublish{id: j.ID, subject: jobSubject(c.cfg, r), stream: c.cfg.Stream, nc: c.js.Conn(), ack: f}, nil
+	return &PendingPublish{id: j.ID, subject: jobSubject(c.cfg, r), stream: stream, nc: c.js.Conn(), ack: f}, nil
 }
 
 // Wait returns the outcome of the publish: duplicate when the job stream already holds the
@@ -91,8 +92,8 @@ func subjectFull(err error) bool {
 // jsStoreFailed is the JetStream error code of a message the stream did not store.
 const jsStoreFailed jetstream.ErrorCode = 10077
 
-// served is ErrNotServed when the job stream takes no jobs of the client's tenant: the workers'
-// config does not list it. An identity that may not read the stream is not checked here; the
+// served is ErrNotServed when the tenant's job stream takes no jobs of it: setup retired the
+// tenant while jobs of it ran. An identity that may not read the stream is not checked here; the
 // server then finds no stream for the job.
 func (c *Client) served() error {
 	if c.jobs == nil {
@@ -102,6 +103,6 @@ func (c *Client) served() error {
 	if slices.Contains(subjects, tenantFilter(c.cfg, c.tenant)) {
 		return nil
 	}
-	return fmt.Errorf("%w %q: the job stream %s takes %s; submit as one of those tenants (--tenant), or ask the operator to add %q to tenants: in the worker config and run `worker setup`",
-		ErrNotServed, c.tenant, c.cfg.Stream, strings.Join(subjects, ", "), c.tenant)
+	return fmt.Errorf("%w %q: `worker setup` retired the tenant, and its job stream %s takes no new job; submit as another tenant (--tenant), or ask the operator to add %q to tenants: in the worker config and run `worker setup`",
+		ErrNotServed, c.tenant, c.jobs.CachedInfo().Config.Name, c.tenant)
 }

@@ -129,15 +129,21 @@ func (c *Consumer) ReleaseCancel(ctx context.Context, r Ref) error {
 	return nil // or another worker's write came first
 }
 
-// Queued reports whether the job stream holds a message of the job: one no worker has
-// settled. A cancel request for a job with neither that nor a status names no job that could
-// run (never submitted, or ended and its status expired): the watch lets it expire.
+// Queued reports whether the job's tenant's stream holds a message of the job (or, while the
+// worker drains it, the shared stream: drain.go): one no worker has settled. A cancel request
+// for a job with neither that nor a status names no job that could run (never submitted, or
+// ended and its status expired): the watch lets it expire. One request to the server for each
+// stream asked: the streams' handles are the ones the worker bound.
 func (c *Consumer) Queued(ctx context.Context, r Ref) (bool, error) {
-	s, err := c.js.Stream(ctx, c.cfg.Stream)
-	if err != nil {
-		return false, fmt.Errorf("queue: look up job %s in stream %s: %w", r.ID, c.cfg.Stream, err)
+	s := c.streams[r.Tenant]
+	if s == nil {
+		return false, fmt.Errorf("queue: look up job %s: tenant %s is not one this worker serves", r.ID, r.Tenant)
 	}
-	return inStream(ctx, s, c.cfg, r)
+	queued, err := inStream(ctx, s, c.cfg, r)
+	if queued || err != nil || !c.draining(r.Tenant) {
+		return queued, err
+	}
+	return inStream(ctx, c.shared, c.cfg, r)
 }
 
 // CancelAsked reports whether a cancel of the job was asked for: the cancel bucket holds a

@@ -21,16 +21,17 @@ type Client struct {
 	js     jetstream.JetStream
 	cfg    config.NATS
 	tenant string
-	// jobs is the job stream, to tell a queued job by its subject; nil for an identity the
-	// server does not let read it (an approver), which then knows a job only by its status.
+	// jobs is the tenant's job stream, to tell a queued job by its subject; nil for an identity
+	// the server does not let read it (an approver), which then knows a job only by its status.
 	jobs   jetstream.Stream
 	status jetstream.KeyValue
 	log    *slog.Logger
 }
 
-// NewClient binds to the job stream and the status bucket for tenant; ErrNotReady when either
-// is missing. An identity the server does not let read the job stream (an approver) binds the
-// status bucket alone.
+// NewClient binds to the tenant's job stream and the status bucket; ErrNotReady when the bucket
+// is missing, ErrNotServed when the stream is (the workers do not serve the tenant, or
+// `worker setup` has not run since tenants had streams of their own). An identity the server
+// does not let read the job stream (an approver) binds the status bucket alone.
 func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant string) (*Client, error) {
 	js, err := newJetStream(nc)
 	if err != nil {
@@ -39,24 +40,26 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant strin
 	if !job.ValidTenant(tenant) {
 		return nil, fmt.Errorf("queue: %q is not a tenant name (lowercase letters, digits and '-', 1 to 32 characters; --tenant, BOXCAR_TENANT)", tenant)
 	}
+	stream := jobStream(cfg, tenant)
 	var jobs jetstream.Stream
-	err = unlessRefused(ctx, nc, []string{"$JS.API.STREAM.INFO." + cfg.Stream}, func(ctx context.Context) error {
+	err = unlessRefused(ctx, nc, []string{"$JS.API.STREAM.INFO." + stream}, func(ctx context.Context) error {
 		var err error
-		jobs, err = js.Stream(ctx, cfg.Stream)
+		jobs, err = js.Stream(ctx, stream)
 		return err
 	})
 	if errors.Is(err, ErrRefused) {
 		jobs, err = nil, nil
 	}
-	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("%w: stream %s does not exist on %s; %s", ErrNotReady, cfg.Stream, nc.ConnectedUrlRedacted(), setupHint)
-		}
-		return nil, fmt.Errorf("queue: look up stream %s: %w", cfg.Stream, err)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("queue: look up stream %s: %w", stream, err)
 	}
-	kv, err := bucket(ctx, js, cfg.StatusBucket, "status")
+	kv, kerr := bucket(ctx, js, cfg.StatusBucket, "status")
+	if kerr != nil {
+		return nil, kerr
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w %q: its job stream %s does not exist on %s; ask the operator to add %q to tenants: in the worker config and run `worker setup` (an upgrade from one stream for every tenant needs it too)",
+			ErrNotServed, tenant, stream, nc.ConnectedUrlRedacted(), tenant)
 	}
 	return &Client{js: js, cfg: cfg, tenant: tenant, jobs: jobs, status: kv, log: slog.New(slog.DiscardHandler)}, nil
 }
@@ -83,7 +86,7 @@ func (c *Client) Publish(ctx context.Context, j job.Job) (duplicate bool, err er
 // ConsumerAckWait is the ack deadline of the workers' durable consumer as the server has it. A
 // client's own configuration holds only the defaults, which a worker's config may have changed.
 func (c *Client) ConsumerAckWait(ctx context.Context) (time.Duration, error) {
-	cons, err := c.js.Consumer(ctx, c.cfg.Stream, consumerName(c.cfg, c.tenant))
+	cons, err := c.js.Consumer(ctx, jobStream(c.cfg, c.tenant), consumerName(c.cfg, c.tenant))
 	if err != nil {
 		return 0, fmt.Errorf("queue: look up consumer %s: %w", consumerName(c.cfg, c.tenant), err)
 	}
@@ -128,7 +131,7 @@ func inStream(ctx context.Context, jobs jetstream.Stream, cfg config.NATS, r Ref
 	subject := jobSubject(cfg, r)
 	info, err := jobs.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
-		return false, fmt.Errorf("queue: look up job %s in stream %s: %w", r.ID, cfg.Stream, err)
+		return false, fmt.Errorf("queue: look up job %s in stream %s: %w", r.ID, jobs.CachedInfo().Config.Name, err)
 	}
 	return info.State.Subjects[subject] > 0, nil
 }
@@ -161,7 +164,7 @@ type TenantLag struct {
 // Lag reads the client's tenant's consumer: what `submit status` shows of the queue.
 func (c *Client) Lag(ctx context.Context) (TenantLag, error) {
 	name := consumerName(c.cfg, c.tenant)
-	cons, err := c.js.Consumer(ctx, c.cfg.Stream, name)
+	cons, err := c.js.Consumer(ctx, jobStream(c.cfg, c.tenant), name)
 	if err != nil {
 		return TenantLag{}, fmt.Errorf("queue: look up consumer %s: %w", name, err)
 	}

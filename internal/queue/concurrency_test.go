@@ -78,7 +78,7 @@ func openLogged(t *testing.T, nc *nats.Conn, cfg config.NATS, tenants map[string
 // checkBound fails the test unless team-a's consumer has max_ack_pending want.
 func checkBound(t *testing.T, js jetstream.JetStream, when string, want int) {
 	t.Helper()
-	c, err := js.Consumer(t.Context(), "BOXCAR_JOBS", "boxcar-workers-team-a")
+	c, err := js.Consumer(t.Context(), "BOXCAR_JOBS_team-a", "boxcar-workers-team-a")
 	if err != nil {
 		t.Fatal(err)
 	}

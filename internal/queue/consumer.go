@@ -21,11 +21,16 @@ import (
 // Consumer is a worker's handle: it fetches and settles jobs, writes their statuses, asks for
 // approvals and advertises the worker's profiles. It binds to what an Admin declared.
 type Consumer struct {
-	js        jetstream.JetStream
-	cfg       config.NATS
-	log       *slog.Logger
-	tenants   []string                      // sorted: the order fetches go round
-	cons      map[string]jetstream.Consumer // by tenant
+	js      jetstream.JetStream
+	cfg     config.NATS
+	log     *slog.Logger
+	tenants []string                      // sorted: the order fetches go round
+	cons    map[string]jetstream.Consumer // by tenant
+	streams map[string]jetstream.Stream   // each tenant's job stream, by tenant
+	// shared is the shared stream (drain.go), nil when there is none; old, by tenant, the
+	// consumers on it the worker still asks (under mu).
+	shared    jetstream.Stream
+	old       map[string]jetstream.Consumer
 	status    jetstream.KeyValue
 	cancels   jetstream.KeyValue
 	approvals jetstream.KeyValue
@@ -49,7 +54,7 @@ type Consumer struct {
 	health fetchHealth // for FetchErr (fetchhealth.go)
 }
 
-// NewConsumer binds to the job stream, the consumer of each tenant the worker serves (nil: the
+// NewConsumer binds to each tenant's job stream, the consumer of each tenant the worker serves (nil: the
 // one tenant default) and the buckets. It creates nothing: a missing one is ErrNotReady,
 // naming `worker setup`. A tenant `worker setup` retired is left out (retired.go); every one
 // retired is ErrNotReady too. admin, when not nil, sets them up again should NATS lose them
@@ -60,24 +65,24 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 		return nil, err
 	}
 	want := tenantsOrDefault(cfg, tenants)
-	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, cons: map[string]jetstream.Consumer{},
-		concurrency: newTenantConcurrency(cfg, want, log), ackWaits: map[string]time.Duration{}, retired: map[string]bool{}}
+	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, cons: map[string]jetstream.Consumer{}, streams: map[string]jetstream.Stream{},
+		old: map[string]jetstream.Consumer{}, concurrency: newTenantConcurrency(cfg, want, log), ackWaits: map[string]time.Duration{}, retired: map[string]bool{}}
 	names := c.servedOf(ctx, slices.Sorted(maps.Keys(want)))
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: `worker setup` retired every tenant of this worker's tenants: (%s); run it with a config that lists them to serve them again",
 			ErrNotReady, strings.Join(slices.Sorted(maps.Keys(want)), ", "))
 	}
 	c.tenants = names
+	if c.shared, err = js.Stream(ctx, cfg.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
+		c.shared = nil
+	} else if err != nil {
+		return nil, fmt.Errorf("queue: look up stream %s: %w", cfg.Stream, err)
+	}
 	for _, tenant := range names {
-		name := consumerName(cfg, tenant)
-		cons, err := js.Consumer(ctx, cfg.Stream, name)
-		switch {
-		case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrConsumerNotFound):
-			return nil, fmt.Errorf("%w: consumer %s of stream %s (tenant %s) does not exist on %s; %s", ErrNotReady, name, cfg.Stream, tenant, nc.ConnectedUrlRedacted(), setupHint)
-		case err != nil:
-			return nil, fmt.Errorf("queue: look up consumer %s: %w", name, err)
+		if err := c.bind(ctx, tenant); err != nil {
+			return nil, err
 		}
-		c.cons[tenant] = cons
+		cons, name := c.cons[tenant], consumerName(cfg, tenant)
 		c.concurrency.check(ctx, tenant, cons.CachedInfo().Config.MaxAckPending)
 		if server := cons.CachedInfo().Config.AckWait; server != time.Duration(cfg.AckWait) {
 			log.WarnContext(ctx, "a tenant's ack_wait differs between this worker's config and its consumer on the NATS server; "+
@@ -100,6 +105,25 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 		}
 	}
 	return c, nil
+}
+
+// bind binds tenant's job stream and its consumer there, and its consumer on the shared stream
+// while there is one (drain.go).
+func (c *Consumer) bind(ctx context.Context, tenant string) error {
+	name, stream := consumerName(c.cfg, tenant), jobStream(c.cfg, tenant)
+	s, err := c.js.Stream(ctx, stream)
+	var cons jetstream.Consumer
+	if err == nil {
+		cons, err = s.Consumer(ctx, name)
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrConsumerNotFound):
+		return fmt.Errorf("%w: consumer %s of stream %s (tenant %s) does not exist on %s; %s", ErrNotReady, name, stream, tenant, c.js.Conn().ConnectedUrlRedacted(), setupHint)
+	case err != nil:
+		return fmt.Errorf("queue: look up consumer %s of stream %s: %w", name, stream, err)
+	}
+	c.streams[tenant], c.cons[tenant] = s, cons
+	return c.bindOld(ctx, tenant)
 }
 
 // Open declares everything and binds a Consumer to it: what a worker does at start. A worker
@@ -229,6 +253,9 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 			<-pullCtx.Done() // nothing to serve: wait as a pull that finds nothing does
 			return nil, pullCtx.Err()
 		}
+		if msg, ok := c.drainOld(ctx, c.tenants[0]); ok {
+			return msg, nil
+		}
 		return c.cons[c.tenants[0]].Next(jetstream.FetchContext(pullCtx))
 	}
 	if c.ear == nil {
@@ -287,6 +314,9 @@ func (c *Consumer) await(ctx context.Context, ear <-chan struct{}) (jetstream.Ms
 // jobs ends on any worker, which sends no notification. The worker then asks each tenant in
 // turn.
 func (c *Consumer) held(ctx context.Context, tenants ...string) bool {
+	if c.draining(tenants...) {
+		return true // the shared stream sends no notification
+	}
 	for _, tenant := range tenants {
 		if c.isRetired(tenant) {
 			continue
@@ -338,10 +368,18 @@ func (c *Consumer) pullOne(ctx context.Context, tenant string, wait time.Duratio
 	if c.isRetired(tenant) {
 		return nil, nats.ErrTimeout
 	}
+	if msg, ok := c.drainOld(ctx, tenant); ok {
+		return msg, nil
+	}
+	return pullFrom(ctx, c.cons[tenant], wait)
+}
+
+// pullFrom asks one consumer for one message, as pullOne says.
+func pullFrom(ctx context.Context, cons jetstream.Consumer, wait time.Duration) (jetstream.Msg, error) {
 	listen, cancel := context.WithTimeout(ctx, wait+pullListen)
 	defer cancel()
 	pullCtx := expiry{Context: listen, at: time.Now().Add(min(wait*10/9, wait+time.Second))}
-	msg, err := c.cons[tenant].Next(jetstream.FetchContext(pullCtx))
+	msg, err := cons.Next(jetstream.FetchContext(pullCtx))
 	if errors.Is(err, jetstream.ErrInvalidOption) && !time.Now().Before(pullCtx.at) {
 		// The machine stalled past the pull's expiry before it was sent: nothing was asked.
 		return nil, nats.ErrTimeout
@@ -392,7 +430,7 @@ func (c *Consumer) redeclareIfGone(ctx context.Context) {
 			continue
 		}
 		var cons jetstream.Consumer
-		cons, err = c.js.Consumer(ctx, c.cfg.Stream, consumerName(c.cfg, tenant))
+		cons, err = c.js.Consumer(ctx, jobStream(c.cfg, tenant), consumerName(c.cfg, tenant))
 		if errors.Is(err, jetstream.ErrConsumerNotFound) && c.retireGone(ctx, tenant) {
 			err = nil
 			continue
@@ -410,10 +448,10 @@ func (c *Consumer) redeclareIfGone(ctx context.Context) {
 	}
 	if c.admin == nil {
 		c.health.setGone(c.goneWhat(tenant, err))
-		c.log.ErrorContext(ctx, "the job stream or its consumer is gone from NATS; run `worker setup` with an operator identity", "stream", c.cfg.Stream, "error", err)
+		c.log.ErrorContext(ctx, "a tenant's job stream or its consumer is gone from NATS; run `worker setup` with an operator identity", "stream", jobStream(c.cfg, tenant), "error", err)
 		return
 	}
-	c.log.WarnContext(ctx, "the job stream or its consumer is gone from NATS; setting them up again", "stream", c.cfg.Stream, "error", err)
+	c.log.WarnContext(ctx, "a tenant's job stream or its consumer is gone from NATS; setting them up again", "stream", jobStream(c.cfg, tenant), "error", err)
 	if err := c.admin.Declare(ctx); err != nil {
 		c.health.setGone(c.goneWhat(tenant, err))
 		c.log.ErrorContext(ctx, "set up the job stream again failed; trying at the next fetch", "error", err)

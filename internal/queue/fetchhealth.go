@@ -69,7 +69,7 @@ func (c *Consumer) FetchErr() error {
 // goneWhat names what err says is missing: the job stream, or the consumer of tenant.
 func (c *Consumer) goneWhat(tenant string, err error) string {
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return "the job stream " + c.cfg.Stream
+		return fmt.Sprintf("tenant %s's job stream %s", tenant, jobStream(c.cfg, tenant))
 	}
 	return fmt.Sprintf("tenant %s's consumer %s", tenant, consumerName(c.cfg, tenant))
 }

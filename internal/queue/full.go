@@ -20,6 +20,9 @@ type streamLimit struct {
 	words string // in the server's description; "" for any
 	what  string // which limit, named by the setting that sets it; %s is the stream's name
 	room  string // when there is room again
+	// whose says who fills the limit: the tenant's own jobs (its job stream), or every
+	// tenant's writes (a bucket).
+	whose string
 }
 
 // jobStreamLimits, cancelLimits and approvalsLimits are the limits of the job stream and the
@@ -28,17 +31,17 @@ type streamLimit struct {
 // (10077, also the one-message-per-subject refusal, subjectFull), so that is what is matched.
 var (
 	jobStreamLimits = []streamLimit{
-		{jsStoreFailed, "maximum messages exceeded", "the job stream %s holds nats.job_max_msgs jobs", jobsEnd},
-		{jsStoreFailed, "maximum bytes exceeded", "the job stream %s holds nats.job_max_bytes of jobs", jobsEnd},
+		{jsStoreFailed, "maximum messages exceeded", "the job stream %s holds nats.job_max_msgs jobs", jobsEnd, ownQueue},
+		{jsStoreFailed, "maximum bytes exceeded", "the job stream %s holds nats.job_max_bytes of jobs", jobsEnd, ownQueue},
 	}
 	cancelLimits = []streamLimit{
-		{jsStoreFailed, "maximum bytes exceeded", "the cancel bucket %s holds nats.cancel_max_bytes of requests", cancelsExpire},
-		{jsStoreFailed, "maximum messages exceeded", "the cancel bucket %s holds as many requests as it may", cancelsExpire},
-		{jsMessageTooLarge, "", "a cancel request is larger than the bucket %s takes (" + fmt.Sprint(cancelMaxValue) + " bytes)", ""},
+		{jsStoreFailed, "maximum bytes exceeded", "the cancel bucket %s holds nats.cancel_max_bytes of requests", cancelsExpire, shared},
+		{jsStoreFailed, "maximum messages exceeded", "the cancel bucket %s holds as many requests as it may", cancelsExpire, shared},
+		{jsMessageTooLarge, "", "a cancel request is larger than the bucket %s takes (" + fmt.Sprint(cancelMaxValue) + " bytes)", "", ""},
 	}
 	approvalsLimits = []streamLimit{
-		{jsStoreFailed, "maximum bytes exceeded", "the approvals bucket %s holds nats.approvals_max_bytes of requests and answers", approvalsExpire},
-		{jsMessageTooLarge, "", "an approval entry is larger than the bucket %s takes (" + fmt.Sprint(approvalMaxValue) + " bytes)", ""},
+		{jsStoreFailed, "maximum bytes exceeded", "the approvals bucket %s holds nats.approvals_max_bytes of requests and answers", approvalsExpire, shared},
+		{jsMessageTooLarge, "", "an approval entry is larger than the bucket %s takes (" + fmt.Sprint(approvalMaxValue) + " bytes)", "", ""},
 	}
 )
 
@@ -47,6 +50,8 @@ const (
 	jobsEnd         = "as jobs end"
 	cancelsExpire   = "as requests of ended jobs expire (nats.status_ttl)"
 	approvalsExpire = "as entries expire, 7 days after they were written"
+	ownQueue        = "a limit of the tenant's own queue (each tenant has its job stream)"
+	shared          = "a limit every tenant's writes share"
 )
 
 // jsMessageTooLarge is the JetStream error code of a message larger than its stream's
@@ -67,8 +72,8 @@ func atLimit(err error, stream string, limits []streamLimit) error {
 		if l.room == "" { // no room makes it fit: only something smaller does
 			return fmt.Errorf("%w: %s (%w)", ErrFull, fmt.Sprintf(l.what, stream), err)
 		}
-		return fmt.Errorf("%w: %s, a limit every tenant's writes share; there is room again %s: try again later, or ask the operator to raise it in the worker config and run `worker setup` (%w)",
-			ErrFull, fmt.Sprintf(l.what, stream), l.room, err)
+		return fmt.Errorf("%w: %s, %s; there is room again %s: try again later, or ask the operator to raise it in the worker config and run `worker setup` (%w)",
+			ErrFull, fmt.Sprintf(l.what, stream), l.whose, l.room, err)
 	}
 	return err
 }

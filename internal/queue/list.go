@@ -55,7 +55,7 @@ func (c *Client) queued(ctx context.Context, known []job.Status) ([]job.Status, 
 	filter := tenantFilter(c.cfg, c.tenant)
 	info, err := c.jobs.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return nil, fmt.Errorf("queue: list jobs: look up stream %s: %w", c.cfg.Stream, err)
+		return nil, fmt.Errorf("queue: list jobs: look up stream %s: %w", jobStream(c.cfg, c.tenant), err)
 	}
 	has := make(map[string]bool, len(known))
 	for _, st := range known {

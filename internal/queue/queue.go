@@ -71,6 +71,30 @@ func jobSubject(cfg config.NATS, r Ref) string { return cfg.Subject + "." + r.ke
 // tenantFilter is the subjects of one tenant's jobs: boxcar.jobs.T.*.
 func tenantFilter(cfg config.NATS, tenant string) string { return cfg.Subject + "." + tenant + ".*" }
 
+// jobStream is the stream of one tenant's jobs: BOXCAR_JOBS_T. Each tenant's queue is bounded
+// on its own (nats.job_max_msgs, nats.job_max_bytes), so that one tenant's queued jobs never
+// make another's submissions fail. A tenant name is lowercase letters, digits and '-', never
+// '_', so the name is a JetStream name (config checks the stream name's length) and no two
+// tenants, nor a tenant and the shared stream, share one.
+func jobStream(cfg config.NATS, tenant string) string { return cfg.Stream + "_" + tenant }
+
+// JobStream is the name of tenant's job stream, for what names it to an operator.
+func JobStream(cfg config.NATS, tenant string) string { return jobStream(cfg, tenant) }
+
+// The shared stream, nats.stream itself, took every tenant's jobs before each tenant had a
+// stream of its own. It stays, taking no job (its one subject, sharedSubject, is no tenant's:
+// a tenant name has no '_', and no role may publish there): its metadata records the tenants
+// `worker setup` retired (retired.go), and until the jobs an older Boxcar queued there are
+// all settled, the tenants' consumers on it deliver them (drain.go).
+func sharedSubject(cfg config.NATS) string { return cfg.Subject + "._shared" }
+
+// retiredSubject is the one subject of the stream of a tenant `worker setup` retired while
+// its jobs ran: no role may publish there, so the stream takes no new job of the tenant while
+// its consumer settles those (unserved.go).
+func retiredSubject(cfg config.NATS, tenant string) string {
+	return cfg.Subject + "._retired." + tenant
+}
+
 // consumerName is the durable consumer of one tenant's jobs: boxcar-workers-T.
 func consumerName(cfg config.NATS, tenant string) string { return cfg.Consumer + "-" + tenant }
 

@@ -403,13 +403,19 @@ func TestSetupIsIdempotent(t *testing.T) {
 func TestIncompatibleStreamIsRefusedWithAFix(t *testing.T) {
 	t.Parallel()
 	cfg := config.Config{}.WithDefaults().NATS
-	// An older or foreign set-up with limits retention: a work queue cannot take its place.
-	b, _ := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.Retention = jetstream.LimitsPolicy })
-	_, err := queue.Open(context.Background(), b.nc, cfg, nil, slog.New(slog.DiscardHandler))
+	// A foreign set-up of the tenant's stream with limits retention: a work queue cannot take
+	// its place.
+	nc := connect(t, false)
+	jobs := queue.JobStream(cfg, tenant)
+	if _, err := jetStream(t, nc).CreateStream(t.Context(), jetstream.StreamConfig{Name: jobs, Subjects: []string{cfg.Subject + "." + tenant + ".*"},
+		Retention: jetstream.LimitsPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := queue.Open(context.Background(), nc, cfg, nil, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("set-up over an incompatible stream succeeded")
 	}
-	if !strings.Contains(err.Error(), "nats stream rm "+cfg.Stream) {
+	if !strings.Contains(err.Error(), "nats stream rm "+jobs) {
 		t.Errorf("error %q does not say how to fix it", err)
 	}
 }

@@ -135,7 +135,7 @@ func TestSetupAppliesReplicasToEveryStreamAndBucket(t *testing.T) {
 	}
 	declare(1) // the older setup
 	declare(3) // `worker setup` after the move to three replicas
-	streams := []string{cfg.Stream, cfg.DeadLetterStream, "KV_" + queue.CancelBucket, "KV_" + cfg.ApprovalsBucket, "KV_" + queue.UsageBucket,
+	streams := []string{cfg.Stream, queue.JobStream(cfg, job.DefaultTenant), cfg.DeadLetterStream, "KV_" + queue.CancelBucket, "KV_" + cfg.ApprovalsBucket, "KV_" + queue.UsageBucket,
 		"KV_" + queue.ProfilesBucket, "KV_" + cfg.StatusBucket}
 	for _, name := range streams {
 		s, err := js.Stream(ctx, name)
@@ -146,7 +146,7 @@ func TestSetupAppliesReplicasToEveryStreamAndBucket(t *testing.T) {
 			t.Errorf("after worker setup with replicas 3, stream %s has %d replica(s), want 3", name, got)
 		}
 	}
-	c, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer+"-"+job.DefaultTenant)
+	c, err := js.Consumer(ctx, queue.JobStream(cfg, job.DefaultTenant), cfg.Consumer+"-"+job.DefaultTenant)
 	if err != nil {
 		t.Fatal(err)
 	}

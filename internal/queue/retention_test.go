@@ -41,18 +41,19 @@ func edit(t *testing.T, js jetstream.JetStream, name string, change func(*jetstr
 func TestOperatorStreamEditsAreKept(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	edit(t, b.js, b.cfg.Stream, func(c *jetstream.StreamConfig) { c.MaxMsgs = 500 })
+	jobs := queue.JobStream(b.cfg, tenant)
+	edit(t, b.js, jobs, func(c *jetstream.StreamConfig) { c.MaxMsgs = 500 })
 	edit(t, b.js, b.cfg.DeadLetterStream, func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
 
 	var log bytes.Buffer
 	b.open(t, b.cfg, nil, &log)
-	if got := streamConfig(t, b.js, b.cfg.Stream).MaxMsgs; got != 500 {
+	if got := streamConfig(t, b.js, jobs).MaxMsgs; got != 500 {
 		t.Errorf("after a worker start the job stream's max_msgs = %d, want the operator's 500", got)
 	}
 	if got := streamConfig(t, b.js, b.cfg.DeadLetterStream).MaxAge; got != time.Hour {
 		t.Errorf("after a worker start the dead-letter stream's max_age = %s, want the operator's 1h", got)
 	}
-	for _, want := range []string{"stream=" + b.cfg.Stream + " setting=max_msgs value=500", "stream=" + b.cfg.DeadLetterStream + " setting=max_age value=1h0m0s"} {
+	for _, want := range []string{"stream=" + jobs + " setting=max_msgs value=500", "stream=" + b.cfg.DeadLetterStream + " setting=max_age value=1h0m0s"} {
 		if !strings.Contains(log.String(), "keeping a stream limit an operator changed") || !strings.Contains(log.String(), want) {
 			t.Errorf("worker log does not say it keeps %q:\n%s", want, log.String())
 		}
@@ -60,17 +61,23 @@ func TestOperatorStreamEditsAreKept(t *testing.T) {
 }
 
 // TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits: a stream that a worker without
-// retention settings made, then edited by an operator, keeps the edit; what that worker set is
-// replaced by the new defaults.
+// retention settings made (the dead-letter stream), then edited by an operator, keeps the
+// edit; what that worker set is replaced by the new defaults.
 func TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits(t *testing.T) {
 	t.Parallel()
 	cfg := config.Config{}.WithDefaults().NATS
+	b := bundle{nc: connect(t, false), cfg: cfg}
+	b.js = jetStream(t, b.nc)
 	// As such a worker made it, with the operator's max_bytes.
-	b, _ := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.Discard, c.MaxBytes = jetstream.DiscardOld, 5<<20 })
+	if _, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: cfg.DeadLetterStream, Subjects: []string{cfg.DeadLetterStream + ".>"},
+		Storage: jetstream.FileStorage, MaxAge: 30 * 24 * time.Hour, MaxBytes: 5 << 20, Discard: jetstream.DiscardOld}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DeadLetterMaxAge = config.Duration(48 * time.Hour)
 	b.open(t, cfg, nil, nil)
-	c := streamConfig(t, b.js, cfg.Stream)
-	if c.MaxBytes != 5<<20 || c.MaxMsgs != cfg.JobMaxMsgs || c.Discard != jetstream.DiscardNew {
-		t.Errorf("job stream: max_bytes %d, max_msgs %d, discard %s; want the operator's %d, the default %d, new", c.MaxBytes, c.MaxMsgs, c.Discard, 5<<20, cfg.JobMaxMsgs)
+	c := streamConfig(t, b.js, cfg.DeadLetterStream)
+	if c.MaxBytes != 5<<20 || c.MaxAge != 48*time.Hour {
+		t.Errorf("dead-letter stream: max_bytes %d, max_age %s; want the operator's %d, the config's 48h", c.MaxBytes, c.MaxAge, 5<<20)
 	}
 }
 
@@ -79,7 +86,7 @@ func TestStreamEditsMadeBeforeTheWorkerRecordedItsLimits(t *testing.T) {
 func TestRetentionLimitsFollowTheConfig(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	jobs := streamConfig(t, b.js, b.cfg.Stream)
+	jobs := streamConfig(t, b.js, queue.JobStream(b.cfg, tenant))
 	if jobs.MaxMsgs != 100_000 || jobs.MaxBytes != 1<<30 || jobs.Discard != jetstream.DiscardNew {
 		t.Errorf("job stream: max_msgs %d, max_bytes %d, discard %s; want 100000, 1 GiB, new", jobs.MaxMsgs, jobs.MaxBytes, jobs.Discard)
 	}
@@ -95,7 +102,7 @@ func TestRetentionLimitsFollowTheConfig(t *testing.T) {
 	cfg.JobMaxBytes, cfg.DeadLetterMaxAge, cfg.StatusTTL = 64<<20, config.Duration(48*time.Hour), config.Duration(24*time.Hour)
 	var log bytes.Buffer
 	b.open(t, cfg, nil, &log)
-	if got := streamConfig(t, b.js, b.cfg.Stream).MaxBytes; got != 64<<20 {
+	if got := streamConfig(t, b.js, queue.JobStream(b.cfg, tenant)).MaxBytes; got != 64<<20 {
 		t.Errorf("job stream max_bytes after a config change = %d, want %d", got, 64<<20)
 	}
 	if got := streamConfig(t, b.js, b.cfg.DeadLetterStream).MaxAge; got != 48*time.Hour {

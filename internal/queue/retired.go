@@ -17,9 +17,10 @@ import (
 )
 
 // `worker setup` retires a tenant its config does not list (retireUnserved) and records that it
-// did in the job stream's metadata, boxcar.retired.T, with the time: a worker reads the stream's
-// info at start (every worker identity may), so the record needs no grant of its own, and it
-// survives every update of the stream (ensureStream keeps metadata it does not own). A worker
+// did in the shared job stream's metadata (nats.stream, which takes no job: drain.go),
+// boxcar.retired.T, with the time: a worker reads the stream's info at start (every worker
+// identity may), so the record needs no grant of its own; it outlives the tenant's own stream,
+// which setup removes once its jobs ended, and it survives every update of the stream. A worker
 // whose tenants: still lists a retired tenant (a config not rolled out everywhere yet) honours
 // the record: it declares neither the tenant's subject nor its consumer, and says so once.
 // Setup with a config that lists the tenant clears the record. A worker that cannot read the
@@ -55,17 +56,18 @@ func subjectTenants(cfg config.NATS, subjects []string) []string {
 	return out
 }
 
-// recordRetired is setup's: it records every tenant the job stream takes or had recorded that
-// the config does not list, and clears the record of those it lists. It runs before the
+// recordRetired is setup's: it records every tenant the job streams take or the record had
+// that the config does not list, and clears the record of those it lists. It runs before the
 // tenants' jobs and consumers are retired, so that a worker of the old config that starts
 // meanwhile already finds the record.
 func (a *Admin) recordRetired(ctx context.Context) error {
-	s, err := a.js.Stream(ctx, a.cfg.Stream)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil
-	case err != nil:
-		return fmt.Errorf("queue: look up stream %s: %w", a.cfg.Stream, err)
+	streams, err := a.jobStreams(ctx)
+	if err != nil {
+		return err
+	}
+	s, err := a.sharedStream(ctx)
+	if err != nil {
+		return err
 	}
 	cur := s.CachedInfo().Config
 	next := cur
@@ -80,7 +82,7 @@ func (a *Admin) recordRetired(ctx context.Context) error {
 			cleared = append(cleared, tenant)
 		}
 	}
-	for _, tenant := range subjectTenants(a.cfg, cur.Subjects) {
+	for _, tenant := range takenTenants(a.cfg, streams) {
 		if _, ok := a.tenants[tenant]; !ok && next.Metadata[retiredPrefix+tenant] == "" {
 			next.Metadata[retiredPrefix+tenant] = time.Now().UTC().Format(time.RFC3339)
 			retired = append(retired, tenant)
@@ -186,7 +188,9 @@ func (c *Consumer) endRetired(ctx context.Context) {
 	}
 	c.swept = time.Now()
 	c.mu.Unlock()
-	look, cancel := context.WithTimeout(ctx, sweepLookup)
+	// Not Fetch's context, which may end (a stop, a short fetch) between a job's dead status
+	// and its term: the sweep ends what it began, within its own bound.
+	look, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepLookup)
 	defer cancel()
 	retired, err := readRetired(look, c.js, c.cfg)
 	if err != nil {
@@ -203,16 +207,30 @@ func (c *Consumer) endRetired(ctx context.Context) {
 	}
 }
 
-// endLeftovers ends what tenant's consumer delivers now, and removes the consumer once it holds
-// nothing, when the worker may.
+// endLeftovers ends what tenant's consumers (on its stream and, from before, on the shared one)
+// deliver now, and removes each once its stream holds no job of the tenant, when the worker may.
 func (c *Consumer) endLeftovers(ctx context.Context, tenant string) error {
+	for _, stream := range []string{jobStream(c.cfg, tenant), c.cfg.Stream} {
+		if err := c.endLeftoversIn(ctx, stream, tenant); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// endLeftoversIn is endLeftovers' for tenant's consumer on one stream.
+func (c *Consumer) endLeftoversIn(ctx context.Context, stream, tenant string) error {
 	name := consumerName(c.cfg, tenant)
-	cons, err := c.js.Consumer(ctx, c.cfg.Stream, name)
+	s, err := c.js.Stream(ctx, stream)
+	var cons jetstream.Consumer
+	if err == nil {
+		cons, err = s.Consumer(ctx, name)
+	}
 	switch {
-	case errors.Is(err, jetstream.ErrConsumerNotFound):
+	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil
 	case err != nil:
-		return fmt.Errorf("queue: look up consumer %s: %w", name, err)
+		return fmt.Errorf("queue: look up consumer %s of stream %s: %w", name, stream, err)
 	}
 	batch, err := cons.FetchNoWait(sweepBatch)
 	if err != nil {
@@ -230,14 +248,15 @@ func (c *Consumer) endLeftovers(ctx context.Context, tenant string) error {
 	if err := batch.Error(); err != nil && !isPullTimeout(err) {
 		return fmt.Errorf("queue: fetch from consumer %s: %w", name, err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil || c.admin == nil || info.NumPending > 0 || info.NumAckPending > 0 {
+	// Removed only once the stream holds no job of the tenant: a job whose term did not reach
+	// the server is still there, and only this consumer delivers it again.
+	if holds, err := holdsTenant(ctx, s, c.cfg.Subject, tenant); err != nil || holds || c.admin == nil {
 		return nil
 	}
-	if err := c.js.DeleteConsumer(ctx, c.cfg.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := s.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("queue: remove consumer %s of retired tenant %s: %w", name, tenant, err)
 	}
-	c.log.InfoContext(ctx, "removed the consumer of a retired tenant, which holds no job any more", "tenant", tenant, "consumer", name)
+	c.log.InfoContext(ctx, "removed the consumer of a retired tenant, which holds no job any more", "tenant", tenant, "stream", stream, "consumer", name)
 	return nil
 }
 

@@ -31,15 +31,18 @@ func (b bundle) declare(t *testing.T, tenants map[string]config.Tenant) {
 	}
 }
 
-// serves reports whether the job stream takes tenant's jobs and tenant's consumer exists.
+// serves reports whether tenant's job stream takes its jobs and its consumer exists.
 func (b bundle) serves(t *testing.T, tenant string) (subject, consumer bool) {
 	t.Helper()
-	s, err := b.js.Stream(t.Context(), b.cfg.Stream)
+	s, err := b.js.Stream(t.Context(), queue.JobStream(b.cfg, tenant))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, false
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	subject = slices.Contains(s.CachedInfo().Config.Subjects, b.cfg.Subject+"."+tenant+".*")
-	_, err = b.js.Consumer(t.Context(), b.cfg.Stream, b.cfg.Consumer+"-"+tenant)
+	_, err = s.Consumer(t.Context(), b.cfg.Consumer+"-"+tenant)
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Fatal(err)
 	}
@@ -72,8 +75,8 @@ func TestRetiredTenantStaysRetired(t *testing.T) {
 	if warnings != 1 || !strings.Contains(wlog.String(), "tenant=team-b") || !strings.Contains(wlog.String(), "worker setup") {
 		t.Errorf("the old config's worker logged %d lines about the retired tenant; want one naming team-b and `worker setup`:\n%s", warnings, wlog.String())
 	}
-	if _, err := b.client(t, "team-b").Publish(ctx, newJob(t)); !errors.Is(err, queue.ErrNotServed) {
-		t.Errorf("team-b submits after a worker of the old config started: %v; want ErrNotServed", err)
+	if _, err := queue.NewClient(ctx, b.nc, b.cfg, "team-b"); !errors.Is(err, queue.ErrNotServed) {
+		t.Errorf("team-b's client after a worker of the old config started: %v; want ErrNotServed", err)
 	}
 
 	// Its consumer gone under a running worker of the old config: the worker does not put it
@@ -127,7 +130,7 @@ func TestRetiredTenantsJobEndsWhenItsWorkerDies(t *testing.T) {
 	// The worker of the old config dies: no ack, no heartbeat. One of the new config fetches.
 	var wlog bytes.Buffer
 	fresh := b.open(t, b.cfg, map[string]config.Tenant{"team-a": {}}, &wlog)
-	cons, err := b.js.Consumer(ctx, b.cfg.Stream, b.cfg.Consumer+"-team-b")
+	cons, err := b.js.Consumer(ctx, queue.JobStream(b.cfg, "team-b"), b.cfg.Consumer+"-team-b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +169,7 @@ func TestRetiredTenantsJobEndsWhenItsWorkerDies(t *testing.T) {
 	if _, err := old.UpdateStatus(ctx, d.Ref(), func(s *job.Status) { s.State = job.StateSucceeded }, queue.ByAttempt(d.Attempt)); !errors.Is(err, queue.ErrFinal) {
 		t.Errorf("the dead worker's late status write: %v; want ErrFinal, the job ended once", err)
 	}
-	if info, err := b.js.Stream(ctx, b.cfg.Stream); err != nil || info.CachedInfo().State.Msgs != 0 {
-		t.Errorf("the job stream holds %v messages (%v); want none", info.CachedInfo().State.Msgs, err)
+	if info, err := b.js.Stream(ctx, queue.JobStream(b.cfg, "team-b")); err != nil || info.CachedInfo().State.Msgs != 0 {
+		t.Errorf("team-b's job stream holds %v messages (%v); want none", info.CachedInfo().State.Msgs, err)
 	}
 }

@@ -236,7 +236,7 @@ func TestWatchEndsForAnUnknownJob(t *testing.T) {
 	// Within the grace, a job being published as the watch starts: the watch has looked for it
 	// in the job stream, found nothing, and looks again.
 	late := newJob(t)
-	looked := harness.Requested(t, b.nc, "$JS.API.STREAM.INFO."+b.cfg.Stream, late.ID, 2)
+	looked := harness.Requested(t, b.nc, "$JS.API.STREAM.INFO."+queue.JobStream(b.cfg, tenant), late.ID, 2)
 	updates = b.watch(t, late.ID, queue.UnknownGrace+30*time.Second)
 	looked()
 	if _, err := b.c.Publish(t.Context(), late); err != nil {
@@ -260,7 +260,7 @@ func TestWatchEndsForAJobThatLeftTheStream(t *testing.T) {
 	if st, ok := <-updates; !ok || st.State != job.StateQueued {
 		t.Fatalf("watch of a published job: %+v, %v; want queued", st, ok)
 	}
-	stream, err := b.js.Stream(t.Context(), b.cfg.Stream)
+	stream, err := b.js.Stream(t.Context(), queue.JobStream(b.cfg, tenant))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,8 +108,8 @@ func TestTenantAtItsMaxConcurrentIsNoFailure(t *testing.T) {
 // TestJobsOfATenantNoWorkerServes: a tenant removed from the config leaves no job waiting for a
 // worker that never comes. The next setup dead-letters its queued job as unknown_tenant, with
 // the message, removes it and the tenant's consumer, and says so; the other tenants' jobs stay.
-// Afterwards the job stream takes no job of that tenant: its client is told at once
-// (ErrNotServed), and a raw publish finds no stream.
+// Afterwards the tenant has no job stream: its client is told at once (ErrNotServed), and a
+// raw publish finds no stream.
 func TestJobsOfATenantNoWorkerServes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -129,7 +129,7 @@ func TestJobsOfATenantNoWorkerServes(t *testing.T) {
 	var wlog bytes.Buffer
 	two := map[string]config.Tenant{"team-a": {}, "team-b": {}}
 	w := b.open(t, b.cfg, two, &wlog)
-	if _, err := b.js.Consumer(ctx, b.cfg.Stream, b.cfg.Consumer+"-team-c"); err != nil {
+	if _, err := b.js.Consumer(ctx, queue.JobStream(b.cfg, "team-c"), b.cfg.Consumer+"-team-c"); err != nil {
 		t.Errorf("team-c's consumer after a worker without it started: %v; want it kept", err)
 	}
 	if !strings.Contains(wlog.String(), "tenants this worker's tenants: does not list") || !strings.Contains(wlog.String(), "team-c") {
@@ -152,7 +152,7 @@ func TestJobsOfATenantNoWorkerServes(t *testing.T) {
 	}
 	msg, err := dlq.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+".team-c."+jc.ID)
 	if err != nil {
-		t.Fatalf("no dead letter for team-c's job: %v", err)
+		t.Fatalf("no dead letter for team-c's job: %v\n%s", err, log.String())
 	}
 	var dl queue.DeadLetter
 	if err := json.Unmarshal(msg.Data, &dl); err != nil {
@@ -162,10 +162,10 @@ func TestJobsOfATenantNoWorkerServes(t *testing.T) {
 		!strings.Contains(dl.Error, "team-a, team-b") {
 		t.Errorf("dead letter %+v (%v); want team-c's job, unknown_tenant, its message and the tenants served", dl, err)
 	}
-	if _, err := b.js.Consumer(ctx, b.cfg.Stream, b.cfg.Consumer+"-team-c"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		t.Errorf("team-c's consumer after it was removed from the config: %v; want it gone", err)
+	if _, err := b.js.Consumer(ctx, queue.JobStream(b.cfg, "team-c"), b.cfg.Consumer+"-team-c"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("team-c's stream and consumer after it was removed from the config: %v; want them gone", err)
 	}
-	for _, want := range []string{"dead-lettered the jobs of tenants the config does not list", "jobs=1", "boxcar-workers-team-c"} {
+	for _, want := range []string{"dead-lettered the jobs of tenants the config does not list", "jobs=1", "boxcar-workers-team-c", "removed the job stream of a tenant the config does not list"} {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("setup's log does not say %q:\n%s", want, log.String())
 		}
@@ -178,14 +178,14 @@ func TestJobsOfATenantNoWorkerServes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := b.client(t, "team-c").Publish(ctx, newJob(t)); !errors.Is(err, queue.ErrNotServed) {
-		t.Errorf("team-c submits once no worker serves it: %v; want ErrNotServed", err)
+	if _, err := queue.NewClient(ctx, b.nc, b.cfg, "team-c"); !errors.Is(err, queue.ErrNotServed) {
+		t.Errorf("team-c's client once no worker serves it: %v; want ErrNotServed", err)
 	}
 	if _, err := b.js.Publish(ctx, b.cfg.Subject+".team-c."+newJob(t).ID, []byte(`{}`)); !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Errorf("a raw publish for team-c: %v; want no stream to take it", err)
 	}
-	if info, err := b.js.Stream(ctx, b.cfg.Stream); err != nil || info.CachedInfo().State.Msgs != 0 {
-		t.Errorf("the job stream holds %v messages (%v); want none", info.CachedInfo().State.Msgs, err)
+	if _, err := b.js.Stream(ctx, queue.JobStream(b.cfg, "team-c")); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("team-c's job stream after it was removed from the config: %v; want it gone", err)
 	}
 }
 
@@ -196,7 +196,7 @@ func TestPullEndsWithItsContext(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w := b.open(t, b.cfg, map[string]config.Tenant{"team-a": {}, "team-b": {}}, nil)
-	cons, err := b.js.Consumer(t.Context(), b.cfg.Stream, b.cfg.Consumer+"-team-a")
+	cons, err := b.js.Consumer(t.Context(), queue.JobStream(b.cfg, "team-a"), b.cfg.Consumer+"-team-a")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,20 +20,44 @@ import (
 // serve.
 const ReasonUnknownTenant = "unknown_tenant"
 
-// jobSubjects are the job stream's subjects: one per tenant served, boxcar.jobs.T.*. A job
-// published for any other tenant finds no stream, and its publisher is told at once (a client
-// checks first, ErrNotServed); nothing is stored that no worker would ever take.
-func jobSubjects(cfg config.NATS, tenants map[string]bool) []string {
-	var out []string
-	for _, tenant := range slices.Sorted(maps.Keys(tenants)) {
-		out = append(out, tenantFilter(cfg, tenant))
+// jobStreams returns the job streams the server has, by name: the shared stream and each
+// tenant's (jobStream), whichever tenant's it is; a stream of any other name is not Boxcar's.
+func (a *Admin) jobStreams(ctx context.Context) (map[string]*jetstream.StreamInfo, error) {
+	out := map[string]*jetstream.StreamInfo{}
+	list := a.js.ListStreams(ctx)
+	for info := range list.Info() {
+		if info.Config.Name == a.cfg.Stream || a.tenantOf(info.Config.Name) != "" {
+			out[info.Config.Name] = info
+		}
 	}
-	return out
+	if err := list.Err(); err != nil {
+		return nil, fmt.Errorf("queue: list the job streams: %w", err)
+	}
+	return out, nil
 }
 
-// tenantsKept are the tenants whose jobs the job stream takes after Declare: the config's,
-// and for a worker's Admin also every tenant the stream takes now, less those setup recorded
-// as retired (retired.go). Only `worker setup` retires a tenant: a worker whose tenants: lacks
+// tenantOf is the tenant whose job stream is named stream; "" for a name of another shape.
+func (a *Admin) tenantOf(stream string) string {
+	tenant, ok := strings.CutPrefix(stream, a.cfg.Stream+"_")
+	if !ok || !job.ValidTenant(tenant) {
+		return ""
+	}
+	return tenant
+}
+
+// takenTenants are the tenants whose jobs the job streams take, by their subjects.
+func takenTenants(cfg config.NATS, streams map[string]*jetstream.StreamInfo) []string {
+	var out []string
+	for _, info := range streams {
+		out = append(out, subjectTenants(cfg, info.Config.Subjects)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// tenantsKept are the tenants that have a job stream after Declare: the config's, and for a
+// worker's Admin also every tenant a job stream takes now, less those setup recorded as
+// retired (retired.go). Only `worker setup` retires a tenant: a worker whose tenants: lacks
 // one (a config not rolled out everywhere yet) says so and leaves its jobs to the workers that
 // serve it, rather than dead-letter them and have the next of those workers declare the tenant
 // again; and a worker whose tenants: still lists a retired one does not declare it again.
@@ -45,19 +69,19 @@ func (a *Admin) tenantsKept(ctx context.Context) (map[string]bool, error) {
 	if !a.worker {
 		return kept, nil
 	}
-	s, err := a.js.Stream(ctx, a.cfg.Stream)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return kept, nil
-	case err != nil:
-		return nil, fmt.Errorf("queue: look up stream %s: %w", a.cfg.Stream, err)
+	streams, err := a.jobStreams(ctx)
+	if err != nil {
+		return nil, err
 	}
-	retired := retiredIn(s.CachedInfo().Config)
+	retired := map[string]bool{}
+	if shared, ok := streams[a.cfg.Stream]; ok {
+		retired = retiredIn(shared.Config)
+	}
 	for tenant := range retired {
 		delete(kept, tenant) // the Consumer says so (servedOf)
 	}
 	var others []string
-	for _, tenant := range subjectTenants(a.cfg, s.CachedInfo().Config.Subjects) {
+	for _, tenant := range takenTenants(a.cfg, streams) {
 		if kept[tenant] || retired[tenant] {
 			continue // ours, or retired (put back by a worker that did not know the record)
 		}
@@ -65,36 +89,82 @@ func (a *Admin) tenantsKept(ctx context.Context) (map[string]bool, error) {
 		others = append(others, tenant)
 	}
 	if len(others) > 0 {
-		a.log.WarnContext(ctx, "the job stream takes jobs of tenants this worker's tenants: does not list; it leaves them to the workers that serve them. Every worker must have the same tenants: (run `worker setup` with the deployment's config to retire a tenant)",
+		a.log.WarnContext(ctx, "job streams take jobs of tenants this worker's tenants: does not list; it leaves them to the workers that serve them. Every worker must have the same tenants: (run `worker setup` with the deployment's config to retire a tenant)",
 			"stream", a.cfg.Stream, "tenants", others)
 	}
 	return kept, nil
 }
 
-// retireUnserved ends what the job stream holds for tenants the config does not list (a tenant
-// removed from it, or jobs a stream with every tenant's subjects took): each job is
-// dead-lettered as unknown_tenant, with its message, and removed; the consumers of those
-// tenants are removed. Nothing is lost and nothing waits forever for a worker that will never
-// come; the log says how many. A job a worker runs (its status says running) is left to its
-// run, which ends it once, and so is its tenant's consumer, through which the worker acks it
-// (or, should the worker die, delivers it again to a worker that still serves the tenant):
-// dead-lettered under it, the job ended twice, committed by its run and dead-lettered here.
-// The next `worker setup` retires what is left.
+// retireUnserved ends what the job streams hold for tenants the config does not list (a tenant
+// removed from it, or jobs the shared stream took for every tenant): each job is dead-lettered
+// as unknown_tenant, with its message, and removed; the consumers of those tenants are
+// removed, and so is the stream of such a tenant. Nothing is lost and nothing waits forever
+// for a worker that will never come; the log says how many. A job a worker runs (its status
+// says running) is left to its run, which ends it once, and so is its tenant's consumer,
+// through which the worker acks it (or, should the worker die, delivers it again to a worker
+// that still serves the tenant): dead-lettered under it, the job ended twice, committed by its
+// run and dead-lettered here. The tenant's stream then takes no new job (retiredSubject). The
+// next `worker setup` retires what is left.
 func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error {
-	s, err := a.js.Stream(ctx, a.cfg.Stream)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil
-	case err != nil:
-		return fmt.Errorf("queue: look up stream %s: %w", a.cfg.Stream, err)
-	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(a.cfg.Subject+".>"))
+	streams, err := a.jobStreams(ctx)
 	if err != nil {
-		return fmt.Errorf("queue: list the subjects of stream %s: %w", a.cfg.Stream, err)
+		return err
 	}
 	running, err := a.runningOf(ctx)
 	if err != nil {
 		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(streams)) {
+		tenant := a.tenantOf(name)
+		if tenant != "" && kept[tenant] {
+			continue
+		}
+		s, err := a.js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("queue: look up stream %s: %w", name, err)
+		}
+		left, err := a.retireIn(ctx, s, kept, running)
+		if err != nil {
+			return err
+		}
+		if tenant == "" {
+			continue // the shared stream stays (drain.go)
+		}
+		if err := a.retireStream(ctx, s, tenant, left); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retireStream removes the stream of a tenant the config does not list once it holds nothing,
+// or else makes it take no new job while the jobs left run.
+func (a *Admin) retireStream(ctx context.Context, s jetstream.Stream, tenant string, left int) error {
+	name := s.CachedInfo().Config.Name
+	if left == 0 {
+		if err := a.js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("queue: remove stream %s of tenant %s, which the config does not list: %w", name, tenant, err)
+		}
+		a.log.WarnContext(ctx, "removed the job stream of a tenant the config does not list", "stream", name, "tenant", tenant)
+		return nil
+	}
+	cfg := s.CachedInfo().Config
+	if slices.Equal(cfg.Subjects, []string{retiredSubject(a.cfg, tenant)}) {
+		return nil
+	}
+	cfg.Subjects, cfg.RePublish = []string{retiredSubject(a.cfg, tenant)}, nil
+	if _, err := a.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("queue: stop stream %s taking jobs of tenant %s, which the config does not list: %w", name, tenant, err)
+	}
+	return nil
+}
+
+// retireIn is retireUnserved's for one job stream: it returns how many jobs it left to their run.
+func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[string]bool, running func(Ref) bool) (int, error) {
+	stream := s.CachedInfo().Config.Name
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(a.cfg.Subject+".>"))
+	if err != nil {
+		return 0, fmt.Errorf("queue: list the subjects of stream %s: %w", stream, err)
 	}
 	dead, left := 0, map[string]int{}
 	for subject := range info.State.Subjects {
@@ -109,22 +179,26 @@ func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error 
 		n, err := a.deadLetterAll(ctx, s, subject, r)
 		dead += n
 		if err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if len(left) > 0 {
 		a.log.WarnContext(ctx, "left the running jobs of tenants the config does not list to their workers, and those tenants' consumers; run `worker setup` again once they ended to remove the consumers",
-			"stream", a.cfg.Stream, "running", left)
+			"stream", stream, "running", left)
 	}
 	gone, err := a.removeConsumers(ctx, s, func(tenant string) bool { return kept[tenant] || left[tenant] > 0 })
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if dead > 0 || len(gone) > 0 {
-		a.log.WarnContext(ctx, "dead-lettered the jobs of tenants the config does not list, and removed their consumers", "stream", a.cfg.Stream,
+		a.log.WarnContext(ctx, "dead-lettered the jobs of tenants the config does not list, and removed their consumers", "stream", stream,
 			"reason", ReasonUnknownTenant, "jobs", dead, "consumers", gone, "tenants", slices.Sorted(maps.Keys(kept)))
 	}
-	return nil
+	total := 0
+	for _, n := range left {
+		total += n
+	}
+	return total, nil
 }
 
 // removeConsumers removes the tenants' consumers but those keep says to keep, and returns the

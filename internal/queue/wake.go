@@ -15,11 +15,11 @@ import (
 // tenant's consumer idlePull in turn (a wait that grew with the number of tenants).
 func queuedSubject(subject string) string { return subject + "-queued" }
 
-// republish is the job stream's republish of what it stores, as queuedSubject says. Only a
+// republish is a tenant's job stream's republish of what it stores, as queuedSubject says. Only a
 // worker may subscribe there (natsconfig.Table): the notification names the job's tenant and
 // id, never its body.
-func republish(subject string) *jetstream.RePublish {
-	return &jetstream.RePublish{Source: subject + ".>", Destination: queuedSubject(subject) + ".>", HeadersOnly: true}
+func republish(subject, tenant string) *jetstream.RePublish {
+	return &jetstream.RePublish{Source: subject + "." + tenant + ".*", Destination: queuedSubject(subject) + "." + tenant + ".{{wildcard(1)}}", HeadersOnly: true}
 }
 
 // idleCheck is how long an idle worker that listens for new jobs waits before asking every

@@ -16,7 +16,7 @@ import (
 func pullCounter(t *testing.T, b bundle) func() int {
 	t.Helper()
 	ch := make(chan *nats.Msg, 4096)
-	sub, err := b.nc.ChanSubscribe("$JS.API.CONSUMER.MSG.NEXT."+b.cfg.Stream+".>", ch)
+	sub, err := b.nc.ChanSubscribe("$JS.API.CONSUMER.MSG.NEXT.>", ch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,14 +71,16 @@ func TestIdleWorkerNotNotifiedPolls(t *testing.T) {
 	b := setup(t)
 	tenants := map[string]config.Tenant{"team-a": {}, "team-b": {}}
 	w := b.open(t, b.cfg, tenants, nil)
-	s, err := b.js.Stream(t.Context(), b.cfg.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	older := s.CachedInfo().Config
-	older.RePublish = nil
-	if _, err := b.js.UpdateStream(t.Context(), older); err != nil {
-		t.Fatal(err)
+	for tenant := range tenants {
+		s, err := b.js.Stream(t.Context(), queue.JobStream(b.cfg, tenant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		older := s.CachedInfo().Config
+		older.RePublish = nil
+		if _, err := b.js.UpdateStream(t.Context(), older); err != nil {
+			t.Fatal(err)
+		}
 	}
 	w.SetIdleCheck(300 * time.Millisecond)
 	// A job published after the worker's idleCheck ran out, while it asks each tenant before

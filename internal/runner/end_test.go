@@ -15,6 +15,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
@@ -43,7 +44,7 @@ func (b *bundle) checkEnd(id string, state job.State, deadLetters int) {
 	}
 	waitFor(b.t, 10*time.Second, "the job stream to be empty", func() bool {
 		js, _ := jetstream.New(b.nc)
-		s, err := js.Stream(ctx, b.cfg.NATS.Stream)
+		s, err := js.Stream(ctx, queue.JobStream(b.cfg.NATS, "default"))
 		if err != nil {
 			return false
 		}

@@ -250,7 +250,7 @@ func (b *bundle) setAckWait(d time.Duration) {
 func (b *bundle) consumed() bool {
 	ctx := context.Background()
 	js, _ := jetstream.New(b.nc)
-	c, err := js.Consumer(ctx, b.cfg.NATS.Stream, b.cfg.NATS.Consumer+"-default")
+	c, err := js.Consumer(ctx, queue.JobStream(b.cfg.NATS, "default"), b.cfg.NATS.Consumer+"-default")
 	if err != nil {
 		return false
 	}

@@ -223,7 +223,7 @@ func TestRunJobsAckLostAcrossRestart(t *testing.T) {
 		t.Errorf("lines %v; want the one job queued, not a duplicate: its own first copy was", lines)
 	}
 	waitFor(t, "the test's connection after the restart", func() bool {
-		_, err := te.js.Stream(t.Context(), "BOXCAR_JOBS")
+		_, err := te.js.Stream(t.Context(), "BOXCAR_JOBS_default")
 		return err == nil
 	})
 	if ids := te.storedJobIDs(t); len(ids) != 1 || ids[0] != id {

@@ -41,7 +41,7 @@ func BenchmarkSubmitJobs(b *testing.B) {
 	if err := os.WriteFile(file, []byte(jobsFile.String()), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	stream, err := te.js.Stream(b.Context(), "BOXCAR_JOBS")
+	stream, err := te.js.Stream(b.Context(), "BOXCAR_JOBS_default")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func BenchmarkSubmitJobs(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if _, err := js.PublishAsync("boxcar.jobs.default."+ids[i], msgs[i], jetstream.WithMsgID("default."+ids[i]), jetstream.WithExpectStream("BOXCAR_JOBS")); err != nil {
+			if _, err := js.PublishAsync("boxcar.jobs.default."+ids[i], msgs[i], jetstream.WithMsgID("default."+ids[i]), jetstream.WithExpectStream("BOXCAR_JOBS_default")); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -48,7 +48,7 @@ func (te *testEnv) submitJob(t *testing.T, args ...string) string {
 // jobMessages counts the messages on the job stream.
 func (te *testEnv) jobMessages(t *testing.T) int {
 	t.Helper()
-	s, err := te.js.Stream(t.Context(), "BOXCAR_JOBS")
+	s, err := te.js.Stream(t.Context(), "BOXCAR_JOBS_default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestWatchUnknownJob(t *testing.T) {
 	// The watch starts first: it has looked for the job in the job stream, found nothing, and
 	// looks again.
 	id := job.NewID()
-	looked := harness.Requested(t, te.js.Conn(), "$JS.API.STREAM.INFO.BOXCAR_JOBS", id, 2)
+	looked := harness.Requested(t, te.js.Conn(), "$JS.API.STREAM.INFO.BOXCAR_JOBS_default", id, 2)
 	done := make(chan error, 1)
 	go func() { _, _, err := te.submit(t, "watch", id); done <- err }()
 	looked()
@@ -350,7 +350,7 @@ func TestWatchJobThatLeftTheStream(t *testing.T) {
 	if len(done) > 0 {
 		t.Fatalf("the watch ended before it saw the job queued: %v\n%s%s", <-done, stdout.String(), stderr.String())
 	}
-	stream, err := te.js.Stream(t.Context(), "BOXCAR_JOBS")
+	stream, err := te.js.Stream(t.Context(), "BOXCAR_JOBS_default")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,7 +148,7 @@ func (te *testEnv) submitVia(t *testing.T, policy publishPolicy, url string, arg
 // storedJobIDs lists the job ids on the job stream, from the subjects (boxcar.jobs.default.ID).
 func (te *testEnv) storedJobIDs(t *testing.T) []string {
 	t.Helper()
-	s, err := te.js.Stream(t.Context(), "BOXCAR_JOBS")
+	s, err := te.js.Stream(t.Context(), "BOXCAR_JOBS_default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestRunAckLostAcrossRestart(t *testing.T) {
 		t.Fatalf("submit run: exit %d, %v\n%s", exitCode(r.err), r.err, r.stderr)
 	}
 	waitFor(t, "the test's connection after the restart", func() bool {
-		_, err := te.js.Stream(t.Context(), "BOXCAR_JOBS")
+		_, err := te.js.Stream(t.Context(), "BOXCAR_JOBS_default")
 		return err == nil
 	})
 	if ids := te.storedJobIDs(t); len(ids) != 1 || ids[0] != id {

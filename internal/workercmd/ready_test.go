@@ -29,7 +29,8 @@ func TestReadyzNotReadyWhileItsConsumerIsGone(t *testing.T) {
 	// What `worker nats-config` denies a worker: declaring streams and the jobs' durable
 	// consumers (its KV watches' ephemeral consumers it may create).
 	declare := []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
-		"$JS.API.CONSUMER.CREATE.BOXCAR_JOBS.>", "$JS.API.CONSUMER.DURABLE.CREATE.>", "$JS.API.CONSUMER.DELETE.BOXCAR_JOBS.>"}
+		"$JS.API.CONSUMER.CREATE.BOXCAR_JOBS.>", "$JS.API.CONSUMER.CREATE.BOXCAR_JOBS_default.>", "$JS.API.CONSUMER.DURABLE.CREATE.>",
+		"$JS.API.CONSUMER.DELETE.BOXCAR_JOBS.>", "$JS.API.CONSUMER.DELETE.BOXCAR_JOBS_default.>"}
 	ns := natsauthtest.Start(t, natsauthtest.Server{
 		JetStream: true,
 		Users:     map[string]string{"operator": "op-pw", "worker": "w-pw"},
@@ -91,7 +92,7 @@ func TestReadyzNotReadyWhileItsConsumerIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := js.DeleteConsumer(ctx, cfg.NATS.Stream, cfg.NATS.Consumer+"-"+job.DefaultTenant); err != nil {
+	if err := js.DeleteConsumer(ctx, queue.JobStream(cfg.NATS, job.DefaultTenant), cfg.NATS.Consumer+"-"+job.DefaultTenant); err != nil {
 		t.Fatal(err)
 	}
 	testharness.Wait(t, "the worker to notice its consumer is gone", func() (bool, error) {

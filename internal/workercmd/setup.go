@@ -81,11 +81,24 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 	}
 	tenants := cfg.TenantsOrDefault()
 	for _, name := range slices.Sorted(maps.Keys(tenants)) {
-		if _, err := fmt.Fprintf(stdout, "tenant %s: consumer %s-%s, max_concurrent %d\n", name, cfg.NATS.Consumer, name, tenants[name].MaxConcurrent); err != nil {
+		if _, err := fmt.Fprintf(stdout, "tenant %s: stream %s (%s), consumer %s-%s, max_concurrent %d\n",
+			name, queue.JobStream(cfg.NATS, name), queueBound(cfg.NATS), cfg.NATS.Consumer, name, tenants[name].MaxConcurrent); err != nil {
 			return err
 		}
 	}
-	_, err = fmt.Fprintf(stdout, "declared stream %s, dead-letter stream %s, buckets %s, %s, %s on %s\n",
+	_, err = fmt.Fprintf(stdout, "declared a job stream per tenant, the shared stream %s (retired tenants; jobs an older Boxcar queued, until settled), dead-letter stream %s, buckets %s, %s, %s on %s\n",
 		cfg.NATS.Stream, cfg.NATS.DeadLetterStream, cfg.NATS.StatusBucket, queue.CancelBucket, cfg.NATS.ApprovalsBucket, queue.RedactURL(cfg.NATS.URL))
 	return err
+}
+
+// queueBound says how much one tenant's queue may hold: nats.job_max_msgs and
+// nats.job_max_bytes, each tenant's own.
+func queueBound(n config.NATS) string {
+	bound := func(v int64, unit string) string {
+		if v <= 0 {
+			return "unbounded " + unit
+		}
+		return fmt.Sprintf("at most %d %s", v, unit)
+	}
+	return "queue " + bound(n.JobMaxMsgs, "jobs") + ", " + bound(n.JobMaxBytes, "bytes")
 }

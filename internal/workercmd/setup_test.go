@@ -35,7 +35,11 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 		if err := workercmd.Run(t.Context(), []string{"setup", "--config", "testdata/check-config/13-ok-tenants.yaml"}, getenv, &stdout, &stderr); err != nil {
 			t.Fatalf("setup: %v\n%s", err, stderr.String())
 		}
-		for _, want := range []string{"tenant team-a: consumer boxcar-workers-team-a, max_concurrent 4", "tenant team-b: consumer boxcar-workers-team-b, max_concurrent 16", "declared stream BOXCAR_JOBS"} {
+		for _, want := range []string{
+			"tenant team-a: stream BOXCAR_JOBS_team-a (queue at most 100000 jobs, at most 1073741824 bytes), consumer boxcar-workers-team-a, max_concurrent 4",
+			"tenant team-b: stream BOXCAR_JOBS_team-b (queue at most 100000 jobs, at most 1073741824 bytes), consumer boxcar-workers-team-b, max_concurrent 16",
+			"declared a job stream per tenant, the shared stream BOXCAR_JOBS",
+		} {
 			if !strings.Contains(stdout.String(), want) {
 				t.Errorf("setup says\n%s\nwant a line with %q", stdout.String(), want)
 			}
@@ -52,8 +56,9 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for name, want := range map[string]int{"boxcar-workers-team-a": 4, "boxcar-workers-team-b": 16} {
-		c, err := js.Consumer(ctx, "BOXCAR_JOBS", name)
+	for tenant, want := range map[string]int{"team-a": 4, "team-b": 16} {
+		name := "boxcar-workers-" + tenant
+		c, err := js.Consumer(ctx, "BOXCAR_JOBS_"+tenant, name)
 		if err != nil {
 			t.Fatalf("consumer %s: %v", name, err)
 		}
@@ -66,7 +71,7 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 			t.Errorf("bucket %s: %v", b, err)
 		}
 	}
-	if _, err := js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers-default"); err == nil {
-		t.Error("setup declared tenant default's consumer, which the config does not name")
+	if _, err := js.Stream(ctx, "BOXCAR_JOBS_default"); err == nil {
+		t.Error("setup declared tenant default's stream, which the config does not name")
 	}
 }

@@ -51,7 +51,7 @@ func BenchmarkFailover(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		cons, err := js.Consumer(ctx, rg.cfg.NATS.Stream, rg.cfg.NATS.Consumer+"-default")
+		cons, err := js.Consumer(ctx, queue.JobStream(rg.cfg.NATS, "default"), rg.cfg.NATS.Consumer+"-default")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -71,7 +71,7 @@ func newRig(b *testing.B, yaml string) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cons, err := js.Consumer(ctx, cfg.NATS.Stream, cfg.NATS.Consumer+"-default") // tenant default's
+	cons, err := js.Consumer(ctx, queue.JobStream(cfg.NATS, "default"), cfg.NATS.Consumer+"-default") // tenant default's
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -170,7 +170,8 @@ func operatorJetStream(t *testing.T, r *release, ids identities) jetstream.JetSt
 // maxAckPending reads a consumer of the job stream as the operator.
 func maxAckPending(t *testing.T, r *release, ids identities, consumer string) int {
 	t.Helper()
-	c, err := operatorJetStream(t, r, ids).Consumer(t.Context(), "BOXCAR_JOBS", consumer)
+	// Each tenant's consumer is on its tenant's stream, BOXCAR_JOBS_<tenant>.
+	c, err := operatorJetStream(t, r, ids).Consumer(t.Context(), "BOXCAR_JOBS_"+strings.TrimPrefix(consumer, "boxcar-workers-"), consumer)
 	if err != nil {
 		t.Fatalf("consumer %s: %v", consumer, err)
 	}
@@ -182,7 +183,10 @@ func maxAckPending(t *testing.T, r *release, ids identities, consumer string) in
 func checkNotTaken(t *testing.T, js jetstream.JetStream, tenant, id string) {
 	t.Helper()
 	ctx := t.Context()
-	stream, err := js.Stream(ctx, "BOXCAR_JOBS")
+	stream, err := js.Stream(ctx, "BOXCAR_JOBS_"+tenant)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		stream, err = js.Stream(ctx, "BOXCAR_JOBS") // a tenant with no stream: none of its own took it
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

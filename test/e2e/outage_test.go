@@ -262,7 +262,7 @@ func waitDeliveryKept(t *testing.T, natsURL string, span time.Duration) {
 	}
 	var first time.Time
 	harness.Wait(t, fmt.Sprintf("the delivery kept alive past %s", span), func() (bool, error) {
-		c, err := js.Consumer(t.Context(), "BOXCAR_JOBS", "boxcar-workers-default")
+		c, err := js.Consumer(t.Context(), "BOXCAR_JOBS_default", "boxcar-workers-default")
 		if err != nil {
 			t.Fatal(err)
 		}

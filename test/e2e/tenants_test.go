@@ -32,7 +32,7 @@ func TestWorkersWithDifferentTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := js.Consumer(t.Context(), "BOXCAR_JOBS", "boxcar-workers-team-a")
+	c, err := js.Consumer(t.Context(), "BOXCAR_JOBS_team-a", "boxcar-workers-team-a")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ const (
 
 // aimedStreams are the streams whose leader the schedule kills, in turn: the two that every
 // `submit run` reads and writes.
-var aimedStreams = []string{"BOXCAR_JOBS", "KV_BOXCAR_STATUS"}
+var aimedStreams = []string{"BOXCAR_JOBS_default", "KV_BOXCAR_STATUS"}
 
 // natsCluster is three nats-server processes routed to each other over loopback, each with its
 // own JetStream store.
@@ -361,7 +361,7 @@ func (h *harness) clusterWhole() bool {
 	if streams.Err() != nil || n == 0 {
 		return false
 	}
-	cons, err := js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers-default")
+	cons, err := js.Consumer(ctx, "BOXCAR_JOBS_default", "boxcar-workers-default")
 	if err != nil {
 		return false
 	}

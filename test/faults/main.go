@@ -400,7 +400,7 @@ func (h *harness) waitStream() error {
 		defer nc.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, err = js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers-default")
+		_, err = js.Consumer(ctx, "BOXCAR_JOBS_default", "boxcar-workers-default")
 		return err == nil || h.alive() != nil
 	}); err != nil {
 		return err
@@ -768,7 +768,7 @@ func (h *harness) check(ids []string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	cons, err := js.Consumer(ctx, "BOXCAR_JOBS", "boxcar-workers-default")
+	cons, err := js.Consumer(ctx, "BOXCAR_JOBS_default", "boxcar-workers-default")
 	if err != nil {
 		return r, fmt.Errorf("read the consumer: %w", err)
 	}

@@ -28,7 +28,7 @@ func TestTenantCannotDeliverIntoAnotherTenantsConsumer(t *testing.T) {
 	defer cancel()
 	const idA, running, later = "20261204t150000-aaaaaaaaaaaa", "20261204t150000-b00000000001", "20261204t150000-b00000000002"
 	b, w := d.connect(t, "team-b-submitter"), d.connect(t, "worker")
-	cons, err := w.js.Consumer(ctx, n.JobStream, n.Consumer+"-team-b")
+	cons, err := w.js.Consumer(ctx, n.JobStream+"_team-b", n.Consumer+"-team-b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +46,8 @@ func TestTenantCannotDeliverIntoAnotherTenantsConsumer(t *testing.T) {
 	if err := put(n.ApprovalsBucket, "team-a."+idA+".call-1", pull)(ctx, aa); err != nil {
 		t.Fatalf("team-a's approver writes its own answer: %v", err)
 	}
-	next := "$JS.API.CONSUMER.MSG.NEXT." + n.JobStream + "." + n.Consumer + "-team-b"
-	reset := "$JS.API.CONSUMER.RESET." + n.JobStream + "." + n.Consumer + "-team-b"
+	next := "$JS.API.CONSUMER.MSG.NEXT." + n.JobStream + "_team-b." + n.Consumer + "-team-b"
+	reset := "$JS.API.CONSUMER.RESET." + n.JobStream + "_team-b." + n.Consumer + "-team-b"
 	refused, _ := runAttempts(t, d, []attempt{
 		{"submitter delivers a pull request into team-b's consumer", "team-a-submitter", pushInto(n.CancelBucket, "team-a."+idA, next)},
 		{"submitter resets team-b's consumer", "team-a-submitter", pushInto(n.CancelBucket, "team-a."+idA, reset)},

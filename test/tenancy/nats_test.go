@@ -26,11 +26,14 @@ func declare(t *testing.T, op *conn, d *deployment) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	n := d.names
-	jobs, err := op.js.CreateStream(ctx, jetstream.StreamConfig{Name: n.JobStream, Subjects: []string{n.JobSubject + ".*.*"}, Retention: jetstream.WorkQueuePolicy})
-	if err != nil {
+	if _, err := op.js.CreateStream(ctx, jetstream.StreamConfig{Name: n.JobStream, Subjects: []string{n.JobSubject + "._shared"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tn := range tenants {
+		jobs, err := op.js.CreateStream(ctx, jetstream.StreamConfig{Name: n.JobStream + "_" + tn, Subjects: []string{n.JobSubject + "." + tn + ".*"}, Retention: jetstream.WorkQueuePolicy})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := jobs.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: n.Consumer + "-" + tn, FilterSubject: n.JobSubject + "." + tn + ".*", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +214,7 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"approver cancels its tenant's job (submitters only)", aa, put(n.CancelBucket, "team-a."+idA, `{"by":"approver"}`)},
 		{"approver writes a status", aa, put(n.StatusBucket, "team-a."+idA, `{"state":"succeeded"}`)},
 		{"submitter publishes a job into another tenant", sa, publish(n.JobSubject+".team-b.20261204t160000-eeeeeeeeeeee", "team-b.20261204t160000-eeeeeeeeeeee")},
-		{"submitter acks another tenant's job on the worker's ack subject", sa, request("$JS.ACK."+n.JobStream+"."+n.Consumer+"-team-b.1.1.1.1700000000000000000.0", "+ACK")},
+		{"submitter acks another tenant's job on the worker's ack subject", sa, request("$JS.ACK."+n.JobStream+"_team-b."+n.Consumer+"-team-b.1.1.1.1700000000000000000.0", "+ACK")},
 		{"submitter dead-letters an id another tenant will use (pre-emption)", sa, publish(n.DeadLetterStream+".team-b.20261204t160000-ffffffffffff", "")},
 		{"submitter dead-letters its own next job id (workers only)", sa, publish(n.DeadLetterStream+".team-a.20261204t160000-ffffffffffff", "")},
 		{"submitter reads another tenant's dead letters", sa, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
@@ -224,34 +227,36 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		})},
 		{"submitter reads another tenant's token spending", sa, get(n.UsageBucket, "team-b.2026-12-04")},
 		{"submitter creates a consumer on the job stream (job bodies)", sa, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
-			_, err := js.CreateConsumer(ctx, n.JobStream, jetstream.ConsumerConfig{FilterSubject: n.JobSubject + ".team-b.*"})
+			_, err := js.CreateConsumer(ctx, n.JobStream+"_team-b", jetstream.ConsumerConfig{FilterSubject: n.JobSubject + ".team-b.*"})
 			return err
 		})},
-		{"submitter fetches from another tenant's worker consumer", sa, request("$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"."+n.Consumer+"-team-b", `{"batch":1,"expires":1000000000}`)},
-		{"submitter fetches job bodies from its own tenant's worker consumer (workers only)", sa, request("$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"."+n.Consumer+"-team-a", `{"batch":1,"expires":1000000000}`)},
-		{"submitter reads a job message by sequence", sa, request("$JS.API.STREAM.MSG.GET."+n.JobStream, `{"seq":1}`)},
-		{"submitter direct-gets a job message by sequence", sa, request("$JS.API.DIRECT.GET."+n.JobStream, `{"seq":1}`)},
+		{"submitter fetches from another tenant's worker consumer", sa, request("$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-b."+n.Consumer+"-team-b", `{"batch":1,"expires":1000000000}`)},
+		{"submitter fetches job bodies from its own tenant's worker consumer (workers only)", sa, request("$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-a."+n.Consumer+"-team-a", `{"batch":1,"expires":1000000000}`)},
+		{"submitter reads a job message by sequence", sa, request("$JS.API.STREAM.MSG.GET."+n.JobStream+"_team-a", `{"seq":1}`)},
+		{"submitter direct-gets a job message by sequence", sa, request("$JS.API.DIRECT.GET."+n.JobStream+"_team-a", `{"seq":1}`)},
 		{"submitter direct-gets another tenant's status with the key in the body", sa, request("$JS.API.DIRECT.GET.KV_"+n.StatusBucket, `{"last_by_subj":"$KV.`+n.StatusBucket+`.team-b.`+idB+`"}`)},
 		{"submitter subscribes to every inbox", sa, subscribe("_INBOX.>")},
 		{"submitter subscribes to the worker's inbox (job bodies it fetches)", sa, subscribe(workerInbox)},
 		{"submitter listens to every job publish", sa, subscribe(n.JobSubject + ".>")},
 		{"submitter listens to every status write", sa, subscribe("$KV." + n.StatusBucket + ".>")},
-		{"submitter reads another tenant's worker consumer", sa, request("$JS.API.CONSUMER.INFO."+n.JobStream+"."+n.Consumer+"-team-b", "")},
+		{"submitter reads another tenant's worker consumer", sa, request("$JS.API.CONSUMER.INFO."+n.JobStream+"_team-b."+n.Consumer+"-team-b", "")},
 		{"submitter lists the streams", sa, request("$JS.API.STREAM.NAMES", "")},
 		{"submitter watches its own statuses (consumers are the workers')", sa, watch(n.StatusBucket, "team-a.>")},
 		{"submitter watches the profiles (consumers are the workers')", sa, watch(n.ProfilesBucket, ">")},
 		{"approver watches its own approval requests (consumers are the workers')", aa, watch(n.ApprovalsBucket, "team-a.>")},
 		{"submitter's consumer on its own cancel key delivers into another tenant's consumer's next-message subject", sa,
-			pushInto(n.CancelBucket, "team-a."+idA, "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"."+n.Consumer+"-team-b")},
+			pushInto(n.CancelBucket, "team-a."+idA, "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
 		{"submitter's consumer on its own cancel key delivers into another tenant's consumer's reset subject", sa,
-			pushInto(n.CancelBucket, "team-a."+idA, "$JS.API.CONSUMER.RESET."+n.JobStream+"."+n.Consumer+"-team-b")},
+			pushInto(n.CancelBucket, "team-a."+idA, "$JS.API.CONSUMER.RESET."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
 		{"approver's consumer on its own approvals delivers into another tenant's consumer's next-message subject", aa,
-			pushInto(n.ApprovalsBucket, "team-a."+idA+".call-1", "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"."+n.Consumer+"-team-b")},
+			pushInto(n.ApprovalsBucket, "team-a."+idA+".call-1", "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
 		{"submitter deletes a worker's watch", sa, request("$JS.API.CONSUMER.DELETE.KV_"+n.CancelBucket+".somewatch", "")},
 		{"submitter lists the watches on the status bucket", sa, request("$JS.API.CONSUMER.NAMES.KV_"+n.StatusBucket, "")},
 		{"submitter creates an unfiltered consumer on the status bucket", sa, request("$JS.API.CONSUMER.CREATE.KV_"+n.StatusBucket, `{"stream_name":"KV_`+n.StatusBucket+`","config":{"deliver_subject":"x","ack_policy":"none"}}`)},
 		{"submitter purges the status bucket", sa, request("$JS.API.STREAM.PURGE.KV_"+n.StatusBucket, "")},
-		{"submitter deletes the job stream", sa, request("$JS.API.STREAM.DELETE."+n.JobStream, "")},
+		{"submitter deletes its tenant's job stream", sa, request("$JS.API.STREAM.DELETE."+n.JobStream+"_team-a", "")},
+		{"submitter looks up another tenant's job stream (its job ids)", sa, request("$JS.API.STREAM.INFO."+n.JobStream+"_team-b", "")},
+		{"submitter looks up the shared job stream (the job ids an older Boxcar queued there)", sa, request("$JS.API.STREAM.INFO."+n.JobStream, "")},
 		{"worker creates a stream", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
 			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
 			return err
@@ -260,14 +265,16 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 			_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "EVIL"})
 			return err
 		})},
-		{"worker deletes the job stream", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error { return js.DeleteStream(ctx, n.JobStream) })},
+		{"worker deletes the job stream", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
+			return js.DeleteStream(ctx, n.JobStream+"_team-a")
+		})},
 		{"worker purges the status bucket", w, request("$JS.API.STREAM.PURGE.KV_"+n.StatusBucket, "")},
 		{"worker raises a tenant's max_ack_pending (fair share)", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
-			_, err := js.UpdateConsumer(ctx, n.JobStream, jetstream.ConsumerConfig{Durable: n.Consumer + "-team-a", FilterSubject: n.JobSubject + ".team-a.*", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 100000})
+			_, err := js.UpdateConsumer(ctx, n.JobStream+"_team-a", jetstream.ConsumerConfig{Durable: n.Consumer + "-team-a", FilterSubject: n.JobSubject + ".team-a.*", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 100000})
 			return err
 		})},
 		{"worker creates a consumer on the job stream", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
-			_, err := js.CreateConsumer(ctx, n.JobStream, jetstream.ConsumerConfig{Durable: "evil", AckPolicy: jetstream.AckExplicitPolicy})
+			_, err := js.CreateConsumer(ctx, n.JobStream+"_team-a", jetstream.ConsumerConfig{Durable: "evil", AckPolicy: jetstream.AckExplicitPolicy})
 			return err
 		})},
 		{"worker publishes a job no submitter sent", w, publish(n.JobSubject+".team-a.20261204t160000-999999999999", "team-a.20261204t160000-999999999999")},
@@ -374,7 +381,7 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 			_, err := q.LiveProfiles(ctx)
 			return err
 		})},
-		{"submitter reads its worker consumer", sa, ask("$JS.API.CONSUMER.INFO."+n.JobStream+"."+n.Consumer+"-team-a", "")},
+		{"submitter reads its worker consumer", sa, ask("$JS.API.CONSUMER.INFO."+n.JobStream+"_team-a."+n.Consumer+"-team-a", "")},
 		{"approver lists the request (submit approvals)", aa, client("team-a", func(ctx context.Context, q *queue.Client) error {
 			pending, skipped, err := q.PendingApprovals(ctx, idA)
 			if err == nil && (len(pending) != 1 || len(skipped) != 0) {
@@ -389,7 +396,7 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 		{"approver reads its status", aa, get(n.StatusBucket, "team-a."+idA)},
 		{"worker watches cancels", w, watch(n.CancelBucket, ">")},
 		{"worker fetches and acks the job", w, func(ctx context.Context, c *conn) error {
-			cons, err := c.js.Consumer(ctx, n.JobStream, n.Consumer+"-team-a")
+			cons, err := c.js.Consumer(ctx, n.JobStream+"_team-a", n.Consumer+"-team-a")
 			if err != nil {
 				return err
 			}
@@ -420,7 +427,7 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 		for _, v := range c.violations {
 			// An approver's client asks for the job stream, to tell a queued job, and does
 			// without it when refused (queue.NewClient).
-			if name != "approver" || !strings.Contains(v, `"$JS.API.STREAM.INFO.`+n.JobStream+`"`) {
+			if name != "approver" || !strings.Contains(v, `"$JS.API.STREAM.INFO.`+n.JobStream+`_team-a"`) {
 				t.Errorf("the %s's own path was refused: %v", name, v)
 			}
 		}

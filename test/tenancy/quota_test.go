@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -45,12 +46,7 @@ func TestTenantCannotFillTheStoreThroughABucket(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			d := deploy(t)
-			cfg := config.Config{}.WithDefaults().NATS
-			tt.set(&cfg)
-			cfg = setUpWith(t, d, cfg)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
+			d, _, ctx := deployWith(t, tt.set)
 			mallory := d.connect(t, tt.who)
 			stored := 0
 			for ; stored < tt.most; stored++ {
@@ -98,12 +94,7 @@ func TestRefusedAtALimitSaysWhich(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			d := deploy(t)
-			cfg := config.Config{}.WithDefaults().NATS
-			tt.set(&cfg)
-			cfg = setUpWith(t, d, cfg)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
+			d, cfg, ctx := deployWith(t, tt.set)
 			sub := d.connect(t, "team-a-submitter")
 			a, err := queue.NewClient(ctx, sub.nc, cfg, "team-a")
 			if err != nil {
@@ -113,6 +104,73 @@ func TestRefusedAtALimitSaysWhich(t *testing.T) {
 			t.Logf("refused: %v", err)
 			if !errors.Is(err, queue.ErrFull) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("refused: %v; want queue.ErrFull naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// deployWith deploys, sets the layout up as `worker setup` does with the defaults that set
+// changes, and returns the config and a context that ends with the test (two minutes at most).
+func deployWith(t *testing.T, set func(*config.NATS)) (*deployment, config.NATS, context.Context) {
+	t.Helper()
+	d := deploy(t)
+	cfg := config.Config{}.WithDefaults().NATS
+	set(&cfg)
+	cfg = setUpWith(t, d, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return d, cfg, ctx
+}
+
+// TestTenantCannotFillTheJobStreamForAnother: the job stream's bounds (nats.job_max_msgs,
+// nats.job_max_bytes) are each tenant's. team-a fills its queue until the server refuses its
+// next job; team-b's submission is still queued, and a worker (worker.creds) of team-b fetches
+// it and runs it to its ack. With one stream for every tenant, team-a's queued jobs made
+// team-b's submissions fail (queue.ErrFull) until they ended.
+func TestTenantCannotFillTheJobStreamForAnother(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		set  func(*config.NATS)
+		task string // of each of team-a's jobs
+	}{
+		{name: "by count", set: func(n *config.NATS) { n.JobMaxMsgs = 4 }, task: "small"},
+		{name: "by size", set: func(n *config.NATS) { n.JobMaxBytes = 4 * job.MaxMessageBytes }, task: strings.Repeat("x", job.MaxMessageBytes-1024)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d, cfg, ctx := deployWith(t, tt.set)
+			subA := d.connect(t, "team-a-submitter")
+			a, err := queue.NewClient(ctx, subA.nc, cfg, "team-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fill(ctx, a, subA, tt.task, false); !errors.Is(err, queue.ErrFull) {
+				t.Fatalf("team-a fills its queue: %v; want queue.ErrFull", err)
+			}
+			b, err := queue.NewClient(ctx, d.connect(t, "team-b-submitter").nc, cfg, "team-b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			victim := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: tt.task, SubmittedAt: time.Now().UTC()} // as large as team-a's
+			if _, err := b.Publish(ctx, victim); err != nil {
+				t.Fatalf("team-b submits while team-a's queue is full: %v; want it queued", err)
+			}
+			w, err := queue.NewConsumer(ctx, d.connect(t, "worker").nc, cfg, map[string]config.Tenant{"team-b": twoTenants["team-b"]},
+				slog.New(slog.DiscardHandler), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := w.Fetch(ctx)
+			if err != nil {
+				t.Fatalf("team-b's worker fetches: %v", err)
+			}
+			if got.Tenant != "team-b" || got.JobID != victim.ID {
+				t.Fatalf("team-b's worker got %s's job %s; want team-b's %s", got.Tenant, got.JobID, victim.ID)
+			}
+			if err := got.Ack(ctx); err != nil {
+				t.Fatalf("ack team-b's job: %v", err)
 			}
 		})
 	}

@@ -1,0 +1,219 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Before each tenant had a job stream of its own, every tenant's jobs were queued in one
+// stream, nats.stream (BOXCAR_JOBS), and its limits were every tenant's together: one
+// tenant's queued jobs made every other's submissions fail. The server refuses a stream whose
+// subjects overlap another's, so a tenant's stream can be made only once the shared stream
+// no longer takes the tenant's subjects. The upgrade drains the shared stream rather than
+// moving its jobs, since a job moved while a worker ran it would be delivered again by the
+// new stream's consumer and run twice:
+//
+//   - Declare (`worker setup`, or a worker that may declare) narrows the shared stream to
+//     sharedSubject, which no tenant's job is published on, then makes each tenant's stream
+//     and consumer. The jobs the shared stream holds stay there, each with its delivery count,
+//     and the tenants' consumers on it (an older Boxcar's, same names) are kept.
+//   - A worker binds its tenants' consumers on both streams, and asks the one on the shared
+//     stream first (drainOld) until the shared stream holds no message of the tenant: it then
+//     stops asking it and, when it may declare, removes it. Each job is in one stream, so one
+//     consumer delivers it: none is lost and none runs twice.
+//   - `worker setup` removes what the workers could not (removeDrained).
+//
+// The shared stream stays: its metadata records the tenants setup retired (retired.go).
+
+// sharedStreamConfig is the shared stream made new: it takes no job.
+func sharedStreamConfig(a *Admin) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        a.cfg.Stream,
+		Description: "Boxcar: the tenants `worker setup` retired (metadata); jobs are in each tenant's stream, " + a.cfg.Stream + "_<tenant>",
+		Subjects:    []string{sharedSubject(a.cfg)},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    a.cfg.Replicas,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		Discard:     jetstream.DiscardNew,
+	}
+}
+
+// sharedStream returns the shared stream, made when missing.
+func (a *Admin) sharedStream(ctx context.Context) (jetstream.Stream, error) {
+	s, err := a.js.Stream(ctx, a.cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = a.js.CreateStream(ctx, sharedStreamConfig(a))
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = a.js.Stream(ctx, a.cfg.Stream) // another worker made it first
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: set up stream %s: %w", a.cfg.Stream, err)
+	}
+	return s, nil
+}
+
+// narrowShared makes the shared stream take no job (sharedSubject alone), keeping what it
+// holds and its tenants' consumers, and removes those whose tenant's jobs it holds no more.
+func (a *Admin) narrowShared(ctx context.Context) error {
+	s, err := a.sharedStream(ctx)
+	if err != nil {
+		return err
+	}
+	if err := a.removeShared(ctx, s); err != nil {
+		return err
+	}
+	cur := s.CachedInfo().Config
+	next := cur
+	next.Subjects, next.RePublish, next.Replicas, next.AllowRollup = []string{sharedSubject(a.cfg)}, nil, a.cfg.Replicas, allowRollups
+	if !reflect.DeepEqual(next, cur) {
+		if s, err = a.js.UpdateStream(ctx, next); err != nil {
+			return fmt.Errorf("queue: stop the shared stream %s taking jobs, so that each tenant's stream can: %w", a.cfg.Stream, err)
+		}
+	}
+	if took := subjectTenants(a.cfg, cur.Subjects); len(took) > 0 {
+		a.log.WarnContext(ctx, "the shared job stream takes no job any more: each tenant has a stream of its own. The jobs queued in it stay, and the tenants' consumers on it deliver them until it holds none",
+			"stream", a.cfg.Stream, "tenants", took, "queued", s.CachedInfo().State.Msgs)
+	}
+	return a.removeDrained(ctx, s)
+}
+
+// removeDrained removes the tenants' consumers on the shared stream whose tenant's jobs it
+// holds no more: nothing is left for them to deliver.
+func (a *Admin) removeDrained(ctx context.Context, s jetstream.Stream) error {
+	for info := range s.ListConsumers(ctx).Info() {
+		tenant, ok := strings.CutPrefix(info.Name, a.cfg.Consumer+"-")
+		if !ok {
+			continue
+		}
+		holds, err := holdsTenant(ctx, s, a.cfg.Subject, tenant)
+		if err != nil || holds {
+			continue // asked again at the next setup
+		}
+		if err := s.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("queue: remove consumer %s of the shared stream %s, which holds no job of tenant %s: %w", info.Name, a.cfg.Stream, tenant, err)
+		}
+		a.log.InfoContext(ctx, "removed a tenant's consumer on the shared job stream, which holds no job of the tenant any more", "stream", a.cfg.Stream, "consumer", info.Name, "tenant", tenant)
+	}
+	return nil
+}
+
+// holdsTenant reports whether the stream holds a message on one of tenant's job subjects.
+func holdsTenant(ctx context.Context, s jetstream.Stream, subject, tenant string) (bool, error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject+"."+tenant+".*"))
+	if err != nil {
+		return false, err
+	}
+	return len(info.State.Subjects) > 0, nil
+}
+
+// drainOld is the delivery of tenant's consumer on the shared stream, asked before the
+// tenant's own stream while the shared stream holds jobs of the tenant (see above). Once it
+// holds none, the worker stops asking it and, when it may declare, removes the consumer.
+func (c *Consumer) drainOld(ctx context.Context, tenant string) (jetstream.Msg, bool) {
+	c.mu.Lock()
+	old := c.old[tenant]
+	c.mu.Unlock()
+	if old == nil {
+		return nil, false
+	}
+	msg, err := pullFrom(ctx, old, lookPull)
+	if err == nil {
+		return msg, true
+	}
+	if !isPullTimeout(err) || ctx.Err() != nil {
+		return nil, false // the tenant's stream is asked; the shared one again at the next pull
+	}
+	if holds, err := holdsTenant(ctx, c.shared, c.cfg.Subject, tenant); err != nil || holds {
+		return nil, false // a job another worker runs, delivered again should it die
+	}
+	c.mu.Lock()
+	delete(c.old, tenant)
+	c.mu.Unlock()
+	name := consumerName(c.cfg, tenant)
+	if c.admin != nil {
+		if err := c.shared.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			c.log.WarnContext(ctx, "cannot remove a tenant's consumer on the shared job stream; the next `worker setup` does", "tenant", tenant, "consumer", name, "error", err)
+			return nil, false
+		}
+	}
+	c.log.InfoContext(ctx, "the shared job stream holds no job of the tenant any more; fetching from the tenant's own stream only", "tenant", tenant,
+		"stream", c.cfg.Stream, "consumer", name, "removed", c.admin != nil)
+	return nil, false
+}
+
+// draining reports whether the worker still asks a consumer of the shared stream of one of
+// the tenants.
+func (c *Consumer) draining(tenants ...string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.ContainsFunc(tenants, func(t string) bool { return c.old[t] != nil })
+}
+
+// bindOld binds tenant's consumer on the shared stream, if the shared stream holds one.
+func (c *Consumer) bindOld(ctx context.Context, tenant string) error {
+	if c.shared == nil {
+		return nil
+	}
+	cons, err := c.shared.Consumer(ctx, consumerName(c.cfg, tenant))
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("queue: look up consumer %s of the shared stream %s: %w", consumerName(c.cfg, tenant), c.cfg.Stream, err)
+	}
+	c.old[tenant] = cons
+	c.noteAckWait(cons.CachedInfo().Name, cons.CachedInfo().Config.AckWait)
+	return nil
+}
+
+// moveStranded moves the jobs the shared stream holds of a kept tenant that has no consumer on
+// it to the tenant's own stream: an older Boxcar's from before tenants, whose one consumer
+// removeShared removed, or a consumer an operator removed. No consumer delivered them since,
+// so none runs on a worker, and none would deliver them where they are. A job whose subject
+// the tenant's stream holds already is queued there: it is only removed here.
+func (a *Admin) moveStranded(ctx context.Context, streams map[string]jetstream.Stream) error {
+	s, err := a.js.Stream(ctx, a.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("queue: look up stream %s: %w", a.cfg.Stream, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(a.cfg.Subject+".>"))
+	if err != nil {
+		return fmt.Errorf("queue: list the subjects of stream %s: %w", a.cfg.Stream, err)
+	}
+	moved := map[string]int{}
+	for subject := range info.State.Subjects {
+		r := refOf(strings.TrimPrefix(subject, a.cfg.Subject+"."))
+		if streams[r.Tenant] == nil {
+			continue
+		}
+		if _, err := s.Consumer(ctx, consumerName(a.cfg, r.Tenant)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue // drained by it (or asked again at the next setup)
+		}
+		m, err := s.GetLastMsgForSubject(ctx, subject)
+		if err != nil {
+			return fmt.Errorf("queue: read job %s in the shared stream %s: %w", subject, a.cfg.Stream, err)
+		}
+		_, err = a.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: m.Header, Data: m.Data}, jetstream.WithExpectStream(jobStream(a.cfg, r.Tenant)))
+		if err != nil && !subjectFull(err) {
+			return fmt.Errorf("queue: move job %s from the shared stream %s to %s: %w", subject, a.cfg.Stream, jobStream(a.cfg, r.Tenant), err)
+		}
+		if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("queue: remove job %s from the shared stream once moved: %w", subject, err)
+		}
+		moved[r.Tenant]++
+	}
+	if len(moved) > 0 {
+		a.log.WarnContext(ctx, "moved the jobs the shared job stream held of tenants with no consumer on it to their tenants' streams", "stream", a.cfg.Stream, "jobs", moved)
+	}
+	return nil
+}
