@@ -190,14 +190,20 @@ func (a *Admin) moveStranded(ctx context.Context, streams map[string]jetstream.S
 	if err != nil {
 		return fmt.Errorf("queue: list the subjects of stream %s: %w", a.cfg.Stream, err)
 	}
-	moved := map[string]int{}
+	moved, consumed := map[string]int{}, map[string]bool{}
 	for subject := range info.State.Subjects {
 		r := refOf(strings.TrimPrefix(subject, a.cfg.Subject+"."))
 		if streams[r.Tenant] == nil {
 			continue
 		}
-		if _, err := s.Consumer(ctx, consumerName(a.cfg, r.Tenant)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			continue // drained by it (or asked again at the next setup)
+		has, asked := consumed[r.Tenant]
+		if !asked {
+			_, err := s.Consumer(ctx, consumerName(a.cfg, r.Tenant))
+			has = !errors.Is(err, jetstream.ErrConsumerNotFound) // or asked again at the next setup
+			consumed[r.Tenant] = has
+		}
+		if has {
+			continue // drained by it
 		}
 		m, err := s.GetLastMsgForSubject(ctx, subject)
 		if err != nil {

@@ -1,4 +1,4 @@
-// Package queue owns Boxcar's use of NATS JetStream: the job stream and its durable pull
+// Package queue owns Boxcar's use of NATS JetStream: each tenant's job stream and its durable pull
 // consumers, publishing, fetching with ack/nak/term and in-progress heartbeats, the dead-letter
 // stream, and the status, approvals and profiles buckets. It knows nothing about sandboxes,
 // models or storage.
