@@ -128,6 +128,10 @@ func (a *Admin) declareStreams(ctx context.Context) (map[string]jetstream.Stream
 		Discard:     jetstream.DiscardOld,
 		// The server's default, written out to compare with.
 		MaxMsgsPerSubject: -1,
+		// A submitter reads its tenant's letters by a direct get with the subject in the
+		// request's subject, the only read natsconfig grants it (a get with the subject in the
+		// payload could name another tenant's); without direct gets no server answers it.
+		AllowDirect: true,
 	}
 	deadBefore := dead
 	deadBefore.MaxAge, deadBefore.MaxBytes = 30*24*time.Hour, -1

@@ -160,8 +160,7 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) (letter
 }
 
 // wroteLetter reports whether the letter on subject is this delivery's: an earlier try of
-// Term wrote it. A letter it cannot read is not known to be: false. The worker's generated
-// NATS identity (natsconfig) may not read the dead-letter stream, so there it stays so.
+// Term wrote it. A letter it cannot read is not known to be: false.
 func (d *Delivery) wroteLetter(ctx context.Context, subject string) bool {
 	s, err := d.c.js.Stream(ctx, d.c.cfg.DeadLetterStream)
 	if err == nil {

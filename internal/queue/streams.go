@@ -38,8 +38,8 @@ func setMeta(name string) string { return "boxcar.set." + name }
 // the log, rather than reverted at the next start. earlier is what workers that recorded
 // nothing set: a stream they made is treated as if they had recorded it. Every other field
 // (subjects, retention, size of a message, the discard policy, the one message per job
-// subject that keeps a job from being queued twice, the republish of what is stored, and
-// roll-ups, never allowed: see allowRollups) is the worker's and always set: they are what the
+// subject that keeps a job from being queued twice, the republish of what is stored, direct
+// gets, and roll-ups, never allowed: see allowRollups) is the worker's and always set: they are what the
 // queue means, not how much it holds.
 func ensureStream(ctx context.Context, js jetstream.JetStream, want, earlier jetstream.StreamConfig, log *slog.Logger) (jetstream.Stream, error) {
 	record := map[string]string{}
@@ -63,7 +63,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want, earlier jet
 	next := cur
 	next.Description, next.Subjects, next.Retention, next.MaxMsgSize, next.Replicas = want.Description, want.Subjects, want.Retention, want.MaxMsgSize, want.Replicas
 	next.Discard, next.MaxMsgsPerSubject, next.DiscardNewPerSubject = want.Discard, want.MaxMsgsPerSubject, want.DiscardNewPerSubject
-	next.RePublish, next.AllowRollup = want.RePublish, allowRollups
+	next.RePublish, next.AllowRollup, next.AllowDirect = want.RePublish, allowRollups, want.AllowDirect
 	next.Metadata = maps.Clone(cur.Metadata)
 	if next.Metadata == nil {
 		next.Metadata = map[string]string{}
