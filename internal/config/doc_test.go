@@ -204,8 +204,8 @@ func TestConfigurationDocMinimums(t *testing.T) {
 			}
 		}
 	}
-	if stated < 3 {
-		t.Errorf("found %d minimums in the block, want the three it states (ack_wait, max_output_bytes, max_conversation_bytes)", stated)
+	if stated < 4 {
+		t.Errorf("found %d minimums in the block, want the four it states (ack_wait, max_output_bytes, max_conversation_bytes, max_queued_bytes)", stated)
 	}
 }
 
@@ -216,6 +216,11 @@ func minimalYAML(t *testing.T, at string, value any) []byte {
 	tree := map[string]any{"profiles": map[string]any{"NAME": map[string]any{
 		"model": map[string]any{"name": "m"}, "tools": []any{map[string]any{"name": "read_file"}},
 	}}}
+	if strings.HasPrefix(at, "tenants.TENANT.") {
+		// TENANT is no tenant name: the block's tenant is a valid one granted the profile.
+		tree["tenants"] = map[string]any{"tenant": map[string]any{"profiles": []any{"NAME"}}}
+		at = "tenants.tenant." + strings.TrimPrefix(at, "tenants.TENANT.")
+	}
 	node := tree
 	parts := strings.Split(at, ".")
 	for _, p := range parts[:len(parts)-1] {

@@ -76,7 +76,10 @@ func SchemaOptions() schemagen.Options {
 			"tenants.*.profiles":                {"minItems": 1, "description": "The profiles granted to the tenant; each one the config defines."},
 			"tenants.*.max_concurrent":          nonNegative,
 			"tenants.*.daily_tokens":            nonNegative,
-			"tenants.*.bucket":                  {"pattern": `^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$`},
+			"tenants.*.max_queued":              nonNegative,
+			"tenants.*.max_queued_bytes": {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": job.MaxMessageBytes}},
+				"description": "At least 65536, one job's largest message; 0 means nats.job_max_bytes."},
+			"tenants.*.bucket": {"pattern": `^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$`},
 
 			"sandbox.kubernetes.image_pull_secrets[]": {"pattern": objectName.String()},
 			"sandbox.kubernetes.network_policy":       {"enum": []any{"", NetworkPolicyDenyAll, NetworkPolicyNone}},

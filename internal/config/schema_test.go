@@ -60,6 +60,7 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "nats names", yaml: "nats: {stream: JOBS-1, dead_letter_stream: DLQ_1, consumer: w, status_bucket: S, approvals_bucket: A, subject: acme.jobs, replicas: 5}\n" + profile("")},
 		{name: "a negative seed", yaml: "profiles:\n  p:\n    model: {name: m, seed: -7}\n    tools: [{name: read_file}]\n"},
 		{name: "tenants", yaml: profile("") + "tenants:\n  team-a: {profiles: [p], max_concurrent: 4, daily_tokens: 2000000}\n  b: {profiles: [p], max_concurrent: 0, bucket: ''}\n"},
+		{name: "tenant queue bounds", yaml: profile("") + "tenants:\n  a: {profiles: [p], max_queued: 1, max_queued_bytes: 65536}\n  b: {profiles: [p], max_queued: 0, max_queued_bytes: 0}\n"},
 		{name: "tenant with a bucket", yaml: "store: {url: s3://x}\n" + profile("") + "tenants:\n  a: {profiles: [p], bucket: boxcar-a}\n"},
 		{name: "nullable model params", yaml: "profiles:\n  p:\n    model: {name: m, temperature: null, seed: 7}\n    tools: [{name: read_file}]\n"},
 
@@ -111,6 +112,8 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "tenant without profiles", yaml: profile("") + "tenants:\n  a: {daily_tokens: 5}\n"},
 		{name: "tenant daily_tokens negative", yaml: profile("") + "tenants:\n  a: {profiles: [p], daily_tokens: -5}\n"},
 		{name: "tenant max_concurrent negative", yaml: profile("") + "tenants:\n  a: {profiles: [p], max_concurrent: -1}\n"},
+		{name: "tenant max_queued negative", yaml: profile("") + "tenants:\n  a: {profiles: [p], max_queued: -1}\n"},
+		{name: "tenant max_queued_bytes below a job", yaml: profile("") + "tenants:\n  a: {profiles: [p], max_queued_bytes: 65535}\n"},
 		{name: "tenant bucket not a name", yaml: profile("") + "tenants:\n  a: {profiles: [p], bucket: A_B}\n"},
 		{name: "tenant unknown key", yaml: profile("") + "tenants:\n  a: {profiles: [p], quota: 5}\n"},
 		{name: "namespace with a capital", yaml: "sandbox: {kubernetes: {namespace: Sandboxes}}\n" + profile("")},

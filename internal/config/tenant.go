@@ -24,6 +24,11 @@ type Tenant struct {
 	// each model request; a job that finds it spent ends capped (budget_exhausted). 0 means
 	// unlimited. Default: 0.
 	DailyTokens int64 `json:"daily_tokens,omitempty"`
+	// MaxQueued and MaxQueuedBytes bound the tenant's job stream (jobs, bytes) instead of
+	// nats.job_max_msgs and nats.job_max_bytes: a submission past either is refused. 0 means
+	// the nats value. Default: 0.
+	MaxQueued      int64 `json:"max_queued,omitempty"`
+	MaxQueuedBytes int64 `json:"max_queued_bytes,omitempty"`
 	// Bucket is an S3 bucket of the tenant's own, where its inputs and runs go instead of under
 	// tenants/TENANT/ in store.url's bucket, so that S3 permissions can keep tenants apart.
 	// Needs an s3:// store.url. Default: none.
@@ -118,9 +123,36 @@ func (c Config) validateTenants() []error {
 		if t.DailyTokens < 0 {
 			bad(".daily_tokens", "must not be negative; 0 or unset is unlimited")
 		}
+		for _, q := range queueBounds {
+			if v := q.get(t); v != 0 && v < q.least {
+				bad("."+q.key, "%s", q.problem(v))
+			}
+		}
 		errs = append(errs, c.validateBucket(name, t.Bucket, buckets)...)
 	}
 	return append(errs, c.validateWarmGranted(profiles)...)
+}
+
+// queueBound is a key of a tenant that bounds its job stream instead of a nats key.
+type queueBound struct {
+	key, nats string
+	least     int64 // what one job may need
+	what      string
+	get       func(Tenant) int64
+}
+
+// queueBounds are the tenant's overrides of nats.job_max_msgs and nats.job_max_bytes, with
+// their minimums: a queue must take one job, the largest message a job may be in bytes.
+var queueBounds = []queueBound{
+	{"max_queued", "nats.job_max_msgs", 1, "one job", func(t Tenant) int64 { return t.MaxQueued }},
+	{"max_queued_bytes", "nats.job_max_bytes", job.MaxMessageBytes, "one job's largest message", func(t Tenant) int64 { return t.MaxQueuedBytes }},
+}
+
+func (q queueBound) problem(v int64) string {
+	if v < 0 {
+		return fmt.Sprintf("%d is negative; give a positive number, or leave it unset for %s", v, q.nats)
+	}
+	return fmt.Sprintf("%d is below %d, %s; give at least that, or leave it unset for %s", v, q.least, q.what, q.nats)
 }
 
 // grantedToAny reports whether a tenant of the tenants: section may run the profile.

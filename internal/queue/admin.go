@@ -23,7 +23,8 @@ import (
 type Admin struct {
 	js      jetstream.JetStream
 	cfg     config.NATS
-	tenants map[string]int // tenant → its consumer's max_ack_pending
+	tenants map[string]int           // tenant → its consumer's max_ack_pending
+	config  map[string]config.Tenant // the tenants: section, for each tenant's queue bounds
 	log     *slog.Logger
 	// worker marks a worker's Admin (Open): it keeps what only `worker setup` decides, so that
 	// workers whose configs differ do not undo each other at each start. It creates a missing
@@ -40,7 +41,7 @@ func NewAdmin(nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, 
 	if err != nil {
 		return nil, err
 	}
-	return &Admin{js: js, cfg: cfg, tenants: tenantsOrDefault(cfg, tenants), log: log}, nil
+	return &Admin{js: js, cfg: cfg, tenants: tenantsOrDefault(cfg, tenants), config: tenants, log: log}, nil
 }
 
 // Declare creates or updates the streams (one per tenant, the shared one, the dead-letter
@@ -102,7 +103,7 @@ func (a *Admin) declareStreams(ctx context.Context) (map[string]jetstream.Stream
 	}
 	streams := map[string]jetstream.Stream{}
 	for _, tenant := range slices.Sorted(maps.Keys(kept)) {
-		jobs := jobStreamConfig(cfg, tenant)
+		jobs := jobStreamConfig(cfg, tenant, a.config[tenant])
 		// What workers before the retention settings set, to tell their values from an operator's.
 		jobsBefore := jobs
 		jobsBefore.MaxMsgs, jobsBefore.MaxBytes = -1, -1
@@ -141,10 +142,13 @@ func (a *Admin) declareStreams(ctx context.Context) (map[string]jetstream.Stream
 	return streams, nil
 }
 
-// jobStreamConfig is one tenant's job stream. Its bounds, nats.job_max_msgs and
-// nats.job_max_bytes, are the tenant's alone: a tenant that fills its queue is refused its
-// next job (ErrFull), and every other tenant's submissions go on.
-func jobStreamConfig(cfg config.NATS, tenant string) jetstream.StreamConfig {
+// jobStreamConfig is one tenant's job stream. Its bounds, the tenant's max_queued and
+// max_queued_bytes or else nats.job_max_msgs and nats.job_max_bytes, are the tenant's alone: a
+// tenant that fills its queue is refused its next job (ErrFull), and every other tenant's
+// submissions go on. Its metadata names the settings the bounds come from, for the refused
+// submitter to read (boundSettings).
+func jobStreamConfig(cfg config.NATS, tenant string, t config.Tenant) jetstream.StreamConfig {
+	msgs, bytes := boundSettings(tenant, t)
 	return jetstream.StreamConfig{
 		Name:        jobStream(cfg, tenant),
 		Description: "Boxcar jobs of tenant " + tenant,
@@ -155,8 +159,9 @@ func jobStreamConfig(cfg config.NATS, tenant string) jetstream.StreamConfig {
 		Replicas:   cfg.Replicas,
 		Duplicates: time.Duration(cfg.DuplicateWindow),
 		MaxMsgSize: job.MaxMessageBytes + 4096, // room for headers
-		MaxMsgs:    orUnlimited(cfg.JobMaxMsgs),
-		MaxBytes:   orUnlimited(cfg.JobMaxBytes),
+		MaxMsgs:    orUnlimited(cmp.Or(t.MaxQueued, cfg.JobMaxMsgs)),
+		MaxBytes:   orUnlimited(cmp.Or(t.MaxQueuedBytes, cfg.JobMaxBytes)),
+		Metadata:   map[string]string{msgsSettingMeta: msgs, bytesSettingMeta: bytes},
 		// A full queue refuses the submission, which submit reports; it never drops a job
 		// that was accepted.
 		Discard: jetstream.DiscardNew,

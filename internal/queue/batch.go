@@ -18,6 +18,7 @@ type PendingPublish struct {
 	id      string
 	subject string
 	stream  string
+	limits  []streamLimit // the job stream's, named by the settings that set them
 	nc      *nats.Conn
 	ack     jetstream.PubAckFuture
 }
@@ -43,7 +44,8 @@ func (c *Client) PublishAsync(j job.Job) (*PendingPublish, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: publish job %s: %w", j.ID, err)
 	}
-	return &PendingPublish{id: j.ID, subject: jobSubject(c.cfg, r), stream: stream, nc: c.js.Conn(), ack: f}, nil
+	limits := jobStreamLimits(streamBoundSettings(c.tenant, c.jobs))
+	return &PendingPublish{id: j.ID, subject: jobSubject(c.cfg, r), stream: stream, limits: limits, nc: c.js.Conn(), ack: f}, nil
 }
 
 // Wait returns the outcome of the publish: duplicate when the job stream already holds the
@@ -60,7 +62,7 @@ func (p *PendingPublish) Wait(ctx context.Context) (duplicate bool, err error) {
 				duplicate = true
 				return nil
 			}
-			return atLimit(err, p.stream, jobStreamLimits)
+			return atLimit(err, p.stream, p.limits)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

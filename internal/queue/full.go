@@ -6,10 +6,13 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
 )
 
 // ErrFull marks a write a stream refused at one of its limits: a job past the job stream's
-// nats.job_max_msgs or nats.job_max_bytes, a cancel request or approval entry past
+// bound (the tenant's max_queued or max_queued_bytes, or nats.job_max_msgs or
+// nats.job_max_bytes), a cancel request or approval entry past
 // nats.cancel_max_bytes or nats.approvals_max_bytes, or larger than an entry may be. Nothing was stored; retrying at once meets the same limit.
 var ErrFull = errors.New("full")
 
@@ -25,15 +28,58 @@ type streamLimit struct {
 	whose string
 }
 
-// jobStreamLimits, cancelLimits and approvalsLimits are the limits of the job stream and the
-// cancel and approvals buckets. The
+// jobStreamLimits are the limits of a tenant's job stream, named by the settings that set
+// them (boundSettings).
+func jobStreamLimits(msgs, bytes string) []streamLimit {
+	return []streamLimit{
+		{jsStoreFailed, "maximum messages exceeded", "the job stream %s holds " + msgs + " jobs", jobsEnd, ownQueue},
+		{jsStoreFailed, "maximum bytes exceeded", "the job stream %s holds " + bytes + " of jobs", jobsEnd, ownQueue},
+	}
+}
+
+// Where a job stream's metadata names the settings its bounds come from.
+const (
+	msgsSettingMeta  = "boxcar.setting.max_msgs"
+	bytesSettingMeta = "boxcar.setting.max_bytes"
+)
+
+// boundSettings are the settings that bound tenant's job stream, jobs and bytes: its
+// tenants: override where it has one, nats.job_max_msgs and nats.job_max_bytes otherwise.
+func boundSettings(tenant string, t config.Tenant) (msgs, bytes string) {
+	msgs, bytes = "nats.job_max_msgs", "nats.job_max_bytes"
+	if t.MaxQueued > 0 {
+		msgs = "tenants." + tenant + ".max_queued"
+	}
+	if t.MaxQueuedBytes > 0 {
+		bytes = "tenants." + tenant + ".max_queued_bytes"
+	}
+	return msgs, bytes
+}
+
+// streamBoundSettings are the settings that bound tenant's job stream as its metadata names
+// them; a name that is neither of the tenant's is read as the nats one, so that nothing of the
+// metadata but these two names reaches the refusal (an identity that may not read the stream,
+// or a stream an older Boxcar made, names none).
+func streamBoundSettings(tenant string, stream jetstream.Stream) (msgs, bytes string) {
+	msgs, bytes = boundSettings("", config.Tenant{})
+	if stream == nil {
+		return msgs, bytes
+	}
+	meta := stream.CachedInfo().Config.Metadata
+	own, ownBytes := boundSettings(tenant, config.Tenant{MaxQueued: 1, MaxQueuedBytes: 1})
+	if meta[msgsSettingMeta] == own {
+		msgs = own
+	}
+	if meta[bytesSettingMeta] == ownBytes {
+		bytes = ownBytes
+	}
+	return msgs, bytes
+}
+
+// cancelLimits and approvalsLimits are the limits of the cancel and approvals buckets. The
 // server says a stream is full only in the description of its generic "store failed" error
 // (10077, also the one-message-per-subject refusal, subjectFull), so that is what is matched.
 var (
-	jobStreamLimits = []streamLimit{
-		{jsStoreFailed, "maximum messages exceeded", "the job stream %s holds nats.job_max_msgs jobs", jobsEnd, ownQueue},
-		{jsStoreFailed, "maximum bytes exceeded", "the job stream %s holds nats.job_max_bytes of jobs", jobsEnd, ownQueue},
-	}
 	cancelLimits = []streamLimit{
 		{jsStoreFailed, "maximum bytes exceeded", "the cancel bucket %s holds nats.cancel_max_bytes of requests", cancelsExpire, shared},
 		{jsStoreFailed, "maximum messages exceeded", "the cancel bucket %s holds as many requests as it may", cancelsExpire, shared},

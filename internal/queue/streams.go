@@ -40,9 +40,13 @@ func setMeta(name string) string { return "boxcar.set." + name }
 // (subjects, retention, size of a message, the discard policy, the one message per job
 // subject that keeps a job from being queued twice, the republish of what is stored, direct
 // gets, and roll-ups, never allowed: see allowRollups) is the worker's and always set: they are what the
-// queue means, not how much it holds.
+// queue means, not how much it holds. So are the keys of want's metadata (a job stream's names
+// the settings its bounds come from), beside the values recorded; other keys are kept.
 func ensureStream(ctx context.Context, js jetstream.JetStream, want, earlier jetstream.StreamConfig, log *slog.Logger) (jetstream.Stream, error) {
-	record := map[string]string{}
+	record := maps.Clone(want.Metadata)
+	if record == nil {
+		record = map[string]string{}
+	}
 	for _, l := range limits {
 		record[setMeta(l.name)] = l.get(&want)
 	}
@@ -68,6 +72,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want, earlier jet
 	if next.Metadata == nil {
 		next.Metadata = map[string]string{}
 	}
+	maps.Copy(next.Metadata, want.Metadata)
 	for _, l := range limits {
 		last, ok := cur.Metadata[setMeta(l.name)]
 		if !ok {

@@ -1,6 +1,7 @@
 package workercmd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -82,7 +83,7 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 	tenants := cfg.TenantsOrDefault()
 	for _, name := range slices.Sorted(maps.Keys(tenants)) {
 		if _, err := fmt.Fprintf(stdout, "tenant %s: stream %s (%s), consumer %s-%s, max_concurrent %d\n",
-			name, queue.JobStream(cfg.NATS, name), queueBound(cfg.NATS), cfg.NATS.Consumer, name, tenants[name].MaxConcurrent); err != nil {
+			name, queue.JobStream(cfg.NATS, name), queueBound(cfg.NATS, tenants[name]), cfg.NATS.Consumer, name, tenants[name].MaxConcurrent); err != nil {
 			return err
 		}
 	}
@@ -91,14 +92,14 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 	return err
 }
 
-// queueBound says how much one tenant's queue may hold: nats.job_max_msgs and
-// nats.job_max_bytes, each tenant's own.
-func queueBound(n config.NATS) string {
+// queueBound says how much one tenant's queue may hold: its max_queued and max_queued_bytes,
+// or nats.job_max_msgs and nats.job_max_bytes, each tenant's own.
+func queueBound(n config.NATS, t config.Tenant) string {
 	bound := func(v int64, unit string) string {
 		if v <= 0 {
 			return "unbounded " + unit
 		}
 		return fmt.Sprintf("at most %d %s", v, unit)
 	}
-	return "queue " + bound(n.JobMaxMsgs, "jobs") + ", " + bound(n.JobMaxBytes, "bytes")
+	return "queue " + bound(cmp.Or(t.MaxQueued, n.JobMaxMsgs), "jobs") + ", " + bound(cmp.Or(t.MaxQueuedBytes, n.JobMaxBytes), "bytes")
 }

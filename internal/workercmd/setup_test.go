@@ -15,7 +15,8 @@ import (
 )
 
 // TestSetupDeclaresFromTheConfig: `worker setup --config FILE` declares one consumer per
-// tenant of the file, with the tenant's max_concurrent as its max_ack_pending, and the buckets,
+// tenant of the file, with the tenant's max_concurrent as its max_ack_pending, and its job
+// stream bounded by its max_queued and max_queued_bytes (or the nats ones), and the buckets,
 // and says so; a second run changes nothing and succeeds.
 func TestSetupDeclaresFromTheConfig(t *testing.T) {
 	t.Parallel()
@@ -36,7 +37,7 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 			t.Fatalf("setup: %v\n%s", err, stderr.String())
 		}
 		for _, want := range []string{
-			"tenant team-a: stream BOXCAR_JOBS_team-a (queue at most 100000 jobs, at most 1073741824 bytes), consumer boxcar-workers-team-a, max_concurrent 4",
+			"tenant team-a: stream BOXCAR_JOBS_team-a (queue at most 500 jobs, at most 8388608 bytes), consumer boxcar-workers-team-a, max_concurrent 4",
 			"tenant team-b: stream BOXCAR_JOBS_team-b (queue at most 100000 jobs, at most 1073741824 bytes), consumer boxcar-workers-team-b, max_concurrent 16",
 			"declared a job stream per tenant, the shared stream BOXCAR_JOBS",
 		} {
@@ -64,6 +65,15 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 		}
 		if got := c.CachedInfo().Config.MaxAckPending; got != want {
 			t.Errorf("%s: max_ack_pending %d, want %d", name, got, want)
+		}
+	}
+	for tenant, want := range map[string][2]int64{"team-a": {500, 8 << 20}, "team-b": {100000, 1 << 30}} {
+		s, err := js.Stream(ctx, "BOXCAR_JOBS_"+tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := s.CachedInfo().Config; c.MaxMsgs != want[0] || c.MaxBytes != want[1] {
+			t.Errorf("%s's job stream holds at most %d jobs, %d bytes; want %d, %d", tenant, c.MaxMsgs, c.MaxBytes, want[0], want[1])
 		}
 	}
 	for _, b := range []string{"BOXCAR_STATUS", queue.CancelBucket, "BOXCAR_APPROVALS", queue.ProfilesBucket, queue.UsageBucket} {
