@@ -72,19 +72,12 @@ func SchemaOptions() schemagen.Options {
 				"description": "At least 65536; 0 means the default (8 MiB)."},
 			"profiles.*.limits.command_timeout": duration,
 			"profiles.*.limits.job_timeout":     duration,
-			"tenants":                           {"propertyNames": schemagen.Schema{"pattern": job.TenantPattern}},
-			"tenants.*.profiles":                {"minItems": 1, "description": "The profiles granted to the tenant; each one the config defines."},
-			"tenants.*.max_concurrent":          nonNegative,
-			"tenants.*.daily_tokens":            nonNegative,
-			"tenants.*.max_queued":              nonNegative,
-			"tenants.*.max_queued_bytes": {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": job.MaxMessageBytes}},
-				"description": "At least 65536, one job's largest message; 0 means nats.job_max_bytes."},
-			"tenants.*.bucket": {"pattern": `^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$`},
 
 			"sandbox.kubernetes.image_pull_secrets[]": {"pattern": objectName.String()},
 			"sandbox.kubernetes.network_policy":       {"enum": []any{"", NetworkPolicyDenyAll, NetworkPolicyNone}},
 		},
 	}
+	maps.Copy(o.Rules, tenantRules())
 	maps.Copy(o.Rules, nameRules())
 	maps.Copy(o.Rules, countRules())
 	return o
@@ -96,6 +89,21 @@ const (
 	// positiveQuantity is a resource.Quantity above zero, or empty for the default.
 	positiveQuantity = `^(\+?([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)([numkMGTPE]|[KMGTPE]i|[eE][+-]?[0-9]+)?)?$`
 )
+
+// tenantRules restate validateTenants.
+func tenantRules() map[string]schemagen.Schema {
+	nonNegative := schemagen.Schema{"minimum": 0}
+	return map[string]schemagen.Schema{
+		"tenants":                  {"propertyNames": schemagen.Schema{"pattern": job.TenantPattern}},
+		"tenants.*.profiles":       {"minItems": 1, "description": "The profiles granted to the tenant; each one the config defines."},
+		"tenants.*.max_concurrent": nonNegative,
+		"tenants.*.daily_tokens":   nonNegative,
+		"tenants.*.max_queued":     nonNegative,
+		"tenants.*.max_queued_bytes": {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": job.MaxMessageBytes}},
+			"description": "At least 65536, one job's largest message; 0 means nats.job_max_bytes."},
+		"tenants.*.bucket": {"pattern": `^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$`},
+	}
+}
 
 // nameRules restate the checks of the names the config gives NATS and Kubernetes (names.go,
 // Kubernetes.validate); empty takes the default.
