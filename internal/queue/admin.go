@@ -103,7 +103,10 @@ func (a *Admin) declareStreams(ctx context.Context) (map[string]jetstream.Stream
 	}
 	streams := map[string]jetstream.Stream{}
 	for _, tenant := range slices.Sorted(maps.Keys(kept)) {
-		jobs := jobStreamConfig(cfg, tenant, a.config[tenant])
+		jobs, err := a.jobStreamOf(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
 		// What workers before the retention settings set, to tell their values from an operator's.
 		jobsBefore := jobs
 		jobsBefore.MaxMsgs, jobsBefore.MaxBytes = -1, -1
@@ -174,6 +177,33 @@ func jobStreamConfig(cfg config.NATS, tenant string, t config.Tenant) jetstream.
 		// Each job stored is announced, headers only, to the workers (wake.go).
 		RePublish: republish(cfg.Subject, tenant),
 	}
+}
+
+// jobStreamOf is the job stream to declare for tenant: jobStreamConfig, but for a tenant a
+// worker's Admin keeps without serving it (its tenants: differs from the fleet's,
+// tenantsKept), whose bounds and the settings they come from are left as the stream has them:
+// this worker's config does not hold the tenant's max_queued, and setting nats.job_max_msgs
+// instead would undo `worker setup`'s at every start of such a worker.
+func (a *Admin) jobStreamOf(ctx context.Context, tenant string) (jetstream.StreamConfig, error) {
+	want := jobStreamConfig(a.cfg, tenant, a.config[tenant])
+	if _, ours := a.tenants[tenant]; ours || !a.worker {
+		return want, nil
+	}
+	s, err := a.js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return want, nil
+	}
+	if err != nil {
+		return want, fmt.Errorf("queue: look up stream %s of tenant %s: %w", want.Name, tenant, err)
+	}
+	cur := s.CachedInfo().Config
+	want.MaxMsgs, want.MaxBytes = cur.MaxMsgs, cur.MaxBytes
+	for _, key := range []string{msgsSettingMeta, bytesSettingMeta} {
+		if v, ok := cur.Metadata[key]; ok {
+			want.Metadata[key] = v
+		}
+	}
+	return want, nil
 }
 
 // removeShared removes the one consumer all tenants' jobs went through before tenants: on a

@@ -82,3 +82,29 @@ func TestTenantsOwnQueueBound(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerKeepsTheBoundOfATenantItDoesNotServe: a worker whose tenants: lacks team-a (a
+// config that differs from the fleet's, which it warns of) still declares team-a's job stream,
+// and leaves its bound, max_queued 2, as it is, rather than setting it back to
+// nats.job_max_msgs: team-a is refused its third job, naming its own setting.
+func TestWorkerKeepsTheBoundOfATenantItDoesNotServe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	teamB := config.Tenant{Profiles: []string{"p"}}
+	b.open(t, b.cfg, map[string]config.Tenant{"team-a": {Profiles: []string{"p"}, MaxQueued: 2}, "team-b": teamB}, nil)
+	b.open(t, b.cfg, map[string]config.Tenant{"team-b": teamB}, nil)
+	if got := streamConfig(t, b.js, queue.JobStream(b.cfg, "team-a")).MaxMsgs; got != 2 {
+		t.Errorf("team-a's job stream holds at most %d jobs after a worker without team-a started; want its max_queued, 2", got)
+	}
+	a := b.client(t, "team-a")
+	for range 2 {
+		if _, err := a.Publish(ctx, newJob(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Publish(ctx, newJob(t)); !errors.Is(err, queue.ErrFull) || !strings.Contains(err.Error(), " tenants.team-a.max_queued ") {
+		t.Errorf("team-a's third job: %v; want queue.ErrFull naming tenants.team-a.max_queued", err)
+	}
+}
