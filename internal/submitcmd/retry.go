@@ -59,9 +59,17 @@ func (e *env) retry(ctx context.Context, what string, again retryable, op func(c
 	}
 }
 
-// transientNATS: everything but a stream or bucket that is really not there.
-func transientNATS(err error) bool {
-	return !errors.Is(err, queue.ErrNotReady) && !errors.Is(err, queue.ErrRefused)
+// transientNATS: everything but a stream or bucket that is really not there, or a refusal.
+// In a JetStream cluster (clustered) "not there" may pass as well: a server that has just
+// restarted, or a meta leader just elected, can answer that a stream or bucket does not exist
+// until it has caught up (the faults' cluster run had a submission refused so as a node was
+// killed). There it is waited for like an election, and said missing once the patience runs
+// out; a single server knows.
+func transientNATS(clustered bool) retryable {
+	return func(err error) bool {
+		missing := errors.Is(err, queue.ErrNotReady) || errors.Is(err, queue.ErrNotServed)
+		return !errors.Is(err, queue.ErrRefused) && (!missing || clustered)
+	}
 }
 
 // transientStore: everything but a refusal the store means (a bad key or URL, a 4xx other
@@ -82,7 +90,7 @@ func transientStore(err error) bool {
 // election, a restarting server).
 func (e *env) bind(ctx context.Context, nc *nats.Conn, cfg config.NATS) (*queue.Client, error) {
 	var q *queue.Client
-	err := e.retry(ctx, "NATS JetStream at "+nc.ConnectedUrlRedacted(), transientNATS, func(ctx context.Context) error {
+	err := e.retry(ctx, "NATS JetStream at "+nc.ConnectedUrlRedacted(), transientNATS(nc.ConnectedClusterName() != ""), func(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, attemptWait)
 		defer cancel()
 		var err error
