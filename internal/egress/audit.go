@@ -18,20 +18,25 @@ const (
 	ReasonWorkerEndpoint Reason = "worker_endpoint" // the worker's own NATS, store or model endpoint
 	ReasonResolve        Reason = "resolve_failed"  // the name did not resolve
 	ReasonDial           Reason = "dial_failed"     // the checked address did not answer
-	ReasonUpstreamTLS    Reason = "upstream_tls"    // the upstream's certificate did not verify
-	ReasonBadRequest     Reason = "bad_request"     // unparseable request, target or host
-	ReasonSmuggling      Reason = "smuggling"       // CL+TE, duplicate lengths, bare LF, folding...
-	ReasonHostMismatch   Reason = "host_mismatch"   // Host header differs from the target
-	ReasonSNIMismatch    Reason = "sni_mismatch"    // ClientHello SNI differs from the CONNECT host
-	ReasonNotTLS         Reason = "not_tls"         // a CONNECT tunnel that does not start with a ClientHello
-	ReasonECH            Reason = "ech"             // a ClientHello that hides its real host (encrypted_client_hello)
-	ReasonHeaderTooLarge Reason = "header_too_large"
-	ReasonHeaderTimeout  Reason = "header_timeout" // the client was too slow to send its header
-	ReasonTunnelCap      Reason = "tunnel_cap"
-	ReasonRequestCap     Reason = "request_cap"
-	ReasonByteCap        Reason = "byte_cap"
-	ReasonMethod         Reason = "method"     // a method the proxy does not forward (e.g. TRACE)
-	ReasonClientTLS      Reason = "client_tls" // the sandbox's client did not finish TLS with the job CA
+	ReasonUpstreamTLS    Reason = "upstream_tls"    // TLS with the upstream failed (its certificate did not verify)
+	// An allowed request that failed before the upstream answered is recorded with its failure,
+	// not as allowed: upstreamFailures in conn.go says which error is which.
+	ReasonUpstreamClosed  Reason = "upstream_closed"  // the upstream closed or reset the connection before an answer
+	ReasonUpstreamTimeout Reason = "upstream_timeout" // no answer within idle_timeout
+	ReasonBadResponse     Reason = "bad_response"     // the upstream's answer is not an HTTP/1.1 response the proxy carries
+	ReasonBadRequest      Reason = "bad_request"      // unparseable request, target or host
+	ReasonSmuggling       Reason = "smuggling"        // CL+TE, duplicate lengths, bare LF, folding...
+	ReasonHostMismatch    Reason = "host_mismatch"    // Host header differs from the target
+	ReasonSNIMismatch     Reason = "sni_mismatch"     // ClientHello SNI differs from the CONNECT host
+	ReasonNotTLS          Reason = "not_tls"          // a CONNECT tunnel that does not start with a ClientHello
+	ReasonECH             Reason = "ech"              // a ClientHello that hides its real host (encrypted_client_hello)
+	ReasonHeaderTooLarge  Reason = "header_too_large"
+	ReasonHeaderTimeout   Reason = "header_timeout" // the client was too slow to send its header
+	ReasonTunnelCap       Reason = "tunnel_cap"
+	ReasonRequestCap      Reason = "request_cap"
+	ReasonByteCap         Reason = "byte_cap"
+	ReasonMethod          Reason = "method"     // a method the proxy does not forward (e.g. TRACE)
+	ReasonClientTLS       Reason = "client_tls" // the sandbox's client did not finish TLS with the job CA
 )
 
 // Decision is one allowed or denied request, for the transcript. It never holds a secret's

@@ -8,26 +8,31 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
+	"syscall"
 	"time"
 )
 
 // statusOf is the HTTP status a refusal answers with, when the client can still read one.
 var statusOf = map[Reason]int{
-	ReasonNotAllowed:     http.StatusForbidden,
-	ReasonDeniedAddress:  http.StatusForbidden,
-	ReasonWorkerEndpoint: http.StatusForbidden,
-	ReasonHostMismatch:   http.StatusForbidden,
-	ReasonMethod:         http.StatusMethodNotAllowed,
-	ReasonResolve:        http.StatusBadGateway,
-	ReasonDial:           http.StatusBadGateway,
-	ReasonUpstreamTLS:    http.StatusBadGateway,
-	ReasonBadRequest:     http.StatusBadRequest,
-	ReasonSmuggling:      http.StatusBadRequest,
-	ReasonHeaderTooLarge: http.StatusRequestHeaderFieldsTooLarge,
-	ReasonHeaderTimeout:  http.StatusRequestTimeout,
-	ReasonTunnelCap:      http.StatusTooManyRequests,
-	ReasonRequestCap:     http.StatusTooManyRequests,
-	ReasonByteCap:        http.StatusTooManyRequests,
+	ReasonNotAllowed:      http.StatusForbidden,
+	ReasonDeniedAddress:   http.StatusForbidden,
+	ReasonWorkerEndpoint:  http.StatusForbidden,
+	ReasonHostMismatch:    http.StatusForbidden,
+	ReasonMethod:          http.StatusMethodNotAllowed,
+	ReasonResolve:         http.StatusBadGateway,
+	ReasonDial:            http.StatusBadGateway,
+	ReasonUpstreamTLS:     http.StatusBadGateway,
+	ReasonUpstreamClosed:  http.StatusBadGateway,
+	ReasonBadResponse:     http.StatusBadGateway,
+	ReasonUpstreamTimeout: http.StatusGatewayTimeout,
+	ReasonBadRequest:      http.StatusBadRequest,
+	ReasonSmuggling:       http.StatusBadRequest,
+	ReasonHeaderTooLarge:  http.StatusRequestHeaderFieldsTooLarge,
+	ReasonHeaderTimeout:   http.StatusRequestTimeout,
+	ReasonTunnelCap:       http.StatusTooManyRequests,
+	ReasonRequestCap:      http.StatusTooManyRequests,
+	ReasonByteCap:         http.StatusTooManyRequests,
 }
 
 // serveConn handles one client connection: forwarded requests, or one CONNECT.
@@ -170,22 +175,56 @@ func (p *Proxy) admit() *verdict {
 }
 
 // upstreamFailures say why an exchange with the upstream failed before a response, for the
-// refusal the client reads; any other failure is dial_failed.
+// decision and the refusal the client reads: the first row whose match holds names it. A
+// request allowed by the policy that fails there is recorded as that failure, never as allowed.
 var upstreamFailures = []struct {
-	err error
-	v   verdict
+	match func(error) bool
+	v     verdict
 }{
-	{errByteCap, capReached},
-	{errUpstreamTLS, verdict{ReasonUpstreamTLS, "the upstream's certificate did not verify"}},
+	{is(errByteCap), capReached},
+	{is(errClientBody), verdict{ReasonBadRequest, "the request's body did not arrive whole from the sandbox, so the upstream did not get it"}},
+	{is(errDial), verdict{ReasonDial, "the upstream did not answer the dial"}},
+	{is(errUpstreamTLS), verdict{ReasonUpstreamTLS, "TLS with the upstream failed: its certificate did not verify, or it ended the handshake"}},
+	{is(errResponseHeaderTooLarge), verdict{ReasonBadResponse, "the upstream's response header is over 1 MiB"}},
+	{timedOut, verdict{ReasonUpstreamTimeout, "the upstream sent no response within idle_timeout"}},
+	{is(syscall.ECONNRESET), verdict{ReasonUpstreamClosed, "the upstream reset the connection before a response"}},
+	{anyOf(io.EOF, io.ErrUnexpectedEOF, syscall.EPIPE), verdict{ReasonUpstreamClosed, "the upstream closed the connection before a response"}},
 }
 
-// upstreamFailure is the refusal for err: its row in upstreamFailures, or dial_failed.
+// badResponse is every other failure before a response: the upstream answered what
+// http.ReadResponse does not take for an HTTP/1.1 response (a parse error, an Upgrade).
+var badResponse = verdict{ReasonBadResponse, "the upstream's answer is not an HTTP/1.1 response the proxy carries"}
+
+// Errors that say which side failed, where the error alone would not.
+var (
+	errClientBody             = errors.New("egress: reading the request body from the sandbox")
+	errDial                   = errors.New("egress: dial")
+	errResponseHeaderTooLarge = errors.New("egress: upstream response header too large")
+)
+
+func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
+
+func anyOf(targets ...error) func(error) bool {
+	return func(err error) bool {
+		return slices.ContainsFunc(targets, func(t error) bool { return errors.Is(err, t) })
+	}
+}
+
+// timedOut matches a deadline passed on the connection or the Transport's wait for a response
+// header (ResponseHeaderTimeout, whose error is only a net.Error).
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// upstreamFailure is the refusal for err: its row in upstreamFailures, or badResponse.
 func upstreamFailure(err error) *verdict {
+	v := badResponse
 	for _, f := range upstreamFailures {
-		if errors.Is(err, f.err) {
-			v := f.v
-			return &v
+		if f.match(err) {
+			v = f.v
+			break
 		}
 	}
-	return refuse(ReasonDial, "upstream failed before a response")
+	return &v
 }

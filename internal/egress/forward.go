@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -119,6 +120,10 @@ func (p *Proxy) roundTrip(client io.Writer, up io.Writer, lim *io.LimitedReader,
 	keep := !req.Close
 	stripHop(req.Header)
 	req.Close = false
+	body := &clientBody{ReadCloser: req.Body}
+	if req.Body != http.NoBody { // a body of no length stays NoBody: wrapped, it would go chunked
+		req.Body = body
+	}
 	err := continue100(client, req, in)
 	if err == nil {
 		err = req.Write(meteredWriter{up, out})
@@ -126,24 +131,43 @@ func (p *Proxy) roundTrip(client io.Writer, up io.Writer, lim *io.LimitedReader,
 	var resp *http.Response
 	if err == nil {
 		resp, err = readResponse(bufio.NewReader(lim), req)
+		if err != nil && lim.N <= 0 {
+			err = fmt.Errorf("%w: %w", errResponseHeaderTooLarge, err)
+		}
 		lim.N = math.MaxInt64 // the header is in: the body is metered, not bounded
 	}
-	if err == nil {
-		keep = keep && !resp.Close
-		stripHop(resp.Header)
-		resp.Close = !keep
-		d.Status = resp.StatusCode
-		err = resp.Write(meteredWriter{client, in})
-		resp.Body.Close()
+	if body.err != nil {
+		err = body.err // req.Write hides it in a type errors.Is does not see through
 	}
-	if err != nil && resp == nil {
-		v := upstreamFailure(err)
-		answer, n, note := p.takeAnswer(v)
-		d.Detail = v.detail + note
-		in.n.Add(n)
-		_, _ = io.WriteString(client, answer)
+	if err != nil {
+		// No response: the failure is the decision (upstreamFailures), not an allowed request.
+		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
+		p.refuseConn(client, *d, upstreamFailure(err))
+		return false
 	}
+	keep = keep && !resp.Close
+	stripHop(resp.Header)
+	resp.Close = !keep
+	d.Status = resp.StatusCode
+	err = resp.Write(meteredWriter{client, in})
+	resp.Body.Close()
 	return p.settle(d, out, in, err) && keep
+}
+
+// clientBody keeps a failure to read the request's body from the sandbox (errClientBody), so
+// that it is not taken for the upstream's.
+type clientBody struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%w: %w", errClientBody, err)
+		b.err = err
+	}
+	return n, err
 }
 
 // continue100 answers a request's "Expect: 100-continue" itself, counted in in, and takes

@@ -50,7 +50,7 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) 
 	}
 	raw, v := p.dial(ctx, t.addr)
 	if v != nil {
-		return nil, fmt.Errorf("egress: dial %s: %s", t.addr, v.detail)
+		return nil, fmt.Errorf("%w %s: %s", errDial, t.addr, v.detail)
 	}
 	up := tls.Client(&idleConn{Conn: raw, idle: p.cfg.Limits.IdleTimeout}, p.upstreamTLS(t.h.String()))
 	hctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.DialTimeout)
@@ -141,6 +141,9 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 		return 0, errByteCap
 	}
 	n, err := b.ReadCloser.Read(p[:room])
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%w: %w", errClientBody, err)
+	}
 	used := n
 	if n > 0 {
 		used += b.framing(n)

@@ -1,0 +1,207 @@
+package egress
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/boxcar-run/boxcar/internal/testnet"
+)
+
+// brokenUpstream is a loopback server that fails each connection the way its row says.
+type brokenUpstream func(t *testing.T, c net.Conn)
+
+// readHead reads a request's header, so that the upstream fails after the request is in.
+func readHead(c net.Conn) {
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil || line == "\r\n" {
+			return
+		}
+	}
+}
+
+var (
+	closeBeforeAnswer brokenUpstream = func(_ *testing.T, c net.Conn) { readHead(c); c.Close() }
+	resetBeforeAnswer brokenUpstream = func(_ *testing.T, c net.Conn) {
+		readHead(c)
+		if tc, ok := netConn(c).(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close sends RST
+		}
+		c.Close()
+	}
+	answerGarbage brokenUpstream = func(_ *testing.T, c net.Conn) {
+		readHead(c)
+		_, _ = io.WriteString(c, "SSH-2.0-OpenSSH_9.6\r\n\r\n")
+		c.Close()
+	}
+	answerNothing brokenUpstream = func(_ *testing.T, c net.Conn) {
+		readHead(c)
+		_, _ = io.Copy(io.Discard, c) // until the proxy gives up and closes
+		c.Close()
+	}
+	failHandshake brokenUpstream = func(_ *testing.T, c net.Conn) {
+		_, _ = c.Read(make([]byte, 1)) // the ClientHello's first byte, then a close
+		c.Close()
+	}
+)
+
+// netConn is the TCP connection under a TLS one.
+func netConn(c net.Conn) net.Conn {
+	if tc, ok := c.(*tls.Conn); ok {
+		return tc.NetConn()
+	}
+	return c
+}
+
+// serveBroken starts a loopback listener that hands each connection to fail, on TLS with a
+// leaf for api.example.com when cert is set; it returns its address.
+func serveBroken(t *testing.T, fail brokenUpstream, cert *tls.Certificate) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if cert != nil {
+				tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}})
+				if tc.Handshake() != nil {
+					c.Close()
+					continue
+				}
+				c = tc
+			}
+			go fail(t, c)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestUpstreamFailureRecorded: a request that fails before the upstream answers is recorded
+// as the failure it is, in its decision, the job's summary and the metrics, and the sandbox's
+// client reads the same reason; before, a forwarded request whose upstream closed, reset or
+// garbled its answer was recorded allowed.
+func TestUpstreamFailureRecorded(t *testing.T) {
+	tests := []struct {
+		name   string
+		url    string // through the proxy: plain forwarded, or a terminated tunnel to the bound host
+		fail   brokenUpstream
+		tls    bool // the upstream finishes TLS before it fails
+		refuse bool // nothing listens
+		want   Reason
+		status int
+	}{
+		{"forwarded, dial refused", "http://plain.example.com/", nil, false, true, ReasonDial, http.StatusBadGateway},
+		{"forwarded, closed before an answer", "http://plain.example.com/", closeBeforeAnswer, false, false, ReasonUpstreamClosed, http.StatusBadGateway},
+		{"forwarded, reset before an answer", "http://plain.example.com/", resetBeforeAnswer, false, false, ReasonUpstreamClosed, http.StatusBadGateway},
+		{"forwarded, an answer not HTTP", "http://plain.example.com/", answerGarbage, false, false, ReasonBadResponse, http.StatusBadGateway},
+		{"forwarded, no answer in idle_timeout", "http://plain.example.com/", answerNothing, false, false, ReasonUpstreamTimeout, http.StatusGatewayTimeout},
+		{"terminated, dial refused", "https://api.example.com/", nil, false, true, ReasonDial, http.StatusBadGateway},
+		{"terminated, TLS handshake fails", "https://api.example.com/", failHandshake, false, false, ReasonUpstreamTLS, http.StatusBadGateway},
+		{"terminated, closed before an answer", "https://api.example.com/", closeBeforeAnswer, true, false, ReasonUpstreamClosed, http.StatusBadGateway},
+		{"terminated, reset before an answer", "https://api.example.com/", resetBeforeAnswer, true, false, ReasonUpstreamClosed, http.StatusBadGateway},
+		{"terminated, an answer not HTTP", "https://api.example.com/", answerGarbage, true, false, ReasonBadResponse, http.StatusBadGateway},
+		{"terminated, no answer in idle_timeout", "https://api.example.com/", answerNothing, true, false, ReasonUpstreamTimeout, http.StatusGatewayTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
+			h := setup(t, func(c *Config) {
+				c.UpstreamCAPEM = caPEM
+				c.Limits.IdleTimeout = time.Second // how long answerNothing's upstream is waited for
+			})
+			to := testnet.ClosedAddr(t)
+			if !tt.refuse {
+				var cert *tls.Certificate
+				if tt.tls {
+					cert = &leaf
+				}
+				to = serveBroken(t, tt.fail, cert)
+			}
+			h.dialer.mu.Lock()
+			h.dialer.routes[plainAddr+":80"], h.dialer.routes[apiAddr+":443"] = to, to
+			h.dialer.mu.Unlock()
+
+			req, _ := http.NewRequest(http.MethodGet, tt.url, nil)
+			req.Header.Set("Authorization", "Bearer "+h.placeholder(t))
+			resp, err := h.client(t).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.status || Reason(resp.Header.Get("X-Boxcar-Egress")) != tt.want {
+				t.Errorf("the client read %d %q, want %d %s", resp.StatusCode, resp.Header.Get("X-Boxcar-Egress"), tt.status, tt.want)
+			}
+			d := h.waitDecision(t, "the request's", func(d Decision) bool { return d.Method == http.MethodGet })
+			if d.Allowed || d.Reason != tt.want || !strings.Contains(d.Detail, "upstream") {
+				t.Errorf("decision %+v, want not allowed, %s, with a detail on the upstream", d, tt.want)
+			}
+			if n := testutil.ToFloat64(h.proxy.cfg.Metrics.Decisions.WithLabelValues("denied", string(tt.want))); n != 1 {
+				t.Errorf("boxcar_egress_decisions_total{denied,%s} = %v, want 1", tt.want, n)
+			}
+			if n := testutil.ToFloat64(h.proxy.cfg.Metrics.Decisions.WithLabelValues("allowed", string(ReasonAllowed))); n != 0 {
+				t.Errorf("boxcar_egress_decisions_total{allowed,allowed} = %v, want 0", n)
+			}
+			if s := h.proxy.Summary(); s.Denied != 1 {
+				t.Errorf("summary %+v, want the failed request denied", s)
+			}
+		})
+	}
+}
+
+// TestClientBodyCutIsTheClients: a request body the sandbox stops sending is recorded as the
+// sandbox's bad request, forwarded or inside a terminated tunnel, not as an upstream that
+// closed: its reader keeps its error, which says which side failed.
+func TestClientBodyCutIsTheClients(t *testing.T) {
+	const post = "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 100\r\n\r\nten bytes."
+	tests := []struct {
+		name string
+		open func(t *testing.T, h *harness) (io.Writer, func() error, *bufio.Reader)
+		req  string
+	}{
+		{"forwarded", func(t *testing.T, h *harness) (io.Writer, func() error, *bufio.Reader) {
+			c := h.dialProxy(t)
+			return c, c.(*net.UnixConn).CloseWrite, bufio.NewReader(c)
+		}, fmt.Sprintf(post, "http://plain.example.com/", "plain.example.com")},
+		{"terminated", func(t *testing.T, h *harness) (io.Writer, func() error, *bufio.Reader) {
+			tc, br := h.terminated(t, "api.example.com:443")
+			return tc, tc.CloseWrite, br
+		}, fmt.Sprintf(post, "/", "api.example.com")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, nil)
+			w, closeWrite, br := tt.open(t, h)
+			if _, err := io.WriteString(w, tt.req); err != nil {
+				t.Fatal(err)
+			}
+			if err := closeWrite(); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			d := h.waitDecision(t, "the POST's", func(d Decision) bool { return d.Method == http.MethodPost })
+			if got := Reason(resp.Header.Get("X-Boxcar-Egress")); got != ReasonBadRequest || d.Allowed || d.Reason != ReasonBadRequest {
+				t.Fatalf("the client read %d %s, decision %+v; want bad_request for both", resp.StatusCode, got, d)
+			}
+		})
+	}
+}
