@@ -78,12 +78,18 @@ type addrFilter struct {
 	hostAddrs map[netip.Addr]bool
 	endpoints map[netip.AddrPort]bool
 	epNames   map[string]bool // "name:port" of worker endpoints given by name
-	nat64     []netip.Prefix  // Config.NAT64Prefixes
+	// The endpoints' hosts, by name and address: denied on every other port too, unless an
+	// allow entry names exactly that host and port (compiledPolicy.explicit). A NATS host's
+	// monitoring port (8222), a store's console, a model server's metrics are the worker's.
+	epHosts map[string]bool
+	epAddrs map[netip.Addr]bool
+	nat64   []netip.Prefix // Config.NAT64Prefixes
 }
 
 func newAddrFilter(cfg Config) (*addrFilter, error) {
 	f := &addrFilter{denied: unmapPrefixes(cfg.DeniedCIDRs), allowed: unmapPrefixes(cfg.AllowedCIDRs), nat64: cfg.NAT64Prefixes,
-		hostAddrs: map[netip.Addr]bool{}, endpoints: map[netip.AddrPort]bool{}, epNames: map[string]bool{}}
+		hostAddrs: map[netip.Addr]bool{}, endpoints: map[netip.AddrPort]bool{}, epNames: map[string]bool{},
+		epHosts: map[string]bool{}, epAddrs: map[netip.Addr]bool{}}
 	for _, a := range cfg.HostAddrs {
 		f.hostAddrs[a.Unmap().WithZone("")] = true
 	}
@@ -133,9 +139,11 @@ func (f *addrFilter) addEndpoint(ctx context.Context, r Resolver, ep string) err
 	}
 	if h.isIP() {
 		f.endpoints[netip.AddrPortFrom(h.addr, uint16(port))] = true
+		f.epAddrs[h.addr] = true
 		return nil
 	}
 	f.epNames[net.JoinHostPort(h.name, ps)] = true
+	f.epHosts[h.name] = true
 	addrs, err := r.LookupNetIP(ctx, "ip", h.name)
 	if err != nil {
 		// The name stays denied; its addresses are denied again at dial time when they fall
@@ -143,24 +151,47 @@ func (f *addrFilter) addEndpoint(ctx context.Context, r Resolver, ep string) err
 		return nil
 	}
 	for _, a := range addrs {
-		f.endpoints[netip.AddrPortFrom(a.Unmap().WithZone(""), uint16(port))] = true
+		a = a.Unmap().WithZone("")
+		f.endpoints[netip.AddrPortFrom(a, uint16(port))] = true
+		f.epAddrs[a] = true
 	}
 	return nil
 }
 
-// checkName refuses a worker endpoint asked for by name.
-func (f *addrFilter) checkName(h host, port int) (Reason, string) {
-	if !h.isIP() && f.epNames[net.JoinHostPort(h.name, strconv.Itoa(port))] {
-		return ReasonWorkerEndpoint, "the worker's own endpoint"
+// Details of a worker_endpoint refusal: the endpoint itself is never reached; another port of
+// its host is, through an allow entry of exactly that host and port, which the refusal names.
+const (
+	detailEndpoint     = "the worker's own endpoint; never reachable through the proxy"
+	detailEndpointHost = "a host of the worker's own endpoints (NATS, store, model); to reach it on this port, " +
+		"name exactly %s in the profile's network.allow"
+)
+
+// checkName refuses a worker endpoint asked for by name, and another port of its host unless
+// explicit (an allow entry names exactly that host and port).
+func (f *addrFilter) checkName(h host, port int, explicit bool) (Reason, string) {
+	if h.isIP() {
+		return "", ""
+	}
+	if f.epNames[net.JoinHostPort(h.name, strconv.Itoa(port))] {
+		return ReasonWorkerEndpoint, detailEndpoint
+	}
+	if f.epHosts[h.name] && !explicit {
+		return ReasonWorkerEndpoint, fmt.Sprintf(detailEndpointHost, net.JoinHostPort(h.name, strconv.Itoa(port)))
 	}
 	return "", ""
 }
 
-// check returns "" when a may be dialled on port, or the reason and a short detail.
-func (f *addrFilter) check(a netip.Addr, port int) (Reason, string) {
+// check returns "" when a may be dialled on port, or the reason and a short detail; explicit
+// says an allow entry names the host asked for on exactly this port, which alone lets an
+// address of a worker endpoint's host through on another port than the endpoint's. as is the
+// host as asked for, for the refusal.
+func (f *addrFilter) check(a netip.Addr, port int, explicit bool, as string) (Reason, string) {
 	a = a.Unmap().WithZone("")
 	if f.endpoints[netip.AddrPortFrom(a, uint16(port))] {
-		return ReasonWorkerEndpoint, "the worker's own endpoint"
+		return ReasonWorkerEndpoint, detailEndpoint
+	}
+	if f.epAddrs[a] && !explicit {
+		return ReasonWorkerEndpoint, fmt.Sprintf(detailEndpointHost, net.JoinHostPort(as, strconv.Itoa(port)))
 	}
 	if f.hostAddrs[a] {
 		return ReasonDeniedAddress, "an address of this host"
@@ -176,7 +207,7 @@ func (f *addrFilter) check(a netip.Addr, port int) (Reason, string) {
 		}
 	}
 	for _, v4 := range f.embedded(a) {
-		if reason, detail := f.check(v4, port); reason != "" {
+		if reason, detail := f.check(v4, port, explicit, as); reason != "" {
 			return reason, "embeds " + v4.String() + ": " + detail
 		}
 	}

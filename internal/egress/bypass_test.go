@@ -64,7 +64,14 @@ func bypassRows() []bypass {
 		{name: "CONNECT localhost", raw: connectReq("localhost:443"), want: ReasonNotAllowed},
 		// The worker's own endpoints, by name and by the address a name resolves to.
 		{name: "CONNECT the NATS endpoint by name", raw: connectReq("nats.files.example.com:4222"), want: ReasonWorkerEndpoint},
-		{name: "CONNECT the store endpoint's address by an allowed name", raw: connectReq("a.files.example.com:9000"), want: ReasonWorkerEndpoint},
+		{name: "CONNECT the store endpoint's address by an allowed name", raw: connectReq("mirror.files.example.com:9000"), want: ReasonWorkerEndpoint},
+		{name: "CONNECT the store endpoint by its address, allowed exactly", raw: connectReq(storeAddr + ":9000"), want: ReasonWorkerEndpoint},
+		// Another port of an endpoint's host: its name and addresses are the worker's on every
+		// port, unless an entry names exactly that host and port (TestWorkerEndpointHosts).
+		{name: "CONNECT another port of the NATS host by name", raw: connectReq("nats.files.example.com:6222"), want: ReasonWorkerEndpoint},
+		{name: "GET another port of the NATS host by name", raw: getReq("http://nats.files.example.com:8223/varz", "nats.files.example.com:8223"), want: ReasonWorkerEndpoint},
+		{name: "CONNECT another port of the store's address by an allowed name", raw: connectReq("mirror.files.example.com:9001"), want: ReasonWorkerEndpoint},
+		{name: "CONNECT the store's address on an exact entry's port by another name", raw: connectReq("other.files.example.com:8080"), want: ReasonWorkerEndpoint},
 		// Names and ports outside the allowlist.
 		{name: "CONNECT an allowed name on another port", raw: connectReq("pkg.example.com:8443"), want: ReasonNotAllowed},
 		{name: "CONNECT a wildcard's apex", raw: connectReq("files.example.com:443"), want: ReasonNotAllowed},

@@ -358,7 +358,7 @@ func TestAddrFilter(t *testing.T) {
 		{"2606:4700::1111", true},
 	}
 	for _, tt := range tests {
-		r, _ := f.check(netip.MustParseAddr(tt.addr), 443)
+		r, _ := f.check(netip.MustParseAddr(tt.addr), 443, false, tt.addr)
 		if (r == "") != tt.ok {
 			t.Errorf("check(%s) = %q, want ok=%v", tt.addr, r, tt.ok)
 		}

@@ -48,7 +48,9 @@ type Config struct {
 	// well-known 64:ff9b::/96 is always one.
 	NAT64Prefixes []netip.Prefix
 	// WorkerEndpoints are the worker's own "host:port" endpoints (NATS, store, model): never
-	// reachable through the proxy, by name or by any address the name resolves to at New.
+	// reachable through the proxy, by name or by any address the name resolves to at New. Their
+	// hosts, by name and those addresses, are refused on every other port too, unless the
+	// policy's allow list names exactly that host and port (and, narrowed, its profile's does).
 	WorkerEndpoints []string
 	// HostAddrs are addresses of this host denied on top of those of its interfaces, which New
 	// reads itself (a NAT or load-balancer address the host answers on).

@@ -36,6 +36,8 @@ const (
 	filesAddr = "198.18.0.12"                          // *.files.example.com
 	plainAddr = "198.18.0.13"                          // plain.example.com
 	hostAddr  = "198.18.0.99"                          // an address of "this host"
+	natsAddr  = "198.18.0.20"                          // nats.files.example.com: the worker's NATS on 4222
+	storeAddr = "198.18.0.21"                          // the worker's store on 9000, by address; mirror.files.example.com
 )
 
 // stubResolver answers from a table; a name with several answers gives them in turn (rebinding).
@@ -254,7 +256,10 @@ func (h *harness) all() []Decision {
 
 func testPolicy() Policy {
 	return Policy{
-		Allow: []string{"api.example.com", "pkg.example.com:443", "*.files.example.com", "plain.example.com:80", "127.0.0.1"},
+		Allow: []string{"api.example.com", "pkg.example.com:443", "*.files.example.com", "plain.example.com:80", "127.0.0.1",
+			// Exact entries for hosts of the worker's endpoints: the endpoints' own ports stay
+			// refused, another port is lifted (TestWorkerEndpointHosts).
+			"nats.files.example.com:4222", "nats.files.example.com:8222", storeAddr + ":9000", "mirror.files.example.com:8080"},
 		Secrets: []Secret{
 			{Env: "EXAMPLE_TOKEN", Value: realToken, Hosts: []string{"api.example.com"}},
 		},
@@ -282,7 +287,7 @@ func setup(t testing.TB, tweak func(*Config)) *harness {
 	cfg := Config{
 		Resolver: h.resolver, Dialer: h.dialer, UpstreamCAPEM: caPEM,
 		AllowedCIDRs:    []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
-		WorkerEndpoints: []string{"nats.files.example.com:4222", filesAddr + ":9000"},
+		WorkerEndpoints: []string{"nats.files.example.com:4222", storeAddr + ":9000"},
 		HostAddrs:       []netip.Addr{netip.MustParseAddr(hostAddr)},
 		Metrics:         NewMetrics(h.reg),
 		Logger:          slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -328,12 +333,14 @@ func testNames() map[string][][]netip.Addr {
 		return [][]netip.Addr{as}
 	}
 	n := map[string][][]netip.Addr{
-		"api.example.com":        one(apiAddr),
-		"pkg.example.com":        one(pkgAddr),
-		"a.files.example.com":    one(filesAddr),
-		"plain.example.com":      one(plainAddr),
-		"other.example.com":      one(pkgAddr),
-		"nats.files.example.com": one(filesAddr),
+		"api.example.com":          one(apiAddr),
+		"pkg.example.com":          one(pkgAddr),
+		"a.files.example.com":      one(filesAddr),
+		"plain.example.com":        one(plainAddr),
+		"other.example.com":        one(pkgAddr),
+		"nats.files.example.com":   one(natsAddr),
+		"mirror.files.example.com": one(storeAddr),
+		"other.files.example.com":  one(storeAddr),
 		"rebind.files.example.com": {
 			{netip.MustParseAddr(filesAddr)}, {netip.MustParseAddr("127.0.0.1")},
 		},

@@ -37,7 +37,10 @@ func Narrow(p Policy, allow []string) (Policy, error) {
 		}
 		inner = append(inner, r)
 	}
-	out := Policy{Allow: append([]string{}, allow...)}
+	out := Policy{Allow: append([]string{}, allow...), profileAllow: p.profileAllow}
+	if out.profileAllow == nil {
+		out.profileAllow = append([]string{}, p.Allow...)
+	}
 	for _, s := range p.Secrets {
 		kept := s
 		kept.Hosts = narrowHosts(s.Hosts, inner)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -19,6 +20,11 @@ type Policy struct {
 	// Secrets are the credentials the proxy injects. The sandbox sees a placeholder of the
 	// same shape; the real value is sent only on TLS to the secret's Hosts.
 	Secrets []Secret
+	// profileAllow is the profile's Allow when Narrow put a job's own list in its place: an
+	// exact host:port entry lifts the denial of a worker endpoint's host on that port only
+	// when the operator's profile names it too, never because a job narrowed a wider entry
+	// to it.
+	profileAllow []string
 }
 
 // Secret is one credential bound to hosts.
@@ -135,6 +141,7 @@ func (r rule) match(h host, port int) bool {
 // compiledPolicy is a validated Policy.
 type compiledPolicy struct {
 	allow   []rule
+	exact   []rule // the host:port entries of allow (no wildcard) the profile names as they are
 	secrets []*secret
 }
 
@@ -148,6 +155,7 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		}
 		cp.allow = append(cp.allow, r)
 	}
+	cp.exact = exactRules(cp.allow, p.profileAllow)
 	seen := map[string]bool{}
 	for i, s := range p.Secrets {
 		sec, err := compileSecret(s, cp.allow)
@@ -171,6 +179,30 @@ func (cp *compiledPolicy) allowed(h host, port int) bool {
 		}
 	}
 	return false
+}
+
+// exactRules are the rules of allow that name one host on one port, and, when the profile's
+// list is given (a job's list narrowed it), that the profile names just so.
+func exactRules(allow []rule, profileAllow []string) []rule {
+	var out []rule
+	for _, r := range allow {
+		if r.wildcard || r.port == 0 {
+			continue
+		}
+		if profileAllow == nil || slices.ContainsFunc(profileAllow, func(e string) bool {
+			o, err := parseRule(e)
+			return err == nil && o == r
+		}) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// explicit reports whether an allow entry names exactly host h on port (exactRules): what
+// lifts the denial of a worker endpoint's host on another port than the endpoint's.
+func (cp *compiledPolicy) explicit(h host, port int) bool {
+	return slices.ContainsFunc(cp.exact, func(r rule) bool { return r.match(h, port) })
 }
 
 // boundSecrets returns the secrets bound to host h on port.

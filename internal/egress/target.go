@@ -20,7 +20,8 @@ func refuse(r Reason, detail string) *verdict { return &verdict{r, detail} }
 // one resolution whose every address must pass the address table. It returns the address to
 // dial: the one checked, never a name.
 func (p *Proxy) checkTarget(ctx context.Context, h host, port int) (netip.AddrPort, *verdict) {
-	if r, d := p.filter.checkName(h, port); r != "" {
+	explicit := p.policy.explicit(h, port)
+	if r, d := p.filter.checkName(h, port, explicit); r != "" {
 		return netip.AddrPort{}, refuse(r, d)
 	}
 	if !p.policy.allowed(h, port) {
@@ -45,7 +46,7 @@ func (p *Proxy) checkTarget(ctx context.Context, h host, port int) (netip.AddrPo
 	// Every address must pass: a name that resolves to a public and a private address is a
 	// rebinding attempt, whichever a client would pick.
 	for _, a := range addrs {
-		if r, d := p.filter.check(a, port); r != "" {
+		if r, d := p.filter.check(a, port, explicit, h.String()); r != "" {
 			return netip.AddrPort{}, refuse(r, h.String()+" resolves to a denied address ("+d+")")
 		}
 	}
