@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/egress"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/test/harness"
@@ -428,5 +431,98 @@ func TestJobTimeoutBoundsAStalledEgressAttach(t *testing.T) {
 	st := b.waitFinal(j.ID, time.Minute)
 	if st.State != job.StateDead || !strings.Contains(st.Error, "attach egress") || !strings.Contains(st.Error, "job_timeout") {
 		t.Errorf("job whose egress attach stalled ended %s (%q); want dead by its own attempt, the attach and job_timeout named", st.State, st.Error)
+	}
+}
+
+// listenerProvider records every listener its sandboxes' AttachEgress handed the worker, and
+// whether the worker closed it.
+type listenerProvider struct {
+	egressProvider
+	mu  sync.Mutex
+	lns []*closeSeen
+}
+
+func (p *listenerProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := p.egressProvider.Start(ctx, spec)
+	return listenerSandbox{egressSandbox: sb.(*egressSandbox), p: p}, err
+}
+
+// open is how many of the listeners handed out are not closed, of how many.
+func (p *listenerProvider) open() (open, all int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ln := range p.lns {
+		if !ln.closed.Load() {
+			open++
+		}
+	}
+	return open, len(p.lns)
+}
+
+type listenerSandbox struct {
+	*egressSandbox
+	p *listenerProvider
+}
+
+func (s listenerSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net.Listener, error) {
+	ln, err := s.egressSandbox.AttachEgress(ctx, caPEM)
+	if err != nil {
+		return nil, err
+	}
+	seen := &closeSeen{Listener: ln}
+	s.p.mu.Lock()
+	s.p.lns = append(s.p.lns, seen)
+	s.p.mu.Unlock()
+	return seen, nil
+}
+
+type closeSeen struct {
+	net.Listener
+	closed atomic.Bool
+}
+
+func (l *closeSeen) Close() error {
+	l.closed.Store(true)
+	return l.Listener.Close()
+}
+
+// TestEgressListenerClosedWithItsAttempt: the listener a sandbox's AttachEgress hands the
+// worker, the one way into the job's proxy, is closed by the time the attempt ends, however it
+// ends: no listener outlives its job, and none is left for a later job's sandbox to reach
+// (the proxy's goroutines are held to it by the package's goleak check).
+func TestEgressListenerClosedWithItsAttempt(t *testing.T) {
+	t.Parallel()
+	up := egressUpstream(t, func(string) {})
+	b := egressSetup(t)
+	p := &listenerProvider{}
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		res, err := req.Sandbox.Exec(ctx, sandbox.ExecRequest{Argv: []string{"https://api.boxcar.test/v1"}})
+		if err != nil || string(res.Stdout) != "answer" {
+			return agent.Result{}, fmt.Errorf("the request through the proxy: %q, %v", res.Stderr, err)
+		}
+		if req.Task == "fail" {
+			return agent.Result{}, queue.Permanent("test_failure", errors.New("the task fails after its request"))
+		}
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) {
+		c.Sandboxes = p
+		c.LookupEnv = func(k string) (string, bool) { return "real-api-token-0123456789abcdef", k == "BOXCAR_TEST_API_TOKEN" }
+		c.Egress = up
+	})
+	for _, tt := range []struct {
+		task  string
+		state job.State
+	}{
+		{"succeed", job.StateSucceeded},
+		{"fail", job.StateFailed},
+		{"succeed", job.StateSucceeded},
+	} {
+		j := b.submitTask("net", tt.task)
+		if st := b.waitFinal(j.ID, time.Minute); st.State != tt.state {
+			t.Fatalf("job %q ended %s (%s), want %s", tt.task, st.State, st.Error, tt.state)
+		}
+		if open, all := p.open(); open != 0 || all == 0 {
+			t.Fatalf("after the %q job: %d of the %d egress listeners attached are open", tt.task, open, all)
+		}
 	}
 }
