@@ -1,9 +1,13 @@
 package testnet_test
 
 import (
+	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
+	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -39,5 +43,41 @@ func TestListeningAddrReadsBack(t *testing.T) {
 	got, err := testnet.ListeningAddr(os.Getpid())
 	if err != nil || got != ln.Addr().String() {
 		t.Fatalf("ListeningAddr = %q, %v; want %s", got, err, ln.Addr())
+	}
+}
+
+// TestServeDNSAnswers: the stub answers each name with the addresses of the question's type,
+// and a name it has none for with an empty answer.
+func TestServeDNSAnswers(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("198.18.0.10"), netip.MustParseAddr("2001:db8::10")
+	var asked atomic.Int64
+	addr := testnet.ServeDNS(t, func(name string) []netip.Addr {
+		asked.Add(1)
+		if name == "api.boxcar.test" {
+			return []netip.Addr{v4, v6}
+		}
+		return nil
+	})
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", addr)
+	}}
+	for _, tt := range []struct {
+		network, name string
+		want          []netip.Addr
+	}{
+		{"ip4", "API.boxcar.test.", []netip.Addr{v4}},
+		{"ip6", "api.boxcar.test.", []netip.Addr{v6}},
+	} {
+		got, err := r.LookupNetIP(t.Context(), tt.network, tt.name)
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("LookupNetIP(%s, %s) = %v, %v; want %v", tt.network, tt.name, got, err, tt.want)
+		}
+	}
+	if got, err := r.LookupNetIP(t.Context(), "ip4", "other.boxcar.test."); err == nil {
+		t.Errorf("a name with no address resolved to %v", got)
+	}
+	if asked.Load() < 3 {
+		t.Errorf("answer saw %d questions, want every one (3 or more)", asked.Load())
 	}
 }

@@ -2,7 +2,6 @@ package workercmd
 
 import (
 	"bytes"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"golang.org/x/net/dns/dnsmessage"
+	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
 // TestStartWarnsOfUnlistedNAT64: a worker with a networked profile asks its egress resolver
@@ -61,59 +60,19 @@ func TestStartWarnsOfUnlistedNAT64(t *testing.T) {
 // count of ipv4only.arpa queries.
 func serveDNS64(t *testing.T, prefix netip.Prefix) (string, *atomic.Int64) {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
 	var asked atomic.Int64
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if answer, err := dns64Answer(buf[:n], prefix, &asked); err == nil {
-				_, _ = pc.WriteTo(answer, from)
-			}
+	addr := testnet.ServeDNS(t, func(name string) []netip.Addr {
+		if name != "ipv4only.arpa" {
+			return nil
 		}
-	}()
-	return pc.LocalAddr().String(), &asked
-}
-
-func dns64Answer(query []byte, prefix netip.Prefix, asked *atomic.Int64) ([]byte, error) {
-	var p dnsmessage.Parser
-	h, err := p.Start(query)
-	if err != nil {
-		return nil, err
-	}
-	q, err := p.Question()
-	if err != nil {
-		return nil, err
-	}
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true})
-	if err := b.StartQuestions(); err != nil {
-		return nil, err
-	}
-	if err := b.Question(q); err != nil {
-		return nil, err
-	}
-	if err := b.StartAnswers(); err != nil {
-		return nil, err
-	}
-	if strings.EqualFold(q.Name.String(), "ipv4only.arpa.") {
 		asked.Add(1)
-		if q.Type == dnsmessage.TypeAAAA {
-			for _, last := range []byte{0xaa, 0xab} { // 192.0.0.170 and .171
-				a := prefix.Addr().As16()
-				a[12], a[13], a[14], a[15] = 192, 0, 0, last
-				rh := dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeAAAA, Class: dnsmessage.ClassINET, TTL: 60}
-				if err := b.AAAAResource(rh, dnsmessage.AAAAResource{AAAA: a}); err != nil {
-					return nil, err
-				}
-			}
+		var out []netip.Addr
+		for _, last := range []byte{0xaa, 0xab} { // 192.0.0.170 and .171
+			a := prefix.Addr().As16()
+			a[12], a[13], a[14], a[15] = 192, 0, 0, last
+			out = append(out, netip.AddrFrom16(a))
 		}
-	}
-	return b.Finish()
+		return out
+	})
+	return addr, &asked
 }

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
-
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/testnet"
@@ -157,52 +155,10 @@ func serveAPI(t testing.TB, netns *testnet.Netns, seen *seenAuth, caPath string)
 // UDP port of the host's loopback; it returns the address, for the worker's egress.resolver.
 func serveDNS(t *testing.T, name string, addr netip.Addr) string {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if answer, err := dnsAnswer(buf[:n], name, addr); err == nil {
-				_, _ = pc.WriteTo(answer, from)
-			}
+	return testnet.ServeDNS(t, func(asked string) []netip.Addr {
+		if asked != strings.ToLower(name) {
+			return nil
 		}
-	}()
-	return pc.LocalAddr().String()
-}
-
-func dnsAnswer(query []byte, name string, addr netip.Addr) ([]byte, error) {
-	var p dnsmessage.Parser
-	h, err := p.Start(query)
-	if err != nil {
-		return nil, err
-	}
-	q, err := p.Question()
-	if err != nil {
-		return nil, err
-	}
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true})
-	b.EnableCompression()
-	if err := b.StartQuestions(); err != nil {
-		return nil, err
-	}
-	if err := b.Question(q); err != nil {
-		return nil, err
-	}
-	if err := b.StartAnswers(); err != nil {
-		return nil, err
-	}
-	if q.Type == dnsmessage.TypeA && strings.EqualFold(strings.TrimSuffix(q.Name.String(), "."), name) {
-		rh := dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 60}
-		if err := b.AResource(rh, dnsmessage.AResource{A: addr.As4()}); err != nil {
-			return nil, err
-		}
-	}
-	return b.Finish()
+		return []netip.Addr{addr}
+	})
 }

@@ -11,7 +11,6 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
-	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.49.0
 	helm.sh/helm/v4 v4.3.2
 	k8s.io/api v0.37.2
@@ -188,6 +187,7 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
