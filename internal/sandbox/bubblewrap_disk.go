@@ -1,14 +1,12 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
@@ -170,46 +168,77 @@ func (s *bubblewrapSandbox) scratchArgs(disk int64) []string {
 // bwrap sets no nr_inodes on the /tmp and /dev/shm it makes, so the kernel's default, half the
 // host's pages, holds there: empty files and folders use no pages, so size= does not stop
 // them, and their inodes are kernel memory that only a memory cgroup counts (rlimits only, a
-// command made 400 000 of them under a 16 MiB disk bound). watchScratch holds them to the
-// inode bound the worker's own scratch tmpfs has (newDiskBound), each: every diskPollMin it
-// reads both with statfs through the root of the command's bwrap's child, pid 1 of its
-// namespaces (they are that Exec's own mounts, gone with it), and kills the command past it.
-// Like the walk of the workdir, this is a poll: a command may go past the bound by what it
-// makes in one interval.
-func (s *bubblewrapSandbox) watchScratch(stop <-chan struct{}, kill context.CancelCauseFunc, bwrap int) {
-	bound := s.disk.inodes // the workdir's: newDiskBound of the profile's disk
-	t := time.NewTicker(diskPollMin)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		if n, ok := scratchInodes(bwrap); ok && n > bound {
-			kill(errExecScratch)
-			return
-		}
-	}
+// command made 400 000 of them under a 16 MiB disk bound). A scratchWatch holds them to the
+// inode bound the worker's own scratch tmpfs has (newDiskBound), each: the command's poll loop
+// (watchDisk) reads both with fstatfs at every tick, and kills the command past it. Like the
+// walk of the workdir, this is a poll: a command may go past the bound by what it makes in one
+// interval.
+type scratchWatch struct {
+	bwrap int   // the command's bwrap, whose child is pid 1 of its namespaces
+	fds   []int // O_PATH descriptors of its /tmp and /dev/shm, once found
+	found bool
 }
 
-// scratchInodes reads the most inodes in use on the /tmp or /dev/shm of the command whose
-// bwrap is pid bwrap; ok is false while its child is not there (not yet cloned, or gone).
-func scratchInodes(bwrap int) (int64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", bwrap, bwrap))
-	child, _, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
-	if err != nil || child == "" {
+// inodes reads the most inodes in use on the command's /tmp or /dev/shm; ok is false until its
+// mounts are in place.
+func (w *scratchWatch) inodes() (most int64, ok bool) {
+	if !w.found && !w.find() {
 		return 0, false
 	}
-	var most int64
-	ok := false
-	for _, dir := range []string{"tmp", "dev/shm"} {
+	for _, fd := range w.fds {
 		var st unix.Statfs_t
-		if unix.Statfs(filepath.Join("/proc", child, "root", dir), &st) == nil && st.Type == unix.TMPFS_MAGIC {
+		if unix.Fstatfs(fd, &st) == nil {
 			most, ok = max(most, int64(st.Files-st.Ffree)), true
 		}
 	}
 	return most, ok
+}
+
+// find opens the command's /tmp and /dev/shm through the root of its bwrap's child, once that
+// root is the sandbox's. Until bwrap has set the mounts up, the child's root is the worker's
+// own (whose /tmp and /dev/shm may be tmpfs full of the host's files) and then bwrap's staging
+// tmpfs, which has neither folder: reading them counted the host's files against the command.
+// The descriptors pin the mounts, so each later read is one fstatfs, whatever the pid becomes.
+func (w *scratchWatch) find() bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", w.bwrap, w.bwrap))
+	child, _, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	if err != nil || child == "" {
+		return false
+	}
+	proc, err := unix.Open("/proc/"+child, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(proc)
+	root, err := unix.Openat(proc, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(root)
+	var st, own unix.Stat_t
+	if unix.Fstat(root, &st) != nil || unix.Stat("/", &own) != nil || (st.Dev == own.Dev && st.Ino == own.Ino) {
+		return false
+	}
+	var fds []int
+	for _, dir := range []string{"tmp", "dev/shm"} {
+		fd, err := unix.Openat(root, dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			closeAll(fds)
+			return false
+		}
+		fds = append(fds, fd)
+	}
+	w.fds, w.found = fds, true
+	return true
+}
+
+// close lets the command's mounts go.
+func (w *scratchWatch) close() { closeAll(w.fds) }
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // scratchError says why a command was killed for its files in /tmp or /dev/shm.

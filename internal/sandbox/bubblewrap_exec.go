@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -286,23 +285,39 @@ func (s *bubblewrapSandbox) noteOOM(res *ExecResult, maxOut int) {
 	res.Stderr = append(slices.Clip(res.Stderr), note...)
 }
 
-// watchDisk kills the command when the workdir grows past limit. RLIMIT_FSIZE stops any single
-// file at the bound; this stops many files adding up, within one poll interval.
-// Where bwrap makes /tmp and /dev/shm (the worker does not mount), it also stops the command's
-// files there past their inode bound (watchScratch); bwrap is the command's bwrap.
+// watchDisk is a running command's one poll loop. It kills the command when the workdir grows
+// past limit: RLIMIT_FSIZE stops any single file at the bound; this stops many files adding
+// up, within one poll interval. Where bwrap makes /tmp and /dev/shm (the worker does not
+// mount), it also kills it past their inode bound (scratchWatch); bwrap is the command's bwrap.
+//
+// It wakes every diskPollMin. The scratch mounts are read at every wake-up (one fstatfs each);
+// the workdir when its measurement is due: at every wake-up on the worker's tmpfs (one
+// statfs), or, where it is walked, diskPollFactor times as long as the last walk took, up to
+// diskPollMax. One loop rather than one per bound: two woke 80 times a second per command.
 func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelCauseFunc, limit diskBound, bwrap int) {
+	var scratch *scratchWatch
 	if !s.p.diskMount {
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		wg.Go(func() { s.watchScratch(stop, kill, bwrap) })
+		scratch = &scratchWatch{bwrap: bwrap}
+		defer scratch.close()
 	}
-	t := time.NewTimer(diskPollMin)
+	t := time.NewTicker(diskPollMin)
 	defer t.Stop()
+	wait := 1 // wake-ups until the workdir's next measurement
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+		}
+		s.pollWakeups.Add(1)
+		if scratch != nil {
+			if n, ok := scratch.inodes(); ok && n > s.disk.inodes { // the workdir's bound
+				kill(errExecScratch)
+				return
+			}
+		}
+		if wait--; wait > 0 {
+			continue
 		}
 		begin := time.Now()
 		used, err := s.wd.usage()
@@ -310,7 +325,7 @@ func (s *bubblewrapSandbox) watchDisk(stop <-chan struct{}, kill context.CancelC
 			kill(errExecDisk)
 			return
 		}
-		t.Reset(min(max(diskPollFactor*time.Since(begin), diskPollMin), diskPollMax))
+		wait = int(min(max(diskPollFactor*time.Since(begin), diskPollMin), diskPollMax) / diskPollMin)
 	}
 }
 

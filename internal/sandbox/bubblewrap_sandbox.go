@@ -45,6 +45,8 @@ type bubblewrapSandbox struct {
 	log       *slog.Logger
 	expiry    *time.Timer
 	lifetime  time.Duration // counted from the start, or from the claim of a pool sandbox
+	// pollWakeups counts the wake-ups of its commands' disk polls (watchDisk), for tests.
+	pollWakeups atomic.Int64
 
 	*calls
 

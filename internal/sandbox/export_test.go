@@ -71,3 +71,12 @@ const MaxListing = maxListing
 
 // MessageQueueBytes is the bound of a bubblewrap sandbox's POSIX message queues.
 const MessageQueueBytes = messageQueueBytes
+
+// PollWakeups is how many times the disk polls of a bubblewrap sandbox's commands woke up.
+func PollWakeups(sb Sandbox) int64 {
+	b, _ := As[*bubblewrapSandbox](sb)
+	return b.pollWakeups.Load()
+}
+
+// DiskPollMin is the shortest interval of a running command's disk poll.
+const DiskPollMin = diskPollMin
