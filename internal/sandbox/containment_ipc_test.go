@@ -71,6 +71,33 @@ func TestContainmentMessageQueuesBounded(t *testing.T) {
 // kills it past that bound (ErrDiskFull).
 func TestContainmentScratchInodesBounded(t *testing.T) {
 	t.Parallel()
+	for _, disk := range diskModes {
+		for _, mode := range boundModes {
+			t.Run(disk.name+", "+mode.name, func(t *testing.T) {
+				t.Parallel()
+				scratchInodesBounded(t, sandboxtest.Bubblewrap(t, disk.edit, mode.edit), mode.name == "cgroups")
+			})
+		}
+	}
+}
+
+// TestContainmentScratchInodesBoundedNonRootWorker: the same for a worker that is not root.
+// It mounts nothing, so bwrap makes /tmp and the worker reads its inodes through
+// /proc/<pid>/root of a process in a user namespace bwrap made as the worker's uid, which the
+// kernel allows the namespace's owner; it has no cgroup and no host uid per sandbox.
+func TestContainmentScratchInodesBoundedNonRootWorker(t *testing.T) {
+	t.Parallel()
+	if !asNonRootWorker(t) {
+		return
+	}
+	p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.DiskBestEffort = true })
+	scratchInodesBounded(t, p, false)
+}
+
+// scratchInodesBounded makes empty files in /tmp until refused, and wants the command refused
+// at the disk bound's inodes, killed with ErrDiskFull or, where oomKills, by the memory cgroup.
+func scratchInodesBounded(t *testing.T, p *sandbox.BubblewrapProvider, oomKills bool) {
+	t.Helper()
 	const fill = `
 import os, sys
 n = 0
@@ -84,25 +111,19 @@ print(n)
 `
 	spec := config.SandboxSpec{Memory: "128Mi", PIDs: 32, Disk: "16Mi"}
 	inodes := int64(16 << 20 / 4096) // the disk bound's: one per 4 KiB
-	for _, disk := range diskModes {
-		for _, mode := range boundModes {
-			t.Run(disk.name+", "+mode.name, func(t *testing.T) {
-				t.Parallel()
-				sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, disk.edit, mode.edit), spec)
-				res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"python3", "-c", fill}, Timeout: 2 * time.Minute})
-				t.Logf("exit %d, err %v, stdout %q, stderr %q", res.ExitCode, err, res.Stdout, lastLine(res.Stderr))
-				made, perr := strconv.ParseInt(strings.TrimSpace(string(res.Stdout)), 10, 64)
-				switch {
-				case errors.Is(err, sandbox.ErrDiskFull):
-					// Killed by the worker: what it made in the last poll's interval went past.
-				case err == nil && perr == nil && made <= inodes:
-					// Refused by the kernel, at nr_inodes (the root folder takes one).
-				case err == nil && res.ExitCode == 137 && mode.name == "cgroups":
-					// The memory cgroup, which counts the inodes, killed it first.
-				default:
-					t.Errorf("a command made %q empty files in /tmp (err %v, exit %d); want at most %d, or the command stopped with ErrDiskFull", res.Stdout, err, res.ExitCode, inodes)
-				}
-			})
-		}
+	sb := sandboxtest.StartSpec(t, p, spec)
+	t.Logf("isolation: %s", sb.Info().Isolation)
+	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"python3", "-c", fill}, Timeout: 2 * time.Minute})
+	t.Logf("exit %d, err %v, stdout %q, stderr %q", res.ExitCode, err, res.Stdout, lastLine(res.Stderr))
+	made, perr := strconv.ParseInt(strings.TrimSpace(string(res.Stdout)), 10, 64)
+	switch {
+	case errors.Is(err, sandbox.ErrDiskFull):
+		// Killed by the worker: what it made in the last poll's interval went past.
+	case err == nil && perr == nil && made <= inodes:
+		// Refused by the kernel, at nr_inodes (the root folder takes one).
+	case err == nil && res.ExitCode == 137 && oomKills:
+		// The memory cgroup, which counts the inodes, killed it first.
+	default:
+		t.Errorf("a command made %q empty files in /tmp (err %v, exit %d); want at most %d, or the command stopped with ErrDiskFull", res.Stdout, err, res.ExitCode, inodes)
 	}
 }
