@@ -107,7 +107,13 @@ const (
 	// unlimited. The kernel counts it per host uid, so per sandbox where each has its own (the
 	// worker is root), else shared with the worker and the other sandboxes.
 	messageQueueBytes = 512 << 10
-	defaultPATH       = "/usr/local/bin:/usr/bin:/bin"
+	// sigPendingLimit is RLIMIT_SIGPENDING: the signals queued to the sandbox's processes and
+	// its POSIX timers (each holds one from timer_create on) together, kernel memory that
+	// RLIMIT_AS does not count; not the worker's, which may be unlimited. The kernel counts
+	// it per host uid and caps each user namespace at its creator's, so per sandbox where each
+	// has its own uid (the worker is root), else shared with the worker and the others.
+	sigPendingLimit = 1024
+	defaultPATH     = "/usr/local/bin:/usr/bin:/bin"
 	// A running command's workdir is measured every diskPollMin, or diskPollFactor times as
 	// long as a measurement takes when the tree is large, but at least every diskPollMax. What
 	// a command can write beyond the bound is what it writes in one interval.
@@ -179,7 +185,7 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	if p.root, err = prepareRoot(cfg.Root, p.asRoot); err != nil {
 		return nil, err
 	}
-	for _, r := range []int{unix.RLIMIT_NPROC, unix.RLIMIT_FSIZE, unix.RLIMIT_NOFILE, unix.RLIMIT_CPU, unix.RLIMIT_CORE, unix.RLIMIT_MSGQUEUE, unix.RLIMIT_AS} {
+	for _, r := range []int{unix.RLIMIT_NPROC, unix.RLIMIT_FSIZE, unix.RLIMIT_NOFILE, unix.RLIMIT_CPU, unix.RLIMIT_CORE, unix.RLIMIT_MSGQUEUE, unix.RLIMIT_SIGPENDING, unix.RLIMIT_AS} {
 		var l unix.Rlimit
 		if err := unix.Getrlimit(r, &l); err != nil {
 			return nil, fmt.Errorf("sandbox: bubblewrap: read rlimits: %w", err)

@@ -133,6 +133,7 @@ func (p *BubblewrapProvider) rlimits(spec Spec, lim limits, memoryCgroup bool) [
 		{"cpu", unix.RLIMIT_CPU, lim.cpuSeconds},
 		{"core", unix.RLIMIT_CORE, 0},
 		{"msgqueue", unix.RLIMIT_MSGQUEUE, messageQueueBytes},
+		{"sigpending", unix.RLIMIT_SIGPENDING, sigPendingLimit},
 	}
 	if p.asRoot {
 		out = append([]rlimit{{"nproc", unix.RLIMIT_NPROC, uint64(spec.PIDs)}}, out...)

@@ -190,12 +190,13 @@ print(n)
 				// must hold them, soft and hard alike.
 				limits := string(run(t, sb, "cat", "/proc/self/limits").Stdout)
 				want := map[string]string{
-					"Max file size":      "8388608 8388608",
-					"Max open files":     "1024 1024",
-					"Max core file size": "0 0",
-					"Max cpu time":       "3600 3600", // 1 core for the default 1 h lifetime
-					"Max address space":  "134217728 134217728",
-					"Max processes":      "32 32",
+					"Max file size":       "8388608 8388608",
+					"Max open files":      "1024 1024",
+					"Max core file size":  "0 0",
+					"Max cpu time":        "3600 3600", // 1 core for the default 1 h lifetime
+					"Max address space":   "134217728 134217728",
+					"Max processes":       "32 32",
+					"Max pending signals": "1024 1024",
 				}
 				iso := sb.Info().Isolation
 				if strings.Contains(iso, "memory") {
@@ -410,9 +411,9 @@ func TestImageRootfs(t *testing.T) {
 // TestIsolationReport checks that Info says what is in force.
 func TestIsolationReport(t *testing.T) {
 	// RLIMIT_NPROC is set only where each sandbox has a host uid of its own, which takes root.
-	rlimits, uid := "rlimits=fsize,nofile,cpu,core,msgqueue,as", "host_uid=worker's"
+	rlimits, uid := "rlimits=fsize,nofile,cpu,core,msgqueue,sigpending,as", "host_uid=worker's"
 	if os.Geteuid() == 0 {
-		rlimits, uid = "rlimits=nproc,fsize,nofile,cpu,core,msgqueue,as", "(own)"
+		rlimits, uid = "rlimits=nproc,fsize,nofile,cpu,core,msgqueue,sigpending,as", "(own)"
 	}
 	tests := []struct {
 		name string

@@ -46,7 +46,8 @@ func TestEscapeSuiteWarm(t *testing.T) {
 			}
 			return int64(st.Blocks-st.Bfree) * st.Bsize, int64(st.Files - st.Ffree), nil
 		},
-		PIDs: sandboxtest.EscapeSpec.PIDs,
+		PIDs:          sandboxtest.EscapeSpec.PIDs,
+		SignalsQueued: sandbox.SignalsQueuedBound,
 	})
 }
 

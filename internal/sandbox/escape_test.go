@@ -28,7 +28,8 @@ func TestEscapeSuite(t *testing.T) {
 			}
 			return int64(st.Blocks-st.Bfree) * st.Bsize, int64(st.Files - st.Ffree), nil
 		},
-		PIDs: sandboxtest.EscapeSpec.PIDs,
+		PIDs:          sandboxtest.EscapeSpec.PIDs,
+		SignalsQueued: sandbox.SignalsQueuedBound,
 	})
 }
 

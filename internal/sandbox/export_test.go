@@ -80,3 +80,6 @@ func PollWakeups(sb Sandbox) int64 {
 
 // DiskPollMin is the shortest interval of a running command's disk poll.
 const DiskPollMin = diskPollMin
+
+// SignalsQueuedBound is how many pending signals and POSIX timers a bubblewrap sandbox holds.
+const SignalsQueuedBound = sigPendingLimit

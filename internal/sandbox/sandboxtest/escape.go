@@ -46,6 +46,10 @@ type Host struct {
 	// enforces the spec, the node's pod limit otherwise; 0 when nothing bounds them, and the
 	// fork bomb is skipped (it would take the machine's process table).
 	PIDs int
+	// SignalsQueued is how many pending signals and POSIX timers one sandbox may hold
+	// together (its RLIMIT_SIGPENDING); 0 where the backend leaves them to the container
+	// runtime's, and the case is skipped.
+	SignalsQueued int
 }
 
 // RunEscape runs the escape and exhaustion suite: each attack in a sandbox of EscapeSpec, the
@@ -64,6 +68,7 @@ func RunEscape(t *testing.T, p sandbox.Provider, host Host) {
 		{"MemoryBomb", testMemoryBomb},
 		{"CPUSpin", testCPUSpin},
 		{"OutputFlood", testOutputFlood},
+		{"SignalsQueued", testSignalsQueued},
 		{"NothingOutlivesItsCommand", testOutlivesCommand},
 		{"NothingOutlivesClose", testOutlivesClose},
 	}
