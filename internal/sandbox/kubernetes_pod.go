@@ -38,6 +38,11 @@ func (p *KubernetesProvider) isolationOf(pod *corev1.Pod) string {
 	lim := pod.Spec.Containers[0].Resources.Limits
 	fmt.Fprintf(&b, "; limits=cpu:%s,memory:%s,ephemeral-storage:%s", lim.Cpu(), lim.Memory(), lim.StorageEphemeral())
 	b.WriteString("; pids=none per pod (the node's podPidsLimit, where set)")
+	// The kernel counts message queues, pending signals, inotify instances and pipe pages per
+	// host uid, and every sandbox pod runs as the same one in the node's user namespace.
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil {
+		fmt.Fprintf(&b, "; per_uid_limits=shared by the node's pods of uid %d", *sc.RunAsUser)
+	}
 	b.WriteString(podNetworkIsolation[p.cfg.NetworkPolicy])
 	if d := pod.Spec.ActiveDeadlineSeconds; d != nil {
 		fmt.Fprintf(&b, "; active_deadline=%ds", *d)

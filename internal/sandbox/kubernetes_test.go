@@ -198,6 +198,11 @@ func TestKubernetesPodSpecAsDeployed(t *testing.T) {
 		if info.PIDs != 0 || !strings.Contains(info.Isolation, "pids=none per pod") {
 			t.Errorf("pids %d, isolation %q: want no bound claimed for the profile's pids", info.PIDs, info.Isolation)
 		}
+		// The kernel's per-uid counters (message queues, pending signals, inotify, pipe pages)
+		// are not the pod's own: every sandbox pod runs as the same uid on the node.
+		if shared := "per_uid_limits=shared by the node's pods of uid 1000"; !strings.Contains(info.Isolation, shared) {
+			t.Errorf("isolation %q: want it to say %q", info.Isolation, shared)
+		}
 	}
 }
 
