@@ -238,9 +238,12 @@ func TestToolCallErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newScript(t, toolCalls(100, call{"call_1", tt.tool, tt.args}), final("gave up"))
+			// The usage a tokenizer would report for the arguments (a megabyte is no 100 tokens).
+			s := newScript(t, toolCalls(max(100, int64(len(tt.args)/4)), call{"call_1", tt.tool, tt.args}), final("gave up"))
 			sb := newFakeSandbox(map[string]string{"sales.csv": salesCSV})
-			res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t), sb))
+			p := csvProfile(t)
+			p.Limits.MaxTokens = 1 << 20 // room for the megabyte of arguments
+			res, err := newAgent(t, s).Run(context.Background(), request(p, sb))
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}

@@ -32,121 +32,121 @@ func TestCapsExactlyAtTheLimit(t *testing.T) {
 		{
 			name:      "max_tool_calls 3 across two responses runs exactly 3",
 			limits:    func(l *config.Limits) { l.MaxToolCalls = 3 },
-			replies:   []reply{toolCalls(100, emit("a"), emit("b")), toolCalls(100, emit("c"), emit("d"))},
+			replies:   []reply{toolCalls(1000, emit("a"), emit("b")), toolCalls(1000, emit("c"), emit("d"))},
 			wantCap:   agent.CapMaxToolCalls,
 			wantExecs: []string{"a", "b", "c"},
 			wantReqs:  2,
-			wantSpent: agent.Budget{Turns: 2, ToolCalls: 3, Tokens: 200},
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 3, Tokens: 2000},
 			wantSkip:  "not run: the job reached its cap of 3 tool calls",
 		},
 		{
 			name:      "max_tool_calls 3 reached then the model stops: completed",
 			limits:    func(l *config.Limits) { l.MaxToolCalls = 3 },
-			replies:   []reply{toolCalls(100, emit("a"), emit("b"), emit("c")), final("done")},
+			replies:   []reply{toolCalls(1000, emit("a"), emit("b"), emit("c")), final("done")},
 			wantExecs: []string{"a", "b", "c"},
 			wantReqs:  2,
-			wantSpent: agent.Budget{Turns: 2, ToolCalls: 3, Tokens: 150},
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 3, Tokens: 1500},
 		},
 		{
 			name:      "max_tool_calls 3 reached then one more call: capped",
 			limits:    func(l *config.Limits) { l.MaxToolCalls = 3 },
-			replies:   []reply{toolCalls(100, emit("a"), emit("b"), emit("c")), toolCalls(100, emit("d"))},
+			replies:   []reply{toolCalls(1000, emit("a"), emit("b"), emit("c")), toolCalls(1000, emit("d"))},
 			wantCap:   agent.CapMaxToolCalls,
 			wantExecs: []string{"a", "b", "c"},
 			wantReqs:  2,
-			wantSpent: agent.Budget{Turns: 2, ToolCalls: 3, Tokens: 200},
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 3, Tokens: 2000},
 			wantSkip:  "not run",
 		},
 		{
 			name:      "max_tool_calls 1: an invalid call uses it up",
 			limits:    func(l *config.Limits) { l.MaxToolCalls = 1 },
-			replies:   []reply{toolCalls(100, call{"x", "nope", `{}`}, emit("a"))},
+			replies:   []reply{toolCalls(1000, call{"x", "nope", `{}`}, emit("a"))},
 			wantCap:   agent.CapMaxToolCalls,
 			wantReqs:  1,
-			wantSpent: agent.Budget{Turns: 1, ToolCalls: 1, Tokens: 100},
+			wantSpent: agent.Budget{Turns: 1, ToolCalls: 1, Tokens: 1000},
 			wantSkip:  "not run",
 		},
 		{
 			name:      "max_turns 3 sends exactly 3 requests",
 			limits:    func(l *config.Limits) { l.MaxTurns = 3 },
-			replies:   []reply{toolCalls(100, emit("a")), toolCalls(100, emit("b")), toolCalls(100, emit("c"))},
+			replies:   []reply{toolCalls(1000, emit("a")), toolCalls(1000, emit("b")), toolCalls(1000, emit("c"))},
 			wantCap:   agent.CapMaxTurns,
 			wantExecs: []string{"a", "b", "c"},
 			wantReqs:  3,
-			wantSpent: agent.Budget{Turns: 3, ToolCalls: 3, Tokens: 300},
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 3, Tokens: 3000},
 		},
 		{
 			name:      "max_turns 3 with the answer on the third: completed",
 			limits:    func(l *config.Limits) { l.MaxTurns = 3 },
-			replies:   []reply{toolCalls(100, emit("a")), toolCalls(100, emit("b")), final("done")},
+			replies:   []reply{toolCalls(1000, emit("a")), toolCalls(1000, emit("b")), final("done")},
 			wantExecs: []string{"a", "b"},
 			wantReqs:  3,
-			wantSpent: agent.Budget{Turns: 3, ToolCalls: 2, Tokens: 250},
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 2, Tokens: 2500},
 		},
 		{
 			name:      "max_tokens 1000 reached exactly: no further request",
-			limits:    func(l *config.Limits) { l.MaxTokens = 1000 },
-			replies:   []reply{toolCalls(500, emit("a")), toolCalls(500, emit("b"))},
+			limits:    func(l *config.Limits) { l.MaxTokens = 10000 },
+			replies:   []reply{toolCalls(5000, emit("a")), toolCalls(5000, emit("b"))},
 			wantCap:   agent.CapMaxTokens,
 			wantExecs: []string{"a", "b"},
 			wantReqs:  2,
-			wantSpent: agent.Budget{Turns: 2, ToolCalls: 2, Tokens: 1000},
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 2, Tokens: 10000},
 		},
 		{
 			name:      "max_tokens 1000 with 999 used: one more request",
-			limits:    func(l *config.Limits) { l.MaxTokens = 1000 },
-			replies:   []reply{toolCalls(499, emit("a")), toolCalls(500, emit("b")), final("done")},
+			limits:    func(l *config.Limits) { l.MaxTokens = 10000 },
+			replies:   []reply{toolCalls(4990, emit("a")), toolCalls(5000, emit("b")), final("done")},
 			wantExecs: []string{"a", "b"},
 			wantReqs:  3,
-			wantSpent: agent.Budget{Turns: 3, ToolCalls: 2, Tokens: 1049},
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 2, Tokens: 10490},
 		},
 		// Budgets spent by earlier attempts of the job count against the caps.
 		{
 			name:      "earlier attempts made 2 of 3 tool calls",
 			limits:    func(l *config.Limits) { l.MaxToolCalls = 3 },
-			spent:     agent.Budget{Turns: 2, ToolCalls: 2, Tokens: 300},
-			replies:   []reply{toolCalls(100, emit("a"), emit("b"))},
+			spent:     agent.Budget{Turns: 2, ToolCalls: 2, Tokens: 3000},
+			replies:   []reply{toolCalls(1000, emit("a"), emit("b"))},
 			wantCap:   agent.CapMaxToolCalls,
 			wantExecs: []string{"a"},
 			wantReqs:  1,
-			wantSpent: agent.Budget{Turns: 3, ToolCalls: 3, Tokens: 400},
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 3, Tokens: 4000},
 			wantSkip:  "not run: the job reached its cap of 3 tool calls (2 of them in earlier attempts)",
 		},
 		{
 			name:      "earlier attempts used every turn",
 			limits:    func(l *config.Limits) { l.MaxTurns = 3 },
-			spent:     agent.Budget{Turns: 3, ToolCalls: 1, Tokens: 300},
+			spent:     agent.Budget{Turns: 3, ToolCalls: 1, Tokens: 3000},
 			wantCap:   agent.CapMaxTurns,
 			wantReqs:  0,
-			wantSpent: agent.Budget{Turns: 3, ToolCalls: 1, Tokens: 300},
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 1, Tokens: 3000},
 		},
 		{
 			name:      "earlier attempts used 2 of 3 turns",
 			limits:    func(l *config.Limits) { l.MaxTurns = 3 },
 			spent:     agent.Budget{Turns: 2},
-			replies:   []reply{toolCalls(100, emit("a"))},
+			replies:   []reply{toolCalls(1000, emit("a"))},
 			wantCap:   agent.CapMaxTurns,
 			wantExecs: []string{"a"},
 			wantReqs:  1,
-			wantSpent: agent.Budget{Turns: 3, ToolCalls: 1, Tokens: 100},
+			wantSpent: agent.Budget{Turns: 3, ToolCalls: 1, Tokens: 1000},
 		},
 		{
 			name:      "earlier attempts used 900 of 1000 tokens",
-			limits:    func(l *config.Limits) { l.MaxTokens = 1000 },
-			spent:     agent.Budget{Turns: 1, Tokens: 900},
-			replies:   []reply{toolCalls(100, emit("a"))},
+			limits:    func(l *config.Limits) { l.MaxTokens = 10000 },
+			spent:     agent.Budget{Turns: 1, Tokens: 9000},
+			replies:   []reply{toolCalls(1000, emit("a"))},
 			wantCap:   agent.CapMaxTokens,
 			wantExecs: []string{"a"},
 			wantReqs:  1,
-			wantSpent: agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 1000},
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 10000},
 		},
 		{
 			name:      "earlier attempts used every token",
-			limits:    func(l *config.Limits) { l.MaxTokens = 1000 },
-			spent:     agent.Budget{Turns: 1, Tokens: 1000},
+			limits:    func(l *config.Limits) { l.MaxTokens = 10000 },
+			spent:     agent.Budget{Turns: 1, Tokens: 10000},
 			wantCap:   agent.CapMaxTokens,
 			wantReqs:  0,
-			wantSpent: agent.Budget{Turns: 1, Tokens: 1000},
+			wantSpent: agent.Budget{Turns: 1, Tokens: 10000},
 		},
 	}
 	for _, tt := range tests {
@@ -207,10 +207,10 @@ func TestCapsExactlyAtTheLimit(t *testing.T) {
 // caller that records events loses nothing when the process dies in the middle of a step.
 func TestProgressCarriesTheSpentBudget(t *testing.T) {
 	s := newScript(t,
-		toolCalls(100, call{"a", "emit", `{"text":"a"}`}, call{"b", "emit", `{"text":"b"}`}),
+		toolCalls(1000, call{"a", "emit", `{"text":"a"}`}, call{"b", "emit", `{"text":"b"}`}),
 		final("done"))
 	req := request(csvProfile(t, emitTool), newFakeSandbox(nil))
-	req.Spent = agent.Budget{Turns: 1, ToolCalls: 4, Tokens: 1000}
+	req.Spent = agent.Budget{Turns: 1, ToolCalls: 4, Tokens: 10000}
 	var got []string
 	req.Progress = func(e agent.Event) {
 		got = append(got, fmt.Sprintf("%s turn=%d calls=%d spent=%d/%d/%d", e.Kind, e.Turn, e.ToolCalls, e.Spent.Turns, e.Spent.ToolCalls, e.Spent.Tokens))
@@ -220,15 +220,15 @@ func TestProgressCarriesTheSpentBudget(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	want := []string{
-		"model_request turn=1 calls=0 spent=2/4/1000", // the request about to be sent counts
-		"tool_call turn=1 calls=1 spent=2/5/1100",     // so does the call about to run
-		"tool_call turn=1 calls=2 spent=2/6/1100",
-		"model_request turn=2 calls=2 spent=3/6/1100",
+		"model_request turn=1 calls=0 spent=2/4/10000", // the request about to be sent counts
+		"tool_call turn=1 calls=1 spent=2/5/11000",     // so does the call about to run
+		"tool_call turn=1 calls=2 spent=2/6/11000",
+		"model_request turn=2 calls=2 spent=3/6/11000",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if wantSpent := (agent.Budget{Turns: 3, ToolCalls: 6, Tokens: 1150}); res.Spent != wantSpent {
+	if wantSpent := (agent.Budget{Turns: 3, ToolCalls: 6, Tokens: 11500}); res.Spent != wantSpent {
 		t.Errorf("spent = %+v, want %+v", res.Spent, wantSpent)
 	}
 }
@@ -238,13 +238,13 @@ func TestProgressCarriesTheSpentBudget(t *testing.T) {
 // turns to an outage.
 func TestSpentLeavesOutARequestTheEndpointWasUnavailableFor(t *testing.T) {
 	fast := map[string]string{"retry-after-ms": "1"}
-	s := newScript(t, toolCalls(100, call{"a", "emit", `{"text":"a"}`}),
+	s := newScript(t, toolCalls(1000, call{"a", "emit", `{"text":"a"}`}),
 		apiError(503, "", "overloaded", fast), apiError(503, "", "overloaded", fast), apiError(503, "", "overloaded", fast))
 	res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t, emitTool), newFakeSandbox(nil)))
 	if !errors.Is(err, agent.ErrModelUnavailable) {
 		t.Fatalf("Run: %v, want ErrModelUnavailable", err)
 	}
-	if want := (agent.Budget{Turns: 1, ToolCalls: 1, Tokens: 100}); res.Spent != want || res.Turns != 1 {
+	if want := (agent.Budget{Turns: 1, ToolCalls: 1, Tokens: 1000}); res.Spent != want || res.Turns != 1 {
 		t.Errorf("spent %+v turns %d, want %+v and 1 answered turn", res.Spent, res.Turns, want)
 	}
 }
@@ -265,27 +265,27 @@ func TestCaps(t *testing.T) {
 		{
 			name:    "max_turns",
 			limits:  func(l *config.Limits) { l.MaxTurns = 2 },
-			replies: []reply{list("c1", 100), list("c2", 100)},
+			replies: []reply{list("c1", 1000), list("c2", 1000)},
 			wantCap: agent.CapMaxTurns, wantTurns: 2, wantCalls: 2, wantReqs: 2,
 		},
 		{
 			name:   "max_tool_calls hit inside a response",
 			limits: func(l *config.Limits) { l.MaxToolCalls = 2 },
-			replies: []reply{toolCalls(100,
+			replies: []reply{toolCalls(1000,
 				call{"c1", "list_files", `{}`}, call{"c2", "nope", `{}`}, call{"c3", "list_files", `{}`})},
 			wantCap: agent.CapMaxToolCalls, wantTurns: 1, wantCalls: 2, wantReqs: 1,
 		},
 		{
 			name:    "max_tokens",
-			limits:  func(l *config.Limits) { l.MaxTokens = 1000 },
-			replies: []reply{list("c1", 600), list("c2", 600)},
+			limits:  func(l *config.Limits) { l.MaxTokens = 10000 },
+			replies: []reply{list("c1", 6000), list("c2", 6000)},
 			wantCap: agent.CapMaxTokens, wantTurns: 2, wantCalls: 2, wantReqs: 2,
 		},
 		{
 			name:    "job_timeout during a tool call",
 			limits:  func(l *config.Limits) { l.JobTimeout = config.Duration(300 * time.Millisecond) },
 			tools:   []config.Tool{slowTool},
-			replies: []reply{toolCalls(100, call{"c1", "slow", `{}`}, call{"c2", "list_files", `{}`})},
+			replies: []reply{toolCalls(1000, call{"c1", "slow", `{}`}, call{"c2", "list_files", `{}`})},
 			wantCap: agent.CapJobTimeout, wantTurns: 1, wantCalls: 1, wantReqs: 1,
 		},
 		{
@@ -316,7 +316,7 @@ func TestCaps(t *testing.T) {
 			name:   "max_conversation_bytes passed by a tool result",
 			limits: func(l *config.Limits) { l.MaxConversationBytes, l.MaxOutputBytes = 64<<10, 16<<10 },
 			tools:  []config.Tool{printTool},
-			replies: []reply{toolCalls(100, call{"c1", "print", `{"n":20000}`}, call{"c2", "print", `{"n":20000}`},
+			replies: []reply{toolCalls(1000, call{"c1", "print", `{"n":20000}`}, call{"c2", "print", `{"n":20000}`},
 				call{"c3", "print", `{"n":20000}`}, call{"c4", "print", `{"n":20000}`}, call{"c5", "print", `{"n":20000}`})},
 			wantCap: agent.CapMaxConversationBytes, wantTurns: 1, wantCalls: 4, wantReqs: 1,
 		},
@@ -351,7 +351,7 @@ func TestCaps(t *testing.T) {
 }
 
 func TestCapMaxToolCallsAnswersEveryCall(t *testing.T) {
-	s := newScript(t, toolCalls(100, call{"c1", "list_files", `{}`}, call{"c2", "list_files", `{}`}, call{"c3", "list_files", `{}`}))
+	s := newScript(t, toolCalls(1000, call{"c1", "list_files", `{}`}, call{"c2", "list_files", `{}`}, call{"c3", "list_files", `{}`}))
 	p := csvProfile(t)
 	p.Limits.MaxToolCalls = 1
 	res, err := newAgent(t, s).Run(context.Background(), request(p, newFakeSandbox(nil)))
@@ -386,11 +386,12 @@ func TestConversationHeldIsBounded(t *testing.T) {
 	for i := range 6 {
 		replies = append(replies, completion(map[string]any{"role": "assistant", "content": strings.Repeat("x", answer),
 			"tool_calls": []map[string]any{{"id": fmt.Sprintf("c%d", i), "type": "function",
-				"function": map[string]any{"name": "list_files", "arguments": `{}`}}}}, "tool_calls", 100))
+				"function": map[string]any{"name": "list_files", "arguments": `{}`}}}}, "tool_calls", answer/4))
 	}
 	s := newScript(t, replies...)
 	p := csvProfile(t)
 	p.Limits.MaxTurns = len(replies)
+	p.Limits.MaxTokens = 1 << 30 // the answers' tokens are not what stops the run
 	res, err := newAgent(t, s).Run(context.Background(), request(p, newFakeSandbox(map[string]string{"sales.csv": salesCSV})))
 	if err != nil {
 		t.Fatalf("Run: %v", err)

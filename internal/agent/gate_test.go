@@ -51,7 +51,7 @@ func gated(t *testing.T, o *outage) (*modelgate.Gate, <-chan struct{}) {
 // turns spent.
 func TestTurnWaitsForTheModelGate(t *testing.T) {
 	fast := map[string]string{"retry-after-ms": "1"}
-	s := newScript(t, toolCalls(100, call{"a", "emit", `{"text":"a"}`}),
+	s := newScript(t, toolCalls(1000, call{"a", "emit", `{"text":"a"}`}),
 		apiError(503, "", "overloaded", fast), apiError(502, "", "bad gateway", fast), apiError(503, "", "overloaded", fast),
 		final("done"))
 	o := &outage{}
@@ -75,7 +75,7 @@ func TestTurnWaitsForTheModelGate(t *testing.T) {
 	if res.Outcome != agent.OutcomeCompleted || res.FinalMessage != "done" {
 		t.Fatalf("outcome %q final %q, want completed with the answer after the outage", res.Outcome, res.FinalMessage)
 	}
-	if want := (agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 150}); res.Spent != want || res.Turns != 2 {
+	if want := (agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 1500}); res.Spent != want || res.Turns != 2 {
 		t.Errorf("spent %+v turns %d, want %+v and 2 turns, as without the outage", res.Spent, res.Turns, want)
 	}
 	if n := len(s.requests()); n != 5 {

@@ -155,7 +155,7 @@ func toolCalls(total int64, calls ...call) reply {
 
 // final builds a chat completion that answers without tool calls.
 func final(text string) reply {
-	return completion(map[string]any{"role": "assistant", "content": text, "refusal": nil}, "stop", 50)
+	return completion(map[string]any{"role": "assistant", "content": text, "refusal": nil}, "stop", 500)
 }
 
 func completion(msg map[string]any, finish string, total int64) reply {

@@ -175,10 +175,13 @@ func TestHostileArguments(t *testing.T) {
 			if testing.Short() && len(tt.tool)+len(tt.args) > 1<<20 {
 				t.Skip("10 MB arguments take seconds; run without -short")
 			}
-			s := newScript(t, toolCalls(100, call{"h1", tt.tool, tt.args}), final("gave up"))
+			// The usage a tokenizer would report for the arguments (10 MB are no 100 tokens).
+			s := newScript(t, toolCalls(max(100, int64(len(tt.tool)+len(tt.args))/4), call{"h1", tt.tool, tt.args}), final("gave up"))
 			files := map[string]string{"sales.csv": salesCSV}
 			sb := newFakeSandbox(files)
-			res, err := newAgent(t, s).Run(context.Background(), request(hostileProfile(t), sb))
+			p := hostileProfile(t)
+			p.Limits.MaxTokens = 1 << 30 // room for the 10 MB answers
+			res, err := newAgent(t, s).Run(context.Background(), request(p, sb))
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}

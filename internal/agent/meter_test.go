@@ -49,13 +49,13 @@ func TestMeter(t *testing.T) {
 		wantSent  int
 		wantSpent []int64
 	}{
-		{name: "allowed throughout", allowed: 5, wantSent: 3, wantSpent: []int64{100, 200, 50}},
+		{name: "allowed throughout", allowed: 5, wantSent: 3, wantSpent: []int64{1000, 2000, 500}},
 		{name: "refused before the first", allowed: 0, wantErr: errOverBudget, wantSent: 0},
-		{name: "refused before the third", allowed: 2, wantErr: errOverBudget, wantSent: 2, wantSpent: []int64{100, 200}},
+		{name: "refused before the third", allowed: 2, wantErr: errOverBudget, wantSent: 2, wantSpent: []int64{1000, 2000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newScript(t, toolCalls(100, call{"c1", "list_files", `{}`}), toolCalls(200, call{"c2", "list_files", `{}`}), final("done"))
+			s := newScript(t, toolCalls(1000, call{"c1", "list_files", `{}`}), toolCalls(2000, call{"c2", "list_files", `{}`}), final("done"))
 			m := &meter{allowed: tt.allowed}
 			req := request(csvProfile(t), newFakeSandbox(nil))
 			req.Meter = m

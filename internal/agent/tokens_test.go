@@ -26,10 +26,11 @@ func withUsage(r reply, usage any) reply {
 	return reply{body: string(b)}
 }
 
-// TestTokensCountedWithoutUsage: an endpoint that reports no usage, zeros or negative figures
-// still spends the job's token budget, with an estimate from the bytes sent and
-// received, marked as one in the result, each call and the transcript; so max_tokens (and the
-// meter behind a tenant's daily_tokens) stops the job. A plausible report is counted as is.
+// TestTokensCountedWithoutUsage: an endpoint that reports no usage, zeros, negative figures or
+// far fewer tokens than its bodies hold (a broken or hostile one saying a token an answer)
+// still spends the job's token budget, with an estimate from the bytes sent and received, marked as one in the result, each call and the transcript; so max_tokens (and the
+// meter behind a tenant's daily_tokens) stops the job. A plausible report is counted as is, its
+// total no less than its parts.
 func TestTokensCountedWithoutUsage(t *testing.T) {
 	tests := []struct {
 		name          string
@@ -41,6 +42,9 @@ func TestTokensCountedWithoutUsage(t *testing.T) {
 		{name: "usage null", usage: json.RawMessage("null"), wantEstimated: true},
 		{name: "negative usage", usage: map[string]any{"prompt_tokens": -100000, "completion_tokens": 0, "total_tokens": -100000}, wantEstimated: true},
 		{name: "negative prompt tokens", usage: map[string]any{"prompt_tokens": -1000, "completion_tokens": 1001, "total_tokens": 1}, wantEstimated: true},
+		{name: "a token an answer", usage: map[string]any{"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1}, wantEstimated: true},
+		{name: "a few tokens an answer", usage: map[string]any{"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}, wantEstimated: true},
+		{name: "total below its parts", usage: map[string]any{"prompt_tokens": 1500, "completion_tokens": 500, "total_tokens": 1}},
 		{name: "plausible usage", usage: map[string]any{"prompt_tokens": 400, "completion_tokens": 100, "total_tokens": 500}},
 	}
 	for _, tt := range tests {
