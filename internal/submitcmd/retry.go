@@ -60,17 +60,36 @@ func (e *env) retry(ctx context.Context, what string, again retryable, op func(c
 }
 
 // transientNATS: everything but a stream or bucket that is really not there, or a refusal.
-// In a JetStream cluster (clustered) "not there" may pass as well: a server that has just
-// restarted, or a meta leader just elected, can answer that a stream or bucket does not exist
-// until it has caught up (the faults' cluster run had a submission refused so as a node was
-// killed). There it is waited for like an election, and said missing once the patience runs
-// out; a single server knows.
+// In a JetStream cluster (clustered) "not there" may pass as well, for a while: the meta
+// leader, which answers for a stream no server holds, knows (it calls itself leader only once
+// it has applied its log), but a member of a stream's group that has just restarted may answer
+// for the stream before it has loaded it (the faults' cluster run had a submission refused so
+// as a node was killed). nats-server lets such a member answer in its group's first
+// lostQuorumInterval (10 s) only, so "not there" is waited for up to missingWait from the
+// first such answer, never the command's whole patience (run's is its --timeout, 30 minutes
+// by default, which a tenant nobody set up waited out before it was told). A single server
+// knows, and is believed at once.
 func transientNATS(clustered bool) retryable {
+	var missingSince time.Time
 	return func(err error) bool {
-		missing := errors.Is(err, queue.ErrNotReady) || errors.Is(err, queue.ErrNotServed)
-		return !errors.Is(err, queue.ErrRefused) && (!missing || clustered)
+		switch {
+		case errors.Is(err, queue.ErrRefused):
+			return false
+		case !errors.Is(err, queue.ErrNotReady) && !errors.Is(err, queue.ErrNotServed):
+			return true // no answer, a lost connection: an election, a restart
+		case !clustered:
+			return false
+		case missingSince.IsZero():
+			missingSince = time.Now()
+		}
+		return time.Since(missingSince) < missingWait
 	}
 }
+
+// missingWait is how long a JetStream cluster may say a stream or bucket is missing before
+// submit believes it: past the 10 s in which a restarted server may answer for a stream it has
+// not loaded yet.
+const missingWait = 15 * time.Second
 
 // transientStore: everything but a refusal the store means (a bad key or URL, a 4xx other
 // than a timeout or throttling).

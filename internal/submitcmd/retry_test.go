@@ -10,7 +10,8 @@ import (
 )
 
 // TestMissingQueueIsWaitedForInACluster: a stream or bucket NATS says is missing ends submit's
-// wait at once on a single server, which knows, but is waited for in a JetStream cluster,
+// wait at once on a single server, which knows, but is waited for in a JetStream cluster (for
+// missingWait: TestMissingQueueInAClusterIsSaidWithoutWaitingThePatience),
 // where a server catching up after a restart or an election answers so for one that is there;
 // a refusal and the caller's end stop it either way, and an error that may pass waits either way.
 func TestMissingQueueIsWaitedForInACluster(t *testing.T) {
