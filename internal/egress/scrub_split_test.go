@@ -55,7 +55,7 @@ func scrubChunks(t *testing.T, swaps []swap, chunks []string) string {
 }
 
 // TestScrubBodyCatchesEveryCut: a body holding values (one inside another, one twice, one
-// at each end) is scrubbed whole however the upstream cuts it, at any one point and at any two,
+// at each end) is scrubbed whole however the upstream cuts it, at any one point, any two and any three,
 // the scrubber holding back no more than the longest value less one after each read and
 // handing out everything by the end. The values are what the tunnel's secrets put upstream;
 // none may reach the sandbox, nor any part of one as a part of another.
@@ -93,6 +93,10 @@ func TestScrubBodyCatchesEveryCut(t *testing.T) {
 				check([]string{b[:i], b[i:]})
 				for j := i; j <= len(b); j++ {
 					check([]string{b[:i], b[i:j], b[j:]})
+					// Three cuts: a value in four reads, spread over more than the hold.
+					for k := j; k <= len(b); k++ {
+						check([]string{b[:i], b[i:j], b[j:k], b[k:]})
+					}
 				}
 			}
 			// A byte a read, as a slow host streams.
