@@ -35,6 +35,7 @@ func TestBadConfigsAreRefusedAtLoad(t *testing.T) {
 		{"tenant-profile-unknown", `:6:23 tenants.team-a.profiles[0]: "q" is not a profile of this config`},
 		{"tenant-negative-max-queued", `:6:39 tenants.team-a.max_queued: -1 is negative; give a positive number, or leave it unset for nats.job_max_msgs`},
 		{"tenant-max-queued-bytes-below-a-job", `:6:45 tenants.team-a.max_queued_bytes: 1000 is below 65536, one job's largest message; give at least that, or leave it unset for nats.job_max_bytes`},
+		{"nats-job-max-bytes-below-a-job", `:1:23 nats.job_max_bytes: 1 is below 65536, one job's largest message; give at least that, or leave it unset for the default (1073741824)`},
 		{"shared-tenant-bucket", `tenants.team-b.bucket: "shared-bucket" is tenant team-a's bucket too; each tenant needs its own`},
 		{"profile-twice", `:5:3 profiles.p: given twice (first on line 2)`},
 		{"stream-not-a-name", `:1:16 nats.stream: "boxcar.jobs" is not a JetStream name: no spaces, '.', '*', '>', '/' or '\', at most 255`},

@@ -93,7 +93,8 @@ type NATS struct {
 	// ended, after it ended. Default: 168h (7 days).
 	StatusTTL Duration `json:"status_ttl,omitempty"`
 	// JobMaxMsgs and JobMaxBytes bound the job stream; a submission past either is refused,
-	// never a queued job dropped. Defaults: 100000 jobs, 1 GiB.
+	// never a queued job dropped. Defaults: 100000 jobs, 1 GiB; JobMaxBytes is at least
+	// job.MaxMessageBytes, one job's largest message.
 	JobMaxMsgs  int64 `json:"job_max_msgs,omitempty"`
 	JobMaxBytes int64 `json:"job_max_bytes,omitempty"`
 	// DeadLetterMaxAge and DeadLetterMaxBytes bound the dead-letter stream; past them the
@@ -395,7 +396,7 @@ func (c Config) WithDefaults() Config {
 	def(&n.Replicas, 1)
 	def(&n.StatusTTL, Duration(7*24*time.Hour))
 	def(&n.JobMaxMsgs, 100_000)
-	def(&n.JobMaxBytes, 1<<30)
+	def(&n.JobMaxBytes, defaultJobMaxBytes)
 	def(&n.DeadLetterMaxAge, Duration(30*24*time.Hour))
 	def(&n.DeadLetterMaxBytes, 1<<30)
 	def(&n.CancelMaxBytes, 64<<20)
@@ -514,6 +515,10 @@ func (c Config) Validate() error {
 	}
 	if n := c.NATS; n.StatusTTL <= 0 || n.JobMaxMsgs < 1 || n.JobMaxBytes < 1 || n.DeadLetterMaxAge <= 0 || n.DeadLetterMaxBytes < 1 || n.CancelMaxBytes < 1 || n.ApprovalsMaxBytes < 1 {
 		bad("nats", "status_ttl, job_max_msgs, job_max_bytes, dead_letter_max_age, dead_letter_max_bytes, cancel_max_bytes and approvals_max_bytes must be positive")
+	} else if n.JobMaxBytes < job.MaxMessageBytes {
+		// A tenant's job stream this small refuses every job, as a tenant's max_queued_bytes
+		// would (queueBounds).
+		bad("nats.job_max_bytes", "%d is below %d, one job's largest message; give at least that, or leave it unset for the default (%d)", n.JobMaxBytes, job.MaxMessageBytes, defaultJobMaxBytes)
 	}
 	errs = append(errs, c.validateEndpoints()...)
 	errs = append(errs, c.validateWorker()...)
@@ -697,6 +702,9 @@ func workdirRelative(name string) string {
 // cut, and a small share of a worker's memory per job however large the endpoint's answers
 // (each may be agent.DefaultMaxResponseBytes).
 const DefaultMaxConversationBytes = 8 << 20
+
+// defaultJobMaxBytes is nats.job_max_bytes when the config gives none.
+const defaultJobMaxBytes = 1 << 30
 
 // MinConversationBytes is the smallest limits.max_conversation_bytes: a few tool results of
 // max_output_bytes' default.
