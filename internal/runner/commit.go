@@ -364,7 +364,7 @@ const (
 // commit that another attempt runs or committed: the manifest's create-only put decides
 // between them, and the job ends once either way (see docs/lifecycle.md).
 func (a *attempt) mayHaveLostLease() bool {
-	return time.Since(a.started) >= a.d.AckWait()/2
+	return time.Since(a.began) >= a.d.AckWait()/2
 }
 
 // checkLease fails with errLeaseLost when a later attempt of the job has started or the run

@@ -28,7 +28,11 @@ type attempt struct {
 	limits  config.Limits
 	log     *slog.Logger
 	cancel  context.CancelCauseFunc // ends the attempt's context
-	started time.Time
+	// started is when the attempt began on the worker's wall clock (Config.Now), for what it
+	// records (its status, its manifest's timings, its queue wait); began is the same moment
+	// on the process's clock, which every bound and duration of the attempt is measured on
+	// (time.Now, as the contexts' deadlines are): the two differ where Now is not time.Now.
+	started, began time.Time
 	// deadline is when every wait of the attempt gives up (awaitAnswer), set by admit:
 	// the run's job_timeout, and as long again for all its waits together.
 	deadline time.Time
@@ -96,7 +100,7 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) { r.work(ctx, d)
 // stops before the settling is done leaves a delivery that the next one adopts.
 func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 	r.hold(d.JobID, 1)
-	a := &attempt{d: d, started: r.cfg.Now()}
+	a := &attempt{d: d, started: r.cfg.Now(), began: time.Now()}
 	r.bindTenant(a)
 	a.log = r.log.With("job_id", d.JobID, "tenant", a.tenant, "attempt", d.Attempt)
 	if d.Attempt > 1 {
@@ -251,7 +255,7 @@ func (r *Runner) admit(a *attempt) error {
 	}
 	a.limits = a.profile.Limits.Tighten(j.Limits)
 	a.profile.Limits = a.limits
-	a.deadline = a.started.Add(2 * time.Duration(a.limits.JobTimeout))
+	a.deadline = a.began.Add(2 * time.Duration(a.limits.JobTimeout))
 	return checkInputSize(a)
 }
 

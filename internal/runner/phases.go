@@ -20,7 +20,7 @@ type phaseClock struct {
 func (a *attempt) lap(s stage) {
 	now := time.Now()
 	if a.phases.ms == nil {
-		a.phases.ms, a.phases.last = map[string]int64{}, a.started
+		a.phases.ms, a.phases.last = map[string]int64{}, a.began
 	}
 	a.phases.ms[s.String()] += now.Sub(a.phases.last).Milliseconds()
 	a.phases.last = now
@@ -35,7 +35,7 @@ func (a *attempt) phasesMS() map[string]int64 {
 	}
 	last := a.phases.last
 	if last.IsZero() {
-		last = a.started
+		last = a.began
 	}
 	out[stageCommit.String()] += time.Since(last).Milliseconds()
 	return out

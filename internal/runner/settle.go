@@ -35,7 +35,7 @@ func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 	r.releaseCancel(w, e.outcome, dec)
 	r.settleMetrics(a, dec, lettered)
 
-	attrs = append([]any{"outcome", e.end.String(), "duration_ms", time.Since(a.started).Milliseconds()}, attrs...)
+	attrs = append([]any{"outcome", e.end.String(), "duration_ms", time.Since(a.began).Milliseconds()}, attrs...)
 	if dec.state != "" {
 		attrs = append(attrs, "state", string(dec.state))
 	}
@@ -229,7 +229,7 @@ func (r *Runner) settleMetrics(a *attempt, dec decision, lettered bool) {
 	}
 	if state := dec.counted(); state != "" && (lettered || job.ValidID(a.d.JobID)) {
 		r.m.Jobs.WithLabelValues(profile, string(state)).Inc()
-		r.m.JobDuration.WithLabelValues(profile, string(state)).Observe(time.Since(a.started).Seconds())
+		r.m.JobDuration.WithLabelValues(profile, string(state)).Observe(time.Since(a.began).Seconds())
 	}
 	if dec.capHit != "" {
 		r.m.CapHits.WithLabelValues(profile, dec.capHit).Inc()
