@@ -2,21 +2,22 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/boxcar-run/boxcar/internal/redact"
 )
 
-// CheckNATSURL checks a NATS URL list (nats.url, NATS_URL, submit's --nats) as the NATS client
+// checkNATSURL checks a NATS URL list (nats.url, NATS_URL, submit's --nats) as the NATS client
 // will read it. Like every check of a URL here, its error never holds the URL: one that does
 // not parse may hold a password the parser cannot read (docs/security.md).
-func CheckNATSURL(list string) error {
+func checkNATSURL(list string) error {
 	return redact.CheckURLList(list, "nats")
 }
 
-// CheckStoreURL checks the form of a store URL (store.url, BOXCAR_STORE): one that parses, with
+// checkStoreURL checks the form of a store URL (store.url, BOXCAR_STORE): one that parses, with
 // no credentials; the store checks the rest when it opens it.
-func CheckStoreURL(raw string) error {
+func checkStoreURL(raw string) error {
 	u, err := redact.ParseURL(raw)
 	if err != nil {
 		return err
@@ -27,9 +28,9 @@ func CheckStoreURL(raw string) error {
 	return nil
 }
 
-// CheckHTTPURL checks an http(s) URL with a host: an S3 endpoint (store.endpoint), a model
+// checkHTTPURL checks an http(s) URL with a host: an S3 endpoint (store.endpoint), a model
 // base URL (model.base_url, OPENAI_BASE_URL).
-func CheckHTTPURL(raw string) error {
+func checkHTTPURL(raw string) error {
 	_, err := redact.ParseHTTPURL(raw)
 	return err
 }
@@ -50,23 +51,71 @@ type URLKey struct {
 }
 
 const (
-	s3Secrets    = "put the S3 keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the worker's environment (or leave them unset for the machine's or pod's identity)"
+	s3Secrets    = "put the S3 keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment (or leave them unset for the machine's or pod's identity)"
 	modelSecrets = "put the API key in OPENAI_API_KEY in the worker's environment (the worker sends it as a bearer token) and give the URL as scheme://host/path alone"
 	natsSecrets  = "give them with --nats-creds (NATS_CREDS), or --nats-user with --nats-password-file (NATS_USER, NATS_PASSWORD_FILE), or --nats-token-file (NATS_TOKEN_FILE)"
 )
 
 // URLKeys are the config's URL keys, each with where its secret belongs.
 var URLKeys = []URLKey{
-	{Key: "nats.url", Secrets: natsSecrets, value: func(c Config) string { return c.NATS.URL }, check: CheckNATSURL},
-	{Key: "store.url", Secrets: s3Secrets, value: func(c Config) string { return c.Store.URL }, check: CheckStoreURL},
-	{Key: "store.endpoint", Query: true, Secrets: s3Secrets, value: func(c Config) string { return c.Store.Endpoint }, check: CheckHTTPURL},
-	{Key: "model.base_url", Query: true, Secrets: modelSecrets, value: func(c Config) string { return c.Model.BaseURL }, check: CheckHTTPURL},
+	{Key: "nats.url", Secrets: natsSecrets, value: func(c Config) string { return c.NATS.URL }, check: checkNATSURL},
+	{Key: "store.url", Secrets: s3Secrets, value: func(c Config) string { return c.Store.URL }, check: checkStoreURL},
+	{Key: "store.endpoint", Query: true, Secrets: s3Secrets, value: func(c Config) string { return c.Store.Endpoint }, check: checkHTTPURL},
+	{Key: "model.base_url", Query: true, Secrets: modelSecrets, value: func(c Config) string { return c.Model.BaseURL }, check: checkHTTPURL},
 }
+
+// URLFrom is where a URL key's value was given, which decides the secrets it may carry.
+type URLFrom int
+
+const (
+	// FromFile is a config file: shared, committed, a ConfigMap. It carries no secret.
+	FromFile URLFrom = iota
+	// FromFlag is a flag (submit's --nats, --store, --s3-endpoint): its value is in the process
+	// list for every local user to read, so it carries no secret either.
+	FromFlag
+	// FromEnv is an environment variable (NATS_URL, BOXCAR_STORE, BOXCAR_S3_ENDPOINT,
+	// OPENAI_BASE_URL), which may come from a Secret (valueFrom.secretKeyRef): it may carry
+	// user information where the key's client reads it (not store.url, whose store takes its
+	// keys from AWS_*), shown redacted everywhere. A query where the key has no use for one is
+	// refused from here too: nothing reads it, so it is a secret in the logs for nothing.
+	FromEnv
+)
+
+// CheckURL checks v, the value of the URL key key (one of URLKeys) given from from, as the
+// config's load checks the key's: a secret the source may not carry is refused saying where it
+// belongs, then the URL's form. The error names neither v nor where it came from: the caller
+// names the flag or variable.
+func CheckURL(key string, from URLFrom, v string) error {
+	i := slices.IndexFunc(URLKeys, func(k URLKey) bool { return k.Key == key })
+	if i < 0 {
+		panic("config: " + key + " is not a URL key")
+	}
+	return URLKeys[i].checkFrom(from, v)
+}
+
+// checkFrom is CheckURL for this key.
+func (k URLKey) checkFrom(from URLFrom, v string) error {
+	if what := k.secret(v, from == FromEnv); what != "" {
+		where := ""
+		if from == FromFlag {
+			where = ", which every user of the machine sees in the process list"
+		}
+		return fmt.Errorf("holds %s%s; %s. The value is not shown here", what, where, k.Secrets)
+	}
+	return k.check(v)
+}
+
+// What secret finds.
+const (
+	heldUser  = "credentials (a user:password@ or a token@)"
+	heldQuery = "a query (such as ?api_key=), which may be a secret"
+)
 
 // secret says what secret-looking part raw holds ("" when none): each URL of a
 // comma-separated list is read as the NATS client reads it, scheme:// added where missing. A
-// URL that does not parse is left to the form check, whose error does not quote it.
-func (k URLKey) secret(raw string) string {
+// URL that does not parse is left to the form check, whose error does not quote it. userOK
+// lets user information pass.
+func (k URLKey) secret(raw string, userOK bool) string {
 	for _, part := range strings.Split(raw, ",") {
 		part = strings.TrimSpace(part)
 		if !strings.Contains(part, "://") {
@@ -75,10 +124,10 @@ func (k URLKey) secret(raw string) string {
 		u, err := redact.ParseURL(part)
 		switch {
 		case err != nil:
-		case u.User != nil:
-			return "credentials (a user:password@ or a token@)"
+		case u.User != nil && !userOK:
+			return heldUser
 		case k.Query && (u.RawQuery != "" || u.ForceQuery):
-			return "a query (such as ?api_key=), which may be a secret"
+			return heldQuery
 		}
 	}
 	return ""
@@ -93,11 +142,7 @@ func (c Config) validateEndpoints() []error {
 		if v == "" {
 			continue
 		}
-		if what := k.secret(v); what != "" {
-			errs = append(errs, &FieldError{Path: k.Key, Msg: fmt.Sprintf("holds %s; %s. The value is not shown here", what, k.Secrets)})
-			continue
-		}
-		if err := k.check(v); err != nil {
+		if err := k.checkFrom(FromFile, v); err != nil {
 			errs = append(errs, &FieldError{Path: k.Key, Msg: err.Error()})
 		}
 	}

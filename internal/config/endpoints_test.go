@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -32,5 +33,47 @@ func TestURLKeysMatchTheChart(t *testing.T) {
 	slices.Sort(loader)
 	if len(chart) == 0 || !slices.Equal(chart, loader) {
 		t.Errorf("the chart refuses secrets in\n%v\nthe loader in\n%v", chart, loader)
+	}
+}
+
+// TestCheckURLBySource: a URL key's value given by a flag is held to the config file's rule (a
+// flag is in the process list), and one from the environment, which may come from a Secret,
+// may carry user information where its client reads it, never a query the key has no use for.
+// No error holds the secret.
+func TestCheckURLBySource(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cret-91"
+	tests := []struct {
+		key  string
+		from config.URLFrom
+		v    string
+		want string // "" for none
+	}{
+		{"nats.url", config.FromFlag, "nats://ann:" + secret + "@127.0.0.1:4222", "holds credentials (a user:password@ or a token@), which every user of the machine sees in the process list; give them with --nats-creds"},
+		{"nats.url", config.FromFlag, "nats://127.0.0.1:4222, " + secret + "@127.0.0.1:4223", "holds credentials"},
+		{"nats.url", config.FromEnv, "nats://ann:" + secret + "@127.0.0.1:4222", ""},
+		{"nats.url", config.FromEnv, "nats://127.0.0.1:4222", ""},
+		{"store.url", config.FromFlag, "s3://AKID:" + secret + "@bucket", "holds credentials"},
+		{"store.url", config.FromEnv, "s3://AKID:" + secret + "@bucket", "credentials do not belong in the URL; use AWS_ACCESS_KEY_ID"},
+		{"store.endpoint", config.FromFlag, "http://127.0.0.1:9000/?X-Amz-Signature=" + secret, "holds a query (such as ?api_key=), which may be a secret, which every user"},
+		{"store.endpoint", config.FromEnv, "http://127.0.0.1:9000/?X-Amz-Signature=" + secret, "holds a query (such as ?api_key=), which may be a secret; put the S3 keys in AWS_ACCESS_KEY_ID"},
+		{"store.endpoint", config.FromEnv, "http://127.0.0.1:9000", ""},
+		{"model.base_url", config.FromEnv, "https://127.0.0.1:1/v1?api_key=" + secret, "holds a query (such as ?api_key=), which may be a secret; put the API key in OPENAI_API_KEY"},
+		{"model.base_url", config.FromEnv, "https://ann:" + secret + "@127.0.0.1:1/v1?api_key=" + secret, "holds a query"},
+		{"model.base_url", config.FromEnv, "https://127.0.0.1:1/v1?", "holds a query"},
+		{"model.base_url", config.FromFlag, "https://ann:" + secret + "@127.0.0.1:1/v1", "holds credentials"},
+		{"model.base_url", config.FromEnv, "ftp://127.0.0.1:1/v1", "is not an http(s) URL"},
+		{"model.base_url", config.FromFile, "https://127.0.0.1:1/v1", ""},
+	}
+	for _, tt := range tests {
+		err := config.CheckURL(tt.key, tt.from, tt.v)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("CheckURL(%s, %d, …) = %v, want nil", tt.key, tt.from, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("CheckURL(%s, %d, …) = %v, want %q", tt.key, tt.from, err, tt.want)
+		case err != nil && strings.Contains(err.Error(), secret):
+			t.Errorf("CheckURL(%s, %d, …) quotes the secret: %v", tt.key, tt.from, err)
+		}
 	}
 }

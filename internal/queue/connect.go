@@ -77,7 +77,7 @@ func (o ConnOptions) Auth() string {
 		return "user"
 	case o.Token != "":
 		return "token"
-	case RedactURL(o.URL) != o.URL:
+	case redact.HasUser(o.URL):
 		return "url"
 	}
 	return "none"

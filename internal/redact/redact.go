@@ -5,7 +5,9 @@
 // not escaped put that password in the message; ParseURL names the problem only. It also owns
 // the words of an error that a status anyone may read shows (ErrorWords): never an address,
 // which the log has. It does not own other secrets (API keys, tokens in files): those never
-// reach a URL.
+// reach a URL. A URL's query and fragment are shown masked too: a key where a URL has no use
+// for one is refused where it is read (config.CheckURL), but one may still come (a NATS or
+// store URL's query, which nothing reads).
 package redact
 
 import (
@@ -86,10 +88,13 @@ func CheckURLList(list, scheme string) error {
 var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]{0,31}$`)
 
 // URL is raw for a log line or an error: its user information (a user and password, or a
-// token) replaced by "redacted". A URL without a scheme ("user:pw@host:4222", as the NATS
-// client takes it) keeps its form. One that does not parse shows its scheme and what follows
-// its last '@' only ("tls://redacted@host:4222"): no user information comes after that '@',
-// whatever it holds before; without an '@' it shows as "<unparseable tls URL>".
+// token) replaced by "redacted", and so is each value of its query (?api_key=redacted: the
+// names say what was given, a value may be a key or a signature; a part without '=' may be a
+// token and goes whole) and its fragment. A URL without a scheme ("user:pw@host:4222", as the
+// NATS client takes it) keeps its form. One that does not parse shows its scheme and what
+// follows its last '@' only, up to a '?' or '#' ("tls://redacted@host:4222?redacted"): no
+// user information comes after that '@', whatever it holds before; without an '@' it shows
+// as "<unparseable tls URL>".
 func URL(raw string) string {
 	s := strings.TrimSpace(raw)
 	bare := !strings.Contains(s, "://")
@@ -101,6 +106,10 @@ func URL(raw string) string {
 		if u.User != nil {
 			u.User = url.User("redacted")
 		}
+		u.RawQuery = maskQuery(u.RawQuery)
+		if u.Fragment != "" || u.RawFragment != "" {
+			u.Fragment, u.RawFragment = "redacted", ""
+		}
 		if bare {
 			return strings.TrimPrefix(u.String(), "//")
 		}
@@ -111,15 +120,52 @@ func URL(raw string) string {
 		scheme = ""
 	}
 	at := strings.LastIndex(s, "@")
+	rest := s[at+1:]
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i] + "?redacted"
+	}
 	switch {
 	case at >= 0 && scheme != "":
-		return scheme + "://redacted@" + s[at+1:]
+		return scheme + "://redacted@" + rest
 	case at >= 0:
-		return "redacted@" + s[at+1:]
+		return "redacted@" + rest
 	case scheme != "":
 		return "<unparseable " + scheme + " URL>"
 	}
 	return "<unparseable URL>"
+}
+
+// HasUser reports whether a URL of the comma-separated list carries user information: one
+// that does not parse counts when it holds an '@', which may end some.
+func HasUser(list string) bool {
+	for _, p := range strings.Split(list, ",") {
+		s := strings.TrimSpace(p)
+		if !strings.Contains(s, "://") {
+			s = "//" + s
+		}
+		u, err := url.Parse(s)
+		if (err != nil && strings.Contains(s, "@")) || (err == nil && u.User != nil) {
+			return true
+		}
+	}
+	return false
+}
+
+// maskQuery is a raw query with each value replaced by "redacted", and each part without
+// '=' whole.
+func maskQuery(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	parts := strings.Split(raw, "&")
+	for i, p := range parts {
+		if name, _, ok := strings.Cut(p, "="); ok {
+			parts[i] = name + "=redacted"
+		} else if p != "" {
+			parts[i] = "redacted"
+		}
+	}
+	return strings.Join(parts, "&")
 }
 
 // URLList is URL applied to each URL of a comma-separated list.

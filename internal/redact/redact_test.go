@@ -30,6 +30,14 @@ func TestURL(t *testing.T) {
 		{"slash in the password", "https://boxcar:pa/ss@host/v1", "https://redacted@host/v1"},
 		{"slash, no '@'", "https://boxcar:pa/ss" + secret, "<unparseable https URL>"},
 		{"bad scheme", "ht tp://" + secret, "<unparseable URL>"},
+		{"key in the query", "https://host/v1?api_key=s3cret&api-version=2024", "https://host/v1?api_key=redacted&api-version=redacted"},
+		{"token as the whole query", "nats://host:4222/?s3cret", "nats://host:4222/?redacted"},
+		{"empty query", "https://host/v1?", "https://host/v1?"},
+		{"fragment", "https://host/v1#access_token=s3cret", "https://host/v1#redacted"},
+		{"query and user", "s3://AKID:s3cret@bucket/p?X-Amz-Signature=s3cret", "s3://redacted@bucket/p?X-Amz-Signature=redacted"},
+		{"no scheme, query", "host:4222?token=s3cret", "host:4222?token=redacted"},
+		{"unparseable, query after the '@'", "tls://boxcar:" + secret + "@host:4222?token=s3cret", "tls://redacted@host:4222?redacted"},
+		{"unparseable, fragment after the '@'", "https://boxcar:pa/ss@host/v1#s3cret", "https://redacted@host/v1?redacted"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,5 +137,23 @@ func TestAddressesKeepsTheWordsAndDropsThePlaces(t *testing.T) {
 				t.Errorf("Addresses(%q)\n = %q\nwant %q", tt.text, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestHasUser: user information in any URL of a list counts, a query does not (the worker
+// logs its NATS login as "url" by it).
+func TestHasUser(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{
+		"nats://127.0.0.1:4222":                      false,
+		"nats://127.0.0.1:4222/?token=x":             false,
+		"nats://h1:4222, ann:pw@h2:4222":             true,
+		"tok@host:4222":                              true,
+		"tls://boxcar:" + secret + "@host:4222":      true,
+		"nats://h:4222, nats://h2:4222?user=a@b.com": false,
+	} {
+		if got := redact.HasUser(in); got != want {
+			t.Errorf("HasUser(%q) = %v, want %v", in, got, want)
+		}
 	}
 }

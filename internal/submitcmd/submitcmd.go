@@ -179,24 +179,26 @@ func (e *env) natsConfig() (config.NATS, error) {
 		}
 		cfg = c.NATS
 	}
-	u, err := e.checkedURL(e.natsURL, "--nats", "NATS_URL", config.CheckNATSURL)
+	u, err := e.checkedURL(e.natsURL, "--nats", "NATS_URL", "nats.url")
 	if u != "" {
 		cfg.URL = u
 	}
 	return cfg, err
 }
 
-// checkedURL is the URL of flag (named name), else of the variable env, checked by check; an
-// error names which of them is wrong, never its value (it may hold a password).
-func (e *env) checkedURL(flag, name, env string, check func(string) error) (string, error) {
-	u, from := flag, name
+// checkedURL is the URL of flag (named name), else of the variable env, checked by the rule of
+// the workers' config key it stands for as a flag or a variable gives it (config.CheckURL: a
+// flag, in the process list, carries no secret); an error names which of them is wrong, never
+// its value (it may hold a password).
+func (e *env) checkedURL(flag, name, env, key string) (string, error) {
+	u, from, src := flag, name, config.FromFlag
 	if u == "" {
-		u, from = e.getenv(env), env
+		u, from, src = e.getenv(env), env, config.FromEnv
 	}
 	if u == "" {
 		return "", nil
 	}
-	if err := check(u); err != nil {
+	if err := config.CheckURL(key, src, u); err != nil {
 		return "", cli.Usagef("%s: %v", from, err)
 	}
 	return u, nil
@@ -260,7 +262,7 @@ func (s tenantStore) PruneFolders(ctx context.Context, prefix string) error {
 }
 
 func (e *env) openSharedStore(ctx context.Context) (store.Store, error) {
-	u, err := e.checkedURL(e.storeURL, "--store", "BOXCAR_STORE", config.CheckStoreURL)
+	u, err := e.checkedURL(e.storeURL, "--store", "BOXCAR_STORE", "store.url")
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +273,7 @@ func (e *env) openSharedStore(ctx context.Context) (store.Store, error) {
 		}
 		u = "file://" + filepath.Join(home, "store")
 	}
-	endpoint, err := e.checkedURL(e.s3Endpoint, "--s3-endpoint", "BOXCAR_S3_ENDPOINT", config.CheckHTTPURL)
+	endpoint, err := e.checkedURL(e.s3Endpoint, "--s3-endpoint", "BOXCAR_S3_ENDPOINT", "store.endpoint")
 	if err != nil {
 		return nil, err
 	}

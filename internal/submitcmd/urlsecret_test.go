@@ -63,3 +63,65 @@ func TestURLCredentialsNotPrinted(t *testing.T) {
 		}
 	}
 }
+
+// TestURLSecretsRefusedBySource: a flag's value is in the process list for every user of the
+// machine, so a secret in --nats, --store or --s3-endpoint is refused as the workers' config
+// refuses one, naming the flag and where the secret belongs; a variable may carry a URL's user
+// information (it may come from a Secret), never a query the key has no use for. No output
+// holds the secret, a NATS URL's query (which nothing reads) included.
+func TestURLSecretsRefusedBySource(t *testing.T) {
+	t.Parallel()
+	const secret, id = "Hunter2-s3cret", "20261202t101500-abcdef012345"
+	get := []string{"get", id, "--out", "OUT"}
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		command []string
+		want    []string // nil: only that the secret is not there
+	}{
+		{name: "password in --nats", args: []string{"--nats", "nats://boxcar:" + secret + "@127.0.0.1:1"}, command: []string{"list"},
+			want: []string{"--nats: holds credentials", "process list", "--nats-creds"}},
+		{name: "token in the second of --nats", args: []string{"--nats", "nats://127.0.0.1:1," + secret + "@127.0.0.1:2"}, command: []string{"status", id, "-o", "json"},
+			want: []string{"--nats: holds credentials"}},
+		{name: "keys in --store", args: []string{"--store", "s3://AKIDEXAMPLE:" + secret + "@bucket"}, command: get,
+			want: []string{"--store: holds credentials", "AWS_SECRET_ACCESS_KEY"}},
+		{name: "keys in --s3-endpoint", args: []string{"--store", "s3://bucket", "--s3-endpoint", "http://AKIDEXAMPLE:" + secret + "@127.0.0.1:1"}, command: get,
+			want: []string{"--s3-endpoint: holds credentials", "AWS_SECRET_ACCESS_KEY"}},
+		{name: "signature in BOXCAR_S3_ENDPOINT", args: []string{"--store", "s3://bucket"}, env: map[string]string{"BOXCAR_S3_ENDPOINT": "http://127.0.0.1:1/?X-Amz-Signature=" + secret}, command: get,
+			want: []string{"BOXCAR_S3_ENDPOINT: holds a query", "AWS_SECRET_ACCESS_KEY"}},
+		{name: "token in NATS_URL's query", env: map[string]string{"NATS_URL": "nats://127.0.0.1:1/?auth_token=" + secret}, command: []string{"list"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			home := t.TempDir()
+			// Keys of its own and no metadata service: an S3 client the check let through
+			// would reach 127.0.0.1:1 only.
+			env := map[string]string{"BOXCAR_HOME": home, "AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "not-a-key",
+				"AWS_EC2_METADATA_DISABLED": "true", "AWS_REGION": "us-east-1"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			args := append(append([]string{}, tt.command...), tt.args...)
+			for i, a := range args {
+				args[i] = strings.ReplaceAll(a, "OUT", home+"/out")
+			}
+			var stdout, stderr bytes.Buffer
+			err := Run(t.Context(), args, func(k string) string { return env[k] }, &stdout, &stderr)
+			if err == nil {
+				t.Fatalf("submit %v: no error", args)
+			}
+			_, msg := ExitCode(err)
+			all := msg + "\n" + stdout.String() + stderr.String()
+			if strings.Contains(all, "s3cr") {
+				t.Errorf("submit %s prints the secret:\n%s", tt.command[0], all)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(all, w) {
+					t.Errorf("submit %s: the error does not say %q:\n%s", tt.command[0], w, all)
+				}
+			}
+		})
+	}
+}

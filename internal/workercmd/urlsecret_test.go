@@ -169,3 +169,47 @@ func TestURLSecretsInAConfigRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestURLSecretsInTheEnvironment: a variable may carry a URL's user information (it may come
+// from a Secret; docs/security.md), never a query where its key has no use for one, which
+// nothing would read and the logs would show: it is refused naming the variable and where the
+// key belongs. A query where one is taken (NATS_URL's, which nothing reads either) reaches no
+// error or log line unmasked.
+func TestURLSecretsInTheEnvironment(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, env, url string
+		want           []string // in the output; nil: only that the secret is not there
+		skip           []string // entry points that do not read it
+	}{
+		{name: "model key in the query", env: "OPENAI_BASE_URL", url: "https://127.0.0.1:1/v1?api_key=" + urlSecret,
+			want: []string{"OPENAI_BASE_URL: holds a query", "OPENAI_API_KEY"}, skip: []string{"worker setup"}},
+		{name: "store keys in the URL", env: "BOXCAR_STORE", url: "s3://AKIDEXAMPLE:" + urlSecret + "@results",
+			want: []string{"BOXCAR_STORE: s3://redacted@results: credentials do not belong in the URL", "AWS_SECRET_ACCESS_KEY"}},
+		{name: "NATS token in the query", env: "NATS_URL", url: "nats://127.0.0.1:1/?auth_token=" + urlSecret},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfgPath, getenv := urlConfig(t, tt.env, tt.url, true)
+			for entry, run := range urlEntryPoints(cfgPath, getenv) {
+				if slices.Contains(tt.skip, entry) {
+					continue
+				}
+				out, err := run(t.Context())
+				all := out
+				if err != nil {
+					all = err.Error() + "\n" + out
+				}
+				if strings.Contains(all, "s3cr") {
+					t.Errorf("%s: the secret of %s reaches the output:\n%s", entry, tt.env, all)
+				}
+				for _, w := range tt.want {
+					if err == nil || !strings.Contains(all, w) {
+						t.Errorf("%s: %v; want an error that says %q:\n%s", entry, err, w, all)
+					}
+				}
+			}
+		})
+	}
+}

@@ -84,24 +84,24 @@ func kubeConfig(path string) (*rest.Config, error) {
 	return c, nil
 }
 
-// applyEnvURLs sets the URLs the environment gives over the config's, each checked as the
-// config's are (config.Validate ran before), the variable named and never its value; every
-// problem is one error of the joined result.
+// applyEnvURLs sets the URLs the environment gives over the config's, each checked by the
+// rule of the config key it stands for as the environment gives it (config.CheckURL,
+// config.Validate ran before), the variable named and never its value; every problem is one
+// error of the joined result.
 func applyEnvURLs(cfg *config.Config, getenv func(string) string) error {
 	var errs []error
 	for _, e := range []struct {
-		env   string
-		field *string
-		check func(string) error
+		env, key string
+		field    *string
 	}{
-		{"NATS_URL", &cfg.NATS.URL, config.CheckNATSURL},
-		{"BOXCAR_STORE", &cfg.Store.URL, config.CheckStoreURL},
+		{"NATS_URL", "nats.url", &cfg.NATS.URL},
+		{"BOXCAR_STORE", "store.url", &cfg.Store.URL},
 	} {
 		v := getenv(e.env)
 		if v == "" {
 			continue
 		}
-		if err := e.check(v); err != nil {
+		if err := config.CheckURL(e.key, config.FromEnv, v); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", e.env, err))
 			continue
 		}
@@ -110,13 +110,14 @@ func applyEnvURLs(cfg *config.Config, getenv func(string) string) error {
 	return errors.Join(errs...)
 }
 
-// modelBaseURL is model.base_url (checked with the config), else OPENAI_BASE_URL, checked here.
+// modelBaseURL is model.base_url (checked with the config), else OPENAI_BASE_URL, checked here
+// by model.base_url's rule.
 func modelBaseURL(cfg config.Config, getenv func(string) string) (string, error) {
 	if cfg.Model.BaseURL != "" {
 		return cfg.Model.BaseURL, nil
 	}
 	if v := getenv("OPENAI_BASE_URL"); v != "" {
-		if err := config.CheckHTTPURL(v); err != nil {
+		if err := config.CheckURL("model.base_url", config.FromEnv, v); err != nil {
 			return "", fmt.Errorf("OPENAI_BASE_URL: %w", err)
 		}
 		return v, nil
