@@ -138,14 +138,40 @@ type queueBound struct {
 	key, nats string
 	least     int64 // what one job may need
 	what      string
+	unit      string
 	get       func(Tenant) int64
+	getNATS   func(NATS) int64
 }
 
 // queueBounds are the tenant's overrides of nats.job_max_msgs and nats.job_max_bytes, with
 // their minimums: a queue must take one job, the largest message a job may be in bytes.
 var queueBounds = []queueBound{
-	{"max_queued", "nats.job_max_msgs", 1, "one job", func(t Tenant) int64 { return t.MaxQueued }},
-	{"max_queued_bytes", "nats.job_max_bytes", job.MaxMessageBytes, "one job's largest message", func(t Tenant) int64 { return t.MaxQueuedBytes }},
+	{"max_queued", "nats.job_max_msgs", 1, "one job", "jobs",
+		func(t Tenant) int64 { return t.MaxQueued }, func(n NATS) int64 { return n.JobMaxMsgs }},
+	{"max_queued_bytes", "nats.job_max_bytes", job.MaxMessageBytes, "one job's largest message", "bytes",
+		func(t Tenant) int64 { return t.MaxQueuedBytes }, func(n NATS) int64 { return n.JobMaxBytes }},
+}
+
+// QueueBound is one bound of a tenant's job stream and the setting it comes from.
+type QueueBound struct {
+	Value   int64  // 0: unbounded
+	Unit    string // jobs, bytes
+	Setting string // tenants.T.max_queued, or nats.job_max_msgs where the tenant gives none
+}
+
+// QueueBounds are the bounds of tenant t's job stream, in jobs then bytes: its max_queued and
+// max_queued_bytes where it gives them, else the config's nats.job_max_msgs and
+// nats.job_max_bytes (as `worker setup` applies them; c with its defaults).
+func (c Config) QueueBounds(tenant string, t Tenant) []QueueBound {
+	out := make([]QueueBound, 0, len(queueBounds))
+	for _, q := range queueBounds {
+		b := QueueBound{Value: q.getNATS(c.NATS), Unit: q.unit, Setting: q.nats}
+		if v := q.get(t); v > 0 {
+			b.Value, b.Setting = v, "tenants."+tenant+"."+q.key
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 func (q queueBound) problem(v int64) string {

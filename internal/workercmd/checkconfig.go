@@ -73,8 +73,8 @@ func printTenants(w io.Writer, cfg config.Config) error {
 		if t.Bucket != "" {
 			where = "bucket " + t.Bucket
 		}
-		if _, err := fmt.Fprintf(w, "  tenant %s: profiles %s; max_concurrent %d; daily_tokens %s; %s\n",
-			label, strings.Join(t.Profiles, ", "), t.MaxConcurrent, tokens, where); err != nil {
+		if _, err := fmt.Fprintf(w, "  tenant %s: profiles %s; max_concurrent %d; daily_tokens %s; %s; %s\n",
+			label, strings.Join(t.Profiles, ", "), t.MaxConcurrent, tokens, queueBound(cfg, name, t), where); err != nil {
 			return err
 		}
 	}

@@ -1,13 +1,13 @@
 package workercmd
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -83,7 +83,7 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 	tenants := cfg.TenantsOrDefault()
 	for _, name := range slices.Sorted(maps.Keys(tenants)) {
 		if _, err := fmt.Fprintf(stdout, "tenant %s: stream %s (%s), consumer %s-%s, max_concurrent %d\n",
-			name, queue.JobStream(cfg.NATS, name), queueBound(cfg.NATS, tenants[name]), cfg.NATS.Consumer, name, tenants[name].MaxConcurrent); err != nil {
+			name, queue.JobStream(cfg.NATS, name), queueBound(cfg, name, tenants[name]), cfg.NATS.Consumer, name, tenants[name].MaxConcurrent); err != nil {
 			return err
 		}
 	}
@@ -92,14 +92,16 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 	return err
 }
 
-// queueBound says how much one tenant's queue may hold: its max_queued and max_queued_bytes,
-// or nats.job_max_msgs and nats.job_max_bytes, each tenant's own.
-func queueBound(n config.NATS, t config.Tenant) string {
-	bound := func(v int64, unit string) string {
-		if v <= 0 {
-			return "unbounded " + unit
+// queueBound says how much one tenant's queue may hold and the setting each bound comes from
+// (config.QueueBounds): setup prints what it applies, check-config what setup would.
+func queueBound(cfg config.Config, tenant string, t config.Tenant) string {
+	parts := []string{}
+	for _, b := range cfg.QueueBounds(tenant, t) {
+		if b.Value <= 0 {
+			parts = append(parts, fmt.Sprintf("unbounded %s (%s)", b.Unit, b.Setting))
+			continue
 		}
-		return fmt.Sprintf("at most %d %s", v, unit)
+		parts = append(parts, fmt.Sprintf("at most %d %s (%s)", b.Value, b.Unit, b.Setting))
 	}
-	return "queue " + bound(cmp.Or(t.MaxQueued, n.JobMaxMsgs), "jobs") + ", " + bound(cmp.Or(t.MaxQueuedBytes, n.JobMaxBytes), "bytes")
+	return "queue " + strings.Join(parts, ", ")
 }

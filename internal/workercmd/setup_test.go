@@ -37,8 +37,8 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 			t.Fatalf("setup: %v\n%s", err, stderr.String())
 		}
 		for _, want := range []string{
-			"tenant team-a: stream BOXCAR_JOBS_team-a (queue at most 500 jobs, at most 8388608 bytes), consumer boxcar-workers-team-a, max_concurrent 4",
-			"tenant team-b: stream BOXCAR_JOBS_team-b (queue at most 100000 jobs, at most 1073741824 bytes), consumer boxcar-workers-team-b, max_concurrent 16",
+			"tenant team-a: stream BOXCAR_JOBS_team-a (queue at most 500 jobs (tenants.team-a.max_queued), at most 8388608 bytes (tenants.team-a.max_queued_bytes)), consumer boxcar-workers-team-a, max_concurrent 4",
+			"tenant team-b: stream BOXCAR_JOBS_team-b (queue at most 100000 jobs (nats.job_max_msgs), at most 1073741824 bytes (nats.job_max_bytes)), consumer boxcar-workers-team-b, max_concurrent 16",
 			"declared a job stream per tenant, the shared stream BOXCAR_JOBS",
 		} {
 			if !strings.Contains(stdout.String(), want) {
@@ -83,5 +83,34 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 	}
 	if _, err := js.Stream(ctx, "BOXCAR_JOBS_default"); err == nil {
 		t.Error("setup declared tenant default's stream, which the config does not name")
+	}
+}
+
+// TestCheckConfigSaysTheQueueBoundsSetupApplies: `worker check-config` prints each tenant's
+// queue bounds with the setting each comes from, as `worker setup` prints those it applies, so
+// an operator reads what setup will do before running it.
+func TestCheckConfigSaysTheQueueBoundsSetupApplies(t *testing.T) {
+	t.Parallel()
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	getenv := func(k string) string { return map[string]string{"NATS_URL": ns.ClientURL()}[k] }
+	const file = "testdata/check-config/13-ok-tenants.yaml"
+	bounds := []string{
+		"queue at most 500 jobs (tenants.team-a.max_queued), at most 8388608 bytes (tenants.team-a.max_queued_bytes)",
+		"queue at most 100000 jobs (nats.job_max_msgs), at most 1073741824 bytes (nats.job_max_bytes)",
+	}
+	for _, args := range [][]string{{"check-config", file}, {"setup", "--config", file}} {
+		var stdout, stderr bytes.Buffer
+		if err := workercmd.Run(t.Context(), args, getenv, &stdout, &stderr); err != nil {
+			t.Fatalf("%s: %v\n%s", args[0], err, stderr.String())
+		}
+		for _, want := range bounds {
+			if !strings.Contains(stdout.String(), want) {
+				t.Errorf("%s says\n%s\nwant a line with %q", args[0], stdout.String(), want)
+			}
+		}
 	}
 }
