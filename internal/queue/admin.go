@@ -179,14 +179,16 @@ func jobStreamConfig(cfg config.NATS, tenant string, t config.Tenant) jetstream.
 	}
 }
 
-// jobStreamOf is the job stream to declare for tenant: jobStreamConfig, but for a tenant a
-// worker's Admin keeps without serving it (its tenants: differs from the fleet's,
-// tenantsKept), whose bounds and the settings they come from are left as the stream has them:
-// this worker's config does not hold the tenant's max_queued, and setting nats.job_max_msgs
-// instead would undo `worker setup`'s at every start of such a worker.
+// jobStreamOf is the job stream to declare for tenant: jobStreamConfig, marked as setup's for
+// `worker setup` (boundowner.go). A worker's Admin leaves the bounds, and the settings they
+// come from, as an existing stream has them where setup set them, and for a tenant it keeps
+// without serving it (its tenants: differs from the fleet's, tenantsKept): this worker's
+// config does not hold the tenant's max_queued, and setting nats.job_max_msgs instead would
+// undo `worker setup`'s at every start of such a worker.
 func (a *Admin) jobStreamOf(ctx context.Context, tenant string) (jetstream.StreamConfig, error) {
 	want := jobStreamConfig(a.cfg, tenant, a.config[tenant])
-	if _, ours := a.tenants[tenant]; ours || !a.worker {
+	if !a.worker {
+		want.Metadata[ownerMeta] = ownerSetup
 		return want, nil
 	}
 	s, err := a.js.Stream(ctx, want.Name)
@@ -197,11 +199,12 @@ func (a *Admin) jobStreamOf(ctx context.Context, tenant string) (jetstream.Strea
 		return want, fmt.Errorf("queue: look up stream %s of tenant %s: %w", want.Name, tenant, err)
 	}
 	cur := s.CachedInfo().Config
-	want.MaxMsgs, want.MaxBytes = cur.MaxMsgs, cur.MaxBytes
-	for _, key := range []string{msgsSettingMeta, bytesSettingMeta} {
-		if v, ok := cur.Metadata[key]; ok {
-			want.Metadata[key] = v
-		}
+	_, ours := a.tenants[tenant]
+	if ours {
+		warnBounds(ctx, a.log, tenant, cur, want)
+	}
+	if !ours || cur.Metadata[ownerMeta] == ownerSetup {
+		keepBounds(&want, cur)
 	}
 	return want, nil
 }

@@ -1,0 +1,74 @@
+package queue_test
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// TestJobStreamBoundHasOneOwner: once `worker setup` bounded a tenant's job stream, a worker
+// whose config says otherwise keeps the stream's bound and warns naming both (setup's value
+// and setting, its own), rather than setting its own at its start and undoing setup's until
+// the next setup, and two such workers each other's. Where no setup ran, workers apply their
+// config as before, and one that changes the bound another worker set says so, naming both.
+func TestJobStreamBoundHasOneOwner(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stream := queue.JobStream(b.cfg, "team-a")
+	withLog := func() (*bytes.Buffer, *slog.Logger) {
+		var buf bytes.Buffer
+		return &buf, slog.New(slog.NewTextHandler(&buf, nil))
+	}
+
+	// No setup yet: a worker that disagrees with the one before changes the bound, and says so.
+	five, six := b.cfg, b.cfg
+	five.JobMaxMsgs, six.JobMaxMsgs = 5, 6
+	teamA := map[string]config.Tenant{"team-a": {Profiles: []string{"p"}}}
+	b.open(t, five, teamA, nil)
+	var log bytes.Buffer
+	b.open(t, six, teamA, &log)
+	if got := streamConfig(t, b.js, stream).MaxMsgs; got != 6 {
+		t.Errorf("team-a's bound after a worker of nats.job_max_msgs 6 started, no setup having run = %d, want 6", got)
+	}
+	if s := log.String(); !strings.Contains(s, "WARN") || !strings.Contains(s, `"5 (nats.job_max_msgs)"`) || !strings.Contains(s, `"6 (nats.job_max_msgs)"`) {
+		t.Errorf("a worker that changed the bound another set logs\n%s\nwant a warning naming 5 and 6", s)
+	}
+
+	// Setup bounds it to 2; workers of other bounds keep that and warn.
+	setupLog, logger := withLog()
+	admin, err := queue.NewAdmin(b.nc, b.cfg, map[string]config.Tenant{"team-a": {Profiles: []string{"p"}, MaxQueued: 2}}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Declare(t.Context()); err != nil {
+		t.Fatalf("setup: %v\n%s", err, setupLog)
+	}
+	for _, w := range []struct {
+		nats    config.NATS
+		tenants map[string]config.Tenant
+		own     string
+	}{
+		{five, teamA, `"5 (nats.job_max_msgs)"`},
+		{b.cfg, map[string]config.Tenant{"team-a": {Profiles: []string{"p"}, MaxQueued: 3}}, `"3 (tenants.team-a.max_queued)"`},
+	} {
+		var log bytes.Buffer
+		b.open(t, w.nats, w.tenants, &log)
+		if got := streamConfig(t, b.js, stream).MaxMsgs; got != 2 {
+			t.Errorf("team-a's bound after setup set 2 and a worker of %s started = %d, want setup's 2", w.own, got)
+		}
+		if s := log.String(); !strings.Contains(s, "WARN") || !strings.Contains(s, `"2 (tenants.team-a.max_queued)"`) || !strings.Contains(s, w.own) || !strings.Contains(s, "worker setup") {
+			t.Errorf("a worker of %s logs\n%s\nwant a warning naming setup's 2 and its own, and worker setup", w.own, s)
+		}
+	}
+
+	// A worker of setup's config says nothing.
+	log.Reset()
+	b.open(t, b.cfg, map[string]config.Tenant{"team-a": {Profiles: []string{"p"}, MaxQueued: 2}}, &log)
+	if strings.Contains(log.String(), "limit=max_") {
+		t.Errorf("a worker of setup's config warns:\n%s", log.String())
+	}
+}
