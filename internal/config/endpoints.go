@@ -44,6 +44,11 @@ type URLKey struct {
 	// Query: the value has no use for a query (the model client drops the base URL's, an S3
 	// endpoint takes none), so one is refused as a likely secret (?api_key=, a signature).
 	Query bool
+	// EnvUser: the variable that stands for the key may carry user information (NATS_URL: the
+	// NATS client logs in with it, and Boxcar shows it redacted). Every other client either
+	// ignores it (the model client sends OPENAI_API_KEY, the S3 client the AWS_* keys) or
+	// quotes the URL in its errors (Go's HTTP client shows a token@ whole), so it is refused.
+	EnvUser bool
 	// Secrets says where the secret belongs instead.
 	Secrets string
 	value   func(Config) string
@@ -58,7 +63,7 @@ const (
 
 // URLKeys are the config's URL keys, each with where its secret belongs.
 var URLKeys = []URLKey{
-	{Key: "nats.url", Secrets: natsSecrets, value: func(c Config) string { return c.NATS.URL }, check: checkNATSURL},
+	{Key: "nats.url", EnvUser: true, Secrets: natsSecrets, value: func(c Config) string { return c.NATS.URL }, check: checkNATSURL},
 	{Key: "store.url", Secrets: s3Secrets, value: func(c Config) string { return c.Store.URL }, check: checkStoreURL},
 	{Key: "store.endpoint", Query: true, Secrets: s3Secrets, value: func(c Config) string { return c.Store.Endpoint }, check: checkHTTPURL},
 	{Key: "model.base_url", Query: true, Secrets: modelSecrets, value: func(c Config) string { return c.Model.BaseURL }, check: checkHTTPURL},
@@ -75,9 +80,9 @@ const (
 	FromFlag
 	// FromEnv is an environment variable (NATS_URL, BOXCAR_STORE, BOXCAR_S3_ENDPOINT,
 	// OPENAI_BASE_URL), which may come from a Secret (valueFrom.secretKeyRef): it may carry
-	// user information where the key's client reads it (not store.url, whose store takes its
-	// keys from AWS_*), shown redacted everywhere. A query where the key has no use for one is
-	// refused from here too: nothing reads it, so it is a secret in the logs for nothing.
+	// user information where the key's client logs in with it (URLKey.EnvUser: NATS_URL),
+	// shown redacted everywhere. A query where the key has no use for one is refused from here
+	// too: nothing reads it, so it would be a secret in the logs for nothing.
 	FromEnv
 )
 
@@ -95,7 +100,7 @@ func CheckURL(key string, from URLFrom, v string) error {
 
 // checkFrom is CheckURL for this key.
 func (k URLKey) checkFrom(from URLFrom, v string) error {
-	if what := k.secret(v, from == FromEnv); what != "" {
+	if what := k.secret(v, from == FromEnv && k.EnvUser); what != "" {
 		where := ""
 		if from == FromFlag {
 			where = ", which every user of the machine sees in the process list"

@@ -38,8 +38,8 @@ func TestURLKeysMatchTheChart(t *testing.T) {
 
 // TestCheckURLBySource: a URL key's value given by a flag is held to the config file's rule (a
 // flag is in the process list), and one from the environment, which may come from a Secret,
-// may carry user information where its client reads it, never a query the key has no use for.
-// No error holds the secret.
+// may carry user information where its client logs in with it (NATS_URL), never a query the
+// key has no use for. No error holds the secret.
 func TestCheckURLBySource(t *testing.T) {
 	t.Parallel()
 	const secret = "s3cret-91"
@@ -54,12 +54,14 @@ func TestCheckURLBySource(t *testing.T) {
 		{"nats.url", config.FromEnv, "nats://ann:" + secret + "@127.0.0.1:4222", ""},
 		{"nats.url", config.FromEnv, "nats://127.0.0.1:4222", ""},
 		{"store.url", config.FromFlag, "s3://AKID:" + secret + "@bucket", "holds credentials"},
-		{"store.url", config.FromEnv, "s3://AKID:" + secret + "@bucket", "credentials do not belong in the URL; use AWS_ACCESS_KEY_ID"},
+		{"store.url", config.FromEnv, "s3://AKID:" + secret + "@bucket", "holds credentials (a user:password@ or a token@); put the S3 keys in AWS_ACCESS_KEY_ID"},
+		{"store.endpoint", config.FromEnv, "http://AKID:" + secret + "@127.0.0.1:9000", "holds credentials"},
+		{"model.base_url", config.FromEnv, "https://" + secret + "@127.0.0.1:1/v1", "holds credentials (a user:password@ or a token@); put the API key in OPENAI_API_KEY"},
 		{"store.endpoint", config.FromFlag, "http://127.0.0.1:9000/?X-Amz-Signature=" + secret, "holds a query (such as ?api_key=), which may be a secret, which every user"},
 		{"store.endpoint", config.FromEnv, "http://127.0.0.1:9000/?X-Amz-Signature=" + secret, "holds a query (such as ?api_key=), which may be a secret; put the S3 keys in AWS_ACCESS_KEY_ID"},
 		{"store.endpoint", config.FromEnv, "http://127.0.0.1:9000", ""},
 		{"model.base_url", config.FromEnv, "https://127.0.0.1:1/v1?api_key=" + secret, "holds a query (such as ?api_key=), which may be a secret; put the API key in OPENAI_API_KEY"},
-		{"model.base_url", config.FromEnv, "https://ann:" + secret + "@127.0.0.1:1/v1?api_key=" + secret, "holds a query"},
+		{"model.base_url", config.FromEnv, "https://ann:" + secret + "@127.0.0.1:1/v1?api_key=" + secret, "holds credentials"},
 		{"model.base_url", config.FromEnv, "https://127.0.0.1:1/v1?", "holds a query"},
 		{"model.base_url", config.FromFlag, "https://ann:" + secret + "@127.0.0.1:1/v1", "holds credentials"},
 		{"model.base_url", config.FromEnv, "ftp://127.0.0.1:1/v1", "is not an http(s) URL"},

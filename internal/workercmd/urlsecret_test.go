@@ -170,11 +170,11 @@ func TestURLSecretsInAConfigRefused(t *testing.T) {
 	}
 }
 
-// TestURLSecretsInTheEnvironment: a variable may carry a URL's user information (it may come
-// from a Secret; docs/security.md), never a query where its key has no use for one, which
-// nothing would read and the logs would show: it is refused naming the variable and where the
-// key belongs. A query where one is taken (NATS_URL's, which nothing reads either) reaches no
-// error or log line unmasked.
+// TestURLSecretsInTheEnvironment: NATS_URL may carry a URL's user information (it may come
+// from a Secret; docs/security.md), no other variable (its client ignores it, or quotes it in
+// its errors), and none a query where its key has no use for one, which nothing would read
+// and the logs would show: each is refused naming the variable and where the secret belongs.
+// A query NATS_URL takes (which nothing reads either) reaches no error or log line unmasked.
 func TestURLSecretsInTheEnvironment(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -184,8 +184,10 @@ func TestURLSecretsInTheEnvironment(t *testing.T) {
 	}{
 		{name: "model key in the query", env: "OPENAI_BASE_URL", url: "https://127.0.0.1:1/v1?api_key=" + urlSecret,
 			want: []string{"OPENAI_BASE_URL: holds a query", "OPENAI_API_KEY"}, skip: []string{"worker setup"}},
+		{name: "model token in the URL", env: "OPENAI_BASE_URL", url: "https://" + urlSecret + "@127.0.0.1:1/v1",
+			want: []string{"OPENAI_BASE_URL: holds credentials", "OPENAI_API_KEY"}, skip: []string{"worker setup"}},
 		{name: "store keys in the URL", env: "BOXCAR_STORE", url: "s3://AKIDEXAMPLE:" + urlSecret + "@results",
-			want: []string{"BOXCAR_STORE: s3://redacted@results: credentials do not belong in the URL", "AWS_SECRET_ACCESS_KEY"}},
+			want: []string{"BOXCAR_STORE: holds credentials", "AWS_SECRET_ACCESS_KEY"}},
 		{name: "NATS token in the query", env: "NATS_URL", url: "nats://127.0.0.1:1/?auth_token=" + urlSecret},
 	}
 	for _, tt := range tests {
