@@ -228,11 +228,29 @@ func (c *Consumer) WatchCancels(ctx context.Context, tenant string) (<-chan Canc
 	if !slices.Contains(c.tenants, tenant) {
 		return nil, fmt.Errorf("queue: watch the cancel requests of tenant %q: not one of this worker's tenants (%s)", tenant, strings.Join(c.tenants, ", "))
 	}
+	return c.watchCancels(ctx, tenant+".*")
+}
+
+// WatchAllCancels is WatchCancels of every tenant of the worker's on one watch, for a reader
+// that does nothing slow with what it reads: one consumer on the server, whatever the number of
+// tenants. Another tenant's requests come with the zero Ref. (A consumer of several filters is
+// created on an API subject that names none, which a worker may not use: a worker of several
+// tenants watches every tenant's keys.)
+func (c *Consumer) WatchAllCancels(ctx context.Context) (<-chan CancelUpdate, error) {
+	keys := "*.*"
+	if len(c.tenants) == 1 {
+		keys = c.tenants[0] + ".*"
+	}
+	return c.watchCancels(ctx, keys)
+}
+
+// watchCancels streams the requests of keys, as WatchCancels says, leaving out other tenants'.
+func (c *Consumer) watchCancels(ctx context.Context, keys string) (<-chan CancelUpdate, error) {
 	// Deletes too (they come with the zero Ref): the last entry the watch reads says whether
 	// it is up to date, whatever the entry.
-	w, err := c.cancels.Watch(ctx, tenant+".*")
+	w, err := c.cancels.Watch(ctx, keys)
 	if err != nil {
-		return nil, fmt.Errorf("queue: watch the cancel requests of tenant %s: %w", tenant, err)
+		return nil, fmt.Errorf("queue: watch the cancel requests of keys %s: %w", keys, err)
 	}
 	out := make(chan CancelUpdate)
 	go func() {
@@ -246,8 +264,12 @@ func (c *Consumer) WatchCancels(ctx context.Context, tenant string) (<-chan Canc
 				if !ok {
 					return
 				}
+				u := cancelUpdate(e)
+				if !slices.Contains(c.tenants, u.Ref.Tenant) {
+					u.Ref = Ref{} // another tenant's, on WatchAllCancels' watch
+				}
 				select {
-				case out <- cancelUpdate(e):
+				case out <- u:
 				case <-ctx.Done():
 					return
 				}

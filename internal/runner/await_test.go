@@ -29,6 +29,9 @@ func (statusQueue) Tenants() []string { return nil }
 func (statusQueue) WatchCancels(context.Context, string) (<-chan queue.CancelUpdate, error) {
 	return nil, errors.New("none")
 }
+func (statusQueue) WatchAllCancels(context.Context) (<-chan queue.CancelUpdate, error) {
+	return nil, errors.New("none")
+}
 func (statusQueue) CancelAsked(context.Context, queue.Ref) (bool, error) { return false, nil }
 func (statusQueue) ReleaseCancel(context.Context, queue.Ref) error       { return nil }
 func (statusQueue) Queued(context.Context, queue.Ref) (bool, error)      { return false, nil }

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -21,7 +22,10 @@ import (
 //
 // Each tenant's requests are applied in order on a watch of the tenant's own, the tenants'
 // watches side by side: a tenant that writes requests by the thousand (each one a few calls
-// to NATS to apply) delays only its own, never another tenant's cancel of a running job.
+// to NATS to apply) delays only its own, never another tenant's. And one more watch, of every
+// tenant's requests, stops the attempts running here as it reads their requests, calling NATS
+// for nothing (stops): a job's own tenant's backlog does not delay its stop either; its status
+// says cancel_requested once its tenant's watch gets to its request, or cancelled at its end.
 type cancelWatch struct {
 	q   Queue
 	log *slog.Logger
@@ -109,35 +113,79 @@ func (c *cancelWatch) add(r queue.Ref, cancel context.CancelCauseFunc) (remove f
 	}
 }
 
-// apply carries out one request: the attempts running here stop, and the status says so.
-func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) {
+// stop stops the attempts of the job running here.
+func (c *cancelWatch) stop(r queue.Ref) {
 	c.mu.Lock()
 	hooks := slices.Clone(c.jobs[r])
 	c.mu.Unlock()
 	for _, h := range hooks {
 		h.fire()
 	}
+}
+
+// apply carries out one request: the attempts running here stop, and the status says so. An
+// error says NATS failed it, and it is not carried out: the caller tries again.
+func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) error {
+	c.stop(r)
 	st, err := c.q.Status(ctx, r)
-	if err == nil && st.State.Terminal() || errors.Is(err, queue.ErrUnknownJob) && !c.queued(ctx, r) {
+	if (err == nil && st.State.Terminal() || errors.Is(err, queue.ErrUnknownJob)) && !c.queued(ctx, r) {
 		// Ended, or no job at all (never submitted: a request written by hand, which `submit
-		// cancel` refuses; or ended and its status expired): no delivery runs it any more, so
-		// its request may expire (a worker that starts reads every request, also one whose
-		// release a settle missed). A request is written with no expiry, and one for an id that
-		// never was would otherwise stay for ever.
-		if err := c.q.ReleaseCancel(ctx, r); err != nil && ctx.Err() == nil {
-			c.log.WarnContext(ctx, "cannot let the cancel request of an ended job expire; the next watch tries again", "job_id", r.ID, "tenant", r.Tenant, "error", err)
+		// cancel` refuses; or ended and its status expired), and no message of it left in the
+		// job stream: no delivery runs it any more, so its request may expire (a worker that
+		// starts reads every request, also one whose release a settle missed). A request is
+		// written with no expiry, and one for an id that never was would otherwise stay for
+		// ever. A job recorded cancelled while queued has a terminal status and its message
+		// still queued: its request stays until the delivery that takes it commits its end, as
+		// its status expires before that when the queue is long (another worker's watch, or a
+		// restarted one, let it expire and the job ran).
+		if err := c.q.ReleaseCancel(ctx, r); err != nil {
+			return fmt.Errorf("let the cancel request of an ended job expire: %w", err)
 		}
-		return
+		return nil
 	}
-	if err == nil && st.CancelRequested {
-		return // carried out before (by this worker or another)
+	if err == nil && (st.CancelRequested || st.State.Terminal()) {
+		return nil // carried out before (by this worker or another), or queued and recorded cancelled
 	}
 	if err != nil && !errors.Is(err, queue.ErrUnknownJob) {
-		c.log.WarnContext(ctx, "cannot read the status of a job asked to be cancelled; the next watch tries again", "job_id", r.ID, "tenant", r.Tenant, "error", err)
-		return
+		return fmt.Errorf("read the status of a job asked to be cancelled: %w", err)
 	}
-	if _, err := c.q.UpdateStatus(ctx, r, job.RequestCancel); err != nil && !errors.Is(err, queue.ErrFinal) && ctx.Err() == nil {
-		c.log.WarnContext(ctx, "cannot record a cancel in the job's status; the next watch tries again", "job_id", r.ID, "tenant", r.Tenant, "error", err)
+	if _, err := c.q.UpdateStatus(ctx, r, job.RequestCancel); err != nil && !errors.Is(err, queue.ErrFinal) {
+		return fmt.Errorf("record a cancel in the job's status: %w", err)
+	}
+	return nil
+}
+
+// applyRetries bound the wait between a watch's tries of a request NATS failed.
+const (
+	applyRetryFirst = time.Second
+	applyRetryMost  = 30 * time.Second
+)
+
+// applyUntilDone applies the request until NATS carries it out or ctx ends, waiting longer
+// after each failure: a request a failure dropped stayed undone until the watch started again,
+// which only a broken connection makes it do (NATS answering late under load left most of a
+// tenant's backlog undone, its watch saying it was up to date).
+func (c *cancelWatch) applyUntilDone(ctx context.Context, r queue.Ref) {
+	wait := applyRetryFirst
+	for tries := 1; ; tries++ {
+		err := c.apply(ctx, r)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil && tries > 1:
+			c.log.InfoContext(ctx, "carried out the cancel request", "job_id", r.ID, "tenant", r.Tenant, "tries", tries)
+			return
+		case err == nil:
+			return
+		case tries == 1:
+			c.log.WarnContext(ctx, "cannot carry out a cancel request; trying again", "job_id", r.ID, "tenant", r.Tenant, "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, applyRetryMost)
 	}
 }
 
@@ -168,19 +216,47 @@ func (c *cancelWatch) start(ctx context.Context) (stopped <-chan struct{}) {
 	for t, tw := range watches {
 		wg.Go(func() { c.watch(ctx, t, tw) })
 	}
+	wg.Go(func() { c.stops(ctx) })
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	return done
 }
 
 // watch applies the tenant's requests in order until ctx ends, and keeps tw saying whether it
-// is behind. A watch that breaks (the connection closed) is started again, reading every
-// request again, behind until it has.
+// is behind.
 func (c *cancelWatch) watch(ctx context.Context, tenant string, tw *tenantWatch) {
+	c.follow(ctx, tenant, func(ctx context.Context) (<-chan queue.CancelUpdate, error) {
+		tw.set(true)
+		return c.q.WatchCancels(ctx, tenant)
+	}, func(u queue.CancelUpdate) {
+		if u.Ref != (queue.Ref{}) {
+			tw.set(true) // this one is not applied yet
+			c.applyUntilDone(ctx, u.Ref)
+		}
+		tw.set(u.Behind)
+	})
+}
+
+// stops stops the attempts running here as it reads their jobs' requests, every tenant's on
+// one watch, until ctx ends. It calls NATS for nothing, so it reads requests as fast as they
+// come, however far behind a tenant's watch is: a request of a job that runs here stops it at
+// once, never after its tenant's backlog. A request of a job that starts after it was read is
+// the tenant's watch's, or the attempt's own look-up (before).
+func (c *cancelWatch) stops(ctx context.Context) {
+	c.follow(ctx, "", c.q.WatchAllCancels, func(u queue.CancelUpdate) {
+		if u.Ref != (queue.Ref{}) {
+			c.stop(u.Ref)
+		}
+	})
+}
+
+// follow hands each update of the watch that open starts to each, until ctx ends. A watch that
+// breaks (the connection closed) is started again every second, reading every request again.
+// tenant names the watch in the log ("" for every tenant's).
+func (c *cancelWatch) follow(ctx context.Context, tenant string, open func(context.Context) (<-chan queue.CancelUpdate, error), each func(queue.CancelUpdate)) {
 	failing := false // logged once per outage, not at every retry
 	for ctx.Err() == nil {
-		tw.set(true)
-		updates, err := c.q.WatchCancels(ctx, tenant)
+		updates, err := open(ctx)
 		if err != nil {
 			if !failing && ctx.Err() == nil {
 				failing = true
@@ -192,11 +268,7 @@ func (c *cancelWatch) watch(ctx context.Context, tenant string, tw *tenantWatch)
 				c.log.InfoContext(ctx, "watching for cancellation requests again", "tenant", tenant)
 			}
 			for u := range updates {
-				if u.Ref != (queue.Ref{}) {
-					tw.set(true) // this one is not applied yet
-					c.apply(ctx, u.Ref)
-				}
-				tw.set(u.Behind)
+				each(u)
 			}
 		}
 		select {
@@ -214,7 +286,8 @@ func (c *cancelWatch) watch(ctx context.Context, tenant string, tw *tenantWatch)
 // the job was fetched (which races the start, as on any worker). So a worker that starts
 // fetches at once, and runs no job cancelled while queued, instead of fetching nothing until
 // it has applied every request in the bucket. When NATS cannot say whether there is a request,
-// the attempt waits for the watch to catch up, as every attempt did before.
+// or fails to carry it out, the attempt waits for the watch to catch up, as every attempt did
+// before.
 func (c *cancelWatch) before(ctx context.Context, r queue.Ref) {
 	c.mu.Lock()
 	tw, watched := c.tenants[r.Tenant]
@@ -226,17 +299,18 @@ func (c *cancelWatch) before(ctx context.Context, r queue.Ref) {
 		return
 	}
 	asked, err := c.q.CancelAsked(ctx, r)
-	switch {
-	case err != nil:
-		c.log.WarnContext(ctx, "cannot tell whether a cancel of the job was asked; waiting for the cancel watch", "job_id", r.ID, "tenant", r.Tenant, "error", err)
-		for behind, ready := tw.state(); behind && ctx.Err() == nil; behind, ready = tw.state() {
-			select {
-			case <-ready:
-			case <-ctx.Done():
-			}
+	if err == nil && asked {
+		err = c.apply(ctx, r)
+	}
+	if err == nil {
+		return
+	}
+	c.log.WarnContext(ctx, "cannot tell whether a cancel of the job was asked, or carry it out; waiting for the cancel watch", "job_id", r.ID, "tenant", r.Tenant, "error", err)
+	for behind, ready := tw.state(); behind && ctx.Err() == nil; behind, ready = tw.state() {
+		select {
+		case <-ready:
+		case <-ctx.Done():
 		}
-	case asked:
-		c.apply(ctx, r)
 	}
 }
 

@@ -119,3 +119,63 @@ func (h signalHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	return nil
 }
+
+// failingQueue delivers one request on the tenant's watch, then word that the watch is up to
+// date, and fails the first status read of the request's job as NATS answering late does.
+type failingQueue struct {
+	askedQueue
+	r     queue.Ref
+	reads int
+}
+
+func (q *failingQueue) Tenants() []string { return []string{q.r.Tenant} }
+
+func (q *failingQueue) WatchCancels(ctx context.Context, _ string) (<-chan queue.CancelUpdate, error) {
+	out := make(chan queue.CancelUpdate)
+	go func() {
+		defer close(out)
+		for _, u := range []queue.CancelUpdate{{Ref: q.r}, {}} {
+			select {
+			case out <- u:
+			case <-ctx.Done():
+				return
+			}
+		}
+		<-ctx.Done()
+	}()
+	return out, nil
+}
+
+func (q *failingQueue) Status(ctx context.Context, r queue.Ref) (job.Status, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.reads++
+	if q.reads == 1 {
+		return job.Status{}, context.DeadlineExceeded
+	}
+	return job.Status{}, queue.ErrUnknownJob
+}
+
+// TestWatchTriesAFailedRequestAgain: a request whose apply NATS fails (a status read that
+// times out) is tried again, and the tenant's watch says it is behind until it is carried out.
+// (It was dropped, the watch saying it was up to date, until the watch started again.)
+func TestWatchTriesAFailedRequestAgain(t *testing.T) {
+	t.Parallel()
+	r := queue.Ref{Tenant: "team-a", ID: job.NewID()}
+	q := &failingQueue{r: r}
+	c := newCancelWatch(q, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := c.start(ctx)
+	defer func() { cancel(); <-stopped }()
+	c.mu.Lock()
+	tw := c.tenants[r.Tenant]
+	c.mu.Unlock()
+	for behind, ready := tw.state(); behind; behind, ready = tw.state() {
+		<-ready
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.written) != 1 || q.written[0] != r {
+		t.Errorf("the watch is up to date with the statuses of %v written after %d status reads; want the request's job's, after a second read", q.written, q.reads)
+	}
+}

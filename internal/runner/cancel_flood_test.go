@@ -56,6 +56,13 @@ type applyCount struct {
 	runner.Queue
 	flooder string
 
+	// hold, when set, holds the watch's release of the flooder's requests (all but exempt's)
+	// once holdAfter of them are released, until it is closed: a backlog that takes as long
+	// to apply as the test needs, whatever the machine's speed.
+	hold      chan struct{}
+	holdAfter int
+	exempt    string
+
 	mu       sync.Mutex
 	released map[string]bool   // the flooder's ids released
 	asked    map[queue.Ref]int // a job's first status with a cancel recorded: the releases then
@@ -68,8 +75,20 @@ func countApplies(flooder string) (*applyCount, func(*runner.Config)) {
 }
 
 func (q *applyCount) ReleaseCancel(ctx context.Context, r queue.Ref) error {
+	if q.hold != nil && r.Tenant == q.flooder && r.ID != q.exempt {
+		q.mu.Lock()
+		held := len(q.released) >= q.holdAfter
+		q.mu.Unlock()
+		if held {
+			select {
+			case <-q.hold:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
 	err := q.Queue.ReleaseCancel(ctx, r)
-	if r.Tenant == q.flooder && err == nil {
+	if r.Tenant == q.flooder && r.ID != q.exempt && err == nil {
 		q.mu.Lock()
 		q.released[r.ID] = true
 		q.mu.Unlock()
@@ -162,6 +181,49 @@ func TestCancelFloodOfOneTenantHoldsNoOther(t *testing.T) {
 	if last.State != job.StateCancelled {
 		t.Errorf("team-b's job ended %s, want cancelled", last.State)
 	}
+}
+
+// TestCancelOfARunningJobPassesItsTenantsBacklog: a tenant's watch is working through a
+// backlog of the tenant's own requests (held at its 10th, as a slow NATS would) when the tenant
+// cancels its job running on the worker: the job stops and ends cancelled while the backlog is
+// still held. (A watch applies its tenant's requests one after the other, so the job's cancel
+// waited behind the whole backlog, its job running on meanwhile.)
+func TestCancelOfARunningJobPassesItsTenantsBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	counted, wrap := countApplies(job.DefaultTenant)
+	j := b.newJob("p", "t")
+	j.Inputs = nil
+	counted.hold, counted.holdAfter, counted.exempt = make(chan struct{}), 10, j.ID
+	running := make(chan string, 1)
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		running <- req.JobID
+		<-ctx.Done()
+		return agent.Result{}, ctx.Err()
+	}), wrap)
+	b.publish(j)
+	<-running
+
+	b.floodCancels(job.DefaultTenant, floodSize)
+	waitFor(t, 2*time.Minute, "the watch to be held in the backlog", func() bool {
+		_, _, released := counted.counts()
+		return released == counted.holdAfter
+	})
+	if _, err := b.q.Cancel(ctx, j.ID, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	st := b.waitFinal(j.ID, time.Minute)
+	close(counted.hold)
+	asked, _, _ := counted.counts()
+	t.Logf("the running job's cancel was applied with %d of the backlog's %d requests applied", asked[queue.Ref{Tenant: job.DefaultTenant, ID: j.ID}], floodSize)
+	if st.State != job.StateCancelled {
+		t.Errorf("the running job ended %s: %s, want cancelled", st.State, st.Error)
+	}
+	waitFor(t, 2*time.Minute, "the backlog to be applied", func() bool {
+		_, _, released := counted.counts()
+		return released == floodSize
+	})
 }
 
 // TestWorkerStartedWithACancelBacklogRunsQueuedJobs: a worker starts while the cancel bucket

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,21 +52,62 @@ func TestCancelledQueuedJobNeverRunsOnceItsStatusExpired(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		skew time.Duration // of the worker's clock against the NATS server's
+		// another: a second worker, which takes no job, watches the requests too: it reads
+		// the request of a job whose status says cancelled, and must keep it (it let it expire
+		// as if the job's end were committed, and the job ran once both had expired).
+		another bool
 	}{
-		{"clocks in step", 0},
+		{name: "clocks in step"},
 		// The message's time is the server's: a worker 5 minutes behind it reads the job as
 		// waiting 5 minutes less than it did, and its status as still there.
-		{"worker clock 5m behind", -5 * time.Minute},
-		{"worker clock 5m ahead", 5 * time.Minute},
+		{name: "worker clock 5m behind", skew: -5 * time.Minute},
+		{name: "worker clock 5m ahead", skew: 5 * time.Minute},
+		{name: "another worker watches", another: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			testCancelledQueuedJobNeverRuns(t, func() time.Time { return time.Now().Add(tt.skew) })
+			testCancelledQueuedJobNeverRuns(t, func() time.Time { return time.Now().Add(tt.skew) }, tt.another)
 		})
 	}
 }
 
-func testCancelledQueuedJobNeverRuns(t *testing.T, now func() time.Time) {
+// neverUp is a model gate that never opens: a worker behind it fetches no job.
+type neverUp struct{}
+
+func (neverUp) Up() bool { return false }
+func (neverUp) Wait(ctx context.Context) error {
+	<-ctx.Done()
+	return context.Cause(ctx)
+}
+
+// statusRead tells read once the worker's queue has answered a status read of the job id.
+type statusRead struct {
+	runner.Queue
+	id   string
+	once sync.Once
+	read chan struct{}
+}
+
+func (q *statusRead) Status(ctx context.Context, r queue.Ref) (job.Status, error) {
+	st, err := q.Queue.Status(ctx, r)
+	if r.ID == q.id {
+		q.once.Do(func() { close(q.read) })
+	}
+	return st, err
+}
+
+// watchingWorker starts a worker that fetches no job and returns once its watch has read the
+// status of the job id.
+func (b *bundle) watchingWorker(id string) {
+	b.t.Helper()
+	q := &statusRead{id: id, read: make(chan struct{})}
+	b.worker(agentFunc(func(context.Context, agent.Request) (agent.Result, error) {
+		return agent.Result{}, errors.New("the watching worker ran a job")
+	}), func(c *runner.Config) { q.Queue, c.Queue, c.ModelGate = c.Queue, q, neverUp{} })
+	<-q.read
+}
+
+func testCancelledQueuedJobNeverRuns(t *testing.T, now func() time.Time, another bool) {
 	const ttl = 2 * time.Second // stands for status_ttl: 24h and a day's backlog
 	b := setupStatusTTL(t, ttl)
 	ctx := context.Background()
@@ -91,6 +133,9 @@ func testCancelledQueuedJobNeverRuns(t *testing.T, now func() time.Time) {
 		st, err := b.q.Status(ctx, queued.ID)
 		return err == nil && st.State == job.StateCancelled
 	})
+	if another {
+		b.watchingWorker(queued.ID)
+	}
 	time.Sleep(ttl + 2*time.Second) // the backlog outlasts status_ttl
 	close(release)
 	b.waitFinal(busy.ID, 20*time.Second)

@@ -34,9 +34,10 @@ type Queue interface {
 	// UpdateNewStatus is UpdateStatus with a first try that creates the status: for a first
 	// delivery's claim, whose job has none yet.
 	UpdateNewStatus(ctx context.Context, r queue.Ref, change func(*job.Status), conds ...queue.StatusCond) (job.Status, error)
-	// WatchCancels watches one tenant's cancel requests (cancelWatch); Tenants are the
-	// worker's.
+	// WatchCancels watches one tenant's cancel requests, WatchAllCancels every tenant's on one
+	// watch (cancelWatch); Tenants are the worker's.
 	WatchCancels(ctx context.Context, tenant string) (<-chan queue.CancelUpdate, error)
+	WatchAllCancels(ctx context.Context) (<-chan queue.CancelUpdate, error)
 	Tenants() []string
 	// CancelAsked reports whether the cancel bucket holds a request for the job, and
 	// ReleaseCancel lets one expire: see claim and releaseCancel.
