@@ -3,6 +3,8 @@
 package store_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +13,8 @@ import (
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/internal/store/storetest"
+	"github.com/boxcar-run/boxcar/internal/testnet"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestSeaweedFS runs the s3 store against a second S3 implementation, SeaweedFS: the whole
@@ -46,4 +50,29 @@ func TestSeaweedFS(t *testing.T) {
 			t.Errorf("Probe on SeaweedFS: %v", err)
 		}
 	})
+}
+
+// TestSeaweedListensOnlyOnItsPorts: the harness's weed listens on the ports it picked and no
+// other. A part left on its default port (the S3 gateway's Lance namespace server on 9101,
+// the admin's gRPC on 22535 and its legacy one on 33646) is taken by the first of two test
+// binaries running at once, and the other's weed fails or talks to the first's.
+func TestSeaweedListensOnlyOnItsPorts(t *testing.T) {
+	srv := s3test.StartSeaweed(t)
+	given := srv.Ports()
+	var listening []string
+	harness.Wait(t, "weed to listen on every port it was given", func() (bool, error) {
+		var err error
+		listening, err = testnet.ListeningAddrs(srv.Pid())
+		for _, addr := range given {
+			if !slices.Contains(listening, addr) {
+				return false, fmt.Errorf("listening on %v, not yet on %s (err %v)", listening, addr, err)
+			}
+		}
+		return err == nil, err
+	})
+	for _, addr := range listening {
+		if !slices.Contains(given, addr) {
+			t.Errorf("weed listens on %s, which the harness did not give it (given %v)", addr, given)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -79,5 +80,21 @@ func TestServeDNSAnswers(t *testing.T) {
 	}
 	if asked.Load() < 3 {
 		t.Errorf("answer saw %d questions, want every one (3 or more)", asked.Load())
+	}
+}
+
+func TestListeningAddrsReadsEveryFamily(t *testing.T) {
+	var want []string
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		want = append(want, ln.Addr().String())
+	}
+	got, err := testnet.ListeningAddrs(os.Getpid())
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ListeningAddrs = %q, %v; want %q", got, err, want)
 	}
 }

@@ -53,8 +53,9 @@ type Server struct {
 	exited  chan struct{} // closed when the process has been waited for
 	logf    *os.File
 	t       testing.TB
-	seaweed bool   // a SeaweedFS server, whose buckets are made through its S3 API
-	iamDir  string // with StartIAM: versitygw's internal IAM keeps its accounts here
+	seaweed bool     // a SeaweedFS server, whose buckets are made through its S3 API
+	iamDir  string   // with StartIAM: versitygw's internal IAM keeps its accounts here
+	ports   []string // a SeaweedFS server's: the addresses its parts were given
 }
 
 // Binary returns the path of versitygw: from PATH, else from GOBIN or a GOPATH's bin folder,

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func freePort() (int, error) {
 }
 
 func (s *Server) startSeaweed(bin, confPath, logPath string) error {
-	ports := make([]int, 8)
+	ports := make([]int, 9)
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -92,7 +93,10 @@ func (s *Server) startSeaweed(bin, confPath, logPath string) error {
 		"-master.port="+p(0), "-master.port.grpc="+p(1),
 		"-volume.port="+p(2), "-volume.port.grpc="+p(3),
 		"-filer.port="+p(4), "-filer.port.grpc="+p(5),
-		"-s3.port="+p(6), "-s3.port.grpc="+p(7), "-s3.port.iceberg=0",
+		"-s3.port="+p(6), "-s3.port.grpc="+p(7),
+		// The admin server runs with its UI off, for its maintenance worker; every part with a
+		// default port is given one or turned off, as two weeds on one default collide.
+		"-admin.port.grpc="+p(8), "-admin.port.legacy=0", "-s3.port.iceberg=0", "-s3.port.lance=0",
 		"-s3.config="+confPath, "-webdav=false", "-admin.ui=false",
 		// Each bucket is a collection that takes several volumes at once. Left to itself, mini
 		// sizes volumes (up to 1 GiB) and their number by the disk's free space at its start,
@@ -114,6 +118,10 @@ func (s *Server) startSeaweed(bin, confPath, logPath string) error {
 		close(exited)
 	}()
 	s.cmd, s.exited, s.logf = cmd, exited, logf
+	s.ports = make([]string, len(ports))
+	for i := range ports {
+		s.ports[i] = net.JoinHostPort("127.0.0.1", p(i))
+	}
 	s.Endpoint = "http://" + net.JoinHostPort("127.0.0.1", p(6))
 	if err := s.waitSeaweed(); err != nil {
 		s.Stop()
@@ -158,4 +166,16 @@ func (s *Server) client() *s3.Client {
 		Credentials:  credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
 		HTTPClient:   &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 	})
+}
+
+// Pid is the server process's id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Ports returns the addresses the server was told to listen on: weed's parts, or versitygw's
+// endpoint.
+func (s *Server) Ports() []string {
+	if s.ports == nil {
+		return []string{strings.TrimPrefix(s.Endpoint, "http://")}
+	}
+	return s.ports
 }
