@@ -1,7 +1,6 @@
 package submitcmd
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -142,14 +141,28 @@ func TestWatchExitCodes(t *testing.T) {
 	}
 	// A job that ends while it is watched.
 	id := te.submitJob(t)
+	var stderr harness.LogBuffer
+	type result struct {
+		stdout string
+		err    error
+	}
+	watched := make(chan result, 1)
 	go func() {
-		time.Sleep(50 * time.Millisecond) // let the watch start; either order must work
-		_, _ = te.q.UpdateStatus(context.Background(), ref(id), func(st *job.Status) { st.State, st.Worker, st.Attempt = job.StateRunning, "w1", 1 })
-		_, _ = te.q.UpdateStatus(context.Background(), ref(id), func(st *job.Status) { st.State = job.StateSucceeded })
+		stdout, err := te.submitStderr(t, &stderr, "watch", id)
+		watched <- result{stdout, err}
 	}()
-	stdout, stderr, err := te.submit(t, "watch", id)
-	if err != nil || !strings.Contains(stdout, "succeeded") {
-		t.Errorf("watch of a job that ends: %v\n%s\n%s", err, stdout, stderr)
+	// The watch has read the job's first status when it shows it: it then waits for the next.
+	waitFor(t, "the watch to show the job queued", func() bool { return strings.Contains(stderr.String(), "queued") })
+	for _, edit := range []func(*job.Status){
+		func(st *job.Status) { st.State, st.Worker, st.Attempt = job.StateRunning, "w1", 1 },
+		func(st *job.Status) { st.State = job.StateSucceeded },
+	} {
+		if _, err := te.q.UpdateStatus(t.Context(), ref(id), edit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := <-watched; r.err != nil || !strings.Contains(r.stdout, "succeeded") {
+		t.Errorf("watch of a job that ends: %v\n%s\n%s", r.err, r.stdout, stderr.String())
 	}
 	if _, _, err := te.submit(t, "watch", "20261202t101500-abcdef012345"); exitCode(err) != 1 {
 		t.Errorf("watch of an unknown job: %v", err)

@@ -119,11 +119,20 @@ func (te *testEnv) getenv(k string) string {
 // submit runs the command against te and returns stdout, stderr and the error.
 func (te *testEnv) submit(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
+	var stderr bytes.Buffer
+	stdout, err := te.submitStderr(t, &stderr, args...)
+	return stdout, stderr.String(), err
+}
+
+// submitStderr runs a command as submit does, its stderr written to stderr as it goes: a test
+// reads a harness.LogBuffer to know how far the command got while it runs.
+func (te *testEnv) submitStderr(t *testing.T, stderr io.Writer, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
-	err := Run(ctx, args, te.getenv, &stdout, &stderr)
-	return stdout.String(), stderr.String(), err
+	var stdout bytes.Buffer
+	err := Run(ctx, args, te.getenv, &stdout, stderr)
+	return stdout.String(), err
 }
 
 // noEnv runs a command that must not need NATS or a store.
