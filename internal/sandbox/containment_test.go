@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +24,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // The containment suite: each test is one attempt to break out of a bubblewrap sandbox, or to
@@ -617,7 +619,11 @@ func expectUsable(t *testing.T, sb sandbox.Sandbox) {
 }
 
 // TestContainmentForkBomb forks without end until the timeout. The process bound holds it, the
-// host keeps forking, and nothing of it survives.
+// host keeps forking while the bomb is at its bound, and nothing of it survives. Each of the
+// bomb's shells forks in a loop and exits at its first refused fork, saying so in the workdir,
+// so a refusal frees a place that another shell takes and the bomb stays at its bound until
+// the timeout; the command's own shell, its one fork done, becomes sleep. (`f() { f | f & }`
+// died out a moment after its first refusals, and the host was checked a second later.)
 func TestContainmentForkBomb(t *testing.T) {
 	t.Parallel()
 	for _, mode := range boundModes {
@@ -631,20 +637,40 @@ func TestContainmentForkBomb(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				res, err := runBomb(t, sb, `f() { f | f & }; f; sleep 100`, 3*time.Second)
-				// Either the timeout ends it, or the shell gives up when the bound refuses its
-				// forks ("Cannot fork"): both are a clear result, not a success.
-				if err != nil || (!res.TimedOut && res.ExitCode == 0) {
-					t.Errorf("fork bomb: err %v, exit %d, timed out %v; want it stopped by the timeout or the process bound", err, res.ExitCode, res.TimedOut)
+				res, err := runBomb(t, sb, `f() { while :; do f & done; }; exec 2>refused; f & exec sleep 100`, 3*time.Second)
+				if err != nil || !res.TimedOut {
+					t.Errorf("fork bomb: err %v, exit %d, timed out %v; want it held at its bound until the timeout", err, res.ExitCode, res.TimedOut)
 				}
 			}()
-			time.Sleep(time.Second) // the bomb is at its bound by now
+			waitForkRefused(t, st, "refused", done)
 			expectHostForks(t)
 			<-done
 			expectHostUnharmed(t, st)
 			expectUsable(t, sb)
 		})
 	}
+}
+
+// waitForkRefused waits until a command's shells, their stderr sent to the workdir file name,
+// have said a fork was refused: the sandbox's processes are at its bound (its RLIMIT_NPROC,
+// or its pids cgroup). It fails when done closes first: the command ended before.
+func waitForkRefused(t *testing.T, st sandbox.HostState, name string, done <-chan struct{}) {
+	t.Helper()
+	harness.Wait(t, "a fork refused by the sandbox's process bound", func() (bool, error) {
+		select {
+		case <-done:
+			return false, fmt.Errorf("the command ended first: %w", harness.ErrStop)
+		default:
+		}
+		f, err := os.Open(filepath.Join(st.Dir, name))
+		if err != nil {
+			return false, err
+		}
+		defer f.Close()
+		head := make([]byte, 256)
+		n, _ := io.ReadFull(f, head)
+		return bytes.Contains(head[:n], []byte("fork")), fmt.Errorf("%s holds %q", name, head[:n])
+	})
 }
 
 // TestContainmentMemoryBomb allocates and touches memory without end. The memory bound ends it
@@ -730,12 +756,14 @@ func TestContainmentCPUSpin(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				res, err := runBomb(t, sb, `for i in 1 2 3; do (while :; do :; done) & done; while :; do :; done`, 2*time.Second)
+				res, err := runBomb(t, sb, `for i in 1 2 3; do (while :; do :; done) & done; : > spinning; while :; do :; done`, 2*time.Second)
 				if err != nil || !res.TimedOut {
 					t.Errorf("CPU spin: err %v, timed out %v; want a timed-out result", err, res.TimedOut)
 				}
 			}()
-			time.Sleep(500 * time.Millisecond)
+			if !waitForFile(t, sb, "spinning", done) {
+				t.Fatal("the spin ended before its processes started")
+			}
 			expectHostForks(t) // while it spins
 			<-done
 			expectHostUnharmed(t, st)
