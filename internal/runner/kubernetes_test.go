@@ -18,6 +18,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
@@ -73,9 +74,14 @@ func TestKubernetesOutageHoldsJobs(t *testing.T) {
 				t.Fatal(err)
 			}
 			b.cfg.Concurrency = 3
+			var fetches *fetchesWhile
 			b.worker(agentFunc(func(context.Context, agent.Request) (agent.Result, error) {
 				return agent.Result{Outcome: agent.OutcomeCompleted, FinalMessage: "done"}, nil
-			}), func(c *runner.Config) { c.Sandboxes = kp })
+			}), func(c *runner.Config) {
+				c.Sandboxes = kp
+				fetches = &fetchesWhile{Queue: c.Queue, cond: down.Load}
+				c.Queue = fetches
+			})
 			waiting := func(id string) {
 				t.Helper()
 				var st job.Status
@@ -93,11 +99,12 @@ func TestKubernetesOutageHoldsJobs(t *testing.T) {
 			// pull can lose its message): it takes the next job, which waits too.
 			second := b.submit("p")
 			waiting(second.ID)
-			// The worker has a free slot, but takes no job while the backend is unavailable.
+			// The worker has a free slot, but asks for no job while the backend is unavailable:
+			// the fetch loop went on to its next fetch as it handed the second job over, long
+			// before that job's attempt found the outage and said so.
 			third := b.submit("p")
-			time.Sleep(2 * time.Second) // a fetch would have taken it by now: nothing to wait for
-			if st, err := b.q.Status(t.Context(), third.ID); err != nil || st.State != job.StateQueued || st.Attempt != 0 {
-				t.Errorf("a job submitted during the outage was fetched: %+v, %v", st, err)
+			if n := fetches.began.Load(); n != 2 {
+				t.Errorf("the worker began %d fetches during the outage; want the 2 that took the first two jobs", n)
 			}
 			down.Store(false)
 			for _, j := range []job.Job{first, second, third} {
@@ -107,6 +114,20 @@ func TestKubernetesOutageHoldsJobs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fetchesWhile counts the fetches the worker begins while cond holds.
+type fetchesWhile struct {
+	runner.Queue
+	cond  func() bool
+	began atomic.Int32
+}
+
+func (q *fetchesWhile) Fetch(ctx context.Context) (*queue.Delivery, error) {
+	if q.cond() {
+		q.began.Add(1)
+	}
+	return q.Queue.Fetch(ctx)
 }
 
 // TestKubernetesPodLostMidJob: the sandbox pod goes away under a running job (deleted by a

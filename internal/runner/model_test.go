@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,25 +132,49 @@ func TestLongRetryAfterHoldsTheJob(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The worker's defaults: max_retries 3, the gate's threshold 3.
+			held := &downWaits{Gate: gate, waiting: make(chan struct{})}
 			ag, err := agent.New(agent.Config{BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), MaxRetries: 3,
-				Gate: gate, Profiles: b.cfg.Profiles})
+				Gate: held, Profiles: b.cfg.Profiles})
 			if err != nil {
 				t.Fatal(err)
 			}
 			b.worker(ag, func(c *runner.Config) { c.ModelGate = gate })
 			j := b.submit("p")
-			waitFor(t, 30*time.Second, "the breaker to open", func() bool { return !gate.Up() })
-			time.Sleep(time.Second) // any hand-back in flight is recorded
-			st, err := b.q.Status(context.Background(), j.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Attempt != 1 {
-				t.Errorf("the job is at delivery %d of max_deliver 3 (state %s, %d chat requests) while the endpoint asks to wait; want it held at delivery 1: %s",
+			// Until a run waits on the open breaker (the first delivery's, or, had it been handed
+			// back, a later one's, whose claim recorded its attempt before), or the first
+			// delivery is recorded as no longer running.
+			var st job.Status
+			waitFor(t, 30*time.Second, "a run to wait for the model endpoint", func() bool {
+				select {
+				case <-held.waiting:
+					st, err = b.q.Status(context.Background(), j.ID)
+					return err == nil
+				default:
+				}
+				st, err = b.q.Status(context.Background(), j.ID)
+				return err == nil && st.Attempt > 0 && (st.Attempt > 1 || st.State != job.StateRunning)
+			})
+			if st.Attempt != 1 || st.State != job.StateRunning {
+				t.Errorf("the job is at delivery %d of max_deliver 3 (state %s, %d chat requests) while the endpoint asks to wait; want it held running at delivery 1: %s",
 					st.Attempt, st.State, chats.Load(), st.Error)
 			}
 		})
 	}
+}
+
+// downWaits is a model gate that closes waiting the first time a run waits on it while the
+// endpoint is down.
+type downWaits struct {
+	agent.Gate
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (g *downWaits) Wait(ctx context.Context) error {
+	if !g.Up() {
+		g.once.Do(func() { close(g.waiting) })
+	}
+	return g.Gate.Wait(ctx)
 }
 
 // TestAnswerFieldsBoundedInManifest: what the endpoint says about its answer (the response id,
