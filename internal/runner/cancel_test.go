@@ -219,19 +219,28 @@ func TestCancelledQueuedJobRefusedAtAdmitEndsOnce(t *testing.T) {
 // all of them granted to the default tenant, until the test ends.
 func advertise(t *testing.T, b *bundle, id string, profiles map[string]config.Profile) {
 	t.Helper()
+	granted := slices.Collect(maps.Keys(profiles))
+	advertiseTenants(t, b, id, profiles, map[string]config.Tenant{job.DefaultTenant: {Profiles: granted}})
+}
+
+// advertiseTenants is advertise with the tenants given, once the profiles are live (the only
+// ones: each test has a NATS server of its own). stop ends it before the test does.
+func advertiseTenants(t *testing.T, b *bundle, id string, profiles map[string]config.Profile, tenants map[string]config.Tenant) (stop func()) {
+	t.Helper()
 	_, q := b.connect()
 	ctx, cancel := context.WithCancel(context.Background())
 	advertised := make(chan struct{})
-	granted := slices.Collect(maps.Keys(profiles))
 	go func() {
 		defer close(advertised)
-		_ = q.AdvertiseProfiles(ctx, id, profiles, map[string]config.Tenant{job.DefaultTenant: {Profiles: granted}})
+		_ = q.AdvertiseProfiles(ctx, id, profiles, tenants)
 	}()
-	t.Cleanup(func() { cancel(); <-advertised })
+	stop = sync.OnceFunc(func() { cancel(); <-advertised })
+	t.Cleanup(stop)
 	waitFor(t, 10*time.Second, id+"'s profiles published", func() bool {
 		live, err := b.q.LiveProfiles(context.Background())
 		return err == nil && len(live) == 1
 	})
+	return stop
 }
 
 // TestCancelledJobWhoseLastDeliveryDiedEndsCancelled: the worker of a job's last delivery dies

@@ -36,18 +36,7 @@ func TestProfileOfALivePeerIsLeftToIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Worker "new" is live: it publishes its profiles, as every worker does from its start.
-	_, peer := b.connect()
-	ctx, cancel := context.WithCancel(context.Background())
-	advertised := make(chan struct{})
-	go func() {
-		defer close(advertised)
-		_ = peer.AdvertiseProfiles(ctx, "worker-new", newCfg.Profiles, newCfg.TenantsOrDefault())
-	}()
-	t.Cleanup(func() { cancel(); <-advertised })
-	waitFor(t, 10*time.Second, "worker-new's profiles published", func() bool {
-		live, err := b.q.LiveProfiles(context.Background())
-		return err == nil && len(live) == 1
-	})
+	stopAdvertising := advertiseTenants(t, b, "worker-new", newCfg.Profiles, newCfg.TenantsOrDefault())
 
 	// Worker "old" (profile p only) takes the job of profile q.
 	// Its retry backoff keeps the job from it again until it is stopped.
@@ -68,8 +57,7 @@ func TestProfileOfALivePeerIsLeftToIt(t *testing.T) {
 	}
 
 	// Worker "new" comes up and would run it.
-	cancel()
-	<-advertised
+	stopAdvertising()
 	b.cfg = newCfg
 	b.worker(agentFunc(writeReport), func(c *runner.Config) {
 		c.Worker.WorkerID = "worker-new"
@@ -89,18 +77,7 @@ func TestProfileOfALivePeerEndsAtTheLastDelivery(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	peer := map[string]config.Profile{"p": b.cfg.Profiles["p"], "q": b.cfg.Profiles["p"]}
-	_, q := b.connect()
-	ctx, cancel := context.WithCancel(context.Background())
-	advertised := make(chan struct{})
-	go func() {
-		defer close(advertised)
-		_ = q.AdvertiseProfiles(ctx, "worker-new", peer, map[string]config.Tenant{"default": {Profiles: []string{"p", "q"}}})
-	}()
-	t.Cleanup(func() { cancel(); <-advertised })
-	waitFor(t, 10*time.Second, "worker-new's profiles published", func() bool {
-		live, err := b.q.LiveProfiles(context.Background())
-		return err == nil && len(live) == 1
-	})
+	advertise(t, b, "worker-new", peer)
 
 	b.worker(agentFunc(writeReport))
 	j := b.submit("q")
@@ -144,18 +121,7 @@ tenants:
 	}
 	b.cfg = cfg
 	// The worker publishes its profiles, as workercmd does from its start.
-	_, q := b.connect()
-	ctx, cancel := context.WithCancel(context.Background())
-	advertised := make(chan struct{})
-	go func() {
-		defer close(advertised)
-		_ = q.AdvertiseProfiles(ctx, "worker-1", cfg.Profiles, cfg.TenantsOrDefault())
-	}()
-	t.Cleanup(func() { cancel(); <-advertised })
-	waitFor(t, 10*time.Second, "the worker's profiles published", func() bool {
-		live, err := b.q.LiveProfiles(context.Background())
-		return err == nil && len(live) == 1
-	})
+	advertiseTenants(t, b, "worker-1", cfg.Profiles, cfg.TenantsOrDefault())
 	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Worker.WorkerID = "worker-1" })
 	j := b.submit("q")
 	final := b.waitFinal(j.ID, 30*time.Second)
