@@ -19,6 +19,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func withoutCgroups(c *sandbox.BubblewrapConfig) { c.DisableCgroups = true }
@@ -303,17 +304,10 @@ func TestTimeoutLeavesNoHostProcess(t *testing.T) {
 	if !res.TimedOut {
 		t.Fatalf("TimedOut = false, want true")
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	harness.Wait(t, "no process of the command left after its timeout", func() (bool, error) {
 		left := hostProcesses(t, marker)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes survived the timeout: %v", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Errorf("processes survived the timeout: %v", left)
+	}, harness.Within(2*time.Second))
 }
 
 // hostProcesses lists the host's processes whose command line holds marker (bwrap itself
@@ -358,20 +352,13 @@ func TestLifetime(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > 10*time.Second {
 		t.Errorf("Exec ran %v past a 1s lifetime", elapsed)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	harness.Wait(t, "the sandbox folder removed after its lifetime", func() (bool, error) {
 		entries, err := os.ReadDir(root)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(entries) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox folder still there after its lifetime: %v", entries)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(entries) == 0, fmt.Errorf("still there: %v", entries)
+	}, harness.Within(10*time.Second))
 }
 
 // TestImageRootfs runs a static program from a rootfs folder named as the image.

@@ -80,17 +80,10 @@ func expectHostUnharmed(t *testing.T, st sandbox.HostState) {
 		t.Logf("the worker is not root, so the sandbox runs as the worker's uid: its leftover processes are looked for by marker in the other tests")
 		return
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for {
+	harness.Wait(t, "no process of the sandbox's uid after its command ended", func() (bool, error) {
 		left := hostProcessesOf(t, st.UID)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of the sandbox's uid %d still run after its command ended: %v", st.UID, left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Errorf("processes of uid %d still run: %v", st.UID, left)
+	}, harness.Within(3*time.Second))
 }
 
 // TestContainmentHostLoopbackUnreachable opens listeners on the host's loopback, as the worker's
@@ -557,24 +550,24 @@ func sysvShmResident(t *testing.T, listing string) int64 {
 	return sum
 }
 
-// waitForFile waits up to 60 s for the command to write name into the workdir: false if done
-// closes first (the command ended).
+// waitForFile waits for the command to write name into the workdir: false if done closes
+// first (the command ended).
 func waitForFile(t *testing.T, sb sandbox.Sandbox, name string, done <-chan struct{}) bool {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := sb.ReadFile(t.Context(), name, 10); err == nil {
-			return true
+	written := false
+	harness.Wait(t, "the command to write "+name, func() (bool, error) {
+		_, err := sb.ReadFile(t.Context(), name, 10)
+		if written = err == nil; written {
+			return true, nil
 		}
 		select {
 		case <-done:
-			return false
-		case <-time.After(100 * time.Millisecond):
+			return true, nil
+		default:
+			return false, err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the command did not write %s within 60s", name)
-		}
-	}
+	})
+	return written
 }
 
 // TestContainmentNoNestedUserNamespaces: they widen the kernel's attack surface.
@@ -793,16 +786,10 @@ func TestContainmentGoneAfterClose(t *testing.T) {
 			"mkdir -p ro/sub && chmod 0500 ro/sub ro && setsid sleep " + marker + " </dev/null >/dev/null 2>&1 & echo > started; sleep " + marker}})
 		done <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := sb.ReadFile(t.Context(), "started", 10); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the command did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	harness.Wait(t, "the command to start", func() (bool, error) {
+		_, err := sb.ReadFile(t.Context(), "started", 10)
+		return err == nil, err
+	}, harness.Within(10*time.Second))
 	for _, path := range st.Paths() {
 		if _, err := os.Stat(path); err != nil {
 			t.Fatalf("before Close: %s: %v", path, err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // podSession starts this test binary as a pod's command session (the package's init runs
@@ -111,11 +112,10 @@ func TestCommandsKillSparesAnotherCommand(t *testing.T) {
 		ran <- err
 	}()
 	first := func() []int { return append(sleeping("1001."+marker), sleeping("1002."+marker)...) }
-	for deadline := time.Now().Add(5 * time.Second); len(first()) < 2; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the first command did not start: %v", first())
-		}
-	}
+	harness.Wait(t, "the first command to start", func() (bool, error) {
+		running := first()
+		return len(running) >= 2, fmt.Errorf("running %v", running)
+	}, harness.Within(5*time.Second))
 	if _, err := runNative(t.Context(), c, "b"+marker, fmt.Sprintf("env -i sleep 1003.%s </dev/null >/dev/null 2>&1 & sleep 0.3", marker), 0); err != nil {
 		t.Fatal(err)
 	}
