@@ -460,16 +460,16 @@ func (h *harness) placeholder(t testing.TB) string {
 // after the client has its response.
 func (h *harness) waitDecision(t *testing.T, what string, cond func(Decision) bool) Decision {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		for _, d := range h.all() {
+	var found Decision
+	testharness.Wait(t, "a decision: "+what, func() (bool, error) {
+		all := h.all()
+		for _, d := range all {
 			if cond(d) {
-				return d
+				found = d
+				return true, nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for a decision: %s; have %+v", what, h.all())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false, fmt.Errorf("have %+v", all)
+	}, testharness.Within(30*time.Second))
+	return found
 }

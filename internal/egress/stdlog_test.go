@@ -97,16 +97,13 @@ func TestStdLogQuotesNothing(t *testing.T) {
 		t.Fatalf("decision %+v: the placeholder was not swapped", got)
 	}
 	// The Transport's read loop logs the moment it finds the idle connection's bytes.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logged.String(), `"source":"transport.go:`) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testharness.Wait(t, "a line saying net/http's Transport wrote to the standard logger", func() (bool, error) {
+		out := logged.String()
+		return strings.Contains(out, `"source":"transport.go:`), fmt.Errorf("logged so far:\n%s", redact(out))
+	}, testharness.Within(10*time.Second))
 	out := logged.String()
 	if strings.Contains(out, realToken) || strings.Contains(out, "invalid token") {
 		t.Fatalf("the upstream's bytes are in the worker's log:\n%s", redact(out))
-	}
-	if !strings.Contains(out, `"source":"transport.go:`) {
-		t.Fatalf("no line says net/http's Transport wrote to the standard logger:\n%s", out)
 	}
 	// A line whose flags another caller changed names no file, and still quotes nothing.
 	log.SetFlags(0)
