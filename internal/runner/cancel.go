@@ -152,6 +152,10 @@ func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) error {
 	if _, err := c.q.UpdateStatus(ctx, r, job.RequestCancel); err != nil && !errors.Is(err, queue.ErrFinal) {
 		return fmt.Errorf("record a cancel in the job's status: %w", err)
 	}
+	// Again after the write: an attempt that began after the first stop adds its hook before
+	// its claim, and a claim that came before this write is stopped only here (a later one
+	// reads the request in the status).
+	c.stop(r)
 	return nil
 }
 

@@ -179,3 +179,42 @@ func TestWatchTriesAFailedRequestAgain(t *testing.T) {
 		t.Errorf("the watch is up to date with the statuses of %v written after %d status reads; want the request's job's, after a second read", q.written, q.reads)
 	}
 }
+
+// claimingQueue starts an attempt of the job as its status is read: the attempt adds its hook
+// and claims (the status says running) between the watch's stop and its read.
+type claimingQueue struct {
+	askedQueue
+	claim func()
+}
+
+func (q *claimingQueue) Status(context.Context, queue.Ref) (job.Status, error) {
+	q.claim()
+	return job.Status{State: job.StateRunning}, nil
+}
+
+// TestApplyStopsAnAttemptThatClaimedDuringIt: an attempt that begins while a request is being
+// applied (after the watch's stop, before its status write) is stopped too. Its hook is in
+// place before its claim, and the status write that says cancel_requested comes after the
+// claim's, so the stop after that write reaches it; a claim after the write reads the request
+// itself. (It was stopped only before the read: the job ran on, its status cancel_requested.)
+func TestApplyStopsAnAttemptThatClaimedDuringIt(t *testing.T) {
+	t.Parallel()
+	r := queue.Ref{Tenant: "team-a", ID: job.NewID()}
+	stopped := make(chan error, 1)
+	c := newCancelWatch(nil, slog.New(slog.DiscardHandler))
+	q := &claimingQueue{claim: func() {
+		c.add(r, func(err error) { stopped <- err })
+	}}
+	c.q = q
+	if err := c.apply(context.Background(), r); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	select {
+	case err := <-stopped:
+		if !errors.Is(err, errCancelled) {
+			t.Errorf("the attempt was stopped with %v, want errCancelled", err)
+		}
+	default:
+		t.Errorf("the attempt that claimed while the request was applied runs on (status written for %v)", q.written)
+	}
+}
