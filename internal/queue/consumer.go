@@ -30,7 +30,7 @@ type Consumer struct {
 	// shared is the shared stream (drain.go), nil when there is none; old, by tenant, the
 	// consumers on it the worker still asks (under mu).
 	shared    jetstream.Stream
-	old       map[string]jetstream.Consumer
+	old       map[string]*oldConsumer
 	status    jetstream.KeyValue
 	cancels   jetstream.KeyValue
 	approvals jetstream.KeyValue
@@ -43,7 +43,7 @@ type Consumer struct {
 	concurrency *tenantConcurrency // this worker's tenants: against their consumers on the server
 
 	waitsMu  sync.Mutex
-	ackWaits map[string]time.Duration // consumer name → its ack deadline as the server has it
+	ackWaits map[string]time.Duration // waitKey → the consumer's ack deadline as the server has it
 
 	mu      sync.Mutex
 	next    int             // the tenant whose consumer the next fetch asks first
@@ -66,7 +66,7 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 	}
 	want := tenantsOrDefault(cfg, tenants)
 	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, cons: map[string]jetstream.Consumer{}, streams: map[string]jetstream.Stream{},
-		old: map[string]jetstream.Consumer{}, concurrency: newTenantConcurrency(cfg, want, log), ackWaits: map[string]time.Duration{}, retired: map[string]bool{}}
+		old: map[string]*oldConsumer{}, concurrency: newTenantConcurrency(cfg, want, log), ackWaits: map[string]time.Duration{}, retired: map[string]bool{}}
 	names := c.servedOf(ctx, slices.Sorted(maps.Keys(want)))
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: `worker setup` retired every tenant of this worker's tenants: (%s); run it with a config that lists them to serve them again",
@@ -89,7 +89,7 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 				"the server's applies, and this worker's heartbeats follow it. Give every worker the same config, then run `worker setup` with it to set the server's",
 				"tenant", tenant, "consumer", name, "server_ack_wait", server.String(), "config_ack_wait", time.Duration(cfg.AckWait).String())
 		}
-		c.noteAckWait(name, cons.CachedInfo().Config.AckWait)
+		c.noteAckWait(cons.CachedInfo())
 	}
 	if len(names) > 1 {
 		if c.ear, err = listen(nc, cfg.Subject, names); err != nil {
@@ -202,6 +202,9 @@ func (c *Consumer) Fetch(ctx context.Context) (*Delivery, error) {
 		switch {
 		case err == nil:
 			c.health.fetched()
+			if c.dropSecondCopy(ctx, msg) {
+				continue
+			}
 			return c.delivery(msg)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
@@ -325,7 +328,7 @@ func (c *Consumer) held(ctx context.Context, tenants ...string) bool {
 		if err != nil || info.NumPending > 0 {
 			return true
 		}
-		c.noteAckWait(info.Name, info.Config.AckWait)
+		c.noteAckWait(info)
 	}
 	return false
 }
@@ -438,7 +441,7 @@ func (c *Consumer) redeclareIfGone(ctx context.Context) {
 		if err != nil {
 			break
 		}
-		c.noteAckWait(cons.CachedInfo().Name, cons.CachedInfo().Config.AckWait)
+		c.noteAckWait(cons.CachedInfo())
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		if err == nil {
@@ -481,7 +484,7 @@ func (c *Consumer) delivery(msg jetstream.Msg) (*Delivery, error) {
 		Attempt:   int(meta.NumDelivered),
 		Published: meta.Timestamp,
 		Seq:       meta.Sequence.Stream,
-		consumer:  meta.Consumer,
+		consumer:  waitKey(meta.Stream, meta.Consumer),
 	}, nil
 }
 
@@ -500,11 +503,17 @@ func (c *Consumer) subjectRef(msg jetstream.Msg) Ref {
 
 // noteAckWait keeps a consumer's ack deadline as the server last told it: `worker setup` may
 // change it while the worker runs, and each delivery's heartbeats follow its consumer's.
-func (c *Consumer) noteAckWait(consumer string, d time.Duration) {
+func (c *Consumer) noteAckWait(info *jetstream.ConsumerInfo) {
 	c.waitsMu.Lock()
 	defer c.waitsMu.Unlock()
-	c.ackWaits[consumer] = d
+	c.ackWaits[waitKey(info.Stream, info.Name)] = info.Config.AckWait
 }
+
+// waitKey names a consumer among the worker's by its stream too: a tenant's consumer on the
+// shared stream, while the worker drains it (drain.go), has the name of its consumer on the
+// tenant's stream, and may have another ack wait (an older Boxcar's, or one an operator set),
+// which the heartbeats of a job it delivered must follow, not the new one's.
+func waitKey(stream, consumer string) string { return stream + " " + consumer }
 
 // ackWaitOf is the ack deadline of the consumer that delivered a message: the shortest known
 // for one the worker did not bind to, which cannot deliver to it.
@@ -539,8 +548,9 @@ func (l Lag) Startable() uint64 {
 }
 
 // ConsumerLag reports, from the server's view of each tenant's durable consumer, how many jobs
-// wait to be delivered and how many are in flight, by tenant in name order. The numbers are
-// cluster-wide: every worker sees the same.
+// wait to be delivered and how many are in flight, by tenant in name order; while the worker
+// drains the tenant's consumer on the shared stream (drain.go), its jobs there too. The numbers
+// are cluster-wide: every worker sees the same.
 func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
 	out := make([]Lag, 0, len(c.tenants))
 	for _, tenant := range c.tenants {
@@ -551,9 +561,13 @@ func (c *Consumer) ConsumerLag(ctx context.Context) ([]Lag, error) {
 		if err != nil {
 			return nil, fmt.Errorf("queue: look up consumer %s: %w", consumerName(c.cfg, tenant), err)
 		}
-		c.noteAckWait(info.Name, info.Config.AckWait)
-		out = append(out, Lag{Tenant: tenant, Pending: info.NumPending, AckPending: uint64(max(info.NumAckPending, 0)), MaxAckPending: info.Config.MaxAckPending,
-			ConfigMismatch: c.concurrency.check(ctx, tenant, info.Config.MaxAckPending)})
+		c.noteAckWait(info)
+		pending, inFlight, err := c.oldLag(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Lag{Tenant: tenant, Pending: info.NumPending + pending, AckPending: uint64(max(info.NumAckPending, 0)) + inFlight,
+			MaxAckPending: info.Config.MaxAckPending, ConfigMismatch: c.concurrency.check(ctx, tenant, info.Config.MaxAckPending)})
 	}
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,7 +28,9 @@ import (
 //   - A worker binds its tenants' consumers on both streams, and asks the one on the shared
 //     stream first (drainOld) until the shared stream holds no message of the tenant: it then
 //     stops asking it and, when it may declare, removes it. Each job is in one stream, so one
-//     consumer delivers it: none is lost and none runs twice.
+//     consumer delivers it: none is lost and none runs twice. A job submitted again while its
+//     first copy is in the shared stream is in both: the worker drops the second copy
+//     (dropSecondCopy). Meanwhile the tenant's lag counts its jobs in both (oldLag).
 //   - `worker setup` removes what the workers could not (removeDrained).
 //
 // The shared stream stays: its metadata records the tenants setup retired (retired.go).
@@ -116,26 +119,65 @@ func holdsTenant(ctx context.Context, s jetstream.Stream, subject, tenant string
 	return len(info.State.Subjects) > 0, nil
 }
 
+// oldConsumer is a tenant's consumer on the shared stream while the worker drains it.
+type oldConsumer struct {
+	cons jetstream.Consumer
+	// quietUntil is when the worker asks it again after a pull that found nothing while the
+	// shared stream still held a job of the tenant (see drainLook).
+	quietUntil time.Time
+}
+
+// drainLook is how long a worker leaves a tenant's consumer on the shared stream unasked once a
+// pull found nothing there while the stream still held a job of the tenant: one another worker
+// runs, delivered again only when that worker hands it back or dies. Asked at every pull
+// instead, it cost a pull's wait and a look at the stream before each pull of the tenant's own
+// stream, in every round of a worker of several tenants, for as long as that job ran. Such a
+// job, handed back, waits at most this much longer: what an idle worker of one tenant waits
+// between its pulls anyway.
+const drainLook = pullWait
+
 // drainOld is the delivery of tenant's consumer on the shared stream, asked before the
-// tenant's own stream while the shared stream holds jobs of the tenant (see above). Once it
-// holds none, the worker stops asking it and, when it may declare, removes the consumer.
+// tenant's own stream while the shared stream holds jobs of the tenant (see above), and not
+// again for drainLook once it found nothing to pull. Once the stream holds no job of the
+// tenant, the worker stops asking it and, when it may declare, removes the consumer.
 func (c *Consumer) drainOld(ctx context.Context, tenant string) (jetstream.Msg, bool) {
-	c.mu.Lock()
-	old := c.old[tenant]
-	c.mu.Unlock()
+	old := c.askOld(tenant)
 	if old == nil {
 		return nil, false
 	}
-	msg, err := pullFrom(ctx, old, lookPull)
+	msg, err := pullFrom(ctx, old.cons, lookPull)
 	if err == nil {
 		return msg, true
 	}
-	if !isPullTimeout(err) || ctx.Err() != nil {
-		return nil, false // the tenant's stream is asked; the shared one again at the next pull
+	if ctx.Err() != nil {
+		return nil, false
 	}
+	// Nothing to pull, or the pull failed: a job another worker runs, or none left.
 	if holds, err := holdsTenant(ctx, c.shared, c.cfg.Subject, tenant); err != nil || holds {
-		return nil, false // a job another worker runs, delivered again should it die
+		c.mu.Lock()
+		old.quietUntil = time.Now().Add(drainLook)
+		c.mu.Unlock()
+		return nil, false
 	}
+	c.endDrain(ctx, tenant)
+	return nil, false
+}
+
+// askOld is tenant's consumer on the shared stream when the worker is to ask it now: nil once
+// it drained it, and while it is quiet.
+func (c *Consumer) askOld(tenant string) *oldConsumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.old[tenant]
+	if old == nil || time.Now().Before(old.quietUntil) {
+		return nil
+	}
+	return old
+}
+
+// endDrain stops asking tenant's consumer on the shared stream, which holds no job of the
+// tenant any more, and removes it when the worker may declare.
+func (c *Consumer) endDrain(ctx context.Context, tenant string) {
 	c.mu.Lock()
 	delete(c.old, tenant)
 	c.mu.Unlock()
@@ -143,20 +185,81 @@ func (c *Consumer) drainOld(ctx context.Context, tenant string) (jetstream.Msg, 
 	if c.admin != nil {
 		if err := c.shared.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			c.log.WarnContext(ctx, "cannot remove a tenant's consumer on the shared job stream; the next `worker setup` does", "tenant", tenant, "consumer", name, "error", err)
-			return nil, false
+			return
 		}
 	}
 	c.log.InfoContext(ctx, "the shared job stream holds no job of the tenant any more; fetching from the tenant's own stream only", "tenant", tenant,
 		"stream", c.cfg.Stream, "consumer", name, "removed", c.admin != nil)
-	return nil, false
 }
 
-// draining reports whether the worker still asks a consumer of the shared stream of one of
+// draining reports whether the worker still drains a consumer of the shared stream of one of
 // the tenants.
 func (c *Consumer) draining(tenants ...string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.ContainsFunc(tenants, func(t string) bool { return c.old[t] != nil })
+}
+
+// oldLag is what tenant's consumer on the shared stream holds while the worker drains it: jobs
+// not delivered yet and jobs in flight, which the tenant's lag counts with its own stream's
+// (ConsumerLag), so that the pool warms sandboxes and the metrics show demand for them too.
+func (c *Consumer) oldLag(ctx context.Context, tenant string) (pending, inFlight uint64, err error) {
+	c.mu.Lock()
+	old := c.old[tenant]
+	c.mu.Unlock()
+	if old == nil {
+		return 0, 0, nil
+	}
+	info, err := old.cons.Info(ctx)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return 0, 0, nil // removed once drained, by another worker or `worker setup`
+	case err != nil:
+		return 0, 0, fmt.Errorf("queue: look up consumer %s of the shared stream %s: %w", consumerName(c.cfg, tenant), c.cfg.Stream, err)
+	}
+	c.noteAckWait(info)
+	return info.NumPending, uint64(max(info.NumAckPending, 0)), nil
+}
+
+// dropSecondCopy acknowledges, and so drops, a job the tenant's stream delivered while the
+// shared stream holds it too, and reports whether it did. Such a job was submitted again while
+// its copy from before the upgrade waited there: neither stream knows the other's jobs, so
+// each took its copy. The shared stream takes no job any more, so its copy is the first, and
+// runs from there (or runs already on another worker); this one would run beside it. A copy the
+// shared stream no longer holds was settled: the job's committed run or final status ends this
+// delivery with nothing run, as for any job submitted again after its end. While the worker
+// cannot tell, it holds the message (in progress) and asks again every second.
+func (c *Consumer) dropSecondCopy(ctx context.Context, msg jetstream.Msg) bool {
+	meta, err := msg.Metadata()
+	r := c.subjectRef(msg)
+	if err != nil || meta.Stream == c.cfg.Stream || !c.draining(r.Tenant) {
+		return false
+	}
+	log := c.log.With("job_id", r.ID, "tenant", r.Tenant, "stream", c.cfg.Stream)
+	for said := false; ; said = true {
+		held, err := inStream(ctx, c.shared, c.cfg, r)
+		switch {
+		case err == nil && !held:
+			return false
+		case err == nil:
+			if err := msg.DoubleAck(ctx); err != nil {
+				log.WarnContext(ctx, "cannot drop a job submitted again while its first copy is in the shared job stream; it is delivered again and dropped then", "error", err)
+			} else {
+				log.InfoContext(ctx, "dropped a job submitted again while its first copy is in the shared job stream, which runs it")
+			}
+			return true
+		case ctx.Err() != nil:
+			_ = msg.Nak() // the worker stops: another takes it
+			return true
+		case !said:
+			log.WarnContext(ctx, "cannot tell whether the shared job stream holds the first copy of a job; holding it and asking again every second", "error", err)
+		}
+		_ = msg.InProgress()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // bindOld binds tenant's consumer on the shared stream, if the shared stream holds one.
@@ -171,8 +274,8 @@ func (c *Consumer) bindOld(ctx context.Context, tenant string) error {
 	case err != nil:
 		return fmt.Errorf("queue: look up consumer %s of the shared stream %s: %w", consumerName(c.cfg, tenant), c.cfg.Stream, err)
 	}
-	c.old[tenant] = cons
-	c.noteAckWait(cons.CachedInfo().Name, cons.CachedInfo().Config.AckWait)
+	c.old[tenant] = &oldConsumer{cons: cons}
+	c.noteAckWait(cons.CachedInfo())
 	return nil
 }
 

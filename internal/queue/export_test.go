@@ -52,3 +52,7 @@ func (c *Consumer) SweepNow() {
 
 // ShortQuote is shortQuote, for the test of how a misfiled approval's claims are quoted.
 var ShortQuote = shortQuote
+
+// DrainLook is how long a worker leaves a tenant's consumer on the shared stream unasked once
+// it found nothing to pull there.
+const DrainLook = drainLook
