@@ -526,8 +526,9 @@ func (c *Consumer) ackWaitOf(consumer string) time.Duration {
 	return slices.Min(slices.Collect(maps.Values(c.ackWaits)))
 }
 
-// Lag is one tenant's jobs as its consumer holds them: not delivered yet (Pending) and
-// delivered but not yet acknowledged (AckPending).
+// Lag is one tenant's jobs as its consumer holds them (with, while the worker drains it, its
+// consumer on the shared stream: drain.go): not delivered yet (Pending) and delivered but not
+// yet acknowledged (AckPending).
 type Lag struct {
 	Tenant              string
 	Pending, AckPending uint64
