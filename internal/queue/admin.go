@@ -58,7 +58,7 @@ func (a *Admin) Declare(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := setUpStatus(ctx, a.js, cfg, a.log); err != nil {
+	if _, err := setUpStatus(ctx, a.js, cfg, a.worker, a.log); err != nil {
 		return fmt.Errorf("queue: set up status bucket %s: %w", cfg.StatusBucket, err)
 	}
 	if err := setUpCancel(ctx, a.js, cfg); err != nil {
@@ -136,6 +136,10 @@ func (a *Admin) declareStreams(ctx context.Context) (map[string]jetstream.Stream
 		// request's subject, the only read natsconfig grants it (a get with the subject in the
 		// payload could name another tenant's); without direct gets no server answers it.
 		AllowDirect: true,
+		Metadata:    map[string]string{settingMeta("max_age"): "nats.dead_letter_max_age", settingMeta("max_bytes"): "nats.dead_letter_max_bytes"},
+	}
+	if err := a.ownedStream(ctx, deadLetterBounds, &dead, true); err != nil {
+		return nil, err
 	}
 	deadBefore := dead
 	deadBefore.MaxAge, deadBefore.MaxBytes = 30*24*time.Hour, -1
@@ -164,7 +168,7 @@ func jobStreamConfig(cfg config.NATS, tenant string, t config.Tenant) jetstream.
 		MaxMsgSize: job.MaxMessageBytes + 4096, // room for headers
 		MaxMsgs:    orUnlimited(cmp.Or(t.MaxQueued, cfg.JobMaxMsgs)),
 		MaxBytes:   orUnlimited(cmp.Or(t.MaxQueuedBytes, cfg.JobMaxBytes)),
-		Metadata:   map[string]string{msgsSettingMeta: msgs, bytesSettingMeta: bytes},
+		Metadata:   map[string]string{settingMeta("max_msgs"): msgs, settingMeta("max_bytes"): bytes},
 		// A full queue refuses the submission, which submit reports; it never drops a job
 		// that was accepted.
 		Discard: jetstream.DiscardNew,
@@ -187,26 +191,9 @@ func jobStreamConfig(cfg config.NATS, tenant string, t config.Tenant) jetstream.
 // undo `worker setup`'s at every start of such a worker.
 func (a *Admin) jobStreamOf(ctx context.Context, tenant string) (jetstream.StreamConfig, error) {
 	want := jobStreamConfig(a.cfg, tenant, a.config[tenant])
-	if !a.worker {
-		want.Metadata[ownerMeta] = ownerSetup
-		return want, nil
-	}
-	s, err := a.js.Stream(ctx, want.Name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return want, nil
-	}
-	if err != nil {
-		return want, fmt.Errorf("queue: look up stream %s of tenant %s: %w", want.Name, tenant, err)
-	}
-	cur := s.CachedInfo().Config
 	_, ours := a.tenants[tenant]
-	if ours {
-		warnBounds(ctx, a.log, tenant, cur, want)
-	}
-	if !ours || cur.Metadata[ownerMeta] == ownerSetup {
-		keepBounds(&want, cur)
-	}
-	return want, nil
+	err := a.ownedStream(ctx, jobStreamBounds, &want, ours, "tenant", tenant)
+	return want, err
 }
 
 // removeShared removes the one consumer all tenants' jobs went through before tenants: on a

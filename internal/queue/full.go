@@ -37,12 +37,6 @@ func jobStreamLimits(msgs, bytes string) []streamLimit {
 	}
 }
 
-// Where a job stream's metadata names the settings its bounds come from.
-const (
-	msgsSettingMeta  = "boxcar.setting.max_msgs"
-	bytesSettingMeta = "boxcar.setting.max_bytes"
-)
-
 // boundSettings are the settings that bound tenant's job stream, jobs and bytes: its
 // tenants: override where it has one, nats.job_max_msgs and nats.job_max_bytes otherwise.
 func boundSettings(tenant string, t config.Tenant) (msgs, bytes string) {
@@ -67,10 +61,10 @@ func streamBoundSettings(tenant string, stream jetstream.Stream) (msgs, bytes st
 	}
 	meta := stream.CachedInfo().Config.Metadata
 	own, ownBytes := boundSettings(tenant, config.Tenant{MaxQueued: 1, MaxQueuedBytes: 1})
-	if meta[msgsSettingMeta] == own {
+	if meta[settingMeta("max_msgs")] == own {
 		msgs = own
 	}
-	if meta[bytesSettingMeta] == ownBytes {
+	if meta[settingMeta("max_bytes")] == ownBytes {
 		bytes = ownBytes
 	}
 	return msgs, bytes

@@ -108,16 +108,31 @@ func statusStream(bucket string) string { return "KV_" + bucket }
 // bucket (description, history, replicas, roll-ups off), except its expiry, which it sets the
 // way ensureStream sets a stream's limits: an expiry an operator changed on the bucket's stream
 // is kept. Before, only the expiry was set, so a `worker setup` that raised nats.replicas left
-// the bucket holding every job's state, spent budget and cancel on the node it was made on.
-func updateStatusBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, log *slog.Logger) error {
+// the bucket holding every job's state, spent budget and cancel on the node it was made on. The
+// expiry is setup's once setup declared the bucket (boundowner.go): a worker keeps it. The mark
+// is in the metadata of the bucket's stream, which is the bucket's (nats.go's
+// KeyValueConfig.Metadata), written here with the rest of the stream's update.
+func updateStatusBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, worker bool, log *slog.Logger) error {
 	s, err := js.Stream(ctx, statusStream(cfg.Bucket))
 	if err != nil {
 		return err
 	}
-	want := s.CachedInfo().Config
+	cur := s.CachedInfo().Config
+	want := cur
+	want.Metadata = maps.Clone(cur.Metadata)
+	if want.Metadata == nil {
+		want.Metadata = map[string]string{}
+	}
+	want.Metadata[settingMeta("max_age")] = "nats.status_ttl"
 	setBucketFields(&want, cfg)
+	want.MaxAge = cfg.TTL
+	if worker {
+		ownBounds(ctx, log, statusBounds, cur, &want, true)
+	} else {
+		markSetups(&want)
+	}
 	earlier := want
-	want.MaxAge, earlier.MaxAge = cfg.TTL, 0
+	earlier.MaxAge = 0
 	_, err = ensureStream(ctx, js, want, earlier, log)
 	return err
 }
@@ -188,8 +203,8 @@ func setBucketFields(sc *jetstream.StreamConfig, cfg jetstream.KeyValueConfig) {
 const allowRollups = false
 
 // setUpStatus creates the status bucket when it is missing, else binds it and brings it to
-// the config (updateStatusBucket).
-func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, log *slog.Logger) (jetstream.KeyValue, error) {
+// the config (updateStatusBucket); worker marks a worker's start, which keeps setup's expiry.
+func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, worker bool, log *slog.Logger) (jetstream.KeyValue, error) {
 	want := statusBucketConfig(cfg)
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -203,7 +218,7 @@ func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, l
 	if err != nil {
 		return nil, err
 	}
-	return kv, updateStatusBucket(ctx, js, want, log)
+	return kv, updateStatusBucket(ctx, js, want, worker, log)
 }
 
 // statusBucketConfig is the status bucket as the config declares it.
