@@ -31,15 +31,18 @@ NATS_URL and BOXCAR_STORE over the file's URLs, the NATS credential and TLS file
 NATS_*), OPENAI_BASE_URL, the CA files (--s3-ca, BOXCAR_S3_CA, --model-ca, BOXCAR_MODEL_CA) and
 each profile's secrets. Give it the flags you give the worker. Each problem is one line: in the
 file, file:line:col key.path: message; else it names the flag or variable, never a secret.
-Exit 0 when a worker would start with them, 1 otherwise. Nothing is started and nothing is reached.`,
+Exit 0 when a worker would start with them, 1 otherwise. Nothing is started and nothing is reached.
+A network.allow entry that names a worker endpoint (NATS, store, model) by host and port is
+warned of: the egress proxy never lets a sandbox reach it.`,
 		Args: cli.Args(1, 1, "check-config: give one config FILE"),
 		RunE: func(_ *cobra.Command, a []string) error {
 			cfg, src, err := config.LoadSource(a[0])
 			if err == nil {
 				err = src.Place(agent.CheckProfiles(cfg.Profiles))
 			}
+			var env startEnv
 			if err == nil {
-				_, err = readStartEnv(&cfg, conn, false, getenv)
+				env, err = readStartEnv(&cfg, conn, false, getenv)
 			}
 			if err != nil {
 				return checkFailed(stdout, a[0], err)
@@ -47,7 +50,15 @@ Exit 0 when a worker would start with them, 1 otherwise. Nothing is started and 
 			if _, err = fmt.Fprintf(stdout, "%s: ok, %s\n", a[0], count(len(cfg.Profiles), "profile")); err != nil {
 				return err
 			}
-			return printTenants(stdout, cfg)
+			if err := printTenants(stdout, cfg); err != nil {
+				return err
+			}
+			for _, w := range allowedEndpoints(cfg, env.modelURL) {
+				if _, err := fmt.Fprintln(stdout, cli.Escape(w)); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}
 	bindConnFlags(c.Flags(), &conn)

@@ -71,7 +71,20 @@ func proxyConfig(cfg config.Config) (egress.Config, error) {
 // workerEndpoints are the host:port of NATS, the store and the model, as the worker reaches them.
 func workerEndpoints(cfg config.Config, modelURL string) []string {
 	var out []string
-	add := func(raw string, httpURL bool) {
+	for _, e := range namedEndpoints(cfg, modelURL) {
+		out = append(out, e.hostPort)
+	}
+	return out
+}
+
+// endpoint is one of the worker's own endpoints: what it is ("NATS", "store", "model") and
+// its host:port.
+type endpoint struct{ what, hostPort string }
+
+// namedEndpoints are workerEndpoints, each with what it is.
+func namedEndpoints(cfg config.Config, modelURL string) []endpoint {
+	var out []endpoint
+	add := func(what, raw string, httpURL bool) {
 		u, err := url.Parse(strings.TrimSpace(raw))
 		if err != nil || u.Hostname() == "" {
 			return
@@ -80,13 +93,13 @@ func workerEndpoints(cfg config.Config, modelURL string) []string {
 		if port == "" {
 			port = defaultPort(u.Scheme, httpURL)
 		}
-		out = append(out, net.JoinHostPort(u.Hostname(), port))
+		out = append(out, endpoint{what, net.JoinHostPort(u.Hostname(), port)})
 	}
 	for _, n := range strings.Split(cfg.NATS.URL, ",") {
-		add(n, false)
+		add("NATS", n, false)
 	}
-	add(cfg.Store.Endpoint, true)
-	add(modelURL, true)
+	add("store", cfg.Store.Endpoint, true)
+	add("model", modelURL, true)
 	return out
 }
 
