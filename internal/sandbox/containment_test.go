@@ -58,24 +58,11 @@ func hostProcessesOf(t *testing.T, uid int) []string {
 	})
 }
 
-// expectHostForks checks that the host can still start a process promptly.
-func expectHostForks(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	begin := time.Now()
-	if out, err := exec.CommandContext(ctx, "sh", "-c", "echo forked").Output(); err != nil || string(out) != "forked\n" {
-		t.Errorf("the host cannot start a process: %v", err)
-	} else if took := time.Since(begin); took > 2*time.Second {
-		t.Errorf("the host took %v to start a process", took)
-	}
-}
-
 // expectHostUnharmed checks that the host still starts processes and that nothing of the
 // sandbox runs on after its command ended.
 func expectHostUnharmed(t *testing.T, st sandbox.HostState) {
 	t.Helper()
-	expectHostForks(t)
+	sandboxtest.ExpectHostForks(t)
 	if st.UID < 0 {
 		t.Logf("the worker is not root, so the sandbox runs as the worker's uid: its leftover processes are looked for by marker in the other tests")
 		return
@@ -636,7 +623,7 @@ func TestContainmentForkBomb(t *testing.T) {
 				}
 			}()
 			waitForkRefused(t, st, "refused", done)
-			expectHostForks(t)
+			sandboxtest.ExpectHostForks(t)
 			<-done
 			expectHostUnharmed(t, st)
 			expectUsable(t, sb)
@@ -757,7 +744,7 @@ func TestContainmentCPUSpin(t *testing.T) {
 			if !waitForFile(t, sb, "spinning", done) {
 				t.Fatal("the spin ended before its processes started")
 			}
-			expectHostForks(t) // while it spins
+			sandboxtest.ExpectHostForks(t) // while it spins
 			<-done
 			expectHostUnharmed(t, st)
 			expectUsable(t, sb)
