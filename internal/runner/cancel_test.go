@@ -133,7 +133,7 @@ func TestCancelDuringTheUploadLetsTheCommitWin(t *testing.T) {
 	b.publish(j)
 	st := b.waitFinal(j.ID, 30*time.Second)
 	var letters []string
-	for _, dl := range b.deadLetters() {
+	for _, dl := range b.settledLetters() {
 		if dl.JobID == j.ID {
 			letters = append(letters, dl.Reason+": "+dl.Error)
 		}

@@ -156,7 +156,7 @@ func TestHostileWorkdirNeverLosesTheRun(t *testing.T) {
 			if report, err := provenance.Verify(t.Context(), b.store, j.ID, nil); err != nil || !report.OK() {
 				t.Errorf("verify: %v %+v", err, report.Checks)
 			}
-			if dls := b.deadLetters(); len(dls) != 0 {
+			if dls := b.settledLetters(); len(dls) != 0 {
 				t.Errorf("dead letters = %+v, want none", dls)
 			}
 		})

@@ -372,7 +372,7 @@ func TestEgressJobNarrowsItsProfile(t *testing.T) {
 		})
 	}
 	reasons := map[string]int{}
-	for _, dl := range b.deadLetters() {
+	for _, dl := range b.settledLetters() {
 		reasons[dl.Reason]++
 	}
 	if reasons["network_not_allowed"] != 3 {

@@ -409,6 +409,17 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	harness.Wait(t, what, func() (bool, error) { return cond(), nil }, harness.Within(within))
 }
 
+// settledLetters is deadLetters once every message of the job stream is settled. A delivery
+// writes a job's final status before its dead letter (the status write is its check that it
+// still holds the job: docs/lifecycle.md) and terminates the message after the letter, so a
+// test that read the letters as soon as the status was final could miss one, and one that
+// wants none would pass whatever letter came after.
+func (b *bundle) settledLetters() []queue.DeadLetter {
+	b.t.Helper()
+	waitFor(b.t, time.Minute, "every job message settled, each dead letter written before its term", b.consumed)
+	return b.deadLetters()
+}
+
 func (b *bundle) deadLetters() []queue.DeadLetter {
 	b.t.Helper()
 	ctx := context.Background()

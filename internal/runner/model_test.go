@@ -85,7 +85,7 @@ func TestModelRefusalEndsTheJobAtOnce(t *testing.T) {
 			if len(st.Error) > 16<<10 {
 				t.Errorf("the status's error is %d bytes", len(st.Error))
 			}
-			dls := b.deadLetters()
+			dls := b.settledLetters()
 			if len(dls) != 1 || dls[0].Reason != "model_rejected" {
 				reasons := make([]string, len(dls))
 				for i, dl := range dls {
@@ -280,7 +280,7 @@ func TestErrorTextBoundedAtEverySink(t *testing.T) {
 		"status":   len(st.Error),
 		"manifest": len(b.manifest(j.ID).Predicate.Outcome.Error),
 	}
-	if dls := b.deadLetters(); len(dls) == 1 {
+	if dls := b.settledLetters(); len(dls) == 1 {
 		sinks["dead letter"] = len(dls[0].Error)
 	} else {
 		t.Errorf("%d dead letters, want 1", len(dls))

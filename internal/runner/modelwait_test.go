@@ -117,7 +117,7 @@ func TestModelOutageKillsNoJob(t *testing.T) {
 				id, st.State, st.Attempt, st.SpentTurns, base.SpentTurns, st.Error)
 		}
 	}
-	if dl := b.deadLetters(); len(dl) != 0 {
+	if dl := b.settledLetters(); len(dl) != 0 {
 		t.Errorf("%d dead letters, want none", len(dl))
 	}
 	if n := w.p.started.Load(); n != int64(len(ids)+1) {

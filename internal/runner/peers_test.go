@@ -64,7 +64,7 @@ func TestProfileOfALivePeerIsLeftToIt(t *testing.T) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	})
 	final := b.waitFinal(j.ID, 30*time.Second)
-	if final.State != job.StateSucceeded || len(b.deadLetters()) != 0 {
+	if final.State != job.StateSucceeded || len(b.settledLetters()) != 0 {
 		t.Errorf("job of profile q, which live worker-new defines, ended %s (%s) on worker-old, which lacks q; dead letters: %v; want it left to worker-new and succeeded",
 			final.State, final.Error, reasons(b.deadLetters()))
 	}
@@ -86,7 +86,7 @@ func TestProfileOfALivePeerEndsAtTheLastDelivery(t *testing.T) {
 		t.Errorf("job of profile q, which only a peer that never takes it defines, ended %s at attempt %d (%s); want rejected at its last delivery, %d",
 			final.State, final.Attempt, final.Error, b.cfg.NATS.MaxDeliver)
 	}
-	if got := reasons(b.deadLetters()); !slices.Equal(got, []string{"unknown_profile"}) {
+	if got := reasons(b.settledLetters()); !slices.Equal(got, []string{"unknown_profile"}) {
 		t.Errorf("dead letters %v, want one unknown_profile", got)
 	}
 }
@@ -185,7 +185,7 @@ func TestHandBacksDoNotSpendTheRunsDeliveries(t *testing.T) {
 	if final.State != job.StateDead || runs.Load() != int32(b.cfg.NATS.MaxDeliver) {
 		t.Errorf("after 2 hand-backs the job ran %d times and ended %s (%s); want %d runs, then dead", runs.Load(), final.State, final.Error, b.cfg.NATS.MaxDeliver)
 	}
-	if got := reasons(b.deadLetters()); !slices.Equal(got, []string{"max_deliveries"}) {
+	if got := reasons(b.settledLetters()); !slices.Equal(got, []string{"max_deliveries"}) {
 		t.Errorf("dead letters %v, want one max_deliveries", got)
 	}
 }

@@ -58,7 +58,7 @@ func TestSetupRetiringATenantLeavesItsRunningJobToItsRun(t *testing.T) {
 		return err == nil && st.State.Terminal()
 	})
 	var dead []string
-	for _, dl := range b.deadLetters() {
+	for _, dl := range b.settledLetters() {
 		if dl.JobID == j.ID {
 			dead = append(dead, dl.Reason)
 		}
@@ -67,7 +67,6 @@ func TestSetupRetiringATenantLeavesItsRunningJobToItsRun(t *testing.T) {
 		t.Errorf("job %s ended as committed %s (manifest) and dead-lettered %v by setup while it ran; want succeeded once",
 			j.ID, m.Predicate.Outcome.State, dead)
 	}
-	waitFor(t, 10*time.Second, "the run's ack to remove the job from the stream", b.consumed)
 	w.stop() // the rollout ends: no worker of the old config is left
 	if err := admin.Declare(context.Background()); err != nil {
 		t.Fatal(err)
