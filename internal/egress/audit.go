@@ -20,7 +20,7 @@ const (
 	ReasonDial           Reason = "dial_failed"     // the checked address did not answer
 	ReasonUpstreamTLS    Reason = "upstream_tls"    // TLS with the upstream failed (its certificate did not verify)
 	// An allowed request that failed before the upstream answered is recorded with its failure,
-	// not as allowed: upstreamFailures in conn.go says which error is which.
+	// not as allowed: outcomes in conn.go says which error is which, on every path.
 	ReasonUpstreamClosed  Reason = "upstream_closed"  // the upstream closed or reset the connection before an answer
 	ReasonUpstreamTimeout Reason = "upstream_timeout" // no answer within idle_timeout
 	ReasonBadResponse     Reason = "bad_response"     // the upstream's answer is not an HTTP/1.1 response the proxy carries

@@ -174,30 +174,43 @@ func (p *Proxy) admit() *verdict {
 	return nil
 }
 
-// upstreamFailures say why an exchange with the upstream failed before a response, for the
-// decision and the refusal the client reads: the first row whose match holds names it. A
-// request allowed by the policy that fails there is recorded as that failure, never as allowed.
-var upstreamFailures = []struct {
-	match func(error) bool
-	v     verdict
+// outcomes say how an exchange that ended in an error is recorded, on every path alike (a
+// forwarded request, a request in a terminated tunnel, a spliced tunnel): the first row whose
+// match holds. Before the upstream answered (no response header; in a spliced tunnel, no byte
+// back) the failure is the decision: a request the policy allowed that got nothing is recorded
+// as its failure, never as allowed. Once it answered, the exchange stays allowed and after's
+// detail says why the transfer ended, unless after has a reason (the byte cap cuts it). A row
+// with no after is a failure that only comes before an answer.
+var outcomes = []struct {
+	match         func(error) bool
+	before, after verdict
 }{
-	{is(errByteCap), capReached},
-	{is(errClientBody), verdict{ReasonBadRequest, "the request's body did not arrive whole from the sandbox, so the upstream did not get it"}},
-	{is(errDial), verdict{ReasonDial, "the upstream did not answer the dial"}},
-	{is(errUpstreamTLS), verdict{ReasonUpstreamTLS, "TLS with the upstream failed: its certificate did not verify, or it ended the handshake"}},
-	{is(errResponseHeaderTooLarge), verdict{ReasonBadResponse, "the upstream's response header is over 1 MiB"}},
-	{timedOut, verdict{ReasonUpstreamTimeout, "the upstream sent no response within idle_timeout"}},
-	{is(syscall.ECONNRESET), verdict{ReasonUpstreamClosed, "the upstream reset the connection before a response"}},
-	{anyOf(io.EOF, io.ErrUnexpectedEOF, syscall.EPIPE), verdict{ReasonUpstreamClosed, "the upstream closed the connection before a response"}},
+	{is(errByteCap), capReached, verdict{ReasonByteCap, "cut at the job's byte cap"}},
+	{is(errClientBody), verdict{ReasonBadRequest, "the request's body did not arrive whole from the sandbox, so the upstream did not get it"},
+		verdict{"", "the request's body did not arrive whole from the sandbox"}},
+	// Idle is no traffic either way: before an answer, the sandbox has said its part (a
+	// request, a ClientHello) and waits on the upstream, whichever side's deadline fired.
+	{timedOut, verdict{ReasonUpstreamTimeout, "the upstream sent no response within idle_timeout"},
+		verdict{"", "closed after idle_timeout with no traffic either way"}},
+	{is(errSandbox), verdict{ReasonBadRequest, "the sandbox closed or reset its connection before the upstream answered"},
+		verdict{"", "the sandbox closed or reset its connection before the end"}},
+	{is(errDial), verdict{ReasonDial, "the upstream did not answer the dial"}, verdict{}},
+	{is(errUpstreamTLS), verdict{ReasonUpstreamTLS, "TLS with the upstream failed: its certificate did not verify, or it ended the handshake"}, verdict{}},
+	{is(errResponseHeaderTooLarge), verdict{ReasonBadResponse, "the upstream's response header is over 1 MiB"}, verdict{}},
+	{is(syscall.ECONNRESET), verdict{ReasonUpstreamClosed, "the upstream reset the connection before it answered"},
+		verdict{"", "the upstream reset the connection before the end"}},
+	{anyOf(io.EOF, io.ErrUnexpectedEOF, syscall.EPIPE), verdict{ReasonUpstreamClosed, "the upstream closed the connection before it answered"},
+		verdict{"", "the upstream closed the connection before the end"}},
+	// Every other failure: an answer http.ReadResponse does not take for an HTTP/1.1 response
+	// the proxy carries (a parse error, an Upgrade), or a transfer that failed after it.
+	{func(error) bool { return true }, verdict{ReasonBadResponse, "the upstream's answer is not an HTTP/1.1 response the proxy carries"},
+		verdict{"", "the transfer failed before the end"}},
 }
-
-// badResponse is every other failure before a response: the upstream answered what
-// http.ReadResponse does not take for an HTTP/1.1 response (a parse error, an Upgrade).
-var badResponse = verdict{ReasonBadResponse, "the upstream's answer is not an HTTP/1.1 response the proxy carries"}
 
 // Errors that say which side failed, where the error alone would not.
 var (
 	errClientBody             = errors.New("egress: reading the request body from the sandbox")
+	errSandbox                = errors.New("egress: the sandbox's connection")
 	errDial                   = errors.New("egress: dial")
 	errResponseHeaderTooLarge = errors.New("egress: upstream response header too large")
 )
@@ -217,14 +230,53 @@ func timedOut(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// upstreamFailure is the refusal for err: its row in upstreamFailures, or badResponse.
-func upstreamFailure(err error) *verdict {
-	v := badResponse
-	for _, f := range upstreamFailures {
-		if f.match(err) {
-			v = f.v
-			break
+// outcome is how an exchange that ended in err is recorded: its row of outcomes, for an
+// upstream that had answered or not.
+func outcome(err error, answered bool) *verdict {
+	for _, o := range outcomes {
+		if !o.match(err) {
+			continue
 		}
+		if answered && o.after != (verdict{}) {
+			return &o.after
+		}
+		return &o.before
 	}
-	return &v
+	panic("egress: outcomes ends in a row for every error")
+}
+
+// settleOutcome marks d with the outcome of err, when err ended the exchange: a verdict with a
+// reason denies it, one without keeps it allowed and says why it ended.
+func settleOutcome(d *Decision, err error, answered bool) {
+	d.Allowed = true
+	if err == nil {
+		return
+	}
+	v := outcome(err, answered)
+	d.Detail = v.detail
+	if v.reason != "" {
+		d.Allowed, d.Reason = false, v.reason
+	}
+}
+
+// sandboxConn marks the errors of the sandbox's side of a connection (errSandbox), so that a
+// sandbox that closed, reset or stopped reading is not taken for the upstream.
+type sandboxConn struct{ net.Conn }
+
+func (c sandboxConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	return n, sandboxErr(err)
+}
+
+func (c sandboxConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	return n, sandboxErr(err)
+}
+
+// sandboxErr wraps err in errSandbox, but for io.EOF, which io.Copy needs as it is.
+func sandboxErr(err error) error {
+	if err == nil || err == io.EOF { //nolint:errorlint // io.Copy ends at io.EOF itself, compared with ==
+		return err
+	}
+	return fmt.Errorf("%w: %w", errSandbox, err)
 }

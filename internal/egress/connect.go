@@ -156,18 +156,9 @@ func checkHello(hello clientHello, h host) *verdict {
 	return nil
 }
 
-// tunnelEnds say how a spliced tunnel ended, when either direction's copy failed; a row with no
-// reason keeps the tunnel allowed and only says why it closed.
-var tunnelEnds = []struct {
-	err    error
-	reason Reason
-	detail string
-}{
-	{errByteCap, ReasonByteCap, "cut at the job's byte cap"},
-	{os.ErrDeadlineExceeded, "", "closed after idle_timeout with no traffic either way"},
-}
-
 // splice passes the tunnel through to the checked address, both ways, until both sides end.
+// It is decided then, on the error that ended it (outcomes), the upstream having answered once
+// a byte came back.
 func (p *Proxy) splice(ctx context.Context, client net.Conn, addr netip.AddrPort, d Decision) {
 	up, v := p.dial(ctx, addr)
 	if v != nil {
@@ -181,36 +172,39 @@ func (p *Proxy) splice(ctx context.Context, client net.Conn, addr netip.AddrPort
 	out := p.meter()
 	in := p.meter()
 	iup := &idleConn{Conn: up, idle: p.cfg.Limits.IdleTimeout}
+	sc := sandboxConn{client}
+	var end firstErr
 	var wg sync.WaitGroup
-	var errOut, errIn error
-	wg.Go(func() { errOut = pipe(iup, client, out) })
-	errIn = pipe(client, iup, in)
+	wg.Go(func() { end.set(pipe(iup, sc, out)) })
+	end.set(pipe(sc, iup, in))
 	wg.Wait()
-	d.Allowed, d.BytesOut, d.Duration = true, out.n.Load(), time.Since(d.Time)
+	d.BytesOut, d.Duration = out.n.Load(), time.Since(d.Time)
 	d.BytesIn += in.n.Load() // after the 200
-	settleTunnel(&d, errOut, errIn)
+	settleOutcome(&d, end.err, in.n.Load() > 0)
 	p.decide(d)
 }
 
-// settleTunnel marks d with the first row of tunnelEnds either direction's error matches.
-func settleTunnel(d *Decision, errs ...error) {
-	for _, end := range tunnelEnds {
-		for _, err := range errs {
-			if !errors.Is(err, end.err) {
-				continue
-			}
-			d.Detail = end.detail
-			if end.reason != "" {
-				d.Allowed, d.Reason = false, end.reason
-			}
-			return
-		}
+// firstErr keeps the error that ended a tunnel: the first either copy met. The copy that fails
+// closes both sides, and the other's net.ErrClosed is only its consequence.
+type firstErr struct {
+	once sync.Once
+	err  error
+}
+
+func (f *firstErr) set(err error) {
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		f.once.Do(func() { f.err = err })
 	}
 }
 
-// pipe copies src to dst, then half-closes dst; on error it closes both.
+// pipe copies src to dst, then half-closes dst; on error it closes both. A src that ends
+// before it sent a byte ends in io.EOF: an upstream that closes a tunnel unanswered closed
+// it before an answer, as a forwarded request's does.
 func pipe(dst, src net.Conn, m *meter) error {
-	_, err := io.Copy(meteredWriter{dst, m}, src)
+	n, err := io.Copy(meteredWriter{dst, m}, src)
+	if err == nil && n == 0 {
+		err = io.EOF
+	}
 	if err != nil {
 		_ = dst.Close()
 		_ = src.Close()

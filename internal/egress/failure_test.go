@@ -205,3 +205,150 @@ func TestClientBodyCutIsTheClients(t *testing.T) {
 		})
 	}
 }
+
+// readRecord reads one TLS record (a ClientHello, in a spliced tunnel), so that the upstream
+// fails after the hello is in and leaves nothing unread (a close with unread bytes resets).
+func readRecord(c net.Conn) {
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(c, hdr); err != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, c, int64(hdr[3])<<8|int64(hdr[4]))
+}
+
+// reset closes c with an RST, and no TLS close_notify before it.
+func reset(c net.Conn) {
+	raw := netConn(c)
+	if tc, ok := raw.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	raw.Close()
+}
+
+// clientHelloFor is the first TLS record a client sends for sni, to write into a raw tunnel.
+func clientHelloFor(t *testing.T, sni string) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = tls.Client(a, &tls.Config{ServerName: sni}).Handshake()
+	}()
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(b, hdr); err != nil {
+		t.Fatal(err)
+	}
+	rec := make([]byte, int(hdr[3])<<8|int(hdr[4]))
+	if _, err := io.ReadFull(b, rec); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b.Close()
+	<-done
+	return append(hdr, rec...)
+}
+
+// TestSplicedTunnelFailureRecorded: a spliced tunnel whose upstream closes, resets or stays
+// silent before it sends a byte back is recorded as that failure, as a forwarded request's is
+// before its response: it was recorded allowed, in the metrics and the host's summary.
+func TestSplicedTunnelFailureRecorded(t *testing.T) {
+	tests := []struct {
+		name string
+		fail brokenUpstream
+		want Reason
+	}{
+		{"closed before an answer", func(_ *testing.T, c net.Conn) { readRecord(c); c.Close() }, ReasonUpstreamClosed},
+		{"reset before an answer", func(_ *testing.T, c net.Conn) { readRecord(c); reset(c) }, ReasonUpstreamClosed},
+		{"no answer in idle_timeout", func(_ *testing.T, c net.Conn) {
+			readRecord(c)
+			_, _ = io.Copy(io.Discard, c)
+			c.Close()
+		}, ReasonUpstreamTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, func(c *Config) { c.Limits.IdleTimeout = time.Second })
+			to := serveBroken(t, tt.fail, nil)
+			h.dialer.mu.Lock()
+			h.dialer.routes[pkgAddr+":443"] = to
+			h.dialer.mu.Unlock()
+			c := h.connectOK(t, "pkg.example.com:443")
+			if err := tls.Client(c, &tls.Config{ServerName: "pkg.example.com"}).Handshake(); err == nil {
+				t.Fatal("the handshake went through")
+			}
+			d := h.waitDecision(t, "the tunnel's", func(d Decision) bool { return d.Method == http.MethodConnect })
+			if d.Allowed || d.Reason != tt.want || !strings.Contains(d.Detail, "upstream") {
+				t.Errorf("decision %+v, want not allowed, %s, with a detail on the upstream", d, tt.want)
+			}
+			if n := testutil.ToFloat64(h.proxy.cfg.Metrics.Decisions.WithLabelValues("denied", string(tt.want))); n != 1 {
+				t.Errorf("boxcar_egress_decisions_total{denied,%s} = %v, want 1", tt.want, n)
+			}
+			if s := h.proxy.Summary(); s.Denied != 1 {
+				t.Errorf("summary %+v, want the tunnel denied", s)
+			}
+		})
+	}
+}
+
+// TestCutTransferSaysWhy: once the upstream has answered (a response header; a spliced
+// tunnel's first byte back), a transfer the upstream then resets stays allowed, on every path
+// alike, and its detail says the upstream reset it: the decision said nothing of the cut.
+func TestCutTransferSaysWhy(t *testing.T) {
+	const answer = "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
+	tests := []struct {
+		name    string
+		method  string
+		tls     bool                                     // the upstream is TLS (a terminated tunnel's)
+		head    func(net.Conn)                           // what the upstream reads before it answers
+		answer  string                                   // what it sends before the reset
+		request func(t *testing.T, h *harness) io.Reader // sends the request, returns the answer's stream
+	}{
+		{"forwarded", http.MethodGet, false, readHead, answer + strings.Repeat("x", 100), func(t *testing.T, h *harness) io.Reader {
+			c := h.dialProxy(t)
+			sendRaw(getReq("http://plain.example.com/", "plain.example.com"))(t, c)
+			return c
+		}},
+		{"terminated", http.MethodGet, true, readHead, answer + strings.Repeat("x", 100), func(t *testing.T, h *harness) io.Reader {
+			tc, br := h.terminated(t, "api.example.com:443")
+			sendRaw(getReq("/", "api.example.com"))(t, tc)
+			return br
+		}},
+		{"spliced", http.MethodConnect, false, readRecord, strings.Repeat("x", 100), func(t *testing.T, h *harness) io.Reader {
+			c := h.connectOK(t, "pkg.example.com:443")
+			if _, err := c.Write(clientHelloFor(t, "pkg.example.com")); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
+			h := setup(t, func(c *Config) { c.UpstreamCAPEM = caPEM })
+			read := make(chan struct{}) // the client has read a byte of the answer
+			var cert *tls.Certificate
+			if tt.tls {
+				cert = &leaf
+			}
+			to := serveBroken(t, func(_ *testing.T, c net.Conn) {
+				tt.head(c)
+				_, _ = io.WriteString(c, tt.answer)
+				<-read
+				reset(c)
+			}, cert)
+			h.dialer.mu.Lock()
+			h.dialer.routes[plainAddr+":80"], h.dialer.routes[apiAddr+":443"], h.dialer.routes[pkgAddr+":443"] = to, to, to
+			h.dialer.mu.Unlock()
+			r := tt.request(t, h)
+			if _, err := io.ReadFull(r, make([]byte, 1)); err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			close(read)
+			_, _ = io.Copy(io.Discard, r)
+			d := h.waitDecision(t, "the request's", func(d Decision) bool { return d.Method == tt.method })
+			if !d.Allowed || !strings.Contains(d.Detail, "upstream reset") {
+				t.Errorf("decision %+v, want allowed, with a detail saying the upstream reset it", d)
+			}
+		})
+	}
+}

@@ -114,7 +114,8 @@ func stripHop(h http.Header) {
 
 // roundTrip sends req on the upstream connection, streams the response back to the client and
 // settles the decision. It reports whether both sides may carry another request.
-func (p *Proxy) roundTrip(client io.Writer, up io.Writer, lim *io.LimitedReader, req *http.Request, d *Decision) bool {
+func (p *Proxy) roundTrip(c net.Conn, up io.Writer, lim *io.LimitedReader, req *http.Request, d *Decision) bool {
+	client := sandboxConn{c}
 	out := p.meter()
 	in := p.meter()
 	keep := !req.Close
@@ -140,9 +141,9 @@ func (p *Proxy) roundTrip(client io.Writer, up io.Writer, lim *io.LimitedReader,
 		err = body.err // req.Write hides it in a type errors.Is does not see through
 	}
 	if err != nil {
-		// No response: the failure is the decision (upstreamFailures), not an allowed request.
+		// No response: the failure is the decision (outcomes), not an allowed request.
 		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
-		p.refuseConn(client, *d, upstreamFailure(err))
+		p.refuseConn(client, *d, outcome(err, false))
 		return false
 	}
 	keep = keep && !resp.Close
@@ -180,13 +181,10 @@ func continue100(client io.Writer, req *http.Request, in *meter) error {
 	return in.writeWhole(client, "HTTP/1.1 100 Continue\r\n\r\n")
 }
 
-// settle records a forwarded request's decision once its response is through (or failed).
+// settle records a request's decision once its response is through, or was cut (outcomes).
 func (p *Proxy) settle(d *Decision, out, in *meter, err error) bool {
 	d.BytesOut, d.BytesIn, d.Duration = out.n.Load(), in.n.Load(), time.Since(d.Time)
-	d.Allowed = true
-	if errors.Is(err, errByteCap) {
-		d.Allowed, d.Reason, d.Detail = false, ReasonByteCap, "cut at the job's byte cap"
-	}
+	settleOutcome(d, err, true)
 	p.decide(*d)
 	return err == nil
 }

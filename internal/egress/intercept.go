@@ -123,10 +123,11 @@ func checkTargetForm(req *http.Request) *verdict {
 func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps []swap, d *Decision) bool {
 	out := p.meter()
 	in := p.meter()
+	client := sandboxConn{t.client}
 	keep := !req.Close
 	stripHop(req.Header)
 	body := &meteredBody{}
-	err := continue100(t.client, req, in)
+	err := continue100(client, req, in)
 	var o *http.Request
 	if err == nil {
 		o, err = outbound(ctx, t, req, out, body)
@@ -137,14 +138,14 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	}
 	if err != nil {
 		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
-		p.refuseConn(t.client, *d, upstreamFailure(err))
+		p.refuseConn(t.client, *d, outcome(err, false))
 		return false
 	}
 	stripHop(resp.Header)
 	scrubResponse(resp, swaps)
 	resp.Close = !keep
 	d.Status = resp.StatusCode
-	err = resp.Write(meteredWriter{t.client, in})
+	err = resp.Write(meteredWriter{client, in})
 	resp.Body.Close()
 	// An upstream may answer before it has taken the whole body (a refused upload); the
 	// Transport then goes on reading the body from the sandbox's connection, and reading the

@@ -159,6 +159,9 @@ func closeWrite(c net.Conn) {
 	case prefixConn:
 		closeWrite(w.Conn)
 		return
+	case sandboxConn:
+		closeWrite(w.Conn)
+		return
 	}
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
