@@ -1,10 +1,13 @@
 package egress
 
 import (
+	"bufio"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -70,7 +73,7 @@ func listenLoopback(t *testing.T) net.Listener {
 	return ln
 }
 
-// countingListener terminates TLS itself and counts the plain bytes read on its connections:
+// countingListener terminates TLS itself (when it has a cfg) and counts the plain bytes read on its connections:
 // what the proxy's Transport wrote.
 type countingListener struct {
 	net.Listener
@@ -83,7 +86,10 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: tls.Server(c, l.cfg), n: &l.read}, nil
+	if l.cfg != nil {
+		c = tls.Server(c, l.cfg)
+	}
+	return &countingConn{Conn: c, n: &l.read}, nil
 }
 
 type countingConn struct {
@@ -95,4 +101,70 @@ func (c *countingConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// TestUpstreamReadsOnlyWhatIsCounted: whatever shape a request takes, the decision's bytes_out
+// is at least what its upstream read of it, forwarded or inside a terminated tunnel.
+func TestUpstreamReadsOnlyWhatIsCounted(t *testing.T) {
+	big := strings.Repeat("A", 8<<10)
+	tests := []struct {
+		name string
+		req  string // %s is the target: an absolute http:// URL forwarded, a path in the tunnel
+		host string
+	}{
+		{"chunked with an announced trailer", "POST %s HTTP/1.1\r\nHost: %s\r\nTrailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nX\r\n0\r\nX-T: " + big + "\r\n\r\n", ""},
+		{"chunked with a trailer not announced", "POST %s HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nX\r\n0\r\nX-T: " + big + "\r\n\r\n", ""},
+		{"trailer names announced and none sent", "POST %s HTTP/1.1\r\nHost: %s\r\nTrailer: " + strings.Repeat("X-Name-", 2<<10) + "\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nX\r\n0\r\n\r\n", ""},
+		{"HTTP/1.0 without Host", "GET %s HTTP/1.0\r\n%s\r\n", ""},
+		{"POST without a body", "POST %s HTTP/1.1\r\nHost: %s\r\n\r\n", ""},
+		{"PUT with a zero length", "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\n\r\n", ""},
+		{"Expect: 100-continue", "POST %s HTTP/1.1\r\nHost: %s\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\nX", ""},
+	}
+	for _, path := range []string{"forwarded", "terminated"} {
+		for _, tt := range tests {
+			t.Run(path+" "+tt.name, func(t *testing.T) {
+				caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
+				up := &countingListener{Listener: listenLoopback(t)}
+				if path == "terminated" {
+					up.cfg = &tls.Config{Certificates: []tls.Certificate{leaf}}
+				}
+				srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.Copy(io.Discard, r.Body)
+					_, _ = io.WriteString(w, "ok")
+				})}
+				go func() { _ = srv.Serve(up) }()
+				t.Cleanup(func() { srv.Close() })
+				h := setup(t, func(c *Config) { c.UpstreamCAPEM = caPEM })
+				h.dialer.mu.Lock()
+				h.dialer.routes[apiAddr+":443"], h.dialer.routes[plainAddr+":80"] = up.Addr().String(), up.Addr().String()
+				h.dialer.mu.Unlock()
+				var w io.Writer
+				var br *bufio.Reader
+				target, host := "/up", "api.example.com"
+				if path == "forwarded" {
+					c := h.dialProxy(t)
+					w, br, target, host = c, bufio.NewReader(c), "http://plain.example.com/up", "plain.example.com"
+				} else {
+					tc, tbr := h.terminated(t, "api.example.com:443")
+					w, br = tc, tbr
+				}
+				req := fmt.Sprintf(tt.req, target, host)
+				if strings.Contains(tt.name, "without Host") {
+					req = fmt.Sprintf(tt.req, target, "")
+				}
+				if _, err := io.WriteString(w, req); err != nil {
+					t.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				d := h.waitDecision(t, "the request", func(d Decision) bool { return d.Method != http.MethodConnect })
+				if read := up.read.Load(); d.BytesOut < read {
+					t.Errorf("decision %+v counts %d bytes out; the upstream read %d", d, d.BytesOut, read)
+				}
+			})
+		}
+	}
 }

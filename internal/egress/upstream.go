@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,10 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, bod
 	o.RequestURI = ""
 	o.Host = req.Host
 	o.Close = false
+	// The sandbox's trailers are not sent on, and neither is the Trailer field that announces
+	// them, which the Transport writes from the map's keys: their names are the sandbox's to
+	// choose, up to max_header_bytes a request, and headerSize did not count them.
+	o.Trailer = nil
 	// An encoded body could not be scrubbed of values the server echoes (scrub.go).
 	o.Header.Set("Accept-Encoding", "identity")
 	if _, ok := o.Header["User-Agent"]; !ok {
@@ -95,14 +100,20 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, bod
 	return o, nil
 }
 
-// headerSize is what the Transport writes of o's header: request line, Host, fields, a body's
-// framing field (counted at its longest, Content-Length of 19 digits) and the blank line.
+// headerSize is what the Transport writes of o's header: request line, Host (the URL's when
+// the request has none, as an HTTP/1.0 one may), fields, a body's framing field (counted at
+// its longest, Content-Length of 19 digits; net/http sends "Content-Length: 0" for a POST,
+// PUT or PATCH without a body too) and the blank line.
 func headerSize(o *http.Request, hasBody bool) int {
 	var fields countingWriter
 	_ = o.Header.Write(&fields)
-	n := len(o.Method) + len(" ") + len(o.URL.RequestURI()) + len(" HTTP/1.1\r\nHost: \r\n") + len(o.Host) +
+	hostField := o.Host
+	if hostField == "" {
+		hostField = o.URL.Host
+	}
+	n := len(o.Method) + len(" ") + len(o.URL.RequestURI()) + len(" HTTP/1.1\r\nHost: \r\n") + len(hostField) +
 		int(fields) + len("\r\n")
-	if hasBody {
+	if hasBody || slices.Contains([]string{http.MethodPost, http.MethodPut, http.MethodPatch}, o.Method) {
 		n += len("Content-Length: 9223372036854775807\r\n")
 	}
 	return n
