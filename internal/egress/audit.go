@@ -63,11 +63,12 @@ type Summary struct {
 	Denied   int64         `json:"denied"`
 	BytesOut int64         `json:"bytes_out"`
 	BytesIn  int64         `json:"bytes_in"`
-	Hosts    []HostSummary `json:"hosts"`                  // allowed hosts, sorted by name
+	Hosts    []HostSummary `json:"hosts"`                  // hosts sent bytes or allowed, sorted by name
 	Secrets  []string      `json:"secrets_used,omitempty"` // env names, sorted
 }
 
-// HostSummary is the traffic to one allowed host.
+// HostSummary is the traffic to one host: its allowed requests and those that sent it bytes
+// before they failed or were cut.
 type HostSummary struct {
 	Host     string `json:"host"`
 	Requests int64  `json:"requests"`
@@ -94,6 +95,11 @@ func (l *ledger) add(d Decision) {
 	l.sum.BytesIn += d.BytesIn
 	if !d.Allowed {
 		l.sum.Denied++
+	}
+	// A host's traffic is every byte sent to it, however its request ended: a request that
+	// failed or was cut after it went out (upstream_closed, byte_cap) reached the host too.
+	// Refusals before the dial send it nothing.
+	if !d.Allowed && d.BytesOut == 0 {
 		return
 	}
 	h := l.hosts[d.Host]

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -348,6 +349,64 @@ func TestCutTransferSaysWhy(t *testing.T) {
 			d := h.waitDecision(t, "the request's", func(d Decision) bool { return d.Method == tt.method })
 			if !d.Allowed || !strings.Contains(d.Detail, "upstream reset") {
 				t.Errorf("decision %+v, want allowed, with a detail saying the upstream reset it", d)
+			}
+		})
+	}
+}
+
+// TestHostSummaryCountsWhatReachedIt: the bytes a request sent its host are in that host's
+// summary (the signed manifest's list of hosts) however the request ended: an upload whose
+// upstream closed before answering, a tunnel cut at the byte cap or whose upstream never
+// answered was left out, as only allowed decisions were counted per host, and a job could
+// send up to max_bytes to a host its manifest did not name. A request that never left the
+// proxy (its dial failed) sent nothing: inside a terminated tunnel its header, taken from the
+// byte cap before the dial, was counted as sent, and is given back.
+func TestHostSummaryCountsWhatReachedIt(t *testing.T) {
+	tests := []struct {
+		name    string
+		host    string
+		fail    brokenUpstream // nil: the harness's own upstreams
+		tweak   func(*Config)
+		send    func(t *testing.T, h *harness)
+		want    Reason
+		reached bool // bytes reached the host
+	}{
+		{"an upload the upstream closed unanswered", "plain.example.com", closeBeforeAnswer, nil, func(t *testing.T, h *harness) {
+			h.raw(t, "POST http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\nContent-Length: 5\r\n\r\nhello")
+		}, ReasonUpstreamClosed, true},
+		{"a tunnel the upstream closed unanswered", "pkg.example.com", func(_ *testing.T, c net.Conn) { readRecord(c); c.Close() }, nil, func(t *testing.T, h *harness) {
+			c := h.connectOK(t, "pkg.example.com:443")
+			_ = tls.Client(c, &tls.Config{ServerName: "pkg.example.com"}).Handshake()
+			c.Close()
+		}, ReasonUpstreamClosed, true},
+		{"a tunnel cut at the byte cap", "pkg.example.com", nil, func(c *Config) { c.Limits.MaxBytes = 4000 }, func(t *testing.T, h *harness) {
+			try(t, h, "https://pkg.example.com/", strings.Repeat("A", 3000))
+		}, ReasonByteCap, true},
+		{"a request in a terminated tunnel whose dial failed", "api.example.com", nil, nil, func(t *testing.T, h *harness) {
+			h.dialer.mu.Lock()
+			h.dialer.routes[apiAddr+":443"] = testnet.ClosedAddr(t)
+			h.dialer.mu.Unlock()
+			get(t, h, "https://api.example.com/", h.placeholder(t))
+		}, ReasonDial, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, tt.tweak)
+			if tt.fail != nil {
+				to := serveBroken(t, tt.fail, nil)
+				h.dialer.mu.Lock()
+				h.dialer.routes[plainAddr+":80"], h.dialer.routes[pkgAddr+":443"] = to, to
+				h.dialer.mu.Unlock()
+			}
+			tt.send(t, h)
+			d := h.waitDecision(t, "the failure", func(d Decision) bool { return d.Reason == tt.want })
+			s := h.proxy.Summary()
+			i := slices.IndexFunc(s.Hosts, func(hs HostSummary) bool { return hs.Host == tt.host })
+			switch {
+			case tt.reached && (d.BytesOut == 0 || i < 0 || s.Hosts[i].BytesOut < d.BytesOut):
+				t.Errorf("decision %+v, summary %+v: want %s with the bytes the request sent it", d, s, tt.host)
+			case !tt.reached && (d.BytesOut != 0 || s.BytesOut != 0 || len(s.Secrets) != 0):
+				t.Errorf("decision %+v, summary %+v: want nothing sent, no secret used", d, s)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -127,16 +128,20 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	keep := !req.Close
 	stripHop(req.Header)
 	body := &meteredBody{}
+	var connected atomic.Bool
 	err := continue100(client, req, in)
 	var o *http.Request
 	if err == nil {
-		o, err = outbound(ctx, t, req, out, body)
+		o, err = outbound(ctx, t, req, out, body, &connected)
 	}
 	var resp *http.Response
 	if err == nil {
 		resp, err = p.transport.RoundTrip(o)
 	}
 	if err != nil {
+		if !connected.Load() {
+			out.giveBack() // the header taken for it never left: no byte reached the host
+		}
 		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
 		p.refuseConn(t.client, *d, outcome(err, false))
 		return false

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
@@ -67,8 +68,13 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) 
 // path, Host and (swapped) header fields, the body streamed from the sandbox through in. Its
 // header is taken from the job's byte cap whole before the Transport writes it, or the request
 // is not sent (errByteCap).
-func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, body *meteredBody) (*http.Request, error) {
-	o := req.Clone(context.WithValue(ctx, tunnelKey{}, t))
+//
+// connected is set once the Transport has a connection for the request, dialled or pooled:
+// until then nothing of it has left the proxy.
+func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, body *meteredBody, connected *atomic.Bool) (*http.Request, error) {
+	ctx = httptrace.WithClientTrace(context.WithValue(ctx, tunnelKey{}, t),
+		&httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
+	o := req.Clone(ctx)
 	// Only the checked host and the path go upstream, never a target as the sandbox spelled
 	// it: whatever would make the upstream read another host (an opaque or absolute-form
 	// target, userinfo) is dropped here even if a check upstream of this one misses it.
