@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +96,7 @@ func bypassRows() []bypass {
 		{name: "bare LF", raw: postPlain("X-A: b\nTransfer-Encoding: chunked\r\n"), want: ReasonSmuggling},
 		{name: "CL with a sign", raw: postPlain("Content-Length: +5\r\n"), want: ReasonSmuggling},
 		{name: "CL in hex", raw: postPlain("Content-Length: 0x5\r\n"), want: ReasonSmuggling},
+		{name: "two TE fields", raw: postPlain("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n"), want: ReasonSmuggling},
 		{name: "two Host fields", raw: getReq("http://plain.example.com/", "plain.example.com", "Host: lo.files.example.com\r\n"), want: ReasonSmuggling},
 		{name: "TE on HTTP/1.0", raw: "POST http://plain.example.com/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", want: ReasonSmuggling},
 		{name: "NUL in a value", raw: getReq("http://plain.example.com/", "plain.example.com", "X-A: a\x00b\r\n"), want: ReasonSmuggling},
@@ -120,6 +122,9 @@ func bypassRows() []bypass {
 		{name: "terminated: absolute-URI for another host", run: inside(getReq("https://other.example.com/", "api.example.com")), want: ReasonHostMismatch},
 		{name: "terminated: Host of another host", run: inside(getReq("/", "other.example.com")), want: ReasonHostMismatch},
 		{name: "terminated: CL and TE", run: inside("POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), want: ReasonSmuggling},
+		{name: "terminated: oversize header", run: inside(getReq("/", "api.example.com", "X-Big: "+strings.Repeat("a", 64<<10)+"\r\n")), want: ReasonHeaderTooLarge},
+		{name: "terminated: bare LF", run: inside("GET / HTTP/1.1\r\nHost: api.example.com\nX-A: b\r\n\r\n"), want: ReasonSmuggling},
+		{name: "terminated: the sandbox does not trust the job CA", run: untrusted("api.example.com:443"), want: ReasonClientTLS},
 		{name: "terminated: CONNECT inside", run: inside(connectReq("pkg.example.com:443")), want: ReasonMethod},
 		// TRACE echoes the request, swapped secret and all; servers that read methods without
 		// regard to case (Werkzeug, Jetty's legacy mode) take "Trace" for it.
@@ -156,6 +161,9 @@ func TestBypass(t *testing.T) {
 			if d.Reason != tt.want {
 				t.Errorf("decision %+v, want %s", d, tt.want)
 			}
+			if _, err := netip.ParseAddrPort(d.Addr); d.Addr != "" && err != nil {
+				t.Errorf("decision %+v: its addr is no address", d)
+			}
 			if got := h.dialer.seen(); len(got) != 0 {
 				t.Errorf("the proxy dialled %v", got)
 			}
@@ -163,6 +171,18 @@ func TestBypass(t *testing.T) {
 				t.Errorf("the upstreams got %d requests", n)
 			}
 		})
+	}
+}
+
+// untrusted opens a tunnel to the bound host with a client that does not trust the job CA.
+func untrusted(authority string) func(*testing.T, *harness) {
+	return func(t *testing.T, h *harness) {
+		c := h.connectOK(t, authority)
+		host, _, _ := net.SplitHostPort(authority)
+		if err := tls.Client(c, &tls.Config{ServerName: host, RootCAs: x509.NewCertPool()}).Handshake(); err == nil {
+			t.Fatal("the handshake went through")
+		}
+		c.Close() // the proxy reads the alert, or the close
 	}
 }
 

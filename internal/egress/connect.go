@@ -81,7 +81,9 @@ func (p *Proxy) checkConnect(ctx context.Context, hd *head, req *http.Request, d
 		return host{}, 0, netip.AddrPort{}, v
 	}
 	addr, v := p.checkTarget(ctx, h, port)
-	d.Addr = addr.String()
+	if v == nil {
+		d.Addr = addr.String() // a refused target has none: "invalid AddrPort" went to the transcript
+	}
 	return h, port, addr, v
 }
 
