@@ -6,8 +6,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
+	"net/url"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,11 +93,18 @@ func (te *testEnv) setUpQueue(t testing.TB) *queue.Consumer {
 // ref names a job of tenant default, as a worker knows it.
 func ref(id string) queue.Ref { return queue.Ref{Tenant: "default", ID: id} }
 
-// restart stops nats-server and starts it again on the same port and files, as an operator's
+// restart stops nats-server (unless it is stopped) and starts it again on the same port and files, as an operator's
 // restart does; clients reconnect by themselves.
 func (te *testEnv) restart(t *testing.T) {
 	t.Helper()
-	port := te.ns.Addr().(*net.TCPAddr).Port
+	u, err := url.Parse(te.natsURL) // the server may be stopped already: its address is gone
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
 	te.ns.Shutdown()
 	te.ns.WaitForShutdown()
 	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: port, StoreDir: te.natsDir, SyncAlways: true})

@@ -60,6 +60,7 @@ func (e *env) follow(ctx context.Context, q *queue.Client, id string, timeout ti
 	if err != nil {
 		return err
 	}
+	e.link.following("submit watch " + id)
 	view := e.newView(ctx, q, stream)
 	last := e.await(tctx, updates, view)
 	view.done()

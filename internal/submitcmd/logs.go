@@ -78,12 +78,13 @@ func (e *env) followSteps(ctx context.Context, q *queue.Client, id string, last 
 	if err != nil {
 		return last, err
 	}
+	e.link.following("submit logs " + id + " --follow")
 	for st := range updates {
 		e.logStep(last, st)
 		last = st
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
-		return last, &ExitError{Code: exitInterrupted, Msg: fmt.Sprintf("stopped following; job %s keeps running", id)}
+		return last, &ExitError{Code: exitInterrupted, Msg: fmt.Sprintf("stopped following; job %s keeps running: follow it again with `submit logs %s --follow`", id, id)}
 	}
 	return last, nil
 }

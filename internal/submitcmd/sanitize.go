@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/boxcar-run/boxcar/internal/cli"
@@ -20,13 +21,17 @@ func clean(s string) string { return cli.Escape(s) }
 // newlines and tabs as they are (submit's own layout) and escapes everything else clean does,
 // which keeps JSON output valid: an escape like \u202e inside a JSON string means the same
 // character. Text fields that come from a job are also passed through clean, so a newline in
-// them cannot start a line of its own.
+// them cannot start a line of its own. Writes may come from two goroutines (a word that NATS
+// was lost comes from the connection's), each whole.
 type safeWriter struct {
+	mu   sync.Mutex
 	w    io.Writer
 	part []byte // the start of a UTF-8 sequence split across two writes
 }
 
 func (s *safeWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	data := p
 	if len(s.part) > 0 {
 		data = slices.Concat(s.part, p)

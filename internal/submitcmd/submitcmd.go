@@ -126,6 +126,7 @@ type env struct {
 	publish    publishPolicy
 	patience   time.Duration // how long NATS or the store may take to answer; see retry.go
 	rawErr     io.Writer     // stderr as given, to tell a terminal
+	link       *natsLink     // says when the NATS connection is lost; nil before connect
 }
 
 func (e *env) json() bool { return e.output == "json" }
@@ -221,6 +222,7 @@ func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Client, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	e.watchLink(nc, cfg.URL)
 	q, err := e.bind(ctx, nc, cfg)
 	if err != nil {
 		nc.Close()

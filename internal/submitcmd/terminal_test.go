@@ -21,8 +21,8 @@ import (
 )
 
 // TestWatchOnATerminal runs `submit watch` on a pseudo-terminal: it draws one block and
-// redraws it in place as the job moves on (the cursor goes back up over the block), and
-// Ctrl-C ends it with exit 130, saying the job keeps running.
+// redraws it in place as the job moves on (the cursor goes back up over the block), says in
+// the block while NATS is lost, and Ctrl-C ends it with exit 130, saying the job keeps running.
 func TestWatchOnATerminal(t *testing.T) {
 	te := newTestEnv(t)
 	te.advertise(t)
@@ -75,6 +75,19 @@ func TestWatchOnATerminal(t *testing.T) {
 	if regexp.MustCompile(`\d\d:\d\d:\d\d  (queued|running)`).MatchString(screen.String()) {
 		t.Errorf("watch on a terminal printed progress lines, not a block:\n%q", screen.String())
 	}
+
+	// NATS lost: the block says so as a line of its own, redrawn with it (a line printed below
+	// the block would be drawn over within a second), and goes on once NATS answers again.
+	te.ns.Shutdown()
+	lost := regexp.MustCompile(`\x1b\[Jjob ` + id + `[^\x1b]*\r\n  lost NATS at [^\x1b]*; the job runs on\r\n`)
+	waitFor(t, "the block to say NATS is lost", func() bool { return lost.MatchString(screen.String()) })
+	te.restart(t)
+	back := len(screen.String())
+	waitFor(t, "the block without the word once NATS answers", func() bool {
+		s := screen.String()[back:]
+		i := strings.LastIndex(s, "\x1b[J")
+		return i >= 0 && strings.Contains(s[i:], "turns 2/") && !strings.Contains(s[i:], "lost NATS")
+	})
 
 	if _, err := tty.Write([]byte{3}); err != nil { // Ctrl-C, as a person types it
 		t.Fatal(err)

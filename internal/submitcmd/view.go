@@ -34,7 +34,8 @@ func (e *env) newView(ctx context.Context, q *queue.Client, stream bool) progres
 	case stream && e.json():
 		return &jsonView{e: e}
 	case isTerminal(e.rawErr):
-		return &blockView{w: e.rawErr, q: q, limits: profileLimits(ctx, q)}
+		e.link.inBlock()
+		return &blockView{w: e.rawErr, q: q, link: e.link, limits: profileLimits(ctx, q)}
 	}
 	return &lineView{e: e}
 }
@@ -87,6 +88,7 @@ func profileLimits(ctx context.Context, q *queue.Client) map[string]queue.Profil
 type blockView struct {
 	w         io.Writer
 	q         *queue.Client
+	link      *natsLink // its notice is a line of the block while NATS is lost
 	limits    map[string]queue.ProfileInfo
 	st        job.Status
 	approvals []queue.Approval
@@ -114,6 +116,9 @@ func (v *blockView) draw() {
 		fmt.Fprintf(&b, "\r\x1b[%dA\x1b[J", v.lines)
 	}
 	lines := blockLines(v.st, v.limits[v.st.Profile], v.approvals, time.Now())
+	if n := v.link.notice(); n != "" {
+		lines = append(lines, "  "+clean(n))
+	}
 	for _, l := range lines {
 		b.WriteString(l + "\n")
 	}
