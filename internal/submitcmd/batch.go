@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -131,11 +129,11 @@ func (e *env) runJobs(ctx context.Context, f runFlags) error {
 		return err
 	}
 	defer nc.Close()
-	profiles := map[string]bool{}
+	needs := make([]profileNeed, 0, len(jobs))
 	for _, bj := range jobs {
-		profiles[bj.job.Profile] = true
+		needs = append(needs, profileNeed{profile: bj.job.Profile, inputBytes: inputsBytes(bj.paths), where: fmt.Sprintf("--jobs %s line %d", name, bj.line)})
 	}
-	if err := e.checkProfile(ctx, q, slices.Sorted(maps.Keys(profiles))...); err != nil {
+	if err := e.checkProfile(ctx, q, needs...); err != nil {
 		return err
 	}
 	var paths []string

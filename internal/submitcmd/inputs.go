@@ -39,6 +39,18 @@ func checkInput(name string) error {
 	return nil
 }
 
+// inputsBytes is the size of the files at paths together, as checkInput found them: what the
+// job will declare, which a profile's max_input_bytes bounds.
+func inputsBytes(paths []string) int64 {
+	var total int64
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
+			total += fi.Size()
+		}
+	}
+	return total
+}
+
 func readInput(name string) ([]byte, error) {
 	f, err := os.Open(name)
 	if err != nil {

@@ -37,11 +37,12 @@ const (
 	codeMisfiled         = "approval_misfiled"
 	codeRunBeforeTenants = "run_before_tenants"
 	codeNoProfiles       = "no_profiles"
+	codeInputTooLarge    = "input_too_large"
 )
 
 // kindCodes are the codes an ExitError names itself (its Kind), neither by what it wraps nor by
 // its exit code.
-var kindCodes = []string{codeNoProfiles, codeUnknownProfile, codeNotGranted}
+var kindCodes = []string{codeNoProfiles, codeUnknownProfile, codeNotGranted, codeInputTooLarge}
 
 // errorCodes maps what an error wraps to its code, first match wins: a new failure mode is a
 // new row.

@@ -109,10 +109,20 @@ func (e *env) profiles(ctx context.Context) error {
 	return nil
 }
 
-// checkProfile refuses a profile that no live worker defines, before anything is uploaded.
-// When no worker has published its profiles, or NATS cannot say, it warns and lets the job
-// through: the worker rejects an unknown profile anyway.
-func (e *env) checkProfile(ctx context.Context, q *queue.Client, names ...string) error {
+// profileNeed is what one job asks of its profile: the profile, by name, and room for its
+// inputs, their bytes together. where names the job in an error ("" for run's one job).
+type profileNeed struct {
+	profile    string
+	inputBytes int64
+	where      string
+}
+
+// checkProfile refuses, before anything is uploaded, a profile that no live worker defines or
+// grants to the tenant, and inputs that no live worker's profile takes (its max_input_bytes):
+// the worker would fail that job as input_too_large once it was uploaded. When no worker has
+// published its profiles, or NATS cannot say, it warns and lets the jobs through: the worker
+// rejects them anyway.
+func (e *env) checkProfile(ctx context.Context, q *queue.Client, needs ...profileNeed) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	entries, err := q.LiveProfiles(cctx)
@@ -122,28 +132,65 @@ func (e *env) checkProfile(ctx context.Context, q *queue.Client, names ...string
 	}
 	all := liveProfiles(entries)
 	granted := grantedTo(all, e.tenant())
-	for _, name := range names {
-		if slices.ContainsFunc(granted, func(p liveProfile) bool { return p.Name == name }) {
-			continue
+	for _, n := range needs {
+		if err := e.checkGranted(all, granted, n.profile); err != nil {
+			return err
 		}
-		if slices.ContainsFunc(all, func(p liveProfile) bool { return p.Name == name }) {
-			mine := make([]string, 0, len(granted))
-			for _, p := range granted {
-				mine = append(mine, p.Name)
+	}
+	for _, n := range needs {
+		if room := inputRoom(entries, e.tenant(), n.profile); room > 0 && n.inputBytes > room {
+			where := "run: "
+			if n.where != "" {
+				where += n.where + ": "
 			}
-			return &ExitError{Code: exitRejected, Kind: codeNotGranted, Msg: fmt.Sprintf(
-				"run: profile %q is not granted to tenant %s; it may run %s (see `submit profiles`); nothing was uploaded or submitted",
-				name, e.tenant(), orNone(strings.Join(mine, ", ")))}
+			return &ExitError{Code: exitRejected, Kind: codeInputTooLarge, Msg: fmt.Sprintf(
+				"%sthe inputs are %d bytes together, over max_input_bytes %d of profile %s on every live worker; give smaller inputs or a profile that takes more (`submit profiles -o json` shows max_input_bytes); nothing was uploaded or submitted",
+				where, n.inputBytes, room, n.profile)}
 		}
-		known := make([]string, 0, len(all))
-		for _, p := range all {
-			known = append(known, p.Name)
-		}
-		return &ExitError{Code: exitRejected, Kind: codeUnknownProfile, Msg: fmt.Sprintf(
-			"run: unknown profile %q: no live worker defines it; they define %s (see `submit profiles`); nothing was uploaded or submitted",
-			name, strings.Join(known, ", "))}
 	}
 	return nil
+}
+
+// inputRoom is the most bytes of inputs a live worker's profile name, granted to tenant, takes:
+// a worker hands a job its own profile cannot take to a peer whose can. 0 when a worker does
+// not publish it (a worker before max_input_bytes was published): then no check.
+func inputRoom(entries []queue.WorkerProfiles, tenant, name string) int64 {
+	var room int64
+	for _, w := range entries {
+		for _, p := range w.Profiles {
+			if p.Name != name || !p.GrantedTo(tenant) {
+				continue
+			}
+			if p.MaxInputBytes <= 0 {
+				return 0
+			}
+			room = max(room, p.MaxInputBytes)
+		}
+	}
+	return room
+}
+
+// checkGranted refuses a profile no live worker defines, or none grants to the tenant.
+func (e *env) checkGranted(all, granted []liveProfile, name string) error {
+	if slices.ContainsFunc(granted, func(p liveProfile) bool { return p.Name == name }) {
+		return nil
+	}
+	if slices.ContainsFunc(all, func(p liveProfile) bool { return p.Name == name }) {
+		mine := make([]string, 0, len(granted))
+		for _, p := range granted {
+			mine = append(mine, p.Name)
+		}
+		return &ExitError{Code: exitRejected, Kind: codeNotGranted, Msg: fmt.Sprintf(
+			"run: profile %q is not granted to tenant %s; it may run %s (see `submit profiles`); nothing was uploaded or submitted",
+			name, e.tenant(), orNone(strings.Join(mine, ", ")))}
+	}
+	known := make([]string, 0, len(all))
+	for _, p := range all {
+		known = append(known, p.Name)
+	}
+	return &ExitError{Code: exitRejected, Kind: codeUnknownProfile, Msg: fmt.Sprintf(
+		"run: unknown profile %q: no live worker defines it; they define %s (see `submit profiles`); nothing was uploaded or submitted",
+		name, strings.Join(known, ", "))}
 }
 
 func orNone(s string) string {

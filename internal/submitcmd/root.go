@@ -97,8 +97,9 @@ Common flags (every command that reaches NATS or the store):
                       stable "code" (see docs/cli.md)
 
 Exit codes of run --wait and watch: 0 succeeded, 1 error or bad usage, 2 failed, 3 capped,
-4 rejected (also run --profile that no live worker defines), 5 cancelled, 6 dead (retries
-exhausted), 7 gave up waiting, 130 interrupted (Ctrl-C; the job keeps running); of run also 9:
+4 rejected (also run --profile that no live worker defines, or inputs over its
+max_input_bytes), 5 cancelled, 6 dead (retries exhausted), 7 gave up waiting, 130 interrupted
+(Ctrl-C; the job keeps running); of run also 9:
 the server never confirmed the submission (the job id is printed; resubmit it with --id).
 Exit codes of verify and get: 0 verified, 1 error (store unreachable, bad usage), 8 verification
 failed (a file changed or missing, a bad signature, no valid manifest).

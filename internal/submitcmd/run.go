@@ -100,7 +100,7 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 		return err
 	}
 	defer nc.Close()
-	if err := e.checkProfile(ctx, q, j.Profile); err != nil {
+	if err := e.checkProfile(ctx, q, profileNeed{profile: j.Profile, inputBytes: inputsBytes(f.inputs)}); err != nil {
 		return err
 	}
 	st, err := e.openStore(ctx)
