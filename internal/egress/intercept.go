@@ -189,12 +189,21 @@ func swapValue(v string, secrets []*secret, used map[string]bool) string {
 	return swapPlain(v, secrets, used)
 }
 
+// swapPlain replaces each placeholder in v with its value in one pass over v as the sandbox
+// sent it: a value put in is never read again as part of another placeholder. The sandbox
+// knows every placeholder, so one whose first byte a value's last byte completes was its to
+// send ("<placeholder A>" then the rest of B's): replaced in turn, it took the value of B
+// upstream with the rest of A's beside it in clear, which an echo brought back unscrubbed.
 func swapPlain(v string, secrets []*secret, used map[string]bool) string {
+	pairs := make([]string, 0, 2*len(secrets))
 	for _, s := range secrets {
 		if strings.Contains(v, s.placeholder) {
-			v = strings.ReplaceAll(v, s.placeholder, s.value)
+			pairs = append(pairs, s.placeholder, s.value)
 			used[s.env] = true
 		}
 	}
-	return v
+	if len(pairs) == 0 {
+		return v
+	}
+	return strings.NewReplacer(pairs...).Replace(v)
 }

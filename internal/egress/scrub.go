@@ -32,7 +32,7 @@ func tunnelSwaps(secrets []*secret) []swap {
 // scrubResponse puts placeholders back in the answer's header fields now, and in its body and
 // trailers as they are read.
 func scrubResponse(resp *http.Response, swaps []swap) {
-	swaps = longestFirst(swaps)
+	swaps = longestLast(swaps)
 	resp.Status = string(scrubBytes([]byte(resp.Status), swaps)) // the reason phrase is the server's
 	scrubHeader(resp.Header, swaps)
 	resp.Body = &scrubBody{ReadCloser: resp.Body, swaps: swaps, done: func() { scrubHeader(resp.Trailer, swaps) }}
@@ -46,35 +46,44 @@ func scrubHeader(h http.Header, swaps []swap) {
 	}
 }
 
-// longestFirst orders swaps for scrubBytes: a value inside another (a password that is part
-// of a token) replaced first would leave the rest of the longer one in clear around its
-// placeholder.
-func longestFirst(swaps []swap) []swap {
+// longestLast orders swaps for overlay: where two values share bytes (one inside the other,
+// or the tail of one the head of the other), the longer one's placeholder is written last,
+// so a value inside another reads as the longer one's placeholder whole.
+func longestLast(swaps []swap) []swap {
 	out := slices.Clone(swaps)
-	slices.SortStableFunc(out, func(a, b swap) int { return len(b.real) - len(a.real) })
+	slices.SortStableFunc(out, func(a, b swap) int { return len(a.real) - len(b.real) })
 	return out
 }
 
-// scrubBytes replaces every real value in b with its placeholder, in place (same lengths),
-// in the order of swaps (longestFirst).
-func scrubBytes(b []byte, swaps []swap) []byte { return scrubBefore(b, len(b), swaps) }
+// scrubBytes is b with every value of swaps that occurs in it overwritten by its placeholder
+// (same lengths).
+func scrubBytes(b []byte, swaps []swap) []byte {
+	out := slices.Clone(b)
+	overlay(out, b, len(b), swaps)
+	return out
+}
 
-// scrubBefore is scrubBytes for the values that begin before limit.
-func scrubBefore(b []byte, limit int, swaps []swap) []byte {
+// overlay writes each value's placeholder into out wherever the value begins in raw before
+// limit (out is raw's copy, with placeholders written so far). Values are looked for in raw,
+// the bytes as the upstream sent them, never in what a placeholder already replaced, and each
+// occurrence counts, overlapping ones too: so every byte of every occurrence becomes a
+// placeholder byte. Looking in what the last replacement left would hide a value that shares
+// bytes with one replaced first ("abcXYZ" and "XYZdef" in "abcXYZdef"), and its rest would
+// reach the sandbox in clear.
+func overlay(out, raw []byte, limit int, swaps []swap) {
 	for _, s := range swaps {
 		if len(s.real) == 0 {
-			continue // would match everywhere, and never move on
+			continue // would match everywhere
 		}
-		for i := 0; i < limit; {
-			j := bytes.Index(b[i:], s.real)
+		for i := 0; i < limit; i++ {
+			j := bytes.Index(raw[i:], s.real)
 			if j < 0 || i+j >= limit {
 				break
 			}
-			copy(b[i+j:], s.ph)
-			i += j + len(s.ph)
+			i += j
+			copy(out[i:], s.ph)
 		}
 	}
-	return b
 }
 
 // scrubBody scrubs a body as it streams. It holds back the stream's last bytes, as many as the
@@ -82,27 +91,31 @@ func scrubBefore(b []byte, limit int, swaps []swap) []byte {
 // whole in what it scrubs next), and calls done at the end, when the trailers are in. What it
 // holds depends on lengths alone, never on what the bytes are: a hold that began where a value
 // began (the tail that is a prefix of one) would tell a sandbox whose chosen bytes a bound host
-// streams back which of its guesses starts the real value, a character at a time.
+// streams back which of its guesses starts the real value, a character at a time. It keeps as
+// many of the bytes it handed out, as the upstream sent them: a value that begins there and
+// reaches into what it hands out next is found again, so each byte goes out as scrubBytes of
+// the whole body would have it, however the upstream cut the body.
 type scrubBody struct {
 	io.ReadCloser
-	swaps   []swap
-	done    func()
-	buf     []byte // one read from upstream
-	pending []byte // not yet handed out; scrubbed but for the values that begin in the hold
-	held    int    // the tail of pending kept until more comes
-	err     error
+	swaps []swap
+	done  func()
+	buf   []byte // one read from upstream
+	raw   []byte // as the upstream sent it: the last bytes handed out, then the rest
+	out   []byte // raw scrubbed of the values that begin before ready
+	next  int    // the first byte of raw not handed out
+	ready int    // where the hold begins
+	err   error
 }
 
 func (b *scrubBody) Read(p []byte) (int, error) {
-	for len(b.pending)-b.held == 0 && b.err == nil {
+	for b.next == b.ready && b.err == nil {
 		b.fill()
 	}
-	ready := len(b.pending) - b.held
-	if ready == 0 {
+	if b.next == b.ready {
 		return 0, b.err
 	}
-	n := copy(p, b.pending[:ready])
-	b.pending = b.pending[n:]
+	n := copy(p, b.out[b.next:b.ready])
+	b.next += n
 	return n, nil
 }
 
@@ -111,16 +124,22 @@ func (b *scrubBody) fill() {
 	if b.buf == nil {
 		b.buf = make([]byte, 32<<10)
 	}
-	n, err := b.ReadCloser.Read(b.buf)
-	b.pending = append(b.pending, b.buf[:n]...)
-	b.held = 0
-	if err == nil {
-		b.held = min(len(b.pending), heldLen(b.swaps))
+	hold := heldLen(b.swaps)
+	if drop := b.next - hold; drop > 0 { // no value reaching past them begins there
+		b.raw = append(b.raw[:0], b.raw[drop:]...)
+		b.next -= drop
 	}
-	// Only the values that begin in what goes out now: each is whole already, the hold being
-	// as long as the longest less one. One that begins in the hold may be the start of a longer
-	// one (a password inside a token) that the next read completes; it is scrubbed then.
-	b.pending = scrubBefore(b.pending, len(b.pending)-b.held, b.swaps)
+	n, err := b.ReadCloser.Read(b.buf)
+	b.raw = append(b.raw, b.buf[:n]...)
+	if err != nil {
+		hold = 0
+	}
+	b.ready = len(b.raw) - min(len(b.raw)-b.next, hold)
+	// Only the values that begin before the hold: each is whole already, the hold being as
+	// long as the longest less one. One that begins in the hold may be the start of a longer
+	// one (a password inside a token) that the next read completes; it is looked for then.
+	b.out = append(b.out[:0], b.raw...)
+	overlay(b.out, b.raw, b.ready, b.swaps)
 	if err != nil {
 		b.err = err
 		if b.done != nil {

@@ -74,33 +74,38 @@ func TestScrubBodyCatchesEveryCut(t *testing.T) {
 		{"no value", "nothing secret here", "nothing secret here"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			check := func(chunks []string) {
-				t.Helper()
-				got := scrubChunks(t, swaps, append([]string(nil), chunks...))
-				if got != tt.want {
-					t.Fatalf("chunks %q: the sandbox read %q, want %q", chunks, got, tt.want)
-				}
-				for _, s := range swaps {
-					if strings.Contains(got, string(s.real)) {
-						t.Fatalf("chunks %q: %q reached the sandbox", chunks, s.real)
-					}
-				}
-			}
-			b := tt.body
-			check([]string{b})
-			for i := 0; i <= len(b); i++ {
-				check([]string{b[:i], b[i:]})
-				for j := i; j <= len(b); j++ {
-					check([]string{b[:i], b[i:j], b[j:]})
-					// Three cuts: a value in four reads, spread over more than the hold.
-					for k := j; k <= len(b); k++ {
-						check([]string{b[:i], b[i:j], b[j:k], b[k:]})
-					}
-				}
-			}
-			// A byte a read, as a slow host streams.
-			check(strings.Split(b, ""))
-		})
+		t.Run(tt.name, func(t *testing.T) { checkEveryCut(t, swaps, tt.body, tt.want) })
 	}
+}
+
+// checkEveryCut streams body through scrubChunks cut at every point, every two and every three
+// points, and a byte a read, and fails unless the sandbox reads want every time and no value
+// whole.
+func checkEveryCut(t *testing.T, swaps []swap, b, want string) {
+	t.Helper()
+	check := func(chunks []string) {
+		t.Helper()
+		got := scrubChunks(t, swaps, append([]string(nil), chunks...))
+		if got != want {
+			t.Fatalf("chunks %q: the sandbox read %q, want %q", chunks, got, want)
+		}
+		for _, s := range swaps {
+			if strings.Contains(got, string(s.real)) {
+				t.Fatalf("chunks %q: %q reached the sandbox", chunks, s.real)
+			}
+		}
+	}
+	check([]string{b})
+	for i := 0; i <= len(b); i++ {
+		check([]string{b[:i], b[i:]})
+		for j := i; j <= len(b); j++ {
+			check([]string{b[:i], b[i:j], b[j:]})
+			// Three cuts: a value in four reads, spread over more than the hold.
+			for k := j; k <= len(b); k++ {
+				check([]string{b[:i], b[i:j], b[j:k], b[k:]})
+			}
+		}
+	}
+	// A byte a read, as a slow host streams.
+	check(strings.Split(b, ""))
 }
