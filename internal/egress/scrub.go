@@ -35,15 +35,34 @@ func scrubResponse(resp *http.Response, swaps []swap) {
 	swaps = longestLast(swaps)
 	resp.Status = string(scrubBytes([]byte(resp.Status), swaps)) // the reason phrase is the server's
 	scrubHeader(resp.Header, swaps)
+	scrubHeader(resp.Trailer, swaps) // the names announced before the body, in its Trailer field
 	resp.Body = &scrubBody{ReadCloser: resp.Body, swaps: swaps, done: func() { scrubHeader(resp.Trailer, swaps) }}
 }
 
+// scrubHeader scrubs each field's values, and drops a field whose name holds a value (an echo
+// that makes a field of what it got): the Transport gives a name its canonical case
+// ("X-Abcdef0123-Tok"), in which the value matches in no case of its own, so it is looked for
+// in any case, and a placeholder written there would be cased again on the way out.
 func scrubHeader(h http.Header, swaps []swap) {
-	for _, vals := range h {
+	for k, vals := range h {
+		if namedByValue(k, swaps) {
+			delete(h, k)
+			continue
+		}
 		for i, v := range vals {
 			vals[i] = string(scrubBytes([]byte(v), swaps))
 		}
 	}
+}
+
+// namedByValue reports whether a field's name holds one of the values, in any letters' case.
+func namedByValue(name string, swaps []swap) bool {
+	for _, s := range swaps {
+		if len(s.real) > 0 && bytes.Contains(bytes.ToLower([]byte(name)), bytes.ToLower(s.real)) {
+			return true
+		}
+	}
+	return false
 }
 
 // longestLast orders swaps for overlay: where two values share bytes (one inside the other,

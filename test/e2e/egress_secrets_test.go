@@ -58,9 +58,9 @@ profiles:
 `
 
 // echoScript has the bound host echo both values in every form the proxy promises to scrub
-// (docs/egress.md): in header fields, the status line, a body cut across writes, trailers,
-// Basic credentials as sent and decoded, and the two values overlapping. It prints the
-// placeholders it was given, then everything curl got, and keeps it as the report.
+// (docs/egress.md): in header fields and a field's name, the status line, a body cut across
+// writes, trailers, Basic credentials as sent and decoded, and the two values overlapping. It
+// prints the placeholders it was given, then everything curl got, and keeps it as the report.
 const echoScript = `{ echo "ph=$TOKEN_A"; echo "ph2=$TOKEN_B"
 basic=$(printf 'user:%s' "$TOKEN_A" | base64 -w0)
 curl -sS -D - https://` + echoHost + `/echo -H "Authorization: Bearer $TOKEN_A" -H "X-Other: $TOKEN_B" -H "X-Basic: Basic $basic"
@@ -70,7 +70,8 @@ curl -sS -D - https://` + echoHost + `/status -H "Authorization: Bearer $TOKEN_A
 // scripted model) whose command has a bound host, in a network namespace of the test's, echo
 // two secrets' values in every form docs/egress.md says the proxy scrubs, one job succeeding
 // and one failing (a report over the limit, so dead-lettered). The sandbox must read back its
-// placeholders each time, and no value, nor either value's bytes outside the other's, may be in
+// placeholders each time, and no value, nor either value's bytes outside the other's, in any
+// letters' case, may be in
 // anything the worker wrote (the store's objects, its NATS files: statuses, dead letters), the
 // dead letter, its log, the metrics, /readyz, what submit shows or what the model was sent.
 func TestJobSecretsStayOutOfEverySink(t *testing.T) {
@@ -126,7 +127,7 @@ func TestJobSecretsStayOutOfEverySink(t *testing.T) {
 	}
 	for where, text := range sinks {
 		for what, s := range secrets {
-			if strings.Contains(text, s) {
+			if strings.Contains(strings.ToLower(text), strings.ToLower(s)) {
 				t.Errorf("%s holds %s", where, what)
 			}
 		}
@@ -135,9 +136,9 @@ func TestJobSecretsStayOutOfEverySink(t *testing.T) {
 
 // serveEcho starts echoHost's HTTPS server in ns on port 443 and returns its CA's file. /echo
 // answers with the Bearer value, the X-Other value and the X-Basic credentials in header
-// fields, a body (the first value also cut across two writes, flushed apart, and followed by
-// the second's bytes past sharedPart) and a trailer; /status with the Bearer value in the
-// status line.
+// fields (and a field's name), a body (the first value also cut across two writes, flushed
+// apart, and followed by the second's bytes past sharedPart) and a trailer; /status with the
+// Bearer value in the status line.
 func serveEcho(t *testing.T, ns *testnet.Netns) string {
 	t.Helper()
 	cert, caPEM := testcert.SelfSigned(t, echoHost)
@@ -169,6 +170,7 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Trailer", "X-Echo-Trailer")
 	w.Header().Set("X-Echo-Token", tok)
 	w.Header().Set("X-Echo-Basic", basic)
+	w.Header().Set("X-Named-"+tok, "1") // a field named by the value, cased by both ends
 	half := len(tok) / 2
 	for _, part := range []string{"raw=" + tok + "\n", "cut=" + tok[:half], tok[half:] + "\n", "basic=" + string(decoded) + "\n",
 		"overlap=" + tok + strings.TrimPrefix(other, sharedPart) + "\n"} {
