@@ -256,8 +256,8 @@ func (c *Consumer) pull(ctx context.Context) (jetstream.Msg, error) {
 			<-pullCtx.Done() // nothing to serve: wait as a pull that finds nothing does
 			return nil, pullCtx.Err()
 		}
-		if msg, ok := c.drainOld(ctx, c.tenants[0]); ok {
-			return msg, nil
+		if c.draining(c.tenants[0]) {
+			return c.pullDraining(ctx, c.tenants[0], drainPace)
 		}
 		return c.cons[c.tenants[0]].Next(jetstream.FetchContext(pullCtx))
 	}
@@ -371,8 +371,8 @@ func (c *Consumer) pullOne(ctx context.Context, tenant string, wait time.Duratio
 	if c.isRetired(tenant) {
 		return nil, nats.ErrTimeout
 	}
-	if msg, ok := c.drainOld(ctx, tenant); ok {
-		return msg, nil
+	if c.draining(tenant) {
+		return c.pullDraining(ctx, tenant, wait)
 	}
 	return pullFrom(ctx, c.cons[tenant], wait)
 }

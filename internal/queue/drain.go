@@ -30,7 +30,8 @@ import (
 //     stops asking it and, when it may declare, removes it. Each job is in one stream, so one
 //     consumer delivers it: none is lost and none runs twice. A job submitted again while its
 //     first copy is in the shared stream is in both: the worker drops the second copy
-//     (dropSecondCopy). Meanwhile the tenant's lag counts its jobs in both (oldLag).
+//     (dropSecondCopy). Meanwhile the tenant's lag counts its jobs in both (oldLag), and its
+//     max_concurrent bounds its jobs in flight on both together (pullDraining).
 //   - `worker setup` removes what the workers could not (removeDrained).
 //
 // The shared stream stays: its metadata records the tenants setup retired (retired.go).
@@ -135,6 +136,59 @@ type oldConsumer struct {
 // job, handed back, waits at most this much longer: what an idle worker of one tenant waits
 // between its pulls anyway.
 const drainLook = pullWait
+
+// drainPace is how often a worker of one tenant, while it drains the tenant's consumer on the
+// shared stream, looks at the tenant's jobs in flight and pulls (pullDraining): a new job of the
+// tenant waits up to this much longer than one pull's wait while the upgrade drains.
+const drainPace = time.Second
+
+// pullDraining is pullOne of a tenant whose consumer on the shared stream the worker drains: the
+// tenant's max_concurrent bounds its jobs in flight on its two consumers together, not on each
+// (roomAcross), and while they hold that many the worker takes none. Each consumer's
+// max_ack_pending bounds only its own stream's, so asked alone the tenant ran up to twice its
+// bound. The pulls are short (lookPull), each after a look at that count, so that a job another
+// worker takes in between is seen before the next: a pull waiting on the server while the
+// tenant filled its bound would still deliver. It then waits out the rest of wait, as a pull
+// that found nothing does.
+func (c *Consumer) pullDraining(ctx context.Context, tenant string, wait time.Duration) (jetstream.Msg, error) {
+	until := time.Now().Add(wait)
+	room, err := c.roomAcross(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	if room {
+		if msg, ok := c.drainOld(ctx, tenant); ok {
+			return msg, nil
+		}
+		msg, err := pullFrom(ctx, c.cons[tenant], min(wait, lookPull))
+		if !isPullTimeout(err) {
+			return msg, err
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(time.Until(until)):
+		return nil, nats.ErrTimeout
+	}
+}
+
+// roomAcross reports whether tenant's jobs in flight on its consumer on its own stream and on
+// its consumer on the shared stream (those an old worker runs too) are fewer than its
+// max_concurrent, its own stream's consumer's max_ack_pending as the server holds it.
+func (c *Consumer) roomAcross(ctx context.Context, tenant string) (bool, error) {
+	info, err := c.cons[tenant].Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("queue: look up consumer %s: %w", consumerName(c.cfg, tenant), err)
+	}
+	c.noteAckWait(info)
+	_, inFlight, err := c.oldLag(ctx, tenant)
+	if err != nil {
+		return false, err
+	}
+	most := info.Config.MaxAckPending
+	return most <= 0 || uint64(max(info.NumAckPending, 0))+inFlight < uint64(most), nil
+}
 
 // drainOld is the delivery of tenant's consumer on the shared stream, asked before the
 // tenant's own stream while the shared stream holds jobs of the tenant (see above), and not
