@@ -135,7 +135,7 @@ func TestPermissionsScoped(t *testing.T) {
 		// never is what this role may not use, on top of what no role but the operator may.
 		never []string
 	}{
-		{"submitter", natsconfig.Submitter, "team-a", []string{"boxcar.jobs.team-a.*", "$KV.BOXCAR_CANCEL.team-a.>"}, noConsumers},
+		{"submitter", natsconfig.Submitter, "team-a", []string{"boxcar.jobs.team-a.*", "$KV.BOXCAR_CANCEL.team-a.>", "$JS.API.DIRECT.GET.BOXCAR_JOBS.boxcar.jobs.team-a.*"}, noConsumers},
 		{"approver", natsconfig.Approver, "team-a", []string{"$KV.BOXCAR_APPROVALS.team-a.>"}, noConsumers},
 		{"worker", natsconfig.Worker, "", []string{"$KV.BOXCAR_STATUS.>", "$JS.ACK.BOXCAR_JOBS.boxcar-workers-team-a.>", "$JS.API.CONSUMER.CREATE.KV_BOXCAR_CANCEL.*.$KV.BOXCAR_CANCEL.>"}, workerWatchesNoMore},
 	}

@@ -114,6 +114,10 @@ var Table = []Grant{
 		Pub: []string{"{jobs}.{tenant}.*", "$JS.API.STREAM.INFO.{jobstream}_{tenant}"}},
 	{Roles: []Role{Submitter}, What: "read its tenant's consumer (jobs waiting, running)",
 		Pub: []string{"$JS.API.CONSUMER.INFO.{jobstream}_{tenant}.{consumer}-{tenant}"}},
+	// Not the shared stream's info, which lists every tenant's jobs: a direct get of one of its
+	// tenant's job subjects, and its tenant's consumer there.
+	{Roles: []Role{Submitter}, What: "find its tenant's jobs an older Boxcar queued in the shared job stream, while an upgrade drains it",
+		Pub: []string{"$JS.API.DIRECT.GET.{jobstream}.{jobs}.{tenant}.*", "$JS.API.CONSUMER.INFO.{jobstream}.{consumer}-{tenant}"}},
 	{Roles: []Role{Submitter, Approver}, What: "read and list its tenant's statuses (no consumer: `watch` polls)",
 		Pub: kvRead("{status}", "{tenant}.>")},
 	{Roles: []Role{Submitter}, What: "request a cancel of its tenant's jobs",

@@ -117,13 +117,57 @@ func (c *Client) Status(ctx context.Context, id string) (job.Status, error) {
 	return st, nil
 }
 
-// inStream reports whether the job stream holds a message on the job's subject: one no worker
-// has settled. It asks for the count of the one subject, never for the message.
+// inStream reports whether the tenant's job stream holds a message on the job's subject, or,
+// while an upgrade drains it, the shared job stream (inShared): one no worker has settled. It
+// asks for the count of the one subject, never for the message.
 func (c *Client) inStream(ctx context.Context, r Ref) (bool, error) {
 	if c.jobs == nil {
 		return false, nil
 	}
-	return inStream(ctx, c.jobs, c.cfg, r)
+	queued, err := inStream(ctx, c.jobs, c.cfg, r)
+	if queued || err != nil {
+		return queued, err
+	}
+	return c.inShared(ctx, r)
+}
+
+// sharedLook bounds a look at the shared job stream, as the JetStream client bounds its
+// requests.
+const sharedLook = 5 * time.Second
+
+// inShared reports whether the shared job stream holds the job: one an older Boxcar queued
+// there, which the tenant's consumer on it delivers until the upgrade drained it (drain.go).
+// Before, `submit status` called such a job unknown, `cancel` refused it and `watch` gave up
+// on it. The stream's info would list every tenant's jobs, so a tenant's identity reads it by a
+// direct get of the job's one subject, which its permissions name (natsconfig). No server
+// answering (a shared stream that `worker setup` of this version has not given direct gets
+// yet) and a refusal (credentials generated before that grant) are no job there.
+func (c *Client) inShared(ctx context.Context, r Ref) (bool, error) {
+	subject := "$JS.API.DIRECT.GET." + c.cfg.Stream + "." + jobSubject(c.cfg, r)
+	var found bool
+	err := unlessRefused(ctx, c.js.Conn(), []string{subject}, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, sharedLook)
+		defer cancel()
+		msg, err := c.js.Conn().RequestWithContext(ctx, subject, nil)
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return nil
+		case err != nil:
+			return fmt.Errorf("queue: look up job %s in the shared stream %s: %w", r.ID, c.cfg.Stream, err)
+		}
+		switch status := msg.Header.Get("Status"); status {
+		case "":
+			found = true
+		case "404":
+		default:
+			return fmt.Errorf("queue: look up job %s in the shared stream %s: %s %s", r.ID, c.cfg.Stream, status, msg.Header.Get("Description"))
+		}
+		return nil
+	})
+	if errors.Is(err, ErrRefused) {
+		return false, nil
+	}
+	return found, err
 }
 
 // inStream asks the job stream for the count of the job's one subject.
@@ -159,9 +203,14 @@ func (c *Client) WatchStatus(ctx context.Context, id string) (<-chan job.Status,
 type TenantLag struct {
 	Pending, InFlight uint64
 	MaxConcurrent     int
+	// Shared is how many of them an older Boxcar queued in the shared job stream, which the
+	// tenant's consumer there delivers while an upgrade drains it (counted in Pending and
+	// InFlight too).
+	Shared uint64
 }
 
-// Lag reads the client's tenant's consumer: what `submit status` shows of the queue.
+// Lag reads the client's tenant's consumer, and while an upgrade drains it its consumer on the
+// shared job stream (sharedLag): what `submit status` shows of the queue.
 func (c *Client) Lag(ctx context.Context) (TenantLag, error) {
 	name := consumerName(c.cfg, c.tenant)
 	cons, err := c.js.Consumer(ctx, jobStream(c.cfg, c.tenant), name)
@@ -169,5 +218,34 @@ func (c *Client) Lag(ctx context.Context) (TenantLag, error) {
 		return TenantLag{}, fmt.Errorf("queue: look up consumer %s: %w", name, err)
 	}
 	info := cons.CachedInfo()
-	return TenantLag{Pending: info.NumPending, InFlight: uint64(max(info.NumAckPending, 0)), MaxConcurrent: info.Config.MaxAckPending}, nil
+	l := TenantLag{Pending: info.NumPending, InFlight: uint64(max(info.NumAckPending, 0)), MaxConcurrent: info.Config.MaxAckPending}
+	shared, err := c.sharedLag(ctx)
+	if err != nil {
+		return TenantLag{}, err
+	}
+	l.Pending, l.InFlight = l.Pending+shared.Pending, l.InFlight+shared.InFlight
+	l.Shared = shared.Pending + shared.InFlight
+	return l, nil
+}
+
+// sharedLag is what the tenant's consumer on the shared job stream holds while an upgrade
+// drains it (drain.go): none once drained and removed, or for credentials generated before
+// the grant to read it.
+func (c *Client) sharedLag(ctx context.Context) (TenantLag, error) {
+	name := consumerName(c.cfg, c.tenant)
+	var info *jetstream.ConsumerInfo
+	err := unlessRefused(ctx, c.js.Conn(), []string{"$JS.API.CONSUMER.INFO." + c.cfg.Stream + "." + name}, func(ctx context.Context) error {
+		cons, err := c.js.Consumer(ctx, c.cfg.Stream, name)
+		if err == nil {
+			info = cons.CachedInfo()
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrRefused), errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+		return TenantLag{}, nil
+	case err != nil:
+		return TenantLag{}, fmt.Errorf("queue: look up consumer %s of the shared stream %s: %w", name, c.cfg.Stream, err)
+	}
+	return TenantLag{Pending: info.NumPending, InFlight: uint64(max(info.NumAckPending, 0))}, nil
 }

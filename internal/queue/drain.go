@@ -48,6 +48,9 @@ func sharedStreamConfig(a *Admin) jetstream.StreamConfig {
 		MaxMsgs:     -1,
 		MaxBytes:    -1,
 		Discard:     jetstream.DiscardNew,
+		// A submitter finds its tenant's jobs here by a direct get of the job's subject
+		// (Client.inShared): the stream's info, which it is not granted, lists every tenant's.
+		AllowDirect: true,
 	}
 }
 
@@ -79,6 +82,7 @@ func (a *Admin) narrowShared(ctx context.Context) error {
 	cur := s.CachedInfo().Config
 	next := cur
 	next.Subjects, next.RePublish, next.Replicas, next.AllowRollup = []string{sharedSubject(a.cfg)}, nil, a.cfg.Replicas, allowRollups
+	next.AllowDirect = true
 	if !reflect.DeepEqual(next, cur) {
 		if s, err = a.js.UpdateStream(ctx, next); err != nil {
 			return fmt.Errorf("queue: stop the shared stream %s taking jobs, so that each tenant's stream can: %w", a.cfg.Stream, err)
