@@ -124,11 +124,16 @@ func (c *cancelWatch) stop(r queue.Ref) {
 }
 
 // apply carries out one request: the attempts running here stop, and the status says so. An
-// error says NATS failed it, and it is not carried out: the caller tries again.
+// error says NATS failed it, and it is not carried out, or not all of it: the caller tries
+// again (errNotLooked: all but deciding whether the request may expire).
 func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) error {
 	c.stop(r)
 	st, err := c.q.Status(ctx, r)
-	if (err == nil && st.State.Terminal() || errors.Is(err, queue.ErrUnknownJob)) && !c.queued(ctx, r) {
+	if err != nil && !errors.Is(err, queue.ErrUnknownJob) {
+		return fmt.Errorf("read the status of a job asked to be cancelled: %w", err)
+	}
+	var notLooked error
+	if err != nil || st.State.Terminal() {
 		// Ended, or no job at all (never submitted: a request written by hand, which `submit
 		// cancel` refuses; or ended and its status expired), and no message of it left in the
 		// job stream: no delivery runs it any more, so its request may expire (a worker that
@@ -137,17 +142,22 @@ func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) error {
 		// ever. A job recorded cancelled while queued has a terminal status and its message
 		// still queued: its request stays until the delivery that takes it commits its end, as
 		// its status expires before that when the queue is long (another worker's watch, or a
-		// restarted one, let it expire and the job ran).
-		if err := c.q.ReleaseCancel(ctx, r); err != nil {
-			return fmt.Errorf("let the cancel request of an ended job expire: %w", err)
+		// restarted one, let it expire and the job ran). When NATS cannot say, the request is
+		// kept, as for a queued job, and looked at again: kept and not looked at again, it
+		// stayed in the bucket until some worker's watch started again.
+		queued, lookErr := c.q.Queued(ctx, r)
+		switch {
+		case lookErr != nil:
+			notLooked = fmt.Errorf("%w: %w", errNotLooked, lookErr)
+		case !queued:
+			if err := c.q.ReleaseCancel(ctx, r); err != nil {
+				return fmt.Errorf("let the cancel request of an ended job expire: %w", err)
+			}
+			return nil
 		}
-		return nil
 	}
 	if err == nil && (st.CancelRequested || st.State.Terminal()) {
-		return nil // carried out before (by this worker or another), or queued and recorded cancelled
-	}
-	if err != nil && !errors.Is(err, queue.ErrUnknownJob) {
-		return fmt.Errorf("read the status of a job asked to be cancelled: %w", err)
+		return notLooked // carried out before (by this worker or another), or queued and recorded cancelled
 	}
 	if _, err := c.q.UpdateStatus(ctx, r, job.RequestCancel); err != nil && !errors.Is(err, queue.ErrFinal) {
 		return fmt.Errorf("record a cancel in the job's status: %w", err)
@@ -156,8 +166,12 @@ func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) error {
 	// its claim, and a claim that came before this write is stopped only here (a later one
 	// reads the request in the status).
 	c.stop(r)
-	return nil
+	return notLooked
 }
+
+// errNotLooked: apply carried out the request, but NATS did not say whether the job's message
+// is in the job stream, so the request is kept until a look says it may expire.
+var errNotLooked = errors.New("cannot tell whether a job asked to be cancelled is queued; keeping its request")
 
 // applyRetries bound the wait between a watch's tries of a request NATS failed.
 const (
@@ -191,16 +205,6 @@ func (c *cancelWatch) applyUntilDone(ctx context.Context, r queue.Ref) {
 		}
 		wait = min(2*wait, applyRetryMost)
 	}
-}
-
-// queued reports whether the job stream holds the job's message; when it cannot tell, that it
-// does: the request is kept, and the job recorded cancelled, as before the look.
-func (c *cancelWatch) queued(ctx context.Context, r queue.Ref) bool {
-	queued, err := c.q.Queued(ctx, r)
-	if err != nil && ctx.Err() == nil {
-		c.log.WarnContext(ctx, "cannot tell whether a job asked to be cancelled is queued; keeping its request", "job_id", r.ID, "tenant", r.Tenant, "error", err)
-	}
-	return queued || err != nil
 }
 
 // start watches the requests of each of the worker's tenants until ctx ends, and returns a
@@ -306,8 +310,8 @@ func (c *cancelWatch) before(ctx context.Context, r queue.Ref) {
 	if err == nil && asked {
 		err = c.apply(ctx, r)
 	}
-	if err == nil {
-		return
+	if err == nil || errors.Is(err, errNotLooked) {
+		return // carried out; the request's expiry is the watch's, or the settle's, to decide
 	}
 	c.log.WarnContext(ctx, "cannot tell whether a cancel of the job was asked, or carry it out; waiting for the cancel watch", "job_id", r.ID, "tenant", r.Tenant, "error", err)
 	for behind, ready := tw.state(); behind && ctx.Err() == nil; behind, ready = tw.state() {
