@@ -257,6 +257,9 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"submitter deletes its tenant's job stream", sa, request("$JS.API.STREAM.DELETE."+n.JobStream+"_team-a", "")},
 		{"submitter looks up another tenant's job stream (its job ids)", sa, request("$JS.API.STREAM.INFO."+n.JobStream+"_team-b", "")},
 		{"submitter looks up the shared job stream (the job ids an older Boxcar queued there)", sa, request("$JS.API.STREAM.INFO."+n.JobStream, "")},
+		{"submitter direct-gets another tenant's job in the shared job stream", sa, request("$JS.API.DIRECT.GET."+n.JobStream+"."+n.JobSubject+".team-b."+idB, "")},
+		{"submitter direct-gets the shared job stream with the subject in the body", sa, request("$JS.API.DIRECT.GET."+n.JobStream, `{"last_by_subj":"`+n.JobSubject+`.team-b.`+idB+`"}`)},
+		{"submitter reads another tenant's consumer on the shared job stream", sa, request("$JS.API.CONSUMER.INFO."+n.JobStream+"."+n.Consumer+"-team-b", "")},
 		{"worker creates a stream", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
 			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
 			return err
