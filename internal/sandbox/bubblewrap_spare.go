@@ -44,7 +44,6 @@ type spareBwrap struct {
 	ready          chan struct{} // closed once the helper answered or died
 	ok             bool          // the helper is waiting (set before ready closes)
 	killed         atomic.Bool
-	done           chan struct{} // closed once cmd.Wait returned, when nobody took it
 }
 
 // Warm starts the spare of a pool sandbox, unless its first command came already. The channel
@@ -98,7 +97,7 @@ func (s *bubblewrapSandbox) launchSpare(bridged bool) (*spareBwrap, error) {
 	}
 	reqR, reqW, readyR, readyW, stdinR, stdinW := p[0], p[1], p[2], p[3], p[4], p[5]
 	sp := &spareBwrap{request: reqW, stdin: stdinW, stdout: &cappedBuffer{}, stderr: &cappedBuffer{}, bridged: bridged,
-		ready: make(chan struct{}), done: make(chan struct{})}
+		ready: make(chan struct{})}
 	var argv []string
 	if s.shellSpare() {
 		sp.shell, sp.request = true, nil
@@ -217,6 +216,14 @@ func (sp *spareBwrap) kill() {
 	}
 }
 
+// exited reports whether the spare's bwrap has ended, without reaping it (its Wait does): the
+// process is the worker's unreaped child until then, so its pid names no other.
+func (sp *spareBwrap) exited() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, sp.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != nil || info.Signo != 0 // a waitable child fills in SIGCHLD; none leaves it zero
+}
+
 // discard ends a spare nobody took, and waits for it.
 func (sp *spareBwrap) discard() {
 	sp.kill()
@@ -228,11 +235,13 @@ func (sp *spareBwrap) discard() {
 	_ = sp.cmd.Wait()
 }
 
-// takeSpare hands the first command the sandbox's spare if it is ready and was started for
-// the same egress state. One still starting is discarded, in the background, rather than
-// waited for: what it has left to do (the worker's binary starting) takes longer under load
-// than the bwrap the command starts instead (docs/performance.md, row 15). One that died or
-// does not match is discarded too.
+// takeSpare hands the first command the sandbox's spare if it is ready, still runs and was
+// started for the same egress state. One still starting is discarded, in the background,
+// rather than waited for: what it has left to do (the worker's binary starting) takes longer
+// under load than the bwrap the command starts instead (docs/performance.md, row 15). One that
+// died, before it was ready or while the sandbox waited for its job (the host's OOM killer, an
+// operator's kill), or does not match is discarded too: handed the command, a dead spare
+// reported it killed (exit 137, no output) without running it.
 func (s *bubblewrapSandbox) takeSpare(bridged bool) *spareBwrap {
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
@@ -243,7 +252,7 @@ func (s *bubblewrapSandbox) takeSpare(bridged bool) *spareBwrap {
 	}
 	select {
 	case <-sp.ready:
-		if sp.ok && sp.bridged == bridged {
+		if sp.ok && sp.bridged == bridged && !sp.exited() {
 			s.spareHit = true
 			return sp
 		}
