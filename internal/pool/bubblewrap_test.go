@@ -1,0 +1,77 @@
+//go:build integration
+
+package pool_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/pool"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+	"github.com/boxcar-run/boxcar/test/harness"
+)
+
+// bubblewrapPool is a pool of one warm bubblewrap sandbox (profile p) on a Root of its own,
+// which it returns, filled and ready.
+func bubblewrapPool(t *testing.T) (*pool.Pool, *pool.Metrics, string) {
+	t.Helper()
+	root := sandboxtest.SearchableTempDir(t)
+	prov := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root })
+	m := pool.NewMetrics(nil)
+	prof := config.Profile{Warm: &config.Warm{Min: 1, Max: 1, Idle: config.Duration(time.Hour), MaxAge: config.Duration(time.Hour)}}.WithDefaults()
+	p, err := pool.New(pool.Config{Provider: prov, Profiles: map[string]config.Profile{"p": prof}, Slots: 2,
+		Lag: &fakeLag{lag: map[string]pool.Lag{}}, Metrics: m, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	p.Reconcile(t.Context())
+	harness.Wait(t, "the pool's sandbox ready", func() (bool, error) { return testutil.ToFloat64(m.Size.WithLabelValues("p")) == 1, nil })
+	return p, m, root
+}
+
+// TestWarmSandboxLostWhileIdleReplaced: a warm bubblewrap sandbox whose workdir was removed
+// from the host while it waited (an operator's cleanup of the Root) is not handed to a job,
+// whose every call would fail with ErrSandboxLost and cost it a delivery: its claim fails, the
+// pool removes it, and the job gets a sandbox that works.
+func TestWarmSandboxLostWhileIdleReplaced(t *testing.T) {
+	t.Parallel()
+	p, m, root := bubblewrapPool(t)
+	dirs, err := filepath.Glob(filepath.Join(root, "boxcar-pool-p-????????"))
+	if err != nil || len(dirs) != 1 {
+		t.Fatalf("the warm sandbox's workdir: %v, %v", dirs, err)
+	}
+	if err := unix.Unmount(dirs[0], unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dirs[0]); err != nil {
+		t.Fatal(err)
+	}
+	sb, warm, err := p.Take(t.Context(), "t", "p", "job-1", sandboxtest.Spec("job-1", config.SandboxSpec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	if err := sb.WriteFile(t.Context(), "in.txt", []byte("hello")); err != nil {
+		t.Errorf("the job's first write: %v", err)
+	}
+	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"cat", "in.txt"}, Timeout: 30 * time.Second})
+	if err != nil || string(res.Stdout) != "hello" {
+		t.Errorf("the job's first command: %v, exit %d, stdout %q, stderr %q", err, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if warm {
+		t.Error("the lost sandbox was handed to the job as warm")
+	}
+	if got := testutil.ToFloat64(m.Replaced.WithLabelValues("p", "claim_failed")); got != 1 {
+		t.Errorf("removed{claim_failed} %v, want 1", got)
+	}
+}
