@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -76,4 +77,20 @@ func killCgroup(t *testing.T, dirs []string) int {
 		return len(pids)
 	}
 	return 0
+}
+
+// TestBubblewrapWarmInfoAsCold: what a claimed warm sandbox says of itself, which the
+// manifest records, is what a cold one of the same spec says, but for its id.
+func TestBubblewrapWarmInfoAsCold(t *testing.T) {
+	t.Parallel()
+	p := sandboxtest.Bubblewrap(t)
+	cold := sandboxtest.StartSpec(t, p, config.SandboxSpec{}).Info()
+	warm := startClaimed(t, p).Info()
+	// Its own, as every sandbox's id and host uid are.
+	hostUID := regexp.MustCompile(`host_uid=[0-9]+`)
+	warm.ID, warm.Isolation = cold.ID, hostUID.ReplaceAllString(warm.Isolation, "host_uid=N")
+	cold.Isolation = hostUID.ReplaceAllString(cold.Isolation, "host_uid=N")
+	if warm != cold {
+		t.Errorf("a claimed warm sandbox says %+v; a cold one %+v", warm, cold)
+	}
 }

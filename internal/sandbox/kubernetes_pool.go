@@ -96,7 +96,8 @@ func (s *podSet) has(name string) bool {
 // worker run as it keeps a claimed one, and deletes either once its run is gone; the deadline
 // only shrinks. It is a call on the sandbox: Close stops it (the pod goes) and waits for it.
 func (s *kubernetesSandbox) Claim(ctx context.Context, tenant, jobID string) error {
-	deadline := s.claimDeadline()
+	waited := time.Since(s.created)
+	deadline := s.claimDeadline(waited)
 	labels, annotations := map[string]string{LabelJobID: validLabel(jobID)}, map[string]string{annotationJob: jobID}
 	if tenant != "" {
 		labels[LabelTenant], annotations[annotationTenant] = validLabel(tenant), tenant
@@ -115,7 +116,7 @@ func (s *kubernetesSandbox) Claim(ctx context.Context, tenant, jobID string) err
 		return fmt.Errorf("sandbox: claim %s: %w", s.name, err)
 	}
 	if s.cmds != nil && s.cmds.Ping(ctx) == nil {
-		s.claimed(tenant, jobID, deadline)
+		s.claimed(tenant, jobID, deadline, waited)
 		go func() {
 			defer s.end(id)
 			defer cancel(nil)
@@ -134,7 +135,7 @@ func (s *kubernetesSandbox) Claim(ctx context.Context, tenant, jobID string) err
 	if pod.Status.Phase != corev1.PodRunning {
 		return fmt.Errorf("sandbox: claim %s: the pod is %s, no longer running: %w", s.name, pod.Status.Phase, ErrClosed)
 	}
-	s.claimed(tenant, jobID, deadline)
+	s.claimed(tenant, jobID, deadline, waited)
 	return nil
 }
 
@@ -143,8 +144,8 @@ func (s *kubernetesSandbox) Claim(ctx context.Context, tenant, jobID string) err
 // server refuses to raise activeDeadlineSeconds ("must be less than or equal to previous
 // value"), and a pod claimed more than Ahead after its start (the pool keeps it for max_age
 // from its start's beginning; the claim comes a moment after the take) keeps what is left.
-func (s *kubernetesSandbox) claimDeadline() int64 {
-	d := int64((time.Since(s.created) + s.lifetime + time.Second - 1).Seconds())
+func (s *kubernetesSandbox) claimDeadline(waited time.Duration) int64 {
+	d := int64((waited + s.lifetime + time.Second - 1).Seconds())
 	if has := s.pod.Spec.ActiveDeadlineSeconds; has != nil {
 		d = min(d, *has)
 	}
@@ -155,10 +156,16 @@ func (s *kubernetesSandbox) patch(ctx context.Context, patch []byte) (*corev1.Po
 	return s.p.cfg.Client.CoreV1().Pods(s.p.cfg.Namespace).Patch(ctx, s.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 }
 
-// claimed records the claim: the job in the sandbox's logs, the deadline in its isolation.
-func (s *kubernetesSandbox) claimed(tenant, jobID string, deadline int64) {
+// claimed records the claim: the job in the sandbox's logs, and in its isolation the deadline
+// the job has, counted from the claim as a cold pod's counts from its start: the pod's own
+// counts from before it was created (deadline, waited included), and the manifest of a warm
+// job said active_deadline=1201s, or 1800s after a 10-minute wait, where a cold one's said
+// 1200s. Less than the lifetime only when the pod's deadline left the job less
+// (claimDeadline).
+func (s *kubernetesSandbox) claimed(tenant, jobID string, deadline int64, waited time.Duration) {
 	pod := s.pod.DeepCopy()
-	pod.Spec.ActiveDeadlineSeconds = &deadline
+	left := deadline - int64((waited + time.Second - 1).Seconds())
+	pod.Spec.ActiveDeadlineSeconds = &left
 	s.info.Isolation = s.p.isolationOf(pod)
 	s.log = s.log.With("job_id", jobID, "tenant", tenant)
 	s.log.Info("sandbox claimed")

@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"sync/atomic"
@@ -261,4 +262,34 @@ func getPod(t *testing.T, client *fake.Clientset, name string) *corev1.Pod {
 		t.Fatal(err)
 	}
 	return pod
+}
+
+// TestKubernetesWarmInfoAsCold: what a pod claimed after 10 minutes in its pool says of
+// itself, which the manifest records, is what a cold pod of the same spec says, but for its
+// name: its isolation said active_deadline=1800s, the pod's deadline from its creation.
+func TestKubernetesWarmInfoAsCold(t *testing.T) {
+	client := fake.NewClientset()
+	fakeKubelet(t, client, nil)
+	p := newKubernetes(t, client)
+	spec := sandboxtest.Spec("job-1", config.SandboxSpec{Lifetime: config.Duration(20 * time.Minute)})
+	cold, err := p.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cold.Close(context.Background()) })
+	spec.JobID, spec.Pool, spec.Ahead = "", "p", 30*time.Minute
+	warm, err := p.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = warm.Close(context.Background()) })
+	sandbox.AgeKubernetesSandbox(warm, 10*time.Minute) // it waited in its pool
+	if err := warm.(sandbox.Claimer).Claim(t.Context(), "default", "job-2"); err != nil {
+		t.Fatal(err)
+	}
+	w, c := warm.Info(), cold.Info()
+	w.ID = c.ID
+	if w != c {
+		t.Errorf("a claimed warm pod says %+v; a cold one %+v", w, c)
+	}
 }
