@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/pool"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -74,4 +75,48 @@ func TestWarmSandboxLostWhileIdleReplaced(t *testing.T) {
 	if got := testutil.ToFloat64(m.Replaced.WithLabelValues("p", "claim_failed")); got != 1 {
 		t.Errorf("removed{claim_failed} %v, want 1", got)
 	}
+}
+
+// TestFailingStartsBackOff: a profile whose sandboxes cannot start (here its image folder is
+// gone from the host; on Kubernetes an image that cannot be pulled) is tried again backing off
+// (internal/backoff), not at every round: the pool looks every 500 ms and whenever a job takes
+// or returns a sandbox, and started (a pod created and deleted, a warning logged) each of its
+// missing sandboxes every time, for as long as the failure lasted. Once the failure ends, the
+// pool fills again.
+func TestFailingStartsBackOff(t *testing.T) {
+	t.Parallel()
+	image := sandboxtest.SearchableTempDir(t)
+	prov := sandboxtest.Bubblewrap(t)
+	m := pool.NewMetrics(nil)
+	clk := &clock{now: time.Unix(1_000_000, 0)}
+	prof := config.Profile{Sandbox: config.SandboxSpec{Image: filepath.Join(image, "gone")},
+		Warm: &config.Warm{Min: 2, Idle: config.Duration(time.Hour), MaxAge: config.Duration(time.Hour)}}.WithDefaults()
+	p, err := pool.New(pool.Config{Provider: prov, Profiles: map[string]config.Profile{"p": prof}, Slots: 2,
+		Lag: &fakeLag{lag: map[string]pool.Lag{}}, Metrics: m, Logger: slog.New(slog.DiscardHandler), Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	failed := func() float64 { return testutil.ToFloat64(m.Replaced.WithLabelValues("p", "start_failed")) }
+	for range 10 { // ten rounds within the first backoff
+		p.Reconcile(t.Context())
+		p.Settle()
+	}
+	if got := failed(); got != 2 {
+		t.Errorf("ten rounds at once started %v sandboxes that failed; want the 2 missing tried once", got)
+	}
+	clk.advance(backoff.Max)
+	p.Reconcile(t.Context())
+	p.Settle()
+	if got := failed(); got != 4 {
+		t.Errorf("after the backoff %v failed starts in all; want the 2 tried again (4)", got)
+	}
+	if err := os.Mkdir(filepath.Join(image, "gone"), 0o755); err != nil { // the failure ends
+		t.Fatal(err)
+	}
+	clk.advance(backoff.Max)
+	p.Reconcile(t.Context())
+	harness.Wait(t, "the pool filled once its sandboxes start", func() (bool, error) {
+		return testutil.ToFloat64(m.Size.WithLabelValues("p")) == 2, nil
+	})
 }

@@ -118,6 +118,8 @@ type profilePool struct {
 	waiters  int           // Takes waiting for a start in flight
 	waiting  chan struct{} // closed and replaced whenever a Take begins to wait for a start
 	lastBusy time.Time
+	failed   int       // starts that failed in a row (a start that succeeds ends the row)
+	retryAt  time.Time // no start before it: the backoff of the failed row
 }
 
 // warmStart is one warm sandbox being started. Calling it back cancels its start; a sandbox

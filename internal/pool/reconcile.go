@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
@@ -113,11 +114,15 @@ func (p *Pool) share(wants map[string]int) map[string]int {
 
 // resize starts or removes sandboxes so that the pool holds n, counting those coming: a pool
 // over its share removes ready sandboxes, newest first, then calls back starts, newest first.
+// A profile whose starts failed starts none until its backoff has passed (failedStart).
 func (p *Pool) resize(pp *profilePool, n int) {
 	for over := pp.size() - n; over > 0; over-- {
 		if !p.trim(pp) {
 			break
 		}
+	}
+	if p.cfg.Now().Before(pp.retryAt) {
+		return
 	}
 	for size := pp.size(); size < n; size++ {
 		p.start(pp)
@@ -170,7 +175,7 @@ func (p *Pool) start(pp *profilePool) {
 		case err != nil:
 			p.m.Replaced.WithLabelValues(pp.name, "start_failed").Inc()
 			if ctx.Err() == nil {
-				p.log.Warn("pool: start a warm sandbox", "profile", pp.name, "error", err)
+				p.failedStart(pp, err)
 			}
 		case p.closed || ws.cancelled:
 			p.destroy(sb)
@@ -178,7 +183,22 @@ func (p *Pool) start(pp *profilePool) {
 			pp.ready = append(pp.ready, entry{sb: sb, born: born})
 			p.m.Size.WithLabelValues(pp.name).Set(float64(len(pp.ready)))
 		}
+		if err == nil {
+			pp.failed, pp.retryAt = 0, time.Time{}
+		}
 	}()
+}
+
+// failedStart holds the profile's starts back (internal/backoff, up to 5 s) after one failed:
+// tried again at every round, a failure that lasts (an image that cannot be pulled, a Root
+// that cannot be written) had the pool start each missing sandbox twice a second and at every
+// take and return, each a pod created and deleted and a warning logged. The caller holds mu.
+func (p *Pool) failedStart(pp *profilePool, err error) {
+	pp.failed++
+	delay := backoff.Delay(pp.failed)
+	pp.retryAt = p.cfg.Now().Add(delay)
+	p.log.Warn("pool: start a warm sandbox; trying again after a pause", "profile", pp.name, "error", err,
+		"failures_in_a_row", pp.failed, "retry_in", delay.String())
 }
 
 // warmUp lets a started sandbox do ahead what its first command would (sandbox.Warmer), and

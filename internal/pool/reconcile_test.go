@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/pool"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -126,7 +127,8 @@ func TestAgedReplaced(t *testing.T) {
 	bn.p.Close()
 }
 
-// TestStartFailureRetried: a start that fails is tried again at the next round.
+// TestStartFailureRetried: a start that fails is tried again at the first round after its
+// backoff (TestFailingStartsBackOff: not before).
 func TestStartFailureRetried(t *testing.T) {
 	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 2})})
@@ -135,6 +137,7 @@ func TestStartFailureRetried(t *testing.T) {
 	if got := bn.size("p"); got != 1 {
 		t.Errorf("after one failed start the pool holds %d, want 1", got)
 	}
+	bn.clock.advance(backoff.Max)
 	bn.reconcile(t)
 	if got := bn.size("p"); got != 2 {
 		t.Errorf("the next round left the pool at %d, want 2", got)
