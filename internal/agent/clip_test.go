@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +24,13 @@ func TestClip(t *testing.T) {
 		{name: "large cut", in: strings.Repeat("y", 5<<20), max: 16384, wantCut: true},
 		{name: "multi-byte characters", in: strings.Repeat("é€😀", 2000), max: 301, wantCut: true},
 		{name: "marker near a power of ten", in: strings.Repeat("z", 10256+26), max: 256, wantCut: true},
+		// The bound is on the text as JSON writes it, where these take 6 bytes or 2 each.
+		{name: "control bytes", in: "HEAD" + strings.Repeat("\x01", 10000) + "TAIL", max: 300, wantCut: true, wantHead: "HEAD", wantTail: "TAIL"},
+		{name: "invalid UTF-8", in: strings.Repeat("\xff", 10000), max: 300, wantCut: true},
+		{name: "html characters", in: strings.Repeat("<&>", 10000), max: 300, wantCut: true},
+		{name: "backslashes and newlines", in: strings.Repeat("\\\n", 10000), max: 300, wantCut: true},
+		{name: "line separators", in: strings.Repeat("\u2028", 10000), max: 300, wantCut: true},
+		{name: "fits in bytes, not in JSON", in: strings.Repeat("\x01", 200), max: 256, wantCut: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -30,8 +38,8 @@ func TestClip(t *testing.T) {
 			if cut != tt.wantCut {
 				t.Fatalf("cut = %v, want %v", cut, tt.wantCut)
 			}
-			if len(got) > tt.max {
-				t.Errorf("len = %d, over the limit %d", len(got), tt.max)
+			if n := jsonText(got); n > tt.max {
+				t.Errorf("len in JSON = %d, over the limit %d", n, tt.max)
 			}
 			if !cut {
 				if got != tt.in {
@@ -57,8 +65,8 @@ func TestClip(t *testing.T) {
 			if n := got[i+len("\n…[") : j]; n != strconv.Itoa(len(tt.in)-len(head)-len(tail)) {
 				t.Errorf("marker says %s bytes cut, really %d", n, len(tt.in)-len(head)-len(tail))
 			}
-			if tt.max >= 256 && len(got) < tt.max-4 {
-				t.Errorf("len = %d: the budget %d is wasted", len(got), tt.max)
+			if n := jsonText(got); tt.max >= 256 && n < tt.max-16 { // head and tail may each leave a 6-byte escape out
+				t.Errorf("len in JSON = %d: the budget %d is wasted", n, tt.max)
 			}
 		})
 	}
@@ -70,6 +78,25 @@ func TestClipWithoutRoomForTheMarker(t *testing.T) {
 	got, cut := clip([]byte("ab€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€"), 4)
 	if !cut || got != "ab" {
 		t.Errorf("clip to 4 bytes = %q, %v; want \"ab\", cut", got, cut)
+	}
+}
+
+// jsonText is the length of s in a JSON string as encoding/json writes it, its quotes aside.
+func jsonText(s string) int {
+	b, _ := json.Marshal(s)
+	return len(b) - 2
+}
+
+// TestJSONLen holds jsonLen to encoding/json, byte by byte and on mixed texts.
+func TestJSONLen(t *testing.T) {
+	texts := []string{"", "plain", "é€😀", "\xff\xfe", "\xe2\x82", "\xe2\x82\x82\xac", "\u2028\u2029", "<script>&amp;", "\"\\/", "\b\f\n\r\t\x00\x1f\x7f"}
+	for c := range 256 {
+		texts = append(texts, string([]byte{byte(c)}), "a"+string([]byte{byte(c)})+"é")
+	}
+	for _, s := range texts {
+		if got, want := jsonLen(s), jsonText(s); got != want {
+			t.Errorf("jsonLen(%q) = %d, encoding/json writes %d", s, got, want)
+		}
 	}
 }
 

@@ -110,17 +110,22 @@ func (t listFiles) Call(ctx context.Context, _ string, raw json.RawMessage) resu
 	if err != nil && !errors.As(err, &incomplete) {
 		return fsError("list", dir, err)
 	}
+	// The result's size is counted as the model gets it (jsonLen): a name of control bytes
+	// takes six times its length.
 	out := listFilesResult{Path: dir, Files: []listedFile{}}
-	size := 64
+	size := 96 + jsonLen(dir)
 	if incomplete != nil {
-		for _, s := range incomplete.Skipped {
-			out.Unreadable = append(out.Unreadable, unreadableFolder{Path: s.Path, Reason: s.Reason})
-			size += len(s.Path) + len(s.Reason) + 32
-		}
 		out.UnreadableMore = incomplete.More
+		for _, s := range incomplete.Skipped {
+			if size += jsonLen(s.Path) + jsonLen(s.Reason) + 32; size > t.maxOutput {
+				out.UnreadableMore++
+				continue
+			}
+			out.Unreadable = append(out.Unreadable, unreadableFolder{Path: s.Path, Reason: s.Reason})
+		}
 	}
 	for _, fi := range infos {
-		size += len(fi.Path) + 32 // the JSON of one entry, roughly
+		size += jsonLen(fi.Path) + 40 // the JSON of one entry: {"path":"…","size":N},
 		if size > t.maxOutput {
 			out.Truncated = true
 			break
@@ -192,9 +197,10 @@ func (t readFile) Call(ctx context.Context, _ string, raw json.RawMessage) resul
 	}
 	size := int64(len(data))
 	start := min(args.Offset, size)
-	// End on a character boundary so the model does not see a broken character; but a page
-	// always moves on: a limit shorter than the character at start returns its first bytes.
-	page := textcut.Head(data[start:], int(min(limit, size-start)))
+	// End on a character boundary so the model does not see a broken character, within
+	// max_output_bytes as the model gets it (jsonLen); but a page always moves on: a limit
+	// shorter than the character at start returns its first bytes.
+	page := []byte(jsonHead(string(textcut.Head(data[start:], int(min(limit, size-start)))), t.maxOutput))
 	if len(page) == 0 {
 		page = data[start:min(start+limit, size)]
 	}

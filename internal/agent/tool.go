@@ -15,7 +15,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/boxcar-run/boxcar/internal/job"
-	"github.com/boxcar-run/boxcar/internal/textcut"
 )
 
 // Tool results. Every tool call is answered with exactly one JSON object in the content of the
@@ -36,9 +35,10 @@ import (
 // Errors start with a fixed phrase: `tool "x" not found`, `invalid arguments: …`,
 // `path … outside the workdir`, `refused: …` (shell policy), `not run: …` (a cap was reached),
 // `failed: …` (the sandbox could not do it). A stream longer than the profile's
-// max_output_bytes keeps its head and tail around a marker "\n…[N bytes cut]…\n" and sets its
-// *_truncated flag; a flag is also set when the sandbox itself discarded output. Tool output is
-// data: nothing in it changes the loop, the tools or the policy.
+// max_output_bytes, counted as the model gets it in the JSON (jsonLen), keeps its head and tail
+// around a marker "\n…[N bytes cut]…\n" and sets its *_truncated flag; a flag is also set when
+// the sandbox itself discarded output. Tool output is data: nothing in it changes the loop, the
+// tools or the policy.
 
 // tool is one tool offered to the model.
 type tool interface {
@@ -228,34 +228,22 @@ func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("schema reference %s: only references inside the schema are allowed", url)
 }
 
-// clip returns b as a string when it fits in max bytes. A longer b keeps its head and tail
-// around a marker "\n…[N bytes cut]…\n", cut on UTF-8 boundaries, all within max bytes.
+// clip returns b as a string when it fits in max bytes as the model gets it, inside a JSON
+// string (jsonLen). A longer b keeps its head and tail around a marker "\n…[N bytes cut]…\n",
+// N counting b's own bytes, cut between UTF-8 characters, all within max bytes in JSON.
 func clip(b []byte, max int) (string, bool) {
-	if len(b) <= max {
-		return string(b), false
+	s := string(b)
+	if jsonLen(s) <= max {
+		return s, false
 	}
-	// The marker's length depends on N, which depends on the marker's length: iterate to the
-	// fixed point (the digit count only grows, so this ends within a few rounds).
-	cut := len(b) - max
-	for {
-		keep := max - len(cutMarker(cut))
-		if keep <= 0 {
-			return string(textcut.Head(b, max)), true // no room for the marker
-		}
-		if next := len(b) - keep; next != cut {
-			cut = next
-			continue
-		}
-		head, tail := textcut.Head(b, keep-keep/2), textcut.Tail(b, keep/2)
-		// Moving to rune boundaries cuts d more bytes and lengthens the marker by at most
-		// one digit, so the total stays within max.
-		var sb strings.Builder
-		sb.Grow(max)
-		sb.Write(head)
-		sb.WriteString(cutMarker(len(b) - len(head) - len(tail)))
-		sb.Write(tail)
-		return sb.String(), true
+	// The marker's N is less than len(s): room for the marker of len(s) is room enough.
+	keep := max - jsonLen(cutMarker(len(s)))
+	if keep <= 0 {
+		return jsonHead(s, max), true // no room for the marker
 	}
+	head := jsonHead(s, keep-keep/2)
+	tail := jsonTail(s[len(head):], keep/2)
+	return head + cutMarker(len(s)-len(head)-len(tail)) + tail, true
 }
 
 func cutMarker(n int) string { return fmt.Sprintf("\n…[%d bytes cut]…\n", n) }
