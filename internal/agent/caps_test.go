@@ -379,34 +379,64 @@ func TestCapMaxToolCallsAnswersEveryCall(t *testing.T) {
 // back at each turn: an endpoint (hostile, broken, or a proxy in front of it) that answers
 // megabytes with a tool call every turn made the worker hold max_turns times that per job, and
 // send it back growing. The profile's max_conversation_bytes (default 8 MiB) bounds it: the
-// answer that would pass it ends the run capped, its calls not run and nothing more sent.
+// answer that would pass it ends the run capped, its calls not run and nothing more sent. It
+// counts the conversation as sent, in JSON: counted in raw bytes, answers of control
+// characters (6 bytes each as sent) had a request of 46,803,087 bytes sent under the default
+// 8 MiB, and under 64 KiB one of 363,371; tool results of backslashes, whose escapes are escaped
+// again as the request carries them, one of 101,663.
 func TestConversationHeldIsBounded(t *testing.T) {
-	const answer = 3 << 20 // three of them pass the default's 8 MiB
-	var replies []reply
-	for i := range 6 {
-		replies = append(replies, completion(map[string]any{"role": "assistant", "content": strings.Repeat("x", answer),
-			"tool_calls": []map[string]any{{"id": fmt.Sprintf("c%d", i), "type": "function",
-				"function": map[string]any{"name": "list_files", "arguments": `{}`}}}}, "tool_calls", answer/4))
+	answers := func(n int, content string) []reply {
+		var replies []reply
+		for i := range n {
+			replies = append(replies, completion(map[string]any{"role": "assistant", "content": content,
+				"tool_calls": []map[string]any{{"id": fmt.Sprintf("c%d", i), "type": "function",
+					"function": map[string]any{"name": "list_files", "arguments": `{}`}}}}, "tool_calls", int64(len(content)/4)))
+		}
+		return replies
 	}
-	s := newScript(t, replies...)
-	p := csvProfile(t)
-	p.Limits.MaxTurns = len(replies)
-	p.Limits.MaxTokens = 1 << 30 // the answers' tokens are not what stops the run
-	res, err := newAgent(t, s).Run(context.Background(), request(p, newFakeSandbox(map[string]string{"sales.csv": salesCSV})))
-	if err != nil {
-		t.Fatalf("Run: %v", err)
+	tests := []struct {
+		name      string
+		replies   []reply
+		limits    func(*config.Limits)
+		wantCalls int
+	}{
+		{name: "answers of 3 MiB of text", wantCalls: 2, // three of them pass the default's 8 MiB
+			replies: answers(6, strings.Repeat("x", 3<<20)), limits: func(*config.Limits) {}},
+		{name: "answers of control characters", wantCalls: 0,
+			replies: answers(6, strings.Repeat("\x01", 20000)),
+			limits:  func(l *config.Limits) { l.MaxConversationBytes = 64 << 10 }},
+		{name: "tool results of backslashes", wantCalls: 2,
+			replies: []reply{toolCalls(100, call{"c1", "print", `{"n":1}`}), toolCalls(100, call{"c2", "print", `{"n":1}`}),
+				toolCalls(100, call{"c3", "print", `{"n":1}`}), toolCalls(100, call{"c4", "print", `{"n":1}`}), toolCalls(100, call{"c5", "print", `{"n":1}`})},
+			limits: func(l *config.Limits) { l.MaxConversationBytes, l.MaxOutputBytes = 64<<10, 16<<10 }},
 	}
-	largest := 0
-	for _, r := range s.requests() {
-		largest = max(largest, len(r.raw))
-	}
-	// The system prompt, the task and the tools' definitions come on top of the conversation.
-	const bound = 8<<20 + 64<<10
-	if res.Cap != "max_conversation_bytes" || largest > bound {
-		t.Errorf("capped %q after %d requests, the largest %d bytes; want capped max_conversation_bytes with no request over %d bytes",
-			res.Cap, len(s.requests()), largest, bound)
-	}
-	if n := len(res.ToolCalls); n != 2 {
-		t.Errorf("%d tool calls ran, want 2: those of the two answers within the cap", n)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newScript(t, tt.replies...)
+			p := csvProfile(t, printTool)
+			p.Limits.MaxTurns = len(tt.replies)
+			p.Limits.MaxTokens = 1 << 40 // the answers' tokens are not what stops the run
+			tt.limits(&p.Limits)
+			sb := floodSandbox{fakeSandbox: newFakeSandbox(map[string]string{"sales.csv": salesCSV}), stdout: strings.Repeat("\\", 1<<20)}
+			res, err := newAgent(t, s).Run(context.Background(), request(p, sb))
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			reqs := s.requests()
+			largest := 0
+			for _, r := range reqs {
+				largest = max(largest, len(r.raw))
+			}
+			// The system prompt, the task and the tools' definitions (the first request) come on
+			// top of the conversation, and the JSON around each message.
+			bound := len(reqs[0].raw) + int(p.Limits.MaxConversationBytes) + 4<<10
+			if res.Cap != "max_conversation_bytes" || largest > bound {
+				t.Errorf("capped %q after %d requests, the largest %d bytes; want capped max_conversation_bytes with no request over %d bytes",
+					res.Cap, len(reqs), largest, bound)
+			}
+			if n := len(res.ToolCalls); n != tt.wantCalls {
+				t.Errorf("%d tool calls ran, want %d: those of the answers within the cap", n, tt.wantCalls)
+			}
+		})
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
@@ -103,5 +102,3 @@ func TestOutputCapsCountWhatTheModelGets(t *testing.T) {
 		})
 	}
 }
-
-var _ = config.Tool{}

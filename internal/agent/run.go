@@ -119,7 +119,7 @@ type run struct {
 	res      Result
 	messages []openai.ChatCompletionMessageParamUnion
 	logged   int             // messages already in the transcript
-	held     int64           // what the model's answers and the tool results added to messages, in bytes
+	held     int64           // what the model's answers and the tool results added to messages, in bytes as sent (jsonLen)
 	ids      map[string]bool // tool call ids seen, to keep them unique
 	used     Budget          // what this run has used (see Budget)
 }
@@ -236,11 +236,11 @@ func (r *run) conversationFull(turn int, notRun []call) bool {
 }
 
 // answerBytes is what an answer that calls tools adds to the conversation: its text and its
-// calls' ids, names and arguments.
+// calls' ids, names and arguments, each as the request carries it, a JSON string (jsonLen).
 func answerBytes(content string, calls []call) int64 {
-	n := len(content)
+	n := jsonLen(content)
 	for _, c := range calls {
-		n += len(c.id) + len(c.name) + len(c.args)
+		n += jsonLen(c.id) + jsonLen(c.name) + jsonLen(c.args)
 	}
 	return int64(n)
 }
@@ -425,7 +425,7 @@ func (r *run) answer(turn int, c call, res result, d time.Duration) {
 		content, _ = json.Marshal(errorResult{Error: "failed: result not encodable: " + err.Error()})
 	}
 	r.messages = append(r.messages, openai.ToolMessage(string(content), c.id))
-	r.held += int64(len(content) + len(c.id))
+	r.held += int64(jsonLen(string(content)) + jsonLen(c.id)) // as the request carries them
 	full := res.full
 	if full == nil {
 		full = res.model
