@@ -350,27 +350,66 @@ func TestCaps(t *testing.T) {
 	}
 }
 
-func TestCapMaxToolCallsAnswersEveryCall(t *testing.T) {
-	s := newScript(t, toolCalls(1000, call{"c1", "list_files", `{}`}, call{"c2", "list_files", `{}`}, call{"c3", "list_files", `{}`}))
-	p := csvProfile(t)
-	p.Limits.MaxToolCalls = 1
-	res, err := newAgent(t, s).Run(context.Background(), request(p, newFakeSandbox(nil)))
-	if err != nil || res.Cap != agent.CapMaxToolCalls {
-		t.Fatalf("Run = cap %q, %v; want max_tool_calls", res.Cap, err)
-	}
-	var calls []map[string]any
-	for _, l := range transcriptLines(t, res.Transcript) {
-		if l["type"] == "tool_call" {
-			calls = append(calls, l)
+// TestCallsPastTheCap: the calls of an answer that do not run (past max_tool_calls, or in an
+// answer past max_conversation_bytes) are answered "not run" in the transcript, each id its
+// line, up to 16 of them; the rest are counted in one not_run line. An answer may hold hundreds
+// of thousands of calls: a line each filled the transcript, and the run's final line was
+// dropped (30,000 calls past a cap of 16: 25,848 tool_call lines in the 8 MiB, 4,153 dropped, no
+// final line).
+func TestCallsPastTheCap(t *testing.T) {
+	many := func(n int, content string) reply {
+		tcs := make([]map[string]any, n)
+		for i := range tcs {
+			tcs[i] = map[string]any{"id": "", "type": "function", "function": map[string]any{"name": "list_files", "arguments": ""}}
 		}
+		return completion(map[string]any{"role": "assistant", "content": content, "tool_calls": tcs}, "tool_calls", 1000)
 	}
-	if len(calls) != 3 {
-		t.Fatalf("transcript tool_call lines = %d, want 3 (one per call id)", len(calls))
+	tests := []struct {
+		name       string
+		replies    []reply
+		limits     func(*config.Limits)
+		wantCap    string
+		wantLines  int // tool_call lines
+		wantNotRun int // calls the not_run line counts
+	}{
+		{name: "three calls past a cap of 1",
+			replies: []reply{toolCalls(1000, call{"c1", "list_files", `{}`}, call{"c2", "list_files", `{}`}, call{"c3", "list_files", `{}`})},
+			limits:  func(l *config.Limits) { l.MaxToolCalls = 1 }, wantCap: agent.CapMaxToolCalls, wantLines: 3},
+		{name: "30,000 calls past a cap of 16", replies: []reply{many(30000, "")},
+			limits: func(l *config.Limits) { l.MaxToolCalls = 16 }, wantCap: agent.CapMaxToolCalls, wantLines: 32, wantNotRun: 30000 - 32},
+		{name: "30,000 calls in an answer past max_conversation_bytes", replies: []reply{many(30000, strings.Repeat("x", 64<<10))},
+			limits: func(l *config.Limits) { l.MaxConversationBytes = 64 << 10 }, wantCap: agent.CapMaxConversationBytes, wantLines: 16, wantNotRun: 30000 - 16},
 	}
-	for _, c := range calls[1:] {
-		if msg, _ := c["error"].(string); !strings.HasPrefix(msg, "not run") {
-			t.Errorf("call %v: error = %q, want not run", c["id"], msg)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newScript(t, tt.replies...)
+			p := csvProfile(t)
+			tt.limits(&p.Limits)
+			res, err := newAgent(t, s).Run(context.Background(), request(p, newFakeSandbox(nil)))
+			if err != nil || res.Cap != tt.wantCap {
+				t.Fatalf("Run = cap %q, %v; want %s", res.Cap, err, tt.wantCap)
+			}
+			lines := transcriptLines(t, res.Transcript)
+			calls, notRun := 0, 0
+			for _, l := range lines {
+				switch l["type"] {
+				case "tool_call":
+					calls++
+					if msg, _ := l["error"].(string); calls > len(res.ToolCalls) && !strings.HasPrefix(msg, "not run") {
+						t.Errorf("call %v: error = %q, want not run", l["id"], msg)
+					}
+				case "not_run":
+					n, _ := l["calls"].(float64)
+					notRun += int(n)
+				}
+			}
+			if calls != tt.wantLines || notRun != tt.wantNotRun {
+				t.Errorf("transcript: %d tool_call lines and %d calls counted not run; want %d and %d", calls, notRun, tt.wantLines, tt.wantNotRun)
+			}
+			if last := lines[len(lines)-1]; last["type"] != "final" || last["cap"] != tt.wantCap {
+				t.Errorf("last transcript line = %.300v; want the final line, capped %s", last, tt.wantCap)
+			}
+		})
 	}
 }
 

@@ -411,9 +411,20 @@ func (r *run) callTool(ctx context.Context, turn int, c call) error {
 	return res.lost
 }
 
-// skip answers calls that will not run, so every call id has its tool message.
+// maxNotRunLines bounds the calls of one answer that skip answers one by one: an answer may
+// hold hundreds of thousands of calls (16 MiB of empty ones), and a transcript line each would
+// fill the transcript and drop the run's final line.
+const maxNotRunLines = 16
+
+// skip answers calls that will not run: the first maxNotRunLines each with its tool message
+// and transcript line, the rest counted in one not_run line. Every skip ends the run, so no
+// request carries the calls past them unanswered.
 func (r *run) skip(turn int, calls []call, reason string) {
-	for _, c := range calls {
+	for i, c := range calls {
+		if i == maxNotRunLines {
+			r.tr.add(notRunLine{Type: "not_run", Time: now(), Turn: turn, Calls: len(calls) - i, Error: reason})
+			return
+		}
 		r.answer(turn, c, failure("%s", reason), 0)
 	}
 }

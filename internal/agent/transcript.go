@@ -26,6 +26,9 @@ import (
 //	    command's run time as the sandbox measured it) and the stdout/stderr digests (SHA-256
 //	    of each stream as the sandbox captured it) are there when a command ran; duration_ms
 //	    is the whole call, approval_ms the part spent waiting for a person (shell, "ask")
+//	{"type":"not_run","turn":1,"calls":…,"error":…}
+//	    an answer's calls that did not run (a cap) each have a tool_call line whose error starts
+//	    "not run", up to 16 of them; this line counts the rest
 //	{"type":"final","outcome":…,"cap":…,"message":…,"turns":…,"tool_calls":…,"usage":{…},
 //	    "spent":{"turns":…,"tool_calls":…,"tokens":…},"error":…}
 //	    spent is the job's budget used, earlier attempts included
@@ -192,6 +195,15 @@ type streamDigest struct {
 func digestOf(b []byte) streamDigest {
 	sum := sha256.Sum256(b)
 	return streamDigest{Bytes: len(b), SHA256: hex.EncodeToString(sum[:])}
+}
+
+// notRunLine counts the calls of one answer past the maxNotRunLines that skip answered.
+type notRunLine struct {
+	Type  string `json:"type"`
+	Time  string `json:"time"`
+	Turn  int    `json:"turn"`
+	Calls int    `json:"calls"`
+	Error string `json:"error"`
 }
 
 type finalLine struct {
