@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -139,6 +140,20 @@ func TestCapsExactlyAtTheLimit(t *testing.T) {
 			wantExecs: []string{"a"},
 			wantReqs:  1,
 			wantSpent: agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 10000},
+		},
+		// A report of 2^63-1 tokens wrapped the job's spending negative on top of an earlier
+		// attempt's 100: max_tokens never stopped the run, which went on for every reply. A
+		// figure of a report counts at most 2^32 tokens.
+		{
+			name:   "earlier attempts' 100 tokens and an answer reporting 2^63-1",
+			limits: func(l *config.Limits) { l.MaxTokens = 10000 },
+			spent:  agent.Budget{Turns: 1, Tokens: 100},
+			replies: []reply{withUsage(toolCalls(0, emit("a")), map[string]any{"prompt_tokens": int64(math.MaxInt64), "completion_tokens": 0, "total_tokens": int64(math.MaxInt64)}),
+				toolCalls(1000, emit("b")), final("done")},
+			wantCap:   agent.CapMaxTokens,
+			wantExecs: []string{"a"},
+			wantReqs:  1,
+			wantSpent: agent.Budget{Turns: 2, ToolCalls: 1, Tokens: 100 + 1<<32},
 		},
 		{
 			name:      "earlier attempts used every token",

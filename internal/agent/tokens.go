@@ -25,16 +25,24 @@ const estimateBytesPerToken = 4
 // this many of their bytes. Below it the report is not believed.
 const plausibleBytesPerToken = 8 * estimateBytesPerToken
 
+// maxReportedTokens is the most tokens a figure of a report counts: thousands of times any
+// model's context window, and small enough that no sum of figures, a job's over its turns and
+// attempts or a tenant's over its day, can pass what an int64 holds. Believed as sent, a report
+// of 2^63-1 wrapped a job's spending negative on top of an earlier attempt's, and max_tokens
+// never stopped it.
+const maxReportedTokens = 1 << 32
+
 // countUsage is what one answer costs the budgets: the endpoint's report when it is a
-// plausible one (its total no less than its parts), an estimate from the sent and got body
-// bytes when not.
+// plausible one (its total no less than its parts, each figure at most maxReportedTokens), an
+// estimate from the sent and got body bytes when not.
 func countUsage(reported openai.CompletionUsage, sent, got int64) Usage {
-	u := Usage{PromptTokens: reported.PromptTokens, CompletionTokens: reported.CompletionTokens,
-		TotalTokens: max(reported.TotalTokens, reported.PromptTokens+reported.CompletionTokens)}
+	prompt, completion := min(reported.PromptTokens, maxReportedTokens), min(reported.CompletionTokens, maxReportedTokens)
+	u := Usage{PromptTokens: prompt, CompletionTokens: completion,
+		TotalTokens: max(min(reported.TotalTokens, maxReportedTokens), prompt+completion)}
 	if plausible(u, sent+got) {
 		return u
 	}
-	prompt, completion := ceilDiv(sent, estimateBytesPerToken), ceilDiv(got, estimateBytesPerToken)
+	prompt, completion = ceilDiv(sent, estimateBytesPerToken), ceilDiv(got, estimateBytesPerToken)
 	return Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: max(prompt+completion, 1), Estimated: true}
 }
 

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 
@@ -46,6 +47,8 @@ func TestTokensCountedWithoutUsage(t *testing.T) {
 		{name: "a few tokens an answer", usage: map[string]any{"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}, wantEstimated: true},
 		{name: "total below its parts", usage: map[string]any{"prompt_tokens": 1500, "completion_tokens": 500, "total_tokens": 1}},
 		{name: "plausible usage", usage: map[string]any{"prompt_tokens": 400, "completion_tokens": 100, "total_tokens": 500}},
+		// Each figure counts at most 2^32: summed as reported, they wrapped.
+		{name: "figures of 2^63-1", usage: map[string]any{"prompt_tokens": int64(math.MaxInt64), "completion_tokens": int64(math.MaxInt64), "total_tokens": int64(math.MaxInt64)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
