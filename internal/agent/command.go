@@ -54,7 +54,9 @@ func (r runner) exec(ctx context.Context, argv []string) result {
 		res.argv = argv
 		return res
 	case errors.Is(err, sandbox.ErrDiskFull):
-		problem = err.Error() // the command ran: its result still goes to the model
+		// The command ran: its result still goes to the model, with the problem bounded as
+		// every error is (the sandbox's words name the program, which may be 128 KiB).
+		problem, _ = clip([]byte(err.Error()), maxErrorBytes)
 	case err != nil:
 		res := failure("failed: the command could not run: %v", err)
 		res.argv = argv

@@ -17,13 +17,14 @@ type floodSandbox struct {
 	*fakeSandbox
 	stdout, stderr string
 	names          []string
+	execErr        error // what Exec returns with its result
 }
 
 func (f floodSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	if req.Argv[0] != "print" {
 		return f.fakeSandbox.Exec(ctx, req)
 	}
-	return sandbox.ExecResult{Stdout: []byte(f.stdout), Stderr: []byte(f.stderr)}, nil
+	return sandbox.ExecResult{Stdout: []byte(f.stdout), Stderr: []byte(f.stderr)}, f.execErr
 }
 
 func (f floodSandbox) List(ctx context.Context, dir string) ([]sandbox.FileInfo, error) {
@@ -69,6 +70,11 @@ func TestOutputCapsCountWhatTheModelGets(t *testing.T) {
 			call: call{"c1", "read_file", `{"path":"bin"}`}, field: "content", most: maxOutput},
 		{name: "list_files of names of control bytes", sb: floodSandbox{names: names},
 			call: call{"c1", "list_files", `{}`}, most: maxOutput},
+		// The sandbox names the program in its error: under an allowlist pattern "*", or a
+		// person's approval, argv[0] may be 128 KiB. The error came whole.
+		{name: "a disk-full error naming a long program", sb: floodSandbox{execErr: fmt.Errorf("sandbox: exec %s: the workdir is over its bound: %w",
+			strings.Repeat("\x01", 128<<10), sandbox.ErrDiskFull)},
+			call: call{"c1", "print", `{"n":1}`}, field: "error", most: 1024},
 		{name: "an error quoting a path of control bytes", sb: floodSandbox{},
 			call: call{"c1", "read_file", `{"path":"` + strings.Repeat(`\u0001`, 4000) + `"}`}, field: "error", most: 1024},
 	}
