@@ -51,18 +51,17 @@ func (m *mix) share(now time.Time, profile string) (share float64, known bool) {
 	return m.counts[profile] / total, true
 }
 
-// part is the profile's part of the lag read last, taking of each tenant's lag what `of` picks
-// (pending, or pending and in flight): a tenant's counts only towards the profiles granted to
+// part is the profile's part of the pending jobs of the lag read last: a tenant's count only towards the profiles granted to
 // it, split between them as its recent jobs were, or whole where nothing is known of its mix.
 // The tenants' parts are added before the sum is rounded up: a profile with any part keeps a
 // sandbox, but ten tenants with half a job each for it keep five, not ten. The caller holds mu.
-func (p *Pool) part(now time.Time, profile string, of func(Lag) uint64) uint64 {
+func (p *Pool) part(now time.Time, profile string) uint64 {
 	sum := 0.0
 	for _, l := range p.lags {
 		if !p.granted(l.Tenant, profile) {
 			continue
 		}
-		demand := float64(of(l))
+		demand := float64(l.Pending)
 		if m := p.mixes[l.Tenant]; m != nil {
 			if share, known := m.share(now, profile); known {
 				demand *= share

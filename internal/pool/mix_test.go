@@ -40,7 +40,7 @@ func TestWarmPoolsFollowTheirProfilesPart(t *testing.T) {
 			}
 			bn.p.Settle()
 			bn.clock.advance(tt.forget)
-			bn.lag.set("t", 4, 0) // the tenant's lag: its subjects name no profile
+			bn.lag.set("t", 4) // the tenant's lag: its subjects name no profile
 			bn.reconcile(t)
 			if a, b := bn.size("a"), bn.size("b"); a != tt.wantA || b != tt.wantB {
 				t.Errorf("pools a=%d b=%d, want %d and %d", a, b, tt.wantA, tt.wantB)
@@ -104,7 +104,7 @@ func TestTenantsLagCountsTowardsTheirProfiles(t *testing.T) {
 			}
 			bn.p.Settle()
 			for tenant, n := range tt.lags {
-				bn.lag.set(tenant, n, 0)
+				bn.lag.set(tenant, n)
 			}
 			bn.reconcile(t)
 			if a, b := bn.size("a"), bn.size("b"); a != tt.wantA || b != tt.wantB {

@@ -21,11 +21,16 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
-// Lag is one tenant's demand as the queue shows it: its jobs waiting to be delivered and its
-// jobs delivered but not yet acknowledged.
+// Lag is one tenant's demand for warm sandboxes as the queue shows it: its jobs waiting to be
+// delivered. Its jobs in flight are none: the queue counts them across the fleet, and each
+// already has its sandbox on the worker that fetched it, or takes one there a few round trips
+// after the fetch. This worker's own fetched ones were pending at a read before their fetch,
+// and the pool keeps what it started for them for the idle time (want); counted in flight, a
+// worker whose slots were idle while others ran jobs kept warm sandboxes no job would take,
+// up to its free slots, and never drained to its minimum while the fleet was busy.
 type Lag struct {
-	Tenant            string
-	Pending, InFlight uint64
+	Tenant  string
+	Pending uint64
 }
 
 // LagSource reports the queue's lag, tenant by tenant. The jobs stream's subjects name the
@@ -48,7 +53,7 @@ func (f QueueLag) Lags(ctx context.Context) ([]Lag, error) {
 	}
 	out := make([]Lag, 0, len(lags))
 	for _, l := range lags {
-		out = append(out, Lag{Tenant: l.Tenant, Pending: l.Startable(), InFlight: l.AckPending})
+		out = append(out, Lag{Tenant: l.Tenant, Pending: l.Startable()})
 	}
 	return out, nil
 }

@@ -133,10 +133,10 @@ type fakeLag struct {
 }
 
 // set is the tenant's lag; the tests that do not name tenants use the profile's name.
-func (l *fakeLag) set(tenant string, pending, inFlight uint64) {
+func (l *fakeLag) set(tenant string, pending uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lag[tenant] = pool.Lag{Tenant: tenant, Pending: pending, InFlight: inFlight}
+	l.lag[tenant] = pool.Lag{Tenant: tenant, Pending: pending}
 }
 
 func (l *fakeLag) Lags(context.Context) ([]pool.Lag, error) {
@@ -199,9 +199,18 @@ func setup(t *testing.T, slots int, profiles map[string]config.Profile) *bundle 
 // setupTenants is setup with the worker's tenants (nil: every tenant is granted every profile).
 func setupTenants(t *testing.T, slots int, profiles map[string]config.Profile, tenants map[string]config.Tenant) *bundle {
 	t.Helper()
-	bn := &bundle{b: &fakeBackend{}, lag: &fakeLag{lag: map[string]pool.Lag{}}, clock: &clock{now: time.Unix(1_000_000, 0)}, m: pool.NewMetrics(nil)}
+	lag := &fakeLag{lag: map[string]pool.Lag{}}
+	bn := setupLag(t, slots, profiles, tenants, lag)
+	bn.lag = lag
+	return bn
+}
+
+// setupLag is setupTenants reading the lag from src.
+func setupLag(t *testing.T, slots int, profiles map[string]config.Profile, tenants map[string]config.Tenant, src pool.LagSource) *bundle {
+	t.Helper()
+	bn := &bundle{b: &fakeBackend{}, clock: &clock{now: time.Unix(1_000_000, 0)}, m: pool.NewMetrics(nil)}
 	p, err := pool.New(pool.Config{
-		Provider: bn.b, Profiles: profiles, Slots: slots, Lag: bn.lag, Tenants: tenants, Metrics: bn.m,
+		Provider: bn.b, Profiles: profiles, Slots: slots, Lag: src, Tenants: tenants, Metrics: bn.m,
 		Logger: slog.New(slog.DiscardHandler), Now: bn.clock.Now,
 	})
 	if err != nil {

@@ -63,15 +63,15 @@ func (p *Pool) ageOut(pp *profilePool, now time.Time) {
 	pp.ready = keep
 }
 
-// want is the profile's target before the worker's slots are shared out: its part of the lag
-// (mix.go) within min and max, and no lower than its present size until the lag has stayed
+// want is the profile's target before the worker's slots are shared out: its part of the
+// pending jobs (Lag, mix.go) within min and max, and no lower than its present size until the lag has stayed
 // below that size for the idle time.
 func (p *Pool) want(pp *profilePool, now time.Time) int {
 	hi := pp.warm.Max
 	if hi == 0 {
 		hi = p.cfg.Slots
 	}
-	demand := p.part(now, pp.name, func(l Lag) uint64 { return l.Pending + l.InFlight })
+	demand := p.part(now, pp.name)
 	want := int(min(demand, uint64(hi)))
 	want = max(want, pp.warm.Min)
 	size := pp.size()
@@ -215,7 +215,7 @@ func (p *Pool) warmUp(ctx context.Context, pp *profilePool, sb sandbox.Sandbox) 
 		return
 	}
 	p.mu.Lock()
-	wanted := pp.waiters > len(pp.ready) || p.part(p.cfg.Now(), pp.name, func(l Lag) uint64 { return l.Pending }) > uint64(len(pp.ready))
+	wanted := pp.waiters > len(pp.ready) || p.part(p.cfg.Now(), pp.name) > uint64(len(pp.ready))
 	waiting := pp.waiting
 	p.mu.Unlock()
 	if wanted {

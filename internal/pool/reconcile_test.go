@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,19 +18,19 @@ import (
 	"github.com/boxcar-run/boxcar/test/harness"
 )
 
-// TestTargetFollowsLag: the pool holds its lag (pending and in flight), within min and max,
-// and never more than the worker's slots.
+// TestTargetFollowsLag: the pool holds its lag (pending jobs), within min and max, and never
+// more than the worker's slots.
 func TestTargetFollowsLag(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name              string
-		slots, min, max   int
-		pending, inFlight uint64
-		want              int
+		name            string
+		slots, min, max int
+		pending         uint64
+		want            int
 	}{
 		{name: "idle, min 0", slots: 4, want: 0},
 		{name: "idle, min 2", slots: 4, min: 2, want: 2},
-		{name: "pending and in flight add up", slots: 8, pending: 2, inFlight: 1, want: 3},
+		{name: "pending", slots: 8, pending: 3, want: 3},
 		{name: "max bounds", slots: 8, max: 3, pending: 10, want: 3},
 		{name: "no max: the slots bound", slots: 4, pending: 10, want: 4},
 		{name: "slots bound a larger max", slots: 4, max: 8, pending: 10, want: 4},
@@ -38,7 +39,7 @@ func TestTargetFollowsLag(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			bn := setup(t, tt.slots, map[string]config.Profile{"p": warmProfile(config.Warm{Min: tt.min, Max: tt.max})})
-			bn.lag.set("p", tt.pending, tt.inFlight)
+			bn.lag.set("p", tt.pending)
 			bn.reconcile(t)
 			if got := bn.size("p"); got != tt.want {
 				t.Errorf("pool size %d, want %d", got, tt.want)
@@ -56,7 +57,7 @@ func TestTargetFollowsLag(t *testing.T) {
 func TestFreeSlotsBound(t *testing.T) {
 	t.Parallel()
 	bn := setup(t, 3, map[string]config.Profile{"p": warmProfile(config.Warm{})})
-	bn.lag.set("p", 10, 0)
+	bn.lag.set("p", 10)
 	bn.reconcile(t)
 	a, warmA := bn.take(t, "p", "job-a")
 	b, warmB := bn.take(t, "p", "job-b")
@@ -85,9 +86,9 @@ func TestDrainsAfterIdle(t *testing.T) {
 	t.Parallel()
 	for _, minimum := range []int{0, 1} {
 		bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: minimum, Idle: config.Duration(time.Minute)})})
-		bn.lag.set("p", 20, 0)
+		bn.lag.set("p", 20)
 		bn.reconcile(t)
-		bn.lag.set("p", 0, 0)
+		bn.lag.set("p", 0)
 		bn.clock.advance(59 * time.Second)
 		bn.reconcile(t)
 		if got := bn.size("p"); got != 4 {
@@ -152,8 +153,8 @@ func TestProfilesShareSlots(t *testing.T) {
 		"a": warmProfile(config.Warm{Min: 1}),
 		"b": warmProfile(config.Warm{Min: 2}),
 	})
-	bn.lag.set("a", 10, 0)
-	bn.lag.set("b", 10, 0)
+	bn.lag.set("a", 10)
+	bn.lag.set("b", 10)
 	bn.reconcile(t)
 	if a, b := bn.size("a"), bn.size("b"); a != 2 || b != 2 {
 		t.Errorf("pools a=%d b=%d, want 2 and 2 (minimums 1 and 2, then one more to a)", a, b)
@@ -165,7 +166,7 @@ func TestProfilesShareSlots(t *testing.T) {
 func TestLagErrorKeepsPool(t *testing.T) {
 	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{})})
-	bn.lag.set("p", 3, 0)
+	bn.lag.set("p", 3)
 	bn.reconcile(t)
 	bn.lag.err = errors.New("nats: timeout")
 	bn.clock.advance(time.Hour)
@@ -228,7 +229,7 @@ func TestReleaseRefillsAtOnce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			bn := setup(t, 1, map[string]config.Profile{"p": warmProfile(config.Warm{})})
-			bn.lag.set("p", tt.pending, 0)
+			bn.lag.set("p", tt.pending)
 			bn.reconcile(t)
 			sb, _ := bn.take(t, "p", "job-1")
 			bn.reconcile(t) // the one slot is taken: the pool holds nothing
@@ -305,12 +306,63 @@ func TestQueueLagCountsWhatCanStart(t *testing.T) {
 		}, nil
 	})
 	got, err := src.Lags(t.Context())
-	want := []pool.Lag{{Tenant: "capped", Pending: 2, InFlight: 1}, {Tenant: "full", Pending: 0, InFlight: 2}, {Tenant: "uncapped", Pending: 7, InFlight: 1}}
+	want := []pool.Lag{{Tenant: "capped", Pending: 2}, {Tenant: "full", Pending: 0}, {Tenant: "uncapped", Pending: 7}}
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("Lags = %+v, %v; want %+v", got, err, want)
 	}
 	failing := pool.QueueLag(func(context.Context) ([]queue.Lag, error) { return nil, errors.New("nats: timeout") })
 	if _, err := failing.Lags(t.Context()); err == nil {
 		t.Error("a lag that cannot be read gave no error")
+	}
+}
+
+// fleetLag is the lag as every worker of a fleet reads it from the tenant's consumer
+// (queue.Consumer.ConsumerLag): AckPending counts the jobs in flight on every worker.
+type fleetLag struct {
+	mu  sync.Mutex
+	lag queue.Lag
+}
+
+func (f *fleetLag) set(pending, ackPending uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lag = queue.Lag{Tenant: "t", Pending: pending, AckPending: ackPending}
+}
+
+func (f *fleetLag) read(context.Context) ([]queue.Lag, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return []queue.Lag{f.lag}, nil
+}
+
+// TestOthersJobsInFlightAreNoDemand: jobs in flight on other workers already have their
+// sandboxes there, so a worker whose own slots are idle neither grows its pool for them nor
+// keeps it above its minimum once the queue has held nothing startable for the idle time.
+func TestOthersJobsInFlightAreNoDemand(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name            string
+		pending, others uint64 // before: pending jobs, and jobs in flight on other workers
+		want            int    // after others take the pending jobs and idle passes
+	}{
+		{name: "others busy from the start: the pool stays at min", others: 3, want: 1},
+		{name: "others took the pending jobs: the pool drains to min", pending: 3, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			lag := &fleetLag{}
+			lag.set(tt.pending, tt.others)
+			bn := setupLag(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Idle: config.Duration(time.Minute)})}, nil, pool.QueueLag(lag.read))
+			bn.reconcile(t)
+			lag.set(0, tt.pending+tt.others) // the other workers run every job: none is pending
+			bn.reconcile(t)
+			bn.clock.advance(61 * time.Second)
+			bn.reconcile(t)
+			if got := bn.size("p"); got != tt.want {
+				t.Errorf("with %d jobs in flight elsewhere and none pending, the idle pool holds %d after idle, want its minimum %d", tt.pending+tt.others, got, tt.want)
+			}
+			bn.p.Close()
+		})
 	}
 }

@@ -196,7 +196,7 @@ func TestTakeStartError(t *testing.T) {
 	if _, _, err := bn.p.Take(context.Background(), "t", "p", "job-1", sandbox.Spec{}); err == nil {
 		t.Fatal("take succeeded with a failing backend")
 	}
-	bn.lag.set("p", 5, 0)
+	bn.lag.set("p", 5)
 	bn.reconcile(t)
 	if got := bn.size("p"); got != 1 {
 		t.Errorf("pool %d after a failed take, want the slot free again (1)", got)
@@ -293,7 +293,7 @@ func TestNoWarmUpWhileJobsWait(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: tt.min})})
-			bn.lag.set("p", tt.pending, 0)
+			bn.lag.set("p", tt.pending)
 			bn.reconcile(t)
 			if got := bn.b.warmedCount(); got != tt.wantWarmed {
 				t.Errorf("%d warm-ups, want %d", got, tt.wantWarmed)
@@ -350,7 +350,7 @@ func TestColdTakeKeepsWithinSlots(t *testing.T) {
 func TestColdTakeCallsBackWarmStarts(t *testing.T) {
 	t.Parallel()
 	bn := setup(t, 2, map[string]config.Profile{"a": warmProfile(config.Warm{}), "b": config.Profile{}.WithDefaults()})
-	bn.lag.set("t", 2, 0) // no mix known yet: the tenant's lag counts whole towards a
+	bn.lag.set("t", 2) // no mix known yet: the tenant's lag counts whole towards a
 	gate := make(chan struct{})
 	bn.b.mu.Lock()
 	bn.b.gate = gate
