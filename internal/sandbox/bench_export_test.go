@@ -77,3 +77,14 @@ func SpareKind(sb Sandbox) string {
 	}
 	return "go"
 }
+
+// SparePid is the pid of the sandbox's spare bwrap, ready or starting; 0 when it has none.
+func SparePid(sb Sandbox) int {
+	s := sb.(*bubblewrapSandbox)
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	if s.spare == nil || s.spare.cmd.Process == nil {
+		return 0
+	}
+	return s.spare.cmd.Process.Pid
+}

@@ -4,6 +4,7 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,14 +22,25 @@ import (
 
 // TestBubblewrapWarmSpareKilledWhileIdle: a warm sandbox whose spare bwrap was killed while it
 // waited for a job (the host's OOM killer, an operator) runs its job's first command as a cold
-// one does, on a bwrap of its own, not on the dead spare.
+// one does, on a bwrap of its own, not on the dead spare. The spare is found by its pid, so the
+// test runs with cgroups and without.
 func TestBubblewrapWarmSpareKilledWhileIdle(t *testing.T) {
 	t.Parallel()
-	for _, goSpare := range []bool{false, true} {
-		t.Run(map[bool]string{false: "shell spare", true: "Go spare"}[goSpare], func(t *testing.T) {
+	tests := []struct {
+		name               string
+		goSpare, noCgroups bool
+		noSpare            bool // bounded by RLIMIT_AS, the Go spare's runtime would crash: none starts
+	}{
+		{name: "shell spare"},
+		{name: "Go spare", goSpare: true},
+		{name: "shell spare, no cgroups", noCgroups: true},
+		{name: "Go spare, no cgroups: none", goSpare: true, noCgroups: true, noSpare: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := sandboxtest.Bubblewrap(t)
-			if goSpare {
+			p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.DisableCgroups = tt.noCgroups })
+			if tt.goSpare {
 				sandbox.UseGoSpare(p)
 			}
 			spec := sandboxtest.Spec("", config.SandboxSpec{})
@@ -39,10 +51,13 @@ func TestBubblewrapWarmSpareKilledWhileIdle(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = sb.Close(context.Background()) })
 			sandbox.AwaitWarm(sb)
-			st := sandbox.BubblewrapHostState(sb)
-			killed := killCgroup(t, st.Cgroups)
-			if killed == 0 {
-				t.Skip("no cgroup to find the spare by")
+			switch pid := sandbox.SparePid(sb); {
+			case tt.noSpare && pid != 0:
+				t.Fatalf("a spare bwrap (pid %d) started where none can run", pid)
+			case !tt.noSpare && pid == 0:
+				t.Fatal("the warm sandbox has no spare bwrap to kill")
+			case pid != 0:
+				killTree(t, pid)
 			}
 			if err := sb.(sandbox.Claimer).Claim(t.Context(), "default", "job-1"); err != nil {
 				t.Fatal(err)
@@ -52,31 +67,48 @@ func TestBubblewrapWarmSpareKilledWhileIdle(t *testing.T) {
 				t.Errorf("the first command after the spare was killed: %v, exit %d, stdout %q, stderr %q; want hello",
 					err, res.ExitCode, res.Stdout, res.Stderr)
 			}
+			if sandbox.RanOnSpare(sb) {
+				t.Error("the first command ran on the killed spare")
+			}
 		})
 	}
 }
 
-// killCgroup SIGKILLs every process in the first of the cgroups that has any (the sandbox's,
-// which the test started) and waits until none is left; it returns how many it killed.
-func killCgroup(t *testing.T, dirs []string) int {
+// killTree SIGKILLs the process pid and every descendant of it (read from /proc, before any
+// is killed, so that none is left an orphan that escapes the walk), and waits until each has
+// exited: gone, or a zombie its parent has not reaped yet.
+func killTree(t *testing.T, pid int) {
 	t.Helper()
-	for _, d := range dirs {
-		procs := func() []string {
-			b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-			return strings.Fields(string(b))
-		}
-		pids := procs()
-		if len(pids) == 0 {
-			continue
-		}
-		for _, f := range pids {
-			pid, _ := strconv.Atoi(f)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		harness.Wait(t, "the sandbox's processes gone from "+d, func() (bool, error) { return len(procs()) == 0, nil })
-		return len(pids)
+	pids := descendants(pid)
+	for _, p := range pids {
+		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
-	return 0
+	for _, p := range pids {
+		harness.Wait(t, fmt.Sprintf("process %d exited", p), func() (bool, error) {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+			if err != nil {
+				return true, nil
+			}
+			// The state follows the command's closing parenthesis.
+			fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+			return len(fields) > 0 && (fields[0] == "Z" || fields[0] == "X"), nil
+		})
+	}
+}
+
+// descendants is pid and its descendants, parents first.
+func descendants(pid int) []int {
+	out := []int{pid}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, c := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(c); err == nil {
+				out = append(out, descendants(n)...)
+			}
+		}
+	}
+	return out
 }
 
 // TestBubblewrapWarmInfoAsCold: what a claimed warm sandbox says of itself, which the
