@@ -26,7 +26,11 @@ func (p *Pool) Reconcile(ctx context.Context) {
 }
 
 // resizeAll drops aged sandboxes, shares the free slots out and starts or removes sandboxes to
-// match the targets on the lag read last. The caller holds mu.
+// match the targets on the lag read last: every pool over its share first, then those under it,
+// each into slots free now. A slot share counts as free may still hold a sandbox being
+// removed, which runs until it is gone: grown into at once, a pool the demand moved to ran
+// beside the one it moved from, 4 sandboxes on a worker of 2 slots; it grows once the
+// removal's end calls this again. The caller holds mu.
 func (p *Pool) resizeAll() {
 	if p.closed {
 		return
@@ -40,8 +44,11 @@ func (p *Pool) resizeAll() {
 	}
 	alloc := p.share(wants)
 	for _, name := range p.names {
+		p.shrink(p.profiles[name], alloc[name])
+	}
+	for _, name := range p.names {
 		pp := p.profiles[name]
-		p.resize(pp, alloc[name])
+		p.grow(pp, alloc[name])
 		p.m.Size.WithLabelValues(name).Set(float64(len(pp.ready)))
 	}
 }
@@ -112,19 +119,24 @@ func (p *Pool) share(wants map[string]int) map[string]int {
 	return alloc
 }
 
-// resize starts or removes sandboxes so that the pool holds n, counting those coming: a pool
-// over its share removes ready sandboxes, newest first, then calls back starts, newest first.
-// A profile whose starts failed starts none until its backoff has passed (failedStart).
-func (p *Pool) resize(pp *profilePool, n int) {
+// shrink removes sandboxes of a pool over its share n, counting those coming: ready ones,
+// newest first, then starts called back, newest first.
+func (p *Pool) shrink(pp *profilePool, n int) {
 	for over := pp.size() - n; over > 0; over-- {
 		if !p.trim(pp) {
 			break
 		}
 	}
+}
+
+// grow starts sandboxes of a pool under its share n, counting those coming, as long as the
+// worker has a slot free of every sandbox (live). A profile whose starts failed starts none
+// until its backoff has passed (failedStart).
+func (p *Pool) grow(pp *profilePool, n int) {
 	if p.cfg.Now().Before(pp.retryAt) {
 		return
 	}
-	for size := pp.size(); size < n; size++ {
+	for size := pp.size(); size < n && p.live() < p.cfg.Slots; size++ {
 		p.start(pp)
 	}
 }

@@ -366,3 +366,36 @@ func TestOthersJobsInFlightAreNoDemand(t *testing.T) {
 		})
 	}
 }
+
+// TestProfilesHandOverSlotsWithinConcurrency: when the demand moves from one warm profile to
+// another, the second grows only into slots the first's sandboxes have left: those being
+// removed still run, and count against the worker's concurrency until they are gone.
+func TestProfilesHandOverSlotsWithinConcurrency(t *testing.T) {
+	t.Parallel()
+	bn := setupTenants(t, 2, map[string]config.Profile{
+		"a": warmProfile(config.Warm{Idle: config.Duration(time.Minute)}),
+		"b": warmProfile(config.Warm{Idle: config.Duration(time.Minute)}),
+	}, map[string]config.Tenant{"ta": {Profiles: []string{"a"}}, "tb": {Profiles: []string{"b"}}})
+	bn.lag.set("tb", 2)
+	bn.reconcile(t)
+	if got := bn.size("b"); got != 2 {
+		t.Fatalf("pool b holds %d, want 2", got)
+	}
+	// b's sandboxes take a while to go: their first close fails, and the removal tries again.
+	for _, s := range bn.b.started {
+		s.mu.Lock()
+		s.closeFails = 1
+		s.mu.Unlock()
+	}
+	bn.lag.set("tb", 0)
+	bn.lag.set("ta", 2)
+	bn.clock.advance(61 * time.Second)
+	bn.reconcile(t)
+	if a, b := bn.size("a"), bn.size("b"); a != 2 || b != 0 {
+		t.Errorf("pools a=%d b=%d once b's sandboxes are gone, want 2 and 0", a, b)
+	}
+	if _, peak := bn.b.counts(); peak > 2 {
+		t.Errorf("%d sandboxes were live at once while b's went and a's came, more than the 2 slots", peak)
+	}
+	bn.p.Close()
+}
