@@ -177,7 +177,7 @@ func downloadChecked(ctx context.Context, st store.Store, root *os.Root, key str
 			return err
 		}
 	}
-	tmp := name + ".boxcar-part-" + randomSuffix()
+	tmp := partName(name)
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
@@ -202,7 +202,7 @@ func downloadChecked(ctx context.Context, st store.Store, root *os.Root, key str
 }
 
 func writeFile(root *os.Root, name string, data []byte) error {
-	tmp := name + ".boxcar-part-" + randomSuffix()
+	tmp := partName(name)
 	if err := root.WriteFile(tmp, data, 0o644); err != nil {
 		return err
 	}
@@ -213,8 +213,10 @@ func writeFile(root *os.Root, name string, data []byte) error {
 	return nil
 }
 
-func randomSuffix() string {
+// partName is the temporary name a file is written under before it gets name, in name's
+// folder: of a length of its own, as the job chose name's, up to NAME_MAX.
+func partName(name string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return filepath.Join(filepath.Dir(name), ".boxcar-part-"+hex.EncodeToString(b[:]))
 }

@@ -29,6 +29,12 @@ func hexSum(data []byte) string {
 // when signed, its envelope signed with the key in $BOXCAR_HOME/keys.
 func (te *testEnv) commitRun(t *testing.T, signed bool, change ...func(*provenance.Manifest)) string {
 	t.Helper()
+	return te.commitRunOf(t, signed, nil, change...)
+}
+
+// commitRunOf is commitRun with the artifacts given: name (under artifacts/) to content.
+func (te *testEnv) commitRunOf(t *testing.T, signed bool, artifacts map[string][]byte, change ...func(*provenance.Manifest)) string {
+	t.Helper()
 	ctx := t.Context()
 	id := job.NewID()
 	cfg, err := config.Parse(examples.Config)
@@ -41,6 +47,9 @@ func (te *testEnv) commitRun(t *testing.T, signed bool, change ...func(*provenan
 	}
 	input := []byte("region,total\nnorth,3\n")
 	files := map[string][]byte{"report.md": []byte("# Totals\nnorth: 3\n"), "transcript.jsonl": []byte("{}\n")}
+	for name, data := range artifacts {
+		files["artifacts/"+name] = data
+	}
 	put := func(key string, data []byte) {
 		if err := te.st.Put(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
 			t.Fatal(err)

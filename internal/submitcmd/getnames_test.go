@@ -1,0 +1,54 @@
+package submitcmd
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestGetArtifactNames: get downloads every artifact whatever name the job gave it within
+// what the worker stores (a part of up to NAME_MAX bytes, a name of up to 512, any letters,
+// the most files a run keeps), each to its own name and with its own bytes. A name part over
+// 230 bytes failed the whole download (exit 1, "file name too long"): the file was written
+// under a temporary name 25 bytes longer than its own, so a job could keep its run from being
+// fetched, the manifest included.
+func TestGetArtifactNames(t *testing.T) {
+	te := newTestEnv(t)
+	many := map[string][]byte{}
+	for i := range 64 {
+		many[fmt.Sprintf("part-%02d.csv", i)] = []byte(fmt.Sprintf("row %d\n", i))
+	}
+	tests := []struct {
+		name      string
+		artifacts map[string][]byte
+	}{
+		{"a part of NAME_MAX bytes", map[string][]byte{strings.Repeat("a", 255): []byte("long\n")}},
+		{"a part just past the temporary name's room", map[string][]byte{strings.Repeat("b", 231) + ".csv": []byte("b\n")}},
+		{"long parts in a folder", map[string][]byte{strings.Repeat("d", 200) + "/" + strings.Repeat("e", 255): []byte("deep\n")}},
+		{"letters of other scripts", map[string][]byte{"résumé.csv": []byte("nfc\n"), "re\u0301sume\u0301.csv": []byte("nfd\n"), "данные.txt": []byte("ru\n")}},
+		{"the most files a run keeps", many},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := te.commitRunOf(t, true, tt.artifacts)
+			out := t.TempDir()
+			_, stderr, err := te.submit(t, "get", id, "--out", out)
+			if err != nil {
+				t.Fatalf("get: exit %d: %v\n%s", exitCode(err), err, stderr)
+			}
+			for name, want := range tt.artifacts {
+				got, err := os.ReadFile(filepath.Join(out, "artifacts", name))
+				if err != nil || string(got) != string(want) {
+					t.Errorf("artifacts/%.40s… = %q, %v; want %q", name, got, err, want)
+				}
+			}
+			for _, name := range []string{"report.md", "manifest.json", "manifest.dsse.json"} {
+				if _, err := os.Stat(filepath.Join(out, name)); err != nil {
+					t.Errorf("get did not download %s: %v", name, err)
+				}
+			}
+		})
+	}
+}
