@@ -173,18 +173,36 @@ func checkRun(stmt Statement, tenant, jobID string) error {
 // verified, if any.
 func verifySignature(ctx context.Context, st Getter, jobID string, manifest []byte, signedAt time.Time, ring Keyring, record func(Check), fail func(string, error)) (keyID, name string) {
 	const check = "signature"
+	if len(ring) == 0 {
+		sigKey := runKey(jobID, signatureName)
+		reason := fmt.Sprintf("%s is present but no public key was given to check it", sigKey)
+		if _, err := fetch(ctx, st, sigKey); err != nil {
+			reason = fmt.Sprintf("no public key given; %s could not be read either: %v", sigKey, err)
+		}
+		record(Check{Name: check, Skipped: true, Reason: reason})
+		return "", ""
+	}
+	key, err := CheckSignature(ctx, st, jobID, manifest, signedAt, ring)
+	if err != nil {
+		fail(check, err)
+		return "", ""
+	}
+	keyID = KeyID(key.Key)
+	record(Check{Name: check, OK: true, Reason: fmt.Sprintf("signed by key %s (%s)", key.Name, keyID)})
+	return keyID, key.Name
+}
+
+// CheckSignature checks the envelope stored beside a run's manifest: it must be signed by a
+// key of ring (not empty) that was valid at signedAt, the run's finished_at, and sign exactly
+// manifest, the stored bytes. It returns that key. An envelope that cannot be read wraps
+// ErrUnsigned and ErrMissing (and store.ErrNotFound when there is none); one by no key of the
+// ring, or over another statement, ErrBadSignature; one by a key outside its dates,
+// ErrKeyNotValid.
+func CheckSignature(ctx context.Context, st Getter, jobID string, manifest []byte, signedAt time.Time, ring Keyring) (TrustedKey, error) {
 	sigKey := runKey(jobID, signatureName)
 	envelope, err := fetch(ctx, st, sigKey)
-	switch {
-	case err != nil && len(ring) == 0:
-		record(Check{Name: check, Skipped: true, Reason: fmt.Sprintf("no public key given; %s could not be read either: %v", sigKey, err)})
-		return "", ""
-	case err != nil:
-		fail(check, fmt.Errorf("%w: a public key was given but %s could not be read: %w", ErrUnsigned, sigKey, err))
-		return "", ""
-	case len(ring) == 0:
-		record(Check{Name: check, Skipped: true, Reason: fmt.Sprintf("%s is present but no public key was given to check it", sigKey)})
-		return "", ""
+	if err != nil {
+		return TrustedKey{}, fmt.Errorf("%w: a public key was given but %s could not be read: %w", ErrUnsigned, sigKey, err)
 	}
 	var signed []byte
 	key, err := ring.Match(signedAt, func(pub ed25519.PublicKey) bool {
@@ -195,16 +213,12 @@ func verifySignature(ctx context.Context, st Getter, jobID string, manifest []by
 		return verr == nil
 	})
 	if err != nil {
-		fail(check, fmt.Errorf("%s: %w", sigKey, err))
-		return "", ""
+		return TrustedKey{}, fmt.Errorf("%s: %w", sigKey, err)
 	}
 	if !bytes.Equal(signed, manifest) {
-		fail(check, fmt.Errorf("%s: %w: it signs a statement other than the stored manifest", sigKey, ErrBadSignature))
-		return "", ""
+		return TrustedKey{}, fmt.Errorf("%s: %w: it signs a statement other than the stored manifest", sigKey, ErrBadSignature)
 	}
-	keyID = KeyID(key.Key)
-	record(Check{Name: check, OK: true, Reason: fmt.Sprintf("signed by key %s (%s)", key.Name, keyID)})
-	return keyID, key.Name
+	return key, nil
 }
 
 // fetch reads a small object whole.

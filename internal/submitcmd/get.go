@@ -22,35 +22,53 @@ import (
 )
 
 func (e *env) getCmd() *cobra.Command {
-	var out string
+	var (
+		out           string
+		keys          verifyKeys
+		allowUnsigned bool
+	)
 	c := &cobra.Command{
 		Use:   "get JOB_ID",
-		Short: "download the run, checking every file against the manifest",
-		Long: `Downloads what the manifest names, checking each file's SHA-256 and size on the way: a file that
-does not match is not kept and fails the command naming it (exit 8); objects the manifest does
-not name are reported and not downloaded.`,
+		Short: "download the run, checking the manifest's signature and every file against it",
+		Long: `Checks the manifest's signature with the keys verify uses (--keyring FILE, else --public-key FILE,
+else $BOXCAR_HOME/keys/signing.pub, the embedded worker's), then downloads what the manifest
+names, checking each file's SHA-256 and size on the way: a file that does not match is not kept
+and fails the command naming it (exit 8); objects the manifest does not name are reported and
+not downloaded. A manifest not signed by one of those keys downloads nothing (exit 8);
+--allow-unsigned downloads a run that has no signature at all. With no key anywhere the files
+are checked against the manifest alone, and get says the signature was not checked.`,
 		Args: cli.Args(1, 1, "get: give one JOB_ID and --out DIR"),
 		RunE: func(c *cobra.Command, a []string) error {
 			if out == "" {
 				return errors.New("get: give one JOB_ID and --out DIR")
 			}
-			return e.get(c.Context(), a[0], out)
+			if keys.keyringPath == "" {
+				keys.keyringPath = e.getenv("BOXCAR_KEYRING")
+			}
+			return e.get(c.Context(), a[0], out, keys, allowUnsigned)
 		},
 	}
 	c.Flags().StringVar(&out, "out", "", "directory to download the run into (`DIR`, required)")
 	markRequired(c, "out")
 	_ = c.MarkFlagDirname("out")
+	signerKeyFlags(c, &keys.pubPath, &keys.keyringPath)
+	c.Flags().BoolVar(&allowUnsigned, "allow-unsigned", false, "download a run that has no signature, its files checked against the manifest alone")
 	e.common(c, true)
 	return c
 }
 
 // get downloads a committed run: every file the manifest names, each checked against its
 // SHA-256 and size on the way (a file that does not match is not kept), then the manifest and
-// its signature. Objects under the run's folder that the manifest does not name are reported
-// and not downloaded.
-func (e *env) get(ctx context.Context, id, out string) error {
+// its signature. The manifest is held to its job, its tenant and its signature before anything
+// is written. Objects under the run's folder that the manifest does not name are reported and
+// not downloaded.
+func (e *env) get(ctx context.Context, id, out string, keys verifyKeys, allowUnsigned bool) error {
 	if !job.ValidID(id) {
 		return fmt.Errorf("get: %q is not a job id", id)
+	}
+	ring, _, err := e.ring(keys)
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
 	}
 	st, err := e.openStore(ctx)
 	if err != nil {
@@ -58,26 +76,13 @@ func (e *env) get(ctx context.Context, id, out string) error {
 	}
 	defer closeStore(st)
 
-	manifest, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
-	if errors.Is(err, store.ErrNotFound) {
-		if err := e.runBeforeTenants(ctx, st, id); err != nil {
-			return fmt.Errorf("get: %w; nothing downloaded", err)
-		}
-		objects, lerr := st.List(ctx, store.RunPrefix(id))
-		if lerr == nil && len(objects) > 0 {
-			return fmt.Errorf("get: job %s has no manifest in %s: the run is not committed (still uploading, or it ended before it could commit); nothing downloaded", id, st.URL(""))
-		}
-		return fmt.Errorf("get: no results for job %s in %s (is it finished? see `submit status %s`)", id, st.URL(""), id)
-	}
+	manifest, stmt, err := e.committedRun(ctx, st, id)
 	if err != nil {
-		return fmt.Errorf("get: %w", err)
+		return err
 	}
-	stmt, err := provenance.Parse(manifest)
-	if err == nil {
-		err = stmt.CheckRun(e.tenant(), id)
-	}
+	signer, err := e.getSignature(ctx, st, id, manifest, stmt, ring, allowUnsigned)
 	if err != nil {
-		return &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: manifest.json cannot be trusted: %v; nothing downloaded", id, err)}
+		return err
 	}
 
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -142,8 +147,60 @@ func (e *env) get(ctx context.Context, id, out string) error {
 		return &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: %d of %d files do not match the manifest and were not kept: %s",
 			id, len(bad), len(stmt.Subjects), strings.Join(bad, ", "))}
 	}
-	printf(e.stderr, "checked %d files against the manifest's sha256 digests; `submit verify %s` also checks the signature and the inputs\n", len(stmt.Subjects), id)
+	printf(e.stderr, "checked %d files against the manifest's sha256 digests%s; `submit verify %s` also checks the inputs\n", len(stmt.Subjects), signer, id)
 	return nil
+}
+
+// committedRun reads the run's manifest and holds it to this job of this tenant; a run that is
+// not committed, or whose manifest is another's or no manifest, is an error that says so.
+func (e *env) committedRun(ctx context.Context, st store.Store, id string) ([]byte, provenance.Statement, error) {
+	manifest, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
+	if errors.Is(err, store.ErrNotFound) {
+		if err := e.runBeforeTenants(ctx, st, id); err != nil {
+			return nil, provenance.Statement{}, fmt.Errorf("get: %w; nothing downloaded", err)
+		}
+		objects, lerr := st.List(ctx, store.RunPrefix(id))
+		if lerr == nil && len(objects) > 0 {
+			return nil, provenance.Statement{}, fmt.Errorf("get: job %s has no manifest in %s: the run is not committed (still uploading, or it ended before it could commit); nothing downloaded", id, st.URL(""))
+		}
+		return nil, provenance.Statement{}, fmt.Errorf("get: no results for job %s in %s (is it finished? see `submit status %s`)", id, st.URL(""), id)
+	}
+	if err != nil {
+		return nil, provenance.Statement{}, fmt.Errorf("get: %w", err)
+	}
+	stmt, err := provenance.Parse(manifest)
+	if err == nil {
+		err = stmt.CheckRun(e.tenant(), id)
+	}
+	if err != nil {
+		return nil, provenance.Statement{}, &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: manifest.json cannot be trusted: %v; nothing downloaded", id, err)}
+	}
+	return manifest, stmt, nil
+}
+
+// getSignature holds the manifest get is about to follow to its signature by a key of ring,
+// as verify does: whoever may write the store can write a manifest, not sign one. It returns
+// what the closing line says of the signature. With no key at hand it checks nothing and says
+// so; a run with no signature passes only with allowUnsigned.
+func (e *env) getSignature(ctx context.Context, st store.Store, id string, manifest []byte, stmt provenance.Statement, ring provenance.Keyring, allowUnsigned bool) (string, error) {
+	const notChecked = ", the signature was NOT CHECKED, so nothing proves the manifest they match"
+	if len(ring) == 0 {
+		printf(e.stderr, "get: no public key: the signature was NOT CHECKED (give --keyring FILE or --public-key FILE)\n")
+		return notChecked, nil
+	}
+	key, err := provenance.CheckSignature(ctx, st, id, manifest, stmt.Predicate.Timings.FinishedAt, ring)
+	switch {
+	case err == nil:
+		return fmt.Sprintf(", a manifest signed by key %s (%s)", key.Name, provenance.KeyID(key.Key)), nil
+	case errors.Is(err, store.ErrNotFound) && allowUnsigned:
+		printf(e.stderr, "get: job %s has no signature (--allow-unsigned): NOT CHECKED\n", id)
+		return notChecked, nil
+	case errors.Is(err, provenance.ErrMissing) && !errors.Is(err, store.ErrNotFound):
+		return "", fmt.Errorf("get: job %s: %w; nothing downloaded", id, err)
+	case errors.Is(err, store.ErrNotFound):
+		return "", &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: %v; nothing downloaded (--allow-unsigned downloads a run that has no signature, its files checked against the manifest alone)", id, err)}
+	}
+	return "", &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: the manifest's signature: %v; nothing downloaded", id, err)}
 }
 
 // readObject reads a small object whole; larger than max is an error.

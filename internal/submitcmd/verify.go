@@ -51,14 +51,20 @@ else --public-key FILE, else $BOXCAR_HOME/keys/signing.pub, the embedded worker'
 			return e.verify(c.Context(), a[0], verifyKeys{pubPath: pubPath, keyringPath: keyringPath}, allowUnsigned)
 		},
 	}
-	c.Flags().StringVar(&pubPath, "public-key", "", "ed25519 public key (PEM) of the worker that signs (default: $BOXCAR_HOME/keys/signing.pub, the embedded worker's, when it exists) (`FILE`)")
-	c.Flags().StringVar(&keyringPath, "keyring", "", "keyring (YAML) of the signers' public keys with their validity dates (default $BOXCAR_KEYRING; see docs/security.md) (`FILE`)")
+	signerKeyFlags(c, &pubPath, &keyringPath)
 	c.Flags().BoolVar(&allowUnsigned, "allow-unsigned", false, "accept a run whose signature cannot be checked (none, or no key); its files are still checked")
 	c.Flags().BoolVar(&require, "require-signature", false, "the default; kept for scripts")
 	_ = c.Flags().MarkHidden("require-signature")
-	_ = c.MarkFlagFilename("public-key", "pub", "pem")
 	e.common(c, true)
 	return c
+}
+
+// signerKeyFlags adds --public-key and --keyring, the keys that check a run's signature
+// (verify, get).
+func signerKeyFlags(c *cobra.Command, pubPath, keyringPath *string) {
+	c.Flags().StringVar(pubPath, "public-key", "", "ed25519 public key (PEM) of the worker that signs (default: $BOXCAR_HOME/keys/signing.pub, the embedded worker's, when it exists) (`FILE`)")
+	c.Flags().StringVar(keyringPath, "keyring", "", "keyring (YAML) of the signers' public keys with their validity dates (default $BOXCAR_KEYRING; see docs/security.md) (`FILE`)")
+	_ = c.MarkFlagFilename("public-key", "pub", "pem")
 }
 
 // verifyKeys are where verify's trusted keys come from.

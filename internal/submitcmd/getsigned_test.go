@@ -1,0 +1,124 @@
+package submitcmd
+
+import (
+	"bytes"
+	"cmp"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/provenance"
+	"github.com/boxcar-run/boxcar/internal/store"
+)
+
+// forgeRun replaces a committed run's report with data and its manifest with one naming it, as
+// someone who may write the store but holds no signing key can: the envelope stays. name, if
+// not "", is the name the forged manifest gives the report instead of report.md.
+func (te *testEnv) forgeRun(t *testing.T, id string, data []byte, name string) {
+	t.Helper()
+	ctx := t.Context()
+	manifest, err := readObject(ctx, te.st, provenance.ManifestKey(id), maxManifestBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmt, err := provenance.Parse(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range stmt.Subjects {
+		if s.Name != "report.md" {
+			continue
+		}
+		if name != "" {
+			s.Name, s.Path = name, "attempts/"+testAttempt+"/"+name
+		}
+		s.SHA256, s.Size = hexSum(data), int64(len(data))
+		if err := te.st.Put(ctx, provenance.SubjectKey(id, s), bytes.NewReader(data), s.Size); err != nil {
+			t.Fatal(err)
+		}
+		stmt.Subjects[i] = s
+	}
+	forged, err := provenance.Build(stmt.Predicate, stmt.Subjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := te.st.Put(ctx, provenance.ManifestKey(id), bytes.NewReader(forged), int64(len(forged))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGetHoldsTheRunToItsSignature: get checks the manifest's signature with the keys verify
+// uses (--keyring, --public-key, else the embedded worker's) before it writes anything, and
+// downloads nothing of a run whose manifest is not signed by one of them (exit 8) unless
+// --allow-unsigned for a run with no signature at all. It checked digests against the stored
+// manifest alone, so whoever could write the store, without the signing key, had get write
+// a report of their choosing and say every file matched (3 of the rows downloaded "forged").
+// With no key anywhere it checks digests and says the signature was not checked.
+func TestGetHoldsTheRunToItsSignature(t *testing.T) {
+	te := newTestEnv(t)
+	ctx := t.Context()
+	signed := te.commitRun(t, true)
+	forged := te.commitRun(t, true)
+	te.forgeRun(t, forged, []byte("forged"), "")
+	unsigned := te.commitRun(t, true)
+	if err := te.st.Delete(ctx, provenance.SignatureKey(unsigned)); err != nil {
+		t.Fatal(err)
+	}
+	other := te.commitRun(t, true)
+	otherKey := t.TempDir()
+	if _, err := provenance.WriteKeyPair(otherKey); err != nil {
+		t.Fatal(err)
+	}
+	key, err := provenance.ReadPrivateKeyFile(filepath.Join(otherKey, provenance.PrivateKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest, _ := readObject(ctx, te.st, provenance.ManifestKey(other), maxManifestBytes)
+	env, err := provenance.Sign(ctx, manifest, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := te.st.Put(ctx, store.SignatureKey(other), bytes.NewReader(env), int64(len(env))); err != nil {
+		t.Fatal(err)
+	}
+	noKeyHome := t.TempDir()
+	tests := []struct {
+		name   string
+		args   []string
+		home   string // BOXCAR_HOME; te.home when empty
+		code   int
+		report string // report.md as downloaded; "" for nothing downloaded
+		stderr string
+	}{
+		{name: "signed", args: []string{signed}, report: "# Totals\nnorth: 3\n"},
+		{name: "forged manifest", args: []string{forged}, code: exitVerifyFailed, stderr: "signs a statement other than the stored manifest"},
+		{name: "forged manifest, unsigned allowed", args: []string{forged, "--allow-unsigned"}, code: exitVerifyFailed, stderr: "bad signature"},
+		{name: "signature removed", args: []string{unsigned}, code: exitVerifyFailed, stderr: "--allow-unsigned"},
+		{name: "signature removed, unsigned allowed", args: []string{unsigned, "--allow-unsigned"}, report: "# Totals\nnorth: 3\n", stderr: "NOT CHECKED"},
+		{name: "signed by another key", args: []string{other}, code: exitVerifyFailed, stderr: "by none of the 1 trusted keys"},
+		{name: "the other key given", args: []string{other, "--public-key", filepath.Join(otherKey, provenance.PublicKeyFile)}, home: noKeyHome, report: "# Totals\nnorth: 3\n"},
+		{name: "another key given", args: []string{signed, "--public-key", filepath.Join(otherKey, provenance.PublicKeyFile)}, code: exitVerifyFailed, stderr: "bad signature"},
+		{name: "no key anywhere", args: []string{forged}, home: noKeyHome, report: "forged", stderr: "the signature was NOT CHECKED"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			home := cmp.Or(tt.home, te.home)
+			out := filepath.Join(t.TempDir(), "run")
+			var stdout, stderr bytes.Buffer
+			err := Run(t.Context(), append([]string{"get", "--store", "file://" + te.storeDir, "--out", out}, tt.args...), func(k string) string {
+				return map[string]string{"BOXCAR_HOME": home}[k]
+			}, &stdout, &stderr)
+			if exitCode(err) != tt.code || !strings.Contains(stderr.String()+message(err), tt.stderr) {
+				t.Errorf("exit %d (%v), want %d and %q\n%s", exitCode(err), err, tt.code, tt.stderr, stderr.String())
+			}
+			got, rerr := os.ReadFile(filepath.Join(out, "report.md"))
+			switch {
+			case tt.report == "" && !os.IsNotExist(rerr):
+				t.Errorf("report.md downloaded (%q, %v); want nothing downloaded", got, rerr)
+			case tt.report != "" && string(got) != tt.report:
+				t.Errorf("report.md = %q, %v; want %q", got, rerr, tt.report)
+			}
+		})
+	}
+}
