@@ -85,52 +85,10 @@ func (e *env) get(ctx context.Context, id, out string, keys verifyKeys, allowUns
 		return err
 	}
 
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return fmt.Errorf("get: %w", err)
-	}
-	// Every write goes through the root, so no name and no symlink already in DIR can lead
-	// a file outside it.
-	root, err := os.OpenRoot(out)
+	files, bad, err := e.download(ctx, st, id, out, manifest, stmt)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
-	defer root.Close()
-
-	bad, files := []string{}, []string{}
-	// Each file kept is a line on stdout, or with --output json a name in one object at the end.
-	kept := func(name string) {
-		files = append(files, filepath.Join(out, name))
-		if !e.json() {
-			printf(e.stdout, "%s\n", filepath.Join(out, name))
-		}
-	}
-	for _, s := range stmt.Subjects {
-		err := downloadChecked(ctx, st, root, provenance.SubjectKey(id, s), s)
-		switch {
-		case err == nil:
-			kept(filepath.FromSlash(s.Name))
-		case errors.Is(err, provenance.ErrDigestMismatch), errors.Is(err, store.ErrNotFound):
-			printf(e.stderr, "FAIL %s: %v\n", s.Name, err)
-			bad = append(bad, s.Name)
-		default:
-			return fmt.Errorf("get: %w", err)
-		}
-	}
-	if err := writeFile(root, "manifest.json", manifest); err != nil {
-		return fmt.Errorf("get: %w", err)
-	}
-	kept("manifest.json")
-	env, err := readObject(ctx, st, provenance.SignatureKey(id), maxManifestBytes)
-	switch {
-	case err == nil:
-		if err := writeFile(root, "manifest.dsse.json", env); err != nil {
-			return fmt.Errorf("get: %w", err)
-		}
-		kept("manifest.dsse.json")
-	case !errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("get: %w", err)
-	}
-
 	unlisted, err := provenance.Unlisted(ctx, st, id, stmt)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
@@ -149,6 +107,56 @@ func (e *env) get(ctx context.Context, id, out string, keys verifyKeys, allowUns
 	}
 	printf(e.stderr, "checked %d files against the manifest's sha256 digests%s; `submit verify %s` also checks the inputs\n", len(stmt.Subjects), signer, id)
 	return nil
+}
+
+// download writes the files stmt names into out, each checked on the way, and then the
+// manifest and its envelope; it returns the paths it kept and the names it refused.
+func (e *env) download(ctx context.Context, st store.Store, id, out string, manifest []byte, stmt provenance.Statement) (files, bad []string, err error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, nil, err
+	}
+	// Every write goes through the root, so no name and no symlink already in DIR can lead
+	// a file outside it.
+	root, err := os.OpenRoot(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer root.Close()
+	bad, files = []string{}, []string{}
+	// Each file kept is a line on stdout, or with --output json a name in one object at the end.
+	kept := func(name string) {
+		files = append(files, filepath.Join(out, name))
+		if !e.json() {
+			printf(e.stdout, "%s\n", filepath.Join(out, name))
+		}
+	}
+	for _, s := range stmt.Subjects {
+		err := downloadChecked(ctx, st, root, provenance.SubjectKey(id, s), s)
+		switch {
+		case err == nil:
+			kept(filepath.FromSlash(s.Name))
+		case errors.Is(err, provenance.ErrDigestMismatch), errors.Is(err, store.ErrNotFound):
+			printf(e.stderr, "FAIL %s: %v\n", s.Name, err)
+			bad = append(bad, s.Name)
+		default:
+			return nil, nil, err
+		}
+	}
+	if err := writeFile(root, "manifest.json", manifest); err != nil {
+		return nil, nil, err
+	}
+	kept("manifest.json")
+	env, err := readObject(ctx, st, provenance.SignatureKey(id), maxManifestBytes)
+	switch {
+	case err == nil:
+		if err := writeFile(root, "manifest.dsse.json", env); err != nil {
+			return nil, nil, err
+		}
+		kept("manifest.dsse.json")
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, nil, err
+	}
+	return files, bad, nil
 }
 
 // committedRun reads the run's manifest and holds it to this job of this tenant; a run that is
