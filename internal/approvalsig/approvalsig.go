@@ -1,7 +1,8 @@
 // Package approvalsig signs a person's answer to an approval request and checks such an answer
 // for the worker: the answer is bound to the exact command (the SHA-256 of its argv), to the
 // request's revision in the approvals bucket, to the tenant, job and call, and to the request's expiry,
-// and it must be signed by an approver key the worker trusts, within the key's dates. It does
+// and it must be signed by an approver key the worker trusts, within the key's dates and for the
+// job's tenant when its keyring entry names tenants. It does
 // not carry answers; internal/queue does.
 package approvalsig
 
@@ -13,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
@@ -34,6 +36,9 @@ var (
 	// ErrKeyOutsideDates: signed by a trusted key at a decided_at outside the key's
 	// not_before/not_after (with job.ClockSkew either side), which is no late answer.
 	ErrKeyOutsideDates = errors.New("the answer was signed with an approver key outside its dates")
+	// ErrKeyNotForTenant: signed by a trusted key whose keyring entry names the tenants it
+	// approves for, the job's not among them.
+	ErrKeyNotForTenant = errors.New("the answer was signed with an approver key of other tenants")
 )
 
 // Statement is what an approver signs.
@@ -133,6 +138,9 @@ func Check(signed string, req Request, ring provenance.Keyring) (Statement, prov
 	}
 	if err := match(s, req); err != nil {
 		return s, none, err
+	}
+	if !key.ForTenant(req.Tenant) {
+		return s, none, fmt.Errorf("%w: key %s approves for %s, not for %s", ErrKeyNotForTenant, key.Name, strings.Join(key.Tenants, ", "), req.Tenant)
 	}
 	return s, key, nil
 }

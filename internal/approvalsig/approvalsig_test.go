@@ -18,8 +18,13 @@ func TestCheck(t *testing.T) {
 	_, mallory, _ := ed25519.GenerateKey(nil)
 	now := time.Now().UTC()
 	_, bob, _ := ed25519.GenerateKey(nil)
+	// carol approves team-a's commands and dave team-b's; alice and bob every tenant's.
+	_, carol, _ := ed25519.GenerateKey(nil)
+	_, dave, _ := ed25519.GenerateKey(nil)
 	ring := provenance.Keyring{{Name: "alice", Key: alice.Public().(ed25519.PublicKey), NotBefore: now.Add(-time.Hour)},
-		{Name: "bob", Key: bob.Public().(ed25519.PublicKey), NotAfter: now.Add(-5 * time.Minute)}}
+		{Name: "bob", Key: bob.Public().(ed25519.PublicKey), NotAfter: now.Add(-5 * time.Minute)},
+		{Name: "carol", Key: carol.Public().(ed25519.PublicKey), Tenants: []string{"team-a"}},
+		{Name: "dave", Key: dave.Public().(ed25519.PublicKey), Tenants: []string{"team-c", "team-b"}}}
 	req := approvalsig.Request{Tenant: "team-b", JobID: job.NewID(), CallID: "call_1", Argv: []string{"make", "test"}, Revision: 7, ExpiresAt: now.Add(time.Minute)}
 	good := approvalsig.Statement{Tenant: "team-b", JobID: req.JobID, CallID: "call_1", ArgvSHA256: approvalsig.ArgvDigest(req.Argv), RequestRevision: 7,
 		Decision: job.DecisionApproved, DecidedAt: now, ExpiresAt: req.ExpiresAt}
@@ -49,6 +54,10 @@ func TestCheck(t *testing.T) {
 		// A key's dates are judged on the answerer's clock, which may be job.ClockSkew off.
 		{name: "answerer's clock behind at the key's start", key: alice, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-time.Hour - job.ClockSkew + time.Second) }},
 		{name: "answerer's clock ahead at the key's end", key: bob, signer: "bob"},
+		// Another tenant's approver signs this tenant's request, which only a writer of this
+		// tenant's approvals (whom the worker does not trust to approve) can put there.
+		{name: "another tenant's approver", key: carol, want: approvalsig.ErrKeyNotForTenant},
+		{name: "this tenant's approver", key: dave, signer: "dave"},
 		{name: "after the key was retired", key: bob, change: func(s *approvalsig.Statement) { s.DecidedAt = now.Add(-5*time.Minute + job.ClockSkew + time.Second) }, want: approvalsig.ErrKeyOutsideDates},
 	}
 	for _, tt := range tests {

@@ -26,6 +26,17 @@ type TrustedKey struct {
 	Key  ed25519.PublicKey
 	// NotBefore and NotAfter bound when the key signed; zero means unbounded.
 	NotBefore, NotAfter time.Time
+	// Tenants are the tenants whose jobs the key speaks for (an approver's answers, a worker's
+	// runs); none means every tenant's. An approver's NATS login lets it write its own
+	// tenant's approvals only, but whoever may write another tenant's (that tenant's
+	// approver login, which is not trusted to approve by itself) could put there an answer
+	// signed by any key of the ring.
+	Tenants []string
+}
+
+// ForTenant reports whether the key speaks for tenant's jobs.
+func (k TrustedKey) ForTenant(tenant string) bool {
+	return len(k.Tenants) == 0 || slices.Contains(k.Tenants, tenant)
 }
 
 // ValidAt reports whether the key was in use at t, a time the signer's clock wrote. The dates
@@ -60,14 +71,39 @@ func SingleKey(name string, pub ed25519.PublicKey) Keyring {
 //	      ...
 //	    not_before: 2026-01-01T00:00:00Z
 //	    not_after: 2027-01-01T00:00:00Z
+//	    tenants: [team-a]                  # optional: the tenants it speaks for
 type keyringFile struct {
-	Keys []struct {
-		Name          string    `json:"name"`
-		PublicKey     string    `json:"public_key,omitempty"`
-		PublicKeyFile string    `json:"public_key_file,omitempty"`
-		NotBefore     time.Time `json:"not_before,omitzero"`
-		NotAfter      time.Time `json:"not_after,omitzero"`
-	} `json:"keys"`
+	Keys []keyringEntry `json:"keys"`
+}
+
+// keyringEntry is one key of a keyring file.
+type keyringEntry struct {
+	Name          string    `json:"name"`
+	PublicKey     string    `json:"public_key,omitempty"`
+	PublicKeyFile string    `json:"public_key_file,omitempty"`
+	NotBefore     time.Time `json:"not_before,omitzero"`
+	NotAfter      time.Time `json:"not_after,omitzero"`
+	Tenants       []string  `json:"tenants,omitempty"`
+}
+
+// check says what is wrong with an entry of its own, seen holding the names of the entries
+// before it; where names it in the error.
+func (e keyringEntry) check(where string, seen map[string]bool) error {
+	switch {
+	case e.Name == "" || strings.ContainsAny(e.Name, " \t\n"):
+		return fmt.Errorf("%s: %w: give each key a name without spaces", where, ErrInvalid)
+	case seen[e.Name]:
+		return fmt.Errorf("%s: %w: name %q is used twice", where, ErrInvalid, e.Name)
+	case (e.PublicKey == "") == (e.PublicKeyFile == ""):
+		return fmt.Errorf("%s (%s): %w: give exactly one of public_key and public_key_file", where, e.Name, ErrInvalid)
+	case !e.NotAfter.IsZero() && !e.NotAfter.After(e.NotBefore):
+		return fmt.Errorf("%s (%s): %w: not_after must come after not_before", where, e.Name, ErrInvalid)
+	case e.Tenants != nil && len(e.Tenants) == 0:
+		return fmt.Errorf("%s (%s): %w: tenants is empty, so the key would speak for nobody; list its tenants, or leave tenants out for every tenant", where, e.Name, ErrInvalid)
+	case slices.ContainsFunc(e.Tenants, func(t string) bool { return !job.ValidTenant(t) }):
+		return fmt.Errorf("%s (%s): %w: tenants %q: a tenant name is lowercase letters, digits and '-'", where, e.Name, ErrInvalid, e.Tenants)
+	}
+	return nil
 }
 
 // LoadKeyring reads a keyring file. Every key needs a unique name and exactly one of
@@ -90,15 +126,8 @@ func LoadKeyring(path string) (Keyring, error) {
 	seen := map[string]bool{}
 	for i, e := range f.Keys {
 		where := fmt.Sprintf("provenance: keyring %s: keys[%d]", path, i)
-		switch {
-		case e.Name == "" || strings.ContainsAny(e.Name, " \t\n"):
-			return nil, fmt.Errorf("%s: %w: give each key a name without spaces", where, ErrInvalid)
-		case seen[e.Name]:
-			return nil, fmt.Errorf("%s: %w: name %q is used twice", where, ErrInvalid, e.Name)
-		case (e.PublicKey == "") == (e.PublicKeyFile == ""):
-			return nil, fmt.Errorf("%s (%s): %w: give exactly one of public_key and public_key_file", where, e.Name, ErrInvalid)
-		case !e.NotAfter.IsZero() && !e.NotAfter.After(e.NotBefore):
-			return nil, fmt.Errorf("%s (%s): %w: not_after must come after not_before", where, e.Name, ErrInvalid)
+		if err := e.check(where, seen); err != nil {
+			return nil, err
 		}
 		seen[e.Name] = true
 		pub, err := entryKey(path, e.PublicKey, e.PublicKeyFile)
@@ -108,7 +137,7 @@ func LoadKeyring(path string) (Keyring, error) {
 		if j := slices.IndexFunc(ring, func(k TrustedKey) bool { return k.Key.Equal(pub) }); j >= 0 {
 			return nil, fmt.Errorf("%s (%s): %w: the same public key as keys[%d] (%s); give each key one entry, with one name and the dates it was in use", where, e.Name, ErrInvalid, j, ring[j].Name)
 		}
-		ring = append(ring, TrustedKey{Name: e.Name, Key: pub, NotBefore: e.NotBefore.UTC(), NotAfter: e.NotAfter.UTC()})
+		ring = append(ring, TrustedKey{Name: e.Name, Key: pub, NotBefore: e.NotBefore.UTC(), NotAfter: e.NotAfter.UTC(), Tenants: e.Tenants})
 	}
 	return ring, nil
 }

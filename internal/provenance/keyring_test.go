@@ -97,6 +97,8 @@ func TestLoadKeyringRefuses(t *testing.T) {
 		"dates backwards": `keys: [{name: a, public_key_file: k.pub, not_before: "2026-02-01T00:00:00Z", not_after: "2026-01-01T00:00:00Z"}]`,
 		"unknown field":   "keys: [{name: a, public_key_file: k.pub, expires: soon}]",
 		"missing file":    "keys: [{name: a, public_key_file: none.pub}]",
+		"bad tenant":      "keys: [{name: a, public_key_file: k.pub, tenants: [Team_A]}]",
+		"no tenant":       "keys: [{name: a, public_key_file: k.pub, tenants: []}]",
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, "ring.yaml")
@@ -160,5 +162,33 @@ func TestLoadKeyringRefusesAKeyTwice(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLoadKeyringTenants: an entry's tenants are the only tenants the key speaks for; an entry
+// without them speaks for every tenant, as before tenants could be named.
+func TestLoadKeyringTenants(t *testing.T) {
+	_, pub := keys(t)
+	_, pub2 := keys(t)
+	dir := t.TempDir()
+	writePub(t, filepath.Join(dir, "a.pub"), pub)
+	writePub(t, filepath.Join(dir, "any.pub"), pub2)
+	path := filepath.Join(dir, "ring.yaml")
+	ring := "keys:\n  - {name: a, public_key_file: a.pub, tenants: [team-a, team-c]}\n  - {name: any, public_key_file: any.pub}\n"
+	if err := os.WriteFile(path, []byte(ring), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := provenance.LoadKeyring(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		key    int
+		tenant string
+		want   bool
+	}{{0, "team-a", true}, {0, "team-c", true}, {0, "team-b", false}, {0, "default", false}, {1, "team-b", true}, {1, "default", true}} {
+		if got[tt.key].ForTenant(tt.tenant) != tt.want {
+			t.Errorf("%s.ForTenant(%s) = %v, want %v", got[tt.key].Name, tt.tenant, !tt.want, tt.want)
+		}
 	}
 }

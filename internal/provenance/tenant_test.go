@@ -97,4 +97,15 @@ func TestVerifyKeyringHoldsTheRunToTheTenant(t *testing.T) {
 	if !errors.Is(err, provenance.ErrInvalid) || report.OK() || len(report.Checks) != 1 || report.Checks[0].Name != "manifest" {
 		t.Errorf("verify as default's: %v %+v; want the manifest check failed with ErrInvalid", err, report.Checks)
 	}
+	// A key its keyring gives to other tenants does not vouch for team-a's run.
+	for _, tt := range []struct {
+		tenants []string
+		ok      bool
+	}{{[]string{"team-a"}, true}, {[]string{"team-b", "team-a"}, true}, {[]string{"team-b"}, false}} {
+		ring := provenance.Keyring{{Name: "worker", Key: r.pub, Tenants: tt.tenants}}
+		report, err := provenance.VerifyKeyring(t.Context(), r.store, "team-a", jobID, ring)
+		if report.OK() != tt.ok || (!tt.ok && !errors.Is(err, provenance.ErrBadSignature)) {
+			t.Errorf("verify with a key for %v: %v; want ok %v", tt.tenants, err, tt.ok)
+		}
+	}
 }

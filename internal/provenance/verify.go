@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
+	"strings"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 )
@@ -132,7 +132,7 @@ func verify(ctx context.Context, st Getter, tenant, jobID string, ring Keyring) 
 	r.Statement = stmt
 	record(Check{Name: "manifest", OK: true, Reason: fmt.Sprintf("%s is a Boxcar provenance statement for %s", manifestKey, runOf(tenant, jobID))})
 
-	r.KeyID, r.KeyName = verifySignature(ctx, st, jobID, manifest, stmt.Predicate.Timings.FinishedAt, ring, record, fail)
+	r.KeyID, r.KeyName = verifySignature(ctx, st, jobID, manifest, stmt, ring, record, fail)
 
 	for _, s := range stmt.Subjects {
 		name := "subject " + s.Name
@@ -171,7 +171,7 @@ func checkRun(stmt Statement, tenant, jobID string) error {
 
 // verifySignature records the signature check and returns the id and name of the key that
 // verified, if any.
-func verifySignature(ctx context.Context, st Getter, jobID string, manifest []byte, signedAt time.Time, ring Keyring, record func(Check), fail func(string, error)) (keyID, name string) {
+func verifySignature(ctx context.Context, st Getter, jobID string, manifest []byte, stmt Statement, ring Keyring, record func(Check), fail func(string, error)) (keyID, name string) {
 	const check = "signature"
 	if len(ring) == 0 {
 		sigKey := runKey(jobID, signatureName)
@@ -182,7 +182,7 @@ func verifySignature(ctx context.Context, st Getter, jobID string, manifest []by
 		record(Check{Name: check, Skipped: true, Reason: reason})
 		return "", ""
 	}
-	key, err := CheckSignature(ctx, st, jobID, manifest, signedAt, ring)
+	key, err := CheckSignature(ctx, st, jobID, manifest, stmt, ring)
 	if err != nil {
 		fail(check, err)
 		return "", ""
@@ -192,20 +192,20 @@ func verifySignature(ctx context.Context, st Getter, jobID string, manifest []by
 	return keyID, key.Name
 }
 
-// CheckSignature checks the envelope stored beside a run's manifest: it must be signed by a
-// key of ring (not empty) that was valid at signedAt, the run's finished_at, and sign exactly
-// manifest, the stored bytes. It returns that key. An envelope that cannot be read wraps
-// ErrUnsigned and ErrMissing (and store.ErrNotFound when there is none); one by no key of the
-// ring, or over another statement, ErrBadSignature; one by a key outside its dates,
-// ErrKeyNotValid.
-func CheckSignature(ctx context.Context, st Getter, jobID string, manifest []byte, signedAt time.Time, ring Keyring) (TrustedKey, error) {
+// CheckSignature checks the envelope stored beside a run's manifest, stmt being the manifest
+// parsed: it must be signed by a key of ring (not empty) that was valid at the run's
+// finished_at and speaks for the run's tenant, and sign exactly manifest, the stored bytes. It
+// returns that key. An envelope that cannot be read wraps ErrUnsigned and ErrMissing (and
+// store.ErrNotFound when there is none); one by no key of the ring, by a key of other tenants,
+// or over another statement, ErrBadSignature; one by a key outside its dates, ErrKeyNotValid.
+func CheckSignature(ctx context.Context, st Getter, jobID string, manifest []byte, stmt Statement, ring Keyring) (TrustedKey, error) {
 	sigKey := runKey(jobID, signatureName)
 	envelope, err := fetch(ctx, st, sigKey)
 	if err != nil {
 		return TrustedKey{}, fmt.Errorf("%w: a public key was given but %s could not be read: %w", ErrUnsigned, sigKey, err)
 	}
 	var signed []byte
-	key, err := ring.Match(signedAt, func(pub ed25519.PublicKey) bool {
+	key, err := ring.Match(stmt.Predicate.Timings.FinishedAt, func(pub ed25519.PublicKey) bool {
 		s, verr := VerifyEnvelope(ctx, envelope, pub)
 		if verr == nil {
 			signed = s
@@ -217,6 +217,9 @@ func CheckSignature(ctx context.Context, st Getter, jobID string, manifest []byt
 	}
 	if !bytes.Equal(signed, manifest) {
 		return TrustedKey{}, fmt.Errorf("%s: %w: it signs a statement other than the stored manifest", sigKey, ErrBadSignature)
+	}
+	if !key.ForTenant(stmt.Tenant()) {
+		return TrustedKey{}, fmt.Errorf("%s: %w: signed by key %s, which signs for %s, not for tenant %s", sigKey, ErrBadSignature, key.Name, strings.Join(key.Tenants, ", "), stmt.Tenant())
 	}
 	return key, nil
 }

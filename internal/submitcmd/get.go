@@ -196,7 +196,7 @@ func (e *env) getSignature(ctx context.Context, st store.Store, id string, manif
 		printf(e.stderr, "get: no public key: the signature was NOT CHECKED (give --keyring FILE or --public-key FILE)\n")
 		return notChecked, nil
 	}
-	key, err := provenance.CheckSignature(ctx, st, id, manifest, stmt.Predicate.Timings.FinishedAt, ring)
+	key, err := provenance.CheckSignature(ctx, st, id, manifest, stmt, ring)
 	switch {
 	case err == nil:
 		return fmt.Sprintf(", a manifest signed by key %s (%s)", key.Name, provenance.KeyID(key.Key)), nil
