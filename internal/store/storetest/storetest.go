@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CanceledContext", testCanceledContext},
 		{"Large", testLarge},
 		{"ContentTypes", testContentTypes},
+		{"LongArtifactNames", testLongArtifactNames},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore(t)) })
@@ -589,5 +590,41 @@ func testDelete(t *testing.T, s store.Store) {
 	}
 	if err := s.Delete(ctx, "../escape"); !errors.Is(err, store.ErrInvalidKey) {
 		t.Errorf("Delete(../escape) = %v, want ErrInvalidKey", err)
+	}
+}
+
+// testLongArtifactNames: the longest names the worker stores an artifact under (a part of
+// NAME_MAX bytes, 512 bytes in all, in an attempt folder of a job id of 64 characters, under a
+// tenant's folder) are written create-only, read and listed as themselves: a job names its
+// artifacts, and one the store could not hold would fail the commit of its run.
+func testLongArtifactNames(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	run := "tenants/team-a/runs/" + strings.Repeat("j", 64) + "/attempts/12-0a1b2c3d/"
+	keys := []string{
+		run + "artifacts/" + strings.Repeat("a", 255),
+		run + "artifacts/" + strings.Repeat("b", 245) + "/" + strings.Repeat("c", 255),
+		run + "artifacts/" + strings.Repeat("é", 125) + ".csv",
+	}
+	for i, key := range keys {
+		data := []byte(fmt.Sprintf("artifact %d\n", i))
+		if err := s.PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+			t.Fatalf("PutIfAbsent of a %d-byte key: %v", len(key), err)
+		}
+		if got := get(t, s, key); !bytes.Equal(got, data) {
+			t.Errorf("Get of a %d-byte key = %q, want %q", len(key), got, data)
+		}
+	}
+	listed, err := s.List(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range listed {
+		got = append(got, o.Key)
+	}
+	want := slices.Clone(keys)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("List(%s) = %q, want %q", run, got, want)
 	}
 }
