@@ -66,9 +66,12 @@ func (e *env) get(ctx context.Context, id, out string, keys verifyKeys, allowUns
 	if !job.ValidID(id) {
 		return fmt.Errorf("get: %q is not a job id", id)
 	}
-	ring, _, err := e.ring(keys)
+	ring, keyFile, err := e.ring(keys)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
+	}
+	if keys.pubPath+keys.keyringPath != "" {
+		keyFile = "" // given: no hint that it is the embedded worker's
 	}
 	st, err := e.openStore(ctx)
 	if err != nil {
@@ -80,7 +83,7 @@ func (e *env) get(ctx context.Context, id, out string, keys verifyKeys, allowUns
 	if err != nil {
 		return err
 	}
-	signer, err := e.getSignature(ctx, st, id, manifest, stmt, ring, allowUnsigned)
+	signer, err := e.getSignature(ctx, st, id, manifest, stmt, signers{ring: ring, embedded: keyFile}, allowUnsigned)
 	if err != nil {
 		return err
 	}
@@ -186,12 +189,20 @@ func (e *env) committedRun(ctx context.Context, st store.Store, id string) ([]by
 	return manifest, stmt, nil
 }
 
-// getSignature holds the manifest get is about to follow to its signature by a key of ring,
-// as verify does: whoever may write the store can write a manifest, not sign one. It returns
-// what the closing line says of the signature. With no key at hand it checks nothing and says
-// so; a run with no signature passes only with allowUnsigned.
-func (e *env) getSignature(ctx context.Context, st store.Store, id string, manifest []byte, stmt provenance.Statement, ring provenance.Keyring, allowUnsigned bool) (string, error) {
+// signers are the keys get checks a signature with: ring, and embedded, the file of the
+// embedded worker's key when ring is that key by default ("" otherwise).
+type signers struct {
+	ring     provenance.Keyring
+	embedded string
+}
+
+// getSignature holds the manifest get is about to follow to its signature by a key of the
+// ring, as verify does: whoever may write the store can write a manifest, not sign one. It
+// returns what the closing line says of the signature. With no key at hand it checks nothing
+// and says so; a run with no signature passes only with allowUnsigned.
+func (e *env) getSignature(ctx context.Context, st store.Store, id string, manifest []byte, stmt provenance.Statement, keys signers, allowUnsigned bool) (string, error) {
 	const notChecked = ", the signature was NOT CHECKED, so nothing proves the manifest they match"
+	ring := keys.ring
 	if len(ring) == 0 {
 		printf(e.stderr, "get: no public key: the signature was NOT CHECKED (give --keyring FILE or --public-key FILE)\n")
 		return notChecked, nil
@@ -208,7 +219,11 @@ func (e *env) getSignature(ctx context.Context, st store.Store, id string, manif
 	case errors.Is(err, store.ErrNotFound):
 		return "", &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: %v; nothing downloaded (--allow-unsigned downloads a run that has no signature, its files checked against the manifest alone)", id, err)}
 	}
-	return "", &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: the manifest's signature: %v; nothing downloaded", id, err)}
+	hint := ""
+	if keys.embedded != "" {
+		hint = fmt.Sprintf(" (the public key is %s, the embedded worker's; give the signer's key with --public-key or --keyring)", keys.embedded)
+	}
+	return "", &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: the manifest's signature: %v; nothing downloaded%s", id, err, hint)}
 }
 
 // readObject reads a small object whole; larger than max is an error.

@@ -100,7 +100,7 @@ func TestGetHoldsTheRunToItsSignature(t *testing.T) {
 		{name: "forged manifest, unsigned allowed", args: []string{forged, "--allow-unsigned"}, code: exitVerifyFailed, stderr: "bad signature"},
 		{name: "signature removed", args: []string{unsigned}, code: exitVerifyFailed, stderr: "--allow-unsigned"},
 		{name: "signature removed, unsigned allowed", args: []string{unsigned, "--allow-unsigned"}, report: "# Totals\nnorth: 3\n", stderr: "NOT CHECKED"},
-		{name: "signed by another key", args: []string{other}, code: exitVerifyFailed, stderr: "by none of the 1 trusted keys"},
+		{name: "signed by another key", args: []string{other}, code: exitVerifyFailed, stderr: "the embedded worker's; give the signer's key with --public-key"},
 		{name: "the other key given", args: []string{other, "--public-key", filepath.Join(otherKey, provenance.PublicKeyFile)}, home: noKeyHome, report: "# Totals\nnorth: 3\n"},
 		{name: "another key given", args: []string{signed, "--public-key", filepath.Join(otherKey, provenance.PublicKeyFile)}, code: exitVerifyFailed, stderr: "bad signature"},
 		{name: "no key anywhere", args: []string{forged}, home: noKeyHome, report: "forged", stderr: "the signature was NOT CHECKED"},
