@@ -194,14 +194,9 @@ func TestClientBodyCutIsTheClients(t *testing.T) {
 			if err := closeWrite(); err != nil {
 				t.Fatal(err)
 			}
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			d := h.waitDecision(t, "the POST's", func(d Decision) bool { return d.Method == http.MethodPost })
-			if got := Reason(resp.Header.Get("X-Boxcar-Egress")); got != ReasonBadRequest || d.Allowed || d.Reason != ReasonBadRequest {
-				t.Fatalf("the client read %d %s, decision %+v; want bad_request for both", resp.StatusCode, got, d)
+			status, got, d := h.answered(t, br, "the POST", withMethod(http.MethodPost))
+			if got != ReasonBadRequest || d.Allowed || d.Reason != ReasonBadRequest {
+				t.Fatalf("the client read %d %s, decision %+v; want bad_request for both", status, got, d)
 			}
 		})
 	}

@@ -19,10 +19,8 @@ import (
 // is counted: the decision's bytes_out is at least what reached it.
 func TestChunkFramingCounted(t *testing.T) {
 	const chunks = 200
-	caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
 	got := make(chan struct{})
-	up := &countingListener{Listener: listenLoopback(t), cfg: &tls.Config{Certificates: []tls.Certificate{leaf}}}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h, up := countingUpstream(t, true, func(w http.ResponseWriter, r *http.Request) {
 		one := make([]byte, 1)
 		for {
 			if _, err := io.ReadFull(r.Body, one); err != nil {
@@ -31,14 +29,7 @@ func TestChunkFramingCounted(t *testing.T) {
 			got <- struct{}{}
 		}
 		_, _ = io.WriteString(w, "ok")
-	})}
-	go func() { _ = srv.Serve(up) }()
-	t.Cleanup(func() { srv.Close() })
-
-	h := setup(t, func(c *Config) { c.UpstreamCAPEM = caPEM })
-	h.dialer.mu.Lock()
-	h.dialer.routes[apiAddr+":443"] = up.Addr().String()
-	h.dialer.mu.Unlock()
+	})
 	tc, br := h.terminated(t, "api.example.com:443")
 	if _, err := io.WriteString(tc, "POST /up HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
 		t.Fatal(err)
@@ -53,15 +44,29 @@ func TestChunkFramingCounted(t *testing.T) {
 	if _, err := io.WriteString(tc, "0\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	d := h.waitDecision(t, "the upload", func(d Decision) bool { return d.Method == http.MethodPost })
+	_, _, d := h.answered(t, br, "the upload", withMethod(http.MethodPost))
 	if read := up.read.Load(); d.BytesOut < read {
 		t.Errorf("the decision counts %d bytes out; the upstream read %d of the request (%d of them its body)", d.BytesOut, read, chunks)
 	}
+}
+
+// countingUpstream is a harness whose bound host (api.example.com:443, on TLS when
+// terminated) and plain.example.com:80 are served by handler on a countingListener.
+func countingUpstream(t *testing.T, terminated bool, handler http.HandlerFunc) (*harness, *countingListener) {
+	t.Helper()
+	caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
+	up := &countingListener{Listener: listenLoopback(t)}
+	if terminated {
+		up.cfg = &tls.Config{Certificates: []tls.Certificate{leaf}}
+	}
+	srv := &http.Server{Handler: handler}
+	go func() { _ = srv.Serve(up) }()
+	t.Cleanup(func() { srv.Close() })
+	h := setup(t, func(c *Config) { c.UpstreamCAPEM = caPEM })
+	h.dialer.mu.Lock()
+	h.dialer.routes[apiAddr+":443"], h.dialer.routes[plainAddr+":80"] = up.Addr().String(), up.Addr().String()
+	h.dialer.mu.Unlock()
+	return h, up
 }
 
 func listenLoopback(t *testing.T) net.Listener {
@@ -123,21 +128,10 @@ func TestUpstreamReadsOnlyWhatIsCounted(t *testing.T) {
 	for _, path := range []string{"forwarded", "terminated"} {
 		for _, tt := range tests {
 			t.Run(path+" "+tt.name, func(t *testing.T) {
-				caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
-				up := &countingListener{Listener: listenLoopback(t)}
-				if path == "terminated" {
-					up.cfg = &tls.Config{Certificates: []tls.Certificate{leaf}}
-				}
-				srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h, up := countingUpstream(t, path == "terminated", func(w http.ResponseWriter, r *http.Request) {
 					_, _ = io.Copy(io.Discard, r.Body)
 					_, _ = io.WriteString(w, "ok")
-				})}
-				go func() { _ = srv.Serve(up) }()
-				t.Cleanup(func() { srv.Close() })
-				h := setup(t, func(c *Config) { c.UpstreamCAPEM = caPEM })
-				h.dialer.mu.Lock()
-				h.dialer.routes[apiAddr+":443"], h.dialer.routes[plainAddr+":80"] = up.Addr().String(), up.Addr().String()
-				h.dialer.mu.Unlock()
+				})
 				var w io.Writer
 				var br *bufio.Reader
 				target, host := "/up", "api.example.com"
@@ -155,12 +149,7 @@ func TestUpstreamReadsOnlyWhatIsCounted(t *testing.T) {
 				if _, err := io.WriteString(w, req); err != nil {
 					t.Fatal(err)
 				}
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp.Body.Close()
-				d := h.waitDecision(t, "the request", func(d Decision) bool { return d.Method != http.MethodConnect })
+				_, _, d := h.answered(t, br, "the request", notConnect)
 				if read := up.read.Load(); d.BytesOut < read {
 					t.Errorf("decision %+v counts %d bytes out; the upstream read %d", d, d.BytesOut, read)
 				}

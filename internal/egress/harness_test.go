@@ -456,6 +456,25 @@ func (h *harness) placeholder(t testing.TB) string {
 	return ""
 }
 
+// answered reads the proxy's answer to a request written on br's connection (its status and
+// the reason in X-Boxcar-Egress, as raw), then waits for the request's decision, the first
+// matching cond.
+func (h *harness) answered(t *testing.T, br *bufio.Reader, what string, cond func(Decision) bool) (int, Reason, Decision) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading the answer to %s: %v", what, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, Reason(resp.Header.Get("X-Boxcar-Egress")), h.waitDecision(t, what, cond)
+}
+
+// withMethod matches the decisions of requests with method m.
+func withMethod(m string) func(Decision) bool { return func(d Decision) bool { return d.Method == m } }
+
+// notConnect matches the decisions of requests, not of the CONNECT of their tunnel.
+func notConnect(d Decision) bool { return d.Method != http.MethodConnect }
+
 // waitDecision waits for a decision matching cond: a spliced tunnel is decided when it ends,
 // after the client has its response.
 func (h *harness) waitDecision(t *testing.T, what string, cond func(Decision) bool) Decision {
