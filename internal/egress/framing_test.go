@@ -16,7 +16,7 @@ import (
 // Transport as chunks of its own, one for each read of the body, and the sandbox decides how
 // much each read gets: a chunk at a time, a byte each, put 5 bytes of framing ("1\r\nX\r\n")
 // upstream for every byte the job's cap counted. Every byte the upstream reads of the request
-// is counted: the decision's bytes_out is at least what reached it.
+// is counted, and no more: the decision's bytes_out is what reached it.
 func TestChunkFramingCounted(t *testing.T) {
 	const chunks = 200
 	got := make(chan struct{})
@@ -45,14 +45,14 @@ func TestChunkFramingCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, d := h.answered(t, br, "the upload", withMethod(http.MethodPost))
-	if read := up.read.Load(); d.BytesOut < read {
+	if read := up.read.Load(); d.BytesOut != read {
 		t.Errorf("the decision counts %d bytes out; the upstream read %d of the request (%d of them its body)", d.BytesOut, read, chunks)
 	}
 }
 
 // countingUpstream is a harness whose bound host (api.example.com:443, on TLS when
 // terminated) and plain.example.com:80 are served by handler on a countingListener.
-func countingUpstream(t *testing.T, terminated bool, handler http.HandlerFunc) (*harness, *countingListener) {
+func countingUpstream(t *testing.T, terminated bool, handler http.HandlerFunc, tweaks ...func(*Config)) (*harness, *countingListener) {
 	t.Helper()
 	caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
 	up := &countingListener{Listener: listenLoopback(t)}
@@ -62,7 +62,12 @@ func countingUpstream(t *testing.T, terminated bool, handler http.HandlerFunc) (
 	srv := &http.Server{Handler: handler}
 	go func() { _ = srv.Serve(up) }()
 	t.Cleanup(func() { srv.Close() })
-	h := setup(t, func(c *Config) { c.UpstreamCAPEM = caPEM })
+	h := setup(t, func(c *Config) {
+		c.UpstreamCAPEM = caPEM
+		for _, tweak := range tweaks {
+			tweak(c)
+		}
+	})
 	h.dialer.mu.Lock()
 	h.dialer.routes[apiAddr+":443"], h.dialer.routes[plainAddr+":80"] = up.Addr().String(), up.Addr().String()
 	h.dialer.mu.Unlock()
@@ -155,5 +160,65 @@ func TestUpstreamReadsOnlyWhatIsCounted(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRetriedRequestCounted: a bound host that closes a kept-alive connection after it read a
+// request, before a byte of its answer, has net/http's Transport send a request it may replay
+// (no body: GET, or a POST with an Idempotency-Key) again on a new connection. The request,
+// real secret and all, reached the host twice and the decision counted it once: every byte
+// the upstream reads is counted, on every attempt, and the decision says it was sent twice.
+// A retry is taken from the byte cap as a new request's header is, whole or not at all.
+func TestRetriedRequestCounted(t *testing.T) {
+	const pad = 4000
+	tests := []struct {
+		name     string
+		req      string // the second request on the tunnel, the one the host drops once
+		maxBytes int64  // room for the first attempt, not for a second
+		status   int
+		detail   string // the second request's decision's
+	}{
+		{"GET", "GET /again HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer %s\r\n\r\n", 0, http.StatusOK, "sent 2 times"},
+		{"POST with an Idempotency-Key", "POST /again HTTP/1.1\r\nHost: api.example.com\r\nIdempotency-Key: k1\r\nAuthorization: Bearer %s\r\n\r\n", 0, http.StatusOK, "sent 2 times"},
+		{"GET at the byte cap", "GET /again HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer %s\r\nX-Pad: " + strings.Repeat("p", pad) + "\r\n\r\n",
+			capReserve + 1000 + pad*3/2, http.StatusTooManyRequests, "byte cap"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var dropped atomic.Bool
+			h, up := countingUpstream(t, true, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/again" && dropped.CompareAndSwap(false, true) {
+					c, _, err := http.NewResponseController(w).Hijack()
+					if err == nil {
+						c.Close() // read, unanswered, on the connection the Transport kept alive
+					}
+					return
+				}
+				_, _ = io.WriteString(w, "ok")
+			}, func(c *Config) { c.Limits.MaxBytes = tt.maxBytes })
+			tc, br := h.terminated(t, "api.example.com:443")
+			var d Decision
+			for i, req := range []string{"GET /first HTTP/1.1\r\nHost: api.example.com\r\n\r\n", fmt.Sprintf(tt.req, h.placeholder(t))} {
+				if _, err := io.WriteString(tc, req); err != nil {
+					t.Fatal(err)
+				}
+				var status int
+				// The second request carries the secret, the first none.
+				status, _, d = h.answered(t, br, "a request", func(d Decision) bool { return notConnect(d) && len(d.Secrets) == i })
+				if want := []int{http.StatusOK, tt.status}[i]; status != want {
+					t.Fatalf("request %d: status %d, want %d", i, status, want)
+				}
+			}
+			if !dropped.Load() || !strings.Contains(d.Detail, tt.detail) {
+				t.Errorf("the host dropped a connection: %v; the dropped request's decision %+v, want a detail with %q", dropped.Load(), d, tt.detail)
+			}
+			var counted int64
+			for _, d := range h.all() {
+				counted += d.BytesOut
+			}
+			if read := up.read.Load(); counted != read {
+				t.Errorf("the decisions count %d bytes out; the upstream read %d (%+v)", counted, read, h.all())
+			}
+		})
 	}
 }

@@ -6,12 +6,12 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -128,19 +128,19 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	keep := !req.Close
 	stripHop(req.Header)
 	body := &meteredBody{}
-	var connected atomic.Bool
 	err := continue100(client, req, in)
 	var o *http.Request
+	var s *sending
 	if err == nil {
-		o, err = outbound(ctx, t, req, out, body, &connected)
+		o, s, err = outbound(ctx, t, req, out, body)
 	}
 	var resp *http.Response
 	if err == nil {
 		resp, err = p.transport.RoundTrip(o)
 	}
 	if err != nil {
-		if !connected.Load() {
-			out.giveBack() // the header taken for it never left: no byte reached the host
+		if s != nil {
+			s.end()
 		}
 		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
 		p.refuseConn(t.client, *d, outcome(err, false))
@@ -152,6 +152,9 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	d.Status = resp.StatusCode
 	err = resp.Write(meteredWriter{client, in})
 	resp.Body.Close()
+	if sent := s.end(); sent > 1 && err == nil {
+		d.Detail = fmt.Sprintf("sent %d times: the host closed a kept-alive connection before it answered, and the request was one to replay", sent)
+	}
 	// An upstream may answer before it has taken the whole body (a refused upload); the
 	// Transport then goes on reading the body from the sandbox's connection, and reading the
 	// next request beside it would race on that stream and frame body bytes as a request.

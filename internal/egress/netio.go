@@ -39,10 +39,6 @@ func (m *meter) settle(taken, used int) {
 	m.job.Add(int64(used - taken))
 }
 
-// giveBack returns every byte the meter counted to the job: they were taken for what then
-// never moved.
-func (m *meter) giveBack() { m.job.Add(-m.n.Swap(0)) }
-
 // takeAll takes n bytes or none: what cannot be sent in part (a request header the Transport
 // writes whole) is sent only when it fits.
 func (m *meter) takeAll(n int) error {

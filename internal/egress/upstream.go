@@ -11,7 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"slices"
-	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -61,19 +61,133 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) 
 		raw.Close()
 		return nil, fmt.Errorf("%w: %s: %v", errUpstreamTLS, t.h, err)
 	}
-	return up, nil
+	return &upConn{Conn: up}, nil
+}
+
+// upConn is a connection to a bound host above its TLS, where the Transport writes requests:
+// each write is counted, and capped, by the request the Transport has given the connection to
+// (its GotConn), so what is counted is what went on the wire, on every connection a request
+// was tried on. The Transport sends a request it may replay (no body: GET, HEAD, OPTIONS, or
+// any method with an Idempotency-Key) again on a new connection when a host closes a kept-alive
+// one before a byte of its answer: counted once, where the header was counted as it was
+// built, such a request reached the host twice, real secret and all, and one of them in no
+// decision, the byte cap nor the host's summary.
+type upConn struct {
+	net.Conn
+	mu sync.Mutex
+	by *sending // the request the connection carries now
+}
+
+func (c *upConn) carry(s *sending) {
+	c.mu.Lock()
+	c.by = s
+	c.mu.Unlock()
+}
+
+func (c *upConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	s := c.by
+	c.mu.Unlock()
+	if s == nil {
+		return 0, errors.New("egress: a write upstream for no request")
+	}
+	return s.write(c.Conn, b)
+}
+
+// errRequestEnded refuses what the Transport would still write of a request once its decision
+// is settled: an upload the upstream answered before it had it whole, whose tunnel ends.
+var errRequestEnded = errors.New("egress: the request's decision is settled")
+
+// sending is one request's way to its bound host: what each attempt wrote, counted in out.
+// Each attempt's header is taken from the job's byte cap whole before it is written (header
+// bytes), or the attempt writes nothing and the request fails at the cap (errByteCap).
+type sending struct {
+	out    *meter
+	header int
+	cancel context.CancelCauseFunc // the request's context: no attempt after a refused one
+
+	mu       sync.Mutex
+	credit   int  // taken from the cap for headers, not yet written
+	attempts int  // connections the Transport gave the request
+	refused  bool // the last attempt's header did not fit under the cap
+	ended    bool
+}
+
+// reserve takes one attempt's header from the job's byte cap, whole.
+func (s *sending) reserve() error {
+	if got := s.out.take(s.header); got < s.header {
+		s.out.settle(got, 0)
+		return errByteCap
+	}
+	s.credit += s.header // taken from the cap, counted in the decision once written
+	return nil
+}
+
+// attempt is the Transport's GotConn: c carries the request now. The first attempt's header
+// was reserved before the dial (outbound); each next one's is reserved here.
+func (s *sending) attempt(c net.Conn) {
+	s.mu.Lock()
+	s.attempts++
+	if s.attempts > 1 && s.reserve() != nil {
+		s.refused = true
+		s.cancel(errByteCap)
+	}
+	s.mu.Unlock()
+	if uc, ok := c.(*upConn); ok {
+		uc.carry(s)
+	}
+}
+
+// write writes b to w as far as the header's reservation and the job's byte cap let it,
+// counting what was written. The lock is held through the write so that end counts every
+// write begun before it.
+func (s *sending) write(w io.Writer, b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.ended:
+		return 0, errRequestEnded
+	case s.refused:
+		return 0, errByteCap
+	}
+	fromCredit := min(s.credit, len(b))
+	s.credit -= fromCredit
+	k := fromCredit + s.out.take(len(b)-fromCredit)
+	var n int
+	var err error
+	if k > 0 {
+		n, err = w.Write(b[:k])
+	}
+	s.out.settle(k, n)
+	if err == nil && k < len(b) {
+		err = errByteCap
+	}
+	return n, err
+}
+
+// end closes the request to further writes, gives back the header bytes it reserved and did
+// not write, and returns how many times it was sent.
+func (s *sending) end() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.ended = true
+		s.out.job.Add(-int64(s.credit))
+		s.credit = 0
+		s.cancel(errRequestEnded)
+	}
+	return s.attempts
 }
 
 // outbound is the request sent upstream for one request read inside a tunnel: same method,
-// path, Host and (swapped) header fields, the body streamed from the sandbox through in. Its
-// header is taken from the job's byte cap whole before the Transport writes it, or the request
-// is not sent (errByteCap).
-//
-// connected is set once the Transport has a connection for the request, dialled or pooled:
-// until then nothing of it has left the proxy.
-func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, body *meteredBody, connected *atomic.Bool) (*http.Request, error) {
-	ctx = httptrace.WithClientTrace(context.WithValue(ctx, tunnelKey{}, t),
-		&httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
+// path, Host and (swapped) header fields, the body streamed from the sandbox. Its header is
+// taken from the job's byte cap whole before anything is dialled, or the request is not sent
+// (errByteCap); every byte the Transport writes of it, on every attempt, is counted in out
+// (upConn). The caller ends s once the request is through.
+func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, body *meteredBody) (*http.Request, *sending, error) {
+	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, tunnelKey{}, t))
+	s := &sending{out: out, cancel: cancel}
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { s.attempt(i.Conn) }})
 	o := req.Clone(ctx)
 	// Only the checked host and the path go upstream, never a target as the sandbox spelled
 	// it: whatever would make the upstream read another host (an opaque or absolute-form
@@ -85,7 +199,7 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, bod
 	o.Close = false
 	// The sandbox's trailers are not sent on, and neither is the Trailer field that announces
 	// them, which the Transport writes from the map's keys: their names are the sandbox's to
-	// choose, up to max_header_bytes a request, and headerSize did not count them.
+	// choose, up to max_header_bytes a request.
 	o.Trailer = nil
 	// An encoded body could not be scrubbed of values the server echoes (scrub.go).
 	o.Header.Set("Accept-Encoding", "identity")
@@ -94,16 +208,18 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, bod
 	}
 	hasBody := req.ContentLength != 0 || len(req.TransferEncoding) > 0
 	if hasBody {
-		body.ReadCloser, body.m, body.chunked = req.Body, out, req.ContentLength < 0
+		body.ReadCloser = req.Body
 		o.Body = body
 	} else {
 		body.done.Store(true)
 		o.Body = http.NoBody // an unknown body would make the Transport probe it
 	}
-	if err := out.takeAll(headerSize(o, hasBody)); err != nil {
-		return nil, fmt.Errorf("request header for %s: %w", t.h, err)
+	s.header = headerSize(o, hasBody)
+	if err := s.reserve(); err != nil {
+		s.end()
+		return nil, nil, fmt.Errorf("request header for %s: %w", t.h, err)
 	}
-	return o, nil
+	return o, s, nil
 }
 
 // headerSize is what the Transport writes of o's header: request line, Host (the URL's when
@@ -125,63 +241,24 @@ func headerSize(o *http.Request, hasBody bool) int {
 	return n
 }
 
-// meteredBody counts a request body as the Transport writes it upstream, reading no more than
-// is left under the job's byte cap, and says when it has read it whole: the body is read from
-// the sandbox's connection, which nothing else may read until then. A body of unknown length
-// goes upstream chunked, one chunk for each read (the Transport's chunked writer under
-// io.Copy), and the sandbox decides how much a read gets: each read's framing ("%x\r\n" and
-// "\r\n") and the last chunk ("0\r\n\r\n") are taken from the cap with its bytes, or a
-// body sent a byte a chunk put five bytes upstream for each one counted.
+// meteredBody is a request body as the Transport reads it from the sandbox: it says when it
+// was read whole, for the body is read from the sandbox's connection, which nothing else may
+// read until then, and marks the sandbox's failures (errClientBody). Its bytes, and the
+// framing of a chunked one, are counted as they are written upstream (upConn).
 type meteredBody struct {
 	io.ReadCloser
-	m       *meter
-	chunked bool
-	done    atomic.Bool // the body was read to its end
+	done atomic.Bool // the body was read to its end
 }
-
-// lastChunk is what the Transport writes after a chunked body: the zero-length chunk and the
-// empty trailer (the sandbox's trailers are not sent on).
-const lastChunk = len("0\r\n\r\n")
 
 func (b *meteredBody) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return b.ReadCloser.Read(p)
-	}
-	k := b.m.take(len(p) + b.framing(len(p)))
-	room := k
-	if b.chunked {
-		// The most data whose chunk fits in k: its size's digits are no more than k's.
-		room = max(k-b.framing(k), 0)
-	}
-	if room == 0 {
-		b.m.settle(k, 0)
-		return 0, errByteCap
-	}
-	n, err := b.ReadCloser.Read(p[:room])
-	if err != nil && !errors.Is(err, io.EOF) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case errors.Is(err, io.EOF):
+		b.done.Store(true)
+	case err != nil:
 		err = fmt.Errorf("%w: %w", errClientBody, err)
 	}
-	used := n
-	if n > 0 {
-		used += b.framing(n)
-	}
-	b.m.settle(k, used)
-	if errors.Is(err, io.EOF) {
-		if b.chunked && b.m.takeAll(lastChunk) != nil {
-			return n, errByteCap
-		}
-		b.done.Store(true)
-	}
 	return n, err
-}
-
-// framing is what the Transport writes around a chunk of n bytes: its size in hex, and two
-// CRLFs. Nothing for a body of known length.
-func (b *meteredBody) framing(n int) int {
-	if !b.chunked {
-		return 0
-	}
-	return len(strconv.FormatInt(int64(n), 16)) + len("\r\n\r\n")
 }
 
 type countingWriter int
