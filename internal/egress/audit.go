@@ -63,12 +63,12 @@ type Summary struct {
 	Denied   int64         `json:"denied"`
 	BytesOut int64         `json:"bytes_out"`
 	BytesIn  int64         `json:"bytes_in"`
-	Hosts    []HostSummary `json:"hosts"`                  // hosts sent bytes or allowed, sorted by name
+	Hosts    []HostSummary `json:"hosts"`                  // hosts sent a byte, sorted by name
 	Secrets  []string      `json:"secrets_used,omitempty"` // env names, sorted
 }
 
-// HostSummary is the traffic to one host: its allowed requests and those that sent it bytes
-// before they failed or were cut.
+// HostSummary is the traffic to one host: the requests that sent it a byte, allowed or failed
+// or cut after.
 type HostSummary struct {
 	Host     string `json:"host"`
 	Requests int64  `json:"requests"`
@@ -96,10 +96,12 @@ func (l *ledger) add(d Decision) {
 	if !d.Allowed {
 		l.sum.Denied++
 	}
-	// A host's traffic is every byte sent to it, however its request ended: a request that
+	// A host's traffic is every request that sent it a byte, however it ended: a request that
 	// failed or was cut after it went out (upstream_closed, byte_cap) reached the host too.
-	// Refusals before the dial send it nothing.
-	if !d.Allowed && d.BytesOut == 0 {
+	// Refusals before the dial send it nothing, and so does the CONNECT that opens a
+	// terminated tunnel (the requests inside are the host's): counted, a tunnel with one
+	// request showed its host two, and the proxy's own 200 as bytes from it.
+	if d.BytesOut == 0 {
 		return
 	}
 	h := l.hosts[d.Host]

@@ -223,6 +223,9 @@ func try(t *testing.T, h *harness, url, field string) {
 	}
 }
 
+// TestSummaryAndMetrics: the summary counts every decision, and a host's requests there are
+// the requests that sent it a byte (docs/egress.md): the CONNECT that opens a terminated tunnel
+// sends the host nothing, and a tunnel with one request in it showed its host 2 requests.
 func TestSummaryAndMetrics(t *testing.T) {
 	h := setup(t, nil)
 	ph := h.placeholder(t)
@@ -231,9 +234,13 @@ func TestSummaryAndMetrics(t *testing.T) {
 	h.raw(t, connectReq("lo.files.example.com:443"))
 	h.waitDecision(t, "three", func(Decision) bool { return len(h.all()) >= 4 })
 	s := h.proxy.Summary()
-	if s.Denied != 1 || s.Requests != 4 || len(s.Hosts) != 2 || s.Hosts[0].Host != "api.example.com" || s.Hosts[0].Requests != 2 ||
+	if s.Denied != 1 || s.Requests != 4 || len(s.Hosts) != 2 || s.Hosts[0].Host != "api.example.com" || s.Hosts[0].Requests != 1 ||
 		s.Hosts[1].Host != "plain.example.com" || s.Hosts[1].BytesIn == 0 || !slices.Equal(s.Secrets, []string{"EXAMPLE_TOKEN"}) {
 		t.Fatalf("summary %+v", s)
+	}
+	got := h.waitDecision(t, "the GET in the tunnel", func(d Decision) bool { return d.Host == "api.example.com" && d.Method == http.MethodGet })
+	if s.Hosts[0].BytesOut != got.BytesOut || s.Hosts[0].BytesIn != got.BytesIn {
+		t.Fatalf("api.example.com's summary %+v, want its one request's bytes, %d out and %d in", s.Hosts[0], got.BytesOut, got.BytesIn)
 	}
 	if n := testutil.ToFloat64(h.proxy.cfg.Metrics.Decisions.WithLabelValues("denied", string(ReasonDeniedAddress))); n != 1 {
 		t.Fatalf("denied decisions %v", n)
