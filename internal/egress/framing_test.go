@@ -222,3 +222,47 @@ func TestRetriedRequestCounted(t *testing.T) {
 		})
 	}
 }
+
+// TestUploadCutAfterAnswer: an upload inside a terminated tunnel that the byte cap cuts after
+// the bound host began its answer is byte_cap, as docs/egress.md says a transfer cut at the
+// cap is either way, and counts what reached the host; the answer flows until then. The
+// body's reads took what was left of the cap before each read and held it while the read
+// waited for the sandbox: the answer, written meanwhile, found no room, and the sandbox read
+// nothing of it (decision byte_cap at 1,132 bytes out of a 20,000-byte cap, 0 bytes in).
+// Bytes are taken from the cap as they are written, with the bytes in hand.
+func TestUploadCutAfterAnswer(t *testing.T) {
+	const first, size = 1000, 100_000
+	h, up := countingUpstream(t, true, func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		if _, err := io.ReadFull(r.Body, make([]byte, first)); err != nil {
+			return
+		}
+		// An answer begun before the body is in, longer than the scrubber holds back.
+		_, _ = io.WriteString(w, "ack\n"+strings.Repeat("-", 100))
+		_ = http.NewResponseController(w).Flush()
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, "done\n")
+	}, func(c *Config) { c.Limits.MaxBytes = 20_000 })
+	tc, br := h.terminated(t, "api.example.com:443")
+	head := fmt.Sprintf("POST /up HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: %d\r\n\r\n", size)
+	if _, err := io.WriteString(tc, head+strings.Repeat("a", first)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadFull(resp.Body, make([]byte, len("ack\n"))); err != nil {
+		t.Fatalf("the answer's first line: %v", err)
+	}
+	go func() { _, _ = io.WriteString(tc, strings.Repeat("b", size-first)) }() // past the cap
+	_, _ = io.Copy(io.Discard, resp.Body)
+	d := h.waitDecision(t, "the upload", withMethod(http.MethodPost))
+	if d.Allowed || d.Reason != ReasonByteCap {
+		t.Errorf("decision %+v, want byte_cap", d)
+	}
+	if read := up.read.Load(); d.BytesOut < read {
+		t.Errorf("the decision counts %d bytes out; the upstream read %d", d.BytesOut, read)
+	}
+}
