@@ -219,6 +219,10 @@ func TestRetriedRequestCounted(t *testing.T) {
 			if read := up.read.Load(); counted != read {
 				t.Errorf("the decisions count %d bytes out; the upstream read %d (%+v)", counted, read, h.all())
 			}
+			// What was taken from the cap for a header and not sent is given back.
+			if used, s := h.proxy.bytes.Load(), h.proxy.Summary(); used != s.BytesOut+s.BytesIn {
+				t.Errorf("the job's cap has %d bytes used; its decisions moved %d", used, s.BytesOut+s.BytesIn)
+			}
 		})
 	}
 }
