@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -268,5 +269,27 @@ func TestUploadCutAfterAnswer(t *testing.T) {
 	}
 	if read := up.read.Load(); d.BytesOut < read {
 		t.Errorf("the decision counts %d bytes out; the upstream read %d", d.BytesOut, read)
+	}
+}
+
+// TestRetryKeepsTheRoomOfAnUnsentAttempt: an attempt that wrote nothing (a pooled connection
+// the host had closed, found closed at the write) leaves its header's room to the next, which
+// takes from the byte cap only what it lacks: it took a whole header more, and near the cap
+// the request was refused byte_cap though no byte of it had moved.
+func TestRetryKeepsTheRoomOfAnUnsentAttempt(t *testing.T) {
+	const header = 100
+	var job atomic.Int64
+	s := &sending{out: &meter{job: &job, cap: header + header/2}, header: header, cancel: func(error) {}}
+	if err := s.reserve(); err != nil {
+		t.Fatal(err)
+	}
+	s.attempt(nil) // the first connection: nothing written on it
+	s.attempt(nil) // the retry
+	var up bytes.Buffer
+	if n, err := s.write(&up, make([]byte, header)); n != header || err != nil {
+		t.Fatalf("the retry's header: %d bytes written, %v", n, err)
+	}
+	if s.end(); job.Load() != header || s.out.n.Load() != header {
+		t.Errorf("the job has %d bytes used, the request %d; want %d, one header", job.Load(), s.out.n.Load(), header)
 	}
 }

@@ -113,13 +113,18 @@ type sending struct {
 	ended    bool
 }
 
-// reserve takes one attempt's header from the job's byte cap, whole.
+// reserve makes room for one attempt's header, whole: what an attempt that wrote nothing (a
+// pooled connection found closed) left of its room, and from the job's byte cap what it lacks.
 func (s *sending) reserve() error {
-	if got := s.out.take(s.header); got < s.header {
+	need := s.header - s.credit
+	if need <= 0 {
+		return nil
+	}
+	if got := s.out.take(need); got < need {
 		s.out.settle(got, 0)
 		return errByteCap
 	}
-	s.credit += s.header // taken from the cap, counted in the decision once written
+	s.credit += need // taken from the cap, counted in the decision once written
 	return nil
 }
 
