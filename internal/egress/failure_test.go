@@ -406,3 +406,36 @@ func TestHostSummaryCountsWhatReachedIt(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamSwitchingProtocols: an upstream that answers 101 Switching Protocols, which the
+// proxy does not carry (the request's Upgrade is never sent on), is bad_response on every path,
+// and the sandbox reads 502: in a terminated tunnel the 101 went to the sandbox as an allowed
+// answer, and the bytes the sandbox sent next were read as its next request.
+func TestUpstreamSwitchingProtocols(t *testing.T) {
+	for _, url := range []string{"http://plain.example.com/", "https://api.example.com/"} {
+		t.Run(url, func(t *testing.T) {
+			h, _ := countingUpstream(t, strings.HasPrefix(url, "https"), func(w http.ResponseWriter, _ *http.Request) {
+				c, brw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+				_ = brw.Flush()
+				_, _ = io.Copy(io.Discard, c) // the other protocol, until the proxy closes
+			}, func(c *Config) { c.Limits.IdleTimeout = 2 * time.Second }) // how long a carried 101 lasted
+
+			status, err := 0, error(nil)
+			if resp, gerr := h.client(t).Get(url); gerr == nil {
+				status = resp.StatusCode
+				resp.Body.Close()
+			} else {
+				err = gerr
+			}
+			d := h.waitDecision(t, "the GET's", withMethod(http.MethodGet))
+			if status != http.StatusBadGateway || d.Allowed || d.Reason != ReasonBadResponse {
+				t.Errorf("the client read %d (%v); decision %+v; want 502 and bad_response", status, err, d)
+			}
+		})
+	}
+}

@@ -197,12 +197,23 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			if resp.StatusCode == http.StatusSwitchingProtocols {
-				resp.Body.Close()
-				return nil, errors.New("egress: upstream switched protocols, which the proxy does not carry")
-			}
-			return resp, nil
+			return notSwitched(resp, nil)
 		}
 		resp.Body.Close()
 	}
+}
+
+// errSwitchedProtocols is an upstream's 101: the proxy carries HTTP/1.1 and no protocol after
+// it (the request's Upgrade is never sent on), so it is a bad_response on every path.
+var errSwitchedProtocols = errors.New("egress: upstream switched protocols, which the proxy does not carry")
+
+// notSwitched refuses, and closes, a response that switches protocols. In a terminated tunnel
+// the Transport hands a 101's connection over as its body: relayed, the upstream's next bytes
+// went to the sandbox as the answer of an allowed request until idle_timeout.
+func notSwitched(resp *http.Response, err error) (*http.Response, error) {
+	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body.Close()
+		return nil, errSwitchedProtocols
+	}
+	return resp, err
 }

@@ -136,7 +136,7 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	}
 	var resp *http.Response
 	if err == nil {
-		resp, err = p.transport.RoundTrip(o)
+		resp, err = notSwitched(p.transport.RoundTrip(o))
 	}
 	if err != nil {
 		if s != nil {
