@@ -37,6 +37,7 @@ const (
 	ReasonByteCap         Reason = "byte_cap"
 	ReasonMethod          Reason = "method"     // a method the proxy does not forward (e.g. TRACE)
 	ReasonClientTLS       Reason = "client_tls" // the sandbox's client did not finish TLS with the job CA
+	ReasonJobEnded        Reason = "job_ended"  // the job's proxy stopped before the upstream answered
 )
 
 // Decision is one allowed or denied request, for the transcript. It never holds a secret's

@@ -33,6 +33,7 @@ var statusOf = map[Reason]int{
 	ReasonTunnelCap:       http.StatusTooManyRequests,
 	ReasonRequestCap:      http.StatusTooManyRequests,
 	ReasonByteCap:         http.StatusTooManyRequests,
+	ReasonJobEnded:        http.StatusServiceUnavailable,
 }
 
 // serveConn handles one client connection: forwarded requests, or one CONNECT.
@@ -185,6 +186,9 @@ var outcomes = []struct {
 	match         func(error) bool
 	before, after verdict
 }{
+	// The job's proxy stopped and closed every connection under the exchange, whose own error
+	// (a closed connection, a canceled request) says nothing of the upstream (jobEnded).
+	{is(errJobEnded), verdict{ReasonJobEnded, "the job ended before the upstream answered"}, verdict{"", "closed when the job ended"}},
 	{is(errByteCap), capReached, verdict{ReasonByteCap, "cut at the job's byte cap"}},
 	{is(errClientBody), verdict{ReasonBadRequest, "the request's body did not arrive whole from the sandbox, so the upstream did not get it"},
 		verdict{"", "the request's body did not arrive whole from the sandbox"}},
@@ -213,7 +217,16 @@ var (
 	errSandbox                = errors.New("egress: the sandbox's connection")
 	errDial                   = errors.New("egress: dial")
 	errResponseHeaderTooLarge = errors.New("egress: upstream response header too large")
+	errJobEnded               = errors.New("egress: the job ended")
 )
+
+// jobEnded marks err, which ended an exchange, as the job's end when the proxy's ctx is done.
+func jobEnded(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errJobEnded, err)
+}
 
 func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
 

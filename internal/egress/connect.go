@@ -182,7 +182,11 @@ func (p *Proxy) splice(ctx context.Context, client net.Conn, addr netip.AddrPort
 	wg.Wait()
 	d.BytesOut, d.Duration = out.n.Load(), time.Since(d.Time)
 	d.BytesIn += in.n.Load() // after the 200
-	settleOutcome(&d, end.err, in.n.Load() > 0)
+	err := end.err
+	if err == nil && ctx.Err() != nil {
+		err = net.ErrClosed // closed under the tunnel, which firstErr takes for a consequence
+	}
+	settleOutcome(&d, jobEnded(ctx, err), in.n.Load() > 0)
 	p.decide(d)
 }
 

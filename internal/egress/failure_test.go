@@ -439,3 +439,58 @@ func TestUpstreamSwitchingProtocols(t *testing.T) {
 		})
 	}
 }
+
+// TestJobEndRecorded: a request or tunnel still open when the job's proxy stops is recorded as
+// cut by the job's end, on every path: a forwarded request or one in a terminated tunnel whose
+// upstream had not answered was bad_response (an upstream whose answer is not HTTP), and a
+// spliced tunnel was allowed with nothing said of its cut.
+func TestJobEndRecorded(t *testing.T) {
+	tests := []struct {
+		name   string
+		method string
+		tls    bool
+		fail   brokenUpstream
+		open   func(t *testing.T, h *harness)
+	}{
+		{"forwarded", http.MethodGet, false, answerNothing, func(t *testing.T, h *harness) {
+			sendRaw(getReq("http://plain.example.com/", "plain.example.com"))(t, h.dialProxy(t))
+		}},
+		{"terminated", http.MethodGet, true, answerNothing, func(t *testing.T, h *harness) {
+			tc, _ := h.terminated(t, "api.example.com:443")
+			sendRaw(getReq("/", "api.example.com"))(t, tc)
+		}},
+		{"spliced", http.MethodConnect, false, func(_ *testing.T, c net.Conn) {
+			readRecord(c)
+			_, _ = io.Copy(io.Discard, c)
+		}, func(t *testing.T, h *harness) {
+			sendRaw(string(clientHelloFor(t, "pkg.example.com")))(t, h.connectOK(t, "pkg.example.com:443"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
+			h := setup(t, func(c *Config) { c.UpstreamCAPEM = caPEM })
+			var cert *tls.Certificate
+			if tt.tls {
+				cert = &leaf
+			}
+			reached := make(chan struct{}, 1)
+			to := serveBroken(t, func(t *testing.T, c net.Conn) {
+				reached <- struct{}{}
+				tt.fail(t, c)
+			}, cert)
+			h.dialer.mu.Lock()
+			h.dialer.routes[plainAddr+":80"], h.dialer.routes[apiAddr+":443"], h.dialer.routes[pkgAddr+":443"] = to, to, to
+			h.dialer.mu.Unlock()
+			tt.open(t, h)
+			<-reached
+			if err := h.stop(); err != nil {
+				t.Fatal(err)
+			}
+			d := h.waitDecision(t, "the request's", withMethod(tt.method))
+			if d.Allowed || d.Reason != ReasonJobEnded {
+				t.Errorf("decision %+v, want job_ended", d)
+			}
+		})
+	}
+}

@@ -29,7 +29,7 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, hd *head, req *http.Req
 	d.Reason = ReasonAllowed
 	iup := &idleConn{Conn: up, idle: p.cfg.Limits.IdleTimeout}
 	lim := &io.LimitedReader{R: iup, N: maxResponseHeaderBytes}
-	return p.roundTrip(c, iup, lim, req, &d)
+	return p.roundTrip(ctx, c, iup, lim, req, &d)
 }
 
 // maxResponseHeaderBytes bounds an upstream's response header, on forwarded requests and in
@@ -114,7 +114,7 @@ func stripHop(h http.Header) {
 
 // roundTrip sends req on the upstream connection, streams the response back to the client and
 // settles the decision. It reports whether both sides may carry another request.
-func (p *Proxy) roundTrip(c net.Conn, up io.Writer, lim *io.LimitedReader, req *http.Request, d *Decision) bool {
+func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io.LimitedReader, req *http.Request, d *Decision) bool {
 	client := sandboxConn{c}
 	out := p.meter()
 	in := p.meter()
@@ -143,7 +143,7 @@ func (p *Proxy) roundTrip(c net.Conn, up io.Writer, lim *io.LimitedReader, req *
 	if err != nil {
 		// No response: the failure is the decision (outcomes), not an allowed request.
 		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
-		p.refuseConn(client, *d, outcome(err, false))
+		p.refuseConn(client, *d, outcome(jobEnded(ctx, err), false))
 		return false
 	}
 	keep = keep && !resp.Close
@@ -152,7 +152,7 @@ func (p *Proxy) roundTrip(c net.Conn, up io.Writer, lim *io.LimitedReader, req *
 	d.Status = resp.StatusCode
 	err = resp.Write(meteredWriter{client, in})
 	resp.Body.Close()
-	return p.settle(d, out, in, err) && keep
+	return p.settle(d, out, in, jobEnded(ctx, err)) && keep
 }
 
 // clientBody keeps a failure to read the request's body from the sandbox (errClientBody), so

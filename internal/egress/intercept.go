@@ -143,7 +143,7 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 			s.end()
 		}
 		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
-		p.refuseConn(t.client, *d, outcome(err, false))
+		p.refuseConn(t.client, *d, outcome(jobEnded(ctx, err), false))
 		return false
 	}
 	stripHop(resp.Header)
@@ -159,7 +159,7 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	// Transport then goes on reading the body from the sandbox's connection, and reading the
 	// next request beside it would race on that stream and frame body bytes as a request.
 	// Such a tunnel ends here, as a server closes a connection whose body it did not read.
-	return p.settle(d, out, in, err) && keep && body.done.Load()
+	return p.settle(d, out, in, jobEnded(ctx, err)) && keep && body.done.Load()
 }
 
 // swapSecrets replaces each bound secret's placeholder with its value in every header field,
