@@ -291,7 +291,7 @@ func TestJSONEverywhere(t *testing.T) {
 		{"unknown flag", []string{"status", "--nope", "--output=json"}, codeUsage, 1},
 		{"argument count", []string{"status", "-o", "json"}, codeUsage, 1},
 		{"unknown job", []string{"status", "20261202t101500-abcdef012345", "-o", "json"}, codeUnknownJob, 1},
-		{"no run", []string{"get", "20261202t101500-abcdef012345", "--out", dir, "-o", "json"}, codeError, 1},
+		{"no run", []string{"get", "20261202t101500-abcdef012345", "--out", dir, "-o", "json"}, codeNotCommitted, 1},
 		{"gave up", []string{"watch", te.submitJob(t), "--timeout", "10ms", "-o", "json"}, codeTimeout, exitGaveUp},
 	}
 	for _, tt := range tests {

@@ -170,11 +170,7 @@ func (e *env) committedRun(ctx context.Context, st store.Store, id string) ([]by
 		if err := e.runBeforeTenants(ctx, st, id); err != nil {
 			return nil, provenance.Statement{}, fmt.Errorf("get: %w; nothing downloaded", err)
 		}
-		objects, lerr := st.List(ctx, store.RunPrefix(id))
-		if lerr == nil && len(objects) > 0 {
-			return nil, provenance.Statement{}, fmt.Errorf("get: job %s has no manifest in %s: the run is not committed (still uploading, or it ended before it could commit); nothing downloaded", id, st.URL(""))
-		}
-		return nil, provenance.Statement{}, fmt.Errorf("get: no results for job %s in %s (is it finished? see `submit status %s`)", id, st.URL(""), id)
+		return nil, provenance.Statement{}, e.notCommitted(ctx, st, "get", id, "nothing downloaded")
 	}
 	if err != nil {
 		return nil, provenance.Statement{}, fmt.Errorf("get: %w", err)

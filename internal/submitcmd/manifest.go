@@ -19,6 +19,22 @@ import (
 // maxManifestBytes bounds a manifest read from the store.
 const maxManifestBytes = 16 << 20
 
+// errNotCommitted is a job with no manifest in the tenant's store: queued, running, ended
+// before it could commit, or no job of the tenant. Nothing was checked, so nothing failed:
+// verify said a queued job failed verification (exit 8), as for a tampered run.
+var errNotCommitted = errors.New("has no committed run yet")
+
+// notCommitted is errNotCommitted for job id, saying what the store holds of it and how to
+// follow it; cmd is the command, what it did instead ends the message (nothing downloaded).
+func (e *env) notCommitted(ctx context.Context, st store.Store, cmd, id, instead string) error {
+	held := "no object of it (queued or running, or no job of tenant " + e.tenant() + ")"
+	if objects, err := st.List(ctx, store.RunPrefix(id)); err == nil && len(objects) > 0 {
+		held = "an attempt's objects and no manifest (still uploading, or it ended before it could commit)"
+	}
+	return fmt.Errorf("%s: no results for job %s: it %w in %s, which holds %s; `submit status %s` says which, `submit watch %s` follows it until it ends; %s",
+		cmd, id, errNotCommitted, st.URL(""), held, id, id, instead)
+}
+
 func (e *env) manifestCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "manifest JOB_ID",
@@ -45,7 +61,7 @@ func (e *env) manifest(ctx context.Context, id string) error {
 		if err := e.runBeforeTenants(ctx, st, id); err != nil {
 			return fmt.Errorf("manifest: %w", err)
 		}
-		return fmt.Errorf("manifest: job %s has no committed run in %s (see `submit status %s`)", id, st.URL(""), id)
+		return e.notCommitted(ctx, st, "manifest", id, "nothing to show")
 	}
 	if err != nil {
 		return err

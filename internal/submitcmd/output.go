@@ -38,6 +38,7 @@ const (
 	codeRunBeforeTenants = "run_before_tenants"
 	codeNoProfiles       = "no_profiles"
 	codeInputTooLarge    = "input_too_large"
+	codeNotCommitted     = "not_committed"
 )
 
 // kindCodes are the codes an ExitError names itself (its Kind), neither by what it wraps nor by
@@ -61,6 +62,7 @@ var errorCodes = []struct {
 	{func(err error) bool { return errors.Is(err, queue.ErrApprovalChanged) }, codeApprovalChanged},
 	{func(err error) bool { return errors.Is(err, queue.ErrMisfiledApproval) }, codeMisfiled},
 	{func(err error) bool { return errors.Is(err, errRunBeforeTenants) }, codeRunBeforeTenants},
+	{func(err error) bool { return errors.Is(err, errNotCommitted) }, codeNotCommitted},
 }
 
 // exitKinds names the documented exit codes that carry their own meaning.

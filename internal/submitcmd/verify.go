@@ -39,7 +39,8 @@ func (e *env) verifyCmd() *cobra.Command {
 		Short: "check the run against its manifest and the manifest's signature",
 		Long: `Checks that the manifest is Boxcar provenance for this job, that the envelope's signature covers
 the stored manifest, and re-hashes every subject and input. Exit 0: verified; 8: a check failed;
-1: the store could not be read, so nothing was decided. It fails closed: a run with no
+1: the store could not be read, or the job has no committed run yet (queued, running), so
+nothing was decided. It fails closed: a run with no
 signature, or with no key to check it, fails unless --allow-unsigned. Keys: --keyring FILE
 (names, public keys and the dates each was in use, so runs signed before a rotation verify),
 else --public-key FILE, else $BOXCAR_HOME/keys/signing.pub, the embedded worker's.`,
@@ -103,6 +104,9 @@ func (e *env) verify(ctx context.Context, id string, keys verifyKeys, allowUnsig
 
 	if err := e.runBeforeTenants(ctx, st, id); err != nil {
 		return fmt.Errorf("verify: %w", err)
+	}
+	if _, err := st.Stat(ctx, provenance.ManifestKey(id)); errors.Is(err, store.ErrNotFound) {
+		return e.notCommitted(ctx, st, "verify", id, "nothing to verify")
 	}
 	report, _ := provenance.VerifyKeyring(ctx, st, e.tenant(), id, ring)
 	if err := ctx.Err(); err != nil {
