@@ -60,6 +60,9 @@ func TestBadConfigsAreRefusedAtLoad(t *testing.T) {
 		{"model-url-not-http-key-in-query", `:1:19 model.base_url: holds a query`},
 		{"store-endpoint-password", `:1:42 store.endpoint: holds credentials (a user:password@ or a token@); put the S3 keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY`},
 		{"store-endpoint-query", `:1:42 store.endpoint: holds a query`},
+		{"nats-url-query", `:1:13 nats.url: holds a query (such as ?api_key=), which may be a secret; the NATS client reads none: give the servers as nats://host:port`},
+		{"store-url-query", `:1:14 store.url: holds a query (such as ?api_key=), which may be a secret; the store reads none: give s3://bucket[/prefix] or file:///path, the region in store.region and path-style addressing in store.path_style`},
+		{"store-url-fragment", `:1:14 store.url: holds a fragment (#…), which may be a secret; the store reads none`},
 		{"nats-url-password", `:1:13 nats.url: holds credentials (a user:password@ or a token@); give them with --nats-creds (NATS_CREDS)`},
 		{"alias-bomb", `profiles.p.tools[0].parameters.l8: yaml: document contains excessive aliasing`},
 	}

@@ -41,9 +41,6 @@ func checkHTTPURL(raw string) error {
 // holds the two lists equal).
 type URLKey struct {
 	Key string
-	// Query: the value has no use for a query (the model client drops the base URL's, an S3
-	// endpoint takes none), so one is refused as a likely secret (?api_key=, a signature).
-	Query bool
 	// EnvUser: the variable that stands for the key may carry user information (NATS_URL: the
 	// NATS client logs in with it, and Boxcar shows it redacted). Every other client either
 	// ignores it (the model client sends OPENAI_API_KEY, the S3 client the AWS_* keys) or
@@ -51,22 +48,29 @@ type URLKey struct {
 	EnvUser bool
 	// Secrets says where the secret belongs instead.
 	Secrets string
-	value   func(Config) string
-	check   func(string) error // the URL's form, once it holds no secret
+	// Alone says what to give instead of a query or fragment, which no key's client reads
+	// (the NATS client and the store read none, the model client drops a base URL's, an S3
+	// endpoint takes none): one is refused as a likely secret (?api_key=, a signature) from
+	// every source, as store.Open refuses it; empty: Secrets says it.
+	Alone string
+	value func(Config) string
+	check func(string) error // the URL's form, once it holds no secret
 }
 
 const (
 	s3Secrets    = "put the S3 keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment (or leave them unset for the machine's or pod's identity)"
 	modelSecrets = "put the API key in OPENAI_API_KEY in the worker's environment (the worker sends it as a bearer token) and give the URL as scheme://host/path alone"
+	natsAlone    = "the NATS client reads none: give the servers as nats://host:port (or tls://), comma-separated"
+	storeAlone   = "the store reads none: give s3://bucket[/prefix] or file:///path, the region in store.region and path-style addressing in store.path_style"
 	natsSecrets  = "give them with --nats-creds (NATS_CREDS), or --nats-user with --nats-password-file (NATS_USER, NATS_PASSWORD_FILE), or --nats-token-file (NATS_TOKEN_FILE)"
 )
 
 // URLKeys are the config's URL keys, each with where its secret belongs.
 var URLKeys = []URLKey{
-	{Key: "nats.url", EnvUser: true, Secrets: natsSecrets, value: func(c Config) string { return c.NATS.URL }, check: checkNATSURL},
-	{Key: "store.url", Secrets: s3Secrets, value: func(c Config) string { return c.Store.URL }, check: checkStoreURL},
-	{Key: "store.endpoint", Query: true, Secrets: s3Secrets, value: func(c Config) string { return c.Store.Endpoint }, check: checkHTTPURL},
-	{Key: "model.base_url", Query: true, Secrets: modelSecrets, value: func(c Config) string { return c.Model.BaseURL }, check: checkHTTPURL},
+	{Key: "nats.url", EnvUser: true, Secrets: natsSecrets, Alone: natsAlone, value: func(c Config) string { return c.NATS.URL }, check: checkNATSURL},
+	{Key: "store.url", Secrets: s3Secrets, Alone: storeAlone, value: func(c Config) string { return c.Store.URL }, check: checkStoreURL},
+	{Key: "store.endpoint", Secrets: s3Secrets, value: func(c Config) string { return c.Store.Endpoint }, check: checkHTTPURL},
+	{Key: "model.base_url", Secrets: modelSecrets, value: func(c Config) string { return c.Model.BaseURL }, check: checkHTTPURL},
 }
 
 // URLFrom is where a URL key's value was given, which decides the secrets it may carry.
@@ -81,8 +85,8 @@ const (
 	// FromEnv is an environment variable (NATS_URL, BOXCAR_STORE, BOXCAR_S3_ENDPOINT,
 	// OPENAI_BASE_URL), which may come from a Secret (valueFrom.secretKeyRef): it may carry
 	// user information where the key's client logs in with it (URLKey.EnvUser: NATS_URL),
-	// shown redacted everywhere. A query where the key has no use for one is refused from here
-	// too: nothing reads it, so it would be a secret in the logs for nothing.
+	// shown redacted everywhere. A query or fragment is refused from here too: no key's client
+	// reads one, so it would be a secret in the logs for nothing.
 	FromEnv
 )
 
@@ -101,11 +105,14 @@ func CheckURL(key string, from URLFrom, v string) error {
 // checkFrom is CheckURL for this key.
 func (k URLKey) checkFrom(from URLFrom, v string) error {
 	if what := k.secret(v, from == FromEnv && k.EnvUser); what != "" {
-		where := ""
+		where, instead := "", k.Secrets
 		if from == FromFlag {
 			where = ", which every user of the machine sees in the process list"
 		}
-		return fmt.Errorf("holds %s%s; %s. The value is not shown here", what, where, k.Secrets)
+		if what != heldUser && k.Alone != "" {
+			instead = k.Alone
+		}
+		return fmt.Errorf("holds %s%s; %s. The value is not shown here", what, where, instead)
 	}
 	return k.check(v)
 }
@@ -114,6 +121,7 @@ func (k URLKey) checkFrom(from URLFrom, v string) error {
 const (
 	heldUser  = "credentials (a user:password@ or a token@)"
 	heldQuery = "a query (such as ?api_key=), which may be a secret"
+	heldFrag  = "a fragment (#…), which may be a secret"
 )
 
 // secret says what secret-looking part raw holds ("" when none): each URL of a
@@ -131,8 +139,10 @@ func (k URLKey) secret(raw string, userOK bool) string {
 		case err != nil:
 		case u.User != nil && !userOK:
 			return heldUser
-		case k.Query && (u.RawQuery != "" || u.ForceQuery):
+		case u.RawQuery != "" || u.ForceQuery:
 			return heldQuery
+		case u.Fragment != "":
+			return heldFrag
 		}
 	}
 	return ""

@@ -4,16 +4,16 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 )
 
-// TestURLKeysMatchTheChart: the worker's load refuses a secret in the same URL keys, and a
-// query in the same ones, as the Helm chart's boxcar.checkURLSecrets does in config.*: a worker
-// run from a local --config is held to what the chart holds a release to.
+// TestURLKeysMatchTheChart: the worker's load refuses a secret, and a query, in the same URL
+// keys as the Helm chart's boxcar.checkURLSecrets does in config.*: a worker run from a local
+// --config is held to what the chart holds a release to. The chart refused a query in
+// config.store.url and config.nats.url no more than the loader did.
 func TestURLKeysMatchTheChart(t *testing.T) {
 	t.Parallel()
 	tpl, err := os.ReadFile("../../deploy/helm/boxcar/templates/_helpers.tpl")
@@ -27,7 +27,7 @@ func TestURLKeysMatchTheChart(t *testing.T) {
 		chart = append(chart, m[1]+" query:"+m[2])
 	}
 	for _, k := range config.URLKeys {
-		loader = append(loader, k.Key+" query:"+strconv.FormatBool(k.Query))
+		loader = append(loader, k.Key+" query:true") // every key refuses one (URLKey.Alone)
 	}
 	slices.Sort(chart)
 	slices.Sort(loader)
@@ -66,6 +66,14 @@ func TestCheckURLBySource(t *testing.T) {
 		{"model.base_url", config.FromFlag, "https://ann:" + secret + "@127.0.0.1:1/v1", "holds credentials"},
 		{"model.base_url", config.FromEnv, "ftp://127.0.0.1:1/v1", "is not an http(s) URL"},
 		{"model.base_url", config.FromFile, "https://127.0.0.1:1/v1", ""},
+		{"nats.url", config.FromFlag, "nats://127.0.0.1:4222?token=" + secret, "holds a query (such as ?api_key=), which may be a secret, which every user"},
+		{"nats.url", config.FromEnv, "nats://127.0.0.1:4222, nats://127.0.0.1:4223/?" + secret, "holds a query"},
+		{"nats.url", config.FromEnv, "nats://ann:pw@127.0.0.1:4222#" + secret, "holds a fragment"},
+		{"store.url", config.FromFlag, "s3://bucket/p?X-Amz-Signature=" + secret, "holds a query"},
+		{"store.url", config.FromEnv, "s3://bucket/p?region=eu-west-1", "the region in store.region"},
+		{"store.url", config.FromFile, "file:///srv/store#" + secret, "holds a fragment"},
+		{"model.base_url", config.FromEnv, "https://127.0.0.1:1/v1#" + secret, "holds a fragment"},
+		{"store.url", config.FromFile, "s3://bucket/p", ""},
 	}
 	for _, tt := range tests {
 		err := config.CheckURL(tt.key, tt.from, tt.v)

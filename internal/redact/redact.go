@@ -6,8 +6,8 @@
 // the words of an error that a status anyone may read shows (ErrorWords): never an address,
 // which the log has. It does not own other secrets (API keys, tokens in files): those never
 // reach a URL. A URL's query and fragment are shown masked too: a key where a URL has no use
-// for one is refused where it is read (config.CheckURL), but one may still come (a NATS or
-// store URL's query, which nothing reads).
+// for one is refused where it is read (config.CheckURL), but one may still come (a URL read
+// elsewhere).
 package redact
 
 import (

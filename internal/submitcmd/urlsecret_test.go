@@ -68,8 +68,7 @@ func TestURLCredentialsNotPrinted(t *testing.T) {
 // machine, so a secret in --nats, --store or --s3-endpoint is refused as the workers' config
 // refuses one, naming the flag and where the secret belongs; a variable may carry a URL's user
 // information where its client logs in with it (NATS_URL; it may come from a Secret), never a
-// query the key has no use for. No output holds the secret, a NATS URL's query (which
-// nothing reads) included.
+// query, which no key's client reads. No output holds the secret.
 func TestURLSecretsRefusedBySource(t *testing.T) {
 	t.Parallel()
 	const secret, id = "Hunter2-s3cret", "20261202t101500-abcdef012345"
@@ -93,7 +92,10 @@ func TestURLSecretsRefusedBySource(t *testing.T) {
 			want: []string{"BOXCAR_S3_ENDPOINT: holds a query", "AWS_SECRET_ACCESS_KEY"}},
 		{name: "keys in BOXCAR_S3_ENDPOINT", args: []string{"--store", "s3://bucket"}, env: map[string]string{"BOXCAR_S3_ENDPOINT": "http://AKIDEXAMPLE:" + secret + "@127.0.0.1:1"}, command: get,
 			want: []string{"BOXCAR_S3_ENDPOINT: holds credentials", "AWS_SECRET_ACCESS_KEY"}},
-		{name: "token in NATS_URL's query", env: map[string]string{"NATS_URL": "nats://127.0.0.1:1/?auth_token=" + secret}, command: []string{"list"}},
+		{name: "token in NATS_URL's query", env: map[string]string{"NATS_URL": "nats://127.0.0.1:1/?auth_token=" + secret}, command: []string{"list"},
+			want: []string{"NATS_URL: holds a query", "nats://host:port"}},
+		{name: "region in --store's query", args: []string{"--store", "s3://bucket?region=eu-west-1"}, command: get,
+			want: []string{"--store: holds a query", "store.region"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

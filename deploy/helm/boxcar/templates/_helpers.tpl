@@ -190,9 +190,9 @@ The refusal names the value and where the secret belongs, never the value. */}}
 {{- range list
   (list "openai.baseURL" .Values.openai.baseURL "the worker Deployment's pod spec" $model true)
   (list "config.model.base_url" (dig "model" "base_url" "" .Values.config) "the worker ConfigMap" $model true)
-  (list "config.store.url" (dig "store" "url" "" .Values.config) "the worker ConfigMap" $s3 false)
+  (list "config.store.url" (dig "store" "url" "" .Values.config) "the worker ConfigMap" $s3 true)
   (list "config.store.endpoint" (dig "store" "endpoint" "" .Values.config) "the worker ConfigMap" $s3 true)
-  (list "config.nats.url" (include "boxcar.natsURL" .) "the worker ConfigMap" $nats false)
+  (list "config.nats.url" (include "boxcar.natsURL" .) "the worker ConfigMap" $nats true)
   (list "metrics.prometheusRule.runbookBaseURL" .Values.metrics.prometheusRule.runbookBaseURL "every alert's annotations" "give the runbooks' address alone" false) }}
 {{- $found := include "boxcar.urlCredentials" (index . 1) -}}
 {{- if or (contains "user" $found) (and (index . 4) (contains "query" $found)) }}
