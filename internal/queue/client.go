@@ -228,6 +228,16 @@ func (c *Client) Lag(ctx context.Context) (TenantLag, error) {
 	return l, nil
 }
 
+// SharedWaiting is how many of the client's tenant's jobs wait in the shared job stream, named
+// stream, while an upgrade drains it (drain.go), not delivered yet: no worker has written their
+// status, so ListStatuses cannot list them. A tenant's identity may not list that stream (its
+// info names every tenant's jobs) and reads a job there only by its subject (inShared), so
+// the count, from the tenant's consumer there, is all it can know of them.
+func (c *Client) SharedWaiting(ctx context.Context) (stream string, n uint64, err error) {
+	l, err := c.sharedLag(ctx)
+	return c.cfg.Stream, l.Pending, err
+}
+
 // sharedLag is what the tenant's consumer on the shared job stream holds while an upgrade
 // drains it (drain.go): none once drained and removed, or for credentials generated before
 // the grant to read it.

@@ -2,12 +2,14 @@ package queue_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestDrainingJobsShowToTheirTenant: a job an older Boxcar queued in the shared stream, which
@@ -33,9 +35,14 @@ func TestDrainingJobsShowToTheirTenant(t *testing.T) {
 	if err != nil || st.State != job.StateQueued {
 		t.Errorf("status of a job waiting in the shared stream: %+v, %v; want queued", st, err)
 	}
-	lag, err := a.Lag(t.Context())
-	if err != nil || lag.Pending != 2 || lag.InFlight != 1 || lag.Shared != 2 {
-		t.Errorf("the tenant's queue: %+v, %v; want 2 waiting and 1 running, 2 of them in the shared stream", lag, err)
+	// The server counts a consumer's pending messages after it stores them, not with the
+	// publish's ack: read at once, the job just submitted was not counted under load.
+	harness.Wait(t, "the tenant's queue to count 2 waiting and 1 running, 2 of them in the shared stream", func() (bool, error) {
+		lag, err := a.Lag(t.Context())
+		return err == nil && lag.Pending == 2 && lag.InFlight == 1 && lag.Shared == 2, fmt.Errorf("%+v, %v", lag, err)
+	}, harness.Within(10*time.Second))
+	if stream, n, err := a.SharedWaiting(t.Context()); err != nil || stream != cfg.Stream || n != 1 {
+		t.Errorf("the tenant's jobs waiting unlisted in the shared stream: %s %d, %v; want 1 in %s (the other runs)", stream, n, err, cfg.Stream)
 	}
 	if st, err := a.Cancel(t.Context(), waiting, "test"); err != nil || !st.CancelRequested {
 		t.Errorf("cancel of a job waiting in the shared stream: %+v, %v; want it requested", st, err)
@@ -43,6 +50,9 @@ func TestDrainingJobsShowToTheirTenant(t *testing.T) {
 	b := f.client(t, "team-b")
 	if st, err := b.Status(t.Context(), waiting); !errors.Is(err, queue.ErrUnknownJob) {
 		t.Errorf("another tenant's status of the job: %+v, %v; want it unknown", st, err)
+	}
+	if _, n, err := b.SharedWaiting(t.Context()); err != nil || n != 0 {
+		t.Errorf("another tenant's jobs waiting in the shared stream: %d, %v; want none", n, err)
 	}
 	if lag, err := b.Lag(t.Context()); err != nil || lag.Pending != 0 || lag.InFlight != 0 {
 		t.Errorf("another tenant's queue: %+v, %v; want none", lag, err)

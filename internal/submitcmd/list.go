@@ -104,26 +104,20 @@ func (e *env) list(ctx context.Context, f listFlags) error {
 	if err != nil {
 		return err
 	}
+	var unlisted draining
+	if len(f.states) == 0 || slices.Contains(f.states, string(job.StateQueued)) {
+		if unlisted.stream, unlisted.jobs, err = q.SharedWaiting(ctx); err != nil {
+			return err
+		}
+	}
 	page, next, err := pageOf(all, f.before, f.limit)
 	if err != nil {
 		return err
 	}
 	if e.json() {
-		jobs := make([]map[string]any, 0, len(page))
-		for _, st := range page {
-			j := statusJSON(st)
-			j["profile"] = st.Profile
-			if len(st.Labels) > 0 {
-				j["labels"] = st.Labels
-			}
-			jobs = append(jobs, j)
-		}
-		out := map[string]any{"jobs": jobs}
-		if next != "" {
-			out["next"] = next
-		}
-		return e.printJSON(out)
+		return e.printListJSON(page, next, unlisted)
 	}
+	defer e.sayUnlisted(unlisted)
 	if len(page) == 0 {
 		fmt.Fprintln(e.stderr, "no jobs match")
 		return nil
@@ -142,6 +136,28 @@ func (e *env) list(ctx context.Context, f listFlags) error {
 	return nil
 }
 
+// printListJSON prints a page as one JSON object: the jobs, the id to continue from, and how
+// many wait unlisted in the shared job stream.
+func (e *env) printListJSON(page []job.Status, next string, unlisted draining) error {
+	jobs := make([]map[string]any, 0, len(page))
+	for _, st := range page {
+		j := statusJSON(st)
+		j["profile"] = st.Profile
+		if len(st.Labels) > 0 {
+			j["labels"] = st.Labels
+		}
+		jobs = append(jobs, j)
+	}
+	out := map[string]any{"jobs": jobs}
+	if next != "" {
+		out["next"] = next
+	}
+	if unlisted.jobs > 0 {
+		out["unlisted_shared"] = unlisted.jobs
+	}
+	return e.printJSON(out)
+}
+
 // pageOf returns up to limit jobs after the one with id before (from the start when empty),
 // and the id to continue from when more follow.
 func pageOf(all []job.Status, before string, limit int) ([]job.Status, string, error) {
@@ -156,4 +172,25 @@ func pageOf(all []job.Status, before string, limit int) ([]job.Status, string, e
 		return all, "", nil
 	}
 	return all[:limit], all[limit-1].ID, nil
+}
+
+// draining is how many of the tenant's jobs wait unlisted in the shared job stream while an
+// upgrade drains it (queue.Client.SharedWaiting).
+type draining struct {
+	stream string
+	jobs   uint64
+}
+
+// sayUnlisted says, on stderr, that jobs wait unlisted in the shared job stream and how to see
+// them: list said "no jobs match" and nothing of them (TestListSaysDrainingJobsAreNotListed).
+func (e *env) sayUnlisted(d draining) {
+	if d.jobs == 0 {
+		return
+	}
+	what := fmt.Sprintf("%d jobs queued by an older Boxcar wait in the shared job stream %s and are", d.jobs, d.stream)
+	if d.jobs == 1 {
+		what = "1 job queued by an older Boxcar waits in the shared job stream " + d.stream + " and is"
+	}
+	printf(e.stderr, "%s not listed, whatever the filters: a tenant may not list that stream, which holds every tenant's jobs; "+
+		"`submit status ID` shows one by its id, and each is listed once a worker takes it\n", what)
 }
