@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
@@ -37,21 +35,9 @@ func TestEveryJobIDHasADeadLetterOfItsOwn(t *testing.T) {
 			t.Errorf("Term of job %q: lettered %v, %v; want its own dead letter written", d.JobID, lettered, err)
 		}
 	}
-	stream, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(b.cfg.DeadLetterStream+".>"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for subject, n := range info.State.Subjects {
-		if n != 1 {
-			t.Errorf("%s holds %d dead letters, want 1", subject, n)
-		}
-	}
-	if len(info.State.Subjects) != len(tokens) {
-		t.Errorf("%d dead-letter subjects for %d jobs: %v", len(info.State.Subjects), len(tokens), info.State.Subjects)
+	stream, subjects := b.deadLetters(t)
+	if len(subjects) != len(tokens) {
+		t.Errorf("%d dead-letter subjects for %d jobs: %v", len(subjects), len(tokens), subjects)
 	}
 	msg, err := stream.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+"."+tenant+"."+valid)
 	if err != nil {

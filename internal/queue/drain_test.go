@@ -29,6 +29,14 @@ type olderFleet struct {
 
 const oldAckWait = 30 * time.Minute // no busy machine outlasts it: an old worker's job is not delivered again
 
+// drainConfig is the NATS settings of the fleet an upgrade drains: an ack wait no busy machine
+// outlasts, so a job the test holds, running, is not delivered again.
+func drainConfig() config.NATS {
+	cfg := config.Config{}.WithDefaults().NATS
+	cfg.AckWait = config.Duration(time.Hour)
+	return cfg
+}
+
 func newOlderFleet(t *testing.T, cfg config.NATS, tenants ...string) olderFleet {
 	t.Helper()
 	subjects := make([]string, 0, len(tenants))
@@ -118,8 +126,7 @@ func lagOf(t *testing.T, w *queue.Consumer, want map[string][2]uint64) {
 // warmed nothing for it. Once drained, the lag is the tenant's stream's alone.
 func TestDrainingJobsCountInTheLag(t *testing.T) {
 	t.Parallel()
-	cfg := config.Config{}.WithDefaults().NATS
-	cfg.AckWait = config.Duration(time.Hour)
+	cfg := drainConfig()
 	f := newOlderFleet(t, cfg, "team-a", "team-b")
 	for range 3 {
 		f.publishOld(t, "team-a", job.NewID())
@@ -167,8 +174,7 @@ func (f olderFleet) waitDrained(t *testing.T, w *queue.Consumer, tenant string) 
 // back by the old worker, the new one runs it.
 func TestDrainingTenantCostsNoWaitPerRound(t *testing.T) {
 	t.Parallel()
-	cfg := config.Config{}.WithDefaults().NATS
-	cfg.AckWait = config.Duration(time.Hour)
+	cfg := drainConfig()
 	f := newOlderFleet(t, cfg, "team-a", "team-b")
 	last := job.NewID()
 	f.publishOld(t, "team-a", last)
@@ -231,8 +237,7 @@ func TestJobSubmittedAgainWhileItsCopyDrains(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := config.Config{}.WithDefaults().NATS
-			cfg.AckWait = config.Duration(time.Hour)
+			cfg := drainConfig()
 			f := newOlderFleet(t, cfg, "team-a")
 			again := job.NewID()
 			f.publishOld(t, "team-a", again)
@@ -289,8 +294,7 @@ func TestJobSubmittedAgainWhileItsCopyDrains(t *testing.T) {
 // second apart, came too late for it and had the job delivered again while it ran.
 func TestOldConsumersAckWaitIsItsOwn(t *testing.T) {
 	t.Parallel()
-	cfg := config.Config{}.WithDefaults().NATS
-	cfg.AckWait = config.Duration(time.Hour)
+	cfg := drainConfig()
 	f := newOlderFleet(t, cfg, "team-a")
 	oldJob := job.NewID()
 	f.publishOld(t, "team-a", oldJob)

@@ -36,8 +36,7 @@ func TestDrainingTenantKeepsItsBoundAcrossBothStreams(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const most = 2
-			cfg := config.Config{}.WithDefaults().NATS
-			cfg.AckWait = config.Duration(time.Hour)
+			cfg := drainConfig()
 			f := newOlderFleet(t, cfg, "team-a")
 			f.tenants["team-a"] = config.Tenant{MaxConcurrent: most}
 			for range tc.old {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/test/harness"
@@ -20,8 +19,7 @@ import (
 // line showed none waiting.
 func TestDrainingJobsShowToTheirTenant(t *testing.T) {
 	t.Parallel()
-	cfg := config.Config{}.WithDefaults().NATS
-	cfg.AckWait = config.Duration(time.Hour)
+	cfg := drainConfig()
 	f := newOlderFleet(t, cfg, "team-a", "team-b")
 	waiting, running := job.NewID(), job.NewID()
 	f.publishOld(t, "team-a", running)

@@ -112,6 +112,26 @@ const tenant = "default"
 // ref names a job of the tests' tenant as a worker knows it.
 func ref(id string) queue.Ref { return queue.Ref{Tenant: tenant, ID: id} }
 
+// deadLetters returns the dead-letter stream and its count by subject, and fails t for a job
+// with more than one dead letter: a job is lettered once, however many attempts Term it.
+func (b bundle) deadLetters(t *testing.T) (jetstream.Stream, map[string]uint64) {
+	t.Helper()
+	stream, err := b.js.Stream(t.Context(), b.cfg.DeadLetterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(t.Context(), jetstream.WithSubjectFilter(b.cfg.DeadLetterStream+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for subject, n := range info.State.Subjects {
+		if n != 1 {
+			t.Errorf("%s holds %d dead letters, want 1", subject, n)
+		}
+	}
+	return stream, info.State.Subjects
+}
+
 // olderSetup starts the real nats-server with the job stream already there as an older (or a
 // foreign) Boxcar made it: the settings Boxcar's job stream had before it recorded its limits,
 // with change applied. No worker has started; the test starts one with queue.New.
@@ -497,20 +517,7 @@ func TestTwoDeliveriesEndingAJobAtOnceLeaveOneDeadLetter(t *testing.T) {
 		t.Errorf("%d Terms of %d jobs said they wrote its dead letter, want one a job", n, jobs)
 	}
 
-	stream, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(b.cfg.DeadLetterStream+".>"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for subject, n := range info.State.Subjects {
-		if n != 1 {
-			t.Errorf("%s holds %d dead letters, want 1", subject, n)
-		}
-	}
-	if len(info.State.Subjects) != jobs {
-		t.Errorf("%d jobs have dead letters, want %d", len(info.State.Subjects), jobs)
+	if _, subjects := b.deadLetters(t); len(subjects) != jobs {
+		t.Errorf("%d jobs have dead letters, want %d", len(subjects), jobs)
 	}
 }
