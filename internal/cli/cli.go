@@ -115,7 +115,7 @@ func Completion(root *cobra.Command, raw func() io.Writer) *cobra.Command {
 			case "fish":
 				return root.GenFishCompletion(w, true)
 			}
-			return fmt.Errorf("completion: %q is not a shell this supports; use bash, zsh or fish", a[0])
+			return Usagef("completion: %q is not a shell this supports; use bash, zsh or fish", a[0])
 		},
 	}
 }

@@ -27,7 +27,7 @@ func (e *env) approvalsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "approvals [JOB_ID]",
 		Short: `shell commands waiting for a person (policy "ask"), oldest first`,
-		Args:  cli.Args(0, 1, "approvals: give at most one JOB_ID"),
+		Args:  jobIDArgs(0, 1, "approvals: give at most one JOB_ID"),
 		RunE: func(c *cobra.Command, a []string) error {
 			jobID := ""
 			if len(a) == 1 {
@@ -54,7 +54,7 @@ runs the command only when the key is in its approver keyring. With --revision (
 ` + "`submit approvals`" + `), the answer is refused unless the request is still the one listed.
 On a terminal it asks y/N before signing (anything but y or yes signs nothing: exit 10);
 without one it signs only with --yes.`,
-		Args: cli.Args(2, 2, "approve: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
+		Args: jobIDArgs(2, 2, "approve: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
 			return e.decide(c.Context(), decision{name: "approve", d: job.DecisionApproved, rev: rev, key: key, yes: yes}, a[0], a[1])
 		},
@@ -115,7 +115,7 @@ approval_timeout means denied. The command is shown before the answer is signed;
 --revision (from ` + "`submit approvals`" + `), the answer is refused unless the request is still the
 one listed. On a terminal it asks y/N before signing (anything but y or yes signs nothing:
 exit 10); without one it signs only with --yes.`,
-		Args: cli.Args(2, 2, "deny: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
+		Args: jobIDArgs(2, 2, "deny: give JOB_ID and CALL_ID (`submit approvals` lists them)"),
 		RunE: func(c *cobra.Command, a []string) error {
 			return e.decide(c.Context(), decision{name: "deny", d: job.DecisionDenied, rev: rev, reason: reason, key: key, yes: yes}, a[0], a[1])
 		},

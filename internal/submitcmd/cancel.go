@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
@@ -16,7 +15,7 @@ func (e *env) cancelCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "cancel JOB_ID",
 		Short: "stop a job: a queued one never starts, a running one is stopped by its worker",
-		Args:  cli.Args(1, 1, "cancel: give one JOB_ID"),
+		Args:  jobIDArgs(1, 1, "cancel: give one JOB_ID"),
 		RunE:  func(c *cobra.Command, a []string) error { return e.cancel(c.Context(), a[0]) },
 	}
 	e.common(c, true)

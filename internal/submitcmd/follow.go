@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
@@ -18,7 +17,7 @@ func (e *env) statusCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "status JOB_ID",
 		Short: "a job's state, attempts, progress, spending and results",
-		Args:  cli.Args(1, 1, "status: give one JOB_ID"),
+		Args:  jobIDArgs(1, 1, "status: give one JOB_ID"),
 		RunE:  func(c *cobra.Command, a []string) error { return e.status(c.Context(), a[0]) },
 	}
 	e.common(c, true)
@@ -30,7 +29,7 @@ func (e *env) watchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "watch JOB_ID",
 		Short: "follow a job until it ends; the exit code says how it ended",
-		Args:  cli.Args(1, 1, "watch: give one JOB_ID"),
+		Args:  jobIDArgs(1, 1, "watch: give one JOB_ID"),
 		RunE: func(c *cobra.Command, a []string) error {
 			if err := atLeast("watch: --timeout", timeout, time.Nanosecond); err != nil {
 				return err

@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/boxcar-run/boxcar/internal/cli"
-	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
@@ -37,10 +36,10 @@ and fails the command naming it (exit 8); objects the manifest does not name are
 not downloaded. A manifest not signed by one of those keys downloads nothing (exit 8);
 --allow-unsigned downloads a run that has no signature at all. With no key anywhere the files
 are checked against the manifest alone, and get says the signature was not checked.`,
-		Args: cli.Args(1, 1, "get: give one JOB_ID and --out DIR"),
+		Args: jobIDArgs(1, 1, "get: give one JOB_ID and --out DIR"),
 		RunE: func(c *cobra.Command, a []string) error {
 			if out == "" {
-				return errors.New("get: give one JOB_ID and --out DIR")
+				return cli.Usagef("get: give one JOB_ID and --out DIR")
 			}
 			if keys.keyringPath == "" {
 				keys.keyringPath = e.getenv("BOXCAR_KEYRING")
@@ -63,9 +62,6 @@ are checked against the manifest alone, and get says the signature was not check
 // is written. Objects under the run's folder that the manifest does not name are reported and
 // not downloaded.
 func (e *env) get(ctx context.Context, id, out string, keys verifyKeys, allowUnsigned bool) error {
-	if !job.ValidID(id) {
-		return fmt.Errorf("get: %q is not a job id", id)
-	}
 	ring, keyFile, err := e.ring(keys)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -37,7 +36,7 @@ committed, every model turn and tool call of the stored transcript, with exit co
 and approval waits. --follow shows the steps as they are read (every 250 ms: one replaced sooner
 may not show, the last always does) and the transcript when the job ends.
 With --output json each line is one event: {"source":"status",…} or {"source":"transcript","event":{…}}.`,
-		Args: cli.Args(1, 1, "logs: give one JOB_ID"),
+		Args: jobIDArgs(1, 1, "logs: give one JOB_ID"),
 		RunE: func(c *cobra.Command, a []string) error { return e.logs(c.Context(), a[0], follow) },
 	}
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the job until it ends")

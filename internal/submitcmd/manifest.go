@@ -10,8 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/boxcar-run/boxcar/internal/cli"
-	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
@@ -40,7 +38,7 @@ func (e *env) manifestCmd() *cobra.Command {
 		Use:   "manifest JOB_ID",
 		Short: "what produced the run: inputs, profile, model, tools",
 		Long:  "Prints the run's manifest; with --output json, the manifest exactly as stored.",
-		Args:  cli.Args(1, 1, "manifest: give one JOB_ID"),
+		Args:  jobIDArgs(1, 1, "manifest: give one JOB_ID"),
 		RunE:  func(c *cobra.Command, a []string) error { return e.manifest(c.Context(), a[0]) },
 	}
 	e.common(c, true)
@@ -48,9 +46,6 @@ func (e *env) manifestCmd() *cobra.Command {
 }
 
 func (e *env) manifest(ctx context.Context, id string) error {
-	if !job.ValidID(id) {
-		return errors.New("manifest: give one JOB_ID")
-	}
 	st, err := e.openStore(ctx)
 	if err != nil {
 		return err

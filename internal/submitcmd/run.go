@@ -63,19 +63,19 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 	e.patience = f.timeout
 	if f.jobs != "" {
 		if f.profile != "" || f.task != "" || len(f.inputs) > 0 || len(f.labels) > 0 || f.id != "" {
-			return errors.New("run: --jobs takes every job from the file; leave out --profile, --task, --input, --label and --id")
+			return cli.Usagef("run: --jobs takes every job from the file; leave out --profile, --task, --input, --label and --id")
 		}
 		return e.runJobs(ctx, f)
 	}
 	if f.profile == "" || strings.TrimSpace(f.task) == "" {
-		return errors.New("run: --profile and --task are required")
+		return cli.Usagef("run: --profile and --task are required")
 	}
 	id := f.id
 	switch {
 	case id == "":
 		id = job.NewID()
 	case !job.ValidID(id):
-		return fmt.Errorf("run: --id %q is not a job id: use 8 to 64 lowercase letters, digits and '-', starting with a letter or digit", id)
+		return cli.Usagef("run: --id %q is not a job id: use 8 to 64 lowercase letters, digits and '-', starting with a letter or digit", id)
 	}
 	j := job.Job{Version: job.Version, ID: id, Profile: f.profile, Task: f.task, SubmittedAt: time.Now().UTC(), SubmittedBy: submitter()}
 	if len(f.labels) > 0 {
@@ -83,7 +83,7 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 		for _, l := range f.labels {
 			k, v, ok := strings.Cut(l, "=")
 			if !ok {
-				return fmt.Errorf("run: --label %q: use key=value", l)
+				return cli.Usagef("run: --label %q: use key=value", l)
 			}
 			j.Labels[k] = v
 		}

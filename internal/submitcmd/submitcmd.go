@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 
 	"github.com/boxcar-run/boxcar/internal/cli"
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -149,6 +150,22 @@ func (e *env) tenant() string {
 		return e.getenv("BOXCAR_TENANT")
 	}
 	return job.DefaultTenant
+}
+
+// jobIDArgs takes min to max arguments (msg says what to give), the first of them a job id: one
+// that cannot be is bad usage, said before NATS, the store or a key is read. status, watch, logs,
+// cancel and approvals asked NATS about it (and, NATS away, said only that it was unreachable).
+func jobIDArgs(min, max int, msg string) cobra.PositionalArgs {
+	count := cli.Args(min, max, msg)
+	return func(c *cobra.Command, a []string) error {
+		if err := count(c, a); err != nil {
+			return err
+		}
+		if len(a) > 0 && !job.ValidID(a[0]) {
+			return cli.Usagef("%s: %q is not a job id: 8 to 64 lowercase letters, digits and '-' (`submit list` lists the jobs)", c.Name(), a[0])
+		}
+		return nil
+	}
 }
 
 // atLeast refuses a duration flag below least: a negative --since meant no filter at all, and a

@@ -11,8 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/boxcar-run/boxcar/internal/cli"
-	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
@@ -44,7 +42,7 @@ nothing was decided. It fails closed: a run with no
 signature, or with no key to check it, fails unless --allow-unsigned. Keys: --keyring FILE
 (names, public keys and the dates each was in use, so runs signed before a rotation verify),
 else --public-key FILE, else $BOXCAR_HOME/keys/signing.pub, the embedded worker's.`,
-		Args: cli.Args(1, 1, "verify: give one JOB_ID"),
+		Args: jobIDArgs(1, 1, "verify: give one JOB_ID"),
 		RunE: func(c *cobra.Command, a []string) error {
 			if keyringPath == "" {
 				keyringPath = e.getenv("BOXCAR_KEYRING")
@@ -88,9 +86,6 @@ func (e *env) ring(k verifyKeys) (provenance.Keyring, string, error) {
 }
 
 func (e *env) verify(ctx context.Context, id string, keys verifyKeys, allowUnsigned bool) error {
-	if !job.ValidID(id) {
-		return errors.New("verify: give one JOB_ID")
-	}
 	ring, keyFile, err := e.ring(keys)
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
