@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -88,12 +87,7 @@ func readJobs(r io.Reader, name string) ([]*batchJob, error) {
 			}
 		}
 		j := job.Job{Version: job.Version, ID: id, Profile: l.Profile, Task: l.Task, Labels: l.Labels, SubmittedAt: now, SubmittedBy: by}
-		// Checked now with stand-in inputs, so a bad profile name or label fails before any upload.
-		check := j
-		for _, p := range l.Inputs {
-			check.Inputs = append(check.Inputs, job.Input{Name: filepath.Base(p), URI: "check", SHA256: strings.Repeat("0", 64)})
-		}
-		if err := check.Validate(); err != nil {
+		if err := validateBefore(j, l.Inputs); err != nil {
 			return nil, bad("%v", err)
 		}
 		jobs = append(jobs, &batchJob{line: n, paths: l.Inputs, job: j})

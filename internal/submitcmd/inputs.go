@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
@@ -141,4 +142,15 @@ func putInput(ctx context.Context, st store.Store, key string, data []byte) erro
 		return nil
 	}
 	return err
+}
+
+// validateBefore checks j as a worker will, with stand-ins for the inputs at paths still to
+// upload (their names), so that a bad profile name, label key, id or input name is refused
+// before NATS or the store is asked: run refused them once the inputs were uploaded, a profile
+// name no job can give as an unknown profile (exit 4).
+func validateBefore(j job.Job, paths []string) error {
+	for _, p := range paths {
+		j.Inputs = append(j.Inputs, job.Input{Name: filepath.Base(p), URI: "check", SHA256: strings.Repeat("0", 64)})
+	}
+	return j.Validate()
 }

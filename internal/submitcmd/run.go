@@ -56,6 +56,32 @@ it follows the job and the exit code says how it ended.`,
 	return c
 }
 
+// newJob is the job the flags describe, its inputs still to upload; a mistake is bad usage.
+func (f runFlags) newJob() (job.Job, error) {
+	if f.profile == "" || strings.TrimSpace(f.task) == "" {
+		return job.Job{}, cli.Usagef("run: --profile and --task are required")
+	}
+	id := f.id
+	switch {
+	case id == "":
+		id = job.NewID()
+	case !job.ValidID(id):
+		return job.Job{}, cli.Usagef("run: --id %q is not a job id: use 8 to 64 lowercase letters, digits and '-', starting with a letter or digit", id)
+	}
+	j := job.Job{Version: job.Version, ID: id, Profile: f.profile, Task: f.task, SubmittedAt: time.Now().UTC(), SubmittedBy: submitter()}
+	if len(f.labels) > 0 {
+		j.Labels = map[string]string{}
+		for _, l := range f.labels {
+			k, v, ok := strings.Cut(l, "=")
+			if !ok {
+				return job.Job{}, cli.Usagef("run: --label %q: use key=value", l)
+			}
+			j.Labels[k] = v
+		}
+	}
+	return j, nil
+}
+
 func (e *env) run(ctx context.Context, f runFlags) error {
 	if err := atLeast("run: --timeout", f.timeout, time.Nanosecond); err != nil {
 		return err
@@ -67,32 +93,18 @@ func (e *env) run(ctx context.Context, f runFlags) error {
 		}
 		return e.runJobs(ctx, f)
 	}
-	if f.profile == "" || strings.TrimSpace(f.task) == "" {
-		return cli.Usagef("run: --profile and --task are required")
+	j, err := f.newJob()
+	if err != nil {
+		return err
 	}
-	id := f.id
-	switch {
-	case id == "":
-		id = job.NewID()
-	case !job.ValidID(id):
-		return cli.Usagef("run: --id %q is not a job id: use 8 to 64 lowercase letters, digits and '-', starting with a letter or digit", id)
-	}
-	j := job.Job{Version: job.Version, ID: id, Profile: f.profile, Task: f.task, SubmittedAt: time.Now().UTC(), SubmittedBy: submitter()}
-	if len(f.labels) > 0 {
-		j.Labels = map[string]string{}
-		for _, l := range f.labels {
-			k, v, ok := strings.Cut(l, "=")
-			if !ok {
-				return cli.Usagef("run: --label %q: use key=value", l)
-			}
-			j.Labels[k] = v
-		}
-	}
-	// Check every input before touching NATS or the store, so a typo costs nothing.
+	// Check every input and the job before touching NATS or the store, so a typo costs nothing.
 	for _, name := range f.inputs {
 		if err := checkInput(name); err != nil {
 			return err
 		}
+	}
+	if err := validateBefore(j, f.inputs); err != nil {
+		return cli.Usagef("run: %v", err)
 	}
 
 	nc, q, err := e.connect(ctx)
