@@ -26,7 +26,8 @@ type Options struct {
 	// it could not abort). Default: discard.
 	Logger *slog.Logger
 	// HTTPClient sends S3 requests; its TLS settings are the caller's (AWS_CA_BUNDLE does not
-	// apply to it), and Close leaves it alone. Default: the SDK's transport settings (30s dial
+	// apply to it), and Close leaves it alone. Its redirect policy is not used: the store
+	// follows no redirect. Default: the SDK's transport settings (30s dial
 	// timeout, keep-alive, AWS_CA_BUNDLE) in a client that Close releases. S3 only.
 	HTTPClient *http.Client
 	// MaxAttempts bounds the tries of one S3 request, the first included; the SDK retries

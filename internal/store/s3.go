@@ -154,17 +154,19 @@ func NewS3(ctx context.Context, bucket, prefix string, opts Options) (*S3, error
 		o.DisableLogOutputChecksumValidationSkipped = true
 		switch b, ok := o.HTTPClient.(*awshttp.BuildableClient); {
 		case opts.HTTPClient != nil:
-			o.HTTPClient = opts.HTTPClient
+			// The caller's client (its CA) as it is, but for redirects (noRedirect).
+			c := *opts.HTTPClient
+			c.CheckRedirect = noRedirect
+			o.HTTPClient = &c
 		case ok:
 			// The SDK's client is configured by now (AWS_CA_BUNDLE, dial timeouts) but hides
 			// its transport; a copy of that transport that this store owns lets Close
 			// release the idle connections.
 			s.idle = b.GetTransport()
 			o.HTTPClient = &http.Client{
-				Transport: s.idle,
-				Timeout:   b.GetTimeout(),
-				// S3 answers with error documents the SDK reads; never follow a redirect.
-				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+				Transport:     s.idle,
+				Timeout:       b.GetTimeout(),
+				CheckRedirect: noRedirect,
 			}
 		}
 	})
@@ -174,6 +176,12 @@ func NewS3(ctx context.Context, bucket, prefix string, opts Options) (*S3, error
 	}
 	return s, nil
 }
+
+// noRedirect is every S3 client's redirect policy: S3 answers with error documents the SDK
+// reads, so a redirect is its answer, never followed. Followed, Go's client would resend the
+// signed request's Authorization to the same host on another port, and its session token
+// (X-Amz-Security-Token, a header Go does not know as secret) to any address.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // Close releases idle connections of the HTTP client the store made itself.
 func (s *S3) Close() error {
