@@ -58,8 +58,8 @@ func (r runner) exec(ctx context.Context, argv []string) result {
 		// every error is (the sandbox's words name the program, which may be 128 KiB).
 		problem, _ = clip([]byte(err.Error()), maxErrorBytes)
 	case err != nil:
-		res := failure("failed: the command could not run: %v", err)
-		res.argv = argv
+		res := failure("failed: the command could not run: %s", execProblem(err))
+		res.argv, res.detail = argv, err
 		return res
 	}
 	stdout, stdoutCut := clip(res.Stdout, r.maxOutput)
@@ -95,6 +95,34 @@ func (r runner) exec(ctx context.Context, argv []string) result {
 		stdout:       digestOf(res.Stdout),
 		stderr:       digestOf(res.Stderr),
 	}
+}
+
+// execProblems are what the model and the transcript are told of a command the sandbox could
+// not run, by kind; any other failure is the sandbox's set-up failing (execSetUpFailed). The
+// sandbox's own words go to the worker's log only (callTool): they speak of the host's side,
+// bwrap's first line of stderr naming the image's and the worker's data dir's paths, a pod, the
+// cluster's address.
+var execProblems = []struct {
+	kind  error
+	words string
+}{
+	{context.DeadlineExceeded, "the job's time ran out"},
+	{context.Canceled, "the job was stopped"},
+	{sandbox.ErrClosed, "the sandbox was closed"},
+	{sandbox.ErrUnavailable, "the sandbox's backend is unavailable"},
+}
+
+// execSetUpFailed is what the model is told of any other failure to run a command.
+const execSetUpFailed = "the sandbox could not be set up for it (the worker's log says why)"
+
+// execProblem is what the model is told of err, a command the sandbox could not run.
+func execProblem(err error) string {
+	for _, p := range execProblems {
+		if errors.Is(err, p.kind) {
+			return p.words
+		}
+	}
+	return execSetUpFailed
 }
 
 // commandTool is a named command: a fixed argv template whose "{{name}}" elements are

@@ -407,6 +407,9 @@ func (r *run) callTool(ctx context.Context, turn int, c call) error {
 	if res.err != "" {
 		attrs = append(attrs, "tool_error", clipText(res.err, 300))
 	}
+	if res.detail != nil {
+		attrs = append(attrs, "sandbox_error", clipText(res.detail.Error(), maxErrorBytes))
+	}
 	r.log.Info("tool call", attrs...)
 	return res.lost
 }

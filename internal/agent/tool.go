@@ -74,6 +74,10 @@ type result struct {
 	approvalWait   time.Duration // shell "ask": time spent waiting for a person
 	approval       *job.Approval // shell: how the policy decided the command
 
+	// detail is the sandbox's error behind err, for the worker's log only: its words may name
+	// the host's paths (execProblems).
+	detail error
+
 	// lost is the sandbox's loss (sandbox.ErrSandboxLost) when the call found it gone: the run
 	// ends with it, since no later call could do anything (lostSandbox).
 	lost error
