@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -221,33 +222,93 @@ func (s egressEnv) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.E
 	return s.Sandbox.Exec(ctx, req)
 }
 
+// egressReserve is the part of max_transcript_bytes (limit) a networked run's own lines leave
+// for the egress lines, so that the egress_summary line always fits: 16 KiB, a quarter of a
+// smaller limit. The decision lines take it and whatever room the run left.
+func egressReserve(limit int64) int64 { return min(16<<10, limit/4) }
+
+// reserve is egressReserve, or nothing without egress.
+func (je *jobEgress) reserve(limit int64) int64 {
+	if je == nil {
+		return 0
+	}
+	return egressReserve(limit)
+}
+
+// egressSummaryLine is the transcript's last line with egress: the proxy's summary, its hosts
+// cut to fit (HostsDropped; the manifest has them all), and how many decision lines were left
+// out.
+type egressSummaryLine struct {
+	Type string `json:"type"`
+	Time string `json:"time"`
+	egress.Summary
+	HostsDropped int `json:"hosts_dropped,omitempty"`
+	DroppedLines int `json:"dropped_lines,omitempty"`
+}
+
 // end stops the proxy, appends its decisions to the transcript sp, as data: one "egress"
 // line each, then one "egress_summary" line, and returns the summary for the manifest (nil
-// without egress).
-func (je *jobEgress) end(log *slog.Logger, sp *spool) *provenance.Egress {
+// without egress). The transcript stays within limit (max_transcript_bytes): the summary line
+// first has its hosts cut to fit egressReserve, and decision lines that would pass the limit
+// before it are left out, counted in its dropped_lines.
+func (je *jobEgress) end(log *slog.Logger, sp *spool, limit int64) *provenance.Egress {
 	if je == nil {
 		return nil
 	}
 	je.stop()
 	je.mu.Lock()
 	defer je.mu.Unlock()
+	// The summary as long as it can be: every decision line counted as left out.
+	sum := egressSummaryLine{Type: "egress_summary", Time: time.Now().UTC().Format(time.RFC3339Nano), Summary: je.proxy.Summary(),
+		DroppedLines: je.dropped + len(je.decisions)}
+	summary := fitSummary(&sum, egressReserve(limit))
+	room := limit - sp.size - int64(len(summary))
 	var errs []error
-	for _, d := range je.decisions {
-		errs = append(errs, writeLine(sp, struct {
+	for i, d := range je.decisions {
+		line, err := json.Marshal(struct {
 			Type string `json:"type"`
 			egress.Decision
-		}{"egress", d}))
+		}{"egress", d})
+		if err == nil && int64(len(line))+1 > room {
+			break
+		}
+		room -= int64(len(line)) + 1
+		errs = append(errs, writeRaw(sp, line, err))
+		sum.DroppedLines = je.dropped + len(je.decisions) - i - 1
 	}
-	errs = append(errs, writeLine(sp, struct {
-		Type string `json:"type"`
-		Time string `json:"time"`
-		egress.Summary
-		DroppedLines int `json:"dropped_lines,omitempty"`
-	}{"egress_summary", time.Now().UTC().Format(time.RFC3339Nano), je.proxy.Summary(), je.dropped}))
+	if summary != nil {
+		errs = append(errs, writeLine(sp, sum))
+	}
 	if err := errors.Join(errs...); err != nil {
 		log.Warn("egress decisions not all in the transcript", "error", err)
 	}
 	return je.manifest()
+}
+
+// fitSummary cuts sum's hosts until its line fits in n bytes, and returns the line; nil when
+// not even one without hosts fits (a max_transcript_bytes of a few hundred bytes).
+func fitSummary(sum *egressSummaryLine, n int64) []byte {
+	hosts := sum.Hosts
+	line := func(keep int) []byte {
+		sum.Hosts, sum.HostsDropped = hosts[:keep], len(hosts)-keep
+		b, _ := json.Marshal(sum)
+		return append(b, '\n')
+	}
+	// The most hosts that fit, found by halving: a job may have reached many thousands.
+	keep := sort.Search(len(hosts)+1, func(k int) bool { return int64(len(line(k))) > n }) - 1
+	if keep < 0 {
+		return nil
+	}
+	return line(keep)
+}
+
+// writeRaw writes one marshalled line, or marshalErr.
+func writeRaw(s *spool, line []byte, marshalErr error) error {
+	if marshalErr != nil {
+		return marshalErr
+	}
+	_, err := s.Write(append(line, '\n'))
+	return err
 }
 
 func writeLine(s *spool, v any) error {

@@ -413,11 +413,14 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl cla
 	spent := r.newBudget(a, st)
 	spent.claim = &cl
 	watch := watchLoss(r.timed(je.wrap(sb)))
+	// The egress lines come after the run's, within the same max_transcript_bytes (jobEgress.end).
+	profile := a.profile
+	profile.Limits.MaxTranscriptBytes -= je.reserve(profile.Limits.MaxTranscriptBytes)
 	res, err := runAgent(ctx, a, r.cfg.Agent, agent.Request{
 		JobID:       j.ID,
 		Logger:      a.log,
 		ProfileName: j.Profile,
-		Profile:     a.profile,
+		Profile:     profile,
 		Task:        j.Task,
 		Inputs:      inputs,
 		Sandbox:     watch,
@@ -430,7 +433,7 @@ func (r *Runner) run(ctx context.Context, a *attempt, sb sandbox.Sandbox, cl cla
 		Transcript: sp,
 	})
 	err = runLost(watch, err)
-	egressSeen := je.end(a.log, sp) // its lines go into the transcript before it is taken
+	egressSeen := je.end(a.log, sp, a.limits.MaxTranscriptBytes) // its lines go into the transcript before it is taken
 	run := ran{sandbox: sb.Info(), result: res, earlier: spent.base, transcript: sp.output(), egress: egressSeen, claim: cl, usage: sandboxUsage(sb)}
 	r.m.ModelTokens.WithLabelValues(j.Profile, "prompt").Add(float64(res.Usage.PromptTokens))
 	r.m.ModelTokens.WithLabelValues(j.Profile, "completion").Add(float64(res.Usage.CompletionTokens))
