@@ -449,21 +449,36 @@ func TestJobEndRecorded(t *testing.T) {
 		name   string
 		method string
 		tls    bool
-		fail   brokenUpstream
+		fail   brokenUpstream // nil: the proxy never reaches the upstream, its stall hangs
+		stall  string         // "dial" or "resolve": the step the job's end cuts short
 		open   func(t *testing.T, h *harness)
 	}{
-		{"forwarded", http.MethodGet, false, answerNothing, func(t *testing.T, h *harness) {
+		{"forwarded", http.MethodGet, false, answerNothing, "", func(t *testing.T, h *harness) {
 			sendRaw(getReq("http://plain.example.com/", "plain.example.com"))(t, h.dialProxy(t))
 		}},
-		{"terminated", http.MethodGet, true, answerNothing, func(t *testing.T, h *harness) {
+		{"terminated", http.MethodGet, true, answerNothing, "", func(t *testing.T, h *harness) {
 			tc, _ := h.terminated(t, "api.example.com:443")
 			sendRaw(getReq("/", "api.example.com"))(t, tc)
 		}},
 		{"spliced", http.MethodConnect, false, func(_ *testing.T, c net.Conn) {
 			readRecord(c)
 			_, _ = io.Copy(io.Discard, c)
-		}, func(t *testing.T, h *harness) {
+		}, "", func(t *testing.T, h *harness) {
 			sendRaw(string(clientHelloFor(t, "pkg.example.com")))(t, h.connectOK(t, "pkg.example.com:443"))
+		}},
+		// The job ends while the proxy still dials or resolves: no upstream failed.
+		{"spliced, dialling", http.MethodConnect, false, nil, "dial", func(t *testing.T, h *harness) {
+			sendRaw(string(clientHelloFor(t, "pkg.example.com")))(t, h.connectOK(t, "pkg.example.com:443"))
+		}},
+		{"forwarded, dialling", http.MethodGet, false, nil, "dial", func(t *testing.T, h *harness) {
+			sendRaw(getReq("http://plain.example.com/", "plain.example.com"))(t, h.dialProxy(t))
+		}},
+		{"terminated, dialling", http.MethodGet, true, nil, "dial", func(t *testing.T, h *harness) {
+			tc, _ := h.terminated(t, "api.example.com:443")
+			sendRaw(getReq("/", "api.example.com"))(t, tc)
+		}},
+		{"forwarded, resolving", http.MethodGet, false, nil, "resolve", func(t *testing.T, h *harness) {
+			sendRaw(getReq("http://plain.example.com/", "plain.example.com"))(t, h.dialProxy(t))
 		}},
 	}
 	for _, tt := range tests {
@@ -481,7 +496,15 @@ func TestJobEndRecorded(t *testing.T) {
 			}, cert)
 			h.dialer.mu.Lock()
 			h.dialer.routes[plainAddr+":80"], h.dialer.routes[apiAddr+":443"], h.dialer.routes[pkgAddr+":443"] = to, to, to
+			if tt.stall == "dial" {
+				h.dialer.hang = reached
+			}
 			h.dialer.mu.Unlock()
+			if tt.stall == "resolve" {
+				h.resolver.mu.Lock()
+				h.resolver.hang = reached
+				h.resolver.mu.Unlock()
+			}
 			tt.open(t, h)
 			<-reached
 			if err := h.stop(); err != nil {

@@ -47,12 +47,21 @@ type stubResolver struct {
 	names map[string][][]netip.Addr
 	calls map[string]int
 	asked []string
+	// hang, when set, makes every lookup wait for its context's end, after a send on hang: a
+	// lookup the job's end cuts short.
+	hang chan<- struct{}
 }
 
-func (r *stubResolver) LookupNetIP(_ context.Context, _, name string) ([]netip.Addr, error) {
+func (r *stubResolver) LookupNetIP(ctx context.Context, _, name string) ([]netip.Addr, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.asked = append(r.asked, name)
+	if hang := r.hang; hang != nil {
+		r.mu.Unlock()
+		signal(hang)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	defer r.mu.Unlock()
 	name = strings.TrimSuffix(name, ".")
 	answers, ok := r.names[name]
 	if !ok {
@@ -70,13 +79,22 @@ type stubDialer struct {
 	routes map[string]string // "198.18.x.y:port" -> "127.0.0.1:port"
 	dialed []string
 	open   int
+	// hang, when set, makes every dial wait for its context's end, after a send on hang: a
+	// dial the job's end cuts short.
+	hang chan<- struct{}
 }
 
 func (d *stubDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	d.mu.Lock()
 	d.dialed = append(d.dialed, addr)
 	to, ok := d.routes[addr]
+	hang := d.hang
 	d.mu.Unlock()
+	if hang != nil {
+		signal(hang)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if !ok {
 		return nil, fmt.Errorf("stub dialer: no route to %s", addr)
 	}
@@ -491,4 +509,12 @@ func (h *harness) waitDecision(t *testing.T, what string, cond func(Decision) bo
 		return false, fmt.Errorf("have %+v", all)
 	}, testharness.Within(30*time.Second))
 	return found
+}
+
+// signal sends on c if it has room: a stub's "reached", which no one may have to read.
+func signal(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }

@@ -39,6 +39,9 @@ func (p *Proxy) checkTarget(ctx context.Context, h host, port int) (netip.AddrPo
 		// Fully qualified: a relative name goes through the resolver's search list, and
 		// "x.example.com" could come back as the address of "x.example.com.corp.internal".
 		addrs, err = p.cfg.Resolver.LookupNetIP(rctx, "ip", h.name+".")
+		if err != nil && ctx.Err() != nil {
+			return netip.AddrPort{}, refuse(ReasonJobEnded, "the job ended before "+h.name+" resolved")
+		}
 		if err != nil || len(addrs) == 0 {
 			return netip.AddrPort{}, refuse(ReasonResolve, fmt.Sprintf("%s did not resolve", h.name))
 		}
@@ -53,13 +56,18 @@ func (p *Proxy) checkTarget(ctx context.Context, h host, port int) (netip.AddrPo
 	return netip.AddrPortFrom(addrs[0].Unmap().WithZone(""), uint16(port)), nil
 }
 
-// dial connects to a checked address.
+// dial connects to a checked address. A dial that ctx's end cut short is no failure of the
+// upstream: for the proxy's ctx, the job ended.
 func (p *Proxy) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, *verdict) {
 	dctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.DialTimeout)
 	defer cancel()
 	c, err := p.cfg.Dialer.DialContext(dctx, "tcp", ap.String())
-	if err != nil {
+	switch {
+	case err == nil:
+		return c, nil
+	case ctx.Err() != nil:
+		return nil, refuse(ReasonJobEnded, "the job ended before the upstream answered")
+	default:
 		return nil, refuse(ReasonDial, "upstream did not answer")
 	}
-	return c, nil
 }

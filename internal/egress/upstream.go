@@ -51,7 +51,11 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) 
 		return nil, errors.New("egress: a request without a checked address")
 	}
 	raw, v := p.dial(ctx, t.addr)
-	if v != nil {
+	switch {
+	case v != nil && v.reason == ReasonJobEnded:
+		// ctx is the request's: its cause says why it ended (the job's end, the byte cap).
+		return nil, context.Cause(ctx)
+	case v != nil:
 		return nil, fmt.Errorf("%w %s: %s", errDial, t.addr, v.detail)
 	}
 	up := tls.Client(&idleConn{Conn: raw, idle: p.cfg.Limits.IdleTimeout}, p.upstreamTLS(t.h.String()))
