@@ -75,7 +75,11 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 	if err != nil {
 		reason := "no answer within " + roughly(expires.Sub(now))
 		if !errors.Is(err, context.DeadlineExceeded) {
-			reason = "the job stopped waiting: " + errorText(err)
+			why := err
+			if cause := context.Cause(ctx); cause != nil {
+				why = cause // the job's words (cancelled, shutting down), not the watch's
+			}
+			reason = "the job stopped waiting: " + errorText(why)
 		}
 		final, xerr := approvals.ExpireApproval(cleanup, p.a.ref(req.JobID), req.CallID, reason)
 		if xerr != nil || final.Decision == job.DecisionExpired {

@@ -55,7 +55,7 @@ func awaitUntil[T any](ctx context.Context, r *Runner, a *attempt, giveUp time.T
 		if began.IsZero() {
 			began = time.Now()
 			a.log.WarnContext(ctx, "waiting for "+what+" "+before+"; the delivery is kept", "error", err, "give_up_after", time.Until(giveUp).Round(time.Millisecond).String())
-			r.noteWait(ctx, a, what, err)
+			r.noteWait(ctx, a, what)
 		}
 		select {
 		case <-ctx.Done():
@@ -83,13 +83,14 @@ func natsAnswered(err error) bool {
 }
 
 // noteWait says in the job's status what it waits for, when NATS takes the write: `submit
-// status` then shows why a job is not running yet, without the dependency's address
-// (errorText); the log line of the wait has the whole error.
-func (r *Runner) noteWait(ctx context.Context, a *attempt, what string, err error) {
+// status` then shows why a job is not running yet, in fixed words (waitWords), never the
+// dependency's (its address, a store's paths, the cluster's namespace); the log line of the
+// wait has the whole error, with the job's id and tenant.
+func (r *Runner) noteWait(ctx context.Context, a *attempt, what string) {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, _ = r.writeStatus(wctx, a, a.job.ID, func(s *job.Status) {
-		s.Error = "waiting for " + what + ": " + errorText(err)
+		s.Error = "waiting for " + what + waitWords
 		if s.State == "" {
 			s.State = job.StateQueued // the first status of the job: submit writes none
 		}

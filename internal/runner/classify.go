@@ -280,7 +280,7 @@ func committedOutcome(err, _ error) outcome {
 	var c *committedError
 	errors.As(err, &c)
 	if c.failed() {
-		return outcome{end: endDeadLetter, err: queue.Permanent(c.out.Reason, errors.New(c.out.Error)), state: c.out.State}
+		return outcome{end: endDeadLetter, err: queue.Permanent(c.out.Reason, toldError{c.out.Error}), state: c.out.State}
 	}
 	return outcome{end: endDone, state: c.out.State}
 }

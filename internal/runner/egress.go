@@ -101,7 +101,7 @@ func attach(ctx context.Context, a *attempt, eg sandbox.Egress, caPEM []byte) (n
 	defer cancel()
 	ln, err := eg.AttachEgress(ctx, caPEM)
 	if err != nil {
-		return nil, startedLate(ctx, fmt.Errorf("attach egress: %w", err))
+		return nil, startedLate(ctx, step(errEgressAttach, err))
 	}
 	return ln, nil
 }

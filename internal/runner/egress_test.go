@@ -294,7 +294,7 @@ func TestEgressSecretMidRotationRetries(t *testing.T) {
 	}
 	for st := range updates {
 		if st.State == job.StateRetrying || st.State.Terminal() {
-			if st.State != job.StateRetrying || !strings.Contains(st.Error, "unusable secret value") {
+			if st.State != job.StateRetrying || !strings.Contains(st.Error, "a secret of the profile cannot be read or used now") {
 				t.Fatalf("the first attempt ended %s: %q; want retrying, saying the value cannot be used", st.State, st.Error)
 			}
 			return
@@ -429,7 +429,7 @@ func TestJobTimeoutBoundsAStalledEgressAttach(t *testing.T) {
 	j := b.submit("net")
 	<-prov.attaching
 	st := b.waitFinal(j.ID, time.Minute)
-	if st.State != job.StateDead || !strings.Contains(st.Error, "attach egress") || !strings.Contains(st.Error, "job_timeout") {
+	if st.State != job.StateDead || !strings.Contains(st.Error, "network") || !strings.Contains(st.Error, "job_timeout") {
 		t.Errorf("job whose egress attach stalled ended %s (%q); want dead by its own attempt, the attach and job_timeout named", st.State, st.Error)
 	}
 }

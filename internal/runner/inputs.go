@@ -52,10 +52,10 @@ func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox)
 			return a.store.Get(ctx, store.InputKey(in.SHA256))
 		})
 		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("input %s (sha256 %s) is not in the store; submit it again: %w", in.Name, in.SHA256, err)
+			return step(errInputMissing, fmt.Errorf("input %s (sha256 %s) is not in the store; submit it again: %w", in.Name, in.SHA256, err))
 		}
 		if err != nil {
-			return fmt.Errorf("fetch input %s: %w", in.Name, err)
+			return step(errInputCopy, fmt.Errorf("fetch input %s: %w", in.Name, err))
 		}
 		src := newCheckedReader(rc, in)
 		err = sb.WriteFrom(ctx, in.Name, src, in.Size)
@@ -64,7 +64,7 @@ func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox)
 		}
 		rc.Close()
 		if err != nil {
-			return fmt.Errorf("copy input %s into the sandbox: %w", in.Name, err)
+			return step(errInputCopy, fmt.Errorf("input %s into the sandbox: %w", in.Name, err))
 		}
 	}
 	return nil

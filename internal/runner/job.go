@@ -485,7 +485,7 @@ func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, 
 		if errors.Is(err, errLeaseLost) {
 			a.log.WarnContext(ctx, "another attempt took this job over; discarding this attempt's result", "error", err)
 		}
-		e.outcome = classifyIn(attemptCtx, stageCommit, fmt.Errorf("upload results: %w", err))
+		e.outcome = classifyIn(attemptCtx, stageCommit, step(errUpload, err))
 		return e
 	}
 	e.outcome, e.reportKey = c.outcome, key
@@ -533,7 +533,7 @@ func (r *Runner) startSandbox(ctx context.Context, a *attempt) (sandbox.Sandbox,
 		if !startCutShort(ctx, err) {
 			r.m.SandboxFailed.WithLabelValues(backend, "start").Inc()
 		}
-		return nil, claimed{}, fmt.Errorf("start sandbox: %w", err)
+		return nil, claimed{}, step(errSandboxStart, err)
 	}
 	cl := claimed{warm: warm, at: time.Now()}
 	if !warm {

