@@ -109,8 +109,26 @@ func compileCommand(t config.Tool, bad problemFunc) maker {
 		if field, msg := unfillable(prop); msg != "" {
 			bad("parameters.properties."+name+field, "%s", msg)
 		}
+		if i > 0 && takesNext(t.Command[i-1]) && !required(t.Parameters, name) {
+			bad(fmt.Sprintf("command[%d]", i), "optional placeholder %s follows the flag %q: when the model leaves %s out its element is dropped, "+
+				"and %q takes the next element as its value; list %s in parameters.required, or, for an argument that is no flag's value, put \"--\" before it",
+				el, t.Command[i-1], name, t.Command[i-1], name)
+		}
 	}
 	return func(env runEnv) tool { return commandTool{runner: env.runner(t.Timeout), spec: t} }
+}
+
+// takesNext: the literal argv element is a flag that may take the next element as its value
+// (-m, --max-count), not "--", "-" (standard input) or a flag holding its value (--color=never).
+// A placeholder is no literal: its value is one argument whatever it holds.
+func takesNext(el string) bool {
+	return strings.HasPrefix(el, "-") && el != "-" && el != "--" && !strings.Contains(el, "=") && placeholderName(el) == ""
+}
+
+// required: the tool's parameters list name as required, so its placeholder is never dropped.
+func required(params map[string]any, name string) bool {
+	list, _ := params["required"].([]any)
+	return slices.Contains(list, any(name))
 }
 
 // unfillable says why a placeholder's property schema admits no value that could fill an argv

@@ -41,7 +41,7 @@ func TestToolSchemaAgreesWithTheWorker(t *testing.T) {
 	}{
 		// Accepted by both.
 		{name: "builtins", tools: "[{name: read_file}, {name: list_files, description: Lists}, {name: write_file, kind: builtin}]"},
-		{name: "command by default", tools: "[{name: wc, command: [wc, -l, '{{path}}'], parameters: {type: object, properties: {path: {type: string}}}, timeout: 10s}]"},
+		{name: "command by default", tools: "[{name: wc, command: [wc, -l, '{{path}}'], parameters: {type: object, properties: {path: {type: string}}, required: [path]}, timeout: 10s}]"},
 		{name: "command named", tools: "[{name: date, kind: command, command: [date]}]"},
 		{name: "shell by name", tools: "[{name: shell}]"},
 		{name: "shell named otherwise", tools: "[{name: sh, kind: shell, policy: ask, timeout: 1m}]"},
