@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -34,10 +35,15 @@ func checkInputSize(a *attempt) error {
 	return nil
 }
 
-// inputBytes is the size of the job's inputs together, as it declares them.
+// inputBytes is the size of the job's inputs together, as it declares them, held at
+// math.MaxInt64: sizes that add up past it would wrap below zero and pass any limit, and the
+// sandbox would take the inputs before the one that cannot be what it says.
 func inputBytes(j job.Job) int64 {
 	var total int64
 	for _, in := range j.Inputs {
+		if in.Size > math.MaxInt64-total {
+			return math.MaxInt64
+		}
 		total += in.Size
 	}
 	return total

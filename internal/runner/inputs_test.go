@@ -3,6 +3,7 @@ package runner_test
 import (
 	"bytes"
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -15,19 +16,28 @@ import (
 // TestInputTooLargeFailsAtTheFirstAttempt (issue 27): an input the profile cannot take, over
 // its max_input_bytes or, by default, over its workdir, is a permanent fault of the job: it
 // fails at the first attempt as input_too_large, before any sandbox starts, and spends no
-// further delivery. It used to be retried as transient until the job was dead.
+// further delivery. It used to be retried as transient until the job was dead. Sizes whose
+// sum passes int64 count as too large too: they wrapped below zero, passed max_input_bytes, and
+// the sandbox started and took the inputs before them, however large.
 func TestInputTooLargeFailsAtTheFirstAttempt(t *testing.T) {
 	t.Parallel()
+	maxInput := func(p *config.Profile) { p.Limits.MaxInputBytes = 1024 }
 	tests := []struct {
 		name    string
 		profile func(p *config.Profile)
-		size    int
+		inputs  func(b *bundle) []job.Input
 	}{
-		{name: "over max_input_bytes", size: 2048, profile: func(p *config.Profile) { p.Limits.MaxInputBytes = 1024 }},
-		{name: "over the workdir", size: 4096, profile: func(p *config.Profile) {
+		{name: "over max_input_bytes", profile: maxInput, inputs: sized(2048)},
+		{name: "over the workdir", inputs: sized(4096), profile: func(p *config.Profile) {
 			p.Sandbox.Disk = "2Ki"
 			p.Limits.MaxInputBytes = 0
 			*p = p.WithDefaults()
+		}},
+		{name: "sizes summing past int64", profile: maxInput, inputs: func(b *bundle) []job.Input {
+			small := sized(10)(b)[0]
+			huge := small
+			huge.Name, huge.Size = "huge.bin", math.MaxInt64-5
+			return []job.Input{small, huge}
 		}},
 	}
 	for _, tt := range tests {
@@ -42,7 +52,7 @@ func TestInputTooLargeFailsAtTheFirstAttempt(t *testing.T) {
 				return agent.Result{}, nil
 			}), func(c *runner.Config) { c.Worker.Concurrency = 1 })
 			j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "t", SubmittedAt: time.Now().UTC(),
-				Inputs: []job.Input{b.putInput(bytes.Repeat([]byte("x"), tt.size))}}
+				Inputs: tt.inputs(b)}
 			b.publish(j)
 			st := b.waitFinal(j.ID, 30*time.Second)
 			if st.State != job.StateFailed || st.Attempt != 1 {
@@ -61,4 +71,9 @@ func TestInputTooLargeFailsAtTheFirstAttempt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sized is one stored input of size bytes.
+func sized(size int) func(b *bundle) []job.Input {
+	return func(b *bundle) []job.Input { return []job.Input{b.putInput(bytes.Repeat([]byte("x"), size))} }
 }
