@@ -164,11 +164,15 @@ func ValidID(id string) bool {
 	return true
 }
 
-// Decode parses and validates one job message. Unknown fields, oversize messages and invalid
-// values are rejected with an error wrapping ErrInvalid.
+// Decode parses and validates one job message. Unknown fields, a key given twice or spelled
+// in another case, bytes that are not UTF-8, oversize messages and invalid values are rejected
+// with an error wrapping ErrInvalid.
 func Decode(data []byte) (Job, error) {
 	if len(data) > MaxMessageBytes {
 		return Job{}, fmt.Errorf("%w: message is %d bytes, limit is %d", ErrInvalid, len(data), MaxMessageBytes)
+	}
+	if err := checkBytes(data); err != nil {
+		return Job{}, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -178,6 +182,9 @@ func Decode(data []byte) (Job, error) {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Job{}, fmt.Errorf("%w: trailing data after the job object", ErrInvalid)
+	}
+	if err := exactKeys(data); err != nil {
+		return Job{}, err
 	}
 	if err := j.Validate(); err != nil {
 		return Job{}, err

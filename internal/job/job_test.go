@@ -52,6 +52,13 @@ func input(change func(in map[string]any)) func(m map[string]any) {
 
 func raw(s string) func(t *testing.T) []byte { return func(*testing.T) []byte { return []byte(s) } }
 
+// spliced is the valid message with member (a key, its value and a comma) written first.
+func spliced(member string) func(t *testing.T) []byte {
+	return func(t *testing.T) []byte {
+		return append([]byte("{"+member), encode(t, valid())[1:]...)
+	}
+}
+
 func TestDecodeValid(t *testing.T) {
 	j, err := job.Decode(encode(t, valid()))
 	if err != nil {
@@ -134,6 +141,19 @@ func TestDecodeRejects(t *testing.T) {
 		{"unknown network field", with(func(m map[string]any) { m["network"] = map[string]any{"deny": []any{"x"}} }), `unknown field "deny"`},
 		{"label key bad", with(func(m map[string]any) { m["labels"] = map[string]any{"Bad Key": "v"} }), "labels"},
 		{"oversize", with(func(m map[string]any) { m["task"] = strings.Repeat("x", job.MaxMessageBytes) }), "limit is 65536"},
+		// encoding/json takes the last of a key given twice and a key in any case for a field's:
+		// another reader of the same bytes (a gateway, the schema) sees another job.
+		{"id twice", spliced(`"id":"aaaaaaaa-first",`), `id: is given twice`},
+		{"id in capitals", spliced(`"ID":"aaaaaaaa-other",`), `invalid job: "ID" is not a key of the job message`},
+		{"key folded by Unicode", spliced(`"ſubmitted_by":"x",`), `"ſubmitted_by" is not a key`},
+		{"input key twice", raw(strings.Replace(string(mustJSON(valid())), `"size":411`, `"size":411,"size":1`, 1)), `inputs[0].size: is given twice`},
+		{"limit key in capitals", with(func(m map[string]any) { m["limits"] = map[string]any{"Max_Turns": 1} }), `limits: "Max_Turns" is not a key`},
+		{"network key in capitals", with(func(m map[string]any) { m["network"] = map[string]any{"Allow": []any{}} }), `network: "Allow" is not a key`},
+		{"label twice", spliced(`"labels":{"team":"a","team":"b"},`), `labels.team: is given twice`},
+		// encoding/json would put U+FFFD in their place: the job run and recorded would not be
+		// the bytes sent.
+		{"submitted_by not UTF-8", spliced("\"submitted_by\":\"caf\xe9\","), "not UTF-8"},
+		{"label value not UTF-8", spliced("\"labels\":{\"team\":\"\xff\"},"), "not UTF-8"},
 	}
 	if len(tests) < 30 {
 		t.Fatalf("only %d malformed messages; keep at least 30", len(tests))

@@ -97,6 +97,12 @@ func TestSchemaAgreesWithDecode(t *testing.T) {
 		{name: "limit a job cannot set", change: setLimit("max_output_bytes", 10)},
 		{name: "label key uppercase", change: set("labels", map[string]any{"Team": "x"})},
 		{name: "label value a number", change: set("labels", map[string]any{"team": 5})},
+		{name: "id in capitals", change: func(m map[string]any) { m["ID"] = m["id"]; delete(m, "id") }},
+		{name: "input key in capitals", change: func(m map[string]any) {
+			in := m["inputs"].([]any)[0].(map[string]any)
+			in["SHA256"] = in["sha256"]
+			delete(in, "sha256")
+		}},
 
 		{name: "input name twice", schemaCannot: true, change: func(m map[string]any) {
 			in := m["inputs"].([]any)

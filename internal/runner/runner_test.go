@@ -75,6 +75,12 @@ func TestPoisonMessagesAreRejectedWithoutASandbox(t *testing.T) {
 		{name: "unknown field", id: "poison-000002", data: `{"version":1,"id":"poison-000002","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z","evil":1}`, reason: "invalid_job"},
 		{name: "id mismatch", id: "poison-000003", data: `{"version":1,"id":"poison-999999","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`, reason: "invalid_job"},
 		{name: "unknown profile", id: "poison-000004", data: `{"version":1,"id":"poison-000004","profile":"nope","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`, reason: "unknown_profile"},
+		// What encoding/json lets through and another reader of the bytes would read otherwise.
+		{name: "id given twice", id: "poison-000005", data: `{"version":1,"id":"poison-other","id":"poison-000005","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`, reason: "invalid_job"},
+		{name: "key in capitals", id: "poison-000006", data: `{"version":1,"ID":"poison-000006","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`, reason: "invalid_job"},
+		{name: "not UTF-8", id: "poison-000007", data: "{\"version\":1,\"id\":\"poison-000007\",\"profile\":\"p\",\"task\":\"caf\xe9\",\"submitted_at\":\"2026-01-01T00:00:00Z\"}", reason: "invalid_job"},
+		{name: "over 64 KiB", id: "poison-000008", data: `{"version":1,"id":"poison-000008","profile":"p","task":"` + strings.Repeat("x", job.MaxMessageBytes) + `","submitted_at":"2026-01-01T00:00:00Z"}`, reason: "invalid_job"},
+		{name: "deeply nested", id: "poison-000009", data: `{"version":1,"id":"poison-000009","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z","labels":{"a":` + strings.Repeat("[", 20000) + `}}`, reason: "invalid_job"},
 	}
 	for _, tt := range tests {
 		if _, err := js.Publish(ctx, b.cfg.NATS.Subject+".default."+tt.id, []byte(tt.data)); err != nil {
