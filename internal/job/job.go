@@ -52,6 +52,12 @@ type Input struct {
 	Size   int64  `json:"size"`
 }
 
+// MinJobTimeout is the shortest limits.job_timeout a job may ask for. The same time bounds
+// what comes before the run (the claim, the sandbox's start, the inputs' copy), so a job that
+// asked for less could never start: its deliveries ran out on "context deadline exceeded",
+// each a transient fault, and it ended dead instead of being refused with the reason.
+const MinJobTimeout = time.Second
+
 // Limits may only tighten the profile's limits; zero means "the profile's value".
 type Limits struct {
 	MaxTurns       int      `json:"max_turns,omitempty"`
@@ -241,6 +247,9 @@ func (j Job) Validate() error {
 	if l := j.Limits; l != nil {
 		if l.MaxTurns < 0 || l.MaxToolCalls < 0 || l.MaxTokens < 0 || l.JobTimeout < 0 || l.CommandTimeout < 0 {
 			return bad("limits", "values may not be negative")
+		}
+		if t := l.JobTimeout.Std(); t > 0 && t < MinJobTimeout {
+			return bad("limits.job_timeout", "%s is below %s, the least a job may ask for; ask for more, or leave it out for the profile's", t, MinJobTimeout)
 		}
 	}
 	if n := j.Network; n != nil {

@@ -133,6 +133,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"negative limit", with(func(m map[string]any) { m["limits"] = map[string]any{"max_turns": -1} }), "limits"},
 		{"limit duration garbage", with(func(m map[string]any) { m["limits"] = map[string]any{"job_timeout": "forever"} }), `limits.job_timeout: time: invalid duration "forever"`},
 		{"limit duration past int64", with(func(m map[string]any) { m["limits"] = map[string]any{"job_timeout": "99999999999h"} }), "limits.job_timeout: time: invalid duration"},
+		{"job_timeout below a second", with(func(m map[string]any) { m["limits"] = map[string]any{"job_timeout": "999ms"} }), `limits.job_timeout: 999ms is below 1s`},
 		{"limit duration a number", with(func(m map[string]any) { m["limits"] = map[string]any{"command_timeout": 90} }), `limits.command_timeout: duration must be a string such as "90s"`},
 		{"limit duration null", with(func(m map[string]any) { m["limits"] = map[string]any{"command_timeout": nil} }), "limits.command_timeout"},
 		{"network entry with a path", with(func(m map[string]any) { m["network"] = map[string]any{"allow": []any{"api.example.com/v1"}} }), "network.allow[0]"},

@@ -108,6 +108,7 @@ func TestSchemaAgreesWithDecode(t *testing.T) {
 			in := m["inputs"].([]any)
 			m["inputs"] = append(in, in[0])
 		}},
+		{name: "job_timeout below a second", schemaCannot: true, change: setLimit("job_timeout", "1ms")},
 		{name: "over 64 KiB", schemaCannot: true, change: set("task", strings.Repeat("x", job.MaxMessageBytes))},
 	}
 	for _, tt := range tests {

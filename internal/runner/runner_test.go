@@ -80,6 +80,9 @@ func TestPoisonMessagesAreRejectedWithoutASandbox(t *testing.T) {
 		{name: "key in capitals", id: "poison-000006", data: `{"version":1,"ID":"poison-000006","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z"}`, reason: "invalid_job"},
 		{name: "not UTF-8", id: "poison-000007", data: "{\"version\":1,\"id\":\"poison-000007\",\"profile\":\"p\",\"task\":\"caf\xe9\",\"submitted_at\":\"2026-01-01T00:00:00Z\"}", reason: "invalid_job"},
 		{name: "over 64 KiB", id: "poison-000008", data: `{"version":1,"id":"poison-000008","profile":"p","task":"` + strings.Repeat("x", job.MaxMessageBytes) + `","submitted_at":"2026-01-01T00:00:00Z"}`, reason: "invalid_job"},
+		// No run can start in it: it was retried as the store's "context deadline exceeded"
+		// until it was dead.
+		{name: "job_timeout of a nanosecond", id: "poison-000010", data: `{"version":1,"id":"poison-000010","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z","limits":{"job_timeout":"1ns"}}`, reason: "invalid_job"},
 		{name: "deeply nested", id: "poison-000009", data: `{"version":1,"id":"poison-000009","profile":"p","task":"t","submitted_at":"2026-01-01T00:00:00Z","labels":{"a":` + strings.Repeat("[", 20000) + `}}`, reason: "invalid_job"},
 	}
 	for _, tt := range tests {
