@@ -68,6 +68,11 @@ func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox)
 		if err == nil {
 			err = src.finish()
 		}
+		if src.err != nil {
+			// The reader's verdict, whatever the sandbox made of it: a sandbox reads one byte
+			// past the declared size to see the end, and says only that the source held more.
+			err = src.err
+		}
 		rc.Close()
 		if err != nil {
 			return step(errInputCopy, fmt.Errorf("input %s into the sandbox: %w", in.Name, err))
@@ -85,6 +90,7 @@ type checkedReader struct {
 	h    hash.Hash
 	n    int64
 	done bool
+	err  error // the mismatch it found, once it found one
 }
 
 func newCheckedReader(r io.Reader, in job.Input) *checkedReader {
@@ -117,5 +123,6 @@ func (c *checkedReader) finish() error {
 }
 
 func (c *checkedReader) mismatch() error {
-	return fmt.Errorf("%w: input %s is not the %d bytes of sha256 %s it names: the stored object changed", errInputMismatch, c.in.Name, c.in.Size, c.in.SHA256)
+	c.err = fmt.Errorf("%w: input %s is not the %d bytes of sha256 %s it names: the stored object changed, or the job gives its size or digest wrong", errInputMismatch, c.in.Name, c.in.Size, c.in.SHA256)
+	return c.err
 }
