@@ -190,6 +190,9 @@ var outcomes = []struct {
 	// (a closed connection, a canceled request) says nothing of the upstream (jobEnded).
 	{is(errJobEnded), verdict{ReasonJobEnded, "the job ended before the upstream answered"}, verdict{"", "closed when the job ended"}},
 	{is(errByteCap), capReached, verdict{ReasonByteCap, "cut at the job's byte cap"}},
+	// The sandbox left before the CONNECT's 200 reached it: no tunnel, nothing dialled, but
+	// the request was admitted and its name resolved, so it counts against max_requests.
+	{is(errNotEstablished), verdict{ReasonBadRequest, "the sandbox closed or reset its connection before the proxy's 200 reached it: no tunnel was opened"}, verdict{}},
 	{is(errClientBody), verdict{ReasonBadRequest, "the request's body did not arrive whole from the sandbox, so the upstream did not get it"},
 		verdict{"", "the request's body did not arrive whole from the sandbox"}},
 	// Idle is no traffic either way: before an answer, the sandbox has said its part (a
@@ -215,6 +218,7 @@ var outcomes = []struct {
 var (
 	errClientBody             = errors.New("egress: reading the request body from the sandbox")
 	errSandbox                = errors.New("egress: the sandbox's connection")
+	errNotEstablished         = errors.New("egress: writing the CONNECT's 200 to the sandbox")
 	errDial                   = errors.New("egress: dial")
 	errResponseHeaderTooLarge = errors.New("egress: upstream response header too large")
 	errJobEnded               = errors.New("egress: the job ended")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -25,15 +26,15 @@ func (p *Proxy) connect(ctx context.Context, c *idleConn, br *bufio.Reader, hd *
 		p.refuseConn(c, d, v)
 		return
 	}
-	// The 200 is the proxy's own write to the sandbox: counted like the tunnel's bytes.
+	// The 200 is the proxy's own write to the sandbox: counted like the tunnel's bytes, and,
+	// when it cannot be sent (the byte cap, a sandbox gone), decided by outcomes.
 	established := p.meter()
-	if err := established.writeWhole(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		if errors.Is(err, errByteCap) {
-			p.refuseConn(c, d, refuse(capReached.reason, capReached.detail))
-		}
+	err := established.writeWhole(sandboxConn{c}, "HTTP/1.1 200 Connection established\r\n\r\n")
+	d.BytesIn = established.n.Load()
+	if err != nil {
+		p.refuseConn(c, d, outcome(jobEnded(ctx, fmt.Errorf("%w: %w", errNotEstablished, err)), false))
 		return
 	}
-	d.BytesIn = established.n.Load()
 	hello, v := p.readClientHello(ctx, c, br)
 	if v == nil {
 		v = checkHello(hello, h)

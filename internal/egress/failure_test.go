@@ -2,11 +2,13 @@ package egress
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/boxcar-run/boxcar/internal/testnet"
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
 // brokenUpstream is a loopback server that fails each connection the way its row says.
@@ -513,6 +516,62 @@ func TestJobEndRecorded(t *testing.T) {
 			d := h.waitDecision(t, "the request's", withMethod(tt.method))
 			if d.Allowed || d.Reason != ReasonJobEnded {
 				t.Errorf("decision %+v, want job_ended", d)
+			}
+		})
+	}
+}
+
+// heldResolver holds each lookup of a request's host (fully qualified, as the proxy asks it;
+// not the worker endpoints New resolves) until release is closed, after a send on reached:
+// the sandbox can act while the proxy checks its request.
+type heldResolver struct {
+	Resolver
+	reached chan<- struct{}
+	release <-chan struct{}
+}
+
+func (r heldResolver) LookupNetIP(ctx context.Context, network, name string) ([]netip.Addr, error) {
+	if strings.HasSuffix(name, ".") {
+		signal(r.reached)
+		<-r.release
+	}
+	return r.Resolver.LookupNetIP(ctx, network, name)
+}
+
+// TestSandboxGoneBeforeTheProxyAnswers: a sandbox that closes its connection while the proxy
+// checks its request, before the proxy's own first words to it (a CONNECT's 200, the 100
+// Continue it answers for the upstream), has the request decided all the same, and what
+// max_requests counted is in the job's requests: such a CONNECT had no decision, though it
+// counted against max_requests (the job's requests 0, the cap's count 1).
+func TestSandboxGoneBeforeTheProxyAnswers(t *testing.T) {
+	tests := []struct {
+		name, method, request, detail string
+	}{
+		{"CONNECT", http.MethodConnect, connectReq("pkg.example.com:443"), "before the proxy's 200 reached it"},
+		{"forwarded, Expect: 100-continue", http.MethodPost, "POST http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n" +
+			"Content-Length: 5\r\nExpect: 100-continue\r\n\r\n", "before the upstream answered"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reached, release := make(chan struct{}, 1), make(chan struct{})
+			h := setup(t, func(c *Config) { c.Resolver = heldResolver{c.Resolver, reached, release} })
+			c := h.dialProxy(t)
+			if _, err := io.WriteString(c, tt.request); err != nil {
+				t.Fatal(err)
+			}
+			<-reached
+			c.Close() // a unix socket: the proxy's next write to it fails
+			close(release)
+			testharness.Wait(t, "the proxy done with the connection", func() (bool, error) {
+				return h.proxy.tunnels.Load() == 0, nil
+			})
+			all := h.all()
+			if len(all) != 1 || all[0].Method != tt.method || all[0].Allowed || all[0].Reason != ReasonBadRequest ||
+				!strings.Contains(all[0].Detail, "sandbox closed") || !strings.Contains(all[0].Detail, tt.detail) {
+				t.Errorf("decisions %+v; want one, %s, bad_request, its detail saying the sandbox closed %s", all, tt.method, tt.detail)
+			}
+			if got, counted := h.proxy.Summary().Requests, h.proxy.reqs.Load(); got != counted {
+				t.Errorf("the job's requests are %d, max_requests counted %d; want the same", got, counted)
 			}
 		})
 	}
