@@ -5,11 +5,7 @@ package sandbox_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -79,36 +75,16 @@ func TestBubblewrapWarmSpareKilledWhileIdle(t *testing.T) {
 // exited: gone, or a zombie its parent has not reaped yet.
 func killTree(t *testing.T, pid int) {
 	t.Helper()
-	pids := descendants(pid)
+	pids := harness.ProcessTree(pid)
 	for _, p := range pids {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
 	for _, p := range pids {
 		harness.Wait(t, fmt.Sprintf("process %d exited", p), func() (bool, error) {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-			if err != nil {
-				return true, nil
-			}
-			// The state follows the command's closing parenthesis.
-			fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-			return len(fields) > 0 && (fields[0] == "Z" || fields[0] == "X"), nil
+			st := harness.ProcStat(p)
+			return st == nil || st[0] == "Z" || st[0] == "X", nil
 		})
 	}
-}
-
-// descendants is pid and its descendants, parents first.
-func descendants(pid int) []int {
-	out := []int{pid}
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, f := range tasks {
-		b, _ := os.ReadFile(f)
-		for _, c := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(c); err == nil {
-				out = append(out, descendants(n)...)
-			}
-		}
-	}
-	return out
 }
 
 // TestBubblewrapWarmInfoAsCold: what a claimed warm sandbox says of itself, which the

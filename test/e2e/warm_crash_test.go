@@ -144,7 +144,7 @@ func snapshotSandboxes(t *testing.T, root string, workerPid int) hostLeftovers {
 		}
 	}
 	h.procs = map[int]string{}
-	for _, pid := range processTree(workerPid) {
+	for _, pid := range harness.ProcessTree(workerPid) {
 		if start, ok := startTime(pid); ok {
 			h.procs[pid] = start
 		}
@@ -152,25 +152,10 @@ func snapshotSandboxes(t *testing.T, root string, workerPid int) hostLeftovers {
 	return h
 }
 
-// processTree is pid and its descendants, from /proc.
-func processTree(pid int) []int {
-	out := []int{pid}
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, f := range tasks {
-		b, _ := os.ReadFile(f)
-		for _, c := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(c); err == nil {
-				out = append(out, processTree(n)...)
-			}
-		}
-	}
-	return out
-}
-
 // childrenNamed counts pid's children whose command is name.
 func childrenNamed(pid int, name string) int {
 	n := 0
-	for _, c := range processTree(pid)[1:] {
+	for _, c := range harness.ProcessTree(pid)[1:] {
 		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c)); strings.TrimSpace(string(comm)) == name && parentOf(c) == pid {
 			n++
 		}
@@ -178,18 +163,8 @@ func childrenNamed(pid int, name string) int {
 	return n
 }
 
-// procStat is the fields of /proc/pid/stat after the command, from the state on.
-func procStat(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	s := string(b)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-}
-
 func parentOf(pid int) int {
-	f := procStat(pid)
+	f := harness.ProcStat(pid)
 	if len(f) < 2 {
 		return 0
 	}
@@ -199,7 +174,7 @@ func parentOf(pid int) int {
 
 // startTime is the process's start time, and whether it runs: not gone, not a zombie.
 func startTime(pid int) (string, bool) {
-	f := procStat(pid)
+	f := harness.ProcStat(pid)
 	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
 		return "", false
 	}

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +112,28 @@ func TestProcessReadyFile(t *testing.T) {
 	}
 	if _, err := q.WaitReady(t.Context(), time.Hour); err == nil || !strings.Contains(err.Error(), "quitter exited: exit status 3") {
 		t.Errorf("WaitReady of a process that exits = %v, want how it exited", err)
+	}
+}
+
+// TestProcessTree: a child this process started is in its tree, with this process as its
+// parent in its stat; a process that is gone has no stat.
+func TestProcessTree(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("/bin/sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	child := cmd.Process.Pid
+	tree := harness.ProcessTree(os.Getpid())
+	if tree[0] != os.Getpid() || !slices.Contains(tree, child) {
+		t.Errorf("ProcessTree = %v, want %d first and its child %d in it", tree, os.Getpid(), child)
+	}
+	if st := harness.ProcStat(child); len(st) < 20 || st[1] != strconv.Itoa(os.Getpid()) {
+		t.Errorf("ProcStat of the child = %q, want its parent %d at [1]", st, os.Getpid())
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if st := harness.ProcStat(child); st != nil {
+		t.Errorf("ProcStat of a reaped child = %q, want nil", st)
 	}
 }
