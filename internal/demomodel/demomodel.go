@@ -9,9 +9,11 @@
 package demomodel
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -33,10 +35,32 @@ const FinalMessage = "Report written to report.md."
 
 // Handler serves POST /v1/chat/completions (and /chat/completions) and GET /v1/models (and
 // /models). Streaming is not supported.
-func Handler() http.Handler {
+func Handler() http.Handler { return HandlerWith(Options{}) }
+
+// Options change the demo model for a test or a benchmark; the zero value is the demo.
+type Options struct {
+	// Script, when not nil, is played instead of the csv-analyst one: turn n (1 for a request
+	// with no assistant message yet, one more for each) answers with the tool calls
+	// Script[n-1], whichever tools the request offers, and a turn past it with FinalMessage.
+	Script [][]Call
+	// Hold, when set, is called with each chat request the model is about to answer, its turn
+	// and its body: it may keep the body, or block, as a model thinking does. A request whose
+	// client went away meanwhile gets no answer.
+	Hold func(r *http.Request, turn int, body []byte)
+}
+
+// Call is one tool call of a Script; Args is marshalled as its arguments.
+type Call struct {
+	Name string
+	Args any
+}
+
+// HandlerWith is Handler with the demo changed by o.
+func HandlerWith(o Options) http.Handler {
+	chat := func(w http.ResponseWriter, r *http.Request) { chatCompletions(w, r, o) }
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", chatCompletions)
-	mux.HandleFunc("POST /chat/completions", chatCompletions)
+	mux.HandleFunc("POST /v1/chat/completions", chat)
+	mux.HandleFunc("POST /chat/completions", chat)
 	mux.HandleFunc("GET /v1/models", models)
 	mux.HandleFunc("GET /models", models)
 	mux.HandleFunc("/", notFound)
@@ -115,10 +139,13 @@ type usage struct {
 	TotalTokens      int64 `json:"total_tokens"`
 }
 
-func chatCompletions(w http.ResponseWriter, r *http.Request) {
+func chatCompletions(w http.ResponseWriter, r *http.Request, o Options) {
 	var req chatRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	if err := dec.Decode(&req); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err == nil {
+		err = json.NewDecoder(bytes.NewReader(body)).Decode(&req)
+	}
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBody))
@@ -143,17 +170,19 @@ func chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "stream is not supported by the demo model; send stream=false")
 		return
 	}
-	offered := map[string]bool{}
-	for _, t := range req.Tools {
-		offered[t.Function.Name] = true
-	}
 	turn := 1
 	for _, m := range msgs {
 		if m.Role == "assistant" {
 			turn++
 		}
 	}
-	msg, finish := decide(msgs, offered, turn)
+	if o.Hold != nil {
+		o.Hold(r, turn, body)
+		if r.Context().Err() != nil {
+			return // the client went away while it was held
+		}
+	}
+	msg, finish := answer(o, req, msgs, turn)
 	out, _ := json.Marshal(msg)
 	resp := chatResponse{
 		ID:      fmt.Sprintf("chatcmpl-demo-%d", turn),
@@ -236,6 +265,33 @@ func decide(msgs []message, offered map[string]bool, turn int) (responseMessage,
 	default:
 		return final(fmt.Sprintf("The demo model did not expect a result from the %q tool; it stops here.", tool))
 	}
+}
+
+// answer is turn's message and its finish reason: the script's, or the demo's.
+func answer(o Options, req chatRequest, msgs []message, turn int) (responseMessage, string) {
+	if o.Script != nil {
+		return play(o.Script, turn)
+	}
+	offered := map[string]bool{}
+	for _, t := range req.Tools {
+		offered[t.Function.Name] = true
+	}
+	return decide(msgs, offered, turn)
+}
+
+// play is turn's answer in script: its tool calls, or FinalMessage past its end.
+func play(script [][]Call, turn int) (responseMessage, string) {
+	if turn > len(script) {
+		return final(FinalMessage)
+	}
+	msg := responseMessage{Role: "assistant"}
+	for i, c := range script[turn-1] {
+		args, _ := json.Marshal(c.Args)
+		tc := toolCall{ID: fmt.Sprintf("call_demo_%d_%d", turn, i), Type: "function"}
+		tc.Function.Name, tc.Function.Arguments = c.Name, string(args)
+		msg.ToolCalls = append(msg.ToolCalls, tc)
+	}
+	return msg, "tool_calls"
 }
 
 // report is the Markdown report: the tool's figures verbatim, and who wrote them.

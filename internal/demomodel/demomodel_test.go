@@ -256,3 +256,36 @@ func TestDemoHTTP(t *testing.T) {
 		})
 	}
 }
+
+// TestScriptAndHold: with a Script the model makes its calls turn by turn, then gives
+// FinalMessage, and Hold sees each request it answers with its turn and its body.
+func TestScriptAndHold(t *testing.T) {
+	var mu sync.Mutex
+	var turns []int
+	var bodies [][]byte
+	script := [][]demomodel.Call{{{Name: "write_file", Args: map[string]string{"path": "notes.md", "content": "scripted"}}}}
+	srv := httptest.NewServer(demomodel.HandlerWith(demomodel.Options{Script: script, Hold: func(_ *http.Request, turn int, body []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		turns, bodies = append(turns, turn), append(bodies, body)
+	}}))
+	t.Cleanup(srv.Close)
+	a, err := agent.New(agent.Config{BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := &fakeSandbox{files: map[string][]byte{}}
+	res, err := a.Run(context.Background(), agent.Request{JobID: "20261202t101500-demo00000001", Profile: csvAnalyst(t),
+		Task: "Write the notes.", Sandbox: sb})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.FinalMessage != demomodel.FinalMessage || string(sb.files["notes.md"]) != "scripted" {
+		t.Errorf("final %q, notes.md %q; want %q after the script's write_file", res.FinalMessage, sb.files["notes.md"], demomodel.FinalMessage)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(turns) != "[1 2]" || len(bodies) != 2 || !json.Valid(bodies[1]) || !bytes.Contains(bodies[1], []byte("notes.md")) {
+		t.Errorf("Hold saw turns %v and %d bodies; want [1 2], the second request's body with the call in it", turns, len(bodies))
+	}
+}

@@ -6,8 +6,6 @@ package bench_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -195,18 +194,12 @@ func (nopProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	return nopSandbox{}, nil
 }
 
-// call is one tool call the scripted model makes.
-type call struct {
-	name string
-	args map[string]any
-}
-
-// scriptedModel is a zero-latency OpenAI-compatible chat endpoint. Turn n of a job (n counted
-// from the assistant messages already in the request) answers with the tool calls script[n];
-// after the script it gives the final answer. It keeps the request bodies of the last job, so a
-// baseline can send the very same bytes. hold, when set, is waited on before every answer.
+// scriptedModel is the demo model (internal/demomodel) playing script at zero latency: turn n
+// of a job answers with the tool calls script[n-1], and after the script with the final
+// answer. It keeps the request bodies of the last job, so a baseline can send the very same
+// bytes. hold, when set, is waited on before every answer.
 type scriptedModel struct {
-	script [][]call
+	script [][]demomodel.Call
 	hold   func(r *http.Request)
 
 	mu     sync.Mutex
@@ -215,35 +208,16 @@ type scriptedModel struct {
 
 func (m *scriptedModel) start(b *testing.B) string {
 	b.Helper()
-	srv := httptest.NewServer(m)
+	srv := httptest.NewServer(demomodel.HandlerWith(demomodel.Options{Script: m.script, Hold: m.received}))
 	b.Cleanup(srv.Close)
 	return srv.URL + "/v1"
 }
 
-func (m *scriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var req struct {
-		Messages []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	turn := 0
-	for _, msg := range req.Messages {
-		if msg.Role == "assistant" {
-			turn++
-		}
-	}
+// received keeps a request's body, a job's first request starting the list again, then holds
+// it.
+func (m *scriptedModel) received(r *http.Request, turn int, body []byte) {
 	m.mu.Lock()
-	if turn == 0 {
+	if turn == 1 {
 		m.bodies = m.bodies[:0]
 	}
 	m.bodies = append(m.bodies, body)
@@ -251,8 +225,6 @@ func (m *scriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m.hold != nil {
 		m.hold(r)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(m.answer(turn))
 }
 
 // lastBodies are the request bodies of the last job, in order.
@@ -260,30 +232,6 @@ func (m *scriptedModel) lastBodies() [][]byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.bodies)
-}
-
-func (m *scriptedModel) answer(turn int) []byte {
-	msg := map[string]any{"role": "assistant", "content": "Done: the report is in report.md.", "refusal": nil}
-	finish := "stop"
-	if turn < len(m.script) {
-		var calls []map[string]any
-		for i, c := range m.script[turn] {
-			args, _ := json.Marshal(c.args)
-			calls = append(calls, map[string]any{
-				"id": fmt.Sprintf("call_%d_%d", turn, i), "type": "function",
-				"function": map[string]any{"name": c.name, "arguments": string(args)},
-			})
-		}
-		msg = map[string]any{"role": "assistant", "content": nil, "refusal": nil, "tool_calls": calls}
-		finish = "tool_calls"
-	}
-	out, _ := json.Marshal(map[string]any{
-		"id": fmt.Sprintf("chatcmpl-bench-%d", turn), "object": "chat.completion", "created": 1764668403,
-		"model":   "bench-model",
-		"choices": []any{map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": finish}},
-		"usage":   map[string]any{"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-	})
-	return out
 }
 
 // durations is a set of timings with the statistics the benchmarks report.

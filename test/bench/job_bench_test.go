@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -37,9 +38,9 @@ profiles:
 
 // jobScript is 3 turns with 3 tool calls: write the report; list the folder and count the
 // report's bytes (one command in the sandbox); answer.
-var jobScript = [][]call{
-	{{"write_file", map[string]any{"path": "report.md", "content": "# Benchmark\n\nOne line of findings.\n"}}},
-	{{"list_files", map[string]any{"path": "."}}, {"count", map[string]any{"path": "report.md"}}},
+var jobScript = [][]demomodel.Call{
+	{{Name: "write_file", Args: map[string]any{"path": "report.md", "content": "# Benchmark\n\nOne line of findings.\n"}}},
+	{{Name: "list_files", Args: map[string]any{"path": "."}}, {Name: "count", Args: map[string]any{"path": "report.md"}}},
 }
 
 // BenchmarkJobOverhead is row 3: one whole job through the runner (embedded NATS, bubblewrap,

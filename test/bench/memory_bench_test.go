@@ -3,6 +3,8 @@ package bench_test
 import (
 	"testing"
 	"time"
+
+	"github.com/boxcar-run/boxcar/internal/demomodel"
 )
 
 const memoryRig = `
@@ -31,10 +33,10 @@ const artifactProfile = `  p:
     limits: {command_timeout: 60s}
 `
 
-var artifactScript = [][]call{
-	{{"write_file", map[string]any{"path": "report.md", "content": "# 64 MiB of zeros\n"}},
-		{"write_file", map[string]any{"path": "artifacts/README", "content": "zeros.bin is all zeros\n"}}},
-	{{"fill", map[string]any{}}},
+var artifactScript = [][]demomodel.Call{
+	{{Name: "write_file", Args: map[string]any{"path": "report.md", "content": "# 64 MiB of zeros\n"}},
+		{Name: "write_file", Args: map[string]any{"path": "artifacts/README", "content": "zeros.bin is all zeros\n"}}},
+	{{Name: "fill", Args: map[string]any{}}},
 }
 
 const mib = 1 << 20

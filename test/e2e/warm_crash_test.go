@@ -3,12 +3,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -86,30 +83,15 @@ type hangingModel struct {
 func newHangingModel(t *testing.T) *hangingModel {
 	t.Helper()
 	m := &hangingModel{hung: make(chan struct{})}
-	demo := demomodel.Handler()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var req struct {
-			Messages []struct {
-				Role string `json:"role"`
-			} `json:"messages"`
-		}
-		_ = json.Unmarshal(body, &req)
-		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "tool" {
-			first := false
+	srv := httptest.NewServer(demomodel.HandlerWith(demomodel.Options{Hold: func(r *http.Request, turn int, _ []byte) {
+		first := false
+		if turn > 1 {
 			m.once.Do(func() { first = true; close(m.hung) })
-			if first {
-				<-r.Context().Done() // until the worker goes away
-				return
-			}
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		demo.ServeHTTP(w, r)
-	}))
+		if first {
+			<-r.Context().Done() // until the worker goes away
+		}
+	}}))
 	t.Cleanup(srv.Close)
 	m.url = srv.URL + "/v1"
 	return m
