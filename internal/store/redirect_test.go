@@ -3,34 +3,21 @@ package store_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestS3FollowsNoRedirect: an S3 store follows no redirect, with the SDK's own client or one
 // the caller gives (a private CA's, as the worker and submit make): Go's client would resend
 // the signed request's Authorization to the same host on another port, and its session token
 // (X-Amz-Security-Token, a header Go does not know as secret) to any address. Two loopback
-// servers on ports of their own: the endpoint redirects every request to the other.
+// origins on ports of their own: the endpoint redirects every request to the other.
 func TestS3FollowsNoRedirect(t *testing.T) {
-	var mu sync.Mutex
-	var seen []string
-	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, r.Method+" "+r.URL.Path+" Authorization="+r.Header.Get("Authorization")+" X-Amz-Security-Token="+r.Header.Get("X-Amz-Security-Token"))
-		mu.Unlock()
-		w.WriteHeader(http.StatusNotFound)
-	}))
-	t.Cleanup(other.Close)
-	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
-	}))
-	t.Cleanup(endpoint.Close)
+	endpoint, other := harness.RedirectingOrigins(t, http.StatusTemporaryRedirect, "Authorization", "X-Amz-Security-Token")
 	env := map[string]string{"AWS_ACCESS_KEY_ID": "AKIDREDIRECT", "AWS_SECRET_ACCESS_KEY": "secret-redirect",
 		"AWS_SESSION_TOKEN": "session-token-redirect", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
 		"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
@@ -51,11 +38,7 @@ func TestS3FollowsNoRedirect(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = st.Close() })
 			_, err = st.Stat(ctx, "k")
-			mu.Lock()
-			got := seen
-			seen = nil
-			mu.Unlock()
-			if len(got) > 0 {
+			if got := other.Take(); len(got) > 0 {
 				t.Errorf("the redirect was followed (Stat: %v): the other server got %s", err, strings.Join(got, "; "))
 			}
 			if err == nil {

@@ -8,44 +8,31 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/redact"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
-// keySeen is a loopback server that records the Authorization header of every request.
-type keySeen struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	auth []string
+// origin is a loopback server, on TLS when tls is set, that records each request's
+// Authorization.
+type origin struct {
+	*harness.Recorder
+	addr string
 }
 
-func newKeySeen(t *testing.T, tls bool, h http.HandlerFunc) *keySeen {
-	k := &keySeen{}
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		k.mu.Lock()
-		k.auth = append(k.auth, r.Header.Get("Authorization"))
-		k.mu.Unlock()
-		h(w, r)
-	})
+func newOrigin(t *testing.T, tls bool, h http.HandlerFunc) origin {
+	rec := &harness.Recorder{Fields: []string{"Authorization"}, Handler: h}
+	srv := httptest.NewUnstartedServer(rec)
 	if tls {
-		k.srv = httptest.NewTLSServer(handler)
+		srv.StartTLS()
 	} else {
-		k.srv = httptest.NewServer(handler)
+		srv.Start()
 	}
-	t.Cleanup(k.srv.Close)
-	return k
+	t.Cleanup(srv.Close)
+	return origin{rec, srv.Listener.Addr().String()}
 }
-
-func (k *keySeen) seen() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return append([]string(nil), k.auth...)
-}
-
-func (k *keySeen) addr() string { return k.srv.Listener.Addr().String() }
 
 // TestModelProbeKeepsTheKeyAtItsOrigin: the probe of the model endpoint sends the API key to
 // the base URL's origin (scheme, host and port) only, and follows no redirect to another
@@ -58,23 +45,23 @@ func TestModelProbeKeepsTheKeyAtItsOrigin(t *testing.T) {
 	const key = "sk-probe-secret"
 	var location string // where the endpoint redirects the row's probe to
 	var code int
-	endpoint := newKeySeen(t, false, func(w http.ResponseWriter, r *http.Request) {
+	endpoint := newOrigin(t, false, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/models" {
 			http.Redirect(w, r, location, code)
 			return
 		}
 		_, _ = w.Write([]byte(`{"data":[]}`))
 	})
-	otherPort := newKeySeen(t, false, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"data":[]}`)) })
-	otherScheme := newKeySeen(t, true, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"data":[]}`)) })
-	subdomain := newKeySeen(t, false, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"data":[]}`)) })
+	otherPort := newOrigin(t, false, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"data":[]}`)) })
+	otherScheme := newOrigin(t, true, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"data":[]}`)) })
+	subdomain := newOrigin(t, false, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"data":[]}`)) })
 	hosts := map[string]string{
-		"models.test:80":     endpoint.addr(),
-		"models.test:8443":   otherPort.addr(),
-		"models.test:443":    otherScheme.addr(),
-		"api.models.test:80": subdomain.addr(),
-		otherPort.addr():     otherPort.addr(),
-		endpoint.addr():      endpoint.addr(),
+		"models.test:80":     endpoint.addr,
+		"models.test:8443":   otherPort.addr,
+		"models.test:443":    otherScheme.addr,
+		"api.models.test:80": subdomain.addr,
+		otherPort.addr:       otherPort.addr,
+		endpoint.addr:        endpoint.addr,
 	}
 	transport := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -91,31 +78,26 @@ func TestModelProbeKeepsTheKeyAtItsOrigin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byAddr, err := newModelProbe("http://"+endpoint.addr()+"/v1", key, transport, slog.New(slog.DiscardHandler))
+	byAddr, err := newModelProbe("http://"+endpoint.addr+"/v1", key, transport, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	others := map[string]*keySeen{"another port": otherPort, "another scheme": otherScheme, "a subdomain": subdomain}
+	others := map[string]origin{"another port": otherPort, "another scheme": otherScheme, "a subdomain": subdomain}
 	for _, tt := range []struct {
 		name, location string
 		byAddr         bool // the base URL is the endpoint's 127.0.0.1:port, not models.test
 		followed       bool // a redirect within the origin is followed, with the key
 	}{
-		{"another port of 127.0.0.1", "http://" + otherPort.addr() + "/v1/models", true, false},
+		{"another port of 127.0.0.1", "http://" + otherPort.addr + "/v1/models", true, false},
 		{"another port", "http://models.test:8443/v1/models", false, false},
 		{"another scheme", "https://models.test/v1/models", false, false},
 		{"a subdomain", "http://api.models.test/v1/models", false, false},
-		{"another address", "http://" + otherPort.addr() + "/v1/models", false, false},
+		{"another address", "http://" + otherPort.addr + "/v1/models", false, false},
 		{"the same origin", "/v1/models-moved", false, true},
 		{"the same origin, its port spelt", "http://models.test:80/v1/models-moved", false, true},
 	} {
 		for _, status := range []int{http.StatusFound, http.StatusTemporaryRedirect} {
 			location, code = tt.location, status
-			before := map[string]int{}
-			for name, o := range others {
-				before[name] = len(o.seen())
-			}
-			endBefore := len(endpoint.seen())
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			probe := byName
 			if tt.byAddr {
@@ -127,13 +109,13 @@ func TestModelProbeKeepsTheKeyAtItsOrigin(t *testing.T) {
 				resp.Body.Close()
 			}
 			for name, o := range others {
-				if got := o.seen()[before[name]:]; len(got) > 0 {
-					t.Errorf("%s, %d: %s got %d requests (Authorization %q); want none: the probe follows no redirect off its origin",
+				if got := o.Take(); len(got) > 0 {
+					t.Errorf("%s, %d: %s got %d requests (%q); want none: the probe follows no redirect off its origin",
 						tt.name, status, name, len(got), got)
 				}
 			}
-			switch got := endpoint.seen()[endBefore:]; {
-			case tt.followed && (err != nil || resp.StatusCode != http.StatusOK || len(got) != 2 || got[1] != "Bearer "+key):
+			switch got := endpoint.Take(); {
+			case tt.followed && (err != nil || resp.StatusCode != http.StatusOK || len(got) != 2 || !strings.HasSuffix(got[1], " Authorization=Bearer "+key)):
 				t.Errorf("%s, %d: %v, endpoint saw %d requests; want the redirect followed with the key", tt.name, status, err, len(got))
 			case tt.followed:
 			case err == nil:
