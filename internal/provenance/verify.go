@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -248,12 +250,29 @@ func checkObject(ctx context.Context, st Getter, key, wantSHA256 string, wantSiz
 		return fmt.Errorf("%w: %s: %w", ErrMissing, key, err)
 	}
 	defer rc.Close()
-	got, size, err := Digest(rc)
-	if err != nil {
-		return fmt.Errorf("%w: %s: read: %w", ErrMissing, key, err)
+	err = CopyChecked(io.Discard, rc, key, wantSHA256, wantSize)
+	if err != nil && !errors.Is(err, ErrDigestMismatch) {
+		return fmt.Errorf("%w: %w", ErrMissing, err) // a read: io.Discard takes every write
 	}
-	if got != wantSHA256 || size != wantSize {
-		return fmt.Errorf("%w: %s is sha256 %s, %d bytes; the manifest records %s, %d bytes", ErrDigestMismatch, key, got, size, wantSHA256, wantSize)
+	return err
+}
+
+// CopyChecked copies the object stored at key, read from r, to w while hashing it, and returns
+// nil exactly when it is wantSize bytes with SHA-256 wantSHA256: the one check of a stored file
+// against its manifest (verify, get, logs). It reads at most one byte past wantSize, so an
+// object longer than the manifest records costs its reader no more than the size recorded. The
+// caller keeps or shows what w got only on nil. A mismatch wraps ErrDigestMismatch; any other
+// error is r's or w's.
+func CopyChecked(w io.Writer, r io.Reader, key, wantSHA256 string, wantSize int64) error {
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(r, max(wantSize, 0)+1))
+	switch got := hex.EncodeToString(h.Sum(nil)); {
+	case err != nil:
+		return fmt.Errorf("copy %s: %w", key, err)
+	case n > wantSize:
+		return fmt.Errorf("%w: %s is longer than the %d bytes the manifest records", ErrDigestMismatch, key, wantSize)
+	case got != wantSHA256 || n != wantSize:
+		return fmt.Errorf("%w: %s is sha256 %s, %d bytes; the manifest records %s, %d bytes", ErrDigestMismatch, key, got, n, wantSHA256, wantSize)
 	}
 	return nil
 }

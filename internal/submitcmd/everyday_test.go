@@ -116,15 +116,12 @@ func TestList(t *testing.T) {
 
 func TestLogs(t *testing.T) {
 	te := newTestEnv(t)
-	id := te.commitRun(t, false)
 	transcript, err := os.ReadFile(filepath.Join("testdata", "transcript.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := provenance.SubjectKey(id, provenance.Subject{Name: "transcript.jsonl", Path: "attempts/" + testAttempt + "/transcript.jsonl"})
-	if err := te.st.Put(t.Context(), key, bytes.NewReader(transcript), int64(len(transcript))); err != nil {
-		t.Fatal(err)
-	}
+	id := job.NewID()
+	te.commitRunAs(t, id, true, map[string][]byte{"transcript.jsonl": transcript})
 	te.setState(t, id, func(s *job.Status) {
 		s.State, s.Attempt, s.Worker, s.Progress = job.StateRunning, 1, "worker-1", "starting sandbox"
 	})
@@ -139,7 +136,7 @@ func TestLogs(t *testing.T) {
 	})
 
 	stdout, stderr, err := te.submit(t, "logs", id)
-	if err != nil {
+	if err != nil || !strings.Contains(stderr, "checked transcript.jsonl against the manifest's sha256 digest, a manifest signed by key") {
 		t.Fatalf("logs: %v\n%s", err, stderr)
 	}
 	for _, want := range []string{
@@ -178,20 +175,30 @@ func TestLogs(t *testing.T) {
 		t.Errorf("logs -o json: %d events, want the current status step then 6 transcript events:\n%s", n, stdout)
 	}
 
-	// A running job: --follow shows the steps as they come and the transcript at the end.
+	// A running job: --follow shows the steps as they come, says that no signature covers
+	// them, and shows the transcript, checked, once the run commits.
 	run := te.submitJob(t)
-	var out harness.LogBuffer
+	var out, errOut harness.LogBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(t.Context(), []string{"logs", run, "--follow"}, te.getenv, &out, &bytes.Buffer{})
+		done <- Run(t.Context(), []string{"logs", run, "--follow"}, te.getenv, &out, &errOut)
 	}()
 	waitFor(t, "logs --follow to show the queued job", func() bool { return strings.Contains(out.String(), "queued") })
 	te.setState(t, run, func(s *job.Status) { s.State, s.Attempt, s.Progress = job.StateRunning, 1, "turn 1" })
 	// Steps are read every 250 ms: one replaced sooner may not show, so the test waits for it.
 	waitFor(t, "logs --follow to show turn 1", func() bool { return strings.Contains(out.String(), "turn 1") })
-	te.setState(t, run, func(s *job.Status) { s.State, s.Progress = job.StateFailed, "" })
-	if err := <-done; err != nil || !strings.Contains(out.String(), "turn 1") || !strings.Contains(out.String(), "failed") {
-		t.Errorf("logs --follow: %v\n%s", err, out.String())
+	te.commitRunAs(t, run, true, map[string][]byte{"transcript.jsonl": transcript}, func(m *provenance.Manifest) { m.Outcome.State = job.StateFailed })
+	te.setState(t, run, func(s *job.Status) {
+		s.State, s.Progress, s.Manifest = job.StateFailed, "", provenance.ManifestKey(run)
+	})
+	err = <-done
+	for _, want := range []string{"turn 1", "failed", "end: succeeded after 2 turns"} {
+		if err != nil || !strings.Contains(out.String(), want) {
+			t.Errorf("logs --follow: %v, want %q shown\n%s", err, want, out.String())
+		}
+	}
+	if e := errOut.String(); !strings.Contains(e, "which no signature covers") || !strings.Contains(e, "a manifest signed by key") {
+		t.Errorf("logs --follow does not say what no signature covers and what it checked:\n%s", e)
 	}
 }
 

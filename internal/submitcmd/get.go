@@ -3,7 +3,6 @@ package submitcmd
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,9 +21,8 @@ import (
 
 func (e *env) getCmd() *cobra.Command {
 	var (
-		out           string
-		keys          verifyKeys
-		allowUnsigned bool
+		out   string
+		trust trustFlags
 	)
 	c := &cobra.Command{
 		Use:   "get JOB_ID",
@@ -41,17 +39,13 @@ are checked against the manifest alone, and get says the signature was not check
 			if out == "" {
 				return cli.Usagef("get: give one JOB_ID and --out DIR")
 			}
-			if keys.keyringPath == "" {
-				keys.keyringPath = e.getenv("BOXCAR_KEYRING")
-			}
-			return e.get(c.Context(), a[0], out, keys, allowUnsigned)
+			return e.get(c.Context(), a[0], out, trust)
 		},
 	}
 	c.Flags().StringVar(&out, "out", "", "directory to download the run into (`DIR`, required)")
 	markRequired(c, "out")
 	_ = c.MarkFlagDirname("out")
-	signerKeyFlags(c, &keys.pubPath, &keys.keyringPath)
-	c.Flags().BoolVar(&allowUnsigned, "allow-unsigned", false, "download a run that has no signature, its files checked against the manifest alone")
+	trust.add(c, "download a run that has no signature, its files checked against the manifest alone")
 	e.common(c, true)
 	return c
 }
@@ -59,15 +53,12 @@ are checked against the manifest alone, and get says the signature was not check
 // get downloads a committed run: every file the manifest names, each checked against its
 // SHA-256 and size on the way (a file that does not match is not kept), then the manifest and
 // its signature. The manifest is held to its job, its tenant and its signature before anything
-// is written. Objects under the run's folder that the manifest does not name are reported and
-// not downloaded.
-func (e *env) get(ctx context.Context, id, out string, keys verifyKeys, allowUnsigned bool) error {
-	ring, keyFile, err := e.ring(keys)
+// is written (trustedRun). Objects under the run's folder that the manifest does not name are
+// reported and not downloaded.
+func (e *env) get(ctx context.Context, id, out string, trust trustFlags) error {
+	keys, err := e.signers(getReader, trust)
 	if err != nil {
-		return fmt.Errorf("get: %w", err)
-	}
-	if keys.pubPath+keys.keyringPath != "" {
-		keyFile = "" // given: no hint that it is the embedded worker's
+		return err
 	}
 	st, err := e.openStore(ctx)
 	if err != nil {
@@ -75,16 +66,12 @@ func (e *env) get(ctx context.Context, id, out string, keys verifyKeys, allowUns
 	}
 	defer closeStore(st)
 
-	manifest, stmt, err := e.committedRun(ctx, st, id)
+	run, err := e.trustedRun(ctx, st, getReader, id, keys, trust.allowUnsigned)
 	if err != nil {
 		return err
 	}
-	signer, err := e.getSignature(ctx, st, id, manifest, stmt, signers{ring: ring, embedded: keyFile}, allowUnsigned)
-	if err != nil {
-		return err
-	}
-
-	files, bad, err := e.download(ctx, st, id, out, manifest, stmt)
+	stmt := run.stmt
+	files, bad, err := e.download(ctx, st, id, out, run.manifest, stmt)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
@@ -104,7 +91,7 @@ func (e *env) get(ctx context.Context, id, out string, keys verifyKeys, allowUns
 		return &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: %d of %d files do not match the manifest and were not kept: %s",
 			id, len(bad), len(stmt.Subjects), strings.Join(bad, ", "))}
 	}
-	printf(e.stderr, "checked %d files against the manifest's sha256 digests%s; `submit verify %s` also checks the inputs\n", len(stmt.Subjects), signer, id)
+	printf(e.stderr, "checked %d files against the manifest's sha256 digests%s; `submit verify %s` also checks the inputs\n", len(stmt.Subjects), run.signer, id)
 	return nil
 }
 
@@ -158,66 +145,6 @@ func (e *env) download(ctx context.Context, st store.Store, id, out string, mani
 	return files, bad, nil
 }
 
-// committedRun reads the run's manifest and holds it to this job of this tenant; a run that is
-// not committed, or whose manifest is another's or no manifest, is an error that says so.
-func (e *env) committedRun(ctx context.Context, st store.Store, id string) ([]byte, provenance.Statement, error) {
-	manifest, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
-	if errors.Is(err, store.ErrNotFound) {
-		if err := e.runBeforeTenants(ctx, st, id); err != nil {
-			return nil, provenance.Statement{}, fmt.Errorf("get: %w; nothing downloaded", err)
-		}
-		return nil, provenance.Statement{}, e.notCommitted(ctx, st, "get", id, "nothing downloaded")
-	}
-	if err != nil {
-		return nil, provenance.Statement{}, fmt.Errorf("get: %w", err)
-	}
-	stmt, err := provenance.Parse(manifest)
-	if err == nil {
-		err = stmt.CheckRun(e.tenant(), id)
-	}
-	if err != nil {
-		return nil, provenance.Statement{}, &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: manifest.json cannot be trusted: %v; nothing downloaded", id, err)}
-	}
-	return manifest, stmt, nil
-}
-
-// signers are the keys get checks a signature with: ring, and embedded, the file of the
-// embedded worker's key when ring is that key by default ("" otherwise).
-type signers struct {
-	ring     provenance.Keyring
-	embedded string
-}
-
-// getSignature holds the manifest get is about to follow to its signature by a key of the
-// ring, as verify does: whoever may write the store can write a manifest, not sign one. It
-// returns what the closing line says of the signature. With no key at hand it checks nothing
-// and says so; a run with no signature passes only with allowUnsigned.
-func (e *env) getSignature(ctx context.Context, st store.Store, id string, manifest []byte, stmt provenance.Statement, keys signers, allowUnsigned bool) (string, error) {
-	const notChecked = ", the signature was NOT CHECKED, so nothing proves the manifest they match"
-	ring := keys.ring
-	if len(ring) == 0 {
-		printf(e.stderr, "get: no public key: the signature was NOT CHECKED (give --keyring FILE or --public-key FILE)\n")
-		return notChecked, nil
-	}
-	key, err := provenance.CheckSignature(ctx, st, id, manifest, stmt, ring)
-	switch {
-	case err == nil:
-		return fmt.Sprintf(", a manifest signed by key %s (%s)", key.Name, provenance.KeyID(key.Key)), nil
-	case errors.Is(err, store.ErrNotFound) && allowUnsigned:
-		printf(e.stderr, "get: job %s has no signature (--allow-unsigned): NOT CHECKED\n", id)
-		return notChecked, nil
-	case errors.Is(err, provenance.ErrMissing) && !errors.Is(err, store.ErrNotFound):
-		return "", fmt.Errorf("get: job %s: %w; nothing downloaded", id, err)
-	case errors.Is(err, store.ErrNotFound):
-		return "", &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: %v; nothing downloaded (--allow-unsigned downloads a run that has no signature, its files checked against the manifest alone)", id, err)}
-	}
-	hint := ""
-	if keys.embedded != "" {
-		hint = fmt.Sprintf(" (the public key is %s, the embedded worker's; give the signer's key with --public-key or --keyring)", keys.embedded)
-	}
-	return "", &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("get: job %s: the manifest's signature: %v; nothing downloaded%s", id, err, hint)}
-}
-
 // readObject reads a small object whole; larger than max is an error.
 func readObject(ctx context.Context, st store.Store, key string, max int64) ([]byte, error) {
 	rc, err := st.Get(ctx, key)
@@ -255,20 +182,12 @@ func downloadChecked(ctx context.Context, st store.Store, root *os.Root, key str
 		return err
 	}
 	defer func() { _ = root.Remove(tmp) }() // gone already after the rename
-	h := sha256.New()
-	// One byte past the recorded size is enough to tell a longer object.
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(rc, want.Size+1))
+	err = provenance.CopyChecked(f, rc, key, want.SHA256, want.Size)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("download %s: %w", key, err)
-	}
-	if n > want.Size {
-		return fmt.Errorf("%w: %s is longer than the %d bytes the manifest records", provenance.ErrDigestMismatch, key, want.Size)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != want.SHA256 || n != want.Size {
-		return fmt.Errorf("%w: %s is sha256 %s, %d bytes; the manifest records %s, %d bytes", provenance.ErrDigestMismatch, key, got, n, want.SHA256, want.Size)
+		return err
 	}
 	return root.Rename(tmp, name)
 }

@@ -9,13 +9,18 @@ import (
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/provenance"
-	"github.com/boxcar-run/boxcar/internal/store"
 )
 
 // forgeRun replaces a committed run's report with data and its manifest with one naming it, as
 // someone who may write the store but holds no signing key can: the envelope stays. name, if
 // not "", is the name the forged manifest gives the report instead of report.md.
 func (te *testEnv) forgeRun(t *testing.T, id string, data []byte, name string) {
+	t.Helper()
+	te.forgeFile(t, id, "report.md", data, name)
+}
+
+// forgeFile is forgeRun of the run's file file (report.md, transcript.jsonl).
+func (te *testEnv) forgeFile(t *testing.T, id, file string, data []byte, name string) {
 	t.Helper()
 	ctx := t.Context()
 	manifest, err := readObject(ctx, te.st, provenance.ManifestKey(id), maxManifestBytes)
@@ -27,7 +32,7 @@ func (te *testEnv) forgeRun(t *testing.T, id string, data []byte, name string) {
 		t.Fatal(err)
 	}
 	for i, s := range stmt.Subjects {
-		if s.Name != "report.md" {
+		if s.Name != file {
 			continue
 		}
 		s.SHA256, s.Size = hexSum(data), int64(len(data))
@@ -45,7 +50,7 @@ func (te *testEnv) forgeRun(t *testing.T, id string, data []byte, name string) {
 	}
 	if name != "" {
 		// Build writes no such manifest: written as JSON by hand.
-		forged = bytes.ReplaceAll(forged, []byte(`report.md"`), []byte(name+`"`))
+		forged = bytes.ReplaceAll(forged, []byte(file+`"`), []byte(name+`"`))
 	}
 	if err := te.st.Put(ctx, provenance.ManifestKey(id), bytes.NewReader(forged), int64(len(forged))); err != nil {
 		t.Fatal(err)
@@ -69,23 +74,8 @@ func TestGetHoldsTheRunToItsSignature(t *testing.T) {
 	if err := te.st.Delete(ctx, provenance.SignatureKey(unsigned)); err != nil {
 		t.Fatal(err)
 	}
-	other := te.commitRun(t, true)
-	otherKey := t.TempDir()
-	if _, err := provenance.WriteKeyPair(otherKey); err != nil {
-		t.Fatal(err)
-	}
-	key, err := provenance.ReadPrivateKeyFile(filepath.Join(otherKey, provenance.PrivateKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest, _ := readObject(ctx, te.st, provenance.ManifestKey(other), maxManifestBytes)
-	env, err := provenance.Sign(ctx, manifest, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := te.st.Put(ctx, store.SignatureKey(other), bytes.NewReader(env), int64(len(env))); err != nil {
-		t.Fatal(err)
-	}
+	other, otherKey := te.commitRun(t, true), t.TempDir()
+	te.signWithAnotherKey(t, other, otherKey)
 	noKeyHome := t.TempDir()
 	tests := []struct {
 		name   string

@@ -39,6 +39,7 @@ func TestFollowSaysNATSIsLost(t *testing.T) {
 			}
 			te.restart(t)
 			waitFor(t, "word that NATS answered again", func() bool { return strings.Contains(stderr.String(), "answered again") })
+			te.commitRunAs(t, id, true, nil) // the run logs shows when the job ends
 			te.setState(t, id, func(s *job.Status) { s.State = job.StateSucceeded })
 			if err := <-done; err != nil {
 				t.Errorf("%v\n%s", err, stderr.String())

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -27,24 +28,38 @@ const maxTranscriptLine = 32 << 20
 const maxShown = 400
 
 func (e *env) logsCmd() *cobra.Command {
-	var follow bool
+	var (
+		follow bool
+		trust  trustFlags
+	)
 	c := &cobra.Command{
 		Use:   "logs JOB_ID",
 		Short: "a run's steps, turns, tool calls and approvals, readable",
 		Long: `Prints what a job did: its current status step (from NATS), then, once its run is
 committed, every model turn and tool call of the stored transcript, with exit codes, timeouts
-and approval waits. --follow shows the steps as they are read (every 250 ms: one replaced sooner
-may not show, the last always does) and the transcript when the job ends.
+and approval waits. The transcript is shown as get would download it: the manifest's signature
+checked with the keys verify uses (--keyring FILE, else --public-key FILE, else
+$BOXCAR_HOME/keys/signing.pub, the embedded worker's) and the transcript's SHA-256 and size
+with the manifest's, before any line of it is shown; a check that fails shows none of it (exit
+8). --allow-unsigned shows a run that has no signature at all; with no key anywhere logs says
+the signature was not checked. --follow shows the steps as they are read (every 250 ms: one
+replaced sooner may not show, the last always does), which no signature covers, and the
+transcript when the run commits.
 With --output json each line is one event: {"source":"status",…} or {"source":"transcript","event":{…}}.`,
 		Args: jobIDArgs(1, 1, "logs: give one JOB_ID"),
-		RunE: func(c *cobra.Command, a []string) error { return e.logs(c.Context(), a[0], follow) },
+		RunE: func(c *cobra.Command, a []string) error { return e.logs(c.Context(), a[0], follow, trust) },
 	}
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the job until it ends")
+	trust.add(c, "show a run that has no signature, its transcript checked against the manifest alone")
 	e.common(c, true)
 	return c
 }
 
-func (e *env) logs(ctx context.Context, id string, follow bool) error {
+func (e *env) logs(ctx context.Context, id string, follow bool, trust trustFlags) error {
+	keys, err := e.signers(logsReader, trust)
+	if err != nil {
+		return err
+	}
 	nc, q, err := e.connect(ctx)
 	if err != nil {
 		return err
@@ -68,7 +83,7 @@ func (e *env) logs(ctx context.Context, id string, follow bool) error {
 		fmt.Fprintf(e.stderr, "job %s is %s; the transcript is stored when the run commits (follow with `submit logs %s --follow`)\n", id, orUnknown(last.State), id)
 		return nil
 	}
-	return e.logTranscript(ctx, id)
+	return e.logTranscript(ctx, id, keys, trust.allowUnsigned)
 }
 
 // followSteps prints each status change from last on until the job ends or ctx does.
@@ -78,6 +93,8 @@ func (e *env) followSteps(ctx context.Context, q *queue.Client, id string, last 
 		return last, err
 	}
 	e.link.following("submit logs " + id + " --follow")
+	// Nothing of a run is signed before it commits: what follows is NATS's word alone.
+	printf(e.stderr, "following job %s: the steps are its status in NATS, which no signature covers; its transcript is shown when the run commits, once the manifest's signature and the transcript's digest are checked\n", id)
 	for st := range updates {
 		e.logStep(last, st)
 		last = st
@@ -115,42 +132,71 @@ func (e *env) logStep(prev, st job.Status) {
 	printf(e.stdout, "%s  %s\n", st.UpdatedAt.Local().Format(time.TimeOnly), line)
 }
 
-// logTranscript streams the committed run's transcript, one readable line per event.
-func (e *env) logTranscript(ctx context.Context, id string) error {
+// logTranscript shows the committed run's transcript, one readable line per event, once the
+// run is held to its signature (trustedRun, as get) and the transcript to the manifest's
+// digest. The transcript is spooled to a temporary file while it is hashed and shown from
+// there: read twice from the store, it could change between the check and the showing.
+func (e *env) logTranscript(ctx context.Context, id string, keys signers, allowUnsigned bool) error {
 	st, err := e.openStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeStore(st)
-	data, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
-	if errors.Is(err, store.ErrNotFound) {
-		if err := e.runBeforeTenants(ctx, st, id); err != nil {
-			return fmt.Errorf("logs: %w", err)
-		}
-		fmt.Fprintf(e.stderr, "job %s has no committed run in %s: no transcript to show\n", id, st.URL(""))
-		return nil
-	}
+	run, err := e.trustedRun(ctx, st, logsReader, id, keys, allowUnsigned)
 	if err != nil {
-		return fmt.Errorf("logs: %w", err)
+		return err
 	}
-	stmt, err := provenance.Parse(data)
-	if err == nil {
-		err = stmt.CheckRun(e.tenant(), id)
-	}
-	if err != nil {
-		return fmt.Errorf("logs: job %s: %w", id, err)
-	}
-	i := slices.IndexFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == "transcript.jsonl" })
+	i := slices.IndexFunc(run.stmt.Subjects, func(s provenance.Subject) bool { return s.Name == transcriptName })
 	if i < 0 {
 		fmt.Fprintf(e.stderr, "job %s: the run's manifest names no transcript\n", id)
 		return nil
 	}
-	rc, err := st.Get(ctx, provenance.SubjectKey(id, stmt.Subjects[i]))
+	spool, err := e.checkedTranscript(ctx, st, id, run.stmt.Subjects[i])
 	if err != nil {
-		return fmt.Errorf("logs: job %s: transcript: %w", id, err)
+		return err
 	}
-	defer rc.Close()
-	return e.renderTranscript(rc)
+	defer closeSpool(spool)
+	if err := e.renderTranscript(spool); err != nil {
+		return err
+	}
+	printf(e.stderr, "checked %s against the manifest's sha256 digest%s\n", transcriptName, run.signer)
+	return nil
+}
+
+const transcriptName = "transcript.jsonl"
+
+// checkedTranscript copies the transcript s names into a temporary file while checking it
+// against s, and returns the file at its start; a transcript that does not match is exit 8.
+func (e *env) checkedTranscript(ctx context.Context, st store.Store, id string, s provenance.Subject) (*os.File, error) {
+	key := provenance.SubjectKey(id, s)
+	spool, err := os.CreateTemp("", "boxcar-transcript-")
+	if err != nil {
+		return nil, fmt.Errorf("logs: %w", err)
+	}
+	rc, err := st.Get(ctx, key)
+	if err == nil {
+		err = provenance.CopyChecked(spool, rc, key, s.SHA256, s.Size)
+		rc.Close()
+	}
+	if err == nil {
+		_, err = spool.Seek(0, io.SeekStart)
+	}
+	switch {
+	case err == nil:
+		return spool, nil
+	case errors.Is(err, provenance.ErrDigestMismatch), errors.Is(err, store.ErrNotFound):
+		closeSpool(spool)
+		printf(e.stderr, "FAIL %s: %v\n", s.Name, err)
+		return nil, &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("logs: job %s: %s does not match the manifest; %s", id, s.Name, logsReader.nothing)}
+	}
+	closeSpool(spool)
+	return nil, fmt.Errorf("logs: job %s: %s: %w", id, s.Name, err)
+}
+
+// closeSpool closes and removes a temporary file.
+func closeSpool(f *os.File) {
+	_ = f.Close()
+	_ = os.Remove(f.Name())
 }
 
 // renderTranscript prints each line of a transcript; a line it cannot read is said, not fatal.
