@@ -34,7 +34,9 @@ const reservedPrefix = ".boxcar-tmp-"
 // the listing, a name the store cannot hold, a folder nested past PATH_MAX or unreadable, an
 // artifact folder that is a file or a link, and at the upload a file that changed or became a
 // link) leaves that file or folder out, named in c for the manifest (skip), and never fails
-// the run. err is only ever the context's.
+// the run. Of names that a file system folding case or Unicode normalization (macOS, Windows)
+// holds as one file, only the first is taken (provenance.Names), so every run can be fetched
+// whole on such a machine (submit get). err is only ever the context's.
 func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sandbox, c *provenance.Collected) ([]output, error) {
 	dir, err := sandbox.CleanPath(a.profile.Artifacts)
 	if err != nil {
@@ -77,6 +79,7 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 	var (
 		outs  []output
 		total int64
+		taken provenance.Names
 	)
 	for i, f := range files {
 		if len(outs) == maxArtifacts {
@@ -106,6 +109,13 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 			skip(c, f.Path, "too_large", fmt.Sprintf("%d bytes; at most %d each and %d together", f.Size, maxArtifactBytes, maxArtifactTotal))
 			a.log.WarnContext(ctx, "artifact too large; not uploaded", "artifact", f.Path, "size_bytes", f.Size,
 				"max_artifact_bytes", maxArtifactBytes, "max_total_bytes", maxArtifactTotal, "total_bytes", total)
+			continue
+		}
+		// Taken in name order: of names a client's file system would hold as one file, the
+		// first is kept on every worker alike, and submit get can write every run a worker commits.
+		if other := taken.Add(name); other != "" {
+			skip(c, f.Path, "bad_name", fmt.Sprintf("one file with %s where names ignore case, Unicode normalization or trailing dots and spaces (macOS, Windows)", other))
+			a.log.WarnContext(ctx, "artifact name is another's where names fold; not uploaded", "artifact", sandbox.ShortPath(f.Path, maxNamedPath), "kept", sandbox.ShortPath(other, maxNamedPath))
 			continue
 		}
 		// Read as listed: the listed size bounds the read, so a file that grew since it was

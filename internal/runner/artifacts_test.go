@@ -233,6 +233,21 @@ func TestCollectArtifacts(t *testing.T) {
 				"artifacts/nonchar\ufffe:bad_name", "artifacts/nonchar\uffff:bad_name", "artifacts/rtl\u202etxt.exe:bad_name", "artifacts/zero\u200bwidth:bad_name"},
 		},
 		{
+			// A client's file system that folds case or Unicode normalization (macOS, Windows)
+			// would hold each pair as one file: the first in name order is taken, on every
+			// worker alike, unless it is left out for another reason. All were taken on main.
+			name:      "names that are one file where names fold",
+			artifacts: "artifacts",
+			sb: &memSandbox{files: map[string]int64{
+				"artifacts/Data.csv": 1, "artifacts/data.csv": 1,
+				"artifacts/re\u0301sume\u0301.csv": 1, "artifacts/résumé.csv": 1,
+				"artifacts/Out/a.csv": 1, "artifacts/out": 1,
+				"artifacts/Big": maxArtifactBytes + 1, "artifacts/big": 1,
+			}},
+			want:    []string{"artifacts/Data.csv", "artifacts/Out/a.csv", "artifacts/big", "artifacts/re\u0301sume\u0301.csv"},
+			skipped: []string{"artifacts/Big:too_large", "artifacts/data.csv:bad_name", "artifacts/out:bad_name", "artifacts/résumé.csv:bad_name"},
+		},
+		{
 			// Nothing is read while collecting: what cannot be read is left out at the upload
 			// (TestUploadLeavesOutChangedArtifacts).
 			name:      "files that will not read",

@@ -71,6 +71,9 @@ func (e *env) get(ctx context.Context, id, out string, trust trustFlags) error {
 		return err
 	}
 	stmt := run.stmt
+	if err := oneFileEach(stmt.Subjects); err != nil {
+		return fmt.Errorf("get: job %s: %w; nothing downloaded (`submit verify %s` checks the run in the store)", id, err, id)
+	}
 	files, bad, err := e.download(ctx, st, id, out, run.manifest, stmt)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
@@ -143,6 +146,21 @@ func (e *env) download(ctx context.Context, st store.Store, id, out string, mani
 		return nil, nil, err
 	}
 	return files, bad, nil
+}
+
+// oneFileEach returns an error naming two of the run's files that a file system which folds
+// names (provenance.FoldedName) would hold in one place, the second replacing the first. It is
+// decided by the names alone, the same on every machine: whether --out folds names cannot be
+// told before writing into it, and a file written under another name than the manifest's is
+// one the manifest does not name, so get refuses the run rather than rename a file in it.
+func oneFileEach(subjects []provenance.Subject) error {
+	var names provenance.Names
+	for _, s := range subjects {
+		if other := names.Add(s.Name); other != "" {
+			return fmt.Errorf("%s and %s would be one file where names ignore case, Unicode normalization or trailing dots and spaces (macOS, Windows), one replacing the other", other, s.Name)
+		}
+	}
+	return nil
 }
 
 // readObject reads a small object whole; larger than max is an error.

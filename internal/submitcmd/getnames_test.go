@@ -27,7 +27,7 @@ func TestGetArtifactNames(t *testing.T) {
 		{"a part of NAME_MAX bytes", map[string][]byte{strings.Repeat("a", 255): []byte("long\n")}},
 		{"a part just past the temporary name's room", map[string][]byte{strings.Repeat("b", 231) + ".csv": []byte("b\n")}},
 		{"long parts in a folder", map[string][]byte{strings.Repeat("d", 200) + "/" + strings.Repeat("e", 255): []byte("deep\n")}},
-		{"letters of other scripts", map[string][]byte{"résumé.csv": []byte("nfc\n"), "re\u0301sume\u0301.csv": []byte("nfd\n"), "данные.txt": []byte("ru\n")}},
+		{"letters of other scripts", map[string][]byte{"résumé.csv": []byte("nfc\n"), "resume.csv": []byte("ascii\n"), "данные.txt": []byte("ru\n")}},
 		{"the most files a run keeps", many},
 	}
 	for _, tt := range tests {
@@ -48,6 +48,42 @@ func TestGetArtifactNames(t *testing.T) {
 				if _, err := os.Stat(filepath.Join(out, name)); err != nil {
 					t.Errorf("get did not download %s: %v", name, err)
 				}
+			}
+		})
+	}
+}
+
+// TestGetRefusesNamesThatAreOneFile: two names of a run that a file system ignoring case,
+// Unicode normalization (NFC or NFD) or, on Windows, trailing dots and spaces holds as one
+// file, or as a file where the other needs a folder, are refused before get writes anything
+// (exit 1, both named), on every machine alike: written on macOS or Windows the second
+// replaced the first without a word, and on Linux get wrote both, so this test, on a file
+// system that tells them apart, saw every row downloaded on main.
+func TestGetRefusesNamesThatAreOneFile(t *testing.T) {
+	te := newTestEnv(t)
+	tests := []struct {
+		name       string
+		first      string // the name taken, by byte order
+		second     string
+		firstData  string
+		secondData string
+	}{
+		{"case", "Data.csv", "data.csv", "upper\n", "lower\n"},
+		{"case beyond ASCII", "ΣΥΝΟΨΗ.txt", "συνοψη.txt", "upper\n", "lower\n"},
+		{"NFC and NFD", "re\u0301sume\u0301.csv", "résumé.csv", "nfd\n", "nfc\n"},
+		{"a file where a folder is", "Out/table.csv", "out", "in a folder\n", "a file\n"},
+		{"trailing dot", "notes", "notes.", "plain\n", "dotted\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := te.commitRunOf(t, true, map[string][]byte{tt.first: []byte(tt.firstData), tt.second: []byte(tt.secondData)})
+			out := filepath.Join(t.TempDir(), "run")
+			_, stderr, err := te.submit(t, "get", id, "--out", out)
+			if exitCode(err) != 1 || !strings.Contains(message(err), "artifacts/"+tt.first) || !strings.Contains(message(err), "artifacts/"+tt.second) {
+				t.Errorf("get: exit %d (%v); want 1 naming artifacts/%s and artifacts/%s\n%s", exitCode(err), err, tt.first, tt.second, stderr)
+			}
+			if entries, err := os.ReadDir(out); !os.IsNotExist(err) {
+				t.Errorf("get wrote %d entries into --out (%v); want nothing written", len(entries), err)
 			}
 		})
 	}
