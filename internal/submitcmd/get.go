@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 
@@ -31,7 +31,8 @@ func (e *env) getCmd() *cobra.Command {
 else $BOXCAR_HOME/keys/signing.pub, the embedded worker's), then downloads what the manifest
 names, checking each file's SHA-256 and size on the way: a file that does not match is not kept
 and fails the command naming it (exit 8); objects the manifest does not name are reported and
-not downloaded. A manifest not signed by one of those keys downloads nothing (exit 8);
+not downloaded. DIR must be new or empty, and get writes over no file. A manifest not signed
+by one of those keys downloads nothing (exit 8);
 --allow-unsigned downloads a run that has no signature at all. With no key anywhere the files
 are checked against the manifest alone, and get says the signature was not checked.`,
 		Args: jobIDArgs(1, 1, "get: give one JOB_ID and --out DIR"),
@@ -42,7 +43,7 @@ are checked against the manifest alone, and get says the signature was not check
 			return e.get(c.Context(), a[0], out, trust)
 		},
 	}
-	c.Flags().StringVar(&out, "out", "", "directory to download the run into (`DIR`, required)")
+	c.Flags().StringVar(&out, "out", "", "new or empty directory to download the run into (`DIR`, required)")
 	markRequired(c, "out")
 	_ = c.MarkFlagDirname("out")
 	trust.add(c, "download a run that has no signature, its files checked against the manifest alone")
@@ -73,6 +74,9 @@ func (e *env) get(ctx context.Context, id, out string, trust trustFlags) error {
 	stmt := run.stmt
 	if err := oneFileEach(stmt.Subjects); err != nil {
 		return fmt.Errorf("get: job %s: %w; nothing downloaded (`submit verify %s` checks the run in the store)", id, err, id)
+	}
+	if err := newFolder(out); err != nil {
+		return fmt.Errorf("get: %w; nothing downloaded", err)
 	}
 	files, bad, err := e.download(ctx, st, id, out, run.manifest, stmt)
 	if err != nil {
@@ -148,6 +152,29 @@ func (e *env) download(ctx context.Context, st store.Store, id, out string, mani
 	return files, bad, nil
 }
 
+// newFolder returns nil when dir is not there or empty: get writes a run only into a folder
+// of its own. Into one that holds files (--out ., a project's folder, an earlier download) the
+// job's names (artifacts/…, chosen by the job) would land among the user's, over them, and the
+// folder would hold files no manifest names beside the run's.
+func newFolder(dir string) error {
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return fmt.Errorf("--out %s: %w", dir, err)
+	}
+	return fmt.Errorf("--out %s already holds %s: give a new or empty folder (get writes over no file)", dir, names[0])
+}
+
 // oneFileEach returns an error naming two of the run's files that a file system which folds
 // names (provenance.FoldedName) would hold in one place, the second replacing the first. It is
 // decided by the names alone, the same on every machine: whether --out folds names cannot be
@@ -180,7 +207,7 @@ func readObject(ctx context.Context, st store.Store, key string, max int64) ([]b
 	return data, nil
 }
 
-// downloadChecked streams one object into a temporary file under root while hashing it, and
+// downloadChecked streams one object into a temporary file under root while checking it, and
 // moves it to its name only when its SHA-256 and size are the ones the manifest records.
 func downloadChecked(ctx context.Context, st store.Store, root *os.Root, key string, want provenance.Subject) error {
 	rc, err := st.Get(ctx, key)
@@ -188,19 +215,47 @@ func downloadChecked(ctx context.Context, st store.Store, root *os.Root, key str
 		return err
 	}
 	defer rc.Close()
-	name := filepath.FromSlash(want.Name)
-	if dir := path.Dir(want.Name); dir != "." {
-		if err := root.MkdirAll(filepath.FromSlash(dir), 0o755); err != nil {
+	return writeNew(root, want.Name, func(w io.Writer) error {
+		return provenance.CopyChecked(w, rc, key, want.SHA256, want.Size)
+	})
+}
+
+func writeFile(root *os.Root, name string, data []byte) error {
+	return writeNew(root, name, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// writeNew creates the file name (slash-separated) under root with what fill writes, or
+// leaves nothing of it when fill fails. get never writes over a file: name is claimed first,
+// created empty where nothing is (where a file system folds names, nothing of a name it
+// folds with either), and the content, written under a temporary name beside it, takes its
+// place once whole.
+func writeNew(root *os.Root, name string, fill func(io.Writer) error) (err error) {
+	name = filepath.FromSlash(name)
+	if dir := filepath.Dir(name); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
 	}
+	claim, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_ = claim.Close()
 	tmp := partName(name)
+	defer func() {
+		_ = root.Remove(tmp) // gone already after the rename
+		if err != nil {
+			_ = root.Remove(name)
+		}
+	}()
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = root.Remove(tmp) }() // gone already after the rename
-	err = provenance.CopyChecked(f, rc, key, want.SHA256, want.Size)
+	err = fill(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -208,18 +263,6 @@ func downloadChecked(ctx context.Context, st store.Store, root *os.Root, key str
 		return err
 	}
 	return root.Rename(tmp, name)
-}
-
-func writeFile(root *os.Root, name string, data []byte) error {
-	tmp := partName(name)
-	if err := root.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	if err := root.Rename(tmp, name); err != nil {
-		_ = root.Remove(tmp)
-		return err
-	}
-	return nil
 }
 
 // partName is the temporary name a file is written under before it gets name, in name's

@@ -88,3 +88,77 @@ func TestGetRefusesNamesThatAreOneFile(t *testing.T) {
 		})
 	}
 }
+
+// TestGetWritesIntoANewFolderOnly: get downloads into a folder that is not there or is empty,
+// and refuses one that holds anything before it writes (exit 1, nothing written): a
+// run's names are the job's choice (artifacts/…), and into --out . of a project, or an earlier
+// download, get wrote the run's files over the user's without a word (on main 3 of the rows
+// had a file of the user's replaced, a link by the run's report among them, and every refused
+// row exited 0). Each file is also created only where nothing is (writeNew), so a name the
+// refusal could not foresee fails the download rather than replace a file.
+func TestGetWritesIntoANewFolderOnly(t *testing.T) {
+	te := newTestEnv(t)
+	id := te.commitRunOf(t, true, map[string][]byte{"build.sh": []byte("echo from the job\n")})
+	outside := filepath.Join(t.TempDir(), "outside.md")
+	if err := os.WriteFile(outside, []byte("the user's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		setUp func(t *testing.T, dir string) // files of the user's in --out, before get
+		mine  string                         // one of them, which must stay as it was; "" when get downloads
+	}{
+		{"a folder not there yet", func(t *testing.T, dir string) {}, ""},
+		{"an empty folder", func(t *testing.T, dir string) { mkdir(t, dir) }, ""},
+		{"the user's report", func(t *testing.T, dir string) {
+			mkdir(t, dir)
+			writeTestFile(t, dir, "report.md", "the user's\n")
+		}, "report.md"},
+		{"a project's artifacts folder", func(t *testing.T, dir string) {
+			mkdir(t, filepath.Join(dir, "artifacts"))
+			writeTestFile(t, filepath.Join(dir, "artifacts"), "build.sh", "the user's\n")
+		}, filepath.Join("artifacts", "build.sh")},
+		{"a link to a file outside", func(t *testing.T, dir string) {
+			mkdir(t, dir)
+			if err := os.Symlink(outside, filepath.Join(dir, "report.md")); err != nil {
+				t.Fatal(err)
+			}
+		}, "report.md"},
+		{"a hidden file", func(t *testing.T, dir string) {
+			mkdir(t, dir)
+			writeTestFile(t, dir, ".envrc", "the user's\n")
+		}, ".envrc"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "run")
+			tt.setUp(t, out)
+			_, stderr, err := te.submit(t, "get", id, "--out", out)
+			if tt.mine == "" {
+				if data, rerr := os.ReadFile(filepath.Join(out, "artifacts", "build.sh")); err != nil || string(data) != "echo from the job\n" {
+					t.Fatalf("get into %s: %v, build.sh %q (%v)\n%s", tt.name, err, data, rerr, stderr)
+				}
+				return
+			}
+			if exitCode(err) != 1 || !strings.Contains(message(err), "already holds") {
+				t.Errorf("get: exit %d (%v); want 1, --out already holding files\n%s", exitCode(err), err, stderr)
+			}
+			if data, err := os.ReadFile(filepath.Join(out, tt.mine)); err != nil || string(data) != "the user's\n" {
+				t.Errorf("%s = %q, %v; want the user's, as it was", tt.mine, data, err)
+			}
+			if _, err := os.Stat(filepath.Join(out, "manifest.json")); !os.IsNotExist(err) {
+				t.Errorf("get wrote manifest.json: %v; want nothing written", err)
+			}
+			if data, err := os.ReadFile(outside); err != nil || string(data) != "the user's\n" {
+				t.Errorf("the file outside --out = %q, %v; want it as it was", data, err)
+			}
+		})
+	}
+}
+
+func mkdir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
