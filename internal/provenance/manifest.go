@@ -491,7 +491,13 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// checkSubjects wants at least one subject, sorted, each a file of a run (runFile) with a hex
+// MaxArtifacts is the most artifacts a worker takes of a run, so the most a manifest names:
+// the run's report and transcript are the only other subjects. A manifest naming more is no
+// run a worker committed, and each of its names would be a download, a read and a file for
+// its readers (get, verify).
+const MaxArtifacts = 64
+
+// checkSubjects wants at least one subject and at most MaxArtifacts artifacts, sorted, each a file of a run (runFile) with a hex
 // SHA-256 and a size, no name twice, and every path in the same attempt folder (or none, in a
 // run from before attempt folders). A reader writes a subject where its name says (get) and
 // reads it where its path says: a manifest naming anything else is no run a worker committed,
@@ -499,6 +505,15 @@ func nonNil[T any](s []T) []T {
 func checkSubjects(subjects []Subject) error {
 	if len(subjects) == 0 {
 		return fmt.Errorf("%w: no subjects; the transcript at least must be named", ErrInvalid)
+	}
+	artifacts := 0
+	for _, s := range subjects {
+		if strings.HasPrefix(s.Name, "artifacts/") {
+			artifacts++
+		}
+	}
+	if artifacts > MaxArtifacts {
+		return fmt.Errorf("%w: %d artifacts; a run names at most %d", ErrInvalid, artifacts, MaxArtifacts)
 	}
 	folder := attemptOf(subjects[0])
 	for i, s := range subjects {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"runtime"
 	"slices"
@@ -325,6 +326,7 @@ func TestBuildRejects(t *testing.T) {
 			m.ToolCalls[2].Approval = provenance.Approval{Policy: config.PolicyDeny, Decision: job.DecisionTimedOut}
 		}, sampleSubjects()},
 		{"wrong profile digest", func(m *provenance.Manifest) { m.Profile.Digest = "sha256:" + sha("other") }, sampleSubjects()},
+		{"more artifacts than a run holds", nil, withArtifacts(provenance.MaxArtifacts + 1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -341,8 +343,26 @@ func TestBuildRejects(t *testing.T) {
 	}
 }
 
+// withArtifacts is a run's transcript and n artifacts.
+func withArtifacts(n int) []provenance.Subject {
+	subjects := []provenance.Subject{{Name: "transcript.jsonl", SHA256: sha("transcript"), Size: 10}}
+	for i := range n {
+		subjects = append(subjects, provenance.Subject{Name: fmt.Sprintf("artifacts/%03d.csv", i), SHA256: sha("a"), Size: 1})
+	}
+	return subjects
+}
+
 func TestParseRejects(t *testing.T) {
 	good := string(build(t, sampleManifest(t), sampleSubjects()))
+	// The most a run holds parses; one more artifact does not: a manifest a store writer made
+	// could name a hundred thousand within its 16 MiB, each one a download (get), a read
+	// (verify) and a file written, where a worker names at most MaxArtifacts (on main, Parse
+	// took any number).
+	most := string(build(t, sampleManifest(t), withArtifacts(provenance.MaxArtifacts)))
+	if _, err := provenance.Parse([]byte(most)); err != nil {
+		t.Fatalf("Parse of a run with %d artifacts: %v", provenance.MaxArtifacts, err)
+	}
+	extra := `{"annotations":{"size":1},"digest":{"sha256":"` + sha("a") + `"},"name":"artifacts/zzz.csv"},`
 	tests := []struct {
 		name string
 		data string
@@ -357,6 +377,7 @@ func TestParseRejects(t *testing.T) {
 		{"a file no run has", strings.Replace(good, `"name":"report.md"`, `"name":".bashrc"`, 1)},
 		{"unknown statement field", strings.Replace(good, `{"_type"`, `{"extra":1,"_type"`, 1)},
 		{"bad job id", strings.Replace(good, `"id":"`+jobID+`"`, `"id":"x"`, 1)},
+		{"more artifacts than a run holds", strings.Replace(most, `"subject":[`, `"subject":[`+extra, 1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

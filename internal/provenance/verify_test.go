@@ -2,8 +2,10 @@ package provenance_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"errors"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -201,5 +203,44 @@ func TestVerifyMissing(t *testing.T) {
 	}
 	if _, err := provenance.Verify(t.Context(), r.store, "../etc", nil); !errors.Is(err, provenance.ErrInvalid) {
 		t.Errorf("Verify of a bad job id: error = %v, want ErrInvalid", err)
+	}
+}
+
+// endless serves one key as an object that never ends and counts what was read of it; every
+// other key from the store under it.
+type endless struct {
+	provenance.Getter
+	key  string
+	read int64
+}
+
+func (e *endless) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if key != e.key {
+		return e.Getter.Get(ctx, key)
+	}
+	return io.NopCloser(readerFunc(func(p []byte) (int, error) {
+		clear(p)
+		e.read += int64(len(p))
+		return len(p), nil
+	})), nil
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// TestVerifyReadsNoMoreThanRecorded: an object longer than its subject records fails, read to
+// no more than the size recorded and a little: a store writer can make a file of any length,
+// and verify hashed every byte of it, so one that never ends kept verify reading for ever (on
+// main this test did not end).
+func TestVerifyReadsNoMoreThanRecorded(t *testing.T) {
+	r := setup(t, true)
+	st := &endless{Getter: r.store, key: store.RunPrefix(jobID) + "report.md"}
+	report, err := provenance.Verify(t.Context(), st, jobID, r.pub)
+	if !errors.Is(err, provenance.ErrDigestMismatch) || report.OK() {
+		t.Errorf("Verify of an endless report: %v; want a digest mismatch", err)
+	}
+	if limit := int64(len(runFiles["report.md"])) + 1; st.read > limit {
+		t.Errorf("Verify read %d bytes of the report; want at most %d", st.read, limit)
 	}
 }

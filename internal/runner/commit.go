@@ -23,7 +23,7 @@ import (
 const (
 	maxManifestBytes = 16 << 20
 	maxReportBytes   = 4 << 20
-	maxArtifacts     = 64
+	maxArtifacts     = provenance.MaxArtifacts
 	maxArtifactBytes = 64 << 20
 	maxArtifactTotal = 256 << 20
 )
