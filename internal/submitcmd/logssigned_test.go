@@ -3,6 +3,7 @@ package submitcmd
 import (
 	"bytes"
 	"cmp"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,8 +21,8 @@ const forgedTranscript = `{"type":"final","outcome":"succeeded","message":"FORGE
 // digest and size the manifest records, as get does (the same flags, exit 8, nothing of the
 // transcript shown when a check fails; with no key anywhere it says the signature was not
 // checked). It printed whatever transcript the stored manifest named, so whoever could write
-// the store, without the signing key, had logs print a transcript of their choosing (5 of the
-// rows showed "FORGED").
+// the store, without the signing key, had logs print a transcript of their choosing (on main all 12
+// rows failed, 4 showing "FORGED", a transcript replaced under a signed manifest among them).
 func TestLogsHoldsTheRunToItsSignature(t *testing.T) {
 	te := newTestEnv(t)
 	ctx := t.Context()
@@ -53,6 +54,9 @@ func TestLogsHoldsTheRunToItsSignature(t *testing.T) {
 	otherPub := filepath.Join(otherKey, provenance.PublicKeyFile)
 	noKeyHome := t.TempDir()
 	const signedLine = "[-] {}" // commitRun's transcript, one empty event
+	// The transcript is checked in a temporary file, which no row leaves behind.
+	spools := t.TempDir()
+	t.Setenv("TMPDIR", spools)
 	tests := []struct {
 		name   string
 		args   []string
@@ -83,6 +87,9 @@ func TestLogsHoldsTheRunToItsSignature(t *testing.T) {
 			}, &stdout, &stderr)
 			if exitCode(err) != tt.code || !strings.Contains(stderr.String()+message(err), tt.stderr) {
 				t.Errorf("exit %d (%v), want %d and %q\n%s", exitCode(err), err, tt.code, tt.stderr, stderr.String())
+			}
+			if left, err := os.ReadDir(spools); err != nil || len(left) > 0 {
+				t.Errorf("logs left %d files in TMPDIR (%v)", len(left), err)
 			}
 			switch out := stdout.String(); {
 			case tt.shown == "" && (strings.Contains(out, signedLine) || strings.Contains(out, "FORGED")):
