@@ -44,6 +44,7 @@ func TestBadConfigsAreRefusedAtLoad(t *testing.T) {
 		{"bucket-not-a-name", `:1:23 nats.status_bucket: "status bucket" is not a bucket name: letters, digits, '_' and '-'`},
 		{"streams-share-a-name", `:1:42 nats.dead_letter_stream: is stored in the stream JOBS, as nats.stream is; give each its own name`},
 		{"stream-names-a-tenants-stream", `nats.stream: "JOBS" makes tenant dlq's job stream JOBS_dlq, the stream of nats.dead_letter_stream; give them names apart`},
+		{"status-bucket-names-a-tenants-bucket", `nats.status_bucket: "ST" makes tenant ops's status bucket's stream KV_ST_ops, the stream of nats.approvals_bucket; give them names apart`},
 		{"bucket-is-a-stream", `nats.status_bucket: is stored in the stream KV_BOXCAR_STATUS, as nats.stream is; give each its own name`},
 		{"subject-under-dead-letters", `:1:17 nats.subject: "BOXCAR_DLQ.jobs" begins with BOXCAR_DLQ, the dead_letter_stream`},
 		{"report-outside-workdir", `:5:13 profiles.p.report: "../report.md" climbs out of the workdir with ".."; give a file inside the workdir, such as report.md`},

@@ -25,11 +25,14 @@ var (
 // the config names but which a stream of the config must not take.
 const profilesStream = "KV_BOXCAR_PROFILES"
 
-// maxTenantName is the longest tenant name (job.ValidTenant), and maxJobStream the longest
-// nats.stream that leaves room for _<tenant> in a JetStream name.
+// maxTenantName is the longest tenant name (job.ValidTenant), maxJobStream the longest
+// nats.stream that leaves room for _<tenant> in a JetStream name, and maxStatusBucket the
+// longest nats.status_bucket that leaves room for it in a bucket's name (the nats.go client's
+// limit; its stream, KV_<bucket>_<tenant>, fits a JetStream name then).
 const (
-	maxTenantName = 32
-	maxJobStream  = 255 - 1 - maxTenantName
+	maxTenantName   = 32
+	maxJobStream    = 255 - 1 - maxTenantName
+	maxStatusBucket = 250 - 1 - maxTenantName
 )
 
 // maxReplicas is the most replicas JetStream keeps of a stream.
@@ -81,17 +84,26 @@ func (n NATS) validateNames() []error {
 	return errs
 }
 
-// validateTenantStreams checks the names of the tenants' job streams, <stream>_<tenant> (a
-// tenant name has no '_'): the name must leave room for the longest tenant name, and no other
-// stream of the config (streams, by name) may be named as a tenant's job stream is.
+// validateTenantStreams checks the names of the tenants' own streams, the job streams
+// <stream>_<tenant> and the status buckets' KV_<status_bucket>_<tenant> (a tenant name has no
+// '_'): each name must leave room for the longest tenant name, and no other stream of the
+// config (streams, by name) may be named as a tenant's is.
 func (n NATS) validateTenantStreams(streams map[string]string, bad func(field, format string, args ...any)) {
-	if len(n.Stream) > maxJobStream {
-		bad("stream", "%q is longer than %d characters: each tenant's job stream is named %s_<tenant>, and a tenant name takes up to %d of the 255 a JetStream name may have",
-			n.Stream, maxJobStream, n.Stream, maxTenantName)
-	}
-	for name, key := range streams {
-		if tenant, ok := strings.CutPrefix(name, n.Stream+"_"); ok && job.ValidTenant(tenant) {
-			bad("stream", "%q makes tenant %s's job stream %s, the stream of %s; give them names apart", n.Stream, tenant, name, key)
+	for _, f := range []struct {
+		key, name, prefix, what string
+		most                    int
+	}{
+		{"stream", n.Stream, n.Stream, "job stream", maxJobStream},
+		{"status_bucket", n.StatusBucket, "KV_" + n.StatusBucket, "status bucket's stream", maxStatusBucket},
+	} {
+		if len(f.name) > f.most {
+			bad(f.key, "%q is longer than %d characters: each tenant's is named %s_<tenant>, and a tenant name takes up to %d characters of a JetStream name",
+				f.name, f.most, f.name, maxTenantName)
+		}
+		for name, key := range streams {
+			if tenant, ok := strings.CutPrefix(name, f.prefix+"_"); ok && job.ValidTenant(tenant) {
+				bad(f.key, "%q makes tenant %s's %s %s, the stream of %s; give them names apart", f.name, tenant, f.what, name, key)
+			}
 		}
 	}
 }

@@ -118,8 +118,13 @@ var Table = []Grant{
 	// tenant's job subjects, and its tenant's consumer there.
 	{Roles: []Role{Submitter}, What: "find its tenant's jobs an older Boxcar queued in the shared job stream, while an upgrade drains it",
 		Pub: []string{"$JS.API.DIRECT.GET.{jobstream}.{jobs}.{tenant}.*", "$JS.API.CONSUMER.INFO.{jobstream}.{consumer}-{tenant}"}},
+	// Its tenant's bucket only: the info of a bucket lists its keys, job ids and all, so a
+	// tenant allowed the shared one's (or another tenant's) would see other tenants'.
 	{Roles: []Role{Submitter, Approver}, What: "read and list its tenant's statuses (no consumer: `watch` polls)",
-		Pub: kvRead("{status}", "{tenant}.>")},
+		Pub: kvRead("{status}_{tenant}", "{tenant}.>")},
+	// Not the shared bucket's info: a direct get of one of its tenant's keys.
+	{Roles: []Role{Submitter, Approver}, What: "read, by its key, a status of its tenant's that an older Boxcar's worker wrote in the shared status bucket, while an upgrade moves them",
+		Pub: []string{"$JS.API.DIRECT.GET.KV_{status}.$KV.{status}.{tenant}.>"}},
 	{Roles: []Role{Submitter}, What: "request a cancel of its tenant's jobs",
 		Pub: join(kvRead("{cancel}", "{tenant}.>"), kvWrite("{cancel}", "{tenant}.>"))},
 	{Roles: []Role{Submitter, Approver}, What: "read and list its tenant's approval requests",
@@ -144,7 +149,10 @@ var Table = []Grant{
 		}},
 	{Roles: []Role{Worker}, What: "hear of every tenant's new jobs while idle (the job stream's notifications, headers only)",
 		Sub: []string{"{jobs}-queued.{each}.*"}},
-	{Roles: []Role{Worker}, What: "read and write every job's status",
+	{Roles: []Role{Worker}, What: "read and write every tenant's statuses",
+		Pub: join(kvRead("{status}_{each}", ">"), kvWrite("{status}_{each}", ">"))},
+	// An older worker of an upgrade writes there with the worker's login too, regenerated.
+	{Roles: []Role{Worker}, What: "read and write the shared status bucket older workers write during an upgrade, and move a status to its tenant's",
 		Pub: join(kvRead("{status}", ">"), kvWrite("{status}", ">"))},
 	{Roles: []Role{Worker}, What: "watch cancel requests",
 		Pub: join(kvWatch("{cancel}", ">"), kvWrite("{cancel}", ">"))},

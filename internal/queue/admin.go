@@ -58,8 +58,8 @@ func (a *Admin) Declare(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := setUpStatus(ctx, a.js, cfg, a.worker, a.log); err != nil {
-		return fmt.Errorf("queue: set up status bucket %s: %w", cfg.StatusBucket, err)
+	if err := a.declareStatuses(ctx, slices.Sorted(maps.Keys(streams))); err != nil {
+		return err
 	}
 	if err := setUpCancel(ctx, a.js, cfg); err != nil {
 		return err

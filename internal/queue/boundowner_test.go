@@ -96,7 +96,7 @@ func TestDeadLetterAndStatusBoundsHaveOneOwner(t *testing.T) {
 		{"dead-letter max_bytes", "nats.dead_letter_max_bytes", func(c config.NATS) string { return c.DeadLetterStream },
 			func(c *config.NATS, n int64) { c.DeadLetterMaxBytes = n << 20 },
 			func(c jetstream.StreamConfig) int64 { return c.MaxBytes >> 20 }},
-		{"status_ttl", "nats.status_ttl", func(c config.NATS) string { return "KV_" + c.StatusBucket },
+		{"status_ttl", "nats.status_ttl", func(c config.NATS) string { return "KV_" + queue.StatusBucket(c, tenant) },
 			func(c *config.NATS, h int64) { c.StatusTTL = config.Duration(time.Duration(h) * time.Hour) },
 			func(c jetstream.StreamConfig) int64 { return int64(c.MaxAge / time.Hour) }},
 	} {

@@ -75,7 +75,7 @@ func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, first
 
 // read returns the JSON value under key and its revision: the zero T and revision 0 when the
 // key has none (never written, deleted or purged).
-func read[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T, uint64, error) {
+func read[T any](ctx context.Context, kv getter, key string) (T, uint64, error) {
 	var v T
 	e, err := kv.Get(ctx, key)
 	switch {

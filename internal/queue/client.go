@@ -24,13 +24,13 @@ type Client struct {
 	// jobs is the tenant's job stream, to tell a queued job by its subject; nil for an identity
 	// the server does not let read it (an approver), which then knows a job only by its status.
 	jobs   jetstream.Stream
-	status jetstream.KeyValue
+	status statusReader // the tenant's statuses (statusbuckets.go)
 	log    *slog.Logger
 }
 
-// NewClient binds to the tenant's job stream and the status bucket; ErrNotReady when the bucket
-// is missing, ErrNotServed when the stream is (the workers do not serve the tenant, or
-// `worker setup` has not run since tenants had streams of their own). An identity the server
+// NewClient binds to the tenant's job stream and status bucket; ErrNotServed when the stream
+// is missing (the workers do not serve the tenant, or `worker setup` has not run since tenants
+// had streams of their own), ErrNotReady when the bucket is, and both when both are. An identity the server
 // does not let read the job stream (an approver) binds the status bucket alone.
 func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant string) (*Client, error) {
 	js, err := newJetStream(nc)
@@ -53,15 +53,34 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant strin
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, fmt.Errorf("queue: look up stream %s: %w", stream, err)
 	}
-	kv, kerr := bucket(ctx, js, cfg.StatusBucket, "status")
-	if kerr != nil {
-		return nil, kerr
-	}
-	if err != nil {
+	kv, kerr := bindStatus(ctx, js, cfg, tenant)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && errors.Is(kerr, ErrNotReady):
+		// Neither of the tenant's own: a tenant no worker serves, or a queue nobody set up
+		// (under these names); a tenant's identity can see no more to tell which.
+		return nil, fmt.Errorf("%w: %w %q, or no worker set the queue up: neither its job stream %s nor its status bucket %s exists on %s; ask the operator to add %q to tenants: in the worker config and run `worker setup`, or %s",
+			ErrNotReady, ErrNotServed, tenant, stream, statusBucket(cfg, tenant), nc.ConnectedUrlRedacted(), tenant, setupHint)
+	case errors.Is(err, jetstream.ErrStreamNotFound) && kerr == nil:
 		return nil, fmt.Errorf("%w %q: its job stream %s does not exist on %s; ask the operator to add %q to tenants: in the worker config and run `worker setup` (an upgrade from one stream for every tenant needs it too)",
 			ErrNotServed, tenant, stream, nc.ConnectedUrlRedacted(), tenant)
+	case kerr != nil:
+		return nil, kerr
 	}
-	return &Client{js: js, cfg: cfg, tenant: tenant, jobs: jobs, status: kv, log: slog.New(slog.DiscardHandler)}, nil
+	status := statusReader{KeyValue: kv, shared: sharedStatuses{nc: nc, bucket: cfg.StatusBucket}}
+	return &Client{js: js, cfg: cfg, tenant: tenant, jobs: jobs, status: status, log: slog.New(slog.DiscardHandler)}, nil
+}
+
+// bindStatus binds the tenant's status bucket. An identity of another tenant is refused its
+// info, and said so at once.
+func bindStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, tenant string) (jetstream.KeyValue, error) {
+	name := statusBucket(cfg, tenant)
+	var kv jetstream.KeyValue
+	err := unlessRefused(ctx, js.Conn(), []string{"$JS.API.STREAM.INFO." + statusStream(name)}, func(ctx context.Context) error {
+		var err error
+		kv, err = bucket(ctx, js, name, "status")
+		return err
+	})
+	return kv, err
 }
 
 // Tenant is the tenant the client acts for.

@@ -31,7 +31,7 @@ type Consumer struct {
 	// consumers on it the worker still asks (under mu).
 	shared    jetstream.Stream
 	old       map[string]*oldConsumer
-	status    jetstream.KeyValue
+	statuses  *statusBuckets // each tenant's (statusbuckets.go)
 	cancels   jetstream.KeyValue
 	approvals jetstream.KeyValue
 	written   statusCache // the statuses this handle wrote last (status.go)
@@ -99,8 +99,16 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 	for _, b := range []struct {
 		kv         *jetstream.KeyValue
 		name, what string
-	}{{&c.status, cfg.StatusBucket, "status"}, {&c.cancels, CancelBucket, "cancel"}, {&c.approvals, cfg.ApprovalsBucket, "approvals"}} {
+	}{{&c.cancels, CancelBucket, "cancel"}, {&c.approvals, cfg.ApprovalsBucket, "approvals"}} {
 		if *b.kv, err = bucket(ctx, js, b.name, b.what); err != nil {
+			return nil, err
+		}
+	}
+	if c.statuses, err = newStatusBuckets(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	for _, tenant := range names {
+		if _, err := c.statuses.of(ctx, tenant); err != nil {
 			return nil, err
 		}
 	}

@@ -18,7 +18,7 @@ import (
 // from the bucket's stream and reads each by a direct get (read.go: no consumer); a record
 // that does not decode is skipped.
 func (c *Client) ListStatuses(ctx context.Context, keep func(job.Status) bool) ([]job.Status, error) {
-	entries, err := listEntries(ctx, c.js, c.status, c.tenant+".*")
+	entries, err := listEntries(ctx, c.js, c.status.KeyValue, c.tenant+".*")
 	if err != nil {
 		return nil, fmt.Errorf("queue: list jobs: %w", err)
 	}

@@ -53,7 +53,7 @@ type got struct {
 
 // getEach gets the last entry of each key by direct gets, readConcurrency at a time; the
 // result at i is keys[i]'s. A key that fails is that key's result only.
-func getEach(ctx context.Context, kv jetstream.KeyValue, keys []string) []got {
+func getEach(ctx context.Context, kv getter, keys []string) []got {
 	out := make([]got, len(keys))
 	var g errgroup.Group
 	g.SetLimit(readConcurrency)

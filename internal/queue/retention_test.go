@@ -94,7 +94,7 @@ func TestRetentionLimitsFollowTheConfig(t *testing.T) {
 	if dead.MaxAge != 30*24*time.Hour || dead.MaxBytes != 1<<30 {
 		t.Errorf("dead-letter stream: max_age %s, max_bytes %d; want 720h, 1 GiB", dead.MaxAge, dead.MaxBytes)
 	}
-	if ttl := streamConfig(t, b.js, "KV_"+b.cfg.StatusBucket).MaxAge; ttl != 7*24*time.Hour {
+	if ttl := streamConfig(t, b.js, "KV_"+queue.StatusBucket(b.cfg, tenant)).MaxAge; ttl != 7*24*time.Hour {
 		t.Errorf("status bucket expiry = %s, want 168h", ttl)
 	}
 
@@ -108,7 +108,7 @@ func TestRetentionLimitsFollowTheConfig(t *testing.T) {
 	if got := streamConfig(t, b.js, b.cfg.DeadLetterStream).MaxAge; got != 48*time.Hour {
 		t.Errorf("dead-letter max_age after a config change = %s, want 48h", got)
 	}
-	if got := streamConfig(t, b.js, "KV_"+b.cfg.StatusBucket).MaxAge; got != 24*time.Hour {
+	if got := streamConfig(t, b.js, "KV_"+queue.StatusBucket(b.cfg, tenant)).MaxAge; got != 24*time.Hour {
 		t.Errorf("status expiry after a config change = %s, want 24h", got)
 	}
 	if strings.Contains(log.String(), "keeping") {

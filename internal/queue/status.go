@@ -8,13 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // getStatus returns what the status bucket holds under key; ErrUnknownJob when nothing.
-func getStatus(ctx context.Context, kv jetstream.KeyValue, r Ref) (job.Status, error) {
+func getStatus(ctx context.Context, kv getter, r Ref) (job.Status, error) {
 	if !job.ValidID(r.ID) {
 		return job.Status{}, fmt.Errorf("%w: %q is not a job id", ErrUnknownJob, r.ID)
 	}
@@ -29,9 +27,14 @@ func getStatus(ctx context.Context, kv jetstream.KeyValue, r Ref) (job.Status, e
 	return st, nil
 }
 
-// Status returns what the status bucket holds for a job; ErrUnknownJob when nothing.
+// Status returns what the job's tenant's status bucket holds for it, else the shared one
+// (statusbuckets.go); ErrUnknownJob when neither holds anything.
 func (c *Consumer) Status(ctx context.Context, r Ref) (job.Status, error) {
-	return getStatus(ctx, c.status, r)
+	kv, err := c.statuses.reader(ctx, r.Tenant)
+	if err != nil {
+		return job.Status{}, err
+	}
+	return getStatus(ctx, kv, r)
 }
 
 // UpdateStatus applies change to a job's status with compare-and-set, retrying on a concurrent
@@ -88,7 +91,18 @@ func OnlyNew(st job.Status, rev uint64) error {
 
 func (c *Consumer) updateStatus(ctx context.Context, r Ref, first guess[job.Status], change func(*job.Status), conds []StatusCond) (job.Status, error) {
 	key := r.key()
-	st, rev, err := update(ctx, c.status, key, first, func(st *job.Status, rev uint64) (bool, error) {
+	kv, err := c.statuses.of(ctx, r.Tenant)
+	if err != nil {
+		return job.Status{}, fmt.Errorf("queue: update status of %s: %w", r, err)
+	}
+	// A job this handle has not written may have a status an older worker wrote in the shared
+	// bucket during an upgrade: it is moved first, so that the write starts from it.
+	if !c.written.get(key).ok {
+		if err := c.statuses.adopt(ctx, kv, r); err != nil {
+			return job.Status{}, fmt.Errorf("queue: update status of %s: %w", r, err)
+		}
+	}
+	st, rev, err := update(ctx, kv, key, first, func(st *job.Status, rev uint64) (bool, error) {
 		if st.State.Terminal() {
 			return false, fmt.Errorf("%w: job %s is already %s", ErrFinal, r.ID, st.State)
 		}

@@ -66,7 +66,7 @@ func TestStatusWriteWaitsOutABucketWithNoLeader(t *testing.T) {
 	if _, err := b.w.UpdateStatus(ctx, ref(j.ID), func(s *job.Status) { s.State = job.StateRunning }); err != nil {
 		t.Fatal(err)
 	}
-	bucket, err := b.js.Stream(ctx, "KV_"+b.cfg.StatusBucket)
+	bucket, err := b.js.Stream(ctx, "KV_"+queue.StatusBucket(b.cfg, tenant))
 	if err != nil {
 		t.Fatal(err)
 	}

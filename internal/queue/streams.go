@@ -202,10 +202,9 @@ func setBucketFields(sc *jetstream.StreamConfig, cfg jetstream.KeyValueConfig) {
 // updateBucket turn them off on every stream they declare.
 const allowRollups = false
 
-// setUpStatus creates the status bucket when it is missing, else binds it and brings it to
+// setUpStatus creates a status bucket when it is missing, else binds it and brings it to
 // the config (updateStatusBucket); worker marks a worker's start, which keeps setup's expiry.
-func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, worker bool, log *slog.Logger) (jetstream.KeyValue, error) {
-	want := statusBucketConfig(cfg)
+func setUpStatus(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, worker bool, log *slog.Logger) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		created := want
@@ -221,11 +220,11 @@ func setUpStatus(ctx context.Context, js jetstream.JetStream, cfg config.NATS, w
 	return kv, updateStatusBucket(ctx, js, want, worker, log)
 }
 
-// statusBucketConfig is the status bucket as the config declares it.
-func statusBucketConfig(cfg config.NATS) jetstream.KeyValueConfig {
+// statusBucketConfig is tenant's status bucket as the config declares it (statusbuckets.go).
+func statusBucketConfig(cfg config.NATS, tenant string) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
-		Bucket:      cfg.StatusBucket,
-		Description: "Boxcar job status by job id",
+		Bucket:      statusBucket(cfg, tenant),
+		Description: "Boxcar job status by tenant.job, of tenant " + tenant,
 		// The steps a job went through, for an operator's watch or `nats kv history`
 		// (a consumer); a tenant's identity reads only the latest (read.go).
 		History: statusHistory,

@@ -110,10 +110,7 @@ func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error 
 	if err != nil {
 		return err
 	}
-	running, err := a.runningOf(ctx)
-	if err != nil {
-		return err
-	}
+	running := a.runningOf(ctx)
 	for _, name := range slices.Sorted(maps.Keys(streams)) {
 		tenant := a.tenantOf(name)
 		if tenant != "" && kept[tenant] {
@@ -218,21 +215,20 @@ func (a *Admin) removeConsumers(ctx context.Context, s jetstream.Stream, keep fu
 	return gone, nil
 }
 
-// runningOf returns whether a job's status says a worker runs it. Without the status bucket
-// (a stream set up by hand) no job does.
-func (a *Admin) runningOf(ctx context.Context) (func(Ref) bool, error) {
-	kv, err := a.js.KeyValue(ctx, a.cfg.StatusBucket)
-	switch {
-	case errors.Is(err, jetstream.ErrBucketNotFound):
-		return func(Ref) bool { return false }, nil
-	case err != nil:
-		return nil, fmt.Errorf("queue: look up bucket %s: %w", a.cfg.StatusBucket, err)
-	}
+// runningOf returns whether a job's status says a worker runs it: its tenant's status bucket,
+// else the shared one an older worker may have written (statusbuckets.go). Without either (a
+// stream set up by hand) no job does.
+func (a *Admin) runningOf(ctx context.Context) func(Ref) bool {
+	b := &statusBuckets{js: a.js, cfg: a.cfg, shared: sharedStatuses{nc: a.js.Conn(), bucket: a.cfg.StatusBucket}}
 	return func(r Ref) bool {
+		var kv getter = b.shared
+		if rd, err := b.reader(ctx, r.Tenant); err == nil {
+			kv = rd
+		}
 		st, err := getStatus(ctx, kv, r)
 		// A status that cannot be read is not known to be running: its job is retired as before.
 		return err == nil && st.State == job.StateRunning
-	}, nil
+	}
 }
 
 // deadLetterAll dead-letters every message on one job subject as unknown_tenant and removes it.

@@ -75,7 +75,7 @@ func BenchmarkSubmitJobs(b *testing.B) {
 		for i := range n {
 			if status {
 				st := []byte(`{"id":"` + ids[i] + `","state":"queued","profile":"csv-analyst","queued_at":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}`)
-				if _, err := js.PublishAsync("$KV.BOXCAR_STATUS."+ids[i], st, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+				if _, err := js.PublishAsync("$KV.BOXCAR_STATUS_default.default."+ids[i], st, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -82,13 +82,13 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 	}
 	tenants := cfg.TenantsOrDefault()
 	for _, name := range slices.Sorted(maps.Keys(tenants)) {
-		if _, err := fmt.Fprintf(stdout, "tenant %s: stream %s (%s), consumer %s-%s, max_concurrent %d\n",
-			name, queue.JobStream(cfg.NATS, name), queueBound(cfg, name, tenants[name]), cfg.NATS.Consumer, name, tenants[name].MaxConcurrent); err != nil {
+		if _, err := fmt.Fprintf(stdout, "tenant %s: stream %s (%s), consumer %s-%s, max_concurrent %d, status bucket %s\n",
+			name, queue.JobStream(cfg.NATS, name), queueBound(cfg, name, tenants[name]), cfg.NATS.Consumer, name, tenants[name].MaxConcurrent, queue.StatusBucket(cfg.NATS, name)); err != nil {
 			return err
 		}
 	}
-	_, err = fmt.Fprintf(stdout, "declared a job stream per tenant, the shared stream %s (retired tenants; jobs an older Boxcar queued, until settled), dead-letter stream %s, buckets %s, %s, %s on %s\n",
-		cfg.NATS.Stream, cfg.NATS.DeadLetterStream, cfg.NATS.StatusBucket, queue.CancelBucket, cfg.NATS.ApprovalsBucket, queue.RedactURL(cfg.NATS.URL))
+	_, err = fmt.Fprintf(stdout, "declared a job stream and a status bucket per tenant, the shared stream %s (retired tenants; jobs an older Boxcar queued, until settled), dead-letter stream %s, buckets %s, %s on %s\n",
+		cfg.NATS.Stream, cfg.NATS.DeadLetterStream, queue.CancelBucket, cfg.NATS.ApprovalsBucket, queue.RedactURL(cfg.NATS.URL))
 	return err
 }
 

@@ -37,9 +37,9 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 			t.Fatalf("setup: %v\n%s", err, stderr.String())
 		}
 		for _, want := range []string{
-			"tenant team-a: stream BOXCAR_JOBS_team-a (queue at most 500 jobs (tenants.team-a.max_queued), at most 8388608 bytes (tenants.team-a.max_queued_bytes)), consumer boxcar-workers-team-a, max_concurrent 4",
-			"tenant team-b: stream BOXCAR_JOBS_team-b (queue at most 100000 jobs (nats.job_max_msgs), at most 1073741824 bytes (nats.job_max_bytes)), consumer boxcar-workers-team-b, max_concurrent 16",
-			"declared a job stream per tenant, the shared stream BOXCAR_JOBS",
+			"tenant team-a: stream BOXCAR_JOBS_team-a (queue at most 500 jobs (tenants.team-a.max_queued), at most 8388608 bytes (tenants.team-a.max_queued_bytes)), consumer boxcar-workers-team-a, max_concurrent 4, status bucket BOXCAR_STATUS_team-a",
+			"tenant team-b: stream BOXCAR_JOBS_team-b (queue at most 100000 jobs (nats.job_max_msgs), at most 1073741824 bytes (nats.job_max_bytes)), consumer boxcar-workers-team-b, max_concurrent 16, status bucket BOXCAR_STATUS_team-b",
+			"declared a job stream and a status bucket per tenant, the shared stream BOXCAR_JOBS",
 		} {
 			if !strings.Contains(stdout.String(), want) {
 				t.Errorf("setup says\n%s\nwant a line with %q", stdout.String(), want)
@@ -76,13 +76,15 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 			t.Errorf("%s's job stream holds at most %d jobs, %d bytes; want %d, %d", tenant, c.MaxMsgs, c.MaxBytes, want[0], want[1])
 		}
 	}
-	for _, b := range []string{"BOXCAR_STATUS", queue.CancelBucket, "BOXCAR_APPROVALS", queue.ProfilesBucket, queue.UsageBucket} {
+	for _, b := range []string{"BOXCAR_STATUS_team-a", "BOXCAR_STATUS_team-b", queue.CancelBucket, "BOXCAR_APPROVALS", queue.ProfilesBucket, queue.UsageBucket} {
 		if _, err := js.KeyValue(ctx, b); err != nil {
 			t.Errorf("bucket %s: %v", b, err)
 		}
 	}
-	if _, err := js.Stream(ctx, "BOXCAR_JOBS_default"); err == nil {
-		t.Error("setup declared tenant default's stream, which the config does not name")
+	for _, s := range []string{"BOXCAR_JOBS_default", "KV_BOXCAR_STATUS_default", "KV_BOXCAR_STATUS"} {
+		if _, err := js.Stream(ctx, s); err == nil {
+			t.Errorf("setup declared %s, which the config names no tenant of and no older Boxcar made", s)
+		}
 	}
 }
 

@@ -201,7 +201,7 @@ func checkNotTaken(t *testing.T, js jetstream.JetStream, tenant, id string) {
 // hasStatus says whether a job of tenant has a status, read as the operator.
 func hasStatus(t *testing.T, js jetstream.JetStream, tenant, id string) bool {
 	t.Helper()
-	kv, err := js.KeyValue(t.Context(), "BOXCAR_STATUS")
+	kv, err := js.KeyValue(t.Context(), "BOXCAR_STATUS_"+tenant) // the tenant's status bucket
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ const (
 
 // aimedStreams are the streams whose leader the schedule kills, in turn: the two that every
 // `submit run` reads and writes.
-var aimedStreams = []string{"BOXCAR_JOBS_default", "KV_BOXCAR_STATUS"}
+var aimedStreams = []string{"BOXCAR_JOBS_default", "KV_BOXCAR_STATUS_default"}
 
 // natsCluster is three nats-server processes routed to each other over loopback, each with its
 // own JetStream store.

@@ -718,7 +718,7 @@ func (h *harness) statuses(ids ...string) (map[string]job.Status, error) {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, "BOXCAR_STATUS")
+	kv, err := js.KeyValue(ctx, "BOXCAR_STATUS_default") // tenant default's status bucket
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ package tenancy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/natsconfig"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
@@ -41,12 +43,20 @@ func declare(t *testing.T, op *conn, d *deployment) {
 	if _, err := op.js.CreateStream(ctx, jetstream.StreamConfig{Name: n.DeadLetterStream, Subjects: []string{n.DeadLetterStream + ".*.*"}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{n.StatusBucket, n.ApprovalsBucket, n.CancelBucket, n.ProfilesBucket, n.UsageBucket} {
+	// The shared status bucket is an older Boxcar's, which workers of an upgrade still write.
+	buckets := []string{n.StatusBucket, n.ApprovalsBucket, n.CancelBucket, n.ProfilesBucket, n.UsageBucket}
+	for _, tn := range tenants {
+		buckets = append(buckets, statusOf(n, tn))
+	}
+	for _, b := range buckets {
 		if _, err := op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 4}); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
+
+// statusOf is tenant's status bucket.
+func statusOf(n natsconfig.Names, tenant string) string { return n.StatusBucket + "_" + tenant }
 
 // world is what the operator can see of the layout: every stream's messages and every
 // consumer's settings. An attempt the server refused leaves it as it was.
@@ -192,17 +202,17 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 	sa, aa, w := "team-a-submitter", "team-a-approver", "worker"
 	workerInbox := "_INBOX." + d.userKey(t, w) + ".>"
 	return []attempt{
-		{"submitter reads another tenant's status", sa, get(n.StatusBucket, "team-b."+idB)},
-		{"submitter watches another tenant's statuses", sa, watch(n.StatusBucket, "team-b.>")},
-		{"submitter lists every tenant's status keys", sa, kvOp(n.StatusBucket, func(ctx context.Context, kv jetstream.KeyValue) error { _, err := kv.Keys(ctx); return err })},
-		{"submitter watches a job id in every tenant (wildcard tenant)", sa, watch(n.StatusBucket, "*."+idB)},
-		{"submitter writes its own job's status (workers only)", sa, put(n.StatusBucket, "team-a."+idA, `{"state":"succeeded"}`)},
-		{"submitter writes succeeded under another tenant's job id", sa, put(n.StatusBucket, "team-b."+idB, `{"state":"succeeded"}`)},
-		{"submitter squats the status of an id another tenant will use", sa, kvOp(n.StatusBucket, func(ctx context.Context, kv jetstream.KeyValue) error {
+		{"submitter reads another tenant's status", sa, get(statusOf(n, "team-b"), "team-b."+idB)},
+		{"submitter watches another tenant's statuses", sa, watch(statusOf(n, "team-b"), "team-b.>")},
+		{"submitter lists another tenant's status keys", sa, kvOp(statusOf(n, "team-b"), func(ctx context.Context, kv jetstream.KeyValue) error { _, err := kv.Keys(ctx); return err })},
+		{"submitter watches a job id in every tenant (wildcard tenant)", sa, watch(statusOf(n, "team-a"), "*."+idB)},
+		{"submitter writes its own job's status (workers only)", sa, put(statusOf(n, "team-a"), "team-a."+idA, `{"state":"succeeded"}`)},
+		{"submitter writes succeeded under another tenant's job id", sa, put(statusOf(n, "team-b"), "team-b."+idB, `{"state":"succeeded"}`)},
+		{"submitter squats the status of an id another tenant will use", sa, kvOp(statusOf(n, "team-b"), func(ctx context.Context, kv jetstream.KeyValue) error {
 			_, err := kv.Create(ctx, "team-b.20261204t160000-cccccccccccc", []byte(`{"state":"succeeded"}`))
 			return err
 		})},
-		{"submitter deletes another tenant's status", sa, kvOp(n.StatusBucket, func(ctx context.Context, kv jetstream.KeyValue) error { return kv.Delete(ctx, "team-b."+idB) })},
+		{"submitter deletes another tenant's status", sa, kvOp(statusOf(n, "team-b"), func(ctx context.Context, kv jetstream.KeyValue) error { return kv.Delete(ctx, "team-b."+idB) })},
 		{"submitter cancels another tenant's job", sa, put(n.CancelBucket, "team-b."+idB, `{"by":"mallory"}`)},
 		{"submitter reads another tenant's cancel requests", sa, get(n.CancelBucket, "team-b."+idB)},
 		{"submitter approves its own job's command (approvers only)", sa, put(n.ApprovalsBucket, "team-a."+idA+".call-1", `{"approved":true}`)},
@@ -212,7 +222,7 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"approver watches another tenant's approval requests", aa, watch(n.ApprovalsBucket, "team-b.>")},
 		{"approver submits a job (submitters only)", aa, publish(n.JobSubject+".team-a.20261204t160000-dddddddddddd", "team-a.20261204t160000-dddddddddddd")},
 		{"approver cancels its tenant's job (submitters only)", aa, put(n.CancelBucket, "team-a."+idA, `{"by":"approver"}`)},
-		{"approver writes a status", aa, put(n.StatusBucket, "team-a."+idA, `{"state":"succeeded"}`)},
+		{"approver writes a status", aa, put(statusOf(n, "team-a"), "team-a."+idA, `{"state":"succeeded"}`)},
 		{"submitter publishes a job into another tenant", sa, publish(n.JobSubject+".team-b.20261204t160000-eeeeeeeeeeee", "team-b.20261204t160000-eeeeeeeeeeee")},
 		{"submitter acks another tenant's job on the worker's ack subject", sa, request("$JS.ACK."+n.JobStream+"_team-b."+n.Consumer+"-team-b.1.1.1.1700000000000000000.0", "+ACK")},
 		{"submitter dead-letters an id another tenant will use (pre-emption)", sa, publish(n.DeadLetterStream+".team-b.20261204t160000-ffffffffffff", "")},
@@ -234,14 +244,18 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"submitter fetches job bodies from its own tenant's worker consumer (workers only)", sa, request("$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-a."+n.Consumer+"-team-a", `{"batch":1,"expires":1000000000}`)},
 		{"submitter reads a job message by sequence", sa, request("$JS.API.STREAM.MSG.GET."+n.JobStream+"_team-a", `{"seq":1}`)},
 		{"submitter direct-gets a job message by sequence", sa, request("$JS.API.DIRECT.GET."+n.JobStream+"_team-a", `{"seq":1}`)},
-		{"submitter direct-gets another tenant's status with the key in the body", sa, request("$JS.API.DIRECT.GET.KV_"+n.StatusBucket, `{"last_by_subj":"$KV.`+n.StatusBucket+`.team-b.`+idB+`"}`)},
+		{"submitter direct-gets another tenant's status with the key in the body", sa, request("$JS.API.DIRECT.GET.KV_"+statusOf(n, "team-a"), `{"last_by_subj":"$KV.`+statusOf(n, "team-a")+`.team-b.`+idB+`"}`)},
 		{"submitter subscribes to every inbox", sa, subscribe("_INBOX.>")},
 		{"submitter subscribes to the worker's inbox (job bodies it fetches)", sa, subscribe(workerInbox)},
 		{"submitter listens to every job publish", sa, subscribe(n.JobSubject + ".>")},
-		{"submitter listens to every status write", sa, subscribe("$KV." + n.StatusBucket + ".>")},
+		{"submitter listens to every status write", sa, subscribe("$KV." + statusOf(n, "team-a") + ".>")},
+		{"submitter looks up the shared status bucket (every tenant's job ids an older Boxcar wrote)", sa, request("$JS.API.STREAM.INFO.KV_"+n.StatusBucket, "")},
+		{"submitter looks up another tenant's status bucket (its job ids)", sa, request("$JS.API.STREAM.INFO.KV_"+statusOf(n, "team-b"), "")},
+		{"submitter direct-gets another tenant's status in the shared status bucket", sa, request("$JS.API.DIRECT.GET.KV_"+n.StatusBucket+".$KV."+n.StatusBucket+".team-b."+idB, "")},
+		{"approver direct-gets the shared status bucket with the key in the body", aa, request("$JS.API.DIRECT.GET.KV_"+n.StatusBucket, `{"last_by_subj":"$KV.`+n.StatusBucket+`.team-a.`+idA+`"}`)},
 		{"submitter reads another tenant's worker consumer", sa, request("$JS.API.CONSUMER.INFO."+n.JobStream+"_team-b."+n.Consumer+"-team-b", "")},
 		{"submitter lists the streams", sa, request("$JS.API.STREAM.NAMES", "")},
-		{"submitter watches its own statuses (consumers are the workers')", sa, watch(n.StatusBucket, "team-a.>")},
+		{"submitter watches its own statuses (consumers are the workers')", sa, watch(statusOf(n, "team-a"), "team-a.>")},
 		{"submitter watches the profiles (consumers are the workers')", sa, watch(n.ProfilesBucket, ">")},
 		{"approver watches its own approval requests (consumers are the workers')", aa, watch(n.ApprovalsBucket, "team-a.>")},
 		{"submitter's consumer on its own cancel key delivers into another tenant's consumer's next-message subject", sa,
@@ -251,9 +265,9 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"approver's consumer on its own approvals delivers into another tenant's consumer's next-message subject", aa,
 			pushInto(n.ApprovalsBucket, "team-a."+idA+".call-1", "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
 		{"submitter deletes a worker's watch", sa, request("$JS.API.CONSUMER.DELETE.KV_"+n.CancelBucket+".somewatch", "")},
-		{"submitter lists the watches on the status bucket", sa, request("$JS.API.CONSUMER.NAMES.KV_"+n.StatusBucket, "")},
-		{"submitter creates an unfiltered consumer on the status bucket", sa, request("$JS.API.CONSUMER.CREATE.KV_"+n.StatusBucket, `{"stream_name":"KV_`+n.StatusBucket+`","config":{"deliver_subject":"x","ack_policy":"none"}}`)},
-		{"submitter purges the status bucket", sa, request("$JS.API.STREAM.PURGE.KV_"+n.StatusBucket, "")},
+		{"submitter lists the watches on the status bucket", sa, request("$JS.API.CONSUMER.NAMES.KV_"+statusOf(n, "team-a"), "")},
+		{"submitter creates an unfiltered consumer on the status bucket", sa, request("$JS.API.CONSUMER.CREATE.KV_"+statusOf(n, "team-a"), `{"stream_name":"KV_`+statusOf(n, "team-a")+`","config":{"deliver_subject":"x","ack_policy":"none"}}`)},
+		{"submitter purges its status bucket", sa, request("$JS.API.STREAM.PURGE.KV_"+statusOf(n, "team-a"), "")},
 		{"submitter deletes its tenant's job stream", sa, request("$JS.API.STREAM.DELETE."+n.JobStream+"_team-a", "")},
 		{"submitter looks up another tenant's job stream (its job ids)", sa, request("$JS.API.STREAM.INFO."+n.JobStream+"_team-b", "")},
 		{"submitter looks up the shared job stream (the job ids an older Boxcar queued there)", sa, request("$JS.API.STREAM.INFO."+n.JobStream, "")},
@@ -271,7 +285,7 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"worker deletes the job stream", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
 			return js.DeleteStream(ctx, n.JobStream+"_team-a")
 		})},
-		{"worker purges the status bucket", w, request("$JS.API.STREAM.PURGE.KV_"+n.StatusBucket, "")},
+		{"worker purges a status bucket", w, request("$JS.API.STREAM.PURGE.KV_"+statusOf(n, "team-a"), "")},
 		{"worker raises a tenant's max_ack_pending (fair share)", w, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
 			_, err := js.UpdateConsumer(ctx, n.JobStream+"_team-a", jetstream.ConsumerConfig{Durable: n.Consumer + "-team-a", FilterSubject: n.JobSubject + ".team-a.*", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 100000})
 			return err
@@ -319,8 +333,8 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 	}{
 		{"submitter publishes its job", sa, publish(n.JobSubject+".team-a."+idA, "team-a."+idA)},
 		{"worker writes statuses", w, func(ctx context.Context, c *conn) error {
-			for _, k := range []string{"team-a." + idA, "team-b." + idB} {
-				if err := put(n.StatusBucket, k, `{"state":"running"}`)(ctx, c); err != nil {
+			for tn, id := range map[string]string{"team-a": idA, "team-b": idB} {
+				if err := put(statusOf(n, tn), tn+"."+id, `{"state":"running"}`)(ctx, c); err != nil {
 					return err
 				}
 			}
@@ -365,9 +379,15 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 			_, err = u.Add(ctx, "team-b", time.Now(), 5, 0)
 			return err
 		}},
-		{"submitter reads its status", sa, get(n.StatusBucket, "team-a."+idA)},
+		{"submitter reads its status", sa, get(statusOf(n, "team-a"), "team-a."+idA)},
 		{"submitter lists and watches its statuses (submit list, watch)", sa, client("team-a", func(ctx context.Context, q *queue.Client) error {
 			return listsAndWatches(ctx, q, idA)
+		})},
+		{"submitter asks for a job no worker wrote a status for, in its bucket and by its key in the shared one", sa, client("team-a", func(ctx context.Context, q *queue.Client) error {
+			if _, err := q.Status(ctx, "20261204t160000-aaaaaaaaaaa0"); !errors.Is(err, queue.ErrUnknownJob) {
+				return fmt.Errorf("status of a job no one wrote: %w, want unknown", err)
+			}
+			return nil
 		})},
 		{"submitter cancels its job", sa, put(n.CancelBucket, "team-a."+idA, `{"by":"ann"}`)},
 		{"submitter reads its approval requests", sa, get(n.ApprovalsBucket, "team-a."+idA+".call-1")},
@@ -396,7 +416,7 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 			return listsAndWatches(ctx, q, idA)
 		})},
 		{"approver answers it", aa, put(n.ApprovalsBucket, "team-a."+idA+".call-1", `{"approved":true}`)},
-		{"approver reads its status", aa, get(n.StatusBucket, "team-a."+idA)},
+		{"approver reads its status", aa, get(statusOf(n, "team-a"), "team-a."+idA)},
 		{"worker watches cancels", w, watch(n.CancelBucket, ">")},
 		{"worker fetches and acks the job", w, func(ctx context.Context, c *conn) error {
 			cons, err := c.js.Consumer(ctx, n.JobStream+"_team-a", n.Consumer+"-team-a")

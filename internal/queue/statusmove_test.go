@@ -1,0 +1,126 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// TestStatusesMoveToTenantBuckets is an upgrade from one status bucket for every tenant:
+// `worker setup` copies the ended jobs' statuses into their tenants' buckets, where `submit
+// list` lists them, and no other tenant's; a job an older worker still runs stays in the shared
+// bucket, where its tenant reads it by its key, its end too; a worker of this version that
+// writes such a job's status starts from the one there (its attempt, its end); and the next
+// `worker setup` copies the end an older worker wrote meanwhile.
+func TestStatusesMoveToTenantBuckets(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, true)
+	js := jetStream(t, nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cfg := config.Config{}.WithDefaults().NATS
+	shared, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.StatusBucket, History: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := func(tenant, id string, state job.State, attempt int) { // what an older worker writes
+		t.Helper()
+		data, err := json.Marshal(job.Status{ID: id, State: state, Attempt: attempt})
+		if err == nil {
+			_, err = shared.Put(ctx, tenant+"."+id, data)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	done, running, late, other := job.NewID(), job.NewID(), job.NewID(), job.NewID()
+	older("team-a", done, job.StateSucceeded, 1)
+	older("team-a", running, job.StateRunning, 2)
+	older("team-b", other, job.StateSucceeded, 1)
+	tenants := map[string]config.Tenant{"team-a": {}, "team-b": {}}
+	setUp := func() {
+		t.Helper()
+		admin, err := queue.NewAdmin(nc, cfg, tenants, slog.New(slog.DiscardHandler))
+		if err == nil {
+			err = admin.Declare(ctx)
+		}
+		if err != nil {
+			t.Fatalf("worker setup: %v", err)
+		}
+	}
+	setUp()
+
+	a, err := queue.NewClient(ctx, nc, cfg, "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(ctx, t, a); !slices.Equal(got, []string{done}) {
+		t.Errorf("team-a lists %v after setup, want its ended job %s alone", got, done)
+	}
+	wantState(ctx, t, a, running, job.StateRunning)
+	older("team-a", running, job.StateSucceeded, 2)
+	wantState(ctx, t, a, running, job.StateSucceeded)
+	if _, err := a.Status(ctx, other); !errors.Is(err, queue.ErrUnknownJob) {
+		t.Errorf("team-a reads team-b's job %s: %v, want unknown", other, err)
+	}
+
+	w, err := queue.NewConsumer(ctx, nc, cfg, tenants, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older("team-a", late, job.StateRunning, 3)
+	if _, err := w.UpdateStatus(ctx, queue.Ref{Tenant: "team-a", ID: late}, func(*job.Status) {}, queue.ByAttempt(2)); !errors.Is(err, queue.ErrSuperseded) {
+		t.Errorf("attempt 2 writes the status of a job whose attempt 3 an older worker claimed: %v, want superseded", err)
+	}
+
+	setUp()
+	if got, want := listed(ctx, t, a), slices.Sorted(slices.Values([]string{done, running, late})); !slices.Equal(got, want) {
+		t.Errorf("team-a lists %v after the second setup, want %v", got, want)
+	}
+	if got := listed(ctx, t, queueClient(ctx, t, nc, cfg, "team-b")); !slices.Equal(got, []string{other}) {
+		t.Errorf("team-b lists %v, want %s alone", got, other)
+	}
+}
+
+func queueClient(ctx context.Context, t *testing.T, nc *nats.Conn, cfg config.NATS, tenant string) *queue.Client {
+	t.Helper()
+	c, err := queue.NewClient(ctx, nc, cfg, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// listed is the ids `submit list` shows, sorted.
+func listed(ctx context.Context, t *testing.T, c *queue.Client) []string {
+	t.Helper()
+	list, err := c.ListStatuses(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, st := range list {
+		ids = append(ids, st.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func wantState(ctx context.Context, t *testing.T, c *queue.Client, id string, want job.State) {
+	t.Helper()
+	st, err := c.Status(ctx, id)
+	if err != nil || st.State != want {
+		t.Errorf("status of %s = %v, %v; want %s", id, st.State, err, want)
+	}
+}
