@@ -150,6 +150,9 @@ var failureModes = []failureMode{
 	{name: "model rejected the request", in: []stage{stageRun}, when: errIs(agent.ErrModelRequest), end: endFailed, reason: "model_rejected"},
 	{name: "profile the agent refuses", in: []stage{stageRun}, when: errIs(agent.ErrInvalidRequest), end: endFailed, reason: "invalid_profile"},
 	{name: "agent panicked", in: []stage{stageRun}, when: errIs(errAgentPanicked), end: endFailed, reason: "agent_panicked"},
+	// Any stage but the end's, which "end failed" leaves undecided: its next delivery tries
+	// the end again, with nothing to run.
+	{name: "worker panicked", when: errIs(errWorkerPanicked), end: endFailed, reason: "worker_panicked"},
 	{name: "permanent, unread", in: []stage{stageAdmit}, when: isPermanent, end: endRejected},
 	{name: "permanent", when: isPermanent, end: endFailed},
 	// A profile's secret is read for each job: one that cannot be read now, or whose value as

@@ -55,6 +55,9 @@ func (s *fakeSandbox) WriteFile(ctx context.Context, name string, data []byte) e
 
 // WriteFrom keeps the file in memory like WriteFile: the fake's files are small.
 func (s *fakeSandbox) WriteFrom(ctx context.Context, name string, r io.Reader, size int64) error {
+	if s.p.writes != nil {
+		s.p.writes(name)
+	}
 	data, err := io.ReadAll(io.LimitReader(r, size+1))
 	switch {
 	case err != nil:
@@ -122,11 +125,18 @@ type fakeProvider struct {
 	open    atomic.Int64
 	// reads, when set, is what Open of a file streams instead of its bytes.
 	reads func(name string, data []byte) io.Reader
+	// starts and writes, when set, run at each Start and each input's WriteFrom (a test's
+	// panic there, say).
+	starts func()
+	writes func(name string)
 }
 
 func (p *fakeProvider) Backend() string { return "fake" }
 
 func (p *fakeProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if p.starts != nil {
+		p.starts()
+	}
 	p.started.Add(1)
 	p.open.Add(1)
 	return &fakeSandbox{p: p, files: map[string][]byte{}}, nil

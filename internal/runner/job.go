@@ -52,6 +52,8 @@ type attempt struct {
 	// release stops the delivery's heartbeats once the attempt has settled it (keepDelivery);
 	// nil while none run.
 	release func()
+	// at is the stage in progress, for a panic in it (survive): the one after the last lap.
+	at stage
 }
 
 // ref names a job of the attempt's tenant: its own, or the id its outcome is recorded under
@@ -100,7 +102,7 @@ func (r *Runner) Handle(ctx context.Context, d *queue.Delivery) { r.work(ctx, d)
 // stops before the settling is done leaves a delivery that the next one adopts.
 func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 	r.hold(d.JobID, 1)
-	a := &attempt{d: d, started: r.cfg.Now(), began: time.Now()}
+	a := &attempt{d: d, started: r.cfg.Now(), began: time.Now(), at: stageAdmit}
 	r.bindTenant(a)
 	a.log = r.log.With("job_id", d.JobID, "tenant", a.tenant, "attempt", d.Attempt)
 	if d.Attempt > 1 {
@@ -121,16 +123,7 @@ func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 	e := r.process(ctx, a, &sp)
 	// A job that ends here with no run committed must still win the arbiter; see end.go.
 	if decide(e.outcome, d.LastAttempt()).state.Terminal() && !e.committed && job.ValidID(d.JobID) && a.store != nil {
-		if a.job.ID == "" {
-			a.job.ID = d.JobID // a message rejected before it was read as a job
-		}
-		if a.release == nil {
-			// Refused at admit: kept alive from here, as the end may wait for the store.
-			a.release = r.keepDelivery(ctx, a)
-		}
-		if e = r.claimEnd(ctx, a, e); decide(e.outcome, d.LastAttempt()).state.Terminal() {
-			e = r.commitEnd(ctx, a, e)
-		}
+		e = r.end(ctx, a, e)
 	}
 	a.cancelled = errors.Is(context.Cause(ctx), errCancelled)
 	return func() {
@@ -138,8 +131,27 @@ func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 		if a.release != nil {
 			defer a.release()
 		}
+		defer a.surviveSettle(worker)
 		r.settle(worker, a, e)
 	}
+}
+
+// end commits the end of a job that ends with no run committed (claimEnd, commitEnd). A panic
+// in it leaves the end undecided (survive): the job's next delivery tries again.
+func (r *Runner) end(ctx context.Context, a *attempt, e ended) (out ended) {
+	a.at, out = stageEnd, e
+	defer a.survive(ctx, &out)
+	if a.job.ID == "" {
+		a.job.ID = a.d.JobID // a message rejected before it was read as a job
+	}
+	if a.release == nil {
+		// Refused at admit: kept alive from here, as the end may wait for the store.
+		a.release = r.keepDelivery(ctx, a)
+	}
+	if out = r.claimEnd(ctx, a, out); decide(out.outcome, a.d.LastAttempt()).state.Terminal() {
+		out = r.commitEnd(ctx, a, out)
+	}
+	return out
 }
 
 // keepDelivery keeps the delivery from being delivered again (its heartbeats) until the
@@ -179,8 +191,11 @@ func later(t, u time.Time) time.Time {
 // process runs the attempt's stages in order and returns how it ended. Each stage returns
 // its product and an error; classify alone turns an error into an ending, with the cause of
 // the attempt's context as it is when the error is seen (classifyIn). A cancel stops the
-// attempt until its run is over, not after: the commit of a finished run wins over it.
-func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
+// attempt until its run is over, not after: the commit of a finished run wins over it. A
+// panic in a stage ends the attempt as that stage's failure (survive, deferred first so that
+// it runs last): the sandbox is closed, the worker goes on.
+func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) (e ended) {
+	defer a.survive(ctx, &e)
 	r.cancels.before(ctx, a.d.Ref())
 	unwatch := r.cancels.add(a.d.Ref(), a.cancel)
 	defer unwatch()
@@ -198,6 +213,7 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	st, err := r.claim(ctx, a)
 	a.lap(stageClaim)
 	began := st.State == job.StateRunning
+	e.began = began // for a panic from here on
 	if err != nil {
 		return ended{outcome: classifyIn(ctx, stageClaim, err), began: began}
 	}
@@ -216,7 +232,7 @@ func (r *Runner) process(ctx context.Context, a *attempt, sp **spool) ended {
 	run, spent, err := r.run(ctx, a, sb, cl, je, st, *sp)
 	a.lap(stageRun)
 	unwatch()
-	e := ended{outcome: classifyIn(ctx, stageRun, err), run: run, began: began}
+	e = ended{outcome: classifyIn(ctx, stageRun, err), run: run, began: began}
 	// Only a run that ends here is committed: one that will be retried keeps nothing, and the
 	// last try of one that keeps failing leaves its transcript behind.
 	commits := decide(e.outcome, a.d.LastAttempt()).state.Terminal()
@@ -367,13 +383,20 @@ func (r *Runner) prepare(ctx context.Context, a *attempt) (sandbox.Sandbox, clai
 	if err != nil {
 		return nil, claimed{}, startedLate(ctx, err)
 	}
+	// Closed on every way out but success, a panic in the copy included.
+	ready := false
+	defer func() {
+		if !ready {
+			r.closeSandbox(ctx, a, sb)
+		}
+	}()
 	copied := r.progressIfSlow(ctx, a, "copying inputs")
 	err = r.copyInputs(ctx, a, sb)
 	copied()
 	if err != nil {
-		r.closeSandbox(ctx, a, sb)
 		return nil, claimed{}, startedLate(ctx, err)
 	}
+	ready = true
 	return sb, cl, nil
 }
 

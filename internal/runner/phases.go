@@ -24,6 +24,7 @@ func (a *attempt) lap(s stage) {
 	}
 	a.phases.ms[s.String()] += now.Sub(a.phases.last).Milliseconds()
 	a.phases.last = now
+	a.at = s + 1
 }
 
 // phasesMS is the laps so far and, as stageCommit, the time since the last one: the manifest

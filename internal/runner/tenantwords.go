@@ -75,6 +75,8 @@ var tenantWords = []tenantWord{
 		words: "an input of the job is not in the store (removed since it was submitted): submit the job again, which uploads its inputs"},
 	{name: "agent panicked", when: isErr(errAgentPanicked),
 		words: "the agent panicked on the job, a bug in the worker: tell its operator the job's id (the worker's log has the stack)"},
+	{name: "worker panicked", when: isErr(errWorkerPanicked),
+		words: "the worker panicked on the job, a bug in the worker, which does not try it again: tell its operator the job's id (the worker's log has the stack)"},
 	{name: "backend gives no egress", when: isErr(sandbox.ErrNoEgress),
 		words: "the profile has a network, but this worker's sandbox backend gives sandboxes none: tell the operator the profile's name"},
 	// Before "profile refused": a secret's value unusable as read is the proxy's refusal too.
