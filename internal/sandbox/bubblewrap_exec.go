@@ -95,16 +95,12 @@ func (s *bubblewrapSandbox) exec(ctx context.Context, req ExecRequest) (ExecResu
 	if bridged {
 		argv = bridgeArgv(argv)
 	}
-	var l *launched
-	if sp != nil {
-		if l, err = s.launchOnSpare(runCtx, sp, req, path.Join(s.workdir, dir), maxOut, argv); err != nil {
-			s.log.Debug("the spare bwrap cannot take the first command; it starts its own", "error", err)
-		}
-	}
-	if l == nil {
-		if l, err = s.launch(runCtx, cancel, req, path.Join(s.workdir, dir), maxOut, argv, bridged); err != nil {
-			return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
-		}
+	l, err := s.launchOn(runCtx, cancel, sp, req, path.Join(s.workdir, dir), maxOut, argv, bridged)
+	switch {
+	case err != nil && errors.Is(context.Cause(runCtx), errExecTimeout):
+		return s.timedOutUnstarted(name, req, err), nil
+	case err != nil:
+		return ExecResult{}, fmt.Errorf("sandbox: exec %s: %w", name, err)
 	}
 	cmd, stdout, stderr, start := l.cmd, l.stdout, l.stderr, l.start
 
@@ -157,6 +153,26 @@ func (s *bubblewrapSandbox) exec(ctx context.Context, req ExecRequest) (ExecResu
 		return res, s.diskError(name)
 	}
 	return res, nil
+}
+
+// launchOn starts the command on the spare bwrap sp when there is one that takes it, else on
+// a bwrap of its own (launch).
+func (s *bubblewrapSandbox) launchOn(runCtx context.Context, cancel context.CancelCauseFunc, sp *spareBwrap, req ExecRequest, chdir string, maxOut int, argv []string, bridged bool) (*launched, error) {
+	if sp != nil {
+		l, err := s.launchOnSpare(runCtx, sp, req, chdir, maxOut, argv)
+		if err == nil {
+			return l, nil
+		}
+		s.log.Debug("the spare bwrap cannot take the first command; it starts its own", "error", err)
+	}
+	return s.launch(runCtx, cancel, req, chdir, maxOut, argv, bridged)
+}
+
+// timedOutUnstarted is the result of a command whose timeout passed before its bwrap started
+// (a timeout of a few µs): its timeout, as one that passes while it runs, not the job's.
+func (s *bubblewrapSandbox) timedOutUnstarted(name string, req ExecRequest, err error) ExecResult {
+	s.log.Debug("the command's timeout passed before it started", "argv0", name, "error", err)
+	return ExecResult{ExitCode: 128 + int(syscall.SIGKILL), TimedOut: true, Duration: req.Timeout}
 }
 
 // launched is a command's bwrap, running: started for it, or a spare it was handed to.

@@ -291,6 +291,23 @@ func lastLine(b []byte) string {
 	return lines[len(lines)-1]
 }
 
+// TestTimeoutShorterThanTheLaunchIsTheCommands: a command_timeout that passes before bwrap
+// has started (1ns, 1µs) is the command's timeout, as one that passes while it runs: the model
+// is told its command timed out. Exec failed with "start /usr/bin/bwrap: context deadline
+// exceeded", which the agent tells the model as the job's time running out, the job going on.
+func TestTimeoutShorterThanTheLaunchIsTheCommands(t *testing.T) {
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
+	for _, timeout := range []time.Duration{time.Nanosecond, time.Microsecond} {
+		res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}, Timeout: timeout})
+		if err != nil || !res.TimedOut || res.ExitCode == 0 {
+			t.Errorf("timeout %s: err %v, timed out %v, exit %d; want timed out with a non-zero exit and no error", timeout, err, res.TimedOut, res.ExitCode)
+		}
+	}
+	if res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("the next command: err %v, exit %d; want it run", err, res.ExitCode)
+	}
+}
+
 // TestTimeoutLeavesNoHostProcess looks for the command's descendants in the host's process
 // table, including one that detached into its own session with its output closed.
 func TestTimeoutLeavesNoHostProcess(t *testing.T) {
