@@ -45,14 +45,17 @@ var unavailableAnswers = []unavailableAnswer{
 }
 
 // unreachable: the request got no answer at all (refused, reset, timed out, no route or name).
-// Client-go passes some of these on as bare text, so the words count too.
+// Client-go passes some of these on as bare text, so the words count too; but only in an
+// error of a call to the API server: what a pod's status says (podStatusError) is never the
+// API server's silence, whatever its words ("i/o timeout" of an image pull).
 func unreachable(err error) bool {
 	var (
-		status apierrors.APIStatus
-		uerr   *url.Error
-		nerr   net.Error
+		status  apierrors.APIStatus
+		fromPod *podStatusError
+		uerr    *url.Error
+		nerr    net.Error
 	)
-	if errors.As(err, &status) {
+	if errors.As(err, &status) || errors.As(err, &fromPod) {
 		return false
 	}
 	if errors.As(err, &uerr) || errors.As(err, &nerr) {

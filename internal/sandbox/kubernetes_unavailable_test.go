@@ -61,6 +61,21 @@ func TestKubernetesStartUnavailable(t *testing.T) {
 		{name: "image cannot be pulled", status: &corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 			Name: "sandbox", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not found"}},
 		}}}},
+		// What a pod's status says is the kubelet's, the runtime's and the registry's words, never
+		// the API server's answer, whatever words it uses: it was taken for an outage, and the
+		// job waited as for one.
+		{name: "image pull timed out", status: &corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "sandbox", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
+				Message: `failed to pull image "registry.example/tools:1": Head "https://registry.example/v2/tools/manifests/1": dial tcp 203.0.113.5:443: i/o timeout`}},
+		}}}},
+		{name: "pod failed, its message a refused connection", status: &corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted",
+			Message: "the node's runtime: dial unix /run/containerd/containerd.sock: connect: connection refused"}},
+		// A pod still pending when the start gives up: its wait ran out (a context's deadline,
+		// which is a net.Error too), no request went unanswered.
+		{name: "pod still pulling at the start's bound", status: &corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "sandbox", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating",
+				Message: "pulling image: TLS handshake timeout"}},
+		}}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

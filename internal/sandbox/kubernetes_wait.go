@@ -20,6 +20,15 @@ import (
 // someone else's delete).
 var errPodDeleted = errors.New("pod was deleted while starting")
 
+// podStatusError is an error made of what a pod's status says (its containers' waiting and
+// terminated messages, its phase, its conditions, or that it was not running when its wait
+// ended): the kubelet's, the runtime's and the registry's words, never an answer of the API
+// server's (unreachable).
+type podStatusError struct{ err error }
+
+func (e *podStatusError) Error() string { return e.err.Error() }
+func (e *podStatusError) Unwrap() error { return e.err }
+
 // failFast are the container waiting reasons that will not resolve by waiting.
 var failFast = map[string]bool{
 	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true,
@@ -132,6 +141,9 @@ func (p *KubernetesProvider) waitRunning(ctx context.Context, name string) (*cor
 		if ok {
 			running = pod
 		}
+		if err != nil {
+			err = &podStatusError{err}
+		}
 		return ok, err
 	}
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{},
@@ -163,7 +175,7 @@ func (p *KubernetesProvider) waitRunning(ctx context.Context, name string) (*cor
 	case running != nil:
 		return running, nil
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("not running after waiting (%s): %w", pending(last), unschedulableOr(last, ctx.Err()))
+		return nil, &podStatusError{fmt.Errorf("not running after waiting (%s): %w", pending(last), unschedulableOr(last, ctx.Err()))}
 	case err == nil:
 		err = errors.New("the watch ended before the pod ran")
 	}
