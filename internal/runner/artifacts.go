@@ -67,7 +67,7 @@ func (r *Runner) collectArtifacts(ctx context.Context, a *attempt, sb sandbox.Sa
 		a.log.WarnContext(ctx, "the artifact folder is a file; no artifacts uploaded", "artifacts", dir)
 		return nil, nil
 	default:
-		skip(c, dir, "unreadable", err.Error())
+		skip(c, dir, "unreadable", fileProblem(err))
 		a.log.WarnContext(ctx, "the artifact folder cannot be listed; no artifacts uploaded", "artifacts", dir, "error", err)
 		return nil, nil
 	}

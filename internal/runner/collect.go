@@ -86,11 +86,11 @@ func (r *Runner) readReport(ctx context.Context, a *attempt, sb sandbox.Sandbox,
 	case errors.Is(err, sandbox.ErrNotFound):
 		return finalAsReport(final), fromFinalMessage, nil
 	case errors.Is(err, sandbox.ErrTooLarge):
-		c.ReportReason, c.ReportError = "report_too_large", err.Error()
-		a.log.WarnContext(ctx, "report too large; committing the run without it", "report", a.profile.Report, "max_bytes", maxReportBytes)
+		c.ReportReason, c.ReportError = "report_too_large", fileProblem(err)
+		a.log.WarnContext(ctx, "report too large; committing the run without it", "report", a.profile.Report, "max_bytes", maxReportBytes, "error", err)
 		return nil, fromNothing, nil
 	}
-	c.ReportReason, c.ReportError = "report_unreadable", err.Error()
+	c.ReportReason, c.ReportError = "report_unreadable", fileProblem(err)
 	a.log.WarnContext(ctx, "report file is not a regular file inside the workdir; the model's final message is the report",
 		"report", a.profile.Report, "error", err)
 	return finalAsReport(final), fromFinalMessage, nil

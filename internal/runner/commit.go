@@ -83,13 +83,13 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 	case s.n > s.want:
 		n -= int(s.n - s.want)
 		s.n = s.want
-		err = fmt.Errorf("more than the %d bytes it had when collected: it changed while being uploaded", s.want)
+		err = &changedError{fmt.Sprintf("more than the %d bytes it had when collected: it changed while being uploaded", s.want)}
 	case err == nil:
 		return n, nil
 	case errors.Is(err, io.EOF) && s.n == s.want:
 		return n, err
 	case errors.Is(err, io.EOF):
-		err = fmt.Errorf("%d bytes, %d when collected: it changed while being uploaded", s.n, s.want)
+		err = &changedError{fmt.Sprintf("%d bytes, %d when collected: it changed while being uploaded", s.n, s.want)}
 	}
 	s.err = err
 	return n, err
@@ -287,7 +287,7 @@ func (r *Runner) uploadAll(ctx context.Context, a *attempt, folder string, outs 
 		case errors.Is(err, sandbox.ErrSandboxLost):
 			return nil, err // nothing more of the run can be read: it is not committed
 		case out.path != "" && errors.As(err, &source) && ctx.Err() == nil:
-			skip(collected, out.path, "changed", source.Error())
+			skip(collected, out.path, "changed", fileProblem(source))
 			a.log.WarnContext(ctx, "artifact changed while being uploaded or cannot be read; not uploaded", "artifact", out.path, "error", source)
 			continue
 		case errors.As(err, &source):

@@ -71,6 +71,11 @@ func (s *fakeSandbox) WriteFrom(ctx context.Context, name string, r io.Reader, s
 }
 
 func (s *fakeSandbox) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
+	if s.p.readFails != nil {
+		if err := s.p.readFails(name); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	data, ok := s.files[name]
@@ -95,6 +100,11 @@ func (s *fakeSandbox) Open(ctx context.Context, name string, max int64) (io.Read
 }
 
 func (s *fakeSandbox) List(ctx context.Context, dir string) ([]sandbox.FileInfo, error) {
+	if s.p.listFails != nil {
+		if err := s.p.listFails(dir); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []sandbox.FileInfo
@@ -129,6 +139,9 @@ type fakeProvider struct {
 	// panic there, say).
 	starts func()
 	writes func(name string)
+	// readFails and listFails, when set, give ReadFile's and List's error (nil: none).
+	readFails func(name string) error
+	listFails func(dir string) error
 }
 
 func (p *fakeProvider) Backend() string { return "fake" }

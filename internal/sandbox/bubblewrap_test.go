@@ -291,6 +291,18 @@ func lastLine(b []byte) string {
 	return lines[len(lines)-1]
 }
 
+// TestReadOfAFolderIsNotRegular: a read of what is not a regular file says so by its class
+// (ErrNotRegular), which the manifest tells the tenant in words of its own.
+func TestReadOfAFolderIsNotRegular(t *testing.T) {
+	sb := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t), config.SandboxSpec{})
+	if err := sb.WriteFile(t.Context(), "sub/a", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.ReadFile(t.Context(), "sub", 1<<10); !errors.Is(err, sandbox.ErrNotRegular) || !strings.Contains(fmt.Sprint(err), "is a folder") {
+		t.Errorf("ReadFile of a folder: %v; want ErrNotRegular, saying it is a folder", err)
+	}
+}
+
 // TestTimeoutShorterThanTheLaunchIsTheCommands: a command_timeout that passes before bwrap
 // has started (1ns, 1µs) is the command's timeout, as one that passes while it runs: the model
 // is told its command timed out. Exec failed with "start /usr/bin/bwrap: context deadline

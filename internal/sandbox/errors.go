@@ -39,6 +39,22 @@ var (
 	ErrNoEgress = errors.New("sandbox backend gives no egress")
 )
 
+// ErrNotRegular marks a file that is not a regular one (a folder, a FIFO, a socket, a
+// device), which no read takes.
+var ErrNotRegular = errors.New("not a regular file")
+
+// The texts of ErrNotRegular, as the backends say them.
+var (
+	errIsFolder   = notRegular("is a folder, not a file")
+	errNotRegular = notRegular("is not a regular file")
+)
+
+// notRegular is ErrNotRegular in words of its own.
+type notRegular string
+
+func (e notRegular) Error() string        { return string(e) }
+func (e notRegular) Is(target error) bool { return target == ErrNotRegular } //nolint:errorlint // Is compares the target itself
+
 // ErrIncomplete marks a List that left out folders it could not read (nested past PATH_MAX, no
 // permission); List returns it, as an *IncompleteError naming them, with the other files.
 var ErrIncomplete = errors.New("listing incomplete")

@@ -124,11 +124,11 @@ func (s *kubernetesSandbox) fileRun(ctx context.Context, op, name string, stdin 
 	case "toolarge":
 		return fmt.Errorf("sandbox: %s %s: more than the %s bytes allowed: %w", op, name, extra[0], ErrTooLarge)
 	case "isdir":
-		return fmt.Errorf("sandbox: %s %s: is a folder, not a file", op, name)
+		return fmt.Errorf("sandbox: %s %s: %w", op, name, errIsFolder)
 	case "notdir":
 		return fmt.Errorf("sandbox: %s %s: read a file with ReadFile: %w", op, name, ErrNotDir)
 	case "notregular":
-		return fmt.Errorf("sandbox: %s %s: is not a regular file", op, name)
+		return fmt.Errorf("sandbox: %s %s: %w", op, name, errNotRegular)
 	}
 	return fmt.Errorf("sandbox: %s %s: %s", op, name, reason)
 }

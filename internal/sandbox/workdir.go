@@ -141,9 +141,9 @@ func regular(mode uint32) error {
 	case unix.S_IFREG:
 		return nil
 	case unix.S_IFDIR:
-		return errors.New("is a folder, not a file")
+		return errIsFolder
 	default:
-		return errors.New("is not a regular file")
+		return errNotRegular
 	}
 }
 
