@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -38,6 +39,7 @@ func TestKubernetesStartUnavailable(t *testing.T) {
 		name        string
 		createErr   error
 		status      *corev1.PodStatus // the fake kubelet's, when the create succeeds
+		silent      bool              // the create succeeds, and no list or watch answers after it
 		unavailable bool
 		says        string // what the error says of the answer, when not empty
 	}{
@@ -76,13 +78,19 @@ func TestKubernetesStartUnavailable(t *testing.T) {
 			Name: "sandbox", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating",
 				Message: "pulling image: TLS handshake timeout"}},
 		}}}},
+		// No status of the pod's ever read: the API server's silence, however the wait ends.
+		{name: "API server silent after the create", silent: true, unavailable: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			client := fake.NewClientset()
-			if tt.createErr != nil {
+			switch {
+			case tt.createErr != nil:
 				client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.createErr })
-			} else {
+			case tt.silent:
+				client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, refused })
+				client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) { return true, nil, refused })
+			default:
 				fakeKubelet(t, client, func(*corev1.Pod) *corev1.PodStatus { return tt.status })
 			}
 			p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.StartTimeout = 300 * time.Millisecond })

@@ -135,8 +135,9 @@ func (p *KubernetesProvider) waitRunning(ctx context.Context, name string) (*cor
 	}, p.cfg.Client)
 	last := &corev1.Pod{}
 	var running *corev1.Pod
+	seen := false // the pod's status was read at least once
 	check := func(pod *corev1.Pod) (bool, error) {
-		last = pod
+		last, seen = pod, true
 		ok, err := podState(pod)
 		if ok {
 			running = pod
@@ -174,6 +175,9 @@ func (p *KubernetesProvider) waitRunning(ctx context.Context, name string) (*cor
 	switch {
 	case running != nil:
 		return running, nil
+	case ctx.Err() != nil && !seen:
+		// No list or watch ever answered: the API server's silence, not the pod's (unreachable).
+		return nil, fmt.Errorf("not running after waiting (the API server never showed the pod): %w", ctx.Err())
 	case ctx.Err() != nil:
 		return nil, &podStatusError{fmt.Errorf("not running after waiting (%s): %w", pending(last), unschedulableOr(last, ctx.Err()))}
 	case err == nil:
