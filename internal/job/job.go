@@ -189,6 +189,9 @@ func Decode(data []byte) (Job, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Job{}, fmt.Errorf("%w: trailing data after the job object", ErrInvalid)
 	}
+	if err := checkEscapes(data); err != nil {
+		return Job{}, err
+	}
 	if err := exactKeys(data); err != nil {
 		return Job{}, err
 	}

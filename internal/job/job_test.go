@@ -76,6 +76,31 @@ func TestDecodeValid(t *testing.T) {
 	}
 }
 
+// TestDecodeEscapes: escapes that are characters decode to them; the surrogate check reads
+// escapes, not text that looks like one.
+func TestDecodeEscapes(t *testing.T) {
+	tests := []struct{ escaped, want string }{
+		{`\ud83d\ude00`, "\U0001F600"},
+		{`\uD83D\uDE00`, "\U0001F600"},
+		{`\\udc00`, `\udc00`}, // a backslash, then the letters
+		{`\\\ud83d\ude00`, "\\\U0001F600"},
+		{`\ufffd`, "\uFFFD"},
+		{`\u00e9\"`, "é\""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.escaped, func(t *testing.T) {
+			msg := spliced(`"labels":{"team":"` + tt.escaped + `"},`)(t)
+			j, err := job.Decode(msg)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if got := j.Labels["team"]; got != tt.want {
+				t.Errorf("label = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestDecodeRejects lists malformed messages and what the operator reads about each: the
 // rejection names the part of the message that is wrong.
 func TestDecodeRejects(t *testing.T) {
@@ -155,6 +180,13 @@ func TestDecodeRejects(t *testing.T) {
 		// the bytes sent.
 		{"submitted_by not UTF-8", spliced("\"submitted_by\":\"caf\xe9\","), "not UTF-8"},
 		{"label value not UTF-8", spliced("\"labels\":{\"team\":\"\xff\"},"), "not UTF-8"},
+		// A lone UTF-16 surrogate escaped in a string is no character: encoding/json puts U+FFFD
+		// in its place, other readers keep it or refuse the message.
+		{"lone low surrogate", spliced(`"submitted_by":"a\udc00b",`), `\udc00 at byte`},
+		{"lone high surrogate", spliced(`"submitted_by":"a\ud800b",`), `\ud800 at byte`},
+		{"high surrogate then a letter", spliced(`"submitted_by":"\ud800\u0041",`), `\ud800 at byte`},
+		{"surrogates reversed", spliced(`"labels":{"team":"\udc00\ud800"},`), `\udc00 at byte`},
+		{"high surrogate at the end", spliced(`"submitted_by":"\uD83D",`), `\uD83D at byte`},
 	}
 	if len(tests) < 30 {
 		t.Fatalf("only %d malformed messages; keep at least 30", len(tests))

@@ -119,3 +119,47 @@ func within(at string) string {
 	}
 	return at + ": "
 }
+
+// checkEscapes refuses a string escape that is half of a UTF-16 surrogate pair with no other
+// half ("\udc00", "\ud800x"): encoding/json decodes it to U+FFFD, while another reader of the
+// same bytes keeps it or refuses the message, so the job run would not be the job sent. data
+// is valid JSON, so a backslash is always inside a string and starts an escape.
+func checkEscapes(data []byte) error {
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		if data[i+1] != 'u' {
+			i++ // a one-letter escape, "\\" among them
+			continue
+		}
+		r := hex4(data[i+2 : i+6])
+		switch {
+		case r >= 0xd800 && r < 0xdc00 && i+12 <= len(data) && data[i+6] == '\\' && data[i+7] == 'u' &&
+			hex4(data[i+8:i+12]) >= 0xdc00 && hex4(data[i+8:i+12]) < 0xe000:
+			i += 11 // a pair: one character
+		case r >= 0xd800 && r < 0xe000:
+			return fmt.Errorf("%w: %s at byte %d is half of a UTF-16 surrogate pair, no character; write the character itself or its whole pair", ErrInvalid, data[i:i+6], i)
+		default:
+			i += 5
+		}
+	}
+	return nil
+}
+
+// hex4 is the value of four hex digits, which valid JSON has after "\u".
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		default:
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
+}
