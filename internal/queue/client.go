@@ -24,8 +24,10 @@ type Client struct {
 	// jobs is the tenant's job stream, to tell a queued job by its subject; nil for an identity
 	// the server does not let read it (an approver), which then knows a job only by its status.
 	jobs   jetstream.Stream
-	status statusReader // the tenant's statuses (statusbuckets.go)
-	log    *slog.Logger
+	status bucketReader // the tenant's statuses (statusbuckets.go)
+	// sharedJobs is the shared job stream an older Boxcar queued in, read by a job's subject.
+	sharedJobs *sharedStream
+	log        *slog.Logger
 }
 
 // NewClient binds to the tenant's job stream and status bucket; ErrNotServed when the stream
@@ -66,8 +68,9 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant strin
 	case kerr != nil:
 		return nil, kerr
 	}
-	status := statusReader{KeyValue: kv, shared: sharedStatuses{nc: nc, bucket: cfg.StatusBucket}}
-	return &Client{js: js, cfg: cfg, tenant: tenant, jobs: jobs, status: status, log: slog.New(slog.DiscardHandler)}, nil
+	status := bucketReader{KeyValue: kv, shared: newSharedBucket(js, cfg.StatusBucket, "status")}
+	return &Client{js: js, cfg: cfg, tenant: tenant, jobs: jobs, status: status, sharedJobs: &sharedStream{nc: nc, name: cfg.Stream},
+		log: slog.New(slog.DiscardHandler)}, nil
 }
 
 // bindStatus binds the tenant's status bucket. An identity of another tenant is refused its
@@ -159,34 +162,15 @@ const sharedLook = 5 * time.Second
 // Before, `submit status` called such a job unknown, `cancel` refused it and `watch` gave up
 // on it. The stream's info would list every tenant's jobs, so a tenant's identity reads it by a
 // direct get of the job's one subject, which its permissions name (natsconfig). No server
-// answering (a shared stream that `worker setup` of this version has not given direct gets
-// yet) and a refusal (credentials generated before that grant) are no job there.
+// answering (no shared stream, or one that `worker setup` of this version has not given direct
+// gets yet) and a refusal (credentials generated before that grant) are no job there, learned
+// once (sharedStream).
 func (c *Client) inShared(ctx context.Context, r Ref) (bool, error) {
-	subject := "$JS.API.DIRECT.GET." + c.cfg.Stream + "." + jobSubject(c.cfg, r)
-	var found bool
-	err := unlessRefused(ctx, c.js.Conn(), []string{subject}, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, sharedLook)
-		defer cancel()
-		msg, err := c.js.Conn().RequestWithContext(ctx, subject, nil)
-		switch {
-		case errors.Is(err, nats.ErrNoResponders):
-			return nil
-		case err != nil:
-			return fmt.Errorf("queue: look up job %s in the shared stream %s: %w", r.ID, c.cfg.Stream, err)
-		}
-		switch status := msg.Header.Get("Status"); status {
-		case "":
-			found = true
-		case "404":
-		default:
-			return fmt.Errorf("queue: look up job %s in the shared stream %s: %s %s", r.ID, c.cfg.Stream, status, msg.Header.Get("Description"))
-		}
-		return nil
-	})
-	if errors.Is(err, ErrRefused) {
-		return false, nil
+	msg, err := c.sharedJobs.get(ctx, jobSubject(c.cfg, r))
+	if err != nil {
+		return false, fmt.Errorf("queue: look up job %s in the shared stream %s: %w", r.ID, c.cfg.Stream, err)
 	}
-	return found, err
+	return msg != nil, nil
 }
 
 // inStream asks the job stream for the count of the job's one subject.

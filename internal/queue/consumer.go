@@ -31,7 +31,7 @@ type Consumer struct {
 	// consumers on it the worker still asks (under mu).
 	shared    jetstream.Stream
 	old       map[string]*oldConsumer
-	statuses  *statusBuckets // each tenant's (statusbuckets.go)
+	statuses  *tenantBuckets // each tenant's (statusbuckets.go)
 	cancels   jetstream.KeyValue
 	approvals jetstream.KeyValue
 	written   statusCache // the statuses this handle wrote last (status.go)

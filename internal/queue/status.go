@@ -98,7 +98,7 @@ func (c *Consumer) updateStatus(ctx context.Context, r Ref, first guess[job.Stat
 	// A job this handle has not written may have a status an older worker wrote in the shared
 	// bucket during an upgrade: it is moved first, so that the write starts from it.
 	if !c.written.get(key).ok {
-		if err := c.statuses.adopt(ctx, kv, r); err != nil {
+		if err := c.statuses.adopt(ctx, kv, r.key()); err != nil {
 			return job.Status{}, fmt.Errorf("queue: update status of %s: %w", r, err)
 		}
 	}

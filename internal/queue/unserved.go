@@ -219,7 +219,7 @@ func (a *Admin) removeConsumers(ctx context.Context, s jetstream.Stream, keep fu
 // else the shared one an older worker may have written (statusbuckets.go). Without either (a
 // stream set up by hand) no job does.
 func (a *Admin) runningOf(ctx context.Context) func(Ref) bool {
-	b := &statusBuckets{js: a.js, cfg: a.cfg, shared: sharedStatuses{nc: a.js.Conn(), bucket: a.cfg.StatusBucket}}
+	b := newTenantBuckets(a.js, a.cfg.StatusBucket, "status")
 	return func(r Ref) bool {
 		var kv getter = b.shared
 		if rd, err := b.reader(ctx, r.Tenant); err == nil {

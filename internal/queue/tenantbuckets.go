@@ -1,0 +1,209 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A kind of bucket every tenant's keys were in (statuses first) has one bucket per tenant,
+// <prefix>_T, under the same keys as before ("T.J…"): a tenant's identity reads a bucket by its
+// stream's info with a subject filter (read.go), which the server cannot scope to the filter,
+// so in one bucket shared by every tenant team-a listed team-b's job ids. The bucket named
+// prefix itself, where an older Boxcar kept every tenant's keys, is no tenant's any more: what
+// it still holds of a tenant's job during an upgrade is read by a direct get of the job's key
+// alone (sharedBucket), which the server checks against the tenant's permissions and which
+// lists nothing. tenantBuckets is that binding, one for each such kind.
+
+// tenantBucket is tenant's bucket of the kind whose shared bucket is prefix. A tenant name is
+// lowercase letters, digits and '-', never '_', so it is a bucket name, and no two tenants, nor
+// a tenant and the shared bucket, share one (config checks the length and the other names).
+func tenantBucket(prefix, tenant string) string { return prefix + "_" + tenant }
+
+// getter is what reads a key's last value: a bucket, or a tenant's keys (bucketReader).
+type getter interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+}
+
+// tenantBuckets are the tenants' buckets of one kind, bound at their first use (a worker
+// writes its tenants' keys, and `worker setup` may have retired or added a tenant since it
+// started), and the kind's shared bucket.
+type tenantBuckets struct {
+	js     jetstream.JetStream
+	prefix string // the shared bucket's name
+	what   string // "status", "approvals": for errors
+	shared *sharedBucket
+	mu     sync.Mutex
+	kv     map[string]jetstream.KeyValue // by tenant
+}
+
+func newTenantBuckets(js jetstream.JetStream, prefix, what string) *tenantBuckets {
+	return &tenantBuckets{js: js, prefix: prefix, what: what, shared: newSharedBucket(js, prefix, what)}
+}
+
+// learnShared looks the shared bucket up, for an identity that may (a worker): a deployment
+// that began with this version has none, and then nothing more than a tenant's bucket is asked
+// for a key.
+func (b *tenantBuckets) learnShared(ctx context.Context) error {
+	_, err := b.js.Stream(ctx, statusStream(b.prefix))
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		b.shared.stream.absent.Store(true)
+	case err != nil:
+		return fmt.Errorf("queue: look up the shared %s bucket %s: %w", b.what, b.prefix, err)
+	}
+	return nil
+}
+
+// of is tenant's bucket; ErrNotReady when it is missing.
+func (b *tenantBuckets) of(ctx context.Context, tenant string) (jetstream.KeyValue, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if kv, ok := b.kv[tenant]; ok {
+		return kv, nil
+	}
+	kv, err := bucket(ctx, b.js, tenantBucket(b.prefix, tenant), b.what)
+	if err != nil {
+		return nil, err
+	}
+	if b.kv == nil {
+		b.kv = map[string]jetstream.KeyValue{}
+	}
+	b.kv[tenant] = kv
+	return kv, nil
+}
+
+// reader is tenant's keys as a reader: its bucket, then the shared one.
+func (b *tenantBuckets) reader(ctx context.Context, tenant string) (bucketReader, error) {
+	kv, err := b.of(ctx, tenant)
+	return bucketReader{KeyValue: kv, shared: b.shared}, err
+}
+
+// adopt copies key from the shared bucket into kv, a tenant's, as it is, when kv holds none: a
+// job an older worker of an upgrade wrote for keeps what it wrote, which the next write starts
+// from. A value kv holds already stays: it is the newer, as no worker of this version writes
+// the shared bucket.
+func (b *tenantBuckets) adopt(ctx context.Context, kv jetstream.KeyValue, key string) error {
+	e, err := b.shared.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Create(ctx, key, e.Value()); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("queue: move %s from the shared %s bucket %s: %w", key, b.what, b.prefix, err)
+	}
+	return nil
+}
+
+// bucketReader reads a tenant's keys: its bucket, then, for a key it does not hold, the shared
+// bucket (sharedBucket).
+type bucketReader struct {
+	jetstream.KeyValue
+	shared *sharedBucket
+}
+
+// Get is the key's last value in the tenant's bucket, else in the shared one.
+func (r bucketReader) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	e, err := r.KeyValue.Get(ctx, key)
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return e, err
+	}
+	return r.shared.Get(ctx, key)
+}
+
+// sharedBucket reads one key of a shared bucket by a direct get with the key in the request's
+// subject, the only read of it a tenant's identity is granted.
+type sharedBucket struct {
+	bucket, what string
+	stream       *sharedStream
+}
+
+func newSharedBucket(js jetstream.JetStream, bucket, what string) *sharedBucket {
+	return &sharedBucket{bucket: bucket, what: what, stream: &sharedStream{nc: js.Conn(), name: statusStream(bucket)}}
+}
+
+// Get is the key's last value in the shared bucket; jetstream.ErrKeyNotFound when it holds
+// none, or there is no such bucket or no grant to read it.
+func (s *sharedBucket) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	msg, err := s.stream.get(ctx, "$KV."+s.bucket+"."+key)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("queue: read %s in the shared %s bucket %s: %w", key, s.what, s.bucket, err)
+	case msg == nil, msg.Header.Get("KV-Operation") != "": // a delete or purge marker is no value
+		return nil, jetstream.ErrKeyNotFound
+	}
+	seq, _ := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+	return sharedEntry{bucket: s.bucket, key: key, value: msg.Data, rev: seq}, nil
+}
+
+// sharedStream reads the last message of one subject of a stream every tenant's keys were in,
+// by a direct get with the subject in the request's. No answer (no such stream: a deployment
+// that began with this version, or one an upgrade drained and removed) and a refusal
+// (credentials generated without the grant) are no message there, and the client learns
+// them once: no Boxcar of this version makes such a stream, and the grants of a login do not
+// change while it is connected. So a client that reads many keys its tenant's bucket lacks (a
+// listing, a watch) asks once, not once a key.
+type sharedStream struct {
+	nc     *nats.Conn
+	name   string
+	absent atomic.Bool
+}
+
+// get is the last message on subject; nil when there is none.
+func (s *sharedStream) get(ctx context.Context, subject string) (*nats.Msg, error) {
+	if s.absent.Load() {
+		return nil, nil
+	}
+	api := "$JS.API.DIRECT.GET." + s.name + "." + subject
+	var found *nats.Msg
+	err := unlessRefused(ctx, s.nc, []string{api}, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, sharedLook)
+		defer cancel()
+		msg, err := s.nc.RequestWithContext(ctx, api, nil)
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			s.absent.Store(true)
+			return nil
+		case err != nil:
+			return err
+		}
+		switch status := msg.Header.Get("Status"); status {
+		case "":
+			found = msg
+		case "404":
+		default:
+			return fmt.Errorf("%s %s", status, msg.Header.Get("Description"))
+		}
+		return nil
+	})
+	if errors.Is(err, ErrRefused) {
+		s.absent.Store(true)
+		return nil, nil
+	}
+	return found, err
+}
+
+// sharedEntry is a value read from a shared bucket; its revision is the shared bucket's,
+// never one to write a tenant's bucket with.
+type sharedEntry struct {
+	bucket, key string
+	value       []byte
+	rev         uint64
+}
+
+func (e sharedEntry) Bucket() string                  { return e.bucket }
+func (e sharedEntry) Key() string                     { return e.key }
+func (e sharedEntry) Value() []byte                   { return e.value }
+func (e sharedEntry) Revision() uint64                { return e.rev }
+func (e sharedEntry) Created() time.Time              { return time.Time{} }
+func (e sharedEntry) Delta() uint64                   { return 0 }
+func (e sharedEntry) Operation() jetstream.KeyValueOp { return jetstream.KeyValuePut }
