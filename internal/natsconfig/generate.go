@@ -102,18 +102,20 @@ func Generate(o Options) (Result, error) {
 	if err := os.MkdirAll(filepath.Join(o.Dir, "creds"), 0o700); err != nil {
 		return Result{}, fmt.Errorf("nats-config: %w", err)
 	}
+	longest := 0
 	for _, id := range Identities(o.Tenants) {
 		creds, err := userCreds(o.Names, id, o.Tenants, acct.kp)
 		if err != nil {
 			return Result{}, fmt.Errorf("nats-config: identity %s: %w", id.Name(), err)
 		}
+		longest = max(longest, len(creds))
 		path := filepath.Join(o.Dir, "creds", id.Name()+".creds")
 		if err := writeNew(path, creds); err != nil {
 			return Result{}, err
 		}
 		res.Creds[id.Name()] = path
 	}
-	auth, err := authConfig(okp, acct, sys)
+	auth, err := authConfig(okp, acct, sys, controlLine(longest))
 	if err != nil {
 		return Result{}, err
 	}
@@ -223,9 +225,24 @@ func userCreds(n Names, id Identity, tenants []string, acct nkeys.KeyPair) ([]by
 	return jwt.FormatUserConfig(token, seed)
 }
 
-// authConfig is the identities: JWT mode with a memory resolver preloaded with both accounts.
-// It holds JWTs only (public, signed), no seed.
-func authConfig(okp nkeys.KeyPair, acct, sys account) (string, error) {
+// defaultControlLine is nats-server's default max_control_line: the longest protocol line it
+// reads, a client's CONNECT with its user JWT among them.
+const defaultControlLine = 4096
+
+// controlLine is the max_control_line that takes the CONNECT of a user whose .creds file is
+// longest bytes: the JWT in it (shorter than the file), and room for the rest of the line (the
+// nonce's signature, the client's name and options). A user's JWT carries its permissions, and
+// the worker's grow with every tenant: at the server's default, a worker of three tenants was
+// refused at its CONNECT ("maximum control line exceeded").
+func controlLine(longest int) int {
+	const room = 2048
+	return max(defaultControlLine, (longest+room+1023)/1024*1024)
+}
+
+// authConfig is the identities: JWT mode with a memory resolver preloaded with both accounts,
+// and the protocol line their longest JWT needs (controlLine). It holds JWTs only (public,
+// signed), no seed.
+func authConfig(okp nkeys.KeyPair, acct, sys account, maxLine int) (string, error) {
 	opub, err := okp.PublicKey()
 	if err != nil {
 		return "", err
@@ -238,6 +255,7 @@ func authConfig(okp nkeys.KeyPair, acct, sys account) (string, error) {
 		return "", fmt.Errorf("nats-config: sign operator: %w", err)
 	}
 	var b strings.Builder
+	fmt.Fprintf(&b, "max_control_line: %d\n", maxLine)
 	fmt.Fprintf(&b, "operator: %s\nsystem_account: %s\nresolver: MEMORY\nresolver_preload: {\n", strconv.Quote(ojwt), strconv.Quote(sys.pub))
 	fmt.Fprintf(&b, "  # BOXCAR: every identity of Boxcar\n  %s: %s\n", strconv.Quote(acct.pub), strconv.Quote(acct.jwt))
 	fmt.Fprintf(&b, "  # SYS: the server's own account\n  %s: %s\n}\n", strconv.Quote(sys.pub), strconv.Quote(sys.jwt))

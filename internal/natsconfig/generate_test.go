@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/natsconfig"
@@ -176,3 +177,45 @@ var sharedInfo = []string{"$JS.API.STREAM.INFO.BOXCAR_JOBS", "$JS.API.STREAM.INF
 // consumer. A consumer's deliver subject is checked against no permission (nats-server issue
 // #8274), so one a tenant creates could deliver into another tenant's job consumer.
 var noConsumers = []string{"$JS.API.CONSUMER.CREATE", "$JS.API.CONSUMER.DELETE", "$JS.API.CONSUMER.DURABLE", "$JS.FC.", "$JS.API.CONSUMER.MSG.NEXT"}
+
+// TestEveryIdentityConnectsWithManyTenants: a user's JWT carries its permissions, and the
+// worker's grow with every tenant; the server reads it in the client's CONNECT line, which at
+// nats-server's default max_control_line (4096) refused the worker of three tenants
+// ("maximum control line exceeded"). The generated configuration takes the longest, also where
+// another server's configuration includes it (the NATS chart's).
+func TestEveryIdentityConnectsWithManyTenants(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var tenants []string
+	for i := range 12 {
+		tenants = append(tenants, fmt.Sprintf("tenant-%02d", i))
+	}
+	res, err := natsconfig.Generate(natsconfig.Options{Dir: dir, Names: names, Tenants: tenants, Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "js")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := natsauthtest.StartFromConfig(t, res.ServerConfig)
+	for _, name := range []string{"worker", "operator", "tenant-11-submitter", "tenant-11-approver"} {
+		nc, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(res.Creds[name]))
+		if err != nil {
+			t.Errorf("%s connects: %v", name, err)
+			continue
+		}
+		nc.Close()
+	}
+	outer := filepath.Join(dir, "outer.conf")
+	if err := os.WriteFile(outer, []byte("port: -1\ninclude "+natsconfig.AuthConfigFile+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(outer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := os.ReadFile(res.Creds["worker"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(opts.MaxControlLine) <= len(worker) {
+		t.Errorf("with %s included, max_control_line is %d, shorter than the worker's credentials (%d bytes)", natsconfig.AuthConfigFile, opts.MaxControlLine, len(worker))
+	}
+}
