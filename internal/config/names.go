@@ -61,10 +61,12 @@ func (n NATS) validateNames() []error {
 			break
 		}
 	}
-	// The dead-letter stream takes the subjects under its own name (<dead_letter_stream>.>):
-	// a job subject under them would overlap it, which the server refuses.
-	if first, _, _ := strings.Cut(n.Subject, "."); first == n.DeadLetterStream {
-		bad("subject", "%q begins with %s, the dead_letter_stream, whose stream takes every subject under that name; choose another subject or dead_letter_stream", n.Subject, n.DeadLetterStream)
+	// The dead-letter streams take the subjects under their own names (<dead_letter_stream>.>,
+	// and a tenant's <dead_letter_stream>_<tenant>.>): a job subject under them would overlap
+	// one, which the server refuses.
+	first, _, _ := strings.Cut(n.Subject, ".")
+	if tenant, ok := strings.CutPrefix(first, n.DeadLetterStream+"_"); first == n.DeadLetterStream || ok && job.ValidTenant(tenant) {
+		bad("subject", "%q begins with %s, the name of a dead-letter stream (the dead_letter_stream, or a tenant's: <dead_letter_stream>_<tenant>), which takes every subject under its name; choose another subject or dead_letter_stream", n.Subject, first)
 	}
 	streams := map[string]string{profilesStream: "the profiles bucket (BOXCAR_PROFILES)"}
 	for _, f := range []struct{ key, stream string }{
@@ -85,7 +87,8 @@ func (n NATS) validateNames() []error {
 }
 
 // validateTenantStreams checks the names of the tenants' own streams, the job streams
-// <stream>_<tenant> and the status buckets' KV_<status_bucket>_<tenant> (a tenant name has no
+// <stream>_<tenant>, the status buckets' KV_<status_bucket>_<tenant> and the dead-letter
+// streams <dead_letter_stream>_<tenant> (a tenant name has no
 // '_'): each name must leave room for the longest tenant name, and no other stream of the
 // config (streams, by name) may be named as a tenant's is.
 func (n NATS) validateTenantStreams(streams map[string]string, bad func(field, format string, args ...any)) {
@@ -95,6 +98,7 @@ func (n NATS) validateTenantStreams(streams map[string]string, bad func(field, f
 	}{
 		{"stream", n.Stream, n.Stream, "job stream", maxJobStream},
 		{"status_bucket", n.StatusBucket, "KV_" + n.StatusBucket, "status bucket's stream", maxStatusBucket},
+		{"dead_letter_stream", n.DeadLetterStream, n.DeadLetterStream, "dead-letter stream", maxJobStream},
 	} {
 		if len(f.name) > f.most {
 			bad(f.key, "%q is longer than %d characters: each tenant's is named %s_<tenant>, and a tenant name takes up to %d characters of a JetStream name",

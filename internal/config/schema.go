@@ -114,7 +114,7 @@ func nameRules() map[string]schemagen.Schema {
 	return map[string]schemagen.Schema{
 		"nats.replicas":                {"minimum": 0, "maximum": maxReplicas},
 		"nats.stream":                  {"pattern": fmt.Sprintf(`^[^\s.*>/\\]{0,%d}$`, maxJobStream)},
-		"nats.dead_letter_stream":      jetStreamName,
+		"nats.dead_letter_stream":      {"pattern": fmt.Sprintf(`^[^\s.*>/\\]{0,%d}$`, maxJobStream)},
 		"nats.consumer":                jetStreamName,
 		"nats.status_bucket":           bucket,
 		"nats.approvals_bucket":        bucket,

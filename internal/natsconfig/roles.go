@@ -131,8 +131,12 @@ var Table = []Grant{
 		Pub: kvRead("{approvals}", "{tenant}.>")},
 	{Roles: []Role{Approver}, What: "answer its tenant's approval requests (a signed decision)",
 		Pub: kvWrite("{approvals}", "{tenant}.>")},
-	{Roles: []Role{Submitter}, What: "read its tenant's dead letters",
-		Pub: streamRead("{dlq}", "{dlq}.{tenant}.>")},
+	// Its tenant's stream only, as the statuses: the info of the shared one lists every
+	// tenant's dead-lettered job ids.
+	{Roles: []Role{Submitter}, What: "read and list its tenant's dead letters",
+		Pub: streamRead("{dlq}_{tenant}", "{dlq}_{tenant}.>")},
+	{Roles: []Role{Submitter}, What: "read, by its job's subject, a dead letter of its tenant's in the shared dead-letter stream (written before the upgrade, or by an older worker during it)",
+		Pub: []string{"$JS.API.DIRECT.GET.{dlq}.{dlq}.{tenant}.>"}},
 	{Roles: []Role{Submitter}, What: "read its tenant's token spending",
 		Pub: kvRead("{usage}", "{tenant}.>")},
 	{Roles: []Role{Submitter, Approver, Worker}, What: "read and list the profiles workers offer",
@@ -158,7 +162,10 @@ var Table = []Grant{
 		Pub: join(kvWatch("{cancel}", ">"), kvWrite("{cancel}", ">"))},
 	{Roles: []Role{Worker}, What: "request approvals and read the answers",
 		Pub: join(kvWatch("{approvals}", ">"), kvWrite("{approvals}", ">"))},
-	{Roles: []Role{Worker}, What: "dead-letter a job, and read a letter back whose publish got no answer",
+	{Roles: []Role{Worker}, What: "dead-letter a job of every tenant, and read a letter back whose publish got no answer",
+		Pub: append(streamRead("{dlq}_{each}", "{dlq}_{each}.>"), "{dlq}_{each}.>")},
+	// An older worker of an upgrade writes there with the worker's login too, regenerated.
+	{Roles: []Role{Worker}, What: "dead-letter a job of a tenant it does not serve (retired, unknown) in the shared dead-letter stream, and read the letters older workers wrote there",
 		Pub: append(streamRead("{dlq}", "{dlq}.>"), "{dlq}.>")},
 	{Roles: []Role{Worker}, What: "advertise its profiles, count tokens spent",
 		Pub: join(kvWrite("{profiles}", ">"), kvRead("{usage}", ">"), kvWrite("{usage}", ">"))},

@@ -78,11 +78,10 @@ func (a *Admin) Declare(ctx context.Context) error {
 }
 
 // declareStreams creates or updates each kept tenant's job stream, the shared stream and the
-// dead-letter stream, and returns the kept tenants' streams by tenant. The jobs an older
+// dead-letter streams (deadletters.go), and returns the kept tenants' streams by tenant. The jobs an older
 // Boxcar queued in the shared stream stay there, and the shared stream stops taking jobs
 // first: the server refuses a stream whose subjects overlap another's (drain.go).
 func (a *Admin) declareStreams(ctx context.Context) (map[string]jetstream.Stream, error) {
-	cfg := a.cfg
 	if !a.worker {
 		if err := a.recordRetired(ctx); err != nil {
 			return nil, err
@@ -119,32 +118,8 @@ func (a *Admin) declareStreams(ctx context.Context) (map[string]jetstream.Stream
 	if err := a.moveStranded(ctx, streams); err != nil {
 		return nil, err
 	}
-	dead := jetstream.StreamConfig{
-		Name:        cfg.DeadLetterStream,
-		Description: "Boxcar jobs that can never run, with the reason",
-		Subjects:    []string{cfg.DeadLetterStream + ".>"},
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		MaxAge:      time.Duration(cfg.DeadLetterMaxAge),
-		MaxBytes:    orUnlimited(cfg.DeadLetterMaxBytes),
-		MaxMsgs:     -1,
-		Duplicates:  2 * time.Minute, // the server's default, written out to compare with
-		Discard:     jetstream.DiscardOld,
-		// The server's default, written out to compare with.
-		MaxMsgsPerSubject: -1,
-		// A submitter reads its tenant's letters by a direct get with the subject in the
-		// request's subject, the only read natsconfig grants it (a get with the subject in the
-		// payload could name another tenant's); without direct gets no server answers it.
-		AllowDirect: true,
-		Metadata:    map[string]string{settingMeta("max_age"): "nats.dead_letter_max_age", settingMeta("max_bytes"): "nats.dead_letter_max_bytes"},
-	}
-	if err := a.ownedStream(ctx, deadLetterBounds, &dead, true); err != nil {
+	if err := a.declareDeadLetters(ctx, slices.Sorted(maps.Keys(streams))); err != nil {
 		return nil, err
-	}
-	deadBefore := dead
-	deadBefore.MaxAge, deadBefore.MaxBytes = 30*24*time.Hour, -1
-	if _, err := ensureStream(ctx, a.js, dead, deadBefore, a.log); err != nil {
-		return nil, fmt.Errorf("queue: set up dead-letter stream %s: %w", cfg.DeadLetterStream, err)
 	}
 	return streams, nil
 }

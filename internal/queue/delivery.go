@@ -138,21 +138,15 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) (letter
 	if err != nil {
 		return false, fmt.Errorf("queue: encode dead letter: %w", err)
 	}
-	subject := dlqSubject(d.c.cfg, Ref{Tenant: d.Tenant, ID: d.JobID})
-	// Messages without an id share one subject: each keeps its own letter.
-	var once []jetstream.PublishOpt
-	if d.JobID != "" {
-		once = append(once, jetstream.WithExpectLastSequencePerSubject(0))
-	}
-	_, err = d.c.js.Publish(ctx, subject, data, once...)
+	box, err := d.c.publishLetter(ctx, Ref{Tenant: d.Tenant, ID: d.JobID}, data)
 	var api *jetstream.APIError
-	if err != nil && !errors.As(err, &api) {
+	if err != nil && !errors.Is(err, errLettered) && !errors.As(err, &api) {
 		d.unanswered = true // no answer from the server: the letter may be in the stream
 	}
-	if err != nil && !isWrongLastSequence(err) {
+	if err != nil && !isWrongLastSequence(err) && !errors.Is(err, errLettered) {
 		return false, fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
 	}
-	lettered = err == nil || d.unanswered && d.wroteLetter(ctx, subject)
+	lettered = err == nil || d.unanswered && d.wroteLetter(ctx, box)
 	if err := d.msg.TermWithReason(reason); err != nil {
 		return lettered, fmt.Errorf("queue: terminate job %s: %w", d.JobID, err)
 	}
@@ -161,15 +155,15 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) (letter
 
 // wroteLetter reports whether the letter on subject is this delivery's: an earlier try of
 // Term wrote it. A letter it cannot read is not known to be: false.
-func (d *Delivery) wroteLetter(ctx context.Context, subject string) bool {
-	s, err := d.c.js.Stream(ctx, d.c.cfg.DeadLetterStream)
+func (d *Delivery) wroteLetter(ctx context.Context, box letterBox) bool {
+	data, found, err := lastOn(ctx, d.c.js.Conn(), box)
+	if err == nil && !found {
+		err = jetstream.ErrMsgNotFound
+	}
 	if err == nil {
-		var m *jetstream.RawStreamMsg
-		if m, err = s.GetLastMsgForSubject(ctx, subject); err == nil {
-			var dl DeadLetter
-			if err = json.Unmarshal(m.Data, &dl); err == nil {
-				return dl.Tenant == d.Tenant && dl.JobID == d.JobID && dl.Attempt == d.Attempt
-			}
+		var dl DeadLetter
+		if err = json.Unmarshal(data, &dl); err == nil {
+			return dl.Tenant == d.Tenant && dl.JobID == d.JobID && dl.Attempt == d.Attempt
 		}
 	}
 	d.c.log.WarnContext(ctx, "cannot read the job's dead letter back to tell whether this delivery wrote it; it is not counted", "job_id", d.JobID, "tenant", d.Tenant, "error", err)

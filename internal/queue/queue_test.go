@@ -112,24 +112,44 @@ const tenant = "default"
 // ref names a job of the tests' tenant as a worker knows it.
 func ref(id string) queue.Ref { return queue.Ref{Tenant: tenant, ID: id} }
 
-// deadLetters returns the dead-letter stream and its count by subject, and fails t for a job
-// with more than one dead letter: a job is lettered once, however many attempts Term it.
-func (b bundle) deadLetters(t *testing.T) (jetstream.Stream, map[string]uint64) {
+// deadLetters returns the count of dead letters by subject in the tests' tenant's dead-letter
+// stream and the shared one, and fails t for a job with more than one dead letter: a job is
+// lettered once, however many attempts Term it.
+func (b bundle) deadLetters(t *testing.T) map[string]uint64 {
 	t.Helper()
-	stream, err := b.js.Stream(t.Context(), b.cfg.DeadLetterStream)
-	if err != nil {
-		t.Fatal(err)
+	all := map[string]uint64{}
+	for _, name := range []string{queue.DeadLetterStream(b.cfg, tenant), b.cfg.DeadLetterStream} {
+		stream, err := b.js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(t.Context(), jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps.Copy(all, info.State.Subjects)
 	}
-	info, err := stream.Info(t.Context(), jetstream.WithSubjectFilter(b.cfg.DeadLetterStream+".>"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for subject, n := range info.State.Subjects {
+	for subject, n := range all {
 		if n != 1 {
 			t.Errorf("%s holds %d dead letters, want 1", subject, n)
 		}
 	}
-	return stream, info.State.Subjects
+	return all
+}
+
+// deadLetter is job r's one dead letter, wherever it is (queue.DeadLetterOf); it fails t when
+// there is none.
+func (b bundle) deadLetter(t *testing.T, r queue.Ref) queue.DeadLetter {
+	t.Helper()
+	data, err := queue.DeadLetterOf(t.Context(), b.nc, b.cfg, r)
+	if err != nil {
+		t.Fatalf("no dead letter for %s: %v", r, err)
+	}
+	var dl queue.DeadLetter
+	if err := json.Unmarshal(data, &dl); err != nil {
+		t.Fatalf("the dead letter of %s: %v", r, err)
+	}
+	return dl
 }
 
 // olderSetup starts the real nats-server with the job stream already there as an older (or a
@@ -307,13 +327,15 @@ func TestTermKeepsTheJobInTheDeadLetterStream(t *testing.T) {
 	}
 	expectEmpty(t, b.w, 2*b.w.AckWait())
 
-	stream, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
+	// In the tenant's own dead-letter stream, under the job's id.
+	own := queue.DeadLetterStream(b.cfg, tenant)
+	stream, err := b.js.Stream(ctx, own)
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := stream.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+"."+tenant+"."+j.ID)
+	msg, err := stream.GetLastMsgForSubject(ctx, own+"."+j.ID)
 	if err != nil {
-		t.Fatalf("no dead letter for %s: %v", j.ID, err)
+		t.Fatalf("no dead letter for %s in %s: %v", j.ID, own, err)
 	}
 	var dl queue.DeadLetter
 	if err := json.Unmarshal(msg.Data, &dl); err != nil {
@@ -462,12 +484,8 @@ func TestJobWhoseLastWorkerDiedIsDeliveredOnceMore(t *testing.T) {
 	if _, err := d.Term(ctx, "max_deliveries", errors.New("gave up")); err != nil {
 		t.Fatal(err)
 	}
-	dlq, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 1 {
-		t.Errorf("dead-letter stream holds %d letters (%v), want 1", info.State.Msgs, err)
+	if letters := b.deadLetters(t); len(letters) != 1 {
+		t.Errorf("dead-letter streams hold %v, want the job's one letter", letters)
 	}
 }
 
@@ -517,7 +535,7 @@ func TestTwoDeliveriesEndingAJobAtOnceLeaveOneDeadLetter(t *testing.T) {
 		t.Errorf("%d Terms of %d jobs said they wrote its dead letter, want one a job", n, jobs)
 	}
 
-	if _, subjects := b.deadLetters(t); len(subjects) != jobs {
+	if subjects := b.deadLetters(t); len(subjects) != jobs {
 		t.Errorf("%d jobs have dead letters, want %d", len(subjects), jobs)
 	}
 }

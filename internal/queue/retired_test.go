@@ -3,7 +3,6 @@ package queue_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -148,18 +147,7 @@ func TestRetiredTenantsJobEndsWhenItsWorkerDies(t *testing.T) {
 	if err != nil || st.State != job.StateDead || !strings.Contains(st.Error, "retired") {
 		t.Errorf("status of team-b's job: %+v, %v; want dead, saying its tenant was retired", st, err)
 	}
-	dlq, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := dlq.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+".team-b."+j.ID)
-	if err != nil {
-		t.Fatalf("no dead letter for team-b's job: %v", err)
-	}
-	var dl queue.DeadLetter
-	if err := json.Unmarshal(msg.Data, &dl); err != nil {
-		t.Fatal(err)
-	}
+	dl := b.deadLetter(t, queue.Ref{Tenant: "team-b", ID: j.ID})
 	if orig, err := job.Decode(dl.Original); dl.Reason != queue.ReasonTenantRetired || dl.JobID != j.ID || err != nil || orig.ID != j.ID {
 		t.Errorf("dead letter %+v (%v); want team-b's job, tenant_retired, with its message", dl, err)
 	}

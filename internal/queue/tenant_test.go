@@ -135,11 +135,8 @@ func TestJobsOfATenantNoWorkerServes(t *testing.T) {
 	if !strings.Contains(wlog.String(), "tenants this worker's tenants: does not list") || !strings.Contains(wlog.String(), "team-c") {
 		t.Errorf("the worker without team-c does not say it leaves team-c's jobs:\n%s", wlog.String())
 	}
-	dlq, err := b.js.Stream(ctx, b.cfg.DeadLetterStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dlq.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+".team-c."+jc.ID); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	refC := queue.Ref{Tenant: "team-c", ID: jc.ID}
+	if _, err := queue.DeadLetterOf(ctx, b.nc, b.cfg, refC); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Errorf("team-c's job after a worker without it started: %v; want it still queued", err)
 	}
 	var log bytes.Buffer
@@ -150,12 +147,12 @@ func TestJobsOfATenantNoWorkerServes(t *testing.T) {
 	if err := admin.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	msg, err := dlq.GetLastMsgForSubject(ctx, b.cfg.DeadLetterStream+".team-c."+jc.ID)
+	data, err := queue.DeadLetterOf(ctx, b.nc, b.cfg, refC)
 	if err != nil {
 		t.Fatalf("no dead letter for team-c's job: %v\n%s", err, log.String())
 	}
 	var dl queue.DeadLetter
-	if err := json.Unmarshal(msg.Data, &dl); err != nil {
+	if err := json.Unmarshal(data, &dl); err != nil {
 		t.Fatal(err)
 	}
 	if orig, err := job.Decode(dl.Original); dl.Reason != queue.ReasonUnknownTenant || dl.Tenant != "team-c" || dl.JobID != jc.ID || err != nil || orig.ID != jc.ID ||

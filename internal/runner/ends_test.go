@@ -64,7 +64,7 @@ func TestEndsBeforeTheAgentGoThroughTheArbiter(t *testing.T) {
 				t.Fatal(err)
 			}
 			ended := func() bool { // the second delivery terminated the job
-				s, err := js.Stream(ctx, b.cfg.NATS.DeadLetterStream)
+				s, err := js.Stream(ctx, queue.DeadLetterStream(b.cfg.NATS, job.DefaultTenant))
 				if err != nil {
 					return false
 				}

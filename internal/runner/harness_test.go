@@ -443,6 +443,7 @@ func (b *bundle) settledLetters() []queue.DeadLetter {
 	return b.deadLetters()
 }
 
+// deadLetters is every dead letter in the shared dead-letter stream and the tenants' own.
 func (b *bundle) deadLetters() []queue.DeadLetter {
 	b.t.Helper()
 	ctx := context.Background()
@@ -450,25 +451,39 @@ func (b *bundle) deadLetters() []queue.DeadLetter {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	s, err := js.Stream(ctx, b.cfg.NATS.DeadLetterStream)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		b.t.Fatal(err)
-	}
 	var out []queue.DeadLetter
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
+	for _, name := range deadLetterStreams(ctx, js, b.cfg.NATS) {
+		s, err := js.Stream(ctx, name)
 		if err != nil {
-			continue
-		}
-		var dl queue.DeadLetter
-		if err := json.Unmarshal(m.Data, &dl); err != nil {
 			b.t.Fatal(err)
 		}
-		out = append(out, dl)
+		info, err := s.Info(ctx)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+			m, err := s.GetMsg(ctx, seq)
+			if err != nil {
+				continue
+			}
+			var dl queue.DeadLetter
+			if err := json.Unmarshal(m.Data, &dl); err != nil {
+				b.t.Fatal(err)
+			}
+			out = append(out, dl)
+		}
+	}
+	return out
+}
+
+// deadLetterStreams names the shared dead-letter stream and every tenant's on the server.
+func deadLetterStreams(ctx context.Context, js jetstream.JetStream, cfg config.NATS) []string {
+	var out []string
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		if name == cfg.DeadLetterStream || strings.HasPrefix(name, cfg.DeadLetterStream+"_") {
+			out = append(out, name)
+		}
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
 // answerCutter is a TCP proxy to the NATS server that, at the first client write holding
@@ -139,7 +140,7 @@ func (p *answerCutter) cutNow() {
 func TestDeadLetterWhoseAnswerWasLostCounted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	p := newAnswerCutter(t, strings.TrimPrefix(b.url, "nats://"), " "+b.cfg.NATS.DeadLetterStream+".")
+	p := newAnswerCutter(t, strings.TrimPrefix(b.url, "nats://"), " "+queue.DeadLetterStream(b.cfg.NATS, job.DefaultTenant)+".")
 	b.url = p.url()
 	refuse := agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		return agent.Result{}, fmt.Errorf("%w: HTTP 401 invalid key", agent.ErrModelAuth)

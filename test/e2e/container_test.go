@@ -676,7 +676,8 @@ func waitStatus(t *testing.T, env map[string]string, id string, within time.Dura
 	return last
 }
 
-// deadLetter reads the job's dead letter from the BOXCAR_DLQ stream, if there is one.
+// deadLetter reads the job's dead letter, in tenant default's dead-letter stream or the shared
+// one, if there is one.
 func deadLetter(t *testing.T, natsURL, id string) (queue.DeadLetter, bool) {
 	t.Helper()
 	nc, err := nats.Connect(natsURL)
@@ -684,17 +685,9 @@ func deadLetter(t *testing.T, natsURL, id string) (queue.DeadLetter, bool) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	stream, err := js.Stream(ctx, "BOXCAR_DLQ")
-	if err != nil {
-		t.Fatalf("dead-letter stream: %v", err)
-	}
-	msg, err := stream.GetLastMsgForSubject(ctx, "BOXCAR_DLQ.default."+id)
+	data, err := queue.DeadLetterOf(ctx, nc, config.Config{}.WithDefaults().NATS, queue.Ref{Tenant: "default", ID: id})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return queue.DeadLetter{}, false
 	}
@@ -702,7 +695,7 @@ func deadLetter(t *testing.T, natsURL, id string) (queue.DeadLetter, bool) {
 		t.Fatalf("read dead letter of %s: %v", id, err)
 	}
 	var dl queue.DeadLetter
-	if err := json.Unmarshal(msg.Data, &dl); err != nil {
+	if err := json.Unmarshal(data, &dl); err != nil {
 		t.Fatalf("decode dead letter of %s: %v", id, err)
 	}
 	return dl, true
@@ -714,7 +707,7 @@ func waitDeadLetter(t *testing.T, natsURL, id string, within time.Duration) queu
 	harness.Wait(t, "a dead letter for job "+id, func() (bool, error) {
 		var ok bool
 		dl, ok = deadLetter(t, natsURL, id)
-		return ok, errors.New("none in BOXCAR_DLQ")
+		return ok, errors.New("none in the dead-letter streams")
 	}, harness.Within(within))
 	return dl
 }

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -781,15 +782,19 @@ func (h *harness) check(ids []string) (result, error) {
 		fmt.Fprintf(os.Stderr, "faults: consumer: %d pending, %d waiting for an ack after the drain\n", ci.NumPending, ci.NumAckPending)
 	}
 
-	dlq, err := js.Stream(ctx, "BOXCAR_DLQ")
-	if err != nil {
-		return r, fmt.Errorf("read the dead-letter stream: %w", err)
+	// Tenant default's dead letters, and those a worker wrote into the shared stream.
+	letters := map[string]uint64{}
+	for _, name := range []string{"BOXCAR_DLQ_default", "BOXCAR_DLQ"} {
+		dlq, err := js.Stream(ctx, name)
+		if err != nil {
+			return r, fmt.Errorf("read the dead-letter stream %s: %w", name, err)
+		}
+		di, err := dlq.Info(ctx, jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			return r, fmt.Errorf("read the dead-letter stream %s: %w", name, err)
+		}
+		maps.Copy(letters, di.State.Subjects)
 	}
-	di, err := dlq.Info(ctx, jetstream.WithSubjectFilter("BOXCAR_DLQ.>"))
-	if err != nil {
-		return r, fmt.Errorf("read the dead-letter stream: %w", err)
-	}
-	letters := di.State.Subjects
 
 	for _, id := range ids {
 		// A dead job's manifest records the death (the manifest key is the one arbiter a
@@ -802,7 +807,7 @@ func (h *harness) check(ids []string) (result, error) {
 		}
 		deadManifest := manifest && outcome == job.StateDead
 		manifest = manifest && !deadManifest
-		dead := int(letters["BOXCAR_DLQ.default."+id])
+		dead := int(letters["BOXCAR_DLQ_default."+id] + letters["BOXCAR_DLQ.default."+id])
 		s := st[id]
 		if s.Attempt > 1 {
 			r.redelivered++

@@ -4,38 +4,55 @@ package tenancy
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
 // TestSubmitterReadsItsDeadLettersFromSetUpsLayout: a submitter may read its tenant's dead
-// letters (a direct get with the subject in the request's own subject, the only form its
-// identity is granted) from the dead-letter stream `worker setup` makes, not only from one the
-// test makes itself; and so may the worker. Setup made the stream without direct gets, so the server answered the
-// granted form with nothing and the submitter could not read its letters at all.
+// letters from the layout `worker setup` makes, not only from one the test makes itself: in its
+// tenant's stream, and by their subjects (a direct get with the subject in the request's own
+// subject, the only form its identity is granted) those in the shared stream an older worker
+// wrote; and so may the worker. Setup made the stream without direct gets, so the server
+// answered the granted form with nothing and the submitter could not read its letters at all.
+// Another tenant's letters it may not read, in either.
 func TestSubmitterReadsItsDeadLettersFromSetUpsLayout(t *testing.T) {
 	t.Parallel()
 	d := deploy(t)
 	cfg := setUp(t, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	subject := cfg.DeadLetterStream + ".team-a.20261204t140000-000000000000"
-	if _, err := d.connect(t, "worker").js.Publish(ctx, subject, []byte(`{"reason":"exhausted"}`)); err != nil {
-		t.Fatalf("the worker dead-letters team-a's job: %v", err)
+	const own, older = "20261204t140000-000000000000", "20261204t140000-000000000001"
+	w := d.connect(t, "worker")
+	for _, subject := range []string{
+		queue.DeadLetterStream(cfg, "team-a") + "." + own, queue.DeadLetterStream(cfg, "team-b") + "." + own,
+		cfg.DeadLetterStream + ".team-a." + older, cfg.DeadLetterStream + ".team-b." + older,
+	} {
+		if _, err := w.js.Publish(ctx, subject, []byte(`{"reason":"exhausted"}`)); err != nil {
+			t.Fatalf("the worker dead-letters %s: %v", subject, err)
+		}
 	}
 	// The worker reads a letter back when its publish got no answer, to count it once.
 	for _, who := range []string{"team-a-submitter", "worker"} {
-		s, err := d.connect(t, who).js.Stream(ctx, cfg.DeadLetterStream)
-		if err != nil {
-			t.Fatalf("%s looks up %s: %v", who, cfg.DeadLetterStream, err)
+		c := d.connect(t, who)
+		for _, id := range []string{own, older} {
+			read, cancel := context.WithTimeout(ctx, 20*time.Second) // unanswered, it waits to the end
+			data, err := queue.DeadLetterOf(read, c.nc, cfg, queue.Ref{Tenant: "team-a", ID: id})
+			cancel()
+			if err != nil {
+				t.Errorf("%s reads team-a's dead letter %s: %v", who, id, err)
+			} else if string(data) != `{"reason":"exhausted"}` {
+				t.Errorf("%s reads team-a's dead letter %s as %q", who, id, data)
+			}
 		}
-		read, cancel := context.WithTimeout(ctx, 20*time.Second) // unanswered, it waits to the end
-		m, err := s.GetLastMsgForSubject(read, subject)
-		cancel()
-		if err != nil {
-			t.Errorf("%s reads team-a's dead letter: %v", who, err)
-		} else if string(m.Data) != `{"reason":"exhausted"}` {
-			t.Errorf("%s reads team-a's dead letter as %q", who, m.Data)
+	}
+	for _, id := range []string{own, older} {
+		sa := d.connect(t, "team-a-submitter") // its own: a refusal ends what waits on the connection
+		data, err := queue.DeadLetterOf(ctx, sa.nc, cfg, queue.Ref{Tenant: "team-b", ID: id})
+		if !errors.Is(err, queue.ErrRefused) {
+			t.Errorf("team-a's submitter reads team-b's dead letter %s: %q, %v; want it refused", id, data, err)
 		}
 	}
 }

@@ -5,12 +5,15 @@ package tenancy
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/natsconfig"
 	"github.com/boxcar-run/boxcar/internal/queue"
@@ -66,10 +69,14 @@ func TestStreamInfoNamesNoOtherTenantsJobs(t *testing.T) {
 			}
 			return err
 		}, true},
+		// A team-b job this version's worker dead-letters, and one an older worker of an
+		// upgrade did, in the shared stream.
 		{"dead letters", cfg.DeadLetterStream, func(ctx context.Context) error {
-			_, err := w.js.Publish(ctx, cfg.DeadLetterStream+".team-b."+idB, []byte(`{"reason":"exhausted"}`))
-			return err
-		}, true},
+			if _, err := w.js.Publish(ctx, cfg.DeadLetterStream+".team-b."+idB, []byte(`{"reason":"exhausted"}`)); err != nil {
+				return err
+			}
+			return deadLetterAJob(ctx, d.connect(t, "team-b-submitter"), q, cfg, "team-b")
+		}, false},
 	}
 	granted := natsconfig.PermissionsOf(d.names, natsconfig.Identity{Role: natsconfig.Submitter, Tenant: "team-a"}, tenants, "").Pub
 	for _, row := range rows {
@@ -81,7 +88,8 @@ func TestStreamInfoNamesNoOtherTenantsJobs(t *testing.T) {
 				t.Skipf("%s is still shared by every tenant (docs/security.md)", row.stream)
 			}
 			for _, stream := range lookUps(row.stream, granted) {
-				if subjects := streamSubjects(ctx, t, d, stream); slices.ContainsFunc(subjects, func(s string) bool { return strings.Contains(s, ".team-b.") }) {
+				// A subject names team-b (its stream, its keys) or, in a stream of its own, team-b's job.
+				if subjects := streamSubjects(ctx, t, d, stream); slices.ContainsFunc(subjects, func(s string) bool { return strings.Contains(s, "team-b") || strings.Contains(s, idB) }) {
 					t.Errorf("team-a's submitter lists team-b's keys (job %s) in %s: %v", idB, stream, subjects)
 				}
 			}
@@ -133,4 +141,28 @@ func streamSubjects(ctx context.Context, t *testing.T, d *deployment, stream str
 		out = append(out, s)
 	}
 	return out
+}
+
+// deadLetterAJob submits a job of tenant as its submitter c and has worker q dead-letter it
+// (Term, as a job that can never run).
+func deadLetterAJob(ctx context.Context, c *conn, q *queue.Consumer, cfg config.NATS, tenant string) error {
+	sub, err := queue.NewClient(ctx, c.nc, cfg, tenant)
+	if err != nil {
+		return err
+	}
+	j := job.Job{Version: job.Version, ID: job.NewID(), Profile: "p", Task: "never runs", SubmittedAt: time.Now().UTC()}
+	if _, err := sub.Publish(ctx, j); err != nil {
+		return err
+	}
+	fetch, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	del, err := q.Fetch(fetch)
+	if err != nil {
+		return err
+	}
+	if del.Tenant != tenant || del.JobID != j.ID {
+		return fmt.Errorf("delivered %s/%s, want %s/%s", del.Tenant, del.JobID, tenant, j.ID)
+	}
+	_, err = del.Term(ctx, "invalid_message", errors.New("never runs"))
+	return err
 }

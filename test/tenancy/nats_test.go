@@ -40,8 +40,14 @@ func declare(t *testing.T, op *conn, d *deployment) {
 			t.Fatal(err)
 		}
 	}
+	// The shared dead-letter stream: tenants no worker serves, and an older Boxcar's letters.
 	if _, err := op.js.CreateStream(ctx, jetstream.StreamConfig{Name: n.DeadLetterStream, Subjects: []string{n.DeadLetterStream + ".*.*"}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
+	}
+	for _, tn := range tenants {
+		if _, err := op.js.CreateStream(ctx, jetstream.StreamConfig{Name: lettersOf(n, tn), Subjects: []string{lettersOf(n, tn) + ".*"}, AllowDirect: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The shared status bucket is an older Boxcar's, which workers of an upgrade still write.
 	buckets := []string{n.StatusBucket, n.ApprovalsBucket, n.CancelBucket, n.ProfilesBucket, n.UsageBucket}
@@ -57,6 +63,9 @@ func declare(t *testing.T, op *conn, d *deployment) {
 
 // statusOf is tenant's status bucket.
 func statusOf(n natsconfig.Names, tenant string) string { return n.StatusBucket + "_" + tenant }
+
+// lettersOf is tenant's dead-letter stream.
+func lettersOf(n natsconfig.Names, tenant string) string { return n.DeadLetterStream + "_" + tenant }
 
 // world is what the operator can see of the layout: every stream's messages and every
 // consumer's settings. An attempt the server refused leaves it as it was.
@@ -225,16 +234,20 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"approver writes a status", aa, put(statusOf(n, "team-a"), "team-a."+idA, `{"state":"succeeded"}`)},
 		{"submitter publishes a job into another tenant", sa, publish(n.JobSubject+".team-b.20261204t160000-eeeeeeeeeeee", "team-b.20261204t160000-eeeeeeeeeeee")},
 		{"submitter acks another tenant's job on the worker's ack subject", sa, request("$JS.ACK."+n.JobStream+"_team-b."+n.Consumer+"-team-b.1.1.1.1700000000000000000.0", "+ACK")},
-		{"submitter dead-letters an id another tenant will use (pre-emption)", sa, publish(n.DeadLetterStream+".team-b.20261204t160000-ffffffffffff", "")},
-		{"submitter dead-letters its own next job id (workers only)", sa, publish(n.DeadLetterStream+".team-a.20261204t160000-ffffffffffff", "")},
+		{"submitter dead-letters an id another tenant will use (pre-emption)", sa, publish(lettersOf(n, "team-b")+".20261204t160000-ffffffffffff", "")},
+		{"submitter dead-letters an id another tenant will use in the shared dead-letter stream", sa, publish(n.DeadLetterStream+".team-b.20261204t160000-ffffffffffff", "")},
+		{"submitter dead-letters its own next job id (workers only)", sa, publish(lettersOf(n, "team-a")+".20261204t160000-ffffffffffff", "")},
+		{"submitter dead-letters its own next job id in the shared dead-letter stream (workers only)", sa, publish(n.DeadLetterStream+".team-a.20261204t160000-ffffffffffff", "")},
 		{"submitter reads another tenant's dead letters", sa, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
-			s, err := js.Stream(ctx, n.DeadLetterStream)
+			s, err := js.Stream(ctx, lettersOf(n, "team-b"))
 			if err != nil {
 				return err
 			}
-			_, err = s.GetLastMsgForSubject(ctx, n.DeadLetterStream+".team-b."+idB)
+			_, err = s.GetLastMsgForSubject(ctx, lettersOf(n, "team-b")+"."+idB)
 			return err
 		})},
+		{"submitter reads another tenant's dead letter in the shared stream by its subject", sa, request("$JS.API.DIRECT.GET."+n.DeadLetterStream+"."+n.DeadLetterStream+".team-b."+idB, "")},
+		{"submitter looks up the shared dead-letter stream (its info lists every tenant's letters)", sa, request("$JS.API.STREAM.INFO."+n.DeadLetterStream, "")},
 		{"submitter reads another tenant's token spending", sa, get(n.UsageBucket, "team-b.2026-12-04")},
 		{"submitter creates a consumer on the job stream (job bodies)", sa, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
 			_, err := js.CreateConsumer(ctx, n.JobStream+"_team-b", jetstream.ConsumerConfig{FilterSubject: n.JobSubject + ".team-b.*"})
@@ -348,10 +361,12 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 			}
 			return nil
 		}},
-		{"worker dead-letters and counts spending", w, func(ctx context.Context, c *conn) error {
+		{"worker dead-letters, in each tenant's stream and as an older worker in the shared one, and counts spending", w, func(ctx context.Context, c *conn) error {
 			for _, tn := range tenants {
-				if _, err := c.js.Publish(ctx, n.DeadLetterStream+"."+tn+".20261204t140000-000000000000", []byte(`{}`)); err != nil {
-					return err
+				for _, subject := range []string{lettersOf(n, tn) + ".20261204t140000-000000000000", n.DeadLetterStream + "." + tn + ".20261204t140000-000000000001"} {
+					if _, err := c.js.Publish(ctx, subject, []byte(`{}`)); err != nil {
+						return err
+					}
 				}
 				if err := put(n.UsageBucket, tn+".2026-12-04", "10")(ctx, c); err != nil {
 					return err
@@ -391,14 +406,14 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 		})},
 		{"submitter cancels its job", sa, put(n.CancelBucket, "team-a."+idA, `{"by":"ann"}`)},
 		{"submitter reads its approval requests", sa, get(n.ApprovalsBucket, "team-a."+idA+".call-1")},
-		{"submitter reads its dead letter", sa, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
-			s, err := js.Stream(ctx, n.DeadLetterStream)
-			if err != nil {
-				return err
+		{"submitter reads its dead letters, in its stream and by their subjects in the shared one", sa, func(ctx context.Context, c *conn) error {
+			for _, id := range []string{"20261204t140000-000000000000", "20261204t140000-000000000001"} {
+				if _, err := queue.DeadLetterOf(ctx, c.nc, config.Config{}.WithDefaults().NATS, queue.Ref{Tenant: "team-a", ID: id}); err != nil {
+					return err
+				}
 			}
-			_, err = s.GetLastMsgForSubject(ctx, n.DeadLetterStream+".team-a.20261204t140000-000000000000")
-			return err
-		})},
+			return nil
+		}},
 		{"submitter reads its spending", sa, get(n.UsageBucket, "team-a.2026-12-04")},
 		{"submitter reads the profiles (submit profiles)", sa, client("team-a", func(ctx context.Context, q *queue.Client) error {
 			_, err := q.LiveProfiles(ctx)

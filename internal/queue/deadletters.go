@@ -1,0 +1,190 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+)
+
+// Each served tenant's dead letters are in a stream of its own, <dead_letter_stream>_T, under
+// the subjects <dead_letter_stream>_T.J. A tenant's submitter reads its letters by that
+// stream's info and direct gets, and the info, asked with a subject filter, lists every subject
+// the stream holds, which the server cannot scope to the filter: in the one stream shared by
+// every tenant, team-a's submitter listed team-b's dead-lettered job ids.
+//
+// The shared stream, named dead_letter_stream, keeps its subjects (<dead_letter_stream>.T.J):
+// two streams may not take one subject, and narrowing it to make room for the tenants' would
+// leave an older worker of an upgrade with nowhere to publish for as long as the two changes
+// take, so no subject moves and nothing is refused. It keeps the letters written before the
+// upgrade and those older workers write during it, and stays the home of the letters of a
+// tenant no worker serves (a retired or unknown tenant's jobs: unserved.go, retired.go) and of
+// one whose own stream cannot take it (no `worker setup` of this version yet, or the worker's
+// credentials were generated before it). No tenant's identity may look it up: it reads its own
+// letters there by a direct get with the subject in the request's subject, which lists nothing.
+// A reader looks in the tenant's stream, then in the shared one (DeadLetterOf).
+
+// deadLetterStream is tenant's dead-letter stream: <dead_letter_stream>_T. A tenant name has
+// no '_', so no two tenants, nor a tenant and the shared stream, share one (config checks
+// the length and the other names).
+func deadLetterStream(cfg config.NATS, tenant string) string {
+	return cfg.DeadLetterStream + "_" + tenant
+}
+
+// DeadLetterStream is the name of tenant's dead-letter stream, for what names it to an
+// operator.
+func DeadLetterStream(cfg config.NATS, tenant string) string { return deadLetterStream(cfg, tenant) }
+
+// tenantLetterSubject is where job r's dead letter goes in its tenant's stream:
+// <dead_letter_stream>_T.J, J as dlqToken writes it.
+func tenantLetterSubject(cfg config.NATS, r Ref) string {
+	return deadLetterStream(cfg, r.Tenant) + "." + dlqToken(r.ID)
+}
+
+// deadLetterConfig is tenant's dead-letter stream, or with tenant "" the shared one. Each is
+// bounded on its own by nats.dead_letter_max_age and nats.dead_letter_max_bytes.
+func deadLetterConfig(cfg config.NATS, tenant string) jetstream.StreamConfig {
+	name, subjects, what := cfg.DeadLetterStream, cfg.DeadLetterStream+".>", "Boxcar jobs that can never run, with the reason: those of tenants no worker serves, and every tenant's written before each had a stream of its own"
+	if tenant != "" {
+		name = deadLetterStream(cfg, tenant)
+		subjects, what = name+".>", "Boxcar jobs of tenant "+tenant+" that can never run, with the reason"
+	}
+	return jetstream.StreamConfig{
+		Name:        name,
+		Description: what,
+		Subjects:    []string{subjects},
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      time.Duration(cfg.DeadLetterMaxAge),
+		MaxBytes:    orUnlimited(cfg.DeadLetterMaxBytes),
+		MaxMsgs:     -1,
+		Duplicates:  2 * time.Minute, // the server's default, written out to compare with
+		Discard:     jetstream.DiscardOld,
+		// The server's default, written out to compare with.
+		MaxMsgsPerSubject: -1,
+		// A submitter reads its tenant's letters by a direct get with the subject in the
+		// request's subject, the only read natsconfig grants it (a get with the subject in the
+		// payload could name another tenant's); without direct gets no server answers it.
+		AllowDirect: true,
+		Metadata:    map[string]string{settingMeta("max_age"): "nats.dead_letter_max_age", settingMeta("max_bytes"): "nats.dead_letter_max_bytes"},
+	}
+}
+
+// declareDeadLetters creates or updates the shared dead-letter stream and each tenant's.
+func (a *Admin) declareDeadLetters(ctx context.Context, tenants []string) error {
+	for _, tenant := range append([]string{""}, tenants...) {
+		dead := deadLetterConfig(a.cfg, tenant)
+		if err := a.ownedStream(ctx, deadLetterBounds, &dead, true); err != nil {
+			return err
+		}
+		deadBefore := dead
+		deadBefore.MaxAge, deadBefore.MaxBytes = 30*24*time.Hour, -1
+		if _, err := ensureStream(ctx, a.js, dead, deadBefore, a.log); err != nil {
+			return fmt.Errorf("queue: set up dead-letter stream %s: %w", dead.Name, err)
+		}
+	}
+	return nil
+}
+
+// letterBox is where a dead letter is: a stream and its subject.
+type letterBox struct{ stream, subject string }
+
+// errLettered is publishLetter's answer when the job's letter is in the shared stream already:
+// an older worker of an upgrade wrote it, and it is the job's one.
+var errLettered = errors.New("the job's dead letter is in the shared dead-letter stream already")
+
+// publishLetter writes job r's dead letter, once (publishOnce), and says where it went: into
+// the tenant's stream when this worker serves the tenant, else into the shared one. A letter
+// the tenant's stream cannot take goes to the shared one, where it is kept and found as an
+// older worker's: the server has no such stream (`worker setup` of this version has not run)
+// or refuses this login its subjects (credentials generated before it).
+func (c *Consumer) publishLetter(ctx context.Context, r Ref, data []byte) (letterBox, error) {
+	shared := letterBox{c.cfg.DeadLetterStream, dlqSubject(c.cfg, r)}
+	if _, served := slices.BinarySearch(c.tenants, r.Tenant); !served {
+		return shared, publishOnce(ctx, c.js, shared.subject, r, data)
+	}
+	own := letterBox{deadLetterStream(c.cfg, r.Tenant), tenantLetterSubject(c.cfg, r)}
+	if r.ID != "" {
+		// What cannot be read is not known to be there: the letter is written.
+		look, cancel := context.WithTimeout(ctx, sharedLook)
+		_, found, err := lastOn(look, c.js.Conn(), shared)
+		cancel()
+		if err == nil && found {
+			return shared, errLettered
+		}
+	}
+	err := unlessRefused(ctx, c.js.Conn(), []string{own.subject}, func(ctx context.Context) error {
+		return publishOnce(ctx, c.js, own.subject, r, data)
+	})
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, ErrRefused) {
+		c.log.WarnContext(ctx, "the tenant's dead-letter stream does not take the job's letter; it goes to the shared dead-letter stream: run `worker setup` of this version and regenerate the worker's NATS credentials (`worker nats-config`)",
+			"job_id", r.ID, "tenant", r.Tenant, "stream", own.stream, "shared", shared.stream, "error", err)
+		return shared, publishOnce(ctx, c.js, shared.subject, r, data)
+	}
+	return own, err
+}
+
+// publishOnce publishes a dead letter on subject only while the subject holds none (the
+// server checks); messages without a job id share one subject, and each keeps its own letter.
+func publishOnce(ctx context.Context, js jetstream.JetStream, subject string, r Ref, data []byte) error {
+	var once []jetstream.PublishOpt
+	if r.ID != "" {
+		once = append(once, jetstream.WithExpectLastSequencePerSubject(0))
+	}
+	_, err := js.Publish(ctx, subject, data, once...)
+	return err
+}
+
+// DeadLetterOf is job r's dead letter: in its tenant's stream, else in the shared one, where an
+// older worker or a worker whose tenant's stream could not take it wrote it;
+// jetstream.ErrMsgNotFound when neither holds one. It reads by direct gets with the subject in
+// the request's subject, which a submitter of r's tenant is granted in both.
+func DeadLetterOf(ctx context.Context, nc *nats.Conn, cfg config.NATS, r Ref) ([]byte, error) {
+	boxes := []letterBox{{cfg.DeadLetterStream, dlqSubject(cfg, r)}}
+	if job.ValidTenant(r.Tenant) {
+		boxes = slices.Insert(boxes, 0, letterBox{deadLetterStream(cfg, r.Tenant), tenantLetterSubject(cfg, r)})
+	}
+	for _, b := range boxes {
+		data, found, err := lastOn(ctx, nc, b)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			return data, nil
+		}
+	}
+	return nil, jetstream.ErrMsgNotFound
+}
+
+// lastOn reads the last message on the box's subject by a direct get; no stream (no answer)
+// and none on the subject are not found, a refusal ErrRefused.
+func lastOn(ctx context.Context, nc *nats.Conn, b letterBox) ([]byte, bool, error) {
+	subject := "$JS.API.DIRECT.GET." + b.stream + "." + b.subject
+	var data []byte
+	found := false
+	err := unlessRefused(ctx, nc, []string{subject}, func(ctx context.Context) error {
+		msg, err := nc.RequestWithContext(ctx, subject, nil)
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return nil
+		case err != nil:
+			return fmt.Errorf("queue: read the dead letter %s in %s: %w", b.subject, b.stream, err)
+		}
+		switch status := msg.Header.Get("Status"); status {
+		case "404":
+		case "":
+			data, found = msg.Data, true
+		default:
+			return fmt.Errorf("queue: read the dead letter %s in %s: %s %s", b.subject, b.stream, status, msg.Header.Get("Description"))
+		}
+		return nil
+	})
+	return data, found, err
+}
