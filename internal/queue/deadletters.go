@@ -113,10 +113,7 @@ func (c *Consumer) publishLetter(ctx context.Context, r Ref, data []byte) (lette
 	own := letterBox{deadLetterStream(c.cfg, r.Tenant), tenantLetterSubject(c.cfg, r)}
 	if r.ID != "" {
 		// What cannot be read is not known to be there: the letter is written.
-		look, cancel := context.WithTimeout(ctx, sharedLook)
-		_, found, err := lastOn(look, c.js.Conn(), shared)
-		cancel()
-		if err == nil && found {
+		if _, found, err := lastOn(ctx, c.js.Conn(), shared); err == nil && found {
 			return shared, errLettered
 		}
 	}
@@ -144,8 +141,9 @@ func publishOnce(ctx context.Context, js jetstream.JetStream, subject string, r 
 
 // DeadLetterOf is job r's dead letter: in its tenant's stream, else in the shared one, where an
 // older worker or a worker whose tenant's stream could not take it wrote it;
-// jetstream.ErrMsgNotFound when neither holds one. It reads by direct gets with the subject in
-// the request's subject, which a submitter of r's tenant is granted in both.
+// jetstream.ErrMsgNotFound when neither holds one, or this login may read neither. It reads by
+// direct gets with the subject in the request's subject, which a submitter of r's tenant is
+// granted in both.
 func DeadLetterOf(ctx context.Context, nc *nats.Conn, cfg config.NATS, r Ref) ([]byte, error) {
 	boxes := []letterBox{{cfg.DeadLetterStream, dlqSubject(cfg, r)}}
 	if job.ValidTenant(r.Tenant) {
@@ -163,28 +161,16 @@ func DeadLetterOf(ctx context.Context, nc *nats.Conn, cfg config.NATS, r Ref) ([
 	return nil, jetstream.ErrMsgNotFound
 }
 
-// lastOn reads the last message on the box's subject by a direct get; no stream (no answer)
-// and none on the subject are not found, a refusal ErrRefused.
+// lastOn reads the last message on the box's subject by a direct get (sharedStream: no such
+// stream, and a refusal, are no message there). Each call looks anew: a tenant's stream may be
+// made meanwhile.
 func lastOn(ctx context.Context, nc *nats.Conn, b letterBox) ([]byte, bool, error) {
-	subject := "$JS.API.DIRECT.GET." + b.stream + "." + b.subject
-	var data []byte
-	found := false
-	err := unlessRefused(ctx, nc, []string{subject}, func(ctx context.Context) error {
-		msg, err := nc.RequestWithContext(ctx, subject, nil)
-		switch {
-		case errors.Is(err, nats.ErrNoResponders):
-			return nil
-		case err != nil:
-			return fmt.Errorf("queue: read the dead letter %s in %s: %w", b.subject, b.stream, err)
-		}
-		switch status := msg.Header.Get("Status"); status {
-		case "404":
-		case "":
-			data, found = msg.Data, true
-		default:
-			return fmt.Errorf("queue: read the dead letter %s in %s: %s %s", b.subject, b.stream, status, msg.Header.Get("Description"))
-		}
-		return nil
-	})
-	return data, found, err
+	msg, err := (&sharedStream{nc: nc, name: b.stream}).get(ctx, b.subject)
+	switch {
+	case err != nil:
+		return nil, false, fmt.Errorf("queue: read the dead letter %s in %s: %w", b.subject, b.stream, err)
+	case msg == nil:
+		return nil, false, nil
+	}
+	return msg.Data, true, nil
 }
