@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 
 	"github.com/boxcar-run/boxcar/internal/textcut"
 )
@@ -54,6 +55,12 @@ type notRegular string
 
 func (e notRegular) Error() string        { return string(e) }
 func (e notRegular) Is(target error) bool { return target == ErrNotRegular } //nolint:errorlint // Is compares the target itself
+
+// errDenied is a file the job left unreadable to the sandbox's user, as a pod's file script
+// finds it (test -r): the class is syscall.EACCES, which the bubblewrap backend's os errors
+// carry, so that one class names it on both backends; the shell's words ("can't open …:
+// Permission denied") carry no errno, and read as a failure of the worker's side.
+var errDenied error = syscall.EACCES
 
 // ErrIncomplete marks a List that left out folders it could not read (nested past PATH_MAX, no
 // permission); List returns it, as an *IncompleteError naming them, with the other files.

@@ -129,6 +129,8 @@ func (s *kubernetesSandbox) fileRun(ctx context.Context, op, name string, stdin 
 		return fmt.Errorf("sandbox: %s %s: read a file with ReadFile: %w", op, name, ErrNotDir)
 	case "notregular":
 		return fmt.Errorf("sandbox: %s %s: %w", op, name, errNotRegular)
+	case "denied":
+		return fmt.Errorf("sandbox: %s %s: %w", op, name, errDenied)
 	}
 	return fmt.Errorf("sandbox: %s %s: %s", op, name, reason)
 }

@@ -15,6 +15,8 @@ read|open)
 	[ -f "$r" ] || fail notregular
 	# open takes no link at all, not even one inside: the path must resolve to itself.
 	if [ "$op" = open ] && [ "$r" != "$p" ]; then fail escape; fi
+	# A file the job made unreadable is its own doing: said so, not as the shell's words.
+	[ -r "$r" ] || fail denied
 	s=$(wc -c < "$r") || fail notfound
 	[ "$s" -le "$5" ] || fail toolarge
 	exec cat -- "$r";;

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ var openCases = []suiteTest{
 	{"OpenStreams", testOpenStreams},
 	{"OpenRefuses", testOpenRefuses},
 	{"OpenStoppedByClose", testOpenStoppedByClose},
+	{"ReadRefusesUnreadable", testReadRefusesUnreadable},
 }
 
 // openAll reads a whole file through Open.
@@ -167,5 +169,25 @@ func testOpenStoppedByClose(t *testing.T, p sandbox.Provider) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close still waiting 30s after the reader was closed")
+	}
+}
+
+// testReadRefusesUnreadable: a file the job made unreadable is either read (a backend that
+// reads as the worker's host user, who owns the workdir) or refused as permission denied
+// (syscall.EACCES) by ReadFile and Open alike: the job's own doing, which the manifest tells
+// as such, never a failure of the worker's side.
+func testReadRefusesUnreadable(t *testing.T, p sandbox.Provider) {
+	sb := Start(t, p)
+	ctx := t.Context()
+	Sh(t, sb, "echo secret > unreadable && chmod 0 unreadable")
+	reads := map[string]func() ([]byte, error){
+		"ReadFile": func() ([]byte, error) { return sb.ReadFile(ctx, "unreadable", 100) },
+		"Open":     func() ([]byte, error) { return openAll(ctx, sb, "unreadable", 100) },
+	}
+	for name, read := range reads {
+		got, err := read()
+		if (err != nil || string(got) != "secret\n") && !errors.Is(err, syscall.EACCES) {
+			t.Errorf("%s of a file of mode 0 = %q, err %v; want its bytes or permission denied (EACCES)", name, got, err)
+		}
 	}
 }
