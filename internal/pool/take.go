@@ -116,7 +116,8 @@ func (p *Pool) trimAny() bool {
 }
 
 // takeWarm claims the oldest ready sandbox of the profile for tenant's job jobID, waiting for
-// one being started when more are starting than Takes already wait for. It returns nil, nil
+// one being started when more are starting than Takes already wait for, and never one past
+// its max_age (ageOut). It returns nil, nil
 // when there is none to have: the caller starts one. A sandbox whose claim fails is removed and the next tried.
 func (p *Pool) takeWarm(ctx context.Context, tenant, profile, jobID string) (sandbox.Sandbox, error) {
 	pp, ok := p.profiles[profile]
@@ -125,6 +126,9 @@ func (p *Pool) takeWarm(ctx context.Context, tenant, profile, jobID string) (san
 	}
 	for {
 		p.mu.Lock()
+		// Past max_age, a sandbox is never handed over, whether a round has aged it out yet
+		// or not: a pod's deadline left it Ahead to wait, and no more.
+		p.ageOut(pp, p.cfg.Now())
 		if len(pp.ready) == 0 && pp.coming() > pp.waiters && !p.closed {
 			pp.waiters++
 			close(pp.waiting) // a start warming up hands its sandbox over now

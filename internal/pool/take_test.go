@@ -416,3 +416,31 @@ func TestTakenSandboxKeepsOptionalInterfaces(t *testing.T) {
 	}
 	p.Close()
 }
+
+// TestAgedNotTaken: a warm sandbox past its max_age is never handed to a job, whether or not a
+// round of the pool has aged it out yet (rounds come every Interval, and one waits for the
+// queue's lag): taken, a pod claimed past the Ahead it was started with gave its job less than
+// its lifetime (claimDeadline), and the manifest said so, where a cold one's says the lifetime.
+func TestAgedNotTaken(t *testing.T) {
+	t.Parallel()
+	bn := setup(t, 2, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, MaxAge: config.Duration(10 * time.Minute)})})
+	bn.reconcile(t)
+	aged := bn.b.started[0]
+	bn.clock.advance(10 * time.Minute) // no round since
+	sb, _ := bn.take(t, "p", "job-1")
+	if got := sb.Info().ID; got == aged.id {
+		t.Errorf("the take got %s, warm past its max_age; want another", got)
+	}
+	bn.p.Settle()
+	aged.mu.Lock()
+	closed := aged.closed
+	aged.mu.Unlock()
+	if !closed {
+		t.Errorf("%s, past its max_age, is still live after the take", aged.id)
+	}
+	if got := testutil.ToFloat64(bn.m.Replaced.WithLabelValues("p", "aged")); got != 1 {
+		t.Errorf("removed aged = %v, want 1", got)
+	}
+	closeAll(t, sb)
+	bn.p.Close()
+}
