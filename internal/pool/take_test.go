@@ -2,8 +2,11 @@ package pool_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -443,4 +446,61 @@ func TestAgedNotTaken(t *testing.T) {
 	}
 	closeAll(t, sb)
 	bn.p.Close()
+}
+
+// TestConcurrentTakesKeepWithinSlots: as many jobs as the worker has slots take sandboxes of
+// two warm profiles and a cold one at once, over and over, while the lag moves, rounds run,
+// claims and closes fail now and then: never more sandboxes live than slots.
+func TestConcurrentTakesKeepWithinSlots(t *testing.T) {
+	t.Parallel()
+	const slots = 3
+	bn := setup(t, slots, map[string]config.Profile{
+		"a": warmProfile(config.Warm{Min: 1}), "b": warmProfile(config.Warm{}), "c": config.Profile{}.WithDefaults(),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var rounds sync.WaitGroup
+	rounds.Add(1)
+	go func() {
+		defer rounds.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			bn.lag.set("a", uint64(i%5))
+			bn.lag.set("b", uint64((i/3)%4))
+			bn.clock.advance(7 * time.Second)
+			bn.p.Reconcile(ctx)
+		}
+	}()
+	var jobs sync.WaitGroup
+	for j := range slots {
+		jobs.Add(1)
+		go func() {
+			defer jobs.Done()
+			for i := range 40 {
+				bn.b.mu.Lock()
+				if i%7 == j {
+					bn.b.claimErr = errors.New("fake: the pod stopped")
+				} else {
+					bn.b.claimErr = nil
+				}
+				bn.b.mu.Unlock()
+				sb, _, err := bn.p.Take(ctx, "t", []string{"a", "b", "c"}[(i+j)%3], fmt.Sprintf("job-%d-%d", j, i), sandbox.Spec{})
+				if err != nil {
+					t.Errorf("take: %v", err)
+					return
+				}
+				if fs, ok := sandbox.As[*fakeSandbox](sb); ok && i%5 == 0 {
+					fs.mu.Lock()
+					fs.closeFails = 1
+					fs.mu.Unlock()
+				}
+				_ = sb.Close(ctx)
+			}
+		}()
+	}
+	jobs.Wait()
+	cancel()
+	rounds.Wait()
+	bn.p.Close()
+	if _, peak := bn.b.counts(); peak > slots {
+		t.Errorf("%d sandboxes were live at once, more than the %d slots", peak, slots)
+	}
 }
