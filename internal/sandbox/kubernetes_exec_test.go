@@ -563,3 +563,31 @@ func TestKubernetesExecKillSparesAnotherCommand(t *testing.T) {
 	waitNoneLeft(t, pod, "1001."+marker, "nothing of the first command left running after its end")
 	waitNoneLeft(t, pod, "1002."+marker, "nothing of the first command left running after its end")
 }
+
+// TestKubernetesWarmPodAsColdToTheJob: a job sees the same host name in a pod started for it
+// and in a warm pod claimed for it, the bubblewrap backend's "boxcar": the pod's own name,
+// which a pod's host name is by default, says "boxcar-pool-<profile>-…" in a warm pod and
+// "boxcar-<job id>-…" in a cold one, telling the job how its sandbox started.
+func TestKubernetesWarmPodAsColdToTheJob(t *testing.T) {
+	rt := newPodRuntime(t)
+	p := rt.provider(t, imageBusybox)
+	cold := sandboxtest.StartSpec(t, p, config.SandboxSpec{})
+	spec := sandboxtest.Spec("", config.SandboxSpec{})
+	spec.Pool, spec.Ahead = "csv-analyst", time.Hour
+	warm, err := p.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = warm.Close(context.WithoutCancel(t.Context())) })
+	if err := warm.(sandbox.Claimer).Claim(t.Context(), "default", "job-2"); err != nil {
+		t.Fatal(err)
+	}
+	const script = "hostname; cat /proc/sys/kernel/hostname"
+	got := map[string]string{}
+	for name, sb := range map[string]sandbox.Sandbox{"cold": cold, "warm": warm} {
+		got[name] = string(sandboxtest.Sh(t, sb, script).Stdout)
+	}
+	if want := "boxcar\nboxcar\n"; got["cold"] != want || got["warm"] != want {
+		t.Errorf("host names: cold %q, warm %q; want %q in both", got["cold"], got["warm"], want)
+	}
+}

@@ -116,6 +116,9 @@ func (p *KubernetesProvider) podFor(spec Spec) (*corev1.Pod, error) {
 			Annotations: map[string]string{annotationJob: spec.JobID},
 		},
 		Spec: corev1.PodSpec{
+			// The host name is the bubblewrap backend's, the same in every pod: by default it is
+			// the pod's name, which tells a job whether a pool started its sandbox.
+			Hostname:                      hostname,
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			AutomountServiceAccountToken:  &no,
 			EnableServiceLinks:            &no,

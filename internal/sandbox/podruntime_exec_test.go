@@ -44,7 +44,7 @@ func (p *fakePod) exec(nsenter string, argv []string, stdin io.Reader, stdout, s
 	}
 	// The root and working folder of the pod's pid 1, which bwrap started in the container's
 	// WorkingDir (--wd=DIR would resolve DIR on the host).
-	args := []string{"--target", strconv.Itoa(p.pid), "--user", "--mount", "--pid", "--root", "--wd",
+	args := []string{"--target", strconv.Itoa(p.pid), "--user", "--mount", "--pid", "--uts", "--ipc", "--net", "--root", "--wd",
 		"--setuid", strconv.FormatInt(p.uid, 10), "--setgid", strconv.FormatInt(p.gid, 10), "--"}
 	cmd := exec.Command(nsenter, append(args, argv...)...)
 	cmd.Env = p.env

@@ -293,10 +293,14 @@ func (rt *podRuntime) startPod(pod *corev1.Pod) corev1.PodStatus {
 			}},
 		}}}
 	}
+	host := pod.Name // the kubelet's host name for a pod that names none
+	if pod.Spec.Hostname != "" {
+		host = pod.Spec.Hostname
+	}
 	p := &fakePod{
 		name: pod.Name, dir: filepath.Join(rt.root, pod.Name), uid: 65534, gid: 65534,
 		workdir: c.WorkingDir, done: make(chan struct{}),
-		env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + pod.Name},
+		env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + host},
 	}
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil {
 		p.uid = *sc.RunAsUser
@@ -313,7 +317,7 @@ func (rt *podRuntime) startPod(pod *corev1.Pod) corev1.PodStatus {
 
 	args := []string{
 		"--unshare-user", "--uid", strconv.FormatInt(p.uid, 10), "--gid", strconv.FormatInt(p.gid, 10),
-		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--hostname", pod.Name,
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--hostname", host,
 		"--die-with-parent", "--cap-drop", "ALL", "--info-fd", "3",
 		// As a runtime does: the pod's command is its pid 1 (which orphans re-parent to), not
 		// a reaper of bwrap's, and leads a session of its own (runc's setsid).
