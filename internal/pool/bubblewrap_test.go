@@ -120,3 +120,57 @@ func TestFailingStartsBackOff(t *testing.T) {
 		return testutil.ToFloat64(m.Size.WithLabelValues("p")) == 2, nil
 	})
 }
+
+// hostProcesses are the host's processes whose command line is cmdline (NUL-separated).
+func hostProcesses(t *testing.T, cmdline string) []string {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, f := range dirs {
+		if b, err := os.ReadFile(f); err == nil && string(b) == cmdline {
+			pids = append(pids, filepath.Base(filepath.Dir(f)))
+		}
+	}
+	return pids
+}
+
+// TestWarmSandboxNeverReused: the job after one that left a file, a process of its own session
+// and its sandbox's Close behind gets another sandbox, warm, in which none of that is: the
+// first one's host folder is gone before the pool's next one takes its place.
+func TestWarmSandboxNeverReused(t *testing.T) {
+	t.Parallel()
+	p, m, root := bubblewrapPool(t)
+	take := func(job string) sandbox.Sandbox {
+		sb, warm, err := p.Take(t.Context(), "t", "p", job, sandboxtest.Spec(job, config.SandboxSpec{}))
+		if err != nil || !warm {
+			t.Fatalf("take for %s: warm %v, %v", job, warm, err)
+		}
+		return sb
+	}
+	first := take("job-1")
+	sandboxtest.Sh(t, first, "echo mine > left.txt; echo mine > /tmp/left.txt; setsid sleep 6061 </dev/null >/dev/null 2>&1 &")
+	firstDir := filepath.Join(root, first.Info().ID)
+	if err := first.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p.Reconcile(t.Context())
+	harness.Wait(t, "the pool's next sandbox ready", func() (bool, error) { return testutil.ToFloat64(m.Size.WithLabelValues("p")) == 1, nil })
+	second := take("job-2")
+	defer second.Close(context.Background())
+	if second.Info().ID == first.Info().ID {
+		t.Fatalf("job-2 got %s, job-1's sandbox", second.Info().ID)
+	}
+	if _, err := os.Lstat(firstDir); !os.IsNotExist(err) {
+		t.Errorf("job-1's folder %s: %v; want it gone", firstDir, err)
+	}
+	if pids := hostProcesses(t, "sleep\x006061\x00"); len(pids) > 0 {
+		t.Errorf("job-1's process still runs on the host after its sandbox's Close: pids %v", pids)
+	}
+	res := sandboxtest.Sh(t, second, "ls -A . /tmp; for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline; echo; done | grep -c '^sleep 6061' || true")
+	if got := string(res.Stdout); got != ".:\n\n/tmp:\n0\n" {
+		t.Errorf("job-2's sandbox holds:\n%s\nwant an empty workdir and /tmp, and no process of job-1's", got)
+	}
+}
