@@ -19,7 +19,7 @@ import (
 
 // Warm is p with every sandbox taken from a warm pool (internal/pool): each Start fills a pool
 // of the spec's profile, and while its sandbox starts another job runs beside it in a sandbox
-// of its own (a file in its workdir, a process left running with a marker in its
+// of its own (a file in its workdir, /tmp and /dev/shm, a process left running with a marker in its
 // environment), kept running until the test ends. The Start fails unless the pool's sandbox
 // was warm. The suites run on it show that a warm sandbox behaves as a cold one.
 func Warm(t testing.TB, p sandbox.Provider) sandbox.Provider {
@@ -81,7 +81,7 @@ func (w *warmProvider) neighbour(ctx context.Context, spec sandbox.Spec) error {
 	if err := nb.WriteFile(ctx, neighbourMark+".txt", []byte("the neighbour's")); err != nil {
 		return err
 	}
-	res, err := nb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo x > /tmp/" + neighbourMark + "; sleep 600 >/dev/null 2>&1 &"},
+	res, err := nb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo x > /tmp/" + neighbourMark + "; echo x > /dev/shm/" + neighbourMark + "; sleep 600 >/dev/null 2>&1 &"},
 		Env: map[string]string{"MARK": neighbourMark}, Timeout: 30 * time.Second})
 	if err != nil || res.ExitCode != 0 {
 		return fmt.Errorf("sandboxtest: neighbour: exit %d, %v: %s", res.ExitCode, err, res.Stderr)
@@ -90,11 +90,11 @@ func (w *warmProvider) neighbour(ctx context.Context, spec sandbox.Spec) error {
 }
 
 // RunWarmIsolation checks that a sandbox taken warm from a pool while another job ran beside
-// it shows nothing of that job: no file in its workdir or /tmp, no process and no environment
+// it shows nothing of that job: no file in its workdir, /tmp or /dev/shm, no process and no environment
 // of it, no network interface but loopback.
 func RunWarmIsolation(t *testing.T, p sandbox.Provider) {
 	sb := StartSpec(t, Warm(t, p), config.SandboxSpec{})
-	res := Sh(t, sb, `ls -A . /tmp; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c `+neighbourMark+`; `+
+	res := Sh(t, sb, `ls -A . /tmp /dev/shm; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c `+neighbourMark+`; `+
 		`ps_count=0; for d in /proc/[0-9]*; do ps_count=$((ps_count+1)); done; echo procs=$ps_count; `+
 		`tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '`)
 	out := string(res.Stdout)
@@ -105,7 +105,7 @@ func RunWarmIsolation(t *testing.T, p sandbox.Provider) {
 	lines := strings.Fields(out)
 	for _, l := range lines {
 		switch {
-		case l == "0", l == ".:", l == "/tmp:", l == "lo":
+		case l == "0", l == ".:", l == "/tmp:", l == "/dev/shm:", l == "lo":
 		case strings.HasPrefix(l, "procs="):
 			// sh, the loop's subshells and bwrap's init: a handful, never the neighbour's sleep.
 			if n := strings.TrimPrefix(l, "procs="); len(n) > 1 {
