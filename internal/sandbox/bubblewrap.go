@@ -2,11 +2,9 @@ package sandbox
 
 import (
 	"bytes"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,7 +160,7 @@ type BubblewrapProvider struct {
 	bridgeErr     error
 
 	mu    sync.Mutex
-	inUse map[int]bool // host uids of live sandboxes
+	inUse map[int]*uidClaim // host uids of live sandboxes (bubblewrap_uid.go)
 }
 
 // NewBubblewrap checks that bubblewrap can make sandboxes here and finds the resource controls
@@ -180,7 +178,7 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	p := &BubblewrapProvider{
 		bwrap: bwrap, log: cfg.Logger,
 		asRoot: os.Geteuid() == 0, firstUID: cfg.FirstUID, uids: cfg.UIDs, bridgeBin: cfg.BridgePath,
-		inUse: map[int]bool{}, hardLimits: map[int]uint64{},
+		inUse: map[int]*uidClaim{}, hardLimits: map[int]uint64{},
 	}
 	if p.root, err = prepareRoot(cfg.Root, p.asRoot); err != nil {
 		return nil, err
@@ -309,33 +307,6 @@ func firstLine(out []byte, err error) string {
 		return "no output"
 	}
 	return err.Error()
-}
-
-// allocUID picks an unused host uid for a sandbox. Picking at random keeps two workers sharing
-// a range from colliding in practice; within one worker the set rules it out.
-func (p *BubblewrapProvider) allocUID() (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.inUse) >= p.uids {
-		return 0, fmt.Errorf("sandbox: start: all %d host uids from %d are taken; widen the range (FirstUID, UIDs)", p.uids, p.firstUID)
-	}
-	for {
-		n, err := rand.Int(rand.Reader, big.NewInt(int64(p.uids)))
-		if err != nil {
-			return 0, fmt.Errorf("sandbox: start: pick a host uid: %w", err)
-		}
-		uid := p.firstUID + int(n.Int64())
-		if !p.inUse[uid] {
-			p.inUse[uid] = true
-			return uid, nil
-		}
-	}
-}
-
-func (p *BubblewrapProvider) freeUID(uid int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.inUse, uid)
 }
 
 // Backend names the backend.

@@ -369,6 +369,16 @@ func hostProcessesWhere(t *testing.T, match func(pid string, cmdline []byte) boo
 	return found
 }
 
+// rootEmpty says whether the folder name under root holds nothing.
+func rootEmpty(t *testing.T, root, name string) bool {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(root, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries) == 0
+}
+
 func TestLifetime(t *testing.T) {
 	root := sandboxtest.SearchableTempDir(t)
 	p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root })
@@ -386,6 +396,8 @@ func TestLifetime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// .uids is the workers' (their claims of host uids), empty once the sandbox is gone.
+		entries = slices.DeleteFunc(entries, func(e os.DirEntry) bool { return e.Name() == ".uids" && rootEmpty(t, root, ".uids") })
 		return len(entries) == 0, fmt.Errorf("still there: %v", entries)
 	}, harness.Within(10*time.Second))
 }
@@ -526,4 +538,34 @@ func BenchmarkHostExecTrue(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestBubblewrapWorkersSharingARootShareNoUID: two workers on one Root, as docs/sandbox.md
+// allows, with the same host uid range, never give two live sandboxes one host uid: each picked
+// its uids at random, minding only its own, so with a range of one the second worker's sandbox
+// ran as the first's uid, sharing its per-uid counters (RLIMIT_NPROC, message queues, pending
+// signals, inotify, pipe pages) and its file ownership.
+func TestBubblewrapWorkersSharingARootShareNoUID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("host uids per sandbox are the root worker's")
+	}
+	t.Parallel()
+	root := sandboxtest.SearchableTempDir(t)
+	oneUID := func(c *sandbox.BubblewrapConfig) { c.Root, c.FirstUID, c.UIDs = root, 1_900_123_456, 1 }
+	first := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, oneUID), config.SandboxSpec{})
+	other := sandboxtest.Bubblewrap(t, oneUID)
+	sb, err := other.Start(t.Context(), sandboxtest.Spec("job-2", config.SandboxSpec{}))
+	if err == nil {
+		defer sb.Close(context.Background())
+		t.Fatalf("the second worker started a sandbox as uid %d, the first worker's live sandbox's (%d), its range being that one uid",
+			sandbox.BubblewrapHostState(sb).UID, sandbox.BubblewrapHostState(first).UID)
+	}
+	if err := first.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sb, err = other.Start(t.Context(), sandboxtest.Spec("job-3", config.SandboxSpec{}))
+	if err != nil {
+		t.Fatalf("once the first worker's sandbox was gone, its uid was still not free to the second: %v", err)
+	}
+	_ = sb.Close(t.Context())
 }
