@@ -231,6 +231,9 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	} else if n > 0 {
 		p.log.Warn("removed sandboxes left by a worker that stopped", "removed", n)
 	}
+	if err := p.removeStaleUIDClaims(); err != nil {
+		p.log.Warn("could not remove every claim of a host uid that a stopped worker left", "error", err)
+	}
 	if n, err := p.removeStaleBridges(); err != nil {
 		p.log.Warn("could not remove every copy of the egress bridge no sandbox uses", "removed", n, "error", err)
 	} else if n > 0 {

@@ -567,5 +567,12 @@ func TestBubblewrapWorkersSharingARootShareNoUID(t *testing.T) {
 	if err != nil {
 		t.Fatalf("once the first worker's sandbox was gone, its uid was still not free to the second: %v", err)
 	}
+	// A worker that dies leaves its claim, which the next worker on the Root removes as it
+	// removes the dead one's sandboxes.
+	sandbox.AbandonUIDClaims(other)
+	sandboxtest.Bubblewrap(t, oneUID)
+	if entries, err := os.ReadDir(filepath.Join(root, ".uids")); err != nil || len(entries) != 0 {
+		t.Errorf("the claims a dead worker left: %v, %v; want them removed by the next worker's start", entries, err)
+	}
 	_ = sb.Close(t.Context())
 }

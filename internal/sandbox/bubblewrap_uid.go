@@ -93,3 +93,33 @@ func (p *BubblewrapProvider) freeUID(uid int) {
 	}
 	delete(p.inUse, uid)
 }
+
+// removeStaleUIDClaims removes the claims of host uids that no live worker holds: those of the
+// sandboxes of a worker that died, whose other leftovers removeLeftovers has removed. Each is
+// removed under its lock, as freeUID does, so that a worker claiming the uid meanwhile tries
+// another.
+func (p *BubblewrapProvider) removeStaleUIDClaims() error {
+	entries, err := os.ReadDir(filepath.Join(p.root, uidsDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: bubblewrap: look for stale uid claims: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		uid, err := strconv.Atoi(e.Name())
+		if err != nil || !e.Type().IsRegular() {
+			continue
+		}
+		c, err := p.claimUID(uid)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if c != nil {
+			errs = append(errs, c.l.release())
+		}
+	}
+	return errors.Join(errs...)
+}

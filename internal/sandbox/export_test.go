@@ -83,3 +83,13 @@ const DiskPollMin = diskPollMin
 
 // SignalsQueuedBound is how many pending signals and POSIX timers a bubblewrap sandbox holds.
 const SignalsQueuedBound = sigPendingLimit
+
+// AbandonUIDClaims drops the locks of p's claims of host uids and leaves their files, as a
+// worker that dies does.
+func AbandonUIDClaims(p *BubblewrapProvider) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.inUse {
+		c.l.f.Close()
+	}
+}
