@@ -169,29 +169,46 @@ func AttemptSignatureKey(jobID string, stmt Statement) string {
 	return runKey(jobID, folder+signatureName)
 }
 
-// Lister is the store method Unlisted needs. Any store.Store satisfies it.
-type Lister interface {
-	List(ctx context.Context, prefix string) ([]store.ObjectInfo, error)
+// Lister is the store method Unlisted falls back on. Any store.Store satisfies it; a store
+// with a ListAtMost of its own (both backends, a tenant's folder) is listed by that.
+type Lister = store.Lister
+
+// MaxUnlisted is the most objects Unlisted reports that the manifest does not name. Whoever
+// may write the store may put any number of objects under a run's folder, and a reader that
+// listed them all (verify, get) paged through, held and printed each; a run a worker committed
+// holds none beyond the leftovers of its other attempts.
+const MaxUnlisted = 100
+
+// Unlisted is UnlistedMore without more: at most MaxUnlisted of the objects the manifest does
+// not name.
+func Unlisted(ctx context.Context, st Lister, jobID string, stmt Statement) ([]string, error) {
+	unlisted, _, err := UnlistedMore(ctx, st, jobID, stmt)
+	return unlisted, err
 }
 
-// Unlisted returns the objects under the run's folder that the manifest does not name, other
+// UnlistedMore returns objects under the run's folder that the manifest does not name, other
 // than the manifest and its signature (and the copy of it the committing attempt left in its
-// folder), relative to the folder: nothing vouches for them.
-func Unlisted(ctx context.Context, st Lister, jobID string, stmt Statement) ([]string, error) {
+// folder), relative to the folder: nothing vouches for them. It lists at most the objects the
+// manifest names and MaxUnlisted more (store.ListAtMost), so more says the folder holds others
+// not returned, whatever their number.
+func UnlistedMore(ctx context.Context, st Lister, jobID string, stmt Statement) (unlisted []string, more bool, err error) {
 	prefix := runKey(jobID, "")
-	objects, err := st.List(ctx, prefix)
-	if err != nil {
-		return nil, err
-	}
 	named := map[string]bool{ManifestKey(jobID): true, SignatureKey(jobID): true, AttemptSignatureKey(jobID, stmt): true}
 	for _, s := range stmt.Subjects {
 		named[SubjectKey(jobID, s)] = true
 	}
-	var out []string
+	objects, more, err := store.ListAtMost(ctx, st, prefix, len(named)+MaxUnlisted)
+	if err != nil {
+		return nil, false, err
+	}
 	for _, o := range objects {
-		if !named[o.Key] {
-			out = append(out, strings.TrimPrefix(o.Key, prefix))
+		switch {
+		case named[o.Key]:
+		case len(unlisted) == MaxUnlisted:
+			more = true
+		default:
+			unlisted = append(unlisted, strings.TrimPrefix(o.Key, prefix))
 		}
 	}
-	return out, nil
+	return unlisted, more, nil
 }

@@ -1,6 +1,7 @@
 package provenance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path"
@@ -91,6 +92,81 @@ func TestAttemptSignatureKey(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := AttemptSignatureKey(id, Statement{Subjects: tt.subjects}); got != tt.want {
 				t.Errorf("AttemptSignatureKey = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// plantedFolder is a store whose run folder holds the objects a manifest names and planted
+// more that a writer of the store put beside them, made as they are listed; served counts the
+// objects it handed out.
+type plantedFolder struct {
+	named   []string
+	planted int
+	served  int
+}
+
+func (p *plantedFolder) object(i int) store.ObjectInfo {
+	if i < len(p.named) {
+		return store.ObjectInfo{Key: p.named[i]}
+	}
+	return store.ObjectInfo{Key: fmt.Sprintf("runs/%s/planted/%09d", unlistedID, i)}
+}
+
+func (p *plantedFolder) List(_ context.Context, _ string) ([]store.ObjectInfo, error) {
+	return p.objects(len(p.named) + p.planted), nil
+}
+
+func (p *plantedFolder) ListAtMost(_ context.Context, _ string, n int) ([]store.ObjectInfo, bool, error) {
+	total := len(p.named) + p.planted
+	return p.objects(min(n, total)), n < total, nil
+}
+
+func (p *plantedFolder) objects(n int) []store.ObjectInfo {
+	out := make([]store.ObjectInfo, 0, n)
+	for i := range n {
+		out = append(out, p.object(i))
+	}
+	p.served += n
+	return out
+}
+
+const unlistedID = "20261202t101500-abcdef012345"
+
+// TestUnlistedListsABoundedFolder: Unlisted reads no more of a run's folder than the objects
+// the manifest names and MaxUnlisted more, however many a writer of the store planted there,
+// and says there are more. It listed the folder whole (a million planted objects: a million
+// served, a million returned, for verify and get to print).
+func TestUnlistedListsABoundedFolder(t *testing.T) {
+	stmt := Statement{Subjects: []Subject{
+		{Name: "report.md", Path: "attempts/1-a/report.md"},
+		{Name: "transcript.jsonl", Path: "attempts/1-a/transcript.jsonl"},
+	}}
+	named := []string{ManifestKey(unlistedID), SignatureKey(unlistedID), AttemptSignatureKey(unlistedID, stmt)}
+	for _, s := range stmt.Subjects {
+		named = append(named, SubjectKey(unlistedID, s))
+	}
+	bound := len(named) + MaxUnlisted + 1
+	for _, tt := range []struct {
+		planted  int
+		unlisted int
+		more     bool
+	}{
+		{0, 0, false},
+		{3, 3, false},
+		{MaxUnlisted, MaxUnlisted, false},
+		{MaxUnlisted + 1, MaxUnlisted, true},
+		{1_000_000, MaxUnlisted, true},
+	} {
+		t.Run(fmt.Sprint(tt.planted), func(t *testing.T) {
+			st := &plantedFolder{named: named, planted: tt.planted}
+			got, more, err := UnlistedMore(t.Context(), st, unlistedID, stmt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != tt.unlisted || more != tt.more || st.served > bound {
+				t.Errorf("%d planted: %d unlisted, more %v, %d objects listed; want %d, more %v, at most %d listed",
+					tt.planted, len(got), more, st.served, tt.unlisted, tt.more, bound)
 			}
 		})
 	}

@@ -265,22 +265,36 @@ func (f *File) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 	if err := checkPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
 	}
-	objects, err := f.walk(ctx, prefix, false)
+	objects, _, err := f.walk(ctx, prefix, false, -1)
 	if err != nil {
 		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
 	}
 	return objects, nil
 }
 
+// ListAtMost is List of the first n objects the walk meets under prefix, and whether there
+// are more (see the package's ListAtMost).
+func (f *File) ListAtMost(ctx context.Context, prefix string, n int) ([]ObjectInfo, bool, error) {
+	if err := checkPrefix(prefix); err != nil {
+		return nil, false, fmt.Errorf("store: list %s: %w", prefix, err)
+	}
+	objects, more, err := f.walk(ctx, prefix, false, max(n, 0))
+	if err != nil {
+		return nil, false, fmt.Errorf("store: list %s: %w", prefix, err)
+	}
+	return objects, more, nil
+}
+
 // walk returns the regular files whose keys start with prefix, sorted by key: the objects, or
-// with temp the temporary files of puts, which are no objects.
-func (f *File) walk(ctx context.Context, prefix string, temp bool) ([]ObjectInfo, error) {
+// with temp the temporary files of puts, which are no objects. It stops at the n+1th (n < 0:
+// never), and more says it met one.
+func (f *File) walk(ctx context.Context, prefix string, temp bool, n int) (objects []ObjectInfo, more bool, err error) {
 	start := "."
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		start = prefix[:i]
 	}
-	objects := []ObjectInfo{}
-	err := fs.WalkDir(f.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
+	objects = []ObjectInfo{}
+	err = fs.WalkDir(f.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == start && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
 				return fs.SkipAll // nothing under this prefix
@@ -300,13 +314,17 @@ func (f *File) walk(ctx context.Context, prefix string, temp bool) ([]ObjectInfo
 		if err != nil {
 			return err
 		}
+		if n >= 0 && len(objects) == n {
+			more = true
+			return fs.SkipAll
+		}
 		objects = append(objects, ObjectInfo{Key: p, Size: info.Size(), ModTime: info.ModTime()})
 		return nil
 	})
 	// A walk visits each folder in order, but "a/b" comes before "a-c" there and after it
 	// as a string.
 	slices.SortFunc(objects, func(a, b ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
-	return objects, err
+	return objects, more, err
 }
 
 // Partials lists the temporary files of puts under prefix: a put removes its own, whether it
@@ -316,7 +334,7 @@ func (f *File) Partials(ctx context.Context, prefix string) ([]Partial, error) {
 	if err := checkPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("store: list partial writes %s: %w", prefix, err)
 	}
-	temps, err := f.walk(ctx, prefix, true)
+	temps, _, err := f.walk(ctx, prefix, true, -1)
 	if err != nil {
 		return nil, fmt.Errorf("store: list partial writes %s: %w", prefix, err)
 	}

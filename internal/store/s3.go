@@ -413,24 +413,46 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 // List returns the objects whose keys start with prefix, sorted by key, with the size and
 // LastModified the listing gives, following every page.
 func (s *S3) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
+	objects, _, err := s.list(ctx, prefix, -1)
+	return objects, err
+}
+
+// ListAtMost is List of the first n keys the server lists under prefix, and whether it lists
+// more (see the package's ListAtMost): it asks for no more than n+1 keys, so whoever may write
+// under prefix cannot make its reader page through every key they put there.
+func (s *S3) ListAtMost(ctx context.Context, prefix string, n int) ([]ObjectInfo, bool, error) {
+	return s.list(ctx, prefix, max(n, 0))
+}
+
+// list is List reading at most n keys of the server's listing (n < 0: all of them); more says
+// that the listing holds more than n.
+func (s *S3) list(ctx context.Context, prefix string, n int) (objects []ObjectInfo, more bool, err error) {
 	if err := checkPrefix(prefix); err != nil {
-		return nil, fmt.Errorf("store: list %s: %w", prefix, err)
+		return nil, false, fmt.Errorf("store: list %s: %w", prefix, err)
 	}
-	objects := []ObjectInfo{}
-	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
+	objects = []ObjectInfo{}
+	in := &s3.ListObjectsV2Input{
 		Bucket:       &s.bucket,
 		Prefix:       aws.String(s.prefix + prefix),
 		EncodingType: types.EncodingTypeUrl,
-	})
-	for pages.HasMorePages() {
+	}
+	if n >= 0 {
+		in.MaxKeys = aws.Int32(int32(min(n+1, 1000))) // n keys and one to tell there are more
+	}
+	listed := 0 // keys read, those List does not offer among them
+	for pages := s3.NewListObjectsV2Paginator(s.client, in); pages.HasMorePages() && !more; {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("store: list %s: %w", s.URL(prefix), translate(err))
+			return nil, false, fmt.Errorf("store: list %s: %w", s.URL(prefix), translate(err))
 		}
 		for _, obj := range page.Contents {
+			if listed++; n >= 0 && listed > n {
+				more = true
+				break
+			}
 			k, err := listedKey(page.EncodingType, aws.ToString(obj.Key))
 			if err != nil {
-				return nil, fmt.Errorf("store: list %s: %w", s.URL(prefix), err)
+				return nil, false, fmt.Errorf("store: list %s: %w", s.URL(prefix), err)
 			}
 			k = strings.TrimPrefix(k, s.prefix)
 			// Keys written by other tools may not be valid here ("a//b", a trailing "/"
@@ -443,7 +465,7 @@ func (s *S3) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 	}
 	// S3 sorts by UTF-8 bytes already; not every compatible server does.
 	slices.SortFunc(objects, func(a, b ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
-	return objects, nil
+	return objects, more, nil
 }
 
 // listedKey is a key as ListObjectsV2 listed it: URL-encoded when the answer says so. List asks

@@ -36,6 +36,34 @@ type Store interface {
 	Close() error
 }
 
+// Lister is the Store method ListAtMost falls back on.
+type Lister interface {
+	List(ctx context.Context, prefix string) ([]ObjectInfo, error)
+}
+
+// boundedLister is a backend that can stop listing: both of the package's do, and a store
+// that wraps one must pass ListAtMost on (as ForTenant's does).
+type boundedLister interface {
+	ListAtMost(ctx context.Context, prefix string, n int) ([]ObjectInfo, bool, error)
+}
+
+// ListAtMost returns at most n of the objects under prefix, sorted by key, and whether there
+// are more: List bounded by its caller, not by whoever may write under prefix. A reader of a
+// folder others may write (a run's, by anyone holding the store's write credentials) that
+// lists it whole pages through, and holds, every key they put there, a million as one. Which
+// n objects is the backend's choice (S3: the first keys; the file store: the first its walk
+// meets). A store with no ListAtMost of its own is listed whole and cut.
+func ListAtMost(ctx context.Context, st Lister, prefix string, n int) ([]ObjectInfo, bool, error) {
+	if b, ok := st.(boundedLister); ok {
+		return b.ListAtMost(ctx, prefix, n)
+	}
+	objects, err := st.List(ctx, prefix)
+	if err != nil || len(objects) <= n {
+		return objects, false, err
+	}
+	return objects[:max(n, 0)], true, nil
+}
+
 // ObjectInfo describes a stored object.
 type ObjectInfo struct {
 	Key  string

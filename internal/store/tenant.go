@@ -88,6 +88,18 @@ func (t *tenantStore) List(ctx context.Context, prefix string) ([]ObjectInfo, er
 	return objs, err
 }
 
+// ListAtMost is the shared store's ListAtMost under the tenant's folder, keys relative to it.
+func (t *tenantStore) ListAtMost(ctx context.Context, prefix string, n int) ([]ObjectInfo, bool, error) {
+	if prefix != "" && !ValidKey(strings.TrimSuffix(prefix, "/")) {
+		return nil, false, fmt.Errorf("%w: prefix %q", ErrInvalidKey, prefix)
+	}
+	objs, more, err := ListAtMost(ctx, t.st, t.prefix+prefix, n)
+	for i := range objs {
+		objs[i].Key = strings.TrimPrefix(objs[i].Key, t.prefix)
+	}
+	return objs, more, err
+}
+
 // URL names the object with the tenant's folder: the URL a submitter of the tenant writes.
 func (t *tenantStore) URL(key string) string { return t.st.URL(t.prefix + key) }
 

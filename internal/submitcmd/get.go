@@ -82,15 +82,18 @@ func (e *env) get(ctx context.Context, id, out string, trust trustFlags) error {
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
-	unlisted, err := provenance.Unlisted(ctx, st, id, stmt)
+	unlisted, more, err := provenance.UnlistedMore(ctx, st, id, stmt)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
 	for _, u := range unlisted {
 		printf(e.stderr, "not downloaded: %s is not named by the manifest; nothing vouches for it\n", u)
 	}
+	if more {
+		printf(e.stderr, "not downloaded: %s\n", unlistedMore)
+	}
 	if e.json() {
-		if err := e.printJSON(map[string]any{"id": id, "out": out, "files": files, "failed": bad, "unlisted": append([]string{}, unlisted...)}); err != nil {
+		if err := e.printJSON(map[string]any{"id": id, "out": out, "files": files, "failed": bad, "unlisted": append([]string{}, unlisted...), "unlisted_more": more}); err != nil {
 			return err
 		}
 	}
@@ -151,6 +154,10 @@ func (e *env) download(ctx context.Context, st store.Store, id, out string, mani
 	}
 	return files, bad, nil
 }
+
+// unlistedMore says that a run's folder holds more objects the manifest does not name than
+// get and verify list (provenance.MaxUnlisted).
+var unlistedMore = fmt.Sprintf("and more objects the manifest does not name, not listed past the first %d: nothing vouches for them (a worker leaves none; someone wrote them into the store)", provenance.MaxUnlisted)
 
 // newFolder returns nil when dir is not there or empty: get writes a run only into a folder
 // of its own. Into one that holds files (--out ., a project's folder, an earlier download) the

@@ -26,7 +26,8 @@ var errNotCommitted = errors.New("has no committed run yet")
 // follow it; cmd is the command, what it did instead ends the message (nothing downloaded).
 func (e *env) notCommitted(ctx context.Context, st store.Store, cmd, id, instead string) error {
 	held := "no object of it (queued or running, or no job of tenant " + e.tenant() + ")"
-	if objects, err := st.List(ctx, store.RunPrefix(id)); err == nil && len(objects) > 0 {
+	// One object is enough to tell, whatever number a writer of the store put there.
+	if objects, _, err := store.ListAtMost(ctx, st, store.RunPrefix(id), 1); err == nil && len(objects) > 0 {
 		held = "an attempt's objects and no manifest (still uploading, or it ended before it could commit)"
 	}
 	return fmt.Errorf("%s: no results for job %s: it %w in %s, which holds %s; `submit status %s` says which, `submit watch %s` follows it until it ends; %s",

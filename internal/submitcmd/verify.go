@@ -23,6 +23,9 @@ type verifyOutput struct {
 	// Unlisted are objects under the run's folder that the manifest does not name: nothing
 	// vouches for them. They do not fail verification.
 	Unlisted []string `json:"unlisted,omitempty"`
+	// UnlistedMore says the folder holds more such objects than Unlisted names
+	// (provenance.MaxUnlisted): verify lists no more of it.
+	UnlistedMore bool `json:"unlisted_more,omitempty"`
 }
 
 func (e *env) verifyCmd() *cobra.Command {
@@ -122,7 +125,7 @@ func (e *env) verify(ctx context.Context, id string, keys verifyKeys, allowUnsig
 		}
 	}
 	if len(report.Statement.Subjects) > 0 {
-		if v.Unlisted, err = provenance.Unlisted(ctx, st, id, report.Statement); err != nil {
+		if v.Unlisted, v.UnlistedMore, err = provenance.UnlistedMore(ctx, st, id, report.Statement); err != nil {
 			return fmt.Errorf("verify: %w", err)
 		}
 	}
@@ -168,6 +171,9 @@ func (e *env) printVerdict(v verifyOutput, where string) {
 	}
 	for _, u := range v.Unlisted {
 		printf(w, "  note  %-*s  not named by the manifest: nothing vouches for it\n", width, u)
+	}
+	if v.UnlistedMore {
+		printf(w, "  note  %-*s  %s\n", width, "…", unlistedMore)
 	}
 	switch {
 	case len(failed) > 0:

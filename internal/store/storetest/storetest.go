@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"NotFound", testNotFound},
 		{"InvalidKeys", testInvalidKeys},
 		{"List", testList},
+		{"ListAtMost", testListAtMost},
 		{"ListKeysAsWritten", testListKeysAsWritten},
 		{"ListSizesAndTimes", testListSizesAndTimes},
 		{"Delete", testDelete},
@@ -294,6 +295,41 @@ func testList(t *testing.T, s store.Store) {
 				t.Errorf("List(%q) = %q, want %q", tt.prefix, got, tt.want)
 			}
 		})
+	}
+}
+
+// testListAtMost: ListAtMost returns no more objects than asked, each one List returns, and
+// says whether there are more, itself and through a tenant's folder: a reader of a folder
+// others may write stops where it chose, not where they did.
+func testListAtMost(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var all []string
+	for i := range 5 {
+		k := fmt.Sprintf("tenants/t/runs/a/attempts/x/artifacts/%d.csv", i)
+		if err := s.Put(ctx, k, strings.NewReader(k), int64(len(k))); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, strings.TrimPrefix(k, "tenants/t/"))
+	}
+	for st, prefix := range map[store.Store]string{s: "tenants/t/runs/a/", store.ForTenant(s, "t"): "runs/a/"} {
+		for _, tt := range []struct {
+			n    int
+			want int
+			more bool
+		}{{0, 0, true}, {1, 1, true}, {4, 4, true}, {5, 5, false}, {6, 5, false}} {
+			got, more, err := store.ListAtMost(ctx, st, prefix, tt.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != tt.want || more != tt.more {
+				t.Errorf("ListAtMost(%s%s, %d) = %d objects, more %v; want %d, more %v", st.URL(""), prefix, tt.n, len(got), more, tt.want, tt.more)
+			}
+			for _, o := range got {
+				if !slices.Contains(all, strings.TrimPrefix(o.Key, "tenants/t/")) {
+					t.Errorf("ListAtMost(%s, %d) listed %s, which is not under it", prefix, tt.n, o.Key)
+				}
+			}
+		}
 	}
 }
 
