@@ -426,10 +426,8 @@ func normalize(m Manifest) (Manifest, error) {
 	if !job.ValidID(m.Job.ID) {
 		return m, fmt.Errorf("%w: job.id %q is not a job id", ErrInvalid, m.Job.ID)
 	}
-	for i, in := range m.Inputs {
-		if !hexSHA256.MatchString(in.SHA256) || in.Size < 0 {
-			return m, fmt.Errorf("%w: inputs[%d] (%s): sha256 must be 64 lowercase hex digits and size at least 0", ErrInvalid, i, in.Name)
-		}
+	if err := checkInputs(m.Inputs); err != nil {
+		return m, err
 	}
 	m.ToolCalls = slices.Clone(m.ToolCalls) // the UTC times below must not change the caller's
 	for i, c := range m.ToolCalls {
@@ -496,6 +494,28 @@ func nonNil[T any](s []T) []T {
 // run a worker committed, and each of its names would be a download, a read and a file for
 // its readers (get, verify).
 const MaxArtifacts = 64
+
+// MaxInputs is the most inputs a job can have, so the most a manifest names: a job message
+// is at most job.MaxMessageBytes, and each of its inputs takes minInputBytes of it at least.
+// A manifest naming more is no job's run, and each of its inputs would be a read for verify.
+const MaxInputs = job.MaxMessageBytes / minInputBytes
+
+// minInputBytes is the smallest input as a job message holds it: a name and a URI of one
+// character, the digest, size 0.
+const minInputBytes = len(`{"name":"a","uri":"a","sha256":"","size":0}`) + 64
+
+// checkInputs wants at most MaxInputs inputs, each with a hex SHA-256 and a size.
+func checkInputs(inputs []Input) error {
+	if len(inputs) > MaxInputs {
+		return fmt.Errorf("%w: %d inputs; a job holds at most %d", ErrInvalid, len(inputs), MaxInputs)
+	}
+	for i, in := range inputs {
+		if !hexSHA256.MatchString(in.SHA256) || in.Size < 0 {
+			return fmt.Errorf("%w: inputs[%d] (%s): sha256 must be 64 lowercase hex digits and size at least 0", ErrInvalid, i, in.Name)
+		}
+	}
+	return nil
+}
 
 // checkSubjects wants at least one subject and at most MaxArtifacts artifacts, sorted, each a file of a run (runFile) with a hex
 // SHA-256 and a size, no name twice, and every path in the same attempt folder (or none, in a
@@ -611,6 +631,9 @@ func Parse(data []byte) (Statement, error) {
 	}
 	if err := json.Unmarshal(doc.Predicate, &out.Predicate); err != nil {
 		return Statement{}, fmt.Errorf("provenance: parse: %w: predicate: %v", ErrInvalid, err)
+	}
+	if err := checkInputs(out.Predicate.Inputs); err != nil {
+		return Statement{}, fmt.Errorf("provenance: parse: %w", err)
 	}
 	if !job.ValidID(out.Predicate.Job.ID) {
 		return Statement{}, fmt.Errorf("provenance: parse: %w: job.id %q is not a job id", ErrInvalid, out.Predicate.Job.ID)

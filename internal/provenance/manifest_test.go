@@ -327,6 +327,7 @@ func TestBuildRejects(t *testing.T) {
 		}, sampleSubjects()},
 		{"wrong profile digest", func(m *provenance.Manifest) { m.Profile.Digest = "sha256:" + sha("other") }, sampleSubjects()},
 		{"more artifacts than a run holds", nil, withArtifacts(provenance.MaxArtifacts + 1)},
+		{"more inputs than a job holds", func(m *provenance.Manifest) { m.Inputs = inputs(provenance.MaxInputs + 1) }, sampleSubjects()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -352,6 +353,15 @@ func withArtifacts(n int) []provenance.Subject {
 	return subjects
 }
 
+// inputs are n inputs of a run.
+func inputs(n int) []provenance.Input {
+	out := make([]provenance.Input, n)
+	for i := range out {
+		out[i] = provenance.Input{Name: fmt.Sprintf("%03d.csv", i), SHA256: sha(fmt.Sprint(i)), Size: 1}
+	}
+	return out
+}
+
 func TestParseRejects(t *testing.T) {
 	good := string(build(t, sampleManifest(t), sampleSubjects()))
 	// The most a run holds parses; one more artifact does not: a manifest a store writer made
@@ -363,6 +373,15 @@ func TestParseRejects(t *testing.T) {
 		t.Fatalf("Parse of a run with %d artifacts: %v", provenance.MaxArtifacts, err)
 	}
 	extra := `{"annotations":{"size":1},"digest":{"sha256":"` + sha("a") + `"},"name":"artifacts/zzz.csv"},`
+	// The same of inputs: a job holds at most MaxInputs (on main, Parse took any number, each
+	// a read for verify).
+	m := sampleManifest(t)
+	m.Inputs = inputs(provenance.MaxInputs)
+	mostInputs := string(build(t, m, sampleSubjects()))
+	if _, err := provenance.Parse([]byte(mostInputs)); err != nil {
+		t.Fatalf("Parse of a run with %d inputs: %v", provenance.MaxInputs, err)
+	}
+	extraInput := `"inputs":[{"name":"zzz.csv","sha256":"` + sha("a") + `","size":1},`
 	tests := []struct {
 		name string
 		data string
@@ -378,6 +397,8 @@ func TestParseRejects(t *testing.T) {
 		{"unknown statement field", strings.Replace(good, `{"_type"`, `{"extra":1,"_type"`, 1)},
 		{"bad job id", strings.Replace(good, `"id":"`+jobID+`"`, `"id":"x"`, 1)},
 		{"more artifacts than a run holds", strings.Replace(most, `"subject":[`, `"subject":[`+extra, 1)},
+		{"more inputs than a job holds", strings.Replace(mostInputs, `"inputs":[`, extraInput, 1)},
+		{"an input without a digest", strings.Replace(good, `"inputs":[{"name":"sales.csv","sha256":"`+sha("sales"), `"inputs":[{"name":"sales.csv","sha256":"../x`, 1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
