@@ -78,6 +78,9 @@ func (e *env) get(ctx context.Context, id, out string, trust trustFlags) error {
 	if err := newFolder(out); err != nil {
 		return fmt.Errorf("get: %w; nothing downloaded", err)
 	}
+	if err := roomFor(out, totalSize(stmt.Subjects)+int64(len(run.manifest))); err != nil {
+		return fmt.Errorf("get: job %s: the run's files: %w; give --out a folder with room (`submit verify %s` checks the sizes the manifest records); nothing downloaded", id, err, id)
+	}
 	files, bad, err := e.download(ctx, st, id, out, run.manifest, stmt)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)

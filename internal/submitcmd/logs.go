@@ -169,6 +169,9 @@ const transcriptName = "transcript.jsonl"
 // against s, and returns the file at its start; a transcript that does not match is exit 8.
 func (e *env) checkedTranscript(ctx context.Context, st store.Store, id string, s provenance.Subject) (*os.File, error) {
 	key := provenance.SubjectKey(id, s)
+	if err := roomFor(os.TempDir(), s.Size); err != nil {
+		return nil, fmt.Errorf("logs: job %s: %s: %w; logs copies it into TMPDIR to check it before it shows a line: set TMPDIR to a folder with room (`submit verify %s` checks the size the manifest records); %s", id, s.Name, err, id, logsReader.nothing)
+	}
 	spool, err := os.CreateTemp("", "boxcar-transcript-")
 	if err != nil {
 		return nil, fmt.Errorf("logs: %w", err)
