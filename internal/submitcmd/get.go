@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -83,7 +85,7 @@ func (e *env) get(ctx context.Context, id, out string, trust trustFlags) error {
 	}
 	files, bad, err := e.download(ctx, st, id, out, run.manifest, stmt)
 	if err != nil {
-		return fmt.Errorf("get: %w", err)
+		return fmt.Errorf("get: %w; nothing kept: --out %s is as it was, run get again", err, out)
 	}
 	unlisted, more, err := provenance.UnlistedMore(ctx, st, id, stmt)
 	if err != nil {
@@ -109,8 +111,12 @@ func (e *env) get(ctx context.Context, id, out string, trust trustFlags) error {
 }
 
 // download writes the files stmt names into out, each checked on the way, and then the
-// manifest and its envelope; it returns the paths it kept and the names it refused.
+// manifest and its envelope; it returns the paths it kept and the names it refused. A download
+// that does not finish (Ctrl-C, the store gone, a file that cannot be written) removes what
+// it wrote, out too when it made it: the files kept so far, with no manifest beside them,
+// would look like a download, and the next get would refuse the folder as holding them.
 func (e *env) download(ctx context.Context, st store.Store, id, out string, manifest []byte, stmt provenance.Statement) (files, bad []string, err error) {
+	_, statErr := os.Stat(out)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, nil, err
 	}
@@ -120,10 +126,20 @@ func (e *env) download(ctx context.Context, st store.Store, id, out string, mani
 	if err != nil {
 		return nil, nil, err
 	}
-	defer root.Close()
+	var written []string
+	defer func() {
+		if err != nil {
+			unwrite(root, written)
+		}
+		root.Close()
+		if err != nil && errors.Is(statErr, fs.ErrNotExist) {
+			_ = os.Remove(out) // made here; left when anything else is in it
+		}
+	}()
 	bad, files = []string{}, []string{}
 	// Each file kept is a line on stdout, or with --output json a name in one object at the end.
 	kept := func(name string) {
+		written = append(written, name)
 		files = append(files, filepath.Join(out, name))
 		if !e.json() {
 			printf(e.stdout, "%s\n", filepath.Join(out, name))
@@ -161,6 +177,22 @@ func (e *env) download(ctx context.Context, st store.Store, id, out string, mani
 // unlistedMore says that a run's folder holds more objects the manifest does not name than
 // get and verify list (provenance.MaxUnlisted).
 var unlistedMore = fmt.Sprintf("and more objects the manifest does not name, not listed past the first %d: nothing vouches for them (a worker leaves none; someone wrote them into the store)", provenance.MaxUnlisted)
+
+// unwrite removes the files names (as the OS writes them) from root, and then the folders
+// above them that are left empty, the deepest first.
+func unwrite(root *os.Root, names []string) {
+	folders := map[string]bool{}
+	for _, name := range names {
+		_ = root.Remove(name)
+		for dir := filepath.Dir(name); dir != "."; dir = filepath.Dir(dir) {
+			folders[dir] = true
+		}
+	}
+	deepest := slices.SortedFunc(maps.Keys(folders), func(a, b string) int { return len(b) - len(a) })
+	for _, dir := range deepest {
+		_ = root.Remove(dir) // one that holds anything stays
+	}
+}
 
 // newFolder returns nil when dir is not there or empty: get writes a run only into a folder
 // of its own. Into one that holds files (--out ., a project's folder, an earlier download) the
