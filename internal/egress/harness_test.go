@@ -287,6 +287,12 @@ func testPolicy() Policy {
 // setup starts the upstreams and a proxy on a unix socket; tweak adjusts the config.
 func setup(t testing.TB, tweak func(*Config)) *harness {
 	t.Helper()
+	return setupPolicy(t, tweak, testPolicy())
+}
+
+// setupPolicy is setup with a policy of the test's.
+func setupPolicy(t testing.TB, tweak func(*Config), policy Policy) *harness {
+	t.Helper()
 	caPEM, ca, leaf := testUpstreamCert(t, "api.example.com", "pkg.example.com", "*.files.example.com")
 	h := &harness{tlsUp: &upstream{}, plainUp: &upstream{}, upCA: ca, upCAPEM: caPEM, reg: prometheus.NewRegistry(), logs: &testharness.LogBuffer{}}
 	tlsSrv := httptest.NewUnstartedServer(h.tlsUp)
@@ -315,7 +321,7 @@ func setup(t testing.TB, tweak func(*Config)) *harness {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	p, err := New(cfg, testPolicy())
+	p, err := New(cfg, policy)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -465,12 +471,18 @@ func (h *harness) client(t testing.TB) *http.Client {
 
 func (h *harness) placeholder(t testing.TB) string {
 	t.Helper()
+	return h.placeholderOf(t, "EXAMPLE_TOKEN")
+}
+
+// placeholderOf is the placeholder the sandbox sees for the secret in env.
+func (h *harness) placeholderOf(t testing.TB, env string) string {
+	t.Helper()
 	for _, kv := range h.proxy.Env("127.0.0.1:3128", "") {
-		if v, ok := strings.CutPrefix(kv, "EXAMPLE_TOKEN="); ok {
+		if v, ok := strings.CutPrefix(kv, env+"="); ok {
 			return v
 		}
 	}
-	t.Fatal("no placeholder for EXAMPLE_TOKEN in Env")
+	t.Fatalf("no placeholder for %s in Env", env)
 	return ""
 }
 

@@ -13,9 +13,10 @@ import (
 // message quoting its input, a stored field read back later. So the answer of a terminated
 // tunnel is scrubbed on its way to the sandbox: every value the tunnel's secrets could have
 // put upstream becomes its placeholder again, in header fields, the body and trailers. A
-// placeholder has its value's length, so lengths and framing stay as they are. The body is
-// asked for uncompressed (outbound) so it can be read; a value the server re-encodes (JSON
-// escapes, URL encoding) is beyond this: bind secrets to hosts that do not echo.
+// placeholder has its value's length, so lengths and framing stay as they are. A value is
+// found in the forms servers write it in (encode.go: JSON escapes, percent-encoding, HTML
+// references) and replaced by its placeholder in the same form. The body is asked for
+// uncompressed (outbound) so it can be read.
 
 // swap is one value the proxy may have put upstream and what the sandbox sees in its place.
 type swap struct{ real, ph []byte }
@@ -32,53 +33,62 @@ func tunnelSwaps(secrets []*secret) []swap {
 // scrubResponse puts placeholders back in the answer's header fields now, and in its body and
 // trailers as they are read.
 func scrubResponse(resp *http.Response, swaps []swap) {
-	swaps = longestLast(swaps)
-	resp.Status = string(scrubBytes([]byte(resp.Status), swaps)) // the reason phrase is the server's
-	scrubHeader(resp.Header, swaps)
-	scrubHeader(resp.Trailer, swaps) // the names announced before the body, in its Trailer field
-	resp.Body = &scrubBody{ReadCloser: resp.Body, swaps: swaps, done: func() { scrubHeader(resp.Trailer, swaps) }}
+	pats := compileAll(swaps)
+	resp.Status = string(scrubBytes([]byte(resp.Status), pats)) // the reason phrase is the server's
+	scrubHeader(resp.Header, swaps, pats)
+	scrubHeader(resp.Trailer, swaps, pats) // the names announced before the body, in its Trailer field
+	resp.Body = newScrubBody(resp.Body, pats, func() { scrubHeader(resp.Trailer, swaps, pats) })
+}
+
+// compileAll compiles swaps longest last, for overlay: where two values share bytes (one
+// inside the other, or the tail of one the head of the other), the longer one's placeholder
+// is written last, so a value inside another reads as the longer one's placeholder whole.
+func compileAll(swaps []swap) []*pattern {
+	swaps = slices.Clone(swaps)
+	slices.SortStableFunc(swaps, func(a, b swap) int { return len(a.real) - len(b.real) })
+	pats := make([]*pattern, 0, len(swaps))
+	for _, s := range swaps {
+		if len(s.real) > 0 { // would match everywhere
+			pats = append(pats, compile(s))
+		}
+	}
+	return pats
 }
 
 // scrubHeader scrubs each field's values, and drops a field whose name holds a value (an echo
 // that makes a field of what it got): the Transport gives a name its canonical case
 // ("X-Abcdef0123-Tok"), in which the value matches in no case of its own, so it is looked for
-// in any case, and a placeholder written there would be cased again on the way out.
-func scrubHeader(h http.Header, swaps []swap) {
+// in any case (and in any form: "%" is a name's character), and a placeholder written there
+// would be cased again on the way out.
+func scrubHeader(h http.Header, swaps []swap, pats []*pattern) {
 	for k, vals := range h {
 		if namedByValue(k, swaps) {
 			delete(h, k)
 			continue
 		}
 		for i, v := range vals {
-			vals[i] = string(scrubBytes([]byte(v), swaps))
+			vals[i] = string(scrubBytes([]byte(v), pats))
 		}
 	}
 }
 
 // namedByValue reports whether a field's name holds one of the values, in any letters' case.
 func namedByValue(name string, swaps []swap) bool {
+	lower := bytes.ToLower([]byte(name))
 	for _, s := range swaps {
-		if len(s.real) > 0 && bytes.Contains(bytes.ToLower([]byte(name)), bytes.ToLower(s.real)) {
+		v := bytes.ToLower(s.real)
+		if len(v) > 0 && compile(swap{real: v, ph: v}).matches(lower) {
 			return true
 		}
 	}
 	return false
 }
 
-// longestLast orders swaps for overlay: where two values share bytes (one inside the other,
-// or the tail of one the head of the other), the longer one's placeholder is written last,
-// so a value inside another reads as the longer one's placeholder whole.
-func longestLast(swaps []swap) []swap {
-	out := slices.Clone(swaps)
-	slices.SortStableFunc(out, func(a, b swap) int { return len(a.real) - len(b.real) })
-	return out
-}
-
-// scrubBytes is b with every value of swaps that occurs in it overwritten by its placeholder
-// (same lengths).
-func scrubBytes(b []byte, swaps []swap) []byte {
+// scrubBytes is b with every value of pats that occurs in it, in any of its forms,
+// overwritten by its placeholder in that form (same lengths).
+func scrubBytes(b []byte, pats []*pattern) []byte {
 	out := slices.Clone(b)
-	overlay(out, b, len(b), swaps)
+	overlay(out, b, len(b), pats)
 	return out
 }
 
@@ -89,24 +99,14 @@ func scrubBytes(b []byte, swaps []swap) []byte {
 // placeholder byte. Looking in what the last replacement left would hide a value that shares
 // bytes with one replaced first ("abcXYZ" and "XYZdef" in "abcXYZdef"), and its rest would
 // reach the sandbox in clear.
-func overlay(out, raw []byte, limit int, swaps []swap) {
-	for _, s := range swaps {
-		if len(s.real) == 0 {
-			continue // would match everywhere
-		}
-		for i := 0; i < limit; i++ {
-			j := bytes.Index(raw[i:], s.real)
-			if j < 0 || i+j >= limit {
-				break
-			}
-			i += j
-			copy(out[i:], s.ph)
-		}
+func overlay(out, raw []byte, limit int, pats []*pattern) {
+	for _, p := range pats {
+		p.overlay(out, raw, limit)
 	}
 }
 
 // scrubBody scrubs a body as it streams. It holds back the stream's last bytes, as many as the
-// longest value less one, until more comes or the stream ends (a value cut across two reads is
+// longest value's longest form less one, until more comes or the stream ends (a value cut across two reads is
 // whole in what it scrubs next), and calls done at the end, when the trailers are in. What it
 // holds depends on lengths alone, never on what the bytes are: a hold that began where a value
 // began (the tail that is a prefix of one) would tell a sandbox whose chosen bytes a bound host
@@ -116,7 +116,8 @@ func overlay(out, raw []byte, limit int, swaps []swap) {
 // the whole body would have it, however the upstream cut the body.
 type scrubBody struct {
 	io.ReadCloser
-	swaps []swap
+	pats  []*pattern
+	hold  int
 	done  func()
 	buf   []byte // one read from upstream
 	raw   []byte // as the upstream sent it: the last bytes handed out, then the rest
@@ -124,6 +125,10 @@ type scrubBody struct {
 	next  int    // the first byte of raw not handed out
 	ready int    // where the hold begins
 	err   error
+}
+
+func newScrubBody(rc io.ReadCloser, pats []*pattern, done func()) *scrubBody {
+	return &scrubBody{ReadCloser: rc, pats: pats, hold: heldLen(pats), done: done}
 }
 
 func (b *scrubBody) Read(p []byte) (int, error) {
@@ -143,7 +148,7 @@ func (b *scrubBody) fill() {
 	if b.buf == nil {
 		b.buf = make([]byte, 32<<10)
 	}
-	hold := heldLen(b.swaps)
+	hold := b.hold
 	if drop := b.next - hold; drop > 0 { // no value reaching past them begins there
 		b.raw = append(b.raw[:0], b.raw[drop:]...)
 		b.next -= drop
@@ -155,10 +160,10 @@ func (b *scrubBody) fill() {
 	}
 	b.ready = len(b.raw) - min(len(b.raw)-b.next, hold)
 	// Only the values that begin before the hold: each is whole already, the hold being as
-	// long as the longest less one. One that begins in the hold may be the start of a longer
+	// long as the longest form less one. One that begins in the hold may be the start of a longer
 	// one (a password inside a token) that the next read completes; it is looked for then.
 	b.out = append(b.out[:0], b.raw...)
-	overlay(b.out, b.raw, b.ready, b.swaps)
+	overlay(b.out, b.raw, b.ready, b.pats)
 	if err != nil {
 		b.err = err
 		if b.done != nil {
@@ -168,11 +173,13 @@ func (b *scrubBody) fill() {
 }
 
 // heldLen is how many bytes of a stream's end scrubBody keeps until more comes: the longest
-// value less one, the most of a value a read can end in without holding it whole.
-func heldLen(swaps []swap) int {
+// form of the longest value less one, the most of a value a read can end in without holding
+// it whole. It depends on lengths and on which characters the value has besides letters and
+// digits, which its placeholder shows the sandbox too.
+func heldLen(pats []*pattern) int {
 	n := 0
-	for _, s := range swaps {
-		n = max(n, len(s.real)-1)
+	for _, p := range pats {
+		n = max(n, p.span-1)
 	}
 	return n
 }

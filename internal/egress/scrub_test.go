@@ -36,7 +36,7 @@ func (b *stepBody) Close() error { return nil }
 func deliveredBeforeEachWrite(t *testing.T, swaps []swap, writes []string) []string {
 	t.Helper()
 	up := &stepBody{asked: make(chan struct{}), writes: make(chan string)}
-	body := &scrubBody{ReadCloser: up, swaps: swaps}
+	body := newScrubBody(up, compileAll(swaps), nil)
 	pieces := make(chan []byte, 1024)
 	done := make(chan struct{})
 	go func() {
@@ -82,14 +82,23 @@ func deliveredBeforeEachWrite(t *testing.T, swaps []swap, writes []string) []str
 // the value a character at a time. Each stream is compared with one of the same lengths that
 // begins no value.
 func TestScrubBodyHoldsByLength(t *testing.T) {
-	const value = "REAL-value-0123456789"
-	swaps := []swap{{real: []byte(value), ph: []byte("fake-value-9876543210")}}
-	for _, tt := range []struct{ known, guesses string }{
-		{"", "PQRST"},                       // R begins the value
-		{"REAL-val", "tuvwx"},               // u is the next character
-		{"REAL-value-01234567", "789"},      // 8: one short of the whole value
-		{"data: REAL-value-01234", "45678"}, // after other bytes
+	plain := []swap{{real: []byte("REAL-value-0123456789"), ph: []byte("fake-value-9876543210")}}
+	// A value with punctuation is looked for in its encoded forms too ("\/", "%2B"), which
+	// are longer: the hold is the longest form's, still a length alone.
+	punct := []swap{{real: []byte("REAL/value+0123456789"), ph: []byte("fake/value+9876543210")}}
+	for _, tt := range []struct {
+		swaps          []swap
+		known, guesses string
+	}{
+		{plain, "", "PQRST"},                       // R begins the value
+		{plain, "REAL-val", "tuvwx"},               // u is the next character
+		{plain, "REAL-value-01234567", "789"},      // 8: one short of the whole value
+		{plain, "data: REAL-value-01234", "45678"}, // after other bytes
+		{punct, `REAL\/val`, "tuvwx"},              // PHP's JSON
+		{punct, "REAL%2Fvalue%2B01234567", "789"},  // percent-encoded, 8 one short
+		{punct, "REAL&#x2F;value&#43;0", "012"},    // HTML references
 	} {
+		swaps := tt.swaps
 		var writes, same []string
 		for _, c := range tt.guesses {
 			w := "\n" + tt.known + string(c)

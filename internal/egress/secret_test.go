@@ -187,7 +187,7 @@ func TestScrubBody(t *testing.T) {
 				r = iotest.OneByteReader(r)
 			}
 			done := false
-			got, err := io.ReadAll(&scrubBody{ReadCloser: io.NopCloser(r), swaps: swaps, done: func() { done = true }})
+			got, err := io.ReadAll(newScrubBody(io.NopCloser(r), compileAll(swaps), func() { done = true }))
 			if err != nil || string(got) != tt.want || !done {
 				t.Fatalf("got %q, %v, done %v; want %q", got, err, done, tt.want)
 			}
