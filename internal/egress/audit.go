@@ -56,7 +56,13 @@ type Decision struct {
 	Duration time.Duration `json:"duration_ns"`
 	Secrets  []string      `json:"secrets,omitempty"` // env names of secrets substituted
 	Detail   string        `json:"detail,omitempty"`  // a short human explanation
+	// Sent is how many times a request in a terminated tunnel went upstream (the Transport
+	// replays one a host dropped unanswered): each is one of the job's requests.
+	Sent int `json:"sent,omitempty"`
 }
+
+// requests is how many of the job's requests d is: each time it was sent, at least one.
+func (d Decision) requests() int64 { return int64(max(d.Sent, 1)) }
 
 // Summary is the job's egress, for the signed manifest.
 type Summary struct {
@@ -91,7 +97,7 @@ func (l *ledger) add(d Decision) {
 	if l.hosts == nil {
 		l.hosts, l.secrets = map[string]*HostSummary{}, map[string]bool{}
 	}
-	l.sum.Requests++
+	l.sum.Requests += d.requests()
 	l.sum.BytesOut += d.BytesOut
 	l.sum.BytesIn += d.BytesIn
 	if !d.Allowed {
@@ -110,7 +116,7 @@ func (l *ledger) add(d Decision) {
 		h = &HostSummary{Host: d.Host}
 		l.hosts[d.Host] = h
 	}
-	h.Requests++
+	h.Requests += d.requests()
 	h.BytesOut += d.BytesOut
 	h.BytesIn += d.BytesIn
 	for _, s := range d.Secrets {

@@ -165,6 +165,10 @@ var jobCaps = []jobCap{
 	{ReasonRequestCap, "the job's request cap is reached", func(p *Proxy) bool { return p.reqs.Add(1) > p.cfg.Limits.MaxRequests }},
 }
 
+// replay takes one request from the job's request cap for a request sent again (upstream.go),
+// and reports whether there was room.
+func (p *Proxy) replay() bool { return p.reqs.Add(1) <= p.cfg.Limits.MaxRequests }
+
 // admit takes one request from the job's caps, or refuses it with the first cap it is over.
 func (p *Proxy) admit() *verdict {
 	for _, c := range jobCaps {
@@ -190,6 +194,9 @@ var outcomes = []struct {
 	// (a closed connection, a canceled request) says nothing of the upstream (jobEnded).
 	{is(errJobEnded), verdict{ReasonJobEnded, "the job ended before the upstream answered"}, verdict{"", "closed when the job ended"}},
 	{is(errByteCap), capReached, verdict{ReasonByteCap, "cut at the job's byte cap"}},
+	// A replay past max_requests: the host closed the connection the request went on before
+	// it answered, and the request, sent once, was not sent again.
+	{is(errRequestCap), verdict{ReasonRequestCap, "the job's request cap is reached: the host closed the connection before it answered, and the request was not sent again"}, verdict{}},
 	// The sandbox left before the CONNECT's 200 reached it: no tunnel, nothing dialled, but
 	// the request was admitted and its name resolved, so it counts against max_requests.
 	{is(errNotEstablished), verdict{ReasonBadRequest, "the sandbox closed or reset its connection before the proxy's 200 reached it: no tunnel was opened"}, verdict{}},

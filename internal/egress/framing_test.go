@@ -169,25 +169,31 @@ func TestUpstreamReadsOnlyWhatIsCounted(t *testing.T) {
 // (no body: GET, or a POST with an Idempotency-Key) again on a new connection. The request,
 // real secret and all, reached the host twice and the decision counted it once: every byte
 // the upstream reads is counted, on every attempt, and the decision says it was sent twice.
-// A retry is taken from the byte cap as a new request's header is, whole or not at all.
+// A retry is taken from the byte cap as a new request's header is, whole or not at all, and
+// from max_requests as a new request is, and the job's summary counts it (the host's requests
+// there were one fewer than the host got, and a job at max_requests had one more sent).
 func TestRetriedRequestCounted(t *testing.T) {
 	const pad = 4000
 	tests := []struct {
 		name     string
 		req      string // the second request on the tunnel, the one the host drops once
 		maxBytes int64  // room for the first attempt, not for a second
+		maxReqs  int64  // room for the CONNECT and two requests, not for a replay
 		status   int
 		detail   string // the second request's decision's
 	}{
-		{"GET", "GET /again HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer %s\r\n\r\n", 0, http.StatusOK, "sent 2 times"},
-		{"POST with an Idempotency-Key", "POST /again HTTP/1.1\r\nHost: api.example.com\r\nIdempotency-Key: k1\r\nAuthorization: Bearer %s\r\n\r\n", 0, http.StatusOK, "sent 2 times"},
+		{"GET", "GET /again HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer %s\r\n\r\n", 0, 0, http.StatusOK, "sent 2 times"},
+		{"POST with an Idempotency-Key", "POST /again HTTP/1.1\r\nHost: api.example.com\r\nIdempotency-Key: k1\r\nAuthorization: Bearer %s\r\n\r\n", 0, 0, http.StatusOK, "sent 2 times"},
 		{"GET at the byte cap", "GET /again HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer %s\r\nX-Pad: " + strings.Repeat("p", pad) + "\r\n\r\n",
-			capReserve + 1000 + pad*3/2, http.StatusTooManyRequests, "byte cap"},
+			capReserve + 1000 + pad*3/2, 0, http.StatusTooManyRequests, "byte cap"},
+		{"GET at the request cap", "GET /again HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer %s\r\n\r\n", 0, 3, http.StatusTooManyRequests, "request cap"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var dropped atomic.Bool
+			var got atomic.Int64 // requests the host read
 			h, up := countingUpstream(t, true, func(w http.ResponseWriter, r *http.Request) {
+				got.Add(1)
 				if r.URL.Path == "/again" && dropped.CompareAndSwap(false, true) {
 					c, _, err := http.NewResponseController(w).Hijack()
 					if err == nil {
@@ -196,7 +202,7 @@ func TestRetriedRequestCounted(t *testing.T) {
 					return
 				}
 				_, _ = io.WriteString(w, "ok")
-			}, func(c *Config) { c.Limits.MaxBytes = tt.maxBytes })
+			}, func(c *Config) { c.Limits.MaxBytes, c.Limits.MaxRequests = tt.maxBytes, tt.maxReqs })
 			tc, br := h.terminated(t, "api.example.com:443")
 			var d Decision
 			for i, req := range []string{"GET /first HTTP/1.1\r\nHost: api.example.com\r\n\r\n", fmt.Sprintf(tt.req, h.placeholder(t))} {
@@ -221,8 +227,16 @@ func TestRetriedRequestCounted(t *testing.T) {
 				t.Errorf("the decisions count %d bytes out; the upstream read %d (%+v)", counted, read, h.all())
 			}
 			// What was taken from the cap for a header and not sent is given back.
-			if used, s := h.proxy.bytes.Load(), h.proxy.Summary(); used != s.BytesOut+s.BytesIn {
+			s := h.proxy.Summary()
+			if used := h.proxy.bytes.Load(); used != s.BytesOut+s.BytesIn {
 				t.Errorf("the job's cap has %d bytes used; its decisions moved %d", used, s.BytesOut+s.BytesIn)
+			}
+			// Every request the host read is one of the job's, in its summary and its cap.
+			if len(s.Hosts) != 1 || s.Hosts[0].Requests != got.Load() || s.Requests != got.Load()+1 {
+				t.Errorf("the host read %d requests; the summary counts %d in all and %+v", got.Load(), s.Requests, s.Hosts)
+			}
+			if tt.maxReqs > 0 && got.Load()+1 > tt.maxReqs {
+				t.Errorf("max_requests %d: the host read %d requests in the job's one tunnel", tt.maxReqs, got.Load())
 			}
 		})
 	}

@@ -11,6 +11,9 @@ import (
 // errByteCap ends a transfer at Limits.MaxBytes, or refuses what would not fit under it.
 var errByteCap = errors.New("egress: the job's byte cap is reached")
 
+// errRequestCap refuses a request's replay (upstream.go) past the job's request cap.
+var errRequestCap = errors.New("egress: the job's request cap is reached")
+
 // meter counts one direction's bytes for a decision and takes them from the job's cap before
 // they move: a write or a read is cut to what is left under the cap, so once the job's total
 // reaches it not one more byte goes through (a check after the write let each write through

@@ -34,7 +34,7 @@ var echoEncoders = []struct {
 	{"percent-encoding, lower-case hex (.NET HttpUtility)", func(s string) string {
 		return regexp.MustCompile(`%[0-9A-F]{2}`).ReplaceAllStringFunc(url.QueryEscape(s), strings.ToLower)
 	}},
-	{"Python quote (keeps /)", func(s string) string { return strings.ReplaceAll(url.QueryEscape(s), "%2F", "/") }},
+	{"form encoding that keeps / (as Python's quote)", func(s string) string { return strings.ReplaceAll(url.QueryEscape(s), "%2F", "/") }},
 	{"Go html.EscapeString", html.EscapeString},
 	{"HTML hex references (&#x2F;)", func(s string) string {
 		var b strings.Builder

@@ -104,16 +104,22 @@ var errRequestEnded = errors.New("egress: the request's decision is settled")
 
 // sending is one request's way to its bound host: what each attempt wrote, counted in out.
 // Each attempt's header is taken from the job's byte cap whole before it is written (header
-// bytes), or the attempt writes nothing and the request fails at the cap (errByteCap).
+// bytes), or the attempt writes nothing and the request fails at the cap (errByteCap); an
+// attempt after one that sent a byte is a request more, taken from max_requests (again) as
+// its header is, or it writes nothing and the request fails at that cap (errRequestCap).
 type sending struct {
 	out    *meter
 	header int
 	cancel context.CancelCauseFunc // the request's context: no attempt after a refused one
+	again  func() bool             // takes a request from the job's cap for a replay
 
 	mu       sync.Mutex
-	credit   int  // taken from the cap for headers, not yet written
-	attempts int  // connections the Transport gave the request
-	refused  bool // the last attempt's header did not fit under the cap
+	credit   int   // taken from the cap for headers, not yet written
+	attempts int   // connections the Transport gave the request
+	sent     int   // attempts that wrote a byte
+	wrote    bool  // the current attempt wrote a byte
+	replays  int   // requests taken from max_requests for attempts after the first
+	refused  error // the cap the last attempt did not fit under
 	ended    bool
 }
 
@@ -137,9 +143,15 @@ func (s *sending) reserve() error {
 func (s *sending) attempt(c net.Conn) {
 	s.mu.Lock()
 	s.attempts++
-	if s.attempts > 1 && s.reserve() != nil {
-		s.refused = true
-		s.cancel(errByteCap)
+	s.wrote = false
+	switch {
+	case s.attempts > 1 && s.reserve() != nil:
+		s.refuse(errByteCap)
+	case s.sent > s.replays: // an earlier attempt sent a byte: this one is the request again
+		s.replays++
+		if !s.again() {
+			s.refuse(errRequestCap)
+		}
 	}
 	s.mu.Unlock()
 	if uc, ok := c.(*upConn); ok {
@@ -156,8 +168,8 @@ func (s *sending) write(w io.Writer, b []byte) (int, error) {
 	switch {
 	case s.ended:
 		return 0, errRequestEnded
-	case s.refused:
-		return 0, errByteCap
+	case s.refused != nil:
+		return 0, s.refused
 	}
 	fromCredit := min(s.credit, len(b))
 	s.credit -= fromCredit
@@ -168,14 +180,24 @@ func (s *sending) write(w io.Writer, b []byte) (int, error) {
 		n, err = w.Write(b[:k])
 	}
 	s.out.settle(k, n)
+	if n > 0 && !s.wrote {
+		s.wrote = true
+		s.sent++
+	}
 	if err == nil && k < len(b) {
 		err = errByteCap
 	}
 	return n, err
 }
 
+// refuse ends the request's attempts at the cap err names. s.mu is held.
+func (s *sending) refuse(err error) {
+	s.refused = err
+	s.cancel(err)
+}
+
 // end closes the request to further writes, gives back the header bytes it reserved and did
-// not write, and returns how many times it was sent.
+// not write, and returns how many times it was sent (a byte of it or more).
 func (s *sending) end() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -185,7 +207,7 @@ func (s *sending) end() int {
 		s.credit = 0
 		s.cancel(errRequestEnded)
 	}
-	return s.attempts
+	return s.sent
 }
 
 // outbound is the request sent upstream for one request read inside a tunnel: same method,
@@ -193,9 +215,9 @@ func (s *sending) end() int {
 // taken from the job's byte cap whole before anything is dialled, or the request is not sent
 // (errByteCap); every byte the Transport writes of it, on every attempt, is counted in out
 // (upConn). The caller ends s once the request is through.
-func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, body *meteredBody) (*http.Request, *sending, error) {
+func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, body *meteredBody, again func() bool) (*http.Request, *sending, error) {
 	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, tunnelKey{}, t))
-	s := &sending{out: out, cancel: cancel}
+	s := &sending{out: out, cancel: cancel, again: again}
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { s.attempt(i.Conn) }})
 	o := req.Clone(ctx)
 	// Only the checked host and the path go upstream, never a target as the sandbox spelled
