@@ -33,11 +33,11 @@ func tunnelSwaps(secrets []*secret) []swap {
 // scrubResponse puts placeholders back in the answer's header fields now, and in its body and
 // trailers as they are read.
 func scrubResponse(resp *http.Response, swaps []swap) {
-	pats := compileAll(swaps)
+	pats, names := compileAll(swaps), namePatterns(swaps)
 	resp.Status = string(scrubBytes([]byte(resp.Status), pats)) // the reason phrase is the server's
-	scrubHeader(resp.Header, swaps, pats)
-	scrubHeader(resp.Trailer, swaps, pats) // the names announced before the body, in its Trailer field
-	resp.Body = newScrubBody(resp.Body, pats, func() { scrubHeader(resp.Trailer, swaps, pats) })
+	scrubHeader(resp.Header, names, pats)
+	scrubHeader(resp.Trailer, names, pats) // the names announced before the body, in its Trailer field
+	resp.Body = newScrubBody(resp.Body, pats, func() { scrubHeader(resp.Trailer, names, pats) })
 }
 
 // compileAll compiles swaps longest last, for overlay: where two values share bytes (one
@@ -60,9 +60,9 @@ func compileAll(swaps []swap) []*pattern {
 // ("X-Abcdef0123-Tok"), in which the value matches in no case of its own, so it is looked for
 // in any case (and in any form: "%" is a name's character), and a placeholder written there
 // would be cased again on the way out.
-func scrubHeader(h http.Header, swaps []swap, pats []*pattern) {
+func scrubHeader(h http.Header, names, pats []*pattern) {
 	for k, vals := range h {
-		if namedByValue(k, swaps) {
+		if namedByValue(k, names) {
 			delete(h, k)
 			continue
 		}
@@ -72,12 +72,21 @@ func scrubHeader(h http.Header, swaps []swap, pats []*pattern) {
 	}
 }
 
-// namedByValue reports whether a field's name holds one of the values, in any letters' case.
-func namedByValue(name string, swaps []swap) bool {
-	lower := bytes.ToLower([]byte(name))
-	for _, s := range swaps {
+// namePatterns are the values in lower case, to look for in a field's name in lower case.
+func namePatterns(swaps []swap) []*pattern {
+	lower := make([]swap, len(swaps))
+	for i, s := range swaps {
 		v := bytes.ToLower(s.real)
-		if len(v) > 0 && compile(swap{real: v, ph: v}).matches(lower) {
+		lower[i] = swap{real: v, ph: v}
+	}
+	return compileAll(lower)
+}
+
+// namedByValue reports whether a field's name holds one of the values, in any letters' case.
+func namedByValue(name string, names []*pattern) bool {
+	lower := bytes.ToLower([]byte(name))
+	for _, p := range names {
+		if p.matches(lower) {
 			return true
 		}
 	}

@@ -274,3 +274,19 @@ func getEncodedEcho(t *testing.T, client *http.Client, ph string, cut int, want 
 	}
 	return all.String()
 }
+
+// TestScrubDropsFieldsNamedByAnEncodedValue: "%" is a character of a field's name, so an echo
+// that makes a field of what it got, percent-encoded, names it by the value's "/" as "%2F":
+// dropped like a name that holds the value as it is, in any letters' case.
+func TestScrubDropsFieldsNamedByAnEncodedValue(t *testing.T) {
+	swaps := []swap{{real: []byte("tok/abcdef0123456789"), ph: []byte("qrs/zyxwvu9876543210")}}
+	resp := &http.Response{
+		Header: http.Header{"X-Tok%2fabcdef0123456789": {"1"}, "X-Echo": {"1"}},
+		Body:   http.NoBody, Trailer: http.Header{},
+	}
+	resp.Header["Tok%2FABCDEF0123456789-Seen"] = []string{"1"} // as a server wrote it
+	scrubResponse(resp, swaps)
+	if len(resp.Header) != 1 || resp.Header.Get("X-Echo") != "1" {
+		t.Fatalf("header %d fields, want X-Echo alone", len(resp.Header))
+	}
+}
