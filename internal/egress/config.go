@@ -66,6 +66,10 @@ type Config struct {
 	// OnDecision, if set, is called with every decision, synchronously, from the connection's
 	// goroutine: keep it short (append to the transcript).
 	OnDecision func(Decision)
+	// Go starts each goroutine the proxy runs for the job (a connection's, a spliced tunnel's
+	// copy) and returns. Default: a go statement. The worker's ends the job's attempt on a
+	// panic in one (the runner's goGuarded), which would otherwise end the worker's process.
+	Go func(f func())
 }
 
 // Limits are the per-job caps; zero fields take the defaults.
@@ -108,6 +112,9 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.CAValidity, 24*time.Hour)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Go == nil {
+		c.Go = func(f func()) { go f() }
 	}
 	if c.Resolver == nil {
 		c.Resolver = newResolver(c.ResolverAddr)

@@ -178,7 +178,11 @@ func (p *Proxy) splice(ctx context.Context, client net.Conn, addr netip.AddrPort
 	sc := sandboxConn{client}
 	var end firstErr
 	var wg sync.WaitGroup
-	wg.Go(func() { end.set(pipe(iup, sc, out)) })
+	wg.Add(1)
+	p.cfg.Go(func() {
+		defer wg.Done()
+		end.set(pipe(iup, sc, out))
+	})
 	end.set(pipe(sc, iup, in))
 	wg.Wait()
 	d.BytesOut, d.Duration = out.n.Load(), time.Since(d.Time)

@@ -125,12 +125,12 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		conns.Store(c, nil)
 		p.wg.Add(1)
-		go func() {
+		p.cfg.Go(func() {
 			defer p.wg.Done()
 			defer conns.Delete(c)
 			defer c.Close()
 			p.serveConn(ctx, c)
-		}()
+		})
 	}
 	cancel()
 	p.wg.Wait()

@@ -175,39 +175,42 @@ func (d *Delivery) wroteLetter(ctx context.Context, box letterBox) bool {
 // maxHeartbeat), until the returned stop function is called. Long model calls and tools never
 // cause a redelivery, nor does `worker setup` lowering the ack wait while the job runs.
 func (d *Delivery) KeepAlive(ctx context.Context, interval time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { d.Heartbeat(ctx, interval) })
+	return func() { cancel(); wg.Wait() }
+}
+
+// Heartbeat is KeepAlive's loop on the caller's goroutine: it returns when ctx ends. A caller
+// that runs it on a goroutine of its own decides what a panic in it ends (the runner's: the
+// job's attempt, not the worker).
+func (d *Delivery) Heartbeat(ctx context.Context, interval time.Duration) {
 	every := func() time.Duration { return max(interval, 50*time.Millisecond) }
 	if interval <= 0 {
 		every = d.heartbeatEvery
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTimer(every())
-		defer t.Stop()
-		failing := false // logged once per outage, not at every beat
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				t.Reset(every())
-				err := d.msg.InProgress()
-				switch {
-				case err != nil && !failing:
-					failing = true
-					d.c.log.WarnContext(ctx, "in-progress heartbeat failed; still trying", "job_id", d.JobID, "tenant", d.Tenant, "error", err)
-				case err != nil:
-					d.c.log.DebugContext(ctx, "in-progress heartbeat failed again", "job_id", d.JobID, "tenant", d.Tenant, "error", err)
-				case failing:
-					failing = false
-					d.c.log.InfoContext(ctx, "in-progress heartbeats go through again", "job_id", d.JobID, "tenant", d.Tenant)
-				}
+	t := time.NewTimer(every())
+	defer t.Stop()
+	failing := false // logged once per outage, not at every beat
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			t.Reset(every())
+			err := d.msg.InProgress()
+			switch {
+			case err != nil && !failing:
+				failing = true
+				d.c.log.WarnContext(ctx, "in-progress heartbeat failed; still trying", "job_id", d.JobID, "tenant", d.Tenant, "error", err)
+			case err != nil:
+				d.c.log.DebugContext(ctx, "in-progress heartbeat failed again", "job_id", d.JobID, "tenant", d.Tenant, "error", err)
+			case failing:
+				failing = false
+				d.c.log.InfoContext(ctx, "in-progress heartbeats go through again", "job_id", d.JobID, "tenant", d.Tenant)
 			}
 		}
-	}()
-	return func() { cancel(); wg.Wait() }
+	}
 }
 
 // isWrongLastSequence reports the server's refusal of a publish whose subject already holds a

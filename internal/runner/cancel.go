@@ -76,11 +76,11 @@ type cancelHook struct {
 	removed bool
 }
 
-func (h *cancelHook) fire() {
+func (h *cancelHook) fire(cause error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.removed {
-		h.cancel(errCancelled)
+		h.cancel(cause)
 	}
 }
 
@@ -88,7 +88,7 @@ func newCancelWatch(q Queue, log *slog.Logger) *cancelWatch {
 	return &cancelWatch{q: q, log: log, jobs: map[queue.Ref][]*cancelHook{}, tenants: map[string]*tenantWatch{}}
 }
 
-// add has cancel called with errCancelled when a cancel of the job is requested, until the
+// add has cancel called with errCancelled (or a panic's cause: handle) when a cancel of the job is requested, until the
 // returned remove is called. A job without a valid id cannot be asked to stop.
 func (c *cancelWatch) add(r queue.Ref, cancel context.CancelCauseFunc) (remove func()) {
 	if !job.ValidID(r.ID) {
@@ -114,12 +114,15 @@ func (c *cancelWatch) add(r queue.Ref, cancel context.CancelCauseFunc) (remove f
 }
 
 // stop stops the attempts of the job running here.
-func (c *cancelWatch) stop(r queue.Ref) {
+func (c *cancelWatch) stop(r queue.Ref) { c.stopWith(r, errCancelled) }
+
+// stopWith stops the attempts of the job running here with cause.
+func (c *cancelWatch) stopWith(r queue.Ref, cause error) {
 	c.mu.Lock()
 	hooks := slices.Clone(c.jobs[r])
 	c.mu.Unlock()
 	for _, h := range hooks {
-		h.fire()
+		h.fire(cause)
 	}
 }
 
@@ -276,7 +279,7 @@ func (c *cancelWatch) follow(ctx context.Context, tenant string, open func(conte
 				c.log.InfoContext(ctx, "watching for cancellation requests again", "tenant", tenant)
 			}
 			for u := range updates {
-				each(u)
+				c.handle(ctx, u, each)
 			}
 		}
 		select {
@@ -284,6 +287,14 @@ func (c *cancelWatch) follow(ctx context.Context, tenant string, open func(conte
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// handle hands u to each. A panic in it ends the attempts of u's job running here as the
+// worker's panic (recoverAs), and the watch goes on with the next request: it is the
+// worker's, and every job's cancel goes through it.
+func (c *cancelWatch) handle(ctx context.Context, u queue.CancelUpdate, each func(queue.CancelUpdate)) {
+	defer recoverAs(ctx, c.log.With("job_id", u.Ref.ID, "tenant", u.Ref.Tenant), "cancel watch", func(err error) { c.stopWith(u.Ref, err) })
+	each(u)
 }
 
 // before applies the cancel request of the job, if there is one, while its tenant's watch is

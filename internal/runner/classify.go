@@ -113,7 +113,11 @@ var failureModes = []failureMode{
 	{name: "committed", in: []stage{stageClaim, stageEnd}, when: committed(false), build: committedOutcome},
 	{name: "cancelled before it started", in: []stage{stageClaim}, when: errIs(errCancelled), end: endCancelled},
 
-	// The attempt's context ended: a cancel or a shutdown, whatever the stage was doing.
+	// The attempt's context ended: a goroutine of the attempt panicked (goGuarded), a cancel
+	// or a shutdown, whatever the stage was doing.
+	{name: "worker panicked beside the stage", when: causeIs(errWorkerPanicked), build: func(_, cause error) outcome {
+		return outcome{end: endFailed, err: queue.Permanent("worker_panicked", cause)}
+	}},
 	{name: "cancelled", when: causeIs(errCancelled), build: causeOutcome(endCancelled)},
 	{name: "interrupted", when: anyCause, build: causeOutcome(endInterrupted)},
 

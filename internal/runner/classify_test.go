@@ -110,6 +110,12 @@ func TestClassify(t *testing.T) {
 			at: map[stage]want{stageRun: {end: endFailed, reason: "agent_panicked"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "worker panicked", err: wrap(errWorkerPanicked),
 			at: map[stage]want{stageEnd: {end: endUndecided}}, other: want{end: endFailed, reason: "worker_panicked"}},
+		// A goroutine of the attempt panicked (goGuarded): whatever the stage was doing, its
+		// error only the context's ending, or none.
+		{name: "a goroutine of the attempt panicked", err: errors.New("context canceled"), cause: wrap(errWorkerPanicked),
+			other: want{end: endFailed, reason: "worker_panicked"}},
+		{name: "a goroutine of the attempt panicked, no error", cause: wrap(errWorkerPanicked),
+			other: want{end: endFailed, reason: "worker_panicked"}},
 		{name: "permanent with its reason", err: wrap(queue.Permanent("report_too_large", errors.New("too large"))),
 			at: map[stage]want{stageAdmit: {end: endRejected, reason: "report_too_large"}, stageEnd: {end: endUndecided}}, other: want{end: endFailed, reason: "report_too_large"}},
 		{name: "secret unavailable", err: wrap(config.ErrSecretUnavailable),

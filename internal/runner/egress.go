@@ -67,6 +67,7 @@ func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox
 	cfg := r.cfg.Egress
 	cfg.OnDecision = je.record
 	cfg.Logger = a.log
+	cfg.Go = func(f func()) { a.goGuarded(ctx, "egress proxy's connection", f) }
 	p, err := egress.New(cfg, policy)
 	if err != nil {
 		return nil, fmt.Errorf("egress of profile %s: %w", a.job.Profile, err)
@@ -77,13 +78,14 @@ func (r *Runner) startEgress(ctx context.Context, a *attempt, sb sandbox.Sandbox
 	}
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
-	go func() {
+	a.goGuarded(ctx, "egress proxy", func() {
 		defer close(done)
 		if err := p.Serve(serveCtx, ln); err != nil {
 			a.log.WarnContext(serveCtx, "egress proxy stopped", "error", err)
 		}
-	}()
-	je.proxy, je.stop = p, sync.OnceFunc(func() { cancel(); <-done })
+	})
+	// The listener closed here too: Serve closes it when ctx ends, but not after a panic.
+	je.proxy, je.stop = p, sync.OnceFunc(func() { cancel(); <-done; ln.Close() })
 	je.env = map[string]string{}
 	for _, kv := range p.Env(sandbox.EgressAddr, sandbox.EgressCAFile) {
 		k, v, _ := strings.Cut(kv, "=")

@@ -440,6 +440,8 @@ type listenerProvider struct {
 	egressProvider
 	mu  sync.Mutex
 	lns []*closeSeen
+	// accept, when set, runs at each Accept of a listener handed out (a test's panic there).
+	accept func()
 }
 
 func (p *listenerProvider) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
@@ -469,7 +471,7 @@ func (s listenerSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net.Li
 	if err != nil {
 		return nil, err
 	}
-	seen := &closeSeen{Listener: ln}
+	seen := &closeSeen{Listener: ln, accept: s.p.accept}
 	s.p.mu.Lock()
 	s.p.lns = append(s.p.lns, seen)
 	s.p.mu.Unlock()
@@ -479,6 +481,14 @@ func (s listenerSandbox) AttachEgress(ctx context.Context, caPEM []byte) (net.Li
 type closeSeen struct {
 	net.Listener
 	closed atomic.Bool
+	accept func()
+}
+
+func (l *closeSeen) Accept() (net.Conn, error) {
+	if l.accept != nil {
+		l.accept()
+	}
+	return l.Listener.Accept()
 }
 
 func (l *closeSeen) Close() error {

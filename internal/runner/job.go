@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -172,11 +171,15 @@ func (r *Runner) keepDelivery(ctx context.Context, a *attempt) (release func()) 
 			stop()
 		}
 	})
-	stopBeats := a.d.KeepAlive(keep, r.cfg.HeartbeatInterval)
+	beating := make(chan struct{})
+	a.goGuarded(ctx, "heartbeats", func() {
+		defer close(beating)
+		r.cfg.heartbeat(a.d, keep, r.cfg.HeartbeatInterval)
+	})
 	return func() {
 		unwatch()
 		stop()
-		stopBeats()
+		<-beating
 	}
 }
 
@@ -521,9 +524,10 @@ func (r *Runner) commitRun(ctx context.Context, a *attempt, sb sandbox.Sandbox, 
 // and what was not done by then is the store still down at the attempt's deadline (retrying,
 // or dead on the last delivery). A cancelled attempt commits on a context that survives the
 // cancel, for CleanupTimeout: a run cancelled before keeps what it produced, and a cancelled
-// end is what it commits. A shutdown or a lost lease still cuts the commit short.
+// end is what it commits; so does an attempt a goroutine's panic stopped (goGuarded), whose
+// end is worker_panicked. A shutdown or a lost lease still cuts the commit short.
 func (r *Runner) commitContext(ctx context.Context, a *attempt) (context.Context, context.CancelFunc) {
-	if errors.Is(context.Cause(ctx), errCancelled) {
+	if cause := context.Cause(ctx); errors.Is(cause, errCancelled) || errors.Is(cause, errWorkerPanicked) {
 		return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 	}
 	return context.WithDeadline(ctx, r.commitBy(a))
@@ -624,18 +628,20 @@ const progressDelay = 250 * time.Millisecond
 // the job's end that waits for NATS and says so, until then.
 func (r *Runner) progressIfSlow(ctx context.Context, a *attempt, msg string) (done func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	t := time.AfterFunc(progressDelay, func() {
-		defer wg.Done()
-		r.progress(ctx, a, msg)
+	ended := make(chan struct{})
+	a.goGuarded(ctx, "progress write", func() {
+		defer close(ended)
+		t := time.NewTimer(progressDelay)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			r.progress(ctx, a, msg)
+		}
 	})
 	return func() {
-		if t.Stop() {
-			wg.Done()
-		}
 		cancel()
-		wg.Wait()
+		<-ended
 	}
 }
 

@@ -115,6 +115,9 @@ type Config struct {
 	// TempDir is where each running job's transcript is spooled (unlinked: nothing stays
 	// there). Default: os.TempDir().
 	TempDir string
+	// heartbeat tells the queue the delivery is worked on until ctx ends
+	// ((*queue.Delivery).Heartbeat; a test's panic there: export_test.go).
+	heartbeat func(d *queue.Delivery, ctx context.Context, interval time.Duration)
 }
 
 // Causes of a job's context ending early.
@@ -158,6 +161,9 @@ func New(cfg Config) (*Runner, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.heartbeat == nil {
+		cfg.heartbeat = (*queue.Delivery).Heartbeat
 	}
 	// A transcript moves to a file only once it is large, in the middle of a run: a folder
 	// that cannot take one is found now instead.
