@@ -113,6 +113,8 @@ var failureModes = []failureMode{
 	{name: "committed", in: []stage{stageClaim, stageEnd}, when: committed(false), build: committedOutcome},
 	{name: "cancelled before it started", in: []stage{stageClaim}, when: errIs(errCancelled), end: endCancelled},
 
+	// The commit of the end panicked (survive in end), whatever else stopped the attempt.
+	{name: "end panicked", in: []stage{stageEnd}, when: errIs(errEndPanicked), end: endPanickedInEnd, reason: "worker_panicked"},
 	// The attempt's context ended: a goroutine of the attempt panicked (goGuarded), a cancel
 	// or a shutdown, whatever the stage was doing.
 	{name: "worker panicked beside the stage", when: causeIs(errWorkerPanicked), build: func(_, cause error) outcome {

@@ -110,6 +110,11 @@ func TestClassify(t *testing.T) {
 			at: map[stage]want{stageRun: {end: endFailed, reason: "agent_panicked"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "worker panicked", err: wrap(errWorkerPanicked),
 			at: map[stage]want{stageEnd: {end: endUndecided}}, other: want{end: endFailed, reason: "worker_panicked"}},
+		// survive in the end stage: the commit of the end panicked, whatever else stopped it.
+		{name: "worker panicked in the end", err: wrap(errEndPanicked),
+			at: map[stage]want{stageEnd: {end: endPanickedInEnd, reason: "worker_panicked"}}, other: want{end: endFailed, reason: "worker_panicked"}},
+		{name: "worker panicked in the end of a cancelled job", err: wrap(errEndPanicked), cause: errCancelled,
+			at: map[stage]want{stageEnd: {end: endPanickedInEnd, reason: "worker_panicked"}}, other: want{end: endCancelled}},
 		// A goroutine of the attempt panicked (goGuarded): whatever the stage was doing, its
 		// error only the context's ending, or none.
 		{name: "a goroutine of the attempt panicked", err: errors.New("context canceled"), cause: wrap(errWorkerPanicked),

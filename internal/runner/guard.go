@@ -14,6 +14,11 @@ import (
 // down one after another, so it fails, not retried, and the worker goes on with its other jobs.
 var errWorkerPanicked = errors.New("the worker panicked on the job (a bug in the worker; its log has the stack)")
 
+// errEndPanicked: the commit of the job's end panicked (survive in the end stage). The job
+// has no manifest: its next delivery tries the end again, and its last fails it without one
+// (endPanickedInEnd), as a panic that recurs would otherwise cycle through every worker.
+var errEndPanicked = fmt.Errorf("%w, recording its end", errWorkerPanicked)
+
 // panicMessage is the log line of a panic that fails its job (survive, goGuarded).
 const panicMessage = "the worker panicked on the job; the job fails and the worker goes on"
 
@@ -28,7 +33,11 @@ func (a *attempt) survive(ctx context.Context, e *ended) {
 		return
 	}
 	a.log.ErrorContext(ctx, panicMessage, "stage", a.at.String(), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-	err := fmt.Errorf("%w: in its %s stage: %v", errWorkerPanicked, a.at, p)
+	which := errWorkerPanicked
+	if a.at == stageEnd {
+		which = errEndPanicked
+	}
+	err := fmt.Errorf("%w: in its %s stage: %v", which, a.at, p)
 	*e = ended{outcome: classifyIn(ctx, a.at, err), began: e.began}
 }
 

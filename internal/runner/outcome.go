@@ -46,13 +46,18 @@ const (
 	// endLeftToPeer: this worker's config cannot take the job, and a live worker's may
 	// (leaveToPeer); deliver it again later, recording no failure.
 	endLeftToPeer
+	// endPanickedInEnd: the commit of the job's end panicked (a bug in the worker); deliver it
+	// again later, recording nothing, while it has deliveries left; its last ends it failed,
+	// worker_panicked, with no manifest (none could be written). outcome.err is a
+	// queue.Permanent with that reason.
+	endPanickedInEnd
 )
 
 var endingNames = map[ending]string{
 	endSucceeded: "succeeded", endCapped: "capped", endFailed: "failed", endRejected: "rejected",
 	endTransient: "transient", endCancelled: "cancelled", endInterrupted: "interrupted",
 	endDone: "done", endLeaseLost: "lease_lost", endDeadLetter: "dead_letter", endUndecided: "undecided",
-	endLeftToPeer: "left_to_peer",
+	endLeftToPeer: "left_to_peer", endPanickedInEnd: "panicked_in_end",
 }
 
 func (e ending) String() string { return endingNames[e] }
@@ -147,10 +152,7 @@ func decide(o outcome, last bool) decision {
 	case endRejected:
 		return decision{action: termJob, state: job.StateRejected, reason: permanentReason(o.err, "rejected")}
 	case endTransient:
-		if last {
-			return decision{action: termJob, state: job.StateDead, reason: "max_deliveries"}
-		}
-		return decision{action: nakLater, state: job.StateRetrying}
+		return onLast(last, decision{action: termJob, state: job.StateDead, reason: "max_deliveries"}, decision{action: nakLater, state: job.StateRetrying})
 	case endCancelled:
 		return decision{action: ackJob, state: job.StateCancelled}
 	case endInterrupted:
@@ -172,6 +174,11 @@ func decide(o outcome, last bool) decision {
 			d.ended = o.state
 		}
 		return d
+	case endPanickedInEnd:
+		// A panic of one worker's state may pass on the next delivery; one that recurs to the
+		// last would cycle through every worker for ever (an exhausted delivery commits its end
+		// too), so that one ends the job without the manifest it cannot write.
+		return onLast(last, decision{action: termJob, state: job.StateFailed, reason: permanentReason(o.err, "worker_panicked")}, decision{action: nakLater, waiting: true})
 	case endUndecided, endLeftToPeer:
 		// Not retrying: the run may be committed, and a status that said so would let a
 		// cancel end it before its next delivery adopts that run; a job left to a peer met no
@@ -180,6 +187,14 @@ func decide(o outcome, last bool) decision {
 	}
 	// An outcome nobody built: keep the job, and say so in its status.
 	return decision{action: nakLater, state: job.StateRetrying}
+}
+
+// onLast is final on the job's last delivery, else again.
+func onLast(last bool, final, again decision) decision {
+	if last {
+		return final
+	}
+	return again
 }
 
 // permanentReason is the reason a queue.Permanent error carries, else def.

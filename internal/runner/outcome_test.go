@@ -54,6 +54,8 @@ func TestDecide(t *testing.T) {
 		{"undecided, last", outcome{end: endUndecided, err: transient}, true, decision{action: nakLater, waiting: true}},
 		{"left to a peer", outcome{end: endLeftToPeer, err: perm}, false, decision{action: nakLater, waiting: true}},
 		{"left to a peer, last", outcome{end: endLeftToPeer, err: perm}, true, decision{action: nakLater, waiting: true}},
+		{"panicked in its end", outcome{end: endPanickedInEnd, err: queue.Permanent("worker_panicked", transient)}, false, decision{action: nakLater, waiting: true}},
+		{"panicked in its end, last", outcome{end: endPanickedInEnd, err: queue.Permanent("worker_panicked", transient)}, true, decision{action: termJob, state: job.StateFailed, reason: "worker_panicked"}},
 	}
 	covered := map[ending]map[bool]bool{}
 	for _, tt := range tests {
@@ -105,13 +107,14 @@ func TestNakDelay(t *testing.T) {
 
 // TestDecideCommitsExactlyTheTerminalEndings: a run is committed when decide gives a terminal
 // state, so only the last try of a failing job keeps its transcript, and nothing that will be
-// retried or that ended elsewhere writes a manifest.
+// retried or that ended elsewhere writes a manifest. The one terminal end with nothing left to
+// commit is that of a commit of the end that panicked on the last delivery: it was the commit.
 func TestDecideCommitsExactlyTheTerminalEndings(t *testing.T) {
 	t.Parallel()
 	for e := range endingNames {
 		for _, last := range []bool{false, true} {
 			d := decide(outcome{end: e, err: errors.New("x")}, last)
-			want := e == endSucceeded || e == endCapped || e == endFailed || e == endRejected || e == endCancelled || (e == endTransient && last)
+			want := e == endSucceeded || e == endCapped || e == endFailed || e == endRejected || e == endCancelled || (e == endTransient || e == endPanickedInEnd) && last
 			if got := d.state.Terminal(); got != want {
 				t.Errorf("%s, last=%t: terminal state %q, want terminal=%t", e, last, d.state, want)
 			}

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
 
@@ -334,6 +336,59 @@ func TestCancelWatchPanicSparesTheWorker(t *testing.T) {
 			}
 		}
 	}
+	if st := b.waitFinal(b.submit("p").ID, 10*time.Second); st.State != job.StateSucceeded {
+		t.Errorf("the next job's status = %+v, want succeeded by the same worker", st)
+	}
+}
+
+// TestRecurringEndPanicIsDeadLettered: the commit of a job's end panics on every delivery (the
+// manifest's put, both the run's and the end's). Each delivery but the last leaves the end to
+// the next, as a panic of one worker's state may pass; the last ends the job failed, reason
+// worker_panicked, one dead letter, the stream empty, no manifest (none could be written), and
+// the worker goes on. It was delivered again after every delivery, for ever: a job past its
+// max_deliver that is exhausted commits its end too, and panicked there again.
+func TestRecurringEndPanicIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var bad atomic.Value
+	bad.Store("")
+	pw := newPanicWatch("commit")
+	w := b.worker(agentFunc(writeReport), func(c *runner.Config) {
+		c.Logger = pw.logger()
+		c.Store = &hookStore{Store: b.shared, put: func(key string) error {
+			if path.Base(key) == "manifest.json" && path.Base(path.Dir(key)) == bad.Load() {
+				pw.panics.Add(1)
+				panic("a nil map in the commit")
+			}
+			return nil
+		}}
+	})
+	j := b.newJob("p", "t")
+	bad.Store(j.ID)
+	b.publish(j)
+	st := b.waitFinal(j.ID, 30*time.Second)
+	if st.State != job.StateFailed || !strings.HasPrefix(st.Error, "the worker panicked recording the job's end") || st.Attempt != b.cfg.NATS.MaxDeliver {
+		t.Fatalf("status = %+v, want failed in the fixed words of a worker's panic at its last delivery, %d", st, b.cfg.NATS.MaxDeliver)
+	}
+	waitFor(t, 10*time.Second, "the job's message settled", b.consumed)
+	var letters []queue.DeadLetter
+	for _, dl := range b.deadLetters() {
+		if dl.JobID == j.ID {
+			letters = append(letters, dl)
+		}
+	}
+	if len(letters) != 1 || letters[0].Reason != "worker_panicked" {
+		t.Errorf("dead letters %+v, want one, reason worker_panicked", letters)
+	}
+	if _, err := b.store.Stat(context.Background(), store.ManifestKey(j.ID)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("manifest: %v, want none", err)
+	}
+	if got, _ := pw.logs.Record(panicMessage, "stage"); got == "" {
+		t.Errorf("no panic logged:\n%s", pw.logs.String())
+	}
+	waitFor(t, 5*time.Second, "the dead letter counted", func() bool {
+		return testutil.ToFloat64(w.m.DeadLetters.WithLabelValues("worker_panicked")) == 1
+	})
 	if st := b.waitFinal(b.submit("p").ID, 10*time.Second); st.State != job.StateSucceeded {
 		t.Errorf("the next job's status = %+v, want succeeded by the same worker", st)
 	}

@@ -75,6 +75,8 @@ var tenantWords = []tenantWord{
 		words: "an input of the job is not in the store (removed since it was submitted): submit the job again, which uploads its inputs"},
 	{name: "agent panicked", when: isErr(errAgentPanicked),
 		words: "the agent panicked on the job, a bug in the worker: tell its operator the job's id (the worker's log has the stack)"},
+	{name: "worker panicked in the end", when: isErr(errEndPanicked),
+		words: "the worker panicked recording the job's end, a bug in the worker; the job is tried again while it has deliveries left, the last fails it without a manifest: tell its operator the job's id (the worker's log has the stack)"},
 	{name: "worker panicked", when: isErr(errWorkerPanicked),
 		words: "the worker panicked on the job, a bug in the worker, which does not try it again: tell its operator the job's id (the worker's log has the stack)"},
 	{name: "backend gives no egress", when: isErr(sandbox.ErrNoEgress),

@@ -41,6 +41,7 @@ var tenantWordCases = map[string]error{
 	"inputs fill the workdir":          step(errInputCopy, fmt.Errorf("%s: %w", hostDetail, sandbox.ErrDiskFull)),
 	"input missing":                    step(errInputMissing, fmt.Errorf("input a.csv is not in the store: %s: %w", hostDetail, store.ErrNotFound)),
 	"agent panicked":                   fmt.Errorf("%w: %s", errAgentPanicked, hostDetail),
+	"worker panicked in the end":       fmt.Errorf("%w: in its end stage: %s", errEndPanicked, hostDetail),
 	"worker panicked":                  fmt.Errorf("%w: in its commit stage: %s", errWorkerPanicked, hostDetail),
 	"backend gives no egress":          fmt.Errorf("profile p has a network: %w", sandbox.ErrNoEgress),
 	"secret unavailable":               fmt.Errorf("secret TOKEN from /etc/boxcar/%s: %w", hostDetail, config.ErrSecretUnavailable),
