@@ -42,6 +42,7 @@ type runner struct {
 // exec runs argv and shapes the result. A non-zero exit or a timeout is data for the model;
 // only a command that could not run at all is a failure.
 func (r runner) exec(ctx context.Context, argv []string) result {
+	start := time.Now()
 	res, err := r.sb.Exec(ctx, sandbox.ExecRequest{
 		Argv:           argv,
 		Timeout:        r.timeout,
@@ -58,7 +59,7 @@ func (r runner) exec(ctx context.Context, argv []string) result {
 		// every error is (the sandbox's words name the program, which may be 128 KiB).
 		problem, _ = clip([]byte(err.Error()), maxErrorBytes)
 	case err != nil:
-		res := failure("failed: the command could not run: %s", execProblem(err))
+		res := failure("failed: the command could not run: %s", execProblem(execFailure{ctx: ctx, err: err, took: time.Since(start), timeout: r.timeout}))
 		res.argv, res.detail = argv, err
 		return res
 	}
@@ -97,28 +98,47 @@ func (r runner) exec(ctx context.Context, argv []string) result {
 	}
 }
 
+// execFailure is a command the sandbox could not run: its error, the job's context it was
+// run on, how long the sandbox took to fail it and the command's own timeout.
+type execFailure struct {
+	ctx     context.Context
+	err     error
+	took    time.Duration
+	timeout time.Duration
+}
+
 // execProblems are what the model and the transcript are told of a command the sandbox could
-// not run, by kind; any other failure is the sandbox's set-up failing (execSetUpFailed). The
+// not run, by the failure's kind, first match wins; anything else is execSetUpFailed. The
 // sandbox's own words go to the worker's log only (callTool): they speak of the host's side,
 // bwrap's first line of stderr naming the image's and the worker's data dir's paths, a pod, the
-// cluster's address.
+// cluster's address. A deadline or a cancel is told by whose it was: the job's context says
+// whether its time ran out or it was stopped; a deadline error once the command's timeout has
+// passed, the job's context alive, is the command's own (a backend that ends it as an error, not
+// as timed_out); any other is the sandbox's (a client's timeout), not the job's.
 var execProblems = []struct {
-	kind  error
+	when  func(f execFailure) bool
 	words string
 }{
-	{context.DeadlineExceeded, "the job's time ran out"},
-	{context.Canceled, "the job was stopped"},
-	{sandbox.ErrClosed, "the sandbox was closed"},
-	{sandbox.ErrUnavailable, "the sandbox's backend is unavailable"},
+	{func(f execFailure) bool { return errors.Is(f.ctx.Err(), context.DeadlineExceeded) }, "the job's time ran out"},
+	{func(f execFailure) bool { return f.ctx.Err() != nil }, "the job was stopped"},
+	{func(f execFailure) bool {
+		return errors.Is(f.err, context.DeadlineExceeded) && f.timeout > 0 && f.took >= f.timeout
+	}, "the command's command_timeout passed before the sandbox could give its result"},
+	{execErrIs(sandbox.ErrClosed), "the sandbox was closed"},
+	{execErrIs(sandbox.ErrUnavailable), "the sandbox's backend is unavailable"},
+}
+
+func execErrIs(target error) func(execFailure) bool {
+	return func(f execFailure) bool { return errors.Is(f.err, target) }
 }
 
 // execSetUpFailed is what the model is told of any other failure to run a command.
 const execSetUpFailed = "the sandbox could not be set up for it (the worker's log says why)"
 
-// execProblem is what the model is told of err, a command the sandbox could not run.
-func execProblem(err error) string {
+// execProblem is what the model is told of f, a command the sandbox could not run.
+func execProblem(f execFailure) string {
 	for _, p := range execProblems {
-		if errors.Is(err, p.kind) {
+		if p.when(f) {
 			return p.words
 		}
 	}
