@@ -34,24 +34,14 @@ type toldError struct{ text string }
 
 func (e toldError) Error() string { return e.text }
 
-// tenantWord is one row of tenantWords: a failure, and what the job's tenant reads of it.
-type tenantWord struct {
-	name string
-	when func(err error) bool
-	// words say what failed and what the tenant may do, in fixed words: the error's own text
-	// goes to the worker's log only, on the attempt's line with the job's id and tenant.
-	words string
-	// own: the error's text is made only of what the tenant gave or may read (its job's
-	// message, its inputs' names, sizes and store URLs, the profile's name and limits, the
-	// model endpoint's answer, a cap), and is told as it is instead of words.
-	own bool
-}
-
 // tenantWords are the failures the worker records for a job's tenant to read, in its status
 // (`submit status`, `watch`), its dead letter, its manifest, its report.md and an end's
 // transcript line, first match wins; anything else is told as workerFault. A new failure is a
-// new row (docs/lifecycle.md lists them, TestLifecycleDocListsEveryTenantWord).
-var tenantWords = []tenantWord{
+// new row (docs/lifecycle.md lists them, TestLifecycleDocListsEveryTenantWord). An error's own
+// text (own) is made only of what the tenant gave or may read (its job's message, its inputs'
+// names, sizes and store URLs, the profile's name and limits, the model endpoint's answer, a
+// cap); fixed words never hold the worker's side of the failure.
+var tenantWords = wordTable{fallback: workerFault, suffix: toldSuffix, rows: []wordRow{
 	{name: "told before", when: is[toldError], own: true},
 	{name: "cancelled", when: isErr(errCancelled), own: true},
 	{name: "worker shutting down", when: isErr(errShutdown), own: true},
@@ -98,7 +88,7 @@ var tenantWords = []tenantWord{
 		words: "the run's results could not be uploaded to the store; the job is tried again while it has deliveries left"},
 	{name: "out of time", when: isErr(context.DeadlineExceeded), words: "the job's time ran out"},
 	{name: "stopped", when: isErr(context.Canceled), words: "the job was stopped"},
-}
+}}
 
 // workerFault is what the tenant reads of a failure no row of tenantWords names.
 const workerFault = "a fault on the worker's side, not the job's; the job is tried again while it has deliveries left"
@@ -112,17 +102,7 @@ const toldSuffix = " (the worker's log has the detail, under the job's id)"
 
 // tenantText is what the job's tenant reads of err: its own text when a row says it is the
 // tenant's (own), else the row's fixed words.
-func tenantText(err error) (text string, own bool) {
-	for _, w := range tenantWords {
-		if w.when(err) {
-			if w.own {
-				return err.Error(), true
-			}
-			return w.words + toldSuffix, false
-		}
-	}
-	return workerFault + toldSuffix, false
-}
+func tenantText(err error) (text string, own bool) { return tenantWords.tell(err) }
 
 func isErr(targets ...error) func(error) bool {
 	return func(err error) bool { return errIs(targets...)(err, nil) }

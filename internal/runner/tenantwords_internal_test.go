@@ -60,7 +60,7 @@ var tenantWordCases = map[string]error{
 // names is workerFault. Each row has a case here, and its case no row before it takes.
 func TestTenantWords(t *testing.T) {
 	t.Parallel()
-	for _, w := range tenantWords {
+	for _, w := range tenantWords.rows {
 		t.Run(w.name, func(t *testing.T) {
 			t.Parallel()
 			err, ok := tenantWordCases[w.name]
@@ -97,7 +97,7 @@ func TestLifecycleDocListsEveryTenantWord(t *testing.T) {
 	}
 	doc := strings.Join(strings.Fields(string(data)), " ")
 	words := []string{workerFault, strings.TrimPrefix(waitWords, ": ")}
-	for _, w := range tenantWords {
+	for _, w := range tenantWords.rows {
 		if !w.own {
 			words = append(words, w.words)
 		}
