@@ -16,9 +16,9 @@ import (
 
 // TestFairShare: tenant a submits 40 jobs, then tenant b submits 4. Each tenant has its own
 // consumer, a's holding at most its max_concurrent (2) of the worker's 6 slots, and the worker
-// fetches from the tenants in turn: b's jobs take the 4 slots a may not, within one
-// job-duration of their submission, not after a's burst (7 job-durations with one consumer for
-// both). The test prints the wait of each of b's jobs.
+// fetches from the tenants in turn: b's jobs take the 4 slots a may not while a's burst waits,
+// not after it (7 job-durations with one consumer for both). The test holds it by how many of
+// a's jobs started while b's waited, and prints the wait of each of b's jobs.
 func TestFairShare(t *testing.T) {
 	t.Parallel()
 	const (
@@ -85,20 +85,16 @@ func TestFairShare(t *testing.T) {
 			t.Fatalf("b's jobs did not all start while a's %d ran", burst)
 		}
 	}
-	// One job-duration, and four more for a busy machine (a job's start costs seconds there):
-	// a single consumer for both tenants makes b wait for a's 40 jobs, 7 job-durations on 6
-	// slots.
-	limit := 5 * duration
+	// What b waited is printed, not held to a time: a loaded machine stretches every start
+	// (b's waited 12.9 s once at a load of 20, against a limit of five job-durations). The
+	// check below counts a's jobs instead.
 	mu.Lock()
 	defer mu.Unlock()
 	for i, id := range idsB {
 		wait := started[id].Sub(submittedB)
 		fmt.Printf("fair share: tenant b job %d of %d started %v after b submitted (job duration %v; a submitted %d before)\n", i+1, few, wait.Round(time.Millisecond), duration, burst)
-		if wait > limit {
-			t.Errorf("tenant b's job %d started %v after submission, want within %v (one job-duration and slack)", i+1, wait, limit)
-		}
 	}
-	// The same, counted in a's jobs rather than seconds, which a loaded machine stretches: b
+	// Fair share counted in a's jobs rather than seconds, which a loaded machine stretches: b
 	// waits while a's jobs start only in the slots a may hold. One consumer: all 40 first.
 	lastB, aStarted, aMeanwhile := submittedB, 0, 0
 	for _, id := range idsB {
