@@ -26,13 +26,14 @@ var (
 const profilesStream = "KV_BOXCAR_PROFILES"
 
 // maxTenantName is the longest tenant name (job.ValidTenant), maxJobStream the longest
-// nats.stream that leaves room for _<tenant> in a JetStream name, and maxStatusBucket the
-// longest nats.status_bucket that leaves room for it in a bucket's name (the nats.go client's
-// limit; its stream, KV_<bucket>_<tenant>, fits a JetStream name then).
+// nats.stream that leaves room for _<tenant> in a JetStream name, and maxTenantBucket the
+// longest nats.status_bucket or nats.approvals_bucket that leaves room for it in a bucket's
+// name (the nats.go client's limit; its stream, KV_<bucket>_<tenant>, fits a JetStream name
+// then).
 const (
 	maxTenantName   = 32
 	maxJobStream    = 255 - 1 - maxTenantName
-	maxStatusBucket = 250 - 1 - maxTenantName
+	maxTenantBucket = 250 - 1 - maxTenantName
 )
 
 // maxReplicas is the most replicas JetStream keeps of a stream.
@@ -87,8 +88,8 @@ func (n NATS) validateNames() []error {
 }
 
 // validateTenantStreams checks the names of the tenants' own streams, the job streams
-// <stream>_<tenant>, the status buckets' KV_<status_bucket>_<tenant> and the dead-letter
-// streams <dead_letter_stream>_<tenant> (a tenant name has no
+// <stream>_<tenant>, the status and approvals buckets' KV_<bucket>_<tenant> and the
+// dead-letter streams <dead_letter_stream>_<tenant> (a tenant name has no
 // '_'): each name must leave room for the longest tenant name, and no other stream of the
 // config (streams, by name) may be named as a tenant's is.
 func (n NATS) validateTenantStreams(streams map[string]string, bad func(field, format string, args ...any)) {
@@ -97,7 +98,8 @@ func (n NATS) validateTenantStreams(streams map[string]string, bad func(field, f
 		most                    int
 	}{
 		{"stream", n.Stream, n.Stream, "job stream", maxJobStream},
-		{"status_bucket", n.StatusBucket, "KV_" + n.StatusBucket, "status bucket's stream", maxStatusBucket},
+		{"status_bucket", n.StatusBucket, "KV_" + n.StatusBucket, "status bucket's stream", maxTenantBucket},
+		{"approvals_bucket", n.ApprovalsBucket, "KV_" + n.ApprovalsBucket, "approvals bucket's stream", maxTenantBucket},
 		{"dead_letter_stream", n.DeadLetterStream, n.DeadLetterStream, "dead-letter stream", maxJobStream},
 	} {
 		if len(f.name) > f.most {

@@ -128,9 +128,12 @@ var Table = []Grant{
 	{Roles: []Role{Submitter}, What: "request a cancel of its tenant's jobs",
 		Pub: join(kvRead("{cancel}", "{tenant}.>"), kvWrite("{cancel}", "{tenant}.>"))},
 	{Roles: []Role{Submitter, Approver}, What: "read and list its tenant's approval requests",
-		Pub: kvRead("{approvals}", "{tenant}.>")},
+		Pub: kvRead("{approvals}_{tenant}", "{tenant}.>")},
 	{Roles: []Role{Approver}, What: "answer its tenant's approval requests (a signed decision)",
-		Pub: kvWrite("{approvals}", "{tenant}.>")},
+		Pub: kvWrite("{approvals}_{tenant}", "{tenant}.>")},
+	// Not the shared bucket's info: a direct get of one of its tenant's keys, and its answer.
+	{Roles: []Role{Approver}, What: "read, by its key, and answer a request of its tenant's that an older Boxcar's worker asked in the shared approvals bucket, while an upgrade runs",
+		Pub: []string{"$JS.API.DIRECT.GET.KV_{approvals}.$KV.{approvals}.{tenant}.>", "$KV.{approvals}.{tenant}.>"}},
 	// Its tenant's stream only, as the statuses: the info of the shared one lists every
 	// tenant's dead-lettered job ids.
 	{Roles: []Role{Submitter}, What: "read and list its tenant's dead letters",
@@ -161,6 +164,9 @@ var Table = []Grant{
 	{Roles: []Role{Worker}, What: "watch cancel requests",
 		Pub: join(kvWatch("{cancel}", ">"), kvWrite("{cancel}", ">"))},
 	{Roles: []Role{Worker}, What: "request approvals and read the answers",
+		Pub: join(kvWatch("{approvals}_{each}", ">"), kvWrite("{approvals}_{each}", ">"))},
+	// An older worker of an upgrade asks there with the worker's login too, regenerated.
+	{Roles: []Role{Worker}, What: "request approvals in the shared approvals bucket older workers ask in during an upgrade, and move an answer to its tenant's",
 		Pub: join(kvWatch("{approvals}", ">"), kvWrite("{approvals}", ">"))},
 	{Roles: []Role{Worker}, What: "dead-letter a job of every tenant, and read a letter back whose publish got no answer",
 		Pub: append(streamRead("{dlq}_{each}", "{dlq}_{each}.>"), "{dlq}_{each}.>")},
@@ -171,6 +177,9 @@ var Table = []Grant{
 		Pub: join(kvWrite("{profiles}", ">"), kvRead("{usage}", ">"), kvWrite("{usage}", ">"))},
 	{Roles: []Role{Operator}, What: "declare and administer streams, consumers and buckets (`worker setup`, `nats`)",
 		Pub: []string{"$JS.API.>"}},
+	// A key's write is no JetStream API request: without these, setup's copy was refused.
+	{Roles: []Role{Operator}, What: "copy what an older Boxcar wrote in a shared bucket into each tenant's own (`worker setup`)",
+		Pub: []string{"$KV.{status}_{each}.>", "$KV.{approvals}_{each}.>"}},
 	{Roles: []Role{Operator}, What: "read replies to any inbox (the `nats` CLI's default inbox prefix)",
 		Sub: []string{"_INBOX.>"}},
 	{Roles: []Role{Submitter, Approver, Worker}, What: "receive replies on its own inbox",

@@ -74,7 +74,7 @@ func (a *Admin) Declare(ctx context.Context) error {
 	if _, err := declareBucket(ctx, a.js, profilesBucketConfig(cfg.Replicas)); err != nil {
 		a.log.WarnContext(ctx, "cannot set up the profiles bucket; workers will not advertise their profiles and submit will not check them", "bucket", ProfilesBucket, "error", err)
 	}
-	return setUpApprovals(ctx, a.js, cfg)
+	return a.setUpApprovals(ctx, slices.Sorted(maps.Keys(streams)))
 }
 
 // declareStreams creates or updates each kept tenant's job stream, the shared stream and the

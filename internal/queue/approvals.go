@@ -79,23 +79,59 @@ func expiredAt(a Approval, now time.Time) bool {
 	return !now.Before(a.ExpiresAt.Add(job.ClockSkew))
 }
 
-func setUpApprovals(ctx context.Context, js jetstream.JetStream, cfg config.NATS) error {
-	_, err := declareBucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      cfg.ApprovalsBucket,
+// approvalsBucket is tenant's approvals bucket: <approvals_bucket>_T (tenantbuckets.go).
+func approvalsBucket(cfg config.NATS, tenant string) string {
+	return tenantBucket(cfg.ApprovalsBucket, tenant)
+}
+
+// ApprovalsBucket is the name of tenant's approvals bucket, for what names it to an operator.
+func ApprovalsBucket(cfg config.NATS, tenant string) string { return approvalsBucket(cfg, tenant) }
+
+// approvalsConfig is the settings of the approvals bucket named name, a tenant's or the shared.
+func approvalsConfig(cfg config.NATS, name string) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      name,
 		Description: "Boxcar shell commands waiting for a person, and the answers",
 		History:     1,
 		TTL:         approvalsTTL,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
-		// Every tenant's approver writes this bucket, under keys of any id of its tenant:
+		// A tenant's approver writes its bucket, under keys of any id of its tenant:
 		// unbounded, one tenant could fill the server's store (as the cancel bucket's).
 		MaxBytes:     orUnlimited(cfg.ApprovalsMaxBytes),
 		MaxValueSize: approvalMaxValue,
-	})
-	if err != nil {
-		return fmt.Errorf("queue: set up approvals bucket %s: %w", cfg.ApprovalsBucket, err)
 	}
-	return nil
+}
+
+// setUpApprovals creates or updates each tenant's approvals bucket, and the shared one where an
+// older Boxcar made it: its workers still ask there during an upgrade, and a person answers
+// there (Client.DecideApproval). The shared bucket's answered and expired requests are copied
+// into their tenants' buckets (moveShared), where a worker of this version that runs the job
+// again finds the answer; a pending one stays, its older worker watching it.
+func (a *Admin) setUpApprovals(ctx context.Context, tenants []string) error {
+	for _, tenant := range tenants {
+		want := approvalsConfig(a.cfg, approvalsBucket(a.cfg, tenant))
+		if _, err := declareBucket(ctx, a.js, want); err != nil {
+			return fmt.Errorf("queue: set up approvals bucket %s of tenant %s: %w", want.Bucket, tenant, err)
+		}
+	}
+	switch _, err := a.js.Stream(ctx, statusStream(a.cfg.ApprovalsBucket)); {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("queue: look up the shared approvals bucket %s: %w", a.cfg.ApprovalsBucket, err)
+	}
+	if _, err := declareBucket(ctx, a.js, approvalsConfig(a.cfg, a.cfg.ApprovalsBucket)); err != nil {
+		return fmt.Errorf("queue: update the shared approvals bucket %s: %w", a.cfg.ApprovalsBucket, err)
+	}
+	return a.moveShared(ctx, newTenantBuckets(a.js, a.cfg.ApprovalsBucket, "approvals"), tenants, answered)
+}
+
+// answered reports whether the entry under key is a request that waits for nobody any more:
+// approved, denied or expired.
+func answered(key string, data []byte) bool {
+	a, err := decodeApproval(key, data)
+	return err == nil && a.Decision != ""
 }
 
 // callToken is a call id that can be a key token as it is; others are hashed.
@@ -163,7 +199,15 @@ func (c *Consumer) RequestApproval(ctx context.Context, a Approval) (Approval, e
 		return Approval{}, errors.New("queue: request approval: ExpiresAt must be after RequestedAt")
 	}
 	a.Decision, a.DecidedBy, a.DecidedAt, a.Reason, a.Signed = "", "", time.Time{}, "", ""
-	got, rev, err := update(ctx, c.approvals, key, guess[Approval]{}, func(old *Approval, rev uint64) (bool, error) {
+	kv, err := c.approvals.of(ctx, a.Tenant)
+	if err != nil {
+		return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
+	}
+	// An older worker of an upgrade may have asked for this job before: its answer stands.
+	if err := c.approvals.adopt(ctx, kv, key); err != nil {
+		return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
+	}
+	got, rev, err := update(ctx, kv, key, guess[Approval]{}, func(old *Approval, rev uint64) (bool, error) {
 		if rev > 0 && slices.Equal(old.Argv, a.Argv) && (old.Decision == job.DecisionApproved || old.Decision == job.DecisionDenied) {
 			return false, nil // answered already: keep the answer
 		}
@@ -171,7 +215,7 @@ func (c *Consumer) RequestApproval(ctx context.Context, a Approval) (Approval, e
 		return true, nil
 	})
 	if err != nil {
-		return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, atLimit(err, c.cfg.ApprovalsBucket, approvalsLimits))
+		return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, atLimit(err, kv.Bucket(), approvalsLimits))
 	}
 	got.Revision = rev
 	return got, nil
@@ -184,7 +228,11 @@ func (c *Consumer) WaitApproval(ctx context.Context, r Ref, callID string) (Appr
 	if err != nil {
 		return Approval{}, err
 	}
-	w, err := c.approvals.Watch(ctx, key)
+	kv, err := c.approvals.of(ctx, r.Tenant)
+	if err != nil {
+		return Approval{}, fmt.Errorf("queue: watch approval %s: %w", key, err)
+	}
+	w, err := kv.Watch(ctx, key)
 	if err != nil {
 		return Approval{}, fmt.Errorf("queue: watch approval %s: %w", key, err)
 	}
@@ -214,7 +262,11 @@ func (c *Consumer) WaitApproval(ctx context.Context, r Ref, callID string) (Appr
 // ExpireApproval marks a request nobody answered as expired, with the reason, and returns what
 // the bucket holds: the expired request, or the answer a person gave just before.
 func (c *Consumer) ExpireApproval(ctx context.Context, r Ref, callID, reason string) (Approval, error) {
-	return updateApproval(ctx, c.approvals, r, callID, func(a *Approval, now time.Time) (bool, error) {
+	kv, err := c.approvals.of(ctx, r.Tenant)
+	if err != nil {
+		return Approval{}, fmt.Errorf("queue: expire approval of %s: %w", r, err)
+	}
+	return updateApproval(ctx, kv, r, callID, func(a *Approval, now time.Time) (bool, error) {
 		if a.Decision != "" {
 			return false, nil
 		}
@@ -238,23 +290,56 @@ func (c *Client) DecideApproval(ctx context.Context, jobID, callID string, rev u
 	if d != job.DecisionApproved && d != job.DecisionDenied {
 		return Approval{}, fmt.Errorf("queue: decide approval: %q is not approved or denied", d)
 	}
-	kv, err := c.approvalsBucket(ctx)
+	key, err := approvalKey(c.ref(jobID), callID)
+	if err != nil {
+		return Approval{}, err
+	}
+	kv, err := c.approvalOf(ctx, key)
 	if err != nil {
 		return Approval{}, err
 	}
 	var out Approval
-	err = unlessRefused(ctx, c.js.Conn(), []string{"$KV." + c.cfg.ApprovalsBucket + "."}, func(ctx context.Context) error {
+	err = unlessRefused(ctx, c.js.Conn(), []string{"$KV." + kv.bucket + "."}, func(ctx context.Context) error {
 		var err error
 		out, err = c.decide(ctx, kv, jobID, callID, rev, d, by, reason, sign)
-		return atLimit(err, c.cfg.ApprovalsBucket, approvalsLimits)
+		return atLimit(err, kv.bucket, approvalsLimits)
 	})
 	return out, err
+}
+
+// approvalAt is the bucket a request is in: its tenant's, or, for one an older worker asked
+// during an upgrade, the shared one, which that worker watches for the answer and where a
+// person of the tenant may read and write the request's key alone (sharedBucket).
+type approvalAt struct {
+	casStore
+	bucket string
+}
+
+// approvalOf is where the request under key is: the tenant's bucket unless only the shared one
+// holds it.
+func (c *Client) approvalOf(ctx context.Context, key string) (approvalAt, error) {
+	kv, err := c.approvalsBucket(ctx)
+	if err != nil {
+		return approvalAt{}, err
+	}
+	_, err = kv.Get(ctx, key)
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return approvalAt{casStore: kv, bucket: kv.Bucket()}, nil // an error: update reads it again
+	}
+	switch _, err := c.sharedApprovals.Get(ctx, key); {
+	case err == nil:
+		return approvalAt{casStore: c.sharedApprovals, bucket: c.cfg.ApprovalsBucket}, nil
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return approvalAt{casStore: kv, bucket: kv.Bucket()}, nil
+	default:
+		return approvalAt{}, err
+	}
 }
 
 // decide writes the answer to a request that waits for one. What is signed is the entry
 // under the key of the request the person asked to answer, which names that request
 // (checkKey), at the revision they were shown when they gave one.
-func (c *Client) decide(ctx context.Context, kv jetstream.KeyValue, jobID, callID string, rev uint64, d job.Decision, by, reason string, sign Signer) (Approval, error) {
+func (c *Client) decide(ctx context.Context, kv casStore, jobID, callID string, rev uint64, d job.Decision, by, reason string, sign Signer) (Approval, error) {
 	return updateApproval(ctx, kv, c.ref(jobID), callID, func(a *Approval, now time.Time) (bool, error) {
 		if err := answerable(*a, rev, now); err != nil {
 			return false, err
@@ -293,7 +378,7 @@ func answerable(a Approval, rev uint64, now time.Time) error {
 
 // updateApproval applies change to a request that exists with compare-and-set, retrying on a
 // concurrent writer. change reports whether it changed anything; if not, nothing is written.
-func updateApproval(ctx context.Context, kv jetstream.KeyValue, r Ref, callID string, change func(*Approval, time.Time) (bool, error)) (Approval, error) {
+func updateApproval(ctx context.Context, kv casStore, r Ref, callID string, change func(*Approval, time.Time) (bool, error)) (Approval, error) {
 	jobID := r.ID
 	key, err := approvalKey(r, callID)
 	if err != nil {
@@ -313,9 +398,18 @@ func updateApproval(ctx context.Context, kv jetstream.KeyValue, r Ref, callID st
 	return a, nil
 }
 
-// approvalsBucket looks the approvals bucket up for a client.
+// approvalsBucket looks the tenant's approvals bucket up for a client. An identity the server
+// does not let look it up (credentials generated before each tenant had its own) is told so at
+// once.
 func (c *Client) approvalsBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	return bucket(ctx, c.js, c.cfg.ApprovalsBucket, "approvals")
+	name := approvalsBucket(c.cfg, c.tenant)
+	var kv jetstream.KeyValue
+	err := unlessRefused(ctx, c.js.Conn(), []string{"$JS.API.STREAM.INFO." + statusStream(name)}, func(ctx context.Context) error {
+		var err error
+		kv, err = bucket(ctx, c.js, name, "approvals")
+		return err
+	})
+	return kv, err
 }
 
 // Approval reads the request of a job's call as the key holds it now, answered or not, with
@@ -329,7 +423,7 @@ func (c *Client) Approval(ctx context.Context, jobID, callID string) (Approval, 
 	if err != nil {
 		return Approval{}, err
 	}
-	a, rev, err := read[Approval](ctx, kv, key)
+	a, rev, err := read[Approval](ctx, bucketReader{KeyValue: kv, shared: c.sharedApprovals}, key)
 	switch {
 	case err != nil:
 		return Approval{}, err

@@ -93,7 +93,7 @@ func newApprovalsParties(t *testing.T) approvalsParties {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := js.Publish(t.Context(), "$KV."+cfg.ApprovalsBucket+"."+key, data); err != nil {
+		if _, err := js.Publish(t.Context(), "$KV."+queue.ApprovalsBucket(cfg, "team-a")+"."+key, data); err != nil {
 			t.Fatalf("the approver's login writes %s: %v", key, err)
 		}
 	}

@@ -32,7 +32,7 @@ type guess[T any] struct {
 // it; when it declines or fails, nothing is written and the current value is returned with its
 // error. A bucket with no leader (a cluster electing one) answers nobody for a few seconds: the
 // update waits that out, up to leaderWait, rather than lose the write.
-func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, first guess[T], change func(v *T, rev uint64) (bool, error)) (T, uint64, error) {
+func update[T any](ctx context.Context, kv casStore, key string, first guess[T], change func(v *T, rev uint64) (bool, error)) (T, uint64, error) {
 	var zero T
 	election := leaderless{until: time.Now().Add(leaderWait), pause: 100 * time.Millisecond}
 	for try := 0; try < casTries; try++ {
@@ -71,6 +71,13 @@ func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, first
 		}
 	}
 	return zero, 0, fmt.Errorf("queue: write %s: %w", key, errContention)
+}
+
+// casStore is what update writes: a bucket, or a key of a shared one (sharedBucket).
+type casStore interface {
+	getter
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
 }
 
 // read returns the JSON value under key and its revision: the zero T and revision 0 when the

@@ -27,7 +27,9 @@ type Client struct {
 	status bucketReader // the tenant's statuses (statusbuckets.go)
 	// sharedJobs is the shared job stream an older Boxcar queued in, read by a job's subject.
 	sharedJobs *sharedStream
-	log        *slog.Logger
+	// sharedApprovals is the approvals bucket older workers ask in during an upgrade.
+	sharedApprovals *sharedBucket
+	log             *slog.Logger
 }
 
 // NewClient binds to the tenant's job stream and status bucket; ErrNotServed when the stream
@@ -70,7 +72,8 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant strin
 	}
 	status := bucketReader{KeyValue: kv, shared: newSharedBucket(js, cfg.StatusBucket, "status")}
 	return &Client{js: js, cfg: cfg, tenant: tenant, jobs: jobs, status: status, sharedJobs: &sharedStream{nc: nc, name: cfg.Stream},
-		log: slog.New(slog.DiscardHandler)}, nil
+		sharedApprovals: newSharedBucket(js, cfg.ApprovalsBucket, "approvals"),
+		log:             slog.New(slog.DiscardHandler)}, nil
 }
 
 // bindStatus binds the tenant's status bucket. An identity of another tenant is refused its

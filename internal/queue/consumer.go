@@ -33,9 +33,9 @@ type Consumer struct {
 	old       map[string]*oldConsumer
 	statuses  *tenantBuckets // each tenant's (statusbuckets.go)
 	cancels   jetstream.KeyValue
-	approvals jetstream.KeyValue
-	written   statusCache // the statuses this handle wrote last (status.go)
-	ear       *waker      // new jobs' notifications, for a worker of several tenants (wake.go)
+	approvals *tenantBuckets // each tenant's (approvals.go)
+	written   statusCache    // the statuses this handle wrote last (status.go)
+	ear       *waker         // new jobs' notifications, for a worker of several tenants (wake.go)
 	// admin, when the worker has the operator's rights, declares the streams again when NATS
 	// lost them; nil for a worker that only binds.
 	admin *Admin
@@ -96,23 +96,33 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 			return nil, fmt.Errorf("queue: listen for new jobs: %w", err)
 		}
 	}
-	for _, b := range []struct {
-		kv         *jetstream.KeyValue
-		name, what string
-	}{{&c.cancels, CancelBucket, "cancel"}, {&c.approvals, cfg.ApprovalsBucket, "approvals"}} {
-		if *b.kv, err = bucket(ctx, js, b.name, b.what); err != nil {
-			return nil, err
-		}
-	}
-	if c.statuses, err = newStatusBuckets(ctx, js, cfg); err != nil {
+	if err := c.bindBuckets(ctx); err != nil {
 		return nil, err
 	}
-	for _, tenant := range names {
-		if _, err := c.statuses.of(ctx, tenant); err != nil {
-			return nil, err
+	return c, nil
+}
+
+// bindBuckets binds the cancel bucket and the worker's tenants' status and approvals buckets.
+func (c *Consumer) bindBuckets(ctx context.Context) error {
+	var err error
+	if c.cancels, err = bucket(ctx, c.js, CancelBucket, "cancel"); err != nil {
+		return err
+	}
+	if c.statuses, err = newStatusBuckets(ctx, c.js, c.cfg); err != nil {
+		return err
+	}
+	c.approvals = newTenantBuckets(c.js, c.cfg.ApprovalsBucket, "approvals")
+	if err := c.approvals.learnShared(ctx); err != nil {
+		return err
+	}
+	for _, tenant := range c.tenants {
+		for _, b := range []*tenantBuckets{c.statuses, c.approvals} {
+			if _, err := b.of(ctx, tenant); err != nil {
+				return err
+			}
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // bind binds tenant's job stream and its consumer there, and its consumer on the shared stream

@@ -53,7 +53,7 @@ func TestClientReadsCreateNoConsumer(t *testing.T) {
 	if _, err := b.c.LiveProfiles(ctx); !errors.Is(err, queue.ErrNoProfiles) {
 		t.Errorf("profiles: %v; want ErrNoProfiles", err)
 	}
-	for _, bucket := range []string{queue.StatusBucket(b.cfg, tenant), b.cfg.ApprovalsBucket, queue.ProfilesBucket} {
+	for _, bucket := range []string{queue.StatusBucket(b.cfg, tenant), queue.ApprovalsBucket(b.cfg, tenant), queue.ProfilesBucket} {
 		s, err := b.js.Stream(ctx, "KV_"+bucket)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -104,6 +105,69 @@ func (b *tenantBuckets) adopt(ctx context.Context, kv jetstream.KeyValue, key st
 	return nil
 }
 
+// moveShared copies, for each tenant, its keys in b's shared bucket whose value is done with
+// (moved: nobody writes it any more, such as an ended job's status) into the tenant's bucket,
+// where its tenant lists them; a key the tenant's bucket holds already is left. The others stay
+// where they are: an older worker may still write them, which a copy made now would hide; a
+// reader finds them there by their key, and the next `worker setup` copies them once done.
+// Nothing is removed from the shared bucket, which older workers still use during an upgrade.
+func (a *Admin) moveShared(ctx context.Context, b *tenantBuckets, tenants []string, moved func(key string, data []byte) bool) error {
+	shared, err := a.js.KeyValue(ctx, b.prefix)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil // no older Boxcar wrote here
+	}
+	if err != nil {
+		return fmt.Errorf("queue: look up the shared %s bucket %s: %w", b.what, b.prefix, err)
+	}
+	for _, tenant := range tenants {
+		n, err := a.moveTenant(ctx, b, shared, tenant, moved)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			a.log.InfoContext(ctx, "copied what a tenant's ended jobs left in a shared bucket into the tenant's own",
+				"tenant", tenant, "from", b.prefix, "to", tenantBucket(b.prefix, tenant), "keys", n)
+		}
+	}
+	return nil
+}
+
+// moveTenant is moveShared for one tenant; it returns how many keys it copied.
+func (a *Admin) moveTenant(ctx context.Context, b *tenantBuckets, shared jetstream.KeyValue, tenant string, moved func(string, []byte) bool) (int, error) {
+	name := tenantBucket(b.prefix, tenant)
+	kv, err := b.of(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	have, err := listKeys(ctx, a.js, name, tenant+".>")
+	if err != nil {
+		return 0, fmt.Errorf("queue: %w", err)
+	}
+	old, err := listKeys(ctx, a.js, b.prefix, tenant+".>")
+	if err != nil {
+		return 0, fmt.Errorf("queue: %w", err)
+	}
+	held := make(map[string]bool, len(have))
+	for _, k := range have {
+		held[k] = true
+	}
+	missing := slices.DeleteFunc(old, func(k string) bool { return held[k] })
+	n := 0
+	for i, r := range getEach(ctx, shared, missing) {
+		if r.err != nil || !moved(missing[i], r.entry.Value()) {
+			continue // deleted, purged or expired since it was listed, a timeout (the next setup), or still in use
+		}
+		_, err = kv.Create(ctx, missing[i], r.entry.Value())
+		switch {
+		case err == nil:
+			n++
+		case !errors.Is(err, jetstream.ErrKeyExists):
+			return n, fmt.Errorf("queue: copy %s from %s into %s: %w", missing[i], b.prefix, name, err)
+		}
+	}
+	return n, nil
+}
+
 // bucketReader reads a tenant's keys: its bucket, then, for a key it does not hold, the shared
 // bucket (sharedBucket).
 type bucketReader struct {
@@ -123,12 +187,32 @@ func (r bucketReader) Get(ctx context.Context, key string) (jetstream.KeyValueEn
 // sharedBucket reads one key of a shared bucket by a direct get with the key in the request's
 // subject, the only read of it a tenant's identity is granted.
 type sharedBucket struct {
+	js           jetstream.JetStream
 	bucket, what string
 	stream       *sharedStream
 }
 
 func newSharedBucket(js jetstream.JetStream, bucket, what string) *sharedBucket {
-	return &sharedBucket{bucket: bucket, what: what, stream: &sharedStream{nc: js.Conn(), name: statusStream(bucket)}}
+	return &sharedBucket{js: js, bucket: bucket, what: what, stream: &sharedStream{nc: js.Conn(), name: statusStream(bucket)}}
+}
+
+// Create writes key unless it holds a value, by a publish on its subject alone: all a tenant's
+// identity may write of a shared bucket (natsconfig), where an older worker watches for it.
+func (s *sharedBucket) Create(ctx context.Context, key string, value []byte, _ ...jetstream.KVCreateOpt) (uint64, error) {
+	return s.Update(ctx, key, value, 0)
+}
+
+// Update writes key if its last value is at revision last (0: it holds none), as
+// jetstream.KeyValue's Update, by a publish on its subject.
+func (s *sharedBucket) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	msg := nats.NewMsg("$KV." + s.bucket + "." + key)
+	msg.Data = value
+	msg.Header.Set(lastSubject, strconv.FormatUint(last, 10))
+	ack, err := s.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 // Get is the key's last value in the shared bucket; jetstream.ErrKeyNotFound when it holds

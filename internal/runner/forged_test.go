@@ -129,7 +129,7 @@ func rawPut(t *testing.T, b *bundle, id string, a queue.Approval) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(context.Background(), b.cfg.NATS.ApprovalsBucket)
+	kv, err := js.KeyValue(context.Background(), queue.ApprovalsBucket(b.cfg.NATS, job.DefaultTenant))
 	if err != nil {
 		t.Fatal(err)
 	}

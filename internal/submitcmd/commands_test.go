@@ -214,7 +214,7 @@ func TestApprovalsShowWhatIsSigned(t *testing.T) {
 	decoy := asked
 	decoy.Argv, decoy.RequestedAt = []string{"ls"}, now.Add(-time.Second)
 	data, _ := json.Marshal(decoy)
-	kv, err := te.js.KeyValue(t.Context(), config.Config{}.WithDefaults().NATS.ApprovalsBucket)
+	kv, err := te.js.KeyValue(t.Context(), queue.ApprovalsBucket(config.Config{}.WithDefaults().NATS, job.DefaultTenant))
 	if err != nil {
 		t.Fatal(err)
 	}

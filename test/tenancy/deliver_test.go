@@ -43,7 +43,7 @@ func TestTenantCannotDeliverIntoAnotherTenantsConsumer(t *testing.T) {
 	if err := put(n.CancelBucket, "team-a."+idA, pull)(ctx, sa); err != nil {
 		t.Fatalf("team-a's submitter writes its own cancel key: %v", err)
 	}
-	if err := put(n.ApprovalsBucket, "team-a."+idA+".call-1", pull)(ctx, aa); err != nil {
+	if err := put(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", pull)(ctx, aa); err != nil {
 		t.Fatalf("team-a's approver writes its own answer: %v", err)
 	}
 	next := "$JS.API.CONSUMER.MSG.NEXT." + n.JobStream + "_team-b." + n.Consumer + "-team-b"
@@ -51,8 +51,8 @@ func TestTenantCannotDeliverIntoAnotherTenantsConsumer(t *testing.T) {
 	refused, _ := runAttempts(t, d, []attempt{
 		{"submitter delivers a pull request into team-b's consumer", "team-a-submitter", pushInto(n.CancelBucket, "team-a."+idA, next)},
 		{"submitter resets team-b's consumer", "team-a-submitter", pushInto(n.CancelBucket, "team-a."+idA, reset)},
-		{"approver delivers a pull request into team-b's consumer", "team-a-approver", pushInto(n.ApprovalsBucket, "team-a."+idA+".call-1", next)},
-		{"approver resets team-b's consumer", "team-a-approver", pushInto(n.ApprovalsBucket, "team-a."+idA+".call-1", reset)},
+		{"approver delivers a pull request into team-b's consumer", "team-a-approver", pushInto(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", next)},
+		{"approver resets team-b's consumer", "team-a-approver", pushInto(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", reset)},
 	})
 	t.Logf("%d of 4 consumers delivering into team-b's consumer refused", refused)
 

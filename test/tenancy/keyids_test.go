@@ -53,7 +53,7 @@ func TestStreamInfoNamesNoOtherTenantsJobs(t *testing.T) {
 			now := time.Now().UTC()
 			_, err := q.RequestApproval(ctx, queue.Approval{Tenant: "team-b", JobID: idB, CallID: "call-1", Argv: []string{"rm", "x"}, RequestedAt: now, ExpiresAt: now.Add(time.Hour)})
 			return err
-		}, true},
+		}, false},
 		{"cancel", "KV_" + queue.CancelBucket, func(ctx context.Context) error {
 			b, err := queue.NewClient(ctx, d.connect(t, "team-b-submitter").nc, cfg, "team-b")
 			if err != nil {

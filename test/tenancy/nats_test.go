@@ -49,10 +49,11 @@ func declare(t *testing.T, op *conn, d *deployment) {
 			t.Fatal(err)
 		}
 	}
-	// The shared status bucket is an older Boxcar's, which workers of an upgrade still write.
+	// The shared status and approvals buckets are an older Boxcar's, which workers of an
+	// upgrade still write.
 	buckets := []string{n.StatusBucket, n.ApprovalsBucket, n.CancelBucket, n.ProfilesBucket, n.UsageBucket}
 	for _, tn := range tenants {
-		buckets = append(buckets, statusOf(n, tn))
+		buckets = append(buckets, statusOf(n, tn), approvalsOf(n, tn))
 	}
 	for _, b := range buckets {
 		if _, err := op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 4}); err != nil {
@@ -66,6 +67,9 @@ func statusOf(n natsconfig.Names, tenant string) string { return n.StatusBucket 
 
 // lettersOf is tenant's dead-letter stream.
 func lettersOf(n natsconfig.Names, tenant string) string { return n.DeadLetterStream + "_" + tenant }
+
+// approvalsOf is tenant's approvals bucket.
+func approvalsOf(n natsconfig.Names, tenant string) string { return n.ApprovalsBucket + "_" + tenant }
 
 // world is what the operator can see of the layout: every stream's messages and every
 // consumer's settings. An attempt the server refused leaves it as it was.
@@ -224,11 +228,15 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"submitter deletes another tenant's status", sa, kvOp(statusOf(n, "team-b"), func(ctx context.Context, kv jetstream.KeyValue) error { return kv.Delete(ctx, "team-b."+idB) })},
 		{"submitter cancels another tenant's job", sa, put(n.CancelBucket, "team-b."+idB, `{"by":"mallory"}`)},
 		{"submitter reads another tenant's cancel requests", sa, get(n.CancelBucket, "team-b."+idB)},
-		{"submitter approves its own job's command (approvers only)", sa, put(n.ApprovalsBucket, "team-a."+idA+".call-1", `{"approved":true}`)},
-		{"submitter approves another tenant's command", sa, put(n.ApprovalsBucket, "team-b."+idB+".call-1", `{"approved":true}`)},
-		{"approver approves another tenant's command", aa, put(n.ApprovalsBucket, "team-b."+idB+".call-1", `{"approved":true}`)},
-		{"approver reads another tenant's approval requests", aa, get(n.ApprovalsBucket, "team-b."+idB+".call-1")},
-		{"approver watches another tenant's approval requests", aa, watch(n.ApprovalsBucket, "team-b.>")},
+		{"submitter approves its own job's command (approvers only)", sa, put(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", `{"approved":true}`)},
+		{"submitter approves another tenant's command", sa, put(approvalsOf(n, "team-b"), "team-b."+idB+".call-1", `{"approved":true}`)},
+		{"approver approves another tenant's command", aa, put(approvalsOf(n, "team-b"), "team-b."+idB+".call-1", `{"approved":true}`)},
+		{"approver approves another tenant's command in the shared approvals bucket", aa, put(n.ApprovalsBucket, "team-b."+idB+".call-1", `{"approved":true}`)},
+		{"approver reads another tenant's approval requests", aa, get(approvalsOf(n, "team-b"), "team-b."+idB+".call-1")},
+		{"approver watches another tenant's approval requests", aa, watch(approvalsOf(n, "team-b"), "team-b.>")},
+		{"approver direct-gets another tenant's request in the shared approvals bucket", aa, request("$JS.API.DIRECT.GET.KV_"+n.ApprovalsBucket+".$KV."+n.ApprovalsBucket+".team-b."+idB+".call-1", "")},
+		{"submitter looks up the shared approvals bucket (every tenant's job ids an older Boxcar asked about)", sa, request("$JS.API.STREAM.INFO.KV_"+n.ApprovalsBucket, "")},
+		{"approver looks up another tenant's approvals bucket (its job ids)", aa, request("$JS.API.STREAM.INFO.KV_"+approvalsOf(n, "team-b"), "")},
 		{"approver submits a job (submitters only)", aa, publish(n.JobSubject+".team-a.20261204t160000-dddddddddddd", "team-a.20261204t160000-dddddddddddd")},
 		{"approver cancels its tenant's job (submitters only)", aa, put(n.CancelBucket, "team-a."+idA, `{"by":"approver"}`)},
 		{"approver writes a status", aa, put(statusOf(n, "team-a"), "team-a."+idA, `{"state":"succeeded"}`)},
@@ -270,13 +278,13 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"submitter lists the streams", sa, request("$JS.API.STREAM.NAMES", "")},
 		{"submitter watches its own statuses (consumers are the workers')", sa, watch(statusOf(n, "team-a"), "team-a.>")},
 		{"submitter watches the profiles (consumers are the workers')", sa, watch(n.ProfilesBucket, ">")},
-		{"approver watches its own approval requests (consumers are the workers')", aa, watch(n.ApprovalsBucket, "team-a.>")},
+		{"approver watches its own approval requests (consumers are the workers')", aa, watch(approvalsOf(n, "team-a"), "team-a.>")},
 		{"submitter's consumer on its own cancel key delivers into another tenant's consumer's next-message subject", sa,
 			pushInto(n.CancelBucket, "team-a."+idA, "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
 		{"submitter's consumer on its own cancel key delivers into another tenant's consumer's reset subject", sa,
 			pushInto(n.CancelBucket, "team-a."+idA, "$JS.API.CONSUMER.RESET."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
 		{"approver's consumer on its own approvals delivers into another tenant's consumer's next-message subject", aa,
-			pushInto(n.ApprovalsBucket, "team-a."+idA+".call-1", "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
+			pushInto(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
 		{"submitter deletes a worker's watch", sa, request("$JS.API.CONSUMER.DELETE.KV_"+n.CancelBucket+".somewatch", "")},
 		{"submitter lists the watches on the status bucket", sa, request("$JS.API.CONSUMER.NAMES.KV_"+statusOf(n, "team-a"), "")},
 		{"submitter creates an unfiltered consumer on the status bucket", sa, request("$JS.API.CONSUMER.CREATE.KV_"+statusOf(n, "team-a"), `{"stream_name":"KV_`+statusOf(n, "team-a")+`","config":{"deliver_subject":"x","ack_policy":"none"}}`)},
@@ -355,7 +363,7 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 		}},
 		{"worker requests approvals", w, func(ctx context.Context, c *conn) error {
 			for tn, id := range map[string]string{"team-a": idA, "team-b": idB} {
-				if err := put(n.ApprovalsBucket, tn+"."+id+".call-1", approvalRequest(tn, id))(ctx, c); err != nil {
+				if err := put(approvalsOf(n, tn), tn+"."+id+".call-1", approvalRequest(tn, id))(ctx, c); err != nil {
 					return err
 				}
 			}
@@ -405,7 +413,7 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 			return nil
 		})},
 		{"submitter cancels its job", sa, put(n.CancelBucket, "team-a."+idA, `{"by":"ann"}`)},
-		{"submitter reads its approval requests", sa, get(n.ApprovalsBucket, "team-a."+idA+".call-1")},
+		{"submitter reads its approval requests", sa, get(approvalsOf(n, "team-a"), "team-a."+idA+".call-1")},
 		{"submitter reads its dead letters, in its stream and by their subjects in the shared one", sa, func(ctx context.Context, c *conn) error {
 			for _, id := range []string{"20261204t140000-000000000000", "20261204t140000-000000000001"} {
 				if _, err := queue.DeadLetterOf(ctx, c.nc, config.Config{}.WithDefaults().NATS, queue.Ref{Tenant: "team-a", ID: id}); err != nil {
@@ -430,7 +438,10 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 		{"approver lists and watches its statuses", aa, client("team-a", func(ctx context.Context, q *queue.Client) error {
 			return listsAndWatches(ctx, q, idA)
 		})},
-		{"approver answers it", aa, put(n.ApprovalsBucket, "team-a."+idA+".call-1", `{"approved":true}`)},
+		{"approver answers it", aa, put(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", `{"approved":true}`)},
+		{"worker asks in the shared approvals bucket (an older worker of an upgrade)", w, put(n.ApprovalsBucket, "team-a."+idA+".call-1", approvalRequest("team-a", idA))},
+		{"approver reads that request by its key", aa, ask("$JS.API.DIRECT.GET.KV_"+n.ApprovalsBucket+".$KV."+n.ApprovalsBucket+".team-a."+idA+".call-1", "")},
+		{"approver answers it there", aa, publish("$KV."+n.ApprovalsBucket+".team-a."+idA+".call-1", "answer-"+idA)},
 		{"approver reads its status", aa, get(statusOf(n, "team-a"), "team-a."+idA)},
 		{"worker watches cancels", w, watch(n.CancelBucket, ">")},
 		{"worker fetches and acks the job", w, func(ctx context.Context, c *conn) error {

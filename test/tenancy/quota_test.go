@@ -38,9 +38,9 @@ func TestTenantCannotFillTheStoreThroughABucket(t *testing.T) {
 			set: cancels, ttl: "never", size: 512 << 10, most: 1},
 		{name: "cancel requests of 1 KiB past nats.cancel_max_bytes", who: "team-a-submitter", bucket: queue.CancelBucket, key: "team-a.%s",
 			set: cancels, ttl: "never", size: 1 << 10, most: 4 * bound / (1 << 10)},
-		{name: "one approval answer of 1000 KiB", who: "team-a-approver", bucket: "BOXCAR_APPROVALS", key: "team-a.%s.call_1",
+		{name: "one approval answer of 1000 KiB", who: "team-a-approver", bucket: "BOXCAR_APPROVALS_team-a", key: "team-a.%s.call_1",
 			set: approvals, size: 1000 << 10, most: 1},
-		{name: "approval answers of 1 KiB past nats.approvals_max_bytes", who: "team-a-approver", bucket: "BOXCAR_APPROVALS", key: "team-a.%s.call_1",
+		{name: "approval answers of 1 KiB past nats.approvals_max_bytes", who: "team-a-approver", bucket: "BOXCAR_APPROVALS_team-a", key: "team-a.%s.call_1",
 			set: approvals, size: 1 << 10, most: 4 * bound / (1 << 10)},
 	}
 	for _, tt := range tests {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
@@ -21,6 +23,13 @@ import (
 func TestRollupCannotPurgeAnotherTenantsKeys(t *testing.T) {
 	t.Parallel()
 	d := deploy(t)
+	// The shared approvals bucket is an older Boxcar's, as nats.go makes a bucket (roll-ups
+	// allowed): `worker setup` keeps it for the older workers of an upgrade, and a tenant's
+	// approver may still answer its own keys there.
+	older := config.Config{}.WithDefaults().NATS.ApprovalsBucket
+	if _, err := d.connect(t, "operator").js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: older}); err != nil {
+		t.Fatal(err)
+	}
 	cfg := setUp(t, d)
 	idA, idB := job.NewID(), job.NewID()
 	tests := []struct {
@@ -30,7 +39,7 @@ func TestRollupCannotPurgeAnotherTenantsKeys(t *testing.T) {
 	}{
 		{name: "team-a's submitter rolls up every tenant's cancel requests", bucket: queue.CancelBucket,
 			writer: "team-b-submitter", victim: "team-b." + idB, mallory: "team-a-submitter", own: "team-a." + idA},
-		{name: "team-a's approver rolls up every tenant's approval requests and answers", bucket: cfg.ApprovalsBucket,
+		{name: "team-a's approver rolls up every tenant's approval requests and answers in the shared bucket", bucket: cfg.ApprovalsBucket,
 			writer: "worker", victim: "team-b." + idB + ".call_1", mallory: "team-a-approver", own: "team-a." + idA + ".call_1"},
 	}
 	for _, tt := range tests {
