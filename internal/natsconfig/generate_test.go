@@ -137,9 +137,10 @@ func TestPermissionsScoped(t *testing.T) {
 		// never is what this role may not use, on top of what no role but the operator may.
 		never []string
 	}{
-		{"submitter", natsconfig.Submitter, "team-a", []string{"boxcar.jobs.team-a.*", "$KV.BOXCAR_CANCEL.team-a.>", "$JS.API.DIRECT.GET.BOXCAR_JOBS.boxcar.jobs.team-a.*", "$JS.API.STREAM.INFO.BOXCAR_DLQ_team-a", "$JS.API.DIRECT.GET.BOXCAR_DLQ.BOXCAR_DLQ.team-a.>"}, noConsumers},
+		{"submitter", natsconfig.Submitter, "team-a", []string{"boxcar.jobs.team-a.*", "$KV.BOXCAR_CANCEL.team-a.>", "$JS.API.DIRECT.GET.BOXCAR_JOBS.boxcar.jobs.team-a.*", "$JS.API.STREAM.INFO.BOXCAR_DLQ_team-a", "$JS.API.DIRECT.GET.BOXCAR_DLQ.BOXCAR_DLQ.team-a.>",
+			"$JS.API.STREAM.INFO.KV_BOXCAR_USAGE_team-a", "$JS.API.DIRECT.GET.KV_BOXCAR_USAGE.$KV.BOXCAR_USAGE.team-a.>"}, noConsumers},
 		{"approver", natsconfig.Approver, "team-a", []string{"$KV.BOXCAR_APPROVALS_team-a.team-a.>", "$KV.BOXCAR_APPROVALS.team-a.>"}, noConsumers},
-		{"worker", natsconfig.Worker, "", []string{"$KV.BOXCAR_STATUS_team-a.>", "$JS.ACK.BOXCAR_JOBS.boxcar-workers-team-a.>", "$JS.API.CONSUMER.CREATE.KV_BOXCAR_CANCEL.*.$KV.BOXCAR_CANCEL.>"}, workerWatchesNoMore},
+		{"worker", natsconfig.Worker, "", []string{"$KV.BOXCAR_STATUS_team-a.>", "$KV.BOXCAR_USAGE_team-a.>", "$KV.BOXCAR_USAGE.>", "$JS.ACK.BOXCAR_JOBS.boxcar-workers-team-a.>", "$JS.API.CONSUMER.CREATE.KV_BOXCAR_CANCEL.*.$KV.BOXCAR_CANCEL.>"}, workerWatchesNoMore},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -171,7 +172,7 @@ var workerWatchesNoMore = []string{"CONSUMER.CREATE.KV_BOXCAR_STATUS", "CONSUMER
 
 // sharedInfo is the info of the streams every tenant's keys are in, which a tenant's identity
 // may not ask for: with a subject filter, it lists them (docs/security.md says which remain).
-var sharedInfo = []string{"$JS.API.STREAM.INFO.BOXCAR_JOBS", "$JS.API.STREAM.INFO.KV_BOXCAR_STATUS", "$JS.API.STREAM.INFO.BOXCAR_DLQ", "$JS.API.STREAM.INFO.KV_BOXCAR_APPROVALS"}
+var sharedInfo = []string{"$JS.API.STREAM.INFO.BOXCAR_JOBS", "$JS.API.STREAM.INFO.KV_BOXCAR_STATUS", "$JS.API.STREAM.INFO.BOXCAR_DLQ", "$JS.API.STREAM.INFO.KV_BOXCAR_APPROVALS", "$JS.API.STREAM.INFO.KV_BOXCAR_USAGE"}
 
 // noConsumers is what a tenant's identity may not use: creating, deleting or driving a
 // consumer. A consumer's deliver subject is checked against no permission (nats-server issue

@@ -140,8 +140,12 @@ var Table = []Grant{
 		Pub: streamRead("{dlq}_{tenant}", "{dlq}_{tenant}.>")},
 	{Roles: []Role{Submitter}, What: "read, by its job's subject, a dead letter of its tenant's in the shared dead-letter stream (written before the upgrade, or by an older worker during it)",
 		Pub: []string{"$JS.API.DIRECT.GET.{dlq}.{dlq}.{tenant}.>"}},
+	// Its tenant's bucket only, as the statuses: the info of the shared one lists the days every
+	// tenant spent on.
 	{Roles: []Role{Submitter}, What: "read its tenant's token spending",
-		Pub: kvRead("{usage}", "{tenant}.>")},
+		Pub: kvRead("{usage}_{tenant}", "{tenant}.>")},
+	{Roles: []Role{Submitter}, What: "read, by its key, its tenant's day that older workers add to in the shared usage bucket while an upgrade runs",
+		Pub: []string{"$JS.API.DIRECT.GET.KV_{usage}.$KV.{usage}.{tenant}.>"}},
 	{Roles: []Role{Submitter, Approver, Worker}, What: "read and list the profiles workers offer",
 		Pub: kvRead("{profiles}", ">")},
 	{Roles: []Role{Worker}, What: "bind every tenant's job stream and fetch, ack, nak, term and extend the jobs of its consumer",
@@ -173,8 +177,11 @@ var Table = []Grant{
 	// An older worker of an upgrade writes there with the worker's login too, regenerated.
 	{Roles: []Role{Worker}, What: "dead-letter a job of a tenant it does not serve (retired, unknown) in the shared dead-letter stream, and read the letters older workers wrote there",
 		Pub: append(streamRead("{dlq}", "{dlq}.>"), "{dlq}.>")},
-	{Roles: []Role{Worker}, What: "advertise its profiles, count tokens spent",
-		Pub: join(kvWrite("{profiles}", ">"), kvRead("{usage}", ">"), kvWrite("{usage}", ">"))},
+	{Roles: []Role{Worker}, What: "advertise its profiles, count every tenant's tokens spent",
+		Pub: join(kvWrite("{profiles}", ">"), kvRead("{usage}_{each}", ">"), kvWrite("{usage}_{each}", ">"))},
+	// An older worker of an upgrade adds there with the worker's login too, regenerated.
+	{Roles: []Role{Worker}, What: "read and add to the shared usage bucket older workers add to during an upgrade",
+		Pub: join(kvRead("{usage}", ">"), kvWrite("{usage}", ">"))},
 	{Roles: []Role{Operator}, What: "declare and administer streams, consumers and buckets (`worker setup`, `nats`)",
 		Pub: []string{"$JS.API.>"}},
 	// A key's write is no JetStream API request: without these, setup's copy was refused.

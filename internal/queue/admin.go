@@ -68,8 +68,8 @@ func (a *Admin) Declare(ctx context.Context) error {
 	// spent, and the profiles it advertises. The profiles live in memory, which a server may
 	// not offer (max_memory_store 0): submit then checks no profile, and nothing else is lost,
 	// so that one is said and not fatal.
-	if _, err := declareBucket(ctx, a.js, usageBucketConfig(cfg.Replicas)); err != nil {
-		return fmt.Errorf("queue: set up bucket %s: %w", UsageBucket, err)
+	if err := a.declareUsage(ctx, slices.Sorted(maps.Keys(streams))); err != nil {
+		return err
 	}
 	if _, err := declareBucket(ctx, a.js, profilesBucketConfig(cfg.Replicas)); err != nil {
 		a.log.WarnContext(ctx, "cannot set up the profiles bucket; workers will not advertise their profiles and submit will not check them", "bucket", ProfilesBucket, "error", err)

@@ -1,23 +1,48 @@
 package queue_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
+// setUpUsage declares the layout of tenants as `worker setup` does, their usage buckets with it.
+func setUpUsage(ctx context.Context, t *testing.T, nc *nats.Conn, tenants ...string) {
+	t.Helper()
+	cfg := map[string]config.Tenant{}
+	for _, tn := range tenants {
+		cfg[tn] = config.Tenant{}
+	}
+	admin, err := queue.NewAdmin(nc, config.Config{}.WithDefaults().NATS, cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		err = admin.Declare(ctx)
+	}
+	if err != nil {
+		t.Fatalf("worker setup: %v", err)
+	}
+}
+
 // TestUsageAddsUp: workers adding a tenant's tokens at the same time lose none of them (each
-// addition is a compare-and-set), and each tenant and UTC day has its own count.
+// addition is a compare-and-set), and each tenant and UTC day has its own count, in the
+// tenant's own bucket.
 func TestUsageAddsUp(t *testing.T) {
 	t.Parallel()
 	nc := connect(t, false)
 	ctx := t.Context()
-	if _, err := queue.OpenUsage(ctx, nc, 1, false); !errors.Is(err, queue.ErrNoUsage) {
-		t.Fatalf("a client before any worker: %v, want ErrNoUsage", err)
+	if _, err := queue.OpenUsage(ctx, nc, []string{"team-a"}, false); !errors.Is(err, queue.ErrNotReady) {
+		t.Fatalf("a client before any setup: %v, want ErrNotReady", err)
 	}
+	setUpUsage(ctx, t, nc, "team-a", "team-b", "team-c")
 	workers := make([]*queue.Usage, 4)
 	for i := range workers {
 		wc, err := queue.Connect(ctx, queue.ConnOptions{URL: nc.ConnectedUrl(), Name: "worker"})
@@ -25,7 +50,7 @@ func TestUsageAddsUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(wc.Close)
-		u, err := queue.OpenUsage(ctx, wc, 1, true)
+		u, err := queue.OpenUsage(ctx, wc, []string{"team-a", "team-b"}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +77,7 @@ func TestUsageAddsUp(t *testing.T) {
 	if _, err := workers[0].Add(ctx, "team-a", day.Add(time.Minute), 3, 1000); err != nil {
 		t.Fatal(err)
 	}
-	client, err := queue.OpenUsage(ctx, nc, 1, false)
+	client, err := queue.OpenUsage(ctx, nc, []string{"team-a", "team-b", "team-c"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +110,9 @@ func TestUsageAddsUp(t *testing.T) {
 // the test's, so its time falls between two readings of the test's own).
 func TestUsageNowIsTheServers(t *testing.T) {
 	t.Parallel()
-	u, err := queue.OpenUsage(t.Context(), connect(t, false), 1, true)
+	nc := connect(t, false)
+	setUpUsage(t.Context(), t, nc, "team-a")
+	u, err := queue.OpenUsage(t.Context(), nc, []string{"team-a"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +133,12 @@ func TestUsageNowIsTheServers(t *testing.T) {
 func TestUsageNowReadsTheServerOncePerInterval(t *testing.T) {
 	t.Parallel()
 	nc := connect(t, false)
-	u, err := queue.OpenUsage(t.Context(), nc, 1, true)
+	setUpUsage(t.Context(), t, nc, "team-a")
+	u, err := queue.OpenUsage(t.Context(), nc, []string{"team-a"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	looks, err := nc.SubscribeSync("$JS.API.STREAM.INFO.KV_" + queue.UsageBucket)
+	looks, err := nc.SubscribeSync("$JS.API.STREAM.INFO.KV_" + queue.UsageBucketOf("team-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,5 +163,106 @@ func TestUsageNowReadsTheServerOncePerInterval(t *testing.T) {
 	}
 	if n, _, _ := looks.Pending(); n != 1 {
 		t.Errorf("11 calls of Now looked at the server %d times, want 1", n)
+	}
+}
+
+// TestUsageOfAnUpgradeAddsUp is a rolling upgrade from one usage bucket for every tenant: older
+// workers go on adding to the day's key in BOXCAR_USAGE, workers of this version add to the
+// tenant's BOXCAR_USAGE_TENANT, and the day a worker holds the budget to and a submitter shows
+// is the sum of both, so that the tenant's budget neither starts again at the upgrade nor
+// counts a token twice, however often `worker setup` runs; another tenant's day is its own.
+func TestUsageOfAnUpgradeAddsUp(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, false)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	shared, err := jetStream(t, nc).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: queue.UsageBucket, History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
+	older := func(tenant string, tokens, budget int64) { // what an older worker's addition leaves
+		t.Helper()
+		data, err := json.Marshal(queue.DayUsage{Tokens: tokens, DailyTokens: budget, UpdatedAt: time.Now().UTC()})
+		if err == nil {
+			_, err = shared.Put(ctx, tenant+"."+day.Format(time.DateOnly), data)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	older("team-a", 300, 1000)
+	older("team-b", 7, 0)
+	setUpUsage(ctx, t, nc, "team-a", "team-b")
+	worker, err := queue.OpenUsage(ctx, nc, []string{"team-a", "team-b"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	submitter, err := queue.OpenUsage(ctx, nc, []string{"team-a"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total, err := worker.Add(ctx, "team-a", day, 50, 2000); err != nil || total != 350 {
+		t.Fatalf("Add(team-a, 50) = %d, %v; want 350, the older workers' 300 and 50", total, err)
+	}
+	older("team-a", 400, 1000) // an older worker adds 100 more
+	steps := []struct {
+		name   string
+		u      *queue.Usage
+		tenant string
+		setup  bool // `worker setup` runs again first
+		want   queue.DayUsage
+	}{
+		{"the worker's day: both, the budget written last", worker, "team-a", false, queue.DayUsage{Tokens: 450, DailyTokens: 1000}},
+		{"the submitter's day", submitter, "team-a", false, queue.DayUsage{Tokens: 450, DailyTokens: 1000}},
+		{"after setup again: nothing counted twice", worker, "team-a", true, queue.DayUsage{Tokens: 450, DailyTokens: 1000}},
+		{"another tenant's day: its own older count alone", worker, "team-b", false, queue.DayUsage{Tokens: 7}},
+	}
+	for _, s := range steps {
+		if s.setup {
+			setUpUsage(ctx, t, nc, "team-a", "team-b")
+		}
+		got, err := s.u.Day(ctx, s.tenant, day)
+		if err != nil || got.Tokens != s.want.Tokens || got.DailyTokens != s.want.DailyTokens {
+			t.Errorf("%s: Day(%s) = %+v, %v; want %+v", s.name, s.tenant, got, err, s.want)
+		}
+	}
+}
+
+// TestUsageReadsNoSharedBucketWhereNone: in a deployment that began with this version there is
+// no shared usage bucket, setup makes none, and a worker, which reads a tenant's day before each
+// model request, asks nothing of one.
+func TestUsageReadsNoSharedBucketWhereNone(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, false)
+	ctx := t.Context()
+	setUpUsage(ctx, t, nc, "team-a")
+	if _, err := jetStream(t, nc).KeyValue(ctx, queue.UsageBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("the shared bucket after setup: %v, want none", err)
+	}
+	u, err := queue.OpenUsage(ctx, nc, []string{"team-a"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asks, err := nc.SubscribeSync("$JS.API.DIRECT.GET.KV_" + queue.UsageBucket + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := u.Add(ctx, "team-a", time.Now(), 3, 100); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := u.Day(ctx, "team-a", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := asks.Pending(); n != 0 {
+		t.Errorf("5 additions and reads asked the shared bucket %d times, want none", n)
 	}
 }

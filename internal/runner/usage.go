@@ -11,7 +11,7 @@ import (
 )
 
 // Usage keeps the model tokens each tenant's jobs spent per UTC day, for the tenants' daily
-// budgets (queue.Usage implements it on the bucket BOXCAR_USAGE).
+// budgets (queue.Usage implements it on the tenants' buckets BOXCAR_USAGE_TENANT).
 type Usage interface {
 	// Now is the clock that decides the day: the NATS server's, which all workers share.
 	Now(ctx context.Context) (time.Time, error)

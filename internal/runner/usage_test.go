@@ -45,7 +45,7 @@ func newBudgetRigOn(t *testing.T, limit int64, model *httptest.Server, opts ...f
 	}
 	cfg.NATS = b.cfg.NATS
 	b.cfg = cfg
-	u, err := queue.OpenUsage(t.Context(), b.nc, 1, true)
+	u, err := queue.OpenUsage(t.Context(), b.nc, []string{job.DefaultTenant}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,8 +73,8 @@ func (r *budgetRig) on(t *testing.T, at time.Time) int64 {
 	return d.Tokens
 }
 
-// TestTenantDailyTokens: every model answer's tokens are added to the tenant's day in
-// BOXCAR_USAGE and boxcar_tenant_tokens_total; before each model request the day is checked
+// TestTenantDailyTokens: every model answer's tokens are added to the tenant's day in its
+// bucket BOXCAR_USAGE_default and boxcar_tenant_tokens_total; before each model request the day is checked
 // against the tenant's daily_tokens, and a job that finds it spent, before its first request or
 // between two, ends at its first attempt capped as budget_exhausted, saying whose budget and how
 // large, with no dead letter. The demo model's job takes two model requests.

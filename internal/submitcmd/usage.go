@@ -10,11 +10,12 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
 
-// tenantUsage is what the tenant submit acts for spent on the model today (the NATS server's UTC day, as the workers count it), from the
-// bucket the workers keep; nil when it cannot be read (no worker has kept it yet, or NATS
-// refuses the read): status shows it only as an aside.
+// tenantUsage is what the tenant submit acts for spent on the model today (the NATS server's
+// UTC day, as the workers count it), from the tenant's bucket the workers keep and, during an
+// upgrade, what older workers added in the shared one (queue.Usage.Day); nil when it cannot be
+// read (no worker has kept it yet, or NATS refuses the read): status shows it only as an aside.
 func (e *env) tenantUsage(ctx context.Context, nc *nats.Conn) map[string]any {
-	u, err := queue.OpenUsage(ctx, nc, 1, false)
+	u, err := queue.OpenUsage(ctx, nc, []string{e.tenant()}, false)
 	if err != nil {
 		return nil
 	}

@@ -10,8 +10,8 @@ import (
 )
 
 // TestStatusShowsTenantSpend: `submit status` adds what the tenant spent on the model today
-// of its daily budget, as the workers keep it in BOXCAR_USAGE, and says nothing of it when no
-// worker has kept any.
+// of its daily budget, as the workers keep it in the tenant's bucket BOXCAR_USAGE_default, and
+// says nothing of it when no worker has kept any.
 func TestStatusShowsTenantSpend(t *testing.T) {
 	te := newTestEnv(t)
 	id := te.submitJob(t)
@@ -24,7 +24,7 @@ func TestStatusShowsTenantSpend(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	u, err := queue.OpenUsage(t.Context(), nc, 1, true)
+	u, err := queue.OpenUsage(t.Context(), nc, []string{job.DefaultTenant}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -366,7 +366,7 @@ func startRunner(ctx context.Context, p *parts, boot *starting) (*runner.Runner,
 	}
 	var usage *queue.Usage
 	if err == nil {
-		usage, err = queue.OpenUsage(ctx, p.link.Conn(), p.cfg.NATS.Replicas, true)
+		usage, err = queue.OpenUsage(ctx, p.link.Conn(), q.Tenants(), true)
 	}
 	if err != nil {
 		return nil, nil, err

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/natsconfig"
@@ -62,13 +64,21 @@ func TestStreamInfoNamesNoOtherTenantsJobs(t *testing.T) {
 			_, err = b.Cancel(ctx, idB, "bob")
 			return err
 		}, true},
+		// A day this version's worker counts for team-b, and one an older worker of an upgrade
+		// counted in the shared bucket (which the operator made as an older Boxcar did).
 		{"usage", "KV_" + queue.UsageBucket, func(ctx context.Context) error {
-			u, err := queue.OpenUsage(ctx, w.nc, 1, false)
+			if _, err := d.connect(t, "operator").js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: queue.UsageBucket}); err != nil {
+				return err
+			}
+			if err := put(queue.UsageBucket, "team-b.2026-12-04", `{"tokens":7}`)(ctx, w); err != nil {
+				return err
+			}
+			u, err := queue.OpenUsage(ctx, w.nc, []string{"team-a", "team-b"}, true)
 			if err == nil {
 				_, err = u.Add(ctx, "team-b", time.Now(), 5, 0)
 			}
 			return err
-		}, true},
+		}, false},
 		// A team-b job this version's worker dead-letters, and one an older worker of an
 		// upgrade did, in the shared stream.
 		{"dead letters", cfg.DeadLetterStream, func(ctx context.Context) error {

@@ -53,7 +53,7 @@ func declare(t *testing.T, op *conn, d *deployment) {
 	// upgrade still write.
 	buckets := []string{n.StatusBucket, n.ApprovalsBucket, n.CancelBucket, n.ProfilesBucket, n.UsageBucket}
 	for _, tn := range tenants {
-		buckets = append(buckets, statusOf(n, tn), approvalsOf(n, tn))
+		buckets = append(buckets, statusOf(n, tn), approvalsOf(n, tn), usageOf(n, tn))
 	}
 	for _, b := range buckets {
 		if _, err := op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 4}); err != nil {
@@ -64,6 +64,9 @@ func declare(t *testing.T, op *conn, d *deployment) {
 
 // statusOf is tenant's status bucket.
 func statusOf(n natsconfig.Names, tenant string) string { return n.StatusBucket + "_" + tenant }
+
+// usageOf is tenant's usage bucket.
+func usageOf(n natsconfig.Names, tenant string) string { return n.UsageBucket + "_" + tenant }
 
 // lettersOf is tenant's dead-letter stream.
 func lettersOf(n natsconfig.Names, tenant string) string { return n.DeadLetterStream + "_" + tenant }
@@ -256,7 +259,9 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		})},
 		{"submitter reads another tenant's dead letter in the shared stream by its subject", sa, request("$JS.API.DIRECT.GET."+n.DeadLetterStream+"."+n.DeadLetterStream+".team-b."+idB, "")},
 		{"submitter looks up the shared dead-letter stream (its info lists every tenant's letters)", sa, request("$JS.API.STREAM.INFO."+n.DeadLetterStream, "")},
-		{"submitter reads another tenant's token spending", sa, get(n.UsageBucket, "team-b.2026-12-04")},
+		{"submitter reads another tenant's token spending", sa, get(usageOf(n, "team-b"), "team-b.2026-12-04")},
+		{"submitter looks up the shared usage bucket (the days every tenant spent on)", sa, request("$JS.API.STREAM.INFO.KV_"+n.UsageBucket, "")},
+		{"submitter direct-gets another tenant's day in the shared usage bucket", sa, request("$JS.API.DIRECT.GET.KV_"+n.UsageBucket+".$KV."+n.UsageBucket+".team-b.2026-12-04", "")},
 		{"submitter creates a consumer on the job stream (job bodies)", sa, jsCall(func(ctx context.Context, js jetstream.JetStream) error {
 			_, err := js.CreateConsumer(ctx, n.JobStream+"_team-b", jetstream.ConsumerConfig{FilterSubject: n.JobSubject + ".team-b.*"})
 			return err
@@ -376,8 +381,10 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 						return err
 					}
 				}
-				if err := put(n.UsageBucket, tn+".2026-12-04", "10")(ctx, c); err != nil {
-					return err
+				for _, b := range []string{usageOf(n, tn), n.UsageBucket} { // this version's, an older worker's
+					if err := put(b, tn+".2026-12-04", `{"tokens":10}`)(ctx, c); err != nil {
+						return err
+					}
 				}
 			}
 			return put(n.ProfilesBucket, "worker-1", `{}`)(ctx, c)
@@ -395,7 +402,7 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 			if _, err := q.Status(ctx, ref); err != nil {
 				return err
 			}
-			u, err := queue.OpenUsage(ctx, c.nc, 1, false)
+			u, err := queue.OpenUsage(ctx, c.nc, tenants, true)
 			if err != nil {
 				return err
 			}
@@ -422,7 +429,17 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 			}
 			return nil
 		}},
-		{"submitter reads its spending", sa, get(n.UsageBucket, "team-a.2026-12-04")},
+		{"submitter reads its spending, in its bucket and by its key in the shared one", sa, func(ctx context.Context, c *conn) error {
+			u, err := queue.OpenUsage(ctx, c.nc, []string{"team-a"}, false)
+			if err != nil {
+				return err
+			}
+			d, err := u.Day(ctx, "team-a", time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+			if err == nil && d.Tokens != 20 {
+				err = fmt.Errorf("team-a's day: %d tokens, want its 10 and an older worker's 10", d.Tokens)
+			}
+			return err
+		}},
 		{"submitter reads the profiles (submit profiles)", sa, client("team-a", func(ctx context.Context, q *queue.Client) error {
 			_, err := q.LiveProfiles(ctx)
 			return err
