@@ -39,6 +39,10 @@ type BubblewrapConfig struct {
 	// that bubblewrap binds into /dev. When the worker is not root, sandboxed processes run as
 	// the worker's user and these are ignored.
 	FirstUID, UIDs int
+	// UIDClaims is the host folder where each live sandbox's host uid is claimed, for every
+	// worker on the host whatever its Root: one per host, so that workers on two Roots never
+	// give two sandboxes one uid. Made mode 0700, owned by root. Default: /run/boxcar/uids.
+	UIDClaims string
 	// DisableCgroups bounds sandboxes with rlimits only, even where a writable cgroup hierarchy
 	// exists. Default: false (cgroups where the host allows them).
 	DisableCgroups bool
@@ -73,6 +77,9 @@ func (c BubblewrapConfig) WithDefaults() BubblewrapConfig {
 	if c.UIDs == 0 {
 		c.UIDs = 1_000_000
 	}
+	if c.UIDClaims == "" {
+		c.UIDClaims = DefaultUIDClaims
+	}
 	if c.BridgePath == "" {
 		c.BridgePath, _ = os.Executable()
 	}
@@ -88,6 +95,9 @@ func (c BubblewrapConfig) validate() error {
 	}
 	return nil
 }
+
+// DefaultUIDClaims is where the workers of a host claim their sandboxes' host uids.
+const DefaultUIDClaims = "/run/boxcar/uids"
 
 // Inside the sandbox every command runs as this user and group, mapped to the host user the
 // sandbox runs as. It is not root, so the processes hold no capabilities even in their own
@@ -142,6 +152,7 @@ type BubblewrapProvider struct {
 	// own from [firstUID, firstUID+uids).
 	asRoot         bool
 	firstUID, uids int
+	uidClaims      string // the host's folder of uid claims (bubblewrap_uid.go)
 	cgroups        cgroupHost
 	hardLimits     map[int]uint64 // the worker's hard rlimits, which the sandbox's cannot exceed
 	// Optional bwrap features, by version: --size (0.7) bounds /tmp, --disable-userns (0.8)
@@ -177,11 +188,16 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	}
 	p := &BubblewrapProvider{
 		bwrap: bwrap, log: cfg.Logger,
-		asRoot: os.Geteuid() == 0, firstUID: cfg.FirstUID, uids: cfg.UIDs, bridgeBin: cfg.BridgePath,
+		asRoot: os.Geteuid() == 0, firstUID: cfg.FirstUID, uids: cfg.UIDs, uidClaims: cfg.UIDClaims, bridgeBin: cfg.BridgePath,
 		inUse: map[int]*uidClaim{}, hardLimits: map[int]uint64{},
 	}
 	if p.root, err = prepareRoot(cfg.Root, p.asRoot); err != nil {
 		return nil, err
+	}
+	if p.asRoot {
+		if p.uidClaims, err = prepareUIDClaims(cfg.UIDClaims); err != nil {
+			return nil, err
+		}
 	}
 	for _, r := range []int{unix.RLIMIT_NPROC, unix.RLIMIT_FSIZE, unix.RLIMIT_NOFILE, unix.RLIMIT_CPU, unix.RLIMIT_CORE, unix.RLIMIT_MSGQUEUE, unix.RLIMIT_SIGPENDING, unix.RLIMIT_AS} {
 		var l unix.Rlimit

@@ -369,16 +369,6 @@ func hostProcessesWhere(t *testing.T, match func(pid string, cmdline []byte) boo
 	return found
 }
 
-// rootEmpty says whether the folder name under root holds nothing.
-func rootEmpty(t *testing.T, root, name string) bool {
-	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(root, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(entries) == 0
-}
-
 func TestLifetime(t *testing.T) {
 	root := sandboxtest.SearchableTempDir(t)
 	p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.Root = root })
@@ -396,8 +386,6 @@ func TestLifetime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// .uids is the workers' (their claims of host uids), empty once the sandbox is gone.
-		entries = slices.DeleteFunc(entries, func(e os.DirEntry) bool { return e.Name() == ".uids" && rootEmpty(t, root, ".uids") })
 		return len(entries) == 0, fmt.Errorf("still there: %v", entries)
 	}, harness.Within(10*time.Second))
 }
@@ -540,38 +528,60 @@ func BenchmarkHostExecTrue(b *testing.B) {
 	}
 }
 
-// TestBubblewrapWorkersSharingARootShareNoUID: two workers on one Root, as docs/sandbox.md
-// allows, with the same host uid range, never give two live sandboxes one host uid: each picked
-// its uids at random, minding only its own, so with a range of one the second worker's sandbox
-// ran as the first's uid, sharing its per-uid counters (RLIMIT_NPROC, message queues, pending
-// signals, inotify, pipe pages) and its file ownership.
-func TestBubblewrapWorkersSharingARootShareNoUID(t *testing.T) {
+// TestBubblewrapWorkersOnOneHostShareNoUID: two workers on one host, on one Root or on two, with
+// the same host uid range, never give two live sandboxes one host uid: each picked its uids at
+// random, minding only its own, so with a range of one the second worker's sandbox ran as the
+// first's uid, sharing its per-uid counters (RLIMIT_NPROC, message queues, pending signals,
+// inotify, pipe pages) and its file ownership. The claims were under the Root, so workers on
+// two Roots still did (the two Roots row).
+func TestBubblewrapWorkersOnOneHostShareNoUID(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("host uids per sandbox are the root worker's")
 	}
 	t.Parallel()
-	root := sandboxtest.SearchableTempDir(t)
-	oneUID := func(c *sandbox.BubblewrapConfig) { c.Root, c.FirstUID, c.UIDs = root, 1_900_123_456, 1 }
-	first := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, oneUID), config.SandboxSpec{})
-	other := sandboxtest.Bubblewrap(t, oneUID)
+	for _, tc := range []struct {
+		name  string
+		roots int
+	}{{"one Root", 1}, {"two Roots", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			roots := []string{sandboxtest.SearchableTempDir(t)}
+			if tc.roots == 2 {
+				roots = append(roots, sandboxtest.SearchableTempDir(t))
+			}
+			claims := filepath.Join(t.TempDir(), "uids")
+			oneUID := func(root string) func(*sandbox.BubblewrapConfig) {
+				return func(c *sandbox.BubblewrapConfig) {
+					c.Root, c.UIDClaims, c.FirstUID, c.UIDs = root, claims, 1_900_123_456, 1
+				}
+			}
+			workersShareNoUID(t, claims, oneUID(roots[0]), oneUID(roots[len(roots)-1]))
+		})
+	}
+}
+
+// workersShareNoUID starts a sandbox on a worker of first, then one on a worker of second (a
+// range of one uid, the same), and checks that the second waits for the first's uid.
+func workersShareNoUID(t *testing.T, claims string, first, second func(*sandbox.BubblewrapConfig)) {
+	one := sandboxtest.StartSpec(t, sandboxtest.Bubblewrap(t, first), config.SandboxSpec{})
+	other := sandboxtest.Bubblewrap(t, second)
 	sb, err := other.Start(t.Context(), sandboxtest.Spec("job-2", config.SandboxSpec{}))
 	if err == nil {
 		defer sb.Close(context.Background())
 		t.Fatalf("the second worker started a sandbox as uid %d, the first worker's live sandbox's (%d), its range being that one uid",
-			sandbox.BubblewrapHostState(sb).UID, sandbox.BubblewrapHostState(first).UID)
+			sandbox.BubblewrapHostState(sb).UID, sandbox.BubblewrapHostState(one).UID)
 	}
-	if err := first.Close(t.Context()); err != nil {
+	if err := one.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	sb, err = other.Start(t.Context(), sandboxtest.Spec("job-3", config.SandboxSpec{}))
 	if err != nil {
 		t.Fatalf("once the first worker's sandbox was gone, its uid was still not free to the second: %v", err)
 	}
-	// A worker that dies leaves its claim, which the next worker on the Root removes as it
-	// removes the dead one's sandboxes.
+	// A worker that dies leaves its claim, which the next worker on the host removes as it
+	// starts; its uid is free at once (the kernel dropped the lock).
 	sandbox.AbandonUIDClaims(other)
-	sandboxtest.Bubblewrap(t, oneUID)
-	if entries, err := os.ReadDir(filepath.Join(root, ".uids")); err != nil || len(entries) != 0 {
+	sandboxtest.Bubblewrap(t, first)
+	if entries, err := os.ReadDir(claims); err != nil || len(entries) != 0 {
 		t.Errorf("the claims a dead worker left: %v, %v; want them removed by the next worker's start", entries, err)
 	}
 	_ = sb.Close(t.Context())

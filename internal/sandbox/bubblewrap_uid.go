@@ -12,18 +12,43 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// uidsDir is the folder under Root where each live sandbox's host uid is claimed, for every
-// worker that shares the Root: Root/.uids/<uid>, locked (flock) by the worker whose sandbox
-// runs as it. The kernel drops the lock when that worker dies, however it dies, so the uid of
-// a crashed worker's sandbox is free again once its leftovers are gone (the sweep at the next
-// start, before any sandbox of that worker starts). Workers that share a host uid range must
-// share the Root, or the lock: docs/sandbox.md.
-const uidsDir = ".uids"
+// Each live sandbox's host uid is claimed in the host's folder of claims (UIDClaims), for
+// every worker on the host whatever its Root: UIDClaims/<uid>, locked (flock) by the worker
+// whose sandbox runs as it. Under the Root, as they were, workers on two Roots each gave out
+// the same uids. The kernel drops the lock when that worker dies, however it dies, so the uid
+// of a crashed worker's sandbox is free at once (its bwrap dies with it); the file is removed
+// by the next worker that starts on the host. docs/sandbox.md.
+
+// prepareUIDClaims makes the folder of claims, mode 0700, and refuses one that is not root's
+// own folder: whoever else could write it could hold every uid, or free a live sandbox's.
+func prepareUIDClaims(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: bubblewrap: uid claims %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", fmt.Errorf("sandbox: bubblewrap: make the folder of uid claims %s: %w", dir, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("sandbox: bubblewrap: make the folder of uid claims %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return "", fmt.Errorf("sandbox: bubblewrap: uid claims %s: %w", dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 {
+		return "", fmt.Errorf("sandbox: bubblewrap: uid claims %s is not a folder of root's own (a link, or another owner); remove it, or name another (UIDClaims)", dir)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", fmt.Errorf("sandbox: bubblewrap: uid claims %s: %w", dir, err)
+	}
+	return dir, nil
+}
 
 // uidClaim is a sandbox's hold on its host uid.
 type uidClaim struct{ l *sandboxLock }
 
-// allocUID picks a host uid for a sandbox that no live sandbox of any worker on this Root
+// allocUID picks a host uid for a sandbox that no live sandbox of any worker on this host
 // has: at random, so that workers seldom try the same one, then claimed (claimUID).
 func (p *BubblewrapProvider) allocUID() (int, error) {
 	p.mu.Lock()
@@ -49,17 +74,13 @@ func (p *BubblewrapProvider) allocUID() (int, error) {
 		p.inUse[uid] = c
 		return uid, nil
 	}
-	return 0, fmt.Errorf("sandbox: start: all %d host uids from %d are taken (%d by other workers on %s); widen the range (FirstUID, UIDs)",
-		p.uids, p.firstUID, len(busy), p.root)
+	return 0, fmt.Errorf("sandbox: start: all %d host uids from %d are taken (%d by other workers on this host, %s); widen the range (FirstUID, UIDs)",
+		p.uids, p.firstUID, len(busy), p.uidClaims)
 }
 
-// claimUID locks Root/.uids/<uid>; nil and no error when another worker's sandbox holds it.
+// claimUID locks UIDClaims/<uid>; nil and no error when another worker's sandbox holds it.
 func (p *BubblewrapProvider) claimUID(uid int) (*uidClaim, error) {
-	dir := filepath.Join(p.root, uidsDir)
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("sandbox: start: make %s: %w", dir, err)
-	}
-	path := filepath.Join(dir, strconv.Itoa(uid))
+	path := filepath.Join(p.uidClaims, strconv.Itoa(uid))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: start: claim host uid %d: %w", uid, err)
@@ -95,14 +116,13 @@ func (p *BubblewrapProvider) freeUID(uid int) {
 }
 
 // removeStaleUIDClaims removes the claims of host uids that no live worker holds: those of the
-// sandboxes of a worker that died, whose other leftovers removeLeftovers has removed. Each is
-// removed under its lock, as freeUID does, so that a worker claiming the uid meanwhile tries
+// sandboxes of a worker on this host that died, on any Root. Each is removed under its lock, as freeUID does, so that a worker claiming the uid meanwhile tries
 // another.
 func (p *BubblewrapProvider) removeStaleUIDClaims() error {
-	entries, err := os.ReadDir(filepath.Join(p.root, uidsDir))
-	if errors.Is(err, os.ErrNotExist) {
+	if !p.asRoot {
 		return nil
 	}
+	entries, err := os.ReadDir(p.uidClaims)
 	if err != nil {
 		return fmt.Errorf("sandbox: bubblewrap: look for stale uid claims: %w", err)
 	}
