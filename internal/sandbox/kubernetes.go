@@ -55,7 +55,8 @@ type PodExecutor interface {
 
 // KubernetesConfig configures the pod backend.
 type KubernetesConfig struct {
-	// Client talks to the API server. Required.
+	// Client talks to the API server. Required. Build it from RefuseRedirects(RESTConfig): a
+	// client of client-go's own follows an API server's redirect with the bearer token.
 	Client kubernetes.Interface
 	// RESTConfig opens pods/exec streams (the typed client cannot stream): the exec URL, the
 	// TLS settings and the credentials all come from it. Required unless Executor is set.
@@ -207,11 +208,12 @@ func NewKubernetes(cfg KubernetesConfig) (*KubernetesProvider, error) {
 	}
 	p := &KubernetesProvider{cfg: cfg, exec: cfg.Executor, log: cfg.Logger, run: randomHex(8), poolPods: podSet{names: map[string]bool{}}}
 	if p.exec == nil {
-		core, err := corev1client.NewForConfig(rest.CopyConfig(cfg.RESTConfig))
+		rc := RefuseRedirects(cfg.RESTConfig)
+		core, err := corev1client.NewForConfig(rc)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: kubernetes: RESTConfig: %w", err)
 		}
-		p.exec = &streamExecutor{rest: core.RESTClient(), config: cfg.RESTConfig}
+		p.exec = &streamExecutor{rest: core.RESTClient(), config: rc}
 	}
 	return p, nil
 }
