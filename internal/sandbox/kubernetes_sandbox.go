@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -113,26 +114,80 @@ func (s *kubernetesSandbox) fileRun(ctx context.Context, op, name string, stdin 
 	if code != 125 || !ok {
 		return fmt.Errorf("sandbox: %s %s: exit %d: %s", op, name, code, firstLine(errOut, nil))
 	}
-	switch string(reason) {
-	case "notfound":
+	if text, ok := bytes.CutPrefix(reason, []byte("os: ")); ok {
+		if errno, ok := podErrno(string(text)); ok {
+			return pathError(op, name, errno)
+		}
+	}
+	if class := fileReasons[string(reason)]; class != nil {
+		return class(op, name, extra)
+	}
+	return fmt.Errorf("sandbox: %s %s: %s", op, name, reason)
+}
+
+// fileReasons are the failures file.sh (and a command session's own write) reports in a word
+// of its own, each as its class; one it reports as "os: " and an errno's text is classed as
+// bubblewrap classes that errno (podErrnos, pathError).
+var fileReasons = map[string]func(op, name string, extra []string) error{
+	"notfound": func(op, name string, _ []string) error {
 		return fmt.Errorf("sandbox: %s %s: %w", op, name, ErrNotFound)
-	case "escape":
+	},
+	"escape": func(op, name string, _ []string) error {
 		if op == "open" {
 			return fmt.Errorf("sandbox: open %s: a symlink is on the way and open follows none: %w", name, ErrPathEscape)
 		}
 		return fmt.Errorf("sandbox: %s %s: a symlink leads out of the workdir: %w", op, name, ErrPathEscape)
-	case "toolarge":
+	},
+	"toolarge": func(op, name string, extra []string) error {
 		return fmt.Errorf("sandbox: %s %s: more than the %s bytes allowed: %w", op, name, extra[0], ErrTooLarge)
-	case "isdir":
+	},
+	"isdir": func(op, name string, _ []string) error {
 		return fmt.Errorf("sandbox: %s %s: %w", op, name, errIsFolder)
-	case "notdir":
+	},
+	"notdir": func(op, name string, _ []string) error {
 		return fmt.Errorf("sandbox: %s %s: read a file with ReadFile: %w", op, name, ErrNotDir)
-	case "notregular":
+	},
+	"notregular": func(op, name string, _ []string) error {
 		return fmt.Errorf("sandbox: %s %s: %w", op, name, errNotRegular)
-	case "denied":
-		return fmt.Errorf("sandbox: %s %s: %w", op, name, errDenied)
+	},
+	"denied": func(op, name string, _ []string) error { return fmt.Errorf("sandbox: %s %s: %w", op, name, errDenied) },
+}
+
+// podErrnos are the errnos a pod's file operation can meet on the job's files, each with its
+// text in musl's words; glibc's are Go's own (Errno.Error), which a command session's write
+// reports. A pod's tools say an errno only in words, and one told by no row reads as a
+// failure of the worker's side: a name past NAME_MAX was "no such file", or, written, an
+// unclassed "ioerror", while bubblewrap said ENAMETOOLONG (sandboxtest's FileErrnosClassed).
+var podErrnos = []struct {
+	errno syscall.Errno
+	musl  string
+}{
+	{syscall.ENOENT, "No such file or directory"},
+	{syscall.ENOTDIR, "Not a directory"},
+	{syscall.EISDIR, "Is a directory"},
+	{syscall.ENAMETOOLONG, "Filename too long"},
+	{syscall.ELOOP, "Symbolic link loop"},
+	{syscall.ENOSPC, "No space left on device"},
+	{syscall.EDQUOT, "Quota exceeded"},
+	{syscall.EFBIG, "File too large"},
+	{syscall.EROFS, "Read-only file system"},
+	{syscall.EACCES, "Permission denied"},
+	{syscall.EPERM, "Operation not permitted"},
+	{syscall.EEXIST, "File exists"},
+	{syscall.ENOTEMPTY, "Directory not empty"},
+	{syscall.EMLINK, "Too many links"},
+	{syscall.EIO, "I/O error"},
+	{syscall.EXDEV, "Cross-device link"},
+}
+
+// podErrno is the errno whose text, glibc's or musl's, a pod's tool said.
+func podErrno(text string) (syscall.Errno, bool) {
+	for _, e := range podErrnos {
+		if strings.EqualFold(text, e.errno.Error()) || strings.EqualFold(text, e.musl) {
+			return e.errno, true
+		}
 	}
-	return fmt.Errorf("sandbox: %s %s: %s", op, name, reason)
+	return 0, false
 }
 
 // WriteFile creates or replaces a regular file in the workdir, creating parent folders.

@@ -68,21 +68,37 @@ func (w *workdir) openat(dirfd int, name string, flags int, mode uint32, resolve
 	return -1, unix.EAGAIN
 }
 
-// pathError turns a lookup failure into the package's sentinels.
+// pathError turns a lookup failure into the package's sentinels, by pathClasses; the errno of
+// any other is wrapped as it is, for the caller to class.
 func pathError(op, name string, err error) error {
-	switch {
-	case errors.Is(err, ErrNotDir):
-		return fmt.Errorf("sandbox: %s %s: read a file with ReadFile: %w", op, name, ErrNotDir)
-	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
-		return fmt.Errorf("sandbox: %s %s: %w", op, name, ErrNotFound)
-	case errors.Is(err, unix.EXDEV):
-		return fmt.Errorf("sandbox: %s %s: a symlink or .. leads out of the workdir: %w", op, name, ErrPathEscape)
-	case errors.Is(err, unix.ELOOP):
-		return fmt.Errorf("sandbox: %s %s: symlink loop or /proc magic link: %w", op, name, ErrPathEscape)
-	case errors.Is(err, unix.EDQUOT), errors.Is(err, unix.ENOSPC):
-		return fmt.Errorf("sandbox: %s %s: %v: %w", op, name, err, ErrDiskFull)
+	for _, c := range pathClasses {
+		for _, e := range c.errs {
+			if errors.Is(err, e) {
+				words := c.words
+				if c.sayErr {
+					words = err.Error() + ": "
+				}
+				return fmt.Errorf("sandbox: %s %s: %s%w", op, name, words, c.class)
+			}
+		}
 	}
 	return fmt.Errorf("sandbox: %s %s: %w", op, name, err)
+}
+
+// pathClasses are the lookup failures the package has a sentinel for, first match wins: both
+// backends' file operations class an errno here (a pod's through podErrnos).
+var pathClasses = []struct {
+	errs   []error
+	class  error
+	words  string // before the class's own
+	sayErr bool   // the error's own text instead
+}{
+	{errs: []error{ErrNotDir}, class: ErrNotDir, words: "read a file with ReadFile: "},
+	{errs: []error{unix.ENOENT, unix.ENOTDIR}, class: ErrNotFound},
+	{errs: []error{unix.EXDEV}, class: ErrPathEscape, words: "a symlink or .. leads out of the workdir: "},
+	{errs: []error{unix.ELOOP}, class: ErrPathEscape, words: "symlink loop or /proc magic link: "},
+	{errs: []error{unix.EDQUOT, unix.ENOSPC}, class: ErrDiskFull, sayErr: true},
+	{errs: []error{unix.EISDIR}, class: errIsFolder},
 }
 
 // open opens a regular file of at most maxBytes for reading, resolved as resolve says
@@ -176,7 +192,7 @@ func (w *workdir) writeFrom(name string, r io.Reader, size int64, bound diskBoun
 	if err != nil {
 		_ = unix.Unlinkat(dfd, tmp, 0)
 		if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("sandbox: write %s: a folder has that name; choose another name", name)
+			return fmt.Errorf("sandbox: write %s: a folder has that name; choose another name: %w", name, errIsFolder)
 		}
 		return pathError("write", name, err)
 	}

@@ -46,6 +46,7 @@ func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
 	}
 	tests = append(tests, openCases...)
 	tests = append(tests, writeCases...)
+	tests = append(tests, errnoCases...)
 	for _, tt := range append(tests, hostileShapes...) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

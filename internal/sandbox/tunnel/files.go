@@ -43,6 +43,17 @@ const FileWrite = "write"
 // fileFailure is a refusal the worker turns into its sentinel error (fileRun).
 type fileFailure string
 
+// osFailure is the script's "os: " report of err's errno, in glibc's words as the pod's tools
+// say it (Go's own, capitalised); an error of no errno is an "ioerror".
+func osFailure(err error) fileFailure {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return failIOError
+	}
+	text := errno.Error()
+	return fileFailure("os: " + strings.ToUpper(text[:1]) + text[1:])
+}
+
 func (f fileFailure) Error() string { return string(f) }
 
 const (
@@ -98,7 +109,7 @@ func writeFile(f *File, stdin io.Reader) error {
 	_ = os.MkdirAll(d, 0o777) // as mkdir -p: what it could not make, the next step finds
 	rd, err := realDir(d)
 	if err != nil {
-		return failNotFound
+		return osFailure(err) // the script's `there "$d/."`
 	}
 	if !inside(rd) {
 		return failEscape
@@ -110,7 +121,7 @@ func writeFile(f *File, stdin io.Reader) error {
 	tmp := rd + "/.boxcar-write-" + f.Nonce
 	if err := copyTo(tmp, stdin, f.Mode.Perm()); err != nil {
 		_ = os.Remove(tmp)
-		return failIOError
+		return osFailure(err)
 	}
 	// A rename replaces a symlink rather than writing through it; removing it first keeps
 	// the script's order.
@@ -119,7 +130,7 @@ func writeFile(f *File, stdin io.Reader) error {
 	}
 	if err := os.Rename(tmp, target); err != nil {
 		_ = os.Remove(tmp)
-		return failIOError
+		return osFailure(err)
 	}
 	return nil
 }
@@ -158,7 +169,7 @@ func realDir(name string) (string, error) {
 		return "", err
 	}
 	if !fi.IsDir() {
-		return "", fmt.Errorf("%s: not a folder", name)
+		return "", &os.PathError{Op: "cd", Path: name, Err: syscall.ENOTDIR}
 	}
 	return r, nil
 }

@@ -43,6 +43,9 @@ func TestCommandsFileWrite(t *testing.T) {
 		{name: "absolute symlink in the way", setup: link("w/o", "/"), path: "o/tmp/f", code: 125},
 		{name: "a folder there", setup: mkdir("w/d"), path: "d", code: 125},
 		{name: "a file on the way", setup: file("w/f", "x"), path: "f/x", code: 125},
+		{name: "a name past NAME_MAX", path: strings.Repeat("n", 300), code: 125},
+		{name: "a name past NAME_MAX on the way", path: strings.Repeat("n", 300) + "/f", code: 125},
+		{name: "a name past NAME_MAX in a folder", setup: mkdir("w/d"), path: "d/" + strings.Repeat("n", 300), code: 125},
 		{name: "workdir a symlink", setup: func(t *testing.T, root string) {
 			must(t, os.Rename(filepath.Join(root, "w"), filepath.Join(root, "real")))
 			link("w", "real")(t, root)
