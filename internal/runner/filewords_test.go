@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -57,7 +58,7 @@ func TestManifestFileReasonsNameNoHost(t *testing.T) {
 			c.Sandboxes.(*fakeProvider).listFails = func(string) error { return *failing.Load() }
 		}, skippedDetail},
 		{"artifact upload", func(c *runner.Config, failing *atomic.Pointer[error]) {
-			c.Sandboxes.(*fakeProvider).reads = func(name string, data []byte) io.Reader {
+			c.Sandboxes.(*fakeProvider).reads = func(_ context.Context, name string, data []byte) io.Reader {
 				if strings.HasSuffix(name, "table.csv") {
 					return iotest.ErrReader(*failing.Load())
 				}

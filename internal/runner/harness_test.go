@@ -56,7 +56,7 @@ func (s *fakeSandbox) WriteFile(ctx context.Context, name string, data []byte) e
 // WriteFrom keeps the file in memory like WriteFile: the fake's files are small.
 func (s *fakeSandbox) WriteFrom(ctx context.Context, name string, r io.Reader, size int64) error {
 	if s.p.writes != nil {
-		s.p.writes(name)
+		s.p.writes(ctx, name)
 	}
 	data, err := io.ReadAll(io.LimitReader(r, size+1))
 	switch {
@@ -94,7 +94,7 @@ func (s *fakeSandbox) Open(ctx context.Context, name string, max int64) (io.Read
 		return nil, err
 	}
 	if s.p.reads != nil {
-		return io.NopCloser(s.p.reads(name, data)), nil
+		return io.NopCloser(s.p.reads(ctx, name, data)), nil
 	}
 	return io.NopCloser(bytes.NewReader(data)), nil
 }
@@ -133,12 +133,12 @@ func (s *fakeSandbox) Close(ctx context.Context) error {
 type fakeProvider struct {
 	started atomic.Int64
 	open    atomic.Int64
-	// reads, when set, is what Open of a file streams instead of its bytes.
-	reads func(name string, data []byte) io.Reader
-	// starts and writes, when set, run at each Start and each input's WriteFrom (a test's
-	// panic there, say).
+	// reads, when set, is what Open of a file streams instead of its bytes; ctx is Open's.
+	reads func(ctx context.Context, name string, data []byte) io.Reader
+	// starts and writes, when set, run at each Start and each input's WriteFrom, with
+	// WriteFrom's ctx (a test's panic there, or a hold until the attempt is stopped).
 	starts func()
-	writes func(name string)
+	writes func(ctx context.Context, name string)
 	// readFails and listFails, when set, give ReadFile's and List's error (nil: none).
 	readFails func(name string) error
 	listFails func(dir string) error

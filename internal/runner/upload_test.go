@@ -53,7 +53,7 @@ func TestUploadStreamsAndLeavesOutChangedArtifacts(t *testing.T) {
 	}
 	var mu sync.Mutex
 	opened := map[string]int{}
-	p := &fakeProvider{reads: func(name string, data []byte) io.Reader {
+	p := &fakeProvider{reads: func(_ context.Context, name string, data []byte) io.Reader {
 		mu.Lock()
 		opened[name]++
 		mu.Unlock()
@@ -147,7 +147,7 @@ func TestUploadStreamsAndLeavesOutChangedArtifacts(t *testing.T) {
 func TestSummaryCountsArtifactsLeftOutAtUpload(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	p := &fakeProvider{reads: func(name string, data []byte) io.Reader {
+	p := &fakeProvider{reads: func(_ context.Context, name string, data []byte) io.Reader {
 		if name == "artifacts/shrinks.bin" {
 			return bytes.NewReader(data[:5])
 		}
