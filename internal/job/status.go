@@ -59,9 +59,14 @@ type Status struct {
 	// claimed and is committing, as a claim's running does for a run: a cancel asked after it
 	// only marks CancelRequested (RequestCancel), so that the end decided first is the one
 	// recorded. A new attempt's claim, and the end's own write, clear it.
-	Ending   State  `json:"ending,omitempty"`
-	Report   string `json:"report,omitempty"`   // store key of the report
-	Manifest string `json:"manifest,omitempty"` // store key of the manifest
+	Ending State `json:"ending,omitempty"`
+	// Asked is, by call id, each approval request the job's attempts asked a person, as the
+	// worker wrote it in the approvals bucket. A tenant's approver may write that bucket, this
+	// status only workers: a redelivered attempt trusts an earlier answer only when it is
+	// signed for the request recorded here, and never one the worker stopped waiting for.
+	Asked    map[string]Asked `json:"asked,omitempty"`
+	Report   string           `json:"report,omitempty"`   // store key of the report
+	Manifest string           `json:"manifest,omitempty"` // store key of the manifest
 	// SandboxClaimedAt is when the running attempt had its sandbox, and SandboxWarm says it
 	// was started ahead of the job (a warm pool's) rather than for it.
 	SandboxClaimedAt time.Time `json:"sandbox_claimed_at,omitzero"`
@@ -72,13 +77,22 @@ type Status struct {
 	UpdatedAt        time.Time `json:"updated_at,omitzero"`
 }
 
+// Asked is one approval request as its worker wrote it: the approvals bucket's revision of it
+// and its expiry, what a person's signed answer must name, and whether the worker gave up
+// waiting for the answer (Expired), after which no answer to it counts.
+type Asked struct {
+	Revision  uint64    `json:"revision"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Expired   bool      `json:"expired,omitempty"`
+}
+
 // ClearAttempt empties what the status says of one attempt alone, for a new attempt to write
 // its own: its progress, error and cap, its sandbox (SandboxClaimedAt, SandboxWarm) and its end
 // (FinishedAt, Ending). Otherwise a redelivered attempt still starting its sandbox shows the one
 // before's. The new attempt writes State, Attempt, Worker, StartedAt and MaxCalls itself.
 // What all attempts share stays: the job's identity, labels and queue time, the budget spent
-// (Spent*, and ToolCalls with them), a cancel request, and the report and manifest (written
-// once, by the commit that ends the job).
+// (Spent*, and ToolCalls with them), a cancel request, the approval requests asked, and the
+// report and manifest (written once, by the commit that ends the job).
 func (s *Status) ClearAttempt() {
 	s.Progress, s.Error, s.Cap = "", "", ""
 	s.SandboxClaimedAt, s.SandboxWarm = time.Time{}, false

@@ -18,7 +18,7 @@ func TestClearAttempt(t *testing.T) {
 	perAttempt := []string{"Progress", "Error", "Cap", "SandboxClaimedAt", "SandboxWarm", "FinishedAt", "Ending"}
 	writtenByAttempt := []string{"State", "Attempt", "Worker", "StartedAt", "MaxCalls"}
 	shared := []string{"ID", "Profile", "Labels", "ToolCalls", "SpentTurns", "SpentToolCalls", "SpentTokens",
-		"CancelRequested", "HandedBack", "Report", "Manifest", "QueuedAt", "UpdatedAt"}
+		"CancelRequested", "HandedBack", "Asked", "Report", "Manifest", "QueuedAt", "UpdatedAt"}
 
 	var s job.Status
 	v := reflect.ValueOf(&s).Elem()
@@ -57,7 +57,7 @@ func setNonZero(t *testing.T, name string, f reflect.Value) {
 		f.SetBool(true)
 	case reflect.Map:
 		f.Set(reflect.MakeMap(f.Type()))
-		f.SetMapIndex(reflect.ValueOf("k"), reflect.ValueOf("v"))
+		f.SetMapIndex(reflect.ValueOf("k"), reflect.Zero(f.Type().Elem()))
 	case reflect.Struct:
 		if f.Type() != reflect.TypeFor[time.Time]() {
 			t.Fatalf("Status.%s: a %s; give setNonZero a value for it", name, f.Type())

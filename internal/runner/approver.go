@@ -60,13 +60,12 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 		return agent.Answer{}, err
 	}
 	if asked.Decision != "" {
-		// An earlier attempt of the job asked about this very command: its answer stands if
-		// it is signed for this job, call and command (any revision: the earlier request's).
+		// An earlier attempt of the job asked about this very command.
 		log.InfoContext(ctx, "approval answered before", "decision", asked.Decision)
-		return p.trusted(ctx, asked, approvalsig.Request{Tenant: p.a.d.Tenant, JobID: req.JobID, CallID: req.CallID, Argv: req.Argv})
+		return p.reused(ctx, asked, req)
 	}
 	log.InfoContext(ctx, "waiting for approval", "expires_at", expires)
-	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, p.a.d.Tenant, asked.Revision, expires))
+	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, p.a.d.Tenant, asked.Revision, expires), recordAsked(asked))
 
 	// Whatever happens, leave the job running again, also when the wait ended with the job.
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.r.cfg.CleanupTimeout)
@@ -87,7 +86,7 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 				log.WarnContext(ctx, "mark approval expired failed", "error", xerr)
 			}
 			log.InfoContext(ctx, "no approval", "reason", reason)
-			p.setState(cleanup, job.StateRunning, "no approval for call "+req.CallID+": "+reason)
+			p.setState(cleanup, job.StateRunning, "no approval for call "+req.CallID+": "+reason, recordExpired(req.CallID))
 			return agent.Answer{At: final.DecidedAt}, err
 		}
 		got = final // a person answered just before the worker gave up
@@ -96,11 +95,56 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 	ans, err := p.trusted(cleanup, got, approvalsig.Request{Tenant: p.a.d.Tenant, JobID: req.JobID, CallID: req.CallID, Argv: req.Argv, Revision: asked.Revision, ExpiresAt: asked.ExpiresAt})
 	switch {
 	case ans.Refused != "":
-		p.setState(cleanup, job.StateRunning, fmt.Sprintf("call %s: answer refused: %s", req.CallID, ans.Refused))
+		p.setState(cleanup, job.StateRunning, fmt.Sprintf("call %s: answer refused: %s", req.CallID, ans.Refused), nil)
 	case err == nil:
-		p.setState(cleanup, job.StateRunning, fmt.Sprintf("call %s %s by %s", req.CallID, got.Decision, ans.By))
+		p.setState(cleanup, job.StateRunning, fmt.Sprintf("call %s %s by %s", req.CallID, got.Decision, ans.By), nil)
 	}
 	return ans, err
+}
+
+// recordAsked records the request as the worker asked it, for the job's later attempts
+// (job.Status.Asked).
+func recordAsked(asked queue.Approval) func(*job.Status) {
+	return func(s *job.Status) {
+		if s.Asked == nil {
+			s.Asked = map[string]job.Asked{}
+		}
+		s.Asked[asked.CallID] = job.Asked{Revision: asked.Revision, ExpiresAt: asked.ExpiresAt}
+	}
+}
+
+// recordExpired records that the worker stopped waiting for the answer to call's request: no
+// later answer to it counts.
+func recordExpired(callID string) func(*job.Status) {
+	return func(s *job.Status) {
+		if rec, ok := s.Asked[callID]; ok {
+			rec.Expired = true
+			s.Asked[callID] = rec
+		}
+	}
+}
+
+// reused is the answer an earlier attempt's request under the same call got, for the same
+// command, if it answers that request as its worker recorded it in the job's status
+// (job.Status.Asked), which only workers write: signed for that revision and expiry, and not
+// one the worker stopped waiting for. The approvals bucket cannot tell: a writer of the
+// tenant's approvals (its approver's login, which signs nothing) can put a request back as
+// pending, with an expiry of its own, once the worker gave up on it or once it was denied, and
+// a person's signed answer to that would answer a request no worker asked.
+func (p *approver) reused(ctx context.Context, got queue.Approval, req agent.ApprovalRequest) (agent.Answer, error) {
+	st, err := p.r.cfg.Queue.Status(ctx, p.a.ref(req.JobID))
+	if err != nil {
+		return agent.Answer{}, fmt.Errorf("read the job's record of the approval asked for call %s: %w", req.CallID, err)
+	}
+	switch rec, ok := st.Asked[req.CallID]; {
+	case !ok || rec.Revision == 0:
+		return p.refused(ctx, got, fmt.Errorf("%w: no attempt of the job recorded asking it", approvalsig.ErrMismatch)), nil
+	case rec.Expired:
+		return p.refused(ctx, got, fmt.Errorf("%w: an earlier attempt stopped waiting for it at %s", approvalsig.ErrExpired, rec.ExpiresAt.Format(time.RFC3339))), nil
+	default:
+		return p.trusted(ctx, got, approvalsig.Request{Tenant: p.a.d.Tenant, JobID: req.JobID, CallID: req.CallID, Argv: req.Argv,
+			Revision: rec.Revision, ExpiresAt: rec.ExpiresAt})
+	}
 }
 
 // trusted turns an answer from the bucket into the agent's, through its signature only: the
@@ -112,12 +156,18 @@ func (p *approver) trusted(ctx context.Context, a queue.Approval, req approvalsi
 	}
 	s, key, err := approvalsig.Check(a.Signed, req, p.r.cfg.ApproverKeys)
 	if err != nil {
-		p.a.log.WarnContext(ctx, "approval answer refused; the command does not run", "call_id", req.CallID, "error", err,
-			"claimed_decided_by", a.DecidedBy)
-		return agent.Answer{Refused: err.Error(), At: time.Now().UTC()}, nil
+		return p.refused(ctx, a, err), nil
 	}
 	a.Decision, a.Reason, a.DecidedAt, a.DecidedBy = s.Decision, s.Reason, s.DecidedAt, key.Name
 	return answer(a)
+}
+
+// refused is the agent's answer to an answer the worker does not trust: the command does not
+// run, and the model is told why.
+func (p *approver) refused(ctx context.Context, a queue.Approval, why error) agent.Answer {
+	p.a.log.WarnContext(ctx, "approval answer refused; the command does not run", "call_id", a.CallID, "error", why,
+		"claimed_decided_by", a.DecidedBy)
+	return agent.Answer{Refused: why.Error(), At: time.Now().UTC()}
 }
 
 // answer turns a decision into what the agent expects of an Approver: who decided and when go
@@ -135,14 +185,19 @@ func answer(a queue.Approval) (agent.Answer, error) {
 	}
 }
 
-// setState moves the job between running and waiting_approval. A failure is logged only: the
-// request is in the approvals bucket either way.
-func (p *approver) setState(ctx context.Context, state job.State, msg string) {
+// setState moves the job between running and waiting_approval, with record's change of what
+// the status records of the request (nil: none). A failure is logged only: the request is in
+// the approvals bucket either way, and an answer to one the status does not record is refused
+// to a later attempt (reused), never trusted.
+func (p *approver) setState(ctx context.Context, state job.State, msg string, record func(*job.Status)) {
 	_, err := p.r.writeStatus(ctx, p.a, p.a.job.ID, func(s *job.Status) {
 		if s.State == job.StateRunning || s.State == job.StateWaitingApproval {
 			s.State = state
 		}
 		s.Progress = msg
+		if record != nil {
+			record(s)
+		}
 	})
 	if err != nil && !errors.Is(err, queue.ErrFinal) && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
 		p.a.log.WarnContext(ctx, "record approval state failed", "state", string(state), "error", err)
