@@ -155,7 +155,7 @@ type commandTool struct {
 func (t commandTool) Definition() definition {
 	params := t.spec.Parameters
 	if params == nil {
-		params = map[string]any{"type": "object", "properties": map[string]any{}, "additionalProperties": false}
+		params = objectParams(map[string]any{})
 	}
 	return definition{
 		Name:        t.spec.Name,

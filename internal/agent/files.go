@@ -49,6 +49,48 @@ func cleanPath(name string) (clean string, res result, ok bool) {
 	return clean, result{}, true
 }
 
+// objectParams is a tool's parameters: an object of props and no other property, required
+// naming those it must have.
+func objectParams(props map[string]any, required ...string) map[string]any {
+	params := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		names := make([]any, len(required))
+		for i, r := range required {
+			names[i] = r
+		}
+		params["required"] = names
+	}
+	return params
+}
+
+// filePathDesc describes the path of a tool that reads or writes one file.
+const filePathDesc = "File path relative to the working directory."
+
+// pathParam is a file tool's path parameter.
+func pathParam(desc string) map[string]any {
+	return map[string]any{"type": "string", "description": desc}
+}
+
+// pathArgs is a file tool's arguments: they name one path.
+type pathArgs interface{ pathArg() string }
+
+func (a listFilesArgs) pathArg() string { return a.Path }
+func (a readFileArgs) pathArg() string  { return a.Path }
+func (a writeFileArgs) pathArg() string { return a.Path }
+
+// fileArgs decodes a file tool's arguments and cleans the path they name; notDir, when set,
+// refuses a path that names the working directory itself and says what to do instead. ok is
+// false when res holds the error to return.
+func fileArgs[A pathArgs](raw json.RawMessage, notDir string) (args A, name string, res result, ok bool) {
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return args, "", failure("invalid arguments: %v", err), false
+	}
+	if name, res, ok = cleanPath(args.pathArg()); ok && name == "." && notDir != "" {
+		return args, "", failure("invalid arguments: path names the working directory%s", notDir), false
+	}
+	return args, name, res, ok
+}
+
 // listFiles is the list_files tool.
 type listFiles struct {
 	fileTools
@@ -84,22 +126,14 @@ func (t listFiles) Definition() definition {
 		Name: "list_files",
 		Description: or(t.description, "List the files under a folder of the working directory "+
 			"(recursively) with their sizes in bytes. Paths are relative to the working directory."),
-		Parameters: map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"path": map[string]any{"type": "string", "description": "Folder relative to the working directory; default: the working directory itself."},
-			},
-			"additionalProperties": false,
-		},
+		Parameters: objectParams(map[string]any{
+			"path": pathParam("Folder relative to the working directory; default: the working directory itself."),
+		}),
 	}
 }
 
 func (t listFiles) Call(ctx context.Context, _ string, raw json.RawMessage) result {
-	var args listFilesArgs
-	if err := json.Unmarshal(raw, &args); err != nil {
-		return failure("invalid arguments: %v", err)
-	}
-	dir, res, ok := cleanPath(args.Path)
+	_, dir, res, ok := fileArgs[listFilesArgs](raw, "")
 	if !ok {
 		return res
 	}
@@ -162,30 +196,18 @@ func (t readFile) Definition() definition {
 		Description: or(t.description, fmt.Sprintf("Read a text file of the working directory. "+
 			"At most %d bytes come back per call; when truncated is true, call again with offset "+
 			"set to next_offset. Files larger than %d bytes cannot be read.", t.maxOutput, maxReadBytes)),
-		Parameters: map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"path":   map[string]any{"type": "string", "description": "File path relative to the working directory."},
-				"offset": map[string]any{"type": "integer", "minimum": 0, "description": "Byte offset to start at; default 0."},
-				"limit":  map[string]any{"type": "integer", "minimum": 1, "description": fmt.Sprintf("Bytes to return; default and maximum %d.", t.maxOutput)},
-			},
-			"required":             []any{"path"},
-			"additionalProperties": false,
-		},
+		Parameters: objectParams(map[string]any{
+			"path":   pathParam(filePathDesc),
+			"offset": map[string]any{"type": "integer", "minimum": 0, "description": "Byte offset to start at; default 0."},
+			"limit":  map[string]any{"type": "integer", "minimum": 1, "description": fmt.Sprintf("Bytes to return; default and maximum %d.", t.maxOutput)},
+		}, "path"),
 	}
 }
 
 func (t readFile) Call(ctx context.Context, _ string, raw json.RawMessage) result {
-	var args readFileArgs
-	if err := json.Unmarshal(raw, &args); err != nil {
-		return failure("invalid arguments: %v", err)
-	}
-	name, res, ok := cleanPath(args.Path)
+	args, name, res, ok := fileArgs[readFileArgs](raw, "; use list_files")
 	if !ok {
 		return res
-	}
-	if name == "." {
-		return failure("invalid arguments: path names the working directory; use list_files")
 	}
 	data, err := t.sb.ReadFile(ctx, name, maxReadBytes)
 	if err != nil {
@@ -233,29 +255,17 @@ func (t writeFile) Definition() definition {
 		Name: "write_file",
 		Description: or(t.description, fmt.Sprintf("Create or replace a text file in the working "+
 			"directory (parent folders are created). Content is at most %d bytes.", maxWriteBytes)),
-		Parameters: map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"path":    map[string]any{"type": "string", "description": "File path relative to the working directory."},
-				"content": map[string]any{"type": "string", "description": "The complete new content of the file."},
-			},
-			"required":             []any{"path", "content"},
-			"additionalProperties": false,
-		},
+		Parameters: objectParams(map[string]any{
+			"path":    pathParam(filePathDesc),
+			"content": map[string]any{"type": "string", "description": "The complete new content of the file."},
+		}, "path", "content"),
 	}
 }
 
 func (t writeFile) Call(ctx context.Context, _ string, raw json.RawMessage) result {
-	var args writeFileArgs
-	if err := json.Unmarshal(raw, &args); err != nil {
-		return failure("invalid arguments: %v", err)
-	}
-	name, res, ok := cleanPath(args.Path)
+	args, name, res, ok := fileArgs[writeFileArgs](raw, ", not a file")
 	if !ok {
 		return res
-	}
-	if name == "." {
-		return failure("invalid arguments: path names the working directory, not a file")
 	}
 	if len(args.Content) > maxWriteBytes {
 		return failure("invalid arguments: content is %d bytes, the limit is %d", len(args.Content), maxWriteBytes)

@@ -85,20 +85,15 @@ func (t shellTool) Definition() definition {
 	return definition{
 		Name:        t.spec.Name,
 		Description: desc,
-		Parameters: map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"command": map[string]any{
-					"description": "The command as argv (preferred) or as a whitespace-separated string.",
-					"anyOf": []any{
-						map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "minItems": 1},
-						map[string]any{"type": "string", "minLength": 1},
-					},
+		Parameters: objectParams(map[string]any{
+			"command": map[string]any{
+				"description": "The command as argv (preferred) or as a whitespace-separated string.",
+				"anyOf": []any{
+					map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "minItems": 1},
+					map[string]any{"type": "string", "minLength": 1},
 				},
 			},
-			"required":             []any{"command"},
-			"additionalProperties": false,
-		},
+		}, "command"),
 	}
 }
 
