@@ -56,9 +56,9 @@ var tenantWords = wordTable{fallback: workerFault, suffix: toldSuffix, rows: []w
 	{name: "sandbox lost over its disk bound", when: func(err error) bool { return lostOverDisk(err, nil) },
 		words: "the sandbox passed its disk bound and was evicted: write less, or use a profile with a larger sandbox.disk"},
 	{name: "sandbox lost", when: isErr(sandbox.ErrSandboxLost),
-		words: "the sandbox went away under the job (evicted, preempted or removed on the worker's side, no fault of the job's); the job is tried again while it has deliveries left"},
+		words: "the sandbox went away under the job (evicted, preempted or removed on the worker's side, no fault of the job's)" + triedAgain},
 	{name: "started late", when: is[*lateStartError],
-		words: "the sandbox (its start, the inputs' copy or its network) was not ready when the run had to start to keep its whole job_timeout, the worker's side too slow; the job is tried again while it has deliveries left"},
+		words: "the sandbox (its start, the inputs' copy or its network) was not ready when the run had to start to keep its whole job_timeout, the worker's side too slow" + triedAgain},
 	{name: "inputs fill the workdir", when: isErr(sandbox.ErrDiskFull),
 		words: "the inputs do not fit the sandbox's workdir: submit smaller inputs, or use a profile with a larger sandbox.disk"},
 	{name: "input missing", when: isErr(errInputMissing),
@@ -66,7 +66,7 @@ var tenantWords = wordTable{fallback: workerFault, suffix: toldSuffix, rows: []w
 	{name: "agent panicked", when: isErr(errAgentPanicked),
 		words: "the agent panicked on the job, a bug in the worker: tell its operator the job's id (the worker's log has the stack)"},
 	{name: "worker panicked in the end", when: isErr(errEndPanicked),
-		words: "the worker panicked recording the job's end, a bug in the worker; the job is tried again while it has deliveries left, the last fails it without a manifest: tell its operator the job's id (the worker's log has the stack)"},
+		words: "the worker panicked recording the job's end, a bug in the worker" + triedAgain + ", the last fails it without a manifest: tell its operator the job's id (the worker's log has the stack)"},
 	{name: "worker panicked", when: isErr(errWorkerPanicked),
 		words: "the worker panicked on the job, a bug in the worker, which does not try it again: tell its operator the job's id (the worker's log has the stack)"},
 	{name: "backend gives no egress", when: isErr(sandbox.ErrNoEgress),
@@ -77,21 +77,24 @@ var tenantWords = wordTable{fallback: workerFault, suffix: toldSuffix, rows: []w
 	{name: "profile refused", when: isErr(agent.ErrInvalidRequest, egress.ErrInvalidPolicy, egress.ErrInvalidConfig),
 		words: "the profile cannot run as it is configured on this worker: tell the operator the profile's name (worker check-config says why)"},
 	{name: "sandbox backend unavailable", when: isErr(sandbox.ErrUnavailable),
-		words: "the sandbox backend cannot start a sandbox now (the cluster is down, full or refuses the worker); the job is tried again while it has deliveries left"},
+		words: "the sandbox backend cannot start a sandbox now (the cluster is down, full or refuses the worker)" + triedAgain},
 	{name: "sandbox start", when: isErr(errSandboxStart),
-		words: "the sandbox could not be started on the worker's side; the job is tried again while it has deliveries left: tell the operator if it goes on"},
+		words: "the sandbox could not be started on the worker's side" + triedAgain + ": tell the operator if it goes on"},
 	{name: "input copy", when: isErr(errInputCopy),
-		words: "an input could not be copied from the store into the sandbox; the job is tried again while it has deliveries left"},
+		words: "an input could not be copied from the store into the sandbox" + triedAgain},
 	{name: "egress attach", when: isErr(errEgressAttach),
-		words: "the sandbox's network could not be set up on the worker's side; the job is tried again while it has deliveries left"},
+		words: "the sandbox's network could not be set up on the worker's side" + triedAgain},
 	{name: "upload", when: isErr(errUpload),
-		words: "the run's results could not be uploaded to the store; the job is tried again while it has deliveries left"},
+		words: "the run's results could not be uploaded to the store" + triedAgain},
 	{name: "out of time", when: isErr(context.DeadlineExceeded), words: "the job's time ran out"},
 	{name: "stopped", when: isErr(context.Canceled), words: "the job was stopped"},
 }}
 
+// triedAgain follows the words of a failure the job may not meet at its next delivery.
+const triedAgain = "; the job is tried again while it has deliveries left"
+
 // workerFault is what the tenant reads of a failure no row of tenantWords names.
-const workerFault = "a fault on the worker's side, not the job's; the job is tried again while it has deliveries left"
+const workerFault = "a fault on the worker's side, not the job's" + triedAgain
 
 // waitWords follow "waiting for" and what the attempt waits for (the store, NATS, the sandbox
 // backend) in the job's status.
