@@ -166,13 +166,8 @@ func TestCapsExactlyAtTheLimit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newScript(t, tt.replies...)
-			p := csvProfile(t, emitTool)
-			tt.limits(&p.Limits)
 			sb := newFakeSandbox(nil)
-			req := request(p, sb)
-			req.Spent = tt.spent
-			res, err := newAgent(t, s).Run(context.Background(), req)
+			s, res, err := limitedRun{replies: tt.replies, limits: tt.limits, tools: []config.Tool{emitTool}, sb: sb, spent: tt.spent}.run(t)
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -338,11 +333,8 @@ func TestCaps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newScript(t, tt.replies...)
-			p := csvProfile(t, tt.tools...)
-			tt.limits(&p.Limits)
 			sb := newFakeSandbox(map[string]string{"sales.csv": salesCSV})
-			res, err := newAgent(t, s).Run(context.Background(), request(p, sb))
+			s, res, err := limitedRun{replies: tt.replies, limits: tt.limits, tools: tt.tools, sb: sb}.run(t)
 			if err != nil {
 				t.Fatalf("Run: %v, want a capped result and no error", err)
 			}
@@ -397,10 +389,7 @@ func TestCallsPastTheCap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newScript(t, tt.replies...)
-			p := csvProfile(t)
-			tt.limits(&p.Limits)
-			res, err := newAgent(t, s).Run(context.Background(), request(p, newFakeSandbox(nil)))
+			_, res, err := limitedRun{replies: tt.replies, limits: tt.limits, sb: newFakeSandbox(nil)}.run(t)
 			if err != nil || res.Cap != tt.wantCap {
 				t.Fatalf("Run = cap %q, %v; want %s", res.Cap, err, tt.wantCap)
 			}
@@ -466,13 +455,15 @@ func TestConversationHeldIsBounded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newScript(t, tt.replies...)
-			p := csvProfile(t, printTool)
-			p.Limits.MaxTurns = len(tt.replies)
-			p.Limits.MaxTokens = 1 << 40 // the answers' tokens are not what stops the run
-			tt.limits(&p.Limits)
+			var p config.Profile
+			limits := func(l *config.Limits) {
+				l.MaxTurns = len(tt.replies)
+				l.MaxTokens = 1 << 40 // the answers' tokens are not what stops the run
+				tt.limits(l)
+				p.Limits = *l
+			}
 			sb := floodSandbox{fakeSandbox: newFakeSandbox(map[string]string{"sales.csv": salesCSV}), stdout: strings.Repeat("\\", 1<<20)}
-			res, err := newAgent(t, s).Run(context.Background(), request(p, sb))
+			s, res, err := limitedRun{replies: tt.replies, limits: limits, tools: []config.Tool{printTool}, sb: sb}.run(t)
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -493,4 +484,26 @@ func TestConversationHeldIsBounded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// limitedRun is a run of the caps' tests: the scripted replies on the csv profile with tools
+// added, its limits changed by limits, in sb, the job's earlier attempts having spent spent.
+type limitedRun struct {
+	replies []reply
+	limits  func(*config.Limits)
+	tools   []config.Tool
+	sb      agent.Sandbox
+	spent   agent.Budget
+}
+
+// run runs it and returns the script (what was sent), the result and Run's error.
+func (l limitedRun) run(t *testing.T) (*script, agent.Result, error) {
+	t.Helper()
+	s := newScript(t, l.replies...)
+	p := csvProfile(t, l.tools...)
+	l.limits(&p.Limits)
+	req := request(p, l.sb)
+	req.Spent = l.spent
+	res, err := newAgent(t, s).Run(context.Background(), req)
+	return s, res, err
 }
