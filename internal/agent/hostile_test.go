@@ -117,6 +117,13 @@ func TestHostileArguments(t *testing.T) {
 		{name: "path an array", tool: "read_file", args: `{"path": ["../etc/passwd"]}`, wantPrefix: "invalid arguments"},
 		{name: "path null", tool: "read_file", args: `{"path": null}`, wantPrefix: "invalid arguments"},
 		{name: "path an object", tool: "read_file", args: `{"path": {"$ref": "/etc/passwd"}}`, wantPrefix: "invalid arguments"},
+		// Numbers no tool can take, whose exact value the schema validator would work out
+		// (big.Rat) for an integer, a bound or an enum: 1e999999 took a quarter of a second of
+		// the worker's CPU, and one call may hold a hundred thousand of them.
+		{name: "number with a huge exponent", tool: "emit", args: `{"text": "a", "n": 1e999999}`, wantPrefix: "invalid arguments: the number 1e999999"},
+		{name: "number with a huge negative exponent", tool: "emit", args: `{"text": "a", "n": [1E-999999]}`, wantPrefix: "invalid arguments", wantContains: "exponent"},
+		{name: "number of 100,000 digits", tool: "emit", args: `{"text": "a", "n": ` + strings.Repeat("9", 100000) + `}`, wantPrefix: "invalid arguments: a number of 100000 characters"},
+		{name: "offset with a huge exponent", tool: "read_file", args: `{"path": "sales.csv", "offset": 1e999999}`, wantPrefix: "invalid arguments: the number 1e999999"},
 		{name: "offset negative", tool: "read_file", args: `{"path": "sales.csv", "offset": -1}`, wantPrefix: "invalid arguments"},
 		{name: "offset a string", tool: "read_file", args: `{"path": "sales.csv", "offset": "0"}`, wantPrefix: "invalid arguments"},
 		{name: "offset a fraction", tool: "read_file", args: `{"path": "sales.csv", "offset": 1.5}`, wantPrefix: "invalid arguments"},

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -153,10 +154,57 @@ func (ts *toolset) call(ctx context.Context, callID, name, args string) result {
 	if _, ok := v.(map[string]any); !ok {
 		return failure("invalid arguments: must be a JSON object")
 	}
+	if err := checkNumbers(v); err != nil {
+		return failure("invalid arguments: %v", err)
+	}
 	if err := e.schema.Validate(v); err != nil {
 		return failure("invalid arguments: %s", describeValidation(err))
 	}
 	return e.tool.Call(ctx, callID, json.RawMessage(args))
+}
+
+// Bounds on a number in a call's arguments: what a tool can take is an int64 or a float64. The
+// schema validator works out the exact value of each number it checks (an integer, a bound, an
+// enum) as a big.Rat, in the worker's time: 1e999999 took a quarter of a second of a core, and
+// one call may hold a hundred thousand of them; and a reader of the transcript that takes its
+// numbers as float64 cannot read a line that holds one past its range.
+const (
+	maxNumberBytes = 64
+	maxExponent    = 400
+)
+
+// checkNumbers refuses a number of v (arguments as jsonschema.UnmarshalJSON reads them, each
+// number a json.Number) past maxNumberBytes or maxExponent.
+func checkNumbers(v any) error {
+	switch v := v.(type) {
+	case json.Number:
+		return checkNumber(string(v))
+	case map[string]any:
+		for _, e := range v {
+			if err := checkNumbers(e); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if err := checkNumbers(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func checkNumber(s string) error {
+	if len(s) > maxNumberBytes {
+		return fmt.Errorf("a number of %d characters (%s…), more than the %d a tool can take", len(s), s[:16], maxNumberBytes)
+	}
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		if exp, err := strconv.Atoi(s[i+1:]); err != nil || exp > maxExponent || exp < -maxExponent {
+			return fmt.Errorf("the number %s is past what a tool can take: its exponent is more than %d either way", s, maxExponent)
+		}
+	}
+	return nil
 }
 
 // describeValidation turns a schema validation error into one line that names each failing

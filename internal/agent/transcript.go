@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // The transcript is JSONL, one object per event, each with "type" and "time":
@@ -219,13 +222,14 @@ type finalLine struct {
 	Error     string  `json:"error,omitempty"`
 }
 
-// rawJSON keeps s as JSON when it is valid and as a JSON string otherwise, so a model's
-// malformed arguments are still recorded exactly.
+// rawJSON keeps s as JSON when it is valid and every reader can take its numbers
+// (checkNumbers), and as a JSON string otherwise, so a model's malformed arguments are still
+// recorded exactly and never make a line unreadable.
 func rawJSON(s string) any {
-	if json.Valid([]byte(s)) {
+	if v, err := jsonschema.UnmarshalJSON(strings.NewReader(s)); err == nil && checkNumbers(v) == nil {
 		return json.RawMessage(s)
 	}
-	return s
+	return s // not JSON, or a number a reader could not take (checkNumbers): as text
 }
 
 func sinceMS(start time.Time) int64 { return time.Since(start).Milliseconds() }
