@@ -68,20 +68,22 @@ func newProvider(cfg config.Config, log *slog.Logger) (sandbox.Provider, error) 
 	}
 }
 
-// kubeConfig is the in-cluster config, or the kubeconfig file the config names.
+// kubeConfig is the worker's rest.Config, from the cluster it runs in or from path. Every
+// client made from it refuses the API server's redirects (sandbox.RefuseRedirects): client-go
+// puts the cluster's token on the request that follows one, to whatever origin it names.
 func kubeConfig(path string) (*rest.Config, error) {
 	if path == "" {
 		c, err := rest.InClusterConfig()
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes: not in a cluster (%w); set sandbox.kubernetes.kubeconfig", err)
 		}
-		return c, nil
+		return sandbox.RefuseRedirects(c), nil
 	}
 	c, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: kubeconfig %s: %w", path, err)
 	}
-	return c, nil
+	return sandbox.RefuseRedirects(c), nil
 }
 
 // applyEnvURLs sets the URLs the environment gives over the config's, each checked by the
