@@ -56,3 +56,10 @@ var ShortQuote = shortQuote
 // DrainLook is how long a worker leaves a tenant's consumer on the shared stream unasked once
 // it found nothing to pull there.
 const DrainLook = drainLook
+
+// SetSharedClock has u tell how long it takes the shared bucket as absent by now, not the
+// wall clock: a test moves it past sharedRelook without waiting a minute.
+func (u *Usage) SetSharedClock(now func() time.Time) { u.buckets.shared.stream.now = now }
+
+// SharedRelook is how long a client takes a shared stream nobody answered for as absent.
+const SharedRelook = sharedRelook

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -56,7 +57,7 @@ func (b *tenantBuckets) learnShared(ctx context.Context) error {
 	_, err := b.js.Stream(ctx, statusStream(b.prefix))
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		b.shared.stream.absent.Store(true)
+		b.shared.stream.gone()
 	case err != nil:
 		return fmt.Errorf("queue: look up the shared %s bucket %s: %w", b.what, b.prefix, err)
 	}
@@ -230,21 +231,58 @@ func (s *sharedBucket) Get(ctx context.Context, key string) (jetstream.KeyValueE
 }
 
 // sharedStream reads the last message of one subject of a stream every tenant's keys were in,
-// by a direct get with the subject in the request's. No answer (no such stream: a deployment
-// that began with this version, or one an upgrade drained and removed) and a refusal
-// (credentials generated without the grant) are no message there, and the client learns
-// them once: no Boxcar of this version makes such a stream, and the grants of a login do not
-// change while it is connected. So a client that reads many keys its tenant's bucket lacks (a
-// listing, a watch) asks once, not once a key.
+// by a direct get with the subject in the request's. No such stream (a deployment that began
+// with this version, or one an upgrade drained and removed) and a refusal (credentials
+// generated without the grant) are no message there, and the client remembers them: a client
+// that reads many keys its tenant's bucket lacks (a listing, a watch) asks once, not once a
+// key. What it learns for good is what cannot change while it runs: a worker's look-up at its
+// start found no stream (no Boxcar of this version makes one), or the server refused the grant
+// (a login's grants do not change while it is connected). Nobody answering a direct get is
+// also what a stream that is there says while its server restarts or its replicas move: that
+// is remembered for sharedRelook only, then asked again, so that a worker running through an
+// upgrade does not leave the older workers' keys out for the rest of its life.
 type sharedStream struct {
-	nc     *nats.Conn
-	name   string
-	absent atomic.Bool
+	nc   *nats.Conn
+	name string
+	// absentUntil is when the client asks the stream again (the now clock's Unix nanoseconds;
+	// never: for good); 0, it asks.
+	absentUntil atomic.Int64
+	now         func() time.Time // the clock of absentUntil; nil is time.Now
+}
+
+// sharedRelook is how long a client takes a stream that answered no direct get as absent: a
+// few requests a minute while there is none, and an outage forgotten within a minute.
+const sharedRelook = time.Minute
+
+// never is an absentUntil that never comes.
+const never = math.MaxInt64
+
+// absent reports whether the client takes the stream as absent now.
+func (s *sharedStream) absent() bool {
+	until := s.absentUntil.Load()
+	return until == never || until > 0 && s.clock() < until
+}
+
+// gone has the client take the stream as absent for good.
+func (s *sharedStream) gone() { s.absentUntil.Store(never) }
+
+// unanswered has the client take the stream as absent for sharedRelook, unless it knows for good.
+func (s *sharedStream) unanswered() {
+	until := s.clock() + int64(sharedRelook)
+	for cur := s.absentUntil.Load(); cur != never && !s.absentUntil.CompareAndSwap(cur, until); cur = s.absentUntil.Load() {
+	}
+}
+
+func (s *sharedStream) clock() int64 {
+	if s.now != nil {
+		return s.now().UnixNano()
+	}
+	return time.Now().UnixNano()
 }
 
 // get is the last message on subject; nil when there is none.
 func (s *sharedStream) get(ctx context.Context, subject string) (*nats.Msg, error) {
-	if s.absent.Load() {
+	if s.absent() {
 		return nil, nil
 	}
 	api := "$JS.API.DIRECT.GET." + s.name + "." + subject
@@ -255,7 +293,7 @@ func (s *sharedStream) get(ctx context.Context, subject string) (*nats.Msg, erro
 		msg, err := s.nc.RequestWithContext(ctx, api, nil)
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			s.absent.Store(true)
+			s.unanswered()
 			return nil
 		case err != nil:
 			return err
@@ -270,7 +308,7 @@ func (s *sharedStream) get(ctx context.Context, subject string) (*nats.Msg, erro
 		return nil
 	})
 	if errors.Is(err, ErrRefused) {
-		s.absent.Store(true)
+		s.gone()
 		return nil, nil
 	}
 	return found, err

@@ -266,3 +266,62 @@ func TestUsageReadsNoSharedBucketWhereNone(t *testing.T) {
 		t.Errorf("5 additions and reads asked the shared bucket %d times, want none", n)
 	}
 }
+
+// TestUsageOfAnUpgradeOutlivesASharedBucketGone: during an upgrade the shared usage bucket
+// stops answering a while (a server restarting, its replicas moving; here its stream removed
+// and made again) and then answers again. A worker that read a day meanwhile counts the older
+// workers' tokens again once the shared bucket is back: nobody answering is no bucket for
+// SharedRelook, not for the rest of the worker's life. Before, the worker's day was 50, the
+// older workers' 300 ignored until it restarted, and a budget allowed them again.
+func TestUsageOfAnUpgradeOutlivesASharedBucketGone(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, false)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	js := jetStream(t, nc)
+	day := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
+	olderBucket := func() { // what older workers' additions leave in the shared bucket
+		t.Helper()
+		shared, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: queue.UsageBucket, History: 1})
+		if err == nil {
+			_, err = shared.Put(ctx, "team-a."+day.Format(time.DateOnly), mustMarshal(t, queue.DayUsage{Tokens: 300}))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	olderBucket()
+	setUpUsage(ctx, t, nc, "team-a")
+	worker, err := queue.OpenUsage(ctx, nc, []string{"team-a"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Now()
+	worker.SetSharedClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	if total, err := worker.Add(ctx, "team-a", day, 50, 0); err != nil || total != 350 {
+		t.Fatalf("Add(50) = %d, %v; want 350", total, err)
+	}
+	if err := js.DeleteKeyValue(ctx, queue.UsageBucket); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := worker.Day(ctx, "team-a", day); err != nil || got.Tokens != 50 {
+		t.Fatalf("Day with the shared bucket gone = %+v, %v; want 50", got, err)
+	}
+	olderBucket()
+	mu.Lock()
+	now = now.Add(queue.SharedRelook + time.Second)
+	mu.Unlock()
+	if got, err := worker.Day(ctx, "team-a", day); err != nil || got.Tokens != 350 {
+		t.Errorf("Day with the shared bucket back = %+v, %v; want 350, the older workers' 300 and 50", got, err)
+	}
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
