@@ -46,6 +46,7 @@ func TestBadConfigsAreRefusedAtLoad(t *testing.T) {
 		{"stream-names-a-tenants-stream", `nats.stream: "JOBS" makes tenant dlq's job stream JOBS_dlq, the stream of nats.dead_letter_stream; give them names apart`},
 		{"status-bucket-names-a-tenants-bucket", `nats.status_bucket: "ST" makes tenant ops's status bucket's stream KV_ST_ops, the stream of nats.approvals_bucket; give them names apart`},
 		{"approvals-bucket-names-a-tenants-bucket", `nats.approvals_bucket: "AP" makes tenant ops's approvals bucket's stream KV_AP_ops, the stream of nats.status_bucket; give them names apart`},
+		{"stream-names-a-tenants-cancel-bucket", `nats.stream: is stored in the stream KV_BOXCAR_CANCEL_ops, tenant ops's cancel bucket's (BOXCAR_CANCEL_ops); give it another name`},
 		{"bucket-is-a-stream", `nats.status_bucket: is stored in the stream KV_BOXCAR_STATUS, as nats.stream is; give each its own name`},
 		{"subject-under-dead-letters", `:1:17 nats.subject: "BOXCAR_DLQ.jobs" begins with BOXCAR_DLQ, the name of a dead-letter stream`},
 		{"subject-under-a-tenants-dead-letters", `:1:17 nats.subject: "BOXCAR_DLQ_ops.jobs" begins with BOXCAR_DLQ_ops, the name of a dead-letter stream`},

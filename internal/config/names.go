@@ -21,9 +21,14 @@ var (
 	subjectToken = regexp.MustCompile(`^[^\s.*>]+$`)
 )
 
-// profilesStream is the stream behind queue.ProfilesBucket (BOXCAR_PROFILES), which no key of
-// the config names but which a stream of the config must not take.
-const profilesStream = "KV_BOXCAR_PROFILES"
+// profilesStream is the stream behind queue.ProfilesBucket (BOXCAR_PROFILES), and
+// cancelStream the one behind queue.CancelBucket (BOXCAR_CANCEL, the shared cancel bucket an
+// older Boxcar made; each tenant's is BOXCAR_CANCEL_<tenant>), which no key of the config names
+// but which a stream of the config must not take.
+const (
+	profilesStream = "KV_BOXCAR_PROFILES"
+	cancelStream   = "KV_BOXCAR_CANCEL"
+)
 
 // maxTenantName is the longest tenant name (job.ValidTenant), maxJobStream the longest
 // nats.stream that leaves room for _<tenant> in a JetStream name, and maxTenantBucket the
@@ -69,7 +74,7 @@ func (n NATS) validateNames() []error {
 	if tenant, ok := strings.CutPrefix(first, n.DeadLetterStream+"_"); first == n.DeadLetterStream || ok && job.ValidTenant(tenant) {
 		bad("subject", "%q begins with %s, the name of a dead-letter stream (the dead_letter_stream, or a tenant's: <dead_letter_stream>_<tenant>), which takes every subject under its name; choose another subject or dead_letter_stream", n.Subject, first)
 	}
-	streams := map[string]string{profilesStream: "the profiles bucket (BOXCAR_PROFILES)"}
+	streams := map[string]string{profilesStream: "the profiles bucket (BOXCAR_PROFILES)", cancelStream: "the shared cancel bucket (BOXCAR_CANCEL)"}
 	for _, f := range []struct{ key, stream string }{
 		{"stream", n.Stream}, {"dead_letter_stream", n.DeadLetterStream},
 		{"status_bucket", "KV_" + n.StatusBucket}, {"approvals_bucket", "KV_" + n.ApprovalsBucket},
@@ -88,10 +93,11 @@ func (n NATS) validateNames() []error {
 }
 
 // validateTenantStreams checks the names of the tenants' own streams, the job streams
-// <stream>_<tenant>, the status and approvals buckets' KV_<bucket>_<tenant> and the
-// dead-letter streams <dead_letter_stream>_<tenant> (a tenant name has no
-// '_'): each name must leave room for the longest tenant name, and no other stream of the
-// config (streams, by name) may be named as a tenant's is.
+// <stream>_<tenant>, the status and approvals buckets' KV_<bucket>_<tenant>, the
+// dead-letter streams <dead_letter_stream>_<tenant> and the cancel buckets'
+// KV_BOXCAR_CANCEL_<tenant> (a tenant name has no '_'): each name must leave room for the
+// longest tenant name, and no other stream of the config (streams, by name) may be named as a
+// tenant's is.
 func (n NATS) validateTenantStreams(streams map[string]string, bad func(field, format string, args ...any)) {
 	for _, f := range []struct {
 		key, name, prefix, what string
@@ -110,6 +116,13 @@ func (n NATS) validateTenantStreams(streams map[string]string, bad func(field, f
 			if tenant, ok := strings.CutPrefix(name, f.prefix+"_"); ok && job.ValidTenant(tenant) {
 				bad(f.key, "%q makes tenant %s's %s %s, the stream of %s; give them names apart", f.name, tenant, f.what, name, key)
 			}
+		}
+	}
+	// The tenants' cancel buckets' names are fixed: a stream of the config named as one is the
+	// key at fault.
+	for name, key := range streams {
+		if tenant, ok := strings.CutPrefix(name, cancelStream+"_"); ok && job.ValidTenant(tenant) {
+			bad(strings.TrimPrefix(key, "nats."), "is stored in the stream %s, tenant %s's cancel bucket's (BOXCAR_CANCEL_%s); give it another name", name, tenant, tenant)
 		}
 	}
 }

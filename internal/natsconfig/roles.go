@@ -126,7 +126,10 @@ var Table = []Grant{
 	{Roles: []Role{Submitter, Approver}, What: "read, by its key, a status of its tenant's that an older Boxcar's worker wrote in the shared status bucket, while an upgrade moves them",
 		Pub: []string{"$JS.API.DIRECT.GET.KV_{status}.$KV.{status}.{tenant}.>"}},
 	{Roles: []Role{Submitter}, What: "request a cancel of its tenant's jobs",
-		Pub: join(kvRead("{cancel}", "{tenant}.>"), kvWrite("{cancel}", "{tenant}.>"))},
+		Pub: join(kvRead("{cancel}_{tenant}", "{tenant}.>"), kvWrite("{cancel}_{tenant}", "{tenant}.>"))},
+	// Not the shared bucket's info: a direct get of one of its tenant's keys, and its write.
+	{Roles: []Role{Submitter}, What: "request a cancel, by its key, in the shared cancel bucket older workers watch during an upgrade, and read one an older Boxcar's submit asked there",
+		Pub: []string{"$JS.API.DIRECT.GET.KV_{cancel}.$KV.{cancel}.{tenant}.>", "$KV.{cancel}.{tenant}.>"}},
 	{Roles: []Role{Submitter, Approver}, What: "read and list its tenant's approval requests",
 		Pub: kvRead("{approvals}_{tenant}", "{tenant}.>")},
 	{Roles: []Role{Approver}, What: "answer its tenant's approval requests (a signed decision)",
@@ -165,7 +168,10 @@ var Table = []Grant{
 	// An older worker of an upgrade writes there with the worker's login too, regenerated.
 	{Roles: []Role{Worker}, What: "read and write the shared status bucket older workers write during an upgrade, and move a status to its tenant's",
 		Pub: join(kvRead("{status}", ">"), kvWrite("{status}", ">"))},
-	{Roles: []Role{Worker}, What: "watch cancel requests",
+	{Roles: []Role{Worker}, What: "watch every tenant's cancel requests, and release them",
+		Pub: join(kvWatch("{cancel}_{each}", ">"), kvWrite("{cancel}_{each}", ">"))},
+	// An older worker of an upgrade watches there with the worker's login too, regenerated.
+	{Roles: []Role{Worker}, What: "watch and release the cancel requests in the shared cancel bucket older Boxcars use during an upgrade",
 		Pub: join(kvWatch("{cancel}", ">"), kvWrite("{cancel}", ">"))},
 	{Roles: []Role{Worker}, What: "request approvals and read the answers",
 		Pub: join(kvWatch("{approvals}_{each}", ">"), kvWrite("{approvals}_{each}", ">"))},

@@ -61,7 +61,7 @@ func (a *Admin) Declare(ctx context.Context) error {
 	if err := a.declareStatuses(ctx, slices.Sorted(maps.Keys(streams))); err != nil {
 		return err
 	}
-	if err := setUpCancel(ctx, a.js, cfg); err != nil {
+	if err := a.setUpCancel(ctx, slices.Sorted(maps.Keys(streams))); err != nil {
 		return err
 	}
 	// The buckets a worker without the right to create them must find: the tokens each tenant

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,32 +28,57 @@ type CancelRequest struct {
 	Released bool `json:"released,omitempty"`
 }
 
-// setUpCancel creates or updates the cancel bucket. A worker that starts reads every request
-// still there and ends the jobs they name. A request expires status_ttl after its last write,
-// as a status does, except one written with no expiry (Cancel): the bucket allows a TTL per
-// request for that.
-func setUpCancel(ctx context.Context, js jetstream.JetStream, cfg config.NATS) error {
+// setUpCancel creates or updates each tenant's cancel bucket, and updates the shared one where
+// an older Boxcar made it (its submitters and workers use it during an upgrade), never making
+// it. A worker that starts reads every request still there and ends the jobs they name. A
+// request expires status_ttl after its last write, as a status does, except one written with
+// no expiry (Cancel): the buckets allow a TTL per request for that. Nothing moves: every worker
+// of this version watches both (watchCancels).
+func (a *Admin) setUpCancel(ctx context.Context, tenants []string) error {
+	for _, tenant := range tenants {
+		if err := declareCancel(ctx, a.js, a.cfg, cancelBucket(tenant)); err != nil {
+			return err
+		}
+	}
+	switch _, err := a.js.Stream(ctx, statusStream(CancelBucket)); {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("queue: look up the shared cancel bucket %s: %w", CancelBucket, err)
+	}
+	return declareCancel(ctx, a.js, a.cfg, CancelBucket)
+}
+
+// declareCancel creates or updates the cancel bucket name.
+func declareCancel(ctx context.Context, js jetstream.JetStream, cfg config.NATS, name string) error {
 	_, err := declareBucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      CancelBucket,
+		Bucket:      name,
 		Description: "Boxcar: requests to cancel a job, by tenant.job",
 		History:     1,
 		TTL:         time.Duration(cfg.StatusTTL),
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
-		// Every tenant's submitter writes this bucket, with requests of any id and no expiry
-		// (Nats-TTL: never, which a raw publish sets as Cancel does): unbounded, one tenant
-		// could fill the server's store, which every tenant's jobs and statuses live in.
+		// A tenant's submitter writes requests of any id and no expiry (Nats-TTL: never, which
+		// a raw publish sets as Cancel does): unbounded, one tenant could fill the server's
+		// store, which every tenant's jobs and statuses live in.
 		MaxBytes:     orUnlimited(cfg.CancelMaxBytes),
 		MaxValueSize: cancelMaxValue,
 	})
 	if err == nil {
-		err = allowKeyTTL(ctx, js, CancelBucket)
+		err = allowKeyTTL(ctx, js, name)
 	}
 	if err != nil {
-		return fmt.Errorf("queue: set up cancel bucket %s: %w", CancelBucket, err)
+		return fmt.Errorf("queue: set up cancel bucket %s: %w", name, err)
 	}
 	return nil
 }
+
+// cancelBucket is tenant's cancel bucket, <CancelBucket>_<tenant>: its stream's info lists
+// the job ids its tenant asked to cancel, so each tenant has its own (tenantbuckets.go).
+func cancelBucket(tenant string) string { return tenantBucket(CancelBucket, tenant) }
+
+// CancelBucketOf is the name of tenant's cancel bucket, for what names it to an operator.
+func CancelBucketOf(tenant string) string { return cancelBucket(tenant) }
 
 // cancelMaxValue bounds one cancel request: its time, who asked (user@host, as claimed) and
 // whether it was released take a few hundred bytes.
@@ -86,11 +112,17 @@ const (
 	lastSubject = "Nats-Expected-Last-Subject-Sequence"
 )
 
-// createCancel writes the request for r unless one is there (jetstream.ErrKeyExists), with no
-// expiry; a bucket that allows no TTL per key (set up by an earlier worker) gets one that
-// expires with the bucket's.
-func createCancel(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, r Ref, req CancelRequest) error {
-	msg := nats.NewMsg("$KV." + CancelBucket + "." + r.key())
+// creator writes a key unless it holds a value: a bucket, or a key of a shared one
+// (sharedBucket).
+type creator interface {
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+}
+
+// createCancel writes the request for r into the bucket name unless one is there
+// (jetstream.ErrKeyExists), with no expiry; a bucket that allows no TTL per key (set up by an
+// earlier worker) gets one that expires with the bucket's, written by kv.
+func createCancel(ctx context.Context, js jetstream.JetStream, name string, kv creator, r Ref, req CancelRequest) error {
+	msg := nats.NewMsg("$KV." + name + "." + r.key())
 	msg.Data = mustJSON(req)
 	msg.Header.Set(lastSubject, "0")
 	msg.Header.Set(ttlHeader, ttlNever)
@@ -104,7 +136,7 @@ func createCancel(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	case errors.As(err, &api) && api.ErrorCode == jsErrCodeMessageTTLDisabled:
 		_, err = kv.Create(ctx, r.key(), msg.Data)
 	}
-	return atLimit(err, CancelBucket, cancelLimits)
+	return atLimit(err, name, cancelLimits)
 }
 
 // jsErrCodeMessageTTLDisabled is the server's answer to a TTL on a stream that allows none.
@@ -114,17 +146,31 @@ const jsErrCodeMessageTTLDisabled jetstream.ErrorCode = 10166
 // expiry (status_ttl from now): no delivery of the job can run it any more. The rewrite says it
 // is released, so that a request is released once (a later release would push its expiry back,
 // and every worker's watch sees the rewrite and asks again). There being none is not an error.
+// A request in the shared bucket, where an older submit asked or a submit of this version asked
+// too during an upgrade (Cancel), is released there as well.
 func (c *Consumer) ReleaseCancel(ctx context.Context, r Ref) error {
-	req, rev, err := read[CancelRequest](ctx, c.cancels, r.key())
+	kv, err := c.cancels.of(ctx, r.Tenant)
+	if err == nil {
+		err = releaseIn(ctx, kv, r)
+	}
+	if err == nil && c.sharedCancels != nil {
+		err = releaseIn(ctx, c.sharedCancels, r)
+	}
+	return err
+}
+
+// releaseIn is ReleaseCancel in one bucket.
+func releaseIn(ctx context.Context, kv jetstream.KeyValue, r Ref) error {
+	req, rev, err := read[CancelRequest](ctx, kv, r.key())
 	if err == nil && (rev == 0 || req.Released) {
 		return nil
 	}
 	if err == nil {
 		req.Released = true
-		_, err = c.cancels.Update(ctx, r.key(), mustJSON(req), rev)
+		_, err = kv.Update(ctx, r.key(), mustJSON(req), rev)
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
-		return fmt.Errorf("queue: release the cancel request of %s: %w", r, err)
+		return fmt.Errorf("queue: release the cancel request of %s in %s: %w", r, kv.Bucket(), err)
 	}
 	return nil // or another worker's write came first
 }
@@ -146,11 +192,15 @@ func (c *Consumer) Queued(ctx context.Context, r Ref) (bool, error) {
 	return inStream(ctx, c.shared, c.cfg, r)
 }
 
-// CancelAsked reports whether a cancel of the job was asked for: the cancel bucket holds a
-// request. A worker reads it for a job whose message is older than status_ttl, whose cancelled
-// status may have expired while it waited.
+// CancelAsked reports whether a cancel of the job was asked for: the tenant's cancel bucket
+// holds a request, or the shared one does. A worker reads it for a job whose message is older
+// than status_ttl, whose cancelled status may have expired while it waited.
 func (c *Consumer) CancelAsked(ctx context.Context, r Ref) (bool, error) {
-	_, rev, err := read[CancelRequest](ctx, c.cancels, r.key())
+	kv, err := c.cancels.reader(ctx, r.Tenant)
+	var rev uint64
+	if err == nil {
+		_, rev, err = read[CancelRequest](ctx, kv, r.key())
+	}
 	if err != nil {
 		return false, fmt.Errorf("queue: read the cancel request of %s: %w", r, err)
 	}
@@ -160,7 +210,10 @@ func (c *Consumer) CancelAsked(ctx context.Context, r Ref) (bool, error) {
 // Cancel asks for a job of the client's tenant to be cancelled and returns its status as it
 // stands, with CancelRequested set: a worker ends a job that has not started as cancelled, and
 // stops a running one. Asking twice is harmless. ErrFinal when the job already ended,
-// ErrUnknownJob when neither the status bucket nor the job stream knows it.
+// ErrUnknownJob when neither the status bucket nor the job stream knows it. The request goes
+// into the tenant's cancel bucket, and, during an upgrade, into the shared one too, by a
+// publish of its key alone, where older workers watch (docs/operations.md): every worker sees
+// it, whatever its version.
 func (c *Client) Cancel(ctx context.Context, id, by string) (job.Status, error) {
 	st, err := c.Status(ctx, id)
 	if err != nil {
@@ -169,15 +222,19 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (job.Status, error) 
 	if st.State.Terminal() {
 		return st, fmt.Errorf("%w: job %s is already %s", ErrFinal, id, st.State)
 	}
+	name, req := cancelBucket(c.tenant), CancelRequest{At: time.Now().UTC(), By: by}
 	// An identity that may not cancel (an approver) is refused the bucket or the write.
-	refusable := []string{"$JS.API.STREAM.INFO." + statusStream(CancelBucket), "$KV." + CancelBucket + "."}
+	refusable := []string{"$JS.API.STREAM.INFO." + statusStream(name), "$KV." + name + "."}
 	err = unlessRefused(ctx, c.js.Conn(), refusable, func(ctx context.Context) error {
-		kv, err := bucket(ctx, c.js, CancelBucket, "cancel")
+		kv, err := bucket(ctx, c.js, name, "cancel")
 		if err != nil {
 			return err
 		}
-		return createCancel(ctx, c.js, kv, c.ref(id), CancelRequest{At: time.Now().UTC(), By: by})
+		return createCancel(ctx, c.js, name, kv, c.ref(id), req)
 	})
+	if err == nil || errors.Is(err, jetstream.ErrKeyExists) {
+		err = c.sharedCancel(ctx, c.ref(id), req)
+	}
 	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return job.Status{}, fmt.Errorf("queue: cancel %s: %w", id, err)
 	}
@@ -185,21 +242,44 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (job.Status, error) 
 	return st, nil
 }
 
-// cancelRequested reports whether a cancel of the job was asked for. An identity the server
-// does not let read the cancel bucket (an approver) sees none: the status says so once a
-// worker acted on it.
+// sharedCancel writes the request into the shared cancel bucket, for older workers, unless
+// there is none: nobody answering the publish is no bucket (sharedStream), as a refusal is
+// (credentials generated without the grant, which have no older worker to tell either).
+func (c *Client) sharedCancel(ctx context.Context, r Ref, req CancelRequest) error {
+	s := c.sharedCancels
+	if s.stream.absent() {
+		return nil
+	}
+	err := unlessRefused(ctx, c.js.Conn(), []string{"$KV." + CancelBucket + "."}, func(ctx context.Context) error {
+		return createCancel(ctx, c.js, CancelBucket, s, r, req)
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		s.stream.unanswered()
+		return nil
+	case errors.Is(err, ErrRefused):
+		s.stream.gone()
+		return nil
+	}
+	return err
+}
+
+// cancelRequested reports whether a cancel of the job was asked for, in the tenant's cancel
+// bucket or the shared one. An identity the server does not let read the cancel bucket (an
+// approver) sees none: the status says so once a worker acted on it.
 func (c *Client) cancelRequested(ctx context.Context, r Ref) (bool, error) {
 	var asked bool
-	refusable := []string{"$JS.API.STREAM.INFO." + statusStream(CancelBucket), "$JS.API.DIRECT.GET." + statusStream(CancelBucket)}
+	name := cancelBucket(c.tenant)
+	refusable := []string{"$JS.API.STREAM.INFO." + statusStream(name), "$JS.API.DIRECT.GET." + statusStream(name)}
 	err := unlessRefused(ctx, c.js.Conn(), refusable, func(ctx context.Context) error {
-		kv, err := bucket(ctx, c.js, CancelBucket, "cancel")
+		kv, err := bucket(ctx, c.js, name, "cancel")
 		if errors.Is(err, ErrNotReady) {
-			return nil // a worker before the cancel bucket: nobody can have asked
+			return nil // a worker before the tenant's cancel bucket: an older submit asks in the shared one, which the status says once a worker acted on it
 		}
 		if err != nil {
 			return err
 		}
-		_, rev, err := read[CancelRequest](ctx, kv, r.key())
+		_, rev, err := read[CancelRequest](ctx, bucketReader{KeyValue: kv, shared: c.sharedCancels}, r.key())
 		asked = rev > 0
 		return err
 	})
@@ -218,65 +298,143 @@ type CancelUpdate struct {
 	Behind bool
 }
 
-// WatchCancels streams the cancel requests of tenant, one of the worker's: every request the
-// bucket holds first, then one with the zero Ref and not Behind to say those are all, then each
-// new one, until ctx ends or the watch breaks (the channel closes; watch again, which reads them
-// all again). Each tenant has a watch of its own, so that one tenant's requests, however many,
-// never wait behind another's. A released request (its job's end is committed) has nothing
-// left to do: it comes with the zero Ref, as a word of how far the watch is.
+// WatchCancels streams the cancel requests of tenant, one of the worker's: every request its
+// bucket (and, during an upgrade, the shared one) holds first, then one with the zero Ref and
+// not Behind to say those are all, then each new one, until ctx ends or the watch breaks (the
+// channel closes; watch again, which reads them all again). Each tenant has a watch of its
+// own, so that one tenant's requests, however many, never wait behind another's. A released
+// request (its job's end is committed) has nothing left to do: it comes with the zero Ref, as a
+// word of how far the watch is. A request asked in both buckets comes twice: applying one
+// twice is harmless.
 func (c *Consumer) WatchCancels(ctx context.Context, tenant string) (<-chan CancelUpdate, error) {
 	if !slices.Contains(c.tenants, tenant) {
 		return nil, fmt.Errorf("queue: watch the cancel requests of tenant %q: not one of this worker's tenants (%s)", tenant, strings.Join(c.tenants, ", "))
 	}
-	return c.watchCancels(ctx, tenant+".*")
+	return c.watchCancels(ctx, []string{tenant}, tenant+".*")
 }
 
-// WatchAllCancels is WatchCancels of every tenant of the worker's on one watch, for a reader
-// that does nothing slow with what it reads: one consumer on the server, whatever the number of
-// tenants. Another tenant's requests come with the zero Ref. (A consumer of several filters is
-// created on an API subject that names none, which a worker may not use: a worker of several
-// tenants watches every tenant's keys.)
+// WatchAllCancels is WatchCancels of every tenant of the worker's on one channel, for a reader
+// that does nothing slow with what it reads: a watch of each tenant's bucket and one of the
+// shared bucket, whatever the number of tenants there. Another tenant's requests in the shared
+// bucket come with the zero Ref. (A consumer of several filters is created on an API subject
+// that names none, which a worker may not use: a worker of several tenants watches every
+// tenant's keys of the shared bucket.)
 func (c *Consumer) WatchAllCancels(ctx context.Context) (<-chan CancelUpdate, error) {
 	keys := "*.*"
 	if len(c.tenants) == 1 {
 		keys = c.tenants[0] + ".*"
 	}
-	return c.watchCancels(ctx, keys)
+	return c.watchCancels(ctx, c.tenants, keys)
 }
 
-// watchCancels streams the requests of keys, as WatchCancels says, leaving out other tenants'.
-func (c *Consumer) watchCancels(ctx context.Context, keys string) (<-chan CancelUpdate, error) {
-	// Deletes too (they come with the zero Ref): the last entry the watch reads says whether
-	// it is up to date, whatever the entry.
-	w, err := c.cancels.Watch(ctx, keys)
+// watchCancels streams the requests of tenants' buckets and of sharedKeys in the shared bucket,
+// as WatchCancels says, leaving out other tenants'.
+func (c *Consumer) watchCancels(ctx context.Context, tenants []string, sharedKeys string) (<-chan CancelUpdate, error) {
+	var ws []jetstream.KeyWatcher
+	watch := func(kv jetstream.KeyValue, keys string) error {
+		// Deletes too (they come with the zero Ref): the last entry a watch reads says
+		// whether it is up to date, whatever the entry.
+		w, err := kv.Watch(ctx, keys)
+		if err != nil {
+			return fmt.Errorf("queue: watch the cancel requests of keys %s in %s: %w", keys, kv.Bucket(), err)
+		}
+		ws = append(ws, w)
+		return nil
+	}
+	var err error
+	for _, tenant := range tenants {
+		var kv jetstream.KeyValue
+		if kv, err = c.cancels.of(ctx, tenant); err == nil {
+			err = watch(kv, tenant+".*")
+		}
+		if err != nil {
+			break
+		}
+	}
+	if err == nil && c.sharedCancels != nil {
+		err = watch(c.sharedCancels, sharedKeys)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("queue: watch the cancel requests of keys %s: %w", keys, err)
+		for _, w := range ws {
+			stopWatch(w)
+		}
+		return nil, err
 	}
 	out := make(chan CancelUpdate)
-	go func() {
-		defer close(out)
-		defer stopWatch(w)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				u := cancelUpdate(e)
-				if !slices.Contains(c.tenants, u.Ref.Tenant) {
-					u.Ref = Ref{} // another tenant's, on WatchAllCancels' watch
-				}
-				select {
-				case out <- u:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
+	go c.mergeCancels(ctx, ws, out)
 	return out, nil
+}
+
+// watched is one entry a watch of mergeCancels' read: which watch, and the entry; closed, the
+// watch broke.
+type watched struct {
+	from   int
+	entry  jetstream.KeyValueEntry
+	closed bool
+}
+
+// mergeCancels hands the requests of the watches ws on to out, until ctx ends or a watch
+// breaks (out closes, every watch stopped): an update is behind while any watch is.
+func (c *Consumer) mergeCancels(ctx context.Context, ws []jetstream.KeyWatcher, out chan<- CancelUpdate) {
+	defer close(out)
+	in := make(chan watched)
+	fwd, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stop()
+		for _, w := range ws {
+			stopWatch(w)
+		}
+		wg.Wait()
+	}()
+	behind := make([]bool, len(ws))
+	for i, w := range ws {
+		behind[i] = true // until it delivered every request there was
+		wg.Go(func() { forward(fwd, i, w, in) })
+	}
+	for {
+		var got watched
+		select {
+		case <-ctx.Done():
+			return
+		case got = <-in:
+		}
+		if got.closed {
+			return
+		}
+		u := cancelUpdate(got.entry)
+		behind[got.from] = u.Behind
+		u.Behind = slices.Contains(behind, true)
+		if !slices.Contains(c.tenants, u.Ref.Tenant) {
+			u.Ref = Ref{} // another tenant's, on WatchAllCancels' watch of the shared bucket
+		}
+		select {
+		case out <- u:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// forward hands w's entries to in, as watch from, until ctx ends or w breaks.
+func forward(ctx context.Context, from int, w jetstream.KeyWatcher, in chan<- watched) {
+	for {
+		var got watched
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			got = watched{from: from, entry: e, closed: !ok}
+		}
+		select {
+		case in <- got:
+		case <-ctx.Done():
+			return
+		}
+		if got.closed {
+			return
+		}
+	}
 }
 
 // cancelUpdate is what the watch's entry e says: nil is the end of the requests there were.

@@ -29,7 +29,9 @@ type Client struct {
 	sharedJobs *sharedStream
 	// sharedApprovals is the approvals bucket older workers ask in during an upgrade.
 	sharedApprovals *sharedBucket
-	log             *slog.Logger
+	// sharedCancels is the cancel bucket older workers watch during an upgrade.
+	sharedCancels *sharedBucket
+	log           *slog.Logger
 }
 
 // NewClient binds to the tenant's job stream and status bucket; ErrNotServed when the stream
@@ -72,8 +74,8 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant strin
 	}
 	status := bucketReader{KeyValue: kv, shared: newSharedBucket(js, cfg.StatusBucket, "status")}
 	return &Client{js: js, cfg: cfg, tenant: tenant, jobs: jobs, status: status, sharedJobs: &sharedStream{nc: nc, name: cfg.Stream},
-		sharedApprovals: newSharedBucket(js, cfg.ApprovalsBucket, "approvals"),
-		log:             slog.New(slog.DiscardHandler)}, nil
+		sharedApprovals: newSharedBucket(js, cfg.ApprovalsBucket, "approvals"), sharedCancels: newSharedBucket(js, CancelBucket, "cancel"),
+		log: slog.New(slog.DiscardHandler)}, nil
 }
 
 // bindStatus binds the tenant's status bucket. An identity of another tenant is refused its

@@ -29,13 +29,16 @@ type Consumer struct {
 	streams map[string]jetstream.Stream   // each tenant's job stream, by tenant
 	// shared is the shared stream (drain.go), nil when there is none; old, by tenant, the
 	// consumers on it the worker still asks (under mu).
-	shared    jetstream.Stream
-	old       map[string]*oldConsumer
-	statuses  *tenantBuckets // each tenant's (statusbuckets.go)
-	cancels   jetstream.KeyValue
-	approvals *tenantBuckets // each tenant's (approvals.go)
-	written   statusCache    // the statuses this handle wrote last (status.go)
-	ear       *waker         // new jobs' notifications, for a worker of several tenants (wake.go)
+	shared   jetstream.Stream
+	old      map[string]*oldConsumer
+	statuses *tenantBuckets // each tenant's (statusbuckets.go)
+	cancels  *tenantBuckets // each tenant's (cancel.go)
+	// sharedCancels is the cancel bucket older submitters and workers use during an upgrade,
+	// nil when there is none (cancel.go).
+	sharedCancels jetstream.KeyValue
+	approvals     *tenantBuckets // each tenant's (approvals.go)
+	written       statusCache    // the statuses this handle wrote last (status.go)
+	ear           *waker         // new jobs' notifications, for a worker of several tenants (wake.go)
 	// admin, when the worker has the operator's rights, declares the streams again when NATS
 	// lost them; nil for a worker that only binds.
 	admin *Admin
@@ -102,21 +105,27 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 	return c, nil
 }
 
-// bindBuckets binds the cancel bucket and the worker's tenants' status and approvals buckets.
+// bindBuckets binds the worker's tenants' status, approvals and cancel buckets, and the shared
+// cancel bucket where an older Boxcar made it.
 func (c *Consumer) bindBuckets(ctx context.Context) error {
 	var err error
-	if c.cancels, err = bucket(ctx, c.js, CancelBucket, "cancel"); err != nil {
-		return err
-	}
 	if c.statuses, err = newStatusBuckets(ctx, c.js, c.cfg); err != nil {
 		return err
 	}
 	c.approvals = newTenantBuckets(c.js, c.cfg.ApprovalsBucket, "approvals")
-	if err := c.approvals.learnShared(ctx); err != nil {
-		return err
+	c.cancels = newTenantBuckets(c.js, CancelBucket, "cancel")
+	for _, b := range []*tenantBuckets{c.approvals, c.cancels} {
+		if err := b.learnShared(ctx); err != nil {
+			return err
+		}
+	}
+	if !c.cancels.shared.stream.absent() {
+		if c.sharedCancels, err = bucket(ctx, c.js, CancelBucket, "cancel"); err != nil {
+			return err
+		}
 	}
 	for _, tenant := range c.tenants {
-		for _, b := range []*tenantBuckets{c.statuses, c.approvals} {
+		for _, b := range []*tenantBuckets{c.statuses, c.approvals, c.cancels} {
 			if _, err := b.of(ctx, tenant); err != nil {
 				return err
 			}

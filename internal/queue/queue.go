@@ -98,8 +98,11 @@ func retiredSubject(cfg config.NATS, tenant string) string {
 // consumerName is the durable consumer of one tenant's jobs: boxcar-workers-T.
 func consumerName(cfg config.NATS, tenant string) string { return cfg.Consumer + "-" + tenant }
 
-// CancelBucket is the key-value bucket where a submitter asks for a job to be cancelled, under
-// "T.J"; workers watch it and write the outcome to the job's status, which only they write.
+// CancelBucket names the key-value buckets where a submitter asks for a job to be cancelled,
+// under "T.J": each tenant's is CancelBucket_T (CancelBucketOf); workers watch them and write
+// the outcome to the job's status, which only they write. The bucket named CancelBucket itself
+// is where an older Boxcar asked every tenant's, which submitters and workers of this version
+// also use while an upgrade runs (cancel.go).
 const CancelBucket = "BOXCAR_CANCEL"
 
 // newJetStream is the JetStream context of every handle.

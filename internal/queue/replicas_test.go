@@ -69,7 +69,7 @@ func TestSetupAppliesReplicasToEveryStreamAndBucket(t *testing.T) {
 	}
 	declare(1) // the older setup
 	declare(3) // `worker setup` after the move to three replicas
-	streams := []string{cfg.Stream, queue.JobStream(cfg, job.DefaultTenant), cfg.DeadLetterStream, queue.DeadLetterStream(cfg, job.DefaultTenant), "KV_" + queue.CancelBucket, "KV_" + queue.ApprovalsBucket(cfg, job.DefaultTenant), "KV_" + queue.UsageBucketOf(job.DefaultTenant),
+	streams := []string{cfg.Stream, queue.JobStream(cfg, job.DefaultTenant), cfg.DeadLetterStream, queue.DeadLetterStream(cfg, job.DefaultTenant), "KV_" + queue.CancelBucketOf(job.DefaultTenant), "KV_" + queue.ApprovalsBucket(cfg, job.DefaultTenant), "KV_" + queue.UsageBucketOf(job.DefaultTenant),
 		"KV_" + queue.ProfilesBucket, "KV_" + queue.StatusBucket(cfg, job.DefaultTenant)}
 	for _, name := range streams {
 		s, err := js.Stream(ctx, name)

@@ -35,7 +35,7 @@ func (b *bundle) floodCancels(tenant string, n int) []string {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = job.NewID()
-		msg := nats.NewMsg("$KV." + queue.CancelBucket + "." + tenant + "." + ids[i])
+		msg := nats.NewMsg("$KV." + queue.CancelBucketOf(tenant) + "." + tenant + "." + ids[i])
 		msg.Data = []byte(`{"at":"2026-01-02T03:04:05Z","by":"flood@somewhere"}`)
 		msg.Header.Set("Nats-TTL", "never")
 		if _, err := js.PublishMsgAsync(msg); err != nil {

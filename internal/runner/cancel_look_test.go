@@ -61,7 +61,7 @@ func TestFailedLookOfTheJobStreamIsTriedAgain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			kv, err := js.KeyValue(t.Context(), queue.CancelBucket)
+			kv, err := js.KeyValue(t.Context(), queue.CancelBucketOf(r.Tenant))
 			if err != nil {
 				t.Fatal(err)
 			}

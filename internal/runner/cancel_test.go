@@ -161,7 +161,7 @@ func cancelReleased(t *testing.T, b *bundle, id string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(context.Background(), queue.CancelBucket)
+	kv, err := js.KeyValue(context.Background(), queue.CancelBucketOf(job.DefaultTenant))
 	if err != nil {
 		t.Fatal(err)
 	}

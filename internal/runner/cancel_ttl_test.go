@@ -152,7 +152,7 @@ func testCancelledQueuedJobNeverRuns(t *testing.T, now func() time.Time, another
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, queue.CancelBucket)
+	kv, err := js.KeyValue(ctx, queue.CancelBucketOf(job.DefaultTenant))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestCancelOfAnEndedJobIsReleasedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, queue.CancelBucket)
+	kv, err := js.KeyValue(ctx, queue.CancelBucketOf(job.DefaultTenant))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestCancelOfAJobThatNeverWasExpires(t *testing.T) {
 	ctx := context.Background()
 	b.worker(agentFunc(writeReport))
 	id := job.NewID()
-	msg := nats.NewMsg("$KV." + queue.CancelBucket + "." + job.DefaultTenant + "." + id)
+	msg := nats.NewMsg("$KV." + queue.CancelBucketOf(job.DefaultTenant) + "." + job.DefaultTenant + "." + id)
 	msg.Data = []byte(`{"at":"2026-01-02T03:04:05Z","by":"someone@somewhere"}`)
 	msg.Header.Set("Nats-TTL", "never")
 	js, err := jetstream.New(b.nc)
@@ -228,7 +228,7 @@ func TestCancelOfAJobThatNeverWasExpires(t *testing.T) {
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, queue.CancelBucket)
+	kv, err := js.KeyValue(ctx, queue.CancelBucketOf(job.DefaultTenant))
 	if err != nil {
 		t.Fatal(err)
 	}

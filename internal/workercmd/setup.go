@@ -82,14 +82,14 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 	}
 	tenants := cfg.TenantsOrDefault()
 	for _, name := range slices.Sorted(maps.Keys(tenants)) {
-		if _, err := fmt.Fprintf(stdout, "tenant %s: stream %s (%s), consumer %s-%s, max_concurrent %d, status bucket %s, approvals bucket %s, dead letters %s, usage bucket %s\n",
+		if _, err := fmt.Fprintf(stdout, "tenant %s: stream %s (%s), consumer %s-%s, max_concurrent %d, status bucket %s, approvals bucket %s, cancel bucket %s, dead letters %s, usage bucket %s\n",
 			name, queue.JobStream(cfg.NATS, name), queueBound(cfg, name, tenants[name]), cfg.NATS.Consumer, name, tenants[name].MaxConcurrent,
-			queue.StatusBucket(cfg.NATS, name), queue.ApprovalsBucket(cfg.NATS, name), queue.DeadLetterStream(cfg.NATS, name), queue.UsageBucketOf(name)); err != nil {
+			queue.StatusBucket(cfg.NATS, name), queue.ApprovalsBucket(cfg.NATS, name), queue.CancelBucketOf(name), queue.DeadLetterStream(cfg.NATS, name), queue.UsageBucketOf(name)); err != nil {
 			return err
 		}
 	}
-	_, err = fmt.Fprintf(stdout, "declared a job stream, a status bucket, an approvals bucket, a dead-letter stream and a usage bucket per tenant, the shared stream %s (retired tenants; jobs an older Boxcar queued, until settled), the shared dead-letter stream %s (tenants no worker serves; letters an older Boxcar wrote), bucket %s on %s\n",
-		cfg.NATS.Stream, cfg.NATS.DeadLetterStream, queue.CancelBucket, queue.RedactURL(cfg.NATS.URL))
+	_, err = fmt.Fprintf(stdout, "declared a job stream, a status bucket, an approvals bucket, a cancel bucket, a dead-letter stream and a usage bucket per tenant, the shared stream %s (retired tenants; jobs an older Boxcar queued, until settled) and the shared dead-letter stream %s (tenants no worker serves; letters an older Boxcar wrote) on %s\n",
+		cfg.NATS.Stream, cfg.NATS.DeadLetterStream, queue.RedactURL(cfg.NATS.URL))
 	return err
 }
 

@@ -37,9 +37,9 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 			t.Fatalf("setup: %v\n%s", err, stderr.String())
 		}
 		for _, want := range []string{
-			"tenant team-a: stream BOXCAR_JOBS_team-a (queue at most 500 jobs (tenants.team-a.max_queued), at most 8388608 bytes (tenants.team-a.max_queued_bytes)), consumer boxcar-workers-team-a, max_concurrent 4, status bucket BOXCAR_STATUS_team-a, approvals bucket BOXCAR_APPROVALS_team-a, dead letters BOXCAR_DLQ_team-a, usage bucket BOXCAR_USAGE_team-a",
-			"tenant team-b: stream BOXCAR_JOBS_team-b (queue at most 100000 jobs (nats.job_max_msgs), at most 1073741824 bytes (nats.job_max_bytes)), consumer boxcar-workers-team-b, max_concurrent 16, status bucket BOXCAR_STATUS_team-b, approvals bucket BOXCAR_APPROVALS_team-b, dead letters BOXCAR_DLQ_team-b, usage bucket BOXCAR_USAGE_team-b",
-			"declared a job stream, a status bucket, an approvals bucket, a dead-letter stream and a usage bucket per tenant, the shared stream BOXCAR_JOBS",
+			"tenant team-a: stream BOXCAR_JOBS_team-a (queue at most 500 jobs (tenants.team-a.max_queued), at most 8388608 bytes (tenants.team-a.max_queued_bytes)), consumer boxcar-workers-team-a, max_concurrent 4, status bucket BOXCAR_STATUS_team-a, approvals bucket BOXCAR_APPROVALS_team-a, cancel bucket BOXCAR_CANCEL_team-a, dead letters BOXCAR_DLQ_team-a, usage bucket BOXCAR_USAGE_team-a",
+			"tenant team-b: stream BOXCAR_JOBS_team-b (queue at most 100000 jobs (nats.job_max_msgs), at most 1073741824 bytes (nats.job_max_bytes)), consumer boxcar-workers-team-b, max_concurrent 16, status bucket BOXCAR_STATUS_team-b, approvals bucket BOXCAR_APPROVALS_team-b, cancel bucket BOXCAR_CANCEL_team-b, dead letters BOXCAR_DLQ_team-b, usage bucket BOXCAR_USAGE_team-b",
+			"declared a job stream, a status bucket, an approvals bucket, a cancel bucket, a dead-letter stream and a usage bucket per tenant, the shared stream BOXCAR_JOBS",
 		} {
 			if !strings.Contains(stdout.String(), want) {
 				t.Errorf("setup says\n%s\nwant a line with %q", stdout.String(), want)
@@ -76,12 +76,18 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 			t.Errorf("%s's job stream holds at most %d jobs, %d bytes; want %d, %d", tenant, c.MaxMsgs, c.MaxBytes, want[0], want[1])
 		}
 	}
-	for _, b := range []string{"BOXCAR_STATUS_team-a", "BOXCAR_STATUS_team-b", queue.CancelBucket, "BOXCAR_APPROVALS_team-a", "BOXCAR_APPROVALS_team-b", queue.ProfilesBucket, "BOXCAR_USAGE_team-a", "BOXCAR_USAGE_team-b"} {
+	for _, b := range []string{"BOXCAR_CANCEL_team-a", "BOXCAR_CANCEL_team-b"} {
+		// A cancel request is written with no expiry (Nats-TTL: never), which needs a TTL per key.
+		if s, err := js.Stream(ctx, "KV_"+b); err != nil || !s.CachedInfo().Config.AllowMsgTTL {
+			t.Errorf("cancel bucket %s allows no TTL per request: %v", b, err)
+		}
+	}
+	for _, b := range []string{"BOXCAR_STATUS_team-a", "BOXCAR_STATUS_team-b", "BOXCAR_APPROVALS_team-a", "BOXCAR_APPROVALS_team-b", queue.ProfilesBucket, "BOXCAR_USAGE_team-a", "BOXCAR_USAGE_team-b"} {
 		if _, err := js.KeyValue(ctx, b); err != nil {
 			t.Errorf("bucket %s: %v", b, err)
 		}
 	}
-	for _, s := range []string{"BOXCAR_JOBS_default", "KV_BOXCAR_STATUS_default", "KV_BOXCAR_STATUS", "KV_BOXCAR_APPROVALS", "KV_BOXCAR_USAGE_default", "KV_BOXCAR_USAGE"} {
+	for _, s := range []string{"BOXCAR_JOBS_default", "KV_BOXCAR_STATUS_default", "KV_BOXCAR_STATUS", "KV_BOXCAR_APPROVALS", "KV_BOXCAR_USAGE_default", "KV_BOXCAR_USAGE", "KV_BOXCAR_CANCEL_default", "KV_BOXCAR_CANCEL"} {
 		if _, err := js.Stream(ctx, s); err == nil {
 			t.Errorf("setup declared %s, which the config names no tenant of and no older Boxcar made", s)
 		}

@@ -40,7 +40,7 @@ func TestTenantCannotDeliverIntoAnotherTenantsConsumer(t *testing.T) {
 	// identity's own rights, which it keeps.
 	pull := `{"batch":100,"expires":50000000000}`
 	sa, aa := d.connect(t, "team-a-submitter"), d.connect(t, "team-a-approver")
-	if err := put(n.CancelBucket, "team-a."+idA, pull)(ctx, sa); err != nil {
+	if err := put(cancelOf(n, "team-a"), "team-a."+idA, pull)(ctx, sa); err != nil {
 		t.Fatalf("team-a's submitter writes its own cancel key: %v", err)
 	}
 	if err := put(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", pull)(ctx, aa); err != nil {
@@ -49,8 +49,8 @@ func TestTenantCannotDeliverIntoAnotherTenantsConsumer(t *testing.T) {
 	next := "$JS.API.CONSUMER.MSG.NEXT." + n.JobStream + "_team-b." + n.Consumer + "-team-b"
 	reset := "$JS.API.CONSUMER.RESET." + n.JobStream + "_team-b." + n.Consumer + "-team-b"
 	refused, _ := runAttempts(t, d, []attempt{
-		{"submitter delivers a pull request into team-b's consumer", "team-a-submitter", pushInto(n.CancelBucket, "team-a."+idA, next)},
-		{"submitter resets team-b's consumer", "team-a-submitter", pushInto(n.CancelBucket, "team-a."+idA, reset)},
+		{"submitter delivers a pull request into team-b's consumer", "team-a-submitter", pushInto(cancelOf(n, "team-a"), "team-a."+idA, next)},
+		{"submitter resets team-b's consumer", "team-a-submitter", pushInto(cancelOf(n, "team-a"), "team-a."+idA, reset)},
 		{"approver delivers a pull request into team-b's consumer", "team-a-approver", pushInto(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", next)},
 		{"approver resets team-b's consumer", "team-a-approver", pushInto(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", reset)},
 	})

@@ -49,11 +49,11 @@ func declare(t *testing.T, op *conn, d *deployment) {
 			t.Fatal(err)
 		}
 	}
-	// The shared status and approvals buckets are an older Boxcar's, which workers of an
-	// upgrade still write.
+	// The shared status, approvals, cancel and usage buckets are an older Boxcar's, which
+	// workers of an upgrade still write.
 	buckets := []string{n.StatusBucket, n.ApprovalsBucket, n.CancelBucket, n.ProfilesBucket, n.UsageBucket}
 	for _, tn := range tenants {
-		buckets = append(buckets, statusOf(n, tn), approvalsOf(n, tn), usageOf(n, tn))
+		buckets = append(buckets, statusOf(n, tn), approvalsOf(n, tn), usageOf(n, tn), cancelOf(n, tn))
 	}
 	for _, b := range buckets {
 		if _, err := op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 4}); err != nil {
@@ -67,6 +67,9 @@ func statusOf(n natsconfig.Names, tenant string) string { return n.StatusBucket 
 
 // usageOf is tenant's usage bucket.
 func usageOf(n natsconfig.Names, tenant string) string { return n.UsageBucket + "_" + tenant }
+
+// cancelOf is tenant's cancel bucket.
+func cancelOf(n natsconfig.Names, tenant string) string { return n.CancelBucket + "_" + tenant }
 
 // lettersOf is tenant's dead-letter stream.
 func lettersOf(n natsconfig.Names, tenant string) string { return n.DeadLetterStream + "_" + tenant }
@@ -229,8 +232,12 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 			return err
 		})},
 		{"submitter deletes another tenant's status", sa, kvOp(statusOf(n, "team-b"), func(ctx context.Context, kv jetstream.KeyValue) error { return kv.Delete(ctx, "team-b."+idB) })},
-		{"submitter cancels another tenant's job", sa, put(n.CancelBucket, "team-b."+idB, `{"by":"mallory"}`)},
-		{"submitter reads another tenant's cancel requests", sa, get(n.CancelBucket, "team-b."+idB)},
+		{"submitter cancels another tenant's job", sa, put(cancelOf(n, "team-b"), "team-b."+idB, `{"by":"mallory"}`)},
+		{"submitter cancels another tenant's job in the shared cancel bucket", sa, publish("$KV."+n.CancelBucket+".team-b."+idB, "mallory-"+idB)},
+		{"submitter reads another tenant's cancel requests", sa, get(cancelOf(n, "team-b"), "team-b."+idB)},
+		{"submitter direct-gets another tenant's request in the shared cancel bucket", sa, request("$JS.API.DIRECT.GET.KV_"+n.CancelBucket+".$KV."+n.CancelBucket+".team-b."+idB, "")},
+		{"submitter looks up the shared cancel bucket (every tenant's job ids an older Boxcar's submit asked to cancel)", sa, request("$JS.API.STREAM.INFO.KV_"+n.CancelBucket, "")},
+		{"submitter looks up another tenant's cancel bucket (its job ids)", sa, request("$JS.API.STREAM.INFO.KV_"+cancelOf(n, "team-b"), "")},
 		{"submitter approves its own job's command (approvers only)", sa, put(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", `{"approved":true}`)},
 		{"submitter approves another tenant's command", sa, put(approvalsOf(n, "team-b"), "team-b."+idB+".call-1", `{"approved":true}`)},
 		{"approver approves another tenant's command", aa, put(approvalsOf(n, "team-b"), "team-b."+idB+".call-1", `{"approved":true}`)},
@@ -241,7 +248,7 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"submitter looks up the shared approvals bucket (every tenant's job ids an older Boxcar asked about)", sa, request("$JS.API.STREAM.INFO.KV_"+n.ApprovalsBucket, "")},
 		{"approver looks up another tenant's approvals bucket (its job ids)", aa, request("$JS.API.STREAM.INFO.KV_"+approvalsOf(n, "team-b"), "")},
 		{"approver submits a job (submitters only)", aa, publish(n.JobSubject+".team-a.20261204t160000-dddddddddddd", "team-a.20261204t160000-dddddddddddd")},
-		{"approver cancels its tenant's job (submitters only)", aa, put(n.CancelBucket, "team-a."+idA, `{"by":"approver"}`)},
+		{"approver cancels its tenant's job (submitters only)", aa, put(cancelOf(n, "team-a"), "team-a."+idA, `{"by":"approver"}`)},
 		{"approver writes a status", aa, put(statusOf(n, "team-a"), "team-a."+idA, `{"state":"succeeded"}`)},
 		{"submitter publishes a job into another tenant", sa, publish(n.JobSubject+".team-b.20261204t160000-eeeeeeeeeeee", "team-b.20261204t160000-eeeeeeeeeeee")},
 		{"submitter acks another tenant's job on the worker's ack subject", sa, request("$JS.ACK."+n.JobStream+"_team-b."+n.Consumer+"-team-b.1.1.1.1700000000000000000.0", "+ACK")},
@@ -285,12 +292,12 @@ func crossAttempts(t *testing.T, d *deployment, idA, idB string) []attempt {
 		{"submitter watches the profiles (consumers are the workers')", sa, watch(n.ProfilesBucket, ">")},
 		{"approver watches its own approval requests (consumers are the workers')", aa, watch(approvalsOf(n, "team-a"), "team-a.>")},
 		{"submitter's consumer on its own cancel key delivers into another tenant's consumer's next-message subject", sa,
-			pushInto(n.CancelBucket, "team-a."+idA, "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
+			pushInto(cancelOf(n, "team-a"), "team-a."+idA, "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
 		{"submitter's consumer on its own cancel key delivers into another tenant's consumer's reset subject", sa,
-			pushInto(n.CancelBucket, "team-a."+idA, "$JS.API.CONSUMER.RESET."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
+			pushInto(cancelOf(n, "team-a"), "team-a."+idA, "$JS.API.CONSUMER.RESET."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
 		{"approver's consumer on its own approvals delivers into another tenant's consumer's next-message subject", aa,
 			pushInto(approvalsOf(n, "team-a"), "team-a."+idA+".call-1", "$JS.API.CONSUMER.MSG.NEXT."+n.JobStream+"_team-b."+n.Consumer+"-team-b")},
-		{"submitter deletes a worker's watch", sa, request("$JS.API.CONSUMER.DELETE.KV_"+n.CancelBucket+".somewatch", "")},
+		{"submitter deletes a worker's watch", sa, request("$JS.API.CONSUMER.DELETE.KV_"+cancelOf(n, "team-a")+".somewatch", "")},
 		{"submitter lists the watches on the status bucket", sa, request("$JS.API.CONSUMER.NAMES.KV_"+statusOf(n, "team-a"), "")},
 		{"submitter creates an unfiltered consumer on the status bucket", sa, request("$JS.API.CONSUMER.CREATE.KV_"+statusOf(n, "team-a"), `{"stream_name":"KV_`+statusOf(n, "team-a")+`","config":{"deliver_subject":"x","ack_policy":"none"}}`)},
 		{"submitter purges its status bucket", sa, request("$JS.API.STREAM.PURGE.KV_"+statusOf(n, "team-a"), "")},
@@ -419,7 +426,9 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 			}
 			return nil
 		})},
-		{"submitter cancels its job", sa, put(n.CancelBucket, "team-a."+idA, `{"by":"ann"}`)},
+		{"submitter cancels its job", sa, put(cancelOf(n, "team-a"), "team-a."+idA, `{"by":"ann"}`)},
+		{"submitter asks it in the shared cancel bucket too, where older workers watch", sa, ask("$KV."+n.CancelBucket+".team-a."+idA, `{"by":"ann"}`)},
+		{"submitter reads it there by its key", sa, ask("$JS.API.DIRECT.GET.KV_"+n.CancelBucket+".$KV."+n.CancelBucket+".team-a."+idA, "")},
 		{"submitter reads its approval requests", sa, get(approvalsOf(n, "team-a"), "team-a."+idA+".call-1")},
 		{"submitter reads its dead letters, in its stream and by their subjects in the shared one", sa, func(ctx context.Context, c *conn) error {
 			for _, id := range []string{"20261204t140000-000000000000", "20261204t140000-000000000001"} {
@@ -460,7 +469,8 @@ func legitimate(t *testing.T, d *deployment, idA, idB string) {
 		{"approver reads that request by its key", aa, ask("$JS.API.DIRECT.GET.KV_"+n.ApprovalsBucket+".$KV."+n.ApprovalsBucket+".team-a."+idA+".call-1", "")},
 		{"approver answers it there", aa, publish("$KV."+n.ApprovalsBucket+".team-a."+idA+".call-1", "answer-"+idA)},
 		{"approver reads its status", aa, get(statusOf(n, "team-a"), "team-a."+idA)},
-		{"worker watches cancels", w, watch(n.CancelBucket, ">")},
+		{"worker watches a tenant's cancels", w, watch(cancelOf(n, "team-a"), ">")},
+		{"worker watches the shared bucket's cancels (an older worker of an upgrade)", w, watch(n.CancelBucket, ">")},
 		{"worker fetches and acks the job", w, func(ctx context.Context, c *conn) error {
 			cons, err := c.js.Consumer(ctx, n.JobStream+"_team-a", n.Consumer+"-team-a")
 			if err != nil {

@@ -34,9 +34,9 @@ func TestTenantCannotFillTheStoreThroughABucket(t *testing.T) {
 		ttl                    string // the writes' Nats-TTL header, if any
 		size, most             int    // of each write; writes at most
 	}{
-		{name: "one cancel request of 512 KiB", who: "team-a-submitter", bucket: queue.CancelBucket, key: "team-a.%s",
+		{name: "one cancel request of 512 KiB", who: "team-a-submitter", bucket: queue.CancelBucketOf("team-a"), key: "team-a.%s",
 			set: cancels, ttl: "never", size: 512 << 10, most: 1},
-		{name: "cancel requests of 1 KiB past nats.cancel_max_bytes", who: "team-a-submitter", bucket: queue.CancelBucket, key: "team-a.%s",
+		{name: "cancel requests of 1 KiB past nats.cancel_max_bytes", who: "team-a-submitter", bucket: queue.CancelBucketOf("team-a"), key: "team-a.%s",
 			set: cancels, ttl: "never", size: 1 << 10, most: 4 * bound / (1 << 10)},
 		{name: "one approval answer of 1000 KiB", who: "team-a-approver", bucket: "BOXCAR_APPROVALS_team-a", key: "team-a.%s.call_1",
 			set: approvals, size: 1000 << 10, most: 1},
@@ -190,7 +190,7 @@ func fill(ctx context.Context, a *queue.Client, sub *conn, task string, cancels 
 		// Requests of 1 KiB until one is refused, then of a byte, to fill what is left.
 		for _, size := range []int{1 << 10, 1} {
 			for range 1000 {
-				m := nats.NewMsg("$KV." + queue.CancelBucket + ".team-a." + job.NewID())
+				m := nats.NewMsg("$KV." + queue.CancelBucketOf("team-a") + ".team-a." + job.NewID())
 				m.Data = []byte(strings.Repeat("x", size))
 				if _, err := sub.js.PublishMsg(ctx, m); err != nil {
 					break

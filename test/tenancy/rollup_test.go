@@ -23,12 +23,13 @@ import (
 func TestRollupCannotPurgeAnotherTenantsKeys(t *testing.T) {
 	t.Parallel()
 	d := deploy(t)
-	// The shared approvals bucket is an older Boxcar's, as nats.go makes a bucket (roll-ups
-	// allowed): `worker setup` keeps it for the older workers of an upgrade, and a tenant's
-	// approver may still answer its own keys there.
-	older := config.Config{}.WithDefaults().NATS.ApprovalsBucket
-	if _, err := d.connect(t, "operator").js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: older}); err != nil {
-		t.Fatal(err)
+	// The shared approvals and cancel buckets are an older Boxcar's, as nats.go makes a bucket
+	// (roll-ups allowed): `worker setup` keeps them for the older workers of an upgrade, and a
+	// tenant's approver may still answer its own keys there, its submitter ask its own cancels.
+	for _, older := range []string{config.Config{}.WithDefaults().NATS.ApprovalsBucket, queue.CancelBucket} {
+		if _, err := d.connect(t, "operator").js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: older}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg := setUp(t, d)
 	idA, idB := job.NewID(), job.NewID()
@@ -37,8 +38,8 @@ func TestRollupCannotPurgeAnotherTenantsKeys(t *testing.T) {
 		// writer writes victim, a key of team-b; mallory, an identity of team-a, rolls up from own.
 		writer, victim, mallory, own string
 	}{
-		{name: "team-a's submitter rolls up every tenant's cancel requests", bucket: queue.CancelBucket,
-			writer: "team-b-submitter", victim: "team-b." + idB, mallory: "team-a-submitter", own: "team-a." + idA},
+		{name: "team-a's submitter rolls up every tenant's cancel requests in the shared bucket", bucket: queue.CancelBucket,
+			writer: "worker", victim: "team-b." + idB, mallory: "team-a-submitter", own: "team-a." + idA},
 		{name: "team-a's approver rolls up every tenant's approval requests and answers in the shared bucket", bucket: cfg.ApprovalsBucket,
 			writer: "worker", victim: "team-b." + idB + ".call_1", mallory: "team-a-approver", own: "team-a." + idA + ".call_1"},
 	}

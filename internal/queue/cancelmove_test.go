@@ -1,0 +1,110 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// TestCancelOfAnUpgradeIsSeenByEitherVersion: each tenant asks its cancels in a bucket of its
+// own (queue.CancelBucketOf), and during an upgrade older submitters ask, and older workers
+// watch, in the shared one an older Boxcar made. A request an older submit wrote there is
+// seen by this version's worker (its watch, CancelAsked, the status); one this version's
+// submit asks is written into both buckets, so an older worker's watch sees it too; and a
+// release lets both expire.
+func TestCancelOfAnUpgradeIsSeenByEitherVersion(t *testing.T) {
+	t.Parallel()
+	nc := connect(t, false)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	js := jetStream(t, nc)
+	shared, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: queue.CancelBucket, History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Config{}.WithDefaults().NATS
+	w, err := queue.Open(ctx, nc, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := queue.NewClient(ctx, nc, cfg, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older, newer := newJob(t), newJob(t)
+	for _, j := range []job.Job{older, newer} {
+		if _, err := c.Publish(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := shared.Create(ctx, tenant+"."+older.ID, mustMarshal(t, queue.CancelRequest{At: time.Now().UTC(), By: "older submit"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cancel(ctx, newer.ID, "ann"); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := js.KeyValue(ctx, queue.CancelBucketOf(tenant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range []jetstream.KeyValue{mine, shared} {
+		if _, err := kv.Get(ctx, tenant+"."+newer.ID); err != nil {
+			t.Errorf("this version's cancel is not in %s, where a worker watches: %v", kv.Bucket(), err)
+		}
+	}
+	for _, id := range []string{older.ID, newer.ID} {
+		if asked, err := w.CancelAsked(ctx, ref(id)); err != nil || !asked {
+			t.Errorf("CancelAsked(%s) = %t, %v; want asked", id, asked, err)
+		}
+		if st, err := c.Status(ctx, id); err != nil || !st.CancelRequested {
+			t.Errorf("the status of %s says cancel requested %t, %v; want requested", id, st.CancelRequested, err)
+		}
+	}
+	if got := watchedCancels(ctx, t, w); !slices.Contains(got, older.ID) || !slices.Contains(got, newer.ID) {
+		t.Errorf("this version's worker's watch read %v, want both %s (older submit's) and %s", got, older.ID, newer.ID)
+	}
+	if err := w.ReleaseCancel(ctx, ref(newer.ID)); err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range []jetstream.KeyValue{mine, shared} {
+		var req queue.CancelRequest
+		e, err := kv.Get(ctx, tenant+"."+newer.ID)
+		if err == nil {
+			err = json.Unmarshal(e.Value(), &req)
+		}
+		if err != nil || !req.Released {
+			t.Errorf("the released request in %s: %+v, %v; want released", kv.Bucket(), req, err)
+		}
+	}
+}
+
+// watchedCancels is what the worker's watch of the tests' tenant reads until it is up to date.
+func watchedCancels(ctx context.Context, t *testing.T, w *queue.Consumer) []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	updates, err := w.WatchCancels(ctx, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for u := range updates {
+		if u.Ref.ID != "" {
+			ids = append(ids, u.Ref.ID)
+		}
+		if u.Ref.ID == "" && !u.Behind {
+			return ids
+		}
+	}
+	t.Fatalf("the watch ended before it was up to date, having read %v", ids)
+	return nil
+}
