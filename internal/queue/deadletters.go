@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 )
@@ -104,7 +105,8 @@ var errLettered = errors.New("the job's dead letter is in the shared dead-letter
 // the tenant's stream when this worker serves the tenant, else into the shared one. A letter
 // the tenant's stream cannot take goes to the shared one, where it is kept and found as an
 // older worker's: the server has no such stream (`worker setup` of this version has not run)
-// or refuses this login its subjects (credentials generated before it).
+// or refuses this login its subjects (credentials generated before it). A stream that is there
+// and answers nobody is electing its leader: the letter waits for it (publishOwn).
 func (c *Consumer) publishLetter(ctx context.Context, r Ref, data []byte) (letterBox, error) {
 	shared := letterBox{c.cfg.DeadLetterStream, dlqSubject(c.cfg, r)}
 	if _, served := slices.BinarySearch(c.tenants, r.Tenant); !served {
@@ -117,15 +119,46 @@ func (c *Consumer) publishLetter(ctx context.Context, r Ref, data []byte) (lette
 			return shared, errLettered
 		}
 	}
-	err := unlessRefused(ctx, c.js.Conn(), []string{own.subject}, func(ctx context.Context) error {
-		return publishOnce(ctx, c.js, own.subject, r, data)
-	})
+	err := c.publishOwn(ctx, own, r, data)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, ErrRefused) {
 		c.log.WarnContext(ctx, "the tenant's dead-letter stream does not take the job's letter; it goes to the shared dead-letter stream: run `worker setup` of this version and regenerate the worker's NATS credentials (`worker nats-config`)",
 			"job_id", r.ID, "tenant", r.Tenant, "stream", own.stream, "shared", shared.stream, "error", err)
 		return shared, publishOnce(ctx, c.js, shared.subject, r, data)
 	}
 	return own, err
+}
+
+// letterRounds bounds how often publishOwn offers a letter to a stream that is there and
+// answers nobody: backoff.Delay's waits between, 250 ms doubling to 4 s, about 8 s in all,
+// longer than a leader election takes. Past them the letter goes to the shared stream, kept.
+const letterRounds = 6
+
+// publishOwn publishes the letter into the tenant's stream (own). Nobody answering is no such
+// stream only when the server says so: a stream electing its leader answers nobody too, and
+// its letter went to the shared stream, out of its tenant's listing. So while the stream is
+// there (or the look-up fails, as one does during an election) the publish is tried again.
+func (c *Consumer) publishOwn(ctx context.Context, own letterBox, r Ref, data []byte) error {
+	for round := 1; ; round++ {
+		err := unlessRefused(ctx, c.js.Conn(), []string{own.subject}, func(ctx context.Context) error {
+			return publishOnce(ctx, c.js, own.subject, r, data)
+		})
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) || round == letterRounds || !c.streamThere(ctx, own.stream) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff.Delay(round)):
+		}
+	}
+}
+
+// streamThere reports whether the server has stream name, or cannot say.
+func (c *Consumer) streamThere(ctx context.Context, name string) bool {
+	ctx, cancel := context.WithTimeout(ctx, sharedLook)
+	defer cancel()
+	_, err := c.js.Stream(ctx, name)
+	return !errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // publishOnce publishes a dead letter on subject only while the subject holds none (the

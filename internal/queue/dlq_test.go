@@ -46,3 +46,48 @@ func TestEveryJobIDHasADeadLetterOfItsOwn(t *testing.T) {
 		t.Errorf("dead letter of the valid id = %+v", dl)
 	}
 }
+
+// TestDeadLetterWaitsOutItsStreamsElection: the tenant's dead-letter stream is there but
+// answers no publish a while (its leader being elected; here its subjects taken away until the
+// worker looks the stream up), and the job's letter goes into it once it answers, where its
+// tenant's submitter lists it: not into the shared stream, which nobody answering meant only
+// where there is no tenant's stream at all. Before, the letter went to BOXCAR_DLQ at once.
+func TestDeadLetterWaitsOutItsStreamsElection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	j := b.submit(t)
+	d := fetch(t, b.w, 10*time.Second)
+	name := queue.DeadLetterStream(b.cfg, tenant)
+	cfg := streamConfig(t, b.js, name)
+	away := cfg
+	away.Subjects = []string{name + "-away.>"}
+	if _, err := b.js.UpdateStream(ctx, away); err != nil {
+		t.Fatal(err)
+	}
+	looks, err := b.nc.SubscribeSync("$JS.API.STREAM.INFO." + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	looking, stop := context.WithCancel(ctx)
+	back := make(chan error, 1)
+	go func() { // the stream answers again once the worker looked it up after a publish nobody answered
+		_, err := looks.NextMsgWithContext(looking)
+		if err == nil {
+			_, err = b.js.UpdateStream(ctx, cfg)
+		}
+		back <- err
+	}()
+	lettered, err := d.Term(ctx, "exhausted", errors.New("no more attempts"))
+	stop()
+	if err := <-back; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if err != nil || !lettered {
+		t.Fatalf("Term: lettered %t, %v; want the letter written", lettered, err)
+	}
+	if subjects := b.deadLetters(t); subjects[name+"."+j.ID] != 1 {
+		t.Errorf("the job's letter is not in its tenant's stream %s: %v", name, subjects)
+	}
+}
