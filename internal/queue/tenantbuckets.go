@@ -245,7 +245,7 @@ type sharedStream struct {
 	nc   *nats.Conn
 	name string
 	// absentUntil is when the client asks the stream again (the now clock's Unix nanoseconds;
-	// never: for good); 0, it asks.
+	// forGood); 0, it asks.
 	absentUntil atomic.Int64
 	now         func() time.Time // the clock of absentUntil; nil is time.Now
 }
@@ -254,22 +254,22 @@ type sharedStream struct {
 // few requests a minute while there is none, and an outage forgotten within a minute.
 const sharedRelook = time.Minute
 
-// never is an absentUntil that never comes.
-const never = math.MaxInt64
+// forGood is an absentUntil that never comes.
+const forGood = math.MaxInt64
 
 // absent reports whether the client takes the stream as absent now.
 func (s *sharedStream) absent() bool {
 	until := s.absentUntil.Load()
-	return until == never || until > 0 && s.clock() < until
+	return until == forGood || until > 0 && s.clock() < until
 }
 
 // gone has the client take the stream as absent for good.
-func (s *sharedStream) gone() { s.absentUntil.Store(never) }
+func (s *sharedStream) gone() { s.absentUntil.Store(forGood) }
 
 // unanswered has the client take the stream as absent for sharedRelook, unless it knows for good.
 func (s *sharedStream) unanswered() {
 	until := s.clock() + int64(sharedRelook)
-	for cur := s.absentUntil.Load(); cur != never && !s.absentUntil.CompareAndSwap(cur, until); cur = s.absentUntil.Load() {
+	for cur := s.absentUntil.Load(); cur != forGood && !s.absentUntil.CompareAndSwap(cur, until); cur = s.absentUntil.Load() {
 	}
 }
 
