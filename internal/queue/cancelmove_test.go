@@ -3,14 +3,12 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
@@ -23,23 +21,11 @@ import (
 // release lets both expire.
 func TestCancelOfAnUpgradeIsSeenByEitherVersion(t *testing.T) {
 	t.Parallel()
-	nc := connect(t, false)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	js := jetStream(t, nc)
-	shared, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: queue.CancelBucket, History: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Config{}.WithDefaults().NATS
-	w, err := queue.Open(ctx, nc, cfg, nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := queue.NewClient(ctx, nc, cfg, tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := newUpgrade(t, false)
+	js, ctx := u.js, u.ctx
+	shared := u.olderBucket(t, queue.CancelBucket, 1)
+	b := start(t, u.nc, u.cfg)
+	w, c := b.w, b.c
 	older, newer := newJob(t), newJob(t)
 	for _, j := range []job.Job{older, newer} {
 		if _, err := c.Publish(ctx, j); err != nil {

@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -24,11 +23,8 @@ import (
 // stream cannot take goes to the shared stream. Each is found by its job (queue.DeadLetterOf).
 func TestDeadLettersOfAnUpgradeAreKeptAndFound(t *testing.T) {
 	t.Parallel()
-	nc := connect(t, true)
-	js := jetStream(t, nc)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	cfg := config.Config{}.WithDefaults().NATS
+	u := newUpgrade(t, true)
+	nc, js, ctx, cfg := u.nc, u.js, u.ctx, u.cfg
 	cfg.AckWait, cfg.MaxDeliver = config.Duration(time.Second), 3
 	// An older Boxcar's: no direct gets, and every tenant's letters.
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.DeadLetterStream, Subjects: []string{cfg.DeadLetterStream + ".>"}}); err != nil {

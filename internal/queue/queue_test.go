@@ -41,13 +41,20 @@ type bundle struct {
 func setup(t testing.TB, change ...func(*config.NATS)) bundle {
 	t.Helper()
 	nc := connect(t, true)
-	ctx := context.Background()
 	cfg := config.Config{}.WithDefaults().NATS
 	cfg.AckWait = config.Duration(time.Second)
 	cfg.MaxDeliver = 3
 	for _, c := range change {
 		c(&cfg)
 	}
+	return start(t, nc, cfg)
+}
+
+// start is a worker's start on nc's server with cfg (queue.Open, which declares as `worker
+// setup` does) and a client of the tests' tenant.
+func start(t testing.TB, nc *nats.Conn, cfg config.NATS) bundle {
+	t.Helper()
+	ctx := context.Background()
 	w, err := queue.Open(ctx, nc, cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -538,4 +545,33 @@ func TestTwoDeliveriesEndingAJobAtOnceLeaveOneDeadLetter(t *testing.T) {
 	if subjects := b.deadLetters(t); len(subjects) != jobs {
 		t.Errorf("%d jobs have dead letters, want %d", len(subjects), jobs)
 	}
+}
+
+// upgrade is the opening of an upgrade's test: a server an older Boxcar used, on which no
+// worker of this version has started yet, with the default names, and a context that ends with
+// the test, within a minute.
+type upgrade struct {
+	ctx context.Context
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	cfg config.NATS
+}
+
+func newUpgrade(t *testing.T, syncAlways bool) upgrade {
+	t.Helper()
+	nc := connect(t, syncAlways)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return upgrade{ctx: ctx, nc: nc, js: jetStream(t, nc), cfg: config.Config{}.WithDefaults().NATS}
+}
+
+// olderBucket makes the shared bucket name as an older Boxcar made it (nats.go's settings,
+// roll-ups allowed), keeping history values of a key.
+func (u upgrade) olderBucket(t *testing.T, name string, history uint8) jetstream.KeyValue {
+	t.Helper()
+	kv, err := u.js.CreateKeyValue(u.ctx, jetstream.KeyValueConfig{Bucket: name, History: history})
+	if err != nil {
+		t.Fatalf("an older Boxcar's bucket %s: %v", name, err)
+	}
+	return kv
 }

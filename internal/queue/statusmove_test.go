@@ -7,10 +7,8 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
@@ -25,15 +23,9 @@ import (
 // `worker setup` copies the end an older worker wrote meanwhile.
 func TestStatusesMoveToTenantBuckets(t *testing.T) {
 	t.Parallel()
-	nc := connect(t, true)
-	js := jetStream(t, nc)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	cfg := config.Config{}.WithDefaults().NATS
-	shared, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.StatusBucket, History: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := newUpgrade(t, true)
+	nc, ctx, cfg := u.nc, u.ctx, u.cfg
+	shared := u.olderBucket(t, cfg.StatusBucket, 16)
 	older := func(tenant, id string, state job.State, attempt int) { // what an older worker writes
 		t.Helper()
 		data, err := json.Marshal(job.Status{ID: id, State: state, Attempt: attempt})

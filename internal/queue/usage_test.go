@@ -173,13 +173,9 @@ func TestUsageNowReadsTheServerOncePerInterval(t *testing.T) {
 // counts a token twice, however often `worker setup` runs; another tenant's day is its own.
 func TestUsageOfAnUpgradeAddsUp(t *testing.T) {
 	t.Parallel()
-	nc := connect(t, false)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	shared, err := jetStream(t, nc).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: queue.UsageBucket, History: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := newUpgrade(t, false)
+	nc, ctx := u.nc, u.ctx
+	shared := u.olderBucket(t, queue.UsageBucket, 1)
 	day := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
 	older := func(tenant string, tokens, budget int64) { // what an older worker's addition leaves
 		t.Helper()
@@ -275,18 +271,13 @@ func TestUsageReadsNoSharedBucketWhereNone(t *testing.T) {
 // older workers' 300 ignored until it restarted, and a budget allowed them again.
 func TestUsageOfAnUpgradeOutlivesASharedBucketGone(t *testing.T) {
 	t.Parallel()
-	nc := connect(t, false)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	js := jetStream(t, nc)
+	u := newUpgrade(t, false)
+	nc, js, ctx := u.nc, u.js, u.ctx
 	day := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
 	olderBucket := func() { // what older workers' additions leave in the shared bucket
 		t.Helper()
-		shared, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: queue.UsageBucket, History: 1})
-		if err == nil {
-			_, err = shared.Put(ctx, "team-a."+day.Format(time.DateOnly), mustMarshal(t, queue.DayUsage{Tokens: 300}))
-		}
-		if err != nil {
+		shared := u.olderBucket(t, queue.UsageBucket, 1)
+		if _, err := shared.Put(ctx, "team-a."+day.Format(time.DateOnly), mustMarshal(t, queue.DayUsage{Tokens: 300})); err != nil {
 			t.Fatal(err)
 		}
 	}
