@@ -94,3 +94,23 @@ func watchedCancels(ctx context.Context, t *testing.T, w *queue.Consumer) []stri
 	t.Fatalf("the watch ended before it was up to date, having read %v", ids)
 	return nil
 }
+
+// TestCancelAskedTwiceInAnOlderSharedBucket: the shared cancel bucket an earlier Boxcar made
+// allows no TTL per request (`worker setup` of this version has not updated it): the request
+// goes there all the same, expiring with the bucket, and a cancel asked twice is no error (the
+// server checks the key holds none before it looks at the TTL).
+func TestCancelAskedTwiceInAnOlderSharedBucket(t *testing.T) {
+	t.Parallel()
+	u := newUpgrade(t, false)
+	b := start(t, u.nc, u.cfg)
+	shared := u.olderBucket(t, queue.CancelBucket, 1) // after the start: as it was made, no TTL per request
+	j := b.submit(t)
+	for i := range 2 {
+		if st, err := b.c.Cancel(u.ctx, j.ID, "ann"); err != nil || !st.CancelRequested {
+			t.Fatalf("cancel %d: %+v, %v; want requested", i+1, st, err)
+		}
+	}
+	if _, err := shared.Get(u.ctx, tenant+"."+j.ID); err != nil {
+		t.Errorf("the request is not in the shared bucket, where older workers watch: %v", err)
+	}
+}
