@@ -35,9 +35,10 @@ const (
 	ReasonTunnelCap       Reason = "tunnel_cap"
 	ReasonRequestCap      Reason = "request_cap"
 	ReasonByteCap         Reason = "byte_cap"
-	ReasonMethod          Reason = "method"     // a method the proxy does not forward (e.g. TRACE)
-	ReasonClientTLS       Reason = "client_tls" // the sandbox's client did not finish TLS with the job CA
-	ReasonJobEnded        Reason = "job_ended"  // the job's proxy stopped before the upstream answered
+	ReasonMethod          Reason = "method"      // a method the proxy does not forward (e.g. TRACE)
+	ReasonClientTLS       Reason = "client_tls"  // the sandbox's client did not finish TLS with the job CA
+	ReasonJobEnded        Reason = "job_ended"   // the job's proxy stopped before the upstream answered
+	ReasonProxyError      Reason = "proxy_error" // the proxy panicked serving the request (a bug; it is logged)
 )
 
 // Decision is one allowed or denied request, for the transcript. It never holds a secret's

@@ -67,8 +67,10 @@ type Config struct {
 	// goroutine: keep it short (append to the transcript).
 	OnDecision func(Decision)
 	// Go starts each goroutine the proxy runs for the job (a connection's, a spliced tunnel's
-	// copy) and returns. Default: a go statement. The worker's ends the job's attempt on a
-	// panic in one (the runner's goGuarded), which would otherwise end the worker's process.
+	// copy) and returns; a panic the proxy recovered on a goroutine of net/http's is raised
+	// again on one it starts (guard.go). The worker's ends the job's attempt on a panic in one
+	// (the runner's goGuarded). Default: a go statement that logs a panic to Logger and ends
+	// nothing else.
 	Go func(f func())
 }
 
@@ -114,7 +116,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Go == nil {
-		c.Go = func(f func()) { go f() }
+		c.Go = guardedGo(c.Logger)
 	}
 	if c.Resolver == nil {
 		c.Resolver = newResolver(c.ResolverAddr)

@@ -34,11 +34,13 @@ var statusOf = map[Reason]int{
 	ReasonRequestCap:      http.StatusTooManyRequests,
 	ReasonByteCap:         http.StatusTooManyRequests,
 	ReasonJobEnded:        http.StatusServiceUnavailable,
+	ReasonProxyError:      http.StatusBadGateway,
 }
 
 // serveConn handles one client connection: forwarded requests, or one CONNECT.
 func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	conn := &idleConn{Conn: c, idle: p.cfg.Limits.IdleTimeout}
+	defer p.survive(conn)
 	br := bufio.NewReaderSize(conn, p.cfg.Limits.MaxHeaderBytes+1)
 	if p.tunnels.Add(1) > int64(p.cfg.Limits.MaxTunnels) {
 		defer p.tunnels.Add(-1)
@@ -51,6 +53,7 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 		if err != nil {
 			return
 		}
+		conn.wrote.Store(false) // a panic in this request is answered while it is
 		hd, req, v, err := p.readRequest(conn, br, start)
 		if errors.Is(err, errClientDone) && v == nil {
 			return
@@ -190,6 +193,8 @@ var outcomes = []struct {
 	match         func(error) bool
 	before, after verdict
 }{
+	// The proxy panicked (guard.go): whatever else the error says followed from that.
+	{is(errPanicked), panicked, panicked},
 	// The job's proxy stopped and closed every connection under the exchange, whose own error
 	// (a closed connection, a canceled request) says nothing of the upstream (jobEnded).
 	{is(errJobEnded), verdict{ReasonJobEnded, "the job ended before the upstream answered"}, verdict{"", "closed when the job ended"}},

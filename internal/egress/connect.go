@@ -169,7 +169,7 @@ func (p *Proxy) splice(ctx context.Context, client net.Conn, addr netip.AddrPort
 		return
 	}
 	defer up.Close()
-	stop := context.AfterFunc(ctx, func() { up.Close() })
+	stop := p.afterFunc(ctx, "upstream's close", func() { up.Close() })
 	defer stop()
 	p.cfg.Metrics.tunnel("splice")
 	out := p.meter()
@@ -181,7 +181,18 @@ func (p *Proxy) splice(ctx context.Context, client net.Conn, addr netip.AddrPort
 	wg.Add(1)
 	p.cfg.Go(func() {
 		defer wg.Done()
-		end.set(pipe(iup, sc, out))
+		var err error
+		defer func() {
+			// First: the closes below end the other copy too. pipe closes both sides on its
+			// errors, not on a panic.
+			end.set(err)
+			if errors.Is(err, errPanicked) {
+				_ = iup.Close()
+				_ = sc.Close()
+			}
+		}()
+		defer p.recovered("spliced tunnel's copy", &err)
+		err = pipe(iup, sc, out)
 	})
 	end.set(pipe(sc, iup, in))
 	wg.Wait()

@@ -24,7 +24,7 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, hd *head, req *http.Req
 		return false
 	}
 	defer up.Close()
-	stop := context.AfterFunc(ctx, func() { up.Close() })
+	stop := p.afterFunc(ctx, "upstream's close", func() { up.Close() })
 	defer stop()
 	d.Reason = ReasonAllowed
 	iup := &idleConn{Conn: up, idle: p.cfg.Limits.IdleTimeout}
@@ -127,7 +127,11 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 	}
 	err := continue100(client, req, in)
 	if err == nil {
-		err = req.Write(meteredWriter{up, out})
+		uw := &keptErrWriter{w: meteredWriter{up, out}}
+		err = req.Write(uw)
+		if uw.err != nil {
+			err = uw.err // req.Write hides it in a type errors.Is does not see through, as a body's
+		}
 	}
 	var resp *http.Response
 	if err == nil {
@@ -153,6 +157,20 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 	err = resp.Write(meteredWriter{client, in})
 	resp.Body.Close()
 	return p.settle(d, out, in, jobEnded(ctx, err)) && keep
+}
+
+// keptErrWriter keeps the error of the write that failed.
+type keptErrWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (k *keptErrWriter) Write(b []byte) (int, error) {
+	n, err := k.w.Write(b)
+	if err != nil && k.err == nil {
+		k.err = err
+	}
+	return n, err
 }
 
 // clientBody keeps a failure to read the request's body from the sandbox (errClientBody), so

@@ -50,7 +50,7 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 	p.decide(d) // the tunnel itself; each request inside is a decision of its own
 	t := &tunnel{h: h, port: port, addr: addr, secrets: secrets, client: tc}
 	defer tc.Close()
-	stop := context.AfterFunc(ctx, func() { tc.Close() })
+	stop := p.afterFunc(ctx, "tunnel's close", func() { tc.Close() })
 	defer stop()
 	tbr := bufio.NewReaderSize(tc, p.cfg.Limits.MaxHeaderBytes+1)
 	for served := false; ; served = true {
@@ -127,7 +127,7 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	client := sandboxConn{t.client}
 	keep := !req.Close
 	stripHop(req.Header)
-	body := &meteredBody{}
+	body := &meteredBody{p: p}
 	err := continue100(client, req, in)
 	var o *http.Request
 	var s *sending

@@ -117,8 +117,9 @@ func (w meteredWriter) Write(b []byte) (int, error) {
 // out after IdleTimeout: a download the client sent nothing more to was cut mid-stream.
 type idleConn struct {
 	net.Conn
-	idle time.Duration
-	hard time.Time
+	idle  time.Duration
+	hard  time.Time
+	wrote atomic.Bool // a byte was written since the request began (survive)
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
@@ -130,6 +131,7 @@ func (c *idleConn) Write(b []byte) (int, error) {
 	_ = c.SetWriteDeadline(time.Now().Add(c.idle))
 	n, err := c.Conn.Write(b)
 	if n > 0 {
+		c.wrote.Store(true)
 		_ = c.SetReadDeadline(c.readDeadline())
 	}
 	return n, err

@@ -48,6 +48,7 @@ func New(cfg Config, policy Policy) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, policy: cp, filter: filter, ca: ca, roots: roots}
+	p.cfg.Dialer = guardedDialer{cfg.Dialer, p}
 	p.transport = p.newTransport()
 	return p, nil
 }
@@ -109,7 +110,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var conns sync.Map
-	stop := context.AfterFunc(ctx, func() {
+	stop := p.afterFunc(ctx, "listener's close", func() {
 		ln.Close()
 		conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
 	})

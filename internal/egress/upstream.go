@@ -45,7 +45,8 @@ func (p *Proxy) newTransport() *http.Transport {
 
 // dialChecked opens a connection for the Transport: the tunnel's checked address, TLS verified
 // for the tunnel's host against the host's roots and Config.UpstreamCAPEM.
-func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) {
+func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (_ net.Conn, err error) {
+	defer p.recovered("upstream dial", &err) // the Transport's goroutine
 	t, ok := ctx.Value(tunnelKey{}).(*tunnel)
 	if !ok {
 		return nil, errors.New("egress: a request without a checked address")
@@ -65,7 +66,7 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) 
 		raw.Close()
 		return nil, fmt.Errorf("%w: %s: %v", errUpstreamTLS, t.h, err)
 	}
-	return &upConn{Conn: up}, nil
+	return &upConn{Conn: up, p: p}, nil
 }
 
 // upConn is a connection to a bound host above its TLS, where the Transport writes requests:
@@ -78,6 +79,7 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) 
 // decision, the byte cap nor the host's summary.
 type upConn struct {
 	net.Conn
+	p  *Proxy
 	mu sync.Mutex
 	by *sending // the request the connection carries now
 }
@@ -88,7 +90,15 @@ func (c *upConn) carry(s *sending) {
 	c.mu.Unlock()
 }
 
-func (c *upConn) Write(b []byte) (int, error) {
+// Read is the Transport's read loop's, on a goroutine of its own.
+func (c *upConn) Read(b []byte) (n int, err error) {
+	defer c.p.recovered("upstream read", &err)
+	return c.Conn.Read(b)
+}
+
+// Write is the Transport's write loop's, on a goroutine of its own.
+func (c *upConn) Write(b []byte) (n int, err error) {
+	defer c.p.recovered("upstream write", &err)
 	c.mu.Lock()
 	s := c.by
 	c.mu.Unlock()
@@ -278,11 +288,14 @@ func headerSize(o *http.Request, hasBody bool) int {
 // framing of a chunked one, are counted as they are written upstream (upConn).
 type meteredBody struct {
 	io.ReadCloser
+	p    *Proxy
 	done atomic.Bool // the body was read to its end
 }
 
-func (b *meteredBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
+// Read is the Transport's write loop's, on a goroutine of its own.
+func (b *meteredBody) Read(p []byte) (n int, err error) {
+	defer b.p.recovered("request body's read", &err)
+	n, err = b.ReadCloser.Read(p)
 	switch {
 	case errors.Is(err, io.EOF):
 		b.done.Store(true)
