@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -17,7 +18,8 @@ import (
 // and in the case of their hex, and a value matches whatever mix of these its echo has. A
 // letter, a digit, "-", "." and "_" are only ever themselves (no encoder escapes them; and a
 // placeholder changes letters and digits only), so a value's form and its placeholder's in
-// one encoding are the same length and differ where the value and placeholder do. Not here: base64 (docs/egress.md says why),
+// one encoding are the same length and differ where the value and placeholder do. Base64 is
+// not a character's form but the whole value's (base64Encodings, below). Not here:
 // compression (requests go with Accept-Encoding: identity), an encoding of an encoding.
 
 // encoding is one way a server writes a character it echoes; form is "" for a character it
@@ -38,6 +40,43 @@ var encodings = []encoding{
 	{"HTML hex reference, lower-case", htmlRef("&#x%x;")},
 	{"HTML hex reference, upper-case", htmlRef("&#x%X;")},
 	{"HTML named reference", func(r rune, _ []byte) string { return htmlNamed[r] }},
+}
+
+// A server also echoes a value inside a longer base64 run: a token minted from a request
+// field, a dump of the request, a JWT's payload. Each base64 character holds 6 bits, so the
+// value is written one of three ways by where it falls in the run (the bytes before it, mod
+// 3), and the characters at its two edges mix 2 or 4 of its bits with its neighbours'. What is
+// looked for is each alignment's core: the characters that hold the value's bits alone, as
+// themselves only (a core escaped again, "\/" or "%2F", is an encoding of an encoding); a
+// core found becomes the placeholder's core of that alignment, of its length (base64 of
+// values of one length is of one length). Padding falls outside every core, so padded and
+// unpadded runs are alike. The edge characters stay: at most 4 bits of the value's first byte
+// and 4 of its last.
+var base64Encodings = []struct {
+	name string
+	enc  *base64.Encoding
+}{
+	{"base64, standard alphabet", base64.StdEncoding},
+	{"base64, URL alphabet", base64.URLEncoding},
+}
+
+// base64Swaps are a value's base64 cores, each alphabet's in each alignment, and the
+// placeholder's in their place.
+func base64Swaps(s swap) []swap {
+	out := make([]swap, 0, 3*len(base64Encodings))
+	for _, e := range base64Encodings {
+		for before := range 3 {
+			out = append(out, swap{real: base64Core(e.enc, before, s.real), ph: base64Core(e.enc, before, s.ph), asIs: true})
+		}
+	}
+	return out
+}
+
+// base64Core is b's characters in a base64 run where it follows before bytes: from the first
+// character whose 6 bits are all b's to the last.
+func base64Core(enc *base64.Encoding, before int, b []byte) []byte {
+	run := enc.EncodeToString(append(make([]byte, before), b...))
+	return []byte(run[(8*before+5)/6 : 8*(before+len(b))/6])
 }
 
 var (
@@ -109,7 +148,7 @@ func compile(s swap) *pattern {
 		r, w := utf8.DecodeRune(s.real[off:])
 		c, ph := s.real[off:off+w], s.ph[min(off, len(s.ph)):min(off+w, len(s.ph))]
 		u := unit{forms: []form{{b: c, out: ph}}}
-		if !literal(c) || !same {
+		if !s.asIs && (!literal(c) || !same) {
 			pr, _ := utf8.DecodeRune(ph)
 			for _, e := range encodings {
 				u.add(e.form(r, c), e.form(pr, ph), ph)
@@ -119,7 +158,7 @@ func compile(s swap) *pattern {
 		for _, f := range u.forms {
 			longest = max(longest, len(f.b))
 		}
-		if !same {
+		if !same && !s.asIs {
 			longest = max(longest, asciiLongest)
 		}
 		p.span += longest

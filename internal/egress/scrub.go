@@ -15,17 +15,22 @@ import (
 // put upstream becomes its placeholder again, in header fields, the body and trailers. A
 // placeholder has its value's length, so lengths and framing stay as they are. A value is
 // found in the forms servers write it in (encode.go: JSON escapes, percent-encoding, HTML
-// references) and replaced by its placeholder in the same form. The body is asked for
+// references; its base64 inside a longer run) and replaced by its placeholder in the same form. The body is asked for
 // uncompressed (outbound) so it can be read.
 
 // swap is one value the proxy may have put upstream and what the sandbox sees in its place.
-type swap struct{ real, ph []byte }
+// asIs: the value is looked for as it is, in none of the encodings' forms (a base64 core).
+type swap struct {
+	real, ph []byte
+	asIs     bool
+}
 
-// tunnelSwaps are the raw values of a tunnel's secrets.
+// tunnelSwaps are the values of a tunnel's secrets, and their base64 cores.
 func tunnelSwaps(secrets []*secret) []swap {
-	out := make([]swap, 0, len(secrets))
+	out := make([]swap, 0, len(secrets)*(1+3*len(base64Encodings)))
 	for _, s := range secrets {
-		out = append(out, swap{real: []byte(s.value), ph: []byte(s.placeholder)})
+		sw := swap{real: []byte(s.value), ph: []byte(s.placeholder)}
+		out = append(append(out, sw), base64Swaps(sw)...)
 	}
 	return out
 }

@@ -22,22 +22,22 @@ func TestScrubOverlappingValues(t *testing.T) {
 		body, want string
 	}{
 		{"the tail of a shorter value begins a longer one",
-			[]swap{{[]byte("alpha-KEY1"), []byte("xxxxx-XXX9")}, {[]byte("KEY1-omega-long"), []byte("YYY8-yyyyy-yyyy")}},
+			[]swap{{real: []byte("alpha-KEY1"), ph: []byte("xxxxx-XXX9")}, {real: []byte("KEY1-omega-long"), ph: []byte("YYY8-yyyyy-yyyy")}},
 			"<alpha-KEY1-omega-long>", "<xxxxx-YYY8-yyyyy-yyyy>"},
 		{"the tail of a longer value begins a shorter one",
-			[]swap{{[]byte("long-prefix-KEY2"), []byte("zzzz-zzzzzz-ZZZ7")}, {[]byte("KEY2-tail"), []byte("WWW6-wwww")}},
+			[]swap{{real: []byte("long-prefix-KEY2"), ph: []byte("zzzz-zzzzzz-ZZZ7")}, {real: []byte("KEY2-tail"), ph: []byte("WWW6-wwww")}},
 			"[long-prefix-KEY2-tail]", "[zzzz-zzzzzz-ZZZ7-wwww]"},
 		{"values of one length overlapping",
-			[]swap{{[]byte("same-KEY3"), []byte("nnnn-NNN5")}, {[]byte("KEY3-same"), []byte("MMM4-mmmm")}},
+			[]swap{{real: []byte("same-KEY3"), ph: []byte("nnnn-NNN5")}, {real: []byte("KEY3-same"), ph: []byte("MMM4-mmmm")}},
 			"same-KEY3-same", "nnnn-MMM4-mmmm"},
 		{"a value overlapping itself",
-			[]swap{{[]byte("ab12ab12"), []byte("cd34ef56")}},
+			[]swap{{real: []byte("ab12ab12"), ph: []byte("cd34ef56")}},
 			"ab12ab12ab12", "cd34cd34ef56"},
 		{"a longer value overlapping a shorter one at each end",
-			[]swap{{[]byte("head-K1"), []byte("hhhh-H7")}, {[]byte("K1-middle-K2"), []byte("I8-iiiiii-I9")}, {[]byte("K2-tail"), []byte("J6-jjjj")}},
+			[]swap{{real: []byte("head-K1"), ph: []byte("hhhh-H7")}, {real: []byte("K1-middle-K2"), ph: []byte("I8-iiiiii-I9")}, {real: []byte("K2-tail"), ph: []byte("J6-jjjj")}},
 			"head-K1-middle-K2-tail", "hhhh-I8-iiiiii-I9-jjjj"},
 		{"an overlap beside the same value alone",
-			[]swap{{[]byte("alpha-KEY1"), []byte("xxxxx-XXX9")}, {[]byte("KEY1-omega-long"), []byte("YYY8-yyyyy-yyyy")}},
+			[]swap{{real: []byte("alpha-KEY1"), ph: []byte("xxxxx-XXX9")}, {real: []byte("KEY1-omega-long"), ph: []byte("YYY8-yyyyy-yyyy")}},
 			"alpha-KEY1 alpha-KEY1-omega-long", "xxxxx-XXX9 xxxxx-YYY8-yyyyy-yyyy"},
 	}
 	for _, tt := range tests {
