@@ -100,6 +100,10 @@ func bypassRows() []bypass {
 		{name: "two Host fields", raw: getReq("http://plain.example.com/", "plain.example.com", "Host: lo.files.example.com\r\n"), want: ReasonSmuggling},
 		{name: "TE on HTTP/1.0", raw: "POST http://plain.example.com/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", want: ReasonSmuggling},
 		{name: "NUL in a value", raw: getReq("http://plain.example.com/", "plain.example.com", "X-A: a\x00b\r\n"), want: ReasonSmuggling},
+		// Servers that map "_" to "-" in field names (CGI's HTTP_ variables; gunicorn before
+		// 22, CVE-2024-1135) frame by a field the proxy took for any other and sent on.
+		{name: "TE with an underscore", raw: postPlain("Content-Length: 5\r\nTransfer_Encoding: chunked\r\n"), want: ReasonSmuggling},
+		{name: "CL with an underscore", raw: postPlain("Content-Length: 5\r\ncontent_length: 50\r\n"), want: ReasonSmuggling},
 		// Malformed and unsupported.
 		{name: "origin-form to the proxy", raw: getReq("/", "plain.example.com"), want: ReasonBadRequest},
 		{name: "https absolute-form", raw: getReq("https://api.example.com/", "api.example.com"), want: ReasonBadRequest},
@@ -124,6 +128,7 @@ func bypassRows() []bypass {
 		{name: "terminated: CL and TE", run: inside("POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), want: ReasonSmuggling},
 		{name: "terminated: oversize header", run: inside(getReq("/", "api.example.com", "X-Big: "+strings.Repeat("a", 64<<10)+"\r\n")), want: ReasonHeaderTooLarge},
 		{name: "terminated: bare LF", run: inside("GET / HTTP/1.1\r\nHost: api.example.com\nX-A: b\r\n\r\n"), want: ReasonSmuggling},
+		{name: "terminated: TE with an underscore", run: inside("POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 5\r\nTransfer_Encoding: chunked\r\n\r\n0\r\n\r\n"), want: ReasonSmuggling},
 		{name: "terminated: the sandbox does not trust the job CA", run: untrusted("api.example.com:443"), want: ReasonClientTLS},
 		{name: "terminated: CONNECT inside", run: inside(connectReq("pkg.example.com:443")), want: ReasonMethod},
 		// TRACE echoes the request, swapped secret and all; servers that read methods without

@@ -43,6 +43,16 @@ var headRules = []headRule{
 	{"Transfer-Encoding on HTTP/1.0", func(h *head) bool {
 		return h.version == "HTTP/1.0" && len(h.fields["transfer-encoding"]) > 0
 	}},
+	// Servers that map "_" to "-" in names (CGI's HTTP_ variables, gunicorn before 22) frame
+	// by a field the proxy takes for any other and sends on.
+	{"a framing field's name with \"_\" for \"-\" (Transfer_Encoding, Content_Length)", func(h *head) bool {
+		for k := range h.fields {
+			if f := strings.ReplaceAll(k, "_", "-"); f != k && (f == "content-length" || f == "transfer-encoding") {
+				return true
+			}
+		}
+		return false
+	}},
 }
 
 // readHead waits, up to Limits.HeaderTimeout from start, for a whole request header in br
