@@ -61,6 +61,8 @@ profiles:
 // (docs/egress.md): in header fields and a field's name, the status line, a body cut across
 // writes, trailers, Basic credentials as sent and decoded, and the two values overlapping. It
 // prints the placeholders it was given, then everything curl got, and keeps it as the report.
+// The body also echoes the first value in base64 after a byte of the host's own (b64Lead), as a
+// token minted from a request's field would hold it.
 const echoScript = `{ echo "ph=$TOKEN_A"; echo "ph2=$TOKEN_B"
 basic=$(printf 'user:%s' "$TOKEN_A" | base64 -w0)
 curl -sS -D - https://` + echoHost + `/echo -H "Authorization: Bearer $TOKEN_A" -H "X-Other: $TOKEN_B" -H "X-Basic: Basic $basic"
@@ -80,6 +82,7 @@ func TestJobSecretsStayOutOfEverySink(t *testing.T) {
 	secrets := map[string]string{
 		"value A": a, "value B": b, "A's Basic credentials": base64.StdEncoding.EncodeToString([]byte("user:" + a)),
 		"A's bytes outside B": strings.TrimSuffix(a, sharedPart), "B's bytes outside A": strings.TrimPrefix(b, sharedPart),
+		"A in base64 after a byte": base64Core(b64Lead, a),
 	}
 	ns := testnet.NewNetns(t)
 	caFile := serveEcho(t, ns)
@@ -173,7 +176,8 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Named-"+tok, "1") // a field named by the value, cased by both ends
 	half := len(tok) / 2
 	for _, part := range []string{"raw=" + tok + "\n", "cut=" + tok[:half], tok[half:] + "\n", "basic=" + string(decoded) + "\n",
-		"overlap=" + tok + strings.TrimPrefix(other, sharedPart) + "\n"} {
+		"overlap=" + tok + strings.TrimPrefix(other, sharedPart) + "\n",
+		"b64=" + base64.StdEncoding.EncodeToString([]byte(b64Lead+tok)) + "\n"} {
 		_, _ = io.WriteString(w, part)
 		_ = http.NewResponseController(w).Flush()
 	}
@@ -202,13 +206,26 @@ func checkEchoes(t *testing.T, w *worker) string {
 		t.Fatalf("the report names no placeholders:\n%s", report)
 	}
 	overlap := pa + pb[len(sharedPart):] // the longer value's placeholder whole
-	for _, want := range []string{"raw=" + pa, "cut=" + pa, "basic=user:" + pa, "overlap=" + overlap, "X-Echo-Token: " + pa,
+	for _, want := range []string{"raw=" + pa, "cut=" + pa, base64Core(b64Lead, pa), "basic=user:" + pa, "overlap=" + overlap, "X-Echo-Token: " + pa,
 		"X-Echo-Basic: Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+pa)), "X-Echo-Trailer: " + pa, "403 not this token " + pa} {
 		if !strings.Contains(report, want) {
 			t.Errorf("the sandbox did not read %q back; it read:\n%s", want, report)
 		}
 	}
 	return report
+}
+
+// b64Lead is the byte the bound host's base64 echo puts before the value, so that the value's
+// characters start off a base64 group's boundary.
+const b64Lead = "x"
+
+// base64Core is the characters of lead+value's base64 that hold bits of value alone: the one
+// or two at either edge also hold lead's bits or padding, which the scrubber leaves as they are.
+func base64Core(lead, value string) string {
+	enc := base64.StdEncoding.EncodeToString([]byte(lead + value))
+	from := (len(lead)*8 + 5) / 6
+	to := (len(lead) + len(value)) * 8 / 6
+	return enc[from:to]
 }
 
 // dataFiles is every file under dir by its path, skipping one NATS renamed away meanwhile.
