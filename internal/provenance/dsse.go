@@ -132,6 +132,9 @@ func VerifyEnvelope(ctx context.Context, envelope []byte, pub ed25519.PublicKey)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("provenance: verify envelope: %w", err)
 	}
+	if err := checkShape(envelope, envelopeShape); err != nil {
+		return nil, fmt.Errorf("provenance: verify envelope: %w", err)
+	}
 	var env dsse.Envelope
 	if err := json.Unmarshal(envelope, &env); err != nil {
 		return nil, fmt.Errorf("provenance: verify envelope: %w: %v", ErrInvalid, err)

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	v1 "github.com/in-toto/attestation/go/v1"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -587,24 +586,15 @@ func validName(name string) bool {
 }
 
 // Parse reads a manifest that Build wrote: an in-toto Statement v1 with the Boxcar predicate.
-// Errors wrap ErrInvalid.
+// The document is held to the shape of a run (checkShape) before it is decoded, so a manifest
+// a writer of the store made costs its reader no more than a run's. Errors wrap ErrInvalid.
 func Parse(data []byte) (Statement, error) {
-	var st v1.Statement
-	if err := protojson.Unmarshal(data, &st); err != nil {
-		return Statement{}, fmt.Errorf("provenance: parse: %w: %v", ErrInvalid, err)
+	if err := checkShape(data, statementShape); err != nil {
+		return Statement{}, fmt.Errorf("provenance: parse: %w", err)
 	}
-	if err := st.Validate(); err != nil {
-		return Statement{}, fmt.Errorf("provenance: parse: %w: %w", ErrInvalid, err)
-	}
-	if st.GetType() != v1.StatementTypeUri {
-		return Statement{}, fmt.Errorf("provenance: parse: %w: statement type %q, want %s", ErrInvalid, st.GetType(), v1.StatementTypeUri)
-	}
-	if st.GetPredicateType() != PredicateType {
-		return Statement{}, fmt.Errorf("provenance: parse: %w: predicate type %q, want %s", ErrInvalid, st.GetPredicateType(), PredicateType)
-	}
-
-	// The typed view reads numbers exactly; protojson has checked the shape already.
+	// The typed view reads numbers exactly and skips what it does not know without holding it.
 	var doc struct {
+		Type    string `json:"_type"`
 		Subject []struct {
 			Name        string            `json:"name"`
 			Digest      map[string]string `json:"digest"`
@@ -613,12 +603,27 @@ func Parse(data []byte) (Statement, error) {
 				Path string `json:"path"`
 			} `json:"annotations"`
 		} `json:"subject"`
-		Predicate json.RawMessage `json:"predicate"`
+		PredicateType string   `json:"predicateType"`
+		Predicate     Manifest `json:"predicate"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return Statement{}, fmt.Errorf("provenance: parse: %w: %v", ErrInvalid, err)
 	}
-	var out Statement
+	// in-toto's own rules on the statement's shape, as Build holds it to them.
+	st := &v1.Statement{Type: doc.Type, PredicateType: doc.PredicateType, Predicate: &structpb.Struct{}}
+	for _, s := range doc.Subject {
+		st.Subject = append(st.Subject, &v1.ResourceDescriptor{Name: s.Name, Digest: s.Digest})
+	}
+	if err := st.Validate(); err != nil {
+		return Statement{}, fmt.Errorf("provenance: parse: %w: %w", ErrInvalid, err)
+	}
+	if doc.Type != v1.StatementTypeUri {
+		return Statement{}, fmt.Errorf("provenance: parse: %w: statement type %q, want %s", ErrInvalid, doc.Type, v1.StatementTypeUri)
+	}
+	if doc.PredicateType != PredicateType {
+		return Statement{}, fmt.Errorf("provenance: parse: %w: predicate type %q, want %s", ErrInvalid, doc.PredicateType, PredicateType)
+	}
+	out := Statement{Predicate: doc.Predicate}
 	for _, s := range doc.Subject {
 		if s.Annotations.Size == nil {
 			return Statement{}, fmt.Errorf("provenance: parse: %w: subject %s has no size annotation", ErrInvalid, s.Name)
@@ -628,9 +633,6 @@ func Parse(data []byte) (Statement, error) {
 	slices.SortFunc(out.Subjects, func(a, b Subject) int { return strings.Compare(a.Name, b.Name) })
 	if err := checkSubjects(out.Subjects); err != nil {
 		return Statement{}, fmt.Errorf("provenance: parse: %w", err)
-	}
-	if err := json.Unmarshal(doc.Predicate, &out.Predicate); err != nil {
-		return Statement{}, fmt.Errorf("provenance: parse: %w: predicate: %v", ErrInvalid, err)
 	}
 	if err := checkInputs(out.Predicate.Inputs); err != nil {
 		return Statement{}, fmt.Errorf("provenance: parse: %w", err)

@@ -395,6 +395,11 @@ func TestParseRejects(t *testing.T) {
 		{"climbing subject", strings.Replace(good, `"name":"report.md"`, `"name":"../report.md"`, 1)},
 		{"a file no run has", strings.Replace(good, `"name":"report.md"`, `"name":".bashrc"`, 1)},
 		{"unknown statement field", strings.Replace(good, `{"_type"`, `{"extra":1,"_type"`, 1)},
+		// A second member of one name is read by one decoder and not another (protojson
+		// refused it, encoding/json keeps the last): a signed manifest read two ways.
+		{"a statement member twice", strings.Replace(good, `{"_type"`, `{"subject":[],"_type"`, 1)},
+		{"a member of the predicate twice", strings.Replace(good, `"predicate":{`, `"predicate":{"tool_calls":[],`, 1)},
+		{"nested too deep", strings.Replace(good, `"predicate":{`, `"predicate":{"x":`+strings.Repeat("[", 65)+strings.Repeat("]", 65)+`,`, 1)},
 		{"bad job id", strings.Replace(good, `"id":"`+jobID+`"`, `"id":"x"`, 1)},
 		{"more artifacts than a run holds", strings.Replace(most, `"subject":[`, `"subject":[`+extra, 1)},
 		{"more inputs than a job holds", strings.Replace(mostInputs, `"inputs":[`, extraInput, 1)},
