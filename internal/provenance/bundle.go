@@ -33,6 +33,9 @@ type verificationMaterial struct {
 // KeyID(pub). An envelope that pub did not sign is refused with ErrBadSignature, one that is
 // not a Boxcar envelope with exactly one signature with ErrInvalid.
 func Bundle(ctx context.Context, envelopeJSON []byte, pub ed25519.PublicKey) ([]byte, error) {
+	if err := checkShape(envelopeJSON, envelopeShape); err != nil {
+		return nil, fmt.Errorf("provenance: bundle: %w", err)
+	}
 	var env envelope
 	if err := json.Unmarshal(envelopeJSON, &env); err != nil {
 		return nil, fmt.Errorf("provenance: bundle: %w: %v", ErrInvalid, err)

@@ -184,7 +184,7 @@ func verifySignature(ctx context.Context, st Getter, jobID string, manifest []by
 		record(Check{Name: check, Skipped: true, Reason: reason})
 		return "", ""
 	}
-	key, err := CheckSignature(ctx, st, jobID, manifest, stmt, ring)
+	key, _, err := CheckSignature(ctx, st, jobID, manifest, stmt, ring)
 	if err != nil {
 		fail(check, err)
 		return "", ""
@@ -197,14 +197,16 @@ func verifySignature(ctx context.Context, st Getter, jobID string, manifest []by
 // CheckSignature checks the envelope stored beside a run's manifest, stmt being the manifest
 // parsed: it must be signed by a key of ring (not empty) that was valid at the run's
 // finished_at and speaks for the run's tenant, and sign exactly manifest, the stored bytes. It
-// returns that key. An envelope that cannot be read wraps ErrUnsigned and ErrMissing (and
+// returns that key and the envelope as it read and checked it: a reader that keeps the
+// envelope (get) writes those bytes, never a second read, which a writer of the store could
+// answer with another. An envelope that cannot be read wraps ErrUnsigned and ErrMissing (and
 // store.ErrNotFound when there is none); one by no key of the ring, by a key of other tenants,
 // or over another statement, ErrBadSignature; one by a key outside its dates, ErrKeyNotValid.
-func CheckSignature(ctx context.Context, st Getter, jobID string, manifest []byte, stmt Statement, ring Keyring) (TrustedKey, error) {
+func CheckSignature(ctx context.Context, st Getter, jobID string, manifest []byte, stmt Statement, ring Keyring) (TrustedKey, []byte, error) {
 	sigKey := runKey(jobID, signatureName)
 	envelope, err := fetch(ctx, st, sigKey)
 	if err != nil {
-		return TrustedKey{}, fmt.Errorf("%w: a public key was given but %s could not be read: %w", ErrUnsigned, sigKey, err)
+		return TrustedKey{}, nil, fmt.Errorf("%w: a public key was given but %s could not be read: %w", ErrUnsigned, sigKey, err)
 	}
 	var signed []byte
 	key, err := ring.Match(stmt.Predicate.Timings.FinishedAt, func(pub ed25519.PublicKey) bool {
@@ -215,15 +217,15 @@ func CheckSignature(ctx context.Context, st Getter, jobID string, manifest []byt
 		return verr == nil
 	})
 	if err != nil {
-		return TrustedKey{}, fmt.Errorf("%s: %w", sigKey, err)
+		return TrustedKey{}, nil, fmt.Errorf("%s: %w", sigKey, err)
 	}
 	if !bytes.Equal(signed, manifest) {
-		return TrustedKey{}, fmt.Errorf("%s: %w: it signs a statement other than the stored manifest", sigKey, ErrBadSignature)
+		return TrustedKey{}, nil, fmt.Errorf("%s: %w: it signs a statement other than the stored manifest", sigKey, ErrBadSignature)
 	}
 	if !key.ForTenant(stmt.Tenant()) {
-		return TrustedKey{}, fmt.Errorf("%s: %w: signed by key %s, which signs for %s, not for tenant %s", sigKey, ErrBadSignature, key.Name, strings.Join(key.Tenants, ", "), stmt.Tenant())
+		return TrustedKey{}, nil, fmt.Errorf("%s: %w: signed by key %s, which signs for %s, not for tenant %s", sigKey, ErrBadSignature, key.Name, strings.Join(key.Tenants, ", "), stmt.Tenant())
 	}
-	return key, nil
+	return key, envelope, nil
 }
 
 // fetch reads a small object whole.

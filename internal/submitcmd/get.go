@@ -83,7 +83,7 @@ func (e *env) get(ctx context.Context, id, out string, trust trustFlags) error {
 	if err := roomFor(out, totalSize(stmt.Subjects)+int64(len(run.manifest))); err != nil {
 		return fmt.Errorf("get: job %s: the run's files: %w; give --out a folder with room (`submit verify %s` checks the sizes the manifest records); nothing downloaded", id, err, id)
 	}
-	files, bad, err := e.download(ctx, st, id, out, run.manifest, stmt)
+	files, bad, err := e.download(ctx, st, id, out, run)
 	if err != nil {
 		return fmt.Errorf("get: %w; nothing kept: --out %s is as it was, run get again", err, out)
 	}
@@ -110,12 +110,12 @@ func (e *env) get(ctx context.Context, id, out string, trust trustFlags) error {
 	return nil
 }
 
-// download writes the files stmt names into out, each checked on the way, and then the
-// manifest and its envelope; it returns the paths it kept and the names it refused. A download
+// download writes the files the run's manifest names into out, each checked on the way, and
+// then the manifest and its envelope, the bytes trustedRun read and checked; it returns the paths it kept and the names it refused. A download
 // that does not finish (Ctrl-C, the store gone, a file that cannot be written) removes what
 // it wrote, out too when it made it: the files kept so far, with no manifest beside them,
 // would look like a download, and the next get would refuse the folder as holding them.
-func (e *env) download(ctx context.Context, st store.Store, id, out string, manifest []byte, stmt provenance.Statement) (files, bad []string, err error) {
+func (e *env) download(ctx context.Context, st store.Store, id, out string, run trustedRun) (files, bad []string, err error) {
 	_, statErr := os.Stat(out)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, nil, err
@@ -145,7 +145,7 @@ func (e *env) download(ctx context.Context, st store.Store, id, out string, mani
 			printf(e.stdout, "%s\n", filepath.Join(out, name))
 		}
 	}
-	for _, s := range stmt.Subjects {
+	for _, s := range run.stmt.Subjects {
 		err := downloadChecked(ctx, st, root, provenance.SubjectKey(id, s), s)
 		switch {
 		case err == nil:
@@ -157,19 +157,15 @@ func (e *env) download(ctx context.Context, st store.Store, id, out string, mani
 			return nil, nil, err
 		}
 	}
-	if err := writeFile(root, "manifest.json", manifest); err != nil {
+	if err := writeFile(root, "manifest.json", run.manifest); err != nil {
 		return nil, nil, err
 	}
 	kept("manifest.json")
-	env, err := readObject(ctx, st, provenance.SignatureKey(id), maxManifestBytes)
-	switch {
-	case err == nil:
-		if err := writeFile(root, "manifest.dsse.json", env); err != nil {
+	if run.envelope != nil {
+		if err := writeFile(root, "manifest.dsse.json", run.envelope); err != nil {
 			return nil, nil, err
 		}
 		kept("manifest.dsse.json")
-	case !errors.Is(err, store.ErrNotFound):
-		return nil, nil, err
 	}
 	return files, bad, nil
 }

@@ -128,6 +128,9 @@ type env struct {
 	patience   time.Duration // how long NATS or the store may take to answer; see retry.go
 	rawErr     io.Writer     // stderr as given, to tell a terminal
 	link       *natsLink     // says when the NATS connection is lost; nil before connect
+	// wrapStore, when set, wraps the store each command opens: a test's writer of the store
+	// acting between two of its reads.
+	wrapStore func(store.Store) store.Store
 }
 
 func (e *env) json() bool { return e.output == "json" }
@@ -256,7 +259,11 @@ func (e *env) openStore(ctx context.Context) (store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tenantStore{Store: store.ForTenant(st, e.tenant()), shared: st}, nil
+	var tenant store.Store = tenantStore{Store: store.ForTenant(st, e.tenant()), shared: st}
+	if e.wrapStore != nil {
+		tenant = e.wrapStore(tenant)
+	}
+	return tenant, nil
 }
 
 // tenantStore is a tenant's store that closes the store it is in when closed.

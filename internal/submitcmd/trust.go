@@ -63,9 +63,12 @@ func (e *env) signers(r runReader, f trustFlags) (signers, error) {
 }
 
 // trustedRun is a committed run that a reader may show: its manifest as stored and parsed,
-// and what the reader's closing line says of the signature.
+// its envelope as read (nil for none), and what the reader's closing line says of the
+// signature. Each is read once: get writes these bytes, so what it writes is what was checked,
+// whatever a writer of the store puts there meanwhile.
 type trustedRun struct {
 	manifest []byte
+	envelope []byte
 	stmt     provenance.Statement
 	signer   string
 }
@@ -77,11 +80,11 @@ func (e *env) trustedRun(ctx context.Context, st store.Store, r runReader, id st
 	if err != nil {
 		return trustedRun{}, err
 	}
-	signer, err := e.runSignature(ctx, st, r, id, manifest, stmt, keys, allowUnsigned)
+	signer, envelope, err := e.runSignature(ctx, st, r, id, manifest, stmt, keys, allowUnsigned)
 	if err != nil {
 		return trustedRun{}, err
 	}
-	return trustedRun{manifest: manifest, stmt: stmt, signer: signer}, nil
+	return trustedRun{manifest: manifest, envelope: envelope, stmt: stmt, signer: signer}, nil
 }
 
 // committedRun reads the run's manifest and holds it to this job of this tenant; a run that is
@@ -109,29 +112,34 @@ func (e *env) committedRun(ctx context.Context, st store.Store, r runReader, id 
 
 // runSignature holds the manifest a reader is about to follow to its signature by a key of
 // the ring, as verify does: whoever may write the store can write a manifest, not sign one. It
-// returns what the closing line says of the signature. With no key at hand it checks nothing
-// and says so; a run with no signature passes only with allowUnsigned.
-func (e *env) runSignature(ctx context.Context, st store.Store, r runReader, id string, manifest []byte, stmt provenance.Statement, keys signers, allowUnsigned bool) (string, error) {
+// returns what the closing line says of the signature and the envelope as read, nil when there
+// is none. With no key at hand it checks nothing and says so; a run with no signature passes
+// only with allowUnsigned.
+func (e *env) runSignature(ctx context.Context, st store.Store, r runReader, id string, manifest []byte, stmt provenance.Statement, keys signers, allowUnsigned bool) (string, []byte, error) {
 	const notChecked = ", the signature was NOT CHECKED, so nothing proves the manifest they match"
 	if len(keys.ring) == 0 {
 		printf(e.stderr, "%s: no public key: the signature was NOT CHECKED (give --keyring FILE or --public-key FILE)\n", r.cmd)
-		return notChecked, nil
+		envelope, err := readObject(ctx, st, provenance.SignatureKey(id), maxManifestBytes)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return "", nil, fmt.Errorf("%s: job %s: %w; %s", r.cmd, id, err, r.nothing)
+		}
+		return notChecked, envelope, nil
 	}
-	key, err := provenance.CheckSignature(ctx, st, id, manifest, stmt, keys.ring)
+	key, envelope, err := provenance.CheckSignature(ctx, st, id, manifest, stmt, keys.ring)
 	switch {
 	case err == nil:
-		return fmt.Sprintf(", a manifest signed by key %s (%s)", key.Name, provenance.KeyID(key.Key)), nil
+		return fmt.Sprintf(", a manifest signed by key %s (%s)", key.Name, provenance.KeyID(key.Key)), envelope, nil
 	case errors.Is(err, store.ErrNotFound) && allowUnsigned:
 		printf(e.stderr, "%s: job %s has no signature (--allow-unsigned): NOT CHECKED\n", r.cmd, id)
-		return notChecked, nil
+		return notChecked, nil, nil
 	case errors.Is(err, provenance.ErrMissing) && !errors.Is(err, store.ErrNotFound):
-		return "", fmt.Errorf("%s: job %s: %w; %s", r.cmd, id, err, r.nothing)
+		return "", nil, fmt.Errorf("%s: job %s: %w; %s", r.cmd, id, err, r.nothing)
 	case errors.Is(err, store.ErrNotFound):
-		return "", &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("%s: job %s: %v; %s (--allow-unsigned %s)", r.cmd, id, err, r.nothing, r.unsigned)}
+		return "", nil, &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("%s: job %s: %v; %s (--allow-unsigned %s)", r.cmd, id, err, r.nothing, r.unsigned)}
 	}
 	hint := ""
 	if keys.embedded != "" {
 		hint = fmt.Sprintf(" (the public key is %s, the embedded worker's; give the signer's key with --public-key or --keyring)", keys.embedded)
 	}
-	return "", &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("%s: job %s: the manifest's signature: %v; %s%s", r.cmd, id, err, r.nothing, hint)}
+	return "", nil, &ExitError{Code: exitVerifyFailed, Msg: fmt.Sprintf("%s: job %s: the manifest's signature: %v; %s%s", r.cmd, id, err, r.nothing, hint)}
 }
