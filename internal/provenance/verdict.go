@@ -169,8 +169,7 @@ func AttemptSignatureKey(jobID string, stmt Statement) string {
 	return runKey(jobID, folder+signatureName)
 }
 
-// Lister is the store method Unlisted falls back on. Any store.Store satisfies it; a store
-// with a ListAtMost of its own (both backends, a tenant's folder) is listed by that.
+// Lister is the store method Unlisted lists with. Any store.Store satisfies it.
 type Lister = store.Lister
 
 // MaxUnlisted is the most objects Unlisted reports that the manifest does not name. Whoever

@@ -29,6 +29,11 @@ type Store interface {
 	// List returns the objects under prefix, sorted by key, with their size and modification
 	// time (not their content type: S3 lists none, Stat gives it).
 	List(ctx context.Context, prefix string) ([]ObjectInfo, error)
+	// ListAtMost is List bounded by its caller, not by whoever may write under prefix: at most
+	// n of the objects under prefix, sorted by key, and whether there are more; see the
+	// package's ListAtMost. It is a method of every Store, so a store that wraps another by
+	// embedding it passes it on: a fallback on List read every key a writer put there.
+	ListAtMost(ctx context.Context, prefix string, n int) ([]ObjectInfo, bool, error)
 	// URL names an object for people and other tools (file:///… or s3://bucket/…).
 	URL(key string) string
 	// Close releases what the store holds (a directory handle, idle connections). The store
@@ -36,14 +41,8 @@ type Store interface {
 	Close() error
 }
 
-// Lister is the Store method ListAtMost falls back on.
+// Lister is the Store method ListAtMost asks.
 type Lister interface {
-	List(ctx context.Context, prefix string) ([]ObjectInfo, error)
-}
-
-// boundedLister is a backend that can stop listing: both of the package's do, and a store
-// that wraps one must pass ListAtMost on (as ForTenant's does).
-type boundedLister interface {
 	ListAtMost(ctx context.Context, prefix string, n int) ([]ObjectInfo, bool, error)
 }
 
@@ -52,16 +51,14 @@ type boundedLister interface {
 // folder others may write (a run's, by anyone holding the store's write credentials) that
 // lists it whole pages through, and holds, every key they put there, a million as one. Which
 // n objects is the backend's choice (S3: the first keys; the file store: the first its walk
-// meets). A store with no ListAtMost of its own is listed whole and cut.
+// meets); the bound holds whatever st returns.
 func ListAtMost(ctx context.Context, st Lister, prefix string, n int) ([]ObjectInfo, bool, error) {
-	if b, ok := st.(boundedLister); ok {
-		return b.ListAtMost(ctx, prefix, n)
-	}
-	objects, err := st.List(ctx, prefix)
+	n = max(n, 0)
+	objects, more, err := st.ListAtMost(ctx, prefix, n)
 	if err != nil || len(objects) <= n {
-		return objects, false, err
+		return objects, more, err
 	}
-	return objects[:max(n, 0)], true, nil
+	return objects[:n], true, nil
 }
 
 // ObjectInfo describes a stored object.

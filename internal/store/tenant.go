@@ -93,7 +93,7 @@ func (t *tenantStore) ListAtMost(ctx context.Context, prefix string, n int) ([]O
 	if prefix != "" && !ValidKey(strings.TrimSuffix(prefix, "/")) {
 		return nil, false, fmt.Errorf("%w: prefix %q", ErrInvalidKey, prefix)
 	}
-	objs, more, err := ListAtMost(ctx, t.st, t.prefix+prefix, n)
+	objs, more, err := t.st.ListAtMost(ctx, t.prefix+prefix, n)
 	for i := range objs {
 		objs[i].Key = strings.TrimPrefix(objs[i].Key, t.prefix)
 	}

@@ -274,12 +274,6 @@ type tenantStore struct {
 
 func (s tenantStore) Close() error { return s.shared.Close() }
 
-// ListAtMost is the tenant store's (store.ListAtMost): its bound would be lost otherwise, the
-// embedded Store offering List alone.
-func (s tenantStore) ListAtMost(ctx context.Context, prefix string, n int) ([]store.ObjectInfo, bool, error) {
-	return store.ListAtMost(ctx, s.Store, prefix, n)
-}
-
 // Partials, DiscardPartial and PruneFolders are the tenant store's (store.Partials).
 func (s tenantStore) Partials(ctx context.Context, prefix string) ([]store.Partial, error) {
 	return store.Partials(ctx, s.Store, prefix)

@@ -159,6 +159,9 @@ func (memStore) Delete(ctx context.Context, key string) error { return nil }
 func (memStore) List(ctx context.Context, prefix string) ([]store.ObjectInfo, error) {
 	return nil, nil
 }
+func (memStore) ListAtMost(ctx context.Context, prefix string, n int) ([]store.ObjectInfo, bool, error) {
+	return nil, false, nil
+}
 func (memStore) URL(key string) string { return "mem://" + key }
 func (memStore) Close() error          { return nil }
 
