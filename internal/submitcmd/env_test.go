@@ -143,6 +143,17 @@ func (te *testEnv) submitStderr(t *testing.T, stderr io.Writer, args ...string) 
 	return stdout.String(), err
 }
 
+// runAs runs a command on the test's store and NATS as a user whose BOXCAR_HOME is home (its
+// keys the embedded worker's when home is te.home, none in an empty folder).
+func (te *testEnv) runAs(t *testing.T, home string, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := Run(t.Context(), append(args, "--store", "file://"+te.storeDir), func(k string) string {
+		return map[string]string{"BOXCAR_HOME": home, "NATS_URL": te.natsURL}[k]
+	}, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
 // noEnv runs a command that must not need NATS or a store.
 func noEnv(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()

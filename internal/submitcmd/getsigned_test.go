@@ -22,6 +22,33 @@ func (te *testEnv) forgeRun(t *testing.T, id string, data []byte, name string) {
 // forgeFile is forgeRun of the run's file file (report.md, transcript.jsonl).
 func (te *testEnv) forgeFile(t *testing.T, id, file string, data []byte, name string) {
 	t.Helper()
+	var renames []string
+	if name != "" {
+		renames = []string{file + `"`, name + `"`} // Build writes no such manifest
+	}
+	te.forgeManifest(t, id, func(stmt *provenance.Statement) {
+		for i, s := range stmt.Subjects {
+			if s.Name != file {
+				continue
+			}
+			s.SHA256, s.Size = hexSum(data), int64(len(data))
+			stmt.Subjects[i] = s
+			if name != "" {
+				s.Name, s.Path = name, "attempts/"+testAttempt+"/"+name
+			}
+			if err := te.st.Put(t.Context(), provenance.SubjectKey(id, s), bytes.NewReader(data), s.Size); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}, renames...)
+}
+
+// forgeManifest rewrites a committed run's manifest as someone who may write the store but
+// holds no signing key can: edit changes the statement as stored, which is built again and put
+// in the manifest's place, renames (old, new pairs) then replaced in its bytes; the envelope
+// stays.
+func (te *testEnv) forgeManifest(t *testing.T, id string, edit func(*provenance.Statement), renames ...string) {
+	t.Helper()
 	ctx := t.Context()
 	manifest, err := readObject(ctx, te.st, provenance.ManifestKey(id), maxManifestBytes)
 	if err != nil {
@@ -31,27 +58,12 @@ func (te *testEnv) forgeFile(t *testing.T, id, file string, data []byte, name st
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range stmt.Subjects {
-		if s.Name != file {
-			continue
-		}
-		s.SHA256, s.Size = hexSum(data), int64(len(data))
-		stmt.Subjects[i] = s
-		if name != "" {
-			s.Name, s.Path = name, "attempts/"+testAttempt+"/"+name
-		}
-		if err := te.st.Put(ctx, provenance.SubjectKey(id, s), bytes.NewReader(data), s.Size); err != nil {
-			t.Fatal(err)
-		}
-	}
+	edit(&stmt)
 	forged, err := provenance.Build(stmt.Predicate, stmt.Subjects)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if name != "" {
-		// Build writes no such manifest: written as JSON by hand.
-		forged = bytes.ReplaceAll(forged, []byte(file+`"`), []byte(name+`"`))
-	}
+	forged = []byte(strings.NewReplacer(renames...).Replace(string(forged)))
 	if err := te.st.Put(ctx, provenance.ManifestKey(id), bytes.NewReader(forged), int64(len(forged))); err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +111,9 @@ func TestGetHoldsTheRunToItsSignature(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			home := cmp.Or(tt.home, te.home)
 			out := filepath.Join(t.TempDir(), "run")
-			var stdout, stderr bytes.Buffer
-			err := Run(t.Context(), append([]string{"get", "--store", "file://" + te.storeDir, "--out", out}, tt.args...), func(k string) string {
-				return map[string]string{"BOXCAR_HOME": home}[k]
-			}, &stdout, &stderr)
-			if exitCode(err) != tt.code || !strings.Contains(stderr.String()+message(err), tt.stderr) {
-				t.Errorf("exit %d (%v), want %d and %q\n%s", exitCode(err), err, tt.code, tt.stderr, stderr.String())
+			_, stderr, err := te.runAs(t, home, append([]string{"get", "--out", out}, tt.args...)...)
+			if exitCode(err) != tt.code || !strings.Contains(stderr+message(err), tt.stderr) {
+				t.Errorf("exit %d (%v), want %d and %q\n%s", exitCode(err), err, tt.code, tt.stderr, stderr)
 			}
 			got, rerr := os.ReadFile(filepath.Join(out, "report.md"))
 			switch {
@@ -137,12 +146,9 @@ func TestGetWritesOnlyARunsFiles(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "run")
-			var stdout, stderr bytes.Buffer
-			err := Run(t.Context(), append([]string{"get", hook, "--store", "file://" + te.storeDir, "--out", out}, tt.args...), func(k string) string {
-				return map[string]string{"BOXCAR_HOME": tt.home}[k]
-			}, &stdout, &stderr)
+			_, stderr, err := te.runAs(t, tt.home, append([]string{"get", hook, "--out", out}, tt.args...)...)
 			if exitCode(err) != exitVerifyFailed || !strings.Contains(message(err), "cannot be trusted") {
-				t.Errorf("exit %d (%v), want %d, the manifest not trusted\n%s", exitCode(err), err, exitVerifyFailed, stderr.String())
+				t.Errorf("exit %d (%v), want %d, the manifest not trusted\n%s", exitCode(err), err, exitVerifyFailed, stderr)
 			}
 			if _, err := os.Stat(filepath.Join(out, ".git", "hooks", "post-checkout")); !os.IsNotExist(err) {
 				t.Errorf("get wrote the hook: %v", err)

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
@@ -26,11 +25,7 @@ const forgedTranscript = `{"type":"final","outcome":"succeeded","message":"FORGE
 func TestLogsHoldsTheRunToItsSignature(t *testing.T) {
 	te := newTestEnv(t)
 	ctx := t.Context()
-	committed := func() string {
-		id := te.commitRun(t, true)
-		te.setState(t, id, func(s *job.Status) { s.State, s.Manifest = job.StateSucceeded, provenance.ManifestKey(id) })
-		return id
-	}
+	committed := func() string { return te.commitSucceeded(t) }
 	transcriptKey := func(id string) string {
 		return store.AttemptPrefix(id, testAttempt) + "transcript.jsonl"
 	}
@@ -81,17 +76,14 @@ func TestLogsHoldsTheRunToItsSignature(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			home := cmp.Or(tt.home, te.home)
-			var stdout, stderr bytes.Buffer
-			err := Run(t.Context(), append([]string{"logs", "--store", "file://" + te.storeDir}, tt.args...), func(k string) string {
-				return map[string]string{"BOXCAR_HOME": home, "NATS_URL": te.natsURL}[k]
-			}, &stdout, &stderr)
-			if exitCode(err) != tt.code || !strings.Contains(stderr.String()+message(err), tt.stderr) {
-				t.Errorf("exit %d (%v), want %d and %q\n%s", exitCode(err), err, tt.code, tt.stderr, stderr.String())
+			stdout, stderr, err := te.runAs(t, home, append([]string{"logs"}, tt.args...)...)
+			if exitCode(err) != tt.code || !strings.Contains(stderr+message(err), tt.stderr) {
+				t.Errorf("exit %d (%v), want %d and %q\n%s", exitCode(err), err, tt.code, tt.stderr, stderr)
 			}
 			if left, err := os.ReadDir(spools); err != nil || len(left) > 0 {
 				t.Errorf("logs left %d files in TMPDIR (%v)", len(left), err)
 			}
-			switch out := stdout.String(); {
+			switch out := stdout; {
 			case tt.shown == "" && (strings.Contains(out, signedLine) || strings.Contains(out, "FORGED")):
 				t.Errorf("logs showed the transcript; want no line of it:\n%s", out)
 			case !strings.Contains(out, tt.shown):

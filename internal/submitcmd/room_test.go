@@ -1,7 +1,6 @@
 package submitcmd
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,35 +22,21 @@ import (
 // and a manifest recording its digest and size.
 func (te *testEnv) claimSize(t *testing.T, id, file string, size int64) {
 	t.Helper()
-	ctx := t.Context()
-	manifest, err := readObject(ctx, te.st, provenance.ManifestKey(id), maxManifestBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmt, err := provenance.Parse(manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
 	h := sha256.New()
 	if _, err := io.CopyN(h, zeros{}, size); err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range stmt.Subjects {
-		if s.Name != file {
-			continue
+	te.forgeManifest(t, id, func(stmt *provenance.Statement) {
+		for i, s := range stmt.Subjects {
+			if s.Name != file {
+				continue
+			}
+			stmt.Subjects[i].SHA256, stmt.Subjects[i].Size = hex.EncodeToString(h.Sum(nil)), size
+			if err := os.Truncate(filepath.Join(te.storeDir, filepath.FromSlash(store.TenantPrefix(job.DefaultTenant)+provenance.SubjectKey(id, s))), size); err != nil {
+				t.Fatal(err)
+			}
 		}
-		stmt.Subjects[i].SHA256, stmt.Subjects[i].Size = hex.EncodeToString(h.Sum(nil)), size
-		if err := os.Truncate(filepath.Join(te.storeDir, filepath.FromSlash(store.TenantPrefix(job.DefaultTenant)+provenance.SubjectKey(id, s))), size); err != nil {
-			t.Fatal(err)
-		}
-	}
-	forged, err := provenance.Build(stmt.Predicate, stmt.Subjects)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := te.st.Put(ctx, provenance.ManifestKey(id), bytes.NewReader(forged), int64(len(forged))); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 type zeros struct{}
@@ -70,13 +55,8 @@ func TestClaimedSizeCannotFillTheDisk(t *testing.T) {
 		t.Skipf("no mount namespace for a small file system: unshare -rm: %v", err)
 	}
 	te := newTestEnv(t)
-	committed := func() string {
-		id := te.commitRun(t, true)
-		te.setState(t, id, func(s *job.Status) { s.State, s.Manifest = job.StateSucceeded, provenance.ManifestKey(id) })
-		return id
-	}
 	const claimed = 256 << 20
-	fits, bigTranscript, bigReport := committed(), committed(), committed()
+	fits, bigTranscript, bigReport := te.commitSucceeded(t), te.commitSucceeded(t), te.commitSucceeded(t)
 	te.claimSize(t, bigTranscript, "transcript.jsonl", claimed)
 	te.claimSize(t, bigReport, "report.md", claimed)
 	noKeyHome := t.TempDir()

@@ -28,6 +28,15 @@ func hexSum(data []byte) string {
 
 // commitRun stores a committed run as a worker would: input, report, transcript, manifest and,
 // when signed, its envelope signed with the key in $BOXCAR_HOME/keys.
+// commitSucceeded is commitRun of a signed run with the status a worker leaves: succeeded,
+// naming the manifest.
+func (te *testEnv) commitSucceeded(t *testing.T, change ...func(*provenance.Manifest)) string {
+	t.Helper()
+	id := te.commitRun(t, true, change...)
+	te.setState(t, id, func(s *job.Status) { s.State, s.Manifest = job.StateSucceeded, provenance.ManifestKey(id) })
+	return id
+}
+
 func (te *testEnv) commitRun(t *testing.T, signed bool, change ...func(*provenance.Manifest)) string {
 	t.Helper()
 	return te.commitRunOf(t, signed, nil, change...)
@@ -155,16 +164,13 @@ func TestVerify(t *testing.T) {
 			if tt.home != "" {
 				home = tt.home
 			}
-			var stdout, stderr bytes.Buffer
-			err := Run(t.Context(), append([]string{"verify", "--store", "file://" + te.storeDir}, tt.args...), func(k string) string {
-				return map[string]string{"BOXCAR_HOME": home}[k]
-			}, &stdout, &stderr)
+			stdout, _, err := te.runAs(t, home, append([]string{"verify"}, tt.args...)...)
 			if exitCode(err) != tt.code {
-				t.Errorf("exit %d (%v), want %d\n%s", exitCode(err), err, tt.code, stdout.String())
+				t.Errorf("exit %d (%v), want %d\n%s", exitCode(err), err, tt.code, stdout)
 			}
 			for _, w := range tt.want {
-				if !strings.Contains(stdout.String(), w) {
-					t.Errorf("output lacks %q:\n%s", w, stdout.String())
+				if !strings.Contains(stdout, w) {
+					t.Errorf("output lacks %q:\n%s", w, stdout)
 				}
 			}
 		})
@@ -185,11 +191,8 @@ func TestReadersRefuseARunOfAnotherTenant(t *testing.T) {
 			m.Tenant = provenance.Tenant{Name: name, Profiles: []string{"csv-analyst"}}
 		}
 	}
-	alphas := te.commitRun(t, true, tenant("alpha"))
-	defaults := te.commitRun(t, true, tenant(job.DefaultTenant))
-	for _, id := range []string{alphas, defaults} {
-		te.setState(t, id, func(s *job.Status) { s.State, s.Manifest = job.StateSucceeded, provenance.ManifestKey(id) })
-	}
+	alphas := te.commitSucceeded(t, tenant("alpha"))
+	defaults := te.commitSucceeded(t, tenant(job.DefaultTenant))
 	const refused = "it records a job of tenant alpha, not of default"
 	tests := []struct {
 		name string
