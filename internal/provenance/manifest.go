@@ -19,12 +19,14 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	v1 "github.com/in-toto/attestation/go/v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/store"
 )
 
 // PredicateType names the Boxcar predicate inside the in-toto statement.
@@ -555,10 +557,16 @@ func checkSubjects(subjects []Subject) error {
 }
 
 // runFile reports whether name is one of the files a worker stores of a run: its report, its
-// transcript, or an artifact, a clean relative path under artifacts/.
+// transcript, or an artifact, a clean relative path under artifacts/ of a name a worker takes:
+// a key the store writes (no control character, valid UTF-8, no U+FFFE, U+FFFF or backslash)
+// without format characters or line separators. A reader prints each name and writes a file
+// of it (get): an escape sequence in one would reach the terminal, and a newline forge a line.
 func runFile(name string) bool {
 	rest, artifact := strings.CutPrefix(name, "artifacts/")
-	return name == "report.md" || name == "transcript.jsonl" || (artifact && validName(rest))
+	return name == "report.md" || name == "transcript.jsonl" ||
+		(artifact && validName(rest) && store.WritableKey(name) && !strings.ContainsFunc(name, func(r rune) bool {
+			return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+		}))
 }
 
 // attemptOf is the attempt folder a subject's path names ("attempts/<folder>/…"), "" for none.

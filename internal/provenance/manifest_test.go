@@ -399,6 +399,11 @@ func TestParseRejects(t *testing.T) {
 		// refused it, encoding/json keeps the last): a signed manifest read two ways.
 		{"a statement member twice", strings.Replace(good, `{"_type"`, `{"subject":[],"_type"`, 1)},
 		{"a member of the predicate twice", strings.Replace(good, `"predicate":{`, `"predicate":{"tool_calls":[],`, 1)},
+		// Names no worker takes, which get and verify print and get writes as a file: an
+		// escape sequence, a line of its own, a right-to-left override (parsed on main).
+		{"an artifact name with an escape", strings.ReplaceAll(good, `artifacts/totals.csv"`, `artifacts/\u001b]0;pwned\u0007.csv"`)},
+		{"an artifact name with a newline", strings.ReplaceAll(good, `artifacts/totals.csv"`, `artifacts/a\nverified: ok.csv"`)},
+		{"an artifact name with an override", strings.ReplaceAll(good, `artifacts/totals.csv"`, `artifacts/\u202evsc.exe"`)},
 		{"nested too deep", strings.Replace(good, `"predicate":{`, `"predicate":{"x":`+strings.Repeat("[", 65)+strings.Repeat("]", 65)+`,`, 1)},
 		{"bad job id", strings.Replace(good, `"id":"`+jobID+`"`, `"id":"x"`, 1)},
 		{"more artifacts than a run holds", strings.Replace(most, `"subject":[`, `"subject":[`+extra, 1)},
