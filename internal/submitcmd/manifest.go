@@ -52,7 +52,7 @@ func (e *env) manifest(ctx context.Context, id string) error {
 		return err
 	}
 	defer closeStore(st)
-	rc, err := st.Get(ctx, provenance.ManifestKey(id))
+	data, err := readObject(ctx, st, provenance.ManifestKey(id), maxManifestBytes)
 	if errors.Is(err, store.ErrNotFound) {
 		if err := e.runBeforeTenants(ctx, st, id); err != nil {
 			return fmt.Errorf("manifest: %w", err)
@@ -60,16 +60,17 @@ func (e *env) manifest(ctx context.Context, id string) error {
 		return e.notCommitted(ctx, st, "manifest", id, "nothing to show")
 	}
 	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes))
-	if err != nil {
-		return fmt.Errorf("manifest: read: %w", err)
+		return fmt.Errorf("manifest: %w", err)
 	}
 	if e.json() {
-		// Exactly the stored bytes, the ones the signature covers: for a verifier, not a terminal.
-		_, err := fmt.Fprintln(e.raw, string(data))
+		// Exactly the stored bytes, the ones the signature covers, into a pipe or a file, for
+		// a verifier. On a terminal they are escaped as every output is: nothing has checked
+		// them, and a writer of the store chose them.
+		w := e.raw
+		if isTerminal(e.raw) {
+			w = e.stdout
+		}
+		_, err := fmt.Fprintln(w, string(data))
 		return err
 	}
 	stmt, err := provenance.Parse(data)
