@@ -545,7 +545,7 @@ func checkSubjects(subjects []Subject) error {
 			return fmt.Errorf("%w: subject %s: sha256 %q is not 64 lowercase hex digits", ErrInvalid, s.Name, s.SHA256)
 		case s.Size < 0:
 			return fmt.Errorf("%w: subject %s: size %d is negative", ErrInvalid, s.Name, s.Size)
-		case s.Path != "" && (!validName(s.Path) || s.Path != "attempts/"+attemptOf(s)+"/"+s.Name):
+		case !pathOK(s):
 			return fmt.Errorf("%w: subject %s: path %q: a path is attempts/<attempt folder>/ and the subject's name", ErrInvalid, s.Name, s.Path)
 		case attemptOf(s) != folder:
 			return fmt.Errorf("%w: subject %s: path %q: every subject is in the folder of the attempt that committed, %q", ErrInvalid, s.Name, s.Path, folder)
@@ -556,6 +556,12 @@ func checkSubjects(subjects []Subject) error {
 	return nil
 }
 
+// pathOK reports whether a subject's path, if any, is attempts/<folder>/ and its name, a key
+// the store writes.
+func pathOK(s Subject) bool {
+	return s.Path == "" || (validName(s.Path) && printable(s.Path) && s.Path == "attempts/"+attemptOf(s)+"/"+s.Name)
+}
+
 // runFile reports whether name is one of the files a worker stores of a run: its report, its
 // transcript, or an artifact, a clean relative path under artifacts/ of a name a worker takes:
 // a key the store writes (no control character, valid UTF-8, no U+FFFE, U+FFFF or backslash)
@@ -563,10 +569,16 @@ func checkSubjects(subjects []Subject) error {
 // of it (get): an escape sequence in one would reach the terminal, and a newline forge a line.
 func runFile(name string) bool {
 	rest, artifact := strings.CutPrefix(name, "artifacts/")
-	return name == "report.md" || name == "transcript.jsonl" ||
-		(artifact && validName(rest) && store.WritableKey(name) && !strings.ContainsFunc(name, func(r rune) bool {
-			return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
-		}))
+	return name == "report.md" || name == "transcript.jsonl" || (artifact && validName(rest) && printable(name))
+}
+
+// printable reports whether a subject's name or path is a key the store writes (no control
+// character, valid UTF-8, no U+FFFE, U+FFFF or backslash) without format characters or line
+// separators, as every name a worker takes.
+func printable(name string) bool {
+	return store.WritableKey(name) && !strings.ContainsFunc(name, func(r rune) bool {
+		return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+	})
 }
 
 // attemptOf is the attempt folder a subject's path names ("attempts/<folder>/…"), "" for none.

@@ -382,6 +382,11 @@ func TestParseRejects(t *testing.T) {
 		t.Fatalf("Parse of a run with %d inputs: %v", provenance.MaxInputs, err)
 	}
 	extraInput := `"inputs":[{"name":"zzz.csv","sha256":"` + sha("a") + `","size":1},`
+	subjects := sampleSubjects()
+	for i := range subjects {
+		subjects[i].Path = "attempts/1-0a1b2c3d/" + subjects[i].Name
+	}
+	inFolder := string(build(t, sampleManifest(t), subjects))
 	tests := []struct {
 		name string
 		data string
@@ -404,6 +409,7 @@ func TestParseRejects(t *testing.T) {
 		{"an artifact name with an escape", strings.ReplaceAll(good, `artifacts/totals.csv"`, `artifacts/\u001b]0;pwned\u0007.csv"`)},
 		{"an artifact name with a newline", strings.ReplaceAll(good, `artifacts/totals.csv"`, `artifacts/a\nverified: ok.csv"`)},
 		{"an artifact name with an override", strings.ReplaceAll(good, `artifacts/totals.csv"`, `artifacts/\u202evsc.exe"`)},
+		{"an attempt folder with a newline", strings.ReplaceAll(inFolder, `attempts/1-0a1b2c3d/`, `attempts/a\nverified: ok/`)},
 		{"nested too deep", strings.Replace(good, `"predicate":{`, `"predicate":{"x":`+strings.Repeat("[", 65)+strings.Repeat("]", 65)+`,`, 1)},
 		{"bad job id", strings.Replace(good, `"id":"`+jobID+`"`, `"id":"x"`, 1)},
 		{"more artifacts than a run holds", strings.Replace(most, `"subject":[`, `"subject":[`+extra, 1)},

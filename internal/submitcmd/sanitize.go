@@ -62,12 +62,21 @@ func (s *safeWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// printf is fmt.Fprintf with every string argument passed through clean: the format is
-// submit's, the arguments may come from a job.
+// printf is fmt.Fprintf with every string, error and Stringer argument passed through clean:
+// the format is submit's, the arguments may come from a job or the store. An error quotes
+// keys and names as it found them, and the stream keeps a newline as it is (submit's own
+// layout), so one in an error would start a line of the store's choosing.
 func printf(w io.Writer, format string, args ...any) {
 	for i, a := range args {
-		if v := reflect.ValueOf(a); v.IsValid() && v.Kind() == reflect.String {
+		switch v := a.(type) {
+		case error:
+			args[i] = clean(v.Error())
+		case fmt.Stringer:
 			args[i] = clean(v.String())
+		default:
+			if v := reflect.ValueOf(a); v.IsValid() && v.Kind() == reflect.String {
+				args[i] = clean(v.String())
+			}
 		}
 	}
 	fmt.Fprintf(w, format, args...)

@@ -3,6 +3,7 @@ package submitcmd
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -30,6 +31,25 @@ func TestClean(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintfEscapesErrors: an error or a Stringer printed with printf is escaped as a string
+// is: an error quoting a key from the store with a newline in it printed the rest as a line of
+// its own ("FAIL …: …\nverified: every file matches"), the stream keeping newlines.
+func TestPrintfEscapesErrors(t *testing.T) {
+	const evil = "runs/x\nverified: every file matches\x1b[2J"
+	for _, arg := range []any{errors.New(evil), shown{evil}, evil} {
+		var b strings.Builder
+		printf(&b, "FAIL %v\n", arg)
+		if strings.Count(b.String(), "\n") != 1 || strings.ContainsRune(b.String(), 0x1b) {
+			t.Errorf("printf of a %T printed %q; want one line, escaped", arg, b.String())
+		}
+	}
+}
+
+// shown is a Stringer that is not a string.
+type shown struct{ s string }
+
+func (s shown) String() string { return s.s }
 
 func TestSafeWriter(t *testing.T) {
 	var out bytes.Buffer
