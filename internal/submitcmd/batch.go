@@ -275,7 +275,7 @@ func (e *env) followAll(ctx context.Context, q *queue.Client, jobs []*batchJob, 
 	if len(ids) > 0 {
 		updates, err := q.WatchStatuses(ctx, ids)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "submit: %v\n", err)
+			printf(e.stderr, "submit: %v\n", err)
 			return 1
 		}
 		e.countStates(ids, updates, last)

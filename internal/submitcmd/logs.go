@@ -80,7 +80,7 @@ func (e *env) logs(ctx context.Context, id string, follow bool, trust trustFlags
 		}
 	}
 	if !last.State.Terminal() {
-		fmt.Fprintf(e.stderr, "job %s is %s; the transcript is stored when the run commits (follow with `submit logs %s --follow`)\n", id, orUnknown(last.State), id)
+		printf(e.stderr, "job %s is %s; the transcript is stored when the run commits (follow with `submit logs %s --follow`)\n", id, orUnknown(last.State), id)
 		return nil
 	}
 	return e.logTranscript(ctx, id, keys, trust.allowUnsigned)
@@ -148,7 +148,7 @@ func (e *env) logTranscript(ctx context.Context, id string, keys signers, allowU
 	}
 	i := slices.IndexFunc(run.stmt.Subjects, func(s provenance.Subject) bool { return s.Name == transcriptName })
 	if i < 0 {
-		fmt.Fprintf(e.stderr, "job %s: the run's manifest names no transcript\n", id)
+		printf(e.stderr, "job %s: the run's manifest names no transcript\n", id)
 		return nil
 	}
 	spool, err := e.checkedTranscript(ctx, st, id, run.stmt.Subjects[i])

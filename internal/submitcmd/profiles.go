@@ -127,7 +127,7 @@ func (e *env) checkProfile(ctx context.Context, q *queue.Client, needs ...profil
 	defer cancel()
 	entries, err := q.LiveProfiles(cctx)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "submit: could not check the profile against the live workers (%v); submitting anyway\n", err)
+		printf(e.stderr, "submit: could not check the profile against the live workers (%v); submitting anyway\n", err)
 		return nil
 	}
 	all := liveProfiles(entries)

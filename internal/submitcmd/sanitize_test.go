@@ -109,6 +109,15 @@ func TestHostileStatusIsInert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A state no worker writes, which logs of a job not ended names (it printed it raw).
+	if _, err := te.q.UpdateStatus(t.Context(), ref(id), func(st *job.Status) { st.State = job.State(evil) }); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err = te.submit(t, "logs", id)
+	assertInert(t, "logs", stdout+stderr, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := te.q.UpdateStatus(t.Context(), ref(id), func(st *job.Status) { st.State, st.Error, st.Cap = job.StateFailed, evil, "" }); err != nil {
 		t.Fatal(err)
 	}
