@@ -89,7 +89,7 @@ func (e *env) get(ctx context.Context, id, out string, trust trustFlags) error {
 	}
 	unlisted, more, err := provenance.UnlistedMore(ctx, st, id, stmt)
 	if err != nil {
-		return fmt.Errorf("get: %w", err)
+		return fmt.Errorf("get: job %s is downloaded into %s, but the objects its manifest does not name could not be listed: %w; `submit verify %s` lists them", id, out, err, id)
 	}
 	for _, u := range unlisted {
 		printf(e.stderr, "not downloaded: %s is not named by the manifest; nothing vouches for it\n", u)
