@@ -220,7 +220,7 @@ func (e *env) status(ctx context.Context, id string) error {
 	}
 	printStatusLines(e.stdout, st)
 	if usage != nil {
-		printf(e.stdout, "%s", usageLine(usage))
+		printf(e.stdout, "%s\n", usageLine(usage))
 	}
 	return nil
 }

@@ -36,5 +36,5 @@ func usageLine(u map[string]any) string {
 	if l, _ := u["daily_tokens"].(int64); l > 0 {
 		budget = fmt.Sprintf("of its daily_tokens %d", l)
 	}
-	return fmt.Sprintf("tenant:   %s, %d tokens spent today (%s UTC), %s\n", u["name"], u["tokens_today"], u["day"], budget)
+	return fmt.Sprintf("tenant:   %s, %d tokens spent today (%s UTC), %s", u["name"], u["tokens_today"], u["day"], budget)
 }

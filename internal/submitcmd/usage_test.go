@@ -42,7 +42,9 @@ func TestStatusShowsTenantSpend(t *testing.T) {
 				t.Fatal(err)
 			}
 			stdout, _, err := te.submit(t, "status", id)
-			if err != nil || !strings.Contains(stdout, tt.text) {
+			// A line of its own: the line's newline was escaped with the line, so status ended
+			// in a literal \n and no newline.
+			if err != nil || !strings.HasSuffix(stdout, "\n"+tt.text+"\n") {
 				t.Errorf("status: %v\n%s\nwant %q", err, stdout, tt.text)
 			}
 			stdout, _, err = te.submit(t, "status", id, "--output", "json")
