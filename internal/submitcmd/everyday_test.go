@@ -142,7 +142,7 @@ func TestLogs(t *testing.T) {
 	for _, want := range []string{
 		"succeeded (attempt 1 on worker-1)",
 		"turn 1: model answered (tool_calls, 120 tokens, 812 ms) calls csv_stats, shell",
-		"Looking at the data.",
+		"calls csv_stats, shell\n  Looking at the data.\n", // the model's text on lines of its own
 		`tool csv_stats ["csv_stats","sales.csv"]: exit 0 (31 ms)`,
 		`tool shell ["sleep","100"]: timed out (30000 ms, 4200 ms waiting for approval, approved by ana@desk)`,
 		`[egress] {"decision":"denied","host":"pypi.org"}`,

@@ -220,12 +220,25 @@ func (e *env) renderTranscript(r io.Reader) error {
 			_ = e.printJSON(map[string]any{"source": "transcript", "event": ev})
 			continue
 		}
-		printf(e.stdout, "%s\n", describeEvent(ev))
+		e.printEvent(describeEvent(ev))
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("logs: read transcript: %w", err)
 	}
 	return nil
+}
+
+// printEvent prints an event's description: its first line, and each further line (the
+// model's text, clip's) indented, every line escaped on its own. printf alone escaped the
+// newlines of the layout too, and the text showed as one line with literal \n in it; a
+// newline in any field still starts no line at the margin, where a forged event would.
+func (e *env) printEvent(desc string) {
+	for i, line := range strings.Split(desc, "\n") {
+		if i > 0 && !strings.HasPrefix(line, "  ") {
+			line = "  " + line
+		}
+		printf(e.stdout, "%s\n", line)
+	}
 }
 
 // eventViews says how each kind of transcript event reads; a kind not listed (a newer worker's,
