@@ -288,6 +288,11 @@ type Tool struct {
 	Allow  []string `json:"allow,omitempty"`
 }
 
+// MaxCalls is the most a profile's max_turns and max_tool_calls may allow: a run's manifest
+// names each model call and tool call, and its readers (provenance) take no more than this
+// many of each, the worker's own read of the manifest it wrote included.
+const MaxCalls = 1 << 14
+
 // Limits are the hard caps of a profile.
 type Limits struct {
 	MaxTurns     int   `json:"max_turns,omitempty"`      // model round trips; default 20
@@ -634,6 +639,9 @@ func (p Profile) validate(prefix string) []error {
 func (l Limits) validate(bad func(field, format string, args ...any)) {
 	if l.MaxTurns < 1 || l.MaxToolCalls < 1 || l.MaxTokens < 1 || l.MaxOutputBytes < 256 || l.CommandTimeout <= 0 || l.JobTimeout <= 0 {
 		bad("limits", "max_turns, max_tool_calls, max_tokens, command_timeout and job_timeout must be positive, max_output_bytes at least 256")
+	}
+	if l.MaxTurns > MaxCalls || l.MaxToolCalls > MaxCalls {
+		bad("limits", "max_turns and max_tool_calls may be at most %d: a run's manifest names each call, and no reader takes more", MaxCalls)
 	}
 	if l.MaxConversationBytes < MinConversationBytes {
 		bad("limits.max_conversation_bytes", "%d is below %d (64KiB); leave it unset for the default (%d)",

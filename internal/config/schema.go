@@ -25,6 +25,7 @@ import (
 // schema_test.go holds the schema to Validate.
 func SchemaOptions() schemagen.Options {
 	nonNegative := schemagen.Schema{"minimum": 0}
+	atMostCalls := schemagen.Schema{"minimum": 0, "maximum": MaxCalls}
 	quantity := schemagen.Schema{
 		// YAML may write a quantity as a number; the pattern holds a string, the minimum a number.
 		"type":             []any{"string", "number"},
@@ -65,8 +66,8 @@ func SchemaOptions() schemagen.Options {
 			"profiles.*.sandbox.workdir":         {"pattern": `^(/[\s\S]+)?$`, "description": "An absolute path other than /."},
 			"profiles.*.tools":                   {"minItems": 1},
 			"profiles.*.tools[].name":            {"pattern": toolName.String()},
-			"profiles.*.limits.max_turns":        nonNegative,
-			"profiles.*.limits.max_tool_calls":   nonNegative,
+			"profiles.*.limits.max_turns":        atMostCalls,
+			"profiles.*.limits.max_tool_calls":   atMostCalls,
 			"profiles.*.limits.max_tokens":       nonNegative,
 			"profiles.*.limits.max_output_bytes": {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": 256}}, "description": "At least 256; 0 means the default."},
 			"profiles.*.limits.max_conversation_bytes": {"anyOf": []any{schemagen.Schema{"const": 0}, schemagen.Schema{"minimum": MinConversationBytes}},

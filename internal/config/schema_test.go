@@ -101,6 +101,8 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "lifetime not a duration", yaml: profile("sandbox: {lifetime: forever}")},
 		{name: "tool name with a space", yaml: profile("tools: [{name: 'read file'}]")},
 		{name: "max_turns negative", yaml: profile("limits: {max_turns: -1}")},
+		{name: "max_turns past what a manifest names", yaml: profile("limits: {max_turns: 16385}")},
+		{name: "max_tool_calls past what a manifest names", yaml: profile("limits: {max_tool_calls: 16385}")},
 		{name: "max_output_bytes too small", yaml: profile("limits: {max_output_bytes: 100}")},
 		{name: "job_timeout negative", yaml: profile("limits: {job_timeout: -1m}")},
 		{name: "temperature a string", yaml: "profiles:\n  p:\n    model: {name: m, temperature: warm}\n    tools: [{name: read_file}]\n"},

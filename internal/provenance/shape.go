@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 )
 
@@ -26,10 +27,11 @@ const maxTreeValues = 1 << 16
 const maxShapeDepth = 64
 
 // MaxCalls is the most tool calls, model calls and response ids a manifest names: a run's
-// are bounded by its profile's max_tool_calls and max_turns (20 and 30 by default), and
-// decoded, each tool call and model call takes a hundred to two hundred bytes whatever its
-// JSON, an empty object of three: a reader takes no more than this many of each.
-const MaxCalls = 1 << 14
+// are bounded by its profile's max_tool_calls and max_turns (30 and 20 by default), which
+// config holds to this bound, and decoded, each tool call and model call takes a hundred to
+// two hundred bytes whatever its JSON, an empty object of three: a reader takes no more than
+// this many of each.
+const MaxCalls = config.MaxCalls
 
 // MaxSkipped is the most files of the artifact folder a manifest names as left out (the
 // worker names that many and counts the rest in skipped_more).
