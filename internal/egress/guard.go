@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"runtime/debug"
 	"time"
 )
@@ -27,8 +28,10 @@ var errPanicked = errors.New("egress: the proxy panicked")
 // panicked is the refusal of a request the proxy panicked serving.
 var panicked = verdict{ReasonProxyError, "the proxy panicked serving the request (a bug, logged by the worker)"}
 
-// proxyPanic is a panic recovered on a goroutine Config.Go did not start, raised again on
-// one it does: where it was, its value and the stack it had there.
+// proxyPanic is what a panic in the proxy hands Config.Go's guard: where it was, its value
+// and the stack it had there. It prints where and the stack, never the value, which may quote
+// what the proxy was handling (a header with a secret swapped in): the worker's guard logs
+// what it recovers as it prints.
 type proxyPanic struct {
 	what  string
 	value any
@@ -36,7 +39,16 @@ type proxyPanic struct {
 }
 
 func (e *proxyPanic) Error() string {
-	return fmt.Sprintf("egress proxy's %s: %v\n%s", e.what, e.value, e.stack)
+	return fmt.Sprintf("egress proxy's %s: %s\n%s", e.what, panicText(e.value), e.stack)
+}
+
+// panicText is a panic's value as a log may hold it: a runtime error's text (an index, a nil
+// dereference; no data), else its type alone.
+func panicText(v any) string {
+	if re, ok := v.(runtime.Error); ok {
+		return re.Error()
+	}
+	return fmt.Sprintf("a panic of %T (its value not shown: it may quote a secret)", v)
 }
 
 // recovered, deferred on a goroutine Config.Go did not start, turns a panic into *err,
@@ -54,7 +66,7 @@ func (p *Proxy) recovered(what string, err *error) {
 // survive, deferred by a connection's goroutine (Config.Go's), decides the request it was
 // serving when it panicked (proxy_error, answered 502 when the proxy has written nothing to
 // the sandbox for it: after a CONNECT's 200 the sandbox speaks TLS and sees the connection
-// close), then panics on, on the same stack, for Config.Go's guard.
+// close), then panics on, on the same stack, for Config.Go's guard, with a proxyPanic.
 func (p *Proxy) survive(c *idleConn) {
 	r := recover()
 	if r == nil {
@@ -65,7 +77,7 @@ func (p *Proxy) survive(c *idleConn) {
 		w = c.Conn
 	}
 	p.refuseConn(w, Decision{Time: time.Now()}, &panicked)
-	panic(r)
+	panic(&proxyPanic{what: "connection", value: r, stack: debug.Stack()})
 }
 
 // guardedGo is Config.Go's default: a go statement whose panic is logged and ends nothing

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -122,5 +123,66 @@ func TestPanicFailsItsRequestAndTheProxyGoesOn(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// secretPanic panics, once, with a value that quotes the secret's real value, where its row
+// says: the Transport's dial, or a connection's look-up.
+type secretPanic struct {
+	Dialer
+	Resolver
+	inDial bool
+	armed  *atomic.Bool
+}
+
+func (s secretPanic) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if s.inDial && s.armed.CompareAndSwap(true, false) {
+		panic("stub dialer: a bug holding " + realToken)
+	}
+	return s.Dialer.DialContext(ctx, network, addr)
+}
+
+func (s secretPanic) LookupNetIP(ctx context.Context, network, name string) ([]netip.Addr, error) {
+	if !s.inDial && strings.HasSuffix(name, ".") && s.armed.CompareAndSwap(true, false) {
+		panic("stub resolver: a bug holding " + realToken)
+	}
+	return s.Resolver.LookupNetIP(ctx, network, name)
+}
+
+// TestPanicReachesItsGuardWithoutItsValue: what a panic hands Config.Go's guard says where it
+// was and its stack, never its value, which may quote what the proxy was handling (a header
+// with a secret swapped in): the worker's guard (runner's recoverAs) logs fmt.Sprint of what
+// it recovers and ends the attempt with it, so the value the default guard keeps out of the
+// log reached the worker's log whole, on a Transport's goroutine (raised again) and on a
+// connection's (panicking on).
+func TestPanicReachesItsGuardWithoutItsValue(t *testing.T) {
+	for _, inDial := range []bool{true, false} {
+		t.Run(map[bool]string{true: "dial", false: "resolve"}[inDial], func(t *testing.T) {
+			armed := &atomic.Bool{}
+			armed.Store(true)
+			guarded := make(chan string, 1)
+			h := setup(t, func(c *Config) {
+				c.Dialer = secretPanic{Dialer: c.Dialer, inDial: inDial, armed: armed}
+				c.Resolver = secretPanic{Resolver: c.Resolver, inDial: inDial, armed: armed}
+				c.Go = func(f func()) { // as the worker's guard: the value printed
+					go func() {
+						defer func() {
+							if r := recover(); r != nil {
+								guarded <- fmt.Sprint(r)
+							}
+						}()
+						f()
+					}()
+				}
+			})
+			resp, err := h.client(t).Get("https://api.example.com/up")
+			if err == nil {
+				resp.Body.Close()
+			}
+			got := <-guarded
+			if strings.Contains(got, realToken) || strings.Contains(got, "a bug") || !strings.Contains(got, "egress proxy's") {
+				t.Errorf("the guard got %q; want where the panic was, without its value", redact(got))
+			}
+		})
 	}
 }
