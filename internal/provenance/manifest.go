@@ -114,6 +114,27 @@ type Egress struct {
 	BytesIn     int64        `json:"bytes_in"`
 	Hosts       []EgressHost `json:"hosts"`
 	SecretsUsed []string     `json:"secrets_used,omitempty"`
+	// HostsDropped counts the hosts past MaxEgressHosts, the last by name, that Hosts leaves
+	// out (their traffic is in the totals above).
+	HostsDropped int `json:"hosts_dropped,omitempty"`
+}
+
+// MaxEgressHosts is the most hosts a manifest names: a job reaches as many as its egress'
+// max_requests, which has no upper bound, and a reader takes no more than this many; Build
+// counts the rest in HostsDropped.
+const MaxEgressHosts = 1 << 14
+
+// cutHosts is e with at most MaxEgressHosts hosts, the first by name, and the rest counted.
+func cutHosts(e *Egress) *Egress {
+	if e == nil || len(e.Hosts) <= MaxEgressHosts {
+		return e
+	}
+	c := *e
+	c.Hosts = slices.Clone(e.Hosts)
+	slices.SortStableFunc(c.Hosts, func(a, b EgressHost) int { return strings.Compare(a.Host, b.Host) })
+	c.HostsDropped += len(c.Hosts) - MaxEgressHosts
+	c.Hosts = c.Hosts[:MaxEgressHosts]
+	return &c
 }
 
 // EgressHost is the traffic to one allowed host.
@@ -441,6 +462,7 @@ func normalize(m Manifest) (Manifest, error) {
 		m.ToolCalls[i].Approval.DecidedAt = c.Approval.DecidedAt.UTC()
 	}
 	m.Model.EndpointHost = EndpointHost(m.Model.EndpointHost)
+	m.Egress = cutHosts(m.Egress)
 	// null and [] would hash differently for the same run.
 	m.Inputs = nonNil(m.Inputs)
 	m.ToolCalls = nonNil(m.ToolCalls)

@@ -47,6 +47,7 @@ func TestParseMemoryIsBounded(t *testing.T) {
 		{"empty model calls", `"predicate":{`, fill(`"predicate":{"usage":{"model_calls":[`, "{},") + `{}]},`},
 		{"empty skipped files", `"predicate":{`, fill(`"predicate":{"collected":{"skipped":[`, "{},") + `{}]},`},
 		{"empty inputs", `"inputs":[`, fill(`"inputs":[`, "{},")},
+		{"empty egress hosts", `"predicate":{`, fill(`"predicate":{"egress":{"hosts":[`, "{},") + `{}]},`},
 		{"empty subjects", `"subject":[`, fill(`"subject":[`, "{},")},
 		{"labels", `"labels":{`, `"labels":{` + labels()},
 	}
@@ -61,6 +62,7 @@ func TestParseMemoryIsBounded(t *testing.T) {
 		{`"tool_calls":[`, `"tool_calls":[` + strings.Repeat("{},", provenance.MaxCalls-1)},
 		{`"response_ids":[`, `"response_ids":[` + strings.Repeat(`"",`, provenance.MaxCalls-1)},
 		{`"model_calls":[`, `"model_calls":[` + strings.Repeat("{},", provenance.MaxCalls-1)},
+		{`"predicate":{`, `"predicate":{"egress":{"hosts":[` + strings.Repeat("{},", provenance.MaxEgressHosts-1) + `{}]},`},
 		{`"predicate":{`, `"predicate":{"x":[` + strings.Repeat("0,", 1<<16-1000) + `0],`},
 	} {
 		most = strings.Replace(most, edit.old, edit.new, 1)

@@ -97,6 +97,9 @@ var statementShape = &shapeRule{name: "statement", strict: true, members: map[st
 		"usage": structRule("predicate.usage", map[string]*shapeRule{
 			"model_calls": listRule("predicate.usage.model_calls", MaxCalls, structRule("predicate.usage.model_calls", nil)),
 		}),
+		"egress": structRule("predicate.egress", map[string]*shapeRule{
+			"hosts": listRule("predicate.egress.hosts", MaxEgressHosts, structRule("predicate.egress.hosts", nil)),
+		}),
 		"collected": structRule("predicate.collected", map[string]*shapeRule{
 			"skipped": listRule("predicate.collected.skipped", MaxSkipped, structRule("predicate.collected.skipped", nil)),
 		}),
