@@ -410,7 +410,7 @@ func TestParseRejects(t *testing.T) {
 		{"an artifact name with a newline", strings.ReplaceAll(good, `artifacts/totals.csv"`, `artifacts/a\nverified: ok.csv"`)},
 		{"an artifact name with an override", strings.ReplaceAll(good, `artifacts/totals.csv"`, `artifacts/\u202evsc.exe"`)},
 		{"an attempt folder with a newline", strings.ReplaceAll(inFolder, `attempts/1-0a1b2c3d/`, `attempts/a\nverified: ok/`)},
-		{"nested too deep", strings.Replace(good, `"predicate":{`, `"predicate":{"x":`+strings.Repeat("[", 65)+strings.Repeat("]", 65)+`,`, 1)},
+		{"nested too deep", strings.Replace(good, `"predicate":{`, `"predicate":{"x":`+strings.Repeat("[", 200)+strings.Repeat("]", 200)+`,`, 1)},
 		{"bad job id", strings.Replace(good, `"id":"`+jobID+`"`, `"id":"x"`, 1)},
 		{"more artifacts than a run holds", strings.Replace(most, `"subject":[`, `"subject":[`+extra, 1)},
 		{"more inputs than a job holds", strings.Replace(mostInputs, `"inputs":[`, extraInput, 1)},

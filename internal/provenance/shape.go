@@ -22,9 +22,10 @@ import (
 // spec, the sandbox, the timings, unknown members); a run holds a few hundred.
 const maxTreeValues = 1 << 16
 
-// maxShapeDepth is the deepest a document nests; a profile's tool schemas are the deepest part
-// of a run's.
-const maxShapeDepth = 64
+// maxShapeDepth is the deepest a document nests: as deep as Build writes one (its
+// canonicalJSON's maxDepth). A profile's tool schemas are the deepest part of a run's, and
+// config does not bound them: a reader takes whatever Build wrote; what they cost is counted.
+const maxShapeDepth = maxDepth
 
 // MaxCalls is the most tool calls, model calls and response ids a manifest names: a run's
 // are bounded by its profile's max_tool_calls and max_turns (30 and 20 by default), which
