@@ -123,6 +123,11 @@ func TestHostileArguments(t *testing.T) {
 		{name: "number with a huge exponent", tool: "emit", args: `{"text": "a", "n": 1e999999}`, wantPrefix: "invalid arguments: the number 1e999999"},
 		{name: "number with a huge negative exponent", tool: "emit", args: `{"text": "a", "n": [1E-999999]}`, wantPrefix: "invalid arguments", wantContains: "exponent"},
 		{name: "number of 100,000 digits", tool: "emit", args: `{"text": "a", "n": ` + strings.Repeat("9", 100000) + `}`, wantPrefix: "invalid arguments: a number of 100000 characters"},
+		// Past float64's range within the exponent bound: a reader of the transcript that takes
+		// numbers as float64 could not read the call's line.
+		{name: "number past float64", tool: "emit", args: `{"text": "a", "n": 1e309}`, wantPrefix: "invalid arguments: the number 1e309"},
+		{name: "negative number past float64", tool: "emit", args: `{"text": "a", "n": [-2E+308]}`, wantPrefix: "invalid arguments: the number -2E+308"},
+		{name: "mantissa past float64", tool: "emit", args: `{"text": "a", "n": 100000000000e300}`, wantPrefix: "invalid arguments: the number 100000000000e300"},
 		{name: "offset with a huge exponent", tool: "read_file", args: `{"path": "sales.csv", "offset": 1e999999}`, wantPrefix: "invalid arguments: the number 1e999999"},
 		{name: "offset negative", tool: "read_file", args: `{"path": "sales.csv", "offset": -1}`, wantPrefix: "invalid arguments"},
 		{name: "offset a string", tool: "read_file", args: `{"path": "sales.csv", "offset": "0"}`, wantPrefix: "invalid arguments"},
@@ -245,4 +250,39 @@ func (f *fakeSandbox) snapshot() map[string]string {
 		out[k] = string(v)
 	}
 	return out
+}
+
+// TestNumbersAToolTakes holds the bounds on a number in a call's arguments to numbers no tool
+// can take: each of these runs its tool, and its transcript line records the arguments as JSON
+// a reader taking numbers as float64 can read. A string that reads as a number is no number.
+func TestNumbersAToolTakes(t *testing.T) {
+	tests := []struct{ name, n string }{
+		{"zero with an exponent", "0e0"},
+		{"negative", "-12.5"},
+		{"signed exponent", "1E+2"},
+		{"float64's largest", "1.7976931348623157e308"},
+		{"float64's largest, negative", "-1.7976931348623157e308"},
+		{"below float64's smallest", "1e-400"},
+		{"64 characters", "1." + strings.Repeat("0", 62)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := `{"text": "1e999999 ` + strings.Repeat("9", 100) + `", "n": ` + tt.n + `}`
+			s := newScript(t, toolCalls(100, call{"h1", "emit", args}), final("done"))
+			sb := newFakeSandbox(map[string]string{"sales.csv": salesCSV})
+			res, err := newAgent(t, s).Run(context.Background(), request(hostileProfile(t), sb))
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if argvs := sb.argvs(); len(argvs) != 1 {
+				t.Fatalf("ran %q, want emit run once; the model saw %.300v", argvs, lastToolResult(t, s.requests()[1]))
+			}
+			for _, l := range transcriptLines(t, res.Transcript) {
+				if _, isText := l["args"].(string); l["type"] == "tool_call" && isText {
+					t.Errorf("the transcript records the arguments as text: %.200v", l)
+				}
+			}
+		})
+	}
 }

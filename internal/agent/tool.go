@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -174,7 +175,7 @@ const (
 )
 
 // checkNumbers refuses a number of v (arguments as jsonschema.UnmarshalJSON reads them, each
-// number a json.Number) past maxNumberBytes or maxExponent.
+// number a json.Number) past maxNumberBytes, maxExponent or float64's range.
 func checkNumbers(v any) error {
 	switch v := v.(type) {
 	case json.Number:
@@ -203,6 +204,11 @@ func checkNumber(s string) error {
 		if exp, err := strconv.Atoi(s[i+1:]); err != nil || exp > maxExponent || exp < -maxExponent {
 			return fmt.Errorf("the number %s is past what a tool can take: its exponent is more than %d either way", s, maxExponent)
 		}
+	}
+	// Within the exponent's bound a number can still be past float64's range (1e309,
+	// 100000000000e300), which a reader of the transcript cannot take.
+	if f, _ := strconv.ParseFloat(s, 64); math.IsInf(f, 0) {
+		return fmt.Errorf("the number %s is past what a tool can take: more than %g either way", s, math.MaxFloat64)
 	}
 	return nil
 }
