@@ -233,7 +233,10 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (job.Status, error) 
 		return createCancel(ctx, c.js, name, kv, c.ref(id), req)
 	})
 	if err == nil || errors.Is(err, jetstream.ErrKeyExists) {
-		err = c.sharedCancel(ctx, c.ref(id), req)
+		if serr := c.sharedCancel(ctx, c.ref(id), req); serr != nil {
+			// The request stands in the tenant's bucket: asking again changes nothing there.
+			err = fmt.Errorf("asked in %s, where workers of this version watch, but not in the shared %s older workers watch during an upgrade: %w", name, CancelBucket, serr)
+		}
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return job.Status{}, fmt.Errorf("queue: cancel %s: %w", id, err)

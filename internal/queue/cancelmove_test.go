@@ -3,7 +3,9 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,5 +114,45 @@ func TestCancelAskedTwiceInAnOlderSharedBucket(t *testing.T) {
 	}
 	if _, err := shared.Get(u.ctx, tenant+"."+j.ID); err != nil {
 		t.Errorf("the request is not in the shared bucket, where older workers watch: %v", err)
+	}
+}
+
+// TestCancelPastAFullSharedBucketSaysWhereItIsAsked: during an upgrade the shared cancel
+// bucket is still one for every tenant, and another tenant's requests can fill it. A cancel
+// of this version is asked in its tenant's bucket all the same, where this version's workers
+// watch, and its error says so and names the shared bucket as the one that refused it: it
+// said only that the shared bucket was full and to try again later, of a cancel already
+// asked, which asking again could not change.
+func TestCancelPastAFullSharedBucketSaysWhereItIsAsked(t *testing.T) {
+	t.Parallel()
+	u := newUpgrade(t, false)
+	u.olderBucket(t, queue.CancelBucket, 1)
+	b := start(t, u.nc, u.cfg)
+	name := "KV_" + queue.CancelBucket
+	cfg := streamConfig(t, u.js, name)
+	cfg.MaxBytes = 4096
+	if _, err := u.js.UpdateStream(u.ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ { // another tenant's requests, until the shared bucket takes no more
+		if _, err := u.js.Publish(u.ctx, "$KV."+queue.CancelBucket+".other."+newJob(t).ID, []byte(`{"by":"other"}`)); err != nil {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("the shared bucket of 4096 bytes took 1000 requests")
+		}
+	}
+	j := b.submit(t)
+	_, err := b.c.Cancel(u.ctx, j.ID, "ann")
+	if !errors.Is(err, queue.ErrFull) || !strings.Contains(err.Error(), "asked in "+queue.CancelBucketOf(tenant)) ||
+		!strings.Contains(err.Error(), "not in the shared "+queue.CancelBucket) {
+		t.Errorf("Cancel: %v; want ErrFull saying it is asked in %s and not in the shared %s", err, queue.CancelBucketOf(tenant), queue.CancelBucket)
+	}
+	mine, err := u.js.KeyValue(u.ctx, queue.CancelBucketOf(tenant))
+	if err == nil {
+		_, err = mine.Get(u.ctx, tenant+"."+j.ID)
+	}
+	if err != nil {
+		t.Errorf("the request is not in %s, where this version's workers watch: %v", queue.CancelBucketOf(tenant), err)
 	}
 }
