@@ -623,6 +623,7 @@ func (p Profile) validate(prefix string) []error {
 		}
 		// Each kind checks the rest of its declaration: see internal/agent's toolKinds.
 	}
+	p.validateSize(bad)
 	field := func(f string) string { return prefix + "." + f }
 	if p.Network != nil {
 		errs = append(errs, p.Network.validate(field)...)

@@ -23,6 +23,11 @@ func profile(extra string) string {
 	return "profiles:\n  p:\n    model: {name: m}\n" + tools + extra
 }
 
+// toolSchema is a profile's tools: one command tool whose parameter v has schema.
+func toolSchema(schema string) string {
+	return "tools:\n  - name: stats\n    command: [awk, '{{v}}']\n    parameters: {type: object, properties: {v: " + schema + "}}"
+}
+
 // TestSchemaAgreesWithValidate: the generated schema and the worker's own Parse accept and
 // refuse the same configs, so a tool that checks the schema (helm install) refuses what the
 // worker would refuse at start. The two checks JSON Schema cannot say are listed as such, and
@@ -49,6 +54,8 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "a number where a string goes", yaml: "store: {region: 1}\n" + profile("system_prompt: true")},
 		{name: "retention", yaml: "nats: {status_ttl: 24h, job_max_msgs: 5000, job_max_bytes: 1e8, dead_letter_max_age: 72h, dead_letter_max_bytes: 1000000}\n" + profile("")},
 		{name: "durations", yaml: "nats: {ack_wait: 1m30s, retry_backoff: 250ms}\n" + profile("limits: {job_timeout: 1h, command_timeout: 1.5s}")},
+		{name: "a tool schema of many values", yaml: profile(toolSchema("{enum: [" + strings.Repeat("1, ", config.MaxProfileValues/2) + "1]}"))},
+		{name: "a tool schema nested deep", yaml: profile(toolSchema(strings.Repeat("{a: ", config.MaxProfileDepth-8) + "1" + strings.Repeat("}", config.MaxProfileDepth-8)))},
 		{name: "command tool", yaml: profile("tools:\n  - name: stats\n    command: [awk, -f, x.awk, '{{path}}']\n    parameters: {type: object, properties: {path: {type: string}}}")},
 		{name: "shell allowlist", yaml: profile("tools:\n  - {name: shell, policy: allowlist, allow: ['ls *']}")},
 		{name: "shell by name", yaml: profile("tools:\n  - {name: shell}")},
@@ -143,6 +150,8 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "two keys, one stream", yaml: "nats: {dead_letter_stream: BOXCAR_JOBS}\n" + profile(""), schemaCannot: true},
 		{name: "subject under the dead letters'", yaml: "nats: {subject: BOXCAR_DLQ.x}\n" + profile(""), schemaCannot: true},
 		{name: "report out of the workdir", yaml: profile("report: ../r.md"), schemaCannot: true},
+		{name: "a profile past its values", yaml: profile(toolSchema("{enum: [" + strings.Repeat("1, ", config.MaxProfileValues) + "1]}")), schemaCannot: true},
+		{name: "a profile nested past its depth", yaml: profile(toolSchema(strings.Repeat("{a: ", config.MaxProfileDepth) + "1" + strings.Repeat("}", config.MaxProfileDepth))), schemaCannot: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

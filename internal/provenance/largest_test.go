@@ -37,56 +37,67 @@ func TestParseTakesEveryRunAWorkerWrites(t *testing.T) {
 	}
 }
 
-// TestParseTakesADeepToolSchema: a profile's tool schema nests as deep as config takes it
-// (config.Validate sets no bound), and the manifest of its run holds it in the profile's
-// spec, seven levels down: every manifest Build writes, up to the deepest its canonical JSON
-// follows, is read back. On main a reader refused one past 64 levels in all, a schema of 28
-// nested objects, which the worker ran and committed.
-func TestParseTakesADeepToolSchema(t *testing.T) {
+// TestParseTakesTheLargestProfileConfigTakes: a profile goes whole into its runs' manifests,
+// and config bounds how many values it holds and how deep it nests (config.MaxProfileValues,
+// MaxProfileDepth): a run of the largest and of the deepest profile config takes is built and
+// read back. Config set no bound before: a schema of 28 nested objects, or an enum of 70,000
+// values, passed Validate and Build, and every reader refused the run's manifest.
+func TestParseTakesTheLargestProfileConfigTakes(t *testing.T) {
 	cfg, err := config.Parse(examples.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	built := 0
+	deepest := 0
 	for levels := 1; ; levels++ {
-		data, err := provenance.Build(deepSchemaRun(t, cfg, levels), sampleSubjects())
-		if err != nil {
-			break // past what Build writes
+		var schema any = map[string]any{"type": "string"}
+		for range levels {
+			schema = map[string]any{"type": "object", "properties": map[string]any{"a": schema}}
 		}
-		built = levels
-		if _, err := provenance.Parse(data); err != nil {
+		m, ok := schemaRun(t, cfg, schema)
+		if !ok {
+			break
+		}
+		deepest = levels
+		if _, err := provenance.Parse(build(t, m, sampleSubjects())); err != nil {
 			t.Fatalf("Parse of a run whose tool schema nests %d objects: %v", levels, err)
 		}
 	}
-	if built < 28 {
-		t.Fatalf("Build wrote a schema of at most %d nested objects; the test wants 28 or more", built)
+	largest := 0
+	for n := config.MaxProfileValues; n > 0 && largest == 0; n -= 64 {
+		m, ok := schemaRun(t, cfg, map[string]any{"enum": make([]any, n)})
+		if !ok {
+			continue
+		}
+		largest = n
+		if _, err := provenance.Parse(build(t, m, sampleSubjects())); err != nil {
+			t.Fatalf("Parse of a run whose tool schema has an enum of %d values: %v", n, err)
+		}
+	}
+	if deepest < 20 || largest < config.MaxProfileValues/2 {
+		t.Fatalf("config took a schema of at most %d nested objects and an enum of %d values; the test wants 20 and %d", deepest, largest, config.MaxProfileValues/2)
 	}
 }
 
-// deepSchemaRun is sampleManifest's run of a profile whose csv_stats schema has a parameter
-// of levels nested objects, a profile config takes.
-func deepSchemaRun(t *testing.T, cfg config.Config, levels int) provenance.Manifest {
+// schemaRun is sampleManifest's run of a profile whose csv_stats tool has a parameter of
+// schema, and whether config takes that profile.
+func schemaRun(t *testing.T, cfg config.Config, schema any) (provenance.Manifest, bool) {
 	t.Helper()
-	var schema any = map[string]any{"type": "string"}
-	for range levels {
-		schema = map[string]any{"type": "object", "properties": map[string]any{"a": schema}}
-	}
 	p := cfg.Profiles["csv-analyst"]
 	p.Tools = slices.Clone(p.Tools)
 	i := slices.IndexFunc(p.Tools, func(t config.Tool) bool { return t.Name == "csv_stats" })
 	p.Tools[i].Parameters = maps.Clone(p.Tools[i].Parameters)
 	props := maps.Clone(p.Tools[i].Parameters["properties"].(map[string]any))
-	props["deep"] = schema
+	props["large"] = schema
 	p.Tools[i].Parameters["properties"] = props
 	cfg.Profiles = maps.Clone(cfg.Profiles)
 	cfg.Profiles["csv-analyst"] = p
 	if err := cfg.Validate(); err != nil {
-		t.Fatalf("config refuses a schema of %d nested objects: %v; the row is no run a worker may run", levels, err)
+		return provenance.Manifest{}, false
 	}
 	m := sampleManifest(t)
 	var err error
 	if m.Profile.Spec, err = cfg.Profile("csv-analyst"); err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return m, true
 }

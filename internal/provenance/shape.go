@@ -23,8 +23,9 @@ import (
 const maxTreeValues = 1 << 16
 
 // maxShapeDepth is the deepest a document nests: as deep as Build writes one (its
-// canonicalJSON's maxDepth). A profile's tool schemas are the deepest part of a run's, and
-// config does not bound them: a reader takes whatever Build wrote; what they cost is counted.
+// canonicalJSON's maxDepth). A profile's tool schemas are the deepest part of a run's, which
+// config holds to config.MaxProfileDepth; a reader takes whatever Build wrote all the same,
+// and what it costs is counted.
 const maxShapeDepth = maxDepth
 
 // MaxCalls is the most tool calls, model calls and response ids a manifest names: a run's

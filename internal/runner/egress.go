@@ -238,8 +238,8 @@ func (je *jobEgress) reserve(limit int64) int64 {
 }
 
 // egressSummaryLine is the transcript's last line with egress: the proxy's summary, its hosts
-// cut to fit (HostsDropped; the manifest has them all), and how many decision lines were left
-// out.
+// cut to fit (HostsDropped; the manifest has the first provenance.MaxEgressHosts), and how
+// many decision lines were left out.
 type egressSummaryLine struct {
 	Type string `json:"type"`
 	Time string `json:"time"`
