@@ -193,8 +193,25 @@ func encodedEcho(v string) string {
 // form but Go's and JavaScript's JSON, which leave its punctuation as it is.
 func TestEncodedEchoReachesTheSandboxAsItsPlaceholder(t *testing.T) {
 	got := make(chan string, 1)
+	h, ph, client := echoThroughProxy(t, echoEncodedHandler(got))
+	var seen strings.Builder
+	want := encodedEcho(ph)
+	for cut := 0; cut <= len(encodedEcho(encodedSecret)); cut++ {
+		seen.WriteString(getEncodedEcho(t, client, ph, cut, want))
+	}
+	if v := <-got; v != encodedSecret {
+		t.Fatalf("the bound host got %d bytes, not the value: the test would prove nothing", len(v))
+	}
+	checkNoSinkHolds(t, h, seen.String(), map[string]string{}, false)
+}
+
+// echoThroughProxy starts the bound host api.example.com serving handler, encodedSecret bound
+// to it, and returns the proxy's harness, the placeholder the sandbox holds and a client of the
+// sandbox's that keeps one tunnel for all its requests.
+func echoThroughProxy(t *testing.T, handler http.Handler) (*harness, string, *http.Client) {
+	t.Helper()
 	caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
-	srv := httptest.NewUnstartedServer(echoEncodedHandler(got))
+	srv := httptest.NewUnstartedServer(handler)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
@@ -204,24 +221,22 @@ func TestEncodedEchoReachesTheSandboxAsItsPlaceholder(t *testing.T) {
 		c.Dialer.(*stubDialer).routes[apiAddr+":443"] = srv.Listener.Addr().String()
 		c.UpstreamCAPEM = caPEM
 	}, policy)
-	ph := h.placeholderOf(t, "AWS_SECRET_ACCESS_KEY")
 	tr := h.client(t).Transport.(*http.Transport).Clone()
-	tr.DisableKeepAlives = false // one tunnel for every cut
+	tr.DisableKeepAlives = false
 	t.Cleanup(tr.CloseIdleConnections)
-	client := &http.Client{Transport: tr}
-	var seen strings.Builder
-	want := encodedEcho(ph)
-	for cut := 0; cut <= len(encodedEcho(encodedSecret)); cut++ {
-		seen.WriteString(getEncodedEcho(t, client, ph, cut, want))
-	}
-	if v := <-got; v != encodedSecret {
-		t.Fatalf("the bound host got %d bytes, not the value: the test would prove nothing", len(v))
-	}
+	return h, h.placeholderOf(t, "AWS_SECRET_ACCESS_KEY"), &http.Client{Transport: tr}
+}
+
+// checkNoSinkHolds fails t when what the sandbox read (seen), the proxy's decisions, summary,
+// log or metrics hold encodedSecret as it is, in any of echoEncoders' forms or in forms; in
+// base64 too when decoded.
+func checkNoSinkHolds(t *testing.T, h *harness, seen string, forms map[string]string, decoded bool) {
+	t.Helper()
 	decisions, _ := json.Marshal(h.all())
 	summary, _ := json.Marshal(h.proxy.Summary())
-	sinks := map[string]string{"sandbox": seen.String(), "decisions": string(decisions), "summary": string(summary),
+	sinks := map[string]string{"sandbox": seen, "decisions": string(decisions), "summary": string(summary),
 		"logs": h.logs.String(), "metrics": gatherText(t, h)}
-	forms := map[string]string{"as it is": encodedSecret}
+	forms["as it is"] = encodedSecret
 	for _, e := range echoEncoders {
 		forms[e.name] = strings.Trim(e.enc(encodedSecret), `"`)
 	}
@@ -230,6 +245,9 @@ func TestEncodedEchoReachesTheSandboxAsItsPlaceholder(t *testing.T) {
 			if strings.Contains(out, f) {
 				t.Errorf("the %s holds the value, written %s", name, how)
 			}
+		}
+		if decoded && decodedHolds(out, encodedSecret) {
+			t.Errorf("the %s holds the value in base64", name)
 		}
 	}
 }
