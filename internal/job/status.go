@@ -1,6 +1,12 @@
 package job
 
-import "time"
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
 
 // State is where a job is in its life.
 type State string
@@ -64,6 +70,7 @@ type Status struct {
 	// worker wrote it in the approvals bucket. A tenant's approver may write that bucket, this
 	// status only workers: a redelivered attempt trusts an earlier answer only when it is
 	// signed for the request recorded here, and never one the worker stopped waiting for.
+	// It holds at most MaxAsked requests (RecordAsked).
 	Asked    map[string]Asked `json:"asked,omitempty"`
 	Report   string           `json:"report,omitempty"`   // store key of the report
 	Manifest string           `json:"manifest,omitempty"` // store key of the manifest
@@ -84,6 +91,46 @@ type Asked struct {
 	Revision  uint64    `json:"revision"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Expired   bool      `json:"expired,omitempty"`
+}
+
+// MaxAsked bounds Status.Asked, whatever max_tool_calls allows (up to 16384 "ask" calls): the
+// status is a NATS message, refused past the server's max_payload (1 MiB by default), and an
+// entry is up to about 220 bytes (a call id of 128 characters), so 256 take at most 56 KiB.
+const MaxAsked = 256
+
+// RecordAsked records call's request as its worker asked it. Past MaxAsked requests it first
+// forgets those the worker stopped waiting for (no answer to them counts, recorded or not),
+// then the oldest asked (the lowest revision of the job's tenant's approvals bucket): a later
+// attempt that asks one of those again is refused its earlier answer, which fails safe (the
+// command does not run, and the model is told why).
+func (s *Status) RecordAsked(callID string, a Asked) {
+	if s.Asked == nil {
+		s.Asked = map[string]Asked{}
+	}
+	delete(s.Asked, callID)
+	if over := len(s.Asked) - (MaxAsked - 1); over > 0 {
+		ids := slices.Collect(maps.Keys(s.Asked))
+		slices.SortFunc(ids, func(x, y string) int { return forgetFirst(s.Asked[x], s.Asked[y], x, y) })
+		for _, id := range ids[:over] {
+			delete(s.Asked, id)
+		}
+	}
+	s.Asked[callID] = a
+}
+
+// forgetFirst orders requests by which RecordAsked forgets first: those the worker stopped
+// waiting for, then the oldest asked; the call id settles ties.
+func forgetFirst(x, y Asked, xid, yid string) int {
+	if x.Expired != y.Expired {
+		if x.Expired {
+			return -1
+		}
+		return 1
+	}
+	if c := cmp.Compare(x.Revision, y.Revision); c != 0 {
+		return c
+	}
+	return strings.Compare(xid, yid)
 }
 
 // ClearAttempt empties what the status says of one attempt alone, for a new attempt to write

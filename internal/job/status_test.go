@@ -1,6 +1,8 @@
 package job_test
 
 import (
+	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -65,5 +67,46 @@ func setNonZero(t *testing.T, name string, f reflect.Value) {
 		f.Set(reflect.ValueOf(time.Unix(1, 0)))
 	default:
 		t.Fatalf("Status.%s: a %s; give setNonZero a value for it", name, f.Type())
+	}
+}
+
+// TestRecordAskedForgets: Status.Asked holds at most job.MaxAsked requests; a new one past it
+// forgets first a request the worker stopped waiting for, then the oldest asked, and never the
+// one just asked, nor anything while there is room.
+func TestRecordAskedForgets(t *testing.T) {
+	t.Parallel()
+	full := func(expired ...int) job.Status {
+		var s job.Status
+		for i := range job.MaxAsked {
+			s.RecordAsked(fmt.Sprint("call_", i), job.Asked{Revision: uint64(10 + i), Expired: slices.Contains(expired, i)})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		s      job.Status
+		call   string
+		forgot string // "": none
+	}{
+		{name: "room left", s: job.Status{Asked: map[string]job.Asked{"call_0": {Revision: 1}}}, call: "call_new"},
+		{name: "full: the oldest", s: full(), call: "call_new", forgot: "call_0"},
+		{name: "full: an expired one before the oldest", s: full(7), call: "call_new", forgot: "call_7"},
+		{name: "full, asked again: its own entry", s: full(), call: "call_3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := maps.Clone(tc.s.Asked)
+			tc.s.RecordAsked(tc.call, job.Asked{Revision: 1 << 20})
+			if len(tc.s.Asked) > job.MaxAsked {
+				t.Errorf("%d requests recorded, want at most %d", len(tc.s.Asked), job.MaxAsked)
+			}
+			if got := tc.s.Asked[tc.call]; got.Revision != 1<<20 {
+				t.Errorf("the request just asked: %+v", got)
+			}
+			for id := range before {
+				if _, kept := tc.s.Asked[id]; kept == (id == tc.forgot) {
+					t.Errorf("%s kept %v, want forgotten only %q", id, kept, tc.forgot)
+				}
+			}
+		})
 	}
 }

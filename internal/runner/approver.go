@@ -103,13 +103,10 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 }
 
 // recordAsked records the request as the worker asked it, for the job's later attempts
-// (job.Status.Asked).
+// (job.Status.Asked), within its bound (job.MaxAsked).
 func recordAsked(asked queue.Approval) func(*job.Status) {
 	return func(s *job.Status) {
-		if s.Asked == nil {
-			s.Asked = map[string]job.Asked{}
-		}
-		s.Asked[asked.CallID] = job.Asked{Revision: asked.Revision, ExpiresAt: asked.ExpiresAt}
+		s.RecordAsked(asked.CallID, job.Asked{Revision: asked.Revision, ExpiresAt: asked.ExpiresAt})
 	}
 }
 
