@@ -110,3 +110,22 @@ func TestRecordAskedForgets(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusGrowsWithinBounds: the status is a NATS message, refused past the server's
+// max_payload, so no field of it may grow with a job's activity without a bound. Every map and
+// slice of Status is placed here with what bounds it, so a new one fails until it is bounded.
+func TestStatusGrowsWithinBounds(t *testing.T) {
+	t.Parallel()
+	bounded := map[string]string{
+		"Labels": "the job's, copied once when it is queued: within job.MaxMessageBytes",
+		"Asked":  "one per approval asked: at most job.MaxAsked (RecordAsked)",
+	}
+	for f := range reflect.TypeFor[job.Status]().Fields() {
+		switch f.Type.Kind() {
+		case reflect.Map, reflect.Slice, reflect.Array:
+			if bounded[f.Name] == "" {
+				t.Errorf("Status.%s (%s) grows with no bound placed here", f.Name, f.Type)
+			}
+		}
+	}
+}
