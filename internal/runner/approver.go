@@ -135,7 +135,7 @@ func (p *approver) reused(ctx context.Context, got queue.Approval, req agent.App
 	}
 	switch rec, ok := st.Asked[req.CallID]; {
 	case !ok || rec.Revision == 0:
-		return p.refused(ctx, got, fmt.Errorf("%w: no attempt of the job recorded asking it", approvalsig.ErrMismatch)), nil
+		return p.refused(ctx, got, fmt.Errorf("%w: no attempt of the job recorded asking it (its status keeps the last %d asked)", approvalsig.ErrMismatch, job.MaxAsked)), nil
 	case rec.Expired:
 		return p.refused(ctx, got, fmt.Errorf("%w: an earlier attempt stopped waiting for it at %s", approvalsig.ErrExpired, rec.ExpiresAt.Format(time.RFC3339))), nil
 	default:

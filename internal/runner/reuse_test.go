@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,7 +28,10 @@ func TestRedeliveryReusesOnlyTheAnswerItsWorkerAsked(t *testing.T) {
 		// rewrite: the approver's login puts the request back as pending, and alice, shown
 		// it, approves.
 		rewrite bool
-		want    bool // the second attempt's command approved
+		// later: the job asked job.MaxAsked requests after call_1's, as an attempt running
+		// on writes them, and its status forgot call_1's.
+		later bool
+		want  bool // the second attempt's command approved
 	}{
 		{name: "expired, put back and approved", wait: 2 * time.Second, rewrite: true},
 		{name: "denied, put back and approved", wait: time.Minute, rewrite: true, first: func(t *testing.T, b *bundle, id string) {
@@ -36,6 +40,9 @@ func TestRedeliveryReusesOnlyTheAnswerItsWorkerAsked(t *testing.T) {
 			}
 		}},
 		{name: "approved, the worker killed before the command ran", wait: time.Minute, want: true, first: func(t *testing.T, b *bundle, id string) {
+			decide(t, b, id, asAlice)
+		}},
+		{name: "approved, then forgotten past the status' bound", wait: time.Minute, later: true, first: func(t *testing.T, b *bundle, id string) {
 			decide(t, b, id, asAlice)
 		}},
 	} {
@@ -65,6 +72,9 @@ func TestRedeliveryReusesOnlyTheAnswerItsWorkerAsked(t *testing.T) {
 					Attempt: 1, Worker: b.cfg.WorkerID, RequestedAt: now, ExpiresAt: now.Add(time.Hour)})
 				decide(t, b, j.ID, asAlice)
 			}
+			if tc.later {
+				askedLater(t, b, j.ID)
+			}
 			answers := make(chan approval, 1)
 			b.worker(askingAgent(time.Minute, answers), withApprovals)
 			a := <-answers
@@ -81,5 +91,20 @@ func TestRedeliveryReusesOnlyTheAnswerItsWorkerAsked(t *testing.T) {
 				t.Errorf("final state %s, want succeeded", st.State)
 			}
 		})
+	}
+}
+
+// askedLater records in the job's status job.MaxAsked requests asked after those it holds, as
+// the workers of a job whose every call is an "ask" write them.
+func askedLater(t *testing.T, b *bundle, id string) {
+	t.Helper()
+	_, q := b.connect()
+	_, err := q.UpdateStatus(context.Background(), queue.Ref{Tenant: job.DefaultTenant, ID: id}, func(s *job.Status) {
+		for i := range job.MaxAsked {
+			s.RecordAsked(fmt.Sprint("call_later_", i), job.Asked{Revision: uint64(1<<40 + i), ExpiresAt: time.Now().Add(time.Hour)})
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
