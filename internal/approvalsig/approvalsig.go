@@ -96,8 +96,9 @@ func Sign(s Statement, key ed25519.PrivateKey) (string, error) {
 type Request struct {
 	Tenant, JobID, CallID string
 	Argv                  []string
-	// Revision of the request in the approvals bucket; 0 accepts an answer to any revision
-	// of the same job, call and command (a redelivered job finding the earlier answer).
+	// Revision of the request in the approvals bucket, as the worker that asked recorded it;
+	// 0 (none known) is answered by nothing, since any answer to any copy of the request would
+	// do otherwise.
 	Revision  uint64
 	ExpiresAt time.Time
 }
@@ -155,13 +156,14 @@ func match(s Statement, req Request) error {
 		{"command (argv sha256)", s.ArgvSHA256, ArgvDigest(req.Argv)},
 		{"request expiry", s.ExpiresAt.UTC().Format(time.RFC3339Nano), req.ExpiresAt.UTC().Format(time.RFC3339Nano)},
 	} {
-		// Revision 0 accepts an answer to any revision of the request, so to any expiry too.
-		if f.got != f.want && (f.what != "request expiry" || req.Revision != 0) {
+		if f.got != f.want {
 			return fmt.Errorf("%w: %s %s, asked %s", ErrMismatch, f.what, f.got, f.want)
 		}
 	}
 	switch {
-	case req.Revision != 0 && s.RequestRevision != req.Revision:
+	case req.Revision == 0:
+		return fmt.Errorf("%w: the request's revision is not known, so no answer is its", ErrMismatch)
+	case s.RequestRevision != req.Revision:
 		return fmt.Errorf("%w: request revision %d, asked at revision %d (a replayed answer)", ErrMismatch, s.RequestRevision, req.Revision)
 	case s.Decision != job.DecisionApproved && s.Decision != job.DecisionDenied:
 		return fmt.Errorf("%w: decision %q", ErrMismatch, s.Decision)

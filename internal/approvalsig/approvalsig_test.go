@@ -33,6 +33,7 @@ func TestCheck(t *testing.T) {
 		change func(*approvalsig.Statement)
 		key    ed25519.PrivateKey
 		raw    string // sent as it is instead of a signed statement
+		asked  func(*approvalsig.Request)
 		want   error
 		signer string // the key Check names; alice when empty
 	}{
@@ -41,6 +42,10 @@ func TestCheck(t *testing.T) {
 		{name: "not an envelope", raw: `{"decision":"approved"}`, want: approvalsig.ErrBadSignature},
 		{name: "wrong key", key: mallory, want: approvalsig.ErrBadSignature},
 		{name: "replayed revision", key: alice, change: func(s *approvalsig.Statement) { s.RequestRevision = 6 }, want: approvalsig.ErrMismatch},
+		// A request whose revision the worker does not know (never recorded, or forgotten) is
+		// answered by nothing: any answer to any copy of it would do otherwise.
+		{name: "request of no known revision", key: alice, asked: func(r *approvalsig.Request) { r.Revision = 0 }, want: approvalsig.ErrMismatch},
+		{name: "statement of no revision", key: alice, change: func(s *approvalsig.Statement) { s.RequestRevision = 0 }, asked: func(r *approvalsig.Request) { r.Revision = 0 }, want: approvalsig.ErrMismatch},
 		{name: "other argv", key: alice, change: func(s *approvalsig.Statement) { s.ArgvSHA256 = approvalsig.ArgvDigest([]string{"make", "test "}) }, want: approvalsig.ErrMismatch},
 		{name: "another tenant's job of the same id", key: alice, change: func(s *approvalsig.Statement) { s.Tenant = "team-a" }, want: approvalsig.ErrMismatch},
 		{name: "other job", key: alice, change: func(s *approvalsig.Statement) { s.JobID = job.NewID() }, want: approvalsig.ErrMismatch},
@@ -73,7 +78,11 @@ func TestCheck(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, key, err := approvalsig.Check(signed, req, ring)
+			asked := req
+			if tt.asked != nil {
+				tt.asked(&asked)
+			}
+			_, key, err := approvalsig.Check(signed, asked, ring)
 			switch {
 			case tt.want == nil && (err != nil || key.Name != cmp.Or(tt.signer, "alice")):
 				t.Fatalf("Check = %q, %v; want %s", key.Name, err, cmp.Or(tt.signer, "alice"))
