@@ -74,6 +74,10 @@ func TestCheckURLBySource(t *testing.T) {
 		{"store.url", config.FromFile, "file:///srv/store#" + secret, "holds a fragment"},
 		{"model.base_url", config.FromEnv, "https://127.0.0.1:1/v1#" + secret, "holds a fragment"},
 		{"store.url", config.FromFile, "s3://bucket/p", ""},
+		// A token with an unescaped '/' reads as a host and a path; the NATS client would dial
+		// the token's first part as a host, and name it in its errors.
+		{"nats.url", config.FromEnv, "nats://" + secret + "/x@127.0.0.1:4222", "an '@' after the host"},
+		{"model.base_url", config.FromEnv, "https://" + secret + "/x@127.0.0.1:1/v1", "an '@' after the host"},
 	}
 	for _, tt := range tests {
 		err := config.CheckURL(tt.key, tt.from, tt.v)

@@ -41,10 +41,29 @@ func ParseHTTPURL(raw string) (*url.URL, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := noAtAfterHost(u); err != nil {
+		return nil, err
+	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("%s is not an http(s) URL with a host; use e.g. https://host/v1 or http://127.0.0.1:8000", URL(raw))
 	}
 	return u, nil
+}
+
+// atAfterHost reports whether u holds an '@' past its host: a user name, password or token
+// with an unescaped '/', '?' or '#' ends the authority early, so its first part reads as the
+// host (and port) and the rest, with its '@', as the path, query or fragment.
+func atAfterHost(u *url.URL) bool {
+	return strings.Contains(u.Opaque+u.EscapedPath()+u.RawQuery+u.EscapedFragment(), "@")
+}
+
+// noAtAfterHost refuses a URL with an '@' past its host: a client given it would dial the first
+// part of a token or password as a host, and name that host in its errors.
+func noAtAfterHost(u *url.URL) error {
+	if atAfterHost(u) {
+		return fmt.Errorf("%w (an '@' after the host); %s, and @ as %%40 where it belongs in a path", ErrBadURL, encodeHint)
+	}
+	return nil
 }
 
 // reason is url.Parse's problem without the input: its errors quote the offending piece
@@ -74,7 +93,11 @@ func CheckURLList(list, scheme string) error {
 		if !strings.Contains(s, "://") {
 			s = scheme + "://" + s
 		}
-		if _, err := ParseURL(s); err != nil {
+		u, err := ParseURL(s)
+		if err == nil {
+			err = noAtAfterHost(u) // a NATS URL has no path: an '@' there ended a token early
+		}
+		if err != nil {
 			if len(parts) > 1 {
 				return fmt.Errorf("URL %d of %d: %w", i+1, len(parts), err)
 			}
@@ -94,7 +117,9 @@ var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]{0,31}$`)
 // NATS client takes it) keeps its form. One that does not parse shows its scheme and what
 // follows its last '@' only, up to a '?' or '#' ("tls://redacted@host:4222?redacted"): no
 // user information comes after that '@', whatever it holds before; without an '@' it shows
-// as "<unparseable tls URL>".
+// as "<unparseable tls URL>". So does one that parses with an '@' past its host, which a
+// token or password with an unescaped '/', '?' or '#' makes ("nats://tok/en@host" reads as the
+// host "tok").
 func URL(raw string) string {
 	s := strings.TrimSpace(raw)
 	bare := !strings.Contains(s, "://")
@@ -102,7 +127,7 @@ func URL(raw string) string {
 		s = "//" + s // let url.Parse see an authority
 	}
 	u, err := url.Parse(s)
-	if err == nil {
+	if err == nil && !atAfterHost(u) {
 		if u.User != nil {
 			u.User = url.User("redacted")
 		}

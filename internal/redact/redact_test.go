@@ -37,6 +37,13 @@ func TestURL(t *testing.T) {
 		{"query and user", "s3://AKID:s3cret@bucket/p?X-Amz-Signature=s3cret", "s3://redacted@bucket/p?X-Amz-Signature=redacted"},
 		{"no scheme, query", "host:4222?token=s3cret", "host:4222?token=redacted"},
 		{"unparseable, query after the '@'", "tls://boxcar:" + secret + "@host:4222?token=s3cret", "tls://redacted@host:4222?redacted"},
+		// A token or password whose '/', '?' or '#' is not escaped ends the authority early: what
+		// comes before it reads as a host (and port), the rest and its '@' as a path or query.
+		{"token with a slash", "nats://s3cret/91@127.0.0.1:4222", "nats://redacted@127.0.0.1:4222"},
+		{"no scheme, token with a slash", "s3cret/91@127.0.0.1:4222", "redacted@127.0.0.1:4222"},
+		{"digits, then a slash in the password", "nats://ann:5551/s3cret@host:4222", "nats://redacted@host:4222"},
+		{"digits, then '?' in the password", "nats://ann:5551?s3cret@host:4222", "nats://redacted@host:4222"},
+		{"digits, then '#' in the password", "https://ann:5551#s3cret@host/v1", "https://redacted@host/v1"},
 		{"unparseable, fragment after the '@'", "https://boxcar:pa/ss@host/v1#s3cret", "https://redacted@host/v1?redacted"},
 	}
 	for _, tt := range tests {
@@ -77,6 +84,15 @@ func TestParseURLErrorHoldsNoInput(t *testing.T) {
 	}
 	if err := redact.CheckURLList("127.0.0.1:4222, nats://a:b@h:4222", "nats"); err != nil {
 		t.Errorf("CheckURLList of good URLs: %v", err)
+	}
+	for _, in := range []string{"nats://s3cr/et@h:4222", "s3cr/et@h:4222", "nats://boxcar:4222/s3cret@h:4222"} {
+		err := redact.CheckURLList(in, "nats")
+		if !errors.Is(err, redact.ErrBadURL) || strings.Contains(err.Error(), "s3cr") || strings.Contains(err.Error(), "boxcar") {
+			t.Errorf("CheckURLList(%q) = %v, want ErrBadURL without the token", in, err)
+		}
+	}
+	if _, err := redact.ParseHTTPURL("https://s3cr/et@h/v1"); !errors.Is(err, redact.ErrBadURL) || strings.Contains(err.Error(), "s3cr") {
+		t.Errorf("ParseHTTPURL of a token with a slash = %v, want ErrBadURL without the token", err)
 	}
 	err := redact.CheckURLList("nats://h:4222,nats://a:"+secret+"@h:4222", "nats")
 	if !errors.Is(err, redact.ErrBadURL) || !strings.Contains(err.Error(), "URL 2 of 2") || strings.Contains(err.Error(), "s3cr") {
