@@ -113,6 +113,9 @@ func TestInstallRefusesBadValues(t *testing.T) {
 		{name: "the default ServiceAccount named", set: []string{"serviceAccount.create=false", "serviceAccount.name=default"}, want: []string{"serviceAccount.name"}},
 		{name: "password in the NATS URL", values: "config: {nats: {url: 'nats://worker:hunter2-marker@nats.nats:4222'}}", want: []string{"config.nats.url", "natsServer.credentialsSecret"}, secret: "hunter2-marker"},
 		{name: "token in the NATS URL", set: []string{"config.nats.url=nats://s3cr3t-token-marker@nats:4222"}, want: []string{"config.nats.url"}, secret: "s3cr3t-token-marker"},
+		// A token with an unescaped '/' ends the authority early: it reads as a host and a path.
+		{name: "token with a slash in the NATS URL", set: []string{"config.nats.url=nats://tok-slash-marker/x@nats:4222"}, want: []string{"config.nats.url"}, secret: "tok-slash-marker"},
+		{name: "password with a slash in the model URL", values: "openai: {baseURL: 'https://boxcar:5551/model-slash-marker@llm.example.com/v1'}", want: []string{"openai.baseURL"}, secret: "model-slash-marker"},
 		{name: "password in the model URL", values: "openai: {baseURL: 'https://boxcar:model-pw-marker@llm.example.com/v1'}", want: []string{"openai.baseURL", "openai.apiKeySecret"}, secret: "model-pw-marker"},
 		{name: "token in the model URL's query", set: []string{"openai.baseURL=https://llm.example.com/v1?api_key=sk-query-marker"}, want: []string{"openai.baseURL", "openai.apiKeySecret"}, secret: "sk-query-marker"},
 		{name: "model URL that does not parse, with a password", values: "openai: {baseURL: 'https://boxcar:pw%zz-model-marker@llm.example.com/v1'}", want: []string{"openai.baseURL"}, secret: "pw%zz-model-marker"},

@@ -138,11 +138,13 @@ their objects apart, as boxcar.instance keeps their pods.
 
 {{/* The parts of a URL as RFC 3986's appendix B splits one, as JSON (scheme, host without a
 user:password@, path, user, query): unlike urlParse, it never fails, and so never quotes the
-URL (a password with it) in an error. */}}
+URL (a password with it) in an error. user is an '@' anywhere past the scheme: a token or
+password with an unescaped '/', '?' or '#' ends the authority early, and its '@' falls in the
+path, query or fragment (nats://tok/en@host), as redact.URL reads one. */}}
 {{- define "boxcar.urlParts" -}}
 {{- $re := "(?s)^(([^:/?#]+):)?(//([^/?#]*))?([^?#]*)(\\?([^#]*))?(#(.*))?$" -}}
 {{- $authority := regexReplaceAll $re . "${4}" -}}
-{{- toJson (dict "scheme" (regexReplaceAll $re . "${2}") "host" (regexReplaceAll "^.*@" $authority "") "path" (regexReplaceAll $re . "${5}") "user" (contains "@" $authority) "query" (ne (regexReplaceAll $re . "${6}") "")) -}}
+{{- toJson (dict "scheme" (regexReplaceAll $re . "${2}") "host" (regexReplaceAll "^.*@" $authority "") "path" (regexReplaceAll $re . "${5}") "user" (contains "@" (regexReplaceAll $re . "${3}${5}${6}${8}")) "query" (ne (regexReplaceAll $re . "${6}") "")) -}}
 {{- end -}}
 
 {{/* The port of an http(s) or nats URL (the first of a NATS list): its own, else its scheme's. */}}
