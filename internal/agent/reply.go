@@ -25,12 +25,13 @@ type reply struct {
 	wire    wireBytes
 }
 
-// wireBytes are the body bytes of one request and its answer, what a token estimate counts.
-type wireBytes struct{ sent, got int64 }
+// wireBytes are the bodies of one request and its answer as a token estimate counts them.
+type wireBytes struct{ sent, got textCost }
 
 // record is the request's middleware that fills rp with each attempt's answer.
 func (rp *reply) record(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-	*rp = reply{wire: wireBytes{sent: max(req.ContentLength, 0)}}
+	*rp = reply{}
+	rp.wire.sent = bodyCost(req)
 	res, err := next(req)
 	if err == nil {
 		rp.status = res.StatusCode
@@ -49,7 +50,7 @@ type replyBody struct {
 
 func (b *replyBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	b.rp.wire.got += int64(n)
+	_, _ = b.rp.wire.got.Write(p[:n])
 	if room := maxReplyHead - len(b.rp.head); room > 0 {
 		b.rp.head = append(b.rp.head, p[:min(n, room)]...)
 	}
@@ -60,3 +61,19 @@ func (b *replyBody) Read(p []byte) (int, error) {
 }
 
 func (b *replyBody) Close() error { return b.rc.Close() }
+
+// bodyCost is the estimate of the request's body, read from a copy (GetBody: openai-go holds the
+// body in memory), or, without one, its length counted as plain text.
+func bodyCost(req *http.Request) textCost {
+	if req.GetBody != nil {
+		if body, err := req.GetBody(); err == nil {
+			var c textCost
+			_, err := io.Copy(&c, body)
+			body.Close()
+			if err == nil {
+				return c
+			}
+		}
+	}
+	return textCost{plain: max(req.ContentLength, 0)}
+}

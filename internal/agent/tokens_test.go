@@ -2,10 +2,15 @@ package agent_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
 )
@@ -101,4 +106,68 @@ func TestTokensCountedWithoutUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEstimateCountsDenseText: an answer without usage counts an estimate of what its request
+// held, and a request that sends back a tool's output of base64 or hex (a file the job read,
+// a digest, an encoded blob) costs far more tokens than a token for 4 bytes: the common
+// tokenizers cut such runs into pieces of 2 or 3 characters, and text beyond ASCII into about
+// a token a character. Counted at 4 bytes a token, a job reading back base64 spent a third
+// to a half more than its max_tokens (and its tenant's daily_tokens) said before it was
+// stopped. The estimate of the request that carries the output counts at least a token for
+// 2.5 bytes of such a run, a token for each character beyond ASCII.
+func TestEstimateCountsDenseText(t *testing.T) {
+	blob := make([]byte, 9000)
+	for i := range blob {
+		blob[i] = byte(i*7919 + i/13)
+	}
+	tests := []struct {
+		name string
+		file string
+		// dense is the fewest tokens the file's text costs in the request that carries it,
+		// and how many of the request's bytes that text is: the rest costs a token for 4.
+		dense func(sent []byte) (tokens, bytes int64)
+	}{
+		{"base64", base64.StdEncoding.EncodeToString(blob), denseTokens},
+		{"hex", hex.EncodeToString(blob[:6000]), denseTokens},
+		{"beyond ASCII", strings.Repeat("数据分析报告。", 700), func(sent []byte) (tokens, bytes int64) {
+			for _, r := range string(sent) {
+				if r > unicode.MaxASCII {
+					tokens, bytes = tokens+1, bytes+int64(utf8.RuneLen(r))
+				}
+			}
+			return tokens, bytes
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newScript(t, withUsage(toolCalls(0, call{"r1", "read_file", `{"path": "blob.txt"}`}), nil), withUsage(final("done"), nil))
+			res, err := newAgent(t, s).Run(context.Background(), request(csvProfile(t), newFakeSandbox(map[string]string{"blob.txt": tt.file})))
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			got := s.requests()
+			if len(got) != 2 || len(res.Calls) != 2 {
+				t.Fatalf("%d requests, %d calls; want 2", len(got), len(res.Calls))
+			}
+			dense, bytes := tt.dense(got[1].raw)
+			if dense < 2000 {
+				t.Fatalf("the request carries %d tokens of the file; the test wants thousands", dense)
+			}
+			want := dense + (int64(len(got[1].raw))-bytes)/4
+			if u := res.Calls[1].Usage; !u.Estimated || u.PromptTokens < want {
+				t.Errorf("the request of %d bytes carrying the file is estimated %d prompt tokens (estimated %v); want at least %d",
+					len(got[1].raw), u.PromptTokens, u.Estimated, want)
+			}
+		})
+	}
+}
+
+// denseTokens is the fewest tokens the base64 and hex runs of sent cost, a token for 2.5
+// bytes, and how many bytes they are.
+func denseTokens(sent []byte) (tokens, bytes int64) {
+	for _, run := range regexp.MustCompile(`[A-Za-z0-9+/=]{64,}`).FindAll(sent, -1) {
+		tokens, bytes = tokens+int64(len(run))*2/5, bytes+int64(len(run))
+	}
+	return tokens, bytes
 }
