@@ -591,3 +591,24 @@ func TestKubernetesWarmPodAsColdToTheJob(t *testing.T) {
 		t.Errorf("host names: cold %q, warm %q; want %q in both", got["cold"], got["warm"], want)
 	}
 }
+
+// TestKubernetesFileErrorsInTheImagesLanguage: a pod's file script reports its tools' errno
+// text, which the worker reads in glibc's or musl's English words (podErrnos). An image whose
+// environment names a language (LANGUAGE=de) had its tools say "Datei oder Verzeichnis nicht
+// gefunden", which no row reads: a name past NAME_MAX read as an unclassed failure of the
+// worker's side. The pod pins the C locale (LC_ALL=C) for everything the worker runs in it;
+// the job's commands take the worker's environment and the job's own (env -i), never it.
+func TestKubernetesFileErrorsInTheImagesLanguage(t *testing.T) {
+	t.Parallel()
+	rt := newPodRuntime(t)
+	p := rt.provider(t, imageGerman)
+	sandboxtest.RunFileErrnos(t, p)
+
+	sb := sandboxtest.Start(t, p)
+	res := sandboxtest.Exec(t, sb, sandbox.ExecRequest{
+		Argv: []string{"sh", "-c", `echo "LC_ALL=$LC_ALL LANG=$LANG"`}, Env: map[string]string{"LANG": "de_DE.UTF-8"}, Timeout: time.Minute,
+	})
+	if got, want := strings.TrimSpace(string(res.Stdout)), "LC_ALL= LANG=de_DE.UTF-8"; got != want {
+		t.Errorf("the job's command saw %q, want %q: the job's environment wins, and the pod's pinned locale stays the worker's", got, want)
+	}
+}

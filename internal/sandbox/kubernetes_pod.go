@@ -138,9 +138,15 @@ func (p *KubernetesProvider) podFor(spec Spec) (*corev1.Pod, error) {
 				// The container only has to stay alive; commands arrive through pods/exec.
 				Command:    []string{"sh", "-c", pauseScript},
 				WorkingDir: workdir,
+				// Every exec the worker starts in the container has this environment, past the
+				// image's: LC_ALL=C keeps its scripts' tools in the English words the worker reads
+				// (podErrnos), whatever language the image names (LANG, LC_*, LANGUAGE, which
+				// gettext ignores in the C locale). A job's command starts with env -i and takes
+				// none of it: its LANG is the worker's default or the job's own.
 				Env: []corev1.EnvVar{
 					{Name: "HOME", Value: workdir},
 					{Name: "LANG", Value: "C.UTF-8"},
+					{Name: "LC_ALL", Value: "C"},
 				},
 				Resources: corev1.ResourceRequirements{Requests: resources, Limits: resources},
 				SecurityContext: &corev1.SecurityContext{

@@ -41,7 +41,17 @@ const (
 	imageBusybox = "busybox:1.37"       // the busybox-static applets in /bin, as in the busybox image
 	imageDebian  = "debian:12"          // the host's /usr, read-only, as in a distribution base image
 	imageNoShell = "distroless:nonroot" // no sh at all
+	// imageGerman is imageDebian with a German environment of its own (ENV), as an image built
+	// for German users sets it: LANGUAGE alone, past the pod's LANG=C.UTF-8, puts its tools'
+	// errors in the host's German translations.
+	imageGerman = "debian:12-de"
 )
+
+// imageEnv is the environment an image sets (its ENV), which the pod spec's env overrides name
+// by name.
+var imageEnv = map[string][]string{
+	imageGerman: {"LANG=de_DE.UTF-8", "LANGUAGE=de_DE:de"},
+}
 
 // podRuntime plays the kubelet and the container runtime for the sandbox pods made through a
 // fake clientset, and the API server's pods/exec subresource over HTTPS: WebSocket
@@ -300,7 +310,7 @@ func (rt *podRuntime) startPod(pod *corev1.Pod) corev1.PodStatus {
 	p := &fakePod{
 		name: pod.Name, dir: filepath.Join(rt.root, pod.Name), uid: 65534, gid: 65534,
 		workdir: c.WorkingDir, done: make(chan struct{}),
-		env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + host},
+		env: append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + host}, imageEnv[c.Image]...),
 	}
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil {
 		p.uid = *sc.RunAsUser
@@ -434,7 +444,7 @@ func (rt *podRuntime) imageLayout(image string) ([]string, bool) {
 			args = append(args, "--symlink", "busybox", "/bin/"+a)
 		}
 		return append(args, "--dir", "/etc", "--dir", "/home"), true
-	case imageDebian:
+	case imageDebian, imageGerman:
 		var args []string
 		for _, dir := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib64"} {
 			fi, err := os.Lstat(dir)

@@ -19,6 +19,14 @@ var errnoCases = []suiteTest{
 	{"FileErrnosClassed", testFileErrnosClassed},
 }
 
+// RunFileErrnos runs the suite's errno cases alone, for a backend whose set-up could change how
+// its file operations' failures read (an image's language).
+func RunFileErrnos(t *testing.T, p sandbox.Provider) {
+	for _, tt := range errnoCases {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, p) })
+	}
+}
+
 // longName is a path component past NAME_MAX (255 bytes).
 var longName = strings.Repeat("n", 300)
 
