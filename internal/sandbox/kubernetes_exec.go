@@ -135,7 +135,7 @@ func (s *kubernetesSandbox) Exec(ctx context.Context, req ExecRequest) (ExecResu
 	// Always a stdin, empty when none is given: the wrapper hands it on to the command.
 	stdin := bytes.NewReader(req.Stdin)
 	start := time.Now()
-	code, err := s.run(streamCtx, tunnel.Command{Argv: argv, Mark: "BOXCAR_EXEC=" + nonce, Exec: native, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	code, err := s.run(streamCtx, tunnel.Command{Argv: argv, Mark: execMark + "=" + nonce, Exec: native, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	killed := outside.stop()
 	res := ExecResult{ExitCode: code, Duration: time.Since(start)}
 	res.Stdout, res.StdoutTruncated = stdout.take()

@@ -612,3 +612,22 @@ func TestKubernetesFileErrorsInTheImagesLanguage(t *testing.T) {
 		t.Errorf("the job's command saw %q, want %q: the job's environment wins, and the pod's pinned locale stays the worker's", got, want)
 	}
 }
+
+// TestKubernetesExecEnvKeepsTheMark: a pod's command is found, to be killed, by the mark its
+// processes carry (BOXCAR_EXEC=<nonce>), set before the request's environment. A request
+// whose Env named the mark replaced it: at the timeout no process carried it, the command
+// ran on in the pod, and Exec held its stream until the kill grace ran out. Every backend
+// refuses the name (checkExec).
+func TestKubernetesExecEnvKeepsTheMark(t *testing.T) {
+	t.Parallel()
+	rt := newPodRuntime(t)
+	sb := sandboxtest.StartSpec(t, rt.provider(t, imageBusybox), config.SandboxSpec{})
+	marker := strconv.FormatInt(time.Now().UnixNano()%1_000_000, 10)
+	_, err := sb.Exec(t.Context(), sandbox.ExecRequest{
+		Argv: []string{"sleep", "100." + marker}, Env: map[string]string{"BOXCAR_EXEC": "job"}, Timeout: 500 * time.Millisecond,
+	})
+	if err == nil {
+		t.Error("an Env naming BOXCAR_EXEC was taken")
+	}
+	waitNoneLeft(t, rt.pod(sb.Info().ID), "100."+marker, "nothing of the command left running in the pod")
+}

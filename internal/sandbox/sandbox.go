@@ -83,7 +83,8 @@ type ExecRequest struct {
 	Argv []string
 	// Stdin is fed to the process; nil means empty input.
 	Stdin []byte
-	// Env is the complete environment; nothing from the host leaks in.
+	// Env is the complete environment; nothing from the host leaks in. BOXCAR_EXEC is the
+	// sandbox's own (execMark) and refused.
 	Env map[string]string
 	// Dir is workdir-relative; empty means the workdir.
 	Dir string
@@ -168,6 +169,11 @@ func CleanPath(name string) (string, error) {
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// execMark is the variable a pod's command carries to be found and killed by (execScript,
+// tunnel's Mark), set before the request's Env: named there, it would replace the mark, and
+// at the timeout no process of the command would carry it.
+const execMark = "BOXCAR_EXEC"
+
 // checkExec refuses requests no backend can pass on faithfully (a NUL byte would end an
 // argument early in bwrap's NUL-separated options and in a pod's argv alike) and returns the
 // clean workdir-relative folder and the output cap the request means.
@@ -184,6 +190,9 @@ func checkExec(req ExecRequest) (dir string, maxOut int, err error) {
 	for k, v := range req.Env {
 		if !envName.MatchString(k) || strings.ContainsRune(v, 0) {
 			return "", 0, fmt.Errorf("sandbox: exec %s: environment variable %q: names are letters, digits and _, and values hold no NUL byte", name, k)
+		}
+		if k == execMark {
+			return "", 0, fmt.Errorf("sandbox: exec %s: environment variable %s is the sandbox's own (it marks the command's processes to kill them); name it otherwise", name, k)
 		}
 	}
 	if req.Timeout < 0 || req.MaxOutputBytes < 0 {
