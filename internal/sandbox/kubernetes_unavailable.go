@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,8 +33,10 @@ var unavailableAnswers = []unavailableAnswer{
 	{"quota_full", "the sandbox namespace's ResourceQuota is full", func(err error) bool {
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
 	}},
+	// The authorizer's refusal alone: admission refusing the pod (PodSecurity, a LimitRange, a
+	// webhook) is Forbidden too, but says what of the pod it refuses, and no wait changes that.
 	{"not_permitted", "the API server refuses the worker; check its credentials and its Role in the sandbox namespace", func(err error) bool {
-		return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)
+		return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) && authorizerRefusal.MatchString(err.Error())
 	}},
 	{"overloaded", "the API server asks the worker to slow down", apierrors.IsTooManyRequests},
 	{"server_error", "the API server failed to answer", func(err error) bool {
@@ -43,6 +46,10 @@ var unavailableAnswers = []unavailableAnswer{
 	{"unreachable", "the API server does not answer", unreachable},
 	{"unschedulable", "no node can take the sandbox pod now", func(err error) bool { return errors.Is(err, errUnschedulable) }},
 }
+
+// authorizerRefusal is the API server's words for a request its authorizer (RBAC) refused:
+// `User "…" cannot create resource "pods" in API group "" in the namespace "…"`.
+var authorizerRefusal = regexp.MustCompile(`User ".*" cannot \S+ (resource|path) "`)
 
 // unreachable: the request got no answer at all (refused, reset, timed out, no route or name).
 // Client-go passes some of these on as bare text, so the words count too; but only in an

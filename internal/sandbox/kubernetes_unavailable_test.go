@@ -56,6 +56,14 @@ func TestKubernetesStartUnavailable(t *testing.T) {
 			createErr: apierrors.NewForbidden(pods, "boxcar-x", errors.New("exceeded quota: boxcar-sandboxes, requested: pods=1, used: pods=40, limited: pods=40"))},
 		{name: "RBAC refuses", unavailable: true,
 			createErr: apierrors.NewForbidden(pods, "", errors.New(`User "system:serviceaccount:boxcar:worker" cannot create resource "pods"`))},
+		// Admission refusing the pod itself is Forbidden too, but no wait changes it: taken for
+		// the worker's Role, the job waited out its start and the worker fetched nothing meanwhile.
+		{name: "PodSecurity refuses the pod", says: "violates PodSecurity",
+			createErr: apierrors.NewForbidden(pods, "boxcar-x", errors.New(`violates PodSecurity "restricted:latest": runAsNonRoot != true (pod must not set securityContext.runAsNonRoot=false)`))},
+		{name: "a LimitRange refuses the pod", says: "maximum cpu usage",
+			createErr: apierrors.NewForbidden(pods, "boxcar-x", errors.New("maximum cpu usage per Container is 2, but limit is 4"))},
+		{name: "an admission webhook refuses the pod", says: "denied the request",
+			createErr: apierrors.NewForbidden(pods, "boxcar-x", errors.New(`admission webhook "validation.gatekeeper.sh" denied the request: [allowed-repos] container <sandbox> has an invalid image repo <debian:12>`))},
 		{name: "unschedulable", unavailable: true, status: &corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
 			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 Insufficient cpu.",
 		}}}},
