@@ -138,7 +138,12 @@ var fileReasons = map[string]func(op, name string, extra []string) error{
 		}
 		return fmt.Errorf("sandbox: %s %s: a symlink leads out of the workdir: %w", op, name, ErrPathEscape)
 	},
+	// Only a read or an open has a bound, and its script alone says "toolarge"; but what runs
+	// in the pod, the job's processes among it, can answer any operation with any word.
 	"toolarge": func(op, name string, extra []string) error {
+		if len(extra) == 0 {
+			return fmt.Errorf("sandbox: %s %s: %w", op, name, ErrTooLarge)
+		}
 		return fmt.Errorf("sandbox: %s %s: more than the %s bytes allowed: %w", op, name, extra[0], ErrTooLarge)
 	},
 	"isdir": func(op, name string, _ []string) error {
