@@ -43,6 +43,7 @@ func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *D
 		return nil, v
 	}
 	d.Host, d.Port = h.String(), port
+	req.Host = h.hostField(port, 80)
 	if v := p.admit(); v != nil {
 		return nil, v
 	}

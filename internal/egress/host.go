@@ -26,6 +26,22 @@ func (h host) String() string {
 	return h.name
 }
 
+// hostField is the Host an upstream gets for h and port: the host and port the policy decided
+// on, in the proxy's spelling, the port left out when it is the scheme's (defaultPort). Never
+// the sandbox's spelling: a server or front end that routes by the Host string takes
+// "API.Example.COM." or "api.example.com:443" for another site than "api.example.com", and the
+// request, a swapped secret with it, would go there (TestUpstreamGetsTheHostDecided).
+func (h host) hostField(port, defaultPort int) string {
+	s := h.String()
+	if h.addr.Is6() {
+		s = "[" + s + "]"
+	}
+	if port != defaultPort {
+		s += ":" + strconv.Itoa(port)
+	}
+	return s
+}
+
 // parseHost normalises a host as it appears in a request target, a Host header, an SNI or an
 // allow entry.
 func parseHost(s string) (host, error) {

@@ -221,7 +221,7 @@ func (s *sending) end() int {
 }
 
 // outbound is the request sent upstream for one request read inside a tunnel: same method,
-// path, Host and (swapped) header fields, the body streamed from the sandbox. Its header is
+// path and (swapped) header fields, the tunnel's host as its Host (hostField), the body streamed from the sandbox. Its header is
 // taken from the job's byte cap whole before anything is dialled, or the request is not sent
 // (errByteCap); every byte the Transport writes of it, on every attempt, is counted in out
 // (upConn). The caller ends s once the request is through.
@@ -236,7 +236,7 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, bod
 	o.URL = &url.URL{Scheme: "https", Host: t.authority(), Path: req.URL.Path, RawPath: req.URL.RawPath,
 		RawQuery: req.URL.RawQuery, ForceQuery: req.URL.ForceQuery}
 	o.RequestURI = ""
-	o.Host = req.Host
+	o.Host = t.h.hostField(t.port, 443)
 	o.Close = false
 	// The sandbox's trailers are not sent on, and neither is the Trailer field that announces
 	// them, which the Transport writes from the map's keys: their names are the sandbox's to
