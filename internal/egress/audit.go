@@ -73,6 +73,9 @@ type Summary struct {
 	BytesIn  int64         `json:"bytes_in"`
 	Hosts    []HostSummary `json:"hosts"`                  // hosts sent a byte, sorted by name
 	Secrets  []string      `json:"secrets_used,omitempty"` // env names, sorted
+	// ClosedUnread counts the connections and requests the proxy closed unread, with no
+	// decision, once the job was past max_requests and told so (conn.go).
+	ClosedUnread int64 `json:"closed_unread,omitempty"`
 }
 
 // HostSummary is the traffic to one host: the requests that sent it a byte, allowed or failed
@@ -123,6 +126,13 @@ func (l *ledger) add(d Decision) {
 	for _, s := range d.Secrets {
 		l.secrets[s] = true
 	}
+}
+
+// closedUnread counts a request closed unread, with no decision (Summary.ClosedUnread).
+func (l *ledger) closedUnread() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sum.ClosedUnread++
 }
 
 func (l *ledger) summary() Summary {

@@ -77,7 +77,8 @@ type Config struct {
 // Limits are the per-job caps; zero fields take the defaults.
 type Limits struct {
 	// MaxRequests caps the requests a job makes (each forwarded request, each CONNECT and each
-	// request inside a terminated tunnel). Default: 10,000.
+	// request inside a terminated tunnel), refused or not; past it the proxy reads no request.
+	// Default: 10,000.
 	MaxRequests int64
 	// MaxBytes caps the bytes a job moves through the proxy, both directions, the proxy's own
 	// answers included (refusals, 100 Continue, a CONNECT's 200): a transfer is cut at the cap,

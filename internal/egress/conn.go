@@ -44,7 +44,9 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	br := bufio.NewReaderSize(conn, p.cfg.Limits.MaxHeaderBytes+1)
 	if p.tunnels.Add(1) > int64(p.cfg.Limits.MaxTunnels) {
 		defer p.tunnels.Add(-1)
-		p.refuseConn(c, Decision{Time: time.Now()}, refuse(ReasonTunnelCap, "too many open connections for this job"))
+		if v, ok := p.takeRequest(refuse(ReasonTunnelCap, "too many open connections for this job")); ok {
+			p.refuseConn(c, Decision{Time: time.Now()}, v)
+		}
 		return
 	}
 	defer p.tunnels.Add(-1)
@@ -87,20 +89,56 @@ func awaitRequest(br *bufio.Reader, served bool) (time.Time, error) {
 	return time.Now(), nil
 }
 
-// readRequest reads and checks one request header, begun at start, then parses it.
+// readRequest reads and checks one request header, begun at start, then parses it. Every
+// request it reads is one of the job's, refused or not (takeRequest); once the job is past its
+// request cap it reads none (errClosedUnread).
 func (p *Proxy) readRequest(c *idleConn, br *bufio.Reader, start time.Time) (*head, *http.Request, *verdict, error) {
-	hd, reason, detail, err := p.readHead(c, br, start)
-	if reason != "" {
-		return nil, nil, refuse(reason, detail), err
+	if p.reqs.Load() > p.cfg.Limits.MaxRequests {
+		p.ledger.closedUnread()
+		return nil, nil, nil, errClosedUnread
 	}
-	if err != nil {
-		return nil, nil, nil, err
+	hd, reason, detail, err := p.readHead(c, br, start)
+	if reason == "" && err != nil {
+		return nil, nil, nil, err // no request: the client closed, or was idle, before one
+	}
+	var v *verdict
+	if reason != "" {
+		v = refuse(reason, detail)
+	}
+	v, ok := p.takeRequest(v)
+	switch {
+	case !ok:
+		return nil, nil, nil, errClosedUnread
+	case v != nil:
+		return nil, nil, v, err
 	}
 	req, err := http.ReadRequest(br)
 	if err != nil {
 		return nil, nil, refuse(ReasonBadRequest, "unparseable request"), nil
 	}
 	return hd, req, nil, nil
+}
+
+// errClosedUnread ends a connection whose request the proxy did not read or answer: the job
+// is past its request cap, and was told so.
+var errClosedUnread = fmt.Errorf("%w: the job is past its request cap", errClientDone)
+
+// takeRequest takes a request from max_requests, whatever its fate: v, its refusal if it has
+// one, or request_cap for the first past the cap. Refusals were not counted, and past the
+// byte cap went unanswered but decided, so a sandbox looping on them had the proxy read and
+// decide each (a transcript line, a log line, the worker's time reading up to
+// max_header_bytes) without end. Past that first one, ok is false: the request is closed with
+// no decision, counted in the summary's closed_unread
+// (TestRefusalsCountAgainstTheRequestCap).
+func (p *Proxy) takeRequest(v *verdict) (_ *verdict, ok bool) {
+	switch n := p.reqs.Add(1); {
+	case n <= p.cfg.Limits.MaxRequests:
+		return v, true
+	case n == p.cfg.Limits.MaxRequests+1:
+		return refuse(ReasonRequestCap, "the job's request cap is reached"), true
+	}
+	p.ledger.closedUnread()
+	return nil, false
 }
 
 // refuseConn records a refusal and answers it on w with a short plain-text response; a nil w
@@ -156,7 +194,7 @@ func refusal(v *verdict) string {
 type jobCap struct {
 	reason Reason
 	detail string
-	over   func(p *Proxy) bool // counts the request when the cap is a count
+	over   func(p *Proxy) bool
 }
 
 // jobCaps are checked, in order, for each forwarded request, CONNECT and request inside a
@@ -165,14 +203,14 @@ var jobCaps = []jobCap{
 	// At the byte cap nothing more may move: a request admitted now would dial, and send
 	// what the meters let through of its header (nothing), for a refusal after the fact.
 	{capReached.reason, capReached.detail, func(p *Proxy) bool { return p.bytes.Load() >= p.dataCap() }},
-	{ReasonRequestCap, "the job's request cap is reached", func(p *Proxy) bool { return p.reqs.Add(1) > p.cfg.Limits.MaxRequests }},
 }
 
 // replay takes one request from the job's request cap for a request sent again (upstream.go),
 // and reports whether there was room.
 func (p *Proxy) replay() bool { return p.reqs.Add(1) <= p.cfg.Limits.MaxRequests }
 
-// admit takes one request from the job's caps, or refuses it with the first cap it is over.
+// admit refuses a request with the first of the job's caps it is over (the request was taken
+// from max_requests as it was read: takeRequest).
 func (p *Proxy) admit() *verdict {
 	for _, c := range jobCaps {
 		if c.over(p) {
