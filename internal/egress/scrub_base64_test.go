@@ -109,18 +109,11 @@ func TestScrubBase64Echoes(t *testing.T) {
 // per base64Echoers row and alignment, cut into two writes at ?cut, and in a header field.
 func echoBase64Handler(got chan<- string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		v := r.Header.Get("X-Echo")
-		select {
-		case got <- v:
-		default:
-		}
-		cut, _ := strconv.Atoi(r.URL.Query().Get("cut"))
+		v, cut := echoRequest(r, got)
 		body, _ := base64Echo(v, v)
 		run, _ := base64Run(base64.RawURLEncoding, v, v, 1, 2)
 		w.Header().Set("X-Token", run)
-		_, _ = io.WriteString(w, body[:min(cut, len(body))])
-		w.(http.Flusher).Flush()
-		_, _ = io.WriteString(w, body[min(cut, len(body)):])
+		writeCut(w, body, cut)
 	}
 }
 

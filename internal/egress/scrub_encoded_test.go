@@ -150,25 +150,38 @@ const encodedSecret = `wJalrXUtnFEMI/K7MDENG+bPxRfiCY=q<p&w>"'`
 // Location's query, HTML references) and in trailers (.NET's JSON, lower-case percent).
 func echoEncodedHandler(got chan<- string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		v := r.Header.Get("X-Echo")
-		select {
-		case got <- v:
-		default:
-		}
-		cut, _ := strconv.Atoi(r.URL.Query().Get("cut"))
+		v, cut := echoRequest(r, got)
 		body := encodedEcho(v)
 		w.Header().Set("Trailer", "X-Trailer-Json, X-Trailer-Query")
 		for k, e := range echoHeaderFields {
 			w.Header().Set(k, echoEncoders[e].enc(v))
 		}
 		w.WriteHeader(http.StatusBadRequest)
-		_, _ = io.WriteString(w, body[:min(cut, len(body))])
-		w.(http.Flusher).Flush()
-		_, _ = io.WriteString(w, body[min(cut, len(body)):])
+		writeCut(w, body, cut)
 		for k, e := range echoTrailers {
 			w.Header().Set(k, echoEncoders[e].enc(v))
 		}
 	}
+}
+
+// echoRequest is what an echo handler takes from its request: the X-Echo field, sent on got
+// when it has room, and the point ?cut to cut the body at.
+func echoRequest(r *http.Request, got chan<- string) (v string, cut int) {
+	v = r.Header.Get("X-Echo")
+	select {
+	case got <- v:
+	default:
+	}
+	cut, _ = strconv.Atoi(r.URL.Query().Get("cut"))
+	return v, cut
+}
+
+// writeCut writes body in two writes cut at cut, flushed between, as an upstream's reads may
+// cut it.
+func writeCut(w http.ResponseWriter, body string, cut int) {
+	_, _ = io.WriteString(w, body[:min(cut, len(body))])
+	w.(http.Flusher).Flush()
+	_, _ = io.WriteString(w, body[min(cut, len(body)):])
 }
 
 // echoHeaderFields and echoTrailers name the echoEncoders row each field holds.
