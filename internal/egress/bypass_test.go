@@ -133,6 +133,8 @@ func bypassRows() []bypass {
 		{name: "plain HTTP through a tunnel", run: plainThrough("a.files.example.com:443", getReq("/", "a.files.example.com")), want: ReasonNotTLS},
 		{name: "terminated: absolute-URI for another host", run: inside(getReq("https://other.example.com/", "api.example.com")), want: ReasonHostMismatch},
 		{name: "terminated: Host of another host", run: inside(getReq("/", "other.example.com")), want: ReasonHostMismatch},
+		{name: "terminated: Host with another port than the tunnel's", run: inside(getReq("/", "api.example.com:8443")), want: ReasonHostMismatch},
+		{name: "terminated: absolute-URI on another port than the tunnel's", run: inside(getReq("https://api.example.com:8443/", "api.example.com:8443")), want: ReasonHostMismatch},
 		{name: "terminated: CL and TE", run: inside("POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), want: ReasonSmuggling},
 		{name: "terminated: oversize header", run: inside(getReq("/", "api.example.com", "X-Big: "+strings.Repeat("a", 64<<10)+"\r\n")), want: ReasonHeaderTooLarge},
 		{name: "terminated: bare LF", run: inside("GET / HTTP/1.1\r\nHost: api.example.com\nX-A: b\r\n\r\n"), want: ReasonSmuggling},
