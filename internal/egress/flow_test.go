@@ -10,7 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -477,5 +479,39 @@ func TestUpstreamHeaderCap(t *testing.T) {
 				t.Fatalf("status %d, want 502 for a 2 MiB response header", resp.StatusCode)
 			}
 		})
+	}
+}
+
+// TestPooledRequestRecordsItsAddress: a request in a terminated tunnel that goes on a pooled
+// upstream connection, dialled for an earlier tunnel to another of the host's addresses, is
+// recorded with the address it went to. Each tunnel resolves its host anew, and the decision
+// said the address this tunnel resolved, which the proxy never dialled.
+func TestPooledRequestRecordsItsAddress(t *testing.T) {
+	const second = "198.18.0.14" // api.example.com's next answer
+	h := setup(t, nil)
+	h.resolver.names["api.example.com"] = [][]netip.Addr{{netip.MustParseAddr(apiAddr)}, {netip.MustParseAddr(second)}}
+	h.dialer.routes[second+":443"] = h.dialer.routes[apiAddr+":443"]
+	for range 2 {
+		if status, _ := get(t, h, "https://api.example.com/", h.placeholder(t)); status != http.StatusOK {
+			t.Fatalf("status %d", status)
+		}
+	}
+	dialled := h.dialer.seen()
+	if len(dialled) != 1 {
+		t.Fatalf("dialled %v, want one connection, pooled", dialled)
+	}
+	var got []string
+	// A request is decided once its answer is through: the client may have it first.
+	testharness.Wait(t, "both requests decided", func() (bool, error) {
+		got = nil
+		for _, d := range h.all() {
+			if notConnect(d) {
+				got = append(got, d.Addr)
+			}
+		}
+		return len(got) == 2, fmt.Errorf("decided %v", got)
+	}, testharness.Within(30*time.Second))
+	if !slices.Equal(got, []string{dialled[0], dialled[0]}) {
+		t.Errorf("the requests were recorded as sent to %v; both went to %s, the one address dialled", got, dialled[0])
 	}
 }

@@ -303,7 +303,7 @@ func TestRetryKeepsTheRoomOfAnUnsentAttempt(t *testing.T) {
 	if n, err := s.write(&up, make([]byte, header)); n != header || err != nil {
 		t.Fatalf("the retry's header: %d bytes written, %v", n, err)
 	}
-	if s.end(); job.Load() != header || s.out.n.Load() != header {
+	if s.end(&Decision{}); job.Load() != header || s.out.n.Load() != header {
 		t.Errorf("the job has %d bytes used, the request %d; want %d, one header", job.Load(), s.out.n.Load(), header)
 	}
 }

@@ -140,7 +140,7 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	}
 	if err != nil {
 		if s != nil {
-			d.Sent = timesSent(s.end())
+			s.end(d)
 		}
 		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
 		p.refuseConn(t.client, *d, outcome(jobEnded(ctx, err), false))
@@ -152,7 +152,7 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	d.Status = resp.StatusCode
 	err = resp.Write(meteredWriter{client, in})
 	resp.Body.Close()
-	if d.Sent = timesSent(s.end()); d.Sent > 1 && err == nil {
+	if s.end(d); d.Sent > 1 && err == nil {
 		d.Detail = fmt.Sprintf("sent %d times: the host closed a kept-alive connection before it answered, and the request was one to replay", d.Sent)
 	}
 	// An upstream may answer before it has taken the whole body (a refused upload); the
@@ -160,15 +160,6 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	// next request beside it would race on that stream and frame body bytes as a request.
 	// Such a tunnel ends here, as a server closes a connection whose body it did not read.
 	return p.settle(d, out, in, jobEnded(ctx, err)) && keep && body.done.Load()
-}
-
-// timesSent is a decision's Sent: how many times its request went upstream, said only when
-// more than once.
-func timesSent(n int) int {
-	if n > 1 {
-		return n
-	}
-	return 0
 }
 
 // swapSecrets replaces each bound secret's placeholder with its value in every header field,

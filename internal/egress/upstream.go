@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/netip"
 	"net/url"
 	"slices"
 	"sync"
@@ -66,7 +67,7 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (_ net.Conn, err e
 		raw.Close()
 		return nil, fmt.Errorf("%w: %s: %v", errUpstreamTLS, t.h, err)
 	}
-	return &upConn{Conn: up, p: p}, nil
+	return &upConn{Conn: up, p: p, addr: t.addr}, nil
 }
 
 // upConn is a connection to a bound host above its TLS, where the Transport writes requests:
@@ -79,9 +80,10 @@ func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (_ net.Conn, err e
 // decision, the byte cap nor the host's summary.
 type upConn struct {
 	net.Conn
-	p  *Proxy
-	mu sync.Mutex
-	by *sending // the request the connection carries now
+	p    *Proxy
+	addr netip.AddrPort // the checked address it was dialled to, for an earlier tunnel maybe
+	mu   sync.Mutex
+	by   *sending // the request the connection carries now
 }
 
 func (c *upConn) carry(s *sending) {
@@ -131,6 +133,9 @@ type sending struct {
 	replays  int   // requests taken from max_requests for attempts after the first
 	refused  error // the cap the last attempt did not fit under
 	ended    bool
+	// to is the address of the connection the last attempt went on: a pooled one was dialled
+	// for an earlier tunnel, whose host resolved to another of its addresses maybe.
+	to netip.AddrPort
 }
 
 // reserve makes room for one attempt's header, whole: what an attempt that wrote nothing (a
@@ -163,8 +168,12 @@ func (s *sending) attempt(c net.Conn) {
 			s.refuse(errRequestCap)
 		}
 	}
+	uc, ok := c.(*upConn)
+	if ok {
+		s.to = uc.addr
+	}
 	s.mu.Unlock()
-	if uc, ok := c.(*upConn); ok {
+	if ok {
 		uc.carry(s)
 	}
 }
@@ -207,8 +216,9 @@ func (s *sending) refuse(err error) {
 }
 
 // end closes the request to further writes, gives back the header bytes it reserved and did
-// not write, and returns how many times it was sent (a byte of it or more).
-func (s *sending) end() int {
+// not write, and records in d how many times it was sent (a byte of it or more, said only
+// when more than once) and the address of the connection it last went on, when it got one.
+func (s *sending) end(d *Decision) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ended {
@@ -217,7 +227,12 @@ func (s *sending) end() int {
 		s.credit = 0
 		s.cancel(errRequestEnded)
 	}
-	return s.sent
+	if d.Sent = s.sent; s.sent < 2 {
+		d.Sent = 0
+	}
+	if s.to.IsValid() {
+		d.Addr = s.to.String()
+	}
 }
 
 // outbound is the request sent upstream for one request read inside a tunnel: same method,
@@ -257,7 +272,7 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, bod
 	}
 	s.header = headerSize(o, hasBody)
 	if err := s.reserve(); err != nil {
-		s.end()
+		s.end(&Decision{})
 		return nil, nil, fmt.Errorf("request header for %s: %w", t.h, err)
 	}
 	return o, s, nil
