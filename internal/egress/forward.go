@@ -18,7 +18,7 @@ import (
 // whether the client connection may carry another request.
 func (p *Proxy) forward(ctx context.Context, c net.Conn, hd *head, req *http.Request, start time.Time) bool {
 	d := Decision{Time: start, Method: req.Method}
-	up, v := p.openPlain(ctx, hd, req, &d)
+	up, swaps, v := p.openPlain(ctx, hd, req, &d)
 	if v != nil {
 		p.refuseConn(c, d, v)
 		return false
@@ -29,30 +29,35 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, hd *head, req *http.Req
 	d.Reason = ReasonAllowed
 	iup := &idleConn{Conn: up, idle: p.cfg.Limits.IdleTimeout}
 	lim := &io.LimitedReader{R: iup, N: maxResponseHeaderBytes}
-	return p.roundTrip(ctx, c, iup, lim, req, &d)
+	return p.roundTrip(ctx, c, iup, lim, req, &d, swaps)
 }
 
 // maxResponseHeaderBytes bounds an upstream's response header, on forwarded requests and in
 // terminated tunnels alike: the proxy holds it whole before the byte cap counts a byte of it.
 const maxResponseHeaderBytes = 1 << 20
 
-// openPlain checks a forwarded request and dials its checked address.
-func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *Decision) (net.Conn, *verdict) {
+// openPlain checks a forwarded request and dials its checked address. It returns the values
+// the host's answer is scrubbed of: those of the secrets bound to the host on any port. A
+// host keeps what it got on a terminated tunnel (a request log, a stored field) and may serve
+// it back on plain http://: passed on unscrubbed, the value reached the sandbox
+// (TestStoredEchoOverPlainHTTPIsScrubbed).
+func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *Decision) (net.Conn, []swap, *verdict) {
 	h, port, v := plainTarget(hd, req)
 	if v != nil {
-		return nil, v
+		return nil, nil, v
 	}
 	d.Host, d.Port = h.String(), port
 	req.Host = h.hostField(port, 80)
 	if v := p.admit(); v != nil {
-		return nil, v
+		return nil, nil, v
 	}
 	addr, v := p.checkTarget(ctx, h, port)
 	if v != nil {
-		return nil, v
+		return nil, nil, v
 	}
 	d.Addr = addr.String()
-	return p.dial(ctx, addr)
+	up, v := p.dial(ctx, addr)
+	return up, tunnelSwaps(p.policy.heldBy(h)), v
 }
 
 // plainTarget checks a forwarded request's target and Host field.
@@ -113,9 +118,9 @@ func stripHop(h http.Header) {
 	}
 }
 
-// roundTrip sends req on the upstream connection, streams the response back to the client and
-// settles the decision. It reports whether both sides may carry another request.
-func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io.LimitedReader, req *http.Request, d *Decision) bool {
+// roundTrip sends req on the upstream connection, streams the response back to the client,
+// scrubbed of swaps' values when it has any, and settles the decision. It reports whether both sides may carry another request.
+func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io.LimitedReader, req *http.Request, d *Decision, swaps []swap) bool {
 	client := sandboxConn{c}
 	out := p.meter()
 	in := p.meter()
@@ -125,6 +130,9 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 	body := &clientBody{ReadCloser: req.Body}
 	if req.Body != http.NoBody { // a body of no length stays NoBody: wrapped, it would go chunked
 		req.Body = body
+	}
+	if len(swaps) > 0 {
+		req.Header.Set("Accept-Encoding", "identity") // an encoded body could not be scrubbed
 	}
 	err := continue100(client, req, in)
 	if err == nil {
@@ -153,6 +161,9 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 	}
 	keep = keep && !resp.Close
 	stripHop(resp.Header)
+	if len(swaps) > 0 {
+		scrubResponse(resp, swaps)
+	}
 	resp.Close = !keep
 	d.Status = resp.StatusCode
 	err = resp.Write(meteredWriter{client, in})

@@ -218,3 +218,15 @@ func (cp *compiledPolicy) boundSecrets(h host, port int) []*secret {
 	}
 	return out
 }
+
+// heldBy returns the secrets bound to host h on any port: values h may have been sent on a
+// terminated tunnel, and may hand back on any of its ports (stored echo).
+func (cp *compiledPolicy) heldBy(h host) []*secret {
+	var out []*secret
+	for _, s := range cp.secrets {
+		if slices.ContainsFunc(s.hosts, func(r rule) bool { r.port = 0; return r.match(h, 0) }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
