@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 )
@@ -247,7 +248,9 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (job.Status, error) 
 
 // sharedCancel writes the request into the shared cancel bucket, for older workers, unless
 // there is none: nobody answering the publish is no bucket (sharedStream), as a refusal is
-// (credentials generated without the grant, which have no older worker to tell either).
+// (credentials generated without the grant, which have no older worker to tell either). A
+// bucket whose stream answered nobody for a moment gets the request from a worker of this
+// version, which copies it from the tenant's (sharedCopies).
 func (c *Client) sharedCancel(ctx context.Context, r Ref, req CancelRequest) error {
 	s := c.sharedCancels
 	if s.stream.absent() {
@@ -313,7 +316,7 @@ func (c *Consumer) WatchCancels(ctx context.Context, tenant string) (<-chan Canc
 	if !slices.Contains(c.tenants, tenant) {
 		return nil, fmt.Errorf("queue: watch the cancel requests of tenant %q: not one of this worker's tenants (%s)", tenant, strings.Join(c.tenants, ", "))
 	}
-	return c.watchCancels(ctx, []string{tenant}, tenant+".*")
+	return c.watchCancels(ctx, []string{tenant}, tenant+".*", true)
 }
 
 // WatchAllCancels is WatchCancels of every tenant of the worker's on one channel, for a reader
@@ -327,12 +330,13 @@ func (c *Consumer) WatchAllCancels(ctx context.Context) (<-chan CancelUpdate, er
 	if len(c.tenants) == 1 {
 		keys = c.tenants[0] + ".*"
 	}
-	return c.watchCancels(ctx, c.tenants, keys)
+	return c.watchCancels(ctx, c.tenants, keys, false)
 }
 
 // watchCancels streams the requests of tenants' buckets and of sharedKeys in the shared bucket,
-// as WatchCancels says, leaving out other tenants'.
-func (c *Consumer) watchCancels(ctx context.Context, tenants []string, sharedKeys string) (<-chan CancelUpdate, error) {
+// as WatchCancels says, leaving out other tenants'. copyOut: the requests the tenants' buckets
+// hold are copied into the shared bucket (sharedCopies).
+func (c *Consumer) watchCancels(ctx context.Context, tenants []string, sharedKeys string, copyOut bool) (<-chan CancelUpdate, error) {
 	var ws []jetstream.KeyWatcher
 	watch := func(kv jetstream.KeyValue, keys string) error {
 		// Deletes too (they come with the zero Ref): the last entry a watch reads says
@@ -363,8 +367,12 @@ func (c *Consumer) watchCancels(ctx context.Context, tenants []string, sharedKey
 		}
 		return nil, err
 	}
+	var copies *sharedCopies
+	if copyOut && c.sharedCancels != nil {
+		copies = &sharedCopies{shared: len(ws) - 1, wake: make(chan struct{}, 1)}
+	}
 	out := make(chan CancelUpdate)
-	go c.mergeCancels(ctx, ws, out)
+	go c.mergeCancels(ctx, ws, copies, out)
 	return out, nil
 }
 
@@ -377,8 +385,9 @@ type watched struct {
 }
 
 // mergeCancels hands the requests of the watches ws on to out, until ctx ends or a watch
-// breaks (out closes, every watch stopped): an update is behind while any watch is.
-func (c *Consumer) mergeCancels(ctx context.Context, ws []jetstream.KeyWatcher, out chan<- CancelUpdate) {
+// breaks (out closes, every watch stopped): an update is behind while any watch is. The
+// requests of the tenants' buckets go to copies too, when it is not nil.
+func (c *Consumer) mergeCancels(ctx context.Context, ws []jetstream.KeyWatcher, copies *sharedCopies, out chan<- CancelUpdate) {
 	defer close(out)
 	in := make(chan watched)
 	fwd, stop := context.WithCancel(ctx)
@@ -395,6 +404,9 @@ func (c *Consumer) mergeCancels(ctx context.Context, ws []jetstream.KeyWatcher, 
 		behind[i] = true // until it delivered every request there was
 		wg.Go(func() { forward(fwd, i, w, in) })
 	}
+	if copies != nil {
+		wg.Go(func() { c.copyCancels(fwd, copies) })
+	}
 	for {
 		var got watched
 		select {
@@ -406,6 +418,7 @@ func (c *Consumer) mergeCancels(ctx context.Context, ws []jetstream.KeyWatcher, 
 			return
 		}
 		u := cancelUpdate(got.entry)
+		copies.add(got, u)
 		behind[got.from] = u.Behind
 		u.Behind = slices.Contains(behind, true)
 		if !slices.Contains(c.tenants, u.Ref.Tenant) {
@@ -467,4 +480,101 @@ func stopWatch(w jetstream.KeyWatcher) {
 func released(data []byte) bool {
 	var req CancelRequest
 	return json.Unmarshal(data, &req) == nil && req.Released
+}
+
+// sharedCopies are the requests a tenant's watch read in its tenant's bucket, to be copied into
+// the shared bucket where older workers watch during an upgrade. A submitter writes both, but
+// when the shared bucket's stream answers nobody (its leader being elected, its server
+// restarting) it cannot tell that from no shared bucket (it may not ask the stream's info,
+// which lists every tenant's keys) and writes its tenant's alone: an older worker running the
+// job never saw the request. A worker of this version watches the tenant's bucket, may write
+// the shared one and may ask its info, so it copies each request it reads there unless the
+// shared bucket holds one for the job (a copy is the request the submitter would have
+// written; every worker of the tenant tries, one writes it). Only the tenant's watch copies,
+// not the one of every tenant's requests that stops attempts (stops, internal/runner).
+type sharedCopies struct {
+	shared  int // the watch of the shared bucket, whose requests are not copied
+	mu      sync.Mutex
+	pending []Ref
+	wake    chan struct{} // holds one wake-up while pending has requests copyCancels has not taken
+}
+
+// add queues the request u of the watched entry got for a copy, unless it is of the shared
+// bucket or none. A nil sharedCopies copies nothing.
+func (s *sharedCopies) add(got watched, u CancelUpdate) {
+	if s == nil || got.from == s.shared || u.Ref == (Ref{}) {
+		return
+	}
+	s.mu.Lock()
+	s.pending = append(s.pending, u.Ref)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take is the requests queued, none queued any more.
+func (s *sharedCopies) take() []Ref {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refs := s.pending
+	s.pending = nil
+	return refs
+}
+
+// copyCancels copies the requests queued in s, in order, until ctx ends.
+func (c *Consumer) copyCancels(ctx context.Context, s *sharedCopies) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		for _, r := range s.take() {
+			c.copyCancel(ctx, r)
+		}
+	}
+}
+
+// copyCancel copies r's request in its tenant's bucket into the shared one (copyOnce). While
+// the shared bucket's stream is there but answers nobody it is offered the request again,
+// backoff.Delay apart, for as long as the watch lasts: the older worker running the job waits
+// for it.
+func (c *Consumer) copyCancel(ctx context.Context, r Ref) {
+	kv, err := c.cancels.of(ctx, r.Tenant)
+	for round := 1; err == nil; round++ {
+		var again bool
+		if again, err = c.copyOnce(ctx, kv, r); !again {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff.Delay(round)):
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		c.log.WarnContext(ctx, "cannot copy a cancel request into the shared cancel bucket, where older workers watch during an upgrade: an older worker running the job does not stop it; ask again with `submit cancel` once NATS is settled",
+			"job_id", r.ID, "tenant", r.Tenant, "bucket", CancelBucket, "error", err)
+	}
+}
+
+// copyOnce writes r's request, read in the tenant's bucket kv, into the shared bucket, unless
+// the shared one holds a request of r, the tenant's was released (r's end is committed: no
+// older worker has anything to do) or the shared bucket is gone. again: its stream is there
+// and answered nobody.
+func (c *Consumer) copyOnce(ctx context.Context, kv jetstream.KeyValue, r Ref) (again bool, err error) {
+	req, rev, err := read[CancelRequest](ctx, kv, r.key())
+	if err != nil || rev == 0 || req.Released {
+		return false, err
+	}
+	err = createCancel(ctx, c.js, CancelBucket, c.sharedCancels, r, req)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return false, nil
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		return c.streamThere(ctx, statusStream(CancelBucket)), nil
+	}
+	return false, err
 }

@@ -156,3 +156,63 @@ func TestCancelPastAFullSharedBucketSaysWhereItIsAsked(t *testing.T) {
 		t.Errorf("the request is not in %s, where this version's workers watch: %v", queue.CancelBucketOf(tenant), err)
 	}
 }
+
+// TestCancelTheSharedBucketMissedReachesOlderWorkers: during an upgrade a submitter writes a
+// cancel into its tenant's bucket and the shared one older workers watch. When the shared
+// bucket's stream answers nobody at that moment (its leader being elected) the submitter,
+// which may not ask the stream's info, takes it as gone and writes the tenant's bucket alone:
+// an older worker running the job never saw the request. A worker of this version watches the
+// tenant's bucket and may write the shared one: it copies the request there once the stream
+// answers again, and an older worker's watch (a stand-in, watching the shared bucket alone)
+// sees it.
+func TestCancelTheSharedBucketMissedReachesOlderWorkers(t *testing.T) {
+	t.Parallel()
+	u := newUpgrade(t, false)
+	shared := u.olderBucket(t, queue.CancelBucket, 1)
+	b := start(t, u.nc, u.cfg)
+	j := b.submit(t)
+	ctx, stop := context.WithCancel(u.ctx)
+	defer stop()
+	updates, err := b.w.WatchCancels(ctx, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "KV_" + queue.CancelBucket
+	cfg := streamConfig(t, u.js, name)
+	away := cfg
+	away.Subjects = []string{name + "-away.>"} // a publish there is answered by nobody, as during an election
+	if _, err := u.js.UpdateStream(ctx, away); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.Cancel(ctx, j.ID, "ann"); err != nil {
+		t.Fatal(err)
+	}
+	for up := range updates { // this version's worker read the request in the tenant's bucket
+		if up.Ref.ID == j.ID {
+			break
+		}
+	}
+	go func() {
+		for range updates {
+		}
+	}()
+	if _, err := u.js.UpdateStream(ctx, cfg); err != nil { // the stream answers again
+		t.Fatal(err)
+	}
+	older, err := shared.Watch(ctx, tenant+".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = older.Stop() }()
+	within := time.After(20 * time.Second)
+	for {
+		select {
+		case e := <-older.Updates():
+			if e != nil && e.Key() == tenant+"."+j.ID {
+				return
+			}
+		case <-within:
+			t.Fatalf("an older worker watching %s never saw the cancel of %s, asked while the bucket answered nobody", queue.CancelBucket, j.ID)
+		}
+	}
+}
