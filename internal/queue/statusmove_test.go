@@ -116,3 +116,42 @@ func wantState(ctx context.Context, t *testing.T, c *queue.Client, id string, wa
 		t.Errorf("status of %s = %v, %v; want %s", id, st.State, err, want)
 	}
 }
+
+// TestStatusWriteWaitsForASharedBucketThatAnswersNobody: a worker of this version that writes
+// the status of a job an older worker runs starts from the older worker's status in the shared
+// bucket. When that bucket's stream answered nobody at that moment (its server restarting),
+// the worker took it as holding nothing and wrote a status from scratch into the tenant's
+// bucket (no state, no attempt), which from then on hid every status the older worker wrote
+// for the job, its end too. The write now fails, to be tried again, while the stream is there.
+func TestStatusWriteWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
+	t.Parallel()
+	u := newUpgrade(t, true)
+	ctx, cfg := u.ctx, u.cfg
+	shared := u.olderBucket(t, cfg.StatusBucket, 1)
+	b := start(t, u.nc, cfg)
+	id := job.NewID()
+	if _, err := shared.Put(ctx, tenant+"."+id, mustMarshal(t, job.Status{ID: id, State: job.StateRunning, Attempt: 2})); err != nil {
+		t.Fatal(err)
+	}
+	name := "KV_" + cfg.StatusBucket
+	answering := streamConfig(t, u.js, name)
+	silent := answering
+	silent.AllowDirect = false // a direct get is answered by nobody, as while its server restarts
+	if _, err := u.js.UpdateStream(ctx, silent); err != nil {
+		t.Fatal(err)
+	}
+	_, werr := b.w.UpdateStatus(ctx, ref(id), job.RequestCancel)
+	if _, err := u.js.UpdateStream(ctx, answering); err != nil {
+		t.Fatal(err)
+	}
+	if werr == nil {
+		st, err := b.c.Status(ctx, id)
+		if err != nil || st.State != job.StateRunning || st.Attempt != 2 {
+			t.Fatalf("the write while the shared bucket answered nobody left %+v, %v; want the older worker's running attempt 2 kept, or the write refused", st, err)
+		}
+	}
+	st, err := b.w.UpdateStatus(ctx, ref(id), job.RequestCancel)
+	if err != nil || st.State != job.StateRunning || st.Attempt != 2 || !st.CancelRequested {
+		t.Errorf("the write once it answers: %+v, %v; want the older worker's running attempt 2, cancel requested", st, err)
+	}
+}

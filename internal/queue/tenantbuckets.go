@@ -93,7 +93,7 @@ func (b *tenantBuckets) reader(ctx context.Context, tenant string) (bucketReader
 // from. A value kv holds already stays: it is the newer, as no worker of this version writes
 // the shared bucket.
 func (b *tenantBuckets) adopt(ctx context.Context, kv jetstream.KeyValue, key string) error {
-	e, err := b.shared.Get(ctx, key)
+	e, err := b.shared.lookup(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
@@ -220,6 +220,34 @@ func (s *sharedBucket) Update(ctx context.Context, key string, value []byte, las
 // none, or there is no such bucket or no grant to read it.
 func (s *sharedBucket) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
 	msg, err := s.stream.get(ctx, "$KV."+s.bucket+"."+key)
+	return s.entry(key, msg, err)
+}
+
+// lookup is Get for a worker about to write key in its tenant's bucket starting from the
+// value here (adopt). Nobody answering is no value only when the server says the stream is
+// gone: a worker that took a stream electing its leader, or its server restarting, as holding
+// nothing wrote a job's status from scratch (an older worker's running job recorded
+// cancelled before it started, say), which then hid every status the older worker wrote for
+// it. So it is an error then, and the write is tried again; and an absence Get remembered
+// for a while (sharedRelook) is asked again.
+func (s *sharedBucket) lookup(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if s.stream.absentForGood() {
+		return nil, jetstream.ErrKeyNotFound
+	}
+	msg, err := s.stream.ask(ctx, "$KV."+s.bucket+"."+key)
+	if errors.Is(err, errUnanswered) {
+		_, lerr := s.js.Stream(ctx, s.stream.name)
+		if errors.Is(lerr, jetstream.ErrStreamNotFound) {
+			s.stream.gone()
+			return nil, jetstream.ErrKeyNotFound
+		}
+		err = fmt.Errorf("%w: its stream %s is there (%w) and answers nobody, its leader being elected or its server restarting; try again once NATS is settled", err, s.stream.name, lerr)
+	}
+	return s.entry(key, msg, err)
+}
+
+// entry is the value a direct get of key read (msg; nil: none), or its error.
+func (s *sharedBucket) entry(key string, msg *nats.Msg, err error) (jetstream.KeyValueEntry, error) {
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("queue: read %s in the shared %s bucket %s: %w", key, s.what, s.bucket, err)
@@ -263,6 +291,9 @@ func (s *sharedStream) absent() bool {
 	return until == forGood || until > 0 && s.clock() < until
 }
 
+// absentForGood reports whether the client takes the stream as absent for good.
+func (s *sharedStream) absentForGood() bool { return s.absentUntil.Load() == forGood }
+
 // gone has the client take the stream as absent for good.
 func (s *sharedStream) gone() { s.absentUntil.Store(forGood) }
 
@@ -280,11 +311,27 @@ func (s *sharedStream) clock() int64 {
 	return time.Now().UnixNano()
 }
 
-// get is the last message on subject; nil when there is none.
+// get is the last message on subject; nil when there is none (ask), or when nobody answered,
+// which the client then remembers for sharedRelook.
 func (s *sharedStream) get(ctx context.Context, subject string) (*nats.Msg, error) {
 	if s.absent() {
 		return nil, nil
 	}
+	msg, err := s.ask(ctx, subject)
+	if errors.Is(err, errUnanswered) {
+		s.unanswered()
+		return nil, nil
+	}
+	return msg, err
+}
+
+// errUnanswered: nobody answered a direct get of a shared stream (ask).
+var errUnanswered = errors.New("nobody answered a direct get")
+
+// ask is the last message on subject by a direct get, whatever the client takes the stream
+// as; nil when there is none or the server refused the grant (remembered for good);
+// errUnanswered when nobody answered.
+func (s *sharedStream) ask(ctx context.Context, subject string) (*nats.Msg, error) {
 	api := "$JS.API.DIRECT.GET." + s.name + "." + subject
 	var found *nats.Msg
 	err := unlessRefused(ctx, s.nc, []string{api}, func(ctx context.Context) error {
@@ -293,8 +340,7 @@ func (s *sharedStream) get(ctx context.Context, subject string) (*nats.Msg, erro
 		msg, err := s.nc.RequestWithContext(ctx, api, nil)
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			s.unanswered()
-			return nil
+			return errUnanswered
 		case err != nil:
 			return err
 		}
