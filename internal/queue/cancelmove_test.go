@@ -13,6 +13,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestCancelOfAnUpgradeIsSeenByEitherVersion: each tenant asks its cancels in a bucket of its
@@ -204,7 +205,7 @@ func TestCancelTheSharedBucketMissedReachesOlderWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = older.Stop() }()
-	within := time.After(20 * time.Second)
+	within := time.After(harness.Timeout(20 * time.Second))
 	for {
 		select {
 		case e := <-older.Updates():
