@@ -217,3 +217,36 @@ func TestCancelTheSharedBucketMissedReachesOlderWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelAskedWaitsForASharedBucketThatAnswersNobody: a worker asks whether a cancel was
+// asked for a job that waited longer than status_ttl (its cancelled status may have expired);
+// during an upgrade an older submit asked in the shared bucket. When that bucket's stream
+// answered nobody at that moment the worker took it as holding no request, and ran the job.
+// It now says it cannot tell (the worker asks again) while the stream is there.
+func TestCancelAskedWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
+	t.Parallel()
+	u := newUpgrade(t, false)
+	shared := u.olderBucket(t, queue.CancelBucket, 1)
+	b := start(t, u.nc, u.cfg)
+	j := b.submit(t)
+	if _, err := shared.Create(u.ctx, tenant+"."+j.ID, mustMarshal(t, queue.CancelRequest{At: time.Now().UTC(), By: "older submit"})); err != nil {
+		t.Fatal(err)
+	}
+	name := "KV_" + queue.CancelBucket
+	answering := streamConfig(t, u.js, name)
+	silent := answering
+	silent.AllowDirect = false // a direct get is answered by nobody, as while its server restarts
+	if _, err := u.js.UpdateStream(u.ctx, silent); err != nil {
+		t.Fatal(err)
+	}
+	asked, err := b.w.CancelAsked(u.ctx, ref(j.ID))
+	if err == nil && !asked {
+		t.Errorf("CancelAsked while the shared bucket answered nobody: not asked, no error; want it to say it cannot tell")
+	}
+	if _, err := u.js.UpdateStream(u.ctx, answering); err != nil {
+		t.Fatal(err)
+	}
+	if asked, err := b.w.CancelAsked(u.ctx, ref(j.ID)); err != nil || !asked {
+		t.Errorf("CancelAsked once it answers: %t, %v; want asked", asked, err)
+	}
+}

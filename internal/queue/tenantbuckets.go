@@ -52,8 +52,9 @@ func newTenantBuckets(js jetstream.JetStream, prefix, what string) *tenantBucket
 
 // learnShared looks the shared bucket up, for an identity that may (a worker): a deployment
 // that began with this version has none, and then nothing more than a tenant's bucket is asked
-// for a key.
+// for a key. Where there is one, the identity reads it as a worker does (sharedBucket.lookup).
 func (b *tenantBuckets) learnShared(ctx context.Context) error {
+	b.shared.asWorker = true
 	_, err := b.js.Stream(ctx, statusStream(b.prefix))
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -191,6 +192,8 @@ type sharedBucket struct {
 	js           jetstream.JetStream
 	bucket, what string
 	stream       *sharedStream
+	// asWorker: Get is lookup, for an identity that may look the stream up (learnShared).
+	asWorker bool
 }
 
 func newSharedBucket(js jetstream.JetStream, bucket, what string) *sharedBucket {
@@ -219,26 +222,31 @@ func (s *sharedBucket) Update(ctx context.Context, key string, value []byte, las
 // Get is the key's last value in the shared bucket; jetstream.ErrKeyNotFound when it holds
 // none, or there is no such bucket or no grant to read it.
 func (s *sharedBucket) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if s.asWorker {
+		return s.lookup(ctx, key)
+	}
 	msg, err := s.stream.get(ctx, "$KV."+s.bucket+"."+key)
 	return s.entry(key, msg, err)
 }
 
-// lookup is Get for a worker about to write key in its tenant's bucket starting from the
-// value here (adopt). Nobody answering is no value only when the server says the stream is
-// gone: a worker that took a stream electing its leader, or its server restarting, as holding
-// nothing wrote a job's status from scratch (an older worker's running job recorded
-// cancelled before it started, say), which then hid every status the older worker wrote for
-// it. So it is an error then, and the write is tried again; and an absence Get remembered
-// for a while (sharedRelook) is asked again.
+// lookup is Get for a worker, which acts on what it reads (writes a status starting from it,
+// runs a job no cancel names) and may look the stream up. Nobody answering is no value only
+// when the server says the stream is gone: a worker that took a stream electing its leader, or
+// its server restarting, as holding nothing (and remembered that for sharedRelook) wrote a
+// job's status from scratch (an older worker's running job recorded cancelled before it
+// started, say), which then hid every status the older worker wrote for it, and ran a job an
+// older submit had asked to cancel. So it is an error then, and the worker asks again. Only a
+// stream the server says is gone is remembered absent (for sharedRelook, or for good from the
+// worker's start: learnShared).
 func (s *sharedBucket) lookup(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	if s.stream.absentForGood() {
+	if s.stream.absent() {
 		return nil, jetstream.ErrKeyNotFound
 	}
 	msg, err := s.stream.ask(ctx, "$KV."+s.bucket+"."+key)
 	if errors.Is(err, errUnanswered) {
 		_, lerr := s.js.Stream(ctx, s.stream.name)
 		if errors.Is(lerr, jetstream.ErrStreamNotFound) {
-			s.stream.gone()
+			s.stream.unanswered() // gone (an upgrade's end removed it): asked again after sharedRelook
 			return nil, jetstream.ErrKeyNotFound
 		}
 		err = fmt.Errorf("%w: its stream %s is there (%w) and answers nobody, its leader being elected or its server restarting; try again once NATS is settled", err, s.stream.name, lerr)
@@ -290,9 +298,6 @@ func (s *sharedStream) absent() bool {
 	until := s.absentUntil.Load()
 	return until == forGood || until > 0 && s.clock() < until
 }
-
-// absentForGood reports whether the client takes the stream as absent for good.
-func (s *sharedStream) absentForGood() bool { return s.absentUntil.Load() == forGood }
 
 // gone has the client take the stream as absent for good.
 func (s *sharedStream) gone() { s.absentUntil.Store(forGood) }
