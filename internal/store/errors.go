@@ -13,6 +13,11 @@ var (
 	ErrMaybeStored = errors.New("the object may or may not be stored")
 	// ErrInvalidKey marks a key that is empty, absolute or climbs with "..".
 	ErrInvalidKey = errors.New("invalid object key")
+	// ErrCredentials marks a request the store could not sign: no credentials could be had
+	// (none in the environment or the shared files, no identity of the machine, a
+	// credential_process that failed). Waiting rarely changes that, unless the error also
+	// carries a server's 5xx (STS or the instance metadata service down).
+	ErrCredentials = errors.New("no usable credentials for the store (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with the machine's identity)")
 )
 
 // ErrInvalidURL marks a store URL that Open cannot use: an unknown scheme, a relative file

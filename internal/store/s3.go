@@ -142,6 +142,9 @@ func NewS3(ctx context.Context, bucket, prefix string, opts Options) (*S3, error
 	if err != nil {
 		return nil, fmt.Errorf("store: s3 %s: load AWS config: %w", bucket, err)
 	}
+	if cfg.Credentials != nil {
+		cfg.Credentials = aws.NewCredentialsCache(markedCredentials{cfg.Credentials})
+	}
 	s.client = s3.NewFromConfig(cfg, func(o *s3.Options) {
 		if opts.Endpoint != "" {
 			o.BaseEndpoint = aws.String(opts.Endpoint)
@@ -495,6 +498,20 @@ func credentialProcessError(proc *processcreds.ProviderError) error {
 	return errors.New("get credentials from the AWS profile's credential_process: its output is not version 1 credentials with AccessKeyId and SecretAccessKey (not shown: it may hold credentials); run the process by hand to see what it prints")
 }
 
+// markedCredentials marks every failure to get credentials ErrCredentials, whatever the SDK's
+// provider chain said: the SDK gives such failures no type of their own, and a caller that
+// waits out a store's faults (submit run) waited its whole timeout for credentials that were
+// never there.
+type markedCredentials struct{ aws.CredentialsProvider }
+
+func (m markedCredentials) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	c, err := m.CredentialsProvider.Retrieve(ctx)
+	if err != nil {
+		return c, fmt.Errorf("%w: %w", ErrCredentials, err)
+	}
+	return c, nil
+}
+
 // URL returns s3://bucket/prefix/key.
 func (s *S3) URL(key string) string { return "s3://" + s.bucket + "/" + s.prefix + key }
 
@@ -506,7 +523,7 @@ func translate(err error) error {
 	}
 	var proc *processcreds.ProviderError
 	if errors.As(err, &proc) {
-		return credentialProcessError(proc)
+		return fmt.Errorf("%w: %w", ErrCredentials, credentialProcessError(proc))
 	}
 	var api smithy.APIError
 	if errors.As(err, &api) {

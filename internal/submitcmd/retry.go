@@ -2,6 +2,7 @@ package submitcmd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -92,15 +93,20 @@ func transientNATS(clustered bool) retryable {
 const missingWait = 15 * time.Second
 
 // transientStore: everything but a refusal the store means (a bad key or URL, a 4xx other
-// than a timeout or throttling).
+// than a timeout or throttling), a certificate the CAs given do not vouch for, and
+// credentials that cannot be had unless a server's 5xx is why (STS down): no wait brings
+// them, and run waited its whole --timeout for them.
 func transientStore(err error) bool {
 	var status interface{ HTTPStatusCode() int }
+	var cert *tls.CertificateVerificationError
 	switch {
-	case errors.Is(err, store.ErrInvalidKey), errors.Is(err, store.ErrInvalidURL):
+	case errors.Is(err, store.ErrInvalidKey), errors.Is(err, store.ErrInvalidURL), errors.As(err, &cert):
 		return false
 	case errors.As(err, &status):
 		code := status.HTTPStatusCode()
 		return code >= 500 || code == 408 || code == 429 || code == 0
+	case errors.Is(err, store.ErrCredentials):
+		return false
 	}
 	return true
 }
