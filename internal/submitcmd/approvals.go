@@ -147,6 +147,12 @@ func (e *env) approvals(ctx context.Context, jobID string) error {
 	if err != nil {
 		return fmt.Errorf("approvals: %w", err)
 	}
+	if jobID != "" && len(pending) == 0 {
+		// Nothing waiting for a job no one knows is a typo, not an empty list.
+		if _, err := q.Status(ctx, jobID); err != nil {
+			return fmt.Errorf("approvals: %w", unknownJob(err, jobID, q.Tenant()))
+		}
+	}
 	if e.json() {
 		out := map[string]any{"approvals": listed(pending)}
 		if len(skipped) > 0 {

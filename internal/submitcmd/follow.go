@@ -125,6 +125,17 @@ func (e *env) await(ctx context.Context, updates <-chan job.Status, view progres
 	}
 }
 
+// unknownJob is err, when it says a job is unknown (queue.ErrUnknownJob), saying where submit
+// looked for it: status, logs and approvals said "unknown job" alone, which a job id of
+// another tenant or NATS server also gets.
+func unknownJob(err error, id, tenant string) error {
+	if !errors.Is(err, queue.ErrUnknownJob) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: no status, and the job stream does not hold it (was it submitted to this NATS server, as tenant %s? `submit list` shows the tenant's jobs)",
+		queue.ErrUnknownJob, id, tenant)
+}
+
 func orUnknown(s job.State) string {
 	if s == "" {
 		return "unknown"
@@ -197,7 +208,7 @@ func (e *env) status(ctx context.Context, id string) error {
 	defer nc.Close()
 	st, err := q.Status(ctx, id)
 	if err != nil {
-		return err
+		return unknownJob(err, id, q.Tenant())
 	}
 	usage := e.tenantUsage(ctx, nc)
 	if e.json() {

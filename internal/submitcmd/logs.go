@@ -67,7 +67,7 @@ func (e *env) logs(ctx context.Context, id string, follow bool, trust trustFlags
 	defer nc.Close()
 	history, err := q.StatusHistory(ctx, id)
 	if err != nil {
-		return err
+		return unknownJob(err, id, q.Tenant())
 	}
 	var last job.Status
 	for _, st := range history {
@@ -83,7 +83,13 @@ func (e *env) logs(ctx context.Context, id string, follow bool, trust trustFlags
 		printf(e.stderr, "job %s is %s; the transcript is stored when the run commits (follow with `submit logs %s --follow`)\n", id, orUnknown(last.State), id)
 		return nil
 	}
-	return e.logTranscript(ctx, id, keys, trust.allowUnsigned)
+	err = e.logTranscript(ctx, id, keys, trust.allowUnsigned)
+	if errors.Is(err, errNotCommitted) && last.Manifest == "" {
+		// Ended before it ran (cancelled while queued, rejected): the steps are all it did.
+		printf(e.stderr, "job %s ended %s and kept no run: it has no transcript, the steps above are all it did\n", id, last.State)
+		return nil
+	}
+	return err
 }
 
 // followSteps prints each status change from last on until the job ends or ctx does.

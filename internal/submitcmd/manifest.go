@@ -25,7 +25,7 @@ var errNotCommitted = errors.New("has no committed run yet")
 // notCommitted is errNotCommitted for job id, saying what the store holds of it and how to
 // follow it; cmd is the command, what it did instead ends the message (nothing downloaded).
 func (e *env) notCommitted(ctx context.Context, st store.Store, cmd, id, instead string) error {
-	held := "no object of it (queued or running, or no job of tenant " + e.tenant() + ")"
+	held := "no object of it (queued or running, ended before it ran, or no job of tenant " + e.tenant() + ")"
 	// One object is enough to tell, whatever number a writer of the store put there.
 	if objects, _, err := store.ListAtMost(ctx, st, store.RunPrefix(id), 1); err == nil && len(objects) > 0 {
 		held = "an attempt's objects and no manifest (still uploading, or it ended before it could commit)"
