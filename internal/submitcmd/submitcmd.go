@@ -155,6 +155,22 @@ func (e *env) tenant() string {
 	return job.DefaultTenant
 }
 
+// checkTenant refuses a tenant that is no tenant name (job.ValidTenant) as bad usage, naming
+// where it came from, before NATS or the store is asked: NATS refused it at every lookup,
+// which submit waited out as an outage (30 s, run its whole --timeout), and the store read
+// under tenants/<whatever was given>/.
+func (e *env) checkTenant() error {
+	t := e.tenant()
+	if job.ValidTenant(t) {
+		return nil
+	}
+	from := "--tenant"
+	if e.tenantFlag == "" {
+		from = "BOXCAR_TENANT"
+	}
+	return cli.Usagef("%s %q is not a tenant name: lowercase letters, digits and '-', 1 to 32 characters", from, t)
+}
+
 // jobIDArgs takes min to max arguments (msg says what to give), the first of them a job id: one
 // that cannot be is bad usage, said before NATS, the store or a key is read. status, watch, logs,
 // cancel and approvals asked NATS about it (and, NATS away, said only that it was unreachable).
@@ -228,6 +244,9 @@ func (e *env) checkedURL(flag, name, env, key string) (string, error) {
 // connect reaches NATS and binds to the queue a worker set up, failing fast with a message that
 // says what to start.
 func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Client, error) {
+	if err := e.checkTenant(); err != nil {
+		return nil, nil, err
+	}
 	cfg, err := e.natsConfig()
 	if err != nil {
 		return nil, nil, err
@@ -255,6 +274,9 @@ func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Client, error) {
 // store.TenantPrefix(tenant) of the store's URL, where the workers read and write that
 // tenant's objects.
 func (e *env) openStore(ctx context.Context) (store.Store, error) {
+	if err := e.checkTenant(); err != nil {
+		return nil, err
+	}
 	st, err := e.openSharedStore(ctx)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package submitcmd
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -44,5 +45,38 @@ func TestLogsOfAJobThatEndedWithoutARun(t *testing.T) {
 				t.Errorf("logs: exit %d (%v), stdout %q, stderr %q; want exit 0, the step shown, and that it kept no run", exitCode(err), err, stdout, stderr)
 			}
 		})
+	}
+}
+
+// TestTenantThatIsNoTenantName: a --tenant or BOXCAR_TENANT that is no tenant name is bad usage
+// (exit 1, naming where it came from) for every command, before NATS or the store is asked.
+// Commands that read NATS waited 30 s for it as for an outage ("waiting for NATS JetStream"),
+// run its whole --timeout, and those that read the store alone read under tenants/Team B/.
+func TestTenantThatIsNoTenantName(t *testing.T) {
+	te := newTestEnv(t)
+	id := te.commitSucceeded(t)
+	input := writeTestFile(t, t.TempDir(), "sales.csv", "region,total\nnorth,3\n")
+	commands := [][]string{
+		{"status", id}, {"logs", id}, {"approvals"}, {"list"}, {"manifest", id}, {"verify", id},
+		{"get", id, "--out", t.TempDir()}, {"run", "--profile", "csv-analyst", "--task", "t", "--input", input},
+	}
+	for _, from := range []string{"--tenant", "BOXCAR_TENANT"} {
+		for _, cmd := range commands {
+			t.Run(from+" "+cmd[0], func(t *testing.T) {
+				var stdout, stderr bytes.Buffer
+				getenv := te.getenv
+				if from == "--tenant" {
+					cmd = append(cmd, "--tenant", "Team B")
+				} else {
+					getenv = func(k string) string {
+						return map[string]string{"NATS_URL": te.natsURL, "BOXCAR_HOME": te.home, "BOXCAR_TENANT": "Team B"}[k]
+					}
+				}
+				err := Run(t.Context(), cmd, getenv, &stdout, &stderr)
+				if msg := message(err); exitCode(err) != 1 || !strings.Contains(msg, from+` "Team B" is not a tenant name`) || stderr.Len() > 0 {
+					t.Errorf("%s: exit %d, %q, stderr %q; want exit 1 at once, naming %s", cmd[0], exitCode(err), msg, stderr.String(), from)
+				}
+			})
+		}
 	}
 }
