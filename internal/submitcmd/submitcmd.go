@@ -259,7 +259,7 @@ func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Client, error) {
 	defer cancel()
 	nc, err := queue.Connect(cctx, opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, refusedLogin(err, cfg.URL)
 	}
 	e.watchLink(nc, cfg.URL)
 	q, err := e.bind(ctx, nc, cfg)
@@ -268,6 +268,19 @@ func (e *env) connect(ctx context.Context) (*nats.Conn, *queue.Client, error) {
 		return nil, nil, err
 	}
 	return nc, q, nil
+}
+
+// refusedLogin is err, when the server answered and refused the credentials (nats.go's auth
+// errors), saying so and where credentials are given: queue.Connect's hint is for a server
+// nobody runs ("start one with `worker --embedded`"), which a wrong token was told too.
+func refusedLogin(err error, url string) error {
+	for _, refused := range []error{nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked, nats.ErrAccountAuthExpired} {
+		if errors.Is(err, refused) {
+			return fmt.Errorf("NATS at %s refused the credentials (%w): give the ones issued for you with --nats-creds, --nats-nkey, --nats-user and --nats-password-file, or --nats-token-file (or their variables); on the embedded worker's machine, none: its token in $BOXCAR_HOME/nats.token is read (docs/security.md)",
+				queue.RedactURL(url), refused)
+		}
+	}
+	return err
 }
 
 // openStore opens the store of the tenant submit acts for: every key under

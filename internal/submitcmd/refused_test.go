@@ -1,0 +1,44 @@
+package submitcmd
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// TestCredentialsTheServerRefuses: a NATS server that answers and refuses submit's credentials
+// (a wrong token, none at all) is said to have refused them, exit 1, naming where credentials
+// are given and never the token. It was said as a server nobody runs: "Authorization
+// Violation (is a worker or nats-server running? start one with `worker --embedded` …)".
+func TestCredentialsTheServerRefuses(t *testing.T) {
+	const token = "the-servers-token-4f1c"
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir(), Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	home := t.TempDir()
+	wrong := filepath.Join(home, "wrong.token")
+	if err := os.WriteFile(wrong, []byte("wrong-token-9e2a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, flags := range map[string][]string{"a wrong token": {"--nats-token-file", wrong}, "no credentials": nil} {
+		for _, cmd := range [][]string{{"status", "0123456789abcdef"}, {"list"}, {"run", "--profile", "p", "--task", "t"}} {
+			t.Run(name+" "+cmd[0], func(t *testing.T) {
+				var stdout, stderr bytes.Buffer
+				err := Run(t.Context(), append(cmd, flags...), func(k string) string {
+					return map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_HOME": home}[k]
+				}, &stdout, &stderr)
+				msg := message(err)
+				if exitCode(err) != 1 || !strings.Contains(msg, "refused the credentials") || strings.Contains(msg, "is a worker or nats-server running") ||
+					!strings.Contains(msg, "--nats-creds") || strings.Contains(msg, token) || strings.Contains(msg, "wrong-token") {
+					t.Errorf("%s: exit %d, %q; want exit 1 saying the server refused the credentials and where they are given", cmd[0], exitCode(err), msg)
+				}
+			})
+		}
+	}
+}
