@@ -35,7 +35,7 @@ func (e *env) cancel(ctx context.Context, id string) error {
 		return &ExitError{Code: 1, Msg: fmt.Sprintf("job %s already ended: %s", id, st.State)}
 	}
 	if err != nil {
-		return err
+		return unknownJob(err, id, q.Tenant())
 	}
 	if e.json() {
 		return e.printJSON(statusJSON(st))

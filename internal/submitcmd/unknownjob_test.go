@@ -15,7 +15,7 @@ import (
 func TestEveryCommandSaysAJobIsUnknown(t *testing.T) {
 	te := newTestEnv(t)
 	const id = "0123456789abcdef"
-	for _, cmd := range [][]string{{"status", id}, {"logs", id}, {"approvals", id}, {"watch", id}} {
+	for _, cmd := range [][]string{{"status", id}, {"logs", id}, {"approvals", id}, {"watch", id}, {"cancel", id}} {
 		t.Run(cmd[0], func(t *testing.T) {
 			stdout, stderr, err := te.submit(t, cmd...)
 			msg := message(err)
