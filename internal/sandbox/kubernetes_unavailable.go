@@ -33,6 +33,15 @@ var unavailableAnswers = []unavailableAnswer{
 	{"quota_full", "the sandbox namespace's ResourceQuota is full", func(err error) bool {
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
 	}},
+	// Admission's 403s that pass with no change to the pod: the quota controller has not yet
+	// counted the usage of a quota just made or changed, and the namespace's ServiceAccount
+	// (made moments after the namespace, deleted with the chart) is not there.
+	{"quota_not_counted", "the sandbox namespace's ResourceQuota has not counted its usage yet", func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "status unknown for quota")
+	}},
+	{"no_service_account", "the sandbox namespace has no ServiceAccount for the pod", func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "error looking up service account")
+	}},
 	// The authorizer's refusal alone: admission refusing the pod (PodSecurity, a LimitRange, a
 	// webhook) is Forbidden too, but says what of the pod it refuses, and no wait changes that.
 	{"not_permitted", "the API server refuses the worker; check its credentials and its Role in the sandbox namespace", func(err error) bool {

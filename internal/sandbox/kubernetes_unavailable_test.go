@@ -56,6 +56,14 @@ func TestKubernetesStartUnavailable(t *testing.T) {
 			createErr: apierrors.NewForbidden(pods, "boxcar-x", errors.New("exceeded quota: boxcar-sandboxes, requested: pods=1, used: pods=40, limited: pods=40"))},
 		{name: "RBAC refuses", unavailable: true,
 			createErr: apierrors.NewForbidden(pods, "", errors.New(`User "system:serviceaccount:boxcar:worker" cannot create resource "pods"`))},
+		// Admission's 403s that a wait does change, for no fault of the job's: a ResourceQuota
+		// whose usage the quota controller has not counted yet (a quota just made or changed),
+		// and a namespace whose ServiceAccount is not there (made moments after the namespace, or
+		// deleted with the chart): failed, each job spent a delivery on them.
+		{name: "quota usage not counted yet", unavailable: true, says: "status unknown for quota",
+			createErr: apierrors.NewForbidden(pods, "boxcar-x", errors.New("status unknown for quota: boxcar-sandboxes, resources: pods"))},
+		{name: "the namespace's ServiceAccount missing", unavailable: true, says: "error looking up service account",
+			createErr: apierrors.NewForbidden(pods, "boxcar-x", errors.New(`error looking up service account boxcar-sandboxes/default: serviceaccount "default" not found`))},
 		// Admission refusing the pod itself is Forbidden too, but no wait changes it: taken for
 		// the worker's Role, the job waited out its start and the worker fetched nothing meanwhile.
 		{name: "PodSecurity refuses the pod", says: "violates PodSecurity",
