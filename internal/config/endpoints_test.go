@@ -78,6 +78,11 @@ func TestCheckURLBySource(t *testing.T) {
 		// the token's first part as a host, and name it in its errors.
 		{"nats.url", config.FromEnv, "nats://" + secret + "/x@127.0.0.1:4222", "an '@' after the host"},
 		{"model.base_url", config.FromEnv, "https://" + secret + "/x@127.0.0.1:1/v1", "an '@' after the host"},
+		// So does a store URL: s3://tok/en@bucket names the bucket "tok", and the store's
+		// errors name the bucket and the prefix; an '@' that belongs in the path is %40.
+		{"store.url", config.FromFile, "s3://" + secret + "/x@bucket/p", "an '@' after the host"},
+		{"store.url", config.FromEnv, "file://" + secret + "/x@localhost/srv/store", "an '@' after the host"},
+		{"store.url", config.FromFlag, "s3://bucket/p%40x", ""},
 	}
 	for _, tt := range tests {
 		err := config.CheckURL(tt.key, tt.from, tt.v)

@@ -26,10 +26,15 @@ const encodeHint = "percent-encode %, /, ?, #, @ and : in a user name or passwor
 
 // ParseURL is url.Parse with an error that holds no part of raw: the error says which kind of
 // problem it is (url's own words up to the quoted piece of input) and how to fix the usual one.
+// A URL with an '@' past its host is refused too (noAtAfterHost), whatever its scheme: a store
+// URL s3://tok/en@bucket names the bucket "tok", as nats://tok/en@host dials the host "tok".
 func ParseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s); %s", ErrBadURL, reason(err), encodeHint)
+	}
+	if err := noAtAfterHost(u); err != nil {
+		return nil, err
 	}
 	return u, nil
 }
@@ -39,9 +44,6 @@ func ParseURL(raw string) (*url.URL, error) {
 func ParseHTTPURL(raw string) (*url.URL, error) {
 	u, err := ParseURL(raw)
 	if err != nil {
-		return nil, err
-	}
-	if err := noAtAfterHost(u); err != nil {
 		return nil, err
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -93,11 +95,7 @@ func CheckURLList(list, scheme string) error {
 		if !strings.Contains(s, "://") {
 			s = scheme + "://" + s
 		}
-		u, err := ParseURL(s)
-		if err == nil {
-			err = noAtAfterHost(u) // a NATS URL has no path: an '@' there ended a token early
-		}
-		if err != nil {
+		if _, err := ParseURL(s); err != nil {
 			if len(parts) > 1 {
 				return fmt.Errorf("URL %d of %d: %w", i+1, len(parts), err)
 			}
