@@ -203,8 +203,9 @@ func (c *Consumer) RequestApproval(ctx context.Context, a Approval) (Approval, e
 	if err != nil {
 		return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
 	}
-	// An older worker of an upgrade may have asked for this job before: its answer stands.
-	if err := c.approvals.adopt(ctx, kv, key); err != nil {
+	// An older worker of an upgrade may have asked for this job before: its answer stands. It is
+	// waited for while the shared bucket answers nobody, within the approval's time (ctx).
+	if err := c.approvals.adoptWaiting(ctx, kv, key); err != nil {
 		return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
 	}
 	got, rev, err := update(ctx, kv, key, guess[Approval]{}, func(old *Approval, rev uint64) (bool, error) {

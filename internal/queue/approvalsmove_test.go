@@ -13,6 +13,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestApprovalsMoveToTenantBuckets is an upgrade from one approvals bucket for every tenant,
@@ -99,4 +100,60 @@ func TestApprovalsMoveToTenantBuckets(t *testing.T) {
 func answeredIn(data []byte) bool {
 	var a queue.Approval
 	return json.Unmarshal(data, &a) == nil && a.Decision == job.DecisionApproved && a.DecidedBy == "ann"
+}
+
+// TestApprovalWaitsForASharedBucketThatAnswersNobody: a worker of this version asking a
+// person about a command looks first in the shared approvals bucket, where an older worker of
+// an upgrade may have asked about it and been answered. While that bucket's stream answered
+// nobody (its server restarting) the request failed at once, and the command was denied to the
+// model ("approval failed"), where before the change it was asked: the request now waits for
+// the bucket within the approval's time, and then finds the answer given there.
+func TestApprovalWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
+	t.Parallel()
+	u := newUpgrade(t, true)
+	ctx, cfg := u.ctx, u.cfg
+	shared := u.olderBucket(t, cfg.ApprovalsBucket, 1)
+	b := start(t, u.nc, cfg)
+	now := time.Now().UTC()
+	asked := queue.Approval{Tenant: tenant, JobID: job.NewID(), CallID: "call-1", Argv: []string{"rm", "x"}, RequestedAt: now, ExpiresAt: now.Add(time.Hour)}
+	answered := asked
+	answered.Decision, answered.DecidedBy = job.DecisionApproved, "ann"
+	data, err := json.Marshal(answered)
+	if err == nil {
+		_, err = shared.Put(ctx, tenant+"."+asked.JobID+".call-1", data)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "KV_" + cfg.ApprovalsBucket
+	answering := streamConfig(t, u.js, name)
+	silent := answering
+	silent.AllowDirect = false // a direct get is answered by nobody, as while its server restarts
+	if _, err := u.js.UpdateStream(ctx, silent); err != nil {
+		t.Fatal(err)
+	}
+	// The worker asks the stream's info once its direct get went unanswered.
+	looked, err := u.nc.SubscribeSync("$JS.API.STREAM.INFO." + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		a   queue.Approval
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, err := b.w.RequestApproval(ctx, asked)
+		done <- result{a, err}
+	}()
+	if _, err := looked.NextMsg(harness.Timeout(20 * time.Second)); err != nil {
+		t.Fatalf("the worker never looked the silent stream up: %v", err)
+	}
+	if _, err := u.js.UpdateStream(ctx, answering); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got.err != nil || got.a.Decision != job.DecisionApproved {
+		t.Errorf("asking while the shared bucket answered nobody: %+v, %v; want the answer given there", got.a, got.err)
+	}
 }

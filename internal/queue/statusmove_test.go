@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -143,6 +144,9 @@ func TestStatusWriteWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
 	_, werr := b.w.UpdateStatus(ctx, ref(id), job.RequestCancel)
 	if _, err := u.js.UpdateStream(ctx, answering); err != nil {
 		t.Fatal(err)
+	}
+	if werr != nil && strings.Contains(werr.Error(), "%!") {
+		t.Errorf("the write's error is garbled: %v", werr)
 	}
 	if werr == nil {
 		st, err := b.c.Status(ctx, id)

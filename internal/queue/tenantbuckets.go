@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/backoff"
 )
 
 // A kind of bucket every tenant's keys were in (statuses first) has one bucket per tenant,
@@ -105,6 +107,23 @@ func (b *tenantBuckets) adopt(ctx context.Context, kv jetstream.KeyValue, key st
 		return fmt.Errorf("queue: move %s from the shared %s bucket %s: %w", key, b.what, b.prefix, err)
 	}
 	return nil
+}
+
+// adoptWaiting is adopt asked again, backoff.Delay apart, while the shared bucket's stream is
+// there and answers nobody, until ctx ends: for a caller whose failure nobody tries again (a
+// request for approval, whose failure denies the command to the model).
+func (b *tenantBuckets) adoptWaiting(ctx context.Context, kv jetstream.KeyValue, key string) error {
+	for round := 1; ; round++ {
+		err := b.adopt(ctx, kv, key)
+		if !errors.Is(err, errUnanswered) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", err, context.Cause(ctx))
+		case <-time.After(backoff.Delay(round)):
+		}
+	}
 }
 
 // moveShared copies, for each tenant, its keys in b's shared bucket whose value is done with
@@ -245,11 +264,15 @@ func (s *sharedBucket) lookup(ctx context.Context, key string) (jetstream.KeyVal
 	msg, err := s.stream.ask(ctx, "$KV."+s.bucket+"."+key)
 	if errors.Is(err, errUnanswered) {
 		_, lerr := s.js.Stream(ctx, s.stream.name)
-		if errors.Is(lerr, jetstream.ErrStreamNotFound) {
+		switch {
+		case errors.Is(lerr, jetstream.ErrStreamNotFound):
 			s.stream.unanswered() // gone (an upgrade's end removed it): asked again after sharedRelook
 			return nil, jetstream.ErrKeyNotFound
+		case lerr != nil:
+			err = fmt.Errorf("%w, and its stream %s could not be looked up (%w); try again once NATS is settled", err, s.stream.name, lerr)
+		default:
+			err = fmt.Errorf("%w: its stream %s is there and answers nobody, its leader being elected or its server restarting; try again once NATS is settled", err, s.stream.name)
 		}
-		err = fmt.Errorf("%w: its stream %s is there (%w) and answers nobody, its leader being elected or its server restarting; try again once NATS is settled", err, s.stream.name, lerr)
 	}
 	return s.entry(key, msg, err)
 }
