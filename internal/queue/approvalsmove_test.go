@@ -126,12 +126,7 @@ func TestApprovalWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := "KV_" + cfg.ApprovalsBucket
-	answering := streamConfig(t, u.js, name)
-	silent := answering
-	silent.AllowDirect = false // a direct get is answered by nobody, as while its server restarts
-	if _, err := u.js.UpdateStream(ctx, silent); err != nil {
-		t.Fatal(err)
-	}
+	answer := u.silence(t, name)
 	// The worker asks the stream's info once its direct get went unanswered.
 	looked, err := u.nc.SubscribeSync("$JS.API.STREAM.INFO." + name)
 	if err != nil {
@@ -149,9 +144,7 @@ func TestApprovalWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
 	if _, err := looked.NextMsg(harness.Timeout(20 * time.Second)); err != nil {
 		t.Fatalf("the worker never looked the silent stream up: %v", err)
 	}
-	if _, err := u.js.UpdateStream(ctx, answering); err != nil {
-		t.Fatal(err)
-	}
+	answer()
 	got := <-done
 	if got.err != nil || got.a.Decision != job.DecisionApproved {
 		t.Errorf("asking while the shared bucket answered nobody: %+v, %v; want the answer given there", got.a, got.err)

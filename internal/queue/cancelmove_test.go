@@ -233,19 +233,12 @@ func TestCancelAskedWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := "KV_" + queue.CancelBucket
-	answering := streamConfig(t, u.js, name)
-	silent := answering
-	silent.AllowDirect = false // a direct get is answered by nobody, as while its server restarts
-	if _, err := u.js.UpdateStream(u.ctx, silent); err != nil {
-		t.Fatal(err)
-	}
+	answer := u.silence(t, name)
 	asked, err := b.w.CancelAsked(u.ctx, ref(j.ID))
 	if err == nil && !asked {
 		t.Errorf("CancelAsked while the shared bucket answered nobody: not asked, no error; want it to say it cannot tell")
 	}
-	if _, err := u.js.UpdateStream(u.ctx, answering); err != nil {
-		t.Fatal(err)
-	}
+	answer()
 	if asked, err := b.w.CancelAsked(u.ctx, ref(j.ID)); err != nil || !asked {
 		t.Errorf("CancelAsked once it answers: %t, %v; want asked", asked, err)
 	}

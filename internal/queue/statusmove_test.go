@@ -135,16 +135,9 @@ func TestStatusWriteWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := "KV_" + cfg.StatusBucket
-	answering := streamConfig(t, u.js, name)
-	silent := answering
-	silent.AllowDirect = false // a direct get is answered by nobody, as while its server restarts
-	if _, err := u.js.UpdateStream(ctx, silent); err != nil {
-		t.Fatal(err)
-	}
+	answer := u.silence(t, name)
 	_, werr := b.w.UpdateStatus(ctx, ref(id), job.RequestCancel)
-	if _, err := u.js.UpdateStream(ctx, answering); err != nil {
-		t.Fatal(err)
-	}
+	answer()
 	if werr != nil && strings.Contains(werr.Error(), "%!") {
 		t.Errorf("the write's error is garbled: %v", werr)
 	}
@@ -157,5 +150,23 @@ func TestStatusWriteWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
 	st, err := b.w.UpdateStatus(ctx, ref(id), job.RequestCancel)
 	if err != nil || st.State != job.StateRunning || st.Attempt != 2 || !st.CancelRequested {
 		t.Errorf("the write once it answers: %+v, %v; want the older worker's running attempt 2, cancel requested", st, err)
+	}
+}
+
+// silence has the stream name answer no direct get, as while its server restarts, and returns
+// what makes it answer again.
+func (u upgrade) silence(t *testing.T, name string) (answer func()) {
+	t.Helper()
+	answering := streamConfig(t, u.js, name)
+	silent := answering
+	silent.AllowDirect = false
+	if _, err := u.js.UpdateStream(u.ctx, silent); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if _, err := u.js.UpdateStream(u.ctx, answering); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
