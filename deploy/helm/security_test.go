@@ -239,7 +239,12 @@ func checkWorkerNetworkPolicy(t *testing.T, r *rendered, cfg config.Config) {
 			allowed[string(*p.Protocol)+"/"+p.Port.String()] = true
 		}
 	}
-	model, _ := lookup(r.values, "openai.baseURL").(string)
+	// The worker's model endpoint: model.base_url when the config names one, which the worker
+	// takes over OPENAI_BASE_URL (openai.baseURL), else that.
+	model := cfg.Model.BaseURL
+	if model == "" {
+		model, _ = lookup(r.values, "openai.baseURL").(string)
+	}
 	store := cfg.Store.Endpoint
 	if store == "" {
 		store = "https://s3.amazonaws.com"
@@ -284,6 +289,7 @@ func TestWorkerNetworkPolicyFollowsEndpoints(t *testing.T) {
 		"",
 		"config: {store: {endpoint: 'http://versitygw.boxcar.svc:7070'}, nats: {url: 'nats://queue.msg:14222'}}\nopenai: {baseURL: 'http://model.boxcar.svc:8080/v1'}",
 		"natsServer: {port: 4333}\nopenai: {baseURL: 'https://llm.corp.example/v1'}",
+		"config: {model: {base_url: 'http://vllm.models.svc:8000/v1'}}",
 	} {
 		r := render(t, values(t, vals))
 		checkWorkerNetworkPolicy(t, r, workerConfig(t, r))
@@ -394,11 +400,20 @@ func TestModelDownAlertShowsNoCredentials(t *testing.T) {
 			t.Errorf("the refusal holds %q of openai.baseURL: %v", secret, err)
 		}
 	}
-	r := render(t, values(t, `
-signing: {privateKey: `+testPrivateKey+`}
-openai: {baseURL: "https://model.example.com:8443/v1"}
-metrics: {prometheusRule: {enabled: true}}
-`))
+	// The endpoint the workers use: openai.baseURL, or config.model.base_url, which they take
+	// over it.
+	for vals, want := range map[string]string{
+		`openai: {baseURL: "https://model.example.com:8443/v1"}`:                                            "https://model.example.com:8443/v1",
+		`config: {model: {base_url: "http://vllm.models.svc:8000/v1"}}`:                                     "http://vllm.models.svc:8000/v1",
+		"openai: {baseURL: \"https://a.example/v1\"}\nconfig: {model: {base_url: \"http://b.example/v1\"}}": "http://b.example/v1",
+	} {
+		checkModelDownNames(t, render(t, values(t, vals+"\nmetrics: {prometheusRule: {enabled: true}}\n")), want)
+	}
+}
+
+// checkModelDownNames: the PrometheusRule names the model endpoint want.
+func checkModelDownNames(t *testing.T, r *rendered, want string) {
+	t.Helper()
 	found := false
 	for _, o := range r.objects {
 		if o.GVK.Kind != "PrometheusRule" {
@@ -409,8 +424,8 @@ metrics: {prometheusRule: {enabled: true}}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(string(doc), "https://model.example.com:8443/v1") {
-			t.Errorf("the PrometheusRule %s does not name the model endpoint https://model.example.com:8443/v1", o.Name)
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("the PrometheusRule %s does not name the model endpoint %s", o.Name, want)
 		}
 	}
 	if !found {

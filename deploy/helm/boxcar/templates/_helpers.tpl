@@ -46,6 +46,13 @@ app.kubernetes.io/component: sandbox
 {{- printf "%s.svc.%s" (.Values.natsServer.namespace | default .Release.Namespace) .Values.natsServer.clusterDomain -}}
 {{- end -}}
 
+{{/* The workers' model endpoint: config.model.base_url, which the worker takes over its
+OPENAI_BASE_URL (openai.baseURL), else that. The workers' NetworkPolicy opens its port and
+BoxcarModelDown names it. */}}
+{{- define "boxcar.modelURL" -}}
+{{- dig "model" "base_url" "" .Values.config | default .Values.openai.baseURL -}}
+{{- end -}}
+
 {{/* The workers' NATS URL: config.nats.url, or natsServer's client Service. */}}
 {{- define "boxcar.natsURL" -}}
 {{- with .Values.natsServer -}}
@@ -161,7 +168,7 @@ a query (an api-key= parameter), as redact.URL shows one in the worker's logs. *
 {{- if and $u.scheme $u.host -}}
 {{- printf "%s://%s%s" $u.scheme $u.host $u.path -}}
 {{- else if or (contains "@" .) (contains "?" .) -}}
-[a URL that does not parse; see openai.baseURL]
+[a URL that does not parse; see config.model.base_url or openai.baseURL]
 {{- else -}}
 {{- . -}}
 {{- end -}}
