@@ -235,6 +235,9 @@ func checkWorkerNetworkPolicy(t *testing.T, r *rendered, cfg config.Config) {
 	}
 	allowed := map[string]bool{}
 	for _, rule := range np.Spec.Egress {
+		if len(rule.Ports) == 0 {
+			allowed["any"] = true
+		}
 		for _, p := range rule.Ports {
 			allowed[string(*p.Protocol)+"/"+p.Port.String()] = true
 		}
@@ -253,11 +256,38 @@ func checkWorkerNetworkPolicy(t *testing.T, r *rendered, cfg config.Config) {
 		"DNS": "UDP/53", "NATS": "TCP/" + urlPort(t, cfg.NATS.URL), "the store": "TCP/" + urlPort(t, store),
 		"the model": "TCP/" + urlPort(t, model), "the API server": "TCP/443",
 	}
+	for what, port := range sandboxEgress(cfg) {
+		need[what] = port
+	}
 	for what, port := range need {
-		if !allowed[port] {
+		if !allowed[port] && !allowed["any"] {
 			t.Errorf("the workers cannot reach %s on %s: egress %v", what, port, allowed)
 		}
 	}
+}
+
+// sandboxEgress is what the workers' egress proxy dials for sandboxes: each profile's
+// network.allow entry on its port ("any" for an entry that names none), and the proxy's
+// egress.resolver.
+func sandboxEgress(cfg config.Config) map[string]string {
+	need := map[string]string{}
+	for name, p := range cfg.Profiles {
+		if p.Network == nil {
+			continue
+		}
+		for _, entry := range p.Network.Allow {
+			port := "any"
+			if i := strings.LastIndexByte(entry, ':'); i >= 0 {
+				port = "TCP/" + entry[i+1:]
+			}
+			need["profile "+name+"'s "+entry] = port
+		}
+	}
+	if r := cfg.Egress.Resolver; r != "" {
+		_, port, _ := strings.Cut(r, ":")
+		need["the egress resolver"] = "UDP/" + port
+	}
+	return need
 }
 
 func metricsPort(t *testing.T, cfg config.Config) string {
@@ -290,10 +320,23 @@ func TestWorkerNetworkPolicyFollowsEndpoints(t *testing.T) {
 		"config: {store: {endpoint: 'http://versitygw.boxcar.svc:7070'}, nats: {url: 'nats://queue.msg:14222'}}\nopenai: {baseURL: 'http://model.boxcar.svc:8080/v1'}",
 		"natsServer: {port: 4333}\nopenai: {baseURL: 'https://llm.corp.example/v1'}",
 		"config: {model: {base_url: 'http://vllm.models.svc:8000/v1'}}",
+		networkedProfile("['api.example.com:8443', '*.files.example.com:8080']") + "\n  egress: {resolver: 'dns.corp.example:5353'}",
+		networkedProfile("['api.example.com', 'pypi.org:443']"),
 	} {
 		r := render(t, values(t, vals))
 		checkWorkerNetworkPolicy(t, r, workerConfig(t, r))
 	}
+}
+
+// networkedProfile is config values with a profile web whose sandboxes may reach allow.
+func networkedProfile(allow string) string {
+	return `config:
+  profiles:
+    web:
+      model: {name: gpt-4.1-mini}
+      sandbox: {image: busybox:1.37}
+      tools: [{name: read_file}]
+      network: {allow: ` + allow + `}`
 }
 
 // TestReleasesReapOnlyTheirOwn (issue 23): two releases share a sandbox namespace (same release

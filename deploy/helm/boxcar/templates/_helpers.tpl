@@ -53,6 +53,19 @@ BoxcarModelDown names it. */}}
 {{- dig "model" "base_url" "" .Values.config | default .Values.openai.baseURL -}}
 {{- end -}}
 
+{{/* The ports the workers' egress proxy dials for sandboxes, as a JSON list: each profile's
+network.allow entry's ("host:port"), and "any" for an entry that names none ("host", every
+port). The proxy checks the host names; a NetworkPolicy can only name ports and peers. */}}
+{{- define "boxcar.sandboxEgressPorts" -}}
+{{- $ports := list -}}
+{{- range $name, $p := .Values.config.profiles -}}
+{{- range (dig "network" "allow" list ($p | default dict)) -}}
+{{- $ports = append $ports (regexFind ":[0-9]+$" (toString .) | trimPrefix ":" | default "any") -}}
+{{- end -}}
+{{- end -}}
+{{- toJson ($ports | uniq | sortAlpha) -}}
+{{- end -}}
+
 {{/* The workers' NATS URL: config.nats.url, or natsServer's client Service. */}}
 {{- define "boxcar.natsURL" -}}
 {{- with .Values.natsServer -}}
