@@ -253,6 +253,12 @@ tests:
       - {eval_time: 4m, alertname: BoxcarDeadLetters, exp_alerts: []}
       - {eval_time: 20m, alertname: BoxcarModelDown, exp_alerts: []}
 `
+	promtoolTestRules(t, tests)
+}
+
+// promtoolTestRules runs promtool's rule unit tests of tests (a test file's YAML).
+func promtoolTestRules(t *testing.T, tests string) {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "boxcar-rules-test.yaml")
 	if err := os.WriteFile(file, []byte(tests), 0o644); err != nil {
 		t.Fatal(err)
@@ -260,5 +266,54 @@ tests:
 	out, err := exec.Command(promtool(t), "test", "rules", file).CombinedOutput()
 	if err != nil {
 		t.Errorf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// TestNoWorkersAlertFollowsKEDA: with KEDA, BoxcarNoWorkers fires as KEDA would run a worker
+// and none is available. KEDA activates the Deployment when one tenant's trigger, its
+// consumer's pending and ack-pending jobs, passes activationLagThreshold, so jobs of several
+// tenants each at the threshold are the idle the operator chose, not an outage; and with
+// minReplicaCount 1 or more a worker should run whatever waits, so any waiting job with none
+// available is one.
+func TestNoWorkersAlertFollowsKEDA(t *testing.T) {
+	const (
+		a       = `account="$G",stream_name="BOXCAR_JOBS_a",consumer_name="boxcar-workers-a",is_consumer_leader="true"`
+		b       = `account="$G",stream_name="BOXCAR_JOBS_b",consumer_name="boxcar-workers-b",is_consumer_leader="true"`
+		workers = `kube_deployment_status_replicas_available{namespace="boxcar",deployment="boxcar"}`
+	)
+	series := func(pa, pb string) string {
+		return `
+      - {series: 'nats_consumer_num_pending{` + a + `}', values: '` + pa + `x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + a + `}', values: '0x30'}
+      - {series: 'nats_consumer_num_pending{` + b + `}', values: '` + pb + `x30'}
+      - {series: 'nats_consumer_num_ack_pending{` + b + `}', values: '0x30'}
+      - {series: '` + workers + `', values: '0x30'}`
+	}
+	firing := `[{exp_labels: {severity: critical}}]`
+	for _, tc := range []struct {
+		name, values, pa, pb, want string
+	}{
+		{"two tenants each at the activation threshold", "minReplicaCount: 0, activationLagThreshold: 5", "5", "5", "[]"},
+		{"one tenant past the activation threshold", "minReplicaCount: 0, activationLagThreshold: 5", "6", "0", firing},
+		{"a minimum of one worker and jobs below the threshold", "minReplicaCount: 1, activationLagThreshold: 5", "3", "0", firing},
+		{"a minimum of one worker and nothing waits", "minReplicaCount: 1, activationLagThreshold: 5", "0", "0", "[]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := render(t, values(t, "metrics: {prometheusRule: {enabled: true}}\nkeda: {enabled: true, "+tc.values+"}\nconfig: {tenants: {a: {profiles: [file-summary]}, b: {profiles: [file-summary]}}}"))
+			pr := all[*prometheusRule](r)
+			if len(pr) != 1 {
+				t.Fatalf("%d PrometheusRules, want 1", len(pr))
+			}
+			rules := writeRules(t, pr[0], false)
+			promtoolTestRules(t, `
+rule_files: [`+rules+`]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:`+series(tc.pa, tc.pb)+`
+    alert_rule_test:
+      - {eval_time: 20m, alertname: BoxcarNoWorkers, exp_alerts: `+tc.want+`}
+`)
+		})
 	}
 }
