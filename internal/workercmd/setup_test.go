@@ -3,6 +3,8 @@ package workercmd_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +122,72 @@ func TestCheckConfigSaysTheQueueBoundsSetupApplies(t *testing.T) {
 				t.Errorf("%s says\n%s\nwant a line with %q", args[0], stdout.String(), want)
 			}
 		}
+	}
+}
+
+// TestSetupTakesATenantAddedLater: the operator's upgrade that adds a tenant and changes
+// another's max_concurrent runs `worker setup` again (the chart's pre-upgrade hook): the new
+// tenant gets its job stream, consumer and buckets, the changed tenant's consumer takes its new
+// bound, and nothing of the first tenant's is lost (a job queued before stays queued).
+func TestSetupTakesATenantAddedLater(t *testing.T) {
+	t.Parallel()
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	getenv := func(k string) string { return map[string]string{"NATS_URL": ns.ClientURL()}[k] }
+	const head = "store: {url: \"s3://boxcar/runs\"}\nprofiles:\n  p:\n    model: {name: gpt-4.1-mini}\n    tools: [{name: read_file}]\ntenants:\n"
+	dir := t.TempDir()
+	setup := func(tenants string) {
+		t.Helper()
+		file := filepath.Join(dir, "boxcar.yaml")
+		if err := os.WriteFile(file, []byte(head+tenants), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		if err := workercmd.Run(t.Context(), []string{"setup", "--config", file}, getenv, &stdout, &stderr); err != nil {
+			t.Fatalf("setup: %v\n%s", err, stderr.String())
+		}
+	}
+	setup("  team-a: {profiles: [p], max_concurrent: 4}\n")
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.Publish(ctx, "boxcar.jobs.team-a.j1", []byte(`{}`)); err != nil {
+		t.Fatalf("queue a job of team-a: %v", err)
+	}
+	setup("  team-a: {profiles: [p], max_concurrent: 8}\n  team-b: {profiles: [p], max_concurrent: 2}\n")
+	for tenant, want := range map[string]int{"team-a": 8, "team-b": 2} {
+		c, err := js.Consumer(ctx, "BOXCAR_JOBS_"+tenant, "boxcar-workers-"+tenant)
+		if err != nil {
+			t.Fatalf("%s's consumer after the second setup: %v", tenant, err)
+		}
+		if got := c.CachedInfo().Config.MaxAckPending; got != want {
+			t.Errorf("%s's consumer: max_ack_pending %d, want %d", tenant, got, want)
+		}
+	}
+	for _, b := range []string{"BOXCAR_STATUS_team-b", "BOXCAR_APPROVALS_team-b", "BOXCAR_CANCEL_team-b", "BOXCAR_USAGE_team-b"} {
+		if _, err := js.KeyValue(ctx, b); err != nil {
+			t.Errorf("bucket %s of the added tenant: %v", b, err)
+		}
+	}
+	if _, err := js.Stream(ctx, "BOXCAR_DLQ_team-b"); err != nil {
+		t.Errorf("dead-letter stream of the added tenant: %v", err)
+	}
+	s, err := js.Stream(ctx, "BOXCAR_JOBS_team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Msgs; n != 1 {
+		t.Errorf("team-a's job stream holds %d jobs after the second setup, want the 1 queued before", n)
 	}
 }
