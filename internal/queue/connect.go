@@ -43,6 +43,9 @@ type ConnOptions struct {
 	CertFile, KeyFile string
 	// Timeout bounds one dial. Default: 5s; a ctx deadline given to Connect bounds it too.
 	Timeout time.Duration
+	// Unreachable is what Connect's error tells to check when no server answers, in the words
+	// of the command that connects. Default: a submitter's (--nats, NATS_URL, `worker --embedded`).
+	Unreachable string
 }
 
 // LogValue shows the options without a secret: the URL redacted, files by name and only
@@ -226,7 +229,11 @@ func Connect(ctx context.Context, o ConnOptions) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.URL, append(opts, nats.ReconnectWait(time.Second))...)
 	if err != nil {
-		return nil, fmt.Errorf("queue: connect to NATS at %s: %w (is a worker or nats-server running? start one with `worker --embedded`, or set --nats / NATS_URL and the credentials: see docs/security.md)", RedactURL(o.URL), err)
+		hint := o.Unreachable
+		if hint == "" {
+			hint = "is a worker or nats-server running? start one with `worker --embedded`, or set --nats / NATS_URL and the credentials: see docs/security.md"
+		}
+		return nil, fmt.Errorf("queue: connect to NATS at %s: %w (%s)", RedactURL(o.URL), err, hint)
 	}
 	return nc, nil
 }

@@ -63,6 +63,7 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 	if err != nil {
 		return err
 	}
+	opts.Unreachable = "is NATS running there? setup connects to the config's nats.url, or NATS_URL when set, with the login of its --nats-* flags"
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	nc, err := queue.Connect(cctx, opts)

@@ -3,6 +3,7 @@ package workercmd_test
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -189,5 +190,44 @@ func TestSetupTakesATenantAddedLater(t *testing.T) {
 	}
 	if n := s.CachedInfo().State.Msgs; n != 1 {
 		t.Errorf("team-a's job stream holds %d jobs after the second setup, want the 1 queued before", n)
+	}
+}
+
+// TestSetupSaysWhereItLookedForNATS: a `worker setup` that reaches no NATS server says the
+// address came from the config's nats.url or NATS_URL, its only two sources; it said "set
+// --nats / NATS_URL", a flag setup does not have, and "start one with `worker --embedded`",
+// which an operator declaring a cluster's queue has no use for.
+func TestSetupSaysWhereItLookedForNATS(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() { // a server that hangs up at once: no NATS answers there
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	addr := l.Addr().String()
+	getenv := func(k string) string { return map[string]string{"NATS_URL": "nats://" + addr}[k] }
+	var stdout, stderr bytes.Buffer
+	err = workercmd.Run(t.Context(), []string{"setup", "--config", "testdata/check-config/13-ok-tenants.yaml"}, getenv, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("setup with no NATS server succeeded")
+	}
+	for _, want := range []string{addr, "nats.url", "NATS_URL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("setup's error %q does not name %s", err, want)
+		}
+	}
+	for _, wrong := range []string{"--nats ", "worker --embedded"} {
+		if strings.Contains(err.Error(), wrong) {
+			t.Errorf("setup's error %q says %q, which setup has no use for", err, wrong)
+		}
 	}
 }
