@@ -68,9 +68,13 @@ Runs Boxcar jobs from NATS JetStream.
 
 Commands:
 `)
+	width := 0
+	for _, c := range root.Commands() {
+		width = max(width, len(c.Use))
+	}
 	for _, c := range root.Commands() {
 		if c.IsAvailableCommand() {
-			fmt.Fprintf(&b, "  %-30s %s\n", c.Use, c.Short)
+			fmt.Fprintf(&b, "  %-*s  %s\n", width, c.Use, c.Short)
 		}
 	}
 	b.WriteString("\nFlags:\n")

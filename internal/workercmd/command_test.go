@@ -36,6 +36,12 @@ func TestHelpListsEveryFlag(t *testing.T) {
 				t.Errorf("worker %s does not mention %q:\n%s", args[0], s, stdout)
 			}
 		}
+		// Each command's line keeps its usage and its summary apart by two spaces or more.
+		for _, c := range NewCommand(noEnv, &bytes.Buffer{}, &bytes.Buffer{}).Commands() {
+			if c.IsAvailableCommand() && !strings.Contains(stdout, "  "+c.Use+"  ") {
+				t.Errorf("worker %s runs command %q into its summary:\n%s", args[0], c.Use, stdout)
+			}
+		}
 	}
 }
 
