@@ -62,7 +62,7 @@ type Approval struct {
 	// bucket can set.
 	Signed string `json:"signed,omitempty"`
 	// Revision is the bucket's revision of the entry as read (not stored): what a signed
-	// decision binds the answer to.
+	// decision binds the answer to. Given to RequestApproval, the request to go on with.
 	Revision uint64 `json:"-"`
 }
 
@@ -179,8 +179,11 @@ func shortQuote(s string) string {
 
 // RequestApproval records a command waiting for a person and returns what the bucket holds
 // for it. When a person already approved or denied the same command for the same job and call
-// id (a redelivered job asking again), that answer is returned and nothing is written; any
-// other earlier request under the key is replaced.
+// id (a redelivered job asking again), that answer is returned and nothing is written. When
+// a.Revision is set, the revision of the request an earlier delivery of the job asked and left
+// pending when it was handed back (job.Status.Asked), and the key still holds that request for
+// the same command, it is kept and returned as it is, pending, with its own expiry. Any other
+// earlier request under the key is replaced.
 func (c *Consumer) RequestApproval(ctx context.Context, a Approval) (Approval, error) {
 	key, err := approvalKey(Ref{Tenant: a.Tenant, ID: a.JobID}, a.CallID)
 	if err != nil {
@@ -209,8 +212,8 @@ func (c *Consumer) RequestApproval(ctx context.Context, a Approval) (Approval, e
 		return Approval{}, fmt.Errorf("queue: request approval %s: %w", key, err)
 	}
 	got, rev, err := update(ctx, kv, key, guess[Approval]{}, func(old *Approval, rev uint64) (bool, error) {
-		if rev > 0 && slices.Equal(old.Argv, a.Argv) && (old.Decision == job.DecisionApproved || old.Decision == job.DecisionDenied) {
-			return false, nil // answered already: keep the answer
+		if rev > 0 && keeps(*old, rev, a) {
+			return false, nil
 		}
 		*old = a
 		return true, nil
@@ -220,6 +223,22 @@ func (c *Consumer) RequestApproval(ctx context.Context, a Approval) (Approval, e
 	}
 	got.Revision = rev
 	return got, nil
+}
+
+// keeps reports whether the request under a key, old at revision rev, stands when a is asked:
+// answered already for the same command, or still pending for it as its worker asked it, at
+// the revision a names.
+func keeps(old Approval, rev uint64, a Approval) bool {
+	if !slices.Equal(old.Argv, a.Argv) {
+		return false
+	}
+	switch old.Decision {
+	case job.DecisionApproved, job.DecisionDenied:
+		return true
+	case "":
+		return rev == a.Revision
+	}
+	return false
 }
 
 // WaitApproval waits until the request is answered (approved, denied or expired) and returns

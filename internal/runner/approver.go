@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -26,14 +27,21 @@ var _ Approvals = (*queue.Consumer)(nil)
 // approver asks a person, through the approvals transport, whether a shell command of one
 // attempt may run. While it waits, the job is waiting_approval and its delivery stays alive
 // through the attempt's heartbeats; the agent bounds the wait by the profile's approval
-// timeout. No answer means denied, and the request is then marked expired so that a late
-// answer is refused.
+// timeout, and the request's expiry bounds it across the job's deliveries. No answer means
+// denied, and the request is then marked expired so that a late answer is refused. A job
+// handed back to the queue while it waits (handedBack) leaves the request pending: its next
+// delivery, asking for the same command under the same call id, waits on that same request.
 type approver struct {
 	r *Runner
 	a *attempt
 }
 
 var _ agent.Approver = (*approver)(nil)
+
+// handedBack are the causes of an attempt's end that give the job to another delivery: a
+// worker shutting down, a later delivery holding the job. The request asked stays pending for
+// that delivery. Any other end (a cancel, the job's timeout, a panic) expires it.
+var handedBack = []error{errShutdown, errLeaseLost}
 
 // approver returns the Approver of an attempt: nil, which refuses every "ask" command, when
 // the runner has no approvals transport.
@@ -45,53 +53,65 @@ func (r *Runner) approver(a *attempt) agent.Approver {
 }
 
 func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agent.Answer, error) {
-	approvals := p.r.cfg.Approvals
-	log := p.a.log.With("call_id", req.CallID)
-	now := time.Now().UTC()
-	expires := now.Add(time.Duration(p.a.limits.ApprovalTimeout))
-	if dl, ok := ctx.Deadline(); ok && dl.Before(expires) {
-		expires = dl.UTC()
+	st, err := p.r.cfg.Queue.Status(ctx, p.a.ref(req.JobID))
+	if err != nil {
+		return agent.Answer{}, fmt.Errorf("read the job's record of the approvals asked for call %s: %w", req.CallID, err)
 	}
-	asked, err := approvals.RequestApproval(ctx, queue.Approval{
-		Tenant: p.a.d.Tenant, JobID: req.JobID, CallID: req.CallID, Argv: req.Argv, Attempt: p.a.d.Attempt,
-		Worker: p.r.cfg.Worker.WorkerID, RequestedAt: now, ExpiresAt: expires,
-	})
+	rec, recorded := st.Asked[req.CallID]
+	asked, err := p.ask(ctx, req, rec)
 	if err != nil {
 		return agent.Answer{}, err
 	}
 	if asked.Decision != "" {
 		// An earlier attempt of the job asked about this very command.
-		log.InfoContext(ctx, "approval answered before", "decision", asked.Decision)
-		return p.reused(ctx, asked, req)
+		p.a.log.InfoContext(ctx, "approval answered before", "call_id", req.CallID, "decision", asked.Decision)
+		return p.reused(ctx, asked, req, rec, recorded)
 	}
-	log.InfoContext(ctx, "waiting for approval", "expires_at", expires)
-	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, p.a.d.Tenant, asked.Revision, expires), recordAsked(asked))
+	return p.wait(ctx, req, asked)
+}
+
+// ask writes the request, or goes on with the one an earlier delivery of the job asked and
+// left pending when it was handed back (rec, as the job's status records it, unless the worker
+// stopped waiting for it): the same revision and expiry, which any answer given meanwhile, or
+// later, is signed for.
+func (p *approver) ask(ctx context.Context, req agent.ApprovalRequest, rec job.Asked) (queue.Approval, error) {
+	now := time.Now().UTC()
+	expires := now.Add(time.Duration(p.a.limits.ApprovalTimeout))
+	if dl, ok := ctx.Deadline(); ok && dl.Before(expires) {
+		expires = dl.UTC()
+	}
+	a := queue.Approval{
+		Tenant: p.a.d.Tenant, JobID: req.JobID, CallID: req.CallID, Argv: req.Argv, Attempt: p.a.d.Attempt,
+		Worker: p.r.cfg.Worker.WorkerID, RequestedAt: now, ExpiresAt: expires,
+	}
+	if !rec.Expired {
+		a.Revision = rec.Revision
+	}
+	return p.r.cfg.Approvals.RequestApproval(ctx, a)
+}
+
+// wait waits for the answer to the request asked, pending, until its expiry.
+func (p *approver) wait(ctx context.Context, req agent.ApprovalRequest, asked queue.Approval) (agent.Answer, error) {
+	log := p.a.log.With("call_id", req.CallID)
+	log.InfoContext(ctx, "waiting for approval", "expires_at", asked.ExpiresAt, "revision", asked.Revision, "attempt_asked", asked.Attempt)
+	p.setState(ctx, job.StateWaitingApproval, waitingMessage(req, p.a.d.Tenant, asked.Revision, asked.ExpiresAt), recordAsked(asked))
 
 	// Whatever happens, leave the job running again, also when the wait ended with the job.
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.r.cfg.CleanupTimeout)
 	defer cancel()
-	got, err := approvals.WaitApproval(ctx, p.a.ref(req.JobID), req.CallID)
+	wctx, stop := context.WithDeadline(ctx, asked.ExpiresAt)
+	defer stop()
+	got, err := p.r.cfg.Approvals.WaitApproval(wctx, p.a.ref(req.JobID), req.CallID)
 	if err != nil {
-		reason := "no answer within " + roughly(expires.Sub(now))
-		if !errors.Is(err, context.DeadlineExceeded) {
-			why := err
-			if cause := context.Cause(ctx); cause != nil {
-				why = cause // the job's words (cancelled, shutting down), not the watch's
-			}
-			reason = "the job stopped waiting: " + errorText(why)
+		if wctx.Err() != nil {
+			err = wctx.Err() // the wait's end, not how the watch took it
 		}
-		final, xerr := approvals.ExpireApproval(cleanup, p.a.ref(req.JobID), req.CallID, reason)
-		if xerr != nil || final.Decision == job.DecisionExpired {
-			if xerr != nil {
-				log.WarnContext(ctx, "mark approval expired failed", "error", xerr)
-			}
-			log.InfoContext(ctx, "no approval", "reason", reason)
-			p.setState(cleanup, job.StateRunning, "no approval for call "+req.CallID+": "+reason, recordExpired(req.CallID))
-			return agent.Answer{At: final.DecidedAt}, err
+		var answered bool
+		if got, answered, err = p.stopped(ctx, cleanup, req, asked, err); !answered {
+			return agent.Answer{At: got.DecidedAt}, err
 		}
-		got = final // a person answered just before the worker gave up
 	}
-	log.InfoContext(ctx, "approval answered", "decision", got.Decision, "wait_ms", time.Since(now).Milliseconds())
+	log.InfoContext(ctx, "approval answered", "decision", got.Decision, "wait_ms", time.Since(asked.RequestedAt).Milliseconds())
 	ans, err := p.trusted(cleanup, got, approvalsig.Request{Tenant: p.a.d.Tenant, JobID: req.JobID, CallID: req.CallID, Argv: req.Argv, Revision: asked.Revision, ExpiresAt: asked.ExpiresAt})
 	switch {
 	case ans.Refused != "":
@@ -100,6 +120,36 @@ func (p *approver) Approve(ctx context.Context, req agent.ApprovalRequest) (agen
 		p.setState(cleanup, job.StateRunning, fmt.Sprintf("call %s %s by %s", req.CallID, got.Decision, ans.By), nil)
 	}
 	return ans, err
+}
+
+// stopped ends a wait that ended with werr and no answer. A job handed back to the queue
+// leaves the request pending, for its next delivery. Otherwise the request is marked expired,
+// unless a person answered just before (answered: got is the answer).
+func (p *approver) stopped(ctx, cleanup context.Context, req agent.ApprovalRequest, asked queue.Approval, werr error) (got queue.Approval, answered bool, err error) {
+	log := p.a.log.With("call_id", req.CallID)
+	cause := context.Cause(ctx)
+	if slices.ContainsFunc(handedBack, func(e error) bool { return errors.Is(cause, e) }) {
+		log.InfoContext(ctx, "approval left pending for the job's next delivery", "reason", errorText(cause), "expires_at", asked.ExpiresAt)
+		return queue.Approval{DecidedAt: time.Now().UTC()}, false, werr
+	}
+	reason := "no answer within " + roughly(asked.ExpiresAt.Sub(asked.RequestedAt))
+	if !errors.Is(werr, context.DeadlineExceeded) {
+		why := werr
+		if cause != nil {
+			why = cause // the job's words (cancelled), not the watch's
+		}
+		reason = "the job stopped waiting: " + errorText(why)
+	}
+	final, xerr := p.r.cfg.Approvals.ExpireApproval(cleanup, p.a.ref(req.JobID), req.CallID, reason)
+	if xerr != nil || final.Decision == job.DecisionExpired {
+		if xerr != nil {
+			log.WarnContext(ctx, "mark approval expired failed", "error", xerr)
+		}
+		log.InfoContext(ctx, "no approval", "reason", reason)
+		p.setState(cleanup, job.StateRunning, "no approval for call "+req.CallID+": "+reason, recordExpired(req.CallID))
+		return final, false, werr
+	}
+	return final, true, nil // a person answered just before the worker gave up
 }
 
 // recordAsked records the request as the worker asked it, for the job's later attempts
@@ -128,12 +178,8 @@ func recordExpired(callID string) func(*job.Status) {
 // tenant's approvals (its approver's login, which signs nothing) can put a request back as
 // pending, with an expiry of its own, once the worker gave up on it or once it was denied, and
 // a person's signed answer to that would answer a request no worker asked.
-func (p *approver) reused(ctx context.Context, got queue.Approval, req agent.ApprovalRequest) (agent.Answer, error) {
-	st, err := p.r.cfg.Queue.Status(ctx, p.a.ref(req.JobID))
-	if err != nil {
-		return agent.Answer{}, fmt.Errorf("read the job's record of the approval asked for call %s: %w", req.CallID, err)
-	}
-	switch rec, ok := st.Asked[req.CallID]; {
+func (p *approver) reused(ctx context.Context, got queue.Approval, req agent.ApprovalRequest, rec job.Asked, ok bool) (agent.Answer, error) {
+	switch {
 	case !ok || rec.Revision == 0:
 		return p.refused(ctx, got, fmt.Errorf("%w: no attempt of the job recorded asking it (its status keeps the last %d asked)", approvalsig.ErrMismatch, job.MaxAsked)), nil
 	case rec.Expired:

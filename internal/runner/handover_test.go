@@ -1,0 +1,143 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+)
+
+// TestApprovalSurvivesAHandover: a worker drained (a rolling upgrade's SIGTERM, its drain grace
+// passed) while its job waits for a person's approval hands the job back, and the request it
+// asked stays pending: the job's next delivery, on another worker, waits on that same request,
+// at the revision and until the expiry the person was shown, and a signed answer to it, given
+// before or after that delivery asks, decides the command. (It did not: the drained worker
+// marked the request expired, the person's `submit approve --revision` was refused, and the
+// next delivery asked again from scratch.) The protections stay: an answer to a copy the
+// approvals writer put back is refused, and the request's expiry bounds the whole wait.
+func TestApprovalSurvivesAHandover(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		wait time.Duration // the first worker's approval wait: the request's expiry
+		// answer answers p, the request the drained worker asked (nil: nobody does).
+		answer func(t *testing.T, b *bundle, id string, p queue.Approval)
+		// whileAsked: answer once the next delivery waits on p, not before it asks.
+		whileAsked bool
+		want       decisionWant
+	}{
+		{name: "approved before the next delivery asks", wait: time.Minute, answer: answerAs(job.DecisionApproved), want: wantApproved},
+		{name: "approved while the next delivery waits", wait: time.Minute, answer: answerAs(job.DecisionApproved), whileAsked: true, want: wantApproved},
+		{name: "denied while the next delivery waits", wait: time.Minute, answer: answerAs(job.DecisionDenied), whileAsked: true, want: wantDenied},
+		{name: "put back by the approvals writer and approved", wait: time.Minute, answer: func(t *testing.T, b *bundle, id string, p queue.Approval) {
+			p.RequestedAt, p.ExpiresAt = time.Now().UTC(), time.Now().UTC().Add(time.Hour)
+			rawPut(t, b, id, p)
+			decide(t, b, id, asAlice)
+		}, want: wantRefused},
+		// Long enough for the drain to come first on a busy machine; the next delivery's
+		// own wait is an hour.
+		{name: "nobody answers", wait: 20 * time.Second, want: wantTimedOut},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			drained := make(chan approval, 1)
+			first := b.worker(askingAgent(tc.wait, drained), withApprovals)
+			j := b.submit("p")
+			p := b.waitPending(j.ID)
+			first.stop() // drain_grace is 1s, then the job is handed back
+			if a := <-drained; a.Approved || a.Refused != "" {
+				t.Fatalf("the drained worker's answer: %+v", a.Answer)
+			}
+			if got, _, err := b.q.PendingApprovals(context.Background(), j.ID); err != nil || len(got) != 1 || got[0].Revision != p.Revision {
+				t.Errorf("after the drain the bucket holds %+v, %v; want the request at revision %d still pending", got, err, p.Revision)
+			}
+			if st, err := b.q.Status(context.Background(), j.ID); err != nil || st.Asked["call_1"].Expired {
+				t.Errorf("after the drain the job's status records %+v, %v; want the request not expired", st.Asked, err)
+			}
+			if tc.answer != nil && !tc.whileAsked {
+				tc.answer(t, b, j.ID, p)
+			}
+			answers := make(chan approval, 1)
+			b.worker(askingAgent(time.Hour, answers), withApprovals)
+			if tc.whileAsked {
+				b.waitAskedAgain(j.ID, p)
+				tc.answer(t, b, j.ID, p)
+			}
+			var a approval
+			select {
+			case a = <-answers:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("the next delivery still waits, past the request's expiry %s", p.ExpiresAt.Format(time.RFC3339))
+			}
+			tc.want.check(t, a)
+			if st := b.waitFinal(j.ID, time.Minute); st.State != job.StateSucceeded {
+				t.Errorf("final state %s, want succeeded", st.State)
+			}
+		})
+	}
+}
+
+// answerAs answers the request p as alice, bound to p's revision, as `submit approve JOB
+// call_1 --revision N` does with the line the job's status showed.
+func answerAs(d job.Decision) func(t *testing.T, b *bundle, id string, p queue.Approval) {
+	return func(t *testing.T, b *bundle, id string, p queue.Approval) {
+		t.Helper()
+		if _, err := b.q.DecideApproval(context.Background(), id, "call_1", p.Revision, d, "alice", "", asAlice); err != nil {
+			t.Fatalf("%s the request shown, after its worker was drained: %v", d, err)
+		}
+	}
+}
+
+// waitAskedAgain waits until the job's next delivery waits on the request p, as its progress
+// line shows: the same revision, the same expiry.
+func (b *bundle) waitAskedAgain(id string, p queue.Approval) {
+	b.t.Helper()
+	want := fmt.Sprintf("waiting until %s for approval of call call_1", p.ExpiresAt.Format(time.RFC3339))
+	rev := fmt.Sprintf("--revision %d", p.Revision)
+	var last job.Status
+	defer func() {
+		if b.t.Failed() { // the wait ended the test (t.Fatal runs the defers)
+			b.t.Logf("last status: attempt %d, %s: %s", last.Attempt, last.State, last.Progress)
+		}
+	}()
+	waitFor(b.t, 30*time.Second, "the next delivery waiting on the same request", func() bool {
+		st, err := b.q.Status(context.Background(), id)
+		last = st
+		return err == nil && st.Attempt == 2 && st.State == job.StateWaitingApproval &&
+			strings.Contains(st.Progress, want) && strings.Contains(st.Progress, rev)
+	})
+}
+
+// decisionWant is what the next delivery's agent must be told.
+type decisionWant int
+
+const (
+	wantApproved decisionWant = iota
+	wantDenied
+	wantRefused
+	wantTimedOut
+)
+
+func (w decisionWant) check(t *testing.T, a approval) {
+	t.Helper()
+	var ok bool
+	switch w {
+	case wantApproved:
+		ok = a.Approved && a.By == "alice" && a.err == nil
+	case wantDenied:
+		ok = !a.Approved && a.By == "alice" && a.Refused == "" && a.err == nil
+	case wantRefused:
+		ok = !a.Approved && a.Refused != "" && a.By == ""
+	case wantTimedOut:
+		ok = !a.Approved && a.By == "" && errors.Is(a.err, context.DeadlineExceeded)
+	}
+	if !ok {
+		t.Errorf("the next delivery's answer: %+v, %v; want %v", a.Answer, a.err, []string{"approved by alice", "denied by alice", "refused", "no answer"}[w])
+	}
+}
