@@ -171,6 +171,36 @@ func recordExpired(callID string) func(*job.Status) {
 	}
 }
 
+// leaveAsked marks expired, in the status of a job that ends, the requests it records asked
+// and neither expired nor past their expiry, and returns their call ids: a delivery handed
+// the job back leaving them pending (handedBack), and none waits on them now.
+func leaveAsked(s *job.Status, now time.Time) []string {
+	var left []string
+	for id, rec := range s.Asked {
+		if !rec.Expired && rec.ExpiresAt.After(now) {
+			left = append(left, id)
+			recordExpired(id)(s)
+		}
+	}
+	return left
+}
+
+// expireLeftAsked marks expired in the approvals bucket the requests the job's end left
+// (leaveAsked), so that an answer to one is refused, not recorded for a command nothing will
+// run. A request answered already keeps its answer.
+func (r *Runner) expireLeftAsked(w settler, dec decision) {
+	a := w.a
+	if r.cfg.Approvals == nil || !dec.state.Terminal() {
+		return
+	}
+	for _, id := range a.leftAsked {
+		reason := "the job ended " + string(dec.state) + " without waiting for it"
+		if _, err := r.cfg.Approvals.ExpireApproval(w.cleanup, a.ref(a.job.ID), id, reason); err != nil {
+			a.log.WarnContext(w.ctx, "mark approval expired failed", "call_id", id, "error", err)
+		}
+	}
+}
+
 // reused is the answer an earlier attempt's request under the same call got, for the same
 // command, if it answers that request as its worker recorded it in the job's status
 // (job.Status.Asked), which only workers write: signed for that revision and expiry, and not

@@ -141,3 +141,34 @@ func (w decisionWant) check(t *testing.T, a approval) {
 		t.Errorf("the next delivery's answer: %+v, %v; want %v", a.Answer, a.err, []string{"approved by alice", "denied by alice", "refused", "no answer"}[w])
 	}
 }
+
+// TestApprovalLeftPendingEndsWithTheJob: a request its drained worker left pending for the
+// job's next delivery, which ends the job without asking it again (the model went another way,
+// or its calls have other ids), is marked expired when the job ends: a person's answer to it
+// is refused, not recorded for a command nothing will run.
+func TestApprovalLeftPendingEndsWithTheJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	drained := make(chan approval, 1)
+	first := b.worker(askingAgent(time.Minute, drained), withApprovals)
+	j := b.submit("p")
+	p := b.waitPending(j.ID)
+	first.stop()
+	<-drained
+	b.worker(agentFunc(writeReport), withApprovals)
+	if st := b.waitFinal(j.ID, time.Minute); st.State != job.StateSucceeded {
+		t.Fatalf("final state %s, want succeeded", st.State)
+	}
+	// The request is expired once the end is settled, just after the status says it.
+	waitFor(t, 30*time.Second, "the request left pending expired", func() bool {
+		a, err := b.q.Approval(context.Background(), j.ID, "call_1")
+		return err == nil && a.Decision != ""
+	})
+	_, err := b.q.DecideApproval(context.Background(), j.ID, "call_1", p.Revision, job.DecisionApproved, "alice", "", asAlice)
+	if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "the job ended succeeded") {
+		t.Errorf("answer after the job ended: %v, want ErrApprovalExpired saying the job ended", err)
+	}
+	if st, err := b.q.Status(context.Background(), j.ID); err != nil || !st.Asked["call_1"].Expired {
+		t.Errorf("the ended job's status records %+v, %v; want the request expired", st.Asked, err)
+	}
+}

@@ -48,6 +48,10 @@ type attempt struct {
 	// attempt, or the status the end was written over says so); its request is then released
 	// when the job ends, whatever the end (releaseCancel).
 	cancelled bool
+	// leftAsked: the approval requests the job's terminal status write found asked and
+	// neither expired nor past their expiry, which no delivery will wait on any more
+	// (expireLeftAsked).
+	leftAsked []string
 	// release stops the delivery's heartbeats once the attempt has settled it (keepDelivery);
 	// nil while none run.
 	release func()

@@ -32,6 +32,7 @@ func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 		dec = decide(e.outcome, a.d.LastAttempt())
 	}
 	attrs, lettered := r.settleQueue(w, e.outcome, dec)
+	r.expireLeftAsked(w, dec)
 	r.releaseCancel(w, e.outcome, dec)
 	r.settleMetrics(a, dec, lettered)
 
@@ -109,6 +110,7 @@ func (r *Runner) recordState(w settler, id string, e ended, dec decision) error 
 		}
 		if dec.state.Terminal() {
 			s.FinishedAt, s.Progress = now, ""
+			a.leftAsked = leaveAsked(s, now)
 		}
 		a.cancelled = a.cancelled || s.CancelRequested // asked once the run could not stop any more
 		if e.committed {
