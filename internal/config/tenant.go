@@ -107,7 +107,7 @@ func (c Config) validateTenants() []error {
 			errs = append(errs, &FieldError{Path: field + f, Msg: fmt.Sprintf(format, args...)})
 		}
 		if !job.ValidTenant(name) {
-			bad("", "%q is not a tenant name: lowercase letters, digits and '-', 1 to 32, starting with a letter or digit", name)
+			bad("", "%q is not a tenant name: %s", name, job.TenantRule)
 		}
 		if len(t.Profiles) == 0 {
 			bad(".profiles", "grants nothing; list the profiles the tenant may run")

@@ -127,6 +127,9 @@ func ValidProfileName(name string) bool { return namePattern.MatchString(name) }
 // TenantPattern is the rule a tenant name follows, for schemas and config validation.
 const TenantPattern = `^[a-z0-9][a-z0-9-]{0,31}$`
 
+// TenantRule says TenantPattern in words, for the errors that refuse a name.
+const TenantRule = "lowercase letters, digits and '-', 1 to 32 characters, starting with a letter or digit"
+
 // ValidTenant reports whether name is a well-formed tenant name.
 func ValidTenant(name string) bool { return tenantPattern.MatchString(name) }
 
@@ -236,7 +239,7 @@ func (j Job) Validate() error {
 		return bad("profile", "%q is not a profile name", j.Profile)
 	}
 	if j.Tenant != "" && !ValidTenant(j.Tenant) {
-		return bad("tenant", "%q is not a tenant name (lowercase letters, digits and '-', 1 to 32 characters)", j.Tenant)
+		return bad("tenant", "%q is not a tenant name (%s)", j.Tenant, TenantRule)
 	}
 	if strings.TrimSpace(j.Task) == "" {
 		return bad("task", "is empty")

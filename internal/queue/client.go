@@ -44,7 +44,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenant strin
 		return nil, err
 	}
 	if !job.ValidTenant(tenant) {
-		return nil, fmt.Errorf("queue: %q is not a tenant name (lowercase letters, digits and '-', 1 to 32 characters; --tenant, BOXCAR_TENANT)", tenant)
+		return nil, fmt.Errorf("queue: %q is not a tenant name (%s; --tenant, BOXCAR_TENANT)", tenant, job.TenantRule)
 	}
 	stream := jobStream(cfg, tenant)
 	var jobs jetstream.Stream

@@ -168,7 +168,7 @@ func (e *env) checkTenant() error {
 	if e.tenantFlag == "" {
 		from = "BOXCAR_TENANT"
 	}
-	return cli.Usagef("%s %q is not a tenant name: lowercase letters, digits and '-', 1 to 32 characters", from, t)
+	return cli.Usagef("%s %q is not a tenant name: %s", from, t, job.TenantRule)
 }
 
 // jobIDArgs takes min to max arguments (msg says what to give), the first of them a job id: one
