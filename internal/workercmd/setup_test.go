@@ -21,6 +21,24 @@ import (
 // tenant of the file, with the tenant's max_concurrent as its max_ack_pending, and its job
 // stream bounded by its max_queued and max_queued_bytes (or the nats ones), and the buckets,
 // and says so; a second run changes nothing and succeeds.
+// jetStreamOf connects to the server at url for the test's look at what setup declared, and a
+// context for its calls.
+func jetStreamOf(t *testing.T, url string) (jetstream.JetStream, context.Context) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return js, ctx
+}
+
 func TestSetupDeclaresFromTheConfig(t *testing.T) {
 	t.Parallel()
 	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
@@ -49,17 +67,7 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 			}
 		}
 	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	js, ctx := jetStreamOf(t, ns.ClientURL())
 	for tenant, want := range map[string]int{"team-a": 4, "team-b": 16} {
 		name := "boxcar-workers-" + tenant
 		c, err := js.Consumer(ctx, "BOXCAR_JOBS_"+tenant, name)
@@ -152,17 +160,7 @@ func TestSetupTakesATenantAddedLater(t *testing.T) {
 		}
 	}
 	setup("  team-a: {profiles: [p], max_concurrent: 4}\n")
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	js, ctx := jetStreamOf(t, ns.ClientURL())
 	if _, err := js.Publish(ctx, "boxcar.jobs.team-a.j1", []byte(`{}`)); err != nil {
 		t.Fatalf("queue a job of team-a: %v", err)
 	}
