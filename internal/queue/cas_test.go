@@ -134,7 +134,7 @@ func TestUpdate(t *testing.T) {
 // casBucket is a bucket on an embedded nats-server of the test's own.
 func casBucket(t *testing.T) jetstream.KeyValue {
 	t.Helper()
-	ns, err := StartEmbedded(EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
+	ns, err := StartEmbedded(EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

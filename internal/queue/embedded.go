@@ -18,6 +18,11 @@ type EmbeddedOptions struct {
 	SyncAlways bool
 	// Token, when set, is the token every client must present (ConnOptions.Token).
 	Token string
+	// MaxStore, when set, is the most JetStream may store, whatever the disk's free space;
+	// unset, nats-server takes three quarters of the free space when it starts. Every stream
+	// reserves its max_bytes against it, so tests set one (1 << 40, nats-server's default for
+	// a limit) to declare the same streams on a machine whatever its free disk.
+	MaxStore int64
 }
 
 // StartEmbedded starts the real nats-server in this process with JetStream on file storage and
@@ -36,6 +41,8 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, error) {
 		NoLog:         true,
 		MaxPayload:    1 << 20,
 		Authorization: opts.Token,
+		// 0 leaves nats-server's own limit, from the disk's free space.
+		JetStreamMaxStore: opts.MaxStore,
 	}
 	if opts.SyncAlways {
 		sopts.SyncAlways = true

@@ -189,7 +189,7 @@ func jetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 // connect starts the real nats-server in-process on file storage and connects to it.
 func connect(t testing.TB, syncAlways bool) *nats.Conn {
 	t.Helper()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir(), SyncAlways: syncAlways})
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir(), SyncAlways: syncAlways})
 	if err != nil {
 		t.Fatal(err)
 	}

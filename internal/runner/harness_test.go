@@ -230,7 +230,7 @@ func setup(t *testing.T) *bundle {
 
 func (b *bundle) start(port int) {
 	b.t.Helper()
-	srv, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: port, StoreDir: b.storeDir, SyncAlways: true})
+	srv, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: port, StoreDir: b.storeDir, SyncAlways: true})
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func newTestEnv(t testing.TB) *testEnv { return newTestEnvSync(t, true) }
 func newTestEnvSync(t testing.TB, syncAlways bool) *testEnv {
 	t.Helper()
 	natsDir := t.TempDir()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: natsDir, SyncAlways: syncAlways})
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: natsDir, SyncAlways: syncAlways})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func (te *testEnv) restart(t *testing.T) {
 	}
 	te.ns.Shutdown()
 	te.ns.WaitForShutdown()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: port, StoreDir: te.natsDir, SyncAlways: true})
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: port, StoreDir: te.natsDir, SyncAlways: true})
 	if err != nil {
 		t.Fatalf("restart nats-server on port %d: %v", port, err)
 	}

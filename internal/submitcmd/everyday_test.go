@@ -346,7 +346,7 @@ func TestRunRidesOutJetStreamOutage(t *testing.T) {
 
 // TestStartAWorkerOnlyWhenMissing: "start a worker first" when the stream is really not there.
 func TestStartAWorkerOnlyWhenMissing(t *testing.T) {
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

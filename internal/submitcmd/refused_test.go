@@ -16,7 +16,7 @@ import (
 // Violation (is a worker or nats-server running? start one with `worker --embedded` …)".
 func TestCredentialsTheServerRefuses(t *testing.T) {
 	const token = "the-servers-token-4f1c"
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir(), Token: token})
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir(), Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 // file submit looks for the default names, finds no queue, and says so.
 func TestSubmitReachesARenamedFleet(t *testing.T) {
 	t.Parallel()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: t.TempDir()})
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func newRig(b *testing.B, yaml string) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: b.TempDir()})
+	srv, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestEgressJob(t *testing.T) {
 	caPath := serveAPI(t, netns, api, filepath.Join(dir, "upstream-ca.pem"))
 	resolver := serveDNS(t, apiHost, netns.Addr)
 
-	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: filepath.Join(dir, "nats")})
+	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: filepath.Join(dir, "nats")})
 	if err != nil {
 		t.Fatalf("embedded NATS: %v", err)
 	}

@@ -51,7 +51,7 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 
 	ns := sandboxNamespace(t)
 	dir := t.TempDir()
-	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{Host: "127.0.0.1", Port: -1, StoreDir: filepath.Join(dir, "nats")})
+	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Host: "127.0.0.1", Port: -1, StoreDir: filepath.Join(dir, "nats")})
 	if err != nil {
 		t.Fatalf("embedded NATS: %v", err)
 	}

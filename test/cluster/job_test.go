@@ -23,7 +23,7 @@ func TestJobEndToEnd(t *testing.T) {
 	ns := sandboxNamespace(t)
 	dir := t.TempDir()
 
-	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{Port: -1, StoreDir: filepath.Join(dir, "nats")})
+	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: filepath.Join(dir, "nats")})
 	if err != nil {
 		t.Fatalf("embedded NATS: %v", err)
 	}

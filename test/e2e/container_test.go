@@ -640,7 +640,7 @@ func (h *statusHistory) waitFor(t *testing.T, within time.Duration, ok func(job.
 // startNATS runs the real nats-server in-process on a free loopback port.
 func startNATS(t *testing.T) *server.Server {
 	t.Helper()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir()})
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ type natsOnPort struct {
 func newNATSPort(t *testing.T) *natsOnPort {
 	t.Helper()
 	n := &natsOnPort{dir: t.TempDir()}
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Host: "127.0.0.1", Port: -1, StoreDir: n.dir, SyncAlways: true})
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Host: "127.0.0.1", Port: -1, StoreDir: n.dir, SyncAlways: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func newNATSPort(t *testing.T) *natsOnPort {
 
 func (n *natsOnPort) up(t *testing.T) {
 	t.Helper()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{Host: "127.0.0.1", Port: n.port, StoreDir: n.dir, SyncAlways: true})
+	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Host: "127.0.0.1", Port: n.port, StoreDir: n.dir, SyncAlways: true})
 	if err != nil {
 		t.Fatalf("restart NATS on port %d: %v", n.port, err)
 	}
