@@ -48,6 +48,25 @@ func NewAdmin(nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, 
 // one), one consumer per tenant and the buckets. It is safe to call from every worker at start
 // and again at any time: a limit an operator edited is kept (streams.go).
 func (a *Admin) Declare(ctx context.Context) error {
+	err := a.declare(ctx)
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.ErrorCode == errCodeInsufficientResources {
+		return fmt.Errorf("%w: the server's JetStream storage limit is below the max_bytes its streams reserve (about %d MiB a tenant: nats.job_max_bytes, dead_letter_max_bytes, cancel_max_bytes, approvals_max_bytes); lower those, or raise the server's max_file_store (unset, it is three quarters of its disk's free space when it starts), or free disk", err, reservedPerTenant(a.cfg)>>20)
+	}
+	return err
+}
+
+// errCodeInsufficientResources is JetStream's error code for a stream whose max_bytes does not
+// fit what the server may still store.
+const errCodeInsufficientResources jetstream.ErrorCode = 10047
+
+// reservedPerTenant is what a tenant's streams and buckets reserve of the server's storage.
+func reservedPerTenant(cfg config.NATS) int64 {
+	return cfg.JobMaxBytes + cfg.DeadLetterMaxBytes + cfg.CancelMaxBytes + cfg.ApprovalsMaxBytes
+}
+
+// declare is Declare without the hint on storage.
+func (a *Admin) declare(ctx context.Context) error {
 	cfg := a.cfg
 	streams, err := a.declareStreams(ctx)
 	if err != nil {
