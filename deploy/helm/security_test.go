@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"net/netip"
 	"net/url"
 	"path"
 	"slices"
@@ -474,4 +475,81 @@ func checkModelDownNames(t *testing.T, r *rendered, want string) {
 	if !found {
 		t.Fatal("no PrometheusRule rendered")
 	}
+}
+
+// TestSandboxEgressLeavesOutWhatTheProxyNeverDials: the workers' NetworkPolicy rule for the
+// sandboxes' destinations, by default (networkPolicy.sandboxEgress.to empty), lets the worker
+// pods reach no address the egress proxy refuses whatever egress.allowed_cidrs lifts: cloud
+// metadata (169.254.169.254 and the others of docs/egress.md's table), link-local, loopback,
+// multicast. It let them reach every address: with a profile allowing a host on port 80, or
+// one naming no port, the rule opened 169.254.169.254:80 to the pods that hold the model's key
+// and the store's, which the proxy never dials for a sandbox. The resolver keeps its rule.
+func TestSandboxEgressLeavesOutWhatTheProxyNeverDials(t *testing.T) {
+	for _, allow := range []string{"['files.example.com:80']", "['api.example.com']"} {
+		vals := networkedProfile(allow) + "\n  egress: {resolver: '169.254.20.10:53'}"
+		np := workerPolicy(t, render(t, values(t, vals)))
+		for _, dst := range []string{"169.254.169.254", "169.254.1.1", "127.0.0.1", "100.100.100.200", "168.63.129.16", "224.0.0.251", "fd00:ec2::254", "fe80::1"} {
+			if egressAllows(t, np, dst, corev1.ProtocolTCP, 80) {
+				t.Errorf("network.allow %s: the workers' NetworkPolicy lets them reach %s on TCP/80", allow, dst)
+			}
+		}
+		for _, dst := range []string{"203.0.113.7", "10.1.2.3", "2001:db8::7"} {
+			if !egressAllows(t, np, dst, corev1.ProtocolTCP, 80) {
+				t.Errorf("network.allow %s: the workers cannot reach %s on TCP/80, which the proxy may dial", allow, dst)
+			}
+		}
+		if !egressAllows(t, np, "169.254.20.10", corev1.ProtocolUDP, 53) {
+			t.Errorf("network.allow %s: the workers cannot reach their egress.resolver 169.254.20.10 on UDP/53", allow)
+		}
+	}
+}
+
+// workerPolicy is the workers' NetworkPolicy.
+func workerPolicy(t *testing.T, r *rendered) *networkingv1.NetworkPolicy {
+	t.Helper()
+	for _, p := range all[*networkingv1.NetworkPolicy](r) {
+		if p.Namespace == releaseNamespace && p.Name == fullname+"-worker" {
+			return p
+		}
+	}
+	t.Fatal("no NetworkPolicy for the workers")
+	return nil
+}
+
+// egressAllows tells whether np lets its pods reach the address dst, outside the cluster's
+// pods, on proto/port: a rule matches when one of its ports does (none: every port) and one
+// of its peers does (none: every address); a pod or namespace selector matches no such address.
+func egressAllows(t *testing.T, np *networkingv1.NetworkPolicy, dst string, proto corev1.Protocol, port int) bool {
+	t.Helper()
+	addr := netip.MustParseAddr(dst)
+	for _, rule := range np.Spec.Egress {
+		portOK := len(rule.Ports) == 0
+		for _, p := range rule.Ports {
+			pr := corev1.ProtocolTCP
+			if p.Protocol != nil {
+				pr = *p.Protocol
+			}
+			portOK = portOK || (pr == proto && (p.Port == nil || p.Port.IntValue() == port))
+		}
+		if portOK && peersAllow(t, rule.To, addr) {
+			return true
+		}
+	}
+	return false
+}
+
+func peersAllow(t *testing.T, peers []networkingv1.NetworkPolicyPeer, addr netip.Addr) bool {
+	t.Helper()
+	if len(peers) == 0 {
+		return true
+	}
+	for _, p := range peers {
+		if p.IPBlock == nil || !netip.MustParsePrefix(p.IPBlock.CIDR).Contains(addr) {
+			continue
+		}
+		if !slices.ContainsFunc(p.IPBlock.Except, func(c string) bool { return netip.MustParsePrefix(c).Contains(addr) }) {
+			return true
+		}
+	}
+	return false
 }

@@ -66,6 +66,19 @@ port). The proxy checks the host names; a NetworkPolicy can only name ports and 
 {{- toJson ($ports | uniq | sortAlpha) -}}
 {{- end -}}
 
+{{/* The addresses the workers' egress proxy may dial for a sandbox, as NetworkPolicy peers:
+every one but the ranges it refuses whatever egress.allowed_cidrs lifts (internal/egress's
+hard rows: loopback, link-local and cloud metadata, multicast, broadcast, the metadata and
+platform endpoints outside link-local). */}}
+{{- define "boxcar.proxyDialable" -}}
+- ipBlock:
+    cidr: 0.0.0.0/0
+    except: [0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255/32, 100.100.100.200/32, 168.63.129.16/32]
+- ipBlock:
+    cidr: ::/0
+    except: ["::/128", "::1/128", "fe80::/10", "ff00::/8", "fd00:ec2::254/128", "fd20:ce::254/128"]
+{{- end -}}
+
 {{/* The workers' NATS URL: config.nats.url, or natsServer's client Service. */}}
 {{- define "boxcar.natsURL" -}}
 {{- with .Values.natsServer -}}
