@@ -1,11 +1,13 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -186,15 +188,17 @@ func leaveAsked(s *job.Status, now time.Time) []string {
 }
 
 // expireLeftAsked marks expired in the approvals bucket the requests the job's end left
-// (leaveAsked), so that an answer to one is refused, not recorded for a command nothing will
+// (leaveAsked, in the end this delivery decided or the one it adopted), so that an answer to one is refused, not recorded for a command nothing will
 // run. A request answered already keeps its answer.
 func (r *Runner) expireLeftAsked(w settler, dec decision) {
+	// leftAsked is set only by a job's terminal status write (recordState, adoptCommitted);
+	// settle drops it when that write found a later delivery holding the job.
 	a := w.a
-	if r.cfg.Approvals == nil || !dec.state.Terminal() {
+	if r.cfg.Approvals == nil {
 		return
 	}
 	for _, id := range a.leftAsked {
-		reason := "the job ended " + string(dec.state) + " without waiting for it"
+		reason := strings.Join(strings.Fields("the job ended "+string(cmp.Or(dec.state, dec.ended))+" without waiting for it"), " ")
 		if _, err := r.cfg.Approvals.ExpireApproval(w.cleanup, a.ref(a.job.ID), id, reason); err != nil {
 			a.log.WarnContext(w.ctx, "mark approval expired failed", "call_id", id, "error", err)
 		}

@@ -445,6 +445,9 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 	_, err = awaitAnswerTo(ctx, r, a, "NATS", "before the job can end", natsAnswered, func(ctx context.Context) (job.Status, error) {
 		return r.cfg.Queue.UpdateStatus(ctx, a.ref(jobID), func(s *job.Status) {
 			s.State, s.Cap, s.Error, s.Progress = out.State, out.Cap, out.Error, ""
+			if s.State.Terminal() {
+				a.leftAsked = leaveAsked(s, time.Now())
+			}
 			s.Attempt, s.Worker = m.Attempt, m.Worker.ID
 			s.StartedAt, s.FinishedAt = m.Timings.StartedAt, m.Timings.FinishedAt
 			s.SandboxClaimedAt, s.SandboxWarm = m.Sandbox.ClaimedAt, m.Sandbox.Warm

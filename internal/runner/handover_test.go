@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/runner"
 )
 
 // TestApprovalSurvivesAHandover: a worker drained (a rolling upgrade's SIGTERM, its drain grace
@@ -170,5 +174,46 @@ func TestApprovalLeftPendingEndsWithTheJob(t *testing.T) {
 	}
 	if st, err := b.q.Status(context.Background(), j.ID); err != nil || !st.Asked["call_1"].Expired {
 		t.Errorf("the ended job's status records %+v, %v; want the request expired", st.Asked, err)
+	}
+}
+
+// TestApprovalLeftPendingEndsWithAnAdoptedRun: a request left pending by a drained worker is
+// marked expired also when the job ends by adoption: the next delivery, going another way,
+// commits the run and its worker dies before the status says so, and the one after ends the
+// job as the manifest says. (It stayed pending: only an end the settling delivery decided
+// expired it, and a person's answer was recorded for a command nothing would run.)
+func TestApprovalLeftPendingEndsWithAnAdoptedRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	drained := make(chan approval, 1)
+	first := b.worker(askingAgent(time.Minute, drained), withApprovals)
+	j := b.submit("p")
+	p := b.waitPending(j.ID)
+	first.stop()
+	<-drained
+
+	var second atomic.Pointer[worker] // set before the manifest's create, read by the hook
+	committed := make(chan struct{})
+	dies := &hookStore{Store: b.shared, afterCreate: func(key string) {
+		if path.Base(key) == "manifest.json" {
+			second.Load().nc.Close() // killed between the commit and the status
+			close(committed)
+		}
+	}}
+	second.Store(b.worker(agentFunc(writeReport), withApprovals, func(c *runner.Config) { c.Store = dies }))
+	<-committed
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		t.Errorf("the committed job ran again")
+		return writeReport(ctx, req)
+	}), withApprovals)
+	if st := b.waitFinal(j.ID, time.Minute); st.State != job.StateSucceeded {
+		t.Fatalf("final state %s, want succeeded", st.State)
+	}
+	waitFor(t, 30*time.Second, "the request left pending expired", func() bool {
+		a, err := b.q.Approval(context.Background(), j.ID, "call_1")
+		return err == nil && a.Decision != ""
+	})
+	if _, err := b.q.DecideApproval(context.Background(), j.ID, "call_1", p.Revision, job.DecisionApproved, "alice", "", asAlice); !errors.Is(err, queue.ErrApprovalExpired) {
+		t.Errorf("answer after the adopted run ended the job: %v, want ErrApprovalExpired", err)
 	}
 }

@@ -29,6 +29,7 @@ func (r *Runner) settle(ctx context.Context, a *attempt, e ended) {
 	w := settler{r: r, a: a, ctx: ctx, cleanup: cleanup, wait: dec.state.Terminal()}
 	if err := r.settleStatus(w, e, dec); errors.Is(err, errLeaseLost) {
 		e.outcome = outcome{end: endLeaseLost, err: err}
+		a.leftAsked = nil // a try of the write the later delivery's refused: nothing ended
 		dec = decide(e.outcome, a.d.LastAttempt())
 	}
 	attrs, lettered := r.settleQueue(w, e.outcome, dec)
