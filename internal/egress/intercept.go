@@ -141,6 +141,7 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	if err != nil {
 		if s != nil {
 			s.end(d)
+			err = s.cause(err)
 		}
 		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
 		p.refuseConn(t.client, *d, outcome(jobEnded(ctx, err), false))

@@ -215,6 +215,19 @@ func (s *sending) refuse(err error) {
 	s.cancel(err)
 }
 
+// cause is why the request failed with err: the cap that refused its last attempt, when one
+// did. The Transport returns either the refused write's error or, when it sees the request's
+// context cancelled first, a bare cancellation, which would read as the upstream's failure
+// (TestRetriedRequestCounted's cap rows, under load).
+func (s *sending) cause(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refused != nil {
+		return s.refused
+	}
+	return err
+}
+
 // end closes the request to further writes, gives back the header bytes it reserved and did
 // not write, and records in d how many times it was sent (a byte of it or more, said only
 // when more than once) and the address of the connection it last went on, when it got one.
