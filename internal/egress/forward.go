@@ -107,6 +107,46 @@ func checkMethod(m string) *verdict {
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
+// forwardingFields are the fields a front end reads as what a proxy before it saw: the
+// client's address, and the host, scheme, port and path it asked for. The proxy is the last
+// hop an upstream sees, sets none of them, and sends none of the sandbox's: a front end that
+// routes or authorises by them (X-Forwarded-Host to pick a site, X-Forwarded-For or
+// X-Real-IP to trust a client on an internal address, X-Original-URL to rewrite the path)
+// would take the sandbox's word for another site or another client, a swapped secret with it.
+// Names are compared folded (foldFieldName), as servers that take "_" or "." for "-" read them.
+var forwardingFields = map[string]bool{
+	"forwarded": true, "x-real-ip": true, "true-client-ip": true, "x-client-ip": true,
+	"x-cluster-client-ip": true, "cf-connecting-ip": true, "cf-connecting-ipv6": true,
+	"fastly-client-ip": true, "x-originating-ip": true, "x-remote-ip": true, "x-remote-addr": true,
+	"client-ip": true, "x-host": true, "x-original-host": true, "x-http-host-override": true,
+	"x-original-url": true, "x-original-uri": true, "x-rewrite-url": true, "x-original-forwarded-for": true,
+	"front-end-https": true, "x-scheme": true, "x-url-scheme": true,
+}
+
+// isForwardingField reports whether a field's name is one of forwardingFields, or names what
+// a proxy forwarded (X-Forwarded-For, -Host, -Proto, -Port, -Prefix, -Server, -Ssl ...).
+func isForwardingField(name string) bool {
+	f := foldFieldName(name)
+	return forwardingFields[f] || strings.HasPrefix(f, "x-forwarded")
+}
+
+// foldFieldName is a field's name in lower case with "_" and "." read as "-".
+func foldFieldName(name string) string {
+	return strings.NewReplacer("_", "-", ".", "-").Replace(strings.ToLower(name))
+}
+
+// stripRequest takes off a request's header what the upstream must not get from the
+// sandbox: the hop-by-hop fields and the forwarding ones. It runs before placeholders are
+// swapped, so a secret counts as used only in a field that goes upstream.
+func stripRequest(h http.Header) {
+	stripHop(h)
+	for name := range h {
+		if isForwardingField(name) {
+			delete(h, name)
+		}
+	}
+}
+
 func stripHop(h http.Header) {
 	for _, f := range h.Values("Connection") {
 		for _, name := range strings.Split(f, ",") {
@@ -125,7 +165,7 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 	out := p.meter()
 	in := p.meter()
 	keep := !req.Close
-	stripHop(req.Header)
+	stripRequest(req.Header)
 	req.Close = false
 	body := &clientBody{ReadCloser: req.Body}
 	if req.Body != http.NoBody { // a body of no length stays NoBody: wrapped, it would go chunked

@@ -93,6 +93,7 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 		p.refuseConn(t.client, d, v)
 		return false
 	}
+	stripRequest(req.Header)
 	sent := req.Header.Clone()
 	d.Secrets = swapSecrets(req.Header, t.secrets)
 	swaps := append(tunnelSwaps(t.secrets), basicSwaps(sent, req.Header)...)
@@ -126,7 +127,6 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	in := p.meter()
 	client := sandboxConn{t.client}
 	keep := !req.Close
-	stripHop(req.Header)
 	body := &meteredBody{p: p}
 	err := continue100(client, req, in)
 	var o *http.Request

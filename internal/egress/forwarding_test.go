@@ -1,0 +1,128 @@
+package egress
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestUpstreamGetsNoForwardingFields: the fields a front end reads as what a proxy before it
+// saw (the client's address, the host, scheme and path it asked for) never reach an upstream
+// from the sandbox, in any spelling, on the forwarded and terminated paths alike. A front end
+// that routes or authorises by them (X-Forwarded-Host to pick a site, X-Forwarded-For or
+// X-Real-IP to trust an internal client, X-Original-URL to rewrite the path) took the
+// sandbox's word for another site or another client, with the swapped-in secret on a bound
+// host. A placeholder in a field the proxy drops reached nothing, and the decision does not
+// name its secret as used.
+func TestUpstreamGetsNoForwardingFields(t *testing.T) {
+	fields := []string{
+		"X-Forwarded-For: 10.0.0.1", "X-Forwarded-Host: admin.example.com", "X-Forwarded-Proto: https",
+		"X-Forwarded-Port: 443", "X-Forwarded-Prefix: /admin", "X-Forwarded-Server: admin.example.com",
+		"Forwarded: for=10.0.0.1;host=admin.example.com;proto=https", "X-Real-IP: 10.0.0.1",
+		"True-Client-IP: 10.0.0.1", "X-Client-IP: 10.0.0.1", "X-Cluster-Client-IP: 10.0.0.1",
+		"CF-Connecting-IP: 10.0.0.1", "Fastly-Client-IP: 10.0.0.1", "X-Originating-IP: 10.0.0.1",
+		"X-Host: admin.example.com", "X-Original-Host: admin.example.com", "X-Original-URL: /admin",
+		"X-Rewrite-URL: /admin", "X-HTTP-Host-Override: admin.example.com",
+		"X_Forwarded_For: 10.0.0.1", "x-forwarded.host: admin.example.com",
+	}
+	sent := map[string]bool{"x-forwarded-user": true}
+	for _, f := range fields {
+		name, _, _ := strings.Cut(f, ":")
+		sent[foldName(name)] = true
+	}
+	tests := []struct {
+		name       string
+		terminated bool
+		target     string
+	}{
+		{"terminated, bound host", true, "/v1"},
+		{"forwarded, bound host over http://", false, "http://api.example.com/v1"},
+		{"forwarded, host without a secret", false, "http://plain.example.com/v1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, nil)
+			ph := h.placeholder(t)
+			var rw io.ReadWriter = h.dialProxy(t)
+			if tt.terminated {
+				rw, _ = h.terminated(t, "api.example.com:443")
+			}
+			req := "GET " + tt.target + " HTTP/1.1\r\nHost: " + hostOf(tt.target) + "\r\n" +
+				strings.Join(fields, "\r\n") + "\r\nX-Forwarded-User: " + ph + "\r\nX-Job-Field: kept\r\n\r\n"
+			if _, err := io.WriteString(rw, req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(rw), nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d (%s), want 200", resp.StatusCode, resp.Header.Get("X-Boxcar-Egress"))
+			}
+			up := h.plainUp
+			if tt.terminated {
+				up = h.tlsUp
+			}
+			got := up.last(t).Header
+			for name := range got {
+				if sent[foldName(name)] {
+					t.Errorf("the upstream got %s: %q", name, got[name])
+				}
+			}
+			if got.Get("X-Job-Field") != "kept" {
+				t.Errorf("the upstream got X-Job-Field %q, want the sandbox's field passed on", got.Get("X-Job-Field"))
+			}
+			d := h.waitDecision(t, "the request", withMethod(http.MethodGet))
+			if len(d.Secrets) != 0 {
+				t.Errorf("decision names secrets %v used, where their placeholder was only in a dropped field", d.Secrets)
+			}
+		})
+	}
+}
+
+// TestSecretsUsedAreTheOnesSent: a placeholder in a field the proxy does not send on (a
+// hop-by-hop field, or one Connection names) is no use of its secret: the decision, and so
+// the job's manifest, named the secret as used for a value that never left the proxy.
+func TestSecretsUsedAreTheOnesSent(t *testing.T) {
+	for _, field := range []string{"Proxy-Authorization: Bearer %s", "Connection: X-Api-Key\r\nX-Api-Key: %s", "Keep-Alive: %s"} {
+		t.Run(strings.SplitN(field, ":", 2)[0], func(t *testing.T) {
+			h := setup(t, nil)
+			tc, br := h.terminated(t, "api.example.com:443")
+			req := "GET /v1 HTTP/1.1\r\nHost: api.example.com\r\n" + strings.ReplaceAll(field, "%s", h.placeholder(t)) + "\r\n\r\n"
+			if _, err := io.WriteString(tc, req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			resp.Body.Close()
+			if n := len(h.tlsUp.last(t).Header.Values("X-Api-Key")); n != 0 {
+				t.Errorf("the upstream got X-Api-Key, which Connection named")
+			}
+			d := h.waitDecision(t, "the request", withMethod(http.MethodGet))
+			if slices.Contains(d.Secrets, "EXAMPLE_TOKEN") {
+				t.Errorf("decision names EXAMPLE_TOKEN used; its placeholder was only in a field not sent on")
+			}
+		})
+	}
+}
+
+// hostOf is a request target's host for its Host field: the bound host inside a tunnel.
+func hostOf(target string) string {
+	rest, ok := strings.CutPrefix(target, "http://")
+	if !ok {
+		return "api.example.com"
+	}
+	h, _, _ := strings.Cut(rest, "/")
+	return h
+}
+
+// foldName is a field's name as servers that take '_' and '.' for '-' read it.
+func foldName(name string) string {
+	return strings.NewReplacer("_", "-", ".", "-").Replace(strings.ToLower(name))
+}
