@@ -74,8 +74,8 @@ type Summary struct {
 	Hosts    []HostSummary `json:"hosts"`                  // hosts sent a byte, sorted by name
 	Secrets  []string      `json:"secrets_used,omitempty"` // env names, sorted
 	// ClosedUnread counts the connections and requests the proxy closed unread, with no
-	// decision, once the job was past max_requests and told so (conn.go). The transcript's
-	// egress_summary line has it; the manifest's egress does not.
+	// decision, once the job was past max_requests and told so (conn.go), in the transcript's
+	// egress_summary line and the manifest's egress alike.
 	ClosedUnread int64 `json:"closed_unread,omitempty"`
 }
 

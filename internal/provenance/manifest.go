@@ -117,6 +117,9 @@ type Egress struct {
 	// HostsDropped counts the hosts past MaxEgressHosts, the last by name, that Hosts leaves
 	// out (their traffic is in the totals above).
 	HostsDropped int `json:"hosts_dropped,omitempty"`
+	// ClosedUnread counts the connections and requests the proxy closed unread, with no
+	// decision, once the job was past its max_requests: attempts Requests leaves out.
+	ClosedUnread int64 `json:"closed_unread,omitempty"`
 }
 
 // MaxEgressHosts is the most hosts a manifest names: a job reaches as many as its egress'

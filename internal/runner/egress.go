@@ -325,7 +325,7 @@ func writeLine(s *spool, v any) error {
 // manifest is the summary of what the job's network carried, for the manifest.
 func (je *jobEgress) manifest() *provenance.Egress {
 	s := je.proxy.Summary()
-	m := &provenance.Egress{Requests: s.Requests, Denied: s.Denied, BytesOut: s.BytesOut, BytesIn: s.BytesIn, SecretsUsed: s.Secrets}
+	m := &provenance.Egress{Requests: s.Requests, Denied: s.Denied, BytesOut: s.BytesOut, BytesIn: s.BytesIn, SecretsUsed: s.Secrets, ClosedUnread: s.ClosedUnread}
 	for _, h := range s.Hosts {
 		m.Hosts = append(m.Hosts, provenance.EgressHost{Host: h.Host, Requests: h.Requests, BytesOut: h.BytesOut, BytesIn: h.BytesIn})
 	}

@@ -106,3 +106,42 @@ func fill(t *testing.T, w interface{ Write([]byte) (int, error) }, n int64) {
 		n -= int64(len(line))
 	}
 }
+
+// TestManifestCountsClosedUnread: the requests the proxy closed unread past max_requests are
+// in the signed manifest's egress as in the transcript's egress_summary line: the manifest
+// left them out, so a job that hammered the proxy past its cap read as one that stopped.
+func TestManifestCountsClosedUnread(t *testing.T) {
+	t.Parallel()
+	const execs = 5
+	b := egressSetup(t)
+	up := egressUpstream(t, func(string) {})
+	up.Limits.MaxRequests = 2 // the first command's CONNECT and GET; the second's CONNECT is refused
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		for range execs { // each a new connection: the three past the refusal are closed unread
+			if _, err := req.Sandbox.Exec(ctx, sandbox.ExecRequest{Argv: []string{"https://api.boxcar.test/v1"}}); err != nil {
+				return agent.Result{}, err
+			}
+		}
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) {
+		c.Sandboxes = &egressProvider{}
+		c.LookupEnv = func(k string) (string, bool) { return "real-api-token-0123456789abcdef", k == "BOXCAR_TEST_API_TOKEN" }
+		c.Egress = up
+	})
+	j := b.submit("net")
+	if st := b.waitFinal(j.ID, time.Minute); st.State != job.StateSucceeded {
+		t.Fatalf("job ended %s: %s", st.State, st.Error)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(b.runFile(j.ID, "transcript.jsonl"), []byte("\n")), []byte("\n"))
+	var sum struct {
+		Type         string `json:"type"`
+		ClosedUnread int64  `json:"closed_unread"`
+	}
+	_ = json.Unmarshal(lines[len(lines)-1], &sum)
+	if sum.Type != "egress_summary" || sum.ClosedUnread != execs-2 {
+		t.Fatalf("the transcript's last line %.300s; want the egress_summary with closed_unread %d", lines[len(lines)-1], execs-2)
+	}
+	if m := b.manifest(j.ID).Predicate.Egress; m == nil || m.ClosedUnread != sum.ClosedUnread {
+		t.Errorf("manifest egress %+v; want closed_unread %d, as the transcript's summary", m, sum.ClosedUnread)
+	}
+}
