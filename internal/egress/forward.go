@@ -123,11 +123,14 @@ var forwardingFields = map[string]bool{
 	"front-end-https": true, "x-scheme": true, "x-url-scheme": true,
 }
 
-// isForwardingField reports whether a field's name is one of forwardingFields, or names what
-// a proxy forwarded (X-Forwarded-For, -Host, -Proto, -Port, -Prefix, -Server, -Ssl ...).
+// isForwardingField reports whether a field's name is one of forwardingFields, names what a
+// proxy forwarded (X-Forwarded-For, -Host, -Proto, -Port, -Prefix, -Server, -User ...), or
+// is one of Envoy's, which a sidecar takes from a client it deems internal, as it may the
+// worker: x-envoy-original-dst-host picks the address it dials, x-envoy-max-retries sends a
+// request again, past the job's count of what it sent.
 func isForwardingField(name string) bool {
 	f := foldFieldName(name)
-	return forwardingFields[f] || strings.HasPrefix(f, "x-forwarded")
+	return forwardingFields[f] || strings.HasPrefix(f, "x-forwarded") || strings.HasPrefix(f, "x-envoy-")
 }
 
 // foldFieldName is a field's name in lower case with "_" and "." read as "-".

@@ -26,9 +26,10 @@ func TestUpstreamGetsNoForwardingFields(t *testing.T) {
 		"CF-Connecting-IP: 10.0.0.1", "Fastly-Client-IP: 10.0.0.1", "X-Originating-IP: 10.0.0.1",
 		"X-Host: admin.example.com", "X-Original-Host: admin.example.com", "X-Original-URL: /admin",
 		"X-Rewrite-URL: /admin", "X-HTTP-Host-Override: admin.example.com",
-		"X_Forwarded_For: 10.0.0.1", "x-forwarded.host: admin.example.com",
+		"X_Forwarded_For: 10.0.0.1", "x-forwarded.host: admin.example.com", "X-Forwarded-User: admin",
+		"X-Envoy-Original-Dst-Host: 10.0.0.1:8080", "X-Envoy-Max-Retries: 5", "X-Envoy-Internal: true",
 	}
-	sent := map[string]bool{"x-forwarded-user": true}
+	sent := map[string]bool{"x-forwarded-email": true}
 	for _, f := range fields {
 		name, _, _ := strings.Cut(f, ":")
 		sent[foldName(name)] = true
@@ -51,7 +52,7 @@ func TestUpstreamGetsNoForwardingFields(t *testing.T) {
 				rw, _ = h.terminated(t, "api.example.com:443")
 			}
 			req := "GET " + tt.target + " HTTP/1.1\r\nHost: " + hostOf(tt.target) + "\r\n" +
-				strings.Join(fields, "\r\n") + "\r\nX-Forwarded-User: " + ph + "\r\nX-Job-Field: kept\r\n\r\n"
+				strings.Join(fields, "\r\n") + "\r\nX-Forwarded-Email: " + ph + "\r\nX-Job-Field: kept\r\n\r\n"
 			if _, err := io.WriteString(rw, req); err != nil {
 				t.Fatal(err)
 			}
