@@ -96,7 +96,9 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 	stripRequest(req.Header)
 	sent := req.Header.Clone()
 	d.Secrets = swapSecrets(req.Header, t.secrets)
-	swaps := append(tunnelSwaps(t.secrets), basicSwaps(sent, req.Header)...)
+	// The answer is scrubbed of every value the host may hold, not only those bound on this
+	// port: a value it got on another port, or in an earlier job, comes back on this one too.
+	swaps := append(tunnelSwaps(p.policy.heldBy(t.h)), basicSwaps(sent, req.Header)...)
 	return p.relay(ctx, t, req, swaps, &d)
 }
 

@@ -37,9 +37,12 @@ func Narrow(p Policy, allow []string) (Policy, error) {
 		}
 		inner = append(inner, r)
 	}
-	out := Policy{Allow: append([]string{}, allow...), profileAllow: p.profileAllow}
+	out := Policy{Allow: append([]string{}, allow...), profileAllow: p.profileAllow, held: p.held}
 	if out.profileAllow == nil {
 		out.profileAllow = append([]string{}, p.Allow...)
+	}
+	if out.held == nil {
+		out.held = slices.Clone(p.Secrets)
 	}
 	for _, s := range p.Secrets {
 		kept := s

@@ -25,6 +25,11 @@ type Policy struct {
 	// when the operator's profile names it too, never because a job narrowed a wider entry
 	// to it.
 	profileAllow []string
+	// held are the profile's secrets as the profile binds them, when Narrow dropped or
+	// narrowed some: a host they are bound to may hold a value an earlier job sent it (a
+	// request log, a stored field) and hand it back, so its answers are scrubbed of it
+	// whatever the job's own list (heldBy).
+	held []Secret
 }
 
 // Secret is one credential bound to hosts.
@@ -143,6 +148,9 @@ type compiledPolicy struct {
 	allow   []rule
 	exact   []rule // the host:port entries of allow (no wildcard) the profile names as they are
 	secrets []*secret
+	// scrubOnly are the profile's secrets the job's list left bound nowhere: never swapped
+	// in, but scrubbed from the answers of the hosts the profile binds them to (heldBy).
+	scrubOnly []*secret
 }
 
 // compilePolicy validates the policy and generates a placeholder per secret.
@@ -168,7 +176,35 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		seen[sec.env] = true
 		cp.secrets = append(cp.secrets, sec)
 	}
+	if err := cp.compileHeld(p.held); err != nil {
+		return nil, err
+	}
 	return cp, nil
+}
+
+// compileHeld gives each secret the hosts the profile binds it to, as held, and keeps the
+// ones the job's list dropped as scrubOnly.
+func (cp *compiledPolicy) compileHeld(held []Secret) error {
+	for i, s := range held {
+		var rules []rule
+		for _, h := range s.Hosts {
+			r, err := parseRule(h)
+			if err != nil {
+				return fmt.Errorf("%w: profile's secrets[%d]: %w", ErrInvalidPolicy, i, err)
+			}
+			rules = append(rules, r)
+		}
+		if j := slices.IndexFunc(cp.secrets, func(c *secret) bool { return c.env == s.Env }); j >= 0 {
+			cp.secrets[j].held = rules
+			continue
+		}
+		ph, err := placeholderFor(s.Value)
+		if err != nil {
+			return fmt.Errorf("%w: profile's secrets[%d]: %s: %w", ErrInvalidPolicy, i, s.Env, err)
+		}
+		cp.scrubOnly = append(cp.scrubOnly, &secret{env: s.Env, value: s.Value, placeholder: ph, held: rules})
+	}
+	return nil
 }
 
 // allowed reports whether any rule allows host h on port.
@@ -219,12 +255,14 @@ func (cp *compiledPolicy) boundSecrets(h host, port int) []*secret {
 	return out
 }
 
-// heldBy returns the secrets bound to host h on any port: values h may have been sent on a
-// terminated tunnel, and may hand back on any of its ports (stored echo).
+// heldBy returns the secrets the profile binds to host h on any port, the job's list aside:
+// values h may have been sent on a terminated tunnel, of this job or an earlier one, and may
+// hand back on any of its ports and schemes (stored echo). Its answers are scrubbed of them
+// on every path.
 func (cp *compiledPolicy) heldBy(h host) []*secret {
 	var out []*secret
-	for _, s := range cp.secrets {
-		if slices.ContainsFunc(s.hosts, func(r rule) bool { r.port = 0; return r.match(h, 0) }) {
+	for _, s := range slices.Concat(cp.secrets, cp.scrubOnly) {
+		if slices.ContainsFunc(s.heldAt(), func(r rule) bool { r.port = 0; return r.match(h, 0) }) {
 			out = append(out, s)
 		}
 	}

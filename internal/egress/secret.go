@@ -12,7 +12,16 @@ type secret struct {
 	env         string
 	value       string
 	placeholder string
-	hosts       []rule
+	hosts       []rule // where it is swapped in
+	held        []rule // where the profile binds it, when the job's list narrowed hosts
+}
+
+// heldAt is where the profile binds s: hosts that may hold its value (compiledPolicy.heldBy).
+func (s *secret) heldAt() []rule {
+	if s.held != nil {
+		return s.held
+	}
+	return s.hosts
 }
 
 // minRandomChars is the fewest letters and digits a value may have: its placeholder keeps the

@@ -17,26 +17,7 @@ import (
 // forwarded request to a host a secret is bound to, on any port, has its answer scrubbed of
 // the host's values as a terminated tunnel's is, compressed or not.
 func TestStoredEchoOverPlainHTTPIsScrubbed(t *testing.T) {
-	var mu sync.Mutex
-	var stored string
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		if r.URL.Path == "/store" {
-			stored = r.Header.Get("Authorization")
-			return
-		}
-		echo(w, &http.Request{Header: http.Header{"X-Echo": {stored}, "Accept-Encoding": r.Header["Accept-Encoding"]}})
-	})
-	caPEM, _, leaf := testUpstreamCert(t, "api.example.com")
-	tlsSrv := httptest.NewUnstartedServer(handler)
-	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
-	tlsSrv.StartTLS()
-	t.Cleanup(tlsSrv.Close)
-	plainSrv := httptest.NewServer(handler)
-	t.Cleanup(plainSrv.Close)
-	h := setup(t, func(c *Config) { c.UpstreamCAPEM = caPEM })
-	h.dialer.routes[apiAddr+":443"], h.dialer.routes[apiAddr+":80"] = tlsSrv.Listener.Addr().String(), plainSrv.Listener.Addr().String()
+	h := newStoringHost(t).harness(t, testPolicy())
 	ph := h.placeholder(t)
 	if status, _ := get(t, h, "https://api.example.com/store", ph); status != http.StatusOK {
 		t.Fatalf("storing: status %d", status)
@@ -58,4 +39,91 @@ func TestStoredEchoOverPlainHTTPIsScrubbed(t *testing.T) {
 			t.Errorf("Accept-Encoding %q: the answer %q has not the placeholder", enc, redact(string(raw)))
 		}
 	}
+}
+
+// TestStoredEchoIsScrubbedWhereverItIsHeld: a value a host was sent is scrubbed from every
+// answer of that host, on every path and port the job reaches it on, whatever the job's own
+// list: a terminated tunnel was scrubbed of the secrets bound on its port alone, so a host
+// that got one value on 443 served it back in clear on 8443, terminated for another secret
+// bound there; and a job whose list narrowed a binding away (its variable unset) read in
+// clear what an earlier job of the profile had the host store.
+func TestStoredEchoIsScrubbedWhereverItIsHeld(t *testing.T) {
+	other := Secret{Env: "OTHER_TOKEN", Value: "ot-OTHERvalue0123456789abcdefXYZ", Hosts: []string{"api.example.com"}}
+	profile := Policy{Allow: []string{"api.example.com"}, Secrets: []Secret{
+		{Env: "EXAMPLE_TOKEN", Value: realToken, Hosts: []string{"api.example.com:443"}}, other}}
+	tests := []struct {
+		name   string
+		narrow []string // the reading job's own list; none: the profile's
+		read   string
+	}{
+		{"terminated, on a port the value's binding leaves out", nil, "https://api.example.com:8443/stored"},
+		{"terminated, for a job that narrowed the binding away", []string{"api.example.com:8443"}, "https://api.example.com:8443/stored"},
+		{"forwarded, for a job that narrowed the binding away", []string{"api.example.com:80"}, "http://api.example.com/stored"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStoringHost(t)
+			writer := s.harness(t, profile)
+			if status, _ := get(t, writer, "https://api.example.com/store", writer.placeholder(t)); status != http.StatusOK {
+				t.Fatalf("storing: status %d", status)
+			}
+			policy := profile
+			if tt.narrow != nil {
+				var err error
+				if policy, err = Narrow(profile, tt.narrow); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reader := s.harness(t, policy)
+			resp, err := reader.client(t).Get(tt.read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if seen := string(raw) + resp.Header.Get("X-Echo") + resp.Trailer.Get("X-Echo"); strings.Contains(seen, realToken) || !strings.Contains(seen, "Bearer ") {
+				t.Errorf("the sandbox read %q: the stored value in clear, or no echo at all", redact(seen))
+			}
+		})
+	}
+}
+
+// storingHost is api.example.com keeping the Authorization it got on /store and echoing it
+// (echo) on every other path, over TLS on 443 and 8443 and over plain HTTP on 80.
+type storingHost struct {
+	caPEM          []byte
+	tlsAddr, plain string
+	mu             sync.Mutex
+	stored         string
+}
+
+func newStoringHost(t *testing.T) *storingHost {
+	s := &storingHost{}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if r.URL.Path == "/store" {
+			s.stored = r.Header.Get("Authorization")
+			return
+		}
+		echo(w, &http.Request{Header: http.Header{"X-Echo": {s.stored}, "Accept-Encoding": r.Header["Accept-Encoding"]}})
+	})
+	var leaf tls.Certificate
+	s.caPEM, _, leaf = testUpstreamCert(t, "api.example.com")
+	tlsSrv := httptest.NewUnstartedServer(handler)
+	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
+	tlsSrv.StartTLS()
+	t.Cleanup(tlsSrv.Close)
+	plainSrv := httptest.NewServer(handler)
+	t.Cleanup(plainSrv.Close)
+	s.tlsAddr, s.plain = tlsSrv.Listener.Addr().String(), plainSrv.Listener.Addr().String()
+	return s
+}
+
+// harness is a job's proxy under policy whose api.example.com is s.
+func (s *storingHost) harness(t *testing.T, policy Policy) *harness {
+	h := setupPolicy(t, func(c *Config) { c.UpstreamCAPEM = s.caPEM }, policy)
+	h.dialer.routes[apiAddr+":443"], h.dialer.routes[apiAddr+":8443"] = s.tlsAddr, s.tlsAddr
+	h.dialer.routes[apiAddr+":80"] = s.plain
+	return h
 }
