@@ -65,10 +65,13 @@ func awaitUntil[T any](ctx context.Context, r *Runner, a *attempt, giveUp time.T
 	}
 }
 
-// storeAnswered: the store answered, found or not. A store whose server no longer refuses a
+// storeAnswered: the store answered, found or not, or refused the tenant's writes (the job
+// fails: "store refuses the tenant's writes"). A store whose server no longer refuses a
 // second create-only put (store.ErrUnsafeServer) is waited for like one that is down: no
 // attempt could commit on it.
-func storeAnswered(err error) bool { return err == nil || errors.Is(err, store.ErrNotFound) }
+func storeAnswered(err error) bool {
+	return err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrWriteRefused)
+}
 
 // storeSafe: the store did not refuse for want of a server that refuses overwrites.
 func storeSafe(err error) bool { return !errors.Is(err, store.ErrUnsafeServer) }

@@ -87,6 +87,8 @@ func TestClassify(t *testing.T) {
 			at: map[stage]want{stageAdmit: {end: endRejected, reason: "profile_not_granted"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "input outside tenant", err: wrap(errInputOutsideTenant),
 			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_outside_tenant"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "store refuses the tenant's writes", err: wrap(store.ErrWriteRefused),
+			at: map[stage]want{stageClaim: {end: endFailed, reason: "store_write_refused"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "input too large", err: wrap(errInputTooLarge),
 			at: map[stage]want{stageAdmit: {end: endFailed, reason: "input_too_large"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "workdir full", err: wrap(sandbox.ErrDiskFull),

@@ -20,7 +20,10 @@ import (
 // manifest says. Only a message whose subject names no valid job id ends without a manifest:
 // no delivery of it can run or commit, since a run needs its subject's id to be its JSON id
 // and a valid one (see process), so each delivery ends it the
-// same way, and the dead letter is written once (queue.Delivery.Term).
+// same way, and the dead letter is written once (queue.Delivery.Term). So does a job whose
+// claim found the store refusing the worker's writes under its tenant's folder
+// (store.ErrWriteRefused): no manifest can be written there, and no run of a worker with the
+// same credentials can commit one.
 
 // exhausted is the claim of a job whose last delivery ended without settling: its worker
 // died, or stalled past AckWait and may still commit. This delivery never runs the job; the

@@ -124,8 +124,9 @@ func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 		}
 	}()
 	e := r.process(ctx, a, &sp)
-	// A job that ends here with no run committed must still win the arbiter; see end.go.
-	if decide(e.outcome, d.LastAttempt()).state.Terminal() && !e.committed && job.ValidID(d.JobID) && a.store != nil {
+	// A job that ends here with no run committed must still win the arbiter, unless the store
+	// refuses every write of it; see end.go.
+	if decide(e.outcome, d.LastAttempt()).state.Terminal() && !e.committed && job.ValidID(d.JobID) && a.store != nil && !errors.Is(e.err, store.ErrWriteRefused) {
 		e = r.end(ctx, a, e)
 	}
 	a.cancelled = errors.Is(context.Cause(ctx), errCancelled)

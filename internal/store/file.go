@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // tempPrefix starts the names of the file backend's temporary files. They live next to the
@@ -36,6 +37,7 @@ type File struct {
 	dir    string
 	root   *os.Root
 	shared bool
+	writes writeProofs // of the tenants' folders: see proveWrites
 }
 
 var _ Store = (*File)(nil)
@@ -60,6 +62,13 @@ func NewFile(dir string) (*File, error) {
 		return nil, fmt.Errorf("store: file %s: %w", abs, err)
 	}
 	return &File{dir: abs, root: root, shared: info.Mode()&os.ModeSetgid != 0}, nil
+}
+
+func (f *File) writeProofs() (*writeProofs, time.Duration) { return &f.writes, defaultProbeInterval }
+
+// remedy says whose the folder must be.
+func (f *File) remedy(folder string) string {
+	return fmt.Sprintf("no job of the tenant can be committed there. Let the worker's user write %s and what is under it (its owner, group or mode), or mount the store read-write", filepath.Join(f.dir, filepath.FromSlash(folder)))
 }
 
 // Close releases the directory handle. The store cannot be used afterwards.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -82,10 +83,7 @@ func (t *tenantStore) List(ctx context.Context, prefix string) ([]ObjectInfo, er
 		return nil, fmt.Errorf("%w: prefix %q", ErrInvalidKey, prefix)
 	}
 	objs, err := t.st.List(ctx, t.prefix+prefix)
-	for i := range objs {
-		objs[i].Key = strings.TrimPrefix(objs[i].Key, t.prefix)
-	}
-	return objs, err
+	return t.own(objs), err
 }
 
 // ListAtMost is the shared store's ListAtMost under the tenant's folder, keys relative to it.
@@ -94,10 +92,16 @@ func (t *tenantStore) ListAtMost(ctx context.Context, prefix string, n int) ([]O
 		return nil, false, fmt.Errorf("%w: prefix %q", ErrInvalidKey, prefix)
 	}
 	objs, more, err := t.st.ListAtMost(ctx, t.prefix+prefix, n)
+	return t.own(objs), more, err
+}
+
+// own is what the shared store listed, keys relative to the tenant's folder, less the proof of
+// writes (WriteProbeKey), which is the store's own, not one of the caller's.
+func (t *tenantStore) own(objs []ObjectInfo) []ObjectInfo {
 	for i := range objs {
 		objs[i].Key = strings.TrimPrefix(objs[i].Key, t.prefix)
 	}
-	return objs, more, err
+	return slices.DeleteFunc(objs, func(o ObjectInfo) bool { return o.Key == WriteProbeKey })
 }
 
 // URL names the object with the tenant's folder: the URL a submitter of the tenant writes.
@@ -106,8 +110,17 @@ func (t *tenantStore) URL(key string) string { return t.st.URL(t.prefix + key) }
 // Close leaves the shared store open: its owner closes it.
 func (t *tenantStore) Close() error { return nil }
 
-// Probe proves the shared store, whose server the tenant's objects are on (see Probe).
-func (t *tenantStore) Probe(ctx context.Context) error { return Probe(ctx, t.st) }
+// Probe proves the shared store, whose server the tenant's objects are on (see Probe), and
+// then that the worker may write the tenant's runs: a store that refuses writes under the
+// tenant's folder alone (IAM scoped by prefix) fails with ErrWriteRefused, naming the folder
+// and what to change, before any job of the tenant runs, where the run's commit found it after
+// the model's tokens were spent. Both proofs are held for a while (Options.ProbeInterval).
+func (t *tenantStore) Probe(ctx context.Context) error {
+	if err := Probe(ctx, t.st); err != nil {
+		return err
+	}
+	return proveWrites(ctx, t.st, t.prefix)
+}
 
 // Partials lists the unfinished writes under the tenant's prefix, keys relative to it.
 func (t *tenantStore) Partials(ctx context.Context, prefix string) ([]Partial, error) {

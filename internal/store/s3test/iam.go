@@ -1,10 +1,13 @@
 package s3test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // StartIAM is Start with versitygw's internal IAM: accounts besides the root user, each of
@@ -49,5 +52,26 @@ func (s *Server) admin(t testing.TB, args ...string) {
 	cmd.Env = append(os.Environ(), "ADMIN_ACCESS_KEY_ID="+s.AccessKey, "ADMIN_SECRET_ACCESS_KEY="+s.SecretKey, "ADMIN_REGION="+Region)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("s3test: versitygw admin %s: %v\n%s", args[0], err, out)
+	}
+}
+
+// UserVars are Vars for the account access, whose secret CreateUser returned.
+func (s *Server) UserVars(access, secret string) map[string]string {
+	vars := s.Vars()
+	vars["AWS_ACCESS_KEY_ID"], vars["AWS_SECRET_ACCESS_KEY"] = access, secret
+	return vars
+}
+
+// DenyWritesUnder gives bucket a policy that refuses the account access every write under
+// prefix (PutObject, which multipart uploads are authorized by, as AWS S3 does) and lets it do
+// anything else in the bucket: the IAM of an operator that scopes a worker's writes by prefix,
+// as an S3 bucket policy does. The policy is set as the root user.
+func (s *Server) DenyWritesUnder(t testing.TB, bucket, access, prefix string) {
+	t.Helper()
+	policy := fmt.Sprintf(`{"Version":"2012-10-17","Statement":[
+{"Effect":"Allow","Principal":{"AWS":[%[1]q]},"Action":["s3:*"],"Resource":["arn:aws:s3:::%[2]s","arn:aws:s3:::%[2]s/*"]},
+{"Effect":"Deny","Principal":{"AWS":[%[1]q]},"Action":["s3:PutObject"],"Resource":["arn:aws:s3:::%[2]s/%[3]s*"]}]}`, access, bucket, prefix)
+	if _, err := s.client().PutBucketPolicy(t.Context(), &s3.PutBucketPolicyInput{Bucket: &bucket, Policy: &policy}); err != nil {
+		t.Fatalf("s3test: put the policy of bucket %s: %v", bucket, err)
 	}
 }

@@ -1,0 +1,143 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/smithy-go"
+)
+
+// WriteProbeKey is the object a worker writes, create-only, in a tenant's folder before it runs
+// a job of the tenant (the Probe of a ForTenant store): under runs/, where the job's run is
+// written, so that credentials scoped to the runs of a tenant pass it. The tenant's List does
+// not show it, and `submit gc` leaves it (it is in no attempt folder).
+const WriteProbeKey = "runs/.boxcar-write-probe.txt"
+
+var writeProbeBody = []byte("Boxcar's workers write this object create-only to prove that they may write the runs of\n" +
+	"this tenant before they run its jobs. Leave it; it is never read.\n")
+
+// ErrWriteRefused marks a tenant's folder the store refuses the worker's writes to for want of
+// permission: S3's AccessDenied (an IAM or bucket policy scoped by prefix that leaves the tenant
+// out), the file store's EACCES, EPERM or EROFS. No job of the tenant could be committed there
+// until the operator changes that, so none is run. Other faults of the proof (a 5xx, a network
+// error, an expired token, a skewed clock) are not this: they may pass.
+var ErrWriteRefused = errors.New("the store refuses the worker's writes")
+
+// writeRefusalHold is the part of a store's probe interval a refusal is held for: a minute's
+// tenth, so that a fixed policy is taken within seconds while a queue of the tenant's jobs
+// costs one refused write every few seconds, not one each.
+const writeRefusalHold = 10
+
+// writeProver is a backend that holds its proofs of writes under a folder, per folder, for
+// every ForTenant store made on it: an attempt's tenant store lives for one job.
+type writeProver interface {
+	writeProofs() (*writeProofs, time.Duration)
+	// remedy says what to change so that the worker may write under folder.
+	remedy(folder string) string
+}
+
+// proveWrites proves that st takes writes under folder (a tenant's, with a trailing slash) by
+// writing WriteProbeKey there create-only: a refusal for want of permission comes before the
+// server looks whether the object exists, so finding it there is a proof too. A store that
+// holds no proofs (one wrapping another) is not proven, as Probe does not prove it.
+func proveWrites(ctx context.Context, st Store, folder string) error {
+	wp, ok := st.(writeProver)
+	if !ok {
+		return nil
+	}
+	proofs, interval := wp.writeProofs()
+	return proofs.prove(ctx, folder, interval, func(ctx context.Context) error {
+		err := st.PutIfAbsent(ctx, folder+WriteProbeKey, bytes.NewReader(writeProbeBody), int64(len(writeProbeBody)))
+		switch {
+		case err == nil, errors.Is(err, ErrExists):
+			return nil
+		case refusedWrite(err):
+			return fmt.Errorf("store: %w under %s: %w; %s", ErrWriteRefused, st.URL(folder), err, wp.remedy(folder))
+		}
+		return err
+	})
+}
+
+// refusedWrite tells a refusal for want of permission from other faults of a write.
+func refusedWrite(err error) bool {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		return api.ErrorCode() == "AccessDenied"
+	}
+	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)
+}
+
+// errProofUnfinished is the result of a proof whose put never returned (it panicked).
+var errProofUnfinished = errors.New("store: the proof of writes did not finish")
+
+// writeProofs holds the latest proof of writes under each folder of one store. One proof is
+// in flight per folder at a time: the callers that come while it runs wait for it and take
+// its result, so a queue of a tenant's jobs costs one write, not one each.
+type writeProofs struct {
+	mu sync.Mutex
+	by map[string]*writeProof
+}
+
+// writeProof is one proof: done is closed when err and until are set.
+type writeProof struct {
+	done  chan struct{}
+	err   error
+	until time.Time // when the result stops holding; zero: it held for its waiters only
+}
+
+// prove returns the proof of folder held, else the one in flight, else put's result, which
+// holds for interval when put proved the writes, a tenth of it when it found them refused,
+// and for nobody after when it proved nothing (an outage, a cancelled context).
+func (w *writeProofs) prove(ctx context.Context, folder string, interval time.Duration, put func(context.Context) error) error {
+	for {
+		w.mu.Lock()
+		p := w.by[folder]
+		if p == nil || p.settled() && !time.Now().Before(p.until) {
+			p = &writeProof{done: make(chan struct{})}
+			if w.by == nil {
+				w.by = map[string]*writeProof{}
+			}
+			w.by[folder] = p
+			w.mu.Unlock()
+			p.run(ctx, interval, put)
+			return p.err
+		}
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.done:
+		}
+		// The proof of a caller whose context ended says nothing of this caller's.
+		if p.err == nil || ctx.Err() != nil || !errors.Is(p.err, context.Canceled) && !errors.Is(p.err, context.DeadlineExceeded) {
+			return p.err
+		}
+	}
+}
+
+func (p *writeProof) settled() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *writeProof) run(ctx context.Context, interval time.Duration, put func(context.Context) error) {
+	defer close(p.done)
+	p.err = errProofUnfinished // as the waiters see it if put panics
+	p.err = put(ctx)
+	switch {
+	case p.err == nil:
+		p.until = time.Now().Add(interval)
+	case errors.Is(p.err, ErrWriteRefused):
+		p.until = time.Now().Add(interval / writeRefusalHold)
+	}
+}

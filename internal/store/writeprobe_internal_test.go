@@ -1,0 +1,111 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestWriteProofsHoldPerFolder: a proof of writes is held per folder, a success for the
+// interval, a refusal for a tenth of it, an outage for nobody; callers that come while one is
+// in flight take its result, so a queue of one tenant's jobs costs one write; and the proof of
+// a caller whose context ended is not another caller's answer.
+func TestWriteProofsHoldPerFolder(t *testing.T) {
+	refused := fmt.Errorf("store: %w under tenants/b/", ErrWriteRefused)
+	outage := errors.New("503 SlowDown")
+	tests := []struct {
+		name     string
+		result   error
+		interval time.Duration
+		held     bool // a second call within the interval writes nothing
+	}{
+		{"proved", nil, time.Hour, true},
+		{"refused", refused, time.Hour, true},
+		{"refused, past its tenth", refused, 10 * time.Nanosecond, false},
+		{"outage", outage, time.Hour, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var w writeProofs
+			var puts atomic.Int64
+			put := func(context.Context) error { puts.Add(1); return tt.result }
+			for range 2 {
+				if err := w.prove(t.Context(), "tenants/b/", tt.interval, put); !errors.Is(err, tt.result) {
+					t.Fatalf("prove = %v, want %v", err, tt.result)
+				}
+				time.Sleep(20 * time.Nanosecond) // past the shortest interval, which no other row holds to
+			}
+			if want := map[bool]int64{true: 1, false: 2}[tt.held]; puts.Load() != want {
+				t.Errorf("%d writes for two calls, want %d", puts.Load(), want)
+			}
+			// Another folder is proven on its own.
+			if err := w.prove(t.Context(), "tenants/c/", tt.interval, func(context.Context) error { return nil }); err != nil {
+				t.Errorf("another folder's proof = %v", err)
+			}
+		})
+	}
+}
+
+// TestWriteProofsOneInFlight: the callers that come while a proof runs wait for it and take
+// its result, and write nothing; one whose context ends while it waits returns at once.
+func TestWriteProofsOneInFlight(t *testing.T) {
+	var w writeProofs
+	release, started := make(chan struct{}), make(chan struct{})
+	var puts atomic.Int64
+	put := func(context.Context) error {
+		if puts.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return nil
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	wg.Go(func() { errs[0] = w.prove(t.Context(), "tenants/b/", time.Hour, put) })
+	<-started
+	for i := 1; i < len(errs); i++ {
+		wg.Go(func() { errs[i] = w.prove(t.Context(), "tenants/b/", time.Hour, put) })
+	}
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := w.prove(gone, "tenants/b/", time.Hour, put); !errors.Is(err, context.Canceled) {
+		t.Errorf("a caller whose context ended while it waited: %v, want context.Canceled", err)
+	}
+	close(release)
+	wg.Wait()
+	if puts.Load() != 1 {
+		t.Errorf("%d writes for %d callers, want 1", puts.Load(), len(errs))
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("caller %d: %v, want the proof's nil", i, err)
+		}
+	}
+}
+
+// TestWriteProofsNotACancelledCallers: a proof cut short by its caller's context is not the
+// answer of a caller whose context lives: that one proves again.
+func TestWriteProofsNotACancelledCallers(t *testing.T) {
+	var w writeProofs
+	first, cancel := context.WithCancel(t.Context())
+	started, waiting := make(chan struct{}), make(chan error)
+	go func() {
+		_ = w.prove(first, "tenants/b/", time.Hour, func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			return fmt.Errorf("put: %w", ctx.Err())
+		})
+	}()
+	<-started
+	go func() {
+		waiting <- w.prove(t.Context(), "tenants/b/", time.Hour, func(context.Context) error { return nil })
+	}()
+	cancel()
+	if err := <-waiting; err != nil {
+		t.Errorf("the living caller's proof = %v, want its own, nil", err)
+	}
+}

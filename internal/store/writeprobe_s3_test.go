@@ -1,0 +1,51 @@
+//go:build integration
+
+package store_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/internal/store/s3test"
+)
+
+// TestTenantProbeFindsItsFolderRefused: on a real S3 server whose bucket policy refuses the
+// worker's account every write under one tenant's folder, the Probe of that tenant's store
+// fails with ErrWriteRefused, naming the folder and the permission to grant, while the shared
+// store's probe and another tenant's pass; the refused tenant's List shows nothing of the
+// proof, nor does the allowed one's.
+func TestTenantProbeFindsItsFolderRefused(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	secret := srv.CreateUser(t, "worker")
+	const bucket = "boxcar-scoped"
+	srv.CreateOwnedBucket(t, "worker", bucket)
+	srv.DenyWritesUnder(t, bucket, "worker", "boxcar/"+store.TenantPrefix("team-b"))
+	vars := srv.UserVars("worker", secret)
+	shared := newS3(t, srv, bucket, "boxcar", store.Options{Getenv: func(k string) string { return vars[k] }})
+	ctx := t.Context()
+	if err := store.Probe(ctx, shared); err != nil {
+		t.Fatalf("the shared store's probe: %v", err)
+	}
+	allowed, refused := store.ForTenant(shared, "team-a"), store.ForTenant(shared, "team-b")
+	if err := store.Probe(ctx, allowed); err != nil {
+		t.Errorf("team-a's probe: %v", err)
+	}
+	err := store.Probe(ctx, refused)
+	t.Logf("team-b's probe: %v", err)
+	if !errors.Is(err, store.ErrWriteRefused) {
+		t.Fatalf("team-b's probe = %v, want ErrWriteRefused", err)
+	}
+	for _, want := range []string{"s3://" + bucket + "/boxcar/tenants/team-b/", "s3:PutObject on arn:aws:s3:::" + bucket + "/boxcar/tenants/team-b/*"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not say %q", want)
+		}
+	}
+	for _, st := range []store.Store{allowed, refused} {
+		if objs, err := st.List(ctx, ""); err != nil || len(objs) != 0 {
+			t.Errorf("%s lists %v, %v; want nothing", st.URL(""), objs, err)
+		}
+	}
+}
