@@ -67,7 +67,9 @@ func reset(w http.ResponseWriter) {
 // queues the job once; one that waiting cannot change (no credentials, a wrong secret key, a
 // bucket that is not there, a certificate no CA given vouches for) ends run at once, exit 1, naming the store and with nothing
 // queued. Without credentials, run waited out its whole --timeout (30 minutes by default)
-// saying "waiting for the store: … get credentials …", as for an outage.
+// saying "waiting for the store: … get credentials …", as for an outage. A server that ignores
+// If-None-Match (the workers' store.allow_unsafe_overwrite) takes the inputs: run waited out its
+// --timeout for it, then named that worker setting.
 func TestRunStoreFaults(t *testing.T) {
 	srv := s3test.Start(t)
 	bucket := srv.CreateBucket(t)
@@ -82,6 +84,9 @@ func TestRunStoreFaults(t *testing.T) {
 		{name: "throttled", endpoint: func(t *testing.T) string { return faultyProxy(t, srv, 4, s3Error(503, "SlowDown")) }},
 		{name: "internal error", endpoint: func(t *testing.T) string { return faultyProxy(t, srv, 4, s3Error(500, "InternalError")) }},
 		{name: "connection reset", endpoint: func(t *testing.T) string { return faultyProxy(t, srv, 4, reset) }},
+		// The workers run on it with store.allow_unsafe_overwrite; an input is content-addressed,
+		// so a create-only put of it that overwrites writes the same bytes.
+		{name: "a server that ignores If-None-Match", endpoint: func(t *testing.T) string { return s3test.NewLenientProxy(t, srv, s3test.IgnorePut).URL }},
 		{name: "a certificate no CA given vouches for", endpoint: func(t *testing.T) string { return proxyTo(t, srv, httptest.NewTLSServer, 0, nil) }, refused: true},
 		{name: "no credentials", env: map[string]string{"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}, refused: true},
 		{name: "wrong secret key", env: map[string]string{"AWS_SECRET_ACCESS_KEY": "wrong-secret-key"}, refused: true},
