@@ -379,3 +379,28 @@ func TestWatchJobThatLeftTheStream(t *testing.T) {
 		t.Errorf("watch of a purged job ended %s after the purge; want about the grace, %s", took, queue.UnknownGrace)
 	}
 }
+
+// TestApprovalsShowTheCommandAsItRuns: the command a person is asked to approve is shown as it
+// runs, its redirects and && too, in the list, in the status of its job, and in approve's
+// question and answer: each showed ["sh","-c","make \u003e log \u0026\u0026 rm -rf /work"], JSON's
+// HTML escapes, hiding the very characters that say what a shell line does.
+func TestApprovalsShowTheCommandAsItRuns(t *testing.T) {
+	te := newTestEnv(t)
+	id := te.submitJob(t)
+	now := time.Now().UTC()
+	argv := []string{"sh", "-c", "make > log && rm -rf /work <in"}
+	if _, err := te.q.RequestApproval(t.Context(), queue.Approval{Tenant: "default", JobID: id, CallID: "call_1", Argv: argv, RequestedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	const shown = `["sh","-c","make > log && rm -rf /work <in"]`
+	block := blockLines(job.Status{ID: id, State: job.StateRunning}, queue.ProfileInfo{}, []queue.Approval{{JobID: id, CallID: "call_1", Argv: argv, Revision: 1}}, now)
+	if !strings.Contains(strings.Join(block, "\n"), shown) {
+		t.Errorf("status and watch show the job's request as\n%s\nwant %s", strings.Join(block, "\n"), shown)
+	}
+	for _, args := range [][]string{{"approvals", id}, {"approve", id, "call_1", "--yes"}} {
+		stdout, stderr, err := te.submit(t, args...)
+		if err != nil || !strings.Contains(stdout, shown) || args[0] == "approve" && !strings.Contains(stderr, shown) {
+			t.Errorf("submit %s: %v; want %s shown\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, shown, stdout, stderr)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package submitcmd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -168,8 +167,7 @@ func blockLines(st job.Status, caps queue.ProfileInfo, approvals []queue.Approva
 		lines = append(lines, "  error: "+clean(st.Error))
 	}
 	for _, a := range approvals {
-		argv, _ := json.Marshal(a.Argv) // unambiguous, as `submit approvals` shows it
-		lines = append(lines, fmt.Sprintf("  waiting for approval: call %s %s (submit approve %s %s --revision %d)", clean(a.CallID), clean(string(argv)), clean(st.ID), clean(a.CallID), a.Revision))
+		lines = append(lines, fmt.Sprintf("  waiting for approval: call %s %s (submit approve %s %s --revision %d)", clean(a.CallID), clean(shownArgv(a.Argv)), clean(st.ID), clean(a.CallID), a.Revision))
 	}
 	return lines
 }
