@@ -171,7 +171,7 @@ func (e *env) approvals(ctx context.Context, jobID string) error {
 	fmt.Fprintln(tw, "JOB_ID\tCALL_ID\tREVISION\tEXPIRES IN\tCOMMAND")
 	now := time.Now()
 	for _, a := range pending {
-		printf(tw, "%s\t%s\t%d\t%s\t%s\n", a.JobID, a.CallID, a.Revision, a.ExpiresAt.Sub(now).Round(time.Second), shownArgv(a.Argv))
+		printf(tw, "%s\t%s\t%d\t%s\t%s\n", a.JobID, a.CallID, a.Revision, a.ExpiresAt.Sub(now).Round(time.Second), shownJSON(a.Argv))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -226,7 +226,7 @@ func (e *env) decide(ctx context.Context, a decision, jobID, callID string) erro
 	}
 	if shown.Revision == a.rev && shown.Pending(time.Now()) {
 		// What is not pending at this revision is refused below, with the reason; nothing to ask.
-		printf(e.stderr, "%s: signing %s of call %s of job %s, revision %d: %s\n", a.name, a.d, shown.CallID, shown.JobID, shown.Revision, shownArgv(shown.Argv))
+		printf(e.stderr, "%s: signing %s of call %s of job %s, revision %d: %s\n", a.name, a.d, shown.CallID, shown.JobID, shown.Revision, shownJSON(shown.Argv))
 		if err := e.confirm(a.name, a.yes); err != nil {
 			return err
 		}
@@ -238,18 +238,19 @@ func (e *env) decide(ctx context.Context, a decision, jobID, callID string) erro
 	if e.json() {
 		return e.printJSON(listedApproval{Approval: answered, Revision: answered.Revision})
 	}
-	printf(e.stdout, "%s call %s of job %s: %s\n", answered.Decision, answered.CallID, answered.JobID, shownArgv(answered.Argv))
+	printf(e.stdout, "%s call %s of job %s: %s\n", answered.Decision, answered.CallID, answered.JobID, shownJSON(answered.Argv))
 	return nil
 }
 
-// shownArgv is a command as a person reads it before answering for it: one JSON string per
-// argument, unambiguous, without the HTML escapes json.Marshal writes ('>' as \u003e, '&' as
-// \u0026, '<' as \u003c), which hid the very characters that say what a shell line does.
-func shownArgv(argv []string) string {
+// shownJSON is a value as a person reads it (a command before answering for it, a transcript's
+// tool call): JSON, unambiguous (one string per argument), without the HTML escapes
+// json.Marshal writes ('>' as \u003e, '&' as \u0026, '<' as \u003c), which hid the very
+// characters that say what a shell line does.
+func shownJSON(v any) string {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(argv) // a []string always encodes
+	_ = enc.Encode(v) // what a JSON decoder made, or a []string: always encodes
 	return strings.TrimSuffix(b.String(), "\n")
 }
 

@@ -381,8 +381,8 @@ func TestWatchJobThatLeftTheStream(t *testing.T) {
 }
 
 // TestApprovalsShowTheCommandAsItRuns: the command a person is asked to approve is shown as it
-// runs, its redirects and && too, in the list, in the status of its job, and in approve's
-// question and answer: each showed ["sh","-c","make \u003e log \u0026\u0026 rm -rf /work"], JSON's
+// runs, its redirects and && too, in the list, in the status of its job, in approve's question
+// and answer, and in the job's logs: each showed ["sh","-c","make \u003e log \u0026\u0026 rm -rf /work"], JSON's
 // HTML escapes, hiding the very characters that say what a shell line does.
 func TestApprovalsShowTheCommandAsItRuns(t *testing.T) {
 	te := newTestEnv(t)
@@ -396,6 +396,12 @@ func TestApprovalsShowTheCommandAsItRuns(t *testing.T) {
 	block := blockLines(job.Status{ID: id, State: job.StateRunning}, queue.ProfileInfo{}, []queue.Approval{{JobID: id, CallID: "call_1", Argv: argv, Revision: 1}}, now)
 	if !strings.Contains(strings.Join(block, "\n"), shown) {
 		t.Errorf("status and watch show the job's request as\n%s\nwant %s", strings.Join(block, "\n"), shown)
+	}
+	// logs shows the transcript's tool call, and an event it has no view of, the same way.
+	for _, ev := range []map[string]any{{"type": "tool_call", "tool": "shell", "argv": []any{"sh", "-c", argv[2]}, "exit_code": 0}, {"type": "new_kind", "argv": []any{"sh", "-c", argv[2]}}} {
+		if got := describeEvent(ev); !strings.Contains(got, `"make > log && rm -rf /work <in"`) {
+			t.Errorf("logs shows %v as %s", ev, got)
+		}
 	}
 	for _, args := range [][]string{{"approvals", id}, {"approve", id, "call_1", "--yes"}} {
 		stdout, stderr, err := te.submit(t, args...)

@@ -285,8 +285,7 @@ func describeEvent(ev map[string]any) string {
 			rest[k] = v
 		}
 	}
-	data, _ := json.Marshal(rest)
-	return fmt.Sprintf("[%s] %s", orDash(kind), clip(string(data), ""))
+	return fmt.Sprintf("[%s] %s", orDash(kind), clip(shownJSON(rest), ""))
 }
 
 func describeResponse(ev map[string]any) string {
@@ -312,8 +311,7 @@ func describeResponse(ev map[string]any) string {
 func describeToolCall(ev map[string]any) string {
 	s := fmt.Sprintf("  tool %s", str(ev["tool"]))
 	if argv, ok := ev["argv"].([]any); ok && len(argv) > 0 {
-		data, _ := json.Marshal(argv)
-		s += " " + clip(string(data), "")
+		s += " " + clip(shownJSON(argv), "")
 	}
 	switch {
 	case ev["timed_out"] == true:

@@ -167,7 +167,7 @@ func blockLines(st job.Status, caps queue.ProfileInfo, approvals []queue.Approva
 		lines = append(lines, "  error: "+clean(st.Error))
 	}
 	for _, a := range approvals {
-		lines = append(lines, fmt.Sprintf("  waiting for approval: call %s %s (submit approve %s %s --revision %d)", clean(a.CallID), clean(shownArgv(a.Argv)), clean(st.ID), clean(a.CallID), a.Revision))
+		lines = append(lines, fmt.Sprintf("  waiting for approval: call %s %s (submit approve %s %s --revision %d)", clean(a.CallID), clean(shownJSON(a.Argv)), clean(st.ID), clean(a.CallID), a.Revision))
 	}
 	return lines
 }
