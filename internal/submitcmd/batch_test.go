@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -297,5 +298,30 @@ func TestRunJobsInterrupted(t *testing.T) {
 	err = Run(ctx, []string{"run", "--jobs", one}, te.getenv, stdout, &stderr)
 	if l := jsonLines(t, stdout.out.String()); len(l) != 1 || l[0]["state"] != string(job.StateQueued) || exitCode(err) != exitInterrupted {
 		t.Errorf("exit %d (%v), lines %v; want the line queued and exit %d", exitCode(err), err, l, exitInterrupted)
+	}
+}
+
+// TestInputOfAnotherSizeIsReplaced: an object under an input's digest key that is not its size
+// (cut short by a tool that copied the store, or put there by another writer of the tenant's
+// folder) is replaced with the input's bytes. Submit took it for the input: the job was queued
+// and failed at the worker as input_digest_mismatch, and every submission again the same.
+func TestInputOfAnotherSizeIsReplaced(t *testing.T) {
+	te := newTestEnv(t)
+	data := "region,total\nnorth,3\n"
+	path := writeTestFile(t, t.TempDir(), "sales.csv", data)
+	key := store.InputKey(hexSum([]byte(data)))
+	if err := te.st.Put(t.Context(), key, strings.NewReader("region,to"), 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := uploadInputs(t.Context(), te.st, []string{path}); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := te.st.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if got, _ := io.ReadAll(rc); string(got) != data {
+		t.Errorf("the store holds %q under the input's key, want %q", got, data)
 	}
 }

@@ -128,13 +128,18 @@ func uploadInputs(ctx context.Context, st store.Store, paths []string) (map[stri
 }
 
 // putInput stores data under its digest key unless the store has it: a content-addressed
-// object of the right size is the same bytes, so it is not sent again.
+// object of the right size is the same bytes, so it is not sent again. One of another size is
+// not the input (cut short by a tool that copied the store, or put there by another writer):
+// it is replaced, which create-only could not do, so that the job does not fail at the worker
+// as input_digest_mismatch, and every submission of it again.
 func putInput(ctx context.Context, st store.Store, key string, data []byte) error {
 	info, err := st.Stat(ctx, key)
 	switch {
 	case err == nil && info.Size == int64(len(data)):
 		return nil
-	case err != nil && !errors.Is(err, store.ErrNotFound):
+	case err == nil:
+		return st.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
+	case !errors.Is(err, store.ErrNotFound):
 		return err
 	}
 	err = st.PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data)))
