@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -198,6 +199,10 @@ type KubernetesProvider struct {
 
 	ownerMu sync.Mutex
 	owner   *metav1.OwnerReference // Owner's, once looked up (kubernetes_owner.go)
+
+	// gone is the error of the last start when it found the namespace being deleted or gone
+	// (unavailableAnswers' gone rows), else nil; Check reports it.
+	gone atomic.Pointer[error]
 }
 
 // NewKubernetes checks the configuration. It does not contact the cluster.

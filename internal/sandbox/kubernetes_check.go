@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Check reports whether the provider could start a sandbox now: the API server answers, this
+// Check reports whether the provider could start a sandbox now: the namespace is not being
+// deleted or gone, as far as the last start found (stillGone), the API server answers, this
 // worker may list pods in the sandbox namespace, and it may create pods and pods/exec there;
 // the pods' Owner, when set, exists (looked up again each time, so that pods started after it
 // was made again name its new UID).
@@ -17,6 +20,9 @@ import (
 // reported not ready. It creates nothing. What holds the worker's jobs in such an outage is
 // Start's ErrUnavailable: the runner then waits for the backend and fetches no more jobs.
 func (p *KubernetesProvider) Check(ctx context.Context) error {
+	if err := p.stillGone(ctx); err != nil {
+		return err
+	}
 	ns := p.cfg.Namespace
 	if _, err := p.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		return fmt.Errorf("sandbox: kubernetes: list pods in namespace %s (check the kubeconfig and the worker's Role): %w: %w", ns, ErrUnavailable, err)
@@ -46,6 +52,30 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sandbox: kubernetes: %w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// stillGone is the error of the last start when it found the sandbox namespace being deleted or
+// gone, for as long as the API server still answers so: a server-side dry run of a pod's
+// create, which makes nothing and which admission answers as a start's create, asks again.
+// Listing pods answers as if nothing were wrong in a namespace being deleted, and in one that
+// does not exist. Once the dry run is answered otherwise, Check goes on as usual.
+func (p *KubernetesProvider) stillGone(ctx context.Context) error {
+	last := p.gone.Load()
+	if last == nil || *last == nil {
+		return nil
+	}
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "boxcar-readyz-", Namespace: p.cfg.Namespace},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: containerName, Image: p.cfg.Image}}},
+	}
+	_, err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil && slices.ContainsFunc(unavailableAnswers, func(a unavailableAnswer) bool { return a.gone && a.match(err) }) {
+		return *last
+	}
+	if ctx.Err() == nil {
+		p.gone.CompareAndSwap(last, nil)
 	}
 	return nil
 }

@@ -14,6 +14,10 @@ import (
 // tries once more with the owner looked up again.
 var errOwnerReplaced = errors.New("the pods' owner ConfigMap was made again under a new UID, and the garbage collector deleted the pod that named the old one")
 
+// errOwnerMissing: the pods' owner ConfigMap is not there (deleted with its namespace or the
+// release); no pod may start without it, as the garbage collector would delete it at once.
+var errOwnerMissing = errors.New("it does not exist")
+
 // ownerRef is the ownerReference every sandbox pod carries when Owner is set: the ConfigMap
 // that stands for this deployment of workers in the sandbox namespace. A worker removes its
 // pods itself while it may, but `helm uninstall` deletes the workers' ServiceAccount and Role
@@ -51,6 +55,7 @@ func (p *KubernetesProvider) lookUpOwnerLocked(ctx context.Context) (*metav1.Own
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			p.owner = nil
+			err = fmt.Errorf("%w (%s): %w", errOwnerMissing, remake, err)
 		}
 		return nil, fmt.Errorf("sandbox: kubernetes: look up ConfigMap %s in namespace %s, the owner of the sandbox pods (sandbox.kubernetes.owner; the chart makes it, and its Role grants get configmaps): %w", p.cfg.Owner, p.cfg.Namespace, err)
 	}

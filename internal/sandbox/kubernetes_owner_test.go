@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,8 +48,8 @@ func TestKubernetesPodsOwned(t *testing.T) {
 
 	orphan := fake.NewClientset()
 	p = newKubernetes(t, orphan, func(c *sandbox.KubernetesConfig) { c.Owner = "gone" })
-	if _, err := p.Start(t.Context(), sandboxtest.Spec("job-2", config.SandboxSpec{})); !apierrors.IsNotFound(err) {
-		t.Errorf("Start without its owner: %v, want the owner's NotFound", err)
+	if _, err := p.Start(t.Context(), sandboxtest.Spec("job-2", config.SandboxSpec{})); !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), `configmaps "gone" not found`) {
+		t.Errorf("Start without its owner: %v, want ErrUnavailable naming the owner", err)
 	}
 	if pods, _ := orphan.CoreV1().Pods(testNamespace).List(t.Context(), metav1.ListOptions{}); len(pods.Items) != 0 {
 		t.Errorf("Start without its owner left %d pods", len(pods.Items))
@@ -190,8 +191,9 @@ func TestKubernetesCheckLooksUpTheOwnerAgain(t *testing.T) {
 
 // TestKubernetesStartAfterOwnerMadeAgain: with no Check between, a start whose pod names the
 // owner's old UID sees the garbage collector delete it, looks the owner up again, and starts
-// once more under the new UID. An owner that is gone fails the start, naming the owner, and
-// the next start creates no pod.
+// once more under the new UID. An owner that is gone (deleted with its namespace or the
+// release) makes the start ErrUnavailable, naming the owner, so the job waits with its delivery
+// kept (TestKubernetesNamespaceBeingDeleted), and the next start creates no pod.
 func TestKubernetesStartAfterOwnerMadeAgain(t *testing.T) {
 	t.Parallel()
 	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "boxcar-sandboxes", Namespace: testNamespace, UID: "uid-1"}}
@@ -216,11 +218,10 @@ func TestKubernetesStartAfterOwnerMadeAgain(t *testing.T) {
 	if err := client.CoreV1().ConfigMaps(testNamespace).Delete(t.Context(), owner.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Start(t.Context(), sandboxtest.Spec("job-3", config.SandboxSpec{})); !apierrors.IsNotFound(err) {
-		t.Errorf("Start with the owner gone: %v, want the owner's NotFound", err)
-	}
-	if _, err := p.Start(t.Context(), sandboxtest.Spec("job-4", config.SandboxSpec{})); !apierrors.IsNotFound(err) {
-		t.Errorf("the next Start with the owner gone: %v, want the owner's NotFound", err)
+	for _, job := range []string{"job-3", "job-4"} {
+		if _, err := p.Start(t.Context(), sandboxtest.Spec(job, config.SandboxSpec{})); !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), `configmaps "boxcar-sandboxes" not found`) {
+			t.Errorf("Start of %s with the owner gone: %v, want ErrUnavailable naming the owner", job, err)
+		}
 	}
 	if n := creates.Load(); n != 4 {
 		t.Errorf("%d pods created, want 4: none once the owner is known to be gone", n)

@@ -26,34 +26,49 @@ type unavailableAnswer struct {
 	kind  string
 	why   string // what the job's status says; never the API server's address
 	match func(err error) bool
+	// gone: the sandbox namespace is being deleted or is gone, which only someone making it
+	// again changes: Check reports the worker not ready until a pod create gets past it.
+	gone bool
 }
+
+// remake is what to do when the sandbox namespace or the chart's objects in it are gone.
+const remake = "run helm upgrade, which makes the chart's objects there again (the namespace too with sandboxes.createNamespace=true), or make them by hand"
 
 // unavailableAnswers are those ways, first match wins. A new one is a new row.
 var unavailableAnswers = []unavailableAnswer{
-	{"quota_full", "the sandbox namespace's ResourceQuota is full", func(err error) bool {
+	// The namespace's deletion, until it is made again: pod creates are refused (a 403 with the
+	// NamespaceTerminating cause, then a 404 for the namespace), and its objects, the pods'
+	// owner ConfigMap first, are deleted. No job can change that, and none may spend a delivery
+	// on it one by one.
+	{kind: "namespace_terminating", gone: true, why: "the sandbox namespace is being deleted, and takes no pod until it is made again: " + remake,
+		match: func(err error) bool { return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) }},
+	{kind: "namespace_missing", gone: true, why: "the sandbox namespace does not exist: " + remake, match: namespaceNotFound},
+	{kind: "owner_missing", why: "the sandbox pods' owner ConfigMap (sandbox.kubernetes.owner) is gone, deleted with its namespace or the release: " + remake,
+		match: func(err error) bool { return errors.Is(err, errOwnerMissing) }},
+	{kind: "quota_full", why: "the sandbox namespace's ResourceQuota is full", match: func(err error) bool {
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
 	}},
 	// Admission's 403s that pass with no change to the pod: the quota controller has not yet
 	// counted the usage of a quota just made or changed, and the namespace's ServiceAccount
 	// (made moments after the namespace, deleted with the chart) is not there.
-	{"quota_not_counted", "the sandbox namespace's ResourceQuota has not counted its usage yet", func(err error) bool {
+	{kind: "quota_not_counted", why: "the sandbox namespace's ResourceQuota has not counted its usage yet", match: func(err error) bool {
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "status unknown for quota")
 	}},
-	{"no_service_account", "the sandbox namespace has no ServiceAccount for the pod", func(err error) bool {
+	{kind: "no_service_account", why: "the sandbox namespace has no ServiceAccount for the pod", match: func(err error) bool {
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "error looking up service account")
 	}},
 	// The authorizer's refusal alone: admission refusing the pod (PodSecurity, a LimitRange, a
 	// webhook) is Forbidden too, but says what of the pod it refuses, and no wait changes that.
-	{"not_permitted", "the API server refuses the worker; check its credentials and its Role in the sandbox namespace", func(err error) bool {
+	{kind: "not_permitted", why: "the API server refuses the worker; check its credentials and its Role in the sandbox namespace", match: func(err error) bool {
 		return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) && authorizerRefusal.MatchString(err.Error())
 	}},
-	{"overloaded", "the API server asks the worker to slow down", apierrors.IsTooManyRequests},
-	{"server_error", "the API server failed to answer", func(err error) bool {
+	{kind: "overloaded", why: "the API server asks the worker to slow down", match: apierrors.IsTooManyRequests},
+	{kind: "server_error", why: "the API server failed to answer", match: func(err error) bool {
 		return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
 			apierrors.IsTimeout(err) || apierrors.IsUnexpectedServerError(err)
 	}},
-	{"unreachable", "the API server does not answer", unreachable},
-	{"unschedulable", "no node can take the sandbox pod now", func(err error) bool { return errors.Is(err, errUnschedulable) }},
+	{kind: "unreachable", why: "the API server does not answer", match: unreachable},
+	{kind: "unschedulable", why: "no node can take the sandbox pod now", match: func(err error) bool { return errors.Is(err, errUnschedulable) }},
 }
 
 // authorizerRefusal is the API server's words for a request its authorizer (RBAC) refused:
@@ -91,16 +106,41 @@ func unreachable(err error) bool {
 // message, or the last words of a connection error, never its URL. The whole error goes to
 // the worker's log. An error of a start cut short by ctx stays as it is.
 func (p *KubernetesProvider) unavailable(ctx context.Context, spec Spec, err error) error {
+	if err == nil {
+		p.noteGone(false, nil)
+	}
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
 	for _, a := range unavailableAnswers {
 		if a.match(err) {
-			p.log.Warn("the cluster cannot take a sandbox now", "job_id", spec.JobID, "tenant", spec.Tenant, "kind", a.kind, "error", err)
-			return fmt.Errorf("sandbox: kubernetes: no sandbox pod can start in namespace %s now: %s (%s): %w", p.cfg.Namespace, a.why, answerDetail(err), ErrUnavailable)
+			p.log.Warn("the cluster cannot take a sandbox now", "job_id", spec.JobID, "tenant", spec.Tenant, "namespace", p.cfg.Namespace, "kind", a.kind, "why", a.why, "error", err)
+			err = fmt.Errorf("sandbox: kubernetes: no sandbox pod can start in namespace %s now: %s (%s): %w", p.cfg.Namespace, a.why, answerDetail(err), ErrUnavailable)
+			p.noteGone(a.gone, err)
+			return err
 		}
 	}
+	p.noteGone(false, nil)
 	return err
+}
+
+// noteGone keeps the error of a start that found the sandbox namespace being deleted or gone,
+// for Check, or forgets it: any other answer came from a namespace that takes pods.
+func (p *KubernetesProvider) noteGone(gone bool, err error) {
+	if !gone {
+		err = nil
+	}
+	p.gone.Store(&err)
+}
+
+// namespaceNotFound: the API server refused a request in a namespace that does not exist.
+func namespaceNotFound(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && d.Kind == "namespaces"
 }
 
 // answerDetail is what the answer said without where it came from: an API status's message,

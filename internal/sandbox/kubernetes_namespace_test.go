@@ -1,0 +1,149 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+)
+
+// namespaceTerminating is the API server's answer to a create in a namespace being deleted,
+// as its NamespaceLifecycle admission builds it: a 403 with the NamespaceTerminating cause.
+func namespaceTerminating(ns string) error {
+	err := apierrors.NewForbidden(corev1.Resource("pods"), "boxcar-job-1-x",
+		fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ns))
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+		Type: corev1.NamespaceTerminatingCause, Message: "namespace " + ns + " is being terminated", Field: "metadata.namespace",
+	})
+	return err
+}
+
+// lockedBuffer is a log sink the provider's goroutines may write while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestKubernetesNamespaceBeingDeleted: a sandbox namespace being deleted (its pod creates
+// answered 403 "... because it is being terminated"), gone, or without the pods' owner
+// ConfigMap (which a namespace's deletion removes first) takes no sandbox until someone makes
+// it again, and no job can change that: Start is ErrUnavailable, so the job waits with its
+// delivery kept and the worker fetches no more, the worker logs what happened and what to do,
+// and Check (/readyz) says the worker is not ready, until a start succeeds again. Each start
+// failed its job and spent a delivery, and /readyz said ready through the deletion.
+func TestKubernetesNamespaceBeingDeleted(t *testing.T) {
+	t.Parallel()
+	const owner = "boxcar.boxcar-sandboxes"
+	for _, tt := range []struct {
+		name  string
+		err   error // the pods' create answer while broken; nil: the owner ConfigMap is gone
+		kind  string
+		says  string // in Start's error, Check's and the log line
+		hint  string // what to do, in the same three
+		owned bool
+	}{
+		{name: "namespace being deleted", err: namespaceTerminating(testNamespace), kind: "namespace_terminating",
+			says: "is being deleted", hint: "helm upgrade"},
+		{name: "namespace gone", err: apierrors.NewNotFound(corev1.Resource("namespaces"), testNamespace), kind: "namespace_missing",
+			says: "does not exist", hint: "helm upgrade"},
+		{name: "the pods' owner gone", owned: true, kind: "owner_missing", says: owner, hint: "helm upgrade"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			client := fake.NewClientset()
+			fakeKubelet(t, client, nil)
+			var broken atomic.Bool
+			broken.Store(true)
+			var dryRuns atomic.Int32
+			client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				create := a.(k8stesting.CreateActionImpl)
+				dryRun := slices.Contains(create.CreateOptions.DryRun, metav1.DryRunAll)
+				if dryRun {
+					dryRuns.Add(1)
+				}
+				switch {
+				case broken.Load() && tt.err != nil:
+					return true, nil, tt.err
+				case dryRun: // admitted, and made nothing
+					return true, create.GetObject(), nil
+				}
+				return false, nil, nil
+			})
+			client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview).DeepCopy()
+				r.Status.Allowed = true
+				return true, r, nil
+			})
+			logs := &lockedBuffer{}
+			p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) {
+				c.Namespace = testNamespace
+				c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+				if tt.owned {
+					c.Owner = owner
+				}
+			})
+			_, err := p.Start(t.Context(), sandboxtest.Spec("job-1", config.SandboxSpec{}))
+			if !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), tt.says) || !strings.Contains(err.Error(), tt.hint) {
+				t.Fatalf("Start: %v; want ErrUnavailable saying %q and %q", err, tt.says, tt.hint)
+			}
+			if line := logs.String(); !strings.Contains(line, "kind="+tt.kind) || !strings.Contains(line, tt.says) || !strings.Contains(line, tt.hint) {
+				t.Errorf("log:\n%s\nwant kind=%s saying %q and %q", line, tt.kind, tt.says, tt.hint)
+			}
+			err = p.Check(t.Context())
+			if !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), tt.says) || !strings.Contains(err.Error(), tt.hint) {
+				t.Errorf("Check: %v; want the worker not ready, saying %q and %q", err, tt.says, tt.hint)
+			}
+
+			// Made again: the worker is ready before any job starts, and the next start takes a pod.
+			broken.Store(false)
+			if tt.owned {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: owner, Namespace: testNamespace, UID: "u1"}}
+				if _, err := client.CoreV1().ConfigMaps(testNamespace).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.Check(t.Context()); err != nil {
+				t.Errorf("Check once the namespace is made again: %v", err)
+			}
+			sb, err := p.Start(t.Context(), sandboxtest.Spec("job-2", config.SandboxSpec{}))
+			if err != nil {
+				t.Fatalf("Start once the namespace is made again: %v", err)
+			}
+			t.Cleanup(func() { _ = sb.Close(context.Background()) })
+			pods, err := client.CoreV1().Pods(testNamespace).List(t.Context(), metav1.ListOptions{})
+			if err != nil || len(pods.Items) != 1 {
+				t.Errorf("pods after the dry runs of %d checks and one start: %d (%v), want the start's alone", dryRuns.Load(), len(pods.Items), err)
+			}
+		})
+	}
+}
