@@ -69,14 +69,62 @@ port). The proxy checks the host names; a NetworkPolicy can only name ports and 
 {{/* The addresses the workers' egress proxy may dial for a sandbox, as NetworkPolicy peers:
 every one but the ranges it refuses whatever egress.allowed_cidrs lifts (internal/egress's
 hard rows: loopback, link-local and cloud metadata, multicast, broadcast, the metadata and
-platform endpoints outside link-local). */}}
+platform endpoints outside link-local), and networkPolicy.exceptCIDRs. The rules for an
+endpoint given by host name take them too (boxcar.endpointEgress): nothing legitimate is there. */}}
 {{- define "boxcar.proxyDialable" -}}
-- ipBlock:
-    cidr: 0.0.0.0/0
-    except: [0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255/32, 100.100.100.200/32, 168.63.129.16/32]
-- ipBlock:
-    cidr: ::/0
-    except: ["::/128", "::1/128", "fe80::/10", "ff00::/8", "fd00:ec2::254/128", "fd20:ce::254/128"]
+{{- $v4 := list "0.0.0.0/8" "127.0.0.0/8" "169.254.0.0/16" "224.0.0.0/4" "255.255.255.255/32" "100.100.100.200/32" "168.63.129.16/32" -}}
+{{- $v6 := list "::/128" "::1/128" "fe80::/10" "ff00::/8" "fd00:ec2::254/128" "fd20:ce::254/128" -}}
+{{- range .Values.networkPolicy.exceptCIDRs -}}
+{{- if contains ":" . }}{{ $v6 = append $v6 . }}{{ else }}{{ $v4 = append $v4 . }}{{ end -}}
+{{- end -}}
+{{- toYaml (list (dict "ipBlock" (dict "cidr" "0.0.0.0/0" "except" (uniq $v4))) (dict "ipBlock" (dict "cidr" "::/0" "except" (uniq $v6)))) -}}
+{{- end -}}
+
+{{/* The endpoints of a comma-separated list of URLs, as a JSON list: each one's host (an IPv6
+literal without its brackets), its port (its own, else its scheme's) and ip, "4" or "6" for
+an IP literal, else "". A part without a scheme is nats://part, as the NATS client reads it. */}}
+{{- define "boxcar.urlEndpoints" -}}
+{{- $list := list -}}
+{{- range splitList "," (toString .) -}}
+{{- $part := trim . -}}
+{{- if $part -}}
+{{- if not (contains "://" $part) }}{{ $part = printf "nats://%s" $part }}{{ end -}}
+{{- $u := fromJson (include "boxcar.urlParts" $part) -}}
+{{- $port := regexFind ":[0-9]+$" $u.host | trimPrefix ":" -}}
+{{- $host := regexReplaceAll ":[0-9]*$" $u.host "" -}}
+{{- if hasPrefix "[" $u.host }}{{ $host = regexReplaceAll "^\\[(.*)\\](:[0-9]*)?$" $u.host "${1}" }}{{ end -}}
+{{- $ip := "" -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+){3}$" $host }}{{ $ip = "4" }}{{ else if contains ":" $host }}{{ $ip = "6" }}{{ end -}}
+{{- $port = $port | default (get (dict "http" "80" "https" "443" "nats" "4222" "tls" "4222" "ws" "80" "wss" "443") $u.scheme) | default "443" -}}
+{{- $list = append $list (dict "host" $host "port" (int $port) "ip" $ip) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $list -}}
+{{- end -}}
+
+{{/* The workers' NetworkPolicy egress rules to the endpoints of .urls (a comma-separated list
+of URLs), one rule for each endpoint's port: to .to when it names peers, else to where the
+endpoint may be: an IP literal's own address; a Service name's (<service>.<namespace>.svc…)
+namespace's pods; for any other host name, any address but those nothing legitimate is
+(boxcar.proxyDialable: link-local with cloud metadata, loopback, multicast and
+networkPolicy.exceptCIDRs), or the cluster's pods, which some implementations' ipBlocks never
+match. A Service's cluster IP given as an IP literal matches no implementation's ipBlock, as
+the traffic reaches them addressed to the Service's pods: name the Service, or set .to. */}}
+{{- define "boxcar.endpointEgress" -}}
+{{- $rules := list -}}
+{{- range fromJsonArray (include "boxcar.urlEndpoints" .urls) -}}
+{{- $to := $.to -}}
+{{- if $to }}
+{{- else if eq .ip "4" }}{{ $to = list (dict "ipBlock" (dict "cidr" (printf "%s/32" .host))) }}
+{{- else if eq .ip "6" }}{{ $to = list (dict "ipBlock" (dict "cidr" (printf "%s/128" .host))) }}
+{{- else if regexMatch "^[^.]+\\.[^.]+\\.svc(\\.|$)" .host }}
+{{- $to = list (dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" (index (splitList "." .host) 1)))) }}
+{{- else }}{{ $to = append (include "boxcar.proxyDialable" $.root | fromYamlArray) (dict "namespaceSelector" dict) }}
+{{- end }}
+{{- $rule := dict "ports" (list (dict "port" .port "protocol" "TCP")) "to" $to -}}
+{{- if not (has $rule $rules) }}{{ $rules = append $rules $rule }}{{ end -}}
+{{- end -}}
+{{- toYaml $rules -}}
 {{- end -}}
 
 {{/* The workers' NATS URL: config.nats.url, or natsServer's client Service. */}}
@@ -178,13 +226,6 @@ path, query or fragment (nats://tok/en@host), as redact.URL reads one. */}}
 {{- $re := "(?s)^(([^:/?#]+):)?(//([^/?#]*))?([^?#]*)(\\?([^#]*))?(#(.*))?$" -}}
 {{- $authority := regexReplaceAll $re . "${4}" -}}
 {{- toJson (dict "scheme" (regexReplaceAll $re . "${2}") "host" (regexReplaceAll "^.*@" $authority "") "path" (regexReplaceAll $re . "${5}") "user" (contains "@" (regexReplaceAll $re . "${3}${5}${6}${8}")) "query" (ne (regexReplaceAll $re . "${6}") "")) -}}
-{{- end -}}
-
-{{/* The port of an http(s) or nats URL (the first of a NATS list): its own, else its scheme's. */}}
-{{- define "boxcar.urlPort" -}}
-{{- $u := fromJson (include "boxcar.urlParts" (first (splitList "," .) | trim)) -}}
-{{- $port := regexFind ":[0-9]+$" $u.host | trimPrefix ":" -}}
-{{- $port | default (get (dict "http" "80" "https" "443" "nats" "4222" "tls" "4222") $u.scheme) | default "443" -}}
 {{- end -}}
 
 {{/* A URL as an alert or a note may show it: scheme, host and path, never a user:password@ or
@@ -396,16 +437,7 @@ the workers' and the setup hook's. */}}
   to:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-# NATS
-- ports:
-    - {port: {{ include "boxcar.urlPort" (include "boxcar.natsURL" $) }}, protocol: TCP}
-  to:
-    {{- if .nats.to }}
-    {{- toYaml .nats.to | nindent 4 }}
-    {{- else }}
-    - namespaceSelector:
-        matchLabels:
-          kubernetes.io/metadata.name: {{ $.Values.natsServer.namespace | default $.Release.Namespace }}
-    {{- end }}
+# NATS, each server of config.nats.url, or natsServer's namespace
+{{ include "boxcar.endpointEgress" (dict "urls" (include "boxcar.natsURL" $) "to" .nats.to "root" $) }}
 {{- end -}}
 {{- end -}}

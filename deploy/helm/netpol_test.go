@@ -1,0 +1,128 @@
+package helm
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// dst is a destination of the workers' egress: an address outside the cluster's pods, or the
+// pods of a namespace ("ns:<name>", "ns:*" for a namespace none of the rules names).
+type dst struct {
+	to   string
+	port int
+}
+
+// TestWorkerEgressToEndpointsOnlyWhereTheyAre: the workers' NetworkPolicy rules for the store,
+// the model and NATS, with their "to" empty, let the worker pods reach each endpoint's port
+// only where the endpoint may be: an IP literal's own address (a /32 or /128), a Service name's
+// namespace, and for another host name any address but those nothing legitimate is (link-local
+// with cloud metadata, and what the sandboxes' rule leaves out), narrowed further by
+// networkPolicy.exceptCIDRs, or the cluster's pods. They opened the port to every address: a
+// store or a model on port 80 opened 169.254.169.254:80 to the pods that hold the model's key
+// and the store's; and NATS's rule opened only the first port of a comma-separated
+// config.nats.url, to natsServer's namespace whatever the URL named.
+func TestWorkerEgressToEndpointsOnlyWhereTheyAre(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		values      string
+		reach, stop []dst
+	}{
+		{
+			name:   "store and model by host name on port 80",
+			values: "config: {store: {endpoint: 'http://minio.example:80'}, model: {base_url: 'http://llm.example/v1'}}",
+			reach:  []dst{{"203.0.113.7", 80}, {"10.1.2.3", 80}, {"2001:db8::7", 80}, {"ns:*", 80}},
+			stop:   []dst{{"169.254.169.254", 80}, {"169.254.1.1", 80}, {"fd00:ec2::254", 80}, {"fe80::1", 80}, {"100.100.100.200", 80}, {"168.63.129.16", 80}},
+		},
+		{
+			name:   "model at an IPv4 literal, store at an IPv6 one",
+			values: "config: {store: {endpoint: 'http://[2001:db8::5]:7070'}, model: {base_url: 'http://10.20.30.40:8000/v1'}}",
+			reach:  []dst{{"10.20.30.40", 8000}, {"2001:db8::5", 7070}},
+			stop:   []dst{{"10.20.30.41", 8000}, {"169.254.169.254", 8000}, {"2001:db8::6", 7070}, {"ns:*", 8000}, {"ns:*", 7070}},
+		},
+		{
+			name:   "store in the cluster by its Service name",
+			values: "config: {store: {endpoint: 'http://versitygw.storage.svc:7070'}}",
+			reach:  []dst{{"ns:storage", 7070}},
+			stop:   []dst{{"203.0.113.7", 7070}, {"169.254.169.254", 7070}, {"ns:*", 7070}},
+		},
+		{
+			name:   "NATS, a list of IP literals on two ports",
+			values: "config: {nats: {url: 'nats://10.0.0.5:4222,nats://10.0.0.6:4223'}}",
+			reach:  []dst{{"10.0.0.5", 4222}, {"10.0.0.6", 4223}},
+			stop:   []dst{{"10.0.0.7", 4222}, {"169.254.169.254", 4222}, {"169.254.169.254", 4223}},
+		},
+		{
+			name:   "NATS, a list of host names, one without a scheme",
+			values: "config: {nats: {url: 'nats://a.nats.example:4222, b.nats.example:5222'}}",
+			reach:  []dst{{"203.0.113.7", 4222}, {"203.0.113.7", 5222}, {"ns:*", 5222}},
+			stop:   []dst{{"169.254.169.254", 4222}, {"169.254.169.254", 5222}},
+		},
+		{
+			name:  "NATS of natsServer: its namespace's pods alone",
+			reach: []dst{{"ns:nats", 4222}},
+			stop:  []dst{{"203.0.113.7", 4222}, {"ns:*", 4222}},
+		},
+		{
+			name:   "exceptCIDRs narrows the host names' rules and the sandboxes'",
+			values: "networkPolicy: {exceptCIDRs: ['10.0.0.0/8', 'fd12::/16']}\n" + networkedProfile("['files.example.com:80']") + "\n  store: {endpoint: 'http://minio.example:9000'}",
+			reach:  []dst{{"203.0.113.7", 9000}, {"203.0.113.7", 80}, {"2001:db8::7", 9000}},
+			stop:   []dst{{"10.1.2.3", 9000}, {"10.1.2.3", 80}, {"fd12::1", 9000}, {"169.254.169.254", 9000}},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			np := workerPolicy(t, render(t, values(t, tt.values)))
+			for _, d := range tt.reach {
+				if !egressReaches(t, np, d) {
+					t.Errorf("the workers cannot reach %s on TCP/%d", d.to, d.port)
+				}
+			}
+			for _, d := range tt.stop {
+				if egressReaches(t, np, d) {
+					t.Errorf("the workers may reach %s on TCP/%d", d.to, d.port)
+				}
+			}
+		})
+	}
+}
+
+// egressReaches: np lets its pods reach d on TCP, an address through egressAllows, a
+// namespace's pods through a rule on that port whose peers select them by the namespace's
+// name label, or, for "ns:*", select every namespace's (an empty namespace selector, or none).
+func egressReaches(t *testing.T, np *networkingv1.NetworkPolicy, d dst) bool {
+	t.Helper()
+	ns, isNS := cutPrefix(d.to, "ns:")
+	if !isNS {
+		return egressAllows(t, np, d.to, corev1.ProtocolTCP, d.port)
+	}
+	for _, rule := range np.Spec.Egress {
+		if !slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port.IntValue() == d.port }) && len(rule.Ports) > 0 {
+			continue
+		}
+		if len(rule.To) == 0 {
+			return true
+		}
+		for _, p := range rule.To {
+			if p.NamespaceSelector == nil || p.PodSelector != nil && len(p.PodSelector.MatchLabels)+len(p.PodSelector.MatchExpressions) > 0 {
+				continue
+			}
+			sel := p.NamespaceSelector
+			if len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
+				return true
+			}
+			if ns != "*" && len(sel.MatchExpressions) == 0 && len(sel.MatchLabels) == 1 && sel.MatchLabels["kubernetes.io/metadata.name"] == ns {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):], true
+	}
+	return s, false
+}
