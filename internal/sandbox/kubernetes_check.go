@@ -13,7 +13,8 @@ import (
 
 // Check reports whether the provider could start a sandbox now: the namespace is not being
 // deleted or gone, as far as the last start found (stillGone), the API server answers, this
-// worker may list pods in the sandbox namespace, and it may create pods and pods/exec there;
+// worker may list pods in the sandbox namespace, and it may create, delete, patch and watch pods
+// and create pods/exec there;
 // the pods' Owner, when set, exists (looked up again each time, so that pods started after it
 // was made again name its new UID).
 // The worker's /readyz calls it, so that a worker that lost the cluster or its permissions is
@@ -36,6 +37,7 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 		{Namespace: ns, Verb: "create", Resource: "pods", Subresource: "exec"},
 		{Namespace: ns, Verb: "delete", Resource: "pods"},
 		{Namespace: ns, Verb: "patch", Resource: "pods"}, // a warm pod's claim names its job
+		{Namespace: ns, Verb: "watch", Resource: "pods"}, // a start waits for its pod through a watch
 	} {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}
 		got, err := p.cfg.Client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})

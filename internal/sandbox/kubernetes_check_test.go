@@ -29,6 +29,9 @@ func TestKubernetesCheck(t *testing.T) {
 		{name: "no exec", deny: "create pods/exec", wantErr: "may not create pods/exec in namespace " + testNamespace},
 		{name: "no create", deny: "create pods/", wantErr: "may not create pods in namespace"},
 		{name: "no patch", deny: "patch pods/", wantErr: "may not patch pods in namespace"},
+		// A start waits for its pod through a watch, which the chart's Role grants: a Role
+		// without it went unreported.
+		{name: "no watch", deny: "watch pods/", wantErr: "may not watch pods in namespace"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,8 +69,8 @@ func TestKubernetesCheck(t *testing.T) {
 			if tt.wantNoAR && len(reviews) > 0 {
 				t.Errorf("access reviews %v asked after the list failed", reviews)
 			}
-			if !tt.wantNoAR && len(reviews) != 4 {
-				t.Errorf("access reviews = %v, want create pods, create pods/exec, delete pods, patch pods", reviews)
+			if !tt.wantNoAR && len(reviews) != 5 {
+				t.Errorf("access reviews = %v, want create pods, create pods/exec, delete pods, patch pods, watch pods", reviews)
 			}
 			for _, r := range reviews {
 				if !strings.HasSuffix(r, " in "+testNamespace) {
