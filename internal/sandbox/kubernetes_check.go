@@ -1,14 +1,16 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/boxcar-run/boxcar/internal/config"
 )
 
 // Check reports whether the provider could start a sandbox now: the namespace is not being
@@ -68,11 +70,14 @@ func (p *KubernetesProvider) stillGone(ctx context.Context) error {
 	if last == nil || *last == nil {
 		return nil
 	}
-	probe := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "boxcar-readyz-", Namespace: p.cfg.Namespace},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: containerName, Image: p.cfg.Image}}},
+	// A sandbox pod as a start makes it: the namespace's admission is asked only of a pod that
+	// passes validation (an empty image would be refused before it, and taken for an answer).
+	image := cmp.Or(p.cfg.Image, p.cfg.BridgeImage, "boxcar.invalid/readyz")
+	probe, err := p.podFor(Spec{JobID: "readyz", SandboxSpec: config.Profile{Sandbox: config.SandboxSpec{Image: image}}.WithDefaults().Sandbox})
+	if err != nil {
+		return fmt.Errorf("sandbox: kubernetes: ask whether namespace %s takes pods again: %w", p.cfg.Namespace, err)
 	}
-	_, err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	_, err = p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil && slices.ContainsFunc(unavailableAnswers, func(a unavailableAnswer) bool { return a.gone && a.match(err) }) {
 		return *last
 	}

@@ -90,6 +90,11 @@ func TestKubernetesNamespaceBeingDeleted(t *testing.T) {
 				dryRun := slices.Contains(create.CreateOptions.DryRun, metav1.DryRunAll)
 				if dryRun {
 					dryRuns.Add(1)
+					// Admission is asked only of a pod that passes validation, a sandbox pod's.
+					pod := create.GetObject().(*corev1.Pod)
+					if len(pod.Spec.Containers) == 0 || pod.Spec.Containers[0].Image == "" || len(restrictedRefusals(t, pod)) > 0 {
+						t.Errorf("the dry run asks about pod %+v, which is not a sandbox pod", pod.Spec)
+					}
 				}
 				switch {
 				case broken.Load() && tt.err != nil:
