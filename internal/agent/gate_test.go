@@ -3,7 +3,9 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,4 +142,83 @@ func TestFailureTheModelGateLetsPassEndsTheRun(t *testing.T) {
 	if n := len(s.requests()); n != 3 {
 		t.Errorf("%d requests, want the 3 attempts of one", n)
 	}
+}
+
+// TestOneJobsOwnFailuresHoldNoOtherJob: a job whose requests the endpoint fails every time
+// (a context that makes a self-hosted server answer 5xx) while the endpoint answers everything
+// else, probes included, is at fault itself: its turn fails (the runner retries the job by its
+// own policy) after one request's attempts, and the breaker, which is the worker's, stays
+// closed. It used to open on that one request's 3 attempts, close at the probe, open again at
+// the turn sent again, for the job's whole job_timeout: the worker fetched nothing meanwhile,
+// and another job's requests were refused.
+func TestOneJobsOwnFailuresHoldNoOtherJob(t *testing.T) {
+	var poisoned atomic.Int64
+	poison := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		poisoned.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After-Ms", "1")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, `{"error":{"message":"the server failed on this context"}}`)
+	}))
+	t.Cleanup(poison.Close)
+	o := &outage{}
+	o.up.Store(true) // the endpoint answers probes
+	var opened atomic.Int64
+	downs := make(chan struct{}, 1)
+	// The first probe is a second away: another job that starts when the breaker opens meets
+	// it open.
+	g, err := modelgate.New(modelgate.Config{Threshold: 3, MinBackoff: time.Second, MaxBackoff: time.Second,
+		Probe: o.probe, OnChange: func(up bool) {
+			if !up && opened.Add(1) == 1 {
+				downs <- struct{}{}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := csvProfile(t)
+	p.Limits.JobTimeout = config.Duration(3 * time.Second)
+	bad := newAgent(t, newScript(t), func(c *agent.Config) { c.Gate, c.BaseURL, c.HTTPClient = g, poison.URL+"/v1", poison.Client() })
+	badReq := request(p, newFakeSandbox(nil))
+	badReq.JobID = "20261207t113000-badbadbadbad"
+	badDone := make(chan error, 1)
+	go func() { _, err := bad.Run(context.Background(), badReq); badDone <- err }()
+	// The other job starts when the breaker opens, or when the failing job has ended.
+	var badErr error
+	select {
+	case <-downs:
+		badErr = nil
+	case badErr = <-badDone:
+	}
+	s := newScript(t, final("done"))
+	held := &heldCount{Gate: g}
+	res, err := newAgent(t, s, func(c *agent.Config) { c.Gate = held }).Run(context.Background(), request(p, newFakeSandbox(nil)))
+	if err != nil || res.Outcome != agent.OutcomeCompleted {
+		t.Errorf("the other job, whose requests the endpoint answers: %v (outcome %q)", err, res.Outcome)
+	}
+	if badErr == nil {
+		badErr = <-badDone
+	}
+	if !errors.Is(badErr, agent.ErrModelUnavailable) {
+		t.Errorf("the failing job: %v, want ErrModelUnavailable (its delivery is tried again)", badErr)
+	}
+	if n, h := opened.Load(), held.n.Load(); n != 0 || h != 0 {
+		t.Errorf("one job's failures opened the worker's breaker %d times and held the other job's turns %d times; want 0 and 0", n, h)
+	}
+	if n := poisoned.Load(); n != 3 {
+		t.Errorf("the failing job sent %d requests, want the 3 attempts of one turn", n)
+	}
+}
+
+// heldCount counts the waits of a run that found the breaker open.
+type heldCount struct {
+	*modelgate.Gate
+	n atomic.Int64
+}
+
+func (g *heldCount) Wait(ctx context.Context) error {
+	if !g.Up() {
+		g.n.Add(1)
+	}
+	return g.Gate.Wait(ctx)
 }
