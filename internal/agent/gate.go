@@ -8,12 +8,14 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/boxcar-run/boxcar/internal/modelgate"
 )
 
 // send sends one turn's request and returns the endpoint's answer. A request that found the
 // endpoint unavailable (no response, 408, 409, 429 or 5xx after the client's retries) is not
-// a turn: the endpoint did no work for it. When the Gate has opened (the failures persist) the
-// turn then waits until the endpoint is up again and is sent anew, so an outage spends nothing
+// a turn: the endpoint did no work for it. When the Gate holds it (the failures persist and
+// are not this job's alone: the gate probes to tell) the turn then waits until the endpoint is up again and is sent anew, so an outage spends nothing
 // of the job's budget; the wait ends with the job's timeout (ErrModelUnavailable: the job was
 // not at fault, its caller may try it again, after the endpoint's Retry-After when the gate
 // knows one: RetryAfterError) or with ctx. A failure the gate let pass, one
@@ -21,6 +23,8 @@ import (
 // gate. start is when the answered request was sent.
 func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNewParams) (resp *openai.ChatCompletion, wire wireBytes, start time.Time, err error) {
 	gate := r.agent.cfg.Gate
+	// The gate tells this job's failures from an outage.
+	ctx = modelgate.WithJob(ctx, r.req.JobID)
 	for held := false; ; held = true {
 		if gate != nil {
 			if err := r.awaitModel(ctx, gate, turn, held); err != nil {
@@ -53,7 +57,7 @@ func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNe
 		// the spending matches Result.Spent, also for a turn that waits out an outage.
 		r.used.Turns = turn - 1
 		r.progress(Event{Kind: EventModelUnavailable, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls, Spent: r.spent()})
-		if gate == nil || gate.Up() {
+		if gate == nil || !gate.Held(ctx) {
 			return nil, wire, start, unavailable(gate, err)
 		}
 		r.log.Warn("model endpoint unavailable; the turn waits for it and is not counted", "turn", turn, "error", err)

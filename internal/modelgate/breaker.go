@@ -54,8 +54,15 @@ type breaker struct {
 	maxWait    time.Duration // the longest Retry-After honoured
 
 	state State
-	// failures is the run of failed requests since the last answer.
-	failures int
+	// failures is the run of failed requests since the last answer; runJob the job whose
+	// request the run's first was and severalJobs whether it holds another's, or one no job
+	// was named for (WithJob), which may be anyone's.
+	failures    int
+	runJob      string
+	severalJobs bool
+	// suspect is the job whose failures alone made a run of threshold while the breaker was
+	// closed: the probe judges them (judged), and the breaker stays closed meanwhile.
+	suspect string
 	// level is the number of failed probes since the endpoint last answered a request: the
 	// next probe waits minBackoff << level. A probe that succeeds does not reset it, so an
 	// endpoint that answers probes but fails every request is probed less and less often.
@@ -70,12 +77,15 @@ type breaker struct {
 	retryAt time.Time
 }
 
-// record takes the answer of a request that passed the breaker and reports whether the state
-// changed. Requests that were in flight when it opened may still answer: an answer closes it
-// (the endpoint works), a failure changes nothing.
-func (b *breaker) record(now time.Time, a answer) bool {
+// record takes the answer of a request job sent ("": a job not named) that passed the breaker
+// and reports whether the state changed. Requests that were in flight when it opened may still
+// answer: an answer closes it (the endpoint works), a failure changes nothing. A run of
+// threshold failures opens it when they are of two jobs or more; one job's alone make it the
+// suspect, whom the probe judges: one job's context the server fails on is no outage.
+func (b *breaker) record(now time.Time, a answer, job string) bool {
 	if !a.failed {
-		b.failures, b.level, b.retryAt = 0, 0, time.Time{}
+		b.level = 0
+		b.answered()
 		return b.close()
 	}
 	b.why = a.why
@@ -87,12 +97,57 @@ func (b *breaker) record(now time.Time, a answer) bool {
 		}
 		return false
 	}
-	b.failures++
-	if b.failures < b.threshold && !a.final {
+	b.count(job)
+	switch {
+	case b.failures < b.threshold && !a.final:
+		return false
+	case !b.severalJobs && !a.final:
+		b.suspect = b.runJob
 		return false
 	}
-	b.state, b.downSince = Open, now
-	b.probeAt = b.next(now, a.retryAfter)
+	b.open(now, a.retryAfter)
+	return true
+}
+
+// count adds a failure of job's to the run.
+func (b *breaker) count(job string) {
+	if b.failures == 0 {
+		b.runJob, b.severalJobs = job, false
+	}
+	b.failures++
+	b.severalJobs = b.severalJobs || job == "" || job != b.runJob
+}
+
+// answered forgets the run of failures, its suspect and the Retry-After: the endpoint answered.
+func (b *breaker) answered() {
+	b.failures, b.runJob, b.severalJobs, b.suspect, b.retryAt = 0, "", false, "", time.Time{}
+}
+
+func (b *breaker) open(now time.Time, retryAfter time.Duration) {
+	b.state, b.downSince, b.suspect = Open, now, ""
+	b.probeAt = b.next(now, retryAfter)
+}
+
+// suspects reports whether job is the suspect whose failures the probe is to judge.
+func (b *breaker) suspects(job string) bool {
+	return b.state == Closed && job != "" && b.suspect == job
+}
+
+// judged takes the answer of the probe sent for the suspect and reports whether the state
+// changed: a failed probe says the endpoint is down and opens the breaker; an answered one
+// says the failures were the suspect's own, and the run is forgotten. A probe whose caller
+// gave up, or that a change while it was out made moot, changes nothing.
+func (b *breaker) judged(now time.Time, a answer, gaveUp bool) bool {
+	if gaveUp || b.state != Closed || b.suspect == "" {
+		return false
+	}
+	if !a.failed {
+		b.answered()
+		return false
+	}
+	b.why = a.why
+	b.noteRetryAfter(now, a.retryAfter)
+	b.open(now, a.retryAfter)
 	return true
 }
 
@@ -118,7 +173,7 @@ func (b *breaker) probed(now time.Time, a answer, gaveUp bool) bool {
 		b.state = Open
 		return false
 	case !a.failed:
-		b.failures, b.retryAt = 0, time.Time{}
+		b.answered()
 		return b.close()
 	}
 	b.state, b.why = Open, a.why

@@ -2,6 +2,7 @@ package modelgate
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -9,7 +10,11 @@ import (
 // step is one event the breaker sees, at an offset from the test's start.
 type step struct {
 	at    time.Duration
-	event string // "ok", "fail", "final" (a failure the client does not retry), "probe" (is one due?), "probe ok", "probe fail", "probe gave up"
+	// event is "ok", "fail", "final" (a failure the client does not retry), each of a request
+	// no job was named for, or followed by the job's name ("fail a"); "probe" (is one due?),
+	// "probe ok", "probe fail", "probe gave up"; "judge ok", "judge fail", "judge gave up" (the
+	// probe sent for the suspect).
+	event string
 	// retryAfter is what a failure asks for.
 	retryAfter time.Duration
 }
@@ -112,14 +117,19 @@ func TestBreakerTransitions(t *testing.T) {
 func (st step) apply(t *testing.T, b *breaker, now time.Time) bool {
 	t.Helper()
 	fail := answer{failed: true, why: "HTTP 503", retryAfter: st.retryAfter}
-	switch st.event {
+	event, job, _ := strings.Cut(st.event, " ")
+	switch event {
 	case "ok":
-		return b.record(now, answer{})
+		return b.record(now, answer{}, job)
 	case "fail":
-		return b.record(now, fail)
+		return b.record(now, fail, job)
 	case "final":
 		fail.final = true
-		return b.record(now, fail)
+		return b.record(now, fail, job)
+	case "judge":
+		return st.judge(b, now, fail)
+	}
+	switch st.event {
 	case "probe":
 		b.probeDue(now) // half-open is no change callers hear of
 		return false
@@ -132,6 +142,75 @@ func (st step) apply(t *testing.T, b *breaker, now time.Time) bool {
 	}
 	t.Fatalf("unknown event %q", st.event)
 	return false
+}
+
+func (st step) judge(b *breaker, now time.Time, fail answer) bool {
+	switch st.event {
+	case "judge ok":
+		return b.judged(now, answer{}, false)
+	case "judge fail":
+		return b.judged(now, fail, false)
+	}
+	return b.judged(now, answer{}, true)
+}
+
+// TestBreakerTellsOneJobFromAnOutage: a run of failures of one job's requests alone makes the
+// job the suspect and leaves the breaker closed; the probe sent for it opens the breaker when
+// it fails (an outage, on a worker running that job alone too) and forgets the run when it is
+// answered (the job's own failures). Failures of two jobs, or of requests no job was named
+// for, open it as they always did.
+func TestBreakerTellsOneJobFromAnOutage(t *testing.T) {
+	t.Parallel()
+	const s = time.Second
+	a3 := []step{{0, "fail a", 0}, {0, "fail a", 0}, {0, "fail a", 0}}
+	tests := []struct {
+		name    string
+		steps   []step
+		want    State
+		suspect string
+		changes []int
+	}{
+		{name: "one job's failures make it the suspect", steps: a3, want: Closed, suspect: "a"},
+		{name: "fewer do not", steps: a3[:2], want: Closed},
+		{name: "the probe answered: its own failures, forgotten",
+			steps: append(a3[:3:3], step{s, "judge ok", 0}, step{s, "fail a", 0}, step{s, "fail b", 0}), want: Closed},
+		{name: "the probe failed: an outage",
+			steps: append(a3[:3:3], step{s, "judge fail", 0}), want: Open, changes: []int{3}},
+		{name: "the probe's caller gave up: still the suspect",
+			steps: append(a3[:3:3], step{s, "judge gave up", 0}), want: Closed, suspect: "a"},
+		{name: "another job's request answered: its own failures",
+			steps: append(a3[:3:3], step{0, "ok b", 0}), want: Closed},
+		{name: "another job's failure with the suspect's: an outage",
+			steps: append(a3[:3:3], step{0, "fail b", 0}), want: Open, changes: []int{3}},
+		{name: "two jobs' failures open it at the threshold",
+			steps: []step{{0, "fail a", 0}, {0, "fail b", 0}, {0, "fail a", 0}}, want: Open, changes: []int{2}},
+		{name: "a request no job was named for counts as another job's",
+			steps: []step{{0, "fail a", 0}, {0, "fail a", 0}, {0, "fail", 0}}, want: Open, changes: []int{2}},
+		{name: "one job's failure the client does not retry opens it at once",
+			steps: []step{{0, "final a", 0}}, want: Open, changes: []int{0}},
+		{name: "an answer starts a new run",
+			steps: []step{{0, "fail b", 0}, {0, "ok c", 0}, {0, "fail a", 0}, {0, "fail a", 0}, {0, "fail a", 0}}, want: Closed, suspect: "a"},
+		{name: "a probe for a suspect once the breaker opened changes nothing",
+			steps: append(a3[:3:3], step{0, "fail b", 0}, step{s, "judge ok", 0}), want: Open, changes: []int{3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &breaker{threshold: 3, minBackoff: time.Second, maxBackoff: 10 * time.Second, maxWait: time.Minute}
+			start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+			var changes []int
+			for i, st := range tt.steps {
+				if st.apply(t, b, start.Add(st.at)) {
+					changes = append(changes, i)
+				}
+			}
+			if b.state != tt.want || b.suspect != tt.suspect {
+				t.Errorf("state %s, suspect %q; want %s, %q", b.state, b.suspect, tt.want, tt.suspect)
+			}
+			if !slices.Equal(changes, tt.changes) {
+				t.Errorf("changes at steps %v, want %v", changes, tt.changes)
+			}
+		})
+	}
 }
 
 // TestBreakerKeepsTheRetryAfter: what the endpoint last asked for (Retry-After, bounded by

@@ -203,20 +203,51 @@ func sleep(ctx context.Context, changed <-chan struct{}, d time.Duration) error 
 // maxProbeBody is how much of a probe's body the gate reads: a list of models is some KiB.
 const maxProbeBody = 1 << 20
 
+// Held reports whether the job of ctx (WithJob), whose request the endpoint just failed, is to
+// hold its turn until the endpoint answers again (Wait): the breaker is open. When that job's
+// failures alone made the run that would have opened it, Held first probes the endpoint, or
+// waits for the probe another caller sends: a failed probe opens the breaker (true); an
+// answered one, or any request answered meanwhile, says the failures are the job's own
+// (false): its turn fails, and its caller's retry policy decides, not the worker's breaker.
+// False when ctx ends before the verdict.
+func (g *Gate) Held(ctx context.Context) bool {
+	job := jobOf(ctx)
+	for {
+		g.mu.Lock()
+		if g.b.state != Closed {
+			g.mu.Unlock()
+			return true
+		}
+		if !g.b.suspects(job) || ctx.Err() != nil {
+			g.mu.Unlock()
+			return false
+		}
+		changed, probe := g.changed, !g.probing
+		g.probing = true
+		g.mu.Unlock()
+		if probe {
+			g.judge(ctx)
+		} else if sleep(ctx, changed, -1) != nil {
+			return false
+		}
+	}
+}
+
+// judge sends the probe for the suspect and records its verdict.
+func (g *Gate) judge(ctx context.Context) {
+	a := g.send(ctx)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.probing = false
+	if g.b.judged(g.cfg.now(), a, ctx.Err() != nil) {
+		g.changedTo(false)
+	}
+	g.wake()
+}
+
 // probe sends the probe and records its answer.
 func (g *Gate) probe(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, g.cfg.ProbeTimeout)
-	defer cancel()
-	resp, err := g.cfg.Probe(pctx)
-	a := classify(pctx, resp, err)
-	if resp != nil && resp.Body != nil {
-		// An answer is one whose body arrives, as for requests (Transport): a probe whose body
-		// breaks off or stalls failed.
-		if _, rerr := io.Copy(io.Discard, io.LimitReader(resp.Body, maxProbeBody)); rerr != nil && !a.failed {
-			a = brokenBody(pctx, rerr)
-		}
-		resp.Body.Close()
-	}
+	a := g.send(ctx)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.probing = false
@@ -229,11 +260,28 @@ func (g *Gate) probe(ctx context.Context) {
 	g.wake()
 }
 
-// observe records the answer of a request that passed the gate.
-func (g *Gate) observe(a answer) {
+// send sends one probe and returns its answer.
+func (g *Gate) send(ctx context.Context) answer {
+	pctx, cancel := context.WithTimeout(ctx, g.cfg.ProbeTimeout)
+	defer cancel()
+	resp, err := g.cfg.Probe(pctx)
+	a := classify(pctx, resp, err)
+	if resp != nil && resp.Body != nil {
+		// An answer is one whose body arrives, as for requests (Transport): a probe whose body
+		// breaks off or stalls failed.
+		if _, rerr := io.Copy(io.Discard, io.LimitReader(resp.Body, maxProbeBody)); rerr != nil && !a.failed {
+			a = brokenBody(pctx, rerr)
+		}
+		resp.Body.Close()
+	}
+	return a
+}
+
+// observe records the answer of a request job sent that passed the gate.
+func (g *Gate) observe(a answer, job string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.b.record(g.cfg.now(), a) {
+	if g.b.record(g.cfg.now(), a, job) {
 		g.changedTo(g.b.state == Closed)
 		g.wake()
 	}

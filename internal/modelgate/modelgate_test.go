@@ -442,3 +442,72 @@ func TestGateProbeJudgesTheAnswerWhenItsBodyEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func postAs(c *http.Client, url, job string) error {
+	req, err := http.NewRequestWithContext(modelgate.WithJob(context.Background(), job), http.MethodPost, url+"/v1/chat/completions", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// TestGateTellsOneJobsFailuresFromAnOutage: a run of failures of one job's requests alone
+// (a context the server fails on) leaves the breaker closed, and the probe judges them when the
+// job asks whether to hold its turn (Held): answered, they are the job's own (its turn fails,
+// the worker goes on fetching and /readyz stays up); failed, the endpoint is down and the
+// breaker opens, on a worker running that job alone too. Two jobs' failures open it at once.
+func TestGateTellsOneJobsFailuresFromAnOutage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		jobs        []string // whose requests fail, in turn
+		probeStatus int
+		wantHeld    bool
+		wantUps     []bool
+		wantProbes  int
+	}{
+		{name: "one job, the probe answered: its own failures", jobs: []string{"a", "a", "a"}, probeStatus: http.StatusOK, wantProbes: 1},
+		{name: "one job, the probe failed: an outage", jobs: []string{"a", "a", "a"}, probeStatus: http.StatusBadGateway,
+			wantHeld: true, wantUps: []bool{false}, wantProbes: 1},
+		{name: "two jobs: an outage, no probe first", jobs: []string{"a", "b", "a"}, probeStatus: http.StatusOK,
+			wantHeld: true, wantUps: []bool{false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			chat, models := newEndpoint(t), newEndpoint(t)
+			chat.status.Store(http.StatusInternalServerError)
+			models.status.Store(int64(tt.probeStatus))
+			g, c, ch := setup(t, models, modelgate.Config{Threshold: 3, MinBackoff: time.Minute, MaxBackoff: time.Minute})
+			for _, job := range tt.jobs {
+				if err := postAs(c, chat.srv.URL, job); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Both of the job's turns in flight ask; one probe judges them.
+			held := make(chan bool, 2)
+			for range 2 {
+				go func() { held <- g.Held(modelgate.WithJob(context.Background(), "a")) }()
+			}
+			for range 2 {
+				if got := <-held; got != tt.wantHeld {
+					t.Errorf("Held = %v, want %v (state %s)", got, tt.wantHeld, g.State())
+				}
+			}
+			if got := ch.get(); len(got) != len(tt.wantUps) {
+				t.Errorf("OnChange calls %v, want %v", got, tt.wantUps)
+			}
+			if n := len(models.probes); n != tt.wantProbes {
+				t.Errorf("%d probes, want %d", n, tt.wantProbes)
+			}
+			if !tt.wantHeld && (!g.Up() || g.Held(modelgate.WithJob(context.Background(), "b"))) {
+				t.Errorf("after the job's own failures: state %s, another job held", g.State())
+			}
+		})
+	}
+}

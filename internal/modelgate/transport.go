@@ -29,6 +29,21 @@ func (g *Gate) Transport(next http.RoundTripper) http.RoundTripper {
 	return &transport{g: g, next: next}
 }
 
+// jobKey is the context key of WithJob.
+type jobKey struct{}
+
+// WithJob names the job whose requests (through Transport) and calls of Held go with ctx: the
+// breaker tells one job's failures from an outage by them. Requests that name no job count as
+// the failures of many, as before jobs were told apart.
+func WithJob(ctx context.Context, job string) context.Context {
+	return context.WithValue(ctx, jobKey{}, job)
+}
+
+func jobOf(ctx context.Context) string {
+	job, _ := ctx.Value(jobKey{}).(string)
+	return job
+}
+
 type transport struct {
 	g    *Gate
 	next http.RoundTripper
@@ -42,20 +57,21 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, ErrOpen
 	}
 	ctx := req.Context()
+	job := jobOf(ctx)
 	resp, err := t.next.RoundTrip(req)
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return resp, err // the caller gave up (a cancelled job, a shutdown): no news of the endpoint
 	}
 	a := classify(ctx, resp, err)
 	if a.failed || resp.Body == nil || resp.Body == http.NoBody {
-		t.g.observe(a)
+		t.g.observe(a, job)
 		return resp, err
 	}
 	resp.Body = bodyend.Watch(resp.Body, func(readErr error) {
 		if readErr == nil && ctx.Err() == nil {
-			t.g.observe(a)
+			t.g.observe(a, job)
 		} else if !errors.Is(ctx.Err(), context.Canceled) {
-			t.g.observe(brokenBody(ctx, readErr))
+			t.g.observe(brokenBody(ctx, readErr), job)
 		}
 	})
 	return resp, nil
