@@ -9,7 +9,7 @@ import (
 
 // step is one event the breaker sees, at an offset from the test's start.
 type step struct {
-	at    time.Duration
+	at time.Duration
 	// event is "ok", "fail", "final" (a failure the client does not retry), each of a request
 	// no job was named for, or followed by the job's name ("fail a"); "probe" (is one due?),
 	// "probe ok", "probe fail", "probe gave up"; "judge ok", "judge fail", "judge gave up" (the

@@ -2,9 +2,11 @@
 // to the endpoint (Transport), opens when the endpoint stops answering (no response, or 408,
 // 409, 429, 5xx, several times in a row, or once when the client will not retry the answer:
 // x-should-retry: false, a Retry-After past its 2 minutes), refuses requests while open, probes with backoff
-// (honouring Retry-After) and closes when a probe is answered. Callers wait on it (Wait): the
+// (honouring Retry-After) and closes when a probe is answered. A run of failures of one job's
+// requests alone (WithJob) does not open it: the probe judges them first (Held), so that one
+// job whose context the server fails on holds no other job. Callers wait on it (Wait): the
 // agent before it sends a turn again, the runner before it fetches a job. It knows nothing of
-// jobs, queues or metrics; OnChange tells whoever cares.
+// queues or metrics; OnChange tells whoever cares.
 package modelgate
 
 import (
@@ -20,7 +22,8 @@ import (
 // Config configures a Gate. New fills every unset field with its default.
 type Config struct {
 	// Threshold is how many requests in a row must fail before the breaker opens. Default: 3
-	// (with the agent's default of 3 retries, one chat request that fails every attempt). A
+	// (with the agent's default of 3 retries, one chat request that fails every attempt). When
+	// they are all one job's, it opens only once the probe fails too (Held). A
 	// failure the OpenAI client does not retry (x-should-retry: false, a Retry-After longer
 	// than its 2 minutes) opens it at once: that request ends with it.
 	Threshold int
