@@ -242,8 +242,13 @@ func (g *Gate) judge(ctx context.Context) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.probing = false
-	if g.b.judged(g.cfg.now(), a, ctx.Err() != nil) {
+	job := g.b.suspect
+	switch {
+	case g.b.judged(g.cfg.now(), a, ctx.Err() != nil):
 		g.changedTo(false)
+	case job != "" && g.b.suspect == "":
+		g.cfg.Logger.Info("model endpoint answers the probe; the failed requests were one job's own, its turn fails and no other job is held",
+			"job_id", job)
 	}
 	g.wake()
 }
