@@ -156,7 +156,6 @@ func TestOneJobsOwnFailuresHoldNoOtherJob(t *testing.T) {
 	poison := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		poisoned.Add(1)
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After-Ms", "1")
 		w.WriteHeader(http.StatusInternalServerError)
 		_, _ = io.WriteString(w, `{"error":{"message":"the server failed on this context"}}`)
 	}))

@@ -41,6 +41,9 @@ type answer struct {
 	// longer than it waits): the endpoint says it is down for now, and the breaker opens at
 	// once. Counted as one of a run, the job whose request it was would end without a wait.
 	final bool
+	// busy: a 429, or a failure asking for a wait (Retry-After): the endpoint speaks of its
+	// load, not of the request, so it counts as no one job's own.
+	busy bool
 	// why says what failed in a few words ("HTTP 503", "no response"), for /readyz and logs.
 	why string
 }
@@ -96,6 +99,9 @@ func (b *breaker) record(now time.Time, a answer, job string) bool {
 			b.probeAt = at
 		}
 		return false
+	}
+	if a.busy {
+		job = ""
 	}
 	b.count(job)
 	switch {

@@ -10,7 +10,8 @@ import (
 // step is one event the breaker sees, at an offset from the test's start.
 type step struct {
 	at time.Duration
-	// event is "ok", "fail", "final" (a failure the client does not retry), each of a request
+	// event is "ok", "fail", "final" (a failure the client does not retry), "busy" (a 429 or
+	// one asking for a wait), each of a request
 	// no job was named for, or followed by the job's name ("fail a"); "probe" (is one due?),
 	// "probe ok", "probe fail", "probe gave up"; "judge ok", "judge fail", "judge gave up" (the
 	// probe sent for the suspect).
@@ -126,6 +127,9 @@ func (st step) apply(t *testing.T, b *breaker, now time.Time) bool {
 	case "final":
 		fail.final = true
 		return b.record(now, fail, job)
+	case "busy":
+		fail.busy = true
+		return b.record(now, fail, job)
 	case "judge":
 		return st.judge(b, now, fail)
 	}
@@ -186,6 +190,8 @@ func TestBreakerTellsOneJobFromAnOutage(t *testing.T) {
 			steps: []step{{0, "fail a", 0}, {0, "fail b", 0}, {0, "fail a", 0}}, want: Open, changes: []int{2}},
 		{name: "a request no job was named for counts as another job's",
 			steps: []step{{0, "fail a", 0}, {0, "fail a", 0}, {0, "fail", 0}}, want: Open, changes: []int{2}},
+		{name: "one job's 429s or failures asking for a wait speak of the endpoint: they open it",
+			steps: []step{{0, "fail a", 0}, {0, "busy a", 0}, {0, "fail a", 0}}, want: Open, changes: []int{2}},
 		{name: "one job's failure the client does not retry opens it at once",
 			steps: []step{{0, "final a", 0}}, want: Open, changes: []int{0}},
 		{name: "an answer starts a new run",

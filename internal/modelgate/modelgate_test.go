@@ -460,12 +460,14 @@ func postAs(c *http.Client, url, job string) error {
 // (a context the server fails on) leaves the breaker closed, and the probe judges them when the
 // job asks whether to hold its turn (Held): answered, they are the job's own (its turn fails,
 // the worker goes on fetching and /readyz stays up); failed, the endpoint is down and the
-// breaker opens, on a worker running that job alone too. Two jobs' failures open it at once.
+// breaker opens, on a worker running that job alone too. Two jobs' failures open it at once, as
+// do one job's 429s, which speak of the endpoint's load.
 func TestGateTellsOneJobsFailuresFromAnOutage(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name        string
 		jobs        []string // whose requests fail, in turn
+		status      int      // their answer: 500 when zero
 		probeStatus int
 		wantHeld    bool
 		wantUps     []bool
@@ -476,12 +478,17 @@ func TestGateTellsOneJobsFailuresFromAnOutage(t *testing.T) {
 			wantHeld: true, wantUps: []bool{false}, wantProbes: 1},
 		{name: "two jobs: an outage, no probe first", jobs: []string{"a", "b", "a"}, probeStatus: http.StatusOK,
 			wantHeld: true, wantUps: []bool{false}},
+		{name: "one job's 429s speak of the endpoint: an outage, no probe first", jobs: []string{"a", "a", "a"},
+			status: http.StatusTooManyRequests, probeStatus: http.StatusOK, wantHeld: true, wantUps: []bool{false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			chat, models := newEndpoint(t), newEndpoint(t)
 			chat.status.Store(http.StatusInternalServerError)
+			if tt.status != 0 {
+				chat.status.Store(int64(tt.status))
+			}
 			models.status.Store(int64(tt.probeStatus))
 			g, c, ch := setup(t, models, modelgate.Config{Threshold: 3, MinBackoff: time.Minute, MaxBackoff: time.Minute})
 			for _, job := range tt.jobs {

@@ -103,7 +103,8 @@ func classify(ctx context.Context, resp *http.Response, err error) answer {
 		code == http.StatusTooManyRequests, code >= 500:
 		wait := retryAfter(resp.Header, time.Now())
 		final := wait > clientMaxRetryAfter || strings.EqualFold(resp.Header.Get("X-Should-Retry"), "false")
-		return answer{failed: true, why: fmt.Sprintf("HTTP %d", code), retryAfter: wait, final: final}
+		busy := code == http.StatusTooManyRequests || wait > 0
+		return answer{failed: true, why: fmt.Sprintf("HTTP %d", code), retryAfter: wait, final: final, busy: busy}
 	}
 	return answer{}
 }
