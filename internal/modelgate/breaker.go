@@ -57,9 +57,12 @@ type breaker struct {
 	maxWait    time.Duration // the longest Retry-After honoured
 
 	state State
-	// failures is the run of failed requests since the last answer; runJob the job whose
-	// request the run's first was and severalJobs whether it holds another's, or one no job
-	// was named for (WithJob), which may be anyone's.
+	// failures is the run of failed requests since the last answer. runJob is the job whose
+	// request failed first since a request was last answered, and severalJobs whether
+	// another's failed since, or one no job was named for (WithJob), which may be anyone's: a
+	// probe that finds one job's failures its own forgets the run but not whose it was, so
+	// that a second job failing before any request is answered opens the breaker (an endpoint
+	// that answers probes and fails every chat request, on a worker running one job at a time).
 	failures    int
 	runJob      string
 	severalJobs bool
@@ -117,8 +120,8 @@ func (b *breaker) record(now time.Time, a answer, job string) bool {
 
 // count adds a failure of job's to the run.
 func (b *breaker) count(job string) {
-	if b.failures == 0 {
-		b.runJob, b.severalJobs = job, false
+	if b.runJob == "" && !b.severalJobs {
+		b.runJob = job
 	}
 	b.failures++
 	b.severalJobs = b.severalJobs || job == "" || job != b.runJob
@@ -141,14 +144,14 @@ func (b *breaker) suspects(job string) bool {
 
 // judged takes the answer of the probe sent for the suspect and reports whether the state
 // changed: a failed probe says the endpoint is down and opens the breaker; an answered one
-// says the failures were the suspect's own, and the run is forgotten. A probe whose caller
+// says the failures were the suspect's own, and the run is forgotten (but whose it was: count). A probe whose caller
 // gave up, or that a change while it was out made moot, changes nothing.
 func (b *breaker) judged(now time.Time, a answer, gaveUp bool) bool {
 	if gaveUp || b.state != Closed || b.suspect == "" {
 		return false
 	}
 	if !a.failed {
-		b.answered()
+		b.failures, b.suspect, b.retryAt = 0, "", time.Time{}
 		return false
 	}
 	b.why = a.why

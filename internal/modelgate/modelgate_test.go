@@ -518,3 +518,27 @@ func TestGateTellsOneJobsFailuresFromAnOutage(t *testing.T) {
 		})
 	}
 }
+
+// TestGateOpensWhenJobAfterJobFailsAlone: an endpoint that answers the probe (GET /models) and
+// fails every chat request, on a worker running one job at a time: the first job's failures
+// are judged its own, but the next job's, with no request answered in between, open the
+// breaker, and the worker fetches no more jobs to fail.
+func TestGateOpensWhenJobAfterJobFailsAlone(t *testing.T) {
+	t.Parallel()
+	chat, models := newEndpoint(t), newEndpoint(t)
+	chat.status.Store(http.StatusInternalServerError)
+	g, c, ch := setup(t, models, modelgate.Config{Threshold: 3, MinBackoff: time.Minute, MaxBackoff: time.Minute})
+	for _, job := range []string{"a", "b"} {
+		for range 3 {
+			if err := postAs(c, chat.srv.URL, job); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if held := g.Held(modelgate.WithJob(context.Background(), job)); held != (job == "b") {
+			t.Errorf("job %s: Held = %v, want %v", job, held, job == "b")
+		}
+	}
+	if got := ch.get(); len(got) != 1 || got[0] {
+		t.Errorf("OnChange calls %v, want [false]", got)
+	}
+}
