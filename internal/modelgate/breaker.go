@@ -144,8 +144,9 @@ func (b *breaker) suspects(job string) bool {
 
 // judged takes the answer of the probe sent for the suspect and reports whether the state
 // changed: a failed probe says the endpoint is down and opens the breaker; an answered one
-// says the failures were the suspect's own, and the run is forgotten (but whose it was: count). A probe whose caller
-// gave up, or that a change while it was out made moot, changes nothing.
+// says the failures were the suspect's own, and the run is forgotten (but whose it was:
+// count). A probe whose caller gave up, or that a change while it was out made moot, changes
+// nothing.
 func (b *breaker) judged(now time.Time, a answer, gaveUp bool) bool {
 	if gaveUp || b.state != Closed || b.suspect == "" {
 		return false
