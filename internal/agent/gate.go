@@ -16,11 +16,12 @@ import (
 // endpoint unavailable (no response, 408, 409, 429 or 5xx after the client's retries) is not
 // a turn: the endpoint did no work for it. When the Gate holds it (the failures persist and
 // are not this job's alone: the gate probes to tell) the turn then waits until the endpoint
-// is up again and is sent anew, so an outage spends nothing of the job's budget; the wait ends with the job's timeout (ErrModelUnavailable: the job was
-// not at fault, its caller may try it again, after the endpoint's Retry-After when the gate
-// knows one: RetryAfterError) or with ctx. A failure the gate let pass, one
-// that does not persist or one no attempt reached the gate with, ends the run as without a
-// gate. start is when the answered request was sent.
+// is up again and is sent anew, so an outage spends nothing of the job's budget; the wait
+// ends with the job's timeout (ErrModelUnavailable: the job was not at fault, its caller may
+// try it again, after the endpoint's Retry-After when the gate knows one: RetryAfterError) or
+// with ctx. A failure the gate let pass (one that does not persist, one no attempt reached
+// the gate with, or one the probe found the job's own) ends the run as without a gate. start
+// is when the answered request was sent.
 func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNewParams) (resp *openai.ChatCompletion, wire wireBytes, start time.Time, err error) {
 	gate := r.agent.cfg.Gate
 	// The gate tells this job's failures from an outage.
