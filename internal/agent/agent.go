@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/modelgate"
 	"github.com/boxcar-run/boxcar/internal/redact"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
@@ -39,10 +40,10 @@ type Gate interface {
 	// Up reports whether requests pass: false once failures persist, until a probe is
 	// answered.
 	Up() bool
-	// Held reports whether a turn whose request the endpoint just failed (unavailable) is to
-	// wait until it is up again: false when the failures were the job's own (ctx names it:
-	// modelgate.WithJob), the endpoint answering the rest, and the turn fails.
-	Held(ctx context.Context) bool
+	// Held says whether a turn whose request the endpoint just failed (unavailable) is to
+	// wait until it is up again (modelgate.Hold), or fails: modelgate.Own when the failures
+	// were the job's own (ctx names it: modelgate.WithJob), the endpoint answering the rest.
+	Held(ctx context.Context) modelgate.Verdict
 	// Wait returns at once while the endpoint is up, else when it is up again or ctx ends
 	// (then with context.Cause(ctx)).
 	Wait(ctx context.Context) error

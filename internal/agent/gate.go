@@ -20,8 +20,8 @@ import (
 // ends with the job's timeout (ErrModelUnavailable: the job was not at fault, its caller may
 // try it again, after the endpoint's Retry-After when the gate knows one: RetryAfterError) or
 // with ctx. A failure the gate let pass (one that does not persist, one no attempt reached
-// the gate with, or one the probe found the job's own) ends the run as without a gate. start
-// is when the answered request was sent.
+// the gate with, or one the probe found the job's own, which the error then says: ownFailures)
+// ends the run as without a gate. start is when the answered request was sent.
 func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNewParams) (resp *openai.ChatCompletion, wire wireBytes, start time.Time, err error) {
 	gate := r.agent.cfg.Gate
 	// The gate tells this job's failures from an outage.
@@ -58,11 +58,28 @@ func (r *run) send(ctx context.Context, turn int, params openai.ChatCompletionNe
 		// the spending matches Result.Spent, also for a turn that waits out an outage.
 		r.used.Turns = turn - 1
 		r.progress(Event{Kind: EventModelUnavailable, Turn: turn, ToolCalls: len(r.res.ToolCalls), MaxToolCalls: r.p.Limits.MaxToolCalls, Spent: r.spent()})
-		if gate == nil || !gate.Held(ctx) {
+		switch verdict(ctx, gate) {
+		case modelgate.Own:
+			return nil, wire, start, unavailable(gate, fmt.Errorf("%w; %s", err, ownFailures))
+		case modelgate.Pass:
 			return nil, wire, start, unavailable(gate, err)
 		}
 		r.log.Warn("model endpoint unavailable; the turn waits for it and is not counted", "turn", turn, "error", err)
 	}
+}
+
+// ownFailures is what a run's error adds when the gate's probe found its failures its own: the
+// job's status says so (retrying, or dead at its last delivery), for its submitter to look at
+// what the job sends rather than wait for an outage to end.
+const ownFailures = "the endpoint answered other requests meanwhile: its failures were this job's own " +
+	"(what it sends may be what the server fails on)"
+
+// verdict is the gate's Held, Pass without a gate.
+func verdict(ctx context.Context, gate Gate) modelgate.Verdict {
+	if gate == nil {
+		return modelgate.Pass
+	}
+	return gate.Held(ctx)
 }
 
 // awaitModel waits on the gate before a turn's request; held says the turn was refused before.

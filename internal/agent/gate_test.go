@@ -3,9 +3,11 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -200,6 +202,10 @@ func TestOneJobsOwnFailuresHoldNoOtherJob(t *testing.T) {
 	}
 	if !errors.Is(badErr, agent.ErrModelUnavailable) {
 		t.Errorf("the failing job: %v, want ErrModelUnavailable (its delivery is tried again)", badErr)
+	}
+	// Its status says why it spent a delivery in seconds: the endpoint answered the rest.
+	if !strings.Contains(fmt.Sprint(badErr), "its failures were this job's own") {
+		t.Errorf("the failing job's error %q does not say the failures were its own", badErr)
 	}
 	if n, h := opened.Load(), held.n.Load(); n != 0 || h != 0 {
 		t.Errorf("one job's failures opened the worker's breaker %d times and held the other job's turns %d times; want 0 and 0", n, h)

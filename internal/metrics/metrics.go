@@ -53,6 +53,9 @@ type Metrics struct {
 	// ModelUp is 1 while the model endpoint's circuit breaker lets requests pass, 0 while it
 	// holds them (internal/modelgate); SetModelUp sets it.
 	ModelUp prometheus.Gauge
+	// ModelVerdicts counts the probes that judged one job's run of failed requests: the job's
+	// own, or an outage (the breaker opened); ModelVerdict counts one.
+	ModelVerdicts *prometheus.CounterVec // verdict (job, outage)
 }
 
 // Bucket layouts, in seconds.
@@ -115,6 +118,9 @@ func New() *Metrics {
 		ModelUp: f.NewGauge(prometheus.GaugeOpts{
 			Name: "boxcar_model_up", Help: "1 while the model endpoint answers, 0 while its circuit breaker holds model requests and new jobs.",
 		}),
+		ModelVerdicts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "boxcar_model_failure_verdicts_total", Help: "Probes that judged one job's run of failed model requests: the job's own (job) or an outage (outage).",
+		}, []string{"verdict"}),
 		CapHits: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_cap_hits_total", Help: "Jobs ended by a cap, by profile and cap.",
 		}, []string{"profile", "cap"}),
@@ -139,7 +145,26 @@ func New() *Metrics {
 		registry: reg,
 	}
 	m.ModelUp.Set(1)
+	for _, v := range []string{verdictJob, verdictOutage} {
+		m.ModelVerdicts.WithLabelValues(v)
+	}
 	return m
+}
+
+// The values of boxcar_model_failure_verdicts_total's verdict label.
+const (
+	verdictJob    = "job"
+	verdictOutage = "outage"
+)
+
+// ModelVerdict counts a probe's verdict on one job's failures; give it to the model gate as its
+// OnVerdict.
+func (m *Metrics) ModelVerdict(own bool) {
+	v := verdictOutage
+	if own {
+		v = verdictJob
+	}
+	m.ModelVerdicts.WithLabelValues(v).Inc()
 }
 
 // SetModelUp sets boxcar_model_up; give it to the model gate as its OnChange.

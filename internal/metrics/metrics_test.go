@@ -371,3 +371,22 @@ func TestModelUp(t *testing.T) {
 		})
 	}
 }
+
+// TestModelVerdicts: both verdicts are exported from the start, at 0, so that a rate() of
+// either reads 0 rather than nothing; each probe's verdict counts one.
+func TestModelVerdicts(t *testing.T) {
+	m := metrics.New()
+	for _, v := range []string{"job", "outage"} {
+		if got := testutil.ToFloat64(m.ModelVerdicts.WithLabelValues(v)); got != 0 {
+			t.Errorf("verdict %s starts at %v, want 0", v, got)
+		}
+	}
+	m.ModelVerdict(true)
+	m.ModelVerdict(true)
+	m.ModelVerdict(false)
+	for v, want := range map[string]float64{"job": 2, "outage": 1} {
+		if got := testutil.ToFloat64(m.ModelVerdicts.WithLabelValues(v)); got != want {
+			t.Errorf("boxcar_model_failure_verdicts_total{verdict=%q} = %v, want %v", v, got, want)
+		}
+	}
+}

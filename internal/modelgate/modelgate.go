@@ -45,6 +45,10 @@ type Config struct {
 	// OnChange is called with false when the breaker opens and true when it closes, in order,
 	// with the gate's lock held: it must be quick (set a gauge). Optional.
 	OnChange func(up bool)
+	// OnVerdict is called when a probe judges one job's failures (Held): with true when they
+	// were the job's own (the probe was answered), false when it found an outage (the breaker
+	// opens). With the gate's lock held: it must be quick (count it). Optional.
+	OnVerdict func(own bool)
 	// Logger receives a line when the breaker opens and when it closes. Default: discard.
 	Logger *slog.Logger
 	// now is the clock; tests set it.
@@ -206,51 +210,81 @@ func sleep(ctx context.Context, changed <-chan struct{}, d time.Duration) error 
 // maxProbeBody is how much of a probe's body the gate reads: a list of models is some KiB.
 const maxProbeBody = 1 << 20
 
-// Held reports whether the job of ctx (WithJob), whose request the endpoint just failed, is to
-// hold its turn until the endpoint answers again (Wait): the breaker is open. When that job's
+// Verdict is what Held found of a turn whose request the endpoint just failed.
+type Verdict int
+
+// Verdicts of Held.
+const (
+	// Pass: the failures do not persist (or ctx ended first): the turn fails as without a gate.
+	Pass Verdict = iota
+	// Hold: the breaker is open: the turn waits until the endpoint answers again (Wait).
+	Hold
+	// Own: the failures were the job's own: the endpoint answered the probe, or another
+	// request, while the job's failed. The turn fails; its caller's retry policy decides.
+	Own
+)
+
+func (v Verdict) String() string {
+	return [...]string{Pass: "pass", Hold: "hold", Own: "own"}[v]
+}
+
+// Held says whether the job of ctx (WithJob), whose request the endpoint just failed, is to
+// hold its turn until the endpoint answers again (Hold: the breaker is open). When that job's
 // failures alone made the run that would have opened it, Held first probes the endpoint, or
-// waits for the probe another caller sends: a failed probe opens the breaker (true); an
-// answered one, or any request answered meanwhile, says the failures are the job's own
-// (false): its turn fails, and its caller's retry policy decides, not the worker's breaker.
-// False when ctx ends before the verdict.
-func (g *Gate) Held(ctx context.Context) bool {
+// waits for the probe another caller sends: a failed probe opens the breaker (Hold); an
+// answered one, or any request answered meanwhile, says the failures are the job's own (Own):
+// its turn fails, and its caller's retry policy decides, not the worker's breaker. Pass when
+// the failures do not persist, or ctx ends before the verdict.
+func (g *Gate) Held(ctx context.Context) Verdict {
 	job := jobOf(ctx)
-	for {
+	for judging := false; ; judging = true {
 		g.mu.Lock()
 		if g.b.state != Closed {
 			g.mu.Unlock()
-			return true
+			return Hold
 		}
 		if !g.b.suspects(job) || ctx.Err() != nil {
 			g.mu.Unlock()
-			return false
+			if judging && ctx.Err() == nil {
+				return Own // judged (the suspicion was lifted) and not opened
+			}
+			return Pass
 		}
 		changed, probe := g.changed, !g.probing
 		g.probing = true
 		g.mu.Unlock()
 		if probe {
-			g.judge(ctx)
+			g.judge(ctx, job)
 		} else if sleep(ctx, changed, -1) != nil {
-			return false
+			return Pass
 		}
 	}
 }
 
-// judge sends the probe for the suspect and records its verdict.
-func (g *Gate) judge(ctx context.Context) {
+// judge sends the probe for the suspect job and records its verdict.
+func (g *Gate) judge(ctx context.Context, job string) {
 	a := g.send(ctx)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.probing = false
-	job := g.b.suspect
+	gaveUp := ctx.Err() != nil
 	switch {
-	case g.b.judged(g.cfg.now(), a, ctx.Err() != nil):
+	case g.b.judged(g.cfg.now(), a, gaveUp):
+		g.verdict(false)
 		g.changedTo(false)
-	case job != "" && g.b.suspect == "":
+	case !gaveUp && !a.failed && g.b.state == Closed:
+		g.verdict(true)
 		g.cfg.Logger.Info("model endpoint answers the probe; the failed requests were one job's own, its turn fails and no other job is held",
 			"job_id", job)
 	}
 	g.wake()
+}
+
+// verdict reports a probe's verdict on a suspect's failures; the lock is held.
+func (g *Gate) verdict(own bool) {
+	if g.cfg.OnVerdict != nil {
+		g.cfg.OnVerdict(own)
+	}
 }
 
 // probe sends the probe and records its answer.

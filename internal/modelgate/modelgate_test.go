@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -469,17 +470,22 @@ func TestGateTellsOneJobsFailuresFromAnOutage(t *testing.T) {
 		jobs        []string // whose requests fail, in turn
 		status      int      // their answer: 500 when zero
 		probeStatus int
-		wantHeld    bool
+		want        modelgate.Verdict
 		wantUps     []bool
 		wantProbes  int
+		// wantVerdicts is what OnVerdict heard: true for the job's own failures.
+		wantVerdicts []bool
 	}{
-		{name: "one job, the probe answered: its own failures", jobs: []string{"a", "a", "a"}, probeStatus: http.StatusOK, wantProbes: 1},
+		{name: "one job, the probe answered: its own failures", jobs: []string{"a", "a", "a"}, probeStatus: http.StatusOK,
+			want: modelgate.Own, wantProbes: 1, wantVerdicts: []bool{true}},
 		{name: "one job, the probe failed: an outage", jobs: []string{"a", "a", "a"}, probeStatus: http.StatusBadGateway,
-			wantHeld: true, wantUps: []bool{false}, wantProbes: 1},
+			want: modelgate.Hold, wantUps: []bool{false}, wantProbes: 1, wantVerdicts: []bool{false}},
 		{name: "two jobs: an outage, no probe first", jobs: []string{"a", "b", "a"}, probeStatus: http.StatusOK,
-			wantHeld: true, wantUps: []bool{false}},
+			want: modelgate.Hold, wantUps: []bool{false}},
 		{name: "one job's 429s speak of the endpoint: an outage, no probe first", jobs: []string{"a", "a", "a"},
-			status: http.StatusTooManyRequests, probeStatus: http.StatusOK, wantHeld: true, wantUps: []bool{false}},
+			status: http.StatusTooManyRequests, probeStatus: http.StatusOK, want: modelgate.Hold, wantUps: []bool{false}},
+		{name: "one job, its failures short of the threshold: they pass", jobs: []string{"a", "a"}, probeStatus: http.StatusOK,
+			want: modelgate.Pass},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -490,20 +496,21 @@ func TestGateTellsOneJobsFailuresFromAnOutage(t *testing.T) {
 				chat.status.Store(int64(tt.status))
 			}
 			models.status.Store(int64(tt.probeStatus))
-			g, c, ch := setup(t, models, modelgate.Config{Threshold: 3, MinBackoff: time.Minute, MaxBackoff: time.Minute})
+			verdicts := &changes{}
+			g, c, ch := setup(t, models, modelgate.Config{Threshold: 3, MinBackoff: time.Minute, MaxBackoff: time.Minute, OnVerdict: verdicts.add})
 			for _, job := range tt.jobs {
 				if err := postAs(c, chat.srv.URL, job); err != nil {
 					t.Fatal(err)
 				}
 			}
 			// Both of the job's turns in flight ask; one probe judges them.
-			held := make(chan bool, 2)
+			held := make(chan modelgate.Verdict, 2)
 			for range 2 {
 				go func() { held <- g.Held(modelgate.WithJob(context.Background(), "a")) }()
 			}
 			for range 2 {
-				if got := <-held; got != tt.wantHeld {
-					t.Errorf("Held = %v, want %v (state %s)", got, tt.wantHeld, g.State())
+				if got := <-held; got != tt.want {
+					t.Errorf("Held = %v, want %v (state %s)", got, tt.want, g.State())
 				}
 			}
 			if got := ch.get(); len(got) != len(tt.wantUps) {
@@ -512,7 +519,10 @@ func TestGateTellsOneJobsFailuresFromAnOutage(t *testing.T) {
 			if n := len(models.probes); n != tt.wantProbes {
 				t.Errorf("%d probes, want %d", n, tt.wantProbes)
 			}
-			if !tt.wantHeld && (!g.Up() || g.Held(modelgate.WithJob(context.Background(), "b"))) {
+			if got := verdicts.get(); !slices.Equal(got, tt.wantVerdicts) {
+				t.Errorf("OnVerdict calls %v, want %v", got, tt.wantVerdicts)
+			}
+			if tt.want != modelgate.Hold && (!g.Up() || g.Held(modelgate.WithJob(context.Background(), "b")) != modelgate.Pass) {
 				t.Errorf("after the job's own failures: state %s, another job held", g.State())
 			}
 		})
@@ -534,8 +544,9 @@ func TestGateOpensWhenJobAfterJobFailsAlone(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if held := g.Held(modelgate.WithJob(context.Background(), job)); held != (job == "b") {
-			t.Errorf("job %s: Held = %v, want %v", job, held, job == "b")
+		want := map[string]modelgate.Verdict{"a": modelgate.Own, "b": modelgate.Hold}[job]
+		if got := g.Held(modelgate.WithJob(context.Background(), job)); got != want {
+			t.Errorf("job %s: Held = %v, want %v", job, got, want)
 		}
 	}
 	if got := ch.get(); len(got) != 1 || got[0] {

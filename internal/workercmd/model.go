@@ -14,15 +14,16 @@ import (
 	"github.com/boxcar-run/boxcar/internal/redact"
 )
 
-// newModelGate is the model endpoint's circuit breaker: it sets boxcar_model_up, and probes
-// with modelProbe. Probes use the jobs' transport (a private CA included) but go around the
-// metrics transport: boxcar_model_requests_total counts the jobs' requests only.
+// newModelGate is the model endpoint's circuit breaker: it sets boxcar_model_up, counts
+// boxcar_model_failure_verdicts_total, and probes with modelProbe. Probes use the jobs'
+// transport (a private CA included) but go around the metrics transport:
+// boxcar_model_requests_total counts the jobs' requests only.
 func newModelGate(baseURL, apiKey string, transport *http.Transport, m *metrics.Metrics, log *slog.Logger) (*modelgate.Gate, error) {
 	probe, err := newModelProbe(baseURL, apiKey, transport, log)
 	if err != nil {
 		return nil, err
 	}
-	return modelgate.New(modelgate.Config{Probe: probe.do, OnChange: m.SetModelUp, Logger: log})
+	return modelgate.New(modelgate.Config{Probe: probe.do, OnChange: m.SetModelUp, OnVerdict: m.ModelVerdict, Logger: log})
 }
 
 // errRedirectedAway is a probe the endpoint redirected off the base URL's origin. Its words
