@@ -25,13 +25,17 @@ type reply struct {
 	wire    wireBytes
 }
 
-// wireBytes are the bodies of one request and its answer as a token estimate counts them.
-type wireBytes struct{ sent, got textCost }
+// wireBytes are the bodies of one request and its answer as a token estimate counts them: the
+// answer's as it is read, the request's only when countUsage needs it (sentBody).
+type wireBytes struct {
+	sent sentBody
+	got  textCost
+}
 
 // record is the request's middleware that fills rp with each attempt's answer.
 func (rp *reply) record(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	*rp = reply{}
-	rp.wire.sent = bodyCost(req)
+	rp.wire.sent = sentBody{length: req.ContentLength, get: req.GetBody}
 	res, err := next(req)
 	if err == nil {
 		rp.status = res.StatusCode
@@ -62,11 +66,26 @@ func (b *replyBody) Read(p []byte) (int, error) {
 
 func (b *replyBody) Close() error { return b.rc.Close() }
 
-// bodyCost is the estimate of the request's body, read from a copy (GetBody: openai-go holds the
-// body in memory), or, without one, its length counted as plain text.
-func bodyCost(req *http.Request) textCost {
-	if req.GetBody != nil {
-		if body, err := req.GetBody(); err == nil {
+// sentBody is a request's body as the estimate counts it: later, and only when the endpoint's
+// usage report is not plausible by the bound alone (countUsage). Counting streams every byte
+// (some ms a MiB), and a conversation's request holds all of it, on every turn.
+type sentBody struct {
+	length int64                         // ContentLength: -1 when unknown
+	get    func() (io.ReadCloser, error) // GetBody: a copy of the body (openai-go holds it in memory)
+}
+
+// bound is the most tokens the body's estimate can be: a byte counts at most one
+// (a lone lead byte beyond ASCII), plus the rounding up of two terms; ok is false when the
+// length is unknown.
+func (s sentBody) bound() (n int64, ok bool) {
+	return s.length + 2, s.length >= 0
+}
+
+// cost is the estimate of the body, read from a copy, or, without one, its length counted as
+// plain text.
+func (s sentBody) cost() textCost {
+	if s.get != nil {
+		if body, err := s.get(); err == nil {
 			var c textCost
 			_, err := io.Copy(&c, body)
 			body.Close()
@@ -75,5 +94,5 @@ func bodyCost(req *http.Request) textCost {
 			}
 		}
 	}
-	return textCost{plain: max(req.ContentLength, 0)}
+	return textCost{plain: max(s.length, 0)}
 }

@@ -94,12 +94,16 @@ const maxReportedTokens = 1 << 32
 
 // countUsage is what one answer costs the budgets: the endpoint's report when it is a
 // plausible one (its total no less than its parts, each figure at most maxReportedTokens), the
-// estimate of the sent and got bodies when not.
-func countUsage(reported openai.CompletionUsage, sent, got textCost) Usage {
+// estimate of the sent and got bodies when not. The sent body, the larger, is counted only when
+// its bound does not already make the report plausible.
+func countUsage(reported openai.CompletionUsage, sent sentBody, got textCost) Usage {
 	prompt, completion := min(reported.PromptTokens, maxReportedTokens), min(reported.CompletionTokens, maxReportedTokens)
 	u := Usage{PromptTokens: prompt, CompletionTokens: completion,
 		TotalTokens: max(min(reported.TotalTokens, maxReportedTokens), prompt+completion)}
-	prompt, completion = sent.tokens(), got.tokens()
+	if bound, ok := sent.bound(); ok && plausible(u, bound+got.tokens()) {
+		return u
+	}
+	prompt, completion = sent.cost().tokens(), got.tokens()
 	if plausible(u, prompt+completion) {
 		return u
 	}
