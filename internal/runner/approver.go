@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -188,17 +187,20 @@ func leaveAsked(s *job.Status, now time.Time) []string {
 }
 
 // expireLeftAsked marks expired in the approvals bucket the requests the job's end left
-// (leaveAsked, in the end this delivery decided or the one it adopted), so that an answer to one is refused, not recorded for a command nothing will
-// run. A request answered already keeps its answer.
+// pending (a.leftAsked: leaveAsked in the end's terminal status write, recordState or
+// adoptCommitted; settle drops them when that write found a later delivery holding the job),
+// so that an answer to one is refused, not recorded for a command nothing will run. A request
+// answered already keeps its answer.
 func (r *Runner) expireLeftAsked(w settler, dec decision) {
-	// leftAsked is set only by a job's terminal status write (recordState, adoptCommitted);
-	// settle drops it when that write found a later delivery holding the job.
 	a := w.a
 	if r.cfg.Approvals == nil {
 		return
 	}
+	reason := "the job ended without waiting for it"
+	if ended := cmp.Or(dec.state, dec.ended); ended != "" {
+		reason = "the job ended " + string(ended) + " without waiting for it"
+	}
 	for _, id := range a.leftAsked {
-		reason := strings.Join(strings.Fields("the job ended "+string(cmp.Or(dec.state, dec.ended))+" without waiting for it"), " ")
 		if _, err := r.cfg.Approvals.ExpireApproval(w.cleanup, a.ref(a.job.ID), id, reason); err != nil {
 			a.log.WarnContext(w.ctx, "mark approval expired failed", "call_id", id, "error", err)
 		}

@@ -50,13 +50,9 @@ func TestApprovalSurvivesAHandover(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			drained := make(chan approval, 1)
-			first := b.worker(askingAgent(tc.wait, drained), withApprovals)
-			j := b.submit("p")
-			p := b.waitPending(j.ID)
-			first.stop() // drain_grace is 1s, then the job is handed back
-			if a := <-drained; a.Approved || a.Refused != "" {
-				t.Fatalf("the drained worker's answer: %+v", a.Answer)
+			j, p, drained := b.drainAsking(tc.wait)
+			if drained.Approved || drained.Refused != "" {
+				t.Fatalf("the drained worker's answer: %+v", drained.Answer)
 			}
 			if got, _, err := b.q.PendingApprovals(context.Background(), j.ID); err != nil || len(got) != 1 || got[0].Revision != p.Revision {
 				t.Errorf("after the drain the bucket holds %+v, %v; want the request at revision %d still pending", got, err, p.Revision)
@@ -85,6 +81,20 @@ func TestApprovalSurvivesAHandover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// drainAsking submits a job to a worker whose agent asks for approval (its wait bounded by
+// wait: the request's expiry) and drains that worker while the job waits (drain_grace is 1s,
+// then the job is handed back). It returns the job, the request its worker asked and the
+// drained agent's answer.
+func (b *bundle) drainAsking(wait time.Duration) (job.Job, queue.Approval, approval) {
+	b.t.Helper()
+	drained := make(chan approval, 1)
+	first := b.worker(askingAgent(wait, drained), withApprovals)
+	j := b.submit("p")
+	p := b.waitPending(j.ID)
+	first.stop()
+	return j, p, <-drained
 }
 
 // answerAs answers the request p as alice, bound to p's revision, as `submit approve JOB
@@ -153,12 +163,7 @@ func (w decisionWant) check(t *testing.T, a approval) {
 func TestApprovalLeftPendingEndsWithTheJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	drained := make(chan approval, 1)
-	first := b.worker(askingAgent(time.Minute, drained), withApprovals)
-	j := b.submit("p")
-	p := b.waitPending(j.ID)
-	first.stop()
-	<-drained
+	j, p, _ := b.drainAsking(time.Minute)
 	b.worker(agentFunc(writeReport), withApprovals)
 	if st := b.waitFinal(j.ID, time.Minute); st.State != job.StateSucceeded {
 		t.Fatalf("final state %s, want succeeded", st.State)
@@ -185,12 +190,7 @@ func TestApprovalLeftPendingEndsWithTheJob(t *testing.T) {
 func TestApprovalLeftPendingEndsWithAnAdoptedRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	drained := make(chan approval, 1)
-	first := b.worker(askingAgent(time.Minute, drained), withApprovals)
-	j := b.submit("p")
-	p := b.waitPending(j.ID)
-	first.stop()
-	<-drained
+	j, p, _ := b.drainAsking(time.Minute)
 
 	var second atomic.Pointer[worker] // set before the manifest's create, read by the hook
 	committed := make(chan struct{})
