@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -188,21 +189,27 @@ func leaveAsked(s *job.Status, now time.Time) []string {
 
 // expireLeftAsked marks expired in the approvals bucket the requests the job's end left
 // pending (a.leftAsked: leaveAsked in the end's terminal status write, recordState or
-// adoptCommitted; settle drops them when that write found a later delivery holding the job),
-// so that an answer to one is refused, not recorded for a command nothing will run. A request
-// answered already keeps its answer.
+// adoptCommitted; settle drops them when that write found a later delivery holding the job).
 func (r *Runner) expireLeftAsked(w settler, dec decision) {
 	a := w.a
-	if r.cfg.Approvals == nil {
+	expireLeft(w.cleanup, r.cfg.Approvals, a.ref(a.job.ID), a.leftAsked, cmp.Or(dec.state, dec.ended), a.log)
+}
+
+// expireLeft marks expired in the approvals bucket (nil: none) the requests ids of the job r,
+// which ended (state, "" when unknown) with them left pending (leaveAsked), so that an answer
+// to one is refused, not recorded for a command nothing will run. A request answered already
+// keeps its answer.
+func expireLeft(ctx context.Context, approvals Approvals, r queue.Ref, ids []string, state job.State, log *slog.Logger) {
+	if approvals == nil {
 		return
 	}
 	reason := "the job ended without waiting for it"
-	if ended := cmp.Or(dec.state, dec.ended); ended != "" {
-		reason = "the job ended " + string(ended) + " without waiting for it"
+	if state != "" {
+		reason = "the job ended " + string(state) + " without waiting for it"
 	}
-	for _, id := range a.leftAsked {
-		if _, err := r.cfg.Approvals.ExpireApproval(w.cleanup, a.ref(a.job.ID), id, reason); err != nil {
-			a.log.WarnContext(w.ctx, "mark approval expired failed", "call_id", id, "error", err)
+	for _, id := range ids {
+		if _, err := approvals.ExpireApproval(ctx, r, id, reason); err != nil {
+			log.WarnContext(ctx, "mark approval expired failed", "job_id", r.ID, "call_id", id, "error", err)
 		}
 	}
 }

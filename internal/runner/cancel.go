@@ -29,6 +29,8 @@ import (
 type cancelWatch struct {
 	q   Queue
 	log *slog.Logger
+	// approvals expires the requests a job cancelled while queued left pending (nil: none).
+	approvals Approvals
 
 	mu   sync.Mutex
 	jobs map[queue.Ref][]*cancelHook
@@ -162,7 +164,21 @@ func (c *cancelWatch) apply(ctx context.Context, r queue.Ref) error {
 	if err == nil && (st.CancelRequested || st.State.Terminal()) {
 		return notLooked // carried out before (by this worker or another), or queued and recorded cancelled
 	}
-	if _, err := c.q.UpdateStatus(ctx, r, job.RequestCancel); err != nil && !errors.Is(err, queue.ErrFinal) {
+	// A job cancelled while queued may have been handed back waiting for an approval: its
+	// request, left pending for the next delivery, ends with it (leaveAsked), as at any end.
+	var left []string
+	now := time.Now()
+	_, err = c.q.UpdateStatus(ctx, r, func(s *job.Status) {
+		job.RequestCancel(s)
+		left = nil
+		if s.State.Terminal() {
+			left = leaveAsked(s, now)
+		}
+	})
+	switch {
+	case err == nil:
+		expireLeft(ctx, c.approvals, r, left, job.StateCancelled, c.log)
+	case !errors.Is(err, queue.ErrFinal):
 		return fmt.Errorf("record a cancel in the job's status: %w", err)
 	}
 	// Again after the write: an attempt that began after the first stop adds its hook before

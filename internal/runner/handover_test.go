@@ -217,3 +217,35 @@ func TestApprovalLeftPendingEndsWithAnAdoptedRun(t *testing.T) {
 		t.Errorf("answer after the adopted run ended the job: %v, want ErrApprovalExpired", err)
 	}
 }
+
+// TestApprovalLeftPendingEndsWithACancel: a request left pending by a drained worker is marked
+// expired when the job, handed back and queued, is cancelled: the worker's cancel watch ends
+// it (job.RequestCancel) with no delivery to settle it. (It stayed pending: only a delivery's
+// end expired such requests, and a delivery that finds the job cancelled records nothing, so a
+// person's signed answer was recorded for a command nothing would run.)
+func TestApprovalLeftPendingEndsWithACancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j, p, _ := b.drainAsking(time.Minute)
+	// A worker that fetches no job: its cancel watch alone ends the queued job.
+	b.worker(agentFunc(func(context.Context, agent.Request) (agent.Result, error) {
+		return agent.Result{}, errors.New("the watching worker ran a job")
+	}), withApprovals, func(c *runner.Config) { c.ModelGate = neverUp{} })
+	if _, err := b.q.Cancel(context.Background(), j.ID, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.waitFinal(j.ID, time.Minute); st.State != job.StateCancelled {
+		t.Fatalf("final state %s, want cancelled", st.State)
+	}
+	waitFor(t, 30*time.Second, "the request left pending expired", func() bool {
+		a, err := b.q.Approval(context.Background(), j.ID, "call_1")
+		return err == nil && a.Decision != ""
+	})
+	_, err := b.q.DecideApproval(context.Background(), j.ID, "call_1", p.Revision, job.DecisionApproved, "alice", "", asAlice)
+	if !errors.Is(err, queue.ErrApprovalExpired) || !strings.Contains(err.Error(), "the job ended cancelled") {
+		t.Errorf("answer after the job was cancelled: %v, want ErrApprovalExpired saying the job ended", err)
+	}
+	if st, err := b.q.Status(context.Background(), j.ID); err != nil || !st.Asked["call_1"].Expired {
+		t.Errorf("the cancelled job's status records %+v, %v; want the request expired", st.Asked, err)
+	}
+}

@@ -172,7 +172,9 @@ func New(cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("runner: the transcripts' temporary folder: %w", err)
 	}
 	f.Close()
-	return &Runner{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, cancels: newCancelWatch(cfg.Queue, cfg.Logger), running: map[string]int{}}, nil
+	cancels := newCancelWatch(cfg.Queue, cfg.Logger)
+	cancels.approvals = cfg.Approvals
+	return &Runner{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, cancels: cancels, running: map[string]int{}}, nil
 }
 
 // Draining reports whether the runner has stopped taking jobs.
