@@ -129,3 +129,30 @@ func TestStatusGrowsWithinBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusCloneSharesNothing: a clone shares no map or slice of Status with the original,
+// whichever a new field adds: the queue's handle keeps the status it wrote last and gives each
+// write a clone (a write under way while another edits the same map was a data race).
+func TestStatusCloneSharesNothing(t *testing.T) {
+	t.Parallel()
+	var s job.Status
+	v := reflect.ValueOf(&s).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.Map:
+			f.Set(reflect.MakeMapWithSize(f.Type(), 1))
+			f.SetMapIndex(reflect.New(f.Type().Key()).Elem(), reflect.New(f.Type().Elem()).Elem())
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+		}
+	}
+	c := reflect.ValueOf(s.Clone())
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.Map, reflect.Slice:
+			if f.UnsafePointer() == c.Field(i).UnsafePointer() {
+				t.Errorf("Status.%s is shared by the clone", v.Type().Field(i).Name)
+			}
+		}
+	}
+}

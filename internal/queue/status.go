@@ -146,10 +146,14 @@ type statusCache struct {
 // maxWritten bounds the cache: jobs handed back unfinished (a worker stopping) leave entries.
 const maxWritten = 4096
 
+// get and put copy the status (job.Status.Clone): writes of one job under way at once each
+// change their own, and a caller's edit of the status a write returned changes no guess.
 func (c *statusCache) get(key string) guess[job.Status] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.m[key]
+	g := c.m[key]
+	g.v = g.v.Clone()
+	return g
 }
 
 func (c *statusCache) put(key string, st job.Status, rev uint64) {
@@ -162,7 +166,7 @@ func (c *statusCache) put(key string, st job.Status, rev uint64) {
 	if c.m == nil || len(c.m) >= maxWritten {
 		c.m = map[string]guess[job.Status]{}
 	}
-	c.m[key] = guess[job.Status]{v: st, rev: rev, ok: true}
+	c.m[key] = guess[job.Status]{v: st.Clone(), rev: rev, ok: true}
 }
 
 func (c *statusCache) drop(key string) {

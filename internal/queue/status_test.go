@@ -3,8 +3,10 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -300,5 +302,49 @@ func TestWatchFollowsAClaimedJobWithoutStatus(t *testing.T) {
 	}
 	if st, ok := <-updates; !ok || st.State != job.StateRunning {
 		t.Fatalf("watch of a claimed job: %+v, %v; want running", st, ok)
+	}
+}
+
+// TestStatusWritesShareNoMaps: the status a handle wrote last, which its next write starts
+// from, shares no map with what a write returned or with another write of the same job under
+// way: a worker's cancel watch and the job's attempt write its status at once (a cancel while
+// it waits for approval), each change editing the job's asked requests or labels in place. One
+// of them marshalled the map the other wrote (a data race, and Go's fatal "concurrent map read
+// and map write", the worker gone), and a caller editing a returned status changed what the
+// next write stored.
+func TestStatusWritesShareNoMaps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.submit(t)
+	st, err := b.w.UpdateStatus(ctx, ref(j.ID), func(s *job.Status) {
+		s.State, s.Labels = job.StateRunning, map[string]string{"team": "a"}
+		s.RecordAsked("call_0", job.Asked{Revision: 1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Labels["team"], st.Asked["forged"] = "b", job.Asked{Revision: 9} // the caller's copy
+	if st, err = b.w.UpdateStatus(ctx, ref(j.ID), func(s *job.Status) { s.Progress = "turn 1" }); err != nil {
+		t.Fatal(err)
+	}
+	if _, forged := st.Asked["forged"]; forged || st.Labels["team"] != "a" {
+		t.Errorf("after a caller edited a returned status the next write stored labels %v, asked %v", st.Labels, st.Asked)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			_, err := b.w.UpdateStatus(ctx, ref(j.ID), func(s *job.Status) {
+				s.RecordAsked(fmt.Sprintf("call_%d", i+1), job.Asked{Revision: uint64(i + 1)})
+				s.Labels[fmt.Sprint("writer", i)] = "x"
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got, err := b.c.Status(ctx, j.ID); err != nil || len(got.Asked) != 9 || len(got.Labels) != 9 {
+		t.Errorf("after 8 writes at once: asked %v, labels %v (%v); want each write's", got.Asked, got.Labels, err)
 	}
 }
