@@ -261,8 +261,7 @@ func (c *Client) sharedCancel(ctx context.Context, r Ref, req CancelRequest) err
 	})
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
-		s.stream.unanswered()
-		return nil
+		return nil // for this request alone: the client's next read or request asks again
 	case errors.Is(err, ErrRefused):
 		s.stream.gone()
 		return nil

@@ -114,8 +114,10 @@ func (c *Consumer) publishLetter(ctx context.Context, r Ref, data []byte) (lette
 	}
 	own := letterBox{deadLetterStream(c.cfg, r.Tenant), tenantLetterSubject(c.cfg, r)}
 	if r.ID != "" {
-		// What cannot be read is not known to be there: the letter is written.
-		if _, found, err := lastOn(ctx, c.js.Conn(), shared); err == nil && found {
+		switch found, err := c.sharedLettered(ctx, shared); {
+		case err != nil:
+			return shared, err
+		case found:
 			return shared, errLettered
 		}
 	}
@@ -126,6 +128,20 @@ func (c *Consumer) publishLetter(ctx context.Context, r Ref, data []byte) (lette
 		return shared, publishOnce(ctx, c.js, shared.subject, r, data)
 	}
 	return own, err
+}
+
+// sharedLettered reports whether the shared stream holds the job's letter (box), which an older
+// worker of an upgrade may have written. Nobody answering is none only when the server says
+// the stream is gone (sharedStream.lookup): a stream electing its leader answers nobody too,
+// and a worker that took that as no letter wrote a second one, into the tenant's stream. So it
+// is an error then, wrapping errUnanswered, and nothing is written: the job's end is tried
+// again (the runner's settle waits for NATS), and finds the older worker's letter.
+func (c *Consumer) sharedLettered(ctx context.Context, box letterBox) (bool, error) {
+	msg, err := (&sharedStream{nc: c.js.Conn(), name: box.stream}).lookup(ctx, c.js, box.subject)
+	if err != nil {
+		return false, fmt.Errorf("queue: read the dead letter %s in %s: %w", box.subject, box.stream, err)
+	}
+	return msg != nil, nil
 }
 
 // letterRounds bounds how often publishOwn offers a letter to a stream that is there and

@@ -140,8 +140,8 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) (letter
 	}
 	box, err := d.c.publishLetter(ctx, Ref{Tenant: d.Tenant, ID: d.JobID}, data)
 	var api *jetstream.APIError
-	if err != nil && !errors.Is(err, errLettered) && !errors.As(err, &api) {
-		d.unanswered = true // no answer from the server: the letter may be in the stream
+	if err != nil && !errors.Is(err, errLettered) && !errors.Is(err, errUnanswered) && !errors.As(err, &api) {
+		d.unanswered = true // no answer to the publish: the letter may be in the stream (errUnanswered: nothing was published)
 	}
 	if err != nil && !isWrongLastSequence(err) && !errors.Is(err, errLettered) {
 		return false, fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)

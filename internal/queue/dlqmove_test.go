@@ -85,3 +85,35 @@ func TestDeadLettersOfAnUpgradeAreKeptAndFound(t *testing.T) {
 		t.Errorf("dead letter of %s: %+v", homeless.ID, dl)
 	}
 }
+
+// TestDeadLetterWaitsForASharedStreamThatAnswersNobody: an older worker of an upgrade wrote a
+// job's dead letter in the shared stream and stopped before its term; the job comes to a worker
+// of this version while the shared stream is there and answers nobody (its leader being
+// elected, its server restarting). Its Term took that as no letter there and wrote a second
+// one, into the tenant's stream: the job had two letters, and boxcar_dead_letters_total
+// counted it twice. The Term now fails, writing nothing, and once the stream answers it finds
+// the older worker's letter.
+func TestDeadLetterWaitsForASharedStreamThatAnswersNobody(t *testing.T) {
+	t.Parallel()
+	u := newUpgrade(t, true)
+	b := start(t, u.nc, u.cfg)
+	j := b.submit(t)
+	data, _ := json.Marshal(queue.DeadLetter{Tenant: tenant, JobID: j.ID, Reason: "max_deliveries"})
+	if _, err := u.js.Publish(u.ctx, u.cfg.DeadLetterStream+"."+tenant+"."+j.ID, data, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+		t.Fatalf("an older worker dead-letters %s: %v", j.ID, err)
+	}
+	d := fetch(t, b.w, 10*time.Second)
+
+	answer := u.silence(t, u.cfg.DeadLetterStream)
+	lettered, err := d.Term(u.ctx, "invalid_message", errors.New("not a job"))
+	answer()
+	if lettered || err == nil {
+		t.Errorf("Term while the shared stream answers nobody: lettered %v, %v; want nothing written, an error", lettered, err)
+	}
+	if lettered, err := d.Term(u.ctx, "invalid_message", errors.New("not a job")); lettered || err != nil {
+		t.Errorf("Term once it answers: lettered %v, %v; want the older worker's letter found, none written", lettered, err)
+	}
+	if got := b.deadLetters(t); len(got) != 1 || got[u.cfg.DeadLetterStream+"."+tenant+"."+j.ID] != 1 {
+		t.Errorf("dead letters %v; want the older worker's one alone", got)
+	}
+}

@@ -170,3 +170,26 @@ func (u upgrade) silence(t *testing.T, name string) (answer func()) {
 		}
 	}
 }
+
+// TestSubmitterReadsASharedBucketAgainOnceItAnswers: a submitter's read of a job's status that
+// an older worker wrote in the shared bucket, made while the bucket's stream answers nobody
+// (its leader being elected), finds none; its next read, once the stream answers, finds the
+// older worker's running status. Before, the client took the stream as absent for a minute
+// after one silent read, and `submit watch` called the running job unknown (or queued) for
+// that minute.
+func TestSubmitterReadsASharedBucketAgainOnceItAnswers(t *testing.T) {
+	t.Parallel()
+	u := newUpgrade(t, true)
+	ctx, cfg := u.ctx, u.cfg
+	shared := u.olderBucket(t, cfg.StatusBucket, 1)
+	b := start(t, u.nc, cfg)
+	id := job.NewID()
+	if _, err := shared.Put(ctx, tenant+"."+id, mustMarshal(t, job.Status{ID: id, State: job.StateRunning, Attempt: 2})); err != nil {
+		t.Fatal(err)
+	}
+	wantState(ctx, t, b.c, id, job.StateRunning)
+	answer := u.silence(t, "KV_"+cfg.StatusBucket)
+	_, _ = b.c.Status(ctx, id) // whatever it says, for this read alone
+	answer()
+	wantState(ctx, t, b.c, id, job.StateRunning)
+}

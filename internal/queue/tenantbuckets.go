@@ -258,22 +258,7 @@ func (s *sharedBucket) Get(ctx context.Context, key string) (jetstream.KeyValueE
 // stream the server says is gone is remembered absent (for sharedRelook, or for good from the
 // worker's start: learnShared).
 func (s *sharedBucket) lookup(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	if s.stream.absent() {
-		return nil, jetstream.ErrKeyNotFound
-	}
-	msg, err := s.stream.ask(ctx, "$KV."+s.bucket+"."+key)
-	if errors.Is(err, errUnanswered) {
-		_, lerr := s.js.Stream(ctx, s.stream.name)
-		switch {
-		case errors.Is(lerr, jetstream.ErrStreamNotFound):
-			s.stream.unanswered() // gone (an upgrade's end removed it): asked again after sharedRelook
-			return nil, jetstream.ErrKeyNotFound
-		case lerr != nil:
-			err = fmt.Errorf("%w, and its stream %s could not be looked up (%w); try again once NATS is settled", err, s.stream.name, lerr)
-		default:
-			err = fmt.Errorf("%w: its stream %s is there and answers nobody, its leader being elected or its server restarting; try again once NATS is settled", err, s.stream.name)
-		}
-	}
+	msg, err := s.stream.lookup(ctx, s.js, "$KV."+s.bucket+"."+key)
 	return s.entry(key, msg, err)
 }
 
@@ -292,14 +277,13 @@ func (s *sharedBucket) entry(key string, msg *nats.Msg, err error) (jetstream.Ke
 // sharedStream reads the last message of one subject of a stream every tenant's keys were in,
 // by a direct get with the subject in the request's. No such stream (a deployment that began
 // with this version, or one an upgrade drained and removed) and a refusal (credentials
-// generated without the grant) are no message there, and the client remembers them: a client
-// that reads many keys its tenant's bucket lacks (a listing, a watch) asks once, not once a
-// key. What it learns for good is what cannot change while it runs: a worker's look-up at its
-// start found no stream (no Boxcar of this version makes one), or the server refused the grant
-// (a login's grants do not change while it is connected). Nobody answering a direct get is
-// also what a stream that is there says while its server restarts or its replicas move: that
-// is remembered for sharedRelook only, then asked again, so that a worker running through an
-// upgrade does not leave the older workers' keys out for the rest of its life.
+// generated without the grant) are no message there. The client remembers for good what
+// cannot change while it runs: a worker's look-up at its start found no stream (no Boxcar of
+// this version makes one), or the server refused the grant (a login's grants do not change
+// while it is connected). Nobody answering a direct get is also what a stream that is there
+// says while its leader is elected or its server restarts: a worker, which may look the stream
+// up, remembers it absent for sharedRelook only when the server says it is gone (lookup); a
+// tenant's read takes it as none for that read alone (get).
 type sharedStream struct {
 	nc   *nats.Conn
 	name string
@@ -309,8 +293,9 @@ type sharedStream struct {
 	now         func() time.Time // the clock of absentUntil; nil is time.Now
 }
 
-// sharedRelook is how long a client takes a stream that answered no direct get as absent: a
-// few requests a minute while there is none, and an outage forgotten within a minute.
+// sharedRelook is how long a worker takes a stream the server said is gone as absent: a few
+// requests a minute while there is none, and one made again (an older Boxcar's) seen within a
+// minute.
 const sharedRelook = time.Minute
 
 // forGood is an absentUntil that never comes.
@@ -325,8 +310,8 @@ func (s *sharedStream) absent() bool {
 // gone has the client take the stream as absent for good.
 func (s *sharedStream) gone() { s.absentUntil.Store(forGood) }
 
-// unanswered has the client take the stream as absent for sharedRelook, unless it knows for good.
-func (s *sharedStream) unanswered() {
+// goneAWhile has the client take the stream as absent for sharedRelook, unless it knows for good.
+func (s *sharedStream) goneAWhile() {
 	until := s.clock() + int64(sharedRelook)
 	for cur := s.absentUntil.Load(); cur != forGood && !s.absentUntil.CompareAndSwap(cur, until); cur = s.absentUntil.Load() {
 	}
@@ -339,15 +324,18 @@ func (s *sharedStream) clock() int64 {
 	return time.Now().UnixNano()
 }
 
-// get is the last message on subject; nil when there is none (ask), or when nobody answered,
-// which the client then remembers for sharedRelook.
+// get is the last message on subject; nil when there is none (ask), or when nobody answered.
+// It is a tenant's read, which may not look the stream up (its info lists every tenant's keys)
+// to tell a stream that is gone from one electing its leader: nobody answering is none for this
+// read alone, and the next one asks again. Remembered for sharedRelook, one silent moment
+// during an upgrade had a submitter's `watch` show a job an older worker ran as queued, and its
+// cancel read as not asked, for a minute. A no-responders answer costs one round trip.
 func (s *sharedStream) get(ctx context.Context, subject string) (*nats.Msg, error) {
 	if s.absent() {
 		return nil, nil
 	}
 	msg, err := s.ask(ctx, subject)
 	if errors.Is(err, errUnanswered) {
-		s.unanswered()
 		return nil, nil
 	}
 	return msg, err
@@ -386,6 +374,29 @@ func (s *sharedStream) ask(ctx context.Context, subject string) (*nats.Msg, erro
 		return nil, nil
 	}
 	return found, err
+}
+
+// lookup is ask for a worker, which acts on what it reads and may look the stream up: nobody
+// answering is no message only when the server says the stream is gone (then remembered for
+// sharedRelook); while the stream is there, or cannot be looked up, it is an error wrapping
+// errUnanswered, and the caller asks again.
+func (s *sharedStream) lookup(ctx context.Context, js jetstream.JetStream, subject string) (*nats.Msg, error) {
+	if s.absent() {
+		return nil, nil
+	}
+	msg, err := s.ask(ctx, subject)
+	if !errors.Is(err, errUnanswered) {
+		return msg, err
+	}
+	_, lerr := js.Stream(ctx, s.name)
+	switch {
+	case errors.Is(lerr, jetstream.ErrStreamNotFound):
+		s.goneAWhile() // gone (an upgrade's end removed it): asked again after sharedRelook
+		return nil, nil
+	case lerr != nil:
+		return nil, fmt.Errorf("%w, and its stream %s could not be looked up (%w); try again once NATS is settled", err, s.name, lerr)
+	}
+	return nil, fmt.Errorf("%w: its stream %s is there and answers nobody, its leader being elected or its server restarting; try again once NATS is settled", err, s.name)
 }
 
 // sharedEntry is a value read from a shared bucket; its revision is the shared bucket's,
