@@ -106,7 +106,8 @@ var errLettered = errors.New("the job's dead letter is in the shared dead-letter
 // the tenant's stream cannot take goes to the shared one, where it is kept and found as an
 // older worker's: the server has no such stream (`worker setup` of this version has not run)
 // or refuses this login its subjects (credentials generated before it). A stream that is there
-// and answers nobody is electing its leader: the letter waits for it (publishOwn).
+// and answers nobody is electing its leader: the letter waits for it (publishOwn), and is
+// never written into the shared one, which does not know the letter the tenant's may hold.
 func (c *Consumer) publishLetter(ctx context.Context, r Ref, data []byte) (letterBox, error) {
 	shared := letterBox{c.cfg.DeadLetterStream, dlqSubject(c.cfg, r)}
 	if _, served := slices.BinarySearch(c.tenants, r.Tenant); !served {
@@ -122,7 +123,7 @@ func (c *Consumer) publishLetter(ctx context.Context, r Ref, data []byte) (lette
 		}
 	}
 	err := c.publishOwn(ctx, own, r, data)
-	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, ErrRefused) {
+	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, ErrRefused) {
 		c.log.WarnContext(ctx, "the tenant's dead-letter stream does not take the job's letter; it goes to the shared dead-letter stream: run `worker setup` of this version and regenerate the worker's NATS credentials (`worker nats-config`)",
 			"job_id", r.ID, "tenant", r.Tenant, "stream", own.stream, "shared", shared.stream, "error", err)
 		return shared, publishOnce(ctx, c.js, shared.subject, r, data)
@@ -146,20 +147,28 @@ func (c *Consumer) sharedLettered(ctx context.Context, box letterBox) (bool, err
 
 // letterRounds bounds how often publishOwn offers a letter to a stream that is there and
 // answers nobody: backoff.Delay's waits between, 250 ms doubling to 4 s, about 8 s in all,
-// longer than a leader election takes. Past them the letter goes to the shared stream, kept.
+// longer than a leader election takes. Past them the Term fails, and is tried again.
 const letterRounds = 6
 
 // publishOwn publishes the letter into the tenant's stream (own). Nobody answering is no such
-// stream only when the server says so: a stream electing its leader answers nobody too, and
-// its letter went to the shared stream, out of its tenant's listing. So while the stream is
-// there (or the look-up fails, as one does during an election) the publish is tried again.
+// stream only when the server says so (the error then wraps jetstream.ErrStreamNotFound): a
+// stream electing its leader answers nobody too, and its letter went to the shared stream, out
+// of its tenant's listing; and a letter an earlier delivery wrote into it (its worker died
+// before the term), which the shared stream's check of one per subject cannot see, was
+// written again there. So while the stream is there (or the look-up fails, as one does
+// during an election) the publish is tried again, and past letterRounds it is an error.
 func (c *Consumer) publishOwn(ctx context.Context, own letterBox, r Ref, data []byte) error {
 	for round := 1; ; round++ {
 		err := unlessRefused(ctx, c.js.Conn(), []string{own.subject}, func(ctx context.Context) error {
 			return publishOnce(ctx, c.js, own.subject, r, data)
 		})
-		if !errors.Is(err, jetstream.ErrNoStreamResponse) || round == letterRounds || !c.streamThere(ctx, own.stream) {
+		switch {
+		case !errors.Is(err, jetstream.ErrNoStreamResponse):
 			return err
+		case !c.streamThere(ctx, own.stream):
+			return fmt.Errorf("%w (%w)", err, jetstream.ErrStreamNotFound)
+		case round == letterRounds:
+			return fmt.Errorf("%w: the dead-letter stream %s is there and answers nobody, its leader being elected or its server restarting; the job's end is tried again", err, own.stream)
 		}
 		select {
 		case <-ctx.Done():

@@ -2,10 +2,14 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 )
@@ -89,5 +93,43 @@ func TestDeadLetterWaitsOutItsStreamsElection(t *testing.T) {
 	}
 	if subjects := b.deadLetters(t); subjects[name+"."+j.ID] != 1 {
 		t.Errorf("the job's letter is not in its tenant's stream %s: %v", name, subjects)
+	}
+}
+
+// TestDeadLetterNeverGoesAroundItsStreamsLetter: an earlier delivery of a job wrote its letter
+// into the tenant's stream and its worker died before the term; the next delivery ends the job
+// while that stream is there and answers nobody for longer than letterRounds. Its letter went
+// to the shared stream, whose one-a-subject check cannot see the tenant's: the job had two
+// letters. The Term now fails, writing nothing, and once the stream answers finds the letter.
+func TestDeadLetterNeverGoesAroundItsStreamsLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(time.Minute) })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	j := b.submit(t)
+	d := fetch(t, b.w, 10*time.Second)
+	name := queue.DeadLetterStream(b.cfg, tenant)
+	data, _ := json.Marshal(queue.DeadLetter{Tenant: tenant, JobID: j.ID, Reason: "exhausted", Attempt: d.Attempt - 1})
+	if _, err := b.js.Publish(ctx, name+"."+j.ID, data, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+		t.Fatalf("the earlier delivery's letter: %v", err)
+	}
+	cfg := streamConfig(t, b.js, name)
+	away := cfg
+	away.Subjects = []string{name + "-away.>"}
+	if _, err := b.js.UpdateStream(ctx, away); err != nil {
+		t.Fatal(err)
+	}
+	lettered, err := d.Term(ctx, "exhausted", errors.New("no more attempts"))
+	if lettered || err == nil {
+		t.Errorf("Term while the tenant's stream answers nobody: lettered %t, %v; want nothing written, an error", lettered, err)
+	}
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if lettered, err := d.Term(ctx, "exhausted", errors.New("no more attempts")); lettered || err != nil {
+		t.Errorf("Term once it answers: lettered %t, %v; want the earlier letter found, none written", lettered, err)
+	}
+	if got := b.deadLetters(t); len(got) != 1 || got[name+"."+j.ID] != 1 {
+		t.Errorf("dead letters %v; want the earlier delivery's one alone, in %s", got, name)
 	}
 }
