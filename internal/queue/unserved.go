@@ -110,7 +110,10 @@ func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error 
 	if err != nil {
 		return err
 	}
-	running := a.runningOf(ctx)
+	running, err := a.runningOf(ctx)
+	if err != nil {
+		return err
+	}
 	for _, name := range slices.Sorted(maps.Keys(streams)) {
 		tenant := a.tenantOf(name)
 		if tenant != "" && kept[tenant] {
@@ -156,8 +159,9 @@ func (a *Admin) retireStream(ctx context.Context, s jetstream.Stream, tenant str
 	return nil
 }
 
-// retireIn is retireUnserved's for one job stream: it returns how many jobs it left to their run.
-func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[string]bool, running func(Ref) bool) (int, error) {
+// retireIn is retireUnserved's for one job stream: it returns how many jobs it left to their run,
+// or to the next setup (a status it cannot read now).
+func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[string]bool, running func(Ref) (bool, error)) (int, error) {
 	stream := s.CachedInfo().Config.Name
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(a.cfg.Subject+".>"))
 	if err != nil {
@@ -169,7 +173,11 @@ func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[strin
 		if kept[r.Tenant] {
 			continue
 		}
-		if running(r) {
+		if runs, err := running(r); err != nil || runs {
+			if err != nil {
+				a.log.WarnContext(ctx, "cannot tell whether a job of a tenant the config does not list runs; it is left in its stream, and the next `worker setup` retires it",
+					"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "error", err)
+			}
 			left[r.Tenant]++
 			continue
 		}
@@ -217,18 +225,30 @@ func (a *Admin) removeConsumers(ctx context.Context, s jetstream.Stream, keep fu
 
 // runningOf returns whether a job's status says a worker runs it: its tenant's status bucket,
 // else the shared one an older worker may have written (statusbuckets.go). Without either (a
-// stream set up by hand) no job does.
-func (a *Admin) runningOf(ctx context.Context) func(Ref) bool {
+// stream set up by hand) no job does. A status it cannot read is an error, not a job that does
+// not run: the shared bucket's stream answering nobody (its leader being elected) is none only
+// when the server says the stream is gone (sharedBucket.lookup), and a job taken as not running
+// is dead-lettered and removed while its worker runs it.
+func (a *Admin) runningOf(ctx context.Context) (func(Ref) (bool, error), error) {
 	b := newTenantBuckets(a.js, a.cfg.StatusBucket, "status")
-	return func(r Ref) bool {
+	if err := b.learnShared(ctx); err != nil {
+		return nil, err
+	}
+	return func(r Ref) (bool, error) {
 		var kv getter = b.shared
-		if rd, err := b.reader(ctx, r.Tenant); err == nil {
+		rd, err := b.reader(ctx, r.Tenant)
+		switch {
+		case err == nil:
 			kv = rd
+		case !errors.Is(err, ErrNotReady):
+			return false, err
 		}
 		st, err := getStatus(ctx, kv, r)
-		// A status that cannot be read is not known to be running: its job is retired as before.
-		return err == nil && st.State == job.StateRunning
-	}
+		if errors.Is(err, ErrUnknownJob) {
+			return false, nil
+		}
+		return err == nil && st.State == job.StateRunning, err
+	}, nil
 }
 
 // deadLetterAll dead-letters every message on one job subject as unknown_tenant and removes it.
