@@ -131,7 +131,8 @@ func TestUpdate(t *testing.T) {
 	}
 }
 
-// casBucket is a bucket on an embedded nats-server of the test's own.
+// casBucket is a bucket on an embedded nats-server of the test's own, with queuetest.MaxStore,
+// which this package's own tests cannot import (queuetest imports queue).
 func casBucket(t *testing.T) jetstream.KeyValue {
 	t.Helper()
 	ns, err := StartEmbedded(EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})

@@ -22,6 +22,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 )
 
 func TestMain(m *testing.M) {
@@ -189,16 +190,7 @@ func jetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 // connect starts the real nats-server in-process on file storage and connects to it.
 func connect(t testing.TB, syncAlways bool) *nats.Conn {
 	t.Helper()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir(), SyncAlways: syncAlways})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := queue.Connect(context.Background(), queue.ConnOptions{URL: ns.ClientURL(), Name: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := queuetest.Connect(t, queue.EmbeddedOptions{SyncAlways: syncAlways})
 	return nc
 }
 

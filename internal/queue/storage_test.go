@@ -1,13 +1,13 @@
 package queue_test
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 )
 
 // TestDeclareSaysWhatTheStorageLimitRefused: a server whose JetStream storage limit is below
@@ -15,16 +15,7 @@ import (
 // which says neither which limit nor what to change.
 func TestDeclareSaysWhatTheStorageLimitRefused(t *testing.T) {
 	t.Parallel()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 30, Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := queue.Connect(context.Background(), queue.ConnOptions{URL: ns.ClientURL(), Name: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := queuetest.Connect(t, queue.EmbeddedOptions{MaxStore: 1 << 30})
 	admin, err := queue.NewAdmin(nc, config.Config{}.WithDefaults().NATS, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
 
@@ -36,16 +37,7 @@ func TestFailedLookOfTheJobStreamIsTriedAgain(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-			nc, err := queue.Connect(t.Context(), queue.ConnOptions{URL: ns.ClientURL(), Name: "test"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
+			_, nc := queuetest.Connect(t, queue.EmbeddedOptions{})
 			cfg := config.Config{}.WithDefaults().NATS
 			q, err := queue.Open(t.Context(), nc, cfg, nil, slog.New(slog.DiscardHandler))
 			if err != nil {

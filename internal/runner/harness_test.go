@@ -28,6 +28,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/metrics"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -230,13 +231,9 @@ func setup(t *testing.T) *bundle {
 
 func (b *bundle) start(port int) {
 	b.t.Helper()
-	srv, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: port, StoreDir: b.storeDir, SyncAlways: true})
-	if err != nil {
-		b.t.Fatal(err)
-	}
+	srv := queuetest.Start(b.t, queue.EmbeddedOptions{Port: port, StoreDir: b.storeDir, SyncAlways: true})
 	b.srv = srv
 	b.url = srv.ClientURL()
-	b.t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 }
 
 func (b *bundle) connect() (*nats.Conn, *queue.Consumer) {

@@ -20,6 +20,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
@@ -45,12 +46,8 @@ func newTestEnv(t testing.TB) *testEnv { return newTestEnvSync(t, true) }
 func newTestEnvSync(t testing.TB, syncAlways bool) *testEnv {
 	t.Helper()
 	natsDir := t.TempDir()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: natsDir, SyncAlways: syncAlways})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := queuetest.Start(t, queue.EmbeddedOptions{StoreDir: natsDir, SyncAlways: syncAlways})
 	te := &testEnv{ns: ns, natsDir: natsDir, natsURL: ns.ClientURL(), home: t.TempDir()}
-	t.Cleanup(func() { te.ns.Shutdown() })
 	te.q = te.setUpQueue(t)
 	te.storeDir = filepath.Join(te.home, "store")
 	st, err := store.Open(t.Context(), "file://"+te.storeDir, store.Options{})
@@ -107,11 +104,7 @@ func (te *testEnv) restart(t *testing.T) {
 	}
 	te.ns.Shutdown()
 	te.ns.WaitForShutdown()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: port, StoreDir: te.natsDir, SyncAlways: true})
-	if err != nil {
-		t.Fatalf("restart nats-server on port %d: %v", port, err)
-	}
-	te.ns = ns
+	te.ns = queuetest.Start(t, queue.EmbeddedOptions{Port: port, StoreDir: te.natsDir, SyncAlways: true})
 }
 
 // waitFor is harness.Wait for a condition with nothing to report but whether it holds.

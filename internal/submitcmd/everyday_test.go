@@ -15,6 +15,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
 
@@ -346,16 +347,12 @@ func TestRunRidesOutJetStreamOutage(t *testing.T) {
 
 // TestStartAWorkerOnlyWhenMissing: "start a worker first" when the stream is really not there.
 func TestStartAWorkerOnlyWhenMissing(t *testing.T) {
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := queuetest.Start(t, queue.EmbeddedOptions{})
 	getenv := func(k string) string {
 		return map[string]string{"NATS_URL": ns.ClientURL(), "BOXCAR_HOME": t.TempDir()}[k]
 	}
 	var stderr bytes.Buffer
-	err = Run(t.Context(), []string{"status", "20261202t101500-abcdef012345"}, getenv, &bytes.Buffer{}, &stderr)
+	err := Run(t.Context(), []string{"status", "20261202t101500-abcdef012345"}, getenv, &bytes.Buffer{}, &stderr)
 	if exitCode(err) != 1 || !strings.Contains(message(err), "start a worker first") || strings.Contains(stderr.String(), "waiting") {
 		t.Errorf("no stream: %v, %q; want at once: start a worker first", err, stderr.String())
 	}

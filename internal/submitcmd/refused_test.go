@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 )
 
 // TestCredentialsTheServerRefuses: a NATS server that answers and refuses submit's credentials
@@ -16,11 +17,7 @@ import (
 // Violation (is a worker or nats-server running? start one with `worker --embedded` …)".
 func TestCredentialsTheServerRefuses(t *testing.T) {
 	const token = "the-servers-token-4f1c"
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir(), Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := queuetest.Start(t, queue.EmbeddedOptions{Token: token})
 	home := t.TempDir()
 	wrong := filepath.Join(home, "wrong.token")
 	if err := os.WriteFile(wrong, []byte("wrong-token-9e2a\n"), 0o600); err != nil {

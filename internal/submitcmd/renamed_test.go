@@ -14,6 +14,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 )
 
 // TestSubmitReachesARenamedFleet: a fleet whose config renames its stream, subject, consumer
@@ -22,11 +23,7 @@ import (
 // file submit looks for the default names, finds no queue, and says so.
 func TestSubmitReachesARenamedFleet(t *testing.T) {
 	t.Parallel()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := queuetest.Start(t, queue.EmbeddedOptions{})
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "fleet.yaml")
 	yaml := "nats:\n  url: " + ns.ClientURL() + "\n  stream: FLEET_JOBS\n  subject: fleet.jobs\n  consumer: fleet-workers\n" +

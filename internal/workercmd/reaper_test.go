@@ -6,11 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
@@ -24,16 +23,7 @@ import (
 // its job is found in a tenant the reaper serves.
 func TestReaperJudgesOnlyItsOwnTenants(t *testing.T) {
 	t.Parallel()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := queuetest.Connect(t, queue.EmbeddedOptions{})
 	cfg := config.Config{}.WithDefaults()
 	grant := config.Tenant{Profiles: []string{"p"}, MaxConcurrent: 4}
 	after := map[string]config.Tenant{"team-a": grant, "team-c": grant} // the upgrade adds team-c

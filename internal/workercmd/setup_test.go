@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
@@ -41,11 +42,7 @@ func jetStreamOf(t *testing.T, url string) (jetstream.JetStream, context.Context
 
 func TestSetupDeclaresFromTheConfig(t *testing.T) {
 	t.Parallel()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := queuetest.Start(t, queue.EmbeddedOptions{})
 	getenv := func(k string) string {
 		if k == "NATS_URL" {
 			return ns.ClientURL()
@@ -110,11 +107,7 @@ func TestSetupDeclaresFromTheConfig(t *testing.T) {
 // an operator reads what setup will do before running it.
 func TestCheckConfigSaysTheQueueBoundsSetupApplies(t *testing.T) {
 	t.Parallel()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := queuetest.Start(t, queue.EmbeddedOptions{})
 	getenv := func(k string) string { return map[string]string{"NATS_URL": ns.ClientURL()}[k] }
 	const file = "testdata/check-config/13-ok-tenants.yaml"
 	bounds := []string{
@@ -140,11 +133,7 @@ func TestCheckConfigSaysTheQueueBoundsSetupApplies(t *testing.T) {
 // bound, and nothing of the first tenant's is lost (a job queued before stays queued).
 func TestSetupTakesATenantAddedLater(t *testing.T) {
 	t.Parallel()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := queuetest.Start(t, queue.EmbeddedOptions{})
 	getenv := func(k string) string { return map[string]string{"NATS_URL": ns.ClientURL()}[k] }
 	const head = "store: {url: \"s3://boxcar/runs\"}\nprofiles:\n  p:\n    model: {name: gpt-4.1-mini}\n    tools: [{name: read_file}]\ntenants:\n"
 	dir := t.TempDir()

@@ -25,6 +25,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/store"
 )
@@ -47,17 +48,8 @@ func newRig(b *testing.B, yaml string) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	srv, nc := queuetest.Connect(b, queue.EmbeddedOptions{})
 	ctx := context.Background()
-	nc, err := queue.Connect(ctx, queue.ConnOptions{URL: srv.ClientURL(), Name: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
 	w, err := queue.Open(ctx, nc, cfg.NATS, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)

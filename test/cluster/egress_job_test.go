@@ -18,6 +18,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/internal/testnet"
 	"github.com/boxcar-run/boxcar/test/testcert"
 )
@@ -47,11 +48,7 @@ func TestEgressJob(t *testing.T) {
 	caPath := serveAPI(t, netns, api, filepath.Join(dir, "upstream-ca.pem"))
 	resolver := serveDNS(t, apiHost, netns.Addr)
 
-	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: filepath.Join(dir, "nats")})
-	if err != nil {
-		t.Fatalf("embedded NATS: %v", err)
-	}
-	t.Cleanup(nats.Shutdown)
+	nats := queuetest.Start(t, queue.EmbeddedOptions{StoreDir: filepath.Join(dir, "nats")})
 	model := httptest.NewServer(demomodel.Handler())
 	t.Cleanup(model.Close)
 

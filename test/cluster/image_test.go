@@ -17,6 +17,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/test/cluster"
 	"github.com/boxcar-run/boxcar/test/containers"
 	"github.com/boxcar-run/boxcar/test/harness"
@@ -51,11 +52,7 @@ func TestReleaseImageRunsAJobOnTheCluster(t *testing.T) {
 
 	ns := sandboxNamespace(t)
 	dir := t.TempDir()
-	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Host: "127.0.0.1", Port: -1, StoreDir: filepath.Join(dir, "nats")})
-	if err != nil {
-		t.Fatalf("embedded NATS: %v", err)
-	}
-	t.Cleanup(func() { nats.Shutdown(); nats.WaitForShutdown() })
+	nats := queuetest.Start(t, queue.EmbeddedOptions{Host: "127.0.0.1", StoreDir: filepath.Join(dir, "nats")})
 
 	// The marker secret goes to the container as OPENAI_API_KEY; the model sees it as the
 	// bearer token (so it did reach the worker), and nothing the worker writes may hold it.

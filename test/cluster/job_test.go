@@ -11,6 +11,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/test/cluster"
 	"github.com/boxcar-run/boxcar/test/harness"
 	"github.com/boxcar-run/boxcar/test/testworker"
@@ -23,11 +24,7 @@ func TestJobEndToEnd(t *testing.T) {
 	ns := sandboxNamespace(t)
 	dir := t.TempDir()
 
-	nats, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Port: -1, StoreDir: filepath.Join(dir, "nats")})
-	if err != nil {
-		t.Fatalf("embedded NATS: %v", err)
-	}
-	t.Cleanup(nats.Shutdown)
+	nats := queuetest.Start(t, queue.EmbeddedOptions{StoreDir: filepath.Join(dir, "nats")})
 	model := httptest.NewServer(demomodel.Handler())
 	t.Cleanup(model.Close)
 

@@ -37,6 +37,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/demomodel"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/internal/submitcmd"
 	"github.com/boxcar-run/boxcar/internal/testnet"
@@ -640,12 +641,7 @@ func (h *statusHistory) waitFor(t *testing.T, within time.Duration, ok func(job.
 // startNATS runs the real nats-server in-process on a free loopback port.
 func startNATS(t *testing.T) *server.Server {
 	t.Helper()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns
+	return queuetest.Start(t, queue.EmbeddedOptions{Host: "127.0.0.1"})
 }
 
 // jobStatus is `submit status ID --output json`.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
 	"github.com/boxcar-run/boxcar/test/harness"
 	"github.com/boxcar-run/boxcar/test/testworker"
@@ -37,10 +38,7 @@ type natsOnPort struct {
 func newNATSPort(t *testing.T) *natsOnPort {
 	t.Helper()
 	n := &natsOnPort{dir: t.TempDir()}
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Host: "127.0.0.1", Port: -1, StoreDir: n.dir, SyncAlways: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := queuetest.Start(t, queue.EmbeddedOptions{Host: "127.0.0.1", StoreDir: n.dir, SyncAlways: true})
 	n.port = ns.Addr().(*net.TCPAddr).Port
 	n.url = "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port))
 	ns.Shutdown()
@@ -51,11 +49,7 @@ func newNATSPort(t *testing.T) *natsOnPort {
 
 func (n *natsOnPort) up(t *testing.T) {
 	t.Helper()
-	ns, err := queue.StartEmbedded(queue.EmbeddedOptions{MaxStore: 1 << 40, Host: "127.0.0.1", Port: n.port, StoreDir: n.dir, SyncAlways: true})
-	if err != nil {
-		t.Fatalf("restart NATS on port %d: %v", n.port, err)
-	}
-	n.srv = ns
+	n.srv = queuetest.Start(t, queue.EmbeddedOptions{Host: "127.0.0.1", Port: n.port, StoreDir: n.dir, SyncAlways: true})
 }
 
 func (n *natsOnPort) stop() {
