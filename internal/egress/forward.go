@@ -169,6 +169,10 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 	in := p.meter()
 	keep := !req.Close
 	stripRequest(req.Header)
+	// The sandbox's trailers are not sent on, as from a terminated tunnel (outbound): a server
+	// that merges them into the header reads a forwarding field there that stripRequest took
+	// off the header. Nil before the write, the body's trailers are read and go nowhere.
+	req.Trailer = nil
 	req.Close = false
 	body := &clientBody{ReadCloser: req.Body}
 	if req.Body != http.NoBody { // a body of no length stays NoBody: wrapped, it would go chunked

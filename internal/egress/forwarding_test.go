@@ -127,3 +127,49 @@ func hostOf(target string) string {
 func foldName(name string) string {
 	return strings.NewReplacer("_", "-", ".", "-").Replace(strings.ToLower(name))
 }
+
+// TestUpstreamGetsNoSandboxTrailers: a request's trailers are the sandbox's to name, and a
+// server that merges them into the header (Apache's MergeTrailers, the default before 2.4.11)
+// reads X-Forwarded-For or x-envoy-original-dst-host there as it would in the header, which
+// the proxy strips (TestUpstreamGetsNoForwardingFields). The forwarded path sent them on,
+// declared in Trailer or not; a terminated tunnel sends none.
+func TestUpstreamGetsNoSandboxTrailers(t *testing.T) {
+	trailers := "X-Forwarded-For: 10.0.0.1\r\nX-Envoy-Original-Dst-Host: 10.0.0.1:8080\r\nX-Real-IP: 10.0.0.1\r\n"
+	tests := []struct {
+		name       string
+		terminated bool
+		target     string
+	}{
+		{"terminated, bound host", true, "/v1"},
+		{"forwarded, bound host over http://", false, "http://api.example.com/v1"},
+		{"forwarded, host without a secret", false, "http://plain.example.com/v1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, nil)
+			var rw io.ReadWriter = h.dialProxy(t)
+			up := h.plainUp
+			if tt.terminated {
+				rw, _ = h.terminated(t, "api.example.com:443")
+				up = h.tlsUp
+			}
+			req := "POST " + tt.target + " HTTP/1.1\r\nHost: " + hostOf(tt.target) + "\r\nTransfer-Encoding: chunked\r\n" +
+				"Trailer: X-Forwarded-For, X-Envoy-Original-Dst-Host\r\n\r\n3\r\nabc\r\n0\r\n" + trailers + "\r\n"
+			if _, err := io.WriteString(rw, req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(rw), nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d (%s), want 200", resp.StatusCode, resp.Header.Get("X-Boxcar-Egress"))
+			}
+			got := up.last(t)
+			if len(got.Trailer) != 0 || len(got.Header.Values("Trailer")) != 0 {
+				t.Errorf("the upstream got trailers %q (Trailer field %q), want none of the sandbox's", got.Trailer, got.Header.Values("Trailer"))
+			}
+		})
+	}
+}
