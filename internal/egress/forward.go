@@ -113,7 +113,8 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 // routes or authorises by them (X-Forwarded-Host to pick a site, X-Forwarded-For or
 // X-Real-IP to trust a client on an internal address, X-Original-URL to rewrite the path)
 // would take the sandbox's word for another site or another client, a swapped secret with it.
-// Names are compared folded (foldFieldName), as servers that take "_" or "." for "-" read them.
+// Names are compared folded (foldFieldName), as servers that take "_", "." or any other
+// character but a letter or digit for "-" read them.
 var forwardingFields = map[string]bool{
 	"forwarded": true, "x-real-ip": true, "true-client-ip": true, "x-client-ip": true,
 	"x-cluster-client-ip": true, "cf-connecting-ip": true, "cf-connecting-ipv6": true,
@@ -133,9 +134,20 @@ func isForwardingField(name string) bool {
 	return forwardingFields[f] || strings.HasPrefix(f, "x-forwarded") || strings.HasPrefix(f, "x-envoy-")
 }
 
-// foldFieldName is a field's name in lower case with "_" and "." read as "-".
+// foldFieldName is a field's name in lower case with every character but a letter or digit
+// read as "-": CGI names a field HTTP_ and its name with "-" as "_" (gunicorn before 22 read
+// "_" back as "-"), and lighttpd's CGI, FastCGI and SCGI write "_" for every such character,
+// so PHP behind it reads "X~Real~IP" as X-Real-IP.
 func foldFieldName(name string) string {
-	return strings.NewReplacer("_", "-", ".", "-").Replace(strings.ToLower(name))
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, name)
 }
 
 // stripRequest takes off a request's header what the upstream must not get from the
