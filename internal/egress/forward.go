@@ -151,14 +151,18 @@ func foldFieldName(name string) string {
 }
 
 // stripRequest takes off a request's header what the upstream must not get from the
-// sandbox: the hop-by-hop fields and the forwarding ones. It runs before placeholders are
-// swapped, so a secret counts as used only in a field that goes upstream.
+// sandbox, the hop-by-hop fields and the forwarding ones, and what net/http would not send:
+// a User-Agent past the first (it writes one). It runs before placeholders are swapped, so a
+// secret counts as used only in a field that goes upstream.
 func stripRequest(h http.Header) {
 	stripHop(h)
 	for name := range h {
 		if isForwardingField(name) {
 			delete(h, name)
 		}
+	}
+	if ua := h["User-Agent"]; len(ua) > 1 {
+		h["User-Agent"] = ua[:1]
 	}
 }
 

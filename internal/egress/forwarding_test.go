@@ -90,10 +90,12 @@ func TestUpstreamGetsNoForwardingFields(t *testing.T) {
 }
 
 // TestSecretsUsedAreTheOnesSent: a placeholder in a field the proxy does not send on (a
-// hop-by-hop field, or one Connection names) is no use of its secret: the decision, and so
-// the job's manifest, named the secret as used for a value that never left the proxy.
+// hop-by-hop field, one Connection names, a second User-Agent) is no use of its secret: the
+// decision, and so the job's manifest, named the secret as used for a value that never left
+// the proxy.
 func TestSecretsUsedAreTheOnesSent(t *testing.T) {
-	for _, field := range []string{"Proxy-Authorization: Bearer %s", "Connection: X-Api-Key\r\nX-Api-Key: %s", "Keep-Alive: %s"} {
+	for _, field := range []string{"Proxy-Authorization: Bearer %s", "Connection: X-Api-Key\r\nX-Api-Key: %s", "Keep-Alive: %s",
+		"User-Agent: curl/8\r\nUser-Agent: %s"} { // net/http writes the first User-Agent alone
 		t.Run(strings.SplitN(field, ":", 2)[0], func(t *testing.T) {
 			h := setup(t, nil)
 			tc, br := h.terminated(t, "api.example.com:443")
