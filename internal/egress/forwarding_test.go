@@ -90,12 +90,14 @@ func TestUpstreamGetsNoForwardingFields(t *testing.T) {
 }
 
 // TestSecretsUsedAreTheOnesSent: a placeholder in a field the proxy does not send on (a
-// hop-by-hop field, one Connection names, a second User-Agent) is no use of its secret: the
+// hop-by-hop field, one Connection names, a second User-Agent, an Accept-Encoding the proxy
+// puts its own in place of) is no use of its secret: the
 // decision, and so the job's manifest, named the secret as used for a value that never left
 // the proxy.
 func TestSecretsUsedAreTheOnesSent(t *testing.T) {
 	for _, field := range []string{"Proxy-Authorization: Bearer %s", "Connection: X-Api-Key\r\nX-Api-Key: %s", "Keep-Alive: %s",
-		"User-Agent: curl/8\r\nUser-Agent: %s"} { // net/http writes the first User-Agent alone
+		"User-Agent: curl/8\r\nUser-Agent: %s",         // net/http writes the first User-Agent alone
+		"Accept-Encoding: %s", "Accept_Encoding: %s"} { // the proxy asks for identity
 		t.Run(strings.SplitN(field, ":", 2)[0], func(t *testing.T) {
 			h := setup(t, nil)
 			tc, br := h.terminated(t, "api.example.com:443")

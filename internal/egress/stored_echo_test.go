@@ -89,7 +89,9 @@ func TestStoredEchoIsScrubbedWhereverItIsHeld(t *testing.T) {
 }
 
 // storingHost is api.example.com keeping the Authorization it got on /store and echoing it
-// (echo) on every other path, over TLS on 443 and 8443 and over plain HTTP on 80.
+// (echo) on every other path, over TLS on 443 and 8443 and over plain HTTP on 80. It reads
+// header fields as a server that takes any character but a letter or digit for "-" does
+// (foldedValues), as gunicorn before 22 and PHP behind lighttpd do.
 type storingHost struct {
 	caPEM          []byte
 	tlsAddr, plain string
@@ -106,7 +108,7 @@ func newStoringHost(t *testing.T) *storingHost {
 			s.stored = r.Header.Get("Authorization")
 			return
 		}
-		echo(w, &http.Request{Header: http.Header{"X-Echo": {s.stored}, "Accept-Encoding": r.Header["Accept-Encoding"]}})
+		echo(w, &http.Request{Header: http.Header{"X-Echo": {s.stored}, "Accept-Encoding": {foldedValues(r.Header, "accept-encoding")}}})
 	})
 	var leaf tls.Certificate
 	s.caPEM, _, leaf = testUpstreamCert(t, "api.example.com")
@@ -126,4 +128,45 @@ func (s *storingHost) harness(t *testing.T, policy Policy) *harness {
 	h.dialer.routes[apiAddr+":443"], h.dialer.routes[apiAddr+":8443"] = s.tlsAddr, s.tlsAddr
 	h.dialer.routes[apiAddr+":80"] = s.plain
 	return h
+}
+
+// foldedValues is what a server that folds names (foldFieldName) reads as the field name: the
+// values of every field that folds to it, joined as gunicorn joins a repeated field.
+func foldedValues(h http.Header, name string) string {
+	var vals []string
+	for k, vv := range h {
+		if foldFieldName(k) == name {
+			vals = append(vals, vv...)
+		}
+	}
+	return strings.Join(vals, ",")
+}
+
+// TestStoredEchoIsAskedForUncompressed: the proxy asks a host whose answers it scrubs for
+// them uncompressed, and an Accept-Encoding the sandbox spelled with "_" or another character
+// for "-" went upstream beside the proxy's identity: a server that folds names read gzip and
+// compressed the stored value past the scrubber, on plain http:// and in a terminated tunnel.
+func TestStoredEchoIsAskedForUncompressed(t *testing.T) {
+	for _, url := range []string{"http://api.example.com/stored", "https://api.example.com/stored"} {
+		for _, field := range []string{"Accept_Encoding", "Accept.Encoding", "accept~encoding"} {
+			t.Run(url+" "+field, func(t *testing.T) {
+				h := newStoringHost(t).harness(t, testPolicy())
+				if status, _ := get(t, h, "https://api.example.com/store", h.placeholder(t)); status != http.StatusOK {
+					t.Fatalf("storing: status %d", status)
+				}
+				req, _ := http.NewRequest(http.MethodGet, url, nil)
+				req.Header[field] = []string{"gzip"}
+				req.Header.Set("Accept-Encoding", "identity") // the client takes no gzip of its own
+				resp, err := h.client(t).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if enc := resp.Header.Get("Content-Encoding"); enc != "" || strings.Contains(string(raw), realToken) {
+					t.Errorf("the answer came %q-encoded (%d bytes), past the scrubber", enc, len(raw))
+				}
+			})
+		}
+	}
 }

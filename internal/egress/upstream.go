@@ -270,8 +270,6 @@ func outbound(ctx context.Context, t *tunnel, req *http.Request, out *meter, bod
 	// them, which the Transport writes from the map's keys: their names are the sandbox's to
 	// choose, up to max_header_bytes a request.
 	o.Trailer = nil
-	// An encoded body could not be scrubbed of values the server echoes (scrub.go).
-	o.Header.Set("Accept-Encoding", "identity")
 	if _, ok := o.Header["User-Agent"]; !ok {
 		o.Header["User-Agent"] = nil // the Transport adds its own otherwise
 	}
