@@ -59,10 +59,12 @@ type breaker struct {
 	state State
 	// failures is the run of failed requests since the last answer. runJob is the job whose
 	// request failed first since a request was last answered, and severalJobs whether
-	// another's failed since, or one no job was named for (WithJob), which may be anyone's: a
-	// probe that finds one job's failures its own forgets the run but not whose it was, so
-	// that a second job failing before any request is answered opens the breaker (an endpoint
-	// that answers probes and fails every chat request, on a worker running one job at a time).
+	// another's failed since, or one no job was named for (WithJob), which may be anyone's: an
+	// answered probe (one that finds one job's failures its own, or closes the breaker)
+	// forgets the run but not whose it was, so that a second job failing before any request
+	// is answered opens the breaker, and so do its failures alone after a probe closed it (an
+	// endpoint that answers probes and fails every chat request, on a worker running one job
+	// at a time).
 	failures    int
 	runJob      string
 	severalJobs bool
@@ -129,7 +131,16 @@ func (b *breaker) count(job string) {
 
 // answered forgets the run of failures, its suspect and the Retry-After: the endpoint answered.
 func (b *breaker) answered() {
-	b.failures, b.runJob, b.severalJobs, b.suspect, b.retryAt = 0, "", false, "", time.Time{}
+	b.probeAnswered()
+	b.runJob, b.severalJobs = "", false
+}
+
+// probeAnswered forgets the run of failures, its suspect and the Retry-After, but not whose
+// the failures were (runJob, severalJobs): GET /models answered says little of chat requests,
+// and an endpoint that answers it and fails every chat request must hold the job whose
+// failures opened the breaker with another's, not fail it as its own once the probe closes it.
+func (b *breaker) probeAnswered() {
+	b.failures, b.suspect, b.retryAt = 0, "", time.Time{}
 }
 
 func (b *breaker) open(now time.Time, retryAfter time.Duration) {
@@ -152,7 +163,7 @@ func (b *breaker) judged(now time.Time, a answer, gaveUp bool) bool {
 		return false
 	}
 	if !a.failed {
-		b.failures, b.suspect, b.retryAt = 0, "", time.Time{}
+		b.probeAnswered()
 		return false
 	}
 	b.why = a.why
@@ -171,8 +182,9 @@ func (b *breaker) probeDue(now time.Time) bool {
 	return true
 }
 
-// probed takes the probe's answer and reports whether the state changed. A probe that ended
-// without an answer because its caller gave up (gaveUp) leaves the breaker open with the
+// probed takes the probe's answer and reports whether the state changed. An answered probe
+// closes the breaker and forgets the run but not whose it was (probeAnswered). A probe that
+// ended without an answer because its caller gave up (gaveUp) leaves the breaker open with the
 // probe due at once, for the next caller.
 func (b *breaker) probed(now time.Time, a answer, gaveUp bool) bool {
 	if b.state != HalfOpen {
@@ -183,7 +195,7 @@ func (b *breaker) probed(now time.Time, a answer, gaveUp bool) bool {
 		b.state = Open
 		return false
 	case !a.failed:
-		b.answered()
+		b.probeAnswered()
 		return b.close()
 	}
 	b.state, b.why = Open, a.why
