@@ -102,13 +102,6 @@ const MaxAsked = 256
 // forgets those the worker stopped waiting for (no answer to them counts, recorded or not),
 // then the oldest asked (the lowest revision of the job's tenant's approvals bucket): a later
 // attempt that asks one of those again is refused its earlier answer, which fails safe (the
-// Clone returns a copy of s that shares no map with it: a change of one (RecordAsked, a
-// label) leaves the other as it was.
-func (s Status) Clone() Status {
-	s.Labels, s.Asked = maps.Clone(s.Labels), maps.Clone(s.Asked)
-	return s
-}
-
 // command does not run, and the model is told why).
 func (s *Status) RecordAsked(callID string, a Asked) {
 	if s.Asked == nil {
@@ -123,6 +116,13 @@ func (s *Status) RecordAsked(callID string, a Asked) {
 		}
 	}
 	s.Asked[callID] = a
+}
+
+// Clone returns a copy of s that shares no map with it: a change of one (RecordAsked, a
+// label) leaves the other as it was.
+func (s Status) Clone() Status {
+	s.Labels, s.Asked = maps.Clone(s.Labels), maps.Clone(s.Asked)
+	return s
 }
 
 // forgetFirst orders requests by which RecordAsked forgets first: those the worker stopped
