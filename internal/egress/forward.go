@@ -166,13 +166,17 @@ func stripRequest(h http.Header) {
 	}
 }
 
-// askIdentity asks for an answer the scrubber can read, uncompressed, and takes off every
-// field a server that folds names (foldFieldName) reads as Accept-Encoding beside it: the
-// sandbox's Accept_Encoding: gzip went on, and such a server compressed a value past the
-// scrubber (TestStoredEchoIsAskedForUncompressed).
-func askIdentity(h http.Header) {
+// askWhole asks for an answer the scrubber can read: uncompressed, and whole. It takes off
+// every field a server that folds names (foldFieldName) reads as Accept-Encoding beside the
+// proxy's identity (the sandbox's Accept_Encoding: gzip went on, and such a server compressed
+// a value past the scrubber: TestStoredEchoIsAskedForUncompressed), and every Range and
+// If-Range: a piece shorter than a value is not the value, so a stored one read back a few
+// bytes at a time came through in clear (TestStoredEchoIsReadWhole). Resumed downloads from
+// a host whose answers are scrubbed start again from the first byte.
+func askWhole(h http.Header) {
 	for name := range h {
-		if foldFieldName(name) == "accept-encoding" {
+		switch foldFieldName(name) {
+		case "accept-encoding", "range", "if-range":
 			delete(h, name)
 		}
 	}
@@ -208,7 +212,7 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 		req.Body = body
 	}
 	if len(swaps) > 0 {
-		askIdentity(req.Header)
+		askWhole(req.Header)
 	}
 	err := continue100(client, req, in)
 	if err == nil {

@@ -94,9 +94,10 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 		return false
 	}
 	stripRequest(req.Header)
-	// An encoded body could not be scrubbed of values the server echoes (scrub.go). Asked for
-	// before the swap, so a placeholder in the sandbox's Accept-Encoding is no use of a secret.
-	askIdentity(req.Header)
+	// An encoded body or a piece of one could not be scrubbed of values the server echoes
+	// (scrub.go). Asked for before the swap, so a placeholder in the sandbox's Accept-Encoding
+	// or Range is no use of a secret.
+	askWhole(req.Header)
 	sent := req.Header.Clone()
 	d.Secrets = swapSecrets(req.Header, t.secrets)
 	// The answer is scrubbed of every value the host may hold, not only those bound on this

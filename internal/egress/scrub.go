@@ -16,7 +16,7 @@ import (
 // placeholder has its value's length, so lengths and framing stay as they are. A value is
 // found in the forms servers write it in (encode.go: JSON escapes, percent-encoding, HTML
 // references; its base64 inside a longer run) and replaced by its placeholder in the same form. The body is asked for
-// uncompressed (askIdentity) so it can be read.
+// uncompressed and whole (askWhole) so it can be read.
 
 // swap is one value the proxy may have put upstream and what the sandbox sees in its place.
 // asIs: the value is looked for as it is, in none of the encodings' forms (a base64 core).

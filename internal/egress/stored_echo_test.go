@@ -2,12 +2,14 @@ package egress
 
 import (
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestStoredEchoOverPlainHTTPIsScrubbed: a host a secret is bound to that keeps what it got
@@ -88,8 +90,8 @@ func TestStoredEchoIsScrubbedWhereverItIsHeld(t *testing.T) {
 	}
 }
 
-// storingHost is api.example.com keeping the Authorization it got on /store and echoing it
-// (echo) on every other path, over TLS on 443 and 8443 and over plain HTTP on 80. It reads
+// storingHost is api.example.com keeping the Authorization it got on /store, serving it as
+// a file on /piece and echoing it (echo) on every other path, over TLS on 443 and 8443 and over plain HTTP on 80. It reads
 // header fields as a server that takes any character but a letter or digit for "-" does
 // (foldedValues), as gunicorn before 22 and PHP behind lighttpd do.
 type storingHost struct {
@@ -104,8 +106,13 @@ func newStoringHost(t *testing.T) *storingHost {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if r.URL.Path == "/store" {
+		switch r.URL.Path {
+		case "/store":
 			s.stored = r.Header.Get("Authorization")
+			return
+		case "/piece": // the stored value as a file, served in the pieces a Range asks for
+			r.Header["Range"] = []string{foldedValues(r.Header, "range")}
+			http.ServeContent(w, r, "", time.Time{}, strings.NewReader(s.stored))
 			return
 		}
 		echo(w, &http.Request{Header: http.Header{"X-Echo": {s.stored}, "Accept-Encoding": {foldedValues(r.Header, "accept-encoding")}}})
@@ -165,6 +172,35 @@ func TestStoredEchoIsAskedForUncompressed(t *testing.T) {
 				resp.Body.Close()
 				if enc := resp.Header.Get("Content-Encoding"); enc != "" || strings.Contains(string(raw), realToken) {
 					t.Errorf("the answer came %q-encoded (%d bytes), past the scrubber", enc, len(raw))
+				}
+			})
+		}
+	}
+}
+
+// TestStoredEchoIsReadWhole: a piece of a value is not the value, so the scrubber cannot know
+// it; a host serving a stored value as a file answered the sandbox's Range with the token's
+// first half in clear, and the rest with another. The proxy asks a host whose answers it
+// scrubs for them whole, whatever the field's spelling.
+func TestStoredEchoIsReadWhole(t *testing.T) {
+	for _, url := range []string{"http://api.example.com/piece", "https://api.example.com/piece"} {
+		for _, field := range []string{"Range", "RANGE"} {
+			t.Run(url+" "+field, func(t *testing.T) {
+				h := newStoringHost(t).harness(t, testPolicy())
+				if status, _ := get(t, h, "https://api.example.com/store", h.placeholder(t)); status != http.StatusOK {
+					t.Fatalf("storing: status %d", status)
+				}
+				half := realToken[:len(realToken)/2]
+				req, _ := http.NewRequest(http.MethodGet, url, nil)
+				req.Header[field] = []string{fmt.Sprintf("bytes=%d-%d", len("Bearer "), len("Bearer ")+len(half)-1)}
+				resp, err := h.client(t).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if strings.Contains(string(raw), half) || resp.StatusCode != http.StatusOK {
+					t.Errorf("status %d, %d bytes: the sandbox read a piece of the stored value in clear", resp.StatusCode, len(raw))
 				}
 			})
 		}
