@@ -147,7 +147,9 @@ var failureModes = []failureMode{
 	{name: "network wider than the profile's", in: []stage{stageAdmit}, when: errIs(egress.ErrWiden), end: endRejected, reason: "network_not_allowed"},
 	{name: "backend gives no egress", in: []stage{stagePrepare}, when: errIs(sandbox.ErrNoEgress), end: endFailed, reason: "invalid_profile"},
 	{name: "profile not granted", in: []stage{stageAdmit}, when: errIs(config.ErrProfileNotGranted), end: endRejected, reason: "profile_not_granted"},
-	{name: "store refuses the tenant's writes", in: []stage{stageClaim}, when: errIs(store.ErrWriteRefused), end: endFailed, reason: "store_write_refused"},
+	// At the claim its write probe, at the commit any write of the run: no manifest can be
+	// written there, and the job ends without one (see end.go).
+	{name: "store refuses the tenant's writes", in: []stage{stageClaim, stageCommit}, when: errIs(store.ErrWriteRefused), end: endFailed, reason: "store_write_refused"},
 	{name: "input outside tenant", in: []stage{stagePrepare}, when: errIs(errInputOutsideTenant), end: endFailed, reason: "input_outside_tenant"},
 	{name: "input too large", in: []stage{stageAdmit}, when: errIs(errInputTooLarge), end: endFailed, reason: "input_too_large"},
 	{name: "inputs fill the workdir", in: []stage{stagePrepare}, when: errIs(sandbox.ErrDiskFull), end: endFailed, reason: "input_too_large"},

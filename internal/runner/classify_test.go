@@ -88,7 +88,7 @@ func TestClassify(t *testing.T) {
 		{name: "input outside tenant", err: wrap(errInputOutsideTenant),
 			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_outside_tenant"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "store refuses the tenant's writes", err: wrap(store.ErrWriteRefused),
-			at: map[stage]want{stageClaim: {end: endFailed, reason: "store_write_refused"}, stageEnd: {end: endUndecided}}, other: transient},
+			at: map[stage]want{stageClaim: {end: endFailed, reason: "store_write_refused"}, stageCommit: {end: endFailed, reason: "store_write_refused"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "input too large", err: wrap(errInputTooLarge),
 			at: map[stage]want{stageAdmit: {end: endFailed, reason: "input_too_large"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "workdir full", err: wrap(sandbox.ErrDiskFull),

@@ -242,9 +242,11 @@ func putSettled(ctx context.Context, r *Runner, a *attempt, key string, data []b
 func storeSettled(err error) bool { return !errors.Is(err, store.ErrMaybeStored) }
 
 // storeFailure marks a failed store call as the store being down (waited out, retried) unless
-// the attempt was stopped or the server cannot keep a run safe.
+// the attempt was stopped, the server cannot keep a run safe, or it refused the write for want
+// of permission (store.ErrWriteRefused): waiting would not change that, and the run ends with
+// "store refuses the run's writes".
 func storeFailure(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrUnsafeServer) {
+	if err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrUnsafeServer) && !errors.Is(err, store.ErrWriteRefused) {
 		return &storeDownError{err}
 	}
 	return err

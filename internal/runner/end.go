@@ -21,9 +21,12 @@ import (
 // no delivery of it can run or commit, since a run needs its subject's id to be its JSON id
 // and a valid one (see process), so each delivery ends it the
 // same way, and the dead letter is written once (queue.Delivery.Term). So does a job whose
-// claim found the store refusing the worker's writes under its tenant's folder
-// (store.ErrWriteRefused): no manifest can be written there, and no run of a worker with the
-// same credentials can commit one.
+// claim, or whose commit, found the store refusing the worker's writes under its tenant's
+// folder (store.ErrWriteRefused): no manifest can be written there, and no run of a worker with
+// the same credentials can commit one while the refusal stands. A stale attempt of the job (a
+// worker that stalled past AckWait) whose commit comes after the refusal was lifted, or whose
+// worker has other credentials, can still commit its run beside the dead letter: the status,
+// final, keeps the failure.
 
 // exhausted is the claim of a job whose last delivery ended without settling: its worker
 // died, or stalled past AckWait and may still commit. This delivery never runs the job; the

@@ -77,6 +77,8 @@ var tenantWords = wordTable{fallback: workerFault, suffix: toldSuffix, rows: []w
 		words: "a secret of the profile cannot be read or used now; the job is tried again in a minute while it has deliveries left: tell the operator if it goes on"},
 	{name: "profile refused", when: isErr(agent.ErrInvalidRequest, egress.ErrInvalidPolicy, egress.ErrInvalidConfig),
 		words: "the profile cannot run as it is configured on this worker: tell the operator the profile's name (worker check-config says why)"},
+	{name: "store refuses the run's writes", when: func(err error) bool { return errors.Is(err, errUpload) && errors.Is(err, store.ErrWriteRefused) },
+		words: "the store refused the worker's writes of the run under the tenant's folder, so the run could not be kept: tell the operator, who must let the worker's credentials write there, then submit the job again"},
 	{name: "store refuses the tenant's writes", when: isErr(store.ErrWriteRefused),
 		words: "the store refuses the worker's writes under the tenant's folder, so no run of the job could be kept, and it was not run: tell the operator, who must let the worker's credentials write there, then submit the job again"},
 	{name: "sandbox backend unavailable", when: isErr(sandbox.ErrUnavailable),

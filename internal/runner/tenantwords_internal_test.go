@@ -46,6 +46,7 @@ var tenantWordCases = map[string]error{
 	"backend gives no egress":           fmt.Errorf("profile p has a network: %w", sandbox.ErrNoEgress),
 	"secret unavailable":                fmt.Errorf("secret TOKEN from /etc/boxcar/%s: %w", hostDetail, config.ErrSecretUnavailable),
 	"profile refused":                   fmt.Errorf("egress of profile p: %s: %w", hostDetail, egress.ErrInvalidPolicy),
+	"store refuses the run's writes":    step(errUpload, fmt.Errorf("upload report.md: store: put-if-absent s3://%s/tenants/default/runs/j/attempts/1-a/report.md: AccessDenied (%w)", hostDetail, store.ErrWriteRefused)),
 	"store refuses the tenant's writes": fmt.Errorf("check for a committed run: store: %w under s3://%s/tenants/default/: AccessDenied", store.ErrWriteRefused, hostDetail),
 	"sandbox backend unavailable":       step(errSandboxStart, fmt.Errorf("%s: %w", hostDetail, sandbox.ErrUnavailable)),
 	"sandbox start":                     step(errSandboxStart, errors.New("bubblewrap could not set up the sandbox: Can't find source path "+hostDetail)),

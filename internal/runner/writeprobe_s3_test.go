@@ -4,6 +4,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -65,5 +67,63 @@ func TestTenantFolderRefusingWritesFailsBeforeTheRun(t *testing.T) {
 	remedy := "s3:PutObject on arn:aws:s3:::" + bucket + "/" + store.TenantPrefix(job.DefaultTenant) + "*"
 	if !strings.Contains(logs.String(), remedy) {
 		t.Errorf("the worker's log does not say %q:\n%s", remedy, logs.String())
+	}
+}
+
+// TestRunWritesRefusedAtTheCommitFailTheJob: on a real S3 server whose bucket policy refuses
+// the worker's account every write under the job's run folder, but not the tenant's probe
+// object (a policy scoped tighter than runs/*, or one revoked while the job ran), the run's
+// first upload is refused (AccessDenied) and the job fails at that delivery, having run once,
+// as store_write_refused, without a manifest, which could not be written there. Before, the
+// store's PutOnce took the refusal for a put that may have been stored, the commit put it again
+// until the attempt's deadline, and the job ran again at each of its deliveries.
+func TestRunWritesRefusedAtTheCommitFailTheJob(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	secret := srv.CreateUser(t, "worker")
+	bucket := "boxcar-scoped"
+	srv.CreateOwnedBucket(t, "worker", bucket)
+	b := setup(t)
+	p := b.cfg.Profiles["p"]
+	p.Limits.JobTimeout = config.Duration(10 * time.Second) // a commit that waits gives up after 20 s
+	b.cfg.Profiles = map[string]config.Profile{"p": p}
+	b.store = store.ForTenant(newS3Store(t, srv, bucket, srv.Endpoint), job.DefaultTenant) // the submitter's, as root
+	j := b.newJob("p", "t")
+	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant)+store.RunPrefix(j.ID))
+	vars := srv.UserVars("worker", secret)
+	worker, err := store.NewS3(context.Background(), bucket, "", store.Options{Endpoint: srv.Endpoint, PathStyle: true,
+		Getenv: func(k string) string { return vars[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { worker.Close() })
+	b.shared = worker
+	var runs atomic.Int64
+	var logs harness.LogBuffer
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		runs.Add(1)
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+	b.publish(j)
+	st := b.waitFinal(j.ID, 2*time.Minute)
+	letters := b.settledLetters()
+	t.Logf("final status: state %s attempt %d error %q; the agent ran %d times", st.State, st.Attempt, st.Error, runs.Load())
+	if st.State != job.StateFailed || st.Attempt != 1 || runs.Load() != 1 {
+		t.Fatalf("job ended %s at attempt %d after %d runs of the agent, want failed at the first, run once", st.State, st.Attempt, runs.Load())
+	}
+	if !strings.Contains(st.Error, "the store refused the worker's writes of the run under the tenant's folder") {
+		t.Errorf("status error %q does not say the store refused the run's writes", st.Error)
+	}
+	if len(letters) != 1 || letters[0].Reason != "store_write_refused" || letters[0].Attempt != 1 || letters[0].Error != st.Error {
+		t.Errorf("dead letters %+v, want one, store_write_refused, at attempt 1, saying %q", letters, st.Error)
+	}
+	if _, err := b.store.Stat(context.Background(), store.ManifestKey(j.ID)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("manifest: %v, want none", err)
+	}
+	if strings.Contains(logs.String(), "waiting for the store") {
+		t.Errorf("the worker waited for a store that refused the write:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "AccessDenied") {
+		t.Errorf("the worker's log does not say what the store answered:\n%s", logs.String())
 	}
 }

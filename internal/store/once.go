@@ -31,11 +31,20 @@ type Digest struct {
 // store was down, a source error, a refused key) returns the put's error: nothing of it is
 // stored, nor can be.
 //
+// A put the store refused for want of permission (refusedWrite: S3's AccessDenied, the file
+// store's EACCES) took nothing: the error wraps ErrWriteRefused, never ErrMaybeStored, and
+// putting again changes nothing until the operator does. The read back still runs, for an
+// earlier try of the same bytes (the client's retry after a lost answer) that took before the
+// permission was revoked; only one of those still on its way when the refusal came is missed.
+//
 // It returns the digest of the body it read, which is the stored object's when err is nil.
 func PutOnce(ctx context.Context, st Store, key string, r io.Reader, size int64) (Digest, error) {
 	body := &digestReader{r: r, h: sha256.New()}
 	err := st.PutIfAbsent(ctx, key, body, size)
 	got := Digest{Size: body.n, SHA256: hex.EncodeToString(body.h.Sum(nil))}
+	if err != nil && refusedWrite(err) && !errors.Is(err, ErrWriteRefused) {
+		err = fmt.Errorf("%w (%w)", err, ErrWriteRefused)
+	}
 	if err == nil || !body.eof {
 		return got, err
 	}
@@ -47,6 +56,8 @@ func PutOnce(ctx context.Context, st Store, key string, r io.Reader, size int64)
 		return got, err
 	case rerr == nil:
 		return got, fmt.Errorf("%v; %w: another object is stored under %s", err, ErrExists, key)
+	case errors.Is(err, ErrWriteRefused):
+		return got, err
 	}
 	// The read's own cause alone: the client's full error repeats the key and the endpoint,
 	// which the put's error already names, and a status line would carry both.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -64,11 +65,19 @@ func proveWrites(ctx context.Context, st Store, folder string) error {
 	})
 }
 
+// refusalCodes are the S3 errors that refuse a write for want of permission: an IAM or bucket
+// policy's AccessDenied (also a KMS key's), and a bucket whose access its owner disabled. Each
+// is an answer to the request, so the object was not stored by it. Other 4xx answers that take
+// nothing say more of the worker's credentials or clock than of the tenant's folder
+// (InvalidAccessKeyId, SignatureDoesNotMatch, ExpiredToken, RequestTimeTooSkewed) and may pass;
+// a 5xx or a reset may have been taken.
+var refusalCodes = []string{"AccessDenied", "AllAccessDisabled"}
+
 // refusedWrite tells a refusal for want of permission from other faults of a write.
 func refusedWrite(err error) bool {
 	var api smithy.APIError
 	if errors.As(err, &api) {
-		return api.ErrorCode() == "AccessDenied"
+		return slices.Contains(refusalCodes, api.ErrorCode())
 	}
 	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)
 }

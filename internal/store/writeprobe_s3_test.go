@@ -3,6 +3,7 @@
 package store_test
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -46,6 +47,33 @@ func TestTenantProbeFindsItsFolderRefused(t *testing.T) {
 	for _, st := range []store.Store{allowed, refused} {
 		if objs, err := st.List(ctx, ""); err != nil || len(objs) != 0 {
 			t.Errorf("%s lists %v, %v; want nothing", st.URL(""), objs, err)
+		}
+	}
+}
+
+// TestPutOnceRefusedIsNotMaybeStored: on a real S3 server whose bucket policy refuses the
+// worker's account writes under a folder, a create-only put there, of one part or of several,
+// fails with ErrWriteRefused and not ErrMaybeStored: the server's AccessDenied took nothing, so
+// a caller neither puts again until its deadline nor keeps what the object would name. Before,
+// the one-part put, whose body the client had read whole, was "may or may not be stored".
+func TestPutOnceRefusedIsNotMaybeStored(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	secret := srv.CreateUser(t, "worker")
+	const bucket = "boxcar-scoped"
+	srv.CreateOwnedBucket(t, "worker", bucket)
+	srv.DenyWritesUnder(t, bucket, "worker", "runs/j1/")
+	vars := srv.UserVars("worker", secret)
+	st := newS3(t, srv, bucket, "", store.Options{Getenv: func(k string) string { return vars[k] }})
+	for _, size := range []int{100, store.DefaultPartSize + 1} {
+		body := bytes.Repeat([]byte("x"), size)
+		_, err := store.PutOnce(t.Context(), st, "runs/j1/report.md", bytes.NewReader(body), int64(size))
+		t.Logf("%d bytes: %v", size, err)
+		if !errors.Is(err, store.ErrWriteRefused) || errors.Is(err, store.ErrMaybeStored) || !strings.Contains(err.Error(), "AccessDenied") {
+			t.Errorf("PutOnce of %d bytes under the refused folder = %v, want ErrWriteRefused, not ErrMaybeStored, saying AccessDenied", size, err)
+		}
+		if _, err := store.PutOnce(t.Context(), st, "runs/j2/report.md", bytes.NewReader(body), int64(size)); err != nil && !errors.Is(err, store.ErrExists) {
+			t.Errorf("PutOnce of %d bytes beside it: %v", size, err)
 		}
 	}
 }
