@@ -296,12 +296,7 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 	}
 	// A redelivery after a crash between commit and ack must not run the job again.
 	_, err := awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
-		// No work starts on a server that stopped refusing a second create-only put: its
-		// result could not be committed.
-		if err := store.Probe(ctx, a.store); err != nil {
-			return store.ObjectInfo{}, err
-		}
-		return a.store.Stat(ctx, store.ManifestKey(a.job.ID))
+		return committedRun(ctx, a)
 	})
 	if err == nil {
 		a.log.InfoContext(ctx, "run already committed; acknowledging without running again")
@@ -359,6 +354,21 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 	// server's would read a wait below zero, which a histogram's sum must never add.
 	r.m.QueueWait.WithLabelValues(j.Profile).Observe(max(a.started.Sub(a.d.Published), 0).Seconds())
 	return st, nil
+}
+
+// committedRun is the job's committed manifest, else store.ErrNotFound once the store is
+// proven to take the run's commit. No work starts on a server that stopped refusing a second
+// create-only put, nor where the store refuses the tenant's writes: its result could not be
+// committed. A committed run is adopted whatever the store takes now, so it is looked for first.
+func committedRun(ctx context.Context, a *attempt) (store.ObjectInfo, error) {
+	info, err := a.store.Stat(ctx, store.ManifestKey(a.job.ID))
+	if !errors.Is(err, store.ErrNotFound) {
+		return info, err
+	}
+	if err := store.Probe(ctx, a.store); err != nil {
+		return store.ObjectInfo{}, err
+	}
+	return info, err
 }
 
 // cancelOutlived reports whether a cancel was asked for a job whose message may have waited

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"path"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -35,14 +36,7 @@ func TestTenantFolderRefusingWritesFailsBeforeTheRun(t *testing.T) {
 	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant))
 	b := setup(t)
 	b.store = store.ForTenant(newS3Store(t, srv, bucket, srv.Endpoint), job.DefaultTenant) // the submitter's, as root
-	vars := srv.UserVars("worker", secret)
-	worker, err := store.NewS3(context.Background(), bucket, "", store.Options{Endpoint: srv.Endpoint, PathStyle: true,
-		Getenv: func(k string) string { return vars[k] }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { worker.Close() })
-	b.shared = worker
+	b.shared = userS3Store(t, srv, bucket, "worker", secret)
 	var runs atomic.Int64
 	var logs harness.LogBuffer
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
@@ -90,14 +84,7 @@ func TestRunWritesRefusedAtTheCommitFailTheJob(t *testing.T) {
 	b.store = store.ForTenant(newS3Store(t, srv, bucket, srv.Endpoint), job.DefaultTenant) // the submitter's, as root
 	j := b.newJob("p", "t")
 	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant)+store.RunPrefix(j.ID))
-	vars := srv.UserVars("worker", secret)
-	worker, err := store.NewS3(context.Background(), bucket, "", store.Options{Endpoint: srv.Endpoint, PathStyle: true,
-		Getenv: func(k string) string { return vars[k] }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { worker.Close() })
-	b.shared = worker
+	b.shared = userS3Store(t, srv, bucket, "worker", secret)
 	var runs atomic.Int64
 	var logs harness.LogBuffer
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
@@ -126,4 +113,56 @@ func TestRunWritesRefusedAtTheCommitFailTheJob(t *testing.T) {
 	if !strings.Contains(logs.String(), "AccessDenied") {
 		t.Errorf("the worker's log does not say what the store answered:\n%s", logs.String())
 	}
+}
+
+// TestCommittedRunIsAdoptedWhereWritesAreRefused: a worker commits the run and dies before
+// its ack; the next delivery goes to a worker whose credentials the store refuses writes
+// under the tenant's folder. The run is committed, so that delivery adopts it: the job
+// succeeded, with no dead letter. A claim that proved the writes before it looked for the
+// committed run failed the job store_write_refused beside its succeeded manifest.
+func TestCommittedRunIsAdoptedWhereWritesAreRefused(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	secret := srv.CreateUser(t, "worker")
+	bucket := "boxcar-scoped"
+	srv.CreateOwnedBucket(t, "worker", bucket)
+	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant))
+	b := setup(t)
+	root := newS3Store(t, srv, bucket, srv.Endpoint)
+	b.store, b.shared = store.ForTenant(root, job.DefaultTenant), root
+	var first atomic.Pointer[worker] // set before the job is published, read by the worker's hook
+	committed := make(chan struct{})
+	dies := &hookStore{Store: root, afterCreate: func(key string) {
+		if path.Base(key) == "manifest.json" {
+			first.Load().nc.Close() // killed between the commit and the ack
+			close(committed)
+		}
+	}}
+	first.Store(b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = dies }))
+	j := b.submit("p")
+	<-committed
+
+	refused := userS3Store(t, srv, bucket, "worker", secret)
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		t.Errorf("the committed job ran again")
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) { c.Store = refused })
+	st := b.waitFinal(j.ID, 2*time.Minute)
+	if letters := b.settledLetters(); st.State != job.StateSucceeded || len(letters) != 0 {
+		t.Errorf("job ended %s (%q) with %d dead letters; want its committed run's end, succeeded, and none", st.State, st.Error, len(letters))
+	}
+}
+
+// userS3Store is the store of bucket on srv as the account access, whose secret CreateUser
+// returned.
+func userS3Store(t *testing.T, srv *s3test.Server, bucket, access, secret string) store.Store {
+	t.Helper()
+	vars := srv.UserVars(access, secret)
+	st, err := store.NewS3(context.Background(), bucket, "", store.Options{Endpoint: srv.Endpoint, PathStyle: true,
+		Getenv: func(k string) string { return vars[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
