@@ -516,8 +516,6 @@ func (m markedCredentials) Retrieve(ctx context.Context) (aws.Credentials, error
 // URL returns s3://bucket/prefix/key.
 func (s *S3) URL(key string) string { return "s3://" + s.bucket + "/" + s.prefix + key }
 
-// translate maps S3's answers to the package's sentinels, keeping the vendor error for
-// everything else but a credential_process failure, whose message could hold credentials.
 func (s *S3) writeProofs() (*writeProofs, time.Duration) { return &s.writes, s.probeInterval }
 
 // remedy names the permission the worker's credentials need, on the resource an IAM or bucket
@@ -526,6 +524,8 @@ func (s *S3) remedy(folder string) string {
 	return fmt.Sprintf("no job of the tenant can be committed there. Grant the worker's credentials s3:PutObject on arn:aws:s3:::%s/%s%s* (in their IAM policy or the bucket's), or give the tenant a bucket they may write (tenants.<name>.bucket)", s.bucket, s.prefix, folder)
 }
 
+// translate maps S3's answers to the package's sentinels, keeping the vendor error for
+// everything else but a credential_process failure, whose message could hold credentials.
 func translate(err error) error {
 	if err == nil {
 		return nil

@@ -73,8 +73,14 @@ func proveWrites(ctx context.Context, st Store, folder string) error {
 // a 5xx or a reset may have been taken.
 var refusalCodes = []string{"AccessDenied", "AllAccessDisabled"}
 
-// refusedWrite tells a refusal for want of permission from other faults of a write.
+// refusedWrite tells a refusal for want of permission from other faults of a write. An
+// AccessDenied on the way to the worker's credentials (STS refusing its role: ErrCredentials)
+// is not the store's answer about the folder: it refuses every tenant's writes while it lasts,
+// and is waited for as an outage of the store is.
 func refusedWrite(err error) bool {
+	if errors.Is(err, ErrCredentials) {
+		return false
+	}
 	var api smithy.APIError
 	if errors.As(err, &api) {
 		return slices.Contains(refusalCodes, api.ErrorCode())

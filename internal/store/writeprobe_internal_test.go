@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aws/smithy-go"
 )
 
 // TestWriteProofsHoldPerFolder: a proof of writes is held per folder, a success for the
@@ -107,5 +111,29 @@ func TestWriteProofsNotACancelledCallers(t *testing.T) {
 	cancel()
 	if err := <-waiting; err != nil {
 		t.Errorf("the living caller's proof = %v, want its own, nil", err)
+	}
+}
+
+// TestRefusedWriteIsTheStoresOwn: only the store's own refusal of the write is
+// ErrWriteRefused; an AccessDenied from where the worker gets its credentials (STS refusing
+// AssumeRole, which markedCredentials marks ErrCredentials) refuses every write of every
+// tenant for as long as it lasts, and is waited for as the store's outage.
+func TestRefusedWriteIsTheStoresOwn(t *testing.T) {
+	denied := &smithy.GenericAPIError{Code: "AccessDenied", Message: "not authorized"}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"the store's AccessDenied", &smithy.OperationError{ServiceID: "S3", OperationName: "PutObject", Err: denied}, true},
+		{"the file store's permission denied", &fs.PathError{Op: "open", Path: "runs/x", Err: fs.ErrPermission}, true},
+		{"a read-only file system", &fs.PathError{Op: "open", Path: "runs/x", Err: syscall.EROFS}, true},
+		{"STS refusing the worker's role", &smithy.OperationError{ServiceID: "S3", OperationName: "PutObject",
+			Err: fmt.Errorf("get identity: %w", fmt.Errorf("%w: %w", ErrCredentials, &smithy.OperationError{ServiceID: "STS", OperationName: "AssumeRoleWithWebIdentity", Err: denied}))}, false},
+		{"a 503", &smithy.OperationError{ServiceID: "S3", OperationName: "PutObject", Err: &smithy.GenericAPIError{Code: "SlowDown"}}, false},
+	} {
+		if got := refusedWrite(tt.err); got != tt.want {
+			t.Errorf("%s: refusedWrite = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
