@@ -43,11 +43,13 @@ var headRules = []headRule{
 	{"Transfer-Encoding on HTTP/1.0", func(h *head) bool {
 		return h.version == "HTTP/1.0" && len(h.fields["transfer-encoding"]) > 0
 	}},
-	// Servers that map "_" to "-" in names (CGI's HTTP_ variables, gunicorn before 22) frame
-	// by a field the proxy takes for any other and sends on.
-	{"a framing field's name with \"_\" for \"-\" (Transfer_Encoding, Content_Length)", func(h *head) bool {
+	// Servers that fold names (foldFieldName: CGI's HTTP_ variables, gunicorn before 22,
+	// lighttpd's CGI, FastCGI and SCGI, which write "_" for every character but a letter or
+	// digit) frame by a field the proxy takes for any other and sends on: Content.Length,
+	// Transfer+Encoding, Content_Length.
+	{"a framing field's name with another character for \"-\" (Content_Length, Transfer.Encoding)", func(h *head) bool {
 		for k := range h.fields {
-			if f := strings.ReplaceAll(k, "_", "-"); f != k && (f == "content-length" || f == "transfer-encoding") {
+			if f := foldFieldName(k); f != k && (f == "content-length" || f == "transfer-encoding") {
 				return true
 			}
 		}

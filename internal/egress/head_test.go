@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -55,5 +56,33 @@ func TestReadHeadFindsTheEndHoweverItArrives(t *testing.T) {
 				t.Errorf("head = %+v, want the POST to plain.example.com with its Content-Length", hd)
 			}
 		})
+	}
+}
+
+// TestFramingFieldInAnySpelling: a server that folds names (foldFieldName: lighttpd's CGI,
+// FastCGI and SCGI write "_" for every character but a letter or digit, gunicorn before 22
+// reads "_" as "-") frames by a Content.Length or Transfer+Encoding the proxy took for any
+// other field and sent on: the smuggling table refused the "_" spelling alone. Every spelling
+// that folds to a framing field is refused, beside the real field or alone.
+func TestFramingFieldInAnySpelling(t *testing.T) {
+	var rows []string
+	for _, sep := range "_.+~!#$%&'*^`|" {
+		for _, f := range []string{"Content%cLength: 50", "transfer%cencoding: chunked", "CONTENT%cLENGTH: 5"} {
+			rows = append(rows, "Content-Length: 5\r\n"+fmt.Sprintf(f, sep), fmt.Sprintf(f, sep))
+		}
+	}
+	for _, fields := range rows {
+		t.Run(fields, func(t *testing.T) {
+			raw := "POST http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n" + fields + "\r\n\r\n"
+			if _, reason, detail, _ := parseHead([]byte(raw)); reason != ReasonSmuggling {
+				t.Errorf("parseHead: %q (%s), want %s", reason, detail, ReasonSmuggling)
+			}
+		})
+	}
+	for _, fields := range []string{"Content-Length: 5", "X-Content.Length: 5", "Transfer-Encoding: chunked", "Content.Type: text/plain"} {
+		raw := "POST http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n" + fields + "\r\n\r\n"
+		if _, reason, detail, _ := parseHead([]byte(raw)); reason != "" {
+			t.Errorf("%q: parseHead refused it: %s (%s)", fields, reason, detail)
+		}
 	}
 }
