@@ -154,6 +154,27 @@ func bypassRows() []bypass {
 	for name := range deniedNames {
 		rows = append(rows, bypass{name: "CONNECT " + name, raw: connectReq(name + ":443"), want: ReasonDeniedAddress})
 	}
+	return append(rows, overrideRows()...)
+}
+
+// overrideRows are requests that ask the server, by a method-override field or _method
+// parameter, for a method the proxy refuses: Jersey's HttpMethodOverrideFilter, Symfony and
+// Express's method-override take it for the request's method, and a TRACE echoes the
+// request, swapped secret and all. Names in any spelling a server that folds them reads
+// (foldFieldName), values in any case, in a list.
+func overrideRows() []bypass {
+	var rows []bypass
+	for _, field := range []string{"X-HTTP-Method-Override: TRACE", "x_http_method_override: trace", "X.HTTP.Method.Override: Track",
+		"X-HTTP-Method: TRACE", "X~Method~Override: CONNECT", "X-HTTP-Method-Override: GET, TRACE", "X-Method-Override:  trace "} {
+		rows = append(rows,
+			bypass{name: "terminated: " + field, run: inside("POST / HTTP/1.1\r\nHost: api.example.com\r\n" + field + "\r\nContent-Length: 0\r\n\r\n"), want: ReasonMethod},
+			bypass{name: "forwarded: " + field, raw: postPlain(field + "\r\nContent-Length: 0\r\n"), want: ReasonMethod})
+	}
+	for _, query := range []string{"_method=TRACE", "a=1&_method=trace", ".method=TRACE", "_method=%54RACE"} {
+		rows = append(rows,
+			bypass{name: "terminated: ?" + query, run: inside("POST /?" + query + " HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 0\r\n\r\n"), want: ReasonMethod},
+			bypass{name: "forwarded: ?" + query, raw: "POST http://plain.example.com/?" + query + " HTTP/1.1\r\nHost: plain.example.com\r\nContent-Length: 0\r\n\r\n", want: ReasonMethod})
+	}
 	return rows
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -62,7 +63,7 @@ func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *D
 
 // plainTarget checks a forwarded request's target and Host field.
 func plainTarget(hd *head, req *http.Request) (host, int, *verdict) {
-	if v := checkMethod(req.Method); v != nil {
+	if v := checkMethod(req); v != nil {
 		return host{}, 0, v
 	}
 	if req.URL.Scheme != "http" || req.URL.Host == "" {
@@ -90,13 +91,60 @@ func sameHost(field string, h host, port, defaultPort int) *verdict {
 	return nil
 }
 
-// checkMethod refuses the methods the proxy does not forward, in any case: methods are
-// case-sensitive, but servers that upper-case them (Werkzeug, Jetty's legacy mode) would take
-// "trace" for TRACE and echo the request, swapped secret and all.
-func checkMethod(m string) *verdict {
+// checkMethod refuses the methods the proxy does not forward (refusedMethod), and a request
+// that asks the server for one by a method-override field or a _method parameter
+// (checkOverride).
+func checkMethod(req *http.Request) *verdict {
+	if no := refusedMethod(req.Method); no != "" {
+		return refuse(ReasonMethod, no+" is not forwarded")
+	}
+	return checkOverride(req)
+}
+
+// refusedMethod is the method the proxy does not forward that m names, in any case, or "":
+// methods are case-sensitive, but servers that upper-case them (Werkzeug, Jetty's legacy
+// mode) would take "trace" for TRACE and echo the request, swapped secret and all.
+func refusedMethod(m string) string {
+	m = strings.Trim(m, " \t")
 	for _, no := range []string{http.MethodConnect, http.MethodTrace, "TRACK"} {
 		if strings.EqualFold(m, no) {
-			return refuse(ReasonMethod, no+" is not forwarded")
+			return no
+		}
+	}
+	return ""
+}
+
+// overrideFields are the fields, folded (foldFieldName), that frameworks read as the
+// request's method in place of its own: Jersey's HttpMethodOverrideFilter, Symfony, Express's
+// method-override, OData's X-HTTP-Method.
+var overrideFields = map[string]bool{"x-http-method-override": true, "x-http-method": true, "x-method-override": true}
+
+// checkOverride refuses a request whose method-override field, in any spelling a server that
+// folds names reads (foldFieldName), or whose _method query parameter (Symfony and Laravel
+// read it; PHP reads ".method" as "_method"), names a method the proxy does not forward, any
+// item of a list: a server that takes it asks its framework for a TRACE, which echoes the
+// request with the secret swapped in. Other overrides go on (Google's APIs take a PATCH as
+// a POST so), so a request means what its sender meant, or is refused and says why; taken
+// off, a POST asking for a DELETE would have run as the POST. A _method in a form body is
+// not read.
+func checkOverride(req *http.Request) *verdict {
+	var asked []string
+	for name, vals := range req.Header {
+		if overrideFields[foldFieldName(name)] {
+			asked = append(asked, vals...)
+		}
+	}
+	q, _ := url.ParseQuery(req.URL.RawQuery) // what parsed: a server reads as far as it can too
+	for k, vals := range q {
+		if foldFieldName(k) == "-method" {
+			asked = append(asked, vals...)
+		}
+	}
+	for _, v := range asked {
+		for _, m := range strings.Split(v, ",") {
+			if no := refusedMethod(m); no != "" {
+				return refuse(ReasonMethod, "a method override names "+no+", which is not forwarded")
+			}
 		}
 	}
 	return nil

@@ -137,3 +137,31 @@ func hostOf(target string) string {
 	h, _, _ := strings.Cut(rest, "/")
 	return h
 }
+
+// TestMethodOverrideToAForwardedMethodGoesOn: the proxy refuses an override that names a
+// method it does not forward (TestBypass's override rows), and passes every other on as the
+// sandbox sent it, on both paths: a client that sends a PATCH as a POST means a PATCH.
+func TestMethodOverrideToAForwardedMethodGoesOn(t *testing.T) {
+	for _, tt := range []struct {
+		url string
+		up  func(*harness) *upstream
+	}{
+		{"https://api.example.com/v1?_method=PATCH", func(h *harness) *upstream { return h.tlsUp }},
+		{"http://plain.example.com/v1?_method=PATCH", func(h *harness) *upstream { return h.plainUp }},
+	} {
+		t.Run(tt.url, func(t *testing.T) {
+			h := setup(t, nil)
+			req, _ := http.NewRequest(http.MethodPost, tt.url, strings.NewReader("{}"))
+			req.Header.Set("X-HTTP-Method-Override", "PATCH")
+			resp, err := h.client(t).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			got := tt.up(h).last(t)
+			if resp.StatusCode != http.StatusOK || got.Header.Get("X-HTTP-Method-Override") != "PATCH" || got.URL.Query().Get("_method") != "PATCH" {
+				t.Errorf("status %d, the upstream got %q and ?%s: want the PATCH override as sent", resp.StatusCode, got.Header.Get("X-HTTP-Method-Override"), got.URL.RawQuery)
+			}
+		})
+	}
+}

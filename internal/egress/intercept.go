@@ -76,7 +76,7 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 // it. It reports whether the tunnel may carry another.
 func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http.Request, start time.Time) bool {
 	d := Decision{Time: start, Method: req.Method, Host: t.h.String(), Port: t.port, Addr: t.addr.String(), Reason: ReasonIntercepted}
-	v := checkMethod(req.Method)
+	v := checkMethod(req)
 	if v == nil {
 		v = checkTargetForm(req)
 	}
