@@ -12,7 +12,7 @@ type Reason string
 // Reasons. Allowed decisions carry ReasonAllowed or ReasonIntercepted.
 const (
 	ReasonAllowed        Reason = "allowed"         // forwarded or tunnelled as is
-	ReasonIntercepted    Reason = "intercepted"     // TLS terminated for a secret-bound host
+	ReasonIntercepted    Reason = "intercepted"     // TLS terminated for a secret-bound host, or one at its address
 	ReasonNotAllowed     Reason = "not_allowed"     // no allow entry matches the host and port
 	ReasonDeniedAddress  Reason = "denied_address"  // a resolved or literal address is in a denied range
 	ReasonWorkerEndpoint Reason = "worker_endpoint" // the worker's own NATS, store or model endpoint

@@ -48,13 +48,17 @@ func TestRebinding(t *testing.T) {
 // TestResolvesTheNameDecided: the proxy asks for the name it checked, fully qualified. A
 // relative name goes through the resolver's search list (ndots:5 in a pod tries it under every
 // search domain first, and every name that does not exist falls through to them), so
-// "x.example.com" could come back as the address of "x.example.com.corp.internal".
+// "x.example.com" could come back as the address of "x.example.com.corp.internal". The name
+// a secret is bound to is asked for too, once, when the job has not asked for it (held.go).
 func TestResolvesTheNameDecided(t *testing.T) {
-	tests := []struct{ url, want string }{
-		{"https://a.files.example.com/", "a.files.example.com."},
-		{"https://A.Files.Example.COM./", "a.files.example.com."},
-		{"http://plain.example.com/", "plain.example.com."},
-		{"https://api.example.com/", "api.example.com."},
+	tests := []struct {
+		url  string
+		want []string
+	}{
+		{"https://a.files.example.com/", []string{"a.files.example.com.", "api.example.com."}},
+		{"https://A.Files.Example.COM./", []string{"a.files.example.com.", "api.example.com."}},
+		{"http://plain.example.com/", []string{"plain.example.com.", "api.example.com."}},
+		{"https://api.example.com/", []string{"api.example.com."}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {
@@ -67,7 +71,7 @@ func TestResolvesTheNameDecided(t *testing.T) {
 			}
 			h.resolver.mu.Lock()
 			defer h.resolver.mu.Unlock()
-			if !slices.Equal(h.resolver.asked, []string{tt.want}) {
+			if !slices.Equal(h.resolver.asked, tt.want) {
 				t.Fatalf("the resolver was asked %q, want only %q", h.resolver.asked, tt.want)
 			}
 		})
@@ -439,30 +443,52 @@ func TestPolicyAccepts(t *testing.T) {
 	}
 }
 
-// TestCAConstraints: the job CA vouches only for the secret-bound hosts.
+// TestCAConstraints: the job CA vouches only for the hosts the job's list allows, and for
+// none when the job holds no secret. A tunnel to any allowed host is terminated when the host
+// is at an address a secret-bound host has (TestStoredEchoIsScrubbedUnderEveryName), so the
+// CA signs for those too, where it was constrained to the secret-bound hosts.
 func TestCAConstraints(t *testing.T) {
 	h := setup(t, nil)
-	block, _ := pem.Decode(h.proxy.CACertPEM())
-	ca, err := x509.ParseCertificate(block.Bytes)
+	ca := caOf(t, h.proxy)
+	for name, ok := range map[string]bool{"api.example.com": true, "pkg.example.com": true, "a.files.example.com": true, "evil.test": false, "example.com": false} {
+		if err := verifiesFor(h.proxy, ca, name); (err == nil) != ok {
+			t.Errorf("leaf for %s verifies: %v, want %v", name, err, ok)
+		}
+	}
+	p, err := New(Config{Resolver: &stubResolver{}}, Policy{Allow: []string{"api.example.com"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca)
-	for name, ok := range map[string]bool{"api.example.com": true, "pkg.example.com": false, "evil.test": false} {
-		leaf, err := h.proxy.ca.leaf(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cert, _ := x509.ParseCertificate(leaf.Certificate[0])
-		_, err = cert.Verify(x509.VerifyOptions{DNSName: name, Roots: roots})
-		if (err == nil) != ok {
-			t.Errorf("leaf for %s verifies: %v, want %v", name, err, ok)
-		}
+	if err := verifiesFor(p, caOf(t, p), "api.example.com"); err == nil {
+		t.Error("the CA of a job with no secret vouches for an allowed host")
 	}
 	if ca.PublicKeyAlgorithm != x509.ECDSA || ca.NotAfter.Sub(ca.NotBefore) > 25*60*60*1e9 {
 		t.Errorf("CA: %v, valid %v", ca.PublicKeyAlgorithm, ca.NotAfter.Sub(ca.NotBefore))
 	}
+}
+
+// caOf is the job CA's certificate.
+func caOf(t *testing.T, p *Proxy) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(p.CACertPEM())
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// verifiesFor is whether a leaf the CA signs for name verifies for it.
+func verifiesFor(p *Proxy, ca *x509.Certificate, name string) error {
+	leaf, err := p.ca.leaf(name)
+	if err != nil {
+		return err
+	}
+	cert, _ := x509.ParseCertificate(leaf.Certificate[0])
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	_, err = cert.Verify(x509.VerifyOptions{DNSName: name, Roots: roots})
+	return err
 }
 
 // TestOwnWritesCounted: what the proxy says itself (a refusal, a 100 Continue, a CONNECT's

@@ -18,7 +18,8 @@ import (
 )
 
 // connect handles a CONNECT: check the target, answer 200, read the ClientHello and check it,
-// then either splice to the checked address or, for a secret-bound host, terminate TLS.
+// then either splice to the checked address or, for a secret-bound host or one at its
+// address, terminate TLS.
 func (p *Proxy) connect(ctx context.Context, c *idleConn, br *bufio.Reader, hd *head, req *http.Request) {
 	d := Decision{Time: time.Now(), Method: http.MethodConnect}
 	h, port, addr, v := p.checkConnect(ctx, hd, req, &d)
@@ -44,7 +45,10 @@ func (p *Proxy) connect(ctx context.Context, c *idleConn, br *bufio.Reader, hd *
 		return
 	}
 	client := prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(hello.raw), br)}
-	if secrets := p.policy.boundSecrets(h, port); len(secrets) > 0 {
+	// A host at an address a secret-bound host has (another name of its server, the address,
+	// a port the secret is not bound on) may hand back what the bound host holds: its TLS is
+	// terminated too, with nothing swapped in, so that its answers are scrubbed (held.go).
+	if secrets := p.policy.boundSecrets(h, port); len(secrets) > 0 || len(p.heldFor(ctx, h, addr.Addr())) > 0 {
 		d.Reason = ReasonIntercepted
 		p.intercept(ctx, c, client, h, port, addr, secrets, d)
 		return

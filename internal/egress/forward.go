@@ -38,10 +38,11 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, hd *head, req *http.Req
 const maxResponseHeaderBytes = 1 << 20
 
 // openPlain checks a forwarded request and dials its checked address. It returns the values
-// the host's answer is scrubbed of: those of the secrets bound to the host on any port. A
-// host keeps what it got on a terminated tunnel (a request log, a stored field) and may serve
-// it back on plain http://: passed on unscrubbed, the value reached the sandbox
-// (TestStoredEchoOverPlainHTTPIsScrubbed).
+// the host's answer is scrubbed of (heldFor): those of the secrets bound to the host on any
+// port, and to any host at the address. A host keeps what it got on a terminated tunnel (a
+// request log, a stored field) and may serve it back on plain http://, under any of its
+// names: passed on unscrubbed, the value reached the sandbox
+// (TestStoredEchoOverPlainHTTPIsScrubbed, TestStoredEchoIsScrubbedUnderEveryName).
 func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *Decision) (net.Conn, []swap, *verdict) {
 	h, port, v := plainTarget(hd, req)
 	if v != nil {
@@ -57,8 +58,9 @@ func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *D
 		return nil, nil, v
 	}
 	d.Addr = addr.String()
+	swaps := tunnelSwaps(p.heldFor(ctx, h, addr.Addr()))
 	up, v := p.dial(ctx, addr)
-	return up, tunnelSwaps(p.policy.heldBy(h)), v
+	return up, swaps, v
 }
 
 // plainTarget checks a forwarded request's target and Host field.

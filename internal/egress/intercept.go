@@ -102,7 +102,7 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 	d.Secrets = swapSecrets(req.Header, t.secrets)
 	// The answer is scrubbed of every value the host may hold, not only those bound on this
 	// port: a value it got on another port, or in an earlier job, comes back on this one too.
-	swaps := append(tunnelSwaps(p.policy.heldBy(t.h)), basicSwaps(sent, req.Header)...)
+	swaps := append(tunnelSwaps(p.heldFor(ctx, t.h, t.addr.Addr())), basicSwaps(sent, req.Header)...)
 	return p.relay(ctx, t, req, swaps, &d)
 }
 

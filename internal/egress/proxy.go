@@ -23,6 +23,7 @@ type Proxy struct {
 	roots     *x509.CertPool  // host roots plus Config.UpstreamCAPEM, for terminated upstreams
 	transport *http.Transport // the upstream side of terminated tunnels (upstream.go)
 	ledger    ledger
+	held      heldAddrs    // the addresses of the hosts secrets are bound to (held.go)
 	tunnels   atomic.Int64 // open CONNECT tunnels and forward connections
 	reqs      atomic.Int64 // requests so far (Limits.MaxRequests)
 	bytes     atomic.Int64 // bytes so far, both ways (Limits.MaxBytes)
@@ -42,7 +43,7 @@ func New(cfg Config, policy Policy) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	names, addrs := boundNames(cp)
+	names, addrs := caNames(cp)
 	ca, err := newAuthority(cfg.CAValidity, names, addrs)
 	if err != nil {
 		return nil, err
@@ -81,17 +82,20 @@ func check(cfg Config, policy Policy) (*compiledPolicy, *x509.CertPool, error) {
 	return cp, roots, nil
 }
 
-// boundNames lists the names and addresses secrets are bound to, for the CA's constraints.
-func boundNames(cp *compiledPolicy) ([]string, []net.IP) {
+// caNames lists the names and addresses the job's CA may sign for: none when the job holds
+// no secret; else every allowed one, since a tunnel to any allowed host is terminated when
+// the host is at an address a secret-bound host has (held.go).
+func caNames(cp *compiledPolicy) ([]string, []net.IP) {
+	if len(cp.secrets)+len(cp.scrubOnly) == 0 {
+		return nil, nil
+	}
 	var names []string
 	var addrs []net.IP
-	for _, s := range cp.secrets {
-		for _, r := range s.hosts {
-			if r.addr.IsValid() {
-				addrs = append(addrs, r.addr.AsSlice())
-			} else {
-				names = append(names, r.name)
-			}
+	for _, r := range cp.allow {
+		if r.addr.IsValid() {
+			addrs = append(addrs, r.addr.AsSlice())
+		} else {
+			names = append(names, r.name)
 		}
 	}
 	return names, addrs

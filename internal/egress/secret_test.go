@@ -247,7 +247,8 @@ func (b trailerAtEOF) Read(p []byte) (int, error) {
 // 443; whatever else listens on the hosts' other ports must never see it) and allows
 // "*.example.com". A job's network.allow of "api.example.com", which narrows the profile's,
 // must leave the binding on port 443 ("api.example.com:443"): the job's sandbox must not get
-// the real value sent to api.example.com:8443, where the profile splices the tunnel.
+// the real value sent to api.example.com:8443, where the proxy terminates the tunnel to scrub
+// what the host holds (TestStoredEchoIsScrubbedUnderEveryName) and swaps nothing in.
 func TestNarrowedBindingKeepsItsPort(t *testing.T) {
 	t.Parallel()
 	profile := Policy{

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -90,6 +91,70 @@ func TestStoredEchoIsScrubbedWhereverItIsHeld(t *testing.T) {
 	}
 }
 
+// TestStoredEchoIsScrubbedUnderEveryName: a host that keeps a value it got (a request log, a
+// stored field) serves it under every name and address it has, on every port. Spliced, to
+// alias.example.com (another name of api.example.com's server), to its address (through NAT64
+// too), or to a port of api.example.com the secret is not bound on, the proxy could not read
+// the answer, and the sandbox read the stored value in clear; forwarded, or terminated for
+// another secret, the answer was scrubbed of the values bound to the name asked for alone. A
+// tunnel to an address a secret-bound host has is terminated, with nothing swapped in, and an
+// answer from such an address is scrubbed of that host's values. The reading job is another
+// than the storing one: it never asked for api.example.com.
+func TestStoredEchoIsScrubbedUnderEveryName(t *testing.T) {
+	bound := Secret{Env: "EXAMPLE_TOKEN", Value: realToken, Hosts: []string{"api.example.com:443"}}
+	other := Secret{Env: "OTHER_TOKEN", Value: "ot-OTHERvalue0123456789abcdefXYZ", Hosts: []string{"alias.example.com"}}
+	allow := []string{"api.example.com", "alias.example.com", apiAddr, "nat64.example.com"}
+	tests := []struct {
+		name    string
+		secrets []Secret
+		narrow  []string // the reading job's own list; none: the profile's
+		read    string
+	}{
+		{"tunnel, another name of its server", []Secret{bound}, nil, "https://alias.example.com/stored"},
+		{"tunnel, its address", []Secret{bound}, nil, "https://" + apiAddr + "/stored"},
+		{"tunnel, a port the secret is not bound on", []Secret{bound}, nil, "https://api.example.com:8443/stored"},
+		{"tunnel, its address through NAT64", []Secret{bound}, nil, "https://nat64.example.com/stored"},
+		{"tunnel, for a job that narrowed the binding away", []Secret{bound}, []string{"api.example.com:8443"}, "https://api.example.com:8443/stored"},
+		{"tunnel terminated for another secret, another name of its server", []Secret{bound, other}, nil, "https://alias.example.com/stored"},
+		{"forwarded, another name of its server", []Secret{bound}, nil, "http://alias.example.com/stored"},
+		{"forwarded, its address", []Secret{bound}, nil, "http://" + apiAddr + "/stored"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStoringHost(t)
+			policy := Policy{Allow: allow, Secrets: tt.secrets}
+			writer := s.harness(t, policy)
+			if status, _ := get(t, writer, "https://api.example.com/store", writer.placeholder(t)); status != http.StatusOK {
+				t.Fatalf("storing: status %d", status)
+			}
+			if tt.narrow != nil {
+				var err error
+				if policy, err = Narrow(policy, tt.narrow); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reader := s.harness(t, policy)
+			resp, err := reader.client(t).Get(tt.read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if seen := string(raw) + resp.Header.Get("X-Echo") + resp.Trailer.Get("X-Echo"); strings.Contains(seen, realToken) || !strings.Contains(seen, "Bearer ") {
+				t.Errorf("the sandbox read %q: the stored value in clear, or no echo at all", redact(seen))
+			}
+			if strings.HasPrefix(tt.read, "https") {
+				if d := reader.waitDecision(t, "the tunnel's", withMethod(http.MethodConnect)); d.Reason != ReasonIntercepted {
+					t.Errorf("the tunnel's decision %+v, want %s", d, ReasonIntercepted)
+				}
+			}
+		})
+	}
+}
+
+// nat64API is api.example.com's address as NAT64's well-known prefix carries it.
+var nat64API = netip.MustParseAddr("64:ff9b::" + apiAddr)
+
 // storingHost is api.example.com keeping the Authorization it got on /store, serving it as
 // a file on /piece and echoing it (echo) on every other path, over TLS on 443 and 8443 and over plain HTTP on 80. It reads
 // header fields as a server that takes any character but a letter or digit for "-" does
@@ -118,7 +183,7 @@ func newStoringHost(t *testing.T) *storingHost {
 		echo(w, &http.Request{Header: http.Header{"X-Echo": {s.stored}, "Accept-Encoding": {foldedValues(r.Header, "accept-encoding")}}})
 	})
 	var leaf tls.Certificate
-	s.caPEM, _, leaf = testUpstreamCert(t, "api.example.com")
+	s.caPEM, _, leaf = testUpstreamCert(t, "api.example.com", "alias.example.com", "nat64.example.com", apiAddr)
 	tlsSrv := httptest.NewUnstartedServer(handler)
 	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
 	tlsSrv.StartTLS()
@@ -131,9 +196,17 @@ func newStoringHost(t *testing.T) *storingHost {
 
 // harness is a job's proxy under policy whose api.example.com is s.
 func (s *storingHost) harness(t *testing.T, policy Policy) *harness {
-	h := setupPolicy(t, func(c *Config) { c.UpstreamCAPEM = s.caPEM }, policy)
+	h := setupPolicy(t, func(c *Config) {
+		c.UpstreamCAPEM = s.caPEM
+		c.AllowedCIDRs = append(c.AllowedCIDRs, netip.MustParsePrefix("64:ff9b::/96")) // a network with NAT64
+	}, policy)
 	h.dialer.routes[apiAddr+":443"], h.dialer.routes[apiAddr+":8443"] = s.tlsAddr, s.tlsAddr
 	h.dialer.routes[apiAddr+":80"] = s.plain
+	h.dialer.routes[netip.AddrPortFrom(nat64API, 443).String()] = s.tlsAddr
+	h.resolver.mu.Lock()
+	h.resolver.names["alias.example.com"] = [][]netip.Addr{{netip.MustParseAddr(apiAddr)}} // another name of its server
+	h.resolver.names["nat64.example.com"] = [][]netip.Addr{{nat64API}}                     // its address, through NAT64
+	h.resolver.mu.Unlock()
 	return h
 }
 

@@ -53,6 +53,9 @@ func (p *Proxy) checkTarget(ctx context.Context, h host, port int) (netip.AddrPo
 			return netip.AddrPort{}, refuse(r, h.String()+" resolves to a denied address ("+d+")")
 		}
 	}
+	if held := p.policy.heldBy(h); len(held) > 0 {
+		p.held.note(h, addrs, held)
+	}
 	return netip.AddrPortFrom(addrs[0].Unmap().WithZone(""), uint16(port)), nil
 }
 
