@@ -165,3 +165,37 @@ func TestMethodOverrideToAForwardedMethodGoesOn(t *testing.T) {
 		})
 	}
 }
+
+// TestUnsentRequestNamesNoSecret: a request inside a terminated tunnel that never reached
+// its host (the dial failed, the host's TLS did not verify) sent no value upstream, and its
+// decision named the secret swapped into its header all the same, in the transcript.
+func TestUnsentRequestNamesNoSecret(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		route func(h *harness) // where api.example.com:443 leads
+		want  Reason
+	}{
+		{"dial failed", func(h *harness) { delete(h.dialer.routes, apiAddr+":443") }, ReasonDial},
+		{"upstream TLS failed", func(h *harness) { h.dialer.routes[apiAddr+":443"] = h.dialer.routes[apiAddr+":80"] }, ReasonUpstreamTLS},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, nil)
+			h.dialer.mu.Lock()
+			tt.route(h)
+			h.dialer.mu.Unlock()
+			tc, br := h.terminated(t, "api.example.com:443")
+			if _, err := io.WriteString(tc, "GET /v1 HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer "+h.placeholder(t)+"\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			resp.Body.Close()
+			d := h.waitDecision(t, "the request", withMethod(http.MethodGet))
+			if d.Reason != tt.want || len(d.Secrets) != 0 || len(h.proxy.Summary().Secrets) != 0 {
+				t.Errorf("decision %s %v, summary %v: want %s naming no secret", d.Reason, d.Secrets, h.proxy.Summary().Secrets, tt.want)
+			}
+		})
+	}
+}
