@@ -170,7 +170,7 @@ func overrideRows() []bypass {
 			bypass{name: "terminated: " + field, run: inside("POST / HTTP/1.1\r\nHost: api.example.com\r\n" + field + "\r\nContent-Length: 0\r\n\r\n"), want: ReasonMethod},
 			bypass{name: "forwarded: " + field, raw: postPlain(field + "\r\nContent-Length: 0\r\n"), want: ReasonMethod})
 	}
-	for _, query := range []string{"_method=TRACE", "a=1&_method=trace", ".method=TRACE", "_method=%54RACE"} {
+	for _, query := range []string{"_method=TRACE", "a=1&_method=trace", ".method=TRACE", "_method=%54RACE", "a=1;_method=TRACE"} {
 		rows = append(rows,
 			bypass{name: "terminated: ?" + query, run: inside("POST /?" + query + " HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 0\r\n\r\n"), want: ReasonMethod},
 			bypass{name: "forwarded: ?" + query, raw: "POST http://plain.example.com/?" + query + " HTTP/1.1\r\nHost: plain.example.com\r\nContent-Length: 0\r\n\r\n", want: ReasonMethod})

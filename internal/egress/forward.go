@@ -136,7 +136,10 @@ func checkOverride(req *http.Request) *verdict {
 			asked = append(asked, vals...)
 		}
 	}
-	q, _ := url.ParseQuery(req.URL.RawQuery) // what parsed: a server reads as far as it can too
+	// ";" separates parameters too for some servers (Python's parse_qs before 3.9.2, Rack
+	// before 2): Go's ParseQuery skips a pair holding one. What parsed is read, as a server
+	// reads as far as it can.
+	q, _ := url.ParseQuery(strings.ReplaceAll(req.URL.RawQuery, ";", "&"))
 	for k, vals := range q {
 		if foldFieldName(k) == "-method" {
 			asked = append(asked, vals...)
