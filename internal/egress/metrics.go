@@ -33,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"decision"}),
 		Tunnels: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_egress_tunnels_total",
-			Help: "CONNECT tunnels opened, by mode (splice: passed through; intercept: TLS terminated to inject a secret).",
+			Help: "CONNECT tunnels opened, by mode (splice: passed through; intercept: TLS terminated to inject a secret or to scrub answers).",
 		}, []string{"mode"}),
 	}
 }
