@@ -128,7 +128,8 @@ type DeadLetter struct {
 // job's dead letter, also when the term after it failed: what counts dead letters counts it
 // then, and not at a later delivery that finds it. A letter found after an earlier call's
 // publish got no answer (NATS went away) is read back: one of this delivery's attempt landed
-// then, and counts as written now; before, no delivery counted such a letter.
+// then, and counts as written now; before, no delivery counted such a letter. A letter it
+// cannot read back yet fails the Term, and the next try reads it (wroteLetter).
 func (d *Delivery) Term(ctx context.Context, reason string, cause error) (lettered bool, err error) {
 	dl := DeadLetter{Tenant: d.Tenant, JobID: d.JobID, Reason: reason, Attempt: d.Attempt, At: time.Now().UTC(), Original: d.Data}
 	if cause != nil {
@@ -146,28 +147,35 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) (letter
 	if err != nil && !isWrongLastSequence(err) && !errors.Is(err, errLettered) {
 		return false, fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
 	}
-	lettered = err == nil || d.unanswered && d.wroteLetter(ctx, box)
+	lettered = err == nil
+	if !lettered && d.unanswered {
+		if lettered, err = d.wroteLetter(ctx, box); err != nil {
+			return false, fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
+		}
+	}
 	if err := d.msg.TermWithReason(reason); err != nil {
 		return lettered, fmt.Errorf("queue: terminate job %s: %w", d.JobID, err)
 	}
 	return lettered, nil
 }
 
-// wroteLetter reports whether the letter on subject is this delivery's: an earlier try of
-// Term wrote it. A letter it cannot read is not known to be: false.
-func (d *Delivery) wroteLetter(ctx context.Context, box letterBox) bool {
-	data, found, err := lastOn(ctx, d.c.js.Conn(), box)
-	if err == nil && !found {
-		err = jetstream.ErrMsgNotFound
+// wroteLetter reports whether the letter in box is this delivery's: an earlier try of Term
+// wrote it, and got no answer. A stream that is there and answers no read (its leader being
+// elected) is an error (sharedStream.lookup), and the Term fails, terminating nothing: taken as
+// no letter of this delivery's, the job ended with its letter written and counted by none. The
+// settle tries the Term again, and the runner says it waits for NATS. A letter that is gone
+// (its stream removed) or of another shape is not known to be this delivery's: false.
+func (d *Delivery) wroteLetter(ctx context.Context, box letterBox) (bool, error) {
+	msg, err := (&sharedStream{nc: d.c.js.Conn(), name: box.stream}).lookup(ctx, d.c.js, box.subject)
+	if err != nil {
+		return false, fmt.Errorf("read the job's dead letter back, to tell whether this delivery wrote it: %w", err)
 	}
-	if err == nil {
-		var dl DeadLetter
-		if err = json.Unmarshal(data, &dl); err == nil {
-			return dl.Tenant == d.Tenant && dl.JobID == d.JobID && dl.Attempt == d.Attempt
-		}
+	var dl DeadLetter
+	if msg == nil || json.Unmarshal(msg.Data, &dl) != nil {
+		d.c.log.WarnContext(ctx, "the job's dead letter is not one to read back, to tell whether this delivery wrote it; it is not counted", "job_id", d.JobID, "tenant", d.Tenant, "stream", box.stream)
+		return false, nil
 	}
-	d.c.log.WarnContext(ctx, "cannot read the job's dead letter back to tell whether this delivery wrote it; it is not counted", "job_id", d.JobID, "tenant", d.Tenant, "error", err)
-	return false
+	return dl.Tenant == d.Tenant && dl.JobID == d.JobID && dl.Attempt == d.Attempt, nil
 }
 
 // KeepAlive tells the server the job is still being worked on, every interval (zero: a third

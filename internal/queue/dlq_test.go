@@ -133,3 +133,40 @@ func TestDeadLetterNeverGoesAroundItsStreamsLetter(t *testing.T) {
 		t.Errorf("dead letters %v; want the earlier delivery's one alone, in %s", got, name)
 	}
 }
+
+// TestTermReadsItsLetterBackOnceItsStreamAnswers: a Term's publish of the job's letter got no
+// answer (here the stream acks nothing) and landed; the settle tries the Term again, the server
+// refuses the second letter, and the Term reads the one there back to tell whether it is its
+// own while the stream answers no read (its leader being elected). It took that as no letter of
+// its: the job ended with its letter written and counted by no delivery, and nothing said so but
+// one log line. The Term now fails, terminating nothing, and once the stream answers reads the
+// letter back and says it wrote it.
+func TestTermReadsItsLetterBackOnceItsStreamAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(time.Minute) })
+	u := upgrade{ctx: t.Context(), nc: b.nc, js: b.js, cfg: b.cfg}
+	j := b.submit(t)
+	d := fetch(t, b.w, 10*time.Second)
+	name := queue.DeadLetterStream(b.cfg, tenant)
+	edit(t, b.js, name, func(c *jetstream.StreamConfig) { c.NoAck = true })
+	quick, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	lettered, err := d.Term(quick, "exhausted", errors.New("no more attempts"))
+	cancel()
+	if lettered || err == nil {
+		t.Fatalf("Term whose publish got no answer: lettered %t, %v; want an error", lettered, err)
+	}
+	edit(t, b.js, name, func(c *jetstream.StreamConfig) { c.NoAck = false })
+
+	answer := u.silence(t, name)
+	lettered, err = d.Term(t.Context(), "exhausted", errors.New("no more attempts"))
+	answer()
+	if lettered || err == nil {
+		t.Errorf("Term that cannot read its letter back: lettered %t, %v; want an error, the job not terminated", lettered, err)
+	}
+	if lettered, err := d.Term(t.Context(), "exhausted", errors.New("no more attempts")); !lettered || err != nil {
+		t.Errorf("Term once the stream answers: lettered %t, %v; want its letter read back, and counted", lettered, err)
+	}
+	if got := b.deadLetters(t); len(got) != 1 || got[name+"."+j.ID] != 1 {
+		t.Errorf("dead letters %v; want the one letter in %s", got, name)
+	}
+}
