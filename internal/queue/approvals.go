@@ -115,7 +115,7 @@ func (a *Admin) setUpApprovals(ctx context.Context, tenants []string) error {
 			return fmt.Errorf("queue: set up approvals bucket %s of tenant %s: %w", want.Bucket, tenant, err)
 		}
 	}
-	switch _, err := a.js.Stream(ctx, statusStream(a.cfg.ApprovalsBucket)); {
+	switch _, err := lookupShared(ctx, a.js, statusStream(a.cfg.ApprovalsBucket)); {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil
 	case err != nil:

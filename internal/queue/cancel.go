@@ -41,7 +41,7 @@ func (a *Admin) setUpCancel(ctx context.Context, tenants []string) error {
 			return err
 		}
 	}
-	switch _, err := a.js.Stream(ctx, statusStream(CancelBucket)); {
+	switch _, err := lookupShared(ctx, a.js, statusStream(CancelBucket)); {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil
 	case err != nil:

@@ -45,7 +45,7 @@ func (a *Admin) declareStatuses(ctx context.Context, tenants []string) error {
 			return fmt.Errorf("queue: set up status bucket %s of tenant %s: %w", want.Bucket, tenant, err)
 		}
 	}
-	switch _, err := a.js.Stream(ctx, statusStream(a.cfg.StatusBucket)); {
+	switch _, err := lookupShared(ctx, a.js, statusStream(a.cfg.StatusBucket)); {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil
 	case err != nil:

@@ -57,7 +57,7 @@ func newTenantBuckets(js jetstream.JetStream, prefix, what string) *tenantBucket
 // for a key. Where there is one, the identity reads it as a worker does (sharedBucket.lookup).
 func (b *tenantBuckets) learnShared(ctx context.Context) error {
 	b.shared.asWorker = true
-	_, err := b.js.Stream(ctx, statusStream(b.prefix))
+	_, err := lookupShared(ctx, b.js, statusStream(b.prefix))
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		b.shared.stream.gone()
@@ -65,6 +65,28 @@ func (b *tenantBuckets) learnShared(ctx context.Context) error {
 		return fmt.Errorf("queue: look up the shared %s bucket %s: %w", b.what, b.prefix, err)
 	}
 	return nil
+}
+
+// lookupShared looks up the stream of a bucket or stream every tenant's keys were in (an older
+// Boxcar's), for `worker setup` or a worker's start, which act on the answer. A look-up that
+// fails, other than the server saying there is no such stream, is asked again, backoff.Delay
+// apart and each within sharedLook, for letterRounds: a stream whose leader is elected answers
+// again within seconds, and one failed look-up failed the whole setup, every tenant's. Past
+// them its error stands.
+func lookupShared(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	for round := 1; ; round++ {
+		look, cancel := context.WithTimeout(ctx, sharedLook)
+		s, err := js.Stream(look, name)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrStreamNotFound) || round == letterRounds {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+		case <-time.After(backoff.Delay(round)):
+		}
+	}
 }
 
 // of is tenant's bucket; ErrNotReady when it is missing.

@@ -110,10 +110,7 @@ func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error 
 	if err != nil {
 		return err
 	}
-	running, err := a.runningOf(ctx)
-	if err != nil {
-		return err
-	}
+	running := a.runningOf(ctx)
 	for _, name := range slices.Sorted(maps.Keys(streams)) {
 		tenant := a.tenantOf(name)
 		if tenant != "" && kept[tenant] {
@@ -228,12 +225,12 @@ func (a *Admin) removeConsumers(ctx context.Context, s jetstream.Stream, keep fu
 // stream set up by hand) no job does. A status it cannot read is an error, not a job that does
 // not run: the shared bucket's stream answering nobody (its leader being elected) is none only
 // when the server says the stream is gone (sharedBucket.lookup), and a job taken as not running
-// is dead-lettered and removed while its worker runs it.
-func (a *Admin) runningOf(ctx context.Context) (func(Ref) (bool, error), error) {
+// is dead-lettered and removed while its worker runs it. The shared bucket is asked only for a
+// job whose status its tenant's bucket does not hold: looked up before any job needed it, its
+// one failed look-up failed the whole setup, and every worker's start.
+func (a *Admin) runningOf(ctx context.Context) func(Ref) (bool, error) {
 	b := newTenantBuckets(a.js, a.cfg.StatusBucket, "status")
-	if err := b.learnShared(ctx); err != nil {
-		return nil, err
-	}
+	b.shared.asWorker = true
 	return func(r Ref) (bool, error) {
 		var kv getter = b.shared
 		rd, err := b.reader(ctx, r.Tenant)
@@ -248,7 +245,7 @@ func (a *Admin) runningOf(ctx context.Context) (func(Ref) (bool, error), error) 
 			return false, nil
 		}
 		return err == nil && st.State == job.StateRunning, err
-	}, nil
+	}
 }
 
 // deadLetterAll dead-letters every message on one job subject as unknown_tenant and removes it.

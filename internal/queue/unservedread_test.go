@@ -2,16 +2,21 @@ package queue_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 )
 
 // TestSetupLeavesAJobWhoseStatusItCannotRead: `worker setup` retiring a tenant leaves the jobs
@@ -59,5 +64,94 @@ func TestSetupLeavesAJobWhoseStatusItCannotRead(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "cannot tell whether a job of a tenant the config does not list runs") {
 		t.Errorf("setup does not say it left the job:\n%s", log.String())
+	}
+}
+
+// TestSetupRidesOutASharedBucketThatDoesNotAnswer: `worker setup` retiring team-b, whose queued
+// job's status is in team-b's own bucket, while the shared status bucket's look-up fails (here
+// the server refuses it until the test sees it asked, and then takes the refusal back, as a
+// stream whose leader is elected answers again). Setup looked the shared bucket up before any
+// job needed it, and its one failed look-up failed the whole setup, every tenant's; it now asks
+// the shared bucket only for a job whose status is not in its tenant's, and asks a look-up
+// that fails again for a few seconds.
+func TestSetupRidesOutASharedBucketThatDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	cfg := config.Config{}.WithDefaults().NATS
+	info := "$JS.API.STREAM.INFO.KV_" + cfg.StatusBucket
+	opts := &server.Options{ServerName: "boxcar-setup", Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+		JetStream: true, StoreDir: t.TempDir(), JetStreamMaxStore: queuetest.MaxStore}
+	users := func(deny ...string) []*server.User {
+		return []*server.User{{Username: "setup", Password: "setup-pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}}, {Username: "op", Password: "op-pw"}}
+	}
+	opts.Users = users(info)
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(20 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	conn := func(user string) *nats.Conn {
+		nc, err := queue.Connect(ctx, queue.ConnOptions{URL: ns.ClientURL(), Name: "test-" + user, User: user, Password: user + "-pw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	op, setup := conn("op"), conn("setup")
+	declare := func(nc *nats.Conn, tenants map[string]config.Tenant) error {
+		admin, err := queue.NewAdmin(nc, cfg, tenants, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return err
+		}
+		return admin.Declare(ctx)
+	}
+	if err := declare(op, map[string]config.Tenant{"team-a": {}, "team-b": {}}); err != nil {
+		t.Fatal(err)
+	}
+	u := upgrade{ctx: ctx, nc: op, js: jetStream(t, op), cfg: cfg}
+	u.olderBucket(t, cfg.StatusBucket, 1)
+	b := bundle{nc: op, js: u.js, cfg: cfg}
+	j := newJob(t)
+	if _, err := b.client(t, "team-b").Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	own, err := u.js.KeyValue(ctx, queue.StatusBucket(cfg, "team-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := own.Put(ctx, "team-b."+j.ID, mustMarshal(t, job.Status{ID: j.ID, State: job.StateQueued})); err != nil {
+		t.Fatal(err)
+	}
+
+	answers := make(chan error, 1)
+	go func() { // the look-up answers again once setup was refused it
+		for !errors.Is(setup.LastError(), nats.ErrPermissionViolation) {
+			select {
+			case <-ctx.Done():
+				answers <- ctx.Err()
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		next := opts.Clone()
+		next.Users = users()
+		answers <- ns.ReloadOptions(next)
+	}()
+	if err := declare(setup, map[string]config.Tenant{"team-a": {}}); err != nil { // team-b retired
+		t.Errorf("worker setup while the shared status bucket's look-up failed a moment: %v", err)
+	}
+	if err := <-answers; err != nil {
+		t.Fatal(err)
+	}
+	dl, err := queue.DeadLetterOf(ctx, op, cfg, queue.Ref{Tenant: "team-b", ID: j.ID})
+	if err != nil || !strings.Contains(string(dl), queue.ReasonUnknownTenant) {
+		t.Errorf("team-b's queued job after its retirement: %s, %v; want it dead-lettered %s", dl, err, queue.ReasonUnknownTenant)
 	}
 }
