@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -26,9 +27,9 @@ import (
 // leave an older worker of an upgrade with nowhere to publish for as long as the two changes
 // take, so no subject moves and nothing is refused. It keeps the letters written before the
 // upgrade and those older workers write during it, and stays the home of the letters of a
-// tenant no worker serves (a retired or unknown tenant's jobs: unserved.go, retired.go) and of
-// one whose own stream cannot take it (no `worker setup` of this version yet, or the worker's
-// credentials were generated before it). No tenant's identity may look it up: it reads its own
+// tenant whose own stream cannot take them: an unknown tenant's (unserved.go), a retired one's
+// whose stream was removed, or any tenant's before `worker setup` of this version made its
+// stream, or with the worker's credentials generated before it. No tenant's identity may look it up: it reads its own
 // letters there by a direct get with the subject in the request's subject, which lists nothing.
 // A reader looks in the tenant's stream, then in the shared one (DeadLetterOf).
 
@@ -101,32 +102,51 @@ type letterBox struct{ stream, subject string }
 // an older worker of an upgrade wrote it, and it is the job's one.
 var errLettered = errors.New("the job's dead letter is in the shared dead-letter stream already")
 
+// letterWriter writes jobs' dead letters: a worker's (Consumer.letters) or `worker setup`'s,
+// retiring a tenant (deadLetterAll). Each writes a job's letter where the others would, so that
+// the server's check of one letter a subject holds between them.
+type letterWriter struct {
+	js  jetstream.JetStream
+	cfg config.NATS
+	log *slog.Logger
+}
+
+// letters is the worker's letterWriter.
+func (c *Consumer) letters() letterWriter { return letterWriter{js: c.js, cfg: c.cfg, log: c.log} }
+
 // publishLetter writes job r's dead letter, once (publishOnce), and says where it went: into
-// the tenant's stream when this worker serves the tenant, else into the shared one. A letter
-// the tenant's stream cannot take goes to the shared one, where it is kept and found as an
-// older worker's: the server has no such stream (`worker setup` of this version has not run)
-// or refuses this login its subjects (credentials generated before it). A stream that is there
-// and answers nobody is electing its leader: the letter waits for it (publishOwn), and is
-// never written into the shared one, which does not know the letter the tenant's may hold.
-func (c *Consumer) publishLetter(ctx context.Context, r Ref, data []byte) (letterBox, error) {
-	shared := letterBox{c.cfg.DeadLetterStream, dlqSubject(c.cfg, r)}
-	if _, served := slices.BinarySearch(c.tenants, r.Tenant); !served {
-		return shared, publishOnce(ctx, c.js, shared.subject, r, data)
+// its tenant's stream, else into the shared one. A letter the tenant's stream cannot take goes
+// to the shared one, where it is kept and found as an older worker's: the server has no such
+// stream (`worker setup` of this version has not run; a tenant never served, or one whose
+// stream the operator removed) or refuses this login its subjects (credentials generated
+// before it, or without a retired tenant). A stream that is there and answers nobody is
+// electing its leader: the letter waits for it (publishOwn), and is never written into the
+// shared one, which does not know the letter the tenant's may hold. Whether the writer serves
+// the tenant does not matter: a retired tenant's job whose worker wrote its letter into the
+// tenant's stream and stopped before its term got a second one in the shared stream, from
+// setup retiring the tenant or from the sweep of a worker that does not serve it. served says
+// only whether a letter that goes to the shared stream is worth a warning.
+func (w letterWriter) publishLetter(ctx context.Context, r Ref, data []byte, served bool) (letterBox, error) {
+	shared := letterBox{w.cfg.DeadLetterStream, dlqSubject(w.cfg, r)}
+	if !job.ValidTenant(r.Tenant) {
+		return shared, publishOnce(ctx, w.js, shared.subject, r, data)
 	}
-	own := letterBox{deadLetterStream(c.cfg, r.Tenant), tenantLetterSubject(c.cfg, r)}
+	own := letterBox{deadLetterStream(w.cfg, r.Tenant), tenantLetterSubject(w.cfg, r)}
 	if r.ID != "" {
-		switch found, err := c.sharedLettered(ctx, shared); {
+		switch found, err := w.sharedLettered(ctx, shared); {
 		case err != nil:
 			return shared, err
 		case found:
 			return shared, errLettered
 		}
 	}
-	err := c.publishOwn(ctx, own, r, data)
+	err := w.publishOwn(ctx, own, r, data)
 	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, ErrRefused) {
-		c.log.WarnContext(ctx, "the tenant's dead-letter stream does not take the job's letter; it goes to the shared dead-letter stream: run `worker setup` of this version and regenerate the worker's NATS credentials (`worker nats-config`)",
-			"job_id", r.ID, "tenant", r.Tenant, "stream", own.stream, "shared", shared.stream, "error", err)
-		return shared, publishOnce(ctx, c.js, shared.subject, r, data)
+		if served {
+			w.log.WarnContext(ctx, "the tenant's dead-letter stream does not take the job's letter; it goes to the shared dead-letter stream: run `worker setup` of this version and regenerate the worker's NATS credentials (`worker nats-config`)",
+				"job_id", r.ID, "tenant", r.Tenant, "stream", own.stream, "shared", shared.stream, "error", err)
+		}
+		return shared, publishOnce(ctx, w.js, shared.subject, r, data)
 	}
 	return own, err
 }
@@ -137,8 +157,8 @@ func (c *Consumer) publishLetter(ctx context.Context, r Ref, data []byte) (lette
 // and a worker that took that as no letter wrote a second one, into the tenant's stream. So it
 // is an error then, wrapping errUnanswered, and nothing is written: the job's end is tried
 // again (the runner's settle waits for NATS), and finds the older worker's letter.
-func (c *Consumer) sharedLettered(ctx context.Context, box letterBox) (bool, error) {
-	msg, err := (&sharedStream{nc: c.js.Conn(), name: box.stream}).lookup(ctx, c.js, box.subject)
+func (w letterWriter) sharedLettered(ctx context.Context, box letterBox) (bool, error) {
+	msg, err := (&sharedStream{nc: w.js.Conn(), name: box.stream}).lookup(ctx, w.js, box.subject)
 	if err != nil {
 		return false, fmt.Errorf("queue: read the dead letter %s in %s: %w", box.subject, box.stream, err)
 	}
@@ -157,15 +177,15 @@ const letterRounds = 6
 // before the term), which the shared stream's check of one per subject cannot see, was
 // written again there. So while the stream is there (or the look-up fails, as one does
 // during an election) the publish is tried again, and past letterRounds it is an error.
-func (c *Consumer) publishOwn(ctx context.Context, own letterBox, r Ref, data []byte) error {
+func (w letterWriter) publishOwn(ctx context.Context, own letterBox, r Ref, data []byte) error {
 	for round := 1; ; round++ {
-		err := unlessRefused(ctx, c.js.Conn(), []string{own.subject}, func(ctx context.Context) error {
-			return publishOnce(ctx, c.js, own.subject, r, data)
+		err := unlessRefused(ctx, w.js.Conn(), []string{own.subject}, func(ctx context.Context) error {
+			return publishOnce(ctx, w.js, own.subject, r, data)
 		})
 		switch {
 		case !errors.Is(err, jetstream.ErrNoStreamResponse):
 			return err
-		case !c.streamThere(ctx, own.stream):
+		case !streamThere(ctx, w.js, own.stream):
 			return fmt.Errorf("%w (%w)", err, jetstream.ErrStreamNotFound)
 		case round == letterRounds:
 			return fmt.Errorf("%w: the dead-letter stream %s is there and answers nobody, its leader being elected or its server restarting; the job's end is tried again", err, own.stream)
@@ -180,9 +200,14 @@ func (c *Consumer) publishOwn(ctx context.Context, own letterBox, r Ref, data []
 
 // streamThere reports whether the server has stream name, or cannot say.
 func (c *Consumer) streamThere(ctx context.Context, name string) bool {
+	return streamThere(ctx, c.js, name)
+}
+
+// streamThere reports whether the server has stream name, or cannot say.
+func streamThere(ctx context.Context, js jetstream.JetStream, name string) bool {
 	ctx, cancel := context.WithTimeout(ctx, sharedLook)
 	defer cancel()
-	_, err := c.js.Stream(ctx, name)
+	_, err := js.Stream(ctx, name)
 	return !errors.Is(err, jetstream.ErrStreamNotFound)
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -139,7 +140,8 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) (letter
 	if err != nil {
 		return false, fmt.Errorf("queue: encode dead letter: %w", err)
 	}
-	box, err := d.c.publishLetter(ctx, Ref{Tenant: d.Tenant, ID: d.JobID}, data)
+	_, served := slices.BinarySearch(d.c.tenants, d.Tenant)
+	box, err := d.c.letters().publishLetter(ctx, Ref{Tenant: d.Tenant, ID: d.JobID}, data, served)
 	var api *jetstream.APIError
 	if err != nil && !errors.Is(err, errLettered) && !errors.Is(err, errUnanswered) && !errors.As(err, &api) {
 		d.unanswered = true // no answer to the publish: the letter may be in the stream (errUnanswered: nothing was published)

@@ -3,7 +3,9 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -160,4 +162,100 @@ func TestRetiredTenantsJobEndsWhenItsWorkerDies(t *testing.T) {
 	if info, err := b.js.Stream(ctx, queue.JobStream(b.cfg, "team-b")); err != nil || info.CachedInfo().State.Msgs != 0 {
 		t.Errorf("team-b's job stream holds %v messages (%v); want none", info.CachedInfo().State.Msgs, err)
 	}
+}
+
+// TestRetiredTenantsJobKeepsItsOneDeadLetter: a worker of team-b ended a job dead, wrote its
+// letter into team-b's dead-letter stream and stopped before its term, and team-b is retired.
+// What ends the job's message then, setup retiring the tenant (its status says dead, not
+// running) or a worker of the new config sweeping what team-b's consumer delivers again, wrote
+// a second letter into the shared stream, whose one-a-subject check cannot see team-b's: a job
+// of a tenant no worker serves had its letter written there, whoever wrote the first. Every
+// writer now offers a job's letter to its tenant's stream first, where the server refuses a
+// second one.
+func TestRetiredTenantsJobKeepsItsOneDeadLetter(t *testing.T) {
+	for _, sweep := range []bool{false, true} {
+		name := map[bool]string{false: "setup retiring the tenant", true: "the sweep of a worker of the new config"}[sweep]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := t.Context()
+			old := b.open(t, b.cfg, map[string]config.Tenant{"team-b": {}}, nil)
+			j := newJob(t)
+			if _, err := b.client(t, "team-b").Publish(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+			d := fetch(t, old, 10*time.Second)
+			state := func(s job.State) {
+				t.Helper()
+				if _, err := old.UpdateStatus(ctx, d.Ref(), func(st *job.Status) { st.State, st.Attempt = s, d.Attempt }, queue.ByAttempt(d.Attempt)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			state(job.StateRunning)
+			var fresh *queue.Consumer
+			if sweep { // setup and the new config's worker leave the running job to its run
+				b.declare(t, map[string]config.Tenant{"team-a": {}})
+				fresh = b.open(t, b.cfg, map[string]config.Tenant{"team-a": {}}, nil)
+			}
+			// The run ends dead: the status, then the letter, and its worker stops before the term.
+			state(job.StateDead)
+			own := queue.DeadLetterStream(b.cfg, "team-b")
+			data, _ := json.Marshal(queue.DeadLetter{Tenant: "team-b", JobID: j.ID, Reason: "max_deliveries", Attempt: d.Attempt})
+			if _, err := b.js.Publish(ctx, own+"."+j.ID, data, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+				t.Fatal(err)
+			}
+			if !sweep {
+				b.declare(t, map[string]config.Tenant{"team-a": {}})
+			} else {
+				sweepRetired(t, b, fresh, "team-b")
+			}
+			if letters := lettersOf(t, b, j.ID, own, b.cfg.DeadLetterStream); len(letters) != 1 || letters[0] != own+"."+j.ID+"×1" {
+				t.Errorf("the job's dead letters: %v; want its worker's one, in %s", letters, own)
+			}
+			if s, err := b.js.Stream(ctx, queue.JobStream(b.cfg, "team-b")); err == nil && s.CachedInfo().State.Msgs != 0 {
+				t.Errorf("team-b's job stream holds %d messages; want the job's ended", s.CachedInfo().State.Msgs)
+			}
+		})
+	}
+}
+
+// sweepRetired has w sweep what tenant's consumer delivers again until the consumer is gone.
+func sweepRetired(t *testing.T, b bundle, w *queue.Consumer, tenant string) {
+	t.Helper()
+	cons, err := b.js.Consumer(t.Context(), queue.JobStream(b.cfg, tenant), b.cfg.Consumer+"-"+tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.Wait(t, tenant+"'s job to be ended", func() (bool, error) {
+		w.SweepNow()
+		wait, stop := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer stop()
+		if _, err := w.Fetch(wait); !errors.Is(err, context.DeadlineExceeded) {
+			return false, err
+		}
+		_, err := cons.Info(t.Context())
+		return errors.Is(err, jetstream.ErrConsumerNotFound), nil
+	}, harness.Within(30*time.Second))
+}
+
+// lettersOf is the subjects, each with its count, of job id's dead letters in streams.
+func lettersOf(t *testing.T, b bundle, id string, streams ...string) []string {
+	t.Helper()
+	var letters []string
+	for _, name := range streams {
+		s, err := b.js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for subject, n := range info.State.Subjects {
+			if strings.HasSuffix(subject, "."+id) {
+				letters = append(letters, fmt.Sprintf("%s×%d", subject, n))
+			}
+		}
+	}
+	return letters
 }

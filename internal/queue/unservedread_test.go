@@ -3,6 +3,7 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -154,4 +155,71 @@ func TestSetupRidesOutASharedBucketThatDoesNotAnswer(t *testing.T) {
 	if err != nil || !strings.Contains(string(dl), queue.ReasonUnknownTenant) {
 		t.Errorf("team-b's queued job after its retirement: %s, %v; want it dead-lettered %s", dl, err, queue.ReasonUnknownTenant)
 	}
+}
+
+// TestSetupLeavesJobsWhoseLetterItCannotWrite: `worker setup` retires team-b and team-c while
+// team-b's dead-letter stream is there and answers nobody (its leader being elected; here its
+// subjects taken away). Setup writes a retired tenant's letters where its workers do, so it
+// waits for that stream, and past a few seconds it failed, team-c's retirement undone with it.
+// It now leaves team-b's jobs in their stream, says so, retires team-c, and the next setup
+// retires team-b once its stream answers.
+func TestSetupLeavesJobsWhoseLetterItCannotWrite(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	b.declare(t, map[string]config.Tenant{"team-a": {}, "team-b": {}, "team-c": {}})
+	jobs := map[string]job.Job{}
+	for _, tenant := range []string{"team-b", "team-c"} {
+		jobs[tenant] = newJob(t)
+		if _, err := b.client(t, tenant).Publish(ctx, jobs[tenant]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := queue.DeadLetterStream(b.cfg, "team-b")
+	answering := streamConfig(t, b.js, name)
+	away := answering
+	away.Subjects = []string{name + "-away.>"}
+	if _, err := b.js.UpdateStream(ctx, away); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	admin, err := queue.NewAdmin(b.nc, b.cfg, map[string]config.Tenant{"team-a": {}}, slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Declare(ctx); err != nil {
+		t.Errorf("worker setup while team-b's dead-letter stream answers nobody: %v", err)
+	}
+	if !strings.Contains(log.String(), "cannot dead-letter the jobs of a tenant the config does not list") {
+		t.Errorf("setup does not say it left team-b's job:\n%s", log.String())
+	}
+	if dl := b.deadLetterOf(t, "team-c", jobs["team-c"].ID); dl.Reason != queue.ReasonUnknownTenant {
+		t.Errorf("team-c's job: %+v; want it dead-lettered %s", dl, queue.ReasonUnknownTenant)
+	}
+	if s, err := b.js.Stream(ctx, queue.JobStream(b.cfg, "team-b")); err != nil || s.CachedInfo().State.Msgs != 1 {
+		t.Fatalf("team-b's job stream: %v; want it holding the job", err)
+	}
+
+	if _, err := b.js.UpdateStream(ctx, answering); err != nil {
+		t.Fatal(err)
+	}
+	b.declare(t, map[string]config.Tenant{"team-a": {}})
+	if dl := b.deadLetterOf(t, "team-b", jobs["team-b"].ID); dl.Reason != queue.ReasonUnknownTenant {
+		t.Errorf("team-b's job after the next setup: %+v; want it dead-lettered %s", dl, queue.ReasonUnknownTenant)
+	}
+}
+
+// deadLetterOf is the dead letter of tenant's job id; it fails t when there is none.
+func (b bundle) deadLetterOf(t *testing.T, tenant, id string) queue.DeadLetter {
+	t.Helper()
+	data, err := queue.DeadLetterOf(t.Context(), b.nc, b.cfg, queue.Ref{Tenant: tenant, ID: id})
+	if err != nil {
+		t.Fatalf("no dead letter of %s's job %s: %v", tenant, id, err)
+	}
+	var dl queue.DeadLetter
+	if err := json.Unmarshal(data, &dl); err != nil {
+		t.Fatal(err)
+	}
+	return dl
 }
