@@ -259,3 +259,41 @@ func lettersOf(t *testing.T, b bundle, id string, streams ...string) []string {
 	}
 	return letters
 }
+
+// TestSetupDeadLettersNoJobThatEnded: a worker of team-b ended a job, recorded its end in its
+// status (succeeded, capped, cancelled: ends a worker acks, with no dead letter) and stopped
+// before its ack; setup then retires team-b. It took the job as not running and dead-lettered
+// it unknown_tenant: the job ended twice, its run's end and a dead letter. It now removes the
+// message of a job whose status says it ended so, and writes no letter.
+func TestSetupDeadLettersNoJobThatEnded(t *testing.T) {
+	for _, state := range []job.State{job.StateSucceeded, job.StateCapped, job.StateCancelled} {
+		t.Run(string(state), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := t.Context()
+			old := b.open(t, b.cfg, map[string]config.Tenant{"team-b": {}}, nil)
+			j := newJob(t)
+			if _, err := b.client(t, "team-b").Publish(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+			d := fetch(t, old, 10*time.Second)
+			if _, err := old.UpdateStatus(ctx, d.Ref(), func(st *job.Status) { st.State, st.Attempt = state, d.Attempt }, queue.ByAttempt(d.Attempt)); err != nil {
+				t.Fatal(err)
+			}
+			b.declare(t, map[string]config.Tenant{"team-a": {}})
+			if dl, err := queue.DeadLetterOf(ctx, b.nc, b.cfg, d.Ref()); !errors.Is(err, jetstream.ErrMsgNotFound) {
+				t.Errorf("the %s job's dead letter: %s, %v; want none", state, dl, err)
+			}
+			if _, err := b.js.Stream(ctx, queue.JobStream(b.cfg, "team-b")); !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Errorf("team-b's job stream after setup: %v; want it removed, the ended job's message with it", err)
+			}
+			kv, err := b.js.KeyValue(ctx, queue.StatusBucket(b.cfg, "team-b"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e, err := kv.Get(ctx, "team-b."+j.ID); err != nil || !strings.Contains(string(e.Value()), `"state":"`+string(state)+`"`) {
+				t.Errorf("the job's status after setup: %v; want %s", err, state)
+			}
+		})
+	}
+}

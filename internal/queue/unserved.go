@@ -110,7 +110,7 @@ func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error 
 	if err != nil {
 		return err
 	}
-	running := a.runningOf(ctx)
+	stateOf := a.stateOf(ctx)
 	for _, name := range slices.Sorted(maps.Keys(streams)) {
 		tenant := a.tenantOf(name)
 		if tenant != "" && kept[tenant] {
@@ -120,7 +120,7 @@ func (a *Admin) retireUnserved(ctx context.Context, kept map[string]bool) error 
 		if err != nil {
 			return fmt.Errorf("queue: look up stream %s: %w", name, err)
 		}
-		left, err := a.retireIn(ctx, s, kept, running)
+		left, err := a.retireIn(ctx, s, kept, stateOf)
 		if err != nil {
 			return err
 		}
@@ -158,7 +158,7 @@ func (a *Admin) retireStream(ctx context.Context, s jetstream.Stream, tenant str
 
 // retireIn is retireUnserved's for one job stream: it returns how many jobs it left to their run,
 // or to the next setup (a status it cannot read now).
-func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[string]bool, running func(Ref) (bool, error)) (int, error) {
+func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[string]bool, stateOf func(Ref) (job.State, error)) (int, error) {
 	stream := s.CachedInfo().Config.Name
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(a.cfg.Subject+".>"))
 	if err != nil {
@@ -167,30 +167,19 @@ func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[strin
 	dead, left, unlettered := 0, map[string]int{}, map[string]bool{}
 	for subject := range info.State.Subjects {
 		r := refOf(strings.TrimPrefix(subject, a.cfg.Subject+"."))
-		if kept[r.Tenant] {
-			continue
-		}
-		if unlettered[r.Tenant] {
+		switch {
+		case kept[r.Tenant]:
+		case unlettered[r.Tenant]:
 			left[r.Tenant]++ // its letters are not written now: each would wait as long
-			continue
-		}
-		if runs, err := running(r); err != nil || runs {
+		default:
+			n, err := a.retireJob(ctx, s, subject, r, stateOf)
+			dead += n
 			if err != nil {
-				a.log.WarnContext(ctx, "cannot tell whether a job of a tenant the config does not list runs; it is left in its stream, and the next `worker setup` retires it",
-					"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "error", err)
+				// One tenant's letters not written now (its dead-letter stream electing its
+				// leader) fail neither setup nor another tenant's retirement.
+				unlettered[r.Tenant] = !errors.Is(err, errLeft)
+				left[r.Tenant]++
 			}
-			left[r.Tenant]++
-			continue
-		}
-		n, err := a.deadLetterAll(ctx, s, subject, r)
-		dead += n
-		if err != nil {
-			// One tenant's letters not written now (its dead-letter stream electing its
-			// leader) fail neither setup nor another tenant's retirement.
-			a.log.WarnContext(ctx, "cannot dead-letter the jobs of a tenant the config does not list; they are left in its stream, and the next `worker setup` retires them",
-				"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "error", err)
-			unlettered[r.Tenant] = true
-			left[r.Tenant]++
 		}
 	}
 	if len(left) > 0 {
@@ -212,6 +201,39 @@ func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[strin
 	return total, nil
 }
 
+// errLeft: retireJob leaves the job to its run, or to the next setup.
+var errLeft = errors.New("the job is left in its stream")
+
+// retireJob ends job r (its messages on subject) of a tenant the config does not list and
+// returns how many messages it dead-lettered. It leaves a job whose status says it runs, or
+// that it cannot read now (errLeft); it removes, with no dead letter, the message of a job that
+// ended as its worker acks it (endedAcked). Another error: it cannot dead-letter the job now.
+func (a *Admin) retireJob(ctx context.Context, s jetstream.Stream, subject string, r Ref, stateOf func(Ref) (job.State, error)) (int, error) {
+	stream := s.CachedInfo().Config.Name
+	state, err := stateOf(r)
+	switch {
+	case err != nil:
+		a.log.WarnContext(ctx, "cannot tell whether a job of a tenant the config does not list runs; it is left in its stream, and the next `worker setup` retires it",
+			"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "error", err)
+		return 0, errLeft
+	case state == job.StateRunning:
+		return 0, errLeft
+	case endedAcked(state):
+		if _, err := a.deadLetterAll(ctx, s, subject, r, false); err != nil {
+			return 0, errLeft // the next setup removes it
+		}
+		a.log.InfoContext(ctx, "removed the message of a job of a tenant the config does not list that ended, its worker stopped before its ack; no dead letter",
+			"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "state", string(state))
+		return 0, nil
+	}
+	n, err := a.deadLetterAll(ctx, s, subject, r, true)
+	if err != nil {
+		a.log.WarnContext(ctx, "cannot dead-letter the jobs of a tenant the config does not list; they are left in its stream, and the next `worker setup` retires them",
+			"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "error", err)
+	}
+	return n, err
+}
+
 // removeConsumers removes the tenants' consumers but those keep says to keep, and returns the
 // names of those it removed.
 func (a *Admin) removeConsumers(ctx context.Context, s jetstream.Stream, keep func(tenant string) bool) ([]string, error) {
@@ -229,38 +251,46 @@ func (a *Admin) removeConsumers(ctx context.Context, s jetstream.Stream, keep fu
 	return gone, nil
 }
 
-// runningOf returns whether a job's status says a worker runs it: its tenant's status bucket,
+// stateOf returns the state a job's status says ("" with none): its tenant's status bucket,
 // else the shared one an older worker may have written (statusbuckets.go). Without either (a
-// stream set up by hand) no job does. A status it cannot read is an error, not a job that does
-// not run: the shared bucket's stream answering nobody (its leader being elected) is none only
-// when the server says the stream is gone (sharedBucket.lookup), and a job taken as not running
-// is dead-lettered and removed while its worker runs it. The shared bucket is asked only for a
-// job whose status its tenant's bucket does not hold: looked up before any job needed it, its
-// one failed look-up failed the whole setup, and every worker's start.
-func (a *Admin) runningOf(ctx context.Context) func(Ref) (bool, error) {
+// stream set up by hand) a job has none. A status it cannot read is an error, not a job that
+// does not run: the shared bucket's stream answering nobody (its leader being elected) is none
+// only when the server says the stream is gone (sharedBucket.lookup), and a job taken as not
+// running is dead-lettered and removed while its worker runs it. The shared bucket is asked
+// only for a job whose status its tenant's bucket does not hold: looked up before any job
+// needed it, its one failed look-up failed the whole setup, and every worker's start.
+func (a *Admin) stateOf(ctx context.Context) func(Ref) (job.State, error) {
 	b := newTenantBuckets(a.js, a.cfg.StatusBucket, "status")
 	b.shared.asWorker = true
-	return func(r Ref) (bool, error) {
+	return func(r Ref) (job.State, error) {
 		var kv getter = b.shared
 		rd, err := b.reader(ctx, r.Tenant)
 		switch {
 		case err == nil:
 			kv = rd
 		case !errors.Is(err, ErrNotReady):
-			return false, err
+			return "", err
 		}
 		st, err := getStatus(ctx, kv, r)
 		if errors.Is(err, ErrUnknownJob) {
-			return false, nil
+			return "", nil
 		}
-		return err == nil && st.State == job.StateRunning, err
+		return st.State, err
 	}
 }
 
-// deadLetterAll dead-letters every message on one job subject as unknown_tenant and removes it.
-// A job that has a letter already (its worker wrote it and stopped before the term) keeps that
-// one alone.
-func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject string, r Ref) (int, error) {
+// endedAcked reports whether a job whose status says state ended as its worker acks it, with no
+// dead letter: its worker stopped before the ack. Dead-lettered by setup, the job ended twice,
+// its run's end and unknown_tenant. A job that ended failed, rejected or dead has its worker's
+// letter, or none when the worker stopped before it: setup writes one then, and never a second.
+func endedAcked(state job.State) bool {
+	return state == job.StateSucceeded || state == job.StateCapped || state == job.StateCancelled
+}
+
+// deadLetterAll dead-letters every message on one job subject as unknown_tenant, when letter
+// says to, and removes it. A job that has a letter already (its worker wrote it and stopped
+// before the term) keeps that one alone.
+func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject string, r Ref, letter bool) (int, error) {
 	n := 0
 	for seq := uint64(1); ; n++ {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
@@ -270,20 +300,30 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject s
 		if err != nil {
 			return n, fmt.Errorf("queue: read job %s: %w", subject, err)
 		}
-		dl, err := json.Marshal(DeadLetter{Tenant: r.Tenant, JobID: r.ID, Reason: ReasonUnknownTenant, At: time.Now().UTC(), Original: m.Data,
-			Error: fmt.Sprintf("%v %q: the workers serve %s; add it to tenants: in the worker config, run `worker setup`, and submit the job again",
-				ErrNotServed, r.Tenant, strings.Join(slices.Sorted(maps.Keys(a.tenants)), ", "))})
-		if err != nil {
-			return n, fmt.Errorf("queue: encode dead letter: %w", err)
-		}
-		// Where a worker writes it: a letter its worker wrote before it stopped is the job's.
-		_, err = letterWriter{js: a.js, cfg: a.cfg, log: a.log}.publishLetter(ctx, r, dl, false)
-		if err != nil && !isWrongLastSequence(err) && !errors.Is(err, errLettered) {
-			return n, fmt.Errorf("queue: dead-letter job %s: %w", subject, err)
+		if letter {
+			if err := a.letterUnserved(ctx, r, m.Data); err != nil {
+				return n, fmt.Errorf("queue: dead-letter job %s: %w", subject, err)
+			}
 		}
 		if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return n, fmt.Errorf("queue: remove job %s once dead-lettered: %w", subject, err)
+			return n, fmt.Errorf("queue: remove job %s of a tenant the config does not list: %w", subject, err)
 		}
 		seq = m.Sequence + 1
 	}
+}
+
+// letterUnserved writes the unknown_tenant dead letter of job r, whose message is original,
+// where a worker writes the job's (letterWriter): a letter there already is the job's one.
+func (a *Admin) letterUnserved(ctx context.Context, r Ref, original []byte) error {
+	dl, err := json.Marshal(DeadLetter{Tenant: r.Tenant, JobID: r.ID, Reason: ReasonUnknownTenant, At: time.Now().UTC(), Original: original,
+		Error: fmt.Sprintf("%v %q: the workers serve %s; add it to tenants: in the worker config, run `worker setup`, and submit the job again",
+			ErrNotServed, r.Tenant, strings.Join(slices.Sorted(maps.Keys(a.tenants)), ", "))})
+	if err != nil {
+		return fmt.Errorf("queue: encode dead letter: %w", err)
+	}
+	_, err = letterWriter{js: a.js, cfg: a.cfg, log: a.log}.publishLetter(ctx, r, dl, false)
+	if err != nil && !isWrongLastSequence(err) && !errors.Is(err, errLettered) {
+		return err
+	}
+	return nil
 }
