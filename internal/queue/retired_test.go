@@ -173,6 +173,7 @@ func TestRetiredTenantsJobEndsWhenItsWorkerDies(t *testing.T) {
 // writer now offers a job's letter to its tenant's stream first, where the server refuses a
 // second one.
 func TestRetiredTenantsJobKeepsItsOneDeadLetter(t *testing.T) {
+	t.Parallel()
 	for _, sweep := range []bool{false, true} {
 		name := map[bool]string{false: "setup retiring the tenant", true: "the sweep of a worker of the new config"}[sweep]
 		t.Run(name, func(t *testing.T) {
@@ -266,6 +267,7 @@ func lettersOf(t *testing.T, b bundle, id string, streams ...string) []string {
 // it unknown_tenant: the job ended twice, its run's end and a dead letter. It now removes the
 // message of a job whose status says it ended so, and writes no letter.
 func TestSetupDeadLettersNoJobThatEnded(t *testing.T) {
+	t.Parallel()
 	for _, state := range []job.State{job.StateSucceeded, job.StateCapped, job.StateCancelled} {
 		t.Run(string(state), func(t *testing.T) {
 			t.Parallel()
