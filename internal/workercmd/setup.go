@@ -89,7 +89,7 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 			return err
 		}
 	}
-	_, err = fmt.Fprintf(stdout, "declared a job stream, a status bucket, an approvals bucket, a cancel bucket, a dead-letter stream and a usage bucket per tenant, the shared stream %s (retired tenants; jobs an older Boxcar queued, until settled) and the shared dead-letter stream %s (tenants no worker serves; letters an older Boxcar wrote) on %s\n",
+	_, err = fmt.Fprintf(stdout, "declared a job stream, a status bucket, an approvals bucket, a cancel bucket, a dead-letter stream and a usage bucket per tenant, the shared stream %s (retired tenants; jobs an older Boxcar queued, until settled) and the shared dead-letter stream %s (tenants without a dead-letter stream of their own; letters an older Boxcar wrote) on %s\n",
 		cfg.NATS.Stream, cfg.NATS.DeadLetterStream, queue.RedactURL(cfg.NATS.URL))
 	return err
 }
