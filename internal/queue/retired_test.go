@@ -299,3 +299,38 @@ func TestSetupDeadLettersNoJobThatEnded(t *testing.T) {
 		})
 	}
 }
+
+// TestSetupLeavesAJobAWorkerHolds: a worker of team-b fetched a job and has not written its
+// running status yet (its claim reads the store first), and setup retires team-b. Setup took
+// the job as not running, dead-lettered it unknown_tenant and removed it, while the worker went
+// on to run it: the job ended twice, its run's end and a dead letter. A job team-b's consumer
+// has delivered and whose status says no end is now left, as a running one is: to its run, or,
+// its worker gone, to the sweep of a worker of the new config, which ends it once.
+func TestSetupLeavesAJobAWorkerHolds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(time.Minute) })
+	ctx := t.Context()
+	old := b.open(t, b.cfg, map[string]config.Tenant{"team-b": {}}, nil)
+	held, queued := newJob(t), newJob(t)
+	c := b.client(t, "team-b")
+	if _, err := c.Publish(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	d := fetch(t, old, 10*time.Second)
+	if _, err := c.Publish(ctx, queued); err != nil {
+		t.Fatal(err)
+	}
+	b.declare(t, map[string]config.Tenant{"team-a": {}})
+	if dl, err := queue.DeadLetterOf(ctx, b.nc, b.cfg, d.Ref()); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("the held job's dead letter: %s, %v; want none, the job left to its worker", dl, err)
+	}
+	if dl := b.deadLetterOf(t, "team-b", queued.ID); dl.Reason != queue.ReasonUnknownTenant {
+		t.Errorf("the job no worker was delivered: %+v; want it dead-lettered %s", dl, queue.ReasonUnknownTenant)
+	}
+	if _, consumer := b.serves(t, "team-b"); !consumer {
+		t.Error("setup removed team-b's consumer, through which the worker acks the held job; want it left")
+	}
+	if err := d.Ack(ctx); err != nil {
+		t.Errorf("the worker's ack of the held job: %v", err)
+	}
+}

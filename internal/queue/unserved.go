@@ -165,6 +165,7 @@ func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[strin
 		return 0, fmt.Errorf("queue: list the subjects of stream %s: %w", stream, err)
 	}
 	dead, left, unlettered := 0, map[string]int{}, map[string]bool{}
+	held := a.heldUpTo(ctx, s)
 	for subject := range info.State.Subjects {
 		r := refOf(strings.TrimPrefix(subject, a.cfg.Subject+"."))
 		switch {
@@ -172,7 +173,7 @@ func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[strin
 		case unlettered[r.Tenant]:
 			left[r.Tenant]++ // its letters are not written now: each would wait as long
 		default:
-			n, err := a.retireJob(ctx, s, subject, r, stateOf)
+			n, err := a.retireJob(ctx, s, subject, r, stateOf, held)
 			dead += n
 			if err != nil {
 				// One tenant's letters not written now (its dead-letter stream electing its
@@ -201,16 +202,43 @@ func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[strin
 	return total, nil
 }
 
+// heldUpTo returns the last stream sequence the consumer of a job's tenant on s delivered: a
+// message at or below it that is still in the stream may be held by a worker. No consumer: 0.
+func (a *Admin) heldUpTo(ctx context.Context, s jetstream.Stream) func(Ref) (uint64, error) {
+	seen := map[string]uint64{}
+	return func(r Ref) (uint64, error) {
+		if seq, ok := seen[r.Tenant]; ok {
+			return seq, nil
+		}
+		c, err := s.Consumer(ctx, consumerName(a.cfg, r.Tenant))
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			seen[r.Tenant] = 0
+		case err != nil:
+			return 0, fmt.Errorf("queue: look up consumer %s: %w", consumerName(a.cfg, r.Tenant), err)
+		default:
+			seen[r.Tenant] = c.CachedInfo().Delivered.Stream
+		}
+		return seen[r.Tenant], nil
+	}
+}
+
 // errLeft: retireJob leaves the job to its run, or to the next setup.
 var errLeft = errors.New("the job is left in its stream")
 
 // retireJob ends job r (its messages on subject) of a tenant the config does not list and
 // returns how many messages it dead-lettered. It leaves a job whose status says it runs, or
-// that it cannot read now (errLeft); it removes, with no dead letter, the message of a job that
-// ended as its worker acks it (endedAcked). Another error: it cannot dead-letter the job now.
-func (a *Admin) retireJob(ctx context.Context, s jetstream.Stream, subject string, r Ref, stateOf func(Ref) (job.State, error)) (int, error) {
+// that it cannot read now, and one whose status says no end while its tenant's consumer has
+// delivered it (held: a worker may hold it, its claim not yet past the running status) (all
+// errLeft); it removes, with no dead letter, the message of a job that ended as its worker acks
+// it (endedAcked). Another error: it cannot dead-letter the job now.
+func (a *Admin) retireJob(ctx context.Context, s jetstream.Stream, subject string, r Ref, stateOf func(Ref) (job.State, error), held func(Ref) (uint64, error)) (int, error) {
 	stream := s.CachedInfo().Config.Name
 	state, err := stateOf(r)
+	var upTo uint64
+	if err == nil && !state.Terminal() {
+		upTo, err = held(r)
+	}
 	switch {
 	case err != nil:
 		a.log.WarnContext(ctx, "cannot tell whether a job of a tenant the config does not list runs; it is left in its stream, and the next `worker setup` retires it",
@@ -219,15 +247,15 @@ func (a *Admin) retireJob(ctx context.Context, s jetstream.Stream, subject strin
 	case state == job.StateRunning:
 		return 0, errLeft
 	case endedAcked(state):
-		if _, err := a.deadLetterAll(ctx, s, subject, r, false); err != nil {
+		if _, err := a.deadLetterAll(ctx, s, subject, r, false, 0); err != nil {
 			return 0, errLeft // the next setup removes it
 		}
 		a.log.InfoContext(ctx, "removed the message of a job of a tenant the config does not list that ended, its worker stopped before its ack; no dead letter",
 			"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "state", string(state))
 		return 0, nil
 	}
-	n, err := a.deadLetterAll(ctx, s, subject, r, true)
-	if err != nil {
+	n, err := a.deadLetterAll(ctx, s, subject, r, true, upTo)
+	if err != nil && !errors.Is(err, errLeft) {
 		a.log.WarnContext(ctx, "cannot dead-letter the jobs of a tenant the config does not list; they are left in its stream, and the next `worker setup` retires them",
 			"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "error", err)
 	}
@@ -288,17 +316,25 @@ func endedAcked(state job.State) bool {
 }
 
 // deadLetterAll dead-letters every message on one job subject as unknown_tenant, when letter
-// says to, and removes it. A job that has a letter already (its worker wrote it and stopped
-// before the term) keeps that one alone.
-func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject string, r Ref, letter bool) (int, error) {
-	n := 0
-	for seq := uint64(1); ; n++ {
+// says to, and removes it; a message at a sequence up to held (its consumer delivered it) it
+// leaves, and says so (errLeft). A job that has a letter already (its worker wrote it and
+// stopped before the term) keeps that one alone.
+func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject string, r Ref, letter bool, held uint64) (int, error) {
+	n, leftOne := 0, false
+	for seq := uint64(1); ; {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound) && leftOne:
+			return n, errLeft
+		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return n, nil
-		}
-		if err != nil {
+		case err != nil:
 			return n, fmt.Errorf("queue: read job %s: %w", subject, err)
+		}
+		seq = m.Sequence + 1
+		if m.Sequence <= held {
+			leftOne = true
+			continue
 		}
 		if letter {
 			if err := a.letterUnserved(ctx, r, m.Data); err != nil {
@@ -308,7 +344,7 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject s
 		if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			return n, fmt.Errorf("queue: remove job %s of a tenant the config does not list: %w", subject, err)
 		}
-		seq = m.Sequence + 1
+		n++
 	}
 }
 
