@@ -100,7 +100,8 @@ func (a *Admin) tenantsKept(ctx context.Context) (map[string]bool, error) {
 // as unknown_tenant, with its message, and removed; the consumers of those tenants are
 // removed, and so is the stream of such a tenant. Nothing is lost and nothing waits forever
 // for a worker that will never come; the log says how many. A job a worker runs (its status
-// says running) is left to its run, which ends it once, and so is its tenant's consumer,
+// says running, or the tenant's consumer delivered it and its status records no end: retireJob)
+// is left to its run, which ends it once, and so is its tenant's consumer,
 // through which the worker acks it (or, should the worker die, delivers it again to a worker
 // that still serves the tenant): dead-lettered under it, the job ended twice, committed by its
 // run and dead-lettered here. The tenant's stream then takes no new job (retiredSubject). The
