@@ -22,11 +22,12 @@ func (r *Runner) bindTenant(a *attempt) {
 	if !job.ValidTenant(a.tenant) {
 		return
 	}
-	base := r.cfg.Store
 	if own, ok := r.cfg.TenantStores[a.tenant]; ok {
-		base = own
+		// A bucket that serves the tenant alone: its refusals are the tenant's.
+		a.store = store.ForTenantBucket(own, a.tenant)
+		return
 	}
-	a.store = store.ForTenant(base, a.tenant)
+	a.store = store.ForTenant(r.cfg.Store, a.tenant)
 }
 
 // checkInputTenant refuses inputs whose URI is not the object the worker reads for them in

@@ -31,11 +31,14 @@ type Digest struct {
 // store was down, a source error, a refused key) returns the put's error: nothing of it is
 // stored, nor can be.
 //
-// A put the store refused for want of permission (refusedWrite: S3's AccessDenied, the file
-// store's EACCES) took nothing: the error wraps ErrWriteRefused, never ErrMaybeStored, and
-// putting again changes nothing until the operator does. The read back still runs, for an
-// earlier try of the same bytes (the client's retry after a lost answer) that took before the
-// permission was revoked; only one of those still on its way when the refusal came is missed.
+// A put the server answered with a refusal took nothing, and putting again changes nothing
+// until the operator does: one of the tenant's folder (refusedWrite: S3's AccessDenied, the
+// file store's EACCES) wraps ErrWriteRefused, one of the store or the worker (a row of
+// s3Answers: the bucket gone, a wrong key, an expired token) ErrWorkerRefused, and a put the
+// client could not sign (no credentials) ErrCredentials; never ErrMaybeStored. The read back
+// still runs, for an earlier try of the same bytes (the client's retry after a lost answer)
+// that took before the refusal; only one of those still on its way when the refusal came is
+// missed.
 //
 // It returns the digest of the body it read, which is the stored object's when err is nil.
 func PutOnce(ctx context.Context, st Store, key string, r io.Reader, size int64) (Digest, error) {
@@ -56,7 +59,7 @@ func PutOnce(ctx context.Context, st Store, key string, r io.Reader, size int64)
 		return got, err
 	case rerr == nil:
 		return got, fmt.Errorf("%v; %w: another object is stored under %s", err, ErrExists, key)
-	case errors.Is(err, ErrWriteRefused):
+	case tookNothing(err):
 		return got, err
 	}
 	// The read's own cause alone: the client's full error repeats the key and the endpoint,

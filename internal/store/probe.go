@@ -64,8 +64,10 @@ func (s *S3) Probe(ctx context.Context) error {
 	case errors.Is(err, ErrUnsafeServer):
 		err = fmt.Errorf("store: %s: %w; committed runs could be overwritten by a stale attempt. Use a server that honours conditional writes (as AWS S3, versitygw and SeaweedFS do), or set store.allow_unsafe_overwrite: true to run anyway", s.URL(""), err)
 	default:
-		// Not reached, not refused: no proof either way, and nothing to keep.
-		return fmt.Errorf("store: prove create-only puts on %s: %w", s.URL(ProbeKey), err)
+		// Not reached, not refused: no proof either way, and nothing to keep. A policy that
+		// refuses the probe's object refuses the store, not a tenant's folder.
+		return fmt.Errorf("store: prove create-only puts on %s: %w", s.URL(ProbeKey),
+			storeRefusal(err, fmt.Sprintf("arn:aws:s3:::%s/%s%s (s3:PutObject)", s.bucket, s.prefix, ProbeKey)))
 	}
 	s.probe.at, s.probe.err = time.Now(), err
 	return err

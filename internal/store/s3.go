@@ -525,7 +525,9 @@ func (s *S3) remedy(folder string) string {
 }
 
 // translate maps S3's answers to the package's sentinels, keeping the vendor error for
-// everything else but a credential_process failure, whose message could hold credentials.
+// everything else but a credential_process failure, whose message could hold credentials; an
+// answer that refuses the store or the worker (s3Answers) says what to change, and wraps
+// ErrWorkerRefused.
 func translate(err error) error {
 	if err == nil {
 		return nil
@@ -549,7 +551,7 @@ func translate(err error) error {
 	if errors.As(err, &resp) && resp.HTTPStatusCode() == http.StatusPreconditionFailed {
 		return ErrExists
 	}
-	return err
+	return refusalOf(err)
 }
 
 // Partials lists the multipart uploads under prefix that were neither completed nor aborted,

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -21,10 +22,29 @@ func ForTenant(st Store, tenant string) Store {
 	return &tenantStore{st: st, prefix: TenantPrefix(tenant)}
 }
 
+// ForTenantBucket is ForTenant on a store of the tenant's own (tenants.T.bucket), which serves
+// no other tenant: an answer that refuses the store as a whole (its bucket gone or disabled,
+// its probe object refused: ErrWorkerRefused on the shared store) refuses this tenant's writes
+// alone, and its errors wrap ErrWriteRefused instead.
+func ForTenantBucket(st Store, tenant string) Store {
+	return &tenantStore{st: st, prefix: TenantPrefix(tenant), ownBucket: true}
+}
+
 // tenantStore is ForTenant's store.
 type tenantStore struct {
-	st     Store
-	prefix string
+	st        Store
+	prefix    string
+	ownBucket bool // ForTenantBucket's
+}
+
+// refused is err, or for a store of the tenant's own whose whole store refused the worker,
+// the tenant's refusal (ErrWriteRefused).
+func (t *tenantStore) refused(err error) error {
+	var ref *refusal
+	if !t.ownBucket || !errors.As(err, &ref) || ref.by != byStore {
+		return err
+	}
+	return fmt.Errorf("store: %w under %s: %v; it is the tenant's own bucket (tenants.<name>.bucket), so no job of the tenant can be committed until it takes the worker's writes", ErrWriteRefused, t.URL(""), err)
 }
 
 var _ Store = (*tenantStore)(nil)
@@ -41,7 +61,7 @@ func (t *tenantStore) Put(ctx context.Context, key string, r io.Reader, size int
 	if err != nil {
 		return err
 	}
-	return t.st.Put(ctx, k, r, size)
+	return t.refused(t.st.Put(ctx, k, r, size))
 }
 
 func (t *tenantStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
@@ -49,7 +69,7 @@ func (t *tenantStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, 
 	if err != nil {
 		return err
 	}
-	return t.st.PutIfAbsent(ctx, k, r, size)
+	return t.refused(t.st.PutIfAbsent(ctx, k, r, size))
 }
 
 func (t *tenantStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
@@ -57,7 +77,8 @@ func (t *tenantStore) Get(ctx context.Context, key string) (io.ReadCloser, error
 	if err != nil {
 		return nil, err
 	}
-	return t.st.Get(ctx, k)
+	rc, err := t.st.Get(ctx, k)
+	return rc, t.refused(err)
 }
 
 func (t *tenantStore) Stat(ctx context.Context, key string) (ObjectInfo, error) {
@@ -67,7 +88,7 @@ func (t *tenantStore) Stat(ctx context.Context, key string) (ObjectInfo, error) 
 	}
 	info, err := t.st.Stat(ctx, k)
 	info.Key = strings.TrimPrefix(info.Key, t.prefix)
-	return info, err
+	return info, t.refused(err)
 }
 
 func (t *tenantStore) Delete(ctx context.Context, key string) error {
@@ -117,9 +138,9 @@ func (t *tenantStore) Close() error { return nil }
 // the model's tokens were spent. Both proofs are held for a while (Options.ProbeInterval).
 func (t *tenantStore) Probe(ctx context.Context) error {
 	if err := Probe(ctx, t.st); err != nil {
-		return err
+		return t.refused(err)
 	}
-	return proveWrites(ctx, t.st, t.prefix)
+	return t.refused(proveWrites(ctx, t.st, t.prefix))
 }
 
 // Partials lists the unfinished writes under the tenant's prefix, keys relative to it.

@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/aws/smithy-go"
 )
 
 // WriteProbeKey is the object a worker writes, create-only, in a tenant's folder before it runs
@@ -65,25 +62,20 @@ func proveWrites(ctx context.Context, st Store, folder string) error {
 	})
 }
 
-// refusalCodes are the S3 errors that refuse a write for want of permission: an IAM or bucket
-// policy's AccessDenied (also a KMS key's), and a bucket whose access its owner disabled. Each
-// is an answer to the request, so the object was not stored by it. Other 4xx answers that take
-// nothing say more of the worker's credentials or clock than of the tenant's folder
-// (InvalidAccessKeyId, SignatureDoesNotMatch, ExpiredToken, RequestTimeTooSkewed) and may pass;
-// a 5xx or a reset may have been taken.
-var refusalCodes = []string{"AccessDenied", "AllAccessDisabled"}
-
-// refusedWrite tells a refusal for want of permission from other faults of a write. An
-// AccessDenied on the way to the worker's credentials (STS refusing its role: ErrCredentials)
-// is not the store's answer about the folder: it refuses every tenant's writes while it lasts,
-// and is waited for as an outage of the store is.
+// refusedWrite tells a refusal of the tenant's folder for want of permission (a row of
+// s3Answers of byFolder: AccessDenied; the file store's EACCES, EPERM or EROFS) from other
+// faults of a write. A refusal of the store as a whole or of the worker (refusal: the bucket
+// gone, the store's own probe object refused, a wrong key) is not the folder's, and neither is
+// an AccessDenied on the way to the worker's credentials (STS refusing its role:
+// ErrCredentials): each refuses every tenant's writes while it lasts, and is waited for as an
+// outage of the store is.
 func refusedWrite(err error) bool {
-	if errors.Is(err, ErrCredentials) {
+	var ref *refusal
+	if errors.Is(err, ErrCredentials) || errors.As(err, &ref) {
 		return false
 	}
-	var api smithy.APIError
-	if errors.As(err, &api) {
-		return slices.Contains(refusalCodes, api.ErrorCode())
+	if a, ok := answerTo(err); ok {
+		return a.by == byFolder
 	}
 	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)
 }

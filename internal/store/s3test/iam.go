@@ -38,6 +38,22 @@ func (s *Server) CreateUser(t testing.TB, access string) (secret string) {
 	return secret
 }
 
+// ChangeSecret gives the account access a new secret key and returns it: a worker still
+// signing with the old one is answered SignatureDoesNotMatch.
+func (s *Server) ChangeSecret(t testing.TB, access string) (secret string) {
+	t.Helper()
+	secret = randomHex(20)
+	s.admin(t, "update-user", "--access", access, "--secret", secret)
+	return secret
+}
+
+// DeleteUser removes the account access: a worker still signing as it is answered that no
+// such access key exists.
+func (s *Server) DeleteUser(t testing.TB, access string) {
+	t.Helper()
+	s.admin(t, "delete-user", "--access", access)
+}
+
 // CreateOwnedBucket makes a bucket owned by the account with the access key owner.
 func (s *Server) CreateOwnedBucket(t testing.TB, owner, bucket string) {
 	t.Helper()
