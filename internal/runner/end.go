@@ -9,6 +9,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/store"
 )
 
 // A job ends exactly once: with one committed manifest, and for a failed, rejected or dead
@@ -22,11 +23,13 @@ import (
 // and a valid one (see process), so each delivery ends it the
 // same way, and the dead letter is written once (queue.Delivery.Term). So does a job whose
 // claim, or whose commit, found the store refusing the worker's writes under its tenant's
-// folder (store.ErrWriteRefused): no manifest can be written there, and no run of a worker with
-// the same credentials can commit one while the refusal stands. A stale attempt of the job (a
-// worker that stalled past AckWait) whose commit comes after the refusal was lifted, or whose
-// worker has other credentials, can still commit its run beside the dead letter: the status,
-// final, keeps the failure.
+// folder (store.ErrWriteRefused), as store_write_refused, and one whose end's own manifest the
+// store refuses (commitEnd), as that end was decided: no manifest can be written there, and no
+// delivery of a worker with the same credentials can commit one while the refusal stands. The
+// final status names the attempt that ended the job (ended.unkept), so a stale attempt of the
+// job (a worker that stalled past AckWait) whose commit comes after the refusal was lifted, or
+// whose worker has other credentials, finds a later attempt (checkAttempt) and discards its
+// run; only one that reads the status before that end is written can still commit beside it.
 
 // exhausted is the claim of a job whose last delivery ended without settling: its worker
 // died, or stalled past AckWait and may still commit. This delivery never runs the job; the
@@ -109,6 +112,13 @@ func (r *Runner) commitEnd(ctx context.Context, a *attempt, e ended) ended {
 		e.run.transcript = memOutput(transcriptName, append(line, '\n'))
 	}
 	_, err := r.commitWhenSafe(ctx, a, e.run, nil, e.collected, e.outcome)
+	if errors.Is(err, store.ErrWriteRefused) {
+		// Not undecided: no delivery of a worker with these credentials could write it, and
+		// each would try again, for ever. The end stands without its manifest.
+		a.log.WarnContext(ctx, "the store refuses the manifest of the job's end; the job ends without one", "state", string(dec.state), "error", err)
+		e.unkept = true
+		return e
+	}
 	if err != nil && !errors.Is(err, errLeaseLost) {
 		// Not decided: ending the job now could race a stale attempt that commits later.
 		e.outcome = classify(stageEnd, fmt.Errorf("record the job as %s: %w", dec.state, err), nil)

@@ -91,6 +91,9 @@ type ended struct {
 	// collected is what collect could not take as the job left it, for the manifest.
 	collected provenance.Collected
 	began     bool // the status names this attempt as running: it did work
+	// unkept: the job ends here without a manifest, which the store refused (see end.go); the
+	// status names this attempt, whose end it is, so a stale attempt's commit loses to it.
+	unkept bool
 	// reportKey is the committed report's key; empty when the run committed none.
 	reportKey string
 }
@@ -126,8 +129,12 @@ func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 	e := r.process(ctx, a, &sp)
 	// A job that ends here with no run committed must still win the arbiter, unless the store
 	// refuses every write of it; see end.go.
-	if decide(e.outcome, d.LastAttempt()).state.Terminal() && !e.committed && job.ValidID(d.JobID) && a.store != nil && !errors.Is(e.err, store.ErrWriteRefused) {
-		e = r.end(ctx, a, e)
+	if decide(e.outcome, d.LastAttempt()).state.Terminal() && !e.committed && job.ValidID(d.JobID) && a.store != nil {
+		if errors.Is(e.err, store.ErrWriteRefused) {
+			e.unkept = true
+		} else {
+			e = r.end(ctx, a, e)
+		}
 	}
 	a.cancelled = errors.Is(context.Cause(ctx), errCancelled)
 	return func() {

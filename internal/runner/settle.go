@@ -96,8 +96,9 @@ func (r *Runner) recordState(w settler, id string, e ended, dec decision) error 
 	change := func(s *job.Status) {
 		s.State, s.UpdatedAt, s.Error, s.Cap = dec.state, now, "", cmp.Or(e.cap, e.run.result.Cap)
 		// A delivery that did no work (it could not even tell whether the run is committed)
-		// leaves the attempt and worker to the one that did.
-		if e.began || s.Attempt == 0 {
+		// leaves the attempt and worker to the one that did; one whose end is kept in no
+		// manifest names itself, for a stale attempt's commit to find (checkAttempt).
+		if e.began || s.Attempt == 0 || e.unkept {
 			s.Attempt, s.Worker = a.d.Attempt, r.cfg.Worker.WorkerID
 		}
 		if e.err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
@@ -165,4 +167,125 @@ func userS3Store(t *testing.T, srv *s3test.Server, bucket, access, secret string
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// TestRefusedEndEndsTheJobOnce: a job that ends before its agent runs (a profile the worker
+// does not define, an input gone from the store) in a tenant whose folder, or whose run's
+// folder, the store refuses the worker's writes to, ends at that delivery as it was decided,
+// with its one dead letter and no manifest, which could not be written. Before, the refused
+// manifest left the end undecided: every delivery, the exhausted one too, tried it again, and
+// the job never ended.
+func TestRefusedEndEndsTheJobOnce(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		state  job.State
+		reason string
+		// job makes the job and returns the folder refused, under the tenant's.
+		job func(b *bundle) (job.Job, string)
+	}{
+		{name: "unknown profile, the tenant's folder refused", state: job.StateRejected, reason: "unknown_profile", job: func(b *bundle) (job.Job, string) {
+			return b.newJob("nope", "t"), ""
+		}},
+		{name: "input gone, the run's folder refused", state: job.StateFailed, reason: "input_missing", job: func(b *bundle) (job.Job, string) {
+			j := b.newJob("p", "t")
+			if err := b.store.Delete(context.Background(), store.InputKey(j.Inputs[0].SHA256)); err != nil {
+				b.t.Fatal(err)
+			}
+			return j, store.RunPrefix(j.ID)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := s3test.StartIAM(t)
+			secret := srv.CreateUser(t, "worker")
+			bucket := "boxcar-scoped"
+			srv.CreateOwnedBucket(t, "worker", bucket)
+			b := setup(t)
+			b.store = store.ForTenant(newS3Store(t, srv, bucket, srv.Endpoint), job.DefaultTenant) // the submitter's, as root
+			j, folder := tt.job(b)
+			srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant)+folder)
+			b.shared = userS3Store(t, srv, bucket, "worker", secret)
+			b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+				t.Errorf("the agent ran a job that ends before it")
+				return writeReport(ctx, req)
+			}))
+			b.publish(j)
+			st := b.waitFinal(j.ID, time.Minute)
+			letters := b.settledLetters()
+			t.Logf("final status: state %s attempt %d error %q", st.State, st.Attempt, st.Error)
+			if st.State != tt.state || len(letters) != 1 || letters[0].Reason != tt.reason || letters[0].Attempt != 1 {
+				t.Errorf("job ended %s with dead letters %+v; want %s and one letter, %s, at attempt 1", st.State, letters, tt.state, tt.reason)
+			}
+			if _, err := b.store.Stat(context.Background(), store.ManifestKey(j.ID)); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("manifest: %v, want none", err)
+			}
+		})
+	}
+}
+
+// TestOwnBucketGoneFailsTheTenantsJob: a tenant whose own bucket (tenants.T.bucket) does not
+// exist (deleted, misnamed) has its job fail at its first delivery, store_write_refused, before
+// its agent runs: no run of it can be kept, and the bucket serves no other tenant. Before, the
+// claim waited for the bucket as for an outage until the run had to start, and the job was
+// tried again at each delivery until it died.
+func TestOwnBucketGoneFailsTheTenantsJob(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	b := setup(t)
+	p := b.cfg.Profiles["p"]
+	p.Limits.JobTimeout = config.Duration(10 * time.Second) // a claim that waits gives up after 10 s
+	b.cfg.Profiles = map[string]config.Profile{"p": p}
+	gone := newS3Store(t, srv, "boxcar-no-such-bucket", srv.Endpoint)
+	var runs atomic.Int64
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		runs.Add(1)
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) { c.TenantStores = map[string]store.Store{job.DefaultTenant: gone} })
+	j := b.submit("p")
+	st := b.waitFinal(j.ID, 2*time.Minute)
+	letters := b.settledLetters()
+	t.Logf("final status: state %s attempt %d error %q; the agent ran %d times", st.State, st.Attempt, st.Error, runs.Load())
+	if st.State != job.StateFailed || runs.Load() != 0 || len(letters) != 1 || letters[0].Reason != "store_write_refused" || letters[0].Attempt != 1 {
+		t.Errorf("job ended %s after %d runs with dead letters %+v; want failed before any run, one letter, store_write_refused, at attempt 1", st.State, runs.Load(), letters)
+	}
+}
+
+// TestStaleAttemptCannotCommitAfterARefusedEnd: attempt 1, on a worker the store takes, stalls
+// past the ack wait mid-run; attempt 2 goes to a worker whose writes the store refuses under the
+// tenant's folder and ends the job store_write_refused, with its dead letter. Attempt 1 then
+// resumes and must not commit a run beside that end: the final status names attempt 2, and
+// attempt 1's commit finds a later attempt and discards its result. Before, the status kept
+// attempt 1, whose commit went through: a succeeded manifest beside a failed job's dead letter.
+func TestStaleAttemptCannotCommitAfterARefusedEnd(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	secret := srv.CreateUser(t, "worker")
+	bucket := "boxcar-scoped"
+	srv.CreateOwnedBucket(t, "worker", bucket)
+	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant))
+	b := setup(t)
+	root := newS3Store(t, srv, bucket, srv.Endpoint)
+	b.store, b.shared = store.ForTenant(root, job.DefaultTenant), root
+	j := b.newJob("p", "t")
+	stale := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		waitFor(t, time.Minute, "the job to end at another delivery", func() bool {
+			st, err := b.q.Status(context.Background(), j.ID)
+			return err == nil && st.State.Terminal()
+		})
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) { c.HeartbeatInterval, c.Worker.Concurrency = time.Hour, 1 })
+	b.publish(j)
+	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = userS3Store(t, srv, bucket, "worker", secret) })
+	waitFor(t, time.Minute, "the stalled attempt to end", func() bool {
+		return testutil.ToFloat64(stale.m.StaleAttempts) == 1 || testutil.ToFloat64(stale.m.Jobs.WithLabelValues("p", "succeeded")) == 1
+	})
+	st := b.waitFinal(j.ID, time.Minute)
+	if _, err := b.store.Stat(context.Background(), store.ManifestKey(j.ID)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("manifest: %v; want none beside the job's end, %s (%q) at attempt %d", err, st.State, st.Error, st.Attempt)
+	}
+	if letters := b.settledLetters(); st.State != job.StateFailed || st.Attempt != 2 || len(letters) != 1 || letters[0].Reason != "store_write_refused" {
+		t.Errorf("job ended %s at attempt %d with dead letters %+v; want failed at attempt 2, one letter, store_write_refused", st.State, st.Attempt, letters)
+	}
 }
