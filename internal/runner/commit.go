@@ -469,8 +469,9 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 // when the run was committed without it (its worker stopped between the two puts). It never
 // signs: the manifest in the store may not be one a worker built, and signing it would sign
 // whatever someone who can write to the store put there. A committed run whose attempt left no
-// envelope (a worker without a signing key, or a manifest no worker wrote) stays unsigned, and
-// `submit verify` says so; a worker that signs warns about it.
+// envelope (a worker without a signing key, or a manifest no worker wrote), or whose envelope
+// the store refuses this worker's copy of, stays unsigned, and `submit verify` says so; a
+// worker that signs warns about it.
 func (r *Runner) restoreSignature(ctx context.Context, a *attempt, stmt provenance.Statement) error {
 	jobID := a.job.ID
 	if _, err := a.store.Stat(ctx, store.SignatureKey(jobID)); !errors.Is(err, store.ErrNotFound) {
@@ -501,8 +502,14 @@ func (r *Runner) restoreSignature(ctx context.Context, a *attempt, stmt provenan
 		return err
 	}
 	_, err = store.PutOnce(ctx, a.store, store.SignatureKey(jobID), bytes.NewReader(env), int64(len(env)))
-	if errors.Is(err, store.ErrExists) {
+	switch {
+	case errors.Is(err, store.ErrExists):
 		return nil // another worker restored it first
+	case errors.Is(err, store.ErrWriteRefused):
+		// No delivery of a worker the store refuses could copy it: the run is the job's end
+		// all the same, and one the store takes may still sign it.
+		unsigned("the store refuses the worker's copy of the envelope into place", "envelope", a.store.URL(key), "error", err)
+		return nil
 	}
 	return err
 }

@@ -113,11 +113,7 @@ func (r *Runner) commitEnd(ctx context.Context, a *attempt, e ended) ended {
 	}
 	_, err := r.commitWhenSafe(ctx, a, e.run, nil, e.collected, e.outcome)
 	if errors.Is(err, store.ErrWriteRefused) {
-		// Not undecided: no delivery of a worker with these credentials could write it, and
-		// each would try again, for ever. The end stands without its manifest.
-		a.log.WarnContext(ctx, "the store refuses the manifest of the job's end; the job ends without one", "state", string(dec.state), "error", err)
-		e.unkept = true
-		return e
+		return r.refusedEnd(ctx, a, e, err)
 	}
 	if err != nil && !errors.Is(err, errLeaseLost) {
 		// Not decided: ending the job now could race a stale attempt that commits later.
@@ -127,6 +123,27 @@ func (r *Runner) commitEnd(ctx context.Context, a *attempt, e ended) ended {
 	e.outcome = r.endCommitted(ctx, a, nil)
 	// Only the delivery that won the arbiter counts the end.
 	e.committed = err == nil && (e.end == endDeadLetter || e.end == endDone)
+	return e
+}
+
+// refusedEnd ends a job whose end's manifest the store refused (refused): not undecided, since
+// no delivery of a worker with these credentials could write it, and each would try again, for
+// ever. A run committed meanwhile (by a worker the store takes) is the job's end; else the end
+// stands as decided, without its manifest (see the top of this file).
+func (r *Runner) refusedEnd(ctx context.Context, a *attempt, e ended, refused error) ended {
+	dec := decide(e.outcome, a.d.LastAttempt())
+	_, err := awaitAnswerTo(ctx, r, a, "the store", "before the job can end", storeAnswered, func(ctx context.Context) (store.ObjectInfo, error) {
+		return a.store.Stat(ctx, store.ManifestKey(a.job.ID))
+	})
+	switch {
+	case err == nil:
+		e.outcome = r.endCommitted(ctx, a, nil)
+	case errors.Is(err, store.ErrNotFound):
+		a.log.WarnContext(ctx, "the store refuses the manifest of the job's end; the job ends without one", "state", string(dec.state), "error", refused)
+		e.unkept = true
+	default:
+		e.outcome = classify(stageEnd, fmt.Errorf("record the job as %s: %w", dec.state, err), nil)
+	}
 	return e
 }
 

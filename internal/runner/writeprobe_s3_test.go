@@ -289,3 +289,48 @@ func TestStaleAttemptCannotCommitAfterARefusedEnd(t *testing.T) {
 		t.Errorf("job ended %s at attempt %d with dead letters %+v; want failed at attempt 2, one letter, store_write_refused", st.State, st.Attempt, letters)
 	}
 }
+
+// TestUnsignedRunIsAdoptedWhereWritesAreRefused: a worker commits the run and dies before its
+// signature is put in place, and before its ack; the next delivery goes to a worker whose
+// writes the store refuses under the tenant's folder. That delivery cannot copy the envelope
+// into place, and adopts the run all the same, unsigned, as a run whose attempt left no
+// envelope is: the job succeeded, with no dead letter. Before, the refused copy left the end
+// undecided, and every delivery tried again, for ever.
+func TestUnsignedRunIsAdoptedWhereWritesAreRefused(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	secret := srv.CreateUser(t, "worker")
+	bucket := "boxcar-scoped"
+	srv.CreateOwnedBucket(t, "worker", bucket)
+	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant))
+	b := setup(t)
+	root := newS3Store(t, srv, bucket, srv.Endpoint)
+	b.store, b.shared = store.ForTenant(root, job.DefaultTenant), root
+	priv, _ := signingKeys(t)
+	var first atomic.Pointer[worker] // set before the job is published, read by the worker's hook
+	committed := make(chan struct{})
+	dies := &hookStore{Store: root, afterCreate: func(key string) {
+		if path.Base(key) == "manifest.json" {
+			first.Load().nc.Close() // killed between the commit and the ack
+			close(committed)
+		}
+	}, put: func(key string) error {
+		if path.Base(key) == "manifest.dsse.json" && !strings.Contains(key, "/attempts/") {
+			return errors.New("killed before the signature was put in place")
+		}
+		return nil
+	}}
+	first.Store(b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store, c.SigningKey = dies, priv }))
+	j := b.submit("p")
+	<-committed
+
+	refused := userS3Store(t, srv, bucket, "worker", secret)
+	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
+		t.Errorf("the committed job ran again")
+		return writeReport(ctx, req)
+	}), func(c *runner.Config) { c.Store, c.SigningKey = refused, priv })
+	st := b.waitFinal(j.ID, time.Minute)
+	if letters := b.settledLetters(); st.State != job.StateSucceeded || len(letters) != 0 {
+		t.Errorf("job ended %s (%q) with %d dead letters; want its committed run's end, succeeded, and none", st.State, st.Error, len(letters))
+	}
+}
