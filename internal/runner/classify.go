@@ -148,8 +148,9 @@ var failureModes = []failureMode{
 	{name: "backend gives no egress", in: []stage{stagePrepare}, when: errIs(sandbox.ErrNoEgress), end: endFailed, reason: "invalid_profile"},
 	{name: "profile not granted", in: []stage{stageAdmit}, when: errIs(config.ErrProfileNotGranted), end: endRejected, reason: "profile_not_granted"},
 	// At the claim its write probe, at the commit any write of the run: no manifest can be
-	// written there, and the job ends without one (see end.go).
-	{name: "store refuses the tenant's writes", in: []stage{stageClaim, stageCommit}, when: errIs(store.ErrWriteRefused), end: endFailed, reason: "store_write_refused"},
+	// written there, and the job ends without one (see end.go); unless an earlier put of the
+	// manifest may yet land (putSettled), which leaves it to the next delivery.
+	{name: "store refuses the tenant's writes", in: []stage{stageClaim, stageCommit}, when: refusedNotMaybe, end: endFailed, reason: "store_write_refused"},
 	{name: "input outside tenant", in: []stage{stagePrepare}, when: errIs(errInputOutsideTenant), end: endFailed, reason: "input_outside_tenant"},
 	{name: "input too large", in: []stage{stageAdmit}, when: errIs(errInputTooLarge), end: endFailed, reason: "input_too_large"},
 	{name: "inputs fill the workdir", in: []stage{stagePrepare}, when: errIs(sandbox.ErrDiskFull), end: endFailed, reason: "input_too_large"},
@@ -264,6 +265,12 @@ func leaseLostOutcome(err, cause error) outcome {
 
 func causeIs(target error) func(err, cause error) bool {
 	return func(_, cause error) bool { return errors.Is(cause, target) }
+}
+
+// refusedNotMaybe: the store refused the tenant's writes, and no put it may have stored is
+// still on its way.
+func refusedNotMaybe(err, _ error) bool {
+	return errors.Is(err, store.ErrWriteRefused) && !errors.Is(err, store.ErrMaybeStored)
 }
 
 func anyCause(_, cause error) bool { return cause != nil }

@@ -89,6 +89,9 @@ func TestClassify(t *testing.T) {
 			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_outside_tenant"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "store refuses the tenant's writes", err: wrap(store.ErrWriteRefused),
 			at: map[stage]want{stageClaim: {end: endFailed, reason: "store_write_refused"}, stageCommit: {end: endFailed, reason: "store_write_refused"}, stageEnd: {end: endUndecided}}, other: transient},
+		// An earlier put of the manifest may yet land: the job is not failed without one.
+		{name: "store refuses a put again of one that may land", err: wrap(fmt.Errorf("%w; %w", store.ErrWriteRefused, store.ErrMaybeStored)),
+			at: map[stage]want{stageEnd: {end: endUndecided}}, other: transient},
 		{name: "input too large", err: wrap(errInputTooLarge),
 			at: map[stage]want{stageAdmit: {end: endFailed, reason: "input_too_large"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "workdir full", err: wrap(sandbox.ErrDiskFull),

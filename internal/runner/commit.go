@@ -230,10 +230,20 @@ func (r *Runner) putManifest(ctx context.Context, a *attempt, manifest []byte) e
 // putSettled puts data under key create-only (store.PutOnce) and, while the store cannot say
 // whether a put took (no answer, and nothing to read back yet), puts the same bytes again until
 // it can (awaitAnswer): a put still on its way then lands on its own bytes, not beside a
-// second try of the commit.
+// second try of the commit. Once a put may have been stored, a later one the store answers
+// without storing it (a refusal, a token expired meanwhile) settles nothing: the first may
+// still land, naming what the commit would otherwise remove.
 func putSettled(ctx context.Context, r *Runner, a *attempt, key string, data []byte) error {
+	maybe := false
 	_, err := awaitAnswerTo(ctx, r, a, "the store", "before the run can be committed", storeSettled, func(ctx context.Context) (store.Digest, error) {
-		return store.PutOnce(ctx, a.store, key, bytes.NewReader(data), int64(len(data)))
+		d, err := store.PutOnce(ctx, a.store, key, bytes.NewReader(data), int64(len(data)))
+		switch {
+		case errors.Is(err, store.ErrMaybeStored):
+			maybe = true
+		case err != nil && maybe && !errors.Is(err, store.ErrExists):
+			err = fmt.Errorf("%w; an earlier put of the same bytes may yet land: %w", err, store.ErrMaybeStored)
+		}
+		return d, err
 	})
 	return err
 }
@@ -243,10 +253,11 @@ func storeSettled(err error) bool { return !errors.Is(err, store.ErrMaybeStored)
 
 // storeFailure marks a failed store call as the store being down (waited out, retried) unless
 // the attempt was stopped, the server cannot keep a run safe, or it refused the write for want
-// of permission (store.ErrWriteRefused): waiting would not change that, and the run ends with
-// "store refuses the run's writes".
+// of permission (store.ErrWriteRefused) with no earlier put of it that may yet land: waiting
+// would not change that, and the run ends with "store refuses the run's writes".
 func storeFailure(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrUnsafeServer) && !errors.Is(err, store.ErrWriteRefused) {
+	refused := errors.Is(err, store.ErrWriteRefused) && !errors.Is(err, store.ErrMaybeStored) // an earlier put may land yet
+	if err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrUnsafeServer) && !refused {
 		return &storeDownError{err}
 	}
 	return err

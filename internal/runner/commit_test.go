@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -29,6 +30,10 @@ type answerLostStore struct {
 	store.Store
 	suffix string
 	taken  bool
+	// refuseRetry: the put that follows the lost one, before that one lands, is answered with
+	// a refusal that took nothing (the worker's token expired meanwhile).
+	refuseRetry bool
+	refused     bool
 
 	mu      sync.Mutex
 	lost    int
@@ -41,6 +46,11 @@ func (s *answerLostStore) PutIfAbsent(ctx context.Context, key string, r io.Read
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.pending != nil && s.refuseRetry && !s.refused {
+		s.refused = true
+		_, _ = io.Copy(io.Discard, r)
+		return fmt.Errorf("store: put-if-absent %s: api error ExpiredToken: %w", key, store.ErrWorkerRefused)
+	}
 	if s.pending != nil {
 		s.pending()
 		s.pending = nil
@@ -77,9 +87,13 @@ func TestCommitKeepsARunWhosePutAnswerWasLost(t *testing.T) {
 		taken  bool
 		// fails: the job's input is missing, so it ends failed before its agent runs.
 		fails bool
+		// refuseRetry: the put again of the lost one is answered with a refusal that took
+		// nothing, which says nothing of the lost put still on its way.
+		refuseRetry bool
 	}{
 		{name: "manifest taken", suffix: "/manifest.json", taken: true},
 		{name: "manifest landing after its retry", suffix: "/manifest.json"},
+		{name: "manifest landing after a retry the store refused", suffix: "/manifest.json", refuseRetry: true},
 		{name: "failed end's manifest taken", suffix: "/manifest.json", taken: true, fails: true},
 		{name: "failed end's manifest landing after its retry", suffix: "/manifest.json", fails: true},
 		{name: "report taken", suffix: "/report.md", taken: true},
@@ -92,7 +106,7 @@ func TestCommitKeepsARunWhosePutAnswerWasLost(t *testing.T) {
 			b := setup(t)
 			oneDelivery(b)
 			priv, pub := signingKeys(t)
-			lossy := &answerLostStore{Store: b.shared, suffix: tt.suffix, taken: tt.taken}
+			lossy := &answerLostStore{Store: b.shared, suffix: tt.suffix, taken: tt.taken, refuseRetry: tt.refuseRetry}
 			b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store, c.SigningKey = lossy, priv })
 			j := b.newJob("p", "t")
 			want := job.StateSucceeded
