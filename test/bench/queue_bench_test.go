@@ -171,15 +171,16 @@ func finalStatus(b *testing.B, kv jetstream.KeyValue) []byte {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for key := range keys.Keys() {
-		e, err := kv.Get(b.Context(), key)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return e.Value()
+	defer func() { _ = keys.Stop() }()
+	key, ok := <-keys.Keys()
+	if !ok {
+		b.Fatal("the warm-up left no status to copy")
 	}
-	b.Fatal("the warm-up left no status to copy")
-	return nil
+	e, err := kv.Get(b.Context(), key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e.Value()
 }
 
 // gatedQueue fetches a job only when the benchmark lets one through.
