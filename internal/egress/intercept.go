@@ -159,6 +159,12 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 		p.refuseConn(t.client, *d, outcome(jobEnded(ctx, err), false))
 		return false
 	}
+	if to := s.addr(); to.IsValid() && to.Addr() != t.addr.Addr() {
+		// A kept connection, dialled for an earlier tunnel to the address its resolution
+		// gave: the answer is that server's, and may hold what the hosts at its address hold
+		// (TestStoredEchoOnAPooledConnectionIsScrubbed).
+		swaps = append(swaps, tunnelSwaps(p.heldFor(ctx, t.h, to.Addr()))...)
+	}
 	stripHop(resp.Header)
 	scrubResponse(resp, swaps)
 	resp.Close = !keep

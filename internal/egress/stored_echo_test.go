@@ -279,3 +279,43 @@ func TestStoredEchoIsReadWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredEchoOnAPooledConnectionIsScrubbed: a request in a terminated tunnel may go on an
+// upstream connection kept from an earlier tunnel to the same name, dialled to the address
+// that tunnel's resolution gave. alias.example.com, bound to a secret of its own, resolved
+// first to api.example.com's address, then to one of its own: the second request went on the
+// kept connection to api.example.com's server and its answer was scrubbed of the values held
+// at the second address alone, so the value api.example.com stored came back in clear. An
+// answer is scrubbed of the values held at the address of the connection it came on.
+func TestStoredEchoOnAPooledConnectionIsScrubbed(t *testing.T) {
+	const own = "198.18.0.30" // alias.example.com's second answer: a server that stored nothing
+	bound := Secret{Env: "EXAMPLE_TOKEN", Value: realToken, Hosts: []string{"api.example.com:443"}}
+	other := Secret{Env: "OTHER_TOKEN", Value: "ot-OTHERvalue0123456789abcdefXYZ", Hosts: []string{"alias.example.com"}}
+	policy := Policy{Allow: []string{"api.example.com", "alias.example.com"}, Secrets: []Secret{bound, other}}
+	s := newStoringHost(t)
+	writer := s.harness(t, policy)
+	if status, _ := get(t, writer, "https://api.example.com/store", writer.placeholder(t)); status != http.StatusOK {
+		t.Fatalf("storing: status %d", status)
+	}
+	reader := s.harness(t, policy)
+	reader.resolver.mu.Lock()
+	reader.resolver.names["alias.example.com"] = [][]netip.Addr{{netip.MustParseAddr(apiAddr)}, {netip.MustParseAddr(own)}}
+	reader.resolver.mu.Unlock()
+	reader.dialer.mu.Lock()
+	reader.dialer.routes[own+":443"] = reader.dialer.routes[pkgAddr+":443"]
+	reader.dialer.mu.Unlock()
+	for i := range 2 {
+		resp, err := reader.client(t).Get("https://alias.example.com/stored")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if seen := string(raw) + resp.Header.Get("X-Echo"); strings.Contains(seen, realToken) || !strings.Contains(seen, "Bearer ") {
+			t.Errorf("request %d: the sandbox read %q: the stored value in clear, or no echo at all", i+1, redact(seen))
+		}
+	}
+	if dialled := reader.dialer.seen(); len(dialled) != 1 {
+		t.Fatalf("dialled %v, want one connection, kept for the second request", dialled)
+	}
+}

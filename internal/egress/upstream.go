@@ -215,6 +215,13 @@ func (s *sending) refuse(err error) {
 	s.cancel(err)
 }
 
+// addr is the address of the connection the request's last attempt went on, if it got one.
+func (s *sending) addr() netip.AddrPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.to
+}
+
 // cause is why the request failed with err: the cap that refused its last attempt, when one
 // did. The Transport returns either the refused write's error or, when it sees the request's
 // context cancelled first, a bare cancellation, which would read as the upstream's failure
