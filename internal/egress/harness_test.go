@@ -50,6 +50,8 @@ type stubResolver struct {
 	// hang, when set, makes every lookup wait for its context's end, after a send on hang: a
 	// lookup the job's end cuts short.
 	hang chan<- struct{}
+	// fail counts, by name, the look-ups still to fail as one that timed out does.
+	fail map[string]int
 }
 
 func (r *stubResolver) LookupNetIP(ctx context.Context, _, name string) ([]netip.Addr, error) {
@@ -63,6 +65,10 @@ func (r *stubResolver) LookupNetIP(ctx context.Context, _, name string) ([]netip
 	}
 	defer r.mu.Unlock()
 	name = strings.TrimSuffix(name, ".")
+	if r.fail[name] > 0 {
+		r.fail[name]--
+		return nil, &net.DNSError{Err: "i/o timeout", Name: name, IsTimeout: true, IsTemporary: true}
+	}
 	answers, ok := r.names[name]
 	if !ok {
 		return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}

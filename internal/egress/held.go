@@ -2,9 +2,12 @@ package egress
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 )
 
 // A host a secret is bound to may keep what it was sent (a request log, a stored field) and
@@ -17,13 +20,14 @@ import (
 // (TestStoredEchoIsScrubbedUnderEveryName).
 
 // heldAddrs are the addresses the hosts secrets are bound to have had in this job, with the
-// secrets each may hold: those the proxy resolved to decide a request, and, once, those of
-// every exact name secrets are bound to (resolveHeld), so that an address is known as a bound
+// secrets each may hold: those the proxy resolved to decide a request, and those of every
+// exact name secrets are bound to (resolveHeld), so that an address is known as a bound
 // host's before the job ever asks for that host. A name under a wildcard binding is known
 // only once the job asks for it.
 type heldAddrs struct {
-	resolve  sync.Mutex // held through the one resolution of the bound names
-	resolved bool
+	resolve  sync.Mutex // held through a resolution of the bound names
+	resolved bool       // every bound name resolved, or does not exist
+	retry    time.Time  // not resolved: when to try the names that failed again
 	mu       sync.Mutex
 	by       map[netip.Addr][]*secret
 	names    map[string]bool // names already resolved in this job
@@ -79,16 +83,19 @@ func (p *Proxy) heldFor(ctx context.Context, h host, ad netip.Addr) []*secret {
 	return out
 }
 
-// resolveHeld learns, once a job, the addresses of the exact names and addresses secrets are
-// bound to that the job has not resolved yet. A name that does not resolve is left: the job
-// cannot reach it by that name either, and if it resolves later, checkTarget notes it then.
+// resolveHeld learns the addresses of the exact names and addresses secrets are bound to
+// that the job has not resolved yet: at the job's first request, and again, a dial_timeout
+// after the last try at the soonest, while a look-up failed but for the name not existing. A
+// name that does not exist is left: if it comes to resolve later, checkTarget notes it when
+// the job asks for it. A look-up that timed out, taken for one, left the bound host's server
+// open under every other name for the rest of the job (TestHeldLookUpIsTriedAgain).
 func (p *Proxy) resolveHeld(ctx context.Context) {
 	p.held.resolve.Lock()
 	defer p.held.resolve.Unlock()
-	if p.held.resolved {
+	if p.held.resolved || time.Now().Before(p.held.retry) {
 		return
 	}
-	p.held.resolved = true
+	failed := false
 	tried := map[string]bool{}
 	for _, s := range slices.Concat(p.policy.secrets, p.policy.scrubOnly) {
 		for _, r := range s.heldAt() {
@@ -98,13 +105,28 @@ func (p *Proxy) resolveHeld(ctx context.Context) {
 			case r.wildcard, tried[r.name], p.held.known(r.name):
 			default:
 				tried[r.name] = true
-				rctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.DialTimeout)
-				addrs, err := p.cfg.Resolver.LookupNetIP(rctx, "ip", r.name+".")
-				cancel()
-				if err == nil {
-					p.held.note(host{name: r.name}, addrs, p.policy.heldBy(host{name: r.name}))
+				if !p.noteHeld(ctx, r.name) {
+					failed = true
 				}
 			}
 		}
 	}
+	p.held.resolved, p.held.retry = !failed, time.Now().Add(p.cfg.Limits.DialTimeout)
+}
+
+// noteHeld looks a bound name up and notes its addresses. It reports false when the look-up
+// failed but for the name not existing.
+func (p *Proxy) noteHeld(ctx context.Context, name string) bool {
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.DialTimeout)
+	defer cancel()
+	addrs, err := p.cfg.Resolver.LookupNetIP(rctx, "ip", name+".")
+	var dnsErr *net.DNSError
+	switch {
+	case err == nil:
+		p.held.note(host{name: name}, addrs, p.policy.heldBy(host{name: name}))
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+	default:
+		return false
+	}
+	return true
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestStoredEchoOverPlainHTTPIsScrubbed: a host a secret is bound to that keeps what it got
@@ -196,9 +198,17 @@ func newStoringHost(t *testing.T) *storingHost {
 
 // harness is a job's proxy under policy whose api.example.com is s.
 func (s *storingHost) harness(t *testing.T, policy Policy) *harness {
+	return s.harnessWith(t, nil, policy)
+}
+
+// harnessWith is harness with the config adjusted by tweak too.
+func (s *storingHost) harnessWith(t *testing.T, tweak func(*Config), policy Policy) *harness {
 	h := setupPolicy(t, func(c *Config) {
 		c.UpstreamCAPEM = s.caPEM
 		c.AllowedCIDRs = append(c.AllowedCIDRs, netip.MustParsePrefix("64:ff9b::/96")) // a network with NAT64
+		if tweak != nil {
+			tweak(c)
+		}
 	}, policy)
 	h.dialer.routes[apiAddr+":443"], h.dialer.routes[apiAddr+":8443"] = s.tlsAddr, s.tlsAddr
 	h.dialer.routes[apiAddr+":80"] = s.plain
@@ -317,5 +327,59 @@ func TestStoredEchoOnAPooledConnectionIsScrubbed(t *testing.T) {
 	}
 	if dialled := reader.dialer.seen(); len(dialled) != 1 {
 		t.Fatalf("dialled %v, want one connection, kept for the second request", dialled)
+	}
+}
+
+// TestHeldLookUpIsTriedAgain: the proxy learns the addresses of the names secrets are bound
+// to once a job, and a look-up that failed (a time-out) was taken for a name that does not
+// exist: every tunnel to another name of api.example.com's server was spliced for the rest of
+// the job, and the sandbox read the stored value in clear. A look-up that failed but for the
+// name not existing is made again, a dial_timeout later at the soonest.
+func TestHeldLookUpIsTriedAgain(t *testing.T) {
+	const wait = 3 * time.Second // the dial_timeout, and the least time between look-ups
+	bound := Secret{Env: "EXAMPLE_TOKEN", Value: realToken, Hosts: []string{"api.example.com:443"}}
+	policy := Policy{Allow: []string{"api.example.com", "alias.example.com"}, Secrets: []Secret{bound}}
+	s := newStoringHost(t)
+	writer := s.harness(t, policy)
+	if status, _ := get(t, writer, "https://api.example.com/store", writer.placeholder(t)); status != http.StatusOK {
+		t.Fatalf("storing: status %d", status)
+	}
+	reader := s.harnessWith(t, func(c *Config) { c.Limits.DialTimeout = wait }, policy)
+	reader.resolver.mu.Lock()
+	reader.resolver.fail = map[string]int{"api.example.com": 1}
+	reader.resolver.mu.Unlock()
+	client := reader.client(t)
+	client.Transport.(*http.Transport).TLSClientConfig.RootCAs.AppendCertsFromPEM(s.caPEM) // spliced, the server's own
+	tunnels := 0
+	read := func() (string, Decision) {
+		resp, err := client.Get("https://alias.example.com/stored")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		tunnels++
+		var d Decision
+		testharness.Wait(t, "the tunnel's decision", func() (bool, error) {
+			var connects []Decision
+			for _, d := range reader.all() {
+				if d.Method == http.MethodConnect {
+					connects = append(connects, d)
+				}
+			}
+			if len(connects) < tunnels {
+				return false, fmt.Errorf("decided %+v", connects)
+			}
+			d = connects[tunnels-1]
+			return true, nil
+		}, testharness.Within(30*time.Second))
+		return string(raw) + resp.Header.Get("X-Echo"), d
+	}
+	if _, d := read(); d.Reason != ReasonAllowed { // spliced: api.example.com's addresses unknown yet
+		t.Fatalf("the first tunnel's decision %+v, want %s", d, ReasonAllowed)
+	}
+	time.Sleep(wait)
+	if seen, d := read(); strings.Contains(seen, realToken) || d.Reason != ReasonIntercepted {
+		t.Errorf("the sandbox read %q, the tunnel decided %+v: the stored value in clear, spliced", redact(seen), d)
 	}
 }
