@@ -16,8 +16,9 @@ import (
 )
 
 // authority is a per-job CA: an ECDSA P-256 key made at New that lives only in this process,
-// a short validity, and name constraints that limit it to the secret-bound hosts (the only ones
-// it signs leaves for), so a copy of it in the sandbox vouches for nothing else. Leaves are
+// a short validity, and name constraints that limit it to the hosts it may sign leaves for
+// (caNames: the allowed ones, when the job holds a secret), so a copy of it in the sandbox
+// vouches for nothing else. Leaves are
 // cached per name, up to maxLeaves.
 type authority struct {
 	cert     *x509.Certificate
@@ -51,6 +52,10 @@ func newAuthority(validity time.Duration, names []string, addrs []net.IP) (*auth
 	for _, ip := range addrs {
 		bits := 8 * len(ip)
 		tmpl.PermittedIPRanges = append(tmpl.PermittedIPRanges, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+	}
+	if len(addrs) == 0 {
+		// No IP range permitted would permit every address (TestCAConstraints).
+		tmpl.ExcludedIPRanges = []*net.IPNet{{IP: make(net.IP, 4), Mask: net.CIDRMask(0, 32)}, {IP: make(net.IP, 16), Mask: net.CIDRMask(0, 128)}}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

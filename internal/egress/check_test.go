@@ -450,7 +450,7 @@ func TestPolicyAccepts(t *testing.T) {
 func TestCAConstraints(t *testing.T) {
 	h := setup(t, nil)
 	ca := caOf(t, h.proxy)
-	for name, ok := range map[string]bool{"api.example.com": true, "pkg.example.com": true, "a.files.example.com": true, "evil.test": false, "example.com": false} {
+	for name, ok := range map[string]bool{"api.example.com": true, "pkg.example.com": true, "a.files.example.com": true, "evil.test": false, "example.com": false, "127.0.0.1": true, "198.51.100.7": false} {
 		if err := verifiesFor(h.proxy, ca, name); (err == nil) != ok {
 			t.Errorf("leaf for %s verifies: %v, want %v", name, err, ok)
 		}
@@ -461,6 +461,18 @@ func TestCAConstraints(t *testing.T) {
 	}
 	if err := verifiesFor(p, caOf(t, p), "api.example.com"); err == nil {
 		t.Error("the CA of a job with no secret vouches for an allowed host")
+	}
+	// A job whose list names no address: the CA vouches for none (no IP range permitted would
+	// permit them all).
+	p, err = New(Config{Resolver: &stubResolver{}}, Policy{Allow: []string{"api.example.com"},
+		Secrets: []Secret{{Env: "EXAMPLE_TOKEN", Value: realToken, Hosts: []string{"api.example.com"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"198.51.100.7", "2001:db8::7"} {
+		if err := verifiesFor(p, caOf(t, p), name); err == nil {
+			t.Errorf("the CA of a job whose list names no address vouches for %s", name)
+		}
 	}
 	if ca.PublicKeyAlgorithm != x509.ECDSA || ca.NotAfter.Sub(ca.NotBefore) > 25*60*60*1e9 {
 		t.Errorf("CA: %v, valid %v", ca.PublicKeyAlgorithm, ca.NotAfter.Sub(ca.NotBefore))

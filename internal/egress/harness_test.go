@@ -416,7 +416,13 @@ var deniedNames = map[string]string{
 // testUpstreamCert makes a CA and a leaf for names, as the upstreams' own PKI.
 func testUpstreamCert(t testing.TB, names ...string) ([]byte, *x509.CertPool, tls.Certificate) {
 	t.Helper()
-	a2, err := newAuthority(time.Hour, []string{"example.com"}, nil)
+	var addrs []net.IP
+	for _, n := range names {
+		if a, err := netip.ParseAddr(n); err == nil {
+			addrs = append(addrs, a.AsSlice()) // as caNames gives them: 4 bytes for IPv4
+		}
+	}
+	a2, err := newAuthority(time.Hour, []string{"example.com"}, addrs)
 	if err != nil {
 		t.Fatal(err)
 	}
