@@ -81,6 +81,9 @@ func generate(root string) (map[string][]byte, error) {
 		return nil, fmt.Errorf("%s has no properties", valuesFile)
 	}
 	props["config"] = chartConfig
+	// The chart's NetworkPolicy values (networkPolicy.exceptCIDRs, each peer's ipBlock) refer to
+	// it: a CIDR the config's keys would refuse renders a policy the API server refuses.
+	values["definitions"] = map[string]any{"cidr": config.CIDRSchema()}
 
 	out := map[string][]byte{}
 	for name, s := range map[string]schemagen.Schema{workerConfigFile: worker, jobFile: js, valuesFile: values} {

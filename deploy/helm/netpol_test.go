@@ -1,7 +1,10 @@
 package helm
 
 import (
+	"fmt"
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -125,4 +128,97 @@ func cutPrefix(s, prefix string) (string, bool) {
 		return s[len(prefix):], true
 	}
 	return s, false
+}
+
+// TestNetworkPolicyAddressesAreCIDRs: every value the chart puts in a NetworkPolicy's ipBlock
+// (networkPolicy.exceptCIDRs, each "to" peer's cidr and except, metricsFrom's) and the worker
+// config's CIDR keys are refused at install, naming the value, unless the API server and the
+// worker would take them; what is taken renders ipBlocks the API server accepts. The schema
+// took any "digits/digits" for exceptCIDRs and any object for an ipBlock, so 10.0.0.0/33, a
+// 0.0.0.0/0 (no strict part of the rule's 0.0.0.0/0) or an ipBlock without a cidr installed a
+// chart whose NetworkPolicy the API server refused, and the config's keys took anything.
+func TestNetworkPolicyAddressesAreCIDRs(t *testing.T) {
+	const apiExcept = "/networkPolicy/apiServer/to/0/ipBlock/except/0"
+	places := []struct{ path, values string }{
+		{"/networkPolicy/exceptCIDRs/0", "networkPolicy: {exceptCIDRs: ['%s']}"},
+		{"/networkPolicy/store/to/0/ipBlock/cidr", "networkPolicy: {store: {to: [{ipBlock: {cidr: '%s'}}]}}"},
+		{apiExcept, "networkPolicy: {apiServer: {to: [{ipBlock: {cidr: '10.0.0.0/8', except: ['%s']}}]}}"},
+		{"/networkPolicy/metricsFrom/0/ipBlock/cidr", "networkPolicy: {metricsFrom: [{ipBlock: {cidr: '%s'}}]}"},
+		{"/networkPolicy/extraEgress/0/to/0/ipBlock/cidr", "networkPolicy: {extraEgress: [{to: [{ipBlock: {cidr: '%s'}}]}]}"},
+		{"/config/egress/allowed_cidrs/0", "config: {egress: {allowed_cidrs: ['%s']}}"},
+		{"/config/egress/denied_cidrs/0", "config: {egress: {denied_cidrs: ['%s']}}"},
+	}
+	for _, tt := range []struct {
+		cidr string
+		ok   bool
+		// refusedAt are the places that refuse a CIDR the others take, by the words of their refusal.
+		refusedAt map[string]string
+	}{
+		{cidr: "10.20.0.0/16", ok: true},
+		{cidr: "fd00::/8", ok: true, refusedAt: map[string]string{apiExcept: "not strictly inside"}},
+		{cidr: "0.0.0.0/0", ok: true, refusedAt: map[string]string{
+			"/networkPolicy/exceptCIDRs/0": `networkPolicy.exceptCIDRs[0] is "0.0.0.0/0"`,
+			apiExcept:                      "not strictly inside",
+		}},
+		{cidr: "::/0", ok: true, refusedAt: map[string]string{
+			"/networkPolicy/exceptCIDRs/0": `networkPolicy.exceptCIDRs[0] is "::/0"`,
+			apiExcept:                      "not strictly inside",
+		}},
+		{cidr: "10.0.0.0/33"},
+		{cidr: "fd00::/129"},
+		{cidr: "nodes"},
+		{cidr: "10.0.0.1"},
+		{cidr: "256.1.0.0/16"},
+		{cidr: "10.0.0.0/08"},
+		{cidr: ""},
+	} {
+		for _, pl := range places {
+			t.Run(tt.cidr+" at "+pl.path, func(t *testing.T) {
+				r, err := tryRender(t, withSigningKey(values(t, fmt.Sprintf(pl.values, tt.cidr))))
+				words, refused := tt.refusedAt[pl.path]
+				switch {
+				case tt.ok && !refused && err != nil:
+					t.Fatalf("refused: %v", err)
+				case tt.ok && !refused:
+					checkIPBlocks(t, r)
+				case err == nil:
+					t.Fatal("taken; want it refused")
+				case refused && !strings.Contains(err.Error(), words):
+					t.Errorf("refused with %v; want it to say %q", err, words)
+				case !refused && !strings.Contains(err.Error(), fmt.Sprintf("at '%s': '%s'", pl.path, tt.cidr)):
+					t.Errorf("refused with %v; want it to name %s and the value", err, pl.path)
+				}
+			})
+		}
+	}
+}
+
+// checkIPBlocks holds every ipBlock of r's NetworkPolicies to the API server's rules
+// (ValidateIPBlock): a cidr, each except a prefix strictly inside it.
+func checkIPBlocks(t *testing.T, r *rendered) {
+	t.Helper()
+	for _, np := range all[*networkingv1.NetworkPolicy](r) {
+		var peers []networkingv1.NetworkPolicyPeer
+		for _, rule := range np.Spec.Egress {
+			peers = append(peers, rule.To...)
+		}
+		for _, rule := range np.Spec.Ingress {
+			peers = append(peers, rule.From...)
+		}
+		for _, p := range peers {
+			if p.IPBlock == nil {
+				continue
+			}
+			cidr, err := netip.ParsePrefix(p.IPBlock.CIDR)
+			if err != nil {
+				t.Errorf("NetworkPolicy %s: ipBlock.cidr %q: %v", np.Name, p.IPBlock.CIDR, err)
+				continue
+			}
+			for _, e := range p.IPBlock.Except {
+				if ex, err := netip.ParsePrefix(e); err != nil || ex.Bits() <= cidr.Bits() || !cidr.Contains(ex.Addr()) {
+					t.Errorf("NetworkPolicy %s: ipBlock %s except %q: the API server refuses an except not strictly inside the cidr", np.Name, cidr, e)
+				}
+			}
+		}
+	}
 }

@@ -77,6 +77,10 @@ func SchemaOptions() schemagen.Options {
 
 			"sandbox.kubernetes.image_pull_secrets[]": {"pattern": objectName.String()},
 			"sandbox.kubernetes.network_policy":       {"enum": []any{"", NetworkPolicyDenyAll, NetworkPolicyNone}},
+
+			"egress.allowed_cidrs[]":  CIDRSchema(),
+			"egress.denied_cidrs[]":   CIDRSchema(),
+			"egress.nat64_prefixes[]": {"pattern": "^" + ipv6 + "/(32|40|48|56|64|96)$", "description": "An IPv6 prefix of length 32, 40, 48, 56, 64 or 96 (RFC 6052), such as 64:ff9b:1::/48."},
 		},
 	}
 	maps.Copy(o.Rules, tenantRules())
@@ -91,6 +95,43 @@ const (
 	// positiveQuantity is a resource.Quantity above zero, or empty for the default.
 	positiveQuantity = `^(\+?([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)([numkMGTPE]|[KMGTPE]i|[eE][+-]?[0-9]+)?)?$`
 )
+
+// The address forms netip.ParseAddr reads, as patterns (RFC 3986's IPv4address and
+// IPv6address, without a zone): an IPv4 address's parts have no leading zero.
+var (
+	ipv4 = func() string {
+		octet := `(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])`
+		return octet + `(\.` + octet + `){3}`
+	}()
+	ipv6 = func() string {
+		const h16 = `[0-9A-Fa-f]{1,4}`
+		ls32 := `(` + h16 + `:` + h16 + `|` + ipv4 + `)`
+		forms := []string{`(` + h16 + `:){6}` + ls32}
+		// After the "::", fewer groups the more stand before it.
+		after := []string{`(` + h16 + `:){5}` + ls32, `(` + h16 + `:){4}` + ls32, `(` + h16 + `:){3}` + ls32,
+			`(` + h16 + `:){2}` + ls32, h16 + `:` + ls32, ls32, h16, ``}
+		for i, a := range after {
+			before := ""
+			switch {
+			case i == 1:
+				before = `(` + h16 + `)?`
+			case i > 1:
+				before = fmt.Sprintf(`((%s:){0,%d}%s)?`, h16, i-1, h16)
+			}
+			forms = append(forms, before+`::`+a)
+		}
+		return `(` + strings.Join(forms, `|`) + `)`
+	}()
+	// cidrPattern is a prefix as netip.ParsePrefix reads one: an address and a length of at
+	// most its bits, written without a leading zero.
+	cidrPattern = `^(` + ipv4 + `/(3[0-2]|[12]?[0-9])|` + ipv6 + `/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$`
+)
+
+// CIDRSchema is an IPv4 or IPv6 prefix such as 10.20.0.0/16 or fd00::/8, as the config's CIDR
+// keys take one: the Helm chart's values.schema.json holds its NetworkPolicy's too to it (cmd/schemagen).
+func CIDRSchema() schemagen.Schema {
+	return schemagen.Schema{"type": "string", "pattern": cidrPattern, "description": "An IPv4 or IPv6 CIDR prefix, address/length, such as 10.20.0.0/16 or fd00::/8."}
+}
 
 // tenantRules restate validateTenants.
 func tenantRules() map[string]schemagen.Schema {

@@ -153,6 +153,17 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{name: "a profile past its values", yaml: profile(toolSchema("{enum: [" + strings.Repeat("1, ", config.MaxProfileValues) + "1]}")), schemaCannot: true},
 		{name: "a profile nested past its depth", yaml: profile(toolSchema(strings.Repeat("{a: ", config.MaxProfileDepth) + "1" + strings.Repeat("}", config.MaxProfileDepth))), schemaCannot: true},
 	}
+	// The CIDR keys: the schema refused nothing, so helm install took a mistake the worker
+	// refused at start, in a crash loop.
+	for _, c := range cidrCases {
+		for _, key := range []string{"allowed_cidrs", "denied_cidrs", "nat64_prefixes"} {
+			tests = append(tests, struct {
+				name         string
+				yaml         string
+				schemaCannot bool
+			}{name: key + " " + c, yaml: "egress: {" + key + ": ['" + c + "']}\n" + profile("")})
+		}
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, perr := config.Parse([]byte(tt.yaml))
@@ -170,4 +181,15 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cidrCases are prefixes and mistakes for the config's CIDR keys and the chart's (each read by
+// netip.ParsePrefix in the worker, by the API server in a NetworkPolicy).
+var cidrCases = []string{
+	"10.20.0.0/16", "0.0.0.0/0", "255.255.255.255/32", "10.0.0.1/8", "fd00::/8", "::/0", "::1/128",
+	"64:ff9b:1::/48", "2001:db8::/32", "2001:db8:0:0:0:0:0:1/128", "1:2:3:4:5:6:7::/64", "::1:2:3:4:5:6:7/112",
+	"::ffff:10.0.0.0/104", "1:2:3:4:5:6:1.2.3.4/96", "64:ff9b::/96", "FD00::/8",
+	"10.0.0.0/33", "10.0.0.0/08", "010.0.0.0/8", "256.0.0.0/8", "10.0.0/8", "10.0.0.1", "nodes", "",
+	"fd00::/129", "fd00::", "fd00:::1/64", "1:2:3:4:5:6:7:8:9/64", "fe80::1%eth0/64", "10.0.0.0/+8",
+	"::ffff:01.2.3.4/128", "g::/8", "10.0.0.0/8 ", "10.0.0.0/8,10.1.0.0/16",
 }

@@ -328,6 +328,7 @@ the value to change.
 {{- end }}
 {{- end }}
 {{- include "boxcar.checkURLSecrets" . }}
+{{- include "boxcar.checkIPBlocks" . }}
 {{- with .Values.keda }}
 {{- if gt (int64 .minReplicaCount) (int64 .maxReplicaCount) }}
 {{- fail (printf "keda.minReplicaCount (%v) is above keda.maxReplicaCount (%v)" .minReplicaCount .maxReplicaCount) }}
@@ -367,6 +368,39 @@ the value to change.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* Refuses what values.schema.json lets by (each address there is an IPv4 or IPv6 CIDR) and
+the API server refuses in a NetworkPolicy's ipBlock: an except not strictly inside its cidr (of
+another family, or no longer), as an exceptCIDRs of /0 would be under the rules' 0.0.0.0/0 and
+::/0. Containment within a cidr of the same family and a shorter prefix is the API server's to
+check. */}}
+{{- define "boxcar.checkIPBlocks" -}}
+{{- $np := .Values.networkPolicy -}}
+{{- range $i, $c := $np.exceptCIDRs -}}
+{{- if hasSuffix "/0" $c }}
+{{- fail (printf "networkPolicy.exceptCIDRs[%d] is %q, every address of its family: the rules by host name and the sandboxes' leave each of exceptCIDRs out of 0.0.0.0/0 and ::/0, and the API server refuses an except not strictly inside those. Give narrower ranges, or set the \"to\" of networkPolicy.nats, store, model and sandboxEgress to name the peers the workers may reach" $i $c) }}
+{{- end }}
+{{- end -}}
+{{- $lists := dict "networkPolicy.metricsFrom" $np.metricsFrom -}}
+{{- range list "dns" "nats" "store" "model" "apiServer" "sandboxEgress" -}}
+{{- $_ := set $lists (printf "networkPolicy.%s.to" .) (index $np . "to") -}}
+{{- end -}}
+{{- range $i, $r := $np.extraEgress -}}
+{{- $_ := set $lists (printf "networkPolicy.extraEgress[%d].to" $i) $r.to -}}
+{{- end -}}
+{{- range $name, $peers := $lists -}}
+{{- range $i, $p := $peers -}}
+{{- if $p.ipBlock -}}
+{{- $cidr := $p.ipBlock.cidr -}}
+{{- range $j, $e := $p.ipBlock.except -}}
+{{- if or (ne (contains ":" $e) (contains ":" $cidr)) (le (regexFind "[0-9]+$" $e | int) (regexFind "[0-9]+$" $cidr | int)) }}
+{{- fail (printf "%s[%d].ipBlock.except[%d] is %q, not strictly inside its cidr %s (of another family, or no narrower): the API server refuses such a NetworkPolicy. Give an except of the cidr's family with a longer prefix inside it, or leave it out" $name $i $j $e $cidr) }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A Prometheus duration ("1m30s", "500ms") in milliseconds. */}}
