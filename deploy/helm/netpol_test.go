@@ -222,3 +222,75 @@ func checkIPBlocks(t *testing.T, r *rendered) {
 		}
 	}
 }
+
+// TestResolverAndAPIServerRulesOpenOnlyTheirPeers: the workers' NetworkPolicy rules for the
+// egress proxy's resolver (config.egress.resolver) and the API server open their ports only
+// where these may be: the resolver's IP literal alone (a link-local node cache's too), a host
+// name's addresses as the store's are; the API server, whose address the chart cannot know,
+// any address but those nothing legitimate is (and not exceptCIDRs, which often hold the nodes'
+// network, its home), unless apiServer.to names it. Both rules opened their ports to every
+// address: the resolver's UDP/53 and the API server's 443 reached 169.254.169.254.
+func TestResolverAndAPIServerRulesOpenOnlyTheirPeers(t *testing.T) {
+	type udst struct {
+		to    string
+		proto corev1.Protocol
+		port  int
+	}
+	const withProfile = "['files.example.com:8443']"
+	for _, tt := range []struct {
+		name        string
+		values      string
+		reach, stop []udst
+	}{
+		{
+			name:   "resolver at an IPv4 literal",
+			values: networkedProfile(withProfile) + "\n  egress: {resolver: '10.0.0.10:53'}",
+			reach:  []udst{{"10.0.0.10", corev1.ProtocolUDP, 53}, {"10.0.0.10", corev1.ProtocolTCP, 53}},
+			stop:   []udst{{"10.0.0.11", corev1.ProtocolUDP, 53}, {"169.254.169.254", corev1.ProtocolUDP, 53}, {"169.254.169.254", corev1.ProtocolTCP, 53}, {"203.0.113.7", corev1.ProtocolUDP, 53}},
+		},
+		{
+			name:   "resolver a node's link-local cache",
+			values: networkedProfile(withProfile) + "\n  egress: {resolver: '169.254.20.10:53'}",
+			reach:  []udst{{"169.254.20.10", corev1.ProtocolUDP, 53}},
+			stop:   []udst{{"169.254.169.254", corev1.ProtocolUDP, 53}},
+		},
+		{
+			name:   "resolver at an IPv6 literal",
+			values: networkedProfile(withProfile) + "\n  egress: {resolver: '[fd00::53]:5353'}",
+			reach:  []udst{{"fd00::53", corev1.ProtocolUDP, 5353}, {"fd00::53", corev1.ProtocolTCP, 5353}},
+			stop:   []udst{{"fd00::54", corev1.ProtocolUDP, 5353}, {"fd00:ec2::254", corev1.ProtocolUDP, 5353}},
+		},
+		{
+			name:   "resolver by host name",
+			values: "networkPolicy: {exceptCIDRs: ['10.0.0.0/8']}\n" + networkedProfile(withProfile) + "\n  egress: {resolver: 'dns.corp.example:5353'}",
+			reach:  []udst{{"203.0.113.7", corev1.ProtocolUDP, 5353}, {"203.0.113.7", corev1.ProtocolTCP, 5353}},
+			stop:   []udst{{"169.254.169.254", corev1.ProtocolUDP, 5353}, {"127.0.0.1", corev1.ProtocolUDP, 5353}, {"10.1.2.3", corev1.ProtocolUDP, 5353}},
+		},
+		{
+			name:   "API server by default",
+			values: "networkPolicy: {exceptCIDRs: ['10.0.0.0/8']}",
+			reach:  []udst{{"203.0.113.7", corev1.ProtocolTCP, 443}, {"10.0.0.1", corev1.ProtocolTCP, 6443}, {"2001:db8::1", corev1.ProtocolTCP, 443}},
+			stop:   []udst{{"169.254.169.254", corev1.ProtocolTCP, 443}, {"127.0.0.1", corev1.ProtocolTCP, 6443}, {"fd00:ec2::254", corev1.ProtocolTCP, 443}, {"224.0.0.1", corev1.ProtocolTCP, 443}},
+		},
+		{
+			name:   "API server named by apiServer.to",
+			values: "networkPolicy: {apiServer: {to: [{ipBlock: {cidr: '172.20.0.10/32'}}]}}",
+			reach:  []udst{{"172.20.0.10", corev1.ProtocolTCP, 6443}},
+			stop:   []udst{{"172.20.0.11", corev1.ProtocolTCP, 6443}, {"203.0.113.7", corev1.ProtocolTCP, 6443}},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			np := workerPolicy(t, render(t, values(t, tt.values)))
+			for _, d := range tt.reach {
+				if !egressAllows(t, np, d.to, d.proto, d.port) {
+					t.Errorf("the workers cannot reach %s on %s/%d", d.to, d.proto, d.port)
+				}
+			}
+			for _, d := range tt.stop {
+				if egressAllows(t, np, d.to, d.proto, d.port) {
+					t.Errorf("the workers may reach %s on %s/%d", d.to, d.proto, d.port)
+				}
+			}
+		})
+	}
+}

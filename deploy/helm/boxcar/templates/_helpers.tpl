@@ -66,18 +66,24 @@ port). The proxy checks the host names; a NetworkPolicy can only name ports and 
 {{- toJson ($ports | uniq | sortAlpha) -}}
 {{- end -}}
 
-{{/* The addresses the workers' egress proxy may dial for a sandbox, as NetworkPolicy peers:
-every one but the ranges it refuses whatever egress.allowed_cidrs lifts (internal/egress's
-hard rows: loopback, link-local and cloud metadata, multicast, broadcast, the metadata and
-platform endpoints outside link-local), and networkPolicy.exceptCIDRs. The rules for an
-endpoint given by host name take them too (boxcar.endpointEgress): nothing legitimate is there. */}}
-{{- define "boxcar.proxyDialable" -}}
+{{/* Any address but those nothing legitimate is, as NetworkPolicy peers: the ranges the
+workers' egress proxy refuses whatever egress.allowed_cidrs lifts (internal/egress's hard rows:
+loopback, link-local and cloud metadata, multicast, broadcast, the metadata and platform
+endpoints outside link-local), and the CIDRs of the list . besides. */}}
+{{- define "boxcar.anyAddressBut" -}}
 {{- $v4 := list "0.0.0.0/8" "127.0.0.0/8" "169.254.0.0/16" "224.0.0.0/4" "255.255.255.255/32" "100.100.100.200/32" "168.63.129.16/32" -}}
 {{- $v6 := list "::/128" "::1/128" "fe80::/10" "ff00::/8" "fd00:ec2::254/128" "fd20:ce::254/128" -}}
-{{- range .Values.networkPolicy.exceptCIDRs -}}
+{{- range . -}}
 {{- if contains ":" . }}{{ $v6 = append $v6 . }}{{ else }}{{ $v4 = append $v4 . }}{{ end -}}
 {{- end -}}
 {{- toYaml (list (dict "ipBlock" (dict "cidr" "0.0.0.0/0" "except" (uniq $v4))) (dict "ipBlock" (dict "cidr" "::/0" "except" (uniq $v6)))) -}}
+{{- end -}}
+
+{{/* The addresses the workers' egress proxy may dial for a sandbox, as NetworkPolicy peers:
+boxcar.anyAddressBut networkPolicy.exceptCIDRs. The rules for an endpoint given by host name
+take them too (boxcar.endpointEgress): nothing legitimate is there. */}}
+{{- define "boxcar.proxyDialable" -}}
+{{- include "boxcar.anyAddressBut" .Values.networkPolicy.exceptCIDRs -}}
 {{- end -}}
 
 {{/* The endpoints of a comma-separated list of URLs, as a JSON list: each one's host (an IPv6
@@ -103,7 +109,8 @@ an IP literal, else "". A part without a scheme is nats://part, as the NATS clie
 {{- end -}}
 
 {{/* The workers' NetworkPolicy egress rules to the endpoints of .urls (a comma-separated list
-of URLs), one rule for each endpoint's port: to .to when it names peers, else to where the
+of URLs), one rule for each endpoint's port, on TCP or on each of .protocols: to .to when it
+names peers, else to where the
 endpoint may be: an IP literal's own address; a Service name's (<service>.<namespace>.svc…)
 namespace's pods; for any other host name, any address but those nothing legitimate is
 (boxcar.proxyDialable: link-local with cloud metadata, loopback, multicast and
@@ -121,7 +128,10 @@ the traffic reaches them addressed to the Service's pods: name the Service, or s
 {{- $to = list (dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" (index (splitList "." .host) 1)))) }}
 {{- else }}{{ $to = append (include "boxcar.proxyDialable" $.root | fromYamlArray) (dict "namespaceSelector" dict) }}
 {{- end }}
-{{- $rule := dict "ports" (list (dict "port" .port "protocol" "TCP")) "to" $to -}}
+{{- $ports := list -}}
+{{- $port := .port -}}
+{{- range ($.protocols | default (list "TCP")) }}{{ $ports = append $ports (dict "port" $port "protocol" .) }}{{ end -}}
+{{- $rule := dict "ports" $ports "to" $to -}}
 {{- if not (has $rule $rules) }}{{ $rules = append $rules $rule }}{{ end -}}
 {{- end -}}
 {{- toYaml $rules -}}
