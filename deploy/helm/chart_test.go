@@ -30,6 +30,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -55,22 +56,24 @@ const (
 // false for CRDs, decoded into the local structs of crd_test.go. Anything else (a typo, a
 // removed apiVersion) fails the test.
 var kinds = map[schema.GroupVersionKind]bool{
-	{Version: "v1", Kind: "ConfigMap"}:                                       true,
-	{Version: "v1", Kind: "Namespace"}:                                       true,
-	{Version: "v1", Kind: "ResourceQuota"}:                                   true,
-	{Version: "v1", Kind: "Secret"}:                                          true,
-	{Version: "v1", Kind: "Service"}:                                         true,
-	{Version: "v1", Kind: "ServiceAccount"}:                                  true,
-	{Group: "apps", Version: "v1", Kind: "Deployment"}:                       true,
-	{Group: "batch", Version: "v1", Kind: "Job"}:                             true,
-	{Group: "autoscaling", Version: "v2", Kind: "HorizontalPodAutoscaler"}:   true,
-	{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"}:       true,
-	{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"}:            true,
-	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"}:        true,
-	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"}: true,
-	{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}:            false,
-	{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}:  false,
-	{Group: "monitoring.coreos.com", Version: "v1", Kind: "PrometheusRule"}:  false,
+	{Version: "v1", Kind: "ConfigMap"}:                                              true,
+	{Version: "v1", Kind: "Namespace"}:                                              true,
+	{Version: "v1", Kind: "ResourceQuota"}:                                          true,
+	{Version: "v1", Kind: "Secret"}:                                                 true,
+	{Version: "v1", Kind: "Service"}:                                                true,
+	{Version: "v1", Kind: "ServiceAccount"}:                                         true,
+	{Group: "apps", Version: "v1", Kind: "Deployment"}:                              true,
+	{Group: "batch", Version: "v1", Kind: "Job"}:                                    true,
+	{Group: "autoscaling", Version: "v2", Kind: "HorizontalPodAutoscaler"}:          true,
+	{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"}:              true,
+	{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"}:                   true,
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"}:               true,
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"}:        true,
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}:        true,
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"}: true,
+	{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}:                   false,
+	{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}:         false,
+	{Group: "monitoring.coreos.com", Version: "v1", Kind: "PrometheusRule"}:         false,
 }
 
 // rendered is one rendering of the chart: its objects, decoded, and NOTES.txt.
@@ -349,7 +352,7 @@ func TestChartRenders(t *testing.T) {
 			keda := enabled("keda.enabled")
 			setup := lookup(v, "natsServer.operatorCredentialsSecret.name") != ""
 			want := map[string]int{
-				"ConfigMap": 2, "Deployment": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1,
+				"ConfigMap": 2, "Deployment": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
 				"Service": 1, "PodDisruptionBudget": 1,
 				"Namespace":               b2i(enabled("sandboxes.createNamespace")),
 				"NetworkPolicy":           b2i(enabled("sandboxes.networkPolicy.enabled")) + b2i(enabled("networkPolicy.enabled")),
@@ -434,7 +437,7 @@ func checkMeta(t *testing.T, o object) {
 	for _, msg := range validation.IsDNS1123Subdomain(acc.GetName()) {
 		t.Errorf("%s %s: name: %s", o.GVK.Kind, acc.GetName(), msg)
 	}
-	if o.GVK.Kind != "Namespace" && acc.GetNamespace() == "" {
+	if !slices.Contains([]string{"Namespace", "ClusterRole", "ClusterRoleBinding"}, o.GVK.Kind) && acc.GetNamespace() == "" {
 		t.Errorf("%s %s: no namespace: every namespaced object names its namespace", o.GVK.Kind, acc.GetName())
 	}
 	for k, v := range acc.GetLabels() {
@@ -648,6 +651,17 @@ func checkRBAC(t *testing.T, r *rendered, cfg config.Config) {
 	want := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}
 	if len(binding.Subjects) != 1 || binding.Subjects[0] != want {
 		t.Errorf("RoleBinding subjects %+v, want %+v", binding.Subjects, want)
+	}
+	// The namespace's own answer, which tells its deletion from a refusal of the workers'
+	// (TestClusterRoleGrantsTheNamespaceRead): get on it alone.
+	cr := one[*rbacv1.ClusterRole](t, r, "")
+	crb := one[*rbacv1.ClusterRoleBinding](t, r, "")
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{ns}, Verbs: []string{"get"}}}
+	if !equality.Semantic.DeepEqual(cr.Rules, wantRules) {
+		t.Errorf("ClusterRole rules %+v, want %+v", cr.Rules, wantRules)
+	}
+	if crb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}) || len(crb.Subjects) != 1 || crb.Subjects[0] != want {
+		t.Errorf("ClusterRoleBinding refers to %+v for %+v, want ClusterRole %s for %+v", crb.RoleRef, crb.Subjects, cr.Name, want)
 	}
 	if d.Spec.Template.Spec.ServiceAccountName != sa.Name {
 		t.Errorf("worker runs as %q, want ServiceAccount %s", d.Spec.Template.Spec.ServiceAccountName, sa.Name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -524,5 +526,48 @@ func TestIsolationSaysWhetherTheChartMadeTheNetworkPolicy(t *testing.T) {
 		if !made && !strings.Contains(info.Isolation, "network=not isolated") {
 			t.Errorf("networkPolicy.enabled=false: isolation %q does not say the network is not isolated", info.Isolation)
 		}
+	}
+}
+
+// TestClusterRoleGrantsTheNamespaceRead: a sandbox namespace deleted with the chart's Role in
+// it leaves the workers refused everything there; the backend then reads the namespace to say
+// it is gone, and the chart's ClusterRole grants each such call: get, on that namespace alone.
+func TestClusterRoleGrantsTheNamespaceRead(t *testing.T) {
+	r := render(t, nil)
+	ns := workerConfig(t, r).Sandbox.Kubernetes.Namespace
+	cs := fake.NewClientset()
+	cs.PrependReactor("*", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "", fmt.Errorf(`User "system:serviceaccount:boxcar:boxcar" cannot %s resource "pods" in API group "" in the namespace %q`, a.GetVerb(), ns))
+	})
+	cs.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, a.(k8stesting.CreateAction).GetObject(), nil // not allowed
+	})
+	p, err := sandbox.NewKubernetes(sandbox.KubernetesConfig{Client: cs, Executor: noExec{}, Namespace: ns, Image: "busybox:1.37", StartTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := config.Profile{}.WithDefaults().Sandbox
+	if _, err := p.Start(t.Context(), sandbox.Spec{JobID: "job-1", SandboxSpec: spec}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("Start: %v; want the namespace named gone", err)
+	}
+	if err := p.Check(t.Context()); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("Check: %v; want the namespace named gone", err)
+	}
+	cr := one[*rbacv1.ClusterRole](t, r, "")
+	reads := 0
+	for _, a := range cs.Actions() {
+		if a.GetResource().Resource != "namespaces" {
+			continue
+		}
+		reads++
+		g, ok := a.(k8stesting.GetAction)
+		if !ok || !slices.ContainsFunc(cr.Rules, func(rule rbacv1.PolicyRule) bool {
+			return slices.Contains(rule.Resources, "namespaces") && slices.Contains(rule.Verbs, a.GetVerb()) && slices.Contains(rule.ResourceNames, g.GetName())
+		}) {
+			t.Errorf("the backend calls %s namespaces %v; the ClusterRole %+v does not grant it", a.GetVerb(), a, cr.Rules)
+		}
+	}
+	if reads == 0 {
+		t.Error("the backend never read the namespace")
 	}
 }

@@ -16,7 +16,8 @@ import (
 // Check reports whether the provider could start a sandbox now: the namespace is not being
 // deleted or gone, as far as the last start found (stillGone), the API server answers, this
 // worker may list pods in the sandbox namespace, and it may create, delete, patch and watch pods
-// and create pods/exec there;
+// and create pods/exec there (refused it all, it reads the namespace: a deletion takes the
+// chart's Role with it, and the remedy is to make them again, not to grant anything);
 // the pods' Owner, when set, exists (looked up again each time, so that pods started after it
 // was made again name its new UID).
 // The worker's /readyz calls it, so that a worker that lost the cluster or its permissions is
@@ -28,19 +29,23 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 	}
 	ns := p.cfg.Namespace
 	if _, err := p.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-		return fmt.Errorf("sandbox: kubernetes: list pods in namespace %s (check the kubeconfig and the worker's Role): %w: %w", ns, ErrUnavailable, err)
+		if gone := p.goneFor(ctx, err); gone != nil {
+			return gone
+		}
+		return fmt.Errorf("sandbox: kubernetes: list pods in namespace %s (check the kubeconfig, and the worker's Role and RoleBinding there; helm upgrade makes the chart's again): %w: %w", ns, ErrUnavailable, err)
 	}
 	if _, err := p.lookUpOwner(ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	var errs []error
-	for _, a := range []authorizationv1.ResourceAttributes{
+	asked := []authorizationv1.ResourceAttributes{
 		{Namespace: ns, Verb: "create", Resource: "pods"},
 		{Namespace: ns, Verb: "create", Resource: "pods", Subresource: "exec"},
 		{Namespace: ns, Verb: "delete", Resource: "pods"},
 		{Namespace: ns, Verb: "patch", Resource: "pods"}, // a warm pod's claim names its job
 		{Namespace: ns, Verb: "watch", Resource: "pods"}, // a start waits for its pod through a watch
-	} {
+	}
+	for _, a := range asked {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}
 		got, err := p.cfg.Client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 		if err != nil {
@@ -55,6 +60,12 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		// Everything refused, as when the namespace's deletion took the Role with it.
+		if len(errs) == len(asked) {
+			if gone := p.goneFor(ctx, nil); gone != nil {
+				return gone
+			}
+		}
 		return fmt.Errorf("sandbox: kubernetes: %w: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -64,7 +75,8 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 // gone, for as long as the API server still answers so: a server-side dry run of a pod's
 // create, which makes nothing and which admission answers as a start's create, asks again.
 // Listing pods answers as if nothing were wrong in a namespace being deleted, and in one that
-// does not exist. Once the dry run is answered otherwise, Check goes on as usual.
+// does not exist; the authorizer, once the namespace's deletion took the chart's Role, refuses
+// the dry run before admission could say why, so the namespace itself is asked (goneFor). Once the dry run is answered otherwise, Check goes on as usual.
 func (p *KubernetesProvider) stillGone(ctx context.Context) error {
 	last := p.gone.Load()
 	if last == nil || *last == nil {
@@ -78,7 +90,7 @@ func (p *KubernetesProvider) stillGone(ctx context.Context) error {
 		return fmt.Errorf("sandbox: kubernetes: ask whether namespace %s takes pods again: %w", p.cfg.Namespace, err)
 	}
 	_, err = p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	if err != nil && slices.ContainsFunc(unavailableAnswers, func(a unavailableAnswer) bool { return a.gone && a.match(err) }) {
+	if err != nil && (slices.ContainsFunc(unavailableAnswers, func(a unavailableAnswer) bool { return a.gone && a.match(err) }) || p.goneFor(ctx, err) != nil) {
 		return *last
 	}
 	if ctx.Err() == nil {

@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -148,6 +149,81 @@ func TestKubernetesNamespaceBeingDeleted(t *testing.T) {
 			pods, err := client.CoreV1().Pods(testNamespace).List(t.Context(), metav1.ListOptions{})
 			if err != nil || len(pods.Items) != 1 {
 				t.Errorf("pods after the dry runs of %d checks and one start: %d (%v), want the start's alone", dryRuns.Load(), len(pods.Items), err)
+			}
+		})
+	}
+}
+
+// TestKubernetesNamespaceGoneWithItsRole: a sandbox namespace's deletion takes the chart's Role
+// and RoleBinding in it, and then the API server's authorizer refuses every request there
+// before admission could say the namespace is being deleted or gone. Start, the log and Check
+// (/readyz) say what the namespace's own answer says (asked by a get of it, which the chart's
+// ClusterRole grants), with the remedy, helm upgrade; they said not_permitted, "check its
+// credentials and its Role", and Check that the worker may not list pods. With the namespace
+// there, the Role alone gone, the refusal names helm upgrade as its remedy too.
+func TestKubernetesNamespaceGoneWithItsRole(t *testing.T) {
+	t.Parallel()
+	deleted := metav1.Now()
+	for _, tt := range []struct {
+		name      string
+		namespace *corev1.Namespace // nil: gone
+		kind      string
+		says      string // in Start's error, Check's (unless checkSays) and the log line
+		checkSays string
+		// noNamespaceRead: the worker may not get the namespace (a release without the
+		// ClusterRole that grants it), and so cannot tell.
+		noNamespaceRead bool
+	}{
+		{name: "namespace being deleted", kind: "namespace_terminating", says: "is being deleted",
+			namespace: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace, DeletionTimestamp: &deleted, Finalizers: []string{"x"}}, Status: corev1.NamespaceStatus{Phase: corev1.NamespaceTerminating}}},
+		{name: "namespace gone", kind: "namespace_missing", says: "does not exist"},
+		{name: "the Role alone gone", kind: "not_permitted", says: "refuses the worker", checkSays: "list pods",
+			namespace: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}, Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive}}},
+		{name: "namespace gone, and the worker may not read it", kind: "not_permitted", says: "refuses the worker", checkSays: "list pods", noNamespaceRead: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			client := fake.NewClientset()
+			if tt.namespace != nil {
+				if _, err := client.CoreV1().Namespaces().Create(t.Context(), tt.namespace, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The authorizer's refusal, as the API server words it, of every request in the namespace.
+			refuse := func(a k8stesting.Action) (bool, runtime.Object, error) {
+				r := a.GetResource().Resource
+				return true, nil, apierrors.NewForbidden(corev1.Resource(r), "", fmt.Errorf(`User "system:serviceaccount:boxcar:boxcar" cannot %s resource %q in API group "" in the namespace %q`, a.GetVerb(), r, testNamespace))
+			}
+			for _, verb := range []string{"create", "list", "watch", "delete", "patch", "get"} {
+				client.PrependReactor(verb, "pods", refuse)
+			}
+			client.PrependReactor("get", "configmaps", refuse)
+			if tt.noNamespaceRead {
+				client.PrependReactor("get", "namespaces", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(corev1.Resource("namespaces"), testNamespace, errors.New(`User "system:serviceaccount:boxcar:boxcar" cannot get resource "namespaces" in API group "" in the namespace "`+testNamespace+`"`))
+				})
+			}
+			client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview).DeepCopy()
+				r.Status.Allowed = false
+				return true, r, nil
+			})
+			logs := &lockedBuffer{}
+			p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) {
+				c.Namespace = testNamespace
+				c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			})
+			const hint = "helm upgrade"
+			_, err := p.Start(t.Context(), sandboxtest.Spec("job-1", config.SandboxSpec{}))
+			if !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), tt.says) || !strings.Contains(err.Error(), hint) {
+				t.Errorf("Start: %v; want ErrUnavailable saying %q and %q", err, tt.says, hint)
+			}
+			if line := logs.String(); !strings.Contains(line, "kind="+tt.kind) || !strings.Contains(line, tt.says) || !strings.Contains(line, hint) {
+				t.Errorf("log:\n%s\nwant kind=%s saying %q and %q", line, tt.kind, tt.says, hint)
+			}
+			err = p.Check(t.Context())
+			if says := cmp.Or(tt.checkSays, tt.says); !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), says) || !strings.Contains(err.Error(), hint) {
+				t.Errorf("Check: %v; want the worker not ready, saying %q and %q", err, says, hint)
 			}
 		})
 	}

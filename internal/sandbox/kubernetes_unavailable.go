@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/boxcar-run/boxcar/internal/redact"
 )
@@ -59,9 +61,10 @@ var unavailableAnswers = []unavailableAnswer{
 	}},
 	// The authorizer's refusal alone: admission refusing the pod (PodSecurity, a LimitRange, a
 	// webhook) is Forbidden too, but says what of the pod it refuses, and no wait changes that.
-	{kind: "not_permitted", why: "the API server refuses the worker; check its credentials and its Role in the sandbox namespace", match: func(err error) bool {
-		return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) && authorizerRefusal.MatchString(err.Error())
-	}},
+	// A namespace's deletion takes the chart's Role and RoleBinding in it, and the authorizer
+	// then refuses every request there before admission could say why: unavailable asks the
+	// namespace itself (goneInstead).
+	{kind: "not_permitted", why: "the API server refuses the worker; check its credentials, and its Role and RoleBinding in the sandbox namespace (helm upgrade makes the chart's again)", match: notPermitted},
 	{kind: "overloaded", why: "the API server asks the worker to slow down", match: apierrors.IsTooManyRequests},
 	{kind: "server_error", why: "the API server failed to answer", match: func(err error) bool {
 		return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
@@ -114,14 +117,68 @@ func (p *KubernetesProvider) unavailable(ctx context.Context, spec Spec, err err
 	}
 	for _, a := range unavailableAnswers {
 		if a.match(err) {
+			detail := answerDetail(err)
+			if a.kind == "not_permitted" {
+				if g, d, ok := p.goneInstead(ctx); ok {
+					a, detail = g, d
+				}
+			}
 			p.log.Warn("the cluster cannot take a sandbox now", "job_id", spec.JobID, "tenant", spec.Tenant, "namespace", p.cfg.Namespace, "kind", a.kind, "why", a.why, "error", err)
-			err = fmt.Errorf("sandbox: kubernetes: no sandbox pod can start in namespace %s now: %s (%s): %w", p.cfg.Namespace, a.why, answerDetail(err), ErrUnavailable)
+			err = p.answerError(a, detail)
 			p.noteGone(a.gone, err)
 			return err
 		}
 	}
 	p.noteGone(false, nil)
 	return err
+}
+
+// answerError is the error of a start the cluster answered a: why, and what it said (detail).
+func (p *KubernetesProvider) answerError(a unavailableAnswer, detail string) error {
+	return fmt.Errorf("sandbox: kubernetes: no sandbox pod can start in namespace %s now: %s (%s): %w", p.cfg.Namespace, a.why, detail, ErrUnavailable)
+}
+
+// notPermitted: the authorizer (RBAC) refused the worker, or the API server its credentials.
+func notPermitted(err error) bool {
+	return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) && authorizerRefusal.MatchString(err.Error())
+}
+
+// goneInstead is the answer of the sandbox namespace itself, asked after the authorizer
+// refused a request in it: being deleted, or gone (with what the server said), or ok false when
+// it is there or the worker may not read it (the chart's ClusterRole lets it get that one
+// namespace; an older release's workers may not).
+func (p *KubernetesProvider) goneInstead(ctx context.Context) (unavailableAnswer, string, bool) {
+	ns, err := p.cfg.Client.CoreV1().Namespaces().Get(ctx, p.cfg.Namespace, metav1.GetOptions{})
+	want := ""
+	switch {
+	case err != nil && namespaceNotFound(err):
+		want = "namespace_missing"
+	case err != nil:
+		return unavailableAnswer{}, "", false
+	case ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating:
+		want = "namespace_terminating"
+	default:
+		return unavailableAnswer{}, "", false
+	}
+	i := slices.IndexFunc(unavailableAnswers, func(a unavailableAnswer) bool { return a.kind == want })
+	detail := "namespace " + p.cfg.Namespace + " is being deleted"
+	if err != nil {
+		detail = answerDetail(err)
+	}
+	return unavailableAnswers[i], detail, true
+}
+
+// goneFor is the error of a start in a namespace being deleted or gone, when the authorizer's
+// refusal err (nil: a review said the worker may not) came of that, else nil.
+func (p *KubernetesProvider) goneFor(ctx context.Context, err error) error {
+	if err != nil && !notPermitted(err) {
+		return nil
+	}
+	a, detail, ok := p.goneInstead(ctx)
+	if !ok {
+		return nil
+	}
+	return p.answerError(a, detail)
 }
 
 // noteGone keeps the error of a start that found the sandbox namespace being deleted or gone,

@@ -245,7 +245,7 @@ current-context: gone
 		}
 
 		// /readyz says the sandbox backend is unusable, and what to check.
-		wantReady := regexp.MustCompile(`^not ready: sandbox kubernetes: .*\(check the kubeconfig and the worker's Role\).*https://` + regexp.QuoteMeta(deadAPI) + `/.*: connect: connection refused\n$`)
+		wantReady := regexp.MustCompile(`^not ready: sandbox kubernetes: .*\(check the kubeconfig, and the worker's Role and RoleBinding there; helm upgrade makes the chart's again\).*https://` + regexp.QuoteMeta(deadAPI) + `/.*: connect: connection refused\n$`)
 		// The worker checks its dependencies one by one after start, so poll for the reason.
 		waitReadyz(t, base+"/readyz", wantReady, 60*time.Second, stillRunning(c))
 
