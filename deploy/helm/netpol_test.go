@@ -294,3 +294,19 @@ func TestResolverAndAPIServerRulesOpenOnlyTheirPeers(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxEgressIsTCPAlone: the rule for the sandboxes' destinations opens TCP alone, which
+// is all the egress proxy dials for them (the resolver has its own rule); for a network.allow
+// entry naming no port it opened every port of every protocol, UDP and SCTP to any address
+// among them, where it says every port.
+func TestSandboxEgressIsTCPAlone(t *testing.T) {
+	np := workerPolicy(t, render(t, values(t, networkedProfile("['api.example.com']"))))
+	if !egressAllows(t, np, "203.0.113.7", corev1.ProtocolTCP, 8443) {
+		t.Error("the workers cannot reach 203.0.113.7 on TCP/8443, which network.allow lets the proxy dial")
+	}
+	for _, proto := range []corev1.Protocol{corev1.ProtocolUDP, corev1.ProtocolSCTP} {
+		if egressAllows(t, np, "203.0.113.7", proto, 123) {
+			t.Errorf("the workers may reach 203.0.113.7 on %s/123", proto)
+		}
+	}
+}

@@ -240,7 +240,11 @@ func checkWorkerNetworkPolicy(t *testing.T, r *rendered, cfg config.Config) {
 			allowed["any"] = true
 		}
 		for _, p := range rule.Ports {
-			allowed[string(*p.Protocol)+"/"+p.Port.String()] = true
+			port := "any" // every port of the protocol
+			if p.Port != nil {
+				port = p.Port.String()
+			}
+			allowed[string(*p.Protocol)+"/"+port] = true
 		}
 	}
 	// The worker's model endpoint: model.base_url when the config names one, which the worker
@@ -268,7 +272,7 @@ func checkWorkerNetworkPolicy(t *testing.T, r *rendered, cfg config.Config) {
 }
 
 // sandboxEgress is what the workers' egress proxy dials for sandboxes: each profile's
-// network.allow entry on its port ("any" for an entry that names none), and the proxy's
+// network.allow entry on its TCP port ("TCP/any" for an entry that names none), and the proxy's
 // egress.resolver.
 func sandboxEgress(cfg config.Config) map[string]string {
 	need := map[string]string{}
@@ -277,7 +281,7 @@ func sandboxEgress(cfg config.Config) map[string]string {
 			continue
 		}
 		for _, entry := range p.Network.Allow {
-			port := "any"
+			port := "TCP/any"
 			if i := strings.LastIndexByte(entry, ':'); i >= 0 {
 				port = "TCP/" + entry[i+1:]
 			}
