@@ -312,7 +312,7 @@ var features = []struct {
 	{name: "no worker network policy, no quota", values: "networkPolicy: {enabled: false}\nsandboxes: {resourceQuota: {enabled: false}}"},
 	{name: "overrides", values: overrides},
 	{name: "fixed replicas", values: "autoscaling: {enabled: false}\nreplicas: 3"},
-	{name: "workload identity, namespace managed elsewhere", values: "s3: {credentialsSecret: {name: ''}}\nsandboxes: {createNamespace: false, networkPolicy: {enabled: false}}"},
+	{name: "workload identity, namespace managed elsewhere", values: "s3: {credentialsSecret: {name: ''}}\nsandboxes: {createNamespace: false, readNamespace: false, networkPolicy: {enabled: false}}"},
 	{name: "many jobs with long transcripts", values: "config: {concurrency: 16, profiles: {file-summary: {limits: {max_transcript_bytes: 50000000}}}}"},
 	{name: "everything", values: `
 keda: {enabled: true}
@@ -352,9 +352,11 @@ func TestChartRenders(t *testing.T) {
 			keda := enabled("keda.enabled")
 			setup := lookup(v, "natsServer.operatorCredentialsSecret.name") != ""
 			want := map[string]int{
-				"ConfigMap": 2, "Deployment": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+				"ConfigMap": 2, "Deployment": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1,
 				"Service": 1, "PodDisruptionBudget": 1,
 				"Namespace":               b2i(enabled("sandboxes.createNamespace")),
+				"ClusterRole":             b2i(enabled("sandboxes.readNamespace")),
+				"ClusterRoleBinding":      b2i(enabled("sandboxes.readNamespace")),
 				"NetworkPolicy":           b2i(enabled("sandboxes.networkPolicy.enabled")) + b2i(enabled("networkPolicy.enabled")),
 				"ResourceQuota":           b2i(enabled("sandboxes.resourceQuota.enabled")),
 				"Secret":                  b2i(enabled("signing.enabled") && lookup(v, "signing.privateKey") != ""),
@@ -652,22 +654,30 @@ func checkRBAC(t *testing.T, r *rendered, cfg config.Config) {
 	if len(binding.Subjects) != 1 || binding.Subjects[0] != want {
 		t.Errorf("RoleBinding subjects %+v, want %+v", binding.Subjects, want)
 	}
-	// The namespace's own answer, which tells its deletion from a refusal of the workers'
-	// (TestClusterRoleGrantsTheNamespaceRead): get on it alone.
-	cr := one[*rbacv1.ClusterRole](t, r, "")
-	crb := one[*rbacv1.ClusterRoleBinding](t, r, "")
-	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{ns}, Verbs: []string{"get"}}}
-	if !equality.Semantic.DeepEqual(cr.Rules, wantRules) {
-		t.Errorf("ClusterRole rules %+v, want %+v", cr.Rules, wantRules)
-	}
-	if crb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}) || len(crb.Subjects) != 1 || crb.Subjects[0] != want {
-		t.Errorf("ClusterRoleBinding refers to %+v for %+v, want ClusterRole %s for %+v", crb.RoleRef, crb.Subjects, cr.Name, want)
+	if len(all[*rbacv1.ClusterRole](r)) > 0 { // none with sandboxes.readNamespace=false
+		checkNamespaceReader(t, r, ns, want)
 	}
 	if d.Spec.Template.Spec.ServiceAccountName != sa.Name {
 		t.Errorf("worker runs as %q, want ServiceAccount %s", d.Spec.Template.Spec.ServiceAccountName, sa.Name)
 	}
 	if d.Spec.Template.Spec.AutomountServiceAccountToken == nil || !*d.Spec.Template.Spec.AutomountServiceAccountToken {
 		t.Error("the worker needs its token for the API server")
+	}
+}
+
+// checkNamespaceReader: the ClusterRole lets the workers get their sandbox namespace ns and
+// nothing else, bound to their ServiceAccount sa. The namespace's own answer tells its deletion
+// from a refusal of theirs (TestClusterRoleGrantsTheNamespaceRead).
+func checkNamespaceReader(t *testing.T, r *rendered, ns string, sa rbacv1.Subject) {
+	t.Helper()
+	cr := one[*rbacv1.ClusterRole](t, r, "")
+	crb := one[*rbacv1.ClusterRoleBinding](t, r, "")
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{ns}, Verbs: []string{"get"}}}
+	if !equality.Semantic.DeepEqual(cr.Rules, wantRules) {
+		t.Errorf("ClusterRole rules %+v, want %+v", cr.Rules, wantRules)
+	}
+	if crb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}) || len(crb.Subjects) != 1 || crb.Subjects[0] != sa {
+		t.Errorf("ClusterRoleBinding refers to %+v for %+v, want ClusterRole %s for %+v", crb.RoleRef, crb.Subjects, cr.Name, sa)
 	}
 }
 
