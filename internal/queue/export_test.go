@@ -63,3 +63,13 @@ func (u *Usage) SetSharedClock(now func() time.Time) { u.buckets.shared.stream.n
 
 // SharedRelook is how long a client takes a shared stream nobody answered for as absent.
 const SharedRelook = sharedRelook
+
+// HeldUpTo is the Admin's heldUpTo on tenant's job stream, for the test that a job its consumer
+// delivers while setup retires the tenant's other jobs is seen as held.
+func (a *Admin) HeldUpTo(ctx context.Context, tenant string) (func(Ref) (uint64, error), error) {
+	s, err := a.js.Stream(ctx, jobStream(a.cfg, tenant))
+	if err != nil {
+		return nil, err
+	}
+	return a.heldUpTo(ctx, s), nil
+}

@@ -334,3 +334,39 @@ func TestSetupLeavesAJobAWorkerHolds(t *testing.T) {
 		t.Errorf("the worker's ack of the held job: %v", err)
 	}
 }
+
+// TestSetupSeesADeliveryBetweenTwoJobs: setup retiring team-b reads, for each job whose status
+// records no end, how far team-b's consumer delivered. It read that once for the tenant, at its
+// first such job, and used it for the others: a worker of the old config fetching a later job
+// meanwhile (its claim not yet past the running status) held a job setup then took as never
+// delivered, dead-lettered unknown_tenant and removed, while the worker ran it. Each job's is
+// read after its status.
+func TestSetupSeesADeliveryBetweenTwoJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(time.Minute) })
+	ctx := t.Context()
+	old := b.open(t, b.cfg, map[string]config.Tenant{"team-b": {}}, nil)
+	first, later := newJob(t), newJob(t)
+	c := b.client(t, "team-b")
+	for _, j := range []job.Job{first, later} {
+		if _, err := c.Publish(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin, err := queue.NewAdmin(b.nc, b.cfg, map[string]config.Tenant{"team-a": {}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := admin.HeldUpTo(ctx, "team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if upTo, err := held(queue.Ref{Tenant: "team-b", ID: first.ID}); err != nil || upTo != 0 {
+		t.Fatalf("delivered up to %d (%v) before any fetch; want 0", upTo, err)
+	}
+	d := fetch(t, old, 10*time.Second) // the first job published, at sequence 1
+	d2 := fetch(t, old, 10*time.Second)
+	if upTo, err := held(queue.Ref{Tenant: "team-b", ID: later.ID}); err != nil || upTo < 2 {
+		t.Errorf("delivered up to %d (%v) once the worker fetched %s and %s; want 2: setup takes them as never delivered", upTo, err, d.JobID, d2.JobID)
+	}
+}

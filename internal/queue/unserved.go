@@ -205,22 +205,19 @@ func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[strin
 
 // heldUpTo returns the last stream sequence the consumer of a job's tenant on s delivered: a
 // message at or below it that is still in the stream may be held by a worker. No consumer: 0.
+// It is read for each job, after the job's status (retireJob): read once for a tenant, a
+// worker of the old config that fetched a later job meanwhile held a job setup took as never
+// delivered, and dead-lettered and removed while the worker ran it.
 func (a *Admin) heldUpTo(ctx context.Context, s jetstream.Stream) func(Ref) (uint64, error) {
-	seen := map[string]uint64{}
 	return func(r Ref) (uint64, error) {
-		if seq, ok := seen[r.Tenant]; ok {
-			return seq, nil
-		}
 		c, err := s.Consumer(ctx, consumerName(a.cfg, r.Tenant))
 		switch {
 		case errors.Is(err, jetstream.ErrConsumerNotFound):
-			seen[r.Tenant] = 0
+			return 0, nil
 		case err != nil:
 			return 0, fmt.Errorf("queue: look up consumer %s: %w", consumerName(a.cfg, r.Tenant), err)
-		default:
-			seen[r.Tenant] = c.CachedInfo().Delivered.Stream
 		}
-		return seen[r.Tenant], nil
+		return c.CachedInfo().Delivered.Stream, nil
 	}
 }
 
