@@ -229,12 +229,13 @@ var errLeft = errors.New("the job is left in its stream")
 // that it cannot read now, and one whose status says no end while its tenant's consumer has
 // delivered it (held: a worker may hold it, its claim not yet past the running status) (all
 // errLeft); it removes, with no dead letter, the message of a job that ended as its worker acks
-// it (endedAcked). Another error: it cannot dead-letter the job now.
+// it (endedAcked), unless the consumer delivered it (errLeft). Another error: it cannot
+// dead-letter the job now.
 func (a *Admin) retireJob(ctx context.Context, s jetstream.Stream, subject string, r Ref, stateOf func(Ref) (job.State, error), held func(Ref) (uint64, error)) (int, error) {
 	stream := s.CachedInfo().Config.Name
 	state, err := stateOf(r)
 	var upTo uint64
-	if err == nil && !state.Terminal() {
+	if err == nil && (!state.Terminal() || endedAcked(state)) {
 		upTo, err = held(r)
 	}
 	switch {
@@ -245,7 +246,10 @@ func (a *Admin) retireJob(ctx context.Context, s jetstream.Stream, subject strin
 	case state == job.StateRunning:
 		return 0, errLeft
 	case endedAcked(state):
-		if _, err := a.deadLetterAll(ctx, s, subject, r, false, 0); err != nil {
+		// Delivered, its worker may be alive, between its status and its ack: removed, with
+		// the consumer when it was the tenant's last, its ack waited for an answer until the
+		// attempt's deadline. Left, its worker acks it, or, gone, the sweep does (ErrFinal).
+		if _, err := a.deadLetterAll(ctx, s, subject, r, false, upTo); err != nil {
 			return 0, errLeft // the next setup removes it
 		}
 		a.log.InfoContext(ctx, "removed the message of a job of a tenant the config does not list that ended, its worker stopped before its ack; no dead letter",
