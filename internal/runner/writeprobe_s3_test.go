@@ -31,14 +31,11 @@ import (
 // run: the job ran again, model tokens and all, at each of its deliveries.
 func TestTenantFolderRefusingWritesFailsBeforeTheRun(t *testing.T) {
 	t.Parallel()
-	srv := s3test.StartIAM(t)
-	secret := srv.CreateUser(t, "worker")
-	bucket := "boxcar-scoped"
-	srv.CreateOwnedBucket(t, "worker", bucket)
-	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant))
+	bucket := newScopedBucket(t)
+	bucket.refuse(t, store.TenantPrefix(job.DefaultTenant))
 	b := setup(t)
-	b.store = store.ForTenant(newS3Store(t, srv, bucket, srv.Endpoint), job.DefaultTenant) // the submitter's, as root
-	b.shared = userS3Store(t, srv, bucket, "worker", secret)
+	b.store = store.ForTenant(bucket.root(t), job.DefaultTenant) // the submitter's
+	b.shared = bucket.worker(t)
 	var runs atomic.Int64
 	var logs harness.LogBuffer
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
@@ -60,7 +57,7 @@ func TestTenantFolderRefusingWritesFailsBeforeTheRun(t *testing.T) {
 	if len(letters) != 1 || letters[0].Reason != "store_write_refused" || letters[0].Attempt != 1 || letters[0].Error != st.Error {
 		t.Errorf("dead letters %+v, want one, store_write_refused, at attempt 1, saying %q", letters, st.Error)
 	}
-	remedy := "s3:PutObject on arn:aws:s3:::" + bucket + "/" + store.TenantPrefix(job.DefaultTenant) + "*"
+	remedy := "s3:PutObject on arn:aws:s3:::" + bucket.name + "/" + store.TenantPrefix(job.DefaultTenant) + "*"
 	if !strings.Contains(logs.String(), remedy) {
 		t.Errorf("the worker's log does not say %q:\n%s", remedy, logs.String())
 	}
@@ -75,18 +72,15 @@ func TestTenantFolderRefusingWritesFailsBeforeTheRun(t *testing.T) {
 // until the attempt's deadline, and the job ran again at each of its deliveries.
 func TestRunWritesRefusedAtTheCommitFailTheJob(t *testing.T) {
 	t.Parallel()
-	srv := s3test.StartIAM(t)
-	secret := srv.CreateUser(t, "worker")
-	bucket := "boxcar-scoped"
-	srv.CreateOwnedBucket(t, "worker", bucket)
+	bucket := newScopedBucket(t)
 	b := setup(t)
 	p := b.cfg.Profiles["p"]
 	p.Limits.JobTimeout = config.Duration(10 * time.Second) // a commit that waits gives up after 20 s
 	b.cfg.Profiles = map[string]config.Profile{"p": p}
-	b.store = store.ForTenant(newS3Store(t, srv, bucket, srv.Endpoint), job.DefaultTenant) // the submitter's, as root
+	b.store = store.ForTenant(bucket.root(t), job.DefaultTenant) // the submitter's
 	j := b.newJob("p", "t")
-	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant)+store.RunPrefix(j.ID))
-	b.shared = userS3Store(t, srv, bucket, "worker", secret)
+	bucket.refuse(t, store.TenantPrefix(job.DefaultTenant)+store.RunPrefix(j.ID))
+	b.shared = bucket.worker(t)
 	var runs atomic.Int64
 	var logs harness.LogBuffer
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
@@ -124,13 +118,10 @@ func TestRunWritesRefusedAtTheCommitFailTheJob(t *testing.T) {
 // committed run failed the job store_write_refused beside its succeeded manifest.
 func TestCommittedRunIsAdoptedWhereWritesAreRefused(t *testing.T) {
 	t.Parallel()
-	srv := s3test.StartIAM(t)
-	secret := srv.CreateUser(t, "worker")
-	bucket := "boxcar-scoped"
-	srv.CreateOwnedBucket(t, "worker", bucket)
-	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant))
+	bucket := newScopedBucket(t)
+	bucket.refuse(t, store.TenantPrefix(job.DefaultTenant))
 	b := setup(t)
-	root := newS3Store(t, srv, bucket, srv.Endpoint)
+	root := bucket.root(t)
 	b.store, b.shared = store.ForTenant(root, job.DefaultTenant), root
 	var first atomic.Pointer[worker] // set before the job is published, read by the worker's hook
 	committed := make(chan struct{})
@@ -144,7 +135,7 @@ func TestCommittedRunIsAdoptedWhereWritesAreRefused(t *testing.T) {
 	j := b.submit("p")
 	<-committed
 
-	refused := userS3Store(t, srv, bucket, "worker", secret)
+	refused := bucket.worker(t)
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		t.Errorf("the committed job ran again")
 		return writeReport(ctx, req)
@@ -153,6 +144,39 @@ func TestCommittedRunIsAdoptedWhereWritesAreRefused(t *testing.T) {
 	if letters := b.settledLetters(); st.State != job.StateSucceeded || len(letters) != 0 {
 		t.Errorf("job ended %s (%q) with %d dead letters; want its committed run's end, succeeded, and none", st.State, st.Error, len(letters))
 	}
+}
+
+// scopedBucket is a bucket on a versitygw of its own, owned by the account "worker", as an
+// operator scopes a worker's IAM user: its policy may refuse that account's writes by prefix.
+type scopedBucket struct {
+	srv          *s3test.Server
+	name, secret string
+}
+
+func newScopedBucket(t *testing.T) *scopedBucket {
+	t.Helper()
+	b := &scopedBucket{srv: s3test.StartIAM(t), name: "boxcar-scoped"}
+	b.secret = b.srv.CreateUser(t, "worker")
+	b.srv.CreateOwnedBucket(t, "worker", b.name)
+	return b
+}
+
+// refuse makes the bucket's policy refuse the worker's writes under prefix.
+func (b *scopedBucket) refuse(t *testing.T, prefix string) {
+	t.Helper()
+	b.srv.DenyWritesUnder(t, b.name, "worker", prefix)
+}
+
+// root is the bucket's store as the server's root account, which no policy refuses.
+func (b *scopedBucket) root(t *testing.T) store.Store {
+	t.Helper()
+	return newS3Store(t, b.srv, b.name, b.srv.Endpoint)
+}
+
+// worker is the bucket's store as the account "worker".
+func (b *scopedBucket) worker(t *testing.T) store.Store {
+	t.Helper()
+	return userS3Store(t, b.srv, b.name, "worker", b.secret)
 }
 
 // userS3Store is the store of bucket on srv as the account access, whose secret CreateUser

@@ -19,13 +19,7 @@ import (
 // proof, nor does the allowed one's.
 func TestTenantProbeFindsItsFolderRefused(t *testing.T) {
 	t.Parallel()
-	srv := s3test.StartIAM(t)
-	secret := srv.CreateUser(t, "worker")
-	const bucket = "boxcar-scoped"
-	srv.CreateOwnedBucket(t, "worker", bucket)
-	srv.DenyWritesUnder(t, bucket, "worker", "boxcar/"+store.TenantPrefix("team-b"))
-	vars := srv.UserVars("worker", secret)
-	shared := newS3(t, srv, bucket, "boxcar", store.Options{Getenv: func(k string) string { return vars[k] }})
+	shared := refusingStore(t, "boxcar", "boxcar/"+store.TenantPrefix("team-b"))
 	ctx := t.Context()
 	if err := store.Probe(ctx, shared); err != nil {
 		t.Fatalf("the shared store's probe: %v", err)
@@ -39,7 +33,7 @@ func TestTenantProbeFindsItsFolderRefused(t *testing.T) {
 	if !errors.Is(err, store.ErrWriteRefused) {
 		t.Fatalf("team-b's probe = %v, want ErrWriteRefused", err)
 	}
-	for _, want := range []string{"s3://" + bucket + "/boxcar/tenants/team-b/", "s3:PutObject on arn:aws:s3:::" + bucket + "/boxcar/tenants/team-b/*"} {
+	for _, want := range []string{"s3://" + scopedBucket + "/boxcar/tenants/team-b/", "s3:PutObject on arn:aws:s3:::" + scopedBucket + "/boxcar/tenants/team-b/*"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal does not say %q", want)
 		}
@@ -58,13 +52,7 @@ func TestTenantProbeFindsItsFolderRefused(t *testing.T) {
 // the one-part put, whose body the client had read whole, was "may or may not be stored".
 func TestPutOnceRefusedIsNotMaybeStored(t *testing.T) {
 	t.Parallel()
-	srv := s3test.StartIAM(t)
-	secret := srv.CreateUser(t, "worker")
-	const bucket = "boxcar-scoped"
-	srv.CreateOwnedBucket(t, "worker", bucket)
-	srv.DenyWritesUnder(t, bucket, "worker", "runs/j1/")
-	vars := srv.UserVars("worker", secret)
-	st := newS3(t, srv, bucket, "", store.Options{Getenv: func(k string) string { return vars[k] }})
+	st := refusingStore(t, "", "runs/j1/")
 	for _, size := range []int{100, store.DefaultPartSize + 1} {
 		body := bytes.Repeat([]byte("x"), size)
 		_, err := store.PutOnce(t.Context(), st, "runs/j1/report.md", bytes.NewReader(body), int64(size))
@@ -76,4 +64,20 @@ func TestPutOnceRefusedIsNotMaybeStored(t *testing.T) {
 			t.Errorf("PutOnce of %d bytes beside it: %v", size, err)
 		}
 	}
+}
+
+// scopedBucket is the bucket of refusingStore.
+const scopedBucket = "boxcar-scoped"
+
+// refusingStore is the store under prefix of scopedBucket, on a versitygw of its own, as the
+// account "worker", which owns the bucket and whose writes under refused (a folder of the
+// bucket, not of the store) the bucket's policy refuses: an operator scoping IAM by prefix.
+func refusingStore(t *testing.T, prefix, refused string) *store.S3 {
+	t.Helper()
+	srv := s3test.StartIAM(t)
+	secret := srv.CreateUser(t, "worker")
+	srv.CreateOwnedBucket(t, "worker", scopedBucket)
+	srv.DenyWritesUnder(t, scopedBucket, "worker", refused)
+	vars := srv.UserVars("worker", secret)
+	return newS3(t, srv, scopedBucket, prefix, store.Options{Getenv: func(k string) string { return vars[k] }})
 }
