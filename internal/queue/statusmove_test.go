@@ -126,14 +126,8 @@ func wantState(ctx context.Context, t *testing.T, c *queue.Client, id string, wa
 // for the job, its end too. The write now fails, to be tried again, while the stream is there.
 func TestStatusWriteWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
 	t.Parallel()
-	u := newUpgrade(t, true)
+	u, b, id := olderRunning(t)
 	ctx, cfg := u.ctx, u.cfg
-	shared := u.olderBucket(t, cfg.StatusBucket, 1)
-	b := start(t, u.nc, cfg)
-	id := job.NewID()
-	if _, err := shared.Put(ctx, tenant+"."+id, mustMarshal(t, job.Status{ID: id, State: job.StateRunning, Attempt: 2})); err != nil {
-		t.Fatal(err)
-	}
 	name := "KV_" + cfg.StatusBucket
 	answer := u.silence(t, name)
 	_, werr := b.w.UpdateStatus(ctx, ref(id), job.RequestCancel)
@@ -151,6 +145,20 @@ func TestStatusWriteWaitsForASharedBucketThatAnswersNobody(t *testing.T) {
 	if err != nil || st.State != job.StateRunning || st.Attempt != 2 || !st.CancelRequested {
 		t.Errorf("the write once it answers: %+v, %v; want the older worker's running attempt 2, cancel requested", st, err)
 	}
+}
+
+// olderRunning is an upgrade in which an older worker runs job id, at attempt 2, its status in
+// the shared status bucket; b is a worker and a client of this version.
+func olderRunning(t *testing.T) (u upgrade, b bundle, id string) {
+	t.Helper()
+	u = newUpgrade(t, true)
+	shared := u.olderBucket(t, u.cfg.StatusBucket, 1)
+	b = start(t, u.nc, u.cfg)
+	id = job.NewID()
+	if _, err := shared.Put(u.ctx, tenant+"."+id, mustMarshal(t, job.Status{ID: id, State: job.StateRunning, Attempt: 2})); err != nil {
+		t.Fatal(err)
+	}
+	return u, b, id
 }
 
 // silence has the stream name answer no direct get, as while its server restarts, and returns
@@ -179,14 +187,8 @@ func (u upgrade) silence(t *testing.T, name string) (answer func()) {
 // that minute.
 func TestSubmitterReadsASharedBucketAgainOnceItAnswers(t *testing.T) {
 	t.Parallel()
-	u := newUpgrade(t, true)
+	u, b, id := olderRunning(t)
 	ctx, cfg := u.ctx, u.cfg
-	shared := u.olderBucket(t, cfg.StatusBucket, 1)
-	b := start(t, u.nc, cfg)
-	id := job.NewID()
-	if _, err := shared.Put(ctx, tenant+"."+id, mustMarshal(t, job.Status{ID: id, State: job.StateRunning, Attempt: 2})); err != nil {
-		t.Fatal(err)
-	}
 	wantState(ctx, t, b.c, id, job.StateRunning)
 	answer := u.silence(t, "KV_"+cfg.StatusBucket)
 	_, _ = b.c.Status(ctx, id) // whatever it says, for this read alone
