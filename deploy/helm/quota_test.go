@@ -3,17 +3,11 @@ package helm
 import (
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
-
-	"github.com/boxcar-run/boxcar/internal/config"
-	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
 // TestDefaultQuotaHoldsTheFleetsSandboxes: the sandbox namespace's default ResourceQuota holds
@@ -38,7 +32,8 @@ func TestDefaultQuotaHoldsTheFleetsSandboxes(t *testing.T) {
 		pods := int64(workers * cfg.Concurrency)
 		per := corev1.ResourceList{} // the largest of any profile's pod, resource by resource
 		for _, p := range cfg.Profiles {
-			for res, q := range podLimits(sandboxPod(t, r, p.Sandbox)) {
+			pod, _ := startSpecFromChart(t, r, p.Sandbox)
+			for res, q := range podLimits(pod) {
 				if q.Cmp(per[res]) > 0 {
 					per[res] = q
 				}
@@ -91,29 +86,6 @@ func maxWorkers(t *testing.T, r *rendered) int {
 		surge = ru.MaxSurge.IntValue()
 	}
 	return n + surge
-}
-
-// sandboxPod is the pod a worker of release r starts for a job of a profile with spec.
-func sandboxPod(t *testing.T, r *rendered, spec config.SandboxSpec) *corev1.Pod {
-	t.Helper()
-	k := workerConfig(t, r).Sandbox.Kubernetes
-	cs := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: k.Owner, Namespace: k.Namespace, UID: ownerUID}})
-	fakeKubelet(t, cs, k.Namespace)
-	cfg := sandbox.KubernetesConfigFor(k)
-	cfg.Client, cfg.Executor, cfg.Image, cfg.WorkerID, cfg.StartTimeout = cs, noExec{}, "busybox:1.37", "worker-0", 20*time.Second
-	p, err := sandbox.NewKubernetes(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "job-1", SandboxSpec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod, err := cs.CoreV1().Pods(k.Namespace).Get(t.Context(), sb.Info().ID, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pod
 }
 
 // podLimits is what a ResourceQuota's limits.* charge a pod: per resource, the larger of its

@@ -449,9 +449,16 @@ func TestNetworkPolicySelectsSandboxPods(t *testing.T) {
 	}
 }
 
-// startFromChart starts a sandbox pod as a worker of release r would: the backend configured
-// from the chart's worker config as the worker configures it (sandbox.KubernetesConfigFor).
+// startFromChart is startSpecFromChart for a profile of the default sandbox spec.
 func startFromChart(t *testing.T, r *rendered) (*corev1.Pod, sandbox.Info) {
+	t.Helper()
+	return startSpecFromChart(t, r, config.Profile{}.WithDefaults().Sandbox)
+}
+
+// startSpecFromChart starts a sandbox pod for a job of a profile with spec as a worker of
+// release r would: the backend configured from the chart's worker config as the worker
+// configures it (sandbox.KubernetesConfigFor).
+func startSpecFromChart(t *testing.T, r *rendered, spec config.SandboxSpec) (*corev1.Pod, sandbox.Info) {
 	t.Helper()
 	k := workerConfig(t, r).Sandbox.Kubernetes
 	cs := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: k.Owner, Namespace: k.Namespace, UID: ownerUID}})
@@ -462,7 +469,7 @@ func startFromChart(t *testing.T, r *rendered) (*corev1.Pod, sandbox.Info) {
 	if err != nil {
 		t.Fatalf("the backend refuses the chart's config: %v", err)
 	}
-	sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "job-1", SandboxSpec: config.Profile{}.WithDefaults().Sandbox})
+	sb, err := p.Start(t.Context(), sandbox.Spec{JobID: "job-1", SandboxSpec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
