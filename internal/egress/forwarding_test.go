@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"slices"
@@ -61,17 +60,7 @@ func TestUpstreamGetsNoForwardingFields(t *testing.T) {
 				strings.Join(fields, "\r\n") + "\r\nX-Forwarded-Email: " + ph + "\r\nX-Job-Field: kept\r\n" +
 				"Transfer-Encoding: chunked\r\nTrailer: X-Forwarded-For, X-Real-IP\r\n\r\n3\r\nabc\r\n0\r\n" +
 				strings.Join(fields, "\r\n") + "\r\n\r\n"
-			if _, err := io.WriteString(rw, req); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.ReadResponse(bufio.NewReader(rw), nil)
-			if err != nil {
-				t.Fatalf("reading the answer: %v", err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d (%s), want 200", resp.StatusCode, resp.Header.Get("X-Boxcar-Egress"))
-			}
+			sendOK(t, rw, req)
 			up := h.plainUp
 			if tt.terminated {
 				up = h.tlsUp

@@ -35,20 +35,27 @@ func TestUpstreamGetsTheHostDecided(t *testing.T) {
 				tc, _ := h.terminated(t, "api.example.com:443")
 				up, want, rw = h.tlsUp, "api.example.com", tc
 			}
-			if _, err := io.WriteString(rw, tt.request); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.ReadResponse(bufio.NewReader(rw), nil)
-			if err != nil {
-				t.Fatalf("reading the answer: %v", err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d (%s), want 200", resp.StatusCode, resp.Header.Get("X-Boxcar-Egress"))
-			}
+			sendOK(t, rw, tt.request)
 			if got := up.last(t).Host; got != want {
 				t.Errorf("the upstream read Host %q, want %q: what the policy decided on", got, want)
 			}
 		})
+	}
+}
+
+// sendOK writes the raw request req on rw, a connection to the proxy or a tunnel through it,
+// and wants the proxy's answer, 200.
+func sendOK(t *testing.T, rw io.ReadWriter, req string) {
+	t.Helper()
+	if _, err := io.WriteString(rw, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(rw), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d (%s), want 200", resp.StatusCode, resp.Header.Get("X-Boxcar-Egress"))
 	}
 }
