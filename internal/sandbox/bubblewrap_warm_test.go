@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
@@ -38,17 +36,7 @@ func TestBubblewrapWarmIsolation(t *testing.T) {
 // from the claim hold as from a cold start.
 func TestEscapeSuiteWarm(t *testing.T) {
 	t.Parallel()
-	sandboxtest.RunEscape(t, sandboxtest.Warm(t, sandboxtest.Bubblewrap(t)), sandboxtest.Host{
-		WorkdirUse: func(sb sandbox.Sandbox) (int64, int64, error) {
-			var st unix.Statfs_t
-			if err := unix.Statfs(sandbox.BubblewrapHostState(sb).Dir, &st); err != nil {
-				return 0, 0, err
-			}
-			return int64(st.Blocks-st.Bfree) * st.Bsize, int64(st.Files - st.Ffree), nil
-		},
-		PIDs:          sandboxtest.EscapeSpec.PIDs,
-		SignalsQueued: sandbox.SignalsQueuedBound,
-	})
+	sandboxtest.RunEscape(t, sandboxtest.Warm(t, sandboxtest.Bubblewrap(t)), bubblewrapHost)
 }
 
 // TestBubblewrapWarmEgress runs the egress conformance suite on warm sandboxes: the network is

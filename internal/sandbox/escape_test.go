@@ -20,17 +20,21 @@ import (
 // bound, so the spec's bound is the host's.
 func TestEscapeSuite(t *testing.T) {
 	t.Parallel()
-	sandboxtest.RunEscape(t, sandboxtest.Bubblewrap(t), sandboxtest.Host{
-		WorkdirUse: func(sb sandbox.Sandbox) (int64, int64, error) {
-			var st unix.Statfs_t
-			if err := unix.Statfs(sandbox.BubblewrapHostState(sb).Dir, &st); err != nil {
-				return 0, 0, err
-			}
-			return int64(st.Blocks-st.Bfree) * st.Bsize, int64(st.Files - st.Ffree), nil
-		},
-		PIDs:          sandboxtest.EscapeSpec.PIDs,
-		SignalsQueued: sandbox.SignalsQueuedBound,
-	})
+	sandboxtest.RunEscape(t, sandboxtest.Bubblewrap(t), bubblewrapHost)
+}
+
+// bubblewrapHost judges a bubblewrap sandbox from the host: the workdir's host folder read with
+// statfs, the spec's pids bound, the signals a uid may queue.
+var bubblewrapHost = sandboxtest.Host{
+	WorkdirUse: func(sb sandbox.Sandbox) (int64, int64, error) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(sandbox.BubblewrapHostState(sb).Dir, &st); err != nil {
+			return 0, 0, err
+		}
+		return int64(st.Blocks-st.Bfree) * st.Bsize, int64(st.Files - st.Ffree), nil
+	},
+	PIDs:          sandboxtest.EscapeSpec.PIDs,
+	SignalsQueued: sandbox.SignalsQueuedBound,
 }
 
 // TestEscapeDiskBoundRefusedWithoutMechanism: where no tmpfs can be mounted and the operator
