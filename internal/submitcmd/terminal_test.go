@@ -27,32 +27,8 @@ func TestWatchOnATerminal(t *testing.T) {
 	te := newTestEnv(t)
 	te.advertise(t)
 	id := te.submitJob(t)
-	args, _ := json.Marshal([]string{"watch", id})
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), asSubmit+"="+string(args), "NATS_URL="+te.natsURL, "BOXCAR_HOME="+te.home)
-	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 200})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tty.Close() })
-	var screen harness.LogBuffer
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		_, _ = io.Copy(&screen, tty) // ends with EIO once the command exits
-	}()
-	exited := make(chan error, 1)
-	var ended atomic.Bool
-	go func() {
-		err := cmd.Wait()
-		ended.Store(true)
-		exited <- err
-	}()
-	t.Cleanup(func() {
-		if !ended.Load() {
-			_ = cmd.Process.Kill()
-		}
-	})
+	term := te.startTerminal(t, []string{"watch", id}, &pty.Winsize{Rows: 40, Cols: 200})
+	screen, ended := &term.screen, &term.ended
 
 	waitFor(t, "the block for the queued job", func() bool { return strings.Contains(screen.String(), "job "+id+"  queued") })
 	te.setState(t, id, func(s *job.Status) {
@@ -89,11 +65,10 @@ func TestWatchOnATerminal(t *testing.T) {
 		return i >= 0 && strings.Contains(s[i:], "turns 2/") && !strings.Contains(s[i:], "lost NATS")
 	})
 
-	if _, err := tty.Write([]byte{3}); err != nil { // Ctrl-C, as a person types it
+	if _, err := term.tty.Write([]byte{3}); err != nil { // Ctrl-C, as a person types it
 		t.Fatal(err)
 	}
-	err = <-exited
-	<-copied
+	err := term.wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupted {
 		t.Fatalf("watch after Ctrl-C: %v; want exit %d\n%q", err, exitInterrupted, screen.String())
@@ -164,38 +139,64 @@ func TestApproveAsksFirst(t *testing.T) {
 // returns what the terminal showed and the exit code.
 func (te *testEnv) onTerminal(t *testing.T, args []string, prompt, answer string) (string, int) {
 	t.Helper()
-	raw, _ := json.Marshal(args)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), asSubmit+"="+string(raw), "NATS_URL="+te.natsURL, "BOXCAR_HOME="+te.home)
-	tty, err := pty.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tty.Close() })
-	var screen harness.LogBuffer
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		_, _ = io.Copy(&screen, tty)
-	}()
-	exited := make(chan error, 1)
-	var ended atomic.Bool
-	go func() {
-		err := cmd.Wait()
-		ended.Store(true)
-		exited <- err
-	}()
-	waitFor(t, "the prompt", func() bool { return strings.Contains(screen.String(), prompt) || ended.Load() })
-	if !ended.Load() {
-		if _, err := tty.Write([]byte(answer)); err != nil {
+	term := te.startTerminal(t, args, nil)
+	waitFor(t, "the prompt", func() bool { return strings.Contains(term.screen.String(), prompt) || term.ended.Load() })
+	if !term.ended.Load() {
+		if _, err := term.tty.Write([]byte(answer)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	err = <-exited
-	<-copied
+	err := term.wait()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		t.Fatal(err)
 	}
-	return screen.String(), cmd.ProcessState.ExitCode()
+	return term.screen.String(), term.cmd.ProcessState.ExitCode()
+}
+
+// terminal is submit running on a pseudo-terminal: what it has shown, and its end.
+type terminal struct {
+	cmd    *exec.Cmd
+	tty    *os.File
+	screen harness.LogBuffer
+	copied chan struct{} // closed once screen holds all the command showed
+	exited chan error
+	ended  atomic.Bool
+}
+
+// startTerminal runs submit with args on a pseudo-terminal of size (nil: the default size),
+// killed at the end of the test if it still runs.
+func (te *testEnv) startTerminal(t *testing.T, args []string, size *pty.Winsize) *terminal {
+	t.Helper()
+	raw, _ := json.Marshal(args)
+	term := &terminal{cmd: exec.Command(os.Args[0], "-test.run=^$"), copied: make(chan struct{}), exited: make(chan error, 1)}
+	term.cmd.Env = append(os.Environ(), asSubmit+"="+string(raw), "NATS_URL="+te.natsURL, "BOXCAR_HOME="+te.home)
+	tty, err := pty.StartWithSize(term.cmd, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term.tty = tty
+	t.Cleanup(func() { _ = tty.Close() })
+	go func() {
+		defer close(term.copied)
+		_, _ = io.Copy(&term.screen, tty) // ends with EIO once the command exits
+	}()
+	go func() {
+		err := term.cmd.Wait()
+		term.ended.Store(true)
+		term.exited <- err
+	}()
+	t.Cleanup(func() {
+		if !term.ended.Load() {
+			_ = term.cmd.Process.Kill()
+		}
+	})
+	return term
+}
+
+// wait is the command's end, once the terminal has shown all it printed.
+func (term *terminal) wait() error {
+	err := <-term.exited
+	<-term.copied
+	return err
 }
