@@ -56,15 +56,7 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"conversation cap too small", profile + "    limits: {max_conversation_bytes: 4096}\n", "profiles.p.limits.max_conversation_bytes"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := config.Parse([]byte(tt.yaml))
-			if !errors.Is(err, config.ErrInvalid) {
-				t.Fatalf("Parse: %v, want ErrInvalid", err)
-			}
-			if !strings.Contains(err.Error(), tt.wantField+":") {
-				t.Errorf("Parse: %v\nwant the field %s named", err, tt.wantField)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantInvalid(t, tt.yaml, tt.wantField) })
 	}
 	for _, policy := range []string{"Always", "IfNotPresent", "Never"} {
 		yaml := "sandbox: {backend: kubernetes, kubernetes: {image_pull_policy: " + policy + "}}\n" + profile
@@ -94,5 +86,17 @@ func TestProfileNamesAJobCanName(t *testing.T) {
 				t.Errorf("the error does not name profiles.%s: %v", name, err)
 			}
 		})
+	}
+}
+
+// wantInvalid wants Parse of yaml to fail with ErrInvalid naming field, as "field:".
+func wantInvalid(t *testing.T, yaml, field string) {
+	t.Helper()
+	_, err := config.Parse([]byte(yaml))
+	if !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("Parse: %v, want ErrInvalid", err)
+	}
+	if !strings.Contains(err.Error(), field+":") {
+		t.Errorf("Parse: %v\nwant the field %s named", err, field)
 	}
 }
