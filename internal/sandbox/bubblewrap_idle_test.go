@@ -3,7 +3,6 @@
 package sandbox_test
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"syscall"
@@ -35,17 +34,7 @@ func TestBubblewrapWarmSpareKilledWhileIdle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.DisableCgroups = tt.noCgroups })
-			if tt.goSpare {
-				sandbox.UseGoSpare(p)
-			}
-			spec := sandboxtest.Spec("", config.SandboxSpec{})
-			spec.Pool, spec.Ahead = "p", time.Hour
-			sb, err := p.Start(t.Context(), spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = sb.Close(context.Background()) })
+			sb := startAhead(t, spareBubblewrap(t, tt.goSpare, tt.noCgroups), "")
 			sandbox.AwaitWarm(sb)
 			switch pid := sandbox.SparePid(sb); {
 			case tt.noSpare && pid != 0:

@@ -89,17 +89,39 @@ func warmFirstCommandAsCold(t *testing.T, p *sandbox.BubblewrapProvider) {
 // an image's root, which may hold no shell or another one, has the worker's binary, except
 // under RLIMIT_AS, where that binary's Go runtime cannot start, and it has none. Each first
 // command runs on the spare it has.
+// startAhead starts a pool sandbox of the default spec, on image's root ("": the host's), ahead
+// of its job, as its pool does: it warms up meanwhile.
+func startAhead(t *testing.T, p sandbox.Provider, image string) sandbox.Sandbox {
+	t.Helper()
+	spec := sandboxtest.Spec("", config.SandboxSpec{})
+	spec.Pool, spec.Ahead = "p", time.Hour
+	if image != "" {
+		spec.Image = image
+	}
+	sb, err := p.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close(context.Background()) })
+	return sb
+}
+
+// spareBubblewrap is bubblewrap with the Go spare or the shell's, bounded by cgroups or, with
+// noCgroups, by RLIMIT_AS.
+func spareBubblewrap(t *testing.T, goSpare, noCgroups bool) *sandbox.BubblewrapProvider {
+	t.Helper()
+	p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.DisableCgroups = noCgroups })
+	if goSpare {
+		sandbox.UseGoSpare(p)
+	}
+	return p
+}
+
 // startClaimed starts a pool sandbox of the default spec, lets it warm up as its pool would,
 // and claims it for job-1.
 func startClaimed(t *testing.T, p sandbox.Provider) sandbox.Sandbox {
 	t.Helper()
-	spec := sandboxtest.Spec("", config.SandboxSpec{})
-	spec.Pool, spec.Ahead = "p", time.Hour
-	warm, err := p.Start(t.Context(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = warm.Close(context.Background()) })
+	warm := startAhead(t, p, "")
 	sandbox.AwaitWarm(warm)
 	if err := warm.(sandbox.Claimer).Claim(t.Context(), "default", "job-1"); err != nil {
 		t.Fatal(err)
@@ -132,21 +154,11 @@ func TestBubblewrapSpareKinds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := sandboxtest.Bubblewrap(t, func(c *sandbox.BubblewrapConfig) { c.DisableCgroups = tt.noCgroups })
-			if tt.goSpare {
-				sandbox.UseGoSpare(p)
-			}
-			spec := sandboxtest.Spec("", config.SandboxSpec{})
-			spec.Pool, spec.Ahead = "p", time.Hour
-			argv := []string{"true"}
+			image, argv := "", []string{"true"}
 			if tt.image {
-				spec.Image, argv = busyboxImage(t), []string{"/bin/busybox", "true"}
+				image, argv = busyboxImage(t), []string{"/bin/busybox", "true"}
 			}
-			sb, err := p.Start(t.Context(), spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = sb.Close(context.Background()) })
+			sb := startAhead(t, spareBubblewrap(t, tt.goSpare, tt.noCgroups), image)
 			if underAS := strings.Contains(sb.Info().Isolation, ",as"); underAS != tt.noCgroups {
 				t.Fatalf("bounded by RLIMIT_AS: %v, want %v: %s", underAS, tt.noCgroups, sb.Info().Isolation)
 			}
