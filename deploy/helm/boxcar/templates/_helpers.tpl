@@ -384,10 +384,15 @@ the value to change.
 the API server refuses in a NetworkPolicy's ipBlock: an except not strictly inside its cidr (of
 another family, or no longer), as an exceptCIDRs of /0 would be under the rules' 0.0.0.0/0 and
 ::/0. Containment within a cidr of the same family and a shorter prefix is the API server's to
-check. */}}
+check. An IPv6 address written with an IPv4 part is refused everywhere there: the API server
+takes an IPv4-mapped one as IPv4 (an except of it under ::/0 is refused). */}}
 {{- define "boxcar.checkIPBlocks" -}}
 {{- $np := .Values.networkPolicy -}}
+{{- $v4in6 := "IPv6 with an IPv4 part (::ffff:10.0.0.0/104): the API server reads an IPv4-mapped one as IPv4, outside ::/0, and CNIs differ on it. Write it as IPv4 (10.0.0.0/8), or the IPv6 in hex" -}}
 {{- range $i, $c := $np.exceptCIDRs -}}
+{{- if and (contains ":" $c) (contains "." $c) }}
+{{- fail (printf "networkPolicy.exceptCIDRs[%d] is %q, %s" $i $c $v4in6) }}
+{{- end }}
 {{- if hasSuffix "/0" $c }}
 {{- fail (printf "networkPolicy.exceptCIDRs[%d] is %q, every address of its family: the rules by host name and the sandboxes' leave each of exceptCIDRs out of 0.0.0.0/0 and ::/0, and the API server refuses an except not strictly inside those. Give narrower ranges, or set the \"to\" of networkPolicy.nats, store, model and sandboxEgress to name the peers the workers may reach" $i $c) }}
 {{- end }}
@@ -403,7 +408,13 @@ check. */}}
 {{- range $i, $p := $peers -}}
 {{- if $p.ipBlock -}}
 {{- $cidr := $p.ipBlock.cidr -}}
+{{- if and (contains ":" $cidr) (contains "." $cidr) }}
+{{- fail (printf "%s[%d].ipBlock.cidr is %q, %s" $name $i $cidr $v4in6) }}
+{{- end }}
 {{- range $j, $e := $p.ipBlock.except -}}
+{{- if and (contains ":" $e) (contains "." $e) }}
+{{- fail (printf "%s[%d].ipBlock.except[%d] is %q, %s" $name $i $j $e $v4in6) }}
+{{- end }}
 {{- if or (ne (contains ":" $e) (contains ":" $cidr)) (le (regexFind "[0-9]+$" $e | int) (regexFind "[0-9]+$" $cidr | int)) }}
 {{- fail (printf "%s[%d].ipBlock.except[%d] is %q, not strictly inside its cidr %s (of another family, or no narrower): the API server refuses such a NetworkPolicy. Give an except of the cidr's family with a longer prefix inside it, or leave it out" $name $i $j $e $cidr) }}
 {{- end }}
