@@ -42,7 +42,7 @@ var unavailableAnswers = []unavailableAnswer{
 	// NamespaceTerminating cause, then a 404 for the namespace), and its objects, the pods'
 	// owner ConfigMap first, are deleted. No job can change that, and none may spend a delivery
 	// on it one by one.
-	{kind: "namespace_terminating", gone: true, why: "the sandbox namespace is being deleted, and takes no pod until it is made again: " + remake,
+	{kind: "namespace_terminating", gone: true, why: "the sandbox namespace is being deleted, and takes no pod until it is made again: wait until `kubectl get namespace` no longer lists it (the API server refuses objects in a namespace being deleted), then " + remake,
 		match: func(err error) bool { return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) }},
 	{kind: "namespace_missing", gone: true, why: "the sandbox namespace does not exist: " + remake, match: namespaceNotFound},
 	{kind: "owner_missing", why: "the sandbox pods' owner ConfigMap (sandbox.kubernetes.owner) is gone, deleted with its namespace or the release: " + remake,
