@@ -9,3 +9,10 @@ func (p *Pool) Waiters(profile string) int {
 	defer p.mu.Unlock()
 	return p.profiles[profile].waiters
 }
+
+// Starting is how many of the profile's starts are in flight.
+func (p *Pool) Starting(profile string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.profiles[profile].starts)
+}

@@ -183,12 +183,10 @@ func (p *Pool) start(pp *profilePool) {
 		pp.starts = slices.DeleteFunc(pp.starts, func(s *warmStart) bool { return s == ws })
 		p.broadcast()
 		switch {
-		case err != nil && ws.cancelled: // called back: nothing went wrong
+		case err != nil && (ws.cancelled || ctx.Err() != nil): // called back, or the pool stops: nothing went wrong
 		case err != nil:
 			p.m.Replaced.WithLabelValues(pp.name, "start_failed").Inc()
-			if ctx.Err() == nil {
-				p.failedStart(pp, err)
-			}
+			p.failedStart(pp, err)
 		case p.closed || ws.cancelled:
 			p.destroy(sb)
 		default:

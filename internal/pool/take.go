@@ -49,15 +49,18 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 	return &heldSandbox{Sandbox: sb, release: release, p: p}, warm, nil
 }
 
-// startCold starts the job's own sandbox once a slot is free for it.
+// startCold starts the job's own sandbox once a slot is free for it. The miss counts once it
+// has one: counted at each try, a job the runner tried again while the backend was unavailable
+// was a miss a try, and one cut short waiting for a slot a miss for nothing started.
 func (p *Pool) startCold(ctx context.Context, profile string, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	if _, ok := p.profiles[profile]; ok {
-		p.m.Misses.WithLabelValues(profile).Inc()
-	}
 	if err := p.makeRoom(ctx); err != nil {
 		return nil, err
 	}
-	return p.cfg.Provider.Start(ctx, spec)
+	sb, err := p.cfg.Provider.Start(ctx, spec)
+	if _, ok := p.profiles[profile]; ok && err == nil {
+		p.m.Misses.WithLabelValues(profile).Inc()
+	}
+	return sb, err
 }
 
 // makeRoom waits until one more sandbox fits in the worker's slots beside those it has or is

@@ -504,3 +504,69 @@ func TestConcurrentTakesKeepWithinSlots(t *testing.T) {
 		t.Errorf("%d sandboxes were live at once, more than the %d slots", peak, slots)
 	}
 }
+
+// TestMetricsCountWhatHappened: the pool's counters count a job once, and only for what it got.
+// A Take that fails and is tried again (the runner tries again while the backend is
+// unavailable) is one miss once it has its sandbox, not one per try; a Take cut short before
+// it started anything is none; and a warm start the pool's own close cut short is no
+// start_failed (boxcar_pool_removed_total).
+func TestMetricsCountWhatHappened(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name            string
+		run             func(t *testing.T, bn *bundle)
+		wantMisses      float64
+		wantStartFailed float64
+	}{
+		{name: "a cold start tried three times is one miss", wantMisses: 1, run: func(t *testing.T, bn *bundle) {
+			bn.b.failNext = 2
+			for range 2 {
+				if _, _, err := bn.p.Take(t.Context(), "t", "p", "job-1", sandbox.Spec{}); err == nil {
+					t.Fatal("take succeeded with a failing backend")
+				}
+			}
+			sb, warm := bn.take(t, "p", "job-1")
+			if warm {
+				t.Fatal("the take after the failures was warm")
+			}
+			closeAll(t, sb)
+		}},
+		{name: "a take cut short waiting for a slot is no miss", wantMisses: 1, run: func(t *testing.T, bn *bundle) {
+			held, _ := bn.take(t, "p", "job-1") // the one slot, cold: the one miss
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			if _, _, err := bn.p.Take(ctx, "t", "p", "job-2", sandbox.Spec{}); err == nil {
+				t.Fatal("take on a full worker with its context cancelled succeeded")
+			}
+			closeAll(t, held)
+		}},
+		{name: "starts cut short by Close are no failed starts", run: func(t *testing.T, bn *bundle) {
+			bn.b.mu.Lock()
+			bn.b.gate = make(chan struct{}) // never opened: the starts end with Run's context
+			bn.b.mu.Unlock()
+			bn.lag.set("p", 1)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- bn.p.Run(ctx) }()
+			waitFor(t, "a warm start under way", func() bool { return bn.p.Starting("p") == 1 })
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bn := setup(t, 1, map[string]config.Profile{"p": warmProfile(config.Warm{})})
+			tt.run(t, bn)
+			bn.p.Close()
+			if got := testutil.ToFloat64(bn.m.Misses.WithLabelValues("p")); got != tt.wantMisses {
+				t.Errorf("boxcar_pool_misses_total %v, want %v", got, tt.wantMisses)
+			}
+			if got := testutil.ToFloat64(bn.m.Replaced.WithLabelValues("p", "start_failed")); got != tt.wantStartFailed {
+				t.Errorf(`boxcar_pool_removed_total{reason="start_failed"} %v, want %v`, got, tt.wantStartFailed)
+			}
+		})
+	}
+}
