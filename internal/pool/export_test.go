@@ -16,3 +16,17 @@ func (p *Pool) Starting(profile string) int {
 	defer p.mu.Unlock()
 	return len(p.profiles[profile].starts)
 }
+
+// Closed reports whether Close has begun.
+func (p *Pool) Closed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// RoomWaits is how many Takes wait for a free slot.
+func (p *Pool) RoomWaits() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.roomWaits
+}

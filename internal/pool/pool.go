@@ -220,7 +220,9 @@ func (p *Pool) Run(ctx context.Context) error {
 //
 // A start still in flight (the backend's Start, or a warm-up: sandbox.Warmer) is waited for,
 // without waiting for its warm-up to end, and its sandbox removed; no start begins after
-// Close has begun.
+// Close has begun. Until then, a job the draining worker still runs may take a ready one;
+// every sandbox the pool has, ready, starting or being removed, still counts against Slots
+// for the others (makeRoom) until it is gone or its removal is given up (remove).
 func (p *Pool) Close() {
 	p.mu.Lock()
 	if !p.closed {
@@ -290,11 +292,9 @@ func (p *Pool) destroy(sb sandbox.Sandbox) {
 // for the rest of the worker's life, and nothing else removes it while the worker runs:
 // bubblewrap's leftovers are swept at the next start, and the Kubernetes reaper keeps the pods
 // its provider still has open. The retries stop when the pool closes: what is left then is the
-// restart's clean-up's. The caller holds mu.
+// restart's clean-up's, and gone runs all the same, so that no Take of the draining worker
+// waits for a slot such a sandbox holds. The caller holds mu.
 func (p *Pool) remove(sb sandbox.Sandbox, failed int, gone func()) {
-	if failed > 0 && p.closed {
-		return
-	}
 	p.work.Add(1)
 	go func() {
 		defer p.work.Done()
@@ -302,6 +302,8 @@ func (p *Pool) remove(sb sandbox.Sandbox, failed int, gone func()) {
 			if round > 0 {
 				select {
 				case <-p.stop:
+					p.log.Warn("pool: the worker stops; a sandbox whose removal failed is left to the clean-up at its next start", "sandbox_id", sb.Info().ID)
+					gone()
 					return
 				case <-time.After(backoff.Delay(round)):
 				}

@@ -34,7 +34,8 @@ type fakeSandbox struct {
 	jobID      string
 	closed     bool
 	claimed    bool
-	closeFails int // closes still to fail
+	closeFails int           // closes still to fail
+	closeGate  chan struct{} // held open: Close waits for it
 }
 
 func (s *fakeSandbox) Info() sandbox.Info { return sandbox.Info{Backend: "fake", ID: s.id} }
@@ -64,6 +65,9 @@ func (s *fakeSandbox) Warm() <-chan struct{} {
 }
 
 func (s *fakeSandbox) Close(context.Context) error {
+	if s.closeGate != nil {
+		<-s.closeGate
+	}
 	s.mu.Lock()
 	if s.closeFails > 0 {
 		s.closeFails--
@@ -80,15 +84,16 @@ func (s *fakeSandbox) Close(context.Context) error {
 
 // fakeBackend starts fakeSandboxes at once, or fails, or holds starts until released.
 type fakeBackend struct {
-	mu       sync.Mutex
-	n, live  int
-	peak     int
-	failNext int   // starts still to fail
-	claimErr error // given to the next sandboxes
-	gate     chan struct{}
-	warmGate chan struct{} // held open: the sandboxes' warm-up does not end
-	warmed   int           // Warm calls
-	started  []*fakeSandbox
+	mu        sync.Mutex
+	n, live   int
+	peak      int
+	failNext  int   // starts still to fail
+	claimErr  error // given to the next sandboxes
+	gate      chan struct{}
+	warmGate  chan struct{} // held open: the sandboxes' warm-up does not end
+	closeGate chan struct{} // given to the next sandboxes
+	warmed    int           // Warm calls
+	started   []*fakeSandbox
 }
 
 func (b *fakeBackend) Backend() string { return "fake" }
@@ -113,7 +118,7 @@ func (b *fakeBackend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.San
 	b.n++
 	b.live++
 	b.peak = max(b.peak, b.live)
-	s := &fakeSandbox{id: fmt.Sprintf("sb-%d", b.n), pool: spec.Pool, b: b, claimErr: b.claimErr}
+	s := &fakeSandbox{id: fmt.Sprintf("sb-%d", b.n), pool: spec.Pool, b: b, claimErr: b.claimErr, closeGate: b.closeGate}
 	b.started = append(b.started, s)
 	return s, nil
 }

@@ -67,8 +67,9 @@ func (p *Pool) startCold(ctx context.Context, profile string, spec sandbox.Spec)
 // getting (live), letting warm sandboxes go for it: ready ones, newest first, of the profile
 // holding most, then starts no Take waits for, called back. It waits for them to be gone, not
 // only asked to go: a pod being deleted, a start not yet returned, still runs. Takes waiting
-// here go one at a time, in no set order; a closed pool lets them go at once, its removals
-// being no longer counted.
+// here go one at a time, in no set order. A closed pool counts its sandboxes until they are
+// gone as well: let through at once, a job the draining worker still ran started its sandbox
+// beside the warm ones the close was removing, past the worker's slots.
 func (p *Pool) makeRoom(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -77,7 +78,7 @@ func (p *Pool) makeRoom(ctx context.Context) error {
 	for {
 		// The Takes waiting here are in inUse; of them, this one alone is to count.
 		over := p.live() - p.roomWaits + 1 - p.cfg.Slots
-		if over <= 0 || p.closed {
+		if over <= 0 {
 			return nil
 		}
 		for n := over - p.going(); n > 0; n-- {

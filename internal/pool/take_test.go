@@ -570,3 +570,82 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		})
 	}
 }
+
+// TestColdTakeKeepsWithinSlotsWhileClosing: a job that takes its sandbox while the pool closes
+// (the worker drains: its jobs in flight still start theirs) waits for a slot as before, while
+// the warm sandboxes the close removes, ready or still starting, may still run. Let through at
+// once, it ran beside them: 2 sandboxes on a worker of 1 slot.
+func TestColdTakeKeepsWithinSlotsWhileClosing(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		starting bool // a's warm sandbox is still starting when the pool closes (else ready)
+	}{
+		{name: "ready warm sandbox being removed"},
+		{name: "warm start in flight", starting: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bn := setup(t, 1, map[string]config.Profile{"a": warmProfile(config.Warm{Min: 1}), "b": config.Profile{}.WithDefaults()})
+			gate := make(chan struct{})
+			if tt.starting {
+				bn.b.mu.Lock()
+				bn.b.gate = gate
+				bn.b.mu.Unlock()
+				bn.p.Reconcile(t.Context())
+			} else {
+				bn.b.closeGate = gate // a's removal waits for the gate
+				bn.reconcile(t)
+			}
+			closed := make(chan struct{})
+			go func() {
+				defer close(closed)
+				bn.p.Close()
+			}()
+			waitFor(t, "the pool closing", bn.p.Closed)
+			taken := make(chan sandbox.Sandbox, 1)
+			go func() {
+				bn.b.mu.Lock()
+				bn.b.gate = nil // b's start goes through at once
+				bn.b.mu.Unlock()
+				sb, _ := bn.take(t, "b", "job-b")
+				taken <- sb
+			}()
+			waitFor(t, "b's take waiting for a slot, or through", func() bool { return bn.p.RoomWaits() == 1 || len(taken) == 1 })
+			close(gate)
+			sb := <-taken
+			<-closed
+			_, peak := bn.b.counts()
+			closeAll(t, sb)
+			if peak > 1 {
+				t.Errorf("%d sandboxes were live at once on a worker of 1 slot (a's warm one and b's cold one)", peak)
+			}
+		})
+	}
+}
+
+// TestRemovalGivenUpAtCloseFreesItsSlot: a sandbox whose removal keeps failing holds its slot
+// while the pool runs (TestFailedCloseIsRemovedLater); once the pool closes, its retries stop
+// and it is the restart's clean-up's, and a job the draining worker still runs gets that slot
+// rather than waiting for it until its own time runs out.
+func TestRemovalGivenUpAtCloseFreesItsSlot(t *testing.T) {
+	t.Parallel()
+	bn := setup(t, 1, map[string]config.Profile{"p": warmProfile(config.Warm{}), "b": config.Profile{}.WithDefaults()})
+	sb, _ := bn.take(t, "p", "job-a")
+	stuck := bn.b.started[0]
+	stuck.mu.Lock()
+	stuck.closeFails = 1 << 30 // every try
+	stuck.mu.Unlock()
+	if err := sb.Close(t.Context()); err == nil {
+		t.Fatal("the job's close succeeded; the backend was to fail it")
+	}
+	bn.p.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	other, _, err := bn.p.Take(ctx, "t", "b", "job-b", sandbox.Spec{JobID: "job-b"})
+	if err != nil {
+		t.Fatalf("a take after the close, beside a removal given up: %v", err)
+	}
+	closeAll(t, other)
+}
