@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -185,6 +187,9 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	bwrap, err := exec.LookPath(cfg.BwrapPath)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: bubblewrap: %s not found; install it with `apt-get install -y bubblewrap`: %w", cfg.BwrapPath, ErrUnavailable)
+	}
+	if err := keepInheritedOut(); err != nil {
+		return nil, err
 	}
 	p := &BubblewrapProvider{
 		bwrap: bwrap, log: cfg.Logger,
@@ -368,4 +373,33 @@ func (p *BubblewrapProvider) workdirMemory(b diskBound) int64 {
 		return 0
 	}
 	return b.ceiling().bytes
+}
+
+// keepInheritedOut marks every descriptor of the worker above stderr close-on-exec. Go opens
+// its own so and gives a child only its stdio and ExtraFiles, but leaves open across exec any
+// descriptor the worker inherited from whatever started it (a shell, a supervisor, a CI
+// runner), and bwrap passes on to the command what it does not use itself: a worker started
+// with a pipe at fd 251 handed that pipe to every command of every sandbox, cold or warm
+// (TestBubblewrapWorkersInheritedDescriptorsStayOut). The worker itself keeps them.
+func keepInheritedOut() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	// Before Linux 5.11: one at a time.
+	fds, rerr := os.ReadDir("/proc/self/fd")
+	if rerr != nil {
+		return fmt.Errorf("sandbox: bubblewrap: keep the worker's inherited descriptors from the sandboxes: close_range: %w; /proc/self/fd: %w", err, rerr)
+	}
+	for _, e := range fds {
+		fd, cerr := strconv.Atoi(e.Name())
+		if cerr != nil || fd <= 2 {
+			continue
+		}
+		// The listing's own descriptor is closed by now (EBADF): nothing to mark.
+		if _, ferr := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); ferr != nil && !errors.Is(ferr, unix.EBADF) {
+			return fmt.Errorf("sandbox: bubblewrap: mark fd %d close-on-exec, to keep it from the sandboxes: %w", fd, ferr)
+		}
+	}
+	return nil
 }

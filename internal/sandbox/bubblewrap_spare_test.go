@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
@@ -167,5 +169,54 @@ func TestBubblewrapGoSpareEnvironmentAsCold(t *testing.T) {
 	cold, warm := runFirst(t, p, c, false), runFirst(t, p, c, true)
 	if !bytes.Equal(cold.Stdout, warm.Stdout) {
 		t.Errorf("the warm sandbox's first command saw\n%s\nthe cold one's\n%s", warm.Stdout, cold.Stdout)
+	}
+}
+
+// TestBubblewrapWorkersInheritedDescriptorsStayOut: a descriptor the worker inherited from
+// whatever started it (a shell, a supervisor, a CI runner's pipe), open across exec, reaches no
+// command of a sandbox, cold, warm on the shell spare or on the Go spare. Go closes at exec only
+// the descriptors it opened itself, and bwrap passes what it does not use on to the command: a
+// worker started from a shell with a pipe at fd 251 handed that pipe to every first command.
+func TestBubblewrapWorkersInheritedDescriptorsStayOut(t *testing.T) {
+	// Above the descriptors the worker hands bwrap, which take the low numbers over in the
+	// child, as a pipe at 251 was above them.
+	var pipe [2]int
+	if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	inherited := []int{240, 241}
+	for i, fd := range inherited {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+			t.Fatalf("fd %d is open already", fd)
+		}
+		if err := unix.Dup2(pipe[i], fd); err != nil { // as inherited: not close-on-exec
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, fd := range append(inherited, pipe[:]...) {
+			unix.Close(fd)
+		}
+	})
+	check := fmt.Sprintf("for fd in %d %d; do [ -e /proc/self/fd/$fd ] && echo fd $fd is open; done; true", inherited[0], inherited[1])
+	for _, tt := range []struct {
+		name  string
+		goSpr bool
+		warm  bool
+	}{
+		{name: "cold"},
+		{name: "warm, shell spare", warm: true},
+		{name: "warm, Go spare", warm: true, goSpr: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := sandboxtest.Bubblewrap(t)
+			if tt.goSpr {
+				sandbox.UseGoSpare(p)
+			}
+			res := runFirst(t, p, firstCommand{req: sandbox.ExecRequest{Argv: []string{"sh", "-c", check}}}, tt.warm)
+			if len(res.Stdout) > 0 || res.ExitCode != 0 {
+				t.Errorf("the sandbox's first command found the worker's inherited pipe (exit %d): %s%s", res.ExitCode, res.Stdout, res.Stderr)
+			}
+		})
 	}
 }
