@@ -139,11 +139,16 @@ func awaitStore(ctx context.Context, log *slog.Logger, s *starting, st store.Sto
 	}, func(err error) bool { return errors.Is(err, store.ErrUnsafeServer) })
 }
 
-// storeReady proves the store answers, that the worker may read inputs, and that the server
-// refuses a second create-only put (one refused PUT a minute at most), writing nothing else.
+// storeReady proves that the server refuses a second create-only put (one refused PUT a minute
+// at most), and that the worker may read inputs, writing nothing else. The put comes first:
+// its refusal names its cause and what to change (a wrong key, a bucket gone), where a HEAD's
+// has no body and says only "Forbidden".
 func storeReady(ctx context.Context, st store.Store) error {
+	if err := store.Probe(ctx, st); err != nil {
+		return err
+	}
 	if _, err := st.Stat(ctx, readyProbeKey); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
-	return store.Probe(ctx, st)
+	return nil
 }
