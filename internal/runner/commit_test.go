@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/runner"
@@ -192,5 +193,86 @@ func TestAnotherTenantsRunIsNotAdopted(t *testing.T) {
 	}
 	if _, err := b.store.Stat(ctx, store.SignatureKey(j.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the signature of tenant alpha's run was put in place (%v), want none", err)
+	}
+}
+
+// refusedAfterLostStore takes the first create-only put of the job's manifest and loses its
+// answer; then the tenant's folder refuses the worker's writes (a policy revoked meanwhile)
+// and its reads of the manifest go unanswered, so the worker cannot tell whether the lost put
+// took, until the attempt's deadline. Reads answer again from the first put of the end the
+// worker decided after it (a manifest that is not the run's).
+type refusedAfterLostStore struct {
+	store.Store
+	mu      sync.Mutex
+	run     []byte // the run's manifest, taken with its answer lost
+	healed  bool
+	refused int
+}
+
+func (s *refusedAfterLostStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	if !strings.HasSuffix(key, "/manifest.json") {
+		return s.Store.PutIfAbsent(ctx, key, r, size)
+	}
+	body, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run == nil {
+		s.run = body
+		if err := s.Store.PutIfAbsent(ctx, key, bytes.NewReader(body), size); err != nil {
+			return err
+		}
+		return errStoreDown
+	}
+	if !bytes.Equal(body, s.run) {
+		s.healed = true
+	}
+	s.refused++
+	return fmt.Errorf("store: put-if-absent %s: api error AccessDenied: Access Denied: %w", key, store.ErrWriteRefused)
+}
+
+func (s *refusedAfterLostStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	s.mu.Lock()
+	down := s.run != nil && !s.healed && strings.HasSuffix(key, "/manifest.json")
+	s.mu.Unlock()
+	if down {
+		return nil, errStoreDown
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// TestLastDeliveryAdoptsARunWhosePutAnswerWasLostThenRefused: on a job's last delivery, the
+// manifest's put took but its answer was lost, and each put again was refused (the folder's
+// policy revoked meanwhile) with no read back to tell, until the attempt's deadline. The run
+// is committed, and the job ends as it says: succeeded, with no dead letter. The delivery took
+// the refusal, kept with "may be stored", for the store refusing the job's every write, and
+// ended the job dead without trying its end at all, beside the committed succeeded manifest.
+func TestLastDeliveryAdoptsARunWhosePutAnswerWasLostThenRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	oneDelivery(b)
+	p := b.cfg.Profiles["p"]
+	p.Limits.JobTimeout = config.Duration(time.Second) // the attempt's waits give up after 2 s
+	b.cfg.Profiles = map[string]config.Profile{"p": p}
+	st := &refusedAfterLostStore{Store: b.shared}
+	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = st })
+	j := b.newJob("p", "t")
+	b.publish(j)
+	final := b.waitFinal(j.ID, 60*time.Second)
+	st.mu.Lock()
+	refused := st.refused
+	st.mu.Unlock()
+	if refused == 0 {
+		t.Fatal("no put again was refused: the test did not reach its case")
+	}
+	if m := b.manifest(j.ID); final.State != job.StateSucceeded || m.Predicate.Outcome.State != job.StateSucceeded {
+		t.Errorf("status %s (%s), manifest %s; want both succeeded", final.State, final.Error, m.Predicate.Outcome.State)
+	}
+	for _, dl := range b.deadLetters() {
+		if dl.JobID == j.ID {
+			t.Errorf("dead letter %s beside the committed run", dl.Reason)
+		}
 	}
 }

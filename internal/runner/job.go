@@ -128,9 +128,10 @@ func (r *Runner) work(ctx context.Context, d *queue.Delivery) (settle func()) {
 	}()
 	e := r.process(ctx, a, &sp)
 	// A job that ends here with no run committed must still win the arbiter, unless the store
-	// refuses every write of it; see end.go.
+	// refuses every write of it; see end.go. A refusal after a put of the run's manifest that
+	// may have been stored is no such end: the end looks for that manifest first (commitEnd).
 	if decide(e.outcome, d.LastAttempt()).state.Terminal() && !e.committed && job.ValidID(d.JobID) && a.store != nil {
-		if errors.Is(e.err, store.ErrWriteRefused) {
+		if errors.Is(e.err, store.ErrWriteRefused) && !errors.Is(e.err, store.ErrMaybeStored) {
 			e.unkept = true
 		} else {
 			e = r.end(ctx, a, e)
