@@ -79,3 +79,29 @@ func TestAnswersThatTakeNothingAreSorted(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryWriteRefusedAfterTheProofIsTheWorkers: a policy that refuses the worker every write
+// of the bucket, set after the store was proven and while that proof still holds, refuses every
+// tenant alike: the write under a tenant's folder that meets it is the worker's refusal
+// (ErrWorkerRefused), naming the store's probe object, not that tenant's (ErrWriteRefused,
+// which fails its job store_write_refused).
+func TestEveryWriteRefusedAfterTheProofIsTheWorkers(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	const access, bucket = "worker", "boxcar-revoked"
+	secret := srv.CreateUser(t, access)
+	srv.CreateOwnedBucket(t, access, bucket)
+	vars := srv.UserVars(access, secret)
+	st := newS3(t, srv, bucket, "", store.Options{Getenv: func(k string) string { return vars[k] }})
+	tenant := store.ForTenant(st, "team-b")
+	if err := store.Probe(t.Context(), tenant); err != nil {
+		t.Fatalf("the proof before the policy: %v", err)
+	}
+	srv.DenyWritesUnder(t, bucket, access, "")
+	_, err := store.PutOnce(t.Context(), tenant, "runs/j1/manifest.json", bytes.NewReader([]byte("{}")), 2)
+	t.Logf("PutOnce: %v", err)
+	if errors.Is(err, store.ErrWriteRefused) || !errors.Is(err, store.ErrWorkerRefused) || !strings.Contains(err.Error(), store.ProbeKey) {
+		t.Errorf("ErrWriteRefused %v, ErrWorkerRefused %v; want the worker's refusal, naming %s",
+			errors.Is(err, store.ErrWriteRefused), errors.Is(err, store.ErrWorkerRefused), store.ProbeKey)
+	}
+}

@@ -162,3 +162,21 @@ func (s *S3) abortStaleProbes(ctx context.Context) {
 		}
 	}
 }
+
+// refusedWhere tells a folder's refusal of a write (err, answered AccessDenied) from the whole
+// store's: a policy set after the store was proven, while that proof still holds, may refuse
+// the probe's object too, and then it refuses every tenant, not the folder the write was for.
+// The store is proven again at once to tell; a write refused for a folder's reason alone keeps
+// err.
+func (s *S3) refusedWhere(ctx context.Context, key string, err error) error {
+	if a, ok := answerTo(err); !ok || a.by != byFolder || key == ProbeKey {
+		return err
+	}
+	s.probe.Lock()
+	s.probe.at = time.Time{}
+	s.probe.Unlock()
+	if perr := s.Probe(ctx); errors.Is(perr, ErrWorkerRefused) {
+		return perr
+	}
+	return err
+}

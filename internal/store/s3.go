@@ -199,7 +199,7 @@ func (s *S3) Close() error {
 // exactly size bytes, otherwise nothing is written.
 func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	if err := s.put(ctx, key, r, size, false); err != nil {
-		return fmt.Errorf("store: put %s: %w", s.URL(key), err)
+		return fmt.Errorf("store: put %s: %w", s.URL(key), s.refusedWhere(ctx, key, err))
 	}
 	return nil
 }
@@ -216,7 +216,7 @@ func (s *S3) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int6
 		return fmt.Errorf("store: put-if-absent %s: %w", s.URL(key), err)
 	}
 	if err := s.put(ctx, key, r, size, true); err != nil {
-		return fmt.Errorf("store: put-if-absent %s: %w", s.URL(key), err)
+		return fmt.Errorf("store: put-if-absent %s: %w", s.URL(key), s.refusedWhere(ctx, key, err))
 	}
 	return nil
 }
