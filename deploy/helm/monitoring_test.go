@@ -16,19 +16,21 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
-// exportedNames are the metric names the worker exports, read from the metrics package itself:
-// what its registry gathers plus what every collector of Metrics describes (vectors without a
-// series yet gather nothing).
+// exportedNames are the metric names the worker exports, read from the collectors it makes
+// (workercmd.NewCollectors: its own, the warm pool's, the egress proxies'): what their registry
+// gathers plus what every collector of each describes (vectors without a series yet gather
+// nothing).
 func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
-	m := metrics.New()
-	m.WatchQueue(context.Background(), func(context.Context) ([]metrics.TenantLag, error) {
+	c := workercmd.NewCollectors()
+	c.Worker.WatchQueue(context.Background(), func(context.Context) ([]metrics.TenantLag, error) {
 		return []metrics.TenantLag{{Tenant: "default"}}, nil
 	})
 	names := map[string]bool{}
-	families, err := m.Registry().Gather()
+	families, err := c.Worker.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,21 +38,24 @@ func exportedNames(t *testing.T) map[string]bool {
 		names[f.GetName()] = true
 	}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
-	v := reflect.ValueOf(m).Elem()
-	for i := range v.NumField() {
-		if !v.Type().Field(i).IsExported() {
-			continue
-		}
-		c, ok := v.Field(i).Interface().(prometheus.Collector)
-		if !ok {
-			continue
-		}
-		ch := make(chan *prometheus.Desc, 8)
-		c.Describe(ch)
-		close(ch)
-		for d := range ch {
-			if m := fqName.FindStringSubmatch(d.String()); m != nil {
-				names[m[1]] = true
+	sets := reflect.ValueOf(c)
+	for i := range sets.NumField() {
+		v := sets.Field(i).Elem()
+		for j := range v.NumField() {
+			if !v.Type().Field(j).IsExported() {
+				continue
+			}
+			col, ok := v.Field(j).Interface().(prometheus.Collector)
+			if !ok {
+				continue
+			}
+			ch := make(chan *prometheus.Desc, 8)
+			col.Describe(ch)
+			close(ch)
+			for d := range ch {
+				if m := fqName.FindStringSubmatch(d.String()); m != nil {
+					names[m[1]] = true
+				}
 			}
 		}
 	}
@@ -220,7 +225,7 @@ func checkDashboard(t *testing.T, data []byte) {
 
 // profileMetrics are the metrics with a profile label: the dashboard's profile variable filters
 // every query of them.
-var profileMetrics = regexp.MustCompile(`\b(boxcar_jobs_total|boxcar_job_duration_seconds(_bucket|_count|_sum)?|boxcar_job_queue_wait_seconds(_bucket|_count|_sum)?|boxcar_tool_calls_total|boxcar_model_tokens_total|boxcar_cap_hits_total)\{([^}]*)\}`)
+var profileMetrics = regexp.MustCompile(`\b(boxcar_jobs_total|boxcar_job_duration_seconds(_bucket|_count|_sum)?|boxcar_job_queue_wait_seconds(_bucket|_count|_sum)?|boxcar_tool_calls_total|boxcar_model_tokens_total|boxcar_cap_hits_total|boxcar_pool_[a-z_]+)\{([^}]*)\}`)
 
 // dashPanel is what checkDashboardLayout reads of a panel.
 type dashPanel struct {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/egress"
 )
@@ -18,13 +16,13 @@ import (
 // egressConfig is the worker-level setting of every networked job's proxy: the config's egress
 // section (proxyConfig), the worker's own endpoints (never reachable through a proxy) and the
 // metrics. Each networked profile was checked with it at start (checkProfileEgress).
-func egressConfig(cfg config.Config, modelURL string, reg prometheus.Registerer) (egress.Config, error) {
+func egressConfig(cfg config.Config, modelURL string, m *egress.Metrics) (egress.Config, error) {
 	ec, err := proxyConfig(cfg)
 	if err != nil {
 		return egress.Config{}, err
 	}
 	ec.WorkerEndpoints = workerEndpoints(cfg, modelURL)
-	ec.Metrics = egress.NewMetrics(reg)
+	ec.Metrics = m
 	return ec, nil
 }
 

@@ -14,9 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/boxcar-run/boxcar/internal/egress"
 	"github.com/boxcar-run/boxcar/internal/metrics"
-	"github.com/boxcar-run/boxcar/internal/pool"
 )
 
 // metricRow is a row of docs/operations.md's metrics table: | `name` | type | labels | meaning |.
@@ -47,15 +45,15 @@ func shape(kind string, labels []string) string {
 	return kind + " {" + strings.Join(labels, ",") + "}"
 }
 
-// registeredMetrics registers every collector on a registry as open and run do (the worker's
-// metrics, the pool's, the egress proxy's and the queue's lag), gives each labelled collector
+// registeredMetrics makes every collector the worker does (NewCollectors: its metrics, the
+// pool's, the egress proxy's; and the queue's lag), gives each labelled collector
 // one series so that it is gathered, and returns each boxcar_ name's "type labels".
 func registeredMetrics(t *testing.T) map[string]string {
 	t.Helper()
-	m := metrics.New()
-	reg := m.Registry()
-	collectors := []any{m, pool.NewMetrics(reg), egress.NewMetrics(reg)}
-	m.WatchQueue(t.Context(), func(context.Context) ([]metrics.TenantLag, error) {
+	c := NewCollectors()
+	reg := c.Worker.Registry()
+	collectors := []any{c.Worker, c.Pool, c.Egress}
+	c.Worker.WatchQueue(t.Context(), func(context.Context) ([]metrics.TenantLag, error) {
 		return []metrics.TenantLag{{Tenant: "t"}}, nil
 	})
 	for _, c := range collectors {

@@ -20,7 +20,7 @@ func newPool(p *parts, lag pool.LagSource) (*pool.Pool, error) {
 		Slots:    p.cfg.Concurrency,
 		Lag:      lag,
 		Tenants:  p.cfg.TenantsOrDefault(),
-		Metrics:  pool.NewMetrics(p.metrics.Registry()),
+		Metrics:  p.poolM,
 		Logger:   p.log,
 	})
 }

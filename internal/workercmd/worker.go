@@ -95,6 +95,8 @@ type parts struct {
 	sandboxes sandbox.Provider
 	agent     *agent.Agent
 	metrics   *metrics.Metrics
+	poolM     *pool.Metrics   // nil: the pool's own, registered nowhere
+	egressM   *egress.Metrics // every networked job's proxy's
 	modelURL  string
 	gate      *modelgate.Gate // the model endpoint's circuit breaker
 	signer    ed25519.PrivateKey
@@ -171,7 +173,8 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 	if err != nil {
 		return nil, err
 	}
-	p := &parts{log: log, metrics: metrics.New(), natsOpts: env.nats, modelURL: env.modelURL}
+	c := NewCollectors()
+	p := &parts{log: log, metrics: c.Worker, poolM: c.Pool, egressM: c.Egress, natsOpts: env.nats, modelURL: env.modelURL}
 	defer func() {
 		if err != nil {
 			p.close()
@@ -196,7 +199,7 @@ func open(ctx context.Context, o Options, log *slog.Logger) (_ *parts, err error
 		return nil, err
 	}
 	p.lookupEnv = func(k string) (string, bool) { v := o.Getenv(k); return v, v != "" }
-	if p.egress, err = egressConfig(cfg, p.modelURL, p.metrics.Registry()); err != nil {
+	if p.egress, err = egressConfig(cfg, p.modelURL, p.egressM); err != nil {
 		return nil, err
 	}
 	if networked(cfg) {
