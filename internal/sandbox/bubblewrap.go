@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -191,6 +192,7 @@ func NewBubblewrap(cfg BubblewrapConfig) (*BubblewrapProvider, error) {
 	if err := keepInheritedOut(); err != nil {
 		return nil, err
 	}
+	unignoreSignals()
 	p := &BubblewrapProvider{
 		bwrap: bwrap, log: cfg.Logger,
 		asRoot: os.Geteuid() == 0, firstUID: cfg.FirstUID, uids: cfg.UIDs, uidClaims: cfg.UIDClaims, bridgeBin: cfg.BridgePath,
@@ -402,4 +404,22 @@ func keepInheritedOut() error {
 		}
 	}
 	return nil
+}
+
+// ignoredSignals receives the signals unignoreSignals takes over; nothing reads it.
+var ignoredSignals = make(chan os.Signal, 1)
+
+// unignoreSignals has Go catch SIGHUP and SIGINT where the worker was started with them
+// ignored (under nohup, or as a shell's background job), dropping them as the kernel did. Go
+// keeps those two ignored, exec passes an ignored signal on, and neither bwrap nor the shell
+// spare (a shell may not reset a signal ignored on entry) sets it back, so every sandboxed
+// command had them ignored (TestBubblewrapWorkersIgnoredSignalsStayOut); a signal Go catches
+// is at its default after exec, in a cold command and a warm one alike. The other signals Go
+// catches from its start whatever it inherited.
+func unignoreSignals() {
+	for _, sig := range []os.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if signal.Ignored(sig) {
+			signal.Notify(ignoredSignals, sig)
+		}
+	}
 }

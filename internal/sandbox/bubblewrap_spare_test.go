@@ -7,10 +7,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,6 +218,40 @@ func TestBubblewrapWorkersInheritedDescriptorsStayOut(t *testing.T) {
 			res := runFirst(t, p, firstCommand{req: sandbox.ExecRequest{Argv: []string{"sh", "-c", check}}}, tt.warm)
 			if len(res.Stdout) > 0 || res.ExitCode != 0 {
 				t.Errorf("the sandbox's first command found the worker's inherited pipe (exit %d): %s%s", res.ExitCode, res.Stdout, res.Stderr)
+			}
+		})
+	}
+}
+
+// TestBubblewrapWorkersIgnoredSignalsStayOut: a signal the worker was started with ignored
+// (SIGHUP under nohup, SIGINT and SIGHUP in a shell's background job) is at its default in
+// every command of a sandbox, cold, warm on the shell spare or on the Go spare. Go keeps an
+// ignored SIGHUP or SIGINT ignored, exec passes an ignored signal on, and neither bwrap nor the
+// spare's shell (which may not reset a signal ignored on entry) sets it back: an agent's
+// command could not be stopped with either, and `trap` in its scripts did nothing.
+func TestBubblewrapWorkersIgnoredSignalsStayOut(t *testing.T) {
+	sigs := []os.Signal{syscall.SIGHUP, syscall.SIGINT}
+	signal.Ignore(sigs...) // as the worker's were, started under nohup or with &
+	t.Cleanup(func() { signal.Reset(sigs...) })
+	// SigIgn is a hexadecimal mask; bit 0 is SIGHUP, bit 1 SIGINT.
+	check := `m=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/self/status); echo "$((0x$m & 3))"`
+	for _, tt := range []struct {
+		name  string
+		goSpr bool
+		warm  bool
+	}{
+		{name: "cold"},
+		{name: "warm, shell spare", warm: true},
+		{name: "warm, Go spare", warm: true, goSpr: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := sandboxtest.Bubblewrap(t)
+			if tt.goSpr {
+				sandbox.UseGoSpare(p)
+			}
+			res := runFirst(t, p, firstCommand{req: sandbox.ExecRequest{Argv: []string{"sh", "-c", check}}}, tt.warm)
+			if got := strings.TrimSpace(string(res.Stdout)); got != "0" || res.ExitCode != 0 {
+				t.Errorf("the sandbox's first command has SIGHUP and SIGINT ignored as the worker's were (mask %q, exit %d): %s", got, res.ExitCode, res.Stderr)
 			}
 		})
 	}
