@@ -202,6 +202,10 @@ func declareUnlessRefused(ctx context.Context, nc *nats.Conn, admin *Admin) erro
 // refused reports whether the server refused the connection a JetStream API request: its
 // permissions do not allow the subject. The server says so on the connection, not in a reply,
 // so the request itself only times out.
+// Refused says whether NATS refused this connection a JetStream API request: such a refusal
+// shows on the connection, and the request itself only times out.
+func Refused(nc *nats.Conn) bool { return refused(nc) }
+
 func refused(nc *nats.Conn) bool {
 	err := nc.LastError()
 	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "$JS.API.")

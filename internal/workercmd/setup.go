@@ -2,6 +2,7 @@ package workercmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/boxcar-run/boxcar/internal/cli"
@@ -42,7 +44,7 @@ edited.`,
 			if path == "" {
 				return fmt.Errorf("setup: --config FILE is required (the worker config: nats and tenants)")
 			}
-			return runSetup(c.Context(), path, auth, getenv, stdout, stderr)
+			return runSetup(c.Context(), setupBudget, path, auth, getenv, stdout, stderr)
 		},
 	}
 	c.Flags().StringVar(&path, "config", "", "worker config `FILE` (YAML): its nats and tenants sections say what to declare")
@@ -50,8 +52,44 @@ edited.`,
 	return c
 }
 
-// runSetup connects with the flags' identity and declares everything the config says.
-func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func(string) string, stdout, stderr io.Writer) error {
+// setupBudget is how long setup waits for NATS to answer its declarations.
+const setupBudget = time.Minute
+
+// setupHints picks what a failed declaration tells the operator to do, by what failed: a
+// permission refusal shows on the connection, not in a reply, so the requests only time out;
+// a deadline without one is a JetStream that answered nobody, not a missing right. The first
+// row that matches speaks.
+var setupHints = []struct {
+	matches func(nc *nats.Conn, err error) bool
+	hint    func(budget time.Duration) string
+}{
+	{func(nc *nats.Conn, _ error) bool { return queue.Refused(nc) },
+		func(time.Duration) string {
+			return "may this identity create streams, consumers and buckets? NATS refused its requests on $JS.API: run setup as the operator"
+		}},
+	{func(_ *nats.Conn, err error) bool { return errors.Is(err, context.DeadlineExceeded) },
+		func(budget time.Duration) string {
+			return fmt.Sprintf("NATS answered none of setup's requests within %s: is JetStream up and its meta leader elected (`nats server report jetstream`)? run setup again", budget)
+		}},
+	{func(*nats.Conn, error) bool { return true },
+		func(time.Duration) string {
+			return "may this identity create streams, consumers and buckets? run setup as the operator"
+		}},
+}
+
+// setupHint is the hint of the first row of setupHints that matches err.
+func setupHint(nc *nats.Conn, err error, budget time.Duration) string {
+	for _, row := range setupHints {
+		if row.matches(nc, err) {
+			return row.hint(budget)
+		}
+	}
+	return ""
+}
+
+// runSetup connects with the flags' identity and declares everything the config says, waiting
+// at most budget for NATS to answer the declarations.
+func runSetup(ctx context.Context, budget time.Duration, path string, auth connflags.NATS, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, _, err := config.LoadSource(path)
 	if err != nil {
 		return err
@@ -76,10 +114,10 @@ func runSetup(ctx context.Context, path string, auth connflags.NATS, getenv func
 	if err != nil {
 		return err
 	}
-	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	dctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	if err := admin.Declare(dctx); err != nil {
-		return fmt.Errorf("setup: %w (may this identity create streams, consumers and buckets? run setup as the operator)", err)
+		return fmt.Errorf("setup: %w (%s)", err, setupHint(nc, err, budget))
 	}
 	tenants := cfg.TenantsOrDefault()
 	for _, name := range slices.Sorted(maps.Keys(tenants)) {
