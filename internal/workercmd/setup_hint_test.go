@@ -41,7 +41,7 @@ func TestSetupHintSaysWhatFailed(t *testing.T) {
 		want, notWant        string
 	}{
 		{name: "refused on the connection", user: "worker", password: "wk-pw", budget: 3 * time.Second,
-			want: "run setup as the operator", notWant: "answered none"},
+			want: "NATS refused its requests on $JS.API: run setup as the operator", notWant: "answered none"},
 		{name: "deadline, no refusal", user: "operator", password: "op-pw", budget: time.Nanosecond,
 			want: "NATS answered none of setup's requests within 1ns: is JetStream up and its meta leader elected (`nats server report jetstream`)? run setup again", notWant: "operator"},
 	} {
