@@ -412,7 +412,7 @@ func TestStoreOutageWithContainers(t *testing.T) {
 		w := launchStoreWorker(t, st, demoModel(t))
 
 		// The worker waits for the store rather than take jobs it cannot run; /readyz says why.
-		waitReadyz(t, w.MetricsURL(t)+"/readyz", regexp.MustCompile(`^not ready: store: store: stat s3://`+st.bucket+`/inputs/sha256/0{64}: .*dial tcp `+regexp.QuoteMeta(st.addr)+`: connect: connection refused`), 30*time.Second, w.Alive)
+		waitReadyz(t, w.MetricsURL(t)+"/readyz", regexp.MustCompile(`^not ready: store: store: prove create-only puts on s3://`+st.bucket+`/\.boxcar/create-only-probe\.txt: .*dial tcp `+regexp.QuoteMeta(st.addr)+`: connect: connection refused`), 30*time.Second, w.Alive)
 
 		// A job (no inputs: submit cannot upload any) waits in the queue, not in a worker, and
 		// spends none of its deliveries.
