@@ -41,6 +41,13 @@ func (a *attempt) startBy() time.Time {
 
 func awaitUntil[T any](ctx context.Context, r *Runner, a *attempt, giveUp time.Time, what, before string, answered func(error) bool, call func(context.Context) (T, error)) (T, error) {
 	var began time.Time
+	// While it waits, the fetch loop takes no job if the dependency is one of fetchHolds.
+	holding := r.waitersOf(a, what)
+	defer func() {
+		if holding != nil && !began.IsZero() {
+			holding.leave()
+		}
+	}()
 	for round := 1; ; round++ {
 		v, err := call(ctx)
 		if answered(err) {
@@ -55,6 +62,9 @@ func awaitUntil[T any](ctx context.Context, r *Runner, a *attempt, giveUp time.T
 		if began.IsZero() {
 			began = time.Now()
 			a.log.WarnContext(ctx, "waiting for "+what+" "+before+"; the delivery is kept", "error", err, "give_up_after", time.Until(giveUp).Round(time.Millisecond).String())
+			if holding != nil {
+				holding.enter()
+			}
 			r.noteWait(ctx, a, what)
 		}
 		select {

@@ -42,6 +42,9 @@ type attempt struct {
 	// store is the tenant's store: every object of the attempt is read and written there.
 	// nil for a tenant name that cannot be a folder, whose job ends without a manifest.
 	store store.Store
+	// ownBucket: store is a bucket of the tenant's own (tenants.T.bucket), which serves no
+	// other tenant.
+	ownBucket bool
 	// phases times the attempt's stages for the manifest (phases.go).
 	phases phaseClock
 	// cancelled: a cancel of the job was asked while the attempt held it (it stopped the

@@ -132,8 +132,9 @@ type Runner struct {
 	log     *slog.Logger
 	m       *metrics.Metrics
 	cancels *cancelWatch
-	// backend holds the fetch loop while attempts wait for the sandbox backend.
-	backend backendHold
+	// waiters holds the fetch loop while attempts wait for a dependency, one per row of
+	// fetchHolds.
+	waiters [len(fetchHolds)]waiters
 	// rootAdopted: AdoptRootLayout is done, so Run need not do it.
 	rootAdopted atomic.Bool
 
@@ -240,7 +241,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-free:
 		}
 		r.awaitModel(ctx)
-		r.awaitSandboxes(ctx)
+		r.awaitHolds(ctx)
 		d, err := r.cfg.Queue.Fetch(ctx)
 		if err != nil {
 			free <- struct{}{}

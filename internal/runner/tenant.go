@@ -24,7 +24,7 @@ func (r *Runner) bindTenant(a *attempt) {
 	}
 	if own, ok := r.cfg.TenantStores[a.tenant]; ok {
 		// A bucket that serves the tenant alone: its refusals are the tenant's.
-		a.store = store.ForTenantBucket(own, a.tenant)
+		a.store, a.ownBucket = store.ForTenantBucket(own, a.tenant), true
 		return
 	}
 	a.store = store.ForTenant(r.cfg.Store, a.tenant)
