@@ -67,28 +67,7 @@ func TestStoredEchoIsScrubbedWhereverItIsHeld(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newStoringHost(t)
-			writer := s.harness(t, profile)
-			if status, _ := get(t, writer, "https://api.example.com/store", writer.placeholder(t)); status != http.StatusOK {
-				t.Fatalf("storing: status %d", status)
-			}
-			policy := profile
-			if tt.narrow != nil {
-				var err error
-				if policy, err = Narrow(profile, tt.narrow); err != nil {
-					t.Fatal(err)
-				}
-			}
-			reader := s.harness(t, policy)
-			resp, err := reader.client(t).Get(tt.read)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if seen := string(raw) + resp.Header.Get("X-Echo") + resp.Trailer.Get("X-Echo"); strings.Contains(seen, realToken) || !strings.Contains(seen, "Bearer ") {
-				t.Errorf("the sandbox read %q: the stored value in clear, or no echo at all", redact(seen))
-			}
+			newStoringHost(t).storeThenReadBack(t, profile, tt.narrow, tt.read)
 		})
 	}
 }
@@ -123,28 +102,7 @@ func TestStoredEchoIsScrubbedUnderEveryName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newStoringHost(t)
-			policy := Policy{Allow: allow, Secrets: tt.secrets}
-			writer := s.harness(t, policy)
-			if status, _ := get(t, writer, "https://api.example.com/store", writer.placeholder(t)); status != http.StatusOK {
-				t.Fatalf("storing: status %d", status)
-			}
-			if tt.narrow != nil {
-				var err error
-				if policy, err = Narrow(policy, tt.narrow); err != nil {
-					t.Fatal(err)
-				}
-			}
-			reader := s.harness(t, policy)
-			resp, err := reader.client(t).Get(tt.read)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if seen := string(raw) + resp.Header.Get("X-Echo") + resp.Trailer.Get("X-Echo"); strings.Contains(seen, realToken) || !strings.Contains(seen, "Bearer ") {
-				t.Errorf("the sandbox read %q: the stored value in clear, or no echo at all", redact(seen))
-			}
+			reader := newStoringHost(t).storeThenReadBack(t, Policy{Allow: allow, Secrets: tt.secrets}, tt.narrow, tt.read)
 			if strings.HasPrefix(tt.read, "https") {
 				if d := reader.waitDecision(t, "the tunnel's", withMethod(http.MethodConnect)); d.Reason != ReasonIntercepted {
 					t.Errorf("the tunnel's decision %+v, want %s", d, ReasonIntercepted)
@@ -152,6 +110,35 @@ func TestStoredEchoIsScrubbedUnderEveryName(t *testing.T) {
 			}
 		})
 	}
+}
+
+// storeThenReadBack has a job of policy send its placeholder to api.example.com/store, where
+// the host keeps the real value, and then another job of policy (narrowed to narrow, when
+// given) read read: the sandbox must see the echo, never the value in clear. It returns the
+// reading job's harness.
+func (s *storingHost) storeThenReadBack(t *testing.T, policy Policy, narrow []string, read string) *harness {
+	t.Helper()
+	writer := s.harness(t, policy)
+	if status, _ := get(t, writer, "https://api.example.com/store", writer.placeholder(t)); status != http.StatusOK {
+		t.Fatalf("storing: status %d", status)
+	}
+	if narrow != nil {
+		var err error
+		if policy, err = Narrow(policy, narrow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader := s.harness(t, policy)
+	resp, err := reader.client(t).Get(read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if seen := string(raw) + resp.Header.Get("X-Echo") + resp.Trailer.Get("X-Echo"); strings.Contains(seen, realToken) || !strings.Contains(seen, "Bearer ") {
+		t.Errorf("the sandbox read %q: the stored value in clear, or no echo at all", redact(seen))
+	}
+	return reader
 }
 
 // nat64API is api.example.com's address as NAT64's well-known prefix carries it.

@@ -114,12 +114,7 @@ func TestRetiredTenantsJobEndsWhenItsWorkerDies(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	old := b.open(t, b.cfg, map[string]config.Tenant{"team-b": {}}, nil)
-	j := newJob(t)
-	if _, err := b.client(t, "team-b").Publish(ctx, j); err != nil {
-		t.Fatal(err)
-	}
-	d := fetch(t, old, 10*time.Second)
+	old, j, d := b.fetchedByOldWorker(t)
 	if _, err := old.UpdateStatus(ctx, d.Ref(), func(s *job.Status) { s.State = job.StateRunning; s.Attempt = d.Attempt }, queue.ByAttempt(d.Attempt)); err != nil {
 		t.Fatal(err)
 	}
@@ -180,12 +175,7 @@ func TestRetiredTenantsJobKeepsItsOneDeadLetter(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			ctx := t.Context()
-			old := b.open(t, b.cfg, map[string]config.Tenant{"team-b": {}}, nil)
-			j := newJob(t)
-			if _, err := b.client(t, "team-b").Publish(ctx, j); err != nil {
-				t.Fatal(err)
-			}
-			d := fetch(t, old, 10*time.Second)
+			old, j, d := b.fetchedByOldWorker(t)
 			state := func(s job.State) {
 				t.Helper()
 				if _, err := old.UpdateStatus(ctx, d.Ref(), func(st *job.Status) { st.State, st.Attempt = s, d.Attempt }, queue.ByAttempt(d.Attempt)); err != nil {
@@ -276,12 +266,7 @@ func TestSetupDeadLettersNoJobThatEnded(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			ctx := t.Context()
-			old := b.open(t, b.cfg, map[string]config.Tenant{"team-b": {}}, nil)
-			j := newJob(t)
-			if _, err := b.client(t, "team-b").Publish(ctx, j); err != nil {
-				t.Fatal(err)
-			}
-			d := fetch(t, old, 10*time.Second)
+			old, j, d := b.fetchedByOldWorker(t)
 			if _, err := old.UpdateStatus(ctx, d.Ref(), func(st *job.Status) { st.State, st.Attempt = state, d.Attempt }, queue.ByAttempt(d.Attempt)); err != nil {
 				t.Fatal(err)
 			}
@@ -379,4 +364,16 @@ func TestSetupSeesADeliveryBetweenTwoJobs(t *testing.T) {
 	if upTo, err := held(queue.Ref{Tenant: "team-b", ID: later.ID}); err != nil || upTo < 2 {
 		t.Errorf("delivered up to %d (%v) once the worker fetched %s and %s; want 2: setup takes them as never delivered", upTo, err, d.JobID, d2.JobID)
 	}
+}
+
+// fetchedByOldWorker is a worker of the old config, which serves team-b, and a job of team-b it
+// fetched: what setup with a config that drops team-b finds.
+func (b bundle) fetchedByOldWorker(t *testing.T) (*queue.Consumer, job.Job, *queue.Delivery) {
+	t.Helper()
+	old := b.open(t, b.cfg, map[string]config.Tenant{"team-b": {}}, nil)
+	j := newJob(t)
+	if _, err := b.client(t, "team-b").Publish(t.Context(), j); err != nil {
+		t.Fatal(err)
+	}
+	return old, j, fetch(t, old, 10*time.Second)
 }

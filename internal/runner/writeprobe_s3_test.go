@@ -176,15 +176,8 @@ func (b *scopedBucket) root(t *testing.T) store.Store {
 // worker is the bucket's store as the account "worker".
 func (b *scopedBucket) worker(t *testing.T) store.Store {
 	t.Helper()
-	return userS3Store(t, b.srv, b.name, "worker", b.secret)
-}
-
-// userS3Store is the store of bucket on srv as the account access, whose secret CreateUser
-// returned.
-func userS3Store(t *testing.T, srv *s3test.Server, bucket, access, secret string) store.Store {
-	t.Helper()
-	vars := srv.UserVars(access, secret)
-	st, err := store.NewS3(context.Background(), bucket, "", store.Options{Endpoint: srv.Endpoint, PathStyle: true,
+	vars := b.srv.UserVars("worker", b.secret)
+	st, err := store.NewS3(context.Background(), b.name, "", store.Options{Endpoint: b.srv.Endpoint, PathStyle: true,
 		Getenv: func(k string) string { return vars[k] }})
 	if err != nil {
 		t.Fatal(err)
@@ -222,15 +215,12 @@ func TestRefusedEndEndsTheJobOnce(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			srv := s3test.StartIAM(t)
-			secret := srv.CreateUser(t, "worker")
-			bucket := "boxcar-scoped"
-			srv.CreateOwnedBucket(t, "worker", bucket)
+			bucket := newScopedBucket(t)
 			b := setup(t)
-			b.store = store.ForTenant(newS3Store(t, srv, bucket, srv.Endpoint), job.DefaultTenant) // the submitter's, as root
+			b.store = store.ForTenant(bucket.root(t), job.DefaultTenant) // the submitter's, as root
 			j, folder := tt.job(b)
-			srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant)+folder)
-			b.shared = userS3Store(t, srv, bucket, "worker", secret)
+			bucket.refuse(t, store.TenantPrefix(job.DefaultTenant)+folder)
+			b.shared = bucket.worker(t)
 			b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 				t.Errorf("the agent ran a job that ends before it")
 				return writeReport(ctx, req)
@@ -284,13 +274,10 @@ func TestOwnBucketGoneFailsTheTenantsJob(t *testing.T) {
 // attempt 1, whose commit went through: a succeeded manifest beside a failed job's dead letter.
 func TestStaleAttemptCannotCommitAfterARefusedEnd(t *testing.T) {
 	t.Parallel()
-	srv := s3test.StartIAM(t)
-	secret := srv.CreateUser(t, "worker")
-	bucket := "boxcar-scoped"
-	srv.CreateOwnedBucket(t, "worker", bucket)
-	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant))
+	bucket := newScopedBucket(t)
+	bucket.refuse(t, store.TenantPrefix(job.DefaultTenant))
 	b := setup(t)
-	root := newS3Store(t, srv, bucket, srv.Endpoint)
+	root := bucket.root(t)
 	b.store, b.shared = store.ForTenant(root, job.DefaultTenant), root
 	j := b.newJob("p", "t")
 	stale := b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
@@ -301,7 +288,7 @@ func TestStaleAttemptCannotCommitAfterARefusedEnd(t *testing.T) {
 		return writeReport(ctx, req)
 	}), func(c *runner.Config) { c.HeartbeatInterval, c.Worker.Concurrency = time.Hour, 1 })
 	b.publish(j)
-	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = userS3Store(t, srv, bucket, "worker", secret) })
+	b.worker(agentFunc(writeReport), func(c *runner.Config) { c.Store = bucket.worker(t) })
 	waitFor(t, time.Minute, "the stalled attempt to end", func() bool {
 		return testutil.ToFloat64(stale.m.StaleAttempts) == 1 || testutil.ToFloat64(stale.m.Jobs.WithLabelValues("p", "succeeded")) == 1
 	})
@@ -322,13 +309,10 @@ func TestStaleAttemptCannotCommitAfterARefusedEnd(t *testing.T) {
 // undecided, and every delivery tried again, for ever.
 func TestUnsignedRunIsAdoptedWhereWritesAreRefused(t *testing.T) {
 	t.Parallel()
-	srv := s3test.StartIAM(t)
-	secret := srv.CreateUser(t, "worker")
-	bucket := "boxcar-scoped"
-	srv.CreateOwnedBucket(t, "worker", bucket)
-	srv.DenyWritesUnder(t, bucket, "worker", store.TenantPrefix(job.DefaultTenant))
+	bucket := newScopedBucket(t)
+	bucket.refuse(t, store.TenantPrefix(job.DefaultTenant))
 	b := setup(t)
-	root := newS3Store(t, srv, bucket, srv.Endpoint)
+	root := bucket.root(t)
 	b.store, b.shared = store.ForTenant(root, job.DefaultTenant), root
 	priv, _ := signingKeys(t)
 	var first atomic.Pointer[worker] // set before the job is published, read by the worker's hook
@@ -348,7 +332,7 @@ func TestUnsignedRunIsAdoptedWhereWritesAreRefused(t *testing.T) {
 	j := b.submit("p")
 	<-committed
 
-	refused := userS3Store(t, srv, bucket, "worker", secret)
+	refused := bucket.worker(t)
 	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
 		t.Errorf("the committed job ran again")
 		return writeReport(ctx, req)

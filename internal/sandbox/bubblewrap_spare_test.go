@@ -201,6 +201,17 @@ func TestBubblewrapWorkersInheritedDescriptorsStayOut(t *testing.T) {
 		}
 	})
 	check := fmt.Sprintf("for fd in %d %d; do [ -e /proc/self/fd/$fd ] && echo fd $fd is open; done; true", inherited[0], inherited[1])
+	onEveryFirstCommand(t, check, func(t *testing.T, res sandbox.ExecResult) {
+		if len(res.Stdout) > 0 || res.ExitCode != 0 {
+			t.Errorf("the sandbox's first command found the worker's inherited pipe (exit %d): %s%s", res.ExitCode, res.Stdout, res.Stderr)
+		}
+	})
+}
+
+// onEveryFirstCommand runs script with sh as the first command of a cold sandbox and of a warm
+// one on each spare, and hands each result to check.
+func onEveryFirstCommand(t *testing.T, script string, check func(t *testing.T, res sandbox.ExecResult)) {
+	t.Helper()
 	for _, tt := range []struct {
 		name  string
 		goSpr bool
@@ -215,10 +226,7 @@ func TestBubblewrapWorkersInheritedDescriptorsStayOut(t *testing.T) {
 			if tt.goSpr {
 				sandbox.UseGoSpare(p)
 			}
-			res := runFirst(t, p, firstCommand{req: sandbox.ExecRequest{Argv: []string{"sh", "-c", check}}}, tt.warm)
-			if len(res.Stdout) > 0 || res.ExitCode != 0 {
-				t.Errorf("the sandbox's first command found the worker's inherited pipe (exit %d): %s%s", res.ExitCode, res.Stdout, res.Stderr)
-			}
+			check(t, runFirst(t, p, firstCommand{req: sandbox.ExecRequest{Argv: []string{"sh", "-c", script}}}, tt.warm))
 		})
 	}
 }
@@ -235,24 +243,9 @@ func TestBubblewrapWorkersIgnoredSignalsStayOut(t *testing.T) {
 	t.Cleanup(func() { signal.Reset(sigs...) })
 	// SigIgn is a hexadecimal mask; bit 0 is SIGHUP, bit 1 SIGINT.
 	check := `m=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/self/status); echo "$((0x$m & 3))"`
-	for _, tt := range []struct {
-		name  string
-		goSpr bool
-		warm  bool
-	}{
-		{name: "cold"},
-		{name: "warm, shell spare", warm: true},
-		{name: "warm, Go spare", warm: true, goSpr: true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			p := sandboxtest.Bubblewrap(t)
-			if tt.goSpr {
-				sandbox.UseGoSpare(p)
-			}
-			res := runFirst(t, p, firstCommand{req: sandbox.ExecRequest{Argv: []string{"sh", "-c", check}}}, tt.warm)
-			if got := strings.TrimSpace(string(res.Stdout)); got != "0" || res.ExitCode != 0 {
-				t.Errorf("the sandbox's first command has SIGHUP and SIGINT ignored as the worker's were (mask %q, exit %d): %s", got, res.ExitCode, res.Stderr)
-			}
-		})
-	}
+	onEveryFirstCommand(t, check, func(t *testing.T, res sandbox.ExecResult) {
+		if got := strings.TrimSpace(string(res.Stdout)); got != "0" || res.ExitCode != 0 {
+			t.Errorf("the sandbox's first command has SIGHUP and SIGINT ignored as the worker's were (mask %q, exit %d): %s", got, res.ExitCode, res.Stderr)
+		}
+	})
 }
