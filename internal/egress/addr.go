@@ -87,11 +87,13 @@ type addrFilter struct {
 }
 
 func newAddrFilter(cfg Config) (*addrFilter, error) {
-	f := &addrFilter{denied: unmapPrefixes(cfg.DeniedCIDRs), allowed: unmapPrefixes(cfg.AllowedCIDRs), nat64: cfg.NAT64Prefixes,
+	f := &addrFilter{denied: withIPv4Forms(unmapPrefixes(cfg.DeniedCIDRs), cfg.NAT64Prefixes), allowed: unmapPrefixes(cfg.AllowedCIDRs), nat64: cfg.NAT64Prefixes,
 		hostAddrs: map[netip.Addr]bool{}, endpoints: map[netip.AddrPort]bool{}, epNames: map[string]bool{},
 		epHosts: map[string]bool{}, epAddrs: map[netip.Addr]bool{}}
 	for _, a := range cfg.HostAddrs {
-		f.hostAddrs[a.Unmap().WithZone("")] = true
+		for _, k := range f.servers(a) {
+			f.hostAddrs[k] = true
+		}
 	}
 	ifaddrs, err := net.InterfaceAddrs()
 	if err != nil {
@@ -99,7 +101,9 @@ func newAddrFilter(cfg Config) (*addrFilter, error) {
 	}
 	for _, ia := range ifaddrs {
 		if p, err := netip.ParsePrefix(ia.String()); err == nil {
-			f.hostAddrs[p.Addr().Unmap().WithZone("")] = true
+			for _, k := range f.servers(p.Addr()) {
+				f.hostAddrs[k] = true
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Limits.DialTimeout)
@@ -126,6 +130,28 @@ func unmapPrefixes(ps []netip.Prefix) []netip.Prefix {
 	return out
 }
 
+// withIPv4Forms adds, for each prefix of 96 bits or more in a range whose last 32 bits are
+// an IPv4 address (NAT64's, the local-use one's /96s, IPv4-compatible, IPv4-translated, a
+// /96 of nat64), the IPv4 prefix it covers: a denied 64:ff9b::c613:0/112, as a DNS64 network
+// writes 198.19.0.0/16, denied the NAT64 form alone and left the same servers open at their
+// IPv4 addresses (TestAddrFilterComparesByServer). Allowed CIDRs are not widened so: an
+// address in a NAT64 form is lifted by both its own and its IPv4 prefix (check).
+func withIPv4Forms(ps, nat64 []netip.Prefix) []netip.Prefix {
+	out := slices.Clone(ps)
+	for _, p := range ps {
+		a := p.Addr()
+		if !a.Is6() || p.Bits() < 96 {
+			continue
+		}
+		in96 := compatPrefix.Contains(a) || siitPrefix.Contains(a) || nat64Prefix.Contains(a) || nat64LocalPfx.Contains(a) ||
+			slices.ContainsFunc(nat64, func(n netip.Prefix) bool { return n.Bits() == 96 && n.Contains(a) })
+		if in96 {
+			out = append(out, netip.PrefixFrom(v4At(a.As16(), 12), p.Bits()-96).Masked())
+		}
+	}
+	return out
+}
+
 // addEndpoint denies a worker endpoint by name and by every address the name has now.
 func (f *addrFilter) addEndpoint(ctx context.Context, r Resolver, ep string) error {
 	hs, ps, _ := net.SplitHostPort(ep) // validated by Config.validate
@@ -138,8 +164,7 @@ func (f *addrFilter) addEndpoint(ctx context.Context, r Resolver, ep string) err
 		return fmt.Errorf("%w: worker endpoint %q: %w", ErrInvalidConfig, ep, err)
 	}
 	if h.isIP() {
-		f.endpoints[netip.AddrPortFrom(h.addr, uint16(port))] = true
-		f.epAddrs[h.addr] = true
+		f.addEndpointAddr(h.addr, port)
 		return nil
 	}
 	f.epNames[net.JoinHostPort(h.name, ps)] = true
@@ -151,11 +176,19 @@ func (f *addrFilter) addEndpoint(ctx context.Context, r Resolver, ep string) err
 		return nil
 	}
 	for _, a := range addrs {
-		a = a.Unmap().WithZone("")
-		f.endpoints[netip.AddrPortFrom(a, uint16(port))] = true
-		f.epAddrs[a] = true
+		f.addEndpointAddr(a, port)
 	}
 	return nil
+}
+
+// addEndpointAddr denies an endpoint's address under every form of it that reaches its
+// server (servers): the NAT64 form a DNS64 resolver gave the worker is the IPv4 address a
+// sandbox may ask for by another name.
+func (f *addrFilter) addEndpointAddr(a netip.Addr, port int) {
+	for _, k := range f.servers(a) {
+		f.endpoints[netip.AddrPortFrom(k, uint16(port))] = true
+		f.epAddrs[k] = true
+	}
 }
 
 // Details of a worker_endpoint refusal: the endpoint itself is never reached; another port of
@@ -221,6 +254,17 @@ func (f *addrFilter) lifted(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// servers is a, without a zone and with an IPv4-mapped address as the IPv4 address it is,
+// followed by every IPv4 address it carries (embedded): the keys of the servers a reaches.
+// Two addresses that share a key reach one server, so every address the proxy compares (held
+// addresses, the worker's endpoints, the host's own) is indexed and looked up by them: the
+// same server at 198.18.0.10 and at 64:ff9b::198.18.0.10 was two to the proxy, one held and
+// the other not (TestStoredEchoIsScrubbedUnderEveryFormOfItsAddress).
+func (f *addrFilter) servers(a netip.Addr) []netip.Addr {
+	a = a.Unmap().WithZone("")
+	return append([]netip.Addr{a}, f.embedded(a)...)
 }
 
 // embedded is every IPv4 address a carries: in the built-in forms (embeddedIPv4), and where

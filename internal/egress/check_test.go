@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -568,6 +569,48 @@ func sendRaw(payload string) func(*testing.T, net.Conn) {
 	return func(t *testing.T, c net.Conn) {
 		if _, err := io.WriteString(c, payload); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestAddrFilterComparesByServer: the worker's endpoints, the host's own addresses and the
+// denied CIDRs were compared in the form the config or the resolver gave them, so one given
+// in a NAT64 form (64:ff9b::a.b.c.d, the local-use 64:ff9b:1::/48, IPv4-compatible) left the
+// IPv4 address of the same server open by another name or a literal. Each is denied under
+// every form that reaches its server (addrFilter.servers).
+func TestAddrFilterComparesByServer(t *testing.T) {
+	r := &stubResolver{names: map[string][][]netip.Addr{"nats.internal": {{netip.MustParseAddr("64:ff9b::c612:14")}}}, calls: map[string]int{}}
+	f, err := newAddrFilter(Config{
+		AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("64:ff9b:1::/48")},
+		DeniedCIDRs:  []netip.Prefix{netip.MustParsePrefix("64:ff9b::c613:0/112")}, // 198.19.0.0/16, as DNS64 gives it
+		HostAddrs:    []netip.Addr{netip.MustParseAddr("64:ff9b:1::c612:63")},      // 198.18.0.99
+		WorkerEndpoints: []string{"nats.internal:4222", // resolves to 198.18.0.20 through NAT64
+			"[64:ff9b::c612:15]:9000"}, // 198.18.0.21 as a literal
+		Resolver: r, Limits: Limits{DialTimeout: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		addr string
+		port int
+		want Reason
+	}{
+		{"198.18.0.20", 4222, ReasonWorkerEndpoint},
+		{"64:ff9b:1::c612:14", 4222, ReasonWorkerEndpoint},
+		{"198.18.0.20", 8222, ReasonWorkerEndpoint}, // another port of its host
+		{"198.18.0.21", 9000, ReasonWorkerEndpoint},
+		{"::ffff:198.18.0.21", 9000, ReasonWorkerEndpoint},
+		{"198.18.0.99", 443, ReasonDeniedAddress},
+		{"64:ff9b::c612:63", 443, ReasonDeniedAddress},
+		{"198.19.1.1", 443, ReasonDeniedAddress},
+		{"64:ff9b:1::c613:101", 443, ReasonDeniedAddress},
+		{"198.18.0.1", 443, ""},
+		{"64:ff9b::c612:1", 443, ""},
+	}
+	for _, tt := range tests {
+		if r, d := f.check(netip.MustParseAddr(tt.addr), tt.port, false, tt.addr); r != tt.want {
+			t.Errorf("check(%s, %d) = %q (%s), want %q", tt.addr, tt.port, r, d, tt.want)
 		}
 	}
 }

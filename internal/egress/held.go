@@ -25,12 +25,13 @@ import (
 // host's before the job ever asks for that host. A name under a wildcard binding is known
 // only once the job asks for it.
 type heldAddrs struct {
-	resolve  sync.Mutex // held through a resolution of the bound names
-	resolved bool       // every bound name resolved, or does not exist
-	retry    time.Time  // not resolved: when to try the names that failed again
+	resolve  sync.Mutex                    // held through a resolution of the bound names
+	resolved bool                          // every bound name resolved, or does not exist
+	retry    time.Time                     // not resolved: when to try the names that failed again
+	servers  func(netip.Addr) []netip.Addr // the keys of the servers an address reaches
 	mu       sync.Mutex
-	by       map[netip.Addr][]*secret
-	names    map[string]bool // names already resolved in this job
+	by       map[netip.Addr][]*secret // by server key (addrFilter.servers)
+	names    map[string]bool          // names already resolved in this job
 }
 
 // note records that h, which may hold secrets, has addrs.
@@ -44,20 +45,30 @@ func (a *heldAddrs) note(h host, addrs []netip.Addr, secrets []*secret) {
 		a.names[h.name] = true
 	}
 	for _, ad := range addrs {
-		ad = ad.Unmap().WithZone("")
-		for _, s := range secrets {
-			if !slices.Contains(a.by[ad], s) {
-				a.by[ad] = append(a.by[ad], s)
+		for _, k := range a.servers(ad) {
+			for _, s := range secrets {
+				if !slices.Contains(a.by[k], s) {
+					a.by[k] = append(a.by[k], s)
+				}
 			}
 		}
 	}
 }
 
-// at returns the secrets the hosts at address ad may hold.
+// at returns the secrets the hosts at a server ad reaches may hold, whatever form of its
+// address they were found at.
 func (a *heldAddrs) at(ad netip.Addr) []*secret {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return slices.Clone(a.by[ad.Unmap().WithZone("")])
+	var out []*secret
+	for _, k := range a.servers(ad) {
+		for _, s := range a.by[k] {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // known reports whether name's addresses were noted in this job.
@@ -68,16 +79,14 @@ func (a *heldAddrs) known(name string) bool {
 }
 
 // heldFor returns the secrets an answer from h at ad is scrubbed of: those h is bound to on
-// any port (heldBy), and those of every bound host at ad or at an IPv4 address ad carries
-// (NAT64, 6to4...: addrFilter.embedded), which reaches the same server.
+// any port (heldBy), and those of every bound host at an address of the server ad reaches
+// (addrFilter.servers: an IPv4 address and its NAT64, 6to4... forms, either way round).
 func (p *Proxy) heldFor(ctx context.Context, h host, ad netip.Addr) []*secret {
 	p.resolveHeld(ctx)
 	out := p.policy.heldBy(h)
-	for _, a := range append([]netip.Addr{ad}, p.filter.embedded(ad.Unmap())...) {
-		for _, s := range p.held.at(a) {
-			if !slices.Contains(out, s) {
-				out = append(out, s)
-			}
+	for _, s := range p.held.at(ad) {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
 		}
 	}
 	return out

@@ -49,6 +49,7 @@ func New(cfg Config, policy Policy) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, policy: cp, filter: filter, ca: ca, roots: roots}
+	p.held.servers = filter.servers
 	p.cfg.Dialer = guardedDialer{cfg.Dialer, p}
 	p.transport = p.newTransport()
 	return p, nil

@@ -370,3 +370,68 @@ func TestHeldLookUpIsTriedAgain(t *testing.T) {
 		t.Errorf("the sandbox read %q, the tunnel decided %+v: the stored value in clear, spliced", redact(seen), d)
 	}
 }
+
+// TestStoredEchoIsScrubbedUnderEveryFormOfItsAddress: the same server has an IPv4 address and
+// the IPv6 forms a network reaches it by (NAT64's 64:ff9b::a.b.c.d, the local-use
+// 64:ff9b:1::/48, IPv4-mapped ::ffff:a.b.c.d). The proxy knew a bound host's address as held
+// only in the form its resolver gave: bound at 64:ff9b::a.b.c.d, another name at a.b.c.d (or
+// at the local-use form) was another server to it, so the tunnel was spliced and the sandbox
+// read the stored value in clear. Addresses are compared by the server they reach.
+func TestStoredEchoIsScrubbedUnderEveryFormOfItsAddress(t *testing.T) {
+	bound := Secret{Env: "EXAMPLE_TOKEN", Value: realToken, Hosts: []string{"api.example.com:443"}}
+	policy := Policy{Allow: []string{"api.example.com", "alias.example.com"}, Secrets: []Secret{bound}}
+	v4 := netip.MustParseAddr(apiAddr)
+	nat64 := netip.MustParseAddr("64:ff9b::" + apiAddr)
+	local := netip.MustParseAddr("64:ff9b:1::" + apiAddr)
+	mapped := netip.AddrFrom16(v4.As16())
+	tests := []struct {
+		name         string
+		bound, alias netip.Addr // api.example.com's and alias.example.com's answers
+	}{
+		{"bound at its NAT64 form, the other name at its IPv4 address", nat64, v4},
+		{"bound at its local-use NAT64 form, the other name at its IPv4 address", local, v4},
+		{"bound at its NAT64 form, the other name at its local-use NAT64 form", nat64, local},
+		{"bound at its IPv4 address, the other name at its local-use NAT64 form", v4, local},
+		{"bound at its IPv4-mapped form, the other name at its NAT64 form", mapped, nat64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStoringHost(t)
+			routed := func(c *Config) {
+				c.AllowedCIDRs = append(c.AllowedCIDRs, netip.MustParsePrefix("64:ff9b:1::/48"))
+			}
+			route := func(h *harness) {
+				h.resolver.mu.Lock()
+				h.resolver.names["api.example.com"] = [][]netip.Addr{{tt.bound}}
+				h.resolver.names["alias.example.com"] = [][]netip.Addr{{tt.alias}}
+				h.resolver.mu.Unlock()
+				h.dialer.mu.Lock()
+				for _, a := range []netip.Addr{tt.bound, tt.alias} {
+					h.dialer.routes[netip.AddrPortFrom(a.Unmap(), 443).String()] = s.tlsAddr
+				}
+				h.dialer.mu.Unlock()
+			}
+			writer := s.harnessWith(t, routed, policy)
+			route(writer)
+			if status, _ := get(t, writer, "https://api.example.com/store", writer.placeholder(t)); status != http.StatusOK {
+				t.Fatalf("storing: status %d", status)
+			}
+			reader := s.harnessWith(t, routed, policy)
+			route(reader)
+			client := reader.client(t)
+			client.Transport.(*http.Transport).TLSClientConfig.RootCAs.AppendCertsFromPEM(s.caPEM) // spliced, the server's own
+			resp, err := client.Get("https://alias.example.com/stored")
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if seen := string(raw) + resp.Header.Get("X-Echo"); strings.Contains(seen, realToken) || !strings.Contains(seen, "Bearer ") {
+				t.Errorf("the sandbox read %q: the stored value in clear, or no echo at all", redact(seen))
+			}
+			if d := reader.waitDecision(t, "the tunnel's", withMethod(http.MethodConnect)); d.Reason != ReasonIntercepted {
+				t.Errorf("the tunnel's decision %+v, want %s", d, ReasonIntercepted)
+			}
+		})
+	}
+}
