@@ -77,6 +77,9 @@ func (p *Proxy) survive(c *idleConn) {
 		w = c.Conn
 	}
 	p.refuseConn(w, Decision{Time: time.Now()}, &panicked)
+	if pp, ok := r.(*proxyPanic); ok { // raised again from another goroutine (a held look-up's)
+		panic(pp)
+	}
 	panic(&proxyPanic{what: "connection", value: r, stack: debug.Stack()})
 }
 

@@ -52,6 +52,9 @@ type stubResolver struct {
 	hang chan<- struct{}
 	// fail counts, by name, the look-ups still to fail as one that timed out does.
 	fail map[string]int
+	// block holds, by name, every lookup of that name until its channel closes or its
+	// context ends: a slow answer.
+	block map[string]chan struct{}
 }
 
 func (r *stubResolver) LookupNetIP(ctx context.Context, _, name string) ([]netip.Addr, error) {
@@ -62,6 +65,15 @@ func (r *stubResolver) LookupNetIP(ctx context.Context, _, name string) ([]netip
 		signal(hang)
 		<-ctx.Done()
 		return nil, ctx.Err()
+	}
+	if wait := r.block[strings.TrimSuffix(name, ".")]; wait != nil {
+		r.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, &net.DNSError{Err: "i/o timeout", Name: name, IsTimeout: true, IsTemporary: true}
+		}
+		r.mu.Lock()
 	}
 	defer r.mu.Unlock()
 	name = strings.TrimSuffix(name, ".")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -25,13 +26,21 @@ import (
 // host's before the job ever asks for that host. A name under a wildcard binding is known
 // only once the job asks for it.
 type heldAddrs struct {
-	resolve  sync.Mutex                    // held through a resolution of the bound names
-	resolved bool                          // every bound name resolved, or does not exist
-	retry    time.Time                     // not resolved: when to try the names that failed again
-	servers  func(netip.Addr) []netip.Addr // the keys of the servers an address reaches
-	mu       sync.Mutex
-	by       map[netip.Addr][]*secret // by server key (addrFilter.servers)
-	names    map[string]bool          // names already resolved in this job
+	servers func(netip.Addr) []netip.Addr // the keys of the servers an address reaches
+	mu      sync.Mutex
+	by      map[netip.Addr][]*secret // by server key (addrFilter.servers)
+	names   map[string]bool          // names already resolved in this job
+	lookups map[string]*heldLookup   // the look-ups of bound names, one a name
+}
+
+// heldLookup is one look-up of a bound name, waited for by every request that needs it.
+// Each name has its own: under one lock for all, one slow answer held every other name's
+// look-up, and every request of the job, behind it (TestHeldLookUpsWaitForNoOtherName).
+type heldLookup struct {
+	done  chan struct{} // closed when the fields below are set
+	ok    bool          // answered, or the name does not exist
+	retry time.Time     // not ok: when to look the name up again, at the soonest
+	pp    *proxyPanic   // the Resolver panicked: each request that waited fails with it
 }
 
 // note records that h, which may hold secrets, has addrs.
@@ -71,13 +80,6 @@ func (a *heldAddrs) at(ad netip.Addr) []*secret {
 	return out
 }
 
-// known reports whether name's addresses were noted in this job.
-func (a *heldAddrs) known(name string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.names[name]
-}
-
 // heldFor returns the secrets an answer from h at ad is scrubbed of: those h is bound to on
 // any port (heldBy), and those of every bound host at an address of the server ad reaches
 // (addrFilter.servers: an IPv4 address and its NAT64, 6to4... forms, either way round).
@@ -93,34 +95,80 @@ func (p *Proxy) heldFor(ctx context.Context, h host, ad netip.Addr) []*secret {
 }
 
 // resolveHeld learns the addresses of the exact names and addresses secrets are bound to
-// that the job has not resolved yet: at the job's first request, and again, a dial_timeout
-// after the last try at the soonest, while a look-up failed but for the name not existing. A
-// name that does not exist is left: if it comes to resolve later, checkTarget notes it when
-// the job asks for it. A look-up that timed out, taken for one, left the bound host's server
-// open under every other name for the rest of the job (TestHeldLookUpIsTriedAgain).
+// that the job has not resolved yet, and waits for them: at the job's first request, and
+// again, a dial_timeout after the last try at the soonest, while a look-up failed but for the
+// name not existing. Each name is looked up on its own goroutine (heldLookup), all at once,
+// and a request waits for every look-up in flight, whoever started it. A name that does not
+// exist is left: if it comes to resolve later, checkTarget notes it when the job asks for it.
+// A look-up that timed out, taken for one, left the bound host's server open under every
+// other name for the rest of the job (TestHeldLookUpIsTriedAgain).
 func (p *Proxy) resolveHeld(ctx context.Context) {
-	p.held.resolve.Lock()
-	defer p.held.resolve.Unlock()
-	if p.held.resolved || time.Now().Before(p.held.retry) {
-		return
-	}
-	failed := false
-	tried := map[string]bool{}
+	var wait []*heldLookup
 	for _, s := range slices.Concat(p.policy.secrets, p.policy.scrubOnly) {
 		for _, r := range s.heldAt() {
 			switch {
 			case r.addr.IsValid():
 				p.held.note(host{addr: r.addr}, []netip.Addr{r.addr}, []*secret{s})
-			case r.wildcard, tried[r.name], p.held.known(r.name):
+			case r.wildcard:
 			default:
-				tried[r.name] = true
-				if !p.noteHeld(ctx, r.name) {
-					failed = true
+				if l := p.heldLookup(ctx, r.name); l != nil && !slices.Contains(wait, l) {
+					wait = append(wait, l)
 				}
 			}
 		}
 	}
-	p.held.resolved, p.held.retry = !failed, time.Now().Add(p.cfg.Limits.DialTimeout)
+	for _, l := range wait {
+		select {
+		case <-l.done:
+			if l.pp != nil {
+				panic(l.pp)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// heldLookup returns name's look-up to wait for, starting one when the name was never looked
+// up or its last look-up failed a dial_timeout ago; nil when there is none to wait for (the
+// name is known, or does not exist, or failed too recently to try again).
+func (p *Proxy) heldLookup(ctx context.Context, name string) *heldLookup {
+	a := &p.held
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.names[name] {
+		return nil
+	}
+	if l := a.lookups[name]; l != nil {
+		select {
+		case <-l.done:
+			if l.ok || time.Now().Before(l.retry) {
+				return nil
+			}
+		default:
+			return l
+		}
+	}
+	if a.lookups == nil {
+		a.lookups = map[string]*heldLookup{}
+	}
+	l := &heldLookup{done: make(chan struct{})}
+	a.lookups[name] = l
+	p.wg.Add(1) // Serve waits for it; the caller's connection holds the count above 0
+	p.cfg.Go(func() {
+		defer p.wg.Done()
+		defer close(l.done)
+		defer func() {
+			if r := recover(); r != nil {
+				l.pp = &proxyPanic{what: "resolver's look-up of a bound name", value: r, stack: debug.Stack()}
+				l.retry = time.Now().Add(p.cfg.Limits.DialTimeout)
+			}
+		}()
+		if l.ok = p.noteHeld(ctx, name); !l.ok {
+			l.retry = time.Now().Add(p.cfg.Limits.DialTimeout)
+		}
+	})
+	return l
 }
 
 // noteHeld looks a bound name up and notes its addresses. It reports false when the look-up

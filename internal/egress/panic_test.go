@@ -47,14 +47,15 @@ func (c *panicConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// panicResolver panics, once, on the first lookup of a request's host.
+// panicResolver panics, once, on the first lookup of a request's host, or of only when set.
 type panicResolver struct {
 	Resolver
 	armed *atomic.Bool
+	only  string
 }
 
 func (r panicResolver) LookupNetIP(ctx context.Context, network, name string) ([]netip.Addr, error) {
-	if strings.HasSuffix(name, ".") && r.armed.CompareAndSwap(true, false) {
+	if strings.HasSuffix(name, ".") && (r.only == "" || name == r.only) && r.armed.CompareAndSwap(true, false) {
 		panic("stub resolver: a bug")
 	}
 	return r.Resolver.LookupNetIP(ctx, network, name)
@@ -86,6 +87,10 @@ func TestPanicFailsItsRequestAndTheProxyGoesOn(t *testing.T) {
 			c.Dialer = panicDialer{Dialer: c.Dialer, inWrite: true, armed: armed}
 		}},
 		{"resolve", func(c *Config, armed *atomic.Bool) { c.Resolver = panicResolver{Resolver: c.Resolver, armed: armed} }},
+		// The bound host's look-up, on a goroutine of its own (resolveHeld) for the other paths.
+		{"resolve the bound host", func(c *Config, armed *atomic.Bool) {
+			c.Resolver = panicResolver{Resolver: c.Resolver, armed: armed, only: "api.example.com."}
+		}},
 	}
 	for _, w := range where {
 		for _, path := range paths {

@@ -435,3 +435,70 @@ func TestStoredEchoIsScrubbedUnderEveryFormOfItsAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldLookUpsWaitForNoOtherName: the proxy looked the bound names up one after another
+// under one lock, so one slow answer (a name whose servers time out) held every other bound
+// name's look-up, and every request of the job waited behind it, up to dial_timeout each
+// time it was tried again. Each name is looked up on its own, at once, and a request still
+// waits for every look-up in flight: a tunnel to another name of a bound host's server is
+// terminated once the look-ups answer.
+func TestHeldLookUpsWaitForNoOtherName(t *testing.T) {
+	slow := Secret{Env: "SLOW_TOKEN", Value: "sl-SLOWvalue0123456789abcdefXYZ", Hosts: []string{"slow.example.com"}}
+	bound := Secret{Env: "EXAMPLE_TOKEN", Value: realToken, Hosts: []string{"api.example.com:443"}}
+	policy := Policy{Allow: []string{"api.example.com", "alias.example.com", "slow.example.com"}, Secrets: []Secret{slow, bound}}
+	s := newStoringHost(t)
+	writer := s.harness(t, policy)
+	if status, _ := get(t, writer, "https://api.example.com/store", writer.placeholder(t)); status != http.StatusOK {
+		t.Fatalf("storing: status %d", status)
+	}
+	reader := s.harnessWith(t, func(c *Config) { c.Limits.DialTimeout = 5 * time.Minute }, policy)
+	release := make(chan struct{})
+	reader.resolver.mu.Lock()
+	reader.resolver.names["slow.example.com"] = [][]netip.Addr{{netip.MustParseAddr(pkgAddr)}}
+	reader.resolver.block = map[string]chan struct{}{"slow.example.com": release}
+	reader.resolver.mu.Unlock()
+	type answer struct {
+		seen string
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := reader.client(t).Get("https://alias.example.com/stored")
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- answer{seen: string(raw) + resp.Header.Get("X-Echo")}
+	}()
+	asked := func(name string) bool {
+		reader.resolver.mu.Lock()
+		defer reader.resolver.mu.Unlock()
+		for _, a := range reader.resolver.asked {
+			if a == name {
+				return true
+			}
+		}
+		return false
+	}
+	testharness.Wait(t, "api.example.com's look-up beside slow.example.com's", func() (bool, error) {
+		return asked("slow.example.com.") && asked("api.example.com."), nil
+	}, testharness.Within(10*time.Second))
+	select {
+	case a := <-done:
+		t.Fatalf("the request was answered (%v) before slow.example.com's look-up: decided without it", a.err)
+	default:
+	}
+	close(release)
+	a := <-done
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if strings.Contains(a.seen, realToken) || !strings.Contains(a.seen, "Bearer ") {
+		t.Errorf("the sandbox read %q: the stored value in clear, or no echo at all", redact(a.seen))
+	}
+	if d := reader.waitDecision(t, "the tunnel's", withMethod(http.MethodConnect)); d.Reason != ReasonIntercepted {
+		t.Errorf("the tunnel's decision %+v, want %s", d, ReasonIntercepted)
+	}
+}
