@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 // whether the client connection may carry another request.
 func (p *Proxy) forward(ctx context.Context, c net.Conn, hd *head, req *http.Request, start time.Time) bool {
 	d := Decision{Time: start, Method: req.Method}
-	up, swaps, v := p.openPlain(ctx, hd, req, &d)
+	up, swaps, v := p.openPlain(ctx, c, hd, req, &d)
 	if v != nil {
 		p.refuseConn(c, d, v)
 		return false
@@ -43,7 +44,7 @@ const maxResponseHeaderBytes = 1 << 20
 // request log, a stored field) and may serve it back on plain http://, under any of its
 // names: passed on unscrubbed, the value reached the sandbox
 // (TestStoredEchoOverPlainHTTPIsScrubbed, TestStoredEchoIsScrubbedUnderEveryName).
-func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *Decision) (net.Conn, []swap, *verdict) {
+func (p *Proxy) openPlain(ctx context.Context, c net.Conn, hd *head, req *http.Request, d *Decision) (net.Conn, []swap, *verdict) {
 	h, port, v := plainTarget(hd, req)
 	if v != nil {
 		return nil, nil, v
@@ -58,6 +59,11 @@ func (p *Proxy) openPlain(ctx context.Context, hd *head, req *http.Request, d *D
 		return nil, nil, v
 	}
 	d.Addr = addr.String()
+	in := p.meter()
+	v = checkForm(sandboxConn{c}, req, in)
+	if d.BytesIn += in.n.Load(); v != nil {
+		return nil, nil, v
+	}
 	swaps := tunnelSwaps(p.heldFor(ctx, h, addr.Addr()))
 	up, v := p.dial(ctx, addr)
 	return up, swaps, v
@@ -136,15 +142,27 @@ func checkOverride(req *http.Request) *verdict {
 			asked = append(asked, vals...)
 		}
 	}
-	// ";" separates parameters too for some servers (Python's parse_qs before 3.9.2, Rack
-	// before 2): Go's ParseQuery skips a pair holding one. What parsed is read, as a server
-	// reads as far as it can.
-	q, _ := url.ParseQuery(strings.ReplaceAll(req.URL.RawQuery, ";", "&"))
+	return refuseOverride(append(asked, methodParams(req.URL.RawQuery)...))
+}
+
+// methodParams are the values of the _method parameters of a query or a form body, names
+// folded as PHP reads ".method" or " method" as "_method". ";" separates parameters too for
+// some servers (Python's parse_qs before 3.9.2, Rack before 2): Go's ParseQuery skips a pair
+// holding one. What parsed is read, as a server reads as far as it can.
+func methodParams(raw string) []string {
+	var asked []string
+	q, _ := url.ParseQuery(strings.ReplaceAll(raw, ";", "&"))
 	for k, vals := range q {
 		if foldFieldName(k) == "-method" {
 			asked = append(asked, vals...)
 		}
 	}
+	return asked
+}
+
+// refuseOverride refuses asked, the methods a request asks the server for, when one names a
+// method the proxy does not forward, any item of a list.
+func refuseOverride(asked []string) *verdict {
 	for _, v := range asked {
 		for _, m := range strings.Split(v, ",") {
 			if no := refusedMethod(m); no != "" {
@@ -153,6 +171,54 @@ func checkOverride(req *http.Request) *verdict {
 		}
 	}
 	return nil
+}
+
+// maxFormBytes is the most of a form body the proxy reads for its _method (checkForm).
+const maxFormBytes = 64 << 10
+
+// checkForm refuses a POST whose form body (application/x-www-form-urlencoded) names a
+// refused method in a _method parameter, as checkOverride refuses one in the query: Symfony
+// and Laravel read a POST's form for it as for its query, and the proxy read the query alone
+// (TestBypass's form rows). It reads the body, up to maxFormBytes, answering a 100-continue
+// first (counted in in), and puts it back for the upstream whole; a larger form is refused,
+// since its _method may come after what was read. The form is read only after the request is
+// allowed and before anything is dialled or sent.
+func checkForm(client io.Writer, req *http.Request, in *meter) *verdict {
+	if !isFormPost(req) {
+		return nil
+	}
+	if err := continue100(client, req, in); err != nil {
+		return outcome(err, false)
+	}
+	buf, err := io.ReadAll(io.LimitReader(req.Body, maxFormBytes+1))
+	switch {
+	case err != nil:
+		return refuse(ReasonBadRequest, "the form body did not arrive whole")
+	case len(buf) > maxFormBytes:
+		return refuse(ReasonMethod, fmt.Sprintf("a form body over %d KiB: the proxy reads a form's _method within that; send a larger body in another encoding", maxFormBytes>>10))
+	}
+	req.Body = struct {
+		io.Reader
+		io.Closer
+	}{bytes.NewReader(buf), req.Body}
+	return refuseOverride(methodParams(string(buf)))
+}
+
+// isFormPost reports whether req is a POST (in any case: servers that upper-case methods read
+// "post" as POST) with a body whose type, any of its Content-Type fields, is a URL-encoded
+// form, read as PHP reads it: up to a ";" or ",", in any case.
+func isFormPost(req *http.Request) bool {
+	if !strings.EqualFold(strings.Trim(req.Method, " \t"), http.MethodPost) || req.Body == nil || req.Body == http.NoBody {
+		return false
+	}
+	for _, ct := range req.Header.Values("Content-Type") {
+		media, _, _ := strings.Cut(ct, ";")
+		media, _, _ = strings.Cut(media, ",")
+		if strings.EqualFold(strings.TrimSpace(media), "application/x-www-form-urlencoded") {
+			return true
+		}
+	}
+	return false
 }
 
 // hopHeaders are the hop-by-hop fields a proxy must not pass on (RFC 9110 7.6.1), and the
@@ -288,7 +354,7 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 	}
 	if err != nil {
 		// No response: the failure is the decision (outcomes), not an allowed request.
-		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
+		d.BytesOut, d.BytesIn = out.n.Load(), d.BytesIn+in.n.Load()
 		p.refuseConn(client, *d, outcome(jobEnded(ctx, err), false))
 		return false
 	}
@@ -346,7 +412,7 @@ func continue100(client io.Writer, req *http.Request, in *meter) error {
 
 // settle records a request's decision once its response is through, or was cut (outcomes).
 func (p *Proxy) settle(d *Decision, out, in *meter, err error) bool {
-	d.BytesOut, d.BytesIn, d.Duration = out.n.Load(), in.n.Load(), time.Since(d.Time)
+	d.BytesOut, d.BytesIn, d.Duration = out.n.Load(), d.BytesIn+in.n.Load(), time.Since(d.Time)
 	settleOutcome(d, err, true)
 	p.decide(*d)
 	return err == nil

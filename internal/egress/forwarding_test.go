@@ -1,11 +1,13 @@
 package egress
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestUpstreamGetsNoForwardingFields: the fields a front end reads as what a proxy before it
@@ -152,6 +154,51 @@ func TestMethodOverrideToAForwardedMethodGoesOn(t *testing.T) {
 				t.Errorf("status %d, the upstream got %q and ?%s: want the PATCH override as sent", resp.StatusCode, got.Header.Get("X-HTTP-Method-Override"), got.URL.RawQuery)
 			}
 		})
+	}
+}
+
+// TestFormMethodOverrideGoesOn: a form the proxy reads for its _method (the refusals are
+// TestBypass's form rows) goes upstream whole, as sent, its length, chunked or not, and a
+// 100-continue the sandbox waits for answered, on both paths; a form at the cap is read.
+func TestFormMethodOverrideGoesOn(t *testing.T) {
+	atCap := "_method=PATCH&a=" + strings.Repeat("x", maxFormBytes-len("_method=PATCH&a="))
+	for _, url := range []string{"https://api.example.com/v1", "http://plain.example.com/v1"} {
+		for _, tt := range []struct {
+			name, body string
+			chunked    bool
+			expect     bool
+		}{
+			{"PATCH", "_method=PATCH&a=1", false, false},
+			{"chunked", "_method=PATCH&a=1", true, false},
+			{"100-continue", "_method=PATCH&a=1", false, true},
+			{"at the cap", atCap, false, false},
+		} {
+			t.Run(url+" "+tt.name, func(t *testing.T) {
+				h := setup(t, nil)
+				client := h.client(t)
+				if tt.expect {
+					client.Transport.(*http.Transport).ExpectContinueTimeout = time.Minute
+				}
+				var body io.Reader = strings.NewReader(tt.body)
+				if tt.chunked {
+					body = io.MultiReader(body) // no length: sent chunked
+				}
+				req, _ := http.NewRequest(http.MethodPost, url, body)
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				if tt.expect {
+					req.Header.Set("Expect", "100-continue")
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if want := fmt.Sprintf(", %d bytes in", len(tt.body)); resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), want) {
+					t.Errorf("status %d, answer %.80q: want the form upstream whole (%s)", resp.StatusCode, raw, want)
+				}
+			})
+		}
 	}
 }
 

@@ -89,6 +89,11 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 	if v == nil {
 		v = p.admit()
 	}
+	if v == nil {
+		in := p.meter()
+		v = checkForm(sandboxConn{t.client}, req, in)
+		d.BytesIn += in.n.Load()
+	}
 	if v != nil {
 		p.refuseConn(t.client, d, v)
 		return false
@@ -149,7 +154,7 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 			s.end(d)
 			err = s.cause(err)
 		}
-		d.BytesOut, d.BytesIn = out.n.Load(), in.n.Load()
+		d.BytesOut, d.BytesIn = out.n.Load(), d.BytesIn+in.n.Load()
 		if d.BytesOut == 0 {
 			// Its header, where the values are, is written whole or not at all: a request that
 			// never reached its host (a failed dial, its TLS unverified, the byte cap) used no
