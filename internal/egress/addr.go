@@ -217,9 +217,25 @@ func (f *addrFilter) checkName(h host, port int, explicit bool) (Reason, string)
 // check returns "" when a may be dialled on port, or the reason and a short detail; explicit
 // says an allow entry names the host asked for on exactly this port, which alone lets an
 // address of a worker endpoint's host through on another port than the endpoint's. as is the
-// host as asked for, for the refusal.
+// host as asked for, for the refusal. Every address of the server a reaches must pass
+// (servers): an IPv6 address in a lifted NAT64 range still reaches the IPv4 address it
+// carries.
 func (f *addrFilter) check(a netip.Addr, port int, explicit bool, as string) (Reason, string) {
-	a = a.Unmap().WithZone("")
+	for i, k := range f.servers(a) {
+		reason, detail := f.checkOne(k, port, explicit, as)
+		if reason == "" {
+			continue
+		}
+		if i > 0 {
+			detail = "embeds " + k.String() + ": " + detail
+		}
+		return reason, detail
+	}
+	return "", ""
+}
+
+// checkOne is check for one address, as it is.
+func (f *addrFilter) checkOne(a netip.Addr, port int, explicit bool, as string) (Reason, string) {
 	if f.endpoints[netip.AddrPortFrom(a, uint16(port))] {
 		return ReasonWorkerEndpoint, detailEndpoint
 	}
@@ -237,11 +253,6 @@ func (f *addrFilter) check(a netip.Addr, port int, explicit bool, as string) (Re
 	for _, r := range builtinRanges {
 		if r.prefix.Contains(a) && (r.hard || !f.lifted(a)) {
 			return ReasonDeniedAddress, r.what
-		}
-	}
-	for _, v4 := range f.embedded(a) {
-		if reason, detail := f.check(v4, port, explicit, as); reason != "" {
-			return reason, "embeds " + v4.String() + ": " + detail
 		}
 	}
 	return "", ""
