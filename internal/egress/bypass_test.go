@@ -2,6 +2,8 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"crypto/ecdh"
 	"crypto/rand"
 	"crypto/tls"
@@ -187,6 +189,7 @@ func formOverrideRows() []bypass {
 	const form = "application/x-www-form-urlencoded"
 	over := "a=" + strings.Repeat("x", maxFormBytes)
 	over = over[:maxFormBytes+1-len("&_method=TRACE")] + "&_method=TRACE"
+	gz := gzipped("_method=TRACE")
 	type body struct{ name, method, ctype, fields, body string }
 	bodies := []body{
 		{"_method=TRACE", "POST", form, "", "_method=TRACE"},
@@ -200,11 +203,13 @@ func formOverrideRows() []bypass {
 		{"post in lower case", "post", form, "", "_method=TRACE"},
 		{"chunked", "POST", form, "Transfer-Encoding: chunked\r\n", "d\r\n_method=TRACE\r\n0\r\n\r\n"},
 		{"a form over the cap", "POST", form, "", over},
+		{"gzipped", "POST", form, "Content-Encoding: gzip\r\n", gz},
+		{"gzipped, the field spelled Content_Encoding", "POST", form, "Content_Encoding: gzip\r\n", gz},
 	}
 	var rows []bypass
 	for _, b := range bodies {
 		fields := "Content-Type: " + b.ctype + "\r\n" + b.fields
-		if b.fields == "" {
+		if !strings.Contains(b.fields, "chunked") {
 			fields += "Content-Length: " + strconv.Itoa(len(b.body)) + "\r\n"
 		}
 		rows = append(rows,
@@ -212,6 +217,15 @@ func formOverrideRows() []bypass {
 			bypass{name: "forwarded: form " + b.name, raw: b.method + " http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n" + fields + "\r\n" + b.body, want: ReasonMethod})
 	}
 	return rows
+}
+
+// gzipped is s gzip-compressed.
+func gzipped(s string) string {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	_, _ = zw.Write([]byte(s))
+	_ = zw.Close()
+	return b.String()
 }
 
 func TestBypass(t *testing.T) {

@@ -187,6 +187,11 @@ func checkForm(client io.Writer, req *http.Request, in *meter) *verdict {
 	if !isFormPost(req) {
 		return nil
 	}
+	if !identityCoded(req.Header) {
+		// A server that decodes request bodies (Apache's DEFLATE input filter) reads the form
+		// the proxy cannot; no client compresses one.
+		return refuse(ReasonMethod, "a form body with a Content-Encoding: the proxy reads a form's _method as it is sent; send it unencoded")
+	}
 	if err := continue100(client, req, in); err != nil {
 		return outcome(err, false)
 	}
@@ -202,6 +207,24 @@ func checkForm(client io.Writer, req *http.Request, in *meter) *verdict {
 		io.Closer
 	}{bytes.NewReader(buf), req.Body}
 	return refuseOverride(methodParams(string(buf)))
+}
+
+// identityCoded reports whether h has no Content-Encoding but identity, in any spelling a
+// server that folds names reads (foldFieldName).
+func identityCoded(h http.Header) bool {
+	for name, vals := range h {
+		if foldFieldName(name) != "content-encoding" {
+			continue
+		}
+		for _, v := range vals {
+			for _, c := range strings.Split(v, ",") {
+				if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // isFormPost reports whether req is a POST (in any case: servers that upper-case methods read
