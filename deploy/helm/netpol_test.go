@@ -326,3 +326,72 @@ func TestSandboxEgressIsTCPAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceNameRuleOnlyForInClusterNames: an endpoint's host name is taken for a Service's
+// (its rule then reaches that namespace's pods alone) only when it is one in the cluster:
+// <service>.<namespace>.svc, or <pod>.<service>.<namespace>.svc, either under the cluster's
+// domain (natsServer.clusterDomain) or with none, in any case; any other name, one ending in
+// .svc under another domain among them, takes the rule of a host name anywhere (the cluster's
+// pods, or any address but link-local, loopback and multicast). A name with ".svc." under an
+// outside domain took the Service rule, to the namespace named by its second label, so the
+// workers' NetworkPolicy blocked a store at store.svc.example.com with no word of why.
+func TestServiceNameRuleOnlyForInClusterNames(t *testing.T) {
+	places := []struct{ name, values string }{
+		{"store", "config: {store: {endpoint: 'http://%s:7070'}}"},
+		{"model", "config: {model: {base_url: 'http://%s:7070/v1'}}"},
+		{"nats", "config: {nats: {url: 'nats://%s:7070'}}"},
+		{"resolver", "config: {egress: {resolver: '%s:7070'}}"},
+	}
+	for _, tt := range []struct {
+		host, clusterDomain string
+		ns                  string // the Service's namespace; "" for a host name anywhere
+	}{
+		{host: "versitygw.storage.svc", ns: "storage"},
+		{host: "versitygw.storage.svc.cluster.local", ns: "storage"},
+		{host: "versitygw.storage.svc.cluster.local.", ns: "storage"},
+		{host: "VersityGW.Storage.SVC.Cluster.Local", ns: "storage"},
+		{host: "minio-0.minio-hl.storage.svc.cluster.local", ns: "storage"},
+		{host: "minio-0.minio-hl.storage.svc", ns: "storage"},
+		{host: "gw.store-1.svc.k8s.example", clusterDomain: "k8s.example", ns: "store-1"},
+		{host: "store.svc.example.com"},
+		{host: "a.b.svc.example.com"},
+		{host: "a.b.svc.cluster.local.example.com"},
+		{host: "a.b.svc.cluster.localhost"},
+		{host: "a.b.svc.cluster.local", clusterDomain: "k8s.example"},
+		{host: "a.b.svc.k8s.example"},
+		{host: "a.b.svc."},
+		{host: "x.svc"},
+		{host: "svc.example.com"},
+		{host: "a.b.c.d.svc.cluster.local"},
+		{host: "a_b.c.svc"},
+		{host: "a.-c.svc"},
+		// A name two labels long may be a Service's (minio.storage, through the pods' search
+		// domains) or a public one (example.com): the rule of a host name anywhere reaches both.
+		{host: "minio.storage"},
+		{host: "example.com"},
+	} {
+		for _, pl := range places {
+			t.Run(tt.host+" "+tt.clusterDomain+" as "+pl.name, func(t *testing.T) {
+				doc := fmt.Sprintf(pl.values, tt.host)
+				if tt.clusterDomain != "" {
+					doc += "\nnatsServer: {clusterDomain: " + tt.clusterDomain + "}"
+				}
+				np := workerPolicy(t, render(t, values(t, doc)))
+				reach, stop := []dst{{"203.0.113.7", 7070}, {"ns:*", 7070}}, []dst{{"169.254.169.254", 7070}, {"127.0.0.1", 7070}}
+				if tt.ns != "" {
+					reach, stop = []dst{{"ns:" + tt.ns, 7070}}, append(stop, reach...)
+				}
+				for _, d := range reach {
+					if !egressReaches(t, np, d) {
+						t.Errorf("the workers cannot reach %s on TCP/%d", d.to, d.port)
+					}
+				}
+				for _, d := range stop {
+					if egressReaches(t, np, d) {
+						t.Errorf("the workers may reach %s on TCP/%d", d.to, d.port)
+					}
+				}
+			})
+		}
+	}
+}

@@ -124,8 +124,8 @@ the traffic reaches them addressed to the Service's pods: name the Service, or s
 {{- if $to }}
 {{- else if eq .ip "4" }}{{ $to = list (dict "ipBlock" (dict "cidr" (printf "%s/32" .host))) }}
 {{- else if eq .ip "6" }}{{ $to = list (dict "ipBlock" (dict "cidr" (printf "%s/128" .host))) }}
-{{- else if regexMatch "^[^.]+\\.[^.]+\\.svc(\\.|$)" .host }}
-{{- $to = list (dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" (index (splitList "." .host) 1)))) }}
+{{- else if $ns := include "boxcar.serviceNamespace" (dict "host" .host "root" $.root) }}
+{{- $to = list (dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" $ns))) }}
 {{- else }}{{ $to = append (include "boxcar.proxyDialable" $.root | fromYamlArray) (dict "namespaceSelector" dict) }}
 {{- end }}
 {{- $ports := list -}}
@@ -135,6 +135,21 @@ the traffic reaches them addressed to the Service's pods: name the Service, or s
 {{- if not (has $rule $rules) }}{{ $rules = append $rules $rule }}{{ end -}}
 {{- end -}}
 {{- toYaml $rules -}}
+{{- end -}}
+
+{{/* The namespace of .host when it is the DNS name of a Service in the cluster, or of one of
+its pods: <service>.<namespace>.svc or <pod>.<service>.<namespace>.svc, under the cluster's
+domain (natsServer.clusterDomain, with or without the final dot) or with none, in any case;
+else "". Any other name is no Service's, one with a ".svc." under another domain among them
+(store.svc.example.com): its rule is a host name's anywhere. A name two labels long
+(minio.storage) may be a Service's through the pods' search domains, or a public one
+(example.com), so it too takes a host name's rule, which reaches the cluster's pods. */}}
+{{- define "boxcar.serviceNamespace" -}}
+{{- $label := "[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?" -}}
+{{- $domain := .root.Values.natsServer.clusterDomain | lower | trimSuffix "." | regexQuoteMeta -}}
+{{- $re := printf "^(?:%s\\.){1,2}(?P<ns>%s)\\.svc(?:\\.%s\\.?)?$" $label $label $domain -}}
+{{- $host := lower .host -}}
+{{- if regexMatch $re $host }}{{ regexReplaceAll $re $host "${ns}" }}{{ end -}}
 {{- end -}}
 
 {{/* The workers' NATS URL: config.nats.url, or natsServer's client Service. */}}
