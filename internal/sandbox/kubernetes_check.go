@@ -35,6 +35,9 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 		return fmt.Errorf("sandbox: kubernetes: list pods in namespace %s (check the kubeconfig, and the worker's Role and RoleBinding there; helm upgrade makes the chart's again): %w: %w", ns, ErrUnavailable, err)
 	}
 	if _, err := p.lookUpOwner(ctx); err != nil {
+		if gone := p.goneFor(ctx, err); gone != nil {
+			return gone
+		}
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	var errs []error

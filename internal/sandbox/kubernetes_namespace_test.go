@@ -61,10 +61,16 @@ func (b *lockedBuffer) String() string {
 // it again, and no job can change that: Start is ErrUnavailable, so the job waits with its
 // delivery kept and the worker fetches no more, the worker logs what happened and what to do,
 // and Check (/readyz) says the worker is not ready, until a start succeeds again. Each start
-// failed its job and spent a delivery, and /readyz said ready through the deletion.
+// failed its job and spent a delivery, and /readyz said ready through the deletion. An owner
+// gone with its namespace, being deleted or gone, is the namespace's answer, which says to
+// wait for the deletion's end: Start and Check said owner_missing, "run helm upgrade", which
+// the API server refuses in a namespace being deleted.
 func TestKubernetesNamespaceBeingDeleted(t *testing.T) {
 	t.Parallel()
 	const owner = "boxcar.boxcar-sandboxes"
+	deleted := metav1.Now()
+	active := sandboxNamespace()
+	terminating := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace, DeletionTimestamp: &deleted, Finalizers: []string{"kubernetes"}}, Status: corev1.NamespaceStatus{Phase: corev1.NamespaceTerminating}}
 	for _, tt := range []struct {
 		name  string
 		err   error // the pods' create answer while broken; nil: the owner ConfigMap is gone
@@ -72,16 +78,26 @@ func TestKubernetesNamespaceBeingDeleted(t *testing.T) {
 		says  string // in Start's error, Check's and the log line
 		hint  string // what to do, in the same three
 		owned bool
+		// namespace is the sandbox namespace while the owner is gone; nil: gone too.
+		namespace *corev1.Namespace
 	}{
 		{name: "namespace being deleted", err: namespaceTerminating(testNamespace), kind: "namespace_terminating",
 			says: "is being deleted", hint: "helm upgrade"},
 		{name: "namespace gone", err: apierrors.NewNotFound(corev1.Resource("namespaces"), testNamespace), kind: "namespace_missing",
 			says: "does not exist", hint: "helm upgrade"},
-		{name: "the pods' owner gone", owned: true, kind: "owner_missing", says: owner, hint: "helm upgrade"},
+		{name: "the pods' owner gone", owned: true, namespace: active, kind: "owner_missing", says: owner, hint: "helm upgrade"},
+		{name: "the pods' owner gone, its namespace being deleted", owned: true, namespace: terminating, kind: "namespace_terminating",
+			says: "is being deleted", hint: "no longer lists it"},
+		{name: "the pods' owner gone with its namespace", owned: true, kind: "namespace_missing", says: "sandbox namespace does not exist", hint: "helm upgrade"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			client := fake.NewClientset()
+			if tt.namespace != nil {
+				if _, err := client.CoreV1().Namespaces().Create(t.Context(), tt.namespace, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			fakeKubelet(t, client, nil)
 			var broken atomic.Bool
 			broken.Store(true)
@@ -133,6 +149,10 @@ func TestKubernetesNamespaceBeingDeleted(t *testing.T) {
 			// Made again: the worker is ready before any job starts, and the next start takes a pod.
 			broken.Store(false)
 			if tt.owned {
+				_ = client.CoreV1().Namespaces().Delete(t.Context(), testNamespace, metav1.DeleteOptions{})
+				if _, err := client.CoreV1().Namespaces().Create(t.Context(), active, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
 				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: owner, Namespace: testNamespace, UID: "u1"}}
 				if _, err := client.CoreV1().ConfigMaps(testNamespace).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)

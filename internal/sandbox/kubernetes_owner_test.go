@@ -25,12 +25,18 @@ import (
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
 )
 
+// sandboxNamespace is the sandbox namespace as it is while it takes pods: an owner missing from
+// one being deleted or gone is the namespace's answer (TestKubernetesNamespaceBeingDeleted).
+func sandboxNamespace() *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}, Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive}}
+}
+
 // TestKubernetesPodsOwned: with an Owner, every pod the provider starts, warm or a job's, is
 // owned by that ConfigMap, so that deleting it (helm uninstall) has the garbage collector
 // delete them whatever became of the worker. A missing owner starts no pod and fails Check.
 func TestKubernetesPodsOwned(t *testing.T) {
 	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "boxcar-sandboxes", Namespace: testNamespace, UID: "uid-1"}}
-	client := fake.NewClientset(owner)
+	client := fake.NewClientset(owner, sandboxNamespace())
 	fakeKubelet(t, client, nil)
 	p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.Owner = owner.Name })
 	warm := sandboxtest.Spec("", config.SandboxSpec{})
@@ -46,7 +52,7 @@ func TestKubernetesPodsOwned(t *testing.T) {
 		}
 	}
 
-	orphan := fake.NewClientset()
+	orphan := fake.NewClientset(sandboxNamespace())
 	p = newKubernetes(t, orphan, func(c *sandbox.KubernetesConfig) { c.Owner = "gone" })
 	if _, err := p.Start(t.Context(), sandboxtest.Spec("job-2", config.SandboxSpec{})); !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), `configmaps "gone" not found`) {
 		t.Errorf("Start without its owner: %v, want ErrUnavailable naming the owner", err)
@@ -150,7 +156,7 @@ func makeOwnerAgain(t *testing.T, client *fake.Clientset, owner *corev1.ConfigMa
 func TestKubernetesCheckLooksUpTheOwnerAgain(t *testing.T) {
 	t.Parallel()
 	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "boxcar-sandboxes", Namespace: testNamespace, UID: "uid-1"}}
-	client := fake.NewClientset(owner)
+	client := fake.NewClientset(owner, sandboxNamespace())
 	allowEverything(client)
 	fakeKubelet(t, client, nil)
 	p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.Owner = owner.Name })
@@ -197,7 +203,7 @@ func TestKubernetesCheckLooksUpTheOwnerAgain(t *testing.T) {
 func TestKubernetesStartAfterOwnerMadeAgain(t *testing.T) {
 	t.Parallel()
 	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "boxcar-sandboxes", Namespace: testNamespace, UID: "uid-1"}}
-	client := fake.NewClientset(owner)
+	client := fake.NewClientset(owner, sandboxNamespace())
 	creates := garbageCollector(t, client)
 	p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.Owner = owner.Name })
 	if _, err := p.Start(t.Context(), sandboxtest.Spec("job-1", config.SandboxSpec{})); err != nil {

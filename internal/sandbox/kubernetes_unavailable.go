@@ -31,6 +31,10 @@ type unavailableAnswer struct {
 	// gone: the sandbox namespace is being deleted or is gone, which only someone making it
 	// again changes: Check reports the worker not ready until a pod create gets past it.
 	gone bool
+	// askNamespace: a namespace's deletion answers so too, before the namespace says it is
+	// being deleted or gone; the namespace's own answer, when it says so, goes instead, as what
+	// to do differs (wait for the deletion's end; the API server refuses helm upgrade until).
+	askNamespace bool
 }
 
 // remake is what to do when the sandbox namespace or the chart's objects in it are gone.
@@ -45,7 +49,9 @@ var unavailableAnswers = []unavailableAnswer{
 	{kind: "namespace_terminating", gone: true, why: "the sandbox namespace is being deleted, and takes no pod until it is made again: wait until `kubectl get namespace` no longer lists it (the API server refuses objects in a namespace being deleted), then " + remake,
 		match: func(err error) bool { return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) }},
 	{kind: "namespace_missing", gone: true, why: "the sandbox namespace does not exist: " + remake, match: namespaceNotFound},
-	{kind: "owner_missing", why: "the sandbox pods' owner ConfigMap (sandbox.kubernetes.owner) is gone, deleted with its namespace or the release: " + remake,
+	// The owner ConfigMap is among the first objects a namespace's deletion removes, and a get
+	// of it in a namespace that is gone is answered as if it alone were.
+	{kind: "owner_missing", askNamespace: true, why: "the sandbox pods' owner ConfigMap (sandbox.kubernetes.owner) is gone from its namespace, deleted by hand or with the release, or the namespace was made again without it: " + remake,
 		match: func(err error) bool { return errors.Is(err, errOwnerMissing) }},
 	{kind: "quota_full", why: "the sandbox namespace's ResourceQuota is full", match: func(err error) bool {
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
@@ -64,7 +70,7 @@ var unavailableAnswers = []unavailableAnswer{
 	// A namespace's deletion takes the chart's Role and RoleBinding in it, and the authorizer
 	// then refuses every request there before admission could say why: unavailable asks the
 	// namespace itself (goneInstead).
-	{kind: "not_permitted", why: "the API server refuses the worker; check its credentials, and its Role and RoleBinding in the sandbox namespace (helm upgrade makes the chart's again)", match: notPermitted},
+	{kind: "not_permitted", askNamespace: true, why: "the API server refuses the worker; check its credentials, and its Role and RoleBinding in the sandbox namespace (helm upgrade makes the chart's again)", match: notPermitted},
 	{kind: "overloaded", why: "the API server asks the worker to slow down", match: apierrors.IsTooManyRequests},
 	{kind: "server_error", why: "the API server failed to answer", match: func(err error) bool {
 		return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
@@ -118,7 +124,7 @@ func (p *KubernetesProvider) unavailable(ctx context.Context, spec Spec, err err
 	for _, a := range unavailableAnswers {
 		if a.match(err) {
 			detail := answerDetail(err)
-			if a.kind == "not_permitted" {
+			if a.askNamespace {
 				if g, d, ok := p.goneInstead(ctx); ok {
 					a, detail = g, d
 				}
@@ -143,8 +149,8 @@ func notPermitted(err error) bool {
 	return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) && authorizerRefusal.MatchString(err.Error())
 }
 
-// goneInstead is the answer of the sandbox namespace itself, asked after the authorizer
-// refused a request in it: being deleted, or gone (with what the server said), or ok false when
+// goneInstead is the answer of the sandbox namespace itself, asked after an answer a
+// namespace's deletion gives too (askNamespace): being deleted, or gone (with what the server said), or ok false when
 // it is there or the worker may not read it (the chart's ClusterRole lets it get that one
 // namespace; an older release's workers may not).
 func (p *KubernetesProvider) goneInstead(ctx context.Context) (unavailableAnswer, string, bool) {
@@ -168,10 +174,10 @@ func (p *KubernetesProvider) goneInstead(ctx context.Context) (unavailableAnswer
 	return unavailableAnswers[i], detail, true
 }
 
-// goneFor is the error of a start in a namespace being deleted or gone, when the authorizer's
-// refusal err (nil: a review said the worker may not) came of that, else nil.
+// goneFor is the error of a start in a namespace being deleted or gone, when err, an answer of
+// an askNamespace row (nil: a review said the worker may not), came of that, else nil.
 func (p *KubernetesProvider) goneFor(ctx context.Context, err error) error {
-	if err != nil && !notPermitted(err) {
+	if err != nil && !slices.ContainsFunc(unavailableAnswers, func(a unavailableAnswer) bool { return a.askNamespace && a.match(err) }) {
 		return nil
 	}
 	a, detail, ok := p.goneInstead(ctx)
