@@ -395,3 +395,38 @@ func TestServiceNameRuleOnlyForInClusterNames(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointRuleAsTheClientReadsIt: an endpoint's rule is on the port and at the address the
+// worker's client dials: a scheme in capitals is the scheme (Go's URL parser lowers it, and the
+// default port is the scheme's), and an IPv4 address written as IPv6 (::ffff:10.0.0.1) is the
+// IPv4 one the packets go to. NATS://host and HTTP://host opened port 443, where the clients
+// dial 4222 and 80, and [::ffff:10.0.0.1] an ipBlock no IPv4 packet matches: the workers could
+// not reach the endpoint.
+func TestEndpointRuleAsTheClientReadsIt(t *testing.T) {
+	for _, tt := range []struct {
+		values      string
+		reach, stop []dst
+	}{
+		{values: "config: {store: {endpoint: 'HTTP://minio.example'}}", reach: []dst{{"203.0.113.7", 80}}},
+		{values: "config: {model: {base_url: 'Http://llm.example/v1'}}", reach: []dst{{"203.0.113.7", 80}}},
+		{values: "config: {nats: {url: 'NATS://nats.example'}}", reach: []dst{{"203.0.113.7", 4222}}},
+		{values: "config: {nats: {url: 'TLS://nats.example, WS://nats2.example'}}", reach: []dst{{"203.0.113.7", 4222}, {"203.0.113.7", 80}}},
+		{values: "config: {model: {base_url: 'http://[::ffff:10.0.0.1]:8000/v1'}}", reach: []dst{{"10.0.0.1", 8000}}, stop: []dst{{"10.0.0.2", 8000}}},
+		{values: "config: {store: {endpoint: 'http://[::FFFF:10.0.0.1]:7070'}}", reach: []dst{{"10.0.0.1", 7070}}, stop: []dst{{"10.0.0.2", 7070}}},
+		{values: "config: {store: {endpoint: 'http://[0:0:0:0:0:ffff:10.0.0.1]:7070'}}", reach: []dst{{"10.0.0.1", 7070}}, stop: []dst{{"10.0.0.2", 7070}}},
+	} {
+		t.Run(tt.values, func(t *testing.T) {
+			np := workerPolicy(t, render(t, values(t, tt.values)))
+			for _, d := range tt.reach {
+				if !egressReaches(t, np, d) {
+					t.Errorf("the workers cannot reach %s on TCP/%d", d.to, d.port)
+				}
+			}
+			for _, d := range tt.stop {
+				if egressReaches(t, np, d) {
+					t.Errorf("the workers may reach %s on TCP/%d", d.to, d.port)
+				}
+			}
+		})
+	}
+}

@@ -88,7 +88,10 @@ take them too (boxcar.endpointEgress): nothing legitimate is there. */}}
 
 {{/* The endpoints of a comma-separated list of URLs, as a JSON list: each one's host (an IPv6
 literal without its brackets), its port (its own, else its scheme's) and ip, "4" or "6" for
-an IP literal, else "". A part without a scheme is nats://part, as the NATS client reads it. */}}
+an IP literal, else "", as the workers' clients read them: a part without a scheme is
+nats://part, as the NATS client reads it; a scheme in capitals is the scheme (Go's URL parser
+lowers it); an IPv4 address written as IPv6 ([::ffff:10.0.0.1]) is the IPv4 address, where
+the packets go. */}}
 {{- define "boxcar.urlEndpoints" -}}
 {{- $list := list -}}
 {{- range splitList "," (toString .) -}}
@@ -98,10 +101,12 @@ an IP literal, else "". A part without a scheme is nats://part, as the NATS clie
 {{- $u := fromJson (include "boxcar.urlParts" $part) -}}
 {{- $port := regexFind ":[0-9]+$" $u.host | trimPrefix ":" -}}
 {{- $host := regexReplaceAll ":[0-9]*$" $u.host "" -}}
-{{- if hasPrefix "[" $u.host }}{{ $host = regexReplaceAll "^\\[(.*)\\](:[0-9]*)?$" $u.host "${1}" }}{{ end -}}
+{{- if hasPrefix "[" $u.host }}{{ $host = regexReplaceAll "^\\[(.*)\\](:[0-9]*)?$" $u.host "${1}" | lower }}{{ end -}}
+{{- $v4mapped := "^(?:(?:0{1,4}:){5}|(?:(?:0{1,4}:)+|:):(?:0{1,4}:)*)ffff:([0-9]+(?:\\.[0-9]+){3})$" -}}
+{{- if regexMatch $v4mapped $host }}{{ $host = regexReplaceAll $v4mapped $host "${1}" }}{{ end -}}
 {{- $ip := "" -}}
 {{- if regexMatch "^[0-9]+(\\.[0-9]+){3}$" $host }}{{ $ip = "4" }}{{ else if contains ":" $host }}{{ $ip = "6" }}{{ end -}}
-{{- $port = $port | default (get (dict "http" "80" "https" "443" "nats" "4222" "tls" "4222" "ws" "80" "wss" "443") $u.scheme) | default "443" -}}
+{{- $port = $port | default (get (dict "http" "80" "https" "443" "nats" "4222" "tls" "4222" "ws" "80" "wss" "443") (lower $u.scheme)) | default "443" -}}
 {{- $list = append $list (dict "host" $host "port" (int $port) "ip" $ip) -}}
 {{- end -}}
 {{- end -}}
