@@ -26,6 +26,7 @@ import (
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -847,5 +848,53 @@ func TestSandboxBridgeImageIsTheWorkers(t *testing.T) {
 		if got, want := workerConfig(t, r).Sandbox.Kubernetes.BridgeImage, d.Spec.Template.Spec.Containers[0].Image; got != want || got == "" {
 			t.Errorf("values %q: bridge_image = %q, want the worker's image %q", vals, got, want)
 		}
+	}
+}
+
+// TestLongReleaseNames: the names of a release named as long as Helm allows (53 characters),
+// or given a fullnameOverride of 63, are names the API server takes for each kind: a Service's
+// a DNS-1035 label, a Job's at most 63 characters (its pods' job-name label), and what the
+// alerts and NOTES.txt name is the Service there is. <fullname>-metrics and <fullname>-setup
+// ran past 63 characters, and the install failed at the API server's refusal of the Service.
+func TestLongReleaseNames(t *testing.T) {
+	const setup = "natsServer: {credentialsSecret: {name: nats-worker}, operatorCredentialsSecret: {name: nats-operator}}\nmetrics: {prometheusRule: {enabled: true}, serviceMonitor: {enabled: true}}"
+	for _, tt := range []struct{ release, values string }{
+		{release: strings.Repeat("r", 53), values: setup},
+		{release: "boxcar", values: setup + "\nfullnameOverride: " + strings.Repeat("f", 63)},
+		{release: strings.Repeat("x", 46) + "-boxcar", values: setup},
+	} {
+		t.Run(tt.release+" "+tt.values[len(setup):], func(t *testing.T) {
+			r, err := tryRenderRelease(t, tt.release, releaseNamespace, withSigningKey(values(t, tt.values)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var service string
+			for _, o := range r.objects {
+				checkMeta(t, o)
+				var msgs []string
+				switch obj := o.Obj.(type) {
+				case *corev1.Service:
+					service = obj.Name
+					msgs = validation.IsDNS1035Label(obj.Name)
+				case *batchv1.Job:
+					msgs = validation.IsDNS1123Label(obj.Name)
+				}
+				for _, msg := range msgs {
+					t.Errorf("%s %s: name: %s", o.GVK.Kind, o.Name, msg)
+				}
+			}
+			if service == "" || !strings.Contains(r.notes, "service/"+service+" ") {
+				t.Errorf("NOTES.txt names no Service %q:\n%s", service, r.notes)
+			}
+			for _, rule := range all[*prometheusRule](r) {
+				for _, g := range rule.Spec.Groups {
+					for _, a := range g.Rules {
+						if strings.Contains(a.Expr, "service=") && !strings.Contains(a.Expr, `service="`+service+`"`) {
+							t.Errorf("alert %s reads another Service than %q: %s", a.Alert, service, a.Expr)
+						}
+					}
+				}
+			}
+		})
 	}
 }

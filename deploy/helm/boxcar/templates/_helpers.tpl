@@ -9,6 +9,12 @@
 {{- end -}}
 {{- end -}}
 
+{{/* <fullname>-<.suffix>, the fullname cut short so that the whole is at most 63 characters:
+a Service's name is a DNS label, and a Job's goes into its pods' job-name label. */}}
+{{- define "boxcar.suffixed" -}}
+{{- printf "%s-%s" (include "boxcar.fullname" .root | trunc (int (sub 62 (len .suffix))) | trimSuffix "-") .suffix -}}
+{{- end -}}
+
 {{- define "boxcar.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "boxcar.selectorLabels" . }}
@@ -314,12 +320,12 @@ The refusal names the value and where the secret belongs, never the value. */}}
 
 {{/* The Secret that holds the manifest signing key: signing.existingSecret, or the chart's own. */}}
 {{- define "boxcar.signingSecret" -}}
-{{- .Values.signing.existingSecret | default (printf "%s-signing" (include "boxcar.fullname" .)) -}}
+{{- .Values.signing.existingSecret | default (include "boxcar.suffixed" (dict "root" . "suffix" "signing")) -}}
 {{- end -}}
 
 {{/* Selector that scopes alert and dashboard queries to this release's workers. */}}
 {{- define "boxcar.promSelector" -}}
-namespace="{{ .Release.Namespace }}",service="{{ include "boxcar.fullname" . }}-metrics"
+namespace="{{ .Release.Namespace }}",service="{{ include "boxcar.suffixed" (dict "root" . "suffix" "metrics") }}"
 {{- end -}}
 
 {{- define "boxcar.image" -}}
