@@ -32,7 +32,7 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 		if gone := p.goneFor(ctx, err); gone != nil {
 			return gone
 		}
-		return fmt.Errorf("sandbox: kubernetes: list pods in namespace %s (check the kubeconfig, and the worker's Role and RoleBinding there; helm upgrade makes the chart's again): %w: %w", ns, ErrUnavailable, err)
+		return p.checkFailed("list pods", err)
 	}
 	if _, err := p.lookUpOwner(ctx); err != nil {
 		if gone := p.goneFor(ctx, err); gone != nil {
@@ -52,7 +52,7 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}
 		got, err := p.cfg.Client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 		if err != nil {
-			return fmt.Errorf("sandbox: kubernetes: ask the API server what this worker may do in namespace %s: %w: %w", ns, ErrUnavailable, err)
+			return p.checkFailed("ask the API server what this worker may do", err)
 		}
 		if !got.Status.Allowed {
 			what := a.Verb + " " + a.Resource
@@ -72,6 +72,18 @@ func (p *KubernetesProvider) Check(ctx context.Context) error {
 		return fmt.Errorf("sandbox: kubernetes: %w: %w", ErrUnavailable, err)
 	}
 	return nil
+}
+
+// checkFailed is Check's error for its call (what) that failed with err: the row of
+// unavailableAnswers the answer matches says why, so that /readyz points where the cause is
+// (an API server silent, overloaded or failing is no matter of the worker's Role); a refusal,
+// or an answer no row knows, names the kubeconfig and the Role, which the worker's calls rest on.
+func (p *KubernetesProvider) checkFailed(what string, err error) error {
+	why := "check the kubeconfig, and the worker's Role and RoleBinding there; helm upgrade makes the chart's again"
+	if i := slices.IndexFunc(unavailableAnswers, func(a unavailableAnswer) bool { return a.match(err) }); i >= 0 && unavailableAnswers[i].kind != "not_permitted" {
+		why = unavailableAnswers[i].why
+	}
+	return fmt.Errorf("sandbox: kubernetes: %s in namespace %s (%s): %w: %w", what, p.cfg.Namespace, why, ErrUnavailable, err)
 }
 
 // stillGone is the error of the last start when it found the sandbox namespace being deleted or

@@ -3,7 +3,9 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -23,9 +25,16 @@ func TestKubernetesCheck(t *testing.T) {
 		deny     string // "verb resource/subresource" the access review refuses
 		wantErr  string // empty: Check succeeds
 		wantNoAR bool   // no access review is asked
+		// notSay is what the error must not say: a remedy for another cause.
+		notSay string
 	}{
 		{name: "allowed"},
 		{name: "cannot list", listErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", nil), wantErr: "list pods in namespace " + testNamespace, wantNoAR: true},
+		// What the API server's answer says, where the Role was named whatever it said.
+		{name: "API server silent", listErr: &url.Error{Op: "Get", URL: "https://10.96.0.1:443/api/v1/namespaces/" + testNamespace + "/pods", Err: syscall.ECONNREFUSED},
+			wantErr: "the API server does not answer", notSay: "Role", wantNoAR: true},
+		{name: "API server overloaded", listErr: apierrors.NewTooManyRequests("slow down", 1), wantErr: "asks the worker to slow down", notSay: "Role", wantNoAR: true},
+		{name: "API server failing", listErr: apierrors.NewInternalError(errors.New("etcd")), wantErr: "the API server failed to answer", notSay: "Role", wantNoAR: true},
 		{name: "no exec", deny: "create pods/exec", wantErr: "may not create pods/exec in namespace " + testNamespace},
 		{name: "no create", deny: "create pods/", wantErr: "may not create pods in namespace"},
 		{name: "no patch", deny: "patch pods/", wantErr: "may not patch pods in namespace"},
@@ -65,6 +74,8 @@ func TestKubernetesCheck(t *testing.T) {
 			case tt.wantErr != "" && !strings.Contains(err.Error(), tt.wantErr):
 				// The message is what an operator reads on /readyz: it must name the fix.
 				t.Fatalf("Check: %v, want it to say %q", err, tt.wantErr)
+			case tt.notSay != "" && strings.Contains(err.Error(), tt.notSay):
+				t.Errorf("Check: %v, want it not to say %q", err, tt.notSay)
 			}
 			if tt.wantNoAR && len(reviews) > 0 {
 				t.Errorf("access reviews %v asked after the list failed", reviews)

@@ -244,8 +244,8 @@ current-context: gone
 			t.Errorf("container: read-only root %v, network %q; want true, host", inspect.HostConfig.ReadonlyRootfs, inspect.HostConfig.NetworkMode)
 		}
 
-		// /readyz says the sandbox backend is unusable, and what to check.
-		wantReady := regexp.MustCompile(`^not ready: sandbox kubernetes: .*\(check the kubeconfig, and the worker's Role and RoleBinding there; helm upgrade makes the chart's again\).*https://` + regexp.QuoteMeta(deadAPI) + `/.*: connect: connection refused\n$`)
+		// /readyz says the sandbox backend is unusable, and why: the API server does not answer.
+		wantReady := regexp.MustCompile(`^not ready: sandbox kubernetes: .*\(the API server does not answer\).*https://` + regexp.QuoteMeta(deadAPI) + `/.*: connect: connection refused\n$`)
 		// The worker checks its dependencies one by one after start, so poll for the reason.
 		waitReadyz(t, base+"/readyz", wantReady, 60*time.Second, stillRunning(c))
 
