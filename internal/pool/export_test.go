@@ -1,7 +1,11 @@
 package pool
 
 // Settle waits until the starts and removals in flight have ended.
-func (p *Pool) Settle() { p.work.Wait() }
+func (p *Pool) Settle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.settle()
+}
 
 // Waiters is how many Takes of the profile wait for a start in flight.
 func (p *Pool) Waiters(profile string) int {

@@ -99,11 +99,11 @@ type Pool struct {
 	profiles map[string]*profilePool
 	names    []string // warm profiles, sorted: the order slots are shared out in
 	kick     chan struct{}
-	work     sync.WaitGroup // starts and removals in flight
 
 	mu        sync.Mutex
 	inUse     int             // sandboxes taken (or being taken) and not removed yet
 	removing  int             // sandboxes the pool let go and is removing (remove)
+	inFlight  int             // starts and removals under way: Close waits for them (settle)
 	roomWaits int             // Takes waiting for a free slot to start one cold (makeRoom)
 	lags      []Lag           // the lag read last
 	mixes     map[string]*mix // by tenant: how its recent takes split between its profiles
@@ -225,13 +225,12 @@ func (p *Pool) Run(ctx context.Context) error {
 // for the others (makeRoom) until it is gone or its removal is given up (remove).
 func (p *Pool) Close() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if !p.closed {
 		p.closed = true
 		close(p.stop)
 	}
-	p.mu.Unlock()
-	p.work.Wait()
-	p.mu.Lock()
+	p.settle()
 	for _, pp := range p.profiles {
 		for _, e := range pp.ready {
 			p.destroy(e.sb)
@@ -239,8 +238,29 @@ func (p *Pool) Close() {
 		pp.ready = nil
 		p.m.Size.WithLabelValues(pp.name).Set(0)
 	}
-	p.mu.Unlock()
-	p.work.Wait()
+	p.settle()
+}
+
+// settle waits until no start or removal is under way, those that begin while it waits
+// included: a job's sandbox whose close fails begins its removal whenever it does, a close of
+// the pool under way or not. Counted under mu rather than on a sync.WaitGroup, whose Add from
+// zero must not run while a Wait may (Go may panic: "WaitGroup is reused before previous Wait
+// has returned"). The caller holds mu.
+func (p *Pool) settle() {
+	for p.inFlight > 0 {
+		changed := p.changed
+		p.mu.Unlock()
+		<-changed
+		p.mu.Lock()
+	}
+}
+
+// ended counts a start or a removal as ended (inFlight) and wakes settle.
+func (p *Pool) ended() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inFlight--
+	p.broadcast()
 }
 
 func (p *Pool) poke() {
@@ -295,9 +315,9 @@ func (p *Pool) destroy(sb sandbox.Sandbox) {
 // restart's clean-up's, and gone runs all the same, so that no Take of the draining worker
 // waits for a slot such a sandbox holds. The caller holds mu.
 func (p *Pool) remove(sb sandbox.Sandbox, failed int, gone func()) {
-	p.work.Add(1)
+	p.inFlight++
 	go func() {
-		defer p.work.Done()
+		defer p.ended()
 		for round := failed; ; round++ {
 			if round > 0 {
 				select {

@@ -170,9 +170,8 @@ func (p *Pool) start(pp *profilePool) {
 	pp.starts = append(pp.starts, ws)
 	born := p.cfg.Now()
 	spec := sandbox.Spec{Pool: pp.name, Ahead: pp.warm.MaxAge.Std(), SandboxSpec: pp.spec}
-	p.work.Add(1)
+	p.inFlight++
 	go func() {
-		defer p.work.Done()
 		defer cancel()
 		sb, err := p.cfg.Provider.Start(ctx, spec)
 		if err == nil {
@@ -181,6 +180,7 @@ func (p *Pool) start(pp *profilePool) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		pp.starts = slices.DeleteFunc(pp.starts, func(s *warmStart) bool { return s == ws })
+		p.inFlight--
 		p.broadcast()
 		switch {
 		case err != nil && (ws.cancelled || ctx.Err() != nil): // called back, or the pool stops: nothing went wrong

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -648,4 +650,70 @@ func TestRemovalGivenUpAtCloseFreesItsSlot(t *testing.T) {
 		t.Fatalf("a take after the close, beside a removal given up: %v", err)
 	}
 	closeAll(t, other)
+}
+
+// TestCloseWhileARemovalBegins: a job's sandbox whose close fails while the pool closes begins
+// a removal (remove) just as Close waits for the removals in flight to end. Close waits for it
+// as for the others; counted on a sync.WaitGroup, that Add from zero raced Close's Wait, which
+// Go reports as a misuse and may panic on ("WaitGroup is reused before previous Wait has
+// returned"): the race detector reports it here.
+func TestCloseWhileARemovalBegins(t *testing.T) {
+	t.Parallel()
+	bn := setup(t, 2, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1})})
+	bn.reconcile(t)
+	sb, warm := bn.take(t, "p", "job-a")
+	if !warm {
+		t.Fatal("the take was cold; the pool held one")
+	}
+	taken := bn.b.started[0]
+	taken.mu.Lock()
+	taken.closeFails = 1 // the job's close
+	taken.mu.Unlock()
+	gate := make(chan struct{})
+	bn.b.mu.Lock()
+	bn.b.closeGate = gate // the next warm sandbox's removal waits for it
+	bn.b.mu.Unlock()
+	bn.reconcile(t)
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		bn.p.Close()
+	}()
+	waitParked(t, "TestCloseWhileARemovalBegins", "(*Pool).Close(")
+	close(gate)   // the warm sandbox's removal ends: nothing is in flight
+	bn.p.Settle() // (without it the job's removal might begin before that one ended)
+	if err := sb.Close(t.Context()); err == nil {
+		t.Fatal("the job's close succeeded; the backend was to fail it")
+	}
+	<-closed
+	bn.p.Settle()
+	if live, _ := bn.b.counts(); live != 1 {
+		t.Errorf("%d sandboxes live after the close, want the job's, whose removal was given up", live)
+	}
+}
+
+// waitParked waits until the test's goroutine running fn (a function of the pool) waits for
+// something (a channel, a semaphore), not for the pool's lock: the moment a race the test
+// looks for can begin. The goroutines of the tests running beside it are told apart by test.
+func waitParked(t *testing.T, test, fn string) {
+	t.Helper()
+	waitFor(t, fn+" waiting", func() bool {
+		buf := make([]byte, 1<<16)
+		for {
+			n := runtime.Stack(buf, true)
+			if n < len(buf) {
+				buf = buf[:n]
+				break
+			}
+			buf = make([]byte, 2*len(buf))
+		}
+		for g := range strings.SplitSeq(string(buf), "\n\n") {
+			header, stack, _ := strings.Cut(g, "\n")
+			if strings.Contains(stack, test) && strings.Contains(stack, fn) &&
+				!strings.Contains(header, "running") && !strings.Contains(header, "runnable") && !strings.Contains(header, "Mutex") {
+				return true
+			}
+		}
+		return false
+	})
 }
