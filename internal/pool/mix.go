@@ -5,40 +5,65 @@ import (
 	"time"
 )
 
-// mixHalfLife is how fast the profile mix forgets: a take counts half as much after it.
+// mixHalfLife is how fast the profile mix forgets: a job counts half as much after it.
 // Long enough that a few seconds of one profile's jobs do not flip a steady mix, short enough
 // that a queue that changes profile is followed within a few rounds.
 const mixHalfLife = 10 * time.Second
 
-// mix is how a tenant's recent jobs split between the worker's profiles: a count of the takes
-// of each, decaying with mixHalfLife. The jobs stream's subjects name the tenant but not the
+// mixMemory is how long a job counted in its tenant's mix is known as counted: a Take of it
+// tried again within it counts nothing more. By then its count weighs under a thousandth.
+const mixMemory = 10 * mixHalfLife
+
+// mix is how a tenant's recent jobs split between the worker's profiles: a count of the jobs
+// of each, decaying with mixHalfLife. A job counts once, however often its Take is tried (the
+// runner tries again while the backend is unavailable; a job whose attempt was cut short may be
+// delivered here again): counted at each try, one job that waited for the backend outweighed
+// the tenant's others, and its profile's pool took their share of the lag. The jobs stream's subjects name the tenant but not the
 // profile, so each warm pool follows its profile's part of the lag of each tenant granted it, as
 // that tenant's recent jobs split it, rather than the whole: one profile's burst does not fill
 // every warm pool, and one tenant's jobs do not decide how another's lag is read.
 type mix struct {
-	at     time.Time
-	counts map[string]float64
+	at      time.Time
+	counts  map[string]float64
+	counted map[string]bool // the jobs counted within mixMemory, by ID
+	order   []countedJob    // the same, oldest first
 }
 
-// add counts one take of the profile at now.
-func (m *mix) add(now time.Time, profile string) {
+type countedJob struct {
+	id string
+	at time.Time
+}
+
+// add counts the job, of the profile, at now, unless it counted already.
+func (m *mix) add(now time.Time, profile, jobID string) {
 	m.decay(now)
+	if m.counted[jobID] {
+		return
+	}
 	if m.counts == nil {
-		m.counts = map[string]float64{}
+		m.counts, m.counted = map[string]float64{}, map[string]bool{}
 	}
 	m.counts[profile]++
+	m.counted[jobID] = true
+	m.order = append(m.order, countedJob{id: jobID, at: now})
 }
 
+// decay brings the counts to now, and forgets the jobs counted mixMemory ago.
 func (m *mix) decay(now time.Time) {
 	f := math.Exp2(-float64(now.Sub(m.at)) / float64(mixHalfLife))
 	for name, c := range m.counts {
 		m.counts[name] = c * f
 	}
 	m.at = now
+	n := 0
+	for ; n < len(m.order) && now.Sub(m.order[n].at) >= mixMemory; n++ {
+		delete(m.counted, m.order[n].id)
+	}
+	m.order = m.order[n:]
 }
 
-// share is the profile's share of the tenant's recent takes. known is false with less than one
-// take's worth left (an idle tenant, or a worker just started): nothing is known of the mix.
+// share is the profile's share of the tenant's recent jobs. known is false with less than one
+// job's worth left (an idle tenant, or a worker just started): nothing is known of the mix.
 func (m *mix) share(now time.Time, profile string) (share float64, known bool) {
 	m.decay(now)
 	total := 0.0
@@ -83,12 +108,12 @@ func (p *Pool) granted(tenant, profile string) bool {
 	return ok && t.Granted(profile)
 }
 
-// took counts a take of the profile towards the tenant's mix. The caller holds mu.
-func (p *Pool) took(now time.Time, tenant, profile string) {
+// took counts the job, of the profile, towards the tenant's mix. The caller holds mu.
+func (p *Pool) took(now time.Time, tenant, profile, jobID string) {
 	m := p.mixes[tenant]
 	if m == nil {
 		m = &mix{}
 		p.mixes[tenant] = m
 	}
-	m.add(now, profile)
+	m.add(now, profile, jobID)
 }

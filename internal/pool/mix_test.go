@@ -1,11 +1,13 @@
 package pool_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/sandbox"
 )
 
 // TestWarmPoolsFollowTheirProfilesPart: the lag names no profile, so with two warm profiles
@@ -109,6 +111,65 @@ func TestTenantsLagCountsTowardsTheirProfiles(t *testing.T) {
 			bn.reconcile(t)
 			if a, b := bn.size("a"), bn.size("b"); a != tt.wantA || b != tt.wantB {
 				t.Errorf("pools a=%d b=%d, want %d and %d", a, b, tt.wantA, tt.wantB)
+			}
+			bn.p.Close()
+		})
+	}
+}
+
+// TestMixCountsEachJobOnce: a tenant's mix counts its jobs, each once, however often its Take
+// is tried: the runner tries a Take again while the backend is unavailable, and a job whose
+// attempt was cut short may be delivered here again. Counted at every try, a's one job tried
+// three times weighed three of b's one, and a's pool took three of the tenant's four pending.
+func TestMixCountsEachJobOnce(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		retry func(t *testing.T, bn *bundle) // tries a's job-a, and fails, before it succeeds
+	}{
+		{name: "a cold start that failed twice", retry: func(t *testing.T, bn *bundle) {
+			bn.b.mu.Lock()
+			bn.b.failNext = 2
+			bn.b.mu.Unlock()
+			for range 2 {
+				if _, _, err := bn.p.Take(t.Context(), "t", "a", "job-a", sandbox.Spec{}); err == nil {
+					t.Fatal("take succeeded with a failing backend")
+				}
+			}
+		}},
+		{name: "a start cut short twice", retry: func(t *testing.T, bn *bundle) {
+			bn.b.mu.Lock()
+			bn.b.gate = make(chan struct{}) // the starts wait for it until their context ends
+			bn.b.mu.Unlock()
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			for range 2 {
+				if _, _, err := bn.p.Take(ctx, "t", "a", "job-a", sandbox.Spec{}); err == nil {
+					t.Fatal("take with its context cancelled succeeded")
+				}
+			}
+			bn.b.mu.Lock()
+			bn.b.gate = nil
+			bn.b.mu.Unlock()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bn := setup(t, 4, map[string]config.Profile{
+				"a": warmProfile(config.Warm{}),
+				"b": warmProfile(config.Warm{}),
+			})
+			tt.retry(t, bn)
+			for _, take := range []struct{ profile, job string }{{"a", "job-a"}, {"b", "job-b"}} {
+				sb, _ := bn.take(t, take.profile, take.job)
+				closeAll(t, sb)
+			}
+			bn.p.Settle()
+			bn.lag.set("t", 4)
+			bn.reconcile(t)
+			if a, b := bn.size("a"), bn.size("b"); a != 2 || b != 2 {
+				t.Errorf("pools a=%d b=%d, want 2 and 2: one job of each", a, b)
 			}
 			bn.p.Close()
 		})

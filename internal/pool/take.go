@@ -17,7 +17,7 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 	begin := time.Now()
 	p.mu.Lock()
 	p.inUse++
-	p.took(p.cfg.Now(), tenant, profile)
+	p.took(p.cfg.Now(), tenant, profile, jobID)
 	p.mu.Unlock()
 	release := sync.OnceFunc(func() {
 		p.mu.Lock()
