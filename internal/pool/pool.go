@@ -235,8 +235,7 @@ func (p *Pool) Close() {
 		for _, e := range pp.ready {
 			p.destroy(e.sb)
 		}
-		pp.ready = nil
-		p.m.Size.WithLabelValues(pp.name).Set(0)
+		p.setReady(pp, nil)
 	}
 	p.settle()
 }
@@ -261,6 +260,14 @@ func (p *Pool) ended() {
 	defer p.mu.Unlock()
 	p.inFlight--
 	p.broadcast()
+}
+
+// setReady is the one way the profile's ready sandboxes change: boxcar_pool_size follows them
+// at once, whichever path took one away or added one. Set by each path for itself, a take
+// that aged the last one out left the gauge at 1 until the next round. The caller holds mu.
+func (p *Pool) setReady(pp *profilePool, ready []entry) {
+	pp.ready = ready
+	p.m.Size.WithLabelValues(pp.name).Set(float64(len(ready)))
 }
 
 func (p *Pool) poke() {

@@ -49,7 +49,6 @@ func (p *Pool) resizeAll() {
 	for _, name := range p.names {
 		pp := p.profiles[name]
 		p.grow(pp, alloc[name])
-		p.m.Size.WithLabelValues(name).Set(float64(len(pp.ready)))
 	}
 }
 
@@ -67,7 +66,7 @@ func (p *Pool) ageOut(pp *profilePool, now time.Time) {
 		}
 		keep = append(keep, e)
 	}
-	pp.ready = keep
+	p.setReady(pp, keep)
 }
 
 // want is the profile's target before the worker's slots are shared out: its part of the
@@ -146,8 +145,7 @@ func (p *Pool) grow(pp *profilePool, n int) {
 func (p *Pool) trim(pp *profilePool) bool {
 	if last := len(pp.ready) - 1; last >= 0 {
 		p.destroy(pp.ready[last].sb)
-		pp.ready = pp.ready[:last]
-		p.m.Size.WithLabelValues(pp.name).Set(float64(len(pp.ready)))
+		p.setReady(pp, pp.ready[:last])
 		return true
 	}
 	if pp.coming() <= pp.waiters {
@@ -190,8 +188,7 @@ func (p *Pool) start(pp *profilePool) {
 		case p.closed || ws.cancelled:
 			p.destroy(sb)
 		default:
-			pp.ready = append(pp.ready, entry{sb: sb, born: born})
-			p.m.Size.WithLabelValues(pp.name).Set(float64(len(pp.ready)))
+			p.setReady(pp, append(pp.ready, entry{sb: sb, born: born}))
 		}
 		if err == nil {
 			pp.failed, pp.retryAt = 0, time.Time{}

@@ -158,8 +158,7 @@ func (p *Pool) takeWarm(ctx context.Context, tenant, profile, jobID string) (san
 			return nil, nil
 		}
 		e := pp.ready[0]
-		pp.ready = pp.ready[1:]
-		p.m.Size.WithLabelValues(profile).Set(float64(len(pp.ready)))
+		p.setReady(pp, pp.ready[1:])
 		p.mu.Unlock()
 		err := claim(ctx, e.sb, tenant, jobID)
 		if err == nil {

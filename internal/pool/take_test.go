@@ -717,3 +717,52 @@ func waitParked(t *testing.T, test, fn string) {
 		return false
 	})
 }
+
+// TestSizeFollowsReadyAtOnce: boxcar_pool_size is the ready sandboxes as they are, whichever
+// path took one away. A take that ages the pool's last ready sandbox out (TestAgedNotTaken)
+// and then starts its own, or waits for one starting, left the gauge at 1 until the next round
+// or the aged one's removal ended.
+func TestSizeFollowsReadyAtOnce(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		starting bool // a sandbox is starting when the take comes: it waits for that one
+	}{
+		{name: "the take starts its own"},
+		{name: "the take waits for a start", starting: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bn := setup(t, 2, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, MaxAge: config.Duration(10 * time.Minute)})})
+			gate := make(chan struct{})
+			bn.b.closeGate = gate // the aged sandbox's removal lingers, as a pod's deletion does
+			bn.reconcile(t)
+			bn.clock.advance(9 * time.Minute)
+			if tt.starting {
+				bn.b.mu.Lock()
+				bn.b.gate = gate
+				bn.b.mu.Unlock()
+				bn.lag.set("t", 2)
+				bn.p.Reconcile(t.Context()) // a second sandbox starts, held at the gate
+			}
+			bn.clock.advance(time.Minute) // the first is past its max_age; no round since
+			taken := make(chan sandbox.Sandbox, 1)
+			go func() {
+				sb, _ := bn.take(t, "p", "job-1")
+				taken <- sb
+			}()
+			if tt.starting {
+				waitFor(t, "the take waiting for the start", func() bool { return bn.p.Waiters("p") == 1 })
+			} else {
+				waitFor(t, "the take", func() bool { return len(taken) == 1 })
+			}
+			if got := bn.size("p"); got != 0 {
+				t.Errorf("boxcar_pool_size %d once the take aged the only ready sandbox out, want 0", got)
+			}
+			close(gate)
+			closeAll(t, <-taken)
+			bn.p.Close()
+		})
+	}
+}
