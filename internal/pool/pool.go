@@ -304,11 +304,10 @@ func (p *Pool) destroy(sb sandbox.Sandbox) {
 	p.removing++
 	p.remove(sb, 0, func() {
 		p.mu.Lock()
+		defer p.mu.Unlock()
 		p.removing--
 		p.broadcast()
-		p.resizeAll()
-		p.mu.Unlock()
-		p.poke()
+		p.refill()
 	})
 }
 

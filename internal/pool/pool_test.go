@@ -90,6 +90,7 @@ type fakeBackend struct {
 	failNext  int   // starts still to fail
 	claimErr  error // given to the next sandboxes
 	gate      chan struct{}
+	atGate    int           // starts that found the gate shut and wait at it
 	warmGate  chan struct{} // held open: the sandboxes' warm-up does not end
 	closeGate chan struct{} // given to the next sandboxes
 	warmed    int           // Warm calls
@@ -101,6 +102,9 @@ func (b *fakeBackend) Backend() string { return "fake" }
 func (b *fakeBackend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	b.mu.Lock()
 	gate := b.gate
+	if gate != nil {
+		b.atGate++
+	}
 	b.mu.Unlock()
 	if gate != nil {
 		select {

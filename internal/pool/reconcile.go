@@ -192,8 +192,21 @@ func (p *Pool) start(pp *profilePool) {
 		}
 		if err == nil {
 			pp.failed, pp.retryAt = 0, time.Time{}
+		} else if p.ctx.Err() == nil {
+			p.refill()
 		}
 	}()
+}
+
+// refill shares out at once a slot that came free, a job's, a removed sandbox's, or a start's
+// that ended without one (called back, or failed: its profile waits for its backoff, the
+// others need not), on the lag read last, without reading it again; Run's next round, which
+// the poke wakes, corrects the pools on a fresh lag. Left to that round, a pool the demand
+// moved to stayed empty while the start called back for it had already ended. The caller
+// holds mu.
+func (p *Pool) refill() {
+	p.resizeAll()
+	p.poke()
 }
 
 // failedStart holds the profile's starts back (internal/backoff, up to 5 s) after one failed:

@@ -369,33 +369,64 @@ func TestOthersJobsInFlightAreNoDemand(t *testing.T) {
 
 // TestProfilesHandOverSlotsWithinConcurrency: when the demand moves from one warm profile to
 // another, the second grows only into slots the first's sandboxes have left: those being
-// removed still run, and count against the worker's concurrency until they are gone.
+// removed still run, and those starting may, and count against the worker's concurrency until
+// they are gone. Then it grows at once, as a slot a job gives back is refilled
+// (TestReleaseRefillsAtOnce): a start called back whose end freed its slot left a's pool empty
+// until the next round.
 func TestProfilesHandOverSlotsWithinConcurrency(t *testing.T) {
 	t.Parallel()
-	bn := setupTenants(t, 2, map[string]config.Profile{
-		"a": warmProfile(config.Warm{Idle: config.Duration(time.Minute)}),
-		"b": warmProfile(config.Warm{Idle: config.Duration(time.Minute)}),
-	}, map[string]config.Tenant{"ta": {Profiles: []string{"a"}}, "tb": {Profiles: []string{"b"}}})
-	bn.lag.set("tb", 2)
-	bn.reconcile(t)
-	if got := bn.size("b"); got != 2 {
-		t.Fatalf("pool b holds %d, want 2", got)
+	tests := []struct {
+		name     string
+		starting bool // b's sandboxes are still starting when the demand moves (else ready)
+	}{
+		{name: "b's ready sandboxes are removed"},
+		{name: "b's starts are called back", starting: true},
 	}
-	// b's sandboxes take a while to go: their first close fails, and the removal tries again.
-	for _, s := range bn.b.started {
-		s.mu.Lock()
-		s.closeFails = 1
-		s.mu.Unlock()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bn := setupTenants(t, 2, map[string]config.Profile{
+				"a": warmProfile(config.Warm{Idle: config.Duration(time.Minute)}),
+				"b": warmProfile(config.Warm{Idle: config.Duration(time.Minute)}),
+			}, map[string]config.Tenant{"ta": {Profiles: []string{"a"}}, "tb": {Profiles: []string{"b"}}})
+			bn.lag.set("tb", 2)
+			if tt.starting {
+				bn.b.mu.Lock()
+				bn.b.gate = make(chan struct{}) // never opened: b's starts end when called back
+				bn.b.mu.Unlock()
+				bn.p.Reconcile(t.Context())
+				waitFor(t, "b's two starts at the gate", func() bool {
+					bn.b.mu.Lock()
+					defer bn.b.mu.Unlock()
+					return bn.b.atGate == 2
+				})
+			} else {
+				bn.reconcile(t)
+				if got := bn.size("b"); got != 2 {
+					t.Fatalf("pool b holds %d, want 2", got)
+				}
+				// b's sandboxes take a while to go: their first close fails, and the removal
+				// tries again.
+				for _, s := range bn.b.started {
+					s.mu.Lock()
+					s.closeFails = 1
+					s.mu.Unlock()
+				}
+			}
+			bn.lag.set("tb", 0)
+			bn.lag.set("ta", 2)
+			bn.clock.advance(61 * time.Second)
+			bn.b.mu.Lock()
+			bn.b.gate = nil // a's starts go through
+			bn.b.mu.Unlock()
+			bn.reconcile(t)
+			if a, b := bn.size("a"), bn.size("b"); a != 2 || b != 0 {
+				t.Errorf("pools a=%d b=%d once b's sandboxes are gone, want 2 and 0", a, b)
+			}
+			if _, peak := bn.b.counts(); peak > 2 {
+				t.Errorf("%d sandboxes were live at once while b's went and a's came, more than the 2 slots", peak)
+			}
+			bn.p.Close()
+		})
 	}
-	bn.lag.set("tb", 0)
-	bn.lag.set("ta", 2)
-	bn.clock.advance(61 * time.Second)
-	bn.reconcile(t)
-	if a, b := bn.size("a"), bn.size("b"); a != 2 || b != 0 {
-		t.Errorf("pools a=%d b=%d once b's sandboxes are gone, want 2 and 0", a, b)
-	}
-	if _, peak := bn.b.counts(); peak > 2 {
-		t.Errorf("%d sandboxes were live at once while b's went and a's came, more than the 2 slots", peak)
-	}
-	bn.p.Close()
 }

@@ -21,14 +21,12 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 	p.mu.Unlock()
 	release := sync.OnceFunc(func() {
 		p.mu.Lock()
+		defer p.mu.Unlock()
 		p.inUse--
 		p.broadcast()
-		// On the lag read last, without reading it again: the next job, a few round trips
-		// away, should find the sandbox for this slot starting (docs/performance.md, row 16).
-		// Run's next round, which the poke wakes, corrects the pools on a fresh lag.
-		p.resizeAll()
-		p.mu.Unlock()
-		p.poke()
+		// The next job, a few round trips away, should find the sandbox for this slot
+		// starting (docs/performance.md, row 16).
+		p.refill()
 	})
 	sb, err := p.takeWarm(ctx, tenant, profile, jobID)
 	warm := sb != nil
