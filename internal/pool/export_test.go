@@ -34,3 +34,13 @@ func (p *Pool) RoomWaits() int {
 	defer p.mu.Unlock()
 	return p.roomWaits
 }
+
+// MixJobs is how many of the tenant's jobs its mix remembers as counted.
+func (p *Pool) MixJobs(tenant string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m := p.mixes[tenant]; m != nil {
+		return len(m.counted)
+	}
+	return 0
+}

@@ -175,3 +175,22 @@ func TestMixCountsEachJobOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestMixForgetsCountedJobs: the jobs a mix knows as counted (TestMixCountsEachJobOnce) are
+// forgotten once their counts weigh next to nothing: kept, every job of a long-lived worker
+// stayed in its memory.
+func TestMixForgetsCountedJobs(t *testing.T) {
+	t.Parallel()
+	bn := setup(t, 2, map[string]config.Profile{"a": warmProfile(config.Warm{})})
+	for i := range 3 {
+		sb, _ := bn.take(t, "a", fmt.Sprintf("job-%d", i))
+		closeAll(t, sb)
+	}
+	bn.clock.advance(100 * time.Second) // ten half-lives
+	sb, _ := bn.take(t, "a", "job-3")
+	closeAll(t, sb)
+	if got := bn.p.MixJobs("t"); got != 1 {
+		t.Errorf("the mix remembers %d jobs, want the one of the last 100 s", got)
+	}
+	bn.p.Close()
+}
