@@ -17,7 +17,8 @@ var update = flag.Bool("update", false, "rewrite the manifests of testdata/build
 // TestBuildBytes: Build writes the same bytes for the same run from one version to the next
 // (a verifier that rebuilds a manifest must get what was signed), for a run of the example
 // profile and for one whose profile and task hold what the canonical form rewrites: HTML
-// characters, U+2028, names beyond ASCII, floats and an integer beyond 2^53.
+// characters, U+2028, names beyond ASCII, floats and an integer beyond 2^53; with its profile
+// as Build encodes it and as ProfileOf did ahead.
 func TestBuildBytes(t *testing.T) {
 	fixed := provenance.Worker{ID: "worker-1", Version: "v1.2.0", VCSRevision: "0123456789abcdef0123", GoVersion: "go1.26.8"}
 	example := sampleManifest(t)
@@ -48,13 +49,23 @@ func TestBuildBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(got, want) {
-				i := 0
-				for i < len(got) && i < len(want) && got[i] == want[i] {
-					i++
-				}
-				t.Errorf("Build wrote other bytes than %s; first difference at byte %d:\n got …%.80s\nwant …%.80s", path, i, got[max(i-20, 0):], want[max(i-20, 0):])
+			sameBytes(t, "Build", got, want, path)
+			// A worker's profile is encoded once (ProfileOf), and its manifests are the same.
+			if m.Profile, err = provenance.ProfileOf(m.Profile.Name, m.Profile.Spec); err != nil {
+				t.Fatal(err)
 			}
+			sameBytes(t, "Build with ProfileOf", build(t, m, sampleSubjects()), want, path)
 		})
+	}
+}
+
+func sameBytes(t *testing.T, what string, got, want []byte, path string) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Errorf("%s wrote other bytes than %s; first difference at byte %d:\n got …%.80s\nwant …%.80s", what, path, i, got[max(i-20, 0):], want[max(i-20, 0):])
 	}
 }

@@ -29,11 +29,16 @@ const maxDepth = 200
 // was before, since recording a different seed than the one sent would be worse. No other
 // number Boxcar records comes near 2^53.
 func canonicalJSON(data []byte) ([]byte, error) {
+	return appendCanonicalAt(make([]byte, 0, len(data)), data, 0)
+}
+
+// appendCanonicalAt appends the canonical form of data, a value at depth in a document.
+func appendCanonicalAt(out, data []byte, depth int) ([]byte, error) {
 	// The scratch holds an object's members while they are put in order, the whole text at
 	// worst: grown from nothing on every call, its growing was a sixth of the work.
-	c := canonicalizer{in: data, out: make([]byte, 0, len(data)), scratch: make([]byte, 0, len(data))}
+	c := canonicalizer{in: data, out: out, scratch: make([]byte, 0, len(data))}
 	c.skipSpace()
-	err := c.value(0)
+	err := c.value(depth)
 	if err == nil {
 		if c.skipSpace(); c.pos < len(c.in) {
 			err = errors.New("trailing data after the JSON value")
@@ -373,8 +378,8 @@ func utf16Order(r rune) rune {
 // appendString escapes what RFC 8785 (section 3.2.2.2) escapes: the quote, the backslash and
 // the control characters below U+0020, with the short forms where JSON has them and
 // lowercase \u00xx otherwise. Every other character is written as its UTF-8.
-func appendString(out, s []byte) ([]byte, error) {
-	if !utf8.Valid(s) {
+func appendString[S string | []byte](out []byte, s S) ([]byte, error) {
+	if !utf8.ValidString(string(s)) {
 		return nil, errors.New("a string is not valid UTF-8")
 	}
 	const hex = "0123456789abcdef"

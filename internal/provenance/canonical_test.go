@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -190,4 +191,18 @@ func hasBigInteger(v any) bool {
 		}
 	}
 	return false
+}
+
+// FuzzIsHexSHA256 holds isHexSHA256 to the pattern it spells out.
+func FuzzIsHexSHA256(f *testing.F) {
+	pattern := regexp.MustCompile(`^[0-9a-f]{64}$`)
+	for _, s := range []string{"", strings.Repeat("a", 64), strings.Repeat("A", 64), strings.Repeat("0", 63), strings.Repeat("f", 65),
+		strings.Repeat("0", 63) + "g", strings.Repeat("9", 63) + "/", strings.Repeat("0", 63) + ":", strings.Repeat("0", 63) + "`"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := isHexSHA256(s), pattern.MatchString(s); got != want {
+			t.Fatalf("isHexSHA256(%q) = %v, the pattern says %v", s, got, want)
+		}
+	})
 }

@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"regexp"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -192,6 +192,22 @@ type Profile struct {
 	Name   string         `json:"name"`
 	Digest string         `json:"digest"` // "sha256:<hex>" of the canonical JSON of Spec; see ProfileDigest
 	Spec   config.Profile `json:"spec"`
+
+	// spec is Spec's canonical JSON when ProfileOf made the profile, which Build writes as
+	// it is; nil otherwise, and Build encodes Spec.
+	spec []byte
+}
+
+// ProfileOf is the profile of a manifest with Spec's canonical JSON and digest made once: a
+// worker builds a manifest on every commit, and a profile's jobs share its spec, so it keeps
+// this for them (with the limits it was made with) instead of encoding the spec each time.
+// Build writes the spec as encoded here: Spec must not change afterwards.
+func ProfileOf(name string, spec config.Profile) (Profile, error) {
+	canon, err := canonicalSpec(spec, specDepth)
+	if err != nil {
+		return Profile{}, fmt.Errorf("provenance: profile %s: %w", name, err)
+	}
+	return Profile{Name: name, Digest: specDigest(canon), Spec: spec, spec: canon}, nil
 }
 
 // Sandbox describes where the tools ran.
@@ -377,7 +393,19 @@ func (s Statement) Tenant() string {
 	return s.Predicate.Tenant.Name
 }
 
-var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+// isHexSHA256 reports whether s is a SHA-256 in 64 lowercase hex digits (`^[0-9a-f]{64}$`,
+// spelled out: a regexp was a tenth of a manifest's checks).
+func isHexSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // Build returns the manifest as an in-toto Statement v1 in the JSON Canonicalization Scheme
 // (RFC 8785; see canonicalJSON): a verifier that canonicalises gets the same bytes back.
@@ -405,34 +433,76 @@ func Build(m Manifest, subjects []Subject) ([]byte, error) {
 	if err := st.Validate(); err != nil {
 		return nil, fmt.Errorf("provenance: build: %w: %w", ErrInvalid, err)
 	}
-
-	digest, err := profileDigest(m.Profile.Spec)
-	if err != nil {
-		return nil, fmt.Errorf("provenance: build: profile digest: %w", err)
+	if m.Profile.spec == nil {
+		if m.Profile.spec, err = canonicalSpec(m.Profile.Spec, specDepth); err != nil {
+			return nil, fmt.Errorf("provenance: build: profile digest: %w", err)
+		}
 	}
+	digest := specDigest(m.Profile.spec)
 	switch m.Profile.Digest {
 	case "", digest:
 		m.Profile.Digest = digest
 	default:
 		return nil, fmt.Errorf("provenance: build: %w: profile.digest %s does not match the profile, whose digest is %s", ErrInvalid, m.Profile.Digest, digest)
 	}
-	// The statement's fields as protojson names them, the predicate's numbers as encoding/json
-	// writes them, so that an int64 such as a seed keeps all of its digits; the canonical form
-	// sorts keys and drops the white space.
-	data, err := json.Marshal(statement{Type: v1.StatementTypeUri, Subject: docs, PredicateType: PredicateType, Predicate: m})
+	out, err := appendStatement(make([]byte, 0, 2*len(m.Profile.spec)+2048), &m, docs)
 	if err != nil {
 		return nil, fmt.Errorf("provenance: build: encode: %w", err)
 	}
-	return canonicalJSON(data)
+	return out, nil
 }
 
-// statement is the in-toto Statement v1 Build writes, with the members' names as protojson
-// writes them.
-type statement struct {
-	Type          string       `json:"_type"`
-	Subject       []subjectDoc `json:"subject"`
-	PredicateType string       `json:"predicateType"`
-	Predicate     Manifest     `json:"predicate"`
+// appendStatement writes the in-toto Statement v1 in canonical JSON (appendJCS), with the
+// statement's members as protojson names them and the predicate's numbers as encoding/json
+// writes them, so that an int64 such as a seed keeps all of its digits. JCS orders the
+// members of each object on their own, so the profile's spec goes in as it was encoded.
+func appendStatement(out []byte, m *Manifest, subjects []subjectDoc) ([]byte, error) {
+	out = append(out, `{"_type":"`+v1.StatementTypeUri+`","predicate":{`...)
+	// By value, as json.Marshal reads the statement: no field of it is addressable.
+	v := reflect.ValueOf(*m)
+	plan := structPlanOf(v.Type())
+	first := true
+	for _, f := range plan.fields {
+		fv := v.Field(f.index)
+		if f.omit(fv) {
+			continue
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, f.head...)
+		var err error
+		if f.name == "profile" {
+			out, err = appendProfile(out, m.Profile)
+		} else {
+			out, err = appendJCS(out, fv, 2)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("predicate.%s: %w", f.name, err)
+		}
+	}
+	out = append(out, `},"predicateType":"`+PredicateType+`","subject":`...)
+	out, err := appendJCS(out, reflect.ValueOf(subjects), 1)
+	if err != nil {
+		return nil, fmt.Errorf("subject: %w", err)
+	}
+	return append(out, '}'), nil
+}
+
+// appendProfile writes the profile member with its spec as encoded: {"digest","name","spec"},
+// in that order.
+func appendProfile(out []byte, p Profile) ([]byte, error) {
+	out, err := appendJCS(append(out, `{"digest":`...), reflect.ValueOf(p.Digest), specDepth)
+	if err != nil {
+		return nil, err
+	}
+	if out, err = appendJCS(append(out, `,"name":`...), reflect.ValueOf(p.Name), specDepth); err != nil {
+		return nil, err
+	}
+	out = append(out, `,"spec":`...)
+	out = append(out, p.spec...)
+	return append(out, '}'), nil
 }
 
 type subjectDoc struct {
@@ -456,7 +526,7 @@ func normalize(m Manifest) (Manifest, error) {
 	}
 	m.ToolCalls = slices.Clone(m.ToolCalls) // the UTC times below must not change the caller's
 	for i, c := range m.ToolCalls {
-		if c.ArgsSHA256 != "" && !hexSHA256.MatchString(c.ArgsSHA256) {
+		if c.ArgsSHA256 != "" && !isHexSHA256(c.ArgsSHA256) {
 			return m, fmt.Errorf("%w: tool_calls[%d].args_sha256 %q is not 64 lowercase hex digits", ErrInvalid, i, c.ArgsSHA256)
 		}
 		if err := checkApproval(c.Approval); err != nil {
@@ -536,7 +606,7 @@ func checkInputs(inputs []Input) error {
 		return fmt.Errorf("%w: %d inputs; a job holds at most %d", ErrInvalid, len(inputs), MaxInputs)
 	}
 	for i, in := range inputs {
-		if !hexSHA256.MatchString(in.SHA256) || in.Size < 0 {
+		if !isHexSHA256(in.SHA256) || in.Size < 0 {
 			return fmt.Errorf("%w: inputs[%d] (%s): sha256 must be 64 lowercase hex digits and size at least 0", ErrInvalid, i, in.Name)
 		}
 	}
@@ -566,7 +636,7 @@ func checkSubjects(subjects []Subject) error {
 		switch {
 		case !runFile(s.Name):
 			return fmt.Errorf("%w: subject %q: a run's files are report.md, transcript.jsonl and artifacts/<clean relative path>", ErrInvalid, s.Name)
-		case !hexSHA256.MatchString(s.SHA256):
+		case !isHexSHA256(s.SHA256):
 			return fmt.Errorf("%w: subject %s: sha256 %q is not 64 lowercase hex digits", ErrInvalid, s.Name, s.SHA256)
 		case s.Size < 0:
 			return fmt.Errorf("%w: subject %s: size %d is negative", ErrInvalid, s.Name, s.Size)
@@ -699,16 +769,24 @@ func ProfileDigest(p config.Profile) (string, error) {
 }
 
 func profileDigest(p config.Profile) (string, error) {
-	data, err := json.Marshal(p)
+	canon, err := canonicalSpec(p, 0)
 	if err != nil {
 		return "", err
 	}
-	canon, err := canonicalJSON(data)
-	if err != nil {
-		return "", err
-	}
+	return specDigest(canon), nil
+}
+
+// canonicalSpec is a profile's canonical JSON, what its digest is of, at depth in a document.
+func canonicalSpec(p config.Profile, depth int) ([]byte, error) {
+	return appendJCS(nil, reflect.ValueOf(p), depth)
+}
+
+// specDepth is where a manifest holds its profile's spec: statement.predicate.profile.spec.
+const specDepth = 3
+
+func specDigest(canon []byte) string {
 	sum := sha256.Sum256(canon)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Digest reads r to its end and returns the lowercase hex SHA-256 and the byte count.

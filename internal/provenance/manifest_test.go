@@ -566,13 +566,23 @@ func TestWorkerString(t *testing.T) {
 	}
 }
 
-// BenchmarkBuild is the manifest every committed run writes, on the worker's per-job path.
+// BenchmarkBuild is the manifest every committed run writes, on the worker's per-job path: one
+// whose profile Build encodes, and one whose profile was encoded ahead (ProfileOf), as a
+// worker's are.
 func BenchmarkBuild(b *testing.B) {
-	m, subjects := sampleManifest(b), sampleSubjects()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := provenance.Build(m, subjects); err != nil {
-			b.Fatal(err)
-		}
+	encoded := sampleManifest(b)
+	var err error
+	if encoded.Profile, err = provenance.ProfileOf(encoded.Profile.Name, encoded.Profile.Spec); err != nil {
+		b.Fatal(err)
+	}
+	for name, m := range map[string]provenance.Manifest{"spec": sampleManifest(b), "profile-of": encoded} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := provenance.Build(m, sampleSubjects()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"strings"
+	"sync"
 
+	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/provenance"
 	"github.com/boxcar-run/boxcar/internal/store"
@@ -16,9 +19,13 @@ import (
 // is built from. Its subjects name the objects in the attempt's folder.
 func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, collected provenance.Collected, dec decision, runErr error) ([]byte, error) {
 	j, p, res, sb := a.job, a.profile, run.result, run.sandbox
+	profile, err := r.profiles.of(j.Profile, p)
+	if err != nil {
+		return nil, err
+	}
 	m := provenance.Manifest{
 		Job:     provenance.Job{ID: j.ID, Profile: j.Profile, Task: j.Task, Labels: j.Labels, SubmittedAt: j.SubmittedAt, SubmittedByClaimed: j.SubmittedBy},
-		Profile: provenance.Profile{Name: j.Profile, Spec: p},
+		Profile: profile,
 		Sandbox: provenance.Sandbox{
 			Backend: sb.Backend, ID: sb.ID, Image: sb.Image, ImageDigest: sb.ImageDigest,
 			CPU: sb.CPU, Memory: sb.Memory, Disk: sb.Disk, PIDs: sb.PIDs, Isolation: sb.Isolation,
@@ -70,6 +77,35 @@ func (r *Runner) manifest(a *attempt, run ran, folder string, subs []stored, col
 		subjects[i] = provenance.Subject{Name: s.name, SHA256: s.sha256, Size: s.size, Path: inRun + s.name}
 	}
 	return provenance.Build(m, subjects)
+}
+
+// manifestProfiles holds each profile's manifest form (provenance.ProfileOf), made with the
+// limits of the last of its jobs that committed: encoding the spec was a third of a
+// manifest's work, a worker's profiles do not change while it runs, and most jobs keep their
+// profile's limits. One entry a profile, however many limits jobs ask for.
+type manifestProfiles struct {
+	mu     sync.Mutex
+	byName map[string]provenance.Profile
+}
+
+func (c *manifestProfiles) of(name string, spec config.Profile) (provenance.Profile, error) {
+	c.mu.Lock()
+	p, ok := c.byName[name]
+	c.mu.Unlock()
+	if ok && p.Spec.Limits == spec.Limits {
+		return p, nil
+	}
+	p, err := provenance.ProfileOf(name, spec)
+	if err != nil {
+		return provenance.Profile{}, fmt.Errorf("manifest: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byName == nil {
+		c.byName = map[string]provenance.Profile{}
+	}
+	c.byName[name] = p
+	return p, nil
 }
 
 // spent is what this attempt and all attempts of the job used of its caps. The agent counts

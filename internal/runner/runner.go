@@ -137,6 +137,7 @@ type Runner struct {
 	waiters [len(fetchHolds)]waiters
 	// rootAdopted: AdoptRootLayout is done, so Run need not do it.
 	rootAdopted atomic.Bool
+	profiles    manifestProfiles
 
 	mu       sync.Mutex
 	draining bool
