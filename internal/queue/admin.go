@@ -31,6 +31,9 @@ type Admin struct {
 	// consumer and never changes an existing one's max_ack_pending or ack wait, and it keeps
 	// every tenant the job stream takes (tenantsKept).
 	worker bool
+	// afterHeld, when set (tests), runs after retireJob read how far a job's consumer
+	// delivered, before it ends the job: where a worker's claim may come between.
+	afterHeld func(Ref)
 }
 
 // NewAdmin returns an Admin on the connection for the tenants of the worker config (nil: the

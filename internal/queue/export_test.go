@@ -64,6 +64,10 @@ func (u *Usage) SetSharedClock(now func() time.Time) { u.buckets.shared.stream.n
 // SharedRelook is how long a client takes a shared stream nobody answered for as absent.
 const SharedRelook = sharedRelook
 
+// AfterHeldRead has f run where setup, retiring a tenant, has read a job's status and how far
+// its consumer delivered, before it ends the job: where a worker's claim may come between.
+func (a *Admin) AfterHeldRead(f func(Ref)) { a.afterHeld = f }
+
 // HeldUpTo is the Admin's heldUpTo on tenant's job stream, for the test that a job its consumer
 // delivers while setup retires the tenant's other jobs is seen as held.
 func (a *Admin) HeldUpTo(ctx context.Context, tenant string) (func(Ref) (uint64, error), error) {

@@ -322,6 +322,9 @@ func TestSetupLeavesAJobAWorkerHolds(t *testing.T) {
 	if dl := b.deadLetterOf(t, "team-b", queued.ID); dl.Reason != queue.ReasonUnknownTenant {
 		t.Errorf("the job no worker was delivered: %+v; want it dead-lettered %s", dl, queue.ReasonUnknownTenant)
 	}
+	if st, err := old.Status(ctx, queue.Ref{Tenant: "team-b", ID: queued.ID}); err != nil || st.State != job.StateDead || !strings.HasPrefix(st.Error, queue.ReasonUnknownTenant) {
+		t.Errorf("the status of the job no worker was delivered: %+v, %v; want it dead, %s", st, err, queue.ReasonUnknownTenant)
+	}
 	if _, consumer := b.serves(t, "team-b"); !consumer {
 		t.Error("setup removed team-b's consumer, through which the worker acks the held job; want it left")
 	}
@@ -376,4 +379,50 @@ func (b bundle) fetchedByOldWorker(t *testing.T) (*queue.Consumer, job.Job, *que
 		t.Fatal(err)
 	}
 	return old, j, fetch(t, old, 10*time.Second)
+}
+
+// TestSetupLeavesAJobClaimedAfterItsRead: setup retiring team-b read a job's status (no end)
+// and how far team-b's consumer delivered (not that far), and a worker of the old config
+// fetched the job and wrote its running status before setup removed it. Setup dead-lettered it
+// unknown_tenant and removed it, while the worker ran it: the job ended twice. Setup now writes
+// the job's end with a compare-and-set of the status it read: the claim in between makes that
+// write fail, and setup leaves the job to its worker.
+func TestSetupLeavesAJobClaimedAfterItsRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *config.NATS) { c.AckWait = config.Duration(time.Minute) })
+	ctx := t.Context()
+	old := b.open(t, b.cfg, map[string]config.Tenant{"team-b": {}}, nil)
+	j := newJob(t)
+	if _, err := b.client(t, "team-b").Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := queue.NewAdmin(b.nc, b.cfg, map[string]config.Tenant{"team-a": {}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d *queue.Delivery
+	admin.AfterHeldRead(func(r queue.Ref) {
+		if d != nil || r.ID != j.ID {
+			return
+		}
+		d = fetch(t, old, 10*time.Second)
+		if _, err := old.UpdateNewStatus(ctx, d.Ref(), func(s *job.Status) { s.State, s.Attempt = job.StateRunning, d.Attempt }); err != nil {
+			t.Fatalf("the worker's claim: %v", err)
+		}
+	})
+	if err := admin.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d == nil {
+		t.Fatal("setup never came to the job")
+	}
+	if dl, err := queue.DeadLetterOf(ctx, b.nc, b.cfg, d.Ref()); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("the claimed job's dead letter: %s, %v; want none, the job left to its worker", dl, err)
+	}
+	if st, err := old.Status(ctx, d.Ref()); err != nil || st.State != job.StateRunning {
+		t.Errorf("the claimed job's status: %+v, %v; want running, its worker's", st, err)
+	}
+	if _, consumer := b.serves(t, "team-b"); !consumer {
+		t.Error("setup removed team-b's consumer, through which the worker acks the claimed job; want it left")
+	}
 }

@@ -159,7 +159,7 @@ func (a *Admin) retireStream(ctx context.Context, s jetstream.Stream, tenant str
 
 // retireIn is retireUnserved's for one job stream: it returns how many jobs it left to their run,
 // or to the next setup (a status it cannot read now).
-func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[string]bool, stateOf func(Ref) (job.State, error)) (int, error) {
+func (a *Admin) retireIn(ctx context.Context, s jetstream.Stream, kept map[string]bool, stateOf func(Ref) (seen, error)) (int, error) {
 	stream := s.CachedInfo().Config.Name
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(a.cfg.Subject+".>"))
 	if err != nil {
@@ -231,12 +231,16 @@ var errLeft = errors.New("the job is left in its stream")
 // errLeft); it removes, with no dead letter, the message of a job that ended as its worker acks
 // it (endedAcked), unless the consumer delivered it (errLeft). Another error: it cannot
 // dead-letter the job now.
-func (a *Admin) retireJob(ctx context.Context, s jetstream.Stream, subject string, r Ref, stateOf func(Ref) (job.State, error), held func(Ref) (uint64, error)) (int, error) {
+func (a *Admin) retireJob(ctx context.Context, s jetstream.Stream, subject string, r Ref, stateOf func(Ref) (seen, error), held func(Ref) (uint64, error)) (int, error) {
 	stream := s.CachedInfo().Config.Name
-	state, err := stateOf(r)
+	got, err := stateOf(r)
+	state := got.status.State
 	var upTo uint64
 	if err == nil && (!state.Terminal() || endedAcked(state)) {
 		upTo, err = held(r)
+	}
+	if a.afterHeld != nil {
+		a.afterHeld(r)
 	}
 	switch {
 	case err != nil:
@@ -249,14 +253,19 @@ func (a *Admin) retireJob(ctx context.Context, s jetstream.Stream, subject strin
 		// Delivered, its worker may be alive, between its status and its ack: removed, with
 		// the consumer when it was the tenant's last, its ack waited for an answer until the
 		// attempt's deadline. Left, its worker acks it, or, gone, the sweep does (ErrFinal).
-		if _, err := a.deadLetterAll(ctx, s, subject, r, false, upTo); err != nil {
+		if _, err := a.deadLetterAll(ctx, s, subject, r, false, upTo, nil); err != nil {
 			return 0, errLeft // the next setup removes it
 		}
 		a.log.InfoContext(ctx, "removed the message of a job of a tenant the config does not list that ended, its worker stopped before its ack; no dead letter",
 			"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "state", string(state))
 		return 0, nil
 	}
-	n, err := a.deadLetterAll(ctx, s, subject, r, true, upTo)
+	n, err := a.deadLetterAll(ctx, s, subject, r, true, upTo, func() error { return a.endJob(ctx, r, got) })
+	if errors.Is(err, errClaimed) {
+		a.log.InfoContext(ctx, "a worker claimed a job of a tenant the config does not list while setup looked at it; it is left to its run",
+			"stream", stream, "tenant", r.Tenant, "job_id", r.ID)
+		return n, errLeft
+	}
 	if err != nil && !errors.Is(err, errLeft) {
 		a.log.WarnContext(ctx, "cannot dead-letter the jobs of a tenant the config does not list; they are left in its stream, and the next `worker setup` retires them",
 			"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "error", err)
@@ -281,32 +290,86 @@ func (a *Admin) removeConsumers(ctx context.Context, s jetstream.Stream, keep fu
 	return gone, nil
 }
 
-// stateOf returns the state a job's status says ("" with none): its tenant's status bucket,
-// else the shared one an older worker may have written (statusbuckets.go). Without either (a
-// stream set up by hand) a job has none. A status it cannot read is an error, not a job that
-// does not run: the shared bucket's stream answering nobody (its leader being elected) is none
-// only when the server says the stream is gone (sharedBucket.lookup), and a job taken as not
-// running is dead-lettered and removed while its worker runs it. The shared bucket is asked
-// only for a job whose status its tenant's bucket does not hold: looked up before any job
-// needed it, its one failed look-up failed the whole setup, and every worker's start.
-func (a *Admin) stateOf(ctx context.Context) func(Ref) (job.State, error) {
+// seen is what setup read of a job's status: the status (the zero one when there is none), and
+// the tenant's bucket with the key's revision there (0: none), for the compare-and-set of the
+// job's end (endJob). kv is nil when the tenant has no status bucket.
+type seen struct {
+	status job.Status
+	rev    uint64
+	kv     casStore
+}
+
+// stateOf returns what a job's status says: its tenant's status bucket, else the shared one an
+// older worker may have written (statusbuckets.go). Without either (a stream set up by hand) a
+// job has none. A status it cannot read is an error, not a job that does not run: the shared
+// bucket's stream answering nobody (its leader being elected) is none only when the server says
+// the stream is gone (sharedBucket.lookup), and a job taken as not running is dead-lettered and
+// removed while its worker runs it. The shared bucket is asked only for a job whose status its
+// tenant's bucket does not hold: looked up before any job needed it, its one failed look-up
+// failed the whole setup, and every worker's start.
+func (a *Admin) stateOf(ctx context.Context) func(Ref) (seen, error) {
 	b := newTenantBuckets(a.js, a.cfg.StatusBucket, "status")
 	b.shared.asWorker = true
-	return func(r Ref) (job.State, error) {
-		var kv getter = b.shared
-		rd, err := b.reader(ctx, r.Tenant)
+	return func(r Ref) (seen, error) {
+		if !job.ValidID(r.ID) {
+			return seen{}, nil // no status is kept under it
+		}
+		var out seen
+		kv, err := b.of(ctx, r.Tenant)
 		switch {
 		case err == nil:
-			kv = rd
+			out.kv = kv
+			if out.status, out.rev, err = read[job.Status](ctx, kv, r.key()); err != nil {
+				return seen{}, fmt.Errorf("queue: status of %s: %w", r, err)
+			}
 		case !errors.Is(err, ErrNotReady):
-			return "", err
+			return seen{}, err
 		}
-		st, err := getStatus(ctx, kv, r)
-		if errors.Is(err, ErrUnknownJob) {
-			return "", nil
+		if out.rev == 0 {
+			// A worker's claim adopts this one into the tenant's bucket: a create there, which
+			// makes setup's create fail as its own does.
+			if out.status, _, err = read[job.Status](ctx, b.shared, r.key()); err != nil {
+				return seen{}, fmt.Errorf("queue: status of %s: %w", r, err)
+			}
 		}
-		return st.State, err
+		return out, nil
 	}
+}
+
+// errClaimed: a write changed the job's status since setup read it (a worker's claim).
+var errClaimed = errors.New("a worker wrote the job's status since setup read it")
+
+// endJob writes job r's end, dead as unknown_tenant, with a compare-and-set of the status setup
+// read (s), before setup dead-letters and removes its message. A worker that claimed the job
+// in between (its consumer delivered it after setup read how far it delivered) wrote its
+// running status, which makes this write fail (errClaimed): setup leaves the job to that
+// worker. A worker that fetches the job after it finds the job ended and drops its delivery.
+// A tenant without a status bucket has no worker that can claim its job (a claim writes there):
+// nothing is written.
+func (a *Admin) endJob(ctx context.Context, r Ref, s seen) error {
+	if s.kv == nil || s.status.State.Terminal() {
+		return nil
+	}
+	st := s.status
+	st.ID, st.State, st.Ending, st.Error = r.ID, job.StateDead, "", ReasonUnknownTenant+": "+a.unservedError(r)
+	st.FinishedAt = time.Now().UTC()
+	st.UpdatedAt = st.FinishedAt
+	data, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("queue: encode the status of %s: %w", r, err)
+	}
+	if s.rev == 0 {
+		_, err = s.kv.Create(ctx, r.key(), data)
+	} else {
+		_, err = s.kv.Update(ctx, r.key(), data, s.rev)
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err):
+		return errClaimed
+	case err != nil:
+		return fmt.Errorf("queue: write the end of job %s: %w", r, err)
+	}
+	return nil
 }
 
 // endedAcked reports whether a job whose status says state ended as its worker acks it, with no
@@ -320,8 +383,10 @@ func endedAcked(state job.State) bool {
 // deadLetterAll dead-letters every message on one job subject as unknown_tenant, when letter
 // says to, and removes it; a message at a sequence up to held (its consumer delivered it) it
 // leaves, and says so (errLeft). A job that has a letter already (its worker wrote it and
-// stopped before the term) keeps that one alone.
-func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject string, r Ref, letter bool, held uint64) (int, error) {
+// stopped before the term) keeps that one alone. end, when set, writes the job's end before
+// the first message goes, unless one was left (a worker holds the job, which ends it): its
+// error leaves every message.
+func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject string, r Ref, letter bool, held uint64, end func() error) (int, error) {
 	n, leftOne := 0, false
 	for seq := uint64(1); ; {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
@@ -338,6 +403,12 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject s
 			leftOne = true
 			continue
 		}
+		if end != nil && !leftOne {
+			if err := end(); err != nil {
+				return n, err
+			}
+		}
+		end = nil
 		if letter {
 			if err := a.letterUnserved(ctx, r, m.Data); err != nil {
 				return n, fmt.Errorf("queue: dead-letter job %s: %w", subject, err)
@@ -354,8 +425,7 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject s
 // where a worker writes the job's (letterWriter): a letter there already is the job's one.
 func (a *Admin) letterUnserved(ctx context.Context, r Ref, original []byte) error {
 	dl, err := json.Marshal(DeadLetter{Tenant: r.Tenant, JobID: r.ID, Reason: ReasonUnknownTenant, At: time.Now().UTC(), Original: original,
-		Error: fmt.Sprintf("%v %q: the workers serve %s; add it to tenants: in the worker config, run `worker setup`, and submit the job again",
-			ErrNotServed, r.Tenant, strings.Join(slices.Sorted(maps.Keys(a.tenants)), ", "))})
+		Error: a.unservedError(r)})
 	if err != nil {
 		return fmt.Errorf("queue: encode dead letter: %w", err)
 	}
@@ -364,4 +434,10 @@ func (a *Admin) letterUnserved(ctx context.Context, r Ref, original []byte) erro
 		return err
 	}
 	return nil
+}
+
+// unservedError says why job r of a tenant the config does not list ended, and what to do.
+func (a *Admin) unservedError(r Ref) string {
+	return fmt.Sprintf("%v %q: the workers serve %s; add it to tenants: in the worker config, run `worker setup`, and submit the job again",
+		ErrNotServed, r.Tenant, strings.Join(slices.Sorted(maps.Keys(a.tenants)), ", "))
 }
