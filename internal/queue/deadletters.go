@@ -212,14 +212,27 @@ func streamThere(ctx context.Context, js jetstream.JetStream, name string) bool 
 }
 
 // publishOnce publishes a dead letter on subject only while the subject holds none (the
-// server checks); messages without a job id share one subject, and each keeps its own letter.
+// server checks). A letter names its job by the subject, so a letter with no job id has no
+// subject of its own to be checked on: every such letter shared one (~unknown), and one whose
+// writer stopped before its term, or before setup removed its message, was written again at the
+// next try. It is refused: a message that names no job is lettered under its sequence in its
+// job stream (letterRef), the id its status is recorded under.
 func publishOnce(ctx context.Context, js jetstream.JetStream, subject string, r Ref, data []byte) error {
-	var once []jetstream.PublishOpt
-	if r.ID != "" {
-		once = append(once, jetstream.WithExpectLastSequencePerSubject(0))
+	if r.ID == "" {
+		return fmt.Errorf("queue: dead letter on %s names no job, so it cannot be written once: give the message's stream sequence as its id (job.SeqID)", subject)
 	}
-	_, err := js.Publish(ctx, subject, data, once...)
+	_, err := js.Publish(ctx, subject, data, jetstream.WithExpectLastSequencePerSubject(0))
 	return err
+}
+
+// letterRef is the job a message's dead letter goes under: the one its subject names, else,
+// for a subject that names none, its sequence in its job stream (job.SeqID), as a worker
+// records its status (runner's statusID).
+func letterRef(r Ref, seq uint64) Ref {
+	if r.ID == "" && seq != 0 {
+		r.ID = job.SeqID(seq)
+	}
+	return r
 }
 
 // DeadLetterOf is job r's dead letter: in its tenant's stream, else in the shared one, where an

@@ -141,7 +141,7 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) (letter
 		return false, fmt.Errorf("queue: encode dead letter: %w", err)
 	}
 	_, served := slices.BinarySearch(d.c.tenants, d.Tenant)
-	box, err := d.c.letters().publishLetter(ctx, Ref{Tenant: d.Tenant, ID: d.JobID}, data, served)
+	box, err := d.c.letters().publishLetter(ctx, letterRef(Ref{Tenant: d.Tenant, ID: d.JobID}, d.Seq), data, served)
 	var api *jetstream.APIError
 	if err != nil && !errors.Is(err, errLettered) && !errors.Is(err, errUnanswered) && !errors.As(err, &api) {
 		d.unanswered = true // no answer to the publish: the letter may be in the stream (errUnanswered: nothing was published)

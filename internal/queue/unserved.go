@@ -410,7 +410,7 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject s
 		}
 		end = nil
 		if letter {
-			if err := a.letterUnserved(ctx, r, m.Data); err != nil {
+			if err := a.letterUnserved(ctx, letterRef(r, m.Sequence), m.Data); err != nil {
 				return n, fmt.Errorf("queue: dead-letter job %s: %w", subject, err)
 			}
 		}
