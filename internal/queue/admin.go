@@ -116,6 +116,11 @@ func (a *Admin) declareStreams(ctx context.Context) (map[string]jetstream.Stream
 	if err := a.adoptBareJobs(ctx); err != nil {
 		return nil, err
 	}
+	// Before the retirement, whose letters go there: declared after, a first setup found no
+	// stream to letter the retired jobs in, and left them all to the next.
+	if err := a.declareDeadLetters(ctx, slices.Sorted(maps.Keys(kept))); err != nil {
+		return nil, err
+	}
 	if err := a.retireUnserved(ctx, kept); err != nil {
 		return nil, err
 	}
@@ -138,9 +143,6 @@ func (a *Admin) declareStreams(ctx context.Context) (map[string]jetstream.Stream
 		streams[tenant] = s
 	}
 	if err := a.moveStranded(ctx, streams); err != nil {
-		return nil, err
-	}
-	if err := a.declareDeadLetters(ctx, slices.Sorted(maps.Keys(streams))); err != nil {
 		return nil, err
 	}
 	return streams, nil

@@ -48,3 +48,32 @@ func TestLetterOfAMessageWithoutAJobIDIsWrittenOnce(t *testing.T) {
 		t.Errorf("the letter under %s: %v", r.ID, err)
 	}
 }
+
+// TestFirstSetupLettersWhatItRetires: the first `worker setup` on an older Boxcar's server (a
+// shared job stream, no dead-letter stream yet) retired the jobs of tenants its config does not
+// list before it declared the dead-letter streams: each letter found no stream, and every such
+// job was left for the next setup. The dead-letter streams are declared first.
+func TestFirstSetupLettersWhatItRetires(t *testing.T) {
+	t.Parallel()
+	cfg := drainConfig()
+	b, _ := olderSetup(t, cfg, func(c *jetstream.StreamConfig) { c.Subjects = []string{cfg.Subject + ".*.*"} })
+	ctx := t.Context()
+	j := newJob(t)
+	data, err := j.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(ctx, cfg.Subject+".team-b."+j.ID, data, jetstream.WithExpectStream(cfg.Stream)); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := queue.NewAdmin(b.nc, cfg, map[string]config.Tenant{"team-a": {}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.DeadLetterOf(ctx, b.nc, cfg, queue.Ref{Tenant: "team-b", ID: j.ID}); err != nil {
+		t.Errorf("team-b's job after the first setup: %v; want its unknown_tenant letter", err)
+	}
+}
