@@ -40,6 +40,11 @@ func NewRoot(name, short string, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetVersionTemplate(name + " {{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if !c.HasParent() {
+			// main prints the tool's name before the error (PrintError): said here too, it
+			// read "worker: bad usage: worker: unknown flag".
+			return fmt.Errorf("%w: %w (see `%s --help`)", ErrUsage, err, c.CommandPath())
+		}
 		return fmt.Errorf("%w: %s: %w (see `%s --help`)", ErrUsage, c.Name(), err, c.CommandPath())
 	})
 	return root

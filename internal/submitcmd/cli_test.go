@@ -146,6 +146,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--profile", "p", "--task", "t", "--timeout", "soon"}, `invalid argument "soon" for "--timeout"`},
 		{[]string{"run", "--profile", "p", "--task", "t", "--output", "yaml"}, `--output "yaml": use text or json`},
 		{[]string{"run", "--frob"}, "unknown flag: --frob (see `submit run --help`)"},
+		// main prints "submit: " first: the root's flag error names no command ("submit: bad
+		// usage: submit: unknown flag" before).
+		{[]string{"--frob"}, "usage: unknown flag: --frob (see `submit --help`)"},
 		{[]string{"status"}, "status: give one JOB_ID"},
 		{[]string{"status", "a", "b"}, "status: give one JOB_ID"},
 		{[]string{"status", "20261202t101500-abcdef012345", "--output", "xml"}, `--output "xml"`},

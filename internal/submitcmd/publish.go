@@ -67,7 +67,7 @@ func (p publishPolicy) publish(ctx context.Context, q publisher, j job.Job) (dup
 			if ambiguous {
 				return false, true, fmt.Errorf("%w after %d attempts: %w", errUnknownOutcome, attempt, lastErr)
 			}
-			return false, true, fmt.Errorf("queue: job %s was not submitted (%d attempts): %w", j.ID, attempt, lastErr)
+			return false, true, fmt.Errorf("%w; the job was not submitted (%d attempts)", lastErr, attempt)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)
