@@ -3,6 +3,8 @@ package job_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 	"testing"
@@ -73,6 +75,11 @@ func TestDecodeValid(t *testing.T) {
 	}
 	if _, err := job.Decode(again); err != nil {
 		t.Errorf("re-encoded job does not decode: %v", err)
+	}
+	withLabels := valid()
+	withLabels["labels"] = map[string]any{"team": "a", "env": "b"}
+	if _, err := job.Decode([]byte(indented(withLabels))); err != nil {
+		t.Errorf("the job with white space between its tokens does not decode: %v", err)
 	}
 }
 
@@ -170,12 +177,16 @@ func TestDecodeRejects(t *testing.T) {
 		// encoding/json takes the last of a key given twice and a key in any case for a field's:
 		// another reader of the same bytes (a gateway, the schema) sees another job.
 		{"id twice", spliced(`"id":"aaaaaaaa-first",`), `id: is given twice`},
+		{"id twice, once escaped", spliced(`"\u0069d":"aaaaaaaa-first",`), `id: is given twice`},
+		{"id twice among white space", raw(strings.Replace(indented(valid()), `"id"`, "\"id\":\n\t\"aaaaaaaa-first\" , \r\n \"id\"", 1)), `id: is given twice`},
 		{"id in capitals", spliced(`"ID":"aaaaaaaa-other",`), `invalid job: "ID" is not a key of the job message`},
 		{"key folded by Unicode", spliced(`"ſubmitted_by":"x",`), `"ſubmitted_by" is not a key`},
 		{"input key twice", raw(strings.Replace(string(mustJSON(valid())), `"size":411`, `"size":411,"size":1`, 1)), `inputs[0].size: is given twice`},
 		{"limit key in capitals", with(func(m map[string]any) { m["limits"] = map[string]any{"Max_Turns": 1} }), `limits: "Max_Turns" is not a key`},
 		{"network key in capitals", with(func(m map[string]any) { m["network"] = map[string]any{"Allow": []any{}} }), `network: "Allow" is not a key`},
 		{"label twice", spliced(`"labels":{"team":"a","team":"b"},`), `labels.team: is given twice`},
+		{"label twice among many", spliced(`"labels":{` + manyLabels(20) + `,"k3":"again"},`), `labels.k3: is given twice`},
+		{"input key twice after the first input", raw(strings.Replace(string(mustJSON(twoInputs())), `"size":7`, `"size":7,"size":1`, 1)), `inputs[1].size: is given twice`},
 		// encoding/json would put U+FFFD in their place: the job run and recorded would not be
 		// the bytes sent.
 		{"submitted_by not UTF-8", spliced("\"submitted_by\":\"caf\xe9\","), "not UTF-8"},
@@ -300,4 +311,31 @@ func FuzzValidID(f *testing.F) {
 			t.Errorf("ValidID(%q) = %v, want %v", id, got, want)
 		}
 	})
+}
+
+// manyLabels is n labels, "k0":"v" to "k<n-1>":"v", as the members of an object.
+func manyLabels(n int) string {
+	members := make([]string, n)
+	for i := range members {
+		members[i] = fmt.Sprintf("%q:\"v\"", fmt.Sprintf("k%d", i))
+	}
+	return strings.Join(members, ",")
+}
+
+// twoInputs is a valid job message with a second input, of size 7.
+func twoInputs() map[string]any {
+	m := valid()
+	in := maps.Clone(m["inputs"].([]any)[0].(map[string]any))
+	in["name"], in["size"] = "second.csv", 7
+	m["inputs"] = append(m["inputs"].([]any), in)
+	return m
+}
+
+// indented is m as JSON with white space between its tokens.
+func indented(m map[string]any) string {
+	data, err := json.MarshalIndent(m, " ", "\t ")
+	if err != nil {
+		panic(err)
+	}
+	return string(data)
 }
