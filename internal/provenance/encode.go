@@ -10,7 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
+
+	"github.com/boxcar-run/boxcar/internal/job"
 )
 
 // appendJCS appends v, at depth in the document, in canonical JSON: the bytes json.Marshal and then canonicalJSON give,
@@ -23,6 +26,12 @@ import (
 func appendJCS(out []byte, v reflect.Value, depth int) ([]byte, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("nested deeper than %d levels", maxDepth)
+	}
+	switch v.Type() {
+	case timeType:
+		return appendTime(out, v, depth)
+	case durationType:
+		return appendString(out, time.Duration(v.Int()).String()) // as its MarshalJSON writes it
 	}
 	if ownEncoding(v) {
 		return appendLongWay(out, v, depth)
@@ -77,12 +86,44 @@ var (
 
 // ownEncoding reports whether encoding/json would write v with its type's own method.
 func ownEncoding(v reflect.Value) bool {
-	t := v.Type()
-	if t.Implements(marshalerType) || t.Implements(textMarshalerType) {
-		return true
+	m := methodsOf(v.Type())
+	return m.value || (m.pointer && v.CanAddr())
+}
+
+// methods says whether a type's values, or its pointers, encode themselves.
+type methods struct{ value, pointer bool }
+
+var typeMethods sync.Map // reflect.Type → methods
+
+func methodsOf(t reflect.Type) methods {
+	if m, ok := typeMethods.Load(t); ok {
+		return m.(methods)
 	}
 	p := reflect.PointerTo(t)
-	return v.CanAddr() && (p.Implements(marshalerType) || p.Implements(textMarshalerType))
+	m := methods{
+		value:   t.Implements(marshalerType) || t.Implements(textMarshalerType),
+		pointer: p.Implements(marshalerType) || p.Implements(textMarshalerType),
+	}
+	typeMethods.Store(t, m)
+	return m
+}
+
+var (
+	timeType     = reflect.TypeFor[time.Time]()
+	durationType = reflect.TypeFor[job.Duration]()
+)
+
+// appendTime writes a time as its MarshalJSON does, RFC 3339 with nanoseconds, which the
+// canonical form keeps as it is; a time that method refuses goes the long way to be refused.
+func appendTime(out []byte, v reflect.Value, depth int) ([]byte, error) {
+	t := v.Interface().(time.Time)
+	_, offset := t.Zone()
+	if y := t.Year(); y < 0 || y > 9999 || offset <= -24*3600 || offset >= 24*3600 {
+		return appendLongWay(out, v, depth)
+	}
+	out = append(out, '"')
+	out = t.AppendFormat(out, time.RFC3339Nano)
+	return append(out, '"'), nil
 }
 
 // appendLongWay writes v as json.Marshal does, in canonical form. An addressable value goes

@@ -108,7 +108,15 @@ func TestEncoderMatchesMarshal(t *testing.T) {
 		"structs not so deep": deepList(maxDepth / 2),
 		"int keys":            map[int]string{2: "b", 10: "a"},
 		"array":               [3]int{3, 2, 1},
-		"string array":        [2]string{"\xff", "z"},
+		"times": []time.Time{time.Now(), {}, time.Date(2026, 12, 7, 1, 2, 3, 400, paris), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+			time.Date(0, 1, 1, 0, 0, 0, 0, time.FixedZone("far", 23*3600+59*60))},
+		"a time past 9999":        time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		"a time before year 0":    time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+		"a zone 24 hours away":    time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("x", 24*3600)),
+		"a zone -24 hours away":   time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("x", -24*3600)),
+		"durations":               []job.Duration{0, -1, 1, job.Duration(90 * time.Second), job.Duration(math.MaxInt64), job.Duration(math.MinInt64)},
+		"a pointer to a duration": ptrTo(job.Duration(time.Millisecond)),
+		"string array":            [2]string{"\xff", "z"},
 	}
 	for name, v := range tests {
 		sameAsLongWay(t, name, v)
