@@ -20,9 +20,11 @@ var ErrWorkerRefused = errors.New("the store refuses the worker")
 type refusedBy int
 
 const (
-	// byFolder: a policy refuses the worker's writes under the folder the request was for (an
-	// IAM or bucket policy scoped by prefix): the tenant's, when it is a write of the tenant's
-	// folder (refusedWrite), else the worker's.
+	// byFolder: a policy refuses the worker this request (an IAM or bucket policy scoped by
+	// prefix or key). Whose that is the store tells from what else it takes: a write the
+	// store's own object refuses too is the worker's (refusedWhere); one the tenant's folder's
+	// proof of writes refuses too is the tenant's (refusedWrite), one it takes is of the key
+	// alone (keyRefused); a read the store's own object takes is of the key (readRefusedWhere).
 	byFolder refusedBy = iota + 1
 	// byStore: the bucket, or the store's own object in it (ProbeKey), refuses the worker: the
 	// tenant's when it is a bucket of the tenant's own (ForTenantBucket), else every tenant's,
@@ -47,6 +49,8 @@ type s3Answer struct {
 // change; one row per code. A new one is a row.
 var s3Answers = []s3Answer{
 	{"AccessDenied", byFolder, "a policy (IAM, the bucket's, a KMS key's) refuses the worker's credentials; grant them what the request needs"},
+	// A HEAD's answer has no body, so no code: S3's SDK names it by its status.
+	{"Forbidden", byFolder, "the server refused the request (403, whose answer carries no reason): a policy refuses the worker's credentials, or they are not the store's; grant them what the request needs"},
 	{"AllAccessDisabled", byStore, "the bucket's owner disabled every access to it; enable it, or give another bucket"},
 	{"NoSuchBucket", byStore, "the bucket does not exist (deleted, or misnamed); create it, or correct store.url or tenants.<name>.bucket"},
 	{"InvalidBucketName", byStore, "the server does not take the bucket's name; correct store.url or tenants.<name>.bucket"},

@@ -71,6 +71,11 @@ func (f *File) remedy(folder string) string {
 	return fmt.Sprintf("no job of the tenant can be committed there. Let the worker's user write %s and what is under it (its owner, group or mode), or mount the store read-write", filepath.Join(f.dir, filepath.FromSlash(folder)))
 }
 
+// keyRemedy says whose the key's file and folder must be.
+func (f *File) keyRemedy(key string) string {
+	return fmt.Sprintf("Let the worker's user write %s and its folder (their owner, group or mode)", filepath.Join(f.dir, filepath.FromSlash(key)))
+}
+
 // Close releases the directory handle. The store cannot be used afterwards.
 func (f *File) Close() error { return f.root.Close() }
 

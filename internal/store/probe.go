@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 )
 
 // ErrUnsafeServer marks an S3-compatible server that accepted a second create-only put to the
@@ -179,4 +180,43 @@ func (s *S3) refusedWhere(ctx context.Context, key string, err error) error {
 		return perr
 	}
 	return err
+}
+
+// readRefusedWhere tells whose the refusal of a read of key (err, answered AccessDenied, or a
+// HEAD's bodiless 403) is: the store proven again refusing the worker (a wrong key, the bucket
+// gone) is the worker's; a policy refusing the worker's reads of the store's own object too
+// refuses every tenant's inputs and runs, the worker's (ErrWorkerRefused); one that lets it
+// read that object refuses this key alone (ErrReadRefused). A proof that cannot tell (an
+// outage) keeps err, to be waited out.
+func (s *S3) readRefusedWhere(ctx context.Context, key string, err error) error {
+	if a, ok := answerTo(err); !ok || a.by != byFolder || key == ProbeKey {
+		return err
+	}
+	if werr := s.refusedWhere(ctx, key, err); errors.Is(werr, ErrWorkerRefused) {
+		return werr
+	}
+	out, rerr := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + ProbeKey)})
+	if rerr != nil {
+		if a, ok := answerTo(rerr); ok && a.by == byFolder {
+			return &refusal{err: err, by: byStore, why: fmt.Sprintf("a policy refuses the worker's reads of the store's own object %s too, so of every tenant's inputs and runs; grant the worker's credentials s3:GetObject on arn:aws:s3:::%s/%s*", s.URL(ProbeKey), s.bucket, s.prefix)}
+		}
+		return err
+	}
+	out.Body.Close()
+	return fmt.Errorf("%w: %w; a policy refuses this object alone (the worker reads the store's own %s): grant the worker's credentials s3:GetObject on arn:aws:s3:::%s/%s%s, or lift the Deny that names it",
+		ErrReadRefused, err, s.URL(ProbeKey), s.bucket, s.prefix, key)
+}
+
+// headAnswer is the answer of a HEAD of key, err translated: a HEAD's answer has no body, so a
+// 404 for a bucket that is gone reads as the key's (ErrNotFound). A 404 is asked of the bucket
+// too, and a bucket that is gone is the store's refusal (NoSuchBucket) that a GET would say.
+func (s *S3) headAnswer(ctx context.Context, err error) error {
+	if !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if _, berr := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket}); !errors.Is(translate(berr), ErrNotFound) {
+		return err
+	}
+	a, _ := answerTo(&smithy.GenericAPIError{Code: "NoSuchBucket"})
+	return &refusal{err: fmt.Errorf("NoSuchBucket: the bucket %s is gone (a HEAD of the key and of the bucket answered 404)", s.bucket), by: a.by, why: a.why}
 }

@@ -376,7 +376,7 @@ func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 		ChecksumMode: types.ChecksumModeEnabled,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: get %s: %w", s.URL(key), translate(err))
+		return nil, fmt.Errorf("store: get %s: %w", s.URL(key), s.readRefusedWhere(ctx, key, translate(err)))
 	}
 	return out.Body, nil
 }
@@ -392,7 +392,7 @@ func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 		Key:    aws.String(s.prefix + key),
 	})
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", s.URL(key), translate(err))
+		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", s.URL(key), s.readRefusedWhere(ctx, key, s.headAnswer(ctx, translate(err))))
 	}
 	return ObjectInfo{Key: key, Size: aws.ToInt64(out.ContentLength), ContentType: aws.ToString(out.ContentType), ModTime: aws.ToTime(out.LastModified)}, nil
 }
@@ -522,6 +522,11 @@ func (s *S3) writeProofs() (*writeProofs, time.Duration) { return &s.writes, s.p
 // policy names it for.
 func (s *S3) remedy(folder string) string {
 	return fmt.Sprintf("no job of the tenant can be committed there. Grant the worker's credentials s3:PutObject on arn:aws:s3:::%s/%s%s* (in their IAM policy or the bucket's), or give the tenant a bucket they may write (tenants.<name>.bucket)", s.bucket, s.prefix, folder)
+}
+
+// keyRemedy names the permission on the key itself.
+func (s *S3) keyRemedy(key string) string {
+	return fmt.Sprintf("Grant the worker's credentials s3:PutObject on arn:aws:s3:::%s/%s%s, or lift the Deny that names it", s.bucket, s.prefix, key)
 }
 
 // translate maps S3's answers to the package's sentinels, keeping the vendor error for

@@ -61,7 +61,7 @@ func (t *tenantStore) Put(ctx context.Context, key string, r io.Reader, size int
 	if err != nil {
 		return err
 	}
-	return t.refused(t.st.Put(ctx, k, r, size))
+	return t.refused(keyRefused(ctx, t.st, t.prefix, k, t.st.Put(ctx, k, r, size)))
 }
 
 func (t *tenantStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
@@ -69,7 +69,7 @@ func (t *tenantStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, 
 	if err != nil {
 		return err
 	}
-	return t.refused(t.st.PutIfAbsent(ctx, k, r, size))
+	return t.refused(keyRefused(ctx, t.st, t.prefix, k, t.st.PutIfAbsent(ctx, k, r, size)))
 }
 
 func (t *tenantStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {

@@ -38,6 +38,32 @@ type writeProver interface {
 	writeProofs() (*writeProofs, time.Duration)
 	// remedy says what to change so that the worker may write under folder.
 	remedy(folder string) string
+	// keyRemedy says what to change so that the worker may write key itself.
+	keyRemedy(key string) string
+}
+
+// keyRefused tells whose the refusal of a write of key under folder (err, a refusedWrite) is,
+// by proving the folder again: a folder that refuses its proof too is the tenant's, and err
+// stands; one that takes it refuses this key alone, by a policy on its name. The worker cannot
+// tell whether that policy names one tenant's key or every tenant's (a Deny on
+// "*/manifest.json"), and the keys it writes are the run layout every job shares, so it is
+// the worker's refusal (ErrWorkerRefused), as the store's own object refused is. A proof that
+// cannot tell (an outage) is the error: no refusal is claimed.
+func keyRefused(ctx context.Context, st Store, folder, key string, err error) error {
+	wp, ok := st.(writeProver)
+	if !ok || !refusedWrite(err) {
+		return err
+	}
+	proofs, _ := wp.writeProofs()
+	proofs.forget(folder)
+	switch perr := proveWrites(ctx, st, folder); {
+	case errors.Is(perr, ErrWriteRefused), errors.Is(perr, ErrWorkerRefused):
+		return err
+	case perr != nil:
+		return fmt.Errorf("%v; proving the folder %s again to tell whose refusal it is: %w", err, st.URL(folder), perr)
+	}
+	return &refusal{err: err, by: byStore, why: fmt.Sprintf("a policy refuses this key alone: the worker writes the tenant's folder (its proof %s took) and the store's own object; the run layout's keys are every job's, so no job may commit while it lasts. %s",
+		st.URL(folder+WriteProbeKey), wp.keyRemedy(key))}
 }
 
 // proveWrites proves that st takes writes under folder (a tenant's, with a trailing slash) by
@@ -125,6 +151,15 @@ func (w *writeProofs) prove(ctx context.Context, folder string, interval time.Du
 		if p.err == nil || ctx.Err() != nil || !errors.Is(p.err, context.Canceled) && !errors.Is(p.err, context.DeadlineExceeded) {
 			return p.err
 		}
+	}
+}
+
+// forget drops the settled proof of folder, so that the next prove proves it again.
+func (w *writeProofs) forget(folder string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := w.by[folder]; p != nil && p.settled() {
+		delete(w.by, folder)
 	}
 }
 

@@ -84,9 +84,17 @@ func (s *Server) UserVars(access, secret string) map[string]string {
 // as an S3 bucket policy does. The policy is set as the root user.
 func (s *Server) DenyWritesUnder(t testing.TB, bucket, access, prefix string) {
 	t.Helper()
+	s.Deny(t, bucket, access, "s3:PutObject", prefix+"*")
+}
+
+// Deny gives bucket a policy that refuses the account access action on the keys resource
+// matches (a key, or a pattern with "*") and lets it do anything else in the bucket: one
+// Deny statement of an S3 bucket policy. The policy is set as the root user, and replaces any.
+func (s *Server) Deny(t testing.TB, bucket, access, action, resource string) {
+	t.Helper()
 	policy := fmt.Sprintf(`{"Version":"2012-10-17","Statement":[
 {"Effect":"Allow","Principal":{"AWS":[%[1]q]},"Action":["s3:*"],"Resource":["arn:aws:s3:::%[2]s","arn:aws:s3:::%[2]s/*"]},
-{"Effect":"Deny","Principal":{"AWS":[%[1]q]},"Action":["s3:PutObject"],"Resource":["arn:aws:s3:::%[2]s/%[3]s*"]}]}`, access, bucket, prefix)
+{"Effect":"Deny","Principal":{"AWS":[%[1]q]},"Action":[%[4]q],"Resource":["arn:aws:s3:::%[2]s/%[3]s"]}]}`, access, bucket, resource, action)
 	if _, err := s.client().PutBucketPolicy(t.Context(), &s3.PutBucketPolicyInput{Bucket: &bucket, Policy: &policy}); err != nil {
 		t.Fatalf("s3test: put the policy of bucket %s: %v", bucket, err)
 	}

@@ -1,0 +1,138 @@
+//go:build integration
+
+package store_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/internal/store/s3test"
+)
+
+// ownedStore is a store of bucket, on srv, as a new account that owns it: the account's
+// policy (s3test.Deny) refuses it what the test says, the root user keeps every right.
+func ownedStore(t *testing.T, srv *s3test.Server, access, bucket string) *store.S3 {
+	t.Helper()
+	secret := srv.CreateUser(t, access)
+	srv.CreateOwnedBucket(t, access, bucket)
+	vars := srv.UserVars(access, secret)
+	return newS3(t, srv, bucket, "", store.Options{Getenv: func(k string) string { return vars[k] }})
+}
+
+// TestStatInMissingBucketIsTheBucketGone: S3 answers a HEAD with a status and no body, so a
+// HEAD of a key in a bucket that is gone is a 404 like a HEAD of a missing key. A stat of the
+// manifest there is not "not committed" (ErrNotFound): it is the bucket gone, the worker's
+// refusal on the shared store (ErrWorkerRefused), the tenant's on a bucket of its own
+// (ErrWriteRefused), saying NoSuchBucket; a missing key in a bucket that is there stays
+// ErrNotFound.
+func TestStatInMissingBucketIsTheBucketGone(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	for i, own := range []bool{false, true} {
+		access, bucket := "stat"+string(rune('a'+i)), "boxcar-stat-"+string(rune('a'+i))
+		st := ownedStore(t, srv, access, bucket)
+		tenant := store.ForTenant(st, "team-b")
+		if own {
+			tenant = store.ForTenantBucket(st, "team-b")
+		}
+		if _, err := tenant.Stat(t.Context(), store.ManifestKey("j1")); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("own bucket %v: stat of a missing key in the bucket = %v, want ErrNotFound", own, err)
+		}
+		if err := os.RemoveAll(filepath.Join(srv.Dir, bucket)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tenant.Stat(t.Context(), store.ManifestKey("j1"))
+		t.Logf("own bucket %v: %v", own, err)
+		if errors.Is(err, store.ErrNotFound) || own != errors.Is(err, store.ErrWriteRefused) || own == errors.Is(err, store.ErrWorkerRefused) ||
+			!strings.Contains(err.Error(), "NoSuchBucket") {
+			t.Errorf("own bucket %v: stat in the removed bucket = %v; want the bucket gone (NoSuchBucket), the tenant's only for its own", own, err)
+		}
+	}
+}
+
+// TestReadRefusedSaysWhose: a policy refusing the worker reads (GetObject, which HEAD is
+// authorized by too) of one input is that input's refusal (ErrReadRefused, naming the key and
+// the permission), while the store's own object reads; one refusing every read of the bucket is
+// the worker's (ErrWorkerRefused). Before, both were an AccessDenied (a HEAD's bodiless 403
+// "Forbidden") that the worker waited out as an outage.
+func TestReadRefusedSaysWhose(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	input := store.InputKey(strings.Repeat("a", 64))
+	rows := []struct {
+		name     string
+		resource string // of the Deny, under the bucket
+		worker   bool   // the worker's refusal, else the key's
+	}{
+		{name: "one input", resource: store.TenantPrefix("team-b") + input},
+		{name: "every key", resource: "*", worker: true},
+	}
+	for i, tt := range rows {
+		access, bucket := "read"+string(rune('a'+i)), "boxcar-read-"+string(rune('a'+i))
+		st := ownedStore(t, srv, access, bucket)
+		tenant := store.ForTenant(st, "team-b")
+		if err := tenant.Put(t.Context(), input, bytes.NewReader([]byte("x")), 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Probe(t.Context(), tenant); err != nil {
+			t.Fatal(err)
+		}
+		srv.Deny(t, bucket, access, "s3:GetObject", tt.resource)
+		_, gerr := tenant.Get(t.Context(), input)
+		_, serr := tenant.Stat(t.Context(), input)
+		for op, err := range map[string]error{"get": gerr, "stat": serr} {
+			t.Logf("%s: %s: %v", tt.name, op, err)
+			if tt.worker != errors.Is(err, store.ErrWorkerRefused) || tt.worker == errors.Is(err, store.ErrReadRefused) {
+				t.Errorf("%s: %s = %v; want the worker's refusal %v, else the key's (ErrReadRefused)", tt.name, op, err, tt.worker)
+			}
+			if !tt.worker && (err == nil || !strings.Contains(err.Error(), "s3:GetObject on arn:aws:s3:::"+bucket+"/"+store.TenantPrefix("team-b")+input)) {
+				t.Errorf("%s: %s does not name the permission on the key", tt.name, op)
+			}
+		}
+	}
+}
+
+// TestKeyRefusedWhileItsFolderTakesWrites: a bucket policy refusing one key name (the manifest
+// of a run) in a tenant's folder that takes the worker's writes (its proof passes) is not that
+// folder's refusal (ErrWriteRefused, which fails the tenant's job store_write_refused): the
+// worker cannot tell whether the policy names one tenant or every tenant's runs, and the key
+// is of the run layout every job writes, so on the shared store it is the worker's refusal
+// (ErrWorkerRefused), naming the key and the passed proof; on a bucket of the tenant's own,
+// the tenant's.
+func TestKeyRefusedWhileItsFolderTakesWrites(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	for i, own := range []bool{false, true} {
+		access, bucket := "key"+string(rune('a'+i)), "boxcar-key-"+string(rune('a'+i))
+		st := ownedStore(t, srv, access, bucket)
+		tenant := store.ForTenant(st, "team-b")
+		if own {
+			tenant = store.ForTenantBucket(st, "team-b")
+		}
+		if err := store.Probe(t.Context(), tenant); err != nil {
+			t.Fatal(err)
+		}
+		key := store.TenantPrefix("team-b") + store.ManifestKey("j1")
+		srv.Deny(t, bucket, access, "s3:PutObject", key)
+		_, err := store.PutOnce(t.Context(), tenant, store.ManifestKey("j1"), bytes.NewReader([]byte("{}")), 2)
+		t.Logf("own bucket %v: %v", own, err)
+		if own != errors.Is(err, store.ErrWriteRefused) || own == errors.Is(err, store.ErrWorkerRefused) || errors.Is(err, store.ErrMaybeStored) {
+			t.Errorf("own bucket %v: ErrWriteRefused %v, ErrWorkerRefused %v; want the worker's refusal, the tenant's only for its own bucket",
+				own, errors.Is(err, store.ErrWriteRefused), errors.Is(err, store.ErrWorkerRefused))
+		}
+		for _, want := range []string{"arn:aws:s3:::" + bucket + "/" + key, store.WriteProbeKey} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("own bucket %v: the error does not say %q", own, want)
+			}
+		}
+		// The folder's other keys still take writes: the proof holds.
+		if _, err := store.PutOnce(t.Context(), tenant, "runs/j2/manifest.json", bytes.NewReader([]byte("{}")), 2); err != nil {
+			t.Errorf("a put beside the refused key: %v", err)
+		}
+	}
+}
