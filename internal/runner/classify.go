@@ -155,6 +155,7 @@ var failureModes = []failureMode{
 	{name: "input too large", in: []stage{stageAdmit}, when: errIs(errInputTooLarge), end: endFailed, reason: "input_too_large"},
 	{name: "inputs fill the workdir", in: []stage{stagePrepare}, when: errIs(sandbox.ErrDiskFull), end: endFailed, reason: "input_too_large"},
 	{name: "input missing", in: []stage{stagePrepare}, when: errIs(store.ErrNotFound), end: endFailed, reason: "input_missing"},
+	{name: "input refused", in: []stage{stagePrepare}, when: errIs(store.ErrReadRefused), end: endFailed, reason: "input_refused"},
 	{name: "input digest mismatch", in: []stage{stagePrepare}, when: errIs(errInputMismatch), end: endFailed, reason: "input_digest_mismatch"},
 	{name: "model refused credentials", in: []stage{stageRun}, when: errIs(agent.ErrModelAuth), end: endFailed, reason: "model_rejected"},
 	{name: "model rejected the request", in: []stage{stageRun}, when: errIs(agent.ErrModelRequest), end: endFailed, reason: "model_rejected"},

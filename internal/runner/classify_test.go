@@ -98,6 +98,8 @@ func TestClassify(t *testing.T) {
 			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_too_large"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "not in the store", err: wrap(store.ErrNotFound),
 			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_missing"}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "input refused", err: wrap(store.ErrReadRefused),
+			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_refused"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "input changed", err: wrap(errInputMismatch),
 			at: map[stage]want{stagePrepare: {end: endFailed, reason: "input_digest_mismatch"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "model refuses the key", err: wrap(agent.ErrModelAuth),

@@ -120,6 +120,12 @@ func (r *Runner) commitEnd(ctx context.Context, a *attempt, e ended) ended {
 		e.outcome = classify(stageEnd, fmt.Errorf("record the job as %s: %w", dec.state, err), nil)
 		return e
 	}
+	if err == nil && e.err != nil {
+		// The end's manifest and the job term's log line say what the tenant reads (errorText);
+		// the worker's side of it (the store's answer, a path, the permission to grant) is
+		// this line's, where the tenant's words send the operator.
+		a.log.WarnContext(ctx, "the job's end is committed", "state", string(dec.state), "reason", dec.reason, "error", logText(e.err))
+	}
 	e.outcome = r.endCommitted(ctx, a, nil)
 	// Only the delivery that won the arbiter counts the end.
 	e.committed = err == nil && (e.end == endDeadLetter || e.end == endDone)

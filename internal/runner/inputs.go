@@ -54,11 +54,14 @@ func inputBytes(j job.Job) int64 {
 // the bytes it names is not put in place.
 func (r *Runner) copyInputs(ctx context.Context, a *attempt, sb sandbox.Sandbox) error {
 	for _, in := range a.job.Inputs {
-		rc, err := awaitAnswer(ctx, r, a, "the store", storeAnswered, func(ctx context.Context) (io.ReadCloser, error) {
+		rc, err := awaitAnswer(ctx, r, a, "the store", inputAnswered, func(ctx context.Context) (io.ReadCloser, error) {
 			return a.store.Get(ctx, store.InputKey(in.SHA256))
 		})
 		if errors.Is(err, store.ErrNotFound) {
 			return step(errInputMissing, fmt.Errorf("input %s (sha256 %s) is not in the store; submit it again: %w", in.Name, in.SHA256, err))
+		}
+		if errors.Is(err, store.ErrReadRefused) {
+			return fmt.Errorf("input %s (sha256 %s): %w", in.Name, in.SHA256, err)
 		}
 		if err != nil {
 			return step(errInputCopy, fmt.Errorf("fetch input %s: %w", in.Name, err))
@@ -126,3 +129,9 @@ func (c *checkedReader) mismatch() error {
 	c.err = fmt.Errorf("%w: input %s is not the %d bytes of sha256 %s it names: the stored object changed, or the job gives its size or digest wrong", errInputMismatch, c.in.Name, c.in.Size, c.in.SHA256)
 	return c.err
 }
+
+// inputAnswered: the store answered a read of an input (storeAnswered), or refused the worker
+// that input alone (store.ErrReadRefused: a policy on its key, while the worker reads the
+// store's own object), which waiting does not change: the job fails, input_refused. The
+// store refusing the worker every read is ErrWorkerRefused, waited for as an outage.
+func inputAnswered(err error) bool { return storeAnswered(err) || errors.Is(err, store.ErrReadRefused) }

@@ -40,6 +40,7 @@ var tenantWordCases = map[string]error{
 	"started late":                      step(errSandboxStart, fmt.Errorf("%s: %w", hostDetail, &lateStartError{jobTimeout: time.Minute})),
 	"inputs fill the workdir":           step(errInputCopy, fmt.Errorf("%s: %w", hostDetail, sandbox.ErrDiskFull)),
 	"input missing":                     step(errInputMissing, fmt.Errorf("input a.csv is not in the store: %s: %w", hostDetail, store.ErrNotFound)),
+	"input refused":                     fmt.Errorf("input a.csv: %w: AccessDenied on s3://%s", store.ErrReadRefused, hostDetail),
 	"agent panicked":                    fmt.Errorf("%w: %s", errAgentPanicked, hostDetail),
 	"worker panicked in the end":        fmt.Errorf("%w: in its end stage: %s", errEndPanicked, hostDetail),
 	"worker panicked":                   fmt.Errorf("%w: in its commit stage: %s", errWorkerPanicked, hostDetail),
