@@ -74,6 +74,10 @@ type Status struct {
 	Asked    map[string]Asked `json:"asked,omitempty"`
 	Report   string           `json:"report,omitempty"`   // store key of the report
 	Manifest string           `json:"manifest,omitempty"` // store key of the manifest
+	// Unsigned marks a committed run adopted without its signature in place: the store refused
+	// the adopting worker's copy of the envelope its attempt left, so `submit verify` finds
+	// none until a worker the store takes adopts it again.
+	Unsigned bool `json:"unsigned,omitempty"`
 	// SandboxClaimedAt is when the running attempt had its sandbox, and SandboxWarm says it
 	// was started ahead of the job (a warm pool's) rather than for it.
 	SandboxClaimedAt time.Time `json:"sandbox_claimed_at,omitzero"`

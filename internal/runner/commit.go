@@ -448,7 +448,8 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 	if err != nil {
 		return provenance.Outcome{}, fmt.Errorf("read the committed manifest: %w", err)
 	}
-	if err := r.restoreSignature(ctx, a, stmt); err != nil {
+	unsigned, err := r.restoreSignature(ctx, a, stmt)
+	if err != nil {
 		return provenance.Outcome{}, fmt.Errorf("restore the committed manifest's signature: %w", err)
 	}
 	// The status tells what is committed: the attempt, worker and times that produced the
@@ -464,7 +465,7 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 			s.Attempt, s.Worker = m.Attempt, m.Worker.ID
 			s.StartedAt, s.FinishedAt = m.Timings.StartedAt, m.Timings.FinishedAt
 			s.SandboxClaimedAt, s.SandboxWarm = m.Sandbox.ClaimedAt, m.Sandbox.Warm
-			s.Report, s.Manifest = "", a.store.URL(store.ManifestKey(jobID))
+			s.Report, s.Manifest, s.Unsigned = "", a.store.URL(store.ManifestKey(jobID)), unsigned
 			if i := slices.IndexFunc(stmt.Subjects, func(s provenance.Subject) bool { return s.Name == reportName }); i >= 0 {
 				s.Report = a.store.URL(provenance.SubjectKey(jobID, stmt.Subjects[i]))
 			}
@@ -482,11 +483,12 @@ func (r *Runner) adoptCommitted(ctx context.Context, a *attempt) (provenance.Out
 // whatever someone who can write to the store put there. A committed run whose attempt left no
 // envelope (a worker without a signing key, or a manifest no worker wrote), or whose envelope
 // the store refuses this worker's copy of, stays unsigned, and `submit verify` says so; a
-// worker that signs warns about it.
-func (r *Runner) restoreSignature(ctx context.Context, a *attempt, stmt provenance.Statement) error {
+// worker that signs warns about it. refused says the envelope is there and the store refused
+// its copy: the job's status marks the run unsigned (job.Status.Unsigned).
+func (r *Runner) restoreSignature(ctx context.Context, a *attempt, stmt provenance.Statement) (refused bool, err error) {
 	jobID := a.job.ID
 	if _, err := a.store.Stat(ctx, store.SignatureKey(jobID)); !errors.Is(err, store.ErrNotFound) {
-		return err // signed already, or the store cannot tell
+		return false, err // signed already, or the store cannot tell
 	}
 	unsigned := func(why string, args ...any) {
 		level := slog.LevelDebug
@@ -498,29 +500,29 @@ func (r *Runner) restoreSignature(ctx context.Context, a *attempt, stmt provenan
 	key := provenance.AttemptSignatureKey(jobID, stmt)
 	if key == "" {
 		unsigned("the committed manifest names no attempt folder, so no signature of it can be restored")
-		return nil
+		return false, nil
 	}
 	rc, err := a.store.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		unsigned("the committed manifest has no signature and its attempt left none", "envelope", a.store.URL(key))
-		return nil
+		return false, nil
 	} else if err != nil {
-		return err
+		return false, err
 	}
 	env, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes))
 	rc.Close()
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = store.PutOnce(ctx, a.store, store.SignatureKey(jobID), bytes.NewReader(env), int64(len(env)))
 	switch {
 	case errors.Is(err, store.ErrExists):
-		return nil // another worker restored it first
+		return false, nil // another worker restored it first
 	case errors.Is(err, store.ErrWriteRefused):
 		// No delivery of a worker the store refuses could copy it: the run is the job's end
 		// all the same, and one the store takes may still sign it.
 		unsigned("the store refuses the worker's copy of the envelope into place", "envelope", a.store.URL(key), "error", err)
-		return nil
+		return true, nil
 	}
-	return err
+	return false, err
 }

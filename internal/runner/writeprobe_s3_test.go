@@ -305,8 +305,9 @@ func TestStaleAttemptCannotCommitAfterARefusedEnd(t *testing.T) {
 // signature is put in place, and before its ack; the next delivery goes to a worker whose
 // writes the store refuses under the tenant's folder. That delivery cannot copy the envelope
 // into place, and adopts the run all the same, unsigned, as a run whose attempt left no
-// envelope is: the job succeeded, with no dead letter. Before, the refused copy left the end
-// undecided, and every delivery tried again, for ever.
+// envelope is: the job succeeded, with no dead letter, its status marked unsigned (`submit
+// status` says so). Before, the refused copy left the end undecided, and every delivery tried
+// again, for ever; and then the status did not say the run was unsigned.
 func TestUnsignedRunIsAdoptedWhereWritesAreRefused(t *testing.T) {
 	t.Parallel()
 	bucket := newScopedBucket(t)
@@ -340,5 +341,8 @@ func TestUnsignedRunIsAdoptedWhereWritesAreRefused(t *testing.T) {
 	st := b.waitFinal(j.ID, time.Minute)
 	if letters := b.settledLetters(); st.State != job.StateSucceeded || len(letters) != 0 {
 		t.Errorf("job ended %s (%q) with %d dead letters; want its committed run's end, succeeded, and none", st.State, st.Error, len(letters))
+	}
+	if !st.Unsigned {
+		t.Errorf("the status of the run adopted without its signature does not mark it unsigned: %+v", st)
 	}
 }

@@ -176,7 +176,13 @@ func (e *env) showFinal(st job.Status) {
 	if st.Manifest != "" {
 		printf(e.stdout, "manifest: %s\n", st.Manifest)
 	}
+	if st.Unsigned {
+		printf(e.stdout, "signature: %s\n", unsignedWords)
+	}
 }
+
+// unsignedWords say what a status's Unsigned means to whoever reads it.
+const unsignedWords = "none: the run is unsigned (the store refused the worker's copy of its signature into place; submit verify fails unless --allow-unsigned)"
 
 // statusJSON is the machine-readable form of a status, stable for scripts.
 func statusJSON(st job.Status) map[string]any {
@@ -193,6 +199,9 @@ func statusJSON(st job.Status) map[string]any {
 	}
 	if !st.SandboxClaimedAt.IsZero() {
 		out["sandbox_warm"] = st.SandboxWarm
+	}
+	if st.Unsigned {
+		out["unsigned"] = true
 	}
 	if st.SpentTurns > 0 || st.SpentToolCalls > 0 || st.SpentTokens > 0 {
 		out["spent"] = map[string]any{"turns": st.SpentTurns, "tool_calls": st.SpentToolCalls, "tokens": st.SpentTokens}
@@ -260,6 +269,9 @@ func printStatusLines(w io.Writer, st job.Status) {
 	field("error", st.Error)
 	field("report", st.Report)
 	field("manifest", st.Manifest)
+	if st.Unsigned {
+		field("signature", unsignedWords)
+	}
 }
 
 // claimNote says, on the sandbox line, whether the attempt's sandbox was warm.
