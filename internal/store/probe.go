@@ -209,12 +209,21 @@ func (s *S3) readRefusedWhere(ctx context.Context, key string, err error) error 
 
 // headAnswer is the answer of a HEAD of key, err translated: a HEAD's answer has no body, so a
 // 404 for a bucket that is gone reads as the key's (ErrNotFound). A 404 is asked of the bucket
-// too, and a bucket that is gone is the store's refusal (NoSuchBucket) that a GET would say.
+// too, and a bucket that is gone is the store's refusal (NoSuchBucket) that a GET would say. A
+// bucket found holds for a tenth of the probe interval, so that a claim's stat of a manifest
+// not yet committed costs one request, not two, on a busy worker.
 func (s *S3) headAnswer(ctx context.Context, err error) error {
 	if !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	if _, berr := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket}); !errors.Is(translate(berr), ErrNotFound) {
+	if seen := s.bucketSeen.Load(); seen != 0 && time.Since(time.Unix(0, seen)) < s.probeInterval/writeRefusalHold {
+		return err
+	}
+	_, berr := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket})
+	if berr == nil {
+		s.bucketSeen.Store(time.Now().UnixNano())
+	}
+	if !errors.Is(translate(berr), ErrNotFound) {
 		return err
 	}
 	a, _ := answerTo(&smithy.GenericAPIError{Code: "NoSuchBucket"})

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
@@ -18,10 +19,17 @@ import (
 // policy (s3test.Deny) refuses it what the test says, the root user keeps every right.
 func ownedStore(t *testing.T, srv *s3test.Server, access, bucket string) *store.S3 {
 	t.Helper()
+	return ownedStoreWith(t, srv, access, bucket, store.Options{})
+}
+
+// ownedStoreWith is ownedStore with opts.
+func ownedStoreWith(t *testing.T, srv *s3test.Server, access, bucket string, opts store.Options) *store.S3 {
+	t.Helper()
 	secret := srv.CreateUser(t, access)
 	srv.CreateOwnedBucket(t, access, bucket)
 	vars := srv.UserVars(access, secret)
-	return newS3(t, srv, bucket, "", store.Options{Getenv: func(k string) string { return vars[k] }})
+	opts.Getenv = func(k string) string { return vars[k] }
+	return newS3(t, srv, bucket, "", opts)
 }
 
 // TestStatInMissingBucketIsTheBucketGone: S3 answers a HEAD with a status and no body, so a
@@ -29,13 +37,14 @@ func ownedStore(t *testing.T, srv *s3test.Server, access, bucket string) *store.
 // manifest there is not "not committed" (ErrNotFound): it is the bucket gone, the worker's
 // refusal on the shared store (ErrWorkerRefused), the tenant's on a bucket of its own
 // (ErrWriteRefused), saying NoSuchBucket; a missing key in a bucket that is there stays
-// ErrNotFound.
+// ErrNotFound. A bucket found holds for a tenth of the probe interval (10 ms here, so that
+// the stat after its removal asks again).
 func TestStatInMissingBucketIsTheBucketGone(t *testing.T) {
 	t.Parallel()
 	srv := s3test.StartIAM(t)
 	for i, own := range []bool{false, true} {
 		access, bucket := "stat"+string(rune('a'+i)), "boxcar-stat-"+string(rune('a'+i))
-		st := ownedStore(t, srv, access, bucket)
+		st := ownedStoreWith(t, srv, access, bucket, store.Options{ProbeInterval: 10 * time.Millisecond})
 		tenant := store.ForTenant(st, "team-b")
 		if own {
 			tenant = store.ForTenantBucket(st, "team-b")
@@ -46,6 +55,7 @@ func TestStatInMissingBucketIsTheBucketGone(t *testing.T) {
 		if err := os.RemoveAll(filepath.Join(srv.Dir, bucket)); err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(10 * time.Millisecond) // past the hold of the bucket found
 		_, err := tenant.Stat(t.Context(), store.ManifestKey("j1"))
 		t.Logf("own bucket %v: %v", own, err)
 		if errors.Is(err, store.ErrNotFound) || own != errors.Is(err, store.ErrWriteRefused) || own == errors.Is(err, store.ErrWorkerRefused) ||
@@ -133,6 +143,44 @@ func TestKeyRefusedWhileItsFolderTakesWrites(t *testing.T) {
 		// The folder's other keys still take writes: the proof holds.
 		if _, err := store.PutOnce(t.Context(), tenant, "runs/j2/manifest.json", bytes.NewReader([]byte("{}")), 2); err != nil {
 			t.Errorf("a put beside the refused key: %v", err)
+		}
+	}
+}
+
+// TestBucketGoneIsWhoseInEveryCall: a bucket that is gone answers every call of a tenant's
+// store alike: the worker's refusal on the shared store (ErrWorkerRefused), the tenant's on a
+// bucket of its own (ErrWriteRefused, not the worker's, which holds every tenant's jobs back).
+// Before, a tenant's own bucket's Delete, List, ListAtMost and Partials said the worker's.
+func TestBucketGoneIsWhoseInEveryCall(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	for i, own := range []bool{false, true} {
+		access, bucket := "gone"+string(rune('a'+i)), "boxcar-gone-"+string(rune('a'+i))
+		st := ownedStore(t, srv, access, bucket)
+		tenant := store.ForTenant(st, "team-b")
+		if own {
+			tenant = store.ForTenantBucket(st, "team-b")
+		}
+		if err := os.RemoveAll(filepath.Join(srv.Dir, bucket)); err != nil {
+			t.Fatal(err)
+		}
+		ctx := t.Context()
+		calls := map[string]func() error{
+			"put":  func() error { return tenant.Put(ctx, "runs/j/x", bytes.NewReader(nil), 0) },
+			"get":  func() error { _, err := tenant.Get(ctx, "runs/j/x"); return err },
+			"stat": func() error { _, err := tenant.Stat(ctx, "runs/j/x"); return err },
+			"delete": func() error {
+				return tenant.Delete(ctx, "runs/j/x")
+			},
+			"list":         func() error { _, err := tenant.List(ctx, "runs/"); return err },
+			"list at most": func() error { _, _, err := tenant.ListAtMost(ctx, "runs/", 10); return err },
+			"partials":     func() error { _, err := store.Partials(ctx, tenant, "runs/"); return err },
+		}
+		for name, call := range calls {
+			err := call()
+			if own != errors.Is(err, store.ErrWriteRefused) || own == errors.Is(err, store.ErrWorkerRefused) {
+				t.Errorf("own bucket %v: %s = %v; want the worker's refusal, the tenant's for its own bucket", own, name, err)
+			}
 		}
 	}
 }

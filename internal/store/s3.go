@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -71,6 +72,8 @@ type S3 struct {
 		warned    bool      // the unsafe server was logged
 	}
 	writes writeProofs // of the tenants' folders: see proveWrites
+	// bucketSeen is when a HEAD of the bucket last found it (UnixNano; 0: never): headAnswer.
+	bucketSeen atomic.Int64
 }
 
 var _ Store = (*S3)(nil)

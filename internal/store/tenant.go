@@ -38,7 +38,8 @@ type tenantStore struct {
 }
 
 // refused is err, or for a store of the tenant's own whose whole store refused the worker,
-// the tenant's refusal (ErrWriteRefused).
+// the tenant's refusal (ErrWriteRefused). Every call's error goes through it: one that said
+// the worker's held every tenant's jobs back for one tenant's bucket.
 func (t *tenantStore) refused(err error) error {
 	var ref *refusal
 	if !t.ownBucket || !errors.As(err, &ref) || ref.by != byStore {
@@ -96,7 +97,7 @@ func (t *tenantStore) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	return t.st.Delete(ctx, k)
+	return t.refused(t.st.Delete(ctx, k))
 }
 
 func (t *tenantStore) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
@@ -104,7 +105,7 @@ func (t *tenantStore) List(ctx context.Context, prefix string) ([]ObjectInfo, er
 		return nil, fmt.Errorf("%w: prefix %q", ErrInvalidKey, prefix)
 	}
 	objs, err := t.st.List(ctx, t.prefix+prefix)
-	return t.own(objs), err
+	return t.own(objs), t.refused(err)
 }
 
 // ListAtMost is the shared store's ListAtMost under the tenant's folder, keys relative to it.
@@ -113,7 +114,7 @@ func (t *tenantStore) ListAtMost(ctx context.Context, prefix string, n int) ([]O
 		return nil, false, fmt.Errorf("%w: prefix %q", ErrInvalidKey, prefix)
 	}
 	objs, more, err := t.st.ListAtMost(ctx, t.prefix+prefix, n)
-	return t.own(objs), more, err
+	return t.own(objs), more, t.refused(err)
 }
 
 // own is what the shared store listed, keys relative to the tenant's folder, less the proof of
@@ -152,7 +153,7 @@ func (t *tenantStore) Partials(ctx context.Context, prefix string) ([]Partial, e
 	for i := range partials {
 		partials[i].Key = strings.TrimPrefix(partials[i].Key, t.prefix)
 	}
-	return partials, err
+	return partials, t.refused(err)
 }
 
 // DiscardPartial discards an unfinished write of the tenant's.
@@ -162,7 +163,7 @@ func (t *tenantStore) DiscardPartial(ctx context.Context, p Partial) error {
 		return err
 	}
 	p.Key = k
-	return DiscardPartial(ctx, t.st, p)
+	return t.refused(DiscardPartial(ctx, t.st, p))
 }
 
 // PruneFolders prunes the empty folders under a folder of the tenant's.
@@ -170,5 +171,5 @@ func (t *tenantStore) PruneFolders(ctx context.Context, prefix string) error {
 	if _, err := t.key(strings.TrimSuffix(prefix, "/")); err != nil {
 		return err
 	}
-	return PruneFolders(ctx, t.st, t.prefix+prefix)
+	return t.refused(PruneFolders(ctx, t.st, t.prefix+prefix))
 }
