@@ -107,42 +107,56 @@ func TestReadRefusedSaysWhose(t *testing.T) {
 	}
 }
 
-// TestKeyRefusedWhileItsFolderTakesWrites: a bucket policy refusing one key name (the manifest
-// of a run) in a tenant's folder that takes the worker's writes (its proof passes) is not that
-// folder's refusal (ErrWriteRefused, which fails the tenant's job store_write_refused): the
-// worker cannot tell whether the policy names one tenant or every tenant's runs, and the key
-// is of the run layout every job writes, so on the shared store it is the worker's refusal
-// (ErrWorkerRefused), naming the key and the passed proof; on a bucket of the tenant's own,
-// the tenant's.
+// TestKeyRefusedWhileItsFolderTakesWrites: a bucket policy refusing a key in a tenant's folder
+// that takes the worker's writes (its proof passes) is told by the same key in no tenant's
+// folder (tenants/.boxcar-probe/): a policy on the key's name in every tenant's folder
+// (tenants/*/runs/*/manifest.json) refuses it there too, and is the worker's refusal
+// (ErrWorkerRefused) on the shared store, the tenant's on its own bucket; a policy on this
+// tenant's key alone is the tenant's (ErrWriteRefused), saying so. Each names the key's
+// permission and the proof that took. Before, both were the tenant's folder's refusal, which
+// failed every tenant's jobs store_write_refused for a policy on a name every run writes.
 func TestKeyRefusedWhileItsFolderTakesWrites(t *testing.T) {
 	t.Parallel()
 	srv := s3test.StartIAM(t)
-	for i, own := range []bool{false, true} {
+	rows := []struct {
+		name     string
+		resource string // of the Deny, under the bucket
+		own      bool   // the tenant's own bucket
+		worker   bool   // the worker's refusal, else the tenant's
+	}{
+		{name: "every tenant's manifest", resource: "tenants/*/runs/*/manifest.json", worker: true},
+		{name: "every tenant's manifest, own bucket", resource: "tenants/*/runs/*/manifest.json", own: true},
+		{name: "this tenant's manifest", resource: store.TenantPrefix("team-b") + store.ManifestKey("j1")},
+	}
+	for i, tt := range rows {
 		access, bucket := "key"+string(rune('a'+i)), "boxcar-key-"+string(rune('a'+i))
 		st := ownedStore(t, srv, access, bucket)
 		tenant := store.ForTenant(st, "team-b")
-		if own {
+		if tt.own {
 			tenant = store.ForTenantBucket(st, "team-b")
 		}
 		if err := store.Probe(t.Context(), tenant); err != nil {
 			t.Fatal(err)
 		}
-		key := store.TenantPrefix("team-b") + store.ManifestKey("j1")
-		srv.Deny(t, bucket, access, "s3:PutObject", key)
+		srv.Deny(t, bucket, access, "s3:PutObject", tt.resource)
 		_, err := store.PutOnce(t.Context(), tenant, store.ManifestKey("j1"), bytes.NewReader([]byte("{}")), 2)
-		t.Logf("own bucket %v: %v", own, err)
-		if own != errors.Is(err, store.ErrWriteRefused) || own == errors.Is(err, store.ErrWorkerRefused) || errors.Is(err, store.ErrMaybeStored) {
-			t.Errorf("own bucket %v: ErrWriteRefused %v, ErrWorkerRefused %v; want the worker's refusal, the tenant's only for its own bucket",
-				own, errors.Is(err, store.ErrWriteRefused), errors.Is(err, store.ErrWorkerRefused))
+		t.Logf("%s: %v", tt.name, err)
+		if tt.worker == errors.Is(err, store.ErrWriteRefused) || tt.worker != errors.Is(err, store.ErrWorkerRefused) || errors.Is(err, store.ErrMaybeStored) {
+			t.Errorf("%s: ErrWriteRefused %v, ErrWorkerRefused %v; want the worker's refusal %v, else the tenant's", tt.name,
+				errors.Is(err, store.ErrWriteRefused), errors.Is(err, store.ErrWorkerRefused), tt.worker)
 		}
-		for _, want := range []string{"arn:aws:s3:::" + bucket + "/" + key, store.WriteProbeKey} {
+		key := store.TenantPrefix("team-b") + store.ManifestKey("j1")
+		for _, want := range []string{"arn:aws:s3:::" + bucket + "/" + key, store.WriteProbeKey, "tenants/.boxcar-probe/runs/j1/manifest.json"} {
 			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Errorf("own bucket %v: the error does not say %q", own, want)
+				t.Errorf("%s: the error does not say %q", tt.name, want)
 			}
 		}
-		// The folder's other keys still take writes: the proof holds.
-		if _, err := store.PutOnce(t.Context(), tenant, "runs/j2/manifest.json", bytes.NewReader([]byte("{}")), 2); err != nil {
-			t.Errorf("a put beside the refused key: %v", err)
+		// The folder's other keys still take writes, and the probe left nothing behind.
+		if _, err := store.PutOnce(t.Context(), tenant, "runs/j2/report.md", bytes.NewReader([]byte("{}")), 2); err != nil {
+			t.Errorf("%s: a put beside the refused key: %v", tt.name, err)
+		}
+		if objs, err := st.List(t.Context(), "tenants/.boxcar-probe/"); err != nil || len(objs) != 0 {
+			t.Errorf("%s: the key's probe left %v, %v", tt.name, objs, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -42,13 +43,20 @@ type writeProver interface {
 	keyRemedy(key string) string
 }
 
-// keyRefused tells whose the refusal of a write of key under folder (err, a refusedWrite) is,
-// by proving the folder again: a folder that refuses its proof too is the tenant's, and err
-// stands; one that takes it refuses this key alone, by a policy on its name. The worker cannot
-// tell whether that policy names one tenant's key or every tenant's (a Deny on
-// "*/manifest.json"), and the keys it writes are the run layout every job shares, so it is
-// the worker's refusal (ErrWorkerRefused), as the store's own object refused is. A proof that
-// cannot tell (an outage) is the error: no refusal is claimed.
+// keyProbeFolder is where keyRefused writes a refused key again: a folder of the tenants'
+// that is no tenant's (no tenant name starts with a dot), so a policy on a key's name in every
+// tenant's folder (tenants/*/runs/*/manifest.json) refuses it there too, and one on this
+// tenant's or this run's folder does not.
+const keyProbeFolder = "tenants/.boxcar-probe/"
+
+// keyRefused tells whose the refusal of a write of key under folder (err, a refusedWrite) is.
+// The folder is proven again: refused, it is the tenant's folder's, and err stands. Taken,
+// the refusal is of the key alone, and the same key under keyProbeFolder tells by whom: taken
+// there too, a policy on this tenant's path (its run's folder, one key of it) refuses it, the
+// tenant's (err, saying so); refused there too, a policy on the key's name refuses it in every
+// tenant's folder, the worker's (ErrWorkerRefused, as the store's own object refused). The
+// probe's object is removed. A proof that cannot tell (an outage) is the error: no refusal is
+// claimed.
 func keyRefused(ctx context.Context, st Store, folder, key string, err error) error {
 	wp, ok := st.(writeProver)
 	if !ok || !refusedWrite(err) {
@@ -62,8 +70,18 @@ func keyRefused(ctx context.Context, st Store, folder, key string, err error) er
 	case perr != nil:
 		return fmt.Errorf("%v; proving the folder %s again to tell whose refusal it is: %w", err, st.URL(folder), perr)
 	}
-	return &refusal{err: err, by: byStore, why: fmt.Sprintf("a policy refuses this key alone: the worker writes the tenant's folder (its proof %s took) and the store's own object; the run layout's keys are every job's, so no job may commit while it lasts. %s",
-		st.URL(folder+WriteProbeKey), wp.keyRemedy(key))}
+	probe := keyProbeFolder + strings.TrimPrefix(key, folder)
+	perr := st.PutIfAbsent(ctx, probe, bytes.NewReader(nil), 0)
+	switch {
+	case perr == nil || errors.Is(perr, ErrExists):
+		_ = st.Delete(ctx, probe)
+		return fmt.Errorf("%w (a policy refuses this key under the tenant's folder alone: the folder's proof %s and the same key in no tenant's folder, %s, took. %s)",
+			err, st.URL(folder+WriteProbeKey), st.URL(probe), wp.keyRemedy(key))
+	case refusedWrite(perr):
+		return &refusal{err: err, by: byStore, why: fmt.Sprintf("a policy refuses this key's name in every tenant's folder: the same key in no tenant's folder, %s, is refused too, while the tenant's folder takes its proof %s; no job may commit while it lasts. %s",
+			st.URL(probe), st.URL(folder+WriteProbeKey), wp.keyRemedy(key))}
+	}
+	return fmt.Errorf("%v; writing the key again in no tenant's folder (%s) to tell whose refusal it is: %w", err, st.URL(probe), perr)
 }
 
 // proveWrites proves that st takes writes under folder (a tenant's, with a trailing slash) by
