@@ -20,7 +20,7 @@ func TestClearAttempt(t *testing.T) {
 	perAttempt := []string{"Progress", "Error", "Cap", "SandboxClaimedAt", "SandboxWarm", "FinishedAt", "Ending"}
 	writtenByAttempt := []string{"State", "Attempt", "Worker", "StartedAt", "MaxCalls"}
 	shared := []string{"ID", "Profile", "Labels", "ToolCalls", "SpentTurns", "SpentToolCalls", "SpentTokens",
-		"CancelRequested", "HandedBack", "Asked", "Report", "Manifest", "QueuedAt", "UpdatedAt"}
+		"CancelRequested", "HandedBack", "Asked", "Report", "Manifest", "Unsigned", "QueuedAt", "UpdatedAt"}
 
 	var s job.Status
 	v := reflect.ValueOf(&s).Elem()
