@@ -37,7 +37,7 @@ demo: deps build
 ## Every benchmark also runs once (-benchtime 1x, in the same test binaries, so nothing more is
 ## built): a smoke test that keeps make bench working; its figures mean nothing under -race.
 ## Then the fuzzers of what a worker reads (a job) and of what it signs (the manifest's canonical
-## form, against the JCS reference), each minimizing a new input for at most 1 s: the default 60 s
+## form, against the JCS reference, and its writer, against encoding/json), each minimizing a new input for at most 1 s: the default 60 s
 ## took all but the first 3 s of a 20 s run.
 test: deps-test image
 	$(GO) vet -tags integration ./...
@@ -50,6 +50,7 @@ test: deps-test image
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s -fuzzminimizetime 1s ./internal/job
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalMatchesJCS$$' -fuzztime 15s -fuzzminimizetime 1s ./internal/provenance
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalStringsMatchJCS$$' -fuzztime 15s -fuzzminimizetime 1s ./internal/provenance
+	$(GO) test -run '^$$' -fuzz '^FuzzEncoderMatchesMarshal$$' -fuzztime 15s -fuzzminimizetime 1s ./internal/provenance
 	@$(MAKE) --no-print-directory test-cluster
 
 ## test-faults: the fault-injection runs (docs/testing.md): external nats-server and versitygw, two
