@@ -483,6 +483,18 @@ func TestJobEndRecorded(t *testing.T) {
 		{"forwarded, resolving", http.MethodGet, false, nil, "resolve", func(t *testing.T, h *harness) {
 			sendRaw(getReq("http://plain.example.com/", "plain.example.com"))(t, h.dialProxy(t))
 		}},
+		// The job ends while the proxy reads a form's body for its _method (checkForm), the
+		// sandbox having sent part of it after the proxy's 100 Continue.
+		{"forwarded, reading a form", http.MethodPost, false, nil, "form", func(t *testing.T, h *harness) {
+			c := h.dialProxy(t)
+			sendRaw("POST http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n"+halfForm)(t, c)
+			awaitContinue(t, bufio.NewReader(c))
+		}},
+		{"terminated, reading a form", http.MethodPost, true, nil, "form", func(t *testing.T, h *harness) {
+			tc, br := h.terminated(t, "api.example.com:443")
+			sendRaw("POST / HTTP/1.1\r\nHost: api.example.com\r\n"+halfForm)(t, tc)
+			awaitContinue(t, br)
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -509,7 +521,9 @@ func TestJobEndRecorded(t *testing.T) {
 				h.resolver.mu.Unlock()
 			}
 			tt.open(t, h)
-			<-reached
+			if tt.stall != "form" { // the form's open saw the proxy read its body
+				<-reached
+			}
 			if err := h.stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -518,6 +532,19 @@ func TestJobEndRecorded(t *testing.T) {
 				t.Errorf("decision %+v, want job_ended", d)
 			}
 		})
+	}
+}
+
+// halfForm is the rest of a form POST's header asking for a 100 Continue, and half its body.
+const halfForm = "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 20\r\nExpect: 100-continue\r\n\r\na=1&b="
+
+// awaitContinue reads the proxy's 100 Continue from br, and sends nothing: the proxy then
+// reads the body the sandbox has yet to send.
+func awaitContinue(t *testing.T, br *bufio.Reader) {
+	t.Helper()
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Fatalf("read %q (%v), want the proxy's 100 Continue", line, err)
 	}
 }
 

@@ -60,7 +60,7 @@ func (p *Proxy) openPlain(ctx context.Context, c net.Conn, hd *head, req *http.R
 	}
 	d.Addr = addr.String()
 	in := p.meter()
-	v = checkForm(sandboxConn{c}, req, in)
+	v = checkForm(ctx, sandboxConn{c}, req, in)
 	if d.BytesIn += in.n.Load(); v != nil {
 		return nil, nil, v
 	}
@@ -182,8 +182,10 @@ const maxFormBytes = 64 << 10
 // (TestBypass's form rows). It reads the body, up to maxFormBytes, answering a 100-continue
 // first (counted in in), and puts it back for the upstream whole; a larger form is refused,
 // since its _method may come after what was read. The form is read only after the request is
-// allowed and before anything is dialled or sent.
-func checkForm(client io.Writer, req *http.Request, in *meter) *verdict {
+// allowed and before anything is dialled or sent. A body that does not arrive whole is
+// recorded as one that failed on its way upstream (outcomes): the job's end, when it came
+// from that (TestJobEndRecorded's form rows).
+func checkForm(ctx context.Context, client io.Writer, req *http.Request, in *meter) *verdict {
 	if !isFormPost(req) {
 		return nil
 	}
@@ -193,12 +195,12 @@ func checkForm(client io.Writer, req *http.Request, in *meter) *verdict {
 		return refuse(ReasonMethod, "a form body with a Content-Encoding: the proxy reads a form's _method as it is sent; send it unencoded")
 	}
 	if err := continue100(client, req, in); err != nil {
-		return outcome(err, false)
+		return outcome(jobEnded(ctx, err), false)
 	}
 	buf, err := io.ReadAll(io.LimitReader(req.Body, maxFormBytes+1))
 	switch {
 	case err != nil:
-		return refuse(ReasonBadRequest, "the form body did not arrive whole")
+		return outcome(jobEnded(ctx, fmt.Errorf("%w: %w", errClientBody, err)), false)
 	case len(buf) > maxFormBytes:
 		return refuse(ReasonMethod, fmt.Sprintf("a form body over %d KiB: the proxy reads a form's _method within that; send a larger body in another encoding", maxFormBytes>>10))
 	}

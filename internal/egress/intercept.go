@@ -91,7 +91,7 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 	}
 	if v == nil {
 		in := p.meter()
-		v = checkForm(sandboxConn{t.client}, req, in)
+		v = checkForm(ctx, sandboxConn{t.client}, req, in)
 		d.BytesIn += in.n.Load()
 	}
 	if v != nil {
