@@ -200,6 +200,7 @@ func formOverrideRows() []bypass {
 		{"_method=TRACK", "POST", form, "", "_method=TRACK"},
 		{"_method=CONNECT", "POST", form, "", "_method=CONNECT"},
 		{"with a charset, in any case", "POST", "Application/X-WWW-Form-URLencoded; charset=UTF-8", "", "_method=TRACE"},
+		{"the type ended by a space, as PHP ends it", "POST", "application/x-www-form-urlencoded charset=UTF-8", "", "_method=TRACE"},
 		{"post in lower case", "post", form, "", "_method=TRACE"},
 		{"chunked", "POST", form, "Transfer-Encoding: chunked\r\n", "d\r\n_method=TRACE\r\n0\r\n\r\n"},
 		{"a form over the cap", "POST", form, "", over},
