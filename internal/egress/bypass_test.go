@@ -173,7 +173,10 @@ func overrideRows() []bypass {
 			bypass{name: "terminated: " + field, run: inside("POST / HTTP/1.1\r\nHost: api.example.com\r\n" + field + "\r\nContent-Length: 0\r\n\r\n"), want: ReasonMethod},
 			bypass{name: "forwarded: " + field, raw: postPlain(field + "\r\nContent-Length: 0\r\n"), want: ReasonMethod})
 	}
-	for _, query := range []string{"_method=TRACE", "a=1&_method=trace", ".method=TRACE", "_method=%54RACE", "a=1;_method=TRACE"} {
+	// PHP drops a name's leading spaces and reads it up to a NUL: "+_method" and "_method%00x"
+	// are its "_method".
+	for _, query := range []string{"_method=TRACE", "a=1&_method=trace", ".method=TRACE", "_method=%54RACE", "a=1;_method=TRACE",
+		"+_method=TRACE", "%20%20.method=TRACE", "_method%00x=TRACE"} {
 		rows = append(rows,
 			bypass{name: "terminated: ?" + query, run: inside("POST /?" + query + " HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 0\r\n\r\n"), want: ReasonMethod},
 			bypass{name: "forwarded: ?" + query, raw: "POST http://plain.example.com/?" + query + " HTTP/1.1\r\nHost: plain.example.com\r\nContent-Length: 0\r\n\r\n", want: ReasonMethod})
@@ -195,6 +198,8 @@ func formOverrideRows() []bypass {
 		{"_method=TRACE", "POST", form, "", "_method=TRACE"},
 		{"a=1&_method=trace", "POST", form, "", "a=1&_method=trace"},
 		{".method=TRACE", "POST", form, "", ".method=TRACE"},
+		{"+_method=TRACE", "POST", form, "", "+_method=TRACE"},
+		{"_method%00=TRACE", "POST", form, "", "_method%00=TRACE"},
 		{"_method=%54RACE", "POST", form, "", "_method=%54RACE"},
 		{"a=1;_method=TRACE", "POST", form, "", "a=1;_method=TRACE"},
 		{"_method=TRACK", "POST", form, "", "_method=TRACK"},
