@@ -134,7 +134,7 @@ var overrideFields = map[string]bool{"x-http-method-override": true, "x-http-met
 // request with the secret swapped in. Other overrides go on (Google's APIs take a PATCH as
 // a POST so), so a request means what its sender meant, or is refused and says why; taken
 // off, a POST asking for a DELETE would have run as the POST. A _method in a form body is
-// not read.
+// read once the request is allowed (checkForm).
 func checkOverride(req *http.Request) *verdict {
 	var asked []string
 	for name, vals := range req.Header {
