@@ -91,7 +91,7 @@ func newAddrFilter(cfg Config) (*addrFilter, error) {
 		hostAddrs: map[netip.Addr]bool{}, endpoints: map[netip.AddrPort]bool{}, epNames: map[string]bool{},
 		epHosts: map[string]bool{}, epAddrs: map[netip.Addr]bool{}}
 	for _, a := range cfg.HostAddrs {
-		for _, k := range f.servers(a) {
+		for _, k := range f.hostKeys(a) {
 			f.hostAddrs[k] = true
 		}
 	}
@@ -101,7 +101,7 @@ func newAddrFilter(cfg Config) (*addrFilter, error) {
 	}
 	for _, ia := range ifaddrs {
 		if p, err := netip.ParsePrefix(ia.String()); err == nil {
-			for _, k := range f.servers(p.Addr()) {
+			for _, k := range f.hostKeys(p.Addr()) {
 				f.hostAddrs[k] = true
 			}
 		}
@@ -185,7 +185,7 @@ func (f *addrFilter) addEndpoint(ctx context.Context, r Resolver, ep string) err
 // server (servers): the NAT64 form a DNS64 resolver gave the worker is the IPv4 address a
 // sandbox may ask for by another name.
 func (f *addrFilter) addEndpointAddr(a netip.Addr, port int) {
-	for _, k := range f.servers(a) {
+	for _, k := range f.hostKeys(a) {
 		f.endpoints[netip.AddrPortFrom(k, uint16(port))] = true
 		f.epAddrs[k] = true
 	}
@@ -270,12 +270,26 @@ func (f *addrFilter) lifted(a netip.Addr) bool {
 // servers is a, without a zone and with an IPv4-mapped address as the IPv4 address it is,
 // followed by every IPv4 address it carries (embedded): the keys of the servers a reaches.
 // Two addresses that share a key reach one server, so every address the proxy compares (held
-// addresses, the worker's endpoints, the host's own) is indexed and looked up by them: the
-// same server at 198.18.0.10 and at 64:ff9b::198.18.0.10 was two to the proxy, one held and
-// the other not (TestStoredEchoIsScrubbedUnderEveryFormOfItsAddress).
+// addresses, and by hostKeys the worker's endpoints and the host's own) is indexed and looked
+// up by them: the same server at 198.18.0.10 and at 64:ff9b::198.18.0.10 was two to the
+// proxy, one held and the other not (TestStoredEchoIsScrubbedUnderEveryFormOfItsAddress).
 func (f *addrFilter) servers(a netip.Addr) []netip.Addr {
 	a = a.Unmap().WithZone("")
 	return append([]netip.Addr{a}, f.embedded(a)...)
+}
+
+// hostKeys are the keys of the host that has address a (this one, a worker endpoint's):
+// servers, but for a Teredo address's server, a third party's host the address names as the
+// one its client qualified with (RFC 4380), which check still refuses a Teredo address by.
+// Keyed by it, this host's Teredo address had the server refused as this host
+// (TestHostsTeredoServerIsNotTheHost).
+func (f *addrFilter) hostKeys(a netip.Addr) []netip.Addr {
+	ks := f.servers(a)
+	if b := ks[0].As16(); ks[0].Is6() && b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0 {
+		server := v4At(b, 4)
+		ks = append(ks[:1], slices.DeleteFunc(ks[1:], func(k netip.Addr) bool { return k == server })...)
+	}
+	return ks
 }
 
 // embedded is every IPv4 address a carries: in the built-in forms (embeddedIPv4), and where

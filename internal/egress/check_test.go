@@ -614,3 +614,34 @@ func TestAddrFilterComparesByServer(t *testing.T) {
 		}
 	}
 }
+
+// TestHostsTeredoServerIsNotTheHost: a Teredo address (2001:0::/32) carries its client's
+// IPv4 address, the host's own outside its NAT, and the address of the Teredo server it
+// qualified with, a third party's. Keyed by every IPv4 address it carries, a Teredo address
+// of this host, or of a worker endpoint, had the server refused as that host.
+func TestHostsTeredoServerIsNotTheHost(t *testing.T) {
+	// Server 198.18.0.88, client 198.18.0.77 (stored XOR 0xffffffff: 39ed:ffb2).
+	teredo := netip.MustParseAddr("2001:0:c612:58::39ed:ffb2")
+	for _, tt := range []struct {
+		name   string
+		cfg    Config
+		client Reason
+	}{
+		{"the host's address", Config{HostAddrs: []netip.Addr{teredo}}, ReasonDeniedAddress},
+		{"a worker endpoint", Config{WorkerEndpoints: []string{"[" + teredo.String() + "]:4222"}}, ReasonWorkerEndpoint},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}
+			tt.cfg.Resolver, tt.cfg.Limits = &stubResolver{calls: map[string]int{}}, Limits{DialTimeout: time.Second}
+			f, err := newAddrFilter(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for addr, want := range map[string]Reason{"198.18.0.88": "", "198.18.0.77": tt.client} {
+				if r, d := f.check(netip.MustParseAddr(addr), 4222, false, addr); r != want {
+					t.Errorf("check(%s, 4222) = %q (%s), want %q", addr, r, d, want)
+				}
+			}
+		})
+	}
+}
