@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -227,5 +228,16 @@ func (s *S3) headAnswer(ctx context.Context, err error) error {
 		return err
 	}
 	a, _ := answerTo(&smithy.GenericAPIError{Code: "NoSuchBucket"})
-	return &refusal{err: fmt.Errorf("NoSuchBucket: the bucket %s is gone (a HEAD of the key and of the bucket answered 404)", s.bucket), by: a.by, why: a.why}
+	return &refusal{err: bucketGone{s.bucket}, by: a.by, why: a.why}
 }
+
+// bucketGone is a bucket a HEAD found gone: the refusal a GET's NoSuchBucket is, with the
+// HTTP status of one, which a client that classes answers by their status (submit) reads as
+// no wait will change.
+type bucketGone struct{ bucket string }
+
+func (e bucketGone) Error() string {
+	return fmt.Sprintf("NoSuchBucket: the bucket %s is gone (a HEAD of the key and of the bucket answered 404)", e.bucket)
+}
+
+func (bucketGone) HTTPStatusCode() int { return http.StatusNotFound }
