@@ -399,9 +399,10 @@ func TestServiceNameRuleOnlyForInClusterNames(t *testing.T) {
 // TestEndpointRuleAsTheClientReadsIt: an endpoint's rule is on the port and at the address the
 // worker's client dials: a scheme in capitals is the scheme (Go's URL parser lowers it, and the
 // default port is the scheme's), and an IPv4 address written as IPv6 (::ffff:10.0.0.1) is the
-// IPv4 one the packets go to. NATS://host and HTTP://host opened port 443, where the clients
-// dial 4222 and 80, and [::ffff:10.0.0.1] an ipBlock no IPv4 packet matches: the workers could
-// not reach the endpoint.
+// IPv4 one the packets go to, in hex too (::ffff:a00:1), and a port's leading zeros are
+// nothing (Go dials 010 as 10). NATS://host and HTTP://host opened port 443, where the clients
+// dial 4222 and 80, [::ffff:10.0.0.1] and [::ffff:a00:1] an ipBlock no IPv4 packet matches,
+// and :010 port 8 (octal), :08000 port 0: the workers could not reach the endpoint.
 func TestEndpointRuleAsTheClientReadsIt(t *testing.T) {
 	for _, tt := range []struct {
 		values      string
@@ -414,6 +415,15 @@ func TestEndpointRuleAsTheClientReadsIt(t *testing.T) {
 		{values: "config: {model: {base_url: 'http://[::ffff:10.0.0.1]:8000/v1'}}", reach: []dst{{"10.0.0.1", 8000}}, stop: []dst{{"10.0.0.2", 8000}}},
 		{values: "config: {store: {endpoint: 'http://[::FFFF:10.0.0.1]:7070'}}", reach: []dst{{"10.0.0.1", 7070}}, stop: []dst{{"10.0.0.2", 7070}}},
 		{values: "config: {store: {endpoint: 'http://[0:0:0:0:0:ffff:10.0.0.1]:7070'}}", reach: []dst{{"10.0.0.1", 7070}}, stop: []dst{{"10.0.0.2", 7070}}},
+		// The same address with its IPv4 part in hex, as Go reads it too (net.ParseIP("::ffff:a00:1").To4()).
+		{values: "config: {store: {endpoint: 'http://[::ffff:a00:1]:7070'}}", reach: []dst{{"10.0.0.1", 7070}}, stop: []dst{{"10.0.0.2", 7070}}},
+		{values: "config: {model: {base_url: 'http://[0:0:0:0:0:FFFF:0A00:0001]:8000/v1'}}", reach: []dst{{"10.0.0.1", 8000}}, stop: []dst{{"10.0.0.2", 8000}}},
+		{values: "config: {nats: {url: 'nats://[::ffff:c0a8:102]'}}", reach: []dst{{"192.168.1.2", 4222}}, stop: []dst{{"192.168.1.3", 4222}}},
+		// A port with leading zeros is the decimal one to Go (net.Dial's port "010" is 10), not octal.
+		{values: "config: {store: {endpoint: 'http://minio.example:010'}}", reach: []dst{{"203.0.113.7", 10}}},
+		{values: "config: {model: {base_url: 'http://10.0.0.1:08000/v1'}}", reach: []dst{{"10.0.0.1", 8000}}},
+		{values: "config: {egress: {resolver: '10.0.0.10:053'}}", reach: []dst{{"10.0.0.10", 53}}},
+		{values: networkedProfile("['api.example.com:08443']"), reach: []dst{{"203.0.113.7", 8443}}},
 	} {
 		t.Run(tt.values, func(t *testing.T) {
 			np := workerPolicy(t, render(t, values(t, tt.values)))

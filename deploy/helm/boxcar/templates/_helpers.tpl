@@ -66,7 +66,9 @@ port). The proxy checks the host names; a NetworkPolicy can only name ports and 
 {{- $ports := list -}}
 {{- range $name, $p := .Values.config.profiles -}}
 {{- range (dig "network" "allow" list ($p | default dict)) -}}
-{{- $ports = append $ports (regexFind ":[0-9]+$" (toString .) | trimPrefix ":" | default "any") -}}
+{{- $port := regexFind ":[0-9]+$" (toString .) | trimPrefix ":" -}}
+{{- /* Decimal, as the proxy reads it: 08443 is 8443, where the int function fails on it. */ -}}
+{{- $ports = append $ports (regexReplaceAll "^0+([0-9])" $port "${1}" | default "any") -}}
 {{- end -}}
 {{- end -}}
 {{- toJson ($ports | uniq | sortAlpha) -}}
@@ -96,10 +98,12 @@ take them too (boxcar.endpointEgress): nothing legitimate is there. */}}
 literal without its brackets), its port (its own, else its scheme's) and ip, "4" or "6" for
 an IP literal, else "", as the workers' clients read them: a part without a scheme is
 nats://part, as the NATS client reads it; a scheme in capitals is the scheme (Go's URL parser
-lowers it); an IPv4 address written as IPv6 ([::ffff:10.0.0.1]) is the IPv4 address, where
-the packets go. */}}
+lowers it); an IPv4 address written as IPv6 ([::ffff:10.0.0.1], or in hex [::ffff:a00:1]) is
+the IPv4 address, where the packets go; a port's leading zeros are nothing (Go dials "010" as
+10, where the int function reads it as octal 8). */}}
 {{- define "boxcar.urlEndpoints" -}}
 {{- $list := list -}}
+{{- $hexDigit := dict "0" 0 "1" 1 "2" 2 "3" 3 "4" 4 "5" 5 "6" 6 "7" 7 "8" 8 "9" 9 "a" 10 "b" 11 "c" 12 "d" 13 "e" 14 "f" 15 -}}
 {{- range splitList "," (toString .) -}}
 {{- $part := trim . -}}
 {{- if $part -}}
@@ -108,12 +112,20 @@ the packets go. */}}
 {{- $port := regexFind ":[0-9]+$" $u.host | trimPrefix ":" -}}
 {{- $host := regexReplaceAll ":[0-9]*$" $u.host "" -}}
 {{- if hasPrefix "[" $u.host }}{{ $host = regexReplaceAll "^\\[(.*)\\](:[0-9]*)?$" $u.host "${1}" | lower }}{{ end -}}
-{{- $v4mapped := "^(?:(?:0{1,4}:){5}|(?:(?:0{1,4}:)+|:):(?:0{1,4}:)*)ffff:([0-9]+(?:\\.[0-9]+){3})$" -}}
-{{- if regexMatch $v4mapped $host }}{{ $host = regexReplaceAll $v4mapped $host "${1}" }}{{ end -}}
+{{- $v4mapped := "^(?:(?:0{1,4}:){5}|(?:(?:0{1,4}:)+|:):(?:0{1,4}:)*)ffff:" -}}
+{{- if regexMatch (print $v4mapped "[0-9]+(?:\\.[0-9]+){3}$") $host }}{{ $host = regexReplaceAll $v4mapped $host "" }}
+{{- else if regexMatch (print $v4mapped "[0-9a-f]{1,4}:[0-9a-f]{1,4}$") $host }}
+{{- $bytes := list -}}
+{{- range regexReplaceAll $v4mapped $host "" | splitList ":" }}
+{{- $n := 0 }}{{ range splitList "" . }}{{ $n = add (mul $n 16) (index $hexDigit .) }}{{ end }}
+{{- $bytes = append (append $bytes (div $n 256)) (mod $n 256) }}
+{{- end }}
+{{- $host = join "." $bytes }}
+{{- end -}}
 {{- $ip := "" -}}
 {{- if regexMatch "^[0-9]+(\\.[0-9]+){3}$" $host }}{{ $ip = "4" }}{{ else if contains ":" $host }}{{ $ip = "6" }}{{ end -}}
 {{- $port = $port | default (get (dict "http" "80" "https" "443" "nats" "4222" "tls" "4222" "ws" "80" "wss" "443") (lower $u.scheme)) | default "443" -}}
-{{- $list = append $list (dict "host" $host "port" (int $port) "ip" $ip) -}}
+{{- $list = append $list (dict "host" $host "port" (regexReplaceAll "^0+([0-9])" $port "${1}" | int) "ip" $ip) -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $list -}}
