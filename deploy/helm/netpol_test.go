@@ -173,6 +173,16 @@ func TestNetworkPolicyAddressesAreCIDRs(t *testing.T) {
 			"/networkPolicy/metricsFrom/0/ipBlock/cidr":      "IPv4 part",
 			"/networkPolicy/extraEgress/0/to/0/ipBlock/cidr": "IPv4 part",
 		}},
+		// The same, its IPv4 part in hex: the same bytes to the API server and the CNIs.
+		{cidr: "::ffff:a00:0/104", ok: true, refusedAt: map[string]string{
+			"/networkPolicy/exceptCIDRs/0":                   "IPv4-mapped",
+			"/networkPolicy/store/to/0/ipBlock/cidr":         "IPv4-mapped",
+			apiExcept:                                        "IPv4-mapped",
+			"/networkPolicy/metricsFrom/0/ipBlock/cidr":      "IPv4-mapped",
+			"/networkPolicy/extraEgress/0/to/0/ipBlock/cidr": "IPv4-mapped",
+		}},
+		// An IPv6 range in hex that is no IPv4 address (NAT64) is IPv6 to all of them.
+		{cidr: "64:ff9b::a00:0/120", ok: true, refusedAt: map[string]string{apiExcept: "not strictly inside"}},
 		{cidr: "10.0.0.0/33"},
 		{cidr: "fd00::/129"},
 		{cidr: "nodes"},

@@ -422,13 +422,14 @@ the value to change.
 the API server refuses in a NetworkPolicy's ipBlock: an except not strictly inside its cidr (of
 another family, or no longer), as an exceptCIDRs of /0 would be under the rules' 0.0.0.0/0 and
 ::/0. Containment within a cidr of the same family and a shorter prefix is the API server's to
-check. An IPv6 address written with an IPv4 part is refused everywhere there: the API server
-takes an IPv4-mapped one as IPv4 (an except of it under ::/0 is refused). */}}
+check. An IPv6 address written with an IPv4 part, or IPv4-mapped in hex (::ffff:a00:0/104, the
+same bytes), is refused everywhere there: the API server takes an IPv4-mapped one as IPv4 (an
+except of it under ::/0 is refused). */}}
 {{- define "boxcar.checkIPBlocks" -}}
 {{- $np := .Values.networkPolicy -}}
-{{- $v4in6 := "IPv6 with an IPv4 part (::ffff:10.0.0.0/104): the API server reads an IPv4-mapped one as IPv4, outside ::/0, and CNIs differ on it. Write it as IPv4 (10.0.0.0/8), or the IPv6 in hex" -}}
+{{- $v4in6 := "IPv6 with an IPv4 part, or IPv4-mapped (::ffff:10.0.0.0/104, ::ffff:a00:0/104): the API server reads an IPv4-mapped one as IPv4, outside ::/0, and CNIs differ on it. Write it as IPv4 (10.0.0.0/8), or another IPv6 range in hex (64:ff9b::a00:0/120)" -}}
 {{- range $i, $c := $np.exceptCIDRs -}}
-{{- if and (contains ":" $c) (contains "." $c) }}
+{{- if include "boxcar.v4in6" $c }}
 {{- fail (printf "networkPolicy.exceptCIDRs[%d] is %q, %s" $i $c $v4in6) }}
 {{- end }}
 {{- if hasSuffix "/0" $c }}
@@ -446,11 +447,11 @@ takes an IPv4-mapped one as IPv4 (an except of it under ::/0 is refused). */}}
 {{- range $i, $p := $peers -}}
 {{- if $p.ipBlock -}}
 {{- $cidr := $p.ipBlock.cidr -}}
-{{- if and (contains ":" $cidr) (contains "." $cidr) }}
+{{- if include "boxcar.v4in6" $cidr }}
 {{- fail (printf "%s[%d].ipBlock.cidr is %q, %s" $name $i $cidr $v4in6) }}
 {{- end }}
 {{- range $j, $e := $p.ipBlock.except -}}
-{{- if and (contains ":" $e) (contains "." $e) }}
+{{- if include "boxcar.v4in6" $e }}
 {{- fail (printf "%s[%d].ipBlock.except[%d] is %q, %s" $name $i $j $e $v4in6) }}
 {{- end }}
 {{- if or (ne (contains ":" $e) (contains ":" $cidr)) (le (regexFind "[0-9]+$" $e | int) (regexFind "[0-9]+$" $cidr | int)) }}
@@ -460,6 +461,13 @@ takes an IPv4-mapped one as IPv4 (an except of it under ::/0 is refused). */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "yes" when the CIDR . is IPv6 written with an IPv4 part, or IPv4-mapped (::ffff:0:0/96) in
+hex, which the API server reads as IPv4 either way; else "". */}}
+{{- define "boxcar.v4in6" -}}
+{{- $mapped := "^(?:(?:0{1,4}:){5}|(?:(?:0{1,4}:)+|:):(?:0{1,4}:)*)ffff:[0-9a-f]{1,4}:[0-9a-f]{1,4}/" -}}
+{{- if or (and (contains ":" .) (contains "." .)) (regexMatch $mapped (lower .)) }}yes{{ end -}}
 {{- end -}}
 
 {{/* A Prometheus duration ("1m30s", "500ms") in milliseconds. */}}
