@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -461,6 +462,9 @@ func appendStatement(out []byte, m *Manifest, subjects []subjectDoc) ([]byte, er
 	// By value, as json.Marshal reads the statement: no field of it is addressable.
 	v := reflect.ValueOf(*m)
 	plan := structPlanOf(v.Type())
+	if plan.longWay {
+		return nil, errors.New("predicate: Manifest has a field appendJCS does not write member by member")
+	}
 	first := true
 	for _, f := range plan.fields {
 		fv := v.Field(f.index)
