@@ -1,12 +1,14 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -292,11 +294,15 @@ func (a *Admin) removeConsumers(ctx context.Context, s jetstream.Stream, keep fu
 
 // seen is what setup read of a job's status: the status (the zero one when there is none), and
 // the tenant's bucket with the key's revision there (0: none), for the compare-and-set of the
-// job's end (endJob). kv is nil when the tenant has no status bucket.
+// job's end (endJob). kv is nil when the tenant has no status bucket. With no status in the
+// tenant's bucket, shared is the shared bucket an older worker of an upgrade writes (nil: there
+// is none) and sharedRev the sequence of the key's last message there (0: none), for the same.
 type seen struct {
-	status job.Status
-	rev    uint64
-	kv     casStore
+	status    job.Status
+	rev       uint64
+	kv        casStore
+	shared    *sharedBucket
+	sharedRev uint64
 }
 
 // stateOf returns what a job's status says: its tenant's status bucket, else the shared one an
@@ -327,13 +333,38 @@ func (a *Admin) stateOf(ctx context.Context) func(Ref) (seen, error) {
 		}
 		if out.rev == 0 {
 			// A worker's claim adopts this one into the tenant's bucket: a create there, which
-			// makes setup's create fail as its own does.
-			if out.status, _, err = read[job.Status](ctx, b.shared, r.key()); err != nil {
+			// makes setup's create fail as its own does. An older worker's claim writes here
+			// alone.
+			if err := readShared(ctx, b.shared, r.key(), &out); err != nil {
 				return seen{}, fmt.Errorf("queue: status of %s: %w", r, err)
 			}
 		}
 		return out, nil
 	}
+}
+
+// readShared reads key's status in the shared bucket into out, with the sequence of the key's
+// last message (a delete marker's too), which a compare-and-set of the key is made at.
+func readShared(ctx context.Context, shared *sharedBucket, key string, out *seen) error {
+	msg, err := shared.stream.lookup(ctx, shared.js, "$KV."+shared.bucket+"."+key)
+	if err != nil {
+		return fmt.Errorf("read %s in the shared status bucket %s: %w", key, shared.bucket, err)
+	}
+	if msg == nil && shared.stream.absent() {
+		return nil // no shared bucket (gone, or this login may not read it): no older worker writes one
+	}
+	out.shared = shared
+	if msg == nil {
+		return nil
+	}
+	out.sharedRev, _ = strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if msg.Header.Get("KV-Operation") != "" {
+		return nil // a delete or purge marker is no status
+	}
+	if err := json.Unmarshal(msg.Data, &out.status); err != nil {
+		return fmt.Errorf("decode %s in the shared status bucket %s: %w", key, shared.bucket, err)
+	}
+	return nil
 }
 
 // errClaimed: a write changed the job's status since setup read it (a worker's claim).
@@ -344,10 +375,12 @@ var errClaimed = errors.New("a worker wrote the job's status since setup read it
 // in between (its consumer delivered it after setup read how far it delivered) wrote its
 // running status, which makes this write fail (errClaimed): setup leaves the job to that
 // worker. A worker that fetches the job after it finds the job ended and drops its delivery.
-// A tenant without a status bucket has no worker that can claim its job (a claim writes there):
-// nothing is written.
+// An older worker of an upgrade claims in the shared bucket alone: with no status in the
+// tenant's bucket, the end is written there first, at the revision setup read there (with it
+// written in the tenant's bucket alone, the older worker's claim did not stop setup, and the
+// job it ran was dead-lettered and removed, TestSetupLeavesAJobAnOlderWorkerClaimedAfterItsRead).
 func (a *Admin) endJob(ctx context.Context, r Ref, s seen) error {
-	if s.kv == nil || s.status.State.Terminal() {
+	if (s.kv == nil && s.shared == nil) || s.status.State.Terminal() {
 		return nil
 	}
 	st := s.status
@@ -358,18 +391,42 @@ func (a *Admin) endJob(ctx context.Context, r Ref, s seen) error {
 	if err != nil {
 		return fmt.Errorf("queue: encode the status of %s: %w", r, err)
 	}
-	if s.rev == 0 {
-		_, err = s.kv.Create(ctx, r.key(), data)
-	} else {
-		_, err = s.kv.Update(ctx, r.key(), data, s.rev)
+	if s.shared != nil {
+		if _, err := s.shared.Update(ctx, r.key(), data, s.sharedRev); err != nil {
+			return endWritten(r, err)
+		}
 	}
 	switch {
+	case s.kv == nil:
+		return nil
+	case s.rev != 0:
+		_, err = s.kv.Update(ctx, r.key(), data, s.rev)
+	default:
+		_, err = s.kv.Create(ctx, r.key(), data)
+		if errors.Is(err, jetstream.ErrKeyExists) && s.shared != nil && adoptedEnd(ctx, s.kv, r.key(), data) {
+			err = nil // a worker's claim copied setup's end from the shared bucket, and found it ended
+		}
+	}
+	return endWritten(r, err)
+}
+
+// endWritten is endJob's answer to a write of the job's end: errClaimed when another write came
+// first.
+func endWritten(r Ref, err error) error {
+	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err):
 		return errClaimed
-	case err != nil:
-		return fmt.Errorf("queue: write the end of job %s: %w", r, err)
 	}
-	return nil
+	return fmt.Errorf("queue: write the end of job %s: %w", r, err)
+}
+
+// adoptedEnd reports whether kv holds, under key, the end setup wrote in the shared bucket
+// (data), as a worker's claim copies it there before it writes (tenantBuckets.adopt).
+func adoptedEnd(ctx context.Context, kv casStore, key string, data []byte) bool {
+	e, err := kv.Get(ctx, key)
+	return err == nil && bytes.Equal(e.Value(), data)
 }
 
 // endedAcked reports whether a job whose status says state ended as its worker acks it, with no

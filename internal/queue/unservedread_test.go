@@ -223,3 +223,67 @@ func (b bundle) deadLetterOf(t *testing.T, tenant, id string) queue.DeadLetter {
 	}
 	return dl
 }
+
+// TestSetupLeavesAJobAnOlderWorkerClaimedAfterItsRead: during an upgrade, `worker setup`
+// retiring team-b read a queued job's status (none in team-b's bucket, none in the shared one),
+// and an older worker, which writes the shared status bucket alone, claimed the job before
+// setup wrote its end. Setup's compare-and-set was on team-b's own bucket only, where the older
+// worker wrote nothing: it ended the job dead, dead-lettered and removed it while the older
+// worker ran it, and its status read dead. The end is now also a compare-and-set of the shared
+// bucket's key at the revision setup read there, which the older worker's claim makes fail.
+func TestSetupLeavesAJobAnOlderWorkerClaimedAfterItsRead(t *testing.T) {
+	t.Parallel()
+	u := newUpgrade(t, false)
+	ctx, cfg := u.ctx, u.cfg
+	shared := u.olderBucket(t, cfg.StatusBucket, 1)
+	declare := func(tenants map[string]config.Tenant, afterHeld func(queue.Ref)) {
+		t.Helper()
+		admin, err := queue.NewAdmin(u.nc, cfg, tenants, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if afterHeld != nil {
+			admin.AfterHeldRead(afterHeld)
+		}
+		if err := admin.Declare(ctx); err != nil {
+			t.Fatalf("worker setup: %v", err)
+		}
+	}
+	declare(map[string]config.Tenant{"team-a": {}, "team-b": {}}, nil)
+	b := bundle{nc: u.nc, js: u.js, cfg: cfg}
+	j := newJob(t)
+	if _, err := b.client(t, "team-b").Publish(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	claimed := false
+	declare(map[string]config.Tenant{"team-a": {}}, func(r queue.Ref) { // team-b retired
+		if claimed || r.ID != j.ID {
+			return
+		}
+		// The older worker's claim: a create of the job's key in the shared bucket.
+		if _, err := shared.Create(ctx, "team-b."+j.ID, mustMarshal(t, job.Status{ID: j.ID, State: job.StateRunning, Attempt: 1})); err != nil {
+			t.Errorf("the older worker's claim: %v", err)
+		}
+		claimed = true
+	})
+	if !claimed {
+		t.Fatal("setup never came to the job")
+	}
+	r := queue.Ref{Tenant: "team-b", ID: j.ID}
+	if _, err := queue.DeadLetterOf(ctx, u.nc, cfg, r); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("the job the older worker claimed has a dead letter (%v); want none, the job left to its run", err)
+	}
+	if s, err := u.js.Stream(ctx, queue.JobStream(cfg, "team-b")); err != nil || s.CachedInfo().State.Msgs != 1 {
+		t.Errorf("team-b's stream after setup: %v; want it holding the job the older worker runs", err)
+	}
+	own, err := u.js.KeyValue(ctx, queue.StatusBucket(cfg, "team-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := own.Get(ctx, "team-b."+j.ID); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("team-b's bucket holds a status of the job the older worker runs (%v), which readers take over the shared one's; want none", err)
+		if err == nil {
+			t.Logf("it says %s", e.Value())
+		}
+	}
+}
