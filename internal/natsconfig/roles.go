@@ -190,6 +190,10 @@ var Table = []Grant{
 		Pub: join(kvRead("{usage}", ">"), kvWrite("{usage}", ">"))},
 	{Roles: []Role{Operator}, What: "declare and administer streams, consumers and buckets (`worker setup`, `nats`)",
 		Pub: []string{"$JS.API.>"}},
+	// A letter's publish is no JetStream API request: without these, each letter of a retired
+	// tenant's job was refused, and setup waited for its answer until its deadline.
+	{Roles: []Role{Operator}, What: "dead-letter the jobs of a tenant the config no longer lists (`worker setup`): in the tenant's dead-letter stream, else in the shared one",
+		Pub: []string{"{dlq}_{each}.>", "{dlq}.>"}},
 	// A key's write is no JetStream API request: without these, setup's copy was refused.
 	{Roles: []Role{Operator}, What: "copy what an older Boxcar wrote in a shared bucket into each tenant's own (`worker setup`)",
 		Pub: []string{"$KV.{status}_{each}.>", "$KV.{approvals}_{each}.>"}},
