@@ -194,6 +194,10 @@ var Table = []Grant{
 	// tenant's job was refused, and setup waited for its answer until its deadline.
 	{Roles: []Role{Operator}, What: "dead-letter the jobs of a tenant the config no longer lists (`worker setup`): in the tenant's dead-letter stream, else in the shared one",
 		Pub: []string{"{dlq}_{each}.>", "{dlq}.>"}},
+	// A key's write is no JetStream API request: without it, setup's end of a retired tenant's
+	// job, written where an older worker of an upgrade claims it, was refused.
+	{Roles: []Role{Operator}, What: "end a job of a tenant the config no longer lists in the shared status bucket older workers claim in during an upgrade (`worker setup`)",
+		Pub: kvWrite("{status}", ">")},
 	// A key's write is no JetStream API request: without these, setup's copy was refused.
 	{Roles: []Role{Operator}, What: "copy what an older Boxcar wrote in a shared bucket into each tenant's own (`worker setup`)",
 		Pub: []string{"$KV.{status}_{each}.>", "$KV.{approvals}_{each}.>"}},
