@@ -199,11 +199,12 @@ func (p *Pool) start(pp *profilePool) {
 }
 
 // refill shares out at once a slot that came free, a job's, a removed sandbox's, or a start's
-// that ended without one (called back, or failed: its profile waits for its backoff, the
-// others need not), on the lag read last, without reading it again; Run's next round, which
-// the poke wakes, corrects the pools on a fresh lag. Left to that round, a pool the demand
-// moved to stayed empty while the start called back for it had already ended. The caller
-// holds mu.
+// that ended without one, on the lag read last, without reading it again; Run's next round,
+// which the poke wakes, corrects the pools on a fresh lag. Left to that round, a pool the
+// demand moved to stayed empty while the start called back for it had already ended. A failed
+// start's slot stays in its profile's share (share counts its want, backoff or not): the
+// profile fills it once its backoff has passed, and no other profile starts a sandbox there
+// that the retry would remove again (TestFailedStartKeepsItsSlot). The caller holds mu.
 func (p *Pool) refill() {
 	p.resizeAll()
 	p.poke()

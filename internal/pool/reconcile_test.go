@@ -146,6 +146,34 @@ func TestStartFailureRetried(t *testing.T) {
 	bn.p.Close()
 }
 
+// TestFailedStartKeepsItsSlot: a warm start that failed leaves its slot to its profile's share,
+// which starts it again once its backoff has passed (TestStartFailureRetried); another profile
+// wanting more does not take it meanwhile, which would have it removed again at each retry.
+func TestFailedStartKeepsItsSlot(t *testing.T) {
+	t.Parallel()
+	bn := setupTenants(t, 2, map[string]config.Profile{
+		"a": warmProfile(config.Warm{}),
+		"b": warmProfile(config.Warm{}),
+	}, map[string]config.Tenant{"ta": {Profiles: []string{"a"}}, "tb": {Profiles: []string{"b"}}})
+	bn.lag.set("ta", 1)
+	bn.reconcile(t)
+	bn.lag.set("ta", 2)
+	bn.lag.set("tb", 2)
+	bn.b.mu.Lock()
+	bn.b.failNext = 1 // b's one start, the only one of this round
+	bn.b.mu.Unlock()
+	bn.reconcile(t)
+	if a, b := bn.size("a"), bn.size("b"); a != 1 || b != 0 {
+		t.Errorf("pools a=%d b=%d while b backs off, want 1 and 0: b's slot kept for b", a, b)
+	}
+	bn.clock.advance(backoff.Max)
+	bn.reconcile(t)
+	if a, b := bn.size("a"), bn.size("b"); a != 1 || b != 1 {
+		t.Errorf("pools a=%d b=%d after b's backoff, want 1 and 1", a, b)
+	}
+	bn.p.Close()
+}
+
 // TestProfilesShareSlots: minimums first, then the rest one at a time in name order.
 func TestProfilesShareSlots(t *testing.T) {
 	t.Parallel()
