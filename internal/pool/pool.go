@@ -125,6 +125,10 @@ type profilePool struct {
 	lastBusy time.Time
 	failed   int       // starts that failed in a row (a start that succeeds ends the row)
 	retryAt  time.Time // no start before it: the backoff of the failed row
+	// Claims that failed in a row (a claim that succeeds ends the row), and no start before
+	// claimRetryAt: a start that succeeds says nothing of whether its sandbox can be claimed.
+	unclaimed    int
+	claimRetryAt time.Time
 }
 
 // warmStart is one warm sandbox being started. Calling it back cancels its start; a sandbox

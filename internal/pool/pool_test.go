@@ -41,6 +41,12 @@ type fakeSandbox struct {
 func (s *fakeSandbox) Info() sandbox.Info { return sandbox.Info{Backend: "fake", ID: s.id} }
 
 func (s *fakeSandbox) Claim(_ context.Context, tenant, jobID string) error {
+	s.b.mu.Lock()
+	hook := s.b.claimHook
+	s.b.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.claimErr != nil {
@@ -87,8 +93,9 @@ type fakeBackend struct {
 	mu        sync.Mutex
 	n, live   int
 	peak      int
-	failNext  int   // starts still to fail
-	claimErr  error // given to the next sandboxes
+	failNext  int    // starts still to fail
+	claimErr  error  // given to the next sandboxes
+	claimHook func() // runs at each claim, before it answers
 	gate      chan struct{}
 	atGate    int           // starts that found the gate shut and wait at it
 	warmGate  chan struct{} // held open: the sandboxes' warm-up does not end

@@ -129,10 +129,10 @@ func (p *Pool) shrink(pp *profilePool, n int) {
 }
 
 // grow starts sandboxes of a pool under its share n, counting those coming, as long as the
-// worker has a slot free of every sandbox (live). A profile whose starts failed starts none
-// until its backoff has passed (failedStart).
+// worker has a slot free of every sandbox (live). A profile whose starts or claims failed
+// starts none until its backoff has passed (failedStart, failedClaim).
 func (p *Pool) grow(pp *profilePool, n int) {
-	if p.cfg.Now().Before(pp.retryAt) {
+	if now := p.cfg.Now(); now.Before(pp.retryAt) || now.Before(pp.claimRetryAt) {
 		return
 	}
 	for size := pp.size(); size < n && p.live() < p.cfg.Slots; size++ {
@@ -220,6 +220,21 @@ func (p *Pool) failedStart(pp *profilePool, err error) {
 	pp.retryAt = p.cfg.Now().Add(delay)
 	p.log.Warn("pool: start a warm sandbox; trying again after a pause", "profile", pp.name, "error", err,
 		"failures_in_a_row", pp.failed, "retry_in", delay.String())
+}
+
+// failedClaim removes a warm sandbox whose claim failed, and holds the profile's starts back
+// as failedStart does: a claim that fails for every sandbox (a pod the worker may not patch)
+// had each removal's end start another at once, which the take waited for, claimed and
+// removed in turn until its job's context ended, a pod created and deleted each time, rather
+// than start the job's own (TestFailingClaimsBackOff). The caller holds mu.
+func (p *Pool) failedClaim(pp *profilePool, sb sandbox.Sandbox, tenant, jobID string, err error) {
+	p.destroy(sb)
+	p.m.Replaced.WithLabelValues(pp.name, "claim_failed").Inc()
+	pp.unclaimed++
+	delay := backoff.Delay(pp.unclaimed)
+	pp.claimRetryAt = p.cfg.Now().Add(delay)
+	p.log.Warn("pool: a warm sandbox could not be claimed; removing it, and starting none for a pause", "profile", pp.name,
+		"job_id", jobID, "tenant", tenant, "error", err, "failures_in_a_row", pp.unclaimed, "retry_in", delay.String())
 }
 
 // warmUp lets a started sandbox do ahead what its first command would (sandbox.Warmer), and

@@ -120,7 +120,8 @@ func (p *Pool) trimAny() bool {
 // takeWarm claims the oldest ready sandbox of the profile for tenant's job jobID, waiting for
 // one being started when more are starting than Takes already wait for, and never one past
 // its max_age (ageOut). It returns nil, nil
-// when there is none to have: the caller starts one. A sandbox whose claim fails is removed and the next tried.
+// when there is none to have: the caller starts one. A sandbox whose claim fails is removed and the next tried
+// (failedClaim).
 func (p *Pool) takeWarm(ctx context.Context, tenant, profile, jobID string) (sandbox.Sandbox, error) {
 	pp, ok := p.profiles[profile]
 	if !ok {
@@ -159,17 +160,22 @@ func (p *Pool) takeWarm(ctx context.Context, tenant, profile, jobID string) (san
 		p.setReady(pp, pp.ready[1:])
 		p.mu.Unlock()
 		err := claim(ctx, e.sb, tenant, jobID)
+		p.mu.Lock()
+		switch {
+		case err == nil:
+			pp.unclaimed, pp.claimRetryAt = 0, time.Time{}
+		case ctx.Err() != nil:
+			p.destroy(e.sb)
+		default:
+			p.failedClaim(pp, e.sb, tenant, jobID, err)
+		}
+		p.mu.Unlock()
 		if err == nil {
 			return e.sb, nil
 		}
-		p.mu.Lock()
-		p.destroy(e.sb)
-		p.mu.Unlock()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("pool: claim: %w", err)
 		}
-		p.m.Replaced.WithLabelValues(profile, "claim_failed").Inc()
-		p.log.Warn("pool: a warm sandbox could not be claimed; removing it", "profile", profile, "job_id", jobID, "tenant", tenant, "error", err)
 	}
 }
 

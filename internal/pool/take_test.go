@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/pool"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
@@ -138,7 +139,8 @@ func TestTakeUnpooledProfile(t *testing.T) {
 }
 
 // TestClaimFailureReplaced: a warm sandbox that cannot be claimed is removed, and the take
-// goes on to the next one.
+// goes on to the next one; the pool replaces it once the claim's backoff has passed
+// (TestFailingClaimsBackOff).
 func TestClaimFailureReplaced(t *testing.T) {
 	t.Parallel()
 	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 1})})
@@ -156,11 +158,55 @@ func TestClaimFailureReplaced(t *testing.T) {
 	if got := testutil.ToFloat64(bn.m.Replaced.WithLabelValues("p", "claim_failed")); got != 1 {
 		t.Errorf("removed claim_failed = %v, want 1", got)
 	}
+	bn.clock.advance(backoff.Max)
 	bn.reconcile(t)
 	if got := bn.size("p"); got != 1 {
 		t.Errorf("pool %d after the failed one, want it replaced", got)
 	}
 	closeAll(t, sb)
+	bn.p.Close()
+}
+
+// TestFailingClaimsBackOff: warm sandboxes that cannot be claimed (a pod the worker may not
+// patch, a Root an operator cleaned) hold the profile's starts back as failed starts do, and
+// the take goes cold once those ready or starting have failed theirs. Each removal's end
+// refilled the pool at once, and the take waited for that start too, and claimed it, and
+// removed it: it went round until its job's context ended, a pod created and deleted each time,
+// and the job failed rather than start its own sandbox.
+func TestFailingClaimsBackOff(t *testing.T) {
+	t.Parallel()
+	bn := setup(t, 4, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 2})})
+	bn.b.claimErr = errors.New("fake: pods \"sb\" is forbidden")
+	bn.reconcile(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	claims := 0
+	bn.b.mu.Lock()
+	bn.b.claimHook = func() {
+		// The removals the failed claims began end, and what they start is ready, before
+		// this claim answers: the slowest claim, the fastest backend.
+		bn.p.Settle()
+		if claims++; claims == 10 {
+			cancel()
+		}
+	}
+	bn.b.mu.Unlock()
+	sb, warm, err := bn.p.Take(ctx, "t", "p", "job-1", sandbox.Spec{})
+	if err != nil {
+		t.Fatalf("take after %d failed claims: %v; want it cold once the 2 warm ones failed theirs", claims, err)
+	}
+	if warm || claims != 2 {
+		t.Errorf("take warm %v after %d claims, want cold after the 2 warm sandboxes' claims", warm, claims)
+	}
+	bn.b.mu.Lock()
+	bn.b.claimHook, bn.b.claimErr = nil, nil
+	bn.b.mu.Unlock()
+	closeAll(t, sb)
+	bn.clock.advance(backoff.Max)
+	bn.reconcile(t)
+	if got := bn.size("p"); got != 2 {
+		t.Errorf("pool %d after the backoff, want its min of 2 again", got)
+	}
 	bn.p.Close()
 }
 
