@@ -69,7 +69,9 @@ func TestStatInMissingBucketIsTheBucketGone(t *testing.T) {
 // authorized by too) of one input is that input's refusal (ErrReadRefused, naming the key and
 // the permission), while the store's own object reads; one refusing every read of the bucket is
 // the worker's (ErrWorkerRefused). Before, both were an AccessDenied (a HEAD's bodiless 403
-// "Forbidden") that the worker waited out as an outage.
+// "Forbidden") that the worker waited out as an outage. A policy on the key's name in every
+// tenant's folder (tenants/*/inputs/*) refuses the same key in no tenant's folder too
+// (tenants/.boxcar-probe/), and is the worker's: it failed every tenant's jobs input_refused.
 func TestReadRefusedSaysWhose(t *testing.T) {
 	t.Parallel()
 	srv := s3test.StartIAM(t)
@@ -81,6 +83,7 @@ func TestReadRefusedSaysWhose(t *testing.T) {
 	}{
 		{name: "one input", resource: store.TenantPrefix("team-b") + input},
 		{name: "every key", resource: "*", worker: true},
+		{name: "every tenant's inputs", resource: "tenants/*/inputs/*", worker: true},
 	}
 	for i, tt := range rows {
 		access, bucket := "read"+string(rune('a'+i)), "boxcar-read-"+string(rune('a'+i))
@@ -103,6 +106,9 @@ func TestReadRefusedSaysWhose(t *testing.T) {
 			if !tt.worker && (err == nil || !strings.Contains(err.Error(), "s3:GetObject on arn:aws:s3:::"+bucket+"/"+store.TenantPrefix("team-b")+input)) {
 				t.Errorf("%s: %s does not name the permission on the key", tt.name, op)
 			}
+		}
+		if objs, err := st.List(t.Context(), "tenants/.boxcar-probe/"); err != nil || len(objs) != 0 {
+			t.Errorf("%s: the key's probe left %v, %v", tt.name, objs, err)
 		}
 	}
 }

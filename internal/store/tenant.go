@@ -79,7 +79,7 @@ func (t *tenantStore) Get(ctx context.Context, key string) (io.ReadCloser, error
 		return nil, err
 	}
 	rc, err := t.st.Get(ctx, k)
-	return rc, t.refused(err)
+	return rc, t.refused(readKeyRefused(ctx, t.st, t.prefix, k, err))
 }
 
 func (t *tenantStore) Stat(ctx context.Context, key string) (ObjectInfo, error) {
@@ -89,7 +89,7 @@ func (t *tenantStore) Stat(ctx context.Context, key string) (ObjectInfo, error) 
 	}
 	info, err := t.st.Stat(ctx, k)
 	info.Key = strings.TrimPrefix(info.Key, t.prefix)
-	return info, t.refused(err)
+	return info, t.refused(readKeyRefused(ctx, t.st, t.prefix, k, err))
 }
 
 func (t *tenantStore) Delete(ctx context.Context, key string) error {

@@ -84,6 +84,33 @@ func keyRefused(ctx context.Context, st Store, folder, key string, err error) er
 	return fmt.Errorf("%v; writing the key again in no tenant's folder (%s) to tell whose refusal it is: %w", err, st.URL(probe), perr)
 }
 
+// readKeyRefused tells whose the refusal of a read of key under folder is (err,
+// ErrReadRefused: the store's own object reads), as keyRefused does a write's: the same key is
+// written in no tenant's folder (keyProbeFolder) and read back. Refused there too, a policy on
+// the key's name in every tenant's folder (tenants/*/inputs/*) refuses it, the worker's
+// (ErrWorkerRefused, and no longer ErrReadRefused, which fails the tenant's job); read there,
+// a policy on this tenant's path refuses it, err. A probe that cannot tell (an outage, its
+// write refused) claims no refusal: its error is waited out. The probe's object is removed.
+func readKeyRefused(ctx context.Context, st Store, folder, key string, err error) error {
+	if !errors.Is(err, ErrReadRefused) {
+		return err
+	}
+	probe := keyProbeFolder + strings.TrimPrefix(key, folder)
+	if perr := st.PutIfAbsent(ctx, probe, bytes.NewReader(nil), 0); perr != nil && !errors.Is(perr, ErrExists) {
+		return fmt.Errorf("%v; writing the key in no tenant's folder (%s) to tell whose refusal it is: %v", err, st.URL(probe), perr)
+	}
+	defer func() { _ = st.Delete(ctx, probe) }()
+	rc, perr := st.Get(ctx, probe)
+	switch {
+	case perr == nil:
+		rc.Close()
+		return fmt.Errorf("%w (the same key in no tenant's folder, %s, reads)", err, st.URL(probe))
+	case errors.Is(perr, ErrReadRefused):
+		return &refusal{err: errors.New(err.Error()), by: byStore, why: fmt.Sprintf("a policy refuses reading this key's name in every tenant's folder: the same key in no tenant's folder, %s, is refused too; no job with it may run while it lasts", st.URL(probe))}
+	}
+	return fmt.Errorf("%v; reading the key in no tenant's folder (%s) to tell whose refusal it is: %v", err, st.URL(probe), perr)
+}
+
 // proveWrites proves that st takes writes under folder (a tenant's, with a trailing slash) by
 // writing WriteProbeKey there create-only: a refusal for want of permission comes before the
 // server looks whether the object exists, so finding it there is a proof too. A store that
