@@ -17,10 +17,10 @@ var (
 	// (none in the environment or the shared files, no identity of the machine, a
 	// credential_process that failed). Waiting rarely changes that, unless the error also
 	// carries a server's 5xx (STS or the instance metadata service down).
+	ErrCredentials = errors.New("no usable credentials for the store (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with the machine's identity)")
 	// ErrReadRefused marks an object the store refuses the worker reading (S3's AccessDenied)
 	// while it reads the store's own object: a policy on that key, not on the worker.
 	ErrReadRefused = errors.New("the store refuses the worker reading the object")
-	ErrCredentials = errors.New("no usable credentials for the store (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with the machine's identity)")
 )
 
 // ErrInvalidURL marks a store URL that Open cannot use: an unknown scheme, a relative file
