@@ -2,16 +2,16 @@ package runner_test
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/store/storetest"
 )
 
 // TestReadOnlyFileStoreWaitsNotReady: a file store whose directory refuses the worker's writes
-// (made immutable here, as a read-only mount refuses them) refuses every tenant: the job waits
+// (made read-only here: storetest.ReadOnly) refuses every tenant: the job waits
 // for the store with its delivery, as for an outage, and runs once the directory takes writes
 // again. Before, the tenant's proof of writes met the refusal first and failed the job
 // store_write_refused at its first delivery.
@@ -20,15 +20,7 @@ func TestReadOnlyFileStoreWaitsNotReady(t *testing.T) {
 	b := setup(t)
 	dir := strings.TrimPrefix(b.shared.URL(""), "file://")
 	j := b.newJob("p", "t") // its input stored before the directory refuses writes
-	if out, err := exec.Command("chattr", "-R", "+i", dir).CombinedOutput(); err != nil {
-		t.Skipf("chattr +i %s: %v %s", dir, err, out)
-	}
-	lift := func() {
-		if out, err := exec.Command("chattr", "-R", "-i", dir).CombinedOutput(); err != nil {
-			t.Errorf("chattr -i %s: %v %s", dir, err, out)
-		}
-	}
-	defer lift()
+	lift := storetest.ReadOnly(t, dir)
 	b.worker(agentFunc(writeReport))
 	b.publish(j)
 	var st job.Status

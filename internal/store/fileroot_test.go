@@ -3,28 +3,13 @@ package store_test
 import (
 	"bytes"
 	"errors"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/boxcar-run/boxcar/internal/store"
+	"github.com/boxcar-run/boxcar/internal/store/storetest"
 )
-
-// immutable makes every file and folder under dir immutable (chattr +i: even root is refused
-// creating, renaming or removing there, EPERM), as a store directory mounted read-only refuses
-// the worker, until the test ends; it skips the test where the file system or the user cannot.
-func immutable(t *testing.T, dir string) {
-	t.Helper()
-	if out, err := exec.Command("chattr", "-R", "+i", dir).CombinedOutput(); err != nil {
-		t.Skipf("chattr +i %s: %v %s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("chattr", "-R", "-i", dir).CombinedOutput(); err != nil {
-			t.Errorf("chattr -i %s: %v %s", dir, err, out)
-		}
-	})
-}
 
 // TestFileRootRefusedIsTheWorkers: a file store whose directory refuses the worker's writes
 // (read-only, or not its user's) refuses every tenant: its Probe proves the directory with the
@@ -47,7 +32,7 @@ func TestFileRootRefusedIsTheWorkers(t *testing.T) {
 				t.Fatalf("the proof before the directory refused: %v", err)
 			}
 		}
-		immutable(t, dir)
+		storetest.ReadOnly(t, dir)
 		err = store.Probe(t.Context(), tenant)
 		if proven {
 			_, err = store.PutOnce(t.Context(), tenant, store.ManifestKey("j1"), bytes.NewReader([]byte("{}")), 2)
