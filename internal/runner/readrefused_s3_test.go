@@ -57,3 +57,33 @@ func TestInputReadRefusedFailsTheJob(t *testing.T) {
 		t.Errorf("the worker waited for a store that refused the read:\n%s", logs.String())
 	}
 }
+
+// TestInputNameRefusedForEveryTenantWaits: a bucket policy refusing the worker's reads of
+// every tenant's inputs (tenants/*/inputs/*) is the worker's refusal, not the job's: the job
+// waits for the store at its delivery, as for an outage, and runs once the policy is lifted.
+// Before, it read as a policy on that one input (the store's own object reads) and failed the
+// job input_refused, as it would every tenant's.
+func TestInputNameRefusedForEveryTenantWaits(t *testing.T) {
+	t.Parallel()
+	bucket := newScopedBucket(t)
+	b := setup(t)
+	b.store = store.ForTenant(bucket.root(t), job.DefaultTenant) // the submitter's
+	j := b.newJob("p", "t")
+	bucket.srv.Deny(t, bucket.name, "worker", "s3:GetObject", "tenants/*/inputs/*")
+	b.shared = bucket.worker(t)
+	b.worker(agentFunc(writeReport))
+	b.publish(j)
+	var st job.Status
+	waitFor(t, time.Minute, "the status to say the attempt waits for the store", func() bool {
+		var err error
+		st, err = b.q.Status(context.Background(), j.ID)
+		return err == nil && strings.HasPrefix(st.Error, "waiting for the store") || st.State.Terminal()
+	})
+	if st.State.Terminal() {
+		t.Fatalf("job ended %s (%q) while a policy refused every tenant's inputs; want it waiting", st.State, st.Error)
+	}
+	bucket.srv.Deny(t, bucket.name, "worker", "s3:GetObject", "no-key-is-named-so") // lifted
+	if st = b.waitFinal(j.ID, 2*time.Minute); st.State != job.StateSucceeded || st.Attempt != 1 {
+		t.Errorf("job ended %s at attempt %d (%q), want succeeded at the first once the policy is lifted", st.State, st.Attempt, st.Error)
+	}
+}
