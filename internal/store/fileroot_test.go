@@ -3,6 +3,8 @@ package store_test
 import (
 	"bytes"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -45,5 +47,40 @@ func TestFileRootRefusedIsTheWorkers(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), dir) {
 			t.Errorf("proven %v: the error does not name the directory %s", proven, dir)
 		}
+	}
+}
+
+// TestFileKeyRefusedLeavesNoProbeFolder: a run's folder of a file store that refuses the
+// worker's writes, while the tenant's folder takes its proof, is the tenant's refusal
+// (ErrWriteRefused), told by the same key written in no tenant's folder
+// (tenants/.boxcar-probe/); that write leaves no folder behind. Before, each refused key left
+// its folders there, empty, which no `submit gc` of a tenant's folders prunes.
+func TestFileKeyRefusedLeavesNoProbeFolder(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "store")
+	f, err := store.NewFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	tenant := store.ForTenant(f, "team-b")
+	if err := tenant.Put(t.Context(), "runs/j1/status.json", bytes.NewReader([]byte("{}")), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Probe(t.Context(), tenant); err != nil {
+		t.Fatal(err)
+	}
+	storetest.ReadOnly(t, filepath.Join(dir, "tenants", "team-b", "runs", "j1"))
+	_, err = store.PutOnce(t.Context(), tenant, store.ManifestKey("j1"), bytes.NewReader([]byte("{}")), 2)
+	t.Logf("%v", err)
+	if !errors.Is(err, store.ErrWriteRefused) || errors.Is(err, store.ErrWorkerRefused) {
+		t.Errorf("ErrWriteRefused %v, ErrWorkerRefused %v; want the tenant's refusal alone",
+			errors.Is(err, store.ErrWriteRefused), errors.Is(err, store.ErrWorkerRefused))
+	}
+	if err == nil || !strings.Contains(err.Error(), "tenants/.boxcar-probe/runs/j1/manifest.json") {
+		t.Errorf("the error does not name the key's probe")
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "tenants", ".boxcar-probe")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the key's probe left its folder: %v", err)
 	}
 }

@@ -74,7 +74,7 @@ func keyRefused(ctx context.Context, st Store, folder, key string, err error) er
 	perr := st.PutIfAbsent(ctx, probe, bytes.NewReader(nil), 0)
 	switch {
 	case perr == nil || errors.Is(perr, ErrExists):
-		_ = st.Delete(ctx, probe)
+		dropKeyProbe(ctx, st, probe)
 		return fmt.Errorf("%w (a policy refuses this key under the tenant's folder alone: the folder's proof %s and the same key in no tenant's folder, %s, took. %s)",
 			err, st.URL(folder+WriteProbeKey), st.URL(probe), wp.keyRemedy(key))
 	case refusedWrite(perr):
@@ -99,7 +99,7 @@ func readKeyRefused(ctx context.Context, st Store, folder, key string, err error
 	if perr := st.PutIfAbsent(ctx, probe, bytes.NewReader(nil), 0); perr != nil && !errors.Is(perr, ErrExists) {
 		return fmt.Errorf("%v; writing the key in no tenant's folder (%s) to tell whose refusal it is: %v", err, st.URL(probe), perr)
 	}
-	defer func() { _ = st.Delete(ctx, probe) }()
+	defer dropKeyProbe(ctx, st, probe)
 	rc, perr := st.Get(ctx, probe)
 	switch {
 	case perr == nil:
@@ -109,6 +109,14 @@ func readKeyRefused(ctx context.Context, st Store, folder, key string, err error
 		return &refusal{err: errors.New(err.Error()), by: byStore, why: fmt.Sprintf("a policy refuses reading this key's name in every tenant's folder: the same key in no tenant's folder, %s, is refused too; no job with it may run while it lasts", st.URL(probe))}
 	}
 	return fmt.Errorf("%v; reading the key in no tenant's folder (%s) to tell whose refusal it is: %v", err, st.URL(probe), perr)
+}
+
+// dropKeyProbe removes the object keyRefused or readKeyRefused wrote, and the file store's
+// folders it made: no tenant's `submit gc` prunes keyProbeFolder.
+func dropKeyProbe(ctx context.Context, st Store, probe string) {
+	if st.Delete(ctx, probe) == nil {
+		_ = PruneFolders(ctx, st, keyProbeFolder)
+	}
 }
 
 // proveWrites proves that st takes writes under folder (a tenant's, with a trailing slash) by
