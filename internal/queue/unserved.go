@@ -374,7 +374,8 @@ var errClaimed = errors.New("a worker wrote the job's status since setup read it
 // read (s), before setup dead-letters and removes its message. A worker that claimed the job
 // in between (its consumer delivered it after setup read how far it delivered) wrote its
 // running status, which makes this write fail (errClaimed): setup leaves the job to that
-// worker. A worker that fetches the job after it finds the job ended and drops its delivery.
+// worker. A worker that fetches the job after it finds the job ended and terms its delivery,
+// writing the dead letter should setup have stopped before it (the runner's endedOutcome).
 // An older worker of an upgrade claims in the shared bucket alone: with no status in the
 // tenant's bucket, the end is written there first, at the revision setup read there (with it
 // written in the tenant's bucket alone, the older worker's claim did not stop setup, and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -47,7 +48,8 @@ func (s stage) String() string { return stageNames[s] }
 
 // Errors the stages return for classify to turn into an ending.
 var (
-	// errJobEnded: the job's status is already final; this delivery has nothing to add.
+	// errJobEnded: the job's status is already final (endedError says how), and no run of it
+	// is committed.
 	errJobEnded = errors.New("job already ended")
 	// errExhausted: the job used up its deliveries before this one (queue.Delivery.Exhausted).
 	errExhausted = errors.New("no worker finished the job")
@@ -78,8 +80,26 @@ func (e *committedError) Error() string {
 
 // failed reports whether the committed end is one with a dead letter.
 func (e *committedError) failed() bool {
-	s := e.out.State
-	return s == job.StateFailed || s == job.StateDead || s == job.StateRejected
+	_, lettered := letterReasons[e.out.State]
+	return lettered
+}
+
+// letterReasons are the ends that have a dead letter, each with the letter's reason when
+// nothing more precise names one (as decide gives it).
+var letterReasons = map[job.State]string{job.StateFailed: "failed", job.StateRejected: "rejected", job.StateDead: "max_deliveries"}
+
+// endedError is a job whose status the claim found final, with no run committed: a delivery
+// ended it without a manifest, or `worker setup` retiring its tenant did (queue's endJob), and
+// stopped before its dead letter, which this delivery then writes.
+type endedError struct{ st job.Status }
+
+func (e *endedError) Error() string { return fmt.Sprintf("%v as %s", errJobEnded, e.st.State) }
+func (e *endedError) Unwrap() error { return errJobEnded }
+
+// lettered reports whether the job ended with a dead letter.
+func (e *endedError) lettered() bool {
+	_, ok := letterReasons[e.st.State]
+	return ok
 }
 
 // failureMode is one row of the table classify reads: where it applies, what it matches and
@@ -108,7 +128,7 @@ var failureModes = []failureMode{
 	// lease lost is the stage's error (the commit found a later attempt) or the cause of the
 	// attempt's context (a status write found one: writeStatus).
 	{name: "lease lost", when: errOrCauseIs(errLeaseLost), build: leaseLostOutcome},
-	{name: "job ended elsewhere", in: []stage{stageClaim}, when: errIs(errJobEnded), end: endDone,
+	{name: "job ended elsewhere", in: []stage{stageClaim}, when: endedElsewhere(false), end: endDone,
 		build: func(error, error) outcome { return outcome{end: endDone} }},
 	{name: "committed", in: []stage{stageClaim, stageEnd}, when: committed(false), build: committedOutcome},
 	{name: "cancelled before it started", in: []stage{stageClaim}, when: errIs(errCancelled), end: endCancelled},
@@ -124,6 +144,7 @@ var failureModes = []failureMode{
 	{name: "interrupted", when: anyCause, build: causeOutcome(endInterrupted)},
 
 	{name: "committed with a dead letter", in: []stage{stageClaim, stageEnd}, when: committed(true), build: committedOutcome},
+	{name: "ended elsewhere with a dead letter", in: []stage{stageClaim}, when: endedElsewhere(true), build: endedOutcome},
 	// An end that cannot be decided now is tried again by a later delivery, recording nothing.
 	{name: "end undecided", when: errIs(errUndecided), end: endUndecided},
 	{name: "end failed", in: []stage{stageEnd}, when: anyErr, end: endUndecided},
@@ -303,6 +324,28 @@ func committedOutcome(err, _ error) outcome {
 		return outcome{end: endDeadLetter, err: queue.Permanent(c.out.Reason, toldError{c.out.Error}), state: c.out.State}
 	}
 	return outcome{end: endDone, state: c.out.State}
+}
+
+// endedElsewhere matches a job the claim found ended (errJobEnded) in a state with a dead
+// letter (deadLetter) or not.
+func endedElsewhere(deadLetter bool) func(err, cause error) bool {
+	return func(err, _ error) bool {
+		var e *endedError
+		return errors.Is(err, errJobEnded) && (errors.As(err, &e) && e.lettered()) == deadLetter
+	}
+}
+
+// endedOutcome makes sure the dead letter of a job found ended exists (the server refuses a
+// second, so one written already stays the only one), from what its status says: setup writes
+// its end's error as "unknown_tenant: why", a worker the words its letter carries.
+func endedOutcome(err, _ error) outcome {
+	var e *endedError
+	errors.As(err, &e)
+	reason, text := letterReasons[e.st.State], e.st.Error
+	if why, ok := strings.CutPrefix(text, queue.ReasonUnknownTenant+": "); ok {
+		reason, text = queue.ReasonUnknownTenant, why
+	}
+	return outcome{end: endDeadLetter, err: queue.Permanent(reason, toldError{text})}
 }
 
 // modelUnavailableOutcome is a transient end that asks for the endpoint's Retry-After

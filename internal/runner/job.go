@@ -351,7 +351,7 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 		return st, errCancelled
 	case errors.Is(err, queue.ErrFinal):
 		a.log.InfoContext(ctx, "job already ended; dropping this delivery", "state", st.State)
-		return st, errJobEnded
+		return st, &endedError{st: st}
 	case err != nil:
 		return job.Status{}, err
 	case st.CancelRequested:
