@@ -350,7 +350,7 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 		// is committed like any other, so that no stale attempt can commit another.
 		return st, errCancelled
 	case errors.Is(err, queue.ErrFinal):
-		a.log.InfoContext(ctx, "job already ended; dropping this delivery", "state", st.State)
+		a.log.InfoContext(ctx, "job already ended; this delivery ends with it (a dead letter written if its end has one and it is missing)", "state", st.State)
 		return st, &endedError{st: st}
 	case err != nil:
 		return job.Status{}, err
