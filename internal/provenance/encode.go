@@ -16,13 +16,14 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 )
 
-// appendJCS appends v, at depth in the document, in canonical JSON: the bytes json.Marshal and then canonicalJSON give,
-// without the text in between. A manifest is built on every commit, and reading back the
-// text encoding/json wrote was half of building it. What a manifest's own types hold is
-// written here: structs, pointers, slices, maps with string keys, strings, integers and
-// booleans. Anything else (a type with its own MarshalJSON or MarshalText, an interface, a
-// float, bytes, an embedded field, a `string` option) takes the long way for that value, so
-// it comes out as encoding/json writes it. TestEncoderMatchesMarshal holds the two together.
+// appendJCS appends v, at depth in the document, in canonical JSON: the bytes json.Marshal
+// and then canonicalJSON give, without the text in between. A manifest is built on every
+// commit, and reading back the text encoding/json wrote was half of building it. What a
+// manifest's own types hold is written here: structs, pointers, slices, maps with string
+// keys, strings, integers and booleans. Anything else (a type with its own MarshalJSON or
+// MarshalText, an interface, a float, a json.Number, bytes, an embedded field, a `string`
+// option) takes the long way for that value, so it comes out as encoding/json writes it.
+// TestEncoderMatchesMarshal holds the two together.
 func appendJCS(out []byte, v reflect.Value, depth int) ([]byte, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("nested deeper than %d levels", maxDepth)
@@ -32,6 +33,8 @@ func appendJCS(out []byte, v reflect.Value, depth int) ([]byte, error) {
 		return appendTime(out, v, depth)
 	case durationType:
 		return appendString(out, time.Duration(v.Int()).String()) // as its MarshalJSON writes it
+	case numberType:
+		return appendLongWay(out, v, depth) // a string encoding/json writes as the number it spells
 	}
 	if ownEncoding(v) {
 		return appendLongWay(out, v, depth)
@@ -111,6 +114,7 @@ func methodsOf(t reflect.Type) methods {
 var (
 	timeType     = reflect.TypeFor[time.Time]()
 	durationType = reflect.TypeFor[job.Duration]()
+	numberType   = reflect.TypeFor[json.Number]()
 )
 
 // appendTime writes a time as its MarshalJSON does, RFC 3339 with nanoseconds, which the

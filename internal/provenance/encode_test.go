@@ -77,6 +77,13 @@ type (
 	}
 )
 
+// numbered holds json.Number, a string that encoding/json writes as the number it spells.
+type numbered struct {
+	N     json.Number  `json:"n"`
+	Empty json.Number  `json:"empty,omitempty"`
+	Ptr   *json.Number `json:"ptr"`
+}
+
 // TestEncoderMatchesMarshal: appendJCS writes what json.Marshal and canonicalJSON write, on a
 // manifest and on what the manifest's types do not hold but might one day.
 func TestEncoderMatchesMarshal(t *testing.T) {
@@ -117,6 +124,10 @@ func TestEncoderMatchesMarshal(t *testing.T) {
 		"durations":               []job.Duration{0, -1, 1, job.Duration(90 * time.Second), job.Duration(math.MaxInt64), job.Duration(math.MinInt64)},
 		"a pointer to a duration": ptrTo(job.Duration(time.Millisecond)),
 		"string array":            [2]string{"\xff", "z"},
+		"json.Number":             json.Number("1e2"),
+		"json.Numbers":            []json.Number{"12.50", "-0", "", "1"},
+		"json.Number fields":      numbered{N: "0.10", Ptr: ptrTo(json.Number("123456789012345678901"))},
+		"a json.Number not one":   json.Number("x"),
 	}
 	for name, v := range tests {
 		sameAsLongWay(t, name, v)
