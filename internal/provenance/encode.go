@@ -44,6 +44,11 @@ func appendJCS(out []byte, v reflect.Value, depth int) ([]byte, error) {
 		if v.IsNil() {
 			return append(out, "null"...), nil
 		}
+		if v.Elem().Kind() == reflect.Pointer {
+			// A pointer to a pointer adds no depth, and one to itself never ends: encoding/json
+			// looks for the cycle.
+			return appendLongWay(out, v, depth)
+		}
 		return appendJCS(out, v.Elem(), depth)
 	case reflect.Struct:
 		return appendStruct(out, v, depth)

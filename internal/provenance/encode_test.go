@@ -77,6 +77,9 @@ type (
 	}
 )
 
+// loop is a pointer to its own type, which json.Marshal refuses when it points to itself.
+type loop *loop
+
 // numbered holds json.Number, a string that encoding/json writes as the number it spells.
 type numbered struct {
 	N     json.Number  `json:"n"`
@@ -129,6 +132,10 @@ func TestEncoderMatchesMarshal(t *testing.T) {
 		"json.Number fields":      numbered{N: "0.10", Ptr: ptrTo(json.Number("123456789012345678901"))},
 		"a json.Number not one":   json.Number("x"),
 	}
+	var self loop
+	self = &self
+	tests["a pointer to itself"] = self
+	tests["a pointer to a pointer"] = ptrTo(ptrTo(withOddFields{Plain: "p"}))
 	for name, v := range tests {
 		sameAsLongWay(t, name, v)
 	}
