@@ -130,17 +130,19 @@ func unmapPrefixes(ps []netip.Prefix) []netip.Prefix {
 	return out
 }
 
-// withIPv4Forms adds, for each prefix of 96 bits or more in a range whose last 32 bits are
+// withIPv4Forms adds, for each prefix longer than 96 bits in a range whose last 32 bits are
 // an IPv4 address (NAT64's, the local-use one's /96s, IPv4-compatible, IPv4-translated, a
 // /96 of nat64), the IPv4 prefix it covers: a denied 64:ff9b::c613:0/112, as a DNS64 network
 // writes 198.19.0.0/16, denied the NAT64 form alone and left the same servers open at their
-// IPv4 addresses (TestAddrFilterComparesByServer). Allowed CIDRs are not widened so: an
-// address in a NAT64 form is lifted by both its own and its IPv4 prefix (check).
+// IPv4 addresses (TestAddrFilterComparesByServer). A /96 is the form itself, and denies that
+// form alone: widened, a denied 64:ff9b::/96 denied 0.0.0.0/0, every IPv4 address
+// (TestDeniedNAT64PrefixDeniesItsFormsAlone). Allowed CIDRs are not widened so: an address in
+// a NAT64 form is lifted by both its own and its IPv4 prefix (check).
 func withIPv4Forms(ps, nat64 []netip.Prefix) []netip.Prefix {
 	out := slices.Clone(ps)
 	for _, p := range ps {
 		a := p.Addr()
-		if !a.Is6() || p.Bits() < 96 {
+		if !a.Is6() || p.Bits() <= 96 {
 			continue
 		}
 		in96 := compatPrefix.Contains(a) || siitPrefix.Contains(a) || nat64Prefix.Contains(a) || nat64LocalPfx.Contains(a) ||

@@ -615,6 +615,35 @@ func TestAddrFilterComparesByServer(t *testing.T) {
 	}
 }
 
+// TestDeniedNAT64PrefixDeniesItsFormsAlone: a denied CIDR that is a whole /96 of an IPv4-
+// carrying form (NAT64's, IPv4-compatible, a /96 of nat64_prefixes) denies the addresses in
+// that form, not every IPv4 address: widened to the IPv4 prefix its last 32 bits cover, it
+// denied 0.0.0.0/0, 8.8.8.8 and the lifted 198.18.0.1 with it. A longer one still denies its
+// IPv4 prefix (TestAddrFilterComparesByServer).
+func TestDeniedNAT64PrefixDeniesItsFormsAlone(t *testing.T) {
+	for _, denied := range []string{"64:ff9b::/96", "::/96", "2001:db8:64::/96"} {
+		t.Run(denied, func(t *testing.T) {
+			f, err := newAddrFilter(Config{
+				AllowedCIDRs:  []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
+				DeniedCIDRs:   []netip.Prefix{netip.MustParsePrefix(denied)},
+				NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96")},
+				Resolver:      &stubResolver{calls: map[string]int{}}, Limits: Limits{DialTimeout: time.Second},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inForm := netip.PrefixFrom(netip.MustParsePrefix(denied).Addr(), 96).Addr().As16()
+			copy(inForm[12:], []byte{8, 8, 8, 8})
+			for addr, want := range map[string]Reason{"8.8.8.8": "", "198.18.0.1": "",
+				netip.AddrFrom16(inForm).String(): ReasonDeniedAddress} {
+				if r, d := f.check(netip.MustParseAddr(addr), 443, false, addr); r != want {
+					t.Errorf("check(%s, 443) = %q (%s), want %q", addr, r, d, want)
+				}
+			}
+		})
+	}
+}
+
 // TestHostsTeredoServerIsNotTheHost: a Teredo address (2001:0::/32) carries its client's
 // IPv4 address, the host's own outside its NAT, and the address of the Teredo server it
 // qualified with, a third party's. Keyed by every IPv4 address it carries, a Teredo address
