@@ -300,6 +300,9 @@ func timedOut(err error) bool {
 // outcome is how an exchange that ended in err is recorded: its row of outcomes, for an
 // upstream that had answered or not.
 func outcome(err error, answered bool) *verdict {
+	if fr := (*formRefusal)(nil); errors.As(err, &fr) {
+		return fr.v // a form naming a refused method, cut on its way upstream
+	}
 	for _, o := range outcomes {
 		if !o.match(err) {
 			continue

@@ -483,14 +483,14 @@ func TestJobEndRecorded(t *testing.T) {
 		{"forwarded, resolving", http.MethodGet, false, nil, "resolve", func(t *testing.T, h *harness) {
 			sendRaw(getReq("http://plain.example.com/", "plain.example.com"))(t, h.dialProxy(t))
 		}},
-		// The job ends while the proxy reads a form's body for its _method (checkForm), the
-		// sandbox having sent part of it after the proxy's 100 Continue.
-		{"forwarded, reading a form", http.MethodPost, false, nil, "form", func(t *testing.T, h *harness) {
+		// The job ends while the proxy reads a form's body for its _method on its way upstream
+		// (formBody), the sandbox having sent part of it after the proxy's 100 Continue.
+		{"forwarded, sending a form", http.MethodPost, false, answerNothing, "", func(t *testing.T, h *harness) {
 			c := h.dialProxy(t)
 			sendRaw("POST http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n"+halfForm)(t, c)
 			awaitContinue(t, bufio.NewReader(c))
 		}},
-		{"terminated, reading a form", http.MethodPost, true, nil, "form", func(t *testing.T, h *harness) {
+		{"terminated, sending a form", http.MethodPost, true, answerNothing, "", func(t *testing.T, h *harness) {
 			tc, br := h.terminated(t, "api.example.com:443")
 			sendRaw("POST / HTTP/1.1\r\nHost: api.example.com\r\n"+halfForm)(t, tc)
 			awaitContinue(t, br)
@@ -521,9 +521,7 @@ func TestJobEndRecorded(t *testing.T) {
 				h.resolver.mu.Unlock()
 			}
 			tt.open(t, h)
-			if tt.stall != "form" { // the form's open saw the proxy read its body
-				<-reached
-			}
+			<-reached
 			if err := h.stop(); err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	testharness "github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestUpstreamGetsNoForwardingFields: the fields a front end reads as what a proxy before it
@@ -158,11 +160,13 @@ func TestMethodOverrideToAForwardedMethodGoesOn(t *testing.T) {
 }
 
 // TestFormMethodOverrideGoesOn: a form the proxy reads for its _method (the refusals are
-// TestBypass's form rows) goes upstream whole, as sent, its length, chunked or not, and a
-// 100-continue the sandbox waits for answered, on both paths; a form at the cap is read.
+// TestBypass's form rows) goes upstream byte for byte, its length, chunked or not, and a
+// 100-continue the sandbox waits for answered, on both paths, at any size: an AWS Query call
+// (SQS SendMessage, SNS Publish: 256 KiB; SES SendRawEmail: 10 MB) over the 64 KiB the proxy
+// read was refused (the 300 KiB rows: 405 on both paths).
 func TestFormMethodOverrideGoesOn(t *testing.T) {
-	atCap := "_method=PATCH&a=" + strings.Repeat("x", maxFormBytes-len("_method=PATCH&a="))
-	for _, url := range []string{"https://api.example.com/v1", "http://plain.example.com/v1"} {
+	large := largeForm(300 << 10)
+	for _, url := range []string{"https://api.example.com/body", "http://plain.example.com/body"} {
 		for _, tt := range []struct {
 			name, body string
 			chunked    bool
@@ -171,7 +175,9 @@ func TestFormMethodOverrideGoesOn(t *testing.T) {
 			{"PATCH", "_method=PATCH&a=1", false, false},
 			{"chunked", "_method=PATCH&a=1", true, false},
 			{"100-continue", "_method=PATCH&a=1", false, true},
-			{"at the cap", atCap, false, false},
+			{"300 KiB", large, false, false},
+			{"300 KiB, chunked", large, true, false},
+			{"300 KiB, 100-continue", large, false, true},
 		} {
 			t.Run(url+" "+tt.name, func(t *testing.T) {
 				h := setup(t, nil)
@@ -192,13 +198,71 @@ func TestFormMethodOverrideGoesOn(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				raw, _ := io.ReadAll(resp.Body)
+				got, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if want := fmt.Sprintf(", %d bytes in", len(tt.body)); resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), want) {
-					t.Errorf("status %d, answer %.80q: want the form upstream whole (%s)", resp.StatusCode, raw, want)
+				if resp.StatusCode != http.StatusOK || string(got) != tt.body {
+					t.Errorf("status %d %s, the upstream got %d bytes %.80q: want the form's %d as sent",
+						resp.StatusCode, resp.Header.Get("X-Boxcar-Egress"), len(got), got, len(tt.body))
 				}
 			})
 		}
+	}
+}
+
+// largeForm is an AWS Query call of about n bytes: names and values with escapes, "=" and
+// ";" in values, a _method asking for PATCH, and a long message.
+func largeForm(n int) string {
+	var b strings.Builder
+	b.WriteString("Action=SendMessage&Version=2012-11-05&_method=PATCH&QueueUrl=https%3A%2F%2Fsqs.example.com%2F1%2Fq")
+	for i := 0; b.Len() < n/2; i++ {
+		fmt.Fprintf(&b, "&MessageAttribute.%d.Name=a%%3Db;c&MessageAttribute.%d.Value.StringValue=%s", i, i, strings.Repeat("v+w", i%50))
+	}
+	b.WriteString("&MessageBody=")
+	b.WriteString(strings.Repeat("x%26y%3D", (n-b.Len())/8+1))
+	return b.String()
+}
+
+// TestFormOverrideLateIsCut: a _method=TRACE after 200 KiB of other parameters, read as the
+// form goes upstream, is refused, and the upstream's request is cut before its body's end:
+// the server got no whole request to act on.
+func TestFormOverrideLateIsCut(t *testing.T) {
+	body := largeForm(200<<10) + "&_method=TRACE"
+	for _, tt := range []struct {
+		url     string
+		up      func(h *harness) *upstream
+		chunked bool
+	}{
+		{"https://api.example.com/", func(h *harness) *upstream { return h.tlsUp }, false},
+		{"https://api.example.com/", func(h *harness) *upstream { return h.tlsUp }, true},
+		{"http://plain.example.com/", func(h *harness) *upstream { return h.plainUp }, false},
+		{"http://plain.example.com/", func(h *harness) *upstream { return h.plainUp }, true},
+	} {
+		t.Run(fmt.Sprintf("%s chunked=%v", tt.url, tt.chunked), func(t *testing.T) {
+			h := setup(t, nil)
+			var r io.Reader = strings.NewReader(body)
+			if tt.chunked {
+				r = io.MultiReader(r)
+			}
+			req, _ := http.NewRequest(http.MethodPost, tt.url, r)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if resp, err := h.client(t).Do(req); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusMethodNotAllowed {
+					t.Errorf("status %d, want 405", resp.StatusCode)
+				}
+			}
+			d := h.waitDecision(t, "the refusal", func(d Decision) bool { return !d.Allowed })
+			if d.Reason != ReasonMethod || d.BytesOut == 0 {
+				t.Errorf("decision %+v, want method, with the bytes sent before the cut", d)
+			}
+			up := tt.up(h)
+			testharness.Wait(t, "the upstream to read the body's cut", func() (bool, error) {
+				return up.cutCount() == 1, nil
+			}, testharness.Within(30*time.Second))
+			if n := up.count(); n != 0 {
+				t.Errorf("the upstream got %d whole requests, want none", n)
+			}
+		})
 	}
 }
 

@@ -164,10 +164,12 @@ func (d *stubDialer) seen() []string {
 	return append([]string(nil), d.dialed...)
 }
 
-// upstream records the requests a test server got.
+// upstream records the requests a test server got whole, and counts those whose body ended
+// short (a form the proxy cut).
 type upstream struct {
 	mu   sync.Mutex
 	reqs []*http.Request
+	cut  int
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -179,11 +181,20 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusRequestEntityTooLarge)
 		return
 	}
-	body, _ := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
 	u.mu.Lock()
+	if err != nil {
+		u.cut++
+		u.mu.Unlock()
+		return
+	}
 	u.reqs = append(u.reqs, r)
 	u.mu.Unlock()
 	reflect(w, r)
+	if r.URL.Path == "/body" {
+		_, _ = w.Write(body)
+		return
+	}
 	if r.URL.Path == "/bighead" { // a header past any sane limit, as a hostile server sends
 		w.Header().Set("X-Big", strings.Repeat("a", 2<<20))
 		return
@@ -259,6 +270,13 @@ func (u *upstream) count() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return len(u.reqs)
+}
+
+// cutCount is how many requests' bodies ended short.
+func (u *upstream) cutCount() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.cut
 }
 
 // harness is one proxy with its upstreams, resolver, dialer and everything it reported.

@@ -90,9 +90,7 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 		v = p.admit()
 	}
 	if v == nil {
-		in := p.meter()
-		v = checkForm(ctx, sandboxConn{t.client}, req, in)
-		d.BytesIn += in.n.Load()
+		v = checkForm(req)
 	}
 	if v != nil {
 		p.refuseConn(t.client, d, v)
