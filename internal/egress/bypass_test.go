@@ -179,7 +179,7 @@ func overrideRows() []bypass {
 	// are its "_method".
 	// Past 10,000 pairs Go's ParseQuery reads none: the _method after them went upstream.
 	for _, query := range []string{"_method=TRACE", "a=1&_method=trace", ".method=TRACE", "_method=%54RACE", "a=1;_method=TRACE",
-		"+_method=TRACE", "%20%20.method=TRACE", "_method%00x=TRACE", strings.Repeat("a&", 10001) + "_method=TRACE"} {
+		"+_method=TRACE", "%20%20.method=TRACE", "_method%00x=TRACE", "_method%00%zz=TRACE", strings.Repeat("a&", 10001) + "_method=TRACE"} {
 		rows = append(rows,
 			bypass{name: "terminated: ?" + shortName(query), run: inside("POST /?" + query + " HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 0\r\n\r\n"), want: ReasonMethod},
 			bypass{name: "forwarded: ?" + shortName(query), raw: "POST http://plain.example.com/?" + query + " HTTP/1.1\r\nHost: plain.example.com\r\nContent-Length: 0\r\n\r\n", want: ReasonMethod})
@@ -211,6 +211,7 @@ func formOverrideRows() []bypass {
 		{".method=TRACE", "POST", form, "", ".method=TRACE"},
 		{"+_method=TRACE", "POST", form, "", "+_method=TRACE"},
 		{"_method%00=TRACE", "POST", form, "", "_method%00=TRACE"},
+		{"_method%00%zz=TRACE", "POST", form, "", "_method%00%zz=TRACE"},
 		{"_method=%54RACE", "POST", form, "", "_method=%54RACE"},
 		{"a=1;_method=TRACE", "POST", form, "", "a=1;_method=TRACE"},
 		{"_method=TRACK", "POST", form, "", "_method=TRACK"},

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -157,21 +158,42 @@ func methodParams(raw string) []string {
 		if !overrideName(name) {
 			continue
 		}
-		if v, err := url.QueryUnescape(value); err == nil {
-			asked = append(asked, v)
-		}
+		asked = append(asked, phpUnescape(value))
 	}
 	return asked
 }
 
 // overrideName reports whether a parameter's name, as sent, is one PHP reads as "_method".
 func overrideName(raw string) bool {
-	k, err := url.QueryUnescape(raw)
-	if err != nil {
-		return false
-	}
-	k, _, _ = strings.Cut(strings.TrimLeft(k, " "), "\x00")
+	k, _, _ := strings.Cut(strings.TrimLeft(phpUnescape(raw), " "), "\x00")
 	return foldFieldName(k) == "-method"
+}
+
+// phpUnescape decodes a form's name or value as PHP does (php_url_decode): "+" is a space, a
+// "%" and two hex digits the byte they spell, and any other "%" itself. Go's QueryUnescape
+// fails on "%zz", and the pair was skipped, where PHP read "_method%00%zz" as "_method"
+// (TestBypass's "_method%00%zz" rows: 200 on both paths).
+func phpUnescape(s string) string {
+	if v, err := url.QueryUnescape(s); err == nil {
+		return v
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '+':
+			b = append(b, ' ')
+		case s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			v, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			b, i = append(b, byte(v)), i+2
+		default:
+			b = append(b, s[i])
+		}
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // refuseOverride refuses asked, the methods a request asks the server for, when one names a
