@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 )
 
 // maxFormBytes is the most of a form's parameter name, or of a _method parameter's value, the
@@ -81,16 +80,21 @@ func (f *formBody) scan(b []byte) {
 			stops = "&;" // a _method pair's value, "=" and all, up to its end
 		}
 		i := bytes.IndexAny(b, stops)
-		if i < 0 {
+		end := i >= 0
+		if !end {
 			i = len(b) - 1
 		}
 		f.held, b = append(f.held, b[:i+1]...), b[i+1:]
-		if len(f.held)-f.name > maxFormBytes {
+		n := len(f.held) - f.name
+		if end {
+			n-- // the "=" or separator that ends it is no part of the name or value
+		}
+		if n > maxFormBytes {
 			f.err, f.out, f.held = &formRefusal{overForm}, nil, nil
 			return
 		}
-		if c := f.held[len(f.held)-1]; strings.IndexByte(stops, c) >= 0 {
-			f.stop(c)
+		if end {
+			f.stop(f.held[len(f.held)-1])
 		}
 	}
 }

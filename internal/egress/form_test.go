@@ -24,6 +24,10 @@ func TestFormBodyReadsNamesSplitAcrossReads(t *testing.T) {
 		{"_method=%zzTRACE", false}, // PHP reads "%zzTRACE", no method
 		{"&&=&;;a", false},
 		{"a=" + strings.Repeat("x", 3*maxFormBytes) + "&_method=PATCH", false},
+		{strings.Repeat("a", maxFormBytes) + "=1", false}, // at the cap: its "=" is no part of it
+		{strings.Repeat("a", maxFormBytes) + "&b=1", false},
+		{"_method=" + strings.Repeat("x", maxFormBytes) + "&b=1", false},
+		{"_method=" + strings.Repeat("x", maxFormBytes), false},
 		{"_method=TRACE", true},
 		{"_method=TRACE&b=2", true},
 		{"a=1;_method=trace;b", true},
