@@ -299,3 +299,47 @@ func TestUnsentRequestNamesNoSecret(t *testing.T) {
 		})
 	}
 }
+
+// TestFormOverrideCutOnAPooledConnection: a form refused as it goes upstream on a kept-alive
+// connection of the terminated tunnels' pool ends that connection: the server got no whole
+// request of it, and the next request, on a new connection, is framed and read as it was sent.
+func TestFormOverrideCutOnAPooledConnection(t *testing.T) {
+	h := setup(t, nil)
+	post := func(body string, chunked bool) (int, string) {
+		t.Helper()
+		var r io.Reader = strings.NewReader(body)
+		if chunked {
+			r = io.MultiReader(r)
+		}
+		req, _ := http.NewRequest(http.MethodPost, "https://api.example.com/body", r)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := h.client(t).Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(got)
+	}
+	for i, chunked := range []bool{false, true} {
+		if status, got := post("a=1&b=2", chunked); status != http.StatusOK || got != "a=1&b=2" {
+			t.Fatalf("warming the pool: status %d, the upstream got %.80q", status, got)
+		}
+		dials := len(h.dialer.seen())
+		if status, _ := post("a=1&b=2&_method=TRACE&c=3", chunked); status != 0 && status != http.StatusMethodNotAllowed {
+			t.Errorf("chunked=%v: status %d, want 405", chunked, status)
+		}
+		testharness.Wait(t, "the upstream to read the body's cut", func() (bool, error) {
+			return h.tlsUp.cutCount() == i+1, nil
+		}, testharness.Within(30*time.Second))
+		if len(h.dialer.seen()) != dials {
+			t.Logf("chunked=%v: the refused form went on a new connection, not the pooled one", chunked)
+		}
+		if status, got := post("d=4", chunked); status != http.StatusOK || got != "d=4" {
+			t.Errorf("chunked=%v: after the cut: status %d, the upstream got %.80q, want d=4", chunked, status, got)
+		}
+	}
+	if n := h.tlsUp.count(); n != 4 {
+		t.Errorf("the upstream got %d whole requests, want the 4 allowed", n)
+	}
+}
