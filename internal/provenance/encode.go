@@ -204,6 +204,14 @@ func appendStruct(out []byte, v reflect.Value, depth int) ([]byte, error) {
 	if plan.longWay {
 		return appendLongWay(out, v, depth)
 	}
+	return appendMembers(out, v, plan, func(out []byte, _ planField, fv reflect.Value) ([]byte, error) {
+		return appendJCS(out, fv, depth+1)
+	})
+}
+
+// appendMembers writes an object of v's fields as plan orders and omits them, each field's
+// value by value.
+func appendMembers(out []byte, v reflect.Value, plan *structPlan, value func([]byte, planField, reflect.Value) ([]byte, error)) ([]byte, error) {
 	out = append(out, '{')
 	first := true
 	for _, f := range plan.fields {
@@ -217,7 +225,7 @@ func appendStruct(out []byte, v reflect.Value, depth int) ([]byte, error) {
 		first = false
 		out = append(out, f.head...)
 		var err error
-		if out, err = appendJCS(out, fv, depth+1); err != nil {
+		if out, err = value(out, f, fv); err != nil {
 			return nil, err
 		}
 	}

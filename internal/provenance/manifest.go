@@ -458,24 +458,14 @@ func Build(m Manifest, subjects []Subject) ([]byte, error) {
 // writes them, so that an int64 such as a seed keeps all of its digits. JCS orders the
 // members of each object on their own, so the profile's spec goes in as it was encoded.
 func appendStatement(out []byte, m *Manifest, subjects []subjectDoc) ([]byte, error) {
-	out = append(out, `{"_type":"`+v1.StatementTypeUri+`","predicate":{`...)
+	out = append(out, `{"_type":"`+v1.StatementTypeUri+`","predicate":`...)
 	// By value, as json.Marshal reads the statement: no field of it is addressable.
 	v := reflect.ValueOf(*m)
 	plan := structPlanOf(v.Type())
 	if plan.longWay {
 		return nil, errors.New("predicate: Manifest has a field appendJCS does not write member by member")
 	}
-	first := true
-	for _, f := range plan.fields {
-		fv := v.Field(f.index)
-		if f.omit(fv) {
-			continue
-		}
-		if !first {
-			out = append(out, ',')
-		}
-		first = false
-		out = append(out, f.head...)
+	out, err := appendMembers(out, v, plan, func(out []byte, f planField, fv reflect.Value) ([]byte, error) {
 		var err error
 		if f.name == "profile" {
 			out, err = appendProfile(out, m.Profile)
@@ -485,9 +475,13 @@ func appendStatement(out []byte, m *Manifest, subjects []subjectDoc) ([]byte, er
 		if err != nil {
 			return nil, fmt.Errorf("predicate.%s: %w", f.name, err)
 		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	out = append(out, `},"predicateType":"`+PredicateType+`","subject":`...)
-	out, err := appendJCS(out, reflect.ValueOf(subjects), 1)
+	out = append(out, `,"predicateType":"`+PredicateType+`","subject":`...)
+	out, err = appendJCS(out, reflect.ValueOf(subjects), 1)
 	if err != nil {
 		return nil, fmt.Errorf("subject: %w", err)
 	}
