@@ -25,10 +25,11 @@ import (
 	"github.com/boxcar-run/boxcar/internal/agent"
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(spawn.StarterFunc))
 }
 
 // testKey is the API key of every test; it must never show up in a transcript or a log.

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(spawn.StarterFunc)) }

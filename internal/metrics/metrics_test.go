@@ -18,12 +18,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/boxcar-run/boxcar/internal/metrics"
+	"github.com/boxcar-run/boxcar/internal/spawn"
 	"github.com/boxcar-run/boxcar/internal/testnet"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(spawn.StarterFunc))
 }
 
 // sampleCount is how many observations a histogram series holds.

@@ -17,9 +17,10 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/pool"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(spawn.StarterFunc)) }
 
 // fakeSandbox is a started sandbox that remembers its claim and its close.
 type fakeSandbox struct {

@@ -23,10 +23,11 @@ import (
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(spawn.StarterFunc))
 }
 
 type bundle struct {

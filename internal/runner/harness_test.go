@@ -31,6 +31,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/spawn"
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
@@ -556,5 +557,5 @@ func TestMain(m *testing.M) {
 	if !explicit {
 		_ = flag.Set("test.parallel", "8")
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(spawn.StarterFunc))
 }

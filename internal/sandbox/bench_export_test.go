@@ -34,7 +34,7 @@ func BareBwrap(sb Sandbox, hostDir string, argv []string) (cmd *exec.Cmd, done f
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = inv.child // the same descriptor numbers the options name
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: s.cred}
 	return cmd, inv.closeChildEnds, nil
 }
 

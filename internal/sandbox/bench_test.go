@@ -14,6 +14,7 @@ import (
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/sandboxtest"
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
 // BenchmarkBubblewrapLifecycle is row 2: a sandbox's whole life through the provider (Start,
@@ -63,7 +64,7 @@ func BenchmarkBubblewrapLifecycle(b *testing.B) {
 		}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
-		err = cmd.Start()
+		err = spawn.Start(cmd)
 		done()
 		if err == nil {
 			err = cmd.Wait()

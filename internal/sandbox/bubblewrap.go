@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
 var (
@@ -313,10 +315,10 @@ func (p *BubblewrapProvider) probe(cred *syscall.Credential, name string, args .
 	cmd := exec.Command(name, args...) //nolint:noctx // bounded by probeTimeout below, see above
 	cmd.Env = []string{}
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		return nil, err
 	}
 	t := time.AfterFunc(probeTimeout, func() { _ = cmd.Process.Kill() })

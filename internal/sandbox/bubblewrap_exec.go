@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox/bridge"
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
 // Causes of a command's end that the result reports.
@@ -202,7 +203,7 @@ func (s *bubblewrapSandbox) launch(runCtx context.Context, cancel context.Cancel
 		cmd.Stdin = bytes.NewReader(req.Stdin)
 	}
 	cmd.ExtraFiles = inv.child
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: s.cred}
 	// bwrap's child is pid 1 of the command's pid namespace and dies with bwrap
 	// (--die-with-parent); when pid 1 dies the kernel kills everything else in the namespace.
 	// So killing bwrap's process group ends the whole tree, however it forked or detached.
@@ -214,7 +215,7 @@ func (s *bubblewrapSandbox) launch(runCtx context.Context, cancel context.Cancel
 	l.cmd = cmd
 
 	l.start = time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.p.bwrap, err)
 	}
 	inv.closeChildEnds()

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox/spare"
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
 var _ Warmer = (*bubblewrapSandbox)(nil)
@@ -118,9 +119,9 @@ func (s *bubblewrapSandbox) launchSpare(bridged bool) (*spareBwrap, error) {
 	sp.cmd.Dir = "/"
 	sp.cmd.Stdin, sp.cmd.Stdout, sp.cmd.Stderr = stdinR, sp.stdout, sp.stderr
 	sp.cmd.ExtraFiles = inv.child
-	sp.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	sp.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: s.cred}
 	sp.cmd.WaitDelay = waitDelay
-	err = sp.cmd.Start()
+	err = spawn.Start(sp.cmd)
 	stdinR.Close()
 	inv.closeChildEnds() // the request's and ready's ends, and the binary, too: the helper holds them now
 	if err == nil {

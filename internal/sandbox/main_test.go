@@ -6,6 +6,8 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	"k8s.io/klog/v2"
+
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
 func TestMain(m *testing.M) {
@@ -14,5 +16,5 @@ func TestMain(m *testing.M) {
 	klog.SetLogger(logr.Discard())
 	// client-go's WebSocket heartbeat notices that its connection closed only at its next
 	// tick, up to 5 s after an exec stream ended by its ctx.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("k8s.io/client-go/tools/remotecommand.(*heartbeat).start"))
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(spawn.StarterFunc), goleak.IgnoreTopFunction("k8s.io/client-go/tools/remotecommand.(*heartbeat).start"))
 }

@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox"
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
 // Images the fake runtime knows. Pods naming any other image get ErrImagePull.
@@ -380,8 +381,8 @@ func (rt *podRuntime) startPod(pod *corev1.Pod) corev1.PodStatus {
 	p.cmd.Env = []string{}
 	p.cmd.Stdout, p.cmd.Stderr = &logs, &logs
 	p.cmd.ExtraFiles = []*os.File{infoWrite}
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = p.cmd.Start()
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = spawn.Start(p.cmd)
 	infoWrite.Close()
 	if err != nil {
 		return broken("start: %v", err)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/spawn"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
 
@@ -26,8 +27,8 @@ type process struct {
 }
 
 // startProcess runs bin with args, its output in logDir/name.log. The process gets its own
-// process group (a stop reaches its children) and dies with the supervisor's thread that
-// started it (Pdeathsig), so a crashed supervisor leaves no control plane behind.
+// process group (a stop reaches its children) and dies with the supervisor (spawn.Start), so a
+// crashed supervisor leaves no control plane behind.
 func startProcess(logger *slog.Logger, logDir, name, bin string, args []string, env []string) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -37,8 +38,8 @@ func startProcess(logger *slog.Logger, logDir, name, bin string, args []string, 
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := spawn.Start(cmd); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("cluster: start %s (%s): %w", name, bin, err)
 	}

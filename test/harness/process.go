@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
 // Addrs are a ready worker's addresses, as its --ready-file holds them (workercmd.Addrs).
@@ -38,7 +40,7 @@ type Process struct {
 }
 
 // Start starts the program; the one before must have ended. It is killed when ctx ends, and
-// dies with the process that started it (Pdeathsig), so nothing outlives an interrupted run.
+// dies with the process that started it (spawn.Start), so nothing outlives an interrupted run.
 func (p *Process) Start(ctx context.Context) error {
 	f, err := os.OpenFile(p.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -52,8 +54,7 @@ func (p *Process) Start(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, p.Path, args...)
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}

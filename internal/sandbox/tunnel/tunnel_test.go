@@ -13,9 +13,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(spawn.StarterFunc)) }
 
 // pair is both ends of a tunnel over an in-memory pipe, as the pod's side and the worker's
 // side see the exec's stdin and stdout: the pod's side listens on the test's loopback.

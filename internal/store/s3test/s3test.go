@@ -21,6 +21,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/boxcar-run/boxcar/internal/spawn"
 	"github.com/boxcar-run/boxcar/internal/testnet"
 )
 
@@ -172,8 +173,7 @@ func (s *Server) startOn(bin, logPath, addr string) error {
 	cmd.Stderr = logf
 	// Keep credentials for the root user out of the child's inherited environment.
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID=", "ROOT_SECRET_ACCESS_KEY=")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test binary
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil { // never outlives the test binary
 		logf.Close()
 		return fmt.Errorf("start %s: %w", bin, err)
 	}

@@ -11,13 +11,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/boxcar-run/boxcar/internal/spawn"
 )
 
 // SeaweedVersion is the SeaweedFS module version scripts/install-seaweedfs.sh builds weed from.
@@ -107,8 +108,7 @@ func (s *Server) startSeaweed(bin, confPath, logPath string) error {
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", bin, err)
 	}

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -22,8 +21,6 @@ import (
 )
 
 func main() {
-	// The components die with the thread that started them (Pdeathsig): keep it alive.
-	runtime.LockOSThread()
 	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "clusterd:", err)
 		os.Exit(1)
