@@ -74,16 +74,19 @@ func exited(ended <-chan struct{}, d time.Duration) bool {
 // A child that the kernel would kill with the thread that forked it outlives that thread.
 // The first row is what every start did before this package: it shows the test sees the kill.
 func TestChildOutlivesTheThreadThatAskedForIt(t *testing.T) {
+	t.Parallel()
 	naive := func(cmd *exec.Cmd) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		return cmd.Start()
 	}
 	t.Run("cmd.Start with Pdeathsig dies with the thread", func(t *testing.T) {
+		t.Parallel()
 		if _, ended := startOnEndingThread(t, naive); !exited(ended, time.Minute) {
 			t.Fatal("the child of an ended thread still runs; the kernel's parent-death signal did not come, so this test cannot tell Start from cmd.Start")
 		}
 	})
 	t.Run("spawn.Start lives on", func(t *testing.T) {
+		t.Parallel()
 		cmd, ended := startOnEndingThread(t, Start)
 		// Threads that end after the start must not take it either.
 		for range 8 {
@@ -99,6 +102,7 @@ func TestChildOutlivesTheThreadThatAskedForIt(t *testing.T) {
 
 // The rest of SysProcAttr holds: a child asked for its own process group gets one.
 func TestStartKeepsSysProcAttr(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command("sleep", "600")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := Start(cmd); err != nil {
@@ -122,6 +126,7 @@ const childEnv = "BOXCAR_SPAWN_TEST_CHILD"
 // The parent-death signal still comes when the process ends: this test runs its own binary,
 // which starts a sleep through Start, prints its pid and exits.
 func TestChildDiesWithTheProcess(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(childEnv) == "1" {
 		cmd := exec.Command("sleep", "600")
 		if err := Start(cmd); err != nil {
@@ -164,6 +169,7 @@ func gone(pid int) bool {
 // Every start with a parent-death signal goes through Start: a Pdeathsig set anywhere else
 // would die with its thread again.
 func TestOnlySpawnSetsPdeathsig(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +205,7 @@ func TestOnlySpawnSetsPdeathsig(t *testing.T) {
 
 // Leak checkers find the starting goroutine by the name StarterFunc gives.
 func TestStarterFuncNamesTheStarter(t *testing.T) {
+	t.Parallel()
 	if name := runtime.FuncForPC(reflect.ValueOf(startAll).Pointer()).Name(); name != StarterFunc {
 		t.Errorf("StarterFunc = %q, the starting goroutine runs %q", StarterFunc, name)
 	}
