@@ -195,8 +195,10 @@ type Profile struct {
 	Spec   config.Profile `json:"spec"`
 
 	// spec is Spec's canonical JSON when ProfileOf made the profile, which Build writes as
-	// it is; nil otherwise, and Build encodes Spec.
-	spec []byte
+	// it is, and digest its digest, which Build checks Digest against; nil and "" otherwise,
+	// and Build encodes Spec and hashes it.
+	spec   []byte
+	digest string
 }
 
 // ProfileOf is the profile of a manifest with Spec's canonical JSON and digest made once: a
@@ -208,7 +210,8 @@ func ProfileOf(name string, spec config.Profile) (Profile, error) {
 	if err != nil {
 		return Profile{}, fmt.Errorf("provenance: profile %s: %w", name, err)
 	}
-	return Profile{Name: name, Digest: specDigest(canon), Spec: spec, spec: canon}, nil
+	digest := specDigest(canon)
+	return Profile{Name: name, Digest: digest, Spec: spec, spec: canon, digest: digest}, nil
 }
 
 // Sandbox describes where the tools ran.
@@ -438,8 +441,9 @@ func Build(m Manifest, subjects []Subject) ([]byte, error) {
 		if m.Profile.spec, err = canonicalSpec(m.Profile.Spec, specDepth); err != nil {
 			return nil, fmt.Errorf("provenance: build: profile digest: %w", err)
 		}
+		m.Profile.digest = specDigest(m.Profile.spec)
 	}
-	digest := specDigest(m.Profile.spec)
+	digest := m.Profile.digest
 	switch m.Profile.Digest {
 	case "", digest:
 		m.Profile.Digest = digest

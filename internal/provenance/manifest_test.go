@@ -326,6 +326,13 @@ func TestBuildRejects(t *testing.T) {
 			m.ToolCalls[2].Approval = provenance.Approval{Policy: config.PolicyDeny, Decision: job.DecisionTimedOut}
 		}, sampleSubjects()},
 		{"wrong profile digest", func(m *provenance.Manifest) { m.Profile.Digest = "sha256:" + sha("other") }, sampleSubjects()},
+		{"wrong profile digest on ProfileOf's profile", func(m *provenance.Manifest) {
+			p, err := provenance.ProfileOf(m.Profile.Name, m.Profile.Spec)
+			if err != nil {
+				panic(err)
+			}
+			m.Profile, m.Profile.Digest = p, "sha256:"+sha("other")
+		}, sampleSubjects()},
 		{"more artifacts than a run holds", nil, withArtifacts(provenance.MaxArtifacts + 1)},
 		{"more inputs than a job holds", func(m *provenance.Manifest) { m.Inputs = inputs(provenance.MaxInputs + 1) }, sampleSubjects()},
 	}
