@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -653,21 +654,53 @@ const progressDelay = 250 * time.Millisecond
 // sent as the server went away gets none even once NATS is back, which held the commit, and
 // the job's end that waits for NATS and says so, until then.
 func (r *Runner) progressIfSlow(ctx context.Context, a *attempt, msg string) (done func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	ended := make(chan struct{})
-	a.goGuarded(ctx, "progress write", func() {
-		defer close(ended)
-		t := time.NewTimer(progressDelay)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-			r.progress(ctx, a, msg)
+	// A timer's function, not a goroutine waiting on a timer: most steps end before
+	// progressDelay, and then nothing but the timer was made for them.
+	w := &slowWrite{}
+	w.wg.Add(1)
+	t := time.AfterFunc(progressDelay, func() {
+		defer w.wg.Done()
+		defer recoverAs(ctx, a.log, "progress write", a.cancel)
+		if wctx := w.start(ctx); wctx != nil {
+			r.progress(wctx, a, msg)
 		}
 	})
 	return func() {
-		cancel()
-		<-ended
+		if t.Stop() {
+			w.wg.Done()
+			return
+		}
+		w.stop()
+		w.wg.Wait()
+	}
+}
+
+// slowWrite is progressIfSlow's write once its timer fired: started unless the step ended
+// first, and stopped (its context cancelled) when the step ends during it.
+type slowWrite struct {
+	wg     sync.WaitGroup // the timer's function, until it returns
+	mu     sync.Mutex
+	ended  bool
+	cancel context.CancelFunc // the write's, while it runs
+}
+
+// start is the write's context, or nil when the step or the attempt ended first.
+func (w *slowWrite) start(ctx context.Context) context.Context {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended || ctx.Err() != nil {
+		return nil
+	}
+	ctx, w.cancel = context.WithCancel(ctx)
+	return ctx
+}
+
+func (w *slowWrite) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = true
+	if w.cancel != nil {
+		w.cancel()
 	}
 }
 
