@@ -48,6 +48,7 @@ test: deps-test image
 	GORACE="log_path=$(RACE_LOGS)/report" $(GO) test -tags integration -race -count=1 ./internal/runner -args -publish-pause 1s \
 		|| { scripts/race-reports.sh $(RACE_LOGS); exit 1; }
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s -fuzzminimizetime 1s ./internal/job
+	$(GO) test -run '^$$' -fuzz '^FuzzStatusAppendJSONMatchesMarshal$$' -fuzztime 15s -fuzzminimizetime 1s ./internal/job
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalMatchesJCS$$' -fuzztime 15s -fuzzminimizetime 1s ./internal/provenance
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalStringsMatchJCS$$' -fuzztime 15s -fuzzminimizetime 1s ./internal/provenance
 	$(GO) test -run '^$$' -fuzz '^FuzzEncoderMatchesMarshal$$' -fuzztime 15s -fuzzminimizetime 1s ./internal/provenance

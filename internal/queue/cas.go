@@ -52,7 +52,7 @@ func update[T any](ctx context.Context, kv casStore, key string, first guess[T],
 		if err != nil || !write {
 			return v, rev, err
 		}
-		data, err := json.Marshal(v)
+		data, err := encode(&v)
 		if err != nil {
 			return zero, 0, fmt.Errorf("queue: encode %s: %w", key, err)
 		}
@@ -71,6 +71,15 @@ func update[T any](ctx context.Context, kv casStore, key string, first guess[T],
 		}
 	}
 	return zero, 0, fmt.Errorf("queue: write %s: %w", key, errContention)
+}
+
+// encode is v as json.Marshal writes it: by v's own encoder where it has one (job.Status,
+// written twice a job), which must write the same bytes.
+func encode[T any](v *T) ([]byte, error) {
+	if a, ok := any(v).(interface{ AppendJSON([]byte) ([]byte, error) }); ok {
+		return a.AppendJSON(make([]byte, 0, 512))
+	}
+	return json.Marshal(v)
 }
 
 // casStore is what update writes: a bucket, or a key of a shared one (sharedBucket).
