@@ -104,6 +104,9 @@ type methods struct{ value, pointer bool }
 var typeMethods sync.Map // reflect.Type → methods
 
 func methodsOf(t reflect.Type) methods {
+	if noMethods(t) {
+		return methods{}
+	}
 	if m, ok := typeMethods.Load(t); ok {
 		return m.(methods)
 	}
@@ -114,6 +117,22 @@ func methodsOf(t reflect.Type) methods {
 	}
 	typeMethods.Store(t, m)
 	return m
+}
+
+// noMethods reports a type that has no methods, nor has its pointer, told from the type
+// alone: a predeclared one (string, int64, bool) and an unnamed slice, map or array (methods
+// are declared on defined types, and promoted only through a struct's embedded fields). Most
+// of a manifest's values are of these, and telling it here is cheaper than typeMethods' look.
+func noMethods(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Slice, reflect.Map, reflect.Array:
+		return t.Name() == ""
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.String:
+		return t.PkgPath() == ""
+	}
+	return false
 }
 
 var (
@@ -204,9 +223,18 @@ func appendStruct(out []byte, v reflect.Value, depth int) ([]byte, error) {
 	if plan.longWay {
 		return appendLongWay(out, v, depth)
 	}
-	return appendMembers(out, v, plan, func(out []byte, _ planField, fv reflect.Value) ([]byte, error) {
-		return appendJCS(out, fv, depth+1)
+	return appendMembers(out, v, plan, func(out []byte, f planField, fv reflect.Value) ([]byte, error) {
+		return appendField(out, f, fv, depth+1)
 	})
+}
+
+// appendField writes a field's value at depth: one of a scalar type (planField.scalar) as
+// appendJCS would, without asking its type again what it is.
+func appendField(out []byte, f planField, fv reflect.Value, depth int) ([]byte, error) {
+	if f.scalar && depth <= maxDepth {
+		return appendScalar(out, fv, depth)
+	}
+	return appendJCS(out, fv, depth)
 }
 
 // appendMembers writes an object of v's fields as plan orders and omits them, each field's
@@ -246,6 +274,9 @@ type planField struct {
 	omitEmpty bool
 	omitZero  bool
 	isZeroer  bool // its type's IsZero method says what omitzero omits
+	// scalar: the field's type is a string, boolean or integer one that encodes by no method
+	// of its own, which appendJCS writes with appendScalar (appendField).
+	scalar bool
 }
 
 // omit follows encoding/json's omitempty and omitzero.
@@ -317,6 +348,7 @@ func planFieldOf(sf reflect.StructField, i int) (f planField, written, ok bool) 
 	f = planField{name: name, head: `"` + name + `":`, index: i,
 		omitEmpty: hasOption(opts, "omitempty"), omitZero: hasOption(opts, "omitzero")}
 	ft := sf.Type
+	f.scalar = scalarType(ft)
 	switch {
 	case hasOption(opts, "string") || !plainName(name):
 		return f, false, false
@@ -326,6 +358,17 @@ func planFieldOf(sf reflect.StructField, i int) (f planField, written, ok bool) 
 		return f, false, false
 	}
 	return f, true, true
+}
+
+// scalarType reports a string, boolean or integer type that encodes by no method of its own
+// (planField.scalar).
+func scalarType(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr, reflect.String:
+		return t != durationType && t != numberType && methodsOf(t) == methods{}
+	}
+	return false
 }
 
 func hasOption(opts, name string) bool {

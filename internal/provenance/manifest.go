@@ -474,7 +474,7 @@ func appendStatement(out []byte, m *Manifest, subjects []subjectDoc) ([]byte, er
 		if f.name == "profile" {
 			out, err = appendProfile(out, m.Profile)
 		} else {
-			out, err = appendJCS(out, fv, 2)
+			out, err = appendField(out, f, fv, 2)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("predicate.%s: %w", f.name, err)
