@@ -32,6 +32,9 @@ const ReasonTenantRetired = "tenant_retired"
 
 const retiredPrefix = "boxcar.retired."
 
+// reasonMaxDeliveries is the runner's reason for the letter of a job that ended dead.
+const reasonMaxDeliveries = "max_deliveries"
+
 // retiredIn returns the tenants the job stream's metadata records as retired.
 func retiredIn(cfg jetstream.StreamConfig) map[string]bool {
 	out := map[string]bool{}
@@ -166,8 +169,8 @@ func (c *Consumer) retireGone(ctx context.Context, tenant string) bool {
 // instead. Every sweepEvery it reads the record and, for each retired tenant it does not serve
 // whose consumer is left, takes what the consumer delivers now (never a delivery a live
 // worker heartbeats) and ends it as dead, reason tenant_retired: the status first, in a
-// compare-and-set held to the delivery's attempt (a job that ended meanwhile is only acked),
-// then the dead letter, which the server lets a job have once, and the term. A worker that may
+// compare-and-set held to the delivery's attempt (a job that ended meanwhile is acked, or, its
+// end one with a dead letter, keeps that letter: endedLetter), then the dead letter, which the server lets a job have once, and the term. A worker that may
 // declare removes the consumer once it holds nothing; else the next `worker setup` does.
 
 // sweepEvery is how often a worker looks for leftovers of retired tenants; sweepLookup bounds
@@ -261,7 +264,8 @@ func (c *Consumer) endLeftoversIn(ctx context.Context, stream, tenant string) er
 }
 
 // endRetiredJob ends one delivery of a retired tenant's job as dead (tenant_retired), unless the
-// job ended already: then it only acks the message.
+// job ended already: then it terms the message with the end's dead letter (failed, rejected,
+// dead: endedLetter), written unless it is there, or acks it (an end with no letter).
 func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 	cause := fmt.Errorf("%w %q: `worker setup` retired the tenant while this job ran, and its worker stopped before the job ended; "+
 		"run `worker setup` with a config that lists the tenant, and submit the job again", ErrNotServed, d.Tenant)
@@ -274,11 +278,17 @@ func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 		s.State, s.Error, s.Progress, s.Attempt, s.FinishedAt = job.StateDead, cause.Error(), "", d.Attempt, now
 	}, ByAttempt(d.Attempt))
 	switch {
-	case err == nil, errors.Is(err, ErrFinal) && st.State == job.StateDead:
-		// Dead (now, or by a sweep that stopped before its term): the dead letter, at most one.
+	case err == nil:
 		_, err = d.Term(ctx, ReasonTenantRetired, cause)
 	case errors.Is(err, ErrFinal):
-		err = d.Ack(ctx) // its run ended it; the message outlived its worker's ack
+		// Its run, or a sweep that stopped before its term, ended it. An end with a dead letter
+		// keeps it: written unless it is there (at most one), then the term; acked, the job had
+		// none when its worker stopped between its status and its letter.
+		if reason, why, ok := endedLetter(st, cause); ok {
+			_, err = d.Term(ctx, reason, why)
+		} else {
+			err = d.Ack(ctx) // the message outlived its worker's ack
+		}
 	case errors.Is(err, ErrSuperseded):
 		return nil // a later delivery holds the job
 	}
@@ -288,4 +298,25 @@ func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 	c.log.WarnContext(ctx, "ended a job of a retired tenant whose worker stopped before it ended", "tenant", d.Tenant, "job_id", d.JobID,
 		"attempt", d.Attempt, "state", string(cmp.Or(st.State, job.StateDead)), "reason", ReasonTenantRetired)
 	return nil
+}
+
+// endedLetter is the reason and error of the dead letter of a job whose status says it ended
+// with one (failed, rejected, dead), as the runner writes it (a dead end's reason is
+// max_deliveries unless setup's unknown_tenant prefixes its error), and tenant_retired for the
+// sweep's own end, whose error is mine. ok is false for an end with no letter (succeeded,
+// capped, cancelled).
+func endedLetter(st job.Status, mine error) (reason string, why error, ok bool) {
+	switch st.State {
+	case job.StateFailed, job.StateRejected:
+		return string(st.State), errors.New(st.Error), true
+	case job.StateDead:
+		if st.Error == mine.Error() {
+			return ReasonTenantRetired, mine, true
+		}
+		if text, ok := strings.CutPrefix(st.Error, ReasonUnknownTenant+": "); ok {
+			return ReasonUnknownTenant, errors.New(text), true
+		}
+		return reasonMaxDeliveries, errors.New(st.Error), true
+	}
+	return "", nil, false
 }
