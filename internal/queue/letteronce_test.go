@@ -17,7 +17,7 @@ import (
 // such letter shared one subject (~unknown): a setup that wrote the letter and could not remove
 // the message (here the stream denies deletes) wrote a second at the next setup. Its letter is
 // now under the message's sequence, stream-seq-N, the id a worker records such a message under,
-// and written once.
+// and its subject's tenant, and written once.
 func TestLetterOfAMessageWithoutAJobIDIsWrittenOnce(t *testing.T) {
 	t.Parallel()
 	cfg := drainConfig()
@@ -43,7 +43,7 @@ func TestLetterOfAMessageWithoutAJobIDIsWrittenOnce(t *testing.T) {
 	if n := s.CachedInfo().State.Msgs; n != 1 {
 		t.Errorf("%d dead letters of the one message; want 1", n)
 	}
-	r := queue.Ref{ID: job.SeqID(ack.Sequence)}
+	r := queue.Ref{Tenant: job.DefaultTenant, ID: job.SeqID(ack.Sequence)}
 	if _, err := queue.DeadLetterOf(ctx, b.nc, cfg, r); err != nil {
 		t.Errorf("the letter under %s: %v", r.ID, err)
 	}

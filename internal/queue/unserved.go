@@ -22,6 +22,10 @@ import (
 // serve.
 const ReasonUnknownTenant = "unknown_tenant"
 
+// reasonInvalidJob is the dead letter's reason for a message that can never run as it is, as
+// the runner writes it.
+const reasonInvalidJob = "invalid_job"
+
 // jobStreams returns the job streams the server has, by name: the shared stream and each
 // tenant's (jobStream), whichever tenant's it is; a stream of any other name is not Boxcar's.
 func (a *Admin) jobStreams(ctx context.Context) (map[string]*jetstream.StreamInfo, error) {
@@ -468,7 +472,7 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject s
 		}
 		end = nil
 		if letter {
-			if err := a.letterUnserved(ctx, letterRef(r, m.Sequence), m.Data); err != nil {
+			if err := a.letterUnserved(ctx, subject, r, m); err != nil {
 				return n, fmt.Errorf("queue: dead-letter job %s: %w", subject, err)
 			}
 		}
@@ -479,11 +483,25 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject s
 	}
 }
 
-// letterUnserved writes the unknown_tenant dead letter of job r, whose message is original,
-// where a worker writes the job's (letterWriter): a letter there already is the job's one.
-func (a *Admin) letterUnserved(ctx context.Context, r Ref, original []byte) error {
-	dl, err := json.Marshal(DeadLetter{Tenant: r.Tenant, JobID: r.ID, Reason: ReasonUnknownTenant, At: time.Now().UTC(), Original: original,
-		Error: a.unservedError(r)})
+// letterUnserved writes the unknown_tenant dead letter of job r, its message m on subject,
+// where a worker writes the job's (letterWriter): a letter there already is the job's one. A
+// subject that names no job (boxcar.jobs.T, boxcar.jobs.T.a.b, which an older shared stream
+// took) is no consumer's to deliver, its tenant served or not: its letter is invalid_job, under
+// the tenant the subject's first token names and the message's sequence (letterRef), where the
+// tenant's submitter reads its letters. Under tenant "" no submitter could.
+func (a *Admin) letterUnserved(ctx context.Context, subject string, r Ref, m *jetstream.RawStreamMsg) error {
+	reason, why := ReasonUnknownTenant, ""
+	if r.ID == "" {
+		r.Tenant, _, _ = strings.Cut(strings.TrimPrefix(subject, a.cfg.Subject+"."), ".")
+		reason = reasonInvalidJob
+		why = fmt.Sprintf("%v: the message's subject %s names no job id, so no worker's consumer delivers it; publish the job on %s.%s.<its id> (submit does)",
+			job.ErrInvalid, subject, a.cfg.Subject, r.Tenant)
+	}
+	r = letterRef(r, m.Sequence)
+	if why == "" {
+		why = a.unservedError(r)
+	}
+	dl, err := json.Marshal(DeadLetter{Tenant: r.Tenant, JobID: r.ID, Reason: reason, At: time.Now().UTC(), Original: m.Data, Error: why})
 	if err != nil {
 		return fmt.Errorf("queue: encode dead letter: %w", err)
 	}
