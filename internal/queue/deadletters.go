@@ -129,7 +129,7 @@ func (c *Consumer) letters() letterWriter { return letterWriter{js: c.js, cfg: c
 func (w letterWriter) publishLetter(ctx context.Context, r Ref, data []byte, served bool) (letterBox, error) {
 	shared := letterBox{w.cfg.DeadLetterStream, dlqSubject(w.cfg, r)}
 	if !job.ValidTenant(r.Tenant) {
-		return shared, publishOnce(ctx, w.js, shared.subject, r, data)
+		return shared, w.publishShared(ctx, shared, r, data, "")
 	}
 	own := letterBox{deadLetterStream(w.cfg, r.Tenant), tenantLetterSubject(w.cfg, r)}
 	if r.ID != "" {
@@ -146,9 +146,27 @@ func (w letterWriter) publishLetter(ctx context.Context, r Ref, data []byte, ser
 			w.log.WarnContext(ctx, "the tenant's dead-letter stream does not take the job's letter; it goes to the shared dead-letter stream: run `worker setup` of this version and regenerate the worker's NATS credentials (`worker nats-config`)",
 				"job_id", r.ID, "tenant", r.Tenant, "stream", own.stream, "shared", shared.stream, "error", err)
 		}
-		return shared, publishOnce(ctx, w.js, shared.subject, r, data)
+		return shared, w.publishShared(ctx, shared, r, data, own.stream)
 	}
 	return own, err
+}
+
+// publishShared publishes the letter into the shared stream. A refusal shows on the connection
+// alone, and the publish waited for an answer until the caller's deadline, as if NATS were
+// down: it is ErrRefused at once, naming the grants the login lacks, the tenant's stream's
+// too when it was refused there first (own; "": not asked).
+func (w letterWriter) publishShared(ctx context.Context, shared letterBox, r Ref, data []byte, own string) error {
+	err := unlessRefused(ctx, w.js.Conn(), []string{shared.subject}, func(ctx context.Context) error {
+		return publishOnce(ctx, w.js, shared.subject, r, data)
+	})
+	if !errors.Is(err, ErrRefused) {
+		return err
+	}
+	grants := "publish on " + shared.stream + ".>, where the letters of a tenant with no dead-letter stream of its own go"
+	if own != "" {
+		grants = "publish on " + own + ".> (tenant " + r.Tenant + "'s dead-letter stream) and on " + shared.stream + ".> (the shared one)"
+	}
+	return fmt.Errorf("%w: this login may not write job %s's dead letter in any dead-letter stream; grant the worker %s, as `worker nats-config` does, and use its credentials", ErrRefused, r, grants)
 }
 
 // sharedLettered reports whether the shared stream holds the job's letter (box), which an older

@@ -143,8 +143,8 @@ func (d *Delivery) Term(ctx context.Context, reason string, cause error) (letter
 	_, served := slices.BinarySearch(d.c.tenants, d.Tenant)
 	box, err := d.c.letters().publishLetter(ctx, letterRef(Ref{Tenant: d.Tenant, ID: d.JobID}, d.Seq), data, served)
 	var api *jetstream.APIError
-	if err != nil && !errors.Is(err, errLettered) && !errors.Is(err, errUnanswered) && !errors.As(err, &api) {
-		d.unanswered = true // no answer to the publish: the letter may be in the stream (errUnanswered: nothing was published)
+	if err != nil && !errors.Is(err, errLettered) && !errors.Is(err, errUnanswered) && !errors.Is(err, ErrRefused) && !errors.As(err, &api) {
+		d.unanswered = true // no answer to the publish: the letter may be in the stream (errUnanswered, ErrRefused: nothing was published)
 	}
 	if err != nil && !isWrongLastSequence(err) && !errors.Is(err, errLettered) {
 		return false, fmt.Errorf("queue: dead-letter job %s: %w", d.JobID, err)
