@@ -47,6 +47,26 @@ func NewAdmin(nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, 
 	return &Admin{js: js, cfg: cfg, tenants: tenantsOrDefault(cfg, tenants), config: tenants, log: log}, nil
 }
 
+// declareRefusals are the requests of Declare whose refusal is permanent for its login: those
+// that list, create, update or remove streams, consumers and messages. A refused look-up of a
+// shared bucket or stream an older Boxcar wrote is none there (sharedStream), and Declare goes
+// on.
+var declareRefusals = []string{"$JS.API.STREAM.LIST", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE.",
+	"$JS.API.STREAM.DELETE.", "$JS.API.STREAM.MSG.DELETE.", "$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.DURABLE.CREATE.", "$JS.API.CONSUMER.DELETE."}
+
+// DeclareUnlessRefused is Declare for `worker setup`: the server's refusal of one of
+// declareRefusals shows on the connection alone, and Declare waited for its reply until ctx's
+// deadline, as if JetStream did not answer; it ends at the refusal now, ErrRefused, with the
+// server's words, which name the subject.
+func (a *Admin) DeclareUnlessRefused(ctx context.Context) error {
+	nc := a.js.Conn()
+	err := unlessRefused(ctx, nc, declareRefusals, a.Declare)
+	if errors.Is(err, ErrRefused) {
+		return fmt.Errorf("%w: %v", ErrRefused, nc.LastError())
+	}
+	return err
+}
+
 // Declare creates or updates the streams (one per tenant, the shared one, the dead-letter
 // one), one consumer per tenant and the buckets. It is safe to call from every worker at start
 // and again at any time: a limit an operator edited is kept (streams.go).

@@ -56,9 +56,9 @@ edited.`,
 const setupBudget = time.Minute
 
 // setupHints picks what a failed declaration tells the operator to do, by what failed: a
-// permission refusal shows on the connection, not in a reply, so the requests only time out;
-// a deadline without one is a JetStream that answered nobody, not a missing right. The first
-// row that matches speaks.
+// permission refusal shows on the connection, not in a reply (Declare ends at it, queue's
+// ErrRefused, or at a look-up's deadline); a deadline without one is a JetStream that answered
+// nobody, not a missing right. The first row that matches speaks.
 var setupHints = []struct {
 	matches func(nc *nats.Conn, err error) bool
 	hint    func(budget time.Duration) string
@@ -116,7 +116,7 @@ func runSetup(ctx context.Context, budget time.Duration, path string, auth connf
 	}
 	dctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	if err := admin.Declare(dctx); err != nil {
+	if err := admin.DeclareUnlessRefused(dctx); err != nil {
 		return fmt.Errorf("setup: %w (%s)", err, setupHint(nc, err, budget))
 	}
 	tenants := cfg.TenantsOrDefault()

@@ -2,19 +2,24 @@ package workercmd_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/workercmd"
 )
 
 // TestSetupHintSaysWhatFailed: a failed setup's hint says what to do about what failed. An
 // identity NATS refuses $JS.API (the refusal shows on the connection; the requests only time
 // out) is told to run setup as the operator; an identity that may, whose requests JetStream
-// did not answer within the budget, is told to look at JetStream, not at its rights.
+// did not answer within the budget, is told to look at JetStream, not at its rights. The
+// refusal is permanent: setup fails at it, where it waited out its budget (a minute) for the
+// replies that never come.
 func TestSetupHintSaysWhatFailed(t *testing.T) {
 	t.Parallel()
 	ns, err := server.NewServer(&server.Options{
@@ -40,7 +45,7 @@ func TestSetupHintSaysWhatFailed(t *testing.T) {
 		budget               time.Duration
 		want, notWant        string
 	}{
-		{name: "refused on the connection", user: "worker", password: "wk-pw", budget: 3 * time.Second,
+		{name: "refused on the connection", user: "worker", password: "wk-pw", budget: 30 * time.Second,
 			want: "NATS refused its requests on $JS.API: run setup as the operator", notWant: "answered none"},
 		{name: "deadline, no refusal", user: "operator", password: "op-pw", budget: time.Nanosecond,
 			want: "NATS answered none of setup's requests within 1ns: is JetStream up and its meta leader elected (`nats server report jetstream`)? run setup again", notWant: "operator"},
@@ -54,6 +59,9 @@ func TestSetupHintSaysWhatFailed(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), tc.notWant) {
 				t.Fatalf("setup: %v\nwant it to say %q and not %q", err, tc.want, tc.notWant)
+			}
+			if tc.user == "worker" && (!errors.Is(err, queue.ErrRefused) || errors.Is(err, context.DeadlineExceeded)) {
+				t.Errorf("setup refused: %v; want ErrRefused at the refusal, not its budget waited out", err)
 			}
 		})
 	}
