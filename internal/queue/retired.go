@@ -303,14 +303,14 @@ func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 // endedLetter is the reason and error of the dead letter of a job whose status says it ended
 // with one (failed, rejected, dead), as the runner writes it (a dead end's reason is
 // max_deliveries unless setup's unknown_tenant prefixes its error), and tenant_retired for the
-// sweep's own end, whose error is mine. ok is false for an end with no letter (succeeded,
+// sweep's own end, whose error is mine (nil: none). ok is false for an end with no letter (succeeded,
 // capped, cancelled).
 func endedLetter(st job.Status, mine error) (reason string, why error, ok bool) {
 	switch st.State {
 	case job.StateFailed, job.StateRejected:
 		return string(st.State), errors.New(st.Error), true
 	case job.StateDead:
-		if st.Error == mine.Error() {
+		if mine != nil && st.Error == mine.Error() {
 			return ReasonTenantRetired, mine, true
 		}
 		if text, ok := strings.CutPrefix(st.Error, ReasonUnknownTenant+": "); ok {

@@ -259,14 +259,15 @@ func (a *Admin) retireJob(ctx context.Context, s jetstream.Stream, subject strin
 		// Delivered, its worker may be alive, between its status and its ack: removed, with
 		// the consumer when it was the tenant's last, its ack waited for an answer until the
 		// attempt's deadline. Left, its worker acks it, or, gone, the sweep does (ErrFinal).
-		if _, err := a.deadLetterAll(ctx, s, subject, r, false, upTo, nil); err != nil {
+		if _, err := a.deadLetterAll(ctx, s, r, subject, upTo, nil, nil); err != nil {
 			return 0, errLeft // the next setup removes it
 		}
 		a.log.InfoContext(ctx, "removed the message of a job of a tenant the config does not list that ended, its worker stopped before its ack; no dead letter",
 			"stream", stream, "tenant", r.Tenant, "job_id", r.ID, "state", string(state))
 		return 0, nil
 	}
-	n, err := a.deadLetterAll(ctx, s, subject, r, true, upTo, func() error { return a.endJob(ctx, r, got) })
+	letter := func(m *jetstream.RawStreamMsg) error { return a.letterUnserved(ctx, subject, r, m, got.status) }
+	n, err := a.deadLetterAll(ctx, s, r, subject, upTo, letter, func() error { return a.endJob(ctx, r, got) })
 	if errors.Is(err, errClaimed) {
 		a.log.InfoContext(ctx, "a worker claimed a job of a tenant the config does not list while setup looked at it; it is left to its run",
 			"stream", stream, "tenant", r.Tenant, "job_id", r.ID)
@@ -442,13 +443,13 @@ func endedAcked(state job.State) bool {
 	return state == job.StateSucceeded || state == job.StateCapped || state == job.StateCancelled
 }
 
-// deadLetterAll dead-letters every message on one job subject as unknown_tenant, when letter
-// says to, and removes it; a message at a sequence up to held (its consumer delivered it) it
+// deadLetterAll dead-letters every message on one job subject (letter, when set) and removes
+// it; a message at a sequence up to held (its consumer delivered it) it
 // leaves, and says so (errLeft). A job that has a letter already (its worker wrote it and
 // stopped before the term) keeps that one alone. end, when set, writes the job's end before
 // the first message goes, unless one was left (a worker holds the job, which ends it): its
 // error leaves every message.
-func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject string, r Ref, letter bool, held uint64, end func() error) (int, error) {
+func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, r Ref, subject string, held uint64, letter func(*jetstream.RawStreamMsg) error, end func() error) (int, error) {
 	n, leftOne := 0, false
 	for seq := uint64(1); ; {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
@@ -471,8 +472,8 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject s
 			}
 		}
 		end = nil
-		if letter {
-			if err := a.letterUnserved(ctx, subject, r, m); err != nil {
+		if letter != nil {
+			if err := letter(m); err != nil {
 				return n, fmt.Errorf("queue: dead-letter job %s: %w", subject, err)
 			}
 		}
@@ -485,12 +486,18 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, subject s
 
 // letterUnserved writes the unknown_tenant dead letter of job r, its message m on subject,
 // where a worker writes the job's (letterWriter): a letter there already is the job's one. A
+// job whose status st says it ended with a letter (failed, rejected, dead: its worker stopped
+// before the letter) gets that end's, with the status's reason and error (endedLetter), as
+// the worker would have written it: an unknown_tenant one told another end than its status. A
 // subject that names no job (boxcar.jobs.T, boxcar.jobs.T.a.b, which an older shared stream
 // took) is no consumer's to deliver, its tenant served or not: its letter is invalid_job, under
 // the tenant the subject's first token names and the message's sequence (letterRef), where the
 // tenant's submitter reads its letters. Under tenant "" no submitter could.
-func (a *Admin) letterUnserved(ctx context.Context, subject string, r Ref, m *jetstream.RawStreamMsg) error {
+func (a *Admin) letterUnserved(ctx context.Context, subject string, r Ref, m *jetstream.RawStreamMsg, st job.Status) error {
 	reason, why := ReasonUnknownTenant, ""
+	if ended, cause, ok := endedLetter(st, nil); ok {
+		reason, why = ended, cause.Error()
+	}
 	if r.ID == "" {
 		r.Tenant, _, _ = strings.Cut(strings.TrimPrefix(subject, a.cfg.Subject+"."), ".")
 		reason = reasonInvalidJob
