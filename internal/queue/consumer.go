@@ -53,6 +53,7 @@ type Consumer struct {
 	checked time.Time       // when redeclareIfGone last looked
 	retired map[string]bool // tenants setup retired while the worker ran (retireGone)
 	swept   time.Time       // when endRetired last looked
+	unswept map[string]bool // retired tenants whose consumer the server refuses this worker (refuseSweep)
 
 	health fetchHealth // for FetchErr (fetchhealth.go)
 }
@@ -69,7 +70,7 @@ func NewConsumer(ctx context.Context, nc *nats.Conn, cfg config.NATS, tenants ma
 	}
 	want := tenantsOrDefault(cfg, tenants)
 	c := &Consumer{js: js, cfg: cfg, log: log, admin: admin, cons: map[string]jetstream.Consumer{}, streams: map[string]jetstream.Stream{},
-		old: map[string]*oldConsumer{}, concurrency: newTenantConcurrency(cfg, want, log), ackWaits: map[string]time.Duration{}, retired: map[string]bool{}}
+		old: map[string]*oldConsumer{}, concurrency: newTenantConcurrency(cfg, want, log), ackWaits: map[string]time.Duration{}, retired: map[string]bool{}, unswept: map[string]bool{}}
 	names := c.servedOf(ctx, slices.Sorted(maps.Keys(want)))
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: `worker setup` retired every tenant of this worker's tenants: (%s); run it with a config that lists them to serve them again",

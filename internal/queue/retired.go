@@ -200,10 +200,15 @@ func (c *Consumer) endRetired(ctx context.Context) {
 		return // servedOf said so at start
 	}
 	for _, tenant := range slices.Sorted(maps.Keys(retired)) {
-		if slices.Contains(c.Tenants(), tenant) {
-			continue // this worker still runs its jobs: a worker of the old config
+		if slices.Contains(c.Tenants(), tenant) || c.sweepRefused(tenant) {
+			continue // this worker still runs its jobs (a worker of the old config), or may not
 		}
-		if err := c.endLeftovers(look, tenant); err != nil && ctx.Err() == nil {
+		err := c.endLeftovers(look, tenant)
+		if errors.Is(err, ErrRefused) {
+			c.refuseSweep(ctx, tenant, err)
+			continue
+		}
+		if err != nil && ctx.Err() == nil {
 			c.log.WarnContext(ctx, "cannot end the jobs a retired tenant's consumer delivers again; trying again later (the worker's identity must be allowed to fetch from it)",
 				"tenant", tenant, "consumer", consumerName(c.cfg, tenant), "error", err)
 		}
@@ -221,15 +226,51 @@ func (c *Consumer) endLeftovers(ctx context.Context, tenant string) error {
 	return nil
 }
 
+// sweepRefused reports whether the server refused this worker tenant's consumer (refuseSweep).
+func (c *Consumer) sweepRefused(tenant string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unswept[tenant]
+}
+
+// refuseSweep records that the server refused this worker's login tenant's stream or consumer
+// (credentials generated without the tenant), and says so once: a refusal is for good, and
+// asking again each minute only had the server refuse it again. A worker started with
+// credentials that allow it sweeps the tenant.
+func (c *Consumer) refuseSweep(ctx context.Context, tenant string, err error) {
+	c.mu.Lock()
+	c.unswept[tenant] = true
+	c.mu.Unlock()
+	c.log.WarnContext(ctx, "the NATS server refuses this worker the consumer of a retired tenant, so it cannot end the jobs that consumer delivers again; it asks no more. Restart it with credentials generated (`worker nats-config`) while the tenant was listed, or end those jobs with `submit cancel`",
+		"tenant", tenant, "consumer", consumerName(c.cfg, tenant), "error", err)
+}
+
+// lookLeftovers looks up tenant's consumer (name) on stream; ErrRefused at once when the
+// server refuses the look-up, whose refusal shows on the connection alone (unlessRefused).
+func (c *Consumer) lookLeftovers(ctx context.Context, stream, name string) (jetstream.Stream, jetstream.Consumer, error) {
+	var s jetstream.Stream
+	var cons jetstream.Consumer
+	refusable := []string{"$JS.API.STREAM.INFO." + stream, "$JS.API.CONSUMER.INFO." + stream + "." + name}
+	err := unlessRefused(ctx, c.js.Conn(), refusable, func(ctx context.Context) error {
+		var err error
+		if s, err = c.js.Stream(ctx, stream); err == nil {
+			cons, err = s.Consumer(ctx, name)
+		}
+		return err
+	})
+	if errors.Is(err, ErrRefused) {
+		return nil, nil, fmt.Errorf("%w: %v (the worker needs $JS.API.STREAM.INFO.%s, and the info and next messages of consumer %s)", ErrRefused, c.js.Conn().LastError(), stream, name)
+	}
+	return s, cons, err
+}
+
 // endLeftoversIn is endLeftovers' for tenant's consumer on one stream.
 func (c *Consumer) endLeftoversIn(ctx context.Context, stream, tenant string) error {
 	name := consumerName(c.cfg, tenant)
-	s, err := c.js.Stream(ctx, stream)
-	var cons jetstream.Consumer
-	if err == nil {
-		cons, err = s.Consumer(ctx, name)
-	}
+	s, cons, err := c.lookLeftovers(ctx, stream, name)
 	switch {
+	case errors.Is(err, ErrRefused):
+		return err
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil
 	case err != nil:
