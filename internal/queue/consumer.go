@@ -136,15 +136,14 @@ func (c *Consumer) bindBuckets(ctx context.Context) error {
 }
 
 // bind binds tenant's job stream and its consumer there, and its consumer on the shared stream
-// while there is one (drain.go).
+// while there is one (drain.go). A refusal of the look-up fails at once (lookConsumer).
 func (c *Consumer) bind(ctx context.Context, tenant string) error {
 	name, stream := consumerName(c.cfg, tenant), jobStream(c.cfg, tenant)
-	s, err := c.js.Stream(ctx, stream)
-	var cons jetstream.Consumer
-	if err == nil {
-		cons, err = s.Consumer(ctx, name)
-	}
+	s, cons, err := c.lookConsumer(ctx, stream, name)
 	switch {
+	case errors.Is(err, ErrRefused):
+		return fmt.Errorf("queue: bind tenant %s's job stream %s: %w; the worker's NATS credentials were generated without the tenant: generate them again (`worker nats-config`) from a config that lists it",
+			tenant, stream, err)
 	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrConsumerNotFound):
 		return fmt.Errorf("%w: consumer %s of stream %s (tenant %s) does not exist on %s; %s", ErrNotReady, name, stream, tenant, c.js.Conn().ConnectedUrlRedacted(), setupHint)
 	case err != nil:

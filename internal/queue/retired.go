@@ -245,9 +245,10 @@ func (c *Consumer) refuseSweep(ctx context.Context, tenant string, err error) {
 		"tenant", tenant, "consumer", consumerName(c.cfg, tenant), "error", err)
 }
 
-// lookLeftovers looks up tenant's consumer (name) on stream; ErrRefused at once when the
-// server refuses the look-up, whose refusal shows on the connection alone (unlessRefused).
-func (c *Consumer) lookLeftovers(ctx context.Context, stream, name string) (jetstream.Stream, jetstream.Consumer, error) {
+// lookConsumer looks up consumer name on stream; ErrRefused at once, with the server's words,
+// when the server refuses the look-up, whose refusal shows on the connection alone
+// (unlessRefused): waited for, it was the caller's deadline.
+func (c *Consumer) lookConsumer(ctx context.Context, stream, name string) (jetstream.Stream, jetstream.Consumer, error) {
 	var s jetstream.Stream
 	var cons jetstream.Consumer
 	refusable := []string{"$JS.API.STREAM.INFO." + stream, "$JS.API.CONSUMER.INFO." + stream + "." + name}
@@ -259,7 +260,7 @@ func (c *Consumer) lookLeftovers(ctx context.Context, stream, name string) (jets
 		return err
 	})
 	if errors.Is(err, ErrRefused) {
-		return nil, nil, fmt.Errorf("%w: %v (the worker needs $JS.API.STREAM.INFO.%s, and the info and next messages of consumer %s)", ErrRefused, c.js.Conn().LastError(), stream, name)
+		return nil, nil, fmt.Errorf("%w: %v", ErrRefused, c.js.Conn().LastError())
 	}
 	return s, cons, err
 }
@@ -267,10 +268,10 @@ func (c *Consumer) lookLeftovers(ctx context.Context, stream, name string) (jets
 // endLeftoversIn is endLeftovers' for tenant's consumer on one stream.
 func (c *Consumer) endLeftoversIn(ctx context.Context, stream, tenant string) error {
 	name := consumerName(c.cfg, tenant)
-	s, cons, err := c.lookLeftovers(ctx, stream, name)
+	s, cons, err := c.lookConsumer(ctx, stream, name)
 	switch {
 	case errors.Is(err, ErrRefused):
-		return err
+		return fmt.Errorf("queue: look up consumer %s of stream %s: %w (the worker needs $JS.API.STREAM.INFO.%s, and the info and next messages of the consumer)", name, stream, err, stream)
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil
 	case err != nil:
