@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -40,10 +39,7 @@ type File struct {
 	root   *os.Root
 	shared bool
 	writes writeProofs // of the tenants' folders: see proveWrites
-	probe  struct {
-		sync.Mutex
-		at time.Time // of the last proof that took, zero before it
-	}
+	probe  storeProof  // of the store's own object: a proof that took, never a refusal
 }
 
 var _ Store = (*File)(nil)
@@ -89,7 +85,7 @@ func (f *File) Close() error { return f.root.Close() }
 // must hold exactly size bytes, otherwise nothing is written.
 func (f *File) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	if err := f.put(ctx, key, r, size, false); err != nil {
-		return fmt.Errorf("store: put %s: %w", key, f.refusedWhere(ctx, key, err))
+		return fmt.Errorf("store: put %s: %w", key, f.probe.refusedWhere(ctx, key, err, refusedWrite(err), f.Probe))
 	}
 	return nil
 }
@@ -99,7 +95,7 @@ func (f *File) Put(ctx context.Context, key string, r io.Reader, size int64) err
 // wins.
 func (f *File) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
 	if err := f.put(ctx, key, r, size, true); err != nil {
-		return fmt.Errorf("store: put-if-absent %s: %w", key, f.refusedWhere(ctx, key, err))
+		return fmt.Errorf("store: put-if-absent %s: %w", key, f.probe.refusedWhere(ctx, key, err, refusedWrite(err), f.Probe))
 	}
 	return nil
 }
@@ -111,37 +107,17 @@ func (f *File) PutIfAbsent(ctx context.Context, key string, r io.Reader, size in
 // proof of writes took it for that tenant's folder and failed its jobs. A proof that took
 // holds for a minute; a refusal or another fault holds for nobody.
 func (f *File) Probe(ctx context.Context) error {
-	f.probe.Lock()
-	defer f.probe.Unlock()
-	if !f.probe.at.IsZero() && time.Since(f.probe.at) < defaultProbeInterval {
-		return nil
-	}
-	switch err := f.put(ctx, ProbeKey, bytes.NewReader(probeBody), int64(len(probeBody)), true); {
-	case err == nil, errors.Is(err, ErrExists):
-		f.probe.at = time.Now()
-		return nil
-	case refusedWrite(err):
-		err = &refusal{err: err, by: byStore, why: fmt.Sprintf("the worker cannot write the store's directory %s, so no tenant's run: mount it read-write, or let the worker's user write it and what is under it (its owner, group or mode)", f.dir)}
-		return fmt.Errorf("store: prove writes on %s: %w", f.URL(ProbeKey), err)
-	default:
-		return fmt.Errorf("store: prove writes on %s: %w", f.URL(ProbeKey), err)
-	}
-}
-
-// refusedWhere tells a tenant's folder refusing a write (err, for want of permission) from the
-// whole directory refusing it, as the S3 store's does: the directory made read-only after its
-// proof, while the proof still holds, refuses every tenant. It is proven again at once.
-func (f *File) refusedWhere(ctx context.Context, key string, err error) error {
-	if !refusedWrite(err) || key == ProbeKey {
-		return err
-	}
-	f.probe.Lock()
-	f.probe.at = time.Time{}
-	f.probe.Unlock()
-	if perr := f.Probe(ctx); errors.Is(perr, ErrWorkerRefused) {
-		return perr
-	}
-	return err
+	return f.probe.hold(defaultProbeInterval, func() (bool, error) {
+		switch err := f.put(ctx, ProbeKey, bytes.NewReader(probeBody), int64(len(probeBody)), true); {
+		case err == nil, errors.Is(err, ErrExists):
+			return true, nil
+		case refusedWrite(err):
+			err = &refusal{err: err, by: byStore, why: fmt.Sprintf("the worker cannot write the store's directory %s, so no tenant's run: mount it read-write, or let the worker's user write it and what is under it (its owner, group or mode)", f.dir)}
+			return false, fmt.Errorf("store: prove writes on %s: %w", f.URL(ProbeKey), err)
+		default:
+			return false, fmt.Errorf("store: prove writes on %s: %w", f.URL(ProbeKey), err)
+		}
+	})
 }
 
 func (f *File) put(ctx context.Context, key string, r io.Reader, size int64, ifAbsent bool) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -47,31 +48,70 @@ func Probe(ctx context.Context, st Store) error {
 // writes ProbeKey if it is missing and tries both kinds of put on it; later ones within the
 // store's life try one PutObject.
 func (s *S3) Probe(ctx context.Context) error {
-	s.probe.Lock()
-	defer s.probe.Unlock()
-	if !s.probe.at.IsZero() && time.Since(s.probe.at) < s.probeInterval {
-		return s.probe.err
-	}
-	err := s.prove(ctx, !s.probe.multipart)
-	switch {
-	case err == nil:
-		s.probe.multipart = true
-	case errors.Is(err, ErrUnsafeServer) && s.allowUnsafe:
-		if !s.probe.warned {
-			s.log.Warn("store: the S3 server does not honour create-only writes; store.allow_unsafe_overwrite lets the worker run anyway, and a stale attempt can overwrite a committed run",
-				"url", s.URL(ProbeKey), "error", err)
-			s.probe.warned = true
+	return s.probe.hold(s.probeInterval, func() (bool, error) {
+		err := s.prove(ctx, !s.probed.multipart)
+		switch {
+		case err == nil:
+			s.probed.multipart = true
+		case errors.Is(err, ErrUnsafeServer) && s.allowUnsafe:
+			if !s.probed.warned {
+				s.log.Warn("store: the S3 server does not honour create-only writes; store.allow_unsafe_overwrite lets the worker run anyway, and a stale attempt can overwrite a committed run",
+					"url", s.URL(ProbeKey), "error", err)
+				s.probed.warned = true
+			}
+			err = nil
+		case errors.Is(err, ErrUnsafeServer):
+			err = fmt.Errorf("store: %s: %w; committed runs could be overwritten by a stale attempt. Use a server that honours conditional writes (as AWS S3, versitygw and SeaweedFS do), or set store.allow_unsafe_overwrite: true to run anyway", s.URL(""), err)
+		default:
+			// Not reached, not refused: no proof either way, and nothing to keep. A policy that
+			// refuses the probe's object refuses the store, not a tenant's folder.
+			return false, fmt.Errorf("store: prove create-only puts on %s: %w", s.URL(ProbeKey),
+				storeRefusal(err, fmt.Sprintf("arn:aws:s3:::%s/%s%s (s3:PutObject)", s.bucket, s.prefix, ProbeKey)))
 		}
-		err = nil
-	case errors.Is(err, ErrUnsafeServer):
-		err = fmt.Errorf("store: %s: %w; committed runs could be overwritten by a stale attempt. Use a server that honours conditional writes (as AWS S3, versitygw and SeaweedFS do), or set store.allow_unsafe_overwrite: true to run anyway", s.URL(""), err)
-	default:
-		// Not reached, not refused: no proof either way, and nothing to keep. A policy that
-		// refuses the probe's object refuses the store, not a tenant's folder.
-		return fmt.Errorf("store: prove create-only puts on %s: %w", s.URL(ProbeKey),
-			storeRefusal(err, fmt.Sprintf("arn:aws:s3:::%s/%s%s (s3:PutObject)", s.bucket, s.prefix, ProbeKey)))
+		return true, err
+	})
+}
+
+// storeProof is a store's latest proof of its own object (ProbeKey), which both stores hold:
+// Probe holds it for a while, and a refusal of a tenant's key forgets it, to prove the store
+// again at once (refusedWhere).
+type storeProof struct {
+	mu  sync.Mutex
+	at  time.Time // of the last proof held, zero before the first
+	err error     // its result
+}
+
+// hold returns the proof held when it is younger than interval, else prove's result, held
+// when keep says so. prove runs under the proof's lock: one proof at a time.
+func (p *storeProof) hold(interval time.Duration, prove func() (keep bool, err error)) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.at.IsZero() && time.Since(p.at) < interval {
+		return p.err
 	}
-	s.probe.at, s.probe.err = time.Now(), err
+	keep, err := prove()
+	if keep {
+		p.at, p.err = time.Now(), err
+	}
+	return err
+}
+
+// refusedWhere tells a folder's refusal of a write of key (err; folder says it is one: S3's
+// AccessDenied, the file store's EACCES) from the whole store's: a policy set, or a directory
+// made read-only, after the store was proven, while that proof still holds, may refuse the
+// store's own object too, and then it refuses every tenant, not the folder the write was for.
+// The store is proven again at once (probe, the proof forgotten) to tell; a write refused for
+// a folder's reason alone keeps err.
+func (p *storeProof) refusedWhere(ctx context.Context, key string, err error, folder bool, probe func(context.Context) error) error {
+	if !folder || key == ProbeKey {
+		return err
+	}
+	p.mu.Lock()
+	p.at = time.Time{}
+	p.mu.Unlock()
+	if perr := probe(ctx); errors.Is(perr, ErrWorkerRefused) {
+		return perr
+	}
 	return err
 }
 
@@ -165,22 +205,15 @@ func (s *S3) abortStaleProbes(ctx context.Context) {
 	}
 }
 
-// refusedWhere tells a folder's refusal of a write (err, answered AccessDenied) from the whole
-// store's: a policy set after the store was proven, while that proof still holds, may refuse
-// the probe's object too, and then it refuses every tenant, not the folder the write was for.
-// The store is proven again at once to tell; a write refused for a folder's reason alone keeps
-// err.
+// refusedWhere is the store's refusedWhere of a write of key refused by err.
 func (s *S3) refusedWhere(ctx context.Context, key string, err error) error {
-	if a, ok := answerTo(err); !ok || a.by != byFolder || key == ProbeKey {
-		return err
-	}
-	s.probe.Lock()
-	s.probe.at = time.Time{}
-	s.probe.Unlock()
-	if perr := s.Probe(ctx); errors.Is(perr, ErrWorkerRefused) {
-		return perr
-	}
-	return err
+	return s.probe.refusedWhere(ctx, key, err, byFolderAnswer(err), s.Probe)
+}
+
+// byFolderAnswer: err is the server's answer of a policy refusing the request (byFolder).
+func byFolderAnswer(err error) bool {
+	a, ok := answerTo(err)
+	return ok && a.by == byFolder
 }
 
 // readRefusedWhere tells whose the refusal of a read of key (err, answered AccessDenied, or a
@@ -190,7 +223,7 @@ func (s *S3) refusedWhere(ctx context.Context, key string, err error) error {
 // read that object refuses this key alone (ErrReadRefused). A proof that cannot tell (an
 // outage) keeps err, to be waited out.
 func (s *S3) readRefusedWhere(ctx context.Context, key string, err error) error {
-	if a, ok := answerTo(err); !ok || a.by != byFolder || key == ProbeKey {
+	if !byFolderAnswer(err) || key == ProbeKey {
 		return err
 	}
 	if werr := s.refusedWhere(ctx, key, err); errors.Is(werr, ErrWorkerRefused) {

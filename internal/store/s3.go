@@ -64,12 +64,10 @@ type S3 struct {
 	// Options.AllowUnsafeOverwrite.
 	allowUnsafe   bool
 	probeInterval time.Duration
-	probe         struct {
-		sync.Mutex
-		at        time.Time // of the last proof, zero before the first
-		err       error     // its result
-		multipart bool      // the multipart completion was proven too
-		warned    bool      // the unsafe server was logged
+	probe         storeProof
+	probed        struct { // under probe's lock
+		multipart bool // the multipart completion was proven too
+		warned    bool // the unsafe server was logged
 	}
 	writes writeProofs // of the tenants' folders: see proveWrites
 	// bucketSeen is when a HEAD of the bucket last found it (UnixNano; 0: never): headAnswer.
