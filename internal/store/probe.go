@@ -229,16 +229,29 @@ func (s *S3) readRefusedWhere(ctx context.Context, key string, err error) error 
 	if werr := s.refusedWhere(ctx, key, err); errors.Is(werr, ErrWorkerRefused) {
 		return werr
 	}
-	out, rerr := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + ProbeKey)})
-	if rerr != nil {
-		if a, ok := answerTo(rerr); ok && a.by == byFolder {
-			return &refusal{err: err, by: byStore, why: fmt.Sprintf("a policy refuses the worker's reads of the store's own object %s too, so of every tenant's inputs and runs; grant the worker's credentials s3:GetObject on arn:aws:s3:::%s/%s*", s.URL(ProbeKey), s.bucket, s.prefix)}
-		}
+	switch rerr := s.readAgain(ctx, ProbeKey); {
+	case errors.Is(rerr, ErrReadRefused):
+		return &refusal{err: err, by: byStore, why: fmt.Sprintf("a policy refuses the worker's reads of the store's own object %s too, so of every tenant's inputs and runs; grant the worker's credentials s3:GetObject on arn:aws:s3:::%s/%s*", s.URL(ProbeKey), s.bucket, s.prefix)}
+	case rerr != nil:
 		return err
 	}
-	out.Body.Close()
 	return fmt.Errorf("%w: %w; a policy refuses this object alone (the worker reads the store's own %s): grant the worker's credentials s3:GetObject on arn:aws:s3:::%s/%s%s, or lift the Deny that names it",
 		ErrReadRefused, err, s.URL(ProbeKey), s.bucket, s.prefix, key)
+}
+
+// readAgain reads key and closes it, its refusal for a policy's reason (byFolder)
+// ErrReadRefused without proving the store again: it asks after the store's own object
+// (readRefusedWhere), or after a read of a tenant's key proved it (readKeyRefused).
+func (s *S3) readAgain(ctx context.Context, key string) error {
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + key)})
+	if err != nil {
+		if err = translate(err); byFolderAnswer(err) {
+			return fmt.Errorf("store: get %s: %w: %w", s.URL(key), ErrReadRefused, err)
+		}
+		return fmt.Errorf("store: get %s: %w", s.URL(key), err)
+	}
+	out.Body.Close()
+	return nil
 }
 
 // headAnswer is the answer of a HEAD of key, err translated: a HEAD's answer has no body, so a

@@ -5,9 +5,12 @@ package store_test
 import (
 	"bytes"
 	"errors"
+	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,6 +75,9 @@ func TestStatInMissingBucketIsTheBucketGone(t *testing.T) {
 // "Forbidden") that the worker waited out as an outage. A policy on the key's name in every
 // tenant's folder (tenants/*/inputs/*) refuses the same key in no tenant's folder too
 // (tenants/.boxcar-probe/), and is the worker's: it failed every tenant's jobs input_refused.
+// Each read is sorted by one proof of the store, one PUT and one GET of its own object: the
+// read of the key in no tenant's folder, refused too, proved the store a second time, each
+// retry of a job waiting on it.
 func TestReadRefusedSaysWhose(t *testing.T) {
 	t.Parallel()
 	srv := s3test.StartIAM(t)
@@ -87,7 +93,9 @@ func TestReadRefusedSaysWhose(t *testing.T) {
 	}
 	for i, tt := range rows {
 		access, bucket := "read"+string(rune('a'+i)), "boxcar-read-"+string(rune('a'+i))
-		st := ownedStore(t, srv, access, bucket)
+		counted := &probeCounter{base: http.DefaultTransport.(*http.Transport).Clone(), by: map[string]int{}}
+		t.Cleanup(counted.base.CloseIdleConnections)
+		st := ownedStoreWith(t, srv, access, bucket, store.Options{HTTPClient: &http.Client{Transport: counted}})
 		tenant := store.ForTenant(st, "team-b")
 		if err := tenant.Put(t.Context(), input, bytes.NewReader([]byte("x")), 1); err != nil {
 			t.Fatal(err)
@@ -96,15 +104,22 @@ func TestReadRefusedSaysWhose(t *testing.T) {
 			t.Fatal(err)
 		}
 		srv.Deny(t, bucket, access, "s3:GetObject", tt.resource)
-		_, gerr := tenant.Get(t.Context(), input)
-		_, serr := tenant.Stat(t.Context(), input)
-		for op, err := range map[string]error{"get": gerr, "stat": serr} {
+		reads := map[string]func() error{
+			"get":  func() error { _, err := tenant.Get(t.Context(), input); return err },
+			"stat": func() error { _, err := tenant.Stat(t.Context(), input); return err },
+		}
+		for op, read := range reads {
+			counted.reset()
+			err := read()
 			t.Logf("%s: %s: %v", tt.name, op, err)
 			if tt.worker != errors.Is(err, store.ErrWorkerRefused) || tt.worker == errors.Is(err, store.ErrReadRefused) {
 				t.Errorf("%s: %s = %v; want the worker's refusal %v, else the key's (ErrReadRefused)", tt.name, op, err, tt.worker)
 			}
 			if !tt.worker && (err == nil || !strings.Contains(err.Error(), "s3:GetObject on arn:aws:s3:::"+bucket+"/"+store.TenantPrefix("team-b")+input)) {
 				t.Errorf("%s: %s does not name the permission on the key", tt.name, op)
+			}
+			if got := counted.counts(); got[http.MethodPut] != 1 || got[http.MethodGet] != 1 || len(got) != 2 {
+				t.Errorf("%s: %s sent %v to the store's own object %s; want one PUT and one GET", tt.name, op, got, store.ProbeKey)
 			}
 		}
 		if objs, err := st.List(t.Context(), "tenants/.boxcar-probe/"); err != nil || len(objs) != 0 {
@@ -203,4 +218,32 @@ func TestBucketGoneIsWhoseInEveryCall(t *testing.T) {
 			}
 		}
 	}
+}
+
+// probeCounter counts the requests to the store's own object (ProbeKey), by method.
+type probeCounter struct {
+	base *http.Transport
+	mu   sync.Mutex
+	by   map[string]int
+}
+
+func (c *probeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/"+store.ProbeKey) {
+		c.mu.Lock()
+		c.by[r.Method]++
+		c.mu.Unlock()
+	}
+	return c.base.RoundTrip(r)
+}
+
+func (c *probeCounter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.by)
+}
+
+func (c *probeCounter) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.by)
 }

@@ -86,7 +86,8 @@ func keyRefused(ctx context.Context, st Store, folder, key string, err error) er
 
 // readKeyRefused tells whose the refusal of a read of key under folder is (err,
 // ErrReadRefused: the store's own object reads), as keyRefused does a write's: the same key is
-// written in no tenant's folder (keyProbeFolder) and read back. Refused there too, a policy on
+// written in no tenant's folder (keyProbeFolder) and read back, without proving the store a
+// second time (readAgain): one proof of the store a refused read. Refused there too, a policy on
 // the key's name in every tenant's folder (tenants/*/inputs/*) refuses it, the worker's
 // (ErrWorkerRefused, and no longer ErrReadRefused, which fails the tenant's job); read there,
 // a policy on this tenant's path refuses it, err. A probe that cannot tell (an outage, its
@@ -100,15 +101,30 @@ func readKeyRefused(ctx context.Context, st Store, folder, key string, err error
 		return fmt.Errorf("%v; writing the key in no tenant's folder (%s) to tell whose refusal it is: %v", err, st.URL(probe), perr)
 	}
 	defer dropKeyProbe(ctx, st, probe)
-	rc, perr := st.Get(ctx, probe)
+	perr := readAgain(ctx, st, probe)
 	switch {
 	case perr == nil:
-		rc.Close()
 		return fmt.Errorf("%w (the same key in no tenant's folder, %s, reads)", err, st.URL(probe))
 	case errors.Is(perr, ErrReadRefused):
 		return &refusal{err: errors.New(err.Error()), by: byStore, why: fmt.Sprintf("a policy refuses reading this key's name in every tenant's folder: the same key in no tenant's folder, %s, is refused too; no job with it may run while it lasts", st.URL(probe))}
 	}
 	return fmt.Errorf("%v; reading the key in no tenant's folder (%s) to tell whose refusal it is: %v", err, st.URL(probe), perr)
+}
+
+// readAgain reads key of st and closes it. A store that sorts its refused reads (the S3
+// store's readRefusedWhere) proved itself for the read that readKeyRefused sorts, so the key's
+// probe is read without a second proof (readAgain of the store).
+func readAgain(ctx context.Context, st Store, key string) error {
+	if r, ok := st.(interface {
+		readAgain(context.Context, string) error
+	}); ok {
+		return r.readAgain(ctx, key)
+	}
+	rc, err := st.Get(ctx, key)
+	if err == nil {
+		rc.Close()
+	}
+	return err
 }
 
 // dropKeyProbe removes the object keyRefused or readKeyRefused wrote, and the file store's
