@@ -5,7 +5,6 @@ package runner_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"path"
 	"strings"
 	"sync/atomic"
@@ -20,7 +19,6 @@ import (
 	"github.com/boxcar-run/boxcar/internal/runner"
 	"github.com/boxcar-run/boxcar/internal/store"
 	"github.com/boxcar-run/boxcar/internal/store/s3test"
-	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // TestTenantFolderRefusingWritesFailsBeforeTheRun: on a real S3 server whose bucket policy
@@ -36,18 +34,10 @@ func TestTenantFolderRefusingWritesFailsBeforeTheRun(t *testing.T) {
 	b := setup(t)
 	b.store = store.ForTenant(bucket.root(t), job.DefaultTenant) // the submitter's
 	b.shared = bucket.worker(t)
-	var runs atomic.Int64
-	var logs harness.LogBuffer
-	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
-		runs.Add(1)
-		return writeReport(ctx, req)
-	}), func(c *runner.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
-	j := b.submit("p")
-	st := b.waitFinal(j.ID, 2*time.Minute)
-	letters := b.settledLetters()
-	t.Logf("final status: state %s error %q; the agent ran %d times", st.State, st.Error, runs.Load())
-	if st.State != job.StateFailed || runs.Load() != 0 {
-		t.Fatalf("job ended %s after %d runs of the agent, want failed before any run", st.State, runs.Load())
+	c := b.runCounted(b.newJob("p", "t"))
+	st, letters, logs := c.st, c.letters, c.logs
+	if st.State != job.StateFailed || c.runs != 0 {
+		t.Fatalf("job ended %s after %d runs of the agent, want failed before any run", st.State, c.runs)
 	}
 	// The tenant is told what refused, in fixed words (the bucket is the operator's); the
 	// worker's log names the folder and the permission to grant on it.
@@ -81,18 +71,10 @@ func TestRunWritesRefusedAtTheCommitFailTheJob(t *testing.T) {
 	j := b.newJob("p", "t")
 	bucket.refuse(t, store.TenantPrefix(job.DefaultTenant)+store.RunPrefix(j.ID))
 	b.shared = bucket.worker(t)
-	var runs atomic.Int64
-	var logs harness.LogBuffer
-	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
-		runs.Add(1)
-		return writeReport(ctx, req)
-	}), func(c *runner.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
-	b.publish(j)
-	st := b.waitFinal(j.ID, 2*time.Minute)
-	letters := b.settledLetters()
-	t.Logf("final status: state %s attempt %d error %q; the agent ran %d times", st.State, st.Attempt, st.Error, runs.Load())
-	if st.State != job.StateFailed || st.Attempt != 1 || runs.Load() != 1 {
-		t.Fatalf("job ended %s at attempt %d after %d runs of the agent, want failed at the first, run once", st.State, st.Attempt, runs.Load())
+	c := b.runCounted(j)
+	st, letters, logs := c.st, c.letters, c.logs
+	if st.State != job.StateFailed || st.Attempt != 1 || c.runs != 1 {
+		t.Fatalf("job ended %s at attempt %d after %d runs of the agent, want failed at the first, run once", st.State, st.Attempt, c.runs)
 	}
 	if !strings.Contains(st.Error, "the store refused the worker's writes of the run under the tenant's folder") {
 		t.Errorf("status error %q does not say the store refused the run's writes", st.Error)
@@ -252,17 +234,9 @@ func TestOwnBucketGoneFailsTheTenantsJob(t *testing.T) {
 	p.Limits.JobTimeout = config.Duration(10 * time.Second) // a claim that waits gives up after 10 s
 	b.cfg.Profiles = map[string]config.Profile{"p": p}
 	gone := newS3Store(t, srv, "boxcar-no-such-bucket", srv.Endpoint)
-	var runs atomic.Int64
-	b.worker(agentFunc(func(ctx context.Context, req agent.Request) (agent.Result, error) {
-		runs.Add(1)
-		return writeReport(ctx, req)
-	}), func(c *runner.Config) { c.TenantStores = map[string]store.Store{job.DefaultTenant: gone} })
-	j := b.submit("p")
-	st := b.waitFinal(j.ID, 2*time.Minute)
-	letters := b.settledLetters()
-	t.Logf("final status: state %s attempt %d error %q; the agent ran %d times", st.State, st.Attempt, st.Error, runs.Load())
-	if st.State != job.StateFailed || runs.Load() != 0 || len(letters) != 1 || letters[0].Reason != "store_write_refused" || letters[0].Attempt != 1 {
-		t.Errorf("job ended %s after %d runs with dead letters %+v; want failed before any run, one letter, store_write_refused, at attempt 1", st.State, runs.Load(), letters)
+	c := b.runCounted(b.newJob("p", "t"), func(c *runner.Config) { c.TenantStores = map[string]store.Store{job.DefaultTenant: gone} })
+	if c.st.State != job.StateFailed || c.runs != 0 || len(c.letters) != 1 || c.letters[0].Reason != "store_write_refused" || c.letters[0].Attempt != 1 {
+		t.Errorf("job ended %s after %d runs with dead letters %+v; want failed before any run, one letter, store_write_refused, at attempt 1", c.st.State, c.runs, c.letters)
 	}
 }
 
