@@ -136,20 +136,37 @@ func TestReadRefusedSaysWhose(t *testing.T) {
 // tenant's key alone is the tenant's (ErrWriteRefused), saying so. Each names the key's
 // permission and the proof that took. Before, both were the tenant's folder's refusal, which
 // failed every tenant's jobs store_write_refused for a policy on a name every run writes.
+// A run's key of S3's longest (1,024 bytes) is told too: its probe is no longer than the key,
+// the job's id cut short. Before, the probe was 7 bytes longer (tenants/.boxcar-probe/ for
+// tenants/team-b/), too long for S3, and the refusal read as "cannot tell", waited out.
 func TestKeyRefusedWhileItsFolderTakesWrites(t *testing.T) {
 	t.Parallel()
 	srv := s3test.StartIAM(t)
+	const id = "20261207t230000-abcdef012345"
+	// Segments of at most 200 bytes (versitygw keeps a key's folders as a file system's),
+	// to 1,024 bytes with the tenant's folder.
+	long := store.RunPrefix(id) + strings.Repeat(strings.Repeat("x", 199)+"/", 4)
+	long += strings.Repeat("y", 1024-len(store.TenantPrefix("team-b"))-len(long))
 	rows := []struct {
 		name     string
 		resource string // of the Deny, under the bucket
+		key      string // under the tenant's folder; ManifestKey("j1") unless given
+		probe    string // the key's probe, under the bucket
 		own      bool   // the tenant's own bucket
 		worker   bool   // the worker's refusal, else the tenant's
 	}{
 		{name: "every tenant's manifest", resource: "tenants/*/runs/*/manifest.json", worker: true},
 		{name: "every tenant's manifest, own bucket", resource: "tenants/*/runs/*/manifest.json", own: true},
 		{name: "this tenant's manifest", resource: store.TenantPrefix("team-b") + store.ManifestKey("j1")},
+		{name: "every tenant's longest key", resource: "tenants/*/runs/*/" + strings.TrimPrefix(long, store.RunPrefix(id)), key: long,
+			probe: "tenants/.boxcar-probe/runs/20261207t230000-abcde/" + strings.TrimPrefix(long, store.RunPrefix(id)), worker: true},
+		{name: "this tenant's longest key", resource: store.TenantPrefix("team-b") + long, key: long,
+			probe: "tenants/.boxcar-probe/runs/20261207t230000-abcde/" + strings.TrimPrefix(long, store.RunPrefix(id))},
 	}
 	for i, tt := range rows {
+		if tt.key == "" {
+			tt.key, tt.probe = store.ManifestKey("j1"), "tenants/.boxcar-probe/runs/j1/manifest.json"
+		}
 		access, bucket := "key"+string(rune('a'+i)), "boxcar-key-"+string(rune('a'+i))
 		st := ownedStore(t, srv, access, bucket)
 		tenant := store.ForTenant(st, "team-b")
@@ -160,14 +177,14 @@ func TestKeyRefusedWhileItsFolderTakesWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		srv.Deny(t, bucket, access, "s3:PutObject", tt.resource)
-		_, err := store.PutOnce(t.Context(), tenant, store.ManifestKey("j1"), bytes.NewReader([]byte("{}")), 2)
+		_, err := store.PutOnce(t.Context(), tenant, tt.key, bytes.NewReader([]byte("{}")), 2)
 		t.Logf("%s: %v", tt.name, err)
 		if tt.worker == errors.Is(err, store.ErrWriteRefused) || tt.worker != errors.Is(err, store.ErrWorkerRefused) || errors.Is(err, store.ErrMaybeStored) {
 			t.Errorf("%s: ErrWriteRefused %v, ErrWorkerRefused %v; want the worker's refusal %v, else the tenant's", tt.name,
 				errors.Is(err, store.ErrWriteRefused), errors.Is(err, store.ErrWorkerRefused), tt.worker)
 		}
-		key := store.TenantPrefix("team-b") + store.ManifestKey("j1")
-		for _, want := range []string{"arn:aws:s3:::" + bucket + "/" + key, store.WriteProbeKey, "tenants/.boxcar-probe/runs/j1/manifest.json"} {
+		key := store.TenantPrefix("team-b") + tt.key
+		for _, want := range []string{"arn:aws:s3:::" + bucket + "/" + key, store.WriteProbeKey, tt.probe} {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("%s: the error does not say %q", tt.name, want)
 			}

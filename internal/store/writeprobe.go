@@ -49,6 +49,23 @@ type writeProver interface {
 // tenant's or this run's folder does not.
 const keyProbeFolder = "tenants/.boxcar-probe/"
 
+// keyProbe is the key under folder (a tenant's) written again in keyProbeFolder, no longer than
+// key: S3 takes keys of 1,024 bytes at most, and a probe longer than a key near that would be
+// refused as too long, telling nothing. The folder is longer than a tenant's of fewer than 13
+// letters, so the run's id (runs/<id>/…: a time and a random part, which a policy on the key's
+// name in every tenant's folder names with a *) is cut short by as much, its random part's end.
+// An input's key (inputs/sha256/<hex>) is never near the limit, and stays whole.
+func keyProbe(folder, key string) string {
+	rest := strings.TrimPrefix(key, folder)
+	probe := keyProbeFolder + rest
+	over := len(probe) - len(key)
+	id, tail, ok := strings.Cut(strings.TrimPrefix(rest, "runs/"), "/")
+	if over <= 0 || !ok || !strings.HasPrefix(rest, "runs/") || len(id) <= over {
+		return probe
+	}
+	return keyProbeFolder + "runs/" + id[:len(id)-over] + "/" + tail
+}
+
 // keyRefused tells whose the refusal of a write of key under folder (err, a refusedWrite) is.
 // The folder is proven again: refused, it is the tenant's folder's, and err stands. Taken,
 // the refusal is of the key alone, and the same key under keyProbeFolder tells by whom: taken
@@ -70,7 +87,7 @@ func keyRefused(ctx context.Context, st Store, folder, key string, err error) er
 	case perr != nil:
 		return fmt.Errorf("%v; proving the folder %s again to tell whose refusal it is: %w", err, st.URL(folder), perr)
 	}
-	probe := keyProbeFolder + strings.TrimPrefix(key, folder)
+	probe := keyProbe(folder, key)
 	perr := st.PutIfAbsent(ctx, probe, bytes.NewReader(nil), 0)
 	switch {
 	case perr == nil || errors.Is(perr, ErrExists):
@@ -96,7 +113,7 @@ func readKeyRefused(ctx context.Context, st Store, folder, key string, err error
 	if !errors.Is(err, ErrReadRefused) {
 		return err
 	}
-	probe := keyProbeFolder + strings.TrimPrefix(key, folder)
+	probe := keyProbe(folder, key)
 	if perr := st.PutIfAbsent(ctx, probe, bytes.NewReader(nil), 0); perr != nil && !errors.Is(perr, ErrExists) {
 		return fmt.Errorf("%v; writing the key in no tenant's folder (%s) to tell whose refusal it is: %v", err, st.URL(probe), perr)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -134,6 +135,30 @@ func TestRefusedWriteIsTheStoresOwn(t *testing.T) {
 	} {
 		if got := refusedWrite(tt.err); got != tt.want {
 			t.Errorf("%s: refusedWrite = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestKeyProbeNoLongerThanItsKey: a key's probe in no tenant's folder is no longer than the key
+// (S3 refuses keys over 1,024 bytes), the run's id cut short where the tenant's name is shorter
+// than the probe's folder's; an input's key and a run's key of a long tenant's name stay whole.
+func TestKeyProbeNoLongerThanItsKey(t *testing.T) {
+	const id = "20261207t230000-abcdef012345"
+	rows := []struct{ tenant, key, want string }{
+		{"team-b", "runs/" + id + "/manifest.json", "tenants/.boxcar-probe/runs/20261207t230000-abcde/manifest.json"},
+		{"a", "runs/" + id + "/out/x.bin", "tenants/.boxcar-probe/runs/20261207t230000-/out/x.bin"},
+		{"a-tenant-name-of-13", "runs/" + id + "/manifest.json", "tenants/.boxcar-probe/runs/" + id + "/manifest.json"},
+		{"team-b", "inputs/sha256/0a1b", "tenants/.boxcar-probe/inputs/sha256/0a1b"},
+		{"team-b", "runs/j1/manifest.json", "tenants/.boxcar-probe/runs/j1/manifest.json"},
+	}
+	for _, tt := range rows {
+		folder := TenantPrefix(tt.tenant)
+		got := keyProbe(folder, folder+tt.key)
+		if got != tt.want {
+			t.Errorf("keyProbe(%s, %s) = %s, want %s", folder, tt.key, got, tt.want)
+		}
+		if strings.HasPrefix(tt.key, "runs/"+id) && len(got) > len(folder+tt.key) {
+			t.Errorf("keyProbe of %s%s is %d bytes longer than the key", folder, tt.key, len(got)-len(folder+tt.key))
 		}
 	}
 }
