@@ -236,7 +236,7 @@ func (f *File) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	}
 	r, err := f.root.Open(key)
 	if err != nil {
-		return nil, fmt.Errorf("store: get %s: %w", key, notFound(err))
+		return nil, fmt.Errorf("store: get %s: %w", key, f.readRefusedWhere(ctx, key, notFound(err)))
 	}
 	info, err := r.Stat()
 	if err != nil {
@@ -250,6 +250,44 @@ func (f *File) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return r, nil
 }
 
+// readRefusedWhere tells whose the refusal of a read of key (err, for want of permission: a
+// mode, an owner) is, as the S3 store's does a policy's: the directory proven again refusing
+// the worker's writes is the worker's; the store's own object (ProbeKey) refused to the worker
+// too, every tenant's reads are, the worker's (ErrWorkerRefused); read, this key alone is
+// (ErrReadRefused: its file's or folders' modes). A proof that cannot tell keeps err.
+func (f *File) readRefusedWhere(ctx context.Context, key string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) || key == ProbeKey {
+		return err
+	}
+	if werr := f.probe.refusedWhere(ctx, key, err, true, f.Probe); errors.Is(werr, ErrWorkerRefused) {
+		return werr
+	}
+	switch rerr := f.readAgain(ctx, ProbeKey); {
+	case errors.Is(rerr, ErrReadRefused):
+		return &refusal{err: err, by: byStore, why: fmt.Sprintf("the worker cannot read the store's own object %s either, so no tenant's inputs or runs: let the worker's user read %s and what is under it (its owner, group or mode)", f.URL(ProbeKey), f.dir)}
+	case rerr != nil:
+		return err
+	}
+	return fmt.Errorf("%w: %w; the worker reads the store's own %s, not this file: let the worker's user read %s and its folders (their owner, group or mode)",
+		ErrReadRefused, err, f.URL(ProbeKey), filepath.Join(f.dir, filepath.FromSlash(key)))
+}
+
+// readAgain opens key and closes it, its refusal for want of permission ErrReadRefused,
+// without proving the store again (see the S3 store's).
+func (f *File) readAgain(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r, err := f.root.Open(key)
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("store: get %s: %w: %w", key, ErrReadRefused, err)
+	case err != nil:
+		return fmt.Errorf("store: get %s: %w", key, notFound(err))
+	}
+	return r.Close()
+}
+
 // Stat returns an object's size, content type and modification time; the error wraps
 // ErrNotFound when there is none.
 func (f *File) Stat(ctx context.Context, key string) (ObjectInfo, error) {
@@ -261,7 +299,7 @@ func (f *File) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	}
 	info, err := f.root.Stat(key)
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", key, notFound(err))
+		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", key, f.readRefusedWhere(ctx, key, notFound(err)))
 	}
 	if !info.Mode().IsRegular() {
 		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", key, ErrNotFound)
