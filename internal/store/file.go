@@ -256,7 +256,7 @@ func (f *File) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 // too, every tenant's reads are, the worker's (ErrWorkerRefused); read, this key alone is
 // (ErrReadRefused: its file's or folders' modes). A proof that cannot tell keeps err.
 func (f *File) readRefusedWhere(ctx context.Context, key string, err error) error {
-	if !errors.Is(err, fs.ErrPermission) || key == ProbeKey {
+	if !errors.Is(err, fs.ErrPermission) || !f.probe.mine(key) {
 		return err
 	}
 	if werr := f.probe.refusedWhere(ctx, key, err, true, f.Probe); errors.Is(werr, ErrWorkerRefused) {

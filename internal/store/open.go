@@ -54,6 +54,11 @@ type Options struct {
 	// Credentials from other sources (web identity, containers, instance roles) still follow the
 	// process's. S3 only.
 	Getenv func(string) string
+	// Submitter opens the store for submit, with a tenant's credentials, not a worker's: a
+	// refusal is then the submitter's, said so (ForTenant), and is not told whose it is by
+	// proving the store's own object or writing a key again in no tenant's folder, which only
+	// a worker's credentials may.
+	Submitter bool
 }
 
 // Open returns the store rawURL names: file:///abs/path for a local directory (created if
@@ -87,6 +92,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (Store, error) {
 		if err != nil {
 			return nil, err // not a typed nil in the interface
 		}
+		f.probe.submitter = opts.Submitter
 		return f, nil
 	case "s3":
 		if u.Host == "" {

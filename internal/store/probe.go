@@ -79,7 +79,13 @@ type storeProof struct {
 	mu  sync.Mutex
 	at  time.Time // of the last proof held, zero before the first
 	err error     // its result
+	// submitter: the store is a submitter's (Options.Submitter), whose refusals are its own
+	// and are not told whose they are.
+	submitter bool
 }
+
+// mine tells whose a refusal is worth telling: a worker's store's, not a submitter's.
+func (p *storeProof) mine(key string) bool { return !p.submitter && key != ProbeKey }
 
 // hold returns the proof held when it is younger than interval, else prove's result, held
 // when keep says so. prove runs under the proof's lock: one proof at a time.
@@ -103,7 +109,7 @@ func (p *storeProof) hold(interval time.Duration, prove func() (keep bool, err e
 // The store is proven again at once (probe, the proof forgotten) to tell; a write refused for
 // a folder's reason alone keeps err.
 func (p *storeProof) refusedWhere(ctx context.Context, key string, err error, folder bool, probe func(context.Context) error) error {
-	if !folder || key == ProbeKey {
+	if !folder || !p.mine(key) {
 		return err
 	}
 	p.mu.Lock()
@@ -223,7 +229,7 @@ func byFolderAnswer(err error) bool {
 // read that object refuses this key alone (ErrReadRefused). A proof that cannot tell (an
 // outage) keeps err, to be waited out.
 func (s *S3) readRefusedWhere(ctx context.Context, key string, err error) error {
-	if !byFolderAnswer(err) || key == ProbeKey {
+	if !byFolderAnswer(err) || !s.probe.mine(key) {
 		return err
 	}
 	if werr := s.refusedWhere(ctx, key, err); errors.Is(werr, ErrWorkerRefused) {

@@ -237,20 +237,31 @@ func TestBucketGoneIsWhoseInEveryCall(t *testing.T) {
 	}
 }
 
-// probeCounter counts the requests to the store's own object (ProbeKey), by method.
+// probeCounter counts the requests to the store's own object (ProbeKey), by method, and
+// those to no tenant's folder (tenants/.boxcar-probe/).
 type probeCounter struct {
-	base *http.Transport
-	mu   sync.Mutex
-	by   map[string]int
+	base    *http.Transport
+	mu      sync.Mutex
+	by      map[string]int
+	inProbe int
 }
 
 func (c *probeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
 	if strings.HasSuffix(r.URL.Path, "/"+store.ProbeKey) {
-		c.mu.Lock()
 		c.by[r.Method]++
-		c.mu.Unlock()
 	}
+	if strings.Contains(r.URL.Path, "/tenants/.boxcar-probe/") {
+		c.inProbe++
+	}
+	c.mu.Unlock()
 	return c.base.RoundTrip(r)
+}
+
+func (c *probeCounter) keyProbes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inProbe
 }
 
 func (c *probeCounter) reset() {
@@ -263,4 +274,45 @@ func (c *probeCounter) counts() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.by)
+}
+
+// TestSubmitterRefusedSaysItsOwn: a store opened for submit (Options.Submitter), with a
+// tenant's credentials that a policy refuses under the tenant's folder, says the refusal is
+// the credentials submit uses, and what to change, not a worker's; and it tells it without
+// the worker's proofs, which those credentials may not make: no request to the store's own
+// object nor to tenants/.boxcar-probe/. Before, a refused put proved the store's own object,
+// was refused there too, and said "the store refuses the worker", a read asked to grant the
+// worker's credentials s3:GetObject.
+func TestSubmitterRefusedSaysItsOwn(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	counted := &probeCounter{base: http.DefaultTransport.(*http.Transport).Clone(), by: map[string]int{}}
+	t.Cleanup(counted.base.CloseIdleConnections)
+	st := ownedStoreWith(t, srv, "submitter", "boxcar-submitter", store.Options{Submitter: true, HTTPClient: &http.Client{Transport: counted}})
+	tenant := store.ForTenant(st, "team-b")
+	input := store.InputKey(strings.Repeat("d", 64))
+	if err := tenant.Put(t.Context(), input, bytes.NewReader([]byte("x")), 1); err != nil {
+		t.Fatal(err)
+	}
+	srv.Deny(t, "boxcar-submitter", "submitter", "s3:*", "tenants/*")
+	reads := map[string]func() error{
+		"put": func() error {
+			return tenant.Put(t.Context(), store.InputKey(strings.Repeat("e", 64)), bytes.NewReader([]byte("x")), 1)
+		},
+		"get":  func() error { _, err := tenant.Get(t.Context(), input); return err },
+		"stat": func() error { _, err := tenant.Stat(t.Context(), input); return err },
+	}
+	for op, call := range reads {
+		err := call()
+		t.Logf("%s: %v", op, err)
+		if err == nil || !strings.Contains(err.Error(), "the credentials submit uses") || strings.Contains(err.Error(), "worker") {
+			t.Errorf("%s = %v; want the submitter's credentials refused, no worker named", op, err)
+		}
+	}
+	if got := counted.counts(); len(got) != 0 {
+		t.Errorf("the submitter's store sent %v to the store's own object %s", got, store.ProbeKey)
+	}
+	if n := counted.keyProbes(); n != 0 {
+		t.Errorf("the submitter's store sent %d requests to no tenant's folder (tenants/.boxcar-probe/)", n)
+	}
 }

@@ -129,6 +129,7 @@ func NewS3(ctx context.Context, bucket, prefix string, opts Options) (*S3, error
 		probeInterval = defaultProbeInterval
 	}
 	s := &S3{bucket: bucket, prefix: prefix, partSize: partSize, log: log, allowUnsafe: opts.AllowUnsafeOverwrite, probeInterval: probeInterval}
+	s.probe.submitter = opts.Submitter
 	loadOpts, err := envLoadOptions(opts.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("store: s3 %s: %w", bucket, err)

@@ -19,7 +19,7 @@ func TenantPrefix(tenant string) string { return "tenants/" + tenant + "/" }
 // can reach another tenant's folder (a key that climbs with ".." is ErrInvalidKey). Closing it
 // leaves st open. tenant must be a valid tenant name (job.ValidTenant).
 func ForTenant(st Store, tenant string) Store {
-	return &tenantStore{st: st, prefix: TenantPrefix(tenant)}
+	return &tenantStore{st: st, prefix: TenantPrefix(tenant), submitter: bySubmitter(st)}
 }
 
 // ForTenantBucket is ForTenant on a store of the tenant's own (tenants.T.bucket), which serves
@@ -27,7 +27,7 @@ func ForTenant(st Store, tenant string) Store {
 // its probe object refused: ErrWorkerRefused on the shared store) refuses this tenant's writes
 // alone, and its errors wrap ErrWriteRefused instead.
 func ForTenantBucket(st Store, tenant string) Store {
-	return &tenantStore{st: st, prefix: TenantPrefix(tenant), ownBucket: true}
+	return &tenantStore{st: st, prefix: TenantPrefix(tenant), ownBucket: true, submitter: bySubmitter(st)}
 }
 
 // tenantStore is ForTenant's store.
@@ -35,6 +35,45 @@ type tenantStore struct {
 	st        Store
 	prefix    string
 	ownBucket bool // ForTenantBucket's
+	submitter bool // on a submitter's store (Options.Submitter)
+}
+
+// bySubmitter: st was opened for a submitter (Options.Submitter).
+func bySubmitter(st Store) bool {
+	switch s := st.(type) {
+	case *S3:
+		return s.probe.submitter
+	case *File:
+		return s.probe.submitter
+	}
+	return false
+}
+
+// keyRefused is the package's keyRefused of a write of key, a worker's: a submitter's refusal
+// is its own credentials' (submitterRefused).
+func (t *tenantStore) keyRefused(ctx context.Context, key string, err error) error {
+	if t.submitter {
+		return t.submitterRefused(err)
+	}
+	return t.refused(keyRefused(ctx, t.st, t.prefix, key, err))
+}
+
+// readKeyRefused is keyRefused of a read.
+func (t *tenantStore) readKeyRefused(ctx context.Context, key string, err error) error {
+	if t.submitter {
+		return t.submitterRefused(err)
+	}
+	return t.refused(readKeyRefused(ctx, t.st, t.prefix, key, err))
+}
+
+// submitterRefused says what a submitter changes for a refusal of its credentials under the
+// tenant's folder (S3's AccessDenied, the file store's EACCES): the words for a worker name a
+// worker's credentials and a policy of the operator's.
+func (t *tenantStore) submitterRefused(err error) error {
+	if !refusedWrite(err) {
+		return err
+	}
+	return fmt.Errorf("%w; the store refuses the credentials submit uses under the tenant's folder %s: use the ones issued for this tenant (--tenant, AWS_PROFILE or AWS_ACCESS_KEY_ID), or ask the store's operator to let them read and write there", err, t.URL(""))
 }
 
 // refused is err, or for a store of the tenant's own whose whole store refused the worker,
@@ -62,7 +101,7 @@ func (t *tenantStore) Put(ctx context.Context, key string, r io.Reader, size int
 	if err != nil {
 		return err
 	}
-	return t.refused(keyRefused(ctx, t.st, t.prefix, k, t.st.Put(ctx, k, r, size)))
+	return t.keyRefused(ctx, k, t.st.Put(ctx, k, r, size))
 }
 
 func (t *tenantStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
@@ -70,7 +109,7 @@ func (t *tenantStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, 
 	if err != nil {
 		return err
 	}
-	return t.refused(keyRefused(ctx, t.st, t.prefix, k, t.st.PutIfAbsent(ctx, k, r, size)))
+	return t.keyRefused(ctx, k, t.st.PutIfAbsent(ctx, k, r, size))
 }
 
 func (t *tenantStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
@@ -79,7 +118,7 @@ func (t *tenantStore) Get(ctx context.Context, key string) (io.ReadCloser, error
 		return nil, err
 	}
 	rc, err := t.st.Get(ctx, k)
-	return rc, t.refused(readKeyRefused(ctx, t.st, t.prefix, k, err))
+	return rc, t.readKeyRefused(ctx, k, err)
 }
 
 func (t *tenantStore) Stat(ctx context.Context, key string) (ObjectInfo, error) {
@@ -89,7 +128,7 @@ func (t *tenantStore) Stat(ctx context.Context, key string) (ObjectInfo, error) 
 	}
 	info, err := t.st.Stat(ctx, k)
 	info.Key = strings.TrimPrefix(info.Key, t.prefix)
-	return info, t.refused(readKeyRefused(ctx, t.st, t.prefix, k, err))
+	return info, t.readKeyRefused(ctx, k, err)
 }
 
 func (t *tenantStore) Delete(ctx context.Context, key string) error {

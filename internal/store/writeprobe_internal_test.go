@@ -143,6 +143,7 @@ func TestRefusedWriteIsTheStoresOwn(t *testing.T) {
 // (S3 refuses keys over 1,024 bytes), the run's id cut short where the tenant's name is shorter
 // than the probe's folder's; an input's key and a run's key of a long tenant's name stay whole.
 func TestKeyProbeNoLongerThanItsKey(t *testing.T) {
+	t.Parallel()
 	const id = "20261207t230000-abcdef012345"
 	rows := []struct{ tenant, key, want string }{
 		{"team-b", "runs/" + id + "/manifest.json", "tenants/.boxcar-probe/runs/20261207t230000-abcde/manifest.json"},

@@ -342,7 +342,7 @@ func (e *env) openSharedStore(ctx context.Context) (store.Store, error) {
 	// writes the same bytes. So a server that ignores If-None-Match, which workers run on with
 	// store.allow_unsafe_overwrite, takes submit's inputs; the store's probe refused them, and
 	// run waited out its --timeout naming a worker's setting.
-	opts := store.Options{Endpoint: endpoint, PathStyle: endpoint != "", Getenv: e.getenv, AllowUnsafeOverwrite: true}
+	opts := store.Options{Endpoint: endpoint, PathStyle: endpoint != "", Getenv: e.getenv, AllowUnsafeOverwrite: true, Submitter: true}
 	ca := e.s3CA
 	if ca == "" {
 		ca = e.getenv("BOXCAR_S3_CA")
