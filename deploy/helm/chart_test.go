@@ -898,3 +898,44 @@ func TestLongReleaseNames(t *testing.T) {
 		})
 	}
 }
+
+// TestLongNamesStayApart: two releases in one namespace whose fullnames differ only past the
+// characters boxcar.suffixed keeps (fullnameOverrides of 63 sharing their first 60, or the
+// longest release names) name every object apart: a shortened name carries a digest of the
+// whole fullname, and a name that fits is <fullname>-<suffix> as before. Each release's
+// -metrics Service, -setup hook, -worker NetworkPolicy and -signing Secret were the other's.
+func TestLongNamesStayApart(t *testing.T) {
+	const setup = "natsServer: {credentialsSecret: {name: nats-worker}, operatorCredentialsSecret: {name: nats-operator}}\nmetrics: {prometheusRule: {enabled: true}, serviceMonitor: {enabled: true}}\ngrafana: {dashboard: {enabled: true}}\nsigning: {privateKey: %q}"
+	long := strings.Repeat("f", 60)
+	for _, pair := range [][2]struct{ release, values string }{
+		{{release: "a", values: "fullnameOverride: " + long + "one"}, {release: "b", values: "fullnameOverride: " + long + "two"}},
+		{{release: strings.Repeat("r", 52) + "1"}, {release: strings.Repeat("r", 52) + "2"}},
+		{{release: strings.Repeat("x", 46) + "-boxcar"}, {release: strings.Repeat("x", 45) + "-boxcar2"}},
+	} {
+		seen := map[string]string{}
+		for _, rel := range pair {
+			r, err := tryRenderRelease(t, rel.release, releaseNamespace, values(t, fmt.Sprintf(setup, testPrivateKeyPEM)+"\n"+rel.values))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range r.objects {
+				ns := ""
+				if m, ok := o.Obj.(metav1.Object); ok {
+					ns = m.GetNamespace()
+				}
+				if o.GVK.Kind == "Namespace" {
+					continue // the sandbox namespace is the releases' to share
+				}
+				key := o.GVK.Kind + " " + ns + "/" + o.Name
+				if other, ok := seen[key]; ok && other != rel.release {
+					t.Errorf("releases %s and %s both name %s", other, rel.release, key)
+				}
+				seen[key] = rel.release
+			}
+		}
+	}
+	// A name of 63 characters is as it was: upgrades keep their objects.
+	fits := strings.Repeat("f", 55)
+	r := render(t, values(t, "fullnameOverride: "+fits))
+	one[*corev1.Service](t, r, fits+"-metrics")
+}

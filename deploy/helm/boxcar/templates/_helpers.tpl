@@ -9,10 +9,17 @@
 {{- end -}}
 {{- end -}}
 
-{{/* <fullname>-<.suffix>, the fullname cut short so that the whole is at most 63 characters:
-a Service's name is a DNS label, and a Job's goes into its pods' job-name label. */}}
+{{/* <fullname>-<.suffix> when that is at most 63 characters: a Service's name is a DNS label,
+and a Job's goes into its pods' job-name label. A longer one is <the fullname cut>-<the first 8
+hex digits of the whole fullname's SHA-256>-<.suffix>, 63 characters, so that two fullnames
+alike in what is kept still name two objects. */}}
 {{- define "boxcar.suffixed" -}}
-{{- printf "%s-%s" (include "boxcar.fullname" .root | trunc (int (sub 62 (len .suffix))) | trimSuffix "-") .suffix -}}
+{{- $full := include "boxcar.fullname" .root -}}
+{{- if le (add (len $full) (len .suffix) 1) 63 -}}
+{{- printf "%s-%s" $full .suffix -}}
+{{- else -}}
+{{- printf "%s-%s-%s" ($full | trunc (int (sub 53 (len .suffix))) | trimSuffix "-") ($full | sha256sum | trunc 8) .suffix -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "boxcar.labels" -}}
