@@ -3,6 +3,7 @@ package helm
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -36,8 +37,10 @@ func TestWorkerEgressToEndpointsOnlyWhereTheyAre(t *testing.T) {
 		{
 			name:   "store and model by host name on port 80",
 			values: "config: {store: {endpoint: 'http://minio.example:80'}, model: {base_url: 'http://llm.example/v1'}}",
-			reach:  []dst{{"203.0.113.7", 80}, {"10.1.2.3", 80}, {"2001:db8::7", 80}, {"ns:*", 80}},
-			stop:   []dst{{"169.254.169.254", 80}, {"169.254.1.1", 80}, {"fd00:ec2::254", 80}, {"fe80::1", 80}, {"100.100.100.200", 80}, {"168.63.129.16", 80}},
+			reach:  []dst{{"203.0.113.7", 80}, {"10.1.2.3", 80}, {"2001:db8::7", 80}, {"ns:*", 80}, {"64:ff9b::cb00:7107", 80}},
+			stop: []dst{{"169.254.169.254", 80}, {"169.254.1.1", 80}, {"fd00:ec2::254", 80}, {"fe80::1", 80}, {"100.100.100.200", 80}, {"168.63.129.16", 80},
+				// The same through a NAT64 gateway (64:ff9b::/96), which dials the IPv4 address.
+				{"64:ff9b::a9fe:a9fe", 80}, {"64:ff9b::6464:64c8", 80}, {"64:ff9b::a83f:8110", 80}, {"64:ff9b::7f00:1", 80}, {"64:ff9b::e000:fb", 80}},
 		},
 		{
 			name:   "model at an IPv4 literal, store at an IPv6 one",
@@ -72,7 +75,7 @@ func TestWorkerEgressToEndpointsOnlyWhereTheyAre(t *testing.T) {
 			name:   "exceptCIDRs narrows the host names' rules and the sandboxes'",
 			values: "networkPolicy: {exceptCIDRs: ['10.0.0.0/8', 'fd12::/16']}\n" + networkedProfile("['files.example.com:80']") + "\n  store: {endpoint: 'http://minio.example:9000'}",
 			reach:  []dst{{"203.0.113.7", 9000}, {"203.0.113.7", 80}, {"2001:db8::7", 9000}},
-			stop:   []dst{{"10.1.2.3", 9000}, {"10.1.2.3", 80}, {"fd12::1", 9000}, {"169.254.169.254", 9000}},
+			stop:   []dst{{"10.1.2.3", 9000}, {"10.1.2.3", 80}, {"fd12::1", 9000}, {"169.254.169.254", 9000}, {"64:ff9b::a01:203", 9000}, {"64:ff9b::a01:203", 80}},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -237,6 +240,11 @@ func checkIPBlocks(t *testing.T, r *rendered) {
 			}
 			cidrBits, _ := cidr.Mask.Size()
 			for _, e := range p.IPBlock.Except {
+				// The chart's own excepts (the NAT64 forms it derives) as Go writes them: the API
+				// server's stricter validation warns of another form.
+				if pr, err := netip.ParsePrefix(e); err == nil && pr.Masked().String() != e {
+					t.Errorf("NetworkPolicy %s: except %q is written %q in canonical form", np.Name, e, pr.Masked())
+				}
 				_, ex, err := net.ParseCIDR(e)
 				if err == nil {
 					if exBits, _ := ex.Mask.Size(); exBits > cidrBits && cidr.Contains(ex.IP) {
@@ -290,13 +298,13 @@ func TestResolverAndAPIServerRulesOpenOnlyTheirPeers(t *testing.T) {
 			name:   "resolver by host name",
 			values: "networkPolicy: {exceptCIDRs: ['10.0.0.0/8']}\n" + networkedProfile(withProfile) + "\n  egress: {resolver: 'dns.corp.example:5353'}",
 			reach:  []udst{{"203.0.113.7", corev1.ProtocolUDP, 5353}, {"203.0.113.7", corev1.ProtocolTCP, 5353}},
-			stop:   []udst{{"169.254.169.254", corev1.ProtocolUDP, 5353}, {"127.0.0.1", corev1.ProtocolUDP, 5353}, {"10.1.2.3", corev1.ProtocolUDP, 5353}},
+			stop:   []udst{{"169.254.169.254", corev1.ProtocolUDP, 5353}, {"127.0.0.1", corev1.ProtocolUDP, 5353}, {"10.1.2.3", corev1.ProtocolUDP, 5353}, {"64:ff9b::a9fe:a9fe", corev1.ProtocolUDP, 5353}, {"64:ff9b::a01:203", corev1.ProtocolUDP, 5353}},
 		},
 		{
 			name:   "API server by default",
 			values: "networkPolicy: {exceptCIDRs: ['10.0.0.0/8']}",
 			reach:  []udst{{"203.0.113.7", corev1.ProtocolTCP, 443}, {"10.0.0.1", corev1.ProtocolTCP, 6443}, {"2001:db8::1", corev1.ProtocolTCP, 443}},
-			stop:   []udst{{"169.254.169.254", corev1.ProtocolTCP, 443}, {"127.0.0.1", corev1.ProtocolTCP, 6443}, {"fd00:ec2::254", corev1.ProtocolTCP, 443}, {"224.0.0.1", corev1.ProtocolTCP, 443}},
+			stop:   []udst{{"169.254.169.254", corev1.ProtocolTCP, 443}, {"127.0.0.1", corev1.ProtocolTCP, 6443}, {"fd00:ec2::254", corev1.ProtocolTCP, 443}, {"224.0.0.1", corev1.ProtocolTCP, 443}, {"64:ff9b::a9fe:a9fe", corev1.ProtocolTCP, 443}, {"64:ff9b::ffff:ffff", corev1.ProtocolTCP, 443}},
 		},
 		{
 			name:   "API server named by apiServer.to",

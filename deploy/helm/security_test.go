@@ -492,12 +492,13 @@ func TestSandboxEgressLeavesOutWhatTheProxyNeverDials(t *testing.T) {
 	for _, allow := range []string{"['files.example.com:80']", "['api.example.com']"} {
 		vals := networkedProfile(allow) + "\n  egress: {resolver: '169.254.20.10:53'}"
 		np := workerPolicy(t, render(t, values(t, vals)))
-		for _, dst := range []string{"169.254.169.254", "169.254.1.1", "127.0.0.1", "100.100.100.200", "168.63.129.16", "224.0.0.251", "fd00:ec2::254", "fe80::1"} {
+		for _, dst := range []string{"169.254.169.254", "169.254.1.1", "127.0.0.1", "100.100.100.200", "168.63.129.16", "224.0.0.251", "fd00:ec2::254", "fe80::1",
+			"64:ff9b::a9fe:a9fe", "64:ff9b::6464:64c8", "64:ff9b::a83f:8110", "64:ff9b::7f00:1", "64:ff9b::a9fe:101"} {
 			if egressAllows(t, np, dst, corev1.ProtocolTCP, 80) {
 				t.Errorf("network.allow %s: the workers' NetworkPolicy lets them reach %s on TCP/80", allow, dst)
 			}
 		}
-		for _, dst := range []string{"203.0.113.7", "10.1.2.3", "2001:db8::7"} {
+		for _, dst := range []string{"203.0.113.7", "10.1.2.3", "2001:db8::7", "64:ff9b::cb00:7107"} {
 			if !egressAllows(t, np, dst, corev1.ProtocolTCP, 80) {
 				t.Errorf("network.allow %s: the workers cannot reach %s on TCP/80, which the proxy may dial", allow, dst)
 			}

@@ -84,14 +84,27 @@ port). The proxy checks the host names; a NetworkPolicy can only name ports and 
 {{/* Any address but those nothing legitimate is, as NetworkPolicy peers: the ranges the
 workers' egress proxy refuses whatever egress.allowed_cidrs lifts (internal/egress's hard rows:
 loopback, link-local and cloud metadata, multicast, broadcast, the metadata and platform
-endpoints outside link-local), and the CIDRs of the list . besides. */}}
+endpoints outside link-local), and the CIDRs of the list . besides; each IPv4 one in its NAT64
+form too (64:ff9b::/96), where a NAT64 gateway dials the IPv4 address. */}}
 {{- define "boxcar.anyAddressBut" -}}
 {{- $v4 := list "0.0.0.0/8" "127.0.0.0/8" "169.254.0.0/16" "224.0.0.0/4" "255.255.255.255/32" "100.100.100.200/32" "168.63.129.16/32" -}}
 {{- $v6 := list "::/128" "::1/128" "fe80::/10" "ff00::/8" "fd00:ec2::254/128" "fd20:ce::254/128" -}}
 {{- range . -}}
 {{- if contains ":" . }}{{ $v6 = append $v6 . }}{{ else }}{{ $v4 = append $v4 . }}{{ end -}}
 {{- end -}}
+{{- range $v4 }}{{ $v6 = append $v6 (include "boxcar.nat64" .) }}{{ end -}}
 {{- toYaml (list (dict "ipBlock" (dict "cidr" "0.0.0.0/0" "except" (uniq $v4))) (dict "ipBlock" (dict "cidr" "::/0" "except" (uniq $v6)))) -}}
+{{- end -}}
+
+{{/* The IPv4 CIDR . (a.b.c.d/n) in the well-known NAT64 prefix, 64:ff9b::/96 (RFC 6052): the
+address's two halves in hex after it, /96+n, written as Go writes an IPv6 prefix. */}}
+{{- define "boxcar.nat64" -}}
+{{- $parts := regexSplit "[./]" . -1 -}}
+{{- $hi := add (mul (index $parts 0 | int) 256) (index $parts 1 | int) -}}
+{{- $lo := add (mul (index $parts 2 | int) 256) (index $parts 3 | int) -}}
+{{- $addr := printf "64:ff9b::%x:%x" $hi $lo -}}
+{{- if and (eq $hi 0) (eq $lo 0) }}{{ $addr = "64:ff9b::" }}{{ else if eq $hi 0 }}{{ $addr = printf "64:ff9b::%x" $lo }}{{ end -}}
+{{- printf "%s/%d" $addr (add 96 (index $parts 4 | int)) -}}
 {{- end -}}
 
 {{/* The addresses the workers' egress proxy may dial for a sandbox, as NetworkPolicy peers:
