@@ -12,11 +12,48 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 )
 
-// dst is a destination of the workers' egress: an address outside the cluster's pods, or the
-// pods of a namespace ("ns:<name>", "ns:*" for a namespace none of the rules names).
+// dst is a destination of the workers' egress on TCP: an address outside the cluster's pods,
+// or the pods of a namespace ("ns:<name>", "ns:*" for a namespace none of the rules names).
 type dst struct {
 	to   string
 	port int
+}
+
+func (d dst) reachedBy(t *testing.T, np *networkingv1.NetworkPolicy) bool {
+	return egressReaches(t, np, d)
+}
+
+func (d dst) String() string { return fmt.Sprintf("%s on TCP/%d", d.to, d.port) }
+
+// udst is an address of the workers' egress on a protocol of its own.
+type udst struct {
+	to    string
+	proto corev1.Protocol
+	port  int
+}
+
+func (d udst) reachedBy(t *testing.T, np *networkingv1.NetworkPolicy) bool {
+	return egressAllows(t, np, d.to, d.proto, d.port)
+}
+
+func (d udst) String() string { return fmt.Sprintf("%s on %s/%d", d.to, d.proto, d.port) }
+
+// checkEgress: np lets its pods reach each of reach and none of stop.
+func checkEgress[D interface {
+	reachedBy(*testing.T, *networkingv1.NetworkPolicy) bool
+	fmt.Stringer
+}](t *testing.T, np *networkingv1.NetworkPolicy, reach, stop []D) {
+	t.Helper()
+	for _, d := range reach {
+		if !d.reachedBy(t, np) {
+			t.Errorf("the workers cannot reach %s", d)
+		}
+	}
+	for _, d := range stop {
+		if d.reachedBy(t, np) {
+			t.Errorf("the workers may reach %s", d)
+		}
+	}
 }
 
 // TestWorkerEgressToEndpointsOnlyWhereTheyAre: the workers' NetworkPolicy rules for the store,
@@ -79,17 +116,7 @@ func TestWorkerEgressToEndpointsOnlyWhereTheyAre(t *testing.T) {
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			np := workerPolicy(t, render(t, values(t, tt.values)))
-			for _, d := range tt.reach {
-				if !egressReaches(t, np, d) {
-					t.Errorf("the workers cannot reach %s on TCP/%d", d.to, d.port)
-				}
-			}
-			for _, d := range tt.stop {
-				if egressReaches(t, np, d) {
-					t.Errorf("the workers may reach %s on TCP/%d", d.to, d.port)
-				}
-			}
+			checkEgress(t, workerPolicy(t, render(t, values(t, tt.values))), tt.reach, tt.stop)
 		})
 	}
 }
@@ -265,11 +292,6 @@ func checkIPBlocks(t *testing.T, r *rendered) {
 // network, its home), unless apiServer.to names it. Both rules opened their ports to every
 // address: the resolver's UDP/53 and the API server's 443 reached 169.254.169.254.
 func TestResolverAndAPIServerRulesOpenOnlyTheirPeers(t *testing.T) {
-	type udst struct {
-		to    string
-		proto corev1.Protocol
-		port  int
-	}
 	const withProfile = "['files.example.com:8443']"
 	for _, tt := range []struct {
 		name        string
@@ -314,17 +336,7 @@ func TestResolverAndAPIServerRulesOpenOnlyTheirPeers(t *testing.T) {
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			np := workerPolicy(t, render(t, values(t, tt.values)))
-			for _, d := range tt.reach {
-				if !egressAllows(t, np, d.to, d.proto, d.port) {
-					t.Errorf("the workers cannot reach %s on %s/%d", d.to, d.proto, d.port)
-				}
-			}
-			for _, d := range tt.stop {
-				if egressAllows(t, np, d.to, d.proto, d.port) {
-					t.Errorf("the workers may reach %s on %s/%d", d.to, d.proto, d.port)
-				}
-			}
+			checkEgress(t, workerPolicy(t, render(t, values(t, tt.values))), tt.reach, tt.stop)
 		})
 	}
 }
@@ -444,17 +456,7 @@ func TestEndpointRuleAsTheClientReadsIt(t *testing.T) {
 		{values: networkedProfile("['api.example.com:08443']"), reach: []dst{{"203.0.113.7", 8443}}},
 	} {
 		t.Run(tt.values, func(t *testing.T) {
-			np := workerPolicy(t, render(t, values(t, tt.values)))
-			for _, d := range tt.reach {
-				if !egressReaches(t, np, d) {
-					t.Errorf("the workers cannot reach %s on TCP/%d", d.to, d.port)
-				}
-			}
-			for _, d := range tt.stop {
-				if egressReaches(t, np, d) {
-					t.Errorf("the workers may reach %s on TCP/%d", d.to, d.port)
-				}
-			}
+			checkEgress(t, workerPolicy(t, render(t, values(t, tt.values))), tt.reach, tt.stop)
 		})
 	}
 }
