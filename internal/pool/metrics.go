@@ -10,7 +10,7 @@ type Metrics struct {
 	Size     *prometheus.GaugeVec     // profile: warm sandboxes ready to be taken
 	Hits     *prometheus.CounterVec   // profile: jobs that took a warm sandbox
 	Misses   *prometheus.CounterVec   // profile: jobs of a warm profile that started one cold
-	Claim    *prometheus.HistogramVec // profile, warm: from Take to a sandbox in hand
+	Claim    *prometheus.HistogramVec // profile, warm: from the take's first try to a sandbox in hand
 	Replaced *prometheus.CounterVec   // profile, reason: warm sandboxes removed unused
 }
 
@@ -30,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "boxcar_pool_misses_total", Help: "Jobs of a warm profile that found no warm sandbox and started one, by profile.",
 		}, []string{"profile"}),
 		Claim: f.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "boxcar_pool_claim_seconds", Help: "Time from a job asking for its sandbox to having it, warm (true) or started for it (false).", Buckets: claimBuckets,
+			Name: "boxcar_pool_claim_seconds", Help: "Time from a job first asking for its sandbox (the tries while the backend is unavailable included) to having it, warm (true) or started for it (false).", Buckets: claimBuckets,
 		}, []string{"profile", "warm"}),
 		Replaced: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "boxcar_pool_removed_total", Help: "Warm sandboxes removed without serving a job, by profile and reason (aged, claim_failed, start_failed).",

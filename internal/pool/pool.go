@@ -101,13 +101,14 @@ type Pool struct {
 	kick     chan struct{}
 
 	mu        sync.Mutex
-	inUse     int             // sandboxes taken (or being taken) and not removed yet
-	removing  int             // sandboxes the pool let go and is removing (remove)
-	inFlight  int             // starts and removals under way: Close waits for them (settle)
-	roomWaits int             // Takes waiting for a free slot to start one cold (makeRoom)
-	lags      []Lag           // the lag read last
-	mixes     map[string]*mix // by tenant: how its recent takes split between its profiles
-	changed   chan struct{}   // closed and replaced whenever a start ends or a slot frees
+	inUse     int              // sandboxes taken (or being taken) and not removed yet
+	removing  int              // sandboxes the pool let go and is removing (remove)
+	inFlight  int              // starts and removals under way: Close waits for them (settle)
+	roomWaits int              // Takes waiting for a free slot to start one cold (makeRoom)
+	lags      []Lag            // the lag read last
+	mixes     map[string]*mix  // by tenant: how its recent takes split between its profiles
+	tries     map[string]tries // by tenant/job: the failed tries of takes not over (firstTry)
+	changed   chan struct{}    // closed and replaced whenever a start ends or a slot frees
 	ctx       context.Context
 	closed    bool
 	stop      chan struct{} // closed by Close: a start ends its warm-up wait, a removal its retries
@@ -179,7 +180,7 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = 30 * time.Second
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, profiles: map[string]*profilePool{}, mixes: map[string]*mix{},
+	p := &Pool{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, profiles: map[string]*profilePool{}, mixes: map[string]*mix{}, tries: map[string]tries{},
 		kick: make(chan struct{}, 1), changed: make(chan struct{}), ctx: context.Background(), stop: make(chan struct{})}
 	for name, prof := range cfg.Profiles {
 		if prof.Warm == nil {

@@ -14,10 +14,12 @@ import (
 // it (makeRoom). Either way the job holds a slot's worth of the pool's room until its sandbox
 // is removed, and the pool starts a replacement if its target asks for one.
 func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec sandbox.Spec) (sandbox.Sandbox, bool, error) {
-	begin := time.Now()
 	p.mu.Lock()
+	now := p.cfg.Now()
 	p.inUse++
-	p.took(p.cfg.Now(), tenant, profile, jobID)
+	p.took(now, tenant, profile, jobID)
+	key := tenant + "/" + jobID
+	begin := p.firstTry(now, key)
 	p.mu.Unlock()
 	release := sync.OnceFunc(func() {
 		p.mu.Lock()
@@ -34,6 +36,9 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 		sb, err = p.startCold(ctx, profile, spec)
 	}
 	if err != nil {
+		p.mu.Lock()
+		p.tries[key] = tries{first: begin, last: p.cfg.Now()}
+		p.mu.Unlock()
 		release()
 		return nil, false, err
 	}
@@ -41,10 +46,37 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 		if warm {
 			p.m.Hits.WithLabelValues(profile).Inc()
 		}
-		p.m.Claim.WithLabelValues(profile, fmt.Sprint(warm)).Observe(time.Since(begin).Seconds())
+		p.m.Claim.WithLabelValues(profile, fmt.Sprint(warm)).Observe(p.cfg.Now().Sub(begin).Seconds())
 	}
 	p.poke()
 	return &heldSandbox{Sandbox: sb, release: release, p: p}, warm, nil
+}
+
+// triesApart is how long after a failed try of a take the next one is still the same take: the
+// runner tries again within backoff.Max while the backend is unavailable. One later is a new
+// take (a later delivery of the job), timed from its own try.
+const triesApart = time.Minute
+
+// tries are the failed tries of a take that is not over: when the first began, the last ended.
+type tries struct{ first, last time.Time }
+
+// firstTry is when the take of key (tenant/job) began as its job sees it: its first failed try
+// within triesApart of this one, else now. boxcar_pool_claim_seconds times the take from then:
+// timed from its last try, a job whose sandbox took three tries over a backend's outage
+// claimed it in the last one's milliseconds. It forgets the takes whose last try is older, of
+// jobs that never came back. The caller holds mu.
+func (p *Pool) firstTry(now time.Time, key string) time.Time {
+	for k, t := range p.tries {
+		if now.Sub(t.last) >= triesApart {
+			delete(p.tries, k)
+		}
+	}
+	t, ok := p.tries[key]
+	if !ok {
+		return now
+	}
+	delete(p.tries, key) // this try's; a failure puts it back
+	return t.first
 }
 
 // startCold starts the job's own sandbox once a slot is free for it. The miss counts once it

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/boxcar-run/boxcar/internal/backoff"
 	"github.com/boxcar-run/boxcar/internal/config"
@@ -557,7 +559,10 @@ func TestConcurrentTakesKeepWithinSlots(t *testing.T) {
 // A Take that fails and is tried again (the runner tries again while the backend is
 // unavailable) is one miss once it has its sandbox, not one per try; a Take cut short before
 // it started anything is none; and a warm start the pool's own close cut short is no
-// start_failed (boxcar_pool_removed_total).
+// start_failed (boxcar_pool_removed_total). A take's claim time (boxcar_pool_claim_seconds) is
+// the job's wait, from its first try to its sandbox: timed from its last try, the wait of a job
+// whose first tries failed was cut to the last one's. A try long after (a later delivery) is
+// timed alone.
 func TestMetricsCountWhatHappened(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -565,8 +570,9 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		run             func(t *testing.T, bn *bundle)
 		wantMisses      float64
 		wantStartFailed float64
+		wantClaims      []float64 // seconds of the cold claims observed, as the fake clock counts them
 	}{
-		{name: "a cold start tried three times is one miss", wantMisses: 1, run: func(t *testing.T, bn *bundle) {
+		{name: "a cold start tried three times is one miss", wantMisses: 1, wantClaims: []float64{0}, run: func(t *testing.T, bn *bundle) {
 			bn.b.failNext = 2
 			for range 2 {
 				if _, _, err := bn.p.Take(t.Context(), "t", "p", "job-1", sandbox.Spec{}); err == nil {
@@ -579,7 +585,27 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 			}
 			closeAll(t, sb)
 		}},
-		{name: "a take cut short waiting for a slot is no miss", wantMisses: 1, run: func(t *testing.T, bn *bundle) {
+		{name: "a take tried again is timed from its first try", wantMisses: 1, wantClaims: []float64{3}, run: func(t *testing.T, bn *bundle) {
+			bn.b.failNext = 1
+			if _, _, err := bn.p.Take(t.Context(), "t", "p", "job-1", sandbox.Spec{}); err == nil {
+				t.Fatal("take succeeded with a failing backend")
+			}
+			bn.clock.advance(3 * time.Second)
+			sb, _ := bn.take(t, "p", "job-1")
+			closeAll(t, sb)
+		}},
+		{name: "a take tried long after is timed alone", wantMisses: 2, wantClaims: []float64{0, 0}, run: func(t *testing.T, bn *bundle) {
+			bn.b.failNext = 1
+			if _, _, err := bn.p.Take(t.Context(), "t", "p", "job-1", sandbox.Spec{}); err == nil {
+				t.Fatal("take succeeded with a failing backend")
+			}
+			bn.clock.advance(time.Hour)
+			sb, _ := bn.take(t, "p", "job-1")
+			closeAll(t, sb)
+			sb, _ = bn.take(t, "p", "job-2") // another job's take is its own
+			closeAll(t, sb)
+		}},
+		{name: "a take cut short waiting for a slot is no miss", wantMisses: 1, wantClaims: []float64{0}, run: func(t *testing.T, bn *bundle) {
 			held, _ := bn.take(t, "p", "job-1") // the one slot, cold: the one miss
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
@@ -614,6 +640,13 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 			}
 			if got := testutil.ToFloat64(bn.m.Replaced.WithLabelValues("p", "start_failed")); got != tt.wantStartFailed {
 				t.Errorf(`boxcar_pool_removed_total{reason="start_failed"} %v, want %v`, got, tt.wantStartFailed)
+			}
+			wantSum := 0.0
+			for _, c := range tt.wantClaims {
+				wantSum += c
+			}
+			if n, sum := claimSeconds(t, bn.m, "p", "false"); n != uint64(len(tt.wantClaims)) || sum != wantSum {
+				t.Errorf("boxcar_pool_claim_seconds{warm=\"false\"}: %d observed, %v s in all; want %v", n, sum, tt.wantClaims)
 			}
 		})
 	}
@@ -811,4 +844,14 @@ func TestSizeFollowsReadyAtOnce(t *testing.T) {
 			bn.p.Close()
 		})
 	}
+}
+
+// claimSeconds is how many claims of the profile boxcar_pool_claim_seconds observed, and their sum.
+func claimSeconds(t *testing.T, m *pool.Metrics, profile, warm string) (uint64, float64) {
+	t.Helper()
+	var out dto.Metric
+	if err := m.Claim.WithLabelValues(profile, warm).(prometheus.Histogram).Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetHistogram().GetSampleCount(), out.GetHistogram().GetSampleSum()
 }
