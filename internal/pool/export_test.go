@@ -44,3 +44,12 @@ func (p *Pool) MixJobs(tenant string) int {
 	}
 	return 0
 }
+
+// RemovalReasons are boxcar_pool_removed_total's reasons.
+func RemovalReasons() []string {
+	out := make([]string, 0, len(removals))
+	for _, r := range removals {
+		out = append(out, string(r.reason))
+	}
+	return out
+}

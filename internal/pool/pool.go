@@ -137,6 +137,7 @@ type profilePool struct {
 type warmStart struct {
 	cancel    context.CancelFunc
 	cancelled bool
+	why       removal // why it was called back
 }
 
 // coming is how many of the profile's starts in flight will make a ready sandbox: those not
@@ -238,7 +239,7 @@ func (p *Pool) Close() {
 	p.settle()
 	for _, pp := range p.profiles {
 		for _, e := range pp.ready {
-			p.destroy(e.sb)
+			p.destroy(pp, e.sb, removedClosed)
 		}
 		p.setReady(pp, nil)
 	}
@@ -302,10 +303,11 @@ func (p *Pool) going() int {
 	return n
 }
 
-// destroy removes a warm sandbox the pool drops (aged, trimmed, called back, unclaimable, or
-// the pool closing). Its slot stays counted until it is gone, and is then refilled at once on
-// the lag read last, as a slot a job gives back is. The caller holds mu.
-func (p *Pool) destroy(sb sandbox.Sandbox) {
+// destroy removes a warm sandbox of pp the pool drops, counting it under why
+// (boxcar_pool_removed_total). Its slot stays counted until it is gone, and is then refilled at
+// once on the lag read last, as a slot a job gives back is. The caller holds mu.
+func (p *Pool) destroy(pp *profilePool, sb sandbox.Sandbox, why removal) {
+	p.m.Replaced.WithLabelValues(pp.name, string(why)).Inc()
 	p.removing++
 	p.remove(sb, 0, func() {
 		p.mu.Lock()

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,6 +102,7 @@ type fakeBackend struct {
 	claimHook func() // runs at each claim, before it answers
 	gate      chan struct{}
 	atGate    int           // starts that found the gate shut and wait at it
+	deaf      bool          // starts at the gate do not hear their context's end: called back, they come all the same
 	warmGate  chan struct{} // held open: the sandboxes' warm-up does not end
 	closeGate chan struct{} // given to the next sandboxes
 	warmed    int           // Warm calls
@@ -109,15 +113,18 @@ func (b *fakeBackend) Backend() string { return "fake" }
 
 func (b *fakeBackend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	b.mu.Lock()
-	gate := b.gate
+	gate, done := b.gate, ctx.Done()
 	if gate != nil {
 		b.atGate++
+	}
+	if b.deaf {
+		done = nil
 	}
 	b.mu.Unlock()
 	if gate != nil {
 		select {
 		case <-gate:
-		case <-ctx.Done():
+		case <-done:
 			return nil, ctx.Err()
 		}
 	}
@@ -275,4 +282,129 @@ func (b *fakeBackend) warmedCount() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.warmed
+}
+
+// TestEveryRemovalIsCounted: every warm sandbox that leaves the pool without serving a job is
+// counted once in boxcar_pool_removed_total, under the reason of the path that let it go, and
+// a warm start that failed under start_failed. Only aged and claim_failed were: a pool shrunk
+// to its target, a sandbox let go for a job's cold start, one whose claim the job's end cut
+// short, one a called-back start brought all the same, and those the pool's close removed
+// were in no reason, and the rate of removals on the dashboard missed them.
+func TestEveryRemovalIsCounted(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		reason string
+		want   float64
+		run    func(t *testing.T, bn *bundle)
+	}{
+		{reason: "aged", want: 1, run: func(t *testing.T, bn *bundle) {
+			bn.reconcile(t)
+			bn.clock.advance(11 * time.Minute) // past max_age
+			bn.reconcile(t)
+		}},
+		{reason: "claim_failed", want: 1, run: func(t *testing.T, bn *bundle) {
+			bn.b.claimErr = errors.New("fake: the pod may not be patched")
+			bn.reconcile(t)
+			sb, _ := bn.take(t, "p", "job-1")
+			closeAll(t, sb)
+		}},
+		{reason: "claim_cut_short", want: 1, run: func(t *testing.T, bn *bundle) {
+			bn.reconcile(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			bn.b.mu.Lock()
+			bn.b.started[0].claimErr = context.Canceled
+			bn.b.claimHook = cancel // the job ends while its claim is under way
+			bn.b.mu.Unlock()
+			if _, _, err := bn.p.Take(ctx, "t", "p", "job-1", sandbox.Spec{}); err == nil {
+				t.Fatal("take whose claim was cut short succeeded")
+			}
+		}},
+		{reason: "over_target", want: 1, run: func(t *testing.T, bn *bundle) {
+			bn.lag.set("p", 2)
+			bn.reconcile(t)
+			bn.lag.set("p", 0)
+			bn.clock.advance(2 * time.Minute) // past idle
+			bn.reconcile(t)
+		}},
+		{reason: "over_target", want: 1, run: func(t *testing.T, bn *bundle) { // a start called back comes all the same
+			bn.b.mu.Lock()
+			bn.b.gate, bn.b.deaf = make(chan struct{}), true
+			bn.b.mu.Unlock()
+			bn.lag.set("p", 2)
+			bn.p.Reconcile(t.Context())
+			bn.lag.set("p", 0)
+			bn.clock.advance(2 * time.Minute)
+			bn.p.Reconcile(t.Context())
+			bn.b.mu.Lock()
+			close(bn.b.gate)
+			bn.b.mu.Unlock()
+			bn.p.Settle()
+		}},
+		{reason: "cold_start", want: 1, run: func(t *testing.T, bn *bundle) {
+			bn.reconcile(t)
+			bn.reconcile(t) // Min 1 and lag 1: both of the 2 slots warm
+			sbs := []sandbox.Sandbox{}
+			for _, job := range []string{"job-1", "job-2"} {
+				sb, _ := bn.take(t, "cold", job)
+				sbs = append(sbs, sb)
+			}
+			closeAll(t, sbs...)
+		}},
+		{reason: "closed", want: 1, run: func(t *testing.T, bn *bundle) {
+			bn.reconcile(t)
+		}},
+		{reason: "start_failed", want: 1, run: func(t *testing.T, bn *bundle) {
+			bn.b.failNext = 1
+			bn.reconcile(t)
+			bn.clock.advance(time.Minute) // past the backoff
+			bn.reconcile(t)
+		}},
+	} {
+		t.Run(tt.reason, func(t *testing.T) {
+			t.Parallel()
+			bn := setup(t, 2, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1, Max: 2}), "cold": config.Profile{}.WithDefaults()})
+			if tt.reason == "cold_start" {
+				bn.lag.set("p", 2)
+			}
+			tt.run(t, bn)
+			bn.p.Close()
+			if got := testutil.ToFloat64(bn.m.Replaced.WithLabelValues("p", tt.reason)); got < tt.want {
+				t.Errorf("boxcar_pool_removed_total{reason=%q} %v, want at least %v", tt.reason, got, tt.want)
+			}
+			bn.b.mu.Lock()
+			unused := 0
+			for _, s := range bn.b.started {
+				if s.pool != "" && !s.claimed {
+					unused++
+				}
+			}
+			bn.b.mu.Unlock()
+			counted := 0.0
+			for _, reason := range pool.RemovalReasons() {
+				if reason != "start_failed" {
+					counted += testutil.ToFloat64(bn.m.Replaced.WithLabelValues("p", reason))
+				}
+			}
+			if counted != float64(unused) {
+				t.Errorf("boxcar_pool_removed_total counts %v warm sandboxes removed, %d served no job", counted, unused)
+			}
+		})
+	}
+}
+
+// TestRemovalReasonsDocumented: docs/operations.md's row of boxcar_pool_removed_total names
+// every reason the pool counts under.
+func TestRemovalReasonsDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, row, _ := strings.Cut(string(doc), "| `boxcar_pool_removed_total` |")
+	row, _, _ = strings.Cut(row, "\n")
+	for _, reason := range pool.RemovalReasons() {
+		if !strings.Contains(row, "`"+reason+"`") {
+			t.Errorf("docs/operations.md's boxcar_pool_removed_total row names no reason %q: %s", reason, row)
+		}
+	}
 }

@@ -44,7 +44,7 @@ func (p *Pool) resizeAll() {
 	}
 	alloc := p.share(wants)
 	for _, name := range p.names {
-		p.shrink(p.profiles[name], alloc[name])
+		p.shrink(p.profiles[name], alloc[name], removedOverTarget)
 	}
 	for _, name := range p.names {
 		pp := p.profiles[name]
@@ -60,8 +60,7 @@ func (p *Pool) ageOut(pp *profilePool, now time.Time) {
 	keep := pp.ready[:0]
 	for _, e := range pp.ready {
 		if now.Sub(e.born) >= maxAge {
-			p.m.Replaced.WithLabelValues(pp.name, "aged").Inc()
-			p.destroy(e.sb)
+			p.destroy(pp, e.sb, removedAged)
 			continue
 		}
 		keep = append(keep, e)
@@ -120,9 +119,9 @@ func (p *Pool) share(wants map[string]int) map[string]int {
 
 // shrink removes sandboxes of a pool over its share n, counting those coming: ready ones,
 // newest first, then starts called back, newest first.
-func (p *Pool) shrink(pp *profilePool, n int) {
+func (p *Pool) shrink(pp *profilePool, n int, why removal) {
 	for over := pp.size() - n; over > 0; over-- {
-		if !p.trim(pp) {
+		if !p.trim(pp, why) {
 			break
 		}
 	}
@@ -140,11 +139,12 @@ func (p *Pool) grow(pp *profilePool, n int) {
 	}
 }
 
-// trim lets one of the profile's warm sandboxes go: the newest ready one, else the newest
-// start no Take waits for. It reports whether there was one. The caller holds mu.
-func (p *Pool) trim(pp *profilePool) bool {
+// trim lets one of the profile's warm sandboxes go for why: the newest ready one, else the
+// newest start no Take waits for, whose sandbox, if it comes all the same, goes for why. It
+// reports whether there was one. The caller holds mu.
+func (p *Pool) trim(pp *profilePool, why removal) bool {
 	if last := len(pp.ready) - 1; last >= 0 {
-		p.destroy(pp.ready[last].sb)
+		p.destroy(pp, pp.ready[last].sb, why)
 		p.setReady(pp, pp.ready[:last])
 		return true
 	}
@@ -153,7 +153,7 @@ func (p *Pool) trim(pp *profilePool) bool {
 	}
 	for i := len(pp.starts) - 1; i >= 0; i-- {
 		if ws := pp.starts[i]; !ws.cancelled {
-			ws.cancelled = true
+			ws.cancelled, ws.why = true, why
 			ws.cancel()
 			return true
 		}
@@ -183,10 +183,12 @@ func (p *Pool) start(pp *profilePool) {
 		switch {
 		case err != nil && (ws.cancelled || ctx.Err() != nil): // called back, or the pool stops: nothing went wrong
 		case err != nil:
-			p.m.Replaced.WithLabelValues(pp.name, "start_failed").Inc()
+			p.m.Replaced.WithLabelValues(pp.name, string(removedStartFailed)).Inc()
 			p.failedStart(pp, err)
-		case p.closed || ws.cancelled:
-			p.destroy(sb)
+		case ws.cancelled:
+			p.destroy(pp, sb, ws.why)
+		case p.closed:
+			p.destroy(pp, sb, removedClosed)
 		default:
 			p.setReady(pp, append(pp.ready, entry{sb: sb, born: born}))
 		}
@@ -228,8 +230,7 @@ func (p *Pool) failedStart(pp *profilePool, err error) {
 // removed in turn until its job's context ended, a pod created and deleted each time, rather
 // than start the job's own (TestFailingClaimsBackOff). The caller holds mu.
 func (p *Pool) failedClaim(pp *profilePool, sb sandbox.Sandbox, tenant, jobID string, err error) {
-	p.destroy(sb)
-	p.m.Replaced.WithLabelValues(pp.name, "claim_failed").Inc()
+	p.destroy(pp, sb, removedClaimFailed)
 	pp.unclaimed++
 	delay := backoff.Delay(pp.unclaimed)
 	pp.claimRetryAt = p.cfg.Now().Add(delay)

@@ -139,10 +139,10 @@ func (p *Pool) trimAny() bool {
 		}
 	}
 	if most != nil {
-		return p.trim(most)
+		return p.trim(most, removedColdStart)
 	}
 	for _, name := range p.names {
-		if p.trim(p.profiles[name]) {
+		if p.trim(p.profiles[name], removedColdStart) {
 			return true
 		}
 	}
@@ -197,7 +197,7 @@ func (p *Pool) takeWarm(ctx context.Context, tenant, profile, jobID string) (san
 		case err == nil:
 			pp.unclaimed, pp.claimRetryAt = 0, time.Time{}
 		case ctx.Err() != nil:
-			p.destroy(e.sb)
+			p.destroy(pp, e.sb, removedClaimCut)
 		default:
 			p.failedClaim(pp, e.sb, tenant, jobID, err)
 		}
