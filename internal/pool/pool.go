@@ -101,15 +101,16 @@ type Pool struct {
 	kick     chan struct{}
 
 	mu        sync.Mutex
-	inUse     int              // sandboxes taken (or being taken) and not removed yet
-	removing  int              // sandboxes the pool let go and is removing (remove)
-	inFlight  int              // starts and removals under way: Close waits for them (settle)
-	roomWaits int              // Takes waiting for a free slot to start one cold (makeRoom)
-	lags      []Lag            // the lag read last
-	mixes     map[string]*mix  // by tenant: how its recent takes split between its profiles
-	tries     map[string]tries // by tenant/job: the failed tries of takes not over (firstTry)
-	changed   chan struct{}    // closed and replaced whenever a start ends or a slot frees
-	ctx       context.Context
+	inUse     int                // sandboxes taken (or being taken) and not removed yet
+	removing  int                // sandboxes the pool let go and is removing (remove)
+	inFlight  int                // starts and removals under way: Close waits for them (settle)
+	roomWaits int                // Takes waiting for a free slot to start one cold (makeRoom)
+	lags      []Lag              // the lag read last
+	mixes     map[string]*mix    // by tenant: how its recent takes split between its profiles
+	tries     map[string]tries   // by tenant/job: the failed tries of takes not over (firstTry)
+	changed   chan struct{}      // closed and replaced whenever a start ends or a slot frees
+	ctx       context.Context    // the starts': cancelled by Close, whether Run runs or not
+	cancel    context.CancelFunc // ends ctx
 	closed    bool
 	stop      chan struct{} // closed by Close: a start ends its warm-up wait, a removal its retries
 }
@@ -182,7 +183,8 @@ func New(cfg Config) (*Pool, error) {
 		cfg.CloseTimeout = 30 * time.Second
 	}
 	p := &Pool{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, profiles: map[string]*profilePool{}, mixes: map[string]*mix{}, tries: map[string]tries{},
-		kick: make(chan struct{}, 1), changed: make(chan struct{}), ctx: context.Background(), stop: make(chan struct{})}
+		kick: make(chan struct{}, 1), changed: make(chan struct{}), stop: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	for name, prof := range cfg.Profiles {
 		if prof.Warm == nil {
 			continue
@@ -201,12 +203,10 @@ func New(cfg Config) (*Pool, error) {
 // Backend names the provider's backend.
 func (p *Pool) Backend() string { return p.cfg.Provider.Backend() }
 
-// Run keeps the pools at their targets until ctx ends, then removes every warm sandbox and
-// waits for the starts in flight. Sandboxes already taken are their jobs' to close.
+// Run keeps the pools at their targets until ctx ends, then closes the pool (Close): the starts
+// in flight are cut short and every warm sandbox removed. Sandboxes already taken are their
+// jobs' to close.
 func (p *Pool) Run(ctx context.Context) error {
-	p.mu.Lock()
-	p.ctx = ctx
-	p.mu.Unlock()
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -224,9 +224,9 @@ func (p *Pool) Run(ctx context.Context) error {
 // Close stops the pool: it removes every warm sandbox once the starts in flight have ended.
 // Run calls it when its ctx ends. Sandboxes already taken are their jobs' to close.
 //
-// A start still in flight (the backend's Start, or a warm-up: sandbox.Warmer) is waited for,
-// without waiting for its warm-up to end, and its sandbox removed; no start begins after
-// Close has begun. Until then, a job the draining worker still runs may take a ready one;
+// A start still in flight (the backend's Start, or a warm-up: sandbox.Warmer) is cut short (its
+// context ends, whether Run began it or a Take or Reconcile before Run ran) and waited for, and
+// a sandbox it brings all the same removed; no start begins after Close has begun. Until then, a job the draining worker still runs may take a ready one;
 // every sandbox the pool has, ready, starting or being removed, still counts against Slots
 // for the others (makeRoom) until it is gone or its removal is given up (remove).
 func (p *Pool) Close() {
@@ -235,6 +235,7 @@ func (p *Pool) Close() {
 	if !p.closed {
 		p.closed = true
 		close(p.stop)
+		p.cancel()
 	}
 	p.settle()
 	for _, pp := range p.profiles {

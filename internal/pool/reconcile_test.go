@@ -458,3 +458,51 @@ func TestProfilesHandOverSlotsWithinConcurrency(t *testing.T) {
 		})
 	}
 }
+
+// TestStartBeforeRunEndsWithThePool: a warm start begun before Run (a Take's refill, or a round
+// of Reconcile while the worker starts) is cut short when the pool closes, by Close or by the
+// end of Run's context, as a start Run began is. It ran on context.Background, and Close,
+// which waits for every start, waited for the backend's Start to end by itself: a worker
+// stopping while its backend hung never stopped.
+func TestStartBeforeRunEndsWithThePool(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		close func(bn *bundle)
+	}{
+		{name: "Close", close: func(bn *bundle) { bn.p.Close() }},
+		{name: "Run's context ends", close: func(bn *bundle) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = bn.p.Run(ctx)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bn := setup(t, 1, map[string]config.Profile{"p": warmProfile(config.Warm{Min: 1})})
+			gate := make(chan struct{}) // the backend hangs
+			bn.b.mu.Lock()
+			bn.b.gate = gate
+			bn.b.mu.Unlock()
+			bn.p.Reconcile(t.Context())
+			if n := bn.p.Starting("p"); n != 1 {
+				t.Fatalf("%d starts under way, want 1", n)
+			}
+			closed := make(chan struct{})
+			go func() {
+				tt.close(bn)
+				close(closed)
+			}()
+			select {
+			case <-closed:
+			case <-time.After(30 * time.Second):
+				t.Error("the pool did not close while a start begun before Run hung")
+				close(gate)
+				<-closed
+			}
+			if live, _ := bn.b.counts(); live != 0 {
+				t.Errorf("%d sandboxes live after the close", live)
+			}
+		})
+	}
+}
