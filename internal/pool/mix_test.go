@@ -15,41 +15,56 @@ import (
 // nothing recent (or forgotten) each follows the whole, and the slots are shared as before.
 func TestWarmPoolsFollowTheirProfilesPart(t *testing.T) {
 	t.Parallel()
+	a, b, c := take{"t", "a"}, take{"t", "b"}, take{"t", "c"} // c has no pool
 	tests := []struct {
 		name         string
-		takes        map[string]int // recent jobs of each profile ("c" has no pool)
-		forget       time.Duration  // how long ago those jobs were
+		takes        []take
+		forget       time.Duration // how long ago those jobs were
 		wantA, wantB int
 	}{
 		{name: "no jobs yet: both follow the whole lag", wantA: 2, wantB: 2},
-		{name: "only a's jobs", takes: map[string]int{"a": 4}, wantA: 4, wantB: 0},
-		{name: "three of a's to one of b's", takes: map[string]int{"a": 3, "b": 1}, wantA: 3, wantB: 1},
-		{name: "an unpooled profile's jobs take their part", takes: map[string]int{"a": 2, "c": 2}, wantA: 2, wantB: 0},
-		{name: "a mix long gone is forgotten", takes: map[string]int{"a": 4}, forget: 5 * time.Minute, wantA: 2, wantB: 2},
+		{name: "only a's jobs", takes: []take{a, a, a, a}, wantA: 4, wantB: 0},
+		{name: "three of a's to one of b's", takes: []take{a, a, a, b}, wantA: 3, wantB: 1},
+		{name: "an unpooled profile's jobs take their part", takes: []take{a, a, c, c}, wantA: 2, wantB: 0},
+		{name: "a mix long gone is forgotten", takes: []take{a, a, a, a}, forget: 5 * time.Minute, wantA: 2, wantB: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			bn := setup(t, 4, map[string]config.Profile{
-				"a": warmProfile(config.Warm{}),
-				"b": warmProfile(config.Warm{}),
-			})
-			for profile, n := range tt.takes {
-				for i := range n {
-					sb, _ := bn.take(t, profile, fmt.Sprintf("%s-%d", profile, i))
-					closeAll(t, sb)
-				}
-			}
-			bn.p.Settle()
-			bn.clock.advance(tt.forget)
-			bn.lag.set("t", 4) // the tenant's lag: its subjects name no profile
-			bn.reconcile(t)
-			if a, b := bn.size("a"), bn.size("b"); a != tt.wantA || b != tt.wantB {
-				t.Errorf("pools a=%d b=%d, want %d and %d", a, b, tt.wantA, tt.wantB)
-			}
-			bn.p.Close()
+			bn := setup(t, 4, twoWarm())
+			// The tenant's lag: its subjects name no profile.
+			checkPools(t, bn, tt.takes, tt.forget, map[string]uint64{"t": 4}, tt.wantA, tt.wantB)
 		})
 	}
+}
+
+// take is a job's take: its tenant and its profile.
+type take struct{ tenant, profile string }
+
+// twoWarm is the profiles of the mix's tests: a and b, warm, and c, not.
+func twoWarm() map[string]config.Profile {
+	return map[string]config.Profile{"a": warmProfile(config.Warm{}), "b": warmProfile(config.Warm{}), "c": config.Profile{}.WithDefaults()}
+}
+
+// checkPools takes each of takes, as job-<its index>, closing it at once, moves the clock on by forget, sets lags
+// (pending, by tenant) and runs a round: then pools a and b hold wantA and wantB, and bn is
+// closed.
+func checkPools(t *testing.T, bn *bundle, takes []take, forget time.Duration, lags map[string]uint64, wantA, wantB int) {
+	t.Helper()
+	for i, tk := range takes {
+		sb, _ := bn.takeAs(t, tk.tenant, tk.profile, fmt.Sprintf("job-%d", i))
+		closeAll(t, sb)
+	}
+	bn.p.Settle()
+	bn.clock.advance(forget)
+	for tenant, n := range lags {
+		bn.lag.set(tenant, n)
+	}
+	bn.reconcile(t)
+	if a, b := bn.size("a"), bn.size("b"); a != wantA || b != wantB {
+		t.Errorf("pools a=%d b=%d, want %d and %d", a, b, wantA, wantB)
+	}
+	bn.p.Close()
 }
 
 // TestTenantsLagCountsTowardsTheirProfiles: a tenant's lag warms only the profiles granted to
@@ -63,7 +78,6 @@ func TestTenantsLagCountsTowardsTheirProfiles(t *testing.T) {
 		"four":  {Profiles: []string{"a", "b"}},
 		"five":  {Profiles: []string{"a", "b"}},
 	}
-	type take struct{ tenant, profile string }
 	tests := []struct {
 		name         string
 		takes        []take
@@ -96,23 +110,7 @@ func TestTenantsLagCountsTowardsTheirProfiles(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			bn := setupTenants(t, 16, map[string]config.Profile{
-				"a": warmProfile(config.Warm{}),
-				"b": warmProfile(config.Warm{}),
-			}, tenants)
-			for i, tk := range tt.takes {
-				sb, _ := bn.takeAs(t, tk.tenant, tk.profile, fmt.Sprintf("job-%d", i))
-				closeAll(t, sb)
-			}
-			bn.p.Settle()
-			for tenant, n := range tt.lags {
-				bn.lag.set(tenant, n)
-			}
-			bn.reconcile(t)
-			if a, b := bn.size("a"), bn.size("b"); a != tt.wantA || b != tt.wantB {
-				t.Errorf("pools a=%d b=%d, want %d and %d", a, b, tt.wantA, tt.wantB)
-			}
-			bn.p.Close()
+			checkPools(t, setupTenants(t, 16, twoWarm(), tenants), tt.takes, 0, tt.lags, tt.wantA, tt.wantB)
 		})
 	}
 }
@@ -125,14 +123,14 @@ func TestMixCountsEachJobOnce(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name  string
-		retry func(t *testing.T, bn *bundle) // tries a's job-a, and fails, before it succeeds
+		retry func(t *testing.T, bn *bundle) // tries a's job-0, and fails, before it succeeds
 	}{
 		{name: "a cold start that failed twice", retry: func(t *testing.T, bn *bundle) {
 			bn.b.mu.Lock()
 			bn.b.failNext = 2
 			bn.b.mu.Unlock()
 			for range 2 {
-				if _, _, err := bn.p.Take(t.Context(), "t", "a", "job-a", sandbox.Spec{}); err == nil {
+				if _, _, err := bn.p.Take(t.Context(), "t", "a", "job-0", sandbox.Spec{}); err == nil {
 					t.Fatal("take succeeded with a failing backend")
 				}
 			}
@@ -144,7 +142,7 @@ func TestMixCountsEachJobOnce(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
 			for range 2 {
-				if _, _, err := bn.p.Take(ctx, "t", "a", "job-a", sandbox.Spec{}); err == nil {
+				if _, _, err := bn.p.Take(ctx, "t", "a", "job-0", sandbox.Spec{}); err == nil {
 					t.Fatal("take with its context cancelled succeeded")
 				}
 			}
@@ -156,22 +154,10 @@ func TestMixCountsEachJobOnce(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			bn := setup(t, 4, map[string]config.Profile{
-				"a": warmProfile(config.Warm{}),
-				"b": warmProfile(config.Warm{}),
-			})
+			bn := setup(t, 4, twoWarm())
 			tt.retry(t, bn)
-			for _, take := range []struct{ profile, job string }{{"a", "job-a"}, {"b", "job-b"}} {
-				sb, _ := bn.take(t, take.profile, take.job)
-				closeAll(t, sb)
-			}
-			bn.p.Settle()
-			bn.lag.set("t", 4)
-			bn.reconcile(t)
-			if a, b := bn.size("a"), bn.size("b"); a != 2 || b != 2 {
-				t.Errorf("pools a=%d b=%d, want 2 and 2: one job of each", a, b)
-			}
-			bn.p.Close()
+			// One job of each: job-0, a's, tried before, and job-1, b's.
+			checkPools(t, bn, []take{{"t", "a"}, {"t", "b"}}, 0, map[string]uint64{"t": 4}, 2, 2)
 		})
 	}
 }
