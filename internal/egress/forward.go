@@ -23,6 +23,7 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, hd *head, req *http.Req
 	up, swaps, v := p.openPlain(ctx, c, hd, req, &d)
 	if v != nil {
 		p.refuseConn(c, d, v)
+		lingerClose(c)
 		return false
 	}
 	defer up.Close()
@@ -402,6 +403,7 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 		// No response: the failure is the decision (outcomes), not an allowed request.
 		d.BytesOut, d.BytesIn = out.n.Load(), d.BytesIn+in.n.Load()
 		p.refuseConn(client, *d, outcome(jobEnded(ctx, err), false))
+		lingerClose(c)
 		return false
 	}
 	keep = keep && !resp.Close

@@ -343,3 +343,36 @@ func TestFormOverrideCutOnAPooledConnection(t *testing.T) {
 		t.Errorf("the upstream got %d whole requests, want the 4 allowed", n)
 	}
 }
+
+// TestFormOverrideEarlyIsAnswered: a form refused at its first pair while the sandbox is still
+// sending megabytes of it is answered 405, on both paths: the proxy closed the connection
+// with the body unread, the kernel reset it, and the sandbox's client read a reset where the
+// 405 was (on the forwarded path: "connection reset by peer").
+func TestFormOverrideEarlyIsAnswered(t *testing.T) {
+	body := "_method=TRACE&" + largeForm(8<<20)
+	for _, url := range []string{"http://plain.example.com/", "https://api.example.com/"} {
+		for _, chunked := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s chunked=%v", url, chunked), func(t *testing.T) {
+				h := setup(t, nil)
+				var r io.Reader = strings.NewReader(body)
+				if chunked {
+					r = io.MultiReader(r)
+				}
+				req, _ := http.NewRequest(http.MethodPost, url, r)
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				resp, err := h.client(t).Do(req)
+				if err != nil {
+					t.Fatalf("the sandbox's client got %v, want the 405", err)
+				}
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusMethodNotAllowed || err != nil || !strings.Contains(string(got), "TRACE") {
+					t.Errorf("status %d %q (%v), want 405 naming TRACE", resp.StatusCode, got, err)
+				}
+				if n := h.plainUp.count() + h.tlsUp.count(); n != 0 {
+					t.Errorf("the upstreams got %d whole requests, want none", n)
+				}
+			})
+		}
+	}
+}

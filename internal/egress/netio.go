@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -157,20 +158,51 @@ func (c prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 
 // closeWrite half-closes c when it can, so the other side sees EOF and can still answer.
 func closeWrite(c net.Conn) {
-	switch w := c.(type) {
-	case *idleConn:
-		closeWrite(w.Conn)
-		return
-	case prefixConn:
-		closeWrite(w.Conn)
-		return
-	case sandboxConn:
-		closeWrite(w.Conn)
-		return
-	}
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+	if cw, ok := bare(c).(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 		return
 	}
 	_ = c.Close()
+}
+
+// bare is the connection under the proxy's wrappers of c.
+func bare(c net.Conn) net.Conn {
+	for {
+		switch w := c.(type) {
+		case *idleConn:
+			c = w.Conn
+		case prefixConn:
+			c = w.Conn
+		case sandboxConn:
+			c = w.Conn
+		default:
+			return c
+		}
+	}
+}
+
+// Bounds of lingerClose: a refused request's body the sandbox goes on sending after the
+// answer is read and dropped up to maxLingerBytes (SES's SendRawEmail takes 10 MB), for at
+// most lingerTimeout.
+const (
+	maxLingerBytes = 16 << 20
+	lingerTimeout  = 10 * time.Second
+)
+
+// lingerClose ends a connection on which the proxy answered a refusal, maybe before reading
+// the request's body: it half-closes it, then reads and drops what the sandbox still sends,
+// to its end or lingerClose's bounds. Closed with bytes unread, the connection was reset, and
+// the sandbox's client, still writing the body, read the reset (or a broken pipe) where the
+// answer was (TestFormOverrideEarlyIsAnswered). The caller closes c.
+func lingerClose(c net.Conn) {
+	closeWrite(c)
+	c = bare(c)
+	_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
+	_, _ = io.CopyN(io.Discard, c, maxLingerBytes)
+}
+
+// lingerTLS is lingerClose for a terminated tunnel: its close_notify follows the answer.
+func lingerTLS(tc *tls.Conn) {
+	_ = tc.CloseWrite()
+	lingerClose(tc.NetConn())
 }
