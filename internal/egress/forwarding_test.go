@@ -376,3 +376,39 @@ func TestFormOverrideEarlyIsAnswered(t *testing.T) {
 		}
 	}
 }
+
+// TestFormOverrideAfterTheAnswerIsMethod: inside a terminated tunnel, a _method=TRACE the
+// sandbox sends after the upstream has begun its answer is cut on its way as before it, and
+// the request is recorded as refused, method: it was recorded allowed, intercepted, with the
+// upstream's 200, while the server got no whole body.
+func TestFormOverrideAfterTheAnswerIsMethod(t *testing.T) {
+	h := setup(t, nil)
+	tc, br := h.terminated(t, "api.example.com:443")
+	first, rest := "a=1&b=", "2&_method=TRACE&c=3"
+	if _, err := fmt.Fprintf(tc, "POST /duplex HTTP/1.1\r\nHost: api.example.com\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s",
+		len(first)+len(rest), first); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading the upstream's answer: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want the upstream's 200 before the body's end", resp.StatusCode)
+	}
+	if _, err := io.WriteString(tc, rest); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	testharness.Wait(t, "the upstream to read the body's cut", func() (bool, error) {
+		return h.tlsUp.cutCount() == 1, nil
+	}, testharness.Within(30*time.Second))
+	d := h.waitDecision(t, "the request", withMethod(http.MethodPost))
+	if d.Allowed || d.Reason != ReasonMethod || d.Status != http.StatusOK {
+		t.Errorf("decision %+v, want refused, method, with the upstream's 200 it had answered", d)
+	}
+	if n := h.tlsUp.count(); n != 0 {
+		t.Errorf("the upstream got %d whole requests, want none", n)
+	}
+}

@@ -181,6 +181,11 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusRequestEntityTooLarge)
 		return
 	}
+	if r.URL.Path == "/duplex" { // answers, then reads the body, as a server streaming its answer
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+	}
 	body, err := io.ReadAll(r.Body)
 	u.mu.Lock()
 	if err != nil {

@@ -177,13 +177,17 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 	d.Status = resp.StatusCode
 	err = resp.Write(meteredWriter{client, in})
 	resp.Body.Close()
+	if fr := body.stop(t.client); fr != nil {
+		err = fr // found as the answer went on: the body was cut all the same
+	}
 	if s.end(d); d.Sent > 1 && err == nil {
 		d.Detail = fmt.Sprintf("sent %d times: the host closed a kept-alive connection before it answered, and the request was one to replay", d.Sent)
 	}
 	// An upstream may answer before it has taken the whole body (a refused upload); the
-	// Transport then goes on reading the body from the sandbox's connection, and reading the
-	// next request beside it would race on that stream and frame body bytes as a request.
-	// Such a tunnel ends here, as a server closes a connection whose body it did not read.
+	// Transport then went on reading the body from the sandbox's connection (stopped above),
+	// and reading the next request beside it would race on that stream and frame body bytes as
+	// a request. Such a tunnel ends here, as a server closes a connection whose body it did
+	// not read.
 	return p.settle(d, out, in, jobEnded(ctx, err)) && keep && body.done.Load()
 }
 

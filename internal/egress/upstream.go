@@ -321,21 +321,49 @@ func headerSize(o *http.Request, hasBody bool) int {
 // framing of a chunked one, are counted as they are written upstream (upConn).
 type meteredBody struct {
 	io.ReadCloser
-	p    *Proxy
-	done atomic.Bool // the body was read to its end
+	p       *Proxy
+	done    atomic.Bool // the body was read to its end
+	stopped atomic.Bool // stop: no read more
+	reading atomic.Int32
+	refused atomic.Pointer[formRefusal] // the form's refusal, where a read found one
 }
+
+// errBodyStopped ends the Transport's read of a request body after its answer (stop).
+var errBodyStopped = errors.New("egress: the request's answer is through; the rest of its body is not sent")
 
 // Read is the Transport's write loop's, on a goroutine of its own.
 func (b *meteredBody) Read(p []byte) (n int, err error) {
 	defer b.p.recovered("request body's read", &err)
+	b.reading.Add(1)
+	defer b.reading.Add(-1)
+	if b.stopped.Load() {
+		return 0, errBodyStopped
+	}
 	n, err = b.ReadCloser.Read(p)
+	var fr *formRefusal
 	switch {
 	case errors.Is(err, io.EOF):
 		b.done.Store(true)
+	case errors.As(err, &fr):
+		b.refused.Store(fr)
 	case err != nil:
 		err = fmt.Errorf("%w: %w", errClientBody, err)
 	}
 	return n, err
+}
+
+// stop ends the read of a body the Transport may go on sending after the upstream's answer,
+// and returns the form's refusal if a read found one. A read under way is waited for, cut by
+// a read deadline on c, the sandbox's connection, which ends with the request; a refusal found
+// as the answer went to the sandbox, the decision settled, went unrecorded
+// (TestFormOverrideAfterTheAnswerIsMethod).
+func (b *meteredBody) stop(c net.Conn) *formRefusal {
+	b.stopped.Store(true)
+	for end := time.Now().Add(lingerTimeout); b.reading.Load() > 0 && !b.done.Load() && time.Now().Before(end); {
+		_ = c.SetReadDeadline(time.Unix(1, 0)) // again: each read of the connection sets its own
+		time.Sleep(10 * time.Millisecond)
+	}
+	return b.refused.Load()
 }
 
 type countingWriter int
