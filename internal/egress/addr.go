@@ -130,25 +130,66 @@ func unmapPrefixes(ps []netip.Prefix) []netip.Prefix {
 	return out
 }
 
-// withIPv4Forms adds, for each prefix longer than 96 bits in a range whose last 32 bits are
-// an IPv4 address (NAT64's, the local-use one's /96s, IPv4-compatible, IPv4-translated, a
-// /96 of nat64), the IPv4 prefix it covers: a denied 64:ff9b::c613:0/112, as a DNS64 network
-// writes 198.19.0.0/16, denied the NAT64 form alone and left the same servers open at their
-// IPv4 addresses (TestAddrFilterComparesByServer). A /96 is the form itself, and denies that
-// form alone: widened, a denied 64:ff9b::/96 denied 0.0.0.0/0, every IPv4 address
-// (TestDeniedNAT64PrefixDeniesItsFormsAlone). Allowed CIDRs are not widened so: an address in
-// a NAT64 form is lifted by both its own and its IPv4 prefix (check).
+// withIPv4Forms adds, for each prefix inside a NAT64 prefix (nat64Layouts: a /96 form whose
+// last 32 bits are an IPv4 address, a prefix of nat64), the IPv4 prefix its bits cover where
+// RFC 6052 puts the address under that prefix (ipv4Covered): a denied 64:ff9b::c613:0/112, as
+// a DNS64 network writes 198.19.0.0/16, denied the NAT64 form alone and left the same servers
+// open at their IPv4 addresses (TestAddrFilterComparesByServer). One that covers no IPv4 bit
+// (a whole /96, or the u octet of a /64) is the form itself, and denies that form alone:
+// widened, a denied 64:ff9b::/96 denied 0.0.0.0/0, every IPv4 address
+// (TestDeniedNAT64PrefixDeniesItsFormsAlone). Read as a /96 inside a local-use /64 of nat64,
+// a denied /97 there denied 0.0.0.0/1 (TestDeniedNAT64PrefixDeniesItsIPv4Prefix). Allowed
+// CIDRs are not widened so: an address in a NAT64 form is lifted by both its own and its IPv4
+// prefix (check).
 func withIPv4Forms(ps, nat64 []netip.Prefix) []netip.Prefix {
 	out := slices.Clone(ps)
 	for _, p := range ps {
-		a := p.Addr()
-		if !a.Is6() || p.Bits() <= 96 {
+		p = p.Masked()
+		if !p.Addr().Is6() {
 			continue
 		}
-		in96 := compatPrefix.Contains(a) || siitPrefix.Contains(a) || nat64Prefix.Contains(a) || nat64LocalPfx.Contains(a) ||
-			slices.ContainsFunc(nat64, func(n netip.Prefix) bool { return n.Bits() == 96 && n.Contains(a) })
-		if in96 {
-			out = append(out, netip.PrefixFrom(v4At(a.As16(), 12), p.Bits()-96).Masked())
+		for _, bits := range nat64Layouts(p.Addr(), nat64) {
+			if v4, ok := ipv4Covered(p, bits); ok {
+				out = append(out, v4)
+			}
+		}
+	}
+	return out
+}
+
+// ipv4Covered is the IPv4 prefix that p, inside a NAT64 prefix of length bits, covers: the
+// IPv4 address under it (nat64Embedded) up to p's last bit. ok is false when p fixes no bit of
+// the address.
+func ipv4Covered(p netip.Prefix, bits int) (netip.Prefix, bool) {
+	n := 0
+	for pos, left := bits, 32; left > 0 && pos < p.Bits(); pos++ {
+		if pos >= 64 && pos < 72 { // the u octet (RFC 6052 2.2)
+			continue
+		}
+		n, left = n+1, left-1
+	}
+	return netip.PrefixFrom(nat64Embedded(p.Addr(), bits), n).Masked(), n > 0
+}
+
+// nat64Layouts are the lengths of the NAT64 prefixes a is in, under which it carries an IPv4
+// address as RFC 6052 puts it: each prefix of nat64 (the network's own) that holds a, and 96
+// for IPv4-compatible, IPv4-translated and 64:ff9b::/96 addresses, and for one of the
+// local-use 64:ff9b:1::/48 that no prefix of nat64 holds. A prefix of the network's inside
+// the local-use range says how it is laid out there: read as a /96 besides, an address of a
+// local-use /64 carried its last 32 bits as an address (198.19.0.0 under a /64 was refused as
+// 0.0.0.0, TestDeniedNAT64PrefixDeniesItsIPv4Prefix).
+func nat64Layouts(a netip.Addr, nat64 []netip.Prefix) []int {
+	var out []int
+	for _, p := range nat64 {
+		if p.Contains(a) && !slices.Contains(out, p.Bits()) {
+			out = append(out, p.Bits())
+		}
+	}
+	switch {
+	case compatPrefix.Contains(a), siitPrefix.Contains(a), nat64Prefix.Contains(a),
+		nat64LocalPfx.Contains(a) && len(out) == 0:
+		if !slices.Contains(out, 96) {
+			out = append(out, 96)
 		}
 	}
 	return out
@@ -294,16 +335,15 @@ func (f *addrFilter) hostKeys(a netip.Addr) []netip.Addr {
 	return ks
 }
 
-// embedded is every IPv4 address a carries: in the built-in forms (embeddedIPv4), and where
-// RFC 6052 puts it in each of the network's own NAT64 prefixes that holds a.
+// embedded is every IPv4 address a carries: where RFC 6052 puts it under each NAT64 prefix
+// a is in (nat64Layouts), the built-in ones and the network's own, and in the other forms that
+// carry one (embeddedIPv4).
 func (f *addrFilter) embedded(a netip.Addr) []netip.Addr {
-	out := embeddedIPv4(a)
-	for _, p := range f.nat64 {
-		if p.Contains(a) {
-			out = append(out, nat64Embedded(a, p.Bits()))
-		}
+	var out []netip.Addr
+	for _, bits := range nat64Layouts(a, f.nat64) {
+		out = append(out, nat64Embedded(a, bits))
 	}
-	return out
+	return append(out, embeddedIPv4(a)...)
 }
 
 // nat64Lengths are the prefix lengths RFC 6052 defines an embedding for.
@@ -341,9 +381,10 @@ var (
 	nat64LocalPfx = netip.MustParsePrefix("64:ff9b:1::/48")
 )
 
-// embeddedIPv4 returns the IPv4 addresses an IPv6 address carries in the forms that reach them:
-// IPv4-compatible (::a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d, which a stateless translator
-// turns into a.b.c.d), NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002:AABB:CCDD::), Teredo
+// embeddedIPv4 returns the IPv4 addresses an IPv6 address carries in the forms that reach them
+// besides the NAT64 ones (nat64Layouts: IPv4-compatible ::a.b.c.d, IPv4-translated
+// ::ffff:0:a.b.c.d, which a stateless translator turns into a.b.c.d, NAT64's 64:ff9b::/96 and
+// 64:ff9b:1::/48, the network's own prefixes): 6to4 (2002:AABB:CCDD::), Teredo
 // (2001:0::/32: server, and the client XOR 0xffffffff) and, under any prefix, an ISATAP
 // interface id (RFC 5214: 0000:5efe:a.b.c.d, with the u and g bits in 0200, 0100), which a host
 // with an ISATAP interface on that prefix sends to a.b.c.d over IPv4. IPv4-mapped addresses
@@ -355,8 +396,6 @@ func embeddedIPv4(a netip.Addr) []netip.Addr {
 	b := a.As16()
 	var out []netip.Addr
 	switch {
-	case compatPrefix.Contains(a), siitPrefix.Contains(a), nat64Prefix.Contains(a), nat64LocalPfx.Contains(a):
-		out = append(out, v4At(b, 12))
 	case b[0] == 0x20 && b[1] == 0x02:
 		out = append(out, v4At(b, 2))
 	case b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0:

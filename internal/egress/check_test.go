@@ -674,3 +674,62 @@ func TestHostsTeredoServerIsNotTheHost(t *testing.T) {
 		})
 	}
 }
+
+// TestDeniedNAT64PrefixDeniesItsIPv4Prefix: a denied CIDR inside a NAT64 prefix denies the
+// IPv4 prefix its bits cover where RFC 6052 puts the IPv4 address under that prefix's length
+// (skipping the u octet), and an address is read so: the local-use 64:ff9b:1::/48 was read as
+// a /96 (its last 32 bits) inside a /64 of egress.nat64_prefixes too, so a denied /128 there
+// denied 5.0.0.0 and left 198.19.0.5 open, a denied /97 denied 0.0.0.0/1, and 198.19.0.0 was
+// refused as 0.0.0.0; a prefix of a global /64 was not widened at all.
+func TestDeniedNAT64PrefixDeniesItsIPv4Prefix(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		nat64, denied []string
+		allowed       []string // besides 198.18.0.0/15
+		want          map[string]Reason
+	}{
+		{"a /97 of 64:ff9b::/96", nil, []string{"64:ff9b::/97"}, nil,
+			map[string]Reason{"8.8.8.8": ReasonDeniedAddress, "198.18.0.1": "", "64:ff9b::c612:1": ReasonDeniedAddress}},
+		{"a /128 of 64:ff9b::/96", nil, []string{"64:ff9b::c613:5/128"}, nil,
+			map[string]Reason{"198.19.0.5": ReasonDeniedAddress, "198.19.0.6": ""}},
+		{"a /112 of a local-use /96", nil, []string{"64:ff9b:1:ab::c613:0/112"}, nil,
+			map[string]Reason{"198.19.0.5": ReasonDeniedAddress, "198.18.0.5": ""}},
+		{"a /112 of a global /96", []string{"2001:db8:64::/96"}, []string{"2001:db8:64::c613:0/112"}, nil,
+			map[string]Reason{"198.19.0.5": ReasonDeniedAddress, "198.18.0.5": ""}},
+		{"a /128 of a local-use /64", []string{"64:ff9b:1:ab::/64"}, []string{"64:ff9b:1:ab:c6:1300:500:0/128"}, nil,
+			map[string]Reason{"198.19.0.5": ReasonDeniedAddress, "5.0.0.0": "", "198.19.0.6": ""}},
+		{"a /97 of a local-use /64", []string{"64:ff9b:1:ab::/64"}, []string{"64:ff9b:1:ab:c6:1300::/97"}, nil,
+			map[string]Reason{"198.19.0.5": ReasonDeniedAddress, "198.19.0.200": "", "8.8.8.8": ""}},
+		{"a /88 of a global /64", []string{"2001:db8:64::/64"}, []string{"2001:db8:64:0:c6:1300::/88"}, nil,
+			map[string]Reason{"198.19.0.5": ReasonDeniedAddress, "198.18.0.5": ""}},
+		{"a /72 of a global /64: its u octet, no IPv4 bit", []string{"2001:db8:64::/64"}, []string{"2001:db8:64::/72"}, nil,
+			map[string]Reason{"8.8.8.8": "", "198.18.0.5": "", "2001:db8:64:0:8:808:800:0": ReasonDeniedAddress}},
+		{"a /56 of a /40", []string{"2001:db8:6400::/40"}, []string{"2001:db8:64c6:1300::/56"}, nil,
+			map[string]Reason{"198.19.0.5": ReasonDeniedAddress, "198.18.0.5": ""}},
+		{"an address of a local-use /64, lifted, is its IPv4 address under the /64", []string{"64:ff9b:1:ab::/64"}, nil, []string{"64:ff9b:1:ab::/64"},
+			map[string]Reason{"64:ff9b:1:ab:c6:1300:0:0": "", "64:ff9b:1:ab:c6:12ff:ff00:0": "", "64:ff9b:1:ab:a9:fea9:fe00:0": ReasonDeniedAddress}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
+				Resolver: &stubResolver{calls: map[string]int{}}, Limits: Limits{DialTimeout: time.Second}}
+			for _, s := range tt.nat64 {
+				cfg.NAT64Prefixes = append(cfg.NAT64Prefixes, netip.MustParsePrefix(s))
+			}
+			for _, s := range tt.denied {
+				cfg.DeniedCIDRs = append(cfg.DeniedCIDRs, netip.MustParsePrefix(s))
+			}
+			for _, s := range tt.allowed {
+				cfg.AllowedCIDRs = append(cfg.AllowedCIDRs, netip.MustParsePrefix(s))
+			}
+			f, err := newAddrFilter(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for addr, want := range tt.want {
+				if r, d := f.check(netip.MustParseAddr(addr), 443, false, addr); r != want {
+					t.Errorf("check(%s, 443) = %q (%s), want %q", addr, r, d, want)
+				}
+			}
+		})
+	}
+}
