@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 )
 
 // maxFormBytes is the most of a form's parameter name, or of a _method parameter's value, the
@@ -36,6 +37,18 @@ type formBody struct {
 	name  int    // the held name's length once its "=" is read, a _method pair's; 0 before
 	value bool   // inside the value of a pair that is no _method one: it goes on as it comes
 	err   error
+	cut   atomic.Bool // refused: Close leaves the rest of the body unread
+}
+
+// Close closes the body, but for one refused: closing a request's body reads it to its end on
+// a kept-alive connection, and the refusal waited for the rest of it, up to idle_timeout for a
+// sandbox that sends it once answered (TestFormOverrideAnsweredBeforeTheBodysEnd). The
+// refusal ends the connection, which reads what is left, bounded (lingerClose).
+func (f *formBody) Close() error {
+	if f.cut.Load() {
+		return nil
+	}
+	return f.ReadCloser.Close()
 }
 
 // Read returns released bytes, reading and scanning more while none are.
@@ -91,6 +104,7 @@ func (f *formBody) scan(b []byte) {
 		}
 		if n > maxFormBytes {
 			f.err, f.out, f.held = &formRefusal{overForm}, nil, nil
+			f.cut.Store(true)
 			return
 		}
 		if end {
@@ -122,6 +136,7 @@ func (f *formBody) refused(pair []byte) bool {
 	v := refuseOverride(methodParams(string(pair)))
 	if v != nil {
 		f.err, f.out, f.held = &formRefusal{v}, nil, nil
+		f.cut.Store(true)
 	}
 	return v != nil
 }

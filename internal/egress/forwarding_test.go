@@ -1,8 +1,10 @@
 package egress
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -410,5 +412,48 @@ func TestFormOverrideAfterTheAnswerIsMethod(t *testing.T) {
 	}
 	if n := h.tlsUp.count(); n != 0 {
 		t.Errorf("the upstream got %d whole requests, want none", n)
+	}
+}
+
+// TestFormOverrideAnsweredBeforeTheBodysEnd: a kept-alive form refused at its first pair is
+// answered while the sandbox has more of the body to send: the proxy read the rest of the body
+// (closing the request's body reads it to its end on a kept-alive connection) before it
+// answered, so a sandbox that sends the rest only once it is answered, or never, waited
+// idle_timeout (5 minutes) for the 405.
+func TestFormOverrideAnsweredBeforeTheBodysEnd(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		target string
+	}{
+		{"forwarded", "http://plain.example.com/"},
+		{"terminated", "/"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, nil)
+			var c net.Conn
+			var br *bufio.Reader
+			if tt.target == "/" {
+				c, br = h.terminated(t, "api.example.com:443")
+			} else {
+				c = h.dialProxy(t)
+				br = bufio.NewReader(c)
+			}
+			if err := c.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			head := "POST " + tt.target + " HTTP/1.1\r\nHost: " + map[bool]string{true: "api.example.com", false: "plain.example.com"}[tt.target == "/"] +
+				"\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1048576\r\n\r\n"
+			if _, err := io.WriteString(c, head+"_method=TRACE&a="); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("reading the answer with the body's rest unsent: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("status %d, want 405", resp.StatusCode)
+			}
+		})
 	}
 }
