@@ -204,6 +204,7 @@ func formOverrideRows() []bypass {
 	const form = "application/x-www-form-urlencoded"
 	over := "a=" + strings.Repeat("x", maxFormBytes) + "&_method=TRACE"
 	gz := gzipped("_method=TRACE")
+	mp := "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nTRACE\r\n--b--\r\n"
 	type body struct{ name, method, ctype, fields, body string }
 	bodies := []body{
 		{"_method=TRACE", "POST", form, "", "_method=TRACE"},
@@ -224,6 +225,11 @@ func formOverrideRows() []bypass {
 		{"_method=TRACE past 10,001 pairs", "POST", form, "", strings.Repeat("a&", 10001) + "_method=TRACE"},
 		{"a name over 64 KiB", "POST", form, "", strings.Repeat("a", maxFormBytes+1) + "=1"},
 		{"a _method's value over 64 KiB", "POST", form, "", "_method=" + strings.Repeat("x", maxFormBytes+1)},
+		{"multipart", "POST", "multipart/form-data; boundary=b", "", mp},
+		{"multipart, the boundary Rack reads, not PHP's", "POST", "multipart/form-data; xboundary=a; boundary=b", "", mp},
+		{"multipart/mixed, bare LFs, folded", "POST", "Multipart/Mixed; boundary=b", "", "--b\nContent-Disposition: form-data;\n name=_method\n\nTRACE\n--b--\n"},
+		{"multipart, after a file", "POST", "multipart/form-data; boundary=b", "",
+			"--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n" + strings.Repeat("a", 3*maxFormBytes) + "\r\n" + mp},
 		{"gzipped", "POST", form, "Content-Encoding: gzip\r\n", gz},
 		{"gzipped, the field spelled Content_Encoding", "POST", form, "Content_Encoding: gzip\r\n", gz},
 	}

@@ -215,9 +215,12 @@ func refuseOverride(asked []string) *verdict {
 // and Laravel read a POST's form for it as for its query, and the proxy read the query alone
 // (TestBypass's form rows). The body is read as it goes upstream (formBody), so a form of any
 // size goes on (an AWS Query call: SQS and SNS take 256 KiB, SES's SendRawEmail 10 MB), and
-// one naming a refused method is cut before its end, its connection closed, and refused.
+// one naming a refused method is cut before its end, its connection closed, and refused. A
+// multipart body's _method part is read so too (multipartBody): PHP and Rack read it as a
+// form's (TestBypass's multipart rows).
 func checkForm(req *http.Request) *verdict {
-	if !isFormPost(req) {
+	form, multipart := isFormPost(req), isMultipartPost(req)
+	if !form && !multipart {
 		return nil
 	}
 	if !identityCoded(req.Header) {
@@ -225,7 +228,11 @@ func checkForm(req *http.Request) *verdict {
 		// the proxy cannot; no client compresses one.
 		return refuse(ReasonMethod, "a form body with a Content-Encoding: the proxy reads a form's _method as it is sent; send it unencoded")
 	}
-	req.Body = &formBody{ReadCloser: req.Body}
+	if form {
+		req.Body = &formBody{ReadCloser: req.Body}
+	} else {
+		req.Body = &multipartBody{ReadCloser: req.Body}
+	}
 	return nil
 }
 
@@ -253,6 +260,21 @@ func identityCoded(h http.Header) bool {
 // Read up to the ";" alone, "application/x-www-form-urlencoded charset=UTF-8" was no form to
 // the proxy and PHP's form (TestBypass's form row "the type ended by a space").
 func isFormPost(req *http.Request) bool {
+	return isPostOf(req, func(media string) bool { return strings.EqualFold(media, "application/x-www-form-urlencoded") })
+}
+
+// isMultipartPost reports whether req is a POST, as isFormPost reads one, with a multipart
+// body of any type: PHP reads multipart/form-data's parts into its form, and Rack, so Rails,
+// multipart/mixed's and /related's too (multipartBody).
+func isMultipartPost(req *http.Request) bool {
+	return isPostOf(req, func(media string) bool {
+		return len(media) >= len("multipart/") && strings.EqualFold(media[:len("multipart/")], "multipart/")
+	})
+}
+
+// isPostOf reports whether req is a POST with a body whose type, any of its Content-Type
+// fields read as isFormPost says, is one of is.
+func isPostOf(req *http.Request, is func(media string) bool) bool {
 	if !strings.EqualFold(strings.Trim(req.Method, " \t"), http.MethodPost) || req.Body == nil || req.Body == http.NoBody {
 		return false
 	}
@@ -261,7 +283,7 @@ func isFormPost(req *http.Request) bool {
 		if i := strings.IndexAny(media, "; ,"); i >= 0 {
 			media = media[:i]
 		}
-		if strings.EqualFold(strings.TrimSpace(media), "application/x-www-form-urlencoded") {
+		if is(strings.TrimSpace(media)) {
 			return true
 		}
 	}

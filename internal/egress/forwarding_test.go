@@ -180,6 +180,8 @@ func TestFormMethodOverrideGoesOn(t *testing.T) {
 			{"300 KiB", large, false, false},
 			{"300 KiB, chunked", large, true, false},
 			{"300 KiB, 100-continue", large, false, true},
+			{"multipart", multipartForm, false, false},
+			{"multipart, chunked", multipartForm, true, false},
 		} {
 			t.Run(url+" "+tt.name, func(t *testing.T) {
 				h := setup(t, nil)
@@ -193,6 +195,9 @@ func TestFormMethodOverrideGoesOn(t *testing.T) {
 				}
 				req, _ := http.NewRequest(http.MethodPost, url, body)
 				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				if tt.body == multipartForm {
+					req.Header.Set("Content-Type", "multipart/form-data; boundary=b")
+				}
 				if tt.expect {
 					req.Header.Set("Expect", "100-continue")
 				}
@@ -210,6 +215,11 @@ func TestFormMethodOverrideGoesOn(t *testing.T) {
 		}
 	}
 }
+
+// multipartForm is an upload of 300 KiB with a _method asking for PATCH after it, names
+// ("filename=", "name=" in the file's bytes) and "--" lines that name no _method part.
+var multipartForm = "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"name=_method\"\r\n\r\n" +
+	strings.Repeat("name=\"_method\"\r\n\r\nPATCH\r\n--x\r\n", 300<<10/26) + "\r\n--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPATCH\r\n--b--\r\n"
 
 // largeForm is an AWS Query call of about n bytes: names and values with escapes, "=" and
 // ";" in values, a _method asking for PATCH, and a long message.
