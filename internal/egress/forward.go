@@ -425,6 +425,9 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 		// No response: the failure is the decision (outcomes), not an allowed request.
 		d.BytesOut, d.BytesIn = out.n.Load(), d.BytesIn+in.n.Load()
 		p.refuseConn(client, *d, outcome(jobEnded(ctx, err), false))
+		if uc, ok := up.(io.Closer); ok {
+			_ = uc.Close() // cut now, not once the sandbox is done (lingerClose)
+		}
 		lingerClose(c)
 		return false
 	}

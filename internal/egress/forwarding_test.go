@@ -467,3 +467,29 @@ func TestFormOverrideAnsweredBeforeTheBodysEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestFormOverrideIsCutWhileTheSandboxIsRead: a forwarded form refused before its body's end
+// has its upstream request cut at once, while the proxy still reads what the sandbox sends of
+// the body (lingerClose), not once that is over.
+func TestFormOverrideIsCutWhileTheSandboxIsRead(t *testing.T) {
+	h := setup(t, nil)
+	c := h.dialProxy(t)
+	if err := c.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "POST http://plain.example.com/ HTTP/1.1\r\nHost: plain.example.com\r\n"+
+		"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1048576\r\n\r\na=1&_method=TRACE&b="); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	resp.Body.Close()
+	testharness.Wait(t, "the upstream to read the body's cut", func() (bool, error) {
+		return h.plainUp.cutCount() == 1, nil
+	}, testharness.Within(30*time.Second))
+	if _, err := io.WriteString(c, strings.Repeat("x", 4096)); err != nil {
+		t.Errorf("the sandbox's next bytes of the body: %v, want them read while the upstream is cut", err)
+	}
+}
