@@ -3,8 +3,11 @@ package provenance
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +80,48 @@ type (
 	}
 )
 
+// Types of scalar, slice and map kinds with an encoding of their own, which neither a
+// struct's plan (planField.scalar) nor noMethods may take for plain ones: encoding/json writes
+// each by its method, the pointer's only where the field is addressable.
+type (
+	textScalar   string
+	ptrScalar    int
+	jsonBool     bool
+	joined       []string
+	countedMap   map[string]int
+	plainKind    string // no method: a scalar
+	ownEncodings struct {
+		T     textScalar `json:"t"`
+		P     ptrScalar  `json:"p"`
+		B     jsonBool   `json:"b"`
+		L     joined     `json:"l"`
+		M     countedMap `json:"m"`
+		Plain plainKind  `json:"plain"`
+	}
+)
+
+func (s textScalar) MarshalText() ([]byte, error) { return []byte("text:" + string(s)), nil }
+func (s *ptrScalar) MarshalText() ([]byte, error) { return fmt.Appendf(nil, "ptr:%d", int(*s)), nil }
+func (b jsonBool) MarshalJSON() ([]byte, error) {
+	return []byte(strconv.Quote(strconv.FormatBool(bool(b)))), nil
+}
+func (l joined) MarshalText() ([]byte, error)     { return []byte(strings.Join(l, ",")), nil }
+func (m countedMap) MarshalJSON() ([]byte, error) { return []byte(strconv.Itoa(len(m))), nil }
+
+// leafList ends in a struct with a scalar field, whose depth is the field's, not its struct's.
+type leafList struct {
+	Next *leafList `json:"next,omitempty"`
+	S    string    `json:"s"`
+}
+
+func deepLeafList(n int) *leafList {
+	l := &leafList{S: "leaf"}
+	for range n {
+		l = &leafList{Next: l}
+	}
+	return l
+}
+
 // loop is a pointer to its own type, which json.Marshal refuses when it points to itself.
 type loop *loop
 
@@ -120,17 +165,21 @@ func TestEncoderMatchesMarshal(t *testing.T) {
 		"array":               [3]int{3, 2, 1},
 		"times": []time.Time{time.Now(), {}, time.Date(2026, 12, 7, 1, 2, 3, 400, paris), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
 			time.Date(0, 1, 1, 0, 0, 0, 0, time.FixedZone("far", 23*3600+59*60))},
-		"a time past 9999":        time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
-		"a time before year 0":    time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
-		"a zone 24 hours away":    time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("x", 24*3600)),
-		"a zone -24 hours away":   time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("x", -24*3600)),
-		"durations":               []job.Duration{0, -1, 1, job.Duration(90 * time.Second), job.Duration(math.MaxInt64), job.Duration(math.MinInt64)},
-		"a pointer to a duration": ptrTo(job.Duration(time.Millisecond)),
-		"string array":            [2]string{"\xff", "z"},
-		"json.Number":             json.Number("1e2"),
-		"json.Numbers":            []json.Number{"12.50", "-0", "", "1"},
-		"json.Number fields":      numbered{N: "0.10", Ptr: ptrTo(json.Number("123456789012345678901"))},
-		"a json.Number not one":   json.Number("x"),
+		"a time past 9999":                  time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		"a time before year 0":              time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+		"a zone 24 hours away":              time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("x", 24*3600)),
+		"a zone -24 hours away":             time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("x", -24*3600)),
+		"durations":                         []job.Duration{0, -1, 1, job.Duration(90 * time.Second), job.Duration(math.MaxInt64), job.Duration(math.MinInt64)},
+		"a pointer to a duration":           ptrTo(job.Duration(time.Millisecond)),
+		"string array":                      [2]string{"\xff", "z"},
+		"json.Number":                       json.Number("1e2"),
+		"json.Numbers":                      []json.Number{"12.50", "-0", "", "1"},
+		"json.Number fields":                numbered{N: "0.10", Ptr: ptrTo(json.Number("123456789012345678901"))},
+		"a json.Number not one":             json.Number("x"),
+		"own encodings":                     ownEncodings{T: "a<", P: 3, B: true, L: joined{"a", "b"}, M: countedMap{"a": 1}, Plain: "x\u2028"},
+		"own encodings' pointer":            &ownEncodings{T: "a<", P: 3, B: true, L: joined{"a", "b"}, M: countedMap{"a": 1}, Plain: "x\u2028"},
+		"a scalar field one level too deep": deepLeafList(maxDepth),
+		"a scalar field at the deepest":     deepLeafList(maxDepth - 1),
 	}
 	var self loop
 	self = &self
