@@ -43,8 +43,8 @@ func statusesToEncode() map[string]job.Status {
 }
 
 // TestStatusAppendJSONMatchesMarshal: a status's own encoder writes what json.Marshal writes,
-// byte for byte, and refuses what it refuses; every field of Status is set in "every field", so
-// a new field fails here until the encoder writes it.
+// byte for byte, and refuses what it refuses; every field of Status and of Asked is set in
+// "every field", so a new field fails here until the encoder writes it, an omitempty one too.
 func TestStatusAppendJSONMatchesMarshal(t *testing.T) {
 	t.Parallel()
 	for name, st := range statusesToEncode() {
@@ -57,6 +57,12 @@ func TestStatusAppendJSONMatchesMarshal(t *testing.T) {
 	for i := range every.NumField() {
 		if every.Field(i).IsZero() {
 			t.Errorf("the status of every field leaves %s unset", every.Type().Field(i).Name)
+		}
+	}
+	asked := reflect.ValueOf(statusesToEncode()["every field"].Asked["c2"])
+	for i := range asked.NumField() {
+		if asked.Field(i).IsZero() {
+			t.Errorf("the status of every field leaves Asked.%s unset", asked.Type().Field(i).Name)
 		}
 	}
 }
