@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/boxcar-run/boxcar/internal/spawn"
 	"github.com/boxcar-run/boxcar/internal/testnet"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
@@ -158,7 +159,7 @@ scrape_configs:
 		"--web.listen-address=127.0.0.1:0", // the port it bound is read back below
 	)
 	prom.Stdout, prom.Stderr = promLog, promLog
-	if err := prom.Start(); err != nil {
+	if err := spawn.Start(prom); err != nil { // never outlives the test binary
 		t.Fatalf("start prometheus: %v", err)
 	}
 	exited := make(chan error, 1)
