@@ -68,10 +68,14 @@ func (t *tenantStore) readKeyRefused(ctx context.Context, key string, err error)
 
 // submitterRefused says what a submitter changes for a refusal of its credentials under the
 // tenant's folder (S3's AccessDenied, the file store's EACCES): the words for a worker name a
-// worker's credentials and a policy of the operator's.
+// worker's credentials and a policy of the operator's. A file store's are the user submit runs
+// as, which no AWS setting changes.
 func (t *tenantStore) submitterRefused(err error) error {
 	if !refusedWrite(err) {
 		return err
+	}
+	if _, ok := t.st.(*File); ok {
+		return fmt.Errorf("%w; the store refuses the user submit runs as under the tenant's folder %s: let that user read and write there (the folders' owner, group or mode; a directory mounted read-write), or run submit as a user who may", err, t.URL(""))
 	}
 	return fmt.Errorf("%w; the store refuses the credentials submit uses under the tenant's folder %s: use the ones issued for this tenant (--tenant, AWS_PROFILE or AWS_ACCESS_KEY_ID), or ask the store's operator to let them read and write there", err, t.URL(""))
 }

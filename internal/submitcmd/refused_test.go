@@ -9,6 +9,7 @@ import (
 
 	"github.com/boxcar-run/boxcar/internal/queue"
 	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
+	"github.com/boxcar-run/boxcar/internal/store/storetest"
 )
 
 // TestCredentialsTheServerRefuses: a NATS server that answers and refuses submit's credentials
@@ -37,5 +38,28 @@ func TestCredentialsTheServerRefuses(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestFileStoreRefusedEndsAtOnce: a file store whose folders refuse the user submit runs as
+// (a mode, an owner, an immutable or read-only directory) ends run at once, exit 1, naming
+// the store and what to change in a file store's words, with nothing queued: no wait changes
+// a file's mode. Before, run waited out its whole --timeout as for an outage of the store,
+// then asked for the tenant's AWS_ACCESS_KEY_ID.
+func TestFileStoreRefusedEndsAtOnce(t *testing.T) {
+	te := newTestEnv(t)
+	storetest.ReadOnly(t, te.storeDir)
+	input := writeTestFile(t, t.TempDir(), "sales.csv", "region,total\nnorth,3\n")
+	var stdout, stderr bytes.Buffer
+	err := Run(t.Context(), []string{"run", "--profile", "csv-analyst", "--task", "t", "--input", input, "--timeout", "20s",
+		"--store", "file://" + te.storeDir}, te.getenv, &stdout, &stderr)
+	msg := message(err)
+	t.Logf("exit %d: %s", exitCode(err), msg)
+	if exitCode(err) != 1 || strings.Contains(msg, "gave up") || strings.Contains(stderr.String(), "waiting for") ||
+		!strings.Contains(msg, te.storeDir) || strings.Contains(msg, "AWS_") {
+		t.Errorf("run: exit %d (%q), stderr %q; want exit 1 at once naming %s, in a file store's words", exitCode(err), msg, stderr.String(), te.storeDir)
+	}
+	if got := te.jobMessages(t); got != 0 {
+		t.Errorf("%d jobs queued, want none", got)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -93,9 +95,9 @@ func transientNATS(clustered bool) retryable {
 const missingWait = 15 * time.Second
 
 // transientStore: everything but a refusal the store means (a bad key or URL, a 4xx other
-// than a timeout or throttling), a certificate the CAs given do not vouch for, and
-// credentials that cannot be had unless a server's 5xx is why (STS down): no wait brings
-// them, and run waited its whole --timeout for them.
+// than a timeout or throttling, a file store's permission denied), a certificate the CAs
+// given do not vouch for, and credentials that cannot be had unless a server's 5xx is why
+// (STS down): no wait brings them, and run waited its whole --timeout for them.
 func transientStore(err error) bool {
 	var status interface{ HTTPStatusCode() int }
 	var cert *tls.CertificateVerificationError
@@ -107,6 +109,8 @@ func transientStore(err error) bool {
 		return code >= 500 || code == 408 || code == 429 || code == 0
 	case errors.Is(err, store.ErrCredentials):
 		return false
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return false // a file store's folder the user may not write (a mode, an owner, mounted read-only)
 	}
 	return true
 }
