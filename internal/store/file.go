@@ -78,6 +78,14 @@ func (f *File) keyRemedy(key string) string {
 	return fmt.Sprintf("Let the worker's user write %s and its folder (their owner, group or mode)", filepath.Join(f.dir, filepath.FromSlash(key)))
 }
 
+// keyRefuser names the modes and owners of the key's folders: a file store has no policies.
+func (f *File) keyRefuser(every bool) string {
+	if every {
+		return fmt.Sprintf("the mode or owner of a folder under %s, outside any tenant's folder too,", filepath.Join(f.dir, "tenants"))
+	}
+	return "the mode or owner of this key's file or folders under the tenant's folder alone"
+}
+
 // Close releases the directory handle. The store cannot be used afterwards.
 func (f *File) Close() error { return f.root.Close() }
 

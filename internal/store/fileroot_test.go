@@ -47,7 +47,8 @@ func TestFileRootRefusedIsTheWorkers(t *testing.T) {
 // TestFileKeyRefusedLeavesNoProbeFolder: a run's folder of a file store that refuses the
 // worker's writes, while the tenant's folder takes its proof, is the tenant's refusal
 // (ErrWriteRefused), told by the same key written in no tenant's folder
-// (tenants/.boxcar-probe/); that write leaves no folder behind. Before, each refused key left
+// (tenants/.boxcar-probe/); that write leaves no folder behind, and the error says a mode or
+// an owner refuses the key, where it said a policy. Before, each refused key left
 // its folders there, empty, which no `submit gc` of a tenant's folders prunes.
 func TestFileKeyRefusedLeavesNoProbeFolder(t *testing.T) {
 	t.Parallel()
@@ -67,6 +68,10 @@ func TestFileKeyRefusedLeavesNoProbeFolder(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "tenants/.boxcar-probe/runs/j1/manifest.json") {
 		t.Errorf("the error does not name the key's probe")
+	}
+	// A file store has modes and owners, no policies.
+	if err == nil || strings.Contains(err.Error(), "policy") {
+		t.Errorf("the error names a policy where a file's folder refuses the key")
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "tenants", ".boxcar-probe")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the key's probe left its folder: %v", err)

@@ -531,6 +531,8 @@ func (s *S3) keyRemedy(key string) string {
 	return fmt.Sprintf("Grant the worker's credentials s3:PutObject on arn:aws:s3:::%s/%s%s, or lift the Deny that names it", s.bucket, s.prefix, key)
 }
 
+func (s *S3) keyRefuser(every bool) string { return policyRefuser(every) }
+
 // translate maps S3's answers to the package's sentinels, keeping the vendor error for
 // everything else but a credential_process failure, whose message could hold credentials; an
 // answer that refuses the store or the worker (s3Answers) says what to change, and wraps

@@ -41,6 +41,25 @@ type writeProver interface {
 	remedy(folder string) string
 	// keyRemedy says what to change so that the worker may write key itself.
 	keyRemedy(key string) string
+	// keyRefuser names what refuses a key (keyRefused, readKeyRefused) under the tenant's
+	// folder alone, or in every tenant's folder too (every): S3's policy, a file's mode.
+	keyRefuser(every bool) string
+}
+
+// keyRefuser is st's keyRefuser, a policy's words for a store that holds no proofs.
+func keyRefuser(st Store, every bool) string {
+	if wp, ok := st.(writeProver); ok {
+		return wp.keyRefuser(every)
+	}
+	return policyRefuser(every)
+}
+
+// policyRefuser names a policy on the key (S3's).
+func policyRefuser(every bool) string {
+	if every {
+		return "a policy on this key's name in every tenant's folder"
+	}
+	return "a policy on this key under the tenant's folder alone"
 }
 
 // keyProbeFolder is where keyRefused writes a refused key again: a folder of the tenants'
@@ -92,11 +111,11 @@ func keyRefused(ctx context.Context, st Store, folder, key string, err error) er
 	switch {
 	case perr == nil || errors.Is(perr, ErrExists):
 		dropKeyProbe(ctx, st, probe)
-		return fmt.Errorf("%w (a policy refuses this key under the tenant's folder alone: the folder's proof %s and the same key in no tenant's folder, %s, took. %s)",
-			err, st.URL(folder+WriteProbeKey), st.URL(probe), wp.keyRemedy(key))
+		return fmt.Errorf("%w (%s refuses it: the folder's proof %s and the same key in no tenant's folder, %s, took. %s)",
+			err, wp.keyRefuser(false), st.URL(folder+WriteProbeKey), st.URL(probe), wp.keyRemedy(key))
 	case refusedWrite(perr):
-		return &refusal{err: err, by: byStore, why: fmt.Sprintf("a policy refuses this key's name in every tenant's folder: the same key in no tenant's folder, %s, is refused too, while the tenant's folder takes its proof %s; no job may commit while it lasts. %s",
-			st.URL(probe), st.URL(folder+WriteProbeKey), wp.keyRemedy(key))}
+		return &refusal{err: err, by: byStore, why: fmt.Sprintf("%s refuses it: the same key in no tenant's folder, %s, is refused too, while the tenant's folder takes its proof %s; no job may commit while it lasts. %s",
+			wp.keyRefuser(true), st.URL(probe), st.URL(folder+WriteProbeKey), wp.keyRemedy(key))}
 	}
 	return fmt.Errorf("%v; writing the key again in no tenant's folder (%s) to tell whose refusal it is: %w", err, st.URL(probe), perr)
 }
@@ -123,7 +142,7 @@ func readKeyRefused(ctx context.Context, st Store, folder, key string, err error
 	case perr == nil:
 		return fmt.Errorf("%w (the same key in no tenant's folder, %s, reads)", err, st.URL(probe))
 	case errors.Is(perr, ErrReadRefused):
-		return &refusal{err: errors.New(err.Error()), by: byStore, why: fmt.Sprintf("a policy refuses reading this key's name in every tenant's folder: the same key in no tenant's folder, %s, is refused too; no job with it may run while it lasts", st.URL(probe))}
+		return &refusal{err: errors.New(err.Error()), by: byStore, why: fmt.Sprintf("%s refuses reading it: the same key in no tenant's folder, %s, is refused too; no job with it may run while it lasts", keyRefuser(st, true), st.URL(probe))}
 	}
 	return fmt.Errorf("%v; reading the key in no tenant's folder (%s) to tell whose refusal it is: %v", err, st.URL(probe), perr)
 }
