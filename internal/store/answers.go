@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/aws/smithy-go"
 )
@@ -86,9 +87,28 @@ type refusal struct {
 	err error
 	by  refusedBy
 	why string
+	// submitter: met by a submitter's store (Options.Submitter), said in its words.
+	submitter bool
 }
 
-func (e *refusal) Error() string        { return fmt.Sprintf("%v (%s)", e.err, e.why) }
+// forSubmitter says a why of s3Answers to submit's user: its credentials, its clock, its
+// --store, where the worker's are the worker's and the settings of its configuration.
+var forSubmitter = strings.NewReplacer(
+	"the worker's clock", "this machine's clock",
+	"the worker signs", "submit signs",
+	"the worker's ", "submit's ",
+	"store.url or tenants.<name>.bucket", "--store (BOXCAR_STORE)",
+	"store.region (or the endpoint)", "AWS_REGION (or --s3-endpoint)",
+	"store.region", "AWS_REGION",
+)
+
+func (e *refusal) Error() string {
+	why := e.why
+	if e.submitter {
+		why = forSubmitter.Replace(why)
+	}
+	return fmt.Sprintf("%v (%s)", e.err, why)
+}
 func (e *refusal) Unwrap() error        { return e.err }
 func (e *refusal) Is(target error) bool { return target == ErrWorkerRefused }
 

@@ -59,3 +59,18 @@ func TestEveryS3AnswerIsSorted(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryAnswerSaysSubmitsOwn: each answer of s3Answers, met by submit's store, names what
+// submit's user changes, none of the worker's credentials or settings (store.url,
+// store.region, tenants.<name>.bucket): a new row's words are checked too.
+func TestEveryAnswerSaysSubmitsOwn(t *testing.T) {
+	t.Parallel()
+	for _, a := range s3Answers {
+		said := (&refusal{err: errors.New(a.code), by: a.by, why: a.why, submitter: true}).Error()
+		for _, worker := range []string{"worker", "store.", "tenants.<name>"} {
+			if strings.Contains(said, worker) {
+				t.Errorf("%s says %q to submit: %s", a.code, worker, said)
+			}
+		}
+	}
+}

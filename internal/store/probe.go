@@ -159,7 +159,7 @@ func (s *S3) proveMultipart(ctx context.Context) (err error) {
 		ContentType: aws.String(ContentType(ProbeKey)),
 	})
 	if err != nil {
-		return translate(err)
+		return s.translate(err)
 	}
 	defer func() {
 		// A refused completion leaves the upload open; it holds one tiny part.
@@ -173,7 +173,7 @@ func (s *S3) proveMultipart(ctx context.Context) (err error) {
 		ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
 	})
 	if err != nil {
-		return translate(err)
+		return s.translate(err)
 	}
 	_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
 		Bucket: &s.bucket, Key: full, UploadId: created.UploadId, IfNoneMatch: aws.String("*"),
@@ -181,7 +181,7 @@ func (s *S3) proveMultipart(ctx context.Context) (err error) {
 			ETag: part.ETag, PartNumber: aws.Int32(1), ChecksumSHA256: part.ChecksumSHA256,
 		}}},
 	})
-	switch err = translate(err); {
+	switch err = s.translate(err); {
 	case err == nil:
 		return fmt.Errorf("%w: CompleteMultipartUpload to %s succeeded although the object exists", ErrUnsafeServer, ProbeKey)
 	case errors.Is(err, ErrExists):
@@ -251,7 +251,7 @@ func (s *S3) readRefusedWhere(ctx context.Context, key string, err error) error 
 func (s *S3) readAgain(ctx context.Context, key string) error {
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + key)})
 	if err != nil {
-		if err = translate(err); byFolderAnswer(err) {
+		if err = s.translate(err); byFolderAnswer(err) {
 			return fmt.Errorf("store: get %s: %w: %w", s.URL(key), ErrReadRefused, err)
 		}
 		return fmt.Errorf("store: get %s: %w", s.URL(key), err)
@@ -276,11 +276,11 @@ func (s *S3) headAnswer(ctx context.Context, err error) error {
 	if berr == nil {
 		s.bucketSeen.Store(time.Now().UnixNano())
 	}
-	if !errors.Is(translate(berr), ErrNotFound) {
+	if !errors.Is(s.translate(berr), ErrNotFound) {
 		return err
 	}
 	a, _ := answerTo(&smithy.GenericAPIError{Code: "NoSuchBucket"})
-	return &refusal{err: bucketGone{s.bucket}, by: a.by, why: a.why}
+	return &refusal{err: bucketGone{s.bucket}, by: a.by, why: a.why, submitter: s.probe.submitter}
 }
 
 // bucketGone is a bucket a HEAD found gone: the refusal a GET's NoSuchBucket is, with the

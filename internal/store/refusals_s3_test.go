@@ -316,3 +316,39 @@ func TestSubmitterRefusedSaysItsOwn(t *testing.T) {
 		t.Errorf("the submitter's store sent %d requests to no tenant's folder (tenants/.boxcar-probe/)", n)
 	}
 }
+
+// TestSubmitterAnswersSayItsOwn: the answers that refuse a store's credentials or its bucket
+// whoever asks (a wrong secret key, an access key the store does not know, the bucket gone),
+// met by submit's store (Options.Submitter), say what submit's user changes: submit's
+// AWS_SECRET_ACCESS_KEY, its --store. Before, they said to correct the worker's
+// AWS_SECRET_ACCESS_KEY, or store.url, a worker's setting.
+func TestSubmitterAnswersSayItsOwn(t *testing.T) {
+	t.Parallel()
+	srv := s3test.StartIAM(t)
+	rows := []struct {
+		name   string
+		break_ func(t *testing.T, access, bucket string)
+		says   string
+	}{
+		{"secret key changed", func(t *testing.T, access, _ string) { srv.ChangeSecret(t, access) }, "AWS_SECRET_ACCESS_KEY"},
+		{"account removed", func(t *testing.T, access, _ string) { srv.DeleteUser(t, access) }, "AWS_ACCESS_KEY_ID"},
+		{"bucket removed", func(t *testing.T, _, bucket string) {
+			if err := os.RemoveAll(filepath.Join(srv.Dir, bucket)); err != nil {
+				t.Fatal(err)
+			}
+		}, "--store"},
+	}
+	for i, tt := range rows {
+		t.Run(tt.name, func(t *testing.T) {
+			access, bucket := "submitter"+string(rune('a'+i)), "boxcar-submitter-"+string(rune('a'+i))
+			st := ownedStoreWith(t, srv, access, bucket, store.Options{Submitter: true})
+			tenant := store.ForTenant(st, "team-b")
+			tt.break_(t, access, bucket)
+			err := tenant.Put(t.Context(), store.InputKey(strings.Repeat("f", 64)), bytes.NewReader([]byte("x")), 1)
+			t.Logf("put: %v", err)
+			if err == nil || !strings.Contains(err.Error(), tt.says) || strings.Contains(err.Error(), "worker") || strings.Contains(err.Error(), "store.url") {
+				t.Errorf("put = %v; want it to say %s, in submit's words, no worker's", err, tt.says)
+			}
+		})
+	}
+}

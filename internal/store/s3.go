@@ -262,7 +262,7 @@ func (s *S3) put(ctx context.Context, key string, r io.Reader, size int64, ifAbs
 			ContentType:       aws.String(ContentType(key)),
 			IfNoneMatch:       ifNoneMatch,
 		})
-		return translate(err)
+		return s.translate(err)
 	}
 	if size >= 0 && size < s.partSize {
 		return sizeMismatch(size+1, size) // the exact-size buffer filled and more followed
@@ -280,7 +280,7 @@ func (s *S3) putMultipart(ctx context.Context, key string, br *bufio.Reader, buf
 		ContentType:       aws.String(ContentType(key)),
 	})
 	if err != nil {
-		return fmt.Errorf("create multipart upload: %w", translate(err))
+		return fmt.Errorf("create multipart upload: %w", s.translate(err))
 	}
 	uploadID := created.UploadId
 	defer func() {
@@ -294,7 +294,7 @@ func (s *S3) putMultipart(ctx context.Context, key string, br *bufio.Reader, buf
 			Bucket: &s.bucket, Key: full, UploadId: uploadID,
 		}); abortErr != nil {
 			s.log.Warn("store: abort multipart upload failed; the bucket may keep its parts until a lifecycle rule removes them",
-				"url", s.URL(key), "upload_id", aws.ToString(uploadID), "error", translate(abortErr))
+				"url", s.URL(key), "upload_id", aws.ToString(uploadID), "error", s.translate(abortErr))
 		}
 	}()
 
@@ -319,7 +319,7 @@ func (s *S3) putMultipart(ctx context.Context, key string, br *bufio.Reader, buf
 			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
 		})
 		if err != nil {
-			return fmt.Errorf("upload part %d: %w", number, translate(err))
+			return fmt.Errorf("upload part %d: %w", number, s.translate(err))
 		}
 		parts = append(parts, types.CompletedPart{
 			ETag:           out.ETag,
@@ -344,7 +344,7 @@ func (s *S3) putMultipart(ctx context.Context, key string, br *bufio.Reader, buf
 		IfNoneMatch:     ifNoneMatch,
 	})
 	if err != nil {
-		return fmt.Errorf("complete multipart upload: %w", translate(err))
+		return fmt.Errorf("complete multipart upload: %w", s.translate(err))
 	}
 	return nil
 }
@@ -378,7 +378,7 @@ func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 		ChecksumMode: types.ChecksumModeEnabled,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: get %s: %w", s.URL(key), s.readRefusedWhere(ctx, key, translate(err)))
+		return nil, fmt.Errorf("store: get %s: %w", s.URL(key), s.readRefusedWhere(ctx, key, s.translate(err)))
 	}
 	return out.Body, nil
 }
@@ -394,7 +394,7 @@ func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 		Key:    aws.String(s.prefix + key),
 	})
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", s.URL(key), s.readRefusedWhere(ctx, key, s.headAnswer(ctx, translate(err))))
+		return ObjectInfo{}, fmt.Errorf("store: stat %s: %w", s.URL(key), s.readRefusedWhere(ctx, key, s.headAnswer(ctx, s.translate(err))))
 	}
 	return ObjectInfo{Key: key, Size: aws.ToInt64(out.ContentLength), ContentType: aws.ToString(out.ContentType), ModTime: aws.ToTime(out.LastModified)}, nil
 }
@@ -408,10 +408,10 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 		Bucket: &s.bucket,
 		Key:    aws.String(s.prefix + key),
 	}); err != nil {
-		if errors.Is(translate(err), ErrNotFound) {
+		if errors.Is(s.translate(err), ErrNotFound) {
 			return nil
 		}
-		return fmt.Errorf("store: delete %s: %w", s.URL(key), translate(err))
+		return fmt.Errorf("store: delete %s: %w", s.URL(key), s.translate(err))
 	}
 	return nil
 }
@@ -449,7 +449,7 @@ func (s *S3) list(ctx context.Context, prefix string, n int) (objects []ObjectIn
 	for pages := s3.NewListObjectsV2Paginator(s.client, in); pages.HasMorePages() && !more; {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
-			return nil, false, fmt.Errorf("store: list %s: %w", s.URL(prefix), translate(err))
+			return nil, false, fmt.Errorf("store: list %s: %w", s.URL(prefix), s.translate(err))
 		}
 		for _, obj := range page.Contents {
 			if listed++; n >= 0 && listed > n {
@@ -533,6 +533,16 @@ func (s *S3) keyRemedy(key string) string {
 
 func (s *S3) keyRefuser(every bool) string { return policyRefuser(every) }
 
+// translate is the package's translate, a refusal said in the words for whoever uses the
+// store: a submitter's (Options.Submitter) names submit's credentials and flags.
+func (s *S3) translate(err error) error {
+	err = translate(err)
+	if ref := (*refusal)(nil); s.probe.submitter && errors.As(err, &ref) {
+		ref.submitter = true // made by translate for this err alone
+	}
+	return err
+}
+
 // translate maps S3's answers to the package's sentinels, keeping the vendor error for
 // everything else but a credential_process failure, whose message could hold credentials; an
 // answer that refuses the store or the worker (s3Answers) says what to change, and wraps
@@ -576,7 +586,7 @@ func (s *S3) Partials(ctx context.Context, prefix string) ([]Partial, error) {
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("store: list partial writes %s: %w", s.URL(prefix), translate(err))
+			return nil, fmt.Errorf("store: list partial writes %s: %w", s.URL(prefix), s.translate(err))
 		}
 		for _, u := range page.Uploads {
 			k := strings.TrimPrefix(aws.ToString(u.Key), s.prefix)
@@ -599,11 +609,11 @@ func (s *S3) uploadedBytes(ctx context.Context, u types.MultipartUpload) (int64,
 	pages := s3.NewListPartsPaginator(s.client, &s3.ListPartsInput{Bucket: &s.bucket, Key: u.Key, UploadId: u.UploadId})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
-		if errors.Is(translate(err), ErrNotFound) || isNoSuchUpload(err) {
+		if errors.Is(s.translate(err), ErrNotFound) || isNoSuchUpload(err) {
 			return n, nil // completed or aborted since it was listed
 		}
 		if err != nil {
-			return 0, translate(err)
+			return 0, s.translate(err)
 		}
 		for _, p := range page.Parts {
 			n += aws.ToInt64(p.Size)
@@ -619,7 +629,7 @@ func (s *S3) DiscardPartial(ctx context.Context, p Partial) error {
 	}
 	_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: aws.String(s.prefix + p.Key), UploadId: &p.upload})
 	if err != nil && !isNoSuchUpload(err) {
-		return fmt.Errorf("store: abort upload %s to %s: %w", p.upload, s.URL(p.Key), translate(err))
+		return fmt.Errorf("store: abort upload %s to %s: %w", p.upload, s.URL(p.Key), s.translate(err))
 	}
 	return nil
 }
