@@ -65,7 +65,7 @@ var tenantWords = wordTable{fallback: workerFault, suffix: toldSuffix, rows: []w
 	{name: "input missing", when: isErr(errInputMissing),
 		words: "an input of the job is not in the store (removed since it was submitted): submit the job again, which uploads its inputs"},
 	{name: "input refused", when: isErr(store.ErrReadRefused),
-		words: "the store refuses the worker reading an input of the job (a policy on its key): tell the operator, who must let the worker's credentials read it, then submit the job again"},
+		words: "the store refuses the worker reading an input of the job (a policy on its key, or on a file store its file's or folders' mode or owner): tell the operator, who must let the worker read it, then submit the job again"},
 	{name: "agent panicked", when: isErr(errAgentPanicked),
 		words: "the agent panicked on the job, a bug in the worker: tell its operator the job's id (the worker's log has the stack)"},
 	{name: "worker panicked in the end", when: isErr(errEndPanicked),

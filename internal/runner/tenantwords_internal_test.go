@@ -111,3 +111,15 @@ func TestLifecycleDocListsEveryTenantWord(t *testing.T) {
 		}
 	}
 }
+
+// TestInputRefusedWordsFitEveryStore: a file store refuses the worker an input by its file's or
+// folders' mode or owner (File.readRefusedWhere), input_refused as S3's policy on its key is,
+// and the tenant's words name both. Before, they said "a policy on its key" and "the worker's
+// credentials" for a file's mode.
+func TestInputRefusedWordsFitEveryStore(t *testing.T) {
+	t.Parallel()
+	got, _ := tenantText(fmt.Errorf("input a.csv: %w: openat tenants/t/inputs/sha256/ab: permission denied", store.ErrReadRefused))
+	if !strings.Contains(got, "a policy on its key") || !strings.Contains(got, "mode") || strings.Contains(got, "credentials") {
+		t.Errorf("tenantText = %q; want a policy on its key and a file's mode named, no credentials alone", got)
+	}
+}
