@@ -131,7 +131,7 @@ func (c *checkedReader) mismatch() error {
 }
 
 // inputAnswered: the store answered a read of an input (storeAnswered), or refused the worker
-// that input alone (store.ErrReadRefused: a policy on its key, while the worker reads the
-// store's own object), which waiting does not change: the job fails, input_refused. The
+// that input alone (store.ErrReadRefused: a policy on its key, or its file's mode, while the
+// worker reads the store's own object), which waiting does not change: the job fails, input_refused. The
 // store refusing the worker every read is ErrWorkerRefused, waited for as an outage.
 func inputAnswered(err error) bool { return storeAnswered(err) || errors.Is(err, store.ErrReadRefused) }

@@ -18,8 +18,9 @@ var (
 	// credential_process that failed). Waiting rarely changes that, unless the error also
 	// carries a server's 5xx (STS or the instance metadata service down).
 	ErrCredentials = errors.New("no usable credentials for the store (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with the machine's identity)")
-	// ErrReadRefused marks an object the store refuses the worker reading (S3's AccessDenied)
-	// while it reads the store's own object: a policy on that key, not on the worker.
+	// ErrReadRefused marks an object the store refuses the worker reading (S3's AccessDenied, a
+	// file store's permission denied) while it reads the store's own object: a policy on that
+	// key, or its file's or folders' mode, not on the worker.
 	ErrReadRefused = errors.New("the store refuses the worker reading the object")
 )
 
