@@ -107,7 +107,7 @@ type Pool struct {
 	roomWaits int                // Takes waiting for a free slot to start one cold (makeRoom)
 	lags      []Lag              // the lag read last
 	mixes     map[string]*mix    // by tenant: how its recent takes split between its profiles
-	tries     map[string]tries   // by tenant/job: the failed tries of takes not over (firstTry)
+	tries     map[takeKey]tries  // the failed tries of takes not over (firstTry)
 	changed   chan struct{}      // closed and replaced whenever a start ends or a slot frees
 	ctx       context.Context    // the starts': cancelled by Close, whether Run runs or not
 	cancel    context.CancelFunc // ends ctx
@@ -182,7 +182,7 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = 30 * time.Second
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, profiles: map[string]*profilePool{}, mixes: map[string]*mix{}, tries: map[string]tries{},
+	p := &Pool{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, profiles: map[string]*profilePool{}, mixes: map[string]*mix{}, tries: map[takeKey]tries{},
 		kick: make(chan struct{}, 1), changed: make(chan struct{}), stop: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	for name, prof := range cfg.Profiles {

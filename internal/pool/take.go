@@ -18,7 +18,7 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 	now := p.cfg.Now()
 	p.inUse++
 	p.took(now, tenant, profile, jobID)
-	key := tenant + "/" + jobID
+	key := takeKey{tenant: tenant, job: jobID, delivery: ctx.Done()}
 	begin := p.firstTry(now, key)
 	p.mu.Unlock()
 	release := sync.OnceFunc(func() {
@@ -54,18 +54,28 @@ func (p *Pool) Take(ctx context.Context, tenant, profile, jobID string, spec san
 
 // triesApart is how long after a failed try of a take the next one is still the same take: the
 // runner tries again within backoff.Max while the backend is unavailable. One later is a new
-// take (a later delivery of the job), timed from its own try.
+// take, timed from its own try.
 const triesApart = time.Minute
+
+// takeKey names a take: the tenant's job, and the delivery that takes its sandbox, by its
+// context's Done channel. The runner tries a Take again on the context it tried it on (one per
+// delivery); a later delivery of the job, come back to this worker after its retry_backoff or
+// a lost lease, takes on another, and its wait is its own: keyed by the job alone, it was
+// timed from the earlier delivery's first try, the queue's wait between them included.
+type takeKey struct {
+	tenant, job string
+	delivery    <-chan struct{}
+}
 
 // tries are the failed tries of a take that is not over: when the first began, the last ended.
 type tries struct{ first, last time.Time }
 
-// firstTry is when the take of key (tenant/job) began as its job sees it: its first failed try
-// within triesApart of this one, else now. boxcar_pool_claim_seconds times the take from then:
-// timed from its last try, a job whose sandbox took three tries over a backend's outage
-// claimed it in the last one's milliseconds. It forgets the takes whose last try is older, of
-// jobs that never came back. The caller holds mu.
-func (p *Pool) firstTry(now time.Time, key string) time.Time {
+// firstTry is when the take of key began as its job sees it: its first failed try within
+// triesApart of this one, else now. boxcar_pool_claim_seconds times the take from then: timed
+// from its last try, a job whose sandbox took three tries over a backend's outage claimed it
+// in the last one's milliseconds. It forgets the takes whose last try is older, of jobs or
+// deliveries that never came back. The caller holds mu.
+func (p *Pool) firstTry(now time.Time, key takeKey) time.Time {
 	for k, t := range p.tries {
 		if now.Sub(t.last) >= triesApart {
 			delete(p.tries, k)

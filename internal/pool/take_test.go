@@ -587,11 +587,31 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		}},
 		{name: "a take tried again is timed from its first try", wantMisses: 1, wantClaims: []float64{3}, run: func(t *testing.T, bn *bundle) {
 			bn.b.failNext = 1
-			if _, _, err := bn.p.Take(t.Context(), "t", "p", "job-1", sandbox.Spec{}); err == nil {
+			attempt := t.Context() // the runner tries again on its delivery's context
+			if _, _, err := bn.p.Take(attempt, "t", "p", "job-1", sandbox.Spec{}); err == nil {
 				t.Fatal("take succeeded with a failing backend")
 			}
 			bn.clock.advance(3 * time.Second)
-			sb, _ := bn.take(t, "p", "job-1")
+			sb, _, err := bn.p.Take(attempt, "t", "p", "job-1", sandbox.Spec{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			closeAll(t, sb)
+		}},
+		{name: "another delivery's take is timed alone", wantMisses: 1, wantClaims: []float64{0}, run: func(t *testing.T, bn *bundle) {
+			bn.b.failNext = 1
+			first, cancel := context.WithCancel(t.Context())
+			if _, _, err := bn.p.Take(first, "t", "p", "job-1", sandbox.Spec{}); err == nil {
+				t.Fatal("take succeeded with a failing backend")
+			}
+			cancel() // the delivery fails; the queue delivers the job again after retry_backoff
+			bn.clock.advance(5 * time.Second)
+			second, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			sb, _, err := bn.p.Take(second, "t", "p", "job-1", sandbox.Spec{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			closeAll(t, sb)
 		}},
 		{name: "a take tried long after is timed alone", wantMisses: 2, wantClaims: []float64{0, 0}, run: func(t *testing.T, bn *bundle) {
