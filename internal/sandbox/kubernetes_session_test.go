@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os/exec"
 	"slices"
@@ -14,15 +15,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/pool"
 	"github.com/boxcar-run/boxcar/internal/sandbox"
 	"github.com/boxcar-run/boxcar/internal/sandbox/bridge"
 	"github.com/boxcar-run/boxcar/internal/sandbox/tunnel"
+	"github.com/boxcar-run/boxcar/test/harness"
 )
 
 // localExec plays pods/exec on this host: argv runs here, and the bridge's command session
@@ -143,6 +147,50 @@ func TestKubernetesWarmPodCommandSession(t *testing.T) {
 	}
 	if n := job(t, ""); n != 3 {
 		t.Errorf("a cold pod's job made %d pods/exec calls, want 3 (write, read, exec; the refused path ends before an exec)", n)
+	}
+}
+
+type noPoolLag struct{}
+
+func (noPoolLag) Lags(context.Context) ([]pool.Lag, error) { return nil, nil }
+
+// TestKubernetesPoolCloseLeavesTakenPods: a warm pod a job took keeps its command session
+// when the pool closes (the worker drains while the job runs). The session was opened on the
+// context of the pool's start, which ends with the start and which Close cancels besides; the
+// job's commands still run over it, none through pods/exec, and the sandbox's Close ends it
+// (goleak, TestMain). Opened on that context itself, the session was gone once the start ended.
+func TestKubernetesPoolCloseLeavesTakenPods(t *testing.T) {
+	client := fake.NewClientset()
+	fakeKubelet(t, client, nil)
+	ex := &localExec{}
+	p := newKubernetes(t, client, func(c *sandbox.KubernetesConfig) { c.BridgeImage = bridgeImage; c.Executor = ex })
+	prof := config.Profile{Warm: &config.Warm{Min: 1, Max: 1, Idle: config.Duration(time.Hour), MaxAge: config.Duration(time.Hour)}}.WithDefaults()
+	prof.Sandbox.Workdir = t.TempDir() // the commands run on this host
+	m := pool.NewMetrics(nil)
+	pl, err := pool.New(pool.Config{Provider: p, Profiles: map[string]config.Profile{"p": prof}, Slots: 2, Lag: noPoolLag{},
+		Metrics: m, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.Reconcile(t.Context())
+	harness.Wait(t, "the pool's pod ready", func() (bool, error) { return testutil.ToFloat64(m.Size.WithLabelValues("p")) == 1, nil })
+	sb, warm, err := pl.Take(t.Context(), "default", "p", "job-1", sandbox.Spec{JobID: "job-1", Tenant: "default", SandboxSpec: prof.Sandbox})
+	if err != nil || !warm {
+		t.Fatalf("Take = warm %v, %v; want the warm pod", warm, err)
+	}
+	pl.Close()
+	before := ex.count()
+	if err := sb.WriteFile(t.Context(), "in.txt", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"cat", "in.txt"}, Timeout: time.Minute}); err != nil || string(res.Stdout) != "x" {
+		t.Errorf("Exec after the pool closed = %q, %v", res.Stdout, err)
+	}
+	if n := ex.count() - before; n != 0 {
+		t.Errorf("the job made %d pods/exec calls after the pool closed, want none: its session carries them", n)
+	}
+	if err := sb.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 
