@@ -174,6 +174,7 @@ func (r *Runner) recordWaiting(w settler, id string, cause error, handedBack boo
 func (r *Runner) settleQueue(w settler, o outcome, dec decision) (attrs []any, lettered bool) {
 	d := w.a.d
 	var call func(context.Context) error
+	answered := settled
 	switch dec.action {
 	case ackJob:
 		call = d.Ack
@@ -190,10 +191,11 @@ func (r *Runner) settleQueue(w settler, o outcome, dec decision) (attrs []any, l
 			lettered = lettered || wrote // a try whose term failed may have written it
 			return err
 		}
+		answered = termAnswered
 	default:
 		return attrs, false
 	}
-	if err := w.do(settled, call); err != nil {
+	if err := w.do(answered, call); err != nil {
 		w.a.log.ErrorContext(w.ctx, "settle with the queue failed", "action", dec.action.String(), "error", err)
 	}
 	if lettered {
@@ -220,6 +222,12 @@ func (r *Runner) releaseCancel(w settler, o outcome, dec decision) {
 
 // settled: the server took the ack, nak or term, or this delivery had settled before.
 func settled(err error) bool { return err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) }
+
+// termAnswered is settled for a term, or the server refused this login the job's dead letter
+// (queue.ErrRefused): a refusal is for good, and tried again until the attempt's deadline it
+// held the slot, the job waiting for NATS as if NATS were down. The message is left to its
+// ack wait, delivered again (to a worker whose login may write the letter), and not lost.
+func termAnswered(err error) bool { return settled(err) || errors.Is(err, queue.ErrRefused) }
 
 // settleMetrics counts the decided end. A message whose subject names no valid job id ends
 // at each of its deliveries with no manifest to arbitrate (see process): it is counted with
