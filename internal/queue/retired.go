@@ -312,8 +312,7 @@ func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 	cause := fmt.Errorf("%w %q: `worker setup` retired the tenant while this job ran, and its worker stopped before the job ended; "+
 		"run `worker setup` with a config that lists the tenant, and submit the job again", ErrNotServed, d.Tenant)
 	if !job.ValidID(d.JobID) {
-		_, err := d.Term(ctx, ReasonTenantRetired, cause)
-		return err
+		return c.endRetiredNoID(ctx, d, cause)
 	}
 	now := time.Now().UTC()
 	st, err := c.UpdateStatus(ctx, d.Ref(), func(s *job.Status) {
@@ -340,6 +339,25 @@ func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 	c.log.WarnContext(ctx, "ended a job of a retired tenant whose worker stopped before it ended", "tenant", d.Tenant, "job_id", d.JobID,
 		"attempt", d.Attempt, "state", string(cmp.Or(st.State, job.StateDead)), "reason", ReasonTenantRetired)
 	return nil
+}
+
+// endRetiredNoID is endRetiredJob's for a message whose subject names no valid job id: its
+// status, which its run records under the message's sequence (stream-seq-N, as the runner's
+// statusID), says whether the run ended it with a letter (rejected), whose worker stopped
+// before the letter: the letter is that end's (endedLetter), else tenant_retired.
+func (c *Consumer) endRetiredNoID(ctx context.Context, d *Delivery, cause error) error {
+	reason, why := ReasonTenantRetired, cause
+	st, err := c.Status(ctx, Ref{Tenant: d.Tenant, ID: job.SeqID(d.Seq)})
+	switch {
+	case err == nil:
+		if ended, text, ok := endedLetter(st, nil); ok {
+			reason, why = ended, text
+		}
+	case !errors.Is(err, ErrUnknownJob):
+		return err // the delivery comes again after its ack wait
+	}
+	_, err = d.Term(ctx, reason, why)
+	return err
 }
 
 // endedLetter is the reason and error of the dead letter of a job whose status says it ended
