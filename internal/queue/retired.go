@@ -309,8 +309,7 @@ func (c *Consumer) endLeftoversIn(ctx context.Context, stream, tenant string) er
 // job ended already: then it terms the message with the end's dead letter (failed, rejected,
 // dead: endedLetter), written unless it is there, or acks it (an end with no letter).
 func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
-	cause := fmt.Errorf("%w %q: `worker setup` retired the tenant while this job ran, and its worker stopped before the job ended; "+
-		"run `worker setup` with a config that lists the tenant, and submit the job again", ErrNotServed, d.Tenant)
+	cause := sweptCause(d.Tenant)
 	if !job.ValidID(d.JobID) {
 		return c.endRetiredNoID(ctx, d, cause)
 	}
@@ -341,6 +340,13 @@ func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 	return nil
 }
 
+// sweptCause is the error of the end the sweep gives a job of tenant, retired: its status's,
+// and its letter's, whoever writes the letter (endedLetter knows the end by it).
+func sweptCause(tenant string) error {
+	return fmt.Errorf("%w %q: `worker setup` retired the tenant while this job ran, and its worker stopped before the job ended; "+
+		"run `worker setup` with a config that lists the tenant, and submit the job again", ErrNotServed, tenant)
+}
+
 // endRetiredNoID is endRetiredJob's for a message whose subject names no valid job id: its
 // status, which its run records under the message's sequence (stream-seq-N, as the runner's
 // statusID), says whether the run ended it with a letter (rejected), whose worker stopped
@@ -363,14 +369,14 @@ func (c *Consumer) endRetiredNoID(ctx context.Context, d *Delivery, cause error)
 // endedLetter is the reason and error of the dead letter of a job whose status says it ended
 // with one (failed, rejected, dead), as the runner writes it (a dead end's reason is
 // max_deliveries unless setup's unknown_tenant prefixes its error), and tenant_retired for the
-// sweep's own end, whose error is mine (nil: none). ok is false for an end with no letter (succeeded,
+// sweep's own end, whose error is mine (sweptCause). ok is false for an end with no letter (succeeded,
 // capped, cancelled).
 func endedLetter(st job.Status, mine error) (reason string, why error, ok bool) {
 	switch st.State {
 	case job.StateFailed, job.StateRejected:
 		return string(st.State), errors.New(st.Error), true
 	case job.StateDead:
-		if mine != nil && st.Error == mine.Error() {
+		if st.Error == mine.Error() {
 			return ReasonTenantRetired, mine, true
 		}
 		if text, ok := strings.CutPrefix(st.Error, ReasonUnknownTenant+": "); ok {

@@ -1,0 +1,70 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/boxcar-run/boxcar/internal/config"
+	"github.com/boxcar-run/boxcar/internal/job"
+	"github.com/boxcar-run/boxcar/internal/queue"
+	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
+	"github.com/boxcar-run/boxcar/test/harness"
+)
+
+// TestSetupLettersASweptJobTenantRetired: the sweep of a worker of the new config ended a
+// retired team-b's job dead, its status written, and could not write its letter (here its login
+// may not publish team-b's letters; a worker that stopped there leaves the same). The next
+// `worker setup` found the job ended dead and wrote the letter of a dead end it did not know,
+// max_deliveries, where the job ended tenant_retired, as the sweep's own next try writes it.
+func TestSetupLettersASweptJobTenantRetired(t *testing.T) {
+	t.Parallel()
+	cfg := config.Config{}.WithDefaults().NATS
+	cfg.AckWait = config.Duration(time.Second)
+	opts := &server.Options{ServerName: "boxcar-swept", Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+		JetStream: true, StoreDir: t.TempDir(), JetStreamMaxStore: queuetest.MaxStore,
+		Users: []*server.User{{Username: "op", Password: "op-pw"}, {Username: "worker", Password: "worker-pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{queue.DeadLetterStream(cfg, "team-b") + ".>", cfg.DeadLetterStream + ".team-b.>"}}}}}}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(20 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	conn := func(user string) *nats.Conn {
+		nc, err := queue.Connect(t.Context(), queue.ConnOptions{URL: ns.ClientURL(), Name: "test-" + user, User: user, Password: user + "-pw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	b := start(t, conn("op"), cfg)
+	ctx := t.Context()
+	old, _, d := b.fetchedByOldWorker(t)
+	if _, err := old.UpdateStatus(ctx, d.Ref(), func(s *job.Status) { s.State, s.Attempt = job.StateRunning, d.Attempt }, queue.ByAttempt(d.Attempt)); err != nil {
+		t.Fatal(err)
+	}
+	b.declare(t, map[string]config.Tenant{"team-a": {}}) // team-b's running job is left to its run
+	var log bytes.Buffer
+	w := bundle{nc: conn("worker"), cfg: cfg}.open(t, cfg, map[string]config.Tenant{"team-a": {}}, &log)
+	harness.Wait(t, "the sweep to end team-b's job dead", func() (bool, error) {
+		w.SweepNow()
+		wait, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, _ = w.Fetch(wait)
+		st, err := old.Status(ctx, d.Ref())
+		return err == nil && st.State == job.StateDead, nil
+	}, harness.Within(30*time.Second))
+	b.declare(t, map[string]config.Tenant{"team-a": {}})
+	if dl := b.deadLetter(t, d.Ref()); dl.Reason != queue.ReasonTenantRetired {
+		t.Errorf("setup's letter of the job the sweep ended: reason %s, error %q; want %s", dl.Reason, dl.Error, queue.ReasonTenantRetired)
+	}
+}
