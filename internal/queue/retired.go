@@ -233,15 +233,15 @@ func (c *Consumer) sweepRefused(tenant string) bool {
 	return c.unswept[tenant]
 }
 
-// refuseSweep records that the server refused this worker's login tenant's stream or consumer
-// (credentials generated without the tenant), and says so once: a refusal is for good, and
-// asking again each minute only had the server refuse it again. A worker started with
+// refuseSweep records that the server refused this worker's login tenant's stream, consumer or
+// dead letters (credentials generated without the tenant), and says so once: a refusal is for
+// good, and asking again each minute only had the server refuse it again. A worker started with
 // credentials that allow it sweeps the tenant.
 func (c *Consumer) refuseSweep(ctx context.Context, tenant string, err error) {
 	c.mu.Lock()
 	c.unswept[tenant] = true
 	c.mu.Unlock()
-	c.log.WarnContext(ctx, "the NATS server refuses this worker the consumer of a retired tenant, so it cannot end the jobs that consumer delivers again; it asks no more. Restart it with credentials generated (`worker nats-config`) while the tenant was listed, or end those jobs with `submit cancel`",
+	c.log.WarnContext(ctx, "the NATS server refuses this worker a request it needs to end a retired tenant's jobs (the error names it: the tenant's stream, its consumer, or its jobs' dead letters), so it cannot end the jobs that consumer delivers again; it asks no more. Restart it with credentials generated (`worker nats-config`) while the tenant was listed, or end those jobs with `submit cancel`",
 		"tenant", tenant, "consumer", consumerName(c.cfg, tenant), "error", err)
 }
 

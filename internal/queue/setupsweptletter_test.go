@@ -3,6 +3,7 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 // may not publish team-b's letters; a worker that stopped there leaves the same). The next
 // `worker setup` found the job ended dead and wrote the letter of a dead end it did not know,
 // max_deliveries, where the job ended tenant_retired, as the sweep's own next try writes it.
+// And the sweep said the server refused it the tenant's consumer, where it refused the letter.
 func TestSetupLettersASweptJobTenantRetired(t *testing.T) {
 	t.Parallel()
 	cfg := config.Config{}.WithDefaults().NATS
@@ -63,6 +65,9 @@ func TestSetupLettersASweptJobTenantRetired(t *testing.T) {
 		st, err := old.Status(ctx, d.Ref())
 		return err == nil && st.State == job.StateDead, nil
 	}, harness.Within(30*time.Second))
+	if said := log.String(); strings.Contains(said, "refuses this worker the consumer") {
+		t.Errorf("the sweep, refused the job's dead letter, says the server refused it the consumer:\n%s", said)
+	}
 	b.declare(t, map[string]config.Tenant{"team-a": {}})
 	if dl := b.deadLetter(t, d.Ref()); dl.Reason != queue.ReasonTenantRetired {
 		t.Errorf("setup's letter of the job the sweep ended: reason %s, error %q; want %s", dl.Reason, dl.Error, queue.ReasonTenantRetired)
