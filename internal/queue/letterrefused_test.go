@@ -7,13 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
-	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 )
 
 // TestDeadLetterRefusedEverywhereFailsAtOnce: a worker whose login may publish on neither its
@@ -27,27 +23,7 @@ func TestDeadLetterRefusedEverywhereFailsAtOnce(t *testing.T) {
 	cfg := config.Config{}.WithDefaults().NATS
 	cfg.AckWait = config.Duration(time.Minute)
 	own := queue.DeadLetterStream(cfg, job.DefaultTenant)
-	opts := &server.Options{ServerName: "boxcar-letters", Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: t.TempDir(), JetStreamMaxStore: queuetest.MaxStore,
-		Users: []*server.User{{Username: "op", Password: "op-pw"}, {Username: "worker", Password: "worker-pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{own + ".>", cfg.DeadLetterStream + ".>"}}}}}}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(20 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	conn := func(user string) *nats.Conn {
-		nc, err := queue.Connect(t.Context(), queue.ConnOptions{URL: ns.ClientURL(), Name: "test-" + user, User: user, Password: user + "-pw"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
+	conn := serverDenyingWorker(t, own+".>", cfg.DeadLetterStream+".>")
 	b := start(t, conn("op"), cfg)
 	w := bundle{nc: conn("worker"), cfg: cfg}.open(t, cfg, nil, nil)
 	if _, err := b.c.Publish(t.Context(), newJob(t)); err != nil {
@@ -56,7 +32,7 @@ func TestDeadLetterRefusedEverywhereFailsAtOnce(t *testing.T) {
 	d := fetch(t, w, 10*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	_, err = d.Term(ctx, "invalid_job", errors.New("the job's own error"))
+	_, err := d.Term(ctx, "invalid_job", errors.New("the job's own error"))
 	if !errors.Is(err, queue.ErrRefused) || ctx.Err() != nil {
 		t.Fatalf("a Term whose letter no dead-letter stream lets this login write: %v (deadline passed: %v); want ErrRefused at once", err, ctx.Err() != nil)
 	}

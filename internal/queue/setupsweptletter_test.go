@@ -7,13 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-
 	"github.com/boxcar-run/boxcar/internal/config"
 	"github.com/boxcar-run/boxcar/internal/job"
 	"github.com/boxcar-run/boxcar/internal/queue"
-	"github.com/boxcar-run/boxcar/internal/queue/queuetest"
 	"github.com/boxcar-run/boxcar/test/harness"
 )
 
@@ -27,27 +23,7 @@ func TestSetupLettersASweptJobTenantRetired(t *testing.T) {
 	t.Parallel()
 	cfg := config.Config{}.WithDefaults().NATS
 	cfg.AckWait = config.Duration(time.Second)
-	opts := &server.Options{ServerName: "boxcar-swept", Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: t.TempDir(), JetStreamMaxStore: queuetest.MaxStore,
-		Users: []*server.User{{Username: "op", Password: "op-pw"}, {Username: "worker", Password: "worker-pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{queue.DeadLetterStream(cfg, "team-b") + ".>", cfg.DeadLetterStream + ".team-b.>"}}}}}}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(20 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	conn := func(user string) *nats.Conn {
-		nc, err := queue.Connect(t.Context(), queue.ConnOptions{URL: ns.ClientURL(), Name: "test-" + user, User: user, Password: user + "-pw"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
+	conn := serverDenyingWorker(t, queue.DeadLetterStream(cfg, "team-b")+".>", cfg.DeadLetterStream+".team-b.>")
 	b := start(t, conn("op"), cfg)
 	ctx := t.Context()
 	old, _, d := b.fetchedByOldWorker(t)
