@@ -170,7 +170,7 @@ func (c *Consumer) retireGone(ctx context.Context, tenant string) bool {
 // whose consumer is left, takes what the consumer delivers now (never a delivery a live
 // worker heartbeats) and ends it as dead, reason tenant_retired: the status first, in a
 // compare-and-set held to the delivery's attempt (a job that ended meanwhile is acked, or, its
-// end one with a dead letter, keeps that letter: endedLetter), then the dead letter, which the server lets a job have once, and the term. A worker that may
+// end one with a dead letter, keeps that letter: EndedLetter), then the dead letter, which the server lets a job have once, and the term. A worker that may
 // declare removes the consumer once it holds nothing; else the next `worker setup` does.
 
 // sweepEvery is how often a worker looks for leftovers of retired tenants; sweepLookup bounds
@@ -307,9 +307,9 @@ func (c *Consumer) endLeftoversIn(ctx context.Context, stream, tenant string) er
 
 // endRetiredJob ends one delivery of a retired tenant's job as dead (tenant_retired), unless the
 // job ended already: then it terms the message with the end's dead letter (failed, rejected,
-// dead: endedLetter), written unless it is there, or acks it (an end with no letter).
+// dead: EndedLetter), written unless it is there, or acks it (an end with no letter).
 func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
-	cause := sweptCause(d.Tenant)
+	cause := SweptCause(d.Tenant)
 	if !job.ValidID(d.JobID) {
 		return c.endRetiredNoID(ctx, d, cause)
 	}
@@ -324,7 +324,7 @@ func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 		// Its run, or a sweep that stopped before its term, ended it. An end with a dead letter
 		// keeps it: written unless it is there (at most one), then the term; acked, the job had
 		// none when its worker stopped between its status and its letter.
-		if reason, why, ok := endedLetter(st, cause); ok {
+		if reason, why, ok := EndedLetter(d.Tenant, st); ok {
 			_, err = d.Term(ctx, reason, why)
 		} else {
 			err = d.Ack(ctx) // the message outlived its worker's ack
@@ -340,9 +340,9 @@ func (c *Consumer) endRetiredJob(ctx context.Context, d *Delivery) error {
 	return nil
 }
 
-// sweptCause is the error of the end the sweep gives a job of tenant, retired: its status's,
-// and its letter's, whoever writes the letter (endedLetter knows the end by it).
-func sweptCause(tenant string) error {
+// SweptCause is the error of the end the sweep gives a job of tenant, retired: its status's,
+// and its letter's, whoever writes the letter (EndedLetter knows the end by it).
+func SweptCause(tenant string) error {
 	return fmt.Errorf("%w %q: `worker setup` retired the tenant while this job ran, and its worker stopped before the job ended; "+
 		"run `worker setup` with a config that lists the tenant, and submit the job again", ErrNotServed, tenant)
 }
@@ -350,13 +350,13 @@ func sweptCause(tenant string) error {
 // endRetiredNoID is endRetiredJob's for a message whose subject names no valid job id: its
 // status, which its run records under the message's sequence (stream-seq-N, as the runner's
 // statusID), says whether the run ended it with a letter (rejected), whose worker stopped
-// before the letter: the letter is that end's (endedLetter), else tenant_retired.
+// before the letter: the letter is that end's (EndedLetter), else tenant_retired.
 func (c *Consumer) endRetiredNoID(ctx context.Context, d *Delivery, cause error) error {
 	reason, why := ReasonTenantRetired, cause
 	st, err := c.Status(ctx, Ref{Tenant: d.Tenant, ID: job.SeqID(d.Seq)})
 	switch {
 	case err == nil:
-		if ended, text, ok := endedLetter(st, nil); ok {
+		if ended, text, ok := EndedLetter(d.Tenant, st); ok {
 			reason, why = ended, text
 		}
 	case !errors.Is(err, ErrUnknownJob):
@@ -366,18 +366,18 @@ func (c *Consumer) endRetiredNoID(ctx context.Context, d *Delivery, cause error)
 	return err
 }
 
-// endedLetter is the reason and error of the dead letter of a job whose status says it ended
-// with one (failed, rejected, dead), as the runner writes it (a dead end's reason is
-// max_deliveries unless setup's unknown_tenant prefixes its error), and tenant_retired for the
-// sweep's own end, whose error is mine (sweptCause). ok is false for an end with no letter (succeeded,
-// capped, cancelled).
-func endedLetter(st job.Status, mine error) (reason string, why error, ok bool) {
+// EndedLetter is the reason and error of the dead letter of tenant's job whose status says it
+// ended with one (failed, rejected, dead), as every writer of a letter gives it (the runner, the
+// sweep, setup): a dead end's reason is tenant_retired for the sweep's own end (its error is
+// SweptCause's), unknown_tenant where setup's prefixes its error, else max_deliveries. ok is
+// false for an end with no letter (succeeded, capped, cancelled).
+func EndedLetter(tenant string, st job.Status) (reason string, why error, ok bool) {
 	switch st.State {
 	case job.StateFailed, job.StateRejected:
 		return string(st.State), errors.New(st.Error), true
 	case job.StateDead:
-		if st.Error == mine.Error() {
-			return ReasonTenantRetired, mine, true
+		if swept := SweptCause(tenant); st.Error == swept.Error() {
+			return ReasonTenantRetired, swept, true
 		}
 		if text, ok := strings.CutPrefix(st.Error, ReasonUnknownTenant+": "); ok {
 			return ReasonUnknownTenant, errors.New(text), true

@@ -488,14 +488,14 @@ func (a *Admin) deadLetterAll(ctx context.Context, s jetstream.Stream, r Ref, su
 // where a worker writes the job's (letterWriter): a letter there already is the job's one. A
 // job whose status st says it ended with a letter (failed, rejected, dead: its worker, or the
 // sweep of a worker that does not serve the tenant, stopped before the letter) gets that end's,
-// with the status's reason and error (endedLetter), as the worker or the sweep would have written it: an unknown_tenant one told another end than its status. A
+// with the status's reason and error (EndedLetter), as the worker or the sweep would have written it: an unknown_tenant one told another end than its status. A
 // subject that names no job (boxcar.jobs.T, boxcar.jobs.T.a.b, which an older shared stream
 // took) is no consumer's to deliver, its tenant served or not: its letter is invalid_job, under
 // the tenant the subject's first token names and the message's sequence (letterRef), where the
 // tenant's submitter reads its letters. Under tenant "" no submitter could.
 func (a *Admin) letterUnserved(ctx context.Context, subject string, r Ref, m *jetstream.RawStreamMsg, st job.Status) error {
 	reason, why := ReasonUnknownTenant, ""
-	if ended, cause, ok := endedLetter(st, sweptCause(r.Tenant)); ok {
+	if ended, cause, ok := EndedLetter(r.Tenant, st); ok {
 		reason, why = ended, cause.Error()
 	}
 	if r.ID == "" {

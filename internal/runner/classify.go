@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/boxcar-run/boxcar/internal/agent"
@@ -91,7 +90,10 @@ var letterReasons = map[job.State]string{job.StateFailed: "failed", job.StateRej
 // endedError is a job whose status the claim found final, with no run committed: a delivery
 // ended it without a manifest, or `worker setup` retiring its tenant did (queue's endJob), and
 // stopped before its dead letter, which this delivery then writes.
-type endedError struct{ st job.Status }
+type endedError struct {
+	tenant string
+	st     job.Status
+}
 
 func (e *endedError) Error() string { return fmt.Sprintf("%v as %s", errJobEnded, e.st.State) }
 func (e *endedError) Unwrap() error { return errJobEnded }
@@ -336,16 +338,13 @@ func endedElsewhere(deadLetter bool) func(err, cause error) bool {
 }
 
 // endedOutcome makes sure the dead letter of a job found ended exists (the server refuses a
-// second, so one written already stays the only one), from what its status says: setup writes
-// its end's error as "unknown_tenant: why", a worker the words its letter carries.
+// second, so one written already stays the only one), the letter its status says (the sweep's
+// tenant_retired, setup's unknown_tenant, a worker's end), as every writer gives it.
 func endedOutcome(err, _ error) outcome {
 	var e *endedError
 	errors.As(err, &e)
-	reason, text := letterReasons[e.st.State], e.st.Error
-	if why, ok := strings.CutPrefix(text, queue.ReasonUnknownTenant+": "); ok {
-		reason, text = queue.ReasonUnknownTenant, why
-	}
-	return outcome{end: endDeadLetter, err: queue.Permanent(reason, toldError{text})}
+	reason, why, _ := queue.EndedLetter(e.tenant, e.st)
+	return outcome{end: endDeadLetter, err: queue.Permanent(reason, toldError{why.Error()})}
 }
 
 // modelUnavailableOutcome is a transient end that asks for the endpoint's Retry-After

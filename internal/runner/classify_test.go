@@ -58,6 +58,12 @@ func TestClassify(t *testing.T) {
 		// Setup retiring the tenant wrote the job dead and stopped before its letter.
 		{name: "job ended dead elsewhere", err: &endedError{st: job.Status{State: job.StateDead, Error: queue.ReasonUnknownTenant + ": why"}},
 			at: map[stage]want{stageClaim: {end: endDeadLetter, reason: queue.ReasonUnknownTenant}, stageEnd: {end: endUndecided}}, other: transient},
+		// A worker's sweep of the retired tenant wrote the job dead and stopped before its letter;
+		// a worker of the old config, which still serves the tenant, delivers it again.
+		{name: "job ended dead by a retired tenant's sweep", err: &endedError{tenant: "team-b", st: job.Status{State: job.StateDead, Error: queue.SweptCause("team-b").Error()}},
+			at: map[stage]want{stageClaim: {end: endDeadLetter, reason: queue.ReasonTenantRetired}, stageEnd: {end: endUndecided}}, other: transient},
+		{name: "job ended dead after its deliveries", err: &endedError{tenant: "team-b", st: job.Status{State: job.StateDead, Error: "the job's own error"}},
+			at: map[stage]want{stageClaim: {end: endDeadLetter, reason: "max_deliveries"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "job ended failed elsewhere", err: &endedError{st: job.Status{State: job.StateFailed, Error: "input missing"}},
 			at: map[stage]want{stageClaim: {end: endDeadLetter, reason: "failed"}, stageEnd: {end: endUndecided}}, other: transient},
 		{name: "job ended dead elsewhere during shutdown", err: &endedError{st: job.Status{State: job.StateDead}}, cause: errShutdown,

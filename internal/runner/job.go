@@ -352,7 +352,7 @@ func (r *Runner) claim(ctx context.Context, a *attempt) (job.Status, error) {
 		return st, errCancelled
 	case errors.Is(err, queue.ErrFinal):
 		a.log.InfoContext(ctx, "job already ended; this delivery ends with it (a dead letter written if its end has one and it is missing)", "state", st.State)
-		return st, &endedError{st: st}
+		return st, &endedError{tenant: a.d.Tenant, st: st}
 	case err != nil:
 		return job.Status{}, err
 	case st.CancelRequested:
