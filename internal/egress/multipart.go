@@ -249,11 +249,13 @@ func blankLine(b []byte) (int, int) {
 }
 
 // methodPartName reports whether a part's name, raw (what follows one of partNames up to the
-// header line's end), is one PHP, Rack or busboy may read as "_method": unfolded with and
-// without the fold's spaces; quoted with " or ' to the closing quote or not; up to a ";" (PHP
-// splits the parameters at ";" before it reads quotes), a quote or a space; after the last
-// "'" (RFC 2231 puts the charset and language before the name, each ended by one); each as
-// overrideName reads a form's name.
+// header line's end), is one PHP, Rack or busboy may read as "_method":
+// unfolded with and without the fold's spaces; quoted with " or ' to the closing quote or not,
+// and with its backslash escapes read (Rack 3 and busboy read "\_method" as _method); up to a
+// ";" (PHP splits the parameters at ";" before it reads quotes), a quote or any space (PHP ends
+// an unquoted value at isspace, a vertical tab, form feed or CR alone too, and Rack strips
+// them); after the last "'" (RFC 2231 puts the charset and language before the name, each
+// ended by one); each as overrideName reads a form's name.
 func methodPartName(raw []byte) bool {
 	s := string(raw)
 	for _, u := range []string{unfold(s, false), unfold(s, true)} {
@@ -264,14 +266,14 @@ func methodPartName(raw []byte) bool {
 			if i := strings.IndexByte(inner, u[0]); i >= 0 {
 				inner = inner[:i]
 			}
-			names = append(names, inner)
+			names = append(names, inner, unescapeQuoted(u[1:], u[0]))
 			u = inner
 		}
 		names = append(names, u)
 		if i := strings.LastIndexByte(u, '\''); i >= 0 {
 			names = append(names, u[i+1:]) // name*=utf-8''%5Fmethod
 		}
-		if i := strings.IndexAny(u, "; \t\"'"); i >= 0 {
+		if i := strings.IndexAny(u, "; \t\r\n\v\f\"'"); i >= 0 {
 			names = append(names, u[:i])
 		}
 		if i := strings.IndexByte(u, ';'); i >= 0 {
@@ -284,6 +286,19 @@ func methodPartName(raw []byte) bool {
 		}
 	}
 	return false
+}
+
+// unescapeQuoted is the quoted string s, its opening quote taken off, as Rack 3 and busboy
+// read it: to its first quote no backslash escapes, each backslash escape the byte after it.
+func unescapeQuoted(s string, quote byte) string {
+	var b strings.Builder
+	for i := 0; i < len(s) && s[i] != quote; i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // unfold joins a folded header line: its line ends taken out, with the spaces that begin the
