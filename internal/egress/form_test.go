@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // TestFormBodyReadsNamesSplitAcrossReads: formBody reads a form the same however its bytes
@@ -117,6 +118,27 @@ func TestMultipartBodyReadsPartsSplitAcrossReads(t *testing.T) {
 			case tt.refused && (!errors.As(err, &fr) || fr.v.reason != ReasonMethod || !strings.HasPrefix(tt.body, string(got)) || len(got) >= len(tt.body)):
 				t.Errorf("%s (one byte a read: %v): read %d bytes (%v), want it cut and refused", tt.name, split, len(got), err)
 			}
+		}
+	}
+}
+
+// TestMultipartBodyDenseWithNamesGoesOn: a body of many names goes on whole in about the time
+// of any other. Each name was read to its header line's end, 64 KiB for a long line, and each
+// name inside that line read again to the same end: 256 KiB of "name=" on one line took two
+// minutes, 10 MB of it hours of the worker's CPU.
+func TestMultipartBodyDenseWithNamesGoesOn(t *testing.T) {
+	for _, body := range []string{
+		strings.Repeat("name=", 2<<20/5),
+		strings.Repeat("name=a; ", 2<<20/8),
+		strings.Repeat("Content-Disposition: form-data; name=\"f\"\r\n", 2<<20/43),
+	} {
+		start := time.Now()
+		got, err := io.ReadAll(&multipartBody{ReadCloser: io.NopCloser(strings.NewReader(body))})
+		if err != nil || string(got) != body {
+			t.Errorf("%.20q...: read %d bytes (%v), want the body whole", body, len(got), err)
+		}
+		if d := time.Since(start); d > time.Minute {
+			t.Errorf("%.20q...: 2 MiB read in %v, want well under a minute", body, d)
 		}
 	}
 }

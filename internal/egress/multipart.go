@@ -104,9 +104,19 @@ func (m *multipartBody) step(eof bool) bool {
 	return true
 }
 
-// stepName reads the name held from m.mark to its header line's end.
+// stepName reads the name held from m.mark to its header line's end, or to the next name
+// before it: read in turn, that one is checked whole, and no name is read through another,
+// which a _method's leading spaces, 7 letters and NUL never hold. Read to the line's end, each
+// name of a line of many was read to the same end, 64 KiB for a long line: 256 KiB of "name="
+// took minutes (TestMultipartBodyDenseWithNamesGoesOn).
 func (m *multipartBody) stepName(eof bool) bool {
-	end, ok := headerLineEnd(m.held, m.mark, m.from(), eof)
+	kwFrom := max(m.mark, m.seen-len("content-id:")+1) // a name the last read split
+	from := m.from()
+	b := m.held
+	if k, _ := indexName(b[kwFrom:]); k >= 0 {
+		b, eof = b[:kwFrom+k], true // the line ends there, at the latest
+	}
+	end, ok := headerLineEnd(b, m.mark, from, eof)
 	if !ok && len(m.held)-m.mark <= maxFormBytes {
 		return false
 	}
@@ -249,7 +259,7 @@ func blankLine(b []byte) (int, int) {
 }
 
 // methodPartName reports whether a part's name, raw (what follows one of partNames up to the
-// header line's end), is one PHP, Rack or busboy may read as "_method":
+// header line's end or the next name), is one PHP, Rack or busboy may read as "_method":
 // unfolded with and without the fold's spaces; quoted with " or ' to the closing quote or not,
 // and with its backslash escapes read (Rack 3 and busboy read "\_method" as _method); up to a
 // ";" (PHP splits the parameters at ";" before it reads quotes), a quote or any space (PHP ends
@@ -257,6 +267,9 @@ func blankLine(b []byte) (int, int) {
 // them); after the last "'" (RFC 2231 puts the charset and language before the name, each
 // ended by one); each as overrideName reads a form's name.
 func methodPartName(raw []byte) bool {
+	if !mayNameMethod(raw) {
+		return false // most names: no allocation for them (a body dense with names)
+	}
 	s := string(raw)
 	for _, u := range []string{unfold(s, false), unfold(s, true)} {
 		u = strings.TrimLeft(u, " \t")
@@ -283,6 +296,21 @@ func methodPartName(raw []byte) bool {
 			if overrideName(n) {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// mayNameMethod reports whether raw may hold a name methodPartName reads as _method: such a
+// name has the letters of "method" in a row, unless a percent escape, a backslash escape or a
+// folded line end is between them.
+func mayNameMethod(raw []byte) bool {
+	if bytes.ContainsAny(raw, "%\\\n") {
+		return true
+	}
+	for i := 0; i+len("method") <= len(raw); i++ {
+		if raw[i]|0x20 == 'm' && bytes.EqualFold(raw[i:i+len("method")], []byte("method")) {
+			return true
 		}
 	}
 	return false
