@@ -493,3 +493,40 @@ func TestFormOverrideIsCutWhileTheSandboxIsRead(t *testing.T) {
 		t.Errorf("the sandbox's next bytes of the body: %v, want them read while the upstream is cut", err)
 	}
 }
+
+// TestJobEndCutsALinger: a connection whose refusal the proxy lingers on (lingerClose), the
+// sandbox still holding it open mid-body, is closed when the job ends, as every connection is:
+// Serve returns at once, not after the linger's 10 s, on both paths.
+func TestJobEndCutsALinger(t *testing.T) {
+	for _, tunnel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("terminated=%v", tunnel), func(t *testing.T) {
+			h := setup(t, nil)
+			var c io.ReadWriter
+			var br *bufio.Reader
+			target, host := "http://plain.example.com/", "plain.example.com"
+			if tunnel {
+				tc, tbr := h.terminated(t, "api.example.com:443")
+				c, br, target, host = tc, tbr, "/", "api.example.com"
+			} else {
+				pc := h.dialProxy(t)
+				c, br = pc, bufio.NewReader(pc)
+			}
+			if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/x-www-form-urlencoded\r\n"+
+				"Content-Length: 1048576\r\n\r\n_method=TRACE&a=", target, host); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			resp.Body.Close()
+			start := time.Now()
+			if err := h.stop(); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d >= lingerTimeout {
+				t.Errorf("Serve returned %v after the job's end, want at once: the linger held it", d)
+			}
+		})
+	}
+}
