@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -66,5 +67,65 @@ func TestWarnUnlistedNAT64(t *testing.T) {
 				t.Errorf("ipv4only.arpa asked %d times", r.calls["ipv4only.arpa"])
 			}
 		})
+	}
+}
+
+// TestIPv4CoveredIsWhatItsAddressesCarry checks ipv4Covered against the brute force: for a
+// prefix under a NAT64 prefix of each RFC 6052 length, the IPv4 addresses its addresses carry
+// (nat64Embedded), every value of the free bits where the address is put enumerated, are the
+// IPv4 prefix ipv4Covered says, neither more (a wider denial) nor less (an address left open).
+func TestIPv4CoveredIsWhatItsAddressesCarry(t *testing.T) {
+	r := rand.New(rand.NewPCG(6052, 64))
+	for range 20000 {
+		bits := nat64Lengths[r.IntN(len(nat64Lengths))]
+		var b [16]byte
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		p := netip.PrefixFrom(netip.AddrFrom16(b), bits+r.IntN(129-bits)).Masked()
+		var free []int // the bit positions of the embedded address p leaves free
+		for pos, n := bits, 0; n < 32; pos++ {
+			if pos >= 64 && pos < 72 {
+				continue
+			}
+			if pos >= p.Bits() {
+				free = append(free, pos)
+			}
+			n++
+		}
+		if len(free) > 12 {
+			continue // too many to enumerate: a shorter prefix's are the same rule
+		}
+		carried := map[netip.Addr]bool{}
+		for x := range 1 << len(free) {
+			a := p.Addr().As16()
+			for i := p.Bits(); i < 128; i++ { // the bits no address is put in: any value
+				if r.IntN(2) == 1 {
+					a[i/8] |= 1 << (7 - i%8)
+				}
+			}
+			for i, pos := range free {
+				a[pos/8] &^= 1 << (7 - pos%8)
+				if x>>i&1 == 1 {
+					a[pos/8] |= 1 << (7 - pos%8)
+				}
+			}
+			carried[nat64Embedded(netip.AddrFrom16(a), bits)] = true
+		}
+		got, ok := ipv4Covered(p, bits)
+		if !ok {
+			if len(free) < 32 {
+				t.Fatalf("ipv4Covered(%s, /%d) covers nothing, want the %d addresses it carries", p, bits, len(carried))
+			}
+			continue
+		}
+		if len(carried) != 1<<(32-got.Bits()) {
+			t.Fatalf("ipv4Covered(%s, /%d) = %s, want the %d addresses it carries", p, bits, got, len(carried))
+		}
+		for a := range carried {
+			if !got.Contains(a) {
+				t.Fatalf("ipv4Covered(%s, /%d) = %s, not holding %s, which it carries", p, bits, got, a)
+			}
+		}
 	}
 }
