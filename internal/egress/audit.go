@@ -77,6 +77,10 @@ type Summary struct {
 	// decision, once the job was past max_requests and told so (conn.go), in the transcript's
 	// egress_summary line and the manifest's egress alike.
 	ClosedUnread int64 `json:"closed_unread,omitempty"`
+	// Lingered counts the bytes of refused requests' bodies the proxy read and dropped after
+	// answering, before it closed their connections (lingerClose), in no decision: they are
+	// taken from max_bytes, so bytes_out, bytes_in and lingered_bytes are what the job used of it.
+	Lingered int64 `json:"lingered_bytes,omitempty"`
 }
 
 // HostSummary is the traffic to one host: the requests that sent it a byte, allowed or failed
@@ -134,6 +138,13 @@ func (l *ledger) closedUnread() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sum.ClosedUnread++
+}
+
+// lingered counts n bytes read and dropped after a refusal (Summary.Lingered).
+func (l *ledger) lingered(n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sum.Lingered += n
 }
 
 func (l *ledger) summary() Summary {

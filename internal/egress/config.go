@@ -81,7 +81,8 @@ type Limits struct {
 	// Default: 10,000.
 	MaxRequests int64
 	// MaxBytes caps the bytes a job moves through the proxy, both directions, the proxy's own
-	// answers included (refusals, 100 Continue, a CONNECT's 200): a transfer is cut at the cap,
+	// answers included (refusals, 100 Continue, a CONNECT's 200) and a refused body read and
+	// dropped before its connection is closed (lingerClose): a transfer is cut at the cap,
 	// and once the job is at it every new request and tunnel is refused before it is dialled,
 	// the first in room kept back for that refusal, the rest with no answer. Default: 1 GiB.
 	MaxBytes int64

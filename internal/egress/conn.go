@@ -62,7 +62,7 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 		}
 		if v != nil {
 			p.refuseConn(c, Decision{Time: start}, v)
-			lingerClose(c)
+			p.lingerClose(c)
 			return
 		}
 		if req.Method == http.MethodConnect {

@@ -23,7 +23,7 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, hd *head, req *http.Req
 	up, swaps, v := p.openPlain(ctx, c, hd, req, &d)
 	if v != nil {
 		p.refuseConn(c, d, v)
-		lingerClose(c)
+		p.lingerClose(c)
 		return false
 	}
 	defer up.Close()
@@ -428,7 +428,7 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, up io.Writer, lim *io
 		if uc, ok := up.(io.Closer); ok {
 			_ = uc.Close() // cut now, not once the sandbox is done (lingerClose)
 		}
-		lingerClose(c)
+		p.lingerClose(c)
 		return false
 	}
 	keep = keep && !resp.Close

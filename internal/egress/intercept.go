@@ -64,7 +64,7 @@ func (p *Proxy) intercept(ctx context.Context, ic *idleConn, client net.Conn, h 
 		}
 		if v != nil {
 			p.refuseConn(tc, Decision{Time: start, Host: h.String(), Port: port}, v)
-			lingerTLS(tc)
+			p.lingerTLS(tc)
 			return
 		}
 		if !p.interceptOne(ctx, t, hd, req, start) {
@@ -95,7 +95,7 @@ func (p *Proxy) interceptOne(ctx context.Context, t *tunnel, hd *head, req *http
 	}
 	if v != nil {
 		p.refuseConn(t.client, d, v)
-		lingerTLS(t.client)
+		p.lingerTLS(t.client)
 		return false
 	}
 	stripRequest(req.Header)
@@ -162,7 +162,7 @@ func (p *Proxy) relay(ctx context.Context, t *tunnel, req *http.Request, swaps [
 			d.Secrets = nil
 		}
 		p.refuseConn(t.client, *d, outcome(jobEnded(ctx, err), false))
-		lingerTLS(t.client)
+		p.lingerTLS(t.client)
 		return false
 	}
 	if to := s.addr(); to.IsValid() && to.Addr() != t.addr.Addr() {

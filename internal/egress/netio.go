@@ -183,7 +183,10 @@ func bare(c net.Conn) net.Conn {
 
 // Bounds of lingerClose: a refused request's body the sandbox goes on sending after the
 // answer is read and dropped up to maxLingerBytes (SES's SendRawEmail takes 10 MB), for at
-// most lingerTimeout.
+// most lingerTimeout, and only while the job's byte cap has room: each byte read is taken
+// from it as it is read, in no decision (one per linger would be one more the sandbox makes at
+// will) but in the job's summary (Summary.Lingered). Uncounted, a job's lingers read 16 MiB
+// for each of its requests, far past max_bytes (TestLingerIsBoundedByTheByteCap).
 const (
 	maxLingerBytes = 16 << 20
 	lingerTimeout  = 10 * time.Second
@@ -194,15 +197,32 @@ const (
 // to its end or lingerClose's bounds. Closed with bytes unread, the connection was reset, and
 // the sandbox's client, still writing the body, read the reset (or a broken pipe) where the
 // answer was (TestFormOverrideEarlyIsAnswered). The caller closes c.
-func lingerClose(c net.Conn) {
+func (p *Proxy) lingerClose(c net.Conn) {
 	closeWrite(c)
 	c = bare(c)
 	_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
-	_, _ = io.CopyN(io.Discard, c, maxLingerBytes)
+	buf := make([]byte, 32<<10)
+	for left := maxLingerBytes; left > 0; {
+		// Taken once read, not held while the sandbox is waited for (TestUploadCutAfterAnswer):
+		// lingers side by side may read a buffer each past the cap, and stop.
+		k := int(min(int64(min(len(buf), left)), p.dataCap()-p.bytes.Load()))
+		if k <= 0 {
+			return
+		}
+		n, err := c.Read(buf[:k])
+		m := p.meter()
+		got := m.take(n)
+		m.settle(got, got)
+		p.ledger.lingered(int64(got))
+		if err != nil || got < n {
+			return
+		}
+		left -= n
+	}
 }
 
 // lingerTLS is lingerClose for a terminated tunnel: its close_notify follows the answer.
-func lingerTLS(tc *tls.Conn) {
+func (p *Proxy) lingerTLS(tc *tls.Conn) {
 	_ = tc.CloseWrite()
-	lingerClose(tc.NetConn())
+	p.lingerClose(tc.NetConn())
 }
