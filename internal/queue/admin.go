@@ -51,8 +51,8 @@ func NewAdmin(nc *nats.Conn, cfg config.NATS, tenants map[string]config.Tenant, 
 // that list, create, update or remove streams, consumers and messages. A refused look-up of a
 // shared bucket or stream an older Boxcar wrote is none there (sharedStream), and Declare goes
 // on.
-var declareRefusals = []string{"$JS.API.STREAM.LIST", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE.",
-	"$JS.API.STREAM.DELETE.", "$JS.API.STREAM.MSG.DELETE.", "$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.DURABLE.CREATE.", "$JS.API.CONSUMER.DELETE."}
+var declareRefusals = []string{"$JS.API.STREAM.LIST", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>",
+	"$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.MSG.DELETE.>", "$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.CREATE.>", "$JS.API.CONSUMER.DELETE.>"}
 
 // DeclareUnlessRefused is Declare for `worker setup`: the server's refusal of one of
 // declareRefusals shows on the connection alone, and Declare waited for its reply until ctx's

@@ -319,7 +319,7 @@ func (c *Client) DecideApproval(ctx context.Context, jobID, callID string, rev u
 		return Approval{}, err
 	}
 	var out Approval
-	err = unlessRefused(ctx, c.js.Conn(), []string{"$KV." + kv.bucket + "."}, func(ctx context.Context) error {
+	err = unlessRefused(ctx, c.js.Conn(), []string{"$KV." + kv.bucket + ".>"}, func(ctx context.Context) error {
 		var err error
 		out, err = c.decide(ctx, kv, jobID, callID, rev, d, by, reason, sign)
 		return atLimit(err, kv.bucket, approvalsLimits)

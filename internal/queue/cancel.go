@@ -225,7 +225,7 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (job.Status, error) 
 	}
 	name, req := cancelBucket(c.tenant), CancelRequest{At: time.Now().UTC(), By: by}
 	// An identity that may not cancel (an approver) is refused the bucket or the write.
-	refusable := []string{"$JS.API.STREAM.INFO." + statusStream(name), "$KV." + name + "."}
+	refusable := []string{"$JS.API.STREAM.INFO." + statusStream(name), "$KV." + name + ".>"}
 	err = unlessRefused(ctx, c.js.Conn(), refusable, func(ctx context.Context) error {
 		kv, err := bucket(ctx, c.js, name, "cancel")
 		if err != nil {
@@ -256,7 +256,7 @@ func (c *Client) sharedCancel(ctx context.Context, r Ref, req CancelRequest) err
 	if s.stream.absent() {
 		return nil
 	}
-	err := unlessRefused(ctx, c.js.Conn(), []string{"$KV." + CancelBucket + "."}, func(ctx context.Context) error {
+	err := unlessRefused(ctx, c.js.Conn(), []string{"$KV." + CancelBucket + ".>"}, func(ctx context.Context) error {
 		return createCancel(ctx, c.js, CancelBucket, s, r, req)
 	})
 	switch {
@@ -275,7 +275,7 @@ func (c *Client) sharedCancel(ctx context.Context, r Ref, req CancelRequest) err
 func (c *Client) cancelRequested(ctx context.Context, r Ref) (bool, error) {
 	var asked bool
 	name := cancelBucket(c.tenant)
-	refusable := []string{"$JS.API.STREAM.INFO." + statusStream(name), "$JS.API.DIRECT.GET." + statusStream(name)}
+	refusable := []string{"$JS.API.STREAM.INFO." + statusStream(name), "$JS.API.DIRECT.GET." + statusStream(name), "$JS.API.DIRECT.GET." + statusStream(name) + ".>"}
 	err := unlessRefused(ctx, c.js.Conn(), refusable, func(ctx context.Context) error {
 		kv, err := bucket(ctx, c.js, name, "cancel")
 		if errors.Is(err, ErrNotReady) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -76,4 +77,9 @@ func (a *Admin) HeldUpTo(ctx context.Context, tenant string) (func(Ref) (uint64,
 		return nil, err
 	}
 	return a.heldUpTo(ctx, s), nil
+}
+
+// UnlessRefused is unlessRefused, for the tests of the external test package.
+func UnlessRefused(ctx context.Context, nc *nats.Conn, subjects []string, op func(context.Context) error) error {
+	return unlessRefused(ctx, nc, subjects, op)
 }
