@@ -77,6 +77,7 @@ func main() {
 		err = h.run(*jobs)
 	}
 	if h != nil {
+		h.keep = h.keep || err != nil // its logs are named in the failure
 		h.close()
 	}
 	if err != nil {
@@ -819,12 +820,14 @@ func (h *harness) check(ids []string) (result, error) {
 		case manifest && dead > 0 && outcome != job.StateFailed: // a failed run keeps its letter
 			r.duplicates++
 			fmt.Fprintf(os.Stderr, "faults: DUPLICATE %s: a manifest and %d dead letter(s); status %s attempt %d worker %s: %s\n", id, dead, s.State, s.Attempt, s.Worker, s.Error)
+			h.showJobLines(id)
 		case dead > 1:
 			r.duplicates++
 			fmt.Fprintf(os.Stderr, "faults: DUPLICATE %s: %d dead letters; status %s\n", id, dead, s.State)
 		case !manifest && dead == 0:
 			r.lost++
 			fmt.Fprintf(os.Stderr, "faults: LOST %s: no manifest, no dead letter; status %s attempt %d worker %s: %s\n", id, s.State, s.Attempt, s.Worker, s.Error)
+			h.showJobLines(id)
 		case manifest:
 			r.committed++
 			if out, err := h.submit("verify", "--allow-unsigned", id); err != nil {
@@ -958,6 +961,24 @@ func lookBin(name string) (string, error) {
 		}
 	}
 	return "", errors.New(name + " not found on PATH or in GOPATH/bin; run  make test-faults, which installs it")
+}
+
+// showJobLines prints the workers' last log lines that name id, so that a CI run, whose
+// temporary folder is gone with its machine, shows how a lost or duplicated job went.
+func (h *harness) showJobLines(id string) {
+	for _, w := range h.workers {
+		b, err := os.ReadFile(w.Log)
+		if err != nil {
+			continue
+		}
+		var mine []string
+		for line := range strings.Lines(string(b)) {
+			if strings.Contains(line, id) {
+				mine = append(mine, strings.TrimRight(line, "\n"))
+			}
+		}
+		fmt.Fprintf(os.Stderr, "faults: %s's lines naming %s (the last 40 of %d):\n%s\n", w.Name, id, len(mine), strings.Join(mine[max(0, len(mine)-40):], "\n"))
+	}
 }
 
 func lastLines(b []byte, n int) string {
