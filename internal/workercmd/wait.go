@@ -113,14 +113,29 @@ func awaitQueue(ctx context.Context, log *slog.Logger, s *starting, cfg config.N
 		}
 		var err error
 		q, err = queue.Open(ctx, s.link.Conn(), cfg, tenants, log)
+		if noPeers(err) {
+			err = fmt.Errorf("%w (nats.replicas is %d: JetStream places each stream and bucket on that many servers, and fewer are up; waiting for them)", err, cfg.Replicas)
+		}
 		return err
-	}, func(err error) bool {
-		// A stream, consumer or bucket missing for a worker that may not declare them: the
-		// error says to run `worker setup`; waiting does not make them.
-		var api *jetstream.APIError
-		return errors.Is(err, queue.ErrNotReady) || errors.As(err, &api) && api.Code != 503
-	})
+	}, queueFatal)
 	return q, err
+}
+
+// jsNoPeers is JetStream's "no suitable peers for placement": a 400, though a cluster answers
+// it while a server is down or the cluster still forms, which a rolling restart makes routine.
+const jsNoPeers = 10005
+
+func noPeers(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jsNoPeers
+}
+
+// queueFatal says a start error no wait can fix: a stream, consumer or bucket missing for a
+// worker that may not declare them (the error says to run `worker setup`), or a JetStream
+// answer other than "temporarily unavailable" or "no peers for now" (a setting).
+func queueFatal(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, queue.ErrNotReady) || errors.As(err, &api) && api.Code != 503 && !noPeers(err)
 }
 
 // awaitRootLayout waits until the runner has moved what workers before tenants left at the
